@@ -1,0 +1,97 @@
+"""The one entry point the CLI, the dashboard and the planner share: `simulate(scenario) -> Result`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from .cost import FixedCostModel, RooflineCostModel
+from .engine import Replica, Simulation
+from .errors import ConfigError
+from .kv import ContiguousKVManager, PagedKVManager
+from .memory import kv_capacity
+from .results import Result, requests_frame, steps_frame, summarize
+from .router import make_router
+from .scenario import Scenario
+from .scheduler import ContinuousScheduler, StaticScheduler
+from .workload import Workload, generate_workload
+
+
+def make_workload(scenario: Scenario) -> Workload:
+    run = scenario.run
+    return generate_workload(scenario.workload, seed=run.seed, num_requests=run.num_requests,
+                             duration_s=run.duration_s, max_context=scenario.max_model_len())
+
+
+def kv_capacity_tokens(scenario: Scenario) -> int:
+    """KV token slots per replica: from the memory arithmetic, unless the scenario fixes it."""
+    if scenario.kv_cache.capacity_tokens is not None:
+        return scenario.kv_cache.capacity_tokens
+    s, q = scenario.scheduler, scenario.quantization
+    cap = kv_capacity(scenario.model_spec(), scenario.gpu_spec(),
+                      tensor_parallel=scenario.hardware.tensor_parallel, weight_dtype=q.weights,
+                      kv_dtype=q.kv_cache, gpu_memory_utilization=scenario.kv_cache.gpu_memory_utilization,
+                      reserve_bytes=scenario.kv_cache.reserve_bytes,
+                      max_num_batched_tokens=scenario.max_num_batched_tokens(),
+                      max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size)
+    return cap.num_tokens
+
+
+def make_cost_model(scenario: Scenario):
+    spec = scenario.cost_model
+    if spec.kind == "fixed":
+        return FixedCostModel(spec.prefill_s, spec.decode_s)
+    q = scenario.quantization
+    return RooflineCostModel(scenario.model_spec(), scenario.gpu_spec(),
+                             tensor_parallel=scenario.hardware.tensor_parallel, weight_dtype=q.weights,
+                             kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
+                             compute_efficiency=spec.compute_efficiency,
+                             memory_efficiency=spec.memory_efficiency, step_overhead_s=spec.step_overhead_s)
+
+
+def make_scheduler(scenario: Scenario):
+    kv_spec, s = scenario.kv_cache, scenario.scheduler
+    tokens = kv_capacity_tokens(scenario)
+    max_len = scenario.max_model_len()
+    if kv_spec.layout == "paged":
+        num_blocks = tokens // kv_spec.block_size
+        if num_blocks < 1:
+            raise ConfigError(f"kv_cache.block_size: {kv_spec.block_size} is larger than the KV capacity "
+                              f"of {tokens} tokens")
+        kv = PagedKVManager(num_blocks, kv_spec.block_size)
+    else:
+        kv = ContiguousKVManager(tokens, kv_spec.reserve, max_len)
+    if s.batching == "static":
+        return StaticScheduler(kv, max_batch_size=s.max_batch_size, batch_timeout_s=s.batch_timeout_s,
+                               max_model_len=max_len)
+    return ContinuousScheduler(kv, max_num_seqs=s.max_num_seqs,
+                               max_num_batched_tokens=scenario.max_num_batched_tokens(),
+                               chunked_prefill=s.chunked_prefill, max_model_len=max_len)
+
+
+def simulate(scenario: Scenario, workload: Workload | None = None, *,
+             progress: Callable[[float, int], None] | None = None, cost_model=None) -> Result:
+    """Simulate a validated scenario; `workload` defaults to the one the scenario generates."""
+    workload = workload if workload is not None else make_workload(scenario)
+    replicas = [Replica(i, make_scheduler(scenario), cost_model or make_cost_model(scenario))
+                for i in range(scenario.hardware.num_replicas)]
+    run = scenario.run
+    horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
+    closed = workload.closed_loop
+    sim = Simulation(replicas, make_router(scenario.hardware.router, run.seed),
+                     arrival_s=workload.arrival_s, input_tokens=workload.input_tokens,
+                     output_tokens=workload.output_tokens, horizon_s=horizon,
+                     closed_loop_users=closed.num_users if closed else 0,
+                     think_time_s=closed.think_time_s if closed else 0.0, seed=run.seed, progress=progress)
+    sim.run()
+    requests = requests_frame(sim.requests)
+    steps = steps_frame(sim.steps.arrays())
+    elapsed = horizon if horizon is not None else sim.end_s
+    summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=scenario.gpu_spec(),
+                        tensor_parallel=scenario.hardware.tensor_parallel, in_system_area=sim.in_system_area,
+                        num_generated=workload.num_requests)
+    summary["kv_capacity_tokens"] = replicas[0].scheduler.kv.capacity_slots
+    return Result(scenario.name, scenario, requests, steps, summary,
+                  extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler)})

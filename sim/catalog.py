@@ -1,0 +1,415 @@
+"""Built-in models and GPUs, as data, with the source of every number next to it.
+
+Model shapes come from each model's Hugging Face `config.json` (repo named in the comment); GPU rates
+from NVIDIA datasheets, dense (no 2:4 sparsity). Derived quantities (weight matrices per layer,
+parameter counts) are computed from the shape here, so memory math and cost models agree on them.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sim.errors import ConfigError
+from sim.specs import GPUSpec, LinearShape, ModelSpec
+
+MODELS: dict[str, ModelSpec] = {
+    "opt-13b": ModelSpec(
+        name="opt-13b",
+        num_layers=40,  # facebook/opt-13b config.json num_hidden_layers
+        hidden_size=5120,  # facebook/opt-13b config.json hidden_size
+        num_attention_heads=40,  # facebook/opt-13b config.json num_attention_heads
+        num_kv_heads=40,  # facebook/opt-13b: multi-head attention, one KV head per query head
+        head_dim=128,  # facebook/opt-13b config.json hidden_size / num_attention_heads
+        ffn_size=20480,  # facebook/opt-13b config.json ffn_dim
+        vocab_size=50272,  # facebook/opt-13b config.json vocab_size
+        max_context=2048,  # facebook/opt-13b config.json max_position_embeddings
+        attention="mha",
+        gated_mlp=False,  # facebook/opt-13b: fc1 -> ReLU -> fc2
+        tie_word_embeddings=True,  # facebook/opt-13b: lm_head shares embed_tokens
+        linear_bias=True,  # facebook/opt-13b config.json enable_bias
+        learned_position_embeddings=2050,  # HF OPTLearnedPositionalEmbedding: max_position_embeddings + offset 2
+        published_params=12.85e9,  # Zhang et al. 2022 "OPT" (13B); 12.85e9 is the released checkpoint's exact count
+    ),
+    "llama-2-7b": ModelSpec(
+        name="llama-2-7b",
+        num_layers=32,  # meta-llama/Llama-2-7b-hf config.json num_hidden_layers
+        hidden_size=4096,  # meta-llama/Llama-2-7b-hf config.json hidden_size
+        num_attention_heads=32,  # meta-llama/Llama-2-7b-hf config.json num_attention_heads
+        num_kv_heads=32,  # meta-llama/Llama-2-7b-hf config.json num_key_value_heads
+        head_dim=128,  # meta-llama/Llama-2-7b-hf config.json hidden_size / num_attention_heads
+        ffn_size=11008,  # meta-llama/Llama-2-7b-hf config.json intermediate_size
+        vocab_size=32000,  # meta-llama/Llama-2-7b-hf config.json vocab_size
+        max_context=4096,  # meta-llama/Llama-2-7b-hf config.json max_position_embeddings
+        attention="mha",
+        published_params=6.74e9,  # meta-llama/Llama-2-7b-hf safetensors total (6,738,415,616 parameters)
+    ),
+    "llama-2-13b": ModelSpec(
+        name="llama-2-13b",
+        num_layers=40,  # meta-llama/Llama-2-13b-hf config.json num_hidden_layers
+        hidden_size=5120,  # meta-llama/Llama-2-13b-hf config.json hidden_size
+        num_attention_heads=40,  # meta-llama/Llama-2-13b-hf config.json num_attention_heads
+        num_kv_heads=40,  # meta-llama/Llama-2-13b-hf config.json num_key_value_heads
+        head_dim=128,  # meta-llama/Llama-2-13b-hf config.json hidden_size / num_attention_heads
+        ffn_size=13824,  # meta-llama/Llama-2-13b-hf config.json intermediate_size
+        vocab_size=32000,  # meta-llama/Llama-2-13b-hf config.json vocab_size
+        max_context=4096,  # meta-llama/Llama-2-13b-hf config.json max_position_embeddings
+        attention="mha",
+        published_params=13.02e9,  # meta-llama/Llama-2-13b-hf safetensors total (13,015,864,320 parameters)
+    ),
+    "llama-2-70b": ModelSpec(
+        name="llama-2-70b",
+        num_layers=80,  # meta-llama/Llama-2-70b-hf config.json num_hidden_layers
+        hidden_size=8192,  # meta-llama/Llama-2-70b-hf config.json hidden_size
+        num_attention_heads=64,  # meta-llama/Llama-2-70b-hf config.json num_attention_heads
+        num_kv_heads=8,  # meta-llama/Llama-2-70b-hf config.json num_key_value_heads
+        head_dim=128,  # meta-llama/Llama-2-70b-hf config.json hidden_size / num_attention_heads
+        ffn_size=28672,  # meta-llama/Llama-2-70b-hf config.json intermediate_size
+        vocab_size=32000,  # meta-llama/Llama-2-70b-hf config.json vocab_size
+        max_context=4096,  # meta-llama/Llama-2-70b-hf config.json max_position_embeddings
+        published_params=68.98e9,  # meta-llama/Llama-2-70b-hf safetensors total (68,976,648,192 parameters)
+    ),
+    "llama-3.1-8b": ModelSpec(
+        name="llama-3.1-8b",
+        num_layers=32,  # meta-llama/Llama-3.1-8B config.json num_hidden_layers
+        hidden_size=4096,  # meta-llama/Llama-3.1-8B config.json hidden_size
+        num_attention_heads=32,  # meta-llama/Llama-3.1-8B config.json num_attention_heads
+        num_kv_heads=8,  # meta-llama/Llama-3.1-8B config.json num_key_value_heads
+        head_dim=128,  # meta-llama/Llama-3.1-8B config.json head_dim
+        ffn_size=14336,  # meta-llama/Llama-3.1-8B config.json intermediate_size
+        vocab_size=128256,  # meta-llama/Llama-3.1-8B config.json vocab_size
+        max_context=131072,  # meta-llama/Llama-3.1-8B config.json max_position_embeddings
+        published_params=8.03e9,  # meta-llama/Llama-3.1-8B safetensors total (8,030,261,248 parameters)
+    ),
+    "llama-3.1-70b": ModelSpec(
+        name="llama-3.1-70b",
+        num_layers=80,  # meta-llama/Llama-3.1-70B config.json num_hidden_layers
+        hidden_size=8192,  # meta-llama/Llama-3.1-70B config.json hidden_size
+        num_attention_heads=64,  # meta-llama/Llama-3.1-70B config.json num_attention_heads
+        num_kv_heads=8,  # meta-llama/Llama-3.1-70B config.json num_key_value_heads
+        head_dim=128,  # meta-llama/Llama-3.1-70B config.json head_dim
+        ffn_size=28672,  # meta-llama/Llama-3.1-70B config.json intermediate_size
+        vocab_size=128256,  # meta-llama/Llama-3.1-70B config.json vocab_size
+        max_context=131072,  # meta-llama/Llama-3.1-70B config.json max_position_embeddings
+        published_params=70.55e9,  # meta-llama/Llama-3.1-70B safetensors total (70,553,706,496 parameters)
+    ),
+    "mistral-7b-v0.1": ModelSpec(
+        name="mistral-7b-v0.1",
+        num_layers=32,  # mistralai/Mistral-7B-v0.1 config.json num_hidden_layers
+        hidden_size=4096,  # mistralai/Mistral-7B-v0.1 config.json hidden_size
+        num_attention_heads=32,  # mistralai/Mistral-7B-v0.1 config.json num_attention_heads
+        num_kv_heads=8,  # mistralai/Mistral-7B-v0.1 config.json num_key_value_heads
+        head_dim=128,  # mistralai/Mistral-7B-v0.1 config.json hidden_size / num_attention_heads
+        ffn_size=14336,  # mistralai/Mistral-7B-v0.1 config.json intermediate_size
+        vocab_size=32000,  # mistralai/Mistral-7B-v0.1 config.json vocab_size
+        max_context=32768,  # mistralai/Mistral-7B-v0.1 config.json max_position_embeddings
+        sliding_window=4096,  # mistralai/Mistral-7B-v0.1 config.json sliding_window
+        published_params=7.24e9,  # mistralai/Mistral-7B-v0.1 safetensors total (7,241,732,096 parameters)
+    ),
+    "qwen2.5-7b": ModelSpec(
+        name="qwen2.5-7b",
+        num_layers=28,  # Qwen/Qwen2.5-7B config.json num_hidden_layers
+        hidden_size=3584,  # Qwen/Qwen2.5-7B config.json hidden_size
+        num_attention_heads=28,  # Qwen/Qwen2.5-7B config.json num_attention_heads
+        num_kv_heads=4,  # Qwen/Qwen2.5-7B config.json num_key_value_heads
+        head_dim=128,  # Qwen/Qwen2.5-7B config.json hidden_size / num_attention_heads
+        ffn_size=18944,  # Qwen/Qwen2.5-7B config.json intermediate_size
+        vocab_size=152064,  # Qwen/Qwen2.5-7B config.json vocab_size
+        max_context=131072,  # Qwen/Qwen2.5-7B config.json max_position_embeddings
+        tie_word_embeddings=False,  # Qwen/Qwen2.5-7B config.json tie_word_embeddings (tied only up to 3B)
+        attention_bias=True,  # HF Qwen2Attention: q/k/v_proj bias=True
+        published_params=7.61e9,  # Qwen/Qwen2.5-7B model card ("Number of Parameters: 7.61B")
+    ),
+    "qwen2.5-72b": ModelSpec(
+        name="qwen2.5-72b",
+        num_layers=80,  # Qwen/Qwen2.5-72B config.json num_hidden_layers
+        hidden_size=8192,  # Qwen/Qwen2.5-72B config.json hidden_size
+        num_attention_heads=64,  # Qwen/Qwen2.5-72B config.json num_attention_heads
+        num_kv_heads=8,  # Qwen/Qwen2.5-72B config.json num_key_value_heads
+        head_dim=128,  # Qwen/Qwen2.5-72B config.json hidden_size / num_attention_heads
+        ffn_size=29568,  # Qwen/Qwen2.5-72B config.json intermediate_size
+        vocab_size=152064,  # Qwen/Qwen2.5-72B config.json vocab_size
+        max_context=131072,  # Qwen/Qwen2.5-72B config.json max_position_embeddings
+        attention_bias=True,  # HF Qwen2Attention: q/k/v_proj bias=True
+        published_params=72.7e9,  # Qwen/Qwen2.5-72B model card ("Number of Parameters: 72.7B")
+    ),
+    "mixtral-8x7b": ModelSpec(
+        name="mixtral-8x7b",
+        num_layers=32,  # mistralai/Mixtral-8x7B-v0.1 config.json num_hidden_layers
+        hidden_size=4096,  # mistralai/Mixtral-8x7B-v0.1 config.json hidden_size
+        num_attention_heads=32,  # mistralai/Mixtral-8x7B-v0.1 config.json num_attention_heads
+        num_kv_heads=8,  # mistralai/Mixtral-8x7B-v0.1 config.json num_key_value_heads
+        head_dim=128,  # mistralai/Mixtral-8x7B-v0.1 config.json hidden_size / num_attention_heads
+        ffn_size=14336,  # mistralai/Mixtral-8x7B-v0.1 config.json intermediate_size (per expert)
+        vocab_size=32000,  # mistralai/Mixtral-8x7B-v0.1 config.json vocab_size
+        max_context=32768,  # mistralai/Mixtral-8x7B-v0.1 config.json max_position_embeddings
+        num_experts=8,  # mistralai/Mixtral-8x7B-v0.1 config.json num_local_experts
+        num_experts_per_token=2,  # mistralai/Mixtral-8x7B-v0.1 config.json num_experts_per_tok
+        published_params=46.7e9,  # Mistral AI blog "Mixtral of experts" (2023): 46.7B total, 12.9B per token
+    ),
+    "deepseek-v2-lite": ModelSpec(
+        name="deepseek-v2-lite",
+        num_layers=27,  # deepseek-ai/DeepSeek-V2-Lite config.json num_hidden_layers
+        hidden_size=2048,  # deepseek-ai/DeepSeek-V2-Lite config.json hidden_size
+        num_attention_heads=16,  # deepseek-ai/DeepSeek-V2-Lite config.json num_attention_heads
+        num_kv_heads=16,  # deepseek-ai/DeepSeek-V2-Lite config.json num_key_value_heads
+        head_dim=192,  # deepseek-ai/DeepSeek-V2-Lite config.json qk_nope_head_dim + qk_rope_head_dim
+        ffn_size=1408,  # deepseek-ai/DeepSeek-V2-Lite config.json moe_intermediate_size (per expert)
+        vocab_size=102400,  # deepseek-ai/DeepSeek-V2-Lite config.json vocab_size
+        max_context=163840,  # deepseek-ai/DeepSeek-V2-Lite config.json max_position_embeddings
+        attention="mla",
+        num_experts=64,  # deepseek-ai/DeepSeek-V2-Lite config.json n_routed_experts
+        num_experts_per_token=6,  # deepseek-ai/DeepSeek-V2-Lite config.json num_experts_per_tok
+        num_shared_experts=2,  # deepseek-ai/DeepSeek-V2-Lite config.json n_shared_experts
+        num_dense_layers=1,  # deepseek-ai/DeepSeek-V2-Lite config.json first_k_dense_replace
+        dense_ffn_size=10944,  # deepseek-ai/DeepSeek-V2-Lite config.json intermediate_size
+        kv_lora_rank=512,  # deepseek-ai/DeepSeek-V2-Lite config.json kv_lora_rank
+        q_lora_rank=0,  # deepseek-ai/DeepSeek-V2-Lite config.json q_lora_rank (null: no query compression)
+        qk_rope_head_dim=64,  # deepseek-ai/DeepSeek-V2-Lite config.json qk_rope_head_dim
+        qk_nope_head_dim=128,  # deepseek-ai/DeepSeek-V2-Lite config.json qk_nope_head_dim
+        v_head_dim=128,  # deepseek-ai/DeepSeek-V2-Lite config.json v_head_dim
+        published_params=15.7e9,  # deepseek-ai/DeepSeek-V2-Lite model card (15.7B total, 2.4B active)
+    ),
+}
+
+_MIB = 2**20
+
+# Prices are approximate on-demand cloud prices in USD per GPU-hour (AWS us-east-1 list price of the
+# instance divided by its GPUs, 2024); they change often and differ by provider, so edit them.
+GPUS: dict[str, GPUSpec] = {
+    "a100-40gb": GPUSpec(
+        name="a100-40gb",
+        bf16_flops_per_s=312e12,  # NVIDIA A100 datasheet, BF16 Tensor Core (dense)
+        fp8_flops_per_s=None,  # Ampere has no fp8 tensor cores
+        hbm_bytes=40960 * _MIB,  # nvidia-smi total memory, A100-SXM4-40GB
+        hbm_bytes_per_s=1.555e12,  # NVIDIA A100 datasheet, 40GB SXM GPU memory bandwidth
+        interconnect_bytes_per_s=300e9,  # NVIDIA A100 datasheet, NVLink 600 GB/s bidirectional
+        host_link_bytes_per_s=32e9,  # PCIe Gen4 x16, 64 GB/s bidirectional
+        price_per_hour=4.10,  # approximate: AWS p4d.24xlarge $32.77/h / 8 GPUs
+    ),
+    "a100-80gb": GPUSpec(
+        name="a100-80gb",
+        bf16_flops_per_s=312e12,  # NVIDIA A100 datasheet, BF16 Tensor Core (dense)
+        fp8_flops_per_s=None,  # Ampere has no fp8 tensor cores
+        hbm_bytes=81920 * _MIB,  # nvidia-smi total memory, A100-SXM4-80GB
+        hbm_bytes_per_s=2.039e12,  # NVIDIA A100 datasheet, 80GB SXM GPU memory bandwidth
+        interconnect_bytes_per_s=300e9,  # NVIDIA A100 datasheet, NVLink 600 GB/s bidirectional
+        host_link_bytes_per_s=32e9,  # PCIe Gen4 x16, 64 GB/s bidirectional
+        price_per_hour=5.12,  # approximate: AWS p4de.24xlarge $40.97/h / 8 GPUs
+    ),
+    "h100-sxm": GPUSpec(
+        name="h100-sxm",
+        bf16_flops_per_s=989e12,  # NVIDIA H100 datasheet, SXM BF16 Tensor Core 1,979 TFLOPS with sparsity / 2
+        fp8_flops_per_s=1979e12,  # NVIDIA H100 datasheet, SXM FP8 Tensor Core 3,958 TFLOPS with sparsity / 2
+        hbm_bytes=81559 * _MIB,  # nvidia-smi total memory, H100 80GB HBM3
+        hbm_bytes_per_s=3.35e12,  # NVIDIA H100 datasheet, SXM GPU memory bandwidth
+        interconnect_bytes_per_s=450e9,  # NVIDIA H100 datasheet, NVLink 900 GB/s bidirectional
+        host_link_bytes_per_s=64e9,  # PCIe Gen5 x16, 128 GB/s bidirectional
+        price_per_hour=12.29,  # approximate: AWS p5.48xlarge $98.32/h / 8 GPUs (AWS cut P5 prices in 2025)
+    ),
+    "h200": GPUSpec(
+        name="h200",
+        bf16_flops_per_s=989e12,  # NVIDIA H200 datasheet, SXM BF16 Tensor Core 1,979 TFLOPS with sparsity / 2
+        fp8_flops_per_s=1979e12,  # NVIDIA H200 datasheet, SXM FP8 Tensor Core 3,958 TFLOPS with sparsity / 2
+        hbm_bytes=143771 * _MIB,  # nvidia-smi total memory, H200 141GB HBM3e
+        hbm_bytes_per_s=4.8e12,  # NVIDIA H200 datasheet, SXM GPU memory bandwidth
+        interconnect_bytes_per_s=450e9,  # NVIDIA H200 datasheet, NVLink 900 GB/s bidirectional
+        host_link_bytes_per_s=64e9,  # PCIe Gen5 x16, 128 GB/s bidirectional
+        price_per_hour=13.50,  # estimate: ~1.1x the H100 price (AWS sells p5e mostly as Capacity Blocks)
+    ),
+    "l40s": GPUSpec(
+        name="l40s",
+        bf16_flops_per_s=362.05e12,  # NVIDIA L40S datasheet, BF16 Tensor Core (dense)
+        fp8_flops_per_s=733e12,  # NVIDIA L40S datasheet, FP8 Tensor Core (dense)
+        hbm_bytes=46068 * _MIB,  # nvidia-smi total memory, L40S 48GB GDDR6
+        hbm_bytes_per_s=864e9,  # NVIDIA L40S datasheet, memory bandwidth
+        interconnect_bytes_per_s=32e9,  # no NVLink: peers talk over PCIe Gen4 x16 (datasheet: 64 GB/s bidirectional)
+        host_link_bytes_per_s=32e9,  # NVIDIA L40S datasheet, PCIe Gen4 x16 64 GB/s bidirectional
+        price_per_hour=1.861,  # approximate: AWS g6e.xlarge on-demand (1 GPU)
+    ),
+    "l4": GPUSpec(
+        name="l4",
+        bf16_flops_per_s=121e12,  # NVIDIA L4 datasheet, BF16 Tensor Core 242 TFLOPS with sparsity / 2
+        fp8_flops_per_s=242.5e12,  # NVIDIA L4 datasheet, FP8 Tensor Core 485 TFLOPS with sparsity / 2
+        hbm_bytes=23034 * _MIB,  # nvidia-smi total memory, L4 24GB GDDR6
+        hbm_bytes_per_s=300e9,  # NVIDIA L4 datasheet, memory bandwidth
+        interconnect_bytes_per_s=32e9,  # no NVLink: peers talk over PCIe Gen4 x16
+        host_link_bytes_per_s=32e9,  # NVIDIA L4 datasheet, PCIe Gen4 x16 64 GB/s bidirectional
+        price_per_hour=0.805,  # approximate: AWS g6.xlarge on-demand (1 GPU)
+    ),
+    "a10g": GPUSpec(
+        name="a10g",
+        # NVIDIA publishes no A10G datasheet; the AWS variant of the A10 has a lower tensor rate.
+        bf16_flops_per_s=70e12,  # Baseten blog "NVIDIA A10 vs A10G": A10G BF16 tensor 70 TFLOPS
+        fp8_flops_per_s=None,  # Ampere has no fp8 tensor cores
+        hbm_bytes=23028 * _MIB,  # nvidia-smi total memory, A10G 24GB GDDR6
+        hbm_bytes_per_s=600e9,  # NVIDIA A10 datasheet (same memory as A10G), 600 GB/s
+        interconnect_bytes_per_s=32e9,  # no NVLink on g5 instances: peers talk over PCIe Gen4 x16
+        host_link_bytes_per_s=32e9,  # PCIe Gen4 x16, 64 GB/s bidirectional
+        price_per_hour=1.006,  # approximate: AWS g5.xlarge on-demand (1 GPU)
+    ),
+}
+
+
+def _canonical(name: str) -> str:
+    return name.strip().lower().replace("_", "-")
+
+
+def get_model(name: str, field: str = "model") -> ModelSpec:
+    """Catalog model by id (case-insensitive, '_' and '-' interchangeable)."""
+    try:
+        return MODELS[_canonical(name)]
+    except KeyError:
+        raise ConfigError(f"{field}: unknown model {name!r}; allowed: {', '.join(MODELS)}") from None
+
+
+def get_gpu(name: str, field: str = "hardware.gpu") -> GPUSpec:
+    """Catalog GPU by id (case-insensitive, '_' and '-' interchangeable)."""
+    try:
+        return GPUS[_canonical(name)]
+    except KeyError:
+        raise ConfigError(f"{field}: unknown gpu {name!r}; allowed: {', '.join(GPUS)}") from None
+
+
+def _attention_shapes(m: ModelSpec) -> list[LinearShape]:
+    if m.attention == "mla":
+        # DeepSeek-V2 MLA: keys/values are rebuilt per head from one shared latent (kv_a), which every
+        # tensor-parallel rank needs in full, so kv_a is replicated; kv_b expands it per head.
+        qk_head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim
+        q_out = m.num_attention_heads * qk_head_dim
+        if m.q_lora_rank:
+            q = [
+                LinearShape("q_a_proj", m.hidden_size, m.q_lora_rank, 1, "replicated", 1),
+                LinearShape("q_b_proj", m.q_lora_rank, q_out, 1, "column", 1),
+            ]
+        else:
+            q = [LinearShape("q_proj", m.hidden_size, q_out, 1, "column", 1)]
+        return q + [
+            LinearShape("kv_a_proj", m.hidden_size, m.kv_lora_rank + m.qk_rope_head_dim, 1, "replicated", 1),
+            LinearShape(
+                "kv_b_proj",
+                m.kv_lora_rank,
+                m.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim),
+                1,
+                "column",
+                1,
+            ),
+            LinearShape("attn_out", m.num_attention_heads * m.v_head_dim, m.hidden_size, 1, "row", 1),
+        ]
+    qkv_out = (m.num_attention_heads + 2 * m.num_kv_heads) * m.head_dim
+    return [
+        LinearShape("qkv", m.hidden_size, qkv_out, 1, "column", 1, m.attention_bias or m.linear_bias),
+        LinearShape("attn_out", m.num_attention_heads * m.head_dim, m.hidden_size, 1, "row", 1, m.linear_bias),
+    ]
+
+
+def _mlp_shapes(m: ModelSpec, ffn: int, prefix: str = "", count: int = 1, active: float = 1) -> list[LinearShape]:
+    if m.gated_mlp:
+        return [
+            LinearShape(f"{prefix}gate_up", m.hidden_size, 2 * ffn, count, "column", active, m.linear_bias),
+            LinearShape(f"{prefix}down", ffn, m.hidden_size, count, "row", active, m.linear_bias),
+        ]
+    return [
+        LinearShape(f"{prefix}fc1", m.hidden_size, ffn, count, "column", active, m.linear_bias),
+        LinearShape(f"{prefix}fc2", ffn, m.hidden_size, count, "row", active, m.linear_bias),
+    ]
+
+
+def layer_groups(model: ModelSpec) -> list[tuple[int, list[LinearShape]]]:
+    """(number of layers, weight matrices of one such layer) for each kind of layer, in order."""
+    attention = _attention_shapes(model)
+    if not model.is_moe:
+        return [(model.num_layers, attention + _mlp_shapes(model, model.ffn_size))]
+    k = model.num_experts_per_token
+    moe = [LinearShape("router", model.hidden_size, model.num_experts, 1, "replicated", 1)]
+    moe += _mlp_shapes(model, model.ffn_size, "experts_", model.num_experts, k)
+    if model.num_shared_experts:
+        s = model.num_shared_experts
+        moe += _mlp_shapes(model, model.ffn_size, "shared_", s, s)
+    groups = []
+    if model.num_dense_layers:
+        dense_ffn = model.dense_ffn_size or model.ffn_size
+        groups.append((model.num_dense_layers, attention + _mlp_shapes(model, dense_ffn)))
+    groups.append((model.num_layers - model.num_dense_layers, attention + moe))
+    return groups
+
+
+def lm_head_shape(model: ModelSpec) -> LinearShape:
+    """The output projection; tensor parallelism splits it over the vocabulary."""
+    return LinearShape("lm_head", model.hidden_size, model.vocab_size, 1, "column", 1)
+
+
+def norm_param_count(model: ModelSpec) -> int:
+    """Normalization weights: two per layer plus the final one (LayerNorm also has a bias: OPT),
+    and MLA's norms on its compressed latents."""
+    per_norm = 2 if model.linear_bias else 1
+    latent = model.kv_lora_rank + model.q_lora_rank
+    return (2 * model.num_layers + 1) * per_norm * model.hidden_size + model.num_layers * latent
+
+
+def _shape_params(shape: LinearShape) -> int:
+    return shape.count * (shape.in_features * shape.out_features + (shape.out_features if shape.has_bias else 0))
+
+
+def param_count(model: ModelSpec) -> int:
+    """Every weight: layers, embeddings, norms, biases, position table; a tied lm_head counted once."""
+    layers = sum(n * sum(_shape_params(s) for s in shapes) for n, shapes in layer_groups(model))
+    embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
+    positions = model.learned_position_embeddings * model.hidden_size
+    return layers + embeddings + positions + norm_param_count(model)
+
+
+def active_param_count(model: ModelSpec) -> int:
+    """Weights one token multiplies through: attention, active and shared experts, dense MLPs, norms,
+    lm_head. Embedding and position lookups are excluded: they read one row, not the matrix."""
+    layers = sum(
+        n * sum(_shape_params(s) * s.active_per_token / s.count for s in shapes)
+        for n, shapes in layer_groups(model)
+    )
+    head = lm_head_shape(model)
+    return round(layers) + head.in_features * head.out_features + norm_param_count(model)
+
+
+def models_table() -> pd.DataFrame:
+    """One row per catalog model, for `servesim catalog models`."""
+    from sim.memory import kv_bytes_per_token  # memory builds on this module's layer shapes
+
+    rows = []
+    for key, m in MODELS.items():
+        experts = f"{m.num_experts} (top-{m.num_experts_per_token})" if m.is_moe else ""
+        rows.append(
+            {
+                "model": key,
+                "layers": m.num_layers,
+                "hidden": m.hidden_size,
+                "heads": m.num_attention_heads,
+                "kv_heads": m.num_kv_heads,
+                "attention": m.attention,
+                "experts": experts,
+                "params_b": round(param_count(m) / 1e9, 2),
+                "active_params_b": round(active_param_count(m) / 1e9, 2),
+                "kv_bytes_per_token": kv_bytes_per_token(m),
+                "max_context": m.max_context,
+                "sliding_window": m.sliding_window,
+            }
+        )
+    table = pd.DataFrame(rows)
+    table["sliding_window"] = table["sliding_window"].astype("Int64")  # blank, not NaN, where absent
+    return table
+
+
+def gpus_table() -> pd.DataFrame:
+    """One row per catalog GPU, for `servesim catalog gpus`."""
+    rows = [
+        {
+            "gpu": key,
+            "bf16_tflops": g.bf16_flops_per_s / 1e12,
+            "fp8_tflops": g.fp8_flops_per_s / 1e12 if g.fp8_flops_per_s else None,
+            "memory_gb": round(g.hbm_bytes / 1e9, 1),
+            "memory_gb_per_s": g.hbm_bytes_per_s / 1e9,
+            "interconnect_gb_per_s": g.interconnect_bytes_per_s / 1e9,
+            "host_link_gb_per_s": g.host_link_bytes_per_s / 1e9,
+            "usd_per_hour": g.price_per_hour,
+        }
+        for key, g in GPUS.items()
+    ]
+    return pd.DataFrame(rows)

@@ -1,0 +1,178 @@
+"""Cost models: how long one engine step takes.
+
+All share one interface, `step_time(plan) -> seconds`, plus `step_cost(plan) -> StepCost` with the
+FLOPs and bytes behind it (for utilization figures). The engine is handed an object; it never
+picks a cost model by name.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .catalog import layer_groups, lm_head_shape
+from .memory import DTYPE_BYTES, kv_bytes_per_token
+from .plan import StepPlan
+from .specs import GPUSpec, ModelSpec
+
+_ACT_BYTES = 2  # activations are bf16/fp16
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    time_s: float  # wall time of the step on one replica
+    flops: float  # floating-point operations per GPU
+    bytes: float  # HBM bytes moved per GPU
+
+
+@dataclass(frozen=True, slots=True)
+class _Matmul:
+    """A weight matrix group of one layer, per GPU: params read per step, params each token multiplies."""
+
+    weight_params: float  # parameters stored on one GPU (all experts)
+    params_per_token: float  # parameters one token multiplies on one GPU
+    num_experts: int  # >1: mixture of experts; only the experts some token routes to are read
+    experts_per_token: float
+    in_features: int
+    out_features: int
+
+
+class RooflineCostModel:
+    """Analytical roofline per op: max(FLOPs / (peak × efficiency), bytes / (bandwidth × efficiency)).
+
+    Per layer: the linear layers (weights read once per step, 2 FLOPs per parameter per token),
+    attention for prefill chunks (causal FLOPs against their context) and decodes (reading each
+    request's KV), norms and activations, and under tensor parallelism two all-reduces over the
+    interconnect; then the LM head for sampled rows, plus a fixed per-step overhead.
+    """
+
+    def __init__(self, model: ModelSpec, gpu: GPUSpec, *, tensor_parallel: int = 1,
+                 weight_dtype: str = "bf16", kv_dtype: str = "bf16", fp8_compute: bool = False,
+                 compute_efficiency: float | None = None, memory_efficiency: float | None = None,
+                 step_overhead_s: float | None = None):
+        self.model, self.gpu, self.tp = model, gpu, tensor_parallel
+        self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
+        peak = gpu.fp8_flops_per_s if (fp8_compute and gpu.fp8_flops_per_s) else gpu.bf16_flops_per_s
+        self.flops_per_s = peak * (compute_efficiency or gpu.compute_efficiency)
+        self.bytes_per_s = gpu.hbm_bytes_per_s * (memory_efficiency or gpu.memory_efficiency)
+        self.link_bytes_per_s = gpu.interconnect_bytes_per_s * gpu.interconnect_efficiency
+        self.step_overhead_s = gpu.step_overhead_s if step_overhead_s is None else step_overhead_s
+        self.weight_bytes_per_param = DTYPE_BYTES[weight_dtype]
+        self.kv_bytes_per_token_layer = kv_bytes_per_token(model, kv_dtype, tensor_parallel) / model.num_layers
+        heads_per_gpu = model.num_attention_heads // tensor_parallel
+        if model.attention == "mla":
+            qk_dim = model.qk_nope_head_dim + model.qk_rope_head_dim
+            v_dim = model.v_head_dim
+        else:
+            qk_dim = v_dim = model.head_dim
+        # Per (query, key) pair: QK^T and PV, 2 FLOPs per multiply-add.
+        self.attn_flops_per_pair = 2.0 * heads_per_gpu * (qk_dim + v_dim)
+        self.q_bytes_per_token = heads_per_gpu * (qk_dim + v_dim) * _ACT_BYTES
+        self.groups = [(n, [self._matmul(s) for s in shapes]) for n, shapes in layer_groups(model)]
+        self.lm_head = self._matmul(lm_head_shape(model))
+        self.hidden = model.hidden_size
+        self.ffn_per_gpu = model.ffn_size / tensor_parallel
+
+    def _matmul(self, shape) -> _Matmul:
+        split = 1 if shape.tp_split == "replicated" else self.tp
+        params = shape.in_features * shape.out_features / split
+        return _Matmul(params * shape.count, params * shape.active_per_token, shape.count,
+                       shape.active_per_token, shape.in_features, shape.out_features)
+
+    def __repr__(self) -> str:
+        return (f"RooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}, "
+                f"weights={self.weight_dtype}, kv={self.kv_dtype})")
+
+    def _op(self, flops: float, nbytes: float) -> float:
+        return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+
+    def _linear(self, mm: _Matmul, num_tokens: int) -> tuple[float, float]:
+        flops = 2.0 * num_tokens * mm.params_per_token
+        if mm.num_experts > 1:
+            # Experts some token in the step routes to, in expectation under uniform routing.
+            frac = mm.experts_per_token / mm.num_experts
+            touched = mm.num_experts * (1.0 - (1.0 - frac) ** num_tokens)
+            weight_params = mm.weight_params / mm.num_experts * touched
+        else:
+            weight_params = mm.weight_params
+        act = num_tokens * mm.experts_per_token * (mm.in_features + mm.out_features) * _ACT_BYTES
+        return flops, weight_params * self.weight_bytes_per_param + act
+
+    def step_cost(self, plan: StepPlan) -> StepCost:
+        num_tokens = plan.num_tokens
+        if num_tokens == 0:
+            return StepCost(self.step_overhead_s, 0.0, 0.0)
+        time_s = flops_total = bytes_total = 0.0
+        window = self.model.sliding_window
+
+        # Attention: prefill chunks against their context (causal), decodes reading their KV.
+        attn_pairs = 0.0
+        attn_kv_tokens = 0.0
+        for chunk, context in zip(plan.prefill_chunk_tokens, plan.prefill_context_tokens):
+            if window:
+                attn_pairs += chunk * min(context + (chunk + 1) / 2, window)
+            else:
+                attn_pairs += chunk * (context + (chunk + 1) / 2)
+            attn_kv_tokens += min(context + chunk, window) if window else context + chunk
+        decode_ctx = plan.decode_context_tokens
+        if window:
+            decode_ctx = min(decode_ctx, plan.num_decode_seqs * window)
+        prefill_attn = (attn_pairs * self.attn_flops_per_pair,
+                        attn_kv_tokens * self.kv_bytes_per_token_layer
+                        + plan.num_prefill_tokens * self.q_bytes_per_token)
+        decode_attn = (decode_ctx * self.attn_flops_per_pair,
+                       decode_ctx * self.kv_bytes_per_token_layer + plan.num_decode_seqs * self.q_bytes_per_token)
+        # Norms, residual adds, rotary, activation: memory-bound streams over the hidden states.
+        elementwise_bytes = num_tokens * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT_BYTES
+        allreduce_s = 0.0
+        if self.tp > 1:
+            message = num_tokens * self.hidden * _ACT_BYTES
+            ring = 2.0 * (self.tp - 1) / self.tp * message / self.link_bytes_per_s
+            allreduce_s = 2 * (self.gpu.allreduce_latency_s + ring)
+
+        for num_layers, matmuls in self.groups:
+            layer_s = layer_flops = layer_bytes = 0.0
+            for mm in matmuls:
+                f, b = self._linear(mm, num_tokens)
+                layer_s += self._op(f, b)
+                layer_flops += f
+                layer_bytes += b
+            for f, b in (prefill_attn, decode_attn):
+                if f or b:
+                    layer_s += self._op(f, b)
+                    layer_flops += f
+                    layer_bytes += b
+            layer_s += elementwise_bytes / self.bytes_per_s + allreduce_s
+            layer_bytes += elementwise_bytes
+            time_s += num_layers * layer_s
+            flops_total += num_layers * layer_flops
+            bytes_total += num_layers * layer_bytes
+
+        if plan.num_sampled_seqs:
+            f, b = self._linear(self.lm_head, plan.num_sampled_seqs)
+            time_s += self._op(f, b)
+            flops_total += f
+            bytes_total += b
+        return StepCost(time_s + self.step_overhead_s, flops_total, bytes_total)
+
+    def step_time(self, plan: StepPlan) -> float:
+        return self.step_cost(plan).time_s
+
+
+class FixedCostModel:
+    """Step times that ignore the batch: `prefill_s` if any prefill is in the step, else `decode_s`.
+
+    For queueing-theory checks and for speculative-decoding known answers, where a deterministic
+    service time is the point.
+    """
+
+    def __init__(self, prefill_s: float, decode_s: float):
+        self.prefill_s, self.decode_s = prefill_s, decode_s
+
+    def __repr__(self) -> str:
+        return f"FixedCostModel(prefill_s={self.prefill_s}, decode_s={self.decode_s})"
+
+    def step_cost(self, plan: StepPlan) -> StepCost:
+        return StepCost(self.prefill_s if plan.prefill_request_ids else self.decode_s, 0.0, 0.0)
+
+    def step_time(self, plan: StepPlan) -> float:
+        return self.step_cost(plan).time_s

@@ -1,0 +1,74 @@
+"""Bulk bookkeeping for requests that decode one token per step.
+
+Every decoding request advances by exactly one token per step, so instead of touching each one we
+keep a step clock and remember, per request, the clock at which its counters were exact. Finishes
+come out of a heap keyed by the clock at which they happen, and with paged KV the requests whose
+next token opens a new block are found by the residue of their token count modulo the block size.
+Per-step work is O(1) plus O(requests that finish or need a block), not O(batch).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+from .request import Request
+
+
+class DecodeTracker:
+    def __init__(self, block_size: int | None = None):
+        self.clock = 0  # decode steps applied so far
+        self.members: dict[int, Request] = {}
+        self.token_sum = 0  # sum of members' computed tokens at the current clock
+        self._finish_heap: list[tuple[int, int]] = []  # (clock at which it samples its last token, id)
+        self.block_size = block_size
+        self._buckets = [set() for _ in range(block_size)] if block_size else None
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    def add(self, request: Request) -> None:
+        """Start tracking a request whose counters are exact now and that decodes from the next step."""
+        rid = request.request_id
+        request.decode_anchor = self.clock
+        self.members[rid] = request
+        self.token_sum += request.num_computed_tokens
+        finish_clock = self.clock + request.max_output_tokens - request.num_output_tokens
+        heapq.heappush(self._finish_heap, (finish_clock, rid))
+        if self._buckets is not None:
+            self._buckets[(self.clock - request.num_computed_tokens) % self.block_size].add(rid)
+
+    def sync(self, request: Request) -> None:
+        """Bring a member's counters up to the current clock."""
+        delta = self.clock - request.decode_anchor
+        if delta:
+            request.num_computed_tokens += delta
+            request.num_output_tokens += delta
+            request.decode_anchor = self.clock
+
+    def remove(self, request: Request) -> None:
+        self.sync(request)
+        del self.members[request.request_id]
+        self.token_sum -= request.num_computed_tokens
+        if self._buckets is not None:
+            self._buckets[(self.clock - request.num_computed_tokens) % self.block_size].discard(request.request_id)
+        request.decode_anchor = -1  # the heap entry goes stale and is skipped when popped
+
+    def needing_new_block(self) -> set[int]:
+        """Ids of members whose token computed in the coming step starts a new block."""
+        return self._buckets[self.clock % self.block_size]
+
+    def advance(self) -> list[Request]:
+        """Apply one decode step to every member; return (synced, removed) those that sampled their last token."""
+        self.clock += 1
+        self.token_sum += len(self.members)
+        finished = []
+        heap = self._finish_heap
+        while heap and heap[0][0] <= self.clock:
+            finish_clock, rid = heapq.heappop(heap)
+            request = self.members.get(rid)
+            if request is None or (request.decode_anchor + request.max_output_tokens
+                                   - request.num_output_tokens) != finish_clock:
+                continue  # stale entry of a request that was removed (and maybe re-added)
+            self.remove(request)
+            finished.append(request)
+        return finished

@@ -1,0 +1,248 @@
+"""The event model: arrivals → router → one engine process per replica. The only module that uses SimPy.
+
+Each engine process loops: ask the scheduler for a step, ask the cost model how long it takes,
+let that much simulated time pass, apply the outcome. Time moves nowhere else.
+"""
+
+from __future__ import annotations
+
+import math
+from array import array
+from typing import Callable
+
+import numpy as np
+import simpy
+
+from .plan import StepPlan
+from .request import Request, RequestStatus
+from .router import Router
+
+STATUS_CODES = {"finished": 0, "unfinished": 1, "rejected": 2}
+_PROGRESS_EVERY_STEPS = 2048
+
+
+class Replica:
+    """One serving instance: a scheduler (owning its KV manager) and a cost model."""
+
+    def __init__(self, index: int, scheduler, cost_model):
+        self.index = index
+        self.scheduler = scheduler
+        self.cost_model = cost_model
+        self.wakeup: simpy.Event | None = None  # set while the engine waits for work
+        self.num_outstanding = 0  # routed and not yet finished (for least-outstanding routing)
+
+
+class StepLog:
+    """Per-step records, as compact columns (a million requests make millions of steps)."""
+
+    COLUMNS = {
+        "replica": "l", "start_s": "d", "duration_s": "d", "num_seqs": "l", "num_waiting": "l",
+        "num_prefill_tokens": "l", "num_decode_seqs": "l", "num_padding_seqs": "l",
+        "num_output_tokens": "l", "num_preempted": "l", "kv_token_slots": "l",
+        "kv_reserved_slots": "l", "kv_internal_slots": "l", "kv_external_slots": "l",
+        "kv_capacity_slots": "l", "flops": "d", "bytes": "d",
+    }
+
+    def __init__(self):
+        self.columns = {name: array(code) for name, code in self.COLUMNS.items()}
+
+    def arrays(self) -> dict[str, np.ndarray]:
+        return {name: np.frombuffer(col, dtype=np.float64 if col.typecode == "d" else np.int64)
+                if len(col) else np.zeros(0, dtype=np.float64 if col.typecode == "d" else np.int64)
+                for name, col in self.columns.items()}
+
+
+class RequestLog:
+    """Per-request records, one slot per request id, filled when the request leaves or the run ends."""
+
+    def __init__(self, num_requests: int):
+        n = num_requests
+        self.replica = np.full(n, -1, dtype=np.int64)
+        self.arrival_s = np.full(n, np.nan)
+        self.first_scheduled_s = np.full(n, np.nan)
+        self.first_token_s = np.full(n, np.nan)
+        self.last_token_s = np.full(n, np.nan)
+        self.finish_s = np.full(n, np.nan)
+        self.prompt_tokens = np.zeros(n, dtype=np.int64)
+        self.output_tokens = np.zeros(n, dtype=np.int64)
+        self.max_output_tokens = np.zeros(n, dtype=np.int64)
+        self.preemptions = np.zeros(n, dtype=np.int64)
+        self.status = np.full(n, -1, dtype=np.int64)  # -1: never arrived before the horizon
+        self.reject_reason: dict[int, str] = {}
+
+    def record(self, request: Request, status: str) -> None:
+        i = request.request_id
+        self.replica[i] = request.replica
+        self.arrival_s[i] = request.arrival_s
+        self.first_scheduled_s[i] = request.first_scheduled_s
+        self.first_token_s[i] = request.first_token_s
+        self.last_token_s[i] = request.last_token_s
+        self.finish_s[i] = request.finish_s
+        self.prompt_tokens[i] = request.num_prompt_tokens
+        self.output_tokens[i] = request.num_output_tokens
+        self.max_output_tokens[i] = request.max_output_tokens
+        self.preemptions[i] = request.num_preemptions
+        self.status[i] = STATUS_CODES[status]
+        if request.reject_reason:
+            self.reject_reason[i] = request.reject_reason
+
+
+class Simulation:
+    """Runs one workload through a set of replicas. Build it, call `run()`, read the logs."""
+
+    def __init__(self, replicas: list[Replica], router: Router, *, arrival_s: np.ndarray,
+                 input_tokens: np.ndarray, output_tokens: np.ndarray, horizon_s: float | None = None,
+                 closed_loop_users: int = 0, think_time_s: float = 0.0, seed: int = 0,
+                 progress: Callable[[float, int], None] | None = None):
+        self.env = simpy.Environment()
+        self.replicas = replicas
+        self.router = router
+        self.arrival_s = arrival_s
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.horizon_s = horizon_s
+        self.num_requests = len(input_tokens)
+        self.closed_loop_users = closed_loop_users
+        self.think_time_s = think_time_s
+        self.think_rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
+        self.progress = progress
+        self.steps = StepLog()
+        self.requests = RequestLog(self.num_requests)
+        self.num_arrived = 0
+        self.num_done = 0
+        # Little's law, measured independently of the request records: the time integral of the
+        # number of requests in the system, accumulated as it changes.
+        self.in_system = 0
+        self.in_system_area = 0.0
+        self._in_system_since = 0.0
+        self._completions: dict[int, simpy.Event] = {}
+        self._next_request = 0
+
+    # --- bookkeeping -------------------------------------------------------------------------
+    def _change_in_system(self, delta: int) -> None:
+        now = self.env.now
+        self.in_system_area += self.in_system * (now - self._in_system_since)
+        self._in_system_since = now
+        self.in_system += delta
+
+    def _admit(self, request: Request) -> None:
+        self.num_arrived += 1
+        replica = self.router.choose(self.replicas, request)
+        request.replica = replica.index
+        if not replica.scheduler.add_request(request):
+            self.requests.record(request, "rejected")
+            self.num_done += 1
+            self._notify_done(request)
+            return
+        self._change_in_system(+1)
+        replica.num_outstanding += 1
+        if replica.wakeup is not None and not replica.wakeup.triggered:
+            replica.wakeup.succeed()
+
+    def _notify_done(self, request: Request) -> None:
+        event = self._completions.pop(request.request_id, None)
+        if event is not None:
+            event.succeed()
+
+    def _new_request(self, arrival_s: float) -> Request | None:
+        i = self._next_request
+        if i >= self.num_requests:
+            return None
+        self._next_request += 1
+        return Request(i, arrival_s, int(self.input_tokens[i]), int(self.output_tokens[i]))
+
+    # --- processes -----------------------------------------------------------------------------
+    def open_arrivals(self, env: simpy.Environment):
+        times = self.arrival_s
+        for i in range(self.num_requests):
+            delay = times[i] - env.now
+            if delay > 0:
+                yield env.timeout(delay)
+            self._admit(self._new_request(float(times[i])))
+
+    def closed_loop_user(self, env: simpy.Environment):
+        while True:
+            request = self._new_request(env.now)
+            if request is None:
+                return
+            done = env.event()
+            self._completions[request.request_id] = done
+            self._admit(request)
+            yield done
+            if self.think_time_s > 0:
+                yield env.timeout(self.think_rng.exponential(self.think_time_s))
+
+    def engine(self, env: simpy.Environment, replica: Replica):
+        scheduler, cost_model, cols = replica.scheduler, replica.cost_model, self.steps.columns
+        append = {name: col.append for name, col in cols.items()}
+        steps_since_progress = 0
+        while True:
+            start = env.now
+            plan: StepPlan | None = scheduler.schedule(start)
+            if plan is None:
+                replica.wakeup = env.event()
+                wake_s = scheduler.next_wake_s
+                if wake_s is not None and wake_s > start:
+                    yield replica.wakeup | env.timeout(wake_s - start)
+                else:
+                    yield replica.wakeup
+                replica.wakeup = None
+                continue
+            num_waiting = scheduler.num_waiting
+            cost = cost_model.step_cost(plan)
+            yield env.timeout(cost.time_s)
+            outcome = scheduler.update_from_output(plan, env.now)
+            usage = scheduler.kv_usage()
+            append["replica"](replica.index)
+            append["start_s"](start)
+            append["duration_s"](cost.time_s)
+            append["num_seqs"](plan.num_seqs)
+            append["num_waiting"](num_waiting)
+            append["num_prefill_tokens"](plan.num_prefill_tokens)
+            append["num_decode_seqs"](plan.num_decode_seqs)
+            append["num_padding_seqs"](plan.num_padding_seqs)
+            append["num_output_tokens"](outcome.num_output_tokens)
+            append["num_preempted"](len(plan.preempted_request_ids))
+            append["kv_token_slots"](usage.token_slots)
+            append["kv_reserved_slots"](usage.reserved_slots)
+            append["kv_internal_slots"](usage.internal_slots)
+            append["kv_external_slots"](usage.external_slots)
+            append["kv_capacity_slots"](usage.capacity_slots)
+            append["flops"](cost.flops)
+            append["bytes"](cost.bytes)
+            if outcome.finished:
+                replica.num_outstanding -= len(outcome.finished)
+                self._change_in_system(-len(outcome.finished))
+                for request in outcome.finished:
+                    self.requests.record(request, "finished")
+                    self.num_done += 1
+                    self._notify_done(request)
+            steps_since_progress += 1
+            if self.progress is not None and steps_since_progress >= _PROGRESS_EVERY_STEPS:
+                steps_since_progress = 0
+                self.progress(env.now, self.num_done)
+
+    # --- run -----------------------------------------------------------------------------------
+    def run(self) -> None:
+        env = self.env
+        for replica in self.replicas:
+            env.process(self.engine(env, replica))
+        if self.closed_loop_users:
+            for _ in range(min(self.closed_loop_users, self.num_requests)):
+                env.process(self.closed_loop_user(env))
+        else:
+            env.process(self.open_arrivals(env))
+        if self.horizon_s is not None:
+            env.run(until=self.horizon_s)
+        else:
+            env.run()  # ends when every request has left and the engines wait for work that never comes
+        self._change_in_system(0)
+        for replica in self.replicas:
+            for request in replica.scheduler.in_flight():
+                self.requests.record(request, "unfinished")
+        if self.progress is not None:
+            self.progress(env.now, self.num_done)
+
+    @property
+    def end_s(self) -> float:
+        return float(self.env.now)

@@ -1,0 +1,201 @@
+"""GPU memory arithmetic: KV bytes per token, weight bytes, peak activations, and what is left for KV.
+
+Pure functions of a ModelSpec (and a GPUSpec). Every byte count is per GPU when a tensor_parallel
+argument is taken, because that is the budget that decides whether a replica fits.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.catalog import layer_groups, lm_head_shape, norm_param_count
+from sim.errors import ConfigError, DoesNotFitError
+from sim.specs import GPUSpec, LinearShape, ModelSpec
+
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
+
+_QUANTIZED = ("fp8", "int8", "int4")
+_SCALE_BYTES = 2  # one fp16 scale per group of quantized weights
+_ZERO_POINT_BYTES = 0.5  # int4 (GPTQ/AWQ-style asymmetric) also stores a 4-bit zero point per group
+# Quantization schemes leave embeddings, lm_head, norms and biases in 16 bits.
+_UNQUANTIZED_BYTES = DTYPE_BYTES["bf16"]
+_ACTIVATION_BYTES = DTYPE_BYTES["bf16"]
+_LOGIT_BYTES = DTYPE_BYTES["fp32"]  # samplers upcast logits to fp32
+
+
+def _dtype_bytes(dtype: str, allowed: tuple[str, ...], field: str) -> float:
+    if dtype not in allowed:
+        raise ConfigError(f"{field}: unknown dtype {dtype!r}; allowed: {', '.join(allowed)}")
+    return DTYPE_BYTES[dtype]
+
+
+def _positive_int(value: int, field: str) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ConfigError(f"{field}: {value!r} is not allowed; allowed: an integer >= 1")
+
+
+def _splits(model: ModelSpec, tp: int) -> bool:
+    if model.num_attention_heads % tp:
+        return False
+    if model.attention == "mla":
+        return True  # the KV latent is shared by all heads and replicated on every rank
+    kv = model.num_kv_heads
+    # Fewer KV heads than ranks works by replicating each KV head on tp // kv ranks.
+    return kv % tp == 0 or tp % kv == 0
+
+
+def check_tensor_parallel(model: ModelSpec, tp: int, field: str = "hardware.tensor_parallel") -> None:
+    """Raise ConfigError unless `tp` ranks can split the model's attention heads evenly."""
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or not _splits(model, tp):
+        allowed = [d for d in range(1, model.num_attention_heads + 1) if _splits(model, d)]
+        raise ConfigError(
+            f"{field}: {tp!r} cannot split {model.name} ({model.num_attention_heads} attention heads, "
+            f"{model.num_kv_heads} KV heads); allowed: {', '.join(map(str, allowed))}"
+        )
+
+
+def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> int:
+    """KV-cache bytes one token occupies on each GPU of a tensor-parallel group."""
+    check_tensor_parallel(model, tensor_parallel)
+    nbytes = _dtype_bytes(kv_dtype, tuple(DTYPE_BYTES), "kv_dtype")
+    if model.attention == "mla":
+        # One compressed latent plus the shared rope key per layer; every rank keeps all of it.
+        elements = model.num_layers * (model.kv_lora_rank + model.qk_rope_head_dim)
+    else:
+        kv = model.num_kv_heads
+        heads_per_gpu = kv // tensor_parallel if kv % tensor_parallel == 0 else 1
+        elements = 2 * model.num_layers * heads_per_gpu * model.head_dim
+    return math.ceil(elements * nbytes)
+
+
+def kv_bytes_for_sequence(
+    model: ModelSpec, num_tokens: int, kv_dtype: str = "bf16", tensor_parallel: int = 1
+) -> int:
+    """KV bytes per GPU for one sequence of `num_tokens`; a sliding window caps the tokens kept."""
+    if num_tokens < 0:
+        raise ConfigError(f"num_tokens: {num_tokens!r} is not allowed; allowed: an integer >= 0")
+    kept = min(num_tokens, model.sliding_window) if model.sliding_window else num_tokens
+    return kept * kv_bytes_per_token(model, kv_dtype, tensor_parallel)
+
+
+def _matrix_bytes(shape: LinearShape, weight_dtype: str, group_size: int) -> float:
+    nbytes = shape.in_features * shape.out_features * DTYPE_BYTES[weight_dtype]
+    if weight_dtype in _QUANTIZED:
+        groups = shape.out_features * math.ceil(shape.in_features / group_size)
+        nbytes += groups * (_SCALE_BYTES + (_ZERO_POINT_BYTES if weight_dtype == "int4" else 0))
+    if shape.has_bias:
+        nbytes += shape.out_features * _UNQUANTIZED_BYTES
+    return nbytes * shape.count
+
+
+def weight_bytes_per_gpu(
+    model: ModelSpec, weight_dtype: str = "bf16", tensor_parallel: int = 1, group_size: int = 128
+) -> int:
+    """Weight bytes on each GPU: column/row-split matrices and the (vocab-parallel) embeddings and
+    lm_head are divided by tensor_parallel; replicated matrices, norms and positions are not."""
+    check_tensor_parallel(model, tensor_parallel)
+    _dtype_bytes(weight_dtype, WEIGHT_DTYPES, "weight_dtype")
+    _positive_int(group_size, "group_size")
+    total = 0.0
+    for num_layers, shapes in layer_groups(model):
+        for shape in shapes:
+            share = 1 if shape.tp_split == "replicated" else tensor_parallel
+            total += num_layers * _matrix_bytes(shape, weight_dtype, group_size) / share
+    head = lm_head_shape(model)
+    vocab_tables = 1 if model.tie_word_embeddings else 2  # input embedding (+ separate lm_head)
+    total += vocab_tables * head.in_features * head.out_features * _UNQUANTIZED_BYTES / tensor_parallel
+    total += model.learned_position_embeddings * model.hidden_size * _UNQUANTIZED_BYTES
+    total += norm_param_count(model) * _UNQUANTIZED_BYTES
+    return math.ceil(total)
+
+
+def weight_bytes(model: ModelSpec, weight_dtype: str = "bf16", group_size: int = 128) -> int:
+    """All weight bytes of the model on one GPU (no tensor parallelism)."""
+    return weight_bytes_per_gpu(model, weight_dtype, 1, group_size)
+
+
+def activation_bytes(
+    model: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tensor_parallel: int = 1
+) -> int:
+    """Estimated peak activation bytes per GPU of one forward pass over a full batch.
+
+    Layers run one after another and their buffers are reused, so the peak is one layer's worth:
+    the residual stream and the current layer's input ([tokens, hidden] each, bf16), plus the widest
+    intermediate output of any weight matrix on this GPU (e.g. gate_up: [tokens, 2*ffn/tp]; for MoE
+    each token's copy for each of its active experts), plus fp32 logits over the full vocabulary for
+    the sampled rows (at most one per sequence). Attention scores are not materialized (flash
+    attention). Like vLLM's profiling run, this sizes the worst step the scheduler may plan.
+    """
+    check_tensor_parallel(model, tensor_parallel)
+    _positive_int(max_num_batched_tokens, "max_num_batched_tokens")
+    _positive_int(max_num_seqs, "max_num_seqs")
+    tokens = max_num_batched_tokens
+    widest = max(
+        shape.out_features * shape.active_per_token / (tensor_parallel if shape.tp_split == "column" else 1)
+        for _, shapes in layer_groups(model)
+        for shape in shapes
+    )
+    hidden = (2 * tokens * model.hidden_size + tokens * widest) * _ACTIVATION_BYTES
+    sampled_rows = min(max_num_seqs, tokens)
+    logits = sampled_rows * model.vocab_size * _LOGIT_BYTES
+    return math.ceil(hidden + logits)
+
+
+@dataclass(frozen=True, slots=True)
+class KVCapacity:
+    """How one GPU's memory divides up; all fields are bytes per GPU except kv_bytes_per_token's unit."""
+
+    usable_bytes: int  # hbm_bytes * gpu_memory_utilization
+    weight_bytes: int  # this GPU's share of the weights
+    activation_bytes: int  # peak activations of the largest step
+    reserve_bytes: int  # held back by the user (CUDA graphs, fragmentation, other processes)
+    kv_bytes: int  # what is left for the KV cache
+    kv_bytes_per_token: int  # this GPU's share of one token's KV
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the replica's KV cache can hold (each GPU holds its share of every token)."""
+        return self.kv_bytes // self.kv_bytes_per_token
+
+    def num_blocks(self, block_size: int) -> int:
+        """Whole KV blocks of `block_size` tokens that fit."""
+        _positive_int(block_size, "block_size")
+        return self.kv_bytes // (block_size * self.kv_bytes_per_token)
+
+
+def kv_capacity(
+    model: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    tensor_parallel: int = 1,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    gpu_memory_utilization: float = 0.9,
+    reserve_bytes: int = 0,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+) -> KVCapacity:
+    """The memory left for KV cache on each GPU after weights, activations and a reserve.
+
+    Raises DoesNotFitError when nothing is left.
+    """
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ConfigError(
+            f"gpu_memory_utilization: {gpu_memory_utilization!r} is not allowed; allowed: a fraction in (0, 1]"
+        )
+    if reserve_bytes < 0:
+        raise ConfigError(f"reserve_bytes: {reserve_bytes!r} is not allowed; allowed: an integer >= 0")
+    usable = int(gpu.hbm_bytes * gpu_memory_utilization)
+    weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel)
+    activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel)
+    per_token = kv_bytes_per_token(model, kv_dtype, tensor_parallel)
+    needed = weights + activations + reserve_bytes
+    if usable - needed <= 0:
+        raise DoesNotFitError(
+            f"{model.name} ({weight_dtype} weights, tensor_parallel={tensor_parallel}) needs {needed:,} bytes "
+            f"per GPU but {gpu.name} offers {usable:,} ({gpu_memory_utilization:g} of {gpu.hbm_bytes:,}); "
+            "try a larger tensor_parallel or lower-precision weights"
+        )
+    return KVCapacity(usable, weights, activations, reserve_bytes, usable - needed, per_token)

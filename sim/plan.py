@@ -1,0 +1,46 @@
+"""What one engine step does, as the scheduler decided it, and what the cost model prices."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(slots=True)
+class StepPlan:
+    """One engine iteration.
+
+    Prefill (and recompute) chunks are listed per request; decodes are counted in bulk, because a
+    batch of hundreds of decoding requests each computing one token is what makes a per-request
+    list the simulator's hot loop.
+    """
+
+    prefill_request_ids: list[int] = field(default_factory=list)  # requests computing prompt/recompute tokens
+    prefill_chunk_tokens: list[int] = field(default_factory=list)  # tokens each of them computes this step
+    prefill_context_tokens: list[int] = field(default_factory=list)  # tokens already in its KV before the chunk
+    num_decode_seqs: int = 0  # sequences computing exactly one token, padding sequences included
+    decode_context_tokens: int = 0  # KV tokens those decodes attend to, their new tokens included
+    num_padding_seqs: int = 0  # static batching: finished sequences that still occupy a slot and compute
+    num_sampled_seqs: int = 0  # sequences that sample a token at the end of the step (LM head rows)
+    new_request_ids: list[int] = field(default_factory=list)  # admitted this step (first time or after preemption)
+    preempted_request_ids: list[int] = field(default_factory=list)  # preempted to make room this step
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return sum(self.prefill_chunk_tokens)
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens through the model's linear layers this step."""
+        return self.num_prefill_tokens + self.num_decode_seqs
+
+    @property
+    def num_seqs(self) -> int:
+        return len(self.prefill_request_ids) + self.num_decode_seqs
+
+
+@dataclass(slots=True)
+class StepOutcome:
+    """What applying a step changed."""
+
+    finished: list = field(default_factory=list)  # Requests that left the engine
+    num_output_tokens: int = 0  # real tokens sampled (padding excluded)

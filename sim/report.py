@@ -1,0 +1,141 @@
+"""Self-contained HTML reports (plotly, its JavaScript inlined once) for one or several results."""
+
+from __future__ import annotations
+
+import html
+import math
+
+import numpy as np
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .results import Result
+
+_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+_KV_PARTS = [("kv_token_slots", "token states", "#2ca02c"), ("kv_reserved_slots", "reserved", "#1f77b4"),
+             ("kv_internal_slots", "internal fragmentation", "#ff7f0e"),
+             ("kv_external_slots", "external fragmentation", "#d62728")]
+_NUM_BINS = 200
+
+SUMMARY_ROWS = [
+    ("throughput_rps", "throughput (req/s)"), ("output_tokens_per_s", "output tokens/s"),
+    ("goodput_rps", "goodput (req/s)"), ("ttft_s_p50", "TTFT p50 (s)"), ("ttft_s_p99", "TTFT p99 (s)"),
+    ("tpot_s_p50", "TPOT p50 (s)"), ("tpot_s_p99", "TPOT p99 (s)"), ("itl_p99", "ITL p99 (s)"),
+    ("e2e_s_p50", "E2E p50 (s)"), ("e2e_s_p99", "E2E p99 (s)"), ("queueing_s_mean", "queueing mean (s)"),
+    ("normalized_latency_s_mean", "normalized latency (s/token)"), ("mean_batch_size", "mean batch size"),
+    ("kv_token_share", "KV token-state share"), ("kv_external_fraction", "KV external fragmentation"),
+    ("preemptions", "preemptions"), ("num_finished", "finished"), ("num_unfinished", "unfinished"),
+    ("num_rejected", "rejected"), ("mbu", "memory-bandwidth utilization"), ("mfu", "FLOP utilization"),
+]
+
+
+def format_value(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    if isinstance(value, float):
+        if math.isnan(value):
+            return "-"
+        return f"{value:,.4g}" if abs(value) < 1e4 else f"{value:,.0f}"
+    return str(value)
+
+
+def _binned(steps, column: str, edges: np.ndarray, weight_by_duration: bool = True) -> np.ndarray:
+    mid = (steps["start_s"] + steps["end_s"]).to_numpy() / 2
+    dur = steps["duration_s"].to_numpy()
+    vals = steps[column].to_numpy(dtype=float)
+    num, _ = np.histogram(mid, edges, weights=vals * dur)
+    den, _ = np.histogram(mid, edges, weights=dur)
+    with np.errstate(invalid="ignore"):
+        return num / den
+
+
+def _cdf(values: np.ndarray, max_points: int = 400) -> tuple[np.ndarray, np.ndarray]:
+    values = np.sort(values[~np.isnan(values)])
+    if not len(values):
+        return values, values
+    idx = np.unique(np.linspace(0, len(values) - 1, min(max_points, len(values))).astype(int))
+    return values[idx], (idx + 1) / len(values)
+
+
+def figures(results: list[Result]) -> list[tuple[str, go.Figure]]:
+    figs = []
+    lat = make_subplots(rows=1, cols=3, subplot_titles=("TTFT (s)", "TPOT (s)", "end-to-end latency (s)"))
+    for i, r in enumerate(results):
+        fin = r.requests[r.requests["finished"]]
+        for col, metric in enumerate(("ttft_s", "tpot_s", "e2e_s"), start=1):
+            x, y = _cdf(fin[metric].to_numpy(dtype=float))
+            lat.add_trace(go.Scatter(x=x, y=y, name=r.name, legendgroup=r.name, showlegend=col == 1,
+                                     line=dict(color=_COLORS[i % len(_COLORS)])), row=1, col=col)
+    lat.update_yaxes(title_text="fraction of requests", row=1, col=1)
+    lat.update_layout(title="Latency CDFs", height=380)
+    figs.append(("latency", lat))
+
+    end = max(float(r.steps["end_s"].max()) if len(r.steps) else 1.0 for r in results)
+    edges = np.linspace(0, max(end, 1e-9), _NUM_BINS + 1)
+    centers = (edges[:-1] + edges[1:]) / 2
+    width = edges[1] - edges[0]
+    ts = make_subplots(rows=3, cols=1, shared_xaxes=True,
+                       subplot_titles=("throughput (output tokens/s)", "queue length (waiting requests)",
+                                       "batch size (sequences per step)"))
+    for i, r in enumerate(results):
+        color = _COLORS[i % len(_COLORS)]
+        st = r.steps
+        if not len(st):
+            continue
+        tokens, _ = np.histogram(st["end_s"].to_numpy(), edges, weights=st["num_output_tokens"].to_numpy())
+        ts.add_trace(go.Scatter(x=centers, y=tokens / width, name=r.name, legendgroup=r.name,
+                                line=dict(color=color)), row=1, col=1)
+        ts.add_trace(go.Scatter(x=centers, y=_binned(st, "num_waiting", edges), name=r.name,
+                                legendgroup=r.name, showlegend=False, line=dict(color=color)), row=2, col=1)
+        ts.add_trace(go.Scatter(x=centers, y=_binned(st, "num_seqs", edges), name=r.name,
+                                legendgroup=r.name, showlegend=False, line=dict(color=color)), row=3, col=1)
+    ts.update_xaxes(title_text="simulated time (s)", row=3, col=1)
+    ts.update_layout(title="Over time", height=700)
+    figs.append(("timeseries", ts))
+
+    kv = make_subplots(rows=len(results), cols=1, shared_xaxes=True, subplot_titles=[r.name for r in results])
+    for i, r in enumerate(results, start=1):
+        st = r.steps
+        if not len(st):
+            continue
+        cap = float(st["kv_capacity_slots"].iloc[0])
+        for column, label, color in _KV_PARTS:
+            kv.add_trace(go.Scatter(x=centers, y=_binned(st, column, edges) / cap, name=label, legendgroup=label,
+                                    showlegend=i == 1, stackgroup=f"kv{i}", line=dict(width=0.5, color=color)),
+                         row=i, col=1)
+        kv.update_yaxes(title_text="share of KV memory", range=[0, 1], row=i, col=1)
+    kv.update_layout(title="KV-cache memory split over time", height=max(300, 220 * len(results)))
+    figs.append(("kv", kv))
+    return figs
+
+
+def summary_table_html(results: list[Result]) -> str:
+    head = "".join(f"<th>{html.escape(r.name)}</th>" for r in results)
+    rows = []
+    for key, label in SUMMARY_ROWS:
+        cells = "".join(f"<td>{format_value(r.summary.get(key))}</td>" for r in results)
+        rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
+    return f'<table class="summary"><tr><th>metric</th>{head}</tr>{"".join(rows)}</table>'
+
+
+def render_report(results: list[Result], title: str, scenario_yaml: str = "") -> str:
+    parts = []
+    for n, (name, fig) in enumerate(figures(results)):
+        parts.append(f'<section id="{name}">' + fig.to_html(full_html=False, include_plotlyjs=(n == 0))
+                     + "</section>")
+    from . import __version__
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;}} table.summary{{border-collapse:collapse}}
+table.summary td,table.summary th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
+pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style></head>
+<body><h1>{html.escape(title)}</h1>
+<p>ServeSim {__version__}. Each column is one variant run on the same generated workload.</p>
+<section id="summary"><h2>Summary</h2>{summary_table_html(results)}</section>
+{''.join(parts)}
+<section id="scenario"><h2>Scenario</h2><pre>{html.escape(scenario_yaml)}</pre></section>
+</body></html>"""

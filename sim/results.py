@@ -1,0 +1,153 @@
+"""Results: per-request and per-step DataFrames and the summary computed from them."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+
+from .engine import STATUS_CODES
+
+PERCENTILES = (50, 90, 99)
+_STATUS_NAMES = {v: k for k, v in STATUS_CODES.items()}
+
+
+@dataclass
+class Result:
+    """What one simulation produced. `requests` and `steps` are the records; `summary` is derived."""
+
+    name: str
+    scenario: object  # the validated Scenario
+    requests: pd.DataFrame
+    steps: pd.DataFrame
+    summary: dict
+    extras: dict = field(default_factory=dict)
+
+
+def requests_frame(log) -> pd.DataFrame:
+    arrived = log.status >= 0
+    ids = np.nonzero(arrived)[0]
+    df = pd.DataFrame({
+        "request_id": ids,
+        "replica": log.replica[ids],
+        "arrival_s": log.arrival_s[ids],
+        "first_scheduled_s": log.first_scheduled_s[ids],
+        "first_token_s": log.first_token_s[ids],
+        "last_token_s": log.last_token_s[ids],
+        "finish_s": log.finish_s[ids],
+        "prompt_tokens": log.prompt_tokens[ids],
+        "output_tokens": log.output_tokens[ids],
+        "max_output_tokens": log.max_output_tokens[ids],
+        "preemptions": log.preemptions[ids],
+        "status": pd.Categorical([_STATUS_NAMES[s] for s in log.status[ids]] if len(ids) < 1000 else
+                                 pd.Series(log.status[ids]).map(_STATUS_NAMES),
+                                 categories=list(STATUS_CODES)),
+    })
+    df["finished"] = df["status"] == "finished"
+    df["reject_reason"] = pd.Series([log.reject_reason.get(int(i), "") for i in ids] if log.reject_reason
+                                    else [""] * len(ids), dtype="string")
+    df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
+    df["queueing_s"] = df["first_scheduled_s"] - df["arrival_s"]
+    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
+    gen = df["output_tokens"].to_numpy()
+    with np.errstate(invalid="ignore", divide="ignore"):
+        df["tpot_s"] = np.where(gen > 1, (df["last_token_s"] - df["first_token_s"]) / (gen - 1), np.nan)
+        df["normalized_latency_s"] = np.where(gen > 0, df["e2e_s"] / gen, np.nan)
+    return df
+
+
+def steps_frame(step_arrays: dict) -> pd.DataFrame:
+    df = pd.DataFrame(step_arrays)
+    df["end_s"] = df["start_s"] + df["duration_s"]
+    return df
+
+
+def _stats(values: np.ndarray, prefix: str) -> dict:
+    values = values[~np.isnan(values)]
+    out = {f"{prefix}_mean": float(values.mean()) if len(values) else math.nan}
+    for p in PERCENTILES:
+        out[f"{prefix}_p{p}"] = float(np.percentile(values, p)) if len(values) else math.nan
+    return out
+
+
+def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    keep = weights > 0
+    values, weights = values[keep], weights[keep]
+    if not len(values):
+        return math.nan
+    order = np.argsort(values, kind="stable")
+    cum = np.cumsum(weights[order])
+    return float(values[order][np.searchsorted(cum, q / 100.0 * cum[-1], side="left")])
+
+
+def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, slo, gpu, tensor_parallel: int,
+              in_system_area: float, num_generated: int) -> dict:
+    fin = requests[requests["finished"]]
+    s: dict = {
+        "num_requests": int(num_generated),
+        "num_arrived": int(len(requests)),
+        "num_finished": int(len(fin)),
+        "num_unfinished": int((requests["status"] == "unfinished").sum()),
+        "num_rejected": int((requests["status"] == "rejected").sum()),
+        "elapsed_s": float(elapsed_s),
+    }
+    elapsed = max(elapsed_s, 1e-12)
+    s["throughput_rps"] = len(fin) / elapsed
+    s["output_tokens_per_s"] = float(fin["output_tokens"].sum()) / elapsed
+    s["total_tokens_per_s"] = float(fin["output_tokens"].sum() + fin["prompt_tokens"].sum()) / elapsed
+    for col, prefix in (("ttft_s", "ttft_s"), ("tpot_s", "tpot_s"), ("e2e_s", "e2e_s"),
+                        ("queueing_s", "queueing_s"), ("normalized_latency_s", "normalized_latency_s")):
+        s.update(_stats(fin[col].to_numpy(dtype=float), prefix))
+    # Inter-token latency: a decoding token's gap is its step's duration (decodes run every step).
+    real_decodes = (steps["num_decode_seqs"] - steps["num_padding_seqs"]).to_numpy(dtype=float)
+    durations = steps["duration_s"].to_numpy(dtype=float)
+    s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
+    for p in PERCENTILES:
+        s[f"itl_p{p}"] = weighted_percentile(durations, real_decodes, p)
+    s["preemptions"] = int(requests["preemptions"].sum())
+
+    # SLOs: goodput counts requests that meet every limit; attainment checks the chosen percentile.
+    ok = np.ones(len(fin), dtype=bool)
+    slo_met = True
+    for metric, limit in (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s), ("e2e_s", slo.e2e_s)):
+        if limit is None:
+            continue
+        vals = fin[metric].to_numpy(dtype=float)
+        ok &= ~(vals > limit)  # NaN TPOT (one output token) does not violate a TPOT limit
+        finite = vals[~np.isnan(vals)]
+        at_p = float(np.percentile(finite, slo.percentile)) if len(finite) else math.nan
+        s[f"slo_{metric[:-2]}_p{slo.percentile:g}"] = at_p
+        met = bool(len(finite)) and at_p <= limit
+        s[f"slo_{metric[:-2]}_met"] = met
+        slo_met &= met
+    s["goodput_rps"] = float(ok.sum()) / elapsed
+    s["slo_fraction_ok"] = float(ok.mean()) if len(ok) else math.nan
+    s["slo_met"] = bool(slo_met and s["num_unfinished"] == 0 and s["num_rejected"] == 0) if any(
+        x is not None for x in (slo.ttft_s, slo.tpot_s, slo.e2e_s)) else None
+
+    busy = float(durations.sum())
+    s["mean_batch_size"] = float(steps["num_seqs"].mean()) if len(steps) else 0.0
+    s["busy_fraction"] = busy / elapsed / max(1, steps["replica"].nunique() if len(steps) else 1)
+    if busy > 0:
+        w = durations
+        cap = float((steps["kv_capacity_slots"] * w).sum())
+        tok = float((steps["kv_token_slots"] * w).sum())
+        res = float((steps["kv_reserved_slots"] * w).sum())
+        internal = float((steps["kv_internal_slots"] * w).sum())
+        external = float((steps["kv_external_slots"] * w).sum())
+        used = tok + res + internal + external
+        s["kv_token_fraction"] = tok / cap
+        s["kv_reserved_fraction"] = res / cap
+        s["kv_internal_fraction"] = internal / cap
+        s["kv_external_fraction"] = external / cap
+        s["kv_token_share"] = tok / used if used else math.nan
+        s["mbu"] = float(steps["bytes"].sum()) / (busy * gpu.hbm_bytes_per_s)
+        s["mfu"] = float(steps["flops"].sum()) / (busy * gpu.bf16_flops_per_s)
+    # Little's law: time-average number in system (accumulated by the engine) vs λ·W from the records.
+    s["mean_in_system"] = in_system_area / elapsed
+    if len(fin):
+        s["littles_law_lambda_w"] = len(requests) / elapsed * float(
+            np.where(requests["finished"], requests["e2e_s"], elapsed - requests["arrival_s"]).mean())
+    return s

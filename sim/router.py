@@ -1,0 +1,54 @@
+"""Routers: which replica gets an arriving request. Plain Python."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+class Router:
+    def choose(self, replicas: list, request) -> object:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+class RoundRobinRouter(Router):
+    def __init__(self):
+        self._next = 0
+
+    def __repr__(self) -> str:
+        return "RoundRobinRouter()"
+
+    def choose(self, replicas, request):
+        replica = replicas[self._next % len(replicas)]
+        self._next += 1
+        return replica
+
+
+class LeastOutstandingRouter(Router):
+    """The replica with the fewest routed-but-unfinished requests; ties go to the lowest index."""
+
+    def __repr__(self) -> str:
+        return "LeastOutstandingRouter()"
+
+    def choose(self, replicas, request):
+        return min(replicas, key=lambda r: r.num_outstanding)
+
+
+class RandomRouter(Router):
+    def __init__(self, seed: int):
+        self._rng = np.random.default_rng(np.random.SeedSequence([seed, 11]))
+
+    def __repr__(self) -> str:
+        return "RandomRouter()"
+
+    def choose(self, replicas, request):
+        return replicas[int(self._rng.integers(len(replicas)))]
+
+
+def make_router(kind: str, seed: int) -> Router:
+    if kind == "round_robin":
+        return RoundRobinRouter()
+    if kind == "least_outstanding":
+        return LeastOutstandingRouter()
+    if kind == "random":
+        return RandomRouter(seed)
+    raise ValueError(f"unknown router {kind!r}")

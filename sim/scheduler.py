@@ -1,0 +1,316 @@
+"""Batching policies. Synchronous, plain Python: `schedule(now) -> StepPlan | None`, then
+`update_from_output(plan, now) -> StepOutcome` once the step's time has passed.
+
+The scheduler owns the KV manager; the engine never touches it.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+
+from .decode import DecodeTracker
+from .kv import KVManager, KVUsage, PagedKVManager
+from .plan import StepOutcome, StepPlan
+from .request import Request, RequestStatus
+
+
+class _SchedulerBase:
+    def __init__(self, kv: KVManager, max_model_len: int):
+        self.kv = kv
+        self.max_model_len = max_model_len
+        self.waiting: deque[Request] = deque()
+        self.tracker = DecodeTracker(kv.block_size if isinstance(kv, PagedKVManager) else None)
+        self.next_wake_s: float | None = None  # set when schedule() returns None but wants a timed retry
+
+    def rejection_reason(self, request: Request) -> str:
+        need = request.num_final_kv_tokens
+        if request.num_prompt_tokens + request.max_output_tokens > self.max_model_len:
+            return f"needs {request.num_prompt_tokens + request.max_output_tokens} tokens > max_model_len {self.max_model_len}"
+        if not self.kv.can_ever_fit(need):
+            return f"needs {need} KV slots but the whole cache holds {self.kv.capacity_slots}"
+        return ""
+
+    def add_request(self, request: Request) -> bool:
+        """Queue a request; False (and status REJECTED with a reason) if it can never run here."""
+        reason = self.rejection_reason(request)
+        if reason:
+            request.status = RequestStatus.REJECTED
+            request.reject_reason = reason
+            return False
+        self.waiting.append(request)
+        return True
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def has_work(self) -> bool:
+        return bool(self.waiting) or self.num_running > 0
+
+
+class ContinuousScheduler(_SchedulerBase):
+    """Iteration-level batching (Orca, vLLM), mirroring vLLM V1's policy.
+
+    Each step: running requests first (decodes, then unfinished prefill chunks), then waiting
+    requests in arrival order while `max_num_seqs`, the token budget and the KV cache allow. With
+    `chunked_prefill` (Sarathi-Serve) a prompt is split to fill the budget left after decodes;
+    without it a prompt is admitted only whole. When a running request needs a block and none is
+    free, the most recently admitted running request is preempted (recompute: its KV is freed and it
+    returns to the head of the queue to prefill prompt and generated tokens again).
+    """
+
+    def __init__(self, kv: KVManager, *, max_num_seqs: int, max_num_batched_tokens: int,
+                 chunked_prefill: bool, max_model_len: int):
+        super().__init__(kv, max_model_len)
+        if max_num_batched_tokens < max_num_seqs:
+            raise ValueError("max_num_batched_tokens must be >= max_num_seqs so every decode fits a step")
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.chunked_prefill = chunked_prefill
+        self.running: dict[int, Request] = {}  # admission order: the last one is preempted first
+        self.prefilling: dict[int, Request] = {}  # running requests whose computed tokens lag their tokens
+
+    def __repr__(self) -> str:
+        return (f"ContinuousScheduler(max_num_seqs={self.max_num_seqs}, max_num_batched_tokens="
+                f"{self.max_num_batched_tokens}, chunked_prefill={self.chunked_prefill}, kv={self.kv!r})")
+
+    @property
+    def num_running(self) -> int:
+        return len(self.running)
+
+    def rejection_reason(self, request: Request) -> str:
+        reason = super().rejection_reason(request)
+        if not reason and not self.chunked_prefill and request.num_final_kv_tokens > self.max_num_batched_tokens:
+            # Without chunking a prompt (or a recompute of prompt plus output) must fit one step.
+            reason = (f"needs up to {request.num_final_kv_tokens} tokens in one prefill but "
+                      f"max_num_batched_tokens is {self.max_num_batched_tokens} (enable chunked_prefill)")
+        return reason
+
+    def _preempt_last(self, now: float, plan: StepPlan) -> Request:
+        _, victim = self.running.popitem()
+        if victim.request_id in self.tracker.members:
+            self.tracker.remove(victim)
+        else:
+            self.prefilling.pop(victim.request_id, None)
+        self.kv.free(victim)
+        victim.num_computed_tokens = 0
+        victim.num_preemptions += 1
+        victim.status = RequestStatus.WAITING
+        self.waiting.appendleft(victim)
+        plan.preempted_request_ids.append(victim.request_id)
+        return victim
+
+    def schedule(self, now: float) -> StepPlan | None:
+        if not self.running and not self.waiting:
+            return None
+        plan = StepPlan()
+        kv, tracker = self.kv, self.tracker
+        if tracker.block_size:
+            needing = tracker.needing_new_block()
+            while len(needing) > kv.num_free_blocks:
+                self._preempt_last(now, plan)
+            for rid in needing:
+                request = tracker.members[rid]
+                tracker.sync(request)
+                kv.allocate_slots(request, 1)
+        budget = self.max_num_batched_tokens - len(tracker)
+
+        for rid in list(self.prefilling):
+            request = self.prefilling.get(rid)
+            if request is None or budget <= 0:
+                continue  # preempted while making room for an earlier one, or no budget left
+            chunk = min(request.num_tokens - request.num_computed_tokens, budget)
+            while kv.allocate_slots(request, chunk) is None:
+                if self._preempt_last(now, plan) is request:
+                    break
+            else:
+                self._add_prefill(plan, request, chunk)
+                budget -= chunk
+
+        while (self.waiting and not plan.preempted_request_ids and budget > 0
+               and len(self.running) < self.max_num_seqs):
+            request = self.waiting[0]
+            need = request.num_tokens - request.num_computed_tokens
+            if need > budget and not self.chunked_prefill:
+                break
+            chunk = min(need, budget)
+            if kv.allocate_slots(request, chunk) is None:
+                break
+            self.waiting.popleft()
+            request.status = RequestStatus.RUNNING
+            if math.isnan(request.first_scheduled_s):
+                request.first_scheduled_s = now
+            self.running[request.request_id] = request
+            self.prefilling[request.request_id] = request
+            plan.new_request_ids.append(request.request_id)
+            self._add_prefill(plan, request, chunk)
+            budget -= chunk
+
+        plan.num_decode_seqs = len(tracker)
+        plan.decode_context_tokens = tracker.token_sum + len(tracker)
+        plan.num_sampled_seqs += len(tracker)
+        if not plan.prefill_request_ids and not plan.num_decode_seqs:
+            return None
+        return plan
+
+    @staticmethod
+    def _add_prefill(plan: StepPlan, request: Request, chunk: int) -> None:
+        plan.prefill_request_ids.append(request.request_id)
+        plan.prefill_chunk_tokens.append(chunk)
+        plan.prefill_context_tokens.append(request.num_computed_tokens)
+        if request.num_computed_tokens + chunk == request.num_tokens:
+            plan.num_sampled_seqs += 1
+
+    def update_from_output(self, plan: StepPlan, now: float) -> StepOutcome:
+        outcome = StepOutcome()
+        num_decodes = len(self.tracker)
+        for request in self.tracker.advance():
+            self._finish(request, now, outcome)
+        outcome.num_output_tokens += num_decodes
+        for rid, chunk in zip(plan.prefill_request_ids, plan.prefill_chunk_tokens):
+            request = self.running[rid]
+            request.num_computed_tokens += chunk
+            if request.num_computed_tokens < request.num_tokens:
+                continue
+            del self.prefilling[rid]
+            request.num_output_tokens += 1
+            outcome.num_output_tokens += 1
+            if math.isnan(request.first_token_s):
+                request.first_token_s = now
+            request.last_token_s = now
+            if request.num_output_tokens >= request.max_output_tokens:
+                self._finish(request, now, outcome)
+            else:
+                self.tracker.add(request)
+        return outcome
+
+    def _finish(self, request: Request, now: float, outcome: StepOutcome) -> None:
+        request.status = RequestStatus.FINISHED
+        request.last_token_s = request.finish_s = now
+        del self.running[request.request_id]
+        self.kv.free(request)
+        outcome.finished.append(request)
+
+    def kv_usage(self) -> KVUsage:
+        tokens = self.tracker.token_sum + sum(r.num_computed_tokens for r in self.prefilling.values())
+        return self.kv.usage(tokens)
+
+    def in_flight(self) -> list[Request]:
+        for request in self.tracker.members.values():
+            self.tracker.sync(request)
+        return list(self.running.values()) + list(self.waiting)
+
+
+class StaticScheduler(_SchedulerBase):
+    """Request-level batching (FasterTransformer): form a batch, prefill it padded to its longest
+    prompt, decode until every member is done, then form the next one.
+
+    Finished members keep their slot and compute padding until the batch ends, and their responses
+    return with the batch (as Orca, Yu et al. OSDI 2022, describes request-level scheduling).
+    A batch is formed only from requests whose whole KV need fits now, so it never preempts.
+    """
+
+    def __init__(self, kv: KVManager, *, max_batch_size: int, batch_timeout_s: float, max_model_len: int):
+        super().__init__(kv, max_model_len)
+        self.max_batch_size = max_batch_size
+        self.batch_timeout_s = batch_timeout_s
+        self.batch: list[Request] = []
+        self._padded_prompt = 0
+        self._decode_steps_done = 0
+        self._held_tokens = 0  # KV tokens of members that finished and still hold their slot
+
+    def __repr__(self) -> str:
+        return (f"StaticScheduler(max_batch_size={self.max_batch_size}, "
+                f"batch_timeout_s={self.batch_timeout_s}, kv={self.kv!r})")
+
+    @property
+    def num_running(self) -> int:
+        return len(self.batch)
+
+    def _form_batch(self, now: float) -> bool:
+        self.next_wake_s = None
+        if len(self.waiting) < self.max_batch_size and self.batch_timeout_s > 0:
+            deadline = self.waiting[0].arrival_s + self.batch_timeout_s
+            if now < deadline:
+                self.next_wake_s = deadline
+                return False
+        kv = self.kv
+        paged = isinstance(kv, PagedKVManager)
+        blocks_left = kv.num_free_blocks if paged else 0
+        while self.waiting and len(self.batch) < self.max_batch_size:
+            request = self.waiting[0]
+            if paged:
+                blocks = kv.blocks_for(request.num_final_kv_tokens)
+                if blocks > blocks_left:
+                    break
+                blocks_left -= blocks
+            if kv.allocate_slots(request, request.num_prompt_tokens) is None:
+                break
+            self.waiting.popleft()
+            request.status = RequestStatus.RUNNING
+            request.first_scheduled_s = now
+            self.batch.append(request)
+        return bool(self.batch)
+
+    def schedule(self, now: float) -> StepPlan | None:
+        plan = StepPlan()
+        if not self.batch:
+            if not self.waiting or not self._form_batch(now):
+                return None
+            self._padded_prompt = max(r.num_prompt_tokens for r in self.batch)
+            self._decode_steps_done = 0
+            self._held_tokens = 0
+            for request in self.batch:
+                plan.prefill_request_ids.append(request.request_id)
+                plan.prefill_chunk_tokens.append(self._padded_prompt)
+                plan.prefill_context_tokens.append(0)
+                plan.new_request_ids.append(request.request_id)
+            plan.num_sampled_seqs = len(self.batch)
+            return plan
+        tracker = self.tracker
+        if tracker.block_size:
+            for rid in tracker.needing_new_block():
+                request = tracker.members[rid]
+                tracker.sync(request)
+                self.kv.allocate_slots(request, 1)  # cannot fail: the batch's whole need was free at admission
+        batch_size = len(self.batch)
+        plan.num_decode_seqs = plan.num_sampled_seqs = batch_size
+        plan.num_padding_seqs = batch_size - len(tracker)
+        plan.decode_context_tokens = batch_size * (self._padded_prompt + self._decode_steps_done + 1)
+        return plan
+
+    def update_from_output(self, plan: StepPlan, now: float) -> StepOutcome:
+        outcome = StepOutcome()
+        if plan.prefill_request_ids:
+            for request in self.batch:
+                request.num_computed_tokens = request.num_prompt_tokens
+                request.num_output_tokens = 1
+                request.first_token_s = request.last_token_s = now
+                if request.max_output_tokens > 1:
+                    self.tracker.add(request)
+                else:
+                    self._held_tokens += request.num_computed_tokens
+            outcome.num_output_tokens = len(self.batch)
+        else:
+            outcome.num_output_tokens = len(self.tracker)
+            self._decode_steps_done += 1
+            for request in self.tracker.advance():
+                request.last_token_s = now
+                self._held_tokens += request.num_computed_tokens
+        if not self.tracker:
+            for request in self.batch:
+                request.status = RequestStatus.FINISHED
+                request.finish_s = now
+                self.kv.free(request)
+            outcome.finished, self.batch = self.batch, []
+            self._held_tokens = 0
+        return outcome
+
+    def kv_usage(self) -> KVUsage:
+        return self.kv.usage(self.tracker.token_sum + self._held_tokens)
+
+    def in_flight(self) -> list[Request]:
+        for request in self.tracker.members.values():
+            self.tracker.sync(request)
+        return list(self.batch) + list(self.waiting)

@@ -1,0 +1,105 @@
+"""Architecture and hardware descriptions: what a model is and what a GPU can do.
+
+These are the shapes that catalog entries and inline scenario definitions are validated against.
+Units are in the field names. Derived quantities (parameter counts, linear-layer shapes) live in
+sim/catalog.py, so every consumer (memory math, cost models, calibration) agrees.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+AttentionKind = Literal["mha", "mqa", "gqa", "mla"]
+
+
+class ModelSpec(BaseModel):
+    """A decoder-only transformer, described by its architecture (no weights)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    num_layers: int = Field(gt=0)
+    hidden_size: int = Field(gt=0)
+    num_attention_heads: int = Field(gt=0)
+    num_kv_heads: int = Field(gt=0)
+    head_dim: int = Field(gt=0)
+    ffn_size: int = Field(gt=0, description="MLP intermediate size (per expert for mixture-of-experts)")
+    vocab_size: int = Field(gt=0)
+    max_context: int = Field(gt=0, description="maximum sequence length in tokens")
+    attention: AttentionKind = "gqa"
+    gated_mlp: bool = Field(True, description="SwiGLU-style gate/up/down (3 matrices) vs plain fc1/fc2 (2)")
+    sliding_window: int | None = Field(None, gt=0, description="attention window in tokens; caps KV per sequence")
+    tie_word_embeddings: bool = False
+    attention_bias: bool = Field(False, description="biases on Q/K/V projections")
+    linear_bias: bool = Field(False, description="biases on every linear layer (OPT)")
+    learned_position_embeddings: int = Field(0, ge=0, description="rows of a learned position table (OPT: 2050)")
+    # Mixture of experts: 0 experts means a dense model.
+    num_experts: int = Field(0, ge=0)
+    num_experts_per_token: int = Field(0, ge=0)
+    num_shared_experts: int = Field(0, ge=0)
+    num_dense_layers: int = Field(0, ge=0, description="leading layers with a dense MLP in an MoE model")
+    dense_ffn_size: int | None = Field(None, gt=0, description="intermediate size of those dense layers")
+    # Multi-head latent attention (DeepSeek-V2): the KV cache holds one compressed latent per token.
+    kv_lora_rank: int = Field(0, ge=0)
+    q_lora_rank: int = Field(0, ge=0, description="0: queries are not compressed")
+    qk_rope_head_dim: int = Field(0, ge=0)
+    qk_nope_head_dim: int = Field(0, ge=0)
+    v_head_dim: int = Field(0, ge=0)
+    published_params: float | None = Field(None, gt=0, description="published parameter count, for checking")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ModelSpec":
+        if self.num_attention_heads % self.num_kv_heads:
+            raise ValueError(
+                f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                f"num_kv_heads={self.num_kv_heads}"
+            )
+        if self.attention == "mha" and self.num_kv_heads != self.num_attention_heads:
+            raise ValueError("attention 'mha' needs num_kv_heads == num_attention_heads")
+        if self.attention == "mqa" and self.num_kv_heads != 1:
+            raise ValueError("attention 'mqa' needs num_kv_heads == 1")
+        if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_head_dim):
+            raise ValueError("attention 'mla' needs kv_lora_rank and qk_rope_head_dim")
+        if self.num_experts and not (0 < self.num_experts_per_token <= self.num_experts):
+            raise ValueError("num_experts_per_token must be between 1 and num_experts")
+        return self
+
+    @property
+    def is_moe(self) -> bool:
+        return self.num_experts > 0
+
+
+class GPUSpec(BaseModel):
+    """One accelerator: peak rates, memory, links, price, and the efficiencies the roofline applies."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    bf16_flops_per_s: float = Field(gt=0, description="dense (no sparsity) bf16 tensor-core peak")
+    fp8_flops_per_s: float | None = Field(None, gt=0, description="dense fp8 peak; None where unsupported")
+    hbm_bytes: int = Field(gt=0, description="device memory")
+    hbm_bytes_per_s: float = Field(gt=0)
+    interconnect_bytes_per_s: float = Field(gt=0, description="GPU-to-GPU bandwidth per direction")
+    host_link_bytes_per_s: float = Field(gt=0, description="GPU-to-host (PCIe) bandwidth per direction")
+    price_per_hour: float = Field(ge=0, description="USD per GPU-hour; editable")
+    compute_efficiency: float = Field(0.7, gt=0, le=1, description="fraction of peak FLOP/s a GEMM reaches")
+    memory_efficiency: float = Field(0.8, gt=0, le=1, description="fraction of peak HBM bandwidth reached")
+    interconnect_efficiency: float = Field(0.7, gt=0, le=1)
+    allreduce_latency_s: float = Field(10e-6, ge=0, description="fixed latency of one all-reduce")
+    step_overhead_s: float = Field(3e-3, ge=0, description="fixed per-step CPU/launch overhead of the engine")
+
+
+@dataclass(frozen=True, slots=True)
+class LinearShape:
+    """One weight matrix of a transformer layer (full, unsharded shape)."""
+
+    name: str  # qkv, attn_out, gate_up, down, expert_gate_up, ..., lm_head
+    in_features: int
+    out_features: int
+    count: int  # how many such matrices per layer (e.g. number of experts)
+    tp_split: Literal["column", "row", "replicated"]  # how tensor parallelism shards it
+    active_per_token: float  # how many of the `count` matrices one token passes through
+    has_bias: bool = False

@@ -1,0 +1,161 @@
+import pytest
+
+from sim.catalog import (
+    GPUS,
+    MODELS,
+    active_param_count,
+    get_gpu,
+    get_model,
+    gpus_table,
+    layer_groups,
+    lm_head_shape,
+    models_table,
+    param_count,
+)
+from sim.errors import ConfigError
+
+
+@pytest.mark.parametrize("key", list(MODELS))
+def test_param_count_matches_published(key):
+    model = MODELS[key]
+    assert param_count(model) == pytest.approx(model.published_params, rel=0.03)
+
+
+@pytest.mark.parametrize(
+    ("key", "published_active"),
+    [
+        ("mixtral-8x7b", 12.9e9),  # Mistral AI blog "Mixtral of experts": 12.9B per token
+        ("deepseek-v2-lite", 2.4e9),  # deepseek-ai/DeepSeek-V2-Lite model card: 2.4B activated
+    ],
+)
+def test_moe_active_params_match_published(key, published_active):
+    assert active_param_count(MODELS[key]) == pytest.approx(published_active, rel=0.05)
+
+
+@pytest.mark.parametrize("key", list(MODELS))
+def test_active_params_never_exceed_total(key):
+    model = MODELS[key]
+    assert 0 < active_param_count(model) <= param_count(model)
+
+
+def test_tied_embeddings_are_counted_once():
+    opt = MODELS["opt-13b"]
+    untied = opt.model_copy(update={"tie_word_embeddings": False})
+    assert param_count(untied) - param_count(opt) == opt.vocab_size * opt.hidden_size
+
+
+@pytest.mark.parametrize("key", list(MODELS))
+def test_model_numbers_are_positive_and_keys_match_names(key):
+    model = MODELS[key]
+    assert model.name == key
+    numbers = [v for v in model.model_dump().values() if isinstance(v, int | float) and not isinstance(v, bool)]
+    assert all(v >= 0 for v in numbers)  # 0 means "absent" (no experts, no learned positions)
+    for field in ("num_layers", "hidden_size", "num_attention_heads", "num_kv_heads", "head_dim", "ffn_size",
+                  "vocab_size", "max_context", "published_params"):
+        assert getattr(model, field) > 0
+
+
+@pytest.mark.parametrize("key", list(GPUS))
+def test_gpu_numbers_are_positive_and_keys_match_names(key):
+    gpu = GPUS[key]
+    assert gpu.name == key
+    numbers = [v for v in gpu.model_dump().values() if isinstance(v, int | float)]
+    assert numbers and all(v > 0 for v in numbers)
+
+
+def test_fp8_only_where_supported():
+    assert {k for k, g in GPUS.items() if g.fp8_flops_per_s is None} == {"a100-40gb", "a100-80gb", "a10g"}
+    assert all(g.fp8_flops_per_s == pytest.approx(2 * g.bf16_flops_per_s, rel=0.02)
+               for g in GPUS.values() if g.fp8_flops_per_s)
+
+
+def test_lookup_is_case_and_separator_insensitive():
+    assert get_model("Llama_3.1_8B") is MODELS["llama-3.1-8b"]
+    assert get_model(" MIXTRAL-8x7b ") is MODELS["mixtral-8x7b"]
+    assert get_gpu("H100_SXM") is GPUS["h100-sxm"]
+
+
+def test_unknown_model_error_is_one_line_naming_field_and_choices():
+    with pytest.raises(ConfigError) as err:
+        get_model("xyz")
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("model: unknown model 'xyz'; allowed: opt-13b, llama-2-7b")
+    assert all(key in message for key in MODELS)
+
+
+def test_unknown_gpu_error_is_one_line_naming_field_and_choices():
+    with pytest.raises(ConfigError) as err:
+        get_gpu("v100", field="replicas[0].gpu")
+    message = str(err.value)
+    assert "\n" not in message
+    assert message.startswith("replicas[0].gpu: unknown gpu 'v100'; allowed: ")
+    assert all(key in message for key in GPUS)
+
+
+def test_dense_model_has_one_layer_group():
+    groups = layer_groups(MODELS["llama-3.1-8b"])
+    assert len(groups) == 1
+    num_layers, shapes = groups[0]
+    assert num_layers == 32
+    by_name = {s.name: s for s in shapes}
+    assert set(by_name) == {"qkv", "attn_out", "gate_up", "down"}
+    assert by_name["qkv"].out_features == (32 + 2 * 8) * 128
+    assert by_name["gate_up"].out_features == 2 * 14336
+    assert (by_name["qkv"].tp_split, by_name["attn_out"].tp_split) == ("column", "row")
+
+
+def test_opt_uses_plain_mlp_with_biases():
+    (_, shapes), = layer_groups(MODELS["opt-13b"])
+    by_name = {s.name: s for s in shapes}
+    assert set(by_name) == {"qkv", "attn_out", "fc1", "fc2"}
+    assert all(s.has_bias for s in shapes)
+    assert by_name["fc1"].out_features == 20480
+
+
+def test_qwen_has_bias_on_qkv_only():
+    (_, shapes), = layer_groups(MODELS["qwen2.5-7b"])
+    assert [s.name for s in shapes if s.has_bias] == ["qkv"]
+
+
+def test_mixtral_experts():
+    (_, shapes), = layer_groups(MODELS["mixtral-8x7b"])
+    by_name = {s.name: s for s in shapes}
+    assert by_name["router"].tp_split == "replicated"
+    assert by_name["router"].out_features == 8
+    for name in ("experts_gate_up", "experts_down"):
+        assert (by_name[name].count, by_name[name].active_per_token) == (8, 2)
+
+
+def test_deepseek_has_a_dense_layer_then_moe_layers_with_mla():
+    (dense_layers, dense), (moe_layers, moe) = layer_groups(MODELS["deepseek-v2-lite"])
+    assert (dense_layers, moe_layers) == (1, 26)
+    dense_by_name = {s.name: s for s in dense}
+    assert dense_by_name["gate_up"].out_features == 2 * 10944
+    by_name = {s.name: s for s in moe}
+    assert {"q_proj", "kv_a_proj", "kv_b_proj", "attn_out", "router"} <= set(by_name)
+    assert by_name["kv_a_proj"].tp_split == "replicated"
+    assert by_name["kv_a_proj"].out_features == 512 + 64
+    assert by_name["kv_b_proj"].in_features == 512
+    assert by_name["kv_b_proj"].out_features == 16 * (128 + 128)
+    assert by_name["q_proj"].out_features == 16 * (128 + 64)
+    assert (by_name["experts_gate_up"].count, by_name["experts_gate_up"].active_per_token) == (64, 6)
+    assert (by_name["shared_down"].count, by_name["shared_down"].active_per_token) == (2, 2)
+    assert by_name["experts_down"].in_features == 1408
+
+
+def test_lm_head_is_vocab_parallel():
+    head = lm_head_shape(MODELS["llama-3.1-8b"])
+    assert (head.in_features, head.out_features, head.tp_split) == (4096, 128256, "column")
+
+
+def test_tables_have_one_row_per_entry():
+    models = models_table()
+    assert list(models["model"]) == list(MODELS)
+    assert {"params_b", "active_params_b", "kv_bytes_per_token"} <= set(models.columns)
+    row = models.set_index("model").loc["llama-3.1-8b"]
+    assert row["params_b"] == pytest.approx(8.03, abs=0.01)
+    assert row["kv_bytes_per_token"] == 131072
+    gpus = gpus_table()
+    assert list(gpus["gpu"]) == list(GPUS)
+    assert gpus.set_index("gpu").loc["h100-sxm", "bf16_tflops"] == pytest.approx(989)
