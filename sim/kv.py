@@ -90,6 +90,12 @@ class PagedKVManager:
         self.block_tables.setdefault(request.request_id, []).extend(new_blocks)
         return new_blocks
 
+    def append_one_block_each(self, request_ids) -> None:
+        """Decode hot path: each of these requests starts a new block this step (caller checked room)."""
+        popleft, tables = self.free_block_ids.popleft, self.block_tables
+        for rid in request_ids:
+            tables[rid].append(popleft())
+
     def free(self, request: Request) -> None:
         table = self.block_tables.pop(request.request_id, None)
         if table:

@@ -110,10 +110,7 @@ class ContinuousScheduler(_SchedulerBase):
             needing = tracker.needing_new_block()
             while len(needing) > kv.num_free_blocks:
                 self._preempt_last(now, plan)
-            for rid in needing:
-                request = tracker.members[rid]
-                tracker.sync(request)
-                kv.allocate_slots(request, 1)
+            kv.append_one_block_each(needing)
         budget = self.max_num_batched_tokens - len(tracker)
 
         for rid in list(self.prefilling):
@@ -270,10 +267,8 @@ class StaticScheduler(_SchedulerBase):
             return plan
         tracker = self.tracker
         if tracker.block_size:
-            for rid in tracker.needing_new_block():
-                request = tracker.members[rid]
-                tracker.sync(request)
-                self.kv.allocate_slots(request, 1)  # cannot fail: the batch's whole need was free at admission
+            # Cannot run out: the batch's whole need was free when it was formed.
+            self.kv.append_one_block_each(tracker.needing_new_block())
         batch_size = len(self.batch)
         plan.num_decode_seqs = plan.num_sampled_seqs = batch_size
         plan.num_padding_seqs = batch_size - len(tracker)
