@@ -16,7 +16,8 @@ from .errors import ServeSimError
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="ServeSim: simulate LLM serving systems and compare policies before buying GPUs.")
-console = Console()
+# Piped output (make demo, CI logs) gets wide tables instead of rich's 80-column default.
+console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True)
 
 SetOption = typer.Option(None, "--set", help="override a scenario key: path.to.key=value (repeatable)")

@@ -1,0 +1,52 @@
+"""Simulator speed: wall time to simulate 10k, 100k and 1M requests.
+
+Continuous batching + paged KV, Llama-3.1-8B on one H100, ShareGPT-like lengths, Poisson arrivals at
+about 80% of the sustainable rate. Run:  .venv/bin/python benchmarks/bench_engine.py [counts...]
+Prints one Markdown row per count (paste into benchmarks/RESULTS.md).
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sim.api import make_workload, simulate  # noqa: E402
+from sim.scenario import validate_scenario  # noqa: E402
+
+RATE_PER_S = 18.0  # ~80% of the ~22 req/s this configuration sustains (see scenarios/quickstart.yaml)
+
+
+def scenario(num_requests: int):
+    return validate_scenario({
+        "name": f"bench-{num_requests}",
+        "model": "llama-3.1-8b",
+        "hardware": {"gpu": "h100-sxm"},
+        "workload": {"arrival": {"kind": "poisson", "rate_per_s": RATE_PER_S},
+                     "lengths": {"kind": "preset", "name": "sharegpt"}},
+        "scheduler": {"batching": "continuous", "max_num_seqs": 256, "max_model_len": 4096},
+        "kv_cache": {"layout": "paged", "block_size": 16},
+        "run": {"seed": 0, "num_requests": num_requests},
+    })
+
+
+def main(counts: list[int]) -> None:
+    print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}")
+    print("| requests | generate (s) | simulate (s) | steps | simulated req/s of wall time | sim time (s) |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    for n in counts:
+        sc = scenario(n)
+        t0 = time.perf_counter()
+        workload = make_workload(sc)
+        t1 = time.perf_counter()
+        result = simulate(sc, workload)
+        t2 = time.perf_counter()
+        print(f"| {n:,} | {t1 - t0:.2f} | {t2 - t1:.1f} | {len(result.steps):,} | {n / (t2 - t1):,.0f} "
+              f"| {result.summary['elapsed_s']:,.0f} |", flush=True)
+
+
+if __name__ == "__main__":
+    main([int(x) for x in sys.argv[1:]] or [10_000, 100_000, 1_000_000])

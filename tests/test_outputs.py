@@ -1,0 +1,110 @@
+"""What `run` and `compare` leave on disk: Parquet records, summary, scenario, a self-contained report."""
+
+import json
+import re
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SMALL = {
+    "name": "small",
+    "model": "llama-3.1-8b",
+    "hardware": {"gpu": "h100-sxm"},
+    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 10},
+                 "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 20}},
+    "slo": {"ttft_s": 1.0},
+    "run": {"seed": 0, "num_requests": 60},
+    "variants": {"paged": {}, "contiguous": {"kv_cache": {"layout": "contiguous"}}},
+}
+
+
+def servesim(*args, cwd=ROOT):
+    return subprocess.run([sys.executable, "-m", "sim.cli", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=300)
+
+
+class _Sections(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.scripts = [], 0
+
+    def handle_starttag(self, tag, attrs):
+        if tag == "section":
+            self.ids.append(dict(attrs).get("id"))
+        if tag == "script":
+            self.scripts += 1
+
+
+def test_run_writes_records_and_report(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    out = tmp_path / "out"
+    proc = servesim("run", path, "--out", out, "-q")
+    assert proc.returncode == 0, proc.stderr
+    requests = pd.read_parquet(out / "requests.parquet")
+    steps = pd.read_parquet(out / "steps.parquet")
+    summary = json.loads((out / "summary.json").read_text())
+    assert len(requests) == 60 and (requests["status"] == "finished").all()
+    assert steps["duration_s"].gt(0).all()
+    assert summary["num_finished"] == 60
+    assert yaml.safe_load((out / "scenario.yaml").read_text())["name"] == "small"
+    html = (out / "report.html").read_text()
+    parser = _Sections()
+    parser.feed(html)
+    assert {"summary", "latency", "timeseries", "kv", "scenario"} <= set(parser.ids)
+    assert "plotly" in html.lower() and parser.scripts >= 3
+    assert not re.search(r"<script[^>]+src=", html)  # self-contained: plotly.js is inlined
+    assert not list(tmp_path.glob(".out.tmp-*"))  # nothing half-written left behind
+
+
+def test_compare_writes_one_folder_per_variant_and_overlays_them(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    out = tmp_path / "cmp"
+    proc = servesim("compare", path, "--out", out, "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert (out / "paged" / "requests.parquet").exists() and (out / "contiguous" / "steps.parquet").exists()
+    both = json.loads((out / "summary.json").read_text())
+    assert set(both) == {"paged", "contiguous"}
+    # Same generated workload for every variant.
+    a = pd.read_parquet(out / "paged" / "requests.parquet")
+    b = pd.read_parquet(out / "contiguous" / "requests.parquet")
+    assert a["arrival_s"].equals(b["arrival_s"]) and a["prompt_tokens"].equals(b["prompt_tokens"])
+    html = (out / "report.html").read_text()
+    assert html.count('"name":"paged"') >= 1 and html.count('"name":"contiguous"') >= 1
+    assert "paged" in proc.stdout and "contiguous" in proc.stdout
+
+
+def test_a_failed_run_leaves_the_previous_output_intact(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    out = tmp_path / "out"
+    assert servesim("run", path, "--out", out, "-q").returncode == 0
+    before = (out / "summary.json").read_text()
+    proc = servesim("run", path, "--out", out, "-q", "--set", "hardware.gpu=nope")
+    assert proc.returncode == 2
+    assert (out / "summary.json").read_text() == before
+
+
+def test_sim_imports_without_torch():
+    code = ("import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
+            "import sim.api, sim.cli, sim.report\n"
+            "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
+    proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_catalog_and_workload_commands_print_tables():
+    models = servesim("catalog", "models")
+    assert models.returncode == 0 and "llama-3.1-8b" in models.stdout and "deepseek-v2-lite" in models.stdout
+    gpus = servesim("catalog", "gpus")
+    assert gpus.returncode == 0 and "h100-sxm" in gpus.stdout
+    wl = servesim("workload", "scenarios/quickstart.yaml")
+    assert wl.returncode == 0
+    assert re.search(r"count\s*│\s*3,000", wl.stdout)
