@@ -36,19 +36,18 @@ class StepLog:
     """Per-step records, as compact columns (a million requests make millions of steps)."""
 
     COLUMNS = {
-        "replica": "l", "start_s": "d", "duration_s": "d", "num_seqs": "l", "num_waiting": "l",
-        "num_prefill_tokens": "l", "num_decode_seqs": "l", "num_padding_seqs": "l",
-        "num_output_tokens": "l", "num_preempted": "l", "kv_token_slots": "l",
-        "kv_reserved_slots": "l", "kv_internal_slots": "l", "kv_external_slots": "l",
-        "kv_capacity_slots": "l", "flops": "d", "bytes": "d",
+        "replica": "q", "start_s": "d", "duration_s": "d", "num_seqs": "q", "num_waiting": "q",
+        "num_prefill_tokens": "q", "num_decode_seqs": "q", "num_padding_seqs": "q",
+        "num_output_tokens": "q", "num_preempted": "q", "kv_token_slots": "q",
+        "kv_reserved_slots": "q", "kv_internal_slots": "q", "kv_external_slots": "q",
+        "kv_capacity_slots": "q", "flops": "d", "bytes": "d",
     }
 
     def __init__(self):
         self.columns = {name: array(code) for name, code in self.COLUMNS.items()}
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {name: np.frombuffer(col, dtype=np.float64 if col.typecode == "d" else np.int64)
-                if len(col) else np.zeros(0, dtype=np.float64 if col.typecode == "d" else np.int64)
+        return {name: np.array(col, dtype=np.float64 if col.typecode == "d" else np.int64)
                 for name, col in self.columns.items()}
 
 

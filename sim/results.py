@@ -41,9 +41,7 @@ def requests_frame(log) -> pd.DataFrame:
         "output_tokens": log.output_tokens[ids],
         "max_output_tokens": log.max_output_tokens[ids],
         "preemptions": log.preemptions[ids],
-        "status": pd.Categorical([_STATUS_NAMES[s] for s in log.status[ids]] if len(ids) < 1000 else
-                                 pd.Series(log.status[ids]).map(_STATUS_NAMES),
-                                 categories=list(STATUS_CODES)),
+        "status": pd.Categorical(pd.Series(log.status[ids]).map(_STATUS_NAMES), categories=list(STATUS_CODES)),
     })
     df["finished"] = df["status"] == "finished"
     df["reject_reason"] = pd.Series([log.reject_reason.get(int(i), "") for i in ids] if log.reject_reason

@@ -43,7 +43,7 @@ class SchedulerSpec(_Strict):
     max_num_seqs: int = Field(256, ge=1, description="continuous: most sequences in one step")
     max_num_batched_tokens: int | None = Field(
         None, ge=1, description="continuous: token budget per step; default 2048 with chunked prefill, "
-        "else max_model_len (as vLLM)")
+        "else max_model_len + max_num_seqs (a full-length prompt always fits beside a full decode batch)")
     chunked_prefill: bool = Field(False, description="continuous: split prompts to fill the token budget")
     max_model_len: int | None = Field(None, ge=1, description="default: the model's max_context")
     max_batch_size: int = Field(8, ge=1, description="static: requests per batch")
@@ -147,7 +147,9 @@ class Scenario(_Strict):
         s = self.scheduler
         if s.max_num_batched_tokens is not None:
             return s.max_num_batched_tokens
-        return 2048 if s.chunked_prefill else max(self.max_model_len(), s.max_num_seqs)
+        # Unchunked, a full-length prompt must fit beside a full batch of decodes, or it would block
+        # the head of the queue until the running batch drains.
+        return 2048 if s.chunked_prefill else self.max_model_len() + s.max_num_seqs
 
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_none=True)
@@ -254,6 +256,7 @@ _EXPECTED = {  # pydantic error type -> what is allowed, in words
     "dict_type": "a mapping of keys", "model_type": "a mapping of keys",
     "model_attributes_type": "a mapping of keys",
 }
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string"}
 _BOUNDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="),
            "less_than": ("lt", "<"), "less_than_equal": ("le", "<=")}
 
@@ -274,10 +277,10 @@ def _allowed(error: dict, where: _Where) -> str | None:
         bound = ctx.get("min_length") if etype == "too_short" else ctx.get("max_length")
         return f"{'at least' if etype == 'too_short' else 'at most'} {bound} item(s)"
     if etype in _UNION_NOISE or etype in _EXPECTED:
-        members = _members(where.annotation)
-        if len(members) > 1:  # e.g. model: str | ModelSpec
+        members = [m for m in _members(where.annotation) if m is not type(None)]
+        if len(members) > 1 and any(map(_model_class, members)):  # e.g. model: str | ModelSpec
             words = ["a catalog name" if m is str else f"an inline {m.__name__} mapping" if _model_class(m)
-                     else getattr(m, "__name__", str(m)) for m in members if m is not type(None)]
+                     else _TYPE_WORDS.get(m, getattr(m, "__name__", str(m))) for m in members]
             return " or ".join(words)
         return _EXPECTED.get(etype)
     return None
@@ -298,7 +301,7 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
                                    pair[0]["type"] != "extra_forbidden"))
     first, where = located[0]
     rest = [(e, w) for e, w in located[1:] if not (e["type"] in _UNION_NOISE and w.ends_in_tag)]
-    field = prefix + (where.path or "(top level)") if where.path or not prefix else prefix.rstrip(".")
+    field = prefix + where.path if where.path else (prefix.rstrip(".") or "(top level)")
     for_kind = f" for kind {where.kind!r}" if where.kind else ""
     etype = first["type"]
 

@@ -165,3 +165,17 @@ def test_quickstart_policies_behave_as_published():
     assert paged["kv_token_share"] > 0.9
     assert contiguous["kv_token_share"] < 0.5
     assert paged["kv_external_fraction"] == 0 and contiguous["kv_external_fraction"] > 0
+
+
+def test_unchunked_long_prompts_are_not_blocked_behind_decodes():
+    """With the default budget a full-length prompt fits beside a full decode batch, so near-max prompts
+    do not wait for the running batch to drain (a head-of-line stall the default once caused)."""
+    sc = scenario(scheduler={"max_model_len": 1024},
+                  workload={"arrival": {"kind": "poisson", "rate_per_s": 10.0},
+                            "lengths": {"kind": "lognormal", "input_mean": 300, "input_sigma": 1.5,
+                                        "output_mean": 200, "output_sigma": 0.5}},
+                  run={"seed": 0, "num_requests": 300})
+    assert sc.max_num_batched_tokens() == 1024 + sc.scheduler.max_num_seqs
+    result = simulate(sc)
+    step_p99 = result.steps["duration_s"].quantile(0.99)
+    assert result.requests["queueing_s"].max() < 5 * step_p99

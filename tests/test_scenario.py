@@ -1,0 +1,354 @@
+"""Scenario files: base + variants, strict keys, --set overrides, inline specs, paths, the shipped files."""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from sim.api import make_workload, simulate
+from sim.catalog import get_gpu, get_model
+from sim.errors import ConfigError
+from sim.scenario import Scenario, apply_overrides, build_scenario_set, load_scenario_set, validate_scenario
+from sim.specs import GPUSpec, ModelSpec
+
+REPO = Path(__file__).resolve().parents[1]
+SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
+TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+
+BASE = {
+    "name": "base",
+    "model": "llama-3.1-8b",
+    "hardware": {"gpu": "h100-sxm"},
+    "workload": {
+        "arrival": {"kind": "poisson", "rate_per_s": 5.0},
+        "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 8},
+    },
+    "scheduler": {"max_num_seqs": 64, "max_model_len": 2048, "chunked_prefill": False},
+    "kv_cache": {"layout": "paged", "block_size": 16},
+    "run": {"seed": 3, "num_requests": 20},
+}
+
+
+def raw(**extra) -> dict:
+    data = copy.deepcopy(BASE)
+    data.update(copy.deepcopy(extra))
+    return data
+
+
+def servesim(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+# --------------------------------------------------------------------------------------------------
+# Base + variants
+
+
+def test_variant_overriding_one_nested_key_keeps_the_others():
+    data = raw(variants={"chunked": {"scheduler": {"chunked_prefill": True, "max_num_batched_tokens": 512}}})
+    scenario_set = build_scenario_set(data)
+    chunked = scenario_set.variants["chunked"]
+    assert chunked.scheduler.chunked_prefill is True
+    assert chunked.scheduler.max_num_batched_tokens == 512
+    assert chunked.scheduler.max_num_seqs == 64  # from the base
+    assert chunked.scheduler.max_model_len == 2048  # from the base
+    assert chunked.workload == scenario_set.base.workload
+    assert chunked.run == scenario_set.base.run
+    assert scenario_set.base.scheduler.chunked_prefill is False  # the base is untouched
+
+
+def test_variant_deep_merge_reaches_two_levels_down():
+    data = raw(variants={"faster": {"workload": {"arrival": {"rate_per_s": 9.0}}}})
+    faster = build_scenario_set(data).variants["faster"]
+    assert faster.workload.arrival.kind == "poisson"
+    assert faster.workload.arrival.rate_per_s == 9.0
+    assert faster.workload.lengths.input_tokens == 64
+
+
+def test_variants_are_named_by_their_key_unless_they_set_a_name():
+    data = raw(variants={"a": {}, "b": {"name": "custom"}})
+    scenario_set = build_scenario_set(data)
+    assert list(scenario_set.variants) == ["a", "b"]
+    assert scenario_set.variants["a"].name == "a"
+    assert scenario_set.variants["b"].name == "custom"
+    assert scenario_set.base.name == "base"
+
+
+def test_a_file_without_variants_has_the_base_as_its_only_variant():
+    scenario_set = build_scenario_set(raw())
+    assert scenario_set.items() == [("base", scenario_set.base)]
+
+
+def test_the_input_dict_is_not_modified():
+    data = raw(variants={"a": {"kv_cache": {"block_size": 32}}})
+    before = copy.deepcopy(data)
+    build_scenario_set(data, overrides=["run.num_requests=5"])
+    assert data == before
+
+
+# --------------------------------------------------------------------------------------------------
+# Unknown keys
+
+
+@pytest.mark.parametrize("path, value, where", [
+    (["schedular"], {"max_num_seqs": 8}, "schedular"),
+    (["scheduler", "max_num_seq"], 8, "scheduler.max_num_seq"),
+    (["workload", "arrival", "rate"], 3, "workload.arrival.rate"),
+    (["hardware", "gpus"], 2, "hardware.gpus"),
+])
+def test_unknown_keys_are_rejected_in_the_base(path, value, where):
+    data = raw()
+    node = data
+    for key in path[:-1]:
+        node = node[key]
+    node[path[-1]] = value
+    with pytest.raises(ConfigError, match=rf"^{where}: unknown key"):
+        build_scenario_set(data)
+
+
+@pytest.mark.parametrize("override, where", [
+    ({"schedular": {"max_num_seqs": 8}}, "variants.typo.schedular"),
+    ({"scheduler": {"max_num_seq": 8}}, "variants.typo.scheduler.max_num_seq"),
+    ({"workload": {"lengths": {"input_token": 8}}}, "variants.typo.workload.lengths.input_token"),
+])
+def test_unknown_keys_are_rejected_in_variants(override, where):
+    data = raw(variants={"ok": {}, "typo": override})
+    with pytest.raises(ConfigError, match=rf"^{where}: unknown key") as info:
+        build_scenario_set(data)
+    assert "\n" not in str(info.value)
+
+
+def test_a_bad_value_in_a_variant_names_the_variant():
+    data = raw(variants={"bad": {"kv_cache": {"block_size": 0}}})
+    with pytest.raises(ConfigError, match=r"^variants\.bad\.kv_cache\.block_size: 0 is not allowed; allowed: >= 1"):
+        build_scenario_set(data)
+
+
+def test_unknown_key_message_suggests_the_closest_key():
+    with pytest.raises(ConfigError, match="did you mean 'max_num_seqs'"):
+        validate_scenario(raw(scheduler={"max_num_seq": 8}))
+
+
+def test_union_tags_do_not_leak_into_field_paths():
+    data = raw()
+    data["workload"]["arrival"]["rate_per_s"] = -2
+    with pytest.raises(ConfigError) as info:
+        validate_scenario(data)
+    assert str(info.value).startswith("workload.arrival.rate_per_s: -2 is not allowed")
+
+
+# --------------------------------------------------------------------------------------------------
+# --set overrides
+
+
+def test_set_values_are_typed():
+    out = apply_overrides({}, ["a.int=3", "a.float=2.5", "a.true=true", "a.false=false", "a.word=hello",
+                               "a.list=[1, 2]", "a.map={x: 1}", "a.empty=", "a.null=null", "a.eq=x=y"])
+    assert out == {"a": {"int": 3, "float": 2.5, "true": True, "false": False, "word": "hello",
+                         "list": [1, 2], "map": {"x": 1}, "empty": "", "null": None, "eq": "x=y"}}
+    assert type(out["a"]["int"]) is int and type(out["a"]["float"]) is float
+
+
+def test_set_overrides_reach_the_validated_scenario():
+    scenario_set = build_scenario_set(raw(), overrides=[
+        "run.num_requests=50", "workload.arrival.rate_per_s=2.5", "scheduler.chunked_prefill=true",
+        "scheduler.max_num_batched_tokens=256",
+        "slo.ttft_s=1.5",  # a section the file does not have
+        "quantization.weights=fp8",
+    ])
+    base = scenario_set.base
+    assert base.run.num_requests == 50
+    assert base.workload.arrival.rate_per_s == 2.5
+    assert base.scheduler.chunked_prefill is True
+    assert base.scheduler.max_num_batched_tokens == 256
+    assert base.slo.ttft_s == 1.5
+    assert base.quantization.weights == "fp8"
+
+
+def test_set_applies_before_variants_are_merged():
+    data = raw(variants={"a": {}, "b": {"kv_cache": {"block_size": 32}}})
+    scenario_set = build_scenario_set(data, overrides=["kv_cache.block_size=8"])
+    assert scenario_set.variants["a"].kv_cache.block_size == 8
+    assert scenario_set.variants["b"].kv_cache.block_size == 32  # the variant's own value wins
+
+
+def test_set_into_a_variant_and_to_create_one():
+    data = raw(variants={"a": {}, "b": {"kv_cache": {"block_size": 32}}})
+    scenario_set = build_scenario_set(data, overrides=[
+        "variants.b.kv_cache.block_size=8", "variants.two_replicas.hardware.num_replicas=2"])
+    assert scenario_set.variants["b"].kv_cache.block_size == 8
+    assert scenario_set.variants["two_replicas"].hardware.num_replicas == 2
+    assert scenario_set.variants["a"].hardware.num_replicas == 1
+
+
+def test_set_a_whole_section_as_a_mapping():
+    scenario_set = build_scenario_set(raw(), overrides=["workload.arrival={kind: constant, rate_per_s: 4}"])
+    assert scenario_set.base.workload.arrival.kind == "constant"
+    assert scenario_set.base.workload.arrival.rate_per_s == 4
+
+
+# --------------------------------------------------------------------------------------------------
+# Inline model and GPU definitions
+
+
+def _inline(name_suffix: str = "") -> dict:
+    model = get_model("llama-3.1-8b").model_dump(exclude_none=True)
+    gpu = get_gpu("h100-sxm").model_dump(exclude_none=True)
+    model["name"], gpu["name"] = "my-8b" + name_suffix, "my-gpu" + name_suffix
+    return raw(model=model, hardware={"gpu": gpu})
+
+
+def test_inline_model_and_gpu_validate():
+    scenario = validate_scenario(_inline())
+    assert isinstance(scenario.model, ModelSpec) and scenario.model_spec().name == "my-8b"
+    assert isinstance(scenario.hardware.gpu, GPUSpec) and scenario.gpu_spec().name == "my-gpu"
+    assert scenario.max_model_len() == 2048
+
+
+def test_inline_copies_of_catalog_entries_simulate_like_the_catalog():
+    inline = simulate(validate_scenario(_inline()))
+    catalog = simulate(validate_scenario(raw()))
+    pd.testing.assert_frame_equal(inline.requests, catalog.requests)
+    assert inline.summary["kv_capacity_tokens"] == catalog.summary["kv_capacity_tokens"]
+
+
+def test_inline_model_checks_its_own_rules():
+    data = _inline()
+    data["model"]["num_kv_heads"] = 5  # 32 heads are not a multiple of 5
+    with pytest.raises(ConfigError, match=r"^model: num_attention_heads=32 is not a multiple of num_kv_heads=5"):
+        validate_scenario(data)
+
+
+def test_inline_gpu_with_a_misspelt_key():
+    data = _inline()
+    data["hardware"]["gpu"]["hbm_byte"] = data["hardware"]["gpu"].pop("hbm_bytes")
+    with pytest.raises(ConfigError, match=r"^hardware\.gpu\.hbm_byte: unknown key \(did you mean 'hbm_bytes'\?\)"):
+        validate_scenario(data)
+
+
+# --------------------------------------------------------------------------------------------------
+# The schema and the shipped scenarios
+
+
+def test_schema_command_prints_json_with_every_section():
+    result = servesim("schema")
+    assert result.returncode == 0, result.stderr
+    schema = json.loads(result.stdout)
+    for section in ("name", "model", "hardware", "workload", "scheduler", "kv_cache", "quantization",
+                    "cost_model", "slo", "run", "variants"):
+        assert section in schema["properties"], section
+
+
+def test_scenarios_folder_is_not_empty():
+    names = {p.name for p in SCENARIOS}
+    assert {"quickstart.yaml", "trace_replay.yaml", "llama70b_tp4.yaml"} <= names
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.name for p in SCENARIOS])
+def test_shipped_scenario_validates(path):
+    result = servesim("validate", str(path.relative_to(REPO)))
+    assert result.returncode == 0, result.stderr
+    assert "valid" in result.stdout
+    assert path.read_text().startswith("#"), "a shipped scenario starts with a header comment"
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=[p.name for p in SCENARIOS])
+def test_shipped_scenario_round_trips_through_to_yaml(path):
+    for name, scenario in load_scenario_set(path).items():
+        again = Scenario.model_validate(yaml.safe_load(scenario.to_yaml()))
+        assert again == scenario, name
+
+
+def test_to_yaml_round_trips_inline_specs_and_every_section():
+    scenario = validate_scenario(_inline() | {
+        "slo": {"ttft_s": 1.0, "percentile": 95},
+        "cost_model": {"kind": "fixed", "prefill_s": 0.01, "decode_s": 0.002},
+        "quantization": {"weights": "fp8", "kv_cache": "fp8"},
+        "workload": {"arrival": {"kind": "schedule", "steps": [{"duration_s": 5, "rate_per_s": 2},
+                                                               {"duration_s": 5, "rate_per_s": 0}]},
+                     "lengths": {"kind": "uniform", "input_min": 8, "input_max": 16,
+                                 "output_min": 1, "output_max": 4}},
+    })
+    text = scenario.to_yaml()
+    again = validate_scenario(yaml.safe_load(text))
+    assert again == scenario
+    assert again.to_yaml() == text
+
+
+def test_llama70b_variants_fit_in_memory():
+    from sim.api import kv_capacity_tokens
+    scenario_set = load_scenario_set(REPO / "scenarios" / "llama70b_tp4.yaml")
+    layouts = {(s.hardware.tensor_parallel, s.hardware.num_replicas) for s in scenario_set.variants.values()}
+    assert layouts == {(4, 2), (8, 1)}
+    for scenario in scenario_set.variants.values():
+        assert kv_capacity_tokens(scenario) > scenario.max_model_len()  # at least one full-length request
+
+
+# --------------------------------------------------------------------------------------------------
+# Relative paths
+
+
+AZURE_ROWS = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+              "2023-11-16 18:15:46.0000000,100,10\n"
+              "2023-11-16 18:15:47.0000000,200,20\n"
+              "2023-11-16 18:15:49.0000000,300,30\n")
+
+
+def test_relative_trace_paths_resolve_against_the_scenario_folder(tmp_path, monkeypatch):
+    folder = tmp_path / "project" / "scenarios"
+    (folder / "traces").mkdir(parents=True)
+    (folder / "traces" / "tiny.csv").write_text(AZURE_ROWS)
+    (folder / "other.csv").write_text(AZURE_ROWS.replace(",100,", ",111,"))
+    data = raw(workload={"arrival": {"kind": "trace", "path": "traces/tiny.csv", "format": "azure"}},
+               variants={"same": {}, "other": {"workload": {"arrival": {"path": "other.csv"}}}})
+    scenario_file = folder / "replay.yaml"
+    scenario_file.write_text(yaml.safe_dump(data))
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)  # nowhere near the trace
+
+    scenario_set = load_scenario_set(os.path.relpath(scenario_file, elsewhere))
+    assert Path(scenario_set.base.workload.arrival.path) == (folder / "traces" / "tiny.csv").resolve()
+    assert Path(scenario_set.variants["other"].workload.arrival.path) == (folder / "other.csv").resolve()
+    workload = make_workload(scenario_set.variants["same"])
+    np.testing.assert_array_equal(workload.arrival_s, [0.0, 1.0, 3.0])
+    np.testing.assert_array_equal(workload.input_tokens, [100, 200, 300])
+    assert make_workload(scenario_set.variants["other"]).input_tokens[0] == 111
+
+
+def test_absolute_and_missing_relative_paths_are_left_alone(tmp_path, monkeypatch):
+    trace = tmp_path / "abs.csv"
+    trace.write_text(AZURE_ROWS)
+    data = raw(workload={"arrival": {"kind": "trace", "path": str(trace), "format": "azure"}},
+               variants={"abs": {}, "missing": {"workload": {"arrival": {"path": "nowhere.csv"}}}})
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(data))
+    monkeypatch.chdir(tmp_path)
+    scenario_set = load_scenario_set("s.yaml")
+    assert scenario_set.variants["abs"].workload.arrival.path == str(trace)
+    assert scenario_set.variants["missing"].workload.arrival.path == "nowhere.csv"  # fails later, by name
+
+
+@pytest.mark.skipif(not TRACES.is_dir(), reason="shared/traces is not present")
+def test_trace_replay_scenario_reads_the_shared_azure_trace(monkeypatch):
+    monkeypatch.chdir(Path("/"))
+    scenario_set = load_scenario_set(REPO / "scenarios" / "trace_replay.yaml")
+    path = Path(scenario_set.base.workload.arrival.path)
+    assert path == (TRACES / "AzureLLMInferenceTrace_conv.csv").resolve()
+    recorded = make_workload(scenario_set.variants["recorded_pace"])
+    compressed = make_workload(scenario_set.variants["compressed_12rps"])
+    assert recorded.num_requests == compressed.num_requests == scenario_set.base.run.num_requests
+    np.testing.assert_array_equal(recorded.input_tokens, compressed.input_tokens)
+    # Compression rescales every gap by one factor, so burstiness is kept.
+    factor = compressed.arrival_s[-1] / recorded.arrival_s[-1]
+    np.testing.assert_allclose(compressed.arrival_s, recorded.arrival_s * factor, rtol=1e-9, atol=1e-9)
+    assert 0 < factor < 1
