@@ -11,7 +11,6 @@ from .cost import FixedCostModel, RooflineCostModel
 from .engine import Replica, Simulation
 from .errors import ConfigError
 from .kv import ContiguousKVManager, PagedKVManager
-from .memory import kv_capacity
 from .results import Result, requests_frame, steps_frame, summarize
 from .router import make_router
 from .scenario import Scenario
@@ -23,20 +22,6 @@ def make_workload(scenario: Scenario) -> Workload:
     run = scenario.run
     return generate_workload(scenario.workload, seed=run.seed, num_requests=run.num_requests,
                              duration_s=run.duration_s, max_context=scenario.max_model_len())
-
-
-def kv_capacity_tokens(scenario: Scenario) -> int:
-    """KV token slots per replica: from the memory arithmetic, unless the scenario fixes it."""
-    if scenario.kv_cache.capacity_tokens is not None:
-        return scenario.kv_cache.capacity_tokens
-    s, q = scenario.scheduler, scenario.quantization
-    cap = kv_capacity(scenario.model_spec(), scenario.gpu_spec(),
-                      tensor_parallel=scenario.hardware.tensor_parallel, weight_dtype=q.weights,
-                      kv_dtype=q.kv_cache, gpu_memory_utilization=scenario.kv_cache.gpu_memory_utilization,
-                      reserve_bytes=scenario.kv_cache.reserve_bytes,
-                      max_num_batched_tokens=scenario.max_num_batched_tokens(),
-                      max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size)
-    return cap.num_tokens
 
 
 def make_cost_model(scenario: Scenario):
@@ -53,7 +38,7 @@ def make_cost_model(scenario: Scenario):
 
 def make_scheduler(scenario: Scenario):
     kv_spec, s = scenario.kv_cache, scenario.scheduler
-    tokens = kv_capacity_tokens(scenario)
+    tokens = scenario.kv_capacity_tokens()
     max_len = scenario.max_model_len()
     if kv_spec.layout == "paged":
         num_blocks = tokens // kv_spec.block_size

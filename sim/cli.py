@@ -158,7 +158,8 @@ def workload(scenario: str = typer.Argument(...), set_: Optional[list[str]] = Se
     scenario_set = _load(scenario, set_)
     chosen = scenario_set.variants.get(variant) if variant else scenario_set.base
     if chosen is None:
-        raise ServeSimError(f"--variant: {variant!r} is not in {scenario}")
+        raise ServeSimError(f"--variant: {variant!r} is not in {scenario}; allowed: "
+                            + ", ".join(scenario_set.variants))
     stats = summarize(make_workload(chosen))
     table = Table(title=f"Workload of {chosen.name}")
     table.add_column("statistic")

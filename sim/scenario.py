@@ -19,8 +19,8 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from .catalog import get_gpu, get_model
-from .errors import ConfigError
-from .memory import check_tensor_parallel
+from .errors import ConfigError, DoesNotFitError
+from .memory import check_tensor_parallel, kv_capacity
 from .specs import GPUSpec, ModelSpec
 from .workload import WorkloadSpec
 
@@ -138,7 +138,24 @@ class Scenario(_Strict):
         if s.batching == "continuous" and self.max_num_batched_tokens() < s.max_num_seqs:
             raise ConfigError(f"scheduler.max_num_batched_tokens: {self.max_num_batched_tokens()} must be "
                               f">= max_num_seqs ({s.max_num_seqs}) so every running decode fits a step")
+        try:
+            self.kv_capacity_tokens()
+        except DoesNotFitError as err:
+            raise ConfigError(f"hardware: {err}") from None
         return self
+
+    def kv_capacity_tokens(self) -> int:
+        """KV token slots per replica: from the memory arithmetic, unless the scenario pins it."""
+        if self.kv_cache.capacity_tokens is not None:
+            return self.kv_cache.capacity_tokens
+        s, q = self.scheduler, self.quantization
+        return kv_capacity(self.model_spec(), self.gpu_spec(), tensor_parallel=self.hardware.tensor_parallel,
+                           weight_dtype=q.weights, kv_dtype=q.kv_cache,
+                           gpu_memory_utilization=self.kv_cache.gpu_memory_utilization,
+                           reserve_bytes=self.kv_cache.reserve_bytes,
+                           max_num_batched_tokens=self.max_num_batched_tokens(),
+                           max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
+                           ).num_tokens
 
     def max_model_len(self) -> int:
         return self.scheduler.max_model_len or self.model_spec().max_context

@@ -99,6 +99,7 @@ SET_CASES = [
      ["hardware.tensor_parallel:", "1.5", "an integer"]),
     ("bool-given-a-word", ["--set", "scheduler.chunked_prefill=maybe"],
      ["scheduler.chunked_prefill:", '"maybe"', "true or false"]),
+    ("optional-float-given-a-word", ["--set", "slo.ttft_s=soon"], ["slo.ttft_s:", '"soon"', "allowed: a number"]),
     ("unknown-arrival-kind", ["--set", "workload.arrival.kind=bursty"],
      ["workload.arrival.kind:", '"bursty"', "allowed: poisson, gamma"]),
     ("arrival-without-kind", ["--set", "workload.arrival={rate_per_s: 3}"],
@@ -174,10 +175,11 @@ def test_scenario_that_is_not_a_mapping(tmp_path):
     assert "list.yaml" in line and "mapping" in line
 
 
-def test_model_that_does_not_fit_fails_at_run_time(tmp_path):
+@pytest.mark.parametrize("command", ["run", "validate"])
+def test_model_that_does_not_fit(tmp_path, command):
     path = write_scenario(tmp_path, with_changes(model="llama-3.1-70b", hardware={"gpu": "l4"}))
-    line = one_error_line(servesim("run", str(path), "--quiet", cwd=tmp_path))
-    assert "llama-3.1-70b" in line and "l4" in line
+    line = one_error_line(servesim(command, str(path), *(["--quiet"] if command == "run" else []), cwd=tmp_path))
+    assert line.startswith("error: hardware:") and "llama-3.1-70b" in line and "l4" in line
     byte_counts = re.findall(r"\d{1,3}(?:,\d{3}){3,}", line)  # "141,540,737,024 bytes" style numbers
     assert len(byte_counts) >= 2, line
 
@@ -205,7 +207,7 @@ def test_unknown_catalog(tmp_path):
 def test_unknown_variant_of_the_workload_command(tmp_path):
     path = write_scenario(tmp_path, SMALL)
     line = one_error_line(servesim("workload", str(path), "--variant", "zz", cwd=tmp_path))
-    assert "--variant" in line and "'zz'" in line
+    assert "--variant" in line and "'zz'" in line and "allowed:" in line
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -286,12 +286,11 @@ def test_to_yaml_round_trips_inline_specs_and_every_section():
 
 
 def test_llama70b_variants_fit_in_memory():
-    from sim.api import kv_capacity_tokens
     scenario_set = load_scenario_set(REPO / "scenarios" / "llama70b_tp4.yaml")
     layouts = {(s.hardware.tensor_parallel, s.hardware.num_replicas) for s in scenario_set.variants.values()}
     assert layouts == {(4, 2), (8, 1)}
     for scenario in scenario_set.variants.values():
-        assert kv_capacity_tokens(scenario) > scenario.max_model_len()  # at least one full-length request
+        assert scenario.kv_capacity_tokens() > scenario.max_model_len()  # at least one full-length request
 
 
 # --------------------------------------------------------------------------------------------------
