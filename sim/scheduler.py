@@ -45,8 +45,11 @@ class _SchedulerBase:
     def num_waiting(self) -> int:
         return len(self.waiting)
 
-    def has_work(self) -> bool:
-        return bool(self.waiting) or self.num_running > 0
+    def in_flight(self) -> list[Request]:
+        """Requests still here (running, then waiting), their counters brought up to date."""
+        for request in self.tracker.members.values():
+            self.tracker.sync(request)
+        return self.running_requests() + list(self.waiting)
 
 
 class ContinuousScheduler(_SchedulerBase):
@@ -193,10 +196,8 @@ class ContinuousScheduler(_SchedulerBase):
         tokens = self.tracker.token_sum + sum(r.num_computed_tokens for r in self.prefilling.values())
         return self.kv.usage(tokens)
 
-    def in_flight(self) -> list[Request]:
-        for request in self.tracker.members.values():
-            self.tracker.sync(request)
-        return list(self.running.values()) + list(self.waiting)
+    def running_requests(self) -> list[Request]:
+        return list(self.running.values())
 
 
 class StaticScheduler(_SchedulerBase):
@@ -305,7 +306,5 @@ class StaticScheduler(_SchedulerBase):
     def kv_usage(self) -> KVUsage:
         return self.kv.usage(self.tracker.token_sum + self._held_tokens)
 
-    def in_flight(self) -> list[Request]:
-        for request in self.tracker.members.values():
-            self.tracker.sync(request)
-        return list(self.batch) + list(self.waiting)
+    def running_requests(self) -> list[Request]:
+        return list(self.batch)
