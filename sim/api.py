@@ -7,7 +7,7 @@ from typing import Callable
 
 import numpy as np
 
-from .cost import FixedCostModel, RooflineCostModel
+from .cost import FixedCostModel, RooflineCostModel, SpeculativeCostModel
 from .engine import Replica, Simulation
 from .errors import ConfigError
 from .kv import ContiguousKVManager, PagedKVManager
@@ -15,6 +15,7 @@ from .results import Result, requests_frame, steps_frame, summarize
 from .router import make_router
 from .scenario import Scenario
 from .scheduler import ContinuousScheduler, StaticScheduler
+from .speculative import SpeculativeDecodeBatch
 from .workload import Workload, generate_workload
 
 
@@ -24,19 +25,52 @@ def make_workload(scenario: Scenario) -> Workload:
                              duration_s=run.duration_s, max_context=scenario.max_model_len())
 
 
-def make_cost_model(scenario: Scenario):
-    spec = scenario.cost_model
-    if spec.kind == "fixed":
-        return FixedCostModel(spec.prefill_s, spec.decode_s)
-    q = scenario.quantization
-    return RooflineCostModel(scenario.model_spec(), scenario.gpu_spec(),
-                             tensor_parallel=scenario.hardware.tensor_parallel, weight_dtype=q.weights,
-                             kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
+def _roofline(scenario: Scenario, model):
+    spec, q = scenario.cost_model, scenario.quantization
+    return RooflineCostModel(model, scenario.gpu_spec(), tensor_parallel=scenario.hardware.tensor_parallel,
+                             weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
                              compute_efficiency=spec.compute_efficiency,
                              memory_efficiency=spec.memory_efficiency, step_overhead_s=spec.step_overhead_s)
 
 
-def make_scheduler(scenario: Scenario):
+def make_cost_model(scenario: Scenario):
+    spec = scenario.cost_model
+    if spec.kind == "fixed":
+        target = FixedCostModel(spec.prefill_s, spec.decode_s)
+    else:
+        target = _roofline(scenario, scenario.model_spec())
+    spec_dec = scenario.speculation
+    if spec_dec is None:
+        return target
+    draft = spec_dec.draft_spec()
+    if draft is not None and spec.kind == "fixed":
+        raise ConfigError("speculation.draft_model: a fixed cost model needs draft_cost_ratio instead")
+    if draft is not None:
+        # The draft's steps carry no fixed engine overhead of their own: they run inside the target's step.
+        draft_cost = _roofline(scenario, draft)
+        draft_cost.step_overhead_s = 0.0
+        return SpeculativeCostModel(target, draft=draft_cost, sync_overhead_fraction=spec_dec.sync_overhead_fraction)
+    return SpeculativeCostModel(target, draft_cost_ratio=spec_dec.draft_cost_ratio,
+                                sync_overhead_fraction=spec_dec.sync_overhead_fraction)
+
+
+def _speculative_batch(scenario: Scenario, kv, replica_index: int):
+    spec = scenario.speculation
+    acceptance = spec.acceptance
+    if acceptance.kind == "fixed":
+        alpha = acceptance.alpha
+        sampler = lambda rng: alpha  # noqa: E731
+    else:
+        a, b = acceptance.mean * acceptance.concentration, (1 - acceptance.mean) * acceptance.concentration
+        sampler = lambda rng: rng.beta(a, b)  # noqa: E731
+    paged = isinstance(kv, PagedKVManager)
+    rng = np.random.default_rng(np.random.SeedSequence([scenario.run.seed, 13, replica_index]))
+    return SpeculativeDecodeBatch(num_speculative_tokens=spec.num_speculative_tokens, alpha_sampler=sampler,
+                                  ragged=spec.ragged, rng=rng, block_size=kv.block_size if paged else None,
+                                  kv=kv if paged else None)
+
+
+def make_scheduler(scenario: Scenario, replica_index: int = 0):
     kv_spec, s = scenario.kv_cache, scenario.scheduler
     tokens = scenario.kv_capacity_tokens()
     max_len = scenario.max_model_len()
@@ -51,16 +85,21 @@ def make_scheduler(scenario: Scenario):
     if s.batching == "static":
         return StaticScheduler(kv, max_batch_size=s.max_batch_size, batch_timeout_s=s.batch_timeout_s,
                                max_model_len=max_len)
+    tracker = _speculative_batch(scenario, kv, replica_index) if scenario.speculation else None
+    swap_tokens = 0
+    if kv_spec.preemption == "swap":
+        swap_tokens = kv_spec.swap_space_bytes // scenario.kv_bytes_per_token_per_gpu()
     return ContinuousScheduler(kv, max_num_seqs=s.max_num_seqs,
                                max_num_batched_tokens=scenario.max_num_batched_tokens(),
-                               chunked_prefill=s.chunked_prefill, max_model_len=max_len)
+                               chunked_prefill=s.chunked_prefill, max_model_len=max_len, tracker=tracker,
+                               swap_capacity_tokens=swap_tokens)
 
 
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
              progress: Callable[[float, int], None] | None = None, cost_model=None) -> Result:
     """Simulate a validated scenario; `workload` defaults to the one the scenario generates."""
     workload = workload if workload is not None else make_workload(scenario)
-    replicas = [Replica(i, make_scheduler(scenario), cost_model or make_cost_model(scenario))
+    replicas = [Replica(i, make_scheduler(scenario, i), cost_model or make_cost_model(scenario))
                 for i in range(scenario.hardware.num_replicas)]
     run = scenario.run
     horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
@@ -78,5 +117,11 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                         tensor_parallel=scenario.hardware.tensor_parallel, in_system_area=sim.in_system_area,
                         num_generated=workload.num_requests)
     summary["kv_capacity_tokens"] = replicas[0].scheduler.kv.capacity_slots
+    swapped_tokens = int(steps["swap_in_tokens"].sum() + steps["swap_out_tokens"].sum())
+    summary["swapped_bytes"] = swapped_tokens * scenario.kv_bytes_per_token_per_gpu() * scenario.hardware.tensor_parallel
+    if scenario.speculation is not None:
+        drafted = sum(r.scheduler.tracker.num_drafted for r in replicas)
+        accepted = sum(r.scheduler.tracker.num_accepted_drafts for r in replicas)
+        summary["draft_acceptance_rate"] = accepted / drafted if drafted else float("nan")
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler)})

@@ -119,8 +119,10 @@ class RooflineCostModel:
         prefill_attn = (attn_pairs * self.attn_flops_per_pair,
                         attn_kv_tokens * self.kv_bytes_per_token_layer
                         + plan.num_prefill_tokens * self.q_bytes_per_token)
-        decode_attn = (decode_ctx * self.attn_flops_per_pair,
-                       decode_ctx * self.kv_bytes_per_token_layer + plan.num_decode_seqs * self.q_bytes_per_token)
+        # Each of a sequence's query tokens (γ+1 when verifying drafts) attends to its context; the KV is read once.
+        decode_queries = plan.num_decode_seqs * plan.decode_query_tokens
+        decode_attn = (decode_ctx * plan.decode_query_tokens * self.attn_flops_per_pair,
+                       decode_ctx * self.kv_bytes_per_token_layer + decode_queries * self.q_bytes_per_token)
         # Norms, residual adds, rotary, activation: memory-bound streams over the hidden states.
         elementwise_bytes = num_tokens * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT_BYTES
         allreduce_s = 0.0
@@ -147,11 +149,16 @@ class RooflineCostModel:
             flops_total += num_layers * layer_flops
             bytes_total += num_layers * layer_bytes
 
-        if plan.num_sampled_seqs:
-            f, b = self._linear(self.lm_head, plan.num_sampled_seqs)
+        lm_head_rows = plan.num_sampled_seqs + plan.num_decode_seqs * (plan.decode_query_tokens - 1)
+        if lm_head_rows:
+            f, b = self._linear(self.lm_head, lm_head_rows)
             time_s += self._op(f, b)
             flops_total += f
             bytes_total += b
+        swapped_tokens = plan.swap_in_tokens + plan.swap_out_tokens
+        if swapped_tokens:
+            # Each GPU moves its own shard of the KV over its own host link.
+            time_s += swapped_tokens * self.kv_bytes_per_token_layer * self.model.num_layers / self.gpu.host_link_bytes_per_s
         return StepCost(time_s + self.step_overhead_s, flops_total, bytes_total)
 
     def step_time(self, plan: StepPlan) -> float:
@@ -173,6 +180,51 @@ class FixedCostModel:
 
     def step_cost(self, plan: StepPlan) -> StepCost:
         return StepCost(self.prefill_s if plan.prefill_request_ids else self.decode_s, 0.0, 0.0)
+
+    def step_time(self, plan: StepPlan) -> float:
+        return self.step_cost(plan).time_s
+
+
+class SpeculativeCostModel:
+    """A target cost model plus the draft model's work: γ draft decode steps per speculative step,
+    and the draft's own prefill of every prompt chunk. The draft is either a cost model (a catalog
+    model through the same roofline) or a ratio c = draft step time / target step time.
+    """
+
+    def __init__(self, target, *, draft=None, draft_cost_ratio: float | None = None,
+                 sync_overhead_fraction: float = 0.0):
+        if (draft is None) == (draft_cost_ratio is None):
+            raise ValueError("give exactly one of draft and draft_cost_ratio")
+        self.target, self.draft, self.ratio = target, draft, draft_cost_ratio
+        self.sync_overhead_fraction = sync_overhead_fraction
+
+    def __repr__(self) -> str:
+        draft = repr(self.draft) if self.draft is not None else f"c={self.ratio}"
+        return f"SpeculativeCostModel(target={self.target!r}, draft={draft})"
+
+    def _draft_cost(self, plan: StepPlan) -> StepCost:
+        """The draft's prefill of this step's chunks plus its γ single-token decode steps."""
+        gamma = plan.num_draft_tokens
+        prefill = StepPlan(prefill_request_ids=plan.prefill_request_ids, prefill_chunk_tokens=plan.prefill_chunk_tokens,
+                           prefill_context_tokens=plan.prefill_context_tokens, num_sampled_seqs=0)
+        parts = [prefill] if plan.prefill_request_ids else []
+        n = plan.num_decode_seqs
+        base_ctx = plan.decode_context_tokens - n * plan.decode_query_tokens
+        for i in range(gamma):
+            parts.append(StepPlan(num_decode_seqs=n, decode_context_tokens=base_ctx + n * (i + 1), num_sampled_seqs=n))
+        model = self.draft if self.draft is not None else self.target
+        costs = [model.step_cost(p) for p in parts]
+        scale = 1.0 if self.draft is not None else self.ratio
+        return StepCost(scale * sum(c.time_s for c in costs), sum(c.flops for c in costs) * (self.draft is not None),
+                        sum(c.bytes for c in costs) * (self.draft is not None))
+
+    def step_cost(self, plan: StepPlan) -> StepCost:
+        verify = self.target.step_cost(plan)
+        if not plan.num_draft_tokens:
+            return verify
+        draft = self._draft_cost(plan)
+        time_s = verify.time_s * (1.0 + self.sync_overhead_fraction) + draft.time_s
+        return StepCost(time_s, verify.flops + draft.flops, verify.bytes + draft.bytes)
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s

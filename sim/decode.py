@@ -15,7 +15,11 @@ from .request import Request
 
 
 class DecodeTracker:
-    def __init__(self, block_size: int | None = None):
+    decode_query_tokens = 1  # each member computes one token per step
+    num_draft_tokens = 0
+
+    def __init__(self, block_size: int | None = None, kv=None):
+        self.kv = kv  # the paged KV manager that new blocks come from (None: contiguous)
         self.clock = 0  # decode steps applied so far
         self.members: dict[int, Request] = {}
         self.token_sum = 0  # sum of members' computed tokens at the current clock
@@ -57,8 +61,16 @@ class DecodeTracker:
         """Ids of members whose token computed in the coming step starts a new block."""
         return self._buckets[self.clock % self.block_size]
 
-    def advance(self) -> list[Request]:
-        """Apply one decode step to every member; return (synced, removed) those that sampled their last token."""
+    def num_new_blocks_needed(self) -> int:
+        return len(self._buckets[self.clock % self.block_size]) if self.block_size else 0
+
+    def allocate_new_blocks(self) -> None:
+        self.kv.append_one_block_each(self.needing_new_block())
+
+    def advance(self) -> tuple[list[Request], int]:
+        """Apply one decode step to every member; return those that sampled their last token (synced,
+        removed) and the number of tokens generated."""
+        num_tokens = len(self.members)
         self.clock += 1
         self.token_sum += len(self.members)
         finished = []
@@ -71,4 +83,4 @@ class DecodeTracker:
                 continue  # stale entry of a request that was removed (and maybe re-added)
             self.remove(request)
             finished.append(request)
-        return finished
+        return finished, num_tokens

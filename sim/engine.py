@@ -40,7 +40,7 @@ class StepLog:
         "num_prefill_tokens": "q", "num_decode_seqs": "q", "num_padding_seqs": "q",
         "num_output_tokens": "q", "num_preempted": "q", "kv_token_slots": "q",
         "kv_reserved_slots": "q", "kv_internal_slots": "q", "kv_external_slots": "q",
-        "kv_capacity_slots": "q", "flops": "d", "bytes": "d",
+        "kv_capacity_slots": "q", "swap_in_tokens": "q", "swap_out_tokens": "q", "flops": "d", "bytes": "d",
     }
 
     def __init__(self):
@@ -207,6 +207,8 @@ class Simulation:
             append["kv_internal_slots"](usage.internal_slots)
             append["kv_external_slots"](usage.external_slots)
             append["kv_capacity_slots"](usage.capacity_slots)
+            append["swap_in_tokens"](plan.swap_in_tokens)
+            append["swap_out_tokens"](plan.swap_out_tokens)
             append["flops"](cost.flops)
             append["bytes"](cost.bytes)
             if outcome.finished:

@@ -17,8 +17,12 @@ class StepPlan:
     prefill_request_ids: list[int] = field(default_factory=list)  # requests computing prompt/recompute tokens
     prefill_chunk_tokens: list[int] = field(default_factory=list)  # tokens each of them computes this step
     prefill_context_tokens: list[int] = field(default_factory=list)  # tokens already in its KV before the chunk
-    num_decode_seqs: int = 0  # sequences computing exactly one token, padding sequences included
+    num_decode_seqs: int = 0  # decoding sequences (one token each, or a speculative verification), padding included
     decode_context_tokens: int = 0  # KV tokens those decodes attend to, their new tokens included
+    decode_query_tokens: int = 1  # tokens each decoding sequence computes: 1, or γ+1 when verifying drafts
+    num_draft_tokens: int = 0  # γ: draft-model decode steps each decoding sequence runs before verification
+    swap_out_tokens: int = 0  # KV tokens copied GPU -> host for preempted requests (swap preemption)
+    swap_in_tokens: int = 0  # KV tokens copied host -> GPU for resumed requests
     num_padding_seqs: int = 0  # static batching: finished sequences that still occupy a slot and compute
     num_sampled_seqs: int = 0  # sequences that sample a token at the end of the step (LM head rows)
     new_request_ids: list[int] = field(default_factory=list)  # admitted this step (first time or after preemption)
@@ -31,7 +35,7 @@ class StepPlan:
     @property
     def num_tokens(self) -> int:
         """Tokens through the model's linear layers this step."""
-        return self.num_prefill_tokens + self.num_decode_seqs
+        return self.num_prefill_tokens + self.num_decode_seqs * self.decode_query_tokens
 
     @property
     def num_seqs(self) -> int:

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from .catalog import get_gpu, get_model
 from .errors import ConfigError, DoesNotFitError
-from .memory import check_tensor_parallel, kv_capacity
+from .memory import check_tensor_parallel, kv_bytes_per_token, kv_capacity, weight_bytes_per_gpu
 from .specs import GPUSpec, ModelSpec
 from .workload import WorkloadSpec
 
@@ -63,7 +63,10 @@ class KVCacheSpec(_Strict):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="fraction of HBM the engine may use")
     reserve_bytes: int = Field(0, ge=0, description="extra bytes per GPU kept free")
     capacity_tokens: int | None = Field(None, ge=1, description="override the computed KV capacity (tokens)")
-    preemption: Literal["recompute"] = "recompute"
+    preemption: Literal["recompute", "swap"] = Field(
+        "recompute", description="recompute: free the victim's KV and prefill it again; swap: move it to host "
+        "memory over the GPU's host link and back (recompute when swap space is full)")
+    swap_space_bytes: int = Field(4 << 30, ge=0, description="swap: host memory per GPU for swapped KV (vLLM: 4 GiB)")
 
 
 class QuantizationSpec(_Strict):
@@ -83,6 +86,41 @@ class FixedCostSpec(_Strict):
     kind: Literal["fixed"]
     prefill_s: float = Field(gt=0)
     decode_s: float = Field(gt=0)
+
+
+class FixedAcceptance(_Strict):
+    kind: Literal["fixed"] = "fixed"
+    alpha: float = Field(ge=0, le=1, description="probability that each drafted token is accepted")
+
+
+class BetaAcceptance(_Strict):
+    """Acceptance differs between prompts: each request draws its own α from a Beta distribution."""
+
+    kind: Literal["beta"]
+    mean: float = Field(gt=0, lt=1)
+    concentration: float = Field(10.0, gt=0, description="a + b of the Beta; larger = less spread")
+
+
+class SpeculationSpec(_Strict):
+    draft_model: str | ModelSpec | None = Field(None, description="catalog name or inline architecture")
+    draft_cost_ratio: float | None = Field(None, gt=0, description="c = draft step time / target step time")
+    num_speculative_tokens: int = Field(4, ge=1, description="γ: tokens drafted per step")
+    acceptance: FixedAcceptance | BetaAcceptance = Field(FixedAcceptance(alpha=0.7), discriminator="kind")
+    ragged: Literal["per_request", "rollback_to_min"] = Field(
+        "per_request", description="per_request: each request keeps its own accepted tokens (vLLM); "
+        "rollback_to_min: the whole batch advances by its minimum")
+    sync_overhead_fraction: float = Field(0.0, ge=0, description="extra verification time for padded schemes")
+
+    @model_validator(mode="after")
+    def _one_draft(self) -> "SpeculationSpec":
+        if (self.draft_model is None) == (self.draft_cost_ratio is None):
+            raise ValueError("give exactly one of draft_model and draft_cost_ratio")
+        return self
+
+    def draft_spec(self) -> ModelSpec | None:
+        if self.draft_model is None or isinstance(self.draft_model, ModelSpec):
+            return self.draft_model
+        return get_model(self.draft_model, "speculation.draft_model")
 
 
 class SLOSpec(_Strict):
@@ -115,6 +153,7 @@ class Scenario(_Strict):
     kv_cache: KVCacheSpec = KVCacheSpec()
     quantization: QuantizationSpec = QuantizationSpec()
     cost_model: RooflineSpec | FixedCostSpec = Field(RooflineSpec(), discriminator="kind")
+    speculation: SpeculationSpec | None = Field(None, description="speculative decoding; absent = off")
     slo: SLOSpec = SLOSpec()
     run: RunSpec = RunSpec(num_requests=1000)
 
@@ -138,24 +177,46 @@ class Scenario(_Strict):
         if s.batching == "continuous" and self.max_num_batched_tokens() < s.max_num_seqs:
             raise ConfigError(f"scheduler.max_num_batched_tokens: {self.max_num_batched_tokens()} must be "
                               f">= max_num_seqs ({s.max_num_seqs}) so every running decode fits a step")
+        if self.speculation is not None:
+            if s.batching != "continuous":
+                raise ConfigError("speculation: needs scheduler.batching 'continuous'")
+            draft = self.speculation.draft_spec()
+            if draft is not None:
+                check_tensor_parallel(draft, self.hardware.tensor_parallel, field="speculation.draft_model")
         try:
             self.kv_capacity_tokens()
         except DoesNotFitError as err:
             raise ConfigError(f"hardware: {err}") from None
         return self
 
+    def kv_bytes_per_token_per_gpu(self) -> int:
+        """Bytes one token's KV takes on each GPU of a replica (the draft model's included)."""
+        q, tp = self.quantization, self.hardware.tensor_parallel
+        draft = self.speculation.draft_spec() if self.speculation else None
+        return (kv_bytes_per_token(self.model_spec(), q.kv_cache, tp)
+                + (kv_bytes_per_token(draft, q.kv_cache, tp) if draft is not None else 0))
+
     def kv_capacity_tokens(self) -> int:
         """KV token slots per replica: from the memory arithmetic, unless the scenario pins it."""
         if self.kv_cache.capacity_tokens is not None:
             return self.kv_cache.capacity_tokens
-        s, q = self.scheduler, self.quantization
-        return kv_capacity(self.model_spec(), self.gpu_spec(), tensor_parallel=self.hardware.tensor_parallel,
-                           weight_dtype=q.weights, kv_dtype=q.kv_cache,
-                           gpu_memory_utilization=self.kv_cache.gpu_memory_utilization,
-                           reserve_bytes=self.kv_cache.reserve_bytes,
-                           max_num_batched_tokens=self.max_num_batched_tokens(),
-                           max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
-                           ).num_tokens
+        s, q, tp = self.scheduler, self.quantization, self.hardware.tensor_parallel
+        cap = kv_capacity(self.model_spec(), self.gpu_spec(), tensor_parallel=tp,
+                          weight_dtype=q.weights, kv_dtype=q.kv_cache,
+                          gpu_memory_utilization=self.kv_cache.gpu_memory_utilization,
+                          reserve_bytes=self.kv_cache.reserve_bytes,
+                          max_num_batched_tokens=self.max_num_batched_tokens(),
+                          max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size)
+        draft = self.speculation.draft_spec() if self.speculation else None
+        if draft is None:
+            return cap.num_tokens
+        # The draft model's weights share the GPU, and every token also keeps the draft's KV.
+        kv_bytes = cap.kv_bytes - weight_bytes_per_gpu(draft, q.weights, tp)
+        per_token = cap.kv_bytes_per_token + kv_bytes_per_token(draft, q.kv_cache, tp)
+        if kv_bytes < per_token:
+            raise DoesNotFitError(f"{self.model_spec().name} with draft {draft.name} leaves "
+                                  f"{max(kv_bytes, 0):,} bytes per GPU for KV, less than one token's {per_token:,}")
+        return kv_bytes // per_token
 
     def max_model_len(self) -> int:
         return self.scheduler.max_model_len or self.model_spec().max_context

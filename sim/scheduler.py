@@ -16,11 +16,14 @@ from .request import Request, RequestStatus
 
 
 class _SchedulerBase:
-    def __init__(self, kv: KVManager, max_model_len: int):
+    def __init__(self, kv: KVManager, max_model_len: int, tracker=None):
         self.kv = kv
         self.max_model_len = max_model_len
         self.waiting: deque[Request] = deque()
-        self.tracker = DecodeTracker(kv.block_size if isinstance(kv, PagedKVManager) else None)
+        paged = isinstance(kv, PagedKVManager)
+        # Decoding requests, advanced in bulk (or a SpeculativeDecodeBatch under speculative decoding).
+        self.tracker = tracker if tracker is not None else DecodeTracker(kv.block_size if paged else None,
+                                                                         kv if paged else None)
         self.next_wake_s: float | None = None  # set when schedule() returns None but wants a timed retry
 
     def rejection_reason(self, request: Request) -> str:
@@ -64,8 +67,13 @@ class ContinuousScheduler(_SchedulerBase):
     """
 
     def __init__(self, kv: KVManager, *, max_num_seqs: int, max_num_batched_tokens: int,
-                 chunked_prefill: bool, max_model_len: int):
-        super().__init__(kv, max_model_len)
+                 chunked_prefill: bool, max_model_len: int, tracker=None, swap_capacity_tokens: int = 0):
+        super().__init__(kv, max_model_len, tracker)
+        # Swap preemption: a victim's KV goes to host memory (up to this many tokens) instead of being
+        # recomputed; it comes back when the victim is re-admitted. 0: always recompute.
+        self.swap_capacity_tokens = swap_capacity_tokens
+        self.swap_free_tokens = swap_capacity_tokens
+        self.swapped: dict[int, int] = {}  # request id -> KV tokens held in host memory
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs so every decode fits a step")
         self.max_num_seqs = max_num_seqs
@@ -97,7 +105,12 @@ class ContinuousScheduler(_SchedulerBase):
         else:
             self.prefilling.pop(victim.request_id, None)
         self.kv.free(victim)
-        victim.num_computed_tokens = 0
+        if 0 < victim.num_computed_tokens <= self.swap_free_tokens:
+            self.swapped[victim.request_id] = victim.num_computed_tokens
+            self.swap_free_tokens -= victim.num_computed_tokens
+            plan.swap_out_tokens += victim.num_computed_tokens
+        else:
+            victim.num_computed_tokens = 0  # recompute: prompt and generated tokens are prefilled again
         victim.num_preemptions += 1
         victim.status = RequestStatus.WAITING
         self.waiting.appendleft(victim)
@@ -110,11 +123,11 @@ class ContinuousScheduler(_SchedulerBase):
         plan = StepPlan()
         kv, tracker = self.kv, self.tracker
         if tracker.block_size:
-            needing = tracker.needing_new_block()
-            while len(needing) > kv.num_free_blocks:
+            while tracker.num_new_blocks_needed() > kv.num_free_blocks:
                 self._preempt_last(now, plan)
-            kv.append_one_block_each(needing)
-        budget = self.max_num_batched_tokens - len(tracker)
+            tracker.allocate_new_blocks()
+        query_tokens = tracker.decode_query_tokens
+        budget = self.max_num_batched_tokens - len(tracker) * query_tokens
 
         for rid in list(self.prefilling):
             request = self.prefilling.get(rid)
@@ -141,6 +154,10 @@ class ContinuousScheduler(_SchedulerBase):
             request.status = RequestStatus.RUNNING
             if math.isnan(request.first_scheduled_s):
                 request.first_scheduled_s = now
+            swapped = self.swapped.pop(request.request_id, 0)
+            if swapped:
+                self.swap_free_tokens += swapped
+                plan.swap_in_tokens += swapped
             self.running[request.request_id] = request
             self.prefilling[request.request_id] = request
             plan.new_request_ids.append(request.request_id)
@@ -148,7 +165,9 @@ class ContinuousScheduler(_SchedulerBase):
             budget -= chunk
 
         plan.num_decode_seqs = len(tracker)
-        plan.decode_context_tokens = tracker.token_sum + len(tracker)
+        plan.decode_query_tokens = query_tokens
+        plan.num_draft_tokens = tracker.num_draft_tokens if len(tracker) else 0
+        plan.decode_context_tokens = tracker.token_sum + len(tracker) * query_tokens
         plan.num_sampled_seqs += len(tracker)
         if not plan.prefill_request_ids and not plan.num_decode_seqs:
             return None
@@ -164,10 +183,9 @@ class ContinuousScheduler(_SchedulerBase):
 
     def update_from_output(self, plan: StepPlan, now: float) -> StepOutcome:
         outcome = StepOutcome()
-        num_decodes = len(self.tracker)
-        for request in self.tracker.advance():
+        finished, outcome.num_output_tokens = self.tracker.advance()
+        for request in finished:
             self._finish(request, now, outcome)
-        outcome.num_output_tokens += num_decodes
         for rid, chunk in zip(plan.prefill_request_ids, plan.prefill_chunk_tokens):
             request = self.running[rid]
             request.num_computed_tokens += chunk
@@ -268,8 +286,7 @@ class StaticScheduler(_SchedulerBase):
             return plan
         tracker = self.tracker
         if tracker.block_size:
-            # Cannot run out: the batch's whole need was free when it was formed.
-            self.kv.append_one_block_each(tracker.needing_new_block())
+            tracker.allocate_new_blocks()  # cannot run out: the batch's whole need was free when it was formed
         batch_size = len(self.batch)
         plan.num_decode_seqs = plan.num_sampled_seqs = batch_size
         plan.num_padding_seqs = batch_size - len(tracker)
@@ -289,9 +306,9 @@ class StaticScheduler(_SchedulerBase):
                     self._held_tokens += request.num_computed_tokens
             outcome.num_output_tokens = len(self.batch)
         else:
-            outcome.num_output_tokens = len(self.tracker)
             self._decode_steps_done += 1
-            for request in self.tracker.advance():
+            finished, outcome.num_output_tokens = self.tracker.advance()
+            for request in finished:
                 request.last_token_s = now
                 self._held_tokens += request.num_computed_tokens
         if not self.tracker:

@@ -1,0 +1,129 @@
+"""Speculative decoding: each step a request drafts γ tokens and the target verifies them in one pass.
+
+Each drafted token is accepted with probability α until the first rejection, then the target adds
+one token of its own, so a step yields between 1 and γ+1 tokens (Leviathan et al., ICML 2023). The
+expected yield per target pass is (1 − α^(γ+1)) / (1 − α).
+
+Accepted counts differ per request, so the bulk step clock of `DecodeTracker` does not apply; this
+batch keeps its members' counters in numpy arrays (compact, swap-remove) and draws every member's
+acceptances in one vectorized call per step. It answers the scheduler through the same interface.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import numpy as np
+
+from .request import Request
+
+Ragged = Literal["per_request", "rollback_to_min"]
+
+
+class SpeculativeDecodeBatch:
+    def __init__(self, *, num_speculative_tokens: int, alpha_sampler, ragged: Ragged, rng: np.random.Generator,
+                 block_size: int | None = None, kv=None):
+        self.gamma = num_speculative_tokens
+        self.decode_query_tokens = num_speculative_tokens + 1  # the verification pass: last token + γ drafts
+        self.num_draft_tokens = num_speculative_tokens
+        self.alpha_sampler = alpha_sampler  # rng -> acceptance rate of one request
+        self.ragged = ragged
+        self.rng = rng
+        self.block_size = block_size
+        self.kv = kv  # the paged KV manager, whose tail blocks are released after rejections
+        self.members: dict[int, Request] = {}
+        self._slot: dict[int, int] = {}
+        cap = 64
+        self._rid = np.zeros(cap, dtype=np.int64)
+        self._computed = np.zeros(cap, dtype=np.int64)
+        self._output = np.zeros(cap, dtype=np.int64)
+        self._max_output = np.zeros(cap, dtype=np.int64)
+        self._alpha = np.zeros(cap)
+        self._blocks = np.zeros(cap, dtype=np.int64)  # KV blocks each member holds (paged)
+        self.num_accepted_drafts = 0
+        self.num_drafted = 0
+
+    def __len__(self) -> int:
+        return len(self.members)
+
+    @property
+    def token_sum(self) -> int:
+        return int(self._computed[:len(self.members)].sum())
+
+    def _grow(self) -> None:
+        for name in ("_rid", "_computed", "_output", "_max_output", "_alpha", "_blocks"):
+            arr = getattr(self, name)
+            setattr(self, name, np.concatenate([arr, np.zeros_like(arr)]))
+
+    def add(self, request: Request) -> None:
+        n = len(self.members)
+        if n == len(self._rid):
+            self._grow()
+        rid = request.request_id
+        self.members[rid] = request
+        self._slot[rid] = n
+        self._rid[n] = rid
+        self._computed[n] = request.num_computed_tokens
+        self._output[n] = request.num_output_tokens
+        self._max_output[n] = request.max_output_tokens
+        self._alpha[n] = self.alpha_sampler(self.rng)
+        self._blocks[n] = len(self.kv.block_tables.get(rid, ())) if self.block_size else 0
+
+    def sync(self, request: Request) -> None:
+        slot = self._slot[request.request_id]
+        request.num_computed_tokens = int(self._computed[slot])
+        request.num_output_tokens = int(self._output[slot])
+
+    def remove(self, request: Request) -> None:
+        self.sync(request)
+        rid = request.request_id
+        slot = self._slot.pop(rid)
+        del self.members[rid]
+        last = len(self.members)
+        if slot != last:
+            moved = int(self._rid[last])
+            for arr in (self._rid, self._computed, self._output, self._max_output, self._alpha, self._blocks):
+                arr[slot] = arr[last]
+            self._slot[moved] = slot
+
+    # --- paged KV: room for the γ+1 tokens written during verification --------------------------------
+    def _new_blocks(self) -> np.ndarray:
+        n = len(self.members)
+        need = -(-(self._computed[:n] + self.gamma + 1) // self.block_size) - self._blocks[:n]
+        return np.maximum(need, 0)
+
+    def num_new_blocks_needed(self) -> int:
+        return int(self._new_blocks().sum()) if self.block_size and self.members else 0
+
+    def allocate_new_blocks(self) -> None:
+        need = self._new_blocks()
+        for slot in np.nonzero(need)[0]:
+            self.kv.append_blocks(int(self._rid[slot]), int(need[slot]))
+        self._blocks[:len(need)] += need
+
+    # --- one step -------------------------------------------------------------------------------
+    def advance(self) -> tuple[list[Request], int]:
+        """Apply a verification step; returns (finished requests, tokens generated)."""
+        n = len(self.members)
+        if not n:
+            return [], 0
+        accepted_drafts = np.cumprod(self.rng.random((n, self.gamma)) < self._alpha[:n, None], axis=1).sum(axis=1)
+        new_tokens = accepted_drafts + 1
+        if self.ragged == "rollback_to_min":
+            new_tokens[:] = new_tokens.min()
+        remaining = self._max_output[:n] - self._output[:n]
+        new_tokens = np.minimum(new_tokens, remaining)
+        self.num_drafted += n * self.gamma
+        self.num_accepted_drafts += int(np.minimum(accepted_drafts, new_tokens - 1).sum())
+        self._computed[:n] += new_tokens
+        self._output[:n] += new_tokens
+        if self.block_size:
+            # Rejected drafts' KV slots are released: keep only the blocks the accepted tokens fill.
+            excess = self._blocks[:n] - (-(-self._computed[:n] // self.block_size))
+            for slot in np.nonzero(excess > 0)[0]:
+                self.kv.release_tail_blocks(int(self._rid[slot]), int(excess[slot]))
+            self._blocks[:n] -= np.maximum(excess, 0)
+        finished = [self.members[int(rid)] for rid in self._rid[:n][self._output[:n] >= self._max_output[:n]]]
+        for request in finished:
+            self.remove(request)
+        return finished, int(new_tokens.sum())
