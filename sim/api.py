@@ -79,7 +79,7 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0):
         if num_blocks < 1:
             raise ConfigError(f"kv_cache.block_size: {kv_spec.block_size} is larger than the KV capacity "
                               f"of {tokens} tokens")
-        kv = PagedKVManager(num_blocks, kv_spec.block_size)
+        kv = PagedKVManager(num_blocks, kv_spec.block_size, enable_prefix_caching=kv_spec.enable_prefix_caching)
     else:
         kv = ContiguousKVManager(tokens, kv_spec.reserve, max_len)
     if s.batching == "static":
@@ -108,7 +108,9 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                      arrival_s=workload.arrival_s, input_tokens=workload.input_tokens,
                      output_tokens=workload.output_tokens, horizon_s=horizon,
                      closed_loop_users=closed.num_users if closed else 0,
-                     think_time_s=closed.think_time_s if closed else 0.0, seed=run.seed, progress=progress)
+                     think_time_s=closed.think_time_s if closed else 0.0, seed=run.seed,
+                     prefix_ids=workload.prefix_ids if scenario.kv_cache.enable_prefix_caching else None,
+                     prefix_unit_tokens=workload.prefix_unit_tokens, progress=progress)
     sim.run()
     requests = requests_frame(sim.requests)
     steps = steps_frame(sim.steps.arrays())
@@ -119,6 +121,19 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     summary["kv_capacity_tokens"] = replicas[0].scheduler.kv.capacity_slots
     swapped_tokens = int(steps["swap_in_tokens"].sum() + steps["swap_out_tokens"].sum())
     summary["swapped_bytes"] = swapped_tokens * scenario.kv_bytes_per_token_per_gpu() * scenario.hardware.tensor_parallel
+    kv_bytes_total = scenario.kv_bytes_per_token_per_gpu() * scenario.hardware.tensor_parallel
+    if scenario.kv_cache.enable_prefix_caching:
+        stats = [r.scheduler.kv.prefix_cache_stats() for r in replicas]
+        queried = sum(x.queried_tokens for x in stats)
+        queried_blocks = sum(x.queried_blocks for x in stats)
+        summary["prefix_cache_hit_rate_tokens"] = sum(x.hit_tokens for x in stats) / queried if queried else 0.0
+        summary["prefix_cache_hit_rate_blocks"] = (sum(x.hit_blocks for x in stats) / queried_blocks
+                                                   if queried_blocks else 0.0)
+        summary["prefix_cache_evictions"] = sum(x.num_evictions for x in stats)
+        # Memory saved by sharing: time average of token states stored once but used by several requests.
+        w = steps["duration_s"]
+        summary["kv_shared_bytes_mean"] = (float((steps["kv_shared_slots"] * w).sum() / w.sum()) * kv_bytes_total
+                                           if len(steps) else 0.0)
     if scenario.speculation is not None:
         drafted = sum(r.scheduler.tracker.num_drafted for r in replicas)
         accepted = sum(r.scheduler.tracker.num_accepted_drafts for r in replicas)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import sys
 from pathlib import Path
 from typing import Optional
@@ -59,12 +60,17 @@ def _summary_table(results) -> Table:
     return table
 
 
+def _folder_name(variant: str) -> str:
+    """A variant name as one safe folder name ("multi-turn/on" -> "multi-turn_on")."""
+    return re.sub(r"[^A-Za-z0-9._+()-]", "_", variant).strip(".") or "variant"
+
+
 def _write_outputs(out: Path, results, title: str, scenario_yaml: str) -> None:
     from .output import atomic_dir, write_json
     from .report import render_report
     with atomic_dir(out) as tmp:
         for r in results:
-            sub = tmp if len(results) == 1 else tmp / r.name
+            sub = tmp if len(results) == 1 else tmp / _folder_name(r.name)
             sub.mkdir(exist_ok=True)
             r.requests.to_parquet(sub / "requests.parquet", index=False)
             r.steps.to_parquet(sub / "steps.parquet", index=False)

@@ -40,7 +40,7 @@ class StepLog:
         "num_prefill_tokens": "q", "num_decode_seqs": "q", "num_padding_seqs": "q",
         "num_output_tokens": "q", "num_preempted": "q", "kv_token_slots": "q",
         "kv_reserved_slots": "q", "kv_internal_slots": "q", "kv_external_slots": "q",
-        "kv_capacity_slots": "q", "swap_in_tokens": "q", "swap_out_tokens": "q", "flops": "d", "bytes": "d",
+        "kv_capacity_slots": "q", "kv_shared_slots": "q", "swap_in_tokens": "q", "swap_out_tokens": "q", "flops": "d", "bytes": "d",
     }
 
     def __init__(self):
@@ -92,6 +92,7 @@ class Simulation:
     def __init__(self, replicas: list[Replica], router: Router, *, arrival_s: np.ndarray,
                  input_tokens: np.ndarray, output_tokens: np.ndarray, horizon_s: float | None = None,
                  closed_loop_users: int = 0, think_time_s: float = 0.0, seed: int = 0,
+                 prefix_ids: list | None = None, prefix_unit_tokens: int = 0,
                  progress: Callable[[float, int], None] | None = None):
         self.env = simpy.Environment()
         self.replicas = replicas
@@ -101,6 +102,8 @@ class Simulation:
         self.output_tokens = output_tokens
         self.horizon_s = horizon_s
         self.num_requests = len(input_tokens)
+        self.prefix_ids = prefix_ids  # per request prompt content ids, for prefix caching
+        self.prefix_unit_tokens = prefix_unit_tokens
         self.closed_loop_users = closed_loop_users
         self.think_time_s = think_time_s
         self.think_rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
@@ -148,7 +151,9 @@ class Simulation:
         if i >= self.num_requests:
             return None
         self._next_request += 1
-        return Request(i, arrival_s, int(self.input_tokens[i]), int(self.output_tokens[i]))
+        prefix_ids = self.prefix_ids[i] if self.prefix_ids is not None else None
+        return Request(i, arrival_s, int(self.input_tokens[i]), int(self.output_tokens[i]),
+                       prefix_ids=prefix_ids, prefix_unit_tokens=self.prefix_unit_tokens)
 
     # --- processes -----------------------------------------------------------------------------
     def open_arrivals(self, env: simpy.Environment):
@@ -207,6 +212,7 @@ class Simulation:
             append["kv_internal_slots"](usage.internal_slots)
             append["kv_external_slots"](usage.external_slots)
             append["kv_capacity_slots"](usage.capacity_slots)
+            append["kv_shared_slots"](usage.shared_slots)
             append["swap_in_tokens"](plan.swap_in_tokens)
             append["swap_out_tokens"](plan.swap_out_tokens)
             append["flops"](cost.flops)

@@ -26,6 +26,9 @@ SUMMARY_ROWS = [
     ("kv_token_share", "KV token-state share"), ("kv_external_fraction", "KV external fragmentation"),
     ("preemptions", "preemptions"), ("num_finished", "finished"), ("num_unfinished", "unfinished"),
     ("num_rejected", "rejected"), ("mbu", "memory-bandwidth utilization"), ("mfu", "FLOP utilization"),
+    ("prefix_cache_hit_rate_tokens", "prefix-cache hit rate (tokens)"),
+    ("kv_shared_bytes_mean", "KV bytes saved by sharing (mean)"),
+    ("draft_acceptance_rate", "draft acceptance rate"), ("swapped_bytes", "swapped bytes"),
 ]
 
 

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import enum
 import math
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import numpy as np
 
 
 class RequestStatus(enum.Enum):
@@ -25,10 +29,12 @@ class Request:
     __slots__ = (
         "request_id", "arrival_s", "num_prompt_tokens", "max_output_tokens", "num_output_tokens",
         "num_computed_tokens", "num_preemptions", "status", "replica", "first_scheduled_s",
-        "first_token_s", "last_token_s", "finish_s", "reject_reason", "decode_anchor",
+        "first_token_s", "last_token_s", "finish_s", "reject_reason", "decode_anchor", "prefix_ids",
+        "prefix_unit_tokens",
     )
 
-    def __init__(self, request_id: int, arrival_s: float, num_prompt_tokens: int, max_output_tokens: int):
+    def __init__(self, request_id: int, arrival_s: float, num_prompt_tokens: int, max_output_tokens: int, *,
+                 prefix_ids: np.ndarray | None = None, prefix_unit_tokens: int = 0):
         self.request_id = request_id
         self.arrival_s = arrival_s
         self.num_prompt_tokens = num_prompt_tokens
@@ -44,6 +50,11 @@ class Request:
         self.finish_s = math.nan
         self.reject_reason = ""
         self.decode_anchor = -1  # decode-tracker clock at which the counters were last exact; -1: not tracked
+        # Prompt content, for prefix caching: prompt tokens [i*unit, (i+1)*unit) have content id
+        # prefix_ids[i] (int64); equal id sequences up to a point = equal prompts up to there. The last id
+        # may cover a partial unit. Tokens not covered by ids, and generated tokens, are unique to the request.
+        self.prefix_ids = prefix_ids
+        self.prefix_unit_tokens = prefix_unit_tokens  # tokens per id (Mooncake: 512); 0 without ids
 
     @property
     def num_tokens(self) -> int:

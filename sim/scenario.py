@@ -63,6 +63,8 @@ class KVCacheSpec(_Strict):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="fraction of HBM the engine may use")
     reserve_bytes: int = Field(0, ge=0, description="extra bytes per GPU kept free")
     capacity_tokens: int | None = Field(None, ge=1, description="override the computed KV capacity (tokens)")
+    enable_prefix_caching: bool = Field(False, description="paged: reuse cached blocks of shared prompt prefixes "
+                                        "(hash-chained blocks, reference counts, LRU eviction)")
     preemption: Literal["recompute", "swap"] = Field(
         "recompute", description="recompute: free the victim's KV and prefill it again; swap: move it to host "
         "memory over the GPU's host link and back (recompute when swap space is full)")
@@ -177,6 +179,8 @@ class Scenario(_Strict):
         if s.batching == "continuous" and self.max_num_batched_tokens() < s.max_num_seqs:
             raise ConfigError(f"scheduler.max_num_batched_tokens: {self.max_num_batched_tokens()} must be "
                               f">= max_num_seqs ({s.max_num_seqs}) so every running decode fits a step")
+        if self.kv_cache.enable_prefix_caching and self.kv_cache.layout != "paged":
+            raise ConfigError("kv_cache.enable_prefix_caching: needs layout 'paged'")
         if self.speculation is not None:
             if s.batching != "continuous":
                 raise ConfigError("speculation: needs scheduler.batching 'continuous'")
@@ -430,7 +434,11 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
 def _deep_merge(base: dict, override: dict) -> dict:
     out = copy.deepcopy(base)
     for key, value in override.items():
-        if isinstance(value, dict) and isinstance(out.get(key), dict):
+        # A mapping that switches `kind` (e.g. poisson -> trace) replaces the base's: the old kind's
+        # keys would be unknown keys of the new one.
+        switches_kind = (isinstance(value, dict) and isinstance(out.get(key), dict)
+                         and "kind" in value and value["kind"] != out[key].get("kind"))
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and not switches_kind:
             out[key] = _deep_merge(out[key], value)
         else:
             out[key] = copy.deepcopy(value)

@@ -144,11 +144,20 @@ class ContinuousScheduler(_SchedulerBase):
         while (self.waiting and not plan.preempted_request_ids and budget > 0
                and len(self.running) < self.max_num_seqs):
             request = self.waiting[0]
+            fresh = request.num_computed_tokens == 0
+            if fresh:
+                # Prefix cache: leading prompt blocks already cached are not computed again. Looked up
+                # right before allocating, since any allocation in between may evict them.
+                request.num_computed_tokens = kv.get_computed_blocks(request)
             need = request.num_tokens - request.num_computed_tokens
             if need > budget and not self.chunked_prefill:
+                if fresh:
+                    request.num_computed_tokens = 0
                 break
             chunk = min(need, budget)
             if kv.allocate_slots(request, chunk) is None:
+                if fresh:
+                    request.num_computed_tokens = 0
                 break
             self.waiting.popleft()
             request.status = RequestStatus.RUNNING

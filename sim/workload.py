@@ -7,6 +7,11 @@ many requests, never one Python iteration per request.
 Randomness: one `SeedSequence(seed)` is split into independent child streams for arrivals, input
 lengths and output lengths, so changing the arrival process leaves the lengths unchanged, and asking
 for more requests (or a longer duration) extends the same workload rather than drawing a new one.
+A third child stream draws shared prefixes (`prefix:`), so adding one leaves the other two alone.
+
+Prompt content, for prefix caching, is described by ids (see sim.request.Request): prompt tokens
+[i*unit, (i+1)*unit) have content id `prefix_ids[i]`, equal ids meaning equal content. Mooncake
+traces bring their own (`hash_ids`, 512 tokens each); synthetic prefixes use 16-token units.
 """
 
 from __future__ import annotations
@@ -203,11 +208,51 @@ _PRESETS: dict[str, LognormalLengths] = {
 }
 
 
+# --------------------------------------------------------------------------------------------------
+# Shared prefixes
+
+
+class SharedSystemPrompt(_Spec):
+    """A `fraction` of the requests start with one of `num_prompts` system prompts (chosen uniformly) of
+    `tokens` tokens: their prompt is the system prompt plus the sampled input, clipped to the context.
+
+    Content is shared in 16-token units, so the last `tokens % 16` tokens of a system prompt share a
+    unit with the user's text and count as unique (a system prompt under 16 tokens shares nothing).
+    """
+
+    kind: Literal["shared_system_prompt"] = "shared_system_prompt"
+    tokens: int = Field(gt=0, description="system prompt length in tokens")
+    fraction: float = Field(gt=0, le=1, description="fraction of requests that start with a system prompt")
+    num_prompts: int = Field(1, ge=1, description="distinct system prompts")
+
+
+class MultiTurn(_Spec):
+    """Requests are turns of conversations. The arrival process gives the conversations' first turns
+    (so requests arrive at about `turns_mean` times its rate); each conversation has a geometric number
+    of turns with mean `turns_mean`, and each next turn arrives `think_time_s` after the previous
+    turn's ARRIVAL (an open-loop workload cannot know when the answer came back: take think_time_s as
+    the response time plus the user's pause). A turn's prompt is the previous prompt, the previous
+    output and a new user message (the sampled input length). A conversation ends at the first turn
+    whose prompt would no longer fit the context (a first turn is clipped, as any prompt).
+    """
+
+    kind: Literal["multi_turn"] = "multi_turn"
+    turns_mean: float = Field(ge=1, description="mean turns per conversation (geometric)")
+    think_time_s: float = Field(ge=0, description="from one turn's arrival to the next one's")
+
+
+Prefix = Annotated[Union[SharedSystemPrompt, MultiTurn], Field(discriminator="kind")]
+
+SYNTHETIC_PREFIX_UNIT_TOKENS = 16  # tokens per content id of the synthetic prefixes
+MOONCAKE_PREFIX_UNIT_TOKENS = 512  # Mooncake hash_ids: one id per 512-token prompt block (traces README)
+
+
 class WorkloadSpec(_Spec):
     """The scenario's `workload:` section."""
 
     arrival: Arrival
     lengths: Lengths | None = Field(None, description="default: the trace's lengths for a trace arrival")
+    prefix: Prefix | None = Field(None, description="prompts that share prefixes (prefix caching)")
 
     @model_validator(mode="after")
     def _lengths_fit_arrival(self) -> "WorkloadSpec":
@@ -221,6 +266,11 @@ class WorkloadSpec(_Spec):
             raise ConfigError(
                 f"workload.lengths: kind 'trace' needs workload.arrival.kind 'trace', "
                 f"but arrival kind is {self.arrival.kind!r}"
+            )
+        if isinstance(self.prefix, MultiTurn) and isinstance(self.arrival, (TraceArrival, ClosedLoopArrival)):
+            raise ConfigError(
+                f"workload.prefix: kind 'multi_turn' needs a synthetic arrival process (its arrivals start "
+                f"conversations), but arrival kind is {self.arrival.kind!r}"
             )
         return self
 
@@ -242,6 +292,11 @@ class Workload:
     output_tokens: np.ndarray  # int64 output length, in [1, max_context - input]
     hash_ids: list[np.ndarray] | None = None  # per request prompt-block ids (trace lengths only)
     closed_loop: ClosedLoopArrival | None = None  # set when the engine must run the users
+    # Per request int64 content ids of its prompt, one per prefix_unit_tokens tokens (Request.prefix_ids);
+    # None: no content model, nothing is shared.
+    prefix_ids: list[np.ndarray] | None = None
+    prefix_unit_tokens: int = 0  # tokens per content id (16 synthetic, 512 Mooncake); 0 without ids
+    conversation_ids: np.ndarray | None = None  # int64 per request, multi_turn only (numbered by start)
 
     @property
     def num_requests(self) -> int:
@@ -258,6 +313,8 @@ class Workload:
         frame.index.name = "request_id"
         if self.hash_ids is not None:
             frame["hash_ids"] = pd.Series(self.hash_ids, dtype=object, index=frame.index)
+        if self.conversation_ids is not None:
+            frame["conversation_id"] = self.conversation_ids
         return frame
 
 
@@ -279,8 +336,10 @@ def generate_workload(
         raise ConfigError(f"duration_s: {duration_s} is not allowed; it must be > 0")
     if max_context < 2:
         raise ConfigError(f"max_context: {max_context} is not allowed; it must be >= 2 (one prompt + one output token)")
-    arrivals_seq, lengths_seq = np.random.SeedSequence(seed).spawn(2)
+    arrivals_seq, lengths_seq, prefix_seq = np.random.SeedSequence(seed).spawn(3)
     arrival, lengths = spec.arrival, spec.resolved_lengths
+    if isinstance(spec.prefix, MultiTurn):
+        return _multi_turn(spec, arrivals_seq, lengths_seq, prefix_seq, num_requests, duration_s, max_context)
 
     closed_loop, trace, rows = None, None, None
     if isinstance(arrival, ClosedLoopArrival):
@@ -309,11 +368,130 @@ def generate_workload(
         hash_ids = None if trace.hash_ids is None else trace.hash_ids[:rows]
     else:
         inputs, outputs = _sample_lengths(lengths, lengths_seq, count)
+    if hash_ids is not None and spec.prefix is not None:
+        raise ConfigError(
+            f"workload.prefix: the trace already describes its prompts' content (hash_ids in "
+            f"'{arrival.path}'); leave prefix out"
+        )
+    system = None
+    if isinstance(spec.prefix, SharedSystemPrompt):
+        system = _system_prompts(spec.prefix, prefix_seq, len(inputs), max_context)
+        inputs = inputs + np.where(system >= 0, spec.prefix.tokens, 0)
 
     # Prompt first, then the output gets what the context has left: a request must fit the model.
     inputs = np.clip(inputs, 1, max_context - 1).astype(np.int64)
     outputs = np.clip(outputs, 1, max_context - inputs).astype(np.int64)
-    return Workload(np.asarray(arrival_s, dtype=np.float64), inputs, outputs, hash_ids, closed_loop)
+    prefix_ids, unit = None, 0
+    if hash_ids is not None:
+        prefix_ids, unit = hash_ids, MOONCAKE_PREFIX_UNIT_TOKENS
+    elif system is not None:
+        prefix_ids, unit = _system_prompt_ids(spec.prefix, system, inputs), SYNTHETIC_PREFIX_UNIT_TOKENS
+    return Workload(np.asarray(arrival_s, dtype=np.float64), inputs, outputs, hash_ids, closed_loop,
+                    prefix_ids, unit)
+
+
+# --------------------------------------------------------------------------------------------------
+# Shared prefixes
+
+
+def _units(num_tokens: np.ndarray) -> np.ndarray:
+    return -(-num_tokens // SYNTHETIC_PREFIX_UNIT_TOKENS)
+
+
+def _split(flat: np.ndarray, counts: np.ndarray) -> list[np.ndarray]:
+    """Consecutive pieces of `flat` with the given lengths (views)."""
+    ends = np.cumsum(counts).tolist()
+    return [flat[a:b] for a, b in zip([0] + ends[:-1], ends)]
+
+
+def _system_prompts(spec: SharedSystemPrompt, seq: np.random.SeedSequence, n: int, max_context: int) -> np.ndarray:
+    """Per request the system prompt it starts with, or -1."""
+    if spec.tokens >= max_context - 1:
+        raise ConfigError(
+            f"workload.prefix.tokens: {spec.tokens} leaves no room for a request in the model's context of "
+            f"{max_context} tokens; it must be below {max_context - 1}"
+        )
+    which_rng, choice_rng = (np.random.default_rng(s) for s in seq.spawn(2))
+    shared = which_rng.random(n) < spec.fraction
+    return np.where(shared, choice_rng.integers(0, spec.num_prompts, n), -1)
+
+
+def _system_prompt_ids(spec: SharedSystemPrompt, system: np.ndarray, inputs: np.ndarray) -> list[np.ndarray]:
+    """Ids 0 .. num_prompts*K - 1 for the K whole units of each system prompt, then a fresh id per unit."""
+    per_prompt = spec.tokens // SYNTHETIC_PREFIX_UNIT_TOKENS
+    units = _units(inputs)
+    total = int(units.sum())
+    starts = np.cumsum(units) - units
+    position = np.arange(total, dtype=np.int64) - np.repeat(starts, units)  # unit index within its prompt
+    flat = spec.num_prompts * per_prompt + np.arange(total, dtype=np.int64)  # unique ids
+    shared = position < np.repeat(np.where(system >= 0, per_prompt, 0), units)
+    flat[shared] = (np.repeat(system, units) * per_prompt + position)[shared]
+    return _split(flat, units)
+
+
+def _multi_turn(spec: WorkloadSpec, arrivals_seq, lengths_seq, prefix_seq, num_requests: int | None,
+                duration_s: float | None, max_context: int) -> Workload:
+    """Conversations whose turns extend each other; see MultiTurn.
+
+    Each conversation owns one stream of content ids (16 tokens each) and a turn's prompt takes the
+    first ceil(prompt / 16) of them, so every turn's ids start with the previous turn's.
+    """
+    prefix: MultiTurn = spec.prefix
+    # Enough conversations to hold num_requests turns; when the first num_requests turns (by arrival)
+    # could include a turn of a conversation not drawn yet, draw more. With a duration only, every
+    # conversation that starts within it is drawn.
+    num_conversations = None if num_requests is None else int(num_requests / prefix.turns_mean * 1.1) + 16
+    while True:
+        if num_requests is not None:
+            num_conversations = min(num_conversations, num_requests)
+        # Samplers spawn child streams from the SeedSequence they get: give each try a fresh copy.
+        starts = _synthetic_arrivals(spec.arrival, _fresh(arrivals_seq), num_conversations, duration_s)
+        drawn = _conversation_turns(prefix, spec.resolved_lengths, starts, _fresh(lengths_seq), prefix_seq,
+                                    max_context)
+        arrival_s = drawn[0]
+        keep = np.ones(len(arrival_s), bool) if duration_s is None else arrival_s < duration_s
+        order = np.flatnonzero(keep)[np.argsort(arrival_s[keep], kind="stable")][:num_requests]
+        complete = (num_requests is None or len(starts) < num_conversations or num_conversations >= num_requests
+                    or (len(order) == num_requests and arrival_s[order[-1]] <= starts[-1]))
+        if complete:
+            break
+        num_conversations *= 2
+    arrival_s, inputs, outputs, conversation, first_unit = (a[order] for a in drawn)
+    units = _units(inputs)
+    total = int(units.sum())
+    flat = np.repeat(first_unit, units) + np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(units) - units, units)
+    return Workload(arrival_s, inputs, outputs, None, None, _split(flat, units), SYNTHETIC_PREFIX_UNIT_TOKENS,
+                    conversation)
+
+
+def _fresh(seq: np.random.SeedSequence) -> np.random.SeedSequence:
+    return np.random.SeedSequence(seq.entropy, spawn_key=seq.spawn_key, pool_size=seq.pool_size)
+
+
+def _conversation_turns(prefix: MultiTurn, lengths, starts: np.ndarray, lengths_seq, prefix_seq,
+                        max_context: int) -> tuple[np.ndarray, ...]:
+    """Every turn of the conversations starting at `starts`, conversation-major: (arrival_s, prompt,
+    output, conversation index, first id of the conversation's stream)."""
+    n = len(starts)
+    turns = np.random.default_rng(prefix_seq).geometric(1.0 / prefix.turns_mean, n)
+    conversation = np.repeat(np.arange(n, dtype=np.int64), turns)
+    first = np.cumsum(turns) - turns  # index of each conversation's first turn
+    turn = np.arange(len(conversation), dtype=np.int64) - np.repeat(first, turns)
+    user, output = _sample_lengths(lengths, lengths_seq, len(conversation))
+    user, output = np.maximum(user, 1).astype(np.int64), np.maximum(output, 1).astype(np.int64)
+    # Prompt of turn k: all earlier user messages and outputs, then its own message.
+    before = np.cumsum(user + output) - (user + output)
+    prompt = before - np.repeat(before[first], turns) + user
+    fits = (turn == 0) | (prompt <= max_context - 1)
+    # Prompts grow within a conversation, so the turns that fit are a prefix of it.
+    arrival_s = np.repeat(starts, turns) + turn * prefix.think_time_s
+    prompt = np.minimum(prompt, max_context - 1)
+    output = np.minimum(output, max_context - prompt)
+    # The conversation's id stream: enough units for its longest kept prompt.
+    stream = np.zeros(n, np.int64)
+    np.maximum.at(stream, conversation[fits], _units(prompt[fits]))
+    first_unit = np.cumsum(stream) - stream
+    return (arrival_s[fits], prompt[fits], output[fits], conversation[fits], np.repeat(first_unit, turns)[fits])
 
 
 # --------------------------------------------------------------------------------------------------
@@ -514,8 +692,9 @@ def _cached_empirical(spec: EmpiricalLengths) -> Trace:
 
 
 def summarize(workload: Workload | Trace) -> dict:
-    """Count, span, mean rate (1 / mean gap), inter-arrival CV (population std / mean) and length
-    mean/p50/p99 (numpy's default linear interpolation); a Trace is accepted too."""
+    """Count, span, mean rate (1 / mean gap), inter-arrival CV (population std / mean), length
+    mean/p50/p99 (numpy's default linear interpolation) and, with prompt content ids, the fraction
+    of prompt units whose id appeared before; a Trace is accepted too."""
     arrival_s = workload.arrival_s
     closed = getattr(workload, "closed_loop", None) is not None
     summary: dict = {"count": workload.num_requests, "span_s": None, "mean_rate_per_s": None, "interarrival_cv": None}
@@ -524,6 +703,11 @@ def summarize(workload: Workload | Trace) -> dict:
         summary[f"{name}_mean"] = None if empty else float(np.mean(values))
         summary[f"{name}_p50"] = None if empty else float(np.percentile(values, 50))
         summary[f"{name}_p99"] = None if empty else float(np.percentile(values, 99))
+    ids = getattr(workload, "prefix_ids", None) or workload.hash_ids
+    if ids:
+        # The Mooncake README's statistic: the fraction of prompt units (ids) that appeared before.
+        flat = np.concatenate(ids)
+        summary["prefix_units_reused_fraction"] = float(1 - len(np.unique(flat)) / len(flat)) if len(flat) else None
     if closed:
         summary["note"] = "closed loop: arrival times depend on the simulated system, so no rate or CV"
     elif arrival_s is None:

@@ -83,7 +83,10 @@ def test_paged_blocks_on_demand_and_free_list():
 
 
 @pytest.mark.parametrize("reserve", ["max_len", "pow2", "oracle"])
-def test_contiguous_can_ever_fit(reserve):
+def test_contiguous_reservations_never_exceed_the_cache(reserve):
     kv = ContiguousKVManager(capacity_slots=1000, reserve=reserve, max_len=2048)
-    assert kv.can_ever_fit(1001) is False
-    assert kv.can_ever_fit(500) is (reserve != "max_len")
+    assert kv.can_ever_fit(1001) is False and kv.can_ever_fit(1000) is True
+    # A 900-token request under pow2 would round to 1024 and never be placed: the cache bounds it.
+    r = make_request(900, 1)
+    assert 900 <= kv.region_size(r) <= 1000
+    assert kv.allocate_slots(r, 900) is not None

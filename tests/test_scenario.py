@@ -351,3 +351,14 @@ def test_trace_replay_scenario_reads_the_shared_azure_trace(monkeypatch):
     factor = compressed.arrival_s[-1] / recorded.arrival_s[-1]
     np.testing.assert_allclose(compressed.arrival_s, recorded.arrival_s * factor, rtol=1e-9, atol=1e-9)
     assert 0 < factor < 1
+
+
+def test_a_variant_that_switches_kind_replaces_the_mapping():
+    raw = {"workload": {"arrival": {"kind": "gamma", "rate_per_s": 5, "cv": 2.0},
+                        "lengths": {"kind": "fixed", "input_tokens": 10, "output_tokens": 10}},
+           "run": {"num_requests": 10},
+           "variants": {"same-kind": {"workload": {"arrival": {"rate_per_s": 9}}},
+                        "other-kind": {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 7}}}}}
+    variants = build_scenario_set(raw).variants
+    assert variants["same-kind"].workload.arrival.cv == 2.0  # same kind: merged
+    assert variants["other-kind"].workload.arrival.kind == "poisson"  # new kind: replaced, no stray cv
