@@ -92,7 +92,8 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0):
     return ContinuousScheduler(kv, max_num_seqs=s.max_num_seqs,
                                max_num_batched_tokens=scenario.max_num_batched_tokens(),
                                chunked_prefill=s.chunked_prefill, max_model_len=max_len, tracker=tracker,
-                               swap_capacity_tokens=swap_tokens)
+                               swap_capacity_tokens=swap_tokens,
+                               sequences_per_request=scenario.sequences_per_request())
 
 
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
@@ -130,10 +131,11 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
         summary["prefix_cache_hit_rate_blocks"] = (sum(x.hit_blocks for x in stats) / queried_blocks
                                                    if queried_blocks else 0.0)
         summary["prefix_cache_evictions"] = sum(x.num_evictions for x in stats)
-        # Memory saved by sharing: time average of token states stored once but used by several requests.
-        w = steps["duration_s"]
-        summary["kv_shared_bytes_mean"] = (float((steps["kv_shared_slots"] * w).sum() / w.sum()) * kv_bytes_total
-                                           if len(steps) else 0.0)
+    # Memory saved by sharing (prefix hits, forked sequences): time average of token states stored
+    # once but used by several sequences.
+    w = steps["duration_s"]
+    summary["kv_shared_bytes_mean"] = (float((steps["kv_shared_slots"] * w).sum() / w.sum()) * kv_bytes_total
+                                       if len(steps) else 0.0)
     if scenario.speculation is not None:
         drafted = sum(r.scheduler.tracker.num_drafted for r in replicas)
         accepted = sum(r.scheduler.tracker.num_accepted_drafts for r in replicas)

@@ -28,7 +28,7 @@ SUMMARY_ROWS = [
     ("num_rejected", "rejected"), ("mbu", "memory-bandwidth utilization"), ("mfu", "FLOP utilization"),
     ("prefix_cache_hit_rate_tokens", "prefix-cache hit rate (tokens)"),
     ("kv_shared_bytes_mean", "KV bytes saved by sharing (mean)"),
-    ("draft_acceptance_rate", "draft acceptance rate"), ("swapped_bytes", "swapped bytes"),
+    ("draft_acceptance_rate", "drafted tokens accepted"), ("swapped_bytes", "swapped bytes"),
 ]
 
 

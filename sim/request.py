@@ -30,12 +30,13 @@ class Request:
         "request_id", "arrival_s", "num_prompt_tokens", "max_output_tokens", "num_output_tokens",
         "num_computed_tokens", "num_preemptions", "status", "replica", "first_scheduled_s",
         "first_token_s", "last_token_s", "finish_s", "reject_reason", "decode_anchor", "prefix_ids",
-        "prefix_unit_tokens",
+        "prefix_unit_tokens", "parent_id",
     )
 
     def __init__(self, request_id: int, arrival_s: float, num_prompt_tokens: int, max_output_tokens: int, *,
-                 prefix_ids: np.ndarray | None = None, prefix_unit_tokens: int = 0):
+                 prefix_ids: np.ndarray | None = None, prefix_unit_tokens: int = 0, parent_id: int = -1):
         self.request_id = request_id
+        self.parent_id = parent_id  # >= 0: an extra sequence (parallel sample or beam) of that request
         self.arrival_s = arrival_s
         self.num_prompt_tokens = num_prompt_tokens
         self.max_output_tokens = max_output_tokens

@@ -93,7 +93,8 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, 
     }
     elapsed = max(elapsed_s, 1e-12)
     s["throughput_rps"] = len(fin) / elapsed
-    s["output_tokens_per_s"] = float(fin["output_tokens"].sum()) / elapsed
+    # Every sampled token counts (all sequences of a request, and requests still in flight).
+    s["output_tokens_per_s"] = float(steps["num_output_tokens"].sum()) / elapsed if len(steps) else 0.0
     s["total_tokens_per_s"] = float(fin["output_tokens"].sum() + fin["prompt_tokens"].sum()) / elapsed
     for col, prefix in (("ttft_s", "ttft_s"), ("tpot_s", "tpot_s"), ("e2e_s", "e2e_s"),
                         ("queueing_s", "queueing_s"), ("normalized_latency_s", "normalized_latency_s")):

@@ -179,6 +179,12 @@ class Scenario(_Strict):
         if s.batching == "continuous" and self.max_num_batched_tokens() < s.max_num_seqs:
             raise ConfigError(f"scheduler.max_num_batched_tokens: {self.max_num_batched_tokens()} must be "
                               f">= max_num_seqs ({s.max_num_seqs}) so every running decode fits a step")
+        w = self.workload
+        if w.samples_per_prompt > 1 and w.beam_width > 1:
+            raise ConfigError("workload.beam_width: set samples_per_prompt or beam_width, not both")
+        if self.sequences_per_request() > 1 and (self.kv_cache.layout != "paged" or s.batching != "continuous"):
+            raise ConfigError("workload.samples_per_prompt/beam_width: several sequences per prompt share blocks, "
+                              "which needs kv_cache.layout 'paged' and scheduler.batching 'continuous'")
         if self.kv_cache.enable_prefix_caching and self.kv_cache.layout != "paged":
             raise ConfigError("kv_cache.enable_prefix_caching: needs layout 'paged'")
         if self.speculation is not None:
@@ -221,6 +227,9 @@ class Scenario(_Strict):
             raise DoesNotFitError(f"{self.model_spec().name} with draft {draft.name} leaves "
                                   f"{max(kv_bytes, 0):,} bytes per GPU for KV, less than one token's {per_token:,}")
         return kv_bytes // per_token
+
+    def sequences_per_request(self) -> int:
+        return max(self.workload.samples_per_prompt, self.workload.beam_width)
 
     def max_model_len(self) -> int:
         return self.scheduler.max_model_len or self.model_spec().max_context

@@ -67,8 +67,15 @@ class ContinuousScheduler(_SchedulerBase):
     """
 
     def __init__(self, kv: KVManager, *, max_num_seqs: int, max_num_batched_tokens: int,
-                 chunked_prefill: bool, max_model_len: int, tracker=None, swap_capacity_tokens: int = 0):
+                 chunked_prefill: bool, max_model_len: int, tracker=None, swap_capacity_tokens: int = 0,
+                 sequences_per_request: int = 1):
         super().__init__(kv, max_model_len, tracker)
+        # Parallel sampling (n outputs) or beam search (width w): once a request's prompt is computed,
+        # its other sequences fork onto its blocks (shared, copy-on-write); it returns when all are done.
+        self.sequences_per_request = sequences_per_request
+        self.groups: dict[int, int] = {}  # request id -> its sequences still running
+        self.held: dict[int, Request] = {}  # requests done whose other sequences are not
+        self._next_child_id = -1
         # Swap preemption: a victim's KV goes to host memory (up to this many tokens) instead of being
         # recomputed; it comes back when the victim is re-admitted. 0: always recompute.
         self.swap_capacity_tokens = swap_capacity_tokens
@@ -123,6 +130,13 @@ class ContinuousScheduler(_SchedulerBase):
         plan = StepPlan()
         kv, tracker = self.kv, self.tracker
         if tracker.block_size:
+            if kv.cow_pending:
+                # Forked sequences about to write into a shared, partly filled block get their own copy.
+                writers = kv.cow_pending & tracker.members.keys()
+                while kv.num_cow_blocks_needed(writers) > kv.num_free_blocks:
+                    self._preempt_last(now, plan)
+                    writers &= tracker.members.keys()
+                kv.copy_on_write(writers)
             while tracker.num_new_blocks_needed() > kv.num_free_blocks:
                 self._preempt_last(now, plan)
             tracker.allocate_new_blocks()
@@ -144,6 +158,9 @@ class ContinuousScheduler(_SchedulerBase):
         while (self.waiting and not plan.preempted_request_ids and budget > 0
                and len(self.running) < self.max_num_seqs):
             request = self.waiting[0]
+            unforked = request.parent_id < 0 and request.request_id not in self.groups
+            if unforked and len(self.running) + self.sequences_per_request > self.max_num_seqs:
+                break  # its sequences will fork once its prompt is computed: keep room for all of them
             fresh = request.num_computed_tokens == 0
             if fresh:
                 # Prefix cache: leading prompt blocks already cached are not computed again. Looked up
@@ -210,21 +227,55 @@ class ContinuousScheduler(_SchedulerBase):
                 self._finish(request, now, outcome)
             else:
                 self.tracker.add(request)
+                if self.sequences_per_request > 1 and request.parent_id < 0 and rid not in self.groups:
+                    self._fork_sequences(request)
+                    outcome.num_output_tokens += self.sequences_per_request - 1  # their first tokens
         return outcome
+
+    def _fork_sequences(self, parent: Request) -> None:
+        self.groups[parent.request_id] = self.sequences_per_request
+        for _ in range(self.sequences_per_request - 1):
+            child = Request(self._next_child_id, parent.arrival_s, parent.num_prompt_tokens,
+                            parent.max_output_tokens, prefix_ids=parent.prefix_ids,
+                            prefix_unit_tokens=parent.prefix_unit_tokens, parent_id=parent.request_id)
+            self._next_child_id -= 1
+            child.num_computed_tokens = parent.num_computed_tokens
+            child.num_output_tokens = parent.num_output_tokens
+            child.first_scheduled_s, child.first_token_s = parent.first_scheduled_s, parent.first_token_s
+            child.status = RequestStatus.RUNNING
+            self.kv.fork(parent, child)
+            self.running[child.request_id] = child
+            self.tracker.add(child)
 
     def _finish(self, request: Request, now: float, outcome: StepOutcome) -> None:
         request.status = RequestStatus.FINISHED
         request.last_token_s = request.finish_s = now
         del self.running[request.request_id]
         self.kv.free(request)
-        outcome.finished.append(request)
+        root = request.parent_id if request.parent_id >= 0 else request.request_id
+        remaining = self.groups.get(root)
+        if remaining is None:
+            outcome.finished.append(request)
+            return
+        if remaining > 1:
+            self.groups[root] = remaining - 1
+            if request.parent_id < 0:
+                self.held[root] = request
+            return
+        del self.groups[root]
+        parent = request if request.parent_id < 0 else self.held.pop(root)
+        parent.finish_s = now  # the response returns with its last sequence
+        outcome.finished.append(parent)
 
     def kv_usage(self) -> KVUsage:
         tokens = self.tracker.token_sum + sum(r.num_computed_tokens for r in self.prefilling.values())
         return self.kv.usage(tokens)
 
     def running_requests(self) -> list[Request]:
-        return list(self.running.values())
+        """Requests in flight, each once: forked sequences stand for their request."""
+        parents = [r for r in self.running.values() if r.parent_id < 0]
+        listed = {r.request_id for r in parents}
+        return parents + [r for rid, r in self.held.items() if rid not in listed]
 
 
 class StaticScheduler(_SchedulerBase):

@@ -253,6 +253,8 @@ class WorkloadSpec(_Spec):
     arrival: Arrival
     lengths: Lengths | None = Field(None, description="default: the trace's lengths for a trace arrival")
     prefix: Prefix | None = Field(None, description="prompts that share prefixes (prefix caching)")
+    samples_per_prompt: int = Field(1, ge=1, description="parallel sampling: n outputs per prompt")
+    beam_width: int = Field(1, ge=1, description="beam search: w beams per prompt (re-ranking not modelled)")
 
     @model_validator(mode="after")
     def _lengths_fit_arrival(self) -> "WorkloadSpec":
