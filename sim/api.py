@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Callable
 
 import numpy as np
@@ -117,7 +116,7 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     steps = steps_frame(sim.steps.arrays())
     elapsed = horizon if horizon is not None else sim.end_s
     summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=scenario.gpu_spec(),
-                        tensor_parallel=scenario.hardware.tensor_parallel, in_system_area=sim.in_system_area,
+                        in_system_area=sim.in_system_area,
                         num_generated=workload.num_requests)
     summary["kv_capacity_tokens"] = replicas[0].scheduler.kv.capacity_slots
     swapped_tokens = int(steps["swap_in_tokens"].sum() + steps["swap_out_tokens"].sum())

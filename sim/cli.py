@@ -29,7 +29,7 @@ def _load(path: str, overrides: Optional[list[str]]):
     return load_scenario_set(path, overrides or [])
 
 
-def _progress_callback(progress: Progress, task, total: int):
+def _progress_callback(progress: Progress, task):
     def update(now_s: float, num_done: int) -> None:
         progress.update(task, completed=num_done, description=f"t={now_s:,.1f}s simulated")
     return update
@@ -44,7 +44,7 @@ def _simulate_with_progress(scenario, workload, label: str, quiet: bool):
                   TextColumn("{task.completed:,}/{task.total:,} requests done"), TimeElapsedColumn(),
                   console=err_console, transient=False) as progress:
         task = progress.add_task("starting", total=total)
-        return simulate(scenario, workload, progress=_progress_callback(progress, task, total))
+        return simulate(scenario, workload, progress=_progress_callback(progress, task))
 
 
 def _summary_table(results) -> Table:

@@ -212,11 +212,11 @@ class SpeculativeCostModel:
         base_ctx = plan.decode_context_tokens - n * plan.decode_query_tokens
         for i in range(gamma):
             parts.append(StepPlan(num_decode_seqs=n, decode_context_tokens=base_ctx + n * (i + 1), num_sampled_seqs=n))
-        model = self.draft if self.draft is not None else self.target
-        costs = [model.step_cost(p) for p in parts]
-        scale = 1.0 if self.draft is not None else self.ratio
-        return StepCost(scale * sum(c.time_s for c in costs), sum(c.flops for c in costs) * (self.draft is not None),
-                        sum(c.bytes for c in costs) * (self.draft is not None))
+        if self.draft is not None:
+            costs = [self.draft.step_cost(p) for p in parts]
+            return StepCost(sum(c.time_s for c in costs), sum(c.flops for c in costs), sum(c.bytes for c in costs))
+        # A bare cost ratio says how long the draft takes, not what it computes or reads.
+        return StepCost(self.ratio * sum(self.target.step_time(p) for p in parts), 0.0, 0.0)
 
     def step_cost(self, plan: StepPlan) -> StepCost:
         verify = self.target.step_cost(plan)

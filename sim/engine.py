@@ -6,7 +6,6 @@ let that much simulated time pass, apply the outcome. Time moves nowhere else.
 
 from __future__ import annotations
 
-import math
 from array import array
 from typing import Callable
 
@@ -14,7 +13,7 @@ import numpy as np
 import simpy
 
 from .plan import StepPlan
-from .request import Request, RequestStatus
+from .request import Request
 from .router import Router
 
 STATUS_CODES = {"finished": 0, "unfinished": 1, "rejected": 2}

@@ -46,7 +46,8 @@ def format_value(value) -> str:
     return str(value)
 
 
-def _binned(steps, column: str, edges: np.ndarray, weight_by_duration: bool = True) -> np.ndarray:
+def _binned(steps, column: str, edges: np.ndarray) -> np.ndarray:
+    """Duration-weighted mean of a step column in each time bin."""
     mid = (steps["start_s"] + steps["end_s"]).to_numpy() / 2
     dur = steps["duration_s"].to_numpy()
     vals = steps[column].to_numpy(dtype=float)

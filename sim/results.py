@@ -80,7 +80,7 @@ def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> fl
     return float(values[order][np.searchsorted(cum, q / 100.0 * cum[-1], side="left")])
 
 
-def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, slo, gpu, tensor_parallel: int,
+def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, slo, gpu,
               in_system_area: float, num_generated: int) -> dict:
     fin = requests[requests["finished"]]
     s: dict = {

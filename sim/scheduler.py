@@ -105,7 +105,7 @@ class ContinuousScheduler(_SchedulerBase):
                       f"max_num_batched_tokens is {self.max_num_batched_tokens} (enable chunked_prefill)")
         return reason
 
-    def _preempt_last(self, now: float, plan: StepPlan) -> Request:
+    def _preempt_last(self, plan: StepPlan) -> Request:
         _, victim = self.running.popitem()
         if victim.request_id in self.tracker.members:
             self.tracker.remove(victim)
@@ -134,11 +134,11 @@ class ContinuousScheduler(_SchedulerBase):
                 # Forked sequences about to write into a shared, partly filled block get their own copy.
                 writers = kv.cow_pending & tracker.members.keys()
                 while kv.num_cow_blocks_needed(writers) > kv.num_free_blocks:
-                    self._preempt_last(now, plan)
+                    self._preempt_last(plan)
                     writers &= tracker.members.keys()
                 kv.copy_on_write(writers)
             while tracker.num_new_blocks_needed() > kv.num_free_blocks:
-                self._preempt_last(now, plan)
+                self._preempt_last(plan)
             tracker.allocate_new_blocks()
         query_tokens = tracker.decode_query_tokens
         budget = self.max_num_batched_tokens - len(tracker) * query_tokens
@@ -149,7 +149,7 @@ class ContinuousScheduler(_SchedulerBase):
                 continue  # preempted while making room for an earlier one, or no budget left
             chunk = min(request.num_tokens - request.num_computed_tokens, budget)
             while kv.allocate_slots(request, chunk) is None:
-                if self._preempt_last(now, plan) is request:
+                if self._preempt_last(plan) is request:
                     break
             else:
                 self._add_prefill(plan, request, chunk)
@@ -161,20 +161,8 @@ class ContinuousScheduler(_SchedulerBase):
             unforked = request.parent_id < 0 and request.request_id not in self.groups
             if unforked and len(self.running) + self.sequences_per_request > self.max_num_seqs:
                 break  # its sequences will fork once its prompt is computed: keep room for all of them
-            fresh = request.num_computed_tokens == 0
-            if fresh:
-                # Prefix cache: leading prompt blocks already cached are not computed again. Looked up
-                # right before allocating, since any allocation in between may evict them.
-                request.num_computed_tokens = kv.get_computed_blocks(request)
-            need = request.num_tokens - request.num_computed_tokens
-            if need > budget and not self.chunked_prefill:
-                if fresh:
-                    request.num_computed_tokens = 0
-                break
-            chunk = min(need, budget)
-            if kv.allocate_slots(request, chunk) is None:
-                if fresh:
-                    request.num_computed_tokens = 0
+            chunk = self._allocate_for_admission(request, budget)
+            if chunk is None:
                 break
             self.waiting.popleft()
             request.status = RequestStatus.RUNNING
@@ -198,6 +186,20 @@ class ContinuousScheduler(_SchedulerBase):
         if not plan.prefill_request_ids and not plan.num_decode_seqs:
             return None
         return plan
+
+    def _allocate_for_admission(self, request: Request, budget: int) -> int | None:
+        """Tokens the waiting request computes this step, its KV allocated; None if it cannot start now."""
+        computed_before = request.num_computed_tokens  # > 0 only for a request swapped out
+        if computed_before == 0:
+            # Prefix cache: cached leading prompt blocks are not computed again. Looked up right before
+            # allocating, since any allocation in between may evict them.
+            request.num_computed_tokens = self.kv.get_computed_blocks(request)
+        need = request.num_tokens - request.num_computed_tokens
+        chunk = min(need, budget)
+        if (need > budget and not self.chunked_prefill) or self.kv.allocate_slots(request, chunk) is None:
+            request.num_computed_tokens = computed_before
+            return None
+        return chunk
 
     @staticmethod
     def _add_prefill(plan: StepPlan, request: Request, chunk: int) -> None:

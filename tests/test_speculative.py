@@ -1,6 +1,5 @@
 """Speculative decoding: the Leviathan et al. (ICML 2023) known answers, ragged acceptance, memory, cost."""
 
-import numpy as np
 import pytest
 
 from sim.api import simulate
