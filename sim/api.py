@@ -28,14 +28,27 @@ def _roofline(scenario: Scenario, model):
     spec, q = scenario.cost_model, scenario.quantization
     return RooflineCostModel(model, scenario.gpu_spec(), tensor_parallel=scenario.hardware.tensor_parallel,
                              weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
-                             compute_efficiency=spec.compute_efficiency,
-                             memory_efficiency=spec.memory_efficiency, step_overhead_s=spec.step_overhead_s)
+                             # A calibrated target's draft model: the roofline at the GPU's defaults.
+                             compute_efficiency=getattr(spec, "compute_efficiency", None),
+                             memory_efficiency=getattr(spec, "memory_efficiency", None),
+                             step_overhead_s=getattr(spec, "step_overhead_s", None))
+
+
+def _calibrated(scenario: Scenario):
+    from .calibrated import CalibratedCostModel
+    q, kv = scenario.quantization, scenario.kv_cache
+    return CalibratedCostModel(scenario.calibrated_profile_dir(), scenario.model_spec(),
+                               tensor_parallel=scenario.hardware.tensor_parallel, kv_layout=kv.layout,
+                               block_size=kv.block_size, gpu=scenario.gpu_spec(), weight_dtype=q.weights,
+                               kv_dtype=q.kv_cache)
 
 
 def make_cost_model(scenario: Scenario):
     spec = scenario.cost_model
     if spec.kind == "fixed":
         target = FixedCostModel(spec.prefill_s, spec.decode_s)
+    elif spec.kind == "calibrated":
+        target = _calibrated(scenario)
     else:
         target = _roofline(scenario, scenario.model_spec())
     spec_dec = scenario.speculation

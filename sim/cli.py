@@ -10,7 +10,8 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                           TimeRemainingColumn)
 from rich.table import Table
 
 from .errors import ServeSimError
@@ -120,6 +121,154 @@ def compare(scenario: str = typer.Argument(..., help="scenario YAML file with va
     _write_outputs(out, results, f"ServeSim comparison: {scenario_set.base.name}",
                    Path(scenario).read_text())
     console.print(f"Outputs written to {out}/ — open {out / 'report.html'} in a browser.")
+
+
+def _csv_list(option: str, text: Optional[str], cast=str) -> Optional[list]:
+    if text is None:
+        return None
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ServeSimError(f"{option}: {text!r} is empty; give a comma-separated list")
+    try:
+        return [cast(x) for x in items]
+    except ValueError:
+        raise ServeSimError(f"{option}: {text!r} is not a comma-separated list of {cast.__name__} values") from None
+
+
+def _read_raw(path: str, overrides: Optional[list[str]], resolve: bool = True) -> dict:
+    """The scenario file as a mapping (relative paths anchored, overrides applied), validated once."""
+    from .scenario import _anchor_paths, apply_overrides, build_scenario_set, read_yaml
+    raw = read_yaml(path)
+    if not isinstance(raw, dict):
+        raise ServeSimError(f"{path}: expected a YAML mapping at the top level")
+    _anchor_paths(raw, Path(path).resolve().parent)
+    raw = apply_overrides(raw, overrides or [])
+    build_scenario_set(dict(raw), path, resolve=resolve)  # every variant valid before anything runs
+    return raw
+
+
+def _task_progress(label: str):
+    return Progress(TextColumn(f"[bold]{label}[/bold]"), TextColumn("{task.description}"), BarColumn(),
+                    MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(),
+                    console=err_console, transient=False)
+
+
+BackendOption = typer.Option("process", "--backend", help="process (local pool, every core), ray, or serial")
+WorkersOption = typer.Option(None, "--workers", help="parallel workers (default: every core)")
+AddressOption = typer.Option(None, "--address", help="ray: address of an existing cluster (default: start a local one)")
+
+
+@app.command()
+def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
+          grid: list[str] = typer.Option(..., "--grid", help="key=v1,v2,... (repeatable; `rate` sets the arrival rate)"),
+          set_: Optional[list[str]] = SetOption,
+          variant: Optional[list[str]] = typer.Option(None, "--variant", help="variants to sweep (default: all)"),
+          out: Optional[Path] = typer.Option(None, help="output .parquet or .csv (default: out/<name>-sweep.parquet)"),
+          backend: str = BackendOption, workers: Optional[int] = WorkersOption,
+          address: Optional[str] = AddressOption,
+          quiet: bool = typer.Option(False, "--quiet", "-q")):
+    """Simulate the cross product of scenario keys; one row per point. Resumable: done points are skipped."""
+    from .sweep import parse_grid, plan_sweep, run_point
+    raw = _read_raw(scenario, set_, resolve=False)  # a point that cannot run gets its reason in its row
+    axes = parse_grid(grid)
+    names = list((raw.get("variants") or {}).keys())
+    if variant:
+        unknown = [v for v in variant if v not in names]
+        if unknown:
+            raise ServeSimError(f"--variant: {unknown[0]!r} is not in {scenario}; allowed: {', '.join(names) or '(none)'}")
+    chosen: list = list(variant) if variant else (names or [None])
+    if workers is not None and workers < 1:
+        raise ServeSimError(f"--workers: {workers} must be >= 1")
+    out = out or Path("out") / f"{Path(scenario).stem}-sweep.parquet"
+    plan = plan_sweep(raw, axes, out, chosen)
+    skipped = len(plan.tasks) - len(plan.todo)
+    if skipped:
+        err_console.print(f"{skipped} of {len(plan.tasks)} points already in {out}; running the other {len(plan.todo)}")
+    from .sweep import run_tasks
+    runner = run_tasks(plan.todo, run_point, backend=backend, workers=workers, address=address)
+    if quiet:
+        for _, row in runner:
+            plan.output.append(row)
+    else:
+        with _task_progress("sweep") as progress:
+            task = progress.add_task(f"{len(plan.todo)} points on {backend}", total=len(plan.todo))
+            for _, row in runner:
+                plan.output.append(row)
+                progress.advance(task)
+    frame = plan.output.finish(plan.tasks)
+    errors = int((frame["error"].astype("string").fillna("") != "").sum()) if "error" in frame else 0
+    console.print(f"{len(frame)} points written to {out}" + (f" ({errors} could not run: see the error column)"
+                                                              if errors else ""))
+
+
+@app.command()
+def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its search: section is the search space)"),
+         set_: Optional[list[str]] = SetOption,
+         rate: Optional[float] = typer.Option(None, "--rate", help="target load in req/s (default: the workload's)"),
+         gpus: Optional[str] = typer.Option(None, "--gpus", help="candidate GPUs, comma-separated"),
+         tp: Optional[str] = typer.Option(None, "--tp", help="candidate tensor-parallel degrees, comma-separated"),
+         policies: Optional[str] = typer.Option(None, "--policies", help="variants to try, comma-separated"),
+         max_replicas: Optional[int] = typer.Option(None, "--max-replicas"),
+         seeds: Optional[int] = typer.Option(None, "--seeds", help="seeds the recommendation is repeated with"),
+         price: Optional[list[str]] = typer.Option(None, "--price", help="GPU=USD per GPU-hour (repeatable)"),
+         out: Optional[Path] = typer.Option(None, help="output folder (default: out/plan-<scenario>)"),
+         report: Optional[Path] = typer.Option(None, "--report", help="also write the HTML report here"),
+         backend: str = BackendOption, workers: Optional[int] = WorkersOption,
+         address: Optional[str] = AddressOption,
+         quiet: bool = typer.Option(False, "--quiet", "-q")):
+    """Find the cheapest deployment that serves the target load within the SLOs."""
+    from .plan_report import candidates_frame, recommendation_text, seed_summary, write_plan_outputs
+    from .planner import plan_settings, run_plan
+    raw = _read_raw(scenario, set_, resolve=False)  # candidates bring their own hardware
+    prices = {}
+    for item in price or []:
+        name, sep, value = item.partition("=")
+        try:
+            prices[name.strip()] = float(value)
+            if not sep or prices[name.strip()] < 0:
+                raise ValueError
+        except ValueError:
+            raise ServeSimError(f"--price: {item!r} is not GPU=USD with a non-negative number") from None
+    for option, value in (("--max-replicas", max_replicas), ("--seeds", seeds), ("--workers", workers)):
+        if value is not None and value < 1:
+            raise ServeSimError(f"{option}: {value} must be >= 1")
+    if rate is not None and not rate > 0:
+        raise ServeSimError(f"--rate: {rate} must be > 0 (requests per second)")
+    settings = plan_settings(raw, rate=rate, gpus=_csv_list("--gpus", gpus), tensor_parallel=_csv_list("--tp", tp, int),
+                             policies=_csv_list("--policies", policies), max_replicas=max_replicas,
+                             num_seeds=seeds, prices=prices)
+    command = "servesim " + " ".join(sys.argv[1:]) if sys.argv and "servesim" in sys.argv[0] else f"servesim plan {scenario}"
+    if quiet:
+        result = run_plan(raw, settings, backend=backend, workers=workers, address=address, command=command)
+    else:
+        with _task_progress("plan") as progress:
+            tasks: dict = {}
+
+            def update(phase: str, done: int, total: int) -> None:
+                if phase not in tasks:
+                    tasks[phase] = progress.add_task(phase, total=total)
+                progress.update(tasks[phase], completed=done, total=total)
+            result = run_plan(raw, settings, backend=backend, workers=workers, address=address, command=command,
+                              progress=update)
+    df = candidates_frame(result)
+    table = Table(title=f"Candidates at {settings.target_rate_per_s:g} req/s, cheapest first")
+    shown = ["rank", "candidate", "status", "num_replicas", "cost_per_hour", "cost_per_million_tokens",
+             "max_rate_per_replica"] + [c for c in df.columns if c.endswith("_s") and "_p" in c]
+    from .report import format_value
+    for col in shown:
+        table.add_column(col, justify="left" if col in ("candidate", "status") else "right")
+    for row in df[shown].itertuples(index=False):
+        table.add_row(*[v if isinstance(v, str) else format_value(None if v is None or v != v else v) for v in row])
+    console.print(table)
+    console.print(recommendation_text(result))
+    spread = seed_summary(result)
+    if spread:
+        console.print(f"Under {spread['num_seeds']} seeds: SLOs met {spread['seeds_meeting_slo']}/{spread['num_seeds']}; "
+                      f"fewest replicas per seed {spread['min_replicas']}")
+    out = out or Path("out") / f"plan-{Path(scenario).stem}"
+    write_plan_outputs(result, out, report)
+    console.print(f"Outputs written to {out}/ (report.html, plan.md, candidates.csv, simulations.csv)"
+                  + (f"; report also at {report}" if report else ""))
 
 
 @app.command()

@@ -18,7 +18,7 @@ _KV_PARTS = [("kv_token_slots", "token states", "#2ca02c"), ("kv_reserved_slots"
 _NUM_BINS = 200
 
 SUMMARY_ROWS = [
-    ("throughput_rps", "throughput (req/s)"), ("output_tokens_per_s", "output tokens/s"),
+    ("offered_rps", "offered load (req/s)"), ("throughput_rps", "throughput incl. drain (req/s)"), ("output_tokens_per_s", "output tokens/s"),
     ("goodput_rps", "goodput (req/s)"), ("ttft_s_p50", "TTFT p50 (s)"), ("ttft_s_p99", "TTFT p99 (s)"),
     ("tpot_s_p50", "TPOT p50 (s)"), ("tpot_s_p99", "TPOT p99 (s)"), ("itl_p99", "ITL p99 (s)"),
     ("e2e_s_p50", "E2E p50 (s)"), ("e2e_s_p99", "E2E p99 (s)"), ("queueing_s_mean", "queueing mean (s)"),

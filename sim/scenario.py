@@ -90,6 +90,16 @@ class FixedCostSpec(_Strict):
     decode_s: float = Field(gt=0)
 
 
+class CalibratedCostSpec(_Strict):
+    """Measured kernel times (`python -m calibrate run`); see sim/calibrated.py."""
+
+    kind: Literal["calibrated"]
+    profile: str | None = Field(None, description="profile folder; relative paths are relative to the scenario file")
+    profile_device: str | None = Field(
+        None, description="without profile: the shipped calibrate/profiles/<profile_device>/<model>/tp<N>/ "
+        "(default: hardware.gpu)")
+
+
 class FixedAcceptance(_Strict):
     kind: Literal["fixed"] = "fixed"
     alpha: float = Field(ge=0, le=1, description="probability that each drafted token is accepted")
@@ -130,6 +140,41 @@ class SLOSpec(_Strict):
     tpot_s: float | None = Field(None, gt=0)
     e2e_s: float | None = Field(None, gt=0)
     percentile: float = Field(99.0, gt=0, le=100, description="the percentile each limit applies to")
+    min_goodput_fraction: float | None = Field(
+        None, gt=0, le=1, description="also require this share of requests to meet every limit (goodput SLO)")
+
+    def has_limits(self) -> bool:
+        return any(x is not None for x in (self.ttft_s, self.tpot_s, self.e2e_s))
+
+
+class SearchSpec(_Strict):
+    """The planner's search space (`servesim plan`); run and compare ignore it."""
+
+    gpus: list[str | GPUSpec] | None = Field(None, description="candidate GPUs; default: hardware.gpu")
+    tensor_parallel: list[int] | None = Field(None, description="candidate TP degrees; default: hardware.tensor_parallel")
+    policies: list[str] | None = Field(None, description="variant names to try; default: every variant")
+    target_rate_per_s: float | None = Field(None, gt=0, description="the load to serve; default: the workload's rate")
+    max_replicas: int = Field(16, ge=1, description="largest deployment considered per candidate")
+    min_window_s: float = Field(
+        60.0, ge=0, description="each simulation spans at least this many seconds of arrivals, so an overload "
+        "shows as a growing queue instead of a burst the system absorbs")
+    rate_tolerance: float = Field(0.02, gt=0, lt=1, description="binary search stops when hi/lo <= 1 + this")
+    num_seeds: int = Field(5, ge=1, description="seeds the recommendation is repeated with (uncertainty)")
+    prices_per_gpu_hour: dict[str, float] = Field(default_factory=dict, description="USD per GPU-hour overrides")
+    top_k: int = Field(3, ge=1, description="candidates that get a throughput-latency curve")
+    prefer_calibrated: bool = Field(
+        True, description="a candidate with a shipped calibrated profile (calibrate/profiles/<gpu>/<model>/tp<N>) "
+        "uses it instead of the roofline")
+
+    @model_validator(mode="after")
+    def _positive(self) -> "SearchSpec":
+        for tp in self.tensor_parallel or []:
+            if tp < 1:
+                raise ValueError(f"tensor_parallel values must be >= 1, got {tp}")
+        for gpu, price in self.prices_per_gpu_hour.items():
+            if price < 0:
+                raise ValueError(f"prices_per_gpu_hour.{gpu} must be >= 0, got {price}")
+        return self
 
 
 class RunSpec(_Strict):
@@ -154,10 +199,11 @@ class Scenario(_Strict):
     scheduler: SchedulerSpec = SchedulerSpec()
     kv_cache: KVCacheSpec = KVCacheSpec()
     quantization: QuantizationSpec = QuantizationSpec()
-    cost_model: RooflineSpec | FixedCostSpec = Field(RooflineSpec(), discriminator="kind")
+    cost_model: RooflineSpec | FixedCostSpec | CalibratedCostSpec = Field(RooflineSpec(), discriminator="kind")
     speculation: SpeculationSpec | None = Field(None, description="speculative decoding; absent = off")
     slo: SLOSpec = SLOSpec()
     run: RunSpec = RunSpec(num_requests=1000)
+    search: SearchSpec | None = Field(None, description="the planner's search space (servesim plan)")
 
     def model_spec(self) -> ModelSpec:
         return self.model if isinstance(self.model, ModelSpec) else get_model(self.model, "model")
@@ -197,7 +243,17 @@ class Scenario(_Strict):
             self.kv_capacity_tokens()
         except DoesNotFitError as err:
             raise ConfigError(f"hardware: {err}") from None
+        if self.cost_model.kind == "calibrated":
+            from .calibrated import check_matches, load_profile
+            check_matches(load_profile(self.calibrated_profile_dir()), model, self.hardware.tensor_parallel)
         return self
+
+    def calibrated_profile_dir(self) -> Path:
+        """The profile a calibrated cost model reads: the given folder, or the shipped one for this setup."""
+        from .calibrated import resolve_profile_dir
+        spec = self.cost_model
+        device = spec.profile_device or self.gpu_spec().name
+        return resolve_profile_dir(spec.profile, device, self.model_spec().name, self.hardware.tensor_parallel)
 
     def kv_bytes_per_token_per_gpu(self) -> int:
         """Bytes one token's KV takes on each GPU of a replica (the draft model's included)."""
@@ -483,7 +539,9 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     return raw
 
 
-def validate_scenario(raw: Any, prefix: str = "") -> Scenario:
+def validate_scenario(raw: Any, prefix: str = "", resolve: bool = True) -> Scenario:
+    """Validate one scenario; `resolve=False` checks the schema only, not that the hardware holds the model
+    (the planner's base hardware is only a default: its candidates bring their own)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{prefix or 'scenario'}: expected a mapping of sections, got {type(raw).__name__}")
     try:
@@ -492,20 +550,23 @@ def validate_scenario(raw: Any, prefix: str = "") -> Scenario:
         raise ConfigError(format_validation_error(err, prefix)) from None
     except ConfigError as err:
         raise ConfigError(f"{prefix}{err}") from None
+    if not resolve:
+        return scenario
     try:
         return scenario.resolved()
     except ConfigError as err:
         raise ConfigError(f"{prefix}{err}") from None
 
 
-def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str] | None = None) -> ScenarioSet:
+def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str] | None = None,
+                       resolve: bool = True) -> ScenarioSet:
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a YAML mapping at the top level")
     raw = apply_overrides(raw, overrides or [])
     variants_raw = raw.pop("variants", None) or {}
     if not isinstance(variants_raw, dict):
         raise ConfigError(f"variants: expected a mapping of name -> overrides, got {type(variants_raw).__name__}")
-    base = validate_scenario(raw)
+    base = validate_scenario(raw, resolve=resolve)
     variants: dict[str, Scenario] = {}
     for name, override in variants_raw.items():
         if not isinstance(override, dict):
@@ -514,7 +575,7 @@ def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str
         merged.setdefault("name", str(name))
         if "name" not in override:
             merged["name"] = str(name)
-        variants[str(name)] = validate_scenario(merged, prefix=f"variants.{name}.")
+        variants[str(name)] = validate_scenario(merged, prefix=f"variants.{name}.", resolve=resolve)
     return ScenarioSet(base, variants or {base.name: base}, source)
 
 
@@ -547,6 +608,13 @@ def _anchor_paths(raw: Any, base_dir: Path) -> None:
                 p = Path(part["path"]).expanduser()
                 if not p.is_absolute() and (base_dir / p).exists():
                     part["path"] = str((base_dir / p).resolve())
+    # Calibrated cost-model profiles likewise.
+    for section in [raw] + [v for v in (raw.get("variants") or {}).values() if isinstance(v, dict)]:
+        cost = section.get("cost_model")
+        if isinstance(cost, dict) and isinstance(cost.get("profile"), str):
+            p = Path(cost["profile"]).expanduser()
+            if not p.is_absolute() and (base_dir / p).exists():
+                cost["profile"] = str((base_dir / p).resolve())
 
 
 def load_scenario_set(path: str | Path, overrides: list[str] | None = None) -> ScenarioSet:

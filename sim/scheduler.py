@@ -196,10 +196,20 @@ class ContinuousScheduler(_SchedulerBase):
             request.num_computed_tokens = self.kv.get_computed_blocks(request)
         need = request.num_tokens - request.num_computed_tokens
         chunk = min(need, budget)
-        if (need > budget and not self.chunked_prefill) or self.kv.allocate_slots(request, chunk) is None:
+        if ((need > budget and not self.chunked_prefill) or not self._whole_sequence_fits(request, need)
+                or self.kv.allocate_slots(request, chunk) is None):
             request.num_computed_tokens = computed_before
             return None
         return chunk
+
+    def _whole_sequence_fits(self, request: Request, need: int) -> bool:
+        """vLLM V1 admits a request only if blocks for all its tokens are free now, not just for its
+        first chunk (`scheduler_reserve_full_isl`, default on), so chunked prefills cannot over-admit
+        and then preempt each other. Prefix-cache hits are counted as blocks to allocate (as vLLM does
+        for evictable ones; conservative for a hit block another request is using)."""
+        if not isinstance(self.kv, PagedKVManager) or not self.chunked_prefill:
+            return True  # unchunked, the allocation itself covers the whole sequence
+        return self.kv.num_new_blocks(request, need) <= self.kv.num_free_blocks
 
     @staticmethod
     def _add_prefill(plan: StepPlan, request: Request, chunk: int) -> None:

@@ -1,0 +1,418 @@
+"""ServeSim what-if dashboard: `make app` (or `streamlit run app.py`).
+
+This file only draws widgets; the form state, scenario files, tables and figures live in
+sim/dashboard.py, and every number comes from sim.api.simulate, the function the CLI calls.
+"""
+
+from __future__ import annotations
+
+import copy
+import os
+from dataclasses import replace
+from pathlib import Path
+
+import streamlit as st
+import yaml
+
+from sim import dashboard as dash
+from sim.api import simulate
+from sim.catalog import GPUS, MODELS
+from sim.errors import ServeSimError
+from sim.report import figures
+from sim.results import Result
+from sim.scenario import validate_scenario
+
+# Uploaded traces are kept by content hash, so a downloaded scenario can still point at them.
+UPLOAD_FOLDER = Path(os.environ.get("SERVESIM_UPLOAD_DIR") or Path(__file__).resolve().parent / "out" / "dashboard"
+                     / "uploads")
+CUSTOM = "custom…"
+ARRIVAL_KINDS = ["poisson", "gamma", "constant", "trace"]
+LENGTH_KINDS = ["preset", "fixed", "uniform", "lognormal", "trace"]
+
+
+@st.cache_resource
+def result_cache() -> dash.ResultCache:
+    """One simulation per distinct scenario, shared by every session: flipping back is instant."""
+    return dash.ResultCache(max_entries=64)
+
+
+def run_with_progress(scenario, label: str) -> Result:
+    cache = result_cache()
+    scenario_key = dash.scenario_key(scenario)
+    cached = cache.get(scenario_key)
+    if cached is not None:
+        return cached
+    total = dash.estimated_requests(scenario)
+    bar = st.progress(0.0, text=f"simulating {label}…")
+
+    def update(now_s: float, num_done: int) -> None:
+        share = min(1.0, num_done / total) if total else 0.0
+        bar.progress(share, text=f"simulating {label}: {num_done:,} requests done, t = {now_s:,.1f} s")
+
+    try:
+        result = simulate(scenario, progress=update)
+    finally:
+        bar.empty()
+    cache.put(scenario_key, result)
+    return result
+
+
+def key(name: str) -> str:
+    """Widget keys carry the form's generation: loading a file starts every widget from the file."""
+    return f"{st.session_state.generation}.{name}"
+
+
+def reload_form(form: dash.Form) -> None:
+    st.session_state.form = form
+    st.session_state.generation += 1
+    st.rerun()
+
+
+def handle_upload() -> None:
+    uploaded = st.sidebar.file_uploader("Load a scenario YAML", type=["yaml", "yml"], key="scenario_upload",
+                                        help=f"up to {dash.MAX_UPLOAD_YAML_BYTES:,} bytes; read as data only")
+    if uploaded is None:
+        st.session_state.pop("upload_error", None)
+        return
+    if st.session_state.get("applied_upload") == uploaded.file_id:
+        return
+    st.session_state.applied_upload = uploaded.file_id
+    try:
+        form, notes = dash.form_from_yaml(uploaded.getvalue(), uploaded.name)
+    except ServeSimError as err:
+        st.session_state.upload_error = str(err)
+        return
+    st.session_state.pop("upload_error", None)
+    st.session_state.upload_notes = notes
+    reload_form(form)
+
+
+def catalog_or_custom(label: str, current, catalog: dict, name: str):
+    """A catalog name, or an inline definition typed as YAML (pre-filled from a catalog entry)."""
+    names = list(catalog)
+    if isinstance(current, str) and current not in names:  # another spelling the catalog accepts
+        names.append(current)
+    choice = st.sidebar.selectbox(label, names + [CUSTOM], key=key(name),
+                                  index=names.index(current) if isinstance(current, str) and current in names
+                                  else len(names))
+    if choice != CUSTOM:
+        return choice
+    start = current if isinstance(current, dict) else next(iter(catalog.values())).model_dump(mode="json",
+                                                                                              exclude_none=True)
+    text = st.sidebar.text_area(f"custom {label.lower()} (YAML)", yaml.safe_dump(start, sort_keys=False),
+                                key=key(name + ".custom"), height=220)
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError:
+        value = text  # validation names the field and what is allowed
+    return value
+
+
+def number(label: str, value, name: str, **kwargs):
+    return st.sidebar.number_input(label, value=value, key=key(name), **kwargs)
+
+
+def arrival_inputs(arrival: dict) -> dict:
+    kinds = ARRIVAL_KINDS + ([arrival["kind"]] if arrival.get("kind") not in ARRIVAL_KINDS else [])
+    kind = st.sidebar.selectbox("arrival process", kinds, index=kinds.index(arrival.get("kind")),
+                                key=key("arrival.kind"))
+    if kind not in ARRIVAL_KINDS:
+        st.sidebar.caption(f"`{kind}` arrivals from the loaded file (edit them in the YAML):")
+        st.sidebar.code(yaml.safe_dump(arrival, sort_keys=False), language="yaml")
+        return arrival
+    if kind == "trace":
+        return trace_inputs(arrival if arrival.get("kind") == "trace" else {})
+    rate = number("request rate (req/s)", float(arrival.get("rate_per_s", 20.0)), "arrival.rate",
+                  min_value=0.01, step=1.0)
+    out = {"kind": kind, "rate_per_s": rate}
+    if kind == "gamma":
+        out["cv"] = number("inter-arrival CV", float(arrival.get("cv", 2.0)), "arrival.cv", min_value=0.01, step=0.5)
+    return out
+
+
+def trace_inputs(arrival: dict) -> dict:
+    uploaded = st.sidebar.file_uploader("trace file (Azure CSV, Mooncake JSONL, generic CSV/JSONL)",
+                                        type=list(dash.TRACE_EXTENSIONS), key="trace_upload")
+    out = {k: v for k, v in arrival.items() if k not in ("time_scale", "target_rate_per_s")}
+    out["kind"] = "trace"
+    if uploaded is not None:
+        try:
+            out["path"] = str(dash.save_uploaded_trace(uploaded.getvalue(), uploaded.name, UPLOAD_FOLDER))
+            out.pop("columns", None)
+            out["format"] = "auto"
+        except ServeSimError as err:
+            st.sidebar.error(str(err))
+    if "path" not in out:
+        st.sidebar.info("Upload a trace file to replay it.")
+        return out
+    st.sidebar.caption(f"trace: `{Path(out['path']).name}`")
+    target = arrival.get("target_rate_per_s")
+    rescale = st.sidebar.checkbox("rescale to a mean rate", value=target is not None, key=key("arrival.rescale"))
+    if rescale:
+        out["target_rate_per_s"] = number("target rate (req/s)", float(target or 10.0), "arrival.target",
+                                          min_value=0.01, step=1.0)
+    else:
+        out["time_scale"] = number("time scale (gap multiplier)", float(arrival.get("time_scale", 1.0)),
+                                   "arrival.time_scale", min_value=0.01, step=0.1)
+    return out
+
+
+def lengths_inputs(lengths: dict | None, is_trace: bool) -> dict | None:
+    lengths = lengths or {"kind": "trace"}
+    kinds = [k for k in LENGTH_KINDS if k != "trace" or is_trace]
+    if lengths.get("kind") not in kinds:
+        kinds.append(lengths.get("kind"))
+    kind = st.sidebar.selectbox("prompt/output lengths", kinds, index=kinds.index(lengths.get("kind")),
+                                key=key("lengths.kind"))
+    same = lengths if lengths.get("kind") == kind else {}
+    if kind == "preset":
+        presets = ["sharegpt", "alpaca"]
+        name = st.sidebar.selectbox("preset", presets, index=presets.index(same.get("name", "sharegpt")),
+                                    key=key("lengths.preset"))
+        return {"kind": "preset", "name": name}
+    if kind == "fixed":
+        return {"kind": "fixed",
+                "input_tokens": number("prompt tokens", int(same.get("input_tokens", 512)), "lengths.in", min_value=1),
+                "output_tokens": number("output tokens", int(same.get("output_tokens", 128)), "lengths.out",
+                                        min_value=1)}
+    if kind == "uniform":
+        out = {"kind": "uniform"}
+        for field, default in (("input_min", 32), ("input_max", 1024), ("output_min", 16), ("output_max", 512)):
+            out[field] = number(field.replace("_", " "), int(same.get(field, default)), f"lengths.{field}",
+                                min_value=1)
+        return out
+    if kind == "lognormal":
+        out = {"kind": "lognormal"}
+        for field, default in (("input_mean", 512.0), ("input_sigma", 1.0), ("output_mean", 256.0),
+                               ("output_sigma", 0.8)):
+            out[field] = number(field.replace("_", " "), float(same.get(field, default)), f"lengths.{field}",
+                                min_value=0.0)
+        return out
+    if kind == "trace":
+        return {"kind": "trace"}
+    st.sidebar.caption(f"`{kind}` lengths from the loaded file (edit them in the YAML).")
+    return lengths
+
+
+def sidebar(base: dict) -> dict:
+    """The base scenario: model, hardware, workload, SLOs, run size."""
+    new = copy.deepcopy(base)
+    st.sidebar.header("Model and hardware")
+    new["model"] = catalog_or_custom("Model", base.get("model", "llama-3.1-8b"), MODELS, "model")
+    dash.set_path(new, "hardware.gpu", catalog_or_custom("GPU", dash.get_path(base, "hardware.gpu", "h100-sxm"),
+                                                         GPUS, "gpu"))
+    dash.set_path(new, "hardware.tensor_parallel", number(
+        "tensor parallelism (GPUs per replica)", int(dash.get_path(base, "hardware.tensor_parallel", 1)), "tp",
+        min_value=1, max_value=64))
+    replicas = number("replicas", int(dash.get_path(base, "hardware.num_replicas", 1)), "replicas",
+                      min_value=1, max_value=256)
+    dash.set_path(new, "hardware.num_replicas", replicas)
+    if replicas > 1:
+        routers = ["round_robin", "least_outstanding", "random"]
+        router = dash.get_path(base, "hardware.router", "round_robin")
+        dash.set_path(new, "hardware.router", st.sidebar.selectbox("router", routers, index=routers.index(router),
+                                                                   key=key("router")))
+
+    st.sidebar.header("Workload")
+    arrival = arrival_inputs(dash.get_path(base, "workload.arrival", {"kind": "poisson", "rate_per_s": 20.0}))
+    dash.set_path(new, "workload.arrival", arrival)
+    lengths = lengths_inputs(dash.get_path(base, "workload.lengths"), arrival.get("kind") == "trace")
+    dash.set_path(new, "workload.lengths", lengths)
+
+    st.sidebar.header("SLOs")
+    st.sidebar.caption("0 means no limit; goodput counts requests that meet every limit.")
+    for name, label in (("ttft_s", "TTFT limit (s)"), ("tpot_s", "TPOT limit (s)"), ("e2e_s", "end-to-end limit (s)")):
+        limit = number(label, float(dash.get_path(base, f"slo.{name}") or 0.0), f"slo.{name}",
+                       min_value=0.0, step=0.05 if name == "tpot_s" else 0.5, format="%.3f")
+        dash.set_path(new, f"slo.{name}", limit if limit > 0 else None)
+    dash.set_path(new, "slo.percentile", number("at percentile", float(dash.get_path(base, "slo.percentile", 99.0)),
+                                                "slo.percentile", min_value=1.0, max_value=100.0, step=1.0))
+
+    st.sidebar.header("Run")
+    requests = dash.get_path(base, "run.num_requests")
+    if requests is not None or dash.get_path(base, "run.duration_s") is None:
+        dash.set_path(new, "run.num_requests", number("requests", int(requests or 800), "run.requests",
+                                                      min_value=1, step=100))
+    dash.set_path(new, "run.seed", number("seed", int(dash.get_path(base, "run.seed", 0)), "run.seed", min_value=0))
+    return new
+
+
+def policy_inputs(column, index: int, policy: dash.Policy) -> dash.Policy:
+    """One variant column's policy widgets."""
+    p = f"v{index}."
+    batching = column.selectbox("batching", dash.BATCHING_MODES, index=dash.BATCHING_MODES.index(policy.batching),
+                                key=key(p + "batching"))
+    changes: dict = {"batching": batching}
+    if batching == "static":
+        changes["max_batch_size"] = column.number_input("requests per batch", 1, 4096, policy.max_batch_size,
+                                                        key=key(p + "max_batch_size"))
+    else:
+        changes["max_num_seqs"] = column.number_input("max sequences per step", 1, 4096, policy.max_num_seqs,
+                                                      key=key(p + "max_num_seqs"))
+        budget = policy.max_num_batched_tokens or (2048 if batching == "chunked prefill" else 0)
+        tokens = column.number_input("token budget per step (0: default)", 0, 1 << 20, budget,
+                                     key=key(p + "budget"), step=256)
+        changes["max_num_batched_tokens"] = tokens or None
+    layouts = ["paged", "contiguous"]
+    layout = column.radio("KV layout", layouts, index=layouts.index(policy.layout), horizontal=True,
+                          key=key(p + "layout"))
+    changes["layout"] = layout
+    if layout == "paged":
+        sizes = sorted({1, 8, 16, 32, 64, 128, policy.block_size})
+        changes["block_size"] = column.selectbox("block size (tokens)", sizes, index=sizes.index(policy.block_size),
+                                                 key=key(p + "block"))
+        changes["enable_prefix_caching"] = column.checkbox("prefix caching", policy.enable_prefix_caching,
+                                                           key=key(p + "prefix"))
+    else:
+        rules = ["max_len", "pow2", "oracle"]
+        changes["reserve"] = column.selectbox("reservation rule", rules, index=rules.index(policy.reserve),
+                                              key=key(p + "reserve"))
+    modes = ["recompute", "swap"]
+    changes["preemption"] = column.radio("preemption", modes, index=modes.index(policy.preemption), horizontal=True,
+                                         key=key(p + "preempt"))
+    speculate = column.checkbox("speculative decoding", policy.speculation, key=key(p + "spec"))
+    changes["speculation"] = speculate
+    if speculate:
+        drafts = {"cost ratio": None, **{name: name for name in MODELS}}
+        current = "cost ratio"
+        if isinstance(policy.draft_model, dict):  # an inline architecture from a loaded file
+            current = f"{policy.draft_model.get('name', 'draft')} (inline)"
+            drafts[current] = policy.draft_model
+        elif policy.draft_model is not None:
+            current = policy.draft_model
+            drafts.setdefault(current, current)
+        labels = list(drafts)
+        draft = column.selectbox("draft", labels, index=labels.index(current), key=key(p + "draft"),
+                                 help="a draft model (its weights and KV take memory), or a draft "
+                                      "costing a fixed fraction of a target step")
+        changes["draft_model"] = drafts[draft]
+        if draft == "cost ratio":
+            changes["draft_cost_ratio"] = column.number_input("draft cost ratio c", 0.001, 10.0,
+                                                              float(policy.draft_cost_ratio or 0.1),
+                                                              key=key(p + "ratio"), step=0.01)
+        changes["num_speculative_tokens"] = column.number_input("γ (drafted tokens)", 1, 32,
+                                                                policy.num_speculative_tokens, key=key(p + "gamma"))
+        changes["alpha"] = column.slider("α (acceptance)", 0.0, 0.99, float(policy.alpha), 0.01, key=key(p + "alpha"))
+    return replace(policy, **changes)
+
+
+def variant_columns(form: dash.Form, base: dict) -> dict:
+    """Policy columns side by side; returns the new variant overrides."""
+    names = list(form.variants)
+    columns = st.columns(len(names))
+    new: dict = {}
+    removed = None
+    for i, (name, column) in enumerate(zip(names, columns)):
+        override = form.variants[name]
+        try:
+            policy = dash.policy_of(validate_scenario(dash.merged(base, override)))
+        except ServeSimError:
+            policy = dash.Policy()
+        with column:
+            new_name = st.text_input("variant", name, key=key(f"v{i}.name")).strip() or f"variant {i + 1}"
+        policy = policy_inputs(column, i, policy)
+        if new_name in new:
+            st.error(f"variants: the name {new_name!r} is used twice; give each column its own name")
+            st.stop()
+        new[new_name] = dash.with_policy(base, override, policy)
+        if len(names) > 1 and column.button("remove", key=key(f"v{i}.remove")):
+            removed = new_name
+    if removed is not None:
+        reload_form(dash.Form(base, {k: v for k, v in new.items() if k != removed}))
+    if len(names) < dash.MAX_VARIANTS and st.button("add a variant"):
+        copied = copy.deepcopy(new[list(new)[-1]])
+        reload_form(dash.Form(base, new | {dash.new_variant_name(list(new)): copied}))
+    return new
+
+
+def results_section(results: list[Result]) -> None:
+    st.subheader("Summary")
+    st.caption(f"Δ columns compare each variant with {results[0].name!r}. SLOs met: "
+               + ", ".join(f"{r.name}: {'yes' if r.summary.get('slo_met') else 'no'}" for r in results
+                           if r.summary.get("slo_met") is not None))
+    st.table(dash.summary_table(results))
+    for _, fig in figures(results):
+        st.plotly_chart(fig, key=f"chart.{fig.layout.title.text}")
+
+
+def sweep_section(form: dash.Form, scenarios: dict) -> None:
+    st.subheader("Load sweep")
+    sweepable = {n: s for n, s in scenarios.items() if dash.sweepable(s)}
+    if not sweepable:
+        st.info("A load sweep sets the arrival rate; this workload's arrival process has none to set.")
+        return
+    first = next(iter(sweepable.values()))
+    defaults = dash.default_sweep_rates(first)
+    c1, c2, c3, c4 = st.columns(4)
+    low = c1.number_input("from (req/s)", 0.01, value=float(defaults[0]), key=key("sweep.low"))
+    high = c2.number_input("to (req/s)", 0.01, value=float(defaults[-1]), key=key("sweep.high"))
+    points = c3.number_input("points", 2, 20, 6, key=key("sweep.points"))
+    per_point = c4.number_input("requests per point", 50, 20_000, 300, step=50, key=key("sweep.requests"))
+    chosen = st.multiselect("variants", list(sweepable), default=list(sweepable), key=key("sweep.variants"))
+    rates = dash.sweep_rates(low, high, int(points))
+    sweep_id = (form.to_yaml(), tuple(chosen), tuple(rates), per_point)
+    if st.button("Run load sweep", type="primary"):
+        try:
+            st.session_state.sweep = (sweep_id, dash.run_sweep(
+                {n: sweepable[n] for n in chosen}, rates, per_point,
+                lambda sc: run_with_progress(sc, f"{sc.name} at {dash.current_rate(sc):g} req/s")))
+        except ServeSimError as err:
+            st.error(str(err))
+    stored = st.session_state.get("sweep")
+    if stored and stored[0] == sweep_id:
+        st.plotly_chart(dash.sweep_figure(stored[1]), key="chart.sweep")
+        st.dataframe(stored[1], hide_index=True)
+    elif stored:
+        st.caption("Settings changed since the last sweep: run it again to update.")
+
+
+def main() -> None:
+    st.set_page_config(page_title="ServeSim what-if dashboard", layout="wide")
+    if "form" not in st.session_state:
+        st.session_state.form = dash.Form()
+        st.session_state.generation = 0
+    st.title("ServeSim what-if dashboard")
+    st.caption("Pick a model, GPU and workload in the sidebar; set each variant's serving policy below. "
+               "Every variant runs on the same generated requests.")
+    handle_upload()
+    if st.session_state.get("upload_error"):
+        st.error(f"Could not load the scenario: {st.session_state.upload_error}")
+    for note in st.session_state.pop("upload_notes", []):
+        st.warning(note)
+
+    form: dash.Form = st.session_state.form
+    base = sidebar(form.base)
+    st.subheader("Variants")
+    variants = variant_columns(form, base)
+    form = dash.Form(base, variants)
+    st.session_state.form = form
+
+    try:
+        scenario_set = form.scenario_set()
+    except ServeSimError as err:
+        st.error(str(err))
+        st.stop()
+    scenarios = scenario_set.variants
+    estimate = sum(dash.estimated_requests(s) or 0 for s in scenarios.values())
+    if estimate > dash.LONG_RUN_REQUESTS and not st.checkbox(
+            f"Run {estimate:,} requests ({len(scenarios)} variants)? That may take a while.", key="confirm_long"):
+        st.warning(f"{estimate:,} requests in all is above {dash.LONG_RUN_REQUESTS:,}: tick the box to run.")
+        st.stop()
+    try:
+        results = [run_with_progress(sc, name) for name, sc in scenarios.items()]
+    except ServeSimError as err:
+        st.error(str(err))
+        st.stop()
+    results_section(results)
+    sweep_section(form, scenarios)
+
+    st.subheader("Scenario file")
+    text = form.to_yaml()
+    st.download_button("Download scenario YAML", text, file_name=f"{base.get('name', 'dashboard')}.yaml",
+                       mime="application/x-yaml")
+    st.caption("`servesim compare FILE` reproduces the numbers above (same seed, same requests).")
+    with st.expander("scenario YAML"):
+        st.code(text, language="yaml")
+
+
+main()

@@ -1,0 +1,271 @@
+"""The benchmarks: every op of one layer of a model's per-GPU shard, checked then timed over a grid.
+
+Inputs are random normal (never zeros), made once per point from a seeded generator. Each kernel is
+first checked against a float64 reference at the model's real head/feature sizes; a kernel that
+disagrees stops the run before anything is timed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Callable, Iterator
+
+import torch
+import torch.nn.functional as F
+
+from sim.calibrated import shard_shapes
+from sim.errors import ServeSimError
+from sim.specs import ModelSpec
+
+from .grids import Grid
+from .kernels import reference as ref
+from .kernels import torch_ops as ops
+
+TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# Largest relative error ‖out − ref‖ / ‖ref‖ a kernel may show against the float64 reference.
+TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 3e-2}
+_SAMPLING_TEMPERATURE = 0.8
+
+
+class KernelCheckError(ServeSimError):
+    """A kernel disagrees with its reference: its timings would mean nothing."""
+
+
+@dataclass(frozen=True)
+class Point:
+    family: str  # profile CSV it belongs to
+    key: dict  # its shape columns
+    make: Callable[[], Callable[[], object]]  # builds the inputs; returns the call to time
+
+
+class ShardBench:
+    """One GPU's share of one layer (plus LM head, sampling and the engine loop) of `model` at `tp`."""
+
+    def __init__(self, model: ModelSpec, tensor_parallel: int, dtype: str, device: str, block_size: int):
+        self.model, self.tp, self.dtype_name, self.device = model, tensor_parallel, dtype, device
+        self.dtype = TORCH_DTYPES[dtype]
+        self.block_size = block_size
+        self.shard = shard_shapes(model, tensor_parallel)
+        self.gen = torch.Generator(device=device).manual_seed(0)
+        self._weights: dict[str, torch.Tensor] = {}
+        self.paged_impl = ("triton paged_attention_decode (calibrate/kernels/paged_attention.py)" if device == "cuda"
+                           else "torch gather: index_select of each sequence's blocks by block id, then SDPA "
+                                "(the Triton kernel runs on CPU only under TRITON_INTERPRET=1, too slow to time)")
+
+    # --- inputs ---------------------------------------------------------------------------------
+    def randn(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
+        return torch.randn(*shape, generator=self.gen, device=self.device, dtype=dtype or self.dtype)
+
+    def weight(self, op: str) -> torch.Tensor:
+        if op not in self._weights:
+            in_f, out_f = self.shard["linear"][op]
+            self._weights[op] = self.randn(out_f, in_f) * in_f ** -0.5
+        return self._weights[op]
+
+    def _paged_inputs(self, context_lens: list[int]):
+        s, bs = self.shard, self.block_size
+        per_seq = max(math.ceil(n / bs) for n in context_lens)
+        num_blocks = len(context_lens) * per_seq
+        k_cache = self.randn(num_blocks, bs, s["num_kv_heads"], s["head_dim"])
+        v_cache = self.randn(num_blocks, bs, s["num_kv_heads"], s["head_dim"])
+        # Scattered block ids, as a cache that has been allocating and freeing for a while.
+        table = torch.randperm(num_blocks, generator=self.gen, device=self.device).view(len(context_lens), per_seq)
+        lens = torch.tensor(context_lens, dtype=torch.int32, device=self.device)
+        q = self.randn(len(context_lens), s["num_heads"], s["head_dim"])
+        return q, k_cache, v_cache, table.to(torch.int32), lens
+
+    def paged_decode(self, q, k_cache, v_cache, table, lens):
+        if self.device == "cuda":
+            from .kernels.paged_attention import paged_attention_decode
+            return paged_attention_decode(q, k_cache, v_cache, table, lens)
+        return ops.paged_decode_gather(q, k_cache, v_cache, table, lens)
+
+    def _rotary_inputs(self, n: int):
+        s = self.shard
+        positions = torch.randint(0, self.model.max_context, (n,), generator=self.gen, device=self.device)
+        return (self.randn(n, s["num_heads"], s["head_dim"]), self.randn(n, s["num_kv_heads"], s["head_dim"]),
+                positions)
+
+    @property
+    def activation(self) -> str:
+        return "silu_mul" if self.shard["gated_mlp"] else "relu"
+
+    # --- checks against the references ------------------------------------------------------------
+    def checks(self) -> Iterator[tuple[str, Callable[[], float]]]:
+        """(op name, a function returning its relative error against the float64 reference)."""
+        s = self.shard
+        hq, hkv, d = s["num_heads"], s["num_kv_heads"], s["head_dim"]
+        for op in s["linear"]:
+            def linear_err(op=op):
+                x, w = self.randn(3, s["linear"][op][0]), self.weight(op)
+                return ref.relative_error(F.linear(x, w), x.double() @ w.double().T)
+            yield f"linear:{op}", linear_err
+
+        def prefill_err():
+            q, k, v = self.randn(1, hq, 24, d), self.randn(1, hkv, 40, d), self.randn(1, hkv, 40, d)
+            return ref.relative_error(ops.prefill_attention(q, k, v), ref.prefill_attention(q, k, v))
+        yield "prefill_attention", prefill_err
+
+        def contiguous_err():
+            q, k, v = self.randn(3, hq, 1, d), self.randn(3, hkv, 37, d), self.randn(3, hkv, 37, d)
+            expected = torch.stack([ref.attention(q[i].cpu(), k[i].cpu(), v[i].cpu()) for i in range(3)])
+            return ref.relative_error(ops.decode_attention_contiguous(q, k, v), expected)
+        yield "decode_attention:contiguous", contiguous_err
+
+        def paged_err():
+            bs = self.block_size
+            inputs = self._paged_inputs([1, bs + 1, 3 * bs - 1, 2 * bs])  # ragged, partly filled last blocks
+            return ref.relative_error(self.paged_decode(*inputs), ref.paged_decode(*inputs))
+        yield "decode_attention:paged", paged_err
+
+        def rmsnorm_err():
+            x, w = self.randn(5, s["hidden_size"]), self.randn(s["hidden_size"])
+            return ref.relative_error(ops.rms_norm(x, w), ref.rms_norm(x, w))
+        yield "elementwise:rmsnorm", rmsnorm_err
+
+        def rotary_err():
+            q, _, positions = self._rotary_inputs(5)
+            cos, sin = ops.rotary_cos_sin(positions, d)
+            return ref.relative_error(ops.apply_rotary(q, cos, sin), ref.rotary(q, positions))
+        yield "elementwise:rotary", rotary_err
+
+        def activation_err():
+            ffn = s["ffn_size"]
+            if self.activation == "silu_mul":
+                x = self.randn(5, 2 * ffn)
+                return ref.relative_error(ops.silu_and_mul(x), ref.silu_and_mul(x))
+            x = self.randn(5, ffn)
+            return ref.relative_error(F.relu(x), x.double().clamp_min(0))
+        yield f"elementwise:{self.activation}", activation_err
+
+        def residual_err():
+            x, r = self.randn(5, s["hidden_size"]), self.randn(5, s["hidden_size"])
+            return ref.relative_error(ops.residual_add(x, r), x.double() + r.double())
+        yield "elementwise:residual_add", residual_err
+
+        def sampling_err():
+            # A logit far above the rest must be drawn every time; the others never.
+            logits = self.randn(4, s["vocab_size"], dtype=torch.float32)
+            winners = torch.randint(0, s["vocab_size"], (4,), generator=self.gen, device=self.device)
+            logits[torch.arange(4, device=self.device), winners] += 1000.0
+            drawn = ops.sample(logits, _SAMPLING_TEMPERATURE, self.gen)
+            return float((drawn != winners).float().mean())
+        yield "sampling", sampling_err
+
+    def run_checks(self) -> dict[str, float]:
+        tol = TOLERANCE[self.dtype_name]
+        errors = {}
+        for name, err_fn in self.checks():
+            err = err_fn()
+            if not err <= tol:
+                raise KernelCheckError(f"check: {name} differs from its float64 reference by {err:.3g} "
+                                       f"(relative); allowed: <= {tol:g} for {self.dtype_name}")
+            errors[name] = err
+        return errors
+
+    # --- the points to time ------------------------------------------------------------------------
+    def points(self, grid: Grid) -> Iterator[Point]:
+        s = self.shard
+        hq, hkv, d, hidden, ffn = s["num_heads"], s["num_kv_heads"], s["head_dim"], s["hidden_size"], s["ffn_size"]
+        for op, (in_f, out_f) in s["linear"].items():
+            for n in grid.num_tokens:
+                def make(op=op, n=n, in_f=in_f):
+                    x, w = self.randn(n, in_f), self.weight(op)
+                    return lambda: F.linear(x, w)
+                yield Point("linear", {"op": op, "in_features": in_f, "out_features": out_f, "num_tokens": n}, make)
+
+        def rmsnorm(n):
+            x, w = self.randn(n, hidden), self.randn(hidden)
+            return lambda: ops.rms_norm(x, w)
+
+        cos_cache, sin_cache = ops.rotary_cos_sin(torch.arange(self.model.max_context, device=self.device), d)
+
+        def rotary(n):
+            q, k, positions = self._rotary_inputs(n)
+            def call():
+                cos, sin = cos_cache[positions], sin_cache[positions]
+                return ops.apply_rotary(q, cos, sin), ops.apply_rotary(k, cos, sin)
+            return call
+
+        def activation(n):
+            if self.activation == "silu_mul":
+                x = self.randn(n, 2 * ffn)
+                return lambda: ops.silu_and_mul(x)
+            x = self.randn(n, ffn)
+            return lambda: F.relu(x)
+
+        def residual(n):
+            x, r = self.randn(n, hidden), self.randn(n, hidden)
+            return lambda: ops.residual_add(x, r)
+
+        for op, maker in (("rmsnorm", rmsnorm), ("rotary", rotary), (self.activation, activation),
+                          ("residual_add", residual)):
+            for n in grid.num_tokens:
+                yield Point("elementwise", {"op": op, "num_tokens": n}, lambda maker=maker, n=n: maker(n))
+
+        for rows in grid.sample_rows:
+            def make_sampling(rows=rows):
+                logits = self.randn(rows, s["vocab_size"], dtype=torch.float32)
+                return lambda: ops.sample(logits, _SAMPLING_TEMPERATURE, self.gen)
+            yield Point("sampling", {"num_rows": rows}, make_sampling)
+
+        for seqs in grid.overhead_seqs:
+            yield Point("step_overhead", {"num_seqs": seqs}, lambda seqs=seqs: self._engine_loop(seqs))
+
+        for layout in ("contiguous", "paged"):
+            for b in grid.decode_batches:
+                for x in grid.decode_contexts:
+                    yield Point("decode_attention", {"layout": layout, "batch": b, "context_tokens": x},
+                                lambda layout=layout, b=b, x=x: self._decode_call(layout, b, x))
+
+        for c in grid.prefill_chunks:
+            for x in grid.prefill_contexts:
+                def make_prefill(c=c, x=x):
+                    q, k, v = self.randn(1, hq, c, d), self.randn(1, hkv, x + c, d), self.randn(1, hkv, x + c, d)
+                    return lambda: self._prefill(q, k, v)
+                yield Point("prefill_attention", {"chunk_tokens": c, "context_tokens": x}, make_prefill)
+
+    def _prefill(self, q, k, v):
+        if self.device == "cuda":
+            from torch.nn.attention import SDPBackend, sdpa_kernel
+            # Flash attention where it supports the shapes; PyTorch falls back to the next backend listed.
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH]):
+                return ops.prefill_attention(q, k, v)
+        return ops.prefill_attention(q, k, v)
+
+    def _decode_call(self, layout: str, batch: int, context: int):
+        s = self.shard
+        if layout == "contiguous":
+            q = self.randn(batch, s["num_heads"], 1, s["head_dim"])
+            k = self.randn(batch, s["num_kv_heads"], context, s["head_dim"])
+            v = self.randn(batch, s["num_kv_heads"], context, s["head_dim"])
+            return lambda: ops.decode_attention_contiguous(q, k, v)
+        inputs = self._paged_inputs([context] * batch)
+        if self.device == "cuda":
+            return lambda: self.paged_decode(*inputs)
+        k_cache = inputs[1]
+        buffers = (torch.empty_like(k_cache), torch.empty_like(k_cache))
+        return lambda: ops.paged_decode_gather(*inputs, buffers=buffers)
+
+    def _engine_loop(self, num_seqs: int):
+        """A minimal engine iteration around the model: inputs built from Python lists, an embedding
+        lookup, a token picked per sequence and handed back to Python, bookkeeping per sequence."""
+        blocks_per_seq = 8
+        vocab = min(self.shard["vocab_size"], 32768)
+        embedding = self.randn(vocab, 64)
+        token_ids = [i % vocab for i in range(num_seqs)]
+        positions = list(range(num_seqs))
+        block_tables = [[i * blocks_per_seq + j for j in range(blocks_per_seq)] for i in range(num_seqs)]
+        outputs: list[list[int]] = [[] for _ in range(num_seqs)]
+
+        def step():
+            ids = torch.tensor(token_ids, device=self.device)
+            torch.tensor(positions, device=self.device)
+            torch.tensor(block_tables, dtype=torch.int32, device=self.device)
+            next_ids = embedding[ids].argmax(-1).tolist()  # .tolist() waits for the device
+            for out, tok in zip(outputs, next_ids):
+                out.append(tok)
+                if len(out) > 64:
+                    out.clear()
+        return step

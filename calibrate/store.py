@@ -1,0 +1,68 @@
+"""A profile folder being written: each measured point is saved at once (the family's CSV rewritten
+under a temporary name, then renamed), so an interrupted run resumes where it stopped."""
+
+from __future__ import annotations
+
+import io
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from sim.calibrated import FAMILY_KEYS, PROFILE_FORMAT_VERSION, STAT_COLUMNS
+from sim.errors import ConfigError
+from sim.output import atomic_write_text
+
+# meta.json keys that must match for a rerun to resume into an existing folder.
+_RESUME_KEYS = ("device", "dtype", "threads", "tensor_parallel", "block_size", "grid", "shard")
+
+
+def _canonical_key(family: str, values: dict) -> tuple:
+    return tuple(str(values[k]) for k in FAMILY_KEYS[family])
+
+
+class ProfileWriter:
+    def __init__(self, out: str | Path, meta: dict):
+        self.out = Path(out)
+        if self.out.exists() and not self.out.is_dir():
+            raise ConfigError(f"--out: '{out}' exists and is not a folder")
+        self.out.mkdir(parents=True, exist_ok=True)
+        meta = {"format_version": PROFILE_FORMAT_VERSION, **meta, "complete": False}
+        old_meta_path = self.out / "meta.json"
+        if old_meta_path.is_file():
+            try:
+                old = json.loads(old_meta_path.read_text())
+            except json.JSONDecodeError:
+                old = {}
+            differs = [k for k in _RESUME_KEYS if old.get(k) != json.loads(json.dumps(meta.get(k)))]
+            if differs:
+                raise ConfigError(f"--out: '{out}' holds a profile measured with other {', '.join(differs)}; "
+                                  "allowed: the same options (to resume) or a new folder")
+            meta["started"] = old.get("started", meta.get("started"))
+        self.meta = meta
+        self.rows: dict[str, list[dict]] = {}
+        for family in FAMILY_KEYS:
+            path = self.out / f"{family}.csv"
+            self.rows[family] = pd.read_csv(path).to_dict("records") if path.is_file() else []
+        self.done = {family: {_canonical_key(family, r) for r in rows} for family, rows in self.rows.items()}
+        self._write_meta()
+
+    def _write_meta(self) -> None:
+        atomic_write_text(self.out / "meta.json", json.dumps(self.meta, indent=2) + "\n")
+
+    def has(self, family: str, key: dict) -> bool:
+        return _canonical_key(family, key) in self.done[family]
+
+    def add(self, family: str, key: dict, timing) -> None:
+        row = {**{k: key[k] for k in FAMILY_KEYS[family]},
+               **{c: getattr(timing, c) for c in STAT_COLUMNS}}
+        self.rows[family].append(row)
+        self.done[family].add(_canonical_key(family, key))
+        buf = io.StringIO()
+        pd.DataFrame(self.rows[family], columns=list(FAMILY_KEYS[family]) + list(STAT_COLUMNS)).to_csv(
+            buf, index=False, float_format="%.6e")
+        atomic_write_text(self.out / f"{family}.csv", buf.getvalue())
+
+    def finish(self, **extra) -> None:
+        self.meta.update(extra, complete=True)
+        self._write_meta()

@@ -1,0 +1,442 @@
+"""A cost model from measured kernel times: a profile written by `python -m calibrate run`.
+
+A profile folder holds one CSV per op family (shape columns, then median/p20/p80 seconds of one
+call) and `meta.json` (device, versions, dtype, threads, the architecture, tensor-parallel degree,
+block size, grid). This module reads profiles with numpy/pandas only: simulating never needs torch.
+
+Between measured shapes a time is interpolated in log space; outside the grid it follows the shape
+of a roofline fitted to the profile itself (the fastest FLOP rate and byte rate any measured GEMM or
+stream reached). Both are one rule: interpolate the ratio measured / roofline, and hold that ratio
+at its value on the nearest grid edge. Grid points are reproduced exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from bisect import bisect_right
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import pandas as pd
+
+from .catalog import get_gpu, layer_groups, lm_head_shape
+from .cost import RooflineCostModel, StepCost
+from .errors import ConfigError
+from .plan import StepPlan
+from .specs import GPUSpec, ModelSpec
+
+PROFILE_FORMAT_VERSION = 1
+# Op family -> the columns that name one measured shape (each CSV then has STAT_COLUMNS).
+FAMILY_KEYS: dict[str, tuple[str, ...]] = {
+    "linear": ("op", "in_features", "out_features", "num_tokens"),
+    "prefill_attention": ("chunk_tokens", "context_tokens"),
+    "decode_attention": ("layout", "batch", "context_tokens"),
+    "elementwise": ("op", "num_tokens"),
+    "sampling": ("num_rows",),
+    "step_overhead": ("num_seqs",),
+}
+STAT_COLUMNS = ("median_s", "p20_s", "p80_s")
+KV_LAYOUTS = ("contiguous", "paged")
+# Profiles shipped with ServeSim: calibrate/profiles/<device>/<model>/tp<N>/
+PROFILES_DIR = Path(__file__).resolve().parent.parent / "calibrate" / "profiles"
+_DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
+
+
+def kv_heads_per_gpu(model: ModelSpec, tensor_parallel: int) -> int:
+    kv = model.num_kv_heads
+    # Fewer KV heads than ranks: each rank keeps a replica of one KV head.
+    return kv // tensor_parallel if kv % tensor_parallel == 0 else 1
+
+
+def shard_shapes(model: ModelSpec, tensor_parallel: int) -> dict:
+    """What one GPU of a tensor-parallel group computes: the shapes a profile is measured at."""
+    if model.attention == "mla":
+        raise ConfigError(f"model: {model.name} uses attention 'mla', which calibration does not support yet; "
+                          "allowed: mha, mqa, gqa")
+    tp = tensor_parallel
+    linear: dict[str, list[int]] = {}
+    for _, shapes in layer_groups(model):
+        for s in shapes:
+            in_f = s.in_features // tp if s.tp_split == "row" else s.in_features
+            out_f = s.out_features // tp if s.tp_split == "column" else s.out_features
+            linear[s.name] = [in_f, out_f]
+    head = lm_head_shape(model)
+    linear["lm_head"] = [head.in_features, head.out_features // tp]
+    return {
+        "linear": linear,  # per-GPU [in_features, out_features] of one matrix (one expert)
+        "num_heads": model.num_attention_heads // tp,
+        "num_kv_heads": kv_heads_per_gpu(model, tp),
+        "head_dim": model.head_dim,
+        "hidden_size": model.hidden_size,
+        "ffn_size": model.ffn_size // tp,
+        "gated_mlp": model.gated_mlp,
+        "vocab_size": model.vocab_size,  # sampling sees the whole vocabulary after the gather
+    }
+
+
+# --- interpolation ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class DeviceRoofline:
+    """The measured device's own roofline: its fastest GEMM FLOP rate and streaming byte rate."""
+
+    flops_per_s: float
+    bytes_per_s: float
+    elem_bytes: int  # bytes per element of the profiled dtype
+
+    def time(self, flops: float, nbytes: float) -> float:
+        return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+
+
+@dataclass(frozen=True)
+class OpTable:
+    """The measured points of one op, and the roofline shape used between and beyond them."""
+
+    name: str  # e.g. "linear:qkv", "decode_attention:paged"
+    axes: tuple[str, ...]  # one or two shape columns
+    points: pd.DataFrame  # axes + median_s
+    shape: Callable[..., float]  # roofline seconds of one call at a point
+
+
+def _axis(values) -> list[float]:
+    return [math.log1p(v) for v in values]  # log1p: context lengths may be 0
+
+
+def _bracket(grid: list[float], u: float) -> tuple[int, float]:
+    """Index i and weight w so that u ≈ grid[i]·(1-w) + grid[i+1]·w, clamped to the grid."""
+    if len(grid) == 1 or u <= grid[0]:
+        return 0, 0.0
+    if u >= grid[-1]:
+        return len(grid) - 2, 1.0
+    i = bisect_right(grid, u) - 1
+    return i, (u - grid[i]) / (grid[i + 1] - grid[i])
+
+
+class Interpolator:
+    """log(measured / roofline) interpolated (bi)linearly on log1p axes, held constant past the edges."""
+
+    def __init__(self, table: OpTable, points: pd.DataFrame | None = None):
+        pts = table.points if points is None else points
+        self.name, self.shape = table.name, table.shape
+        self.ndim = len(table.axes)
+        if self.ndim == 1:
+            (col,) = table.axes
+            pts = pts.sort_values(col)
+            xs = pts[col].to_numpy(float)
+            self.grid = [_axis(xs)]
+            self.log_ratio = [math.log(t / self.shape(x)) for x, t in zip(xs, pts["median_s"])]
+        else:
+            a, b = table.axes
+            grid = pts.pivot_table(index=a, columns=b, values="median_s", aggfunc="median")
+            if grid.isna().to_numpy().any():
+                raise ConfigError(f"cost_model.profile: {table.name} is not measured on a full grid of "
+                                  f"({a}, {b}); rerun `python -m calibrate run` to complete it")
+            self.grid = [_axis(grid.index.to_numpy(float)), _axis(grid.columns.to_numpy(float))]
+            self.log_ratio = [[math.log(grid.iat[i, j] / self.shape(x, y)) for j, y in enumerate(grid.columns)]
+                              for i, x in enumerate(grid.index)]
+
+    def __call__(self, *x: float) -> float:
+        if self.ndim == 1:
+            i, w = _bracket(self.grid[0], math.log1p(x[0]))
+            r = self.log_ratio
+            lr = r[i] if w == 0.0 else r[i] * (1 - w) + r[i + 1] * w
+        else:
+            i, wa = _bracket(self.grid[0], math.log1p(x[0]))
+            j, wb = _bracket(self.grid[1], math.log1p(x[1]))
+            r = self.log_ratio
+            i1, j1 = min(i + 1, len(r) - 1), min(j + 1, len(r[0]) - 1)
+            lr = ((r[i][j] * (1 - wb) + r[i][j1] * wb) * (1 - wa)
+                  + (r[i1][j] * (1 - wb) + r[i1][j1] * wb) * wa)
+        return self.shape(*x) * math.exp(lr)
+
+
+# --- profiles --------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Profile:
+    path: Path
+    meta: dict
+    frames: dict[str, pd.DataFrame]  # family -> measured rows
+    roofline: DeviceRoofline
+    tables: dict[str, OpTable]  # op name -> its measured points and roofline shape
+
+
+def _device_roofline(meta: dict, frames: dict[str, pd.DataFrame]) -> DeviceRoofline:
+    eb = _DTYPE_BYTES.get(meta.get("dtype"), 2)
+    lin = frames["linear"]
+    n, k, m = (lin[c].to_numpy(float) for c in ("num_tokens", "in_features", "out_features"))
+    t = lin["median_s"].to_numpy(float)
+    flops_per_s = float((2 * n * k * m / t).max())
+    bytes_per_s = float(((k * m + n * (k + m)) * eb / t).max())
+    return DeviceRoofline(flops_per_s, bytes_per_s, eb)
+
+
+def _elementwise_bytes(shard: dict, eb: int) -> dict[str, float]:
+    """Bytes one token moves through each elementwise op (read + write)."""
+    h, d = shard["hidden_size"], shard["head_dim"]
+    ffn = shard["ffn_size"]
+    return {
+        "rmsnorm": 2 * h * eb,
+        "residual_add": 3 * h * eb,
+        "rotary": 2 * (shard["num_heads"] + shard["num_kv_heads"]) * d * eb,
+        "silu_mul": 3 * ffn * eb,
+        "relu": 2 * ffn * eb,
+    }
+
+
+def op_tables(meta: dict, frames: dict[str, pd.DataFrame], roof: DeviceRoofline) -> dict[str, OpTable]:
+    """Every measured op of a profile with the roofline shape its interpolation follows."""
+    shard, eb = meta["shard"], roof.elem_bytes
+    hq, hkv, d = shard["num_heads"], shard["num_kv_heads"], shard["head_dim"]
+    tables: dict[str, OpTable] = {}
+    for op, rows in frames["linear"].groupby("op", sort=False):
+        k, m = int(rows["in_features"].iloc[0]), int(rows["out_features"].iloc[0])
+        shape = lambda n, k=k, m=m: roof.time(2.0 * n * k * m, (k * m + n * (k + m)) * eb)  # noqa: E731
+        tables[f"linear:{op}"] = OpTable(f"linear:{op}", ("num_tokens",), rows, shape)
+
+    def prefill_shape(c: float, x: float) -> float:
+        pairs = c * (x + (c + 1) / 2)
+        return roof.time(4.0 * hq * d * pairs, ((x + c) * 2 * hkv * d + 2 * c * hq * d) * eb)
+
+    tables["prefill_attention"] = OpTable("prefill_attention", ("chunk_tokens", "context_tokens"),
+                                          frames["prefill_attention"], prefill_shape)
+
+    def decode_shape(b: float, x: float) -> float:
+        return roof.time(4.0 * hq * d * b * x, (b * x * 2 * hkv * d + 2 * b * hq * d) * eb)
+
+    for layout, rows in frames["decode_attention"].groupby("layout", sort=False):
+        tables[f"decode_attention:{layout}"] = OpTable(f"decode_attention:{layout}", ("batch", "context_tokens"),
+                                                       rows, decode_shape)
+    per_token = _elementwise_bytes(shard, eb)
+    for op, rows in frames["elementwise"].groupby("op", sort=False):
+        shape = lambda n, b=per_token.get(op, 2 * shard["hidden_size"] * eb): roof.time(0.0, n * b)  # noqa: E731
+        tables[f"elementwise:{op}"] = OpTable(f"elementwise:{op}", ("num_tokens",), rows, shape)
+    vocab = shard["vocab_size"]
+    tables["sampling"] = OpTable("sampling", ("num_rows",), frames["sampling"],
+                                 lambda r: roof.time(0.0, r * vocab * 4 * 3))  # fp32 logits, probs, read back
+    tables = {name: _with_launch_cost(t) for name, t in tables.items()}
+    tables["step_overhead"] = _host_loop_table(frames["step_overhead"])
+    return tables
+
+
+def _with_launch_cost(table: OpTable) -> OpTable:
+    """Roofline plus the op's fixed per-call cost (launch, dispatch), which small shapes show: the
+    smallest gap between a measured time and the roofline."""
+    gaps = [row.median_s - table.shape(*(getattr(row, a) for a in table.axes))
+            for row in table.points.itertuples(index=False)]
+    launch_s = max(0.0, min(gaps))
+    roofline = table.shape
+    return OpTable(table.name, table.axes, table.points, lambda *x: launch_s + roofline(*x))
+
+
+def _host_loop_table(points: pd.DataFrame) -> OpTable:
+    """The engine loop: a fixed cost plus per-sequence bookkeeping, the line through the grid's ends."""
+    pts = points.sort_values("num_seqs")
+    s0, s1 = float(pts["num_seqs"].iloc[0]), float(pts["num_seqs"].iloc[-1])
+    t0, t1 = float(pts["median_s"].iloc[0]), float(pts["median_s"].iloc[-1])
+    per_seq_s = max((t1 - t0) / (s1 - s0), 0.0) if s1 > s0 else 0.0
+    fixed_s = max(t0 - per_seq_s * s0, t0 / 2)
+    return OpTable("step_overhead", ("num_seqs",), points, lambda s: fixed_s + per_seq_s * s)
+
+
+_CACHE: dict[tuple[str, float], Profile] = {}
+
+
+def load_profile(path: str | Path, field: str = "cost_model.profile") -> Profile:
+    """Read and check a profile folder (cached: many replicas share one)."""
+    p = Path(path).expanduser()
+    meta_path = p / "meta.json"
+    if not p.is_dir():
+        raise ConfigError(f"{field}: '{path}' is not a folder; give a profile written by `python -m calibrate run`")
+    if not meta_path.is_file():
+        raise ConfigError(f"{field}: '{path}' has no meta.json; give a profile written by `python -m calibrate run`")
+    key = (str(p.resolve()), meta_path.stat().st_mtime)
+    if key in _CACHE:
+        return _CACHE[key]
+    try:
+        meta = json.loads(meta_path.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise ConfigError(f"{field}: '{meta_path}' is not valid JSON ({err.msg if hasattr(err, 'msg') else err})") from None
+    if not isinstance(meta, dict) or meta.get("format_version") != PROFILE_FORMAT_VERSION or "shard" not in meta:
+        raise ConfigError(f"{field}: '{meta_path}' is not a ServeSim profile (format_version "
+                          f"{PROFILE_FORMAT_VERSION} with a shard section)")
+    if not meta.get("complete"):
+        raise ConfigError(f"{field}: '{path}' is incomplete (an interrupted run); rerun `python -m calibrate run` "
+                          "with the same options and --out to resume it")
+    frames = {}
+    for family, keys in FAMILY_KEYS.items():
+        csv = p / f"{family}.csv"
+        if not csv.is_file():
+            raise ConfigError(f"{field}: '{path}' lacks {family}.csv; allowed: a complete profile folder")
+        try:
+            df = pd.read_csv(csv)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+            raise ConfigError(f"{field}: '{csv}' is not a readable CSV") from None
+        missing = [c for c in keys + STAT_COLUMNS if c not in df.columns]
+        if missing or df.empty:
+            raise ConfigError(f"{field}: '{csv}' lacks columns {missing or '(no rows)'}; "
+                              f"expected: {', '.join(keys + STAT_COLUMNS)}")
+        if (df["median_s"] <= 0).any() or df["median_s"].isna().any():
+            raise ConfigError(f"{field}: '{csv}' has a non-positive or missing median_s; allowed: > 0")
+        frames[family] = df
+    roof = _device_roofline(meta, frames)
+    profile = Profile(p, meta, frames, roof, op_tables(meta, frames, roof))
+    _CACHE[key] = profile
+    return profile
+
+
+def check_matches(profile: Profile, model: ModelSpec, tensor_parallel: int, field: str = "cost_model.profile") -> None:
+    """The profile must have been measured at the shapes this model has on each GPU."""
+    want = shard_shapes(model, tensor_parallel)
+    have = profile.meta["shard"]
+    for key in ("num_heads", "num_kv_heads", "head_dim", "hidden_size", "ffn_size", "vocab_size"):
+        if have.get(key) != want[key]:
+            raise ConfigError(
+                f"{field}: '{profile.path}' was measured for {profile.meta.get('model', {}).get('name')} at tp "
+                f"{profile.meta.get('tensor_parallel')} ({key} {have.get(key)} per GPU), but {model.name} at "
+                f"tensor_parallel {tensor_parallel} has {key} {want[key]}")
+    for name, shape in want["linear"].items():
+        if have["linear"].get(name) != shape:
+            raise ConfigError(f"{field}: '{profile.path}' has linear layer {name} at {have['linear'].get(name)} per "
+                              f"GPU, but {model.name} at tensor_parallel {tensor_parallel} needs {shape}")
+        if f"linear:{name}" not in profile.tables:
+            raise ConfigError(f"{field}: '{profile.path}' has no measurements of linear layer {name}")
+    act = "silu_mul" if model.gated_mlp else "relu"
+    for op in ("elementwise:rmsnorm", "elementwise:rotary", "elementwise:residual_add", f"elementwise:{act}"):
+        if op not in profile.tables:
+            raise ConfigError(f"{field}: '{profile.path}' has no measurements of {op}")
+
+
+def shipped_profiles() -> list[str]:
+    """Named profiles under calibrate/profiles, as '<device>/<model>/tp<N>'."""
+    if not PROFILES_DIR.is_dir():
+        return []
+    return sorted(str(m.parent.relative_to(PROFILES_DIR)) for m in PROFILES_DIR.glob("*/*/tp*/meta.json"))
+
+
+def resolve_profile_dir(profile: str | None, device: str, model_name: str, tensor_parallel: int) -> Path:
+    """A profile folder: the given path, or the shipped one named by (device, model, tp)."""
+    if profile is not None:
+        return Path(profile).expanduser()
+    named = PROFILES_DIR / device.lower() / model_name.lower() / f"tp{tensor_parallel}"
+    if not (named / "meta.json").is_file():
+        shipped = ", ".join(shipped_profiles()) or "none"
+        raise ConfigError(f"cost_model: no shipped profile for {device.lower()}/{model_name.lower()}/tp{tensor_parallel}; "
+                          f"give cost_model.profile: PATH or one of: {shipped}")
+    return named
+
+
+# --- the cost model --------------------------------------------------------------------------------
+
+class CalibratedCostModel:
+    """Step times from measured kernels, summed the way one engine step runs them.
+
+    Per layer: the linear layers at the step's token count, each prefill chunk's attention at
+    (chunk, context), decode attention at (decoding sequences, mean context) for the KV layout,
+    two norms, rotary, the MLP activation and two residual adds; then the LM head and sampling at
+    the sampled rows, plus the measured per-step loop overhead. What one device cannot measure —
+    the tensor-parallel all-reduces and swap copies over the host link — comes from the roofline of
+    the scenario's GPU. FLOPs and bytes (for utilization figures) are the roofline's counts.
+
+    Paged decode attention is priced at the block size the profile was measured with (`block_size`
+    is the scenario's, shown in the repr where they differ); likewise the profile's dtype.
+
+    A speculative verification (γ+1 query tokens per sequence) is priced as decode attention over
+    batch × (γ+1) query rows at the same context: each row reads the sequence's KV, an upper bound
+    for kernels that read it once for all rows.
+    """
+
+    def __init__(self, profile_dir: str | Path, model: ModelSpec, *, tensor_parallel: int = 1,
+                 kv_layout: str = "paged", block_size: int = 16, gpu: GPUSpec | None = None,
+                 weight_dtype: str = "bf16", kv_dtype: str = "bf16"):
+        if kv_layout not in KV_LAYOUTS:
+            raise ConfigError(f"kv_cache.layout: {kv_layout!r} is not allowed; allowed: {', '.join(KV_LAYOUTS)}")
+        self.profile = load_profile(profile_dir)
+        check_matches(self.profile, model, tensor_parallel)
+        self.model, self.tp, self.kv_layout, self.block_size = model, tensor_parallel, kv_layout, block_size
+        self.gpu = gpu or get_gpu("h100-sxm")
+        # The roofline counts FLOPs/bytes and prices what one device cannot measure (all-reduce, swap).
+        self.roofline = RooflineCostModel(model, self.gpu, tensor_parallel=tensor_parallel,
+                                          weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+        tables = self.profile.tables
+        decode_key = f"decode_attention:{kv_layout}"
+        if decode_key not in tables:
+            raise ConfigError(f"cost_model.profile: '{self.profile.path}' has no {kv_layout} decode attention; "
+                              f"measured: {', '.join(k.split(':')[1] for k in tables if k.startswith('decode_attention:'))}")
+        f = {name: Interpolator(t) for name, t in tables.items()}
+        self._prefill, self._decode = f["prefill_attention"], f[decode_key]
+        self._lm_head, self._sampling, self._overhead = f["linear:lm_head"], f["sampling"], f["step_overhead"]
+        act = "silu_mul" if model.gated_mlp else "relu"
+        self._elementwise = [(2, f["elementwise:rmsnorm"]), (1, f["elementwise:rotary"]),
+                             (1, f[f"elementwise:{act}"]), (2, f["elementwise:residual_add"])]
+        # Per layer group: (layers, [(matrix interpolator, experts, experts each token routes to)]).
+        self._groups = [(n, [(f[f"linear:{s.name}"], s.count, s.active_per_token) for s in shapes])
+                        for n, shapes in layer_groups(model)]
+        self._dense_cache: dict[int, list[float]] = {}  # num_tokens -> token-count-only time per layer group
+        link = self.gpu.interconnect_bytes_per_s * self.gpu.interconnect_efficiency
+        self._allreduce_s_per_token = 2.0 * (tensor_parallel - 1) / tensor_parallel * model.hidden_size * 2 / link
+        self._swap_s_per_token = (self.roofline.kv_bytes_per_token_layer * model.num_layers
+                                  / self.gpu.host_link_bytes_per_s)
+
+    def __repr__(self) -> str:
+        meta = self.profile.meta
+        measured_block = meta.get("block_size")
+        # Paged decode is priced at the block size the profile was measured with.
+        block = (f", measured block size {measured_block} (scenario {self.block_size})"
+                 if self.kv_layout == "paged" and measured_block != self.block_size else "")
+        return (f"CalibratedCostModel({self.model.name} x{self.tp}, {self.kv_layout} KV, profile "
+                f"'{self.profile.path}' measured on {meta.get('device_name')} in {meta.get('dtype')}{block})")
+
+    def _per_layer_token_s(self, num_tokens: int) -> list[float]:
+        """Linear layers, elementwise ops and all-reduces of one layer: functions of the token count only."""
+        cached = self._dense_cache.get(num_tokens)
+        if cached is not None:
+            return cached
+        common = sum(k * f(num_tokens) for k, f in self._elementwise)
+        if self.tp > 1:
+            common += 2 * (self.gpu.allreduce_latency_s + num_tokens * self._allreduce_s_per_token)
+        per_group = []
+        for _, matmuls in self._groups:
+            layer_s = common
+            for f, experts, active in matmuls:
+                if experts > 1:
+                    # Experts some token routes to, in expectation under uniform routing, each on its share.
+                    touched = experts * (1.0 - (1.0 - active / experts) ** num_tokens)
+                    layer_s += touched * f(num_tokens * active / touched)
+                else:
+                    layer_s += f(num_tokens)
+            per_group.append(layer_s)
+        if len(self._dense_cache) < 65536:
+            self._dense_cache[num_tokens] = per_group
+        return per_group
+
+    def _attention_s(self, plan: StepPlan) -> float:
+        window = self.model.sliding_window
+        attn_s = 0.0
+        for chunk, context in zip(plan.prefill_chunk_tokens, plan.prefill_context_tokens):
+            attn_s += self._prefill(chunk, min(context, window) if window else context)
+        if plan.num_decode_seqs:
+            mean_ctx = plan.decode_context_tokens / plan.num_decode_seqs
+            if window:
+                mean_ctx = min(mean_ctx, window)
+            attn_s += self._decode(plan.num_decode_seqs * plan.decode_query_tokens, max(mean_ctx, 1.0))
+        return attn_s
+
+    def step_cost(self, plan: StepPlan) -> StepCost:
+        counts = self.roofline.step_cost(plan)
+        num_tokens = plan.num_tokens
+        if num_tokens == 0:
+            return StepCost(self._overhead(max(plan.num_seqs, 1)), 0.0, 0.0)
+        attn_s = self._attention_s(plan)
+        time_s = sum(n * (layer_s + attn_s) for (n, _), layer_s in zip(self._groups, self._per_layer_token_s(num_tokens)))
+        rows = plan.num_sampled_seqs + plan.num_decode_seqs * (plan.decode_query_tokens - 1)
+        if rows:
+            time_s += self._lm_head(rows) + self._sampling(rows)
+        time_s += (plan.swap_in_tokens + plan.swap_out_tokens) * self._swap_s_per_token
+        time_s += self._overhead(max(plan.num_seqs, 1))
+        return StepCost(time_s, counts.flops, counts.bytes)
+
+    def step_time(self, plan: StepPlan) -> float:
+        return self.step_cost(plan).time_s

@@ -1,0 +1,504 @@
+"""The dashboard's logic without Streamlit: form state <-> scenario files, policies, tables, figures.
+
+`app.py` only draws widgets. Everything here is plain Python so it is unit-tested directly:
+
+- `Form` is the dashboard's state: a base scenario mapping (every section but `variants`) and one
+  override mapping per variant column. `Form.to_yaml()` is a normal scenario file, so
+  `servesim compare` reproduces the dashboard's numbers exactly; `form_from_yaml` fills the form from one.
+- `Policy` is what a variant column shows (batching, KV layout, preemption, prefix caching,
+  speculative decoding); `policy_of` reads it from a validated scenario, `with_policy` writes it into
+  a variant's override.
+- `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
+  load sweep. Latency, time-series and KV figures come from `sim.report.figures`.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import os
+import tempfile
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+import yaml
+from plotly.subplots import make_subplots
+
+from .errors import ConfigError
+from .report import format_value
+from .results import Result
+from .scenario import (MAX_SCENARIO_BYTES, Scenario, ScenarioSet, _anchor_paths, _deep_merge, build_scenario_set,
+                       validate_scenario)
+
+MAX_VARIANTS = 4
+MAX_UPLOAD_YAML_BYTES = MAX_SCENARIO_BYTES  # the CLI's limit for scenario files (1 MiB)
+MAX_UPLOAD_TRACE_BYTES = 200 << 20
+# Above this many simulated requests (all variants together) the page asks before running: at roughly
+# 10,000 requests per second of wall time a run this size takes several seconds per variant.
+LONG_RUN_REQUESTS = 20_000
+TRACE_EXTENSIONS = ("csv", "jsonl")
+# Arrival kinds whose rate a load sweep can set, and the key that holds it.
+_RATE_KEYS = {"poisson": "rate_per_s", "gamma": "rate_per_s", "constant": "rate_per_s",
+              "diurnal": "mean_rate_per_s", "trace": "target_rate_per_s"}
+
+DEFAULT_BASE: dict = {
+    "name": "dashboard",
+    "description": "What-if comparison from the ServeSim dashboard.",
+    "model": "llama-3.1-8b",
+    "hardware": {"gpu": "h100-sxm", "tensor_parallel": 1, "num_replicas": 1},
+    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 40.0},
+                 "lengths": {"kind": "preset", "name": "sharegpt"}},
+    "scheduler": {"batching": "continuous", "max_num_seqs": 256, "max_model_len": 4096},
+    "kv_cache": {"layout": "paged", "block_size": 16},
+    "slo": {"ttft_s": 2.0, "tpot_s": 0.1, "percentile": 99.0},
+    "run": {"seed": 0, "num_requests": 800},
+}
+DEFAULT_VARIANTS: dict = {
+    "continuous+paged": {},
+    "continuous+contiguous(max_len)": {"kv_cache": {"layout": "contiguous", "reserve": "max_len"}},
+}
+
+
+# --------------------------------------------------------------------------------------------------
+# Nested mappings addressed by dotted paths ("workload.arrival.rate_per_s")
+
+
+def get_path(mapping: dict, path: str, default: Any = None) -> Any:
+    node: Any = mapping
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return node
+
+
+def set_path(mapping: dict, path: str, value: Any) -> None:
+    """Set a nested key, creating the mappings on the way; None removes the key (its default applies)."""
+    keys = path.split(".")
+    node = mapping
+    for key in keys[:-1]:
+        if not isinstance(node.get(key), dict):
+            node[key] = {}
+        node = node[key]
+    if value is None:
+        node.pop(keys[-1], None)
+    else:
+        node[keys[-1]] = value
+
+
+# --------------------------------------------------------------------------------------------------
+# The form
+
+
+@dataclass
+class Form:
+    """The dashboard's settings: a base scenario and named variant overrides (one column each)."""
+
+    base: dict = field(default_factory=lambda: copy.deepcopy(DEFAULT_BASE))
+    variants: dict = field(default_factory=lambda: copy.deepcopy(DEFAULT_VARIANTS))
+
+    def to_raw(self) -> dict:
+        raw = copy.deepcopy(self.base)
+        raw["variants"] = copy.deepcopy(self.variants)
+        return raw
+
+    def to_yaml(self) -> str:
+        return yaml.safe_dump(self.to_raw(), sort_keys=False, allow_unicode=True)
+
+    def scenario_set(self) -> ScenarioSet:
+        """Validate every variant (raises ConfigError with the one-line message)."""
+        if not self.variants:
+            raise ConfigError("variants: the dashboard needs at least one variant")
+        return build_scenario_set(self.to_raw(), "<dashboard>")
+
+
+def parse_scenario_yaml(data: bytes | str, source: str = "uploaded file") -> dict:
+    """Parse an uploaded scenario safely (yaml.safe_load: data only, no code) within the size limit."""
+    raw_bytes = data.encode() if isinstance(data, str) else data
+    if len(raw_bytes) > MAX_UPLOAD_YAML_BYTES:
+        raise ConfigError(f"{source}: {len(raw_bytes):,} bytes is larger than the limit of "
+                          f"{MAX_UPLOAD_YAML_BYTES:,} bytes for a scenario file")
+    try:
+        text = raw_bytes.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {err.start})") from None
+    try:
+        raw = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{source}{where}: {getattr(err, 'problem', None) or 'invalid YAML'}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a mapping of scenario sections, got {type(raw).__name__}")
+    return raw
+
+
+def form_from_yaml(data: bytes | str, source: str = "uploaded file") -> tuple[Form, list[str]]:
+    """A validated form from a scenario file, and notes for the page (e.g. variants left out)."""
+    raw = parse_scenario_yaml(data, source)
+    # An upload has no folder of its own: relative trace paths that exist from the working directory
+    # become absolute, so the downloaded file finds them from anywhere.
+    _anchor_paths(raw, Path.cwd())
+    build_scenario_set(copy.deepcopy(raw), source)  # every error surfaces now, as one line
+    variants = raw.pop("variants", None) or {}
+    notes = []
+    if not variants:
+        variants = {str(raw.get("name", "scenario")): {}}
+    names = list(variants)
+    if len(names) > MAX_VARIANTS:
+        notes.append(f"the dashboard compares up to {MAX_VARIANTS} variants; left out: "
+                     + ", ".join(names[MAX_VARIANTS:]))
+    kept = {str(name): variants[name] for name in names[:MAX_VARIANTS]}
+    return Form(base=raw, variants=kept), notes
+
+
+def scenario_key(scenario: Scenario) -> str:
+    """Canonical JSON of a validated scenario: equal settings give equal keys (the simulation cache key)."""
+    return json.dumps(scenario.model_dump(mode="json"), sort_keys=True)
+
+
+def scenario_from_key(key: str) -> Scenario:
+    return validate_scenario(json.loads(key))
+
+
+class ResultCache:
+    """Results by scenario key, least recently used dropped first; safe to share between sessions."""
+
+    def __init__(self, max_entries: int = 128):
+        self.max_entries = max_entries
+        self._results: OrderedDict[str, Result] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, key: str) -> Result | None:
+        with self._lock:
+            result = self._results.get(key)
+            if result is not None:
+                self._results.move_to_end(key)
+            return result
+
+    def put(self, key: str, result: Result) -> None:
+        with self._lock:
+            self._results[key] = result
+            self._results.move_to_end(key)
+            while len(self._results) > self.max_entries:
+                self._results.popitem(last=False)
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+
+def estimated_requests(scenario: Scenario) -> int | None:
+    """How many requests a run simulates, or None where the file does not say (a trace's length)."""
+    run = scenario.run
+    if run.num_requests is not None:
+        return run.num_requests
+    arrival = scenario.workload.arrival
+    rate = getattr(arrival, "rate_per_s", None) or getattr(arrival, "mean_rate_per_s", None)
+    return int(math.ceil(rate * run.duration_s)) if rate else None
+
+
+# --------------------------------------------------------------------------------------------------
+# Policies: what a variant column edits
+
+BATCHING_MODES = ("continuous", "chunked prefill", "static")
+
+
+@dataclass(frozen=True)
+class Policy:
+    """The serving policy of one variant, as the dashboard's columns show it."""
+
+    batching: str = "continuous"  # one of BATCHING_MODES
+    max_num_seqs: int = 256  # continuous: sequences per step
+    max_num_batched_tokens: int | None = None  # continuous: token budget per step (None: the engine default)
+    max_batch_size: int = 8  # static: requests per batch
+    layout: str = "paged"  # paged | contiguous
+    block_size: int = 16  # paged: tokens per block
+    reserve: str = "max_len"  # contiguous: max_len | pow2 | oracle
+    preemption: str = "recompute"  # recompute | swap
+    enable_prefix_caching: bool = False  # paged only
+    speculation: bool = False
+    draft_model: str | dict | None = None  # catalog name or inline architecture; None: a draft_cost_ratio draft
+    draft_cost_ratio: float | None = 0.1  # draft step time / target step time, without a draft model
+    num_speculative_tokens: int = 4  # γ
+    alpha: float = 0.7  # acceptance probability (the mean, for a per-request Beta)
+    acceptance_concentration: float | None = None  # None: fixed α; else a Beta with this a + b
+
+
+def policy_of(scenario: Scenario) -> Policy:
+    s, kv, spec = scenario.scheduler, scenario.kv_cache, scenario.speculation
+    batching = "static" if s.batching == "static" else "chunked prefill" if s.chunked_prefill else "continuous"
+    policy = Policy(batching=batching, max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
+                    max_batch_size=s.max_batch_size, layout=kv.layout, block_size=kv.block_size,
+                    reserve=kv.reserve, preemption=kv.preemption, enable_prefix_caching=kv.enable_prefix_caching)
+    if spec is None:
+        return policy
+    draft = spec.draft_model
+    acc = spec.acceptance
+    return replace(policy, speculation=True,
+                   draft_model=draft if draft is None or isinstance(draft, str)
+                   else draft.model_dump(mode="json", exclude_none=True),
+                   draft_cost_ratio=spec.draft_cost_ratio, num_speculative_tokens=spec.num_speculative_tokens,
+                   alpha=acc.alpha if acc.kind == "fixed" else acc.mean,
+                   acceptance_concentration=None if acc.kind == "fixed" else acc.concentration)
+
+
+def _policy_sections(policy: Policy) -> dict:
+    """The scheduler/kv_cache/speculation keys a policy sets (None: back to the engine default)."""
+    if policy.batching == "static":
+        scheduler = {"batching": "static", "chunked_prefill": False, "max_batch_size": policy.max_batch_size}
+    else:
+        scheduler = {"batching": "continuous", "chunked_prefill": policy.batching == "chunked prefill",
+                     "max_num_seqs": policy.max_num_seqs, "max_num_batched_tokens": policy.max_num_batched_tokens}
+    kv: dict = {"layout": policy.layout, "preemption": policy.preemption}
+    if policy.layout == "paged":
+        kv.update(block_size=policy.block_size, enable_prefix_caching=policy.enable_prefix_caching)
+    else:
+        kv.update(reserve=policy.reserve, enable_prefix_caching=False)
+    speculation = None
+    if policy.speculation:
+        acceptance = ({"kind": "fixed", "alpha": policy.alpha} if policy.acceptance_concentration is None else
+                      {"kind": "beta", "mean": policy.alpha, "concentration": policy.acceptance_concentration})
+        speculation = {"draft_model": policy.draft_model,
+                       "draft_cost_ratio": None if policy.draft_model else policy.draft_cost_ratio,
+                       "num_speculative_tokens": policy.num_speculative_tokens, "acceptance": acceptance}
+    return {"scheduler": scheduler, "kv_cache": kv, "speculation": speculation}
+
+
+def merged(base: dict, override: dict) -> dict:
+    """A variant's full scenario mapping: its override deep-merged into the base, as scenario files do."""
+    return _deep_merge(base, override)
+
+
+def _leaf_paths(node: dict, prefix: tuple = ()) -> list[tuple]:
+    paths = []
+    for key, value in node.items():
+        if isinstance(value, dict) and value:
+            paths += _leaf_paths(value, prefix + (key,))
+        else:
+            paths.append(prefix + (key,))
+    return paths
+
+
+def _without(node: dict, path: tuple) -> dict:
+    """A copy of `node` without the key at `path`, and without mappings that become empty."""
+    out = copy.deepcopy(node)
+    parents = [out]
+    for key in path[:-1]:
+        parents.append(parents[-1][key])
+    parents[-1].pop(path[-1], None)
+    for parent, key in zip(reversed(parents[:-1]), reversed(path[:-1])):
+        if parent[key] == {}:
+            parent.pop(key)
+    return out
+
+
+def with_policy(base: dict, override: dict, policy: Policy) -> dict:
+    """A variant's override with its policy set; other keys in it (workload, quantization...) are kept.
+
+    Keys that do not change the merged scenario (they repeat the base or a default) are left out, so
+    the downloaded file reads like a hand-written one.
+    """
+    full = _deep_merge(override, _policy_sections(policy))
+    target = _validated_dump(merged(base, full))
+    if isinstance(target, str):  # invalid: keep every key, validation will name the problem
+        return full
+    small = full
+    for path in _leaf_paths(full):
+        trial = _without(small, path)
+        if _validated_dump(merged(base, trial)) == target:
+            small = trial
+    return small
+
+
+def _validated_dump(raw: dict) -> dict | str:
+    try:
+        return Scenario.model_validate(raw).model_dump(mode="json")
+    except Exception as err:  # noqa: BLE001 - both sides fail alike, or they differ
+        return f"invalid: {err}"
+
+
+def new_variant_name(existing: list[str]) -> str:
+    n = len(existing) + 1
+    while f"variant {n}" in existing:
+        n += 1
+    return f"variant {n}"
+
+
+# --------------------------------------------------------------------------------------------------
+# Uploaded traces
+
+
+def save_uploaded_trace(data: bytes, filename: str, folder: str | Path) -> Path:
+    """Store an uploaded trace under a content-addressed name (a scenario can point at it later)."""
+    from .traces import load_trace
+
+    if len(data) > MAX_UPLOAD_TRACE_BYTES:
+        raise ConfigError(f"trace upload: {len(data):,} bytes is larger than the limit of "
+                          f"{MAX_UPLOAD_TRACE_BYTES:,} bytes")
+    ext = Path(filename).suffix.lower().lstrip(".")
+    if ext not in TRACE_EXTENSIONS:
+        raise ConfigError(f"trace upload: '{filename}' has extension {ext!r}; allowed: "
+                          + ", ".join(TRACE_EXTENSIONS))
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.{ext}"
+    if not path.exists():
+        _atomic_write_bytes(path, data)
+    load_trace(path, field="trace upload")  # a malformed file fails here with its line number
+    return path.resolve()
+
+
+def _atomic_write_bytes(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+# --------------------------------------------------------------------------------------------------
+# Results side by side
+
+SUMMARY_METRICS = [  # (summary key, label); deltas are relative to the first variant
+    ("offered_rps", "offered load (req/s)"), ("throughput_rps", "throughput incl. drain (req/s)"),
+    ("output_tokens_per_s", "output tokens/s"), ("goodput_rps", "goodput (req/s)"), ("slo_fraction_ok", "requests meeting every SLO"),
+    ("ttft_s_p50", "TTFT p50 (s)"), ("ttft_s_p90", "TTFT p90 (s)"), ("ttft_s_p99", "TTFT p99 (s)"),
+    ("tpot_s_p50", "TPOT p50 (s)"), ("tpot_s_p90", "TPOT p90 (s)"), ("tpot_s_p99", "TPOT p99 (s)"),
+    ("e2e_s_p50", "E2E p50 (s)"), ("e2e_s_p90", "E2E p90 (s)"), ("e2e_s_p99", "E2E p99 (s)"),
+    ("queueing_s_mean", "queueing mean (s)"), ("mean_batch_size", "mean batch size"),
+    ("kv_token_share", "KV token-state share"), ("kv_external_fraction", "KV external fragmentation"),
+    ("preemptions", "preemptions"), ("num_finished", "finished"), ("num_unfinished", "unfinished"),
+    ("num_rejected", "rejected"), ("prefix_cache_hit_rate_tokens", "prefix-cache hit rate (tokens)"),
+    ("draft_acceptance_rate", "drafted tokens accepted"), ("swapped_bytes", "swapped bytes"),
+    ("mbu", "memory-bandwidth utilization"), ("mfu", "FLOP utilization"),
+]
+
+
+def _number(value: Any) -> float:
+    if value is None or isinstance(value, bool):
+        return math.nan
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def summary_numbers(results: list[Result]) -> pd.DataFrame:
+    """Metric rows (labels as index) by variant columns, as numbers (NaN where a metric does not apply)."""
+    rows = [(label, [_number(r.summary.get(key)) for r in results]) for key, label in SUMMARY_METRICS
+            if any(key in r.summary for r in results)]
+    return pd.DataFrame([v for _, v in rows], index=[label for label, _ in rows], columns=[r.name for r in results])
+
+
+def delta_text(value: float, reference: float) -> str:
+    """Change from the reference: relative where the reference is non-zero, else absolute."""
+    if math.isnan(value) or math.isnan(reference):
+        return "-"
+    if value == reference:
+        return "="
+    if reference == 0:
+        return f"{value - reference:+,.4g}"
+    return f"{(value - reference) / abs(reference) * 100:+.1f}%"
+
+
+def summary_table(results: list[Result]) -> pd.DataFrame:
+    """The table the page shows: each variant's value, and after every variant but the first its change
+    from the first variant (column "Δ name")."""
+    numbers = summary_numbers(results)
+    table = pd.DataFrame(index=numbers.index)
+    first = numbers.columns[0]
+    for i, column in enumerate(numbers.columns):
+        table[column] = [format_value(v) if not math.isnan(v) else "-" for v in numbers[column]]
+        if i > 0:
+            table[f"Δ {column}"] = [delta_text(v, ref) for v, ref in zip(numbers[column], numbers[first])]
+    table.index.name = "metric"
+    return table
+
+
+def slo_verdicts(results: list[Result]) -> dict[str, bool | None]:
+    return {r.name: r.summary.get("slo_met") for r in results}
+
+
+# --------------------------------------------------------------------------------------------------
+# Load sweep
+
+
+def sweepable(scenario: Scenario) -> bool:
+    return scenario.workload.arrival.kind in _RATE_KEYS
+
+
+def current_rate(scenario: Scenario) -> float | None:
+    arrival = scenario.workload.arrival
+    key = _RATE_KEYS.get(arrival.kind)
+    return getattr(arrival, key, None) if key else None
+
+
+def sweep_rates(low: float, high: float, num_points: int) -> list[float]:
+    low, high = min(low, high), max(low, high)
+    return [round(float(x), 3) for x in np.linspace(low, high, num_points)]
+
+
+def default_sweep_rates(scenario: Scenario, num_points: int = 6) -> list[float]:
+    """From a quarter to one and a half times the current rate (10 req/s for a trace at its own pace)."""
+    rate = current_rate(scenario) or 10.0
+    return sweep_rates(0.25 * rate, 1.5 * rate, num_points)
+
+
+def at_rate(scenario: Scenario, rate_per_s: float, num_requests: int | None = None) -> Scenario:
+    """The same scenario at another arrival rate (and optionally another request count)."""
+    kind = scenario.workload.arrival.kind
+    if kind not in _RATE_KEYS:
+        raise ConfigError(f"workload.arrival.kind: a load sweep sets the rate of {', '.join(_RATE_KEYS)} "
+                          f"arrivals, not {kind!r}")
+    raw = scenario.model_dump(mode="json", exclude_none=True)
+    raw["workload"]["arrival"][_RATE_KEYS[kind]] = float(rate_per_s)
+    if kind == "trace":
+        raw["workload"]["arrival"]["time_scale"] = 1.0
+    if num_requests is not None:
+        raw["run"]["num_requests"] = int(num_requests)
+    return validate_scenario(raw)
+
+
+def sweep_row(name: str, rate_per_s: float, result: Result) -> dict:
+    s = result.summary
+    return {"variant": name, "rate_per_s": rate_per_s, "throughput_rps": s["throughput_rps"],
+            "goodput_rps": s["goodput_rps"], "ttft_s_p99": s["ttft_s_p99"], "e2e_s_p99": s["e2e_s_p99"]}
+
+
+def run_sweep(scenarios: dict[str, Scenario], rates: list[float], num_requests: int,
+              simulate: Callable[[Scenario], Result]) -> pd.DataFrame:
+    """Every variant at every rate, through `simulate` (the page passes its cached simulation)."""
+    rows = [sweep_row(name, rate, simulate(at_rate(sc, rate, num_requests)))
+            for name, sc in scenarios.items() for rate in rates]
+    return pd.DataFrame(rows)
+
+
+def sweep_figure(sweep: pd.DataFrame) -> go.Figure:
+    from .report import _COLORS
+
+    fig = make_subplots(rows=1, cols=3, subplot_titles=("throughput incl. drain (req/s)", "p99 TTFT (s)",
+                                                       "p99 end-to-end (s)"))
+    for i, (name, part) in enumerate(sweep.groupby("variant", sort=False)):
+        color = _COLORS[i % len(_COLORS)]
+        for col, metric in enumerate(("throughput_rps", "ttft_s_p99", "e2e_s_p99"), start=1):
+            fig.add_trace(go.Scatter(x=part["rate_per_s"], y=part[metric], mode="lines+markers", name=name,
+                                     legendgroup=name, showlegend=col == 1, line=dict(color=color)), row=1, col=col)
+    top = float(sweep["rate_per_s"].max()) if len(sweep) else 1.0
+    fig.add_trace(go.Scatter(x=[0, top], y=[0, top], mode="lines", name="offered load", showlegend=True,
+                             line=dict(color="#999", dash="dot")), row=1, col=1)
+    fig.update_xaxes(title_text="request rate (req/s)")
+    fig.update_layout(title="Load sweep", height=380)
+    return fig
+
+

@@ -1,0 +1,372 @@
+"""What `servesim plan` writes: tables (CSV), a Markdown summary and a self-contained HTML report."""
+
+from __future__ import annotations
+
+import html
+import math
+import statistics
+
+import numpy as np
+import pandas as pd
+import plotly.graph_objects as go
+from plotly.subplots import make_subplots
+
+from .planner import CandidateOutcome, PlanResult
+from .report import format_value
+
+_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
+_LIMITS = (("ttft", "ttft_s", "TTFT"), ("tpot", "tpot_s", "TPOT"), ("e2e", "e2e_s", "E2E"))
+
+
+def _pct(slo: dict) -> str:
+    return f"p{slo.get('percentile', 99):g}"
+
+
+def _metric_at(metrics: dict, slo: dict, metric: str) -> float:
+    """The SLO percentile of a latency metric (the summary stores p50/p90/p99 and the SLO's own)."""
+    value = metrics.get(f"slo_{metric}_p{slo.get('percentile', 99):g}")
+    if value is None:
+        value = metrics.get(f"{metric}_s_p99")
+    return float(value) if value is not None else math.nan
+
+
+def candidates_frame(result: PlanResult) -> pd.DataFrame:
+    """One row per candidate, ranked: feasible ones first, cheapest first."""
+    slo = result.slo
+    rows = []
+    for rank, o in enumerate(result.outcomes, start=1):
+        c = o.candidate
+        row = {
+            "rank": rank if o.status == "feasible" else None, "candidate": c.name, "gpu": c.gpu_name,
+            "tensor_parallel": c.tensor_parallel, "policy": c.policy or "", "cost_model": o.cost_model,
+            "status": o.status, "reason": o.reason,
+            "num_replicas": o.num_replicas, "num_gpus": o.costs.get("num_gpus"),
+            "cost_per_hour": o.costs.get("cost_per_hour"),
+            "cost_per_million_tokens": o.costs.get("cost_per_million_tokens"),
+            "cost_per_million_output_tokens": o.costs.get("cost_per_million_output_tokens"),
+            "max_rate_per_replica": o.max_rate_per_replica,
+        }
+        for metric, _, _ in _LIMITS:
+            row[f"{metric}_{_pct(slo)}_s"] = _metric_at(o.at_target, slo, metric) if o.at_target else math.nan
+        row["goodput_rps"] = o.at_target.get("goodput_rps") if o.at_target else None
+        row["num_simulations"] = len(o.evaluations)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def evaluations_frame(result: PlanResult) -> pd.DataFrame:
+    """Every simulation the planner ran, for anyone who wants to check its search."""
+    rows = []
+    for o in result.outcomes:
+        for e in o.evaluations:
+            rows.append({"phase": "search", "candidate": o.candidate.name, "num_replicas": e.num_replicas,
+                         "rate_per_s": e.rate_per_s, "seed": e.seed, "slo_met": e.slo_met, **e.metrics})
+    for c in result.curves:
+        for e in c.points:
+            rows.append({"phase": "curve", "candidate": c.candidate.name, "num_replicas": e.num_replicas,
+                         "rate_per_s": e.rate_per_s, "seed": e.seed, "slo_met": e.slo_met, **e.metrics})
+    rec = result.recommendation
+    for s in result.seeds:
+        e = s.at_recommendation
+        rows.append({"phase": "seed", "candidate": rec.candidate.name if rec else "", "num_replicas": e.num_replicas,
+                     "rate_per_s": e.rate_per_s, "seed": e.seed, "slo_met": e.slo_met, **e.metrics})
+    return pd.DataFrame(rows)
+
+
+def slo_margins(result: PlanResult) -> list[dict]:
+    """How far the recommendation sits inside each limit at the target, and its rate headroom."""
+    rec = result.recommendation
+    if rec is None:
+        return []
+    out = []
+    for metric, key, label in _LIMITS:
+        limit = result.slo.get(key)
+        if limit is None:
+            continue
+        measured = _metric_at(rec.at_target, result.slo, metric)
+        out.append({"limit": f"{_pct(result.slo)} {label} ≤ {limit:g} s", "measured_s": measured,
+                    "margin": 1 - measured / limit if limit else math.nan})
+    curve = next((c for c in result.curves if c.candidate == rec.candidate), None)
+    if curve is not None and math.isfinite(curve.max_rate_per_s):
+        out.append({"limit": "rate headroom", "measured_s": curve.max_rate_per_s,
+                    "margin": curve.max_rate_per_s / result.settings.target_rate_per_s - 1})
+    return out
+
+
+def seed_summary(result: PlanResult) -> dict:
+    """The spread of the answer over seeds: replica counts, SLO attainment and latency percentiles."""
+    if not result.seeds:
+        return {}
+    replicas = [s.min_replicas for s in result.seeds]
+    out = {"num_seeds": len(result.seeds), "seeds_meeting_slo": sum(s.at_recommendation.slo_met for s in result.seeds),
+           "min_replicas": [r for r in replicas], "replicas_low": min((r for r in replicas if r), default=None),
+           "replicas_high": None if None in replicas else max(replicas)}
+    for metric, key, _ in _LIMITS:
+        if result.slo.get(key) is None:
+            continue
+        vals = [_metric_at(s.at_recommendation.metrics, result.slo, metric) for s in result.seeds]
+        vals = [v for v in vals if not math.isnan(v)]
+        if vals:
+            out[f"{metric}_mean"] = statistics.fmean(vals)
+            out[f"{metric}_stdev"] = statistics.stdev(vals) if len(vals) > 1 else 0.0
+            out[f"{metric}_min"], out[f"{metric}_max"] = min(vals), max(vals)
+    return out
+
+
+def _money(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"${x:,.2f}"
+
+
+def recommendation_text(result: PlanResult) -> str:
+    s, rec = result.settings, result.recommendation
+    if rec is None:
+        return (f"No candidate meets the SLOs at {s.target_rate_per_s:g} req/s with at most {s.max_replicas} "
+                "replicas; see the excluded and infeasible candidates below.")
+    c = rec.candidate
+    limits = ", ".join(f"{_pct(result.slo)} {label} ≤ {result.slo[key]:g} s" for _, key, label in _LIMITS
+                       if result.slo.get(key) is not None)
+    text = (f"{rec.num_replicas} × {c.gpu_name} at TP {c.tensor_parallel}"
+            f"{' with policy ' + c.policy if c.policy else ''} ({rec.costs['num_gpus']} GPUs): "
+            f"{_money(rec.costs['cost_per_hour'])} per hour, {_money(rec.costs['cost_per_million_tokens'])} per "
+            f"million tokens, serving {s.target_rate_per_s:g} req/s within {limits}.")
+    others = [o for o in result.feasible[1:]]
+    if others:
+        nxt = others[0]
+        text += (f" It is the cheapest of {len(result.feasible)} configurations that meet the SLOs; the next, "
+                 f"{nxt.num_replicas} × {nxt.candidate.name}, costs {_money(nxt.costs['cost_per_hour'])} per hour.")
+    else:
+        text += " It is the only configuration that meets the SLOs."
+    return text
+
+
+# ----------------------------------------------------------------------------------------- charts
+
+def pareto_front(points: list[tuple[float, float]]) -> list[int]:
+    """Indices of points no other point beats on both cost and latency (lower is better)."""
+    order = sorted(range(len(points)), key=lambda i: (points[i][0], points[i][1]))
+    front, best = [], math.inf
+    for i in order:
+        if points[i][1] < best:
+            front.append(i)
+            best = points[i][1]
+    return front
+
+
+def _pareto_figure(result: PlanResult) -> go.Figure:
+    """Every deployment simulated at the target that met the SLOs: cost per hour against p99 latency."""
+    metric = "e2e" if result.slo.get("e2e_s") is not None else ("ttft" if result.slo.get("ttft_s") else "tpot")
+    label = dict((m, lab) for m, _, lab in _LIMITS)[metric]
+    xs, ys, names = [], [], []
+    target = result.settings.target_rate_per_s
+    for o in result.outcomes:
+        if o.status != "feasible":
+            continue
+        price = o.costs["cost_per_hour"] / o.costs["num_gpus"]
+        for e in o.evaluations:
+            if e.slo_met and math.isclose(e.rate_per_s, target, rel_tol=1e-9):
+                xs.append(price * e.num_replicas * o.candidate.tensor_parallel)
+                ys.append(_metric_at(e.metrics, result.slo, metric))
+                names.append(f"{e.num_replicas} × {o.candidate.name}")
+    fig = go.Figure()
+    fig.add_trace(go.Scatter(x=xs, y=ys, mode="markers", text=names, name="meets SLOs",
+                             hovertemplate="%{text}<br>$%{x:.2f}/h<br>%{y:.3g} s<extra></extra>"))
+    front = pareto_front(list(zip(xs, ys)))
+    fig.add_trace(go.Scatter(x=[xs[i] for i in front], y=[ys[i] for i in front], mode="lines+markers",
+                             text=[names[i] for i in front], name="Pareto front", line=dict(color="#d62728")))
+    fig.update_layout(title=f"Cost against {_pct(result.slo)} {label} at {target:g} req/s",
+                      xaxis_title="USD per hour", yaxis_title=f"{_pct(result.slo)} {label} (s)", height=420)
+    return fig
+
+
+def _curves_figure(result: PlanResult) -> go.Figure:
+    shown = [(m, key, lab) for m, key, lab in _LIMITS if result.slo.get(key) is not None]
+    fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[f"{_pct(result.slo)} {lab} (s)" for _, _, lab in shown])
+    for i, curve in enumerate(result.curves):
+        color = _COLORS[i % len(_COLORS)]
+        name = f"{curve.num_replicas} × {curve.candidate.name}"
+        for col, (metric, _, _) in enumerate(shown, start=1):
+            # Against the offered rate: a finite run's completions per second include its drain, which
+            # would squash every curve to the left.
+            fig.add_trace(go.Scatter(x=[p.rate_per_s for p in curve.points],
+                                     y=[_metric_at(p.metrics, result.slo, metric) for p in curve.points],
+                                     mode="lines+markers", name=name, legendgroup=name, showlegend=col == 1,
+                                     text=[f"SLOs {'met' if p.slo_met else 'missed'}" for p in curve.points],
+                                     line=dict(color=color)), row=1, col=col)
+    for col, (_, key, _) in enumerate(shown, start=1):
+        fig.add_hline(y=result.slo[key], line_dash="dash", line_color="grey", row=1, col=col)
+        fig.add_vline(x=result.settings.target_rate_per_s, line_dash="dot", line_color="#2ca02c", row=1, col=col)
+        fig.update_xaxes(title_text="offered load (req/s)", row=1, col=col)
+    fig.update_layout(title="Load against latency for the top candidates (dashed: the SLO limit; dotted: the target)",
+                      height=420)
+    return fig
+
+
+def _seed_figure(result: PlanResult) -> go.Figure:
+    shown = [(m, key, lab) for m, key, lab in _LIMITS if result.slo.get(key) is not None]
+    fig = go.Figure()
+    for metric, key, label in shown:
+        vals = [_metric_at(s.at_recommendation.metrics, result.slo, metric) / result.slo[key] for s in result.seeds]
+        fig.add_trace(go.Box(y=vals, name=f"{_pct(result.slo)} {label}", boxpoints="all",
+                             text=[f"seed {s.seed}" for s in result.seeds]))
+    fig.add_hline(y=1.0, line_dash="dash", line_color="#d62728")
+    fig.update_layout(title="The recommendation under different seeds (share of each limit; above 1 misses it)",
+                      yaxis_title="measured / limit", height=380)
+    return fig
+
+
+# ---------------------------------------------------------------------------------------- writers
+
+def _table_html(frame: pd.DataFrame) -> str:
+    head = "".join(f"<th>{html.escape(str(c))}</th>" for c in frame.columns)
+    body = []
+    for row in frame.itertuples(index=False):
+        cells = "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row)
+        body.append(f"<tr>{cells}</tr>")
+    return f'<table class="t"><tr>{head}</tr>{"".join(body)}</table>'
+
+
+def _cell(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    if isinstance(value, (float, np.floating)):
+        return format_value(float(value))
+    return format_value(value) if not isinstance(value, str) else value
+
+
+def _display_candidates(result: PlanResult) -> pd.DataFrame:
+    df = candidates_frame(result)
+    keep = ["rank", "candidate", "status", "num_replicas", "num_gpus", "cost_per_hour", "cost_per_million_tokens",
+            "max_rate_per_replica", "cost_model"] + [c for c in df.columns if c.endswith("_s") and c.startswith(("ttft", "tpot", "e2e"))]
+    return df[[c for c in keep if c in df.columns]]
+
+
+def _margins_frame(result: PlanResult) -> pd.DataFrame:
+    rows = slo_margins(result)
+    return pd.DataFrame([{"limit": r["limit"], "measured": r["measured_s"],
+                          "margin": f"{r['margin']:+.0%}" if not math.isnan(r["margin"]) else "-"} for r in rows])
+
+
+def _seeds_frame(result: PlanResult) -> pd.DataFrame:
+    rows = []
+    for s in result.seeds:
+        e = s.at_recommendation
+        row = {"seed": s.seed, "SLOs met": e.slo_met,
+               "fewest replicas under this seed": s.min_replicas if s.min_replicas else f"> {result.settings.max_replicas}"}
+        for metric, key, label in _LIMITS:
+            if result.slo.get(key) is not None:
+                row[f"{_pct(result.slo)} {label} (s)"] = _metric_at(e.metrics, result.slo, metric)
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def _spread_text(result: PlanResult) -> str:
+    spread = seed_summary(result)
+    if not spread:
+        return "No configuration met the SLOs, so there is nothing to repeat."
+    n = spread["num_seeds"]
+    lo, hi = spread["replicas_low"], spread["replicas_high"]
+    rec = result.recommendation
+    moves = ("the replica count does not move" if lo == hi == rec.num_replicas else
+             f"the fewest replicas ranges from {lo} to {hi if hi is not None else f'more than {result.settings.max_replicas}'}")
+    parts = [f"Repeated with {n} seeds: the recommended deployment met the SLOs under "
+             f"{spread['seeds_meeting_slo']} of {n}, and {moves}."]
+    for metric, key, label in _LIMITS:
+        if f"{metric}_mean" in spread:
+            parts.append(f"{_pct(result.slo)} {label}: {spread[f'{metric}_mean']:.3g} s ± {spread[f'{metric}_stdev']:.2g} "
+                         f"(range {spread[f'{metric}_min']:.3g}–{spread[f'{metric}_max']:.3g}) against {result.slo[key]:g} s.")
+    return " ".join(parts)
+
+
+def _excluded_frame(result: PlanResult) -> pd.DataFrame:
+    return pd.DataFrame([{"candidate": o.candidate.name, "status": o.status, "reason": o.reason}
+                         for o in result.outcomes if o.status != "feasible"])
+
+
+def _settings_text(result: PlanResult) -> str:
+    s = result.settings
+    gpus = ", ".join(g if isinstance(g, str) else str(g.get("name")) for g in s.gpus)
+    return (f"Target {s.target_rate_per_s:g} req/s; GPUs {gpus}; tensor parallelism {s.tensor_parallel}; "
+            f"policies {', '.join(p or 'base' for p in s.policies)}; at most {s.max_replicas} replicas; "
+            f"rate search to within {s.rate_tolerance:.0%}; each simulation spans at least {s.min_window_s:g} s "
+            f"of arrivals; base seed {s.base_seed}; prices {s.prices or 'from the catalog'}.")
+
+
+def render_markdown(result: PlanResult) -> str:
+    lines = ["# ServeSim capacity plan", "", "## Recommendation", "", recommendation_text(result), ""]
+    lines += ["## Candidates", "", _markdown_table(_display_candidates(result)), ""]
+    excluded = _excluded_frame(result)
+    if len(excluded):
+        lines += ["## Excluded and infeasible", "", _markdown_table(excluded), ""]
+    margins = _margins_frame(result)
+    if len(margins):
+        lines += ["## SLO margin of the recommendation", "", _markdown_table(margins), ""]
+    lines += ["## Uncertainty over seeds", "", _spread_text(result), ""]
+    seeds = _seeds_frame(result)
+    if len(seeds):
+        lines += [_markdown_table(seeds), ""]
+    lines += ["## Reproduce", "", _settings_text(result), "", f"    {result.command}", "",
+              "Versions: " + ", ".join(f"{k} {v}" for k, v in result.versions.items()), ""]
+    return "\n".join(lines)
+
+
+def _markdown_table(frame: pd.DataFrame) -> str:
+    head = "| " + " | ".join(str(c) for c in frame.columns) + " |"
+    sep = "| " + " | ".join("---" for _ in frame.columns) + " |"
+    rows = ["| " + " | ".join(_cell(v).replace("|", "\\|") for v in row) + " |" for row in frame.itertuples(index=False)]
+    return "\n".join([head, sep, *rows])
+
+
+def render_html(result: PlanResult) -> str:
+    figs = []
+    if result.feasible:
+        figs.append(("pareto", "Cost against latency", _pareto_figure(result)))
+    if result.curves:
+        figs.append(("curves", "Throughput against latency", _curves_figure(result)))
+    if result.seeds:
+        figs.append(("seeds-chart", "Spread over seeds", _seed_figure(result)))
+    charts = "".join(f'<section id="{key}"><h2>{html.escape(title)}</h2>'
+                     + fig.to_html(full_html=False, include_plotlyjs=(i == 0)) + "</section>"
+                     for i, (key, title, fig) in enumerate(figs))
+    excluded = _excluded_frame(result)
+    margins = _margins_frame(result)
+    seeds = _seeds_frame(result)
+    versions = ", ".join(f"{html.escape(k)} {html.escape(str(v))}" for k, v in result.versions.items())
+    return f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>ServeSim capacity plan</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}} table.t{{border-collapse:collapse;margin:1em 0}}
+table.t td,table.t th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} .rec{{font-size:1.15em;
+background:#eef6ee;border-left:4px solid #2ca02c;padding:.8em 1em}} pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style>
+</head><body><h1>ServeSim capacity plan</h1>
+<section id="recommendation"><h2>Recommendation</h2><p class="rec">{html.escape(recommendation_text(result))}</p></section>
+<section id="candidates"><h2>Candidates, cheapest first</h2>{_table_html(_display_candidates(result))}</section>
+<section id="excluded"><h2>Excluded and infeasible</h2>{_table_html(excluded) if len(excluded) else '<p>None: every candidate can meet the SLOs.</p>'}</section>
+<section id="margin"><h2>SLO margin of the recommendation</h2>{_table_html(margins) if len(margins) else '<p>-</p>'}</section>
+<section id="uncertainty"><h2>Uncertainty over seeds</h2><p>{html.escape(_spread_text(result))}</p>{_table_html(seeds) if len(seeds) else ''}</section>
+{charts}
+<section id="reproduce"><h2>Reproduce</h2><p>{html.escape(_settings_text(result))}</p>
+<pre>{html.escape(result.command)}</pre><p>Versions: {versions}</p>
+<h3>Scenario</h3><pre>{html.escape(result.scenario_yaml)}</pre></section>
+</body></html>"""
+
+
+def write_plan_outputs(result: PlanResult, out_dir, report_path=None) -> None:
+    """All outputs in one folder, built under a temporary name and renamed; the HTML optionally elsewhere too."""
+    from pathlib import Path
+
+    from .output import atomic_dir, atomic_write_text, write_json
+    page = render_html(result)
+    with atomic_dir(out_dir) as tmp:
+        (tmp / "report.html").write_text(page)
+        (tmp / "plan.md").write_text(render_markdown(result))
+        candidates_frame(result).to_csv(tmp / "candidates.csv", index=False)
+        evaluations_frame(result).to_csv(tmp / "simulations.csv", index=False)
+        (tmp / "scenario.yaml").write_text(result.scenario_yaml)
+        rec = result.recommendation
+        write_json(tmp / "plan.json", {
+            "recommendation": None if rec is None else {
+                "candidate": rec.candidate.name, "num_replicas": rec.num_replicas, **rec.costs,
+                "max_rate_per_replica": rec.max_rate_per_replica},
+            "target_rate_per_s": result.settings.target_rate_per_s, "slo": result.slo,
+            "seed_spread": seed_summary(result), "versions": result.versions, "command": result.command})
+    if report_path is not None:
+        atomic_write_text(Path(report_path), page)

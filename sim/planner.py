@@ -1,0 +1,490 @@
+"""Capacity planning: the cheapest deployment that serves a load within its SLOs.
+
+For every candidate (GPU × tensor parallelism × policy variant) the planner finds, by simulation:
+the highest rate one replica sustains within the SLOs (binary search on rate, as Vidur-Search does),
+then the fewest replicas that meet the SLOs at the target rate. Candidates are ranked by cost per hour.
+The top few get the highest rate their deployment sustains and a throughput-latency curve, and the
+recommendation is repeated under several seeds to show how much the answer moves.
+
+Each candidate's search is one task for a backend of `sim.sweep` (serial, process pool or Ray); the
+searches themselves are plain sequential Python.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from .errors import ConfigError, ServeSimError
+from .sweep import arrival_rate, cost_figures, run_tasks, set_rate, variant_raw
+
+# Summary keys kept for every simulation the planner runs (the full summary is large).
+KEPT_METRICS = (
+    "throughput_rps", "goodput_rps", "output_tokens_per_s", "total_tokens_per_s", "slo_fraction_ok",
+    "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s_p50", "tpot_s_p90", "tpot_s_p99",
+    "e2e_s_p50", "e2e_s_p90", "e2e_s_p99", "num_finished", "num_unfinished", "num_rejected",
+    "preemptions", "mean_batch_size", "kv_token_share", "busy_fraction", "slo_goodput_share",
+)
+CURVE_FRACTIONS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25)  # of a deployment's max sustainable rate
+_MAX_RATE_PER_S = 1e6  # doubling stops here: a "rate" above it means the SLO never binds
+
+
+@dataclass(frozen=True)
+class Candidate:
+    gpu: Any  # catalog name, or an inline GPU mapping
+    tensor_parallel: int
+    policy: str | None  # a variant name; None = the base scenario
+
+    @property
+    def gpu_name(self) -> str:
+        return self.gpu if isinstance(self.gpu, str) else str(self.gpu.get("name", "custom-gpu"))
+
+    @property
+    def name(self) -> str:
+        policy = f" · {self.policy}" if self.policy else ""
+        return f"{self.gpu_name} TP{self.tensor_parallel}{policy}"
+
+
+@dataclass
+class Evaluation:
+    """One simulation: a candidate with some replicas at some rate and seed."""
+
+    num_replicas: int
+    rate_per_s: float
+    seed: int
+    slo_met: bool
+    metrics: dict
+
+
+@dataclass
+class CandidateOutcome:
+    candidate: Candidate
+    status: str  # feasible | excluded (cannot run) | infeasible (runs, but never within the SLOs)
+    reason: str = ""
+    max_rate_per_replica: float = math.nan  # highest rate one replica sustains within the SLOs
+    num_replicas: int | None = None  # fewest replicas meeting the SLOs at the target
+    at_target: dict = field(default_factory=dict)  # metrics of that deployment at the target
+    costs: dict = field(default_factory=dict)
+    evaluations: list[Evaluation] = field(default_factory=list)
+    cost_model: str = ""  # which step-time model priced this candidate
+
+
+@dataclass
+class CurveOutcome:
+    candidate: Candidate
+    num_replicas: int
+    max_rate_per_s: float  # highest rate the deployment sustains within the SLOs
+    points: list[Evaluation]  # throughput-latency curve
+
+
+@dataclass
+class SeedOutcome:
+    seed: int
+    min_replicas: int | None  # the answer under this seed (None: more than max_replicas)
+    at_recommendation: Evaluation  # the recommended deployment under this seed
+
+
+@dataclass
+class PlanSettings:
+    target_rate_per_s: float
+    gpus: list
+    tensor_parallel: list[int]
+    policies: list[str | None]
+    max_replicas: int
+    rate_tolerance: float
+    num_seeds: int
+    prices: dict[str, float]
+    top_k: int
+    base_seed: int
+    min_window_s: float
+    prefer_calibrated: bool = True
+
+
+@dataclass
+class PlanResult:
+    settings: PlanSettings
+    scenario_yaml: str  # the scenario file as planned (overrides applied)
+    slo: dict
+    outcomes: list[CandidateOutcome]  # every candidate, feasible ones ranked first
+    curves: list[CurveOutcome]
+    seeds: list[SeedOutcome]
+    versions: dict
+    command: str
+
+    @property
+    def feasible(self) -> list[CandidateOutcome]:
+        return [o for o in self.outcomes if o.status == "feasible"]
+
+    @property
+    def recommendation(self) -> CandidateOutcome | None:
+        return self.feasible[0] if self.feasible else None
+
+
+# ------------------------------------------------------------------------------------ simulation
+
+@dataclass(frozen=True)
+class CandidateTask:
+    raw: dict  # the candidate's raw scenario (variant merged, GPU and TP set), one replica
+    candidate: Candidate
+    settings: PlanSettings
+
+
+def _requests_for(raw: dict, num_replicas: int, rate_per_s: float, min_window_s: float) -> dict:
+    """How many requests one simulation runs. Each replica sees the scenario's request count on average,
+    so tails are as well sampled at 8 replicas as at one; and arrivals span at least `min_window_s`:
+    with a fixed count, a high rate is a short burst that a big batch absorbs, and the search would
+    call a rate the system cannot keep up with sustainable. Traces replay as they are."""
+    raw = copy.deepcopy(raw)
+    run = raw.setdefault("run", {})
+    arrival_kind = ((raw.get("workload") or {}).get("arrival") or {}).get("kind", "poisson")
+    if run.get("num_requests") and arrival_kind != "trace":
+        run["num_requests"] = max(int(run["num_requests"]) * num_replicas, math.ceil(rate_per_s * min_window_s))
+    return raw
+
+
+class Evaluator:
+    """Simulates one candidate at (replicas, rate, seed), remembering every answer."""
+
+    def __init__(self, raw: dict, settings: PlanSettings):
+        self.raw, self.base_seed, self.min_window_s = raw, settings.base_seed, settings.min_window_s
+        self.memo: dict[tuple, Evaluation] = {}
+
+    def scenario_raw(self, num_replicas: int, rate_per_s: float, seed: int | None = None) -> dict:
+        raw = _requests_for(self.raw, num_replicas, rate_per_s, self.min_window_s)
+        raw.setdefault("hardware", {})["num_replicas"] = num_replicas
+        set_rate(raw, rate_per_s)
+        raw.setdefault("run", {})["seed"] = self.base_seed if seed is None else seed
+        return raw
+
+    def __call__(self, num_replicas: int, rate_per_s: float, seed: int | None = None) -> Evaluation:
+        seed = self.base_seed if seed is None else seed
+        key = (num_replicas, round(rate_per_s, 9), seed)
+        if key not in self.memo:
+            from .api import simulate
+            from .scenario import validate_scenario
+            scenario = validate_scenario(self.scenario_raw(num_replicas, rate_per_s, seed))
+            summary = simulate(scenario).summary
+            metrics = {k: summary.get(k) for k in KEPT_METRICS if k in summary}
+            metrics.update({k: v for k, v in summary.items() if k.startswith("slo_") and k != "slo_met"})
+            self.memo[key] = Evaluation(num_replicas, rate_per_s, seed, bool(summary.get("slo_met")), metrics)
+        return self.memo[key]
+
+    @property
+    def evaluations(self) -> list[Evaluation]:
+        return list(self.memo.values())
+
+
+def max_sustainable_rate(passes: Callable[[float], bool], start_rate: float, tolerance: float,
+                         floor_rate: float) -> tuple[float, float]:
+    """Binary search for the SLO boundary: (highest rate that passed, lowest that failed).
+
+    Brackets by doubling or halving from `start_rate`, then bisects geometrically until
+    failed / passed <= 1 + tolerance. Returns (0, lowest tried) when even `floor_rate` fails and
+    (inf, inf) when the SLOs hold at any rate up to _MAX_RATE_PER_S.
+    """
+    ok, bad = 0.0, math.inf
+    rate = start_rate
+    while True:
+        if passes(rate):
+            ok = rate
+            if bad < math.inf:
+                break
+            if rate >= _MAX_RATE_PER_S:
+                return math.inf, math.inf
+            rate *= 2
+        else:
+            bad = rate
+            if ok > 0:
+                break
+            if rate / 2 < floor_rate:
+                return 0.0, rate
+            rate /= 2
+    while bad / ok > 1 + tolerance:
+        mid = math.sqrt(ok * bad)
+        if passes(mid):
+            ok = mid
+        else:
+            bad = mid
+    return ok, bad
+
+
+def min_replicas(passes: Callable[[int], bool], first_guess: int, max_replicas: int) -> int | None:
+    """Fewest replicas that pass, searching from a guess (SLO attainment grows with replicas)."""
+    n = min(max(1, first_guess), max_replicas)
+    if passes(n):
+        while n > 1 and passes(n - 1):
+            n -= 1
+        return n
+    while n < max_replicas:
+        n += 1
+        if passes(n):
+            return n
+    return None
+
+
+def _describe_failure(ev: Evaluation) -> str:
+    parts = []
+    for key, value in ev.metrics.items():
+        if key.startswith("slo_") and key.endswith("_met") and value is False:
+            metric = key[len("slo_"):-len("_met")]
+            measured = next((v for k, v in ev.metrics.items() if k.startswith(f"slo_{metric}_p")), None)
+            parts.append(f"{metric} {measured:.3g} s" if isinstance(measured, float) else metric)
+    if ev.metrics.get("num_unfinished") or ev.metrics.get("num_rejected"):
+        parts.append(f"{ev.metrics.get('num_unfinished', 0)} unfinished, {ev.metrics.get('num_rejected', 0)} rejected")
+    share = ev.metrics.get("slo_goodput_share")
+    if share is not None and not parts:
+        parts.append(f"goodput share {share:.3f}")
+    return ", ".join(parts) or "SLOs not met"
+
+
+def search_candidate(task: CandidateTask) -> CandidateOutcome:
+    """Phase 1 for one candidate: max rate per replica, then the fewest replicas at the target."""
+    from .scenario import validate_scenario
+    s, cand = task.settings, task.candidate
+    try:
+        validate_scenario(copy.deepcopy(task.raw))  # cannot hold the model, bad TP split, ...
+    except ServeSimError as err:
+        return CandidateOutcome(cand, "excluded", str(err))
+    evaluate = Evaluator(task.raw, s)
+    try:
+        floor = s.target_rate_per_s / 1024
+        ok, _ = max_sustainable_rate(lambda r: evaluate(1, r).slo_met, s.target_rate_per_s, s.rate_tolerance, floor)
+        out = CandidateOutcome(cand, "feasible", max_rate_per_replica=ok)
+        if ok == 0.0:
+            lowest = min(evaluate.evaluations, key=lambda e: e.rate_per_s)
+            out.status = "infeasible"
+            out.reason = (f"SLOs not met even at {lowest.rate_per_s:.3g} req/s on one replica "
+                          f"({_describe_failure(lowest)})")
+        else:
+            guess = math.ceil(s.target_rate_per_s / ok) if math.isfinite(ok) else 1
+            n = min_replicas(lambda k: evaluate(k, s.target_rate_per_s).slo_met, guess, s.max_replicas)
+            if n is None:
+                last = evaluate(s.max_replicas, s.target_rate_per_s)
+                out.status = "infeasible"
+                out.reason = (f"{s.max_replicas} replicas (search.max_replicas) miss the SLOs at "
+                              f"{s.target_rate_per_s:g} req/s ({_describe_failure(last)}); one replica "
+                              f"sustains {ok:.3g} req/s")
+            else:
+                at = evaluate(n, s.target_rate_per_s)
+                out.num_replicas, out.at_target = n, at.metrics
+                scenario_n = validate_scenario(evaluate.scenario_raw(n, s.target_rate_per_s))
+                out.costs = cost_figures(scenario_n, at.metrics, s.prices)
+    except ServeSimError as err:
+        return CandidateOutcome(cand, "excluded", str(err), evaluations=evaluate.evaluations)
+    out.evaluations = evaluate.evaluations
+    return out
+
+
+@dataclass(frozen=True)
+class CurveTask:
+    raw: dict
+    candidate: Candidate
+    num_replicas: int
+    settings: PlanSettings
+
+
+def curve_for(task: CurveTask) -> CurveOutcome:
+    """Phase 2 for a top candidate: its deployment's max sustainable rate and a throughput-latency curve."""
+    s = task.settings
+    evaluate = Evaluator(task.raw, s)
+    n = task.num_replicas
+    ok, _ = max_sustainable_rate(lambda r: evaluate(n, r).slo_met, s.target_rate_per_s, s.rate_tolerance,
+                                 s.target_rate_per_s / 1024)
+    top = ok if math.isfinite(ok) and ok > 0 else s.target_rate_per_s
+    points = [evaluate(n, top * f) for f in CURVE_FRACTIONS]
+    return CurveOutcome(task.candidate, n, ok, points)
+
+
+@dataclass(frozen=True)
+class SeedTask:
+    raw: dict
+    num_replicas: int
+    seed: int
+    settings: PlanSettings
+
+
+def repeat_with_seed(task: SeedTask) -> SeedOutcome:
+    """Phase 3: the recommendation under another seed, and the replica count that seed would give."""
+    s = task.settings
+    evaluate = Evaluator(task.raw, s)
+    n = min_replicas(lambda k: evaluate(k, s.target_rate_per_s, task.seed).slo_met, task.num_replicas,
+                     s.max_replicas)
+    return SeedOutcome(task.seed, n, evaluate(task.num_replicas, s.target_rate_per_s, task.seed))
+
+
+# ---------------------------------------------------------------------------------------- driver
+
+def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = None,
+                  tensor_parallel: list[int] | None = None, policies: list[str] | None = None,
+                  max_replicas: int | None = None, num_seeds: int | None = None,
+                  prices: dict[str, float] | None = None) -> PlanSettings:
+    """The search space: the scenario's `search:` section, then command-line overrides."""
+    from .scenario import SearchSpec, build_scenario_set
+    base = build_scenario_set(copy.deepcopy(raw), resolve=False).base
+    search = base.search or SearchSpec()
+    if not base.slo.has_limits():
+        raise ConfigError("slo: planning needs at least one limit (slo.ttft_s, slo.tpot_s or slo.e2e_s)")
+    variants = list((raw.get("variants") or {}).keys())
+    chosen = policies if policies is not None else search.policies
+    if chosen is not None:
+        unknown = [p for p in chosen if p not in variants]
+        if unknown:
+            raise ConfigError(f"search.policies: {unknown[0]!r} is not a variant of the scenario; "
+                              f"allowed: {', '.join(variants) or '(the file has no variants)'}")
+        policy_list: list[str | None] = list(chosen)
+    else:
+        policy_list = list(variants) or [None]
+    gpu_list = gpus if gpus is not None else (
+        [g if isinstance(g, str) else g.model_dump(mode="json") for g in search.gpus] if search.gpus
+        else [(raw.get("hardware") or {}).get("gpu", base.hardware.gpu)])
+    tp_list = tensor_parallel if tensor_parallel is not None else (
+        search.tensor_parallel or [base.hardware.tensor_parallel])
+    if any(tp < 1 for tp in tp_list):
+        raise ConfigError(f"--tp: {tp_list} must all be >= 1")
+    target = rate if rate is not None else search.target_rate_per_s
+    if target is None:
+        target = arrival_rate(raw)
+    if target is None:
+        target = _workload_rate(base)
+    if target is None or not target > 0:
+        raise ConfigError("search.target_rate_per_s: the workload has no arrival rate to plan for; "
+                          "set search.target_rate_per_s or pass --rate")
+    merged_prices = dict(search.prices_per_gpu_hour)
+    merged_prices.update(prices or {})
+    gpu_names = {g if isinstance(g, str) else str(g.get("name")) for g in gpu_list}
+    for name in merged_prices:
+        if name not in gpu_names:
+            raise ConfigError(f"--price: {name!r} is not a candidate GPU; allowed: {', '.join(sorted(gpu_names))}")
+    return PlanSettings(
+        target_rate_per_s=float(target), gpus=gpu_list, tensor_parallel=[int(t) for t in tp_list],
+        policies=policy_list, max_replicas=max_replicas or search.max_replicas,
+        rate_tolerance=search.rate_tolerance, num_seeds=num_seeds or search.num_seeds, prices=merged_prices,
+        top_k=search.top_k, base_seed=base.run.seed, min_window_s=search.min_window_s,
+        prefer_calibrated=search.prefer_calibrated)
+
+
+def _workload_rate(scenario) -> float | None:
+    """A trace replayed at its recorded pace: its mean rate."""
+    from .api import make_workload
+    arrivals = make_workload(scenario).arrival_s
+    if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
+        return None
+    return float((len(arrivals) - 1) / (arrivals[-1] - arrivals[0]))
+
+
+def shipped_profile(gpu_name: str, model_name: str, tensor_parallel: int):
+    """The shipped calibrated profile for this setup, or None."""
+    from .calibrated import resolve_profile_dir
+    try:
+        return resolve_profile_dir(None, gpu_name, model_name, tensor_parallel)
+    except ServeSimError:
+        return None
+
+
+def candidate_raw(raw: dict, cand: Candidate, prefer_calibrated: bool = False) -> dict:
+    out = variant_raw(raw, cand.policy)
+    out.pop("search", None)
+    hw = out.setdefault("hardware", {})
+    hw["gpu"] = copy.deepcopy(cand.gpu)
+    hw["tensor_parallel"] = cand.tensor_parallel
+    hw["num_replicas"] = 1
+    out["name"] = cand.name
+    model = out.get("model", "llama-3.1-8b")
+    model_name = model if isinstance(model, str) else str(model.get("name", ""))
+    cost_kind = (out.get("cost_model") or {}).get("kind", "roofline")
+    if prefer_calibrated and cost_kind == "roofline" and shipped_profile(cand.gpu_name, model_name, cand.tensor_parallel):
+        # Measured kernels beat the roofline wherever someone calibrated this GPU, model and TP.
+        out["cost_model"] = {"kind": "calibrated"}
+    return out
+
+
+def cost_model_label(raw: dict) -> str:
+    spec = raw.get("cost_model") or {}
+    kind = spec.get("kind", "roofline")
+    if kind == "calibrated":
+        return f"calibrated ({spec['profile']})" if spec.get("profile") else "calibrated (shipped profile)"
+    return kind
+
+
+def candidates(settings: PlanSettings) -> list[Candidate]:
+    return [Candidate(gpu, tp, policy) for gpu in settings.gpus for tp in settings.tensor_parallel
+            for policy in settings.policies]
+
+
+def rank(outcomes: list[CandidateOutcome]) -> list[CandidateOutcome]:
+    """Feasible first, cheapest per hour, then per million tokens, then lower p99 latency."""
+    def key(o: CandidateOutcome):
+        if o.status != "feasible":
+            return (1 if o.status == "infeasible" else 2, 0.0, 0.0, 0.0, o.candidate.name)
+        return (0, o.costs.get("cost_per_hour", math.inf), o.costs.get("cost_per_million_tokens", math.inf),
+                o.at_target.get("e2e_s_p99", math.inf), o.candidate.name)
+    return sorted(outcomes, key=key)
+
+
+def _versions() -> dict:
+    import importlib.metadata as md
+    from . import __version__
+    out = {"servesim": __version__, "python": sys.version.split()[0]}
+    for pkg in ("numpy", "pandas", "simpy", "pydantic", "plotly"):
+        try:
+            out[pkg] = md.version(pkg)
+        except md.PackageNotFoundError:
+            pass
+    return out
+
+
+def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", workers: int | None = None,
+             address: str | None = None, command: str = "",
+             progress: Callable[[str, int, int], None] | None = None) -> PlanResult:
+    """Search every candidate, rank them, then detail the top ones and the recommendation."""
+    def tick(phase: str, done: int, total: int) -> None:
+        if progress:
+            progress(phase, done, total)
+
+    cands = candidates(settings)
+    raws = {c.name: candidate_raw(raw, c, settings.prefer_calibrated) for c in cands}  # (inline GPUs are dicts)
+    tasks = [CandidateTask(raws[c.name], c, settings) for c in cands]
+    outcomes = []
+    tick("candidates", 0, len(tasks))
+    for _, outcome in run_tasks(tasks, search_candidate, backend=backend, workers=workers, address=address):
+        outcomes.append(outcome)
+        tick("candidates", len(outcomes), len(tasks))
+    order = {c.name: i for i, c in enumerate(cands)}
+    outcomes = rank(sorted(outcomes, key=lambda o: order[o.candidate.name]))
+    feasible = [o for o in outcomes if o.status == "feasible"]
+
+    for o in outcomes:
+        o.cost_model = cost_model_label(raws[o.candidate.name])
+    curve_tasks = [CurveTask(raws[o.candidate.name], o.candidate, o.num_replicas, settings)
+                   for o in feasible[:settings.top_k]]
+    seed_tasks = []
+    if feasible:
+        best = feasible[0]
+        seed_tasks = [SeedTask(raws[best.candidate.name], best.num_replicas, settings.base_seed + i, settings)
+                      for i in range(settings.num_seeds)]
+    curves: list[CurveOutcome] = []
+    seeds: list[SeedOutcome] = []
+    detail = [("curve", t) for t in curve_tasks] + [("seed", t) for t in seed_tasks]
+    tick("details", 0, len(detail))
+    for n_done, ((kind, _), result) in enumerate(
+            run_tasks(detail, _run_detail, backend=backend, workers=workers, address=address), start=1):
+        (curves if kind == "curve" else seeds).append(result)
+        tick("details", n_done, len(detail))
+    rank_of = {o.candidate.name: i for i, o in enumerate(outcomes)}
+    curves.sort(key=lambda c: rank_of[c.candidate.name])
+    seeds.sort(key=lambda s: s.seed)
+
+    from .scenario import build_scenario_set
+    base = build_scenario_set(copy.deepcopy(raw), resolve=False).base
+    import yaml
+    return PlanResult(settings, yaml.safe_dump(raw, sort_keys=False), base.slo.model_dump(mode="json"),
+                      outcomes, curves, seeds, _versions(), command)
+
+
+def _run_detail(item: tuple[str, Any]):
+    kind, task = item
+    return curve_for(task) if kind == "curve" else repeat_with_seed(task)
+

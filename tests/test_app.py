@@ -1,0 +1,220 @@
+"""The Streamlit dashboard (app.py) driven by Streamlit's AppTest: no browser, the real script."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+pytest.importorskip("streamlit", reason="the dashboard needs the ui extra (streamlit)")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from sim import dashboard as dash  # noqa: E402
+from sim.cli import main as servesim  # noqa: E402
+from sim.results import Result  # noqa: E402
+
+APP = str(Path(__file__).resolve().parents[1] / "app.py")
+TIMEOUT_S = 120  # AppTest's own limit on one script run (default 3 s); a generous bound, not an assertion
+
+SMALL = {
+    "name": "uploaded",
+    "model": "llama-3.1-8b",
+    "hardware": {"gpu": "h100-sxm"},
+    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 12},
+                 "lengths": {"kind": "fixed", "input_tokens": 256, "output_tokens": 64}},
+    "scheduler": {"max_model_len": 2048},
+    "slo": {"ttft_s": 1.0},
+    "run": {"seed": 3, "num_requests": 120},
+    "variants": {"paged": {}, "static": {"scheduler": {"batching": "static", "max_batch_size": 16}},
+                 "chunked": {"scheduler": {"chunked_prefill": True, "max_num_batched_tokens": 512}}},
+}
+
+
+def started() -> AppTest:
+    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    return at
+
+
+def charts(at: AppTest) -> list:
+    return [e for e in at.get("plotly_chart")]
+
+
+def chart_titles(at: AppTest) -> list[str]:
+    return [json.loads(c.proto.spec)["layout"]["title"]["text"] for c in charts(at)]
+
+
+def upload(at: AppTest, name: str, content: bytes) -> AppTest:
+    at.file_uploader(key="scenario_upload").set_value((name, content, "application/x-yaml"))
+    at.run()
+    return at
+
+
+def test_default_page_shows_the_summary_table_and_charts():
+    at = started()
+    assert not at.error
+    table = at.table[0].value
+    names = list(dash.DEFAULT_VARIANTS)
+    assert list(table.columns) == [names[0], names[1], f"Δ {names[1]}"]
+    for metric in ("throughput incl. drain (req/s)", "goodput (req/s)", "TTFT p99 (s)", "TPOT p50 (s)", "E2E p99 (s)",
+                   "mean batch size", "KV token-state share", "preemptions"):
+        assert metric in table.index
+    # Paged KV holds almost only token states; contiguous max-length reservations far fewer.
+    paged, contiguous = (float(table.loc["KV token-state share", n]) for n in names)
+    assert paged > 0.9 and contiguous < 0.5
+    assert chart_titles(at) == ["Latency CDFs", "Over time", "KV-cache memory split over time"]
+    for chart in charts(at):
+        assert json.loads(chart.proto.spec)["data"], "a chart without traces"
+
+
+def test_changing_a_policy_reruns_and_changes_the_table():
+    at = started()
+    before = at.table[0].value
+    second = list(dash.DEFAULT_VARIANTS)[1]
+    at.selectbox(key="0.v1.batching").set_value("static")
+    at.run()
+    assert not at.exception and not at.error
+    after = at.table[0].value
+    assert list(after.columns) == list(before.columns)
+    assert after[second].tolist() != before[second].tolist()
+    assert after.loc["throughput incl. drain (req/s)", second] != before.loc["throughput incl. drain (req/s)", second]
+    # the first variant did not change, so its numbers come back identical (from the cache)
+    assert after.iloc[:, 0].tolist() == before.iloc[:, 0].tolist()
+    assert "batching: static" in at.code[0].value
+    # flipping back gives the first numbers again
+    at.selectbox(key="0.v1.batching").set_value("continuous")
+    at.run()
+    assert at.table[0].value.equals(before)
+
+
+@pytest.mark.parametrize("content, words", [
+    (b"workload: {arrival: {kind: poisson, rate_per_s: -3}, lengths: {kind: preset, name: sharegpt}}\n",
+     "workload.arrival.rate_per_s: -3 is not allowed"),
+    (b"!!python/object/apply:os.system ['echo pwned']\n", "could not determine a constructor"),
+    (b"name: x\nmodle: llama-3.1-8b\n", "modle: unknown key"),
+    (b"description: " + b"x" * (dash.MAX_UPLOAD_YAML_BYTES + 1), "larger than the limit"),
+])
+def test_a_bad_upload_shows_the_error_in_the_page_and_keeps_the_form(content, words):
+    at = started()
+    before = at.table[0].value
+    upload(at, "bad.yaml", content)
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and words in errors[0], errors
+    assert at.table[0].value.equals(before)  # the previous settings still run
+
+
+def test_an_uploaded_scenario_fills_the_form_and_the_download_reproduces_it_through_the_cli(tmp_path):
+    at = upload(started(), "mine.yaml", yaml.safe_dump(SMALL, sort_keys=False).encode())
+    assert not at.exception and not at.error
+    table = at.table[0].value
+    assert [c for c in table.columns if not c.startswith("Δ")] == ["paged", "static", "chunked"]
+    assert at.number_input(key="1.run.requests").value == 120
+    assert at.selectbox(key="1.v1.batching").value == "static"
+
+    # The page's YAML (shown beside the download button) is a scenario file `servesim compare` runs.
+    downloaded = at.code[0].value
+    assert yaml.safe_load(downloaded)["variants"].keys() == SMALL["variants"].keys()
+    path = tmp_path / "downloaded.yaml"
+    path.write_text(downloaded)
+    servesim(["compare", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    summaries = json.loads((tmp_path / "out" / "summary.json").read_text())
+    cli_table = dash.summary_table([Result(n, None, None, None, s) for n, s in summaries.items()])
+    assert cli_table.equals(table)
+    assert summaries["static"]["num_finished"] == 120
+
+
+def test_the_download_after_editing_reproduces_the_edited_numbers(tmp_path):
+    at = started()
+    at.number_input(key="0.run.requests").set_value(300)
+    at.radio(key="0.v0.layout").set_value("contiguous")
+    at.run()
+    at.selectbox(key="0.v0.reserve").set_value("oracle")
+    at.checkbox(key="0.v1.spec").check()
+    at.run()
+    assert not at.exception and not at.error
+    path = tmp_path / "edited.yaml"
+    path.write_text(at.code[0].value)
+    servesim(["compare", str(path), "--out", str(tmp_path / "out"), "--quiet"])
+    summaries = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert all(s["num_requests"] == 300 for s in summaries.values())
+    cli_table = dash.summary_table([Result(n, None, None, None, s) for n, s in summaries.items()])
+    assert cli_table.equals(at.table[0].value)
+    assert "drafted tokens accepted" in at.table[0].value.index
+
+
+def test_add_and_remove_variant_columns():
+    at = started()
+    at.button[[b.label for b in at.button].index("add a variant")].click()
+    at.run()
+    assert not at.exception
+    assert len([c for c in at.table[0].value.columns if not c.startswith("Δ")]) == 3
+    remove = [b for b in at.button if b.label == "remove"]
+    remove[0].click()
+    at.run()
+    names = [c for c in at.table[0].value.columns if not c.startswith("Δ")]
+    assert names == [list(dash.DEFAULT_VARIANTS)[1], "variant 3"]
+
+
+def test_a_long_run_asks_first():
+    at = started()
+    at.number_input(key="0.run.requests").set_value(dash.LONG_RUN_REQUESTS)
+    at.run()
+    assert not at.exception
+    assert not at.table  # nothing simulated yet
+    assert any("tick the box" in w.value for w in at.warning)
+    assert at.checkbox(key="confirm_long").value is False
+
+
+def test_the_load_sweep_runs_on_demand():
+    at = started()
+    assert "Load sweep" not in chart_titles(at)
+    at.number_input(key="0.sweep.points").set_value(3)
+    at.number_input(key="0.sweep.requests").set_value(100)
+    at.button[[b.label for b in at.button].index("Run load sweep")].click()
+    at.run()
+    assert not at.exception and not at.error
+    assert "Load sweep" in chart_titles(at)
+    sweep = at.dataframe[0].value
+    assert len(sweep) == 3 * len(dash.DEFAULT_VARIANTS)
+    assert sorted(set(sweep["rate_per_s"])) == [10.0, 35.0, 60.0]  # a quarter to 1.5x the 40 req/s default
+
+
+def test_a_trace_upload_replays_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("SERVESIM_UPLOAD_DIR", str(tmp_path))
+    at = started()
+    at.selectbox(key="0.arrival.kind").set_value("trace")
+    at.run()
+    assert not at.exception
+    assert at.selectbox(key="0.lengths.kind").options[-1] == "trace"
+    rows = "".join(f"2023-11-16 18:15:{s:02d}.5000000,{200 + s},{10 + s}\n" for s in range(40))
+    at.file_uploader(key="trace_upload").set_value(
+        ("mine.csv", ("TIMESTAMP,ContextTokens,GeneratedTokens\n" + rows).encode(), "text/csv"))
+    at.run()
+    at.selectbox(key="0.lengths.kind").set_value("trace")
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    table = at.table[0].value
+    assert table.iloc[:, 0].loc["finished"] == "40"
+    assert "kind: trace" in at.code[0].value
+    assert len(list(tmp_path.glob("*.csv"))) == 1
+
+
+@pytest.mark.parametrize("name", ["quickstart", "speculative", "prefix_caching", "swap", "quantization",
+                                  "llama70b_tp4"])
+def test_a_shipped_scenario_survives_upload_and_download_unchanged(name):
+    """The form must not change what it was given: every widget starts from the file's value."""
+    from sim.scenario import build_scenario_set
+
+    raw = yaml.safe_load((Path(APP).parent / "scenarios" / f"{name}.yaml").read_text())
+    raw["run"]["num_requests"] = 40  # the round trip is about settings; keep the simulations small
+    at = upload(started(), f"{name}.yaml", yaml.safe_dump(raw, sort_keys=False).encode())
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    given = build_scenario_set(raw).variants
+    downloaded = build_scenario_set(yaml.safe_load(at.code[0].value)).variants
+    assert list(downloaded) == list(given)[:dash.MAX_VARIANTS]
+    for variant, scenario in downloaded.items():
+        assert scenario.model_dump(mode="json") == given[variant].model_dump(mode="json"), variant

@@ -1,0 +1,221 @@
+"""The dashboard in a real browser: `streamlit run app.py` on a loopback port, loaded by headless Chromium.
+
+A Streamlit page renders client-side over a websocket, which Chromium's `--virtual-time-budget`
+does not wait for (`--dump-dom` returns the loading skeleton). So the test drives Chromium through
+the DevTools protocol over `--remote-debugging-pipe` (what Playwright does, with no extra package):
+it polls the live DOM until the summary table and the charts are drawn (or an error box appears),
+then saves the DOM and a screenshot. The screenshot is the CI artifact `out/ci/dashboard.png`.
+"""
+
+from __future__ import annotations
+
+import base64
+import fcntl
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+CHROMIUM = Path("/usr/bin/chromium")
+ARTIFACT = ROOT / "out" / "ci" / "dashboard.png"
+CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+WINDOW = (1600, 2400)
+# Upper bounds on waiting (generous for a loaded 2-core CI machine), not assertions about speed.
+SERVE_WAIT_S = 60
+RENDER_WAIT_S = 120
+
+pytestmark = pytest.mark.skipif(not CHROMIUM.exists(), reason="/usr/bin/chromium is not installed "
+                                "(CI installs Debian's chromium package in .ci/run)")
+
+# What the page shows, read from the live DOM: Streamlit's element test ids and plotly's classes.
+PAGE_STATE_JS = """JSON.stringify({
+  tables: document.querySelectorAll('[data-testid="stTable"] table').length,
+  table_text: Array.from(document.querySelectorAll('[data-testid="stTable"] th')).map(e => e.innerText).join('|'),
+  plots: document.querySelectorAll('.js-plotly-plot .main-svg').length,
+  plot_divs: document.querySelectorAll('[data-testid="stPlotlyChart"]').length,
+  exceptions: document.querySelectorAll('[data-testid="stException"]').length,
+  errors: Array.from(document.querySelectorAll('[data-testid="stAlertContentError"]')).map(e => e.innerText),
+  running: document.querySelectorAll('[data-testid="stStatusWidget"]').length,
+})"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_until_serving(url: str, server: subprocess.Popen) -> None:
+    deadline = time.monotonic() + SERVE_WAIT_S
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise RuntimeError(f"streamlit exited with {server.returncode}")
+        try:
+            with urllib.request.urlopen(url + "_stcore/health", timeout=2) as reply:
+                if reply.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(0.25)
+    raise TimeoutError(f"streamlit did not serve {url} within {SERVE_WAIT_S} s")
+
+
+class DevTools:
+    """A minimal Chrome DevTools protocol client over --remote-debugging-pipe (fds 3 and 4 of the child)."""
+
+    def __init__(self, user_data_dir: Path):
+        to_child_r, self._to_child = os.pipe()
+        self._from_child, from_child_w = os.pipe()
+
+        def wire_fds() -> None:  # in the child: the protocol reads fd 3 and writes fd 4
+            # Move both ends above 4 first: a pipe end may itself be fd 3 or 4, and dup2 onto itself
+            # would keep its close-on-exec flag.
+            reader, writer = (fcntl.fcntl(fd, fcntl.F_DUPFD, 10) for fd in (to_child_r, from_child_w))
+            os.dup2(reader, 3)
+            os.dup2(writer, 4)
+
+        args = [str(CHROMIUM), *CHROMIUM_FLAGS, "--remote-debugging-pipe", f"--user-data-dir={user_data_dir}",
+                f"--window-size={WINDOW[0]},{WINDOW[1]}", "about:blank"]
+        # close_fds=False: subprocess would otherwise close fds 3 and 4 after wire_fds made them
+        # (Python's own descriptors are not inheritable, so nothing else leaks).
+        self.process = subprocess.Popen(args, preexec_fn=wire_fds, close_fds=False,
+                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        os.close(to_child_r)
+        os.close(from_child_w)
+        self._buffer = b""
+        self._next_id = 0
+        self.session: str | None = None
+
+    def call(self, method: str, timeout_s: float = 60, **params) -> dict:
+        self._next_id += 1
+        message = {"id": self._next_id, "method": method, "params": params}
+        if self.session is not None:
+            message["sessionId"] = self.session
+        os.write(self._to_child, json.dumps(message).encode() + b"\0")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            while b"\0" not in self._buffer:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(f"no DevTools reply to {method}")
+                chunk = os.read(self._from_child, 1 << 20)
+                if not chunk:
+                    raise RuntimeError("chromium closed the DevTools pipe")
+                self._buffer += chunk
+            raw, self._buffer = self._buffer.split(b"\0", 1)
+            reply = json.loads(raw)
+            if reply.get("id") == self._next_id:
+                if "error" in reply:
+                    raise RuntimeError(f"{method}: {reply['error']}")
+                return reply["result"]
+
+    def open(self, url: str) -> None:
+        target = self.call("Target.createTarget", url="about:blank")["targetId"]
+        self.session = self.call("Target.attachToTarget", targetId=target, flatten=True)["sessionId"]
+        self.call("Emulation.setDeviceMetricsOverride", width=WINDOW[0], height=WINDOW[1], deviceScaleFactor=1,
+                  mobile=False)
+        self.call("Page.enable")
+        self.call("Page.navigate", url=url)
+
+    def evaluate(self, expression: str):
+        return self.call("Runtime.evaluate", expression=expression, returnByValue=True)["result"].get("value")
+
+    def screenshot(self, path: Path, scale: float = 1.0) -> None:
+        clip = {"x": 0, "y": 0, "width": WINDOW[0], "height": WINDOW[1], "scale": scale}
+        data = self.call("Page.captureScreenshot", format="png", clip=clip)["data"]
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_bytes(base64.b64decode(data))
+        tmp.replace(path)
+
+    def close(self) -> None:
+        try:
+            self.call("Browser.close", timeout_s=10)
+        except (RuntimeError, TimeoutError, OSError):
+            pass
+        try:
+            self.process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            self.process.wait()
+        os.close(self._to_child)
+        os.close(self._from_child)
+
+
+def wait_for_page(browser: DevTools) -> dict:
+    """Poll until the table and three drawn charts are on the page, or an error box is."""
+    deadline = time.monotonic() + RENDER_WAIT_S
+    state: dict = {}
+    while time.monotonic() < deadline:
+        state = json.loads(browser.evaluate(PAGE_STATE_JS) or "{}")
+        if state.get("exceptions") or state.get("errors"):
+            return state
+        if state.get("tables") and state.get("plots", 0) >= 3:
+            time.sleep(1.0)  # let plotly finish its layout pass before the screenshot
+            return json.loads(browser.evaluate(PAGE_STATE_JS))
+        time.sleep(0.5)
+    return state
+
+
+@pytest.fixture
+def dashboard_url(tmp_path):
+    port = free_port()
+    env = {**os.environ, "SERVESIM_UPLOAD_DIR": str(tmp_path / "uploads")}
+    server = subprocess.Popen(
+        [sys.executable, "-m", "streamlit", "run", str(ROOT / "app.py"), "--server.headless", "true",
+         "--server.port", str(port), "--server.address", "127.0.0.1", "--browser.gatherUsageStats", "false"],
+        cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}/"
+    try:
+        wait_until_serving(url, server)
+        yield url
+    finally:
+        server.terminate()
+        try:
+            server.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            server.kill()
+            server.wait()
+
+
+def capture(url: str, png: Path, user_data_dir: Path, scale: float = 1.0) -> tuple[dict, str]:
+    """Load the page in headless Chromium; returns the page state and the rendered DOM."""
+    browser = DevTools(user_data_dir)
+    try:
+        browser.open(url)
+        state = wait_for_page(browser)
+        browser.screenshot(png, scale)
+        dom = browser.evaluate("document.documentElement.outerHTML")
+    finally:
+        browser.close()
+    return state, dom
+
+
+def test_the_dashboard_renders_its_table_and_charts_in_chromium(dashboard_url, tmp_path):
+    state, dom = capture(dashboard_url, ARTIFACT, tmp_path / "chromium")
+    (ARTIFACT.parent / "dashboard.html").write_text(dom)
+    assert not state.get("exceptions") and not state.get("errors"), state
+    assert state["tables"] >= 1, state
+    assert "throughput incl. drain (req/s)" in state["table_text"] and "TTFT p99 (s)" in state["table_text"]
+    assert state["plots"] >= 3 and state["plot_divs"] >= 3, state
+    assert 'data-testid="stException"' not in dom
+    assert ARTIFACT.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert ARTIFACT.stat().st_size > 20_000  # a blank page compresses to a few kB
+
+
+if __name__ == "__main__":  # `python tests/test_browser.py OUT.png [scale]`: a screenshot of a running app
+    url = os.environ.get("SERVESIM_URL", "http://127.0.0.1:8501/")
+    out = Path(sys.argv[1])
+    user_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"servesim-chromium-{os.getpid()}"
+    try:
+        print(capture(url, out, user_dir, float(sys.argv[2]) if len(sys.argv) > 2 else 1.0)[0])
+    finally:
+        shutil.rmtree(user_dir, ignore_errors=True)

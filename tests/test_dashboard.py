@@ -1,0 +1,239 @@
+"""sim/dashboard.py without Streamlit: form <-> scenario files, policies, deltas, sweeps, uploads."""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim import dashboard as dash
+from sim.api import simulate
+from sim.errors import ConfigError
+from sim.results import Result
+from sim.scenario import build_scenario_set, load_scenario_set, validate_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+
+SMALL_BASE = {
+    "name": "small",
+    "model": "llama-3.1-8b",
+    "hardware": {"gpu": "h100-sxm"},
+    "workload": {"arrival": {"kind": "constant", "rate_per_s": 5.0},
+                 "lengths": {"kind": "fixed", "input_tokens": 128, "output_tokens": 32}},
+    "scheduler": {"max_model_len": 2048},
+    "slo": {"ttft_s": 1.0},
+    "run": {"seed": 0, "num_requests": 60},
+}
+
+
+def dumps(scenario) -> dict:
+    return scenario.model_dump(mode="json")
+
+
+def test_sim_dashboard_imports_without_streamlit_or_torch():
+    code = ("import sys; import sim.dashboard; "
+            "bad = [m for m in ('streamlit', 'torch') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_default_form_is_a_valid_two_variant_comparison_that_its_yaml_reproduces():
+    form = dash.Form()
+    built = form.scenario_set()
+    assert list(built.variants) == list(dash.DEFAULT_VARIANTS)
+    again = build_scenario_set(yaml.safe_load(form.to_yaml()))
+    assert {n: dumps(s) for n, s in again.variants.items()} == {n: dumps(s) for n, s in built.variants.items()}
+
+
+POLICIES = [
+    dash.Policy(),
+    dash.Policy(batching="static", max_batch_size=32, layout="contiguous", reserve="max_len"),
+    dash.Policy(batching="chunked prefill", max_num_batched_tokens=1024, block_size=32),
+    dash.Policy(layout="contiguous", reserve="oracle", preemption="swap"),
+    dash.Policy(enable_prefix_caching=True, max_num_seqs=64, max_num_batched_tokens=4096),
+    dash.Policy(speculation=True, draft_model=None, draft_cost_ratio=0.05, num_speculative_tokens=3, alpha=0.6),
+    dash.Policy(speculation=True, draft_model="llama-2-7b", draft_cost_ratio=None, alpha=0.8),
+    dash.Policy(speculation=True, draft_cost_ratio=0.1, alpha=0.7, acceptance_concentration=5.0),
+]
+
+
+@pytest.mark.parametrize("policy", POLICIES, ids=lambda p: f"{p.batching}-{p.layout}-{p.speculation}")
+def test_a_policy_written_into_a_variant_reads_back_the_same(policy):
+    override = dash.with_policy(SMALL_BASE, {}, policy)
+    scenario = validate_scenario(dash.merged(SMALL_BASE, override))
+    assert dash.policy_of(scenario) == policy
+
+
+def test_the_default_policy_on_a_default_base_needs_no_override_keys():
+    assert dash.with_policy(SMALL_BASE, {}, dash.Policy()) == {}
+
+
+def test_with_policy_keeps_other_overrides_and_switches_speculation_off():
+    base = {**SMALL_BASE, "speculation": {"draft_cost_ratio": 0.1, "num_speculative_tokens": 4}}
+    override = {"workload": {"arrival": {"rate_per_s": 9.0}}, "speculation": {"num_speculative_tokens": 2}}
+    new = dash.with_policy(base, override, dash.Policy(layout="contiguous", reserve="pow2"))
+    scenario = validate_scenario(dash.merged(base, new))
+    assert scenario.speculation is None
+    assert scenario.workload.arrival.rate_per_s == 9.0
+    assert (scenario.kv_cache.layout, scenario.kv_cache.reserve) == ("contiguous", "pow2")
+
+
+def test_with_policy_sets_back_a_default_token_budget_the_base_overrode():
+    base = {**SMALL_BASE, "scheduler": {"max_model_len": 2048, "max_num_batched_tokens": 4096}}
+    new = dash.with_policy(base, {}, dash.Policy(max_num_batched_tokens=None))
+    scenario = validate_scenario(dash.merged(base, new))
+    assert scenario.scheduler.max_num_batched_tokens is None
+    assert scenario.max_num_batched_tokens() == 2048 + 256  # the engine default: max_model_len + max_num_seqs
+
+
+def test_form_from_yaml_keeps_the_first_four_variants_and_names_the_rest():
+    text = (ROOT / "scenarios" / "quickstart.yaml").read_text()
+    form, notes = dash.form_from_yaml(text, "quickstart.yaml")
+    file_set = load_scenario_set(ROOT / "scenarios" / "quickstart.yaml")
+    names = list(file_set.variants)
+    assert list(form.variants) == names[:4]
+    assert len(notes) == 1 and names[4] in notes[0]
+    built = form.scenario_set()
+    for name in names[:4]:
+        assert dumps(built.variants[name]) == dumps(file_set.variants[name])
+
+
+def test_form_from_yaml_without_variants_makes_one_column():
+    form, notes = dash.form_from_yaml(yaml.safe_dump(SMALL_BASE))
+    assert list(form.variants) == ["small"] and notes == []
+    assert form.scenario_set().variants["small"].run.num_requests == 60
+
+
+@pytest.mark.parametrize("text, words", [
+    ("!!python/object/apply:os.system ['echo pwned > /tmp/servesim-dashboard-pwned']", "could not determine"),
+    ("- just\n- a list\n", "expected a mapping"),
+    ("model: [unclosed\n", "line"),
+    (yaml.safe_dump({**SMALL_BASE, "workload": {"arrival": {"kind": "poisson", "rate_per_s": -1},
+                                                "lengths": {"kind": "preset", "name": "sharegpt"}}}),
+     "workload.arrival.rate_per_s: -1 is not allowed"),
+    (yaml.safe_dump({**SMALL_BASE, "variants": {"x": {"kv_cache": {"layuot": "paged"}}}}),
+     "variants.x.kv_cache.layuot: unknown key"),
+])
+def test_bad_scenario_files_give_one_line_errors_and_run_nothing(text, words):
+    with pytest.raises(ConfigError) as err:
+        dash.form_from_yaml(text, "up.yaml")
+    message = str(err.value)
+    assert "\n" not in message and words in message
+    assert not Path("/tmp/servesim-dashboard-pwned").exists()
+
+
+def test_an_oversized_scenario_upload_is_refused_before_parsing():
+    text = "description: " + "x" * dash.MAX_UPLOAD_YAML_BYTES
+    with pytest.raises(ConfigError, match="larger than the limit of 1,048,576 bytes"):
+        dash.parse_scenario_yaml(text, "big.yaml")
+
+
+def fake_result(name: str, **summary) -> Result:
+    return Result(name, None, None, None, summary)
+
+
+def test_summary_table_puts_deltas_against_the_first_variant():
+    a = fake_result("a", throughput_rps=10.0, ttft_s_p99=0.5, preemptions=0, kv_token_share=math.nan)
+    b = fake_result("b", throughput_rps=12.0, ttft_s_p99=0.25, preemptions=3, kv_token_share=0.9)
+    table = dash.summary_table([a, b])
+    assert list(table.columns) == ["a", "b", "Δ b"]
+    assert table.loc["throughput incl. drain (req/s)"].tolist() == ["10", "12", "+20.0%"]
+    assert table.loc["TTFT p99 (s)"].tolist() == ["0.5", "0.25", "-50.0%"]
+    assert table.loc["preemptions"].tolist() == ["0", "3", "+3"]  # no relative change from zero
+    assert table.loc["KV token-state share"].tolist() == ["-", "0.9", "-"]
+    assert "goodput (req/s)" not in table.index  # metrics no variant reports are left out
+
+
+def test_the_cache_key_round_trips_to_the_same_scenario_and_the_same_numbers():
+    scenario = validate_scenario(SMALL_BASE)
+    again = dash.scenario_from_key(dash.scenario_key(scenario))
+    assert dumps(again) == dumps(scenario)
+    assert simulate(again).summary == simulate(scenario).summary
+    changed = validate_scenario({**SMALL_BASE, "kv_cache": {"block_size": 32}})
+    assert dash.scenario_key(changed) != dash.scenario_key(scenario)
+
+
+def test_at_rate_sets_the_rate_of_each_sweepable_arrival_kind():
+    scenario = validate_scenario(SMALL_BASE)
+    moved = dash.at_rate(scenario, 7.5, num_requests=40)
+    assert (moved.workload.arrival.rate_per_s, moved.run.num_requests) == (7.5, 40)
+    diurnal = validate_scenario({**SMALL_BASE, "workload": {**SMALL_BASE["workload"], "arrival": {
+        "kind": "diurnal", "mean_rate_per_s": 4, "amplitude": 0.5, "period_s": 60}}})
+    assert dash.at_rate(diurnal, 3.0).workload.arrival.mean_rate_per_s == 3.0
+    closed = validate_scenario({**SMALL_BASE, "workload": {**SMALL_BASE["workload"], "arrival": {
+        "kind": "closed_loop", "num_users": 4, "think_time_s": 1}}})
+    assert not dash.sweepable(closed)
+    with pytest.raises(ConfigError, match="workload.arrival.kind"):
+        dash.at_rate(closed, 3.0)
+
+
+def test_a_light_load_sweep_carries_the_offered_rate():
+    """Known answer: far below saturation every request finishes soon after it arrives, so throughput
+    (finished / elapsed) is the offered rate, less the short drain after the last arrival."""
+    scenario = validate_scenario(SMALL_BASE)
+    rates = [2.0, 4.0, 8.0]
+    sweep = dash.run_sweep({"a": scenario}, rates, 200, simulate)
+    assert sweep["rate_per_s"].tolist() == rates
+    for rate, throughput in zip(sweep["rate_per_s"], sweep["throughput_rps"]):
+        assert throughput == pytest.approx(rate, rel=0.03)
+    fig = dash.sweep_figure(sweep)
+    assert len(fig.data) == 3 + 1  # three panels for the variant, and the offered-load line
+    assert list(fig.data[0].x) == rates
+
+
+def test_default_sweep_rates_span_a_quarter_to_one_and_a_half_times_the_rate():
+    scenario = validate_scenario(SMALL_BASE)
+    assert dash.default_sweep_rates(scenario, 6) == [1.25, 2.5, 3.75, 5.0, 6.25, 7.5]
+
+
+def test_estimated_requests():
+    assert dash.estimated_requests(validate_scenario(SMALL_BASE)) == 60
+    by_time = {**SMALL_BASE, "run": {"seed": 0, "duration_s": 30}}
+    assert dash.estimated_requests(validate_scenario(by_time)) == 150
+
+
+AZURE = "TIMESTAMP,ContextTokens,GeneratedTokens\n" + "".join(
+    f"2023-11-16 18:15:{s:02d}.0000000,{100 + s},{20 + s}\n" for s in range(30))
+
+
+def test_an_uploaded_trace_is_stored_by_content_and_replayed(tmp_path):
+    path = dash.save_uploaded_trace(AZURE.encode(), "mine.csv", tmp_path)
+    assert path == dash.save_uploaded_trace(AZURE.encode(), "again.csv", tmp_path)
+    raw = {**SMALL_BASE, "workload": {"arrival": {"kind": "trace", "path": str(path)}, "lengths": {"kind": "trace"}},
+           "run": {"seed": 0, "num_requests": 30}}
+    result = simulate(validate_scenario(raw))
+    assert result.summary["num_finished"] == 30
+    assert sorted(result.requests["prompt_tokens"]) == list(range(100, 130))
+
+
+def test_bad_trace_uploads_are_refused_with_one_line(tmp_path):
+    with pytest.raises(ConfigError, match="extension 'txt'; allowed: csv, jsonl"):
+        dash.save_uploaded_trace(b"a,b\n1,2\n", "trace.txt", tmp_path)
+    broken = AZURE.replace("2023-11-16 18:15:07.0000000,107", "2023-11-16 18:15:07.0000000,lots")
+    with pytest.raises(Exception) as err:
+        dash.save_uploaded_trace(broken.encode(), "broken.csv", tmp_path)
+    assert "line 9" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_path_helpers():
+    d: dict = {}
+    dash.set_path(d, "a.b.c", 1)
+    assert d == {"a": {"b": {"c": 1}}} and dash.get_path(d, "a.b.c") == 1
+    assert dash.get_path(d, "a.x.c", "none") == "none"
+    dash.set_path(d, "a.b.c", None)
+    assert d == {"a": {"b": {}}}
+    assert dash.new_variant_name(["variant 3", "x"]) == "variant 4"
+    assert dash.new_variant_name(["a", "b", "variant 3"]) == "variant 4"
+
+
+def test_relative_trace_paths_in_an_upload_become_absolute(tmp_path, monkeypatch):
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "t.csv").write_text(AZURE)
+    monkeypatch.chdir(tmp_path)
+    raw = {**SMALL_BASE, "workload": {"arrival": {"kind": "trace", "path": "traces/t.csv"}}}
+    form, _ = dash.form_from_yaml(yaml.safe_dump(raw))
+    assert form.base["workload"]["arrival"]["path"] == str((tmp_path / "traces" / "t.csv").resolve())

@@ -1,0 +1,273 @@
+"""The planner: its searches against brute force, the rate it finds against the SLO, exclusions, reports."""
+
+from __future__ import annotations
+
+import copy
+import json
+import math
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from sim.cli import main
+from sim.planner import (Candidate, CandidateTask, Evaluator, candidate_raw, max_sustainable_rate, min_replicas,
+                         plan_settings, run_plan, search_candidate)
+from sim.plan_report import candidates_frame, pareto_front, render_html, render_markdown, seed_summary
+
+# Llama-3.1-8B with short requests: every simulation is a fraction of a second.
+SMALL = {
+    "name": "plan-small",
+    "model": "llama-3.1-8b",
+    "hardware": {"gpu": "h100-sxm"},
+    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 40},
+                 "lengths": {"kind": "uniform", "input_min": 200, "input_max": 1200,
+                             "output_min": 50, "output_max": 300}},
+    "scheduler": {"max_model_len": 4096},
+    "slo": {"ttft_s": 0.5, "tpot_s": 0.05, "percentile": 90},
+    "run": {"seed": 0, "num_requests": 150},
+    "search": {"gpus": ["a100-80gb", "l40s"], "tensor_parallel": [1, 2], "max_replicas": 6, "num_seeds": 2,
+               "min_window_s": 5, "rate_tolerance": 0.02, "top_k": 2},
+    "variants": {"paged": {}, "chunked": {"scheduler": {"chunked_prefill": True, "max_num_batched_tokens": 1024}}},
+}
+
+
+def _run_cli(*args: str) -> int:
+    with pytest.raises(SystemExit) as exit_info:
+        main(list(args))
+        raise SystemExit(0)
+    return exit_info.value.code
+
+
+def test_binary_search_brackets_a_known_threshold():
+    calls = []
+
+    def passes(rate):
+        calls.append(rate)
+        return rate <= 7.3
+
+    ok, bad = max_sustainable_rate(passes, start_rate=1.0, tolerance=0.01, floor_rate=0.01)
+    assert ok <= 7.3 < bad
+    assert bad / ok <= 1.01
+    assert len(calls) < 20
+
+
+def test_binary_search_reports_a_floor_failure_and_an_unbounded_pass():
+    assert max_sustainable_rate(lambda r: False, 1.0, 0.02, 0.1)[0] == 0.0
+    assert max_sustainable_rate(lambda r: True, 1.0, 0.02, 0.1) == (math.inf, math.inf)
+
+
+@pytest.mark.parametrize("guess", [1, 2, 3, 5, 9])
+def test_min_replicas_finds_the_threshold_from_any_guess(guess):
+    assert min_replicas(lambda n: n >= 3, guess, max_replicas=8) == 3
+
+
+def test_min_replicas_gives_none_beyond_the_limit():
+    assert min_replicas(lambda n: n >= 10, 2, max_replicas=8) is None
+
+
+def test_pareto_front_keeps_only_undominated_points():
+    points = [(1.0, 5.0), (2.0, 3.0), (2.5, 4.0), (3.0, 1.0), (4.0, 1.0), (1.0, 6.0)]
+    assert sorted(pareto_front(points)) == [0, 1, 3]
+
+
+@pytest.fixture(scope="module")
+def plan_result():
+    raw = copy.deepcopy(SMALL)
+    return raw, run_plan(raw, plan_settings(raw), backend="serial")
+
+
+def _brute_force(raw: dict, settings) -> dict:
+    """For every candidate, the fewest replicas meeting the SLOs at the target, trying 1, 2, 3, ..."""
+    answers = {}
+    for gpu in settings.gpus:
+        for tp in settings.tensor_parallel:
+            for policy in settings.policies:
+                cand = Candidate(gpu, tp, policy)
+                evaluate = Evaluator(candidate_raw(raw, cand, settings.prefer_calibrated), settings)
+                answers[cand] = next((n for n in range(1, settings.max_replicas + 1)
+                                      if evaluate(n, settings.target_rate_per_s).slo_met), None)
+    return answers
+
+
+def test_recommendation_matches_brute_force_over_the_same_grid(plan_result):
+    raw, result = plan_result
+    brute = _brute_force(raw, result.settings)
+    assert {o.candidate: o.num_replicas for o in result.outcomes} == brute
+    prices = {"a100-80gb": 5.12, "l40s": 1.861}  # catalog USD per GPU-hour
+    costs = {cand: n * cand.tensor_parallel * prices[cand.gpu] for cand, n in brute.items() if n is not None}
+    assert costs, "the test grid should have at least one feasible candidate"
+    rec = result.recommendation
+    assert rec.costs["cost_per_hour"] == pytest.approx(min(costs.values()))
+    assert costs[rec.candidate] == pytest.approx(min(costs.values()))
+    ranked = [o.costs["cost_per_hour"] for o in result.feasible]
+    assert ranked == sorted(ranked)
+
+
+def test_max_sustainable_rate_holds_the_slo_and_ten_percent_more_does_not(plan_result):
+    raw, result = plan_result
+    for outcome in result.feasible[:2]:
+        evaluate = Evaluator(candidate_raw(raw, outcome.candidate, result.settings.prefer_calibrated), result.settings)
+        rate = outcome.max_rate_per_replica
+        assert evaluate(1, rate).slo_met
+        assert not evaluate(1, rate * 1.1).slo_met
+
+
+def test_the_deployment_rate_in_the_curves_is_consistent_too(plan_result):
+    raw, result = plan_result
+    curve = result.curves[0]
+    evaluate = Evaluator(candidate_raw(raw, curve.candidate, result.settings.prefer_calibrated), result.settings)
+    assert evaluate(curve.num_replicas, curve.max_rate_per_s).slo_met
+    assert not evaluate(curve.num_replicas, curve.max_rate_per_s * 1.1).slo_met
+    # The recommendation's deployment sustains at least the target.
+    assert curve.max_rate_per_s >= result.settings.target_rate_per_s
+
+
+def test_seeds_repeat_the_recommendation(plan_result):
+    _, result = plan_result
+    assert [s.seed for s in result.seeds] == [0, 1]
+    assert all(s.at_recommendation.num_replicas == result.recommendation.num_replicas for s in result.seeds)
+    spread = seed_summary(result)
+    assert spread["num_seeds"] == 2
+    assert spread["ttft_min"] <= spread["ttft_mean"] <= spread["ttft_max"]
+    # Seed 0 is the search's own seed: the deployment it chose meets the SLOs there.
+    assert result.seeds[0].at_recommendation.slo_met
+    assert result.seeds[0].min_replicas == result.recommendation.num_replicas
+
+
+def test_plan_is_deterministic(plan_result):
+    raw, result = plan_result
+    again = run_plan(copy.deepcopy(raw), plan_settings(raw), backend="process", workers=2)
+    pd.testing.assert_frame_equal(candidates_frame(result), candidates_frame(again))
+
+
+def test_a_candidate_that_cannot_hold_the_model_is_excluded_with_its_reason():
+    raw = copy.deepcopy(SMALL)
+    raw["model"] = "llama-3.1-70b"
+    settings = plan_settings(raw, gpus=["l4"], tensor_parallel=[1, 3], policies=["paged"])
+    outcomes = {(o.candidate.tensor_parallel): o for o in run_plan(raw, settings, backend="serial").outcomes}
+    assert outcomes[1].status == "excluded" and "hardware" in outcomes[1].reason and "bytes" in outcomes[1].reason
+    assert outcomes[3].status == "excluded" and "tensor_parallel" in outcomes[3].reason
+
+
+def test_an_slo_no_load_can_meet_makes_the_candidate_infeasible_with_the_measured_value():
+    raw = copy.deepcopy(SMALL)
+    raw["slo"] = {"ttft_s": 0.0005, "percentile": 90}
+    raw["run"]["num_requests"] = 40
+    settings = plan_settings(raw, gpus=["a100-80gb"], tensor_parallel=[1], policies=["paged"])
+    outcome = search_candidate(CandidateTask(candidate_raw(raw, Candidate("a100-80gb", 1, "paged")),
+                                             Candidate("a100-80gb", 1, "paged"), settings))
+    assert outcome.status == "infeasible"
+    assert re.search(r"SLOs not met even at [\d.e-]+ req/s on one replica \(ttft [\d.e-]+ s\)", outcome.reason)
+
+
+class _Sections(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.ids, self.scripts, self.external = [], [], []
+        self._in_script = False
+
+    def handle_starttag(self, tag, attrs):
+        attrs = dict(attrs)
+        if tag == "section":
+            self.ids.append(attrs.get("id"))
+        if tag == "script":
+            self._in_script = True
+            self.scripts.append("")
+            if attrs.get("src"):
+                self.external.append(attrs["src"])
+
+    def handle_endtag(self, tag):
+        if tag == "script":
+            self._in_script = False
+
+    def handle_data(self, data):
+        if self._in_script:
+            self.scripts[-1] += data
+
+
+def test_html_report_has_every_section_and_embeds_its_plot_data(plan_result):
+    _, result = plan_result
+    page = render_html(result)
+    parsed = _Sections()
+    parsed.feed(page)
+    for section in ("recommendation", "candidates", "excluded", "margin", "uncertainty", "pareto", "curves",
+                    "seeds-chart", "reproduce"):
+        assert section in parsed.ids
+    assert parsed.external == []  # self-contained: plotly is inlined
+    plots = [s for s in parsed.scripts if "Plotly.newPlot" in s]
+    assert len(plots) >= 3
+    rec = result.recommendation
+    encoded = json.dumps(rec.candidate.name)[1:-1]  # as plotly's JSON writes it (non-ASCII escaped)
+    assert any(encoded in s for s in plots)  # the Pareto front names its points
+    assert rec.candidate.gpu_name in page and "Versions:" in page and "servesim" in page
+
+
+def test_markdown_and_tables_agree_with_the_result(plan_result):
+    _, result = plan_result
+    md = render_markdown(result)
+    for heading in ("## Recommendation", "## Candidates", "## SLO margin", "## Uncertainty over seeds", "## Reproduce"):
+        assert heading in md
+    df = candidates_frame(result)
+    assert len(df) == 2 * 2 * 2
+    assert df.iloc[0]["candidate"] == result.recommendation.candidate.name
+    assert df.iloc[0]["rank"] == 1
+
+
+def test_plan_cli_writes_every_output_and_the_report(tmp_path):
+    path = tmp_path / "plan.yaml"
+    raw = copy.deepcopy(SMALL)
+    raw["search"]["gpus"] = ["l40s", "l4"]
+    raw["search"]["tensor_parallel"] = [1]
+    path.write_text(yaml.safe_dump(raw))
+    out, report = tmp_path / "plan", tmp_path / "report.html"
+    code = _run_cli("plan", str(path), "--out", str(out), "--report", str(report), "--backend", "serial",
+                    "--price", "l40s=1.5", "-q")
+    assert code == 0
+    assert {p.name for p in out.iterdir()} == {"report.html", "plan.md", "candidates.csv", "simulations.csv",
+                                               "scenario.yaml", "plan.json"}
+    assert report.read_text() == (out / "report.html").read_text()
+    df = pd.read_csv(out / "candidates.csv")
+    l40s = df[df["gpu"] == "l40s"].dropna(subset=["cost_per_hour"])
+    assert (l40s["cost_per_hour"] == 1.5 * l40s["num_gpus"]).all()  # the price override is used
+    sims = pd.read_csv(out / "simulations.csv")
+    assert set(sims["phase"]) == {"search", "curve", "seed"}
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--price", "l40s"], "--price: 'l40s' is not GPU=USD"),
+    (["--price", "h200=3"], "--price: 'h200' is not a candidate GPU"),
+    (["--rate", "-1"], "--rate: -1.0 must be > 0"),
+    (["--policies", "paged,turbo"], "search.policies: 'turbo' is not a variant"),
+    (["--tp", "1,two"], "--tp: '1,two' is not a comma-separated list of int"),
+    (["--max-replicas", "0"], "--max-replicas: 0 must be >= 1"),
+    (["--set", "slo.ttft_s=null", "--set", "slo.tpot_s=null"], "slo: planning needs at least one limit"),
+    (["--set", "workload.arrival={kind: closed_loop, num_users: 4}"], "closed_loop"),
+])
+def test_plan_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    code = _run_cli("plan", str(path), "--backend", "serial", "-q", "--out", str(tmp_path / "o"), *args)
+    err = capsys.readouterr().err.strip()
+    assert code == 2, err
+    assert needle in err and err.count("\n") == 0 and "Traceback" not in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_an_inline_gpu_is_a_candidate_with_its_own_price():
+    from sim.catalog import get_gpu
+    raw = copy.deepcopy(SMALL)
+    custom = get_gpu("l40s").model_dump(mode="json")
+    custom.update(name="l40s-spot", price_per_hour=0.9)
+    raw["search"].update(gpus=[custom, "l40s"], tensor_parallel=[1], policies=["paged"], num_seeds=1, top_k=1)
+    result = run_plan(raw, plan_settings(raw), backend="serial")
+    by_gpu = {o.candidate.gpu_name: o for o in result.outcomes}
+    assert set(by_gpu) == {"l40s-spot", "l40s"}
+    spot, listed = by_gpu["l40s-spot"], by_gpu["l40s"]
+    # Same silicon, so the same replicas; the cheaper price wins.
+    assert spot.num_replicas == listed.num_replicas
+    assert spot.costs["cost_per_hour"] == pytest.approx(0.9 * spot.num_replicas)
+    assert result.recommendation.candidate.gpu_name == "l40s-spot"
