@@ -271,3 +271,29 @@ def test_an_inline_gpu_is_a_candidate_with_its_own_price():
     assert spot.num_replicas == listed.num_replicas
     assert spot.costs["cost_per_hour"] == pytest.approx(0.9 * spot.num_replicas)
     assert result.recommendation.candidate.gpu_name == "l40s-spot"
+
+
+def test_a_candidate_with_a_shipped_profile_is_priced_by_it(tmp_path, monkeypatch):
+    """prefer_calibrated: measured kernels where a profile exists for (GPU, model, TP), the roofline elsewhere."""
+    import shutil
+
+    import sim.calibrated as calibrated
+    fixtures = Path(__file__).parent / "fixtures" / "calibrate"
+    shipped = tmp_path / "profiles"
+    shutil.copytree(fixtures / "tiny_llama_cpu", shipped / "l40s" / "tiny-llama" / "tp1")
+    monkeypatch.setattr(calibrated, "PROFILES_DIR", shipped)
+    raw = copy.deepcopy(SMALL)
+    raw["model"] = yaml.safe_load((fixtures / "tiny_llama.yaml").read_text())
+    raw["scheduler"] = {"max_model_len": 2048}
+    raw["workload"]["lengths"] = {"kind": "uniform", "input_min": 20, "input_max": 600, "output_min": 5,
+                                  "output_max": 80}
+    raw["search"].update(gpus=["l40s", "a100-80gb"], tensor_parallel=[1], policies=["paged"], num_seeds=1, top_k=1)
+    result = run_plan(raw, plan_settings(raw), backend="serial")
+    used = {o.candidate.gpu_name: o.cost_model for o in result.outcomes}
+    assert used == {"l40s": "calibrated (shipped profile)", "a100-80gb": "roofline"}
+    # The CPU-measured tiny model is far slower than the roofline of either GPU: the two must differ.
+    rates = {o.candidate.gpu_name: o.max_rate_per_replica for o in result.outcomes}
+    assert rates["l40s"] != pytest.approx(rates["a100-80gb"], rel=0.05)
+    raw["search"]["prefer_calibrated"] = False
+    off = run_plan(raw, plan_settings(raw), backend="serial")
+    assert {o.cost_model for o in off.outcomes} == {"roofline"}
