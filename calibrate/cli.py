@@ -10,14 +10,13 @@ import sys
 import time
 from importlib import metadata
 from pathlib import Path
-from typing import Optional
 
 import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from sim.errors import ConfigError, ServeSimError
+from sim.errors import ConfigError
 
 from .grids import GRIDS, make_grid
 
@@ -177,17 +176,5 @@ def fit(profile: Path = typer.Argument(..., help="profile folder from `python -m
 
 
 def main(argv: list[str] | None = None) -> int:
-    try:
-        app(args=argv, standalone_mode=False)
-    except ServeSimError as err:
-        err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(2)
-    except typer.Abort:
-        err_console.print("aborted", markup=False)
-        sys.exit(130)
-    except typer.Exit as exit_:
-        sys.exit(exit_.exit_code)
-    except typer.TyperException as err:
-        err_console.print(f"error: {err.format_message()}", markup=False, highlight=False, soft_wrap=True)
-        sys.exit(2)
-    return 0
+    from sim.cli import run_app
+    return run_app(app, argv)

@@ -326,8 +326,13 @@ def workload(scenario: str = typer.Argument(...), set_: Optional[list[str]] = Se
 
 def main(argv: list[str] | None = None) -> int:
     """Console entry point: exits 2 with one line for any input error."""
+    return run_app(app, argv)
+
+
+def run_app(typer_app: typer.Typer, argv: list[str] | None = None) -> int:
+    """Run a typer app the ServeSim way: bad input is one `error:` line and exit 2, never a traceback."""
     try:
-        app(args=argv, standalone_mode=False)
+        typer_app(args=argv, standalone_mode=False)
     except ServeSimError as err:
         err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)

@@ -18,8 +18,6 @@ import copy
 import hashlib
 import json
 import math
-import os
-import tempfile
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -33,6 +31,7 @@ import yaml
 from plotly.subplots import make_subplots
 
 from .errors import ConfigError
+from .output import atomic_write_bytes
 from .report import format_value
 from .results import Result
 from .scenario import (MAX_SCENARIO_BYTES, Scenario, ScenarioSet, _anchor_paths, _deep_merge, build_scenario_set,
@@ -351,20 +350,9 @@ def save_uploaded_trace(data: bytes, filename: str, folder: str | Path) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.{ext}"
     if not path.exists():
-        _atomic_write_bytes(path, data)
+        atomic_write_bytes(path, data)
     load_trace(path, field="trace upload")  # a malformed file fails here with its line number
     return path.resolve()
-
-
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # --------------------------------------------------------------------------------------------------

@@ -17,7 +17,6 @@ first token / finish are stamped when the step that produced them returns. Times
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 import subprocess
