@@ -32,7 +32,7 @@ from plotly.subplots import make_subplots
 
 from .errors import ConfigError
 from .output import atomic_write_bytes
-from .report import format_value
+from .report import SUMMARY_ROWS, format_value
 from .results import Result
 from .scenario import (MAX_SCENARIO_BYTES, Scenario, ScenarioSet, _anchor_paths, _deep_merge, build_scenario_set,
                        validate_scenario)
@@ -358,19 +358,7 @@ def save_uploaded_trace(data: bytes, filename: str, folder: str | Path) -> Path:
 # --------------------------------------------------------------------------------------------------
 # Results side by side
 
-SUMMARY_METRICS = [  # (summary key, label); deltas are relative to the first variant
-    ("offered_rps", "offered load (req/s)"), ("throughput_rps", "throughput incl. drain (req/s)"),
-    ("output_tokens_per_s", "output tokens/s"), ("goodput_rps", "goodput (req/s)"), ("slo_fraction_ok", "requests meeting every SLO"),
-    ("ttft_s_p50", "TTFT p50 (s)"), ("ttft_s_p90", "TTFT p90 (s)"), ("ttft_s_p99", "TTFT p99 (s)"),
-    ("tpot_s_p50", "TPOT p50 (s)"), ("tpot_s_p90", "TPOT p90 (s)"), ("tpot_s_p99", "TPOT p99 (s)"),
-    ("e2e_s_p50", "E2E p50 (s)"), ("e2e_s_p90", "E2E p90 (s)"), ("e2e_s_p99", "E2E p99 (s)"),
-    ("queueing_s_mean", "queueing mean (s)"), ("mean_batch_size", "mean batch size"),
-    ("kv_token_share", "KV token-state share"), ("kv_external_fraction", "KV external fragmentation"),
-    ("preemptions", "preemptions"), ("num_finished", "finished"), ("num_unfinished", "unfinished"),
-    ("num_rejected", "rejected"), ("prefix_cache_hit_rate_tokens", "prefix-cache hit rate (tokens)"),
-    ("draft_acceptance_rate", "drafted tokens accepted"), ("swapped_bytes", "swapped bytes"),
-    ("mbu", "memory-bandwidth utilization"), ("mfu", "FLOP utilization"),
-]
+SUMMARY_METRICS = SUMMARY_ROWS  # one list of rows for every view; deltas are against the first variant
 
 
 def _number(value: Any) -> float:

@@ -17,12 +17,16 @@ _KV_PARTS = [("kv_token_slots", "token states", "#2ca02c"), ("kv_reserved_slots"
              ("kv_external_slots", "external fragmentation", "#d62728")]
 _NUM_BINS = 200
 
-SUMMARY_ROWS = [
-    ("offered_rps", "offered load (req/s)"), ("throughput_rps", "throughput incl. drain (req/s)"), ("output_tokens_per_s", "output tokens/s"),
-    ("goodput_rps", "goodput (req/s)"), ("ttft_s_p50", "TTFT p50 (s)"), ("ttft_s_p99", "TTFT p99 (s)"),
-    ("tpot_s_p50", "TPOT p50 (s)"), ("tpot_s_p99", "TPOT p99 (s)"), ("itl_p99", "ITL p99 (s)"),
-    ("e2e_s_p50", "E2E p50 (s)"), ("e2e_s_p99", "E2E p99 (s)"), ("queueing_s_mean", "queueing mean (s)"),
-    ("normalized_latency_s_mean", "normalized latency (s/token)"), ("mean_batch_size", "mean batch size"),
+SUMMARY_ROWS = [  # (summary key, label): the CLI table, the report and the dashboard show these rows
+    ("offered_rps", "offered load (req/s)"), ("throughput_rps", "throughput incl. drain (req/s)"),
+    ("output_tokens_per_s", "output tokens/s"), ("goodput_rps", "goodput (req/s)"),
+    ("slo_fraction_ok", "requests meeting every SLO"),
+    ("ttft_s_p50", "TTFT p50 (s)"), ("ttft_s_p90", "TTFT p90 (s)"), ("ttft_s_p99", "TTFT p99 (s)"),
+    ("tpot_s_p50", "TPOT p50 (s)"), ("tpot_s_p90", "TPOT p90 (s)"), ("tpot_s_p99", "TPOT p99 (s)"),
+    ("itl_p99", "ITL p99 (s)"),
+    ("e2e_s_p50", "E2E p50 (s)"), ("e2e_s_p90", "E2E p90 (s)"), ("e2e_s_p99", "E2E p99 (s)"),
+    ("queueing_s_mean", "queueing mean (s)"), ("normalized_latency_s_mean", "normalized latency (s/token)"),
+    ("mean_batch_size", "mean batch size"),
     ("kv_token_share", "KV token-state share"), ("kv_external_fraction", "KV external fragmentation"),
     ("preemptions", "preemptions"), ("num_finished", "finished"), ("num_unfinished", "unfinished"),
     ("num_rejected", "rejected"), ("mbu", "memory-bandwidth utilization"), ("mfu", "FLOP utilization"),
