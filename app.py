@@ -1,7 +1,7 @@
 """ServeSim what-if dashboard: `make app` (or `streamlit run app.py`).
 
 This file only draws widgets; the form state, scenario files, tables and figures live in
-sim/dashboard.py, and every number comes from sim.api.simulate, the function the CLI calls.
+sim/dashboard.py, and every number comes from sim.run.simulate, the function the CLI calls.
 """
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pathlib import Path
 import streamlit as st
 import yaml
 
-from sim import dashboard as dash
-from sim.api import simulate
-from sim.catalog import GPUS, MODELS
+from sim.views import dashboard as dash
+from sim.run import simulate
+from sim.model.catalog import GPUS, MODELS
 from sim.errors import ServeSimError
-from sim.report import figures
+from sim.views.report import figures
 from sim.results import Result
-from sim.scenario import validate_scenario
+from sim.config.scenario import validate_scenario
 
 # Uploaded traces are kept by content hash, so a downloaded scenario can still point at them.
 UPLOAD_FOLDER = Path(os.environ.get("SERVESIM_UPLOAD_DIR") or Path(__file__).resolve().parent / "out" / "dashboard"

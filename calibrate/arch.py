@@ -9,9 +9,9 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from sim.catalog import get_model
+from sim.model.catalog import get_model
 from sim.errors import ConfigError
-from sim.specs import ModelSpec
+from sim.model.specs import ModelSpec
 
 
 def load_model(name_or_file: str) -> ModelSpec:

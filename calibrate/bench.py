@@ -14,9 +14,9 @@ from typing import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from sim.calibrated import shard_shapes
+from sim.cost.calibrated import shard_shapes
 from sim.errors import ServeSimError
-from sim.specs import ModelSpec
+from sim.model.specs import ModelSpec
 
 from .grids import Grid
 from .kernels import reference as ref

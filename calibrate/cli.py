@@ -82,7 +82,7 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
         out: Path = typer.Option(..., "--out", help="profile folder (a rerun resumes into it)"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
     """Time every kernel of one layer of the model's per-GPU shard and write a profile folder."""
-    from sim.memory import check_tensor_parallel
+    from sim.model.memory import check_tensor_parallel
 
     from .arch import load_model
     _choice("--dtype", dtype, DTYPES)
@@ -154,7 +154,7 @@ def fit(profile: Path = typer.Argument(..., help="profile folder from `python -m
         every: int = typer.Option(3, "--every", help="hold out every k-th interior grid value along each axis"),
         as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table")):
     """Held-out error per op: interpolate each held-out shape from the others."""
-    from sim.calibrated import load_profile
+    from sim.cost.calibrated import load_profile
 
     from .fit import fit_report
     if every < 2:
@@ -176,5 +176,5 @@ def fit(profile: Path = typer.Argument(..., help="profile folder from `python -m
 
 
 def main(argv: list[str] | None = None) -> int:
-    from sim.cli import run_app
+    from sim.views.cli import run_app
     return run_app(app, argv)

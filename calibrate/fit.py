@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from sim.calibrated import Interpolator, OpTable, Profile
+from sim.cost.calibrated import Interpolator, OpTable, Profile
 
 
 def _held_values(values: np.ndarray, every: int) -> list:

@@ -6,9 +6,9 @@ __version__ = "0.1.0"
 def __getattr__(name):
     # Lazy re-exports keep `import sim` light (no pandas/simpy until used).
     if name in ("simulate", "make_workload"):
-        from . import api as _simulate
+        from sim import run as _simulate
         return getattr(_simulate, name)
     if name in ("load_scenario_set", "Scenario"):
-        from . import scenario as _scenario
+        from sim.config import scenario as _scenario
         return getattr(_scenario, name)
     raise AttributeError(name)

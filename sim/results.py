@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import pandas as pd
 
-from .engine import STATUS_CODES
+from sim.core.engine import STATUS_CODES
 
 PERCENTILES = (50, 90, 99)
 _STATUS_NAMES = {v: k for k, v in STATUS_CODES.items()}

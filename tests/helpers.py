@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from sim.request import Request
+from sim.core.request import Request
 
 _ids = itertools.count()
 

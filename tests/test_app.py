@@ -11,8 +11,8 @@ import yaml
 pytest.importorskip("streamlit", reason="the dashboard needs the ui extra (streamlit)")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from sim import dashboard as dash  # noqa: E402
-from sim.cli import main as servesim  # noqa: E402
+from sim.views import dashboard as dash  # noqa: E402
+from sim.views.cli import main as servesim  # noqa: E402
 from sim.results import Result  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
@@ -207,7 +207,7 @@ def test_a_trace_upload_replays_it(tmp_path, monkeypatch):
                                   "llama70b_tp4"])
 def test_a_shipped_scenario_survives_upload_and_download_unchanged(name):
     """The form must not change what it was given: every widget starts from the file's value."""
-    from sim.scenario import build_scenario_set
+    from sim.config.scenario import build_scenario_set
 
     raw = yaml.safe_load((Path(APP).parent / "scenarios" / f"{name}.yaml").read_text())
     raw["run"]["num_requests"] = 40  # the round trip is about settings; keep the simulations small

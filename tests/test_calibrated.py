@@ -17,12 +17,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.api import make_cost_model, simulate
-from sim.calibrated import CalibratedCostModel, Interpolator, load_profile, shard_shapes
-from sim.catalog import get_gpu
+from sim.run import make_cost_model, simulate
+from sim.cost.calibrated import CalibratedCostModel, Interpolator, load_profile, shard_shapes
+from sim.model.catalog import get_gpu
 from sim.errors import ConfigError
-from sim.plan import StepPlan
-from sim.scenario import build_scenario_set, load_scenario_set
+from sim.core.step_plan import StepPlan
+from sim.config.scenario import build_scenario_set, load_scenario_set
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "calibrate"
@@ -96,7 +96,7 @@ def test_calibrate_fit_and_simulate_end_to_end(tmp_path):
 
     scenario_file = tmp_path / "scenario.yaml"
     scenario_file.write_text(yaml.safe_dump(scenario_dict("profile")))  # relative to the scenario's folder
-    sim = run_cli("sim.cli", "run", str(scenario_file), "--quiet", cwd=REPO)
+    sim = run_cli("sim.views.cli", "run", str(scenario_file), "--quiet", cwd=REPO)
     assert sim.returncode == 0, sim.stderr
     assert "finished" in sim.stdout
 
@@ -251,7 +251,7 @@ def test_calibrated_scenario_simulates_deterministically(tmp_path):
 
 
 def test_a_scenario_can_name_a_shipped_profile(tmp_path, monkeypatch):
-    import sim.calibrated as calibrated
+    import sim.cost.calibrated as calibrated
     shipped = tmp_path / "profiles"
     shutil.copytree(PROFILE, shipped / "cpu-test" / "tiny-llama" / "tp1")
     monkeypatch.setattr(calibrated, "PROFILES_DIR", shipped)
@@ -295,7 +295,7 @@ def test_bad_profiles_give_one_line_through_the_cli(tmp_path, make, extra, needl
         data["cost_model"] = {"kind": "calibrated"}
     path = tmp_path / "scenario.yaml"
     path.write_text(yaml.safe_dump(data))
-    line = one_error_line(run_cli("sim.cli", "validate", str(path), *extra, cwd=tmp_path))
+    line = one_error_line(run_cli("sim.views.cli", "validate", str(path), *extra, cwd=tmp_path))
     for needle in needles:
         assert needle in line, (needle, line)
 
@@ -349,7 +349,7 @@ def test_fit_reports_held_out_errors_per_op():
     values = sorted(doubled["num_tokens"].unique())
     held = [v for i, v in enumerate(values) if 0 < i < len(values) - 1 and i % 3 == 1]  # what fit holds out
     doubled.loc[doubled["num_tokens"].isin(held), "median_s"] *= 2
-    from sim.calibrated import OpTable
+    from sim.cost.calibrated import OpTable
     errors = held_out_errors(OpTable(table.name, table.axes, doubled, table.shape))
     assert min(errors) > 0.3
 
@@ -357,8 +357,8 @@ def test_fit_reports_held_out_errors_per_op():
 def test_sim_imports_and_simulates_without_torch(tmp_path):
     code = ("import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
             "import yaml\n"
-            "from sim.scenario import build_scenario_set\n"
-            "from sim.api import simulate\n"
+            "from sim.config.scenario import build_scenario_set\n"
+            "from sim.run import simulate\n"
             f"data = yaml.safe_load({yaml.safe_dump(scenario_dict(str(PROFILE)))!r})\n"
             "r = simulate(build_scenario_set(data).base)\n"
             "assert r.summary['throughput_rps'] > 0\n"

@@ -1,6 +1,6 @@
 import pytest
 
-from sim.catalog import (
+from sim.model.catalog import (
     GPUS,
     MODELS,
     active_param_count,

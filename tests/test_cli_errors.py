@@ -1,6 +1,6 @@
 """Bad input through the real command line: exit status 2 and one `error:` line, never a traceback.
 
-Each case runs `python -m sim.cli` in a subprocess on a small scenario written to tmp_path (20
+Each case runs `python -m sim.views.cli` in a subprocess on a small scenario written to tmp_path (20
 fixed-length requests), and checks that the one line names the field, the value given and, where
 the message says so, what is allowed.
 """
@@ -37,7 +37,7 @@ AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 def servesim(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     # A narrow terminal: the error must stay on one line however wide the console is.
     env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "sim.views.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

@@ -2,10 +2,10 @@
 
 import pytest
 
-from sim.catalog import get_gpu, get_model, param_count
-from sim.cost import RooflineCostModel
-from sim.memory import kv_bytes_per_token, weight_bytes_per_gpu
-from sim.plan import StepPlan
+from sim.model.catalog import get_gpu, get_model, param_count
+from sim.cost.roofline import RooflineCostModel
+from sim.model.memory import kv_bytes_per_token, weight_bytes_per_gpu
+from sim.core.step_plan import StepPlan
 
 
 def decode_plan(batch: int, context: int) -> StepPlan:

@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim import dashboard as dash
-from sim.api import simulate
+from sim.views import dashboard as dash
+from sim.run import simulate
 from sim.errors import ConfigError
 from sim.results import Result
-from sim.scenario import build_scenario_set, load_scenario_set, validate_scenario
+from sim.config.scenario import build_scenario_set, load_scenario_set, validate_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -35,7 +35,7 @@ def dumps(scenario) -> dict:
 
 
 def test_sim_dashboard_imports_without_streamlit_or_torch():
-    code = ("import sys; import sim.dashboard; "
+    code = ("import sys; import sim.views.dashboard; "
             "bad = [m for m in ('streamlit', 'torch') if m in sys.modules]; print(bad); sys.exit(bool(bad))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -172,9 +172,9 @@ def test_repeats_of_different_requests_are_refused(tmp_path):
 
 
 def test_fit_overhead_writes_a_loadable_profile_with_the_engine_overhead(tmp_path, capsys):
-    from sim.calibrated import CalibratedCostModel, load_profile
-    from sim.plan import StepPlan
-    from sim.specs import ModelSpec
+    from sim.cost.calibrated import CalibratedCostModel, load_profile
+    from sim.core.step_plan import StepPlan
+    from sim.model.specs import ModelSpec
 
     out = tmp_path / "profile-engine"
     code, captured = run_cli(["fit-overhead", str(CALIB), "--profile", str(PROFILE), "--out", str(out)], capsys)

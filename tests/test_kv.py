@@ -3,7 +3,7 @@
 import pytest
 
 from helpers import make_request
-from sim.kv import ContiguousKVManager, PagedKVManager
+from sim.kv.paged import ContiguousKVManager, PagedKVManager
 
 
 def _fill(kv, lengths):

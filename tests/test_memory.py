@@ -2,9 +2,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.catalog import GPUS, MODELS, param_count
+from sim.model.catalog import GPUS, MODELS, param_count
 from sim.errors import ConfigError, DoesNotFitError
-from sim.memory import (
+from sim.model.memory import (
     WEIGHT_DTYPES,
     activation_bytes,
     check_tensor_parallel,
@@ -14,7 +14,7 @@ from sim.memory import (
     weight_bytes,
     weight_bytes_per_gpu,
 )
-from sim.specs import ModelSpec
+from sim.model.specs import ModelSpec
 
 # GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d_model 12288, 96 heads of 128, 2048 context.
 GPT3_175B = ModelSpec(

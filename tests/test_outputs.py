@@ -25,7 +25,7 @@ SMALL = {
 
 
 def servesim(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, "-m", "sim.cli", *map(str, args)], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "sim.views.cli", *map(str, args)], cwd=cwd,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -94,7 +94,7 @@ def test_a_failed_run_leaves_the_previous_output_intact(tmp_path):
 
 def test_sim_imports_without_torch():
     code = ("import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
-            "import sim.api, sim.cli, sim.report\n"
+            "import sim.run, sim.views.cli, sim.views.report\n"
             "assert 'torch' not in [m for m in sys.modules if sys.modules[m] is not None]\n")
     proc = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr

@@ -3,10 +3,10 @@
 import pytest
 
 from helpers import make_request
-from sim.api import simulate
-from sim.kv import PagedKVManager
-from sim.scenario import validate_scenario
-from sim.scheduler import ContinuousScheduler
+from sim.run import simulate
+from sim.kv.paged import PagedKVManager
+from sim.config.scenario import validate_scenario
+from sim.sched.scheduler import ContinuousScheduler
 
 
 def test_forked_sequences_share_the_prompt_and_copy_the_partial_block():

@@ -13,10 +13,10 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.cli import main
-from sim.planner import (Candidate, CandidateTask, Evaluator, candidate_raw, max_sustainable_rate, min_replicas,
+from sim.views.cli import main
+from sim.tools.planner import (Candidate, CandidateTask, Evaluator, candidate_raw, max_sustainable_rate, min_replicas,
                          plan_settings, run_plan, search_candidate)
-from sim.plan_report import candidates_frame, pareto_front, render_html, render_markdown, seed_summary
+from sim.views.plan_report import candidates_frame, pareto_front, render_html, render_markdown, seed_summary
 
 # Llama-3.1-8B with short requests: every simulation is a fraction of a second.
 SMALL = {
@@ -258,7 +258,7 @@ def test_plan_bad_input_is_one_line_and_exit_2(tmp_path, capsys, args, needle):
 
 
 def test_an_inline_gpu_is_a_candidate_with_its_own_price():
-    from sim.catalog import get_gpu
+    from sim.model.catalog import get_gpu
     raw = copy.deepcopy(SMALL)
     custom = get_gpu("l40s").model_dump(mode="json")
     custom.update(name="l40s-spot", price_per_hour=0.9)
@@ -277,7 +277,7 @@ def test_a_candidate_with_a_shipped_profile_is_priced_by_it(tmp_path, monkeypatc
     """prefer_calibrated: measured kernels where a profile exists for (GPU, model, TP), the roofline elsewhere."""
     import shutil
 
-    import sim.calibrated as calibrated
+    import sim.cost.calibrated as calibrated
     fixtures = Path(__file__).parent / "fixtures" / "calibrate"
     shipped = tmp_path / "profiles"
     shutil.copytree(fixtures / "tiny_llama_cpu", shipped / "l40s" / "tiny-llama" / "tp1")

@@ -9,8 +9,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import make_request
-from sim.kv import PagedKVManager, block_keys
-from sim.request import Request
+from sim.kv.paged import PagedKVManager, block_keys
+from sim.core.request import Request
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
@@ -390,7 +390,7 @@ def _mooncake(name: str):
     path = TRACES / f"mooncake_{name}.jsonl"
     if not path.exists():
         pytest.skip(f"{path} not present")
-    from sim.traces import load_trace
+    from sim.workload.traces import load_trace
     return load_trace(str(path), "mooncake", None)
 
 

@@ -3,8 +3,8 @@
 import pytest
 
 from conftest import TRACES
-from sim.api import simulate
-from sim.scenario import validate_scenario
+from sim.run import simulate
+from sim.config.scenario import validate_scenario
 
 
 def system_prompt(enabled: bool, **run):
@@ -50,8 +50,8 @@ def test_mooncake_trace_hits_at_most_the_unbounded_reuse():
         "kv_cache": {"enable_prefix_caching": True, "block_size": 16},
         "run": {"seed": 0, "num_requests": 400},
     })
-    from sim.api import make_workload
-    from sim.workload import summarize
+    from sim.run import make_workload
+    from sim.workload.generate import summarize
     reuse = summarize(make_workload(sc))["prefix_units_reused_fraction"]  # unbounded cache, these requests
     finite = simulate(sc).summary
     unbounded_sc = sc.model_copy(update={"kv_cache": sc.kv_cache.model_copy(update={"capacity_tokens": 20_000_000})})

@@ -6,9 +6,9 @@ from pydantic import ValidationError
 
 from conftest import TRACES
 from sim.errors import ConfigError
-from sim.kv import PagedKVManager
-from sim.request import Request
-from sim.workload import WorkloadSpec, generate_workload, summarize
+from sim.kv.paged import PagedKVManager
+from sim.core.request import Request
+from sim.workload.generate import WorkloadSpec, generate_workload, summarize
 
 UNIT = 16
 

@@ -14,11 +14,11 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.api import make_workload, simulate
-from sim.catalog import get_gpu, get_model
+from sim.run import make_workload, simulate
+from sim.model.catalog import get_gpu, get_model
 from sim.errors import ConfigError
-from sim.scenario import Scenario, apply_overrides, build_scenario_set, load_scenario_set, validate_scenario
-from sim.specs import GPUSpec, ModelSpec
+from sim.config.scenario import Scenario, apply_overrides, build_scenario_set, load_scenario_set, validate_scenario
+from sim.model.specs import GPUSpec, ModelSpec
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
@@ -46,7 +46,7 @@ def raw(**extra) -> dict:
 
 def servesim(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "sim.cli", *args], cwd=cwd, env=env,
+    return subprocess.run([sys.executable, "-m", "sim.views.cli", *args], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=120)
 
 

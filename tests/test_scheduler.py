@@ -6,9 +6,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers import make_request
-from sim.kv import ContiguousKVManager, PagedKVManager
-from sim.request import RequestStatus
-from sim.scheduler import ContinuousScheduler, StaticScheduler
+from sim.kv.paged import ContiguousKVManager, PagedKVManager
+from sim.core.request import RequestStatus
+from sim.sched.scheduler import ContinuousScheduler, StaticScheduler
 
 
 def continuous(kv, max_num_seqs=8, budget=64, chunked=False, max_model_len=4096):

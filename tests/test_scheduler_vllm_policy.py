@@ -4,8 +4,8 @@ chunked within max_num_batched_tokens, the most recently admitted running reques
 and a waiting request admitted only if blocks for all its tokens are free (scheduler_reserve_full_isl)."""
 
 from helpers import make_request
-from sim.kv import PagedKVManager
-from sim.scheduler import ContinuousScheduler
+from sim.kv.paged import PagedKVManager
+from sim.sched.scheduler import ContinuousScheduler
 
 
 def chunked(kv, budget, max_num_seqs=8):

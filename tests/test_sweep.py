@@ -12,11 +12,11 @@ import pandas as pd
 import pytest
 import yaml
 
-import sim.sweep as sweep_mod
-from sim.cli import main
+import sim.tools.sweep as sweep_mod
+from sim.views.cli import main
 from sim.errors import ConfigError
-from sim.scenario import validate_scenario
-from sim.sweep import (GridAxis, arrival_rate, grid_points, parse_grid, plan_sweep, run_point, run_tasks,
+from sim.config.scenario import validate_scenario
+from sim.tools.sweep import (GridAxis, arrival_rate, grid_points, parse_grid, plan_sweep, run_point, run_tasks,
                        set_rate)
 
 REPO = Path(__file__).resolve().parents[1]
@@ -111,7 +111,7 @@ def test_set_rate_on_closed_loop_is_a_clear_error():
 
 
 def test_run_point_matches_a_direct_simulation_and_prices_the_deployment():
-    from sim.api import simulate
+    from sim.run import simulate
     task = plan_sweep(SMALL, [GridAxis("rate", (8,)), GridAxis("hardware.tensor_parallel", (2,))],
                       Path("/nonexistent/out.csv"), ["contiguous"]).tasks[0]
     row = run_point(task)
@@ -164,7 +164,7 @@ def test_ray_backend_gives_the_same_rows_as_the_local_one(tmp_path):
     # A real local Ray instance on loopback, in its own process so its workers and state end with it.
     ray_out = tmp_path / "ray.csv"
     code = subprocess.run(
-        [sys.executable, "-m", "sim.cli", "sweep", str(tmp_path / "small.yaml"), "--grid", "rate=4,16",
+        [sys.executable, "-m", "sim.views.cli", "sweep", str(tmp_path / "small.yaml"), "--grid", "rate=4,16",
          "--grid", "scheduler.max_num_seqs=8,64", "--backend", "ray", "--workers", "2", "--out", str(ray_out), "-q"],
         env={**os.environ, "PYTHONPATH": str(REPO), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"},
         capture_output=True, text=True, timeout=300)

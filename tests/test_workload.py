@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from sim.errors import ConfigError, TraceError
-from sim.workload import (
+from sim.workload.generate import (
     ClosedLoopArrival,
     Workload,
     WorkloadSpec,

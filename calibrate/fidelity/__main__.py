@@ -50,7 +50,7 @@ def record(
     settings = EngineSettings(threads=threads, max_num_seqs=max_num_seqs,
                               max_num_batched_tokens=max_num_batched_tokens)
     pin_threads(settings)  # before torch is imported
-    from sim.output import atomic_dir, write_json
+    from sim.atomic_files import atomic_dir, write_json
 
     from .replay_vllm import StepRecorder, replay, run_meta, start_engine
 
@@ -102,8 +102,8 @@ def fit_overhead(
     out: Path = typer.Option(..., help="the kernel profile with vLLM's measured per-step overhead"),
 ) -> None:
     """Fit vLLM's per-step engine overhead from recorded steps; write it into a copy of the profile."""
-    from sim.calibrated import CalibratedCostModel
-    from sim.scenario import Scenario
+    from sim.cost.calibrated import CalibratedCostModel
+    from sim.config.scenario import Scenario
 
     from .compare import load_run, scenario_dict
     from .overhead import fit_step_overhead, priced_steps, read_steps, write_engine_profile

@@ -143,10 +143,10 @@ def scenario_dict(meta: dict, num_requests: int) -> dict:
 
 def simulate_run(run: RecordedRun, profile: str | Path) -> tuple[pd.DataFrame, dict]:
     """ServeSim on the recorded requests with a cost model calibrated on this machine."""
-    from sim.api import simulate
-    from sim.calibrated import CalibratedCostModel
-    from sim.scenario import Scenario
-    from sim.workload import Workload
+    from sim.run import simulate
+    from sim.cost.calibrated import CalibratedCostModel
+    from sim.config.scenario import Scenario
+    from sim.workload.generate import Workload
 
     frame = run.repeats[0].sort_values("arrival_s", kind="stable")
     scenario = Scenario.model_validate(scenario_dict(run.meta, len(frame))).resolved()
@@ -167,8 +167,8 @@ def simulate_run(run: RecordedRun, profile: str | Path) -> tuple[pd.DataFrame, d
 
 def step_check(run: RecordedRun, profile: str | Path) -> pd.DataFrame | None:
     """Measured vs priced time of the recorded vLLM steps (None when the run has no steps.csv)."""
-    from sim.calibrated import CalibratedCostModel
-    from sim.scenario import Scenario
+    from sim.cost.calibrated import CalibratedCostModel
+    from sim.config.scenario import Scenario
 
     from .overhead import priced_steps, read_steps, step_error_table
 
@@ -233,8 +233,8 @@ def _steps_markdown(steps: list[dict] | None) -> str:
 
 
 def write_report(out_dir: str | Path, run: RecordedRun, table: pd.DataFrame, info: dict, profile: str | Path) -> Path:
-    """fidelity.md, fidelity.csv and simulation.json, all appearing at once (sim.output.atomic_dir)."""
-    from sim.output import atomic_dir, write_json
+    """fidelity.md, fidelity.csv and simulation.json, all appearing at once (sim.atomic_files.atomic_dir)."""
+    from sim.atomic_files import atomic_dir, write_json
 
     out = Path(out_dir)
     with atomic_dir(out) as tmp:

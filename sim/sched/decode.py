@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import heapq
 
-from .request import Request
+from sim.core.request import Request
 
 
 class DecodeTracker:

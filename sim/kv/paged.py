@@ -22,7 +22,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 from typing import Iterable, Literal, Protocol
 
-from .request import Request
+from sim.core.request import Request
 
 ReserveRule = Literal["max_len", "pow2", "oracle"]
 

@@ -9,7 +9,7 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .results import Result
+from sim.results import Result
 
 _COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 _KV_PARTS = [("kv_token_slots", "token states", "#2ca02c"), ("kv_reserved_slots", "reserved", "#1f77b4"),
@@ -135,7 +135,7 @@ def render_report(results: list[Result], title: str, scenario_yaml: str = "") ->
     for n, (name, fig) in enumerate(figures(results)):
         parts.append(f'<section id="{name}">' + fig.to_html(full_html=False, include_plotlyjs=(n == 0))
                      + "</section>")
-    from . import __version__
+    from sim import __version__
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;}} table.summary{{border-collapse:collapse}}

@@ -18,11 +18,11 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from .catalog import get_gpu, get_model
-from .errors import ConfigError, DoesNotFitError
-from .memory import check_tensor_parallel, kv_bytes_per_token, kv_capacity, weight_bytes_per_gpu
-from .specs import GPUSpec, ModelSpec
-from .workload import WorkloadSpec
+from sim.model.catalog import get_gpu, get_model
+from sim.errors import ConfigError, DoesNotFitError
+from sim.model.memory import check_tensor_parallel, kv_bytes_per_token, kv_capacity, weight_bytes_per_gpu
+from sim.model.specs import GPUSpec, ModelSpec
+from sim.workload.generate import WorkloadSpec
 
 MAX_SCENARIO_BYTES = 1 << 20
 
@@ -244,13 +244,13 @@ class Scenario(_Strict):
         except DoesNotFitError as err:
             raise ConfigError(f"hardware: {err}") from None
         if self.cost_model.kind == "calibrated":
-            from .calibrated import check_matches, load_profile
+            from sim.cost.calibrated import check_matches, load_profile
             check_matches(load_profile(self.calibrated_profile_dir()), model, self.hardware.tensor_parallel)
         return self
 
     def calibrated_profile_dir(self) -> Path:
         """The profile a calibrated cost model reads: the given folder, or the shipped one for this setup."""
-        from .calibrated import resolve_profile_dir
+        from sim.cost.calibrated import resolve_profile_dir
         spec = self.cost_model
         device = spec.profile_device or self.gpu_spec().name
         return resolve_profile_dir(spec.profile, device, self.model_spec().name, self.hardware.tensor_parallel)

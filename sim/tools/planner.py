@@ -6,7 +6,7 @@ then the fewest replicas that meet the SLOs at the target rate. Candidates are r
 The top few get the highest rate their deployment sustains and a throughput-latency curve, and the
 recommendation is repeated under several seeds to show how much the answer moves.
 
-Each candidate's search is one task for a backend of `sim.sweep` (serial, process pool or Ray); the
+Each candidate's search is one task for a backend of `sim.tools.sweep` (serial, process pool or Ray); the
 searches themselves are plain sequential Python.
 """
 
@@ -18,8 +18,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
-from .errors import ConfigError, ServeSimError
-from .sweep import arrival_rate, cost_figures, run_tasks, set_rate, variant_raw
+from sim.errors import ConfigError, ServeSimError
+from sim.tools.sweep import arrival_rate, cost_figures, run_tasks, set_rate, variant_raw
 
 # Summary keys kept for every simulation the planner runs (the full summary is large).
 KEPT_METRICS = (
@@ -163,8 +163,8 @@ class Evaluator:
         seed = self.base_seed if seed is None else seed
         key = (num_replicas, round(rate_per_s, 9), seed)
         if key not in self.memo:
-            from .api import simulate
-            from .scenario import validate_scenario
+            from sim.run import simulate
+            from sim.config.scenario import validate_scenario
             scenario = validate_scenario(self.scenario_raw(num_replicas, rate_per_s, seed))
             summary = simulate(scenario).summary
             metrics = {k: summary.get(k) for k in KEPT_METRICS if k in summary}
@@ -242,7 +242,7 @@ def _describe_failure(ev: Evaluation) -> str:
 
 def search_candidate(task: CandidateTask) -> CandidateOutcome:
     """Phase 1 for one candidate: max rate per replica, then the fewest replicas at the target."""
-    from .scenario import validate_scenario
+    from sim.config.scenario import validate_scenario
     s, cand = task.settings, task.candidate
     try:
         validate_scenario(copy.deepcopy(task.raw))  # cannot hold the model, bad TP split, ...
@@ -322,7 +322,7 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
                   max_replicas: int | None = None, num_seeds: int | None = None,
                   prices: dict[str, float] | None = None) -> PlanSettings:
     """The search space: the scenario's `search:` section, then command-line overrides."""
-    from .scenario import SearchSpec, build_scenario_set
+    from sim.config.scenario import SearchSpec, build_scenario_set
     base = build_scenario_set(copy.deepcopy(raw), resolve=False).base
     search = base.search or SearchSpec()
     if not base.slo.has_limits():
@@ -368,7 +368,7 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
 
 def _workload_rate(scenario) -> float | None:
     """A trace replayed at its recorded pace: its mean rate."""
-    from .api import make_workload
+    from sim.run import make_workload
     arrivals = make_workload(scenario).arrival_s
     if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
         return None
@@ -377,7 +377,7 @@ def _workload_rate(scenario) -> float | None:
 
 def shipped_profile(gpu_name: str, model_name: str, tensor_parallel: int):
     """The shipped calibrated profile for this setup, or None."""
-    from .calibrated import resolve_profile_dir
+    from sim.cost.calibrated import resolve_profile_dir
     try:
         return resolve_profile_dir(None, gpu_name, model_name, tensor_parallel)
     except ServeSimError:
@@ -426,7 +426,7 @@ def rank(outcomes: list[CandidateOutcome]) -> list[CandidateOutcome]:
 
 def _versions() -> dict:
     import importlib.metadata as md
-    from . import __version__
+    from sim import __version__
     out = {"servesim": __version__, "python": sys.version.split()[0]}
     for pkg in ("numpy", "pandas", "simpy", "pydantic", "plotly"):
         try:
@@ -477,7 +477,7 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
     curves.sort(key=lambda c: rank_of[c.candidate.name])
     seeds.sort(key=lambda s: s.seed)
 
-    from .scenario import build_scenario_set
+    from sim.config.scenario import build_scenario_set
     base = build_scenario_set(copy.deepcopy(raw), resolve=False).base
     import yaml
     return PlanResult(settings, yaml.safe_dump(raw, sort_keys=False), base.slo.model_dump(mode="json"),

@@ -9,7 +9,7 @@ lengths and output lengths, so changing the arrival process leaves the lengths u
 for more requests (or a longer duration) extends the same workload rather than drawing a new one.
 A third child stream draws shared prefixes (`prefix:`), so adding one leaves the other two alone.
 
-Prompt content, for prefix caching, is described by ids (see sim.request.Request): prompt tokens
+Prompt content, for prefix caching, is described by ids (see sim.core.request.Request): prompt tokens
 [i*unit, (i+1)*unit) have content id `prefix_ids[i]`, equal ids meaning equal content. Mooncake
 traces bring their own (`hash_ids`, 512 tokens each); synthetic prefixes use 16-token units.
 """
@@ -28,7 +28,7 @@ import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from sim.errors import ConfigError
-from sim.traces import Trace, TraceColumns, TraceFormat, load_trace
+from sim.workload.traces import Trace, TraceColumns, TraceFormat, load_trace
 
 
 class _Spec(BaseModel):
@@ -109,7 +109,7 @@ class ClosedLoopArrival(_Spec):
 
 
 class TraceArrival(_Spec):
-    """Replay the arrival times of a trace file (see sim.traces)."""
+    """Replay the arrival times of a trace file (see sim.workload.traces)."""
 
     kind: Literal["trace"] = "trace"
     path: str

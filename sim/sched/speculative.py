@@ -15,7 +15,7 @@ from typing import Literal
 
 import numpy as np
 
-from .request import Request
+from sim.core.request import Request
 
 Ragged = Literal["per_request", "rollback_to_min"]
 

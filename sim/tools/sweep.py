@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pandas as pd
 import yaml
 
-from .errors import ConfigError, ServeSimError
+from sim.errors import ConfigError, ServeSimError
 
 RATE_KEY = "rate"  # shorthand for the workload's mean arrival rate, whatever the arrival kind
 OUTPUT_SUFFIXES = (".parquet", ".csv")
@@ -127,7 +127,7 @@ def variant_raw(raw: dict, variant: str | None) -> dict:
         return raw
     if variant not in variants:
         raise ConfigError(f"variant: {variant!r} is not in the scenario; allowed: {', '.join(variants) or '(none)'}")
-    from .scenario import _deep_merge
+    from sim.config.scenario import _deep_merge
     merged = _deep_merge(raw, variants[variant] or {})
     merged["name"] = (variants[variant] or {}).get("name", str(variant))
     return merged
@@ -187,8 +187,8 @@ def _scalar_summary(summary: dict) -> dict:
 
 def run_point(task: PointTask) -> dict:
     """Simulate one point; a configuration error becomes the row's `error`, not an exception."""
-    from .api import simulate
-    from .scenario import validate_scenario
+    from sim.run import simulate
+    from sim.config.scenario import validate_scenario
     row: dict[str, Any] = {"point_id": task.point_id, "variant": task.variant or ""}
     row.update({key: _cell(value) for key, value in task.point.items()})
     try:

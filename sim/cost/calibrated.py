@@ -21,11 +21,11 @@ from typing import Callable
 
 import pandas as pd
 
-from .catalog import get_gpu, layer_groups, lm_head_shape
-from .cost import RooflineCostModel, StepCost
-from .errors import ConfigError
-from .plan import StepPlan
-from .specs import GPUSpec, ModelSpec
+from sim.model.catalog import get_gpu, layer_groups, lm_head_shape
+from sim.cost.roofline import RooflineCostModel, StepCost
+from sim.errors import ConfigError
+from sim.core.step_plan import StepPlan
+from sim.model.specs import GPUSpec, ModelSpec
 
 PROFILE_FORMAT_VERSION = 1
 # Op family -> the columns that name one measured shape (each CSV then has STAT_COLUMNS).
@@ -40,7 +40,7 @@ FAMILY_KEYS: dict[str, tuple[str, ...]] = {
 STAT_COLUMNS = ("median_s", "p20_s", "p80_s")
 KV_LAYOUTS = ("contiguous", "paged")
 # Profiles shipped with ServeSim: calibrate/profiles/<device>/<model>/tp<N>/
-PROFILES_DIR = Path(__file__).resolve().parent.parent / "calibrate" / "profiles"
+PROFILES_DIR = Path(__file__).resolve().parents[2] / "calibrate" / "profiles"
 _DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 
 

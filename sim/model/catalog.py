@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sim.errors import ConfigError
-from sim.specs import GPUSpec, LinearShape, ModelSpec
+from sim.model.specs import GPUSpec, LinearShape, ModelSpec
 
 MODELS: dict[str, ModelSpec] = {
     "opt-13b": ModelSpec(
@@ -371,7 +371,7 @@ def active_param_count(model: ModelSpec) -> int:
 
 def models_table() -> pd.DataFrame:
     """One row per catalog model, for `servesim catalog models`."""
-    from sim.memory import kv_bytes_per_token  # memory builds on this module's layer shapes
+    from sim.model.memory import kv_bytes_per_token  # memory builds on this module's layer shapes
 
     rows = []
     for key, m in MODELS.items():

@@ -11,8 +11,8 @@ import pandas as pd
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
-from .planner import PlanResult
-from .report import format_value
+from sim.tools.planner import PlanResult
+from sim.views.report import format_value
 
 _COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
 _LIMITS = (("ttft", "ttft_s", "TTFT"), ("tpot", "tpot_s", "TPOT"), ("e2e", "e2e_s", "E2E"))
@@ -353,7 +353,7 @@ def write_plan_outputs(result: PlanResult, out_dir, report_path=None) -> None:
     """All outputs in one folder, built under a temporary name and renamed; the HTML optionally elsewhere too."""
     from pathlib import Path
 
-    from .output import atomic_dir, atomic_write_text, write_json
+    from sim.atomic_files import atomic_dir, atomic_write_text, write_json
     page = render_html(result)
     with atomic_dir(out_dir) as tmp:
         (tmp / "report.html").write_text(page)

@@ -9,7 +9,7 @@
   speculative decoding); `policy_of` reads it from a validated scenario, `with_policy` writes it into
   a variant's override.
 - `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
-  load sweep. Latency, time-series and KV figures come from `sim.report.figures`.
+  load sweep. Latency, time-series and KV figures come from `sim.views.report.figures`.
 """
 
 from __future__ import annotations
@@ -30,11 +30,11 @@ import plotly.graph_objects as go
 import yaml
 from plotly.subplots import make_subplots
 
-from .errors import ConfigError
-from .output import atomic_write_bytes
-from .report import SUMMARY_ROWS, format_value
-from .results import Result
-from .scenario import (MAX_SCENARIO_BYTES, Scenario, ScenarioSet, _anchor_paths, _deep_merge, build_scenario_set,
+from sim.errors import ConfigError
+from sim.atomic_files import atomic_write_bytes
+from sim.views.report import SUMMARY_ROWS, format_value
+from sim.results import Result
+from sim.config.scenario import (MAX_SCENARIO_BYTES, Scenario, ScenarioSet, _anchor_paths, _deep_merge, build_scenario_set,
                        validate_scenario)
 
 MAX_VARIANTS = 4
@@ -337,7 +337,7 @@ def new_variant_name(existing: list[str]) -> str:
 
 def save_uploaded_trace(data: bytes, filename: str, folder: str | Path) -> Path:
     """Store an uploaded trace under a content-addressed name (a scenario can point at it later)."""
-    from .traces import load_trace
+    from sim.workload.traces import load_trace
 
     if len(data) > MAX_UPLOAD_TRACE_BYTES:
         raise ConfigError(f"trace upload: {len(data):,} bytes is larger than the limit of "
@@ -461,7 +461,7 @@ def run_sweep(scenarios: dict[str, Scenario], rates: list[float], num_requests: 
 
 
 def sweep_figure(sweep: pd.DataFrame) -> go.Figure:
-    from .report import _COLORS
+    from sim.views.report import _COLORS
 
     fig = make_subplots(rows=1, cols=3, subplot_titles=("throughput incl. drain (req/s)", "p99 TTFT (s)",
                                                        "p99 end-to-end (s)"))

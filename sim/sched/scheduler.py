@@ -9,10 +9,10 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from .decode import DecodeTracker
-from .kv import KVManager, KVUsage, PagedKVManager
-from .plan import StepOutcome, StepPlan
-from .request import Request, RequestStatus
+from sim.sched.decode import DecodeTracker
+from sim.kv.paged import KVManager, KVUsage, PagedKVManager
+from sim.core.step_plan import StepOutcome, StepPlan
+from sim.core.request import Request, RequestStatus
 
 
 class _SchedulerBase:

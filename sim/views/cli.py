@@ -14,7 +14,7 @@ from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, 
                            TimeRemainingColumn)
 from rich.table import Table
 
-from .errors import ServeSimError
+from sim.errors import ServeSimError
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="ServeSim: simulate LLM serving systems and compare policies before buying GPUs.")
@@ -26,7 +26,7 @@ SetOption = typer.Option(None, "--set", help="override a scenario key: path.to.k
 
 
 def _load(path: str, overrides: Optional[list[str]]):
-    from .scenario import load_scenario_set
+    from sim.config.scenario import load_scenario_set
     return load_scenario_set(path, overrides or [])
 
 
@@ -37,7 +37,7 @@ def _progress_callback(progress: Progress, task):
 
 
 def _simulate_with_progress(scenario, workload, label: str, quiet: bool):
-    from .api import simulate
+    from sim.run import simulate
     if quiet:
         return simulate(scenario, workload)
     total = workload.num_requests
@@ -49,7 +49,7 @@ def _simulate_with_progress(scenario, workload, label: str, quiet: bool):
 
 
 def _summary_table(results) -> Table:
-    from .report import SUMMARY_ROWS, format_value
+    from sim.views.report import SUMMARY_ROWS, format_value
     table = Table(title="Summary", show_lines=False)
     table.add_column("metric")
     for r in results:
@@ -67,8 +67,8 @@ def _folder_name(variant: str) -> str:
 
 
 def _write_outputs(out: Path, results, title: str, scenario_yaml: str) -> None:
-    from .output import atomic_dir, write_json
-    from .report import render_report
+    from sim.atomic_files import atomic_dir, write_json
+    from sim.views.report import render_report
     with atomic_dir(out) as tmp:
         for r in results:
             sub = tmp if len(results) == 1 else tmp / _folder_name(r.name)
@@ -89,7 +89,7 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
         out: Optional[Path] = typer.Option(None, help="write requests/steps Parquet, summary.json, report.html here"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
     """Simulate one scenario and print its summary."""
-    from .api import make_workload
+    from sim.run import make_workload
     scenario_set = _load(scenario, set_)
     if variant is None:
         chosen = scenario_set.base
@@ -111,7 +111,7 @@ def compare(scenario: str = typer.Argument(..., help="scenario YAML file with va
             out: Optional[Path] = typer.Option(None, help="output folder (default: out/<scenario name>)"),
             quiet: bool = typer.Option(False, "--quiet", "-q")):
     """Run every variant of a scenario on the same generated workload and compare them."""
-    from .api import make_workload
+    from sim.run import make_workload
     scenario_set = _load(scenario, set_)
     results = []
     for name, variant in scenario_set.items():
@@ -137,7 +137,7 @@ def _csv_list(option: str, text: Optional[str], cast=str) -> Optional[list]:
 
 def _read_raw(path: str, overrides: Optional[list[str]], resolve: bool = True) -> dict:
     """The scenario file as a mapping (relative paths anchored, overrides applied), validated once."""
-    from .scenario import _anchor_paths, apply_overrides, build_scenario_set, read_yaml
+    from sim.config.scenario import _anchor_paths, apply_overrides, build_scenario_set, read_yaml
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ServeSimError(f"{path}: expected a YAML mapping at the top level")
@@ -168,7 +168,7 @@ def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
           address: Optional[str] = AddressOption,
           quiet: bool = typer.Option(False, "--quiet", "-q")):
     """Simulate the cross product of scenario keys; one row per point. Resumable: done points are skipped."""
-    from .sweep import parse_grid, plan_sweep, run_point
+    from sim.tools.sweep import parse_grid, plan_sweep, run_point
     raw = _read_raw(scenario, set_, resolve=False)  # a point that cannot run gets its reason in its row
     axes = parse_grid(grid)
     names = list((raw.get("variants") or {}).keys())
@@ -184,7 +184,7 @@ def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
     skipped = len(plan.tasks) - len(plan.todo)
     if skipped:
         err_console.print(f"{skipped} of {len(plan.tasks)} points already in {out}; running the other {len(plan.todo)}")
-    from .sweep import run_tasks
+    from sim.tools.sweep import run_tasks
     runner = run_tasks(plan.todo, run_point, backend=backend, workers=workers, address=address)
     if quiet:
         for _, row in runner:
@@ -217,8 +217,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
          address: Optional[str] = AddressOption,
          quiet: bool = typer.Option(False, "--quiet", "-q")):
     """Find the cheapest deployment that serves the target load within the SLOs."""
-    from .plan_report import candidates_frame, recommendation_text, seed_summary, write_plan_outputs
-    from .planner import plan_settings, run_plan
+    from sim.views.plan_report import candidates_frame, recommendation_text, seed_summary, write_plan_outputs
+    from sim.tools.planner import plan_settings, run_plan
     raw = _read_raw(scenario, set_, resolve=False)  # candidates bring their own hardware
     prices = {}
     for item in price or []:
@@ -254,7 +254,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     table = Table(title=f"Candidates at {settings.target_rate_per_s:g} req/s, cheapest first")
     shown = ["rank", "candidate", "status", "num_replicas", "cost_per_hour", "cost_per_million_tokens",
              "max_rate_per_replica"] + [c for c in df.columns if c.endswith("_s") and "_p" in c]
-    from .report import format_value
+    from sim.views.report import format_value
     for col in shown:
         table.add_column(col, justify="left" if col in ("candidate", "status") else "right")
     for row in df[shown].itertuples(index=False):
@@ -282,14 +282,14 @@ def validate(scenario: str = typer.Argument(...), set_: Optional[list[str]] = Se
 @app.command()
 def schema():
     """Print the JSON schema of scenario files."""
-    from .scenario import json_schema
+    from sim.config.scenario import json_schema
     print(json.dumps(json_schema(), indent=2))
 
 
 @app.command()
 def catalog(kind: str = typer.Argument(..., help="models or gpus")):
     """Print the model or GPU catalog as a table."""
-    from .catalog import gpus_table, models_table
+    from sim.model.catalog import gpus_table, models_table
     tables = {"models": models_table, "gpus": gpus_table}
     if kind not in tables:
         raise ServeSimError(f"catalog: {kind!r} is not a catalog; allowed: models, gpus")
@@ -297,7 +297,7 @@ def catalog(kind: str = typer.Argument(..., help="models or gpus")):
     table = Table(title=f"{kind} catalog")
     for col in df.columns:
         table.add_column(str(col), justify="left" if df[col].dtype == object else "right")
-    from .report import format_value
+    from sim.views.report import format_value
     for row in df.itertuples(index=False):
         table.add_row(*[format_value(v) if not isinstance(v, str) else v for v in row])
     console.print(table)
@@ -307,9 +307,9 @@ def catalog(kind: str = typer.Argument(..., help="models or gpus")):
 def workload(scenario: str = typer.Argument(...), set_: Optional[list[str]] = SetOption,
              variant: Optional[str] = typer.Option(None)):
     """Summarize the workload a scenario generates (check it before simulating)."""
-    from .api import make_workload
-    from .report import format_value
-    from .workload import summarize
+    from sim.run import make_workload
+    from sim.views.report import format_value
+    from sim.workload.generate import summarize
     scenario_set = _load(scenario, set_)
     chosen = scenario_set.variants.get(variant) if variant else scenario_set.base
     if chosen is None:
