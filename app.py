@@ -14,13 +14,13 @@ from pathlib import Path
 import streamlit as st
 import yaml
 
-from sim.views import dashboard as dash
-from sim.run import simulate
-from sim.model.catalog import GPUS, MODELS
-from sim.errors import ServeSimError
-from sim.views.report import figures
-from sim.results import Result
 from sim.config.scenario import validate_scenario
+from sim.errors import ServeSimError
+from sim.model.catalog import GPUS, MODELS
+from sim.results import Result
+from sim.run import simulate
+from sim.views import dashboard as dash
+from sim.views.report import figures
 
 # Uploaded traces are kept by content hash, so a downloaded scenario can still point at them.
 UPLOAD_FOLDER = Path(os.environ.get("SERVESIM_UPLOAD_DIR") or Path(__file__).resolve().parent / "out" / "dashboard"

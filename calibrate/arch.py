@@ -9,8 +9,8 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from sim.model.catalog import get_model
 from sim.errors import ConfigError
+from sim.model.catalog import get_model
 from sim.model.specs import ModelSpec
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from sim.atomic_files import atomic_write_text
 from sim.cost.calibrated import FAMILY_KEYS, PROFILE_FORMAT_VERSION, STAT_COLUMNS
 from sim.errors import ConfigError
-from sim.atomic_files import atomic_write_text
 
 # meta.json keys that must match for a rerun to resume into an existing folder.
 _RESUME_KEYS = ("device", "dtype", "threads", "tensor_parallel", "block_size", "grid", "shard")

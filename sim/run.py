@@ -6,13 +6,14 @@ from typing import Callable
 
 import numpy as np
 
-from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCostModel
-from sim.core.engine import Replica, Simulation
-from sim.errors import ConfigError
-from sim.kv.paged import ContiguousKVManager, PagedKVManager
-from sim.results import Result, requests_frame, steps_frame, summarize
-from sim.core.router import make_router
 from sim.config.scenario import Scenario
+from sim.core.engine import Replica, Simulation
+from sim.core.router import make_router
+from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCostModel
+from sim.errors import ConfigError
+from sim.kv.contiguous import ContiguousKVManager
+from sim.kv.paged import PagedKVManager
+from sim.results import Result, requests_frame, steps_frame, summarize
 from sim.sched.scheduler import ContinuousScheduler, StaticScheduler
 from sim.sched.speculative import SpeculativeDecodeBatch
 from sim.workload.generate import Workload, generate_workload

@@ -11,9 +11,9 @@ import yaml
 pytest.importorskip("streamlit", reason="the dashboard needs the ui extra (streamlit)")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from sim.results import Result  # noqa: E402
 from sim.views import dashboard as dash  # noqa: E402
 from sim.views.cli import main as servesim  # noqa: E402
-from sim.results import Result  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[1] / "app.py")
 TIMEOUT_S = 120  # AppTest's own limit on one script run (default 3 s); a generous bound, not an assertion

@@ -17,12 +17,17 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.run import make_cost_model, simulate
-from sim.cost.calibrated import CalibratedCostModel, Interpolator, load_profile, shard_shapes
-from sim.model.catalog import get_gpu
-from sim.errors import ConfigError
-from sim.core.step_plan import StepPlan
 from sim.config.scenario import build_scenario_set, load_scenario_set
+from sim.core.step_plan import StepPlan
+from sim.cost.calibrated import (
+    CalibratedCostModel,
+    Interpolator,
+    load_profile,
+    shard_shapes,
+)
+from sim.errors import ConfigError
+from sim.model.catalog import get_gpu
+from sim.run import make_cost_model, simulate
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = REPO / "tests" / "fixtures" / "calibrate"

@@ -1,18 +1,14 @@
 import pytest
 
-from sim.model.catalog import (
-    GPUS,
-    MODELS,
+from sim.errors import ConfigError
+from sim.model.catalog import GPUS, MODELS, get_gpu, get_model
+from sim.model.shapes import (
     active_param_count,
-    get_gpu,
-    get_model,
-    gpus_table,
     layer_groups,
     lm_head_shape,
-    models_table,
     param_count,
 )
-from sim.errors import ConfigError
+from sim.views.tables import gpus_table, models_table
 
 
 @pytest.mark.parametrize("key", list(MODELS))

@@ -2,10 +2,11 @@
 
 import pytest
 
-from sim.model.catalog import get_gpu, get_model, param_count
-from sim.cost.roofline import RooflineCostModel
-from sim.model.memory import kv_bytes_per_token, weight_bytes_per_gpu
 from sim.core.step_plan import StepPlan
+from sim.cost.roofline import RooflineCostModel
+from sim.model.catalog import get_gpu, get_model
+from sim.model.memory import kv_bytes_per_token, weight_bytes_per_gpu
+from sim.model.shapes import param_count
 
 
 def decode_plan(batch: int, context: int) -> StepPlan:

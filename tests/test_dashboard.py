@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.views import dashboard as dash
-from sim.run import simulate
+from sim.config.scenario import build_scenario_set, load_scenario_set, validate_scenario
 from sim.errors import ConfigError
 from sim.results import Result
-from sim.config.scenario import build_scenario_set, load_scenario_set, validate_scenario
+from sim.run import simulate
+from sim.views import dashboard as dash
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -6,8 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.run import make_workload, simulate
 from sim.config.scenario import build_scenario_set, validate_scenario
+from sim.run import make_workload, simulate
 
 
 def scenario(**sections):

@@ -16,8 +16,14 @@ import pytest
 import yaml
 
 from calibrate.fidelity.__main__ import main
-from calibrate.fidelity.compare import (METRICS, error_table, load_run, relative_error, request_metrics,
-                                        scenario_dict)
+from calibrate.fidelity.compare import (
+    METRICS,
+    error_table,
+    load_run,
+    relative_error,
+    request_metrics,
+    scenario_dict,
+)
 from calibrate.fidelity.replay_vllm import EngineSettings, LlamaShape
 from sim.errors import ConfigError
 
@@ -172,8 +178,8 @@ def test_repeats_of_different_requests_are_refused(tmp_path):
 
 
 def test_fit_overhead_writes_a_loadable_profile_with_the_engine_overhead(tmp_path, capsys):
-    from sim.cost.calibrated import CalibratedCostModel, load_profile
     from sim.core.step_plan import StepPlan
+    from sim.cost.calibrated import CalibratedCostModel, load_profile
     from sim.model.specs import ModelSpec
 
     out = tmp_path / "profile-engine"

@@ -1,9 +1,10 @@
 """KV managers at the policy level: the vLLM paper's fragmentation example, first-fit holes, block tables."""
 
 import pytest
-
 from helpers import make_request
-from sim.kv.paged import ContiguousKVManager, PagedKVManager
+
+from sim.kv.contiguous import ContiguousKVManager
+from sim.kv.paged import PagedKVManager
 
 
 def _fill(kv, lengths):

@@ -2,8 +2,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.model.catalog import GPUS, MODELS, param_count
 from sim.errors import ConfigError, DoesNotFitError
+from sim.model.catalog import GPUS, MODELS
 from sim.model.memory import (
     WEIGHT_DTYPES,
     activation_bytes,
@@ -14,6 +14,7 @@ from sim.model.memory import (
     weight_bytes,
     weight_bytes_per_gpu,
 )
+from sim.model.shapes import param_count
 from sim.model.specs import ModelSpec
 
 # GPT-3 175B (Brown et al. 2020, Table 2.1): 96 layers, d_model 12288, 96 heads of 128, 2048 context.

@@ -1,11 +1,11 @@
 """Parallel sampling and beam search: sequences of one request share its prompt's blocks."""
 
 import pytest
-
 from helpers import make_request
-from sim.run import simulate
-from sim.kv.paged import PagedKVManager
+
 from sim.config.scenario import validate_scenario
+from sim.kv.paged import PagedKVManager
+from sim.run import simulate
 from sim.sched.scheduler import ContinuousScheduler
 
 

@@ -13,10 +13,25 @@ import pandas as pd
 import pytest
 import yaml
 
+from sim.tools.planner import (
+    Candidate,
+    CandidateTask,
+    Evaluator,
+    candidate_raw,
+    max_sustainable_rate,
+    min_replicas,
+    plan_settings,
+    run_plan,
+    search_candidate,
+)
 from sim.views.cli import main
-from sim.tools.planner import (Candidate, CandidateTask, Evaluator, candidate_raw, max_sustainable_rate, min_replicas,
-                         plan_settings, run_plan, search_candidate)
-from sim.views.plan_report import candidates_frame, pareto_front, render_html, render_markdown, seed_summary
+from sim.views.plan_report import (
+    candidates_frame,
+    pareto_front,
+    render_html,
+    render_markdown,
+    seed_summary,
+)
 
 # Llama-3.1-8B with short requests: every simulation is a fraction of a second.
 SMALL = {

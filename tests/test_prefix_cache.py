@@ -5,12 +5,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import make_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import make_request
-from sim.kv.paged import PagedKVManager, block_keys
 from sim.core.request import Request
+from sim.kv.paged import PagedKVManager
+from sim.kv.prefix_keys import block_keys
 
 TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
 
@@ -394,7 +395,7 @@ def _mooncake(name: str):
     return load_trace(str(path), "mooncake", None)
 
 
-def _replay(trace, num_blocks: int):
+def replay_arrivals(trace, num_blocks: int):
     """Admit every request of the trace (cache lookup, claim, allocate its prompt), then free it."""
     kv = PagedKVManager(num_blocks, 512, enable_prefix_caching=True)
     for i, (ids, prompt) in enumerate(zip(trace.hash_ids, trace.input_tokens)):
@@ -418,7 +419,7 @@ def test_mooncake_prefix_reuse_matches_the_published_statistic(name, published):
         seen.update(ids.tolist())
     assert round(100 * reused / total, 1) == published
 
-    unbounded = _replay(trace, total)
+    unbounded = replay_arrivals(trace, total)
     assert unbounded.num_evictions == 0 and unbounded.queried_blocks == total
     # Pure reuse: prompt blocks whose key the cache held when the request arrived.
     assert unbounded.reused_blocks == reused
@@ -429,6 +430,6 @@ def test_mooncake_prefix_reuse_matches_the_published_statistic(name, published):
 
     # A finite LRU cache hits less, and more the larger it is.
     sizes = [400, 2000, 8000, 32000]
-    rates = [_replay(trace, n).hit_blocks / total for n in sizes]
+    rates = [replay_arrivals(trace, n).hit_blocks / total for n in sizes]
     full_rate = unbounded.hit_blocks / total
     assert all(a < b for a, b in zip(rates, rates[1:])) and rates[-1] < full_rate

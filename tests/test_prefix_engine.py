@@ -1,10 +1,10 @@
 """Prefix caching through the whole simulator."""
 
 import pytest
-
 from conftest import TRACES
-from sim.run import simulate
+
 from sim.config.scenario import validate_scenario
+from sim.run import simulate
 
 
 def system_prompt(enabled: bool, **run):

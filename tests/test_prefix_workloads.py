@@ -2,12 +2,12 @@
 
 import numpy as np
 import pytest
+from conftest import TRACES
 from pydantic import ValidationError
 
-from conftest import TRACES
+from sim.core.request import Request
 from sim.errors import ConfigError
 from sim.kv.paged import PagedKVManager
-from sim.core.request import Request
 from sim.workload.generate import WorkloadSpec, generate_workload, summarize
 
 UNIT = 16

@@ -3,8 +3,8 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.run import simulate
 from sim.config.scenario import validate_scenario
+from sim.run import simulate
 
 policies = st.sampled_from([
     ("continuous", "paged", False), ("continuous", "paged", True), ("continuous", "contiguous", False),

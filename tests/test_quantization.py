@@ -2,9 +2,9 @@
 
 import pytest
 
-from sim.run import make_cost_model, simulate
-from sim.core.step_plan import StepPlan
 from sim.config.scenario import validate_scenario
+from sim.core.step_plan import StepPlan
+from sim.run import make_cost_model, simulate
 
 
 def scenario(weights="bf16", kv="bf16", fp8_compute=False, gpu="h100-sxm", model="llama-3.1-8b"):

@@ -14,11 +14,17 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.run import make_workload, simulate
-from sim.model.catalog import get_gpu, get_model
+from sim.config.scenario import (
+    Scenario,
+    apply_overrides,
+    build_scenario_set,
+    load_scenario_set,
+    validate_scenario,
+)
 from sim.errors import ConfigError
-from sim.config.scenario import Scenario, apply_overrides, build_scenario_set, load_scenario_set, validate_scenario
+from sim.model.catalog import get_gpu, get_model
 from sim.model.specs import GPUSpec, ModelSpec
+from sim.run import make_workload, simulate
 
 REPO = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))

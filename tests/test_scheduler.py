@@ -2,12 +2,13 @@
 
 import math
 
+from helpers import make_request
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers import make_request
-from sim.kv.paged import ContiguousKVManager, PagedKVManager
 from sim.core.request import RequestStatus
+from sim.kv.contiguous import ContiguousKVManager
+from sim.kv.paged import PagedKVManager
 from sim.sched.scheduler import ContinuousScheduler, StaticScheduler
 
 

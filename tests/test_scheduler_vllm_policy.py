@@ -4,6 +4,7 @@ chunked within max_num_batched_tokens, the most recently admitted running reques
 and a waiting request admitted only if blocks for all its tokens are free (scheduler_reserve_full_isl)."""
 
 from helpers import make_request
+
 from sim.kv.paged import PagedKVManager
 from sim.sched.scheduler import ContinuousScheduler
 

@@ -2,8 +2,8 @@
 
 import pytest
 
-from sim.run import simulate
 from sim.config.scenario import validate_scenario
+from sim.run import simulate
 
 GAMMA, C = 4, 0.1
 FIXED_DECODE_S = 0.02

@@ -1,11 +1,11 @@
 """Swap preemption: the victim's KV goes to host memory and back instead of being recomputed."""
 
 import pytest
-
 from helpers import make_request
-from sim.run import simulate
-from sim.kv.paged import PagedKVManager
+
 from sim.config.scenario import validate_scenario
+from sim.kv.paged import PagedKVManager
+from sim.run import simulate
 from sim.sched.scheduler import ContinuousScheduler
 
 
@@ -58,9 +58,9 @@ def test_swap_falls_back_to_recompute_when_host_space_is_full():
 
 
 def test_swap_time_is_priced_by_the_host_link():
-    from sim.model.catalog import get_gpu, get_model
-    from sim.cost.roofline import RooflineCostModel
     from sim.core.step_plan import StepPlan
+    from sim.cost.roofline import RooflineCostModel
+    from sim.model.catalog import get_gpu, get_model
     gpu = get_gpu("h100-sxm")
     cost = RooflineCostModel(get_model("llama-3.1-8b"), gpu)
     plan = StepPlan(num_decode_seqs=4, decode_context_tokens=4000, num_sampled_seqs=4)

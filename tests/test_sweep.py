@@ -13,11 +13,19 @@ import pytest
 import yaml
 
 import sim.tools.sweep as sweep_mod
-from sim.views.cli import main
-from sim.errors import ConfigError
 from sim.config.scenario import validate_scenario
-from sim.tools.sweep import (GridAxis, arrival_rate, grid_points, parse_grid, plan_sweep, run_point, run_tasks,
-                       set_rate)
+from sim.errors import ConfigError
+from sim.tools.sweep import (
+    GridAxis,
+    arrival_rate,
+    grid_points,
+    parse_grid,
+    plan_sweep,
+    run_point,
+    run_tasks,
+    set_rate,
+)
+from sim.views.cli import main
 
 REPO = Path(__file__).resolve().parents[1]
 

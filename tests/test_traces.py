@@ -9,8 +9,13 @@ import numpy as np
 import pytest
 
 from sim.errors import ConfigError, TraceError
-from sim.workload.traces import load_azure_csv, load_mooncake_jsonl, load_table, load_trace
 from sim.workload.generate import summarize
+from sim.workload.traces import (
+    load_azure_csv,
+    load_mooncake_jsonl,
+    load_table,
+    load_trace,
+)
 
 TRACES = Path(__file__).parents[2] / "shared" / "traces"
 

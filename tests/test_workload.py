@@ -11,13 +11,8 @@ from hypothesis import strategies as st
 from pydantic import ValidationError
 
 from sim.errors import ConfigError, TraceError
-from sim.workload.generate import (
-    ClosedLoopArrival,
-    Workload,
-    WorkloadSpec,
-    generate_workload,
-    summarize,
-)
+from sim.workload.arrivals import ClosedLoopArrival
+from sim.workload.generate import Workload, WorkloadSpec, generate_workload, summarize
 
 TRACES = Path(__file__).parents[2] / "shared" / "traces"
 FIXED = {"kind": "fixed", "input_tokens": 100, "output_tokens": 10}

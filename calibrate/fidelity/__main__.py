@@ -102,11 +102,16 @@ def fit_overhead(
     out: Path = typer.Option(..., help="the kernel profile with vLLM's measured per-step overhead"),
 ) -> None:
     """Fit vLLM's per-step engine overhead from recorded steps; write it into a copy of the profile."""
-    from sim.cost.calibrated import CalibratedCostModel
     from sim.config.scenario import Scenario
+    from sim.cost.calibrated import CalibratedCostModel
 
     from .compare import load_run, scenario_dict
-    from .overhead import fit_step_overhead, priced_steps, read_steps, write_engine_profile
+    from .overhead import (
+        fit_step_overhead,
+        priced_steps,
+        read_steps,
+        write_engine_profile,
+    )
 
     run = load_run(run_dir)
     scenario = Scenario.model_validate(scenario_dict(run.meta, 1))

@@ -143,9 +143,9 @@ def scenario_dict(meta: dict, num_requests: int) -> dict:
 
 def simulate_run(run: RecordedRun, profile: str | Path) -> tuple[pd.DataFrame, dict]:
     """ServeSim on the recorded requests with a cost model calibrated on this machine."""
-    from sim.run import simulate
-    from sim.cost.calibrated import CalibratedCostModel
     from sim.config.scenario import Scenario
+    from sim.cost.calibrated import CalibratedCostModel
+    from sim.run import simulate
     from sim.workload.generate import Workload
 
     frame = run.repeats[0].sort_values("arrival_s", kind="stable")
@@ -167,8 +167,8 @@ def simulate_run(run: RecordedRun, profile: str | Path) -> tuple[pd.DataFrame, d
 
 def step_check(run: RecordedRun, profile: str | Path) -> pd.DataFrame | None:
     """Measured vs priced time of the recorded vLLM steps (None when the run has no steps.csv)."""
-    from sim.cost.calibrated import CalibratedCostModel
     from sim.config.scenario import Scenario
+    from sim.cost.calibrated import CalibratedCostModel
 
     from .overhead import priced_steps, read_steps, step_error_table
 

@@ -18,8 +18,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.errors import ConfigError
 from sim.core.step_plan import StepPlan
+from sim.errors import ConfigError
 
 OVERHEAD_SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # table points; kept where steps of that size were seen
 _MIN_STEPS_PER_POINT = 5
@@ -84,8 +84,8 @@ def fit_step_overhead(priced: pd.DataFrame) -> pd.DataFrame:
 
 def write_engine_profile(profile: Path, table: pd.DataFrame, out: Path, source: str) -> Path:
     """A copy of the kernel profile whose step_overhead.csv is the engine's, all written at once."""
-    from sim.cost.calibrated import load_profile
     from sim.atomic_files import atomic_dir
+    from sim.cost.calibrated import load_profile
 
     load_profile(profile, field="--profile")  # a complete, readable profile
     with atomic_dir(out) as tmp:

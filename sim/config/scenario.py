@@ -18,9 +18,14 @@ from typing import Annotated, Any, Literal, Union, get_args, get_origin
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from sim.model.catalog import get_gpu, get_model
 from sim.errors import ConfigError, DoesNotFitError
-from sim.model.memory import check_tensor_parallel, kv_bytes_per_token, kv_capacity, weight_bytes_per_gpu
+from sim.model.catalog import get_gpu, get_model
+from sim.model.memory import (
+    check_tensor_parallel,
+    kv_bytes_per_token,
+    kv_capacity,
+    weight_bytes_per_gpu,
+)
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.workload.generate import WorkloadSpec
 

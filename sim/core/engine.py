@@ -12,9 +12,9 @@ from typing import Callable
 import numpy as np
 import simpy
 
-from sim.core.step_plan import StepPlan
 from sim.core.request import Request
 from sim.core.router import Router
+from sim.core.step_plan import StepPlan
 
 STATUS_CODES = {"finished": 0, "unfinished": 1, "rejected": 2}
 _PROGRESS_EVERY_STEPS = 2048

@@ -21,10 +21,11 @@ from typing import Callable
 
 import pandas as pd
 
-from sim.model.catalog import get_gpu, layer_groups, lm_head_shape
+from sim.core.step_plan import StepPlan
 from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.errors import ConfigError
-from sim.core.step_plan import StepPlan
+from sim.model.catalog import get_gpu
+from sim.model.shapes import layer_groups, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
 PROFILE_FORMAT_VERSION = 1

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sim.model.catalog import layer_groups, lm_head_shape
-from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token
 from sim.core.step_plan import StepPlan
+from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token
+from sim.model.shapes import layer_groups, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
 _ACT_BYTES = 2  # activations are bf16/fp16

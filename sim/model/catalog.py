@@ -1,16 +1,14 @@
 """Built-in models and GPUs, as data, with the source of every number next to it.
 
 Model shapes come from each model's Hugging Face `config.json` (repo named in the comment); GPU rates
-from NVIDIA datasheets, dense (no 2:4 sparsity). Derived quantities (weight matrices per layer,
-parameter counts) are computed from the shape here, so memory math and cost models agree on them.
+from NVIDIA datasheets, dense (no 2:4 sparsity). What follows from a shape (weight matrices per
+layer, parameter counts) is computed in `sim.model.shapes`, so memory math and cost models agree.
 """
 
 from __future__ import annotations
 
-import pandas as pd
-
 from sim.errors import ConfigError
-from sim.model.specs import GPUSpec, LinearShape, ModelSpec
+from sim.model.specs import GPUSpec, ModelSpec
 
 MODELS: dict[str, ModelSpec] = {
     "opt-13b": ModelSpec(
@@ -268,148 +266,3 @@ def get_gpu(name: str, field: str = "hardware.gpu") -> GPUSpec:
         return GPUS[_canonical(name)]
     except KeyError:
         raise ConfigError(f"{field}: unknown gpu {name!r}; allowed: {', '.join(GPUS)}") from None
-
-
-def _attention_shapes(m: ModelSpec) -> list[LinearShape]:
-    if m.attention == "mla":
-        # DeepSeek-V2 MLA: keys/values are rebuilt per head from one shared latent (kv_a), which every
-        # tensor-parallel rank needs in full, so kv_a is replicated; kv_b expands it per head.
-        qk_head_dim = m.qk_nope_head_dim + m.qk_rope_head_dim
-        q_out = m.num_attention_heads * qk_head_dim
-        if m.q_lora_rank:
-            q = [
-                LinearShape("q_a_proj", m.hidden_size, m.q_lora_rank, 1, "replicated", 1),
-                LinearShape("q_b_proj", m.q_lora_rank, q_out, 1, "column", 1),
-            ]
-        else:
-            q = [LinearShape("q_proj", m.hidden_size, q_out, 1, "column", 1)]
-        return q + [
-            LinearShape("kv_a_proj", m.hidden_size, m.kv_lora_rank + m.qk_rope_head_dim, 1, "replicated", 1),
-            LinearShape(
-                "kv_b_proj",
-                m.kv_lora_rank,
-                m.num_attention_heads * (m.qk_nope_head_dim + m.v_head_dim),
-                1,
-                "column",
-                1,
-            ),
-            LinearShape("attn_out", m.num_attention_heads * m.v_head_dim, m.hidden_size, 1, "row", 1),
-        ]
-    qkv_out = (m.num_attention_heads + 2 * m.num_kv_heads) * m.head_dim
-    return [
-        LinearShape("qkv", m.hidden_size, qkv_out, 1, "column", 1, m.attention_bias or m.linear_bias),
-        LinearShape("attn_out", m.num_attention_heads * m.head_dim, m.hidden_size, 1, "row", 1, m.linear_bias),
-    ]
-
-
-def _mlp_shapes(m: ModelSpec, ffn: int, prefix: str = "", count: int = 1, active: float = 1) -> list[LinearShape]:
-    if m.gated_mlp:
-        return [
-            LinearShape(f"{prefix}gate_up", m.hidden_size, 2 * ffn, count, "column", active, m.linear_bias),
-            LinearShape(f"{prefix}down", ffn, m.hidden_size, count, "row", active, m.linear_bias),
-        ]
-    return [
-        LinearShape(f"{prefix}fc1", m.hidden_size, ffn, count, "column", active, m.linear_bias),
-        LinearShape(f"{prefix}fc2", ffn, m.hidden_size, count, "row", active, m.linear_bias),
-    ]
-
-
-def layer_groups(model: ModelSpec) -> list[tuple[int, list[LinearShape]]]:
-    """(number of layers, weight matrices of one such layer) for each kind of layer, in order."""
-    attention = _attention_shapes(model)
-    if not model.is_moe:
-        return [(model.num_layers, attention + _mlp_shapes(model, model.ffn_size))]
-    k = model.num_experts_per_token
-    moe = [LinearShape("router", model.hidden_size, model.num_experts, 1, "replicated", 1)]
-    moe += _mlp_shapes(model, model.ffn_size, "experts_", model.num_experts, k)
-    if model.num_shared_experts:
-        s = model.num_shared_experts
-        moe += _mlp_shapes(model, model.ffn_size, "shared_", s, s)
-    groups = []
-    if model.num_dense_layers:
-        dense_ffn = model.dense_ffn_size or model.ffn_size
-        groups.append((model.num_dense_layers, attention + _mlp_shapes(model, dense_ffn)))
-    groups.append((model.num_layers - model.num_dense_layers, attention + moe))
-    return groups
-
-
-def lm_head_shape(model: ModelSpec) -> LinearShape:
-    """The output projection; tensor parallelism splits it over the vocabulary."""
-    return LinearShape("lm_head", model.hidden_size, model.vocab_size, 1, "column", 1)
-
-
-def norm_param_count(model: ModelSpec) -> int:
-    """Normalization weights: two per layer plus the final one (LayerNorm also has a bias: OPT),
-    and MLA's norms on its compressed latents."""
-    per_norm = 2 if model.linear_bias else 1
-    latent = model.kv_lora_rank + model.q_lora_rank
-    return (2 * model.num_layers + 1) * per_norm * model.hidden_size + model.num_layers * latent
-
-
-def _shape_params(shape: LinearShape) -> int:
-    return shape.count * (shape.in_features * shape.out_features + (shape.out_features if shape.has_bias else 0))
-
-
-def param_count(model: ModelSpec) -> int:
-    """Every weight: layers, embeddings, norms, biases, position table; a tied lm_head counted once."""
-    layers = sum(n * sum(_shape_params(s) for s in shapes) for n, shapes in layer_groups(model))
-    embeddings = model.vocab_size * model.hidden_size * (1 if model.tie_word_embeddings else 2)
-    positions = model.learned_position_embeddings * model.hidden_size
-    return layers + embeddings + positions + norm_param_count(model)
-
-
-def active_param_count(model: ModelSpec) -> int:
-    """Weights one token multiplies through: attention, active and shared experts, dense MLPs, norms,
-    lm_head. Embedding and position lookups are excluded: they read one row, not the matrix."""
-    layers = sum(
-        n * sum(_shape_params(s) * s.active_per_token / s.count for s in shapes)
-        for n, shapes in layer_groups(model)
-    )
-    head = lm_head_shape(model)
-    return round(layers) + head.in_features * head.out_features + norm_param_count(model)
-
-
-def models_table() -> pd.DataFrame:
-    """One row per catalog model, for `servesim catalog models`."""
-    from sim.model.memory import kv_bytes_per_token  # memory builds on this module's layer shapes
-
-    rows = []
-    for key, m in MODELS.items():
-        experts = f"{m.num_experts} (top-{m.num_experts_per_token})" if m.is_moe else ""
-        rows.append(
-            {
-                "model": key,
-                "layers": m.num_layers,
-                "hidden": m.hidden_size,
-                "heads": m.num_attention_heads,
-                "kv_heads": m.num_kv_heads,
-                "attention": m.attention,
-                "experts": experts,
-                "params_b": round(param_count(m) / 1e9, 2),
-                "active_params_b": round(active_param_count(m) / 1e9, 2),
-                "kv_bytes_per_token": kv_bytes_per_token(m),
-                "max_context": m.max_context,
-                "sliding_window": m.sliding_window,
-            }
-        )
-    table = pd.DataFrame(rows)
-    table["sliding_window"] = table["sliding_window"].astype("Int64")  # blank, not NaN, where absent
-    return table
-
-
-def gpus_table() -> pd.DataFrame:
-    """One row per catalog GPU, for `servesim catalog gpus`."""
-    rows = [
-        {
-            "gpu": key,
-            "bf16_tflops": g.bf16_flops_per_s / 1e12,
-            "fp8_tflops": g.fp8_flops_per_s / 1e12 if g.fp8_flops_per_s else None,
-            "memory_gb": round(g.hbm_bytes / 1e9, 1),
-            "memory_gb_per_s": g.hbm_bytes_per_s / 1e9,
-            "interconnect_gb_per_s": g.interconnect_bytes_per_s / 1e9,
-            "host_link_gb_per_s": g.host_link_bytes_per_s / 1e9,
-            "usd_per_hour": g.price_per_hour,
-        }
-        for key, g in GPUS.items()
-    ]
-    return pd.DataFrame(rows)

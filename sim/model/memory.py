@@ -9,8 +9,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from sim.model.catalog import layer_groups, lm_head_shape, norm_param_count
 from sim.errors import ConfigError, DoesNotFitError
+from sim.model.shapes import layer_groups, lm_head_shape, norm_param_count
 from sim.model.specs import GPUSpec, LinearShape, ModelSpec
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}

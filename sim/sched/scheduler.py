@@ -9,10 +9,11 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from sim.sched.decode import DecodeTracker
-from sim.kv.paged import KVManager, KVUsage, PagedKVManager
-from sim.core.step_plan import StepOutcome, StepPlan
 from sim.core.request import Request, RequestStatus
+from sim.core.step_plan import StepOutcome, StepPlan
+from sim.kv.base import KVManager, KVUsage
+from sim.kv.paged import PagedKVManager
+from sim.sched.decode import DecodeTracker
 
 
 class _SchedulerBase:

@@ -163,8 +163,8 @@ class Evaluator:
         seed = self.base_seed if seed is None else seed
         key = (num_replicas, round(rate_per_s, 9), seed)
         if key not in self.memo:
-            from sim.run import simulate
             from sim.config.scenario import validate_scenario
+            from sim.run import simulate
             scenario = validate_scenario(self.scenario_raw(num_replicas, rate_per_s, seed))
             summary = simulate(scenario).summary
             metrics = {k: summary.get(k) for k in KEPT_METRICS if k in summary}
@@ -426,6 +426,7 @@ def rank(outcomes: list[CandidateOutcome]) -> list[CandidateOutcome]:
 
 def _versions() -> dict:
     import importlib.metadata as md
+
     from sim import __version__
     out = {"servesim": __version__, "python": sys.version.split()[0]}
     for pkg in ("numpy", "pandas", "simpy", "pydantic", "plotly"):

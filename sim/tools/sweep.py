@@ -187,8 +187,8 @@ def _scalar_summary(summary: dict) -> dict:
 
 def run_point(task: PointTask) -> dict:
     """Simulate one point; a configuration error becomes the row's `error`, not an exception."""
-    from sim.run import simulate
     from sim.config.scenario import validate_scenario
+    from sim.run import simulate
     row: dict[str, Any] = {"point_id": task.point_id, "variant": task.variant or ""}
     row.update({key: _cell(value) for key, value in task.point.items()})
     try:

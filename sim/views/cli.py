@@ -10,8 +10,14 @@ from typing import Optional
 
 import typer
 from rich.console import Console
-from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                           TimeRemainingColumn)
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from sim.errors import ServeSimError
@@ -137,7 +143,12 @@ def _csv_list(option: str, text: Optional[str], cast=str) -> Optional[list]:
 
 def _read_raw(path: str, overrides: Optional[list[str]], resolve: bool = True) -> dict:
     """The scenario file as a mapping (relative paths anchored, overrides applied), validated once."""
-    from sim.config.scenario import _anchor_paths, apply_overrides, build_scenario_set, read_yaml
+    from sim.config.scenario import (
+        _anchor_paths,
+        apply_overrides,
+        build_scenario_set,
+        read_yaml,
+    )
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ServeSimError(f"{path}: expected a YAML mapping at the top level")
@@ -217,8 +228,13 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
          address: Optional[str] = AddressOption,
          quiet: bool = typer.Option(False, "--quiet", "-q")):
     """Find the cheapest deployment that serves the target load within the SLOs."""
-    from sim.views.plan_report import candidates_frame, recommendation_text, seed_summary, write_plan_outputs
     from sim.tools.planner import plan_settings, run_plan
+    from sim.views.plan_report import (
+        candidates_frame,
+        recommendation_text,
+        seed_summary,
+        write_plan_outputs,
+    )
     raw = _read_raw(scenario, set_, resolve=False)  # candidates bring their own hardware
     prices = {}
     for item in price or []:
@@ -289,7 +305,7 @@ def schema():
 @app.command()
 def catalog(kind: str = typer.Argument(..., help="models or gpus")):
     """Print the model or GPU catalog as a table."""
-    from sim.model.catalog import gpus_table, models_table
+    from sim.views.tables import gpus_table, models_table
     tables = {"models": models_table, "gpus": gpus_table}
     if kind not in tables:
         raise ServeSimError(f"catalog: {kind!r} is not a catalog; allowed: models, gpus")

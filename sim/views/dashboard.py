@@ -30,12 +30,19 @@ import plotly.graph_objects as go
 import yaml
 from plotly.subplots import make_subplots
 
-from sim.errors import ConfigError
 from sim.atomic_files import atomic_write_bytes
-from sim.views.report import SUMMARY_ROWS, format_value
+from sim.config.scenario import (
+    MAX_SCENARIO_BYTES,
+    Scenario,
+    ScenarioSet,
+    _anchor_paths,
+    _deep_merge,
+    build_scenario_set,
+    validate_scenario,
+)
+from sim.errors import ConfigError
 from sim.results import Result
-from sim.config.scenario import (MAX_SCENARIO_BYTES, Scenario, ScenarioSet, _anchor_paths, _deep_merge, build_scenario_set,
-                       validate_scenario)
+from sim.views.report import SUMMARY_ROWS, format_value
 
 MAX_VARIANTS = 4
 MAX_UPLOAD_YAML_BYTES = MAX_SCENARIO_BYTES  # the CLI's limit for scenario files (1 MiB)

@@ -1,0 +1,87 @@
+"""What every KV-cache manager answers the scheduler, and the memory split it reports.
+
+Both managers answer the same questions:
+- `allocate_slots(request, num_new_tokens)`: make room for the request's computed tokens plus
+  `num_new_tokens`; returns what was newly allocated, or None when there is no room (the scheduler
+  then waits or preempts).
+- `free(request)`: give everything back.
+- `usage(num_token_slots)`: memory split into token states, reserved-not-yet-used, internal and
+  external fragmentation (the categories of the vLLM paper, Kwon et al. SOSP 2023, Fig. 2).
+Token states are counted by the scheduler (it advances decoding requests in bulk), so it passes
+them in.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from sim.core.request import Request
+
+ReserveRule = Literal["max_len", "pow2", "oracle"]
+
+
+@dataclass(frozen=True, slots=True)
+class KVUsage:
+    capacity_slots: int  # token slots the cache holds in all
+    token_slots: int  # slots holding a computed token's K/V (a shared block's tokens counted once)
+    reserved_slots: int  # allocated, will be filled by this request's future tokens
+    internal_slots: int  # allocated, will never be filled (over-reservation, partly filled last block)
+    external_slots: int  # free, but in pieces too small to serve an allocation as large as the largest hole
+    cached_slots: int = 0  # free (counted in free_slots) but still holding a cached prefix, evicted on demand
+    shared_slots: int = 0  # token states the requests hold beyond token_slots: stored once, used by several
+
+    @property
+    def allocated_slots(self) -> int:
+        return self.token_slots + self.reserved_slots + self.internal_slots
+
+    @property
+    def free_slots(self) -> int:
+        return self.capacity_slots - self.allocated_slots
+
+
+@dataclass(frozen=True, slots=True)
+class PrefixCacheStats:
+    """Prefix-cache lookups, counted when a request's first blocks are allocated (its admission)."""
+
+    num_queries: int  # admissions (a request preempted and admitted again counts again)
+    queried_tokens: int  # their prompt tokens
+    hit_tokens: int  # prompt tokens whose K/V came from the cache instead of being computed
+    queried_blocks: int  # their prompt blocks, ceil(prompt / block_size) each
+    hit_blocks: int  # blocks claimed from the cache (hit_tokens / block_size)
+    reused_blocks: int  # prompt blocks whose content was cached at admission, claimable or not (see below)
+    num_evictions: int  # cached blocks dropped to make room
+
+    @property
+    def hit_rate(self) -> float:
+        """Fraction of prompt tokens served from the cache."""
+        return self.hit_tokens / self.queried_tokens if self.queried_tokens else 0.0
+
+    @property
+    def reuse_rate(self) -> float:
+        """Fraction of prompt blocks already cached at admission (no "compute at least one token" cap)."""
+        return self.reused_blocks / self.queried_blocks if self.queried_blocks else 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class SharingStats:
+    """Blocks used by several requests at once (prefix hits while the owner runs, forks)."""
+
+    shared_blocks: int  # blocks referenced by more than one request now
+    saved_blocks: int  # sum over blocks of (references - 1): blocks that sharing saves now
+    saved_slots: int  # saved_blocks * block_size
+    num_cow_copies: int  # copy-on-write copies made so far
+
+    def saved_bytes(self, kv_bytes_per_token: float) -> float:
+        return self.saved_slots * kv_bytes_per_token
+
+
+class KVManager(Protocol):
+    capacity_slots: int
+
+    def allocate_slots(self, request: Request, num_new_tokens: int) -> list | None: ...
+    def free(self, request: Request) -> None: ...
+    def usage(self, num_token_slots: int) -> KVUsage: ...
+    def can_ever_fit(self, num_tokens: int) -> bool: ...
+    def num_allocated_slots(self) -> int: ...
+    def get_computed_blocks(self, request: Request) -> int: ...

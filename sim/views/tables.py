@@ -1,0 +1,53 @@
+"""The catalogs as tables for `servesim catalog` and the dashboard."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from sim.model.catalog import GPUS, MODELS
+from sim.model.memory import kv_bytes_per_token
+from sim.model.shapes import active_param_count, param_count
+
+
+def models_table() -> pd.DataFrame:
+    """One row per catalog model, for `servesim catalog models`."""
+    rows = []
+    for key, m in MODELS.items():
+        experts = f"{m.num_experts} (top-{m.num_experts_per_token})" if m.is_moe else ""
+        rows.append(
+            {
+                "model": key,
+                "layers": m.num_layers,
+                "hidden": m.hidden_size,
+                "heads": m.num_attention_heads,
+                "kv_heads": m.num_kv_heads,
+                "attention": m.attention,
+                "experts": experts,
+                "params_b": round(param_count(m) / 1e9, 2),
+                "active_params_b": round(active_param_count(m) / 1e9, 2),
+                "kv_bytes_per_token": kv_bytes_per_token(m),
+                "max_context": m.max_context,
+                "sliding_window": m.sliding_window,
+            }
+        )
+    table = pd.DataFrame(rows)
+    table["sliding_window"] = table["sliding_window"].astype("Int64")  # blank, not NaN, where absent
+    return table
+
+
+def gpus_table() -> pd.DataFrame:
+    """One row per catalog GPU, for `servesim catalog gpus`."""
+    rows = [
+        {
+            "gpu": key,
+            "bf16_tflops": g.bf16_flops_per_s / 1e12,
+            "fp8_tflops": g.fp8_flops_per_s / 1e12 if g.fp8_flops_per_s else None,
+            "memory_gb": round(g.hbm_bytes / 1e9, 1),
+            "memory_gb_per_s": g.hbm_bytes_per_s / 1e9,
+            "interconnect_gb_per_s": g.interconnect_bytes_per_s / 1e9,
+            "host_link_gb_per_s": g.host_link_bytes_per_s / 1e9,
+            "usd_per_hour": g.price_per_hour,
+        }
+        for key, g in GPUS.items()
+    ]
+    return pd.DataFrame(rows)

@@ -1,0 +1,272 @@
+"""Arrival processes: when requests arrive (Poisson, Gamma, constant, schedules, diurnal, closed loop, trace timestamps).
+
+Each process is sampled in chunks of many requests, never one Python iteration per request; a chunk
+continues where the last one stopped, so asking for more requests extends the same arrivals.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterator
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from sim.errors import ConfigError
+from sim.workload.base import StrictSpec
+from sim.workload.traces import Trace, TraceColumns, TraceFormat, load_trace
+
+# --------------------------------------------------------------------------------------------------
+# Arrival processes
+
+
+class PoissonArrival(StrictSpec):
+    """Independent requests: exponential inter-arrival gaps (CV 1)."""
+
+    kind: Literal["poisson"] = "poisson"
+    rate_per_s: float = Field(gt=0)
+
+
+class GammaArrival(StrictSpec):
+    """Renewal process with gamma gaps: cv > 1 is burstier than Poisson, cv < 1 more regular."""
+
+    kind: Literal["gamma"] = "gamma"
+    rate_per_s: float = Field(gt=0)
+    cv: float = Field(gt=0, description="coefficient of variation of the inter-arrival gaps")
+
+
+class ConstantArrival(StrictSpec):
+    """One request every 1/rate seconds (CV 0)."""
+
+    kind: Literal["constant"] = "constant"
+    rate_per_s: float = Field(gt=0)
+
+
+class ScheduleStep(StrictSpec):
+    duration_s: float = Field(gt=0)
+    rate_per_s: float = Field(ge=0)
+
+
+class ScheduleArrival(StrictSpec):
+    """Poisson arrivals whose rate is piecewise constant: each step holds its rate for its duration.
+
+    With `repeat` the steps cycle forever; without it the last step's rate holds after the schedule
+    ends (a last step with rate 0 ends the workload there).
+    """
+
+    kind: Literal["schedule"] = "schedule"
+    steps: list[ScheduleStep] = Field(min_length=1)
+    repeat: bool = True
+
+    @model_validator(mode="after")
+    def _some_traffic(self) -> "ScheduleArrival":
+        if not any(step.rate_per_s > 0 for step in self.steps):
+            raise ValueError("at least one step needs rate_per_s > 0")
+        return self
+
+
+class DiurnalArrival(StrictSpec):
+    """Poisson arrivals with a sinusoidal rate:
+    rate(t) = mean_rate_per_s * (1 + amplitude * sin(2 pi (t - phase_s) / period_s)).
+    """
+
+    kind: Literal["diurnal"] = "diurnal"
+    mean_rate_per_s: float = Field(gt=0)
+    amplitude: float = Field(ge=0, lt=1, description="peak deviation as a fraction of the mean rate")
+    period_s: float = Field(gt=0)
+    phase_s: float = Field(0.0, description="time at which the rate crosses its mean going up")
+
+
+class ClosedLoopArrival(StrictSpec):
+    """`num_users` users, each sending its next request `think_time_s` after the previous one finishes.
+
+    Arrival times depend on the simulated system, so the engine runs the users; the workload only
+    holds the lengths of the requests they will send.
+    """
+
+    kind: Literal["closed_loop"] = "closed_loop"
+    num_users: int = Field(ge=1)
+    think_time_s: float = Field(ge=0)
+
+
+class TraceArrival(StrictSpec):
+    """Replay the arrival times of a trace file (see sim.workload.traces)."""
+
+    kind: Literal["trace"] = "trace"
+    path: str
+    format: TraceFormat = "auto"
+    columns: TraceColumns | None = None
+    time_scale: float = Field(1.0, gt=0, description="multiplies every inter-arrival gap")
+    target_rate_per_s: float | None = Field(None, gt=0, description="rescale gaps to this mean rate")
+
+    @model_validator(mode="after")
+    def _one_rescaling(self) -> "TraceArrival":
+        if self.target_rate_per_s is not None and self.time_scale != 1.0:
+            raise ValueError("give time_scale or target_rate_per_s, not both")
+        return self
+
+
+Arrival = Annotated[
+    Union[
+        PoissonArrival, GammaArrival, ConstantArrival, ScheduleArrival, DiurnalArrival, ClosedLoopArrival, TraceArrival
+    ],
+    Field(discriminator="kind"),
+]
+
+
+# --------------------------------------------------------------------------------------------------
+# Arrival sampling
+
+
+def synthetic_arrivals(
+    spec: PoissonArrival | GammaArrival | ConstantArrival | ScheduleArrival | DiurnalArrival,
+    seq: np.random.SeedSequence,
+    num_requests: int | None,
+    duration_s: float | None,
+) -> np.ndarray:
+    """Draw chunks of arrivals until `num_requests` are in hand or the process has passed `duration_s`."""
+    expected = num_requests if num_requests is not None else _mean_rate(spec) * duration_s
+    # One chunk in the common case; the margin covers the Poisson spread of the count over a duration.
+    chunk = int(min(max(expected + 6 * math.sqrt(expected) + 64, 1024), 1 << 22))
+    if num_requests is not None:
+        chunk = min(chunk, num_requests)
+    parts, count = [], 0
+    for times, reached_s in _arrival_chunks(spec, seq, chunk):
+        if duration_s is not None:
+            times = times[: np.searchsorted(times, duration_s, side="left")]
+        parts.append(times)
+        count += len(times)
+        if (num_requests is not None and count >= num_requests) or (duration_s is not None and reached_s >= duration_s):
+            break
+    arrival_s = np.concatenate(parts) if parts else np.empty(0)
+    return arrival_s[:num_requests]
+
+
+def _mean_rate(spec) -> float:
+    if isinstance(spec, ScheduleArrival):
+        durations = np.array([s.duration_s for s in spec.steps])
+        rates = np.array([s.rate_per_s for s in spec.steps])
+        return max(float(durations @ rates / durations.sum()), float(rates.max()) * 0.1)
+    if isinstance(spec, DiurnalArrival):
+        return spec.mean_rate_per_s * (1 + spec.amplitude)  # thinning draws candidates at the peak rate
+    return spec.rate_per_s
+
+
+def _arrival_chunks(spec, seq: np.random.SeedSequence, chunk: int) -> Iterator[tuple[np.ndarray, float]]:
+    """Yield (sorted arrival times, time up to which the process has been sampled), forever or until it ends.
+
+    Each chunk continues where the last one stopped and every stream is consumed in order, so the
+    arrivals do not depend on the chunk size.
+    """
+    gaps_rng, thin_rng = (np.random.default_rng(s) for s in seq.spawn(2))
+    t0 = 0.0
+    if isinstance(spec, ConstantArrival):
+        k = 0
+        while True:
+            times = np.arange(k + 1, k + chunk + 1) / spec.rate_per_s
+            k += chunk
+            yield times, float(times[-1])
+    elif isinstance(spec, (PoissonArrival, GammaArrival)):
+        while True:
+            if isinstance(spec, PoissonArrival):
+                gaps = gaps_rng.exponential(1.0 / spec.rate_per_s, chunk)
+            else:
+                shape = 1.0 / spec.cv**2  # gamma CV is 1/sqrt(shape); the scale then fixes the mean gap
+                gaps = gaps_rng.gamma(shape, 1.0 / (spec.rate_per_s * shape), chunk)
+            times = _accumulate(t0, gaps)
+            t0 = float(times[-1])
+            yield times, t0
+    elif isinstance(spec, DiurnalArrival):
+        # Thinning (Lewis & Shedler 1979): candidates at the peak rate, each kept with prob rate(t)/peak.
+        peak = spec.mean_rate_per_s * (1 + spec.amplitude)
+        while True:
+            candidates = _accumulate(t0, gaps_rng.exponential(1.0 / peak, chunk))
+            rate = spec.mean_rate_per_s * (
+                1 + spec.amplitude * np.sin(2 * np.pi * (candidates - spec.phase_s) / spec.period_s)
+            )
+            t0 = float(candidates[-1])
+            yield candidates[thin_rng.random(chunk) * peak < rate], t0
+    elif isinstance(spec, ScheduleArrival):
+        yield from _schedule_chunks(spec, gaps_rng, chunk)
+    else:  # pragma: no cover - the discriminated union is exhaustive
+        raise TypeError(f"no sampler for {spec!r}")
+
+
+def _accumulate(t0: float, gaps: np.ndarray) -> np.ndarray:
+    # Prepending t0 (not adding it afterwards) keeps the sums bit-identical across chunk sizes.
+    return np.cumsum(np.concatenate(([t0], gaps)))[1:]
+
+
+def _schedule_chunks(spec: ScheduleArrival, rng: np.random.Generator, chunk: int) -> Iterator[tuple[np.ndarray, float]]:
+    """Time rescaling: unit-rate Poisson points S_k mapped through the inverse of the cumulative rate."""
+    durations = np.array([s.duration_s for s in spec.steps])
+    rates = np.array([s.rate_per_s for s in spec.steps])
+    step_end_s = np.cumsum(durations)
+    step_start_s = step_end_s - durations
+    mass_end = np.cumsum(durations * rates)  # expected arrivals by the end of each step
+    mass_start = mass_end - durations * rates
+    period_s, period_mass = float(step_end_s[-1]), float(mass_end[-1])
+    last_busy = int(np.flatnonzero(rates > 0)[-1])
+
+    def invert(mass: np.ndarray) -> np.ndarray:
+        cycles = np.floor(mass / period_mass) if spec.repeat else np.zeros_like(mass)
+        within = np.clip(mass - cycles * period_mass, 0.0, None)
+        # side="right" skips zero-rate steps, whose cumulative mass does not grow.
+        step = np.minimum(np.searchsorted(mass_end, within, side="right"), last_busy)
+        times = cycles * period_s + step_start_s[step] + (within - mass_start[step]) / rates[step]
+        if not spec.repeat:
+            beyond = mass >= period_mass
+            if rates[-1] > 0:
+                times[beyond] = period_s + (mass[beyond] - period_mass) / rates[-1]
+            else:
+                times = times[~beyond]
+        return times
+
+    s0 = 0.0
+    while True:
+        masses = _accumulate(s0, rng.exponential(1.0, chunk))
+        s0 = float(masses[-1])
+        times = invert(masses)
+        if len(times) < chunk:  # a schedule that does not repeat and ends at rate 0 has run out
+            yield times, math.inf
+            return
+        yield times, float(times[-1])
+
+
+def replay_arrivals(
+    arrival_s: np.ndarray, spec: TraceArrival, num_requests: int | None, duration_s: float | None
+) -> np.ndarray:
+    """The trace's times, rescaled (over the whole trace, before truncation), then cut to the run."""
+    if spec.target_rate_per_s is not None:
+        span_s = float(arrival_s[-1] - arrival_s[0])
+        if len(arrival_s) < 2 or span_s <= 0:
+            raise ConfigError(
+                f"workload.arrival.target_rate_per_s: '{spec.path}' spans no time, so it has no rate to rescale"
+            )
+        # Mean rate = 1 / mean gap = (n - 1) / span, the same definition summarize() reports.
+        scale = (len(arrival_s) - 1) / (span_s * spec.target_rate_per_s)
+    else:
+        scale = spec.time_scale
+    times = arrival_s * scale
+    if duration_s is not None:
+        times = times[: np.searchsorted(times, duration_s, side="left")]
+    return times[:num_requests]
+
+
+@lru_cache(maxsize=16)
+def _load_cached(key: tuple, path: str, fmt: str, columns: TraceColumns | None, field: str) -> Trace:
+    return load_trace(path, fmt, columns, field=field)
+
+
+def cached_trace(path: str, fmt: str, columns: TraceColumns | None, field: str) -> Trace:
+    """Sweeps generate many workloads from one trace: parse it once (Trace arrays are read-only)."""
+    file = Path(path).expanduser()
+    try:
+        stat = file.stat()
+    except OSError:
+        return load_trace(path, fmt, columns, field=field)  # raises the one-line "not found" error
+    # Keyed on the absolute path and its mtime/size so that an edited file is read again.
+    return _load_cached((str(file.resolve()), stat.st_mtime_ns, stat.st_size), path, fmt, columns, field)
