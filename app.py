@@ -14,7 +14,7 @@ from pathlib import Path
 import streamlit as st
 import yaml
 
-from sim.config.scenario import validate_scenario
+from sim.config.files import validate_scenario
 from sim.errors import ServeSimError
 from sim.model.catalog import GPUS, MODELS
 from sim.results import Result

@@ -14,7 +14,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.config.scenario import validate_scenario  # noqa: E402
+from sim.config.files import validate_scenario  # noqa: E402
 from sim.run import make_workload, simulate  # noqa: E402
 
 RATE_PER_S = 18.0  # ~80% of the ~22 req/s this configuration sustains (see scenarios/quickstart.yaml)

@@ -8,7 +8,10 @@ def __getattr__(name):
     if name in ("simulate", "make_workload"):
         from sim import run as _simulate
         return getattr(_simulate, name)
-    if name in ("load_scenario_set", "Scenario"):
-        from sim.config import scenario as _scenario
-        return getattr(_scenario, name)
+    if name == "load_scenario_set":
+        from sim.config.files import load_scenario_set
+        return load_scenario_set
+    if name == "Scenario":
+        from sim.config.schema import Scenario
+        return Scenario
     raise AttributeError(name)

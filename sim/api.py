@@ -4,7 +4,8 @@
 the stable entry points so `from sim.api import simulate` keeps working as the layout evolves.
 """
 
-from sim.config.scenario import Scenario, ScenarioSet, load_scenario_set
+from sim.config.files import load_scenario_set
+from sim.config.schema import Scenario, ScenarioSet
 from sim.results import Result
 from sim.run import make_workload, simulate
 

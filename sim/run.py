@@ -6,7 +6,8 @@ from typing import Callable
 
 import numpy as np
 
-from sim.config.scenario import Scenario
+from sim.config.deployment import Deployment, resolve
+from sim.config.schema import Scenario
 from sim.core.engine import Replica, Simulation
 from sim.core.router import make_router
 from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCostModel
@@ -19,15 +20,16 @@ from sim.sched.speculative import SpeculativeDecodeBatch
 from sim.workload.generate import Workload, generate_workload
 
 
-def make_workload(scenario: Scenario) -> Workload:
+def make_workload(scenario: Scenario, deployment: Deployment | None = None) -> Workload:
     run = scenario.run
+    max_len = (deployment or resolve(scenario)).max_model_len
     return generate_workload(scenario.workload, seed=run.seed, num_requests=run.num_requests,
-                             duration_s=run.duration_s, max_context=scenario.max_model_len())
+                             duration_s=run.duration_s, max_context=max_len)
 
 
-def _roofline(scenario: Scenario, model):
+def _roofline(scenario: Scenario, deployment: Deployment, model):
     spec, q = scenario.cost_model, scenario.quantization
-    return RooflineCostModel(model, scenario.gpu_spec(), tensor_parallel=scenario.hardware.tensor_parallel,
+    return RooflineCostModel(model, deployment.gpu, tensor_parallel=deployment.tensor_parallel,
                              weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
                              # A calibrated target's draft model: the roofline at the GPU's defaults.
                              compute_efficiency=getattr(spec, "compute_efficiency", None),
@@ -35,32 +37,33 @@ def _roofline(scenario: Scenario, model):
                              step_overhead_s=getattr(spec, "step_overhead_s", None))
 
 
-def _calibrated(scenario: Scenario):
+def _calibrated(scenario: Scenario, deployment: Deployment):
     from sim.cost.calibrated import CalibratedCostModel
     q, kv = scenario.quantization, scenario.kv_cache
-    return CalibratedCostModel(scenario.calibrated_profile_dir(), scenario.model_spec(),
-                               tensor_parallel=scenario.hardware.tensor_parallel, kv_layout=kv.layout,
-                               block_size=kv.block_size, gpu=scenario.gpu_spec(), weight_dtype=q.weights,
+    return CalibratedCostModel(deployment.profile_dir, deployment.model,
+                               tensor_parallel=deployment.tensor_parallel, kv_layout=kv.layout,
+                               block_size=kv.block_size, gpu=deployment.gpu, weight_dtype=q.weights,
                                kv_dtype=q.kv_cache)
 
 
-def make_cost_model(scenario: Scenario):
+def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
+    deployment = deployment or resolve(scenario)
     spec = scenario.cost_model
     if spec.kind == "fixed":
         target = FixedCostModel(spec.prefill_s, spec.decode_s)
     elif spec.kind == "calibrated":
-        target = _calibrated(scenario)
+        target = _calibrated(scenario, deployment)
     else:
-        target = _roofline(scenario, scenario.model_spec())
+        target = _roofline(scenario, deployment, deployment.model)
     spec_dec = scenario.speculation
     if spec_dec is None:
         return target
-    draft = spec_dec.draft_spec()
+    draft = deployment.draft_model
     if draft is not None and spec.kind == "fixed":
         raise ConfigError("speculation.draft_model: a fixed cost model needs draft_cost_ratio instead")
     if draft is not None:
         # The draft's steps carry no fixed engine overhead of their own: they run inside the target's step.
-        draft_cost = _roofline(scenario, draft)
+        draft_cost = _roofline(scenario, deployment, draft)
         draft_cost.step_overhead_s = 0.0
         return SpeculativeCostModel(target, draft=draft_cost, sync_overhead_fraction=spec_dec.sync_overhead_fraction)
     return SpeculativeCostModel(target, draft_cost_ratio=spec_dec.draft_cost_ratio,
@@ -83,10 +86,11 @@ def _speculative_batch(scenario: Scenario, kv, replica_index: int):
                                   kv=kv if paged else None)
 
 
-def make_scheduler(scenario: Scenario, replica_index: int = 0):
+def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deployment | None = None):
+    deployment = deployment or resolve(scenario)
     kv_spec, s = scenario.kv_cache, scenario.scheduler
-    tokens = scenario.kv_capacity_tokens()
-    max_len = scenario.max_model_len()
+    tokens = deployment.kv_capacity_tokens
+    max_len = deployment.max_model_len
     if kv_spec.layout == "paged":
         num_blocks = tokens // kv_spec.block_size
         if num_blocks < 1:
@@ -101,19 +105,20 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0):
     tracker = _speculative_batch(scenario, kv, replica_index) if scenario.speculation else None
     swap_tokens = 0
     if kv_spec.preemption == "swap":
-        swap_tokens = kv_spec.swap_space_bytes // scenario.kv_bytes_per_token_per_gpu()
+        swap_tokens = kv_spec.swap_space_bytes // deployment.kv_bytes_per_token_per_gpu
     return ContinuousScheduler(kv, max_num_seqs=s.max_num_seqs,
-                               max_num_batched_tokens=scenario.max_num_batched_tokens(),
+                               max_num_batched_tokens=deployment.max_num_batched_tokens,
                                chunked_prefill=s.chunked_prefill, max_model_len=max_len, tracker=tracker,
                                swap_capacity_tokens=swap_tokens,
-                               sequences_per_request=scenario.sequences_per_request())
+                               sequences_per_request=deployment.sequences_per_request)
 
 
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
              progress: Callable[[float, int], None] | None = None, cost_model=None) -> Result:
     """Simulate a validated scenario; `workload` defaults to the one the scenario generates."""
-    workload = workload if workload is not None else make_workload(scenario)
-    replicas = [Replica(i, make_scheduler(scenario, i), cost_model or make_cost_model(scenario))
+    deployment = resolve(scenario)
+    workload = workload if workload is not None else make_workload(scenario, deployment)
+    replicas = [Replica(i, make_scheduler(scenario, i, deployment), cost_model or make_cost_model(scenario, deployment))
                 for i in range(scenario.hardware.num_replicas)]
     run = scenario.run
     horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
@@ -129,13 +134,13 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     requests = requests_frame(sim.requests)
     steps = steps_frame(sim.steps.arrays())
     elapsed = horizon if horizon is not None else sim.end_s
-    summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=scenario.gpu_spec(),
+    summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=deployment.gpu,
                         in_system_area=sim.in_system_area,
                         num_generated=workload.num_requests)
     summary["kv_capacity_tokens"] = replicas[0].scheduler.kv.capacity_slots
     swapped_tokens = int(steps["swap_in_tokens"].sum() + steps["swap_out_tokens"].sum())
-    summary["swapped_bytes"] = swapped_tokens * scenario.kv_bytes_per_token_per_gpu() * scenario.hardware.tensor_parallel
-    kv_bytes_total = scenario.kv_bytes_per_token_per_gpu() * scenario.hardware.tensor_parallel
+    summary["swapped_bytes"] = swapped_tokens * deployment.kv_bytes_per_token
+    kv_bytes_total = deployment.kv_bytes_per_token
     if scenario.kv_cache.enable_prefix_caching:
         stats = [r.scheduler.kv.prefix_cache_stats() for r in replicas]
         queried = sum(x.queried_tokens for x in stats)

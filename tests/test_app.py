@@ -207,7 +207,7 @@ def test_a_trace_upload_replays_it(tmp_path, monkeypatch):
                                   "llama70b_tp4"])
 def test_a_shipped_scenario_survives_upload_and_download_unchanged(name):
     """The form must not change what it was given: every widget starts from the file's value."""
-    from sim.config.scenario import build_scenario_set
+    from sim.config.files import build_scenario_set
 
     raw = yaml.safe_load((Path(APP).parent / "scenarios" / f"{name}.yaml").read_text())
     raw["run"]["num_requests"] = 40  # the round trip is about settings; keep the simulations small

@@ -17,7 +17,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.config.scenario import build_scenario_set, load_scenario_set
+from sim.config.deployment import model_spec, resolve
+from sim.config.files import build_scenario_set, load_scenario_set
 from sim.core.step_plan import StepPlan
 from sim.cost.calibrated import (
     CalibratedCostModel,
@@ -187,7 +188,7 @@ def test_a_step_on_grid_points_is_the_sum_of_its_measured_kernels():
     """Known answer: 16 decodes at context 256 (all grid points) = layers x (5 GEMMs + attention + norms,
     rotary, activation, residuals) + LM head + sampling + engine loop, each read from the CSVs."""
     profile = load_profile(PROFILE)
-    model = build_scenario_set(scenario_dict(str(PROFILE))).base.model_spec()
+    model = model_spec(build_scenario_set(scenario_dict(str(PROFILE))).base)
     cost = CalibratedCostModel(PROFILE, model, kv_layout="paged")
     plan = StepPlan(num_decode_seqs=16, decode_context_tokens=16 * 256, num_sampled_seqs=16)
     per_layer = sum(_measured(profile, "linear", op=op, num_tokens=16)
@@ -205,7 +206,7 @@ def test_a_step_on_grid_points_is_the_sum_of_its_measured_kernels():
 
 
 def test_more_work_never_costs_less():
-    model = build_scenario_set(scenario_dict(str(PROFILE))).base.model_spec()
+    model = model_spec(build_scenario_set(scenario_dict(str(PROFILE))).base)
     cost = CalibratedCostModel(PROFILE, model)
     prefill = [cost.step_time(StepPlan(prefill_request_ids=[0], prefill_chunk_tokens=[c], prefill_context_tokens=[0],
                                        num_sampled_seqs=1)) for c in (64, 512, 2048, 8192)]
@@ -215,7 +216,7 @@ def test_more_work_never_costs_less():
 
 def test_tensor_parallel_all_reduce_comes_from_the_scenario_gpu(tmp_path):
     """A TP-2 profile (per-GPU shard shapes) priced on two GPUs: the all-reduce is the roofline's."""
-    model = build_scenario_set(scenario_dict(str(PROFILE))).base.model_spec()
+    model = model_spec(build_scenario_set(scenario_dict(str(PROFILE))).base)
     profile = tmp_path / "tp2"
     shutil.copytree(PROFILE, profile)
     meta = json.loads((profile / "meta.json").read_text())
@@ -263,7 +264,7 @@ def test_a_scenario_can_name_a_shipped_profile(tmp_path, monkeypatch):
     data = scenario_dict(None)
     data["cost_model"] = {"kind": "calibrated", "profile_device": "cpu-test"}
     scenario = build_scenario_set(data).base
-    assert scenario.calibrated_profile_dir() == shipped / "cpu-test" / "tiny-llama" / "tp1"
+    assert resolve(scenario).profile_dir == shipped / "cpu-test" / "tiny-llama" / "tp1"
     assert simulate(scenario).summary["throughput_rps"] > 0
     data["cost_model"] = {"kind": "calibrated"}  # defaults to hardware.gpu: nothing shipped for h100-sxm
     with pytest.raises(ConfigError, match=r"no shipped profile for h100-sxm/tiny-llama/tp1.*cpu-test/tiny-llama/tp1"):
@@ -362,7 +363,7 @@ def test_fit_reports_held_out_errors_per_op():
 def test_sim_imports_and_simulates_without_torch(tmp_path):
     code = ("import sys; sys.modules['torch'] = None; sys.modules['triton'] = None\n"
             "import yaml\n"
-            "from sim.config.scenario import build_scenario_set\n"
+            "from sim.config.files import build_scenario_set\n"
             "from sim.run import simulate\n"
             f"data = yaml.safe_load({yaml.safe_dump(scenario_dict(str(PROFILE)))!r})\n"
             "r = simulate(build_scenario_set(data).base)\n"

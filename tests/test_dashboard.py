@@ -10,7 +10,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sim.config.scenario import build_scenario_set, load_scenario_set, validate_scenario
+from sim.config.deployment import resolve
+from sim.config.files import build_scenario_set, load_scenario_set, validate_scenario
 from sim.errors import ConfigError
 from sim.results import Result
 from sim.run import simulate
@@ -87,7 +88,7 @@ def test_with_policy_sets_back_a_default_token_budget_the_base_overrode():
     new = dash.with_policy(base, {}, dash.Policy(max_num_batched_tokens=None))
     scenario = validate_scenario(dash.merged(base, new))
     assert scenario.scheduler.max_num_batched_tokens is None
-    assert scenario.max_num_batched_tokens() == 2048 + 256  # the engine default: max_model_len + max_num_seqs
+    assert resolve(scenario).max_num_batched_tokens == 2048 + 256  # the engine default: max_model_len + max_num_seqs
 
 
 def test_form_from_yaml_keeps_the_first_four_variants_and_names_the_rest():

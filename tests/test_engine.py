@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sim.config.scenario import build_scenario_set, validate_scenario
+from sim.config.deployment import resolve
+from sim.config.files import build_scenario_set, validate_scenario
 from sim.run import make_workload, simulate
 
 
@@ -175,7 +176,7 @@ def test_unchunked_long_prompts_are_not_blocked_behind_decodes():
                             "lengths": {"kind": "lognormal", "input_mean": 300, "input_sigma": 1.5,
                                         "output_mean": 200, "output_sigma": 0.5}},
                   run={"seed": 0, "num_requests": 300})
-    assert sc.max_num_batched_tokens() == 1024 + sc.scheduler.max_num_seqs
+    assert resolve(sc).max_num_batched_tokens == 1024 + sc.scheduler.max_num_seqs
     result = simulate(sc)
     step_p99 = result.steps["duration_s"].quantile(0.99)
     assert result.requests["queueing_s"].max() < 5 * step_p99

@@ -3,7 +3,7 @@
 import pytest
 from helpers import make_request
 
-from sim.config.scenario import validate_scenario
+from sim.config.files import validate_scenario
 from sim.kv.paged import PagedKVManager
 from sim.run import simulate
 from sim.sched.scheduler import ContinuousScheduler

@@ -3,7 +3,7 @@
 import pytest
 from conftest import TRACES
 
-from sim.config.scenario import validate_scenario
+from sim.config.files import validate_scenario
 from sim.run import simulate
 
 

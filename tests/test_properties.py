@@ -3,7 +3,7 @@
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from sim.config.scenario import validate_scenario
+from sim.config.files import validate_scenario
 from sim.run import simulate
 
 policies = st.sampled_from([

@@ -2,7 +2,8 @@
 
 import pytest
 
-from sim.config.scenario import validate_scenario
+from sim.config.deployment import resolve
+from sim.config.files import validate_scenario
 from sim.core.step_plan import StepPlan
 from sim.run import make_cost_model, simulate
 
@@ -20,14 +21,14 @@ def scenario(weights="bf16", kv="bf16", fp8_compute=False, gpu="h100-sxm", model
 
 
 def test_smaller_weights_leave_more_kv_room():
-    rooms = [scenario(weights=w).kv_capacity_tokens() for w in ("bf16", "fp8", "int8", "int4")]
+    rooms = [resolve(scenario(weights=w)).kv_capacity_tokens for w in ("bf16", "fp8", "int8", "int4")]
     assert rooms[0] < rooms[1] <= rooms[2] < rooms[3]
 
 
 def test_kv_dtype_changes_bytes_per_token_exactly():
     bf16, fp8 = scenario(kv="bf16"), scenario(kv="fp8")
-    assert bf16.kv_bytes_per_token_per_gpu() == 131072 and fp8.kv_bytes_per_token_per_gpu() == 65536
-    assert fp8.kv_capacity_tokens() == pytest.approx(2 * bf16.kv_capacity_tokens(), abs=2)
+    assert resolve(bf16).kv_bytes_per_token_per_gpu == 131072 and resolve(fp8).kv_bytes_per_token_per_gpu == 65536
+    assert resolve(fp8).kv_capacity_tokens == pytest.approx(2 * resolve(bf16).kv_capacity_tokens, abs=2)
 
 
 def test_decode_reads_fewer_bytes_and_runs_faster_with_int4_weights():

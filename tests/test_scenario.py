@@ -14,13 +14,14 @@ import pandas as pd
 import pytest
 import yaml
 
-from sim.config.scenario import (
-    Scenario,
+from sim.config.deployment import resolve
+from sim.config.files import (
     apply_overrides,
     build_scenario_set,
     load_scenario_set,
     validate_scenario,
 )
+from sim.config.schema import Scenario
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
 from sim.model.specs import GPUSpec, ModelSpec
@@ -216,9 +217,9 @@ def _inline(name_suffix: str = "") -> dict:
 
 def test_inline_model_and_gpu_validate():
     scenario = validate_scenario(_inline())
-    assert isinstance(scenario.model, ModelSpec) and scenario.model_spec().name == "my-8b"
-    assert isinstance(scenario.hardware.gpu, GPUSpec) and scenario.gpu_spec().name == "my-gpu"
-    assert scenario.max_model_len() == 2048
+    assert isinstance(scenario.model, ModelSpec) and resolve(scenario).model.name == "my-8b"
+    assert isinstance(scenario.hardware.gpu, GPUSpec) and resolve(scenario).gpu.name == "my-gpu"
+    assert resolve(scenario).max_model_len == 2048
 
 
 def test_inline_copies_of_catalog_entries_simulate_like_the_catalog():
@@ -296,7 +297,7 @@ def test_llama70b_variants_fit_in_memory():
     layouts = {(s.hardware.tensor_parallel, s.hardware.num_replicas) for s in scenario_set.variants.values()}
     assert layouts == {(4, 2), (8, 1)}
     for scenario in scenario_set.variants.values():
-        assert scenario.kv_capacity_tokens() > scenario.max_model_len()  # at least one full-length request
+        assert resolve(scenario).kv_capacity_tokens > resolve(scenario).max_model_len  # at least one full-length request
 
 
 # --------------------------------------------------------------------------------------------------

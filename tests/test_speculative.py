@@ -2,7 +2,8 @@
 
 import pytest
 
-from sim.config.scenario import validate_scenario
+from sim.config.deployment import resolve
+from sim.config.files import validate_scenario
 from sim.run import simulate
 
 GAMMA, C = 4, 0.1
@@ -82,7 +83,7 @@ def test_draft_model_takes_memory_and_time():
     draft = {"draft_model": "llama-2-7b", "num_speculative_tokens": 3, "acceptance": {"kind": "fixed", "alpha": 0.8}}
     with_draft = many_requests(draft)
     without = many_requests(None)
-    assert with_draft.kv_capacity_tokens() < 0.6 * without.kv_capacity_tokens()
+    assert resolve(with_draft).kv_capacity_tokens < 0.6 * resolve(without).kv_capacity_tokens
     result = simulate(with_draft)
     assert result.summary["num_finished"] == 300
     assert "SpeculativeCostModel" in result.extras["cost_model"]

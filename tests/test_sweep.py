@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 import sim.tools.sweep as sweep_mod
-from sim.config.scenario import validate_scenario
+from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.tools.sweep import (
     GridAxis,

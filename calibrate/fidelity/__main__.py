@@ -102,7 +102,8 @@ def fit_overhead(
     out: Path = typer.Option(..., help="the kernel profile with vLLM's measured per-step overhead"),
 ) -> None:
     """Fit vLLM's per-step engine overhead from recorded steps; write it into a copy of the profile."""
-    from sim.config.scenario import Scenario
+    from sim.config.deployment import model_spec
+    from sim.config.schema import Scenario
     from sim.cost.calibrated import CalibratedCostModel
 
     from .compare import load_run, scenario_dict
@@ -115,7 +116,7 @@ def fit_overhead(
 
     run = load_run(run_dir)
     scenario = Scenario.model_validate(scenario_dict(run.meta, 1))
-    cost = CalibratedCostModel(profile, scenario.model_spec(), block_size=scenario.kv_cache.block_size)
+    cost = CalibratedCostModel(profile, model_spec(scenario), block_size=scenario.kv_cache.block_size)
     repeat_dirs = sorted(d for d in run.path.glob("repeat-*") if d.is_dir()) or [run.path]
     table = fit_step_overhead(priced_steps(read_steps(repeat_dirs), cost))
     write_engine_profile(profile, table, out, str(run_dir))

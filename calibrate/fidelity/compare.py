@@ -143,17 +143,19 @@ def scenario_dict(meta: dict, num_requests: int) -> dict:
 
 def simulate_run(run: RecordedRun, profile: str | Path) -> tuple[pd.DataFrame, dict]:
     """ServeSim on the recorded requests with a cost model calibrated on this machine."""
-    from sim.config.scenario import Scenario
+    from sim.config.deployment import model_spec, resolve
+    from sim.config.schema import Scenario
     from sim.cost.calibrated import CalibratedCostModel
     from sim.run import simulate
     from sim.workload.generate import Workload
 
     frame = run.repeats[0].sort_values("arrival_s", kind="stable")
-    scenario = Scenario.model_validate(scenario_dict(run.meta, len(frame))).resolved()
+    scenario = Scenario.model_validate(scenario_dict(run.meta, len(frame)))
+    resolve(scenario)
     arrival = frame["arrival_s"].to_numpy(float)
     workload = Workload(arrival_s=arrival - arrival.min(), input_tokens=frame["prompt_tokens"].to_numpy(np.int64),
                         output_tokens=frame["output_tokens"].to_numpy(np.int64))
-    cost = CalibratedCostModel(profile, scenario.model_spec(), kv_layout="paged",
+    cost = CalibratedCostModel(profile, model_spec(scenario), kv_layout="paged",
                                block_size=scenario.kv_cache.block_size)
     result = simulate(scenario, workload, cost_model=cost)
     left = result.requests[~result.requests["finished"]]
@@ -167,7 +169,8 @@ def simulate_run(run: RecordedRun, profile: str | Path) -> tuple[pd.DataFrame, d
 
 def step_check(run: RecordedRun, profile: str | Path) -> pd.DataFrame | None:
     """Measured vs priced time of the recorded vLLM steps (None when the run has no steps.csv)."""
-    from sim.config.scenario import Scenario
+    from sim.config.deployment import model_spec
+    from sim.config.schema import Scenario
     from sim.cost.calibrated import CalibratedCostModel
 
     from .overhead import priced_steps, read_steps, step_error_table
@@ -176,7 +179,7 @@ def step_check(run: RecordedRun, profile: str | Path) -> pd.DataFrame | None:
     if not all((d / "steps.csv").is_file() for d in repeat_dirs):
         return None
     scenario = Scenario.model_validate(scenario_dict(run.meta, 1))
-    cost = CalibratedCostModel(profile, scenario.model_spec(), block_size=scenario.kv_cache.block_size)
+    cost = CalibratedCostModel(profile, model_spec(scenario), block_size=scenario.kv_cache.block_size)
     return step_error_table(priced_steps(read_steps(repeat_dirs), cost))
 
 

@@ -163,7 +163,7 @@ class Evaluator:
         seed = self.base_seed if seed is None else seed
         key = (num_replicas, round(rate_per_s, 9), seed)
         if key not in self.memo:
-            from sim.config.scenario import validate_scenario
+            from sim.config.files import validate_scenario
             from sim.run import simulate
             scenario = validate_scenario(self.scenario_raw(num_replicas, rate_per_s, seed))
             summary = simulate(scenario).summary
@@ -242,7 +242,7 @@ def _describe_failure(ev: Evaluation) -> str:
 
 def search_candidate(task: CandidateTask) -> CandidateOutcome:
     """Phase 1 for one candidate: max rate per replica, then the fewest replicas at the target."""
-    from sim.config.scenario import validate_scenario
+    from sim.config.files import validate_scenario
     s, cand = task.settings, task.candidate
     try:
         validate_scenario(copy.deepcopy(task.raw))  # cannot hold the model, bad TP split, ...
@@ -322,7 +322,8 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
                   max_replicas: int | None = None, num_seeds: int | None = None,
                   prices: dict[str, float] | None = None) -> PlanSettings:
     """The search space: the scenario's `search:` section, then command-line overrides."""
-    from sim.config.scenario import SearchSpec, build_scenario_set
+    from sim.config.files import build_scenario_set
+    from sim.config.schema import SearchSpec
     base = build_scenario_set(copy.deepcopy(raw), resolve=False).base
     search = base.search or SearchSpec()
     if not base.slo.has_limits():
@@ -478,7 +479,7 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
     curves.sort(key=lambda c: rank_of[c.candidate.name])
     seeds.sort(key=lambda s: s.seed)
 
-    from sim.config.scenario import build_scenario_set
+    from sim.config.files import build_scenario_set
     base = build_scenario_set(copy.deepcopy(raw), resolve=False).base
     import yaml
     return PlanResult(settings, yaml.safe_dump(raw, sort_keys=False), base.slo.model_dump(mode="json"),

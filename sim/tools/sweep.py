@@ -20,6 +20,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pandas as pd
 import yaml
 
+from sim.config.deployment import gpu_spec
 from sim.errors import ConfigError, ServeSimError
 
 RATE_KEY = "rate"  # shorthand for the workload's mean arrival rate, whatever the arrival kind
@@ -127,8 +128,8 @@ def variant_raw(raw: dict, variant: str | None) -> dict:
         return raw
     if variant not in variants:
         raise ConfigError(f"variant: {variant!r} is not in the scenario; allowed: {', '.join(variants) or '(none)'}")
-    from sim.config.scenario import _deep_merge
-    merged = _deep_merge(raw, variants[variant] or {})
+    from sim.config.files import deep_merge
+    merged = deep_merge(raw, variants[variant] or {})
     merged["name"] = (variants[variant] or {}).get("name", str(variant))
     return merged
 
@@ -162,7 +163,7 @@ def num_gpus(scenario) -> int:
 
 
 def price_per_gpu_hour(scenario, prices: dict[str, float] | None = None) -> float:
-    gpu = scenario.gpu_spec()
+    gpu = gpu_spec(scenario)
     prices = prices or {}
     name = scenario.hardware.gpu if isinstance(scenario.hardware.gpu, str) else gpu.name
     return float(prices.get(name, prices.get(gpu.name, gpu.price_per_hour)))
@@ -187,7 +188,7 @@ def _scalar_summary(summary: dict) -> dict:
 
 def run_point(task: PointTask) -> dict:
     """Simulate one point; a configuration error becomes the row's `error`, not an exception."""
-    from sim.config.scenario import validate_scenario
+    from sim.config.files import validate_scenario
     from sim.run import simulate
     row: dict[str, Any] = {"point_id": task.point_id, "variant": task.variant or ""}
     row.update({key: _cell(value) for key, value in task.point.items()})

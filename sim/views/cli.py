@@ -32,7 +32,7 @@ SetOption = typer.Option(None, "--set", help="override a scenario key: path.to.k
 
 
 def _load(path: str, overrides: Optional[list[str]]):
-    from sim.config.scenario import load_scenario_set
+    from sim.config.files import load_scenario_set
     return load_scenario_set(path, overrides or [])
 
 
@@ -143,8 +143,8 @@ def _csv_list(option: str, text: Optional[str], cast=str) -> Optional[list]:
 
 def _read_raw(path: str, overrides: Optional[list[str]], resolve: bool = True) -> dict:
     """The scenario file as a mapping (relative paths anchored, overrides applied), validated once."""
-    from sim.config.scenario import (
-        _anchor_paths,
+    from sim.config.files import (
+        anchor_paths,
         apply_overrides,
         build_scenario_set,
         read_yaml,
@@ -152,7 +152,7 @@ def _read_raw(path: str, overrides: Optional[list[str]], resolve: bool = True) -
     raw = read_yaml(path)
     if not isinstance(raw, dict):
         raise ServeSimError(f"{path}: expected a YAML mapping at the top level")
-    _anchor_paths(raw, Path(path).resolve().parent)
+    anchor_paths(raw, Path(path).resolve().parent)
     raw = apply_overrides(raw, overrides or [])
     build_scenario_set(dict(raw), path, resolve=resolve)  # every variant valid before anything runs
     return raw
@@ -298,7 +298,7 @@ def validate(scenario: str = typer.Argument(...), set_: Optional[list[str]] = Se
 @app.command()
 def schema():
     """Print the JSON schema of scenario files."""
-    from sim.config.scenario import json_schema
+    from sim.config.schema import json_schema
     print(json.dumps(json_schema(), indent=2))
 
 

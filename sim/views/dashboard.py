@@ -31,15 +31,14 @@ import yaml
 from plotly.subplots import make_subplots
 
 from sim.atomic_files import atomic_write_bytes
-from sim.config.scenario import (
+from sim.config.files import (
     MAX_SCENARIO_BYTES,
-    Scenario,
-    ScenarioSet,
-    _anchor_paths,
-    _deep_merge,
+    anchor_paths,
     build_scenario_set,
+    deep_merge,
     validate_scenario,
 )
+from sim.config.schema import Scenario, ScenarioSet
 from sim.errors import ConfigError
 from sim.results import Result
 from sim.views.report import SUMMARY_ROWS, format_value
@@ -152,7 +151,7 @@ def form_from_yaml(data: bytes | str, source: str = "uploaded file") -> tuple[Fo
     raw = parse_scenario_yaml(data, source)
     # An upload has no folder of its own: relative trace paths that exist from the working directory
     # become absolute, so the downloaded file finds them from anywhere.
-    _anchor_paths(raw, Path.cwd())
+    anchor_paths(raw, Path.cwd())
     build_scenario_set(copy.deepcopy(raw), source)  # every error surfaces now, as one line
     variants = raw.pop("variants", None) or {}
     notes = []
@@ -280,7 +279,7 @@ def _policy_sections(policy: Policy) -> dict:
 
 def merged(base: dict, override: dict) -> dict:
     """A variant's full scenario mapping: its override deep-merged into the base, as scenario files do."""
-    return _deep_merge(base, override)
+    return deep_merge(base, override)
 
 
 def _leaf_paths(node: dict, prefix: tuple = ()) -> list[tuple]:
@@ -312,7 +311,7 @@ def with_policy(base: dict, override: dict, policy: Policy) -> dict:
     Keys that do not change the merged scenario (they repeat the base or a default) are left out, so
     the downloaded file reads like a hand-written one.
     """
-    full = _deep_merge(override, _policy_sections(policy))
+    full = deep_merge(override, _policy_sections(policy))
     target = _validated_dump(merged(base, full))
     if isinstance(target, str):  # invalid: keep every key, validation will name the problem
         return full

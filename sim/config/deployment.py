@@ -1,0 +1,146 @@
+"""The resolve step: a validated scenario plus the catalogs become one frozen `Deployment`.
+
+Everything the simulation derives from a scenario before it starts — the model and GPU looked up in
+the catalogs, the cross-section rules that need them, the KV capacity from the memory arithmetic, the
+token budget, the calibrated profile folder — is computed here, once. The runner, the planner and
+the views read the record instead of asking the scenario, the memory arithmetic and the catalogs
+again for each number.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from sim.config.schema import Scenario
+from sim.errors import ConfigError, DoesNotFitError
+from sim.model.catalog import get_gpu, get_model
+from sim.model.memory import (
+    check_tensor_parallel,
+    kv_bytes_per_token,
+    kv_capacity,
+    weight_bytes_per_gpu,
+)
+from sim.model.specs import GPUSpec, ModelSpec
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One replica's hardware and limits, as the simulation uses them."""
+
+    model: ModelSpec
+    gpu: GPUSpec
+    tensor_parallel: int
+    draft_model: ModelSpec | None  # speculative decoding's draft, sharing the GPUs; None without one
+    kv_capacity_tokens: int  # KV token slots per replica (the scenario's pin, or the memory arithmetic)
+    kv_bytes_per_token_per_gpu: int  # one token's KV on each GPU of a replica, the draft's included
+    max_model_len: int  # longest sequence (prompt + output) the engine accepts
+    max_num_batched_tokens: int  # token budget of one step
+    sequences_per_request: int  # parallel samples or beam width
+    profile_dir: Path | None  # the calibrated cost model's profile folder; None for other cost models
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """One token's KV across the whole tensor-parallel group."""
+        return self.kv_bytes_per_token_per_gpu * self.tensor_parallel
+
+
+def model_spec(scenario: Scenario) -> ModelSpec:
+    return scenario.model if isinstance(scenario.model, ModelSpec) else get_model(scenario.model, "model")
+
+
+def gpu_spec(scenario: Scenario) -> GPUSpec:
+    gpu = scenario.hardware.gpu
+    return gpu if isinstance(gpu, GPUSpec) else get_gpu(gpu, "hardware.gpu")
+
+
+def max_num_batched_tokens(scenario: Scenario, max_model_len: int) -> int:
+    s = scenario.scheduler
+    if s.max_num_batched_tokens is not None:
+        return s.max_num_batched_tokens
+    # Unchunked, a full-length prompt must fit beside a full batch of decodes, or it would block
+    # the head of the queue until the running batch drains.
+    return 2048 if s.chunked_prefill else max_model_len + s.max_num_seqs
+
+
+def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | None, max_len: int,
+                    token_budget: int) -> None:
+    """The cross-section rules that need the catalogs."""
+    s, tp = scenario.scheduler, scenario.hardware.tensor_parallel
+    check_tensor_parallel(model, tp)
+    if max_len > model.max_context:
+        raise ConfigError(f"scheduler.max_model_len: {max_len} exceeds {model.name}'s max_context "
+                          f"{model.max_context}")
+    if s.batching == "continuous" and token_budget < s.max_num_seqs:
+        raise ConfigError(f"scheduler.max_num_batched_tokens: {token_budget} must be "
+                          f">= max_num_seqs ({s.max_num_seqs}) so every running decode fits a step")
+    w = scenario.workload
+    if w.samples_per_prompt > 1 and w.beam_width > 1:
+        raise ConfigError("workload.beam_width: set samples_per_prompt or beam_width, not both")
+    if max(w.samples_per_prompt, w.beam_width) > 1 and (scenario.kv_cache.layout != "paged" or s.batching != "continuous"):
+        raise ConfigError("workload.samples_per_prompt/beam_width: several sequences per prompt share blocks, "
+                          "which needs kv_cache.layout 'paged' and scheduler.batching 'continuous'")
+    if scenario.kv_cache.enable_prefix_caching and scenario.kv_cache.layout != "paged":
+        raise ConfigError("kv_cache.enable_prefix_caching: needs layout 'paged'")
+    if scenario.speculation is not None:
+        if s.batching != "continuous":
+            raise ConfigError("speculation: needs scheduler.batching 'continuous'")
+        if draft is not None:
+            check_tensor_parallel(draft, tp, field="speculation.draft_model")
+
+
+def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,
+                        token_budget: int) -> int:
+    """KV token slots per replica: from the memory arithmetic, unless the scenario pins it."""
+    if scenario.kv_cache.capacity_tokens is not None:
+        return scenario.kv_cache.capacity_tokens
+    s, q, tp = scenario.scheduler, scenario.quantization, scenario.hardware.tensor_parallel
+    cap = kv_capacity(model, gpu, tensor_parallel=tp, weight_dtype=q.weights, kv_dtype=q.kv_cache,
+                      gpu_memory_utilization=scenario.kv_cache.gpu_memory_utilization,
+                      reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
+                      max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size)
+    if draft is None:
+        return cap.num_tokens
+    # The draft model's weights share the GPU, and every token also keeps the draft's KV.
+    kv_bytes = cap.kv_bytes - weight_bytes_per_gpu(draft, q.weights, tp)
+    per_token = cap.kv_bytes_per_token + kv_bytes_per_token(draft, q.kv_cache, tp)
+    if kv_bytes < per_token:
+        raise DoesNotFitError(f"{model.name} with draft {draft.name} leaves "
+                              f"{max(kv_bytes, 0):,} bytes per GPU for KV, less than one token's {per_token:,}")
+    return kv_bytes // per_token
+
+
+def calibrated_profile_dir(scenario: Scenario, model: ModelSpec, gpu: GPUSpec) -> Path:
+    """The profile a calibrated cost model reads: the given folder, or the shipped one for this setup."""
+    from sim.cost.calibrated import (
+        resolve_profile_dir,  # the cost layer reads profiles; config only names one
+    )
+    spec = scenario.cost_model
+    device = spec.profile_device or gpu.name
+    return resolve_profile_dir(spec.profile, device, model.name, scenario.hardware.tensor_parallel)
+
+
+def resolve(scenario: Scenario) -> Deployment:
+    """Check what needs the catalogs and compute every derived number once; ConfigError names the field."""
+    model, gpu = model_spec(scenario), gpu_spec(scenario)
+    tp = scenario.hardware.tensor_parallel
+    draft = scenario.speculation.draft_spec() if scenario.speculation else None
+    max_len = scenario.scheduler.max_model_len or model.max_context
+    token_budget = max_num_batched_tokens(scenario, max_len)
+    _check_sections(scenario, model, draft, max_len, token_budget)
+    try:
+        capacity = _kv_capacity_tokens(scenario, model, gpu, draft, token_budget)
+    except DoesNotFitError as err:
+        raise ConfigError(f"hardware: {err}") from None
+    q = scenario.quantization
+    per_token = kv_bytes_per_token(model, q.kv_cache, tp) + (kv_bytes_per_token(draft, q.kv_cache, tp) if draft else 0)
+    profile_dir = None
+    if scenario.cost_model.kind == "calibrated":
+        from sim.cost.calibrated import check_matches, load_profile
+        profile_dir = calibrated_profile_dir(scenario, model, gpu)
+        check_matches(load_profile(profile_dir), model, tp)
+    return Deployment(model=model, gpu=gpu, tensor_parallel=tp, draft_model=draft, kv_capacity_tokens=capacity,
+                      kv_bytes_per_token_per_gpu=per_token, max_model_len=max_len,
+                      max_num_batched_tokens=token_budget,
+                      sequences_per_request=max(scenario.workload.samples_per_prompt, scenario.workload.beam_width),
+                      profile_dir=profile_dir)

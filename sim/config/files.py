@@ -1,0 +1,151 @@
+"""Scenario files: YAML read once, `--set` overrides, variants deep-merged into the base, paths anchored.
+
+A file holds a base scenario and optional `variants:`, named partial overrides deep-merged into the
+base, so one file describes a comparison. `--set path.to.key=value` overrides apply to the raw YAML
+before validation.
+"""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from sim.config.deployment import resolve as resolve_deployment
+from sim.config.messages import format_validation_error
+from sim.config.schema import Scenario, ScenarioSet
+from sim.errors import ConfigError
+
+MAX_SCENARIO_BYTES = 1 << 20
+
+
+def deep_merge(base: dict, override: dict) -> dict:
+    out = copy.deepcopy(base)
+    for key, value in override.items():
+        # A mapping that switches `kind` (e.g. poisson -> trace) replaces the base's: the old kind's
+        # keys would be unknown keys of the new one.
+        switches_kind = (isinstance(value, dict) and isinstance(out.get(key), dict)
+                         and "kind" in value and value["kind"] != out[key].get("kind"))
+        if isinstance(value, dict) and isinstance(out.get(key), dict) and not switches_kind:
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def parse_override(text: str) -> tuple[list[str], Any]:
+    if "=" not in text:
+        raise ConfigError(f"--set: {text!r} is not of the form path.to.key=value")
+    path, raw = text.split("=", 1)
+    keys = [k for k in path.strip().split(".") if k]
+    if not keys:
+        raise ConfigError(f"--set: {text!r} has an empty key path")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError:
+        value = raw
+    return keys, value
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    raw = copy.deepcopy(raw)
+    for text in overrides:
+        keys, value = parse_override(text)
+        node = raw
+        for key in keys[:-1]:
+            child = node.get(key)
+            if not isinstance(child, dict):
+                child = {} if child is None or not isinstance(child, dict) else child
+                node[key] = child
+            node = child
+        node[keys[-1]] = value
+    return raw
+
+
+def validate_scenario(raw: Any, prefix: str = "", resolve: bool = True) -> Scenario:
+    """Validate one scenario; `resolve=False` checks the schema only, not that the hardware holds the model
+    (the planner's base hardware is only a default: its candidates bring their own)."""
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{prefix or 'scenario'}: expected a mapping of sections, got {type(raw).__name__}")
+    try:
+        scenario = Scenario.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(format_validation_error(err, prefix)) from None
+    except ConfigError as err:
+        raise ConfigError(f"{prefix}{err}") from None
+    if not resolve:
+        return scenario
+    try:
+        resolve_deployment(scenario)
+        return scenario
+    except ConfigError as err:
+        raise ConfigError(f"{prefix}{err}") from None
+
+
+def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str] | None = None,
+                       resolve: bool = True) -> ScenarioSet:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{source}: expected a YAML mapping at the top level")
+    raw = apply_overrides(raw, overrides or [])
+    variants_raw = raw.pop("variants", None) or {}
+    if not isinstance(variants_raw, dict):
+        raise ConfigError(f"variants: expected a mapping of name -> overrides, got {type(variants_raw).__name__}")
+    base = validate_scenario(raw, resolve=resolve)
+    variants: dict[str, Scenario] = {}
+    for name, override in variants_raw.items():
+        if not isinstance(override, dict):
+            raise ConfigError(f"variants.{name}: expected a mapping of overrides, got {type(override).__name__}")
+        merged = deep_merge(raw, override)
+        merged.setdefault("name", str(name))
+        if "name" not in override:
+            merged["name"] = str(name)
+        variants[str(name)] = validate_scenario(merged, prefix=f"variants.{name}.", resolve=resolve)
+    return ScenarioSet(base, variants or {base.name: base}, source)
+
+
+def read_yaml(path: str | Path) -> Any:
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"scenario: file '{path}' not found")
+    if p.stat().st_size > MAX_SCENARIO_BYTES:
+        raise ConfigError(f"scenario: file '{path}' is larger than {MAX_SCENARIO_BYTES} bytes")
+    try:
+        return yaml.safe_load(p.read_text())
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or "invalid YAML"
+        raise ConfigError(f"scenario: '{path}'{where}: {problem}") from None
+
+
+def anchor_paths(raw: Any, base_dir: Path) -> None:
+    """Relative trace/length file paths are relative to the scenario file, not the working directory."""
+    if not isinstance(raw, dict):
+        return
+    sections = [raw.get("workload")] + [v.get("workload") for v in (raw.get("variants") or {}).values()
+                                         if isinstance(v, dict)]
+    for workload in sections:
+        if not isinstance(workload, dict):
+            continue
+        for part in (workload.get("arrival"), workload.get("lengths")):
+            if isinstance(part, dict) and isinstance(part.get("path"), str):
+                p = Path(part["path"]).expanduser()
+                if not p.is_absolute() and (base_dir / p).exists():
+                    part["path"] = str((base_dir / p).resolve())
+    # Calibrated cost-model profiles likewise.
+    for section in [raw] + [v for v in (raw.get("variants") or {}).values() if isinstance(v, dict)]:
+        cost = section.get("cost_model")
+        if isinstance(cost, dict) and isinstance(cost.get("profile"), str):
+            p = Path(cost["profile"]).expanduser()
+            if not p.is_absolute() and (base_dir / p).exists():
+                cost["profile"] = str((base_dir / p).resolve())
+
+
+def load_scenario_set(path: str | Path, overrides: list[str] | None = None) -> ScenarioSet:
+    raw = read_yaml(path)
+    anchor_paths(raw, Path(path).resolve().parent)
+    scenario_set = build_scenario_set(raw, str(path), overrides)
+    return scenario_set

@@ -1,0 +1,221 @@
+"""The scenario schema: every section of a scenario file as a strict pydantic model.
+
+Unknown keys are errors everywhere: a typo must never be silently ignored. What follows from a
+validated scenario and the catalogs (KV capacity, token budget, profile) is `sim.config.deployment`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from sim.model.catalog import get_model
+from sim.model.specs import GPUSpec, ModelSpec
+from sim.workload.generate import WorkloadSpec
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class HardwareSpec(_Strict):
+    gpu: str | GPUSpec = Field("h100-sxm", description="catalog GPU name, or an inline GPU definition")
+    tensor_parallel: int = Field(1, ge=1, description="GPUs per replica sharing each layer")
+    num_replicas: int = Field(1, ge=1)
+    router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
+
+
+class SchedulerSpec(_Strict):
+    batching: Literal["continuous", "static"] = "continuous"
+    max_num_seqs: int = Field(256, ge=1, description="continuous: most sequences in one step")
+    max_num_batched_tokens: int | None = Field(
+        None, ge=1, description="continuous: token budget per step; default 2048 with chunked prefill, "
+        "else max_model_len + max_num_seqs (a full-length prompt always fits beside a full decode batch)")
+    chunked_prefill: bool = Field(False, description="continuous: split prompts to fill the token budget")
+    max_model_len: int | None = Field(None, ge=1, description="default: the model's max_context")
+    max_batch_size: int = Field(8, ge=1, description="static: requests per batch")
+    batch_timeout_s: float = Field(0.0, ge=0, description="static: wait this long for a full batch")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "SchedulerSpec":
+        if self.batching == "static" and self.chunked_prefill:
+            raise ValueError("chunked_prefill needs batching 'continuous'")
+        return self
+
+
+class KVCacheSpec(_Strict):
+    layout: Literal["paged", "contiguous"] = "paged"
+    block_size: int = Field(16, ge=1, description="paged: tokens per block")
+    reserve: Literal["max_len", "pow2", "oracle"] = Field("max_len", description="contiguous: region size rule")
+    gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="fraction of HBM the engine may use")
+    reserve_bytes: int = Field(0, ge=0, description="extra bytes per GPU kept free")
+    capacity_tokens: int | None = Field(None, ge=1, description="override the computed KV capacity (tokens)")
+    enable_prefix_caching: bool = Field(False, description="paged: reuse cached blocks of shared prompt prefixes "
+                                        "(hash-chained blocks, reference counts, LRU eviction)")
+    preemption: Literal["recompute", "swap"] = Field(
+        "recompute", description="recompute: free the victim's KV and prefill it again; swap: move it to host "
+        "memory over the GPU's host link and back (recompute when swap space is full)")
+    swap_space_bytes: int = Field(4 << 30, ge=0, description="swap: host memory per GPU for swapped KV (vLLM: 4 GiB)")
+
+
+class QuantizationSpec(_Strict):
+    weights: Literal["bf16", "fp16", "fp8", "int8", "int4"] = "bf16"
+    kv_cache: Literal["bf16", "fp16", "fp8", "int8"] = "bf16"
+    fp8_compute: bool = Field(False, description="matrix products run at the GPU's fp8 rate")
+
+
+class RooflineSpec(_Strict):
+    kind: Literal["roofline"] = "roofline"
+    compute_efficiency: float | None = Field(None, gt=0, le=1, description="default: the GPU's")
+    memory_efficiency: float | None = Field(None, gt=0, le=1, description="default: the GPU's")
+    step_overhead_s: float | None = Field(None, ge=0, description="default: the GPU's")
+
+
+class FixedCostSpec(_Strict):
+    kind: Literal["fixed"]
+    prefill_s: float = Field(gt=0)
+    decode_s: float = Field(gt=0)
+
+
+class CalibratedCostSpec(_Strict):
+    """Measured kernel times (`python -m calibrate run`); see sim/calibrated.py."""
+
+    kind: Literal["calibrated"]
+    profile: str | None = Field(None, description="profile folder; relative paths are relative to the scenario file")
+    profile_device: str | None = Field(
+        None, description="without profile: the shipped calibrate/profiles/<profile_device>/<model>/tp<N>/ "
+        "(default: hardware.gpu)")
+
+
+class FixedAcceptance(_Strict):
+    kind: Literal["fixed"] = "fixed"
+    alpha: float = Field(ge=0, le=1, description="probability that each drafted token is accepted")
+
+
+class BetaAcceptance(_Strict):
+    """Acceptance differs between prompts: each request draws its own α from a Beta distribution."""
+
+    kind: Literal["beta"]
+    mean: float = Field(gt=0, lt=1)
+    concentration: float = Field(10.0, gt=0, description="a + b of the Beta; larger = less spread")
+
+
+class SpeculationSpec(_Strict):
+    draft_model: str | ModelSpec | None = Field(None, description="catalog name or inline architecture")
+    draft_cost_ratio: float | None = Field(None, gt=0, description="c = draft step time / target step time")
+    num_speculative_tokens: int = Field(4, ge=1, description="γ: tokens drafted per step")
+    acceptance: FixedAcceptance | BetaAcceptance = Field(FixedAcceptance(alpha=0.7), discriminator="kind")
+    ragged: Literal["per_request", "rollback_to_min"] = Field(
+        "per_request", description="per_request: each request keeps its own accepted tokens (vLLM); "
+        "rollback_to_min: the whole batch advances by its minimum")
+    sync_overhead_fraction: float = Field(0.0, ge=0, description="extra verification time for padded schemes")
+
+    @model_validator(mode="after")
+    def _one_draft(self) -> "SpeculationSpec":
+        if (self.draft_model is None) == (self.draft_cost_ratio is None):
+            raise ValueError("give exactly one of draft_model and draft_cost_ratio")
+        return self
+
+    def draft_spec(self) -> ModelSpec | None:
+        if self.draft_model is None or isinstance(self.draft_model, ModelSpec):
+            return self.draft_model
+        return get_model(self.draft_model, "speculation.draft_model")
+
+
+class SLOSpec(_Strict):
+    ttft_s: float | None = Field(None, gt=0)
+    tpot_s: float | None = Field(None, gt=0)
+    e2e_s: float | None = Field(None, gt=0)
+    percentile: float = Field(99.0, gt=0, le=100, description="the percentile each limit applies to")
+    min_goodput_fraction: float | None = Field(
+        None, gt=0, le=1, description="also require this share of requests to meet every limit (goodput SLO)")
+
+    def has_limits(self) -> bool:
+        return any(x is not None for x in (self.ttft_s, self.tpot_s, self.e2e_s))
+
+
+class SearchSpec(_Strict):
+    """The planner's search space (`servesim plan`); run and compare ignore it."""
+
+    gpus: list[str | GPUSpec] | None = Field(None, description="candidate GPUs; default: hardware.gpu")
+    tensor_parallel: list[int] | None = Field(None, description="candidate TP degrees; default: hardware.tensor_parallel")
+    policies: list[str] | None = Field(None, description="variant names to try; default: every variant")
+    target_rate_per_s: float | None = Field(None, gt=0, description="the load to serve; default: the workload's rate")
+    max_replicas: int = Field(16, ge=1, description="largest deployment considered per candidate")
+    min_window_s: float = Field(
+        60.0, ge=0, description="each simulation spans at least this many seconds of arrivals, so an overload "
+        "shows as a growing queue instead of a burst the system absorbs")
+    rate_tolerance: float = Field(0.02, gt=0, lt=1, description="binary search stops when hi/lo <= 1 + this")
+    num_seeds: int = Field(5, ge=1, description="seeds the recommendation is repeated with (uncertainty)")
+    prices_per_gpu_hour: dict[str, float] = Field(default_factory=dict, description="USD per GPU-hour overrides")
+    top_k: int = Field(3, ge=1, description="candidates that get a throughput-latency curve")
+    prefer_calibrated: bool = Field(
+        True, description="a candidate with a shipped calibrated profile (calibrate/profiles/<gpu>/<model>/tp<N>) "
+        "uses it instead of the roofline")
+
+    @model_validator(mode="after")
+    def _positive(self) -> "SearchSpec":
+        for tp in self.tensor_parallel or []:
+            if tp < 1:
+                raise ValueError(f"tensor_parallel values must be >= 1, got {tp}")
+        for gpu, price in self.prices_per_gpu_hour.items():
+            if price < 0:
+                raise ValueError(f"prices_per_gpu_hour.{gpu} must be >= 0, got {price}")
+        return self
+
+
+class RunSpec(_Strict):
+    seed: int = Field(0, ge=0)
+    num_requests: int | None = Field(None, ge=1)
+    duration_s: float | None = Field(None, gt=0, description="arrival window; also the horizon unless horizon_s")
+    horizon_s: float | None = Field(None, gt=0, description="stop here; requests in flight are unfinished")
+
+    @model_validator(mode="after")
+    def _bounded(self) -> "RunSpec":
+        if self.num_requests is None and self.duration_s is None:
+            raise ValueError("neither num_requests nor duration_s is set; give at least one of them")
+        return self
+
+
+class Scenario(_Strict):
+    name: str = "scenario"
+    description: str = ""
+    model: str | ModelSpec = Field("llama-3.1-8b", description="catalog model name, or an inline architecture")
+    hardware: HardwareSpec = HardwareSpec()
+    workload: WorkloadSpec
+    scheduler: SchedulerSpec = SchedulerSpec()
+    kv_cache: KVCacheSpec = KVCacheSpec()
+    quantization: QuantizationSpec = QuantizationSpec()
+    cost_model: RooflineSpec | FixedCostSpec | CalibratedCostSpec = Field(RooflineSpec(), discriminator="kind")
+    speculation: SpeculationSpec | None = Field(None, description="speculative decoding; absent = off")
+    slo: SLOSpec = SLOSpec()
+    run: RunSpec = RunSpec(num_requests=1000)
+    search: SearchSpec | None = Field(None, description="the planner's search space (servesim plan)")
+
+    def to_yaml(self) -> str:
+        data = self.model_dump(mode="json", exclude_none=True)
+        return yaml.safe_dump(data, sort_keys=False)
+
+
+@dataclass(frozen=True)
+class ScenarioSet:
+    """A scenario file: the base and its variants, each fully validated."""
+
+    base: Scenario
+    variants: dict[str, Scenario]  # name -> merged scenario; {"base": base} when the file has none
+    source: str
+
+    def items(self) -> list[tuple[str, Scenario]]:
+        return list(self.variants.items())
+
+
+def json_schema() -> dict:
+    schema = Scenario.model_json_schema()
+    schema["properties"]["variants"] = {
+        "type": "object", "description": "named partial overrides of the sections above",
+        "additionalProperties": {"type": "object"},
+    }
+    return schema
