@@ -35,12 +35,12 @@ def _roofline(scenario: Scenario, model):
 
 
 def _calibrated(scenario: Scenario):
-    from .calibrated import CalibratedCostModel
+    from .profile_kinds import make_calibrated_cost_model  # per-op or whole-step, as the profile says
     q, kv = scenario.quantization, scenario.kv_cache
-    return CalibratedCostModel(scenario.calibrated_profile_dir(), scenario.model_spec(),
-                               tensor_parallel=scenario.hardware.tensor_parallel, kv_layout=kv.layout,
-                               block_size=kv.block_size, gpu=scenario.gpu_spec(), weight_dtype=q.weights,
-                               kv_dtype=q.kv_cache)
+    return make_calibrated_cost_model(scenario.calibrated_profile_dir(), scenario.model_spec(),
+                                      tensor_parallel=scenario.hardware.tensor_parallel, kv_layout=kv.layout,
+                                      block_size=kv.block_size, gpu=scenario.gpu_spec(), weight_dtype=q.weights,
+                                      kv_dtype=q.kv_cache)
 
 
 def make_cost_model(scenario: Scenario):

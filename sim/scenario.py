@@ -98,6 +98,9 @@ class CalibratedCostSpec(_Strict):
     profile_device: str | None = Field(
         None, description="without profile: the shipped calibrate/profiles/<profile_device>/<model>/tp<N>/ "
         "(default: hardware.gpu)")
+    engine: str | None = Field(
+        None, description="which shipped profile: a whole-step engine under tp<N>/steps/<engine>/ (fused, compiled, "
+        "unfused, ...) or 'ops' for per-op kernels; default: the first shipped of fused, compiled, unfused, ops")
 
 
 class FixedAcceptance(_Strict):
@@ -244,8 +247,13 @@ class Scenario(_Strict):
         except DoesNotFitError as err:
             raise ConfigError(f"hardware: {err}") from None
         if self.cost_model.kind == "calibrated":
-            from .calibrated import check_matches, load_profile
-            check_matches(load_profile(self.calibrated_profile_dir()), model, self.hardware.tensor_parallel)
+            from .profile_kinds import check_profile_matches, profile_engine
+            path = self.calibrated_profile_dir()
+            check_profile_matches(path, model, self.hardware.tensor_parallel)
+            engine = self.cost_model.engine
+            if self.cost_model.profile is not None and engine is not None and engine != profile_engine(path):
+                raise ConfigError(f"cost_model.engine: {engine!r} is not the engine of cost_model.profile "
+                                  f"'{self.cost_model.profile}'; allowed: {profile_engine(path)!r} or leave it out")
         return self
 
     def calibrated_profile_dir(self) -> Path:
@@ -253,7 +261,8 @@ class Scenario(_Strict):
         from .calibrated import resolve_profile_dir
         spec = self.cost_model
         device = spec.profile_device or self.gpu_spec().name
-        return resolve_profile_dir(spec.profile, device, self.model_spec().name, self.hardware.tensor_parallel)
+        return resolve_profile_dir(spec.profile, device, self.model_spec().name, self.hardware.tensor_parallel,
+                                   spec.engine)
 
     def kv_bytes_per_token_per_gpu(self) -> int:
         """Bytes one token's KV takes on each GPU of a replica (the draft model's included)."""
