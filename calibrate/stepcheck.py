@@ -62,7 +62,7 @@ def import_steps(table: Path, model: ModelSpec, tensor_parallel: int, *, device_
     shard = shard_shapes(model, tensor_parallel)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StepFitWarning)
-        fit_steps(rows, model, tensor_parallel, dtype, field="TABLE")
+        fit_steps(rows, model, tensor_parallel, dtype, field=f"TABLE: '{table}'")
     _check_out(out)
     data = Path(table).read_bytes()
     imported = f"imported from {Path(table).name} by calibrate import-steps"

@@ -403,8 +403,11 @@ def _slopes(rows: pd.DataFrame, plans: list[StepPlan], group_col: str, context_c
 
 
 def fit_steps(rows: pd.DataFrame, model: ModelSpec, tensor_parallel: int, dtype: str = "bf16",
-              field: str = "cost_model.profile") -> StepFit:
-    """Fit the decomposition in the module docstring to a table's rows (see `read_steps_table`)."""
+              field: str = "cost_model.profile", rates: Rates | None = None) -> StepFit:
+    """Fit the decomposition in the module docstring to a table's rows (see `read_steps_table`).
+
+    `rates`: the device roofline the ratios are taken against; default: the fastest FLOP rate and byte
+    rate the table's own steps reached."""
     if rows.empty:
         raise ConfigError(f"{field}: no rows to fit")
     if not (rows["kind"] != "decode").any() or not (rows["kind"] != "prefill").any():
@@ -416,7 +419,7 @@ def fit_steps(rows: pd.DataFrame, model: ModelSpec, tensor_parallel: int, dtype:
     plans = row_plans(rows)
     t = rows["step_s"].to_numpy(float)
     counts = np.array([physics.counts(p) for p in plans])
-    rates = Rates(float((counts[:, 0] / t).max()), float((counts[:, 1] / t).max()))
+    rates = rates or Rates(float((counts[:, 0] / t).max()), float((counts[:, 1] / t).max()))
     notes: list[str] = []
 
     def decode_attn(p):
