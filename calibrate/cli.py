@@ -1,4 +1,4 @@
-"""`python -m calibrate run|fit`. Bad input: one line naming the option, the value and what is
+"""`python -m calibrate run|fit|import-steps|check`. Bad input: one line naming the option, the value and what is
 allowed; exit 2 (as `servesim`)."""
 
 from __future__ import annotations
@@ -179,6 +179,89 @@ def fit(profile: Path = typer.Argument(..., help="profile folder from `python -m
     console.print(table)
     overall = report["median_ape_pct"].median()
     console.print(f"median over ops of the held-out median absolute percentage error: {overall:.2f}%")
+
+
+
+@app.command("import-steps")
+def import_steps(table: Path = typer.Argument(..., help="CSV: kind,prefill_tokens[,prefill_context],decode_batch,"
+                                              "decode_context,step_s[,p20_s,p80_s]"),
+                 model: str = typer.Option(..., "--model", help="catalog model name, or a YAML/JSON architecture file"),
+                 tp: int = typer.Option(..., "--tp", help="tensor-parallel degree the table's shard belongs to"),
+                 device_name: str = typer.Option(..., "--device-name", help="the GPU (or CPU) the table was measured on"),
+                 engine: str = typer.Option("unspecified", "--engine",
+                                            help="which engine ran the steps: unfused | fused | compiled | an id"),
+                 engine_description: str = typer.Option(None, "--engine-description", help="one sentence"),
+                 source: str = typer.Option(None, "--source", help="where the numbers came from"),
+                 method: str = typer.Option(None, "--method", help="how the steps were timed, one sentence"),
+                 dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp32"),
+                 device: str = typer.Option("cuda", "--device", help="cuda | cpu"),
+                 kv_layout: str = typer.Option("dense", "--kv-layout", help="dense | paged: the KV cache decodes read"),
+                 out: Path = typer.Option(..., "--out", help="profile folder to write (replaced if it is a profile)")):
+    """Check a measured whole-step table and write it as a whole-step profile."""
+    from sim.model.memory import check_tensor_parallel
+
+    from .arch import load_model
+    from .stepcheck import KV_LAYOUTS
+    from .stepcheck import import_steps as do_import
+    _choice("--dtype", dtype, DTYPES)
+    _choice("--device", device, DEVICES)
+    _choice("--kv-layout", kv_layout, KV_LAYOUTS)
+    _at_least_one("--tp", tp)
+    if not engine.strip() or "/" in engine or engine in (".", ".."):
+        raise ConfigError(f"--engine: {engine!r} is not allowed; allowed: unfused, fused, compiled or an id "
+                          "without '/'")
+    if not device_name.strip():
+        raise ConfigError("--device-name: '' is not allowed; allowed: the device's name, e.g. 'NVIDIA H100 80GB HBM3'")
+    spec = load_model(model)
+    check_tensor_parallel(spec, tp, "--tp")
+    meta = do_import(table, spec, tp, device_name=device_name, out=out, engine=engine,
+                     engine_description=engine_description, source=source, method=method, dtype=dtype,
+                     device=device, kv_layout=kv_layout)
+    console.print(f"whole-step profile written to {out}/ ({spec.name} tp{tp}, engine {engine}, "
+                  f"{len(meta['fit_notes'])} fit note(s))")
+    for note in meta["fit_notes"]:
+        console.print(f"note: {note}", markup=False, highlight=False)
+
+
+@app.command()
+def check(profile: str = typer.Argument(..., help="a whole-step or per-op profile folder, or 'roofline'"),
+          against: Path = typer.Option(..., "--against", help="measured whole-step table (CSV)"),
+          loo: bool = typer.Option(False, "--loo", help="whole-step profile: refit without each row (held out)"),
+          as_json: bool = typer.Option(False, "--json", help="print JSON instead of a table"),
+          gpu: str = typer.Option(None, "--gpu", help="roofline: the catalog GPU"),
+          model: str = typer.Option(None, "--model", help="roofline: the model (a profile names its own)"),
+          tp: int = typer.Option(None, "--tp", help="roofline: tensor-parallel degree (default 1)"),
+          kv_layout: str = typer.Option("dense", "--kv-layout", help="per-op profile: dense/contiguous | paged")):
+    """Predicted against measured step time for every row of a table."""
+    from .arch import load_model
+    from .stepcheck import check_rows, make_target
+    if tp is not None:
+        _at_least_one("--tp", tp)
+    spec = load_model(model) if model is not None else None
+    target = make_target(profile, model=spec, tensor_parallel=tp, gpu_name=gpu, kv_layout=kv_layout)
+    report = check_rows(target, against, loo=loo)
+    if as_json:
+        print(json.dumps(report, indent=2, allow_nan=True))
+        return
+    for line in report["header"]:
+        console.print(line, markup=False, highlight=False)
+    table = Table(title=f"{against}: predicted against measured step time")
+    cols = ["shape", "predicted_ms", "measured_ms", "error_%"] + (["held_out_ms", "held_out_error_%"] if loo else [])
+    for col in cols:
+        table.add_column(col, justify="left" if col == "shape" else "right")
+    for r in report["rows"]:
+        cells = [r["shape"], f"{r['predicted_s'] * 1e3:.3f}", f"{r['measured_s'] * 1e3:.3f}", f"{r['error_pct']:+.2f}"]
+        if loo:
+            cells += [f"{r['loo_predicted_s'] * 1e3:.3f}", f"{r['loo_error_pct']:+.2f}"]
+        table.add_row(*cells)
+    console.print(table)
+    console.print(f"absolute error: median {report['median_abs_error_pct']:.2f}%, max {report['max_abs_error_pct']:.2f}%",
+                  highlight=False)
+    if loo and "median_abs_loo_error_pct" in report:
+        console.print(f"held out (refit without each row): median {report['median_abs_loo_error_pct']:.2f}%, "
+                      f"max {report['max_abs_loo_error_pct']:.2f}%", highlight=False)
+    for note in report["notes"]:
+        console.print(f"note: {note}", markup=False, highlight=False)
 
 
 def main(argv: list[str] | None = None) -> int:

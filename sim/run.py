@@ -38,12 +38,14 @@ def _roofline(scenario: Scenario, deployment: Deployment, model):
 
 
 def _calibrated(scenario: Scenario, deployment: Deployment):
-    from sim.cost.calibrated import CalibratedCostModel
+    from sim.cost.profiles import (
+        make_calibrated_cost_model,  # per-op or whole-step, as the profile says
+    )
     q, kv = scenario.quantization, scenario.kv_cache
-    return CalibratedCostModel(deployment.profile_dir, deployment.model,
-                               tensor_parallel=deployment.tensor_parallel, kv_layout=kv.layout,
-                               block_size=kv.block_size, gpu=deployment.gpu, weight_dtype=q.weights,
-                               kv_dtype=q.kv_cache)
+    return make_calibrated_cost_model(deployment.profile_dir, deployment.model,
+                                      tensor_parallel=deployment.tensor_parallel, kv_layout=kv.layout,
+                                      block_size=kv.block_size, gpu=deployment.gpu, weight_dtype=q.weights,
+                                      kv_dtype=q.kv_cache)
 
 
 def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):

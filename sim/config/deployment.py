@@ -117,7 +117,7 @@ def calibrated_profile_dir(scenario: Scenario, model: ModelSpec, gpu: GPUSpec) -
     )
     spec = scenario.cost_model
     device = spec.profile_device or gpu.name
-    return resolve_profile_dir(spec.profile, device, model.name, scenario.hardware.tensor_parallel)
+    return resolve_profile_dir(spec.profile, device, model.name, scenario.hardware.tensor_parallel, spec.engine)
 
 
 def resolve(scenario: Scenario) -> Deployment:
@@ -136,9 +136,16 @@ def resolve(scenario: Scenario) -> Deployment:
     per_token = kv_bytes_per_token(model, q.kv_cache, tp) + (kv_bytes_per_token(draft, q.kv_cache, tp) if draft else 0)
     profile_dir = None
     if scenario.cost_model.kind == "calibrated":
-        from sim.cost.calibrated import check_matches, load_profile
+        from sim.cost.profiles import (  # per-op or whole-step
+            check_profile_matches,
+            profile_engine,
+        )
         profile_dir = calibrated_profile_dir(scenario, model, gpu)
-        check_matches(load_profile(profile_dir), model, tp)
+        check_profile_matches(profile_dir, model, tp)
+        engine, given = scenario.cost_model.engine, scenario.cost_model.profile
+        if given is not None and engine is not None and engine != profile_engine(profile_dir):
+            raise ConfigError(f"cost_model.engine: {engine!r} is not the engine of cost_model.profile "
+                              f"'{given}'; allowed: {profile_engine(profile_dir)!r} or leave it out")
     return Deployment(model=model, gpu=gpu, tensor_parallel=tp, draft_model=draft, kv_capacity_tokens=capacity,
                       kv_bytes_per_token_per_gpu=per_token, max_model_len=max_len,
                       max_num_batched_tokens=token_budget,

@@ -88,6 +88,9 @@ class CalibratedCostSpec(_Strict):
     profile_device: str | None = Field(
         None, description="without profile: the shipped calibrate/profiles/<profile_device>/<model>/tp<N>/ "
         "(default: hardware.gpu)")
+    engine: str | None = Field(
+        None, description="which shipped profile: a whole-step engine under tp<N>/steps/<engine>/ (fused, compiled, "
+        "unfused, ...) or 'ops' for per-op kernels; default: the first shipped of fused, compiled, unfused, ops")
 
 
 class FixedAcceptance(_Strict):

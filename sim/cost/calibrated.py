@@ -263,6 +263,9 @@ def load_profile(path: str | Path, field: str = "cost_model.profile") -> Profile
     if not isinstance(meta, dict) or meta.get("format_version") != PROFILE_FORMAT_VERSION or "shard" not in meta:
         raise ConfigError(f"{field}: '{meta_path}' is not a ServeSim profile (format_version "
                           f"{PROFILE_FORMAT_VERSION} with a shard section)")
+    if meta.get("profile_kind") == "steps":
+        raise ConfigError(f"{field}: '{path}' holds whole measured steps, not per-op kernel times; allowed here: "
+                          "a profile from `python -m calibrate run` (check a whole-step one with `calibrate check`)")
     if not meta.get("complete"):
         raise ConfigError(f"{field}: '{path}' is incomplete (an interrupted run); rerun `python -m calibrate run` "
                           "with the same options and --out to resume it")
@@ -310,23 +313,51 @@ def check_matches(profile: Profile, model: ModelSpec, tensor_parallel: int, fiel
             raise ConfigError(f"{field}: '{profile.path}' has no measurements of {op}")
 
 
+# Shipped layout: <device>/<model>/tp<N>/steps/<engine>/ (whole steps, preferred in this order) and
+# <device>/<model>/tp<N>/ops/ (per-op kernels); the older flat <device>/<model>/tp<N>/meta.json is per-op.
+ENGINE_PREFERENCE = ("fused", "compiled", "unfused", "ops")
+
+
 def shipped_profiles() -> list[str]:
-    """Named profiles under calibrate/profiles, as '<device>/<model>/tp<N>'."""
+    """Named profiles under calibrate/profiles: '<device>/<model>/tp<N>' (flat, per-op),
+    '<device>/<model>/tp<N>/ops' and '<device>/<model>/tp<N>/steps/<engine>'."""
     if not PROFILES_DIR.is_dir():
         return []
-    return sorted(str(m.parent.relative_to(PROFILES_DIR)) for m in PROFILES_DIR.glob("*/*/tp*/meta.json"))
+    metas = [*PROFILES_DIR.glob("*/*/tp*/meta.json"), *PROFILES_DIR.glob("*/*/tp*/ops/meta.json"),
+             *PROFILES_DIR.glob("*/*/tp*/steps/*/meta.json")]
+    return sorted(str(m.parent.relative_to(PROFILES_DIR)) for m in metas)
 
 
-def resolve_profile_dir(profile: str | None, device: str, model_name: str, tensor_parallel: int) -> Path:
-    """A profile folder: the given path, or the shipped one named by (device, model, tp)."""
+def shipped_engines(device: str, model_name: str, tensor_parallel: int) -> dict[str, Path]:
+    """Engine name -> shipped folder for (device, model, tp), in the order a default picks them."""
+    base = PROFILES_DIR / device.lower() / model_name.lower() / f"tp{tensor_parallel}"
+    found = {m.parent.name: m.parent for m in sorted(base.glob("steps/*/meta.json"))}
+    if (base / "ops" / "meta.json").is_file():
+        found["ops"] = base / "ops"
+    elif (base / "meta.json").is_file():
+        found["ops"] = base
+    rank = {e: i for i, e in enumerate(ENGINE_PREFERENCE)}
+    return dict(sorted(found.items(), key=lambda kv: (rank.get(kv[0], len(rank)), kv[0])))
+
+
+def resolve_profile_dir(profile: str | None, device: str, model_name: str, tensor_parallel: int,
+                        engine: str | None = None) -> Path:
+    """A profile folder: the given path, or the shipped one named by (device, model, tp, engine);
+    without an engine, the first shipped of fused, compiled, unfused, ops (then any other engine)."""
     if profile is not None:
         return Path(profile).expanduser()
-    named = PROFILES_DIR / device.lower() / model_name.lower() / f"tp{tensor_parallel}"
-    if not (named / "meta.json").is_file():
+    name = f"{device.lower()}/{model_name.lower()}/tp{tensor_parallel}"
+    engines = shipped_engines(device, model_name, tensor_parallel)
+    if not engines:
         shipped = ", ".join(shipped_profiles()) or "none"
-        raise ConfigError(f"cost_model: no shipped profile for {device.lower()}/{model_name.lower()}/tp{tensor_parallel}; "
+        raise ConfigError(f"cost_model: no shipped profile for {name}; "
                           f"give cost_model.profile: PATH or one of: {shipped}")
-    return named
+    if engine is None:
+        return next(iter(engines.values()))
+    if engine not in engines:
+        raise ConfigError(f"cost_model.engine: {engine!r} has no shipped profile for {name}; "
+                          f"allowed: {', '.join(engines)}")
+    return engines[engine]
 
 
 # --- the cost model --------------------------------------------------------------------------------

@@ -1,0 +1,50 @@
+"""Which kind of calibrated profile a folder holds, and the cost model that reads it.
+
+`cost_model: {kind: calibrated}` names a folder; its meta.json says whether it holds per-op kernel
+times (`python -m calibrate run`, priced by sim/calibrated.py) or whole measured steps
+(`profile_kind: steps`, priced by sim/cost/steps.py). Scenario validation, the simulator and
+`calibrate check` all go through here, so a folder of either kind works wherever a profile is asked for.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.model.specs import GPUSpec, ModelSpec
+
+
+def profile_kind(path: str | Path, field: str = "cost_model.profile") -> str:
+    """'steps' for a whole-step profile, 'ops' for a per-op one (one-line ConfigError if neither)."""
+    from sim.cost.steps import PROFILE_KIND, read_meta
+    return "steps" if read_meta(path, field).get("profile_kind") == PROFILE_KIND else "ops"
+
+
+def profile_engine(path: str | Path, field: str = "cost_model.profile") -> str:
+    """The engine a profile timed: meta.json's `engine` for whole steps, 'ops' for per-op kernels."""
+    from sim.cost.steps import read_meta
+    meta = read_meta(path, field)
+    return str(meta.get("engine")) if profile_kind(path, field) == "steps" else "ops"
+
+
+def check_profile_matches(path: str | Path, model: ModelSpec, tensor_parallel: int,
+                          field: str = "cost_model.profile") -> None:
+    """Load the profile (either kind) and check it was measured for this model's shard at this TP."""
+    if profile_kind(path, field) == "steps":
+        from sim.cost.steps import check_step_matches, load_step_profile
+        check_step_matches(load_step_profile(path, field), model, tensor_parallel, field)
+    else:
+        from sim.cost.calibrated import check_matches, load_profile
+        check_matches(load_profile(path, field), model, tensor_parallel, field)
+
+
+def make_calibrated_cost_model(path: str | Path, model: ModelSpec, *, tensor_parallel: int = 1,
+                               kv_layout: str = "paged", block_size: int = 16, gpu: GPUSpec | None = None,
+                               weight_dtype: str = "bf16", kv_dtype: str = "bf16"):
+    """The calibrated cost model for a profile folder of either kind."""
+    if profile_kind(path) == "steps":
+        from sim.cost.steps import StepProfileCostModel
+        return StepProfileCostModel(path, model, tensor_parallel=tensor_parallel, gpu=gpu, kv_layout=kv_layout,
+                                    weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+    from sim.cost.calibrated import CalibratedCostModel
+    return CalibratedCostModel(path, model, tensor_parallel=tensor_parallel, kv_layout=kv_layout,
+                               block_size=block_size, gpu=gpu, weight_dtype=weight_dtype, kv_dtype=kv_dtype)
