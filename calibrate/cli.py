@@ -1,4 +1,4 @@
-"""`python -m calibrate run|fit`. Bad input: one line naming the option, the value and what is
+"""`python -m calibrate run|steps|fit|selftest|paged-bench`. Bad input: one line naming the option, the value and what is
 allowed; exit 2 (as `servesim`)."""
 
 from __future__ import annotations
@@ -146,6 +146,108 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
                   checks_relative_error=checks,
                   measured_s_this_run=round(time.perf_counter() - started, 2))
     console.print(f"profile written to {out}/ ({len(points)} points, {len(todo)} measured in this run, "
+                  f"{time.perf_counter() - started:.1f} s)")
+
+
+def _import_torch(device: str):
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError("--device: calibration needs torch; install it with "
+                          "`pip install torch==2.13.0 triton` (or `pip install -e '.[calibrate]'`)") from None
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device: 'cuda' requested but torch {torch.__version__} sees no CUDA device; "
+                          "allowed here: cpu")
+    return torch
+
+
+def _load_dense_model(model: str, tp: int):
+    from sim.memory import check_tensor_parallel
+
+    from .arch import load_model
+    spec = load_model(model)
+    if spec.attention == "mla":
+        raise ConfigError(f"--model: {spec.name} uses attention 'mla', which calibration does not support yet; "
+                          "allowed: mha, mqa, gqa models")
+    check_tensor_parallel(spec, tp, "--tp")
+    return spec
+
+
+@app.command()
+def steps(model: str = typer.Option(..., "--model", help="catalog model name, or a YAML/JSON file with an inline architecture"),
+          tp: int = typer.Option(1, "--tp", help="tensor-parallel degree: measure one GPU's shard"),
+          dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp32"),
+          device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
+          engine: str = typer.Option("fused", "--engine", help="unfused | fused | compiled"),
+          kv: str = typer.Option("dense", "--kv", help="decode KV layout: dense | paged"),
+          block_size: int = typer.Option(16, "--block-size", help="paged KV: tokens per block"),
+          grid: str = typer.Option("quick", "--grid", help="quick (CPU, CI) | full (GPU)"),
+          layers: int = typer.Option(0, "--layers", help="decoder layers to run (0: the model's own count)"),
+          reps: int = typer.Option(20, "--reps", help="timed repetitions per step (median, p20, p80)"),
+          threads: int = typer.Option(1, "--threads", help="CPU threads torch may use"),
+          out: Path = typer.Option(..., "--out", help="profile folder (a rerun resumes into it)"),
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
+    """Time whole engine steps of the model's per-GPU shard (CUDA-graph replays on a GPU) and write a steps profile."""
+    from .steps import ENGINE_DESCRIPTIONS, ENGINES, KV_LAYOUTS, STEP_GRIDS
+    _choice("--dtype", dtype, DTYPES)
+    _choice("--device", device, DEVICES)
+    _choice("--engine", engine, ENGINES)
+    _choice("--kv", kv, KV_LAYOUTS)
+    _choice("--grid", grid, STEP_GRIDS)
+    _at_least_one("--block-size", block_size)
+    _at_least_one("--threads", threads)
+    _at_least_one("--reps", reps)
+    if layers < 0:
+        raise ConfigError(f"--layers: {layers} is not allowed; allowed: 0 (the model's own count) or an integer >= 1")
+    spec = _load_dense_model(model, tp)
+    if spec.is_moe:
+        raise ConfigError(f"--model: {spec.name} is a mixture-of-experts model, which step measurement does not "
+                          "support yet; allowed: dense models")
+    torch = _import_torch(device)
+    torch.set_num_threads(threads)
+
+    from .steps import ShardModel, StepsWriter, measure_steps, step_grid
+    started = time.perf_counter()
+    shapes = step_grid(grid, spec.max_context)
+    the_model = ShardModel(spec, tp, dtype=dtype, device=device, engine=engine, kv_layout=kv, block_size=block_size,
+                           num_layers=layers or None)
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    method = (f"the whole step captured as ONE CUDA graph per shape after 2 warm-up steps on a side stream, replayed "
+              f"{reps} times back to back, each replay timed with CUDA events; median, p20, p80"
+              if device == "cuda" else
+              f"the eager step timed with time.perf_counter {reps} times after one warm-up step; median, p20, p80")
+    meta = {
+        "model": spec.model_dump(mode="json"), "tensor_parallel": tp, "shard": the_model.shard,
+        "layers": the_model.num_layers,
+        "device": device, **_device_info(torch, device),
+        "torch_version": torch.__version__, "triton_version": _version("triton"),
+        "dtype": dtype, "threads": threads, "date": now, "started": now,
+        "engine": engine, "engine_description": ENGINE_DESCRIPTIONS[engine], "op_impls": the_model.op_impls(),
+        "method": method, "source": "measured by python -m calibrate steps", "includes_communication": False,
+        "kv_layout": kv, "block_size": block_size if kv == "paged" else None, "grid": grid,
+        "weights": ("distinct weights per layer" if the_model.distinct_weights
+                    else "one set of weights shared by every layer (each still run as its own layer call)"),
+        "columns": "step_s, p20_s, p80_s: seconds of one step; decode_context counts the new token",
+    }
+    writer = StepsWriter(out, meta)
+    todo = [s for s in shapes if not writer.has(s)]
+    skipped: list[dict] = []
+    with Progress(TextColumn("[bold]steps[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, disable=quiet) as progress:
+        task = progress.add_task("", total=len(shapes), completed=len(shapes) - len(todo))
+
+        def on_point(shape, timing, why):
+            if timing is None:
+                skipped.append({**dict(zip(("kind", "prefill_tokens", "prefill_context", "decode_batch",
+                                            "decode_context"), shape.key())), "why": why})
+            else:
+                writer.add(shape, timing)
+            progress.update(task, description=f"{shape.key()}")
+            progress.advance(task)
+        measure_steps(the_model, todo, reps, on_point)
+    writer.finish(finished=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), skipped_points=skipped,
+                  measured_s_this_run=round(time.perf_counter() - started, 2))
+    console.print(f"steps profile written to {out}/ ({len(writer.rows)} steps, {len(skipped)} skipped for memory, "
                   f"{time.perf_counter() - started:.1f} s)")
 
 

@@ -67,3 +67,14 @@ def test_shard_bench_checks_and_every_point_stay_on_the_inputs_device(default_de
         point.make()()
     assert {"linear", "elementwise", "decode_attention", "prefill_attention", "sampling",
             "step_overhead"} <= {family for family, _, _ in seen}
+
+
+@pytest.mark.parametrize("engine, kv_layout", [("unfused", "dense"), ("fused", "paged")])
+def test_a_whole_step_stays_on_the_inputs_device(default_device_meta, engine, kv_layout):
+    from calibrate.steps import ShardModel, step_grid
+    spec = load_model(str(ARCH_FILE))
+    model = ShardModel(spec, 1, dtype="fp32", device="cpu", engine=engine, kv_layout=kv_layout, block_size=4)
+    for shape in step_grid("quick", spec.max_context):
+        with torch.no_grad():
+            tokens = model.step(model.make_inputs(shape))
+        assert tokens.device.type == "cpu" and tokens.shape == (shape.sampled_rows,)
