@@ -82,32 +82,19 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
         out: Path = typer.Option(..., "--out", help="profile folder (a rerun resumes into it)"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
     """Time every kernel of one layer of the model's per-GPU shard and write a profile folder."""
-    from sim.memory import check_tensor_parallel
-
-    from .arch import load_model
     _choice("--dtype", dtype, DTYPES)
     _choice("--device", device, DEVICES)
     _choice("--grid", grid, GRIDS)
     _at_least_one("--threads", threads)
     _at_least_one("--block-size", block_size)
-    spec = load_model(model)
-    if spec.attention == "mla":
-        raise ConfigError(f"--model: {spec.name} uses attention 'mla', which calibration does not support yet; "
-                          "allowed: mha, mqa, gqa models")
-    check_tensor_parallel(spec, tp, "--tp")
-    try:
-        import torch
-    except ImportError:
-        raise ConfigError("--device: calibration needs torch; install it with "
-                          "`pip install torch==2.13.0 triton` (or `pip install -e '.[calibrate]'`)") from None
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device: 'cuda' requested but torch {torch.__version__} sees no CUDA device; "
-                          "allowed here: cpu")
+    spec = _load_dense_model(model, tp)
+    torch = _import_torch(device)
     torch.set_num_threads(threads)
 
     from .bench import ShardBench
     from .store import ProfileWriter
-    from .timing import time_cpu, time_cuda
+    from .bench import GRAPH_CALLS
+    from .timing import time_cpu, time_cuda_graph
     bench = ShardBench(spec, tp, dtype, device, block_size)
     the_grid = make_grid(grid, spec.max_context)
     started = time.perf_counter()
@@ -118,8 +105,15 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
         "dtype": dtype, "threads": threads, "date": now, "started": now,
         "model": spec.model_dump(mode="json"), "tensor_parallel": tp, "block_size": block_size,
         "grid": the_grid.as_dict(), "shard": bench.shard,
-        "timer": ("triton.testing.do_bench (CUDA events, L2 flushed between repetitions)" if device == "cuda"
+        "timer": (f"calibrate.timing.time_cuda_graph: {GRAPH_CALLS} back-to-back calls captured in one CUDA graph "
+                  "after warm-up on a side stream, replays timed with CUDA events, per call = replay / "
+                  f"{GRAPH_CALLS}; activations reused (warm in L2 as in a step), weights and KV rotated among copies "
+                  "exceeding twice the L2 (cold, as each layer reads its own)" if device == "cuda"
                   else "time.perf_counter_ns per call after warm-up"),
+        "op_impls": bench.op_impls(),
+        "op_notes": ("rmsnorm is timed as the fused residual add + RMSNorm an engine runs; residual_add as a plain "
+                     "add (the cost model adds two per layer: an upper bound where the engine fuses them)"
+                     if device == "cuda" else "every op plain torch, timed one call at a time"),
         "paged_decode_impl": bench.paged_impl,
         "prefill_attention_impl": "torch SDPA, bottom-right causal mask (flash attention on GPU where supported)",
     }
@@ -127,7 +121,11 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
     if not quiet:
         err_console.print(f"checking kernels of {spec.name} (tp {tp}, {dtype}, {device}) against float64 references")
     checks = bench.run_checks()
-    timer = time_cuda if device == "cuda" else time_cpu
+    def timer(call, budget_s):
+        if device == "cuda":
+            # Graph replays of GRAPH_CALLS calls vary little: a quarter of the grid's budget is plenty.
+            return time_cuda_graph(call, calls=GRAPH_CALLS, budget_s=budget_s / 4)
+        return time_cpu(call, budget_s)
     points = list(bench.points(the_grid))
     todo = [p for p in points if not writer.has(p.family, p.key)]
     with Progress(TextColumn("[bold]calibrate[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -249,6 +247,67 @@ def steps(model: str = typer.Option(..., "--model", help="catalog model name, or
                   measured_s_this_run=round(time.perf_counter() - started, 2))
     console.print(f"steps profile written to {out}/ ({len(writer.rows)} steps, {len(skipped)} skipped for memory, "
                   f"{time.perf_counter() - started:.1f} s)")
+
+
+@app.command()
+def selftest(model: str = typer.Option("llama-3.1-8b", "--model", help="catalog model name or architecture file: the shapes checked"),
+             tp: int = typer.Option(1, "--tp", help="tensor-parallel degree of the shard checked"),
+             dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp32"),
+             device: str = typer.Option("cpu", "--device", help="cpu (Triton interpreted, slow) | cuda"),
+             block_size: int = typer.Option(16, "--block-size", help="paged KV: tokens per block")):
+    """Check every Triton kernel and fused op against float64 references on this device; print the errors."""
+    _choice("--dtype", dtype, DTYPES)
+    _choice("--device", device, DEVICES)
+    _at_least_one("--block-size", block_size)
+    spec = _load_dense_model(model, tp)
+    _import_torch(device)
+    from .gpucheck import SelfTestError, print_selftest, selftest as run_selftest
+    started = time.perf_counter()
+    results = run_selftest(spec, tp, dtype, device, block_size)
+    print_selftest(results, console)
+    failed = [r.name for r in results if not r.ok]
+    console.print(f"selftest: {len(results) - len(failed)}/{len(results)} checks passed in "
+                  f"{time.perf_counter() - started:.1f} s")
+    if failed:
+        raise SelfTestError(f"selftest: {len(failed)} check(s) differ from their float64 reference beyond the "
+                            f"allowed error: {', '.join(sorted(set(failed)))}")
+
+
+@app.command("paged-bench")
+def paged_bench(model: str = typer.Option("llama-3.1-8b", "--model", help="catalog model name or architecture file"),
+                tp: int = typer.Option(1, "--tp", help="tensor-parallel degree of the shard"),
+                dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp32"),
+                device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
+                block_size: int = typer.Option(16, "--block-size", help="paged KV: tokens per block"),
+                grid: str = typer.Option("full", "--grid", help="full (the decode grid) | quick (tiny, for a dry run)"),
+                out: Path | None = typer.Option(None, "--out", help="also write the table to this CSV file")):
+    """Paged decode kernel against dense SDPA over the same contexts: seconds per call and their ratio."""
+    _choice("--dtype", dtype, DTYPES)
+    _choice("--device", device, DEVICES)
+    _choice("--grid", grid, GRIDS)
+    _at_least_one("--block-size", block_size)
+    spec = _load_dense_model(model, tp)
+    _import_torch(device)
+    from .gpucheck import DECODE_BATCHES, DECODE_CONTEXTS, paged_bench as run_paged_bench
+    batches, contexts = (DECODE_BATCHES, DECODE_CONTEXTS) if grid == "full" else ((1, 4), (32, 128))
+    contexts = tuple(c for c in contexts if c <= spec.max_context)
+    rows = run_paged_bench(spec, tp, dtype, device, block_size, batches, contexts)
+    table = Table(title=f"decode attention, {spec.name} tp{tp} ({dtype}, {device}): paged kernel / dense SDPA")
+    for col in ("batch", "context", "dense us", "paged us", "paged / dense"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["decode_batch"]), str(r["decode_context"]), f"{r['dense_s'] * 1e6:.1f}",
+                      f"{r['paged_s'] * 1e6:.1f}", f"{r['ratio']:.2f}")
+    console.print(table)
+    if rows:
+        ratios = sorted(r["ratio"] for r in rows)
+        console.print(f"paged / dense: median {ratios[len(ratios) // 2]:.2f}, worst {ratios[-1]:.2f} "
+                      f"over {len(rows)} points")
+    if out is not None:
+        import pandas as pd
+
+        from sim.output import atomic_write_text
+        atomic_write_text(out, pd.DataFrame(rows).to_csv(index=False, float_format="%.6e"))
 
 
 @app.command()
