@@ -7,6 +7,7 @@ disagrees stops the run before anything is timed.
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass
 from typing import Callable, Iterator
@@ -26,6 +27,8 @@ TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bflo
 # Largest relative error ‖out − ref‖ / ‖ref‖ a kernel may show against the float64 reference.
 TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 3e-2}
 _SAMPLING_TEMPERATURE = 0.8
+# Back-to-back calls of an op captured in one CUDA graph by the GPU timer (calibrate/timing.py).
+GRAPH_CALLS = 16
 
 
 class KernelCheckError(ServeSimError):
@@ -49,9 +52,45 @@ class ShardBench:
         self.shard = shard_shapes(model, tensor_parallel)
         self.gen = torch.Generator(device=device).manual_seed(0)
         self._weights: dict[str, torch.Tensor] = {}
-        self.paged_impl = ("triton paged_attention_decode (calibrate/kernels/paged_attention.py)" if device == "cuda"
+        self.paged_impl = ("triton flash-decoding paged attention (calibrate/kernels/paged_attention.py)"
+                           if device == "cuda"
                            else "torch gather: index_select of each sequence's blocks by block id, then SDPA "
                                 "(the Triton kernel runs on CPU only under TRITON_INTERPRET=1, too slow to time)")
+        self._l2_bytes = (getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+                          if device == "cuda" else 0)
+
+    def op_impls(self) -> dict[str, str]:
+        """Which implementation priced each op (meta.json `op_impls`)."""
+        gpu = self.device == "cuda"
+        fused_file = "calibrate/kernels/fused.py"
+        impls = {
+            "linear": "torch F.linear (cuBLAS)" if gpu else "torch F.linear (CPU BLAS)",
+            "rmsnorm": (f"triton fused_add_rms_norm ({fused_file}): the residual add fused into the norm, as vLLM"
+                        if gpu else "torch eager rms_norm (float32 math)"),
+            "residual_add": ("torch x + residual: the one residual add an engine with fused norms leaves unfused "
+                             "(the others are inside rmsnorm)" if gpu else "torch eager x + residual"),
+            "rotary": (f"triton rotary_inplace, q and k in one launch from positions and a cos|sin cache ({fused_file})"
+                       if gpu else "torch eager: cos/sin gathered by position, neox halves rotated, q then k"),
+            "decode_attention:contiguous": "torch SDPA over a dense KV cache" + (" (flash attention)" if gpu else ""),
+            "decode_attention:paged": self.paged_impl,
+            "prefill_attention": "torch SDPA, bottom-right causal" + (" (flash attention where supported)" if gpu else ""),
+            "sampling": "torch softmax, exponential race, argmax (fp32 logits)",
+            "step_overhead": "host Python engine loop, wall clock",
+        }
+        if self.activation == "silu_mul":
+            impls["silu_mul"] = f"triton silu_and_mul ({fused_file})" if gpu else "torch eager silu(gate) * up"
+        else:
+            impls["relu"] = "torch F.relu"
+        return impls
+
+    def cold_copies(self, nbytes: int) -> int:
+        """Copies of a per-layer input (weights, KV) to rotate among the GPU timer's back-to-back calls, so
+        that together they exceed twice the L2 and each call reads its input from HBM, as a step's layers
+        each read their own. Activations are not copied: in a step the previous kernel just wrote them."""
+        if self.device != "cuda" or nbytes <= 0:
+            return 1
+        return int(min(GRAPH_CALLS, max(1, math.ceil(2 * self._l2_bytes / nbytes))))
+
 
     # --- inputs ---------------------------------------------------------------------------------
     def randn(self, *shape: int, dtype: torch.dtype | None = None) -> torch.Tensor:
@@ -144,6 +183,28 @@ class ShardBench:
             return ref.relative_error(ops.residual_add(x, r), x.double() + r.double())
         yield "elementwise:residual_add", residual_err
 
+        if self.device == "cuda":  # the Triton kernels this device times
+            from .kernels import fused
+
+            def fused_add_norm_err():
+                x, r, w = self.randn(5, s["hidden_size"]), self.randn(5, s["hidden_size"]), self.randn(s["hidden_size"])
+                expected, _ = ref.fused_add_rms_norm(x, r, w)
+                return ref.relative_error(fused.fused_add_rms_norm(x, r, w), expected)
+            yield "elementwise:rmsnorm (triton fused_add_rms_norm)", fused_add_norm_err
+
+            def fused_rotary_err():
+                q, k, positions = self._rotary_inputs(5)
+                expected = ref.rotary(q, positions)
+                fused.rotary_inplace(q, k, positions, self._cos_sin())
+                return ref.relative_error(q, expected)
+            yield "elementwise:rotary (triton rotary_inplace)", fused_rotary_err
+
+            if self.activation == "silu_mul":
+                def fused_silu_err():
+                    x = self.randn(5, 2 * s["ffn_size"])
+                    return ref.relative_error(fused.silu_and_mul(x), ref.silu_and_mul(x))
+                yield "elementwise:silu_mul (triton silu_and_mul)", fused_silu_err
+
         def sampling_err():
             # A logit far above the rest must be drawn every time; the others never.
             logits = self.randn(4, s["vocab_size"], dtype=torch.float32)
@@ -152,6 +213,12 @@ class ShardBench:
             drawn = ops.sample(logits, _SAMPLING_TEMPERATURE, self.gen)
             return float((drawn != winners).float().mean())
         yield "sampling", sampling_err
+
+    def _cos_sin(self):
+        if not hasattr(self, "_cos_sin_cache"):
+            from .kernels.fused import rotary_cos_sin_cache
+            self._cos_sin_cache = rotary_cos_sin_cache(self.model.max_context, self.shard["head_dim"], self.device)
+        return self._cos_sin_cache
 
     def run_checks(self) -> dict[str, float]:
         tol = TOLERANCE[self.dtype_name]
@@ -172,17 +239,28 @@ class ShardBench:
             for n in grid.num_tokens:
                 def make(op=op, n=n, in_f=in_f):
                     x, w = self.randn(n, in_f), self.weight(op)
-                    return lambda: F.linear(x, w)
+                    weights = itertools.cycle([w] + [w.clone() for _ in range(self.cold_copies(w.numel() * w.element_size()) - 1)])
+                    return lambda: F.linear(x, next(weights))
                 yield Point("linear", {"op": op, "in_features": in_f, "out_features": out_f, "num_tokens": n}, make)
+
+        gpu = self.device == "cuda"
+        if gpu:
+            from .kernels import fused
 
         def rmsnorm(n):
             x, w = self.randn(n, hidden), self.randn(hidden)
+            if gpu:  # as the engine runs it: the residual add fused into the norm
+                residual = self.randn(n, hidden)
+                return lambda: fused.fused_add_rms_norm(x, residual, w)
             return lambda: ops.rms_norm(x, w)
 
         cos_cache, sin_cache = ops.rotary_cos_sin(torch.arange(self.model.max_context, device=self.device), d)
 
         def rotary(n):
             q, k, positions = self._rotary_inputs(n)
+            if gpu:  # in place: rotating again each call keeps the values' norms
+                cos_sin = self._cos_sin()
+                return lambda: fused.rotary_inplace(q, k, positions, cos_sin)
             def call():
                 cos, sin = cos_cache[positions], sin_cache[positions]
                 return ops.apply_rotary(q, cos, sin), ops.apply_rotary(k, cos, sin)
@@ -191,7 +269,7 @@ class ShardBench:
         def activation(n):
             if self.activation == "silu_mul":
                 x = self.randn(n, 2 * ffn)
-                return lambda: ops.silu_and_mul(x)
+                return lambda: (fused.silu_and_mul(x) if gpu else ops.silu_and_mul(x))
             x = self.randn(n, ffn)
             return lambda: F.relu(x)
 
@@ -207,7 +285,9 @@ class ShardBench:
         for rows in grid.sample_rows:
             def make_sampling(rows=rows):
                 logits = self.randn(rows, s["vocab_size"], dtype=torch.float32)
-                return lambda: ops.sample(logits, _SAMPLING_TEMPERATURE, self.gen)
+                # On a GPU the default generator: CUDA-graph capture supports its RNG state.
+                gen = None if self.device == "cuda" else self.gen
+                return lambda: ops.sample(logits, _SAMPLING_TEMPERATURE, gen)
             yield Point("sampling", {"num_rows": rows}, make_sampling)
 
         for seqs in grid.overhead_seqs:
@@ -222,8 +302,11 @@ class ShardBench:
         for c in grid.prefill_chunks:
             for x in grid.prefill_contexts:
                 def make_prefill(c=c, x=x):
-                    q, k, v = self.randn(1, hq, c, d), self.randn(1, hkv, x + c, d), self.randn(1, hkv, x + c, d)
-                    return lambda: self._prefill(q, k, v)
+                    q = self.randn(1, hq, c, d)
+                    copies = self.cold_copies(2 * (x + c) * hkv * d * self.dtype.itemsize)
+                    kvs = itertools.cycle([(self.randn(1, hkv, x + c, d), self.randn(1, hkv, x + c, d))
+                                           for _ in range(copies)])
+                    return lambda: self._prefill(q, *next(kvs))
                 yield Point("prefill_attention", {"chunk_tokens": c, "context_tokens": x}, make_prefill)
 
     def _prefill(self, q, k, v):
@@ -236,14 +319,16 @@ class ShardBench:
 
     def _decode_call(self, layout: str, batch: int, context: int):
         s = self.shard
+        copies = self.cold_copies(2 * batch * context * s["num_kv_heads"] * s["head_dim"] * self.dtype.itemsize)
         if layout == "contiguous":
             q = self.randn(batch, s["num_heads"], 1, s["head_dim"])
-            k = self.randn(batch, s["num_kv_heads"], context, s["head_dim"])
-            v = self.randn(batch, s["num_kv_heads"], context, s["head_dim"])
-            return lambda: ops.decode_attention_contiguous(q, k, v)
-        inputs = self._paged_inputs([context] * batch)
+            kvs = itertools.cycle([(self.randn(batch, s["num_kv_heads"], context, s["head_dim"]),
+                                    self.randn(batch, s["num_kv_heads"], context, s["head_dim"])) for _ in range(copies)])
+            return lambda: ops.decode_attention_contiguous(q, *next(kvs))
         if self.device == "cuda":
-            return lambda: self.paged_decode(*inputs)
+            cases = itertools.cycle([self._paged_inputs([context] * batch) for _ in range(copies)])
+            return lambda: self.paged_decode(*next(cases))
+        inputs = self._paged_inputs([context] * batch)
         k_cache = inputs[1]
         buffers = (torch.empty_like(k_cache), torch.empty_like(k_cache))
         return lambda: ops.paged_decode_gather(*inputs, buffers=buffers)

@@ -1,4 +1,5 @@
-"""`python -m calibrate run|fit|import-steps|check`. Bad input: one line naming the option, the value and what is
+"""`python -m calibrate run|steps|fit|selftest|paged-bench|import-steps|check`. Bad input: one line naming the
+option, the value and what is
 allowed; exit 2 (as `servesim`)."""
 
 from __future__ import annotations
@@ -88,32 +89,19 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
         out: Path = typer.Option(..., "--out", help="profile folder (a rerun resumes into it)"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
     """Time every kernel of one layer of the model's per-GPU shard and write a profile folder."""
-    from sim.model.memory import check_tensor_parallel
-
-    from .arch import load_model
     _choice("--dtype", dtype, DTYPES)
     _choice("--device", device, DEVICES)
     _choice("--grid", grid, GRIDS)
     _at_least_one("--threads", threads)
     _at_least_one("--block-size", block_size)
-    spec = load_model(model)
-    if spec.attention == "mla":
-        raise ConfigError(f"--model: {spec.name} uses attention 'mla', which calibration does not support yet; "
-                          "allowed: mha, mqa, gqa models")
-    check_tensor_parallel(spec, tp, "--tp")
-    try:
-        import torch
-    except ImportError:
-        raise ConfigError("--device: calibration needs torch; install it with "
-                          "`pip install torch==2.13.0 triton` (or `pip install -e '.[calibrate]'`)") from None
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError(f"--device: 'cuda' requested but torch {torch.__version__} sees no CUDA device; "
-                          "allowed here: cpu")
+    spec = _load_dense_model(model, tp)
+    torch = _import_torch(device)
     torch.set_num_threads(threads)
 
     from .bench import ShardBench
     from .store import ProfileWriter
-    from .timing import time_cpu, time_cuda
+    from .bench import GRAPH_CALLS
+    from .timing import time_cpu, time_cuda_graph
     bench = ShardBench(spec, tp, dtype, device, block_size)
     the_grid = make_grid(grid, spec.max_context)
     started = time.perf_counter()
@@ -124,8 +112,15 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
         "dtype": dtype, "threads": threads, "date": now, "started": now,
         "model": spec.model_dump(mode="json"), "tensor_parallel": tp, "block_size": block_size,
         "grid": the_grid.as_dict(), "shard": bench.shard,
-        "timer": ("triton.testing.do_bench (CUDA events, L2 flushed between repetitions)" if device == "cuda"
+        "timer": (f"calibrate.timing.time_cuda_graph: {GRAPH_CALLS} back-to-back calls captured in one CUDA graph "
+                  "after warm-up on a side stream, replays timed with CUDA events, per call = replay / "
+                  f"{GRAPH_CALLS}; activations reused (warm in L2 as in a step), weights and KV rotated among copies "
+                  "exceeding twice the L2 (cold, as each layer reads its own)" if device == "cuda"
                   else "time.perf_counter_ns per call after warm-up"),
+        "op_impls": bench.op_impls(),
+        "op_notes": ("rmsnorm is timed as the fused residual add + RMSNorm an engine runs; residual_add as a plain "
+                     "add (the cost model adds two per layer: an upper bound where the engine fuses them)"
+                     if device == "cuda" else "every op plain torch, timed one call at a time"),
         "paged_decode_impl": bench.paged_impl,
         "prefill_attention_impl": "torch SDPA, bottom-right causal mask (flash attention on GPU where supported)",
     }
@@ -133,7 +128,11 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
     if not quiet:
         err_console.print(f"checking kernels of {spec.name} (tp {tp}, {dtype}, {device}) against float64 references")
     checks = bench.run_checks()
-    timer = time_cuda if device == "cuda" else time_cpu
+    def timer(call, budget_s):
+        if device == "cuda":
+            # Graph replays of GRAPH_CALLS calls vary little: a quarter of the grid's budget is plenty.
+            return time_cuda_graph(call, calls=GRAPH_CALLS, budget_s=budget_s / 4)
+        return time_cpu(call, budget_s)
     points = list(bench.points(the_grid))
     todo = [p for p in points if not writer.has(p.family, p.key)]
     with Progress(TextColumn("[bold]calibrate[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
@@ -153,6 +152,169 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
                   measured_s_this_run=round(time.perf_counter() - started, 2))
     console.print(f"profile written to {out}/ ({len(points)} points, {len(todo)} measured in this run, "
                   f"{time.perf_counter() - started:.1f} s)")
+
+
+def _import_torch(device: str):
+    try:
+        import torch
+    except ImportError:
+        raise ConfigError("--device: calibration needs torch; install it with "
+                          "`pip install torch==2.13.0 triton` (or `pip install -e '.[calibrate]'`)") from None
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"--device: 'cuda' requested but torch {torch.__version__} sees no CUDA device; "
+                          "allowed here: cpu")
+    return torch
+
+
+def _load_dense_model(model: str, tp: int):
+    from sim.model.memory import check_tensor_parallel
+
+    from .arch import load_model
+    spec = load_model(model)
+    if spec.attention == "mla":
+        raise ConfigError(f"--model: {spec.name} uses attention 'mla', which calibration does not support yet; "
+                          "allowed: mha, mqa, gqa models")
+    check_tensor_parallel(spec, tp, "--tp")
+    return spec
+
+
+@app.command()
+def steps(model: str = typer.Option(..., "--model", help="catalog model name, or a YAML/JSON file with an inline architecture"),
+          tp: int = typer.Option(1, "--tp", help="tensor-parallel degree: measure one GPU's shard"),
+          dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp32"),
+          device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
+          engine: str = typer.Option("fused", "--engine", help="unfused | fused | compiled"),
+          kv: str = typer.Option("dense", "--kv", help="decode KV layout: dense | paged"),
+          block_size: int = typer.Option(16, "--block-size", help="paged KV: tokens per block"),
+          grid: str = typer.Option("quick", "--grid", help="quick (CPU, CI) | full (GPU)"),
+          layers: int = typer.Option(0, "--layers", help="decoder layers to run (0: the model's own count)"),
+          reps: int = typer.Option(20, "--reps", help="timed repetitions per step (median, p20, p80)"),
+          threads: int = typer.Option(1, "--threads", help="CPU threads torch may use"),
+          out: Path = typer.Option(..., "--out", help="profile folder (a rerun resumes into it)"),
+          quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
+    """Time whole engine steps of the model's per-GPU shard (CUDA-graph replays on a GPU) and write a steps profile."""
+    from .steps import ENGINE_DESCRIPTIONS, ENGINES, KV_LAYOUTS, STEP_GRIDS
+    _choice("--dtype", dtype, DTYPES)
+    _choice("--device", device, DEVICES)
+    _choice("--engine", engine, ENGINES)
+    _choice("--kv", kv, KV_LAYOUTS)
+    _choice("--grid", grid, STEP_GRIDS)
+    _at_least_one("--block-size", block_size)
+    _at_least_one("--threads", threads)
+    _at_least_one("--reps", reps)
+    if layers < 0:
+        raise ConfigError(f"--layers: {layers} is not allowed; allowed: 0 (the model's own count) or an integer >= 1")
+    spec = _load_dense_model(model, tp)
+    if spec.is_moe:
+        raise ConfigError(f"--model: {spec.name} is a mixture-of-experts model, which step measurement does not "
+                          "support yet; allowed: dense models")
+    torch = _import_torch(device)
+    torch.set_num_threads(threads)
+
+    from .steps import ShardModel, StepsWriter, measure_steps, step_grid
+    started = time.perf_counter()
+    shapes = step_grid(grid, spec.max_context)
+    the_model = ShardModel(spec, tp, dtype=dtype, device=device, engine=engine, kv_layout=kv, block_size=block_size,
+                           num_layers=layers or None)
+    now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
+    method = (f"the whole step captured as ONE CUDA graph per shape after 2 warm-up steps on a side stream, replayed "
+              f"{reps} times back to back, each replay timed with CUDA events; median, p20, p80"
+              if device == "cuda" else
+              f"the eager step timed with time.perf_counter {reps} times after one warm-up step; median, p20, p80")
+    meta = {
+        "model": spec.model_dump(mode="json"), "tensor_parallel": tp, "shard": the_model.shard,
+        "layers": the_model.num_layers,
+        "device": device, **_device_info(torch, device),
+        "torch_version": torch.__version__, "triton_version": _version("triton"),
+        "dtype": dtype, "threads": threads, "date": now, "started": now,
+        "engine": engine, "engine_description": ENGINE_DESCRIPTIONS[engine], "op_impls": the_model.op_impls(),
+        "method": method, "source": "measured by python -m calibrate steps", "includes_communication": False,
+        "kv_layout": kv, "block_size": block_size if kv == "paged" else None, "grid": grid,
+        "weights": ("distinct weights per layer" if the_model.distinct_weights
+                    else "one set of weights shared by every layer (each still run as its own layer call)"),
+        "columns": "step_s, p20_s, p80_s: seconds of one step; decode_context counts the new token",
+    }
+    writer = StepsWriter(out, meta)
+    todo = [s for s in shapes if not writer.has(s)]
+    skipped: list[dict] = []
+    with Progress(TextColumn("[bold]steps[/bold] {task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=err_console, disable=quiet) as progress:
+        task = progress.add_task("", total=len(shapes), completed=len(shapes) - len(todo))
+
+        def on_point(shape, timing, why):
+            if timing is None:
+                skipped.append({**dict(zip(("kind", "prefill_tokens", "prefill_context", "decode_batch",
+                                            "decode_context"), shape.key())), "why": why})
+            else:
+                writer.add(shape, timing)
+            progress.update(task, description=f"{shape.key()}")
+            progress.advance(task)
+        measure_steps(the_model, todo, reps, on_point)
+    writer.finish(finished=dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"), skipped_points=skipped,
+                  measured_s_this_run=round(time.perf_counter() - started, 2))
+    console.print(f"steps profile written to {out}/ ({len(writer.rows)} steps, {len(skipped)} skipped for memory, "
+                  f"{time.perf_counter() - started:.1f} s)")
+
+
+@app.command()
+def selftest(model: str = typer.Option("llama-3.1-8b", "--model", help="catalog model name or architecture file: the shapes checked"),
+             tp: int = typer.Option(1, "--tp", help="tensor-parallel degree of the shard checked"),
+             dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp32"),
+             device: str = typer.Option("cpu", "--device", help="cpu (Triton interpreted, slow) | cuda"),
+             block_size: int = typer.Option(16, "--block-size", help="paged KV: tokens per block")):
+    """Check every Triton kernel and fused op against float64 references on this device; print the errors."""
+    _choice("--dtype", dtype, DTYPES)
+    _choice("--device", device, DEVICES)
+    _at_least_one("--block-size", block_size)
+    spec = _load_dense_model(model, tp)
+    _import_torch(device)
+    from .gpucheck import SelfTestError, print_selftest, selftest as run_selftest
+    started = time.perf_counter()
+    results = run_selftest(spec, tp, dtype, device, block_size)
+    print_selftest(results, console)
+    failed = [r.name for r in results if not r.ok]
+    console.print(f"selftest: {len(results) - len(failed)}/{len(results)} checks passed in "
+                  f"{time.perf_counter() - started:.1f} s")
+    if failed:
+        raise SelfTestError(f"selftest: {len(failed)} check(s) differ from their float64 reference beyond the "
+                            f"allowed error: {', '.join(sorted(set(failed)))}")
+
+
+@app.command("paged-bench")
+def paged_bench(model: str = typer.Option("llama-3.1-8b", "--model", help="catalog model name or architecture file"),
+                tp: int = typer.Option(1, "--tp", help="tensor-parallel degree of the shard"),
+                dtype: str = typer.Option("bf16", "--dtype", help="bf16 | fp16 | fp32"),
+                device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
+                block_size: int = typer.Option(16, "--block-size", help="paged KV: tokens per block"),
+                grid: str = typer.Option("full", "--grid", help="full (the decode grid) | quick (tiny, for a dry run)"),
+                out: Path | None = typer.Option(None, "--out", help="also write the table to this CSV file")):
+    """Paged decode kernel against dense SDPA over the same contexts: seconds per call and their ratio."""
+    _choice("--dtype", dtype, DTYPES)
+    _choice("--device", device, DEVICES)
+    _choice("--grid", grid, GRIDS)
+    _at_least_one("--block-size", block_size)
+    spec = _load_dense_model(model, tp)
+    _import_torch(device)
+    from .gpucheck import DECODE_BATCHES, DECODE_CONTEXTS, paged_bench as run_paged_bench
+    batches, contexts = (DECODE_BATCHES, DECODE_CONTEXTS) if grid == "full" else ((1, 4), (32, 128))
+    contexts = tuple(c for c in contexts if c <= spec.max_context)
+    rows = run_paged_bench(spec, tp, dtype, device, block_size, batches, contexts)
+    table = Table(title=f"decode attention, {spec.name} tp{tp} ({dtype}, {device}): paged kernel / dense SDPA")
+    for col in ("batch", "context", "dense us", "paged us", "paged / dense"):
+        table.add_column(col, justify="right")
+    for r in rows:
+        table.add_row(str(r["decode_batch"]), str(r["decode_context"]), f"{r['dense_s'] * 1e6:.1f}",
+                      f"{r['paged_s'] * 1e6:.1f}", f"{r['ratio']:.2f}")
+    console.print(table)
+    if rows:
+        ratios = sorted(r["ratio"] for r in rows)
+        console.print(f"paged / dense: median {ratios[len(ratios) // 2]:.2f}, worst {ratios[-1]:.2f} "
+                      f"over {len(rows)} points")
+    if out is not None:
+        import pandas as pd
+
+        from sim.atomic_files import atomic_write_text
+        atomic_write_text(out, pd.DataFrame(rows).to_csv(index=False, float_format="%.6e"))
 
 
 @app.command()

@@ -1,4 +1,8 @@
-"""Slow, obviously-correct float64 references that every timed kernel is checked against."""
+"""Slow, obviously-correct float64 references that every timed kernel is checked against.
+
+Every reference computes on the CPU: it moves its inputs there first and makes its own tensors there
+with an explicit device, so a caller's CUDA inputs never meet a tensor made on the default device
+(issue 17: `rotary` crashed the first check of a GPU run that way)."""
 
 from __future__ import annotations
 
@@ -20,7 +24,8 @@ def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Ten
 def prefill_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
     """Batch-1 chunk with its context; the query at chunk index i sees keys 0 .. context + i."""
     chunk, total = q.shape[2], k.shape[2]
-    mask = torch.arange(total)[None, :] <= (torch.arange(chunk)[:, None] + total - chunk)
+    cpu = torch.device("cpu")
+    mask = torch.arange(total, device=cpu)[None, :] <= (torch.arange(chunk, device=cpu)[:, None] + total - chunk)
     return attention(q[0].cpu(), k[0].cpu(), v[0].cpu(), mask)[None]
 
 
@@ -39,21 +44,24 @@ def paged_decode(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, 
 
 
 def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    x = x.double()
+    x, weight = x.double().cpu(), weight.cpu()
     return x / torch.sqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight.double()
 
 
 def rotary(x: torch.Tensor, positions: torch.Tensor, base: float = 10000.0) -> torch.Tensor:
     """Neox rotary as a complex rotation of (x[i], x[i + half]) pairs by position × base^(-2i/dim)."""
+    x, positions = x.cpu(), positions.cpu()
     dim = x.shape[-1]
     half = dim // 2
-    freqs = base ** (-torch.arange(half, dtype=torch.float64) * 2 / dim)
-    rot = torch.polar(torch.ones(len(positions), half, dtype=torch.float64), positions.double()[:, None] * freqs)
+    freqs = base ** (-torch.arange(half, dtype=torch.float64, device=x.device) * 2 / dim)
+    rot = torch.polar(torch.ones(len(positions), half, dtype=torch.float64, device=x.device),
+                      positions.double()[:, None] * freqs)
     z = torch.complex(x[..., :half].double(), x[..., half:].double()) * rot[:, None, :]
     return torch.cat((z.real, z.imag), dim=-1)
 
 
 def silu_and_mul(x: torch.Tensor) -> torch.Tensor:
+    x = x.cpu()
     half = x.shape[-1] // 2
     a, b = x[..., :half].double(), x[..., half:].double()
     return a / (1 + torch.exp(-a)) * b
@@ -63,3 +71,10 @@ def relative_error(out: torch.Tensor, ref: torch.Tensor) -> float:
     """‖out − ref‖ / ‖ref‖ in float64."""
     out, ref = out.double().cpu(), ref.double().cpu()
     return float((out - ref).norm() / ref.norm().clamp_min(1e-30))
+
+
+def fused_add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                       eps: float = 1e-6) -> tuple[torch.Tensor, torch.Tensor]:
+    """vLLM's fused_add_rms_norm: the new residual is x + residual; the output is its RMS norm."""
+    total = x.double().cpu() + residual.double().cpu()
+    return rms_norm(total, weight, eps), total

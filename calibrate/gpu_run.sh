@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# One command for an H100 (or any CUDA GPU), from the repository root:
+#
+#   OUT=/some/folder bash calibrate/gpu_run.sh
+#
+# Stages (each logged with its wall time, each under its own `timeout`; a failing stage does not stop
+# the later ones):
+#   env       nvidia-smi, python, torch, triton versions
+#   selftest  every Triton kernel and fused op against float64 references at real shapes (`calibrate selftest`)
+#   paged     flash-decoding paged attention vs dense SDPA on the decode grid, llama-3.1-8b shapes (`paged-bench`)
+#   steps     whole-step profiles (`calibrate steps`, one CUDA graph per step, dense KV):
+#             llama-3.1-8b and qwen2.5-7b tp1 (unfused and fused), llama-3.1-70b tp4 and tp8 (fused)
+#   ops       per-op profiles (`calibrate run`, CUDA-graph timer) of llama-3.1-8b and qwen2.5-7b tp1
+#
+# Results: $OUT/profiles.tgz (extract with `tar xzf`: profiles/<DEVDIR>/<model>/tp<N>/{steps/<engine>,ops}/ and
+# profiles/<DEVDIR>/paged_vs_dense_<model>.csv), $OUT/gpu_run.log (everything printed), $OUT/summary.txt
+# (one line per stage: exit status and seconds).
+#
+# Environment (all optional):
+#   STAGES="env selftest paged steps ops"   the stages to run, in this order (e.g. STAGES="env selftest paged"
+#                                            for a first smoke run of about 3 minutes)
+#   STEP_RUNS="llama-3.1-8b:1:unfused,fused qwen2.5-7b:1:unfused,fused llama-3.1-70b:4:fused llama-3.1-70b:8:fused"
+#                                            model:tp:engines for the steps stage
+#   OPS_RUNS="llama-3.1-8b:1 qwen2.5-7b:1"   model:tp for the ops stage
+#   GRID=full      steps grid (quick: a tiny grid for a dry run)     OPS_GRID=full   per-op grid
+#   KV=dense       steps decode KV layout (paged: the Triton kernel)  REPS=20         timed replays per step
+#   DEVICE=cuda    (cpu: a dry run of this script on a machine without a GPU, with tiny models)
+#   DEVDIR=h100-sxm  device folder name under profiles/
+#   LAYERS=0       decoder layers per step (0: the model's own count; a dry run uses fewer)
+#   SELFTEST_MODEL=llama-3.1-8b  PAGED_MODEL=llama-3.1-8b  PY=python3
+#   WHEELS=path    a folder of wheels to install first (no index) into a private folder on PYTHONPATH, for a
+#                  machine whose python lacks a package the project needs (e.g. pydantic)
+#
+# Estimated wall time on an H100 (from step times of ~8 ms for a llama-8B decode and ~270 ms for an 8192-token
+# prefill, 20 timed replays each plus warm-up): env 5 s, selftest ~60 s, paged ~40 s, steps ~5 min
+# (8B and 7B: ~35 s per engine; 70B tp4 ~70 s, tp8 ~45 s, model set-up included), ops ~2 min: under 9 minutes.
+set -u
+
+OUT=${OUT:?set OUT to the folder that receives the results}
+STAGES=${STAGES:-"env selftest paged steps ops"}
+STEP_RUNS=${STEP_RUNS:-"llama-3.1-8b:1:unfused,fused qwen2.5-7b:1:unfused,fused llama-3.1-70b:4:fused llama-3.1-70b:8:fused"}
+OPS_RUNS=${OPS_RUNS:-"llama-3.1-8b:1 qwen2.5-7b:1"}
+GRID=${GRID:-full}
+OPS_GRID=${OPS_GRID:-full}
+KV=${KV:-dense}
+REPS=${REPS:-20}
+DEVICE=${DEVICE:-cuda}
+DEVDIR=${DEVDIR:-h100-sxm}
+LAYERS=${LAYERS:-0}
+SELFTEST_MODEL=${SELFTEST_MODEL:-llama-3.1-8b}
+PAGED_MODEL=${PAGED_MODEL:-llama-3.1-8b}
+PY=${PY:-python3}
+
+mkdir -p "$OUT/profiles/$DEVDIR"
+LOG="$OUT/gpu_run.log"
+SUMMARY="$OUT/summary.txt"
+: >"$LOG"
+: >"$SUMMARY"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
+SCRIPT_START=$(date +%s)
+
+log() { echo "$*" | tee -a "$LOG"; }
+
+if [ -n "${WHEELS:-}" ]; then
+  site="${TMPDIR:-/tmp}/servesim-site"
+  if "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target "$site" "$WHEELS"/*.whl \
+      >>"$LOG" 2>&1; then
+    export PYTHONPATH="$PYTHONPATH:$site"
+    log "installed wheels from $WHEELS into $site"
+  else
+    log "pip install of $WHEELS failed (see above); going on without them"
+  fi
+fi
+
+# run_stage NAME TIMEOUT_S COMMAND...: logged, timed, bounded; its exit status goes to the summary.
+run_stage() {
+  local name=$1 limit=$2
+  shift 2
+  local start rc
+  start=$(date +%s)
+  log "=== [$name] start $(date -u +%H:%M:%S) (timeout ${limit}s): $*"
+  timeout --kill-after=15 "$limit" "$@" 2>&1 | tee -a "$LOG"
+  rc=${PIPESTATUS[0]}
+  local took=$(($(date +%s) - start))
+  log "=== [$name] exit $rc after ${took}s$([ "$rc" = 124 ] && echo ' (timed out)')"
+  echo "$name exit=$rc seconds=$took" >>"$SUMMARY"
+}
+
+model_dir() { # the folder name of a model given by catalog name or file
+  local m=${1##*/}
+  echo "${m%.*}"
+}
+
+wants() { case " $STAGES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
+
+if wants env; then
+  run_stage env 60 bash -c "nvidia-smi || echo 'nvidia-smi: not available'; $PY --version; \
+    $PY -c 'import torch, triton; print(\"torch\", torch.__version__, \"cuda\", torch.version.cuda, \"triton\", triton.__version__); \
+print(\"device:\", torch.cuda.get_device_name(0) if torch.cuda.is_available() else \"no CUDA device\")'; \
+    nproc; git log -1 --oneline 2>/dev/null || true"
+fi
+
+if wants selftest; then
+  run_stage selftest 300 "$PY" -m calibrate selftest --device "$DEVICE" --model "$SELFTEST_MODEL" --dtype bf16
+fi
+
+if wants paged; then
+  paged_grid=full
+  [ "$GRID" = quick ] && paged_grid=quick
+  run_stage paged 240 "$PY" -m calibrate paged-bench --device "$DEVICE" --model "$PAGED_MODEL" --dtype bf16 \
+    --grid "$paged_grid" --out "$OUT/profiles/$DEVDIR/paged_vs_dense_$(model_dir "$PAGED_MODEL").csv"
+fi
+
+if wants steps; then
+  for run in $STEP_RUNS; do
+    IFS=: read -r model tp engines <<<"$run"
+    for engine in ${engines//,/ }; do
+      # The 70B shards take longer (80 layers, 8192-token prefills of ~0.5 s): a longer limit.
+      limit=240
+      case "$model" in *70b*) limit=420 ;; esac
+      run_stage "steps $model tp$tp $engine" "$limit" "$PY" -m calibrate steps --device "$DEVICE" --model "$model" \
+        --tp "$tp" --dtype bf16 --engine "$engine" --kv "$KV" --grid "$GRID" --reps "$REPS" --layers "$LAYERS" -q \
+        --out "$OUT/profiles/$DEVDIR/$(model_dir "$model")/tp$tp/steps/$engine"
+    done
+  done
+fi
+
+if wants ops; then
+  for run in $OPS_RUNS; do
+    IFS=: read -r model tp <<<"$run"
+    run_stage "ops $model tp$tp" 240 "$PY" -m calibrate run --device "$DEVICE" --model "$model" --tp "$tp" \
+      --dtype bf16 --grid "$OPS_GRID" -q --out "$OUT/profiles/$DEVDIR/$(model_dir "$model")/tp$tp/ops"
+  done
+fi
+
+log "=== total $(($(date +%s) - SCRIPT_START))s"
+cat "$SUMMARY" | tee -a "$LOG"
+# At most a handful of files come back: one archive of every profile, the log, the summary.
+if tar czf "$OUT/profiles.tgz" -C "$OUT" profiles; then
+  rm -rf "$OUT/profiles"
+  log "profiles archived in $OUT/profiles.tgz ($(du -h "$OUT/profiles.tgz" | cut -f1))"
+else
+  log "tar failed: the loose profiles stay in $OUT/profiles"
+fi
