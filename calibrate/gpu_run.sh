@@ -88,7 +88,8 @@ run_stage() {
 
 model_dir() { # the folder name of a model given by catalog name or file
   local m=${1##*/}
-  echo "${m%.*}"
+  case "$m" in *.yaml | *.yml | *.json) m=${m%.*} ;; esac  # a file's name; catalog names keep their dots
+  echo "$m"
 }
 
 wants() { case " $STAGES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
