@@ -86,9 +86,10 @@ run_stage() {
   echo "$name exit=$rc seconds=$took" >>"$SUMMARY"
 }
 
-model_dir() { # the folder name of a model given by catalog name or file
+model_dir() { # the folder name of a model: its catalog name, or an architecture file's name without .yaml/.yml/.json
   local m=${1##*/}
-  echo "${m%.*}"
+  case "$m" in *.yaml | *.yml | *.json) m=${m%.*} ;; esac
+  echo "$m"
 }
 
 wants() { case " $STAGES " in *" $1 "*) return 0 ;; *) return 1 ;; esac; }
