@@ -31,9 +31,9 @@
 #   WHEELS=path    a folder of wheels to install first (no index) into a private folder on PYTHONPATH, for a
 #                  machine whose python lacks a package the project needs (e.g. pydantic)
 #
-# Estimated wall time on an H100 (from step times of ~8 ms for a llama-8B decode and ~270 ms for an 8192-token
-# prefill, 20 timed replays each plus warm-up): env 5 s, selftest ~60 s, paged ~40 s, steps ~5 min
-# (8B and 7B: ~35 s per engine; 70B tp4 ~70 s, tp8 ~45 s, model set-up included), ops ~2 min: under 9 minutes.
+# Wall time measured on an H100 80GB HBM3 (torch 2.11+cu130, triton 3.6) on 2026-11-23, stage by stage:
+# env 9 s, selftest 22 s, paged 24 s, steps 214 s (8B and 7B: 28-36 s per engine; 70B tp4 48 s, tp8 36 s),
+# ops 160 s (82 + 78): about 7.3 minutes in all, under the 9-minute budget. The timeouts are 2-7x those times.
 set -u
 
 OUT=${OUT:?set OUT to the folder that receives the results}
