@@ -20,7 +20,9 @@
 #   STAGES="env selftest paged steps ops"   the stages to run, in this order (e.g. STAGES="env selftest paged"
 #                                            for a first smoke run of about 3 minutes)
 #   STEP_RUNS="llama-3.1-8b:1:unfused,fused qwen2.5-7b:1:unfused,fused llama-3.1-70b:4:fused llama-3.1-70b:8:fused"
-#                                            model:tp:engines for the steps stage
+#                                            model:tp:engines for the steps stage (engines: unfused, fused,
+#                                            compiled; compiled adds ~75 s for an 8B model: one inductor compile
+#                                            per grid shape, measured 50 s for the full grid on an H100)
 #   OPS_RUNS="llama-3.1-8b:1 qwen2.5-7b:1"   model:tp for the ops stage
 #   GRID=full      steps grid (quick: a tiny grid for a dry run)     OPS_GRID=full   per-op grid
 #   KV=dense       steps decode KV layout (paged: the Triton kernel)  REPS=20         timed replays per step
