@@ -1,0 +1,116 @@
+"""How well each cost model predicts the whole steps measured on an H100 in this project (issue 17).
+
+The shipped whole-step profiles under calibrate/profiles/h100-sxm/ were measured by `calibrate/gpu_run.sh`
+(`python -m calibrate steps`, each step one CUDA graph). For each of them this prints, per table:
+- the roofline of the h100-sxm catalog entry (as a scenario builds it, communication off);
+- the per-op calibrated model from the shipped per-op profile (`tp1/ops/`, measured the same day with the
+  CUDA-graph per-op timer and the fused kernels), contiguous and paged decode attention (tp1 models only);
+- the whole-step model refitted without each row (leave-one-out);
+- mixed steps and chunked prefills predicted from a profile fitted on the PURE rows only (prefill without
+  context, decode), i.e. on rows that never mix;
+and, across sources, our unfused/fused profiles against the two tables in ../shared/gpu/ (the same model on
+another H100 machine, unfused and torch.compile'd).
+
+    .venv/bin/python benchmarks/bench_gpu_profiles.py [--shared ../shared/gpu]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from calibrate.stepcheck import check_rows, import_steps, make_target  # noqa: E402
+from sim.cost.steps import StepFitWarning  # noqa: E402
+from sim.model.catalog import get_model  # noqa: E402
+
+PROFILES = REPO / "calibrate" / "profiles" / "h100-sxm"
+TABLES = [("llama-3.1-8b", 1, "fused"), ("llama-3.1-8b", 1, "unfused"), ("llama-3.1-8b", 1, "fused-paged"),
+          ("qwen2.5-7b", 1, "fused"), ("qwen2.5-7b", 1, "unfused"),
+          ("llama-3.1-70b", 4, "fused"), ("llama-3.1-70b", 8, "fused")]
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.machine()
+
+
+def errors(report: dict, key: str = "error_pct") -> np.ndarray:
+    return np.abs(np.array([r[key] for r in report["rows"]], dtype=float))
+
+
+def stat(x: np.ndarray) -> str:
+    x = x[~np.isnan(x)]
+    return f"{np.median(x):.1f}% / {x.max():.1f}%" if len(x) else "n/a"
+
+
+def target(path_or_roofline: str, model=None, tp=None, kv="dense"):
+    return make_target(path_or_roofline, model=model, tensor_parallel=tp,
+                       gpu_name="h100-sxm" if path_or_roofline == "roofline" else None, kv_layout=kv)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "gpu")
+    args = parser.parse_args()
+    warnings.simplefilter("ignore", StepFitWarning)
+    print(f"benchmark CPU: {cpu_name()}, {platform.python_implementation()} {platform.python_version()} "
+          "(the timings themselves were measured on the H100 named in each profile's meta.json)\n")
+    print("| table (rows) | roofline | per-op contiguous | per-op paged | whole-step held out (LOO) |"
+          " mixed + chunked from pure rows |")
+    print("| --- | ---: | ---: | ---: | ---: | ---: |")
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        for name, tp, engine in TABLES:
+            folder = PROFILES / name / f"tp{tp}" / "steps" / engine
+            table = folder / "steps.csv"
+            model = get_model(name)
+            roof = check_rows(target("roofline", model, tp), table)
+            loo = check_rows(target(str(folder)), table, loo=True)
+            ops = PROFILES / name / f"tp{tp}" / "ops"
+            per_op = {kv: stat(errors(check_rows(target(str(ops), kv=kv), table))) if ops.is_dir() else "n/a"
+                      for kv in ("contiguous", "paged")}
+            rows = pd.read_csv(table)
+            pure = rows[(rows["kind"] == "decode") | ((rows["kind"] == "prefill") & (rows["prefill_context"] == 0))]
+            held = rows.drop(pure.index)
+            mixed = "no such rows"
+            if len(held):
+                pure.to_csv(tmp / "pure.csv", index=False)
+                held.to_csv(tmp / "held.csv", index=False)
+                out = tmp / f"pure-{name}-{tp}-{engine}"
+                import_steps(tmp / "pure.csv", model, tp, device_name="H100", out=out, engine=engine,
+                             engine_description=None, source="bench", method=None, dtype="bf16", device="cuda",
+                             kv_layout="dense")
+                rep = check_rows(target(str(out)), tmp / "held.csv")
+                mixed = f"{stat(errors(rep))} ({len(held)} rows: " + ", ".join(
+                    f"{r['shape']} {r['error_pct']:+.1f}%" for r in rep["rows"]) + ")"
+            print(f"| {name} tp{tp} {engine} ({len(rows)}) | {stat(errors(roof))} | {per_op['contiguous']} | "
+                  f"{per_op['paged']} | {stat(errors(loo, 'loo_error_pct'))} | {mixed} |")
+        print("\nCells: median / max absolute error of the predicted step time against the measured one.\n")
+        if args.shared.is_dir():
+            print("### Across machines: our H100 profiles against the tables measured on another H100 "
+                  "(../shared/gpu)\n")
+            print("| profile | table | median / max abs error | mean signed error |")
+            print("| --- | --- | ---: | ---: |")
+            for engine, table in (("unfused", "h100_llama-3.1-8b_whole_steps.csv"),
+                                  ("fused", "h100_llama-3.1-8b_whole_steps_compiled.csv"),
+                                  ("fused", "h100_llama-3.1-8b_whole_steps.csv")):
+                rep = check_rows(target(str(PROFILES / "llama-3.1-8b" / "tp1" / "steps" / engine)),
+                                 args.shared / table)
+                signed = np.array([r["error_pct"] for r in rep["rows"]])
+                print(f"| llama-3.1-8b tp1 {engine} | {table} | {stat(errors(rep))} | {signed.mean():+.1f}% |")
+
+
+if __name__ == "__main__":
+    main()
