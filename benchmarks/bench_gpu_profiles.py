@@ -34,7 +34,8 @@ from sim.cost.steps import StepFitWarning  # noqa: E402
 from sim.model.catalog import get_model  # noqa: E402
 
 PROFILES = REPO / "calibrate" / "profiles" / "h100-sxm"
-TABLES = [("llama-3.1-8b", 1, "fused"), ("llama-3.1-8b", 1, "unfused"), ("llama-3.1-8b", 1, "fused-paged"),
+TABLES = [("llama-3.1-8b", 1, "fused"), ("llama-3.1-8b", 1, "unfused"), ("llama-3.1-8b", 1, "compiled"),
+          ("llama-3.1-8b", 1, "fused-paged"), ("llama-3.1-70b", 2, "fused"),
           ("qwen2.5-7b", 1, "fused"), ("qwen2.5-7b", 1, "unfused"),
           ("llama-3.1-70b", 4, "fused"), ("llama-3.1-70b", 8, "fused")]
 
@@ -104,12 +105,20 @@ def main() -> None:
             print("| profile | table | median / max abs error | mean signed error |")
             print("| --- | --- | ---: | ---: |")
             for engine, table in (("unfused", "h100_llama-3.1-8b_whole_steps.csv"),
+                                  ("compiled", "h100_llama-3.1-8b_whole_steps_compiled.csv"),
                                   ("fused", "h100_llama-3.1-8b_whole_steps_compiled.csv"),
                                   ("fused", "h100_llama-3.1-8b_whole_steps.csv")):
                 rep = check_rows(target(str(PROFILES / "llama-3.1-8b" / "tp1" / "steps" / engine)),
                                  args.shared / table)
                 signed = np.array([r["error_pct"] for r in rep["rows"]])
                 print(f"| llama-3.1-8b tp1 {engine} | {table} | {stat(errors(rep))} | {signed.mean():+.1f}% |")
+            ops = str(PROFILES / "llama-3.1-8b" / "tp1" / "ops")
+            for label, tgt in (("per-op (tp1/ops), paged", target(ops, kv="paged")),
+                               ("roofline h100-sxm", target("roofline", get_model("llama-3.1-8b"), 1))):
+                for table in ("h100_llama-3.1-8b_whole_steps.csv", "h100_llama-3.1-8b_whole_steps_compiled.csv"):
+                    rep = check_rows(tgt, args.shared / table)
+                    signed = np.array([r["error_pct"] for r in rep["rows"]])
+                    print(f"| {label} | {table} | {stat(errors(rep))} | {signed.mean():+.1f}% |")
 
 
 if __name__ == "__main__":
