@@ -1,7 +1,8 @@
 """ServeSim what-if dashboard: `make app` (or `streamlit run app.py`).
 
-This file only draws widgets; the form state, scenario files, tables and figures live in
-sim/dashboard.py, and every number comes from sim.run.simulate, the function the CLI calls.
+This file only draws widgets; the form state and scenario files live in sim/views/dashboard.py, the
+charts in sim/views/report.py (`figures`), and every number comes from sim.run.simulate, the function
+the CLI calls.
 """
 
 from __future__ import annotations
