@@ -232,7 +232,7 @@ def test_shipped_profiles_say_where_they_came_from():
         assert folder_engine.split("-")[0] == meta["engine"], path
         assert meta["kv_layout"] == ("paged" if folder_engine.endswith("-paged") else "dense"), path
         gpu = meta["device_name"].removeprefix("NVIDIA ").split()[0]  # e.g. H100, H200
-        assert gpu in meta["source"] and gpu.lower() in path.parents[3].name, path
+        assert gpu in meta["source"] and gpu.lower() in path.parents[4].name, path
         assert meta["method"] and meta["engine_description"], path
         assert f"tp{meta['tensor_parallel']}" == path.parents[2].name, path
 
