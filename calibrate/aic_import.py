@@ -160,7 +160,8 @@ TABLES = {
 REQUIRED = ("gemm", "context_attention", "generation_attention")
 
 
-def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, system: str) -> dict:
+def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, system: str,
+                   package_version: str) -> dict:
     """Convert one system's tables into out_dir; returns its meta (raises LookupError if it has no data)."""
     found = {name: _pick(system_dir, op, fname, current) for name, (op, fname, _) in TABLES.items()}
     missing = [n for n in REQUIRED if found[n] is None]
@@ -188,7 +189,7 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
         tables[name] = entry
     meta = {
         "format_version": 1,
-        "source": {"package": PACKAGE, "version": metadata.version(PACKAGE), "license": "Apache-2.0",
+        "source": {"package": PACKAGE, "version": package_version, "license": "Apache-2.0",
                    "path": "aiconfigurator_core/systems/data"},
         "gpu": gpu, "system": system, "device_name": device, "framework": FRAMEWORK,
         "framework_version": current, "activation_dtype": "bf16", "units": {"latency_ms": "milliseconds per call"},
@@ -221,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
         current = versions.get("overrides", {}).get(system, {}).get(FRAMEWORK, {}).get("current") \
             or versions["defaults"][FRAMEWORK]["current"]
         try:
-            meta = convert_system(root / "data" / system, current, out / gpu, gpu, system)
+            meta = convert_system(root / "data" / system, current, out / gpu, gpu, system, metadata.version(PACKAGE))
         except LookupError as err:
             missing[gpu] = {"system": system, "reason": str(err).replace(str(root), "aiconfigurator_core/systems")}
             print(f"{gpu}: skipped ({missing[gpu]['reason']})")
