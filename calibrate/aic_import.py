@@ -137,7 +137,7 @@ def _moe(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     if df.empty:
         return pd.DataFrame(), {}
     dists = set(df["distribution"])
-    distribution = "balanced" if "balanced" in dists else sorted(dists)[0]
+    distribution = "balanced" if "balanced" in dists else min(dists)
     df = df[df["distribution"] == distribution]
     kernel = _main_kernel(df)
     df = df[df["kernel_source"] == kernel]
