@@ -48,6 +48,15 @@ def _calibrated(scenario: Scenario, deployment: Deployment):
                                       kv_dtype=q.kv_cache)
 
 
+def _measured(scenario: Scenario, deployment: Deployment):
+    from sim.cost.measured import make_measured_cost_model
+    spec, q = scenario.cost_model, scenario.quantization
+    return make_measured_cost_model(deployment.model, deployment.gpu, tensor_parallel=deployment.tensor_parallel,
+                                    weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
+                                    engine=spec.engine, step_overhead_s=spec.step_overhead_s,
+                                    gpu_data=spec.gpu_data, on_missing=spec.on_missing)
+
+
 def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
     deployment = deployment or resolve(scenario)
     spec = scenario.cost_model
@@ -55,6 +64,8 @@ def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
         target = FixedCostModel(spec.prefill_s, spec.decode_s)
     elif spec.kind == "calibrated":
         target = _calibrated(scenario, deployment)
+    elif spec.kind == "measured":
+        target = _measured(scenario, deployment)
     else:
         target = _roofline(scenario, deployment, deployment.model)
     spec_dec = scenario.speculation

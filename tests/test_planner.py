@@ -289,7 +289,8 @@ def test_an_inline_gpu_is_a_candidate_with_its_own_price():
 
 
 def test_a_candidate_with_a_shipped_profile_is_priced_by_it(tmp_path, monkeypatch):
-    """prefer_calibrated: measured kernels where a profile exists for (GPU, model, TP), the roofline elsewhere."""
+    """prefer_calibrated: a shipped profile for (GPU, model, TP) wins; else AIConfigurator's measured kernels
+    where the GPU has them (a100-80gb), the roofline elsewhere."""
     import shutil
 
     import sim.cost.calibrated as calibrated
@@ -305,7 +306,7 @@ def test_a_candidate_with_a_shipped_profile_is_priced_by_it(tmp_path, monkeypatc
     raw["search"].update(gpus=["l40s", "a100-80gb"], tensor_parallel=[1], policies=["paged"], num_seeds=1, top_k=1)
     result = run_plan(raw, plan_settings(raw), backend="serial")
     used = {o.candidate.gpu_name: o.cost_model for o in result.outcomes}
-    assert used == {"l40s": "calibrated (shipped profile)", "a100-80gb": "roofline"}
+    assert used == {"l40s": "calibrated (shipped profile)", "a100-80gb": "measured (AIConfigurator vLLM kernels)"}
     # The CPU-measured tiny model is far slower than the roofline of either GPU: the two must differ.
     rates = {o.candidate.gpu_name: o.max_rate_per_replica for o in result.outcomes}
     assert rates["l40s"] != pytest.approx(rates["a100-80gb"], rel=0.05)

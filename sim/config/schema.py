@@ -93,6 +93,18 @@ class CalibratedCostSpec(_Strict):
         "unfused, ...) or 'ops' for per-op kernels; default: the first shipped of fused, compiled, unfused, ops")
 
 
+class MeasuredCostSpec(_Strict):
+    """Kernels measured on real GPUs (NVIDIA AIConfigurator's vLLM tables); see sim/cost/measured.py."""
+
+    kind: Literal["measured"]
+    gpu_data: str | None = Field(None, description="which GPU's tables under calibrate/measured/ (default: hardware.gpu)")
+    engine: Literal["vllm-cudagraph", "vllm-eager"] = Field(
+        "vllm-cudagraph", description="which measured all-reduce: under CUDA graphs or eager")
+    step_overhead_s: float = Field(0.0, ge=0, description="engine CPU time added to every step")
+    on_missing: Literal["roofline", "error"] = Field(
+        "roofline", description="a GPU or dtype without measured tables: the roofline (its repr says why) or an error")
+
+
 class FixedAcceptance(_Strict):
     kind: Literal["fixed"] = "fixed"
     alpha: float = Field(ge=0, le=1, description="probability that each drafted token is accepted")
@@ -157,7 +169,7 @@ class SearchSpec(_Strict):
     top_k: int = Field(3, ge=1, description="candidates that get a throughput-latency curve")
     prefer_calibrated: bool = Field(
         True, description="a candidate with a shipped calibrated profile (calibrate/profiles/<gpu>/<model>/tp<N>) "
-        "uses it instead of the roofline")
+        "uses it instead of the roofline; else measured kernels (calibrate/measured/<gpu>) where the GPU has them")
 
     @model_validator(mode="after")
     def _positive(self) -> "SearchSpec":
@@ -192,7 +204,7 @@ class Scenario(_Strict):
     scheduler: SchedulerSpec = SchedulerSpec()
     kv_cache: KVCacheSpec = KVCacheSpec()
     quantization: QuantizationSpec = QuantizationSpec()
-    cost_model: RooflineSpec | FixedCostSpec | CalibratedCostSpec = Field(RooflineSpec(), discriminator="kind")
+    cost_model: RooflineSpec | FixedCostSpec | CalibratedCostSpec | MeasuredCostSpec = Field(RooflineSpec(), discriminator="kind")
     speculation: SpeculationSpec | None = Field(None, description="speculative decoding; absent = off")
     slo: SLOSpec = SLOSpec()
     run: RunSpec = RunSpec(num_requests=1000)

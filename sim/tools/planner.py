@@ -399,7 +399,18 @@ def candidate_raw(raw: dict, cand: Candidate, prefer_calibrated: bool = False) -
     if prefer_calibrated and cost_kind == "roofline" and shipped_profile(cand.gpu_name, model_name, cand.tensor_parallel):
         # Measured kernels beat the roofline wherever someone calibrated this GPU, model and TP.
         out["cost_model"] = {"kind": "calibrated"}
+    elif prefer_calibrated and cost_kind == "roofline" and _measured_fits(cand.gpu_name, out):
+        # Else AIConfigurator's measured kernels where they exist for this GPU and dtype (issue 12).
+        out["cost_model"] = {"kind": "measured"}
     return out
+
+
+def _measured_fits(gpu_name: str, raw: dict) -> bool:
+    from sim.cost.measured import measured_unsupported
+    q = raw.get("quantization") or {}
+    if q.get("fp8_compute") and q.get("weights") != "fp8":
+        return False
+    return measured_unsupported(gpu_name, q.get("weights", "bf16"), q.get("kv_cache", "bf16")) is None
 
 
 def cost_model_label(raw: dict) -> str:
@@ -407,6 +418,8 @@ def cost_model_label(raw: dict) -> str:
     kind = spec.get("kind", "roofline")
     if kind == "calibrated":
         return f"calibrated ({spec['profile']})" if spec.get("profile") else "calibrated (shipped profile)"
+    if kind == "measured":
+        return "measured (AIConfigurator vLLM kernels)"
     return kind
 
 
