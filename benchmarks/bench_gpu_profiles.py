@@ -34,6 +34,8 @@ from sim.cost.steps import StepFitWarning  # noqa: E402
 from sim.model.catalog import get_model  # noqa: E402
 
 PROFILES = REPO / "calibrate" / "profiles" / "h100-sxm"
+H200_TABLES = [("llama-3.1-8b", 1, "fused"), ("llama-3.1-8b", 1, "unfused"), ("qwen2.5-7b", 1, "fused"),
+               ("llama-3.1-70b", 4, "fused"), ("llama-3.1-70b", 8, "fused")]
 TABLES = [("llama-3.1-8b", 1, "fused"), ("llama-3.1-8b", 1, "unfused"), ("llama-3.1-8b", 1, "compiled"),
           ("llama-3.1-8b", 1, "fused-paged"), ("llama-3.1-70b", 2, "fused"),
           ("qwen2.5-7b", 1, "fused"), ("qwen2.5-7b", 1, "unfused"),
@@ -56,9 +58,9 @@ def stat(x: np.ndarray) -> str:
     return f"{np.median(x):.1f}% / {x.max():.1f}%" if len(x) else "n/a"
 
 
-def target(path_or_roofline: str, model=None, tp=None, kv="dense"):
+def target(path_or_roofline: str, model=None, tp=None, kv="dense", gpu="h100-sxm"):
     return make_target(path_or_roofline, model=model, tensor_parallel=tp,
-                       gpu_name="h100-sxm" if path_or_roofline == "roofline" else None, kv_layout=kv)
+                       gpu_name=gpu if path_or_roofline in ("roofline", "measured") else None, kv_layout=kv)
 
 
 def main() -> None:
@@ -99,6 +101,22 @@ def main() -> None:
             print(f"| {name} tp{tp} {engine} ({len(rows)}) | {stat(errors(roof))} | {per_op['contiguous']} | "
                   f"{per_op['paged']} | {stat(errors(loo, 'loo_error_pct'))} | {mixed} |")
         print("\nCells: median / max absolute error of the predicted step time against the measured one.\n")
+        print("### The measured-kernel model (AIConfigurator's tables, `cost_model: {kind: measured}`) and the "
+              "roofline against the steps measured here, H100 and H200\n")
+        print("| GPU | table | measured kernels (AIC): median / max, mean signed | roofline: median / max, mean signed |")
+        print("| --- | --- | ---: | ---: |")
+        for gpu, folder, tables in (("h100-sxm", PROFILES, TABLES), ("h200", PROFILES.parent / "h200", H200_TABLES)):
+            for name, tp, engine in tables:
+                if engine == "fused-paged":
+                    continue
+                table = folder / name / f"tp{tp}" / "steps" / engine / "steps.csv"
+                cells = []
+                for kind in ("measured", "roofline"):
+                    rep = check_rows(target(kind, get_model(name), tp, gpu=gpu), table)
+                    signed = np.array([r["error_pct"] for r in rep["rows"]])
+                    cells.append(f"{stat(errors(rep))}, {signed.mean():+.1f}%")
+                print(f"| {gpu} | {name} tp{tp} {engine} | " + " | ".join(cells) + " |")
+        print()
         if args.shared.is_dir():
             print("### Across machines: our H100 profiles against the tables measured on another H100 "
                   "(../shared/gpu)\n")

@@ -128,6 +128,17 @@ def make_target(target: str, *, model: ModelSpec | None, tensor_parallel: int | 
         header = [f"cost model: roofline of {gpu.name} (catalog), {model.name} tp{tp}, bf16, "
                   f"step overhead {cost.step_overhead_s * 1e3:g} ms, as a scenario builds it", COMMUNICATION_NOTE]
         return Target("roofline", cost, header, model, tp)
+    if target == "measured":
+        from sim.cost.measured import MeasuredCostModel
+        if gpu_name is None or model is None:
+            raise ConfigError("PROFILE: 'measured' needs --gpu (a catalog GPU with measured kernel tables) and --model; "
+                              "allowed: check measured --gpu h100-sxm --model llama-3.1-8b --against TABLE.csv")
+        tp = tensor_parallel or 1
+        gpu = get_gpu(gpu_name, "--gpu")
+        cost = MeasuredCostModel(model, _no_communication(gpu), tensor_parallel=tp)
+        cost._allreduce = None  # like with like: a shard's table holds no all-reduce; the GPU's link is free
+        header = [f"cost model: {cost!r}", COMMUNICATION_NOTE]
+        return Target("measured", cost, header, model, tp)
     path = Path(target).expanduser()
     meta = read_meta(path, "PROFILE")
     try:
