@@ -172,6 +172,28 @@ def test_at_rate_sets_the_rate_of_each_sweepable_arrival_kind():
         dash.at_rate(closed, 3.0)
 
 
+def test_at_rate_scales_a_schedule_and_rescales_a_trace_like_the_sweep_does(tmp_path):
+    from sim.tools.sweep import set_rate
+    steps = [{"duration_s": 10, "rate_per_s": 2.0}, {"duration_s": 30, "rate_per_s": 6.0}]
+    schedule = validate_scenario({**SMALL_BASE, "workload": {**SMALL_BASE["workload"], "arrival": {
+        "kind": "schedule", "steps": steps}}})
+    assert dash.sweepable(schedule) and dash.current_rate(schedule) == pytest.approx(5.0)
+    moved = dash.at_rate(schedule, 10.0)
+    assert [s.rate_per_s for s in moved.workload.arrival.steps] == pytest.approx([4.0, 12.0])
+    raw = {"workload": {"arrival": {"kind": "schedule", "steps": steps}}}
+    set_rate(raw, 10.0)
+    assert validate_scenario({**SMALL_BASE, "workload": {**SMALL_BASE["workload"], **raw["workload"]}}) == moved
+    trace = tmp_path / "t.csv"
+    trace.write_text(AZURE)
+    at_own_pace = validate_scenario({**SMALL_BASE, "workload": {"arrival": {
+        "kind": "trace", "path": str(trace), "time_scale": 2.0}}})
+    assert dash.current_rate(at_own_pace) == pytest.approx(0.5)  # one request a second, gaps doubled
+    assert dash.default_sweep_rates(at_own_pace, 2) == [0.125, 0.75]
+    rescaled = dash.at_rate(at_own_pace, 3.0).workload.arrival
+    assert (rescaled.target_rate_per_s, rescaled.time_scale, dash.current_rate(dash.at_rate(at_own_pace, 3.0))) == (
+        3.0, 1.0, 3.0)
+
+
 def test_a_light_load_sweep_carries_the_offered_rate():
     """Known answer: far below saturation every request finishes soon after it arrives, so throughput
     (finished / elapsed) is the offered rate, less the short drain after the last arrival."""

@@ -12,14 +12,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from sim.config.deployment import resolve as resolve_deployment
 from sim.config.messages import format_validation_error
 from sim.config.schema import Scenario, ScenarioSet
 from sim.errors import ConfigError
+from sim.workload.arrivals import Arrival
 
 MAX_SCENARIO_BYTES = 1 << 20
+_ARRIVAL = TypeAdapter(Arrival)
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -83,6 +85,18 @@ def validate_scenario(raw: Any, prefix: str = "", resolve: bool = True) -> Scena
         return scenario
     except ConfigError as err:
         raise ConfigError(f"{prefix}{err}") from None
+
+
+def validate_arrival(raw: Any) -> Arrival:
+    """Validate a raw `workload.arrival` mapping on its own (a sweep sets its rate before the whole scenario
+    is validated); errors read as they would for the whole file."""
+    try:
+        return _ARRIVAL.validate_python(raw)
+    except ValidationError as err:
+        rooted = ValidationError.from_exception_data(err.title, [
+            {"type": e["type"], "loc": ("workload", "arrival", *e["loc"]), "input": e["input"],
+             **({"ctx": e["ctx"]} if "ctx" in e else {})} for e in err.errors(include_url=False)])
+        raise ConfigError(format_validation_error(rooted)) from None
 
 
 def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str] | None = None,

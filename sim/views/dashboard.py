@@ -42,6 +42,7 @@ from sim.config.schema import Scenario, ScenarioSet
 from sim.errors import ConfigError
 from sim.results import Result
 from sim.views.report import SUMMARY_ROWS, format_value
+from sim.workload.arrivals import RATE_KINDS
 
 MAX_VARIANTS = 4
 MAX_UPLOAD_YAML_BYTES = MAX_SCENARIO_BYTES  # the CLI's limit for scenario files (1 MiB)
@@ -50,10 +51,6 @@ MAX_UPLOAD_TRACE_BYTES = 200 << 20
 # 10,000 requests per second of wall time a run this size takes several seconds per variant.
 LONG_RUN_REQUESTS = 20_000
 TRACE_EXTENSIONS = ("csv", "jsonl")
-# Arrival kinds whose rate a load sweep can set, and the key that holds it.
-_RATE_KEYS = {"poisson": "rate_per_s", "gamma": "rate_per_s", "constant": "rate_per_s",
-              "diurnal": "mean_rate_per_s", "trace": "target_rate_per_s"}
-
 DEFAULT_BASE: dict = {
     "name": "dashboard",
     "description": "What-if comparison from the ServeSim dashboard.",
@@ -201,13 +198,12 @@ class ResultCache:
 
 
 def estimated_requests(scenario: Scenario) -> int | None:
-    """How many requests a run simulates, or None where the file does not say (a trace's length)."""
+    """How many requests a run simulates, or None where the file does not say (a whole trace, a closed loop)."""
     run = scenario.run
     if run.num_requests is not None:
         return run.num_requests
-    arrival = scenario.workload.arrival
-    rate = getattr(arrival, "rate_per_s", None) or getattr(arrival, "mean_rate_per_s", None)
-    return int(math.ceil(rate * run.duration_s)) if rate else None
+    rate = current_rate(scenario)
+    return int(math.ceil(rate * run.duration_s)) if rate and run.duration_s is not None else None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -417,13 +413,13 @@ def slo_verdicts(results: list[Result]) -> dict[str, bool | None]:
 
 
 def sweepable(scenario: Scenario) -> bool:
-    return scenario.workload.arrival.kind in _RATE_KEYS
+    return scenario.workload.arrival.has_rate
 
 
 def current_rate(scenario: Scenario) -> float | None:
+    """The workload's mean arrival rate (a trace at its own pace: read from the file); None without one."""
     arrival = scenario.workload.arrival
-    key = _RATE_KEYS.get(arrival.kind)
-    return getattr(arrival, key, None) if key else None
+    return arrival.mean_rate_per_s if arrival.has_rate else None
 
 
 def sweep_rates(low: float, high: float, num_points: int) -> list[float]:
@@ -432,21 +428,20 @@ def sweep_rates(low: float, high: float, num_points: int) -> list[float]:
 
 
 def default_sweep_rates(scenario: Scenario, num_points: int = 6) -> list[float]:
-    """From a quarter to one and a half times the current rate (10 req/s for a trace at its own pace)."""
+    """From a quarter to one and a half times the current rate (10 req/s where the workload has none)."""
     rate = current_rate(scenario) or 10.0
     return sweep_rates(0.25 * rate, 1.5 * rate, num_points)
 
 
 def at_rate(scenario: Scenario, rate_per_s: float, num_requests: int | None = None) -> Scenario:
-    """The same scenario at another arrival rate (and optionally another request count)."""
-    kind = scenario.workload.arrival.kind
-    if kind not in _RATE_KEYS:
-        raise ConfigError(f"workload.arrival.kind: a load sweep sets the rate of {', '.join(_RATE_KEYS)} "
-                          f"arrivals, not {kind!r}")
+    """The same scenario at another mean arrival rate, the arrival process's shape kept (and optionally
+    another request count)."""
+    arrival = scenario.workload.arrival
+    if not arrival.has_rate:
+        raise ConfigError(f"workload.arrival.kind: a load sweep sets the rate of {', '.join(RATE_KINDS)} "
+                          f"arrivals, not {arrival.kind!r}")
     raw = scenario.model_dump(mode="json", exclude_none=True)
-    raw["workload"]["arrival"][_RATE_KEYS[kind]] = float(rate_per_s)
-    if kind == "trace":
-        raw["workload"]["arrival"]["time_scale"] = 1.0
+    raw["workload"]["arrival"] = arrival.with_rate(float(rate_per_s)).model_dump(mode="json", exclude_none=True)
     if num_requests is not None:
         raw["run"]["num_requests"] = int(num_requests)
     return validate_scenario(raw)
