@@ -9,12 +9,13 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import streamlit as st
 import yaml
 
-from sim.config.files import validate_scenario
+from sim.config.files import get_path, parse_yaml, set_path, validate_scenario
 from sim.errors import ServeSimError
 from sim.model.catalog import GPUS, MODELS
 from sim.results import Result
@@ -26,6 +27,7 @@ from sim.views.report import figures
 UPLOAD_FOLDER = Path(os.environ.get("SERVESIM_UPLOAD_DIR") or Path(__file__).resolve().parent / "out" / "dashboard"
                      / "uploads")
 CUSTOM = "custom…"
+set_form_key = partial(set_path, source="dashboard", none_removes=True)  # None clears a key: its default applies
 ARRIVAL_KINDS = ["poisson", "gamma", "constant", "trace"]
 LENGTH_KINDS = ["preset", "fixed", "uniform", "lognormal", "trace"]
 
@@ -102,10 +104,10 @@ def catalog_or_custom(label: str, current, catalog: dict, name: str):
     text = st.sidebar.text_area(f"custom {label.lower()} (YAML)", yaml.safe_dump(start, sort_keys=False),
                                 key=key(name + ".custom"), height=220)
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = text  # validation names the field and what is allowed
-    return value
+        return parse_yaml(text, f"custom {label.lower()} (YAML)")
+    except ServeSimError as err:
+        st.sidebar.error(str(err))
+        return text  # validation names the field and what is allowed
 
 
 def number(label: str, value, name: str, **kwargs):
@@ -199,41 +201,41 @@ def sidebar(base: dict) -> dict:
     new = copy.deepcopy(base)
     st.sidebar.header("Model and hardware")
     new["model"] = catalog_or_custom("Model", base.get("model", "llama-3.1-8b"), MODELS, "model")
-    dash.set_path(new, "hardware.gpu", catalog_or_custom("GPU", dash.get_path(base, "hardware.gpu", "h100-sxm"),
+    set_form_key(new, "hardware.gpu", catalog_or_custom("GPU", get_path(base, "hardware.gpu", "h100-sxm"),
                                                          GPUS, "gpu"))
-    dash.set_path(new, "hardware.tensor_parallel", number(
-        "tensor parallelism (GPUs per replica)", int(dash.get_path(base, "hardware.tensor_parallel", 1)), "tp",
+    set_form_key(new, "hardware.tensor_parallel", number(
+        "tensor parallelism (GPUs per replica)", int(get_path(base, "hardware.tensor_parallel", 1)), "tp",
         min_value=1, max_value=64))
-    replicas = number("replicas", int(dash.get_path(base, "hardware.num_replicas", 1)), "replicas",
+    replicas = number("replicas", int(get_path(base, "hardware.num_replicas", 1)), "replicas",
                       min_value=1, max_value=256)
-    dash.set_path(new, "hardware.num_replicas", replicas)
+    set_form_key(new, "hardware.num_replicas", replicas)
     if replicas > 1:
         routers = ["round_robin", "least_outstanding", "random"]
-        router = dash.get_path(base, "hardware.router", "round_robin")
-        dash.set_path(new, "hardware.router", st.sidebar.selectbox("router", routers, index=routers.index(router),
+        router = get_path(base, "hardware.router", "round_robin")
+        set_form_key(new, "hardware.router", st.sidebar.selectbox("router", routers, index=routers.index(router),
                                                                    key=key("router")))
 
     st.sidebar.header("Workload")
-    arrival = arrival_inputs(dash.get_path(base, "workload.arrival", {"kind": "poisson", "rate_per_s": 20.0}))
-    dash.set_path(new, "workload.arrival", arrival)
-    lengths = lengths_inputs(dash.get_path(base, "workload.lengths"), arrival.get("kind") == "trace")
-    dash.set_path(new, "workload.lengths", lengths)
+    arrival = arrival_inputs(get_path(base, "workload.arrival", {"kind": "poisson", "rate_per_s": 20.0}))
+    set_form_key(new, "workload.arrival", arrival)
+    lengths = lengths_inputs(get_path(base, "workload.lengths"), arrival.get("kind") == "trace")
+    set_form_key(new, "workload.lengths", lengths)
 
     st.sidebar.header("SLOs")
     st.sidebar.caption("0 means no limit; goodput counts requests that meet every limit.")
     for name, label in (("ttft_s", "TTFT limit (s)"), ("tpot_s", "TPOT limit (s)"), ("e2e_s", "end-to-end limit (s)")):
-        limit = number(label, float(dash.get_path(base, f"slo.{name}") or 0.0), f"slo.{name}",
+        limit = number(label, float(get_path(base, f"slo.{name}") or 0.0), f"slo.{name}",
                        min_value=0.0, step=0.05 if name == "tpot_s" else 0.5, format="%.3f")
-        dash.set_path(new, f"slo.{name}", limit if limit > 0 else None)
-    dash.set_path(new, "slo.percentile", number("at percentile", float(dash.get_path(base, "slo.percentile", 99.0)),
+        set_form_key(new, f"slo.{name}", limit if limit > 0 else None)
+    set_form_key(new, "slo.percentile", number("at percentile", float(get_path(base, "slo.percentile", 99.0)),
                                                 "slo.percentile", min_value=1.0, max_value=100.0, step=1.0))
 
     st.sidebar.header("Run")
-    requests = dash.get_path(base, "run.num_requests")
-    if requests is not None or dash.get_path(base, "run.duration_s") is None:
-        dash.set_path(new, "run.num_requests", number("requests", int(requests or 800), "run.requests",
+    requests = get_path(base, "run.num_requests")
+    if requests is not None or get_path(base, "run.duration_s") is None:
+        set_form_key(new, "run.num_requests", number("requests", int(requests or 800), "run.requests",
                                                       min_value=1, step=100))
-    dash.set_path(new, "run.seed", number("seed", int(dash.get_path(base, "run.seed", 0)), "run.seed", min_value=0))
+    set_form_key(new, "run.seed", number("seed", int(get_path(base, "run.seed", 0)), "run.seed", min_value=0))
     return new
 
 

@@ -243,11 +243,12 @@ def test_bad_trace_uploads_are_refused_with_one_line(tmp_path):
 
 
 def test_path_helpers():
+    from sim.config.files import get_path, set_path
     d: dict = {}
-    dash.set_path(d, "a.b.c", 1)
-    assert d == {"a": {"b": {"c": 1}}} and dash.get_path(d, "a.b.c") == 1
-    assert dash.get_path(d, "a.x.c", "none") == "none"
-    dash.set_path(d, "a.b.c", None)
+    set_path(d, "a.b.c", 1, none_removes=True)
+    assert d == {"a": {"b": {"c": 1}}} and get_path(d, "a.b.c") == 1
+    assert get_path(d, "a.x.c", "none") == "none"
+    set_path(d, "a.b.c", None, none_removes=True)
     assert d == {"a": {"b": {}}}
     assert dash.new_variant_name(["variant 3", "x"]) == "variant 4"
     assert dash.new_variant_name(["a", "b", "variant 3"]) == "variant 4"

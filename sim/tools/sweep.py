@@ -21,7 +21,7 @@ import pandas as pd
 import yaml
 
 from sim.config.deployment import gpu_spec
-from sim.config.files import validate_arrival
+from sim.config.files import set_path, validate_arrival
 from sim.errors import ConfigError, ServeSimError
 
 RATE_KEY = "rate"  # shorthand for the workload's mean arrival rate, whatever the arrival kind
@@ -68,18 +68,6 @@ def grid_points(axes: list[GridAxis]) -> list[dict[str, Any]]:
     return [dict(zip([a.key for a in axes], combo)) for combo in itertools.product(*[a.values for a in axes])]
 
 
-def set_key(raw: dict, dotted: str, value: Any) -> None:
-    node = raw
-    keys = [k for k in dotted.split(".") if k]
-    for key in keys[:-1]:
-        child = node.get(key)
-        if not isinstance(child, dict):
-            child = {}
-            node[key] = child
-        node = child
-    node[keys[-1]] = copy.deepcopy(value)
-
-
 def arrival_rate(raw: dict) -> float | None:
     """The mean arrival rate a raw scenario asks for (a trace at its own pace: read from the file);
     None where it has no arrival section or its kind has no rate (closed loop)."""
@@ -119,7 +107,7 @@ def apply_point(raw: dict, point: dict[str, Any]) -> dict:
         if key == RATE_KEY:
             set_rate(raw, float(value))
         else:
-            set_key(raw, key, value)
+            set_path(raw, key, value, source="--grid")
     return raw
 
 

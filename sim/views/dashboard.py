@@ -36,6 +36,7 @@ from sim.config.files import (
     anchor_paths,
     build_scenario_set,
     deep_merge,
+    parse_yaml,
     validate_scenario,
 )
 from sim.config.schema import Scenario, ScenarioSet
@@ -70,33 +71,6 @@ DEFAULT_VARIANTS: dict = {
 
 
 # --------------------------------------------------------------------------------------------------
-# Nested mappings addressed by dotted paths ("workload.arrival.rate_per_s")
-
-
-def get_path(mapping: dict, path: str, default: Any = None) -> Any:
-    node: Any = mapping
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return default
-        node = node[key]
-    return node
-
-
-def set_path(mapping: dict, path: str, value: Any) -> None:
-    """Set a nested key, creating the mappings on the way; None removes the key (its default applies)."""
-    keys = path.split(".")
-    node = mapping
-    for key in keys[:-1]:
-        if not isinstance(node.get(key), dict):
-            node[key] = {}
-        node = node[key]
-    if value is None:
-        node.pop(keys[-1], None)
-    else:
-        node[keys[-1]] = value
-
-
-# --------------------------------------------------------------------------------------------------
 # The form
 
 
@@ -123,21 +97,8 @@ class Form:
 
 
 def parse_scenario_yaml(data: bytes | str, source: str = "uploaded file") -> dict:
-    """Parse an uploaded scenario safely (yaml.safe_load: data only, no code) within the size limit."""
-    raw_bytes = data.encode() if isinstance(data, str) else data
-    if len(raw_bytes) > MAX_UPLOAD_YAML_BYTES:
-        raise ConfigError(f"{source}: {len(raw_bytes):,} bytes is larger than the limit of "
-                          f"{MAX_UPLOAD_YAML_BYTES:,} bytes for a scenario file")
-    try:
-        text = raw_bytes.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{source}: not UTF-8 text (byte {err.start})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{source}{where}: {getattr(err, 'problem', None) or 'invalid YAML'}") from None
+    """Parse an uploaded scenario with the CLI's reader (data only, size limit, line-numbered errors)."""
+    raw = parse_yaml(data, source)
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping of scenario sections, got {type(raw).__name__}")
     return raw

@@ -193,7 +193,7 @@ class TraceArrival(StrictSpec):
 
     @property
     def mean_rate_per_s(self) -> float:
-        """The whole trace's mean rate as replayed: its target, else its recorded rate over time_scale (reads the file)."""
+        """The whole trace's mean rate as replayed: its target, else its recorded rate / time_scale (reads the file)."""
         if self.target_rate_per_s is not None:
             return self.target_rate_per_s
         arrival_s = self.recorded_arrival_s()
