@@ -1,7 +1,8 @@
 """ServeSim what-if dashboard: `make app` (or `streamlit run app.py`).
 
-This file only draws widgets; the form state, scenario files, tables and figures live in
-sim/dashboard.py, and every number comes from sim.run.simulate, the function the CLI calls.
+This file only draws widgets. The form state, scenario files, choice lists, summary table and load-sweep
+chart live in sim/views/dashboard.py; the latency, time-series and KV charts in sim/views/report.py; every
+number comes from sim.run.simulate, the function the CLI calls.
 """
 
 from __future__ import annotations
@@ -28,8 +29,6 @@ UPLOAD_FOLDER = Path(os.environ.get("SERVESIM_UPLOAD_DIR") or Path(__file__).res
                      / "uploads")
 CUSTOM = "custom…"
 set_form_key = partial(set_path, source="dashboard", none_removes=True)  # None clears a key: its default applies
-ARRIVAL_KINDS = ["poisson", "gamma", "constant", "trace"]
-LENGTH_KINDS = ["preset", "fixed", "uniform", "lognormal", "trace"]
 
 
 @st.cache_resource
@@ -115,10 +114,12 @@ def number(label: str, value, name: str, **kwargs):
 
 
 def arrival_inputs(arrival: dict) -> dict:
-    kinds = ARRIVAL_KINDS + ([arrival["kind"]] if arrival.get("kind") not in ARRIVAL_KINDS else [])
+    kinds = list(dash.FORM_ARRIVAL_KINDS)
+    if arrival.get("kind") not in kinds:
+        kinds.append(arrival["kind"])
     kind = st.sidebar.selectbox("arrival process", kinds, index=kinds.index(arrival.get("kind")),
                                 key=key("arrival.kind"))
-    if kind not in ARRIVAL_KINDS:
+    if kind not in dash.FORM_ARRIVAL_KINDS:
         st.sidebar.caption(f"`{kind}` arrivals from the loaded file (edit them in the YAML):")
         st.sidebar.code(yaml.safe_dump(arrival, sort_keys=False), language="yaml")
         return arrival
@@ -161,14 +162,14 @@ def trace_inputs(arrival: dict) -> dict:
 
 def lengths_inputs(lengths: dict | None, is_trace: bool) -> dict | None:
     lengths = lengths or {"kind": "trace"}
-    kinds = [k for k in LENGTH_KINDS if k != "trace" or is_trace]
+    kinds = [k for k in dash.FORM_LENGTH_KINDS if k != "trace" or is_trace]
     if lengths.get("kind") not in kinds:
         kinds.append(lengths.get("kind"))
     kind = st.sidebar.selectbox("prompt/output lengths", kinds, index=kinds.index(lengths.get("kind")),
                                 key=key("lengths.kind"))
     same = lengths if lengths.get("kind") == kind else {}
     if kind == "preset":
-        presets = ["sharegpt", "alpaca"]
+        presets = list(dash.LENGTH_PRESETS)
         name = st.sidebar.selectbox("preset", presets, index=presets.index(same.get("name", "sharegpt")),
                                     key=key("lengths.preset"))
         return {"kind": "preset", "name": name}
@@ -210,7 +211,7 @@ def sidebar(base: dict) -> dict:
                       min_value=1, max_value=256)
     set_form_key(new, "hardware.num_replicas", replicas)
     if replicas > 1:
-        routers = ["round_robin", "least_outstanding", "random"]
+        routers = list(dash.ROUTERS)
         router = get_path(base, "hardware.router", "round_robin")
         set_form_key(new, "hardware.router", st.sidebar.selectbox("router", routers, index=routers.index(router),
                                                                    key=key("router")))
@@ -251,11 +252,11 @@ def policy_inputs(column, index: int, policy: dash.Policy) -> dash.Policy:
     else:
         changes["max_num_seqs"] = column.number_input("max sequences per step", 1, 4096, policy.max_num_seqs,
                                                       key=key(p + "max_num_seqs"))
-        budget = policy.max_num_batched_tokens or (2048 if batching == "chunked prefill" else 0)
+        budget = policy.max_num_batched_tokens or (2048 if batching == dash.CHUNKED_PREFILL else 0)
         tokens = column.number_input("token budget per step (0: default)", 0, 1 << 20, budget,
                                      key=key(p + "budget"), step=256)
         changes["max_num_batched_tokens"] = tokens or None
-    layouts = ["paged", "contiguous"]
+    layouts = list(dash.KV_LAYOUTS)
     layout = column.radio("KV layout", layouts, index=layouts.index(policy.layout), horizontal=True,
                           key=key(p + "layout"))
     changes["layout"] = layout
@@ -266,10 +267,10 @@ def policy_inputs(column, index: int, policy: dash.Policy) -> dash.Policy:
         changes["enable_prefix_caching"] = column.checkbox("prefix caching", policy.enable_prefix_caching,
                                                            key=key(p + "prefix"))
     else:
-        rules = ["max_len", "pow2", "oracle"]
+        rules = list(dash.RESERVE_RULES)
         changes["reserve"] = column.selectbox("reservation rule", rules, index=rules.index(policy.reserve),
                                               key=key(p + "reserve"))
-    modes = ["recompute", "swap"]
+    modes = list(dash.PREEMPTION_MODES)
     changes["preemption"] = column.radio("preemption", modes, index=modes.index(policy.preemption), horizontal=True,
                                          key=key(p + "preempt"))
     speculate = column.checkbox("speculative decoding", policy.speculation, key=key(p + "spec"))

@@ -261,3 +261,30 @@ def test_relative_trace_paths_in_an_upload_become_absolute(tmp_path, monkeypatch
     raw = {**SMALL_BASE, "workload": {"arrival": {"kind": "trace", "path": "traces/t.csv"}}}
     form, _ = dash.form_from_yaml(yaml.safe_dump(raw))
     assert form.base["workload"]["arrival"]["path"] == str((tmp_path / "traces" / "t.csv").resolve())
+
+
+def test_choice_lists_come_from_the_schema():
+    from sim.config.schema import KVCacheSpec, literal_choices
+    assert dash.BATCHING_MODES == ("continuous", "chunked prefill", "static")
+    assert (dash.KV_LAYOUTS, dash.RESERVE_RULES) == (("paged", "contiguous"), ("max_len", "pow2", "oracle"))
+    assert dash.PREEMPTION_MODES == literal_choices(KVCacheSpec, "preemption") and "swap" in dash.PREEMPTION_MODES
+    assert dash.ROUTERS == ("round_robin", "least_outstanding", "random")
+    assert dash.FORM_ARRIVAL_KINDS == ("poisson", "gamma", "constant", "trace")
+    assert dash.FORM_LENGTH_KINDS == ("fixed", "uniform", "lognormal", "preset", "trace")
+    assert dash.LENGTH_PRESETS == ("sharegpt", "alpaca")
+    with pytest.raises(TypeError, match="block_size is not a Literal field"):
+        literal_choices(KVCacheSpec, "block_size")
+
+
+def test_literal_choices_see_through_optional_and_union():
+    from typing import Literal, Optional
+
+    from pydantic import BaseModel
+
+    from sim.config.schema import literal_choices
+
+    class Probe(BaseModel):
+        mode: Optional[Literal["a", "b"]] = None
+        mixed: Literal["x"] | Literal["y", "z"] | int = 0
+
+    assert literal_choices(Probe, "mode") == ("a", "b") and literal_choices(Probe, "mixed") == ("x", "y", "z")

@@ -39,11 +39,20 @@ from sim.config.files import (
     parse_yaml,
     validate_scenario,
 )
-from sim.config.schema import Scenario, ScenarioSet
+from sim.config.schema import (
+    HardwareSpec,
+    KVCacheSpec,
+    Scenario,
+    ScenarioSet,
+    SchedulerSpec,
+    literal_choices,
+    union_kinds,
+)
 from sim.errors import ConfigError
 from sim.results import Result
-from sim.views.report import SUMMARY_ROWS, format_value
-from sim.workload.arrivals import RATE_KINDS
+from sim.views.report import COLORS, SUMMARY_ROWS, format_value
+from sim.workload.arrivals import ARRIVAL_KINDS, ARRIVAL_SPECS, RATE_KINDS
+from sim.workload.lengths import Lengths, PresetLengths
 
 MAX_VARIANTS = 4
 MAX_UPLOAD_YAML_BYTES = MAX_SCENARIO_BYTES  # the CLI's limit for scenario files (1 MiB)
@@ -52,6 +61,19 @@ MAX_UPLOAD_TRACE_BYTES = 200 << 20
 # 10,000 requests per second of wall time a run this size takes several seconds per variant.
 LONG_RUN_REQUESTS = 20_000
 TRACE_EXTENSIONS = ("csv", "jsonl")
+
+# Choice lists, from the schema's Literal types: a value added there reaches the page.
+ROUTERS = literal_choices(HardwareSpec, "router")
+KV_LAYOUTS = literal_choices(KVCacheSpec, "layout")
+RESERVE_RULES = literal_choices(KVCacheSpec, "reserve")
+PREEMPTION_MODES = literal_choices(KVCacheSpec, "preemption")
+LENGTH_PRESETS = literal_choices(PresetLengths, "name")
+# Arrival kinds the sidebar has inputs for: a request rate (rate_per_s, and gamma's cv) or a trace upload.
+# Other kinds from a loaded file are shown as YAML.
+FORM_ARRIVAL_KINDS = tuple(kind for kind, spec in zip(ARRIVAL_KINDS, ARRIVAL_SPECS)
+                           if "rate_per_s" in spec.model_fields) + ("trace",)
+# Length kinds the sidebar has inputs for: all but empirical (a file of lengths, shown as YAML).
+FORM_LENGTH_KINDS = tuple(kind for kind in union_kinds(Lengths) if kind != "empirical")
 DEFAULT_BASE: dict = {
     "name": "dashboard",
     "description": "What-if comparison from the ServeSim dashboard.",
@@ -170,7 +192,9 @@ def estimated_requests(scenario: Scenario) -> int | None:
 # --------------------------------------------------------------------------------------------------
 # Policies: what a variant column edits
 
-BATCHING_MODES = ("continuous", "chunked prefill", "static")
+CHUNKED_PREFILL = "chunked prefill"  # continuous batching with chunked prefill: one choice on the page
+BATCHING_MODES = tuple(mode for batching in literal_choices(SchedulerSpec, "batching")
+                       for mode in ((batching, CHUNKED_PREFILL) if batching == "continuous" else (batching,)))
 
 
 @dataclass(frozen=True)
@@ -181,10 +205,10 @@ class Policy:
     max_num_seqs: int = 256  # continuous: sequences per step
     max_num_batched_tokens: int | None = None  # continuous: token budget per step (None: the engine default)
     max_batch_size: int = 8  # static: requests per batch
-    layout: str = "paged"  # paged | contiguous
+    layout: str = "paged"  # one of KV_LAYOUTS
     block_size: int = 16  # paged: tokens per block
-    reserve: str = "max_len"  # contiguous: max_len | pow2 | oracle
-    preemption: str = "recompute"  # recompute | swap
+    reserve: str = "max_len"  # contiguous: one of RESERVE_RULES
+    preemption: str = "recompute"  # one of PREEMPTION_MODES
     enable_prefix_caching: bool = False  # paged only
     speculation: bool = False
     draft_model: str | dict | None = None  # catalog name or inline architecture; None: a draft_cost_ratio draft
@@ -196,7 +220,7 @@ class Policy:
 
 def policy_of(scenario: Scenario) -> Policy:
     s, kv, spec = scenario.scheduler, scenario.kv_cache, scenario.speculation
-    batching = "static" if s.batching == "static" else "chunked prefill" if s.chunked_prefill else "continuous"
+    batching = "static" if s.batching == "static" else CHUNKED_PREFILL if s.chunked_prefill else "continuous"
     policy = Policy(batching=batching, max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
                     max_batch_size=s.max_batch_size, layout=kv.layout, block_size=kv.block_size,
                     reserve=kv.reserve, preemption=kv.preemption, enable_prefix_caching=kv.enable_prefix_caching)
@@ -217,7 +241,7 @@ def _policy_sections(policy: Policy) -> dict:
     if policy.batching == "static":
         scheduler = {"batching": "static", "chunked_prefill": False, "max_batch_size": policy.max_batch_size}
     else:
-        scheduler = {"batching": "continuous", "chunked_prefill": policy.batching == "chunked prefill",
+        scheduler = {"batching": "continuous", "chunked_prefill": policy.batching == CHUNKED_PREFILL,
                      "max_num_seqs": policy.max_num_seqs, "max_num_batched_tokens": policy.max_num_batched_tokens}
     kv: dict = {"layout": policy.layout, "preemption": policy.preemption}
     if policy.layout == "paged":
@@ -423,12 +447,10 @@ def run_sweep(scenarios: dict[str, Scenario], rates: list[float], num_requests: 
 
 
 def sweep_figure(sweep: pd.DataFrame) -> go.Figure:
-    from sim.views.report import _COLORS
-
     fig = make_subplots(rows=1, cols=3, subplot_titles=("throughput incl. drain (req/s)", "p99 TTFT (s)",
                                                        "p99 end-to-end (s)"))
     for i, (name, part) in enumerate(sweep.groupby("variant", sort=False)):
-        color = _COLORS[i % len(_COLORS)]
+        color = COLORS[i % len(COLORS)]
         for col, metric in enumerate(("throughput_rps", "ttft_s_p99", "e2e_s_p99"), start=1):
             fig.add_trace(go.Scatter(x=part["rate_per_s"], y=part[metric], mode="lines+markers", name=name,
                                      legendgroup=name, showlegend=col == 1, line=dict(color=color)), row=1, col=col)
