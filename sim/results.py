@@ -1,4 +1,9 @@
-"""Results: per-request and per-step DataFrames and the summary computed from them."""
+"""Results: per-request and per-step DataFrames and the summary computed from them.
+
+Every summary metric is computed here, one small function per group (counts, throughput, latencies, SLOs,
+utilization, Little's law, KV memory, speculation) called from `summarize`; `sim.run.simulate` only
+hands over the records and the replicas' counters (`ReplicaCounters`, plain values).
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,10 @@
 A file holds a base scenario and optional `variants:`, named partial overrides deep-merged into the
 base, so one file describes a comparison. `--set path.to.key=value` overrides apply to the raw YAML
 before validation.
+
+This is the one home of two things every front end needs: `parse_yaml` (the only reader of scenario
+YAML, file or upload, with line-numbered errors) and `set_path` (the only dotted-path setter, used by
+`--set`, sweep grids and the dashboard, with one error for a path through a non-mapping).
 """
 
 from __future__ import annotations

@@ -8,6 +8,9 @@
 - `Policy` is what a variant column shows (batching, KV layout, preemption, prefix caching,
   speculative decoding); `policy_of` reads it from a validated scenario, `with_policy` writes it into
   a variant's override.
+- The page's choice lists (batching, KV layout, router, preemption, arrival and length kinds) come from
+  the schema's Literal types (`literal_choices`), and load sweeps set rates through the arrival specs'
+  `with_rate`, so a kind or value added to the schema reaches the page without an edit here.
 - `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
   load sweep. Latency, time-series and KV figures come from `sim.views.report.figures`.
 """
