@@ -1,8 +1,8 @@
 """ServeSim what-if dashboard: `make app` (or `streamlit run app.py`).
 
-This file only draws widgets; the form state and scenario files live in sim/views/dashboard.py, the
-charts in sim/views/report.py (`figures`), and every number comes from sim.run.simulate, the function
-the CLI calls.
+This file only draws widgets. The form state, scenario files, choice lists, summary table and load-sweep
+chart live in sim/views/dashboard.py; the latency, time-series and KV charts in sim/views/report.py; every
+number comes from sim.run.simulate, the function the CLI calls.
 """
 
 from __future__ import annotations
@@ -10,12 +10,13 @@ from __future__ import annotations
 import copy
 import os
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import streamlit as st
 import yaml
 
-from sim.config.files import validate_scenario
+from sim.config.files import get_path, parse_yaml, set_path, validate_scenario
 from sim.errors import ServeSimError
 from sim.model.catalog import GPUS, MODELS
 from sim.results import Result
@@ -27,8 +28,7 @@ from sim.views.report import figures
 UPLOAD_FOLDER = Path(os.environ.get("SERVESIM_UPLOAD_DIR") or Path(__file__).resolve().parent / "out" / "dashboard"
                      / "uploads")
 CUSTOM = "custom…"
-ARRIVAL_KINDS = ["poisson", "gamma", "constant", "trace"]
-LENGTH_KINDS = ["preset", "fixed", "uniform", "lognormal", "trace"]
+set_form_key = partial(set_path, source="dashboard", none_removes=True)  # None clears a key: its default applies
 
 
 @st.cache_resource
@@ -103,10 +103,10 @@ def catalog_or_custom(label: str, current, catalog: dict, name: str):
     text = st.sidebar.text_area(f"custom {label.lower()} (YAML)", yaml.safe_dump(start, sort_keys=False),
                                 key=key(name + ".custom"), height=220)
     try:
-        value = yaml.safe_load(text)
-    except yaml.YAMLError:
-        value = text  # validation names the field and what is allowed
-    return value
+        return parse_yaml(text, f"custom {label.lower()} (YAML)")
+    except ServeSimError as err:
+        st.sidebar.error(str(err))
+        return text  # validation names the field and what is allowed
 
 
 def number(label: str, value, name: str, **kwargs):
@@ -114,10 +114,12 @@ def number(label: str, value, name: str, **kwargs):
 
 
 def arrival_inputs(arrival: dict) -> dict:
-    kinds = ARRIVAL_KINDS + ([arrival["kind"]] if arrival.get("kind") not in ARRIVAL_KINDS else [])
+    kinds = list(dash.FORM_ARRIVAL_KINDS)
+    if arrival.get("kind") not in kinds:
+        kinds.append(arrival["kind"])
     kind = st.sidebar.selectbox("arrival process", kinds, index=kinds.index(arrival.get("kind")),
                                 key=key("arrival.kind"))
-    if kind not in ARRIVAL_KINDS:
+    if kind not in dash.FORM_ARRIVAL_KINDS:
         st.sidebar.caption(f"`{kind}` arrivals from the loaded file (edit them in the YAML):")
         st.sidebar.code(yaml.safe_dump(arrival, sort_keys=False), language="yaml")
         return arrival
@@ -160,14 +162,14 @@ def trace_inputs(arrival: dict) -> dict:
 
 def lengths_inputs(lengths: dict | None, is_trace: bool) -> dict | None:
     lengths = lengths or {"kind": "trace"}
-    kinds = [k for k in LENGTH_KINDS if k != "trace" or is_trace]
+    kinds = [k for k in dash.FORM_LENGTH_KINDS if k != "trace" or is_trace]
     if lengths.get("kind") not in kinds:
         kinds.append(lengths.get("kind"))
     kind = st.sidebar.selectbox("prompt/output lengths", kinds, index=kinds.index(lengths.get("kind")),
                                 key=key("lengths.kind"))
     same = lengths if lengths.get("kind") == kind else {}
     if kind == "preset":
-        presets = ["sharegpt", "alpaca"]
+        presets = list(dash.LENGTH_PRESETS)
         name = st.sidebar.selectbox("preset", presets, index=presets.index(same.get("name", "sharegpt")),
                                     key=key("lengths.preset"))
         return {"kind": "preset", "name": name}
@@ -200,41 +202,41 @@ def sidebar(base: dict) -> dict:
     new = copy.deepcopy(base)
     st.sidebar.header("Model and hardware")
     new["model"] = catalog_or_custom("Model", base.get("model", "llama-3.1-8b"), MODELS, "model")
-    dash.set_path(new, "hardware.gpu", catalog_or_custom("GPU", dash.get_path(base, "hardware.gpu", "h100-sxm"),
+    set_form_key(new, "hardware.gpu", catalog_or_custom("GPU", get_path(base, "hardware.gpu", "h100-sxm"),
                                                          GPUS, "gpu"))
-    dash.set_path(new, "hardware.tensor_parallel", number(
-        "tensor parallelism (GPUs per replica)", int(dash.get_path(base, "hardware.tensor_parallel", 1)), "tp",
+    set_form_key(new, "hardware.tensor_parallel", number(
+        "tensor parallelism (GPUs per replica)", int(get_path(base, "hardware.tensor_parallel", 1)), "tp",
         min_value=1, max_value=64))
-    replicas = number("replicas", int(dash.get_path(base, "hardware.num_replicas", 1)), "replicas",
+    replicas = number("replicas", int(get_path(base, "hardware.num_replicas", 1)), "replicas",
                       min_value=1, max_value=256)
-    dash.set_path(new, "hardware.num_replicas", replicas)
+    set_form_key(new, "hardware.num_replicas", replicas)
     if replicas > 1:
-        routers = ["round_robin", "least_outstanding", "random"]
-        router = dash.get_path(base, "hardware.router", "round_robin")
-        dash.set_path(new, "hardware.router", st.sidebar.selectbox("router", routers, index=routers.index(router),
+        routers = list(dash.ROUTERS)
+        router = get_path(base, "hardware.router", "round_robin")
+        set_form_key(new, "hardware.router", st.sidebar.selectbox("router", routers, index=routers.index(router),
                                                                    key=key("router")))
 
     st.sidebar.header("Workload")
-    arrival = arrival_inputs(dash.get_path(base, "workload.arrival", {"kind": "poisson", "rate_per_s": 20.0}))
-    dash.set_path(new, "workload.arrival", arrival)
-    lengths = lengths_inputs(dash.get_path(base, "workload.lengths"), arrival.get("kind") == "trace")
-    dash.set_path(new, "workload.lengths", lengths)
+    arrival = arrival_inputs(get_path(base, "workload.arrival", {"kind": "poisson", "rate_per_s": 20.0}))
+    set_form_key(new, "workload.arrival", arrival)
+    lengths = lengths_inputs(get_path(base, "workload.lengths"), arrival.get("kind") == "trace")
+    set_form_key(new, "workload.lengths", lengths)
 
     st.sidebar.header("SLOs")
     st.sidebar.caption("0 means no limit; goodput counts requests that meet every limit.")
     for name, label in (("ttft_s", "TTFT limit (s)"), ("tpot_s", "TPOT limit (s)"), ("e2e_s", "end-to-end limit (s)")):
-        limit = number(label, float(dash.get_path(base, f"slo.{name}") or 0.0), f"slo.{name}",
+        limit = number(label, float(get_path(base, f"slo.{name}") or 0.0), f"slo.{name}",
                        min_value=0.0, step=0.05 if name == "tpot_s" else 0.5, format="%.3f")
-        dash.set_path(new, f"slo.{name}", limit if limit > 0 else None)
-    dash.set_path(new, "slo.percentile", number("at percentile", float(dash.get_path(base, "slo.percentile", 99.0)),
+        set_form_key(new, f"slo.{name}", limit if limit > 0 else None)
+    set_form_key(new, "slo.percentile", number("at percentile", float(get_path(base, "slo.percentile", 99.0)),
                                                 "slo.percentile", min_value=1.0, max_value=100.0, step=1.0))
 
     st.sidebar.header("Run")
-    requests = dash.get_path(base, "run.num_requests")
-    if requests is not None or dash.get_path(base, "run.duration_s") is None:
-        dash.set_path(new, "run.num_requests", number("requests", int(requests or 800), "run.requests",
+    requests = get_path(base, "run.num_requests")
+    if requests is not None or get_path(base, "run.duration_s") is None:
+        set_form_key(new, "run.num_requests", number("requests", int(requests or 800), "run.requests",
                                                       min_value=1, step=100))
-    dash.set_path(new, "run.seed", number("seed", int(dash.get_path(base, "run.seed", 0)), "run.seed", min_value=0))
+    set_form_key(new, "run.seed", number("seed", int(get_path(base, "run.seed", 0)), "run.seed", min_value=0))
     return new
 
 
@@ -250,11 +252,11 @@ def policy_inputs(column, index: int, policy: dash.Policy) -> dash.Policy:
     else:
         changes["max_num_seqs"] = column.number_input("max sequences per step", 1, 4096, policy.max_num_seqs,
                                                       key=key(p + "max_num_seqs"))
-        budget = policy.max_num_batched_tokens or (2048 if batching == "chunked prefill" else 0)
+        budget = policy.max_num_batched_tokens or (2048 if batching == dash.CHUNKED_PREFILL else 0)
         tokens = column.number_input("token budget per step (0: default)", 0, 1 << 20, budget,
                                      key=key(p + "budget"), step=256)
         changes["max_num_batched_tokens"] = tokens or None
-    layouts = ["paged", "contiguous"]
+    layouts = list(dash.KV_LAYOUTS)
     layout = column.radio("KV layout", layouts, index=layouts.index(policy.layout), horizontal=True,
                           key=key(p + "layout"))
     changes["layout"] = layout
@@ -265,10 +267,10 @@ def policy_inputs(column, index: int, policy: dash.Policy) -> dash.Policy:
         changes["enable_prefix_caching"] = column.checkbox("prefix caching", policy.enable_prefix_caching,
                                                            key=key(p + "prefix"))
     else:
-        rules = ["max_len", "pow2", "oracle"]
+        rules = list(dash.RESERVE_RULES)
         changes["reserve"] = column.selectbox("reservation rule", rules, index=rules.index(policy.reserve),
                                               key=key(p + "reserve"))
-    modes = ["recompute", "swap"]
+    modes = list(dash.PREEMPTION_MODES)
     changes["preemption"] = column.radio("preemption", modes, index=modes.index(policy.preemption), horizontal=True,
                                          key=key(p + "preempt"))
     speculate = column.checkbox("speculative decoding", policy.speculation, key=key(p + "spec"))

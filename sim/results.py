@@ -1,4 +1,9 @@
-"""Results: per-request and per-step DataFrames and the summary computed from them."""
+"""Results: per-request and per-step DataFrames and the summary computed from them.
+
+Every summary metric is computed here, one small function per group (counts, throughput, latencies, SLOs,
+utilization, Little's law, KV memory, speculation) called from `summarize`; `sim.run.simulate` only
+hands over the records and the replicas' counters (`ReplicaCounters`, plain values).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.engine import STATUS_CODES
+from sim.kv.base import PrefixCacheStats
 
 PERCENTILES = (50, 90, 99)
 _STATUS_NAMES = {v: k for k, v in STATUS_CODES.items()}
@@ -80,10 +86,36 @@ def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> fl
     return float(values[order][np.searchsorted(cum, q / 100.0 * cum[-1], side="left")])
 
 
+@dataclass(frozen=True)
+class ReplicaCounters:
+    """What the summary needs from one replica's scheduler after a run, as plain values (`sim.run` reads them)."""
+
+    kv_capacity_tokens: int  # token states the replica's KV cache holds
+    prefix_cache: PrefixCacheStats | None = None  # lookups, hits and evictions; None: prefix caching off
+    num_drafted: int | None = None  # speculative decoding: draft tokens proposed; None: no speculation
+    num_accepted_drafts: int | None = None  # of those, accepted by the target
+
+
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, slo, gpu,
-              in_system_area: float, num_generated: int) -> dict:
+              in_system_area: float, num_generated: int, replicas: list[ReplicaCounters],
+              kv_bytes_per_token: int) -> dict:
+    """Every summary metric of a run, one group at a time (the keys keep this order in every output)."""
     fin = requests[requests["finished"]]
-    s: dict = {
+    elapsed = max(elapsed_s, 1e-12)
+    s = request_counts(requests, fin, elapsed_s, num_generated)
+    s.update(throughput(requests, fin, steps, elapsed))
+    s.update(latencies(fin, steps))
+    s["preemptions"] = int(requests["preemptions"].sum())
+    s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0 and s["num_rejected"] == 0))
+    s.update(utilization(steps, elapsed, gpu))
+    s.update(littles_law(requests, fin, in_system_area, elapsed))
+    s.update(kv_memory(steps, replicas, kv_bytes_per_token))
+    s.update(speculation_metrics(replicas))
+    return s
+
+
+def request_counts(requests: pd.DataFrame, fin: pd.DataFrame, elapsed_s: float, num_generated: int) -> dict:
+    return {
         "num_requests": int(num_generated),
         "num_arrived": int(len(requests)),
         "num_finished": int(len(fin)),
@@ -91,7 +123,11 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, 
         "num_rejected": int((requests["status"] == "rejected").sum()),
         "elapsed_s": float(elapsed_s),
     }
-    elapsed = max(elapsed_s, 1e-12)
+
+
+def throughput(requests: pd.DataFrame, fin: pd.DataFrame, steps: pd.DataFrame, elapsed: float) -> dict:
+    """Requests and tokens per second over the run, and the offered arrival rate."""
+    s: dict = {}
     # Finished requests over the whole run, drain included (as vLLM's benchmark_serving counts it): with a
     # finite run it sits below the offered rate even when the system keeps up, so the offered rate is shown too.
     s["throughput_rps"] = len(fin) / elapsed
@@ -101,18 +137,29 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, 
     # Every sampled token counts (all sequences of a request, and requests still in flight).
     s["output_tokens_per_s"] = float(steps["num_output_tokens"].sum()) / elapsed if len(steps) else 0.0
     s["total_tokens_per_s"] = float(fin["output_tokens"].sum() + fin["prompt_tokens"].sum()) / elapsed
-    for col, prefix in (("ttft_s", "ttft_s"), ("tpot_s", "tpot_s"), ("e2e_s", "e2e_s"),
-                        ("queueing_s", "queueing_s"), ("normalized_latency_s", "normalized_latency_s")):
-        s.update(_stats(fin[col].to_numpy(dtype=float), prefix))
+    return s
+
+
+def latencies(fin: pd.DataFrame, steps: pd.DataFrame) -> dict:
+    """Mean and percentiles of the finished requests' latencies, and the inter-token latency."""
+    s: dict = {}
+    for col in ("ttft_s", "tpot_s", "e2e_s", "queueing_s", "normalized_latency_s"):
+        s.update(_stats(fin[col].to_numpy(dtype=float), col))
     # Inter-token latency: a decoding token's gap is its step's duration (decodes run every step).
     real_decodes = (steps["num_decode_seqs"] - steps["num_padding_seqs"]).to_numpy(dtype=float)
     durations = steps["duration_s"].to_numpy(dtype=float)
     s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
     for p in PERCENTILES:
         s[f"itl_p{p}"] = weighted_percentile(durations, real_decodes, p)
-    s["preemptions"] = int(requests["preemptions"].sum())
+    return s
 
-    # SLOs: goodput counts requests that meet every limit; attainment checks the chosen percentile.
+
+def slo_metrics(requests: pd.DataFrame, fin: pd.DataFrame, slo, elapsed: float, *, all_done: bool) -> dict:
+    """SLOs: goodput counts requests that meet every limit; attainment checks the chosen percentile.
+
+    `all_done`: no request was left unfinished or rejected (else the SLO is not met).
+    """
+    s: dict = {}
     ok = np.ones(len(fin), dtype=bool)
     slo_met = True
     for metric, limit in (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s), ("e2e_s", slo.e2e_s)):
@@ -133,9 +180,14 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, 
         share = float(ok.sum()) / len(requests) if len(requests) else math.nan
         s["slo_goodput_share"] = share
         slo_met &= bool(len(requests)) and share >= slo.min_goodput_fraction
-    s["slo_met"] = bool(slo_met and s["num_unfinished"] == 0 and s["num_rejected"] == 0) if (
-        slo.has_limits() or slo.min_goodput_fraction is not None) else None
+    s["slo_met"] = bool(slo_met and all_done) if (slo.has_limits() or slo.min_goodput_fraction is not None) else None
+    return s
 
+
+def utilization(steps: pd.DataFrame, elapsed: float, gpu) -> dict:
+    """Batch size, busy time, the time-weighted split of KV memory, and bandwidth/compute utilization."""
+    s: dict = {}
+    durations = steps["duration_s"].to_numpy(dtype=float)
     busy = float(durations.sum())
     s["mean_batch_size"] = float(steps["num_seqs"].mean()) if len(steps) else 0.0
     s["busy_fraction"] = busy / elapsed / max(1, steps["replica"].nunique() if len(steps) else 1)
@@ -154,9 +206,44 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, 
         s["kv_token_share"] = tok / used if used else math.nan
         s["mbu"] = float(steps["bytes"].sum()) / (busy * gpu.hbm_bytes_per_s)
         s["mfu"] = float(steps["flops"].sum()) / (busy * gpu.bf16_flops_per_s)
-    # Little's law: time-average number in system (accumulated by the engine) vs λ·W from the records.
-    s["mean_in_system"] = in_system_area / elapsed
+    return s
+
+
+def littles_law(requests: pd.DataFrame, fin: pd.DataFrame, in_system_area: float, elapsed: float) -> dict:
+    """Time-average number in system (accumulated by the engine) vs λ·W from the records."""
+    s = {"mean_in_system": in_system_area / elapsed}
     if len(fin):
         s["littles_law_lambda_w"] = len(requests) / elapsed * float(
             np.where(requests["finished"], requests["e2e_s"], elapsed - requests["arrival_s"]).mean())
     return s
+
+
+def kv_memory(steps: pd.DataFrame, replicas: list[ReplicaCounters], kv_bytes_per_token: int) -> dict:
+    """KV capacity, bytes swapped to host, prefix-cache hit rates and memory saved by sharing."""
+    s: dict = {"kv_capacity_tokens": replicas[0].kv_capacity_tokens}
+    swapped_tokens = int(steps["swap_in_tokens"].sum() + steps["swap_out_tokens"].sum())
+    s["swapped_bytes"] = swapped_tokens * kv_bytes_per_token
+    stats = [r.prefix_cache for r in replicas if r.prefix_cache is not None]
+    if stats:
+        queried = sum(x.queried_tokens for x in stats)
+        queried_blocks = sum(x.queried_blocks for x in stats)
+        s["prefix_cache_hit_rate_tokens"] = sum(x.hit_tokens for x in stats) / queried if queried else 0.0
+        s["prefix_cache_hit_rate_blocks"] = (sum(x.hit_blocks for x in stats) / queried_blocks
+                                             if queried_blocks else 0.0)
+        s["prefix_cache_evictions"] = sum(x.num_evictions for x in stats)
+    # Memory saved by sharing (prefix hits, forked sequences): time average of token states stored
+    # once but used by several sequences.
+    w = steps["duration_s"]
+    s["kv_shared_bytes_mean"] = (float((steps["kv_shared_slots"] * w).sum() / w.sum()) * kv_bytes_per_token
+                                 if len(steps) else 0.0)
+    return s
+
+
+def speculation_metrics(replicas: list[ReplicaCounters]) -> dict:
+    """Share of drafted tokens the target accepted (only when the run speculates)."""
+    drafting = [r for r in replicas if r.num_drafted is not None]
+    if not drafting:
+        return {}
+    drafted = sum(r.num_drafted for r in drafting)
+    accepted = sum(r.num_accepted_drafts for r in drafting)
+    return {"draft_acceptance_rate": accepted / drafted if drafted else float("nan")}

@@ -14,7 +14,7 @@ from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCost
 from sim.errors import ConfigError
 from sim.kv.contiguous import ContiguousKVManager
 from sim.kv.paged import PagedKVManager
-from sim.results import Result, requests_frame, steps_frame, summarize
+from sim.results import ReplicaCounters, Result, requests_frame, steps_frame, summarize
 from sim.sched.scheduler import ContinuousScheduler, StaticScheduler
 from sim.sched.speculative import SpeculativeDecodeBatch
 from sim.workload.generate import Workload, generate_workload
@@ -126,6 +126,17 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
                                sequences_per_request=deployment.sequences_per_request)
 
 
+def replica_counters(scenario: Scenario, replica: Replica) -> ReplicaCounters:
+    """The counters a replica's scheduler kept that the summary reports."""
+    scheduler = replica.scheduler
+    speculative = scenario.speculation is not None
+    return ReplicaCounters(
+        kv_capacity_tokens=scheduler.kv.capacity_slots,
+        prefix_cache=scheduler.kv.prefix_cache_stats() if scenario.kv_cache.enable_prefix_caching else None,
+        num_drafted=scheduler.tracker.num_drafted if speculative else None,
+        num_accepted_drafts=scheduler.tracker.num_accepted_drafts if speculative else None)
+
+
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
              progress: Callable[[float, int], None] | None = None, cost_model=None) -> Result:
     """Simulate a validated scenario; `workload` defaults to the one the scenario generates."""
@@ -148,28 +159,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     steps = steps_frame(sim.steps.arrays())
     elapsed = horizon if horizon is not None else sim.end_s
     summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=deployment.gpu,
-                        in_system_area=sim.in_system_area,
-                        num_generated=workload.num_requests)
-    summary["kv_capacity_tokens"] = replicas[0].scheduler.kv.capacity_slots
-    swapped_tokens = int(steps["swap_in_tokens"].sum() + steps["swap_out_tokens"].sum())
-    summary["swapped_bytes"] = swapped_tokens * deployment.kv_bytes_per_token
-    kv_bytes_total = deployment.kv_bytes_per_token
-    if scenario.kv_cache.enable_prefix_caching:
-        stats = [r.scheduler.kv.prefix_cache_stats() for r in replicas]
-        queried = sum(x.queried_tokens for x in stats)
-        queried_blocks = sum(x.queried_blocks for x in stats)
-        summary["prefix_cache_hit_rate_tokens"] = sum(x.hit_tokens for x in stats) / queried if queried else 0.0
-        summary["prefix_cache_hit_rate_blocks"] = (sum(x.hit_blocks for x in stats) / queried_blocks
-                                                   if queried_blocks else 0.0)
-        summary["prefix_cache_evictions"] = sum(x.num_evictions for x in stats)
-    # Memory saved by sharing (prefix hits, forked sequences): time average of token states stored
-    # once but used by several sequences.
-    w = steps["duration_s"]
-    summary["kv_shared_bytes_mean"] = (float((steps["kv_shared_slots"] * w).sum() / w.sum()) * kv_bytes_total
-                                       if len(steps) else 0.0)
-    if scenario.speculation is not None:
-        drafted = sum(r.scheduler.tracker.num_drafted for r in replicas)
-        accepted = sum(r.scheduler.tracker.num_accepted_drafts for r in replicas)
-        summary["draft_acceptance_rate"] = accepted / drafted if drafted else float("nan")
+                        in_system_area=sim.in_system_area, num_generated=workload.num_requests,
+                        replicas=[replica_counters(scenario, r) for r in replicas],
+                        kv_bytes_per_token=deployment.kv_bytes_per_token)
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler)})

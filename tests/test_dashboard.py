@@ -172,6 +172,28 @@ def test_at_rate_sets_the_rate_of_each_sweepable_arrival_kind():
         dash.at_rate(closed, 3.0)
 
 
+def test_at_rate_scales_a_schedule_and_rescales_a_trace_like_the_sweep_does(tmp_path):
+    from sim.tools.sweep import set_rate
+    steps = [{"duration_s": 10, "rate_per_s": 2.0}, {"duration_s": 30, "rate_per_s": 6.0}]
+    schedule = validate_scenario({**SMALL_BASE, "workload": {**SMALL_BASE["workload"], "arrival": {
+        "kind": "schedule", "steps": steps}}})
+    assert dash.sweepable(schedule) and dash.current_rate(schedule) == pytest.approx(5.0)
+    moved = dash.at_rate(schedule, 10.0)
+    assert [s.rate_per_s for s in moved.workload.arrival.steps] == pytest.approx([4.0, 12.0])
+    raw = {"workload": {"arrival": {"kind": "schedule", "steps": steps}}}
+    set_rate(raw, 10.0)
+    assert validate_scenario({**SMALL_BASE, "workload": {**SMALL_BASE["workload"], **raw["workload"]}}) == moved
+    trace = tmp_path / "t.csv"
+    trace.write_text(AZURE)
+    at_own_pace = validate_scenario({**SMALL_BASE, "workload": {"arrival": {
+        "kind": "trace", "path": str(trace), "time_scale": 2.0}}})
+    assert dash.current_rate(at_own_pace) == pytest.approx(0.5)  # one request a second, gaps doubled
+    assert dash.default_sweep_rates(at_own_pace, 2) == [0.125, 0.75]
+    rescaled = dash.at_rate(at_own_pace, 3.0).workload.arrival
+    assert (rescaled.target_rate_per_s, rescaled.time_scale, dash.current_rate(dash.at_rate(at_own_pace, 3.0))) == (
+        3.0, 1.0, 3.0)
+
+
 def test_a_light_load_sweep_carries_the_offered_rate():
     """Known answer: far below saturation every request finishes soon after it arrives, so throughput
     (finished / elapsed) is the offered rate, less the short drain after the last arrival."""
@@ -221,11 +243,12 @@ def test_bad_trace_uploads_are_refused_with_one_line(tmp_path):
 
 
 def test_path_helpers():
+    from sim.config.files import get_path, set_path
     d: dict = {}
-    dash.set_path(d, "a.b.c", 1)
-    assert d == {"a": {"b": {"c": 1}}} and dash.get_path(d, "a.b.c") == 1
-    assert dash.get_path(d, "a.x.c", "none") == "none"
-    dash.set_path(d, "a.b.c", None)
+    set_path(d, "a.b.c", 1, none_removes=True)
+    assert d == {"a": {"b": {"c": 1}}} and get_path(d, "a.b.c") == 1
+    assert get_path(d, "a.x.c", "none") == "none"
+    set_path(d, "a.b.c", None, none_removes=True)
     assert d == {"a": {"b": {}}}
     assert dash.new_variant_name(["variant 3", "x"]) == "variant 4"
     assert dash.new_variant_name(["a", "b", "variant 3"]) == "variant 4"
@@ -238,3 +261,30 @@ def test_relative_trace_paths_in_an_upload_become_absolute(tmp_path, monkeypatch
     raw = {**SMALL_BASE, "workload": {"arrival": {"kind": "trace", "path": "traces/t.csv"}}}
     form, _ = dash.form_from_yaml(yaml.safe_dump(raw))
     assert form.base["workload"]["arrival"]["path"] == str((tmp_path / "traces" / "t.csv").resolve())
+
+
+def test_choice_lists_come_from_the_schema():
+    from sim.config.schema import KVCacheSpec, literal_choices
+    assert dash.BATCHING_MODES == ("continuous", "chunked prefill", "static")
+    assert (dash.KV_LAYOUTS, dash.RESERVE_RULES) == (("paged", "contiguous"), ("max_len", "pow2", "oracle"))
+    assert dash.PREEMPTION_MODES == literal_choices(KVCacheSpec, "preemption") and "swap" in dash.PREEMPTION_MODES
+    assert dash.ROUTERS == ("round_robin", "least_outstanding", "random")
+    assert dash.FORM_ARRIVAL_KINDS == ("poisson", "gamma", "constant", "trace")
+    assert dash.FORM_LENGTH_KINDS == ("fixed", "uniform", "lognormal", "preset", "trace")
+    assert dash.LENGTH_PRESETS == ("sharegpt", "alpaca")
+    with pytest.raises(TypeError, match="block_size is not a Literal field"):
+        literal_choices(KVCacheSpec, "block_size")
+
+
+def test_literal_choices_see_through_optional_and_union():
+    from typing import Literal, Optional
+
+    from pydantic import BaseModel
+
+    from sim.config.schema import literal_choices
+
+    class Probe(BaseModel):
+        mode: Optional[Literal["a", "b"]] = None
+        mixed: Literal["x"] | Literal["y", "z"] | int = 0
+
+    assert literal_choices(Probe, "mode") == ("a", "b") and literal_choices(Probe, "mixed") == ("x", "y", "z")

@@ -166,6 +166,27 @@ def test_set_values_are_typed():
     assert type(out["a"]["int"]) is int and type(out["a"]["float"]) is float
 
 
+def test_one_setter_creates_missing_mappings_and_refuses_a_path_through_a_value():
+    from sim.config.files import set_path
+    from sim.tools.sweep import apply_point
+    out = apply_overrides({"speculation": None}, ["speculation.num_speculative_tokens=3", "slo.ttft_s=null"])
+    assert out == {"speculation": {"num_speculative_tokens": 3}, "slo": {"ttft_s": None}}
+    shared = [1, 2]
+    d: dict = {}
+    set_path(d, "a.list", shared)
+    shared.append(3)
+    assert d == {"a": {"list": [1, 2]}}  # a copy: sweep points never share a value
+    message = r"^{}: 'model.num_layers' goes through model, which is 'llama-3.1-8b', not a mapping; allowed: "
+    with pytest.raises(ConfigError, match=message.format("--set")):
+        apply_overrides({"model": "llama-3.1-8b"}, ["model.num_layers=4"])
+    with pytest.raises(ConfigError, match=message.format("--grid")):
+        apply_point({"model": "llama-3.1-8b"}, {"model.num_layers": 4})
+    with pytest.raises(ConfigError, match=message.format("dashboard")):
+        set_path({"model": "llama-3.1-8b"}, "model.num_layers", 4, source="dashboard")
+    with pytest.raises(ConfigError, match=r"^--set: 'a..b' has an empty key"):
+        set_path({}, "a..b", 1)
+
+
 def test_set_overrides_reach_the_validated_scenario():
     scenario_set = build_scenario_set(raw(), overrides=[
         "run.num_requests=50", "workload.arrival.rate_per_s=2.5", "scheduler.chunked_prefill=true",
@@ -369,3 +390,19 @@ def test_a_variant_that_switches_kind_replaces_the_mapping():
     variants = build_scenario_set(raw).variants
     assert variants["same-kind"].workload.arrival.cv == 2.0  # same kind: merged
     assert variants["other-kind"].workload.arrival.kind == "poisson"  # new kind: replaced, no stray cv
+
+
+def test_one_yaml_reader_for_files_and_uploads_with_line_numbers(tmp_path):
+    from sim.config.files import parse_yaml, read_yaml
+    from sim.views.dashboard import parse_scenario_yaml
+    text = "name: x\nrun:\n  seed: [1, 2\n"
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError, match=r"^scenario: '.*bad\.yaml' line 4: "):
+        read_yaml(path)
+    with pytest.raises(ConfigError, match=r"^mine\.yaml line 4: "):
+        parse_scenario_yaml(text, "mine.yaml")
+    path.write_bytes(b"name: caf\xe9\n")
+    with pytest.raises(ConfigError, match=r"^scenario: '.*bad\.yaml': not UTF-8 text \(byte 9\)$"):
+        read_yaml(path)
+    assert parse_yaml(b"a: {b: 1}\n", "x") == {"a": {"b": 1}}

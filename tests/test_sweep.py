@@ -113,7 +113,7 @@ def test_set_rate_on_a_trace_rescales_gaps_instead_of_the_time_scale():
 
 
 def test_set_rate_on_closed_loop_is_a_clear_error():
-    raw = {"workload": {"arrival": {"kind": "closed_loop", "num_users": 4}}}
+    raw = {"workload": {"arrival": {"kind": "closed_loop", "num_users": 4, "think_time_s": 1.0}}}
     with pytest.raises(ConfigError, match="closed_loop.*no arrival rate"):
         set_rate(raw, 7.0)
 
@@ -243,3 +243,9 @@ def test_sweep_bad_input_is_one_line_and_exit_2(tmp_path, capsys, monkeypatch, a
     err = capsys.readouterr().err.strip()
     assert code == 2
     assert needle in err and err.count("\n") == 0 and "Traceback" not in err
+
+
+def test_set_rate_on_an_invalid_arrival_names_the_field_as_the_file_would():
+    raw = {"workload": {"arrival": {"kind": "gamma", "rate_per_s": 3}}}
+    with pytest.raises(ConfigError, match=r"^workload\.arrival\.cv: missing for kind 'gamma'"):
+        set_rate(raw, 7.0)

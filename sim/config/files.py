@@ -3,6 +3,10 @@
 A file holds a base scenario and optional `variants:`, named partial overrides deep-merged into the
 base, so one file describes a comparison. `--set path.to.key=value` overrides apply to the raw YAML
 before validation.
+
+This is the one home of two things every front end needs: `parse_yaml` (the only reader of scenario
+YAML, file or upload, with line-numbered errors) and `set_path` (the only dotted-path setter, used by
+`--set`, sweep grids and the dashboard, with one error for a path through a non-mapping).
 """
 
 from __future__ import annotations
@@ -12,14 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from sim.config.deployment import resolve as resolve_deployment
 from sim.config.messages import format_validation_error
 from sim.config.schema import Scenario, ScenarioSet
 from sim.errors import ConfigError
+from sim.workload.arrivals import Arrival
 
 MAX_SCENARIO_BYTES = 1 << 20
+_ARRIVAL = TypeAdapter(Arrival)
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -50,18 +56,47 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return keys, value
 
 
+def get_path(mapping: dict, path: str, default: Any = None) -> Any:
+    """The value at a dotted path ("workload.arrival.rate_per_s"), or `default` where any key is missing."""
+    node: Any = mapping
+    for key in path.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return default
+        node = node[key]
+    return node
+
+
+def set_path(mapping: dict, path: str, value: Any, *, source: str = "--set", none_removes: bool = False) -> None:
+    """Set the key at a dotted path in place, creating the missing (or null) mappings on the way.
+
+    A path through a value that is not a mapping (`model.num_layers` while `model` is a catalog name) is
+    an error naming `source`, never a silent replacement. `none_removes`: None deletes the key, so its
+    default applies (the dashboard's "no limit"); otherwise None is stored (`--set speculation=null`).
+    """
+    keys = path.split(".")
+    if not all(keys):
+        raise ConfigError(f"{source}: {path!r} has an empty key; allowed: dot-separated keys such as a.b.c")
+    node = mapping
+    for depth, key in enumerate(keys[:-1]):
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        elif not isinstance(child, dict):
+            through = ".".join(keys[: depth + 1])
+            raise ConfigError(f"{source}: {path!r} goes through {through}, which is {child!r}, not a mapping; "
+                              f"allowed: a path through mappings only (set {through} itself to replace it)")
+        node = child
+    if value is None and none_removes:
+        node.pop(keys[-1], None)
+    else:
+        node[keys[-1]] = copy.deepcopy(value)
+
+
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     raw = copy.deepcopy(raw)
     for text in overrides:
         keys, value = parse_override(text)
-        node = raw
-        for key in keys[:-1]:
-            child = node.get(key)
-            if not isinstance(child, dict):
-                child = {} if child is None or not isinstance(child, dict) else child
-                node[key] = child
-            node = child
-        node[keys[-1]] = value
+        set_path(raw, ".".join(keys), value, source="--set")
     return raw
 
 
@@ -85,6 +120,18 @@ def validate_scenario(raw: Any, prefix: str = "", resolve: bool = True) -> Scena
         raise ConfigError(f"{prefix}{err}") from None
 
 
+def validate_arrival(raw: Any) -> Arrival:
+    """Validate a raw `workload.arrival` mapping on its own (a sweep sets its rate before the whole scenario
+    is validated); errors read as they would for the whole file."""
+    try:
+        return _ARRIVAL.validate_python(raw)
+    except ValidationError as err:
+        rooted = ValidationError.from_exception_data(err.title, [
+            {"type": e["type"], "loc": ("workload", "arrival", *e["loc"]), "input": e["input"],
+             **({"ctx": e["ctx"]} if "ctx" in e else {})} for e in err.errors(include_url=False)])
+        raise ConfigError(format_validation_error(rooted)) from None
+
+
 def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str] | None = None,
                        resolve: bool = True) -> ScenarioSet:
     if not isinstance(raw, dict):
@@ -106,19 +153,32 @@ def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str
     return ScenarioSet(base, variants or {base.name: base}, source)
 
 
+def parse_yaml(data: bytes | str, source: str) -> Any:
+    """The one YAML reader for scenario text, from a file or an upload: data only (yaml.safe_load, no
+    code), within MAX_SCENARIO_BYTES, and a syntax error is one line with its line number."""
+    raw_bytes = data.encode() if isinstance(data, str) else data
+    if len(raw_bytes) > MAX_SCENARIO_BYTES:
+        raise ConfigError(f"{source}: {len(raw_bytes):,} bytes is larger than the limit of "
+                          f"{MAX_SCENARIO_BYTES:,} bytes for a scenario file")
+    try:
+        text = raw_bytes.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{source}: not UTF-8 text (byte {err.start})") from None
+    try:
+        return yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        raise ConfigError(f"{source}{where}: {getattr(err, 'problem', None) or 'invalid YAML'}") from None
+
+
 def read_yaml(path: str | Path) -> Any:
     p = Path(path)
     if not p.is_file():
         raise ConfigError(f"scenario: file '{path}' not found")
     if p.stat().st_size > MAX_SCENARIO_BYTES:
         raise ConfigError(f"scenario: file '{path}' is larger than {MAX_SCENARIO_BYTES} bytes")
-    try:
-        return yaml.safe_load(p.read_text())
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        problem = getattr(err, "problem", None) or "invalid YAML"
-        raise ConfigError(f"scenario: '{path}'{where}: {problem}") from None
+    return parse_yaml(p.read_bytes(), f"scenario: '{path}'")
 
 
 def anchor_paths(raw: Any, base_dir: Path) -> None:

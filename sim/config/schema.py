@@ -6,8 +6,9 @@ validated scenario and the catalogs (KV capacity, token budget, profile) is `sim
 
 from __future__ import annotations
 
+import types
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -15,6 +16,33 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from sim.model.catalog import get_model
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.workload.generate import WorkloadSpec
+
+
+def _members(annotation: Any) -> list:
+    """The alternatives of an annotation: Optional, Union and Annotated unwrapped."""
+    origin = get_origin(annotation)
+    if origin is Annotated:
+        return _members(get_args(annotation)[0])
+    if origin is Union or origin is types.UnionType:
+        return [m for arg in get_args(annotation) for m in _members(arg)]
+    return [annotation]
+
+
+def literal_choices(model: type[BaseModel], field: str) -> tuple:
+    """The values a Literal field allows, in the schema's order: `literal_choices(KVCacheSpec, "layout")`.
+
+    Forms offer exactly these, so a value added to the schema reaches every choice list.
+    """
+    values = tuple(v for member in _members(model.model_fields[field].annotation) if get_origin(member) is Literal
+                   for v in get_args(member))
+    if not values:
+        raise TypeError(f"{model.__name__}.{field} is not a Literal field")
+    return values
+
+
+def union_kinds(union: Any) -> tuple[str, ...]:
+    """The `kind` of each member of a discriminated union (`workload.arrival`, `workload.lengths`...)."""
+    return tuple(literal_choices(member, "kind")[0] for member in _members(union))
 
 
 class _Strict(BaseModel):

@@ -347,9 +347,7 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         raise ConfigError(f"--tp: {tp_list} must all be >= 1")
     target = rate if rate is not None else search.target_rate_per_s
     if target is None:
-        target = arrival_rate(raw)
-    if target is None:
-        target = _workload_rate(base)
+        target = arrival_rate(raw)  # a trace at its own pace: its recorded mean rate
     if target is None or not target > 0:
         raise ConfigError("search.target_rate_per_s: the workload has no arrival rate to plan for; "
                           "set search.target_rate_per_s or pass --rate")
@@ -365,15 +363,6 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         rate_tolerance=search.rate_tolerance, num_seeds=num_seeds or search.num_seeds, prices=merged_prices,
         top_k=search.top_k, base_seed=base.run.seed, min_window_s=search.min_window_s,
         prefer_calibrated=search.prefer_calibrated)
-
-
-def _workload_rate(scenario) -> float | None:
-    """A trace replayed at its recorded pace: its mean rate."""
-    from sim.run import make_workload
-    arrivals = make_workload(scenario).arrival_s
-    if len(arrivals) < 2 or arrivals[-1] <= arrivals[0]:
-        return None
-    return float((len(arrivals) - 1) / (arrivals[-1] - arrivals[0]))
 
 
 def shipped_profile(gpu_name: str, model_name: str, tensor_parallel: int):

@@ -21,6 +21,7 @@ import pandas as pd
 import yaml
 
 from sim.config.deployment import gpu_spec
+from sim.config.files import set_path, validate_arrival
 from sim.errors import ConfigError, ServeSimError
 
 RATE_KEY = "rate"  # shorthand for the workload's mean arrival rate, whatever the arrival kind
@@ -67,57 +68,23 @@ def grid_points(axes: list[GridAxis]) -> list[dict[str, Any]]:
     return [dict(zip([a.key for a in axes], combo)) for combo in itertools.product(*[a.values for a in axes])]
 
 
-def set_key(raw: dict, dotted: str, value: Any) -> None:
-    node = raw
-    keys = [k for k in dotted.split(".") if k]
-    for key in keys[:-1]:
-        child = node.get(key)
-        if not isinstance(child, dict):
-            child = {}
-            node[key] = child
-        node = child
-    node[keys[-1]] = copy.deepcopy(value)
-
-
 def arrival_rate(raw: dict) -> float | None:
-    """The mean arrival rate a raw scenario asks for, where its arrival kind has one."""
-    arrival = (raw.get("workload") or {}).get("arrival") or {}
-    kind = arrival.get("kind", "poisson")
-    if kind in ("poisson", "gamma", "constant"):
-        return arrival.get("rate_per_s")
-    if kind == "diurnal":
-        return arrival.get("mean_rate_per_s")
-    if kind == "trace":
-        return arrival.get("target_rate_per_s")
-    if kind == "schedule":
-        steps = arrival.get("steps") or []
-        total = sum(float(s.get("duration_s", 0)) for s in steps)
-        return sum(float(s.get("rate_per_s", 0)) * float(s.get("duration_s", 0)) for s in steps) / total if total else None
-    return None
+    """The mean arrival rate a raw scenario asks for (a trace at its own pace: read from the file);
+    None where it has no arrival section or its kind has no rate (closed loop)."""
+    arrival = (raw.get("workload") or {}).get("arrival")
+    if arrival is None:
+        return None
+    spec = validate_arrival(arrival)
+    return spec.mean_rate_per_s if spec.has_rate else None
 
 
 def set_rate(raw: dict, rate_per_s: float) -> None:
-    """Set the workload's mean arrival rate in place, keeping the arrival process's shape."""
+    """Set the workload's mean arrival rate in place, keeping the arrival process's shape (`with_rate`)."""
     workload = raw.setdefault("workload", {})
-    arrival = workload.setdefault("arrival", {"kind": "poisson"})
-    kind = arrival.get("kind", "poisson")
-    if kind in ("poisson", "gamma", "constant"):
-        arrival["rate_per_s"] = rate_per_s
-    elif kind == "diurnal":
-        arrival["mean_rate_per_s"] = rate_per_s
-    elif kind == "trace":
-        # A trace keeps its burstiness; its gaps are rescaled to the new mean rate.
-        arrival.pop("time_scale", None)
-        arrival["target_rate_per_s"] = rate_per_s
-    elif kind == "schedule":
-        current = arrival_rate(raw)
-        if not current:
-            raise ConfigError("workload.arrival: a schedule with no arrivals has no rate to scale")
-        for step in arrival.get("steps") or []:
-            step["rate_per_s"] = float(step.get("rate_per_s", 0)) * rate_per_s / current
-    else:
-        raise ConfigError(f"workload.arrival.kind: {kind!r} has no arrival rate to set; "
-                          "allowed for rate sweeps and planning: poisson, gamma, constant, diurnal, schedule, trace")
+    arrival = workload.get("arrival")
+    spec = validate_arrival({"kind": "poisson", "rate_per_s": 1.0} if arrival is None else arrival)
+    # Only the keys the file set (and the new rate), so a saved point reads like the file it came from.
+    workload["arrival"] = spec.with_rate(rate_per_s).model_dump(mode="json", exclude_unset=True)
 
 
 def variant_raw(raw: dict, variant: str | None) -> dict:
@@ -140,7 +107,7 @@ def apply_point(raw: dict, point: dict[str, Any]) -> dict:
         if key == RATE_KEY:
             set_rate(raw, float(value))
         else:
-            set_key(raw, key, value)
+            set_path(raw, key, value, source="--grid")
     return raw
 
 

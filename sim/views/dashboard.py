@@ -8,6 +8,9 @@
 - `Policy` is what a variant column shows (batching, KV layout, preemption, prefix caching,
   speculative decoding); `policy_of` reads it from a validated scenario, `with_policy` writes it into
   a variant's override.
+- The page's choice lists (batching, KV layout, router, preemption, arrival and length kinds) come from
+  the schema's Literal types (`literal_choices`), and load sweeps set rates through the arrival specs'
+  `with_rate`, so a kind or value added to the schema reaches the page without an edit here.
 - `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
   load sweep. Latency, time-series and KV figures come from `sim.views.report.figures`.
 """
@@ -36,12 +39,23 @@ from sim.config.files import (
     anchor_paths,
     build_scenario_set,
     deep_merge,
+    parse_yaml,
     validate_scenario,
 )
-from sim.config.schema import Scenario, ScenarioSet
+from sim.config.schema import (
+    HardwareSpec,
+    KVCacheSpec,
+    Scenario,
+    ScenarioSet,
+    SchedulerSpec,
+    literal_choices,
+    union_kinds,
+)
 from sim.errors import ConfigError
 from sim.results import Result
-from sim.views.report import SUMMARY_ROWS, format_value
+from sim.views.report import COLORS, SUMMARY_ROWS, format_value
+from sim.workload.arrivals import ARRIVAL_KINDS, ARRIVAL_SPECS, RATE_KINDS
+from sim.workload.lengths import Lengths, PresetLengths
 
 MAX_VARIANTS = 4
 MAX_UPLOAD_YAML_BYTES = MAX_SCENARIO_BYTES  # the CLI's limit for scenario files (1 MiB)
@@ -50,10 +64,19 @@ MAX_UPLOAD_TRACE_BYTES = 200 << 20
 # 10,000 requests per second of wall time a run this size takes several seconds per variant.
 LONG_RUN_REQUESTS = 20_000
 TRACE_EXTENSIONS = ("csv", "jsonl")
-# Arrival kinds whose rate a load sweep can set, and the key that holds it.
-_RATE_KEYS = {"poisson": "rate_per_s", "gamma": "rate_per_s", "constant": "rate_per_s",
-              "diurnal": "mean_rate_per_s", "trace": "target_rate_per_s"}
 
+# Choice lists, from the schema's Literal types: a value added there reaches the page.
+ROUTERS = literal_choices(HardwareSpec, "router")
+KV_LAYOUTS = literal_choices(KVCacheSpec, "layout")
+RESERVE_RULES = literal_choices(KVCacheSpec, "reserve")
+PREEMPTION_MODES = literal_choices(KVCacheSpec, "preemption")
+LENGTH_PRESETS = literal_choices(PresetLengths, "name")
+# Arrival kinds the sidebar has inputs for: a request rate (rate_per_s, and gamma's cv) or a trace upload.
+# Other kinds from a loaded file are shown as YAML.
+FORM_ARRIVAL_KINDS = tuple(kind for kind, spec in zip(ARRIVAL_KINDS, ARRIVAL_SPECS)
+                           if "rate_per_s" in spec.model_fields) + ("trace",)
+# Length kinds the sidebar has inputs for: all but empirical (a file of lengths, shown as YAML).
+FORM_LENGTH_KINDS = tuple(kind for kind in union_kinds(Lengths) if kind != "empirical")
 DEFAULT_BASE: dict = {
     "name": "dashboard",
     "description": "What-if comparison from the ServeSim dashboard.",
@@ -70,33 +93,6 @@ DEFAULT_VARIANTS: dict = {
     "continuous+paged": {},
     "continuous+contiguous(max_len)": {"kv_cache": {"layout": "contiguous", "reserve": "max_len"}},
 }
-
-
-# --------------------------------------------------------------------------------------------------
-# Nested mappings addressed by dotted paths ("workload.arrival.rate_per_s")
-
-
-def get_path(mapping: dict, path: str, default: Any = None) -> Any:
-    node: Any = mapping
-    for key in path.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return default
-        node = node[key]
-    return node
-
-
-def set_path(mapping: dict, path: str, value: Any) -> None:
-    """Set a nested key, creating the mappings on the way; None removes the key (its default applies)."""
-    keys = path.split(".")
-    node = mapping
-    for key in keys[:-1]:
-        if not isinstance(node.get(key), dict):
-            node[key] = {}
-        node = node[key]
-    if value is None:
-        node.pop(keys[-1], None)
-    else:
-        node[keys[-1]] = value
 
 
 # --------------------------------------------------------------------------------------------------
@@ -126,21 +122,8 @@ class Form:
 
 
 def parse_scenario_yaml(data: bytes | str, source: str = "uploaded file") -> dict:
-    """Parse an uploaded scenario safely (yaml.safe_load: data only, no code) within the size limit."""
-    raw_bytes = data.encode() if isinstance(data, str) else data
-    if len(raw_bytes) > MAX_UPLOAD_YAML_BYTES:
-        raise ConfigError(f"{source}: {len(raw_bytes):,} bytes is larger than the limit of "
-                          f"{MAX_UPLOAD_YAML_BYTES:,} bytes for a scenario file")
-    try:
-        text = raw_bytes.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{source}: not UTF-8 text (byte {err.start})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{source}{where}: {getattr(err, 'problem', None) or 'invalid YAML'}") from None
+    """Parse an uploaded scenario with the CLI's reader (data only, size limit, line-numbered errors)."""
+    raw = parse_yaml(data, source)
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping of scenario sections, got {type(raw).__name__}")
     return raw
@@ -201,19 +184,20 @@ class ResultCache:
 
 
 def estimated_requests(scenario: Scenario) -> int | None:
-    """How many requests a run simulates, or None where the file does not say (a trace's length)."""
+    """How many requests a run simulates, or None where the file does not say (a whole trace, a closed loop)."""
     run = scenario.run
     if run.num_requests is not None:
         return run.num_requests
-    arrival = scenario.workload.arrival
-    rate = getattr(arrival, "rate_per_s", None) or getattr(arrival, "mean_rate_per_s", None)
-    return int(math.ceil(rate * run.duration_s)) if rate else None
+    rate = current_rate(scenario)
+    return int(math.ceil(rate * run.duration_s)) if rate and run.duration_s is not None else None
 
 
 # --------------------------------------------------------------------------------------------------
 # Policies: what a variant column edits
 
-BATCHING_MODES = ("continuous", "chunked prefill", "static")
+CHUNKED_PREFILL = "chunked prefill"  # continuous batching with chunked prefill: one choice on the page
+BATCHING_MODES = tuple(mode for batching in literal_choices(SchedulerSpec, "batching")
+                       for mode in ((batching, CHUNKED_PREFILL) if batching == "continuous" else (batching,)))
 
 
 @dataclass(frozen=True)
@@ -224,10 +208,10 @@ class Policy:
     max_num_seqs: int = 256  # continuous: sequences per step
     max_num_batched_tokens: int | None = None  # continuous: token budget per step (None: the engine default)
     max_batch_size: int = 8  # static: requests per batch
-    layout: str = "paged"  # paged | contiguous
+    layout: str = "paged"  # one of KV_LAYOUTS
     block_size: int = 16  # paged: tokens per block
-    reserve: str = "max_len"  # contiguous: max_len | pow2 | oracle
-    preemption: str = "recompute"  # recompute | swap
+    reserve: str = "max_len"  # contiguous: one of RESERVE_RULES
+    preemption: str = "recompute"  # one of PREEMPTION_MODES
     enable_prefix_caching: bool = False  # paged only
     speculation: bool = False
     draft_model: str | dict | None = None  # catalog name or inline architecture; None: a draft_cost_ratio draft
@@ -239,7 +223,7 @@ class Policy:
 
 def policy_of(scenario: Scenario) -> Policy:
     s, kv, spec = scenario.scheduler, scenario.kv_cache, scenario.speculation
-    batching = "static" if s.batching == "static" else "chunked prefill" if s.chunked_prefill else "continuous"
+    batching = "static" if s.batching == "static" else CHUNKED_PREFILL if s.chunked_prefill else "continuous"
     policy = Policy(batching=batching, max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
                     max_batch_size=s.max_batch_size, layout=kv.layout, block_size=kv.block_size,
                     reserve=kv.reserve, preemption=kv.preemption, enable_prefix_caching=kv.enable_prefix_caching)
@@ -260,7 +244,7 @@ def _policy_sections(policy: Policy) -> dict:
     if policy.batching == "static":
         scheduler = {"batching": "static", "chunked_prefill": False, "max_batch_size": policy.max_batch_size}
     else:
-        scheduler = {"batching": "continuous", "chunked_prefill": policy.batching == "chunked prefill",
+        scheduler = {"batching": "continuous", "chunked_prefill": policy.batching == CHUNKED_PREFILL,
                      "max_num_seqs": policy.max_num_seqs, "max_num_batched_tokens": policy.max_num_batched_tokens}
     kv: dict = {"layout": policy.layout, "preemption": policy.preemption}
     if policy.layout == "paged":
@@ -417,13 +401,13 @@ def slo_verdicts(results: list[Result]) -> dict[str, bool | None]:
 
 
 def sweepable(scenario: Scenario) -> bool:
-    return scenario.workload.arrival.kind in _RATE_KEYS
+    return scenario.workload.arrival.has_rate
 
 
 def current_rate(scenario: Scenario) -> float | None:
+    """The workload's mean arrival rate (a trace at its own pace: read from the file); None without one."""
     arrival = scenario.workload.arrival
-    key = _RATE_KEYS.get(arrival.kind)
-    return getattr(arrival, key, None) if key else None
+    return arrival.mean_rate_per_s if arrival.has_rate else None
 
 
 def sweep_rates(low: float, high: float, num_points: int) -> list[float]:
@@ -432,21 +416,20 @@ def sweep_rates(low: float, high: float, num_points: int) -> list[float]:
 
 
 def default_sweep_rates(scenario: Scenario, num_points: int = 6) -> list[float]:
-    """From a quarter to one and a half times the current rate (10 req/s for a trace at its own pace)."""
+    """From a quarter to one and a half times the current rate (10 req/s where the workload has none)."""
     rate = current_rate(scenario) or 10.0
     return sweep_rates(0.25 * rate, 1.5 * rate, num_points)
 
 
 def at_rate(scenario: Scenario, rate_per_s: float, num_requests: int | None = None) -> Scenario:
-    """The same scenario at another arrival rate (and optionally another request count)."""
-    kind = scenario.workload.arrival.kind
-    if kind not in _RATE_KEYS:
-        raise ConfigError(f"workload.arrival.kind: a load sweep sets the rate of {', '.join(_RATE_KEYS)} "
-                          f"arrivals, not {kind!r}")
+    """The same scenario at another mean arrival rate, the arrival process's shape kept (and optionally
+    another request count)."""
+    arrival = scenario.workload.arrival
+    if not arrival.has_rate:
+        raise ConfigError(f"workload.arrival.kind: a load sweep sets the rate of {', '.join(RATE_KINDS)} "
+                          f"arrivals, not {arrival.kind!r}")
     raw = scenario.model_dump(mode="json", exclude_none=True)
-    raw["workload"]["arrival"][_RATE_KEYS[kind]] = float(rate_per_s)
-    if kind == "trace":
-        raw["workload"]["arrival"]["time_scale"] = 1.0
+    raw["workload"]["arrival"] = arrival.with_rate(float(rate_per_s)).model_dump(mode="json", exclude_none=True)
     if num_requests is not None:
         raw["run"]["num_requests"] = int(num_requests)
     return validate_scenario(raw)
@@ -467,12 +450,10 @@ def run_sweep(scenarios: dict[str, Scenario], rates: list[float], num_requests: 
 
 
 def sweep_figure(sweep: pd.DataFrame) -> go.Figure:
-    from sim.views.report import _COLORS
-
     fig = make_subplots(rows=1, cols=3, subplot_titles=("throughput incl. drain (req/s)", "p99 TTFT (s)",
                                                        "p99 end-to-end (s)"))
     for i, (name, part) in enumerate(sweep.groupby("variant", sort=False)):
-        color = _COLORS[i % len(_COLORS)]
+        color = COLORS[i % len(COLORS)]
         for col, metric in enumerate(("throughput_rps", "ttft_s_p99", "e2e_s_p99"), start=1):
             fig.add_trace(go.Scatter(x=part["rate_per_s"], y=part[metric], mode="lines+markers", name=name,
                                      legendgroup=name, showlegend=col == 1, line=dict(color=color)), row=1, col=col)

@@ -12,9 +12,8 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sim.tools.planner import PlanResult
-from sim.views.report import format_value
+from sim.views.report import COLORS, format_value
 
-_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b"]
 _LIMITS = (("ttft", "ttft_s", "TTFT"), ("tpot", "tpot_s", "TPOT"), ("e2e", "e2e_s", "E2E"))
 
 
@@ -182,7 +181,7 @@ def _curves_figure(result: PlanResult) -> go.Figure:
     shown = [(m, key, lab) for m, key, lab in _LIMITS if result.slo.get(key) is not None]
     fig = make_subplots(rows=1, cols=len(shown), subplot_titles=[f"{_pct(result.slo)} {lab} (s)" for _, _, lab in shown])
     for i, curve in enumerate(result.curves):
-        color = _COLORS[i % len(_COLORS)]
+        color = COLORS[i % len(COLORS)]
         name = f"{curve.num_replicas} × {curve.candidate.name}"
         for col, (metric, _, _) in enumerate(shown, start=1):
             # Against the offered rate: a finite run's completions per second include its drain, which

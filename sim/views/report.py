@@ -11,7 +11,8 @@ from plotly.subplots import make_subplots
 
 from sim.results import Result
 
-_COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
+# One colour per variant, in order, on every chart (report, dashboard sweep, plan report).
+COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 _KV_PARTS = [("kv_token_slots", "token states", "#2ca02c"), ("kv_reserved_slots", "reserved", "#1f77b4"),
              ("kv_internal_slots", "internal fragmentation", "#ff7f0e"),
              ("kv_external_slots", "external fragmentation", "#d62728")]
@@ -77,7 +78,7 @@ def figures(results: list[Result]) -> list[tuple[str, go.Figure]]:
         for col, metric in enumerate(("ttft_s", "tpot_s", "e2e_s"), start=1):
             x, y = _cdf(fin[metric].to_numpy(dtype=float))
             lat.add_trace(go.Scatter(x=x, y=y, name=r.name, legendgroup=r.name, showlegend=col == 1,
-                                     line=dict(color=_COLORS[i % len(_COLORS)])), row=1, col=col)
+                                     line=dict(color=COLORS[i % len(COLORS)])), row=1, col=col)
     lat.update_yaxes(title_text="fraction of requests", row=1, col=1)
     lat.update_layout(title="Latency CDFs", height=380)
     figs.append(("latency", lat))
@@ -90,7 +91,7 @@ def figures(results: list[Result]) -> list[tuple[str, go.Figure]]:
                        subplot_titles=("throughput (output tokens/s)", "queue length (waiting requests)",
                                        "batch size (sequences per step)"))
     for i, r in enumerate(results):
-        color = _COLORS[i % len(_COLORS)]
+        color = COLORS[i % len(COLORS)]
         st = r.steps
         if not len(st):
             continue

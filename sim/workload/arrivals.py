@@ -1,5 +1,9 @@
 """Arrival processes: when requests arrive (Poisson, Gamma, constant, schedules, diurnal, closed loop, trace timestamps).
 
+Each spec knows its own rate: `mean_rate_per_s` (requests per second over the long run) and
+`with_rate(rate_per_s)` (the same process, shape kept, at another mean rate). Sweeps, the planner and the
+dashboard change the load through these two, never by knowing which field holds a kind's rate.
+
 Each process is sampled in chunks of many requests, never one Python iteration per request; a chunk
 continues where the last one stopped, so asking for more requests extends the same arrivals.
 """
@@ -7,10 +11,11 @@ continues where the last one stopped, so asking for more requests extends the sa
 from __future__ import annotations
 
 import math
+import numbers
 from collections.abc import Iterator
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Literal, Union
+from typing import Annotated, ClassVar, Literal, Union, get_args
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -23,11 +28,33 @@ from sim.workload.traces import Trace, TraceColumns, TraceFormat, load_trace
 # Arrival processes
 
 
+def _checked_rate(rate_per_s: float) -> float:
+    if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, numbers.Real) or not (
+            math.isfinite(rate_per_s) and rate_per_s > 0):
+        raise ConfigError(f"rate: {rate_per_s!r} is not allowed; allowed: a positive number of requests per second")
+    return float(rate_per_s)
+
+
+def _rebuilt(spec: StrictSpec, drop: tuple[str, ...] = (), **changes) -> StrictSpec:
+    """A validated copy of `spec` with `changes`; only the keys the original set (and `changes`) count as
+    set, so `model_dump(exclude_unset=True)` still reads like the file it came from."""
+    data = spec.model_dump(exclude_unset=True, exclude=set(drop)) | {"kind": spec.kind} | changes
+    return type(spec).model_validate(data)
+
+
 class PoissonArrival(StrictSpec):
     """Independent requests: exponential inter-arrival gaps (CV 1)."""
 
     kind: Literal["poisson"] = "poisson"
     rate_per_s: float = Field(gt=0)
+    has_rate: ClassVar[bool] = True
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        return self.rate_per_s
+
+    def with_rate(self, rate_per_s: float) -> "PoissonArrival":
+        return _rebuilt(self, rate_per_s=_checked_rate(rate_per_s))
 
 
 class GammaArrival(StrictSpec):
@@ -36,6 +63,14 @@ class GammaArrival(StrictSpec):
     kind: Literal["gamma"] = "gamma"
     rate_per_s: float = Field(gt=0)
     cv: float = Field(gt=0, description="coefficient of variation of the inter-arrival gaps")
+    has_rate: ClassVar[bool] = True
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        return self.rate_per_s
+
+    def with_rate(self, rate_per_s: float) -> "GammaArrival":
+        return _rebuilt(self, rate_per_s=_checked_rate(rate_per_s))
 
 
 class ConstantArrival(StrictSpec):
@@ -43,6 +78,14 @@ class ConstantArrival(StrictSpec):
 
     kind: Literal["constant"] = "constant"
     rate_per_s: float = Field(gt=0)
+    has_rate: ClassVar[bool] = True
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        return self.rate_per_s
+
+    def with_rate(self, rate_per_s: float) -> "ConstantArrival":
+        return _rebuilt(self, rate_per_s=_checked_rate(rate_per_s))
 
 
 class ScheduleStep(StrictSpec):
@@ -60,6 +103,20 @@ class ScheduleArrival(StrictSpec):
     kind: Literal["schedule"] = "schedule"
     steps: list[ScheduleStep] = Field(min_length=1)
     repeat: bool = True
+    has_rate: ClassVar[bool] = True
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        """The time-weighted mean of the steps' rates over one pass of the schedule."""
+        durations = np.array([s.duration_s for s in self.steps])
+        rates = np.array([s.rate_per_s for s in self.steps])
+        return float(durations @ rates / durations.sum())
+
+    def with_rate(self, rate_per_s: float) -> "ScheduleArrival":
+        """Every step's rate scaled by one factor: the schedule keeps its shape."""
+        factor = _checked_rate(rate_per_s) / self.mean_rate_per_s
+        steps = [step.model_dump(exclude_unset=True) | {"rate_per_s": step.rate_per_s * factor} for step in self.steps]
+        return _rebuilt(self, steps=steps)
 
     @model_validator(mode="after")
     def _some_traffic(self) -> "ScheduleArrival":
@@ -78,6 +135,12 @@ class DiurnalArrival(StrictSpec):
     amplitude: float = Field(ge=0, lt=1, description="peak deviation as a fraction of the mean rate")
     period_s: float = Field(gt=0)
     phase_s: float = Field(0.0, description="time at which the rate crosses its mean going up")
+    has_rate: ClassVar[bool] = True
+    # mean_rate_per_s is a field: the sinusoid swings around it and averages to it over whole periods.
+
+    def with_rate(self, rate_per_s: float) -> "DiurnalArrival":
+        """The same swing around another mean: amplitude is a fraction of the mean, so the peak scales too."""
+        return _rebuilt(self, mean_rate_per_s=_checked_rate(rate_per_s))
 
 
 class ClosedLoopArrival(StrictSpec):
@@ -90,6 +153,14 @@ class ClosedLoopArrival(StrictSpec):
     kind: Literal["closed_loop"] = "closed_loop"
     num_users: int = Field(ge=1)
     think_time_s: float = Field(ge=0)
+    has_rate: ClassVar[bool] = False
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        raise ConfigError(_NO_RATE)
+
+    def with_rate(self, rate_per_s: float) -> "ClosedLoopArrival":
+        raise ConfigError(_NO_RATE)
 
 
 class TraceArrival(StrictSpec):
@@ -102,19 +173,47 @@ class TraceArrival(StrictSpec):
     time_scale: float = Field(1.0, gt=0, description="multiplies every inter-arrival gap")
     target_rate_per_s: float | None = Field(None, gt=0, description="rescale gaps to this mean rate")
 
+    has_rate: ClassVar[bool] = True
+
     @model_validator(mode="after")
     def _one_rescaling(self) -> "TraceArrival":
         if self.target_rate_per_s is not None and self.time_scale != 1.0:
             raise ValueError("give time_scale or target_rate_per_s, not both")
         return self
 
+    def recorded_arrival_s(self) -> np.ndarray:
+        """The trace's own arrival times (seconds from its first request), parsed once per file."""
+        trace = cached_trace(self.path, self.format, self.columns, "workload.arrival.path")
+        if trace.arrival_s is None:
+            raise ConfigError(
+                f"workload.arrival.path: '{self.path}' has no arrival column; use it as "
+                "lengths: {kind: empirical, ...} with a synthetic arrival, or give columns.arrival"
+            )
+        return trace.arrival_s
 
-Arrival = Annotated[
-    Union[
-        PoissonArrival, GammaArrival, ConstantArrival, ScheduleArrival, DiurnalArrival, ClosedLoopArrival, TraceArrival
-    ],
-    Field(discriminator="kind"),
-]
+    @property
+    def mean_rate_per_s(self) -> float:
+        """The whole trace's mean rate as replayed: its target, else its recorded rate / time_scale (reads the file)."""
+        if self.target_rate_per_s is not None:
+            return self.target_rate_per_s
+        arrival_s = self.recorded_arrival_s()
+        # Mean rate = 1 / mean gap = (n - 1) / span of the replayed (scaled) times.
+        return (len(arrival_s) - 1) / (_recorded_span_s(arrival_s, self.path, "path") * self.time_scale)
+
+    def with_rate(self, rate_per_s: float) -> "TraceArrival":
+        """The trace's gaps rescaled to a mean rate (target_rate_per_s, time_scale back to 1): burstiness kept."""
+        return _rebuilt(self, drop=("time_scale",), target_rate_per_s=_checked_rate(rate_per_s))
+
+
+ARRIVAL_SPECS = (PoissonArrival, GammaArrival, ConstantArrival, ScheduleArrival, DiurnalArrival, ClosedLoopArrival,
+                 TraceArrival)
+Arrival = Annotated[Union[ARRIVAL_SPECS], Field(discriminator="kind")]
+ARRIVAL_KINDS = tuple(get_args(spec.model_fields["kind"].annotation)[0] for spec in ARRIVAL_SPECS)
+RATE_KINDS = tuple(kind for kind, spec in zip(ARRIVAL_KINDS, ARRIVAL_SPECS) if spec.has_rate)  # a load can be set
+
+_NO_RATE = ("workload.arrival.kind: 'closed_loop' has no arrival rate (each user sends its next request "
+            "think_time_s after the last one finishes, so the rate follows the system); allowed for a rate: "
+            + ", ".join(RATE_KINDS))
 
 
 # --------------------------------------------------------------------------------------------------
@@ -128,7 +227,7 @@ def synthetic_arrivals(
     duration_s: float | None,
 ) -> np.ndarray:
     """Draw chunks of arrivals until `num_requests` are in hand or the process has passed `duration_s`."""
-    expected = num_requests if num_requests is not None else _mean_rate(spec) * duration_s
+    expected = num_requests if num_requests is not None else spec.mean_rate_per_s * duration_s
     # One chunk in the common case; the margin covers the Poisson spread of the count over a duration.
     chunk = int(min(max(expected + 6 * math.sqrt(expected) + 64, 1024), 1 << 22))
     if num_requests is not None:
@@ -143,16 +242,6 @@ def synthetic_arrivals(
             break
     arrival_s = np.concatenate(parts) if parts else np.empty(0)
     return arrival_s[:num_requests]
-
-
-def _mean_rate(spec) -> float:
-    if isinstance(spec, ScheduleArrival):
-        durations = np.array([s.duration_s for s in spec.steps])
-        rates = np.array([s.rate_per_s for s in spec.steps])
-        return max(float(durations @ rates / durations.sum()), float(rates.max()) * 0.1)
-    if isinstance(spec, DiurnalArrival):
-        return spec.mean_rate_per_s * (1 + spec.amplitude)  # thinning draws candidates at the peak rate
-    return spec.rate_per_s
 
 
 def _arrival_chunks(spec, seq: np.random.SeedSequence, chunk: int) -> Iterator[tuple[np.ndarray, float]]:
@@ -241,12 +330,8 @@ def replay_arrivals(
 ) -> np.ndarray:
     """The trace's times, rescaled (over the whole trace, before truncation), then cut to the run."""
     if spec.target_rate_per_s is not None:
-        span_s = float(arrival_s[-1] - arrival_s[0])
-        if len(arrival_s) < 2 or span_s <= 0:
-            raise ConfigError(
-                f"workload.arrival.target_rate_per_s: '{spec.path}' spans no time, so it has no rate to rescale"
-            )
         # Mean rate = 1 / mean gap = (n - 1) / span, the same definition summarize() reports.
+        span_s = _recorded_span_s(arrival_s, spec.path, "target_rate_per_s")
         scale = (len(arrival_s) - 1) / (span_s * spec.target_rate_per_s)
     else:
         scale = spec.time_scale
@@ -254,6 +339,14 @@ def replay_arrivals(
     if duration_s is not None:
         times = times[: np.searchsorted(times, duration_s, side="left")]
     return times[:num_requests]
+
+
+def _recorded_span_s(arrival_s: np.ndarray, path: str, field: str) -> float:
+    """First to last recorded arrival; a trace spanning no time has no rate."""
+    span_s = float(arrival_s[-1] - arrival_s[0]) if len(arrival_s) else 0.0
+    if len(arrival_s) < 2 or span_s <= 0:
+        raise ConfigError(f"workload.arrival.{field}: '{path}' spans no time, so it has no rate to rescale")
+    return span_s
 
 
 @lru_cache(maxsize=16)

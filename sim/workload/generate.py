@@ -147,12 +147,7 @@ def generate_workload(
         count = num_requests
     elif isinstance(arrival, TraceArrival):
         trace = cached_trace(arrival.path, arrival.format, arrival.columns, "workload.arrival.path")
-        if trace.arrival_s is None:
-            raise ConfigError(
-                f"workload.arrival.path: '{arrival.path}' has no arrival column; use it as "
-                "lengths: {kind: empirical, ...} with a synthetic arrival, or give columns.arrival"
-            )
-        arrival_s = replay_arrivals(trace.arrival_s, arrival, num_requests, duration_s)
+        arrival_s = replay_arrivals(arrival.recorded_arrival_s(), arrival, num_requests, duration_s)
         count = rows = len(arrival_s)
     else:
         arrival_s = synthetic_arrivals(arrival, arrivals_seq, num_requests, duration_s)
