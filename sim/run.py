@@ -15,8 +15,9 @@ from sim.errors import ConfigError
 from sim.kv.contiguous import ContiguousKVManager
 from sim.kv.paged import PagedKVManager
 from sim.results import Result, requests_frame, steps_frame, summarize
-from sim.sched.scheduler import ContinuousScheduler, StaticScheduler
+from sim.sched.continuous import ContinuousScheduler
 from sim.sched.speculative import SpeculativeDecodeBatch
+from sim.sched.static import StaticScheduler
 from sim.workload.generate import Workload, generate_workload
 
 
@@ -81,11 +82,9 @@ def _speculative_batch(scenario: Scenario, kv, replica_index: int):
     else:
         a, b = acceptance.mean * acceptance.concentration, (1 - acceptance.mean) * acceptance.concentration
         sampler = lambda rng: rng.beta(a, b)  # noqa: E731
-    paged = isinstance(kv, PagedKVManager)
     rng = np.random.default_rng(np.random.SeedSequence([scenario.run.seed, 13, replica_index]))
     return SpeculativeDecodeBatch(num_speculative_tokens=spec.num_speculative_tokens, alpha_sampler=sampler,
-                                  ragged=spec.ragged, rng=rng, block_size=kv.block_size if paged else None,
-                                  kv=kv if paged else None)
+                                  ragged=spec.ragged, rng=rng, kv=kv)
 
 
 def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deployment | None = None):

@@ -8,7 +8,7 @@ either on the free list, held (reference count > 0), or parked in the prefix cac
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from collections.abc import Iterable
 
 
 class BlockPool:

@@ -9,7 +9,7 @@ its LRU in `PrefixCache`; this module keeps the block tables and the order of op
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Iterable
+from collections.abc import Iterable
 
 from sim.core.request import Request
 from sim.kv.base import KVUsage, PrefixCacheStats, SharingStats
@@ -115,13 +115,11 @@ class PagedKVManager:
             request.num_computed_tokens = self.get_computed_blocks(request)
         need = request.num_tokens - request.num_computed_tokens
         chunk = min(need, max_new_tokens)
-        if chunk < need and not chunked:
-            fits = False
-        elif chunked and self.num_new_blocks(request, need) > self.num_free_blocks:
-            fits = False
+        if chunked:
+            fits = self.num_new_blocks(request, need) <= self.num_free_blocks  # the whole rest, not just the chunk
         else:
-            fits = self.allocate_slots(request, chunk) is not None
-        if not fits:
+            fits = chunk == need  # the whole rest in this step
+        if not fits or self.allocate_slots(request, chunk) is None:
             request.num_computed_tokens = computed_before
             return None
         return chunk
