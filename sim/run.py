@@ -104,13 +104,14 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
         return StaticScheduler(kv, max_batch_size=s.max_batch_size, batch_timeout_s=s.batch_timeout_s,
                                max_model_len=max_len)
     tracker = _speculative_batch(scenario, kv, replica_index) if scenario.speculation else None
+    preemption = s.preemption
     swap_tokens = 0
-    if kv_spec.preemption == "swap":
-        swap_tokens = kv_spec.swap_space_bytes // deployment.kv_bytes_per_token_per_gpu
+    if preemption.mode == "swap":
+        swap_tokens = preemption.swap_space_bytes // deployment.kv_bytes_per_token_per_gpu
     return ContinuousScheduler(kv, max_num_seqs=s.max_num_seqs,
                                max_num_batched_tokens=deployment.max_num_batched_tokens,
                                chunked_prefill=s.chunked_prefill, max_model_len=max_len, tracker=tracker,
-                               swap_capacity_tokens=swap_tokens,
+                               swap_capacity_tokens=swap_tokens, victim=preemption.victim,
                                sequences_per_request=deployment.sequences_per_request)
 
 
