@@ -15,8 +15,9 @@ from sim.errors import ConfigError
 from sim.kv.contiguous import ContiguousKVManager
 from sim.kv.paged import PagedKVManager
 from sim.results import ReplicaCounters, Result, requests_frame, steps_frame, summarize
-from sim.sched.scheduler import ContinuousScheduler, StaticScheduler
+from sim.sched.continuous import ContinuousScheduler
 from sim.sched.speculative import SpeculativeDecodeBatch
+from sim.sched.static import StaticScheduler
 from sim.workload.generate import Workload, generate_workload
 
 
@@ -92,11 +93,9 @@ def _speculative_batch(scenario: Scenario, kv, replica_index: int):
     else:
         a, b = acceptance.mean * acceptance.concentration, (1 - acceptance.mean) * acceptance.concentration
         sampler = lambda rng: rng.beta(a, b)  # noqa: E731
-    paged = isinstance(kv, PagedKVManager)
     rng = np.random.default_rng(np.random.SeedSequence([scenario.run.seed, 13, replica_index]))
     return SpeculativeDecodeBatch(num_speculative_tokens=spec.num_speculative_tokens, alpha_sampler=sampler,
-                                  ragged=spec.ragged, rng=rng, block_size=kv.block_size if paged else None,
-                                  kv=kv if paged else None)
+                                  ragged=spec.ragged, rng=rng, kv=kv)
 
 
 def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deployment | None = None):
@@ -116,13 +115,14 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
         return StaticScheduler(kv, max_batch_size=s.max_batch_size, batch_timeout_s=s.batch_timeout_s,
                                max_model_len=max_len)
     tracker = _speculative_batch(scenario, kv, replica_index) if scenario.speculation else None
+    preemption = s.preemption
     swap_tokens = 0
-    if kv_spec.preemption == "swap":
-        swap_tokens = kv_spec.swap_space_bytes // deployment.kv_bytes_per_token_per_gpu
+    if preemption.mode == "swap":
+        swap_tokens = preemption.swap_space_bytes // deployment.kv_bytes_per_token_per_gpu
     return ContinuousScheduler(kv, max_num_seqs=s.max_num_seqs,
                                max_num_batched_tokens=deployment.max_num_batched_tokens,
                                chunked_prefill=s.chunked_prefill, max_model_len=max_len, tracker=tracker,
-                               swap_capacity_tokens=swap_tokens,
+                               swap_capacity_tokens=swap_tokens, victim=preemption.victim,
                                sequences_per_request=deployment.sequences_per_request)
 
 

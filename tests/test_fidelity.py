@@ -79,7 +79,8 @@ def test_the_mirrored_scenario_has_the_recorded_settings():
     assert s["kv_cache"]["block_size"] == vllm["block_size"] and not s["kv_cache"]["enable_prefix_caching"]
     assert s["scheduler"] == {"batching": "continuous", "max_num_seqs": vllm["max_num_seqs"],
                               "max_num_batched_tokens": vllm["max_num_batched_tokens"],
-                              "chunked_prefill": vllm["chunked_prefill"], "max_model_len": run.meta["model"]["max_context"]}
+                              "chunked_prefill": vllm["chunked_prefill"], "max_model_len": run.meta["model"]["max_context"],
+                              "preemption": {"mode": "recompute", "victim": "last_admitted"}}  # vLLM V1's
     assert {k: s["model"][k] for k in run.meta["model"]} == run.meta["model"]
 
 

@@ -6,7 +6,7 @@ from helpers import make_request
 from sim.config.files import validate_scenario
 from sim.kv.paged import PagedKVManager
 from sim.run import simulate
-from sim.sched.scheduler import ContinuousScheduler
+from sim.sched.continuous import ContinuousScheduler
 
 
 def test_forked_sequences_share_the_prompt_and_copy_the_partial_block():

@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from sim.core.request import RequestStatus
 from sim.kv.contiguous import ContiguousKVManager
 from sim.kv.paged import PagedKVManager
-from sim.sched.scheduler import ContinuousScheduler, StaticScheduler
+from sim.sched.continuous import ContinuousScheduler
+from sim.sched.static import StaticScheduler
 
 
 def continuous(kv, max_num_seqs=8, budget=64, chunked=False, max_model_len=4096):

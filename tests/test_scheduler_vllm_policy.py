@@ -6,7 +6,7 @@ and a waiting request admitted only if blocks for all its tokens are free (sched
 from helpers import make_request
 
 from sim.kv.paged import PagedKVManager
-from sim.sched.scheduler import ContinuousScheduler
+from sim.sched.continuous import ContinuousScheduler
 
 
 def chunked(kv, budget, max_num_seqs=8):

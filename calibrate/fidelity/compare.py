@@ -133,10 +133,10 @@ def scenario_dict(meta: dict, num_requests: int) -> dict:
                      "lengths": {"kind": "fixed", "input_tokens": 1, "output_tokens": 1}},
         "scheduler": {"batching": "continuous", "max_num_seqs": int(vllm["max_num_seqs"]),
                       "max_num_batched_tokens": int(vllm["max_num_batched_tokens"]),
-                      "chunked_prefill": bool(vllm["chunked_prefill"]), "max_model_len": int(model["max_context"])},
+                      "chunked_prefill": bool(vllm["chunked_prefill"]), "max_model_len": int(model["max_context"]),
+                      "preemption": {"mode": "recompute", "victim": "last_admitted"}},
         "kv_cache": {"layout": "paged", "block_size": block_size, "capacity_tokens": num_blocks * block_size,
-                     "enable_prefix_caching": bool(vllm.get("enable_prefix_caching", False)),
-                     "preemption": "recompute"},
+                     "enable_prefix_caching": bool(vllm.get("enable_prefix_caching", False))},
         "run": {"seed": 0, "num_requests": num_requests},
     }
 

@@ -7,15 +7,24 @@ validated scenario and the catalogs (KV capacity, token budget, profile) is `sim
 from __future__ import annotations
 
 import types
+import warnings
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from sim.errors import ConfigError
 from sim.model.catalog import get_model
 from sim.model.specs import GPUSpec, ModelSpec
+from sim.sched.preemption import VICTIM_POLICIES
 from sim.workload.generate import WorkloadSpec
+
+VictimName = Literal[tuple(VICTIM_POLICIES)]  # the names in sim.sched.preemption
+
+
+class ConfigDeprecationWarning(FutureWarning):
+    """A scenario key still accepted under its old name (shown by default, unlike DeprecationWarning)."""
 
 
 def _members(annotation: Any) -> list:
@@ -56,6 +65,18 @@ class HardwareSpec(_Strict):
     router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
 
 
+class PreemptionSpec(_Strict):
+    """continuous: what happens when a running request needs KV memory and none is free."""
+
+    mode: Literal["recompute", "swap"] = Field(
+        "recompute", description="recompute: free the victim's KV and prefill it again; swap: move it to host "
+        "memory over the GPU's host link and back (recompute when swap space is full)")
+    victim: VictimName = Field(
+        "last_admitted", description="which running request is preempted: last_admitted (vLLM), "
+        "fewest_computed_tokens (least to recompute), most_kv_blocks (most memory back)")
+    swap_space_bytes: int = Field(4 << 30, ge=0, description="swap: host memory per GPU for swapped KV (vLLM: 4 GiB)")
+
+
 class SchedulerSpec(_Strict):
     batching: Literal["continuous", "static"] = "continuous"
     max_num_seqs: int = Field(256, ge=1, description="continuous: most sequences in one step")
@@ -66,6 +87,7 @@ class SchedulerSpec(_Strict):
     max_model_len: int | None = Field(None, ge=1, description="default: the model's max_context")
     max_batch_size: int = Field(8, ge=1, description="static: requests per batch")
     batch_timeout_s: float = Field(0.0, ge=0, description="static: wait this long for a full batch")
+    preemption: PreemptionSpec = PreemptionSpec()
 
     @model_validator(mode="after")
     def _consistent(self) -> "SchedulerSpec":
@@ -83,10 +105,9 @@ class KVCacheSpec(_Strict):
     capacity_tokens: int | None = Field(None, ge=1, description="override the computed KV capacity (tokens)")
     enable_prefix_caching: bool = Field(False, description="paged: reuse cached blocks of shared prompt prefixes "
                                         "(hash-chained blocks, reference counts, LRU eviction)")
-    preemption: Literal["recompute", "swap"] = Field(
-        "recompute", description="recompute: free the victim's KV and prefill it again; swap: move it to host "
-        "memory over the GPU's host link and back (recompute when swap space is full)")
-    swap_space_bytes: int = Field(4 << 30, ge=0, description="swap: host memory per GPU for swapped KV (vLLM: 4 GiB)")
+    preemption: Literal["recompute", "swap"] | None = Field(
+        None, description="deprecated: use scheduler.preemption.mode")
+    swap_space_bytes: int | None = Field(None, ge=0, description="deprecated: use scheduler.preemption.swap_space_bytes")
 
 
 class QuantizationSpec(_Strict):
@@ -237,6 +258,29 @@ class Scenario(_Strict):
     slo: SLOSpec = SLOSpec()
     run: RunSpec = RunSpec(num_requests=1000)
     search: SearchSpec | None = Field(None, description="the planner's search space (servesim plan)")
+
+    @model_validator(mode="after")
+    def _move_deprecated_preemption(self) -> "Scenario":
+        """kv_cache.preemption / swap_space_bytes (before scheduler.preemption existed) move there, with a
+        warning; one that contradicts the new key is an error. To be removed in the release after next."""
+        kv, new = self.kv_cache, self.scheduler.preemption
+        moved = {}
+        for old_key, new_key in (("preemption", "mode"), ("swap_space_bytes", "swap_space_bytes")):
+            value = getattr(kv, old_key)
+            if value is None:
+                continue
+            if new_key in new.model_fields_set and getattr(new, new_key) != value:
+                raise ConfigError(f"kv_cache.{old_key}: {value!r} contradicts scheduler.preemption.{new_key} "
+                                  f"{getattr(new, new_key)!r}; kv_cache.{old_key} is deprecated, keep only "
+                                  f"scheduler.preemption.{new_key}")
+            warnings.warn(f"kv_cache.{old_key} is deprecated: write scheduler.preemption.{new_key} instead",
+                          ConfigDeprecationWarning, stacklevel=2)
+            moved[new_key] = value
+        if moved:
+            preemption = new.model_copy(update=moved)
+            self.scheduler = self.scheduler.model_copy(update={"preemption": preemption})
+            self.kv_cache = kv.model_copy(update={"preemption": None, "swap_space_bytes": None})
+        return self
 
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_none=True)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import bisect
+from collections.abc import Iterable
 
 from sim.core.request import Request
-from sim.kv.base import KVUsage, ReserveRule
+from sim.kv.base import KVUsage, PrefixCacheStats, ReserveRule, SharingStats
 
 
 class ContiguousKVManager:
@@ -15,7 +16,15 @@ class ContiguousKVManager:
     `max_len` (Orca Max: the model's maximum length), `pow2` (Orca Pow2: the next power of two, at
     most twice the real length) or `oracle` (exactly the real length). Freed regions become holes,
     so external fragmentation comes out of the allocation history rather than a formula.
+
+    The block-level parts of the KV interface have trivial answers here: a region is reserved whole
+    at admission, so decodes never allocate (`block_size` is None, no block is ever free or needed),
+    nothing is cached and nothing is shared.
     """
+
+    block_size = None  # no blocks: decodes grow inside the region reserved at admission
+    num_free_blocks = 0
+    cow_pending: frozenset[int] = frozenset()  # nothing is shared, so nothing is ever copied on write
 
     def __init__(self, capacity_slots: int, reserve: ReserveRule, max_len: int):
         if capacity_slots <= 0 or max_len <= 0:
@@ -46,6 +55,15 @@ class ContiguousKVManager:
         else:
             rule = need
         return max(need, min(rule, self.capacity_slots))
+
+    def admit(self, request: Request, max_new_tokens: int, *, chunked: bool) -> int | None:
+        """Start a request: reserve its region and return the tokens it computes this step (at most
+        `max_new_tokens`; unchunked, all of them or nothing), or None with nothing changed."""
+        need = request.num_tokens - request.num_computed_tokens
+        chunk = min(need, max_new_tokens)
+        if (chunk < need and not chunked) or self.allocate_slots(request, chunk) is None:
+            return None
+        return chunk
 
     def allocate_slots(self, request: Request, num_new_tokens: int) -> list[tuple[int, int]] | None:
         region = self.regions.get(request.request_id)
@@ -99,6 +117,43 @@ class ContiguousKVManager:
     def get_computed_blocks(self, request: Request) -> int:
         """No prefix caching in a contiguous layout: nothing is ever cached."""
         return 0
+
+    def held_slots(self, request_id: int) -> int:
+        """The size of the request's region (0 if it holds none)."""
+        region = self.regions.get(request_id)
+        return region[1] if region else 0
+
+    def blocks_for(self, num_tokens: int) -> int:
+        """No blocks: a region is reserved whole at admission, so nothing is allocated per block later."""
+        return 0
+
+    def num_cow_blocks_needed(self, request_ids: Iterable[int]) -> int:
+        return 0
+
+    def copy_on_write(self, request_ids: Iterable[int]) -> list:
+        return []
+
+    def fork(self, parent: Request, child: Request) -> None:
+        raise ValueError(f"fork: request {parent.request_id}: a contiguous KV cache cannot share a region "
+                         "between sequences; use the paged layout")
+
+    def append_one_block_each(self, request_ids: Iterable[int]) -> None:
+        if request_ids:
+            raise RuntimeError("a contiguous KV cache has no blocks to append")
+
+    def append_blocks(self, request_id: int, num_blocks: int) -> None:
+        if num_blocks:
+            raise RuntimeError("a contiguous KV cache has no blocks to append")
+
+    def release_tail_blocks(self, request_id: int, num_blocks: int) -> None:
+        if num_blocks:
+            raise RuntimeError("a contiguous KV cache has no blocks to release")
+
+    def prefix_cache_stats(self) -> PrefixCacheStats:
+        return PrefixCacheStats(0, 0, 0, 0, 0, 0, 0)
+
+    def sharing_stats(self) -> SharingStats:
+        return SharingStats(0, 0, 0, 0)
 
     def num_allocated_slots(self) -> int:
         return self.reserved_total

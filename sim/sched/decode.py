@@ -10,21 +10,42 @@ Per-step work is O(1) plus O(requests that finish or need a block), not O(batch)
 from __future__ import annotations
 
 import heapq
+from typing import Protocol
 
 from sim.core.request import Request
+from sim.kv.base import KVManager
+
+
+class DecodeBatch(Protocol):
+    """What a scheduler asks of its decoding requests, plain (`DecodeTracker`) or speculative
+    (`SpeculativeDecodeBatch`). Members' counters may lag until `sync`; the batch takes the KV
+    blocks its members' next tokens need from the manager it was given."""
+
+    decode_query_tokens: int  # tokens each member computes in a step (1, or γ + 1 when verifying drafts)
+    num_draft_tokens: int  # drafted tokens per member per step (0 without speculation)
+    members: dict[int, Request]  # request id -> request, for every decoding request
+    token_sum: int  # the members' computed tokens, summed, at the current step
+
+    def __len__(self) -> int: ...
+    def add(self, request: Request) -> None: ...
+    def sync(self, request: Request) -> None: ...
+    def remove(self, request: Request) -> None: ...
+    def num_new_blocks_needed(self) -> int: ...
+    def allocate_new_blocks(self) -> None: ...
+    def advance(self) -> tuple[list[Request], int]: ...
 
 
 class DecodeTracker:
     decode_query_tokens = 1  # each member computes one token per step
     num_draft_tokens = 0
 
-    def __init__(self, block_size: int | None = None, kv=None):
-        self.kv = kv  # the paged KV manager that new blocks come from (None: contiguous)
+    def __init__(self, kv: KVManager):
+        self.kv = kv  # new blocks come from here (none when its block_size is None)
         self.clock = 0  # decode steps applied so far
         self.members: dict[int, Request] = {}
         self.token_sum = 0  # sum of members' computed tokens at the current clock
         self._finish_heap: list[tuple[int, int]] = []  # (clock at which it samples its last token, id)
-        self.block_size = block_size
+        self.block_size = block_size = kv.block_size
         self._buckets = [set() for _ in range(block_size)] if block_size else None
 
     def __len__(self) -> int:
@@ -65,7 +86,8 @@ class DecodeTracker:
         return len(self._buckets[self.clock % self.block_size]) if self.block_size else 0
 
     def allocate_new_blocks(self) -> None:
-        self.kv.append_one_block_each(self.needing_new_block())
+        if self.block_size:
+            self.kv.append_one_block_each(self.needing_new_block())
 
     def advance(self) -> tuple[list[Request], int]:
         """Apply one decode step to every member; return those that sampled their last token (synced,

@@ -6,7 +6,8 @@ expected yield per target pass is (1 − α^(γ+1)) / (1 − α).
 
 Accepted counts differ per request, so the bulk step clock of `DecodeTracker` does not apply; this
 batch keeps its members' counters in numpy arrays (compact, swap-remove) and draws every member's
-acceptances in one vectorized call per step. It answers the scheduler through the same interface.
+acceptances in one vectorized call per step. It answers the scheduler through the same interface,
+`sim.sched.decode.DecodeBatch`.
 """
 
 from __future__ import annotations
@@ -16,21 +17,22 @@ from typing import Literal
 import numpy as np
 
 from sim.core.request import Request
+from sim.kv.base import KVManager
 
 Ragged = Literal["per_request", "rollback_to_min"]
 
 
 class SpeculativeDecodeBatch:
     def __init__(self, *, num_speculative_tokens: int, alpha_sampler, ragged: Ragged, rng: np.random.Generator,
-                 block_size: int | None = None, kv=None):
+                 kv: KVManager):
         self.gamma = num_speculative_tokens
         self.decode_query_tokens = num_speculative_tokens + 1  # the verification pass: last token + γ drafts
         self.num_draft_tokens = num_speculative_tokens
         self.alpha_sampler = alpha_sampler  # rng -> acceptance rate of one request
         self.ragged = ragged
         self.rng = rng
-        self.block_size = block_size
-        self.kv = kv  # the paged KV manager, whose tail blocks are released after rejections
+        self.kv = kv  # blocks come from here and rejected drafts' tail blocks go back (paged)
+        self.block_size = kv.block_size  # None: no blocks to manage
         self.members: dict[int, Request] = {}
         self._slot: dict[int, int] = {}
         cap = 64
@@ -67,7 +69,7 @@ class SpeculativeDecodeBatch:
         self._output[n] = request.num_output_tokens
         self._max_output[n] = request.max_output_tokens
         self._alpha[n] = self.alpha_sampler(self.rng)
-        self._blocks[n] = len(self.kv.block_tables.get(rid, ())) if self.block_size else 0
+        self._blocks[n] = self.kv.held_slots(rid) // self.block_size if self.block_size else 0
 
     def sync(self, request: Request) -> None:
         slot = self._slot[request.request_id]
@@ -96,6 +98,8 @@ class SpeculativeDecodeBatch:
         return int(self._new_blocks().sum()) if self.block_size and self.members else 0
 
     def allocate_new_blocks(self) -> None:
+        if not self.block_size:
+            return
         need = self._new_blocks()
         for slot in np.nonzero(need)[0]:
             self.kv.append_blocks(int(self._rid[slot]), int(need[slot]))

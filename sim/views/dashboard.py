@@ -226,7 +226,7 @@ def policy_of(scenario: Scenario) -> Policy:
     batching = "static" if s.batching == "static" else CHUNKED_PREFILL if s.chunked_prefill else "continuous"
     policy = Policy(batching=batching, max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
                     max_batch_size=s.max_batch_size, layout=kv.layout, block_size=kv.block_size,
-                    reserve=kv.reserve, preemption=kv.preemption, enable_prefix_caching=kv.enable_prefix_caching)
+                    reserve=kv.reserve, preemption=s.preemption.mode, enable_prefix_caching=kv.enable_prefix_caching)
     if spec is None:
         return policy
     draft = spec.draft_model
@@ -246,7 +246,8 @@ def _policy_sections(policy: Policy) -> dict:
     else:
         scheduler = {"batching": "continuous", "chunked_prefill": policy.batching == CHUNKED_PREFILL,
                      "max_num_seqs": policy.max_num_seqs, "max_num_batched_tokens": policy.max_num_batched_tokens}
-    kv: dict = {"layout": policy.layout, "preemption": policy.preemption}
+    scheduler["preemption"] = {"mode": policy.preemption}
+    kv: dict = {"layout": policy.layout}
     if policy.layout == "paged":
         kv.update(block_size=policy.block_size, enable_prefix_caching=policy.enable_prefix_caching)
     else:

@@ -1,0 +1,55 @@
+"""What every batching policy shares: the waiting queue, the decode batch, rejection, and the contract
+with the engine — `schedule(now) -> StepPlan | None`, then `update_from_output(plan, now) -> StepOutcome`
+once the step's time has passed. Synchronous, plain Python.
+
+The scheduler owns the KV manager; the engine never touches it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+from sim.core.request import Request, RequestStatus
+from sim.kv.base import KVManager
+from sim.sched.decode import DecodeBatch, DecodeTracker
+
+
+class SchedulerBase:
+    def __init__(self, kv: KVManager, max_model_len: int, tracker: DecodeBatch | None = None):
+        self.kv = kv
+        self.max_model_len = max_model_len
+        self.waiting: deque[Request] = deque()
+        # Decoding requests, advanced in bulk (or a SpeculativeDecodeBatch under speculative decoding).
+        self.tracker: DecodeBatch = tracker if tracker is not None else DecodeTracker(kv)
+        self.next_wake_s: float | None = None  # set when schedule() returns None but wants a timed retry
+
+    def rejection_reason(self, request: Request) -> str:
+        need = request.num_final_kv_tokens
+        if request.num_prompt_tokens + request.max_output_tokens > self.max_model_len:
+            return f"needs {request.num_prompt_tokens + request.max_output_tokens} tokens > max_model_len {self.max_model_len}"
+        if not self.kv.can_ever_fit(need):
+            return f"needs {need} KV slots but the whole cache holds {self.kv.capacity_slots}"
+        return ""
+
+    def add_request(self, request: Request) -> bool:
+        """Queue a request; False (and status REJECTED with a reason) if it can never run here."""
+        reason = self.rejection_reason(request)
+        if reason:
+            request.status = RequestStatus.REJECTED
+            request.reject_reason = reason
+            return False
+        self.waiting.append(request)
+        return True
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self.waiting)
+
+    def in_flight(self) -> list[Request]:
+        """Requests still here (running, then waiting), their counters brought up to date."""
+        for request in self.tracker.members.values():
+            self.tracker.sync(request)
+        return self.running_requests() + list(self.waiting)
+
+    def running_requests(self) -> list[Request]:
+        raise NotImplementedError
