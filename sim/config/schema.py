@@ -10,9 +10,10 @@ from dataclasses import dataclass
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.model.catalog import get_model
+from sim.model.hf_config import HFConfigModel
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.workload.generate import WorkloadSpec
 
@@ -107,7 +108,8 @@ class BetaAcceptance(_Strict):
 
 
 class SpeculationSpec(_Strict):
-    draft_model: str | ModelSpec | None = Field(None, description="catalog name or inline architecture")
+    draft_model: str | ModelSpec | HFConfigModel | None = Field(
+        None, description="catalog name, inline architecture, or {hf_config: path/to/config.json}")
     draft_cost_ratio: float | None = Field(None, gt=0, description="c = draft step time / target step time")
     num_speculative_tokens: int = Field(4, ge=1, description="γ: tokens drafted per step")
     acceptance: FixedAcceptance | BetaAcceptance = Field(FixedAcceptance(alpha=0.7), discriminator="kind")
@@ -115,6 +117,11 @@ class SpeculationSpec(_Strict):
         "per_request", description="per_request: each request keeps its own accepted tokens (vLLM); "
         "rollback_to_min: the whole batch advances by its minimum")
     sync_overhead_fraction: float = Field(0.0, ge=0, description="extra verification time for padded schemes")
+
+    @field_validator("draft_model", mode="after")
+    @classmethod
+    def _read_hf_draft(cls, value):
+        return value.load("speculation.draft_model.hf_config") if isinstance(value, HFConfigModel) else value
 
     @model_validator(mode="after")
     def _one_draft(self) -> "SpeculationSpec":
@@ -186,7 +193,9 @@ class RunSpec(_Strict):
 class Scenario(_Strict):
     name: str = "scenario"
     description: str = ""
-    model: str | ModelSpec = Field("llama-3.1-8b", description="catalog model name, or an inline architecture")
+    model: str | ModelSpec | HFConfigModel = Field(
+        "llama-3.1-8b", description="catalog model name, an inline architecture, or {hf_config: path/to/config.json} "
+        "(read into an inline architecture)")
     hardware: HardwareSpec = HardwareSpec()
     workload: WorkloadSpec
     scheduler: SchedulerSpec = SchedulerSpec()
@@ -197,6 +206,12 @@ class Scenario(_Strict):
     slo: SLOSpec = SLOSpec()
     run: RunSpec = RunSpec(num_requests=1000)
     search: SearchSpec | None = Field(None, description="the planner's search space (servesim plan)")
+
+    @field_validator("model", mode="after")
+    @classmethod
+    def _read_hf_config(cls, value):
+        # Read once, here: everything downstream sees an inline ModelSpec (and scenario.yaml outputs keep it).
+        return value.load("model.hf_config") if isinstance(value, HFConfigModel) else value
 
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_none=True)

@@ -1,4 +1,5 @@
-"""Arrival processes: when requests arrive (Poisson, Gamma, constant, schedules, diurnal, closed loop, trace timestamps).
+"""Arrival processes: when requests arrive (Poisson, Gamma, constant, schedules, diurnal, closed loop, trace timestamps,
+a burst at t = 0).
 
 Each process is sampled in chunks of many requests, never one Python iteration per request; a chunk
 continues where the last one stopped, so asking for more requests extends the same arrivals.
@@ -92,6 +93,26 @@ class ClosedLoopArrival(StrictSpec):
     think_time_s: float = Field(ge=0)
 
 
+class BurstArrival(StrictSpec):
+    """Every request at t = 0 (batch-inference jobs, microbenchmarks): needs run.num_requests.
+
+    It has no rate: a sweep or planner that sets the load refuses it in one line.
+    """
+
+    kind: Literal["burst"] = "burst"
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        raise ConfigError(_NO_BURST_RATE)
+
+    def with_rate(self, rate_per_s: float) -> "BurstArrival":
+        raise ConfigError(_NO_BURST_RATE)
+
+
+_NO_BURST_RATE = ("workload.arrival.kind: 'burst' has no arrival rate (every request arrives at t = 0); "
+                  "allowed for a rate: poisson, gamma, constant, schedule, diurnal, trace")
+
+
 class TraceArrival(StrictSpec):
     """Replay the arrival times of a trace file (see sim.workload.traces)."""
 
@@ -111,7 +132,8 @@ class TraceArrival(StrictSpec):
 
 Arrival = Annotated[
     Union[
-        PoissonArrival, GammaArrival, ConstantArrival, ScheduleArrival, DiurnalArrival, ClosedLoopArrival, TraceArrival
+        PoissonArrival, GammaArrival, ConstantArrival, ScheduleArrival, DiurnalArrival, ClosedLoopArrival, TraceArrival,
+        BurstArrival,
     ],
     Field(discriminator="kind"),
 ]
@@ -122,12 +144,17 @@ Arrival = Annotated[
 
 
 def synthetic_arrivals(
-    spec: PoissonArrival | GammaArrival | ConstantArrival | ScheduleArrival | DiurnalArrival,
+    spec: PoissonArrival | GammaArrival | ConstantArrival | ScheduleArrival | DiurnalArrival | BurstArrival,
     seq: np.random.SeedSequence,
     num_requests: int | None,
     duration_s: float | None,
 ) -> np.ndarray:
     """Draw chunks of arrivals until `num_requests` are in hand or the process has passed `duration_s`."""
+    if isinstance(spec, BurstArrival):
+        if num_requests is None:
+            raise ConfigError("run.num_requests: missing; a burst arrival needs it (every request arrives at t = 0, "
+                              "so duration_s alone does not say how many)")
+        return np.zeros(num_requests)
     expected = num_requests if num_requests is not None else _mean_rate(spec) * duration_s
     # One chunk in the common case; the margin covers the Poisson spread of the count over a duration.
     chunk = int(min(max(expected + 6 * math.sqrt(expected) + 64, 1024), 1 << 22))
