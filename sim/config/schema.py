@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.model.catalog import get_model
-from sim.model.hf_config import HFConfigModel
+from sim.model.hf_config import HFConfigModel, read_model_ref
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.workload.generate import WorkloadSpec
 
@@ -118,10 +118,10 @@ class SpeculationSpec(_Strict):
         "rollback_to_min: the whole batch advances by its minimum")
     sync_overhead_fraction: float = Field(0.0, ge=0, description="extra verification time for padded schemes")
 
-    @field_validator("draft_model", mode="after")
+    @field_validator("draft_model", mode="before")
     @classmethod
     def _read_hf_draft(cls, value):
-        return value.load("speculation.draft_model.hf_config") if isinstance(value, HFConfigModel) else value
+        return read_model_ref(value, "speculation.draft_model")
 
     @model_validator(mode="after")
     def _one_draft(self) -> "SpeculationSpec":
@@ -207,11 +207,11 @@ class Scenario(_Strict):
     run: RunSpec = RunSpec(num_requests=1000)
     search: SearchSpec | None = Field(None, description="the planner's search space (servesim plan)")
 
-    @field_validator("model", mode="after")
+    @field_validator("model", mode="before")
     @classmethod
     def _read_hf_config(cls, value):
         # Read once, here: everything downstream sees an inline ModelSpec (and scenario.yaml outputs keep it).
-        return value.load("model.hf_config") if isinstance(value, HFConfigModel) else value
+        return read_model_ref(value, "model")
 
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_none=True)

@@ -248,15 +248,19 @@ def default_name(config: dict, path: str | Path | None = None) -> str:
 
 def spec_from_config(config: Any, name: str | None = None, source: str = "config.json") -> ModelSpec:
     """A ModelSpec from a parsed config.json mapping; every bad input is one ConfigError line."""
+    return _convert(config, name, source)[0]
+
+
+def _convert(config: Any, name: str | None, source: str) -> tuple[ModelSpec, str]:
     if not isinstance(config, dict):
         raise ConfigError(f"{source}: expected a JSON object of config keys, got {type(config).__name__}")
     if config.get("model_type") not in READERS and isinstance(config.get("text_config"), dict):
         # A multimodal wrapper (e.g. Gemma 3, Mistral 3): the language model is its text_config.
-        return spec_from_config(config["text_config"], name or default_name(config), f"{source} text_config")
+        return _convert(config["text_config"], name or default_name(config), f"{source} text_config")
     model_type = model_type_of(config, source)
     fields = READERS[model_type](_Reader(config, source))
     try:
-        return ModelSpec(name=name or default_name(config), **fields)
+        return ModelSpec(name=name or default_name(config), **fields), model_type
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])
@@ -264,9 +268,9 @@ def spec_from_config(config: Any, name: str | None = None, source: str = "config
         raise ConfigError(f"{source}: {where + ': ' if where else ''}{msg}") from None
 
 
-def load_hf_config(path: str | Path, name: str | None = None, field: str = "hf_config") -> ModelSpec:
-    """Read a Hugging Face `config.json` file into a ModelSpec (see the module docstring). Errors are one
-    line that starts with `field` and the file."""
+def read_hf_config(path: str | Path, name: str | None = None, field: str = "hf_config") -> tuple[ModelSpec, str]:
+    """Read a Hugging Face `config.json` file: (its ModelSpec, the model_type read). Errors are one line that
+    starts with `field` and the file."""
     p = Path(path).expanduser()
     where = f"{field}: '{path}'"
     if not p.is_file():
@@ -284,7 +288,12 @@ def load_hf_config(path: str | Path, name: str | None = None, field: str = "hf_c
         raise ConfigError(f"{where} cannot be read ({err.strerror or err})") from None
     if isinstance(config, dict) and name is None:
         name = default_name(config, p)
-    return spec_from_config(config, name, where)
+    return _convert(config, name, where)
+
+
+def load_hf_config(path: str | Path, name: str | None = None, field: str = "hf_config") -> ModelSpec:
+    """Read a Hugging Face `config.json` file into a ModelSpec (see the module docstring)."""
+    return read_hf_config(path, name, field)[0]
 
 
 class HFConfigModel(BaseModel):
@@ -298,6 +307,24 @@ class HFConfigModel(BaseModel):
 
     def load(self, field: str = "model.hf_config") -> ModelSpec:
         return load_hf_config(self.hf_config, self.name, field)
+
+
+def read_model_ref(value: Any, field: str = "model") -> Any:
+    """A scenario's model value with `{hf_config: path, name?}` read into a ModelSpec; anything else as it is.
+
+    Called before pydantic tries the model union, so a bad `hf_config` mapping is one line about its own
+    keys instead of the union's errors about every ModelSpec field."""
+    if not (isinstance(value, dict) and "hf_config" in value):
+        return value
+    unknown = sorted(set(value) - set(HFConfigModel.model_fields))
+    if unknown:
+        raise ConfigError(f"{field}.{unknown[0]}: unknown key beside hf_config; allowed: hf_config, name")
+    for key in ("hf_config", "name"):
+        if key in value and not (isinstance(value[key], str) and value[key].strip()) and not (
+                key == "name" and value[key] is None):
+            raise ConfigError(f"{field}.{key}: {value[key]!r} is not allowed; allowed: "
+                              + ("a path to a config.json" if key == "hf_config" else "a non-empty name"))
+    return HFConfigModel(**value).load(f"{field}.hf_config")
 
 
 _SAFE_NAME = re.compile(r"[^a-z0-9._+-]+")
