@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.model.catalog import get_model
-from sim.model.hf_config import HFConfigModel, read_model_ref
+from sim.model.hf_config import read_model_ref
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.workload.generate import WorkloadSpec
 
@@ -108,7 +108,7 @@ class BetaAcceptance(_Strict):
 
 
 class SpeculationSpec(_Strict):
-    draft_model: str | ModelSpec | HFConfigModel | None = Field(
+    draft_model: str | ModelSpec | None = Field(
         None, description="catalog name, inline architecture, or {hf_config: path/to/config.json}")
     draft_cost_ratio: float | None = Field(None, gt=0, description="c = draft step time / target step time")
     num_speculative_tokens: int = Field(4, ge=1, description="γ: tokens drafted per step")
@@ -193,7 +193,7 @@ class RunSpec(_Strict):
 class Scenario(_Strict):
     name: str = "scenario"
     description: str = ""
-    model: str | ModelSpec | HFConfigModel = Field(
+    model: str | ModelSpec = Field(
         "llama-3.1-8b", description="catalog model name, an inline architecture, or {hf_config: path/to/config.json} "
         "(read into an inline architecture)")
     hardware: HardwareSpec = HardwareSpec()
@@ -210,7 +210,9 @@ class Scenario(_Strict):
     @field_validator("model", mode="before")
     @classmethod
     def _read_hf_config(cls, value):
-        # Read once, here: everything downstream sees an inline ModelSpec (and scenario.yaml outputs keep it).
+        # {hf_config: path} is read once, here (sim.model.hf_config.HFConfigModel): everything downstream sees an
+        # inline ModelSpec, and scenario.yaml outputs keep it. Not a union member, so that an inline ModelSpec's
+        # errors stay about its own fields.
         return read_model_ref(value, "model")
 
     def to_yaml(self) -> str:
