@@ -44,7 +44,7 @@ def test_duration_alone_is_refused_in_one_line():
 
 def test_a_burst_has_no_rate():
     with pytest.raises(ConfigError, match="'burst' has no arrival rate"):
-        BurstArrival().mean_rate_per_s
+        _ = BurstArrival().mean_rate_per_s
     with pytest.raises(ConfigError, match="'burst' has no arrival rate"):
         BurstArrival().with_rate(5.0)
     with pytest.raises(ValidationError):

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -77,19 +78,19 @@ def _dense_fields(r: _Reader, *, tie_default: bool, attention_bias: bool | None 
     hidden = r.int("hidden_size")
     heads = r.int("num_attention_heads")
     kv_heads = r.int("num_key_value_heads", heads)
-    return dict(
-        num_layers=r.int("num_hidden_layers"),
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_kv_heads=kv_heads,
-        head_dim=r.int("head_dim", hidden // heads),  # explicit in Llama 3.1, Qwen3, Gemma; else hidden / heads
-        ffn_size=r.int("intermediate_size"),
-        vocab_size=r.int("vocab_size"),
-        max_context=r.int("max_position_embeddings"),
-        attention=_attention_kind(heads, kv_heads),
-        tie_word_embeddings=r.bool("tie_word_embeddings", tie_default),
-        attention_bias=r.bool("attention_bias", False) if attention_bias is None else attention_bias,
-    )
+    return {
+        "num_layers": r.int("num_hidden_layers"),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_kv_heads": kv_heads,
+        "head_dim": r.int("head_dim", hidden // heads),  # explicit in Llama 3.1, Qwen3, Gemma; else hidden / heads
+        "ffn_size": r.int("intermediate_size"),
+        "vocab_size": r.int("vocab_size"),
+        "max_context": r.int("max_position_embeddings"),
+        "attention": _attention_kind(heads, kv_heads),
+        "tie_word_embeddings": r.bool("tie_word_embeddings", tie_default),
+        "attention_bias": r.bool("attention_bias", False) if attention_bias is None else attention_bias,
+    }
 
 
 def _llama(r: _Reader) -> dict:
@@ -138,15 +139,15 @@ def _deepseek(r: _Reader) -> dict:
     """DeepSeek-V2/V3: multi-head latent attention; routed + shared experts after k dense layers."""
     fields = _dense_fields(r, tie_default=False)
     rope, nope = r.int("qk_rope_head_dim"), r.int("qk_nope_head_dim")
-    fields |= dict(
-        attention="mla",
-        head_dim=nope + rope,  # the query/key head width
-        kv_lora_rank=r.int("kv_lora_rank"),
-        q_lora_rank=r.int("q_lora_rank", 0),  # null: queries are not compressed
-        qk_rope_head_dim=rope,
-        qk_nope_head_dim=nope,
-        v_head_dim=r.int("v_head_dim"),
-    )
+    fields |= {
+        "attention": "mla",
+        "head_dim": nope + rope,  # the query/key head width
+        "kv_lora_rank": r.int("kv_lora_rank"),
+        "q_lora_rank": r.int("q_lora_rank", 0),  # null: queries are not compressed
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": nope,
+        "v_head_dim": r.int("v_head_dim"),
+    }
     experts = r.int("n_routed_experts", 0, minimum=0)
     if experts == 0:
         return fields  # a dense DeepSeek: intermediate_size on every layer
@@ -157,14 +158,14 @@ def _deepseek(r: _Reader) -> dict:
     if dense_layers >= fields["num_layers"]:
         raise r._fail("first_k_dense_replace", dense_layers, f"an integer below num_hidden_layers "
                       f"({fields['num_layers']})")
-    return fields | dict(
-        dense_ffn_size=fields["ffn_size"],  # intermediate_size: the leading dense layers' MLP
-        ffn_size=r.int("moe_intermediate_size"),  # per expert, routed and shared
-        num_experts=experts,
-        num_experts_per_token=r.int("num_experts_per_tok"),
-        num_shared_experts=r.int("n_shared_experts", 0, minimum=0),
-        num_dense_layers=dense_layers,
-    )
+    return fields | {
+        "dense_ffn_size": fields["ffn_size"],  # intermediate_size: the leading dense layers' MLP
+        "ffn_size": r.int("moe_intermediate_size"),  # per expert, routed and shared
+        "num_experts": experts,
+        "num_experts_per_token": r.int("num_experts_per_tok"),
+        "num_shared_experts": r.int("n_shared_experts", 0, minimum=0),
+        "num_dense_layers": dense_layers,
+    }
 
 
 def _gemma(r: _Reader) -> dict:
@@ -179,21 +180,21 @@ def _opt(r: _Reader) -> dict:
                       f"hidden_size ({hidden}); the projection in/out of the embeddings is not modelled")
     heads = r.int("num_attention_heads")
     positions = r.int("max_position_embeddings")
-    return dict(
-        num_layers=r.int("num_hidden_layers"),
-        hidden_size=hidden,
-        num_attention_heads=heads,
-        num_kv_heads=heads,
-        head_dim=hidden // heads,
-        ffn_size=r.int("ffn_dim"),
-        vocab_size=r.int("vocab_size"),
-        max_context=positions,
-        attention="mha",
-        gated_mlp=False,  # fc1 -> ReLU -> fc2
-        tie_word_embeddings=r.bool("tie_word_embeddings", True),
-        linear_bias=r.bool("enable_bias", True),
-        learned_position_embeddings=positions + 2,  # HF OPTLearnedPositionalEmbedding: offset 2
-    )
+    return {
+        "num_layers": r.int("num_hidden_layers"),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_kv_heads": heads,
+        "head_dim": hidden // heads,
+        "ffn_size": r.int("ffn_dim"),
+        "vocab_size": r.int("vocab_size"),
+        "max_context": positions,
+        "attention": "mha",
+        "gated_mlp": False,  # fc1 -> ReLU -> fc2
+        "tie_word_embeddings": r.bool("tie_word_embeddings", True),
+        "linear_bias": r.bool("enable_bias", True),
+        "learned_position_embeddings": positions + 2,  # HF OPTLearnedPositionalEmbedding: offset 2
+    }
 
 
 READERS: dict[str, Callable[[_Reader], dict]] = {
