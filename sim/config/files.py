@@ -202,6 +202,13 @@ def anchor_paths(raw: Any, base_dir: Path) -> None:
             p = Path(cost["profile"]).expanduser()
             if not p.is_absolute() and (base_dir / p).exists():
                 cost["profile"] = str((base_dir / p).resolve())
+        # Hugging Face config.json files: always the scenario's folder, so a missing one is named where it was looked for.
+        spec = section.get("speculation")
+        for ref in (section.get("model"), spec.get("draft_model") if isinstance(spec, dict) else None):
+            if isinstance(ref, dict) and isinstance(ref.get("hf_config"), str):
+                p = Path(ref["hf_config"]).expanduser()
+                if not p.is_absolute():
+                    ref["hf_config"] = str((base_dir / p).resolve())
 
 
 def load_scenario_set(path: str | Path, overrides: list[str] | None = None) -> ScenarioSet:

@@ -12,10 +12,11 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from sim.errors import ConfigError
 from sim.model.catalog import get_model
+from sim.model.hf_config import read_model_ref
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
 from sim.workload.generate import WorkloadSpec
@@ -168,7 +169,8 @@ class BetaAcceptance(_Strict):
 
 
 class SpeculationSpec(_Strict):
-    draft_model: str | ModelSpec | None = Field(None, description="catalog name or inline architecture")
+    draft_model: str | ModelSpec | None = Field(
+        None, description="catalog name, inline architecture, or {hf_config: path/to/config.json}")
     draft_cost_ratio: float | None = Field(None, gt=0, description="c = draft step time / target step time")
     num_speculative_tokens: int = Field(4, ge=1, description="γ: tokens drafted per step")
     acceptance: FixedAcceptance | BetaAcceptance = Field(FixedAcceptance(alpha=0.7), discriminator="kind")
@@ -176,6 +178,11 @@ class SpeculationSpec(_Strict):
         "per_request", description="per_request: each request keeps its own accepted tokens (vLLM); "
         "rollback_to_min: the whole batch advances by its minimum")
     sync_overhead_fraction: float = Field(0.0, ge=0, description="extra verification time for padded schemes")
+
+    @field_validator("draft_model", mode="before")
+    @classmethod
+    def _read_hf_draft(cls, value):
+        return read_model_ref(value, "speculation.draft_model")
 
     @model_validator(mode="after")
     def _one_draft(self) -> "SpeculationSpec":
@@ -247,7 +254,9 @@ class RunSpec(_Strict):
 class Scenario(_Strict):
     name: str = "scenario"
     description: str = ""
-    model: str | ModelSpec = Field("llama-3.1-8b", description="catalog model name, or an inline architecture")
+    model: str | ModelSpec = Field(
+        "llama-3.1-8b", description="catalog model name, an inline architecture, or {hf_config: path/to/config.json} "
+        "(read into an inline architecture)")
     hardware: HardwareSpec = HardwareSpec()
     workload: WorkloadSpec
     scheduler: SchedulerSpec = SchedulerSpec()
@@ -281,6 +290,14 @@ class Scenario(_Strict):
             self.scheduler = self.scheduler.model_copy(update={"preemption": preemption})
             self.kv_cache = kv.model_copy(update={"preemption": None, "swap_space_bytes": None})
         return self
+
+    @field_validator("model", mode="before")
+    @classmethod
+    def _read_hf_config(cls, value):
+        # {hf_config: path} is read once, here (sim.model.hf_config.HFConfigModel): everything downstream sees an
+        # inline ModelSpec, and scenario.yaml outputs keep it. Not a union member, so that an inline ModelSpec's
+        # errors stay about its own fields.
+        return read_model_ref(value, "model")
 
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_none=True)

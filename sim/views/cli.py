@@ -93,9 +93,17 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
         set_: Optional[list[str]] = SetOption,
         variant: Optional[str] = typer.Option(None, help="run this variant instead of the base"),
         out: Optional[Path] = typer.Option(None, help="write requests/steps Parquet, summary.json, report.html here"),
-        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
+        quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
+        timeline: Optional[Path] = typer.Option(None, "--timeline", help="write a Chrome trace-event JSON here "
+                                                "(open in ui.perfetto.dev or chrome://tracing)"),
+        timeline_window: Optional[str] = typer.Option(None, "--timeline-window", help="START:END seconds: only "
+                                                      "steps and requests in this window"),
+        timeline_max_requests: Optional[int] = typer.Option(None, "--timeline-max-requests", help="at most N "
+                                                            "requests, evenly spaced in arrival order")):
     """Simulate one scenario and print its summary."""
     from sim.run import make_workload
+    from sim.views.timeline import check_timeline_options, write_timeline
+    window = check_timeline_options(timeline, timeline_window, timeline_max_requests)
     scenario_set = _load(scenario, set_)
     if variant is None:
         chosen = scenario_set.base
@@ -109,6 +117,10 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
     if out is not None:
         _write_outputs(out, [result], f"ServeSim run: {chosen.name}", chosen.to_yaml())
         console.print(f"Outputs written to {out}/ (report: {out / 'report.html'})")
+    if timeline is not None:
+        written = write_timeline(result, timeline, window, timeline_max_requests)
+        console.print(f"Timeline written to {timeline} ({written['bytes'] / 1e6:,.2f} MB: {written['steps']:,} steps, "
+                      f"{written['requests']:,} requests); open it in ui.perfetto.dev")
 
 
 @app.command()
@@ -303,12 +315,23 @@ def schema():
 
 
 @app.command()
-def catalog(kind: str = typer.Argument(..., help="models or gpus")):
-    """Print the model or GPU catalog as a table."""
+def catalog(kind: str = typer.Argument(..., help="models, gpus, or import (with a config.json)"),
+            config: Optional[str] = typer.Argument(None, help="import: a Hugging Face config.json"),
+            name: Optional[str] = typer.Option(None, "--name", help="import: the model's name")):
+    """Print the model or GPU catalog as a table; `catalog import config.json` prints a Hugging Face model."""
+    if kind == "import":
+        from sim.views.hf_import import import_text
+        if config is None:
+            raise ServeSimError("catalog import: missing the config.json path; usage: servesim catalog import "
+                                "config.json [--name NAME]")
+        print(import_text(config, name), end="")
+        return
     from sim.views.tables import gpus_table, models_table
     tables = {"models": models_table, "gpus": gpus_table}
     if kind not in tables:
-        raise ServeSimError(f"catalog: {kind!r} is not a catalog; allowed: models, gpus")
+        raise ServeSimError(f"catalog: {kind!r} is not a catalog; allowed: models, gpus, import")
+    if config is not None or name is not None:
+        raise ServeSimError(f"catalog {kind}: takes no config.json or --name (only `catalog import` does)")
     df = tables[kind]()
     table = Table(title=f"{kind} catalog")
     for col in df.columns:

@@ -1,4 +1,5 @@
-"""Arrival processes: when requests arrive (Poisson, Gamma, constant, schedules, diurnal, closed loop, trace timestamps).
+"""Arrival processes: when requests arrive (Poisson, Gamma, constant, schedules, diurnal, closed loop, trace timestamps,
+a burst at t = 0).
 
 Each spec knows its own rate: `mean_rate_per_s` (requests per second over the long run) and
 `with_rate(rate_per_s)` (the same process, shape kept, at another mean rate). Sweeps, the planner and the
@@ -163,6 +164,27 @@ class ClosedLoopArrival(StrictSpec):
         raise ConfigError(_NO_RATE)
 
 
+class BurstArrival(StrictSpec):
+    """Every request at t = 0 (batch-inference jobs, microbenchmarks): needs run.num_requests.
+
+    It has no rate: a sweep or planner that sets the load refuses it in one line.
+    """
+
+    kind: Literal["burst"] = "burst"
+    has_rate: ClassVar[bool] = False
+
+    @property
+    def mean_rate_per_s(self) -> float:
+        raise ConfigError(_NO_BURST_RATE)
+
+    def with_rate(self, rate_per_s: float) -> "BurstArrival":
+        raise ConfigError(_NO_BURST_RATE)
+
+
+_NO_BURST_RATE = ("workload.arrival.kind: 'burst' has no arrival rate (every request arrives at t = 0); "
+                  "allowed for a rate: poisson, gamma, constant, schedule, diurnal, trace")
+
+
 class TraceArrival(StrictSpec):
     """Replay the arrival times of a trace file (see sim.workload.traces)."""
 
@@ -206,7 +228,7 @@ class TraceArrival(StrictSpec):
 
 
 ARRIVAL_SPECS = (PoissonArrival, GammaArrival, ConstantArrival, ScheduleArrival, DiurnalArrival, ClosedLoopArrival,
-                 TraceArrival)
+                 TraceArrival, BurstArrival)
 Arrival = Annotated[Union[ARRIVAL_SPECS], Field(discriminator="kind")]
 ARRIVAL_KINDS = tuple(get_args(spec.model_fields["kind"].annotation)[0] for spec in ARRIVAL_SPECS)
 RATE_KINDS = tuple(kind for kind, spec in zip(ARRIVAL_KINDS, ARRIVAL_SPECS) if spec.has_rate)  # a load can be set
@@ -221,12 +243,17 @@ _NO_RATE = ("workload.arrival.kind: 'closed_loop' has no arrival rate (each user
 
 
 def synthetic_arrivals(
-    spec: PoissonArrival | GammaArrival | ConstantArrival | ScheduleArrival | DiurnalArrival,
+    spec: PoissonArrival | GammaArrival | ConstantArrival | ScheduleArrival | DiurnalArrival | BurstArrival,
     seq: np.random.SeedSequence,
     num_requests: int | None,
     duration_s: float | None,
 ) -> np.ndarray:
     """Draw chunks of arrivals until `num_requests` are in hand or the process has passed `duration_s`."""
+    if isinstance(spec, BurstArrival):
+        if num_requests is None:
+            raise ConfigError("run.num_requests: missing; a burst arrival needs it (every request arrives at t = 0, "
+                              "so duration_s alone does not say how many)")
+        return np.zeros(num_requests)
     expected = num_requests if num_requests is not None else spec.mean_rate_per_s * duration_s
     # One chunk in the common case; the margin covers the Poisson spread of the count over a duration.
     chunk = int(min(max(expected + 6 * math.sqrt(expected) + 64, 1024), 1 << 22))

@@ -1,0 +1,336 @@
+"""Any Hugging Face model: a `config.json` read into a ModelSpec.
+
+Handled architectures (by `model_type`, else by `architectures[0]`): Llama, Mistral, Mixtral, Qwen2 /
+Qwen2.5, Qwen3 (dense and MoE), DeepSeek-V2 / V3 (MLA, routed + shared experts, leading dense layers),
+Gemma / Gemma 2 / Gemma 3 (text), OPT. Each reader takes the keys that architecture's
+`transformers` config class defines, with that class's defaults where a file leaves a key out.
+
+What a ModelSpec cannot express is said, not silently approximated: an MoE layer pattern other than
+"the first k layers dense, the rest MoE" is refused. Interleaved local/global attention (Gemma 2/3)
+is read as full attention on every layer, which overstates their KV bytes (noted in `IGNORED`).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sim.errors import ConfigError
+from sim.model.specs import ModelSpec
+
+MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; anything larger is not one
+
+# What the import does not model, per model_type (printed by `servesim catalog import`).
+IGNORED: dict[str, str] = {
+    "gemma2": "local/global attention layers alternate; every layer is read as global (KV overstated)",
+    "gemma3_text": "local/global attention layers alternate; every layer is read as global (KV overstated)",
+    "qwen3": "per-head q/k RMSNorm weights are not counted (2 * head_dim per layer)",
+    "qwen3_moe": "per-head q/k RMSNorm weights are not counted (2 * head_dim per layer)",
+    "deepseek_v3": "the multi-token-prediction layer (num_nextn_predict_layers) and router score biases are not counted",
+}
+
+
+class _Reader:
+    """Typed access to one config mapping; every error is one line naming the file and the key."""
+
+    def __init__(self, data: dict, source: str):
+        self.data, self.source = data, source
+
+    def _fail(self, key: str, value: Any, allowed: str) -> ConfigError:
+        return ConfigError(f"{self.source}: {key} = {value!r} is not allowed; allowed: {allowed}")
+
+    def int(self, key: str, default: Any = ..., minimum: int = 1) -> int:
+        """A required (no default) or optional integer >= minimum; JSON null counts as absent."""
+        value = self.data.get(key)
+        if value is None:
+            if default is ...:
+                raise ConfigError(f"{self.source}: missing field {key!r} (needed for model_type "
+                                  f"{self.data.get('model_type')!r})")
+            return default
+        if isinstance(value, float) and value.is_integer():
+            value = int(value)
+        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+            raise self._fail(key, value, f"an integer >= {minimum}")
+        return value
+
+    def bool(self, key: str, default: bool) -> bool:
+        value = self.data.get(key)
+        if value is None:
+            return default
+        if not isinstance(value, bool):
+            raise self._fail(key, value, "true or false")
+        return value
+
+
+def _attention_kind(heads: int, kv_heads: int) -> str:
+    if kv_heads == heads:
+        return "mha"
+    return "mqa" if kv_heads == 1 else "gqa"
+
+
+def _dense_fields(r: _Reader, *, tie_default: bool, attention_bias: bool | None = None) -> dict:
+    """The keys every Llama-like decoder shares (LlamaConfig and its descendants)."""
+    hidden = r.int("hidden_size")
+    heads = r.int("num_attention_heads")
+    kv_heads = r.int("num_key_value_heads", heads)
+    return {
+        "num_layers": r.int("num_hidden_layers"),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_kv_heads": kv_heads,
+        "head_dim": r.int("head_dim", hidden // heads),  # explicit in Llama 3.1, Qwen3, Gemma; else hidden / heads
+        "ffn_size": r.int("intermediate_size"),
+        "vocab_size": r.int("vocab_size"),
+        "max_context": r.int("max_position_embeddings"),
+        "attention": _attention_kind(heads, kv_heads),
+        "tie_word_embeddings": r.bool("tie_word_embeddings", tie_default),
+        "attention_bias": r.bool("attention_bias", False) if attention_bias is None else attention_bias,
+    }
+
+
+def _llama(r: _Reader) -> dict:
+    if r.bool("mlp_bias", False):
+        raise r._fail("mlp_bias", True, "false (biases on the MLP are not modelled)")
+    return _dense_fields(r, tie_default=False)
+
+
+def _mistral(r: _Reader) -> dict:
+    return _dense_fields(r, tie_default=False) | {"sliding_window": r.int("sliding_window", None)}
+
+
+def _mixtral(r: _Reader) -> dict:
+    return _mistral(r) | {
+        "num_experts": r.int("num_local_experts"),
+        "num_experts_per_token": r.int("num_experts_per_tok"),
+    }
+
+
+def _qwen_window(r: _Reader) -> int | None:
+    # Qwen2/3 configs carry a sliding_window even when it is off; it applies only with use_sliding_window.
+    return r.int("sliding_window", None) if r.bool("use_sliding_window", False) else None
+
+
+def _qwen2(r: _Reader) -> dict:
+    # HF Qwen2Attention: q/k/v_proj always have biases (there is no attention_bias key).
+    return _dense_fields(r, tie_default=False, attention_bias=True) | {"sliding_window": _qwen_window(r)}
+
+
+def _qwen3(r: _Reader) -> dict:
+    return _dense_fields(r, tie_default=False) | {"sliding_window": _qwen_window(r)}
+
+
+def _qwen3_moe(r: _Reader) -> dict:
+    if r.int("decoder_sparse_step", 1) != 1 or r.data.get("mlp_only_layers"):
+        raise ConfigError(f"{r.source}: decoder_sparse_step/mlp_only_layers: only every layer MoE is modelled; "
+                          "allowed: decoder_sparse_step 1 and no mlp_only_layers")
+    return _qwen3(r) | {
+        "ffn_size": r.int("moe_intermediate_size"),
+        "num_experts": r.int("num_experts"),
+        "num_experts_per_token": r.int("num_experts_per_tok"),
+    }
+
+
+def _deepseek(r: _Reader) -> dict:
+    """DeepSeek-V2/V3: multi-head latent attention; routed + shared experts after k dense layers."""
+    fields = _dense_fields(r, tie_default=False)
+    rope, nope = r.int("qk_rope_head_dim"), r.int("qk_nope_head_dim")
+    fields |= {
+        "attention": "mla",
+        "head_dim": nope + rope,  # the query/key head width
+        "kv_lora_rank": r.int("kv_lora_rank"),
+        "q_lora_rank": r.int("q_lora_rank", 0),  # null: queries are not compressed
+        "qk_rope_head_dim": rope,
+        "qk_nope_head_dim": nope,
+        "v_head_dim": r.int("v_head_dim"),
+    }
+    experts = r.int("n_routed_experts", 0, minimum=0)
+    if experts == 0:
+        return fields  # a dense DeepSeek: intermediate_size on every layer
+    if r.int("moe_layer_freq", 1) != 1:
+        raise r._fail("moe_layer_freq", r.data["moe_layer_freq"],
+                      "1 (MoE on every layer after first_k_dense_replace; other patterns are not modelled)")
+    dense_layers = r.int("first_k_dense_replace", 0, minimum=0)
+    if dense_layers >= fields["num_layers"]:
+        raise r._fail("first_k_dense_replace", dense_layers, f"an integer below num_hidden_layers "
+                      f"({fields['num_layers']})")
+    return fields | {
+        "dense_ffn_size": fields["ffn_size"],  # intermediate_size: the leading dense layers' MLP
+        "ffn_size": r.int("moe_intermediate_size"),  # per expert, routed and shared
+        "num_experts": experts,
+        "num_experts_per_token": r.int("num_experts_per_tok"),
+        "num_shared_experts": r.int("n_shared_experts", 0, minimum=0),
+        "num_dense_layers": dense_layers,
+    }
+
+
+def _gemma(r: _Reader) -> dict:
+    # Gemma: explicit head_dim (256 on Gemma 7B, not hidden / heads), GeGLU MLP, tied embeddings.
+    return _dense_fields(r, tie_default=True)
+
+
+def _opt(r: _Reader) -> dict:
+    hidden = r.int("hidden_size")
+    if r.int("word_embed_proj_dim", hidden) != hidden:
+        raise r._fail("word_embed_proj_dim", r.data["word_embed_proj_dim"],
+                      f"hidden_size ({hidden}); the projection in/out of the embeddings is not modelled")
+    heads = r.int("num_attention_heads")
+    positions = r.int("max_position_embeddings")
+    return {
+        "num_layers": r.int("num_hidden_layers"),
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_kv_heads": heads,
+        "head_dim": hidden // heads,
+        "ffn_size": r.int("ffn_dim"),
+        "vocab_size": r.int("vocab_size"),
+        "max_context": positions,
+        "attention": "mha",
+        "gated_mlp": False,  # fc1 -> ReLU -> fc2
+        "tie_word_embeddings": r.bool("tie_word_embeddings", True),
+        "linear_bias": r.bool("enable_bias", True),
+        "learned_position_embeddings": positions + 2,  # HF OPTLearnedPositionalEmbedding: offset 2
+    }
+
+
+READERS: dict[str, Callable[[_Reader], dict]] = {
+    "llama": _llama,
+    "mistral": _mistral,
+    "mixtral": _mixtral,
+    "qwen2": _qwen2,
+    "qwen3": _qwen3,
+    "qwen3_moe": _qwen3_moe,
+    "deepseek_v2": _deepseek,
+    "deepseek_v3": _deepseek,
+    "gemma": _gemma,
+    "gemma2": _gemma,
+    "gemma3_text": _gemma,
+    "opt": _opt,
+}
+# `architectures[0]` -> model_type, for configs without a model_type.
+ARCHITECTURES: dict[str, str] = {
+    "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
+    "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
+    "OPTForCausalLM": "opt",
+}
+
+
+def model_type_of(config: dict, source: str) -> str:
+    """The handled model_type of a config, or a one-line error naming what it says and what is handled."""
+    model_type = config.get("model_type")
+    archs = config.get("architectures")
+    if isinstance(model_type, str) and model_type.lower() in READERS:
+        return model_type.lower()
+    if isinstance(archs, list) and archs and isinstance(archs[0], str) and archs[0] in ARCHITECTURES:
+        return ARCHITECTURES[archs[0]]
+    if model_type is None and not archs:
+        raise ConfigError(f"{source}: missing field 'model_type' (and no 'architectures'); "
+                          f"allowed model_type: {', '.join(READERS)}")
+    said = f"model_type {model_type!r}" if model_type is not None else f"architectures {archs!r}"
+    raise ConfigError(f"{source}: {said} is not a handled architecture; allowed model_type: {', '.join(READERS)}")
+
+
+def default_name(config: dict, path: str | Path | None = None) -> str:
+    """`_name_or_path`'s last part, else the file's name (its folder's for a plain config.json)."""
+    name = config.get("_name_or_path")
+    if isinstance(name, str) and name.strip():
+        return catalog_name(name.strip().rstrip("/").rsplit("/", 1)[-1])
+    if path is not None:
+        p = Path(path)
+        return catalog_name(p.parent.name if p.stem == "config" and p.parent.name else p.stem)
+    return "hf-model"
+
+
+def spec_from_config(config: Any, name: str | None = None, source: str = "config.json") -> ModelSpec:
+    """A ModelSpec from a parsed config.json mapping; every bad input is one ConfigError line."""
+    return _convert(config, name, source)[0]
+
+
+def _convert(config: Any, name: str | None, source: str) -> tuple[ModelSpec, str]:
+    if not isinstance(config, dict):
+        raise ConfigError(f"{source}: expected a JSON object of config keys, got {type(config).__name__}")
+    if config.get("model_type") not in READERS and isinstance(config.get("text_config"), dict):
+        # A multimodal wrapper (e.g. Gemma 3, Mistral 3): the language model is its text_config.
+        return _convert(config["text_config"], name or default_name(config), f"{source} text_config")
+    model_type = model_type_of(config, source)
+    fields = READERS[model_type](_Reader(config, source))
+    try:
+        return ModelSpec(name=name or default_name(config), **fields), model_type
+    except ValidationError as err:
+        first = err.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        msg = first["msg"].removeprefix("Value error, ")
+        raise ConfigError(f"{source}: {where + ': ' if where else ''}{msg}") from None
+
+
+def read_hf_config(path: str | Path, name: str | None = None, field: str = "hf_config") -> tuple[ModelSpec, str]:
+    """Read a Hugging Face `config.json` file: (its ModelSpec, the model_type read). Errors are one line that
+    starts with `field` and the file."""
+    p = Path(path).expanduser()
+    where = f"{field}: '{path}'"
+    if not p.is_file():
+        what = "is a folder" if p.is_dir() else "not found"
+        raise ConfigError(f"{where} {what}; allowed: a Hugging Face config.json file")
+    if p.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{where} is larger than {MAX_CONFIG_BYTES} bytes; allowed: a config.json")
+    try:
+        config = json.loads(p.read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        raise ConfigError(f"{where} is not UTF-8 text; allowed: a JSON config.json") from None
+    except json.JSONDecodeError as err:
+        raise ConfigError(f"{where} line {err.lineno}: not JSON ({err.msg})") from None
+    except OSError as err:
+        raise ConfigError(f"{where} cannot be read ({err.strerror or err})") from None
+    if isinstance(config, dict) and name is None:
+        name = default_name(config, p)
+    return _convert(config, name, where)
+
+
+def load_hf_config(path: str | Path, name: str | None = None, field: str = "hf_config") -> ModelSpec:
+    """Read a Hugging Face `config.json` file into a ModelSpec (see the module docstring)."""
+    return read_hf_config(path, name, field)[0]
+
+
+class HFConfigModel(BaseModel):
+    """A scenario's `model: {hf_config: path}`: the architecture read from a Hugging Face config.json."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    hf_config: str = Field(description="path to a Hugging Face config.json; relative paths are relative to "
+                                       "the scenario file")
+    name: str | None = Field(None, description="default: the config's _name_or_path, else the file name")
+
+    def load(self, field: str = "model.hf_config") -> ModelSpec:
+        return load_hf_config(self.hf_config, self.name, field)
+
+
+def read_model_ref(value: Any, field: str = "model") -> Any:
+    """A scenario's model value with `{hf_config: path, name?}` read into a ModelSpec; anything else as it is.
+
+    Called before pydantic tries the model union, so a bad `hf_config` mapping is one line about its own
+    keys instead of the union's errors about every ModelSpec field."""
+    if not (isinstance(value, dict) and "hf_config" in value):
+        return value
+    unknown = sorted(set(value) - set(HFConfigModel.model_fields))
+    if unknown:
+        raise ConfigError(f"{field}.{unknown[0]}: unknown key beside hf_config; allowed: hf_config, name")
+    for key in ("hf_config", "name"):
+        if key in value and not (isinstance(value[key], str) and value[key].strip()) and not (
+                key == "name" and value[key] is None):
+            raise ConfigError(f"{field}.{key}: {value[key]!r} is not allowed; allowed: "
+                              + ("a path to a config.json" if key == "hf_config" else "a non-empty name"))
+    return HFConfigModel(**value).load(f"{field}.hf_config")
+
+
+_SAFE_NAME = re.compile(r"[^a-z0-9._+-]+")
+
+
+def catalog_name(text: str) -> str:
+    """A name in the catalog's style: lower case, '-' between words."""
+    return _SAFE_NAME.sub("-", text.strip().lower()).strip("-") or "hf-model"

@@ -1,0 +1,26 @@
+"""`servesim catalog import config.json`: a Hugging Face model as an inline ModelSpec, with what follows from it."""
+
+from __future__ import annotations
+
+import yaml
+
+from sim.model.hf_config import IGNORED, read_hf_config
+from sim.model.memory import kv_bytes_per_token
+from sim.model.shapes import active_param_count, param_count
+
+
+def import_text(path: str, name: str | None = None) -> str:
+    """YAML to paste as a scenario's `model:` (comment lines first: parameters, KV bytes per token, caveats)."""
+    spec, model_type = read_hf_config(path, name, field="catalog import")
+    total, active = param_count(spec), active_param_count(spec)
+    kv = kv_bytes_per_token(spec)
+    lines = [f"# {spec.name}: read from {path} (model_type {model_type})",
+             f"# parameters: {total:,} ({total / 1e9:.2f} B)"
+             + (f"; active per token: {active:,} ({active / 1e9:.2f} B)" if spec.is_moe else ""),
+             f"# KV cache: {kv:,} bytes per token in bf16 ({kv / 1024:.1f} KiB), on one GPU"
+             + (f"; sliding window {spec.sliding_window:,} tokens" if spec.sliding_window else "")]
+    if model_type in IGNORED:
+        lines.append(f"# not modelled: {IGNORED[model_type]}")
+    body = yaml.safe_dump({"model": spec.model_dump(mode="json", exclude_defaults=True) | {"name": spec.name}},
+                          sort_keys=False)
+    return "\n".join(lines) + "\n" + body

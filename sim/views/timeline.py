@@ -1,0 +1,219 @@
+"""A run as a Chrome trace-event timeline (JSON) that Perfetto (ui.perfetto.dev) and chrome://tracing open.
+
+Layout, per replica (one process each, `pid = replica + 1`; pid 0 holds requests never routed):
+- thread 1 "engine steps": every step a complete event ("X") with its tokens, batch and KV use as args;
+  an instant event ("i") where a step preempted requests;
+- thread 2 "requests": every request a nestable async span ("b"/"e", id = request id) from arrival to
+  finish, holding its phases: queued (arrival -> first scheduled), prefill (first scheduled -> first
+  token) and decode (first token -> finish). A request that was preempted says how often in its args
+  and in its category ("request,preempted"): the per-request records keep the count, not the times, and
+  the steps that preempted show as instants on the engine track;
+- counters ("C"): waiting requests at each step's start, KV slots in use after each step.
+
+Times are microseconds from the start of the simulation (`ts`), rounded to the nanosecond. A request
+still in flight at the end of the run ends at the run's last event; a rejected one where it was rejected.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from sim.atomic_files import atomic_write_text
+from sim.errors import ConfigError
+
+ENGINE_TID, REQUESTS_TID = 1, 2
+_US = 1e6
+
+
+def _us(t_s: float) -> float:
+    return round(float(t_s) * _US, 3)
+
+
+def parse_window(text: str, option: str = "--timeline-window") -> tuple[float, float]:
+    """'START:END' in seconds (either side may be empty: open) -> (start_s, end_s)."""
+    start, sep, end = str(text).partition(":")
+    try:
+        if not sep:
+            raise ValueError
+        lo = float(start) if start.strip() else 0.0
+        hi = float(end) if end.strip() else math.inf
+    except ValueError:
+        raise ConfigError(f"{option}: {text!r} is not START:END in seconds; allowed: e.g. 10:20, 10: or :20") from None
+    if not (math.isfinite(lo) and lo >= 0 and not math.isnan(hi) and hi > lo):
+        raise ConfigError(f"{option}: {text!r} is not allowed; allowed: 0 <= START < END (seconds)")
+    return lo, hi
+
+
+def check_timeline_path(path: str | Path, option: str = "--timeline") -> None:
+    """Before simulating: a file can be written at `path` (its folder exists or can be made, and takes files)."""
+    path = Path(path)
+    if path.is_dir():
+        raise ConfigError(f"{option}: {str(path)!r} is a folder; allowed: a file path such as timeline.json")
+    parent = next((p for p in path.resolve().parents if p.exists()), Path("."))  # resolve: '..' read as written
+    if not parent.is_dir():
+        raise ConfigError(f"{option}: {str(path)!r} is under {str(parent)!r}, which is a file; allowed: a path in a folder")
+    try:  # os.access says yes to root on a read-only mount: make (and remove) a probe file instead
+        fd, probe = tempfile.mkstemp(prefix=".servesim-write-check-", dir=parent)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as err:
+        raise ConfigError(f"{option}: {str(path)!r} cannot be written: folder {str(parent)!r} does not take new "
+                          f"files ({err.strerror or err})") from None
+
+
+def sample_requests(requests: pd.DataFrame, max_requests: int | None) -> pd.DataFrame:
+    """At most `max_requests` rows, evenly spaced over the rows in arrival order (deterministic)."""
+    if max_requests is None or len(requests) <= max_requests:
+        return requests
+    ordered = requests.sort_values(["arrival_s", "request_id"], kind="stable")
+    picks = np.unique(np.round(np.linspace(0, len(ordered) - 1, max_requests)).astype(np.int64))
+    return ordered.iloc[picks]
+
+
+def _run_end_s(requests: pd.DataFrame, steps: pd.DataFrame) -> float:
+    ends = [0.0]
+    if len(steps):
+        ends.append(float(steps["end_s"].max()))
+    for col in ("arrival_s", "finish_s"):
+        if len(requests):
+            vals = requests[col].to_numpy(dtype=float)
+            vals = vals[np.isfinite(vals)]
+            if len(vals):
+                ends.append(float(vals.max()))
+    return max(ends)
+
+
+def _metadata(pids: list[int]) -> list[dict]:
+    events = []
+    for pid in pids:
+        name = f"replica {pid - 1}" if pid > 0 else "not routed"
+        events.append({"ph": "M", "name": "process_name", "pid": pid, "tid": 0, "args": {"name": name}})
+        events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": ENGINE_TID, "args": {"name": "engine steps"}})
+        events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": REQUESTS_TID, "args": {"name": "requests"}})
+    return events
+
+
+def _step_events(steps: pd.DataFrame) -> list[dict]:
+    events = []
+    for s in steps.itertuples(index=False):
+        pid = int(s.replica) + 1
+        used = int(s.kv_token_slots + s.kv_reserved_slots + s.kv_internal_slots + s.kv_external_slots)
+        capacity = int(s.kv_capacity_slots)
+        kind = ("prefill+decode" if s.num_prefill_tokens and s.num_decode_seqs
+                else "prefill" if s.num_prefill_tokens else "decode")
+        start, end = _us(s.start_s), _us(s.start_s + s.duration_s)
+        events.append({
+            "ph": "X", "name": kind, "cat": "step", "pid": pid, "tid": ENGINE_TID, "ts": start, "dur": round(end - start, 3),
+            "args": {"num_seqs": int(s.num_seqs), "num_prefill_tokens": int(s.num_prefill_tokens),
+                     "num_decode_seqs": int(s.num_decode_seqs), "num_output_tokens": int(s.num_output_tokens),
+                     "num_waiting": int(s.num_waiting), "num_preempted": int(s.num_preempted),
+                     "kv_used_slots": used, "kv_capacity_slots": capacity,
+                     "kv_used_fraction": round(used / capacity, 6) if capacity else None,
+                     "swap_in_tokens": int(s.swap_in_tokens), "swap_out_tokens": int(s.swap_out_tokens)},
+        })
+        if s.num_preempted:
+            events.append({"ph": "i", "name": "preempted", "cat": "preemption", "s": "t", "pid": pid, "tid": ENGINE_TID,
+                           "ts": end, "args": {"num_preempted": int(s.num_preempted)}})
+        events.append({"ph": "C", "name": "waiting requests", "pid": pid, "tid": 0, "ts": start,
+                       "args": {"waiting": int(s.num_waiting)}})
+        events.append({"ph": "C", "name": "KV slots used", "pid": pid, "tid": 0, "ts": end,
+                       "args": {"tokens": int(s.kv_token_slots), "reserved": int(s.kv_reserved_slots),
+                                "fragmented": int(s.kv_internal_slots + s.kv_external_slots)}})
+    return events
+
+
+def _finite(x) -> bool:
+    return x is not None and not (isinstance(x, float) and math.isnan(x))
+
+
+def _request_events(requests: pd.DataFrame, run_end_s: float) -> list[dict]:
+    events = []
+    for r in requests.itertuples(index=False):
+        rid = int(r.request_id)
+        pid = int(r.replica) + 1 if int(r.replica) >= 0 else 0
+        status = str(r.status)
+        if _finite(r.finish_s):
+            end_s = float(r.finish_s)
+        else:  # still in flight at the end of the run; a rejection without a time ends where it arrived
+            end_s = float(r.arrival_s) if status == "rejected" else run_end_s
+        preempted = int(r.preemptions)
+        cat = "request,preempted" if preempted else "request"
+        base = {"cat": cat, "id": rid, "pid": pid, "tid": REQUESTS_TID}
+        args = {"request_id": rid, "status": status, "prompt_tokens": int(r.prompt_tokens),
+                "output_tokens": int(r.output_tokens), "preemptions": preempted}
+        for key in ("ttft_s", "e2e_s", "queueing_s"):
+            value = getattr(r, key)
+            args[key] = float(value) if _finite(value) else None
+        if status == "rejected" and getattr(r, "reject_reason", ""):
+            args["reject_reason"] = str(r.reject_reason)
+        name = f"request {rid}"
+        events.append({**base, "ph": "b", "name": name, "ts": _us(r.arrival_s), "args": args})
+        marks = [float(r.arrival_s)] + [float(x) if _finite(x) else None
+                                         for x in (r.first_scheduled_s, r.first_token_s, r.finish_s)]
+        phases = (("queued", 0, 1), ("prefill", 1, 2), ("decode", 2, 3))
+        for phase, a, b in phases:
+            start = marks[a]
+            if start is None:
+                break
+            stop = marks[b] if marks[b] is not None else end_s
+            events.append({**base, "ph": "b", "name": phase, "ts": _us(start)})
+            events.append({**base, "ph": "e", "name": phase, "ts": _us(stop)})
+            if marks[b] is None:
+                break
+        events.append({**base, "ph": "e", "name": name, "ts": _us(end_s)})
+    return events
+
+
+def timeline_events(requests: pd.DataFrame, steps: pd.DataFrame, window: tuple[float, float] | None = None,
+                    max_requests: int | None = None) -> list[dict]:
+    """The trace events of one run: steps and requests that overlap `window` (seconds; None: all), at most
+    `max_requests` of those requests (evenly spaced in arrival order); sorted by time, metadata first."""
+    run_end_s = _run_end_s(requests, steps)
+    lo, hi = window if window is not None else (0.0, math.inf)
+    if len(steps):
+        steps = steps[(steps["end_s"] >= lo) & (steps["start_s"] <= hi)]
+    if len(requests):
+        ends = requests["finish_s"].fillna(run_end_s)
+        requests = requests[(requests["arrival_s"] <= hi) & (ends >= lo)]
+    requests = sample_requests(requests, max_requests)
+    body = _step_events(steps) + _request_events(requests, run_end_s)
+    body.sort(key=lambda e: e["ts"])  # stable: a request's b/e pairs keep their order at equal times
+    pids = sorted({int(e["pid"]) for e in body})
+    return _metadata(pids) + body
+
+
+def write_timeline(result, path: str | Path, window: tuple[float, float] | None = None,
+                   max_requests: int | None = None) -> dict:
+    """Write `result`'s timeline to `path` atomically; returns {bytes, steps, requests} written."""
+    events = timeline_events(result.requests, result.steps, window, max_requests)
+    doc = {"traceEvents": events, "displayTimeUnit": "ms",
+           "otherData": {"generator": "servesim", "run": str(result.name),
+                         "window_s": None if window is None else [window[0], None if math.isinf(window[1]) else window[1]],
+                         "max_requests": max_requests}}
+    text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
+    atomic_write_text(path, text)
+    return {"bytes": len(text.encode()), "steps": sum(1 for e in events if e["ph"] == "X"),
+            "requests": sum(1 for e in events if e["ph"] == "b" and e["name"].startswith("request "))}
+
+
+def check_timeline_options(path: str | Path | None, window_text: str | None,
+                           max_requests: int | None) -> tuple[float, float] | None:
+    """The CLI's --timeline options, checked before any simulating; returns the window (None: all)."""
+    if path is None:
+        for option, value in (("--timeline-window", window_text), ("--timeline-max-requests", max_requests)):
+            if value is not None:
+                raise ConfigError(f"{option}: {value!r} needs --timeline PATH (the file to write the timeline to)")
+        return None
+    if max_requests is not None and (isinstance(max_requests, bool) or max_requests < 1):
+        raise ConfigError(f"--timeline-max-requests: {max_requests!r} is not allowed; allowed: an integer >= 1")
+    window = None if window_text is None else parse_window(window_text)
+    check_timeline_path(path)
+    return window

@@ -1,0 +1,234 @@
+"""Hugging Face config.json -> ModelSpec: every catalog model read from its config fields gives the catalog's
+parameter count and KV bytes per token exactly; other architectures against published numbers; bad files
+are one line naming the file and the field; scenarios and `servesim catalog import` use the same reader."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sim.config.files import load_scenario_set, validate_scenario
+from sim.errors import ConfigError
+from sim.model.catalog import MODELS
+from sim.model.hf_config import load_hf_config, spec_from_config
+from sim.model.memory import kv_bytes_per_token
+from sim.model.shapes import active_param_count, param_count
+from sim.model.specs import ModelSpec
+
+REPO = Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures" / "hf"
+
+
+def fixture(name: str) -> dict:
+    return json.loads((FIXTURES / f"{name}.json").read_text())
+
+
+@pytest.mark.parametrize("key", list(MODELS))
+def test_catalog_models_from_their_config_fields(key):
+    catalog = MODELS[key]
+    spec = load_hf_config(FIXTURES / f"{key}.json", name=key)
+    assert param_count(spec) == param_count(catalog)
+    assert kv_bytes_per_token(spec) == kv_bytes_per_token(catalog)
+    for tp in (2, 8):
+        if catalog.num_attention_heads % tp == 0:
+            assert kv_bytes_per_token(spec, "fp8", tp) == kv_bytes_per_token(catalog, "fp8", tp)
+    # Field by field too: the catalog's published_params is the only thing a config.json cannot say.
+    assert spec.model_dump(exclude={"published_params"}) == catalog.model_dump(exclude={"published_params"})
+
+
+def test_name_comes_from_name_or_path_else_the_file(tmp_path):
+    cfg = fixture("llama-2-7b")
+    assert spec_from_config({**cfg, "_name_or_path": "meta-llama/Llama-2-7b-hf"}).name == "llama-2-7b-hf"
+    folder = tmp_path / "My Model"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg))
+    assert load_hf_config(folder / "config.json").name == "my-model"
+    assert load_hf_config(folder / "config.json", name="x").name == "x"
+
+
+def test_architectures_stand_in_for_a_missing_model_type():
+    cfg = fixture("mistral-7b-v0.1")
+    del cfg["model_type"]
+    assert spec_from_config(cfg, "m") == spec_from_config(fixture("mistral-7b-v0.1"), "m")
+
+
+def test_deepseek_v3_mla_with_query_compression_and_three_dense_layers():
+    # deepseek-ai/DeepSeek-V3 config.json
+    cfg = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
+           "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61,
+           "num_attention_heads": 128, "num_key_value_heads": 128, "n_shared_experts": 1, "n_routed_experts": 256,
+           "num_experts_per_tok": 8, "first_k_dense_replace": 3, "moe_layer_freq": 1, "q_lora_rank": 1536,
+           "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "v_head_dim": 128,
+           "vocab_size": 129280, "max_position_embeddings": 163840, "tie_word_embeddings": False}
+    spec = spec_from_config(cfg, "deepseek-v3")
+    assert (spec.attention, spec.num_dense_layers, spec.dense_ffn_size, spec.q_lora_rank) == ("mla", 3, 18432, 1536)
+    assert kv_bytes_per_token(spec) == 61 * (512 + 64) * 2  # one latent + the rope key per layer, bf16
+    assert param_count(spec) == pytest.approx(671e9, rel=0.01)  # DeepSeek-V3 report: 671B total (MTP excluded)
+    assert active_param_count(spec) == pytest.approx(37e9, rel=0.05)  # 37B activated per token
+
+
+def test_gemma_explicit_head_dim_and_tied_embeddings():
+    # google/gemma-7b config.json: head_dim 256 although hidden_size / heads = 192; no tie_word_embeddings key
+    cfg = {"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "hidden_size": 3072,
+           "intermediate_size": 24576, "num_hidden_layers": 28, "num_attention_heads": 16, "num_key_value_heads": 16,
+           "head_dim": 256, "vocab_size": 256000, "max_position_embeddings": 8192}
+    spec = spec_from_config(cfg, "gemma-7b")
+    assert spec.head_dim == 256 and spec.tie_word_embeddings
+    assert param_count(spec) == pytest.approx(8.54e9, rel=0.005)  # google/gemma-7b: 8.54B parameters
+    assert kv_bytes_per_token(spec) == 2 * 28 * 16 * 256 * 2
+
+
+def test_qwen_sliding_window_only_when_switched_on_and_text_config_is_unwrapped():
+    cfg = fixture("qwen2.5-7b")
+    assert spec_from_config(cfg, "q").sliding_window is None  # 131072 in the file, use_sliding_window false
+    assert spec_from_config({**cfg, "use_sliding_window": True, "sliding_window": 4096}, "q").sliding_window == 4096
+    wrapped = {"architectures": ["SomethingForConditionalGeneration"], "model_type": "vision-thing",
+               "text_config": cfg}
+    assert spec_from_config(wrapped, "q") == spec_from_config(cfg, "q")
+
+
+def test_moe_qwen3():
+    # Qwen/Qwen3-30B-A3B config.json
+    cfg = {"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "hidden_size": 2048,
+           "intermediate_size": 6144, "moe_intermediate_size": 768, "num_hidden_layers": 48,
+           "num_attention_heads": 32, "num_key_value_heads": 4, "head_dim": 128, "num_experts": 128,
+           "num_experts_per_tok": 8, "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 151936,
+           "max_position_embeddings": 40960, "tie_word_embeddings": False}
+    spec = spec_from_config(cfg, "qwen3-30b-a3b")
+    assert param_count(spec) == pytest.approx(30.5e9, rel=0.01)  # model card: 30.5B total
+    # Model card: 3.3B activated, counting the input embedding table that active_param_count leaves out.
+    embeddings = spec.vocab_size * spec.hidden_size
+    assert active_param_count(spec) + embeddings == pytest.approx(3.3e9, rel=0.03)
+
+
+def _write(tmp_path: Path, content, name="config.json") -> Path:
+    path = tmp_path / name
+    path.write_text(content if isinstance(content, str) else json.dumps(content))
+    return path
+
+
+def _one_line(err: pytest.ExceptionInfo) -> str:
+    message = str(err.value)
+    assert "\n" not in message
+    return message
+
+
+@pytest.mark.parametrize(("change", "words"), [
+    (lambda c: c.pop("hidden_size"), ["missing field 'hidden_size'"]),
+    (lambda c: c.pop("max_position_embeddings"), ["missing field 'max_position_embeddings'"]),
+    (lambda c: c.update(num_hidden_layers=0), ["num_hidden_layers = 0", "an integer >= 1"]),
+    (lambda c: c.update(intermediate_size=-4096), ["intermediate_size = -4096", "an integer >= 1"]),
+    (lambda c: c.update(vocab_size=True), ["vocab_size = True", "an integer >= 1"]),
+    (lambda c: c.update(hidden_size=4096.5), ["hidden_size = 4096.5"]),
+    (lambda c: c.update(num_key_value_heads=5), ["num_attention_heads=32 is not a multiple of num_kv_heads=5"]),
+    (lambda c: c.update(tie_word_embeddings="yes"), ["tie_word_embeddings = 'yes'", "true or false"]),
+    (lambda c: c.update(model_type="mamba", architectures=["MambaForCausalLM"]),
+     ["model_type 'mamba' is not a handled architecture", "llama"]),
+    (lambda c: [c.pop("model_type"), c.pop("architectures")], ["missing field 'model_type'"]),
+])
+def test_bad_config_is_one_line_naming_the_file_and_field(tmp_path, change, words):
+    cfg = fixture("llama-3.1-8b")
+    change(cfg)
+    path = _write(tmp_path, cfg)
+    with pytest.raises(ConfigError) as err:
+        load_hf_config(path)
+    message = _one_line(err)
+    assert str(path) in message
+    for word in words:
+        assert word in message
+
+
+def test_unmodelled_moe_layout_is_refused(tmp_path):
+    path = _write(tmp_path, {**fixture("deepseek-v2-lite"), "moe_layer_freq": 2})
+    with pytest.raises(ConfigError, match="moe_layer_freq = 2 is not allowed; allowed: 1"):
+        load_hf_config(path)
+
+
+@pytest.mark.parametrize(("content", "words"), [
+    ("{not json", ["line 1: not JSON"]),
+    ("[1, 2]", ["expected a JSON object", "list"]),
+    (b"\xff\xfe{}", ["not UTF-8"]),
+])
+def test_unreadable_files(tmp_path, content, words):
+    path = tmp_path / "config.json"
+    path.write_bytes(content if isinstance(content, bytes) else content.encode())
+    with pytest.raises(ConfigError) as err:
+        load_hf_config(path, field="model.hf_config")
+    message = _one_line(err)
+    assert message.startswith(f"model.hf_config: '{path}'")
+    for word in words:
+        assert word in message
+    with pytest.raises(ConfigError, match="not found"):
+        load_hf_config(tmp_path / "absent.json")
+    with pytest.raises(ConfigError, match="is a folder"):
+        load_hf_config(tmp_path)
+
+
+BASE = {"hardware": {"gpu": "h100-sxm"},
+        "workload": {"arrival": {"kind": "burst"}, "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 8}},
+        "run": {"num_requests": 4}}
+
+
+def test_scenario_hf_config_is_relative_to_the_scenario_file(tmp_path, monkeypatch):
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "m.json").write_text((FIXTURES / "mistral-7b-v0.1.json").read_text())
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**BASE, "model": {"hf_config": "models/m.json"}}))
+    monkeypatch.chdir(REPO)  # not the scenario's folder
+    scenario = load_scenario_set(tmp_path / "s.yaml").base
+    assert isinstance(scenario.model, ModelSpec)
+    assert scenario.model == MODELS["mistral-7b-v0.1"].model_copy(update={"name": "m", "published_params": None})
+    # The written scenario is self-contained: the inline architecture, no path.
+    again = validate_scenario(yaml.safe_load(scenario.to_yaml()))
+    assert again.model == scenario.model
+
+
+@pytest.mark.parametrize(("model", "words"), [
+    ({"hf_config": 3}, "model.hf_config: 3 is not allowed"),
+    ({"hf_config": "x.json", "layers": 2}, "model.layers: unknown key beside hf_config; allowed: hf_config, name"),
+    ({"hf_config": "/nonexistent/config.json"}, "model.hf_config: '/nonexistent/config.json' not found"),
+])
+def test_scenario_bad_hf_config(model, words):
+    with pytest.raises(ConfigError) as err:
+        validate_scenario({**BASE, "model": model})
+    assert words in _one_line(err)
+
+
+def test_draft_model_from_hf_config():
+    raw = {**BASE, "model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "tensor_parallel": 4},
+           "speculation": {"draft_model": {"hf_config": str(FIXTURES / "llama-3.1-8b.json"), "name": "draft"}}}
+    scenario = validate_scenario(raw)
+    assert scenario.speculation.draft_spec() == MODELS["llama-3.1-8b"].model_copy(
+        update={"name": "draft", "published_params": None})
+
+
+def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "sim.views.cli", *args], check=False, cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_catalog_import_prints_a_pasteable_model_and_its_numbers():
+    result = _cli("catalog", "import", str(FIXTURES / "deepseek-v2-lite.json"), "--name", "dsv2")
+    assert result.returncode == 0, result.stderr
+    catalog = MODELS["deepseek-v2-lite"]
+    assert f"parameters: {param_count(catalog):,}" in result.stdout
+    assert f"active per token: {active_param_count(catalog):,}" in result.stdout
+    assert f"KV cache: {kv_bytes_per_token(catalog):,} bytes per token" in result.stdout
+    pasted = validate_scenario({**BASE, **yaml.safe_load(result.stdout)}, resolve=False)
+    assert pasted.model == catalog.model_copy(update={"name": "dsv2", "published_params": None})
+
+
+def test_catalog_import_bad_file_is_one_line(tmp_path):
+    path = _write(tmp_path, {**fixture("llama-2-7b"), "model_type": "rwkv", "architectures": ["RwkvForCausalLM"]})
+    result = _cli("catalog", "import", str(path))
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()]
+    assert str(path) in result.stderr and "'rwkv' is not a handled architecture" in result.stderr
+    missing = _cli("catalog", "import")
+    assert missing.returncode == 2 and "missing the config.json path" in missing.stderr
