@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import warnings
 from pathlib import Path
 
 import typer
@@ -107,7 +109,10 @@ def fit_overhead(
     from sim.cost.calibrated import CalibratedCostModel
 
     from .compare import load_run, scenario_dict
+    import pandas as pd
+
     from .overhead import (
+        KernelExcessWarning,
         fit_step_overhead,
         priced_steps,
         read_steps,
@@ -118,9 +123,35 @@ def fit_overhead(
     scenario = Scenario.model_validate(scenario_dict(run.meta, 1))
     cost = CalibratedCostModel(profile, model_spec(scenario), block_size=scenario.kv_cache.block_size)
     repeat_dirs = sorted(d for d in run.path.glob("repeat-*") if d.is_dir()) or [run.path]
-    table = fit_step_overhead(priced_steps(read_steps(repeat_dirs), cost))
-    write_engine_profile(profile, table, out, str(run_dir))
-    print(table.assign(median_ms=table["median_s"] * 1e3)[["num_seqs", "median_ms", "num_steps"]].to_string(index=False))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", KernelExcessWarning)
+        fit = fit_step_overhead(priced_steps(read_steps(repeat_dirs), cost))
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    write_engine_profile(profile, fit, out, str(run_dir))
+    shown = pd.concat([fit.table.assign(fitted="yes"), fit.excess.assign(fitted="NO: kernels exceed the steps")])
+    print(shown.assign(median_ms=shown["median_s"] * 1e3)[["num_seqs", "median_ms", "num_steps", "fitted"]]
+          .sort_values("num_seqs").to_string(index=False))
+    print(f"kernel_excess: {json.dumps(fit.summary())}")
+    print(f"profile: {out}")
+
+
+@app.command("fit-steps")
+def fit_steps(
+    run_dir: Path = typer.Argument(..., help="a calibration run with steps.csv (its requests are not the compared ones)"),
+    out: Path = typer.Option(..., help="profile folder to write (profile_kind engine_steps)"),
+    folds: int = typer.Option(5, help="K of the K-fold cross-validation (contiguous blocks of steps)"),
+) -> None:
+    """Fit a step cost model to vLLM's recorded steps; choose its features by K-fold cross-validation."""
+    from .compare import load_run
+    from .stepfit import coefficients_text, cv_markdown, write_fit
+
+    if folds < 2:
+        raise ConfigError(f"--folds: {folds} is not allowed; allowed: an integer >= 2")
+    cv, coefficients = write_fit(load_run(run_dir), out, folds)
+    print(cv_markdown(cv), end="")
+    print(f"chosen: {cv.chosen} (simplest within one standard error of the best held-out error)")
+    print(coefficients_text(coefficients), end="")
     print(f"profile: {out}")
 
 
