@@ -122,7 +122,8 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
                      "add (the cost model adds two per layer: an upper bound where the engine fuses them)"
                      if device == "cuda" else "every op plain torch, timed one call at a time"),
         "paged_decode_impl": bench.paged_impl,
-        "prefill_attention_impl": bench.prefill_impl,
+        "prefill_attention_impl": (bench.prefill_impl if bench.engine_attn is not None else
+                                   "torch SDPA, bottom-right causal mask (flash attention on GPU where supported)"),
     }
     if bench.engine_attn is not None:
         probe = bench.engine_probe(lambda call: time_cpu(call, the_grid.seconds_per_point))
