@@ -52,10 +52,18 @@ class ShardBench:
         self.shard = shard_shapes(model, tensor_parallel)
         self.gen = torch.Generator(device=device).manual_seed(0)
         self._weights: dict[str, torch.Tensor] = {}
+        # The engine's own attention kernel where it can be imported (vLLM on CPU), else the stand-ins.
+        from .kernels.vllm_cpu import EngineAttention, find_engine
+        engine, self.engine_missing = find_engine(device)
+        self.engine_attn = (EngineAttention(engine, self.shard["num_heads"], self.shard["num_kv_heads"],
+                                            self.shard["head_dim"], self.dtype, block_size) if engine else None)
         self.paged_impl = ("triton flash-decoding paged attention (calibrate/kernels/paged_attention.py)"
-                           if device == "cuda"
-                           else "torch gather: index_select of each sequence's blocks by block id, then SDPA "
-                                "(the Triton kernel runs on CPU only under TRITON_INTERPRET=1, too slow to time)")
+                           if device == "cuda" else self.engine_attn.describe() if self.engine_attn else
+                           "torch gather: index_select of each sequence's blocks by block id, then SDPA "
+                           "(the Triton kernel runs on CPU only under TRITON_INTERPRET=1, too slow to time)")
+        self.prefill_impl = (self.engine_attn.describe() if self.engine_attn else
+                             "torch SDPA, bottom-right causal" + (" (flash attention where supported)"
+                                                                  if device == "cuda" else ""))
         self._l2_bytes = (getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
                           if device == "cuda" else 0)
 
@@ -73,7 +81,7 @@ class ShardBench:
                        if gpu else "torch eager: cos/sin gathered by position, neox halves rotated, q then k"),
             "decode_attention:contiguous": "torch SDPA over a dense KV cache" + (" (flash attention)" if gpu else ""),
             "decode_attention:paged": self.paged_impl,
-            "prefill_attention": "torch SDPA, bottom-right causal" + (" (flash attention where supported)" if gpu else ""),
+            "prefill_attention": self.prefill_impl,
             "sampling": "torch softmax, exponential race, argmax (fp32 logits)",
             "step_overhead": "host Python engine loop, wall clock",
         }
@@ -81,7 +89,32 @@ class ShardBench:
             impls["silu_mul"] = f"triton silu_and_mul ({fused_file})" if gpu else "torch eager silu(gate) * up"
         else:
             impls["relu"] = "torch F.relu"
+        if self.engine_attn is None and not gpu:
+            impls["engine_kernels"] = f"not used: {self.engine_missing}"
         return impls
+
+    def engine_probe(self, timer, shapes=((1, 256), (16, 256), (32, 1024)), chunks=((128, 0), (512, 512))) -> list[dict]:
+        """How far the torch stand-ins are from the engine's kernel: both timed on the same shapes
+        (meta.json `engine_probe`, and a table in `calibrate run`'s output). Empty without the engine."""
+        if self.engine_attn is None:
+            return []
+        rows = []
+        for b, x in shapes:
+            inputs = self._paged_inputs([x] * b)
+            buffers = (torch.empty_like(inputs[1]), torch.empty_like(inputs[1]))
+            engine = timer(self.engine_attn.decode_call(*inputs)).median_s
+            stand_in = timer(lambda: ops.paged_decode_gather(*inputs, buffers=buffers)).median_s
+            rows.append({"op": "decode_attention:paged", "shape": f"batch {b} x context {x}", "engine_s": engine,
+                         "stand_in_s": stand_in, "stand_in_over_engine": stand_in / engine})
+        s = self.shard
+        for c, x in chunks:
+            engine = timer(self.engine_attn.prefill_call(c, x, self.randn)).median_s
+            q, k, v = (self.randn(1, s["num_heads"], c, s["head_dim"]), self.randn(1, s["num_kv_heads"], x + c, s["head_dim"]),
+                       self.randn(1, s["num_kv_heads"], x + c, s["head_dim"]))
+            stand_in = timer(lambda: ops.prefill_attention(q, k, v)).median_s
+            rows.append({"op": "prefill_attention", "shape": f"chunk {c} after {x}", "engine_s": engine,
+                         "stand_in_s": stand_in, "stand_in_over_engine": stand_in / engine})
+        return rows
 
     def cold_copies(self, nbytes: int) -> int:
         """Copies of a per-layer input (weights, KV) to rotate among the GPU timer's back-to-back calls, so
@@ -118,6 +151,8 @@ class ShardBench:
         if self.device == "cuda":
             from .kernels.paged_attention import paged_attention_decode
             return paged_attention_decode(q, k_cache, v_cache, table, lens)
+        if self.engine_attn is not None:
+            return self.engine_attn.decode(q, k_cache, v_cache, table, lens)
         return ops.paged_decode_gather(q, k_cache, v_cache, table, lens)
 
     def _rotary_inputs(self, n: int):
@@ -145,6 +180,20 @@ class ShardBench:
             q, k, v = self.randn(1, hq, 24, d), self.randn(1, hkv, 40, d), self.randn(1, hkv, 40, d)
             return ref.relative_error(ops.prefill_attention(q, k, v), ref.prefill_attention(q, k, v))
         yield "prefill_attention", prefill_err
+
+        if self.engine_attn is not None:
+            def engine_prefill_err():
+                bs, c, x = self.block_size, 24, 40
+                blocks = math.ceil((c + x) / bs)
+                kc, vc = self.randn(blocks, bs, hkv, d), self.randn(blocks, bs, hkv, d)
+                key_cache, value_cache = self.engine_attn.to_engine_cache(kc, vc)
+                q = self.randn(c, hq, d)
+                table = torch.arange(blocks, dtype=torch.int32).view(1, blocks)
+                out = self.engine_attn.call(q, key_cache, value_cache, table, [c], [c + x])
+                k = kc.reshape(-1, hkv, d)[:c + x].transpose(0, 1)[None]
+                v = vc.reshape(-1, hkv, d)[:c + x].transpose(0, 1)[None]
+                return ref.relative_error(out.transpose(0, 1)[None], ref.prefill_attention(q.transpose(0, 1)[None], k, v))
+            yield "prefill_attention (engine)", engine_prefill_err
 
         def contiguous_err():
             q, k, v = self.randn(3, hq, 1, d), self.randn(3, hkv, 37, d), self.randn(3, hkv, 37, d)
@@ -302,6 +351,8 @@ class ShardBench:
         for c in grid.prefill_chunks:
             for x in grid.prefill_contexts:
                 def make_prefill(c=c, x=x):
+                    if self.engine_attn is not None:
+                        return self.engine_attn.prefill_call(c, x, self.randn)
                     q = self.randn(1, hq, c, d)
                     copies = self.cold_copies(2 * (x + c) * hkv * d * self.dtype.itemsize)
                     kvs = itertools.cycle([(self.randn(1, hkv, x + c, d), self.randn(1, hkv, x + c, d))
@@ -329,6 +380,8 @@ class ShardBench:
             cases = itertools.cycle([self._paged_inputs([context] * batch) for _ in range(copies)])
             return lambda: self.paged_decode(*next(cases))
         inputs = self._paged_inputs([context] * batch)
+        if self.engine_attn is not None:
+            return self.engine_attn.decode_call(*inputs)
         k_cache = inputs[1]
         buffers = (torch.empty_like(k_cache), torch.empty_like(k_cache))
         return lambda: ops.paged_decode_gather(*inputs, buffers=buffers)

@@ -122,8 +122,15 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
                      "add (the cost model adds two per layer: an upper bound where the engine fuses them)"
                      if device == "cuda" else "every op plain torch, timed one call at a time"),
         "paged_decode_impl": bench.paged_impl,
-        "prefill_attention_impl": "torch SDPA, bottom-right causal mask (flash attention on GPU where supported)",
+        "prefill_attention_impl": (bench.prefill_impl if bench.engine_attn is not None else
+                                   "torch SDPA, bottom-right causal mask (flash attention on GPU where supported)"),
     }
+    if bench.engine_attn is not None:
+        probe = bench.engine_probe(lambda call: time_cpu(call, the_grid.seconds_per_point))
+        meta["engine_probe"] = probe
+        for r in probe:
+            console.print(f"engine probe: {r['op']} {r['shape']}: engine {r['engine_s'] * 1e6:.1f} us, torch stand-in "
+                          f"{r['stand_in_s'] * 1e6:.1f} us ({r['stand_in_over_engine']:.2f}x)")
     writer = ProfileWriter(out, meta)
     if not quiet:
         err_console.print(f"checking kernels of {spec.name} (tp {tp}, {dtype}, {device}) against float64 references")

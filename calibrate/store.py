@@ -14,7 +14,8 @@ from sim.cost.calibrated import FAMILY_KEYS, PROFILE_FORMAT_VERSION, STAT_COLUMN
 from sim.errors import ConfigError
 
 # meta.json keys that must match for a rerun to resume into an existing folder.
-_RESUME_KEYS = ("device", "dtype", "threads", "tensor_parallel", "block_size", "grid", "shard")
+_RESUME_KEYS = ("device", "dtype", "threads", "tensor_parallel", "block_size", "grid", "shard", "paged_decode_impl",
+                "prefill_attention_impl")
 
 
 def _canonical_key(family: str, values: dict) -> tuple:

@@ -3,7 +3,9 @@
 
 from __future__ import annotations
 
+import json
 import sys
+import warnings
 from pathlib import Path
 
 import typer
@@ -30,42 +32,69 @@ def _parse_loads(loads: list[str]) -> dict[str, float]:
     return parsed
 
 
+FIDELITY_DIR = Path(__file__).resolve().parent
+DEFAULT_MODEL = FIDELITY_DIR / "model.yaml"
+DEFAULT_WORKLOAD = FIDELITY_DIR / "workloads" / "azure-conv.yaml"
+
+
 @app.command()
 def record(
-    out: Path = typer.Option(Path("out/fidelity/vllm"), help="writes OUT/<load>/repeat-<k>/{requests.csv,meta.json}"),
+    out: Path = typer.Option(Path("out/fidelity/vllm"), help="writes OUT/<load>/repeat-<k>/{requests,steps}.csv + meta.json"),
+    model: Path = typer.Option(DEFAULT_MODEL, help="architecture YAML/JSON (as `calibrate run --model`)"),
+    workload: Path = typer.Option(DEFAULT_WORKLOAD, help="a ServeSim workload specification (YAML); each load sets its rate"),
     load: list[str] = typer.Option(DEFAULT_LOADS, help="NAME=RATE_PER_S, repeatable"),
     num_requests: int = typer.Option(100, min=1),
     repeats: int = typer.Option(3, min=1),
-    first_row: int = typer.Option(0, min=0, help="first row of the Azure conv trace"),
-    trace: Path = typer.Option(None, help="Azure conv trace CSV; default ../shared/traces/..., else Poisson"),
-    threads: int = typer.Option(1, min=1),
+    first_row: int = typer.Option(0, min=0, help="first request of the generated workload (a trace's row)"),
+    raw_lengths: bool = typer.Option(False, help="keep generated lengths (default: divide and clip them to fit a CPU)"),
+    kv_tokens: int = typer.Option(8192, min=1, help="KV cache capacity in tokens (vLLM gets the bytes for them)"),
+    threads: int = typer.Option(1, min=1, help="OMP threads, bound to the first cores this process may use"),
     max_num_seqs: int = typer.Option(32, min=1),
     max_num_batched_tokens: int = typer.Option(512, min=1),
     seed: int = typer.Option(0, min=0),
+    dry_run: bool = typer.Option(False, help="check the options and print the schedules; start no engine"),
 ) -> None:
     """Replay each load REPEATS times against vLLM (interleaved: repeat 1 of every load, then 2, ...)."""
-    from .replay_vllm import EngineSettings, LlamaShape, pin_threads
-    from .schedule import DEFAULT_TRACE, from_azure_trace, poisson
+    import time
 
-    settings = EngineSettings(threads=threads, max_num_seqs=max_num_seqs,
-                              max_num_batched_tokens=max_num_batched_tokens)
-    pin_threads(settings)  # before torch is imported
+    from calibrate.arch import load_model
+
+    from .machine import machine_info
+    from .replay_vllm import EngineSettings, kv_bytes_for_tokens, pin_threads, shape_from_model
+    from .schedule import LengthScaling, from_workload, read_workload
+
+    started = time.perf_counter()
+    spec = load_model(str(model))
+    shape = shape_from_model(spec)
+    rates = _parse_loads(load)
+    raw = read_workload(workload)
+    scaling = None if raw_lengths else LengthScaling()
+    schedules = {name: from_workload(raw, num_requests=num_requests, rate_per_s=rate, seed=seed, first_row=first_row,
+                                     max_context=shape.max_context, scaling=scaling, source=str(workload))
+                 for name, rate in rates.items()}
+    settings = EngineSettings(threads=threads, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                              kv_cache_bytes=kv_bytes_for_tokens(shape, kv_tokens))
+    if kv_tokens < settings.block_size:
+        raise ConfigError(f"--kv-tokens: {kv_tokens} is not allowed; allowed: at least one block ({settings.block_size})")
+    cores = pin_threads(threads)  # before torch is imported
+    machine = machine_info(threads, cores)
+    if dry_run:
+        for name, schedule in schedules.items():
+            print(f"{name}: {len(schedule)} requests over {schedule.arrival_s[-1]:.1f} s, mean prompt "
+                  f"{schedule.input_tokens.mean():.0f}, mean output {schedule.output_tokens.mean():.0f} tokens")
+        print(f"model {spec.name}: {shape}; kv {kv_tokens} tokens = {settings.kv_cache_bytes} bytes; "
+              f"threads {threads} on cores {cores}")
+        return
     from sim.atomic_files import atomic_dir, write_json
 
     from .replay_vllm import StepRecorder, replay, run_meta, start_engine
 
-    rates = _parse_loads(load)
-    trace_path = trace or DEFAULT_TRACE
-    if trace is not None and not trace.is_file():
-        raise ConfigError(f"--trace: '{trace}' is not a file; give the Azure conv trace CSV")
-    schedules = {name: (from_azure_trace(trace_path, num_requests=num_requests, rate_per_s=rate, first_row=first_row)
-                        if trace_path.is_file() else poisson(num_requests=num_requests, rate_per_s=rate, seed=seed))
-                 for name, rate in rates.items()}
-    shape = LlamaShape()
     engine, num_blocks = start_engine(shape, settings, seed=seed)
     recorder = StepRecorder(engine)
+    phases = {"engine_start_s": round(time.perf_counter() - started, 2)}
     for k in range(1, repeats + 1):
         for name, schedule in schedules.items():
+            replay_started = time.perf_counter()
             requests, steps = replay(engine, schedule, shape, seed=seed, recorder=recorder)
             num_steps = len(steps)
             target = out / name / f"repeat-{k}"
@@ -73,7 +102,9 @@ def record(
                 requests.to_csv(tmp / "requests.csv", index=False, float_format="%.6f")
                 steps.to_csv(tmp / "steps.csv", index=False, float_format="%.6f")
                 write_json(tmp / "meta.json", run_meta(shape, settings, num_blocks, schedule, seed=seed,
-                                                       num_steps=num_steps, repeat=k))
+                                                       num_steps=num_steps, repeat=k, machine=machine,
+                                                       phases_s=phases | {"replay_s": round(time.perf_counter() - replay_started, 2)})
+                           | {"model_file": str(model), "kv_tokens_requested": kv_tokens})
             makespan = requests["finish_s"].max() - requests["arrival_s"].min()
             print(f"{name} repeat {k}: {len(requests)} requests, makespan {makespan:.2f} s, {num_steps} steps, "
                   f"{int(requests['num_preemptions'].sum())} preemptions -> {target}", flush=True)
@@ -84,11 +115,23 @@ def compare(
     run_dir: Path = typer.Argument(..., help="one load: requests.csv + meta.json, or repeat-*/ of them"),
     profile: Path = typer.Option(..., help="CPU profile folder from `python -m calibrate run` for this model"),
     out: Path = typer.Option(None, help="report folder; default RUN_DIR/compare"),
+    model: Path = typer.Option(None, help="architecture YAML/JSON the run must have served (checked against its meta.json)"),
 ) -> None:
     """Simulate the recorded requests with ServeSim and report the error of each metric."""
     from .compare import compare_run, load_run, markdown_table, write_report
 
     run = load_run(run_dir)
+    if model is not None:
+        from dataclasses import asdict
+
+        from calibrate.arch import load_model
+
+        from .replay_vllm import shape_from_model
+        want = asdict(shape_from_model(load_model(str(model))))
+        if want != run.meta["model"]:
+            diff = ", ".join(f"{k} {run.meta['model'].get(k)} (file {v})" for k, v in want.items()
+                             if run.meta["model"].get(k) != v)
+            raise ConfigError(f"--model: '{model}' is not the architecture '{run_dir}' served: {diff}")
     table, info = compare_run(run, profile)
     target = write_report(out or run_dir / "compare", run, table, info, profile)
     print(markdown_table(table), end="")
@@ -107,7 +150,10 @@ def fit_overhead(
     from sim.cost.calibrated import CalibratedCostModel
 
     from .compare import load_run, scenario_dict
+    import pandas as pd
+
     from .overhead import (
+        KernelExcessWarning,
         fit_step_overhead,
         priced_steps,
         read_steps,
@@ -118,10 +164,52 @@ def fit_overhead(
     scenario = Scenario.model_validate(scenario_dict(run.meta, 1))
     cost = CalibratedCostModel(profile, model_spec(scenario), block_size=scenario.kv_cache.block_size)
     repeat_dirs = sorted(d for d in run.path.glob("repeat-*") if d.is_dir()) or [run.path]
-    table = fit_step_overhead(priced_steps(read_steps(repeat_dirs), cost))
-    write_engine_profile(profile, table, out, str(run_dir))
-    print(table.assign(median_ms=table["median_s"] * 1e3)[["num_seqs", "median_ms", "num_steps"]].to_string(index=False))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", KernelExcessWarning)
+        fit = fit_step_overhead(priced_steps(read_steps(repeat_dirs), cost))
+    for w in caught:
+        print(f"warning: {w.message}", file=sys.stderr)
+    write_engine_profile(profile, fit, out, str(run_dir))
+    shown = pd.concat([fit.table.assign(fitted="yes"), fit.excess.assign(fitted="NO: kernels exceed the steps")])
+    print(shown.assign(median_ms=shown["median_s"] * 1e3)[["num_seqs", "median_ms", "num_steps", "fitted"]]
+          .sort_values("num_seqs").to_string(index=False))
+    print(f"kernel_excess: {json.dumps(fit.summary())}")
     print(f"profile: {out}")
+
+
+@app.command("fit-steps")
+def fit_steps(
+    run_dir: Path = typer.Argument(..., help="a calibration run with steps.csv (its requests are not the compared ones)"),
+    out: Path = typer.Option(..., help="profile folder to write (profile_kind engine_steps)"),
+    folds: int = typer.Option(5, help="K of the K-fold cross-validation (contiguous blocks of steps)"),
+) -> None:
+    """Fit a step cost model to vLLM's recorded steps; choose its features by K-fold cross-validation."""
+    from .compare import load_run
+    from .stepfit import coefficients_text, cv_markdown, write_fit
+
+    if folds < 2:
+        raise ConfigError(f"--folds: {folds} is not allowed; allowed: an integer >= 2")
+    cv, coefficients = write_fit(load_run(run_dir), out, folds)
+    print(cv_markdown(cv), end="")
+    print(f"chosen: {cv.chosen} (simplest within one standard error of the best held-out error)")
+    print(coefficients_text(coefficients), end="")
+    print(f"profile: {out}")
+
+
+@app.command("study-report")
+def study_report(
+    out_dir: Path = typer.Argument(..., help="the study's OUT folder (calibrate/fidelity/run_all.sh)"),
+    out: Path = typer.Option(..., help="the markdown report to write (a CSV beside it)"),
+) -> None:
+    """One report of every comparison in the study matrix."""
+    from sim.atomic_files import atomic_write_text
+
+    from .study import collect, study_markdown
+
+    frame = collect(out_dir)
+    atomic_write_text(out, study_markdown(out_dir, frame))
+    atomic_write_text(out.with_suffix(".csv"), frame.to_csv(index=False))
+    print(f"study report: {out} ({len(frame)} comparisons)")
 
 
 def main(argv: list[str] | None = None) -> int:

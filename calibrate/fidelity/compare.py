@@ -145,7 +145,7 @@ def simulate_run(run: RecordedRun, profile: str | Path) -> tuple[pd.DataFrame, d
     """ServeSim on the recorded requests with a cost model calibrated on this machine."""
     from sim.config.deployment import model_spec, resolve
     from sim.config.schema import Scenario
-    from sim.cost.calibrated import CalibratedCostModel
+    from sim.cost.profiles import make_calibrated_cost_model
     from sim.run import simulate
     from sim.workload.generate import Workload
 
@@ -155,8 +155,8 @@ def simulate_run(run: RecordedRun, profile: str | Path) -> tuple[pd.DataFrame, d
     arrival = frame["arrival_s"].to_numpy(float)
     workload = Workload(arrival_s=arrival - arrival.min(), input_tokens=frame["prompt_tokens"].to_numpy(np.int64),
                         output_tokens=frame["output_tokens"].to_numpy(np.int64))
-    cost = CalibratedCostModel(profile, model_spec(scenario), kv_layout="paged",
-                               block_size=scenario.kv_cache.block_size)
+    cost = make_calibrated_cost_model(profile, model_spec(scenario), kv_layout="paged",
+                                      block_size=scenario.kv_cache.block_size)
     result = simulate(scenario, workload, cost_model=cost)
     left = result.requests[~result.requests["finished"]]
     if len(left):
@@ -171,7 +171,7 @@ def step_check(run: RecordedRun, profile: str | Path) -> pd.DataFrame | None:
     """Measured vs priced time of the recorded vLLM steps (None when the run has no steps.csv)."""
     from sim.config.deployment import model_spec
     from sim.config.schema import Scenario
-    from sim.cost.calibrated import CalibratedCostModel
+    from sim.cost.profiles import make_calibrated_cost_model
 
     from .overhead import priced_steps, read_steps, step_error_table
 
@@ -179,15 +179,28 @@ def step_check(run: RecordedRun, profile: str | Path) -> pd.DataFrame | None:
     if not all((d / "steps.csv").is_file() for d in repeat_dirs):
         return None
     scenario = Scenario.model_validate(scenario_dict(run.meta, 1))
-    cost = CalibratedCostModel(profile, model_spec(scenario), block_size=scenario.kv_cache.block_size)
+    cost = make_calibrated_cost_model(profile, model_spec(scenario), block_size=scenario.kv_cache.block_size)
     return step_error_table(priced_steps(read_steps(repeat_dirs), cost))
 
 
 def compare_run(run: RecordedRun, profile: str | Path) -> tuple[pd.DataFrame, dict]:
+    import time
+
+    from .machine import machine_info
+
+    started = time.perf_counter()
     simulated_requests, info = simulate_run(run, profile)
+    simulated = time.perf_counter()
     steps = step_check(run, profile)
+    info["phases_s"] = {"simulate": round(simulated - started, 3),
+                        "step_check": round(time.perf_counter() - simulated, 3)}
+    info["machine"] = machine_info()  # where the comparison ran (the recording's machine is in the run's meta)
     if steps is not None:
         info["steps"] = steps.to_dict("records")
+    from .overhead import kernel_excess
+    excess = kernel_excess(profile)
+    if excess is not None:
+        info["kernel_excess"] = excess
     table = error_table([request_metrics(f) for f in run.repeats], request_metrics(simulated_requests))
     info["num_preemptions_real_median"] = float(np.median([f.get("num_preemptions", pd.Series([0])).sum()
                                                            for f in run.repeats]))
@@ -217,11 +230,38 @@ def report_markdown(run: RecordedRun, table: pd.DataFrame, info: dict) -> str:
     return (f"# Fidelity: {run.path.name}\n\n"
             f"- requests: {n}; workload: {json.dumps(run.meta.get('workload', {}), sort_keys=True)}\n"
             f"- model: {shape}\n- vLLM: {settings}\n"
-            f"- machine: {machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs; versions: "
+            f"- recorded on: {machine_line(machine)}; versions: "
             f"{json.dumps(run.meta.get('versions', {}), sort_keys=True)}\n"
+            f"- recording phases: {_phases(run.meta.get('phases_s'))}\n"
+            f"- compared on: {machine_line(info.get('machine', {}))}; phases: {_phases(info.get('phases_s'))}\n"
             f"- ServeSim: {info['cost_model']}; preemptions real (median) {info['num_preemptions_real_median']:g}, "
             f"simulated {info['num_preemptions_simulated']}\n\n"
-            + markdown_table(table) + _steps_markdown(info.get("steps")))
+            + _excess_markdown(info.get("kernel_excess")) + markdown_table(table) + _steps_markdown(info.get("steps")))
+
+
+def _phases(phases: dict | None) -> str:
+    return ", ".join(f"{k} {v:.1f} s" for k, v in phases.items()) if phases else "not recorded"
+
+
+def machine_line(machine: dict) -> str:
+    """CPU model, flags, threads and cores used, one line (older recordings lack some fields)."""
+    if not machine:
+        return "not recorded"
+    flags = [f for f in ("amx_bf16", "avx512_bf16", "avx512f") if machine.get(f)]
+    return (f"{machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, flags {' '.join(flags) or 'none of amx_bf16/avx512'}"
+            + (f", {machine['threads']} thread(s) on cores {machine.get('cores', '?')}" if "threads" in machine else ""))
+
+
+def _excess_markdown(excess: dict | None) -> str:
+    """A loud line when the profile's overhead fit found kernels pricing steps above their measured time."""
+    if not excess:
+        return ""
+    points = ", ".join(f"{p['num_seqs']} seqs ({p['median_remainder_s'] * 1e3:+.2f} ms)" for p in excess.get("points", []))
+    return (f"**WARNING: kernel prices exceed the measured vLLM steps** in {excess['steps_over']} of "
+            f"{excess['num_steps']} calibration steps (median excess {excess['median_excess_fraction']:.0%} of the "
+            f"measured time){'; not fitted at ' + points if points else ''}"
+            f"{'' if excess.get('overhead_fitted', True) else '; no overhead point fitted, the profile keeps its own'}."
+            " The kernel profile does not time this engine's kernels.\n\n")
 
 
 def _steps_markdown(steps: list[dict] | None) -> str:

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import os
 import platform
-import subprocess
 import tempfile
 import time
 from dataclasses import asdict, dataclass
@@ -77,25 +76,41 @@ def _save_random_llama(shape: LlamaShape, directory: Path, seed: int) -> None:
     model.save_pretrained(directory)
 
 
-def _machine() -> dict:
-    try:
-        lscpu = subprocess.run(["lscpu"], capture_output=True, text=True, check=False).stdout
-    except OSError:
-        lscpu = ""
-    fields = dict(line.split(":", 1) for line in lscpu.splitlines() if ":" in line)
-    flags = fields.get("Flags", "")
-    return {"cpu_model": fields.get("Model name", platform.processor()).strip(),
-            "cpus": os.cpu_count(), "amx_bf16": "amx_bf16" in flags, "avx512_bf16": "avx512_bf16" in flags,
-            "platform": platform.platform()}
+def shape_from_model(model) -> LlamaShape:
+    """The served Llama for a ServeSim architecture (calibrate/arch.py `load_model`: the same file
+    `python -m calibrate run --model` reads, so both venvs see one architecture)."""
+    from sim.errors import ConfigError
+
+    unsupported = [f"{k} {getattr(model, k)!r}" for k, ok in (
+        ("attention", model.attention in ("mha", "gqa", "mqa")), ("gated_mlp", model.gated_mlp),
+        ("num_experts", model.num_experts == 0), ("sliding_window", model.sliding_window is None),
+        ("attention_bias", not model.attention_bias), ("linear_bias", not model.linear_bias),
+        ("learned_position_embeddings", not model.learned_position_embeddings)) if not ok]
+    if unsupported:
+        raise ConfigError(f"--model: {model.name} has {', '.join(unsupported)}; allowed: a dense Llama-style "
+                          "architecture (gated MLP, rotary, no biases, no experts, no sliding window)")
+    return LlamaShape(num_layers=model.num_layers, hidden_size=model.hidden_size,
+                      num_attention_heads=model.num_attention_heads, num_kv_heads=model.num_kv_heads,
+                      head_dim=model.head_dim, ffn_size=model.ffn_size, vocab_size=model.vocab_size,
+                      max_context=model.max_context)
 
 
-def pin_threads(settings: EngineSettings) -> None:
-    """Must run before torch/vLLM are imported: OMP reads these once."""
-    cores = ",".join(str(i) for i in range(settings.threads))
-    os.environ["OMP_NUM_THREADS"] = str(settings.threads)
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cores if settings.threads < (os.cpu_count() or 1) else "auto"
+def kv_bytes_for_tokens(shape: LlamaShape, tokens: int, dtype_bytes: int = 2) -> int:
+    """vLLM's kv_cache_memory_bytes for a capacity in tokens: K and V, every layer, every KV head."""
+    return tokens * 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * dtype_bytes
+
+
+def pin_threads(threads: int) -> list[int]:
+    """Must run before torch/vLLM are imported: OMP reads these once. Binds to the first `threads`
+    cores this process may use (os.sched_getaffinity), not to cores 0..n-1 of the machine."""
+    from .machine import pick_cores
+
+    cores = pick_cores(threads)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = ",".join(map(str, cores))
     os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # engine core in this process: one clock, no IPC
     os.environ.setdefault("VLLM_LOGGING_LEVEL", "WARNING")
+    return cores
 
 
 def _num_kv_blocks(engine) -> int:
@@ -235,7 +250,8 @@ def replay(engine, schedule: RequestSchedule, shape: LlamaShape, *, seed: int = 
 
 
 def run_meta(shape: LlamaShape, settings: EngineSettings, num_kv_blocks: int, schedule: RequestSchedule,
-             *, seed: int, num_steps: int, repeat: int) -> dict:
+             *, seed: int, num_steps: int, repeat: int, machine: dict | None = None,
+             phases_s: dict | None = None) -> dict:
     import torch
     import transformers
     import vllm
@@ -245,7 +261,8 @@ def run_meta(shape: LlamaShape, settings: EngineSettings, num_kv_blocks: int, sc
         "vllm": asdict(settings) | {"num_kv_blocks": num_kv_blocks},
         "num_steps": num_steps,
         "repeat": repeat,
-        "machine": _machine(),
+        "machine": machine or {},
+        "phases_s": phases_s or {},
         "versions": {"vllm": vllm.__version__, "torch": torch.__version__, "transformers": transformers.__version__,
                      "python": platform.python_version()},
         "env": {k: os.environ.get(k) for k in ("OMP_NUM_THREADS", "VLLM_CPU_OMP_THREADS_BIND",

@@ -1,32 +1,90 @@
 #!/usr/bin/env bash
-# The whole fidelity study with default settings (`make fidelity` runs this after building the venvs):
-#   1. under the CPU quiet protocol: calibrate the kernels (project .venv), record a calibration run
-#      (trace rows 1000-1099) and three loads x REPEATS repeats (rows 0-99) against vLLM (.venv-fidelity);
-#   2. fit vLLM's per-step overhead on the calibration run; compare every load with both profiles.
-# Outputs under OUT (default out/fidelity). Threads: 1 everywhere.
+# The fidelity study matrix (`make fidelity` runs it after building the venvs), one report at the end:
+#   MODELS (architecture files) x WORKLOADS (ServeSim workload specs: Azure conversation timestamps,
+#   gamma arrivals with CV 4) x LOADS x REPEATS repeats, each compared with three cost models:
+#     kernels   - the per-op kernel profile (`calibrate run`, in the vLLM venv when it has vLLM, so paged
+#                 decode and prefill attention are timed through vLLM's own CPU attention)
+#     engine    - the same kernels + vLLM's per-step overhead fitted on a calibration run (`fit-overhead`)
+#     steps     - a step model fitted to the calibration run's recorded steps (`fit-steps`, K-fold CV)
+# Measurements run under the CPU quiet protocol; the calibration run (trace rows 1000-1099) is never compared.
+# Usage: calibrate/fidelity/run_all.sh [--dry-run]   (--dry-run: parse every option, build every schedule,
+#        print the commands; no engine, no timing). Settings from the environment (defaults below).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
+DRY=0
+for arg in "$@"; do
+    case "$arg" in
+        --dry-run) DRY=1 ;;
+        *) echo "error: run_all.sh: argument '$arg' is not allowed; allowed: --dry-run" >&2; exit 2 ;;
+    esac
+done
 OUT=${OUT:-out/fidelity}
 REPEATS=${REPEATS:-3}
-PY=.venv/bin/python
-PYF=.venv-fidelity/bin/python
-mkdir -p "$OUT"
+MODELS=${MODELS:-"calibrate/fidelity/model.yaml calibrate/fidelity/model-wide.yaml"}
+WORKLOADS=${WORKLOADS:-"calibrate/fidelity/workloads/azure-conv.yaml calibrate/fidelity/workloads/gamma-cv4.yaml"}
+LOADS=${LOADS:-"light=1.5 medium=3.0 high=5.0"}
+KV_TOKENS=${KV_TOKENS:-8192}
+THREADS=${THREADS:-1}
+COST_MODELS="kernels engine steps"
+PY=${PY:-.venv/bin/python}
+PYF=${PYF:-.venv-fidelity/bin/python}
+# The kernel profile: in the vLLM venv when it can import vLLM (its attention kernels), else the project venv.
+PYK=$PY
+if [ -x "$PYF" ] && "$PYF" -c "import vllm" 2>/dev/null; then PYK=$PYF; fi
+load_args=(); for l in $LOADS; do load_args+=(--load "$l"); done
+load_names=(); for l in $LOADS; do load_names+=("${l%%=*}"); done
+
+run() {  # print, and run unless dry
+    echo "+ $*" >&2
+    if [ "$DRY" = 0 ]; then "$@"; fi
+}
 
 measure() {
-    OMP_NUM_THREADS=1 $PY -m calibrate run --model calibrate/fidelity/model.yaml --dtype bf16 --device cpu \
-        --threads 1 --block-size 32 --grid quick --out "$OUT/profile-kernels" -q
-    $PYF -m calibrate.fidelity record --out "$OUT/vllm" --load calib=3.0 --first-row 1000 --repeats 1
-    $PYF -m calibrate.fidelity record --out "$OUT/vllm" --repeats "$REPEATS"
+    for model in $MODELS; do
+        m=$(basename "$model" .yaml)
+        run env OMP_NUM_THREADS="$THREADS" "$PYK" -m calibrate run --model "$model" --dtype bf16 --device cpu \
+            --threads "$THREADS" --block-size 32 --grid quick --out "$OUT/$m/profile-kernels" -q
+        run "$PYF" -m calibrate.fidelity record --model "$model" --kv-tokens "$KV_TOKENS" --threads "$THREADS" \
+            --workload calibrate/fidelity/workloads/azure-conv.yaml --out "$OUT/$m/vllm" --load calib=3.0 \
+            --first-row 1000 --repeats 1
+        for w in $WORKLOADS; do
+            run "$PYF" -m calibrate.fidelity record --model "$model" --kv-tokens "$KV_TOKENS" --threads "$THREADS" \
+                --workload "$w" --out "$OUT/$m/vllm/$(basename "$w" .yaml)" "${load_args[@]}" --repeats "$REPEATS"
+        done
+    done
 }
-export -f measure
-export OUT REPEATS PY PYF
-calibrate/fidelity/quiet.sh bash -c measure 2>&1 | grep -v -E "WARNING|Warning|warn\(|^\s*(if hasattr|wrapper =)|Loading safetensors|Writing model shards|^$"
 
-$PY -m calibrate.fidelity fit-overhead "$OUT/vllm/calib" --profile "$OUT/profile-kernels" --out "$OUT/profile-engine"
-for load in light medium high; do
-    for profile in kernels engine; do
-        echo "== $load, profile-$profile"
-        $PY -m calibrate.fidelity compare "$OUT/vllm/$load" --profile "$OUT/profile-$profile" \
-            --out "$OUT/compare-$profile/$load"
+if [ "$DRY" = 1 ]; then
+    # Every record invocation's options and schedules, checked by the recorder itself (no engine).
+    for model in $MODELS; do
+        for w in $WORKLOADS; do
+            "$PY" -m calibrate.fidelity record --dry-run --model "$model" --kv-tokens "$KV_TOKENS" \
+                --threads "$THREADS" --workload "$w" "${load_args[@]}" --repeats "$REPEATS"
+        done
+    done
+    measure
+else
+    export -f measure run
+    export OUT REPEATS MODELS WORKLOADS LOADS KV_TOKENS THREADS PY PYF PYK DRY
+    export load_args_str="${load_args[*]}"
+    mkdir -p "$OUT"
+    calibrate/fidelity/quiet.sh bash -c 'load_args=($load_args_str); measure' 2>&1 \
+        | grep -v -E "WARNING|Warning|warn\(|^\s*(if hasattr|wrapper =)|Loading safetensors|Writing model shards|^$"
+fi
+
+for model in $MODELS; do
+    m=$(basename "$model" .yaml)
+    run "$PY" -m calibrate.fidelity fit-overhead "$OUT/$m/vllm/calib" --profile "$OUT/$m/profile-kernels" \
+        --out "$OUT/$m/profile-engine"
+    run "$PY" -m calibrate.fidelity fit-steps "$OUT/$m/vllm/calib" --out "$OUT/$m/profile-steps"
+    for w in $WORKLOADS; do
+        wn=$(basename "$w" .yaml)
+        for load in "${load_names[@]}"; do
+            for cm in $COST_MODELS; do
+                run "$PY" -m calibrate.fidelity compare "$OUT/$m/vllm/$wn/$load" --model "$model" \
+                    --profile "$OUT/$m/profile-$cm" --out "$OUT/$m/compare/$wn/$load/$cm"
+            done
+        done
     done
 done
+run "$PY" -m calibrate.fidelity study-report "$OUT" --out "$OUT/study.md"

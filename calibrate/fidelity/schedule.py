@@ -75,3 +75,84 @@ def poisson(*, num_requests: int, rate_per_s: float, seed: int,
     description = {"source": "poisson", "seed": seed, "num_requests": num_requests, "rate_per_s": rate_per_s,
                    "length_scaling": scaling.__dict__}
     return RequestSchedule(np.cumsum(gaps), inp, out, description)
+
+
+RATE_FIELDS = {"poisson": "rate_per_s", "gamma": "rate_per_s", "constant": "rate_per_s",
+               "trace": "target_rate_per_s"}  # the field a load's rate sets, per arrival kind
+
+
+def read_workload(path: Path) -> dict:
+    """A ServeSim workload specification from YAML/JSON: a scenario's `workload:` section, a whole
+    scenario (its `workload:` is used) or the section's keys at the top level. Checked by ServeSim's
+    own schema; bad input is one line naming --workload."""
+    import json
+
+    import yaml
+    from pydantic import ValidationError
+
+    from sim.errors import ConfigError
+    from sim.workload.generate import WorkloadSpec
+
+    p = Path(path).expanduser()
+    if not p.is_file():
+        raise ConfigError(f"--workload: '{path}' is not a file; allowed: a YAML/JSON ServeSim workload specification")
+    try:
+        raw = json.loads(p.read_text()) if p.suffix.lower() == ".json" else yaml.safe_load(p.read_text())
+    except (yaml.YAMLError, json.JSONDecodeError, UnicodeDecodeError):
+        raise ConfigError(f"--workload: '{path}' is not valid YAML/JSON") from None
+    if isinstance(raw, dict) and isinstance(raw.get("workload"), dict):
+        raw = raw["workload"]
+    if isinstance(raw, dict):
+        from sim.config.files import anchor_paths
+        anchor_paths({"workload": raw}, p.resolve().parent)  # trace paths relative to the file, as in a scenario
+    if not isinstance(raw, dict) or not isinstance(raw.get("arrival"), dict):
+        raise ConfigError(f"--workload: '{path}' has no arrival section; allowed: a ServeSim `workload:` section")
+    kind = raw["arrival"].get("kind")
+    if kind not in RATE_FIELDS:
+        raise ConfigError(f"--workload: arrival kind {kind!r} in '{path}' is not allowed; allowed: "
+                          f"{', '.join(RATE_FIELDS)} (a load sets its rate)")
+    try:
+        WorkloadSpec.model_validate(_with_rate(raw, 1.0))
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        where = ".".join(map(str, first["loc"])) or "(top level)"
+        raise ConfigError(f"--workload: '{path}' field {where}: {first['msg']}") from None
+    return raw
+
+
+def _with_rate(raw: dict, rate_per_s: float) -> dict:
+    arrival = dict(raw["arrival"])
+    arrival[RATE_FIELDS[arrival["kind"]]] = rate_per_s
+    return {**raw, "arrival": arrival}
+
+
+def from_workload(raw: dict, *, num_requests: int, rate_per_s: float, seed: int, max_context: int,
+                  first_row: int = 0, scaling: LengthScaling | None = LengthScaling(),
+                  source: str = "workload") -> RequestSchedule:
+    """Requests first_row .. first_row + num_requests - 1 of ServeSim's own workload generation
+    (sim.workload.generate) at `rate_per_s`, arrivals shifted to start at 0 (a trace's window rescaled
+    to exactly that mean rate); lengths scaled and clipped
+    by `scaling` (None: as generated) so that a small model on a CPU serves them."""
+    from sim.workload.generate import WorkloadSpec, generate_workload
+
+    spec = WorkloadSpec.model_validate(_with_rate(raw, rate_per_s))
+    workload = generate_workload(spec, seed=seed, num_requests=first_row + num_requests, duration_s=None,
+                                 max_context=max_context)
+    if workload.num_requests < first_row + num_requests:
+        from sim.errors import ConfigError
+        raise ConfigError(f"--first-row: {first_row} is not allowed with {num_requests} requests; the workload "
+                          f"holds {workload.num_requests}; allowed: at most {workload.num_requests - num_requests}")
+    window = slice(first_row, first_row + num_requests)
+    arrival = workload.arrival_s[window] - workload.arrival_s[first_row]
+    if spec.arrival.kind == "trace" and num_requests > 1 and arrival[-1] > 0:
+        # A trace's rate is rescaled over the whole file; the window replayed gets exactly this rate,
+        # keeping the pattern of its own gaps (as `from_azure_trace`).
+        arrival = arrival * ((num_requests - 1) / rate_per_s / arrival[-1])
+    inp, out = workload.input_tokens[window], workload.output_tokens[window]
+    if scaling is not None:
+        inp, out = scaling.apply(inp, out)
+    description = {"source": source, "workload": spec.model_dump(mode="json", exclude_none=True), "seed": seed,
+                   "first_row": first_row, "num_requests": num_requests, "rate_per_s": rate_per_s,
+                   "length_scaling": scaling.__dict__ if scaling is not None else None}
+    return RequestSchedule(np.asarray(arrival, dtype=np.float64), inp.astype(np.int64),
+                           out.astype(np.int64), description)

@@ -263,7 +263,7 @@ def load_profile(path: str | Path, field: str = "cost_model.profile") -> Profile
     if not isinstance(meta, dict) or meta.get("format_version") != PROFILE_FORMAT_VERSION or "shard" not in meta:
         raise ConfigError(f"{field}: '{meta_path}' is not a ServeSim profile (format_version "
                           f"{PROFILE_FORMAT_VERSION} with a shard section)")
-    if meta.get("profile_kind") == "steps":
+    if meta.get("profile_kind") in ("steps", "engine_steps"):
         raise ConfigError(f"{field}: '{path}' holds whole measured steps, not per-op kernel times; allowed here: "
                           "a profile from `python -m calibrate run` (check a whole-step one with `calibrate check`)")
     if not meta.get("complete"):

@@ -1,0 +1,125 @@
+"""The fidelity harness takes any case: architecture file, KV capacity in tokens, ServeSim workload
+specs, the process's CPU affinity, machine and phase timings in reports, the study's one report.
+Nothing starts vLLM (`record --dry-run` checks options and builds the schedules)."""
+
+import json
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from calibrate.fidelity.__main__ import main
+from calibrate.fidelity.machine import cpuinfo, machine_info, pick_cores
+from calibrate.fidelity.replay_vllm import LlamaShape, kv_bytes_for_tokens
+from calibrate.fidelity.schedule import DEFAULT_TRACE, from_azure_trace, from_workload, read_workload
+from sim.errors import ConfigError
+
+ROOT = Path(__file__).parents[1]
+FID = ROOT / "calibrate" / "fidelity"
+FIXTURE = ROOT / "tests" / "fixtures" / "fidelity"
+
+
+def run_cli(args, capsys):
+    try:
+        code = main(args)
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, capsys.readouterr()
+
+
+def test_cores_come_from_the_affinity_not_from_zero():
+    assert pick_cores(2, [5, 3, 9]) == [3, 5]
+    with pytest.raises(ConfigError, match="--threads: 4 is not allowed; this process may use 3 core"):
+        pick_cores(4, [5, 3, 9])
+    info = machine_info(1, [3])
+    assert info["threads"] == 1 and info["cores"] == [3] and info["allowed_cores"]
+
+
+def test_cpu_flags_are_read_from_cpuinfo():
+    text = "model name\t: Some CPU\nflags\t\t: fpu avx2 avx512f avx512_bf16\nflags\t\t: amx_bf16\n"
+    info = cpuinfo(text)
+    assert info["cpu_model"] == "Some CPU" and info["avx512_bf16"] and info["avx512f"] and info["avx2"]
+    assert not info["amx_bf16"]  # the first core's flags only
+
+
+def test_kv_capacity_in_tokens_becomes_the_bytes_vllm_reserves():
+    shape = LlamaShape()
+    assert kv_bytes_for_tokens(shape, 8192) == 64 << 20  # the recorded fixture's 64 MiB = 256 blocks x 32
+
+
+@pytest.mark.skipif(not DEFAULT_TRACE.is_file(), reason="the Azure conversation trace is not in ../shared/traces")
+def test_the_trace_workload_spec_replays_the_trace_window():
+    raw = read_workload(FID / "workloads" / "azure-conv.yaml")
+    for first_row in (0, 1000):
+        s = from_workload(raw, num_requests=100, rate_per_s=3.0, seed=0, max_context=2048, first_row=first_row)
+        old = from_azure_trace(DEFAULT_TRACE, num_requests=100, rate_per_s=3.0, first_row=first_row)
+        assert np.allclose(s.arrival_s, old.arrival_s) and (s.input_tokens == old.input_tokens).all()
+        assert s.arrival_s[0] == 0 and s.arrival_s[-1] == pytest.approx(99 / 3.0)
+
+
+def test_gamma_workload_is_bursty_and_at_the_rate():
+    raw = read_workload(FID / "workloads" / "gamma-cv4.yaml")
+    assert raw["arrival"]["cv"] >= 3
+    s = from_workload(raw, num_requests=2000, rate_per_s=2.0, seed=1, max_context=2048)
+    gaps = np.diff(s.arrival_s)
+    assert 1.0 / gaps.mean() == pytest.approx(2.0, rel=0.25)
+    assert gaps.std() / gaps.mean() > 2.0  # far burstier than Poisson (CV 1)
+    assert s.description["workload"]["arrival"]["rate_per_s"] == 2.0
+    assert s.input_tokens.max() <= 512 and s.output_tokens.max() <= 128  # the CPU length scaling
+
+
+def test_record_dry_run_checks_options_without_an_engine(tmp_path, capsys):
+    code, captured = run_cli(["record", "--dry-run", "--model", str(FID / "model-wide.yaml"), "--kv-tokens", "4096",
+                              "--workload", str(FID / "workloads" / "gamma-cv4.yaml"), "--load", "a=1", "--load", "b=2"],
+                             capsys)
+    assert code == 0, captured.err
+    assert captured.out.startswith("a: 100 requests") and "\nb: 100 requests" in captured.out
+    assert "num_layers=4" in captured.out and "kv 4096 tokens" in captured.out
+    bad_workload = tmp_path / "w.yaml"
+    bad_workload.write_text("arrival: {kind: closed_loop, num_users: 3}\nlengths: {kind: fixed, input_tokens: 8, output_tokens: 8}\n")
+    for args, needle in ((["--model", str(tmp_path / "none.yaml")], "--model:"),
+                         (["--workload", str(bad_workload)], "--workload: arrival kind 'closed_loop'"),
+                         (["--load", "x"], "--load:"), (["--kv-tokens", "8"], "--kv-tokens: 8")):
+        code, captured = run_cli(["record", "--dry-run", *args], capsys)
+        assert code == 2, (args, captured)
+        assert captured.err.startswith(f"error: {needle}") and len(captured.err.strip().splitlines()) == 1
+
+
+def test_compare_checks_the_architecture_file_against_the_run(tmp_path, capsys):
+    code, captured = run_cli(["compare", str(FIXTURE / "medium"), "--profile", str(FIXTURE / "profile-kernels"),
+                              "--model", str(FID / "model-wide.yaml"), "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and captured.err.startswith("error: --model:") and "num_layers 8 (file 4)" in captured.err
+    code, captured = run_cli(["compare", str(FIXTURE / "medium"), "--profile", str(FIXTURE / "profile-kernels"),
+                              "--model", str(FID / "model.yaml"), "--out", str(tmp_path / "o")], capsys)
+    assert code == 0, captured.err
+    md = (tmp_path / "o" / "fidelity.md").read_text()
+    assert "- recorded on: Intel(R) Xeon(R) Processor, 2 CPUs, flags amx_bf16 avx512_bf16" in md
+    assert "- compared on: " in md and "phases: simulate" in md
+    info = json.loads((tmp_path / "o" / "simulation.json").read_text())
+    assert set(info["phases_s"]) == {"simulate", "step_check"} and "cpu_model" in info["machine"]
+
+
+def test_study_report_collects_every_comparison(tmp_path, capsys):
+    out = tmp_path / "study"
+    for model, workload, load, cm in (("m1", "azure-conv", "light", "kernels"), ("m1", "gamma-cv4", "high", "steps")):
+        code, captured = run_cli(["compare", str(FIXTURE / "medium"), "--profile", str(FIXTURE / "profile-kernels"),
+                                  "--out", str(out / model / "compare" / workload / load / cm)], capsys)
+        assert code == 0, captured.err
+    code, captured = run_cli(["study-report", str(out), "--out", str(out / "study.md")], capsys)
+    assert code == 0, captured.err
+    frame = pd.read_csv(out / "study.csv")
+    assert sorted(map(tuple, frame[["model", "workload", "load", "cost_model"]].to_numpy())) == [
+        ("m1", "azure-conv", "light", "kernels"), ("m1", "gamma-cv4", "high", "steps")]
+    one = pd.read_csv(out / "m1" / "compare" / "azure-conv" / "light" / "kernels" / "fidelity.csv").set_index("metric")
+    row = frame[frame["cost_model"] == "kernels"].iloc[0]
+    assert row["tpot_mean_s"] == pytest.approx(one.loc["tpot_mean_s", "error"])
+    assert "| m1 | gamma-cv4 | high | steps |" in (out / "study.md").read_text()
+    code, captured = run_cli(["study-report", str(tmp_path / "empty"), "--out", str(tmp_path / "x.md")], capsys)
+    assert code == 2 and captured.err.startswith("error: OUT:")
+
+
+def test_the_study_script_parses_its_arguments():
+    bad = subprocess.run([str(FID / "run_all.sh"), "--bogus"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "argument '--bogus' is not allowed" in bad.stderr
