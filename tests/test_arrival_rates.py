@@ -42,9 +42,9 @@ def arrival(raw: dict):
     return WorkloadSpec.model_validate({"arrival": raw, "lengths": lengths}).arrival
 
 
-def test_every_kind_is_covered_and_only_closed_loop_has_no_rate():
-    assert set(ARRIVAL_KINDS) == set(SYNTHETIC) | {"trace", "closed_loop"}
-    assert set(RATE_KINDS) == set(ARRIVAL_KINDS) - {"closed_loop"}
+def test_every_kind_is_covered_and_only_closed_loop_and_burst_have_no_rate():
+    assert set(ARRIVAL_KINDS) == set(SYNTHETIC) | {"trace", "closed_loop", "burst"}
+    assert set(RATE_KINDS) == set(ARRIVAL_KINDS) - {"closed_loop", "burst"}
 
 
 @pytest.mark.parametrize("kind", list(SYNTHETIC))

@@ -25,7 +25,6 @@ from sim.config.files import build_scenario_set
 from sim.core.step_plan import StepPlan
 from sim.cost.calibrated import load_profile, shard_shapes
 from sim.cost.steps import (
-    SHAPE_COLUMNS,
     STEPS_COLUMNS,
     Rates,
     StepFitWarning,
