@@ -98,9 +98,8 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
     torch = _import_torch(device)
     torch.set_num_threads(threads)
 
-    from .bench import ShardBench
+    from .bench import GRAPH_CALLS, ShardBench
     from .store import ProfileWriter
-    from .bench import GRAPH_CALLS
     from .timing import time_cpu, time_cuda_graph
     bench = ShardBench(spec, tp, dtype, device, block_size)
     the_grid = make_grid(grid, spec.max_context)
@@ -275,7 +274,8 @@ def selftest(model: str = typer.Option("llama-3.1-8b", "--model", help="catalog 
     _at_least_one("--block-size", block_size)
     spec = _load_dense_model(model, tp)
     _import_torch(device)
-    from .gpucheck import SelfTestError, print_selftest, selftest as run_selftest
+    from .gpucheck import SelfTestError, print_selftest
+    from .gpucheck import selftest as run_selftest
     started = time.perf_counter()
     results = run_selftest(spec, tp, dtype, device, block_size)
     print_selftest(results, console)
@@ -302,7 +302,8 @@ def paged_bench(model: str = typer.Option("llama-3.1-8b", "--model", help="catal
     _at_least_one("--block-size", block_size)
     spec = _load_dense_model(model, tp)
     _import_torch(device)
-    from .gpucheck import DECODE_BATCHES, DECODE_CONTEXTS, paged_bench as run_paged_bench
+    from .gpucheck import DECODE_BATCHES, DECODE_CONTEXTS
+    from .gpucheck import paged_bench as run_paged_bench
     batches, contexts = (DECODE_BATCHES, DECODE_CONTEXTS) if grid == "full" else ((1, 4), (32, 128))
     contexts = tuple(c for c in contexts if c <= spec.max_context)
     rows = run_paged_bench(spec, tp, dtype, device, block_size, batches, contexts)

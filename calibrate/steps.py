@@ -38,11 +38,10 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from sim.atomic_files import atomic_write_text
 from sim.cost.calibrated import shard_shapes
 from sim.errors import ConfigError
 from sim.model.specs import ModelSpec
-
-from sim.atomic_files import atomic_write_text
 
 from .kernels import torch_ops as ops
 from .timing import Timing

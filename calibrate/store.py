@@ -10,7 +10,8 @@ from pathlib import Path
 import pandas as pd
 
 from sim.atomic_files import atomic_write_text
-from sim.cost.calibrated import FAMILY_KEYS, PROFILE_FORMAT_VERSION, STAT_COLUMNS
+from sim.cost.calibrated import FAMILY_KEYS, STAT_COLUMNS
+from sim.cost.profile_meta import PROFILE_FORMAT_VERSION
 from sim.errors import ConfigError
 
 # meta.json keys that must match for a rerun to resume into an existing folder.

@@ -60,7 +60,12 @@ def record(
     from calibrate.arch import load_model
 
     from .machine import machine_info
-    from .replay_vllm import EngineSettings, kv_bytes_for_tokens, pin_threads, shape_from_model
+    from .replay_vllm import (
+        EngineSettings,
+        kv_bytes_for_tokens,
+        pin_threads,
+        shape_from_model,
+    )
     from .schedule import LengthScaling, from_workload, read_workload
 
     started = time.perf_counter()
@@ -145,13 +150,13 @@ def fit_overhead(
     out: Path = typer.Option(..., help="the kernel profile with vLLM's measured per-step overhead"),
 ) -> None:
     """Fit vLLM's per-step engine overhead from recorded steps; write it into a copy of the profile."""
+    import pandas as pd
+
     from sim.config.deployment import model_spec
     from sim.config.schema import Scenario
     from sim.cost.calibrated import CalibratedCostModel
 
     from .compare import load_run, scenario_dict
-    import pandas as pd
-
     from .overhead import (
         KernelExcessWarning,
         fit_step_overhead,

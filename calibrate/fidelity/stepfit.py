@@ -12,7 +12,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from sim.cost.engine_steps import CANDIDATES, CrossValidation, cross_validate, feature_matrix, fit_relative
+from sim.cost.engine_steps import (
+    CANDIDATES,
+    CrossValidation,
+    cross_validate,
+    feature_matrix,
+    fit_relative,
+)
 
 from .overhead import read_steps, step_plan
 

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import difflib
 import json
-import types
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any, Literal, get_args, get_origin
 
 from pydantic import BaseModel, ValidationError
 
-from sim.config.schema import Scenario
+from sim.config.schema import Scenario, annotation_members
 
 
 @dataclass(frozen=True)
@@ -22,16 +21,6 @@ class _Where:
     kind: str | None  # the `kind` of the union member chosen on the way (e.g. "trace"), if any
     annotation: Any  # the declared type at the path (before any union member is chosen)
     ends_in_tag: bool  # the loc ends in a union-member tag: an "it is not this member" error
-
-
-def _members(tp: Any) -> list:
-    """The alternatives of an annotation: Optional, Union and Annotated unwrapped."""
-    origin = get_origin(tp)
-    if origin is Annotated:
-        return _members(get_args(tp)[0])
-    if origin is Union or origin is types.UnionType:
-        return [m for arg in get_args(tp) for m in _members(arg)]
-    return [tp]
 
 
 def _model_class(tp: Any) -> type[BaseModel] | None:
@@ -65,7 +54,7 @@ def _locate(loc: tuple) -> _Where:
     tp: Any = Scenario
     container, kind, annotation, tag_last = None, None, Scenario, False
     for item in loc:
-        members = _members(tp)
+        members = annotation_members(tp)
         tag_last = False
         if isinstance(item, int):
             parts.append(f"[{item}]")
@@ -124,7 +113,7 @@ def _allowed(error: dict, where: _Where) -> str | None:
         bound = ctx.get("min_length") if etype == "too_short" else ctx.get("max_length")
         return f"{'at least' if etype == 'too_short' else 'at most'} {bound} item(s)"
     if etype in _UNION_NOISE or etype in _EXPECTED:
-        members = [m for m in _members(where.annotation) if m is not type(None)]
+        members = [m for m in annotation_members(where.annotation) if m is not type(None)]
         if len(members) > 1 and any(map(_model_class, members)):  # e.g. model: str | ModelSpec
             words = ["a catalog name" if m is str else f"an inline {m.__name__} mapping" if _model_class(m)
                      else _TYPE_WORDS.get(m, getattr(m, "__name__", str(m))) for m in members]
@@ -176,7 +165,7 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     elif etype in ("union_tag_invalid", "union_tag_not_found"):
         ctx = first.get("ctx") or {}
         discriminator = str(ctx.get("discriminator", "kind")).strip("'")
-        tags = [k for k in (_kind_of(m) for m in _members(where.annotation) if _model_class(m)) if k]
+        tags = [k for k in (_kind_of(m) for m in annotation_members(where.annotation) if _model_class(m)) if k]
         allowed = ", ".join(tags) or str(ctx.get("expected_tags", ""))
         if etype == "union_tag_invalid":
             line = f"{field}.{discriminator}: {_shown(ctx.get('tag'))} is not allowed; allowed: {allowed}"

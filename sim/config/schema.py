@@ -28,13 +28,13 @@ class ConfigDeprecationWarning(FutureWarning):
     """A scenario key still accepted under its old name (shown by default, unlike DeprecationWarning)."""
 
 
-def _members(annotation: Any) -> list:
+def annotation_members(annotation: Any) -> list:
     """The alternatives of an annotation: Optional, Union and Annotated unwrapped."""
     origin = get_origin(annotation)
     if origin is Annotated:
-        return _members(get_args(annotation)[0])
+        return annotation_members(get_args(annotation)[0])
     if origin is Union or origin is types.UnionType:
-        return [m for arg in get_args(annotation) for m in _members(arg)]
+        return [m for arg in get_args(annotation) for m in annotation_members(arg)]
     return [annotation]
 
 
@@ -43,7 +43,7 @@ def literal_choices(model: type[BaseModel], field: str) -> tuple:
 
     Forms offer exactly these, so a value added to the schema reaches every choice list.
     """
-    values = tuple(v for member in _members(model.model_fields[field].annotation) if get_origin(member) is Literal
+    values = tuple(v for member in annotation_members(model.model_fields[field].annotation) if get_origin(member) is Literal
                    for v in get_args(member))
     if not values:
         raise TypeError(f"{model.__name__}.{field} is not a Literal field")
@@ -52,7 +52,7 @@ def literal_choices(model: type[BaseModel], field: str) -> tuple:
 
 def union_kinds(union: Any) -> tuple[str, ...]:
     """The `kind` of each member of a discriminated union (`workload.arrival`, `workload.lengths`...)."""
-    return tuple(literal_choices(member, "kind")[0] for member in _members(union))
+    return tuple(literal_choices(member, "kind")[0] for member in annotation_members(union))
 
 
 class _Strict(BaseModel):

@@ -12,7 +12,6 @@ at its value on the nearest grid edge. Grid points are reproduced exactly.
 
 from __future__ import annotations
 
-import json
 import math
 from bisect import bisect_right
 from dataclasses import dataclass
@@ -22,13 +21,13 @@ from typing import Callable
 import pandas as pd
 
 from sim.core.step_plan import StepPlan
+from sim.cost.profile_meta import read_meta
 from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu
 from sim.model.shapes import layer_groups, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
-PROFILE_FORMAT_VERSION = 1
 # Op family -> the columns that name one measured shape (each CSV then has STAT_COLUMNS).
 FAMILY_KEYS: dict[str, tuple[str, ...]] = {
     "linear": ("op", "in_features", "out_features", "num_tokens"),
@@ -248,21 +247,10 @@ _CACHE: dict[tuple[str, float], Profile] = {}
 def load_profile(path: str | Path, field: str = "cost_model.profile") -> Profile:
     """Read and check a profile folder (cached: many replicas share one)."""
     p = Path(path).expanduser()
-    meta_path = p / "meta.json"
-    if not p.is_dir():
-        raise ConfigError(f"{field}: '{path}' is not a folder; give a profile written by `python -m calibrate run`")
-    if not meta_path.is_file():
-        raise ConfigError(f"{field}: '{path}' has no meta.json; give a profile written by `python -m calibrate run`")
-    key = (str(p.resolve()), meta_path.stat().st_mtime)
+    meta = read_meta(p, field)
+    key = (str(p.resolve()), (p / "meta.json").stat().st_mtime)
     if key in _CACHE:
         return _CACHE[key]
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{field}: '{meta_path}' is not valid JSON ({err.msg if hasattr(err, 'msg') else err})") from None
-    if not isinstance(meta, dict) or meta.get("format_version") != PROFILE_FORMAT_VERSION or "shard" not in meta:
-        raise ConfigError(f"{field}: '{meta_path}' is not a ServeSim profile (format_version "
-                          f"{PROFILE_FORMAT_VERSION} with a shard section)")
     if meta.get("profile_kind") in ("steps", "engine_steps"):
         raise ConfigError(f"{field}: '{path}' holds whole measured steps, not per-op kernel times; allowed here: "
                           "a profile from `python -m calibrate run` (check a whole-step one with `calibrate check`)")

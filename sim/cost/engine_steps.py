@@ -34,7 +34,8 @@ import numpy as np
 import pandas as pd
 
 from sim.core.step_plan import StepPlan
-from sim.cost.calibrated import PROFILE_FORMAT_VERSION, shard_shapes
+from sim.cost.calibrated import shard_shapes
+from sim.cost.profile_meta import PROFILE_FORMAT_VERSION
 from sim.cost.roofline import StepCost
 from sim.errors import ConfigError
 from sim.model.specs import ModelSpec
@@ -168,7 +169,7 @@ class EngineStepProfile:
 
 
 def load_engine_step_profile(path: str | Path, field: str = "cost_model.profile") -> EngineStepProfile:
-    from sim.cost.steps import read_meta
+    from sim.cost.profile_meta import read_meta
 
     p = Path(path).expanduser()
     meta = read_meta(p, field)

@@ -17,14 +17,15 @@ def profile_kind(path: str | Path, field: str = "cost_model.profile") -> str:
     """'steps' for a whole-step profile, 'engine_steps' for one fitted to an engine's recorded steps
     (sim/cost/engine_steps.py), 'ops' for a per-op one (one-line ConfigError if none)."""
     from sim.cost.engine_steps import PROFILE_KIND as ENGINE_STEPS
-    from sim.cost.steps import PROFILE_KIND, read_meta
+    from sim.cost.profile_meta import read_meta
+    from sim.cost.steps import PROFILE_KIND
     kind = read_meta(path, field).get("profile_kind")
     return {PROFILE_KIND: "steps", ENGINE_STEPS: "engine_steps"}.get(kind, "ops")
 
 
 def profile_engine(path: str | Path, field: str = "cost_model.profile") -> str:
     """The engine a profile timed: meta.json's `engine` for whole steps, 'ops' for per-op kernels."""
-    from sim.cost.steps import read_meta
+    from sim.cost.profile_meta import read_meta
     meta = read_meta(path, field)
     return str(meta.get("engine")) if profile_kind(path, field) in ("steps", "engine_steps") else "ops"
 
@@ -33,7 +34,10 @@ def check_profile_matches(path: str | Path, model: ModelSpec, tensor_parallel: i
                           field: str = "cost_model.profile") -> None:
     """Load the profile (either kind) and check it was measured for this model's shard at this TP."""
     if profile_kind(path, field) == "engine_steps":
-        from sim.cost.engine_steps import check_engine_step_matches, load_engine_step_profile
+        from sim.cost.engine_steps import (
+            check_engine_step_matches,
+            load_engine_step_profile,
+        )
         check_engine_step_matches(load_engine_step_profile(path, field), model, tensor_parallel, field)
     elif profile_kind(path, field) == "steps":
         from sim.cost.steps import check_step_matches, load_step_profile

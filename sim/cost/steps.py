@@ -40,7 +40,6 @@ pandas only: simulating never needs torch.
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from bisect import bisect_right
@@ -52,7 +51,8 @@ import pandas as pd
 from pydantic import ValidationError
 
 from sim.core.step_plan import StepPlan
-from sim.cost.calibrated import PROFILE_FORMAT_VERSION, shard_shapes
+from sim.cost.calibrated import shard_shapes
+from sim.cost.profile_meta import read_meta
 from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu
@@ -491,26 +491,6 @@ class StepProfile:
 
 
 _CACHE: dict[tuple[str, float, float], StepProfile] = {}
-
-
-def read_meta(path: str | Path, field: str = "cost_model.profile") -> dict:
-    """meta.json of any ServeSim profile folder (per-op or whole-step), with one-line errors."""
-    p = Path(path).expanduser()
-    if not p.is_dir():
-        raise ConfigError(f"{field}: '{path}' is not a folder; give a profile written by `python -m calibrate run`, "
-                          "`calibrate steps` or `calibrate import-steps`")
-    meta_path = p / "meta.json"
-    if not meta_path.is_file():
-        raise ConfigError(f"{field}: '{path}' has no meta.json; give a profile written by `python -m calibrate run`, "
-                          "`calibrate steps` or `calibrate import-steps`")
-    try:
-        meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise ConfigError(f"{field}: '{meta_path}' is not valid JSON ({getattr(err, 'msg', err)})") from None
-    if not isinstance(meta, dict) or meta.get("format_version") != PROFILE_FORMAT_VERSION or "shard" not in meta:
-        raise ConfigError(f"{field}: '{meta_path}' is not a ServeSim profile (format_version "
-                          f"{PROFILE_FORMAT_VERSION} with a shard section)")
-    return meta
 
 
 def load_step_profile(path: str | Path, field: str = "cost_model.profile") -> StepProfile:
