@@ -96,7 +96,7 @@ _UNION_NOISE = {"string_type", "model_type", "model_attributes_type", "dict_type
 
 _EXPECTED = {  # pydantic error type -> what is allowed, in words
     "int_parsing": "an integer", "int_type": "an integer", "int_from_float": "an integer",
-    "float_parsing": "a number", "float_type": "a number", "bool_parsing": "true or false",
+    "float_parsing": "a number", "float_type": "a number", "finite_number": "a finite number", "bool_parsing": "true or false",
     "bool_type": "true or false", "string_type": "a string", "list_type": "a list",
     "dict_type": "a mapping of keys", "model_type": "a mapping of keys",
     "model_attributes_type": "a mapping of keys",
@@ -134,6 +134,8 @@ def _allowed(error: dict, where: _Where) -> str | None:
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+        return str(value)  # inf, -inf, nan (JSON would say Infinity)
     shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
     return shown if len(shown) <= 60 else shown[:57] + "..."
 

@@ -36,6 +36,7 @@ from sim.config.files import (
     anchor_paths,
     build_scenario_set,
     deep_merge,
+    parse_yaml_bytes,
     validate_scenario,
 )
 from sim.config.schema import Scenario, ScenarioSet
@@ -131,16 +132,7 @@ def parse_scenario_yaml(data: bytes | str, source: str = "uploaded file") -> dic
     if len(raw_bytes) > MAX_UPLOAD_YAML_BYTES:
         raise ConfigError(f"{source}: {len(raw_bytes):,} bytes is larger than the limit of "
                           f"{MAX_UPLOAD_YAML_BYTES:,} bytes for a scenario file")
-    try:
-        text = raw_bytes.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{source}: not UTF-8 text (byte {err.start})") from None
-    try:
-        raw = yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{source}{where}: {getattr(err, 'problem', None) or 'invalid YAML'}") from None
+    raw = parse_yaml_bytes(raw_bytes, source)  # binary, non-UTF-8, empty, alias bombs: one line
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a mapping of scenario sections, got {type(raw).__name__}")
     return raw

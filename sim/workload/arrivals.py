@@ -22,19 +22,23 @@ from sim.workload.traces import Trace, TraceColumns, TraceFormat, load_trace
 # --------------------------------------------------------------------------------------------------
 # Arrival processes
 
+# The highest arrival rate a scenario may ask for. A million requests per second is ~10,000 times what one
+# GPU replica serves; a rate beyond it is a typo (1e308, an extra zero run), and its arrays would not fit.
+MAX_RATE_PER_S = 1e6
+
 
 class PoissonArrival(StrictSpec):
     """Independent requests: exponential inter-arrival gaps (CV 1)."""
 
     kind: Literal["poisson"] = "poisson"
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float = Field(gt=0, le=MAX_RATE_PER_S)
 
 
 class GammaArrival(StrictSpec):
     """Renewal process with gamma gaps: cv > 1 is burstier than Poisson, cv < 1 more regular."""
 
     kind: Literal["gamma"] = "gamma"
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float = Field(gt=0, le=MAX_RATE_PER_S)
     cv: float = Field(gt=0, description="coefficient of variation of the inter-arrival gaps")
 
 
@@ -42,12 +46,12 @@ class ConstantArrival(StrictSpec):
     """One request every 1/rate seconds (CV 0)."""
 
     kind: Literal["constant"] = "constant"
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float = Field(gt=0, le=MAX_RATE_PER_S)
 
 
 class ScheduleStep(StrictSpec):
     duration_s: float = Field(gt=0)
-    rate_per_s: float = Field(ge=0)
+    rate_per_s: float = Field(ge=0, le=MAX_RATE_PER_S)
 
 
 class ScheduleArrival(StrictSpec):
@@ -74,7 +78,7 @@ class DiurnalArrival(StrictSpec):
     """
 
     kind: Literal["diurnal"] = "diurnal"
-    mean_rate_per_s: float = Field(gt=0)
+    mean_rate_per_s: float = Field(gt=0, le=MAX_RATE_PER_S)
     amplitude: float = Field(ge=0, lt=1, description="peak deviation as a fraction of the mean rate")
     period_s: float = Field(gt=0)
     phase_s: float = Field(0.0, description="time at which the rate crosses its mean going up")
@@ -100,7 +104,8 @@ class TraceArrival(StrictSpec):
     format: TraceFormat = "auto"
     columns: TraceColumns | None = None
     time_scale: float = Field(1.0, gt=0, description="multiplies every inter-arrival gap")
-    target_rate_per_s: float | None = Field(None, gt=0, description="rescale gaps to this mean rate")
+    target_rate_per_s: float | None = Field(None, gt=0, le=MAX_RATE_PER_S,
+                                             description="rescale gaps to this mean rate")
 
     @model_validator(mode="after")
     def _one_rescaling(self) -> "TraceArrival":
