@@ -296,7 +296,14 @@ class SweepOutput:
             raise ConfigError(f"--out: {str(self.path)!r} must end in {' or '.join(OUTPUT_SUFFIXES)}")
         self.journal = self.path.with_name(self.path.name + ".journal.jsonl")
         if self.path.exists():
-            frame = pd.read_parquet(self.path) if self.path.suffix == ".parquet" else pd.read_csv(self.path)
+            try:
+                frame = pd.read_parquet(self.path) if self.path.suffix == ".parquet" else pd.read_csv(self.path)
+            except Exception as err:  # noqa: BLE001 - any reader error: not a sweep table we can resume
+                raise ConfigError(f"--out: {str(self.path)!r} exists but is not a readable sweep table "
+                                  f"({type(err).__name__}); choose another output file or delete it") from None
+            if len(frame) and "point_id" not in frame.columns:
+                raise ConfigError(f"--out: {str(self.path)!r} exists but is not a sweep table (no point_id "
+                                  "column); choose another output file or delete it")
             self.rows = frame.to_dict("records")
         if self.journal.exists():
             for line in self.journal.read_text().splitlines():

@@ -20,6 +20,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from sim.atomic_files import check_output_dir, check_output_file
 from sim.errors import ServeSimError
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
@@ -104,6 +105,8 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
     else:
         raise ServeSimError(f"--variant: {variant!r} is not in {scenario}; allowed: "
                             + ", ".join(scenario_set.variants))
+    if out is not None:
+        check_output_dir(out)  # before simulating, not after
     result = _simulate_with_progress(chosen, make_workload(chosen), chosen.name, quiet)
     console.print(_summary_table([result]))
     if out is not None:
@@ -119,11 +122,12 @@ def compare(scenario: str = typer.Argument(..., help="scenario YAML file with va
     """Run every variant of a scenario on the same generated workload and compare them."""
     from sim.run import make_workload
     scenario_set = _load(scenario, set_)
+    out = out or Path("out") / Path(scenario).stem
+    check_output_dir(out)  # before simulating, not after
     results = []
     for name, variant in scenario_set.items():
         results.append(_simulate_with_progress(variant, make_workload(variant), name, quiet))
     console.print(_summary_table(results))
-    out = out or Path("out") / Path(scenario).stem
     _write_outputs(out, results, f"ServeSim comparison: {scenario_set.base.name}",
                    Path(scenario).read_text())
     console.print(f"Outputs written to {out}/ — open {out / 'report.html'} in a browser.")
@@ -191,6 +195,7 @@ def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
     if workers is not None and workers < 1:
         raise ServeSimError(f"--workers: {workers} must be >= 1")
     out = out or Path("out") / f"{Path(scenario).stem}-sweep.parquet"
+    check_output_file(out)
     plan = plan_sweep(raw, axes, out, chosen)
     skipped = len(plan.tasks) - len(plan.todo)
     if skipped:
@@ -248,8 +253,13 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     for option, value in (("--max-replicas", max_replicas), ("--seeds", seeds), ("--workers", workers)):
         if value is not None and value < 1:
             raise ServeSimError(f"{option}: {value} must be >= 1")
-    if rate is not None and not rate > 0:
-        raise ServeSimError(f"--rate: {rate} must be > 0 (requests per second)")
+    from sim.workload.arrivals import MAX_RATE_PER_S
+    if rate is not None and not 0 < rate <= MAX_RATE_PER_S:
+        raise ServeSimError(f"--rate: {rate} must be > 0 and <= {MAX_RATE_PER_S:g} (requests per second)")
+    out = out or Path("out") / f"plan-{Path(scenario).stem}"
+    check_output_dir(out)
+    if report is not None:
+        check_output_file(report, "--report")
     settings = plan_settings(raw, rate=rate, gpus=_csv_list("--gpus", gpus), tensor_parallel=_csv_list("--tp", tp, int),
                              policies=_csv_list("--policies", policies), max_replicas=max_replicas,
                              num_seeds=seeds, prices=prices)
@@ -281,7 +291,6 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     if spread:
         console.print(f"Under {spread['num_seeds']} seeds: SLOs met {spread['seeds_meeting_slo']}/{spread['num_seeds']}; "
                       f"fewest replicas per seed {spread['min_replicas']}")
-    out = out or Path("out") / f"plan-{Path(scenario).stem}"
     write_plan_outputs(result, out, report)
     console.print(f"Outputs written to {out}/ (report.html, plan.md, candidates.csv, simulations.csv)"
                   + (f"; report also at {report}" if report else ""))
