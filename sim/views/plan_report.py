@@ -45,6 +45,7 @@ def candidates_frame(result: PlanResult) -> pd.DataFrame:
             "cost_per_million_tokens": o.costs.get("cost_per_million_tokens"),
             "cost_per_million_output_tokens": o.costs.get("cost_per_million_output_tokens"),
             "max_rate_per_replica": o.max_rate_per_replica,
+            "reachable_rate_per_s": o.reachable_rate_per_s,  # infeasible: about the most max_replicas serve
         }
         for metric, _, _ in _LIMITS:
             row[f"{metric}_{_pct(slo)}_s"] = _metric_at(o.at_target, slo, metric) if o.at_target else math.nan
@@ -120,8 +121,14 @@ def _money(x) -> str:
 def recommendation_text(result: PlanResult) -> str:
     s, rec = result.settings, result.recommendation
     if rec is None:
-        return (f"No candidate meets the SLOs at {s.target_rate_per_s:g} req/s with at most {s.max_replicas} "
+        text = (f"No candidate meets the SLOs at {s.target_rate_per_s:g} req/s with at most {s.max_replicas} "
                 "replicas; see the excluded and infeasible candidates below.")
+        reach = [(o.reachable_rate_per_s, o.candidate.name) for o in result.outcomes
+                 if math.isfinite(o.reachable_rate_per_s) and o.reachable_rate_per_s > 0]
+        if reach:
+            rate, name = max(reach)
+            text += f" The most any reaches is about {rate:.3g} req/s ({s.max_replicas} × {name})."
+        return text
     c = rec.candidate
     limits = ", ".join(f"{_pct(result.slo)} {label} ≤ {result.slo[key]:g} s" for _, key, label in _LIMITS
                        if result.slo.get(key) is not None)
