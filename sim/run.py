@@ -140,6 +140,9 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                         in_system_area=sim.in_system_area,
                         num_generated=workload.num_requests)
     summary["kv_capacity_tokens"] = replicas[0].scheduler.kv.capacity_slots
+    # Requests whose sampled lengths did not fit max_model_len and were cut: they ran shorter than asked.
+    summary["num_requests_clipped"] = workload.num_clipped
+    summary["max_model_len"] = deployment.max_model_len
     swapped_tokens = int(steps["swap_in_tokens"].sum() + steps["swap_out_tokens"].sum())
     summary["swapped_bytes"] = swapped_tokens * deployment.kv_bytes_per_token
     kv_bytes_total = deployment.kv_bytes_per_token

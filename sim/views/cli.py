@@ -56,16 +56,26 @@ def _simulate_with_progress(scenario, workload, label: str, quiet: bool):
 
 
 def _summary_table(results) -> Table:
-    from sim.views.report import SUMMARY_ROWS, format_value
+    from sim.views.report import SUMMARY_ROWS, format_metric, format_value
     table = Table(title="Summary", show_lines=False)
     table.add_column("metric")
     for r in results:
         table.add_column(r.name, justify="right")
     for key, label in SUMMARY_ROWS:
-        table.add_row(label, *[format_value(r.summary.get(key)) for r in results])
+        table.add_row(label, *[format_metric(key, r.summary.get(key)) for r in results])
     if any(r.summary.get("slo_met") is not None for r in results):
         table.add_row("SLOs met", *[format_value(r.summary.get("slo_met")) for r in results])
     return table
+
+
+def _clipping_notes(results) -> None:
+    """One line per result whose generated lengths were cut to fit the model: its numbers are for shorter requests."""
+    for r in results:
+        clipped = r.summary.get("num_requests_clipped") or 0
+        if clipped:
+            console.print(f"note: {r.name}: {clipped:,} of {r.summary.get('num_requests', 0):,} requests were longer "
+                          f"than max_model_len ({r.summary.get('max_model_len')} tokens) and were clipped to fit",
+                          markup=False, highlight=False)
 
 
 def _folder_name(variant: str) -> str:
@@ -109,6 +119,7 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
         check_output_dir(out)  # before simulating, not after
     result = _simulate_with_progress(chosen, make_workload(chosen), chosen.name, quiet)
     console.print(_summary_table([result]))
+    _clipping_notes([result])
     if out is not None:
         _write_outputs(out, [result], f"ServeSim run: {chosen.name}", chosen.to_yaml())
         console.print(f"Outputs written to {out}/ (report: {out / 'report.html'})")
@@ -128,6 +139,7 @@ def compare(scenario: str = typer.Argument(..., help="scenario YAML file with va
     for name, variant in scenario_set.items():
         results.append(_simulate_with_progress(variant, make_workload(variant), name, quiet))
     console.print(_summary_table(results))
+    _clipping_notes(results)
     _write_outputs(out, results, f"ServeSim comparison: {scenario_set.base.name}",
                    Path(scenario).read_text())
     console.print(f"Outputs written to {out}/ — open {out / 'report.html'} in a browser.")

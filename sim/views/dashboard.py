@@ -42,7 +42,7 @@ from sim.config.files import (
 from sim.config.schema import Scenario, ScenarioSet
 from sim.errors import ConfigError
 from sim.results import Result
-from sim.views.report import SUMMARY_ROWS, format_value
+from sim.views.report import PERCENT_KEYS, SUMMARY_ROWS, format_metric, format_value
 
 MAX_VARIANTS = 4
 MAX_UPLOAD_YAML_BYTES = MAX_SCENARIO_BYTES  # the CLI's limit for scenario files (1 MiB)
@@ -357,6 +357,14 @@ def save_uploaded_trace(data: bytes, filename: str, folder: str | Path) -> Path:
 # Results side by side
 
 SUMMARY_METRICS = SUMMARY_ROWS  # one list of rows for every view; deltas are against the first variant
+_KEY_OF_LABEL = {label: key for key, label in SUMMARY_METRICS}
+
+
+def _points(value: float, reference: float) -> str:
+    """Change of a percentage, in percentage points."""
+    if math.isnan(value) or math.isnan(reference):
+        return "-"
+    return "=" if value == reference else f"{(value - reference) * 100:+.3g} pp"
 
 
 def _number(value: Any) -> float:
@@ -390,12 +398,14 @@ def summary_table(results: list[Result]) -> pd.DataFrame:
     """The table the page shows: each variant's value, and after every variant but the first its change
     from the first variant (column "Δ name")."""
     numbers = summary_numbers(results)
+    keys = [_KEY_OF_LABEL[label] for label in numbers.index]
     table = pd.DataFrame(index=numbers.index)
     first = numbers.columns[0]
     for i, column in enumerate(numbers.columns):
-        table[column] = [format_value(v) if not math.isnan(v) else "-" for v in numbers[column]]
+        table[column] = [format_metric(k, v) if not math.isnan(v) else "-" for k, v in zip(keys, numbers[column])]
         if i > 0:
-            table[f"Δ {column}"] = [delta_text(v, ref) for v, ref in zip(numbers[column], numbers[first])]
+            table[f"Δ {column}"] = [_points(v, ref) if k in PERCENT_KEYS else delta_text(v, ref)
+                                    for k, v, ref in zip(keys, numbers[column], numbers[first])]
     table.index.name = "metric"
     return table
 
