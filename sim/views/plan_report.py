@@ -332,7 +332,8 @@ def render_html(result: PlanResult) -> str:
     if result.seeds:
         figs.append(("seeds-chart", "Spread over seeds", _seed_figure(result)))
     charts = "".join(f'<section id="{key}"><h2>{html.escape(title)}</h2>'
-                     + fig.to_html(full_html=False, include_plotlyjs=(i == 0)) + "</section>"
+                     + fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"plot-{key}")
+                     + "</section>"
                      for i, (key, title, fig) in enumerate(figs))
     excluded = _excluded_frame(result)
     margins = _margins_frame(result)

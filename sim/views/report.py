@@ -143,8 +143,9 @@ def summary_table_html(results: list[Result]) -> str:
 def render_report(results: list[Result], title: str, scenario_yaml: str = "") -> str:
     parts = []
     for n, (name, fig) in enumerate(figures(results)):
-        parts.append(f'<section id="{name}">' + fig.to_html(full_html=False, include_plotlyjs=(n == 0))
-                     + "</section>")
+        # A fixed div id (plotly draws a random one): the same run writes the same bytes.
+        parts.append(f'<section id="{name}">' + fig.to_html(full_html=False, include_plotlyjs=(n == 0),
+                                                               div_id=f"plot-{name}") + "</section>")
     from sim import __version__
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
