@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 import types
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
@@ -134,7 +135,7 @@ def _allowed(error: dict, where: _Where) -> str | None:
 
 
 def _shown(value: Any) -> str:
-    if isinstance(value, float) and value != value or value in (float("inf"), float("-inf")):
+    if isinstance(value, float) and not math.isfinite(value):
         return str(value)  # inf, -inf, nan (JSON would say Infinity)
     shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
     return shown if len(shown) <= 60 else shown[:57] + "..."

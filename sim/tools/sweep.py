@@ -22,6 +22,7 @@ import yaml
 
 from sim.config.deployment import gpu_spec
 from sim.errors import ConfigError, ServeSimError
+from sim.workload.arrivals import MAX_RATE_PER_S
 
 RATE_KEY = "rate"  # shorthand for the workload's mean arrival rate, whatever the arrival kind
 OUTPUT_SUFFIXES = (".parquet", ".csv")
@@ -53,9 +54,10 @@ def parse_grid(specs: Iterable[str]) -> list[GridAxis]:
                 values.append(yaml.safe_load(item))
             except yaml.YAMLError:
                 values.append(item)
-        if key == RATE_KEY and not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                                       for v in values):
-            raise ConfigError(f"--grid: rate values {raw!r} must be positive numbers (requests per second)")
+        if key == RATE_KEY and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                       and 0 < v <= MAX_RATE_PER_S for v in values):
+            raise ConfigError(f"--grid: rate values {raw!r} must be positive numbers (requests per second), "
+                              f"finite and <= {MAX_RATE_PER_S:g}")
         axes.append(GridAxis(key, tuple(values)))
     return axes
 
