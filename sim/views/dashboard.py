@@ -40,7 +40,7 @@ from sim.config.files import (
     validate_scenario,
 )
 from sim.config.schema import Scenario, ScenarioSet
-from sim.errors import ConfigError
+from sim.errors import ConfigError, ServeSimError
 from sim.results import Result
 from sim.views.report import PERCENT_KEYS, SUMMARY_ROWS, format_metric, format_value
 
@@ -347,9 +347,15 @@ def save_uploaded_trace(data: bytes, filename: str, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.{ext}"
-    if not path.exists():
+    fresh = not path.exists()
+    if fresh:
         atomic_write_bytes(path, data)
-    load_trace(path, field="trace upload")  # a malformed file fails here with its line number
+    try:
+        load_trace(path, field="trace upload")  # a malformed file fails here with its line number
+    except ServeSimError:
+        if fresh:
+            path.unlink(missing_ok=True)  # a refused upload leaves nothing behind
+        raise
     return path.resolve()
 
 
