@@ -142,6 +142,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     summary["kv_capacity_tokens"] = replicas[0].scheduler.kv.capacity_slots
     # Requests whose sampled lengths did not fit max_model_len and were cut: they ran shorter than asked.
     summary["num_requests_clipped"] = workload.num_clipped
+    # The backlog: the longest queue any replica had (an overload shows here even when every request finishes).
+    summary["max_num_waiting"] = int(steps["num_waiting"].max()) if len(steps) else 0
     summary["max_model_len"] = deployment.max_model_len
     swapped_tokens = int(steps["swap_in_tokens"].sum() + steps["swap_out_tokens"].sum())
     summary["swapped_bytes"] = swapped_tokens * deployment.kv_bytes_per_token
