@@ -20,8 +20,8 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from sim.atomic_files import check_output_dir, check_output_file
 from sim.errors import ServeSimError
+from sim.views.output_paths import check_output_dir, check_output_file
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="ServeSim: simulate LLM serving systems and compare policies before buying GPUs.")
