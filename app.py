@@ -70,7 +70,9 @@ def reload_form(form: dash.Form) -> None:
 
 
 def handle_upload() -> None:
-    uploaded = st.sidebar.file_uploader("Load a scenario YAML", type=["yaml", "yml"], key="scenario_upload",
+    # max_upload_size: the widget shows (and enforces) the real 1 MiB limit, not the server's 200 MB for traces.
+    uploaded = st.sidebar.file_uploader("Load a scenario YAML (up to 1 MiB)", type=["yaml", "yml"],
+                                        key="scenario_upload", max_upload_size=dash.MAX_UPLOAD_YAML_BYTES >> 20,
                                         help=f"up to {dash.MAX_UPLOAD_YAML_BYTES:,} bytes; read as data only")
     if uploaded is None:
         st.session_state.pop("upload_error", None)
@@ -135,7 +137,9 @@ def arrival_inputs(arrival: dict) -> dict:
 
 def trace_inputs(arrival: dict) -> dict:
     uploaded = st.sidebar.file_uploader("trace file (Azure CSV, Mooncake JSONL, generic CSV/JSONL)",
-                                        type=list(dash.TRACE_EXTENSIONS), key="trace_upload")
+                                        type=list(dash.TRACE_EXTENSIONS), key="trace_upload",
+                                        max_upload_size=dash.MAX_UPLOAD_TRACE_BYTES >> 20,
+                                        help=f"up to {dash.MAX_UPLOAD_TRACE_BYTES:,} bytes")
     out = {k: v for k, v in arrival.items() if k not in ("time_scale", "target_rate_per_s")}
     out["kind"] = "trace"
     if uploaded is not None:

@@ -7,7 +7,9 @@ Prints one Markdown row per count (paste into benchmarks/RESULTS.md).
 
 from __future__ import annotations
 
+import os
 import platform
+import resource
 import sys
 import time
 from pathlib import Path
@@ -33,10 +35,27 @@ def scenario(num_requests: int):
     })
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def peak_rss_mib() -> float:
+    """The process's peak resident set so far (Linux reports ru_maxrss in KiB): counts run in increasing
+    order, so each row's value is that run's peak."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
 def main(counts: list[int]) -> None:
-    print(f"# {platform.processor() or platform.machine()}, Python {platform.python_version()}")
-    print("| requests | generate (s) | simulate (s) | steps | simulated req/s of wall time | sim time (s) |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: |")
+    print(f"# {cpu_model()}, {os.cpu_count()} hardware threads, Python {platform.python_version()}")
+    print("| requests | generate (s) | simulate (s) | steps | simulated req/s of wall time | sim time (s) "
+          "| peak RSS (MiB) |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in counts:
         sc = scenario(n)
         t0 = time.perf_counter()
@@ -45,7 +64,7 @@ def main(counts: list[int]) -> None:
         result = simulate(sc, workload)
         t2 = time.perf_counter()
         print(f"| {n:,} | {t1 - t0:.2f} | {t2 - t1:.1f} | {len(result.steps):,} | {n / (t2 - t1):,.0f} "
-              f"| {result.summary['elapsed_s']:,.0f} |", flush=True)
+              f"| {result.summary['elapsed_s']:,.0f} | {peak_rss_mib():,.0f} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -98,7 +98,7 @@ class ReplicaCounters:
 
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, slo, gpu,
               in_system_area: float, num_generated: int, replicas: list[ReplicaCounters],
-              kv_bytes_per_token: int) -> dict:
+              kv_bytes_per_token: int, num_clipped: int = 0, max_model_len: int | None = None) -> dict:
     """Every summary metric of a run, one group at a time (the keys keep this order in every output)."""
     fin = requests[requests["finished"]]
     elapsed = max(elapsed_s, 1e-12)
@@ -111,7 +111,18 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, 
     s.update(littles_law(requests, fin, in_system_area, elapsed))
     s.update(kv_memory(steps, replicas, kv_bytes_per_token))
     s.update(speculation_metrics(replicas))
+    s.update(limits(steps, num_clipped, max_model_len))
     return s
+
+
+def limits(steps: pd.DataFrame, num_clipped: int, max_model_len: int | None) -> dict:
+    """What the run's limits did: requests cut to fit max_model_len (they ran shorter than asked) and the
+    backlog, the longest queue any replica had (an overload shows here even when every request finishes)."""
+    return {
+        "num_requests_clipped": int(num_clipped),
+        "max_num_waiting": int(steps["num_waiting"].max()) if len(steps) else 0,
+        "max_model_len": max_model_len,
+    }
 
 
 def request_counts(requests: pd.DataFrame, fin: pd.DataFrame, elapsed_s: float, num_generated: int) -> dict:

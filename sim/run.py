@@ -161,6 +161,7 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=deployment.gpu,
                         in_system_area=sim.in_system_area, num_generated=workload.num_requests,
                         replicas=[replica_counters(scenario, r) for r in replicas],
-                        kv_bytes_per_token=deployment.kv_bytes_per_token)
+                        kv_bytes_per_token=deployment.kv_bytes_per_token, num_clipped=workload.num_clipped,
+                        max_model_len=deployment.max_model_len)
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler)})

@@ -153,6 +153,59 @@ def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str
     return ScenarioSet(base, variants or {base.name: base}, source)
 
 
+MAX_YAML_VALUES = 100_000  # values a scenario file may expand to once its aliases are followed
+
+
+def _expanded_size(node: Any, memo: dict[int, int], depth: int = 0) -> int:
+    """How many values `node` stands for with every alias expanded (aliases share objects: memoized by id)."""
+    if depth > 200:
+        return MAX_YAML_VALUES + 1
+    key = id(node)
+    if key in memo:
+        return memo[key]
+    if isinstance(node, dict):
+        size = 1 + sum(_expanded_size(k, memo, depth + 1) + _expanded_size(v, memo, depth + 1)
+                       for k, v in node.items())
+    elif isinstance(node, list):
+        size = 1 + sum(_expanded_size(v, memo, depth + 1) for v in node)
+    else:
+        return 1
+    memo[key] = size
+    return size
+
+
+def parse_yaml_bytes(data: bytes, source: str) -> Any:
+    """YAML text as data (safe_load: no code), refusing what is not a scenario file: binary, non-UTF-8,
+    empty, syntax errors, and alias bombs that expand beyond MAX_YAML_VALUES values."""
+    if not data.strip():
+        raise ConfigError(f"{source}: the file is empty; allowed: a YAML mapping of scenario sections")
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        raise ConfigError(f"{source}: contains NUL bytes (offset {nul}), so it is binary, "
+                          "not YAML; allowed: a UTF-8 text file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ConfigError(f"{source}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); "
+                          "allowed: a UTF-8 text file") from None
+    try:
+        value = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark else ""
+        problem = getattr(err, "problem", None) or getattr(err, "reason", None) or "invalid YAML"
+        raise ConfigError(f"{source}{where}: {problem}") from None
+    except RecursionError:
+        raise ConfigError(f"{source}: nested too deeply; allowed: a YAML mapping of scenario sections") from None
+    if value is None:
+        raise ConfigError(f"{source}: the file holds no YAML values (only comments?); "
+                          "allowed: a YAML mapping of scenario sections")
+    if _expanded_size(value, {}) > MAX_YAML_VALUES:
+        raise ConfigError(f"{source}: its YAML aliases or nesting expand to more than {MAX_YAML_VALUES:,} values; "
+                          "allowed: a scenario file of at most that many")
+    return value
+
+
 def parse_yaml(data: bytes | str, source: str) -> Any:
     """The one YAML reader for scenario text, from a file or an upload: data only (yaml.safe_load, no
     code), within MAX_SCENARIO_BYTES, and a syntax error is one line with its line number."""
@@ -160,25 +213,22 @@ def parse_yaml(data: bytes | str, source: str) -> Any:
     if len(raw_bytes) > MAX_SCENARIO_BYTES:
         raise ConfigError(f"{source}: {len(raw_bytes):,} bytes is larger than the limit of "
                           f"{MAX_SCENARIO_BYTES:,} bytes for a scenario file")
-    try:
-        text = raw_bytes.decode("utf-8")
-    except UnicodeDecodeError as err:
-        raise ConfigError(f"{source}: not UTF-8 text (byte {err.start})") from None
-    try:
-        return yaml.safe_load(text)
-    except yaml.YAMLError as err:
-        mark = getattr(err, "problem_mark", None)
-        where = f" line {mark.line + 1}" if mark else ""
-        raise ConfigError(f"{source}{where}: {getattr(err, 'problem', None) or 'invalid YAML'}") from None
+    return parse_yaml_bytes(raw_bytes, source)
 
 
 def read_yaml(path: str | Path) -> Any:
     p = Path(path)
+    if p.is_dir():
+        raise ConfigError(f"scenario: '{path}' is a directory; allowed: a YAML file")
     if not p.is_file():
         raise ConfigError(f"scenario: file '{path}' not found")
     if p.stat().st_size > MAX_SCENARIO_BYTES:
         raise ConfigError(f"scenario: file '{path}' is larger than {MAX_SCENARIO_BYTES} bytes")
-    return parse_yaml(p.read_bytes(), f"scenario: '{path}'")
+    try:
+        data = p.read_bytes()
+    except OSError as err:
+        raise ConfigError(f"scenario: '{path}' cannot be read ({err.strerror or err})") from None
+    return parse_yaml(data, f"scenario: '{path}'")
 
 
 def anchor_paths(raw: Any, base_dir: Path) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import math
 from dataclasses import dataclass
 from typing import Any, Literal, get_args, get_origin
 
@@ -85,7 +86,7 @@ _UNION_NOISE = {"string_type", "model_type", "model_attributes_type", "dict_type
 
 _EXPECTED = {  # pydantic error type -> what is allowed, in words
     "int_parsing": "an integer", "int_type": "an integer", "int_from_float": "an integer",
-    "float_parsing": "a number", "float_type": "a number", "bool_parsing": "true or false",
+    "float_parsing": "a number", "float_type": "a number", "finite_number": "a finite number", "bool_parsing": "true or false",
     "bool_type": "true or false", "string_type": "a string", "list_type": "a list",
     "dict_type": "a mapping of keys", "model_type": "a mapping of keys",
     "model_attributes_type": "a mapping of keys",
@@ -123,6 +124,8 @@ def _allowed(error: dict, where: _Where) -> str | None:
 
 
 def _shown(value: Any) -> str:
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)  # inf, -inf, nan (JSON would say Infinity)
     shown = json.dumps(value, default=str) if not isinstance(value, dict) else "{...}"
     return shown if len(shown) <= 60 else shown[:57] + "..."
 

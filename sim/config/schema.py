@@ -19,6 +19,7 @@ from sim.model.catalog import get_model
 from sim.model.hf_config import read_model_ref
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
+from sim.workload.arrivals import MAX_RATE_PER_S
 from sim.workload.generate import WorkloadSpec
 
 VictimName = Literal[tuple(VICTIM_POLICIES)]  # the names in sim.sched.preemption
@@ -56,7 +57,7 @@ def union_kinds(union: Any) -> tuple[str, ...]:
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # inf and nan are never a setting
 
 
 class HardwareSpec(_Strict):
@@ -214,7 +215,8 @@ class SearchSpec(_Strict):
     gpus: list[str | GPUSpec] | None = Field(None, description="candidate GPUs; default: hardware.gpu")
     tensor_parallel: list[int] | None = Field(None, description="candidate TP degrees; default: hardware.tensor_parallel")
     policies: list[str] | None = Field(None, description="variant names to try; default: every variant")
-    target_rate_per_s: float | None = Field(None, gt=0, description="the load to serve; default: the workload's rate")
+    target_rate_per_s: float | None = Field(None, gt=0, le=MAX_RATE_PER_S,
+                                             description="the load to serve; default: the workload's rate")
     max_replicas: int = Field(16, ge=1, description="largest deployment considered per candidate")
     min_window_s: float = Field(
         60.0, ge=0, description="each simulation spans at least this many seconds of arrivals, so an overload "

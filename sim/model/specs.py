@@ -18,7 +18,7 @@ AttentionKind = Literal["mha", "mqa", "gqa", "mla"]
 class ModelSpec(BaseModel):
     """A decoder-only transformer, described by its architecture (no weights)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # inf and nan are never a setting
 
     name: str
     num_layers: int = Field(gt=0)
@@ -75,7 +75,7 @@ class ModelSpec(BaseModel):
 class GPUSpec(BaseModel):
     """One accelerator: peak rates, memory, links, price, and the efficiencies the roofline applies."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # inf and nan are never a setting
 
     name: str
     bf16_flops_per_s: float = Field(gt=0, description="dense (no sparsity) bf16 tensor-core peak")

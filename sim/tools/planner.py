@@ -20,6 +20,7 @@ from typing import Any, Callable
 
 from sim.errors import ConfigError, ServeSimError
 from sim.tools.sweep import arrival_rate, cost_figures, run_tasks, set_rate, variant_raw
+from sim.workload.arrivals import MAX_RATE_PER_S
 
 # Summary keys kept for every simulation the planner runs (the full summary is large).
 KEPT_METRICS = (
@@ -29,7 +30,14 @@ KEPT_METRICS = (
     "preemptions", "mean_batch_size", "kv_token_share", "busy_fraction", "slo_goodput_share",
 )
 CURVE_FRACTIONS = (0.25, 0.5, 0.75, 0.9, 1.0, 1.1, 1.25)  # of a deployment's max sustainable rate
-_MAX_RATE_PER_S = 1e6  # doubling stops here: a "rate" above it means the SLO never binds
+_MAX_RATE_PER_S = MAX_RATE_PER_S  # doubling stops here: a "rate" above it means the SLO never binds
+# One replica cannot sustain more than its saturated service rate; the search starts no higher than this many
+# times that rate (a margin for the rate measured in a burst), so an absurd target costs seconds, not hours.
+CEILING_MARGIN = 4.0
+# A target above this many times what max_replicas replicas sustain one by one is out of reach without
+# simulating it (pooling lets c replicas beat c times one replica's rate, but not by this much).
+POOLING_MARGIN = 2.0
+PROBE_REQUESTS = 4000  # at most this many requests measure a replica's saturated rate
 
 
 @dataclass(frozen=True)
@@ -65,6 +73,8 @@ class CandidateOutcome:
     status: str  # feasible | excluded (cannot run) | infeasible (runs, but never within the SLOs)
     reason: str = ""
     max_rate_per_replica: float = math.nan  # highest rate one replica sustains within the SLOs
+    saturated_rate_per_replica: float = math.nan  # one replica's service rate in a burst (the search's ceiling)
+    reachable_rate_per_s: float = math.nan  # infeasible: about the most max_replicas replicas serve
     num_replicas: int | None = None  # fewest replicas meeting the SLOs at the target
     at_target: dict = field(default_factory=dict)  # metrics of that deployment at the target
     costs: dict = field(default_factory=dict)
@@ -194,7 +204,7 @@ def max_sustainable_rate(passes: Callable[[float], bool], start_rate: float, tol
                 break
             if rate >= _MAX_RATE_PER_S:
                 return math.inf, math.inf
-            rate *= 2
+            rate = min(rate * 2, _MAX_RATE_PER_S)
         else:
             bad = rate
             if ok > 0:
@@ -240,6 +250,27 @@ def _describe_failure(ev: Evaluation) -> str:
     return ", ".join(parts) or "SLOs not met"
 
 
+def saturated_rate(raw: dict) -> float:
+    """One replica's service rate when it is never idle: the scenario's requests (not stretched to the
+    planner's window) arriving at once, counted while the second and third quarters of them finish
+    (the batch is full then; the first quarter pays the start, the last the drain). An estimate,
+    used with CEILING_MARGIN as the highest rate worth simulating."""
+    from sim.config.files import validate_scenario
+    from sim.run import simulate
+    probe = copy.deepcopy(raw)
+    probe.setdefault("hardware", {})["num_replicas"] = 1
+    set_rate(probe, _MAX_RATE_PER_S)
+    run = probe.setdefault("run", {})
+    run.pop("horizon_s", None)
+    run.pop("duration_s", None)  # a duration at the probe's rate would be millions of requests
+    run["num_requests"] = min(int(run.get("num_requests") or PROBE_REQUESTS), PROBE_REQUESTS)
+    finish = simulate(validate_scenario(probe)).requests["finish_s"].dropna().sort_values().to_numpy()
+    n = len(finish)
+    if n < 4 or not finish[3 * n // 4] > finish[n // 4]:
+        return math.inf
+    return (3 * n // 4 - n // 4) / float(finish[3 * n // 4] - finish[n // 4])
+
+
 def search_candidate(task: CandidateTask) -> CandidateOutcome:
     """Phase 1 for one candidate: max rate per replica, then the fewest replicas at the target."""
     from sim.config.files import validate_scenario
@@ -250,20 +281,34 @@ def search_candidate(task: CandidateTask) -> CandidateOutcome:
         return CandidateOutcome(cand, "excluded", str(err))
     evaluate = Evaluator(task.raw, s)
     try:
-        floor = s.target_rate_per_s / 1024
-        ok, _ = max_sustainable_rate(lambda r: evaluate(1, r).slo_met, s.target_rate_per_s, s.rate_tolerance, floor)
-        out = CandidateOutcome(cand, "feasible", max_rate_per_replica=ok)
+        saturated = saturated_rate(task.raw)
+        if CEILING_MARGIN * POOLING_MARGIN * saturated * s.max_replicas < s.target_rate_per_s:
+            # Far out of reach: no search (its simulations would hold millions of requests).
+            reach = saturated * s.max_replicas
+            return CandidateOutcome(
+                cand, "infeasible", f"{s.target_rate_per_s:g} req/s is out of reach: one replica serves about "
+                f"{saturated:.3g} req/s when saturated (SLOs aside), so {s.max_replicas} replicas "
+                f"(search.max_replicas) serve about {reach:.3g} req/s at most",
+                saturated_rate_per_replica=saturated, reachable_rate_per_s=reach, evaluations=evaluate.evaluations)
+        start = min(s.target_rate_per_s, CEILING_MARGIN * saturated)  # the target itself wherever it is in reach
+        ok, _ = max_sustainable_rate(lambda r: evaluate(1, r).slo_met, start, s.rate_tolerance, start / 1024)
+        out = CandidateOutcome(cand, "feasible", max_rate_per_replica=ok, saturated_rate_per_replica=saturated)
         if ok == 0.0:
             lowest = min(evaluate.evaluations, key=lambda e: e.rate_per_s)
             out.status = "infeasible"
             out.reason = (f"SLOs not met even at {lowest.rate_per_s:.3g} req/s on one replica "
                           f"({_describe_failure(lowest)})")
+        elif POOLING_MARGIN * ok * s.max_replicas < s.target_rate_per_s:
+            out.status, out.reachable_rate_per_s = "infeasible", ok * s.max_replicas
+            out.reason = (f"{s.target_rate_per_s:g} req/s is out of reach: one replica sustains {ok:.3g} req/s "
+                          f"within the SLOs, so {s.max_replicas} replicas (search.max_replicas) reach about "
+                          f"{ok * s.max_replicas:.3g} req/s")
         else:
             guess = math.ceil(s.target_rate_per_s / ok) if math.isfinite(ok) else 1
             n = min_replicas(lambda k: evaluate(k, s.target_rate_per_s).slo_met, guess, s.max_replicas)
             if n is None:
                 last = evaluate(s.max_replicas, s.target_rate_per_s)
-                out.status = "infeasible"
+                out.status, out.reachable_rate_per_s = "infeasible", ok * s.max_replicas
                 out.reason = (f"{s.max_replicas} replicas (search.max_replicas) miss the SLOs at "
                               f"{s.target_rate_per_s:g} req/s ({_describe_failure(last)}); one replica "
                               f"sustains {ok:.3g} req/s")

@@ -23,6 +23,7 @@ import yaml
 from sim.config.deployment import gpu_spec
 from sim.config.files import set_path, validate_arrival
 from sim.errors import ConfigError, ServeSimError
+from sim.workload.arrivals import MAX_RATE_PER_S
 
 RATE_KEY = "rate"  # shorthand for the workload's mean arrival rate, whatever the arrival kind
 OUTPUT_SUFFIXES = (".parquet", ".csv")
@@ -54,9 +55,10 @@ def parse_grid(specs: Iterable[str]) -> list[GridAxis]:
                 values.append(yaml.safe_load(item))
             except yaml.YAMLError:
                 values.append(item)
-        if key == RATE_KEY and not all(isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0
-                                       for v in values):
-            raise ConfigError(f"--grid: rate values {raw!r} must be positive numbers (requests per second)")
+        if key == RATE_KEY and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
+                                       and 0 < v <= MAX_RATE_PER_S for v in values):
+            raise ConfigError(f"--grid: rate values {raw!r} must be positive numbers (requests per second), "
+                              f"finite and <= {MAX_RATE_PER_S:g}")
         axes.append(GridAxis(key, tuple(values)))
     return axes
 
@@ -263,7 +265,14 @@ class SweepOutput:
             raise ConfigError(f"--out: {str(self.path)!r} must end in {' or '.join(OUTPUT_SUFFIXES)}")
         self.journal = self.path.with_name(self.path.name + ".journal.jsonl")
         if self.path.exists():
-            frame = pd.read_parquet(self.path) if self.path.suffix == ".parquet" else pd.read_csv(self.path)
+            try:
+                frame = pd.read_parquet(self.path) if self.path.suffix == ".parquet" else pd.read_csv(self.path)
+            except Exception as err:  # noqa: BLE001 - any reader error: not a sweep table we can resume
+                raise ConfigError(f"--out: {str(self.path)!r} exists but is not a readable sweep table "
+                                  f"({type(err).__name__}); choose another output file or delete it") from None
+            if len(frame) and "point_id" not in frame.columns:
+                raise ConfigError(f"--out: {str(self.path)!r} exists but is not a sweep table (no point_id "
+                                  "column); choose another output file or delete it")
             self.rows = frame.to_dict("records")
         if self.journal.exists():
             for line in self.journal.read_text().splitlines():

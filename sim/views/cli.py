@@ -21,6 +21,7 @@ from rich.progress import (
 from rich.table import Table
 
 from sim.errors import ServeSimError
+from sim.views.output_paths import check_output_dir, check_output_file
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="ServeSim: simulate LLM serving systems and compare policies before buying GPUs.")
@@ -55,16 +56,26 @@ def _simulate_with_progress(scenario, workload, label: str, quiet: bool):
 
 
 def _summary_table(results) -> Table:
-    from sim.views.report import SUMMARY_ROWS, format_value
+    from sim.views.report import SUMMARY_ROWS, format_metric, format_value
     table = Table(title="Summary", show_lines=False)
     table.add_column("metric")
     for r in results:
         table.add_column(r.name, justify="right")
     for key, label in SUMMARY_ROWS:
-        table.add_row(label, *[format_value(r.summary.get(key)) for r in results])
+        table.add_row(label, *[format_metric(key, r.summary.get(key)) for r in results])
     if any(r.summary.get("slo_met") is not None for r in results):
         table.add_row("SLOs met", *[format_value(r.summary.get("slo_met")) for r in results])
     return table
+
+
+def _clipping_notes(results) -> None:
+    """One line per result whose generated lengths were cut to fit the model: its numbers are for shorter requests."""
+    for r in results:
+        clipped = r.summary.get("num_requests_clipped") or 0
+        if clipped:
+            console.print(f"note: {r.name}: {clipped:,} of {r.summary.get('num_requests', 0):,} requests were longer "
+                          f"than max_model_len ({r.summary.get('max_model_len')} tokens) and were clipped to fit",
+                          markup=False, highlight=False)
 
 
 def _folder_name(variant: str) -> str:
@@ -112,8 +123,11 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
     else:
         raise ServeSimError(f"--variant: {variant!r} is not in {scenario}; allowed: "
                             + ", ".join(scenario_set.variants))
+    if out is not None:
+        check_output_dir(out)  # before simulating, not after
     result = _simulate_with_progress(chosen, make_workload(chosen), chosen.name, quiet)
     console.print(_summary_table([result]))
+    _clipping_notes([result])
     if out is not None:
         _write_outputs(out, [result], f"ServeSim run: {chosen.name}", chosen.to_yaml())
         console.print(f"Outputs written to {out}/ (report: {out / 'report.html'})")
@@ -131,11 +145,13 @@ def compare(scenario: str = typer.Argument(..., help="scenario YAML file with va
     """Run every variant of a scenario on the same generated workload and compare them."""
     from sim.run import make_workload
     scenario_set = _load(scenario, set_)
+    out = out or Path("out") / Path(scenario).stem
+    check_output_dir(out)  # before simulating, not after
     results = []
     for name, variant in scenario_set.items():
         results.append(_simulate_with_progress(variant, make_workload(variant), name, quiet))
     console.print(_summary_table(results))
-    out = out or Path("out") / Path(scenario).stem
+    _clipping_notes(results)
     _write_outputs(out, results, f"ServeSim comparison: {scenario_set.base.name}",
                    Path(scenario).read_text())
     console.print(f"Outputs written to {out}/ — open {out / 'report.html'} in a browser.")
@@ -203,6 +219,7 @@ def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
     if workers is not None and workers < 1:
         raise ServeSimError(f"--workers: {workers} must be >= 1")
     out = out or Path("out") / f"{Path(scenario).stem}-sweep.parquet"
+    check_output_file(out)
     plan = plan_sweep(raw, axes, out, chosen)
     skipped = len(plan.tasks) - len(plan.todo)
     if skipped:
@@ -260,8 +277,13 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     for option, value in (("--max-replicas", max_replicas), ("--seeds", seeds), ("--workers", workers)):
         if value is not None and value < 1:
             raise ServeSimError(f"{option}: {value} must be >= 1")
-    if rate is not None and not rate > 0:
-        raise ServeSimError(f"--rate: {rate} must be > 0 (requests per second)")
+    from sim.workload.arrivals import MAX_RATE_PER_S
+    if rate is not None and not 0 < rate <= MAX_RATE_PER_S:
+        raise ServeSimError(f"--rate: {rate} must be > 0 and <= {MAX_RATE_PER_S:g} (requests per second)")
+    out = out or Path("out") / f"plan-{Path(scenario).stem}"
+    check_output_dir(out)
+    if report is not None:
+        check_output_file(report, "--report")
     settings = plan_settings(raw, rate=rate, gpus=_csv_list("--gpus", gpus), tensor_parallel=_csv_list("--tp", tp, int),
                              policies=_csv_list("--policies", policies), max_replicas=max_replicas,
                              num_seeds=seeds, prices=prices)
@@ -293,7 +315,6 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     if spread:
         console.print(f"Under {spread['num_seeds']} seeds: SLOs met {spread['seeds_meeting_slo']}/{spread['num_seeds']}; "
                       f"fewest replicas per seed {spread['min_replicas']}")
-    out = out or Path("out") / f"plan-{Path(scenario).stem}"
     write_plan_outputs(result, out, report)
     console.print(f"Outputs written to {out}/ (report.html, plan.md, candidates.csv, simulations.csv)"
                   + (f"; report also at {report}" if report else ""))

@@ -51,9 +51,9 @@ from sim.config.schema import (
     literal_choices,
     union_kinds,
 )
-from sim.errors import ConfigError
+from sim.errors import ConfigError, ServeSimError
 from sim.results import Result
-from sim.views.report import COLORS, SUMMARY_ROWS, format_value
+from sim.views.report import COLORS, PERCENT_KEYS, SUMMARY_ROWS, format_metric
 from sim.workload.arrivals import ARRIVAL_KINDS, ARRIVAL_SPECS, RATE_KINDS
 from sim.workload.lengths import Lengths, PresetLengths
 
@@ -340,9 +340,15 @@ def save_uploaded_trace(data: bytes, filename: str, folder: str | Path) -> Path:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.{ext}"
-    if not path.exists():
+    fresh = not path.exists()
+    if fresh:
         atomic_write_bytes(path, data)
-    load_trace(path, field="trace upload")  # a malformed file fails here with its line number
+    try:
+        load_trace(path, field="trace upload")  # a malformed file fails here with its line number
+    except ServeSimError:
+        if fresh:
+            path.unlink(missing_ok=True)  # a refused upload leaves nothing behind
+        raise
     return path.resolve()
 
 
@@ -350,6 +356,14 @@ def save_uploaded_trace(data: bytes, filename: str, folder: str | Path) -> Path:
 # Results side by side
 
 SUMMARY_METRICS = SUMMARY_ROWS  # one list of rows for every view; deltas are against the first variant
+_KEY_OF_LABEL = {label: key for key, label in SUMMARY_METRICS}
+
+
+def _points(value: float, reference: float) -> str:
+    """Change of a percentage, in percentage points."""
+    if math.isnan(value) or math.isnan(reference):
+        return "-"
+    return "=" if value == reference else f"{(value - reference) * 100:+.3g} pp"
 
 
 def _number(value: Any) -> float:
@@ -383,12 +397,14 @@ def summary_table(results: list[Result]) -> pd.DataFrame:
     """The table the page shows: each variant's value, and after every variant but the first its change
     from the first variant (column "Δ name")."""
     numbers = summary_numbers(results)
+    keys = [_KEY_OF_LABEL[label] for label in numbers.index]
     table = pd.DataFrame(index=numbers.index)
     first = numbers.columns[0]
     for i, column in enumerate(numbers.columns):
-        table[column] = [format_value(v) if not math.isnan(v) else "-" for v in numbers[column]]
+        table[column] = [format_metric(k, v) if not math.isnan(v) else "-" for k, v in zip(keys, numbers[column])]
         if i > 0:
-            table[f"Δ {column}"] = [delta_text(v, ref) for v, ref in zip(numbers[column], numbers[first])]
+            table[f"Δ {column}"] = [_points(v, ref) if k in PERCENT_KEYS else delta_text(v, ref)
+                                    for k, v, ref in zip(keys, numbers[column], numbers[first])]
     table.index.name = "metric"
     return table
 

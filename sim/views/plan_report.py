@@ -44,6 +44,7 @@ def candidates_frame(result: PlanResult) -> pd.DataFrame:
             "cost_per_million_tokens": o.costs.get("cost_per_million_tokens"),
             "cost_per_million_output_tokens": o.costs.get("cost_per_million_output_tokens"),
             "max_rate_per_replica": o.max_rate_per_replica,
+            "reachable_rate_per_s": o.reachable_rate_per_s,  # infeasible: about the most max_replicas serve
         }
         for metric, _, _ in _LIMITS:
             row[f"{metric}_{_pct(slo)}_s"] = _metric_at(o.at_target, slo, metric) if o.at_target else math.nan
@@ -119,8 +120,14 @@ def _money(x) -> str:
 def recommendation_text(result: PlanResult) -> str:
     s, rec = result.settings, result.recommendation
     if rec is None:
-        return (f"No candidate meets the SLOs at {s.target_rate_per_s:g} req/s with at most {s.max_replicas} "
+        text = (f"No candidate meets the SLOs at {s.target_rate_per_s:g} req/s with at most {s.max_replicas} "
                 "replicas; see the excluded and infeasible candidates below.")
+        reach = [(o.reachable_rate_per_s, o.candidate.name) for o in result.outcomes
+                 if math.isfinite(o.reachable_rate_per_s) and o.reachable_rate_per_s > 0]
+        if reach:
+            rate, name = max(reach)
+            text += f" The most any reaches is about {rate:.3g} req/s ({s.max_replicas} × {name})."
+        return text
     c = rec.candidate
     limits = ", ".join(f"{_pct(result.slo)} {label} ≤ {result.slo[key]:g} s" for _, key, label in _LIMITS
                        if result.slo.get(key) is not None)
@@ -324,7 +331,8 @@ def render_html(result: PlanResult) -> str:
     if result.seeds:
         figs.append(("seeds-chart", "Spread over seeds", _seed_figure(result)))
     charts = "".join(f'<section id="{key}"><h2>{html.escape(title)}</h2>'
-                     + fig.to_html(full_html=False, include_plotlyjs=(i == 0)) + "</section>"
+                     + fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"plot-{key}")
+                     + "</section>"
                      for i, (key, title, fig) in enumerate(figs))
     excluded = _excluded_frame(result)
     margins = _margins_frame(result)

@@ -30,11 +30,22 @@ SUMMARY_ROWS = [  # (summary key, label): the CLI table, the report and the dash
     ("mean_batch_size", "mean batch size"),
     ("kv_token_share", "KV token-state share"), ("kv_external_fraction", "KV external fragmentation"),
     ("preemptions", "preemptions"), ("num_finished", "finished"), ("num_unfinished", "unfinished"),
-    ("num_rejected", "rejected"), ("mbu", "memory-bandwidth utilization"), ("mfu", "FLOP utilization"),
+    ("num_rejected", "rejected"), ("max_num_waiting", "largest queue (requests)"),
+    ("num_requests_clipped", "clipped to max_model_len"), ("mbu", "memory-bandwidth utilization"), ("mfu", "FLOP utilization"),
     ("prefix_cache_hit_rate_tokens", "prefix-cache hit rate (tokens)"),
     ("kv_shared_bytes_mean", "KV bytes saved by sharing (mean)"),
     ("draft_acceptance_rate", "drafted tokens accepted"), ("swapped_bytes", "swapped bytes"),
 ]
+
+
+PERCENT_KEYS = frozenset({"slo_fraction_ok"})  # fractions of requests: shown as percentages, not bare 0.6625
+
+
+def format_metric(key: str, value) -> str:
+    """A summary value as every view shows it: fractions of requests as percentages, the rest by format_value."""
+    if key in PERCENT_KEYS and isinstance(value, (float, int, np.floating)) and not isinstance(value, bool):
+        return "-" if math.isnan(value) else f"{float(value) * 100:.4g}%"
+    return format_value(value)
 
 
 def format_value(value) -> str:
@@ -126,7 +137,7 @@ def summary_table_html(results: list[Result]) -> str:
     head = "".join(f"<th>{html.escape(r.name)}</th>" for r in results)
     rows = []
     for key, label in SUMMARY_ROWS:
-        cells = "".join(f"<td>{format_value(r.summary.get(key))}</td>" for r in results)
+        cells = "".join(f"<td>{format_metric(key, r.summary.get(key))}</td>" for r in results)
         rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
     return f'<table class="summary"><tr><th>metric</th>{head}</tr>{"".join(rows)}</table>'
 
@@ -134,8 +145,9 @@ def summary_table_html(results: list[Result]) -> str:
 def render_report(results: list[Result], title: str, scenario_yaml: str = "") -> str:
     parts = []
     for n, (name, fig) in enumerate(figures(results)):
-        parts.append(f'<section id="{name}">' + fig.to_html(full_html=False, include_plotlyjs=(n == 0))
-                     + "</section>")
+        # A fixed div id (plotly draws a random one): the same run writes the same bytes.
+        parts.append(f'<section id="{name}">' + fig.to_html(full_html=False, include_plotlyjs=(n == 0),
+                                                               div_id=f"plot-{name}") + "</section>")
     from sim import __version__
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>

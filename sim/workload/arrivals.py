@@ -28,11 +28,16 @@ from sim.workload.traces import Trace, TraceColumns, TraceFormat, load_trace
 # --------------------------------------------------------------------------------------------------
 # Arrival processes
 
+# The highest arrival rate a scenario may ask for. A million requests per second is ~10,000 times what one
+# GPU replica serves; a rate beyond it is a typo (1e308, an extra zero run), and its arrays would not fit.
+MAX_RATE_PER_S = 1e6
+
 
 def _checked_rate(rate_per_s: float) -> float:
     if isinstance(rate_per_s, bool) or not isinstance(rate_per_s, numbers.Real) or not (
-            math.isfinite(rate_per_s) and rate_per_s > 0):
-        raise ConfigError(f"rate: {rate_per_s!r} is not allowed; allowed: a positive number of requests per second")
+            math.isfinite(rate_per_s) and 0 < rate_per_s <= MAX_RATE_PER_S):
+        raise ConfigError(f"rate: {rate_per_s!r} is not allowed; allowed: a positive number of requests per second, "
+                          f"at most {MAX_RATE_PER_S:g}")
     return float(rate_per_s)
 
 
@@ -47,7 +52,7 @@ class PoissonArrival(StrictSpec):
     """Independent requests: exponential inter-arrival gaps (CV 1)."""
 
     kind: Literal["poisson"] = "poisson"
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float = Field(gt=0, le=MAX_RATE_PER_S)
     has_rate: ClassVar[bool] = True
 
     @property
@@ -62,7 +67,7 @@ class GammaArrival(StrictSpec):
     """Renewal process with gamma gaps: cv > 1 is burstier than Poisson, cv < 1 more regular."""
 
     kind: Literal["gamma"] = "gamma"
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float = Field(gt=0, le=MAX_RATE_PER_S)
     cv: float = Field(gt=0, description="coefficient of variation of the inter-arrival gaps")
     has_rate: ClassVar[bool] = True
 
@@ -78,7 +83,7 @@ class ConstantArrival(StrictSpec):
     """One request every 1/rate seconds (CV 0)."""
 
     kind: Literal["constant"] = "constant"
-    rate_per_s: float = Field(gt=0)
+    rate_per_s: float = Field(gt=0, le=MAX_RATE_PER_S)
     has_rate: ClassVar[bool] = True
 
     @property
@@ -91,7 +96,7 @@ class ConstantArrival(StrictSpec):
 
 class ScheduleStep(StrictSpec):
     duration_s: float = Field(gt=0)
-    rate_per_s: float = Field(ge=0)
+    rate_per_s: float = Field(ge=0, le=MAX_RATE_PER_S)
 
 
 class ScheduleArrival(StrictSpec):
@@ -132,7 +137,7 @@ class DiurnalArrival(StrictSpec):
     """
 
     kind: Literal["diurnal"] = "diurnal"
-    mean_rate_per_s: float = Field(gt=0)
+    mean_rate_per_s: float = Field(gt=0, le=MAX_RATE_PER_S)
     amplitude: float = Field(ge=0, lt=1, description="peak deviation as a fraction of the mean rate")
     period_s: float = Field(gt=0)
     phase_s: float = Field(0.0, description="time at which the rate crosses its mean going up")
@@ -193,7 +198,8 @@ class TraceArrival(StrictSpec):
     format: TraceFormat = "auto"
     columns: TraceColumns | None = None
     time_scale: float = Field(1.0, gt=0, description="multiplies every inter-arrival gap")
-    target_rate_per_s: float | None = Field(None, gt=0, description="rescale gaps to this mean rate")
+    target_rate_per_s: float | None = Field(None, gt=0, le=MAX_RATE_PER_S,
+                                             description="rescale gaps to this mean rate")
 
     has_rate: ClassVar[bool] = True
 

@@ -6,4 +6,4 @@ from pydantic import BaseModel, ConfigDict
 
 
 class StrictSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # inf and nan are never a setting

@@ -93,6 +93,7 @@ class Workload:
     prefix_ids: list[np.ndarray] | None = None
     prefix_unit_tokens: int = 0  # tokens per content id (16 synthetic, 512 Mooncake); 0 without ids
     conversation_ids: np.ndarray | None = None  # int64 per request, multi_turn only (numbered by start)
+    num_clipped: int = 0  # requests whose sampled prompt or output was cut to fit max_context
 
     @property
     def num_requests(self) -> int:
@@ -170,15 +171,17 @@ def generate_workload(
         inputs = inputs + np.where(system >= 0, spec.prefix.tokens, 0)
 
     # Prompt first, then the output gets what the context has left: a request must fit the model.
+    wanted_inputs, wanted_outputs = inputs, outputs
     inputs = np.clip(inputs, 1, max_context - 1).astype(np.int64)
     outputs = np.clip(outputs, 1, max_context - inputs).astype(np.int64)
+    num_clipped = int(np.count_nonzero((wanted_inputs > inputs) | (wanted_outputs > outputs)))
     prefix_ids, unit = None, 0
     if hash_ids is not None:
         prefix_ids, unit = hash_ids, MOONCAKE_PREFIX_UNIT_TOKENS
     elif system is not None:
         prefix_ids, unit = system_prompt_ids(spec.prefix, system, inputs), SYNTHETIC_PREFIX_UNIT_TOKENS
     return Workload(np.asarray(arrival_s, dtype=np.float64), inputs, outputs, hash_ids, closed_loop,
-                    prefix_ids, unit)
+                    prefix_ids, unit, num_clipped=num_clipped)
 
 
 def _multi_turn(spec: WorkloadSpec, arrivals_seq, lengths_seq, prefix_seq, num_requests: int | None,
@@ -227,6 +230,8 @@ def summarize(workload: Workload | Trace) -> dict:
     arrival_s = workload.arrival_s
     closed = getattr(workload, "closed_loop", None) is not None
     summary: dict = {"count": workload.num_requests, "span_s": None, "mean_rate_per_s": None, "interarrival_cv": None}
+    if isinstance(workload, Workload):
+        summary["num_clipped"] = workload.num_clipped  # cut to fit max_model_len: not the lengths asked for
     for name, values in (("input", workload.input_tokens), ("output", workload.output_tokens)):
         empty = len(values) == 0
         summary[f"{name}_mean"] = None if empty else float(np.mean(values))

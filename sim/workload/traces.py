@@ -153,6 +153,8 @@ def load_trace(
 
 def _existing(path: str | os.PathLike, field: str) -> Path:
     file = Path(path).expanduser()
+    if file.is_dir():
+        raise TraceError(f"{field}: '{path}' is a directory; allowed: a trace file (CSV or JSONL)")
     if not file.is_file():
         raise TraceError(f"{field}: file '{path}' not found")
     return file
