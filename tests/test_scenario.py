@@ -403,6 +403,6 @@ def test_one_yaml_reader_for_files_and_uploads_with_line_numbers(tmp_path):
     with pytest.raises(ConfigError, match=r"^mine\.yaml line 4: "):
         parse_scenario_yaml(text, "mine.yaml")
     path.write_bytes(b"name: caf\xe9\n")
-    with pytest.raises(ConfigError, match=r"^scenario: '.*bad\.yaml': not UTF-8 text \(byte 9\)$"):
+    with pytest.raises(ConfigError, match=r"^scenario: '.*bad\.yaml': not UTF-8 text \(byte 0xe9 at offset 9\); allowed: a UTF-8 text file$"):
         read_yaml(path)
     assert parse_yaml(b"a: {b: 1}\n", "x") == {"a": {"b": 1}}
