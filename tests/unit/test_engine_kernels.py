@@ -17,7 +17,7 @@ from calibrate.bench import TOLERANCE, ShardBench  # noqa: E402
 from calibrate.kernels import vllm_cpu  # noqa: E402
 from calibrate.arch import load_model  # noqa: E402
 
-MODEL = load_model(str(Path(__file__).parents[1] / "calibrate" / "fidelity" / "model.yaml"))
+MODEL = load_model(str(Path(__file__).parents[2] / "calibrate" / "fidelity" / "model.yaml"))
 
 
 def _fake_vllm(monkeypatch):

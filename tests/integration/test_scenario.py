@@ -27,9 +27,9 @@ from sim.model.catalog import get_gpu, get_model
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.run import make_workload, simulate
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SCENARIOS = sorted((REPO / "scenarios").glob("*.yaml"))
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 
 BASE = {
     "name": "base",

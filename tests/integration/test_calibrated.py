@@ -30,7 +30,7 @@ from sim.errors import ConfigError
 from sim.model.catalog import get_gpu
 from sim.run import make_cost_model, simulate
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "calibrate"
 ARCH_FILE = FIXTURES / "tiny_llama.yaml"
 PROFILE = FIXTURES / "tiny_llama_cpu"  # `python -m calibrate run --model tiny_llama.yaml --dtype fp32`

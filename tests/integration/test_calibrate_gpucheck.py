@@ -23,7 +23,7 @@ from calibrate.gpucheck import selftest  # noqa: E402
 from calibrate.kernels import fused  # noqa: E402
 from test_calibrated import one_error_line, run_cli  # noqa: E402
 
-ARCH_FILE = Path(__file__).resolve().parent / "fixtures" / "calibrate" / "tiny_llama.yaml"
+ARCH_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "calibrate" / "tiny_llama.yaml"
 
 
 def test_selftest_passes_with_the_kernels_as_written():

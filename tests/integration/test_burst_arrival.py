@@ -14,7 +14,7 @@ from sim.run import make_workload, simulate
 from sim.workload.arrivals import BurstArrival
 from sim.workload.generate import WorkloadSpec, generate_workload
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 LENGTHS = {"kind": "uniform", "input_min": 16, "input_max": 256, "output_min": 4, "output_max": 64}
 
 

@@ -14,22 +14,18 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from sim.results import Result  # noqa: E402
 from sim.views import dashboard as dash  # noqa: E402
 from sim.views.cli import main as servesim  # noqa: E402
+from helpers import small_scenario
 
-APP = str(Path(__file__).resolve().parents[1] / "app.py")
+APP = str(Path(__file__).resolve().parents[2] / "app.py")
 TIMEOUT_S = 120  # AppTest's own limit on one script run (default 3 s); a generous bound, not an assertion
 
-SMALL = {
-    "name": "uploaded",
-    "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h100-sxm"},
-    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 12},
-                 "lengths": {"kind": "fixed", "input_tokens": 256, "output_tokens": 64}},
-    "scheduler": {"max_model_len": 2048},
-    "slo": {"ttft_s": 1.0},
-    "run": {"seed": 3, "num_requests": 120},
-    "variants": {"paged": {}, "static": {"scheduler": {"batching": "static", "max_batch_size": 16}},
-                 "chunked": {"scheduler": {"chunked_prefill": True, "max_num_batched_tokens": 512}}},
-}
+SMALL = small_scenario({'name': 'uploaded',
+                        'workload': {'arrival': {'rate_per_s': 12}, 'lengths': {'input_tokens': 256, 'output_tokens': 64}},
+                        'slo': {'ttft_s': 1.0},
+                        'run': {'seed': 3, 'num_requests': 120},
+                        'variants': {'paged': {},
+                                     'static': {'scheduler': {'batching': 'static', 'max_batch_size': 16}},
+                                     'chunked': {'scheduler': {'chunked_prefill': True, 'max_num_batched_tokens': 512}}}})
 
 
 def started() -> AppTest:

@@ -28,7 +28,7 @@ from sim.views.timeline import (
     write_timeline,
 )
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 RAW = {
     "name": "tl",

@@ -15,21 +15,13 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import small_scenario
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
-SMALL = {
-    "name": "small",
-    "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h100-sxm", "tensor_parallel": 1, "num_replicas": 1},
-    "workload": {
-        "arrival": {"kind": "poisson", "rate_per_s": 5},
-        "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 16},
-    },
-    "scheduler": {"max_model_len": 2048},
-    "run": {"seed": 0, "num_requests": 20},
-    "variants": {"a": {}, "b": {"kv_cache": {"block_size": 32}}},
-}
+SMALL = small_scenario({'hardware': {'tensor_parallel': 1, 'num_replicas': 1},
+                        'workload': {'lengths': {'output_tokens': 16}},
+                        'variants': {'a': {}, 'b': {'kv_cache': {'block_size': 32}}}})
 
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 

@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from helpers import small_scenario
 from sim.tools.planner import (
     Candidate,
     CandidateTask,
@@ -34,20 +35,25 @@ from sim.views.plan_report import (
 )
 
 # Llama-3.1-8B with short requests: every simulation is a fraction of a second.
-SMALL = {
-    "name": "plan-small",
-    "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h100-sxm"},
-    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 40},
-                 "lengths": {"kind": "uniform", "input_min": 200, "input_max": 1200,
-                             "output_min": 50, "output_max": 300}},
-    "scheduler": {"max_model_len": 4096},
-    "slo": {"ttft_s": 0.5, "tpot_s": 0.05, "percentile": 90},
-    "run": {"seed": 0, "num_requests": 150},
-    "search": {"gpus": ["a100-80gb", "l40s"], "tensor_parallel": [1, 2], "max_replicas": 6, "num_seeds": 2,
-               "min_window_s": 5, "rate_tolerance": 0.02, "top_k": 2},
-    "variants": {"paged": {}, "chunked": {"scheduler": {"chunked_prefill": True, "max_num_batched_tokens": 1024}}},
-}
+SMALL = small_scenario({'name': 'plan-small',
+                        'workload': {'arrival': {'rate_per_s': 40},
+                                     'lengths': {'kind': 'uniform',
+                                                 'input_min': 200,
+                                                 'input_max': 1200,
+                                                 'output_min': 50,
+                                                 'output_max': 300}},
+                        'scheduler': {'max_model_len': 4096},
+                        'slo': {'ttft_s': 0.5, 'tpot_s': 0.05, 'percentile': 90},
+                        'run': {'num_requests': 150},
+                        'search': {'gpus': ['a100-80gb', 'l40s'],
+                                   'tensor_parallel': [1, 2],
+                                   'max_replicas': 6,
+                                   'num_seeds': 2,
+                                   'min_window_s': 5,
+                                   'rate_tolerance': 0.02,
+                                   'top_k': 2},
+                        'variants': {'paged': {},
+                                     'chunked': {'scheduler': {'chunked_prefill': True, 'max_num_batched_tokens': 1024}}}})
 
 
 def _run_cli(*args: str) -> int:
@@ -294,7 +300,7 @@ def test_a_candidate_with_a_shipped_profile_is_priced_by_it(tmp_path, monkeypatc
     import shutil
 
     import sim.cost.calibrated as calibrated
-    fixtures = Path(__file__).parent / "fixtures" / "calibrate"
+    fixtures = Path(__file__).parents[1] / "fixtures" / "calibrate"
     shipped = tmp_path / "profiles"
     shutil.copytree(fixtures / "tiny_llama_cpu", shipped / "l40s" / "tiny-llama" / "tp1")
     monkeypatch.setattr(calibrated, "PROFILES_DIR", shipped)

@@ -14,7 +14,7 @@ from sim.errors import ConfigError, TraceError
 from sim.workload.arrivals import ClosedLoopArrival
 from sim.workload.generate import Workload, WorkloadSpec, generate_workload, summarize
 
-TRACES = Path(__file__).parents[2] / "shared" / "traces"
+TRACES = Path(__file__).parents[3] / "shared" / "traces"
 FIXED = {"kind": "fixed", "input_tokens": 100, "output_tokens": 10}
 
 

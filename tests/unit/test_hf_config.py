@@ -21,7 +21,7 @@ from sim.model.memory import kv_bytes_per_token
 from sim.model.shapes import active_param_count, param_count
 from sim.model.specs import ModelSpec
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 FIXTURES = REPO / "tests" / "fixtures" / "hf"
 
 

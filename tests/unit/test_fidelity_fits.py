@@ -20,10 +20,10 @@ from sim.cost import engine_steps as es
 from sim.errors import ConfigError
 from sim.model.specs import ModelSpec
 
-FIXTURE = Path(__file__).parent / "fixtures" / "fidelity"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "fidelity"
 CALIB, RUN, PROFILE = FIXTURE / "calib", FIXTURE / "medium", FIXTURE / "profile-kernels"
 MODEL = ModelSpec.model_validate(yaml.safe_load(
-    (Path(__file__).parents[1] / "calibrate" / "fidelity" / "model.yaml").read_text()))
+    (Path(__file__).parents[2] / "calibrate" / "fidelity" / "model.yaml").read_text()))
 
 
 def run_cli(args, capsys):

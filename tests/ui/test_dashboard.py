@@ -16,19 +16,14 @@ from sim.errors import ConfigError
 from sim.results import Result
 from sim.run import simulate
 from sim.views import dashboard as dash
+from helpers import small_scenario
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
-SMALL_BASE = {
-    "name": "small",
-    "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h100-sxm"},
-    "workload": {"arrival": {"kind": "constant", "rate_per_s": 5.0},
-                 "lengths": {"kind": "fixed", "input_tokens": 128, "output_tokens": 32}},
-    "scheduler": {"max_model_len": 2048},
-    "slo": {"ttft_s": 1.0},
-    "run": {"seed": 0, "num_requests": 60},
-}
+SMALL_BASE = small_scenario({'workload': {'arrival': {'kind': 'constant', 'rate_per_s': 5.0},
+                                          'lengths': {'input_tokens': 128, 'output_tokens': 32}},
+                             'slo': {'ttft_s': 1.0},
+                             'run': {'num_requests': 60}})
 
 
 def dumps(scenario) -> dict:

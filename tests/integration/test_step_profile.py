@@ -40,7 +40,7 @@ from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
 from sim.run import make_cost_model, simulate
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 SHIPPED = REPO / "calibrate" / "profiles" / "h100-sxm" / "llama-3.1-8b" / "tp1" / "steps"
 SHARED_GPU = Path("../shared/gpu")  # relative to the repository root, as the brief's tables are named
 TINY_OPS = REPO / "tests" / "fixtures" / "calibrate" / "tiny_llama_cpu"

@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 from calibrate.arch import load_model  # noqa: E402
 from calibrate.bench import GRAPH_CALLS, ShardBench  # noqa: E402
 
-ARCH_FILE = Path(__file__).resolve().parent / "fixtures" / "calibrate" / "tiny_llama.yaml"
+ARCH_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "calibrate" / "tiny_llama.yaml"
 
 
 @pytest.mark.parametrize("gated", [True, False])

@@ -16,7 +16,7 @@ from calibrate.fidelity.replay_vllm import LlamaShape, kv_bytes_for_tokens
 from calibrate.fidelity.schedule import DEFAULT_TRACE, from_azure_trace, from_workload, read_workload
 from sim.errors import ConfigError
 
-ROOT = Path(__file__).parents[1]
+ROOT = Path(__file__).parents[2]
 FID = ROOT / "calibrate" / "fidelity"
 FIXTURE = ROOT / "tests" / "fixtures" / "fidelity"
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from sim.config.files import validate_scenario
 from sim.run import simulate
 
-FIXTURE = Path(__file__).parent / "fixtures" / "summary" / "prefix_speculation.json"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "summary" / "prefix_speculation.json"
 
 
 def test_summary_of_a_prefix_caching_speculative_run_is_unchanged():

@@ -26,20 +26,18 @@ from sim.tools.sweep import (
     set_rate,
 )
 from sim.views.cli import main
+from helpers import small_scenario
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
-SMALL = {
-    "name": "small",
-    "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h100-sxm"},
-    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 5},
-                 "lengths": {"kind": "uniform", "input_min": 32, "input_max": 256,
-                             "output_min": 8, "output_max": 64}},
-    "scheduler": {"max_model_len": 2048},
-    "run": {"seed": 0, "num_requests": 60},
-    "variants": {"paged": {}, "contiguous": {"kv_cache": {"layout": "contiguous", "reserve": "max_len"}}},
-}
+SMALL = small_scenario({'workload': {'lengths': {'kind': 'uniform',
+                                                 'input_min': 32,
+                                                 'input_max': 256,
+                                                 'output_min': 8,
+                                                 'output_max': 64}},
+                        'run': {'num_requests': 60},
+                        'variants': {'paged': {},
+                                     'contiguous': {'kv_cache': {'layout': 'contiguous', 'reserve': 'max_len'}}}})
 
 
 def _write(tmp_path: Path, raw: dict = SMALL) -> Path:

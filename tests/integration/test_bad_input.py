@@ -13,21 +13,12 @@ import numpy as np
 import pytest
 import yaml
 
+from helpers import small_scenario
 import sim.views.dashboard as dash
 from sim.errors import ServeSimError
 from sim.views.cli import main
 
-SMALL = {
-    "name": "small",
-    "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h100-sxm"},
-    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 5},
-                 "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 8}},
-    "scheduler": {"max_model_len": 2048},
-    "slo": {"ttft_s": 1.0},
-    "run": {"seed": 0, "num_requests": 20},
-    "variants": {"a": {}, "b": {"kv_cache": {"block_size": 32}}},
-}
+SMALL = small_scenario({'slo': {'ttft_s': 1.0}, 'variants': {'a': {}, 'b': {'kv_cache': {'block_size': 32}}}})
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 AZURE_ROW = "2023-11-16 18:15:46.6805900,374,44\n"
 BILLION_LAUGHS = "\n".join(

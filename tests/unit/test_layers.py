@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-SIM = Path(__file__).resolve().parents[1] / "sim"
+SIM = Path(__file__).resolve().parents[2] / "sim"
 LAYER_OF = {
     "sim.errors": 0, "sim.atomic_files": 0,
     "sim.model": 1, "sim.workload": 1,

@@ -21,7 +21,7 @@ from calibrate.bench import ShardBench  # noqa: E402
 from calibrate.grids import make_grid  # noqa: E402
 from calibrate.kernels import reference as ref  # noqa: E402
 
-ARCH_FILE = Path(__file__).resolve().parent / "fixtures" / "calibrate" / "tiny_llama.yaml"
+ARCH_FILE = Path(__file__).resolve().parents[1] / "fixtures" / "calibrate" / "tiny_llama.yaml"
 
 
 @pytest.fixture

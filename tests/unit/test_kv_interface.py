@@ -15,7 +15,7 @@ from sim.sched.continuous import ContinuousScheduler
 from sim.sched.decode import DecodeBatch, DecodeTracker
 from sim.sched.speculative import SpeculativeDecodeBatch
 
-SCHED = Path(__file__).resolve().parents[1] / "sim" / "sched"
+SCHED = Path(__file__).resolve().parents[2] / "sim" / "sched"
 
 
 def protocol_members(protocol) -> set[str]:

@@ -19,19 +19,19 @@ from sim.run import make_workload, simulate
 from sim.views.cli import main
 from sim.views.report import format_metric
 from sim.workload.generate import summarize
+from helpers import small_scenario
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
-SMALL = {
-    "name": "edges",
-    "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h100-sxm"},
-    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 20},
-                 "lengths": {"kind": "uniform", "input_min": 20, "input_max": 300, "output_min": 5, "output_max": 60}},
-    "scheduler": {"max_model_len": 2048},
-    "slo": {"ttft_s": 0.5, "tpot_s": 0.05},
-    "run": {"seed": 3, "num_requests": 200},
-}
+SMALL = small_scenario({'name': 'edges',
+                        'workload': {'arrival': {'rate_per_s': 20},
+                                     'lengths': {'kind': 'uniform',
+                                                 'input_min': 20,
+                                                 'input_max': 300,
+                                                 'output_min': 5,
+                                                 'output_max': 60}},
+                        'slo': {'ttft_s': 0.5, 'tpot_s': 0.05},
+                        'run': {'seed': 3, 'num_requests': 200}})
 
 
 def write(tmp: Path, data: dict, name: str = "s.yaml") -> Path:

@@ -17,7 +17,7 @@ from sim.workload.traces import (
     load_trace,
 )
 
-TRACES = Path(__file__).parents[2] / "shared" / "traces"
+TRACES = Path(__file__).parents[3] / "shared" / "traces"
 
 # The table in shared/traces/README.md: span (min), mean rate (req/s), inter-arrival CV,
 # input mean/p50/p99, output mean/p50/p99.

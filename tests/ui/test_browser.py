@@ -14,6 +14,7 @@ import fcntl
 import json
 import os
 import shutil
+import select
 import socket
 import subprocess
 import sys
@@ -23,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")
 ARTIFACT = ROOT / "out" / "ci" / "dashboard.png"
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
@@ -55,18 +56,20 @@ def free_port() -> int:
 
 
 def wait_until_serving(url: str, server: subprocess.Popen) -> None:
+    """Block on the server's own output until it says it serves (Streamlit prints its URL), then check once."""
     deadline = time.monotonic() + SERVE_WAIT_S
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise RuntimeError(f"streamlit exited with {server.returncode}")
-        try:
-            with urllib.request.urlopen(url + "_stcore/health", timeout=2) as reply:
-                if reply.status == 200:
-                    return
-        except OSError:
-            pass
-        time.sleep(0.25)
-    raise TimeoutError(f"streamlit did not serve {url} within {SERVE_WAIT_S} s")
+    seen = b""
+    while b"URL:" not in seen:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"streamlit did not serve {url} within {SERVE_WAIT_S} s: {seen[-500:]!r}")
+        readable, _, _ = select.select([server.stdout], [], [], left)  # wakes on output, not on a timer
+        chunk = os.read(server.stdout.fileno(), 1 << 16) if readable else b""
+        if readable and not chunk:
+            raise RuntimeError(f"streamlit exited with {server.wait()}: {seen[-500:]!r}")
+        seen += chunk
+    with urllib.request.urlopen(url + "_stcore/health", timeout=SERVE_WAIT_S) as reply:
+        assert reply.status == 200
 
 
 class DevTools:
@@ -113,6 +116,8 @@ class DevTools:
             raw, self._buffer = self._buffer.split(b"\0", 1)
             reply = json.loads(raw)
             if reply.get("id") == self._next_id:
+                if "error" in reply and "context was destroyed" in str(reply["error"]) and method == "Runtime.evaluate":
+                    return {"exceptionDetails": reply["error"]}
                 if "error" in reply:
                     raise RuntimeError(f"{method}: {reply['error']}")
                 return reply["result"]
@@ -150,19 +155,31 @@ class DevTools:
         os.close(self._from_child)
 
 
+# Resolves (in the page) once the table and three drawn charts are there, or an error box is: checked on every
+# DOM change, then after two animation frames so plotly's layout pass is painted before the screenshot.
+PAGE_READY_JS = """new Promise(resolve => {
+  const state = () => JSON.parse(%s);
+  const ready = s => s.exceptions || s.errors.length || (s.tables && s.plots >= 3);
+  const settle = () => requestAnimationFrame(() => requestAnimationFrame(() => resolve(JSON.stringify(state()))));
+  if (ready(state())) { settle(); return; }
+  const watch = new MutationObserver(() => { if (ready(state())) { watch.disconnect(); settle(); } });
+  watch.observe(document, {childList: true, subtree: true, attributes: true});
+  setTimeout(() => { watch.disconnect(); resolve(JSON.stringify(state())); }, %d);
+})""" % (PAGE_STATE_JS, RENDER_WAIT_S * 1000)
+
+
 def wait_for_page(browser: DevTools) -> dict:
-    """Poll until the table and three drawn charts are on the page, or an error box is."""
+    """The page state once it is ready (or when RENDER_WAIT_S has passed), waited for inside the page. If the
+    navigation replaces the document the script runs in (its context is destroyed), it runs again in the new one."""
     deadline = time.monotonic() + RENDER_WAIT_S
-    state: dict = {}
-    while time.monotonic() < deadline:
-        state = json.loads(browser.evaluate(PAGE_STATE_JS) or "{}")
-        if state.get("exceptions") or state.get("errors"):
-            return state
-        if state.get("tables") and state.get("plots", 0) >= 3:
-            time.sleep(1.0)  # let plotly finish its layout pass before the screenshot
-            return json.loads(browser.evaluate(PAGE_STATE_JS))
-        time.sleep(0.5)
-    return state
+    while True:
+        reply = browser.call("Runtime.evaluate", timeout_s=RENDER_WAIT_S + 30, expression=PAGE_READY_JS,
+                             awaitPromise=True, returnByValue=True)
+        if "exceptionDetails" not in reply:
+            value = reply["result"].get("value")
+            return json.loads(value) if isinstance(value, str) else {}
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the page-ready script failed: {reply['exceptionDetails']}")
 
 
 @pytest.fixture
@@ -211,7 +228,7 @@ def test_the_dashboard_renders_its_table_and_charts_in_chromium(dashboard_url, t
     assert ARTIFACT.stat().st_size > 20_000  # a blank page compresses to a few kB
 
 
-if __name__ == "__main__":  # `python tests/test_browser.py OUT.png [scale]`: a screenshot of a running app
+if __name__ == "__main__":  # `python tests/ui/test_browser.py OUT.png [scale]`: a screenshot of a running app
     url = os.environ.get("SERVESIM_URL", "http://127.0.0.1:8501/")
     out = Path(sys.argv[1])
     user_dir = Path(os.environ.get("TMPDIR", "/tmp")) / f"servesim-chromium-{os.getpid()}"

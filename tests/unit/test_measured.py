@@ -29,7 +29,7 @@ from sim.cost.measured import (
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
 
-FIXTURE = Path(__file__).parent / "fixtures" / "aic" / "h100_sxm"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "aic" / "h100_sxm"
 
 
 @pytest.fixture(scope="module")
@@ -214,7 +214,7 @@ def test_measured_step_times_track_the_measured_h100_whole_steps():
     rows): the kernel sum is within 25% on every prefill, decode and mixed row. Chunked prefills over earlier
     context are left out: AIConfigurator's context-attention table has no prefix rows, so they are priced by
     scaling (documented in sim/cost/measured.py) and come out up to ~32% low (benchmarks/RESULTS.md)."""
-    steps = pd.read_csv(Path(__file__).parents[1] / "calibrate/profiles/h100-sxm/llama-3.1-8b/tp1/steps/compiled/steps.csv")
+    steps = pd.read_csv(Path(__file__).parents[2] / "calibrate/profiles/h100-sxm/llama-3.1-8b/tp1/steps/compiled/steps.csv")
     steps = steps[steps["prefill_context"] == 0]
     cost = MeasuredCostModel(get_model("llama-3.1-8b"), get_gpu("h100-sxm"))
     errors = []

@@ -13,7 +13,7 @@ from sim.core.request import Request
 from sim.kv.paged import PagedKVManager
 from sim.kv.prefix_keys import block_keys
 
-TRACES = Path(__file__).resolve().parents[2] / "shared" / "traces"
+TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 
 _ids = itertools.count(10_000)
 

@@ -27,7 +27,7 @@ from calibrate.fidelity.compare import (
 from calibrate.fidelity.replay_vllm import EngineSettings, LlamaShape
 from sim.errors import ConfigError
 
-FIXTURE = Path(__file__).parent / "fixtures" / "fidelity"
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "fidelity"
 RUN = FIXTURE / "medium"
 CALIB = FIXTURE / "calib"
 PROFILE = FIXTURE / "profile-kernels"
@@ -85,7 +85,7 @@ def test_the_mirrored_scenario_has_the_recorded_settings():
 
 
 def test_the_served_model_is_the_calibrated_architecture():
-    arch = yaml.safe_load((Path(__file__).parents[1] / "calibrate" / "fidelity" / "model.yaml").read_text())
+    arch = yaml.safe_load((Path(__file__).parents[2] / "calibrate" / "fidelity" / "model.yaml").read_text())
     shape = vars(LlamaShape())
     assert {k: arch[k] for k in shape} == shape
     assert EngineSettings().block_size % 32 == 0  # vLLM's CPU attention needs a multiple of 32
@@ -197,7 +197,7 @@ def test_fit_overhead_writes_a_loadable_profile_with_the_engine_overhead(tmp_pat
             assert (out / f.name).read_bytes() == f.read_bytes()
     load_profile(out)
     model = ModelSpec.model_validate(yaml.safe_load(
-        (Path(__file__).parents[1] / "calibrate" / "fidelity" / "model.yaml").read_text()))
+        (Path(__file__).parents[2] / "calibrate" / "fidelity" / "model.yaml").read_text()))
     seqs, median_s = int(overhead["num_seqs"].iloc[0]), float(overhead["median_s"].iloc[0])
     decode = StepPlan(num_decode_seqs=seqs, decode_context_tokens=100 * seqs, num_sampled_seqs=seqs)
     kernels = CalibratedCostModel(PROFILE, model, block_size=32)
