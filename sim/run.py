@@ -30,6 +30,12 @@ def make_workload(scenario: Scenario, deployment: Deployment | None = None) -> W
 
 def _roofline(scenario: Scenario, deployment: Deployment, model):
     spec, q = scenario.cost_model, scenario.quantization
+    if getattr(spec, "efficiencies", "catalog") == "learned":
+        from sim.cost.learned import LearnedRooflineCostModel
+        given = _roofline_step_overhead(spec)
+        return LearnedRooflineCostModel(model, deployment.gpu, tensor_parallel=deployment.tensor_parallel,
+                                        weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
+                                        step_overhead_s=0.0 if given is None else given)
     return RooflineCostModel(model, deployment.gpu, tensor_parallel=deployment.tensor_parallel,
                              weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
                              # A calibrated target's draft model: the roofline at the GPU's defaults.
