@@ -86,8 +86,8 @@ class LearnedRooflineCostModel(RooflineCostModel):
             b = (min(context + chunk, window) if window else context + chunk) * kvb + chunk * self.q_bytes_per_token
             eff = _lookup(L["prefill_attention"]["edges"], L["prefill_attention"]["eff"], chunk * (context + chunk))
             attn_s += max(self.min_kernel_s, self._ideal(f, b) / eff)
-            flops_total += f
-            bytes_total += b
+            flops_total += f * self.model.num_layers  # every layer attends
+            bytes_total += b * self.model.num_layers
         if plan.num_decode_seqs:
             ctx = plan.decode_context_tokens
             if window:
@@ -96,8 +96,8 @@ class LearnedRooflineCostModel(RooflineCostModel):
             b = ctx * kvb + plan.num_decode_seqs * plan.decode_query_tokens * self.q_bytes_per_token
             eff = _lookup(L["decode_attention"]["edges"], L["decode_attention"]["eff"], ctx)
             attn_s += max(self.min_kernel_s, self._ideal(f, b) / eff)
-            flops_total += f
-            bytes_total += b
+            flops_total += f * self.model.num_layers  # every layer attends
+            bytes_total += b * self.model.num_layers
         elem_b = n * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT
         elem_s = max(3 * self.min_kernel_s, elem_b / (self.peak_bytes * L["elementwise_bytes_efficiency"]))
         ar_s = 0.0
