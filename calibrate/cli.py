@@ -434,6 +434,31 @@ def check(profile: str = typer.Argument(..., help="a whole-step or per-op profil
         console.print(f"note: {note}", markup=False, highlight=False)
 
 
+@app.command("fit-engine")
+def fit_engine_cmd(
+    measurements: Path = typer.Argument(..., help="steps.csv or requests.csv (or a folder of them, repeat-*/ read "
+                                        "together) measured on your engine"),
+    scenario: Path = typer.Option(..., help="the deployment's scenario: its cost model prices the kernels"),
+    out: Path = typer.Option(..., help="the scenario with cost_model.overhead set to the fitted terms (YAML)"),
+    holdout: list[Path] = typer.Option([], help="runs not used to fit (requests.csv folders): their error is reported"),
+) -> None:
+    """Fit the engine-overhead terms (sim/cost/overhead.py) to measured steps or requests; report TTFT/TPOT/E2E errors."""
+    from sim.atomic_files import atomic_write_text
+    from sim.config.files import load_scenario_set
+
+    from .engine_fit import fit_engine, fitted_scenario_yaml, report_text
+
+    if out.suffix not in (".yaml", ".yml"):
+        raise ConfigError(f"--out: '{out}' is not allowed; allowed: a .yaml or .yml file")
+    sset = load_scenario_set(scenario)
+    if len(sset.variants) != 1:
+        raise ConfigError(f"--scenario: '{scenario}' has {len(sset.variants)} variants; allowed: a scenario without variants")
+    fit = fit_engine(measurements, sset.base, holdout)
+    atomic_write_text(out, fitted_scenario_yaml(sset.base, fit))
+    print(report_text(fit), end="")
+    print(f"scenario: {out}")
+
+
 def main(argv: list[str] | None = None) -> int:
     from sim.views.cli import run_app
     return run_app(app, argv)

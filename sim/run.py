@@ -30,12 +30,37 @@ def make_workload(scenario: Scenario, deployment: Deployment | None = None) -> W
 
 def _roofline(scenario: Scenario, deployment: Deployment, model):
     spec, q = scenario.cost_model, scenario.quantization
+    if getattr(spec, "efficiencies", "catalog") == "learned":
+        from sim.cost.learned import LearnedRooflineCostModel
+        given = _roofline_step_overhead(spec)
+        return LearnedRooflineCostModel(model, deployment.gpu, tensor_parallel=deployment.tensor_parallel,
+                                        weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
+                                        step_overhead_s=0.0 if given is None else given)
     return RooflineCostModel(model, deployment.gpu, tensor_parallel=deployment.tensor_parallel,
                              weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
                              # A calibrated target's draft model: the roofline at the GPU's defaults.
                              compute_efficiency=getattr(spec, "compute_efficiency", None),
                              memory_efficiency=getattr(spec, "memory_efficiency", None),
-                             step_overhead_s=getattr(spec, "step_overhead_s", None))
+                             step_overhead_s=_roofline_step_overhead(spec))
+
+
+def _roofline_step_overhead(spec) -> float | None:
+    """The roofline's fixed step overhead: as given; 0 when an overhead model prices the engine instead."""
+    given = getattr(spec, "step_overhead_s", None)
+    if given is None and getattr(spec, "overhead", None) is not None:
+        return 0.0
+    return given
+
+
+def _with_overhead(target, spec, deployment: Deployment):
+    """The kernel model plus the engine's overhead outside its kernels, where the scenario asks for it."""
+    o = getattr(spec, "overhead", None)
+    if o is None:
+        return target
+    from sim.cost.overhead import EngineOverheadCostModel, engine_overhead
+    terms = engine_overhead(o.engine, per_step_s=o.per_step_s, per_seq_s=o.per_seq_s,
+                            per_prefill_token_s=o.per_prefill_token_s, launch_per_layer_s=o.launch_per_layer_s)
+    return EngineOverheadCostModel(target, terms, deployment.model.num_layers)
 
 
 def _calibrated(scenario: Scenario, deployment: Deployment):
@@ -69,6 +94,7 @@ def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
         target = _measured(scenario, deployment)
     else:
         target = _roofline(scenario, deployment, deployment.model)
+    target = _with_overhead(target, spec, deployment)
     spec_dec = scenario.speculation
     if spec_dec is None:
         return target

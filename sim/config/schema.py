@@ -118,11 +118,28 @@ class QuantizationSpec(_Strict):
     fp8_compute: bool = Field(False, description="matrix products run at the GPU's fp8 rate")
 
 
+class OverheadSpec(_Strict):
+    """The engine's time outside its kernels (sim/cost/overhead.py): an engine's default terms, any term overridden."""
+
+    engine: Literal["vllm-cudagraph", "vllm-eager", "none"] = Field(
+        "vllm-cudagraph", description="whose default terms (estimates; sim/cost/overhead.py names their sources)")
+    per_step_s: float | None = Field(None, ge=0, description="CPU time once per step (schedule, inputs, outputs)")
+    per_seq_s: float | None = Field(None, ge=0, description="CPU time per scheduled sequence")
+    per_prefill_token_s: float | None = Field(None, ge=0, description="CPU time per prompt token scheduled")
+    launch_per_layer_s: float | None = Field(None, ge=0, description="eager: kernel-launch time per layer "
+                                             "(overlaps the kernels)")
+
+
 class RooflineSpec(_Strict):
     kind: Literal["roofline"] = "roofline"
     compute_efficiency: float | None = Field(None, gt=0, le=1, description="default: the GPU's")
     memory_efficiency: float | None = Field(None, gt=0, le=1, description="default: the GPU's")
-    step_overhead_s: float | None = Field(None, ge=0, description="default: the GPU's")
+    step_overhead_s: float | None = Field(None, ge=0, description="default: the GPU's; 0 when overhead is given")
+    efficiencies: Literal["catalog", "learned"] = Field(
+        "catalog", description="catalog: the GPU's fixed efficiencies; learned: fitted to the measured GPUs' "
+        "kernel tables (calibrate/measured/learned_roofline.json)")
+    overhead: OverheadSpec | None = Field(None, description="engine time outside the kernels; absent = the fixed "
+                                          "step_overhead_s")
 
 
 class FixedCostSpec(_Strict):
@@ -142,6 +159,7 @@ class CalibratedCostSpec(_Strict):
     engine: str | None = Field(
         None, description="which shipped profile: a whole-step engine under tp<N>/steps/<engine>/ (fused, compiled, "
         "unfused, ...) or 'ops' for per-op kernels; default: the first shipped of fused, compiled, unfused, ops")
+    overhead: OverheadSpec | None = Field(None, description="engine time outside the profile's steps; absent = none")
 
 
 class MeasuredCostSpec(_Strict):
@@ -154,6 +172,8 @@ class MeasuredCostSpec(_Strict):
     step_overhead_s: float = Field(0.0, ge=0, description="engine CPU time added to every step")
     on_missing: Literal["roofline", "error"] = Field(
         "roofline", description="a GPU or dtype without measured tables: the roofline (its repr says why) or an error")
+    overhead: OverheadSpec | None = Field(None, description="engine time outside the kernels (added to "
+                                          "step_overhead_s); absent = none")
 
 
 class FixedAcceptance(_Strict):

@@ -1,0 +1,155 @@
+"""Learn the roofline's efficiencies from the measured GPUs' kernel tables (issue 12); leave-one-GPU-out error.
+
+    PYTHONPATH=. .venv/bin/python -m calibrate.learn_roofline [--out calibrate/measured/learned_roofline.json]
+
+Every efficiency is ideal time at the GPU catalog's peaks / measured time, pooled over the training GPUs with
+the median per bin (so no GPU's row count dominates). The evaluation prices the 204 step shapes per GPU of
+benchmarks/bench_aic.py with (a) the learned roofline fitted WITHOUT that GPU and (b) today's catalog roofline,
+against the measured-kernel model (MeasuredCostModel) of that GPU, and prints median / p90 absolute errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+
+import numpy as np
+import pandas as pd
+
+from sim.cost.measured import load_tables, measured_gpus, MEASURED_DIR
+from sim.model.catalog import get_gpu
+
+M_EDGES = list(range(0, 15))  # log2 tokens: 1, 2, 4, ... 16384+
+W_EDGES = [0, 20, 22, 24, 26, 28]  # log2 weight elements: <1M, 1-4M, 4-16M, 16-64M, 64-256M, 256M+
+ATTN_EDGES = list(range(6, 26, 2))  # log2 (batch × tokens)
+
+
+def _binned(x: np.ndarray, edges: list[float]) -> np.ndarray:
+    return np.clip(np.searchsorted(edges, np.log2(np.maximum(x, 1.0)), side="right") - 1, 0, len(edges) - 1)
+
+
+def _gpu_frames(gpu: str) -> dict[str, pd.DataFrame]:
+    t, spec = load_tables(MEASURED_DIR / gpu), get_gpu(gpu)
+    pf, pb = spec.bf16_flops_per_s, spec.hbm_bytes_per_s
+    g = t.gemm[t.gemm["dtype"] == "bf16"]
+    m, n, k = (g[c].to_numpy(float) for c in ("m", "n", "k"))
+    ideal = np.maximum(2 * m * n * k / pf, (n * k + m * (n + k)) * 2 / pb)
+    gemm = pd.DataFrame({"mb": _binned(m, M_EDGES), "wb": _binned(n * k, W_EDGES),
+                         "eff": ideal / (g["latency_ms"].to_numpy(float) * 1e-3)})
+    c = t.context[t.context["kv_dtype"] == "bf16"]
+    b, s, hq, hkv, d = (c[x].to_numpy(float) for x in ("batch_size", "isl", "num_heads", "num_kv_heads", "head_dim"))
+    ideal = np.maximum(4 * hq * d * b * s * (s + 1) / 2 / pf, b * s * (2 * hkv * d * 2 + 2 * hq * d * 2) / pb)
+    ctx = pd.DataFrame({"bin": _binned(b * s, ATTN_EDGES), "eff": ideal / (c["latency_ms"].to_numpy(float) * 1e-3)})
+    e = t.generation[t.generation["kv_dtype"] == "bf16"]
+    b, x, hq, hkv, d = (e[v].to_numpy(float) for v in ("batch_size", "kv_tokens", "num_heads", "num_kv_heads", "head_dim"))
+    ideal = np.maximum(4 * hq * d * b * x / pf, (b * x * 2 * hkv * d * 2 + 2 * b * hq * d * 2) / pb)
+    gen = pd.DataFrame({"bin": _binned(b * x, ATTN_EDGES), "eff": ideal / (e["latency_ms"].to_numpy(float) * 1e-3)})
+    ar = t.allreduce[t.allreduce["backend"] == "graph"] if t.allreduce is not None else None
+    return {"gemm": gemm, "ctx": ctx, "gen": gen, "ar": ar, "spec": spec,
+            "min_kernel_s": float(t.gemm["latency_ms"].min()) * 1e-3}
+
+
+def fit(gpus: list[str]) -> dict:
+    frames = [_gpu_frames(g) for g in gpus]
+
+    def per_gpu_median(key: str, cols: list[str]) -> pd.DataFrame:
+        # Median per bin within each GPU, then the median over GPUs: each GPU weighs the same.
+        parts = [f[key].groupby(cols)["eff"].median().rename(i) for i, f in enumerate(frames)]
+        return pd.concat(parts, axis=1).median(axis=1)
+
+    gm = per_gpu_median("gemm", ["mb", "wb"]).unstack("wb").reindex(index=range(len(M_EDGES)),
+                                                                    columns=range(len(W_EDGES)))
+    gm = gm.ffill(axis=1).bfill(axis=1).ffill(axis=0).bfill(axis=0)
+
+    def series(key):
+        s = per_gpu_median(key, ["bin"]).reindex(range(len(ATTN_EDGES)))
+        return s.ffill().bfill()
+    ctx, gen = series("ctx"), series("gen")
+    lat, bwf = [], []
+    for f in frames:
+        ar = f["ar"]
+        if ar is None or ar.empty:
+            continue
+        lat.append(float(ar["latency_ms"].min()) * 1e-3)
+        busbw = (2 * (ar["num_gpus"] - 1) / ar["num_gpus"] * ar["message_elements"] * 2
+                 / (ar["latency_ms"] * 1e-3)).max()
+        bwf.append(float(busbw / f["spec"].interconnect_bytes_per_s))
+    return {
+        "format_version": 1,
+        "source": "median over GPUs of ideal (catalog peak) / measured time, AIConfigurator vLLM tables in "
+                  "calibrate/measured/ (python -m calibrate.learn_roofline)",
+        "fitted_on": list(gpus),
+        "min_kernel_s": float(np.median([f["min_kernel_s"] for f in frames])),
+        "gemm": {"m_edges": M_EDGES, "w_edges": W_EDGES, "eff": gm.to_numpy(float).round(4).tolist()},
+        "prefill_attention": {"edges": ATTN_EDGES, "eff": ctx.to_numpy(float).round(4).tolist()},
+        "decode_attention": {"edges": ATTN_EDGES, "eff": gen.to_numpy(float).round(4).tolist()},
+        "elementwise_bytes_efficiency": float(round(gen.iloc[-1], 4)),
+        "allreduce": {"latency_s": float(np.median(lat)), "bandwidth_fraction": float(np.median(bwf))},
+    }
+
+
+def evaluate(learned_by_gpu: dict[str, dict]) -> pd.DataFrame:
+    """Per held-out GPU and step shape: measured-model, learned-roofline and catalog-roofline step times."""
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
+    from bench_aic import DECODE, MIXED, MIXED_ISL, MODELS, PREFILL, TPS, _plan
+
+    from sim.cost.learned import LearnedRooflineCostModel
+    from sim.cost.measured import MeasuredCostModel
+    from sim.cost.roofline import RooflineCostModel
+    from sim.model.catalog import get_model
+
+    rows = []
+    shapes = ([("prefill", b, s, 0) for b, s in PREFILL] + [("decode", b, c, 0) for b, c in DECODE]
+              + [("mixed", d, MIXED_ISL, ch) for ch, d in MIXED])
+    for gpu, learned in learned_by_gpu.items():
+        g = get_gpu(gpu)
+        for model in MODELS:
+            m = get_model(model)
+            for tp in TPS:
+                ref = MeasuredCostModel(m, g, tensor_parallel=tp)
+                lr = LearnedRooflineCostModel(m, g, tensor_parallel=tp, learned=learned)
+                cat = RooflineCostModel(m, g, tensor_parallel=tp)
+                for kind, b, tok, ch in shapes:
+                    plan = _plan(kind, b, tok, ch)
+                    rows.append({"gpu": gpu, "model": model, "tp": tp, "kind": kind, "batch": b, "tokens": tok,
+                                 "chunk": ch, "measured_s": ref.step_time(plan), "learned_s": lr.step_time(plan),
+                                 "catalog_s": cat.step_time(plan)})
+    df = pd.DataFrame(rows)
+    df["learned_err"] = df.learned_s / df.measured_s - 1
+    df["catalog_err"] = df.catalog_s / df.measured_s - 1
+    return df
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=str(MEASURED_DIR / "learned_roofline.json"))
+    args = ap.parse_args()
+    gpus = measured_gpus()
+    loo = {g: fit([x for x in gpus if x != g]) for g in gpus}
+    df = evaluate(loo)
+    print("| held-out GPU | shapes | learned (fit without it): median / p90 abs error | catalog roofline: median / p90 |")
+    print("| --- | ---: | ---: | ---: |")
+    for gpu, g in df.groupby("gpu", sort=False):
+        a, c = g.learned_err.abs(), g.catalog_err.abs()
+        print(f"| {gpu} | {len(g)} | {a.median():.1%} / {np.percentile(a, 90):.1%} | "
+              f"{c.median():.1%} / {np.percentile(c, 90):.1%} |")
+    a, c = df.learned_err.abs(), df.catalog_err.abs()
+    print(f"| all | {len(df)} | {a.median():.1%} / {np.percentile(a, 90):.1%} | {c.median():.1%} / {np.percentile(c, 90):.1%} |")
+    print("\nBy kind: learned / catalog median abs error")
+    for kind, g in df.groupby("kind"):
+        print(f"  {kind}: {g.learned_err.abs().median():.1%} / {g.catalog_err.abs().median():.1%}")
+    print("By TP: learned / catalog median abs error")
+    for tp, g in df.groupby("tp"):
+        print(f"  tp{tp}: {g.learned_err.abs().median():.1%} / {g.catalog_err.abs().median():.1%}")
+    full = fit(gpus)
+    with open(args.out, "w") as fh:
+        json.dump(full, fh, indent=1)
+        fh.write("\n")
+    print(f"\nlearned efficiencies (all {len(gpus)} GPUs): {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,124 @@
+"""What a serving engine spends outside its kernels each step (issue 12).
+
+Kernel times are not step times. Around the kernels of every step vLLM schedules (Python), prepares
+the inputs (token ids, positions, slot mappings, block tables: work per scheduled sequence and per
+prompt token), samples and processes the outputs (per sequence), and in eager mode launches every
+kernel from Python one by one. `EngineOverhead` prices this with named, linear terms:
+
+    step = max(kernels, launch_per_layer_s × layers) + per_step_s + per_seq_s × sequences
+           + per_prefill_token_s × prefill tokens
+
+The launch term overlaps the kernels (the CPU enqueues kernels asynchronously: a step is launch-bound
+only when enqueueing them takes longer than running them); the other terms are serial CPU work between
+steps (vLLM V1 overlaps some of it with async scheduling; the terms then come out smaller when fitted).
+
+Defaults per engine, and where they come from (none of them is a measurement of this project's engine;
+fit your own with `python -m calibrate fit-engine`):
+
+- `vllm-cudagraph`: per_step_s 0.5 ms, per_seq_s 10 µs, per_prefill_token_s 0, launch_per_layer_s 0.
+  Sources: the vLLM v0.6.0 performance update (blog.vllm.ai/2024/09/05/perf-update.html) profiled
+  Llama-3-8B on one H100 and found scheduling and input preparation took 29% of the time and GPU execution
+  38% (V0, before the V1 rewrite); Srivatsa et al., "Can scheduling overhead dominate LLM inference
+  performance?" (mlsys.wuklab.io/posts/scheduling_overhead, 2024) found vLLM's scheduling overhead can exceed
+  half of inference time, mostly tensor pre/post-processing that grows with the batch. The values themselves
+  are ESTIMATES for V1 with async output processing (a few hundred µs of Python per step plus some µs per
+  sequence), chosen to sit below those V0 shares; no published table gives them. Under CUDA graphs the decode
+  step is one graph launch (docs.vllm.ai/en/latest/design/cuda_graphs/), so no per-layer launch term.
+- `vllm-eager`: the same CPU terms plus launch_per_layer_s 60 µs. ESTIMATE: a Llama decoder layer runs ~12
+  kernels in vLLM's eager path (2 norms, QKV, rotary, cache write, attention, O-proj, gate-up, activation,
+  down, 2 residual adds), at ~5 µs of PyTorch dispatch + CUDA launch each (typical host cost of one eager op);
+  CUDA graphs exist in vLLM to remove exactly this (the design doc above).
+- `none`: all terms 0 (the kernel model alone).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields, replace
+
+from sim.core.step_plan import StepPlan
+from sim.cost.roofline import StepCost
+from sim.errors import ConfigError
+
+TERMS = ("per_step_s", "per_seq_s", "per_prefill_token_s", "launch_per_layer_s")
+
+
+@dataclass(frozen=True)
+class EngineOverhead:
+    """Named overhead terms of one engine, and where each value came from."""
+
+    engine: str  # vllm-cudagraph, vllm-eager, none, or fitted
+    per_step_s: float = 0.0  # schedule + prepare inputs + process outputs, once per step
+    per_seq_s: float = 0.0  # input preparation, sampling and output processing per scheduled sequence
+    per_prefill_token_s: float = 0.0  # input preparation per prompt token scheduled (positions, slot mapping)
+    launch_per_layer_s: float = 0.0  # eager: host time to launch one layer's kernels (overlaps the kernels)
+    source: str = ""  # where the values came from: defaults (estimates, see module docstring) or a fit
+
+    def __post_init__(self):
+        for name in TERMS:
+            value = getattr(self, name)
+            if not value >= 0.0:  # also refuses NaN
+                raise ConfigError(f"cost_model.overhead.{name}: {value!r} is not allowed; allowed: a number >= 0")
+
+    def terms(self) -> dict[str, float]:
+        return {name: getattr(self, name) for name in TERMS}
+
+    def describe(self) -> str:
+        parts = [f"{name}={value * 1e6:g}us" for name, value in self.terms().items() if value]
+        return f"overhead {self.engine}: " + (", ".join(parts) or "none") + (f" [{self.source}]" if self.source else "")
+
+    def serial_s(self, plan: StepPlan) -> float:
+        """The CPU time between steps (not overlapped with kernels)."""
+        if plan.num_tokens == 0:
+            return 0.0
+        return (self.per_step_s + self.per_seq_s * plan.num_seqs
+                + self.per_prefill_token_s * plan.num_prefill_tokens)
+
+    def step_time(self, kernels_s: float, plan: StepPlan, num_layers: int) -> float:
+        if plan.num_tokens == 0:
+            return kernels_s
+        return max(kernels_s, self.launch_per_layer_s * num_layers) + self.serial_s(plan)
+
+
+_DEFAULT_SOURCE = "defaults: estimates (sim/cost/overhead.py names the sources)"
+ENGINE_DEFAULTS: dict[str, EngineOverhead] = {
+    "vllm-cudagraph": EngineOverhead("vllm-cudagraph", per_step_s=500e-6, per_seq_s=10e-6, source=_DEFAULT_SOURCE),
+    "vllm-eager": EngineOverhead("vllm-eager", per_step_s=500e-6, per_seq_s=10e-6, launch_per_layer_s=60e-6,
+                                 source=_DEFAULT_SOURCE),
+    "none": EngineOverhead("none", source="no engine overhead"),
+}
+
+
+def engine_overhead(engine: str, **overrides: float | None) -> EngineOverhead:
+    """An engine's default terms, with any given term replaced (the repr then names it as given)."""
+    if engine not in ENGINE_DEFAULTS:
+        raise ConfigError(f"cost_model.overhead.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINE_DEFAULTS)}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    unknown = sorted(set(given) - set(TERMS))
+    if unknown:
+        raise ConfigError(f"cost_model.overhead: {unknown[0]!r} is not a term; allowed: {', '.join(TERMS)}")
+    base = ENGINE_DEFAULTS[engine]
+    if not given:
+        return base
+    source = base.source + "; given: " + ", ".join(sorted(given))
+    return replace(base, source=source, **given)
+
+
+class EngineOverheadCostModel:
+    """A kernel cost model (measured, calibrated, roofline) plus the engine's overhead outside its kernels."""
+
+    def __init__(self, kernels, overhead: EngineOverhead, num_layers: int):
+        self.kernels, self.overhead, self.num_layers = kernels, overhead, num_layers
+
+    def __repr__(self) -> str:
+        return f"EngineOverheadCostModel({self.kernels!r} + {self.overhead.describe()})"
+
+    def step_cost(self, plan: StepPlan) -> StepCost:
+        inner = self.kernels.step_cost(plan)
+        return StepCost(self.overhead.step_time(inner.time_s, plan, self.num_layers), inner.flops, inner.bytes)
+
+    def step_time(self, plan: StepPlan) -> float:
+        return self.step_cost(plan).time_s
+
+
+def overhead_fields() -> tuple[str, ...]:
+    return tuple(f.name for f in fields(EngineOverhead))

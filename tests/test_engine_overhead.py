@@ -1,0 +1,129 @@
+"""Engine overhead outside kernels (sim/cost/overhead.py) and its fit to measured runs (calibrate fit-engine)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from calibrate.engine_fit import TERMS, fit_engine, fitted_scenario_yaml, nnls, read_measurements
+from sim.config.files import load_scenario_set
+from sim.config.schema import Scenario
+from sim.core.step_plan import StepPlan
+from sim.cost.overhead import ENGINE_DEFAULTS, EngineOverhead, EngineOverheadCostModel, engine_overhead
+from sim.cost.roofline import FixedCostModel
+from sim.errors import ConfigError
+from sim.run import make_cost_model
+
+ROOT = Path(__file__).resolve().parents[1]
+FIX = ROOT / "tests" / "fixtures" / "fidelity"
+SCENARIO = ROOT / "calibrate" / "fidelity" / "engine-cpu.yaml"
+WORKLOAD = {"arrival": {"kind": "poisson", "rate_per_s": 1},
+            "lengths": {"kind": "fixed", "input_tokens": 10, "output_tokens": 10}}
+
+
+def _plan(decodes=4, chunk=0):
+    return StepPlan(prefill_request_ids=[99] if chunk else [], prefill_chunk_tokens=[chunk] if chunk else [],
+                    prefill_context_tokens=[0] if chunk else [], num_decode_seqs=decodes,
+                    decode_context_tokens=100 * decodes, num_sampled_seqs=decodes + (1 if chunk else 0))
+
+
+def test_terms_add_up_and_launches_overlap_the_kernels():
+    o = EngineOverhead("x", per_step_s=1e-3, per_seq_s=1e-4, per_prefill_token_s=1e-6, launch_per_layer_s=1e-4)
+    plan = _plan(decodes=4, chunk=50)  # 5 sequences, 50 prefill tokens
+    serial = 1e-3 + 5e-4 + 50e-6
+    assert o.step_time(0.02, plan, num_layers=10) == pytest.approx(0.02 + serial)  # kernels exceed 1 ms of launches
+    assert o.step_time(0.0005, plan, num_layers=10) == pytest.approx(1e-3 + serial)  # launch-bound
+    assert o.step_time(0.0, StepPlan(), num_layers=10) == 0.0  # an empty step costs nothing extra
+
+
+def test_engine_defaults_differ_where_documented():
+    assert ENGINE_DEFAULTS["none"].terms() == dict.fromkeys(TERMS, 0.0)
+    assert ENGINE_DEFAULTS["vllm-cudagraph"].launch_per_layer_s == 0.0
+    assert ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s > 0.0
+    assert "estimate" in ENGINE_DEFAULTS["vllm-eager"].source
+    with pytest.raises(ConfigError, match="allowed: vllm-cudagraph, vllm-eager, none"):
+        engine_overhead("sglang")
+    with pytest.raises(ConfigError, match="per_seq_s"):
+        EngineOverhead("x", per_seq_s=-1.0)
+
+
+def test_wrapper_repr_names_terms_and_kernels():
+    cost = EngineOverheadCostModel(FixedCostModel(0.01, 0.002), engine_overhead("vllm-eager", per_seq_s=2e-5), 4)
+    text = repr(cost)
+    assert "FixedCostModel" in text and "per_seq_s=20us" in text and "launch_per_layer_s=60us" in text
+    assert "given: per_seq_s" in text
+    assert cost.step_time(_plan(decodes=3)) == pytest.approx(0.002 + 500e-6 + 3 * 2e-5)
+
+
+def test_scenario_overhead_composes_with_measured_and_keeps_step_overhead():
+    plan = _plan(decodes=8)
+    bare = make_cost_model(Scenario.model_validate({"workload": WORKLOAD, "cost_model": {"kind": "measured"}}))
+    old = make_cost_model(Scenario.model_validate(
+        {"workload": WORKLOAD, "cost_model": {"kind": "measured", "step_overhead_s": 0.002}}))
+    both = make_cost_model(Scenario.model_validate({"workload": WORKLOAD, "cost_model": {
+        "kind": "measured", "step_overhead_s": 0.002, "overhead": {"engine": "vllm-cudagraph"}}}))
+    assert old.step_time(plan) == pytest.approx(bare.step_time(plan) + 0.002)  # today's field still works
+    assert both.step_time(plan) == pytest.approx(old.step_time(plan) + 500e-6 + 8 * 10e-6)
+    assert "MeasuredCostModel" in repr(both) and "overhead vllm-cudagraph" in repr(both)
+
+
+def test_roofline_overhead_replaces_the_fixed_step_overhead_unless_given():
+    plan = _plan(decodes=2)
+    fixed = make_cost_model(Scenario.model_validate({"workload": WORKLOAD}))
+    none = make_cost_model(Scenario.model_validate(
+        {"workload": WORKLOAD, "cost_model": {"kind": "roofline", "overhead": {"engine": "none"}}}))
+    assert fixed.step_time(plan) - none.step_time(plan) == pytest.approx(fixed.step_overhead_s)
+
+
+def test_nnls_is_non_negative_and_exact_on_a_known_answer():
+    rng = np.random.default_rng(3)
+    a = np.column_stack([np.ones(50), rng.integers(1, 30, 50), rng.integers(0, 500, 50)]).astype(float)
+    truth = np.array([2e-3, 5e-5, 0.0])
+    assert nnls(a, a @ truth) == pytest.approx(truth, abs=1e-12)
+    # A negative best unconstrained coefficient is held at 0, not returned negative.
+    x = nnls(a, a @ np.array([2e-3, -5e-5, 1e-6]))
+    assert (x >= 0).all()
+
+
+def test_measurements_refused_in_one_line(tmp_path):
+    bad = tmp_path / "x.csv"
+    bad.write_text("a,b\n1,2\n")
+    with pytest.raises(ConfigError, match="MEASUREMENTS: .*allowed: steps.csv"):
+        read_measurements(bad)
+    with pytest.raises(ConfigError, match="does not exist"):
+        read_measurements(tmp_path / "nope.csv")
+    assert read_measurements(FIX / "calib").kind == "steps"
+    assert read_measurements(FIX / "medium").kind == "requests"
+
+
+def test_fit_on_calibration_steps_predicts_held_out_runs():
+    scenario = load_scenario_set(SCENARIO).base
+    fit = fit_engine(FIX / "calib", scenario, holdout=[FIX / "medium"])
+    # The fit read only the calibration run's steps.
+    assert fit.info["kind"] == "steps" and fit.info["method"] == "nnls"
+    assert all("calib" in p and "medium" not in p for p in fit.info["measurements"])
+    assert [e["used_in_fit"] for e in fit.evaluations] == [True, False]
+    assert fit.evaluations[1]["repeats"] == 3
+    assert all(v >= 0 for v in fit.terms.terms().values()) and fit.terms.per_step_s > 0
+    assert "NNLS" in fit.terms.source
+    # Fitting to the calibration steps moves their total time toward the measured total.
+    assert abs(fit.info["step_error_after"]["total"]) < abs(fit.info["step_error_before"]["total"])
+    for e in fit.evaluations:
+        assert set(e["error_before"]) == set(e["error_after"]) == {"ttft_mean_s", "tpot_mean_s", "e2e_mean_s"}
+    # The written scenario loads and prices with the fitted terms.
+    out = yaml.safe_load(fitted_scenario_yaml(scenario, fit))
+    terms = out["cost_model"]["overhead"]
+    assert terms["per_step_s"] == pytest.approx(fit.terms.per_step_s)
+    cost = make_cost_model(Scenario.model_validate(out))
+    assert "overhead none" in repr(cost) and "given:" in repr(cost)
+
+
+def test_cli_fit_engine_refuses_bad_out(tmp_path, capsys):
+    from calibrate.cli import main
+    with pytest.raises(SystemExit) as exc:
+        main(["fit-engine", str(FIX / "calib"), "--scenario", str(SCENARIO), "--out", str(tmp_path / "o.txt")])
+    assert exc.value.code == 2
+    assert "--out" in capsys.readouterr().err
