@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.engine import STATUS_CODES
+from sim.errors import ConfigError
 from sim.kv.base import PrefixCacheStats
 
 PERCENTILES = (50, 90, 99)
@@ -98,8 +99,12 @@ class ReplicaCounters:
 
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, slo, gpu,
               in_system_area: float, num_generated: int, replicas: list[ReplicaCounters],
-              kv_bytes_per_token: int, num_clipped: int = 0, max_model_len: int | None = None) -> dict:
-    """Every summary metric of a run, one group at a time (the keys keep this order in every output)."""
+              kv_bytes_per_token: int, num_clipped: int = 0, max_model_len: int | None = None,
+              window: tuple[float, float] | None = None) -> dict:
+    """Every summary metric of a run, one group at a time (the keys keep this order in every output).
+
+    `window`: (start_s, end_s) of the steady-state window (`measurement_window`); its metrics come last,
+    under `window_` keys, beside the whole-run ones. None: no window keys."""
     fin = requests[requests["finished"]]
     elapsed = max(elapsed_s, 1e-12)
     s = request_counts(requests, fin, elapsed_s, num_generated)
@@ -112,6 +117,60 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, 
     s.update(kv_memory(steps, replicas, kv_bytes_per_token))
     s.update(speculation_metrics(replicas))
     s.update(limits(steps, num_clipped, max_model_len))
+    if window is not None:
+        s.update(window_metrics(requests, steps, *window))
+    return s
+
+
+WINDOW_LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queueing_s")
+
+
+def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float,
+                       arrivals_end_s: float | None = None) -> tuple[float, float]:
+    """The steady-state window [warmup_s, arrivals_end_s - cooldown_s): time 0 is the run's start, and the
+    arrivals end at `arrivals_end_s` (run.duration_s) or, without it, at the last arrival. A window of no
+    length is the user's error (ConfigError naming run.warmup_s and run.cooldown_s)."""
+    if arrivals_end_s is None:
+        arrivals_end_s = float(requests["arrival_s"].max()) if len(requests) else 0.0
+    start, end = float(warmup_s), float(arrivals_end_s) - float(cooldown_s)
+    if end <= start:
+        raise ConfigError(f"run.warmup_s, run.cooldown_s: {warmup_s:g} s and {cooldown_s:g} s leave no measurement "
+                          f"window in arrivals that end at {arrivals_end_s:g} s; their sum must be below that")
+    return start, end
+
+
+def window_metrics(requests: pd.DataFrame, steps: pd.DataFrame, start_s: float, end_s: float) -> dict:
+    """The steady state only: what happened in [start_s, end_s), without the warm-up and the drain.
+
+    Latencies are those of the finished requests that ARRIVED in the window (a request arriving in it
+    and unfinished at the horizon is counted in `window_num_unfinished`, not in the latencies).
+    Throughput counts completions IN the window, whenever their request arrived, over the window's
+    length: the sustained rate, which equals the arrival rate when the system keeps up (the whole-run
+    `throughput_rps` divides by a time that includes the drain). Output tokens are those of the steps
+    ending in the window. A window in which no request arrived gets NaN latencies and a `window_note`.
+    """
+    length = end_s - start_s
+    arrival = requests["arrival_s"].to_numpy(dtype=float)
+    arrived = requests[(arrival >= start_s) & (arrival < end_s)]
+    fin = arrived[arrived["finished"]]
+    finish = requests["finish_s"].to_numpy(dtype=float)
+    completed = requests["finished"].to_numpy(dtype=bool) & (finish >= start_s) & (finish < end_s)
+    s: dict = {"window_start_s": float(start_s), "window_end_s": float(end_s),
+               "window_num_arrived": int(len(arrived)), "window_num_finished": int(len(fin)),
+               "window_num_unfinished": int((arrived["status"] == "unfinished").sum()),
+               "window_offered_rps": len(arrived) / length,
+               "window_throughput_rps": int(completed.sum()) / length}
+    if len(steps):
+        end = steps["end_s"].to_numpy(dtype=float)
+        in_window = (end >= start_s) & (end < end_s)
+        s["window_output_tokens_per_s"] = float(steps["num_output_tokens"].to_numpy()[in_window].sum()) / length
+    else:
+        s["window_output_tokens_per_s"] = 0.0
+    for col in WINDOW_LATENCIES:
+        s.update(_stats(fin[col].to_numpy(dtype=float), f"window_{col}"))
+    if not len(arrived):
+        s["window_note"] = (f"no request arrived in the window [{start_s:g}, {end_s:g}) s: its latencies are NaN; "
+                            "shorten run.warmup_s or run.cooldown_s")
     return s
 
 

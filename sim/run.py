@@ -14,7 +14,7 @@ from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCost
 from sim.errors import ConfigError
 from sim.kv.contiguous import ContiguousKVManager
 from sim.kv.paged import PagedKVManager
-from sim.results import ReplicaCounters, Result, requests_frame, steps_frame, summarize
+from sim.results import ReplicaCounters, Result, measurement_window, requests_frame, steps_frame, summarize
 from sim.sched.continuous import ContinuousScheduler
 from sim.sched.speculative import SpeculativeDecodeBatch
 from sim.sched.static import StaticScheduler
@@ -162,6 +162,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                         in_system_area=sim.in_system_area, num_generated=workload.num_requests,
                         replicas=[replica_counters(scenario, r) for r in replicas],
                         kv_bytes_per_token=deployment.kv_bytes_per_token, num_clipped=workload.num_clipped,
-                        max_model_len=deployment.max_model_len)
+                        max_model_len=deployment.max_model_len,
+                        window=measurement_window(requests, run.warmup_s, run.cooldown_s, run.duration_s)
+                        if run.has_window() else None)
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler)})

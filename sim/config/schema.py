@@ -245,12 +245,23 @@ class RunSpec(_Strict):
     num_requests: int | None = Field(None, ge=1)
     duration_s: float | None = Field(None, gt=0, description="arrival window; also the horizon unless horizon_s")
     horizon_s: float | None = Field(None, gt=0, description="stop here; requests in flight are unfinished")
+    warmup_s: float = Field(0.0, ge=0, description="steady-state window: leave out the first warmup_s seconds "
+                            "(window_* summary keys; 0 with cooldown_s 0: no window)")
+    cooldown_s: float = Field(0.0, ge=0, description="steady-state window: end it cooldown_s seconds before the "
+                              "arrivals end (duration_s, else the last arrival)")
 
     @model_validator(mode="after")
     def _bounded(self) -> "RunSpec":
         if self.num_requests is None and self.duration_s is None:
             raise ValueError("neither num_requests nor duration_s is set; give at least one of them")
+        if self.duration_s is not None and self.has_window() and self.warmup_s + self.cooldown_s >= self.duration_s:
+            raise ValueError(f"warmup_s + cooldown_s: {self.warmup_s:g} + {self.cooldown_s:g} s leave no measurement "
+                             f"window in duration_s {self.duration_s:g} s; their sum must be below duration_s")
         return self
+
+    def has_window(self) -> bool:
+        """A steady-state window is asked for (warmup or cooldown set)."""
+        return self.warmup_s > 0 or self.cooldown_s > 0
 
 
 class Scenario(_Strict):
