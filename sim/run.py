@@ -110,7 +110,7 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
                               f"of {tokens} tokens")
         kv = PagedKVManager(num_blocks, kv_spec.block_size, enable_prefix_caching=kv_spec.enable_prefix_caching)
     else:
-        kv = ContiguousKVManager(tokens, kv_spec.reserve, max_len)
+        kv = ContiguousKVManager(tokens, kv_spec.reserve, max_len, kv_spec.placement or "first_fit")
     if s.batching == "static":
         return StaticScheduler(kv, max_batch_size=s.max_batch_size, batch_timeout_s=s.batch_timeout_s,
                                max_model_len=max_len)

@@ -102,6 +102,9 @@ class KVCacheSpec(_Strict):
     layout: Literal["paged", "contiguous"] = "paged"
     block_size: int = Field(16, ge=1, description="paged: tokens per block")
     reserve: Literal["max_len", "pow2", "oracle"] = Field("max_len", description="contiguous: region size rule")
+    placement: Literal["first_fit", "best_fit", "buddy"] | None = Field(
+        None, description="contiguous: where a region goes (default first_fit): lowest hole that fits, smallest "
+        "hole that fits, or power-of-two buddy blocks")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="fraction of HBM the engine may use")
     reserve_bytes: int = Field(0, ge=0, description="extra bytes per GPU kept free")
     capacity_tokens: int | None = Field(None, ge=1, description="override the computed KV capacity (tokens)")
@@ -110,6 +113,13 @@ class KVCacheSpec(_Strict):
     preemption: Literal["recompute", "swap"] | None = Field(
         None, description="deprecated: use scheduler.preemption.mode")
     swap_space_bytes: int | None = Field(None, ge=0, description="deprecated: use scheduler.preemption.swap_space_bytes")
+
+    @model_validator(mode="after")
+    def _placement_is_contiguous(self) -> "KVCacheSpec":
+        if self.placement is not None and self.layout != "contiguous":
+            raise ValueError(f"placement: {self.placement!r} places contiguous regions; the {self.layout} layout has "
+                             "fixed-size blocks (remove placement, or set layout: contiguous)")
+        return self
 
 
 class QuantizationSpec(_Strict):
