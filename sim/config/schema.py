@@ -114,12 +114,14 @@ class KVCacheSpec(_Strict):
         None, description="deprecated: use scheduler.preemption.mode")
     swap_space_bytes: int | None = Field(None, ge=0, description="deprecated: use scheduler.preemption.swap_space_bytes")
 
-    @model_validator(mode="after")
-    def _placement_is_contiguous(self) -> "KVCacheSpec":
-        if self.placement is not None and self.layout != "contiguous":
-            raise ValueError(f"placement: {self.placement!r} places contiguous regions; the {self.layout} layout has "
-                             "fixed-size blocks (remove placement, or set layout: contiguous)")
-        return self
+    @field_validator("placement")
+    @classmethod
+    def _placement_is_contiguous(cls, placement, info):
+        layout = info.data.get("layout")
+        if placement is not None and layout != "contiguous":
+            raise ValueError(f"placement is for contiguous regions; the {layout} layout has fixed-size blocks "
+                             "(remove placement, or set layout: contiguous)")
+        return placement
 
 
 class QuantizationSpec(_Strict):
