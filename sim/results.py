@@ -66,6 +66,10 @@ def requests_frame(log) -> pd.DataFrame:
 def steps_frame(step_arrays: dict) -> pd.DataFrame:
     df = pd.DataFrame(step_arrays)
     df["end_s"] = df["start_s"] + df["duration_s"]
+    if "kv_capacity_slots" in df:
+        # Free memory an allocation can use: capacity less token states, reserved, internal and external.
+        df["kv_free_slots"] = df["kv_capacity_slots"] - (df["kv_token_slots"] + df["kv_reserved_slots"]
+                                                         + df["kv_internal_slots"] + df["kv_external_slots"])
     return df
 
 
@@ -92,6 +96,7 @@ class ReplicaCounters:
     """What the summary needs from one replica's scheduler after a run, as plain values (`sim.run` reads them)."""
 
     kv_capacity_tokens: int  # token states the replica's KV cache holds
+    kv_layout: str = "paged"  # "paged" or "contiguous": how the vLLM paper's Fig. 2 counts free memory (utilization)
     prefix_cache: PrefixCacheStats | None = None  # lookups, hits and evictions; None: prefix caching off
     num_drafted: int | None = None  # speculative decoding: draft tokens proposed; None: no speculation
     num_accepted_drafts: int | None = None  # of those, accepted by the target
@@ -112,7 +117,7 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, 
     s.update(latencies(fin, steps))
     s["preemptions"] = int(requests["preemptions"].sum())
     s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0 and s["num_rejected"] == 0))
-    s.update(utilization(steps, elapsed, gpu))
+    s.update(utilization(steps, elapsed, gpu, contiguous=replicas[0].kv_layout == "contiguous"))
     s.update(littles_law(requests, fin, in_system_area, elapsed))
     s.update(kv_memory(steps, replicas, kv_bytes_per_token))
     s.update(speculation_metrics(replicas))
@@ -254,8 +259,21 @@ def slo_metrics(requests: pd.DataFrame, fin: pd.DataFrame, slo, elapsed: float, 
     return s
 
 
-def utilization(steps: pd.DataFrame, elapsed: float, gpu) -> dict:
-    """Batch size, busy time, the time-weighted split of KV memory, and bandwidth/compute utilization."""
+def utilization(steps: pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = False) -> dict:
+    """Batch size, busy time, the time-weighted split of KV memory, and bandwidth/compute utilization.
+
+    The KV split, as shares of the whole capacity, time-weighted: token states + reserved + internal +
+    external + free (`kv_free_fraction`: free memory an allocation can use) = 1. External fragmentation
+    there is free memory outside the largest hole (contiguous; 0 when paged).
+
+    `kv_fig2_*`: the same split normalised as the vLLM paper's Fig. 2 (Kwon et al., SOSP 2023), whose
+    categories are token states, reservation, internal fragmentation and "external fragmentation &
+    others" and sum to 100% of KV memory. Our reading: for contiguous allocation the paper counts every
+    slot not in a request's region as external fragmentation & others, the largest hole included (a
+    hole a future request could use is still memory the running batch does not use), so
+    `kv_fig2_external_fraction` = external + free and `kv_fig2_free_fraction` = 0; paged blocks have no
+    external fragmentation, and a free block is free (`kv_fig2_free_fraction` = `kv_free_fraction`).
+    """
     s: dict = {}
     durations = steps["duration_s"].to_numpy(dtype=float)
     busy = float(durations.sum())
@@ -274,6 +292,10 @@ def utilization(steps: pd.DataFrame, elapsed: float, gpu) -> dict:
         s["kv_internal_fraction"] = internal / cap
         s["kv_external_fraction"] = external / cap
         s["kv_token_share"] = tok / used if used else math.nan
+        free = cap - used
+        s["kv_free_fraction"] = free / cap
+        s["kv_fig2_external_fraction"] = (external + free) / cap if contiguous else external / cap
+        s["kv_fig2_free_fraction"] = 0.0 if contiguous else free / cap
         s["mbu"] = float(steps["bytes"].sum()) / (busy * gpu.hbm_bytes_per_s)
         s["mfu"] = float(steps["flops"].sum()) / (busy * gpu.bf16_flops_per_s)
     return s

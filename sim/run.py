@@ -131,7 +131,7 @@ def replica_counters(scenario: Scenario, replica: Replica) -> ReplicaCounters:
     scheduler = replica.scheduler
     speculative = scenario.speculation is not None
     return ReplicaCounters(
-        kv_capacity_tokens=scheduler.kv.capacity_slots,
+        kv_capacity_tokens=scheduler.kv.capacity_slots, kv_layout=scenario.kv_cache.layout,
         prefix_cache=scheduler.kv.prefix_cache_stats() if scenario.kv_cache.enable_prefix_caching else None,
         num_drafted=scheduler.tracker.num_drafted if speculative else None,
         num_accepted_drafts=scheduler.tracker.num_accepted_drafts if speculative else None)

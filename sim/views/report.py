@@ -29,6 +29,7 @@ SUMMARY_ROWS = [  # (summary key, label): the CLI table, the report and the dash
     ("queueing_s_mean", "queueing mean (s)"), ("normalized_latency_s_mean", "normalized latency (s/token)"),
     ("mean_batch_size", "mean batch size"),
     ("kv_token_share", "KV token-state share"), ("kv_external_fraction", "KV external fragmentation"),
+    ("kv_fig2_external_fraction", "KV external frag. & others (vLLM Fig. 2)"),
     ("preemptions", "preemptions"), ("num_finished", "finished"), ("num_unfinished", "unfinished"),
     ("num_rejected", "rejected"), ("max_num_waiting", "largest queue (requests)"),
     ("num_requests_clipped", "clipped to max_model_len"), ("mbu", "memory-bandwidth utilization"), ("mfu", "FLOP utilization"),
