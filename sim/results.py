@@ -100,6 +100,7 @@ class ReplicaCounters:
     prefix_cache: PrefixCacheStats | None = None  # lookups, hits and evictions; None: prefix caching off
     num_drafted: int | None = None  # speculative decoding: draft tokens proposed; None: no speculation
     num_accepted_drafts: int | None = None  # of those, accepted by the target
+    window_freed_blocks: int | None = None  # paged blocks freed as they fell out of the sliding window; None: no window
 
 
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, slo, gpu,
@@ -323,6 +324,9 @@ def kv_memory(steps: pd.DataFrame, replicas: list[ReplicaCounters], kv_bytes_per
         s["prefix_cache_hit_rate_blocks"] = (sum(x.hit_blocks for x in stats) / queried_blocks
                                              if queried_blocks else 0.0)
         s["prefix_cache_evictions"] = sum(x.num_evictions for x in stats)
+    freed = [r.window_freed_blocks for r in replicas if r.window_freed_blocks is not None]
+    if freed:  # a sliding-window model: blocks that went back to the pool before their request finished
+        s["kv_window_freed_blocks"] = int(sum(freed))
     # Memory saved by sharing (prefix hits, forked sequences): time average of token states stored
     # once but used by several sequences.
     w = steps["duration_s"]

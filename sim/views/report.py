@@ -35,6 +35,7 @@ SUMMARY_ROWS = [  # (summary key, label): the CLI table, the report and the dash
     ("num_requests_clipped", "clipped to max_model_len"), ("mbu", "memory-bandwidth utilization"), ("mfu", "FLOP utilization"),
     ("prefix_cache_hit_rate_tokens", "prefix-cache hit rate (tokens)"),
     ("kv_shared_bytes_mean", "KV bytes saved by sharing (mean)"),
+    ("kv_window_freed_blocks", "KV blocks freed by the sliding window"),
     ("draft_acceptance_rate", "drafted tokens accepted"), ("swapped_bytes", "swapped bytes"),
 ]
 
