@@ -42,7 +42,7 @@ SUMMARY_ROWS = [  # (summary key, label): the CLI table, the report and the dash
 # The steady-state window (run.warmup_s / run.cooldown_s): shown only when a result has one, each row beside
 # its whole-run counterpart, and every row of both labelled with which it is.
 WINDOW_ROWS = [
-    ("window_offered_rps", "throughput_rps", "offered load (req/s)"),
+    ("window_offered_rps", "offered_rps", "offered load (req/s)"),
     ("window_throughput_rps", "throughput_rps", "throughput, completions in window (req/s)"),
     ("window_output_tokens_per_s", "output_tokens_per_s", "output tokens/s"),
     ("window_ttft_s_p50", "ttft_s_p50", "TTFT p50 (s)"), ("window_ttft_s_p90", "ttft_s_p90", "TTFT p90 (s)"),
