@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from sim.core.engine import STATUS_CODES
+from sim.errors import ConfigError
 from sim.kv.base import PrefixCacheStats
 
 PERCENTILES = (50, 90, 99)
@@ -65,6 +66,10 @@ def requests_frame(log) -> pd.DataFrame:
 def steps_frame(step_arrays: dict) -> pd.DataFrame:
     df = pd.DataFrame(step_arrays)
     df["end_s"] = df["start_s"] + df["duration_s"]
+    if "kv_capacity_slots" in df:
+        # Free memory an allocation can use: capacity less token states, reserved, internal and external.
+        df["kv_free_slots"] = df["kv_capacity_slots"] - (df["kv_token_slots"] + df["kv_reserved_slots"]
+                                                         + df["kv_internal_slots"] + df["kv_external_slots"])
     return df
 
 
@@ -91,15 +96,21 @@ class ReplicaCounters:
     """What the summary needs from one replica's scheduler after a run, as plain values (`sim.run` reads them)."""
 
     kv_capacity_tokens: int  # token states the replica's KV cache holds
+    kv_layout: str = "paged"  # "paged" or "contiguous": how the vLLM paper's Fig. 2 counts free memory (utilization)
     prefix_cache: PrefixCacheStats | None = None  # lookups, hits and evictions; None: prefix caching off
     num_drafted: int | None = None  # speculative decoding: draft tokens proposed; None: no speculation
     num_accepted_drafts: int | None = None  # of those, accepted by the target
+    window_freed_blocks: int | None = None  # paged blocks freed as they fell out of the sliding window; None: no window
 
 
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, slo, gpu,
               in_system_area: float, num_generated: int, replicas: list[ReplicaCounters],
-              kv_bytes_per_token: int, num_clipped: int = 0, max_model_len: int | None = None) -> dict:
-    """Every summary metric of a run, one group at a time (the keys keep this order in every output)."""
+              kv_bytes_per_token: int, num_clipped: int = 0, max_model_len: int | None = None,
+              window: tuple[float, float] | None = None) -> dict:
+    """Every summary metric of a run, one group at a time (the keys keep this order in every output).
+
+    `window`: (start_s, end_s) of the steady-state window (`measurement_window`); its metrics come last,
+    under `window_` keys, beside the whole-run ones. None: no window keys."""
     fin = requests[requests["finished"]]
     elapsed = max(elapsed_s, 1e-12)
     s = request_counts(requests, fin, elapsed_s, num_generated)
@@ -107,11 +118,65 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, 
     s.update(latencies(fin, steps))
     s["preemptions"] = int(requests["preemptions"].sum())
     s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0 and s["num_rejected"] == 0))
-    s.update(utilization(steps, elapsed, gpu))
+    s.update(utilization(steps, elapsed, gpu, contiguous=replicas[0].kv_layout == "contiguous"))
     s.update(littles_law(requests, fin, in_system_area, elapsed))
     s.update(kv_memory(steps, replicas, kv_bytes_per_token))
     s.update(speculation_metrics(replicas))
     s.update(limits(steps, num_clipped, max_model_len))
+    if window is not None:
+        s.update(window_metrics(requests, steps, *window))
+    return s
+
+
+WINDOW_LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queueing_s")
+
+
+def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float,
+                       arrivals_end_s: float | None = None) -> tuple[float, float]:
+    """The steady-state window [warmup_s, arrivals_end_s - cooldown_s): time 0 is the run's start, and the
+    arrivals end at `arrivals_end_s` (run.duration_s) or, without it, at the last arrival. A window of no
+    length is the user's error (ConfigError naming run.warmup_s and run.cooldown_s)."""
+    if arrivals_end_s is None:
+        arrivals_end_s = float(requests["arrival_s"].max()) if len(requests) else 0.0
+    start, end = float(warmup_s), float(arrivals_end_s) - float(cooldown_s)
+    if end <= start:
+        raise ConfigError(f"run.warmup_s, run.cooldown_s: {warmup_s:g} s and {cooldown_s:g} s leave no measurement "
+                          f"window in arrivals that end at {arrivals_end_s:g} s; their sum must be below that")
+    return start, end
+
+
+def window_metrics(requests: pd.DataFrame, steps: pd.DataFrame, start_s: float, end_s: float) -> dict:
+    """The steady state only: what happened in [start_s, end_s), without the warm-up and the drain.
+
+    Latencies are those of the finished requests that ARRIVED in the window (a request arriving in it
+    and unfinished at the horizon is counted in `window_num_unfinished`, not in the latencies).
+    Throughput counts completions IN the window, whenever their request arrived, over the window's
+    length: the sustained rate, which equals the arrival rate when the system keeps up (the whole-run
+    `throughput_rps` divides by a time that includes the drain). Output tokens are those of the steps
+    ending in the window. A window in which no request arrived gets NaN latencies and a `window_note`.
+    """
+    length = end_s - start_s
+    arrival = requests["arrival_s"].to_numpy(dtype=float)
+    arrived = requests[(arrival >= start_s) & (arrival < end_s)]
+    fin = arrived[arrived["finished"]]
+    finish = requests["finish_s"].to_numpy(dtype=float)
+    completed = requests["finished"].to_numpy(dtype=bool) & (finish >= start_s) & (finish < end_s)
+    s: dict = {"window_start_s": float(start_s), "window_end_s": float(end_s),
+               "window_num_arrived": int(len(arrived)), "window_num_finished": int(len(fin)),
+               "window_num_unfinished": int((arrived["status"] == "unfinished").sum()),
+               "window_offered_rps": len(arrived) / length,
+               "window_throughput_rps": int(completed.sum()) / length}
+    if len(steps):
+        end = steps["end_s"].to_numpy(dtype=float)
+        in_window = (end >= start_s) & (end < end_s)
+        s["window_output_tokens_per_s"] = float(steps["num_output_tokens"].to_numpy()[in_window].sum()) / length
+    else:
+        s["window_output_tokens_per_s"] = 0.0
+    for col in WINDOW_LATENCIES:
+        s.update(_stats(fin[col].to_numpy(dtype=float), f"window_{col}"))
+    if not len(arrived):
+        s["window_note"] = (f"no request arrived in the window [{start_s:g}, {end_s:g}) s: its latencies are NaN; "
+                            "shorten run.warmup_s or run.cooldown_s")
     return s
 
 
@@ -195,8 +260,21 @@ def slo_metrics(requests: pd.DataFrame, fin: pd.DataFrame, slo, elapsed: float, 
     return s
 
 
-def utilization(steps: pd.DataFrame, elapsed: float, gpu) -> dict:
-    """Batch size, busy time, the time-weighted split of KV memory, and bandwidth/compute utilization."""
+def utilization(steps: pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = False) -> dict:
+    """Batch size, busy time, the time-weighted split of KV memory, and bandwidth/compute utilization.
+
+    The KV split, as shares of the whole capacity, time-weighted: token states + reserved + internal +
+    external + free (`kv_free_fraction`: free memory an allocation can use) = 1. External fragmentation
+    there is free memory outside the largest hole (contiguous; 0 when paged).
+
+    `kv_fig2_*`: the same split normalised as the vLLM paper's Fig. 2 (Kwon et al., SOSP 2023), whose
+    categories are token states, reservation, internal fragmentation and "external fragmentation &
+    others" and sum to 100% of KV memory. Our reading: for contiguous allocation the paper counts every
+    slot not in a request's region as external fragmentation & others, the largest hole included (a
+    hole a future request could use is still memory the running batch does not use), so
+    `kv_fig2_external_fraction` = external + free and `kv_fig2_free_fraction` = 0; paged blocks have no
+    external fragmentation, and a free block is free (`kv_fig2_free_fraction` = `kv_free_fraction`).
+    """
     s: dict = {}
     durations = steps["duration_s"].to_numpy(dtype=float)
     busy = float(durations.sum())
@@ -215,6 +293,10 @@ def utilization(steps: pd.DataFrame, elapsed: float, gpu) -> dict:
         s["kv_internal_fraction"] = internal / cap
         s["kv_external_fraction"] = external / cap
         s["kv_token_share"] = tok / used if used else math.nan
+        free = cap - used
+        s["kv_free_fraction"] = free / cap
+        s["kv_fig2_external_fraction"] = (external + free) / cap if contiguous else external / cap
+        s["kv_fig2_free_fraction"] = 0.0 if contiguous else free / cap
         s["mbu"] = float(steps["bytes"].sum()) / (busy * gpu.hbm_bytes_per_s)
         s["mfu"] = float(steps["flops"].sum()) / (busy * gpu.bf16_flops_per_s)
     return s
@@ -242,6 +324,9 @@ def kv_memory(steps: pd.DataFrame, replicas: list[ReplicaCounters], kv_bytes_per
         s["prefix_cache_hit_rate_blocks"] = (sum(x.hit_blocks for x in stats) / queried_blocks
                                              if queried_blocks else 0.0)
         s["prefix_cache_evictions"] = sum(x.num_evictions for x in stats)
+    freed = [r.window_freed_blocks for r in replicas if r.window_freed_blocks is not None]
+    if freed:  # a sliding-window model: blocks that went back to the pool before their request finished
+        s["kv_window_freed_blocks"] = int(sum(freed))
     # Memory saved by sharing (prefix hits, forked sequences): time average of token states stored
     # once but used by several sequences.
     w = steps["duration_s"]

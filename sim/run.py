@@ -14,7 +14,7 @@ from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCost
 from sim.errors import ConfigError
 from sim.kv.contiguous import ContiguousKVManager
 from sim.kv.paged import PagedKVManager
-from sim.results import ReplicaCounters, Result, requests_frame, steps_frame, summarize
+from sim.results import ReplicaCounters, Result, measurement_window, requests_frame, steps_frame, summarize
 from sim.sched.continuous import ContinuousScheduler
 from sim.sched.speculative import SpeculativeDecodeBatch
 from sim.sched.static import StaticScheduler
@@ -134,9 +134,10 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
         if num_blocks < 1:
             raise ConfigError(f"kv_cache.block_size: {kv_spec.block_size} is larger than the KV capacity "
                               f"of {tokens} tokens")
-        kv = PagedKVManager(num_blocks, kv_spec.block_size, enable_prefix_caching=kv_spec.enable_prefix_caching)
+        kv = PagedKVManager(num_blocks, kv_spec.block_size, enable_prefix_caching=kv_spec.enable_prefix_caching,
+                            sliding_window=deployment.model.sliding_window)
     else:
-        kv = ContiguousKVManager(tokens, kv_spec.reserve, max_len)
+        kv = ContiguousKVManager(tokens, kv_spec.reserve, max_len, kv_spec.placement or "first_fit")
     if s.batching == "static":
         return StaticScheduler(kv, max_batch_size=s.max_batch_size, batch_timeout_s=s.batch_timeout_s,
                                max_model_len=max_len)
@@ -152,12 +153,14 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
                                sequences_per_request=deployment.sequences_per_request)
 
 
-def replica_counters(scenario: Scenario, replica: Replica) -> ReplicaCounters:
+def replica_counters(scenario: Scenario, replica: Replica, deployment: Deployment) -> ReplicaCounters:
     """The counters a replica's scheduler kept that the summary reports."""
     scheduler = replica.scheduler
     speculative = scenario.speculation is not None
     return ReplicaCounters(
-        kv_capacity_tokens=scheduler.kv.capacity_slots,
+        kv_capacity_tokens=scheduler.kv.capacity_slots, kv_layout=scenario.kv_cache.layout,
+        window_freed_blocks=getattr(scheduler.kv, "num_window_freed_blocks", 0) if deployment.model.sliding_window
+        else None,
         prefix_cache=scheduler.kv.prefix_cache_stats() if scenario.kv_cache.enable_prefix_caching else None,
         num_drafted=scheduler.tracker.num_drafted if speculative else None,
         num_accepted_drafts=scheduler.tracker.num_accepted_drafts if speculative else None)
@@ -186,8 +189,10 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     elapsed = horizon if horizon is not None else sim.end_s
     summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=deployment.gpu,
                         in_system_area=sim.in_system_area, num_generated=workload.num_requests,
-                        replicas=[replica_counters(scenario, r) for r in replicas],
+                        replicas=[replica_counters(scenario, r, deployment) for r in replicas],
                         kv_bytes_per_token=deployment.kv_bytes_per_token, num_clipped=workload.num_clipped,
-                        max_model_len=deployment.max_model_len)
+                        max_model_len=deployment.max_model_len,
+                        window=measurement_window(requests, run.warmup_s, run.cooldown_s, run.duration_s)
+                        if run.has_window() else None)
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler)})

@@ -102,6 +102,9 @@ class KVCacheSpec(_Strict):
     layout: Literal["paged", "contiguous"] = "paged"
     block_size: int = Field(16, ge=1, description="paged: tokens per block")
     reserve: Literal["max_len", "pow2", "oracle"] = Field("max_len", description="contiguous: region size rule")
+    placement: Literal["first_fit", "best_fit", "buddy"] | None = Field(
+        None, description="contiguous: where a region goes (default first_fit): lowest hole that fits, smallest "
+        "hole that fits, or power-of-two buddy blocks")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="fraction of HBM the engine may use")
     reserve_bytes: int = Field(0, ge=0, description="extra bytes per GPU kept free")
     capacity_tokens: int | None = Field(None, ge=1, description="override the computed KV capacity (tokens)")
@@ -110,6 +113,15 @@ class KVCacheSpec(_Strict):
     preemption: Literal["recompute", "swap"] | None = Field(
         None, description="deprecated: use scheduler.preemption.mode")
     swap_space_bytes: int | None = Field(None, ge=0, description="deprecated: use scheduler.preemption.swap_space_bytes")
+
+    @field_validator("placement")
+    @classmethod
+    def _placement_is_contiguous(cls, placement, info):
+        layout = info.data.get("layout")
+        if placement is not None and layout != "contiguous":
+            raise ValueError(f"placement is for contiguous regions; the {layout} layout has fixed-size blocks "
+                             "(remove placement, or set layout: contiguous)")
+        return placement
 
 
 class QuantizationSpec(_Strict):
@@ -265,12 +277,23 @@ class RunSpec(_Strict):
     num_requests: int | None = Field(None, ge=1)
     duration_s: float | None = Field(None, gt=0, description="arrival window; also the horizon unless horizon_s")
     horizon_s: float | None = Field(None, gt=0, description="stop here; requests in flight are unfinished")
+    warmup_s: float = Field(0.0, ge=0, description="steady-state window: leave out the first warmup_s seconds "
+                            "(window_* summary keys; 0 with cooldown_s 0: no window)")
+    cooldown_s: float = Field(0.0, ge=0, description="steady-state window: end it cooldown_s seconds before the "
+                              "arrivals end (duration_s, else the last arrival)")
 
     @model_validator(mode="after")
     def _bounded(self) -> "RunSpec":
         if self.num_requests is None and self.duration_s is None:
             raise ValueError("neither num_requests nor duration_s is set; give at least one of them")
+        if self.duration_s is not None and self.has_window() and self.warmup_s + self.cooldown_s >= self.duration_s:
+            raise ValueError(f"warmup_s + cooldown_s: {self.warmup_s:g} + {self.cooldown_s:g} s leave no measurement "
+                             f"window in duration_s {self.duration_s:g} s; their sum must be below duration_s")
         return self
+
+    def has_window(self) -> bool:
+        """A steady-state window is asked for (warmup or cooldown set)."""
+        return self.warmup_s > 0 or self.cooldown_s > 0
 
 
 class Scenario(_Strict):

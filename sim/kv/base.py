@@ -41,7 +41,25 @@ class KVUsage:
 
     @property
     def free_slots(self) -> int:
+        """Not allocated to any request (external fragmentation included)."""
         return self.capacity_slots - self.allocated_slots
+
+    @property
+    def usable_free_slots(self) -> int:
+        """Free and usable: token + reserved + internal + external + usable_free = capacity."""
+        return self.free_slots - self.external_slots
+
+    def shares(self, *, holes_are_fragments: bool = False) -> dict[str, float]:
+        """The split as shares of the whole capacity, free memory included; they sum to 1.
+
+        `holes_are_fragments` (contiguous allocation, as the vLLM paper's Fig. 2 counts it): every free
+        slot, the largest hole included, counts as external fragmentation ("external frag. & others"),
+        so nothing is left as free. See `sim.results.utilization` for the reading of the paper."""
+        cap = self.capacity_slots
+        external = self.free_slots if holes_are_fragments else self.external_slots
+        return {"token": self.token_slots / cap, "reserved": self.reserved_slots / cap,
+                "internal": self.internal_slots / cap, "external": external / cap,
+                "free": (self.free_slots - external) / cap}
 
 
 @dataclass(frozen=True, slots=True)

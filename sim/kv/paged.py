@@ -17,6 +17,7 @@ from sim.kv.block_pool import BlockPool
 from sim.kv.prefix_cache import PrefixCache
 
 _NO_EVICTABLE: OrderedDict[int, None] = OrderedDict()
+DROPPED = -1  # a block-table entry whose block fell out of the sliding window and went back to the pool
 
 
 class PagedKVManager:
@@ -40,9 +41,20 @@ class PagedKVManager:
     With neither feature used the manager runs exactly the plain code path (no reference counts).
     """
 
-    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False):
+    def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False,
+                 sliding_window: int | None = None):
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
+        if sliding_window is not None and sliding_window <= 0:
+            raise ValueError("sliding_window must be positive")
+        # Sliding-window attention (Mistral): a token attends to the last `sliding_window` tokens only, so a
+        # block wholly before the window of the next token to compute goes back to the pool (vLLM's
+        # SlidingWindowManager). Its table entry becomes DROPPED, keeping the table's length equal to
+        # blocks_for(tokens). Off with prefix caching or forks (shared blocks): there every block is kept.
+        self.sliding_window = sliding_window
+        self.num_window_freed_blocks = 0  # blocks given back because they fell out of the window, in all
+        self._dropped: dict[int, int] = {}  # request id -> leading table entries dropped (all DROPPED)
+        self._dropped_total = 0  # sum of _dropped
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.capacity_slots = num_blocks * block_size
@@ -58,6 +70,8 @@ class PagedKVManager:
 
     def __repr__(self) -> str:
         extra = ", enable_prefix_caching=True" if self.enable_prefix_caching else ""
+        if self.sliding_window:
+            extra += f", sliding_window={self.sliding_window}"
         return f"PagedKVManager(num_blocks={self.num_blocks}, block_size={self.block_size}{extra})"
 
     @property
@@ -135,7 +149,24 @@ class PagedKVManager:
             return None
         new_blocks = self.pool.pop_free(need)
         self.block_tables.setdefault(request.request_id, []).extend(new_blocks)
+        if self.sliding_window:
+            self._drop_out_of_window(request.request_id, request.num_computed_tokens)
         return new_blocks
+
+    def _drop_out_of_window(self, rid: int, position: int) -> None:
+        """Free the blocks wholly before the window of the token at `position` (the next one computed):
+        it attends to positions position - sliding_window + 1 onwards."""
+        first_needed = position - self.sliding_window + 1
+        keep_from = max(0, first_needed) // self.block_size  # blocks before this one hold no needed token
+        done = self._dropped.get(rid, 0)
+        if keep_from <= done:
+            return
+        table = self.block_tables[rid]
+        self.pool.push_free(table[done:keep_from])
+        table[done:keep_from] = [DROPPED] * (keep_from - done)
+        self._dropped[rid] = keep_from
+        self._dropped_total += keep_from - done
+        self.num_window_freed_blocks += keep_from - done
 
     def append_one_block_each(self, request_ids: Iterable[int]) -> None:
         """Decode hot path: each of these requests starts a new block this step (caller checked room)."""
@@ -146,6 +177,10 @@ class PagedKVManager:
         popleft, tables = self.pool.free_block_ids.popleft, self.block_tables
         for rid in request_ids:
             tables[rid].append(popleft())
+        if self.sliding_window:
+            # The token computed this step starts the new (last) block: its position is (blocks - 1) * size.
+            for rid in request_ids:
+                self._drop_out_of_window(rid, (len(tables[rid]) - 1) * self.block_size)
 
     def append_blocks(self, request_id: int, num_blocks: int) -> None:
         """Append `num_blocks` fresh blocks to a running request's table (caller checked room)."""
@@ -165,6 +200,11 @@ class PagedKVManager:
         tail = table[-num_blocks:]
         del table[-num_blocks:]
         if not self.sharing:
+            if self._dropped.get(request_id):
+                gone = tail.count(DROPPED)
+                tail = [block for block in tail if block != DROPPED]
+                self._dropped[request_id] -= gone
+                self._dropped_total -= gone
             self.pool.push_free(tail)
             return
         self._release(tail)
@@ -174,7 +214,9 @@ class PagedKVManager:
         table = self.block_tables.pop(rid, None)
         if not self.sharing:
             if table:
-                self.pool.push_free(table)
+                dropped = self._dropped.pop(rid, 0) if self._dropped else 0
+                self._dropped_total -= dropped
+                self.pool.push_free(table[dropped:] if dropped else table)
             return
         if self.prefix_cache:
             self.prefix_cache.forget(rid)
@@ -192,7 +234,9 @@ class PagedKVManager:
         """`num_token_slots`: the requests' computed tokens summed (a shared block counted per sharer)."""
         allocated = self.num_allocated_slots()
         if not self.sharing:
-            return KVUsage(self.capacity_slots, num_token_slots, 0, allocated - num_token_slots, 0)
+            # Tokens whose blocks fell out of a sliding window are no longer stored.
+            tokens = num_token_slots - self._dropped_total * self.block_size
+            return KVUsage(self.capacity_slots, tokens, 0, allocated - tokens, 0)
         shared = self.pool.shared_slots
         tokens = num_token_slots - shared
         return KVUsage(self.capacity_slots, tokens, 0, allocated - tokens, 0,
@@ -285,7 +329,11 @@ class PagedKVManager:
 
     # --- internals ----------------------------------------------------------------------------------
     def _start_sharing(self) -> None:
-        """Switch to reference-counted blocks (every block held so far has one holder)."""
+        """Switch to reference-counted blocks (every block held so far has one holder). Sliding-window
+        freeing stops here (the dropped entries of running requests stay dropped, but none is added)."""
+        if self._dropped_total:
+            raise RuntimeError("cannot start sharing blocks after sliding-window blocks were dropped")
+        self.sliding_window = None
         self.sharing = True
         self.pool.start_counting(block for table in self.block_tables.values() for block in table)
 
@@ -359,7 +407,11 @@ class PagedKVManager:
         """Assert the invariants (for tests): every block is free, evictable or referenced, exactly once;
         reference counts match the block tables; the cache index matches the block keys."""
         free, evictable = list(self.pool.free_block_ids), list(self.evictable)
-        held = [block for table in self.block_tables.values() for block in table]
+        held = [block for table in self.block_tables.values() for block in table if block != DROPPED]
+        assert self._dropped_total == sum(self._dropped.values())
+        for rid, dropped in self._dropped.items():
+            table = self.block_tables[rid]
+            assert table[:dropped] == [DROPPED] * dropped and DROPPED not in table[dropped:]
         assert set(free) | set(evictable) | set(held) == set(range(self.num_blocks))
         assert self.sharing == self.pool.counting
         self.pool.check(held)

@@ -56,12 +56,12 @@ def _simulate_with_progress(scenario, workload, label: str, quiet: bool):
 
 
 def _summary_table(results) -> Table:
-    from sim.views.report import SUMMARY_ROWS, format_metric, format_value
+    from sim.views.report import format_metric, format_value, summary_rows
     table = Table(title="Summary", show_lines=False)
     table.add_column("metric")
     for r in results:
         table.add_column(r.name, justify="right")
-    for key, label in SUMMARY_ROWS:
+    for key, label in summary_rows(results):
         table.add_row(label, *[format_metric(key, r.summary.get(key)) for r in results])
     if any(r.summary.get("slo_met") is not None for r in results):
         table.add_row("SLOs met", *[format_value(r.summary.get("slo_met")) for r in results])
@@ -71,6 +71,8 @@ def _summary_table(results) -> Table:
 def _clipping_notes(results) -> None:
     """One line per result whose generated lengths were cut to fit the model: its numbers are for shorter requests."""
     for r in results:
+        if r.summary.get("window_note"):
+            console.print(f"note: {r.name}: {r.summary['window_note']}", markup=False, highlight=False)
         clipped = r.summary.get("num_requests_clipped") or 0
         if clipped:
             console.print(f"note: {r.name}: {clipped:,} of {r.summary.get('num_requests', 0):,} requests were longer "

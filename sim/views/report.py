@@ -29,13 +29,48 @@ SUMMARY_ROWS = [  # (summary key, label): the CLI table, the report and the dash
     ("queueing_s_mean", "queueing mean (s)"), ("normalized_latency_s_mean", "normalized latency (s/token)"),
     ("mean_batch_size", "mean batch size"),
     ("kv_token_share", "KV token-state share"), ("kv_external_fraction", "KV external fragmentation"),
+    ("kv_fig2_external_fraction", "KV external frag. & others (vLLM Fig. 2)"),
     ("preemptions", "preemptions"), ("num_finished", "finished"), ("num_unfinished", "unfinished"),
     ("num_rejected", "rejected"), ("max_num_waiting", "largest queue (requests)"),
     ("num_requests_clipped", "clipped to max_model_len"), ("mbu", "memory-bandwidth utilization"), ("mfu", "FLOP utilization"),
     ("prefix_cache_hit_rate_tokens", "prefix-cache hit rate (tokens)"),
     ("kv_shared_bytes_mean", "KV bytes saved by sharing (mean)"),
+    ("kv_window_freed_blocks", "KV blocks freed by the sliding window"),
     ("draft_acceptance_rate", "drafted tokens accepted"), ("swapped_bytes", "swapped bytes"),
 ]
+
+# The steady-state window (run.warmup_s / run.cooldown_s): shown only when a result has one, each row beside
+# its whole-run counterpart, and every row of both labelled with which it is.
+WINDOW_ROWS = [
+    ("window_offered_rps", "offered_rps", "offered load (req/s)"),
+    ("window_throughput_rps", "throughput_rps", "throughput, completions in window (req/s)"),
+    ("window_output_tokens_per_s", "output_tokens_per_s", "output tokens/s"),
+    ("window_ttft_s_p50", "ttft_s_p50", "TTFT p50 (s)"), ("window_ttft_s_p90", "ttft_s_p90", "TTFT p90 (s)"),
+    ("window_ttft_s_p99", "ttft_s_p99", "TTFT p99 (s)"),
+    ("window_tpot_s_p50", "tpot_s_p50", "TPOT p50 (s)"), ("window_tpot_s_p90", "tpot_s_p90", "TPOT p90 (s)"),
+    ("window_tpot_s_p99", "tpot_s_p99", "TPOT p99 (s)"),
+    ("window_e2e_s_p50", "e2e_s_p50", "E2E p50 (s)"), ("window_e2e_s_p90", "e2e_s_p90", "E2E p90 (s)"),
+    ("window_e2e_s_p99", "e2e_s_p99", "E2E p99 (s)"),
+    ("window_queueing_s_mean", "queueing_s_mean", "queueing mean (s)"),
+    ("window_num_arrived", "num_finished", "arrived"),
+]
+WHOLE_RUN, IN_WINDOW = "whole run: ", "window: "
+
+
+def summary_rows(results) -> list[tuple[str, str]]:
+    """(key, label) rows for these results: SUMMARY_ROWS, and when any result has a steady-state window,
+    its rows inserted after their whole-run counterparts, each side labelled "whole run:" or "window:"."""
+    if not any("window_start_s" in r.summary for r in results):
+        return SUMMARY_ROWS
+    after: dict[str, list[tuple[str, str]]] = {}
+    for key, beside, label in WINDOW_ROWS:
+        after.setdefault(beside, []).append((key, IN_WINDOW + label))
+    rows = [("window_start_s", "window start (s)"), ("window_end_s", "window end (s)")]
+    for key, label in SUMMARY_ROWS:
+        extra = after.get(key, [])
+        rows.append((key, WHOLE_RUN + label if extra else label))
+        rows.extend(extra)
+    return rows
 
 
 PERCENT_KEYS = frozenset({"slo_fraction_ok"})  # fractions of requests: shown as percentages, not bare 0.6625
@@ -136,7 +171,7 @@ def figures(results: list[Result]) -> list[tuple[str, go.Figure]]:
 def summary_table_html(results: list[Result]) -> str:
     head = "".join(f"<th>{html.escape(r.name)}</th>" for r in results)
     rows = []
-    for key, label in SUMMARY_ROWS:
+    for key, label in summary_rows(results):
         cells = "".join(f"<td>{format_metric(key, r.summary.get(key))}</td>" for r in results)
         rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
     return f'<table class="summary"><tr><th>metric</th>{head}</tr>{"".join(rows)}</table>'
