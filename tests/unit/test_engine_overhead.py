@@ -17,7 +17,7 @@ from sim.cost.roofline import FixedCostModel
 from sim.errors import ConfigError
 from sim.run import make_cost_model
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 FIX = ROOT / "tests" / "fixtures" / "fidelity"
 SCENARIO = ROOT / "calibrate" / "fidelity" / "engine-cpu.yaml"
 WORKLOAD = {"arrival": {"kind": "poisson", "rate_per_s": 1},
