@@ -158,7 +158,11 @@ def latencies(fin: pd.DataFrame, steps: pd.DataFrame) -> dict:
         s.update(_stats(fin[col].to_numpy(dtype=float), col))
     # Inter-token latency: a decoding token's gap is its step's duration (decodes run every step).
     real_decodes = (steps["num_decode_seqs"] - steps["num_padding_seqs"]).to_numpy(dtype=float)
-    durations = steps["duration_s"].to_numpy(dtype=float)
+    if "num_steps" in steps:
+        real_decodes = real_decodes * steps["num_steps"].to_numpy(dtype=float)  # a decode run's tokens
+        durations = steps["duration_s"].to_numpy(dtype=float) / steps["num_steps"].to_numpy(dtype=float)
+    else:
+        durations = steps["duration_s"].to_numpy(dtype=float)
     s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
     for p in PERCENTILES:
         s[f"itl_p{p}"] = weighted_percentile(durations, real_decodes, p)
@@ -200,7 +204,9 @@ def utilization(steps: pd.DataFrame, elapsed: float, gpu) -> dict:
     s: dict = {}
     durations = steps["duration_s"].to_numpy(dtype=float)
     busy = float(durations.sum())
-    s["mean_batch_size"] = float(steps["num_seqs"].mean()) if len(steps) else 0.0
+    # A decode run's row stands for its steps.
+    counts = steps["num_steps"].to_numpy() if "num_steps" in steps else np.ones(len(steps), dtype=np.int64)
+    s["mean_batch_size"] = float((steps["num_seqs"].to_numpy() * counts).sum() / counts.sum()) if len(steps) else 0.0
     s["busy_fraction"] = busy / elapsed / max(1, steps["replica"].nunique() if len(steps) else 1)
     if busy > 0:
         w = durations

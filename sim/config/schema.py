@@ -245,6 +245,8 @@ class RunSpec(_Strict):
     num_requests: int | None = Field(None, ge=1)
     duration_s: float | None = Field(None, gt=0, description="arrival window; also the horizon unless horizon_s")
     horizon_s: float | None = Field(None, gt=0, description="stop here; requests in flight are unfinished")
+    fast_decode: bool = Field(True, description="take runs of decode-only steps between events in one move "
+                              "(per-request records identical; a run is one step record with num_steps)")
 
     @model_validator(mode="after")
     def _bounded(self) -> "RunSpec":

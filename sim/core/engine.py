@@ -6,6 +6,7 @@ let that much simulated time pass, apply the outcome. Time moves nowhere else.
 
 from __future__ import annotations
 
+import math
 from array import array
 from typing import Callable
 
@@ -18,6 +19,36 @@ from sim.core.step_plan import StepPlan
 
 STATUS_CODES = {"finished": 0, "unfinished": 1, "rejected": 2}
 _PROGRESS_EVERY_STEPS = 2048
+
+
+def _delay_to(start: float, end: float) -> float:
+    """The delay whose float sum with `start` is exactly `end` (SimPy's clock is `now + delay`)."""
+    delay = end - start
+    for _ in range(64):
+        if start + delay < end:
+            delay = math.nextafter(delay, math.inf)
+        elif start + delay > end:
+            delay = math.nextafter(delay, -math.inf)
+        else:
+            return delay
+    raise AssertionError(f"no delay takes the clock from {start!r} to exactly {end!r}")
+
+
+def _decode_step_costs(cost_model, plan: StepPlan, num_steps: int) -> list:
+    """Costs of `num_steps` decode-only steps like `plan`, each attending `num_decode_seqs` more tokens:
+    the cost model's closed form where it has one (`decode_step_costs`), else `step_cost` step by step."""
+    n, ctx = plan.num_decode_seqs, plan.decode_context_tokens
+    fast = getattr(cost_model, "decode_step_costs", None)
+    if fast is not None and plan.decode_query_tokens == 1 and not plan.num_draft_tokens \
+            and plan.num_sampled_seqs == n and not plan.num_padding_seqs:
+        return fast(n, ctx, num_steps)
+    out = []
+    for k in range(num_steps):
+        out.append(cost_model.step_cost(StepPlan(num_decode_seqs=n, decode_context_tokens=ctx + k * n,
+                                                 decode_query_tokens=plan.decode_query_tokens,
+                                                 num_draft_tokens=plan.num_draft_tokens,
+                                                 num_sampled_seqs=plan.num_sampled_seqs)))
+    return out
 
 
 class Replica:
@@ -40,14 +71,22 @@ class StepLog:
         "num_output_tokens": "q", "num_preempted": "q", "kv_token_slots": "q",
         "kv_reserved_slots": "q", "kv_internal_slots": "q", "kv_external_slots": "q",
         "kv_capacity_slots": "q", "kv_shared_slots": "q", "swap_in_tokens": "q", "swap_out_tokens": "q", "flops": "d", "bytes": "d",
+        "num_steps": "q",
     }
 
     def __init__(self):
         self.columns = {name: array(code) for name, code in self.COLUMNS.items()}
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {name: np.array(col, dtype=np.float64 if col.typecode == "d" else np.int64)
-                for name, col in self.columns.items()}
+        """The columns as arrays; each column's compact copy is dropped as it is converted, so the peak
+        holds one copy of the log, not two."""
+        out = {}
+        for name in list(self.columns):
+            col = self.columns.pop(name)
+            out[name] = np.array(col, dtype=np.float64 if col.typecode == "d" else np.int64)
+            del col
+        self.columns = {name: array(code) for name, code in self.COLUMNS.items()}
+        return out
 
 
 class RequestLog:
@@ -92,7 +131,7 @@ class Simulation:
                  input_tokens: np.ndarray, output_tokens: np.ndarray, horizon_s: float | None = None,
                  closed_loop_users: int = 0, think_time_s: float = 0.0, seed: int = 0,
                  prefix_ids: list | None = None, prefix_unit_tokens: int = 0,
-                 progress: Callable[[float, int], None] | None = None):
+                 progress: Callable[[float, int], None] | None = None, fast_decode: bool = False):
         self.env = simpy.Environment()
         self.replicas = replicas
         self.router = router
@@ -107,6 +146,10 @@ class Simulation:
         self.think_time_s = think_time_s
         self.think_rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
         self.progress = progress
+        # Decode runs: consecutive decode-only steps between two events that can change a batch are taken
+        # in one engine turn. Open arrivals only, or a closed loop of one replica without think time,
+        # where every next arrival time is known when a run starts (else: step by step).
+        self.fast_decode = fast_decode and (not closed_loop_users or (len(replicas) == 1 and think_time_s == 0))
         self.steps = StepLog()
         self.requests = RequestLog(self.num_requests)
         self.num_arrived = 0
@@ -193,12 +236,23 @@ class Simulation:
                 continue
             num_waiting = scheduler.num_waiting
             cost = cost_model.step_cost(plan)
-            yield env.timeout(cost.time_s)
-            outcome = scheduler.update_from_output(plan, env.now)
+            num_steps, duration_s, flops, nbytes = 1, cost.time_s, cost.flops, cost.bytes
+            if self.fast_decode and plan.num_decode_seqs and not plan.prefill_request_ids:
+                run = self._decode_run(scheduler, cost_model, plan, cost, start)
+                if run is not None:
+                    num_steps, end_s, duration_s, flops, nbytes = run
+                    yield env.timeout(_delay_to(start, end_s))
+                    for _ in range(num_steps - 1):
+                        scheduler.advance_decode_step()
+                    outcome = scheduler.update_from_output(plan, env.now)
+                    outcome.num_output_tokens *= num_steps  # every step of the run sampled the same tokens
+            if num_steps == 1:
+                yield env.timeout(cost.time_s)
+                outcome = scheduler.update_from_output(plan, env.now)
             usage = scheduler.kv_usage()
             append["replica"](replica.index)
             append["start_s"](start)
-            append["duration_s"](cost.time_s)
+            append["duration_s"](duration_s)
             append["num_seqs"](plan.num_seqs)
             append["num_waiting"](num_waiting)
             append["num_prefill_tokens"](plan.num_prefill_tokens)
@@ -214,8 +268,9 @@ class Simulation:
             append["kv_shared_slots"](usage.shared_slots)
             append["swap_in_tokens"](plan.swap_in_tokens)
             append["swap_out_tokens"](plan.swap_out_tokens)
-            append["flops"](cost.flops)
-            append["bytes"](cost.bytes)
+            append["flops"](flops)
+            append["bytes"](nbytes)
+            append["num_steps"](num_steps)
             if outcome.finished:
                 replica.num_outstanding -= len(outcome.finished)
                 self._change_in_system(-len(outcome.finished))
@@ -223,10 +278,49 @@ class Simulation:
                     self.requests.record(request, "finished")
                     self.num_done += 1
                     self._notify_done(request)
-            steps_since_progress += 1
+            steps_since_progress += num_steps
             if self.progress is not None and steps_since_progress >= _PROGRESS_EVERY_STEPS:
                 steps_since_progress = 0
                 self.progress(env.now, self.num_done)
+
+    def _next_event_s(self) -> float:
+        """The earliest time something outside a replica can change its batch: the next arrival or the
+        horizon (closed loops reach here only with one replica and no think time: their arrivals follow
+        finishes, which end runs)."""
+        bound = self.horizon_s if self.horizon_s is not None else math.inf
+        if not self.closed_loop_users and self._next_request < self.num_requests:
+            bound = min(bound, float(self.arrival_s[self._next_request]))
+        return bound
+
+    def _decode_run(self, scheduler, cost_model, plan: StepPlan, cost, start: float):
+        """A run of decode-only steps starting with `plan`, ending strictly before the next outside event:
+        (steps, end time, summed duration, FLOPs, bytes), or None for a single step. Step ends are summed
+        one at a time from `start`, exactly as SimPy would advance its clock step by step."""
+        bound = self._next_event_s()
+        first_end = start + cost.time_s
+        if first_end >= bound:
+            return None
+        # Steps only grow longer as contexts grow, so this many fit before the bound at most.
+        cap = int((bound - start) / cost.time_s) + 1 if math.isfinite(bound) else 1 << 62
+        limit = scheduler.decode_run_limit(plan, cap)
+        if limit <= 1:
+            return None
+        costs = _decode_step_costs(cost_model, plan, limit)
+        end = start
+        num_steps = 0
+        duration = flops = nbytes = 0.0
+        for c in costs:
+            t = end + c.time_s
+            if t >= bound:
+                break
+            end = t
+            num_steps += 1
+            duration += c.time_s
+            flops += c.flops
+            nbytes += c.bytes
+        if num_steps <= 1:
+            return None
+        return num_steps, end, duration, flops, nbytes
 
     # --- run -----------------------------------------------------------------------------------
     def run(self) -> None:
