@@ -147,9 +147,9 @@ class Simulation:
         self.think_rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
         self.progress = progress
         # Decode runs: consecutive decode-only steps between two events that can change a batch are taken
-        # in one engine turn. Open arrivals only, or a closed loop of one replica without think time,
-        # where every next arrival time is known when a run starts (else: step by step).
-        self.fast_decode = fast_decode and (not closed_loop_users or (len(replicas) == 1 and think_time_s == 0))
+        # in one engine turn. Open arrivals only, where the next arrival time is known when a run starts;
+        # closed loops go step by step (not yet shown identical there).
+        self.fast_decode = fast_decode and not closed_loop_users
         self.steps = StepLog()
         self.requests = RequestLog(self.num_requests)
         self.num_arrived = 0
@@ -284,11 +284,9 @@ class Simulation:
                 self.progress(env.now, self.num_done)
 
     def _next_event_s(self) -> float:
-        """The earliest time something outside a replica can change its batch: the next arrival or the
-        horizon (closed loops reach here only with one replica and no think time: their arrivals follow
-        finishes, which end runs)."""
+        """The earliest time something outside a replica can change its batch: the next arrival or the horizon."""
         bound = self.horizon_s if self.horizon_s is not None else math.inf
-        if not self.closed_loop_users and self._next_request < self.num_requests:
+        if self._next_request < self.num_requests:
             bound = min(bound, float(self.arrival_s[self._next_request]))
         return bound
 
