@@ -34,13 +34,19 @@ def _delay_to(start: float, end: float) -> float:
     raise AssertionError(f"no delay takes the clock from {start!r} to exactly {end!r}")
 
 
+def _plain_decode(plan: StepPlan) -> bool:
+    """Only single-token decodes, every one sampled: the step a cost model's `decode_step_costs` prices."""
+    return (not plan.prefill_request_ids and plan.decode_query_tokens == 1 and not plan.num_draft_tokens
+            and plan.num_sampled_seqs == plan.num_decode_seqs and not plan.num_padding_seqs
+            and not plan.swap_in_tokens and not plan.swap_out_tokens)
+
+
 def _decode_step_costs(cost_model, plan: StepPlan, num_steps: int) -> list:
     """Costs of `num_steps` decode-only steps like `plan`, each attending `num_decode_seqs` more tokens:
     the cost model's closed form where it has one (`decode_step_costs`), else `step_cost` step by step."""
     n, ctx = plan.num_decode_seqs, plan.decode_context_tokens
     fast = getattr(cost_model, "decode_step_costs", None)
-    if fast is not None and plan.decode_query_tokens == 1 and not plan.num_draft_tokens \
-            and plan.num_sampled_seqs == n and not plan.num_padding_seqs:
+    if fast is not None and _plain_decode(plan):
         return fast(n, ctx, num_steps)
     out = []
     for k in range(num_steps):
@@ -235,9 +241,10 @@ class Simulation:
                 replica.wakeup = None
                 continue
             num_waiting = scheduler.num_waiting
-            cost = cost_model.step_cost(plan)
+            plain = self.fast_decode and plan.num_decode_seqs and _plain_decode(plan)
+            cost = _decode_step_costs(cost_model, plan, 1)[0] if plain else cost_model.step_cost(plan)
             num_steps, duration_s, flops, nbytes = 1, cost.time_s, cost.flops, cost.bytes
-            if self.fast_decode and plan.num_decode_seqs and not plan.prefill_request_ids:
+            if plain:
                 run = self._decode_run(scheduler, cost_model, plan, cost, start)
                 if run is not None:
                     num_steps, end_s, duration_s, flops, nbytes = run
