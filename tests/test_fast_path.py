@@ -3,7 +3,8 @@
 A run of decode-only steps is taken in one engine turn; its step times are the cost model's, summed one
 step at a time from the run's start exactly as SimPy's clock would add them, so every per-request record
 is bit-identical (no tolerance anywhere): same finish, first-token and last-token times, same counters.
-Features without a fast path (speculation, static batching, closed loops) fall back to exact steps: their step records are then identical too.
+Features without a fast path (speculation, static batching, closed loops over several replicas) fall
+back to exact steps: their step records are then identical too.
 """
 
 import numpy as np
@@ -12,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.config.files import validate_scenario
-from sim.core.engine import _delay_to
+from sim.core.engine import _Environment
 from sim.run import simulate
 
 policies = st.sampled_from([
@@ -76,7 +77,7 @@ def test_fast_decode_runs_give_the_same_request_records(policy, capacity, block_
         spec["speculation"] = {"draft_cost_ratio": 0.1, "num_speculative_tokens": 3}
     exact, fast = pair(spec)
     assert_same_requests(exact, fast)
-    if speculative or batching == "static" or arrival == "closed_loop":
+    if speculative or batching == "static" or (arrival == "closed_loop" and replicas > 1):
         # No fast path there: the fast run takes every step itself, and logs it the same.
         pd.testing.assert_frame_equal(exact.steps, fast.steps, check_exact=True)
 
@@ -114,4 +115,14 @@ def test_roofline_decode_step_costs_are_step_cost_bit_for_bit():
 @given(start=st.floats(0, 1e7), gap=st.floats(1e-9, 1e6))
 def test_a_run_lands_the_clock_exactly_on_its_last_step_end(start, gap):
     end = start + gap
-    assert start + _delay_to(start, end) == end
+    env = _Environment(initial_time=start)
+    env.run(until=env.timeout_at(end))
+    assert env.now == end
+
+
+def test_timeout_at_reaches_a_time_no_delay_can():
+    # Halfway cases: start + delay rounds to even, so no delay takes this start to this end.
+    start, end = 0.9795905402983694, 1.9800306081192647
+    env = _Environment(initial_time=start)
+    env.run(until=env.timeout_at(end))
+    assert env.now == end

@@ -6,12 +6,14 @@ let that much simulated time pass, apply the outcome. Time moves nowhere else.
 
 from __future__ import annotations
 
+import heapq
 import math
 from array import array
 from typing import Callable
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from sim.core.request import Request
 from sim.core.router import Router
@@ -21,17 +23,18 @@ STATUS_CODES = {"finished": 0, "unfinished": 1, "rejected": 2}
 _PROGRESS_EVERY_STEPS = 2048
 
 
-def _delay_to(start: float, end: float) -> float:
-    """The delay whose float sum with `start` is exactly `end` (SimPy's clock is `now + delay`)."""
-    delay = end - start
-    for _ in range(64):
-        if start + delay < end:
-            delay = math.nextafter(delay, math.inf)
-        elif start + delay > end:
-            delay = math.nextafter(delay, -math.inf)
-        else:
-            return delay
-    raise AssertionError(f"no delay takes the clock from {start!r} to exactly {end!r}")
+class _Environment(simpy.Environment):
+    """SimPy's environment plus a timeout at an absolute time. A decode run must end exactly where its
+    steps, added to the clock one by one, would; SimPy's `now + delay` cannot land on every float (a sum
+    halfway between two floats rounds to the even one), so the run's end is scheduled as a time."""
+
+    def timeout_at(self, when: float) -> simpy.Event:
+        if when < self._now:
+            raise ValueError(f"timeout_at({when!r}) is before now ({self._now!r})")
+        event = self.event()
+        event._ok, event._value = True, None  # triggered, as a Timeout is from its creation
+        heapq.heappush(self._queue, (when, NORMAL, next(self._eid), event))
+        return event
 
 
 def _plain_decode(plan: StepPlan) -> bool:
@@ -138,7 +141,7 @@ class Simulation:
                  closed_loop_users: int = 0, think_time_s: float = 0.0, seed: int = 0,
                  prefix_ids: list | None = None, prefix_unit_tokens: int = 0,
                  progress: Callable[[float, int], None] | None = None, fast_decode: bool = False):
-        self.env = simpy.Environment()
+        self.env = _Environment()
         self.replicas = replicas
         self.router = router
         self.arrival_s = arrival_s
@@ -153,9 +156,12 @@ class Simulation:
         self.think_rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
         self.progress = progress
         # Decode runs: consecutive decode-only steps between two events that can change a batch are taken
-        # in one engine turn. Open arrivals only, where the next arrival time is known when a run starts;
-        # closed loops go step by step (not yet shown identical there).
-        self.fast_decode = fast_decode and not closed_loop_users
+        # in one engine turn, ending before the next arrival. Its time must be known when a run starts:
+        # open arrivals, or a closed loop of one replica (its users wake after its own finishes, which end
+        # runs, or at think-time ends drawn before). Closed loops over several replicas go step by step.
+        self.fast_decode = fast_decode and (not closed_loop_users or len(replicas) == 1)
+        self._resuming = 0  # closed loop: users whose request just finished and who have not yet acted on it
+        self._think_ends: list[float] = []  # closed loop: when thinking users send their next request (heap)
         self.steps = StepLog()
         self.requests = RequestLog(self.num_requests)
         self.num_arrived = 0
@@ -193,6 +199,7 @@ class Simulation:
         event = self._completions.pop(request.request_id, None)
         if event is not None:
             event.succeed()
+            self._resuming += 1
 
     def _new_request(self, arrival_s: float) -> Request | None:
         i = self._next_request
@@ -221,8 +228,12 @@ class Simulation:
             self._completions[request.request_id] = done
             self._admit(request)
             yield done
+            self._resuming -= 1
             if self.think_time_s > 0:
-                yield env.timeout(self.think_rng.exponential(self.think_time_s))
+                delay = self.think_rng.exponential(self.think_time_s)
+                heapq.heappush(self._think_ends, env.now + delay)  # SimPy's own sum: the wake time exactly
+                yield env.timeout(delay)
+                heapq.heappop(self._think_ends)
 
     def engine(self, env: simpy.Environment, replica: Replica):
         scheduler, cost_model, cols = replica.scheduler, replica.cost_model, self.steps.columns
@@ -248,7 +259,7 @@ class Simulation:
                 run = self._decode_run(scheduler, cost_model, plan, cost, start)
                 if run is not None:
                     num_steps, end_s, duration_s, flops, nbytes = run
-                    yield env.timeout(_delay_to(start, end_s))
+                    yield env.timeout_at(end_s)
                     for _ in range(num_steps - 1):
                         scheduler.advance_decode_step()
                     outcome = scheduler.update_from_output(plan, env.now)
@@ -291,8 +302,15 @@ class Simulation:
                 self.progress(env.now, self.num_done)
 
     def _next_event_s(self) -> float:
-        """The earliest time something outside a replica can change its batch: the next arrival or the horizon."""
+        """The earliest time something outside a replica can change its batch: the next arrival or the horizon.
+        A closed-loop user still to act on a finish may send a request now."""
         bound = self.horizon_s if self.horizon_s is not None else math.inf
+        if self.closed_loop_users:
+            if self._next_request >= self.num_requests:
+                return bound
+            if self._resuming:
+                return self.env.now
+            return min(bound, self._think_ends[0]) if self._think_ends else bound
         if self._next_request < self.num_requests:
             bound = min(bound, float(self.arrival_s[self._next_request]))
         return bound
