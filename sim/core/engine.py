@@ -260,8 +260,7 @@ class Simulation:
                 if run is not None:
                     num_steps, end_s, duration_s, flops, nbytes = run
                     yield env.timeout_at(end_s)
-                    for _ in range(num_steps - 1):
-                        scheduler.advance_decode_step()
+                    scheduler.advance_decode_steps(num_steps - 1)
                     outcome = scheduler.update_from_output(plan, env.now)
                     outcome.num_output_tokens *= num_steps  # every step of the run sampled the same tokens
             if num_steps == 1:

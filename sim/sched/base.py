@@ -48,9 +48,9 @@ class SchedulerBase:
         1: no run; the engine takes one step. Schedulers without a fast path answer 1."""
         return 1
 
-    def advance_decode_step(self) -> None:
-        """Apply one step of a decode run but its last (no member finishes there) and take the next
-        step's blocks, as `update_from_output` then `schedule` would."""
+    def advance_decode_steps(self, num_steps: int) -> None:
+        """Apply the steps of a decode run but its last (no member finishes there), each followed by the
+        next step's blocks, as `update_from_output` then `schedule` would."""
         raise NotImplementedError
 
     @property

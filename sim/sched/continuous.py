@@ -191,10 +191,8 @@ class ContinuousScheduler(SchedulerBase):
                 free -= need
         return limit
 
-    def advance_decode_step(self) -> None:
-        finished, _ = self.tracker.advance()
-        assert not finished, "a decode run reached a finish before its last step"
-        self.tracker.allocate_new_blocks()
+    def advance_decode_steps(self, num_steps: int) -> None:
+        self.tracker.advance_without_finishes(num_steps)
 
     @staticmethod
     def _add_prefill(plan: StepPlan, request: Request, chunk: int) -> None:

@@ -104,7 +104,24 @@ class DecodeTracker:
 
     def allocate_new_blocks(self) -> None:
         if self.block_size:
-            self.kv.append_one_block_each(self.needing_new_block())
+            needing = self._buckets[self.clock % self.block_size]
+            if needing:
+                self.kv.append_one_block_each(needing)
+
+    def advance_without_finishes(self, num_steps: int) -> None:
+        """Apply `num_steps` decode steps that no member finishes in (the caller knows, from
+        `steps_to_first_finish`), each followed by the next step's new blocks (the caller checked room)."""
+        n = len(self.members)
+        buckets, bs, append = self._buckets, self.block_size, self.kv.append_one_block_each
+        clock = self.clock
+        for _ in range(num_steps):
+            clock += 1
+            if bs:
+                needing = buckets[clock % bs]
+                if needing:
+                    append(needing)
+        self.clock = clock
+        self.token_sum += n * num_steps
 
     def steps_to_first_finish(self) -> int | None:
         """Steps (counting the coming one) until the first member samples its last token; None: no member."""
