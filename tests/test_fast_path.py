@@ -103,9 +103,11 @@ def test_roofline_decode_step_costs_are_step_cost_bit_for_bit():
     from sim.cost.roofline import RooflineCostModel
     from sim.model.catalog import get_gpu, get_model
 
-    for name, tp in (("llama-3.1-8b", 1), ("llama-3.1-70b", 4)):
+    # Dense, tensor parallel, sliding window (contexts past it), mixture of experts, MLA.
+    for name, tp in (("llama-3.1-8b", 1), ("llama-3.1-70b", 4), ("mistral-7b-v0.1", 1), ("mixtral-8x7b", 2),
+                     ("deepseek-v2-lite", 1)):
         cm = RooflineCostModel(get_model(name), get_gpu("h100-sxm"), tensor_parallel=tp)
-        for n, ctx in ((1, 1), (7, 3000), (256, 200_000)):
+        for n, ctx in ((1, 1), (2, 20_000), (7, 3000), (256, 200_000)):
             run = cm.decode_step_costs(n, ctx, 5)
             for k, cost in enumerate(run):
                 plan = StepPlan(num_decode_seqs=n, decode_context_tokens=ctx + k * n, num_sampled_seqs=n)
