@@ -68,6 +68,27 @@ def steps_frame(step_arrays: dict) -> pd.DataFrame:
     return df
 
 
+def expand_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per engine step: each decode run's row (`num_steps` > 1) repeated for its steps, which get
+    the run's mean step time (their own times differ by the growing context) and its tokens, FLOPs and
+    bytes shared out; the KV columns keep the run's end state (its last step may free a finished request's
+    blocks). Rows of single steps are returned as they are."""
+    counts = steps["num_steps"].to_numpy()
+    if (counts == 1).all():
+        return steps.copy()
+    out = steps.loc[steps.index.repeat(counts)].reset_index(drop=True)
+    k = np.repeat(counts, counts)
+    i = np.arange(len(out)) - np.repeat(np.cumsum(counts) - counts, counts)  # step index within its row
+    step_s = out["duration_s"].to_numpy() / k
+    out["start_s"] = out["start_s"].to_numpy() + i * step_s
+    out["duration_s"] = step_s
+    out["end_s"] = out["start_s"] + step_s
+    for col in ("num_output_tokens", "flops", "bytes"):
+        out[col] = out[col] / k if out[col].dtype.kind == "f" else out[col] // k
+    out["num_steps"] = 1
+    return out
+
+
 def _stats(values: np.ndarray, prefix: str) -> dict:
     values = values[~np.isnan(values)]
     out = {f"{prefix}_mean": float(values.mean()) if len(values) else math.nan}

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from sim.config.files import validate_scenario
 from sim.core.engine import _Environment
+from sim.results import expand_steps
 from sim.run import simulate
 
 policies = st.sampled_from([
@@ -93,6 +94,13 @@ def test_decode_runs_happen_and_shrink_the_step_log():
     assert_same_requests(exact, fast)
     assert fast.steps["num_steps"].max() > 10 and len(fast.steps) < len(exact.steps) / 3
     assert (exact.steps["num_steps"] == 1).all()
+    # Expanded on demand, the runs give back the steps: same count, tokens and busy time.
+    steps = expand_steps(fast.steps)
+    assert len(steps) == len(exact.steps)
+    assert (steps["num_output_tokens"].to_numpy() == exact.steps["num_output_tokens"].to_numpy()).all()
+    np.testing.assert_allclose(steps["start_s"], exact.steps["start_s"], rtol=1e-3)
+    np.testing.assert_allclose(steps["duration_s"].sum(), exact.steps["duration_s"].sum(), rtol=1e-12)
+    pd.testing.assert_frame_equal(expand_steps(exact.steps), exact.steps)
     # Summaries that count steps weight a run's row by its steps.
     assert fast.summary["mean_batch_size"] == exact.summary["mean_batch_size"]
     assert fast.summary["output_tokens_per_s"] == exact.summary["output_tokens_per_s"]
