@@ -1,7 +1,7 @@
 """Simulator speed: wall time to simulate 10k, 100k and 1M requests.
 
 Continuous batching + paged KV, Llama-3.1-8B on one H100, ShareGPT-like lengths, Poisson arrivals at
-about 80% of the sustainable rate. Run:  .venv/bin/python benchmarks/bench_engine.py [counts...]
+about 80% of the sustainable rate. Run:  .venv/bin/python benchmarks/bench_engine.py [--exact] [counts...]
 Prints one Markdown row per count (paste into benchmarks/RESULTS.md).
 """
 
@@ -22,7 +22,7 @@ from sim.run import make_workload, simulate  # noqa: E402
 RATE_PER_S = 18.0  # ~80% of the ~22 req/s this configuration sustains (see scenarios/quickstart.yaml)
 
 
-def scenario(num_requests: int):
+def scenario(num_requests: int, fast_decode: bool = True):
     return validate_scenario({
         "name": f"bench-{num_requests}",
         "model": "llama-3.1-8b",
@@ -31,7 +31,7 @@ def scenario(num_requests: int):
                      "lengths": {"kind": "preset", "name": "sharegpt"}},
         "scheduler": {"batching": "continuous", "max_num_seqs": 256, "max_model_len": 4096},
         "kv_cache": {"layout": "paged", "block_size": 16},
-        "run": {"seed": 0, "num_requests": num_requests},
+        "run": {"seed": 0, "num_requests": num_requests, "fast_decode": fast_decode},
     })
 
 
@@ -51,13 +51,13 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main(counts: list[int]) -> None:
+def main(counts: list[int], fast_decode: bool = True) -> None:
     print(f"# {cpu_model()}, {os.cpu_count()} hardware threads, Python {platform.python_version()}")
     print("| requests | generate (s) | simulate (s) | steps | simulated req/s of wall time | sim time (s) "
           "| peak RSS (MiB) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in counts:
-        sc = scenario(n)
+        sc = scenario(n, fast_decode)
         t0 = time.perf_counter()
         workload = make_workload(sc)
         t1 = time.perf_counter()
@@ -68,4 +68,5 @@ def main(counts: list[int]) -> None:
 
 
 if __name__ == "__main__":
-    main([int(x) for x in sys.argv[1:]] or [10_000, 100_000, 1_000_000])
+    args = [a for a in sys.argv[1:] if a != "--exact"]  # --exact: step by step (run.fast_decode: false)
+    main([int(x) for x in args] or [10_000, 100_000, 1_000_000], fast_decode="--exact" not in sys.argv)

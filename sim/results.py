@@ -73,6 +73,27 @@ def steps_frame(step_arrays: dict) -> pd.DataFrame:
     return df
 
 
+def expand_steps(steps: pd.DataFrame) -> pd.DataFrame:
+    """One row per engine step: each decode run's row (`num_steps` > 1) repeated for its steps, which get
+    the run's mean step time (their own times differ by the growing context) and its tokens, FLOPs and
+    bytes shared out; the KV columns keep the run's end state (its last step may free a finished request's
+    blocks). Rows of single steps are returned as they are."""
+    counts = steps["num_steps"].to_numpy()
+    if (counts == 1).all():
+        return steps.copy()
+    out = steps.loc[steps.index.repeat(counts)].reset_index(drop=True)
+    k = np.repeat(counts, counts)
+    i = np.arange(len(out)) - np.repeat(np.cumsum(counts) - counts, counts)  # step index within its row
+    step_s = out["duration_s"].to_numpy() / k
+    out["start_s"] = out["start_s"].to_numpy() + i * step_s
+    out["duration_s"] = step_s
+    out["end_s"] = out["start_s"] + step_s
+    for col in ("num_output_tokens", "flops", "bytes"):
+        out[col] = out[col] / k if out[col].dtype.kind == "f" else out[col] // k
+    out["num_steps"] = 1
+    return out
+
+
 def _stats(values: np.ndarray, prefix: str) -> dict:
     values = values[~np.isnan(values)]
     out = {f"{prefix}_mean": float(values.mean()) if len(values) else math.nan}
@@ -223,7 +244,11 @@ def latencies(fin: pd.DataFrame, steps: pd.DataFrame) -> dict:
         s.update(_stats(fin[col].to_numpy(dtype=float), col))
     # Inter-token latency: a decoding token's gap is its step's duration (decodes run every step).
     real_decodes = (steps["num_decode_seqs"] - steps["num_padding_seqs"]).to_numpy(dtype=float)
-    durations = steps["duration_s"].to_numpy(dtype=float)
+    if "num_steps" in steps:
+        real_decodes = real_decodes * steps["num_steps"].to_numpy(dtype=float)  # a decode run's tokens
+        durations = steps["duration_s"].to_numpy(dtype=float) / steps["num_steps"].to_numpy(dtype=float)
+    else:
+        durations = steps["duration_s"].to_numpy(dtype=float)
     s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
     for p in PERCENTILES:
         s[f"itl_p{p}"] = weighted_percentile(durations, real_decodes, p)
@@ -278,7 +303,9 @@ def utilization(steps: pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = 
     s: dict = {}
     durations = steps["duration_s"].to_numpy(dtype=float)
     busy = float(durations.sum())
-    s["mean_batch_size"] = float(steps["num_seqs"].mean()) if len(steps) else 0.0
+    # A decode run's row stands for its steps.
+    counts = steps["num_steps"].to_numpy() if "num_steps" in steps else np.ones(len(steps), dtype=np.int64)
+    s["mean_batch_size"] = float((steps["num_seqs"].to_numpy() * counts).sum() / counts.sum()) if len(steps) else 0.0
     s["busy_fraction"] = busy / elapsed / max(1, steps["replica"].nunique() if len(steps) else 1)
     if busy > 0:
         w = durations

@@ -182,7 +182,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                      closed_loop_users=closed.num_users if closed else 0,
                      think_time_s=closed.think_time_s if closed else 0.0, seed=run.seed,
                      prefix_ids=workload.prefix_ids if scenario.kv_cache.enable_prefix_caching else None,
-                     prefix_unit_tokens=workload.prefix_unit_tokens, progress=progress)
+                     prefix_unit_tokens=workload.prefix_unit_tokens, progress=progress,
+                     fast_decode=run.fast_decode)
     sim.run()
     requests = requests_frame(sim.requests)
     steps = steps_frame(sim.steps.arrays())

@@ -6,11 +6,14 @@ let that much simulated time pass, apply the outcome. Time moves nowhere else.
 
 from __future__ import annotations
 
+import heapq
+import math
 from array import array
 from typing import Callable
 
 import numpy as np
 import simpy
+from simpy.events import NORMAL
 
 from sim.core.request import Request
 from sim.core.router import Router
@@ -18,6 +21,43 @@ from sim.core.step_plan import StepPlan
 
 STATUS_CODES = {"finished": 0, "unfinished": 1, "rejected": 2}
 _PROGRESS_EVERY_STEPS = 2048
+
+
+class _Environment(simpy.Environment):
+    """SimPy's environment plus a timeout at an absolute time. A decode run must end exactly where its
+    steps, added to the clock one by one, would; SimPy's `now + delay` cannot land on every float (a sum
+    halfway between two floats rounds to the even one), so the run's end is scheduled as a time."""
+
+    def timeout_at(self, when: float) -> simpy.Event:
+        if when < self._now:
+            raise ValueError(f"timeout_at({when!r}) is before now ({self._now!r})")
+        event = self.event()
+        event._ok, event._value = True, None  # triggered, as a Timeout is from its creation
+        heapq.heappush(self._queue, (when, NORMAL, next(self._eid), event))
+        return event
+
+
+def _plain_decode(plan: StepPlan) -> bool:
+    """Only single-token decodes, every one sampled: the step a cost model's `decode_step_costs` prices."""
+    return (not plan.prefill_request_ids and plan.decode_query_tokens == 1 and not plan.num_draft_tokens
+            and plan.num_sampled_seqs == plan.num_decode_seqs and not plan.num_padding_seqs
+            and not plan.swap_in_tokens and not plan.swap_out_tokens)
+
+
+def _decode_step_costs(cost_model, plan: StepPlan, num_steps: int) -> list:
+    """Costs of `num_steps` decode-only steps like `plan`, each attending `num_decode_seqs` more tokens:
+    the cost model's closed form where it has one (`decode_step_costs`), else `step_cost` step by step."""
+    n, ctx = plan.num_decode_seqs, plan.decode_context_tokens
+    fast = getattr(cost_model, "decode_step_costs", None)
+    if fast is not None and _plain_decode(plan):
+        return fast(n, ctx, num_steps)
+    out = []
+    for k in range(num_steps):
+        out.append(cost_model.step_cost(StepPlan(num_decode_seqs=n, decode_context_tokens=ctx + k * n,
+                                                 decode_query_tokens=plan.decode_query_tokens,
+                                                 num_draft_tokens=plan.num_draft_tokens,
+                                                 num_sampled_seqs=plan.num_sampled_seqs)))
+    return out
 
 
 class Replica:
@@ -40,14 +80,22 @@ class StepLog:
         "num_output_tokens": "q", "num_preempted": "q", "kv_token_slots": "q",
         "kv_reserved_slots": "q", "kv_internal_slots": "q", "kv_external_slots": "q",
         "kv_capacity_slots": "q", "kv_shared_slots": "q", "swap_in_tokens": "q", "swap_out_tokens": "q", "flops": "d", "bytes": "d",
+        "num_steps": "q",
     }
 
     def __init__(self):
         self.columns = {name: array(code) for name, code in self.COLUMNS.items()}
 
     def arrays(self) -> dict[str, np.ndarray]:
-        return {name: np.array(col, dtype=np.float64 if col.typecode == "d" else np.int64)
-                for name, col in self.columns.items()}
+        """The columns as arrays; each column's compact copy is dropped as it is converted, so the peak
+        holds one copy of the log, not two."""
+        out = {}
+        for name in list(self.columns):
+            col = self.columns.pop(name)
+            out[name] = np.array(col, dtype=np.float64 if col.typecode == "d" else np.int64)
+            del col
+        self.columns = {name: array(code) for name, code in self.COLUMNS.items()}
+        return out
 
 
 class RequestLog:
@@ -92,8 +140,8 @@ class Simulation:
                  input_tokens: np.ndarray, output_tokens: np.ndarray, horizon_s: float | None = None,
                  closed_loop_users: int = 0, think_time_s: float = 0.0, seed: int = 0,
                  prefix_ids: list | None = None, prefix_unit_tokens: int = 0,
-                 progress: Callable[[float, int], None] | None = None):
-        self.env = simpy.Environment()
+                 progress: Callable[[float, int], None] | None = None, fast_decode: bool = False):
+        self.env = _Environment()
         self.replicas = replicas
         self.router = router
         self.arrival_s = arrival_s
@@ -107,6 +155,13 @@ class Simulation:
         self.think_time_s = think_time_s
         self.think_rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
         self.progress = progress
+        # Decode runs: consecutive decode-only steps between two events that can change a batch are taken
+        # in one engine turn, ending before the next arrival. Its time must be known when a run starts:
+        # open arrivals, or a closed loop of one replica (its users wake after its own finishes, which end
+        # runs, or at think-time ends drawn before). Closed loops over several replicas go step by step.
+        self.fast_decode = fast_decode and (not closed_loop_users or len(replicas) == 1)
+        self._resuming = 0  # closed loop: users whose request just finished and who have not yet acted on it
+        self._think_ends: list[float] = []  # closed loop: when thinking users send their next request (heap)
         self.steps = StepLog()
         self.requests = RequestLog(self.num_requests)
         self.num_arrived = 0
@@ -144,6 +199,7 @@ class Simulation:
         event = self._completions.pop(request.request_id, None)
         if event is not None:
             event.succeed()
+            self._resuming += 1
 
     def _new_request(self, arrival_s: float) -> Request | None:
         i = self._next_request
@@ -172,8 +228,12 @@ class Simulation:
             self._completions[request.request_id] = done
             self._admit(request)
             yield done
+            self._resuming -= 1
             if self.think_time_s > 0:
-                yield env.timeout(self.think_rng.exponential(self.think_time_s))
+                delay = self.think_rng.exponential(self.think_time_s)
+                heapq.heappush(self._think_ends, env.now + delay)  # SimPy's own sum: the wake time exactly
+                yield env.timeout(delay)
+                heapq.heappop(self._think_ends)
 
     def engine(self, env: simpy.Environment, replica: Replica):
         scheduler, cost_model, cols = replica.scheduler, replica.cost_model, self.steps.columns
@@ -192,13 +252,24 @@ class Simulation:
                 replica.wakeup = None
                 continue
             num_waiting = scheduler.num_waiting
-            cost = cost_model.step_cost(plan)
-            yield env.timeout(cost.time_s)
-            outcome = scheduler.update_from_output(plan, env.now)
+            plain = self.fast_decode and plan.num_decode_seqs and _plain_decode(plan)
+            cost = _decode_step_costs(cost_model, plan, 1)[0] if plain else cost_model.step_cost(plan)
+            num_steps, duration_s, flops, nbytes = 1, cost.time_s, cost.flops, cost.bytes
+            if plain:
+                run = self._decode_run(scheduler, cost_model, plan, cost, start)
+                if run is not None:
+                    num_steps, end_s, duration_s, flops, nbytes = run
+                    yield env.timeout_at(end_s)
+                    scheduler.advance_decode_steps(num_steps - 1)
+                    outcome = scheduler.update_from_output(plan, env.now)
+                    outcome.num_output_tokens *= num_steps  # every step of the run sampled the same tokens
+            if num_steps == 1:
+                yield env.timeout(cost.time_s)
+                outcome = scheduler.update_from_output(plan, env.now)
             usage = scheduler.kv_usage()
             append["replica"](replica.index)
             append["start_s"](start)
-            append["duration_s"](cost.time_s)
+            append["duration_s"](duration_s)
             append["num_seqs"](plan.num_seqs)
             append["num_waiting"](num_waiting)
             append["num_prefill_tokens"](plan.num_prefill_tokens)
@@ -214,8 +285,9 @@ class Simulation:
             append["kv_shared_slots"](usage.shared_slots)
             append["swap_in_tokens"](plan.swap_in_tokens)
             append["swap_out_tokens"](plan.swap_out_tokens)
-            append["flops"](cost.flops)
-            append["bytes"](cost.bytes)
+            append["flops"](flops)
+            append["bytes"](nbytes)
+            append["num_steps"](num_steps)
             if outcome.finished:
                 replica.num_outstanding -= len(outcome.finished)
                 self._change_in_system(-len(outcome.finished))
@@ -223,10 +295,54 @@ class Simulation:
                     self.requests.record(request, "finished")
                     self.num_done += 1
                     self._notify_done(request)
-            steps_since_progress += 1
+            steps_since_progress += num_steps
             if self.progress is not None and steps_since_progress >= _PROGRESS_EVERY_STEPS:
                 steps_since_progress = 0
                 self.progress(env.now, self.num_done)
+
+    def _next_event_s(self) -> float:
+        """The earliest time something outside a replica can change its batch: the next arrival or the horizon.
+        A closed-loop user still to act on a finish may send a request now."""
+        bound = self.horizon_s if self.horizon_s is not None else math.inf
+        if self.closed_loop_users:
+            if self._next_request >= self.num_requests:
+                return bound
+            if self._resuming:
+                return self.env.now
+            return min(bound, self._think_ends[0]) if self._think_ends else bound
+        if self._next_request < self.num_requests:
+            bound = min(bound, float(self.arrival_s[self._next_request]))
+        return bound
+
+    def _decode_run(self, scheduler, cost_model, plan: StepPlan, cost, start: float):
+        """A run of decode-only steps starting with `plan`, ending strictly before the next outside event:
+        (steps, end time, summed duration, FLOPs, bytes), or None for a single step. Step ends are summed
+        one at a time from `start`, exactly as SimPy would advance its clock step by step."""
+        bound = self._next_event_s()
+        first_end = start + cost.time_s
+        if first_end >= bound:
+            return None
+        # Steps only grow longer as contexts grow, so this many fit before the bound at most.
+        cap = int((bound - start) / cost.time_s) + 1 if math.isfinite(bound) else 1 << 62
+        limit = scheduler.decode_run_limit(plan, cap)
+        if limit <= 1:
+            return None
+        costs = _decode_step_costs(cost_model, plan, limit)
+        end = start
+        num_steps = 0
+        duration = flops = nbytes = 0.0
+        for c in costs:
+            t = end + c.time_s
+            if t >= bound:
+                break
+            end = t
+            num_steps += 1
+            duration += c.time_s
+            flops += c.flops
+            nbytes += c.bytes
+        if num_steps <= 1:
+            return None
+        return num_steps, end, duration, flops, nbytes
 
     # --- run -----------------------------------------------------------------------------------
     def run(self) -> None:

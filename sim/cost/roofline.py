@@ -71,6 +71,7 @@ class RooflineCostModel:
         self.lm_head = self._matmul(lm_head_shape(model))
         self.hidden = model.hidden_size
         self.ffn_per_gpu = model.ffn_size / tensor_parallel
+        self._decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
 
     def _matmul(self, shape) -> _Matmul:
         split = 1 if shape.tp_split == "replicated" else self.tp
@@ -163,6 +164,67 @@ class RooflineCostModel:
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
+
+    def _decode_constants(self, num_seqs: int) -> tuple:
+        """The parts of a decode-only step of `num_seqs` single-token decodes that do not depend on the
+        context: per layer group the linear layers' time, FLOPs and bytes (added in `step_cost`'s order),
+        the elementwise and all-reduce terms, and the LM head."""
+        cached = self._decode_cache.get(num_seqs)
+        if cached is not None:
+            return cached
+        n = num_seqs
+        elementwise_bytes = n * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT_BYTES
+        allreduce_s = 0.0
+        if self.tp > 1:
+            message = n * self.hidden * _ACT_BYTES
+            ring = 2.0 * (self.tp - 1) / self.tp * message / self.link_bytes_per_s
+            allreduce_s = 2 * (self.gpu.allreduce_latency_s + ring)
+        groups = []
+        for num_layers, matmuls in self.groups:
+            layer_s = layer_flops = layer_bytes = 0.0
+            for mm in matmuls:
+                f, b = self._linear(mm, n)
+                layer_s += self._op(f, b)
+                layer_flops += f
+                layer_bytes += b
+            groups.append((num_layers, layer_s, layer_flops, layer_bytes))
+        f, b = self._linear(self.lm_head, n)
+        cached = (groups, elementwise_bytes / self.bytes_per_s + allreduce_s, elementwise_bytes,
+                  self._op(f, b), f, b, n * self.q_bytes_per_token)
+        self._decode_cache[num_seqs] = cached
+        return cached
+
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """Costs of `num_steps` consecutive decode-only steps of `num_seqs` single-token decodes, the first
+        attending `context_tokens` KV tokens (new ones included), each next one `num_seqs` more. The same
+        floating-point operations in the same order as `step_cost` of each such plan, so the times are
+        bit-identical: only the context-free part is computed once."""
+        groups, tail_s, elementwise_bytes, lm_s, lm_f, lm_b, q_bytes = self._decode_constants(num_seqs)
+        window = self.model.sliding_window
+        afpp, kvb = self.attn_flops_per_pair, self.kv_bytes_per_token_layer
+        fps, bps, overhead = self.flops_per_s, self.bytes_per_s, self.step_overhead_s
+        out = []
+        ctx = context_tokens
+        for _ in range(num_steps):
+            decode_ctx = min(ctx, num_seqs * window) if window else ctx
+            fa = decode_ctx * 1 * afpp
+            ba = decode_ctx * kvb + q_bytes
+            attn_s = max(fa / fps, ba / bps)
+            time_s = flops_total = bytes_total = 0.0
+            for num_layers, layer_s, layer_flops, layer_bytes in groups:
+                if fa or ba:
+                    layer_s += attn_s
+                    layer_flops += fa
+                    layer_bytes += ba
+                layer_s += tail_s
+                layer_bytes += elementwise_bytes
+                time_s += num_layers * layer_s
+                flops_total += num_layers * layer_flops
+                bytes_total += num_layers * layer_bytes
+            time_s += lm_s
+            out.append(StepCost(time_s + overhead, flops_total + lm_f, bytes_total + lm_b))
+            ctx += num_seqs
+        return out
 
 
 class FixedCostModel:

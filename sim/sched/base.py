@@ -41,6 +41,18 @@ class SchedulerBase:
         self.waiting.append(request)
         return True
 
+    def decode_run_limit(self, plan, max_steps: int) -> int:
+        """How many steps like `plan` (decode-only, the batch unchanged, only context lengths growing) run
+        back to back, `plan` first, before the scheduler could decide anything else: a finish ends the
+        run (as its last step), a block the pool cannot give or a possible admission stops it before.
+        1: no run; the engine takes one step. Schedulers without a fast path answer 1."""
+        return 1
+
+    def advance_decode_steps(self, num_steps: int) -> None:
+        """Apply the steps of a decode run but its last (no member finishes there), each followed by the
+        next step's blocks, as `update_from_output` then `schedule` would."""
+        raise NotImplementedError
+
     @property
     def num_waiting(self) -> int:
         return len(self.waiting)

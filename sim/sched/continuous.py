@@ -9,7 +9,7 @@ from sim.core.request import Request, RequestStatus
 from sim.core.step_plan import StepOutcome, StepPlan
 from sim.kv.base import KVManager, KVUsage
 from sim.sched.base import SchedulerBase
-from sim.sched.decode import DecodeBatch
+from sim.sched.decode import DecodeBatch, DecodeTracker
 from sim.sched.preemption import VICTIM_POLICIES, SwapSpace
 
 
@@ -170,6 +170,29 @@ class ContinuousScheduler(SchedulerBase):
         if not plan.prefill_request_ids and not plan.num_decode_seqs:
             return None
         return plan
+
+    def decode_run_limit(self, plan: StepPlan, max_steps: int) -> int:
+        tracker, kv = self.tracker, self.kv
+        if (max_steps <= 1 or plan.prefill_request_ids or plan.preempted_request_ids or plan.new_request_ids
+                or plan.swap_in_tokens or plan.swap_out_tokens or type(tracker) is not DecodeTracker
+                or kv.cow_pending or not len(tracker)):
+            return 1  # a mixed step, a preemption, speculation or copy-on-write: step by step
+        if (self.waiting and len(self.running) < self.max_num_seqs
+                and self.max_num_batched_tokens > len(tracker) * tracker.decode_query_tokens):
+            return 1  # the head of the queue may be admitted at the next step
+        to_finish = tracker.steps_to_first_finish()
+        limit = max_steps if to_finish is None else min(to_finish, max_steps)
+        if tracker.block_size:
+            free = kv.num_free_blocks
+            for j in range(1, limit):
+                need = tracker.num_blocks_needed_after(j)
+                if need > free:
+                    return j  # step j + 1 would have to preempt
+                free -= need
+        return limit
+
+    def advance_decode_steps(self, num_steps: int) -> None:
+        self.tracker.advance_without_finishes(num_steps)
 
     @staticmethod
     def _add_prefill(plan: StepPlan, request: Request, chunk: int) -> None:

@@ -32,6 +32,23 @@ class DecodeBatch(Protocol):
     def remove(self, request: Request) -> None: ...
     def num_new_blocks_needed(self) -> int: ...
     def allocate_new_blocks(self) -> None: ...
+    def steps_to_first_finish(self) -> int | None:
+        """Steps (counting the coming one) until the first member samples its last token; None: no member."""
+        heap = self._finish_heap
+        while heap:
+            finish_clock, rid = heap[0]
+            request = self.members.get(rid)
+            if request is None or (request.decode_anchor + request.max_output_tokens
+                                   - request.num_output_tokens) != finish_clock:
+                heapq.heappop(heap)  # stale: `advance` would skip it too
+                continue
+            return finish_clock - self.clock
+        return None
+
+    def num_blocks_needed_after(self, num_steps: int) -> int:
+        """New blocks the step `num_steps` steps after the coming one will need (0 without paged KV)."""
+        return len(self._buckets[(self.clock + num_steps) % self.block_size]) if self.block_size else 0
+
     def advance(self) -> tuple[list[Request], int]: ...
 
 
@@ -87,7 +104,41 @@ class DecodeTracker:
 
     def allocate_new_blocks(self) -> None:
         if self.block_size:
-            self.kv.append_one_block_each(self.needing_new_block())
+            needing = self._buckets[self.clock % self.block_size]
+            if needing:
+                self.kv.append_one_block_each(needing)
+
+    def advance_without_finishes(self, num_steps: int) -> None:
+        """Apply `num_steps` decode steps that no member finishes in (the caller knows, from
+        `steps_to_first_finish`), each followed by the next step's new blocks (the caller checked room)."""
+        n = len(self.members)
+        buckets, bs, append = self._buckets, self.block_size, self.kv.append_one_block_each
+        clock = self.clock
+        for _ in range(num_steps):
+            clock += 1
+            if bs:
+                needing = buckets[clock % bs]
+                if needing:
+                    append(needing)
+        self.clock = clock
+        self.token_sum += n * num_steps
+
+    def steps_to_first_finish(self) -> int | None:
+        """Steps (counting the coming one) until the first member samples its last token; None: no member."""
+        heap = self._finish_heap
+        while heap:
+            finish_clock, rid = heap[0]
+            request = self.members.get(rid)
+            if request is None or (request.decode_anchor + request.max_output_tokens
+                                   - request.num_output_tokens) != finish_clock:
+                heapq.heappop(heap)  # stale: `advance` would skip it too
+                continue
+            return finish_clock - self.clock
+        return None
+
+    def num_blocks_needed_after(self, num_steps: int) -> int:
+        """New blocks the step `num_steps` steps after the coming one will need (0 without paged KV)."""
+        return len(self._buckets[(self.clock + num_steps) % self.block_size]) if self.block_size else 0
 
     def advance(self) -> tuple[list[Request], int]:
         """Apply one decode step to every member; return those that sampled their last token (synced,
