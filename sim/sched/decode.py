@@ -32,23 +32,6 @@ class DecodeBatch(Protocol):
     def remove(self, request: Request) -> None: ...
     def num_new_blocks_needed(self) -> int: ...
     def allocate_new_blocks(self) -> None: ...
-    def steps_to_first_finish(self) -> int | None:
-        """Steps (counting the coming one) until the first member samples its last token; None: no member."""
-        heap = self._finish_heap
-        while heap:
-            finish_clock, rid = heap[0]
-            request = self.members.get(rid)
-            if request is None or (request.decode_anchor + request.max_output_tokens
-                                   - request.num_output_tokens) != finish_clock:
-                heapq.heappop(heap)  # stale: `advance` would skip it too
-                continue
-            return finish_clock - self.clock
-        return None
-
-    def num_blocks_needed_after(self, num_steps: int) -> int:
-        """New blocks the step `num_steps` steps after the coming one will need (0 without paged KV)."""
-        return len(self._buckets[(self.clock + num_steps) % self.block_size]) if self.block_size else 0
-
     def advance(self) -> tuple[list[Request], int]: ...
 
 

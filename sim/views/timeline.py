@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +25,7 @@ import pandas as pd
 
 from sim.atomic_files import atomic_write_text
 from sim.errors import ConfigError
+from sim.views.output_paths import check_output_file
 
 ENGINE_TID, REQUESTS_TID = 1, 2
 _US = 1e6
@@ -52,20 +51,8 @@ def parse_window(text: str, option: str = "--timeline-window") -> tuple[float, f
 
 
 def check_timeline_path(path: str | Path, option: str = "--timeline") -> None:
-    """Before simulating: a file can be written at `path` (its folder exists or can be made, and takes files)."""
-    path = Path(path)
-    if path.is_dir():
-        raise ConfigError(f"{option}: {str(path)!r} is a folder; allowed: a file path such as timeline.json")
-    parent = next((p for p in path.resolve().parents if p.exists()), Path("."))  # resolve: '..' read as written
-    if not parent.is_dir():
-        raise ConfigError(f"{option}: {str(path)!r} is under {str(parent)!r}, which is a file; allowed: a path in a folder")
-    try:  # os.access says yes to root on a read-only mount: make (and remove) a probe file instead
-        fd, probe = tempfile.mkstemp(prefix=".servesim-write-check-", dir=parent)
-        os.close(fd)
-        os.unlink(probe)
-    except OSError as err:
-        raise ConfigError(f"{option}: {str(path)!r} cannot be written: folder {str(parent)!r} does not take new "
-                          f"files ({err.strerror or err})") from None
+    """Before simulating: a file can be written at `path` (the same check as every other output file)."""
+    check_output_file(path, option)
 
 
 def sample_requests(requests: pd.DataFrame, max_requests: int | None) -> pd.DataFrame:
