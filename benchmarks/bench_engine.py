@@ -16,6 +16,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from calibrate.fidelity.machine import cpuinfo  # noqa: E402
 from sim.config.files import validate_scenario  # noqa: E402
 from sim.run import make_workload, simulate  # noqa: E402
 
@@ -35,16 +36,6 @@ def scenario(num_requests: int, fast_decode: bool = True):
     })
 
 
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def peak_rss_mib() -> float:
     """The process's peak resident set so far (Linux reports ru_maxrss in KiB): counts run in increasing
     order, so each row's value is that run's peak."""
@@ -52,7 +43,7 @@ def peak_rss_mib() -> float:
 
 
 def main(counts: list[int], fast_decode: bool = True) -> None:
-    print(f"# {cpu_model()}, {os.cpu_count()} hardware threads, Python {platform.python_version()}")
+    print(f"# {cpuinfo()['cpu_model']}, {os.cpu_count()} hardware threads, Python {platform.python_version()}")
     print("| requests | generate (s) | simulate (s) | steps | simulated req/s of wall time | sim time (s) "
           "| peak RSS (MiB) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")

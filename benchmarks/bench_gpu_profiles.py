@@ -29,6 +29,7 @@ import pandas as pd
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from calibrate.fidelity.machine import cpuinfo  # noqa: E402
 from calibrate.stepcheck import check_rows, import_steps, make_target  # noqa: E402
 from sim.cost.steps import StepFitWarning  # noqa: E402
 from sim.model.catalog import get_model  # noqa: E402
@@ -40,13 +41,6 @@ TABLES = [("llama-3.1-8b", 1, "fused"), ("llama-3.1-8b", 1, "unfused"), ("llama-
           ("llama-3.1-8b", 1, "fused-paged"), ("llama-3.1-70b", 2, "fused"),
           ("qwen2.5-7b", 1, "fused"), ("qwen2.5-7b", 1, "unfused"),
           ("llama-3.1-70b", 4, "fused"), ("llama-3.1-70b", 8, "fused")]
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return platform.machine()
 
 
 def errors(report: dict, key: str = "error_pct") -> np.ndarray:
@@ -68,7 +62,7 @@ def main() -> None:
     parser.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "gpu")
     args = parser.parse_args()
     warnings.simplefilter("ignore", StepFitWarning)
-    print(f"benchmark CPU: {cpu_name()}, {platform.python_implementation()} {platform.python_version()} "
+    print(f"benchmark CPU: {cpuinfo()['cpu_model']}, {platform.python_implementation()} {platform.python_version()} "
           "(the timings themselves were measured on the H100 named in each profile's meta.json)\n")
     print("| table (rows) | roofline | per-op contiguous | per-op paged | whole-step held out (LOO) |"
           " mixed + chunked from pure rows |")

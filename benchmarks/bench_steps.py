@@ -28,6 +28,7 @@ import numpy as np
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from calibrate.fidelity.machine import cpuinfo  # noqa: E402
 from calibrate.stepcheck import check_rows, import_steps, make_target  # noqa: E402
 from sim.cost.steps import StepFitWarning  # noqa: E402
 from sim.model.catalog import get_model  # noqa: E402
@@ -36,23 +37,13 @@ TABLES = {"unfused": "h100_llama-3.1-8b_whole_steps.csv", "compiled": "h100_llam
 PER_OP_TGZ = "h100_calibrate_profiles_044c1d6.tgz"
 
 
-def cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "gpu")
     args = parser.parse_args()
     model = get_model("llama-3.1-8b")
     warnings.simplefilter("ignore", StepFitWarning)
-    print(f"benchmark CPU: {cpu_name()}, {platform.python_implementation()} {platform.python_version()}\n")
+    print(f"benchmark CPU: {cpuinfo()['cpu_model']}, {platform.python_implementation()} {platform.python_version()}\n")
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         with tarfile.open(args.shared / PER_OP_TGZ) as tar:

@@ -67,14 +67,8 @@ def _device_info(torch, device: str) -> dict:
             pass
         return {"device_name": props.name, "driver": driver, "cuda": torch.version.cuda,
                 "device_memory_bytes": props.total_memory}
-    cpu_name = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu_name = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
+    from .fidelity.machine import cpuinfo
+    cpu_name = cpuinfo()["cpu_model"]
     return {"device_name": cpu_name, "driver": f"{platform.system()} {platform.release()}", "cuda": None}
 
 

@@ -101,7 +101,7 @@ def import_steps(table: Path, model: ModelSpec, tensor_parallel: int, *, device_
 class Target:
     """What `check` prices a table with."""
 
-    kind: str  # "steps" | "ops" | "roofline"
+    kind: str  # "steps" | "ops" | "roofline" | "measured"
     cost_model: object
     header: list[str]
     model: ModelSpec
@@ -118,27 +118,21 @@ def make_target(target: str, *, model: ModelSpec | None, tensor_parallel: int | 
                 kv_layout: str) -> Target:
     from sim.cost.roofline import RooflineCostModel
     from sim.model.catalog import get_gpu
-    if target == "roofline":
+    if target in ("roofline", "measured"):
         if gpu_name is None or model is None:
-            raise ConfigError("PROFILE: 'roofline' needs --gpu (a catalog GPU) and --model; allowed: "
-                              "check roofline --gpu h100-sxm --model llama-3.1-8b --against TABLE.csv")
+            raise ConfigError(f"PROFILE: {target!r} needs --gpu (a catalog GPU) and --model; allowed: "
+                              f"check {target} --gpu h100-sxm --model llama-3.1-8b --against TABLE.csv")
         tp = tensor_parallel or 1
         gpu = get_gpu(gpu_name, "--gpu")
-        cost = RooflineCostModel(model, _no_communication(gpu), tensor_parallel=tp)
-        header = [f"cost model: roofline of {gpu.name} (catalog), {model.name} tp{tp}, bf16, "
-                  f"step overhead {cost.step_overhead_s * 1e3:g} ms, as a scenario builds it", COMMUNICATION_NOTE]
-        return Target("roofline", cost, header, model, tp)
-    if target == "measured":
-        from sim.cost.measured import MeasuredCostModel
-        if gpu_name is None or model is None:
-            raise ConfigError("PROFILE: 'measured' needs --gpu (a catalog GPU with measured kernel tables) and --model; "
-                              "allowed: check measured --gpu h100-sxm --model llama-3.1-8b --against TABLE.csv")
-        tp = tensor_parallel or 1
-        gpu = get_gpu(gpu_name, "--gpu")
-        cost = MeasuredCostModel(model, _no_communication(gpu), tensor_parallel=tp)
-        cost._allreduce = None  # like with like: a shard's table holds no all-reduce; the GPU's link is free
-        header = [f"cost model: {cost!r}", COMMUNICATION_NOTE]
-        return Target("measured", cost, header, model, tp)
+        if target == "roofline":
+            cost = RooflineCostModel(model, _no_communication(gpu), tensor_parallel=tp)
+            described = (f"roofline of {gpu.name} (catalog), {model.name} tp{tp}, bf16, "
+                         f"step overhead {cost.step_overhead_s * 1e3:g} ms, as a scenario builds it")
+        else:
+            from sim.cost.measured import MeasuredCostModel
+            cost = MeasuredCostModel(model, gpu, tensor_parallel=tp, communication=False)
+            described = repr(cost)
+        return Target(target, cost, [f"cost model: {described}", COMMUNICATION_NOTE], model, tp)
     path = Path(target).expanduser()
     meta = read_meta(path, "PROFILE")
     try:

@@ -313,7 +313,7 @@ class MeasuredCostModel:
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, *, tensor_parallel: int = 1, weight_dtype: str = "bf16",
                  kv_dtype: str = "bf16", engine: str = "vllm-cudagraph", step_overhead_s: float = 0.0,
-                 gpu_data: str | None = None, root: Path | None = None):
+                 gpu_data: str | None = None, root: Path | None = None, communication: bool = True):
         if engine not in ENGINES:
             raise ConfigError(f"cost_model.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
         data = gpu_data or gpu.name
@@ -324,6 +324,8 @@ class MeasuredCostModel:
         self.model, self.gpu, self.tp, self.engine = model, gpu, tensor_parallel, engine
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.step_overhead_s = step_overhead_s
+        # False prices one GPU's shard alone (no all-reduce), to compare with steps measured on one GPU.
+        self.communication = communication
         self.notes: Counter = Counter()
         tp, t = tensor_parallel, self.tables
         self.roof = device_roofline(t.gemm)
@@ -463,7 +465,7 @@ class MeasuredCostModel:
         if cached is not None:
             return cached
         common = self._elementwise_s(num_tokens)
-        if self.tp > 1:
+        if self.tp > 1 and self.communication:
             if self._allreduce is not None:
                 common += 2 * self._allreduce(num_tokens)
             else:

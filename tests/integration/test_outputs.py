@@ -9,19 +9,14 @@ from pathlib import Path
 
 import pandas as pd
 import yaml
+from helpers import small_scenario
 
 ROOT = Path(__file__).resolve().parents[2]
 
-SMALL = {
-    "name": "small",
-    "model": "llama-3.1-8b",
-    "hardware": {"gpu": "h100-sxm"},
-    "workload": {"arrival": {"kind": "poisson", "rate_per_s": 10},
-                 "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 20}},
-    "slo": {"ttft_s": 1.0},
-    "run": {"seed": 0, "num_requests": 60},
-    "variants": {"paged": {}, "contiguous": {"kv_cache": {"layout": "contiguous"}}},
-}
+SMALL = small_scenario({"workload": {"arrival": {"rate_per_s": 10},
+                                     "lengths": {"input_tokens": 200, "output_tokens": 20}},
+                        "slo": {"ttft_s": 1.0}, "run": {"num_requests": 60},
+                        "variants": {"paged": {}, "contiguous": {"kv_cache": {"layout": "contiguous"}}}})
 
 
 def servesim(*args, cwd=ROOT):
