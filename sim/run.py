@@ -167,8 +167,13 @@ def replica_counters(scenario: Scenario, replica: Replica, deployment: Deploymen
 
 
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
-             progress: Callable[[float, int], None] | None = None, cost_model=None) -> Result:
-    """Simulate a validated scenario; `workload` defaults to the one the scenario generates."""
+             progress: Callable[[float, int], None] | None = None, cost_model=None,
+             stop_when: Callable[[Simulation], bool] | None = None) -> Result:
+    """Simulate a validated scenario; `workload` defaults to the one the scenario generates.
+
+    `stop_when(simulation)`, asked after every engine step, may end the run early, when it is certain the
+    SLOs will be missed (`sim.tools.early_verdict`): the summary is then that of the cut-off run, with
+    `slo_met` False and `stopped_early_s` the simulated time it stopped at."""
     deployment = resolve(scenario)
     workload = workload if workload is not None else make_workload(scenario, deployment)
     replicas = [Replica(i, make_scheduler(scenario, i, deployment), cost_model or make_cost_model(scenario, deployment))
@@ -183,7 +188,7 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                      think_time_s=closed.think_time_s if closed else 0.0, seed=run.seed,
                      prefix_ids=workload.prefix_ids if scenario.kv_cache.enable_prefix_caching else None,
                      prefix_unit_tokens=workload.prefix_unit_tokens, progress=progress,
-                     fast_decode=run.fast_decode)
+                     fast_decode=run.fast_decode, stop_when=stop_when)
     sim.run()
     requests = requests_frame(sim.requests)
     steps = steps_frame(sim.steps.arrays())
@@ -195,5 +200,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                         max_model_len=deployment.max_model_len,
                         window=measurement_window(requests, run.warmup_s, run.cooldown_s, run.duration_s)
                         if run.has_window() else None)
+    if sim.stopped_early_s is not None:
+        summary["slo_met"] = False  # certain for the full run; the cut-off run's own records may not show it
+        summary["stopped_early_s"] = sim.stopped_early_s
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler)})

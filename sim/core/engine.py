@@ -140,7 +140,8 @@ class Simulation:
                  input_tokens: np.ndarray, output_tokens: np.ndarray, horizon_s: float | None = None,
                  closed_loop_users: int = 0, think_time_s: float = 0.0, seed: int = 0,
                  prefix_ids: list | None = None, prefix_unit_tokens: int = 0,
-                 progress: Callable[[float, int], None] | None = None, fast_decode: bool = False):
+                 progress: Callable[[float, int], None] | None = None, fast_decode: bool = False,
+                 stop_when: Callable[[Simulation], bool] | None = None):
         self.env = _Environment()
         self.replicas = replicas
         self.router = router
@@ -155,6 +156,10 @@ class Simulation:
         self.think_time_s = think_time_s
         self.think_rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
         self.progress = progress
+        # Asked after every engine step; True ends the run there (the planner stops a run whose SLO verdict
+        # is already certain). Arrivals and engines then stop, so the records are those of a cut-off run.
+        self.stop_when = stop_when
+        self.stopped_early_s: float | None = None  # when stop_when ended the run; None: it ran to its end
         # Decode runs: consecutive decode-only steps between two events that can change a batch are taken
         # in one engine turn, ending before the next arrival. Its time must be known when a run starts:
         # open arrivals, or a closed loop of one replica (its users wake after its own finishes, which end
@@ -217,10 +222,12 @@ class Simulation:
             delay = times[i] - env.now
             if delay > 0:
                 yield env.timeout(delay)
+            if self.stopped_early_s is not None:
+                return
             self._admit(self._new_request(float(times[i])))
 
     def closed_loop_user(self, env: simpy.Environment):
-        while True:
+        while self.stopped_early_s is None:
             request = self._new_request(env.now)
             if request is None:
                 return
@@ -239,7 +246,7 @@ class Simulation:
         scheduler, cost_model, cols = replica.scheduler, replica.cost_model, self.steps.columns
         append = {name: col.append for name, col in cols.items()}
         steps_since_progress = 0
-        while True:
+        while self.stopped_early_s is None:
             start = env.now
             plan: StepPlan | None = scheduler.schedule(start)
             if plan is None:
@@ -295,6 +302,8 @@ class Simulation:
                     self.requests.record(request, "finished")
                     self.num_done += 1
                     self._notify_done(request)
+            if self.stop_when is not None and self.stop_when(self):
+                self.stopped_early_s = env.now
             steps_since_progress += num_steps
             if self.progress is not None and steps_since_progress >= _PROGRESS_EVERY_STEPS:
                 steps_since_progress = 0

@@ -8,11 +8,18 @@ recommendation is repeated under several seeds to show how much the answer moves
 
 Each candidate's search is one task for a backend of `sim.tools.sweep` (serial, process pool or Ray); the
 searches themselves are plain sequential Python.
+
+Planner speed (issue 15): a search only needs each probe's verdict, so a probe that is certain to miss the
+SLOs stops there (`sim.tools.early_verdict`); each candidate builds its cost model once; the later phases
+start from the simulations the search already ran. None of this changes a verdict, so every search takes
+the same path and gives the same answer as `exhaustive` (every simulation run to its end, from scratch),
+which stays available (`servesim plan --exhaustive`).
 """
 
 from __future__ import annotations
 
 import copy
+import json
 import math
 import sys
 from dataclasses import dataclass, field
@@ -64,7 +71,12 @@ class Evaluation:
     rate_per_s: float
     seed: int
     slo_met: bool
-    metrics: dict
+    metrics: dict  # a run stopped early (`stopped_early_s` set): the metrics of the run as cut off
+
+    @property
+    def complete(self) -> bool:
+        """Ran to its end (its metrics are the full run's); False: stopped once its miss was certain."""
+        return "stopped_early_s" not in self.metrics
 
 
 @dataclass
@@ -111,6 +123,10 @@ class PlanSettings:
     base_seed: int
     min_window_s: float
     prefer_calibrated: bool = True
+    # True: every simulation runs to its end, from scratch (the planner before issue 15; the reference the
+    # shortcuts are tested against). False: probes stop once they are certain to miss the SLOs, and
+    # simulations already run are reused.
+    exhaustive: bool = False
 
 
 @dataclass
@@ -155,12 +171,43 @@ def _requests_for(raw: dict, num_replicas: int, rate_per_s: float, min_window_s:
     return raw
 
 
-class Evaluator:
-    """Simulates one candidate at (replicas, rate, seed), remembering every answer."""
+# Cost models by the scenario parts they depend on, shared by every simulation of a candidate in this process:
+# building one reads kernel tables (about 0.1 s for the measured model), and pricing a step is a pure function
+# of the step (their caches only remember answers), so one instance prices every run the same as fresh ones.
+_COST_MODELS: dict[str, Any] = {}
 
-    def __init__(self, raw: dict, settings: PlanSettings):
+
+def _cost_model_key(raw: dict) -> str:
+    kept = {k: v for k, v in raw.items() if k not in ("name", "description", "workload", "run", "slo", "hardware")}
+    kept["hardware"] = {k: v for k, v in (raw.get("hardware") or {}).items() if k not in ("num_replicas", "router")}
+    return json.dumps(kept, sort_keys=True, default=str)
+
+
+def shared_cost_model(raw: dict, scenario):
+    from sim.run import make_cost_model
+    key = _cost_model_key(raw)
+    if key not in _COST_MODELS:
+        _COST_MODELS[key] = make_cost_model(scenario)
+    return _COST_MODELS[key]
+
+
+class Evaluator:
+    """Simulates one candidate at (replicas, rate, seed), remembering every answer.
+
+    `known`: simulations of this candidate already run (by an earlier phase), reused where they answer.
+    A call with `verdict_only` needs only `slo_met`: unless the settings are exhaustive, the simulation stops
+    as soon as a miss is certain, and its Evaluation says so (`complete` False); a later call that needs the
+    metrics runs it again to its end."""
+
+    def __init__(self, raw: dict, settings: PlanSettings, known: list[Evaluation] | tuple = ()):
         self.raw, self.base_seed, self.min_window_s = raw, settings.base_seed, settings.min_window_s
+        self.exhaustive = settings.exhaustive
         self.memo: dict[tuple, Evaluation] = {}
+        self.known = {} if self.exhaustive else {self.key(e.num_replicas, e.rate_per_s, e.seed): e for e in known}
+
+    @staticmethod
+    def key(num_replicas: int, rate_per_s: float, seed: int) -> tuple:
+        return num_replicas, round(rate_per_s, 9), seed
 
     def scenario_raw(self, num_replicas: int, rate_per_s: float, seed: int | None = None) -> dict:
         raw = _requests_for(self.raw, num_replicas, rate_per_s, self.min_window_s)
@@ -169,18 +216,35 @@ class Evaluator:
         raw.setdefault("run", {})["seed"] = self.base_seed if seed is None else seed
         return raw
 
-    def __call__(self, num_replicas: int, rate_per_s: float, seed: int | None = None) -> Evaluation:
+    def __call__(self, num_replicas: int, rate_per_s: float, seed: int | None = None, *,
+                 verdict_only: bool = False) -> Evaluation:
         seed = self.base_seed if seed is None else seed
-        key = (num_replicas, round(rate_per_s, 9), seed)
-        if key not in self.memo:
-            from sim.config.files import validate_scenario
-            from sim.run import simulate
-            scenario = validate_scenario(self.scenario_raw(num_replicas, rate_per_s, seed))
-            summary = simulate(scenario).summary
-            metrics = {k: summary.get(k) for k in KEPT_METRICS if k in summary}
-            metrics.update({k: v for k, v in summary.items() if k.startswith("slo_") and k != "slo_met"})
-            self.memo[key] = Evaluation(num_replicas, rate_per_s, seed, bool(summary.get("slo_met")), metrics)
+        key = self.key(num_replicas, rate_per_s, seed)
+        found = self.memo.get(key) or self.known.get(key)
+        if found is not None and (verdict_only or found.complete):
+            self.memo.setdefault(key, found)
+            return found
+        self.memo[key] = self._simulate(num_replicas, rate_per_s, seed, stop_early=verdict_only and not self.exhaustive)
         return self.memo[key]
+
+    def _simulate(self, num_replicas: int, rate_per_s: float, seed: int, stop_early: bool) -> Evaluation:
+        from sim.config.files import validate_scenario
+        from sim.run import make_workload, simulate
+        from sim.tools.early_verdict import SLOMissRule
+        raw = self.scenario_raw(num_replicas, rate_per_s, seed)
+        scenario = validate_scenario(raw)
+        if self.exhaustive:
+            summary = simulate(scenario).summary
+        else:
+            workload = make_workload(scenario)
+            rule = SLOMissRule(scenario.slo, workload.num_requests) if stop_early else None
+            summary = simulate(scenario, workload, cost_model=shared_cost_model(raw, scenario),
+                               stop_when=rule).summary
+        metrics = {k: summary.get(k) for k in KEPT_METRICS if k in summary}
+        metrics.update({k: v for k, v in summary.items() if k.startswith("slo_") and k != "slo_met"})
+        if summary.get("stopped_early_s") is not None:
+            metrics["stopped_early_s"] = summary["stopped_early_s"]
+        return Evaluation(num_replicas, rate_per_s, seed, bool(summary.get("slo_met")), metrics)
 
     @property
     def evaluations(self) -> list[Evaluation]:
@@ -250,7 +314,7 @@ def _describe_failure(ev: Evaluation) -> str:
     return ", ".join(parts) or "SLOs not met"
 
 
-def saturated_rate(raw: dict) -> float:
+def saturated_rate(raw: dict, cost_model=None) -> float:
     """One replica's service rate when it is never idle: the scenario's requests (not stretched to the
     planner's window) arriving at once, counted while the second and third quarters of them finish
     (the batch is full then; the first quarter pays the start, the last the drain). An estimate,
@@ -264,7 +328,8 @@ def saturated_rate(raw: dict) -> float:
     run.pop("horizon_s", None)
     run.pop("duration_s", None)  # a duration at the probe's rate would be millions of requests
     run["num_requests"] = min(int(run.get("num_requests") or PROBE_REQUESTS), PROBE_REQUESTS)
-    finish = simulate(validate_scenario(probe)).requests["finish_s"].dropna().sort_values().to_numpy()
+    result = simulate(validate_scenario(probe), cost_model=cost_model)
+    finish = result.requests["finish_s"].dropna().sort_values().to_numpy()
     n = len(finish)
     if n < 4 or not finish[3 * n // 4] > finish[n // 4]:
         return math.inf
@@ -276,12 +341,12 @@ def search_candidate(task: CandidateTask) -> CandidateOutcome:
     from sim.config.files import validate_scenario
     s, cand = task.settings, task.candidate
     try:
-        validate_scenario(copy.deepcopy(task.raw))  # cannot hold the model, bad TP split, ...
+        scenario_1 = validate_scenario(copy.deepcopy(task.raw))  # cannot hold the model, bad TP split, ...
     except ServeSimError as err:
         return CandidateOutcome(cand, "excluded", str(err))
     evaluate = Evaluator(task.raw, s)
     try:
-        saturated = saturated_rate(task.raw)
+        saturated = saturated_rate(task.raw, None if s.exhaustive else shared_cost_model(task.raw, scenario_1))
         if CEILING_MARGIN * POOLING_MARGIN * saturated * s.max_replicas < s.target_rate_per_s:
             # Far out of reach: no search (its simulations would hold millions of requests).
             reach = saturated * s.max_replicas
@@ -291,10 +356,12 @@ def search_candidate(task: CandidateTask) -> CandidateOutcome:
                 f"(search.max_replicas) serve about {reach:.3g} req/s at most",
                 saturated_rate_per_replica=saturated, reachable_rate_per_s=reach, evaluations=evaluate.evaluations)
         start = min(s.target_rate_per_s, CEILING_MARGIN * saturated)  # the target itself wherever it is in reach
-        ok, _ = max_sustainable_rate(lambda r: evaluate(1, r).slo_met, start, s.rate_tolerance, start / 1024)
+        ok, _ = max_sustainable_rate(lambda r: evaluate(1, r, verdict_only=True).slo_met, start, s.rate_tolerance,
+                                     start / 1024)
         out = CandidateOutcome(cand, "feasible", max_rate_per_replica=ok, saturated_rate_per_replica=saturated)
         if ok == 0.0:
             lowest = min(evaluate.evaluations, key=lambda e: e.rate_per_s)
+            lowest = evaluate(1, lowest.rate_per_s)  # its metrics describe the failure: the full run
             out.status = "infeasible"
             out.reason = (f"SLOs not met even at {lowest.rate_per_s:.3g} req/s on one replica "
                           f"({_describe_failure(lowest)})")
@@ -305,7 +372,8 @@ def search_candidate(task: CandidateTask) -> CandidateOutcome:
                           f"{ok * s.max_replicas:.3g} req/s")
         else:
             guess = math.ceil(s.target_rate_per_s / ok) if math.isfinite(ok) else 1
-            n = min_replicas(lambda k: evaluate(k, s.target_rate_per_s).slo_met, guess, s.max_replicas)
+            n = min_replicas(lambda k: evaluate(k, s.target_rate_per_s, verdict_only=True).slo_met, guess,
+                             s.max_replicas)
             if n is None:
                 last = evaluate(s.max_replicas, s.target_rate_per_s)
                 out.status, out.reachable_rate_per_s = "infeasible", ok * s.max_replicas
@@ -329,14 +397,15 @@ class CurveTask:
     candidate: Candidate
     num_replicas: int
     settings: PlanSettings
+    known: tuple = ()  # the candidate's search simulations (Evaluations), reused where they answer
 
 
 def curve_for(task: CurveTask) -> CurveOutcome:
     """Phase 2 for a top candidate: its deployment's max sustainable rate and a throughput-latency curve."""
     s = task.settings
-    evaluate = Evaluator(task.raw, s)
+    evaluate = Evaluator(task.raw, s, task.known)
     n = task.num_replicas
-    ok, _ = max_sustainable_rate(lambda r: evaluate(n, r).slo_met, s.target_rate_per_s, s.rate_tolerance,
+    ok, _ = max_sustainable_rate(lambda r: evaluate(n, r, verdict_only=True).slo_met, s.target_rate_per_s, s.rate_tolerance,
                                  s.target_rate_per_s / 1024)
     top = ok if math.isfinite(ok) and ok > 0 else s.target_rate_per_s
     points = [evaluate(n, top * f) for f in CURVE_FRACTIONS]
@@ -349,13 +418,14 @@ class SeedTask:
     num_replicas: int
     seed: int
     settings: PlanSettings
+    known: tuple = ()  # the candidate's search simulations (Evaluations), reused where they answer
 
 
 def repeat_with_seed(task: SeedTask) -> SeedOutcome:
     """Phase 3: the recommendation under another seed, and the replica count that seed would give."""
     s = task.settings
-    evaluate = Evaluator(task.raw, s)
-    n = min_replicas(lambda k: evaluate(k, s.target_rate_per_s, task.seed).slo_met, task.num_replicas,
+    evaluate = Evaluator(task.raw, s, task.known)
+    n = min_replicas(lambda k: evaluate(k, s.target_rate_per_s, task.seed, verdict_only=True).slo_met, task.num_replicas,
                      s.max_replicas)
     return SeedOutcome(task.seed, n, evaluate(task.num_replicas, s.target_rate_per_s, task.seed))
 
@@ -365,7 +435,7 @@ def repeat_with_seed(task: SeedTask) -> SeedOutcome:
 def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = None,
                   tensor_parallel: list[int] | None = None, policies: list[str] | None = None,
                   max_replicas: int | None = None, num_seeds: int | None = None,
-                  prices: dict[str, float] | None = None) -> PlanSettings:
+                  prices: dict[str, float] | None = None, exhaustive: bool = False) -> PlanSettings:
     """The search space: the scenario's `search:` section, then command-line overrides."""
     from sim.config.files import build_scenario_set
     from sim.config.schema import SearchSpec
@@ -407,7 +477,7 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         policies=policy_list, max_replicas=max_replicas or search.max_replicas,
         rate_tolerance=search.rate_tolerance, num_seeds=num_seeds or search.num_seeds, prices=merged_prices,
         top_k=search.top_k, base_seed=base.run.seed, min_window_s=search.min_window_s,
-        prefer_calibrated=search.prefer_calibrated)
+        prefer_calibrated=search.prefer_calibrated, exhaustive=exhaustive)
 
 
 def shipped_profile(gpu_name: str, model_name: str, tensor_parallel: int):
@@ -507,13 +577,13 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
 
     for o in outcomes:
         o.cost_model = cost_model_label(raws[o.candidate.name])
-    curve_tasks = [CurveTask(raws[o.candidate.name], o.candidate, o.num_replicas, settings)
+    curve_tasks = [CurveTask(raws[o.candidate.name], o.candidate, o.num_replicas, settings, tuple(o.evaluations))
                    for o in feasible[:settings.top_k]]
     seed_tasks = []
     if feasible:
         best = feasible[0]
-        seed_tasks = [SeedTask(raws[best.candidate.name], best.num_replicas, settings.base_seed + i, settings)
-                      for i in range(settings.num_seeds)]
+        seed_tasks = [SeedTask(raws[best.candidate.name], best.num_replicas, settings.base_seed + i, settings,
+                               tuple(best.evaluations)) for i in range(settings.num_seeds)]
     curves: list[CurveOutcome] = []
     seeds: list[SeedOutcome] = []
     detail = [("curve", t) for t in curve_tasks] + [("seed", t) for t in seed_tasks]

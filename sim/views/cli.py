@@ -257,6 +257,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
          report: Optional[Path] = typer.Option(None, "--report", help="also write the HTML report here"),
          backend: str = BackendOption, workers: Optional[int] = WorkersOption,
          address: Optional[str] = AddressOption,
+         exhaustive: bool = typer.Option(False, "--exhaustive", help="run every simulation to its end, from "
+                                         "scratch (slower; the same answer: the reference for the shortcuts)"),
          quiet: bool = typer.Option(False, "--quiet", "-q")):
     """Find the cheapest deployment that serves the target load within the SLOs."""
     from sim.tools.planner import plan_settings, run_plan
@@ -288,7 +290,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
         check_output_file(report, "--report")
     settings = plan_settings(raw, rate=rate, gpus=_csv_list("--gpus", gpus), tensor_parallel=_csv_list("--tp", tp, int),
                              policies=_csv_list("--policies", policies), max_replicas=max_replicas,
-                             num_seeds=seeds, prices=prices)
+                             num_seeds=seeds, prices=prices, exhaustive=exhaustive)
     command = "servesim " + " ".join(sys.argv[1:]) if sys.argv and "servesim" in sys.argv[0] else f"servesim plan {scenario}"
     if quiet:
         result = run_plan(raw, settings, backend=backend, workers=workers, address=address, command=command)
