@@ -1,0 +1,91 @@
+"""Issue 15: the planner's shortcuts (early verdicts, one cost model per candidate, reused simulations) give the
+same plan as the exhaustive planner, which runs every simulation to its end from scratch."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import pytest
+
+from helpers import small_scenario
+from sim.tools.planner import plan_settings, run_plan
+
+# One GPU, two TP degrees, two policies, the roofline: a plan of a few seconds that still has failing probes
+# (the searches bracket each candidate's limit) and a replica search at the target.
+PLAN = small_scenario({'name': 'plan-speed',
+                       'workload': {'arrival': {'rate_per_s': 30},
+                                    'lengths': {'kind': 'uniform', 'input_min': 200, 'input_max': 1200,
+                                                'output_min': 50, 'output_max': 300}},
+                       'scheduler': {'max_model_len': 4096},
+                       'slo': {'ttft_s': 0.5, 'tpot_s': 0.05, 'percentile': 90},
+                       'run': {'num_requests': 120},
+                       'search': {'gpus': ['l40s'], 'tensor_parallel': [1, 2], 'max_replicas': 6, 'num_seeds': 2,
+                                  'min_window_s': 5, 'rate_tolerance': 0.05, 'top_k': 1,
+                                  'prefer_calibrated': False},
+                       'variants': {'paged': {},
+                                    'chunked': {'scheduler': {'chunked_prefill': True,
+                                                              'max_num_batched_tokens': 1024}}}})
+
+
+def _same(a, b) -> bool:
+    """Equal, NaN equal to NaN (a metric of no requests), recursively through dicts and lists."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_same(a[k], b[k]) for k in a)
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    return a == b
+
+
+@pytest.fixture(scope="module")
+def plans():
+    raw = copy.deepcopy(PLAN)
+    exhaustive = run_plan(copy.deepcopy(raw), plan_settings(raw, exhaustive=True), backend="serial")
+    fast = run_plan(copy.deepcopy(raw), plan_settings(raw), backend="serial")
+    return exhaustive, fast
+
+
+def test_fast_plan_recommends_what_the_exhaustive_plan_does(plans):
+    exhaustive, fast = plans
+    assert exhaustive.recommendation is not None
+    assert fast.recommendation.candidate == exhaustive.recommendation.candidate
+    assert fast.recommendation.num_replicas == exhaustive.recommendation.num_replicas
+
+
+def test_every_candidate_gets_the_same_rates_replicas_and_metrics_at_the_target(plans):
+    exhaustive, fast = plans
+    assert [o.candidate for o in fast.outcomes] == [o.candidate for o in exhaustive.outcomes]
+    for f, e in zip(fast.outcomes, exhaustive.outcomes):
+        assert (f.status, f.reason, f.num_replicas) == (e.status, e.reason, e.num_replicas), f.candidate.name
+        # The searches took the same path: the same best rate, to the last bit.
+        assert f.max_rate_per_replica == e.max_rate_per_replica, f.candidate.name
+        assert f.saturated_rate_per_replica == e.saturated_rate_per_replica
+        assert _same(f.at_target, e.at_target) and _same(f.costs, e.costs), f.candidate.name
+        # The same probes, with the same verdicts, in the same order.
+        assert [(v.num_replicas, v.rate_per_s, v.seed, v.slo_met) for v in f.evaluations] == \
+               [(v.num_replicas, v.rate_per_s, v.seed, v.slo_met) for v in e.evaluations]
+
+
+def test_curves_and_seeds_are_the_same(plans):
+    exhaustive, fast = plans
+    assert len(fast.curves) == len(exhaustive.curves) == 1
+    for f, e in zip(fast.curves, exhaustive.curves):
+        assert (f.candidate, f.num_replicas, f.max_rate_per_s) == (e.candidate, e.num_replicas, e.max_rate_per_s)
+        assert [(p.rate_per_s, p.slo_met) for p in f.points] == [(p.rate_per_s, p.slo_met) for p in e.points]
+        assert all(_same(p.metrics, q.metrics) for p, q in zip(f.points, e.points))
+    assert [(s.seed, s.min_replicas) for s in fast.seeds] == [(s.seed, s.min_replicas) for s in exhaustive.seeds]
+    assert all(_same(f.at_recommendation.metrics, e.at_recommendation.metrics)
+               for f, e in zip(fast.seeds, exhaustive.seeds))
+
+
+def test_fast_plan_stopped_failing_probes_early_and_ran_passing_ones_in_full(plans):
+    exhaustive, fast = plans
+    stopped = [v for o in fast.outcomes for v in o.evaluations if not v.complete]
+    assert stopped, "no probe stopped early: the test no longer exercises the shortcut"
+    assert all(not v.slo_met and v.metrics["stopped_early_s"] > 0 for v in stopped)
+    assert all(v.complete for o in exhaustive.outcomes for v in o.evaluations)
+    full = {(o.candidate, v.num_replicas, v.rate_per_s, v.seed): v for o in exhaustive.outcomes for v in o.evaluations}
+    for o in fast.outcomes:
+        for v in o.evaluations:
+            if v.complete:  # a run that went to its end reports what the exhaustive planner's did
+                assert _same(v.metrics, full[(o.candidate, v.num_replicas, v.rate_per_s, v.seed)].metrics)
