@@ -97,18 +97,21 @@ class SLOMissRule:
             done_bad |= over
             counts[metric] = int(over.sum())
         pending_bad = 0
+        ttft_limit, e2e_limit = self.limits.get("ttft_s", math.inf), self.limits.get("e2e_s", math.inf)
+        # A request that has waited no longer than both limits is not yet certain to exceed either: a known TTFT
+        # is at most the wait so far, and an unknown TTFT or E2E could still come within its limit.
+        waited_floor_s = min(ttft_limit, e2e_limit)
         for request in self._in_flight(sim):
-            bad = False
             waited_s = now - request.arrival_s
-            limit = self.limits.get("ttft_s")
-            if limit is not None:
-                first = request.first_token_s
-                # No first token yet: it comes at `now` or later, so TTFT >= waited_s.
-                if waited_s > limit if math.isnan(first) else first - request.arrival_s > limit:
-                    counts["ttft_s"] += 1
-                    bad = True
-            limit = self.limits.get("e2e_s")
-            if limit is not None and waited_s > limit:  # it finishes at `now` or later
+            if waited_s <= waited_floor_s:
+                continue
+            bad = False
+            first = request.first_token_s
+            # No first token yet: it comes at `now` or later, so TTFT >= waited_s.
+            if waited_s > ttft_limit if math.isnan(first) else first - request.arrival_s > ttft_limit:
+                counts["ttft_s"] += 1
+                bad = True
+            if waited_s > e2e_limit:  # it finishes at `now` or later
                 counts["e2e_s"] += 1
                 bad = True
             pending_bad += bad

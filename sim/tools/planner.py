@@ -127,6 +127,7 @@ class PlanSettings:
     # shortcuts are tested against). False: probes stop once they are certain to miss the SLOs, and
     # simulations already run are reused.
     exhaustive: bool = False
+    cache_dir: str | None = None  # simulations kept here between runs (`sim.tools.plan_cache`); not when exhaustive
 
 
 @dataclass
@@ -183,6 +184,14 @@ def _cost_model_key(raw: dict) -> str:
     return json.dumps(kept, sort_keys=True, default=str)
 
 
+def plan_cache(settings: PlanSettings):
+    """The on-disk cache of simulation answers the settings ask for, or None."""
+    if settings.cache_dir is None or settings.exhaustive:
+        return None
+    from sim.tools.plan_cache import PlanCache
+    return PlanCache(settings.cache_dir)
+
+
 def shared_cost_model(raw: dict, scenario):
     from sim.run import make_cost_model
     key = _cost_model_key(raw)
@@ -202,6 +211,7 @@ class Evaluator:
     def __init__(self, raw: dict, settings: PlanSettings, known: list[Evaluation] | tuple = ()):
         self.raw, self.base_seed, self.min_window_s = raw, settings.base_seed, settings.min_window_s
         self.exhaustive = settings.exhaustive
+        self.cache = plan_cache(settings)
         self.memo: dict[tuple, Evaluation] = {}
         self.known = {} if self.exhaustive else {self.key(e.num_replicas, e.rate_per_s, e.seed): e for e in known}
 
@@ -232,6 +242,10 @@ class Evaluator:
         from sim.run import make_workload, simulate
         from sim.tools.early_verdict import SLOMissRule
         raw = self.scenario_raw(num_replicas, rate_per_s, seed)
+        key = self.cache.key("evaluation", raw, stop_early=stop_early) if self.cache else None
+        stored = self.cache.get(key) if self.cache else None
+        if stored is not None:
+            return Evaluation(num_replicas, rate_per_s, seed, stored["slo_met"], stored["metrics"])
         scenario = validate_scenario(raw)
         if self.exhaustive:
             summary = simulate(scenario).summary
@@ -244,6 +258,8 @@ class Evaluator:
         metrics.update({k: v for k, v in summary.items() if k.startswith("slo_") and k != "slo_met"})
         if summary.get("stopped_early_s") is not None:
             metrics["stopped_early_s"] = summary["stopped_early_s"]
+        if self.cache:
+            self.cache.put(key, {"slo_met": bool(summary.get("slo_met")), "metrics": metrics})
         return Evaluation(num_replicas, rate_per_s, seed, bool(summary.get("slo_met")), metrics)
 
     @property
@@ -314,11 +330,12 @@ def _describe_failure(ev: Evaluation) -> str:
     return ", ".join(parts) or "SLOs not met"
 
 
-def saturated_rate(raw: dict, cost_model=None) -> float:
+def saturated_rate(raw: dict, cost_model: Callable[[], Any] | None = None, cache=None) -> float:
     """One replica's service rate when it is never idle: the scenario's requests (not stretched to the
     planner's window) arriving at once, counted while the second and third quarters of them finish
     (the batch is full then; the first quarter pays the start, the last the drain). An estimate,
-    used with CEILING_MARGIN as the highest rate worth simulating."""
+    used with CEILING_MARGIN as the highest rate worth simulating. `cost_model`: builds the cost model to
+    price it with (default: a fresh one); `cache`: a `PlanCache` that may already hold the answer."""
     from sim.config.files import validate_scenario
     from sim.run import simulate
     probe = copy.deepcopy(raw)
@@ -328,12 +345,21 @@ def saturated_rate(raw: dict, cost_model=None) -> float:
     run.pop("horizon_s", None)
     run.pop("duration_s", None)  # a duration at the probe's rate would be millions of requests
     run["num_requests"] = min(int(run.get("num_requests") or PROBE_REQUESTS), PROBE_REQUESTS)
-    result = simulate(validate_scenario(probe), cost_model=cost_model)
+    key = cache.key("saturated_rate", probe) if cache else None
+    stored = cache.get(key) if cache else None
+    if stored is not None:
+        return stored["rate_per_s"]
+    scenario = validate_scenario(probe)
+    result = simulate(scenario, cost_model=cost_model(scenario) if cost_model else None)
     finish = result.requests["finish_s"].dropna().sort_values().to_numpy()
     n = len(finish)
     if n < 4 or not finish[3 * n // 4] > finish[n // 4]:
-        return math.inf
-    return (3 * n // 4 - n // 4) / float(finish[3 * n // 4] - finish[n // 4])
+        rate = math.inf
+    else:
+        rate = (3 * n // 4 - n // 4) / float(finish[3 * n // 4] - finish[n // 4])
+    if cache:
+        cache.put(key, {"rate_per_s": rate})
+    return rate
 
 
 def search_candidate(task: CandidateTask) -> CandidateOutcome:
@@ -341,12 +367,13 @@ def search_candidate(task: CandidateTask) -> CandidateOutcome:
     from sim.config.files import validate_scenario
     s, cand = task.settings, task.candidate
     try:
-        scenario_1 = validate_scenario(copy.deepcopy(task.raw))  # cannot hold the model, bad TP split, ...
+        validate_scenario(copy.deepcopy(task.raw))  # cannot hold the model, bad TP split, ...
     except ServeSimError as err:
         return CandidateOutcome(cand, "excluded", str(err))
     evaluate = Evaluator(task.raw, s)
     try:
-        saturated = saturated_rate(task.raw, None if s.exhaustive else shared_cost_model(task.raw, scenario_1))
+        saturated = saturated_rate(task.raw, None if s.exhaustive else lambda sc: shared_cost_model(task.raw, sc),
+                                   evaluate.cache)
         if CEILING_MARGIN * POOLING_MARGIN * saturated * s.max_replicas < s.target_rate_per_s:
             # Far out of reach: no search (its simulations would hold millions of requests).
             reach = saturated * s.max_replicas
@@ -435,7 +462,8 @@ def repeat_with_seed(task: SeedTask) -> SeedOutcome:
 def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = None,
                   tensor_parallel: list[int] | None = None, policies: list[str] | None = None,
                   max_replicas: int | None = None, num_seeds: int | None = None,
-                  prices: dict[str, float] | None = None, exhaustive: bool = False) -> PlanSettings:
+                  prices: dict[str, float] | None = None, exhaustive: bool = False,
+                  cache_dir: str | None = None) -> PlanSettings:
     """The search space: the scenario's `search:` section, then command-line overrides."""
     from sim.config.files import build_scenario_set
     from sim.config.schema import SearchSpec
@@ -477,7 +505,7 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         policies=policy_list, max_replicas=max_replicas or search.max_replicas,
         rate_tolerance=search.rate_tolerance, num_seeds=num_seeds or search.num_seeds, prices=merged_prices,
         top_k=search.top_k, base_seed=base.run.seed, min_window_s=search.min_window_s,
-        prefer_calibrated=search.prefer_calibrated, exhaustive=exhaustive)
+        prefer_calibrated=search.prefer_calibrated, exhaustive=exhaustive, cache_dir=cache_dir)
 
 
 def shipped_profile(gpu_name: str, model_name: str, tensor_parallel: int):

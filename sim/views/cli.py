@@ -259,6 +259,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
          address: Optional[str] = AddressOption,
          exhaustive: bool = typer.Option(False, "--exhaustive", help="run every simulation to its end, from "
                                          "scratch (slower; the same answer: the reference for the shortcuts)"),
+         cache: Optional[Path] = typer.Option(None, "--cache", help="keep each simulation's answer in this folder "
+                                              "and reuse it when the same simulation is asked again"),
          quiet: bool = typer.Option(False, "--quiet", "-q")):
     """Find the cheapest deployment that serves the target load within the SLOs."""
     from sim.tools.planner import plan_settings, run_plan
@@ -290,7 +292,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
         check_output_file(report, "--report")
     settings = plan_settings(raw, rate=rate, gpus=_csv_list("--gpus", gpus), tensor_parallel=_csv_list("--tp", tp, int),
                              policies=_csv_list("--policies", policies), max_replicas=max_replicas,
-                             num_seeds=seeds, prices=prices, exhaustive=exhaustive)
+                             num_seeds=seeds, prices=prices, exhaustive=exhaustive,
+                             cache_dir=str(cache) if cache is not None else None)
     command = "servesim " + " ".join(sys.argv[1:]) if sys.argv and "servesim" in sys.argv[0] else f"servesim plan {scenario}"
     if quiet:
         result = run_plan(raw, settings, backend=backend, workers=workers, address=address, command=command)

@@ -7,8 +7,8 @@ import copy
 import math
 
 import pytest
-
 from helpers import small_scenario
+
 from sim.tools.planner import plan_settings, run_plan
 
 # One GPU, two TP degrees, two policies, the roofline: a plan of a few seconds that still has failing probes
@@ -89,3 +89,46 @@ def test_fast_plan_stopped_failing_probes_early_and_ran_passing_ones_in_full(pla
         for v in o.evaluations:
             if v.complete:  # a run that went to its end reports what the exhaustive planner's did
                 assert _same(v.metrics, full[(o.candidate, v.num_replicas, v.rate_per_s, v.seed)].metrics)
+
+
+def test_a_cached_plan_runs_no_simulation_and_gives_the_same_plan(tmp_path, monkeypatch, plans):
+    exhaustive, _ = plans
+    raw = copy.deepcopy(PLAN)
+    settings = plan_settings(raw, cache_dir=str(tmp_path / "cache"))
+    first = run_plan(copy.deepcopy(raw), settings, backend="serial")
+    stored = sorted(p.name for p in (tmp_path / "cache").iterdir())
+    assert stored
+
+    def no_simulation(*args, **kwargs):
+        raise AssertionError("a cached plan simulated")
+    monkeypatch.setattr("sim.run.simulate", no_simulation)
+    again = run_plan(copy.deepcopy(raw), settings, backend="serial")
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == stored
+    for a, b, e in zip(again.outcomes, first.outcomes, exhaustive.outcomes):
+        assert (a.candidate, a.status, a.num_replicas, a.max_rate_per_replica) == \
+               (e.candidate, e.status, e.num_replicas, e.max_rate_per_replica)
+        assert _same(a.at_target, b.at_target) and _same(a.at_target, e.at_target)
+        assert [(v.rate_per_s, v.slo_met, v.complete) for v in a.evaluations] == \
+               [(v.rate_per_s, v.slo_met, v.complete) for v in b.evaluations]
+    assert [c.max_rate_per_s for c in again.curves] == [c.max_rate_per_s for c in exhaustive.curves]
+    assert [s.min_replicas for s in again.seeds] == [s.min_replicas for s in exhaustive.seeds]
+
+
+def test_a_cache_path_that_is_a_file_is_a_one_line_error(tmp_path):
+    from sim.errors import ConfigError
+    from sim.tools.plan_cache import PlanCache
+    path = tmp_path / "not-a-folder"
+    path.write_text("")
+    with pytest.raises(ConfigError, match="--cache: .*is a file"):
+        PlanCache(path)
+
+
+def test_the_cache_key_names_the_scenario_and_the_stop_rule(tmp_path):
+    from sim.tools.plan_cache import PlanCache
+    cache = PlanCache(tmp_path)
+    raw = copy.deepcopy(PLAN)
+    keys = {cache.key("evaluation", raw, stop_early=True), cache.key("evaluation", raw, stop_early=False),
+            cache.key("evaluation", {**raw, "run": {**raw["run"], "seed": 1}}, stop_early=True),
+            cache.key("saturated_rate", raw)}
+    assert len(keys) == 4
+    assert cache.key("evaluation", copy.deepcopy(raw), stop_early=True) in keys

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import numpy as np
 import pytest
+from helpers import small_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers import small_scenario
 from sim.config.files import validate_scenario
 from sim.run import make_workload, simulate
 from sim.tools.early_verdict import SLOMissRule, violations_to_miss
@@ -48,7 +49,7 @@ def test_that_many_violations_put_numpys_percentile_over_the_limit_whatever_the_
 def test_violations_to_miss_never_falls_as_values_are_added(q):
     # So the count for every generated request also serves a metric with fewer values (one-token TPOT is NaN).
     counts = [violations_to_miss(n, q) for n in range(1, 3000)]
-    assert all(b >= a for a, b in zip(counts, counts[1:]))
+    assert all(b >= a for a, b in itertools.pairwise(counts))
 
 
 def _scenario(rate_per_s: float, slo: dict, **changes) -> dict:
