@@ -13,7 +13,8 @@ Planner speed (issue 15): a search only needs each probe's verdict, so a probe t
 SLOs stops there (`sim.tools.early_verdict`); each candidate builds its cost model once; the later phases
 start from the simulations the search already ran. None of this changes a verdict, so every search takes
 the same path and gives the same answer as `exhaustive` (every simulation run to its end, from scratch),
-which stays available (`servesim plan --exhaustive`).
+which stays available (`servesim plan --exhaustive`). `cache_dir` (`--cache DIR`) keeps every answer on disk
+for the next plan that asks the same simulation (`sim.tools.plan_cache`).
 """
 
 from __future__ import annotations
@@ -196,6 +197,8 @@ def shared_cost_model(raw: dict, scenario):
     from sim.run import make_cost_model
     key = _cost_model_key(raw)
     if key not in _COST_MODELS:
+        if len(_COST_MODELS) >= 64:  # a long-lived process (the dashboard) plans many searches: bound the memory
+            _COST_MODELS.clear()
         _COST_MODELS[key] = make_cost_model(scenario)
     return _COST_MODELS[key]
 

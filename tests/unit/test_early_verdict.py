@@ -111,3 +111,77 @@ def test_the_early_verdict_is_the_full_runs_verdict(rate, slo, layout, chunked, 
     assert early["slo_met"] == full["slo_met"]
     if "stopped_early_s" not in early:
         assert early["slo_met"] == full["slo_met"] and early["num_finished"] == full["num_finished"]
+
+
+class _Scheduler:
+    def __init__(self, running=(), waiting=()):
+        self.running, self.waiting = list(running), list(waiting)
+
+    def running_requests(self):
+        return self.running
+
+
+class _State:
+    """What the rule reads of a Simulation: the clock, the request log and the replicas' schedulers."""
+
+    def __init__(self, now: float, num_requests: int, running=(), waiting=()):
+        from types import SimpleNamespace
+
+        from sim.core.engine import RequestLog
+        self.env = SimpleNamespace(now=now)
+        self.requests = RequestLog(num_requests)
+        self.replicas = [SimpleNamespace(scheduler=_Scheduler(running, waiting))]
+
+    def finish(self, i: int, arrival_s: float, first_token_s: float, finish_s: float, output_tokens: int = 2):
+        log = self.requests
+        log.arrival_s[i], log.first_token_s[i], log.last_token_s[i] = arrival_s, first_token_s, finish_s
+        log.finish_s[i], log.output_tokens[i], log.status[i] = finish_s, output_tokens, 0
+
+
+def _slo(**limits):
+    from sim.config.schema import SLOSpec
+    return SLOSpec(**limits)
+
+
+def test_the_rule_stops_at_exactly_the_count_and_counts_a_wait_only_past_the_limit():
+    # 10 requests, p50 TTFT <= 1 s: 6 certain violations force the median over (violations_to_miss(10, 50)).
+    from helpers import make_request
+    waiting = make_request(64, 8, arrival_s=0.0, request_id=9)  # no first token yet
+    state = _State(now=1.0, num_requests=10, waiting=[waiting])
+    for i in range(5):
+        state.finish(i, arrival_s=0.0, first_token_s=1.5, finish_s=2.0)  # TTFT 1.5 s > 1 s
+    rule = SLOMissRule(_slo(ttft_s=1.0, percentile=50), num_requests=10)
+    assert not rule.certain_miss(state, now=1.0)  # the waiting request has waited exactly the limit: not over
+    assert rule.certain_miss(state, now=np.nextafter(1.0, 2.0))  # now it has: its TTFT is over whenever it comes
+    state.requests.status[4] = -1  # one finished violation fewer: 4 + the waiting one is not enough
+    assert not rule.certain_miss(state, now=5.0)
+
+
+def test_the_rule_counts_tpot_only_at_finish_and_a_rejection_at_once():
+    from helpers import make_request
+    running = make_request(64, 100, arrival_s=0.0, request_id=3)
+    running.first_token_s = 0.1  # decoding, far over any TPOT so far, but its TPOT is known only at its end
+    state = _State(now=50.0, num_requests=4, running=[running])
+    rule = SLOMissRule(_slo(tpot_s=0.01, percentile=50), num_requests=4)  # needs 4 - floor(1.5) = 3
+    state.finish(0, 0.0, 0.1, 0.2, output_tokens=11)  # TPOT 0.01 s: at the limit, not over
+    state.finish(1, 0.0, 0.1, 10.1, output_tokens=2)  # TPOT 10 s
+    state.finish(2, 0.0, 0.1, 5.0, output_tokens=1)  # one token: no TPOT
+    assert not rule.certain_miss(state, now=50.0)
+    state.requests.status[2] = 2  # rejected: slo_met needs every request finished
+    assert rule.certain_miss(state, now=50.0)
+
+
+def test_the_goodput_share_misses_once_too_few_requests_can_still_be_good():
+    state = _State(now=10.0, num_requests=10)
+    rule = SLOMissRule(_slo(e2e_s=5.0, percentile=100, min_goodput_fraction=0.8), num_requests=10)
+    state.finish(0, 0.0, 0.1, 6.0)  # e2e 6 s > 5 s
+    state.finish(1, 0.0, 0.1, 4.0)  # good
+    # p100 needs violations_to_miss(10, 100) = 2 (slack); goodput: (10 - 1) / 10 = 0.9 >= 0.8, not certain
+    assert violations_to_miss(10, 100) == 2 and not rule.certain_miss(state, now=10.0)
+    state.finish(2, 1.0, 1.1, 7.0)  # e2e 6 s: now the p100 count too
+    assert rule.certain_miss(state, now=10.0)
+    rule_goodput = SLOMissRule(_slo(e2e_s=5.0, percentile=50, min_goodput_fraction=0.9), num_requests=10)
+    state.requests.status[2] = -1  # 1 bad of 10: share can still be 0.9
+    assert not rule_goodput.certain_miss(state, now=10.0)
+    state.requests.status[2] = 0  # 2 bad: at most 0.8 < 0.9
+    assert rule_goodput.certain_miss(state, now=10.0)
