@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from sim.cost.learned import interconnect_class
-from sim.cost.measured import load_tables, measured_gpus, MEASURED_DIR
+from sim.cost.measured import MEASURED_DIR, load_tables, measured_gpus
 from sim.model.catalog import get_gpu
 
 # GEMMs are binned by how compute-bound they are ON THIS GPU, log2(ideal compute time / ideal memory time), not by
