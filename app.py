@@ -201,6 +201,29 @@ def lengths_inputs(lengths: dict | None, is_trace: bool) -> dict | None:
     return lengths
 
 
+def cost_model_input(base: dict, new: dict) -> None:
+    """The GPU cost model: measured kernels where the GPU has them (a note when it falls back), or a roofline."""
+    spec = base.get("cost_model")
+    current = dash.cost_model_choice(spec)
+    if current is None:
+        st.sidebar.caption(f"`{spec['kind']}` cost model from the loaded file (edit it in the YAML):")
+        st.sidebar.code(yaml.safe_dump(spec, sort_keys=False), language="yaml")
+        return
+    choice = st.sidebar.selectbox(
+        "GPU cost model", dash.COST_MODEL_CHOICES, index=dash.COST_MODEL_CHOICES.index(current), key=key("cost_model"),
+        help="measured: kernel times measured on real GPUs (NVIDIA AIConfigurator, vLLM), where this GPU has "
+             "them, else the roofline; roofline: datasheet peaks at fixed efficiencies; learned: efficiencies "
+             "fitted to the measured GPUs")
+    spec = dash.with_cost_model_choice(spec, choice)
+    if spec is None:
+        new.pop("cost_model", None)
+    else:
+        new["cost_model"] = spec
+    note = dash.cost_model_note(new)
+    if note:
+        st.sidebar.info(note)
+
+
 def sidebar(base: dict) -> dict:
     """The base scenario: model, hardware, workload, SLOs, run size."""
     new = copy.deepcopy(base)
@@ -211,6 +234,7 @@ def sidebar(base: dict) -> dict:
     set_form_key(new, "hardware.tensor_parallel", number(
         "tensor parallelism (GPUs per replica)", int(get_path(base, "hardware.tensor_parallel", 1)), "tp",
         min_value=1, max_value=64))
+    cost_model_input(base, new)
     replicas = number("replicas", int(get_path(base, "hardware.num_replicas", 1)), "replicas",
                       min_value=1, max_value=256)
     set_form_key(new, "hardware.num_replicas", replicas)
@@ -337,6 +361,7 @@ def results_section(results: list[Result]) -> None:
     st.caption(f"Δ columns compare each variant with {results[0].name!r}. SLOs met: "
                + ", ".join(f"{r.name}: {'yes' if r.summary.get('slo_met') else 'no'}" for r in results
                            if r.summary.get("slo_met") is not None))
+    st.caption(dash.cost_model_caption(results))
     st.table(dash.summary_table(results))
     for _, fig in figures(results):
         st.plotly_chart(fig, key=f"chart.{fig.layout.title.text}")

@@ -195,5 +195,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                         max_model_len=deployment.max_model_len,
                         window=measurement_window(requests, run.warmup_s, run.cooldown_s, run.duration_s)
                         if run.has_window() else None)
+    from sim.cost.labels import cost_model_label
     return Result(scenario.name, scenario, requests, steps, summary,
-                  extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler)})
+                  extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler),
+                          # which cost model priced the run, in a few words: every summary table shows it
+                          "cost_model_label": cost_model_label(replicas[0].cost_model)})

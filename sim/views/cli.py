@@ -56,13 +56,20 @@ def _simulate_with_progress(scenario, workload, label: str, quiet: bool):
 
 
 def _summary_table(results) -> Table:
-    from sim.views.report import format_metric, format_value, summary_rows
+    from sim.views.report import (
+        COST_MODEL_LABEL,
+        cost_model_labels,
+        format_metric,
+        format_value,
+        summary_rows,
+    )
     table = Table(title="Summary", show_lines=False)
     table.add_column("metric")
     for r in results:
         table.add_column(r.name, justify="right")
     for key, label in summary_rows(results):
         table.add_row(label, *[format_metric(key, r.summary.get(key)) for r in results])
+    table.add_row(COST_MODEL_LABEL, *cost_model_labels(results))
     if any(r.summary.get("slo_met") is not None for r in results):
         table.add_row("SLOs met", *[format_value(r.summary.get("slo_met")) for r in results])
     return table

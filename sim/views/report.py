@@ -73,6 +73,14 @@ def summary_rows(results) -> list[tuple[str, str]]:
     return rows
 
 
+COST_MODEL_LABEL = "cost model"  # the row every summary table adds: which cost model priced the run
+
+
+def cost_model_labels(results) -> list[str]:
+    """Per result, which cost model priced it (Result.extras, set by sim.run.simulate); '-' where unknown."""
+    return [str(r.extras.get("cost_model_label", "-")) for r in results]
+
+
 PERCENT_KEYS = frozenset({"slo_fraction_ok"})  # fractions of requests: shown as percentages, not bare 0.6625
 
 
@@ -174,6 +182,8 @@ def summary_table_html(results: list[Result]) -> str:
     for key, label in summary_rows(results):
         cells = "".join(f"<td>{format_metric(key, r.summary.get(key))}</td>" for r in results)
         rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
+    cells = "".join(f"<td>{html.escape(label)}</td>" for label in cost_model_labels(results))
+    rows.append(f"<tr><th>{COST_MODEL_LABEL}</th>{cells}</tr>")
     return f'<table class="summary"><tr><th>metric</th>{head}</tr>{"".join(rows)}</table>'
 
 
