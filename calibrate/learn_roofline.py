@@ -46,9 +46,8 @@ def _gpu_frames(gpu: str) -> dict[str, pd.DataFrame]:
     ideal = np.maximum(2 * m * n * k / pf, (n * k + m * (n + k)) * 2 / pb)
     ratio = (2 * m * n * k / pf) / ((n * k + m * (n + k)) * 2 / pb)
     # A kernel costs a launch (the GPU's fastest GEMM, ~2.4 µs on A100/H100, 1.6 µs on L40S) PLUS its work at some
-    # efficiency. Efficiency is learned on the time beyond the launch: a ratio that folds the launch in transfers
-    # badly, since the same launch is a larger share of a short kernel on a fast GPU (small-batch decode attention
-    # read 9% efficient on H100, 34% on L40S; 0.3 vs 0.45 once the launch is taken out).
+    # efficiency, learned on the time beyond the launch. Folding the launch into the efficiency (format 1) ties a
+    # fixed cost to the GPU's peak: it transferred worse in leave-one-GPU-out (benchmarks/RESULTS.md).
     t0 = float(t.gemm["latency_ms"].min()) * 1e-3
 
     def eff(ideal: np.ndarray, latency_ms: np.ndarray) -> np.ndarray:
