@@ -107,10 +107,11 @@ def decode_breakdown(case: dict) -> list[str]:
     tpot_s = q["mean_tpot_ms"] * 1e-3
     per_step, per_seq = terms.per_step_s, terms.per_seq_s * c
     gap = tpot_s - kernels_s
-    return [f"{case['name']}: decode step of {c} x {context} context tokens: measured kernels {kernels_s * 1e3:.2f} ms; "
-            f"measured TPOT {tpot_s * 1e3:.2f} ms; gap {gap * 1e3:.2f} ms ({gap / tpot_s:.0%} of the TPOT); "
-            f"vllm-cudagraph overhead terms: per_step {per_step * 1e3:.2f} ms + per_seq {per_seq * 1e3:.3f} ms = "
-            f"{(per_step + per_seq) * 1e3:.2f} ms ({(per_step + per_seq) / gap:.0%} of the gap)"]
+    return [(f"{case['name']}: decode step of {c} x {context} context tokens: measured kernels "
+             f"{kernels_s * 1e3:.2f} ms; measured TPOT {tpot_s * 1e3:.2f} ms; gap {gap * 1e3:.2f} ms "
+             f"({gap / tpot_s:.0%} of the TPOT); vllm-cudagraph overhead terms: per_step {per_step * 1e3:.2f} ms + "
+             f"per_seq {per_seq * 1e3:.3f} ms = {(per_step + per_seq) * 1e3:.2f} ms "
+             f"({(per_step + per_seq) / gap:.0%} of the gap)")]
 
 
 def err(sim: float, real: float) -> str:

@@ -448,13 +448,23 @@ def _measured_fits(gpu_name: str, raw: dict) -> bool:
 
 
 def cost_model_label(raw: dict) -> str:
+    """Which cost model prices a candidate, in the words of sim.cost.labels (the run's own summary label):
+    a measured request on a GPU or dtype without tables says it falls back to the roofline."""
     spec = raw.get("cost_model") or {}
     kind = spec.get("kind", "roofline")
     if kind == "calibrated":
-        return f"calibrated ({spec['profile']})" if spec.get("profile") else "calibrated (shipped profile)"
-    if kind == "measured":
-        return "measured (AIConfigurator vLLM kernels)"
-    return kind
+        label = f"calibrated ({spec['profile']})" if spec.get("profile") else "calibrated (shipped profile)"
+    elif kind == "measured":
+        gpu = (raw.get("hardware") or {}).get("gpu", "h100-sxm")
+        gpu_name = spec.get("gpu_data") or (gpu if isinstance(gpu, str) else str(gpu.get("name", "")))
+        label = ("measured (AIConfigurator vLLM kernels)" if _measured_fits(gpu_name, raw)
+                 else f"roofline (fallback: no measured kernels for {gpu_name})")
+    elif kind == "roofline" and spec.get("efficiencies") == "learned":
+        label = "learned roofline"
+    else:
+        label = kind
+    overhead = spec.get("overhead")
+    return label + (f" + {overhead.get('engine', 'vllm-cudagraph')} overhead" if overhead else "")
 
 
 def candidates(settings: PlanSettings) -> list[Candidate]:

@@ -109,3 +109,15 @@ def test_the_page_starts_on_measured_and_notes_the_fallback_for_a_gpu_without_ta
     assert not at.exception
     assert any("no measured kernel tables for gpu 'l4'" in i.value for i in at.info)
     assert any(c.value.startswith("cost model: roofline (fallback") for c in at.caption)
+
+
+def test_plan_rows_name_the_cost_model_that_prices_each_candidate():
+    from sim.tools.planner import cost_model_label
+    assert cost_model_label({"hardware": {"gpu": "h100-sxm"}, "cost_model": {"kind": "measured"}}) == \
+        "measured (AIConfigurator vLLM kernels)"
+    assert cost_model_label({"hardware": {"gpu": "l4"}, "cost_model": {"kind": "measured"}}) == \
+        "roofline (fallback: no measured kernels for l4)"
+    assert cost_model_label({"cost_model": {"kind": "roofline", "efficiencies": "learned",
+                                            "overhead": {"engine": "vllm-eager"}}}) == \
+        "learned roofline + vllm-eager overhead"
+    assert cost_model_label({}) == "roofline"

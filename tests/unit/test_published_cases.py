@@ -9,9 +9,9 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "benchmarks"))
-from bench_published import CASES, COST_MODELS, VLLM_V1_DEFAULTS, scenario  # noqa: E402
+from bench_published import CASES, COST_MODELS, VLLM_V1_DEFAULTS, scenario
 
-from sim.config.files import validate_scenario  # noqa: E402
+from sim.config.files import validate_scenario
 
 
 def test_every_case_cites_its_source_and_quotes_what_the_benchmark_needs():
