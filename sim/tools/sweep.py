@@ -170,6 +170,7 @@ def run_point(task: PointTask) -> dict:
     row["error"] = ""
     row.update(_scalar_summary(result.summary))
     row.update(cost_figures(scenario, result.summary))
+    row["cost_model"] = result.extras.get("cost_model_label", "")  # which cost model priced this point
     return row
 
 
