@@ -57,9 +57,28 @@ WINDOW_ROWS = [
 WHOLE_RUN, IN_WINDOW = "whole run: ", "window: "
 
 
+# Disaggregated prefill/decode (hardware.disaggregation): shown only when a result has it; a colocated
+# result beside it shows "-" there.
+DISAGGREGATION_ROWS = [
+    ("num_gpus", "disaggregated: GPUs in both pools"),
+    ("num_prefill_replicas", "disaggregated: prefill replicas"), ("num_decode_replicas", "disaggregated: decode replicas"),
+    ("prefill_busy_fraction", "prefill pool busy share"), ("decode_busy_fraction", "decode pool busy share"),
+    ("prefill_queueing_s_mean", "wait before prefill mean (s)"),
+    ("decode_wait_s_mean", "wait for decode blocks mean (s)"), ("decode_wait_s_p90", "wait for decode blocks p90 (s)"),
+    ("transfer_s_mean", "KV transfer mean (s)"), ("transfer_s_p90", "KV transfer p90 (s)"),
+    ("num_waited_for_decode_blocks", "requests that waited for decode blocks"),
+]
+
+
 def summary_rows(results) -> list[tuple[str, str]]:
     """(key, label) rows for these results: SUMMARY_ROWS, and when any result has a steady-state window,
-    its rows inserted after their whole-run counterparts, each side labelled "whole run:" or "window:"."""
+    its rows inserted after their whole-run counterparts, each side labelled "whole run:" or "window:";
+    DISAGGREGATION_ROWS last when any result is disaggregated."""
+    extra = DISAGGREGATION_ROWS if any("num_prefill_replicas" in r.summary for r in results) else []
+    return _window_rows(results) + extra
+
+
+def _window_rows(results) -> list[tuple[str, str]]:
     if not any("window_start_s" in r.summary for r in results):
         return SUMMARY_ROWS
     after: dict[str, list[tuple[str, str]]] = {}
