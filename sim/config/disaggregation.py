@@ -53,7 +53,10 @@ def pool_scenario(scenario: Scenario, pool: Pool) -> Scenario:
     hardware = HardwareSpec(gpu=spec.gpu if spec.gpu is not None else hw.gpu,
                             tensor_parallel=spec.tensor_parallel or hw.tensor_parallel,
                             num_replicas=spec.num_replicas or hw.num_replicas, router=hw.router)
-    return scenario.model_copy(update={"hardware": hardware})
+    update = {"hardware": hardware}
+    if spec.kv_capacity_tokens is not None:
+        update["kv_cache"] = scenario.kv_cache.model_copy(update={"capacity_tokens": spec.kv_capacity_tokens})
+    return scenario.model_copy(update=update)
 
 
 def link_of(scenario: Scenario) -> Interconnect:

@@ -74,6 +74,8 @@ class PoolSpec(_Strict):
     gpu: str | GPUSpec | None = Field(None, description="catalog GPU name or inline GPU; default: hardware.gpu")
     tensor_parallel: int | None = Field(None, ge=1, description="default: hardware.tensor_parallel")
     num_replicas: int | None = Field(None, ge=1, description="default: hardware.num_replicas")
+    kv_capacity_tokens: int | None = Field(None, ge=1, description="pin this pool's KV capacity per replica "
+                                           "(tokens); default: kv_cache.capacity_tokens, else the memory arithmetic")
 
 
 class DisaggregationSpec(_Strict):

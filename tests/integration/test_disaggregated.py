@@ -1,0 +1,165 @@
+"""Disaggregated prefill/decode end to end (sim/core/disaggregated.py): known answers for the KV transfer and
+where it shows in a request's latencies, equality with colocated serving when the transfer is free, the wait
+for decode blocks, bad input, and DistServe's qualitative result on a small prefill-heavy load."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from helpers import small_scenario
+
+from sim.config.files import load_scenario_set, validate_scenario
+from sim.errors import ConfigError
+from sim.run import simulate
+
+REPO = Path(__file__).resolve().parents[2]
+LLAMA_8B_KV_BYTES_PER_TOKEN = 32 * 2 * 8 * 128 * 2  # layers x (K, V) x KV heads x head dim x bf16 bytes
+
+
+def disaggregated(link=None, **pools) -> dict:
+    return {"prefill": pools.get("prefill", {}), "decode": pools.get("decode", {}),
+            "link": link or {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-3}}
+
+
+def one_request(output_tokens: int = 5, **changes):
+    """One request of 256 prompt tokens, fixed step times: prefill 50 ms, decode 10 ms."""
+    return small_scenario(changes, cost_model={"kind": "fixed", "prefill_s": 0.05, "decode_s": 0.01},
+                          workload={"lengths": {"input_tokens": 256, "output_tokens": output_tokens}},
+                          run={"num_requests": 1})
+
+
+def test_transfer_time_is_bytes_over_bandwidth_plus_latency():
+    sc = validate_scenario(one_request(hardware={"disaggregation": disaggregated()}))
+    r = simulate(sc).requests.iloc[0]
+    num_bytes = 256 * LLAMA_8B_KV_BYTES_PER_TOKEN
+    assert r.transfer_bytes == num_bytes
+    assert r.transfer_s == pytest.approx(num_bytes / 1e9 + 1e-3, rel=1e-12)
+    assert r.transfer_start_s == r.first_token_s  # decode blocks free, link idle: it starts at the first token
+
+
+def test_ttft_is_the_prefill_and_the_transfer_shows_once_in_the_first_gap():
+    """TTFT is when the prefill replica samples the first token; E2E = prefill + transfer + the decode steps."""
+    output = 5
+    colocated = simulate(validate_scenario(one_request(output))).requests.iloc[0]
+    result = simulate(validate_scenario(one_request(output, hardware={"disaggregation": disaggregated()})))
+    r = result.requests.iloc[0]
+    transfer_s = 256 * LLAMA_8B_KV_BYTES_PER_TOKEN / 1e9 + 1e-3
+    assert r.ttft_s == colocated.ttft_s == pytest.approx(0.05, rel=1e-12)
+    assert r.decode_admit_s == r.transfer_end_s  # the idle decode replica starts it at once
+    assert r.e2e_s == pytest.approx(0.05 + transfer_s + (output - 1) * 0.01, rel=1e-12)
+    assert r.e2e_s - colocated.e2e_s == pytest.approx(transfer_s, rel=1e-9)
+    assert r.tpot_s == pytest.approx((transfer_s + (output - 1) * 0.01) / (output - 1), rel=1e-12)
+    assert r.decode_replica == 1 and r.replica == 0
+    s = result.summary
+    assert s["transfer_s_mean"] == pytest.approx(transfer_s, rel=1e-12) and s["num_transfers"] == 1
+    assert s["prefill_busy_fraction"] == pytest.approx(0.05 / s["elapsed_s"], rel=1e-12)
+
+
+def test_one_output_token_is_done_at_the_prefill_and_moves_nothing():
+    r = simulate(validate_scenario(one_request(1, hardware={"disaggregation": disaggregated()}))).requests.iloc[0]
+    assert r.finished and r.e2e_s == pytest.approx(0.05, rel=1e-12)
+    assert math.isnan(r.transfer_start_s) and r.transfer_bytes == 0
+
+
+def test_instant_transfer_and_idle_pools_give_colocated_latencies():
+    """Same GPU, one request at a time (arrivals 10 s apart, each done in well under 1 s), a link with no
+    latency and a transfer of ~1e-21 s: every request's TTFT equals colocated exactly, its E2E to rounding."""
+    changes = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 0.1},
+                            "lengths": {"kind": "uniform", "input_min": 100, "input_max": 2000,
+                                        "output_min": 2, "output_max": 60}},
+               "run": {"num_requests": 15}}
+    colocated = simulate(validate_scenario(small_scenario(changes))).requests
+    instant = disaggregated({"bandwidth_bytes_per_s": 1e30, "latency_s": 0.0})
+    disagg = simulate(validate_scenario(small_scenario(changes, hardware={"disaggregation": instant}))).requests
+    assert (colocated["finish_s"].to_numpy()[:-1] < colocated["arrival_s"].to_numpy()[1:]).all()  # one at a time
+    np.testing.assert_array_equal(disagg["ttft_s"].to_numpy(), colocated["ttft_s"].to_numpy())
+    np.testing.assert_allclose(disagg["e2e_s"].to_numpy(), colocated["e2e_s"].to_numpy(), rtol=1e-12)
+    np.testing.assert_allclose(disagg["tpot_s"].to_numpy(), colocated["tpot_s"].to_numpy(), rtol=1e-9)
+
+
+def test_decode_block_shortage_makes_a_request_wait_and_the_wait_is_counted():
+    """Decode pool: 5 blocks of 16. Each request (64 prompt tokens, 8 outputs) takes 4 blocks when reserved and
+    5 by its end, so the second of two requests prefilled together waits until the first finishes."""
+    sc = validate_scenario(small_scenario(
+        cost_model={"kind": "fixed", "prefill_s": 0.05, "decode_s": 0.01},
+        workload={"arrival": {"kind": "burst"}},
+        hardware={"disaggregation": disaggregated(decode={"kv_capacity_tokens": 80})},
+        run={"num_requests": 2}))
+    result = simulate(sc)
+    first, second = (result.requests.iloc[i] for i in range(2))
+    assert first.first_token_s == second.first_token_s == pytest.approx(0.05)  # one prefill step for both
+    assert first.decode_wait_s == 0.0
+    assert second.decode_reserved_s == first.finish_s  # the blocks come back when the first finishes
+    assert second.decode_wait_s == pytest.approx(first.finish_s - 0.05, rel=1e-12) and second.decode_wait_s > 0
+    s = result.summary
+    assert s["num_waited_for_decode_blocks"] == 1
+    assert s["decode_wait_s_mean"] == pytest.approx(second.decode_wait_s / 2, rel=1e-12)
+    assert s["num_finished"] == 2 and s["preemptions"] == 0
+
+
+def test_pools_take_their_own_gpu_tp_and_replicas():
+    sc = validate_scenario(small_scenario(
+        hardware={"num_replicas": 3, "disaggregation": {
+            "prefill": {"num_replicas": 2}, "decode": {"gpu": "a100-80gb", "tensor_parallel": 2}, "link": "nvlink3"}},
+        run={"num_requests": 30}))
+    from sim.config.disaggregation import resolve_disaggregated
+    dd = resolve_disaggregated(sc)
+    assert (dd.num_prefill_replicas, dd.num_decode_replicas) == (2, 3)  # decode: hardware.num_replicas
+    assert dd.prefill.gpu.name == "h100-sxm" and dd.decode.gpu.name == "a100-80gb"
+    assert dd.num_gpus == 2 * 1 + 3 * 2 and dd.num_parallel_links == 1
+    assert dd.decode.kv_capacity_tokens != dd.prefill.kv_capacity_tokens  # each from its own memory arithmetic
+    result = simulate(sc)
+    assert result.summary["num_finished"] == 30
+    assert set(result.requests["replica"]) <= {0, 1} and set(result.requests["decode_replica"]) <= {2, 3, 4}
+    assert set(result.steps["replica"]) <= {0, 1, 2, 3, 4}
+
+
+def test_same_scenario_and_seed_give_identical_records():
+    raw = small_scenario(hardware={"disaggregation": disaggregated(link="infiniband-ndr")},
+                         workload={"arrival": {"rate_per_s": 40}}, run={"num_requests": 60})
+    a, b = simulate(validate_scenario(raw)), simulate(validate_scenario(raw))
+    assert a.requests.equals(b.requests) and a.steps.equals(b.steps)
+
+
+@pytest.mark.parametrize(("changes", "message"), [
+    ({"speculation": {"draft_cost_ratio": 0.1}}, "hardware.disaggregation: speculative decoding"),
+    ({"scheduler": {"batching": "static"}}, "hardware.disaggregation: needs scheduler.batching 'continuous'"),
+    ({"hardware": {"disaggregation": {"decode": {"tensor_parallel": 3}}}}, "hardware.disaggregation.decode: "),
+    ({"hardware": {"disaggregation": {"prefill": {"gpu": "h900"}}}}, "hardware.disaggregation.prefill: hardware.gpu: "
+                                                                      "unknown gpu 'h900'"),
+])
+def test_bad_disaggregation_is_one_config_error(changes, message):
+    raw = small_scenario({"hardware": {"disaggregation": {}}}, **changes)
+    with pytest.raises(ConfigError) as err:
+        simulate(validate_scenario(raw))
+    assert message in str(err.value) and "\n" not in str(err.value)
+
+
+def test_distserve_prefill_heavy_load_meets_a_tight_tpot_slo_more_often_disaggregated():
+    """scenarios/disaggregated.yaml, shortened: the same two GPUs, colocated vs 1 prefill + 1 decode."""
+    variants = dict(load_scenario_set(REPO / "scenarios" / "disaggregated.yaml", ["run.num_requests=150"]).items())
+    colocated = simulate(variants["colocated"]).summary
+    split = simulate(variants["disaggregated-1p1d"]).summary
+    assert colocated["num_finished"] == split["num_finished"] == 150
+    assert split["num_gpus"] == 2 and variants["colocated"].hardware.num_replicas == 2
+    assert split["slo_fraction_ok"] > colocated["slo_fraction_ok"] + 0.3
+    assert split["tpot_s_p90"] < colocated["tpot_s_p90"]
+
+
+def test_unknown_link_on_the_command_line_exits_2_with_one_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small_scenario(hardware={"disaggregation": {"link": "tin-can"}})))
+    env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "-m", "sim.views.cli", "run", str(path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    (line,) = done.stderr.splitlines()
+    assert line.startswith("error: hardware.disaggregation.link:") and "'tin-can'" in line and "nvlink4" in line
