@@ -163,3 +163,18 @@ def test_unknown_link_on_the_command_line_exits_2_with_one_line(tmp_path):
     assert done.returncode == 2 and "Traceback" not in done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: hardware.disaggregation.link:") and "'tin-can'" in line and "nvlink4" in line
+
+
+def test_plan_pools_simulates_every_split_of_the_budget_and_picks_the_best_goodput():
+    from sim.tools.pool_split import plan_pool_split, split_scenarios
+    sc = validate_scenario(small_scenario(hardware={"disaggregation": {"decode": {"tensor_parallel": 2}}},
+                                          run={"num_requests": 20}))
+    labels = [(e[0], e[4]) for e in split_scenarios(sc, 5)]
+    # Colocated at TP 1: 5 replicas; splits: P prefill GPUs, (5 - P) // 2 decode replicas of 2 GPUs.
+    assert labels == [("colocated x5", 5), ("1P+2D", 5), ("2P+1D", 4), ("3P+1D", 5)]
+    plan = plan_pool_split(validate_scenario(small_scenario(run={"num_requests": 20})), 2)
+    assert [c.label for c in plan.candidates] == ["colocated x2", "1P+1D"]
+    assert plan.best.summary["goodput_rps"] == max(c.summary["goodput_rps"] for c in plan.candidates)
+    assert plan.recommendation().startswith("recommended: ")
+    with pytest.raises(ConfigError, match=r"--gpus: 1 leaves no GPU for one of the pools; allowed: 2 or more"):
+        split_scenarios(sc, 1)
