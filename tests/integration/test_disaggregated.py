@@ -178,3 +178,25 @@ def test_plan_pools_simulates_every_split_of_the_budget_and_picks_the_best_goodp
     assert plan.recommendation().startswith("recommended: ")
     with pytest.raises(ConfigError, match=r"--gpus: 1 leaves no GPU for one of the pools; allowed: 2 or more"):
         split_scenarios(sc, 1)
+
+
+def test_timeline_shows_the_transfer_between_prefill_and_decode(tmp_path):
+    import json
+
+    from sim.views.timeline import write_timeline
+    result = simulate(validate_scenario(small_scenario(
+        cost_model={"kind": "fixed", "prefill_s": 0.05, "decode_s": 0.01}, workload={"arrival": {"kind": "burst"}},
+        hardware={"disaggregation": disaggregated(decode={"kv_capacity_tokens": 80})}, run={"num_requests": 2})))
+    write_timeline(result, tmp_path / "t.json")
+    events = json.loads((tmp_path / "t.json").read_text())["traceEvents"]
+    spans: dict = {}
+    for e in events:
+        if e.get("cat", "").startswith("request") and e["ph"] in "be":
+            spans.setdefault((e["id"], e["name"]), []).append(e["ts"])
+    r0, r1 = result.requests.iloc[0], result.requests.iloc[1]
+    start, end = spans[(1, "transfer")]
+    assert (end - start) == pytest.approx(r1.transfer_s * 1e6, abs=2e-3)  # microseconds, rounded to the ns
+    assert (0, "wait for decode blocks") not in spans  # the first did not wait
+    start, end = spans[(1, "wait for decode blocks")]
+    assert (end - start) == pytest.approx(r1.decode_wait_s * 1e6, abs=2e-3)
+    assert spans[(0, "decode")][0] == pytest.approx(r0.transfer_end_s * 1e6, abs=1e-3)
