@@ -219,24 +219,11 @@ def simulate_disaggregated(scenario: Scenario, workload: Workload | None = None,
     dd = resolve_disaggregated(scenario)
     pools = {pool: pool_scenario(scenario, pool) for pool in ("prefill", "decode")}
     workload = workload if workload is not None else make_workload(scenario, dd.prefill)
-    prefill = []
-    for i in range(dd.num_prefill_replicas):
-        scheduler = make_scheduler(pools["prefill"], i, dd.prefill)
-        scheduler.hold_kv_on_finish = True  # the KV stays until it has been sent to a decode replica
-        prefill.append(Replica(i, scheduler, make_cost_model(pools["prefill"], dd.prefill)))
-    decode = [Replica(dd.num_prefill_replicas + j, make_scheduler(pools["decode"], dd.num_prefill_replicas + j,
-                                                                   dd.decode),
-                      make_cost_model(pools["decode"], dd.decode)) for j in range(dd.num_decode_replicas)]
-    link = KVTransferLink(dd.link.bandwidth_bytes_per_s * dd.num_parallel_links, dd.link.latency_s, dd.overlap,
-                          dd.prefill.model.num_layers)
+    sim = disaggregated_simulation(scenario, workload, dd, progress=progress)
+    sim.run()
+    prefill, decode = sim.prefill_replicas, sim.decode_replicas
     run = scenario.run
     horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
-    sim = DisaggregatedSimulation(prefill, decode, make_router(scenario.hardware.router, run.seed), link=link,
-                                  kv_bytes_per_token=dd.kv_transfer_bytes_per_token,
-                                  arrival_s=workload.arrival_s, input_tokens=workload.input_tokens,
-                                  output_tokens=workload.output_tokens, horizon_s=horizon, seed=run.seed,
-                                  progress=progress)
-    sim.run()
     requests = disaggregated_requests_frame(sim.requests)
     steps = steps_frame(sim.steps.arrays())
     elapsed = horizon if horizon is not None else sim.end_s
@@ -262,3 +249,27 @@ def simulate_disaggregated(scenario: Scenario, workload: Workload | None = None,
                           "kv_link": f"{dd.link.name}: {dd.link.bandwidth_bytes_per_s:g} B/s per GPU x "
                                      f"{dd.num_parallel_links}, latency {dd.link.latency_s:g} s, "
                                      f"overlap {dd.overlap}"})
+
+
+def disaggregated_simulation(scenario: Scenario, workload: Workload, dd=None, *,
+                             progress: Callable[[float, int], None] | None = None) -> DisaggregatedSimulation:
+    """The simulation `simulate_disaggregated` runs, built and not yet run (tests inspect its replicas after)."""
+    dd = dd or resolve_disaggregated(scenario)
+    pools = {pool: pool_scenario(scenario, pool) for pool in ("prefill", "decode")}
+    prefill = []
+    for i in range(dd.num_prefill_replicas):
+        scheduler = make_scheduler(pools["prefill"], i, dd.prefill)
+        scheduler.hold_kv_on_finish = True  # the KV stays until it has been sent to a decode replica
+        prefill.append(Replica(i, scheduler, make_cost_model(pools["prefill"], dd.prefill)))
+    decode = [Replica(dd.num_prefill_replicas + j, make_scheduler(pools["decode"], dd.num_prefill_replicas + j,
+                                                                   dd.decode),
+                      make_cost_model(pools["decode"], dd.decode)) for j in range(dd.num_decode_replicas)]
+    link = KVTransferLink(dd.link.bandwidth_bytes_per_s * dd.num_parallel_links, dd.link.latency_s, dd.overlap,
+                          dd.prefill.model.num_layers)
+    run = scenario.run
+    horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
+    return DisaggregatedSimulation(prefill, decode, make_router(scenario.hardware.router, run.seed), link=link,
+                                   kv_bytes_per_token=dd.kv_transfer_bytes_per_token,
+                                   arrival_s=workload.arrival_s, input_tokens=workload.input_tokens,
+                                   output_tokens=workload.output_tokens, horizon_s=horizon, seed=run.seed,
+                                   progress=progress)

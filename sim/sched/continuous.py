@@ -293,8 +293,10 @@ class ContinuousScheduler(SchedulerBase):
 
     def reserve_prefilled(self, request: Request) -> bool:
         """Decode replica: claim a sequence slot and the blocks for a request whose prompt KV
-        (`num_computed_tokens`) is about to be sent here. False, with nothing changed, when there is no room now."""
-        if len(self.running) + len(self.incoming) + self.num_reserved_prefilled >= self.max_num_seqs:
+        (`num_computed_tokens`) is about to be sent here. False, with nothing changed, when there is no room now,
+        or while requests preempted here wait to be admitted again (they come first, or new arrivals could
+        take every block they free and starve them)."""
+        if self.waiting or len(self.running) + len(self.incoming) + self.num_reserved_prefilled >= self.max_num_seqs:
             return False
         if self.kv.allocate_slots(request, 0) is None:
             return False
