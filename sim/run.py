@@ -34,6 +34,8 @@ from sim.workload.generate import Workload, generate_workload
 
 def make_workload(scenario: Scenario, deployment: Deployment | None = None) -> Workload:
     run = scenario.run
+    if deployment is None and scenario.hardware.disaggregation is not None:
+        deployment = resolve_disaggregated(scenario).prefill  # the top-level hardware may not hold the model
     max_len = (deployment or resolve(scenario)).max_model_len
     return generate_workload(scenario.workload, seed=run.seed, num_requests=run.num_requests,
                              duration_s=run.duration_s, max_context=max_len)

@@ -87,6 +87,15 @@ def _check_supported(scenario: Scenario) -> None:
                           "measured or fixed")
 
 
+def _in_pool(message: str, pool: Pool) -> str:
+    """A pool's resolve error, its field named inside the pool: `hardware.gpu: ...` becomes
+    `hardware.disaggregation.decode.gpu: ...` (the pool's value, or the top-level one it inherited)."""
+    for prefix in ("hardware.", "hardware:"):
+        if message.startswith(prefix):
+            return f"hardware.disaggregation.{pool}{prefix[-1]}{message[len(prefix):]}"
+    return f"hardware.disaggregation.{pool}: {message}"
+
+
 def resolve_disaggregated(scenario: Scenario) -> DisaggregatedDeployment:
     if scenario.hardware.disaggregation is None:
         raise ConfigError("hardware.disaggregation: not set; this scenario is colocated")
@@ -96,7 +105,7 @@ def resolve_disaggregated(scenario: Scenario) -> DisaggregatedDeployment:
         try:
             pools[pool] = resolve(pool_scenario(scenario, pool))
         except ConfigError as err:
-            raise ConfigError(f"hardware.disaggregation.{pool}: {err}") from None
+            raise ConfigError(_in_pool(str(err), pool)) from None
     spec = scenario.hardware.disaggregation
     prefill_hw, decode_hw = (pool_scenario(scenario, p).hardware for p in POOLS)
     return DisaggregatedDeployment(prefill=pools["prefill"], decode=pools["decode"],

@@ -114,7 +114,12 @@ def validate_scenario(raw: Any, prefix: str = "", resolve: bool = True) -> Scena
     if not resolve:
         return scenario
     try:
-        resolve_deployment(scenario)
+        if scenario.hardware.disaggregation is not None:
+            # Each pool brings its own hardware: the pools must hold the model, not the top-level defaults.
+            from sim.config.disaggregation import resolve_disaggregated  # builds on deployment, as this module does
+            resolve_disaggregated(scenario)
+        else:
+            resolve_deployment(scenario)
         return scenario
     except ConfigError as err:
         raise ConfigError(f"{prefix}{err}") from None

@@ -55,7 +55,13 @@ from sim.config.schema import (
 from sim.errors import ConfigError, ServeSimError
 from sim.model.interconnects import INTERCONNECTS
 from sim.results import Result
-from sim.views.report import COLORS, DISAGGREGATION_ROWS, PERCENT_KEYS, SUMMARY_ROWS, format_metric
+from sim.views.report import (
+    COLORS,
+    DISAGGREGATION_ROWS,
+    PERCENT_KEYS,
+    SUMMARY_ROWS,
+    format_metric,
+)
 from sim.workload.arrivals import ARRIVAL_KINDS, ARRIVAL_SPECS, RATE_KINDS
 from sim.workload.lengths import Lengths, PresetLengths
 

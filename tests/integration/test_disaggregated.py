@@ -127,9 +127,9 @@ def test_same_scenario_and_seed_give_identical_records():
 @pytest.mark.parametrize(("changes", "message"), [
     ({"speculation": {"draft_cost_ratio": 0.1}}, "hardware.disaggregation: speculative decoding"),
     ({"scheduler": {"batching": "static"}}, "hardware.disaggregation: needs scheduler.batching 'continuous'"),
-    ({"hardware": {"disaggregation": {"decode": {"tensor_parallel": 3}}}}, "hardware.disaggregation.decode: "),
-    ({"hardware": {"disaggregation": {"prefill": {"gpu": "h900"}}}}, "hardware.disaggregation.prefill: hardware.gpu: "
-                                                                      "unknown gpu 'h900'"),
+    ({"hardware": {"disaggregation": {"decode": {"tensor_parallel": 3}}}}, "hardware.disaggregation.decode.tensor_parallel: 3 cannot split llama-3.1-8b"),
+    ({"hardware": {"disaggregation": {"prefill": {"gpu": "h900"}}}},
+     "hardware.disaggregation.prefill.gpu: unknown gpu 'h900'"),
 ])
 def test_bad_disaggregation_is_one_config_error(changes, message):
     raw = small_scenario({"hardware": {"disaggregation": {}}}, **changes)
@@ -159,7 +159,7 @@ def test_unknown_link_on_the_command_line_exits_2_with_one_line(tmp_path):
     path.write_text(yaml.safe_dump(small_scenario(hardware={"disaggregation": {"link": "tin-can"}})))
     env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "sim.views.cli", "run", str(path)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: hardware.disaggregation.link:") and "'tin-can'" in line and "nvlink4" in line
@@ -226,3 +226,15 @@ def test_every_request_finishes_and_no_kv_is_leaked_in_either_pool(layout):
     assert (waited > 0).any()  # the tight decode pool made some wait for blocks
     if layout == "paged":
         assert sim.requests.preemptions.sum() > 0  # and preempted some while they decoded
+
+
+def test_pools_hold_the_model_where_the_top_level_hardware_would_not():
+    """Llama-3.1-70B does not fit one H100 (the top-level default); pools at TP 2 and TP 4 do, and validation
+    checks the pools, naming the pool that does not fit."""
+    raw = small_scenario(model="llama-3.1-70b", hardware={"disaggregation": {
+        "prefill": {"tensor_parallel": 2}, "decode": {"tensor_parallel": 4}}})
+    result = simulate(validate_scenario(raw))
+    assert result.summary["num_finished"] == 20 and result.summary["num_gpus"] == 6
+    raw["hardware"]["disaggregation"]["decode"]["tensor_parallel"] = 1
+    with pytest.raises(ConfigError, match=r"^hardware.disaggregation.decode: llama-3.1-70b .* tensor_parallel=1"):
+        validate_scenario(raw)
