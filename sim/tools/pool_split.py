@@ -16,8 +16,9 @@ from dataclasses import dataclass
 from sim.config.schema import DisaggregationSpec, Scenario
 from sim.errors import ConfigError
 from sim.run import make_workload, simulate
+from sim.tools.sweep import cost_figures
 
-RANKING_KEYS = ("goodput_rps", "slo_fraction_ok", "ttft_s_p90", "tpot_s_p90", "e2e_s_p90")
+RANKING_KEYS = ("goodput_rps", "slo_fraction_ok", "ttft_s_p90", "tpot_s_p90", "e2e_s_p90", "cost_per_hour")
 
 
 @dataclass(frozen=True)
@@ -95,5 +96,7 @@ def plan_pool_split(scenario: Scenario, total_gpus: int, progress=None) -> PoolS
     for label, p, d, n, gpus, sc in entries:
         if progress is not None:
             progress(label)
-        candidates.append(PoolSplitCandidate(label, p, d, n, gpus, simulate(sc, workload).summary))
+        summary = simulate(sc, workload).summary
+        summary["cost_per_hour"] = cost_figures(sc, summary)["cost_per_hour"]
+        candidates.append(PoolSplitCandidate(label, p, d, n, gpus, summary))
     return PoolSplitPlan(total_gpus, candidates, min(candidates, key=_rank))

@@ -238,3 +238,14 @@ def test_pools_hold_the_model_where_the_top_level_hardware_would_not():
     raw["hardware"]["disaggregation"]["decode"]["tensor_parallel"] = 1
     with pytest.raises(ConfigError, match=r"^hardware.disaggregation.decode: llama-3.1-70b .* tensor_parallel=1"):
         validate_scenario(raw)
+
+
+def test_cost_of_a_disaggregated_deployment_prices_each_pool_on_its_own_gpu():
+    from sim.model.catalog import GPUS
+    from sim.tools.sweep import cost_figures
+    sc = validate_scenario(small_scenario(hardware={"num_replicas": 2, "disaggregation": {
+        "prefill": {"num_replicas": 1}, "decode": {"gpu": "h200", "tensor_parallel": 2}}}))
+    costs = cost_figures(sc, {"total_tokens_per_s": 1000.0, "output_tokens_per_s": 100.0})
+    assert costs["num_gpus"] == 1 + 2 * 2
+    assert costs["cost_per_hour"] == pytest.approx(GPUS["h100-sxm"].price_per_hour + 4 * GPUS["h200"].price_per_hour)
+    assert cost_figures(sc, {}, {"h200": 1.0})["cost_per_hour"] == pytest.approx(GPUS["h100-sxm"].price_per_hour + 4)
