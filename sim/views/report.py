@@ -184,7 +184,26 @@ def figures(results: list[Result]) -> list[tuple[str, go.Figure]]:
         kv.update_yaxes(title_text="share of KV memory", range=[0, 1], row=i, col=1)
     kv.update_layout(title="KV-cache memory split over time", height=max(300, 220 * len(results)))
     figs.append(("kv", kv))
+    split = [(i, r) for i, r in enumerate(results) if "transfer_s" in r.requests.columns]
+    if split:
+        figs.append(("disaggregation", _disaggregation_figure(split)))
     return figs
+
+
+def _disaggregation_figure(split: list[tuple[int, Result]]) -> go.Figure:
+    """Disaggregated results: CDFs of the waits between the pools, over the finished requests that moved KV."""
+    phases = (("queueing_s", "wait before prefill (s)"), ("decode_wait_s", "wait for decode blocks (s)"),
+              ("transfer_s", "KV transfer (s)"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in phases])
+    for i, r in split:
+        fin = r.requests[r.requests["finished"]]
+        for col, (metric, _) in enumerate(phases, start=1):
+            x, y = _cdf(fin[metric].to_numpy(dtype=float))
+            fig.add_trace(go.Scatter(x=x, y=y, name=r.name, legendgroup=r.name, showlegend=col == 1,
+                                     line=dict(color=COLORS[i % len(COLORS)])), row=1, col=col)
+    fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
+    fig.update_layout(title="Disaggregated prefill/decode: waits between the pools", height=380)
+    return fig
 
 
 def summary_table_html(results: list[Result]) -> str:

@@ -249,3 +249,15 @@ def test_cost_of_a_disaggregated_deployment_prices_each_pool_on_its_own_gpu():
     assert costs["num_gpus"] == 1 + 2 * 2
     assert costs["cost_per_hour"] == pytest.approx(GPUS["h100-sxm"].price_per_hour + 4 * GPUS["h200"].price_per_hour)
     assert cost_figures(sc, {}, {"h200": 1.0})["cost_per_hour"] == pytest.approx(GPUS["h100-sxm"].price_per_hour + 4)
+
+
+def test_report_has_the_disaggregation_rows_and_figure_only_when_a_result_is_disaggregated():
+    from sim.views.report import figures, render_report, summary_rows
+    colocated = simulate(validate_scenario(small_scenario()))
+    split = simulate(validate_scenario(small_scenario(hardware={"disaggregation": disaggregated()})))
+    assert "transfer_s_mean" not in dict(summary_rows([colocated]))
+    assert dict(summary_rows([colocated, split]))["transfer_s_mean"] == "KV transfer mean (s)"
+    assert [name for name, _ in figures([colocated])] == ["latency", "timeseries", "kv"]
+    assert [name for name, _ in figures([colocated, split])][-1] == "disaggregation"
+    html = render_report([colocated, split], "t")
+    assert "KV transfer mean (s)" in html and "waits between the pools" in html
