@@ -23,7 +23,9 @@ Then its KV cache moves to a decode replica, which decodes the rest:
      is sent whole: the prefill is over. The overlapped step is assumed to have the link to itself.
    `bandwidth` is the link's per-GPU rate times min(TP_prefill, TP_decode): each GPU sends its own shard.
 4. When the transfer ends the prefill replica frees the KV and the request joins the decode replica's
-   batch at its next step (`decode_admit_s`), then decodes as in a colocated run.
+   batch at its next step (`decode_admit_s`), then decodes as in a colocated run. A decode replica short of
+   blocks preempts as any replica does and recomputes the victim itself; while it has preempted requests
+   waiting, it reserves nothing for new transfers (they would take the blocks its own requests wait for).
 
 So TTFT holds no transfer; the transfer (and the decode-block wait) shows in the gap between the first
 and the second token, and so in TPOT and E2E, exactly once. A request with one output token is done at the
