@@ -19,6 +19,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from sim.config.deployment import resolve as resolve_deployment
+from sim.config.disaggregation import resolve_disaggregated
 from sim.config.messages import format_validation_error
 from sim.config.schema import Scenario, ScenarioSet
 from sim.errors import ConfigError
@@ -116,7 +117,6 @@ def validate_scenario(raw: Any, prefix: str = "", resolve: bool = True) -> Scena
     try:
         if scenario.hardware.disaggregation is not None:
             # Each pool brings its own hardware: the pools must hold the model, not the top-level defaults.
-            from sim.config.disaggregation import resolve_disaggregated  # builds on deployment, as this module does
             resolve_disaggregated(scenario)
         else:
             resolve_deployment(scenario)

@@ -200,7 +200,7 @@ def _disaggregation_figure(split: list[tuple[int, Result]]) -> go.Figure:
         for col, (metric, _) in enumerate(phases, start=1):
             x, y = _cdf(fin[metric].to_numpy(dtype=float))
             fig.add_trace(go.Scatter(x=x, y=y, name=r.name, legendgroup=r.name, showlegend=col == 1,
-                                     line=dict(color=COLORS[i % len(COLORS)])), row=1, col=col)
+                                     line={"color": COLORS[i % len(COLORS)]}), row=1, col=col)
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
     fig.update_layout(title="Disaggregated prefill/decode: waits between the pools", height=380)
     return fig
