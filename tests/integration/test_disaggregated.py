@@ -261,3 +261,46 @@ def test_report_has_the_disaggregation_rows_and_figure_only_when_a_result_is_dis
     assert [name for name, _ in figures([colocated, split])][-1] == "disaggregation"
     html = render_report([colocated, split], "t")
     assert "KV transfer mean (s)" in html and "waits between the pools" in html
+
+
+def test_layerwise_overlap_leaves_only_the_last_layers_share_after_the_prefill():
+    """32 layers, a 50 ms prefill step, 33.5 MB at 1 GB/s (33.6 ms in all): each layer's 1.05 ms share is sent
+    before the next layer is ready, so latency + bytes / (32 x bandwidth) is left after the step."""
+    link = {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-3}
+    sc = validate_scenario(one_request(hardware={"disaggregation": {**disaggregated(link), "overlap": "layerwise"}}))
+    r = simulate(sc).requests.iloc[0]
+    num_bytes = 256 * LLAMA_8B_KV_BYTES_PER_TOKEN
+    assert num_bytes / 1e9 < 0.05 * 31 / 32  # the step hides everything but the last layer's share
+    assert r.transfer_s == pytest.approx(1e-3 + num_bytes / 32 / 1e9, rel=1e-12)
+
+
+def test_tensor_parallel_pools_send_their_shards_over_parallel_links():
+    """Prefill TP 2, decode TP 4: each of the 2 prefill GPUs sends its half of the KV over its own link."""
+    link = {"bandwidth_bytes_per_s": 1e9, "latency_s": 1e-3}
+    sc = validate_scenario(one_request(hardware={"disaggregation": disaggregated(
+        link, prefill={"tensor_parallel": 2}, decode={"tensor_parallel": 4})}))
+    r = simulate(sc).requests.iloc[0]
+    num_bytes = 256 * LLAMA_8B_KV_BYTES_PER_TOKEN  # the whole group's KV, whatever the split
+    assert r.transfer_bytes == num_bytes
+    assert r.transfer_s == pytest.approx(1e-3 + num_bytes / (2 * 1e9), rel=1e-12)
+
+
+def test_plan_pools_on_the_command_line(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small_scenario()))
+    env = {**os.environ, "COLUMNS": "200", "PYTHONPATH": str(REPO)}
+
+    def servesim(*args):
+        return subprocess.run([sys.executable, "-m", "sim.views.cli", "plan-pools", str(path), *args], cwd=tmp_path,
+                              env=env, capture_output=True, text=True, timeout=120, check=False)
+    done = servesim("--gpus", "2", "-q")
+    assert done.returncode == 0, done.stderr
+    assert "colocated x2" in done.stdout and "1P+1D" in done.stdout and "recommended: " in done.stdout
+    bad = servesim("--gpus", "2", "--variant", "nope")
+    assert bad.returncode == 2 and bad.stderr.strip() == ("error: --variant: 'nope' is not a variant of "
+                                                          f"{path}; allowed: small")  # no variants: the scenario itself, by name
