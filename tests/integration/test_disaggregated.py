@@ -4,12 +4,15 @@ for decode blocks, bad input, and DistServe's qualitative result on a small pref
 
 from __future__ import annotations
 
+import itertools
 import math
 from pathlib import Path
 
 import numpy as np
 import pytest
 from helpers import small_scenario
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from sim.config.files import load_scenario_set, validate_scenario
 from sim.errors import ConfigError
@@ -304,3 +307,33 @@ def test_plan_pools_on_the_command_line(tmp_path):
     bad = servesim("--gpus", "2", "--variant", "nope")
     assert bad.returncode == 2 and bad.stderr.strip() == ("error: --variant: 'nope' is not a variant of "
                                                           f"{path}; allowed: small")  # no variants: the scenario itself, by name
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(num_prefill=st.integers(1, 3), num_decode=st.integers(1, 3), decode_blocks=st.integers(25, 80),
+       rate_per_s=st.sampled_from([5.0, 50.0, 500.0]), overlap=st.sampled_from(["none", "layerwise"]),
+       chunked=st.booleans(), seed=st.integers(0, 1000))
+def test_property_every_request_moves_through_the_phases_in_order_and_no_kv_leaks(
+        num_prefill, num_decode, decode_blocks, rate_per_s, overlap, chunked, seed):
+    from sim.run import disaggregated_simulation, make_workload
+    sc = validate_scenario(small_scenario(
+        workload={"arrival": {"rate_per_s": rate_per_s},
+                  "lengths": {"kind": "uniform", "input_min": 8, "input_max": 300, "output_min": 1, "output_max": 100}},
+        scheduler={"chunked_prefill": chunked},
+        hardware={"disaggregation": {"prefill": {"num_replicas": num_prefill},
+                                     "decode": {"num_replicas": num_decode, "kv_capacity_tokens": decode_blocks * 16},
+                                     "link": "infiniband-ndr", "overlap": overlap}},
+        run={"seed": seed, "num_requests": 40}))
+    sim = disaggregated_simulation(sc, make_workload(sc))
+    sim.run()
+    log = sim.requests  # 25 blocks of 16 hold the longest request (300 + 100 - 1 tokens): none is rejected
+    assert (log.status == 0).all() and (log.output_tokens == log.max_output_tokens).all()
+    moved = log.max_output_tokens > 1
+    order = [log.arrival_s, log.first_scheduled_s, log.first_token_s, log.decode_reserved_s, log.transfer_start_s,
+             log.transfer_end_s, log.decode_admit_s, log.finish_s]
+    for earlier, later in itertools.pairwise(order):
+        assert (earlier[moved] <= later[moved]).all()
+    assert np.isnan(log.transfer_start_s[~moved]).all() and (log.finish_s[~moved] == log.first_token_s[~moved]).all()
+    for replica in sim.replicas:
+        s = replica.scheduler
+        assert s.kv.num_allocated_slots() == 0 and not s.held_kv and s.transfer_tokens == 0
