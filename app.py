@@ -324,6 +324,21 @@ def policy_inputs(column, index: int, policy: dash.Policy) -> dash.Policy:
         changes["num_speculative_tokens"] = column.number_input("γ (drafted tokens)", 1, 32,
                                                                 policy.num_speculative_tokens, key=key(p + "gamma"))
         changes["alpha"] = column.slider("α (acceptance)", 0.0, 0.99, float(policy.alpha), 0.01, key=key(p + "alpha"))
+    split = column.checkbox("disaggregated prefill/decode", policy.disaggregated, key=key(p + "disagg"),
+                            help="prefill and decode on separate pools; the KV cache crosses the link between them")
+    changes["disaggregated"] = split
+    if split:
+        changes["prefill_replicas"] = column.number_input("prefill replicas", 1, 64, policy.prefill_replicas,
+                                                          key=key(p + "prefill_replicas"))
+        changes["decode_replicas"] = column.number_input("decode replicas", 1, 64, policy.decode_replicas,
+                                                         key=key(p + "decode_replicas"))
+        links = list(dash.INTERCONNECT_NAMES)
+        if isinstance(policy.link, str) and policy.link in links:
+            changes["link"] = column.selectbox("link between the pools", links, index=links.index(policy.link),
+                                               key=key(p + "link"))
+        overlaps = list(dash.OVERLAP_MODES)
+        changes["overlap"] = column.radio("KV transfer", overlaps, index=overlaps.index(policy.overlap),
+                                          horizontal=True, key=key(p + "overlap"))
     return replace(policy, **changes)
 
 

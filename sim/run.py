@@ -7,14 +7,25 @@ from typing import Callable
 import numpy as np
 
 from sim.config.deployment import Deployment, resolve
+from sim.config.disaggregation import pool_scenario, resolve_disaggregated
 from sim.config.schema import Scenario
+from sim.core.disaggregated import DisaggregatedSimulation, KVTransferLink
 from sim.core.engine import Replica, Simulation
 from sim.core.router import make_router
 from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCostModel
 from sim.errors import ConfigError
 from sim.kv.contiguous import ContiguousKVManager
 from sim.kv.paged import PagedKVManager
-from sim.results import ReplicaCounters, Result, measurement_window, requests_frame, steps_frame, summarize
+from sim.results import (
+    ReplicaCounters,
+    Result,
+    disaggregated_requests_frame,
+    disaggregation_metrics,
+    measurement_window,
+    requests_frame,
+    steps_frame,
+    summarize,
+)
 from sim.sched.continuous import ContinuousScheduler
 from sim.sched.speculative import SpeculativeDecodeBatch
 from sim.sched.static import StaticScheduler
@@ -23,6 +34,8 @@ from sim.workload.generate import Workload, generate_workload
 
 def make_workload(scenario: Scenario, deployment: Deployment | None = None) -> Workload:
     run = scenario.run
+    if deployment is None and scenario.hardware.disaggregation is not None:
+        deployment = resolve_disaggregated(scenario).prefill  # the top-level hardware may not hold the model
     max_len = (deployment or resolve(scenario)).max_model_len
     return generate_workload(scenario.workload, seed=run.seed, num_requests=run.num_requests,
                              duration_s=run.duration_s, max_context=max_len)
@@ -169,6 +182,8 @@ def replica_counters(scenario: Scenario, replica: Replica, deployment: Deploymen
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
              progress: Callable[[float, int], None] | None = None, cost_model=None) -> Result:
     """Simulate a validated scenario; `workload` defaults to the one the scenario generates."""
+    if scenario.hardware.disaggregation is not None:
+        return simulate_disaggregated(scenario, workload, progress=progress)
     deployment = resolve(scenario)
     workload = workload if workload is not None else make_workload(scenario, deployment)
     replicas = [Replica(i, make_scheduler(scenario, i, deployment), cost_model or make_cost_model(scenario, deployment))
@@ -200,3 +215,71 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler),
                           # which cost model priced the run, in a few words: every summary table shows it
                           "cost_model_label": cost_model_label(replicas[0].cost_model)})
+
+
+def simulate_disaggregated(scenario: Scenario, workload: Workload | None = None, *,
+                           progress: Callable[[float, int], None] | None = None) -> Result:
+    """A scenario with `hardware.disaggregation`: prefill replicas 0..P-1 and decode replicas P..P+D-1, each
+    pool built from its own resolved deployment (sim/config/disaggregation.py, sim/core/disaggregated.py)."""
+    from sim.cost.labels import (
+        cost_model_label,  # imports every cost model: only when a run ends
+    )
+    dd = resolve_disaggregated(scenario)
+    pools = {pool: pool_scenario(scenario, pool) for pool in ("prefill", "decode")}
+    workload = workload if workload is not None else make_workload(scenario, dd.prefill)
+    sim = disaggregated_simulation(scenario, workload, dd, progress=progress)
+    sim.run()
+    prefill, decode = sim.prefill_replicas, sim.decode_replicas
+    run = scenario.run
+    horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
+    requests = disaggregated_requests_frame(sim.requests)
+    steps = steps_frame(sim.steps.arrays())
+    elapsed = horizon if horizon is not None else sim.end_s
+    counters = ([replica_counters(pools["prefill"], r, dd.prefill) for r in prefill]
+                + [replica_counters(pools["decode"], r, dd.decode) for r in decode])
+    # Pool-blind summary keys (KV capacity, MBU/MFU, swapped bytes) are those of the decode pool's GPU and
+    # KV layout: the pool that holds requests longest. The per-pool keys follow.
+    summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=dd.decode.gpu,
+                        in_system_area=sim.in_system_area, num_generated=workload.num_requests,
+                        replicas=counters[dd.num_prefill_replicas:] + counters[:dd.num_prefill_replicas],
+                        kv_bytes_per_token=dd.decode.kv_bytes_per_token, num_clipped=workload.num_clipped,
+                        max_model_len=dd.decode.max_model_len,
+                        window=measurement_window(requests, run.warmup_s, run.cooldown_s, run.duration_s)
+                        if run.has_window() else None)
+    summary.update(disaggregation_metrics(requests, steps, elapsed, num_prefill_replicas=dd.num_prefill_replicas,
+                                          num_decode_replicas=dd.num_decode_replicas, num_gpus=dd.num_gpus))
+    summary["prefill_kv_capacity_tokens"] = dd.prefill.kv_capacity_tokens
+    summary["decode_kv_capacity_tokens"] = dd.decode.kv_capacity_tokens
+    return Result(scenario.name, scenario, requests, steps, summary,
+                  extras={"cost_model": repr(decode[0].cost_model), "scheduler": repr(decode[0].scheduler),
+                          "cost_model_label": cost_model_label(decode[0].cost_model),
+                          "prefill_cost_model_label": cost_model_label(prefill[0].cost_model),
+                          "prefill_cost_model": repr(prefill[0].cost_model),
+                          "prefill_scheduler": repr(prefill[0].scheduler),
+                          "kv_link": f"{dd.link.name}: {dd.link.bandwidth_bytes_per_s:g} B/s per GPU x "
+                                     f"{dd.num_parallel_links}, latency {dd.link.latency_s:g} s, "
+                                     f"overlap {dd.overlap}"})
+
+
+def disaggregated_simulation(scenario: Scenario, workload: Workload, dd=None, *,
+                             progress: Callable[[float, int], None] | None = None) -> DisaggregatedSimulation:
+    """The simulation `simulate_disaggregated` runs, built and not yet run (tests inspect its replicas after)."""
+    dd = dd or resolve_disaggregated(scenario)
+    pools = {pool: pool_scenario(scenario, pool) for pool in ("prefill", "decode")}
+    prefill = []
+    for i in range(dd.num_prefill_replicas):
+        scheduler = make_scheduler(pools["prefill"], i, dd.prefill)
+        scheduler.hold_kv_on_finish = True  # the KV stays until it has been sent to a decode replica
+        prefill.append(Replica(i, scheduler, make_cost_model(pools["prefill"], dd.prefill)))
+    decode = [Replica(dd.num_prefill_replicas + j, make_scheduler(pools["decode"], dd.num_prefill_replicas + j,
+                                                                   dd.decode),
+                      make_cost_model(pools["decode"], dd.decode)) for j in range(dd.num_decode_replicas)]
+    link = KVTransferLink(dd.link.bandwidth_bytes_per_s * dd.num_parallel_links, dd.link.latency_s, dd.overlap,
+                          dd.prefill.model.num_layers)
+    run = scenario.run
+    horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
+    return DisaggregatedSimulation(prefill, decode, make_router(scenario.hardware.router, run.seed), link=link,
+                                   kv_bytes_per_token=dd.kv_transfer_bytes_per_token,
+                                   arrival_s=workload.arrival_s, input_tokens=workload.input_tokens,
+                                   output_tokens=workload.output_tokens, horizon_s=horizon, seed=run.seed,
+                                   progress=progress)

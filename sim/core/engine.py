@@ -289,16 +289,21 @@ class Simulation:
             append["bytes"](nbytes)
             append["num_steps"](num_steps)
             if outcome.finished:
-                replica.num_outstanding -= len(outcome.finished)
-                self._change_in_system(-len(outcome.finished))
-                for request in outcome.finished:
-                    self.requests.record(request, "finished")
-                    self.num_done += 1
-                    self._notify_done(request)
+                self._finished(replica, outcome.finished, start)
             steps_since_progress += num_steps
             if self.progress is not None and steps_since_progress >= _PROGRESS_EVERY_STEPS:
                 steps_since_progress = 0
                 self.progress(env.now, self.num_done)
+
+    def _finished(self, replica: Replica, finished: list[Request], step_start_s: float) -> None:
+        """Requests that the replica's step starting at `step_start_s` finished leave the system
+        (sim/core/disaggregated.py hands a prefill replica's on to the decode pool instead)."""
+        replica.num_outstanding -= len(finished)
+        self._change_in_system(-len(finished))
+        for request in finished:
+            self.requests.record(request, "finished")
+            self.num_done += 1
+            self._notify_done(request)
 
     def _next_event_s(self) -> float:
         """The earliest time something outside a replica can change its batch: the next arrival or the horizon.

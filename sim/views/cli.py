@@ -329,6 +329,36 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
                   + (f"; report also at {report}" if report else ""))
 
 
+@app.command("plan-pools")
+def plan_pools(scenario: str = typer.Argument(..., help="scenario YAML file"),
+               gpus: int = typer.Option(..., "--gpus", help="GPU budget shared by the pools"),
+               variant: Optional[str] = typer.Option(
+                   None, "--variant", help="variant whose hardware.disaggregation (GPUs, TP, link) the splits use "
+                   "(default: the first variant that has one, else the base scenario)"),
+               set_: Optional[list[str]] = SetOption, quiet: bool = typer.Option(False, "--quiet", "-q")):
+    """Colocated or disaggregated: simulate every prefill/decode split of a GPU budget and recommend one."""
+    from sim.tools.pool_split import RANKING_KEYS, plan_pool_split
+    from sim.views.report import format_metric
+    scenario_set = _load(scenario, set_)
+    if variant is not None:
+        if variant not in scenario_set.variants:
+            raise ServeSimError(f"--variant: {variant!r} is not a variant of {scenario}; allowed: "
+                                f"{', '.join(scenario_set.variants)}")
+        chosen = scenario_set.variants[variant]
+    else:
+        chosen = next((sc for sc in scenario_set.variants.values() if sc.hardware.disaggregation is not None),
+                      scenario_set.base)
+    progress = None if quiet else (lambda label: err_console.print(f"simulating {label}"))
+    result = plan_pool_split(chosen, gpus, progress=progress)
+    table = Table(title=f"Prefill/decode splits of {gpus} GPUs")
+    for col in ("candidate", "GPUs") + RANKING_KEYS:
+        table.add_column(col, justify="left" if col == "candidate" else "right")
+    for c in result.candidates:
+        table.add_row(c.label, str(c.num_gpus), *[format_metric(k, c.summary.get(k)) for k in RANKING_KEYS])
+    console.print(table)
+    console.print(result.recommendation())
+
+
 @app.command()
 def validate(scenario: str = typer.Argument(...), set_: Optional[list[str]] = SetOption):
     """Check a scenario file (and its variants) without running it."""

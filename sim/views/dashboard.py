@@ -46,6 +46,7 @@ from sim.config.files import (
     validate_scenario,
 )
 from sim.config.schema import (
+    DisaggregationSpec,
     HardwareSpec,
     KVCacheSpec,
     RooflineSpec,
@@ -56,10 +57,12 @@ from sim.config.schema import (
     union_kinds,
 )
 from sim.errors import ConfigError, ServeSimError
+from sim.model.interconnects import INTERCONNECTS
 from sim.results import Result
 from sim.views.report import (
     COLORS,
     COST_MODEL_LABEL,
+    DISAGGREGATION_ROWS,
     PERCENT_KEYS,
     SUMMARY_ROWS,
     cost_model_labels,
@@ -299,6 +302,10 @@ BATCHING_MODES = tuple(mode for batching in literal_choices(SchedulerSpec, "batc
                        for mode in ((batching, CHUNKED_PREFILL) if batching == "continuous" else (batching,)))
 
 
+INTERCONNECT_NAMES = tuple(INTERCONNECTS)  # the links a disaggregated variant can pick
+OVERLAP_MODES = literal_choices(DisaggregationSpec, "overlap")
+
+
 @dataclass(frozen=True)
 class Policy:
     """The serving policy of one variant, as the dashboard's columns show it."""
@@ -318,6 +325,11 @@ class Policy:
     num_speculative_tokens: int = 4  # γ
     alpha: float = 0.7  # acceptance probability (the mean, for a per-request Beta)
     acceptance_concentration: float | None = None  # None: fixed α; else a Beta with this a + b
+    disaggregated: bool = False  # prefill and decode on separate pools (hardware.disaggregation)
+    prefill_replicas: int = 1  # disaggregated: prefill pool replicas
+    decode_replicas: int = 1  # disaggregated: decode pool replicas
+    link: str | dict = "nvlink4"  # disaggregated: catalog interconnect, or an inline {bandwidth_bytes_per_s, latency_s}
+    overlap: str = "none"  # disaggregated: KV sent after the prefill ("none") or layer by layer ("layerwise")
 
 
 def policy_of(scenario: Scenario) -> Policy:
@@ -326,6 +338,12 @@ def policy_of(scenario: Scenario) -> Policy:
     policy = Policy(batching=batching, max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
                     max_batch_size=s.max_batch_size, layout=kv.layout, block_size=kv.block_size,
                     reserve=kv.reserve, preemption=s.preemption.mode, enable_prefix_caching=kv.enable_prefix_caching)
+    hw = scenario.hardware
+    if hw.disaggregation is not None:
+        d = hw.disaggregation
+        policy = replace(policy, disaggregated=True, prefill_replicas=d.prefill.num_replicas or hw.num_replicas,
+                         decode_replicas=d.decode.num_replicas or hw.num_replicas,
+                         link=d.link if isinstance(d.link, str) else d.link.model_dump(mode="json"), overlap=d.overlap)
     if spec is None:
         return policy
     draft = spec.draft_model
@@ -358,7 +376,13 @@ def _policy_sections(policy: Policy) -> dict:
         speculation = {"draft_model": policy.draft_model,
                        "draft_cost_ratio": None if policy.draft_model else policy.draft_cost_ratio,
                        "num_speculative_tokens": policy.num_speculative_tokens, "acceptance": acceptance}
-    return {"scheduler": scheduler, "kv_cache": kv, "speculation": speculation}
+    disaggregation = None
+    if policy.disaggregated:
+        disaggregation = {"prefill": {"num_replicas": policy.prefill_replicas},
+                          "decode": {"num_replicas": policy.decode_replicas},
+                          "link": policy.link, "overlap": policy.overlap}
+    return {"scheduler": scheduler, "kv_cache": kv, "speculation": speculation,
+            "hardware": {"disaggregation": disaggregation}}
 
 
 def merged(base: dict, override: dict) -> dict:
@@ -454,7 +478,8 @@ def save_uploaded_trace(data: bytes, filename: str, folder: str | Path) -> Path:
 # --------------------------------------------------------------------------------------------------
 # Results side by side
 
-SUMMARY_METRICS = SUMMARY_ROWS  # one list of rows for every view; deltas are against the first variant
+# One list of rows for every view; deltas are against the first variant. Rows no result has are not shown.
+SUMMARY_METRICS = SUMMARY_ROWS + DISAGGREGATION_ROWS
 _KEY_OF_LABEL = {label: key for key, label in SUMMARY_METRICS}
 
 

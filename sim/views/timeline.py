@@ -7,7 +7,9 @@ Layout, per replica (one process each, `pid = replica + 1`; pid 0 holds requests
   finish, holding its phases: queued (arrival -> first scheduled), prefill (first scheduled -> first
   token) and decode (first token -> finish). A request that was preempted says how often in its args
   and in its category ("request,preempted"): the per-request records keep the count, not the times, and
-  the steps that preempted show as instants on the engine track;
+  the steps that preempted show as instants on the engine track. In a disaggregated run the request is on
+  its prefill replica's track, and between prefill and decode come "wait for decode blocks", "wait for
+  link" (each only when it happened) and "transfer" (the KV cache crossing to the decode replica);
 - counters ("C"): waiting requests at each step's start, KV slots in use after each step.
 
 Times are microseconds from the start of the simulation (`ts`), rounded to the nanosecond. A request
@@ -121,8 +123,15 @@ def _finite(x) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
+# Disaggregated runs (sim/core/disaggregated.py): between prefill and decode, on the request's prefill replica's
+# track, the wait for decode blocks, the wait for the prefill replica's link, and the KV transfer.
+DISAGGREGATED_PHASES = ["wait for decode blocks", "wait for link", "transfer"]
+WAIT_PHASES = frozenset(DISAGGREGATED_PHASES[:2])
+
+
 def _request_events(requests: pd.DataFrame, run_end_s: float) -> list[dict]:
     events = []
+    disaggregated = "transfer_start_s" in requests.columns
     for r in requests.itertuples(index=False):
         rid = int(r.request_id)
         pid = int(r.replica) + 1 if int(r.replica) >= 0 else 0
@@ -143,17 +152,20 @@ def _request_events(requests: pd.DataFrame, run_end_s: float) -> list[dict]:
             args["reject_reason"] = str(r.reject_reason)
         name = f"request {rid}"
         events.append({**base, "ph": "b", "name": name, "ts": _us(r.arrival_s), "args": args})
-        marks = [float(r.arrival_s)] + [float(x) if _finite(x) else None
-                                         for x in (r.first_scheduled_s, r.first_token_s, r.finish_s)]
-        phases = (("queued", 0, 1), ("prefill", 1, 2), ("decode", 2, 3))
-        for phase, a, b in phases:
-            start = marks[a]
+        names, times = ["queued", "prefill", "decode"], [r.first_scheduled_s, r.first_token_s, r.finish_s]
+        if disaggregated and (_finite(r.decode_reserved_s) or (_finite(r.first_token_s) and not _finite(r.finish_s))):
+            names[2:2] = DISAGGREGATED_PHASES
+            times[2:2] = [r.decode_reserved_s, r.transfer_start_s, r.transfer_end_s]
+        marks = [float(r.arrival_s)] + [float(x) if _finite(x) else None for x in times]
+        for i, phase in enumerate(names):
+            start = marks[i]
             if start is None:
                 break
-            stop = marks[b] if marks[b] is not None else end_s
-            events.append({**base, "ph": "b", "name": phase, "ts": _us(start)})
-            events.append({**base, "ph": "e", "name": phase, "ts": _us(stop)})
-            if marks[b] is None:
+            stop = marks[i + 1] if marks[i + 1] is not None else end_s
+            if phase not in WAIT_PHASES or stop > start:  # a wait that did not happen is left out
+                events.append({**base, "ph": "b", "name": phase, "ts": _us(start)})
+                events.append({**base, "ph": "e", "name": phase, "ts": _us(stop)})
+            if marks[i + 1] is None:
                 break
         events.append({**base, "ph": "e", "name": name, "ts": _us(end_s)})
     return events
