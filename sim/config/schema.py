@@ -63,6 +63,8 @@ class _Strict(BaseModel):
 class HardwareSpec(_Strict):
     gpu: str | GPUSpec = Field("h100-sxm", description="catalog GPU name, or an inline GPU definition")
     tensor_parallel: int = Field(1, ge=1, description="GPUs per replica sharing each layer")
+    pipeline_parallel: int = Field(1, ge=1, description="pipeline stages per replica, each a tensor-parallel group "
+                                   "holding consecutive layers (GPUs per replica = tensor_parallel x pipeline_parallel)")
     num_replicas: int = Field(1, ge=1)
     router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
 
