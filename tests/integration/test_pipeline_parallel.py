@@ -205,3 +205,26 @@ def test_cli_exit_2_with_one_line(tmp_path, value, expect):
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and all(x in lines[0] for x in expect), result.stderr
+
+
+# --- the planner ---------------------------------------------------------------------------------------
+
+def test_planner_enumerates_pipeline_depths_behind_search_pipeline_parallel():
+    from sim.tools.planner import CandidateTask, candidate_raw, candidates, plan_settings, search_candidate
+    from sim.tools.sweep import num_gpus
+    raw = small_scenario({"slo": {"ttft_s": 1.0, "percentile": 90},
+                          "search": {"tensor_parallel": [1, 2], "pipeline_parallel": [1, 2], "max_replicas": 2,
+                                     "num_seeds": 1, "min_window_s": 2}})
+    settings = plan_settings(raw)
+    cands = candidates(settings)
+    assert [c.name for c in cands] == ["h100-sxm TP1", "h100-sxm TP1xPP2", "h100-sxm TP2", "h100-sxm TP2xPP2"]
+    pp = cands[1]
+    s = validate_scenario(candidate_raw(raw, pp))
+    assert s.hardware.pipeline_parallel == 2 and num_gpus(s) == 2
+    outcome = search_candidate(CandidateTask(candidate_raw(raw, pp), pp, settings))
+    assert outcome.status == "feasible" and outcome.costs["num_gpus"] == 2 * outcome.num_replicas
+    # Without the option nothing changes: one depth, and the candidate scenario does not name it.
+    plain = small_scenario({"slo": {"ttft_s": 1.0}})
+    only = candidates(plan_settings(plain))
+    assert [c.pipeline_parallel for c in only] == [1]
+    assert "pipeline_parallel" not in candidate_raw(plain, only[0])["hardware"]
