@@ -228,3 +228,19 @@ def test_planner_enumerates_pipeline_depths_behind_search_pipeline_parallel():
     only = candidates(plan_settings(plain))
     assert [c.pipeline_parallel for c in only] == [1]
     assert "pipeline_parallel" not in candidate_raw(plain, only[0])["hardware"]
+
+
+def test_timeline_puts_overlapping_micro_batches_on_their_own_tracks(tmp_path):
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_timeline import check_trace
+
+    from sim.views.timeline import write_timeline
+    result = simulate(pipelined(64, 20, scheduler={"max_num_seqs": 64}))
+    path = tmp_path / "t.json"
+    write_timeline(result, path)
+    import json
+    doc = json.loads(path.read_text())
+    check_trace(doc)  # includes: the slices of each engine track never overlap
+    step_tids = {e["tid"] for e in doc["traceEvents"] if e["ph"] == "X"}
+    assert len(step_tids) == 4  # four micro-batches in flight at once at most, each lane a track
+    assert sum(e["ph"] == "X" for e in doc["traceEvents"]) == len(result.steps)
