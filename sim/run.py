@@ -117,7 +117,11 @@ def _pipeline_cost_model(scenario: Scenario, deployment: Deployment, whole):
     fixed step time once, on the first), or for other cost models `whole`'s step apportioned by layer share."""
     from dataclasses import replace
 
-    from sim.cost.pipeline import LayerShareCostModel, PipelineCostModel, stage_model_spec
+    from sim.cost.pipeline import (
+        LayerShareCostModel,
+        PipelineCostModel,
+        stage_model_spec,
+    )
     spec, model, layers = scenario.cost_model, deployment.model, deployment.stage_layers
     if spec.kind == "roofline":
         stages = []
@@ -220,15 +224,20 @@ def replica_counters(scenario: Scenario, replica: Replica, deployment: Deploymen
         num_accepted_drafts=scheduler.tracker.num_accepted_drafts if speculative else None)
 
 
-def pipeline_metrics(replicas: list, elapsed_s: float) -> dict:
+def pipeline_metrics(replicas: list, elapsed_s: float, steps, gpu) -> dict:
     """Busy time of a pipelined run per stage. Its step rows overlap (several micro-batches in flight), so the
-    rows' summed durations overstate busy time: `busy_fraction` becomes the stages' mean busy fraction."""
+    rows' summed durations overstate busy time: `busy_fraction` becomes the stages' mean busy fraction, and
+    bandwidth and FLOP utilization divide each stage GPU's bytes and FLOPs by the stages' summed busy time."""
     k = len(replicas[0].stage_busy_s)
     per_stage = [sum(r.stage_busy_s[i] for r in replicas) / elapsed_s / len(replicas) if elapsed_s > 0 else 0.0
                  for i in range(k)]
     out = {f"pipeline_stage{i}_busy_fraction": x for i, x in enumerate(per_stage)}
     out.update(pipeline_stages=k, busy_fraction=sum(per_stage) / k,
                pipeline_micro_batches=int(sum(r.num_micro_batches for r in replicas)))
+    busy_s = sum(sum(r.stage_busy_s) for r in replicas)
+    if busy_s > 0:
+        out["mbu"] = float(steps["bytes"].sum()) / (busy_s * gpu.hbm_bytes_per_s)
+        out["mfu"] = float(steps["flops"].sum()) / (busy_s * gpu.bf16_flops_per_s)
     return out
 
 
@@ -267,6 +276,6 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                         window=measurement_window(requests, run.warmup_s, run.cooldown_s, run.duration_s)
                         if run.has_window() else None)
     if deployment.pipeline_parallel > 1:
-        summary.update(pipeline_metrics(replicas, elapsed))
+        summary.update(pipeline_metrics(replicas, elapsed, steps, deployment.gpu))
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler)})

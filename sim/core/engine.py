@@ -70,7 +70,7 @@ class Replica:
         self.wakeup: simpy.Event | None = None  # set while the engine waits for work
         self.num_outstanding = 0  # routed and not yet finished (for least-outstanding routing)
 
-    def engine_processes(self, sim: "Simulation", env: simpy.Environment) -> list:
+    def engine_processes(self, sim: Simulation, env: simpy.Environment) -> list:
         """The SimPy processes that run this replica's steps: one engine loop (a pipelined replica has one
         per micro-batch slot, sim/core/pipeline.py)."""
         return [sim.engine(env, self)]

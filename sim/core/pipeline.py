@@ -16,6 +16,8 @@ import simpy
 from sim.core.engine import Replica, Simulation
 from sim.core.step_plan import StepPlan
 
+PROGRESS_EVERY_MICRO_BATCHES = 2048  # as often as the plain engine reports (its steps)
+
 
 class PipelineReplica(Replica):
     """A replica whose `scheduler` is a set of micro-batch slots (`sim.sched.pipeline.MicroBatchSlots`) and
@@ -65,6 +67,8 @@ class PipelineReplica(Replica):
             if outcome.finished:
                 sim.finish_requests(self, outcome.finished)
             self._wake_idle_slots()  # finishes and admissions change what an idle slot can schedule
+            if sim.progress is not None and self.num_micro_batches % PROGRESS_EVERY_MICRO_BATCHES == 0:
+                sim.progress(env.now, sim.num_done)
 
     def _record(self, sim: Simulation, plan: StepPlan, outcome, start: float, duration_s: float,
                 num_waiting: int, flops: float, nbytes: float) -> None:
