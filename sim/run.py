@@ -113,32 +113,35 @@ def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
 
 
 def _pipeline_cost_model(scenario: Scenario, deployment: Deployment, whole):
-    """One cost model per stage: the roofline of the stage's own layers (LM head on the last stage, the engine's
-    fixed step time once, on the first), or for other cost models `whole`'s step apportioned by layer share."""
+    """One cost model per stage: the roofline of the stage's own layers (LM head on the last stage; the engine's
+    CPU time per step is the driver's, before the first stage), or for other cost models `whole`'s step
+    apportioned by layer share (their overheads included)."""
     from dataclasses import replace
 
     from sim.cost.pipeline import (
+        FixedDriverTime,
         LayerShareCostModel,
         PipelineCostModel,
         stage_model_spec,
     )
     spec, model, layers = scenario.cost_model, deployment.model, deployment.stage_layers
+    driver = None
     if spec.kind == "roofline":
         stages = []
         for i, n in enumerate(layers):
             stage = _roofline(scenario, deployment, stage_model_spec(model, layers, i))
-            if i:
-                stage.step_overhead_s = 0.0  # the driver's CPU time per step, paid once before the first stage
+            driver = FixedDriverTime(stage.step_overhead_s)
+            stage.step_overhead_s = 0.0  # the driver's CPU time, paid once per micro-batch before the first stage
             stage.include_lm_head = i == len(layers) - 1
             if spec.overhead is not None:
                 from sim.cost.overhead import EngineOverheadCostModel, engine_overhead
                 o = spec.overhead
-                terms = engine_overhead(o.engine, per_step_s=o.per_step_s, per_seq_s=o.per_seq_s,
-                                        per_prefill_token_s=o.per_prefill_token_s,
-                                        launch_per_layer_s=o.launch_per_layer_s)
-                if i:  # later stages launch their own layers' kernels; the CPU terms are the first stage's
-                    terms = replace(terms, per_step_s=0.0, per_seq_s=0.0, per_prefill_token_s=0.0)
-                stage = EngineOverheadCostModel(stage, terms, n)
+                driver = engine_overhead(o.engine, per_step_s=o.per_step_s, per_seq_s=o.per_seq_s,
+                                         per_prefill_token_s=o.per_prefill_token_s,
+                                         launch_per_layer_s=o.launch_per_layer_s)
+                # Each stage's workers launch their own layers' kernels; the CPU terms are the driver's.
+                launch_only = replace(driver, per_step_s=0.0, per_seq_s=0.0, per_prefill_token_s=0.0)
+                stage = EngineOverheadCostModel(stage, launch_only, n)
             stages.append(stage)
     else:
         stages = [LayerShareCostModel(whole, model.num_layers, n) for n in layers]
@@ -147,7 +150,7 @@ def _pipeline_cost_model(scenario: Scenario, deployment: Deployment, whole):
     # catalog's per-collective latency (a point-to-point send is the simplest collective).
     return PipelineCostModel(stages, hidden_size=model.hidden_size, tensor_parallel=deployment.tensor_parallel,
                              link_bytes_per_s=gpu.interconnect_bytes_per_s * gpu.interconnect_efficiency,
-                             link_latency_s=gpu.allreduce_latency_s)
+                             link_latency_s=gpu.allreduce_latency_s, driver=driver)
 
 
 def _speculative_batch(scenario: Scenario, kv, replica_index: int):

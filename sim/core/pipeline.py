@@ -2,11 +2,13 @@
 
 A pipelined replica's GPUs form `num_stages` stages, each a SimPy resource held by one micro-batch at a time
 for that stage's time. Each of its micro-batch slots (as many as stages: vLLM V1's `max_concurrent_batches`)
-is an engine loop: take stage 0 (FIFO), schedule a batch from the slot's own requests and the shared queue,
-run stage 0, send the activations to the next stage (the link's time, no stage held), wait for that stage,
-and so on; after the last stage the outcome is applied and the step recorded. One micro-batch alone takes
-the sum of the stage times plus the transfers (the bubble); with every slot busy, a new batch leaves the
-pipeline once per slowest stage time. A replica without pipelining uses `Simulation.engine` unchanged.
+is an engine loop: take the driver (the CPU that schedules, one batch at a time), schedule a batch from the
+slot's own requests and the shared queue, hold the driver for its CPU time, queue for stage 0 (FIFO), run it,
+send the activations to the next stage (the link's time, no stage held), wait for that stage, and so on; after
+the last stage the outcome is applied and the step recorded. As in vLLM V1 (`step_with_batch_queue`), a batch
+is scheduled as soon as the batch queue has room, and the CPU's work overlaps the GPUs' work on earlier
+micro-batches. One micro-batch alone takes the driver's time plus the sum of the stage times plus the transfers
+(the bubble); with every slot busy, a new batch leaves the pipeline once per slowest stage (or driver) time. A replica without pipelining uses `Simulation.engine` unchanged.
 """
 
 from __future__ import annotations
@@ -29,34 +31,40 @@ class PipelineReplica(Replica):
         self.num_micro_batches = 0
 
     def engine_processes(self, sim: Simulation, env: simpy.Environment) -> list:
+        driver = simpy.Resource(env, capacity=1)
         stages = [simpy.Resource(env, capacity=1) for _ in range(self.cost_model.num_stages)]
-        return [self._slot_loop(sim, env, slot, stages) for slot in self.scheduler.slots]
+        return [self._slot_loop(sim, env, slot, driver, stages) for slot in self.scheduler.slots]
 
     def _wake_idle_slots(self) -> None:
         if self.wakeup is not None and not self.wakeup.triggered:
             self.wakeup.succeed()
 
-    def _slot_loop(self, sim: Simulation, env: simpy.Environment, slot, stages: list[simpy.Resource]):
+    def _slot_loop(self, sim: Simulation, env: simpy.Environment, slot, driver: simpy.Resource,
+                   stages: list[simpy.Resource]):
         cost_model = self.cost_model
         while True:
-            held = stages[0].request()
-            yield held
+            cpu = driver.request()
+            yield cpu
             start = env.now
             plan: StepPlan | None = slot.schedule(start)
             if plan is None:
-                stages[0].release(held)
+                driver.release(cpu)
                 if self.wakeup is None or self.wakeup.triggered:
                     self.wakeup = env.event()
                 yield self.wakeup  # an arrival, or another slot's step freeing KV blocks
                 continue
             num_waiting = self.scheduler.num_waiting
+            driver_s = cost_model.driver_s(plan)
+            if driver_s:
+                yield env.timeout(driver_s)
+            driver.release(cpu)
             costs = cost_model.stage_costs(plan)
             transfer_s = cost_model.transfer_s(plan) if len(costs) > 1 else 0.0
             for i, cost in enumerate(costs):
                 if i:
                     yield env.timeout(transfer_s)
-                    held = stages[i].request()
-                    yield held
+                held = stages[i].request()
+                yield held
                 yield env.timeout(cost.time_s)
                 stages[i].release(held)
                 self.stage_busy_s[i] += cost.time_s
@@ -72,7 +80,7 @@ class PipelineReplica(Replica):
 
     def _record(self, sim: Simulation, plan: StepPlan, outcome, start: float, duration_s: float,
                 num_waiting: int, flops: float, nbytes: float) -> None:
-        """One step row per micro-batch: it started when it took stage 0 and lasted until it left the last."""
+        """One step row per micro-batch: it started when it was scheduled and lasted until it left the last stage."""
         usage = self.scheduler.kv_usage()
         row = {
             "replica": self.index, "start_s": start, "duration_s": duration_s, "num_seqs": plan.num_seqs,

@@ -1,8 +1,9 @@
 """Pipeline parallelism's cost: one cost model per stage, and the activation transfer between stages.
 
 A stage is a tensor-parallel group holding consecutive layers (`sim.model.memory.pipeline_stage_layers`).
-The roofline prices a stage exactly: its own layers, the LM head only on the last stage, the engine's fixed
-step overhead once, on the first (sim/run.py builds those). Cost models whose steps cannot be split by layer
+The roofline prices a stage exactly: its own layers, the LM head only on the last stage (sim/run.py builds
+those); the engine's CPU time per step (scheduling, input preparation, output processing) is the driver's, paid
+once per micro-batch before it enters the first stage and overlapping the GPUs' work on other micro-batches. Cost models whose steps cannot be split by layer
 (measured, calibrated whole steps, fixed) are apportioned by layer share (`LayerShareCostModel`).
 The engine that moves micro-batches through the stages is `sim.core.pipeline`.
 """
@@ -27,6 +28,20 @@ def stage_model_spec(model: ModelSpec, stage_layers: tuple[int, ...], stage: int
     dense = max(0, min(end, model.num_dense_layers) - start)
     return model.model_copy(update={"name": f"{model.name}[layers {start}-{end - 1}]",
                                     "num_layers": stage_layers[stage], "num_dense_layers": dense})
+
+
+class FixedDriverTime:
+    """The driver's CPU time per micro-batch when it does not depend on the batch (the roofline's
+    step_overhead_s); `sim.cost.overhead.EngineOverhead` answers the same `serial_s` for per-sequence terms."""
+
+    def __init__(self, seconds: float):
+        self.seconds = seconds
+
+    def __repr__(self) -> str:
+        return f"{self.seconds:g} s per step"
+
+    def serial_s(self, plan: StepPlan) -> float:
+        return self.seconds if plan.num_tokens else 0.0
 
 
 class LayerShareCostModel:
@@ -59,10 +74,11 @@ class PipelineCostModel:
     """
 
     def __init__(self, stages: list, *, hidden_size: int, tensor_parallel: int, link_bytes_per_s: float,
-                 link_latency_s: float):
+                 link_latency_s: float, driver=None):
         if not stages:
             raise ValueError("a pipeline needs at least one stage")
         self.stages = stages
+        self.driver = driver  # CPU time per micro-batch before the first stage (`serial_s(plan)`); None: none
         self.hidden_size = hidden_size
         self.tensor_parallel = tensor_parallel
         self.link_bytes_per_s = link_bytes_per_s
@@ -73,8 +89,13 @@ class PipelineCostModel:
         return len(self.stages)
 
     def __repr__(self) -> str:
+        driver = f"; driver {self.driver!r}" if self.driver is not None else ""
         return (f"PipelineCostModel({self.num_stages} stages: {', '.join(map(repr, self.stages))}; "
-                f"link {self.link_bytes_per_s:.3g} B/s + {self.link_latency_s:g} s)")
+                f"link {self.link_bytes_per_s:.3g} B/s + {self.link_latency_s:g} s{driver})")
+
+    def driver_s(self, plan: StepPlan) -> float:
+        """The driver's CPU time to schedule the micro-batch, prepare its inputs and process its outputs."""
+        return self.driver.serial_s(plan) if self.driver is not None else 0.0
 
     def stage_costs(self, plan: StepPlan) -> list[StepCost]:
         return [stage.step_cost(plan) for stage in self.stages]
@@ -88,9 +109,9 @@ class PipelineCostModel:
         return self.link_latency_s + self.transfer_bytes(plan) / self.link_bytes_per_s
 
     def step_cost(self, plan: StepPlan) -> StepCost:
-        """One micro-batch alone in the pipeline: every stage in turn, a transfer between each two."""
+        """One micro-batch alone in the pipeline: the driver's time, every stage in turn, a transfer between each two."""
         costs = self.stage_costs(plan)
-        time_s = sum(c.time_s for c in costs) + (self.num_stages - 1) * self.transfer_s(plan)
+        time_s = self.driver_s(plan) + sum(c.time_s for c in costs) + (self.num_stages - 1) * self.transfer_s(plan)
         return StepCost(time_s, sum(c.flops for c in costs), sum(c.bytes for c in costs))
 
     def step_time(self, plan: StepPlan) -> float:

@@ -92,21 +92,23 @@ def test_kv_per_gpu_and_capacity_follow_the_tightest_stage():
 # --- stage costs -------------------------------------------------------------------------------------
 
 def test_roofline_stages_add_up_to_the_whole_step():
-    """Each stage prices its own layers; the LM head only on the last, the fixed step time only on the first:
-    together exactly the unpipelined step at the same tensor parallelism."""
+    """Each stage prices its own layers, the LM head only on the last; the engine's fixed step time is the
+    driver's, once per micro-batch: together exactly the unpipelined step at the same tensor parallelism."""
     whole = make_cost_model(scenario(model="llama-3.1-70b", hardware={"tensor_parallel": 2}))
     pipe = make_cost_model(scenario(model="llama-3.1-70b", hardware={"tensor_parallel": 2, "pipeline_parallel": 4}))
     assert isinstance(pipe, PipelineCostModel) and pipe.num_stages == 4
     plan = StepPlan(prefill_request_ids=[0], prefill_chunk_tokens=[512], prefill_context_tokens=[0],
                     num_decode_seqs=32, decode_context_tokens=32 * 700, num_sampled_seqs=33)
     stages = pipe.stage_costs(plan)
-    assert sum(c.time_s for c in stages) == pytest.approx(whole.step_time(plan), rel=1e-12)
+    assert pipe.driver_s(plan) == resolve(scenario()).gpu.step_overhead_s  # the catalog GPU's fixed step time
+    assert pipe.driver_s(plan) + sum(c.time_s for c in stages) == pytest.approx(whole.step_time(plan), rel=1e-12)
     assert sum(c.flops for c in stages) == pytest.approx(whole.step_cost(plan).flops, rel=1e-12)
-    assert stages[3].time_s > stages[1].time_s == stages[2].time_s  # the LM head
+    assert stages[3].time_s > stages[0].time_s == stages[1].time_s == stages[2].time_s  # the LM head
     gpu = resolve(scenario()).gpu
     transfer = gpu.allreduce_latency_s + 2 * 544 * 8192 * 2 / 2 / (gpu.interconnect_bytes_per_s * gpu.interconnect_efficiency)
     assert pipe.transfer_s(plan) == pytest.approx(transfer, rel=1e-12)
-    assert pipe.step_time(plan) == pytest.approx(sum(c.time_s for c in stages) + 3 * transfer, rel=1e-12)
+    assert pipe.step_time(plan) == pytest.approx(pipe.driver_s(plan) + sum(c.time_s for c in stages) + 3 * transfer,
+                                                 rel=1e-12)
 
 
 # --- the engine --------------------------------------------------------------------------------------
@@ -143,6 +145,26 @@ def test_one_micro_batch_takes_every_stage_plus_the_transfers():
     assert len(steps) == 8 and steps["duration_s"].iloc[1] == pytest.approx(4 * 0.01 + 3 * cost.transfer_s(one), rel=1e-12)
     # Alone, the request keeps one stage at a time busy: a quarter of the pipeline's time, less the transfers.
     assert result.summary["busy_fraction"] < 0.25
+
+
+@pytest.mark.parametrize("cost", [{"kind": "roofline"}, {"kind": "roofline", "overhead": {"engine": "vllm-eager"}}])
+def test_one_roofline_micro_batch_is_driver_then_stages_and_transfers(cost):
+    """The driver's CPU time (the GPU's fixed step time, or the engine overhead's CPU terms), then every stage
+    in turn with a transfer between each two: the request's first token, to the last bit."""
+    s = scenario(model="llama-3.1-70b", hardware={"tensor_parallel": 2, "pipeline_parallel": 4}, cost_model=cost,
+                 workload={"arrival": {"kind": "burst"}, "lengths": {"kind": "fixed", "input_tokens": 300,
+                                                                      "output_tokens": 2}},
+                 run={"seed": 0, "num_requests": 1})
+    pipe = make_cost_model(s)
+    plan = StepPlan(prefill_request_ids=[0], prefill_chunk_tokens=[300], prefill_context_tokens=[0],
+                    num_sampled_seqs=1, new_request_ids=[0])
+    t = pipe.driver_s(plan)
+    assert t > 0
+    for i, cost_i in enumerate(pipe.stage_costs(plan)):
+        if i:
+            t += pipe.transfer_s(plan)
+        t += cost_i.time_s
+    assert simulate(s).requests["first_token_s"].iloc[0] == t
 
 
 def test_many_micro_batches_approach_one_stages_rate():
