@@ -253,6 +253,9 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     if deployment.pipeline_parallel > 1:
         from sim.core.pipeline import PipelineReplica
         replica_kind = PipelineReplica
+        if cost_model is not None and not hasattr(cost_model, "stage_costs"):
+            raise ConfigError(f"hardware.pipeline_parallel: {deployment.pipeline_parallel} needs a cost model that "
+                              f"prices each stage (sim.cost.pipeline.PipelineCostModel), not {cost_model!r}")
     replicas = [replica_kind(i, make_scheduler(scenario, i, deployment),
                              cost_model or make_cost_model(scenario, deployment))
                 for i in range(scenario.hardware.num_replicas)]
