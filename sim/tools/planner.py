@@ -372,7 +372,8 @@ def repeat_with_seed(task: SeedTask) -> SeedOutcome:
 def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = None,
                   tensor_parallel: list[int] | None = None, policies: list[str] | None = None,
                   max_replicas: int | None = None, num_seeds: int | None = None,
-                  prices: dict[str, float] | None = None) -> PlanSettings:
+                  prices: dict[str, float] | None = None,
+                  pipeline_parallel: list[int] | None = None) -> PlanSettings:
     """The search space: the scenario's `search:` section, then command-line overrides."""
     from sim.config.files import build_scenario_set
     from sim.config.schema import SearchSpec
@@ -397,6 +398,10 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         search.tensor_parallel or [base.hardware.tensor_parallel])
     if any(tp < 1 for tp in tp_list):
         raise ConfigError(f"--tp: {tp_list} must all be >= 1")
+    pp_list = pipeline_parallel if pipeline_parallel is not None else (
+        search.pipeline_parallel or [base.hardware.pipeline_parallel])
+    if any(pp < 1 for pp in pp_list):
+        raise ConfigError(f"--pp: {pp_list} must all be >= 1")
     target = rate if rate is not None else search.target_rate_per_s
     if target is None:
         target = arrival_rate(raw)  # a trace at its own pace: its recorded mean rate
@@ -415,7 +420,7 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         rate_tolerance=search.rate_tolerance, num_seeds=num_seeds or search.num_seeds, prices=merged_prices,
         top_k=search.top_k, base_seed=base.run.seed, min_window_s=search.min_window_s,
         prefer_calibrated=search.prefer_calibrated,
-        pipeline_parallel=list(search.pipeline_parallel or [base.hardware.pipeline_parallel]))
+        pipeline_parallel=[int(pp) for pp in pp_list])
 
 
 def shipped_profile(gpu_name: str, model_name: str, tensor_parallel: int):

@@ -306,3 +306,20 @@ def test_busy_and_bandwidth_utilization_count_each_stage_once():
     assert 0 < pp["mbu"] <= gpu.memory_efficiency
     # The rows overlap (up to four micro-batches in flight): their durations add up to more than the run.
     assert result.steps["duration_s"].sum() > 2 * result.steps["end_s"].max()
+
+
+def test_plan_pp_option_overrides_the_search_and_refuses_bad_depths(tmp_path):
+    from sim.tools.planner import candidates, plan_settings
+    raw = small_scenario({"slo": {"ttft_s": 1.0}, "search": {"pipeline_parallel": [1, 2]}})
+    assert {c.pipeline_parallel for c in candidates(plan_settings(raw, pipeline_parallel=[4]))} == {4}
+    with pytest.raises(ConfigError, match=r"^--pp: \[0, 2\] must all be >= 1$"):
+        plan_settings(raw, pipeline_parallel=[0, 2])
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = subprocess.run([sys.executable, "-m", "sim.views.cli", "plan", str(path), "-q", "--backend", "serial",
+                             "--out", str(tmp_path / "o"), "--pp", "1,two"], check=False, cwd=tmp_path,
+                            capture_output=True, text=True, env={"PYTHONPATH": str(REPO), "COLUMNS": "40",
+                                                                 "PATH": "/usr/bin:/bin"}, timeout=120)
+    assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1 and "--pp: '1,two' is not a comma-separated list of int" in lines[0]
