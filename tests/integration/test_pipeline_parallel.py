@@ -323,3 +323,17 @@ def test_plan_pp_option_overrides_the_search_and_refuses_bad_depths(tmp_path):
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "--pp: '1,two' is not a comma-separated list of int" in lines[0]
+
+
+def test_a_horizon_leaves_pipelined_requests_unfinished_and_accounted_for():
+    s = scenario(hardware={"pipeline_parallel": 2, "num_replicas": 2},
+                 workload={"arrival": {"kind": "poisson", "rate_per_s": 50}},
+                 run={"seed": 2, "num_requests": 400, "horizon_s": 3.0})
+    result = simulate(s)
+    req, summary = result.requests, result.summary
+    arrived = int((req["arrival_s"] <= 3.0).sum())
+    assert summary["num_arrived"] == arrived
+    assert summary["num_finished"] + summary["num_unfinished"] + summary["num_rejected"] == arrived
+    assert summary["num_unfinished"] > 0 and summary["num_finished"] > 0
+    assert (req.loc[req["status"] == "unfinished", "finish_s"].isna()).all()
+    assert set(result.steps["replica"]) == {0, 1}
