@@ -80,6 +80,10 @@ def test_kv_per_gpu_and_capacity_follow_the_tightest_stage():
     s = scenario(model="llama-3.1-70b", hardware={"tensor_parallel": 2, "pipeline_parallel": 4})
     d = resolve(s)
     assert d.stage_layers == (20, 20, 20, 20) and d.num_gpus == 8
+    # Per GPU of a stage (what swap space per GPU divides by): 20 layers x K and V x 4 KV heads x 128 x 2 bytes;
+    # the replica's whole token (swapped bytes) is all 80 layers on both ranks.
+    assert d.kv_bytes_per_token_per_stage_gpu == 20 * 2 * 4 * 128 * 2
+    assert d.kv_bytes_per_token == 80 * 2 * 8 * 128 * 2
     # The first and last stages hold a vocabulary table more than the middle ones, so they bound the replica.
     usable = int(d.gpu.hbm_bytes * 0.9)
     from sim.model.memory import activation_bytes
