@@ -234,6 +234,9 @@ def sidebar(base: dict) -> dict:
     set_form_key(new, "hardware.tensor_parallel", number(
         "tensor parallelism (GPUs per replica)", int(get_path(base, "hardware.tensor_parallel", 1)), "tp",
         min_value=1, max_value=64))
+    pp = number("pipeline stages (GPU groups per replica, consecutive layers each)",
+                int(get_path(base, "hardware.pipeline_parallel", 1)), "pp", min_value=1, max_value=64)
+    set_form_key(new, "hardware.pipeline_parallel", pp if pp > 1 else None)  # 1: the key stays out of the YAML
     cost_model_input(base, new)
     replicas = number("replicas", int(get_path(base, "hardware.num_replicas", 1)), "replicas",
                       min_value=1, max_value=256)

@@ -108,6 +108,8 @@ def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
     else:
         target = _roofline(scenario, deployment, deployment.model)
     target = _with_overhead(target, spec, deployment)
+    if deployment.pipeline_parallel > 1:
+        return _pipeline_cost_model(scenario, deployment, target)
     spec_dec = scenario.speculation
     if spec_dec is None:
         return target
@@ -121,6 +123,47 @@ def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
         return SpeculativeCostModel(target, draft=draft_cost, sync_overhead_fraction=spec_dec.sync_overhead_fraction)
     return SpeculativeCostModel(target, draft_cost_ratio=spec_dec.draft_cost_ratio,
                                 sync_overhead_fraction=spec_dec.sync_overhead_fraction)
+
+
+def _pipeline_cost_model(scenario: Scenario, deployment: Deployment, whole):
+    """One cost model per stage: the roofline of the stage's own layers (LM head on the last stage; the engine's
+    CPU time per step is the driver's, before the first stage), or for other cost models `whole`'s step
+    apportioned by layer share (their overheads included)."""
+    from dataclasses import replace
+
+    from sim.cost.pipeline import (
+        FixedDriverTime,
+        LayerShareCostModel,
+        PipelineCostModel,
+        stage_model_spec,
+    )
+    spec, model, layers = scenario.cost_model, deployment.model, deployment.stage_layers
+    driver = None
+    if spec.kind == "roofline":
+        stages = []
+        for i, n in enumerate(layers):
+            stage = _roofline(scenario, deployment, stage_model_spec(model, layers, i))
+            driver = FixedDriverTime(stage.step_overhead_s)
+            stage.step_overhead_s = 0.0  # the driver's CPU time, paid once per micro-batch before the first stage
+            stage.include_lm_head = i == len(layers) - 1
+            if spec.overhead is not None:
+                from sim.cost.overhead import EngineOverheadCostModel, engine_overhead
+                o = spec.overhead
+                driver = engine_overhead(o.engine, per_step_s=o.per_step_s, per_seq_s=o.per_seq_s,
+                                         per_prefill_token_s=o.per_prefill_token_s,
+                                         launch_per_layer_s=o.launch_per_layer_s)
+                # Each stage's workers launch their own layers' kernels; the CPU terms are the driver's.
+                launch_only = replace(driver, per_step_s=0.0, per_seq_s=0.0, per_prefill_token_s=0.0)
+                stage = EngineOverheadCostModel(stage, launch_only, n)
+            stages.append(stage)
+    else:
+        stages = [LayerShareCostModel(whole, model.num_layers, n) for n in layers]
+    gpu = deployment.gpu
+    # Stage to stage is one GPU to another over the GPU interconnect; its fixed latency is taken to be the
+    # catalog's per-collective latency (a point-to-point send is the simplest collective).
+    return PipelineCostModel(stages, hidden_size=model.hidden_size, tensor_parallel=deployment.tensor_parallel,
+                             link_bytes_per_s=gpu.interconnect_bytes_per_s * gpu.interconnect_efficiency,
+                             link_latency_s=gpu.allreduce_latency_s, driver=driver)
 
 
 def _speculative_batch(scenario: Scenario, kv, replica_index: int):
@@ -151,6 +194,8 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
                             sliding_window=deployment.model.sliding_window)
     else:
         kv = ContiguousKVManager(tokens, kv_spec.reserve, max_len, kv_spec.placement or "first_fit")
+    if deployment.pipeline_parallel > 1:
+        return _micro_batch_slots(scenario, kv, deployment)
     if s.batching == "static":
         return StaticScheduler(kv, max_batch_size=s.max_batch_size, batch_timeout_s=s.batch_timeout_s,
                                max_model_len=max_len)
@@ -158,12 +203,28 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
     preemption = s.preemption
     swap_tokens = 0
     if preemption.mode == "swap":
-        swap_tokens = preemption.swap_space_bytes // deployment.kv_bytes_per_token_per_gpu
+        swap_tokens = preemption.swap_space_bytes // deployment.kv_bytes_per_token_per_stage_gpu
     return ContinuousScheduler(kv, max_num_seqs=s.max_num_seqs,
                                max_num_batched_tokens=deployment.max_num_batched_tokens,
                                chunked_prefill=s.chunked_prefill, max_model_len=max_len, tracker=tracker,
                                swap_capacity_tokens=swap_tokens, victim=preemption.victim,
                                sequences_per_request=deployment.sequences_per_request)
+
+
+def _micro_batch_slots(scenario: Scenario, kv, deployment: Deployment):
+    """A pipelined replica's schedulers: one per micro-batch slot, sharing `kv`, the queue and swap space."""
+    from sim.sched.pipeline import MicroBatchSlots
+    s, pp = scenario.scheduler, deployment.pipeline_parallel
+    swap_tokens = 0
+    if s.preemption.mode == "swap":
+        swap_tokens = s.preemption.swap_space_bytes // deployment.kv_bytes_per_token_per_stage_gpu
+    # vLLM V1 caps the running requests of all in-flight batches together at max_num_seqs: each slot a share.
+    per_slot_seqs = max(1, s.max_num_seqs // pp)
+    return MicroBatchSlots([
+        ContinuousScheduler(kv, max_num_seqs=per_slot_seqs, max_num_batched_tokens=deployment.max_num_batched_tokens,
+                            chunked_prefill=s.chunked_prefill, max_model_len=deployment.max_model_len,
+                            swap_capacity_tokens=swap_tokens, victim=s.preemption.victim)
+        for _ in range(pp)])
 
 
 def replica_counters(scenario: Scenario, replica: Replica, deployment: Deployment) -> ReplicaCounters:
@@ -179,6 +240,23 @@ def replica_counters(scenario: Scenario, replica: Replica, deployment: Deploymen
         num_accepted_drafts=scheduler.tracker.num_accepted_drafts if speculative else None)
 
 
+def pipeline_metrics(replicas: list, elapsed_s: float, steps, gpu) -> dict:
+    """Busy time of a pipelined run per stage. Its step rows overlap (several micro-batches in flight), so the
+    rows' summed durations overstate busy time: `busy_fraction` becomes the stages' mean busy fraction, and
+    bandwidth and FLOP utilization divide each stage GPU's bytes and FLOPs by the stages' summed busy time."""
+    k = len(replicas[0].stage_busy_s)
+    per_stage = [sum(r.stage_busy_s[i] for r in replicas) / elapsed_s / len(replicas) if elapsed_s > 0 else 0.0
+                 for i in range(k)]
+    out = {f"pipeline_stage{i}_busy_fraction": x for i, x in enumerate(per_stage)}
+    out.update(pipeline_stages=k, busy_fraction=sum(per_stage) / k,
+               pipeline_micro_batches=int(sum(r.num_micro_batches for r in replicas)))
+    busy_s = sum(sum(r.stage_busy_s) for r in replicas)
+    if busy_s > 0:
+        out["mbu"] = float(steps["bytes"].sum()) / (busy_s * gpu.hbm_bytes_per_s)
+        out["mfu"] = float(steps["flops"].sum()) / (busy_s * gpu.bf16_flops_per_s)
+    return out
+
+
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
              progress: Callable[[float, int], None] | None = None, cost_model=None) -> Result:
     """Simulate a validated scenario; `workload` defaults to the one the scenario generates."""
@@ -186,7 +264,15 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
         return simulate_disaggregated(scenario, workload, progress=progress)
     deployment = resolve(scenario)
     workload = workload if workload is not None else make_workload(scenario, deployment)
-    replicas = [Replica(i, make_scheduler(scenario, i, deployment), cost_model or make_cost_model(scenario, deployment))
+    replica_kind = Replica
+    if deployment.pipeline_parallel > 1:
+        from sim.core.pipeline import PipelineReplica
+        replica_kind = PipelineReplica
+        if cost_model is not None and not hasattr(cost_model, "stage_costs"):
+            raise ConfigError(f"hardware.pipeline_parallel: {deployment.pipeline_parallel} needs a cost model that "
+                              f"prices each stage (sim.cost.pipeline.PipelineCostModel), not {cost_model!r}")
+    replicas = [replica_kind(i, make_scheduler(scenario, i, deployment),
+                             cost_model or make_cost_model(scenario, deployment))
                 for i in range(scenario.hardware.num_replicas)]
     run = scenario.run
     horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
@@ -210,6 +296,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                         max_model_len=deployment.max_model_len,
                         window=measurement_window(requests, run.warmup_s, run.cooldown_s, run.duration_s)
                         if run.has_window() else None)
+    if deployment.pipeline_parallel > 1:
+        summary.update(pipeline_metrics(replicas, elapsed, steps, deployment.gpu))
     from sim.cost.labels import cost_model_label
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler),

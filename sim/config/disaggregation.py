@@ -71,6 +71,9 @@ def _check_supported(scenario: Scenario) -> None:
     field = "hardware.disaggregation"
     if scenario.scheduler.batching != "continuous":
         raise ConfigError(f"{field}: needs scheduler.batching 'continuous', got {scenario.scheduler.batching!r}")
+    if scenario.hardware.pipeline_parallel > 1:
+        raise ConfigError(f"{field}: pipeline parallelism is not modelled with disaggregation; set "
+                          f"hardware.pipeline_parallel to 1, got {scenario.hardware.pipeline_parallel}")
     if scenario.speculation is not None:
         raise ConfigError(f"{field}: speculative decoding is not modelled with disaggregation; remove speculation")
     if scenario.kv_cache.enable_prefix_caching:

@@ -103,6 +103,8 @@ class DisaggregationSpec(_Strict):
 class HardwareSpec(_Strict):
     gpu: str | GPUSpec = Field("h100-sxm", description="catalog GPU name, or an inline GPU definition")
     tensor_parallel: int = Field(1, ge=1, description="GPUs per replica sharing each layer")
+    pipeline_parallel: int = Field(1, ge=1, description="pipeline stages per replica, each a tensor-parallel group "
+                                   "holding consecutive layers (GPUs per replica = tensor_parallel x pipeline_parallel)")
     num_replicas: int = Field(1, ge=1)
     router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
     disaggregation: DisaggregationSpec | None = Field(
@@ -288,6 +290,8 @@ class SearchSpec(_Strict):
 
     gpus: list[str | GPUSpec] | None = Field(None, description="candidate GPUs; default: hardware.gpu")
     tensor_parallel: list[int] | None = Field(None, description="candidate TP degrees; default: hardware.tensor_parallel")
+    pipeline_parallel: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="candidate pipeline depths, each tried with every TP degree; default: hardware.pipeline_parallel")
     policies: list[str] | None = Field(None, description="variant names to try; default: every variant")
     target_rate_per_s: float | None = Field(None, gt=0, le=MAX_RATE_PER_S,
                                              description="the load to serve; default: the workload's rate")

@@ -135,11 +135,11 @@ class DisaggregatedSimulation(Simulation):
             replica.wakeup.succeed()
 
     # --- a step ended with finishes ------------------------------------------------------------------
-    def _finished(self, replica: Replica, finished: list[Request], step_start_s: float) -> None:
+    def finish_requests(self, replica: Replica, finished: list[Request], step_start_s: float) -> None:
         if replica.index >= self.num_prefill_replicas:
             for request in finished:
                 del self._live[request.request_id]
-            super()._finished(replica, finished, step_start_s)
+            super().finish_requests(replica, finished, step_start_s)
             self._place_waiting()  # their slots and blocks are free
             return
         now = self.env.now

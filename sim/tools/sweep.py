@@ -128,7 +128,8 @@ class PointTask:
 
 
 def num_gpus(scenario) -> int:
-    return scenario.hardware.tensor_parallel * scenario.hardware.num_replicas
+    hw = scenario.hardware
+    return hw.tensor_parallel * hw.pipeline_parallel * hw.num_replicas
 
 
 def price_per_gpu_hour(scenario, prices: dict[str, float] | None = None) -> float:

@@ -256,6 +256,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
          rate: Optional[float] = typer.Option(None, "--rate", help="target load in req/s (default: the workload's)"),
          gpus: Optional[str] = typer.Option(None, "--gpus", help="candidate GPUs, comma-separated"),
          tp: Optional[str] = typer.Option(None, "--tp", help="candidate tensor-parallel degrees, comma-separated"),
+         pp: Optional[str] = typer.Option(None, "--pp", help="candidate pipeline depths, comma-separated "
+                                          "(each with every --tp; default: hardware.pipeline_parallel)"),
          policies: Optional[str] = typer.Option(None, "--policies", help="variants to try, comma-separated"),
          max_replicas: Optional[int] = typer.Option(None, "--max-replicas"),
          seeds: Optional[int] = typer.Option(None, "--seeds", help="seeds the recommendation is repeated with"),
@@ -295,7 +297,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
         check_output_file(report, "--report")
     settings = plan_settings(raw, rate=rate, gpus=_csv_list("--gpus", gpus), tensor_parallel=_csv_list("--tp", tp, int),
                              policies=_csv_list("--policies", policies), max_replicas=max_replicas,
-                             num_seeds=seeds, prices=prices)
+                             num_seeds=seeds, prices=prices, pipeline_parallel=_csv_list("--pp", pp, int))
     command = "servesim " + " ".join(sys.argv[1:]) if sys.argv and "servesim" in sys.argv[0] else f"servesim plan {scenario}"
     if quiet:
         result = run_plan(raw, settings, backend=backend, workers=workers, address=address, command=command)

@@ -129,6 +129,8 @@ def test_same_scenario_and_seed_give_identical_records():
 
 @pytest.mark.parametrize(("changes", "message"), [
     ({"speculation": {"draft_cost_ratio": 0.1}}, "hardware.disaggregation: speculative decoding"),
+    ({"hardware": {"disaggregation": {}, "pipeline_parallel": 2}},
+     "hardware.disaggregation: pipeline parallelism is not modelled with disaggregation"),
     ({"scheduler": {"batching": "static"}}, "hardware.disaggregation: needs scheduler.batching 'continuous'"),
     ({"hardware": {"disaggregation": {"decode": {"tensor_parallel": 3}}}}, "hardware.disaggregation.decode.tensor_parallel: 3 cannot split llama-3.1-8b"),
     ({"hardware": {"disaggregation": {"prefill": {"gpu": "h900"}}}},
