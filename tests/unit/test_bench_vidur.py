@@ -1,0 +1,82 @@
+"""benchmarks/bench_vidur.py's helpers: the shared trace both simulators read, and Vidur's offline cache layout.
+
+The benchmark itself needs Vidur in its own venv; these parts need neither Vidur nor ../shared.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import lzma
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from sim.config.files import validate_scenario
+from sim.run import make_workload
+
+BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_vidur.py"
+
+
+@pytest.fixture(scope="module")
+def bench():
+    spec = importlib.util.spec_from_file_location("bench_vidur", BENCH)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def azure_csv(tmp_path: Path) -> Path:
+    """Three requests 1 s and 3 s apart; the last one longer than Vidur's 4096-token cap."""
+    path = tmp_path / "azure.csv"
+    path.write_text("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+                    "2023-11-16 18:00:00.0,100,10\n"
+                    "2023-11-16 18:00:01.0,0,0\n"
+                    "2023-11-16 18:00:04.0,5000,200\n")
+    return path
+
+
+def test_trace_cycles_rows_and_rescales_gaps_to_the_rate(bench, azure_csv):
+    frame = bench.build_trace(7, rate_per_s=4.0, source=azure_csv)
+    # Rows cycle 0, 1, 2, 0, 1, 2, 0; gaps cycle 1 s, 3 s (mean 2 s) and are scaled to a mean of 0.25 s.
+    assert frame["arrived_at"].tolist() == pytest.approx([0, 0.125, 0.5, 0.625, 1.0, 1.125, 1.5])
+    # Empty prompts and outputs become 1 token; the long prompt is cut so that prompt + output = 4096.
+    assert frame["num_prefill_tokens"].tolist() == [100, 1, 3896, 100, 1, 3896, 100]
+    assert frame["num_decode_tokens"].tolist() == [10, 1, 200, 10, 1, 200, 10]
+    assert (frame["num_prefill_tokens"] + frame["num_decode_tokens"]).max() <= bench.MAX_TOTAL_TOKENS
+
+
+def test_vidur_csv_holds_the_same_rows_and_servesim_replays_them(bench, azure_csv, tmp_path):
+    frame = bench.build_trace(5, rate_per_s=2.0, source=azure_csv)
+    plain, vidur = bench.write_traces(frame, tmp_path / "traces")
+    theirs = pd.read_csv(vidur)
+    assert set(theirs["Date"]) == {bench.VIDUR_TRACE_DATE}  # vidur keeps only rows of that date
+    mine = pd.read_csv(plain)
+    assert theirs["Time"].tolist() == mine["arrived_at"].tolist()
+    assert theirs["PromptTokenCount"].tolist() == mine["num_prefill_tokens"].tolist()
+    assert theirs["CompletionTokenCount"].tolist() == mine["num_decode_tokens"].tolist()
+
+    scenario = validate_scenario(bench.servesim_scenario(plain, 5, kv_capacity_tokens=4096 * 4))
+    workload = make_workload(scenario)
+    assert workload.num_clipped == 0  # prompt + output <= max_model_len: ServeSim replays them unchanged
+    assert workload.arrival_s.tolist() == mine["arrived_at"].tolist()
+    assert workload.input_tokens.tolist() == mine["num_prefill_tokens"].tolist()
+    assert workload.output_tokens.tolist() == mine["num_decode_tokens"].tolist()
+
+def test_offline_cache_is_a_hugging_face_dataset_snapshot(bench, tmp_path):
+    profile = tmp_path / "profile"
+    profile.mkdir()
+    (profile / "mlp.csv").write_text("n_head,num_tokens\n32,1\n")
+    (profile / "attention.csv").write_text("n_embd,batch_size\n4096,1\n")
+    bench.prepare_vidur_cache(tmp_path / "cache", profile)
+    repo = tmp_path / "cache" / "profiling_data" / "compute" / "datasets--project-vajra--dev-staging-meta-llama-llama-3-8b-h100"
+    snapshot = repo / "snapshots" / (repo / "refs" / "main").read_text()
+    assert lzma.decompress((snapshot / "mlp.csv.xz").read_bytes()) == (profile / "mlp.csv").read_bytes()
+    assert lzma.decompress((snapshot / "attention.csv.xz").read_bytes()) == (profile / "attention.csv").read_bytes()
+    # vidur asserts these two fields against its replica config (model name and device).
+    assert json.loads((snapshot / "config.json").read_text()) == {"model": "meta-llama/Llama-3-8B", "device_sku": "h100"}
+    network = tmp_path / "cache" / "profiling_data" / "network" / "datasets--project-vajra--dev-staging-h100-dgx"
+    net_snapshot = network / "snapshots" / (network / "refs" / "main").read_text()
+    assert json.loads((net_snapshot / "config.json").read_text()) == {"sku": "h100_dgx"}
