@@ -15,7 +15,7 @@ predictors (reported separately as "first run"); later runs load them from that 
     .venv/bin/python benchmarks/bench_vidur.py --vidur-python /work/vidur-venv/bin/python \
         --out out/bench_vidur 1000 10000 100000
 
-Prints Markdown tables (paste into benchmarks/RESULTS.md) and writes OUT/results.json.
+Prints Markdown tables (paste into benchmarks/RESULTS.md) and writes OUT/results_<counts>.json (per-request latencies included).
 """
 
 from __future__ import annotations
@@ -239,7 +239,8 @@ def vidur_command(vidur_python: str, trace_csv: Path, cache_dir: Path, out_dir: 
     ]
 
 
-def run_vidur(vidur_python: str, trace_csv: Path, n: int, out: Path, core: int, num_blocks: int, tag: str) -> dict:
+def run_vidur(vidur_python: str, trace_csv: Path, n: int, out: Path, core: int, num_blocks: int, tag: str,
+              timeout_s: float | None = None) -> dict:
     cache_dir = out / "vidur_cache"
     prepare_vidur_cache(cache_dir)
     run_dir = out / f"vidur_{tag}_{n}"
@@ -248,9 +249,12 @@ def run_vidur(vidur_python: str, trace_csv: Path, n: int, out: Path, core: int, 
     log = out / f"vidur_{tag}_{n}.log"
     t0 = time.perf_counter()
     with log.open("w") as f:
-        subprocess.run(["taskset", "-c", str(core), *vidur_command(vidur_python, trace_csv, cache_dir, run_dir,
-                                                                   num_blocks)],
-                       check=True, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=out)
+        try:
+            subprocess.run(["taskset", "-c", str(core), *vidur_command(vidur_python, trace_csv, cache_dir, run_dir,
+                                                                       num_blocks)],
+                           check=True, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=out, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return {"wall_s": time.perf_counter() - t0, "timed_out": True}
     wall_s = time.perf_counter() - t0
     text = log.read_text()
     ended = re.findall(r"Simulation ended at: ([0-9.eE+-]+)s", text)
@@ -298,6 +302,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=RATE_PER_S, help="mean arrival rate (req/s)")
     parser.add_argument("--vidur-repeats", type=int, default=1, help="cached Vidur runs per count")
     parser.add_argument("--skip-vidur", action="store_true")
+    parser.add_argument("--vidur-timeout", type=float, default=1200.0,
+                        help="seconds after which a cached Vidur run is stopped and reported as such")
     parser.add_argument("--roofline", action="store_true", help="also run ServeSim with the roofline cost model")
     args = parser.parse_args()
     out = Path(args.out).resolve()
@@ -322,14 +328,15 @@ def main() -> None:
         if not args.skip_vidur:
             row["vidur"] = []
             for _ in range(args.vidur_repeats):
-                row["vidur"].append(run_vidur(args.vidur_python, vidur_csv, n, out, args.core, num_blocks, "cached"))
+                row["vidur"].append(run_vidur(args.vidur_python, vidur_csv, n, out, args.core, num_blocks, "cached",
+                                              args.vidur_timeout))
                 row["servesim"].append(run_servesim(plain, n, out, args.core, kv_tokens, None, "calibrated"))
         if args.roofline:
             row["servesim_roofline"] = run_servesim(plain, n, out, args.core, kv_tokens, {"kind": "roofline"},
                                                     "roofline")
         row["uptime_after"] = uptime()
         report["runs"].append(row)
-        (out / "results.json").write_text(json.dumps(report, indent=1))
+        (out / f"results_{'_'.join(map(str, args.counts))}.json").write_text(json.dumps(report, indent=1))
         print_row(row, flush=True)
 
 
@@ -340,6 +347,9 @@ def print_row(row: dict, flush: bool = True) -> None:
     s_sim = min(r["simulate_s"] for r in s)
     print(f"\n## {n:,} requests  (load before: {row['uptime_before']}; after: {row['uptime_after']})")
     line = f"ServeSim wall {s_wall:.2f} s (simulate() {s_sim:.2f} s, {len(s)} runs, min)"
+    if "vidur" in row and row["vidur"][0].get("timed_out"):
+        line += f"; Vidur stopped after {row['vidur'][0]['wall_s']:.0f} s without finishing"
+        row = {k: v for k, v in row.items() if k != "vidur"}
     if "vidur" in row:
         v_wall = min(r["wall_s"] for r in row["vidur"])
         line += f"; Vidur cached wall {v_wall:.1f} s; ratio {v_wall / s_wall:.1f}x (whole process)"
