@@ -8,7 +8,7 @@ pay their interpreter start and imports; ServeSim's in-process simulate() time i
 
 Vidur (`vidur==0.0.26`, its own venv; not a ServeSim dependency) runs offline on the H100 profile in
 ../shared/gpu/vidur_h100_llama-3-8b/ (see its README): this script lays that profile out as a Hugging Face
-dataset cache under OUT/vidur_cache, so `HF_HUB_OFFLINE=1` finds it. Vidur's first run fits its random-forest
+dataset cache under OUT/vidur_cache_<grid>, so `HF_HUB_OFFLINE=1` finds it. Vidur's first run fits its random-forest
 predictors (reported separately as "first run"); later runs load them from that cache.
 
     python3 -m venv /work/vidur-venv && /work/vidur-venv/bin/pip install vidur==0.0.26
@@ -208,7 +208,19 @@ def prepare_vidur_cache(cache_dir: Path, profile: Path = VIDUR_PROFILE) -> None:
                 target.write_text(content)
 
 
-def vidur_command(vidur_python: str, trace_csv: Path, cache_dir: Path, out_dir: Path, num_blocks: int) -> list[str]:
+# Vidur's default random-forest grid is 3 x 3 x 3 settings, each cross-validated 10-fold, for 12 predictors:
+# under this machine's load the first predictor alone took 3.5 min on one core. "small" fits the one setting
+# that grid chose for that first predictor (attn_pre_proj: 250 trees, depth 16, min split 2), 27x less work.
+RF_GRIDS = {
+    "default": None,
+    "small": {"num_estimators": ["250"], "max_depth": ["16"], "min_samples_split": ["2"]},
+}
+
+
+def vidur_command(vidur_python: str, trace_csv: Path, cache_dir: Path, out_dir: Path, num_blocks: int,
+                  grid: str = "small") -> list[str]:
+    rf = "--random_forrest_execution_time_predictor_config_"
+    grid_args = [a for key, values in (RF_GRIDS[grid] or {}).items() for a in (rf + key, *values)]
     return [
         vidur_python, "-m", "vidur.main",
         "--replica_config_model_name", "meta-llama/Llama-3-8B",
@@ -236,12 +248,13 @@ def vidur_command(vidur_python: str, trace_csv: Path, cache_dir: Path, out_dir: 
         "--no-metrics_config_enable_chrome_trace",
         "--no-metrics_config_store_plots",
         "--no-metrics_config_write_json_trace",
+        *grid_args,
     ]
 
 
 def run_vidur(vidur_python: str, trace_csv: Path, n: int, out: Path, core: int, num_blocks: int, tag: str,
-              timeout_s: float | None = None) -> dict:
-    cache_dir = out / "vidur_cache"
+              timeout_s: float | None = None, grid: str = "small") -> dict:
+    cache_dir = out / f"vidur_cache_{grid}"  # the predictors' cache key leaves the grid out: one cache per grid
     prepare_vidur_cache(cache_dir)
     run_dir = out / f"vidur_{tag}_{n}"
     env = dict(os.environ, HF_HUB_OFFLINE="1", WANDB_MODE="disabled", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
@@ -251,7 +264,7 @@ def run_vidur(vidur_python: str, trace_csv: Path, n: int, out: Path, core: int, 
     with log.open("w") as f:
         try:
             subprocess.run(["taskset", "-c", str(core), *vidur_command(vidur_python, trace_csv, cache_dir, run_dir,
-                                                                       num_blocks)],
+                                                                       num_blocks, grid)],
                            check=True, env=env, stdout=f, stderr=subprocess.STDOUT, cwd=out, timeout=timeout_s)
         except subprocess.TimeoutExpired:
             return {"wall_s": time.perf_counter() - t0, "timed_out": True}
@@ -302,6 +315,8 @@ def main() -> None:
     parser.add_argument("--rate", type=float, default=RATE_PER_S, help="mean arrival rate (req/s)")
     parser.add_argument("--vidur-repeats", type=int, default=1, help="cached Vidur runs per count")
     parser.add_argument("--skip-vidur", action="store_true")
+    parser.add_argument("--vidur-grid", choices=sorted(RF_GRIDS), default="small",
+                        help="random-forest settings Vidur's first run searches (see RF_GRIDS)")
     parser.add_argument("--vidur-timeout", type=float, default=1200.0,
                         help="seconds after which a cached Vidur run is stopped and reported as such")
     parser.add_argument("--roofline", action="store_true", help="also run ServeSim with the roofline cost model")
@@ -310,16 +325,17 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     kv_tokens = servesim_kv_capacity_tokens()
     num_blocks = kv_tokens // BLOCK_SIZE
-    report: dict = {"machine": cpuinfo(), "cpu_count": os.cpu_count(), "core": args.core, "rate_per_s": args.rate,
+    report: dict = {"vidur_grid": args.vidur_grid, "machine": cpuinfo(), "cpu_count": os.cpu_count(), "core": args.core, "rate_per_s": args.rate,
                     "kv_capacity_tokens": kv_tokens, "runs": []}
     print(f"# {cpuinfo()['cpu_model']}, {os.cpu_count()} hardware threads; both pinned to core {args.core}; "
           f"KV {num_blocks} blocks of {BLOCK_SIZE}; {args.rate} req/s", flush=True)
-    fitted = any((out / "vidur_cache" / "predictors").glob("*/*.pkl"))
+    fitted = any((out / f"vidur_cache_{args.vidur_grid}" / "predictors").glob("*/*.pkl"))
     for n in args.counts:
         plain, vidur_csv = write_traces(build_trace(n, args.rate), out)
         row: dict = {"requests": n, "uptime_before": uptime()}
         if not args.skip_vidur and not fitted:
-            row["vidur_first"] = run_vidur(args.vidur_python, vidur_csv, n, out, args.core, num_blocks, "first")
+            row["vidur_first"] = run_vidur(args.vidur_python, vidur_csv, n, out, args.core, num_blocks, "first",
+                                           None, args.vidur_grid)
             fitted = True
             print(f"vidur first run (fits predictors), {n:,} requests: {row['vidur_first']['wall_s']:.1f} s",
                   flush=True)
@@ -329,7 +345,7 @@ def main() -> None:
             row["vidur"] = []
             for _ in range(args.vidur_repeats):
                 row["vidur"].append(run_vidur(args.vidur_python, vidur_csv, n, out, args.core, num_blocks, "cached",
-                                              args.vidur_timeout))
+                                              args.vidur_timeout, args.vidur_grid))
                 row["servesim"].append(run_servesim(plain, n, out, args.core, kv_tokens, None, "calibrated"))
         if args.roofline:
             row["servesim_roofline"] = run_servesim(plain, n, out, args.core, kv_tokens, {"kind": "roofline"},
