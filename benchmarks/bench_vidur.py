@@ -252,6 +252,24 @@ def vidur_command(vidur_python: str, trace_csv: Path, cache_dir: Path, out_dir: 
     ]
 
 
+LOG_STAMP = re.compile(r"^\w+ (\d\d-\d\d \d\d:\d\d:\d\d) ", re.MULTILINE)
+
+
+def vidur_log_phases(text: str) -> dict:
+    """Seconds from Vidur's first log line to "Starting simulation" (predictions loaded or fitted) and from
+    there to "Simulation ended" (the event loop), read from its log's timestamps (1 s resolution)."""
+    def stamp(line_pattern: str) -> pd.Timestamp | None:
+        found = re.search(r"^\w+ (\d\d-\d\d \d\d:\d\d:\d\d) .*" + line_pattern, text, re.MULTILINE)
+        return pd.Timestamp("2000-" + found.group(1)) if found else None
+
+    first = LOG_STAMP.search(text)
+    t0 = pd.Timestamp("2000-" + first.group(1)) if first else None
+    start, end = stamp("Starting simulation"), stamp("Simulation ended at")
+    if t0 is None or start is None or end is None:
+        return {"setup_s": float("nan"), "loop_s": float("nan")}
+    return {"setup_s": (start - t0).total_seconds(), "loop_s": (end - start).total_seconds()}
+
+
 def run_vidur(vidur_python: str, trace_csv: Path, n: int, out: Path, core: int, num_blocks: int, tag: str,
               timeout_s: float | None = None, grid: str = "small") -> dict:
     cache_dir = out / f"vidur_cache_{grid}"  # the predictors' cache key leaves the grid out: one cache per grid
@@ -283,6 +301,7 @@ def run_vidur(vidur_python: str, trace_csv: Path, n: int, out: Path, core: int, 
     many = decode > 1
     return {
         "wall_s": wall_s,
+        **vidur_log_phases(text),
         "num_finished": len(frame),
         "makespan_s": float(ended[-1]) if ended else float("nan"),
         "ttft_s": ttft.tolist(),
@@ -369,6 +388,9 @@ def print_row(row: dict, flush: bool = True) -> None:
     if "vidur" in row:
         v_wall = min(r["wall_s"] for r in row["vidur"])
         line += f"; Vidur cached wall {v_wall:.1f} s; ratio {v_wall / s_wall:.1f}x (whole process)"
+        if "loop_s" in row["vidur"][0]:
+            v = row["vidur"][0]
+            line += f"; Vidur setup {v['setup_s']:.0f} s + event loop {v['loop_s']:.0f} s"
     if "vidur_first" in row:
         line += f"; Vidur first run {row['vidur_first']['wall_s']:.1f} s"
     print(line)

@@ -80,3 +80,12 @@ def test_offline_cache_is_a_hugging_face_dataset_snapshot(bench, tmp_path):
     network = tmp_path / "cache" / "profiling_data" / "network" / "datasets--project-vajra--dev-staging-h100-dgx"
     net_snapshot = network / "snapshots" / (network / "refs" / "main").read_text()
     assert json.loads((net_snapshot / "config.json").read_text()) == {"sku": "h100_dgx"}
+
+
+def test_vidur_log_phases_split_setup_from_the_event_loop(bench):
+    log = ("INFO 11-23 04:10:01 trace_replay_request_generator.py:73] Loaded trace file t.csv with 1000 requests\n"
+           "  a continuation line without a stamp\n"
+           "INFO 11-23 04:11:04 simulator.py:57] Starting simulation with cluster: Cluster({})\n"
+           "INFO 11-23 04:11:10 simulator.py:79] Simulation ended at: 103.7s\n")
+    assert bench.vidur_log_phases(log) == {"setup_s": 63.0, "loop_s": 6.0}
+    assert bench.vidur_log_phases("no stamps here")["loop_s"] != bench.vidur_log_phases("no stamps here")["loop_s"]  # nan
