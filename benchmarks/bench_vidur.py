@@ -375,6 +375,36 @@ def main() -> None:
         print_row(row, flush=True)
 
 
+def print_speed_table(paths: list[Path]) -> None:
+    """One Markdown row per request count from results_*.json files: wall times and ratios (min over runs)."""
+    print("| requests | ServeSim calibrated: process (simulate) s | ServeSim roofline: process (simulate) s "
+          "| Vidur first run s | Vidur cached: process (setup + loop) s | Vidur / ServeSim calibrated: process, loop "
+          "| Vidur / ServeSim roofline: process, loop | load (1-min) before, after |")
+    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: | --- |")
+    for path in paths:
+        for row in json.loads(Path(path).read_text())["runs"]:
+            cal = min(row["servesim"], key=lambda r: r["wall_s"])
+            roof = row.get("servesim_roofline")
+            vid = (row.get("vidur") or [None])[0]
+            first = row.get("vidur_first")
+            log = Path(path).parent / f"vidur_cached_{row['requests']}.log"
+            if vid and "loop_s" not in vid and log.exists():  # results written before the phases were recorded
+                vid = vid | vidur_log_phases(log.read_text())
+            load = [re.search(r"load average: ([0-9.]+)", row[k]).group(1) for k in ("uptime_before", "uptime_after")]
+            cells = [f"{row['requests']:,}", f"{cal['wall_s']:.2f} ({cal['simulate_s']:.2f})",
+                     f"{roof['wall_s']:.2f} ({roof['simulate_s']:.2f})" if roof else "-",
+                     f"{first['wall_s']:.0f}" if first else "-"]
+            if vid and not vid.get("timed_out"):
+                cells.append(f"{vid['wall_s']:.1f} ({vid['setup_s']:.0f} + {vid['loop_s']:.0f})")
+                cells.append(f"{vid['wall_s'] / cal['wall_s']:.1f}x, {vid['loop_s'] / cal['simulate_s']:.1f}x")
+                cells.append(f"{vid['wall_s'] / roof['wall_s']:.1f}x, {vid['loop_s'] / roof['simulate_s']:.1f}x"
+                             if roof else "-")
+            else:
+                cells += [f"stopped after {vid['wall_s']:.0f} s" if vid else "-", "-", "-"]
+            cells.append(f"{load[0]}, {load[1]}")
+            print("| " + " | ".join(cells) + " |")
+
+
 def print_row(row: dict, flush: bool = True) -> None:
     n = row["requests"]
     s = row["servesim"]
@@ -412,5 +442,10 @@ def print_row(row: dict, flush: bool = True) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--servesim-child":
         servesim_child(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) > 2 and sys.argv[1] == "--report":  # --report OUT/results_*.json ...: the tables again
+        print_speed_table([Path(p) for p in sys.argv[2:]])
+        for results in sys.argv[2:]:
+            for row in json.loads(Path(results).read_text())["runs"]:
+                print_row(row)
     else:
         main()
