@@ -312,6 +312,70 @@ def run_vidur(vidur_python: str, trace_csv: Path, n: int, out: Path, core: int, 
 
 
 # --------------------------------------------------------------------------------------------------
+# Step times: Vidur's prediction against a whole step measured on an H100
+
+STEP_PROFILE = ROOT / "calibrate" / "profiles" / "h100-sxm" / "llama-3.1-8b" / "tp1" / "steps" / "fused" / "steps.csv"
+# Per-token ops Vidur sums for every layer (vidur/entities/execution_time.py: attention layer without the KV
+# cache save, which it leaves out; MLP layer with its norm; the residual add); TP1 has no communication.
+VIDUR_TOKEN_OPS = ("attn_pre_proj", "attn_post_proj", "attn_rope", "input_layernorm", "mlp_up_proj",
+                   "mlp_down_proj", "mlp_act", "post_attention_layernorm", "add")
+VIDUR_LAYERS = 32
+VIDUR_KV_GRANULARITY = 256  # kv_cache_prediction_granularity (vidur/config/config.py default)
+VIDUR_DECODE_BATCHING_OVERHEAD = 0.1  # attention_decode_batching_overhead_fraction, applied to GQA models
+
+
+def load_vidur_predictions(cache_dir: Path) -> dict[str, dict[tuple, float]]:
+    """The prediction tables Vidur's first run wrote (milliseconds, keyed by its rounded features)."""
+    tables = {}
+    for path in sorted(cache_dir.glob("predictions/*/*.csv.xz")):
+        frame = pd.read_csv(path)
+        prediction = frame.pop("prediction").to_numpy()
+        tables[path.name.split(".")[0]] = {tuple(int(x) for x in row): p for row, p in zip(frame.to_numpy(), prediction)}
+    return tables
+
+
+def vidur_step_s(tables: dict, prefill_tokens: int, prefill_context: int, decode_batch: int,
+                 decode_context: int) -> float | None:
+    """What Vidur 0.0.26 predicts for one step (its SklearnExecutionTimePredictor arithmetic); None outside
+    its prediction tables."""
+    def round_up(x: int, to: int) -> int:
+        return (x + to - 1) // to * to
+
+    tokens = round_up(prefill_tokens + decode_batch, 8)
+    try:
+        per_layer_ms = sum(tables[op][(tokens,)] for op in VIDUR_TOKEN_OPS)
+        if decode_batch:
+            per_layer_ms += tables["attn_decode"][(decode_batch, round_up(decode_context, VIDUR_KV_GRANULARITY))] * (
+                1 + VIDUR_DECODE_BATCHING_OVERHEAD * (decode_batch > 1))
+        if prefill_tokens:
+            kv = round_up(prefill_context + prefill_tokens, VIDUR_KV_GRANULARITY)
+            per_layer_ms += tables["attn_prefill"][(kv, round_up(prefill_tokens, 32))]
+    except KeyError:
+        return None
+    return per_layer_ms * VIDUR_LAYERS * 1e-3
+
+
+def print_step_table(cache_dir: Path, profile: Path = STEP_PROFILE) -> None:
+    tables = load_vidur_predictions(cache_dir)
+    rows = pd.read_csv(profile)
+    print("| step | measured whole step (ms) | Vidur predicts (ms) | error |")
+    print("| --- | ---: | ---: | ---: |")
+    errors = []
+    for r in rows.itertuples():
+        name = (f"{r.kind} prefill {r.prefill_tokens}@{r.prefill_context}" if r.kind == "prefill" else
+                f"{r.kind} batch {r.decode_batch} ctx {r.decode_context}" if r.kind == "decode" else
+                f"{r.kind} {r.prefill_tokens} + batch {r.decode_batch} ctx {r.decode_context}")
+        predicted = vidur_step_s(tables, r.prefill_tokens, r.prefill_context, r.decode_batch, r.decode_context)
+        if predicted is None:
+            print(f"| {name} | {r.step_s * 1e3:.2f} | outside its tables | - |")
+            continue
+        errors.append(predicted / r.step_s - 1)
+        print(f"| {name} | {r.step_s * 1e3:.2f} | {predicted * 1e3:.2f} | {errors[-1]:+.1%} |")
+    a = np.abs(errors)
+    print(f"\n{len(errors)} rows: median |error| {np.median(a):.1%}, max {a.max():.1%}")
+
+
+# --------------------------------------------------------------------------------------------------
 # Reporting
 
 
@@ -442,6 +506,8 @@ def print_row(row: dict, flush: bool = True) -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 4 and sys.argv[1] == "--servesim-child":
         servesim_child(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) == 3 and sys.argv[1] == "--steps":  # --steps OUT/vidur_cache_small
+        print_step_table(Path(sys.argv[2]))
     elif len(sys.argv) > 2 and sys.argv[1] == "--report":  # --report OUT/results_*.json ...: the tables again
         print_speed_table([Path(p) for p in sys.argv[2:]])
         for results in sys.argv[2:]:
