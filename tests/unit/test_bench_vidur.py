@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import lzma
+import math
 from pathlib import Path
 
 import pandas as pd
@@ -88,4 +89,18 @@ def test_vidur_log_phases_split_setup_from_the_event_loop(bench):
            "INFO 11-23 04:11:04 simulator.py:57] Starting simulation with cluster: Cluster({})\n"
            "INFO 11-23 04:11:10 simulator.py:79] Simulation ended at: 103.7s\n")
     assert bench.vidur_log_phases(log) == {"setup_s": 63.0, "loop_s": 6.0}
-    assert bench.vidur_log_phases("no stamps here")["loop_s"] != bench.vidur_log_phases("no stamps here")["loop_s"]  # nan
+    assert math.isnan(bench.vidur_log_phases("no stamps here")["loop_s"])
+
+
+def test_vidur_step_sums_its_ops_over_32_layers_with_its_roundings(bench):
+    # Every per-token op 0.01 ms at 8 tokens (3 decodes + 5 prompt tokens round to 8); decode attention 0.5 ms for
+    # 3 sequences at an average context rounded up to 256; prefill attention 1 ms for 5 tokens (rounded to 32)
+    # over 260 tokens of KV (rounded up to 512).
+    tables = {op: {(8,): 0.01} for op in bench.VIDUR_TOKEN_OPS}
+    tables["attn_decode"] = {(3, 256): 0.5}
+    tables["attn_prefill"] = {(512, 32): 1.0}
+    per_layer_ms = 9 * 0.01 + 0.5 * 1.1 + 1.0
+    assert bench.vidur_step_s(tables, 5, 255, 3, 200) == pytest.approx(per_layer_ms * 32 * 1e-3)
+    decode_only_ms = (9 * 0.01 + 0.5 * 1.1) * 32
+    assert bench.vidur_step_s(tables, 0, 0, 3, 256) == pytest.approx(decode_only_ms * 1e-3)
+    assert bench.vidur_step_s(tables, 0, 0, 4, 200) is None  # batch 4 is not in its decode-attention table
