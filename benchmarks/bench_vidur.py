@@ -15,7 +15,12 @@ predictors (reported separately as "first run"); later runs load them from that 
     .venv/bin/python benchmarks/bench_vidur.py --vidur-python /work/vidur-venv/bin/python \
         --out out/bench_vidur 1000 10000 100000
 
-Prints Markdown tables (paste into benchmarks/RESULTS.md) and writes OUT/results_<counts>.json (per-request latencies included).
+Prints Markdown tables (paste into benchmarks/RESULTS.md) and writes OUT/results_<counts>.json (per-request
+latencies included). `--vidur-grid default` fits with Vidur's full random-forest grid (slow; see RF_GRIDS);
+`--roofline` adds a ServeSim run with the roofline. Afterwards:
+
+    .venv/bin/python benchmarks/bench_vidur.py --report OUT/results_1000_10000_100000.json   # tables again
+    .venv/bin/python benchmarks/bench_vidur.py --steps OUT/vidur_cache_small   # Vidur vs measured H100 steps
 """
 
 from __future__ import annotations
