@@ -201,6 +201,29 @@ def lengths_inputs(lengths: dict | None, is_trace: bool) -> dict | None:
     return lengths
 
 
+def cost_model_input(base: dict, new: dict) -> None:
+    """The GPU cost model: measured kernels where the GPU has them (a note when it falls back), or a roofline."""
+    spec = base.get("cost_model")
+    current = dash.cost_model_choice(spec)
+    if current is None:
+        st.sidebar.caption(f"`{spec['kind']}` cost model from the loaded file (edit it in the YAML):")
+        st.sidebar.code(yaml.safe_dump(spec, sort_keys=False), language="yaml")
+        return
+    choice = st.sidebar.selectbox(
+        "GPU cost model", dash.COST_MODEL_CHOICES, index=dash.COST_MODEL_CHOICES.index(current), key=key("cost_model"),
+        help="measured: kernel times measured on real GPUs (NVIDIA AIConfigurator, vLLM), where this GPU has "
+             "them, else the roofline; roofline: datasheet peaks at fixed efficiencies; learned: efficiencies "
+             "fitted to the measured GPUs")
+    spec = dash.with_cost_model_choice(spec, choice)
+    if spec is None:
+        new.pop("cost_model", None)
+    else:
+        new["cost_model"] = spec
+    note = dash.cost_model_note(new)
+    if note:
+        st.sidebar.info(note)
+
+
 def sidebar(base: dict) -> dict:
     """The base scenario: model, hardware, workload, SLOs, run size."""
     new = copy.deepcopy(base)
@@ -211,6 +234,10 @@ def sidebar(base: dict) -> dict:
     set_form_key(new, "hardware.tensor_parallel", number(
         "tensor parallelism (GPUs per replica)", int(get_path(base, "hardware.tensor_parallel", 1)), "tp",
         min_value=1, max_value=64))
+    pp = number("pipeline stages (GPU groups per replica, consecutive layers each)",
+                int(get_path(base, "hardware.pipeline_parallel", 1)), "pp", min_value=1, max_value=64)
+    set_form_key(new, "hardware.pipeline_parallel", pp if pp > 1 else None)  # 1: the key stays out of the YAML
+    cost_model_input(base, new)
     replicas = number("replicas", int(get_path(base, "hardware.num_replicas", 1)), "replicas",
                       min_value=1, max_value=256)
     set_form_key(new, "hardware.num_replicas", replicas)
@@ -300,6 +327,21 @@ def policy_inputs(column, index: int, policy: dash.Policy) -> dash.Policy:
         changes["num_speculative_tokens"] = column.number_input("γ (drafted tokens)", 1, 32,
                                                                 policy.num_speculative_tokens, key=key(p + "gamma"))
         changes["alpha"] = column.slider("α (acceptance)", 0.0, 0.99, float(policy.alpha), 0.01, key=key(p + "alpha"))
+    split = column.checkbox("disaggregated prefill/decode", policy.disaggregated, key=key(p + "disagg"),
+                            help="prefill and decode on separate pools; the KV cache crosses the link between them")
+    changes["disaggregated"] = split
+    if split:
+        changes["prefill_replicas"] = column.number_input("prefill replicas", 1, 64, policy.prefill_replicas,
+                                                          key=key(p + "prefill_replicas"))
+        changes["decode_replicas"] = column.number_input("decode replicas", 1, 64, policy.decode_replicas,
+                                                         key=key(p + "decode_replicas"))
+        links = list(dash.INTERCONNECT_NAMES)
+        if isinstance(policy.link, str) and policy.link in links:
+            changes["link"] = column.selectbox("link between the pools", links, index=links.index(policy.link),
+                                               key=key(p + "link"))
+        overlaps = list(dash.OVERLAP_MODES)
+        changes["overlap"] = column.radio("KV transfer", overlaps, index=overlaps.index(policy.overlap),
+                                          horizontal=True, key=key(p + "overlap"))
     return replace(policy, **changes)
 
 
@@ -337,6 +379,7 @@ def results_section(results: list[Result]) -> None:
     st.caption(f"Δ columns compare each variant with {results[0].name!r}. SLOs met: "
                + ", ".join(f"{r.name}: {'yes' if r.summary.get('slo_met') else 'no'}" for r in results
                            if r.summary.get("slo_met") is not None))
+    st.caption(dash.cost_model_caption(results))
     st.table(dash.summary_table(results))
     for _, fig in figures(results):
         st.plotly_chart(fig, key=f"chart.{fig.layout.title.text}")

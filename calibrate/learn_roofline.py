@@ -2,7 +2,7 @@
 
     PYTHONPATH=. .venv/bin/python -m calibrate.learn_roofline [--out calibrate/measured/learned_roofline.json]
 
-Every efficiency is ideal time at the GPU catalog's peaks / measured time, pooled over the training GPUs with
+Every efficiency is ideal time at the GPU catalog's peaks / (measured time − the GPU's launch time), pooled over the training GPUs with
 the median per bin (so no GPU's row count dominates). The evaluation prices the 204 step shapes per GPU of
 benchmarks/bench_aic.py with (a) the learned roofline fitted WITHOUT that GPU and (b) today's catalog roofline,
 against the measured-kernel model (MeasuredCostModel) of that GPU, and prints median / p90 absolute errors.
@@ -16,10 +16,15 @@ import json
 import numpy as np
 import pandas as pd
 
-from sim.cost.measured import load_tables, measured_gpus, MEASURED_DIR
+from sim.cost.learned import interconnect_class
+from sim.cost.measured import MEASURED_DIR, load_tables, measured_gpus
 from sim.model.catalog import get_gpu
 
-M_EDGES = list(range(0, 15))  # log2 tokens: 1, 2, 4, ... 16384+
+# GEMMs are binned by how compute-bound they are ON THIS GPU, log2(ideal compute time / ideal memory time), not by
+# token count: the ridge point differs 3x between the GPUs (A100 153, L40S 419 FLOP/byte), so a token-count bin
+# holds memory-bound GEMMs on one GPU and compute-bound ones on another (format_version 1 binned by tokens and
+# transferred worse: see benchmarks/RESULTS.md).
+R_EDGES = list(range(-10, 7))  # log2 (compute / memory time): ≤1/1024 (batch-1 decode) ... ≥64 (large prefill)
 W_EDGES = [0, 20, 22, 24, 26, 28]  # log2 weight elements: <1M, 1-4M, 4-16M, 16-64M, 64-256M, 256M+
 ATTN_EDGES = list(range(6, 26, 2))  # log2 (batch × tokens)
 
@@ -28,25 +33,60 @@ def _binned(x: np.ndarray, edges: list[float]) -> np.ndarray:
     return np.clip(np.searchsorted(edges, np.log2(np.maximum(x, 1.0)), side="right") - 1, 0, len(edges) - 1)
 
 
+def _binned_log2(x: np.ndarray, edges: list[float]) -> np.ndarray:
+    """Like _binned, for ratios that may be below 1."""
+    return np.clip(np.searchsorted(edges, np.log2(x), side="right") - 1, 0, len(edges) - 1)
+
+
 def _gpu_frames(gpu: str) -> dict[str, pd.DataFrame]:
     t, spec = load_tables(MEASURED_DIR / gpu), get_gpu(gpu)
     pf, pb = spec.bf16_flops_per_s, spec.hbm_bytes_per_s
     g = t.gemm[t.gemm["dtype"] == "bf16"]
     m, n, k = (g[c].to_numpy(float) for c in ("m", "n", "k"))
     ideal = np.maximum(2 * m * n * k / pf, (n * k + m * (n + k)) * 2 / pb)
-    gemm = pd.DataFrame({"mb": _binned(m, M_EDGES), "wb": _binned(n * k, W_EDGES),
-                         "eff": ideal / (g["latency_ms"].to_numpy(float) * 1e-3)})
+    ratio = (2 * m * n * k / pf) / ((n * k + m * (n + k)) * 2 / pb)
+    # A kernel costs a launch (the GPU's fastest GEMM, ~2.4 µs on A100/H100, 1.6 µs on L40S) PLUS its work at some
+    # efficiency, learned on the time beyond the launch. Folding the launch into the efficiency (format 1) ties a
+    # fixed cost to the GPU's peak: it transferred worse in leave-one-GPU-out (benchmarks/RESULTS.md).
+    t0 = float(t.gemm["latency_ms"].min()) * 1e-3
+
+    def eff(ideal: np.ndarray, latency_ms: np.ndarray) -> np.ndarray:
+        # Capped at 1: cells no longer than a launch say nothing about the work's efficiency.
+        return np.minimum(ideal / np.maximum(latency_ms * 1e-3 - t0, 1e-9), 1.0)
+    gemm = pd.DataFrame({"rb": _binned_log2(ratio, R_EDGES), "wb": _binned(n * k, W_EDGES),
+                         "eff": eff(ideal, g["latency_ms"].to_numpy(float))})
     c = t.context[t.context["kv_dtype"] == "bf16"]
     b, s, hq, hkv, d = (c[x].to_numpy(float) for x in ("batch_size", "isl", "num_heads", "num_kv_heads", "head_dim"))
     ideal = np.maximum(4 * hq * d * b * s * (s + 1) / 2 / pf, b * s * (2 * hkv * d * 2 + 2 * hq * d * 2) / pb)
-    ctx = pd.DataFrame({"bin": _binned(b * s, ATTN_EDGES), "eff": ideal / (c["latency_ms"].to_numpy(float) * 1e-3)})
+    ctx = pd.DataFrame({"bin": _binned(b * s, ATTN_EDGES), "eff": eff(ideal, c["latency_ms"].to_numpy(float))})
     e = t.generation[t.generation["kv_dtype"] == "bf16"]
     b, x, hq, hkv, d = (e[v].to_numpy(float) for v in ("batch_size", "kv_tokens", "num_heads", "num_kv_heads", "head_dim"))
     ideal = np.maximum(4 * hq * d * b * x / pf, (b * x * 2 * hkv * d * 2 + 2 * b * hq * d * 2) / pb)
-    gen = pd.DataFrame({"bin": _binned(b * x, ATTN_EDGES), "eff": ideal / (e["latency_ms"].to_numpy(float) * 1e-3)})
+    gen = pd.DataFrame({"bin": _binned(b * x, ATTN_EDGES), "eff": eff(ideal, e["latency_ms"].to_numpy(float))})
     ar = t.allreduce[t.allreduce["backend"] == "graph"] if t.allreduce is not None else None
     return {"gemm": gemm, "ctx": ctx, "gen": gen, "ar": ar, "spec": spec,
-            "min_kernel_s": float(t.gemm["latency_ms"].min()) * 1e-3}
+            "min_kernel_s": t0}
+
+
+def _fit_allreduce(frames: list[dict]) -> dict:
+    """Per interconnect class and GPU count: latency (fastest message) and bus bandwidth as a fraction of the catalog
+    link, medians over the class's GPUs. Classes and counts are kept apart because they scale differently: NVLink
+    bus bandwidth holds from 2 to 8 GPUs, while PCIe peers share the host's root complex and their bus bandwidth
+    falls as GPUs are added (L40S: 19 GB/s at 2 GPUs, 2 GB/s at 8, in the measured table)."""
+    by_class: dict[str, dict[int, list[tuple[float, float]]]] = {}
+    for f in frames:
+        ar = f["ar"]
+        if ar is None or ar.empty:
+            continue
+        spec = f["spec"]
+        for n, a in ar.groupby("num_gpus"):
+            busbw = (2 * (n - 1) / n * a["message_elements"] * 2 / (a["latency_ms"] * 1e-3)).max()
+            by_class.setdefault(interconnect_class(spec), {}).setdefault(int(n), []).append(
+                (float(a["latency_ms"].min()) * 1e-3, float(busbw / spec.interconnect_bytes_per_s)))
+    return {cls: {str(n): {"latency_s": float(np.median([v[0] for v in vals])),
+                           "bandwidth_fraction": float(np.median([v[1] for v in vals]))}
+                  for n, vals in sorted(counts.items())}
+            for cls, counts in sorted(by_class.items())}
 
 
 def fit(gpus: list[str]) -> dict:
@@ -57,7 +97,7 @@ def fit(gpus: list[str]) -> dict:
         parts = [f[key].groupby(cols)["eff"].median().rename(i) for i, f in enumerate(frames)]
         return pd.concat(parts, axis=1).median(axis=1)
 
-    gm = per_gpu_median("gemm", ["mb", "wb"]).unstack("wb").reindex(index=range(len(M_EDGES)),
+    gm = per_gpu_median("gemm", ["rb", "wb"]).unstack("wb").reindex(index=range(len(R_EDGES)),
                                                                     columns=range(len(W_EDGES)))
     gm = gm.ffill(axis=1).bfill(axis=1).ffill(axis=0).bfill(axis=0)
 
@@ -65,26 +105,18 @@ def fit(gpus: list[str]) -> dict:
         s = per_gpu_median(key, ["bin"]).reindex(range(len(ATTN_EDGES)))
         return s.ffill().bfill()
     ctx, gen = series("ctx"), series("gen")
-    lat, bwf = [], []
-    for f in frames:
-        ar = f["ar"]
-        if ar is None or ar.empty:
-            continue
-        lat.append(float(ar["latency_ms"].min()) * 1e-3)
-        busbw = (2 * (ar["num_gpus"] - 1) / ar["num_gpus"] * ar["message_elements"] * 2
-                 / (ar["latency_ms"] * 1e-3)).max()
-        bwf.append(float(busbw / f["spec"].interconnect_bytes_per_s))
+    allreduce = _fit_allreduce(frames)
     return {
-        "format_version": 1,
+        "format_version": 2,
         "source": "median over GPUs of ideal (catalog peak) / measured time, AIConfigurator vLLM tables in "
                   "calibrate/measured/ (python -m calibrate.learn_roofline)",
         "fitted_on": list(gpus),
         "min_kernel_s": float(np.median([f["min_kernel_s"] for f in frames])),
-        "gemm": {"m_edges": M_EDGES, "w_edges": W_EDGES, "eff": gm.to_numpy(float).round(4).tolist()},
+        "gemm": {"r_edges": R_EDGES, "w_edges": W_EDGES, "eff": gm.to_numpy(float).round(4).tolist()},
         "prefill_attention": {"edges": ATTN_EDGES, "eff": ctx.to_numpy(float).round(4).tolist()},
         "decode_attention": {"edges": ATTN_EDGES, "eff": gen.to_numpy(float).round(4).tolist()},
         "elementwise_bytes_efficiency": float(round(gen.iloc[-1], 4)),
-        "allreduce": {"latency_s": float(np.median(lat)), "bandwidth_fraction": float(np.median(bwf))},
+        "allreduce": allreduce,
     }
 
 

@@ -370,3 +370,46 @@ def speculation_metrics(replicas: list[ReplicaCounters]) -> dict:
     drafted = sum(r.num_drafted for r in drafting)
     accepted = sum(r.num_accepted_drafts for r in drafting)
     return {"draft_acceptance_rate": accepted / drafted if drafted else float("nan")}
+
+
+def disaggregated_requests_frame(log) -> pd.DataFrame:
+    """`requests_frame` plus the disaggregated columns (sim/core/disaggregated.py) and the waits they give:
+    `decode_wait_s` (prefill end to decode blocks reserved), `transfer_s` (the KV transfer) and
+    `decode_join_wait_s` (KV arrived to the decode batch's next step)."""
+    df = requests_frame(log)
+    ids = df["request_id"].to_numpy()
+    for name, column in log.extra_columns().items():
+        df[name] = column[ids]
+    df["decode_wait_s"] = df["decode_reserved_s"] - df["first_token_s"]
+    df["transfer_s"] = df["transfer_end_s"] - df["transfer_start_s"]
+    df["decode_join_wait_s"] = df["decode_admit_s"] - df["transfer_end_s"]
+    return df
+
+
+def _mean_p90(values: np.ndarray, prefix: str) -> dict:
+    values = values[~np.isnan(values)]
+    return {f"{prefix}_mean": float(values.mean()) if len(values) else math.nan,
+            f"{prefix}_p90": float(np.percentile(values, 90)) if len(values) else math.nan}
+
+
+def disaggregation_metrics(requests: pd.DataFrame, steps: pd.DataFrame, elapsed_s: float, *,
+                           num_prefill_replicas: int, num_decode_replicas: int, num_gpus: int) -> dict:
+    """Per pool: busy share of the time (steps' durations over elapsed x replicas), the waits before each
+    pool (queueing before the prefill, waiting for decode blocks), and the KV transfers (time, bytes)."""
+    elapsed = max(elapsed_s, 1e-12)
+    replica = steps["replica"].to_numpy() if len(steps) else np.empty(0, dtype=np.int64)
+    durations = steps["duration_s"].to_numpy(dtype=float) if len(steps) else np.empty(0)
+    prefill_busy = float(durations[replica < num_prefill_replicas].sum())
+    decode_busy = float(durations[replica >= num_prefill_replicas].sum())
+    fin = requests[requests["finished"]]
+    s: dict = {"num_prefill_replicas": num_prefill_replicas, "num_decode_replicas": num_decode_replicas,
+               "num_gpus": num_gpus,
+               "prefill_busy_fraction": prefill_busy / elapsed / num_prefill_replicas,
+               "decode_busy_fraction": decode_busy / elapsed / num_decode_replicas}
+    s.update(_mean_p90(fin["queueing_s"].to_numpy(dtype=float), "prefill_queueing_s"))
+    s.update(_mean_p90(fin["decode_wait_s"].to_numpy(dtype=float), "decode_wait_s"))
+    s.update(_mean_p90(fin["transfer_s"].to_numpy(dtype=float), "transfer_s"))
+    s["num_transfers"] = int(np.isfinite(requests["transfer_end_s"].to_numpy(dtype=float)).sum())
+    s["transfer_bytes_total"] = float(requests["transfer_bytes"].sum())
+    s["num_waited_for_decode_blocks"] = int((fin["decode_wait_s"].to_numpy(dtype=float) > 0).sum())
+    return s

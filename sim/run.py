@@ -7,14 +7,25 @@ from typing import Callable
 import numpy as np
 
 from sim.config.deployment import Deployment, resolve
+from sim.config.disaggregation import pool_scenario, resolve_disaggregated
 from sim.config.schema import Scenario
+from sim.core.disaggregated import DisaggregatedSimulation, KVTransferLink
 from sim.core.engine import Replica, Simulation
 from sim.core.router import make_router
 from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCostModel
 from sim.errors import ConfigError
 from sim.kv.contiguous import ContiguousKVManager
 from sim.kv.paged import PagedKVManager
-from sim.results import ReplicaCounters, Result, measurement_window, requests_frame, steps_frame, summarize
+from sim.results import (
+    ReplicaCounters,
+    Result,
+    disaggregated_requests_frame,
+    disaggregation_metrics,
+    measurement_window,
+    requests_frame,
+    steps_frame,
+    summarize,
+)
 from sim.sched.continuous import ContinuousScheduler
 from sim.sched.speculative import SpeculativeDecodeBatch
 from sim.sched.static import StaticScheduler
@@ -23,6 +34,8 @@ from sim.workload.generate import Workload, generate_workload
 
 def make_workload(scenario: Scenario, deployment: Deployment | None = None) -> Workload:
     run = scenario.run
+    if deployment is None and scenario.hardware.disaggregation is not None:
+        deployment = resolve_disaggregated(scenario).prefill  # the top-level hardware may not hold the model
     max_len = (deployment or resolve(scenario)).max_model_len
     return generate_workload(scenario.workload, seed=run.seed, num_requests=run.num_requests,
                              duration_s=run.duration_s, max_context=max_len)
@@ -95,6 +108,8 @@ def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
     else:
         target = _roofline(scenario, deployment, deployment.model)
     target = _with_overhead(target, spec, deployment)
+    if deployment.pipeline_parallel > 1:
+        return _pipeline_cost_model(scenario, deployment, target)
     spec_dec = scenario.speculation
     if spec_dec is None:
         return target
@@ -108,6 +123,47 @@ def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
         return SpeculativeCostModel(target, draft=draft_cost, sync_overhead_fraction=spec_dec.sync_overhead_fraction)
     return SpeculativeCostModel(target, draft_cost_ratio=spec_dec.draft_cost_ratio,
                                 sync_overhead_fraction=spec_dec.sync_overhead_fraction)
+
+
+def _pipeline_cost_model(scenario: Scenario, deployment: Deployment, whole):
+    """One cost model per stage: the roofline of the stage's own layers (LM head on the last stage; the engine's
+    CPU time per step is the driver's, before the first stage), or for other cost models `whole`'s step
+    apportioned by layer share (their overheads included)."""
+    from dataclasses import replace
+
+    from sim.cost.pipeline import (
+        FixedDriverTime,
+        LayerShareCostModel,
+        PipelineCostModel,
+        stage_model_spec,
+    )
+    spec, model, layers = scenario.cost_model, deployment.model, deployment.stage_layers
+    driver = None
+    if spec.kind == "roofline":
+        stages = []
+        for i, n in enumerate(layers):
+            stage = _roofline(scenario, deployment, stage_model_spec(model, layers, i))
+            driver = FixedDriverTime(stage.step_overhead_s)
+            stage.step_overhead_s = 0.0  # the driver's CPU time, paid once per micro-batch before the first stage
+            stage.include_lm_head = i == len(layers) - 1
+            if spec.overhead is not None:
+                from sim.cost.overhead import EngineOverheadCostModel, engine_overhead
+                o = spec.overhead
+                driver = engine_overhead(o.engine, per_step_s=o.per_step_s, per_seq_s=o.per_seq_s,
+                                         per_prefill_token_s=o.per_prefill_token_s,
+                                         launch_per_layer_s=o.launch_per_layer_s)
+                # Each stage's workers launch their own layers' kernels; the CPU terms are the driver's.
+                launch_only = replace(driver, per_step_s=0.0, per_seq_s=0.0, per_prefill_token_s=0.0)
+                stage = EngineOverheadCostModel(stage, launch_only, n)
+            stages.append(stage)
+    else:
+        stages = [LayerShareCostModel(whole, model.num_layers, n) for n in layers]
+    gpu = deployment.gpu
+    # Stage to stage is one GPU to another over the GPU interconnect; its fixed latency is taken to be the
+    # catalog's per-collective latency (a point-to-point send is the simplest collective).
+    return PipelineCostModel(stages, hidden_size=model.hidden_size, tensor_parallel=deployment.tensor_parallel,
+                             link_bytes_per_s=gpu.interconnect_bytes_per_s * gpu.interconnect_efficiency,
+                             link_latency_s=gpu.allreduce_latency_s, driver=driver)
 
 
 def _speculative_batch(scenario: Scenario, kv, replica_index: int):
@@ -138,6 +194,8 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
                             sliding_window=deployment.model.sliding_window)
     else:
         kv = ContiguousKVManager(tokens, kv_spec.reserve, max_len, kv_spec.placement or "first_fit")
+    if deployment.pipeline_parallel > 1:
+        return _micro_batch_slots(scenario, kv, deployment)
     if s.batching == "static":
         return StaticScheduler(kv, max_batch_size=s.max_batch_size, batch_timeout_s=s.batch_timeout_s,
                                max_model_len=max_len)
@@ -145,12 +203,28 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
     preemption = s.preemption
     swap_tokens = 0
     if preemption.mode == "swap":
-        swap_tokens = preemption.swap_space_bytes // deployment.kv_bytes_per_token_per_gpu
+        swap_tokens = preemption.swap_space_bytes // deployment.kv_bytes_per_token_per_stage_gpu
     return ContinuousScheduler(kv, max_num_seqs=s.max_num_seqs,
                                max_num_batched_tokens=deployment.max_num_batched_tokens,
                                chunked_prefill=s.chunked_prefill, max_model_len=max_len, tracker=tracker,
                                swap_capacity_tokens=swap_tokens, victim=preemption.victim,
                                sequences_per_request=deployment.sequences_per_request)
+
+
+def _micro_batch_slots(scenario: Scenario, kv, deployment: Deployment):
+    """A pipelined replica's schedulers: one per micro-batch slot, sharing `kv`, the queue and swap space."""
+    from sim.sched.pipeline import MicroBatchSlots
+    s, pp = scenario.scheduler, deployment.pipeline_parallel
+    swap_tokens = 0
+    if s.preemption.mode == "swap":
+        swap_tokens = s.preemption.swap_space_bytes // deployment.kv_bytes_per_token_per_stage_gpu
+    # vLLM V1 caps the running requests of all in-flight batches together at max_num_seqs: each slot a share.
+    per_slot_seqs = max(1, s.max_num_seqs // pp)
+    return MicroBatchSlots([
+        ContinuousScheduler(kv, max_num_seqs=per_slot_seqs, max_num_batched_tokens=deployment.max_num_batched_tokens,
+                            chunked_prefill=s.chunked_prefill, max_model_len=deployment.max_model_len,
+                            swap_capacity_tokens=swap_tokens, victim=s.preemption.victim)
+        for _ in range(pp)])
 
 
 def replica_counters(scenario: Scenario, replica: Replica, deployment: Deployment) -> ReplicaCounters:
@@ -166,6 +240,23 @@ def replica_counters(scenario: Scenario, replica: Replica, deployment: Deploymen
         num_accepted_drafts=scheduler.tracker.num_accepted_drafts if speculative else None)
 
 
+def pipeline_metrics(replicas: list, elapsed_s: float, steps, gpu) -> dict:
+    """Busy time of a pipelined run per stage. Its step rows overlap (several micro-batches in flight), so the
+    rows' summed durations overstate busy time: `busy_fraction` becomes the stages' mean busy fraction, and
+    bandwidth and FLOP utilization divide each stage GPU's bytes and FLOPs by the stages' summed busy time."""
+    k = len(replicas[0].stage_busy_s)
+    per_stage = [sum(r.stage_busy_s[i] for r in replicas) / elapsed_s / len(replicas) if elapsed_s > 0 else 0.0
+                 for i in range(k)]
+    out = {f"pipeline_stage{i}_busy_fraction": x for i, x in enumerate(per_stage)}
+    out.update(pipeline_stages=k, busy_fraction=sum(per_stage) / k,
+               pipeline_micro_batches=int(sum(r.num_micro_batches for r in replicas)))
+    busy_s = sum(sum(r.stage_busy_s) for r in replicas)
+    if busy_s > 0:
+        out["mbu"] = float(steps["bytes"].sum()) / (busy_s * gpu.hbm_bytes_per_s)
+        out["mfu"] = float(steps["flops"].sum()) / (busy_s * gpu.bf16_flops_per_s)
+    return out
+
+
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
              progress: Callable[[float, int], None] | None = None, cost_model=None,
              stop_when: Callable[[Simulation], bool] | None = None) -> Result:
@@ -173,10 +264,21 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
 
     `stop_when(simulation)`, asked after every engine step, may end the run early, when it is certain the
     SLOs will be missed (`sim.tools.early_verdict`): the summary is then that of the cut-off run, with
-    `slo_met` False and `stopped_early_s` the simulated time it stopped at."""
+    `slo_met` False and `stopped_early_s` the simulated time it stopped at. (Disaggregated and pipelined runs do
+    not ask it: they run to their end.)"""
+    if scenario.hardware.disaggregation is not None:
+        return simulate_disaggregated(scenario, workload, progress=progress)
     deployment = resolve(scenario)
     workload = workload if workload is not None else make_workload(scenario, deployment)
-    replicas = [Replica(i, make_scheduler(scenario, i, deployment), cost_model or make_cost_model(scenario, deployment))
+    replica_kind = Replica
+    if deployment.pipeline_parallel > 1:
+        from sim.core.pipeline import PipelineReplica
+        replica_kind = PipelineReplica
+        if cost_model is not None and not hasattr(cost_model, "stage_costs"):
+            raise ConfigError(f"hardware.pipeline_parallel: {deployment.pipeline_parallel} needs a cost model that "
+                              f"prices each stage (sim.cost.pipeline.PipelineCostModel), not {cost_model!r}")
+    replicas = [replica_kind(i, make_scheduler(scenario, i, deployment),
+                             cost_model or make_cost_model(scenario, deployment))
                 for i in range(scenario.hardware.num_replicas)]
     run = scenario.run
     horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
@@ -203,5 +305,78 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     if sim.stopped_early_s is not None:
         summary["slo_met"] = False  # certain for the full run; the cut-off run's own records may not show it
         summary["stopped_early_s"] = sim.stopped_early_s
+    if deployment.pipeline_parallel > 1:
+        summary.update(pipeline_metrics(replicas, elapsed, steps, deployment.gpu))
+    from sim.cost.labels import cost_model_label
     return Result(scenario.name, scenario, requests, steps, summary,
-                  extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler)})
+                  extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler),
+                          # which cost model priced the run, in a few words: every summary table shows it
+                          "cost_model_label": cost_model_label(replicas[0].cost_model)})
+
+
+def simulate_disaggregated(scenario: Scenario, workload: Workload | None = None, *,
+                           progress: Callable[[float, int], None] | None = None) -> Result:
+    """A scenario with `hardware.disaggregation`: prefill replicas 0..P-1 and decode replicas P..P+D-1, each
+    pool built from its own resolved deployment (sim/config/disaggregation.py, sim/core/disaggregated.py)."""
+    from sim.cost.labels import (
+        cost_model_label,  # imports every cost model: only when a run ends
+    )
+    dd = resolve_disaggregated(scenario)
+    pools = {pool: pool_scenario(scenario, pool) for pool in ("prefill", "decode")}
+    workload = workload if workload is not None else make_workload(scenario, dd.prefill)
+    sim = disaggregated_simulation(scenario, workload, dd, progress=progress)
+    sim.run()
+    prefill, decode = sim.prefill_replicas, sim.decode_replicas
+    run = scenario.run
+    horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
+    requests = disaggregated_requests_frame(sim.requests)
+    steps = steps_frame(sim.steps.arrays())
+    elapsed = horizon if horizon is not None else sim.end_s
+    counters = ([replica_counters(pools["prefill"], r, dd.prefill) for r in prefill]
+                + [replica_counters(pools["decode"], r, dd.decode) for r in decode])
+    # Pool-blind summary keys (KV capacity, MBU/MFU, swapped bytes) are those of the decode pool's GPU and
+    # KV layout: the pool that holds requests longest. The per-pool keys follow.
+    summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=dd.decode.gpu,
+                        in_system_area=sim.in_system_area, num_generated=workload.num_requests,
+                        replicas=counters[dd.num_prefill_replicas:] + counters[:dd.num_prefill_replicas],
+                        kv_bytes_per_token=dd.decode.kv_bytes_per_token, num_clipped=workload.num_clipped,
+                        max_model_len=dd.decode.max_model_len,
+                        window=measurement_window(requests, run.warmup_s, run.cooldown_s, run.duration_s)
+                        if run.has_window() else None)
+    summary.update(disaggregation_metrics(requests, steps, elapsed, num_prefill_replicas=dd.num_prefill_replicas,
+                                          num_decode_replicas=dd.num_decode_replicas, num_gpus=dd.num_gpus))
+    summary["prefill_kv_capacity_tokens"] = dd.prefill.kv_capacity_tokens
+    summary["decode_kv_capacity_tokens"] = dd.decode.kv_capacity_tokens
+    return Result(scenario.name, scenario, requests, steps, summary,
+                  extras={"cost_model": repr(decode[0].cost_model), "scheduler": repr(decode[0].scheduler),
+                          "cost_model_label": cost_model_label(decode[0].cost_model),
+                          "prefill_cost_model_label": cost_model_label(prefill[0].cost_model),
+                          "prefill_cost_model": repr(prefill[0].cost_model),
+                          "prefill_scheduler": repr(prefill[0].scheduler),
+                          "kv_link": f"{dd.link.name}: {dd.link.bandwidth_bytes_per_s:g} B/s per GPU x "
+                                     f"{dd.num_parallel_links}, latency {dd.link.latency_s:g} s, "
+                                     f"overlap {dd.overlap}"})
+
+
+def disaggregated_simulation(scenario: Scenario, workload: Workload, dd=None, *,
+                             progress: Callable[[float, int], None] | None = None) -> DisaggregatedSimulation:
+    """The simulation `simulate_disaggregated` runs, built and not yet run (tests inspect its replicas after)."""
+    dd = dd or resolve_disaggregated(scenario)
+    pools = {pool: pool_scenario(scenario, pool) for pool in ("prefill", "decode")}
+    prefill = []
+    for i in range(dd.num_prefill_replicas):
+        scheduler = make_scheduler(pools["prefill"], i, dd.prefill)
+        scheduler.hold_kv_on_finish = True  # the KV stays until it has been sent to a decode replica
+        prefill.append(Replica(i, scheduler, make_cost_model(pools["prefill"], dd.prefill)))
+    decode = [Replica(dd.num_prefill_replicas + j, make_scheduler(pools["decode"], dd.num_prefill_replicas + j,
+                                                                   dd.decode),
+                      make_cost_model(pools["decode"], dd.decode)) for j in range(dd.num_decode_replicas)]
+    link = KVTransferLink(dd.link.bandwidth_bytes_per_s * dd.num_parallel_links, dd.link.latency_s, dd.overlap,
+                          dd.prefill.model.num_layers)
+    run = scenario.run
+    horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
+    return DisaggregatedSimulation(prefill, decode, make_router(scenario.hardware.router, run.seed), link=link,
+                                   kv_bytes_per_token=dd.kv_transfer_bytes_per_token,
+                                   arrival_s=workload.arrival_s, input_tokens=workload.input_tokens,
+                                   output_tokens=workload.output_tokens, horizon_s=horizon, seed=run.seed,
+                                   progress=progress)

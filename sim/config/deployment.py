@@ -19,6 +19,8 @@ from sim.model.memory import (
     check_tensor_parallel,
     kv_bytes_per_token,
     kv_capacity,
+    pipeline_kv_capacity,
+    pipeline_stage_layers,
     weight_bytes_per_gpu,
 )
 from sim.model.specs import GPUSpec, ModelSpec
@@ -33,11 +35,27 @@ class Deployment:
     tensor_parallel: int
     draft_model: ModelSpec | None  # speculative decoding's draft, sharing the GPUs; None without one
     kv_capacity_tokens: int  # KV token slots per replica (the scenario's pin, or the memory arithmetic)
-    kv_bytes_per_token_per_gpu: int  # one token's KV on each GPU of a replica, the draft's included
+    kv_bytes_per_token_per_gpu: int  # one token's KV on each GPU of a replica, the draft's included (summed over
+    # the pipeline stages: each stage's GPUs hold their layers' share)
     max_model_len: int  # longest sequence (prompt + output) the engine accepts
     max_num_batched_tokens: int  # token budget of one step
     sequences_per_request: int  # parallel samples or beam width
     profile_dir: Path | None  # the calibrated cost model's profile folder; None for other cost models
+    pipeline_parallel: int = 1  # pipeline stages per replica (sim/core/pipeline.py)
+    stage_layers: tuple[int, ...] = ()  # decoder layers per stage, vLLM's split; (num_layers,) without pipelining
+
+    @property
+    def num_gpus(self) -> int:
+        """GPUs in one replica."""
+        return self.tensor_parallel * self.pipeline_parallel
+
+    @property
+    def kv_bytes_per_token_per_stage_gpu(self) -> int:
+        """One token's KV on each GPU of the stage with the most layers (what a per-GPU budget such as swap
+        space divides by); the same as kv_bytes_per_token_per_gpu without pipelining."""
+        if self.pipeline_parallel == 1:
+            return self.kv_bytes_per_token_per_gpu
+        return self.kv_bytes_per_token_per_gpu // self.model.num_layers * max(self.stage_layers)
 
     @property
     def kv_bytes_per_token(self) -> int:
@@ -87,6 +105,18 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
             raise ConfigError("speculation: needs scheduler.batching 'continuous'")
         if draft is not None:
             check_tensor_parallel(draft, tp, field="speculation.draft_model")
+    pp = scenario.hardware.pipeline_parallel
+    if pp > 1:
+        pipeline_stage_layers(model.num_layers, pp)  # one-line error when there are more stages than layers
+        if s.batching != "continuous":
+            raise ConfigError(f"hardware.pipeline_parallel: {pp} needs scheduler.batching 'continuous' "
+                              "(micro-batches are continuous batches); allowed with static batching: 1")
+        if max(w.samples_per_prompt, w.beam_width) > 1:
+            raise ConfigError(f"hardware.pipeline_parallel: {pp} with several sequences per prompt is not modelled; "
+                              "allowed with samples_per_prompt/beam_width > 1: 1")
+        if scenario.speculation is not None:
+            raise ConfigError(f"hardware.pipeline_parallel: {pp} with speculation is not modelled; allowed with "
+                              "speculation: 1")
 
 
 def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,
@@ -95,6 +125,14 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
     if scenario.kv_cache.capacity_tokens is not None:
         return scenario.kv_cache.capacity_tokens
     s, q, tp = scenario.scheduler, scenario.quantization, scenario.hardware.tensor_parallel
+    if scenario.hardware.pipeline_parallel > 1:
+        # Every stage keeps its own layers' KV for every token: the tightest stage bounds the replica.
+        stages = pipeline_kv_capacity(
+            model, gpu, pipeline_parallel=scenario.hardware.pipeline_parallel, tensor_parallel=tp,
+            weight_dtype=q.weights, kv_dtype=q.kv_cache, gpu_memory_utilization=scenario.kv_cache.gpu_memory_utilization,
+            reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
+            max_num_seqs=s.max_num_seqs)
+        return min(c.num_tokens for c in stages)
     cap = kv_capacity(model, gpu, tensor_parallel=tp, weight_dtype=q.weights, kv_dtype=q.kv_cache,
                       gpu_memory_utilization=scenario.kv_cache.gpu_memory_utilization,
                       reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
@@ -150,4 +188,5 @@ def resolve(scenario: Scenario) -> Deployment:
                       kv_bytes_per_token_per_gpu=per_token, max_model_len=max_len,
                       max_num_batched_tokens=token_budget,
                       sequences_per_request=max(scenario.workload.samples_per_prompt, scenario.workload.beam_width),
-                      profile_dir=profile_dir)
+                      profile_dir=profile_dir, pipeline_parallel=scenario.hardware.pipeline_parallel,
+                      stage_layers=pipeline_stage_layers(model.num_layers, scenario.hardware.pipeline_parallel))

@@ -19,6 +19,7 @@ import yaml
 from pydantic import TypeAdapter, ValidationError
 
 from sim.config.deployment import resolve as resolve_deployment
+from sim.config.disaggregation import resolve_disaggregated
 from sim.config.messages import format_validation_error
 from sim.config.schema import Scenario, ScenarioSet
 from sim.errors import ConfigError
@@ -114,7 +115,11 @@ def validate_scenario(raw: Any, prefix: str = "", resolve: bool = True) -> Scena
     if not resolve:
         return scenario
     try:
-        resolve_deployment(scenario)
+        if scenario.hardware.disaggregation is not None:
+            # Each pool brings its own hardware: the pools must hold the model, not the top-level defaults.
+            resolve_disaggregated(scenario)
+        else:
+            resolve_deployment(scenario)
         return scenario
     except ConfigError as err:
         raise ConfigError(f"{prefix}{err}") from None

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from sim.errors import ConfigError
 from sim.model.catalog import get_model
 from sim.model.hf_config import read_model_ref
+from sim.model.interconnects import INTERCONNECTS
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
 from sim.workload.arrivals import MAX_RATE_PER_S
@@ -60,11 +61,54 @@ class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)  # inf and nan are never a setting
 
 
+class LinkSpec(_Strict):
+    """An interconnect not in the catalog (sim/model/interconnects.py)."""
+
+    bandwidth_bytes_per_s: float = Field(gt=0, description="per GPU, per direction")
+    latency_s: float = Field(0.0, ge=0, description="fixed start-up time of one transfer")
+
+
+class PoolSpec(_Strict):
+    """One pool of a disaggregated deployment; an absent field takes the top-level hardware value."""
+
+    gpu: str | GPUSpec | None = Field(None, description="catalog GPU name or inline GPU; default: hardware.gpu")
+    tensor_parallel: int | None = Field(None, ge=1, description="default: hardware.tensor_parallel")
+    num_replicas: int | None = Field(None, ge=1, description="default: hardware.num_replicas")
+    kv_capacity_tokens: int | None = Field(None, ge=1, description="pin this pool's KV capacity per replica "
+                                           "(tokens); default: kv_cache.capacity_tokens, else the memory arithmetic")
+
+
+class DisaggregationSpec(_Strict):
+    """Prefill and decode on separate pools (DistServe, Splitwise): a request prefills on a prefill replica,
+    its KV cache crosses `link` to a decode replica, and it decodes there (sim/core/disaggregated.py)."""
+
+    prefill: PoolSpec = PoolSpec()
+    decode: PoolSpec = PoolSpec()
+    link: str | LinkSpec = Field("nvlink4", description="catalog interconnect (nvlink3, nvlink4, pcie-gen4, "
+                                 "pcie-gen5, infiniband-hdr, infiniband-ndr, ethernet-100g, ethernet-400g) or "
+                                 "{bandwidth_bytes_per_s, latency_s}")
+    overlap: Literal["none", "layerwise"] = Field(
+        "none", description="none: the KV is sent after the prefill ends; layerwise: each layer's KV is sent as it "
+        "is computed, so mostly the last layer's share is left after the prefill")
+
+    @field_validator("link")
+    @classmethod
+    def _known_link(cls, link):
+        if isinstance(link, str) and link.lower().replace("_", "-") not in INTERCONNECTS:
+            raise ValueError(f"unknown interconnect {link!r}; allowed: {', '.join(INTERCONNECTS)} "
+                             "or {bandwidth_bytes_per_s: ..., latency_s: ...}")
+        return link
+
+
 class HardwareSpec(_Strict):
     gpu: str | GPUSpec = Field("h100-sxm", description="catalog GPU name, or an inline GPU definition")
     tensor_parallel: int = Field(1, ge=1, description="GPUs per replica sharing each layer")
+    pipeline_parallel: int = Field(1, ge=1, description="pipeline stages per replica, each a tensor-parallel group "
+                                   "holding consecutive layers (GPUs per replica = tensor_parallel x pipeline_parallel)")
     num_replicas: int = Field(1, ge=1)
     router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
+    disaggregation: DisaggregationSpec | None = Field(
+        None, description="separate prefill and decode pools joined by a link; absent = colocated")
 
 
 class PreemptionSpec(_Strict):
@@ -246,6 +290,8 @@ class SearchSpec(_Strict):
 
     gpus: list[str | GPUSpec] | None = Field(None, description="candidate GPUs; default: hardware.gpu")
     tensor_parallel: list[int] | None = Field(None, description="candidate TP degrees; default: hardware.tensor_parallel")
+    pipeline_parallel: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, description="candidate pipeline depths, each tried with every TP degree; default: hardware.pipeline_parallel")
     policies: list[str] | None = Field(None, description="variant names to try; default: every variant")
     target_rate_per_s: float | None = Field(None, gt=0, le=MAX_RATE_PER_S,
                                              description="the load to serve; default: the workload's rate")

@@ -70,6 +70,11 @@ class Replica:
         self.wakeup: simpy.Event | None = None  # set while the engine waits for work
         self.num_outstanding = 0  # routed and not yet finished (for least-outstanding routing)
 
+    def engine_processes(self, sim: Simulation, env: simpy.Environment) -> list:
+        """The SimPy processes that run this replica's steps: one engine loop (a pipelined replica has one
+        per micro-batch slot, sim/core/pipeline.py)."""
+        return [sim.engine(env, self)]
+
 
 class StepLog:
     """Per-step records, as compact columns (a million requests make millions of steps)."""
@@ -296,18 +301,23 @@ class Simulation:
             append["bytes"](nbytes)
             append["num_steps"](num_steps)
             if outcome.finished:
-                replica.num_outstanding -= len(outcome.finished)
-                self._change_in_system(-len(outcome.finished))
-                for request in outcome.finished:
-                    self.requests.record(request, "finished")
-                    self.num_done += 1
-                    self._notify_done(request)
+                self.finish_requests(replica, outcome.finished, start)
             if self.stop_when is not None and self.stop_when(self):
                 self.stopped_early_s = env.now
             steps_since_progress += num_steps
             if self.progress is not None and steps_since_progress >= _PROGRESS_EVERY_STEPS:
                 steps_since_progress = 0
                 self.progress(env.now, self.num_done)
+
+    def finish_requests(self, replica: Replica, finished: list[Request], step_start_s: float) -> None:
+        """Book requests that left `replica` after its step starting at `step_start_s`: records, Little's law,
+        closed-loop users (sim/core/disaggregated.py hands a prefill replica's on to the decode pool instead)."""
+        replica.num_outstanding -= len(finished)
+        self._change_in_system(-len(finished))
+        for request in finished:
+            self.requests.record(request, "finished")
+            self.num_done += 1
+            self._notify_done(request)
 
     def _next_event_s(self) -> float:
         """The earliest time something outside a replica can change its batch: the next arrival or the horizon.
@@ -357,7 +367,8 @@ class Simulation:
     def run(self) -> None:
         env = self.env
         for replica in self.replicas:
-            env.process(self.engine(env, replica))
+            for process in replica.engine_processes(self, env):
+                env.process(process)
         if self.closed_loop_users:
             for _ in range(min(self.closed_loop_users, self.num_requests)):
                 env.process(self.closed_loop_user(env))

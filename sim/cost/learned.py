@@ -1,15 +1,18 @@
 """A roofline whose efficiencies were learned from the GPUs with measured kernels (issue 12).
 
-`cost_model: {kind: roofline, efficiencies: learned}`: the same per-op sums as RooflineCostModel, but each op's
-time is its ideal time at the GPU catalog's peaks (FLOP/s, HBM bytes/s) divided by an efficiency read from
+`cost_model: {kind: roofline, efficiencies: learned}`: the same per-op sums as RooflineCostModel, but each kernel's
+time is a launch plus its ideal time at the GPU catalog's peaks (FLOP/s, HBM bytes/s) divided by an efficiency read from
 calibrate/measured/learned_roofline.json (written by `python -m calibrate.learn_roofline`, which also reports
 its leave-one-GPU-out error):
 
-- GEMMs: efficiency per (log2 tokens, log2 weight elements) cell, the median over the measured GPUs of
-  ideal / measured time; at least the fastest measured kernel's time (`min_kernel_s`, a launch floor);
+- GEMMs: efficiency per (log2 compute-time / memory-time on this GPU, log2 weight elements) cell, the median over
+  the measured GPUs of ideal / (measured − launch) time, plus a launch (`min_kernel_s`, the fastest measured
+  GEMM);
 - prefill attention per log2(batch × prompt tokens), decode attention per log2(batch × context tokens);
 - norms/activations at the decode-attention byte efficiency of the largest cell;
-- all-reduce: a fixed latency plus the message at a fraction of the catalog interconnect bandwidth.
+- all-reduce: a fixed latency plus the message at a fraction of the catalog interconnect bandwidth, both per
+  interconnect class (`interconnect_class`: NVLink or PCIe) and GPU count. A class no measured GPU belongs to
+  falls back to the catalog's all-reduce (the GPU's interconnect_efficiency and allreduce_latency_s).
 
 No step overhead: the tables are kernel times (compose with `overhead:` for the engine's time outside kernels).
 Efficiencies are fractions of the catalog's peaks, so the model applies to a GPU without measured tables.
@@ -25,9 +28,15 @@ from pathlib import Path
 from sim.core.step_plan import StepPlan
 from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.errors import ConfigError
+from sim.model.specs import GPUSpec
 
 LEARNED_PATH = Path(__file__).resolve().parents[2] / "calibrate" / "measured" / "learned_roofline.json"
 _ACT = 2
+
+
+def interconnect_class(gpu: GPUSpec) -> str:
+    """'pcie' when peers talk over a link no faster than the host's PCIe link (L40S, L4, A10G), else 'nvlink'."""
+    return "pcie" if gpu.interconnect_bytes_per_s <= gpu.host_link_bytes_per_s else "nvlink"
 
 
 def load_learned(path: Path | None = None) -> dict:
@@ -54,20 +63,36 @@ class LearnedRooflineCostModel(RooflineCostModel):
         self.peak_flops, self.peak_bytes = peak, g.hbm_bytes_per_s
         L = self.learned
         self.min_kernel_s = L["min_kernel_s"]
-        ar = L["allreduce"]
-        self.ar_latency_s, self.ar_bw = ar["latency_s"], g.interconnect_bytes_per_s * ar["bandwidth_fraction"]
+        if L.get("format_version") != 2:
+            raise ConfigError(f"cost_model.efficiencies: 'learned' reads format_version 2, got "
+                              f"{L.get('format_version')!r}; rerun `python -m calibrate.learn_roofline`")
+        self.interconnect = interconnect_class(g)
+        by_count = L["allreduce"].get(self.interconnect)
+        if by_count:
+            # The measured GPU count nearest in log2 (TP 16 reads 8, TP 3 reads 2 or 4).
+            n = min(by_count, key=lambda c: (abs(math.log2(int(c)) - math.log2(max(self.tp, 2))), int(c)))
+            ar = by_count[n]
+            self.ar_latency_s, self.ar_bw = ar["latency_s"], g.interconnect_bytes_per_s * ar["bandwidth_fraction"]
+            self.ar_source = f"{self.interconnect} all-reduce learned at {n} GPUs"
+        else:
+            self.ar_latency_s, self.ar_bw = g.allreduce_latency_s, g.interconnect_bytes_per_s * g.interconnect_efficiency
+            self.ar_source = f"no measured {self.interconnect} GPU: catalog all-reduce"
 
     def __repr__(self) -> str:
         return (f"LearnedRooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}, weights={self.weight_dtype}, "
                 f"kv={self.kv_dtype}, efficiencies learned from {', '.join(self.learned['fitted_on'])} "
-                f"({self.learned['source']}), step overhead {self.step_overhead_s * 1e3:g} ms)")
+                f"({self.learned['source']}), {self.ar_source}, step overhead {self.step_overhead_s * 1e3:g} ms)")
 
     def _ideal(self, flops: float, nbytes: float) -> float:
         return max(flops / self.peak_flops, nbytes / self.peak_bytes)
 
-    def _gemm_eff(self, m: float, weights: float) -> float:
+    def _kernel(self, work_s: float) -> float:
+        """A launch plus the work (the efficiencies were learned on time beyond the launch)."""
+        return self.min_kernel_s + work_s
+
+    def _gemm_eff(self, flops: float, nbytes: float, weights: float) -> float:
         g = self.learned["gemm"]
-        i = bisect_right(g["m_edges"], math.log2(max(m, 1.0))) - 1
+        i = bisect_right(g["r_edges"], math.log2((flops / self.peak_flops) / (nbytes / self.peak_bytes))) - 1
         i = min(max(i, 0), len(g["eff"]) - 1)
         return _lookup(g["w_edges"], g["eff"][i], weights)
 
@@ -85,7 +110,7 @@ class LearnedRooflineCostModel(RooflineCostModel):
             f = pairs * self.attn_flops_per_pair
             b = (min(context + chunk, window) if window else context + chunk) * kvb + chunk * self.q_bytes_per_token
             eff = _lookup(L["prefill_attention"]["edges"], L["prefill_attention"]["eff"], chunk * (context + chunk))
-            attn_s += max(self.min_kernel_s, self._ideal(f, b) / eff)
+            attn_s += self._kernel(self._ideal(f, b) / eff)
             flops_total += f * self.model.num_layers  # every layer attends
             bytes_total += b * self.model.num_layers
         if plan.num_decode_seqs:
@@ -95,7 +120,7 @@ class LearnedRooflineCostModel(RooflineCostModel):
             f = ctx * plan.decode_query_tokens * self.attn_flops_per_pair
             b = ctx * kvb + plan.num_decode_seqs * plan.decode_query_tokens * self.q_bytes_per_token
             eff = _lookup(L["decode_attention"]["edges"], L["decode_attention"]["eff"], ctx)
-            attn_s += max(self.min_kernel_s, self._ideal(f, b) / eff)
+            attn_s += self._kernel(self._ideal(f, b) / eff)
             flops_total += f * self.model.num_layers  # every layer attends
             bytes_total += b * self.model.num_layers
         elem_b = n * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT
@@ -108,18 +133,15 @@ class LearnedRooflineCostModel(RooflineCostModel):
             layer_s = attn_s + elem_s + ar_s
             for mm in matmuls:
                 f, b = self._linear(mm, n)
-                tokens = n * mm.experts_per_token
                 per_expert = mm.weight_params / mm.num_experts
-                layer_s += max(self.min_kernel_s, self._ideal(f, b) / self._gemm_eff(tokens / max(
-                    1.0, mm.num_experts * (1.0 - (1.0 - mm.experts_per_token / mm.num_experts) ** n))
-                    if mm.num_experts > 1 else n, per_expert))
+                layer_s += self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, per_expert))
                 flops_total += num_layers * f
                 bytes_total += num_layers * b
             time_s += num_layers * layer_s
         rows = plan.num_sampled_seqs + plan.num_decode_seqs * (plan.decode_query_tokens - 1)
         if rows:
             f, b = self._linear(self.lm_head, rows)
-            time_s += max(self.min_kernel_s, self._ideal(f, b) / self._gemm_eff(rows, self.lm_head.weight_params))
+            time_s += self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, self.lm_head.weight_params))
         swapped = plan.swap_in_tokens + plan.swap_out_tokens
         if swapped:
             time_s += swapped * kvb * self.model.num_layers / self.gpu.host_link_bytes_per_s

@@ -72,6 +72,7 @@ class RooflineCostModel:
         self.hidden = model.hidden_size
         self.ffn_per_gpu = model.ffn_size / tensor_parallel
         self._decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
+        self.include_lm_head = True  # False for a pipeline stage before the last: the LM head runs on the last
 
     def _matmul(self, shape) -> _Matmul:
         split = 1 if shape.tp_split == "replicated" else self.tp
@@ -151,7 +152,7 @@ class RooflineCostModel:
             bytes_total += num_layers * layer_bytes
 
         lm_head_rows = plan.num_sampled_seqs + plan.num_decode_seqs * (plan.decode_query_tokens - 1)
-        if lm_head_rows:
+        if lm_head_rows and self.include_lm_head:
             f, b = self._linear(self.lm_head, lm_head_rows)
             time_s += self._op(f, b)
             flops_total += f
@@ -200,6 +201,8 @@ class RooflineCostModel:
         floating-point operations in the same order as `step_cost` of each such plan, so the times are
         bit-identical: only the context-free part is computed once."""
         groups, tail_s, elementwise_bytes, lm_s, lm_f, lm_b, q_bytes = self._decode_constants(num_seqs)
+        if not self.include_lm_head:
+            lm_s = lm_f = lm_b = 0.0
         window = self.model.sliding_window
         afpp, kvb = self.attn_flops_per_pair, self.kv_bytes_per_token_layer
         fps, bps, overhead = self.flops_per_s, self.bytes_per_s, self.step_overhead_s

@@ -199,3 +199,104 @@ def kv_capacity(
             "try a larger tensor_parallel or lower-precision weights"
         )
     return KVCapacity(usable, weights, activations, reserve_bytes, usable - needed, per_token)
+
+
+# --- pipeline parallelism -------------------------------------------------------------------------
+
+
+def pipeline_stage_layers(num_layers: int, pipeline_parallel: int) -> tuple[int, ...]:
+    """Decoder layers per pipeline stage, as vLLM splits them (`get_pp_indices` in vllm/distributed/utils.py):
+    `num_layers // pp` each, and the remainder one more each to the stages before the last, from the
+    second-to-last backwards. The last stage also runs the final norm and the LM head, and the first the
+    embedding, so they get the fewer layers. 61 layers on 4 stages: (15, 15, 16, 15)."""
+    _positive_int(pipeline_parallel, "hardware.pipeline_parallel")
+    if pipeline_parallel > num_layers:
+        raise ConfigError(f"hardware.pipeline_parallel: {pipeline_parallel} stages for {num_layers} layers; "
+                          f"allowed: 1 to {num_layers} (every stage needs a layer)")
+    parts = [num_layers // pipeline_parallel] * pipeline_parallel
+    for i in range(2, num_layers % pipeline_parallel + 2):
+        parts[-i] += 1
+    return tuple(parts)
+
+
+def stage_weight_bytes_per_gpu(model: ModelSpec, stage: int, pipeline_parallel: int, weight_dtype: str = "bf16",
+                               tensor_parallel: int = 1, group_size: int = 128) -> int:
+    """Weight bytes on each GPU of pipeline stage `stage` (0-based): its layers' matrices and norms, the input
+    embedding (and learned positions) on the first stage, the LM head and final norm on the last. With tied
+    embeddings and more than one stage the last stage keeps its own copy of the table for the LM head, as vLLM
+    does (its Llama builds `embed_tokens` on the first rank and, when tied, on the last rank too)."""
+    check_tensor_parallel(model, tensor_parallel)
+    _dtype_bytes(weight_dtype, WEIGHT_DTYPES, "weight_dtype")
+    _positive_int(group_size, "group_size")
+    layers = pipeline_stage_layers(model.num_layers, pipeline_parallel)
+    if not 0 <= stage < pipeline_parallel:
+        raise ConfigError(f"stage: {stage!r} is not allowed; allowed: 0 to {pipeline_parallel - 1}")
+    first, last = stage == 0, stage == pipeline_parallel - 1
+    start = sum(layers[:stage])
+    end = start + layers[stage]
+    total = 0.0
+    group_start = 0
+    for num_layers, shapes in layer_groups(model):  # groups are consecutive layers in order (dense first)
+        here = max(0, min(end, group_start + num_layers) - max(start, group_start))
+        group_start += num_layers
+        for shape in shapes:
+            share = 1 if shape.tp_split == "replicated" else tensor_parallel
+            total += here * _matrix_bytes(shape, weight_dtype, group_size) / share
+    head = lm_head_shape(model)
+    table = head.in_features * head.out_features * _UNQUANTIZED_BYTES / tensor_parallel
+    if pipeline_parallel == 1:
+        total += (1 if model.tie_word_embeddings else 2) * table
+    else:
+        total += table * (first + last)
+    per_norm = 2 if model.linear_bias else 1
+    layer_norms = 2 * per_norm * model.hidden_size + model.kv_lora_rank + model.q_lora_rank
+    total += (layers[stage] * layer_norms + (per_norm * model.hidden_size if last else 0)) * _UNQUANTIZED_BYTES
+    if first:
+        total += model.learned_position_embeddings * model.hidden_size * _UNQUANTIZED_BYTES
+    return math.ceil(total)
+
+
+def stage_kv_bytes_per_token(model: ModelSpec, stage_layers: int, kv_dtype: str = "bf16",
+                             tensor_parallel: int = 1) -> int:
+    """One token's KV on each GPU of a stage holding `stage_layers` layers (every layer keeps the same bytes
+    per token, so the full model's bytes divide evenly by its layers)."""
+    return kv_bytes_per_token(model, kv_dtype, tensor_parallel) // model.num_layers * stage_layers
+
+
+def pipeline_kv_capacity(
+    model: ModelSpec,
+    gpu: GPUSpec,
+    *,
+    pipeline_parallel: int,
+    tensor_parallel: int = 1,
+    weight_dtype: str = "bf16",
+    kv_dtype: str = "bf16",
+    gpu_memory_utilization: float = 0.9,
+    reserve_bytes: int = 0,
+    max_num_batched_tokens: int = 8192,
+    max_num_seqs: int = 256,
+) -> list[KVCapacity]:
+    """`kv_capacity` for each pipeline stage's GPUs. Every stage keeps its own layers' KV for every token in
+    flight, so the replica holds as many tokens as its tightest stage: min(c.num_tokens for c in the list).
+
+    Activations are sized as for the whole model on every stage (the hidden states of a full batch pass every
+    stage; only the last computes logits, so this over-counts the others' by the logits buffer, conservative).
+    """
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ConfigError(
+            f"gpu_memory_utilization: {gpu_memory_utilization!r} is not allowed; allowed: a fraction in (0, 1]"
+        )
+    usable = int(gpu.hbm_bytes * gpu_memory_utilization)
+    activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel)
+    out = []
+    for stage, layers in enumerate(pipeline_stage_layers(model.num_layers, pipeline_parallel)):
+        weights = stage_weight_bytes_per_gpu(model, stage, pipeline_parallel, weight_dtype, tensor_parallel)
+        needed = weights + activations + reserve_bytes
+        if usable - needed <= 0:
+            raise DoesNotFitError(
+                f"{model.name} stage {stage} ({layers} layers, {weight_dtype} weights, tensor_parallel="
+                f"{tensor_parallel}) needs {needed:,} bytes per GPU but {gpu.name} offers {usable:,}; "
+                "try more pipeline stages, a larger tensor_parallel or lower-precision weights")
+        out.append(KVCapacity(usable, weights, activations, reserve_bytes, usable - needed,
+                              stage_kv_bytes_per_token(model, layers, kv_dtype, tensor_parallel)))
+    return out

@@ -28,8 +28,20 @@ class ContinuousScheduler(SchedulerBase):
 
     def __init__(self, kv: KVManager, *, max_num_seqs: int, max_num_batched_tokens: int,
                  chunked_prefill: bool, max_model_len: int, tracker: DecodeBatch | None = None,
-                 swap_capacity_tokens: int = 0, victim: str = "last_admitted", sequences_per_request: int = 1):
+                 swap_capacity_tokens: int = 0, victim: str = "last_admitted", sequences_per_request: int = 1,
+                 hold_kv_on_finish: bool = False):
         super().__init__(kv, max_model_len, tracker)
+        # Disaggregated serving (sim/core/disaggregated.py). A prefill replica's requests end at their first
+        # token, and their KV stays until it has been sent to a decode replica (`release_held_kv`). A decode
+        # replica takes requests whose prompt KV was computed elsewhere: `reserve_prefilled` claims the blocks
+        # before the KV is sent, `add_prefilled` queues the request once it has arrived, and the next
+        # `schedule` puts it into the decode batch.
+        self.hold_kv_on_finish = hold_kv_on_finish
+        self.held_kv: dict[int, Request] = {}  # finished, KV not yet released
+        self.num_reserved_prefilled = 0  # blocks claimed, KV still on its way
+        self.incoming: list[Request] = []  # KV arrived, joins the decode batch at the next step
+        self.transfer_tokens = 0  # token states held for the requests above (counted as token slots)
+        self.on_join = None  # called (request, now) when a prefilled request joins the decode batch
         # Parallel sampling (n outputs) or beam search (width w): once a request's prompt is computed,
         # its other sequences fork onto its blocks (shared, copy-on-write); it returns when all are done.
         self.sequences_per_request = sequences_per_request
@@ -113,6 +125,8 @@ class ContinuousScheduler(SchedulerBase):
             yield request
 
     def schedule(self, now: float) -> StepPlan | None:
+        if self.incoming:
+            self._join_prefilled(now)
         if not self.running and not self.waiting:
             return None
         plan = StepPlan()
@@ -173,7 +187,7 @@ class ContinuousScheduler(SchedulerBase):
 
     def decode_run_limit(self, plan: StepPlan, max_steps: int) -> int:
         tracker, kv = self.tracker, self.kv
-        if (max_steps <= 1 or plan.prefill_request_ids or plan.preempted_request_ids or plan.new_request_ids
+        if (max_steps <= 1 or self.incoming or plan.prefill_request_ids or plan.preempted_request_ids or plan.new_request_ids
                 or plan.swap_in_tokens or plan.swap_out_tokens or type(tracker) is not DecodeTracker
                 or kv.cow_pending or not len(tracker)):
             return 1  # a mixed step, a preemption, speculation or copy-on-write: step by step
@@ -246,7 +260,11 @@ class ContinuousScheduler(SchedulerBase):
         request.status = RequestStatus.FINISHED
         request.last_token_s = request.finish_s = now
         del self.running[request.request_id]
-        self.kv.free(request)
+        if self.hold_kv_on_finish:
+            self.held_kv[request.request_id] = request
+            self.transfer_tokens += request.num_computed_tokens
+        else:
+            self.kv.free(request)
         root = request.parent_id if request.parent_id >= 0 else request.request_id
         remaining = self.groups.get(root)
         if remaining is None:
@@ -264,7 +282,42 @@ class ContinuousScheduler(SchedulerBase):
 
     def kv_usage(self) -> KVUsage:
         tokens = self.tracker.token_sum + sum(r.num_computed_tokens for r in self.prefilling.values())
-        return self.kv.usage(tokens)
+        return self.kv.usage(tokens + self.transfer_tokens)
+
+    # --- disaggregated serving ------------------------------------------------------------------
+    def release_held_kv(self, request: Request) -> None:
+        """Prefill replica: the request's KV has been sent; its blocks go back to the pool."""
+        del self.held_kv[request.request_id]
+        self.transfer_tokens -= request.num_computed_tokens
+        self.kv.free(request)
+
+    def reserve_prefilled(self, request: Request) -> bool:
+        """Decode replica: claim a sequence slot and the blocks for a request whose prompt KV
+        (`num_computed_tokens`) is about to be sent here. False, with nothing changed, when there is no room now,
+        or while requests preempted here wait to be admitted again (they come first, or new arrivals could
+        take every block they free and starve them)."""
+        if self.waiting or len(self.running) + len(self.incoming) + self.num_reserved_prefilled >= self.max_num_seqs:
+            return False
+        if self.kv.allocate_slots(request, 0) is None:
+            return False
+        self.num_reserved_prefilled += 1
+        self.transfer_tokens += request.num_computed_tokens
+        return True
+
+    def add_prefilled(self, request: Request) -> None:
+        """Decode replica: a reserved request's KV has arrived; it decodes from the next step on."""
+        self.num_reserved_prefilled -= 1
+        self.incoming.append(request)
+
+    def _join_prefilled(self, now: float) -> None:
+        for request in self.incoming:
+            self.transfer_tokens -= request.num_computed_tokens
+            request.status = RequestStatus.RUNNING
+            self.running[request.request_id] = request
+            self.tracker.add(request)
+            if self.on_join is not None:
+                self.on_join(request, now)
+        self.incoming.clear()
 
     def running_requests(self) -> list[Request]:
         """Requests in flight, each once: forked sequences stand for their request."""

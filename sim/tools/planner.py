@@ -53,6 +53,7 @@ class Candidate:
     gpu: Any  # catalog name, or an inline GPU mapping
     tensor_parallel: int
     policy: str | None  # a variant name; None = the base scenario
+    pipeline_parallel: int = 1  # pipeline stages per replica (GPUs per replica = tensor_parallel x this)
 
     @property
     def gpu_name(self) -> str:
@@ -61,7 +62,12 @@ class Candidate:
     @property
     def name(self) -> str:
         policy = f" · {self.policy}" if self.policy else ""
-        return f"{self.gpu_name} TP{self.tensor_parallel}{policy}"
+        pp = f"xPP{self.pipeline_parallel}" if self.pipeline_parallel > 1 else ""
+        return f"{self.gpu_name} TP{self.tensor_parallel}{pp}{policy}"
+
+    @property
+    def gpus_per_replica(self) -> int:
+        return self.tensor_parallel * self.pipeline_parallel
 
 
 @dataclass
@@ -124,6 +130,7 @@ class PlanSettings:
     base_seed: int
     min_window_s: float
     prefer_calibrated: bool = True
+    pipeline_parallel: list[int] = field(default_factory=lambda: [1])  # candidate pipeline depths
     # True: every simulation runs to its end, from scratch (the planner before issue 15; the reference the
     # shortcuts are tested against). False: probes stop once they are certain to miss the SLOs, and
     # simulations already run are reused.
@@ -465,7 +472,8 @@ def repeat_with_seed(task: SeedTask) -> SeedOutcome:
 def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = None,
                   tensor_parallel: list[int] | None = None, policies: list[str] | None = None,
                   max_replicas: int | None = None, num_seeds: int | None = None,
-                  prices: dict[str, float] | None = None, exhaustive: bool = False,
+                  prices: dict[str, float] | None = None,
+                  pipeline_parallel: list[int] | None = None, exhaustive: bool = False,
                   cache_dir: str | None = None) -> PlanSettings:
     """The search space: the scenario's `search:` section, then command-line overrides."""
     from sim.config.files import build_scenario_set
@@ -491,6 +499,10 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         search.tensor_parallel or [base.hardware.tensor_parallel])
     if any(tp < 1 for tp in tp_list):
         raise ConfigError(f"--tp: {tp_list} must all be >= 1")
+    pp_list = pipeline_parallel if pipeline_parallel is not None else (
+        search.pipeline_parallel or [base.hardware.pipeline_parallel])
+    if any(pp < 1 for pp in pp_list):
+        raise ConfigError(f"--pp: {pp_list} must all be >= 1")
     target = rate if rate is not None else search.target_rate_per_s
     if target is None:
         target = arrival_rate(raw)  # a trace at its own pace: its recorded mean rate
@@ -508,7 +520,8 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         policies=policy_list, max_replicas=max_replicas or search.max_replicas,
         rate_tolerance=search.rate_tolerance, num_seeds=num_seeds or search.num_seeds, prices=merged_prices,
         top_k=search.top_k, base_seed=base.run.seed, min_window_s=search.min_window_s,
-        prefer_calibrated=search.prefer_calibrated, exhaustive=exhaustive, cache_dir=cache_dir)
+        prefer_calibrated=search.prefer_calibrated,
+        pipeline_parallel=[int(pp) for pp in pp_list], exhaustive=exhaustive, cache_dir=cache_dir)
 
 
 def shipped_profile(gpu_name: str, model_name: str, tensor_parallel: int):
@@ -526,6 +539,8 @@ def candidate_raw(raw: dict, cand: Candidate, prefer_calibrated: bool = False) -
     hw = out.setdefault("hardware", {})
     hw["gpu"] = copy.deepcopy(cand.gpu)
     hw["tensor_parallel"] = cand.tensor_parallel
+    if cand.pipeline_parallel > 1 or "pipeline_parallel" in hw:  # PP=1 plans write the scenario as before
+        hw["pipeline_parallel"] = cand.pipeline_parallel
     hw["num_replicas"] = 1
     out["name"] = cand.name
     model = out.get("model", "llama-3.1-8b")
@@ -549,18 +564,28 @@ def _measured_fits(gpu_name: str, raw: dict) -> bool:
 
 
 def cost_model_label(raw: dict) -> str:
+    """Which cost model prices a candidate, in the words of sim.cost.labels (the run's own summary label):
+    a measured request on a GPU or dtype without tables says it falls back to the roofline."""
     spec = raw.get("cost_model") or {}
     kind = spec.get("kind", "roofline")
     if kind == "calibrated":
-        return f"calibrated ({spec['profile']})" if spec.get("profile") else "calibrated (shipped profile)"
-    if kind == "measured":
-        return "measured (AIConfigurator vLLM kernels)"
-    return kind
+        label = f"calibrated ({spec['profile']})" if spec.get("profile") else "calibrated (shipped profile)"
+    elif kind == "measured":
+        gpu = (raw.get("hardware") or {}).get("gpu", "h100-sxm")
+        gpu_name = spec.get("gpu_data") or (gpu if isinstance(gpu, str) else str(gpu.get("name", "")))
+        label = ("measured (AIConfigurator vLLM kernels)" if _measured_fits(gpu_name, raw)
+                 else f"roofline (fallback: no measured kernels for {gpu_name})")
+    elif kind == "roofline" and spec.get("efficiencies") == "learned":
+        label = "learned roofline"
+    else:
+        label = kind
+    overhead = spec.get("overhead")
+    return label + (f" + {overhead.get('engine', 'vllm-cudagraph')} overhead" if overhead else "")
 
 
 def candidates(settings: PlanSettings) -> list[Candidate]:
-    return [Candidate(gpu, tp, policy) for gpu in settings.gpus for tp in settings.tensor_parallel
-            for policy in settings.policies]
+    return [Candidate(gpu, tp, policy, pp) for gpu in settings.gpus for tp in settings.tensor_parallel
+            for pp in settings.pipeline_parallel for policy in settings.policies]
 
 
 def rank(outcomes: list[CandidateOutcome]) -> list[CandidateOutcome]:

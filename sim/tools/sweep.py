@@ -128,7 +128,8 @@ class PointTask:
 
 
 def num_gpus(scenario) -> int:
-    return scenario.hardware.tensor_parallel * scenario.hardware.num_replicas
+    hw = scenario.hardware
+    return hw.tensor_parallel * hw.pipeline_parallel * hw.num_replicas
 
 
 def price_per_gpu_hour(scenario, prices: dict[str, float] | None = None) -> float:
@@ -138,13 +139,23 @@ def price_per_gpu_hour(scenario, prices: dict[str, float] | None = None) -> floa
     return float(prices.get(name, prices.get(gpu.name, gpu.price_per_hour)))
 
 
+def priced_parts(scenario) -> list:
+    """The parts of a deployment priced separately: the scenario itself, or, disaggregated, each pool's
+    scenario (its own GPU, TP and replicas; sim/config/disaggregation.py)."""
+    if scenario.hardware.disaggregation is None:
+        return [scenario]
+    from sim.config.disaggregation import POOLS, pool_scenario
+    return [pool_scenario(scenario, pool) for pool in POOLS]
+
+
 def cost_figures(scenario, summary: dict, prices: dict[str, float] | None = None) -> dict:
-    """Cost per hour of the deployment and per million tokens it serves at the simulated load."""
-    per_hour = num_gpus(scenario) * price_per_gpu_hour(scenario, prices)
+    """Cost per hour of the deployment (every pool's GPUs) and per million tokens it serves at the simulated load."""
+    parts = priced_parts(scenario)
+    per_hour = sum(num_gpus(part) * price_per_gpu_hour(part, prices) for part in parts)
     tokens_per_hour = summary.get("total_tokens_per_s", 0.0) * 3600.0
     output_per_hour = summary.get("output_tokens_per_s", 0.0) * 3600.0
     return {
-        "num_gpus": num_gpus(scenario),
+        "num_gpus": sum(num_gpus(part) for part in parts),
         "cost_per_hour": per_hour,
         "cost_per_million_tokens": per_hour / tokens_per_hour * 1e6 if tokens_per_hour else math.nan,
         "cost_per_million_output_tokens": per_hour / output_per_hour * 1e6 if output_per_hour else math.nan,
@@ -170,6 +181,7 @@ def run_point(task: PointTask) -> dict:
     row["error"] = ""
     row.update(_scalar_summary(result.summary))
     row.update(cost_figures(scenario, result.summary))
+    row["cost_model"] = result.extras.get("cost_model_label", "")  # which cost model priced this point
     return row
 
 

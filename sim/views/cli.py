@@ -56,13 +56,20 @@ def _simulate_with_progress(scenario, workload, label: str, quiet: bool):
 
 
 def _summary_table(results) -> Table:
-    from sim.views.report import format_metric, format_value, summary_rows
+    from sim.views.report import (
+        COST_MODEL_LABEL,
+        cost_model_labels,
+        format_metric,
+        format_value,
+        summary_rows,
+    )
     table = Table(title="Summary", show_lines=False)
     table.add_column("metric")
     for r in results:
         table.add_column(r.name, justify="right")
     for key, label in summary_rows(results):
         table.add_row(label, *[format_metric(key, r.summary.get(key)) for r in results])
+    table.add_row(COST_MODEL_LABEL, *cost_model_labels(results))
     if any(r.summary.get("slo_met") is not None for r in results):
         table.add_row("SLOs met", *[format_value(r.summary.get("slo_met")) for r in results])
     return table
@@ -249,6 +256,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
          rate: Optional[float] = typer.Option(None, "--rate", help="target load in req/s (default: the workload's)"),
          gpus: Optional[str] = typer.Option(None, "--gpus", help="candidate GPUs, comma-separated"),
          tp: Optional[str] = typer.Option(None, "--tp", help="candidate tensor-parallel degrees, comma-separated"),
+         pp: Optional[str] = typer.Option(None, "--pp", help="candidate pipeline depths, comma-separated "
+                                          "(each with every --tp; default: hardware.pipeline_parallel)"),
          policies: Optional[str] = typer.Option(None, "--policies", help="variants to try, comma-separated"),
          max_replicas: Optional[int] = typer.Option(None, "--max-replicas"),
          seeds: Optional[int] = typer.Option(None, "--seeds", help="seeds the recommendation is repeated with"),
@@ -292,8 +301,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
         check_output_file(report, "--report")
     settings = plan_settings(raw, rate=rate, gpus=_csv_list("--gpus", gpus), tensor_parallel=_csv_list("--tp", tp, int),
                              policies=_csv_list("--policies", policies), max_replicas=max_replicas,
-                             num_seeds=seeds, prices=prices, exhaustive=exhaustive,
-                             cache_dir=str(cache) if cache is not None else None)
+                             num_seeds=seeds, prices=prices, pipeline_parallel=_csv_list("--pp", pp, int),
+                             exhaustive=exhaustive, cache_dir=str(cache) if cache is not None else None)
     command = "servesim " + " ".join(sys.argv[1:]) if sys.argv and "servesim" in sys.argv[0] else f"servesim plan {scenario}"
     if quiet:
         result = run_plan(raw, settings, backend=backend, workers=workers, address=address, command=command)
@@ -325,6 +334,36 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     write_plan_outputs(result, out, report)
     console.print(f"Outputs written to {out}/ (report.html, plan.md, candidates.csv, simulations.csv)"
                   + (f"; report also at {report}" if report else ""))
+
+
+@app.command("plan-pools")
+def plan_pools(scenario: str = typer.Argument(..., help="scenario YAML file"),
+               gpus: int = typer.Option(..., "--gpus", help="GPU budget shared by the pools"),
+               variant: Optional[str] = typer.Option(
+                   None, "--variant", help="variant whose hardware.disaggregation (GPUs, TP, link) the splits use "
+                   "(default: the first variant that has one, else the base scenario)"),
+               set_: Optional[list[str]] = SetOption, quiet: bool = typer.Option(False, "--quiet", "-q")):
+    """Colocated or disaggregated: simulate every prefill/decode split of a GPU budget and recommend one."""
+    from sim.tools.pool_split import RANKING_KEYS, plan_pool_split
+    from sim.views.report import format_metric
+    scenario_set = _load(scenario, set_)
+    if variant is not None:
+        if variant not in scenario_set.variants:
+            raise ServeSimError(f"--variant: {variant!r} is not a variant of {scenario}; allowed: "
+                                f"{', '.join(scenario_set.variants)}")
+        chosen = scenario_set.variants[variant]
+    else:
+        chosen = next((sc for sc in scenario_set.variants.values() if sc.hardware.disaggregation is not None),
+                      scenario_set.base)
+    progress = None if quiet else (lambda label: err_console.print(f"simulating {label}"))
+    result = plan_pool_split(chosen, gpus, progress=progress)
+    table = Table(title=f"Prefill/decode splits of {gpus} GPUs")
+    for col in ("candidate", "GPUs") + RANKING_KEYS:
+        table.add_column(col, justify="left" if col == "candidate" else "right")
+    for c in result.candidates:
+        table.add_row(c.label, str(c.num_gpus), *[format_metric(k, c.summary.get(k)) for k in RANKING_KEYS])
+    console.print(table)
+    console.print(result.recommendation())
 
 
 @app.command()

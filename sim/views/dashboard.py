@@ -11,6 +11,9 @@
 - The page's choice lists (batching, KV layout, router, preemption, arrival and length kinds) come from
   the schema's Literal types (`literal_choices`), and load sweeps set rates through the arrival specs'
   `with_rate`, so a kind or value added to the schema reaches the page without an edit here.
+- The GPU cost model (`COST_MODEL_CHOICES`, from the schema's cost-model kinds and roofline efficiencies):
+  new forms start on `measured` (AIConfigurator kernels) where the GPU has measured tables, the roofline
+  elsewhere (`default_cost_model`), and `cost_model_note` says when a `measured` choice falls back.
 - `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
   load sweep. Latency, time-series and KV figures come from `sim.views.report.figures`.
 """
@@ -43,8 +46,10 @@ from sim.config.files import (
     validate_scenario,
 )
 from sim.config.schema import (
+    DisaggregationSpec,
     HardwareSpec,
     KVCacheSpec,
+    RooflineSpec,
     Scenario,
     ScenarioSet,
     SchedulerSpec,
@@ -52,8 +57,17 @@ from sim.config.schema import (
     union_kinds,
 )
 from sim.errors import ConfigError, ServeSimError
+from sim.model.interconnects import INTERCONNECTS
 from sim.results import Result
-from sim.views.report import COLORS, PERCENT_KEYS, SUMMARY_ROWS, format_metric
+from sim.views.report import (
+    COLORS,
+    COST_MODEL_LABEL,
+    DISAGGREGATION_ROWS,
+    PERCENT_KEYS,
+    SUMMARY_ROWS,
+    cost_model_labels,
+    format_metric,
+)
 from sim.workload.arrivals import ARRIVAL_KINDS, ARRIVAL_SPECS, RATE_KINDS
 from sim.workload.lengths import Lengths, PresetLengths
 
@@ -86,6 +100,8 @@ DEFAULT_BASE: dict = {
                  "lengths": {"kind": "preset", "name": "sharegpt"}},
     "scheduler": {"batching": "continuous", "max_num_seqs": 256, "max_model_len": 4096},
     "kv_cache": {"layout": "paged", "block_size": 16},
+    # h100-sxm has measured kernels (calibrate/measured/): default_cost_model("h100-sxm") is measured
+    "cost_model": {"kind": "measured"},
     "slo": {"ttft_s": 2.0, "tpot_s": 0.1, "percentile": 99.0},
     "run": {"seed": 0, "num_requests": 800},
 }
@@ -193,11 +209,101 @@ def estimated_requests(scenario: Scenario) -> int | None:
 
 
 # --------------------------------------------------------------------------------------------------
+# The GPU cost model (issue 12)
+
+MEASURED, ROOFLINE = "measured", "roofline"
+_COST_KINDS = union_kinds(Scenario.model_fields["cost_model"].annotation)
+_ROOFLINE_EFFICIENCIES = literal_choices(RooflineSpec, "efficiencies")
+
+
+def _roofline_choice(efficiencies: str) -> str:
+    return ROOFLINE if efficiencies == "catalog" else f"{ROOFLINE} ({efficiencies} efficiencies)"
+
+
+# The kinds the sidebar has inputs for, measured first: those that need no numbers or files (fixed needs step
+# times, calibrated a profile; from a loaded file they are kept and shown as YAML), the roofline once per
+# `efficiencies` value.
+COST_MODEL_CHOICES = tuple(choice for kind in sorted(_COST_KINDS, key=lambda k: k != MEASURED)
+                           for choice in ((MEASURED,) if kind == MEASURED else
+                                          tuple(_roofline_choice(e) for e in _ROOFLINE_EFFICIENCIES)
+                                          if kind == ROOFLINE else ()))
+
+
+def cost_model_choice(spec: dict | None) -> str | None:
+    """The sidebar choice a scenario's cost_model section is, or None for a kind the sidebar has no inputs for."""
+    spec = spec or {}
+    kind = spec.get("kind", ROOFLINE)
+    if kind == ROOFLINE:
+        return _roofline_choice(spec.get("efficiencies", "catalog"))
+    return MEASURED if kind == MEASURED else None
+
+
+def with_cost_model_choice(spec: dict | None, choice: str) -> dict | None:
+    """The cost_model section for a sidebar choice; the section's other settings (overhead, engine...) are kept
+    while the kind stays. None: the schema's default (the catalog roofline), so the file stays short."""
+    if choice not in COST_MODEL_CHOICES:
+        raise ConfigError(f"cost_model: {choice!r} is not a dashboard choice; allowed: {', '.join(COST_MODEL_CHOICES)}")
+    spec = copy.deepcopy(spec or {})
+    kind = MEASURED if choice == MEASURED else ROOFLINE
+    if spec.get("kind", ROOFLINE) != kind:
+        spec = {"kind": kind}
+    if kind == ROOFLINE:
+        efficiencies = next(e for e in _ROOFLINE_EFFICIENCIES if _roofline_choice(e) == choice)
+        spec.pop("efficiencies", None)
+        if efficiencies != "catalog":
+            spec["efficiencies"] = efficiencies
+        spec.setdefault("kind", ROOFLINE)
+        if spec == {"kind": ROOFLINE}:
+            return None
+    return spec
+
+
+def _gpu_name(gpu: str | dict | None) -> str:
+    return str(gpu.get("name", "")) if isinstance(gpu, dict) else str(gpu or "h100-sxm")
+
+
+def measured_fallback_reason(base: dict) -> str | None:
+    """Why the measured cost model cannot price this base scenario's GPU and dtypes (None if it can)."""
+    from sim.cost.measured import measured_unsupported
+    q = base.get("quantization") or {}
+    weights = q.get("weights", "bf16")
+    if q.get("fp8_compute") and weights != "fp8":
+        return "fp8_compute without fp8 weights is not measured"
+    gpu_data = (base.get("cost_model") or {}).get("gpu_data")
+    return measured_unsupported(gpu_data or _gpu_name((base.get("hardware") or {}).get("gpu")), weights,
+                                q.get("kv_cache", "bf16"))
+
+
+def default_cost_model(base: dict) -> dict | None:
+    """Measured where the GPU has measured kernel tables, else the catalog roofline (None: the schema default)."""
+    probe = {k: v for k, v in base.items() if k != "cost_model"}
+    return {"kind": MEASURED} if measured_fallback_reason(probe) is None else None
+
+
+def cost_model_note(base: dict) -> str | None:
+    """A line for the page when a `measured` choice will be priced by the roofline instead (the run's
+    summary then says "roofline (fallback: ...)" too)."""
+    spec = base.get("cost_model") or {}
+    if spec.get("kind") != MEASURED:
+        return None
+    reason = measured_fallback_reason(base)
+    if reason is None:
+        return None
+    if spec.get("on_missing") == "error":
+        return f"measured kernels unavailable ({reason}): the run will stop with this error"
+    return f"measured kernels unavailable ({reason}): priced with the roofline (catalog efficiencies)"
+
+
+# --------------------------------------------------------------------------------------------------
 # Policies: what a variant column edits
 
 CHUNKED_PREFILL = "chunked prefill"  # continuous batching with chunked prefill: one choice on the page
 BATCHING_MODES = tuple(mode for batching in literal_choices(SchedulerSpec, "batching")
                        for mode in ((batching, CHUNKED_PREFILL) if batching == "continuous" else (batching,)))
+
+
+INTERCONNECT_NAMES = tuple(INTERCONNECTS)  # the links a disaggregated variant can pick
+OVERLAP_MODES = literal_choices(DisaggregationSpec, "overlap")
 
 
 @dataclass(frozen=True)
@@ -219,6 +325,11 @@ class Policy:
     num_speculative_tokens: int = 4  # γ
     alpha: float = 0.7  # acceptance probability (the mean, for a per-request Beta)
     acceptance_concentration: float | None = None  # None: fixed α; else a Beta with this a + b
+    disaggregated: bool = False  # prefill and decode on separate pools (hardware.disaggregation)
+    prefill_replicas: int = 1  # disaggregated: prefill pool replicas
+    decode_replicas: int = 1  # disaggregated: decode pool replicas
+    link: str | dict = "nvlink4"  # disaggregated: catalog interconnect, or an inline {bandwidth_bytes_per_s, latency_s}
+    overlap: str = "none"  # disaggregated: KV sent after the prefill ("none") or layer by layer ("layerwise")
 
 
 def policy_of(scenario: Scenario) -> Policy:
@@ -227,6 +338,12 @@ def policy_of(scenario: Scenario) -> Policy:
     policy = Policy(batching=batching, max_num_seqs=s.max_num_seqs, max_num_batched_tokens=s.max_num_batched_tokens,
                     max_batch_size=s.max_batch_size, layout=kv.layout, block_size=kv.block_size,
                     reserve=kv.reserve, preemption=s.preemption.mode, enable_prefix_caching=kv.enable_prefix_caching)
+    hw = scenario.hardware
+    if hw.disaggregation is not None:
+        d = hw.disaggregation
+        policy = replace(policy, disaggregated=True, prefill_replicas=d.prefill.num_replicas or hw.num_replicas,
+                         decode_replicas=d.decode.num_replicas or hw.num_replicas,
+                         link=d.link if isinstance(d.link, str) else d.link.model_dump(mode="json"), overlap=d.overlap)
     if spec is None:
         return policy
     draft = spec.draft_model
@@ -259,7 +376,13 @@ def _policy_sections(policy: Policy) -> dict:
         speculation = {"draft_model": policy.draft_model,
                        "draft_cost_ratio": None if policy.draft_model else policy.draft_cost_ratio,
                        "num_speculative_tokens": policy.num_speculative_tokens, "acceptance": acceptance}
-    return {"scheduler": scheduler, "kv_cache": kv, "speculation": speculation}
+    disaggregation = None
+    if policy.disaggregated:
+        disaggregation = {"prefill": {"num_replicas": policy.prefill_replicas},
+                          "decode": {"num_replicas": policy.decode_replicas},
+                          "link": policy.link, "overlap": policy.overlap}
+    return {"scheduler": scheduler, "kv_cache": kv, "speculation": speculation,
+            "hardware": {"disaggregation": disaggregation}}
 
 
 def merged(base: dict, override: dict) -> dict:
@@ -355,7 +478,8 @@ def save_uploaded_trace(data: bytes, filename: str, folder: str | Path) -> Path:
 # --------------------------------------------------------------------------------------------------
 # Results side by side
 
-SUMMARY_METRICS = SUMMARY_ROWS  # one list of rows for every view; deltas are against the first variant
+# One list of rows for every view; deltas are against the first variant. Rows no result has are not shown.
+SUMMARY_METRICS = SUMMARY_ROWS + DISAGGREGATION_ROWS
 _KEY_OF_LABEL = {label: key for key, label in SUMMARY_METRICS}
 
 
@@ -407,6 +531,16 @@ def summary_table(results: list[Result]) -> pd.DataFrame:
                                     for k, v, ref in zip(keys, numbers[column], numbers[first])]
     table.index.name = "metric"
     return table
+
+
+def cost_model_caption(results: list[Result]) -> str:
+    """One line above the summary table: which cost model priced each variant (the same words as the CLI's
+    and the report's "cost model" row). Not a table row: the table holds the summary's numbers only, so a
+    summary.json from `servesim compare` rebuilds it exactly."""
+    labels = cost_model_labels(results)
+    if len(set(labels)) == 1:
+        return f"{COST_MODEL_LABEL}: {labels[0]}"
+    return f"{COST_MODEL_LABEL}: " + "; ".join(f"{r.name}: {label}" for r, label in zip(results, labels))
 
 
 def slo_verdicts(results: list[Result]) -> dict[str, bool | None]:

@@ -132,6 +132,7 @@ def recommendation_text(result: PlanResult) -> str:
     limits = ", ".join(f"{_pct(result.slo)} {label} ≤ {result.slo[key]:g} s" for _, key, label in _LIMITS
                        if result.slo.get(key) is not None)
     text = (f"{rec.num_replicas} × {c.gpu_name} at TP {c.tensor_parallel}"
+            f"{f' x PP {c.pipeline_parallel}' if c.pipeline_parallel > 1 else ''}"
             f"{' with policy ' + c.policy if c.policy else ''} ({rec.costs['num_gpus']} GPUs): "
             f"{_money(rec.costs['cost_per_hour'])} per hour, {_money(rec.costs['cost_per_million_tokens'])} per "
             f"million tokens, serving {s.target_rate_per_s:g} req/s within {limits}.")
@@ -170,7 +171,7 @@ def _pareto_figure(result: PlanResult) -> go.Figure:
         price = o.costs["cost_per_hour"] / o.costs["num_gpus"]
         for e in o.evaluations:
             if e.slo_met and math.isclose(e.rate_per_s, target, rel_tol=1e-9):
-                xs.append(price * e.num_replicas * o.candidate.tensor_parallel)
+                xs.append(price * e.num_replicas * o.candidate.gpus_per_replica)
                 ys.append(_metric_at(e.metrics, result.slo, metric))
                 names.append(f"{e.num_replicas} × {o.candidate.name}")
     fig = go.Figure()

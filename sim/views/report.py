@@ -57,9 +57,28 @@ WINDOW_ROWS = [
 WHOLE_RUN, IN_WINDOW = "whole run: ", "window: "
 
 
+# Disaggregated prefill/decode (hardware.disaggregation): shown only when a result has it; a colocated
+# result beside it shows "-" there.
+DISAGGREGATION_ROWS = [
+    ("num_gpus", "disaggregated: GPUs in both pools"),
+    ("num_prefill_replicas", "disaggregated: prefill replicas"), ("num_decode_replicas", "disaggregated: decode replicas"),
+    ("prefill_busy_fraction", "prefill pool busy share"), ("decode_busy_fraction", "decode pool busy share"),
+    ("prefill_queueing_s_mean", "wait before prefill mean (s)"),
+    ("decode_wait_s_mean", "wait for decode blocks mean (s)"), ("decode_wait_s_p90", "wait for decode blocks p90 (s)"),
+    ("transfer_s_mean", "KV transfer mean (s)"), ("transfer_s_p90", "KV transfer p90 (s)"),
+    ("num_waited_for_decode_blocks", "requests that waited for decode blocks"),
+]
+
+
 def summary_rows(results) -> list[tuple[str, str]]:
     """(key, label) rows for these results: SUMMARY_ROWS, and when any result has a steady-state window,
-    its rows inserted after their whole-run counterparts, each side labelled "whole run:" or "window:"."""
+    its rows inserted after their whole-run counterparts, each side labelled "whole run:" or "window:";
+    DISAGGREGATION_ROWS last when any result is disaggregated."""
+    extra = DISAGGREGATION_ROWS if any("num_prefill_replicas" in r.summary for r in results) else []
+    return _window_rows(results) + extra
+
+
+def _window_rows(results) -> list[tuple[str, str]]:
     if not any("window_start_s" in r.summary for r in results):
         return SUMMARY_ROWS
     after: dict[str, list[tuple[str, str]]] = {}
@@ -71,6 +90,14 @@ def summary_rows(results) -> list[tuple[str, str]]:
         rows.append((key, WHOLE_RUN + label if extra else label))
         rows.extend(extra)
     return rows
+
+
+COST_MODEL_LABEL = "cost model"  # the row every summary table adds: which cost model priced the run
+
+
+def cost_model_labels(results) -> list[str]:
+    """Per result, which cost model priced it (Result.extras, set by sim.run.simulate); '-' where unknown."""
+    return [str(r.extras.get("cost_model_label", "-")) for r in results]
 
 
 PERCENT_KEYS = frozenset({"slo_fraction_ok"})  # fractions of requests: shown as percentages, not bare 0.6625
@@ -165,7 +192,26 @@ def figures(results: list[Result]) -> list[tuple[str, go.Figure]]:
         kv.update_yaxes(title_text="share of KV memory", range=[0, 1], row=i, col=1)
     kv.update_layout(title="KV-cache memory split over time", height=max(300, 220 * len(results)))
     figs.append(("kv", kv))
+    split = [(i, r) for i, r in enumerate(results) if "transfer_s" in r.requests.columns]
+    if split:
+        figs.append(("disaggregation", _disaggregation_figure(split)))
     return figs
+
+
+def _disaggregation_figure(split: list[tuple[int, Result]]) -> go.Figure:
+    """Disaggregated results: CDFs of the waits between the pools, over the finished requests that moved KV."""
+    phases = (("queueing_s", "wait before prefill (s)"), ("decode_wait_s", "wait for decode blocks (s)"),
+              ("transfer_s", "KV transfer (s)"))
+    fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in phases])
+    for i, r in split:
+        fin = r.requests[r.requests["finished"]]
+        for col, (metric, _) in enumerate(phases, start=1):
+            x, y = _cdf(fin[metric].to_numpy(dtype=float))
+            fig.add_trace(go.Scatter(x=x, y=y, name=r.name, legendgroup=r.name, showlegend=col == 1,
+                                     line={"color": COLORS[i % len(COLORS)]}), row=1, col=col)
+    fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
+    fig.update_layout(title="Disaggregated prefill/decode: waits between the pools", height=380)
+    return fig
 
 
 def summary_table_html(results: list[Result]) -> str:
@@ -174,6 +220,8 @@ def summary_table_html(results: list[Result]) -> str:
     for key, label in summary_rows(results):
         cells = "".join(f"<td>{format_metric(key, r.summary.get(key))}</td>" for r in results)
         rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
+    cells = "".join(f"<td>{html.escape(label)}</td>" for label in cost_model_labels(results))
+    rows.append(f"<tr><th>{COST_MODEL_LABEL}</th>{cells}</tr>")
     return f'<table class="summary"><tr><th>metric</th>{head}</tr>{"".join(rows)}</table>'
 
 

@@ -7,7 +7,9 @@ Layout, per replica (one process each, `pid = replica + 1`; pid 0 holds requests
   finish, holding its phases: queued (arrival -> first scheduled), prefill (first scheduled -> first
   token) and decode (first token -> finish). A request that was preempted says how often in its args
   and in its category ("request,preempted"): the per-request records keep the count, not the times, and
-  the steps that preempted show as instants on the engine track;
+  the steps that preempted show as instants on the engine track. In a disaggregated run the request is on
+  its prefill replica's track, and between prefill and decode come "wait for decode blocks", "wait for
+  link" (each only when it happened) and "transfer" (the KV cache crossing to the decode replica);
 - counters ("C"): waiting requests at each step's start, KV slots in use after each step.
 
 Times are microseconds from the start of the simulation (`ts`), rounded to the nanosecond. A request
@@ -28,6 +30,9 @@ from sim.errors import ConfigError
 from sim.views.output_paths import check_output_file
 
 ENGINE_TID, REQUESTS_TID = 1, 2
+# A pipelined replica has several micro-batches in flight: steps that overlap go on extra engine tracks
+# (lane k > 0 is thread EXTRA_LANE_TID + k), so every track's slices stay disjoint.
+EXTRA_LANE_TID = 100
 _US = 1e6
 
 
@@ -77,7 +82,7 @@ def _run_end_s(requests: pd.DataFrame, steps: pd.DataFrame) -> float:
     return max(ends)
 
 
-def _metadata(pids: list[int]) -> list[dict]:
+def _metadata(pids: list[int], lanes: dict[int, int] | None = None) -> list[dict]:
     events = []
     for pid in pids:
         name = f"replica {pid - 1}" if pid > 0 else "not routed"
@@ -85,20 +90,45 @@ def _metadata(pids: list[int]) -> list[dict]:
         events.append({"ph": "M", "name": "process_sort_index", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": ENGINE_TID, "args": {"name": "engine steps"}})
         events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": REQUESTS_TID, "args": {"name": "requests"}})
+        for lane in range(1, (lanes or {}).get(pid, 1)):
+            events.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": EXTRA_LANE_TID + lane,
+                           "args": {"name": f"engine steps (micro-batch lane {lane})"}})
     return events
 
 
-def _step_events(steps: pd.DataFrame) -> list[dict]:
+def _step_lanes(steps: pd.DataFrame) -> tuple[list[int], dict[int, int]]:
+    """Each step's engine track: the first lane of its replica free at its start (first fit in start order),
+    and the number of lanes per pid. Without overlapping steps every step is on lane 0."""
+    lane_of = [0] * len(steps)
+    ends: dict[int, list[float]] = {}
+    if not len(steps):
+        return lane_of, {}
+    order = np.argsort(steps["start_s"].to_numpy(), kind="stable")
+    replica, start, end = (steps[c].to_numpy() for c in ("replica", "start_s", "end_s"))
+    for i in order:
+        lanes = ends.setdefault(int(replica[i]) + 1, [])
+        # 1 ns of slack: a decode run's summed duration may end a rounding error after the next step starts.
+        lane = next((k for k, e in enumerate(lanes) if e <= start[i] + 1e-9), len(lanes))
+        if lane == len(lanes):
+            lanes.append(end[i])
+        else:
+            lanes[lane] = end[i]
+        lane_of[i] = lane
+    return lane_of, {pid: len(lanes) for pid, lanes in ends.items()}
+
+
+def _step_events(steps: pd.DataFrame, lane_of: list[int]) -> list[dict]:
     events = []
-    for s in steps.itertuples(index=False):
+    for s, lane in zip(steps.itertuples(index=False), lane_of):
         pid = int(s.replica) + 1
+        tid = EXTRA_LANE_TID + lane if lane else ENGINE_TID
         used = int(s.kv_token_slots + s.kv_reserved_slots + s.kv_internal_slots + s.kv_external_slots)
         capacity = int(s.kv_capacity_slots)
         kind = ("prefill+decode" if s.num_prefill_tokens and s.num_decode_seqs
                 else "prefill" if s.num_prefill_tokens else "decode")
         start, end = _us(s.start_s), _us(s.start_s + s.duration_s)
         events.append({
-            "ph": "X", "name": kind, "cat": "step", "pid": pid, "tid": ENGINE_TID, "ts": start, "dur": round(end - start, 3),
+            "ph": "X", "name": kind, "cat": "step", "pid": pid, "tid": tid, "ts": start, "dur": round(end - start, 3),
             "args": {"num_seqs": int(s.num_seqs), "num_prefill_tokens": int(s.num_prefill_tokens),
                      "num_decode_seqs": int(s.num_decode_seqs), "num_output_tokens": int(s.num_output_tokens),
                      "num_waiting": int(s.num_waiting), "num_preempted": int(s.num_preempted),
@@ -107,7 +137,7 @@ def _step_events(steps: pd.DataFrame) -> list[dict]:
                      "swap_in_tokens": int(s.swap_in_tokens), "swap_out_tokens": int(s.swap_out_tokens)},
         })
         if s.num_preempted:
-            events.append({"ph": "i", "name": "preempted", "cat": "preemption", "s": "t", "pid": pid, "tid": ENGINE_TID,
+            events.append({"ph": "i", "name": "preempted", "cat": "preemption", "s": "t", "pid": pid, "tid": tid,
                            "ts": end, "args": {"num_preempted": int(s.num_preempted)}})
         events.append({"ph": "C", "name": "waiting requests", "pid": pid, "tid": 0, "ts": start,
                        "args": {"waiting": int(s.num_waiting)}})
@@ -121,8 +151,15 @@ def _finite(x) -> bool:
     return x is not None and not (isinstance(x, float) and math.isnan(x))
 
 
+# Disaggregated runs (sim/core/disaggregated.py): between prefill and decode, on the request's prefill replica's
+# track, the wait for decode blocks, the wait for the prefill replica's link, and the KV transfer.
+DISAGGREGATED_PHASES = ["wait for decode blocks", "wait for link", "transfer"]
+WAIT_PHASES = frozenset(DISAGGREGATED_PHASES[:2])
+
+
 def _request_events(requests: pd.DataFrame, run_end_s: float) -> list[dict]:
     events = []
+    disaggregated = "transfer_start_s" in requests.columns
     for r in requests.itertuples(index=False):
         rid = int(r.request_id)
         pid = int(r.replica) + 1 if int(r.replica) >= 0 else 0
@@ -143,17 +180,20 @@ def _request_events(requests: pd.DataFrame, run_end_s: float) -> list[dict]:
             args["reject_reason"] = str(r.reject_reason)
         name = f"request {rid}"
         events.append({**base, "ph": "b", "name": name, "ts": _us(r.arrival_s), "args": args})
-        marks = [float(r.arrival_s)] + [float(x) if _finite(x) else None
-                                         for x in (r.first_scheduled_s, r.first_token_s, r.finish_s)]
-        phases = (("queued", 0, 1), ("prefill", 1, 2), ("decode", 2, 3))
-        for phase, a, b in phases:
-            start = marks[a]
+        names, times = ["queued", "prefill", "decode"], [r.first_scheduled_s, r.first_token_s, r.finish_s]
+        if disaggregated and (_finite(r.decode_reserved_s) or (_finite(r.first_token_s) and not _finite(r.finish_s))):
+            names[2:2] = DISAGGREGATED_PHASES
+            times[2:2] = [r.decode_reserved_s, r.transfer_start_s, r.transfer_end_s]
+        marks = [float(r.arrival_s)] + [float(x) if _finite(x) else None for x in times]
+        for i, phase in enumerate(names):
+            start = marks[i]
             if start is None:
                 break
-            stop = marks[b] if marks[b] is not None else end_s
-            events.append({**base, "ph": "b", "name": phase, "ts": _us(start)})
-            events.append({**base, "ph": "e", "name": phase, "ts": _us(stop)})
-            if marks[b] is None:
+            stop = marks[i + 1] if marks[i + 1] is not None else end_s
+            if phase not in WAIT_PHASES or stop > start:  # a wait that did not happen is left out
+                events.append({**base, "ph": "b", "name": phase, "ts": _us(start)})
+                events.append({**base, "ph": "e", "name": phase, "ts": _us(stop)})
+            if marks[i + 1] is None:
                 break
         events.append({**base, "ph": "e", "name": name, "ts": _us(end_s)})
     return events
@@ -171,10 +211,11 @@ def timeline_events(requests: pd.DataFrame, steps: pd.DataFrame, window: tuple[f
         ends = requests["finish_s"].fillna(run_end_s)
         requests = requests[(requests["arrival_s"] <= hi) & (ends >= lo)]
     requests = sample_requests(requests, max_requests)
-    body = _step_events(steps) + _request_events(requests, run_end_s)
+    lane_of, lanes = _step_lanes(steps)
+    body = _step_events(steps, lane_of) + _request_events(requests, run_end_s)
     body.sort(key=lambda e: e["ts"])  # stable: a request's b/e pairs keep their order at equal times
     pids = sorted({int(e["pid"]) for e in body})
-    return _metadata(pids) + body
+    return _metadata(pids, lanes) + body
 
 
 def write_timeline(result, path: str | Path, window: tuple[float, float] | None = None,

@@ -132,6 +132,7 @@ def test_run_point_matches_a_direct_simulation_and_prices_the_deployment():
         assert row[key] == direct[key]
     assert row["num_gpus"] == 2
     assert row["cost_per_hour"] == pytest.approx(2 * 12.29)
+    assert row["cost_model"] == "roofline"  # which cost model priced the point
 
 
 def test_a_point_that_cannot_run_records_its_reason_and_the_sweep_goes_on(tmp_path):

@@ -200,7 +200,7 @@ def test_a_trace_upload_replays_it(tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("name", ["quickstart", "speculative", "prefix_caching", "swap", "quantization",
-                                  "llama70b_tp4"])
+                                  "llama70b_tp4", "pipeline_parallel"])
 def test_a_shipped_scenario_survives_upload_and_download_unchanged(name):
     """The form must not change what it was given: every widget starts from the file's value."""
     from sim.config.files import build_scenario_set

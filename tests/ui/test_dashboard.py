@@ -54,6 +54,7 @@ POLICIES = [
     dash.Policy(speculation=True, draft_model=None, draft_cost_ratio=0.05, num_speculative_tokens=3, alpha=0.6),
     dash.Policy(speculation=True, draft_model="llama-2-7b", draft_cost_ratio=None, alpha=0.8),
     dash.Policy(speculation=True, draft_cost_ratio=0.1, alpha=0.7, acceptance_concentration=5.0),
+    dash.Policy(disaggregated=True, prefill_replicas=2, decode_replicas=1, link="infiniband-ndr", overlap="layerwise"),
 ]
 
 

@@ -1,0 +1,97 @@
+"""Pipeline parallelism in the event model: micro-batches moving through a replica's stages.
+
+A pipelined replica's GPUs form `num_stages` stages, each a SimPy resource held by one micro-batch at a time
+for that stage's time. Each of its micro-batch slots (as many as stages: vLLM V1's `max_concurrent_batches`)
+is an engine loop: take the driver (the CPU that schedules, one batch at a time), schedule a batch from the
+slot's own requests and the shared queue, hold the driver for its CPU time, queue for stage 0 (FIFO), run it,
+send the activations to the next stage (the link's time, no stage held), wait for that stage, and so on; after
+the last stage the outcome is applied and the step recorded. As in vLLM V1 (`step_with_batch_queue`), a batch
+is scheduled as soon as the batch queue has room, and the CPU's work overlaps the GPUs' work on earlier
+micro-batches. One micro-batch alone takes the driver's time plus the sum of the stage times plus the transfers
+(the bubble); with every slot busy, a new batch leaves the pipeline once per slowest stage (or driver) time. A replica without pipelining uses `Simulation.engine` unchanged.
+"""
+
+from __future__ import annotations
+
+import simpy
+
+from sim.core.engine import Replica, Simulation
+from sim.core.step_plan import StepPlan
+
+PROGRESS_EVERY_MICRO_BATCHES = 2048  # as often as the plain engine reports (its steps)
+
+
+class PipelineReplica(Replica):
+    """A replica whose `scheduler` is a set of micro-batch slots (`sim.sched.pipeline.MicroBatchSlots`) and
+    whose cost model prices each stage (`sim.cost.pipeline.PipelineCostModel`)."""
+
+    def __init__(self, index: int, scheduler, cost_model):
+        super().__init__(index, scheduler, cost_model)
+        self.stage_busy_s = [0.0] * cost_model.num_stages  # time each stage computed (transfers excluded)
+        self.num_micro_batches = 0
+
+    def engine_processes(self, sim: Simulation, env: simpy.Environment) -> list:
+        driver = simpy.Resource(env, capacity=1)
+        stages = [simpy.Resource(env, capacity=1) for _ in range(self.cost_model.num_stages)]
+        return [self._slot_loop(sim, env, slot, driver, stages) for slot in self.scheduler.slots]
+
+    def _wake_idle_slots(self) -> None:
+        if self.wakeup is not None and not self.wakeup.triggered:
+            self.wakeup.succeed()
+
+    def _slot_loop(self, sim: Simulation, env: simpy.Environment, slot, driver: simpy.Resource,
+                   stages: list[simpy.Resource]):
+        cost_model = self.cost_model
+        while True:
+            cpu = driver.request()
+            yield cpu
+            start = env.now
+            plan: StepPlan | None = slot.schedule(start)
+            if plan is None:
+                driver.release(cpu)
+                if self.wakeup is None or self.wakeup.triggered:
+                    self.wakeup = env.event()
+                yield self.wakeup  # an arrival, or another slot's step freeing KV blocks
+                continue
+            num_waiting = self.scheduler.num_waiting
+            driver_s = cost_model.driver_s(plan)
+            if driver_s:
+                yield env.timeout(driver_s)
+            driver.release(cpu)
+            costs = cost_model.stage_costs(plan)
+            transfer_s = cost_model.transfer_s(plan) if len(costs) > 1 else 0.0
+            for i, cost in enumerate(costs):
+                if i:
+                    yield env.timeout(transfer_s)
+                held = stages[i].request()
+                yield held
+                yield env.timeout(cost.time_s)
+                stages[i].release(held)
+                self.stage_busy_s[i] += cost.time_s
+            outcome = slot.update_from_output(plan, env.now)
+            self.num_micro_batches += 1
+            self._record(sim, plan, outcome, start, env.now - start, num_waiting,
+                         sum(c.flops for c in costs), sum(c.bytes for c in costs))
+            if outcome.finished:
+                sim.finish_requests(self, outcome.finished, start)
+            self._wake_idle_slots()  # finishes and admissions change what an idle slot can schedule
+            if sim.progress is not None and self.num_micro_batches % PROGRESS_EVERY_MICRO_BATCHES == 0:
+                sim.progress(env.now, sim.num_done)
+
+    def _record(self, sim: Simulation, plan: StepPlan, outcome, start: float, duration_s: float,
+                num_waiting: int, flops: float, nbytes: float) -> None:
+        """One step row per micro-batch: it started when it was scheduled and lasted until it left the last stage."""
+        usage = self.scheduler.kv_usage()
+        row = {
+            "replica": self.index, "start_s": start, "duration_s": duration_s, "num_seqs": plan.num_seqs,
+            "num_waiting": num_waiting, "num_prefill_tokens": plan.num_prefill_tokens,
+            "num_decode_seqs": plan.num_decode_seqs, "num_padding_seqs": plan.num_padding_seqs,
+            "num_output_tokens": outcome.num_output_tokens, "num_preempted": len(plan.preempted_request_ids),
+            "kv_token_slots": usage.token_slots, "kv_reserved_slots": usage.reserved_slots,
+            "kv_internal_slots": usage.internal_slots, "kv_external_slots": usage.external_slots,
+            "kv_capacity_slots": usage.capacity_slots, "kv_shared_slots": usage.shared_slots,
+            "swap_in_tokens": plan.swap_in_tokens, "swap_out_tokens": plan.swap_out_tokens,
+            "flops": flops, "bytes": nbytes, "num_steps": 1,
+        }
+        for name, col in sim.steps.columns.items():
+            col.append(row[name])

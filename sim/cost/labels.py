@@ -1,0 +1,39 @@
+"""Which cost model priced a run, in a few words for a table row (issue 12).
+
+`cost_model_label(cost_model)` reads the cost-model object a run used (not the scenario's request), so a
+`measured` scenario on a GPU without measured tables says "roofline (fallback: ...)", not "measured". The full
+`repr` stays in `Result.extras["cost_model"]` and the run's meta.json; this label is what the summary tables show.
+"""
+
+from __future__ import annotations
+
+from sim.cost.calibrated import CalibratedCostModel
+from sim.cost.engine_steps import EngineStepCostModel
+from sim.cost.learned import LearnedRooflineCostModel
+from sim.cost.measured import MeasuredCostModel, MeasuredFallback
+from sim.cost.overhead import EngineOverheadCostModel
+from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCostModel
+from sim.cost.steps import StepProfileCostModel
+
+
+def cost_model_label(cost_model) -> str:
+    """E.g. 'measured (AIConfigurator h100_sxm vllm 0.24.0)', 'roofline (fallback: no measured kernel tables for
+    gpu 'l4'; ...)', 'learned roofline + vllm-cudagraph overhead'."""
+    if isinstance(cost_model, SpeculativeCostModel):
+        return cost_model_label(cost_model.target) + " (speculative)"
+    if isinstance(cost_model, EngineOverheadCostModel):
+        return f"{cost_model_label(cost_model.kernels)} + {cost_model.overhead.engine} overhead"
+    if isinstance(cost_model, MeasuredCostModel):
+        meta = cost_model.tables.meta
+        return f"measured (AIConfigurator {meta['system']} {meta['framework']} {meta['framework_version']})"
+    if isinstance(cost_model, MeasuredFallback):
+        return f"roofline (fallback: {cost_model.reason})"
+    if isinstance(cost_model, LearnedRooflineCostModel):
+        return "learned roofline"
+    if isinstance(cost_model, RooflineCostModel):
+        return "roofline"
+    if isinstance(cost_model, (CalibratedCostModel, EngineStepCostModel, StepProfileCostModel)):
+        return "calibrated"
+    if isinstance(cost_model, FixedCostModel):
+        return "fixed"
+    return type(cost_model).__name__

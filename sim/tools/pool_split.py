@@ -1,0 +1,102 @@
+"""Colocated or disaggregated, and with how many prefill and decode replicas: `servesim plan-pools`.
+
+For a GPU budget, every split into a prefill pool and a decode pool that uses the budget (prefill replicas
+P >= 1, decode replicas D = (budget - P x TP_prefill) // TP_decode >= 1) is simulated on the same workload,
+beside the colocated deployment of budget // TP replicas. The recommendation is the candidate with the
+highest goodput (requests per second meeting every SLO limit); ties go to the lower E2E p90, then to the
+colocated deployment (the simpler one) and the fewer prefill replicas. Kept apart from the planner
+(sim/tools/planner.py), which searches GPUs, TP and replica counts of colocated deployments.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.config.schema import DisaggregationSpec, Scenario
+from sim.errors import ConfigError
+from sim.run import make_workload, simulate
+from sim.tools.sweep import cost_figures
+
+RANKING_KEYS = ("goodput_rps", "slo_fraction_ok", "ttft_s_p90", "tpot_s_p90", "e2e_s_p90", "cost_per_hour")
+
+
+@dataclass(frozen=True)
+class PoolSplitCandidate:
+    label: str  # "colocated x4", or "2P+2D"
+    num_prefill_replicas: int  # 0 for the colocated deployment
+    num_decode_replicas: int  # 0 for the colocated deployment
+    num_replicas: int  # colocated replicas; 0 for a split
+    num_gpus: int
+    summary: dict
+
+    @property
+    def disaggregated(self) -> bool:
+        return self.num_prefill_replicas > 0
+
+
+@dataclass(frozen=True)
+class PoolSplitPlan:
+    total_gpus: int
+    candidates: list[PoolSplitCandidate]  # colocated first, then splits by prefill replicas
+    best: PoolSplitCandidate
+
+    def recommendation(self) -> str:
+        b = self.best
+        kind = "disaggregated" if b.disaggregated else "colocated"
+        return (f"recommended: {kind} {b.label} on {b.num_gpus} of {self.total_gpus} GPUs "
+                f"(goodput {b.summary['goodput_rps']:.4g} req/s, {b.summary['slo_fraction_ok']:.1%} of requests "
+                "meeting every SLO)")
+
+
+def _pool_tp(scenario: Scenario, spec: DisaggregationSpec, pool: str) -> int:
+    return getattr(spec, pool).tensor_parallel or scenario.hardware.tensor_parallel
+
+
+def split_scenarios(scenario: Scenario, total_gpus: int) -> list[tuple[str, int, int, int, int, Scenario]]:
+    """(label, prefill replicas, decode replicas, colocated replicas, GPUs, scenario) for every candidate."""
+    if total_gpus < 2:
+        raise ConfigError(f"--gpus: {total_gpus} leaves no GPU for one of the pools; allowed: 2 or more")
+    hw = scenario.hardware
+    spec = hw.disaggregation or DisaggregationSpec()
+    out = []
+    colocated_replicas = total_gpus // hw.tensor_parallel
+    if colocated_replicas >= 1:
+        sc = scenario.model_copy(update={"hardware": hw.model_copy(
+            update={"num_replicas": colocated_replicas, "disaggregation": None})})
+        out.append((f"colocated x{colocated_replicas}", 0, 0, colocated_replicas,
+                    colocated_replicas * hw.tensor_parallel, sc))
+    tp_p, tp_d = _pool_tp(scenario, spec, "prefill"), _pool_tp(scenario, spec, "decode")
+    for p in range(1, total_gpus // tp_p + 1):
+        d = (total_gpus - p * tp_p) // tp_d
+        if d < 1:
+            break
+        split = spec.model_copy(update={"prefill": spec.prefill.model_copy(update={"num_replicas": p}),
+                                        "decode": spec.decode.model_copy(update={"num_replicas": d})})
+        sc = scenario.model_copy(update={"hardware": hw.model_copy(update={"disaggregation": split})})
+        out.append((f"{p}P+{d}D", p, d, 0, p * tp_p + d * tp_d, sc))
+    if len(out) < 2:
+        raise ConfigError(f"--gpus: {total_gpus} GPUs fit no prefill/decode split at TP {tp_p}/{tp_d}; "
+                          f"allowed: at least {tp_p + tp_d}")
+    return out
+
+
+def _rank(candidate: PoolSplitCandidate) -> tuple:
+    s = candidate.summary
+    e2e = s.get("e2e_s_p90", math.nan)
+    return (-s["goodput_rps"], e2e if not math.isnan(e2e) else math.inf, candidate.disaggregated,
+            candidate.num_prefill_replicas)
+
+
+def plan_pool_split(scenario: Scenario, total_gpus: int, progress=None) -> PoolSplitPlan:
+    """Simulate every candidate of `split_scenarios` on one workload and pick the best (module docstring)."""
+    entries = split_scenarios(scenario, total_gpus)
+    workload = make_workload(entries[0][-1])
+    candidates = []
+    for label, p, d, n, gpus, sc in entries:
+        if progress is not None:
+            progress(label)
+        summary = simulate(sc, workload).summary
+        summary["cost_per_hour"] = cost_figures(sc, summary)["cost_per_hour"]
+        candidates.append(PoolSplitCandidate(label, p, d, n, gpus, summary))
+    return PoolSplitPlan(total_gpus, candidates, min(candidates, key=_rank))

@@ -1,0 +1,123 @@
+"""The dashboard's GPU cost-model choice and the "cost model" row of every summary view (issue 12)."""
+
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+from helpers import small_scenario
+
+from sim.config.files import validate_scenario
+from sim.config.schema import RooflineSpec, Scenario, literal_choices, union_kinds
+from sim.cost.labels import cost_model_label
+from sim.cost.measured import measured_gpus
+from sim.errors import ConfigError
+from sim.run import simulate
+from sim.views import dashboard as dash
+from sim.views.cli import main as servesim
+from sim.views.report import COST_MODEL_LABEL, summary_table_html
+
+
+def test_choices_come_from_the_schema_and_measured_is_first():
+    kinds = union_kinds(Scenario.model_fields["cost_model"].annotation)
+    assert "measured" in kinds and "roofline" in kinds
+    assert dash.COST_MODEL_CHOICES[0] == "measured"
+    # one roofline choice per efficiencies literal
+    assert len([c for c in dash.COST_MODEL_CHOICES if c.startswith("roofline")]) == len(
+        literal_choices(RooflineSpec, "efficiencies"))
+
+
+@pytest.mark.parametrize("choice", dash.COST_MODEL_CHOICES)
+def test_a_choice_round_trips_through_the_scenario_section(choice):
+    spec = dash.with_cost_model_choice(None, choice)
+    assert dash.cost_model_choice(spec) == choice
+    validate_scenario(small_scenario(cost_model=spec) if spec else small_scenario())  # a valid section
+
+
+def test_switching_choice_keeps_settings_of_the_same_kind_only():
+    measured = {"kind": "measured", "overhead": {"engine": "vllm-eager"}}
+    assert dash.with_cost_model_choice(measured, "measured") == measured
+    assert dash.with_cost_model_choice(measured, "roofline") is None  # the schema default: the file stays short
+    assert dash.with_cost_model_choice({"kind": "roofline", "efficiencies": "learned"}, "roofline") is None
+    with pytest.raises(ConfigError, match="cost_model: 'fixed' is not a dashboard choice; allowed: measured"):
+        dash.with_cost_model_choice(None, "fixed")
+    assert dash.cost_model_choice({"kind": "fixed", "prefill_s": 1, "decode_s": 1}) is None  # shown as YAML
+
+
+def test_default_is_measured_where_the_gpu_has_tables_and_roofline_elsewhere():
+    assert dash.DEFAULT_BASE["cost_model"] == dash.default_cost_model(dash.DEFAULT_BASE) == {"kind": "measured"}
+    for gpu in measured_gpus():
+        assert dash.default_cost_model({"hardware": {"gpu": gpu}}) == {"kind": "measured"}
+    assert dash.default_cost_model({"hardware": {"gpu": "l4"}}) is None
+    # int4 weights have no measured GEMM table on any GPU
+    assert dash.default_cost_model({"hardware": {"gpu": "h100-sxm"}, "quantization": {"weights": "int4"}}) is None
+
+
+def test_note_says_when_measured_falls_back():
+    base = copy.deepcopy(dash.DEFAULT_BASE)
+    assert dash.cost_model_note(base) is None
+    base["hardware"]["gpu"] = "l4"
+    note = dash.cost_model_note(base)
+    assert note.startswith("measured kernels unavailable (no measured kernel tables for gpu 'l4'")
+    assert note.endswith("priced with the roofline (catalog efficiencies)")
+    base["cost_model"]["on_missing"] = "error"
+    assert "will stop with this error" in dash.cost_model_note(base)
+    assert dash.cost_model_note({"hardware": {"gpu": "l4"}}) is None  # roofline asked for: nothing to say
+
+
+def test_every_summary_view_names_the_cost_model_that_priced_the_run(tmp_path, capsys):
+    """The label comes from the cost-model object, so a measured request on a GPU without tables says roofline."""
+    on_h100 = simulate(validate_scenario(small_scenario(cost_model={"kind": "measured"})))
+    on_l4 = simulate(validate_scenario(small_scenario({"name": "l4", "hardware": {"gpu": "l4"}},
+                                                      cost_model={"kind": "measured"})))
+    assert on_h100.extras["cost_model_label"].startswith("measured (AIConfigurator h100_sxm vllm ")
+    assert on_l4.extras["cost_model_label"].startswith("roofline (fallback: no measured kernel tables for gpu 'l4'")
+    html = summary_table_html([on_h100, on_l4])
+    assert f"<th>{COST_MODEL_LABEL}</th><td>measured (AIConfigurator h100_sxm" in html
+    caption = dash.cost_model_caption([on_h100, on_l4])
+    assert caption.startswith("cost model: small: measured") and "l4: roofline (fallback" in caption
+    assert dash.cost_model_caption([on_h100]) == "cost model: " + on_h100.extras["cost_model_label"]
+
+    path = tmp_path / "s.yaml"
+    path.write_text(json.dumps(small_scenario(cost_model={"kind": "roofline", "efficiencies": "learned"})))
+    servesim(["run", str(path), "--out", str(tmp_path / "out")])
+    assert "learned roofline" in capsys.readouterr().out
+    assert "learned roofline" in (tmp_path / "out" / "report.html").read_text()
+
+
+def test_label_of_wrapped_models():
+    from sim.run import make_cost_model
+    scenario = validate_scenario(small_scenario(cost_model={"kind": "measured", "overhead": {"engine": "vllm-eager"}}))
+    assert cost_model_label(make_cost_model(scenario)).endswith(" + vllm-eager overhead")
+    assert cost_model_label(make_cost_model(validate_scenario(small_scenario()))) == "roofline"
+
+
+def test_the_page_starts_on_measured_and_notes_the_fallback_for_a_gpu_without_tables():
+    pytest.importorskip("streamlit", reason="the dashboard needs the ui extra (streamlit)")
+    from pathlib import Path
+
+    from streamlit.testing.v1 import AppTest
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=120)
+    at.run()
+    assert not at.exception, [e.value for e in at.exception]
+    assert at.selectbox(key="0.cost_model").value == "measured"
+    assert any(c.value.startswith("cost model: measured (AIConfigurator h100_sxm") for c in at.caption)
+    assert not at.info
+    at.selectbox(key="0.gpu").set_value("l4")
+    at.run()
+    assert not at.exception
+    assert any("no measured kernel tables for gpu 'l4'" in i.value for i in at.info)
+    assert any(c.value.startswith("cost model: roofline (fallback") for c in at.caption)
+
+
+def test_plan_rows_name_the_cost_model_that_prices_each_candidate():
+    from sim.tools.planner import cost_model_label
+    assert cost_model_label({"hardware": {"gpu": "h100-sxm"}, "cost_model": {"kind": "measured"}}) == \
+        "measured (AIConfigurator vLLM kernels)"
+    assert cost_model_label({"hardware": {"gpu": "l4"}, "cost_model": {"kind": "measured"}}) == \
+        "roofline (fallback: no measured kernels for l4)"
+    assert cost_model_label({"cost_model": {"kind": "roofline", "efficiencies": "learned",
+                                            "overhead": {"engine": "vllm-eager"}}}) == \
+        "learned roofline + vllm-eager overhead"
+    assert cost_model_label({}) == "roofline"
