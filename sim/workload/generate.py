@@ -211,12 +211,12 @@ def _multi_turn(spec: WorkloadSpec, arrivals_seq, lengths_seq, prefix_seq, num_r
         if complete:
             break
         num_conversations *= 2
-    arrival_s, inputs, outputs, conversation, first_unit = (a[order] for a in drawn)
+    arrival_s, inputs, outputs, conversation, first_unit, clipped = (a[order] for a in drawn)
     units = content_units(inputs)
     total = int(units.sum())
     flat = np.repeat(first_unit, units) + np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(units) - units, units)
     return Workload(arrival_s, inputs, outputs, None, None, split_by_counts(flat, units), SYNTHETIC_PREFIX_UNIT_TOKENS,
-                    conversation)
+                    conversation, num_clipped=int(np.count_nonzero(clipped)))
 
 
 # --------------------------------------------------------------------------------------------------

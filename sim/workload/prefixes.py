@@ -102,7 +102,9 @@ def fresh_stream(seq: np.random.SeedSequence) -> np.random.SeedSequence:
 def conversation_turns(prefix: MultiTurn, lengths, starts: np.ndarray, lengths_seq, prefix_seq,
                         max_context: int) -> tuple[np.ndarray, ...]:
     """Every turn of the conversations starting at `starts`, conversation-major: (arrival_s, prompt,
-    output, conversation index, first id of the conversation's stream)."""
+    output, conversation index, first id of the conversation's stream, clipped). `clipped` marks a kept
+    turn whose prompt or output was cut to fit `max_context` (a later turn that no longer fits ends its
+    conversation instead)."""
     n = len(starts)
     turns = np.random.default_rng(prefix_seq).geometric(1.0 / prefix.turns_mean, n)
     conversation = np.repeat(np.arange(n, dtype=np.int64), turns)
@@ -116,10 +118,13 @@ def conversation_turns(prefix: MultiTurn, lengths, starts: np.ndarray, lengths_s
     fits = (turn == 0) | (prompt <= max_context - 1)
     # Prompts grow within a conversation, so the turns that fit are a prefix of it.
     arrival_s = np.repeat(starts, turns) + turn * prefix.think_time_s
+    wanted_prompt, wanted_output = prompt, output
     prompt = np.minimum(prompt, max_context - 1)
     output = np.minimum(output, max_context - prompt)
+    clipped = (wanted_prompt > prompt) | (wanted_output > output)
     # The conversation's id stream: enough units for its longest kept prompt.
     stream = np.zeros(n, np.int64)
     np.maximum.at(stream, conversation[fits], content_units(prompt[fits]))
     first_unit = np.cumsum(stream) - stream
-    return (arrival_s[fits], prompt[fits], output[fits], conversation[fits], np.repeat(first_unit, turns)[fits])
+    return (arrival_s[fits], prompt[fits], output[fits], conversation[fits], np.repeat(first_unit, turns)[fits],
+            clipped[fits])

@@ -11,15 +11,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import yaml
+from helpers import small_scenario
 
 from sim.config.files import validate_scenario
 from sim.run import make_workload, simulate
 from sim.views.cli import main
 from sim.views.report import format_metric
 from sim.workload.generate import summarize
-from helpers import small_scenario
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -152,3 +153,20 @@ def test_the_upload_widgets_show_their_real_limits():
     scenario = at.file_uploader(key="scenario_upload").proto
     assert scenario.max_upload_size_mb == dash.MAX_UPLOAD_YAML_BYTES >> 20 == 1
     assert "1 MiB" in scenario.label
+
+
+def test_multi_turn_turns_clipped_to_max_model_len_are_counted():
+    """A kept turn whose prompt or output was cut to fit counts; a turn that no longer fits ends its conversation."""
+    data = dict(SMALL, scheduler={"max_model_len": 256}, run={"seed": 0, "num_requests": 200},
+                workload={"arrival": {"kind": "poisson", "rate_per_s": 5},
+                          "lengths": {"kind": "uniform", "input_min": 20, "input_max": 300,
+                                      "output_min": 10, "output_max": 100},
+                          "prefix": {"kind": "multi_turn", "turns_mean": 3, "think_time_s": 1.0}})
+    workload = make_workload(validate_scenario(copy.deepcopy(data)))
+    assert (workload.input_tokens + workload.output_tokens).max() <= 256
+    # A clipped turn ends exactly at the limit (prompt cut to 255 leaves one output token; an output is cut to fill it)
+    at_limit = int(np.count_nonzero(workload.input_tokens + workload.output_tokens == 256))
+    assert 0 < workload.num_clipped <= at_limit
+    assert summarize(workload)["num_clipped"] == workload.num_clipped
+    roomy = dict(data, scheduler={"max_model_len": 100_000})
+    assert make_workload(validate_scenario(copy.deepcopy(roomy))).num_clipped == 0
