@@ -460,3 +460,31 @@ class CalibratedCostModel:
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
+
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        each: the per-layer token-count terms, LM head, sampling, loop overhead and the roofline's
+        context-free counts are computed once; per step only the decode attention at the mean context."""
+        n = num_seqs
+        counts = self.roofline.decode_step_costs(n, context_tokens, num_steps)
+        layers = [num_layers for num_layers, _ in self._groups]
+        per_group = self._per_layer_token_s(n)
+        head_s = self._lm_head(n) + self._sampling(n)  # one sampled row per decoding sequence
+        swap_s = 0 * self._swap_s_per_token  # no swaps in a decode run; added as step_cost adds it
+        overhead_s = self._overhead(max(n, 1))
+        window = self.model.sliding_window
+        out = []
+        ctx = context_tokens
+        for c in counts:
+            mean_ctx = ctx / n
+            if window:
+                mean_ctx = min(mean_ctx, window)
+            attn_s = 0.0
+            attn_s += self._decode(n, max(mean_ctx, 1.0))
+            time_s = sum(k * (layer_s + attn_s) for k, layer_s in zip(layers, per_group))
+            time_s += head_s
+            time_s += swap_s
+            time_s += overhead_s
+            out.append(StepCost(time_s, c.flops, c.bytes))
+            ctx += n
+        return out

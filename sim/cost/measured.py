@@ -539,6 +539,41 @@ class MeasuredCostModel:
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
 
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        each: the per-layer token-count terms, the LM head and the roofline's context-free counts are
+        computed once; per step only the decode attention. Notes on points outside the tables are counted
+        as often as pricing each step alone would count them."""
+        n = num_seqs
+        counts = self.roofline.decode_step_costs(n, context_tokens, num_steps)
+        before = Counter(self.notes)
+        cached = n in self._dense_cache
+        per_group = self._per_layer_token_s(n)
+        once = Counter(self.notes) if cached or n in self._dense_cache else before  # later steps hit the cache
+        head_s = self._lm_head(n)  # one sampled row per decoding sequence
+        for note, count in (Counter(self.notes) - once).items():
+            self.notes[note] += count * (num_steps - 1)
+        swap_s = 0 * self._swap_s_per_token  # no swaps in a decode run; added as step_cost adds it
+        layers = [num_layers for num_layers, _, _ in self._groups]
+        window = self.model.sliding_window
+        out = []
+        ctx = context_tokens
+        for c in counts:
+            if self.mla:
+                attn = self._mla_attention_s(StepPlan(num_decode_seqs=n, decode_context_tokens=ctx, num_sampled_seqs=n))
+            else:
+                mean_ctx = ctx / n
+                if window:
+                    mean_ctx = min(mean_ctx, window)
+                attn = 0.0
+                attn += self._decode(n, max(mean_ctx, 1.0))
+            time_s = sum(k * (layer_s + attn) for k, layer_s in zip(layers, per_group))
+            time_s += head_s
+            time_s += swap_s
+            out.append(StepCost(time_s + self.step_overhead_s, c.flops, c.bytes))
+            ctx += n
+        return out
+
 
 class MeasuredFallback(RooflineCostModel):
     """`cost_model: {kind: measured}` on a setup without measured tables: the roofline, and its repr says why."""

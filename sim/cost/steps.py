@@ -598,3 +598,27 @@ class StepProfileCostModel:
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
+
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        each: the token part (ρ_T · body), ρ_D, the all-reduces and the roofline's context-free counts are
+        computed once; per step only the decode attention, summed in `StepFit.time_s`'s order."""
+        n = num_seqs
+        counts = self.roofline.decode_step_costs(n, context_tokens, num_steps)
+        fit = self.fit
+        rho_t = fit.token_ratio(n)
+        token = rho_t * fit.body_s(n, n)  # head rows: one sampled row per decoding sequence
+        rho_d = fit.decode_ratio(n) if fit.decode_ratio else rho_t
+        allreduce_s = self.allreduce_s(n)
+        swap_s = 0 * self._swap_s_per_token  # no swaps in a decode run; added as step_cost adds it
+        attention, seconds = fit.physics.decode_attention, fit.rates.time
+        out = []
+        ctx = context_tokens
+        for c in counts:
+            decode = rho_d * seconds(*attention(n, ctx, 1))
+            # StepFit.time_s sums parts() in the order token, prefill_attention (none), decode_attention.
+            time_s = sum([token, 0.0, decode]) + allreduce_s
+            time_s += swap_s
+            out.append(StepCost(time_s, c.flops, c.bytes))
+            ctx += n
+        return out
