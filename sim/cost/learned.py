@@ -77,6 +77,7 @@ class LearnedRooflineCostModel(RooflineCostModel):
         else:
             self.ar_latency_s, self.ar_bw = g.allreduce_latency_s, g.interconnect_bytes_per_s * g.interconnect_efficiency
             self.ar_source = f"no measured {self.interconnect} GPU: catalog all-reduce"
+        self._learned_decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
 
     def __repr__(self) -> str:
         return (f"LearnedRooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}, weights={self.weight_dtype}, "
@@ -147,6 +148,30 @@ class LearnedRooflineCostModel(RooflineCostModel):
             time_s += swapped * kvb * self.model.num_layers / self.gpu.host_link_bytes_per_s
         return StepCost(time_s + self.step_overhead_s, flops_total, bytes_total)
 
+    def _learned_decode_constants(self, n: int) -> tuple:
+        """The context-free parts of a decode-only step of `n` sequences, as `step_cost` computes them: the
+        elementwise and all-reduce times, per layer group its layers and per linear layer (kernel s, FLOPs
+        and bytes of all its layers), and the LM head's kernel time."""
+        L = self.learned
+        elem_b = n * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT
+        elem_s = max(3 * self.min_kernel_s, elem_b / (self.peak_bytes * L["elementwise_bytes_efficiency"]))
+        ar_s = 0.0
+        if self.tp > 1:
+            msg = n * self.hidden * _ACT
+            ar_s = 2 * (self.ar_latency_s + 2 * (self.tp - 1) / self.tp * msg / self.ar_bw)
+        groups = []
+        for num_layers, matmuls in self.groups:
+            terms = []
+            for mm in matmuls:
+                f, b = self._linear(mm, n)
+                per_expert = mm.weight_params / mm.num_experts
+                terms.append((self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, per_expert)),
+                              num_layers * f, num_layers * b))
+            groups.append((num_layers, terms))
+        f, b = self._linear(self.lm_head, n)  # one sampled row per decoding sequence
+        head_s = self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, self.lm_head.weight_params))
+        return elem_s, ar_s, groups, head_s
+
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
         """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
         each (this overrides the catalog roofline's, whose kernel times are not these): the linear layers'
@@ -158,23 +183,12 @@ class LearnedRooflineCostModel(RooflineCostModel):
         kvb, afpp, q_bytes = self.kv_bytes_per_token_layer, self.attn_flops_per_pair, self.q_bytes_per_token
         edges, effs = L["decode_attention"]["edges"], L["decode_attention"]["eff"]
         model_layers = self.model.num_layers
-        elem_b = n * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT
-        elem_s = max(3 * self.min_kernel_s, elem_b / (self.peak_bytes * L["elementwise_bytes_efficiency"]))
-        ar_s = 0.0
-        if self.tp > 1:
-            msg = n * self.hidden * _ACT
-            ar_s = 2 * (self.ar_latency_s + 2 * (self.tp - 1) / self.tp * msg / self.ar_bw)
-        groups = []  # per layer group: its layers, and per linear layer (kernel s, FLOPs, bytes of all its layers)
-        for num_layers, matmuls in self.groups:
-            terms = []
-            for mm in matmuls:
-                f, b = self._linear(mm, n)
-                per_expert = mm.weight_params / mm.num_experts
-                terms.append((self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, per_expert)),
-                              num_layers * f, num_layers * b))
-            groups.append((num_layers, terms))
-        f, b = self._linear(self.lm_head, n)  # one sampled row per decoding sequence
-        head_s = self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, self.lm_head.weight_params))
+        cached = self._learned_decode_cache.get(n)
+        if cached is None:
+            cached = self._learned_decode_constants(n)
+            if len(self._learned_decode_cache) < 65536:
+                self._learned_decode_cache[n] = cached
+        elem_s, ar_s, groups, head_s = cached
         out = []
         context = context_tokens
         for _ in range(num_steps):
