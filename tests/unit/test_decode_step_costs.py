@@ -5,6 +5,8 @@ measured table (extrapolation), batches from 1 to past the tables' largest."""
 
 from __future__ import annotations
 
+import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -36,6 +38,19 @@ def step_profile(model: str = "llama-3.1-8b", tp: int = 1, engine: str = "fused"
                                 tensor_parallel=tp)
 
 
+def windowed_step_profile(tmp_dir: Path) -> StepProfileCostModel:
+    """The shipped Llama-3.1-8B whole-step profile read as if measured with a 65,536-token sliding window
+    (no shipped whole-step profile has one; longer than its measured contexts, so the fit is unchanged), to
+    reach the window branch of the closed form at longer contexts."""
+    src = PROFILES / "h100-sxm" / "llama-3.1-8b" / "tp1" / "steps" / "fused"
+    dst = tmp_dir / "windowed-steps"
+    shutil.copytree(src, dst)
+    meta = json.loads((dst / "meta.json").read_text())
+    meta["model"]["sliding_window"] = 65_536
+    (dst / "meta.json").write_text(json.dumps(meta))
+    return StepProfileCostModel(dst, LLAMA_8B.model_copy(update={"sliding_window": 65_536}))
+
+
 def engine_step_model(tmp_dir: Path) -> EngineStepCostModel:
     # Every feature with a distinct coefficient, so each term counts in the sum.
     coefficients = {name: (i + 1) * 1.37e-6 for i, name in enumerate(FEATURES)}
@@ -59,6 +74,7 @@ def _builders(tmp_dir: Path) -> dict:
         "steps llama-8b fused": lambda: step_profile(),
         "steps llama-70b tp2 (all-reduce)": lambda: step_profile("llama-3.1-70b", 2),
         "steps qwen-7b": lambda: step_profile("qwen2.5-7b"),
+        "steps llama-8b, 65,536-token window": lambda: windowed_step_profile(tmp_dir),
         "calibrated ops llama-8b paged": lambda: CalibratedCostModel(PROFILES / "h100-sxm/llama-3.1-8b/tp1/ops",
                                                                      LLAMA_8B),
         "calibrated ops llama-8b contiguous": lambda: CalibratedCostModel(
