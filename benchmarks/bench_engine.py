@@ -1,7 +1,9 @@
 """Simulator speed: wall time to simulate 10k, 100k and 1M requests.
 
 Continuous batching + paged KV, Llama-3.1-8B on one H100, ShareGPT-like lengths, Poisson arrivals at
-about 80% of the sustainable rate. Run:  .venv/bin/python benchmarks/bench_engine.py [--exact] [counts...]
+about 80% of the sustainable rate (with the roofline). Run:
+    .venv/bin/python benchmarks/bench_engine.py [--exact] [--cost-model KIND] [counts...]
+--cost-model: roofline (default), measured, calibrated (the shipped H100 whole-step profile), or learned.
 Prints one Markdown row per count (paste into benchmarks/RESULTS.md).
 """
 
@@ -23,7 +25,11 @@ from sim.run import make_workload, simulate  # noqa: E402
 RATE_PER_S = 18.0  # ~80% of the ~22 req/s this configuration sustains (see scenarios/quickstart.yaml)
 
 
-def scenario(num_requests: int, fast_decode: bool = True):
+COST_MODELS = {"roofline": {"kind": "roofline"}, "measured": {"kind": "measured"},
+               "calibrated": {"kind": "calibrated"}, "learned": {"kind": "roofline", "efficiencies": "learned"}}
+
+
+def scenario(num_requests: int, fast_decode: bool = True, cost_model: str = "roofline"):
     return validate_scenario({
         "name": f"bench-{num_requests}",
         "model": "llama-3.1-8b",
@@ -32,6 +38,7 @@ def scenario(num_requests: int, fast_decode: bool = True):
                      "lengths": {"kind": "preset", "name": "sharegpt"}},
         "scheduler": {"batching": "continuous", "max_num_seqs": 256, "max_model_len": 4096},
         "kv_cache": {"layout": "paged", "block_size": 16},
+        "cost_model": COST_MODELS[cost_model],
         "run": {"seed": 0, "num_requests": num_requests, "fast_decode": fast_decode},
     })
 
@@ -42,13 +49,14 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main(counts: list[int], fast_decode: bool = True) -> None:
-    print(f"# {cpuinfo()['cpu_model']}, {os.cpu_count()} hardware threads, Python {platform.python_version()}")
+def main(counts: list[int], fast_decode: bool = True, cost_model: str = "roofline") -> None:
+    print(f"# {cpuinfo()['cpu_model']}, {os.cpu_count()} hardware threads, Python {platform.python_version()}, "
+          f"cost model {cost_model}, {'fast decode runs' if fast_decode else 'exact steps'}")
     print("| requests | generate (s) | simulate (s) | steps | simulated req/s of wall time | sim time (s) "
           "| peak RSS (MiB) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in counts:
-        sc = scenario(n, fast_decode)
+        sc = scenario(n, fast_decode, cost_model)
         t0 = time.perf_counter()
         workload = make_workload(sc)
         t1 = time.perf_counter()
@@ -60,4 +68,11 @@ def main(counts: list[int], fast_decode: bool = True) -> None:
 
 if __name__ == "__main__":
     args = [a for a in sys.argv[1:] if a != "--exact"]  # --exact: step by step (run.fast_decode: false)
-    main([int(x) for x in args] or [10_000, 100_000, 1_000_000], fast_decode="--exact" not in sys.argv)
+    cost = "roofline"
+    if "--cost-model" in args:
+        i = args.index("--cost-model")
+        cost = args[i + 1] if i + 1 < len(args) else ""
+        if cost not in COST_MODELS:
+            sys.exit(f"--cost-model: {cost!r} is not allowed; allowed: {', '.join(COST_MODELS)}")
+        del args[i:i + 2]
+    main([int(x) for x in args] or [10_000, 100_000, 1_000_000], fast_decode="--exact" not in sys.argv, cost_model=cost)

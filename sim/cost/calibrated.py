@@ -137,6 +137,24 @@ class Interpolator:
             self.log_ratio = [[math.log(grid.iat[i, j] / self.shape(x, y)) for j, y in enumerate(grid.columns)]
                               for i, x in enumerate(grid.index)]
 
+    def along_second(self, x: float):
+        """`self(x, y)` of a 2-D table as a function of y alone: the first axis bracketed once, the same
+        operations."""
+        i, wa = _bracket(self.grid[0], math.log1p(x))
+        r, shape, grid_b = self.log_ratio, self.shape, self.grid[1]
+        i1 = min(i + 1, len(r) - 1)
+        ri, ri1 = r[i], r[i1]
+        last_j = len(r[0]) - 1
+
+        def at(y: float) -> float:
+            j, wb = _bracket(grid_b, math.log1p(y))
+            j1 = min(j + 1, last_j)
+            lr = ((ri[j] * (1 - wb) + ri[j1] * wb) * (1 - wa)
+                  + (ri1[j] * (1 - wb) + ri1[j1] * wb) * wa)
+            return shape(x, y) * math.exp(lr)
+
+        return at
+
     def __call__(self, *x: float) -> float:
         if self.ndim == 1:
             i, w = _bracket(self.grid[0], math.log1p(x[0]))
@@ -395,6 +413,7 @@ class CalibratedCostModel:
         self._groups = [(n, [(f[f"linear:{s.name}"], s.count, s.active_per_token) for s in shapes])
                         for n, shapes in layer_groups(model)]
         self._dense_cache: dict[int, list[float]] = {}  # num_tokens -> token-count-only time per layer group
+        self._decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
         link = self.gpu.interconnect_bytes_per_s * self.gpu.interconnect_efficiency
         self._allreduce_s_per_token = 2.0 * (tensor_parallel - 1) / tensor_parallel * model.hidden_size * 2 / link
         self._swap_s_per_token = (self.roofline.kv_bytes_per_token_layer * model.num_layers
@@ -460,3 +479,36 @@ class CalibratedCostModel:
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
+
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        each: the per-layer token-count terms, LM head, sampling, loop overhead and the roofline's
+        context-free counts are computed once per batch size; per step only the decode attention at the
+        mean context, at the batch's bracket of the decode table (`Interpolator.along_second`)."""
+        n = num_seqs
+        counts = self.roofline.decode_step_costs(n, context_tokens, num_steps)
+        cached = self._decode_cache.get(n)
+        if cached is None:
+            cached = ([num_layers for num_layers, _ in self._groups], self._per_layer_token_s(n),
+                      self._lm_head(n) + self._sampling(n),  # one sampled row per decoding sequence
+                      0 * self._swap_s_per_token,  # no swaps in a decode run; added as step_cost adds it
+                      self._overhead(max(n, 1)), self._decode.along_second(n))
+            if len(self._decode_cache) < 65536:
+                self._decode_cache[n] = cached
+        layers, per_group, head_s, swap_s, overhead_s, decode = cached
+        window = self.model.sliding_window
+        out = []
+        ctx = context_tokens
+        for c in counts:
+            mean_ctx = ctx / n
+            if window:
+                mean_ctx = min(mean_ctx, window)
+            attn_s = 0.0
+            attn_s += decode(max(mean_ctx, 1.0))
+            time_s = sum(k * (layer_s + attn_s) for k, layer_s in zip(layers, per_group))
+            time_s += head_s
+            time_s += swap_s
+            time_s += overhead_s
+            out.append(StepCost(time_s, c.flops, c.bytes))
+            ctx += n
+        return out

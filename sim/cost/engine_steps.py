@@ -35,6 +35,7 @@ import pandas as pd
 
 from sim.core.step_plan import StepPlan
 from sim.cost.calibrated import shard_shapes
+from sim.cost.decode_runs import plain_decode_plan
 from sim.cost.profile_meta import PROFILE_FORMAT_VERSION
 from sim.cost.roofline import StepCost
 from sim.errors import ConfigError
@@ -245,3 +246,21 @@ class EngineStepCostModel:
 
     def step_cost(self, plan: StepPlan) -> StepCost:
         return StepCost(self.step_time(plan), 0.0, 0.0)
+
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        each: every feature term but the decode context's is the same in all steps of the run, so only that
+        product is recomputed, and the terms are summed in `step_time`'s order."""
+        first = plain_decode_plan(num_seqs, context_tokens)
+        if first.num_tokens == 0:
+            return [StepCost(0.0, 0.0, 0.0)] * num_steps
+        terms = [b * FEATURES[n][0](first) for n, b in zip(self._names, self._beta)]
+        varying = [i for i, n in enumerate(self._names) if n == "decode_context"]
+        out = []
+        ctx = context_tokens
+        for _ in range(num_steps):
+            for i in varying:
+                terms[i] = self._beta[i] * float(ctx)
+            out.append(StepCost(float(sum(terms)), 0.0, 0.0))
+            ctx += num_seqs
+        return out

@@ -77,6 +77,7 @@ class LearnedRooflineCostModel(RooflineCostModel):
         else:
             self.ar_latency_s, self.ar_bw = g.allreduce_latency_s, g.interconnect_bytes_per_s * g.interconnect_efficiency
             self.ar_source = f"no measured {self.interconnect} GPU: catalog all-reduce"
+        self._learned_decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
 
     def __repr__(self) -> str:
         return (f"LearnedRooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}, weights={self.weight_dtype}, "
@@ -146,3 +147,68 @@ class LearnedRooflineCostModel(RooflineCostModel):
         if swapped:
             time_s += swapped * kvb * self.model.num_layers / self.gpu.host_link_bytes_per_s
         return StepCost(time_s + self.step_overhead_s, flops_total, bytes_total)
+
+    def _learned_decode_constants(self, n: int) -> tuple:
+        """The context-free parts of a decode-only step of `n` sequences, as `step_cost` computes them: the
+        elementwise and all-reduce times, per layer group its layers and per linear layer (kernel s, FLOPs
+        and bytes of all its layers), and the LM head's kernel time."""
+        L = self.learned
+        elem_b = n * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT
+        elem_s = max(3 * self.min_kernel_s, elem_b / (self.peak_bytes * L["elementwise_bytes_efficiency"]))
+        ar_s = 0.0
+        if self.tp > 1:
+            msg = n * self.hidden * _ACT
+            ar_s = 2 * (self.ar_latency_s + 2 * (self.tp - 1) / self.tp * msg / self.ar_bw)
+        groups = []
+        for num_layers, matmuls in self.groups:
+            terms = []
+            for mm in matmuls:
+                f, b = self._linear(mm, n)
+                per_expert = mm.weight_params / mm.num_experts
+                terms.append((self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, per_expert)),
+                              num_layers * f, num_layers * b))
+            groups.append((num_layers, terms))
+        f, b = self._linear(self.lm_head, n)  # one sampled row per decoding sequence
+        head_s = self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, self.lm_head.weight_params))
+        return elem_s, ar_s, groups, head_s
+
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        each (this overrides the catalog roofline's, whose kernel times are not these): the linear layers'
+        kernels, elementwise ops, all-reduces and LM head are priced once; per step the decode attention,
+        and the sums in `step_cost`'s order (attention's FLOPs and bytes first, then each linear layer's)."""
+        n = num_seqs
+        L = self.learned
+        window = self.model.sliding_window
+        kvb, afpp, q_bytes = self.kv_bytes_per_token_layer, self.attn_flops_per_pair, self.q_bytes_per_token
+        edges, effs = L["decode_attention"]["edges"], L["decode_attention"]["eff"]
+        model_layers = self.model.num_layers
+        cached = self._learned_decode_cache.get(n)
+        if cached is None:
+            cached = self._learned_decode_constants(n)
+            if len(self._learned_decode_cache) < 65536:
+                self._learned_decode_cache[n] = cached
+        elem_s, ar_s, groups, head_s = cached
+        out = []
+        context = context_tokens
+        for _ in range(num_steps):
+            ctx = min(context, n * window) if window else context
+            f = ctx * 1 * afpp
+            b = ctx * kvb + n * 1 * q_bytes
+            eff = _lookup(edges, effs, ctx)
+            attn_s = 0.0
+            attn_s += self._kernel(self._ideal(f, b) / eff)
+            flops_total = bytes_total = time_s = 0.0
+            flops_total += f * model_layers
+            bytes_total += b * model_layers
+            for num_layers, terms in groups:
+                layer_s = attn_s + elem_s + ar_s
+                for kernel_s, layer_f, layer_b in terms:
+                    layer_s += kernel_s
+                    flops_total += layer_f
+                    bytes_total += layer_b
+                time_s += num_layers * layer_s
+            time_s += head_s
+            out.append(StepCost(time_s + self.step_overhead_s, flops_total, bytes_total))
+            context += n
+        return out

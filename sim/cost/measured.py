@@ -201,6 +201,25 @@ class Grid2D:
         if self.filled:
             notes[f"{name}: {self.filled} unmeasured grid cells take the nearest measured ratio"] += 1
 
+    def along_second(self, x: float):
+        """`self(x, y)` as a function of y alone: the first axis bracketed once, the same operations."""
+        i, wa, out_a = _bracket(self.ga, math.log1p(x))
+        r, shape, gb, notes = self.r, self.shape, self.gb, self.notes
+        i1 = min(i + 1, len(r) - 1)
+        ri, ri1 = r[i], r[i1]
+        last_j = len(r[0]) - 1
+
+        def at(y: float) -> float:
+            j, wb, out_b = _bracket(gb, math.log1p(y))
+            if out_a or out_b:
+                notes[f"{self.name} at ({x:g}, {y:g}) outside measured "
+                      f"{self.xs[0]:g}..{self.xs[-1]:g} x {self.ys[0]:g}..{self.ys[-1]:g}"] += 1
+            j1 = min(j + 1, last_j)
+            lr = ((ri[j] * (1 - wb) + ri[j1] * wb) * (1 - wa) + (ri1[j] * (1 - wb) + ri1[j1] * wb) * wa)
+            return shape(x, y) * math.exp(lr)
+
+        return at
+
     def __call__(self, x: float, y: float) -> float:
         i, wa, out_a = _bracket(self.ga, math.log1p(x))
         j, wb, out_b = _bracket(self.gb, math.log1p(y))
@@ -362,6 +381,7 @@ class MeasuredCostModel:
         self._elementwise_bytes = [4 * h * _ACT_BYTES, 4 * h * _ACT_BYTES, 3 * ffn * _ACT_BYTES]  # 2 add+norm, act
         self._swap_s_per_token = (kv_bytes_per_token(model, kv_dtype, tp) / gpu.host_link_bytes_per_s)
         self._dense_cache: dict[int, list[float]] = {}
+        self._decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
 
     # -- setup --
 
@@ -538,6 +558,61 @@ class MeasuredCostModel:
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
+
+    def _decode_constants(self, num_seqs: int) -> tuple:
+        """The context-free parts of a decode-only step of `num_seqs` sequences: per-layer token-count terms
+        and the LM head; and the notes pricing them in every step would add (the LM head's, outside the
+        GEMM table; the per-layer terms' only when their cache is full, else they are priced once)."""
+        before = Counter(self.notes)
+        per_group = self._per_layer_token_s(num_seqs)
+        after_layers = Counter(self.notes)
+        head_s = self._lm_head(num_seqs)  # one sampled row per decoding sequence
+        repeated = Counter(self.notes) - after_layers
+        if num_seqs not in self._dense_cache:
+            repeated += after_layers - before
+        cached = (per_group, head_s, repeated)
+        if len(self._decode_cache) < 65536:
+            self._decode_cache[num_seqs] = cached
+        return cached
+
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        each: the per-layer token-count terms, the LM head and the roofline's context-free counts are
+        computed once per batch size; per step only the decode attention, at the batch's bracket of the
+        decode grid (`Grid2D.along_second`). Notes on points outside the tables are counted as often as
+        pricing each step alone would count them."""
+        n = num_seqs
+        counts = self.roofline.decode_step_costs(n, context_tokens, num_steps)
+        cached = self._decode_cache.get(n)
+        if cached is None:
+            per_group, head_s, repeated = self._decode_constants(n)
+            times = num_steps - 1  # the first step's notes were just counted
+        else:
+            per_group, head_s, repeated = cached
+            times = num_steps
+        for note, count in repeated.items():
+            self.notes[note] += count * times
+        swap_s = 0 * self._swap_s_per_token  # no swaps in a decode run; added as step_cost adds it
+        layers = [num_layers for num_layers, _, _ in self._groups]
+        window = self.model.sliding_window
+        decode = None if self.mla else self._decode.along_second(n)
+        out = []
+        ctx = context_tokens
+        for c in counts:
+            if decode is None:
+                attn = self._mla_attention_s(StepPlan(num_decode_seqs=n, decode_context_tokens=ctx, num_sampled_seqs=n))
+            else:
+                mean_ctx = ctx / n
+                if window:
+                    mean_ctx = min(mean_ctx, window)
+                attn = 0.0
+                attn += decode(max(mean_ctx, 1.0))
+            time_s = sum(k * (layer_s + attn) for k, layer_s in zip(layers, per_group))
+            time_s += head_s
+            time_s += swap_s
+            out.append(StepCost(time_s + self.step_overhead_s, c.flops, c.bytes))
+            ctx += n
+        return out
 
 
 class MeasuredFallback(RooflineCostModel):

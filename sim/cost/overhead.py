@@ -36,6 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from sim.core.step_plan import StepPlan
+from sim.cost.decode_runs import decode_step_costs, plain_decode_plan
 from sim.cost.roofline import StepCost
 from sim.errors import ConfigError
 
@@ -118,6 +119,18 @@ class EngineOverheadCostModel:
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
+
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """Costs of a run of decode-only steps (sim/cost/decode_runs.py): the kernels' (their closed form
+        where they have one), each plus the overhead, which does not depend on the context."""
+        plan = plain_decode_plan(num_seqs, context_tokens)
+        if plan.num_tokens == 0:
+            return [self.step_cost(plan)] * num_steps
+        launch_s = self.overhead.launch_per_layer_s * self.num_layers
+        serial_s = self.overhead.serial_s(plan)
+        # EngineOverhead.step_time: max(kernels, launches) + serial CPU time.
+        return [StepCost(max(c.time_s, launch_s) + serial_s, c.flops, c.bytes)
+                for c in decode_step_costs(self.kernels, num_seqs, context_tokens, num_steps)]
 
 
 def overhead_fields() -> tuple[str, ...]:

@@ -11,6 +11,7 @@ The engine that moves micro-batches through the stages is `sim.core.pipeline`.
 from __future__ import annotations
 
 from sim.core.step_plan import StepPlan
+from sim.cost.decode_runs import decode_step_costs, plain_decode_plan
 from sim.cost.roofline import StepCost
 from sim.model.specs import ModelSpec
 
@@ -59,6 +60,12 @@ class LayerShareCostModel:
     def step_cost(self, plan: StepPlan) -> StepCost:
         c = self.whole.step_cost(plan)
         return StepCost(c.time_s * self.share, c.flops * self.share, c.bytes * self.share)
+
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """A run of decode-only steps (sim/cost/decode_runs.py): the whole model's, each scaled by the share."""
+        share = self.share
+        return [StepCost(c.time_s * share, c.flops * share, c.bytes * share)
+                for c in decode_step_costs(self.whole, num_seqs, context_tokens, num_steps)]
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
@@ -116,3 +123,17 @@ class PipelineCostModel:
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
+
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """A run of decode-only micro-batches alone in the pipeline (sim/cost/decode_runs.py), bit-identical
+        to `step_cost` of each: the driver and transfer times do not depend on the context, so only the
+        stages' costs are taken per step (their closed forms where they have one) and summed in order."""
+        plan = plain_decode_plan(num_seqs, context_tokens)
+        between_s = (self.num_stages - 1) * self.transfer_s(plan)
+        driver_s = self.driver_s(plan)
+        per_stage = [decode_step_costs(stage, num_seqs, context_tokens, num_steps) for stage in self.stages]
+        out = []
+        for costs in zip(*per_stage):
+            time_s = driver_s + sum(c.time_s for c in costs) + between_s
+            out.append(StepCost(time_s, sum(c.flops for c in costs), sum(c.bytes for c in costs)))
+        return out

@@ -572,6 +572,7 @@ class StepProfileCostModel:
         link = self.gpu.interconnect_bytes_per_s * self.gpu.interconnect_efficiency
         self._allreduce_s_per_token = 2.0 * (tensor_parallel - 1) / tensor_parallel * model.hidden_size * 2 / link
         self._swap_s_per_token = kv_bytes_per_token(model, kv_dtype, tensor_parallel) / self.gpu.host_link_bytes_per_s
+        self._decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
 
     def __repr__(self) -> str:
         meta = self.profile.meta
@@ -598,3 +599,50 @@ class StepProfileCostModel:
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
+
+    def _decode_constants(self, num_seqs: int) -> tuple:
+        """What a decode-only step of `num_seqs` sequences costs apart from its attention's context: the
+        token part (ρ_T · body with one LM-head row per sequence), ρ_D, the all-reduces, the (empty) swap
+        term; and the attention's FLOPs per context token and bytes as (per context token, fixed), all
+        layers, in `StepPhysics.decode_attention`'s operations (its byte count is an exact integer)."""
+        cached = self._decode_cache.get(num_seqs)
+        if cached is not None:
+            return cached
+        n, fit = num_seqs, self.fit
+        physics = fit.physics
+        rho_t = fit.token_ratio(n)
+        token = rho_t * fit.body_s(n, n)
+        rho_d = fit.decode_ratio(n) if fit.decode_ratio else rho_t
+        swap_s = 0 * self._swap_s_per_token  # no swaps in a decode run; added as step_cost adds it
+        flops_per_ctx = 4.0 * physics.hq * physics.d * 1
+        cached = (token, rho_d, self.allreduce_s(n), swap_s, physics.num_layers, flops_per_ctx,
+                  2 * physics.hkv * physics.d, 2 * n * 1 * physics.hq * physics.d, physics.eb,
+                  n * physics.window if physics.window else 0)
+        if len(self._decode_cache) < 65536:
+            self._decode_cache[num_seqs] = cached
+        return cached
+
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        each: the token part (ρ_T · body), ρ_D, the all-reduces and the roofline's context-free counts are
+        computed once per batch size; per step only the decode attention (`StepPhysics.decode_attention`
+        and `Rates.time` inlined, the same operations), summed in `StepFit.time_s`'s order."""
+        n = num_seqs
+        counts = self.roofline.decode_step_costs(n, context_tokens, num_steps)
+        (token, rho_d, allreduce_s, swap_s, layers, flops_per_ctx, kv_bytes_per_ctx, q_bytes, elem_bytes,
+         window_tokens) = self._decode_constants(n)
+        fps, bps = self.fit.rates.flops_per_s, self.fit.rates.bytes_per_s
+        hypot = math.hypot
+        out = []
+        ctx = context_tokens
+        for c in counts:
+            attended = min(ctx, window_tokens) if window_tokens else ctx
+            decode_flops = layers * (flops_per_ctx * attended)
+            decode_bytes = layers * ((attended * kv_bytes_per_ctx + q_bytes) * elem_bytes)
+            decode = rho_d * hypot(decode_flops / fps, decode_bytes / bps)
+            # StepFit.time_s sums parts() in the order token, prefill_attention (none), decode_attention.
+            time_s = sum([token, 0.0, decode]) + allreduce_s
+            time_s += swap_s
+            out.append(StepCost(time_s, c.flops, c.bytes))
+            ctx += n
+        return out

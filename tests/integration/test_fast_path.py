@@ -9,6 +9,7 @@ back to exact steps: their step records are then identical too.
 
 import numpy as np
 import pandas as pd
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -136,3 +137,48 @@ def test_timeout_at_reaches_a_time_no_delay_can():
     env = _Environment(initial_time=start)
     env.run(until=env.timeout_at(end))
     assert env.now == end
+
+
+COST_MODELS = {
+    "steps fused": {"kind": "calibrated", "engine": "fused"},
+    "steps fused + eager overhead": {"kind": "calibrated", "engine": "fused", "overhead": {"engine": "vllm-eager"}},
+    "calibrated ops": {"kind": "calibrated", "engine": "ops"},
+    "measured": {"kind": "measured"},
+    "measured + cudagraph overhead": {"kind": "measured", "overhead": {"engine": "vllm-cudagraph"}},
+    "learned roofline": {"kind": "roofline", "efficiencies": "learned"},
+}
+
+
+@pytest.mark.parametrize("cost", sorted(COST_MODELS))
+@settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(seed=st.integers(0, 10_000), rate=st.floats(1.0, 40.0),
+       capacity=st.integers(600, 6000), chunked=st.booleans(), replicas=st.integers(1, 2))
+def test_fast_decode_runs_are_exact_with_every_cost_model(cost, seed, rate, capacity, chunked, replicas):
+    spec = {
+        "model": "llama-3.1-8b",
+        "hardware": {"num_replicas": replicas, "router": "least_outstanding"},
+        "cost_model": COST_MODELS[cost],
+        "workload": {"arrival": {"kind": "poisson", "rate_per_s": rate},
+                     "lengths": {"kind": "lognormal", "input_mean": 150, "input_sigma": 1.0,
+                                 "output_mean": 60, "output_sigma": 1.0}},
+        "scheduler": {"chunked_prefill": chunked, "max_num_batched_tokens": 256 if chunked else None,
+                      "max_model_len": 2048},
+        "kv_cache": {"capacity_tokens": capacity, "block_size": 16},
+        "run": {"seed": seed, "num_requests": 40},
+    }
+    exact, fast = pair(spec)
+    assert_same_requests(exact, fast)
+
+
+def test_every_cost_model_takes_decode_runs():
+    # Each cost model's closed form is the one taken, and runs do form (fewer step rows than steps).
+    for cost in COST_MODELS.values():
+        spec = {
+            "model": "llama-3.1-8b", "cost_model": cost,
+            "workload": {"arrival": {"kind": "poisson", "rate_per_s": 4.0},
+                         "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 200}},
+            "run": {"seed": 2, "num_requests": 30},
+        }
+        exact, fast = pair(spec)
+        assert_same_requests(exact, fast)
+        assert fast.steps["num_steps"].max() > 10 and len(fast.steps) < len(exact.steps) / 3
