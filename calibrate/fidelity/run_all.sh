@@ -68,7 +68,7 @@ else
     export OUT REPEATS MODELS WORKLOADS LOADS KV_TOKENS THREADS PY PYF PYK DRY
     export load_args_str="${load_args[*]}"
     mkdir -p "$OUT"
-    calibrate/fidelity/quiet.sh bash -c 'load_args=($load_args_str); measure' 2>&1 \
+    calibrate/fidelity/quiet.sh bash -c 'set -euo pipefail; load_args=($load_args_str); measure' 2>&1 \
         | grep -v -E "WARNING|Warning|warn\(|^\s*(if hasattr|wrapper =)|Loading safetensors|Writing model shards|^$"
 fi
 
