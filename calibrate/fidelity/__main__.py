@@ -49,6 +49,8 @@ def record(
     raw_lengths: bool = typer.Option(False, help="keep generated lengths (default: divide and clip them to fit a CPU)"),
     kv_tokens: int = typer.Option(8192, min=1, help="KV cache capacity in tokens (vLLM gets the bytes for them)"),
     threads: int = typer.Option(1, min=1, help="OMP threads, bound to the first cores this process may use"),
+    dtype: str = typer.Option("bfloat16", help="bfloat16 or float32: weights, activations and KV cache (the KV "
+                              "bytes follow it); run_all.sh picks float32 on a CPU without AVX512-BF16/AMX"),
     max_num_seqs: int = typer.Option(32, min=1),
     max_num_batched_tokens: int = typer.Option(512, min=1),
     seed: int = typer.Option(0, min=0),
@@ -61,6 +63,7 @@ def record(
 
     from .machine import machine_info
     from .replay_vllm import (
+        DTYPE_BYTES,
         EngineSettings,
         kv_bytes_for_tokens,
         pin_threads,
@@ -69,6 +72,8 @@ def record(
     from .schedule import LengthScaling, from_workload, read_workload
 
     started = time.perf_counter()
+    if dtype not in DTYPE_BYTES:
+        raise ConfigError(f"--dtype: {dtype!r} is not allowed; allowed: {', '.join(DTYPE_BYTES)}")
     spec = load_model(str(model))
     shape = shape_from_model(spec)
     rates = _parse_loads(load)
@@ -78,7 +83,7 @@ def record(
                                      max_context=shape.max_context, scaling=scaling, source=str(workload))
                  for name, rate in rates.items()}
     settings = EngineSettings(threads=threads, max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                              kv_cache_bytes=kv_bytes_for_tokens(shape, kv_tokens))
+                              dtype=dtype, kv_cache_bytes=kv_bytes_for_tokens(shape, kv_tokens, DTYPE_BYTES[dtype]))
     if kv_tokens < settings.block_size:
         raise ConfigError(f"--kv-tokens: {kv_tokens} is not allowed; allowed: at least one block ({settings.block_size})")
     cores = pin_threads(threads)  # before torch is imported
@@ -87,7 +92,7 @@ def record(
         for name, schedule in schedules.items():
             print(f"{name}: {len(schedule)} requests over {schedule.arrival_s[-1]:.1f} s, mean prompt "
                   f"{schedule.input_tokens.mean():.0f}, mean output {schedule.output_tokens.mean():.0f} tokens")
-        print(f"model {spec.name}: {shape}; kv {kv_tokens} tokens = {settings.kv_cache_bytes} bytes; "
+        print(f"model {spec.name}: {shape}; {dtype}; kv {kv_tokens} tokens = {settings.kv_cache_bytes} bytes; "
               f"threads {threads} on cores {cores}")
         return
     from sim.atomic_files import atomic_dir, write_json
@@ -156,7 +161,7 @@ def fit_overhead(
     from sim.config.schema import Scenario
     from sim.cost.calibrated import CalibratedCostModel
 
-    from .compare import load_run, scenario_dict
+    from .compare import check_profile_dtype, load_run, scenario_dict
     from .overhead import (
         KernelExcessWarning,
         fit_step_overhead,
@@ -166,6 +171,7 @@ def fit_overhead(
     )
 
     run = load_run(run_dir)
+    check_profile_dtype(run.meta, profile)
     scenario = Scenario.model_validate(scenario_dict(run.meta, 1))
     cost = CalibratedCostModel(profile, model_spec(scenario), block_size=scenario.kv_cache.block_size)
     repeat_dirs = sorted(d for d in run.path.glob("repeat-*") if d.is_dir()) or [run.path]

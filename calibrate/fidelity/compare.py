@@ -183,13 +183,35 @@ def step_check(run: RecordedRun, profile: str | Path) -> pd.DataFrame | None:
     return step_error_table(priced_steps(read_steps(repeat_dirs), cost))
 
 
+def recorded_dtype(meta: dict) -> str:
+    """The dtype vLLM served a recording in (recordings before `record --dtype` were all bfloat16)."""
+    return str(meta.get("vllm", {}).get("dtype") or "bfloat16")
+
+
+def check_profile_dtype(meta: dict, profile: str | Path) -> str:
+    """The recording's dtype; a ConfigError when the profile was measured in another one (a bf16 kernel
+    profile prices an fp32 engine ~2x off on a CPU with fast bf16, ~10x on one without)."""
+    from .replay_vllm import PROFILE_DTYPES
+
+    served = recorded_dtype(meta)
+    meta_file = Path(profile) / "meta.json"
+    measured = json.loads(meta_file.read_text()).get("dtype") if meta_file.is_file() else None
+    want = PROFILE_DTYPES.get(served, served)
+    if measured is not None and measured != want:
+        raise ConfigError(f"--profile: '{profile}' was measured in {measured}, but the run was served in {served}; "
+                          f"allowed: a profile measured with `calibrate run --dtype {want}`")
+    return served
+
+
 def compare_run(run: RecordedRun, profile: str | Path) -> tuple[pd.DataFrame, dict]:
     import time
 
     from .machine import machine_info
 
+    dtype = check_profile_dtype(run.meta, profile)
     started = time.perf_counter()
     simulated_requests, info = simulate_run(run, profile)
+    info["dtype"] = dtype
     simulated = time.perf_counter()
     steps = step_check(run, profile)
     info["phases_s"] = {"simulate": round(simulated - started, 3),
@@ -247,7 +269,7 @@ def machine_line(machine: dict) -> str:
     """CPU model, flags, threads and cores used, one line (older recordings lack some fields)."""
     if not machine:
         return "not recorded"
-    flags = [f for f in ("amx_bf16", "avx512_bf16", "avx512f") if machine.get(f)]
+    flags = [f for f in ("amx_bf16", "avx512_bf16", "avx512f", "avx2") if machine.get(f)]
     return (f"{machine.get('cpu_model', '?')}, {machine.get('cpus', '?')} CPUs, flags {' '.join(flags) or 'none of amx_bf16/avx512'}"
             + (f", {machine['threads']} thread(s) on cores {machine.get('cores', '?')}" if "threads" in machine else ""))
 

@@ -53,7 +53,10 @@ class EngineSettings:
     max_num_seqs: int = 32
     max_num_batched_tokens: int = 512
     chunked_prefill: bool = True
-    dtype: str = "bfloat16"  # this CPU has AMX/AVX512-BF16, and vLLM's CPU backend picks bf16 on it
+    # Weights, activations and KV cache. vLLM 0.32's CPU backend ("auto") picks bf16 on any x86 CPU, but
+    # without AVX512-BF16/AMX torch runs bf16 GEMMs on a slow fallback path (~10 GFLOP/s on an AVX2
+    # EPYC); `record --dtype float32` (run_all.sh's DTYPE, chosen by the CPU flags) serves in fp32 there.
+    dtype: str = "bfloat16"
     threads: int = 1
     # 256 blocks of 32 tokens (8 KiB/token for the default shape): small enough that the heaviest
     # load runs out of blocks and preempts, so the preemption policy is compared too.
@@ -62,7 +65,11 @@ class EngineSettings:
     enable_prefix_caching: bool = False  # random prompts share nothing; off so recomputes are recomputed
 
 
-def _save_random_llama(shape: LlamaShape, directory: Path, seed: int) -> None:
+DTYPE_BYTES = {"bfloat16": 2, "float32": 4}  # the dtypes `record --dtype` serves, bytes per element
+PROFILE_DTYPES = {"bfloat16": "bf16", "float32": "fp32"}  # the same as `calibrate run --dtype` names them
+
+
+def _save_random_llama(shape: LlamaShape, directory: Path, seed: int, dtype: str = "bfloat16") -> None:
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
@@ -71,8 +78,8 @@ def _save_random_llama(shape: LlamaShape, directory: Path, seed: int) -> None:
                          intermediate_size=shape.ffn_size, num_hidden_layers=shape.num_layers,
                          num_attention_heads=shape.num_attention_heads, num_key_value_heads=shape.num_kv_heads,
                          head_dim=shape.head_dim, max_position_embeddings=shape.max_context,
-                         torch_dtype="bfloat16", tie_word_embeddings=False)
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+                         torch_dtype=dtype, tie_word_embeddings=False)
+    model = LlamaForCausalLM(config).to(getattr(torch, dtype))
     model.save_pretrained(directory)
 
 
@@ -96,7 +103,8 @@ def shape_from_model(model) -> LlamaShape:
 
 
 def kv_bytes_for_tokens(shape: LlamaShape, tokens: int, dtype_bytes: int = 2) -> int:
-    """vLLM's kv_cache_memory_bytes for a capacity in tokens: K and V, every layer, every KV head."""
+    """vLLM's kv_cache_memory_bytes for a capacity in tokens: K and V, every layer, every KV head
+    (dtype_bytes: the KV cache's element size, DTYPE_BYTES of the served dtype)."""
     return tokens * 2 * shape.num_layers * shape.num_kv_heads * shape.head_dim * dtype_bytes
 
 
@@ -126,7 +134,7 @@ def start_engine(shape: LlamaShape, settings: EngineSettings, *, seed: int = 0, 
     from vllm import EngineArgs, LLMEngine, SamplingParams
 
     with tempfile.TemporaryDirectory(prefix="servesim-fidelity-model-") as model_dir:
-        _save_random_llama(shape, Path(model_dir), seed)
+        _save_random_llama(shape, Path(model_dir), seed, settings.dtype)
         args = EngineArgs(model=model_dir, skip_tokenizer_init=True, dtype=settings.dtype,
                           block_size=settings.block_size, max_num_seqs=settings.max_num_seqs,
                           max_num_batched_tokens=settings.max_num_batched_tokens,

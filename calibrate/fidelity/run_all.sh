@@ -7,6 +7,7 @@
 #     engine    - the same kernels + vLLM's per-step overhead fitted on a calibration run (`fit-overhead`)
 #     steps     - a step model fitted to the calibration run's recorded steps (`fit-steps`, K-fold CV)
 # Measurements run under the CPU quiet protocol; the calibration run (trace rows 1000-1099) is never compared.
+# Settings: OUT REPEATS MODELS WORKLOADS LOADS CALIB_RATE NUM_REQUESTS KV_TOKENS THREADS DTYPE (bfloat16|float32; default by the CPU flags).
 # Usage: calibrate/fidelity/run_all.sh [--dry-run]   (--dry-run: parse every option, build every schedule,
 #        print the commands; no engine, no timing). Settings from the environment (defaults below).
 set -euo pipefail
@@ -22,9 +23,23 @@ OUT=${OUT:-out/fidelity}
 REPEATS=${REPEATS:-3}
 MODELS=${MODELS:-"calibrate/fidelity/model.yaml calibrate/fidelity/model-wide.yaml"}
 WORKLOADS=${WORKLOADS:-"calibrate/fidelity/workloads/azure-conv.yaml calibrate/fidelity/workloads/gamma-cv4.yaml"}
+# Loads picked for the AMX machine (saturation ~5 req/s); choose this machine's by its saturation.
 LOADS=${LOADS:-"light=1.5 medium=3.0 high=5.0"}
+CALIB_RATE=${CALIB_RATE:-3.0}  # the calibration run's rate (req/s); near saturation, so steps of every size
+NUM_REQUESTS=${NUM_REQUESTS:-100}  # per run (and per calibration run)
 KV_TOKENS=${KV_TOKENS:-8192}
 THREADS=${THREADS:-1}
+# Served dtype: bf16 where the CPU has AVX512-BF16 or AMX (fast bf16 GEMMs), else float32 (torch's bf16
+# GEMM falls back to a slow path on AVX2, ~10x slower than MKL's sgemm). The kernel profile follows it.
+if [ -z "${DTYPE:-}" ]; then
+    if grep -q -w -E 'avx512_bf16|amx_bf16' /proc/cpuinfo 2>/dev/null; then DTYPE=bfloat16; else DTYPE=float32; fi
+fi
+case "$DTYPE" in
+    bfloat16) PROFILE_DTYPE=bf16 ;;
+    float32) PROFILE_DTYPE=fp32 ;;
+    *) echo "error: run_all.sh: DTYPE '$DTYPE' is not allowed; allowed: bfloat16, float32" >&2; exit 2 ;;
+esac
+echo "run_all.sh: DTYPE=$DTYPE (kernel profile --dtype $PROFILE_DTYPE)" >&2
 COST_MODELS="kernels engine steps"
 PY=${PY:-.venv/bin/python}
 PYF=${PYF:-.venv-fidelity/bin/python}
@@ -42,14 +57,15 @@ run() {  # print, and run unless dry
 measure() {
     for model in $MODELS; do
         m=$(basename "$model" .yaml)
-        run env OMP_NUM_THREADS="$THREADS" "$PYK" -m calibrate run --model "$model" --dtype bf16 --device cpu \
+        run env OMP_NUM_THREADS="$THREADS" "$PYK" -m calibrate run --model "$model" --dtype "$PROFILE_DTYPE" --device cpu \
             --threads "$THREADS" --block-size 32 --grid quick --out "$OUT/$m/profile-kernels" -q
         run "$PYF" -m calibrate.fidelity record --model "$model" --kv-tokens "$KV_TOKENS" --threads "$THREADS" \
-            --workload calibrate/fidelity/workloads/azure-conv.yaml --out "$OUT/$m/vllm" --load calib=3.0 \
-            --first-row 1000 --repeats 1
+            --dtype "$DTYPE" --workload calibrate/fidelity/workloads/azure-conv.yaml --out "$OUT/$m/vllm" --load "calib=$CALIB_RATE" \
+            --first-row 1000 --repeats 1 --num-requests "$NUM_REQUESTS"
         for w in $WORKLOADS; do
             run "$PYF" -m calibrate.fidelity record --model "$model" --kv-tokens "$KV_TOKENS" --threads "$THREADS" \
-                --workload "$w" --out "$OUT/$m/vllm/$(basename "$w" .yaml)" "${load_args[@]}" --repeats "$REPEATS"
+                --dtype "$DTYPE" --workload "$w" --out "$OUT/$m/vllm/$(basename "$w" .yaml)" "${load_args[@]}" --repeats "$REPEATS" \
+                --num-requests "$NUM_REQUESTS"
         done
     done
 }
@@ -59,13 +75,14 @@ if [ "$DRY" = 1 ]; then
     for model in $MODELS; do
         for w in $WORKLOADS; do
             "$PY" -m calibrate.fidelity record --dry-run --model "$model" --kv-tokens "$KV_TOKENS" \
-                --threads "$THREADS" --workload "$w" "${load_args[@]}" --repeats "$REPEATS"
+                --threads "$THREADS" --dtype "$DTYPE" --workload "$w" "${load_args[@]}" --repeats "$REPEATS" \
+                --num-requests "$NUM_REQUESTS"
         done
     done
     measure
 else
     export -f measure run
-    export OUT REPEATS MODELS WORKLOADS LOADS KV_TOKENS THREADS PY PYF PYK DRY
+    export OUT REPEATS MODELS WORKLOADS LOADS CALIB_RATE NUM_REQUESTS KV_TOKENS THREADS DTYPE PROFILE_DTYPE PY PYF PYK DRY
     export load_args_str="${load_args[*]}"
     mkdir -p "$OUT"
     calibrate/fidelity/quiet.sh bash -c 'set -euo pipefail; load_args=($load_args_str); measure' 2>&1 \

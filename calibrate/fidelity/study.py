@@ -21,6 +21,7 @@ def collect(out: Path) -> pd.DataFrame:
         table = pd.read_csv(csv).set_index("metric")
         info = json.loads((csv.parent / "simulation.json").read_text())
         row = {"model": model, "workload": workload, "load": load, "cost_model": cost_model,
+               "dtype": info.get("dtype", "bfloat16"),  # the recording's (compare checks the profile's against it)
                "repeats": int(table["repeats"].iloc[0]), "max_real_spread": float(table["real_spread"].max()),
                "kernel_excess": bool(info.get("kernel_excess")), "compared_on": machine_line(info.get("machine", {}))}
         row.update({key: float(table.loc[key, "error"]) for key, _, _ in METRICS})
@@ -44,6 +45,7 @@ def study_markdown(out: Path, frame: pd.DataFrame) -> str:
     lines = ["# Fidelity study", "", f"Comparisons: {len(frame)} under `{out}`. Error = (ServeSim - vLLM) / vLLM, "
              "vLLM the median of its repeats.", ""]
     lines += [f"- recorded on: {m}" for m in recording_machines(out)] or ["- recorded on: not found"]
+    lines += [f"- served in: {', '.join(sorted(frame['dtype'].unique()))}"]
     flagged = frame[frame["kernel_excess"]]
     if len(flagged):
         lines += ["", f"**WARNING: in {len(flagged)} comparisons the kernel prices exceed measured vLLM steps** "

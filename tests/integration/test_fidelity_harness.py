@@ -3,7 +3,10 @@ specs, the process's CPU affinity, machine and phase timings in reports, the stu
 Nothing starts vLLM (`record --dry-run` checks options and builds the schedules)."""
 
 import json
+import os
+import re
 import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -12,7 +15,7 @@ import pytest
 
 from calibrate.fidelity.__main__ import main
 from calibrate.fidelity.machine import cpuinfo, machine_info, pick_cores
-from calibrate.fidelity.replay_vllm import LlamaShape, kv_bytes_for_tokens
+from calibrate.fidelity.replay_vllm import DTYPE_BYTES, LlamaShape, kv_bytes_for_tokens
 from calibrate.fidelity.schedule import DEFAULT_TRACE, from_azure_trace, from_workload, read_workload
 from sim.errors import ConfigError
 
@@ -47,6 +50,35 @@ def test_cpu_flags_are_read_from_cpuinfo():
 def test_kv_capacity_in_tokens_becomes_the_bytes_vllm_reserves():
     shape = LlamaShape()
     assert kv_bytes_for_tokens(shape, 8192) == 64 << 20  # the recorded fixture's 64 MiB = 256 blocks x 32
+    # fp32 (`record --dtype float32`): twice the bytes for the same 256 blocks
+    assert kv_bytes_for_tokens(shape, 8192, DTYPE_BYTES["float32"]) == 128 << 20
+
+
+def test_record_dtype_choice_sets_the_kv_bytes(capsys):
+    gamma = ["--workload", str(FID / "workloads" / "gamma-cv4.yaml"), "--kv-tokens", "8192", "--load", "a=1"]
+    code, captured = run_cli(["record", "--dry-run", *gamma, "--dtype", "float32"], capsys)
+    assert code == 0, captured.err
+    assert f"float32; kv 8192 tokens = {128 << 20} bytes" in captured.out
+    code, captured = run_cli(["record", "--dry-run", *gamma], capsys)  # default: bf16, as recorded before
+    assert code == 0 and f"bfloat16; kv 8192 tokens = {64 << 20} bytes" in captured.out
+    code, captured = run_cli(["record", "--dry-run", *gamma, "--dtype", "float16"], capsys)
+    assert code == 2 and captured.err.startswith("error: --dtype: 'float16' is not allowed; allowed: bfloat16, float32")
+
+
+def test_compare_refuses_a_profile_in_another_dtype(tmp_path, capsys):
+    run = tmp_path / "fp32-run"
+    for src in (FIXTURE / "medium").glob("repeat-*"):
+        (run / src.name).mkdir(parents=True)
+        for f in src.iterdir():
+            (run / src.name / f.name).write_bytes(f.read_bytes())
+        meta = json.loads((run / src.name / "meta.json").read_text())
+        meta["vllm"]["dtype"] = "float32"
+        (run / src.name / "meta.json").write_text(json.dumps(meta))
+    for command in (["compare", str(run)], ["fit-overhead", str(run), "--out", str(tmp_path / "p")]):
+        code, captured = run_cli([*command, "--profile", str(FIXTURE / "profile-kernels"),
+                                  *(["--out", str(tmp_path / "o")] if command[0] == "compare" else [])], capsys)
+        assert code == 2, (command, captured)
+        assert captured.err.startswith("error: --profile:") and "measured in bf16, but the run was served in float32" in captured.err
 
 
 @pytest.mark.skipif(not DEFAULT_TRACE.is_file(), reason="the Azure conversation trace is not in ../shared/traces")
@@ -102,6 +134,7 @@ def test_compare_checks_the_architecture_file_against_the_run(tmp_path, capsys):
     assert "- compared on: " in md and "phases: simulate" in md
     info = json.loads((tmp_path / "o" / "simulation.json").read_text())
     assert set(info["phases_s"]) == {"simulate", "step_check"} and "cpu_model" in info["machine"]
+    assert info["dtype"] == "bfloat16"  # the recording's, matching the profile's bf16
 
 
 def test_study_report_collects_every_comparison(tmp_path, capsys):
@@ -119,6 +152,7 @@ def test_study_report_collects_every_comparison(tmp_path, capsys):
     row = frame[frame["cost_model"] == "kernels"].iloc[0]
     assert row["tpot_mean_s"] == pytest.approx(one.loc["tpot_mean_s", "error"])
     assert "| m1 | gamma-cv4 | high | steps |" in (out / "study.md").read_text()
+    assert set(frame["dtype"]) == {"bfloat16"} and "- served in: bfloat16" in (out / "study.md").read_text()
     code, captured = run_cli(["study-report", str(tmp_path / "empty"), "--out", str(tmp_path / "x.md")], capsys)
     assert code == 2 and captured.err.startswith("error: OUT:")
 
@@ -126,3 +160,22 @@ def test_study_report_collects_every_comparison(tmp_path, capsys):
 def test_the_study_script_parses_its_arguments():
     bad = subprocess.run([str(FID / "run_all.sh"), "--bogus"], capture_output=True, text=True)
     assert bad.returncode == 2 and "argument '--bogus' is not allowed" in bad.stderr
+
+
+def test_the_study_script_picks_the_dtype_for_every_step(tmp_path):
+    env = {**os.environ, "PY": sys.executable, "PYF": str(tmp_path / "no-vllm"), "OUT": str(tmp_path / "o"),
+           "MODELS": "calibrate/fidelity/model.yaml", "WORKLOADS": "calibrate/fidelity/workloads/gamma-cv4.yaml",
+           "LOADS": "a=0.5", "REPEATS": "1", "NUM_REQUESTS": "20", "CALIB_RATE": "0.7"}
+    dry = subprocess.run([str(FID / "run_all.sh"), "--dry-run"], capture_output=True, text=True,
+                         env=env | {"DTYPE": "float32"})
+    assert dry.returncode == 0, dry.stderr
+    assert "calibrate run --model calibrate/fidelity/model.yaml --dtype fp32" in dry.stderr
+    records = [line for line in dry.stderr.splitlines() if "calibrate.fidelity record" in line]
+    assert len(records) == 2 and all("--dtype float32" in r and "--num-requests 20" in r for r in records)
+    assert "--load calib=0.7" in records[0] and "float32; kv 8192 tokens" in dry.stdout
+    by_cpu = subprocess.run([str(FID / "run_all.sh"), "--dry-run"], capture_output=True, text=True, env=env)
+    fast_bf16 = bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", Path("/proc/cpuinfo").read_text()))
+    assert by_cpu.returncode == 0 and f"DTYPE={'bfloat16' if fast_bf16 else 'float32'}" in by_cpu.stderr
+    bad = subprocess.run([str(FID / "run_all.sh"), "--dry-run"], capture_output=True, text=True,
+                         env=env | {"DTYPE": "fp16"})
+    assert bad.returncode == 2 and "DTYPE 'fp16' is not allowed; allowed: bfloat16, float32" in bad.stderr
