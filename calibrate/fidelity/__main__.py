@@ -15,7 +15,7 @@ from sim.errors import ConfigError, ServeSimError
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="Fidelity of ServeSim against a real vLLM engine on this CPU.")
 
-DEFAULT_LOADS = ["light=1.5", "medium=3.0", "high=5.0"]  # saturation is ~5 req/s for 100 requests
+DEFAULT_LOADS = ["light=1.5", "medium=3.0", "high=5.0"]  # the AMX machine (bf16, saturation ~5 req/s); pick per machine
 
 
 def _parse_loads(loads: list[str]) -> dict[str, float]:
