@@ -124,12 +124,7 @@ class LearnedRooflineCostModel(RooflineCostModel):
             attn_s += self._kernel(self._ideal(f, b) / eff)
             flops_total += f * self.model.num_layers  # every layer attends
             bytes_total += b * self.model.num_layers
-        elem_b = n * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT
-        elem_s = max(3 * self.min_kernel_s, elem_b / (self.peak_bytes * L["elementwise_bytes_efficiency"]))
-        ar_s = 0.0
-        if self.tp > 1:
-            msg = n * self.hidden * _ACT
-            ar_s = 2 * (self.ar_latency_s + 2 * (self.tp - 1) / self.tp * msg / self.ar_bw)
+        elem_s, ar_s = self._elementwise_and_allreduce_s(n)
         for num_layers, matmuls in self.groups:
             layer_s = attn_s + elem_s + ar_s
             for mm in matmuls:
@@ -148,17 +143,21 @@ class LearnedRooflineCostModel(RooflineCostModel):
             time_s += swapped * kvb * self.model.num_layers / self.gpu.host_link_bytes_per_s
         return StepCost(time_s + self.step_overhead_s, flops_total, bytes_total)
 
-    def _learned_decode_constants(self, n: int) -> tuple:
-        """The context-free parts of a decode-only step of `n` sequences, as `step_cost` computes them: the
-        elementwise and all-reduce times, per layer group its layers and per linear layer (kernel s, FLOPs
-        and bytes of all its layers), and the LM head's kernel time."""
-        L = self.learned
+    def _elementwise_and_allreduce_s(self, n: int) -> tuple[float, float]:
+        """Per layer, for `n` tokens: the elementwise kernels' time and the TP all-reduces' time (0 at TP 1)."""
         elem_b = n * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT
-        elem_s = max(3 * self.min_kernel_s, elem_b / (self.peak_bytes * L["elementwise_bytes_efficiency"]))
+        elem_s = max(3 * self.min_kernel_s, elem_b / (self.peak_bytes * self.learned["elementwise_bytes_efficiency"]))
         ar_s = 0.0
         if self.tp > 1:
             msg = n * self.hidden * _ACT
             ar_s = 2 * (self.ar_latency_s + 2 * (self.tp - 1) / self.tp * msg / self.ar_bw)
+        return elem_s, ar_s
+
+    def _learned_decode_constants(self, n: int) -> tuple:
+        """The context-free parts of a decode-only step of `n` sequences, as `step_cost` computes them: the
+        elementwise and all-reduce times, per layer group its layers and per linear layer (kernel s, FLOPs
+        and bytes of all its layers), and the LM head's kernel time."""
+        elem_s, ar_s = self._elementwise_and_allreduce_s(n)
         groups = []
         for num_layers, matmuls in self.groups:
             terms = []
