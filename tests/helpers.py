@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 from sim.core.request import Request
 
@@ -30,3 +31,19 @@ def small_scenario(changes: dict | None = None, **sections) -> dict:
     """SMALL_SCENARIO with `changes` (and keyword sections) deep-merged into it; a fresh dict every call."""
     from sim.config.files import deep_merge
     return deep_merge(deep_merge(SMALL_SCENARIO, changes or {}), sections)
+
+
+# The fidelity harness's fixtures (recorded vLLM runs and the kernel profile they were compared with).
+FIDELITY_FIXTURES = Path(__file__).parent / "fixtures" / "fidelity"
+
+
+def run_fidelity_cli(args: list[str], capsys) -> tuple[int, object]:
+    """(exit status, captured output) of `python -m calibrate.fidelity ARGS`, run in-process."""
+    from calibrate.fidelity.__main__ import (
+        main,  # the calibrate package, imported only by the tests that use it
+    )
+    try:
+        code = main(args)
+    except SystemExit as exit_:
+        code = exit_.code
+    return code, capsys.readouterr()

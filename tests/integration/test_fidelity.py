@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers import run_fidelity_cli
 
 from calibrate.fidelity.__main__ import main
 from calibrate.fidelity.compare import (
@@ -33,13 +34,6 @@ CALIB = FIXTURE / "calib"
 PROFILE = FIXTURE / "profile-kernels"
 
 
-def run_cli(args, capsys):
-    """(exit status, captured output) of the fidelity CLI."""
-    try:
-        code = main(args)
-    except SystemExit as exit_:
-        code = exit_.code
-    return code, capsys.readouterr()
 
 
 def test_metrics_on_a_hand_made_run():
@@ -93,7 +87,7 @@ def test_the_served_model_is_the_calibrated_architecture():
 
 def test_compare_on_the_recorded_run_reports_every_metric(tmp_path, capsys):
     out = tmp_path / "report"
-    code, captured = run_cli(["compare", str(RUN), "--profile", str(PROFILE), "--out", str(out)], capsys)
+    code, captured = run_fidelity_cli(["compare", str(RUN), "--profile", str(PROFILE), "--out", str(out)], capsys)
     assert code == 0, captured.err
     md = (out / "fidelity.md").read_text()
     for _, label, _ in METRICS:
@@ -117,7 +111,7 @@ def test_compare_on_the_recorded_run_reports_every_metric(tmp_path, capsys):
 def test_simulation_is_deterministic(tmp_path, capsys):
     tables = []
     for name in ("a", "b"):
-        code, captured = run_cli(["compare", str(RUN), "--profile", str(PROFILE), "--out", str(tmp_path / name)], capsys)
+        code, captured = run_fidelity_cli(["compare", str(RUN), "--profile", str(PROFILE), "--out", str(tmp_path / name)], capsys)
         assert code == 0, captured.err
         tables.append(pd.read_csv(tmp_path / name / "fidelity.csv"))
     pd.testing.assert_frame_equal(tables[0], tables[1])
@@ -139,7 +133,7 @@ def test_report_is_replaced_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
     assert (out / "fidelity.md").read_text() == "old"  # untouched by the failed run
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no temporary folder left
     monkeypatch.undo()
-    code, _ = run_cli(["compare", str(RUN), "--profile", str(PROFILE), "--out", str(out)], capsys)
+    code, _ = run_fidelity_cli(["compare", str(RUN), "--profile", str(PROFILE), "--out", str(out)], capsys)
     assert code == 0
     assert sorted(p.name for p in out.iterdir()) == ["fidelity.csv", "fidelity.md", "simulation.json"]
 
@@ -153,15 +147,15 @@ def test_bad_run_dirs_are_one_line_errors_with_exit_2(tmp_path, capsys):
     (broken / "meta.json").write_text((RUN / "repeat-1" / "meta.json").read_text())
     (broken / "requests.csv").write_text("request_id,arrival_s\n0,0.0\n")
     for bad, needle in ((missing, "is not a folder"), (empty, "has no requests.csv"), (broken, "lacks columns")):
-        code, captured = run_cli(["compare", str(bad), "--profile", str(PROFILE), "--out", str(tmp_path / "o")],
+        code, captured = run_fidelity_cli(["compare", str(bad), "--profile", str(PROFILE), "--out", str(tmp_path / "o")],
                                  capsys)
         assert code == 2
         lines = captured.err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("error: RUN_DIR:") and needle in lines[0]
         assert str(bad) in lines[0] and "Traceback" not in captured.err
-    code, captured = run_cli(["compare", str(RUN), "--profile", str(tmp_path), "--out", str(tmp_path / "o")], capsys)
+    code, captured = run_fidelity_cli(["compare", str(RUN), "--profile", str(tmp_path), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and captured.err.startswith("error: cost_model.profile:")
-    code, captured = run_cli(["compare"], capsys)  # a usage error: no traceback either
+    code, captured = run_fidelity_cli(["compare"], capsys)  # a usage error: no traceback either
     assert code == 2 and captured.err.startswith("error: ") and "Traceback" not in captured.err
 
 
@@ -184,7 +178,7 @@ def test_fit_overhead_writes_a_loadable_profile_with_the_engine_overhead(tmp_pat
     from sim.model.specs import ModelSpec
 
     out = tmp_path / "profile-engine"
-    code, captured = run_cli(["fit-overhead", str(CALIB), "--profile", str(PROFILE), "--out", str(out)], capsys)
+    code, captured = run_fidelity_cli(["fit-overhead", str(CALIB), "--profile", str(PROFILE), "--out", str(out)], capsys)
     assert code == 0, captured.err
     overhead = pd.read_csv(out / "step_overhead.csv")
     assert (overhead["median_s"] > 0).all() and overhead["num_seqs"].is_monotonic_increasing

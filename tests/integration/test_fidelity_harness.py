@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from helpers import run_fidelity_cli
 
-from calibrate.fidelity.__main__ import main
 from calibrate.fidelity.machine import cpuinfo, machine_info, pick_cores
 from calibrate.fidelity.replay_vllm import DTYPE_BYTES, LlamaShape, kv_bytes_for_tokens
 from calibrate.fidelity.schedule import (
@@ -29,12 +29,6 @@ FID = ROOT / "calibrate" / "fidelity"
 FIXTURE = ROOT / "tests" / "fixtures" / "fidelity"
 
 
-def run_cli(args, capsys):
-    try:
-        code = main(args)
-    except SystemExit as exit_:
-        code = exit_.code
-    return code, capsys.readouterr()
 
 
 def test_cores_come_from_the_affinity_not_from_zero():
@@ -61,12 +55,12 @@ def test_kv_capacity_in_tokens_becomes_the_bytes_vllm_reserves():
 
 def test_record_dtype_choice_sets_the_kv_bytes(capsys):
     gamma = ["--workload", str(FID / "workloads" / "gamma-cv4.yaml"), "--kv-tokens", "8192", "--load", "a=1"]
-    code, captured = run_cli(["record", "--dry-run", *gamma, "--dtype", "float32"], capsys)
+    code, captured = run_fidelity_cli(["record", "--dry-run", *gamma, "--dtype", "float32"], capsys)
     assert code == 0, captured.err
     assert f"float32; kv 8192 tokens = {128 << 20} bytes" in captured.out
-    code, captured = run_cli(["record", "--dry-run", *gamma], capsys)  # default: bf16, as recorded before
+    code, captured = run_fidelity_cli(["record", "--dry-run", *gamma], capsys)  # default: bf16, as recorded before
     assert code == 0 and f"bfloat16; kv 8192 tokens = {64 << 20} bytes" in captured.out
-    code, captured = run_cli(["record", "--dry-run", *gamma, "--dtype", "float16"], capsys)
+    code, captured = run_fidelity_cli(["record", "--dry-run", *gamma, "--dtype", "float16"], capsys)
     assert code == 2 and captured.err.startswith("error: --dtype: 'float16' is not allowed; allowed: bfloat16, float32")
 
 
@@ -80,7 +74,7 @@ def test_compare_refuses_a_profile_in_another_dtype(tmp_path, capsys):
         meta["vllm"]["dtype"] = "float32"
         (run / src.name / "meta.json").write_text(json.dumps(meta))
     for command in (["compare", str(run)], ["fit-overhead", str(run), "--out", str(tmp_path / "p")]):
-        code, captured = run_cli([*command, "--profile", str(FIXTURE / "profile-kernels"),
+        code, captured = run_fidelity_cli([*command, "--profile", str(FIXTURE / "profile-kernels"),
                                   *(["--out", str(tmp_path / "o")] if command[0] == "compare" else [])], capsys)
         assert code == 2, (command, captured)
         assert captured.err.startswith("error: --profile:") and "measured in bf16, but the run was served in float32" in captured.err
@@ -108,7 +102,7 @@ def test_gamma_workload_is_bursty_and_at_the_rate():
 
 
 def test_record_dry_run_checks_options_without_an_engine(tmp_path, capsys):
-    code, captured = run_cli(["record", "--dry-run", "--model", str(FID / "model-wide.yaml"), "--kv-tokens", "4096",
+    code, captured = run_fidelity_cli(["record", "--dry-run", "--model", str(FID / "model-wide.yaml"), "--kv-tokens", "4096",
                               "--workload", str(FID / "workloads" / "gamma-cv4.yaml"), "--load", "a=1", "--load", "b=2"],
                              capsys)
     assert code == 0, captured.err
@@ -122,16 +116,16 @@ def test_record_dry_run_checks_options_without_an_engine(tmp_path, capsys):
         # The gamma workload unless the case replaces it: the default replays ../shared's Azure trace,
         # which a checkout without ../shared lacks.
         workload = [] if "--workload" in args else ["--workload", str(FID / "workloads" / "gamma-cv4.yaml")]
-        code, captured = run_cli(["record", "--dry-run", *workload, *args], capsys)
+        code, captured = run_fidelity_cli(["record", "--dry-run", *workload, *args], capsys)
         assert code == 2, (args, captured)
         assert captured.err.startswith(f"error: {needle}") and len(captured.err.strip().splitlines()) == 1
 
 
 def test_compare_checks_the_architecture_file_against_the_run(tmp_path, capsys):
-    code, captured = run_cli(["compare", str(FIXTURE / "medium"), "--profile", str(FIXTURE / "profile-kernels"),
+    code, captured = run_fidelity_cli(["compare", str(FIXTURE / "medium"), "--profile", str(FIXTURE / "profile-kernels"),
                               "--model", str(FID / "model-wide.yaml"), "--out", str(tmp_path / "o")], capsys)
     assert code == 2 and captured.err.startswith("error: --model:") and "num_layers 8 (file 4)" in captured.err
-    code, captured = run_cli(["compare", str(FIXTURE / "medium"), "--profile", str(FIXTURE / "profile-kernels"),
+    code, captured = run_fidelity_cli(["compare", str(FIXTURE / "medium"), "--profile", str(FIXTURE / "profile-kernels"),
                               "--model", str(FID / "model.yaml"), "--out", str(tmp_path / "o")], capsys)
     assert code == 0, captured.err
     md = (tmp_path / "o" / "fidelity.md").read_text()
@@ -145,10 +139,10 @@ def test_compare_checks_the_architecture_file_against_the_run(tmp_path, capsys):
 def test_study_report_collects_every_comparison(tmp_path, capsys):
     out = tmp_path / "study"
     for model, workload, load, cm in (("m1", "azure-conv", "light", "kernels"), ("m1", "gamma-cv4", "high", "steps")):
-        code, captured = run_cli(["compare", str(FIXTURE / "medium"), "--profile", str(FIXTURE / "profile-kernels"),
+        code, captured = run_fidelity_cli(["compare", str(FIXTURE / "medium"), "--profile", str(FIXTURE / "profile-kernels"),
                                   "--out", str(out / model / "compare" / workload / load / cm)], capsys)
         assert code == 0, captured.err
-    code, captured = run_cli(["study-report", str(out), "--out", str(out / "study.md")], capsys)
+    code, captured = run_fidelity_cli(["study-report", str(out), "--out", str(out / "study.md")], capsys)
     assert code == 0, captured.err
     frame = pd.read_csv(out / "study.csv")
     assert sorted(map(tuple, frame[["model", "workload", "load", "cost_model"]].to_numpy())) == [
@@ -158,7 +152,7 @@ def test_study_report_collects_every_comparison(tmp_path, capsys):
     assert row["tpot_mean_s"] == pytest.approx(one.loc["tpot_mean_s", "error"])
     assert "| m1 | gamma-cv4 | high | steps |" in (out / "study.md").read_text()
     assert set(frame["dtype"]) == {"bfloat16"} and "- served in: bfloat16" in (out / "study.md").read_text()
-    code, captured = run_cli(["study-report", str(tmp_path / "empty"), "--out", str(tmp_path / "x.md")], capsys)
+    code, captured = run_fidelity_cli(["study-report", str(tmp_path / "empty"), "--out", str(tmp_path / "x.md")], capsys)
     assert code == 2 and captured.err.startswith("error: OUT:")
 
 

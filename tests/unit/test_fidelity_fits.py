@@ -12,8 +12,8 @@ import numpy as np
 import pandas as pd
 import pytest
 import yaml
+from helpers import run_fidelity_cli
 
-from calibrate.fidelity.__main__ import main
 from calibrate.fidelity.overhead import KernelExcessWarning, fit_step_overhead
 from sim.core.step_plan import StepPlan
 from sim.cost import engine_steps as es
@@ -26,12 +26,6 @@ MODEL = ModelSpec.model_validate(yaml.safe_load(
     (Path(__file__).parents[2] / "calibrate" / "fidelity" / "model.yaml").read_text()))
 
 
-def run_cli(args, capsys):
-    try:
-        code = main(args)
-    except SystemExit as exit_:
-        code = exit_.code
-    return code, capsys.readouterr()
 
 
 # --- engine-steps model ---------------------------------------------------------------------------
@@ -114,10 +108,15 @@ def test_folds_are_checked():
 
 def test_fit_steps_writes_a_profile_a_scenario_can_select(tmp_path, capsys):
     from sim.cost.calibrated import load_profile
-    from sim.cost.profiles import check_profile_matches, make_calibrated_cost_model, profile_engine, profile_kind
+    from sim.cost.profiles import (
+        check_profile_matches,
+        make_calibrated_cost_model,
+        profile_engine,
+        profile_kind,
+    )
 
     out = tmp_path / "engine-steps"
-    code, captured = run_cli(["fit-steps", str(CALIB), "--out", str(out), "--folds", "4"], capsys)
+    code, captured = run_fidelity_cli(["fit-steps", str(CALIB), "--out", str(out), "--folds", "4"], capsys)
     assert code == 0, captured.err
     meta = json.loads((out / "meta.json").read_text())
     assert meta["profile_kind"] == "engine_steps" and meta["chosen"] in es.CANDIDATES
@@ -144,14 +143,14 @@ def test_fit_steps_writes_a_profile_a_scenario_can_select(tmp_path, capsys):
     with pytest.raises(ConfigError, match="not per-op kernel times"):
         load_profile(out)
     # The comparison takes it like any profile.
-    code, captured = run_cli(["compare", str(RUN), "--profile", str(out), "--out", str(tmp_path / "cmp")], capsys)
+    code, captured = run_fidelity_cli(["compare", str(RUN), "--profile", str(out), "--out", str(tmp_path / "cmp")], capsys)
     assert code == 0, captured.err
     assert "EngineStepCostModel" in json.loads((tmp_path / "cmp" / "simulation.json").read_text())["cost_model"]
 
 
 def test_a_corrupt_engine_steps_profile_is_a_one_line_error(tmp_path, capsys):
     out = tmp_path / "p"
-    run_cli(["fit-steps", str(CALIB), "--out", str(out)], capsys)
+    run_fidelity_cli(["fit-steps", str(CALIB), "--out", str(out)], capsys)
     (out / "coefficients.csv").write_text("feature,seconds_per_unit\nconst,-1\n")
     with pytest.raises(ConfigError, match="coefficients >= 0"):
         es.load_engine_step_profile(out)
@@ -195,7 +194,7 @@ def test_fit_overhead_cli_and_report_flag_a_fabricated_excess(tmp_path, capsys):
     steps["end_s"] = (start + (end - start) / 100).map(lambda v: f"{v:.9f}")
     steps.to_csv(fake / "steps.csv", index=False)
     out = tmp_path / "profile-engine"
-    code, captured = run_cli(["fit-overhead", str(fake.parent), "--profile", str(PROFILE), "--out", str(out)], capsys)
+    code, captured = run_fidelity_cli(["fit-overhead", str(fake.parent), "--profile", str(PROFILE), "--out", str(out)], capsys)
     assert code == 0, captured.err
     warning_lines = [ln for ln in captured.err.splitlines() if ln.startswith("warning: kernel prices exceed")]
     assert len(warning_lines) == 1 and "no point is fitted" in warning_lines[0]
@@ -207,7 +206,7 @@ def test_fit_overhead_cli_and_report_flag_a_fabricated_excess(tmp_path, capsys):
     assert meta["step_overhead_source"]["kernel_excess"] == excess
     # Nothing was fitted, so the profile's own loop overhead stays (no floor written in its place).
     assert (out / "step_overhead.csv").read_bytes() == (PROFILE / "step_overhead.csv").read_bytes()
-    code, captured = run_cli(["compare", str(RUN), "--profile", str(out), "--out", str(tmp_path / "cmp")], capsys)
+    code, captured = run_fidelity_cli(["compare", str(RUN), "--profile", str(out), "--out", str(tmp_path / "cmp")], capsys)
     assert code == 0, captured.err
     assert "**WARNING: kernel prices exceed the measured vLLM steps**" in (tmp_path / "cmp" / "fidelity.md").read_text()
     assert json.loads((tmp_path / "cmp" / "simulation.json").read_text())["kernel_excess"] == excess
