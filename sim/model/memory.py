@@ -165,6 +165,17 @@ class KVCapacity:
         return self.kv_bytes // (block_size * self.kv_bytes_per_token)
 
 
+def usable_bytes(gpu: GPUSpec, gpu_memory_utilization: float, reserve_bytes: int) -> int:
+    """Bytes per GPU the engine may use (vLLM's gpu_memory_utilization share), after checking the settings."""
+    if not 0 < gpu_memory_utilization <= 1:
+        raise ConfigError(
+            f"gpu_memory_utilization: {gpu_memory_utilization!r} is not allowed; allowed: a fraction in (0, 1]"
+        )
+    if reserve_bytes < 0:
+        raise ConfigError(f"reserve_bytes: {reserve_bytes!r} is not allowed; allowed: an integer >= 0")
+    return int(gpu.hbm_bytes * gpu_memory_utilization)
+
+
 def kv_capacity(
     model: ModelSpec,
     gpu: GPUSpec,
@@ -181,13 +192,7 @@ def kv_capacity(
 
     Raises DoesNotFitError when nothing is left.
     """
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ConfigError(
-            f"gpu_memory_utilization: {gpu_memory_utilization!r} is not allowed; allowed: a fraction in (0, 1]"
-        )
-    if reserve_bytes < 0:
-        raise ConfigError(f"reserve_bytes: {reserve_bytes!r} is not allowed; allowed: an integer >= 0")
-    usable = int(gpu.hbm_bytes * gpu_memory_utilization)
+    usable = usable_bytes(gpu, gpu_memory_utilization, reserve_bytes)
     weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel)
     activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel)
     per_token = kv_bytes_per_token(model, kv_dtype, tensor_parallel)
@@ -282,11 +287,7 @@ def pipeline_kv_capacity(
     Activations are sized as for the whole model on every stage (the hidden states of a full batch pass every
     stage; only the last computes logits, so this over-counts the others' by the logits buffer, conservative).
     """
-    if not 0 < gpu_memory_utilization <= 1:
-        raise ConfigError(
-            f"gpu_memory_utilization: {gpu_memory_utilization!r} is not allowed; allowed: a fraction in (0, 1]"
-        )
-    usable = int(gpu.hbm_bytes * gpu_memory_utilization)
+    usable = usable_bytes(gpu, gpu_memory_utilization, reserve_bytes)
     activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel)
     out = []
     for stage, layers in enumerate(pipeline_stage_layers(model.num_layers, pipeline_parallel)):
