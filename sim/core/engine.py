@@ -44,10 +44,12 @@ def _plain_decode(plan: StepPlan) -> bool:
             and not plan.swap_in_tokens and not plan.swap_out_tokens)
 
 
-def _decode_step_costs(cost_model, plan: StepPlan, num_steps: int) -> list:
-    """Costs of `num_steps` decode-only steps like `plan`, each attending `num_decode_seqs` more tokens:
-    the cost model's closed form where it has one (`decode_step_costs`), else `step_cost` step by step."""
-    n, ctx = plan.num_decode_seqs, plan.decode_context_tokens
+def _decode_step_costs(cost_model, plan: StepPlan, num_steps: int, first_step: int = 0) -> list:
+    """Costs of `num_steps` decode-only steps like `plan`, each attending `num_decode_seqs` more tokens, from
+    the run's step `first_step` on (`plan` is step 0): the cost model's closed form where it has one
+    (`decode_step_costs`), else `step_cost` step by step."""
+    n = plan.num_decode_seqs
+    ctx = plan.decode_context_tokens + first_step * n
     fast = getattr(cost_model, "decode_step_costs", None)
     if fast is not None and _plain_decode(plan):
         return fast(n, ctx, num_steps)
@@ -346,7 +348,7 @@ class Simulation:
         limit = scheduler.decode_run_limit(plan, cap)
         if limit <= 1:
             return None
-        costs = _decode_step_costs(cost_model, plan, limit)
+        costs = [cost] + _decode_step_costs(cost_model, plan, limit - 1, first_step=1)  # step 0 is priced already
         end = start
         num_steps = 0
         duration = flops = nbytes = 0.0
