@@ -257,6 +257,16 @@ def pipeline_metrics(replicas: list, elapsed_s: float, steps, gpu) -> dict:
     return out
 
 
+def horizon_s(run) -> float | None:
+    """When the simulation stops: the horizon, else the arrival duration, else None (when every request is done)."""
+    return run.horizon_s if run.horizon_s is not None else run.duration_s
+
+
+def steady_window(requests, run):
+    """The summary's steady-state window (run.warmup_s / cooldown_s), or None without one."""
+    return measurement_window(requests, run.warmup_s, run.cooldown_s, run.duration_s) if run.has_window() else None
+
+
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
              progress: Callable[[float, int], None] | None = None, cost_model=None,
              stop_when: Callable[[Simulation], bool] | None = None) -> Result:
@@ -281,7 +291,7 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                              cost_model or make_cost_model(scenario, deployment))
                 for i in range(scenario.hardware.num_replicas)]
     run = scenario.run
-    horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
+    horizon = horizon_s(run)
     closed = workload.closed_loop
     sim = Simulation(replicas, make_router(scenario.hardware.router, run.seed),
                      arrival_s=workload.arrival_s, input_tokens=workload.input_tokens,
@@ -300,8 +310,7 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                         replicas=[replica_counters(scenario, r, deployment) for r in replicas],
                         kv_bytes_per_token=deployment.kv_bytes_per_token, num_clipped=workload.num_clipped,
                         max_model_len=deployment.max_model_len,
-                        window=measurement_window(requests, run.warmup_s, run.cooldown_s, run.duration_s)
-                        if run.has_window() else None)
+                        window=steady_window(requests, run))
     if sim.stopped_early_s is not None:
         summary["slo_met"] = False  # certain for the full run; the cut-off run's own records may not show it
         summary["stopped_early_s"] = sim.stopped_early_s
@@ -328,7 +337,7 @@ def simulate_disaggregated(scenario: Scenario, workload: Workload | None = None,
     sim.run()
     prefill, decode = sim.prefill_replicas, sim.decode_replicas
     run = scenario.run
-    horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
+    horizon = horizon_s(run)
     requests = disaggregated_requests_frame(sim.requests)
     steps = steps_frame(sim.steps.arrays())
     elapsed = horizon if horizon is not None else sim.end_s
@@ -341,8 +350,7 @@ def simulate_disaggregated(scenario: Scenario, workload: Workload | None = None,
                         replicas=counters[dd.num_prefill_replicas:] + counters[:dd.num_prefill_replicas],
                         kv_bytes_per_token=dd.decode.kv_bytes_per_token, num_clipped=workload.num_clipped,
                         max_model_len=dd.decode.max_model_len,
-                        window=measurement_window(requests, run.warmup_s, run.cooldown_s, run.duration_s)
-                        if run.has_window() else None)
+                        window=steady_window(requests, run))
     summary.update(disaggregation_metrics(requests, steps, elapsed, num_prefill_replicas=dd.num_prefill_replicas,
                                           num_decode_replicas=dd.num_decode_replicas, num_gpus=dd.num_gpus))
     summary["prefill_kv_capacity_tokens"] = dd.prefill.kv_capacity_tokens
@@ -374,7 +382,7 @@ def disaggregated_simulation(scenario: Scenario, workload: Workload, dd=None, *,
     link = KVTransferLink(dd.link.bandwidth_bytes_per_s * dd.num_parallel_links, dd.link.latency_s, dd.overlap,
                           dd.prefill.model.num_layers)
     run = scenario.run
-    horizon = run.horizon_s if run.horizon_s is not None else run.duration_s
+    horizon = horizon_s(run)
     return DisaggregatedSimulation(prefill, decode, make_router(scenario.hardware.router, run.seed), link=link,
                                    kv_bytes_per_token=dd.kv_transfer_bytes_per_token,
                                    arrival_s=workload.arrival_s, input_tokens=workload.input_tokens,
