@@ -6,8 +6,10 @@
 #                 decode and prefill attention are timed through vLLM's own CPU attention)
 #     engine    - the same kernels + vLLM's per-step overhead fitted on a calibration run (`fit-overhead`)
 #     steps     - a step model fitted to the calibration run's recorded steps (`fit-steps`, K-fold CV)
-# Measurements run under the CPU quiet protocol; the calibration run (trace rows 1000-1099) is never compared.
-# Settings: OUT REPEATS MODELS WORKLOADS LOADS CALIB_RATE NUM_REQUESTS KV_TOKENS THREADS DTYPE (bfloat16|float32; default by the CPU flags).
+# Measurements run under the CPU quiet protocol; the calibration run (CALIB_WORKLOAD from its request 1000,
+# designed to cover the cells' batch sizes and contexts: workloads/calibration.yaml) is never compared.
+# Settings: OUT REPEATS MODELS WORKLOADS LOADS CALIB_WORKLOAD CALIB_RATE CALIB_REQUESTS NUM_REQUESTS KV_TOKENS
+#           THREADS DTYPE (bfloat16|float32; default by the CPU flags).
 # Usage: calibrate/fidelity/run_all.sh [--dry-run]   (--dry-run: parse every option, build every schedule,
 #        print the commands; no engine, no timing). Settings from the environment (defaults below).
 set -euo pipefail
@@ -26,7 +28,9 @@ WORKLOADS=${WORKLOADS:-"calibrate/fidelity/workloads/azure-conv.yaml calibrate/f
 # Loads picked for the AMX machine (saturation ~5 req/s); choose this machine's by its saturation.
 LOADS=${LOADS:-"light=1.5 medium=3.0 high=5.0"}
 CALIB_RATE=${CALIB_RATE:-3.0}  # the calibration run's rate (req/s); near saturation, so steps of every size
-NUM_REQUESTS=${NUM_REQUESTS:-100}  # per run (and per calibration run)
+NUM_REQUESTS=${NUM_REQUESTS:-100}  # per run
+CALIB_WORKLOAD=${CALIB_WORKLOAD:-calibrate/fidelity/workloads/calibration.yaml}
+CALIB_REQUESTS=${CALIB_REQUESTS:-100}  # the calibration run's requests (its steps are what fit-steps fits)
 KV_TOKENS=${KV_TOKENS:-8192}
 THREADS=${THREADS:-1}
 # Served dtype: bf16 where the CPU has AVX512-BF16 or AMX (fast bf16 GEMMs), else float32 (torch's bf16
@@ -60,8 +64,8 @@ measure() {
         run env OMP_NUM_THREADS="$THREADS" "$PYK" -m calibrate run --model "$model" --dtype "$PROFILE_DTYPE" --device cpu \
             --threads "$THREADS" --block-size 32 --grid quick --out "$OUT/$m/profile-kernels" -q
         run "$PYF" -m calibrate.fidelity record --model "$model" --kv-tokens "$KV_TOKENS" --threads "$THREADS" \
-            --dtype "$DTYPE" --workload calibrate/fidelity/workloads/azure-conv.yaml --out "$OUT/$m/vllm" --load "calib=$CALIB_RATE" \
-            --first-row 1000 --repeats 1 --num-requests "$NUM_REQUESTS"
+            --dtype "$DTYPE" --workload "$CALIB_WORKLOAD" --out "$OUT/$m/vllm" --load "calib=$CALIB_RATE" \
+            --first-row 1000 --repeats 1 --num-requests "$CALIB_REQUESTS"
         for w in $WORKLOADS; do
             run "$PYF" -m calibrate.fidelity record --model "$model" --kv-tokens "$KV_TOKENS" --threads "$THREADS" \
                 --dtype "$DTYPE" --workload "$w" --out "$OUT/$m/vllm/$(basename "$w" .yaml)" "${load_args[@]}" --repeats "$REPEATS" \
@@ -73,6 +77,9 @@ measure() {
 if [ "$DRY" = 1 ]; then
     # Every record invocation's options and schedules, checked by the recorder itself (no engine).
     for model in $MODELS; do
+        "$PY" -m calibrate.fidelity record --dry-run --model "$model" --kv-tokens "$KV_TOKENS" --threads "$THREADS" \
+            --dtype "$DTYPE" --workload "$CALIB_WORKLOAD" --load "calib=$CALIB_RATE" --first-row 1000 --repeats 1 \
+            --num-requests "$CALIB_REQUESTS"
         for w in $WORKLOADS; do
             "$PY" -m calibrate.fidelity record --dry-run --model "$model" --kv-tokens "$KV_TOKENS" \
                 --threads "$THREADS" --dtype "$DTYPE" --workload "$w" "${load_args[@]}" --repeats "$REPEATS" \
@@ -82,7 +89,7 @@ if [ "$DRY" = 1 ]; then
     measure
 else
     export -f measure run
-    export OUT REPEATS MODELS WORKLOADS LOADS CALIB_RATE NUM_REQUESTS KV_TOKENS THREADS DTYPE PROFILE_DTYPE PY PYF PYK DRY
+    export OUT REPEATS MODELS WORKLOADS LOADS CALIB_WORKLOAD CALIB_RATE CALIB_REQUESTS NUM_REQUESTS KV_TOKENS THREADS DTYPE PROFILE_DTYPE PY PYF PYK DRY
     export load_args_str="${load_args[*]}"
     mkdir -p "$OUT"
     calibrate/fidelity/quiet.sh bash -c 'set -euo pipefail; load_args=($load_args_str); measure' 2>&1 \

@@ -164,14 +164,17 @@ def test_the_study_script_parses_its_arguments():
 def test_the_study_script_picks_the_dtype_for_every_step(tmp_path):
     env = {**os.environ, "PY": sys.executable, "PYF": str(tmp_path / "no-vllm"), "OUT": str(tmp_path / "o"),
            "MODELS": "calibrate/fidelity/model.yaml", "WORKLOADS": "calibrate/fidelity/workloads/gamma-cv4.yaml",
-           "LOADS": "a=0.5", "REPEATS": "1", "NUM_REQUESTS": "20", "CALIB_RATE": "0.7"}
+           "LOADS": "a=0.5", "REPEATS": "1", "NUM_REQUESTS": "20", "CALIB_RATE": "0.7", "CALIB_REQUESTS": "30"}
     dry = subprocess.run([str(FID / "run_all.sh"), "--dry-run"], capture_output=True, text=True, check=False,
                          env=env | {"DTYPE": "float32"})
     assert dry.returncode == 0, dry.stderr
     assert "calibrate run --model calibrate/fidelity/model.yaml --dtype fp32" in dry.stderr
     records = [line for line in dry.stderr.splitlines() if "calibrate.fidelity record" in line]
-    assert len(records) == 2 and all("--dtype float32" in r and "--num-requests 20" in r for r in records)
-    assert "--load calib=0.7" in records[0] and "float32; kv 8192 tokens" in dry.stdout
+    assert len(records) == 2 and all("--dtype float32" in r for r in records)
+    calibration, cell = records
+    assert "--load calib=0.7" in calibration and "--num-requests 30" in calibration
+    assert "--workload calibrate/fidelity/workloads/calibration.yaml" in calibration
+    assert "--num-requests 20" in cell and "float32; kv 8192 tokens" in dry.stdout
     by_cpu = subprocess.run([str(FID / "run_all.sh"), "--dry-run"], capture_output=True, text=True, check=False,
                             env=env)
     fast_bf16 = bool(re.search(r"\b(avx512_bf16|amx_bf16)\b", Path("/proc/cpuinfo").read_text()))
