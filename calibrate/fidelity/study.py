@@ -23,7 +23,10 @@ def collect(out: Path) -> pd.DataFrame:
         row = {"model": model, "workload": workload, "load": load, "cost_model": cost_model,
                "dtype": info.get("dtype", "bfloat16"),  # the recording's (compare checks the profile's against it)
                "repeats": int(table["repeats"].iloc[0]), "max_real_spread": float(table["real_spread"].max()),
-               "kernel_excess": bool(info.get("kernel_excess")), "compared_on": machine_line(info.get("machine", {}))}
+               "kernel_excess": bool(info.get("kernel_excess")), "compared_on": machine_line(info.get("machine", {})),
+               # share of the recorded steps outside the step model's calibration (NaN: not a step model)
+               "uncovered_steps": (info["calibration_coverage"]["outside_fraction"]
+                                   if "calibration_coverage" in info else float("nan"))}
         row.update({key: float(table.loc[key, "error"]) for key, _, _ in METRICS})
         rows.append(row)
     if not rows:
@@ -50,12 +53,18 @@ def study_markdown(out: Path, frame: pd.DataFrame) -> str:
     if len(flagged):
         lines += ["", f"**WARNING: in {len(flagged)} comparisons the kernel prices exceed measured vLLM steps** "
                       "(the overhead fit could not explain them; see each fidelity.md)."]
-    lines += ["", "| model | workload | load | cost model | " + " | ".join(labels[k] for k in keys) + " | max repeat spread |",
-              "| --- | --- | --- | --- | " + " | ".join("---:" for _ in keys) + " | ---: |"]
+    uncovered = frame[frame["uncovered_steps"] > 0]
+    if len(uncovered):
+        lines += ["", f"**WARNING: in {len(uncovered)} step-model comparisons some recorded steps lie outside the "
+                      "calibration run's steps** (column 'outside calibration'; the step model extrapolates there)."]
+    lines += ["", "| model | workload | load | cost model | " + " | ".join(labels[k] for k in keys)
+              + " | max repeat spread | outside calibration |",
+              "| --- | --- | --- | --- | " + " | ".join("---:" for _ in keys) + " | ---: | ---: |"]
     for r in frame.itertuples():
         flag = " ⚠" if r.kernel_excess else ""
+        outside = "" if r.uncovered_steps != r.uncovered_steps else f"{r.uncovered_steps:.0%}"  # NaN: not a step model
         lines.append(f"| {r.model} | {r.workload} | {r.load} | {r.cost_model}{flag} | "
-                     + " | ".join(f"{getattr(r, k):+.1%}" for k in keys) + f" | {r.max_real_spread:.1%} |")
+                     + " | ".join(f"{getattr(r, k):+.1%}" for k in keys) + f" | {r.max_real_spread:.1%} | {outside} |")
     summary = frame.groupby("cost_model")[keys].agg(lambda s: s.abs().max())
     lines += ["", "Worst absolute error per cost model over the whole matrix:", "",
               "| cost model | " + " | ".join(labels[k] for k in keys) + " |", "| --- | " + " | ".join("---:" for _ in keys) + " |"]

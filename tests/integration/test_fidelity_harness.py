@@ -151,6 +151,7 @@ def test_study_report_collects_every_comparison(tmp_path, capsys):
     row = frame[frame["cost_model"] == "kernels"].iloc[0]
     assert row["tpot_mean_s"] == pytest.approx(one.loc["tpot_mean_s", "error"])
     assert "| m1 | gamma-cv4 | high | steps |" in (out / "study.md").read_text()
+    assert frame["uncovered_steps"].isna().all()  # kernel profiles: no calibration coverage to report
     assert set(frame["dtype"]) == {"bfloat16"} and "- served in: bfloat16" in (out / "study.md").read_text()
     code, captured = run_fidelity_cli(["study-report", str(tmp_path / "empty"), "--out", str(tmp_path / "x.md")], capsys)
     assert code == 2 and captured.err.startswith("error: OUT:")
