@@ -65,9 +65,48 @@ def study_markdown(out: Path, frame: pd.DataFrame) -> str:
         outside = "" if r.uncovered_steps != r.uncovered_steps else f"{r.uncovered_steps:.0%}"  # NaN: not a step model
         lines.append(f"| {r.model} | {r.workload} | {r.load} | {r.cost_model}{flag} | "
                      + " | ".join(f"{getattr(r, k):+.1%}" for k in keys) + f" | {r.max_real_spread:.1%} | {outside} |")
+    lines += ["", "The issue's goals per cost model (every mean metric within 10% of vLLM, both p90s within 15%, "
+                  "no bias in one direction across loads):", "", goals_markdown(goal_summary(frame))]
     summary = frame.groupby("cost_model")[keys].agg(lambda s: s.abs().max())
     lines += ["", "Worst absolute error per cost model over the whole matrix:", "",
               "| cost model | " + " | ".join(labels[k] for k in keys) + " |", "| --- | " + " | ".join("---:" for _ in keys) + " |"]
     for cm, r in summary.iterrows():
         lines.append(f"| {cm} | " + " | ".join(f"{r[k]:.1%}" for k in keys) + " |")
     return "\n".join(lines) + "\n"
+
+
+MEAN_KEYS = ("makespan_s", "throughput_tok_s", "ttft_mean_s", "tpot_mean_s", "e2e_mean_s")
+P90_KEYS = ("ttft_p90_s", "e2e_p90_s")
+MEAN_GOAL, P90_GOAL = 0.10, 0.15
+
+
+def goal_summary(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per cost model over the matrix's cells: how many meet the goals, the worst and mean errors, and
+    the signed mean TPOT / E2E error at each load (a bias shows as one sign at every load)."""
+    rows = []
+    for cost_model, cells in frame.groupby("cost_model", sort=True):
+        means, p90s = cells[list(MEAN_KEYS)].abs(), cells[list(P90_KEYS)].abs()
+        row = {"cost_model": cost_model, "cells": len(cells),
+               "cells_means_within_10pct": int((means.max(axis=1) <= MEAN_GOAL).sum()),
+               "cells_p90s_within_15pct": int((p90s.max(axis=1) <= P90_GOAL).sum()),
+               "worst_mean_error": float(means.to_numpy().max()), "mean_abs_mean_error": float(means.to_numpy().mean()),
+               "worst_p90_error": float(p90s.to_numpy().max())}
+        for load, at in cells.groupby("load", sort=False):
+            row[f"tpot_mean_signed_{load}"] = float(at["tpot_mean_s"].mean())
+            row[f"e2e_mean_signed_{load}"] = float(at["e2e_mean_s"].mean())
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def goals_markdown(goals: pd.DataFrame) -> str:
+    loads = [c[len("tpot_mean_signed_"):] for c in goals.columns if c.startswith("tpot_mean_signed_")]
+    head = ("| cost model | cells | all means within 10% | both p90s within 15% | worst mean | mean abs (means) | worst p90 | "
+            + " | ".join(f"TPOT / E2E signed, {load}" for load in loads) + " |")
+    lines = [head, "| --- | " + " | ".join("---:" for _ in range(6 + len(loads))) + " |"]
+    for r in goals.to_dict("records"):
+        lines.append(f"| {r['cost_model']} | {r['cells']} | {r['cells_means_within_10pct']}/{r['cells']} | "
+                     f"{r['cells_p90s_within_15pct']}/{r['cells']} | {r['worst_mean_error']:.1%} | "
+                     f"{r['mean_abs_mean_error']:.1%} | {r['worst_p90_error']:.1%} | "
+                     + " | ".join(f"{r[f'tpot_mean_signed_{load}']:+.1%} / {r[f'e2e_mean_signed_{load}']:+.1%}"
+                                  for load in loads) + " |")
+    return "\n".join(lines)
