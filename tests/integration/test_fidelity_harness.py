@@ -152,6 +152,11 @@ def test_study_report_collects_every_comparison(tmp_path, capsys):
     assert row["tpot_mean_s"] == pytest.approx(one.loc["tpot_mean_s", "error"])
     assert "| m1 | gamma-cv4 | high | steps |" in (out / "study.md").read_text()
     assert frame["uncovered_steps"].isna().all()  # kernel profiles: no calibration coverage to report
+    # Distance beyond vLLM's own repeat range: 0 inside it, else relative to the median.
+    fid = one.loc["ttft_mean_s"]
+    expected = max(0.0, fid["simulated"] - fid["real_max"], fid["real_min"] - fid["simulated"]) / fid["real"]
+    assert row["ttft_mean_s_beyond_range"] == pytest.approx(expected)
+    assert "all means inside vLLM's repeat range" in (out / "study.md").read_text()
     assert set(frame["dtype"]) == {"bfloat16"} and "- served in: bfloat16" in (out / "study.md").read_text()
     code, captured = run_fidelity_cli(["study-report", str(tmp_path / "empty"), "--out", str(tmp_path / "x.md")], capsys)
     assert code == 2 and captured.err.startswith("error: OUT:")
@@ -201,5 +206,6 @@ def test_study_goals_count_cells_and_show_the_sign_at_each_load():
     assert goals.loc["kernels", "worst_p90_error"] == pytest.approx(0.2)
     assert goals.loc["kernels", "tpot_mean_signed_high"] == pytest.approx(0.04)
     assert goals.loc["steps", "e2e_mean_signed_light"] == pytest.approx(-0.03)
+    assert "cells_means_inside_repeat_range" not in goals  # no repeat ranges in this frame
     text = goals_markdown(goal_summary(frame))
     assert "| kernels | 2 | 2/2 | 1/2 |" in text and "TPOT / E2E signed, light" in text
