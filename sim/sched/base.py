@@ -60,10 +60,15 @@ class SchedulerBase:
         return len(self.waiting)
 
     def in_flight(self) -> list[Request]:
-        """Requests still here (running, then waiting), their counters brought up to date."""
+        """Requests still here (running, then waiting), each once, their counters brought up to date. A
+        forked sequence preempted back to the queue stands for nothing of its own: its request is listed
+        (running, held or waiting itself), as `running_requests` lists it for its running sequences."""
         for request in self.tracker.members.values():
             self.tracker.sync(request)
-        return self.running_requests() + list(self.waiting)
+        running = self.running_requests()
+        listed = {r.request_id for r in running}
+        waiting = [r for r in self.waiting if r.parent_id < 0 and r.request_id not in listed]
+        return running + waiting
 
     def running_requests(self) -> list[Request]:
         raise NotImplementedError
