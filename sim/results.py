@@ -27,6 +27,15 @@ KV_TIME_WEIGHTED = ("kv_capacity_slots", "kv_token_slots", "kv_reserved_slots", 
                     "kv_external_slots", "kv_shared_slots")
 
 
+# Summary keys that are float sums over steps: with decode runs (`run.fast_decode`) a run's row sums its steps'
+# durations, FLOPs, bytes and KV slot-seconds first and the summary then sums the rows, so these equal the
+# step-by-step values to float rounding, not bit for bit (every other key is identical).
+REASSOCIATED_SUM_KEYS = frozenset({
+    "busy_fraction", "mbu", "mfu", "itl_mean", "kv_token_fraction", "kv_reserved_fraction", "kv_internal_fraction",
+    "kv_external_fraction", "kv_token_share", "kv_free_fraction", "kv_fig2_external_fraction",
+    "kv_fig2_free_fraction", "kv_shared_bytes_mean"})
+
+
 @dataclass(frozen=True)
 class DecodeRuns:
     """The steps inside the decode runs of a step log (`run.fast_decode`: rows with `num_steps` > 1), run

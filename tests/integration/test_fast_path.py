@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.core.engine import _Environment
+from sim.results import REASSOCIATED_SUM_KEYS as REASSOCIATED
 from sim.results import expand_steps
 from sim.run import simulate
 
@@ -42,17 +43,15 @@ def pair(spec: dict):
     return results
 
 
-# Summary keys that are float sums over steps taken in another order in the fast mode (see the docstring).
-REASSOCIATED = {"busy_fraction", "mbu", "mfu", "itl_mean", "kv_token_fraction", "kv_reserved_fraction",
-                "kv_internal_fraction", "kv_external_fraction", "kv_token_share", "kv_free_fraction",
-                "kv_fig2_external_fraction", "kv_fig2_free_fraction", "kv_shared_bytes_mean"}
-
-
 def assert_same_summary(exact, fast):
     """Every key identical, but REASSOCIATED ones equal to float rounding."""
-    assert list(fast.summary) == list(exact.summary)
-    for key, want in exact.summary.items():
-        got = fast.summary[key]
+    assert_summaries_agree(exact.summary, fast.summary)
+
+
+def assert_summaries_agree(want_summary: dict, got_summary: dict):
+    assert list(got_summary) == list(want_summary)
+    for key, want in want_summary.items():
+        got = got_summary[key]
         if isinstance(want, float) and math.isnan(want):
             assert isinstance(got, float) and math.isnan(got), (key, want, got)
         elif key in REASSOCIATED:
