@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.config.files import validate_scenario
-from sim.errors import ConfigError
 from sim.core.engine import _Environment
+from sim.errors import ConfigError
 from sim.results import REASSOCIATED_SUM_KEYS as REASSOCIATED
 from sim.results import expand_steps
 from sim.run import simulate

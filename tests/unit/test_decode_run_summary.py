@@ -22,7 +22,14 @@ from sim.core.engine import Replica, Simulation
 from sim.core.router import make_router
 from sim.cost.roofline import StepCost
 from sim.kv.paged import PagedKVManager
-from sim.results import DecodeRuns, expand_steps, kv_slot_seconds, latencies, steps_frame, utilization
+from sim.results import (
+    DecodeRuns,
+    expand_steps,
+    kv_slot_seconds,
+    latencies,
+    steps_frame,
+    utilization,
+)
 from sim.sched.continuous import ContinuousScheduler
 
 GPU = SimpleNamespace(hbm_bytes_per_s=1.0, bf16_flops_per_s=1.0)
