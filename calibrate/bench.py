@@ -53,10 +53,13 @@ class ShardBench:
         self.gen = torch.Generator(device=device).manual_seed(0)
         self._weights: dict[str, torch.Tensor] = {}
         # The engine's own attention kernel where it can be imported (vLLM on CPU), else the stand-ins.
-        from .kernels.vllm_cpu import EngineAttention, find_engine
+        from .kernels.vllm_cpu import EngineAttention, EngineLinear, find_engine
         engine, self.engine_missing = find_engine(device)
         self.engine_attn = (EngineAttention(engine, self.shard["num_heads"], self.shard["num_kv_heads"],
                                             self.shard["head_dim"], self.dtype, block_size) if engine else None)
+        # ... and its own GEMM dispatch for the linear layers (oneDNN / sgl-kernel / zentorch, not F.linear).
+        self.engine_linear = EngineLinear.find()[0] if engine else None
+        self._engine_linears: dict[str, Callable] = {}
         self.paged_impl = ("triton flash-decoding paged attention (calibrate/kernels/paged_attention.py)"
                            if device == "cuda" else self.engine_attn.describe() if self.engine_attn else
                            "torch gather: index_select of each sequence's blocks by block id, then SDPA "
@@ -72,7 +75,9 @@ class ShardBench:
         gpu = self.device == "cuda"
         fused_file = "calibrate/kernels/fused.py"
         impls = {
-            "linear": "torch F.linear (cuBLAS)" if gpu else "torch F.linear (CPU BLAS)",
+            "linear": ("torch F.linear (cuBLAS)" if gpu else
+                       self.engine_linear.describe(self.shard["linear"], self.dtype) if self.engine_linear else
+                       "torch F.linear (CPU BLAS)"),
             "rmsnorm": (f"triton fused_add_rms_norm ({fused_file}): the residual add fused into the norm, as vLLM"
                         if gpu else "torch eager rms_norm (float32 math)"),
             "residual_add": ("torch x + residual: the one residual add an engine with fused norms leaves unfused "
@@ -107,6 +112,14 @@ class ShardBench:
             rows.append({"op": "decode_attention:paged", "shape": f"batch {b} x context {x}", "engine_s": engine,
                          "stand_in_s": stand_in, "stand_in_over_engine": stand_in / engine})
         s = self.shard
+        if self.engine_linear is not None:
+            for op in ("gate_up", "down") if "gate_up" in s["linear"] else tuple(s["linear"])[:2]:
+                for n in (1, 4, 16, 256):
+                    x, w = self.randn(n, s["linear"][op][0]), self.weight(op)
+                    engine = timer(lambda: self.linear_call(op)(x)).median_s
+                    stand_in = timer(lambda: F.linear(x, w)).median_s
+                    rows.append({"op": f"linear:{op}", "shape": f"{n} tokens", "engine_s": engine,
+                                 "stand_in_s": stand_in, "stand_in_over_engine": stand_in / engine})
         for c, x in chunks:
             engine = timer(self.engine_attn.prefill_call(c, x, self.randn)).median_s
             q, k, v = (self.randn(1, s["num_heads"], c, s["head_dim"]), self.randn(1, s["num_kv_heads"], x + c, s["head_dim"]),
@@ -134,6 +147,15 @@ class ShardBench:
             in_f, out_f = self.shard["linear"][op]
             self._weights[op] = self.randn(out_f, in_f) * in_f ** -0.5
         return self._weights[op]
+
+    def linear_call(self, op: str) -> Callable:
+        """x -> x @ W.T for the op's weight: through the engine's GEMM dispatch where it is, else F.linear."""
+        if self.engine_linear is None:
+            w = self.weight(op)
+            return lambda x: F.linear(x, w)
+        if op not in self._engine_linears:
+            self._engine_linears[op] = self.engine_linear.prepare(self.weight(op))
+        return self._engine_linears[op]
 
     def _paged_inputs(self, context_lens: list[int]):
         s, bs = self.shard, self.block_size
@@ -173,7 +195,7 @@ class ShardBench:
         for op in s["linear"]:
             def linear_err(op=op):
                 x, w = self.randn(3, s["linear"][op][0]), self.weight(op)
-                return ref.relative_error(F.linear(x, w), x.double() @ w.double().T)
+                return ref.relative_error(self.linear_call(op)(x), x.double() @ w.double().T)
             yield f"linear:{op}", linear_err
 
         def prefill_err():
@@ -288,6 +310,9 @@ class ShardBench:
             for n in grid.num_tokens:
                 def make(op=op, n=n, in_f=in_f):
                     x, w = self.randn(n, in_f), self.weight(op)
+                    if self.engine_linear is not None:  # the engine's prepared weight (a CPU: no cold copies)
+                        linear = self.linear_call(op)
+                        return lambda: linear(x)
                     weights = itertools.cycle([w] + [w.clone() for _ in range(self.cold_copies(w.numel() * w.element_size()) - 1)])
                     return lambda: F.linear(x, next(weights))
                 yield Point("linear", {"op": op, "in_features": in_f, "out_features": out_f, "num_tokens": n}, make)

@@ -215,11 +215,12 @@ def study_report(
     """One report of every comparison in the study matrix."""
     from sim.atomic_files import atomic_write_text
 
-    from .study import collect, study_markdown
+    from .study import collect, goal_summary, study_markdown
 
     frame = collect(out_dir)
     atomic_write_text(out, study_markdown(out_dir, frame))
     atomic_write_text(out.with_suffix(".csv"), frame.to_csv(index=False))
+    atomic_write_text(out.with_name(out.stem + "-goals.csv"), goal_summary(frame).to_csv(index=False))
     print(f"study report: {out} ({len(frame)} comparisons)")
 
 

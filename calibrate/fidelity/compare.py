@@ -183,6 +183,21 @@ def step_check(run: RecordedRun, profile: str | Path) -> pd.DataFrame | None:
     return step_error_table(priced_steps(read_steps(repeat_dirs), cost))
 
 
+def calibration_coverage_check(run: RecordedRun, profile: str | Path) -> dict | None:
+    """For a step model (`fit-steps`): how many of this run's recorded vLLM steps lie where its calibration
+    run had steps (sim.cost.engine_steps.coverage_of). None for other profiles or without steps.csv."""
+    from sim.cost.engine_steps import coverage_of
+
+    from .overhead import read_steps, step_plan
+
+    meta_file = Path(profile) / "meta.json"
+    coverage = json.loads(meta_file.read_text()).get("coverage") if meta_file.is_file() else None
+    repeat_dirs = sorted(d for d in run.path.glob("repeat-*") if d.is_dir()) or [run.path]
+    if coverage is None or not all((d / "steps.csv").is_file() for d in repeat_dirs):
+        return None
+    return coverage_of(coverage, [step_plan(r) for r in read_steps(repeat_dirs).itertuples()])
+
+
 def recorded_dtype(meta: dict) -> str:
     """The dtype vLLM served a recording in (recordings before `record --dtype` were all bfloat16)."""
     return str(meta.get("vllm", {}).get("dtype") or "bfloat16")
@@ -219,6 +234,9 @@ def compare_run(run: RecordedRun, profile: str | Path) -> tuple[pd.DataFrame, di
     info["machine"] = machine_info()  # where the comparison ran (the recording's machine is in the run's meta)
     if steps is not None:
         info["steps"] = steps.to_dict("records")
+    coverage = calibration_coverage_check(run, profile)
+    if coverage is not None:
+        info["calibration_coverage"] = coverage
     from .overhead import kernel_excess
     excess = kernel_excess(profile)
     if excess is not None:
@@ -258,7 +276,8 @@ def report_markdown(run: RecordedRun, table: pd.DataFrame, info: dict) -> str:
             f"- compared on: {machine_line(info.get('machine', {}))}; phases: {_phases(info.get('phases_s'))}\n"
             f"- ServeSim: {info['cost_model']}; preemptions real (median) {info['num_preemptions_real_median']:g}, "
             f"simulated {info['num_preemptions_simulated']}\n\n"
-            + _excess_markdown(info.get("kernel_excess")) + markdown_table(table) + _steps_markdown(info.get("steps")))
+            + _excess_markdown(info.get("kernel_excess")) + _coverage_markdown(info.get("calibration_coverage"))
+            + markdown_table(table) + _steps_markdown(info.get("steps")))
 
 
 def _phases(phases: dict | None) -> str:
@@ -284,6 +303,19 @@ def _excess_markdown(excess: dict | None) -> str:
             f"measured time){'; not fitted at ' + points if points else ''}"
             f"{'' if excess.get('overhead_fitted', True) else '; no overhead point fitted, the profile keeps its own'}."
             " The kernel profile does not time this engine's kernels.\n\n")
+
+
+def _coverage_markdown(coverage: dict | None) -> str:
+    """A loud line when the step model prices steps unlike any its calibration run had."""
+    if not coverage or coverage["outside_fraction"] == 0:
+        return "" if not coverage else "Calibration coverage: every recorded step lies where the calibration run had steps.\n\n"
+    cells = "; ".join(f"{c['decode_seqs']} seqs at {c['context_per_seq']} tokens each ({c['steps']} steps)"
+                      for c in coverage["uncovered_decode_cells"])
+    return (f"**WARNING: {coverage['outside_fraction']:.0%} of this run's {coverage['num_steps']} recorded steps lie "
+            f"outside the calibration run's steps** (decode batch and context per sequence: "
+            f"{coverage['decode_outside_fraction']:.0%}; prefill tokens: {coverage['prefill_outside_fraction']:.0%})"
+            f"{': most often ' + cells if cells else ''}. The step model extrapolates there; "
+            "a calibration run covering these steps (calibrate/fidelity/workloads/calibration.yaml) fixes it.\n\n")
 
 
 def _steps_markdown(steps: list[dict] | None) -> str:

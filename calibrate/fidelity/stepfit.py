@@ -15,6 +15,7 @@ import pandas as pd
 from sim.cost.engine_steps import (
     CANDIDATES,
     CrossValidation,
+    calibration_coverage,
     cross_validate,
     feature_matrix,
     fit_relative,
@@ -60,6 +61,8 @@ def write_fit(run, out: Path, folds: int) -> tuple[CrossValidation, dict[str, fl
                    "of the best held-out mean |error|)"),
         "chosen": cv.chosen,
         "cross_validation": cv.table.to_dict("records"),
+        # Where the fitted steps lie, so a comparison can say which of its steps the fit extrapolates to.
+        "coverage": calibration_coverage([step_plan(r) for r in steps.itertuples()]),
     })
     return cv, coefficients
 

@@ -159,6 +159,67 @@ def cross_validate(plans: list[StepPlan], measured_s: np.ndarray, folds: int = 5
     return CrossValidation(table, str(within.iloc[0]["candidate"]), blocks)
 
 
+# --- coverage: where the calibration run's steps lie -------------------------------------------------
+
+COVERAGE_MIN_STEPS = 5  # a (batch, context) cell with fewer calibration steps than this is not covered
+
+
+def _log2_bin(x: float) -> int:
+    return int(np.floor(np.log2(x))) if x >= 1 else -1
+
+
+def _decode_cell(plan: StepPlan) -> tuple[int, int] | None:
+    """(log2 bin of the decoding sequences, log2 bin of their mean cached context), or None without decodes."""
+    if plan.num_decode_seqs <= 0:
+        return None
+    return _log2_bin(plan.num_decode_seqs), _log2_bin(plan.decode_context_tokens / plan.num_decode_seqs)
+
+
+def calibration_coverage(plans: list[StepPlan]) -> dict:
+    """What the fit saw: prefill tokens per step (range) and decode steps by (batch, context per sequence)
+    in powers of two. A step model fitted on one run separates the price of a decoding sequence from the
+    price of its cached tokens only where the run has both short and long contexts at a batch size; a
+    step in a cell the run never (or barely) visited is an extrapolation, which `coverage_of` counts."""
+    cells: dict[tuple[int, int], int] = {}
+    prefill = [p.num_prefill_tokens for p in plans if p.num_prefill_tokens > 0]
+    for p in plans:
+        cell = _decode_cell(p)
+        if cell is not None:
+            cells[cell] = cells.get(cell, 0) + 1
+    return {"decode_cells": [[b, c, n] for (b, c), n in sorted(cells.items())],
+            "decode_cell_bins": "floor(log2(decoding sequences)), floor(log2(cached tokens per decoding sequence))",
+            "min_steps_per_cell": COVERAGE_MIN_STEPS,
+            "prefill_tokens_min": int(min(prefill)) if prefill else None,
+            "prefill_tokens_max": int(max(prefill)) if prefill else None,
+            "num_steps": len(plans)}
+
+
+def coverage_of(coverage: dict, plans: list[StepPlan]) -> dict:
+    """How many of these steps the calibration run covered: decode steps whose (batch, context) cell had at
+    least `min_steps_per_cell` calibration steps, prefill steps within its range of prefill tokens."""
+    seen = {(b, c) for b, c, n in coverage.get("decode_cells", []) if n >= coverage.get("min_steps_per_cell", 1)}
+    low, high = coverage.get("prefill_tokens_min"), coverage.get("prefill_tokens_max")
+    outside_decode = outside_prefill = outside_any = 0
+    uncovered: dict[tuple[int, int], int] = {}
+    for p in plans:
+        cell = _decode_cell(p)
+        bad_decode = cell is not None and cell not in seen
+        bad_prefill = p.num_prefill_tokens > 0 and (low is None or not low <= p.num_prefill_tokens <= high)
+        outside_decode += bad_decode
+        outside_prefill += bad_prefill
+        outside_any += bad_decode or bad_prefill
+        if bad_decode:
+            uncovered[cell] = uncovered.get(cell, 0) + 1
+    n = len(plans)
+    worst = sorted(uncovered.items(), key=lambda kv: -kv[1])[:3]
+    return {"num_steps": n, "outside_fraction": outside_any / n if n else 0.0,
+            "decode_outside_fraction": outside_decode / n if n else 0.0,
+            "prefill_outside_fraction": outside_prefill / n if n else 0.0,
+            "uncovered_decode_cells": [{"decode_seqs": f"{2 ** b}-{2 ** (b + 1) - 1}",
+                                        "context_per_seq": f"{2 ** c}-{2 ** (c + 1) - 1}" if c >= 0 else "<1",
+                                        "steps": k} for (b, c), k in worst]}
+
+
 # --- profiles -----------------------------------------------------------------------------------------
 
 @dataclass(frozen=True)

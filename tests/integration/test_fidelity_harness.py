@@ -151,6 +151,12 @@ def test_study_report_collects_every_comparison(tmp_path, capsys):
     row = frame[frame["cost_model"] == "kernels"].iloc[0]
     assert row["tpot_mean_s"] == pytest.approx(one.loc["tpot_mean_s", "error"])
     assert "| m1 | gamma-cv4 | high | steps |" in (out / "study.md").read_text()
+    assert frame["uncovered_steps"].isna().all()  # kernel profiles: no calibration coverage to report
+    # Distance beyond vLLM's own repeat range: 0 inside it, else relative to the median.
+    fid = one.loc["ttft_mean_s"]
+    expected = max(0.0, fid["simulated"] - fid["real_max"], fid["real_min"] - fid["simulated"]) / fid["real"]
+    assert row["ttft_mean_s_beyond_range"] == pytest.approx(expected)
+    assert "all means inside vLLM's repeat range" in (out / "study.md").read_text()
     assert set(frame["dtype"]) == {"bfloat16"} and "- served in: bfloat16" in (out / "study.md").read_text()
     code, captured = run_fidelity_cli(["study-report", str(tmp_path / "empty"), "--out", str(tmp_path / "x.md")], capsys)
     assert code == 2 and captured.err.startswith("error: OUT:")
@@ -182,3 +188,24 @@ def test_the_study_script_picks_the_dtype_for_every_step(tmp_path):
     bad = subprocess.run([str(FID / "run_all.sh"), "--dry-run"], capture_output=True, text=True, check=False,
                          env=env | {"DTYPE": "fp16"})
     assert bad.returncode == 2 and "DTYPE 'fp16' is not allowed; allowed: bfloat16, float32" in bad.stderr
+
+
+def test_study_goals_count_cells_and_show_the_sign_at_each_load():
+    from calibrate.fidelity.study import goal_summary, goals_markdown
+    base = {"makespan_s": 0.01, "throughput_tok_s": -0.01, "ttft_mean_s": 0.05, "ttft_p90_s": 0.1,
+            "tpot_mean_s": -0.02, "e2e_mean_s": -0.03, "e2e_p90_s": 0.05}
+    frame = pd.DataFrame([
+        {"cost_model": "steps", "load": "light", **base},
+        {"cost_model": "steps", "load": "high", **base, "ttft_mean_s": 0.12},             # a mean over 10%
+        {"cost_model": "kernels", "load": "light", **base, "e2e_p90_s": -0.2},             # a p90 over 15%
+        {"cost_model": "kernels", "load": "high", **base, "tpot_mean_s": 0.04}])
+    goals = goal_summary(frame).set_index("cost_model")
+    assert goals.loc["steps", "cells_means_within_10pct"] == 1 and goals.loc["steps", "cells_p90s_within_15pct"] == 2
+    assert goals.loc["kernels", "cells_means_within_10pct"] == 2 and goals.loc["kernels", "cells_p90s_within_15pct"] == 1
+    assert goals.loc["steps", "worst_mean_error"] == pytest.approx(0.12)
+    assert goals.loc["kernels", "worst_p90_error"] == pytest.approx(0.2)
+    assert goals.loc["kernels", "tpot_mean_signed_high"] == pytest.approx(0.04)
+    assert goals.loc["steps", "e2e_mean_signed_light"] == pytest.approx(-0.03)
+    assert "cells_means_inside_repeat_range" not in goals  # no repeat ranges in this frame
+    text = goals_markdown(goal_summary(frame))
+    assert "| kernels | 2 | 2/2 | 1/2 |" in text and "TPOT / E2E signed, light" in text

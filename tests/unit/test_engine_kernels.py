@@ -47,6 +47,19 @@ def _fake_vllm(monkeypatch):
             out = torch.einsum("hqk,hkd->qhd", scores.softmax(-1), vals)
             output[query_start_loc[i]:query_start_loc[i + 1]] = out.to(output.dtype)
 
+    def dispatch_cpu_unquantized_gemm(layer, remove_weight):
+        def cpu_linear(x, weight, bias):
+            calls["linear"] += 1
+            return torch.nn.functional.linear(x, weight, bias)
+        layer.cpu_linear = cpu_linear
+
+    calls["linear"] = 0
+    utils = types.ModuleType("vllm.model_executor.layers.utils")
+    utils.dispatch_cpu_unquantized_gemm = dispatch_cpu_unquantized_gemm
+    utils.check_cpu_sgl_kernel = lambda n, k, dtype: False
+    platforms = types.ModuleType("vllm.platforms")
+    platforms.current_platform = types.SimpleNamespace(is_zen_cpu=lambda: False)
+    ops._supports_onednn = True
     ops.cpu_attn_reshape_and_cache = reshape_and_cache
     ops.cpu_attn_get_scheduler_metadata = lambda **kw: torch.zeros(1)
     ops.cpu_attention_with_kv_cache = attention
@@ -57,7 +70,10 @@ def _fake_vllm(monkeypatch):
     for name, module in (("vllm", vllm), ("vllm._custom_ops", ops), ("vllm.v1", types.ModuleType("vllm.v1")),
                          ("vllm.v1.attention", types.ModuleType("vllm.v1.attention")),
                          ("vllm.v1.attention.backends", types.ModuleType("vllm.v1.attention.backends")),
-                         ("vllm.v1.attention.backends.cpu_attn", backend)):
+                         ("vllm.v1.attention.backends.cpu_attn", backend), ("vllm.platforms", platforms),
+                         ("vllm.model_executor", types.ModuleType("vllm.model_executor")),
+                         ("vllm.model_executor.layers", types.ModuleType("vllm.model_executor.layers")),
+                         ("vllm.model_executor.layers.utils", utils)):
         monkeypatch.setitem(sys.modules, name, module)
     return calls
 
@@ -79,8 +95,15 @@ def test_the_engine_kernel_prices_attention_where_it_is_importable(monkeypatch):
     points[("decode_attention", ("paged", 2, 64))].make()()
     points[("prefill_attention", (16, 256))].make()()
     assert calls["attention"] == before + 2
+    # Linears: the engine's GEMM dispatch prepares each weight and prices every linear point.
+    assert impls["linear"].startswith("vLLM's CPU GEMM dispatch") and "oneDNN onednn_mm" in impls["linear"]
+    assert errors["linear:gate_up"] <= TOLERANCE["bf16"]
+    before = calls["linear"]
+    points[("linear", ("gate_up", 1024, 5632, 4))].make()()
+    assert calls["linear"] == before + 1
     probe = bench.engine_probe(lambda call: _one_call_timing(call), shapes=((2, 64),), chunks=((16, 32),))
-    assert [r["op"] for r in probe] == ["decode_attention:paged", "prefill_attention"]
+    assert [r["op"] for r in probe] == ["decode_attention:paged"] + ["linear:gate_up"] * 4 + ["linear:down"] * 4 + [
+        "prefill_attention"]
     for r in probe:
         assert r["engine_s"] > 0 and r["stand_in_s"] > 0
         assert r["stand_in_over_engine"] == pytest.approx(r["stand_in_s"] / r["engine_s"])
@@ -102,6 +125,7 @@ def test_without_the_engine_the_stand_ins_price_attention_and_meta_says_why(monk
     assert impls["decode_attention:paged"].startswith("torch gather")
     assert impls["prefill_attention"].startswith("torch SDPA")
     assert impls["engine_kernels"].startswith("not used: vLLM not importable here")
+    assert impls["linear"] == "torch F.linear (CPU BLAS)" and bench.engine_linear is None
     assert bench.engine_probe(_one_call_timing) == []
     engine, why = vllm_cpu.find_engine("cuda")
     assert engine is None and "CPU only" in why
@@ -116,3 +140,4 @@ def test_vllms_cpu_attention_matches_the_float64_reference():
     assert errors["decode_attention:paged"] <= TOLERANCE["bf16"]
     assert errors["prefill_attention (engine)"] <= TOLERANCE["bf16"]
     assert math.isfinite(errors["prefill_attention (engine)"])
+    assert bench.engine_linear is not None and errors["linear:gate_up"] <= TOLERANCE["bf16"]

@@ -146,6 +146,45 @@ def test_fit_steps_writes_a_profile_a_scenario_can_select(tmp_path, capsys):
     code, captured = run_fidelity_cli(["compare", str(RUN), "--profile", str(out), "--out", str(tmp_path / "cmp")], capsys)
     assert code == 0, captured.err
     assert "EngineStepCostModel" in json.loads((tmp_path / "cmp" / "simulation.json").read_text())["cost_model"]
+    # ... and says how much of a run its calibration covered (that fixture has no steps.csv: nothing to say;
+    # the calibration run itself: every step covered).
+    assert "calibration_coverage" not in json.loads((tmp_path / "cmp" / "simulation.json").read_text())
+    assert meta["coverage"]["num_steps"] == len(pd.read_csv(CALIB / "repeat-1" / "steps.csv"))
+    code, captured = run_fidelity_cli(["compare", str(CALIB), "--profile", str(out), "--out", str(tmp_path / "self")], capsys)
+    assert code == 0, captured.err
+    coverage = json.loads((tmp_path / "self" / "simulation.json").read_text())["calibration_coverage"]
+    assert coverage["num_steps"] == meta["coverage"]["num_steps"] and coverage["outside_fraction"] == 0.0
+    assert "every recorded step lies where the calibration run had steps" in (tmp_path / "self" / "fidelity.md").read_text()
+
+
+def _decode(seqs: int, context: int, prefill: int = 0) -> StepPlan:
+    return StepPlan(prefill_request_ids=[0] if prefill else [], prefill_chunk_tokens=[prefill] if prefill else [],
+                    prefill_context_tokens=[0] if prefill else [], num_decode_seqs=seqs,
+                    decode_context_tokens=context, num_sampled_seqs=seqs + (1 if prefill else 0))
+
+
+def test_coverage_counts_steps_in_cells_the_calibration_never_visited():
+    # Calibration: 6 steps of 4 sequences at 300 tokens each (cell (2, 8)), 2 steps of 16 at 40 (cell (4, 5):
+    # too few to count), prefills of 64-256 tokens.
+    calib = [_decode(4, 1200)] * 6 + [_decode(16, 640)] * 2 + [_decode(0, 0, 64), _decode(0, 0, 256)]
+    coverage = es.calibration_coverage(calib)
+    assert coverage["decode_cells"] == [[2, 8, 6], [4, 5, 2]]
+    assert (coverage["prefill_tokens_min"], coverage["prefill_tokens_max"]) == (64, 256)
+    run = [_decode(5, 5 * 400),     # 5 seqs (bin 2) at 400 each (bin 8): covered
+           _decode(4, 4 * 100),     # short contexts (bin 6): outside
+           _decode(16, 16 * 40),    # a cell with only 2 calibration steps: outside
+           _decode(0, 0, 128),      # prefill inside the range
+           _decode(0, 0, 512)]      # prefill above it
+    got = es.coverage_of(coverage, run)
+    assert got["num_steps"] == 5
+    assert got["decode_outside_fraction"] == pytest.approx(2 / 5)
+    assert got["prefill_outside_fraction"] == pytest.approx(1 / 5)
+    assert got["outside_fraction"] == pytest.approx(3 / 5)
+    assert {c["context_per_seq"] for c in got["uncovered_decode_cells"]} == {"64-127", "32-63"}
+    assert es.coverage_of(coverage, calib[:6])["outside_fraction"] == 0.0
+    from calibrate.fidelity.compare import _coverage_markdown
+    loud = _coverage_markdown(got)
+    assert loud.startswith("**WARNING: 60% of this run's 5 recorded steps lie outside") and "4-7 seqs at 64-127" in loud
 
 
 def test_a_corrupt_engine_steps_profile_is_a_one_line_error(tmp_path, capsys):
