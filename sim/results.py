@@ -21,9 +21,114 @@ PERCENTILES = (50, 90, 99)
 _STATUS_NAMES = {v: k for k, v in STATUS_CODES.items()}
 
 
+# Step-log columns the summary weights by time: the KV memory split (`utilization`) and the memory saved by
+# sharing (`kv_memory`).
+KV_TIME_WEIGHTED = ("kv_capacity_slots", "kv_token_slots", "kv_reserved_slots", "kv_internal_slots",
+                    "kv_external_slots", "kv_shared_slots")
+
+
+# Summary keys that are float sums over steps: with decode runs (`run.fast_decode`) a run's row sums its steps'
+# durations, FLOPs, bytes and KV slot-seconds first and the summary then sums the rows, so these equal the
+# step-by-step values to float rounding, not bit for bit (every other key is identical).
+REASSOCIATED_SUM_KEYS = frozenset({
+    "busy_fraction", "mbu", "mfu", "itl_mean", "kv_token_fraction", "kv_reserved_fraction", "kv_internal_fraction",
+    "kv_external_fraction", "kv_token_share", "kv_free_fraction", "kv_fig2_external_fraction",
+    "kv_fig2_free_fraction", "kv_shared_bytes_mean"})
+
+
+@dataclass(frozen=True)
+class DecodeRuns:
+    """The steps inside the decode runs of a step log (`run.fast_decode`: rows with `num_steps` > 1), run
+    after run in row order: what step-by-step simulation would have logged for each, so the summary and
+    `expand_steps` weight every step by its own duration and state.
+
+    `step_duration_s`: every step of every run row (a run's row `duration_s` is their sum). `kv`: the KV
+    columns of every step of every run but its last (the row itself holds the last step's state);
+    `kv_capacity_slots` is not kept: a replica's capacity never changes."""
+
+    step_duration_s: np.ndarray
+    kv: dict[str, np.ndarray]
+
+    @classmethod
+    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> DecodeRuns:
+        """From `StepLog.run_arrays()`."""
+        arrays = dict(arrays)
+        return cls(arrays.pop("step_duration_s"), arrays)
+
+
+@dataclass(frozen=True)
+class _RunLayout:
+    """Where each run row's steps are: `rows` (positions in the step log), `num_steps`, `first` (index of its
+    first step in `DecodeRuns.step_duration_s`), `last` (of its last) and `inner_first` (of its first step
+    in `DecodeRuns.kv`)."""
+
+    rows: np.ndarray
+    num_steps: np.ndarray
+    first: np.ndarray
+    last: np.ndarray
+    inner_first: np.ndarray
+
+
+def _run_layout(steps: pd.DataFrame, runs: DecodeRuns | None) -> _RunLayout | None:
+    """The run rows of `steps` and where their steps are in `runs`; None when there is nothing to expand
+    (no runs recorded, or no row stands for more than one step)."""
+    if runs is None or "num_steps" not in steps:
+        return None
+    counts = steps["num_steps"].to_numpy()
+    rows = np.flatnonzero(counts > 1)
+    if not len(rows):
+        return None
+    k = counts[rows]
+    first = np.cumsum(k) - k
+    inner_first = first - np.arange(len(rows))  # each earlier run keeps one step fewer in `kv`
+    num_inner = int(k.sum()) - len(rows)
+    if len(runs.step_duration_s) != int(k.sum()) or any(len(col) != num_inner for col in runs.kv.values()):
+        raise ValueError(f"decode runs: {len(runs.step_duration_s)} step durations for {int(k.sum())} run steps in "
+                         "the step log; pass the DecodeRuns of the same, unfiltered step log")
+    return _RunLayout(rows, k, first, first + k - 1, inner_first)
+
+
+def _run_step_starts_s(steps: pd.DataFrame, runs: DecodeRuns, layout: _RunLayout) -> np.ndarray:
+    """Start time of every run step (aligned with `runs.step_duration_s`), each the previous start plus the
+    previous step's duration as a float sum, as the simulation clock advanced step by step. Vectorised
+    over runs, one pass per step index: runs longest first, so the runs still going are a prefix."""
+    order = np.argsort(-layout.num_steps, kind="stable")
+    k, first = layout.num_steps[order], layout.first[order]
+    clock = steps["start_s"].to_numpy(dtype=float)[layout.rows][order]
+    starts = np.empty(len(runs.step_duration_s))
+    num_going = np.searchsorted(-k, -np.arange(int(k[0])), side="left")  # runs with more than i steps
+    for i, n in enumerate(num_going):
+        at = first[:n] + i
+        starts[at] = clock[:n]
+        clock[:n] = clock[:n] + runs.step_duration_s[at]
+    return starts
+
+
+def kv_slot_seconds(steps: pd.DataFrame, runs: DecodeRuns | None = None,
+                    columns: tuple[str, ...] = KV_TIME_WEIGHTED) -> dict[str, np.ndarray]:
+    """Per step row, the time integral of each KV column over its steps (slot-seconds): value x duration for
+    a single step; for a decode run, its steps' own durations times their own states, summed step by step
+    (with `runs`). Without `runs`, a run's row counts its end-of-run state for its whole duration."""
+    durations = steps["duration_s"].to_numpy(dtype=float)
+    out = {col: steps[col].to_numpy(dtype=float) * durations for col in columns}
+    layout = _run_layout(steps, runs)
+    if layout is None:
+        return out
+    step_s = runs.step_duration_s
+    inner = np.ones(len(step_s), dtype=bool)
+    inner[layout.last] = False
+    inner_s, last_s = step_s[inner], step_s[layout.last]
+    for col in columns:
+        end_state = steps[col].to_numpy(dtype=float)[layout.rows]
+        values = runs.kv[col] if col in runs.kv else np.repeat(end_state, layout.num_steps - 1)  # capacity
+        out[col][layout.rows] = np.add.reduceat(inner_s * values, layout.inner_first) + last_s * end_state
+    return out
+
+
 @dataclass
 class Result:
-    """What one simulation produced. `requests` and `steps` are the records; `summary` is derived."""
+    """What one simulation produced. `requests` and `steps` are the records; `summary` is derived.
+    `decode_runs`: the steps inside the step log's decode runs (`run.fast_decode`), None without any."""
 
     name: str
     scenario: object  # the validated Scenario
@@ -31,6 +136,7 @@ class Result:
     steps: pd.DataFrame
     summary: dict
     extras: dict = field(default_factory=dict)
+    decode_runs: DecodeRuns | None = None
 
 
 def requests_frame(log) -> pd.DataFrame:
@@ -73,21 +179,41 @@ def steps_frame(step_arrays: dict) -> pd.DataFrame:
     return df
 
 
-def expand_steps(steps: pd.DataFrame) -> pd.DataFrame:
-    """One row per engine step: each decode run's row (`num_steps` > 1) repeated for its steps, which get
-    the run's mean step time (their own times differ by the growing context) and its tokens, FLOPs and
-    bytes shared out; the KV columns keep the run's end state (its last step may free a finished request's
-    blocks). Rows of single steps are returned as they are."""
+def expand_steps(steps: pd.DataFrame, runs: DecodeRuns | None = None) -> pd.DataFrame:
+    """One row per engine step: each decode run's row (`num_steps` > 1) repeated for its steps. With `runs`
+    (`Result.decode_runs`) each step gets its own start, duration and KV state, exactly as step-by-step
+    simulation logs them; its tokens, FLOPs and bytes are the run's shared out (tokens exactly: every step
+    of a run samples the same ones). Without `runs` (a step log read back from a file) the steps get the
+    run's mean step time and the KV columns the run's end state. Rows of single steps are returned as they
+    are; a run's steps follow each other, so with several replicas the order is not the step-by-step one."""
     counts = steps["num_steps"].to_numpy()
     if (counts == 1).all():
         return steps.copy()
     out = steps.loc[steps.index.repeat(counts)].reset_index(drop=True)
     k = np.repeat(counts, counts)
-    i = np.arange(len(out)) - np.repeat(np.cumsum(counts) - counts, counts)  # step index within its row
-    step_s = out["duration_s"].to_numpy() / k
-    out["start_s"] = out["start_s"].to_numpy() + i * step_s
-    out["duration_s"] = step_s
-    out["end_s"] = out["start_s"] + step_s
+    layout = _run_layout(steps, runs)
+    if layout is None:
+        i = np.arange(len(out)) - np.repeat(np.cumsum(counts) - counts, counts)  # step index within its row
+        step_s = out["duration_s"].to_numpy() / k
+        out["start_s"] = out["start_s"].to_numpy() + i * step_s
+        out["duration_s"] = step_s
+    else:
+        in_run = np.flatnonzero(k > 1)  # positions of run steps, in the order `runs` keeps them
+        inner = np.ones(len(in_run), dtype=bool)
+        inner[layout.last] = False
+        for col, values in (("start_s", _run_step_starts_s(steps, runs, layout)),
+                            ("duration_s", runs.step_duration_s)):
+            column = out[col].to_numpy(copy=True)
+            column[in_run] = values
+            out[col] = column
+        for col, values in runs.kv.items():
+            column = out[col].to_numpy(copy=True)
+            column[in_run[inner]] = values
+            out[col] = column
+        if "kv_free_slots" in out:
+            out["kv_free_slots"] = out["kv_capacity_slots"] - (out["kv_token_slots"] + out["kv_reserved_slots"]
+                                                               + out["kv_internal_slots"] + out["kv_external_slots"])
+    out["end_s"] = out["start_s"] + out["duration_s"]
     for col in ("num_output_tokens", "flops", "bytes"):
         out[col] = out[col] / k if out[col].dtype.kind == "f" else out[col] // k
     out["num_steps"] = 1
@@ -127,25 +253,27 @@ class ReplicaCounters:
 def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, slo, gpu,
               in_system_area: float, num_generated: int, replicas: list[ReplicaCounters],
               kv_bytes_per_token: int, num_clipped: int = 0, max_model_len: int | None = None,
-              window: tuple[float, float] | None = None) -> dict:
+              window: tuple[float, float] | None = None, decode_runs: DecodeRuns | None = None) -> dict:
     """Every summary metric of a run, one group at a time (the keys keep this order in every output).
 
     `window`: (start_s, end_s) of the steady-state window (`measurement_window`); its metrics come last,
-    under `window_` keys, beside the whole-run ones. None: no window keys."""
+    under `window_` keys, beside the whole-run ones. None: no window keys.
+    `decode_runs`: the steps inside the step log's decode runs, so that step-weighted and time-weighted
+    metrics count each step as step-by-step simulation does (see `DecodeRuns`)."""
     fin = requests[requests["finished"]]
     elapsed = max(elapsed_s, 1e-12)
     s = request_counts(requests, fin, elapsed_s, num_generated)
     s.update(throughput(requests, fin, steps, elapsed))
-    s.update(latencies(fin, steps))
+    s.update(latencies(fin, steps, decode_runs))
     s["preemptions"] = int(requests["preemptions"].sum())
     s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0 and s["num_rejected"] == 0))
-    s.update(utilization(steps, elapsed, gpu, contiguous=replicas[0].kv_layout == "contiguous"))
+    s.update(utilization(steps, elapsed, gpu, contiguous=replicas[0].kv_layout == "contiguous", runs=decode_runs))
     s.update(littles_law(requests, fin, in_system_area, elapsed))
-    s.update(kv_memory(steps, replicas, kv_bytes_per_token))
+    s.update(kv_memory(steps, replicas, kv_bytes_per_token, decode_runs))
     s.update(speculation_metrics(replicas))
     s.update(limits(steps, num_clipped, max_model_len))
     if window is not None:
-        s.update(window_metrics(requests, steps, *window))
+        s.update(window_metrics(requests, steps, *window, runs=decode_runs))
     return s
 
 
@@ -166,7 +294,8 @@ def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: floa
     return start, end
 
 
-def window_metrics(requests: pd.DataFrame, steps: pd.DataFrame, start_s: float, end_s: float) -> dict:
+def window_metrics(requests: pd.DataFrame, steps: pd.DataFrame, start_s: float, end_s: float,
+                   runs: DecodeRuns | None = None) -> dict:
     """The steady state only: what happened in [start_s, end_s), without the warm-up and the drain.
 
     Latencies are those of the finished requests that ARRIVED in the window (a request arriving in it
@@ -174,7 +303,8 @@ def window_metrics(requests: pd.DataFrame, steps: pd.DataFrame, start_s: float, 
     Throughput counts completions IN the window, whenever their request arrived, over the window's
     length: the sustained rate, which equals the arrival rate when the system keeps up (the whole-run
     `throughput_rps` divides by a time that includes the drain). Output tokens are those of the steps
-    ending in the window. A window in which no request arrived gets NaN latencies and a `window_note`.
+    ending in the window (a decode run's steps each at their own end, with `runs`). A window in which no
+    request arrived gets NaN latencies and a `window_note`.
     """
     length = end_s - start_s
     arrival = requests["arrival_s"].to_numpy(dtype=float)
@@ -188,9 +318,7 @@ def window_metrics(requests: pd.DataFrame, steps: pd.DataFrame, start_s: float, 
                "window_offered_rps": len(arrived) / length,
                "window_throughput_rps": int(completed.sum()) / length}
     if len(steps):
-        end = steps["end_s"].to_numpy(dtype=float)
-        in_window = (end >= start_s) & (end < end_s)
-        s["window_output_tokens_per_s"] = float(steps["num_output_tokens"].to_numpy()[in_window].sum()) / length
+        s["window_output_tokens_per_s"] = float(_tokens_ending_in(steps, runs, start_s, end_s)) / length
     else:
         s["window_output_tokens_per_s"] = 0.0
     for col in WINDOW_LATENCIES:
@@ -199,6 +327,22 @@ def window_metrics(requests: pd.DataFrame, steps: pd.DataFrame, start_s: float, 
         s["window_note"] = (f"no request arrived in the window [{start_s:g}, {end_s:g}) s: its latencies are NaN; "
                             "shorten run.warmup_s or run.cooldown_s")
     return s
+
+
+def _tokens_ending_in(steps: pd.DataFrame, runs: DecodeRuns | None, start_s: float, end_s: float) -> int:
+    """Output tokens of the steps that end in [start_s, end_s); with `runs`, a decode run's steps each count
+    at their own end (each samples the run's tokens over its steps), else all at the run's end."""
+    tokens = steps["num_output_tokens"].to_numpy()
+    end = steps["end_s"].to_numpy(dtype=float)
+    layout = _run_layout(steps, runs)
+    if layout is None:
+        return int(tokens[(end >= start_s) & (end < end_s)].sum())
+    single = np.ones(len(steps), dtype=bool)
+    single[layout.rows] = False
+    in_window = single & (end >= start_s) & (end < end_s)
+    step_end = _run_step_starts_s(steps, runs, layout) + runs.step_duration_s
+    per_step = np.repeat(tokens[layout.rows] // layout.num_steps, layout.num_steps)
+    return int(tokens[in_window].sum()) + int(per_step[(step_end >= start_s) & (step_end < end_s)].sum())
 
 
 def limits(steps: pd.DataFrame, num_clipped: int, max_model_len: int | None) -> dict:
@@ -237,18 +381,32 @@ def throughput(requests: pd.DataFrame, fin: pd.DataFrame, steps: pd.DataFrame, e
     return s
 
 
-def latencies(fin: pd.DataFrame, steps: pd.DataFrame) -> dict:
+def _step_durations_and_decodes(steps: pd.DataFrame, runs: DecodeRuns | None) -> tuple[np.ndarray, np.ndarray]:
+    """Per engine step: its duration and its real (not padding) decodes. With `runs`, a decode run's steps
+    each with their own duration (single steps first, then the runs' steps: the order does not matter to
+    the sums and percentiles taken from them); without, a run's row once, at its mean step time, weighted
+    by its steps' decodes."""
+    real_decodes = (steps["num_decode_seqs"] - steps["num_padding_seqs"]).to_numpy(dtype=float)
+    durations = steps["duration_s"].to_numpy(dtype=float)
+    layout = _run_layout(steps, runs)
+    if layout is not None:
+        single = np.ones(len(steps), dtype=bool)
+        single[layout.rows] = False
+        return (np.concatenate([durations[single], runs.step_duration_s]),
+                np.concatenate([real_decodes[single], np.repeat(real_decodes[layout.rows], layout.num_steps)]))
+    if "num_steps" in steps:
+        counts = steps["num_steps"].to_numpy(dtype=float)
+        return durations / counts, real_decodes * counts
+    return durations, real_decodes
+
+
+def latencies(fin: pd.DataFrame, steps: pd.DataFrame, runs: DecodeRuns | None = None) -> dict:
     """Mean and percentiles of the finished requests' latencies, and the inter-token latency."""
     s: dict = {}
     for col in ("ttft_s", "tpot_s", "e2e_s", "queueing_s", "normalized_latency_s"):
         s.update(_stats(fin[col].to_numpy(dtype=float), col))
     # Inter-token latency: a decoding token's gap is its step's duration (decodes run every step).
-    real_decodes = (steps["num_decode_seqs"] - steps["num_padding_seqs"]).to_numpy(dtype=float)
-    if "num_steps" in steps:
-        real_decodes = real_decodes * steps["num_steps"].to_numpy(dtype=float)  # a decode run's tokens
-        durations = steps["duration_s"].to_numpy(dtype=float) / steps["num_steps"].to_numpy(dtype=float)
-    else:
-        durations = steps["duration_s"].to_numpy(dtype=float)
+    durations, real_decodes = _step_durations_and_decodes(steps, runs)
     s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
     for p in PERCENTILES:
         s[f"itl_p{p}"] = weighted_percentile(durations, real_decodes, p)
@@ -285,12 +443,14 @@ def slo_metrics(requests: pd.DataFrame, fin: pd.DataFrame, slo, elapsed: float, 
     return s
 
 
-def utilization(steps: pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = False) -> dict:
+def utilization(steps: pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = False,
+                runs: DecodeRuns | None = None) -> dict:
     """Batch size, busy time, the time-weighted split of KV memory, and bandwidth/compute utilization.
 
     The KV split, as shares of the whole capacity, time-weighted: token states + reserved + internal +
     external + free (`kv_free_fraction`: free memory an allocation can use) = 1. External fragmentation
-    there is free memory outside the largest hole (contiguous; 0 when paged).
+    there is free memory outside the largest hole (contiguous; 0 when paged). Each step weighs its own
+    state by its own duration (`kv_slot_seconds`; a decode run's steps too, given `runs`).
 
     `kv_fig2_*`: the same split normalised as the vLLM paper's Fig. 2 (Kwon et al., SOSP 2023), whose
     categories are token states, reservation, internal fragmentation and "external fragmentation &
@@ -308,12 +468,12 @@ def utilization(steps: pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = 
     s["mean_batch_size"] = float((steps["num_seqs"].to_numpy() * counts).sum() / counts.sum()) if len(steps) else 0.0
     s["busy_fraction"] = busy / elapsed / max(1, steps["replica"].nunique() if len(steps) else 1)
     if busy > 0:
-        w = durations
-        cap = float((steps["kv_capacity_slots"] * w).sum())
-        tok = float((steps["kv_token_slots"] * w).sum())
-        res = float((steps["kv_reserved_slots"] * w).sum())
-        internal = float((steps["kv_internal_slots"] * w).sum())
-        external = float((steps["kv_external_slots"] * w).sum())
+        area = kv_slot_seconds(steps, runs, KV_TIME_WEIGHTED[:5])
+        cap = float(area["kv_capacity_slots"].sum())
+        tok = float(area["kv_token_slots"].sum())
+        res = float(area["kv_reserved_slots"].sum())
+        internal = float(area["kv_internal_slots"].sum())
+        external = float(area["kv_external_slots"].sum())
         used = tok + res + internal + external
         s["kv_token_fraction"] = tok / cap
         s["kv_reserved_fraction"] = res / cap
@@ -338,7 +498,8 @@ def littles_law(requests: pd.DataFrame, fin: pd.DataFrame, in_system_area: float
     return s
 
 
-def kv_memory(steps: pd.DataFrame, replicas: list[ReplicaCounters], kv_bytes_per_token: int) -> dict:
+def kv_memory(steps: pd.DataFrame, replicas: list[ReplicaCounters], kv_bytes_per_token: int,
+              runs: DecodeRuns | None = None) -> dict:
     """KV capacity, bytes swapped to host, prefix-cache hit rates and memory saved by sharing."""
     s: dict = {"kv_capacity_tokens": replicas[0].kv_capacity_tokens}
     swapped_tokens = int(steps["swap_in_tokens"].sum() + steps["swap_out_tokens"].sum())
@@ -356,8 +517,8 @@ def kv_memory(steps: pd.DataFrame, replicas: list[ReplicaCounters], kv_bytes_per
         s["kv_window_freed_blocks"] = int(sum(freed))
     # Memory saved by sharing (prefix hits, forked sequences): time average of token states stored
     # once but used by several sequences.
-    w = steps["duration_s"]
-    s["kv_shared_bytes_mean"] = (float((steps["kv_shared_slots"] * w).sum() / w.sum()) * kv_bytes_per_token
+    shared = kv_slot_seconds(steps, runs, ("kv_shared_slots",))["kv_shared_slots"]
+    s["kv_shared_bytes_mean"] = (float(shared.sum() / steps["duration_s"].sum()) * kv_bytes_per_token
                                  if len(steps) else 0.0)
     return s
 

@@ -17,6 +17,7 @@ from sim.errors import ConfigError
 from sim.kv.contiguous import ContiguousKVManager
 from sim.kv.paged import PagedKVManager
 from sim.results import (
+    DecodeRuns,
     ReplicaCounters,
     Result,
     disaggregated_requests_frame,
@@ -274,7 +275,9 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
 
     `stop_when(simulation)`, asked after every engine step, may end the run early, when it is certain the
     SLOs will be missed (`sim.tools.early_verdict`): the summary is then that of the cut-off run, with
-    `slo_met` False and `stopped_early_s` the simulated time it stopped at. (Disaggregated and pipelined runs do
+    `slo_met` False and `stopped_early_s` the simulated time it stopped at. A rule with a `next_check_s`
+    attribute (answering False to steps ending before it) lets decode runs (`run.fast_decode`) go up to that
+    time; without one, the run goes step by step. (Disaggregated and pipelined runs do
     not ask it: they run to their end.)"""
     if scenario.hardware.disaggregation is not None:
         return simulate_disaggregated(scenario, workload, progress=progress)
@@ -304,13 +307,14 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     sim.run()
     requests = requests_frame(sim.requests)
     steps = steps_frame(sim.steps.arrays())
+    decode_runs = decode_runs_of(sim.steps)
     elapsed = horizon if horizon is not None else sim.end_s
     summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=deployment.gpu,
                         in_system_area=sim.in_system_area, num_generated=workload.num_requests,
                         replicas=[replica_counters(scenario, r, deployment) for r in replicas],
                         kv_bytes_per_token=deployment.kv_bytes_per_token, num_clipped=workload.num_clipped,
                         max_model_len=deployment.max_model_len,
-                        window=steady_window(requests, run))
+                        window=steady_window(requests, run), decode_runs=decode_runs)
     if sim.stopped_early_s is not None:
         summary["slo_met"] = False  # certain for the full run; the cut-off run's own records may not show it
         summary["stopped_early_s"] = sim.stopped_early_s
@@ -320,7 +324,14 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler),
                           # which cost model priced the run, in a few words: every summary table shows it
-                          "cost_model_label": cost_model_label(replicas[0].cost_model)})
+                          "cost_model_label": cost_model_label(replicas[0].cost_model)},
+                  decode_runs=decode_runs)
+
+
+def decode_runs_of(log) -> DecodeRuns | None:
+    """The steps inside a step log's decode runs (`run.fast_decode`); None when it took none."""
+    arrays = log.run_arrays()
+    return DecodeRuns.from_arrays(arrays) if len(arrays["step_duration_s"]) else None
 
 
 def simulate_disaggregated(scenario: Scenario, workload: Workload | None = None, *,

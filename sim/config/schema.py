@@ -327,9 +327,9 @@ class RunSpec(_Strict):
                             "(window_* summary keys; 0 with cooldown_s 0: no window)")
     cooldown_s: float = Field(0.0, ge=0, description="steady-state window: end it cooldown_s seconds before the "
                               "arrivals end (duration_s, else the last arrival)")
-    fast_decode: bool = Field(False, description="take runs of decode-only steps between events in one move "
-                              "(per-request records identical; a run is one step record with num_steps; "
-                              "time-weighted KV shares use each run's end state, so they differ slightly)")
+    fast_decode: bool = Field(True, description="take runs of decode-only steps between events in one move "
+                              "(a run is one step record with num_steps; per-request records and the summary "
+                              "are those of step-by-step simulation, float sums to rounding; false: step by step)")
 
     @model_validator(mode="after")
     def _bounded(self) -> "RunSpec":

@@ -90,8 +90,28 @@ class StepLog:
         "num_steps": "q",
     }
 
-    def __init__(self):
+    # Decode runs (rows with num_steps > 1) keep their steps' own values here, in row order, so the summary
+    # weights each step by its own duration and state exactly as step-by-step simulation does: every step's
+    # duration (8 bytes a step), and the KV columns of every step but the last (the row holds the last).
+    RUN_KV_COLUMNS = ("kv_token_slots", "kv_reserved_slots", "kv_internal_slots", "kv_external_slots",
+                      "kv_shared_slots")
+
+    def __init__(self, max_kv_slots: int = 0):
         self.columns = {name: array(code) for name, code in self.COLUMNS.items()}
+        # KV columns count slots (at most a replica's capacity): 4 bytes each while that fits in an int32.
+        self._run_kv_code = "i" if max_kv_slots < 2**31 else "q"
+        self.run_step_duration_s = array("d")
+        self.run_kv = {name: array(self._run_kv_code) for name in self.RUN_KV_COLUMNS}
+
+    def run_arrays(self) -> dict[str, np.ndarray]:
+        """The decode runs' per-step records (`sim.results.DecodeRuns`): "step_duration_s" (every step of every
+        run row) and the RUN_KV_COLUMNS (every step but each run's last), as arrays; the compact copies go."""
+        out = {"step_duration_s": np.array(self.run_step_duration_s, dtype=np.float64)}
+        self.run_step_duration_s = array("d")
+        for name in self.RUN_KV_COLUMNS:
+            out[name] = np.array(self.run_kv.pop(name), dtype=np.int64)
+            self.run_kv[name] = array(self._run_kv_code)
+        return out
 
     def arrays(self) -> dict[str, np.ndarray]:
         """The columns as arrays; each column's compact copy is dropped as it is converted, so the peak
@@ -165,6 +185,9 @@ class Simulation:
         self.progress = progress
         # Asked after every engine step; True ends the run there (the planner stops a run whose SLO verdict
         # is already certain). Arrivals and engines then stop, so the records are those of a cut-off run.
+        # A rule with `next_check_s` answers False to every step ending before that time: a decode run
+        # may go on until its first step ending at or after it, and is asked there, as step by step. Without
+        # it a rule may answer True after any step, so no decode runs are taken.
         self.stop_when = stop_when
         self.stopped_early_s: float | None = None  # when stop_when ended the run; None: it ran to its end
         # Decode runs: consecutive decode-only steps between two events that can change a batch are taken
@@ -174,7 +197,7 @@ class Simulation:
         self.fast_decode = fast_decode and (not closed_loop_users or len(replicas) == 1)
         self._resuming = 0  # closed loop: users whose request just finished and who have not yet acted on it
         self._think_ends: list[float] = []  # closed loop: when thinking users send their next request (heap)
-        self.steps = StepLog()
+        self.steps = StepLog(max((r.scheduler.kv.capacity_slots for r in replicas), default=0))
         self.requests = RequestLog(self.num_requests)
         self.num_arrived = 0
         self.num_done = 0
@@ -250,8 +273,20 @@ class Simulation:
                 heapq.heappop(self._think_ends)
 
     def engine(self, env: simpy.Environment, replica: Replica):
-        scheduler, cost_model, cols = replica.scheduler, replica.cost_model, self.steps.columns
-        append = {name: col.append for name, col in cols.items()}
+        scheduler, cost_model, log = replica.scheduler, replica.cost_model, self.steps
+        append = {name: col.append for name, col in log.columns.items()}
+
+        kv_usage = scheduler.kv_usage
+        append_run_kv = [log.run_kv[name].append for name in log.RUN_KV_COLUMNS]  # RUN_KV_COLUMNS' order
+        tokens_a, reserved_a, internal_a, external_a, shared_a = append_run_kv
+
+        def record_run_step_kv() -> None:  # called by the scheduler after each step of a run but its last
+            usage = kv_usage()
+            tokens_a(usage.token_slots)
+            reserved_a(usage.reserved_slots)
+            internal_a(usage.internal_slots)
+            external_a(usage.external_slots)
+            shared_a(usage.shared_slots)
         steps_since_progress = 0
         while self.stopped_early_s is None:
             start = env.now
@@ -272,9 +307,11 @@ class Simulation:
             if plain:
                 run = self._decode_run(scheduler, cost_model, plan, cost, start)
                 if run is not None:
-                    num_steps, end_s, duration_s, flops, nbytes = run
+                    num_steps, end_s, duration_s, flops, nbytes, step_durations_s = run
                     yield env.timeout_at(end_s)
-                    scheduler.advance_decode_steps(num_steps - 1)
+                    # Logged now, beside the row (other replicas' rows may have been logged during the yield).
+                    log.run_step_duration_s.extend(step_durations_s)
+                    scheduler.advance_decode_steps(num_steps - 1, record_run_step_kv)
                     outcome = scheduler.update_from_output(plan, env.now)
                     outcome.num_output_tokens *= num_steps  # every step of the run sampled the same tokens
             if num_steps == 1:
@@ -335,16 +372,27 @@ class Simulation:
             bound = min(bound, float(self.arrival_s[self._next_request]))
         return bound
 
+    def _next_stop_check_s(self) -> float:
+        """The earliest step end at which `stop_when` may end the run (see __init__)."""
+        if self.stop_when is None:
+            return math.inf
+        return getattr(self.stop_when, "next_check_s", -math.inf)
+
     def _decode_run(self, scheduler, cost_model, plan: StepPlan, cost, start: float):
-        """A run of decode-only steps starting with `plan`, ending strictly before the next outside event:
-        (steps, end time, summed duration, FLOPs, bytes), or None for a single step. Step ends are summed
-        one at a time from `start`, exactly as SimPy would advance its clock step by step."""
+        """A run of decode-only steps starting with `plan`, ending strictly before the next outside event and
+        at the latest with the first step that ends at or after the stop rule's next check (which is then
+        asked after the same step as step by step): (steps, end time, summed duration, FLOPs, bytes, the
+        steps' durations), or None for a single step. Step ends are summed one at a time from `start`,
+        exactly as SimPy would advance its clock step by step."""
         bound = self._next_event_s()
+        check_s = self._next_stop_check_s()
         first_end = start + cost.time_s
-        if first_end >= bound:
+        if first_end >= bound or first_end >= check_s:
             return None
-        # Steps only grow longer as contexts grow, so this many fit before the bound at most.
-        cap = int((bound - start) / cost.time_s) + 1 if math.isfinite(bound) else 1 << 62
+        # Steps only grow longer as contexts grow, so this many fit before the bound at most (one more when
+        # the run may end with the step that crosses the check time).
+        last_s = min(bound, check_s)
+        cap = int((last_s - start) / cost.time_s) + (2 if check_s < bound else 1) if math.isfinite(last_s) else 1 << 62
         limit = scheduler.decode_run_limit(plan, cap)
         if limit <= 1:
             return None
@@ -361,9 +409,11 @@ class Simulation:
             duration += c.time_s
             flops += c.flops
             nbytes += c.bytes
+            if t >= check_s:
+                break
         if num_steps <= 1:
             return None
-        return num_steps, end, duration, flops, nbytes
+        return num_steps, end, duration, flops, nbytes, [c.time_s for c in costs[:num_steps]]
 
     # --- run -----------------------------------------------------------------------------------
     def run(self) -> None:

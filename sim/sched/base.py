@@ -8,6 +8,7 @@ The scheduler owns the KV manager; the engine never touches it.
 from __future__ import annotations
 
 from collections import deque
+from collections.abc import Callable
 
 from sim.core.request import Request, RequestStatus
 from sim.kv.base import KVManager
@@ -48,9 +49,10 @@ class SchedulerBase:
         1: no run; the engine takes one step. Schedulers without a fast path answer 1."""
         return 1
 
-    def advance_decode_steps(self, num_steps: int) -> None:
+    def advance_decode_steps(self, num_steps: int, after_step: Callable[[], None] | None = None) -> None:
         """Apply the steps of a decode run but its last (no member finishes there), each followed by the
-        next step's blocks, as `update_from_output` then `schedule` would."""
+        next step's blocks, as `update_from_output` then `schedule` would. `after_step` (if given) is called
+        between the two, when `kv_usage()` is what step-by-step simulation logs for that step."""
         raise NotImplementedError
 
     @property
@@ -58,10 +60,15 @@ class SchedulerBase:
         return len(self.waiting)
 
     def in_flight(self) -> list[Request]:
-        """Requests still here (running, then waiting), their counters brought up to date."""
+        """Requests still here (running, then waiting), each once, their counters brought up to date. A
+        forked sequence preempted back to the queue stands for nothing of its own: its request is listed
+        (running, held or waiting itself), as `running_requests` lists it for its running sequences."""
         for request in self.tracker.members.values():
             self.tracker.sync(request)
-        return self.running_requests() + list(self.waiting)
+        running = self.running_requests()
+        listed = {r.request_id for r in running}
+        waiting = [r for r in self.waiting if r.parent_id < 0 and r.request_id not in listed]
+        return running + waiting
 
     def running_requests(self) -> list[Request]:
         raise NotImplementedError

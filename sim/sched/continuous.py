@@ -4,6 +4,7 @@ leave between steps, and a request that cannot grow preempts another (see `sim.s
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 from sim.core.request import Request, RequestStatus
 from sim.core.step_plan import StepOutcome, StepPlan
@@ -205,8 +206,8 @@ class ContinuousScheduler(SchedulerBase):
                 free -= need
         return limit
 
-    def advance_decode_steps(self, num_steps: int) -> None:
-        self.tracker.advance_without_finishes(num_steps)
+    def advance_decode_steps(self, num_steps: int, after_step: Callable[[], None] | None = None) -> None:
+        self.tracker.advance_without_finishes(num_steps, after_step)
 
     @staticmethod
     def _add_prefill(plan: StepPlan, request: Request, chunk: int) -> None:
@@ -281,7 +282,9 @@ class ContinuousScheduler(SchedulerBase):
         outcome.finished.append(parent)
 
     def kv_usage(self) -> KVUsage:
-        tokens = self.tracker.token_sum + sum(r.num_computed_tokens for r in self.prefilling.values())
+        tokens = self.tracker.token_sum
+        if self.prefilling:
+            tokens += sum(r.num_computed_tokens for r in self.prefilling.values())
         return self.kv.usage(tokens + self.transfer_tokens)
 
     # --- disaggregated serving ------------------------------------------------------------------

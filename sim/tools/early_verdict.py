@@ -57,7 +57,9 @@ class SLOMissRule:
 
     `num_requests`: the requests the workload generates (an upper bound on those the summary counts).
     `check_every_s`: simulated seconds between two checks (a check reads every request record, so it runs
-    at most this often; a stop comes at most this much simulated time later than it could)."""
+    at most this often; a stop comes at most this much simulated time later than it could).
+    `next_check_s`: it answers False to every step ending before this time; a decode run (`run.fast_decode`)
+    ends with the first step that reaches it, so the rule sees the same steps as step by step."""
 
     def __init__(self, slo, num_requests: int, check_every_s: float = 0.5):
         self.limits = {m: getattr(slo, m) for m in LIMITED_METRICS if getattr(slo, m) is not None}
