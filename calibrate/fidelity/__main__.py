@@ -161,7 +161,7 @@ def fit_overhead(
     from sim.config.schema import Scenario
     from sim.cost.calibrated import CalibratedCostModel
 
-    from .compare import check_profile_dtype, load_run, scenario_dict
+    from .compare import check_profile_dtype, load_run, repeat_dirs_of, scenario_dict
     from .overhead import (
         KernelExcessWarning,
         fit_step_overhead,
@@ -174,7 +174,7 @@ def fit_overhead(
     check_profile_dtype(run.meta, profile)
     scenario = Scenario.model_validate(scenario_dict(run.meta, 1))
     cost = CalibratedCostModel(profile, model_spec(scenario), block_size=scenario.kv_cache.block_size)
-    repeat_dirs = sorted(d for d in run.path.glob("repeat-*") if d.is_dir()) or [run.path]
+    repeat_dirs = repeat_dirs_of(run.path)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", KernelExcessWarning)
         fit = fit_step_overhead(priced_steps(read_steps(repeat_dirs), cost))

@@ -62,11 +62,23 @@ def _read_repeat(directory: Path, field: str) -> tuple[pd.DataFrame, dict]:
     return frame, meta
 
 
+def repeat_dirs_of(path: Path) -> list[Path]:
+    """A recorded run's repeat folders (repeat-1, repeat-2, ...), or the folder itself when it has none."""
+    return sorted(d for d in path.glob("repeat-*") if d.is_dir()) or [path]
+
+
+def steps_dirs_of(run: RecordedRun) -> list[Path] | None:
+    """The run's repeat folders when every one has steps.csv (recordings before the harness saved steps have
+    none): None otherwise."""
+    dirs = repeat_dirs_of(run.path)
+    return dirs if all((d / "steps.csv").is_file() for d in dirs) else None
+
+
 def load_run(path: str | Path, field: str = "RUN_DIR") -> RecordedRun:
     p = Path(path).expanduser()
     if not p.is_dir():
         raise ConfigError(f"{field}: '{path}' is not a folder; give a run folder written by `python -m calibrate.fidelity record`")
-    repeat_dirs = sorted(d for d in p.glob("repeat-*") if d.is_dir()) or [p]
+    repeat_dirs = repeat_dirs_of(p)
     frames, metas = zip(*(_read_repeat(d, field) for d in repeat_dirs))
     first = frames[0][["arrival_s", "prompt_tokens", "output_tokens"]].to_numpy()
     for d, f in zip(repeat_dirs[1:], frames[1:]):
@@ -175,8 +187,8 @@ def step_check(run: RecordedRun, profile: str | Path) -> pd.DataFrame | None:
 
     from .overhead import priced_steps, read_steps, step_error_table
 
-    repeat_dirs = sorted(d for d in run.path.glob("repeat-*") if d.is_dir()) or [run.path]
-    if not all((d / "steps.csv").is_file() for d in repeat_dirs):
+    repeat_dirs = steps_dirs_of(run)
+    if repeat_dirs is None:
         return None
     scenario = Scenario.model_validate(scenario_dict(run.meta, 1))
     cost = make_calibrated_cost_model(profile, model_spec(scenario), block_size=scenario.kv_cache.block_size)
@@ -192,8 +204,8 @@ def calibration_coverage_check(run: RecordedRun, profile: str | Path) -> dict | 
 
     meta_file = Path(profile) / "meta.json"
     coverage = json.loads(meta_file.read_text()).get("coverage") if meta_file.is_file() else None
-    repeat_dirs = sorted(d for d in run.path.glob("repeat-*") if d.is_dir()) or [run.path]
-    if coverage is None or not all((d / "steps.csv").is_file() for d in repeat_dirs):
+    repeat_dirs = steps_dirs_of(run)
+    if coverage is None or repeat_dirs is None:
         return None
     return coverage_of(coverage, [step_plan(r) for r in read_steps(repeat_dirs).itertuples()])
 

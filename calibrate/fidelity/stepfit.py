@@ -40,9 +40,9 @@ def write_fit(run, out: Path, folds: int) -> tuple[CrossValidation, dict[str, fl
     from sim.config.schema import Scenario
     from sim.cost.engine_steps import write_engine_step_profile
 
-    from .compare import scenario_dict
+    from .compare import repeat_dirs_of, scenario_dict
 
-    repeat_dirs = sorted(d for d in run.path.glob("repeat-*") if d.is_dir()) or [run.path]
+    repeat_dirs = repeat_dirs_of(run.path)
     steps = read_steps(repeat_dirs)
     cv, coefficients = fit_engine_steps(steps, folds)
     model = model_spec(Scenario.model_validate(scenario_dict(run.meta, 1)))

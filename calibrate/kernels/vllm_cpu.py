@@ -127,8 +127,9 @@ class EngineLinear:
     (`dispatch_cpu_unquantized_gemm` in vllm/model_executor/layers/utils.py: zentorch on AMD Zen builds
     with it, sgl-kernel's packed weights for small matrices, a oneDNN matmul handler for the rest, else
     torch F.linear) and then calls `layer.cpu_linear(x, weight, bias)`. Which one it picks changes the
-    cost: on an AVX2 EPYC, fp32, gate_up 1024x5632 at 4 tokens took 1.7 ms through oneDNN and 2.9 ms
-    through F.linear (MKL), which is what `calibrate run` timed before. Here each weight goes through
+    cost: on an AVX2 EPYC, fp32, gate_up 1024x5632 at 4 tokens took 2.4 ms through oneDNN and 4.1 ms
+    through F.linear (MKL), which is what `calibrate run` timed before (the profile's engine probe;
+    benchmarks/RESULTS.md, "Study matrix, second run"). Here each weight goes through
     the same dispatch, and the timed call is the engine's `cpu_linear`."""
 
     def __init__(self, utils):

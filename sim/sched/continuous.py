@@ -206,7 +206,7 @@ class ContinuousScheduler(SchedulerBase):
                 free -= need
         return limit
 
-    def advance_decode_steps(self, num_steps: int, after_step: Callable[[], None] | None = None) -> None:
+    def advance_decode_steps(self, num_steps: int, after_step: Callable[[], None]) -> None:
         self.tracker.advance_without_finishes(num_steps, after_step)
 
     @staticmethod

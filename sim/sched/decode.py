@@ -92,33 +92,22 @@ class DecodeTracker:
             if needing:
                 self.kv.append_one_block_each(needing)
 
-    def advance_without_finishes(self, num_steps: int, after_step: Callable[[], None] | None = None) -> None:
+    def advance_without_finishes(self, num_steps: int, after_step: Callable[[], None]) -> None:
         """Apply `num_steps` decode steps that no member finishes in (the caller knows, from
         `steps_to_first_finish`), each followed by the next step's new blocks (the caller checked room).
 
-        `after_step`, if given, is called after each step is applied and before the next step's blocks are
-        taken, with the counters exact: the state step-by-step simulation logs for that step."""
+        `after_step` is called after each step is applied and before the next step's blocks are taken, with
+        the counters exact: the state step-by-step simulation logs for that step."""
         n = len(self.members)
         buckets, bs, append = self._buckets, self.block_size, self.kv.append_one_block_each
-        if after_step is not None:
-            for _ in range(num_steps):
-                self.clock += 1
-                self.token_sum += n
-                after_step()
-                if bs:
-                    needing = buckets[self.clock % bs]
-                    if needing:
-                        append(needing)
-            return
-        clock = self.clock
         for _ in range(num_steps):
-            clock += 1
+            self.clock += 1
+            self.token_sum += n
+            after_step()
             if bs:
-                needing = buckets[clock % bs]
+                needing = buckets[self.clock % bs]
                 if needing:
                     append(needing)
-        self.clock = clock
-        self.token_sum += n * num_steps
 
     def steps_to_first_finish(self) -> int | None:
         """Steps (counting the coming one) until the first member samples its last token; None: no member."""
