@@ -274,10 +274,22 @@ class Simulation:
 
     def engine(self, env: simpy.Environment, replica: Replica):
         scheduler, cost_model, log = replica.scheduler, replica.cost_model, self.steps
-        append = {name: col.append for name, col in log.columns.items()}
+        columns = log.columns  # one bound append per column: this loop runs once per step row
+        a_replica, a_start, a_duration = columns["replica"].append, columns["start_s"].append, columns["duration_s"].append
+        a_seqs, a_waiting = columns["num_seqs"].append, columns["num_waiting"].append
+        a_prefill, a_decode = columns["num_prefill_tokens"].append, columns["num_decode_seqs"].append
+        a_padding, a_output = columns["num_padding_seqs"].append, columns["num_output_tokens"].append
+        a_preempted, a_tokens = columns["num_preempted"].append, columns["kv_token_slots"].append
+        a_reserved, a_internal = columns["kv_reserved_slots"].append, columns["kv_internal_slots"].append
+        a_external, a_capacity = columns["kv_external_slots"].append, columns["kv_capacity_slots"].append
+        a_shared, a_swap_in = columns["kv_shared_slots"].append, columns["swap_in_tokens"].append
+        a_swap_out, a_flops, a_bytes = columns["swap_out_tokens"].append, columns["flops"].append, columns["bytes"].append
+        a_num_steps = columns["num_steps"].append
+        decode_costs = getattr(cost_model, "decode_step_costs", None)
 
         kv_usage = scheduler.kv_usage
         append_run_kv = [log.run_kv[name].append for name in log.RUN_KV_COLUMNS]  # RUN_KV_COLUMNS' order
+        extend_run_kv = [log.run_kv[name].extend for name in log.RUN_KV_COLUMNS]
         tokens_a, reserved_a, internal_a, external_a, shared_a = append_run_kv
 
         def record_run_step_kv() -> None:  # called by the scheduler after each step of a run but its last
@@ -287,6 +299,10 @@ class Simulation:
             internal_a(usage.internal_slots)
             external_a(usage.external_slots)
             shared_a(usage.shared_slots)
+
+        def record_run_kv(run_columns) -> None:  # the same, for all those steps at once (RUN_KV_COLUMNS' order)
+            for extend, values in zip(extend_run_kv, run_columns):
+                extend(values)
         steps_since_progress = 0
         while self.stopped_early_s is None:
             start = env.now
@@ -302,7 +318,12 @@ class Simulation:
                 continue
             num_waiting = scheduler.num_waiting
             plain = self.fast_decode and plan.num_decode_seqs and _plain_decode(plan)
-            cost = _decode_step_costs(cost_model, plan, 1)[0] if plain else cost_model.step_cost(plan)
+            if plain and decode_costs is not None:
+                cost = decode_costs(plan.num_decode_seqs, plan.decode_context_tokens, 1)[0]
+            elif plain:
+                cost = _decode_step_costs(cost_model, plan, 1)[0]
+            else:
+                cost = cost_model.step_cost(plan)
             num_steps, duration_s, flops, nbytes = 1, cost.time_s, cost.flops, cost.bytes
             if plain:
                 run = self._decode_run(scheduler, cost_model, plan, cost, start)
@@ -311,34 +332,34 @@ class Simulation:
                     yield env.timeout_at(end_s)
                     # Logged now, beside the row (other replicas' rows may have been logged during the yield).
                     log.run_step_duration_s.extend(step_durations_s)
-                    scheduler.advance_decode_steps(num_steps - 1, record_run_step_kv)
+                    scheduler.advance_decode_steps(num_steps - 1, record_run_step_kv, record_run_kv)
                     outcome = scheduler.update_from_output(plan, env.now)
                     outcome.num_output_tokens *= num_steps  # every step of the run sampled the same tokens
             if num_steps == 1:
                 yield env.timeout(cost.time_s)
                 outcome = scheduler.update_from_output(plan, env.now)
-            usage = scheduler.kv_usage()
-            append["replica"](replica.index)
-            append["start_s"](start)
-            append["duration_s"](duration_s)
-            append["num_seqs"](plan.num_seqs)
-            append["num_waiting"](num_waiting)
-            append["num_prefill_tokens"](plan.num_prefill_tokens)
-            append["num_decode_seqs"](plan.num_decode_seqs)
-            append["num_padding_seqs"](plan.num_padding_seqs)
-            append["num_output_tokens"](outcome.num_output_tokens)
-            append["num_preempted"](len(plan.preempted_request_ids))
-            append["kv_token_slots"](usage.token_slots)
-            append["kv_reserved_slots"](usage.reserved_slots)
-            append["kv_internal_slots"](usage.internal_slots)
-            append["kv_external_slots"](usage.external_slots)
-            append["kv_capacity_slots"](usage.capacity_slots)
-            append["kv_shared_slots"](usage.shared_slots)
-            append["swap_in_tokens"](plan.swap_in_tokens)
-            append["swap_out_tokens"](plan.swap_out_tokens)
-            append["flops"](flops)
-            append["bytes"](nbytes)
-            append["num_steps"](num_steps)
+            usage = kv_usage()
+            a_replica(replica.index)
+            a_start(start)
+            a_duration(duration_s)
+            a_seqs(plan.num_seqs)
+            a_waiting(num_waiting)
+            a_prefill(plan.num_prefill_tokens)
+            a_decode(plan.num_decode_seqs)
+            a_padding(plan.num_padding_seqs)
+            a_output(outcome.num_output_tokens)
+            a_preempted(len(plan.preempted_request_ids))
+            a_tokens(usage.token_slots)
+            a_reserved(usage.reserved_slots)
+            a_internal(usage.internal_slots)
+            a_external(usage.external_slots)
+            a_capacity(usage.capacity_slots)
+            a_shared(usage.shared_slots)
+            a_swap_in(plan.swap_in_tokens)
+            a_swap_out(plan.swap_out_tokens)
+            a_flops(flops)
+            a_bytes(nbytes)
+            a_num_steps(num_steps)
             if outcome.finished:
                 self.finish_requests(replica, outcome.finished, start)
             if self.stop_when is not None and self.stop_when(self):

@@ -248,6 +248,8 @@ class ContiguousKVManager:
                 self._largest_hole = max(self.hole_sizes, default=0)
         return self._largest_hole
 
+    usage_in_bulk = False  # its usage counts holes: asked step by step in decode runs
+
     def usage(self, num_token_slots: int) -> KVUsage:
         free = self.capacity_slots - self.reserved_total
         return KVUsage(

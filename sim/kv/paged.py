@@ -230,6 +230,28 @@ class PagedKVManager:
     def num_allocated_slots(self) -> int:
         return (self.num_blocks - self.num_free_blocks) * self.block_size
 
+    @property
+    def usage_in_bulk(self) -> bool:
+        """Whether `run_usage` can count a decode run's states (no sharing, no sliding window: the split
+        then depends on the token count and the allocated blocks alone)."""
+        return not self.sharing and not self.sliding_window
+
+    def run_usage(self, first_token_slots: int, tokens_per_step: int, allocated_slots: int,
+                  new_blocks: list[int]) -> tuple:
+        """`usage` after each step of a decode run, in bulk (`usage_in_bulk` only): step k (from 0) holds
+        `first_token_slots + k * tokens_per_step` tokens and the slots allocated before the run plus the
+        blocks taken after steps 0..k-1 (`new_blocks`). Columns token, reserved, internal, external, shared."""
+        num_steps, bs = len(new_blocks), self.block_size
+        tokens = list(range(first_token_slots, first_token_slots + num_steps * tokens_per_step, tokens_per_step)) \
+            if tokens_per_step else [first_token_slots] * num_steps
+        internal = [0] * num_steps
+        allocated = allocated_slots
+        for k in range(num_steps):
+            internal[k] = allocated - tokens[k]
+            allocated += new_blocks[k] * bs
+        zeros = [0] * num_steps
+        return tokens, zeros, internal, zeros, zeros
+
     def usage(self, num_token_slots: int) -> KVUsage:
         """`num_token_slots`: the requests' computed tokens summed (a shared block counted per sharer)."""
         allocated = self.num_allocated_slots()

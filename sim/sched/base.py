@@ -49,10 +49,13 @@ class SchedulerBase:
         1: no run; the engine takes one step. Schedulers without a fast path answer 1."""
         return 1
 
-    def advance_decode_steps(self, num_steps: int, after_step: Callable[[], None]) -> None:
+    def advance_decode_steps(self, num_steps: int, after_step: Callable[[], None],
+                             record_usage: Callable[[tuple], None] | None = None) -> None:
         """Apply the steps of a decode run but its last (no member finishes there), each followed by the
         next step's blocks, as `update_from_output` then `schedule` would. `after_step` is called between
-        the two, when `kv_usage()` is what step-by-step simulation logs for that step."""
+        the two, when `kv_usage()` is what step-by-step simulation logs for that step. A scheduler whose KV
+        manager can count those states in bulk (`KVManager.run_usage`) may instead call `record_usage` once
+        with them (columns token, reserved, internal, external, shared slots; one value per step)."""
         raise NotImplementedError
 
     @property

@@ -206,8 +206,17 @@ class ContinuousScheduler(SchedulerBase):
                 free -= need
         return limit
 
-    def advance_decode_steps(self, num_steps: int, after_step: Callable[[], None]) -> None:
-        self.tracker.advance_without_finishes(num_steps, after_step)
+    def advance_decode_steps(self, num_steps: int, after_step: Callable[[], None],
+                             record_usage: Callable[[tuple], None] | None = None) -> None:
+        kv, tracker = self.kv, self.tracker
+        if record_usage is None or not kv.usage_in_bulk:
+            tracker.advance_without_finishes(num_steps, after_step)
+            return
+        # The steps' states from counts alone: tokens grow by the batch each step, blocks as taken.
+        first_tokens = self.kv_token_slots() + len(tracker)
+        allocated_slots = kv.num_allocated_slots()
+        new_blocks = tracker.advance_without_finishes(num_steps, None)
+        record_usage(kv.run_usage(first_tokens, len(tracker), allocated_slots, new_blocks))
 
     @staticmethod
     def _add_prefill(plan: StepPlan, request: Request, chunk: int) -> None:
@@ -281,11 +290,15 @@ class ContinuousScheduler(SchedulerBase):
         parent.finish_s = now  # the response returns with its last sequence
         outcome.finished.append(parent)
 
-    def kv_usage(self) -> KVUsage:
+    def kv_token_slots(self) -> int:
+        """The requests' computed tokens, summed: what `kv.usage` is asked about."""
         tokens = self.tracker.token_sum
         if self.prefilling:
             tokens += sum(r.num_computed_tokens for r in self.prefilling.values())
-        return self.kv.usage(tokens + self.transfer_tokens)
+        return tokens + self.transfer_tokens
+
+    def kv_usage(self) -> KVUsage:
+        return self.kv.usage(self.kv_token_slots())
 
     # --- disaggregated serving ------------------------------------------------------------------
     def release_held_kv(self, request: Request) -> None:

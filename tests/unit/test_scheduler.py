@@ -165,3 +165,35 @@ def test_bulk_counters_match_a_naive_replay(lengths, num_blocks, block_size, chu
     assert all(r.num_output_tokens == r.max_output_tokens for r in accepted)
     assert all(r.status is RequestStatus.REJECTED for r in reqs if r not in accepted)
     assert kv.num_free_blocks == num_blocks and not kv.block_tables
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 40), st.integers(2, 60)), min_size=1, max_size=6),
+       st.sampled_from([1, 4, 16]), st.integers(1, 30))
+def test_a_decode_runs_kv_states_in_bulk_are_the_per_step_ones(lengths, block_size, run_steps):
+    """`advance_decode_steps` with `record_usage` (states counted from block counts) logs what asking
+    `kv_usage()` after each step does, and leaves the same blocks and counters behind."""
+    def decoding(record_bulk: bool):
+        kv = PagedKVManager(400, block_size)
+        sched = continuous(kv, max_num_seqs=8, budget=4096)
+        for i, (p, o) in enumerate(lengths):
+            sched.add_request(make_request(p, o, request_id=i))
+        plan = sched.schedule(0.0)  # every prompt at once, then a decode-only step
+        sched.update_from_output(plan, 1.0)
+        plan = sched.schedule(1.0)
+        steps = sched.decode_run_limit(plan, run_steps + 1) - 1
+        per_step, bulk = [], []
+
+        def after_step():
+            u = sched.kv_usage()
+            per_step.append((u.token_slots, u.reserved_slots, u.internal_slots, u.external_slots, u.shared_slots))
+        sched.advance_decode_steps(steps, after_step, (lambda cols: bulk.extend(zip(*cols))) if record_bulk else None)
+        sched.update_from_output(plan, 2.0)
+        state = (sched.kv_usage(), {rid: list(t) for rid, t in kv.block_tables.items()}, sched.tracker.token_sum)
+        return (bulk if record_bulk else per_step), state, steps
+
+    want, want_state, steps = decoding(False)
+    got, got_state, _ = decoding(True)
+    assert len(want) == steps
+    assert got == want
+    assert got_state == want_state
