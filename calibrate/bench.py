@@ -53,12 +53,15 @@ class ShardBench:
         self.gen = torch.Generator(device=device).manual_seed(0)
         self._weights: dict[str, torch.Tensor] = {}
         # The engine's own attention kernel where it can be imported (vLLM on CPU), else the stand-ins.
-        from .kernels.vllm_cpu import EngineAttention, EngineLinear, find_engine
+        from .kernels.vllm_cpu import EngineAttention, EngineElementwise, EngineLinear, find_engine
         engine, self.engine_missing = find_engine(device)
         self.engine_attn = (EngineAttention(engine, self.shard["num_heads"], self.shard["num_kv_heads"],
                                             self.shard["head_dim"], self.dtype, block_size) if engine else None)
         # ... and its own GEMM dispatch for the linear layers (oneDNN / sgl-kernel / zentorch, not F.linear).
         self.engine_linear = EngineLinear.find()[0] if engine else None
+        # ... and its own norm, rotary and activation layers, dispatched as its Llama dispatches them.
+        self.engine_elem, self.engine_elem_missing = (EngineElementwise.find(model, self.dtype) if engine else
+                                                      (None, self.engine_missing))
         self._engine_linears: dict[str, Callable] = {}
         self.paged_impl = ("triton flash-decoding paged attention (calibrate/kernels/paged_attention.py)"
                            if device == "cuda" else self.engine_attn.describe() if self.engine_attn else
@@ -94,11 +97,22 @@ class ShardBench:
             impls["silu_mul"] = f"triton silu_and_mul ({fused_file})" if gpu else "torch eager silu(gate) * up"
         else:
             impls["relu"] = "torch F.relu"
+        if self.engine_elem is not None:
+            impls.update({op: how for op, how in self.engine_elem.describe().items() if op in impls})
+        elif self.engine_attn is not None:
+            impls["engine_elementwise"] = f"not used: {self.engine_elem_missing}"
         if self.engine_attn is None and not gpu:
             impls["engine_kernels"] = f"not used: {self.engine_missing}"
         return impls
 
-    def engine_probe(self, timer, shapes=((1, 256), (16, 256), (32, 1024)), chunks=((128, 0), (512, 512))) -> list[dict]:
+    def elementwise_per_layer(self) -> dict[str, int]:
+        """How many times one layer runs each elementwise row (meta.json `elementwise_per_layer`, which the
+        cost model sums by): two norms, rotary, the activation, two residual adds -- none where the engine's
+        norm adds the residual itself (vLLM's RMSNorm(x, residual), as its Llama calls every norm but the first)."""
+        return {"rmsnorm": 2, "rotary": 1, self.activation: 1, "residual_add": 0 if self.engine_elem is not None else 2}
+
+    def engine_probe(self, timer, shapes=((1, 256), (16, 256), (32, 1024)), chunks=((128, 0), (512, 512)),
+                     elementwise_tokens=(1, 16, 256)) -> list[dict]:
         """How far the torch stand-ins are from the engine's kernel: both timed on the same shapes
         (meta.json `engine_probe`, and a table in `calibrate run`'s output). Empty without the engine."""
         if self.engine_attn is None:
@@ -120,6 +134,8 @@ class ShardBench:
                     stand_in = timer(lambda: F.linear(x, w)).median_s
                     rows.append({"op": f"linear:{op}", "shape": f"{n} tokens", "engine_s": engine,
                                  "stand_in_s": stand_in, "stand_in_over_engine": stand_in / engine})
+        if self.engine_elem is not None:
+            rows += self._elementwise_probe(timer, elementwise_tokens)
         for c, x in chunks:
             engine = timer(self.engine_attn.prefill_call(c, x, self.randn)).median_s
             q, k, v = (self.randn(1, s["num_heads"], c, s["head_dim"]), self.randn(1, s["num_kv_heads"], x + c, s["head_dim"]),
@@ -128,6 +144,46 @@ class ShardBench:
             rows.append({"op": "prefill_attention", "shape": f"chunk {c} after {x}", "engine_s": engine,
                          "stand_in_s": stand_in, "stand_in_over_engine": stand_in / engine})
         return rows
+
+    def _elementwise_probe(self, timer, tokens) -> list[dict]:
+        """The engine's norm (with and without the residual), rotary and activation against the stand-ins
+        the profile would otherwise time (the fused norm against the stand-ins' norm + residual add)."""
+        rows = []
+        for n in tokens:
+            calls = self._elementwise_calls(n)
+            for op, (engine_call, stand_in_call) in calls.items():
+                engine, stand_in = timer(engine_call).median_s, timer(stand_in_call).median_s
+                rows.append({"op": op, "shape": f"{n} tokens", "engine_s": engine, "stand_in_s": stand_in,
+                             "stand_in_over_engine": stand_in / engine})
+        return rows
+
+    def _elementwise_calls(self, n: int) -> dict[str, tuple[Callable, Callable]]:
+        """op -> (the engine's call, the torch stand-in's) on the same inputs of n tokens."""
+        s, e = self.shard, self.engine_elem
+        hidden, w = s["hidden_size"], e.norm.weight.data
+        x, r = self.randn(n, hidden), self.randn(n, hidden)
+        q, k, positions = self._rotary_inputs(n)
+        q_e, k_e = self._engine_qk(n)
+        cos_cache, sin_cache = ops.rotary_cos_sin(torch.arange(self.model.max_context, device=self.device), s["head_dim"])
+
+        def rotary_stand_in():
+            cos, sin = cos_cache[positions], sin_cache[positions]
+            return ops.apply_rotary(q, cos, sin), ops.apply_rotary(k, cos, sin)
+        calls = {
+            "elementwise:rmsnorm+residual_add": (e.rmsnorm_call(x, r), lambda: ops.rms_norm(ops.residual_add(x, r), w)),
+            "elementwise:rmsnorm (no residual)": (e.rmsnorm_call(x), lambda: ops.rms_norm(x, w)),
+            "elementwise:rotary": (e.rotary_call(positions, q_e, k_e), rotary_stand_in),
+        }
+        if self.activation == "silu_mul":
+            g = self.randn(n, 2 * s["ffn_size"])
+            calls["elementwise:silu_mul"] = (e.silu_mul_call(g), lambda: ops.silu_and_mul(g))
+        return calls
+
+    def _engine_qk(self, n: int):
+        """q and k of n tokens as views of one qkv projection output, as vLLM's Llama hands them to rotary."""
+        s = self.shard
+        hq, hkv, d = s["num_heads"], s["num_kv_heads"], s["head_dim"]
+        return self.engine_elem.qkv_views(self.randn(n, (hq + 2 * hkv) * d), hq, hkv, d)
 
     def cold_copies(self, nbytes: int) -> int:
         """Copies of a per-layer input (weights, KV) to rotate among the GPU timer's back-to-back calls, so
@@ -229,6 +285,9 @@ class ShardBench:
             return ref.relative_error(self.paged_decode(*inputs), ref.paged_decode(*inputs))
         yield "decode_attention:paged", paged_err
 
+        if self.engine_elem is not None:  # the engine's layers, before anything is timed through them
+            yield from self._engine_elementwise_checks()
+
         def rmsnorm_err():
             x, w = self.randn(5, s["hidden_size"]), self.randn(s["hidden_size"])
             return ref.relative_error(ops.rms_norm(x, w), ref.rms_norm(x, w))
@@ -285,6 +344,40 @@ class ShardBench:
             return float((drawn != winners).float().mean())
         yield "sampling", sampling_err
 
+    def _engine_elementwise_checks(self) -> Iterator[tuple[str, Callable[[], float]]]:
+        s, e = self.shard, self.engine_elem
+        hidden = s["hidden_size"]
+
+        def fused_norm_err():
+            x, r = self.randn(5, hidden), self.randn(5, hidden)
+            expected_out, expected_residual = ref.fused_add_rms_norm(x, r, e.norm.weight.data, e.norm.variance_epsilon)
+            x_in, r_in = x.clone(), r.clone()  # an in-place kernel overwrites its inputs
+            out, residual = e.rmsnorm_call(x_in, r_in)()
+            return max(ref.relative_error(out, expected_out), ref.relative_error(residual, expected_residual))
+        yield "elementwise:rmsnorm (engine, with residual)", fused_norm_err
+
+        def plain_norm_err():
+            x = self.randn(5, hidden)
+            return ref.relative_error(e.rmsnorm_call(x.clone())(), ref.rms_norm(x, e.norm.weight.data, e.norm.variance_epsilon))
+        yield "elementwise:rmsnorm (engine, no residual)", plain_norm_err
+
+        def rotary_err():
+            hq, hkv, d = s["num_heads"], s["num_kv_heads"], s["head_dim"]
+            q, k = self._engine_qk(5)
+            positions = torch.randint(0, self.model.max_context, (5,), generator=self.gen, device=self.device)
+            expected_q = ref.rotary(q.reshape(5, hq, d), positions)
+            expected_k = ref.rotary(k.reshape(5, hkv, d), positions)
+            q_out, k_out = e.rotary_call(positions, q, k)()
+            return max(ref.relative_error(q_out.reshape(5, hq, d), expected_q),
+                       ref.relative_error(k_out.reshape(5, hkv, d), expected_k))
+        yield "elementwise:rotary (engine)", rotary_err
+
+        if self.activation == "silu_mul":
+            def silu_err():
+                x = self.randn(5, 2 * s["ffn_size"])
+                return ref.relative_error(e.silu_mul_call(x)(), ref.silu_and_mul(x))
+            yield "elementwise:silu_mul (engine)", silu_err
+
     def _cos_sin(self):
         if not hasattr(self, "_cos_sin_cache"):
             from .kernels.fused import rotary_cos_sin_cache
@@ -321,8 +414,12 @@ class ShardBench:
         if gpu:
             from .kernels import fused
 
+        engine = self.engine_elem
+
         def rmsnorm(n):
             x, w = self.randn(n, hidden), self.randn(hidden)
+            if engine is not None:  # vLLM's RMSNorm(x, residual): the residual add inside, as llama.py calls it
+                return engine.rmsnorm_call(x, self.randn(n, hidden))
             if gpu:  # as the engine runs it: the residual add fused into the norm
                 residual = self.randn(n, hidden)
                 return lambda: fused.fused_add_rms_norm(x, residual, w)
@@ -332,6 +429,8 @@ class ShardBench:
 
         def rotary(n):
             q, k, positions = self._rotary_inputs(n)
+            if engine is not None:  # vLLM's rotary_emb(positions, q, k) on views of one qkv output
+                return engine.rotary_call(positions, *self._engine_qk(n))
             if gpu:  # in place: rotating again each call keeps the values' norms
                 cos_sin = self._cos_sin()
                 return lambda: fused.rotary_inplace(q, k, positions, cos_sin)
@@ -343,6 +442,8 @@ class ShardBench:
         def activation(n):
             if self.activation == "silu_mul":
                 x = self.randn(n, 2 * ffn)
+                if engine is not None:
+                    return engine.silu_mul_call(x)
                 return lambda: (fused.silu_and_mul(x) if gpu else ops.silu_and_mul(x))
             x = self.randn(n, ffn)
             return lambda: F.relu(x)

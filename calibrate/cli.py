@@ -114,9 +114,14 @@ def run(model: str = typer.Option(..., "--model", help="catalog model name, or a
         "op_notes": ("rmsnorm is timed as the fused residual add + RMSNorm an engine runs; residual_add as a plain "
                      "add (the cost model adds two per layer: an upper bound where the engine fuses them)"
                      if device == "cuda" else
-                     ("linears and attention through vLLM's own CPU kernels (op_impls), the other ops plain torch; "
+                     ("linears, attention, norms, rotary and the activation through vLLM's own CPU kernels and "
+                      "layers (op_impls), the other ops plain torch; rmsnorm is vLLM's norm with the residual add "
+                      "inside, so elementwise_per_layer counts no residual_add; timed one call at a time"
+                      if bench.engine_elem is not None else
+                      "linears and attention through vLLM's own CPU kernels (op_impls), the other ops plain torch; "
                       "timed one call at a time" if bench.engine_attn is not None else
                       "every op plain torch, timed one call at a time")),
+        "elementwise_per_layer": bench.elementwise_per_layer(),
         "paged_decode_impl": bench.paged_impl,
         "prefill_attention_impl": (bench.prefill_impl if bench.engine_attn is not None else
                                    "torch SDPA, bottom-right causal mask (flash attention on GPU where supported)"),

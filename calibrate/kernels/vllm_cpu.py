@@ -174,3 +174,174 @@ class EngineLinear:
         picked = sorted({self.path(out_f, in_f, dtype) for in_f, out_f in shapes.values()})
         return ("vLLM's CPU GEMM dispatch (dispatch_cpu_unquantized_gemm, layer.cpu_linear; "
                 f"vllm/model_executor/layers/utils.py): {', '.join(picked)}")
+
+
+# What each CPU forward the engine can dispatch to runs (vLLM 0.32: vllm/model_executor/custom_op.py,
+# layers/layernorm.py, layers/activation.py, layers/rotary_embedding/base.py), keyed by the bound
+# method's qualified name: a method not listed is named as it is.
+_CPU_FORWARDS = {
+    "CustomOp.forward_cpu": "CustomOp.forward_cpu -> forward_native",
+    "RMSNorm.forward_native": "forward_native (the op disabled)",
+    "RotaryEmbedding.forward_cpu": ("RotaryEmbedding.forward_cpu -> the C++ vllm._custom_ops.rotary_embedding "
+                                    "(torch.ops._C.rotary_embedding), q and k rotated in place in one call"),
+    "RotaryEmbedding.forward_native": "RotaryEmbedding.forward_native (torch: cos/sin index_select, neox halves, cat)",
+    "SiluAndMul.forward_cpu": "SiluAndMul.forward_cpu -> forward_native (torch F.silu(x[..., :d]) * x[..., d:])",
+    "SiluAndMul.forward_native": "SiluAndMul.forward_native (torch F.silu(x[..., :d]) * x[..., d:])",
+}
+
+
+class EngineElementwise:
+    """Norms, rotary and the SiLU-and-mul activation through vLLM's own layer objects, as its Llama runs them.
+
+    The layers are built as vllm/model_executor/models/llama.py builds them (RMSNorm(hidden, eps),
+    get_rope(head_dim, max_position, rope_parameters, is_neox_style=True), SiluAndMul()) under a VllmConfig
+    made the way the fidelity recorder makes it (calibrate/fidelity/replay_vllm.py: EngineArgs with
+    enforce_eager=True at the profile's dtype), with the two settings vLLM's worker applies before it
+    builds a model (vllm/v1/worker/worker_base.py: the IR op priority and torch-wrap state). So whether
+    each custom op is enabled, which `forward_*` it dispatches to (`layer._forward_method`) and which
+    vllm.ir implementation a norm reaches are vLLM's own decisions; the timed call is the layer's
+    `__call__`, as the model calls it.
+
+    Llama calls every norm but the first with the residual (`self.input_layernorm(hidden_states,
+    residual)`, llama.py LlamaDecoderLayer.forward): the residual add happens inside the norm, so a
+    profile timed here prices `rmsnorm` as that fused call and counts no separate residual add."""
+
+    def __init__(self, version: str, config, norm, rope, act, ir, model_dtype):
+        self.version, self.config, self.norm, self.rope, self.act = version, config, norm, rope, act
+        self.ir, self.model_dtype = ir, model_dtype
+
+    @staticmethod
+    def find(model, dtype) -> tuple["EngineElementwise | None", str]:
+        """(vLLM's norm / rotary / activation layers for `model` at torch dtype `dtype`, '') where vLLM
+        has them; else (None, why not)."""
+        import torch
+
+        try:
+            vllm = importlib.import_module("vllm")
+            engine_args = importlib.import_module("vllm.engine.arg_utils").EngineArgs
+            set_config = importlib.import_module("vllm.config").set_current_vllm_config
+            rms_norm = importlib.import_module("vllm.model_executor.layers.layernorm").RMSNorm
+            silu_and_mul = importlib.import_module("vllm.model_executor.layers.activation").SiluAndMul
+            get_rope = importlib.import_module("vllm.model_executor.layers.rotary_embedding").get_rope
+        except Exception as err:  # ImportError, a missing name, or vLLM failing to initialise here
+            return None, f"vLLM's layers not importable here ({type(err).__name__}: {str(err)[:120]})"
+        try:
+            ir = importlib.import_module("vllm.ir")
+        except Exception:  # an older vLLM: no IR ops, the layers call their kernels directly
+            ir = None
+        version = str(getattr(vllm, "__version__", "?"))
+        try:
+            config = _recorder_config(engine_args, model, dtype)
+            # As vLLM's worker does before building the model (vllm/v1/worker/worker_base.py).
+            priority = getattr(getattr(config, "kernel_config", None), "ir_op_priority", None)
+            if priority is not None:
+                priority.set_default()
+            if ir is not None and hasattr(ir, "set_default_torch_wrap"):
+                ir.set_default_torch_wrap(config.compilation_config.ir_enable_torch_wrap)
+            previous = torch.get_default_dtype()
+            torch.set_default_dtype(dtype)  # the model loader builds layers under the model's dtype
+            try:
+                with set_config(config):
+                    norm = rms_norm(model.hidden_size, eps=_RMS_EPS)
+                    hf = getattr(getattr(config, "model_config", None), "hf_config", None)
+                    rope = get_rope(model.head_dim, max_position=model.max_context,
+                                    rope_parameters=getattr(hf, "rope_parameters", None), is_neox_style=True)
+                    act = silu_and_mul()
+            finally:
+                torch.set_default_dtype(previous)
+        except Exception as err:
+            return None, f"vLLM {version}: building its layers failed ({type(err).__name__}: {str(err)[:160]})"
+        # A random norm weight (vLLM initialises ones), so the reference check sees the weight applied.
+        with torch.no_grad():
+            norm.weight.copy_(torch.randn(model.hidden_size, generator=torch.Generator().manual_seed(1)).to(dtype))
+        return EngineElementwise(version, config, norm, rope, act, ir, dtype), ""
+
+    # --- the calls, as llama.py makes them ---------------------------------------------------------
+    def rmsnorm_call(self, x, residual=None):
+        """`norm(x, residual)` -> (out, new residual), or `norm(x)` -> out without a residual."""
+        norm = self.norm
+        if residual is None:
+            return lambda: norm(x)
+        return lambda: norm(x, residual)
+
+    def qkv_views(self, qkv, num_heads: int, num_kv_heads: int, head_dim: int):
+        """q and k as llama.py gets them: views of the qkv projection's output (qkv.split)."""
+        q, k, _ = qkv.split([num_heads * head_dim, num_kv_heads * head_dim, num_kv_heads * head_dim], dim=-1)
+        return q, k
+
+    def rotary_call(self, positions, q, k):
+        """`rotary_emb(positions, q, k)` -> (q, k); the CPU kernel rotates them in place (each call rotates
+        again, which keeps their norms)."""
+        rope = self.rope
+        return lambda: rope(positions, q, k)
+
+    def silu_mul_call(self, x):
+        act = self.act
+        return lambda: act(x)
+
+    # --- which path each took ------------------------------------------------------------------------
+    @staticmethod
+    def forward_name(layer) -> str:
+        method = getattr(layer, "_forward_method", None)
+        name = getattr(method, "__qualname__", None) or getattr(getattr(method, "__func__", None), "__qualname__", "?")
+        name = ".".join(name.split(".")[-2:])  # Class.method
+        return _CPU_FORWARDS.get(name, name)
+
+    def ir_provider(self, op: str, *args) -> str | None:
+        """The vllm.ir implementation `op` dispatches to for these arguments (None without vllm.ir)."""
+        ops = getattr(self.ir, "ops", None)
+        if ops is None or not hasattr(ops, op):
+            return None
+        try:
+            return str(getattr(ops, op).dispatch(*args).provider)
+        except Exception as err:
+            return f"? ({type(err).__name__})"
+
+    def describe(self) -> dict[str, str]:
+        """op_impls entries: the engine's path for each elementwise row."""
+        import torch
+
+        h = self.norm.weight.shape[0]
+        x, r, w = torch.zeros(2, h, dtype=self.model_dtype), torch.zeros(2, h, dtype=self.model_dtype), self.norm.weight.data
+        eps = self.norm.variance_epsilon
+        fused = self.ir_provider("fused_add_rms_norm", x, r, w, eps, None)
+        plain = self.ir_provider("rms_norm", x, w, eps, None)
+        via = lambda p, op: f" -> vllm.ir {op} [{p}]" + (" (torch eager, vllm/ir/ops/layernorm.py)" if p == "native" else "") if p else ""  # noqa: E731
+        norm = self.forward_name(self.norm)
+        where = f"vLLM {self.version}"
+        return {
+            "rmsnorm": (f"{where} RMSNorm(x, residual) as llama.py calls it (the residual add inside): {norm}"
+                        f"{via(fused, 'fused_add_rms_norm')}; without a residual (the first layer's input norm): "
+                        f"{norm}{via(plain, 'rms_norm')}"),
+            "residual_add": ("none left: vLLM adds the residual inside rmsnorm (counted 0 times per layer, meta "
+                             "elementwise_per_layer); this row keeps the torch x + residual for reference"),
+            "rotary": f"{where} get_rope(...) as llama.py builds it: {self.forward_name(self.rope)}",
+            "silu_mul": f"{where} SiluAndMul: {self.forward_name(self.act)}",
+        }
+
+
+_RMS_EPS = 1e-6  # LlamaConfig's default rms_norm_eps, which the recorder's random Llama keeps
+
+
+def _recorder_config(engine_args, model, dtype):
+    """The VllmConfig the fidelity recorder's engine runs under (calibrate/fidelity/replay_vllm.py
+    start_engine: enforce_eager, block size 32, the model's dtype), for a Llama config.json of `model`'s
+    shape written to a temporary folder (no weights: only the config is read)."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    import torch
+
+    names = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
+    config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": model.vocab_size,
+              "hidden_size": model.hidden_size, "intermediate_size": model.ffn_size,
+              "num_hidden_layers": model.num_layers, "num_attention_heads": model.num_attention_heads,
+              "num_key_value_heads": model.num_kv_heads, "head_dim": model.head_dim,
+              "max_position_embeddings": model.max_context, "rms_norm_eps": _RMS_EPS, "rope_theta": 10000.0,
+              "hidden_act": "silu", "tie_word_embeddings": False, "torch_dtype": names[dtype]}
+    with tempfile.TemporaryDirectory(prefix="servesim-engine-layers-") as folder:
+        (Path(folder) / "config.json").write_text(json.dumps(config))
+        args = engine_args(model=folder, skip_tokenizer_init=True, dtype=names[dtype], enforce_eager=True,
+                           block_size=32, max_model_len=model.max_context)
+        return args.create_engine_config()

@@ -373,7 +373,8 @@ class CalibratedCostModel:
 
     Per layer: the linear layers at the step's token count, each prefill chunk's attention at
     (chunk, context), decode attention at (decoding sequences, mean context) for the KV layout,
-    two norms, rotary, the MLP activation and two residual adds; then the LM head and sampling at
+    two norms, rotary, the MLP activation and two residual adds (or the counts the profile's
+    `elementwise_per_layer` gives: none of the adds where the engine's norm adds the residual); then the LM head and sampling at
     the sampled rows, plus the measured per-step loop overhead. What one device cannot measure —
     the tensor-parallel all-reduces and swap copies over the host link — comes from the roofline of
     the scenario's GPU. FLOPs and bytes (for utilization figures) are the roofline's counts.
@@ -407,8 +408,13 @@ class CalibratedCostModel:
         self._prefill, self._decode = f["prefill_attention"], f[decode_key]
         self._lm_head, self._sampling, self._overhead = f["linear:lm_head"], f["sampling"], f["step_overhead"]
         act = "silu_mul" if model.gated_mlp else "relu"
-        self._elementwise = [(2, f["elementwise:rmsnorm"]), (1, f["elementwise:rotary"]),
-                             (1, f[f"elementwise:{act}"]), (2, f["elementwise:residual_add"])]
+        # Calls per layer of each elementwise row: the profile's own count where it says (meta.json
+        # `elementwise_per_layer`: vLLM's CPU norm adds the residual itself, so such a profile counts no
+        # residual_add), else two norms, rotary, the activation and two residual adds.
+        per_layer = {"rmsnorm": 2, "rotary": 1, act: 1, "residual_add": 2,
+                     **(self.profile.meta.get("elementwise_per_layer") or {})}
+        self._elementwise = [(per_layer[op], f[f"elementwise:{op}"]) for op in ("rmsnorm", "rotary", act, "residual_add")
+                             if per_layer[op]]
         # Per layer group: (layers, [(matrix interpolator, experts, experts each token routes to)]).
         self._groups = [(n, [(f[f"linear:{s.name}"], s.count, s.active_per_token) for s in shapes])
                         for n, shapes in layer_groups(model)]

@@ -141,3 +141,203 @@ def test_vllms_cpu_attention_matches_the_float64_reference():
     assert errors["prefill_attention (engine)"] <= TOLERANCE["bf16"]
     assert math.isfinite(errors["prefill_attention (engine)"])
     assert bench.engine_linear is not None and errors["linear:gate_up"] <= TOLERANCE["bf16"]
+
+
+# --- norms, rotary and SiLU-and-mul through vLLM's own layers (EngineElementwise) ---------------------
+
+def _fake_vllm_layers(monkeypatch, rotary_sign: float = 1.0):
+    """vLLM's layer modules as its Llama builds them (RMSNorm, get_rope, SiluAndMul), each dispatching
+    to a `forward_cpu` that counts its calls; reference math (rotary_sign -1: a wrong rotary kernel)."""
+    import contextlib
+
+    calls = {"rmsnorm": 0, "rmsnorm+residual": 0, "rotary": 0, "silu_mul": 0, "config": 0, "priority": 0, "wrap": []}
+
+    class RMSNorm(torch.nn.Module):
+        def __init__(self, hidden_size, eps=1e-6):
+            super().__init__()
+            self.weight = torch.nn.Parameter(torch.ones(hidden_size))
+            self.variance_epsilon = eps
+            self._forward_method = self.forward_cpu
+
+        def forward(self, x, residual=None):
+            return self._forward_method(x, residual)
+
+        def forward_cpu(self, x, residual=None):
+            if residual is not None:
+                calls["rmsnorm+residual"] += 1
+                x = x + residual
+                residual = x
+            else:
+                calls["rmsnorm"] += 1
+            out = x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.variance_epsilon) * self.weight.data
+            return out if residual is None else (out, residual)
+
+    class SiluAndMul(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self._forward_method = self.forward_cpu
+
+        def forward(self, x):
+            return self._forward_method(x)
+
+        def forward_cpu(self, x):
+            calls["silu_mul"] += 1
+            d = x.shape[-1] // 2
+            return torch.nn.functional.silu(x[..., :d]) * x[..., d:]
+
+    class RotaryEmbedding(torch.nn.Module):
+        def __init__(self, head_size, max_position, base):
+            super().__init__()
+            self.head_size, self.base = head_size, base
+            self._forward_method = self.forward_cpu
+
+        def forward(self, positions, query, key):
+            return self._forward_method(positions, query, key)
+
+        def forward_cpu(self, positions, query, key):  # in place, as vllm._custom_ops.rotary_embedding
+            calls["rotary"] += 1
+            d, half = self.head_size, self.head_size // 2
+            inv = self.base ** (-torch.arange(half, dtype=torch.float64) * 2 / d)
+            angle = rotary_sign * positions.double()[:, None] * inv
+            cos, sin = angle.cos()[:, None, :], angle.sin()[:, None, :]
+            for t in (query, key):
+                v = t.view(t.shape[0], -1, d)
+                x1, x2 = v[..., :half].double(), v[..., half:].double()
+                v.copy_(torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1).to(t.dtype))
+            return query, key
+
+    def get_rope(head_size, max_position, rope_parameters=None, is_neox_style=True):
+        assert is_neox_style
+        return RotaryEmbedding(head_size, max_position, (rope_parameters or {}).get("rope_theta", 10000))
+
+    class EngineArgs:
+        def __init__(self, model, **kwargs):
+            assert kwargs["enforce_eager"] is True  # the recorder's setting
+            self.kwargs = kwargs
+
+        def create_engine_config(self):
+            calls["config"] += 1
+            priority = types.SimpleNamespace(set_default=lambda: calls.__setitem__("priority", calls["priority"] + 1))
+            return types.SimpleNamespace(
+                kernel_config=types.SimpleNamespace(ir_op_priority=priority),
+                compilation_config=types.SimpleNamespace(ir_enable_torch_wrap=False),
+                model_config=types.SimpleNamespace(hf_config=types.SimpleNamespace(rope_parameters={"rope_theta": 10000.0})))
+
+    native = types.SimpleNamespace(dispatch=lambda *args: types.SimpleNamespace(provider="native"))
+    ir = types.ModuleType("vllm.ir")
+    ir.ops = types.SimpleNamespace(rms_norm=native, fused_add_rms_norm=native)
+    ir.set_default_torch_wrap = lambda enable: calls["wrap"].append(enable)
+    modules = {
+        "vllm.engine": types.ModuleType("vllm.engine"), "vllm.engine.arg_utils": types.ModuleType("vllm.engine.arg_utils"),
+        "vllm.config": types.ModuleType("vllm.config"), "vllm.ir": ir,
+        "vllm.model_executor.layers.layernorm": types.ModuleType("vllm.model_executor.layers.layernorm"),
+        "vllm.model_executor.layers.activation": types.ModuleType("vllm.model_executor.layers.activation"),
+        "vllm.model_executor.layers.rotary_embedding": types.ModuleType("vllm.model_executor.layers.rotary_embedding"),
+    }
+    modules["vllm.engine.arg_utils"].EngineArgs = EngineArgs
+    modules["vllm.config"].set_current_vllm_config = lambda config: contextlib.nullcontext()
+    modules["vllm.model_executor.layers.layernorm"].RMSNorm = RMSNorm
+    modules["vllm.model_executor.layers.activation"].SiluAndMul = SiluAndMul
+    modules["vllm.model_executor.layers.rotary_embedding"].get_rope = get_rope
+    for name, module in modules.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    return calls
+
+
+def test_the_engine_layers_price_norms_rotary_and_silu_where_vllm_has_them(monkeypatch):
+    _fake_vllm(monkeypatch)
+    calls = _fake_vllm_layers(monkeypatch)
+    bench = ShardBench(MODEL, 1, "fp32", "cpu", 32)
+    assert bench.engine_elem is not None
+    # Built under the recorder's config, with the worker's IR priority and torch-wrap state applied.
+    assert calls["config"] == 1 and calls["priority"] == 1 and calls["wrap"] == [False]
+    impls = bench.op_impls()
+    assert impls["rmsnorm"].startswith("vLLM 0.0-fake RMSNorm(x, residual)")
+    assert "RMSNorm.forward_cpu" in impls["rmsnorm"] and "fused_add_rms_norm [native]" in impls["rmsnorm"]
+    assert "RotaryEmbedding.forward_cpu -> the C++ vllm._custom_ops.rotary_embedding" in impls["rotary"]
+    assert "SiluAndMul.forward_cpu" in impls["silu_mul"]
+    assert impls["residual_add"].startswith("none left") and "engine_elementwise" not in impls
+    # The residual add is inside the engine's norm: the profile counts none per layer.
+    assert bench.elementwise_per_layer() == {"rmsnorm": 2, "rotary": 1, "silu_mul": 1, "residual_add": 0}
+
+    errors = bench.run_checks()  # the engine's layers, checked against the float64 references first
+    for name in ("rmsnorm (engine, with residual)", "rmsnorm (engine, no residual)", "rotary (engine)",
+                 "silu_mul (engine)"):
+        assert errors[f"elementwise:{name}"] <= TOLERANCE["fp32"]
+    assert calls["rmsnorm+residual"] >= 1 and calls["rmsnorm"] >= 1 and calls["rotary"] >= 1
+
+    # The timed points go through the layers' dispatched forward.
+    from calibrate.grids import make_grid
+    points = {(p.family, tuple(p.key.values())): p for p in bench.points(make_grid("quick", MODEL.max_context))}
+    before = dict(calls)
+    for op in ("rmsnorm", "rotary", "silu_mul"):
+        points[("elementwise", (op, 16))].make()()
+    assert calls["rmsnorm+residual"] == before["rmsnorm+residual"] + 1  # with the residual, as llama.py calls it
+    assert calls["rotary"] == before["rotary"] + 1 and calls["silu_mul"] == before["silu_mul"] + 1
+
+    probe = bench.engine_probe(_one_call_timing, shapes=((2, 64),), chunks=((16, 32),), elementwise_tokens=(1, 16))
+    elementwise = [(r["op"], r["shape"]) for r in probe if r["op"].startswith("elementwise:")]
+    assert elementwise == [(op, f"{n} tokens") for n in (1, 16) for op in (
+        "elementwise:rmsnorm+residual_add", "elementwise:rmsnorm (no residual)", "elementwise:rotary",
+        "elementwise:silu_mul")]
+    assert all(r["engine_s"] > 0 and r["stand_in_s"] > 0 for r in probe)
+
+
+def test_a_wrong_engine_rotary_stops_the_run_before_timing(monkeypatch):
+    from calibrate.bench import KernelCheckError
+
+    _fake_vllm(monkeypatch)
+    _fake_vllm_layers(monkeypatch, rotary_sign=-1.0)  # rotates the wrong way
+    bench = ShardBench(MODEL, 1, "fp32", "cpu", 32)
+    with pytest.raises(KernelCheckError, match=r"elementwise:rotary \(engine\) differs"):
+        bench.run_checks()
+
+
+def test_without_the_engine_layers_the_stand_ins_price_the_elementwise_ops(monkeypatch):
+    _fake_vllm(monkeypatch)  # attention and GEMMs, but no layer modules
+    for name in ("vllm.engine", "vllm.engine.arg_utils"):  # also where a real vLLM was imported before
+        monkeypatch.setitem(sys.modules, name, None)
+    bench = ShardBench(MODEL, 1, "fp32", "cpu", 32)
+    assert bench.engine_elem is None and bench.engine_attn is not None
+    impls = bench.op_impls()
+    assert impls["rmsnorm"] == "torch eager rms_norm (float32 math)" and impls["residual_add"] == "torch eager x + residual"
+    assert impls["engine_elementwise"].startswith("not used: vLLM's layers not importable here")
+    assert bench.elementwise_per_layer()["residual_add"] == 2
+    assert not [r for r in bench.engine_probe(_one_call_timing, shapes=((2, 64),), chunks=((16, 32),))
+                if r["op"].startswith("elementwise:")]
+
+
+def test_the_cost_model_sums_elementwise_rows_by_the_profiles_counts(tmp_path):
+    import json
+    import shutil
+
+    from sim.core.step_plan import StepPlan
+    from sim.cost.calibrated import CalibratedCostModel
+
+    fixture = Path(__file__).parents[1] / "fixtures" / "fidelity" / "profile-kernels"
+    fused = tmp_path / "fused"
+    shutil.copytree(fixture, fused)
+    meta = json.loads((fused / "meta.json").read_text())
+    meta["elementwise_per_layer"] = {"rmsnorm": 2, "rotary": 1, "silu_mul": 1, "residual_add": 0}
+    (fused / "meta.json").write_text(json.dumps(meta))
+    plan = StepPlan(num_decode_seqs=4, decode_context_tokens=4 * 300, num_sampled_seqs=4)
+    two_adds = CalibratedCostModel(fixture, MODEL, block_size=32)
+    no_adds = CalibratedCostModel(fused, MODEL, block_size=32)
+    add_s = dict((f.name, f) for _, f in two_adds._elementwise)["elementwise:residual_add"](4)
+    assert two_adds.step_time(plan) - no_adds.step_time(plan) == pytest.approx(2 * MODEL.num_layers * add_s)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vLLM is not installed in this venv")
+def test_vllms_cpu_norm_rotary_and_silu_match_the_float64_reference():
+    from calibrate.kernels.vllm_cpu import EngineElementwise
+
+    layers, why = EngineElementwise.find(MODEL, torch.float32)
+    assert layers is not None, why
+    bench = ShardBench(MODEL, 1, "fp32", "cpu", 32)
+    errors = bench.run_checks()
+    for name in ("rmsnorm (engine, with residual)", "rmsnorm (engine, no residual)", "rotary (engine)",
+                 "silu_mul (engine)"):
+        assert errors[f"elementwise:{name}"] <= TOLERANCE["fp32"]
+    impls = bench.op_impls()
+    assert "vllm._custom_ops.rotary_embedding" in impls["rotary"]  # vLLM 0.32's CPU rotary: the C++ kernel
+    assert bench.elementwise_per_layer()["residual_add"] == 0
