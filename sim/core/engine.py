@@ -17,7 +17,7 @@ from simpy.events import NORMAL
 
 from sim.core.request import Request
 from sim.core.router import Router
-from sim.core.step_plan import StepPlan
+from sim.core.step_plan import StepPlan, decode_step_costs
 
 STATUS_CODES = {"finished": 0, "unfinished": 1, "rejected": 2}
 _PROGRESS_EVERY_STEPS = 2048
@@ -42,24 +42,6 @@ def _plain_decode(plan: StepPlan) -> bool:
     return (not plan.prefill_request_ids and plan.decode_query_tokens == 1 and not plan.num_draft_tokens
             and plan.num_sampled_seqs == plan.num_decode_seqs and not plan.num_padding_seqs
             and not plan.swap_in_tokens and not plan.swap_out_tokens)
-
-
-def _decode_step_costs(cost_model, plan: StepPlan, num_steps: int, first_step: int = 0) -> list:
-    """Costs of `num_steps` decode-only steps like `plan`, each attending `num_decode_seqs` more tokens, from
-    the run's step `first_step` on (`plan` is step 0): the cost model's closed form where it has one
-    (`decode_step_costs`), else `step_cost` step by step."""
-    n = plan.num_decode_seqs
-    ctx = plan.decode_context_tokens + first_step * n
-    fast = getattr(cost_model, "decode_step_costs", None)
-    if fast is not None and _plain_decode(plan):
-        return fast(n, ctx, num_steps)
-    out = []
-    for k in range(num_steps):
-        out.append(cost_model.step_cost(StepPlan(num_decode_seqs=n, decode_context_tokens=ctx + k * n,
-                                                 decode_query_tokens=plan.decode_query_tokens,
-                                                 num_draft_tokens=plan.num_draft_tokens,
-                                                 num_sampled_seqs=plan.num_sampled_seqs)))
-    return out
 
 
 class Replica:
@@ -285,7 +267,6 @@ class Simulation:
         a_shared, a_swap_in = columns["kv_shared_slots"].append, columns["swap_in_tokens"].append
         a_swap_out, a_flops, a_bytes = columns["swap_out_tokens"].append, columns["flops"].append, columns["bytes"].append
         a_num_steps = columns["num_steps"].append
-        decode_costs = getattr(cost_model, "decode_step_costs", None)
 
         kv_usage = scheduler.kv_usage
         append_run_kv = [log.run_kv[name].append for name in log.RUN_KV_COLUMNS]  # RUN_KV_COLUMNS' order
@@ -318,10 +299,8 @@ class Simulation:
                 continue
             num_waiting = scheduler.num_waiting
             plain = self.fast_decode and plan.num_decode_seqs and _plain_decode(plan)
-            if plain and decode_costs is not None:
-                cost = decode_costs(plan.num_decode_seqs, plan.decode_context_tokens, 1)[0]
-            elif plain:
-                cost = _decode_step_costs(cost_model, plan, 1)[0]
+            if plain:
+                cost = decode_step_costs(cost_model, plan.num_decode_seqs, plan.decode_context_tokens, 1)[0]
             else:
                 cost = cost_model.step_cost(plan)
             num_steps, duration_s, flops, nbytes = 1, cost.time_s, cost.flops, cost.bytes
@@ -417,7 +396,8 @@ class Simulation:
         limit = scheduler.decode_run_limit(plan, cap)
         if limit <= 1:
             return None
-        costs = [cost] + _decode_step_costs(cost_model, plan, limit - 1, first_step=1)  # step 0 is priced already
+        n = plan.num_decode_seqs  # step 0 is priced already; step k attends k * n more tokens
+        costs = [cost] + decode_step_costs(cost_model, n, plan.decode_context_tokens + n, limit - 1)
         end = start
         num_steps = 0
         duration = flops = nbytes = 0.0

@@ -487,7 +487,7 @@ class CalibratedCostModel:
         return self.step_cost(plan).time_s
 
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
-        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`), bit-identical to `step_cost` of
         each: the per-layer token-count terms, LM head, sampling, loop overhead and the roofline's
         context-free counts are computed once per batch size; per step only the decode attention at the
         mean context, at the batch's bracket of the decode table (`Interpolator.along_second`)."""

@@ -35,7 +35,7 @@ import pandas as pd
 
 from sim.core.step_plan import StepPlan
 from sim.cost.calibrated import shard_shapes
-from sim.cost.decode_runs import plain_decode_plan
+from sim.core.step_plan import plain_decode_plan
 from sim.cost.profile_meta import PROFILE_FORMAT_VERSION
 from sim.cost.roofline import StepCost
 from sim.errors import ConfigError
@@ -309,7 +309,7 @@ class EngineStepCostModel:
         return StepCost(self.step_time(plan), 0.0, 0.0)
 
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
-        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`), bit-identical to `step_cost` of
         each: every feature term but the decode context's is the same in all steps of the run, so only that
         product is recomputed, and the terms are summed in `step_time`'s order."""
         first = plain_decode_plan(num_seqs, context_tokens)

@@ -172,7 +172,7 @@ class LearnedRooflineCostModel(RooflineCostModel):
         return elem_s, ar_s, groups, head_s
 
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
-        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`), bit-identical to `step_cost` of
         each (this overrides the catalog roofline's, whose kernel times are not these): the linear layers'
         kernels, elementwise ops, all-reduces and LM head are priced once; per step the decode attention,
         and the sums in `step_cost`'s order (attention's FLOPs and bytes first, then each linear layer's)."""

@@ -576,7 +576,7 @@ class MeasuredCostModel:
         return cached
 
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
-        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`), bit-identical to `step_cost` of
         each: the per-layer token-count terms, the LM head and the roofline's context-free counts are
         computed once per batch size; per step only the decode attention, at the batch's bracket of the
         decode grid (`Grid2D.along_second`). Notes on points outside the tables are counted as often as

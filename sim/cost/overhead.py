@@ -36,7 +36,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields, replace
 
 from sim.core.step_plan import StepPlan
-from sim.cost.decode_runs import decode_step_costs, plain_decode_plan
+from sim.core.step_plan import decode_step_costs, plain_decode_plan
 from sim.cost.roofline import StepCost
 from sim.errors import ConfigError
 
@@ -121,7 +121,7 @@ class EngineOverheadCostModel:
         return self.step_cost(plan).time_s
 
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
-        """Costs of a run of decode-only steps (sim/cost/decode_runs.py): the kernels' (their closed form
+        """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`): the kernels' (their closed form
         where they have one), each plus the overhead, which does not depend on the context."""
         plan = plain_decode_plan(num_seqs, context_tokens)
         if plan.num_tokens == 0:

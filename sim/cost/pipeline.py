@@ -11,7 +11,7 @@ The engine that moves micro-batches through the stages is `sim.core.pipeline`.
 from __future__ import annotations
 
 from sim.core.step_plan import StepPlan
-from sim.cost.decode_runs import decode_step_costs, plain_decode_plan
+from sim.core.step_plan import decode_step_costs, plain_decode_plan
 from sim.cost.roofline import StepCost
 from sim.model.specs import ModelSpec
 
@@ -62,7 +62,7 @@ class LayerShareCostModel:
         return StepCost(c.time_s * self.share, c.flops * self.share, c.bytes * self.share)
 
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
-        """A run of decode-only steps (sim/cost/decode_runs.py): the whole model's, each scaled by the share."""
+        """A run of decode-only steps (`sim.core.step_plan.decode_step_costs`): the whole model's, each scaled by the share."""
         share = self.share
         return [StepCost(c.time_s * share, c.flops * share, c.bytes * share)
                 for c in decode_step_costs(self.whole, num_seqs, context_tokens, num_steps)]
@@ -125,7 +125,7 @@ class PipelineCostModel:
         return self.step_cost(plan).time_s
 
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
-        """A run of decode-only micro-batches alone in the pipeline (sim/cost/decode_runs.py), bit-identical
+        """A run of decode-only micro-batches alone in the pipeline (`sim.core.step_plan.decode_step_costs`), bit-identical
         to `step_cost` of each: the driver and transfer times do not depend on the context, so only the
         stages' costs are taken per step (their closed forms where they have one) and summed in order."""
         plan = plain_decode_plan(num_seqs, context_tokens)

@@ -623,7 +623,7 @@ class StepProfileCostModel:
         return cached
 
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
-        """Costs of a run of decode-only steps (sim/cost/decode_runs.py), bit-identical to `step_cost` of
+        """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`), bit-identical to `step_cost` of
         each: the token part (ρ_T · body), ρ_D, the all-reduces and the roofline's context-free counts are
         computed once per batch size; per step only the decode attention (`StepPhysics.decode_attention`
         and `Rates.time` inlined, the same operations), summed in `StepFit.time_s`'s order."""

@@ -242,8 +242,7 @@ class PagedKVManager:
         `first_token_slots + k * tokens_per_step` tokens and the slots allocated before the run plus the
         blocks taken after steps 0..k-1 (`new_blocks`). Columns token, reserved, internal, external, shared."""
         num_steps, bs = len(new_blocks), self.block_size
-        tokens = list(range(first_token_slots, first_token_slots + num_steps * tokens_per_step, tokens_per_step)) \
-            if tokens_per_step else [first_token_slots] * num_steps
+        tokens = [first_token_slots + k * tokens_per_step for k in range(num_steps)]
         internal = [0] * num_steps
         allocated = allocated_slots
         for k in range(num_steps):

@@ -92,36 +92,27 @@ class DecodeTracker:
             if needing:
                 self.kv.append_one_block_each(needing)
 
-    def advance_without_finishes(self, num_steps: int, after_step: Callable[[], None] | None) -> list[int] | None:
+    def advance_without_finishes(self, num_steps: int, after_step: Callable[[], None] | None) -> list[int]:
         """Apply `num_steps` decode steps that no member finishes in (the caller knows, from
         `steps_to_first_finish`), each followed by the next step's new blocks (the caller checked room).
+        Returns the new blocks taken after each step.
 
-        `after_step` is called after each step is applied and before the next step's blocks are taken, with
-        the counters exact: the state step-by-step simulation logs for that step. Without it, the new
-        blocks taken after each step are returned instead (one count per step)."""
+        `after_step`, if given, is called after each step is applied and before the next step's blocks are
+        taken, with the counters exact: the state step-by-step simulation logs for that step."""
         n = len(self.members)
         buckets, bs, append = self._buckets, self.block_size, self.kv.append_one_block_each
-        if after_step is None:
-            new_blocks = [0] * num_steps
-            if bs:
-                clock = self.clock
-                for k in range(num_steps):
-                    needing = buckets[(clock + k + 1) % bs]
-                    if needing:
-                        append(needing)
-                        new_blocks[k] = len(needing)
-            self.clock += num_steps
-            self.token_sum += n * num_steps
-            return new_blocks
-        for _ in range(num_steps):
+        new_blocks = [0] * num_steps
+        for k in range(num_steps):
             self.clock += 1
             self.token_sum += n
-            after_step()
+            if after_step is not None:
+                after_step()
             if bs:
                 needing = buckets[self.clock % bs]
                 if needing:
                     append(needing)
-        return None
+                    new_blocks[k] = len(needing)
+        return new_blocks
 
     def steps_to_first_finish(self) -> int | None:
         """Steps (counting the coming one) until the first member samples its last token; None: no member."""

@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.cost.calibrated import CalibratedCostModel
-from sim.cost.decode_runs import decode_step_costs, plain_decode_plan
+from sim.core.step_plan import decode_step_costs, plain_decode_plan
 from sim.cost.engine_steps import (
     FEATURES,
     EngineStepCostModel,
