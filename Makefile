@@ -15,12 +15,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed-core: pyproject.toml | $(BIN)/python
-	$(PIP) install -e .
+	$(PIP) install -e '.[fast]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
 	$(PIP) install $(TORCH)
-	$(PIP) install -e '.[dev,calibrate]'
+	$(PIP) install -e '.[dev,calibrate,fast]'
 	touch $@
 
 demo: $(VENV)/.installed-core

@@ -2,8 +2,11 @@
 
 Continuous batching + paged KV, Llama-3.1-8B on one H100, ShareGPT-like lengths, Poisson arrivals at
 about 80% of the sustainable rate (with the roofline). Run:
-    .venv/bin/python benchmarks/bench_engine.py [--exact] [--cost-model KIND] [counts...]
+    .venv/bin/python benchmarks/bench_engine.py [--exact] [--python] [--cost-model KIND] [counts...]
 --cost-model: roofline (default), measured, calibrated (the shipped H100 whole-step profile), or learned.
+--python: the SimPy engine even where the compiled core (sim/compiled, numba) could run it (run.compiled_core).
+The compiled core's first call in a fresh checkout compiles it (~10 s, cached under __pycache__ after): one
+warm-up run of 1,000 requests comes first and is not reported.
 Prints one Markdown row per count (paste into benchmarks/RESULTS.md).
 """
 
@@ -29,7 +32,7 @@ COST_MODELS = {"roofline": {"kind": "roofline"}, "measured": {"kind": "measured"
                "calibrated": {"kind": "calibrated"}, "learned": {"kind": "roofline", "efficiencies": "learned"}}
 
 
-def scenario(num_requests: int, fast_decode: bool = True, cost_model: str = "roofline"):
+def scenario(num_requests: int, fast_decode: bool = True, cost_model: str = "roofline", compiled: bool = True):
     return validate_scenario({
         "name": f"bench-{num_requests}",
         "model": "llama-3.1-8b",
@@ -39,7 +42,7 @@ def scenario(num_requests: int, fast_decode: bool = True, cost_model: str = "roo
         "scheduler": {"batching": "continuous", "max_num_seqs": 256, "max_model_len": 4096},
         "kv_cache": {"layout": "paged", "block_size": 16},
         "cost_model": COST_MODELS[cost_model],
-        "run": {"seed": 0, "num_requests": num_requests, "fast_decode": fast_decode},
+        "run": {"seed": 0, "num_requests": num_requests, "fast_decode": fast_decode, "compiled_core": compiled},
     })
 
 
@@ -49,14 +52,16 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main(counts: list[int], fast_decode: bool = True, cost_model: str = "roofline") -> None:
+def main(counts: list[int], fast_decode: bool = True, cost_model: str = "roofline", compiled: bool = True) -> None:
     print(f"# {cpuinfo()['cpu_model']}, {os.cpu_count()} hardware threads, Python {platform.python_version()}, "
           f"cost model {cost_model}, {'fast decode runs' if fast_decode else 'exact steps'}")
+    warm = simulate(scenario(1000, fast_decode, cost_model, compiled))  # compiles (or loads) the compiled core
+    print(f"# engine: {warm.extras['engine_core']}")
     print("| requests | generate (s) | simulate (s) | steps | simulated req/s of wall time | sim time (s) "
           "| peak RSS (MiB) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in counts:
-        sc = scenario(n, fast_decode, cost_model)
+        sc = scenario(n, fast_decode, cost_model, compiled)
         t0 = time.perf_counter()
         workload = make_workload(sc)
         t1 = time.perf_counter()
@@ -67,7 +72,7 @@ def main(counts: list[int], fast_decode: bool = True, cost_model: str = "rooflin
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a != "--exact"]  # --exact: step by step (run.fast_decode: false)
+    args = [a for a in sys.argv[1:] if a not in ("--exact", "--python")]  # --exact: run.fast_decode false
     cost = "roofline"
     if "--cost-model" in args:
         i = args.index("--cost-model")
@@ -75,4 +80,5 @@ if __name__ == "__main__":
         if cost not in COST_MODELS:
             sys.exit(f"--cost-model: {cost!r} is not allowed; allowed: {', '.join(COST_MODELS)}")
         del args[i:i + 2]
-    main([int(x) for x in args] or [10_000, 100_000, 1_000_000], fast_decode="--exact" not in sys.argv, cost_model=cost)
+    main([int(x) for x in args] or [10_000, 100_000, 1_000_000], fast_decode="--exact" not in sys.argv, cost_model=cost,
+         compiled="--python" not in sys.argv)

@@ -155,7 +155,7 @@ def requests_frame(log) -> pd.DataFrame:
         "max_output_tokens": log.max_output_tokens[ids],
         "preemptions": log.preemptions[ids],
         "status": pd.Categorical(pd.Series(log.status[ids]).map(_STATUS_NAMES), categories=list(STATUS_CODES)),
-    })
+    }, copy=False)  # the columns are fresh arrays already
     df["finished"] = df["status"] == "finished"
     df["reject_reason"] = pd.Series([log.reject_reason.get(int(i), "") for i in ids] if log.reject_reason
                                     else [""] * len(ids), dtype="string")
@@ -170,7 +170,8 @@ def requests_frame(log) -> pd.DataFrame:
 
 
 def steps_frame(step_arrays: dict) -> pd.DataFrame:
-    df = pd.DataFrame(step_arrays)
+    # copy=False: the frame holds the log's arrays as they are (no second copy: 1M requests make ~3M rows).
+    df = pd.DataFrame(step_arrays, copy=False)
     df["end_s"] = df["start_s"] + df["duration_s"]
     if "kv_capacity_slots" in df:
         # Free memory an allocation can use: capacity less token states, reserved, internal and external.
@@ -229,13 +230,20 @@ def _stats(values: np.ndarray, prefix: str) -> dict:
 
 
 def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
+    return weighted_percentiles(values, weights, (q,))[0]
+
+
+def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs) -> list[float]:
+    """The smallest value whose cumulative weight (values in increasing order) reaches q% of the total, for
+    each q, from one sort. Equal values may sort in any order: the value found is the same."""
     keep = weights > 0
     values, weights = values[keep], weights[keep]
     if not len(values):
-        return math.nan
-    order = np.argsort(values, kind="stable")
+        return [math.nan for _ in qs]
+    order = np.argsort(values)
     cum = np.cumsum(weights[order])
-    return float(values[order][np.searchsorted(cum, q / 100.0 * cum[-1], side="left")])
+    ordered = values[order]
+    return [float(ordered[np.searchsorted(cum, q / 100.0 * cum[-1], side="left")]) for q in qs]
 
 
 @dataclass(frozen=True)
@@ -408,8 +416,8 @@ def latencies(fin: pd.DataFrame, steps: pd.DataFrame, runs: DecodeRuns | None = 
     # Inter-token latency: a decoding token's gap is its step's duration (decodes run every step).
     durations, real_decodes = _step_durations_and_decodes(steps, runs)
     s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
-    for p in PERCENTILES:
-        s[f"itl_p{p}"] = weighted_percentile(durations, real_decodes, p)
+    for p, value in zip(PERCENTILES, weighted_percentiles(durations, real_decodes, PERCENTILES)):
+        s[f"itl_p{p}"] = value
     return s
 
 
@@ -491,7 +499,7 @@ def utilization(steps: pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = 
 
 def littles_law(requests: pd.DataFrame, fin: pd.DataFrame, in_system_area: float, elapsed: float) -> dict:
     """Time-average number in system (accumulated by the engine) vs λ·W from the records."""
-    s = {"mean_in_system": in_system_area / elapsed}
+    s = {"mean_in_system": float(in_system_area) / elapsed}
     if len(fin):
         s["littles_law_lambda_w"] = len(requests) / elapsed * float(
             np.where(requests["finished"], requests["e2e_s"], elapsed - requests["arrival_s"]).mean())

@@ -304,7 +304,13 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                      prefix_ids=workload.prefix_ids if scenario.kv_cache.enable_prefix_caching else None,
                      prefix_unit_tokens=workload.prefix_unit_tokens, progress=progress,
                      fast_decode=run.fast_decode, stop_when=stop_when)
-    sim.run()
+    if run.compiled_core:
+        from sim.compiled.engine import run_compiled
+        ran = run_compiled(sim)  # in its scope: the same records, without the SimPy loop
+    else:
+        sim.engine_core, ran = "python (run.compiled_core is false)", False
+    if not ran:
+        sim.run()
     requests = requests_frame(sim.requests)
     steps = steps_frame(sim.steps.arrays())
     decode_runs = decode_runs_of(sim.steps)
@@ -324,7 +330,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler),
                           # which cost model priced the run, in a few words: every summary table shows it
-                          "cost_model_label": cost_model_label(replicas[0].cost_model)},
+                          "cost_model_label": cost_model_label(replicas[0].cost_model),
+                          "engine_core": sim.engine_core},
                   decode_runs=decode_runs)
 
 

@@ -330,6 +330,9 @@ class RunSpec(_Strict):
     fast_decode: bool = Field(True, description="take runs of decode-only steps between events in one move "
                               "(a run is one step record with num_steps; per-request records and the summary "
                               "are those of step-by-step simulation, float sums to rounding; false: step by step)")
+    compiled_core: bool = Field(True, description="run scenarios in the compiled core's scope (one replica, "
+                                "continuous batching, plain paged KV, roofline) through it (numba, the `fast` "
+                                "extra): identical records, ~10x faster; false: always the SimPy engine")
 
     @model_validator(mode="after")
     def _bounded(self) -> "RunSpec":

@@ -36,6 +36,12 @@ class _Environment(simpy.Environment):
         heapq.heappush(self._queue, (when, NORMAL, next(self._eid), event))
         return event
 
+    def advance_to(self, when: float) -> None:
+        """Set the clock of an environment whose events were simulated elsewhere (the compiled core)."""
+        if self._queue and self._queue[0][0] < when:
+            raise ValueError("advance_to: events are pending before that time")
+        self._now = when
+
 
 def _plain_decode(plan: StepPlan) -> bool:
     """Only single-token decodes, every one sampled: the step a cost model's `decode_step_costs` prices."""
@@ -84,24 +90,46 @@ class StepLog:
         self._run_kv_code = "i" if max_kv_slots < 2**31 else "q"
         self.run_step_duration_s = array("d")
         self.run_kv = {name: array(self._run_kv_code) for name in self.RUN_KV_COLUMNS}
+        # Rows written elsewhere (the compiled core, sim/compiled) arrive as array chunks, after these rows.
+        self._chunks: dict[str, list[np.ndarray]] = {name: [] for name in self.COLUMNS}
+        self._run_chunks: dict[str, list[np.ndarray]] = {name: [] for name in ("step_duration_s", *self.RUN_KV_COLUMNS)}
+
+    def add_chunk(self, columns: dict[str, np.ndarray], run_step_duration_s: np.ndarray,
+                  run_kv: dict[str, np.ndarray]) -> None:
+        """Append rows given as arrays (every column), with their decode runs' per-step records."""
+        for name in self.COLUMNS:
+            self._chunks[name].append(columns[name])
+        self._run_chunks["step_duration_s"].append(run_step_duration_s)
+        kv_dtype = np.int32 if self._run_kv_code == "i" else np.int64  # as compact as the run_kv arrays
+        for name in self.RUN_KV_COLUMNS:
+            self._run_chunks[name].append(run_kv[name].astype(kv_dtype))
+
+    @staticmethod
+    def _joined(compact: array, chunks: list[np.ndarray], dtype) -> np.ndarray:
+        """One array of the compact rows then the chunks; the chunks list is emptied as it is joined."""
+        parts = [np.array(compact, dtype=dtype)] + chunks
+        out = parts[0] if len(parts) == 1 else np.concatenate(parts).astype(dtype, copy=False)
+        chunks.clear()
+        return out
 
     def run_arrays(self) -> dict[str, np.ndarray]:
         """The decode runs' per-step records (`sim.results.DecodeRuns`): "step_duration_s" (every step of every
         run row) and the RUN_KV_COLUMNS (every step but each run's last), as arrays; the compact copies go."""
-        out = {"step_duration_s": np.array(self.run_step_duration_s, dtype=np.float64)}
+        out = {"step_duration_s": self._joined(self.run_step_duration_s, self._run_chunks["step_duration_s"],
+                                               np.float64)}
         self.run_step_duration_s = array("d")
         for name in self.RUN_KV_COLUMNS:
-            out[name] = np.array(self.run_kv.pop(name), dtype=np.int64)
+            out[name] = self._joined(self.run_kv.pop(name), self._run_chunks[name], np.int64)
             self.run_kv[name] = array(self._run_kv_code)
         return out
 
     def arrays(self) -> dict[str, np.ndarray]:
-        """The columns as arrays; each column's compact copy is dropped as it is converted, so the peak
-        holds one copy of the log, not two."""
+        """The columns as arrays; each column's compact copy (and chunks) is dropped as it is converted, so
+        the peak holds one copy of the log and one column, not two copies."""
         out = {}
         for name in list(self.columns):
             col = self.columns.pop(name)
-            out[name] = np.array(col, dtype=np.float64 if col.typecode == "d" else np.int64)
+            out[name] = self._joined(col, self._chunks[name], np.float64 if col.typecode == "d" else np.int64)
             del col
         self.columns = {name: array(code) for name, code in self.COLUMNS.items()}
         return out
@@ -152,6 +180,9 @@ class Simulation:
                  progress: Callable[[float, int], None] | None = None, fast_decode: bool = False,
                  stop_when: Callable[[Simulation], bool] | None = None):
         self.env = _Environment()
+        # Which loop ran it: this SimPy one, or the compiled core (sim/compiled), which `sim.run.simulate` tries
+        # first and which then sets this, and the logs, counters and clock, as `run` would.
+        self.engine_core = "python"
         self.replicas = replicas
         self.router = router
         self.arrival_s = arrival_s

@@ -1,7 +1,8 @@
 """The floor plan holds: imports in sim/ point down the layers, and no modules import each other in a cycle.
 
 Layers, bottom to top (a module may import its own package and any lower layer, never a higher one):
-errors and atomic_files; model and workload; core; kv and cost; sched; config; results; run; api
+errors and atomic_files; model and workload; core; kv and cost; sched; config and compiled (the numba engine
+loop, which stands in for core's SimPy loop over kv, cost and sched); results; run; api
 (the public facade); tools; views. `sim/__init__.py` only re-exports lazily and is exempt. Function-level imports count too:
 a lazy import that points up a layer is still a dependency upwards.
 """
@@ -20,7 +21,7 @@ LAYER_OF = {
     "sim.core": 2,
     "sim.kv": 3, "sim.cost": 3,
     "sim.sched": 4,
-    "sim.config": 5,
+    "sim.config": 5, "sim.compiled": 5,
     "sim.results": 6,
     "sim.run": 7,
     "sim.api": 8,

@@ -1,0 +1,188 @@
+"""The compiled engine core: when a simulation is in its scope, run it through `sim.compiled.kernel`
+(numba) instead of the SimPy loop,, with identical records (issue 15).
+
+In scope: one replica, open arrivals (any horizon), `ContinuousScheduler` with the plain decode tracker and
+last-admitted recompute preemption, one sequence per request, `PagedKVManager` without prefix caching,
+sharing or a sliding window, no stop rule, and the roofline cost model (`RooflineCostModel.compiled_params`). Anything
+else, or numba missing, runs the Python engine, which stays the reference; `Simulation.engine_core` says
+which ran and why.
+"""
+
+from __future__ import annotations
+
+import math
+import numpy as np
+
+from sim.core.request import Request
+
+_ROWS_PER_CALL = 1 << 16  # rows kept in the kernel's buffers between two reads (and progress reports)
+
+
+def scope_gap(sim) -> str:
+    """Why `sim` cannot run compiled ("" when it can)."""
+    from sim.core.engine import Replica
+    from sim.kv.paged import PagedKVManager
+    from sim.sched.continuous import ContinuousScheduler
+    from sim.sched.decode import DecodeTracker
+
+    if sim.stop_when is not None:
+        return "a stop rule"
+    if sim.closed_loop_users:
+        return "a closed loop"
+    if sim.prefix_ids is not None:
+        return "prefix caching"
+    if len(sim.replicas) != 1 or type(sim.replicas[0]) is not Replica:
+        return "several replicas" if len(sim.replicas) != 1 else "a pipelined replica"
+    if sim.env.now != 0 or sim.num_requests == 0:
+        return "a started or empty simulation"
+    scheduler = sim.replicas[0].scheduler
+    if type(scheduler) is not ContinuousScheduler:
+        return f"the {type(scheduler).__name__}"
+    if type(scheduler.tracker) is not DecodeTracker:
+        return "speculative decoding"
+    if scheduler.sequences_per_request != 1:
+        return "parallel sampling or beam search"
+    if scheduler.swap.capacity_tokens or scheduler.victim != "last_admitted":
+        return "swap preemption or another victim policy"
+    if scheduler.hold_kv_on_finish or scheduler.running or scheduler.waiting or scheduler.incoming:
+        return "a disaggregated or started scheduler"
+    kv = scheduler.kv
+    if type(kv) is not PagedKVManager:
+        return f"the {type(kv).__name__}"
+    if kv.prefix_cache is not None or kv.sharing or kv.sliding_window:
+        return "prefix caching" if kv.prefix_cache is not None else "shared or sliding-window KV blocks"
+    if _price_params(sim.replicas[0].cost_model) is None:
+        return f"the cost model {type(sim.replicas[0].cost_model).__name__} has no compiled form"
+    try:
+        import sim.compiled.kernel  # noqa: F401
+    except ImportError:
+        return "numba is not installed (pip install servesim[fast])"
+    return ""
+
+
+def _price_params(cost_model):
+    form = getattr(cost_model, "compiled_params", None)
+    return form() if form is not None else None
+
+
+def run_compiled(sim) -> bool:
+    """Run `sim` through the compiled core if it is in scope: True, with its logs, counters and clock set as
+    `Simulation.run` leaves them. False, with `sim` untouched, when out of scope or when SimPy's order of two
+    simultaneous events would decide the outcome (the Python engine then runs it)."""
+    gap = scope_gap(sim)
+    if gap:
+        sim.engine_core = f"python ({gap})"
+        return False
+    from sim.compiled import kernel as k
+
+    replica = sim.replicas[0]
+    scheduler, kv = replica.scheduler, replica.scheduler.kv
+    price = _price_params(replica.cost_model)
+    n = sim.num_requests
+    arrival_s = np.ascontiguousarray(sim.arrival_s[:n], dtype=np.float64)
+    prompt = np.ascontiguousarray(sim.input_tokens[:n], dtype=np.int64)
+    max_out = np.ascontiguousarray(sim.output_tokens[:n], dtype=np.int64)
+    horizon = sim.horizon_s if sim.horizon_s is not None else math.inf
+    max_seqs = scheduler.max_num_seqs
+
+    si = np.zeros(k.NUM_SI, dtype=np.int64)
+    si[[k.I_RUN_HEAD, k.I_RUN_TAIL, k.I_PF_HEAD, k.I_PF_TAIL]] = -1
+    si[k.I_ALLOC_CLOCK] = -1
+    si[k.I_FREE_BLOCKS] = kv.num_blocks
+    sf = np.zeros(k.NUM_SF)
+    sf[k.F_HORIZON] = horizon
+    cfg = np.zeros(k.NUM_CFG, dtype=np.int64)
+    cfg[k.C_MAX_SEQS], cfg[k.C_MAX_BATCHED] = max_seqs, scheduler.max_num_batched_tokens
+    cfg[k.C_CHUNKED], cfg[k.C_MAX_MODEL_LEN] = scheduler.chunked_prefill, scheduler.max_model_len
+    cfg[k.C_NUM_BLOCKS], cfg[k.C_BLOCK_SIZE], cfg[k.C_FAST_DECODE] = kv.num_blocks, kv.block_size, sim.fast_decode
+
+    computed, out, blocks, preemptions = (np.zeros(n, dtype=np.int64) for _ in range(4))
+    anchor = np.full(n, -1, dtype=np.int64)
+    state = np.zeros(n, dtype=np.int8)
+    first_sched, first_tok, last_tok, finish_s = (np.full(n, np.nan) for _ in range(4))
+    run_next, run_prev, pf_next = (np.full(n, -1, dtype=np.int64) for _ in range(3))
+    pf_prev = np.full(n, -2, dtype=np.int64)
+    waiting = np.zeros(n, dtype=np.int64)
+    heap = np.zeros(n + 2 * max_seqs + 2, dtype=np.int64)
+    bucket = np.zeros(kv.block_size, dtype=np.int64)
+    stamp = np.zeros(n, dtype=np.int64)
+    plan_rid, plan_chunk, plan_ctx, pf_snap = (np.zeros(max_seqs + 1, dtype=np.int64) for _ in range(4))
+    row_i = np.zeros((len(k.INT_COLUMNS), _ROWS_PER_CALL), dtype=np.int64)  # a column per row: slices copy fast
+    row_f = np.zeros((len(k.FLOAT_COLUMNS), _ROWS_PER_CALL))
+    max_run_steps = 4 * _ROWS_PER_CALL + scheduler.max_model_len + 2
+    run_dur = np.zeros(max_run_steps)
+    run_tok, run_internal = np.zeros(max_run_steps, dtype=np.int64), np.zeros(max_run_steps, dtype=np.int64)
+    arrival_ev = k.arrival_event_times(arrival_s)
+
+    log = sim.steps
+    while True:
+        code = k.run(si, sf, cfg, price, arrival_s, arrival_ev, prompt, max_out,
+                     computed, out, anchor, blocks, state, preemptions, first_sched, first_tok, last_tok, finish_s,
+                     run_next, run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp,
+                     plan_rid, plan_chunk, plan_ctx, pf_snap, row_i, row_f, run_dur, run_tok, run_internal,
+                     _ROWS_PER_CALL, max_run_steps)
+        if code == k.DIVERGED:
+            sim.steps = type(log)(kv.capacity_slots)  # back to an empty log for the Python engine
+            sim.engine_core = "python (an arrival at exactly a step's end: SimPy's event order decides)"
+            return False
+        _append_rows(log, si, row_i, row_f, run_dur, run_tok, run_internal, k)
+        if si[k.I_HEAP_SIZE] + max_seqs + 1 > len(heap):
+            heap = np.concatenate([heap, np.zeros(len(heap), dtype=np.int64)])
+        if code == k.DONE:
+            break
+        if sim.progress is not None:
+            sim.progress(float(sf[k.F_NOW]), int(si[k.I_NUM_DONE]))
+
+    # The state Simulation.run leaves: counters, Little's law to the end, the records.
+    end_s = horizon if sim.horizon_s is not None else float(sf[k.F_LAST_EVENT])
+    sim.env.advance_to(end_s)
+    sim.num_arrived, sim.num_done = int(si[k.I_NUM_ARRIVED]), int(si[k.I_NUM_DONE])
+    sim._next_request = int(si[k.I_NEXT_ARRIVAL])
+    sim.in_system, sim.in_system_area = int(si[k.I_IN_SYSTEM]), float(sf[k.F_AREA])
+    sim._in_system_since = float(sf[k.F_SINCE])
+    sim._change_in_system(0)
+    members = anchor >= 0  # still decoding at the horizon: their counters catch up, as in_flight() syncs them
+    out[members] += int(si[k.I_CLOCK]) - anchor[members]
+    _fill_records(sim.requests, state, k, arrival_s, first_sched, first_tok, last_tok, finish_s, prompt, out,
+                  max_out, preemptions)
+    for i in np.flatnonzero(state == k.REJECTED):
+        sim.requests.reject_reason[int(i)] = scheduler.rejection_reason(
+            Request(int(i), float(arrival_s[i]), int(prompt[i]), int(max_out[i])))
+    if sim.progress is not None:
+        sim.progress(end_s, sim.num_done)
+    sim.engine_core = "compiled"
+    return True
+
+
+def _append_rows(log, si, row_i, row_f, run_dur, run_tok, run_internal, k) -> None:
+    """Hand the rows and run steps the kernel wrote to the step log (as array chunks); empty the buffers."""
+    rows, steps, kv_steps = int(si[k.I_ROWS]), int(si[k.I_RUN_STEPS]), int(si[k.I_RUN_KV])
+    columns = {"replica": np.zeros(rows, dtype=np.int64)}
+    columns.update((name, row_f[j, :rows].copy()) for j, name in enumerate(k.FLOAT_COLUMNS))
+    columns.update((name, row_i[j, :rows].copy()) for j, name in enumerate(k.INT_COLUMNS))
+    zeros = np.zeros(kv_steps, dtype=np.int64)
+    run_kv = {name: zeros for name in log.RUN_KV_COLUMNS}
+    run_kv["kv_token_slots"], run_kv["kv_internal_slots"] = run_tok[:kv_steps].copy(), run_internal[:kv_steps].copy()
+    log.add_chunk(columns, run_dur[:steps].copy(), run_kv)
+    si[k.I_ROWS] = si[k.I_RUN_STEPS] = si[k.I_RUN_KV] = 0
+
+
+def _fill_records(records, state, k, arrival_s, first_sched, first_tok, last_tok, finish_s, prompt, out,
+                  max_out, preemptions) -> None:
+    """RequestLog.record for every request that arrived: finished, rejected or (at a horizon) unfinished."""
+    arrived = state != k.NOT_ARRIVED
+    status = np.full(len(state), -1, dtype=np.int64)
+    status[state == k.FINISHED] = 0
+    status[(state == k.WAITING) | (state == k.RUNNING)] = 1
+    status[state == k.REJECTED] = 2
+    records.status[:] = status
+    records.replica[arrived] = 0
+    records.arrival_s[arrived] = arrival_s[arrived]
+    for name, values in (("first_scheduled_s", first_sched), ("first_token_s", first_tok),
+                         ("last_token_s", last_tok), ("finish_s", finish_s)):
+        getattr(records, name)[arrived] = values[arrived]
+    records.prompt_tokens[arrived] = prompt[arrived]
+    records.output_tokens[arrived] = out[arrived]
+    records.max_output_tokens[arrived] = max_out[arrived]
+    records.preemptions[arrived] = preemptions[arrived]
+

@@ -1,0 +1,544 @@
+"""The engine loop of `sim.core.engine` for its most common case, compiled with numba (issue 15).
+
+One replica, open arrivals (any horizon), continuous batching (`ContinuousScheduler`, chunked prefill or not,
+last-admitted recompute preemption), plain paged KV (no prefix caching, forks, sliding window or swap), decode
+runs or exact steps, and the roofline cost model (`sim.cost.roofline_kernel`).
+`sim.compiled.engine` decides when a simulation is in that scope, prepares the arrays and reads them back; this
+module is only the loop. It repeats, decision by decision and floating-point operation by operation, what
+the SimPy engine, the scheduler, the decode tracker, the paged KV manager and `RooflineCostModel.step_cost`
+do, so the records it writes are identical to theirs (tests/integration/test_compiled_core.py compares them
+on random scenarios). Where the two could part (an arrival at exactly a step's end, whose order SimPy
+settles by event ids), it stops and says so, and the caller runs the Python engine instead.
+
+Block identities never matter without sharing, so blocks are counted, not listed. A decoding request's
+counters lag as in `DecodeTracker` (an anchor clock), and the blocks it holds follow from them: its
+computed tokens, plus the one it computes in the coming step once that step's blocks were taken.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+from sim.cost.roofline_kernel import step_cost
+
+# Return codes of `run`.
+DONE = 0
+FLUSH = 1  # the output buffers are (nearly) full: read them back and call again
+DIVERGED = 2  # an arrival at exactly a step's end: SimPy's event order decides, run the Python engine
+
+# Per-request state codes.
+NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
+
+# Indices into the int64 state array `si`.
+(I_CLOCK, I_ALLOC_CLOCK, I_MEMBERS, I_TOKEN_SUM, I_PF_SUM, I_FREE_BLOCKS, I_RUNNING, I_RUN_HEAD, I_RUN_TAIL,
+ I_PF_HEAD, I_PF_TAIL, I_PF_COUNT, I_W_HEAD, I_W_COUNT, I_NEXT_ARRIVAL, I_HEAP_SIZE, I_NUM_DONE, I_IN_SYSTEM,
+ I_ROWS, I_RUN_STEPS, I_RUN_KV, I_STEP_ID, I_NUM_ARRIVED) = range(23)
+NUM_SI = 23
+# Indices into the float64 state array `sf`.
+F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON = range(5)
+NUM_SF = 5
+# Indices into the int64 configuration array `cfg`.
+C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE = range(7)
+NUM_CFG = 7
+# Integer step-log columns, in this order (`sim.core.engine.StepLog.COLUMNS` minus replica and the floats).
+INT_COLUMNS = ("num_seqs", "num_waiting", "num_prefill_tokens", "num_decode_seqs", "num_padding_seqs",
+               "num_output_tokens", "num_preempted", "kv_token_slots", "kv_reserved_slots", "kv_internal_slots",
+               "kv_external_slots", "kv_capacity_slots", "kv_shared_slots", "swap_in_tokens", "swap_out_tokens",
+               "num_steps")
+FLOAT_COLUMNS = ("start_s", "duration_s", "flops", "bytes")
+
+
+@njit(cache=True)
+def arrival_event_times(arrival_s):
+    """When SimPy fires each arrival: the arrivals process sleeps `arrival - now` from its own clock, and
+    `now + (a - now)` is not always `a` in floating point."""
+    n = arrival_s.shape[0]
+    out = np.empty(n)
+    now = 0.0
+    for i in range(n):
+        delay = arrival_s[i] - now
+        if delay > 0:
+            now = now + delay
+        out[i] = now
+    return out
+
+
+# --- the finish heap: (finish clock, request id) pairs as one int64 key, smallest first -------------------
+@njit(cache=True)
+def _heap_push(heap, si, key):
+    i = si[I_HEAP_SIZE]
+    si[I_HEAP_SIZE] = i + 1
+    heap[i] = key
+    while i > 0:
+        parent = (i - 1) >> 1
+        if heap[parent] <= key:
+            break
+        heap[i] = heap[parent]
+        i = parent
+    heap[i] = key
+
+
+@njit(cache=True)
+def _heap_pop(heap, si):
+    size = si[I_HEAP_SIZE] - 1
+    si[I_HEAP_SIZE] = size
+    top = heap[0]
+    last = heap[size]
+    i = 0
+    while True:
+        child = 2 * i + 1
+        if child >= size:
+            break
+        if child + 1 < size and heap[child + 1] < heap[child]:
+            child += 1
+        if heap[child] >= last:
+            break
+        heap[i] = heap[child]
+        i = child
+    if size > 0:
+        heap[i] = last
+    return top
+
+
+@njit(cache=True)
+def _blocks_for(tokens, bs):
+    return -(-tokens // bs)
+
+
+@njit(cache=True)
+def run(si, sf, cfg, price,
+        arrival_s, arrival_ev, prompt, max_out,
+        computed, out, anchor, blocks, state, preemptions, first_sched, first_tok, last_tok, finish_s,
+        run_next, run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp,
+        plan_rid, plan_chunk, plan_ctx, pf_snap,
+        row_i, row_f, run_dur, run_tok, run_internal, max_rows, max_run_steps):
+    """Advance the simulation from the top of the engine loop until every request is done (DONE), the
+    output buffers need reading (FLUSH; call again) or the SimPy order cannot be repeated (DIVERGED)."""
+    n_req = prompt.shape[0]
+    max_seqs, max_batched = cfg[C_MAX_SEQS], cfg[C_MAX_BATCHED]
+    chunked, max_model_len = cfg[C_CHUNKED] != 0, cfg[C_MAX_MODEL_LEN]
+    num_blocks, bs, fast_decode = cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE], cfg[C_FAST_DECODE] != 0
+    capacity_slots = num_blocks * bs
+    horizon = sf[F_HORIZON]
+    key_base = n_req  # heap key: finish_clock * key_base + request id
+
+    while True:
+        if (si[I_ROWS] >= max_rows or si[I_RUN_STEPS] + max_model_len + 2 > max_run_steps
+                or si[I_HEAP_SIZE] + max_seqs + 1 > heap.shape[0]):
+            return FLUSH
+        now = sf[F_NOW]
+        clock = si[I_CLOCK]
+        si[I_STEP_ID] += 1
+        step_id = si[I_STEP_ID]
+
+        # ---- schedule(now) --------------------------------------------------------------------------
+        have_plan = si[I_RUNNING] > 0 or si[I_W_COUNT] > 0
+        num_pf = 0
+        num_new = 0
+        num_preempted = 0
+        num_decode = 0
+        num_sampled = 0
+        if have_plan:
+            # Room for the decodes' next tokens; preempt (last admitted first) until there is.
+            while bucket[clock % bs] > si[I_FREE_BLOCKS]:
+                victim = _preempt(si, run_prev, run_next, pf_prev, pf_next, stamp, step_id, computed, out,
+                                  anchor, blocks, state, preemptions, waiting, bucket, bs, n_req)
+                if victim < 0:
+                    return DIVERGED
+                num_preempted += 1
+            si[I_FREE_BLOCKS] -= bucket[clock % bs]
+            si[I_ALLOC_CLOCK] = clock
+            budget = max_batched - si[I_MEMBERS]
+            # Running prefills first, in admission order (a snapshot: admissions below join after).
+            n_snap = 0
+            rid = si[I_PF_HEAD]
+            while rid >= 0:
+                pf_snap[n_snap] = rid
+                n_snap += 1
+                rid = pf_next[rid]
+            for s in range(n_snap):
+                rid = pf_snap[s]
+                if state[rid] != RUNNING or pf_prev[rid] == -2 or budget <= 0:
+                    continue  # preempted while making room for an earlier one, or no budget left
+                chunk = min(prompt[rid] + out[rid] - computed[rid], budget)
+                added = False
+                while True:
+                    need = _blocks_for(computed[rid] + chunk, bs) - blocks[rid]
+                    if need < 0:
+                        need = 0
+                    if need <= si[I_FREE_BLOCKS]:
+                        si[I_FREE_BLOCKS] -= need
+                        blocks[rid] += need
+                        added = True
+                        break
+                    victim = _preempt(si, run_prev, run_next, pf_prev, pf_next, stamp, step_id, computed, out,
+                                      anchor, blocks, state, preemptions, waiting, bucket, bs, n_req)
+                    if victim < 0:
+                        return DIVERGED
+                    num_preempted += 1
+                    if victim == rid:
+                        break
+                if added:
+                    plan_rid[num_pf] = rid
+                    plan_chunk[num_pf] = chunk
+                    plan_ctx[num_pf] = computed[rid]
+                    num_pf += 1
+                    stamp[rid] = step_id
+                    if computed[rid] + chunk == prompt[rid] + out[rid]:
+                        num_sampled += 1
+                    budget -= chunk
+            # Then waiting requests in order while a sequence slot, the budget and the KV allow.
+            while si[I_W_COUNT] > 0 and num_preempted == 0 and budget > 0 and si[I_RUNNING] < max_seqs:
+                rid = waiting[si[I_W_HEAD]]
+                # kv.admit (no prefix cache, no swap: everything is computed again from 0)
+                need_tokens = prompt[rid] + out[rid]
+                chunk = min(need_tokens, budget)
+                if chunked:
+                    fits = _blocks_for(need_tokens, bs) <= si[I_FREE_BLOCKS]
+                else:
+                    fits = chunk == need_tokens
+                if not fits:
+                    break
+                need = _blocks_for(chunk, bs)
+                if need > si[I_FREE_BLOCKS]:
+                    break
+                si[I_FREE_BLOCKS] -= need
+                blocks[rid] = need
+                computed[rid] = 0
+                si[I_W_HEAD] = (si[I_W_HEAD] + 1) % n_req
+                si[I_W_COUNT] -= 1
+                state[rid] = RUNNING
+                if math.isnan(first_sched[rid]):
+                    first_sched[rid] = now
+                _list_append(run_prev, run_next, si, I_RUN_HEAD, I_RUN_TAIL, rid)
+                si[I_RUNNING] += 1
+                _list_append(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, rid)
+                si[I_PF_COUNT] += 1
+                num_new += 1
+                plan_rid[num_pf] = rid
+                plan_chunk[num_pf] = chunk
+                plan_ctx[num_pf] = 0
+                num_pf += 1
+                stamp[rid] = step_id
+                if chunk == need_tokens:
+                    num_sampled += 1
+                budget -= chunk
+            num_decode = si[I_MEMBERS]
+            num_sampled += num_decode
+            if num_pf == 0 and num_decode == 0:
+                have_plan = False
+
+        if not have_plan:
+            # The engine waits for the next arrival (none left: the run is over).
+            nxt = si[I_NEXT_ARRIVAL]
+            if nxt >= n_req or arrival_ev[nxt] >= horizon:
+                return DONE
+            t = arrival_ev[nxt]
+            _admit_arrivals_until(si, sf, t, True, arrival_ev, prompt, max_out, state, waiting,
+                                  chunked, max_batched, max_model_len, num_blocks, bs, n_req, horizon)
+            sf[F_NOW] = t
+            continue
+
+        num_waiting = si[I_W_COUNT]
+        decode_ctx = si[I_TOKEN_SUM] + num_decode
+        num_prefill_tokens = 0
+        for j in range(num_pf):
+            num_prefill_tokens += plan_chunk[j]
+        time_s, flops, nbytes = step_cost(price, num_prefill_tokens,
+                                          plan_chunk, plan_ctx, num_pf, num_decode, decode_ctx, num_sampled)
+
+        # ---- a decode run (Simulation._decode_run, ContinuousScheduler.decode_run_limit) ----------------
+        num_steps = 1
+        end = now + time_s
+        duration, run_flops, run_bytes = time_s, flops, nbytes
+        if fast_decode and num_decode > 0 and num_pf == 0:
+            nxt = si[I_NEXT_ARRIVAL]
+            bound = horizon
+            if nxt < n_req and arrival_s[nxt] < bound:
+                bound = arrival_s[nxt]
+            first_end = now + time_s
+            if first_end < bound:
+                if math.isinf(bound):
+                    cap = 1 << 62
+                else:
+                    cap = int((bound - now) / time_s) + 1
+                limit = _decode_run_limit(si, heap, bucket, anchor, max_out, out, state, cap, clock, bs, num_preempted,
+                                          num_new, max_seqs, max_batched, key_base)
+                if limit > 1:
+                    r0 = si[I_RUN_STEPS]
+                    end_r = now
+                    k_steps = 0
+                    duration_r = 0.0
+                    flops_r = 0.0
+                    bytes_r = 0.0
+                    ctx = decode_ctx
+                    for k in range(limit):
+                        if k == 0:
+                            c_t, c_f, c_b = time_s, flops, nbytes
+                        else:
+                            c_t, c_f, c_b = step_cost(price, 0, plan_chunk,
+                                                      plan_ctx, 0, num_decode, ctx, num_decode)
+                        t = end_r + c_t
+                        if t >= bound:
+                            break
+                        end_r = t
+                        run_dur[r0 + k_steps] = c_t
+                        k_steps += 1
+                        duration_r += c_t
+                        flops_r += c_f
+                        bytes_r += c_b
+                        ctx += num_decode
+                    if k_steps > 1:
+                        num_steps = k_steps
+                        end = end_r
+                        duration, run_flops, run_bytes = duration_r, flops_r, bytes_r
+
+        # ---- the step's time passes: arrivals before its end are admitted -------------------------------
+        if end >= horizon:
+            # The step would end at or after the horizon: SimPy stops before it, after the arrivals before it.
+            _admit_arrivals_until(si, sf, horizon, True, arrival_ev, prompt, max_out, state, waiting,
+                                  chunked, max_batched, max_model_len, num_blocks, bs, n_req, horizon)
+            return DONE
+        if not _admit_arrivals_until(si, sf, end, False, arrival_ev, prompt, max_out, state, waiting,
+                                     chunked, max_batched, max_model_len, num_blocks, bs, n_req, horizon):
+            return DIVERGED
+        sf[F_NOW] = end
+        sf[F_LAST_EVENT] = end
+
+        if num_steps > 1:
+            # The steps of the run but its last: states counted in bulk (PagedKVManager.run_usage).
+            r0 = si[I_RUN_KV]
+            first_tokens = si[I_TOKEN_SUM] + si[I_PF_SUM] + num_decode
+            allocated = (num_blocks - si[I_FREE_BLOCKS]) * bs
+            for k in range(num_steps - 1):
+                tokens = first_tokens + k * num_decode
+                run_tok[r0 + k] = tokens
+                run_internal[r0 + k] = allocated - tokens
+                si[I_CLOCK] += 1
+                si[I_TOKEN_SUM] += num_decode
+                need = bucket[si[I_CLOCK] % bs]
+                si[I_FREE_BLOCKS] -= need
+                si[I_ALLOC_CLOCK] = si[I_CLOCK]
+                allocated += need * bs
+            si[I_RUN_KV] = r0 + num_steps - 1
+            si[I_RUN_STEPS] += num_steps
+
+        # ---- update_from_output(plan, end) ------------------------------------------------------------------
+        num_output = num_decode
+        si[I_CLOCK] += 1
+        clock = si[I_CLOCK]
+        si[I_TOKEN_SUM] += num_decode
+        n_fin = 0
+        while si[I_HEAP_SIZE] > 0 and heap[0] // key_base <= clock:
+            key = _heap_pop(heap, si)
+            fclock = key // key_base
+            rid = key - fclock * key_base
+            if anchor[rid] < 0 or state[rid] != RUNNING or anchor[rid] + max_out[rid] - out[rid] != fclock:
+                continue  # stale
+            held = _tracker_remove(si, rid, computed, out, anchor, bucket, bs)
+            _finish(si, rid, end, held, blocks, state, last_tok, finish_s, run_prev, run_next)
+            n_fin += 1
+        for j in range(num_pf):
+            rid = plan_rid[j]
+            computed[rid] += plan_chunk[j]
+            si[I_PF_SUM] += plan_chunk[j]
+            if computed[rid] < prompt[rid] + out[rid]:
+                continue
+            _list_remove(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, rid)
+            si[I_PF_COUNT] -= 1
+            si[I_PF_SUM] -= computed[rid]
+            out[rid] += 1
+            num_output += 1
+            if math.isnan(first_tok[rid]):
+                first_tok[rid] = end
+            last_tok[rid] = end
+            if out[rid] >= max_out[rid]:
+                _finish(si, rid, end, blocks[rid], blocks, state, last_tok, finish_s, run_prev, run_next)
+                n_fin += 1
+            else:
+                # tracker.add: decodes from the next step; its blocks follow from its counters from now on
+                anchor[rid] = clock
+                blocks[rid] = -1  # from now on its counters say what it holds
+                si[I_MEMBERS] += 1
+                si[I_TOKEN_SUM] += computed[rid]
+                _heap_push(heap, si, (clock + max_out[rid] - out[rid]) * key_base + rid)
+                bucket[(clock - computed[rid]) % bs] += 1
+        num_output *= num_steps
+
+        # ---- the step's row ---------------------------------------------------------------------------
+        tokens = si[I_TOKEN_SUM] + si[I_PF_SUM]
+        allocated = (num_blocks - si[I_FREE_BLOCKS]) * bs
+        r = si[I_ROWS]
+        row_f[0, r] = now
+        row_f[1, r] = duration
+        row_f[2, r] = run_flops
+        row_f[3, r] = run_bytes
+        row_i[0, r] = num_pf + num_decode
+        row_i[1, r] = num_waiting
+        row_i[2, r] = num_prefill_tokens
+        row_i[3, r] = num_decode
+        row_i[4, r] = 0
+        row_i[5, r] = num_output
+        row_i[6, r] = num_preempted
+        row_i[7, r] = tokens
+        row_i[8, r] = 0
+        row_i[9, r] = allocated - tokens
+        row_i[10, r] = 0
+        row_i[11, r] = capacity_slots
+        row_i[12, r] = 0
+        row_i[13, r] = 0
+        row_i[14, r] = 0
+        row_i[15, r] = num_steps
+        si[I_ROWS] = r + 1
+        if n_fin:
+            # Simulation.finish_requests: Little's law, then the records
+            sf[F_AREA] += si[I_IN_SYSTEM] * (end - sf[F_SINCE])
+            sf[F_SINCE] = end
+            si[I_IN_SYSTEM] -= n_fin
+            si[I_NUM_DONE] += n_fin
+
+
+@njit(cache=True)
+def _list_append(prev, nxt, si, i_head, i_tail, rid):
+    tail = si[i_tail]
+    prev[rid] = tail
+    nxt[rid] = -1
+    if tail >= 0:
+        nxt[tail] = rid
+    else:
+        si[i_head] = rid
+    si[i_tail] = rid
+
+
+@njit(cache=True)
+def _list_remove(prev, nxt, si, i_head, i_tail, rid):
+    p, q = prev[rid], nxt[rid]
+    if p >= 0:
+        nxt[p] = q
+    else:
+        si[i_head] = q
+    if q >= 0:
+        prev[q] = p
+    else:
+        si[i_tail] = p
+    prev[rid] = -2  # -2: not in the list
+    nxt[rid] = -1
+
+
+@njit(cache=True)
+def _tracker_remove(si, rid, computed, out, anchor, bucket, bs):
+    """DecodeTracker.remove: sync the counters, take the request out of the sums and its bucket."""
+    clock = si[I_CLOCK]
+    delta = clock - anchor[rid]
+    computed[rid] += delta
+    out[rid] += delta
+    si[I_MEMBERS] -= 1
+    si[I_TOKEN_SUM] -= computed[rid]
+    bucket[(clock - computed[rid]) % bs] -= 1
+    pending = 1 if si[I_ALLOC_CLOCK] == clock else 0  # its block for the coming step was taken
+    anchor[rid] = -1
+    return _blocks_for(computed[rid] + pending, bs)
+
+
+@njit(cache=True)
+def _finish(si, rid, now, held, blocks, state, last_tok, finish_s, run_prev, run_next):
+    """ContinuousScheduler._finish: the request leaves and its `held` blocks go back to the pool."""
+    state[rid] = FINISHED
+    last_tok[rid] = now
+    finish_s[rid] = now
+    _list_remove(run_prev, run_next, si, I_RUN_HEAD, I_RUN_TAIL, rid)
+    si[I_RUNNING] -= 1
+    si[I_FREE_BLOCKS] += held
+    blocks[rid] = 0
+
+
+@njit(cache=True)
+def _preempt(si, run_prev, run_next, pf_prev, pf_next, stamp, step_id, computed, out, anchor, blocks, state,
+             preemptions, waiting, bucket, bs, n_req):
+    """ContinuousScheduler._preempt with the last-admitted policy and recompute. -1: no candidate."""
+    victim = si[I_RUN_TAIL]
+    while victim >= 0 and stamp[victim] == step_id:
+        victim = run_prev[victim]
+    if victim < 0:
+        return -1
+    _list_remove(run_prev, run_next, si, I_RUN_HEAD, I_RUN_TAIL, victim)
+    si[I_RUNNING] -= 1
+    if anchor[victim] >= 0:
+        held = _tracker_remove(si, victim, computed, out, anchor, bucket, bs)
+    else:
+        _list_remove(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, victim)
+        si[I_PF_COUNT] -= 1
+        si[I_PF_SUM] -= computed[victim]
+        held = blocks[victim]
+    si[I_FREE_BLOCKS] += held
+    blocks[victim] = 0
+    computed[victim] = 0
+    preemptions[victim] += 1
+    state[victim] = WAITING
+    si[I_W_HEAD] = (si[I_W_HEAD] - 1) % n_req
+    waiting[si[I_W_HEAD]] = victim
+    si[I_W_COUNT] += 1
+    return victim
+
+
+@njit(cache=True)
+def _decode_run_limit(si, heap, bucket, anchor, max_out, out, state, max_steps, clock, bs, num_preempted, num_new,
+                      max_seqs, max_batched, key_base):
+    if max_steps <= 1 or num_preempted or num_new or si[I_MEMBERS] == 0:
+        return 1
+    if si[I_W_COUNT] > 0 and si[I_RUNNING] < max_seqs and max_batched > si[I_MEMBERS]:
+        return 1  # the head of the queue may be admitted at the next step
+    limit = max_steps
+    while si[I_HEAP_SIZE] > 0:
+        key = heap[0]
+        fclock = key // key_base
+        rid = key - fclock * key_base
+        if anchor[rid] < 0 or state[rid] != RUNNING or anchor[rid] + max_out[rid] - out[rid] != fclock:
+            _heap_pop(heap, si)
+            continue
+        to_finish = fclock - clock
+        if to_finish < limit:
+            limit = to_finish
+        break
+    free = si[I_FREE_BLOCKS]
+    for j in range(1, limit):
+        need = bucket[(clock + j) % bs]
+        if need > free:
+            return j
+        free -= need
+    return limit
+
+
+@njit(cache=True)
+def _admit_arrivals_until(si, sf, t, inclusive, arrival_ev, prompt, max_out, state, waiting,
+                          chunked, max_batched, max_model_len, num_blocks, bs, n_req, horizon):
+    """Admit the arrivals SimPy fires before time `t` (at or before it when `inclusive`: the engine is idle
+    and wakes with them), never at or after the horizon. False, with the arrival not admitted: one fires
+    exactly at `t` while a step ends there (their order is SimPy's event ids')."""
+    while si[I_NEXT_ARRIVAL] < n_req:
+        i = si[I_NEXT_ARRIVAL]
+        ev = arrival_ev[i]
+        if ev >= horizon or ev > t:
+            return True
+        if ev == t and not inclusive:
+            return False
+        si[I_NEXT_ARRIVAL] = i + 1
+        si[I_NUM_ARRIVED] += 1
+        sf[F_LAST_EVENT] = ev
+        p, m = prompt[i], max_out[i]
+        # SchedulerBase / ContinuousScheduler.rejection_reason (sim.core.compiled words the reason)
+        if p + m > max_model_len or _blocks_for(p + m - 1, bs) > num_blocks or (
+                not chunked and p + m - 1 > max_batched):
+            state[i] = REJECTED
+            si[I_NUM_DONE] += 1
+            continue
+        state[i] = WAITING
+        sf[F_AREA] += si[I_IN_SYSTEM] * (ev - sf[F_SINCE])
+        sf[F_SINCE] = ev
+        si[I_IN_SYSTEM] += 1
+        waiting[(si[I_W_HEAD] + si[I_W_COUNT]) % n_req] = i
+        si[I_W_COUNT] += 1
+    return True

@@ -1,0 +1,43 @@
+"""`sim.cost.roofline_kernel.step_cost` (numba) against `RooflineCostModel.step_cost`: bit for bit."""
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.core.step_plan import StepPlan
+from sim.cost.roofline import RooflineCostModel
+from sim.model.catalog import get_gpu, get_model
+
+roofline_kernel = pytest.importorskip("sim.cost.roofline_kernel")
+
+DENSE = [("llama-3.1-8b", "h100-sxm", 1), ("llama-3.1-70b", "h100-sxm", 4), ("llama-3.1-8b", "l4", 1),
+         ("qwen2.5-7b", "a100-80gb", 2)]
+
+
+@settings(max_examples=300, deadline=None)
+@given(which=st.sampled_from(DENSE), weight_dtype=st.sampled_from(["bf16", "fp8", "int4"]),
+       chunks=st.lists(st.tuples(st.integers(1, 8192), st.integers(0, 100_000)), max_size=6),
+       num_decode=st.integers(0, 512), mean_context=st.integers(1, 20_000))
+def test_the_compiled_step_cost_is_step_cost_bit_for_bit(which, weight_dtype, chunks, num_decode, mean_context):
+    name, gpu, tp = which
+    cm = RooflineCostModel(get_model(name), get_gpu(gpu), tensor_parallel=tp, weight_dtype=weight_dtype)
+    sampled = num_decode + sum(1 for chunk, _ in chunks if chunk % 2)  # some chunks end their prompt
+    plan = StepPlan(prefill_request_ids=list(range(len(chunks))), prefill_chunk_tokens=[c for c, _ in chunks],
+                    prefill_context_tokens=[x for _, x in chunks], num_decode_seqs=num_decode,
+                    decode_context_tokens=num_decode * mean_context, num_sampled_seqs=sampled)
+    want = cm.step_cost(plan)
+    got = roofline_kernel.step_cost(cm.compiled_params(), plan.num_prefill_tokens,
+                                    np.array(plan.prefill_chunk_tokens + [0], dtype=np.int64),
+                                    np.array(plan.prefill_context_tokens + [0], dtype=np.int64), len(chunks),
+                                    num_decode, plan.decode_context_tokens, sampled)
+    assert got == (want.time_s, want.flops, want.bytes)
+
+
+def test_models_the_compiled_form_does_not_cover_have_none():
+    h100 = get_gpu("h100-sxm")
+    assert RooflineCostModel(get_model("mixtral-8x7b"), h100, tensor_parallel=2).compiled_params() is None  # MoE
+    assert RooflineCostModel(get_model("mistral-7b-v0.1"), h100).compiled_params() is None  # sliding window
+    stage = RooflineCostModel(get_model("llama-3.1-8b"), h100)
+    stage.include_lm_head = False  # a pipeline stage before the last
+    assert stage.compiled_params() is None
