@@ -229,10 +229,6 @@ def _stats(values: np.ndarray, prefix: str) -> dict:
     return out
 
 
-def weighted_percentile(values: np.ndarray, weights: np.ndarray, q: float) -> float:
-    return weighted_percentiles(values, weights, (q,))[0]
-
-
 def weighted_percentiles(values: np.ndarray, weights: np.ndarray, qs) -> list[float]:
     """The smallest value whose cumulative weight (values in increasing order) reaches q% of the total, for
     each q, from one sort. Equal values may sort in any order: the value found is the same."""

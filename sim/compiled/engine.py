@@ -18,58 +18,56 @@ from sim.core.request import Request
 _ROWS_PER_CALL = 1 << 16  # rows kept in the kernel's buffers between two reads (and progress reports)
 
 
-def scope_gap(sim) -> str:
-    """Why `sim` cannot run compiled ("" when it can)."""
+def _scope(sim) -> tuple[str, tuple | None]:
+    """(why `sim` cannot run compiled, or ""; its cost model's `compiled_params()` when it can)."""
     from sim.core.engine import Replica
     from sim.kv.paged import PagedKVManager
     from sim.sched.continuous import ContinuousScheduler
     from sim.sched.decode import DecodeTracker
 
     if sim.stop_when is not None:
-        return "a stop rule"
+        return "a stop rule", None
     if sim.closed_loop_users:
-        return "a closed loop"
+        return "a closed loop", None
     if sim.prefix_ids is not None:
-        return "prefix caching"
+        return "prefix caching", None
     if len(sim.replicas) != 1 or type(sim.replicas[0]) is not Replica:
-        return "several replicas" if len(sim.replicas) != 1 else "a pipelined replica"
+        return ("several replicas" if len(sim.replicas) != 1 else "a pipelined replica"), None
     if sim.env.now != 0 or sim.num_requests == 0:
-        return "a started or empty simulation"
+        return "a started or empty simulation", None
     scheduler = sim.replicas[0].scheduler
     if type(scheduler) is not ContinuousScheduler:
-        return f"the {type(scheduler).__name__}"
+        return f"the {type(scheduler).__name__}", None
     if type(scheduler.tracker) is not DecodeTracker:
-        return "speculative decoding"
+        return "speculative decoding", None
     if scheduler.sequences_per_request != 1:
-        return "parallel sampling or beam search"
+        return "parallel sampling or beam search", None
     if scheduler.swap.capacity_tokens or scheduler.victim != "last_admitted":
-        return "swap preemption or another victim policy"
+        return "swap preemption or another victim policy", None
     if scheduler.hold_kv_on_finish or scheduler.running or scheduler.waiting or scheduler.incoming:
-        return "a disaggregated or started scheduler"
+        return "a disaggregated or started scheduler", None
     kv = scheduler.kv
     if type(kv) is not PagedKVManager:
-        return f"the {type(kv).__name__}"
+        return f"the {type(kv).__name__}", None
     if kv.prefix_cache is not None or kv.sharing or kv.sliding_window:
-        return "prefix caching" if kv.prefix_cache is not None else "shared or sliding-window KV blocks"
-    if _price_params(sim.replicas[0].cost_model) is None:
-        return f"the cost model {type(sim.replicas[0].cost_model).__name__} has no compiled form"
+        return ("prefix caching" if kv.prefix_cache is not None else "shared or sliding-window KV blocks"), None
     try:
-        import sim.compiled.kernel  # noqa: F401
+        from sim.compiled import kernel  # noqa: F401  (numba present)
     except ImportError:
-        return "numba is not installed (pip install servesim[fast])"
-    return ""
-
-
-def _price_params(cost_model):
+        return "numba is not installed (pip install servesim[fast])", None
+    cost_model = sim.replicas[0].cost_model
     form = getattr(cost_model, "compiled_params", None)
-    return form() if form is not None else None
+    price = form() if form is not None else None
+    if price is None:
+        return f"the cost model {type(cost_model).__name__} has no compiled form", None
+    return "", price
 
 
 def run_compiled(sim) -> bool:
     """Run `sim` through the compiled core if it is in scope: True, with its logs, counters and clock set as
     `Simulation.run` leaves them. False, with `sim` untouched, when out of scope or when SimPy's order of two
     simultaneous events would decide the outcome (the Python engine then runs it)."""
-    gap = scope_gap(sim)
+    gap, price = _scope(sim)
     if gap:
         sim.engine_core = f"python ({gap})"
         return False
@@ -77,7 +75,6 @@ def run_compiled(sim) -> bool:
 
     replica = sim.replicas[0]
     scheduler, kv = replica.scheduler, replica.scheduler.kv
-    price = _price_params(replica.cost_model)
     n = sim.num_requests
     arrival_s = np.ascontiguousarray(sim.arrival_s[:n], dtype=np.float64)
     prompt = np.ascontiguousarray(sim.input_tokens[:n], dtype=np.int64)
@@ -100,8 +97,7 @@ def run_compiled(sim) -> bool:
     anchor = np.full(n, -1, dtype=np.int64)
     state = np.zeros(n, dtype=np.int8)
     first_sched, first_tok, last_tok, finish_s = (np.full(n, np.nan) for _ in range(4))
-    run_next, run_prev, pf_next = (np.full(n, -1, dtype=np.int64) for _ in range(3))
-    pf_prev = np.full(n, -2, dtype=np.int64)
+    run_next, run_prev, pf_next, pf_prev = (np.full(n, -1, dtype=np.int64) for _ in range(4))
     waiting = np.zeros(n, dtype=np.int64)
     heap = np.zeros(n + 2 * max_seqs + 2, dtype=np.int64)
     bucket = np.zeros(kv.block_size, dtype=np.int64)

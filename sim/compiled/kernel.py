@@ -34,9 +34,9 @@ NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 
 # Indices into the int64 state array `si`.
 (I_CLOCK, I_ALLOC_CLOCK, I_MEMBERS, I_TOKEN_SUM, I_PF_SUM, I_FREE_BLOCKS, I_RUNNING, I_RUN_HEAD, I_RUN_TAIL,
- I_PF_HEAD, I_PF_TAIL, I_PF_COUNT, I_W_HEAD, I_W_COUNT, I_NEXT_ARRIVAL, I_HEAP_SIZE, I_NUM_DONE, I_IN_SYSTEM,
- I_ROWS, I_RUN_STEPS, I_RUN_KV, I_STEP_ID, I_NUM_ARRIVED) = range(23)
-NUM_SI = 23
+ I_PF_HEAD, I_PF_TAIL, I_W_HEAD, I_W_COUNT, I_NEXT_ARRIVAL, I_HEAP_SIZE, I_NUM_DONE, I_IN_SYSTEM,
+ I_ROWS, I_RUN_STEPS, I_RUN_KV, I_STEP_ID, I_NUM_ARRIVED) = range(22)
+NUM_SI = 22
 # Indices into the float64 state array `sf`.
 F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON = range(5)
 NUM_SF = 5
@@ -161,7 +161,7 @@ def run(si, sf, cfg, price,
                 rid = pf_next[rid]
             for s in range(n_snap):
                 rid = pf_snap[s]
-                if state[rid] != RUNNING or pf_prev[rid] == -2 or budget <= 0:
+                if state[rid] != RUNNING or budget <= 0:
                     continue  # preempted while making room for an earlier one, or no budget left
                 chunk = min(prompt[rid] + out[rid] - computed[rid], budget)
                 added = False
@@ -216,7 +216,6 @@ def run(si, sf, cfg, price,
                 _list_append(run_prev, run_next, si, I_RUN_HEAD, I_RUN_TAIL, rid)
                 si[I_RUNNING] += 1
                 _list_append(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, rid)
-                si[I_PF_COUNT] += 1
                 num_new += 1
                 plan_rid[num_pf] = rid
                 plan_chunk[num_pf] = chunk
@@ -348,7 +347,6 @@ def run(si, sf, cfg, price,
             if computed[rid] < prompt[rid] + out[rid]:
                 continue
             _list_remove(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, rid)
-            si[I_PF_COUNT] -= 1
             si[I_PF_SUM] -= computed[rid]
             out[rid] += 1
             num_output += 1
@@ -424,8 +422,7 @@ def _list_remove(prev, nxt, si, i_head, i_tail, rid):
         prev[q] = p
     else:
         si[i_tail] = p
-    prev[rid] = -2  # -2: not in the list
-    nxt[rid] = -1
+    prev[rid] = nxt[rid] = -1
 
 
 @njit(cache=True)
@@ -470,7 +467,6 @@ def _preempt(si, run_prev, run_next, pf_prev, pf_next, stamp, step_id, computed,
         held = _tracker_remove(si, victim, computed, out, anchor, bucket, bs)
     else:
         _list_remove(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, victim)
-        si[I_PF_COUNT] -= 1
         si[I_PF_SUM] -= computed[victim]
         held = blocks[victim]
     si[I_FREE_BLOCKS] += held
