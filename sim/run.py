@@ -323,7 +323,7 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                         window=steady_window(requests, run), decode_runs=decode_runs)
     if sim.stopped_early_s is not None:
         summary["slo_met"] = False  # certain for the full run; the cut-off run's own records may not show it
-        summary["stopped_early_s"] = sim.stopped_early_s
+        summary["stopped_early_s"] = float(sim.stopped_early_s)
     if deployment.pipeline_parallel > 1:
         summary.update(pipeline_metrics(replicas, elapsed, steps, deployment.gpu))
     from sim.cost.labels import cost_model_label

@@ -1,9 +1,11 @@
 """The compiled engine core: when a simulation is in its scope, run it through `sim.compiled.kernel`
-(numba) instead of the SimPy loop,, with identical records (issue 15).
+(numba) instead of the SimPy loop, with identical records (issue 15).
 
 In scope: one replica, open arrivals (any horizon), `ContinuousScheduler` with the plain decode tracker and
 last-admitted recompute preemption, one sequence per request, `PagedKVManager` without prefix caching,
-sharing or a sliding window, no stop rule, and the roofline cost model (`RooflineCostModel.compiled_params`). Anything
+sharing or a sliding window, a stop rule that can be asked from arrays (`check_arrays`, as the planner's
+`SLOMissRule`) or none, and a cost model with a compiled form (`compiled_params()`: the roofline,
+or a whole-step profile, `StepProfileCostModel`; see `sim.cost.compiled_pricing`). Anything
 else, or numba missing, runs the Python engine, which stays the reference; `Simulation.engine_core` says
 which ran and why.
 """
@@ -15,7 +17,9 @@ import numpy as np
 
 from sim.core.request import Request
 
-_ROWS_PER_CALL = 1 << 16  # rows kept in the kernel's buffers between two reads (and progress reports)
+_ROWS_PER_CALL = 1 << 16  # rows kept in the kernel's buffers between two reads (and progress reports), at most
+# RequestLog's status code of each kernel request state (NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED).
+_RECORD_STATUS = np.array([-1, -1, -1, 0, 2], dtype=np.int64)
 
 
 def _scope(sim) -> tuple[str, tuple | None]:
@@ -25,8 +29,8 @@ def _scope(sim) -> tuple[str, tuple | None]:
     from sim.sched.continuous import ContinuousScheduler
     from sim.sched.decode import DecodeTracker
 
-    if sim.stop_when is not None:
-        return "a stop rule", None
+    if sim.stop_when is not None and not hasattr(sim.stop_when, "check_arrays"):
+        return "a stop rule without check_arrays", None
     if sim.closed_loop_users:
         return "a closed loop", None
     if sim.prefix_ids is not None:
@@ -88,6 +92,9 @@ def run_compiled(sim) -> bool:
     si[k.I_FREE_BLOCKS] = kv.num_blocks
     sf = np.zeros(k.NUM_SF)
     sf[k.F_HORIZON] = horizon
+    rule = sim.stop_when  # asked after the first step ending at or after its next check, as the engine asks it
+    rule_state = dict(vars(rule)) if rule is not None else None  # put back if the Python engine reruns the scenario
+    sf[k.F_CHECK] = math.inf if rule is None else getattr(rule, "next_check_s", -math.inf)
     cfg = np.zeros(k.NUM_CFG, dtype=np.int64)
     cfg[k.C_MAX_SEQS], cfg[k.C_MAX_BATCHED] = max_seqs, scheduler.max_num_batched_tokens
     cfg[k.C_CHUNKED], cfg[k.C_MAX_MODEL_LEN] = scheduler.chunked_prefill, scheduler.max_model_len
@@ -103,34 +110,58 @@ def run_compiled(sim) -> bool:
     bucket = np.zeros(kv.block_size, dtype=np.int64)
     stamp = np.zeros(n, dtype=np.int64)
     plan_rid, plan_chunk, plan_ctx, pf_snap = (np.zeros(max_seqs + 1, dtype=np.int64) for _ in range(4))
-    row_i = np.zeros((len(k.INT_COLUMNS), _ROWS_PER_CALL), dtype=np.int64)  # a column per row: slices copy fast
-    row_f = np.zeros((len(k.FLOAT_COLUMNS), _ROWS_PER_CALL))
-    max_run_steps = 4 * _ROWS_PER_CALL + scheduler.max_model_len + 2
+    # Buffers sized to the run (small runs are many in a plan: zeroing 16 MB each would cost more than the run).
+    rows_per_call = min(_ROWS_PER_CALL, 1024 + 4 * n)
+    row_i = np.zeros((len(k.INT_COLUMNS), rows_per_call), dtype=np.int64)  # a column per row: slices copy fast
+    row_f = np.zeros((len(k.FLOAT_COLUMNS), rows_per_call))
+    max_run_steps = 4 * rows_per_call + scheduler.max_model_len + 2
     run_dur = np.zeros(max_run_steps)
     run_tok, run_internal = np.zeros(max_run_steps, dtype=np.int64), np.zeros(max_run_steps, dtype=np.int64)
     arrival_ev = k.arrival_event_times(arrival_s)
 
     log = sim.steps
+    stopped_s = None
     while True:
         code = k.run(si, sf, cfg, price, arrival_s, arrival_ev, prompt, max_out,
                      computed, out, anchor, blocks, state, preemptions, first_sched, first_tok, last_tok, finish_s,
                      run_next, run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp,
                      plan_rid, plan_chunk, plan_ctx, pf_snap, row_i, row_f, run_dur, run_tok, run_internal,
-                     _ROWS_PER_CALL, max_run_steps)
-        if code == k.DIVERGED:
+                     rows_per_call, max_run_steps)
+        if code in (k.DIVERGED, k.UNPRICED):
             sim.steps = type(log)(kv.capacity_slots)  # back to an empty log for the Python engine
-            sim.engine_core = "python (an arrival at exactly a step's end: SimPy's event order decides)"
+            if rule is not None:
+                vars(rule).clear()
+                vars(rule).update(rule_state)  # and the stop rule as it was (its next check, its count)
+            sim.engine_core = ("python (an arrival at exactly a step's end: SimPy's event order decides)"
+                               if code == k.DIVERGED else
+                               "python (a step outside the cost model's measured tables: its notes need the "
+                               "Python model)")
             return False
+        if code == k.CHECK:  # the rows stay in the buffers: a check comes every few hundred steps
+            now = float(sf[k.F_NOW])
+            live = (state == k.WAITING) | (state == k.RUNNING)
+            if not rule.check_arrays(now, _RECORD_STATUS[state], arrival_s, first_tok, finish_s, last_tok, out,
+                                     arrival_s[live], first_tok[live]):
+                sf[k.F_CHECK] = getattr(rule, "next_check_s", -math.inf)
+                continue
+            stopped_s = now
         _append_rows(log, si, row_i, row_f, run_dur, run_tok, run_internal, k)
         if si[k.I_HEAP_SIZE] + max_seqs + 1 > len(heap):
             heap = np.concatenate([heap, np.zeros(len(heap), dtype=np.int64)])
-        if code == k.DONE:
+        if code in (k.DONE, k.CHECK):
             break
         if sim.progress is not None:
             sim.progress(float(sf[k.F_NOW]), int(si[k.I_NUM_DONE]))
 
     # The state Simulation.run leaves: counters, Little's law to the end, the records.
     end_s = horizon if sim.horizon_s is not None else float(sf[k.F_LAST_EVENT])
+    if stopped_s is not None:
+        # The engine stops after this step; SimPy's clock still reaches the next arrival (whose process wakes
+        # to find the run stopped) or the horizon.
+        sim.stopped_early_s = stopped_s
+        nxt = int(si[k.I_NEXT_ARRIVAL])
+        if sim.horizon_s is None and nxt < n:
+            end_s = max(stopped_s, float(arrival_ev[nxt]))
     sim.env.advance_to(end_s)
     sim.num_arrived, sim.num_done = int(si[k.I_NUM_ARRIVED]), int(si[k.I_NUM_DONE])
     sim._next_request = int(si[k.I_NEXT_ARRIVAL])

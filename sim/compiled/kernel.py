@@ -2,10 +2,11 @@
 
 One replica, open arrivals (any horizon), continuous batching (`ContinuousScheduler`, chunked prefill or not,
 last-admitted recompute preemption), plain paged KV (no prefix caching, forks, sliding window or swap), decode
-runs or exact steps, and the roofline cost model (`sim.cost.roofline_kernel`).
+runs or exact steps, and a cost model with a compiled form (`sim.cost.compiled_pricing`: the roofline, or a whole-step
+profile).
 `sim.compiled.engine` decides when a simulation is in that scope, prepares the arrays and reads them back; this
 module is only the loop. It repeats, decision by decision and floating-point operation by operation, what
-the SimPy engine, the scheduler, the decode tracker, the paged KV manager and `RooflineCostModel.step_cost`
+the SimPy engine, the scheduler, the decode tracker, the paged KV manager and the cost model's `step_cost`
 do, so the records it writes are identical to theirs (tests/integration/test_compiled_core.py compares them
 on random scenarios). Where the two could part (an arrival at exactly a step's end, whose order SimPy
 settles by event ids), it stops and says so, and the caller runs the Python engine instead.
@@ -22,12 +23,14 @@ import math
 import numpy as np
 from numba import njit
 
-from sim.cost.roofline_kernel import step_cost
+from sim.cost.compiled_pricing import price_step
 
 # Return codes of `run`.
 DONE = 0
 FLUSH = 1  # the output buffers are (nearly) full: read them back and call again
 DIVERGED = 2  # an arrival at exactly a step's end: SimPy's event order decides, run the Python engine
+UNPRICED = 3  # the cost model's compiled form cannot price a step as its Python form would: run the Python engine
+CHECK = 4  # a step ended at or after the stop rule's next check (F_CHECK): ask it, then call again or stop
 
 # Per-request state codes.
 NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
@@ -38,8 +41,8 @@ NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
  I_ROWS, I_RUN_STEPS, I_RUN_KV, I_STEP_ID, I_NUM_ARRIVED) = range(22)
 NUM_SI = 22
 # Indices into the float64 state array `sf`.
-F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON = range(5)
-NUM_SF = 5
+F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON, F_CHECK = range(6)
+NUM_SF = 6
 # Indices into the int64 configuration array `cfg`.
 C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE = range(7)
 NUM_CFG = 7
@@ -116,7 +119,9 @@ def run(si, sf, cfg, price,
         plan_rid, plan_chunk, plan_ctx, pf_snap,
         row_i, row_f, run_dur, run_tok, run_internal, max_rows, max_run_steps):
     """Advance the simulation from the top of the engine loop until every request is done (DONE), the
-    output buffers need reading (FLUSH; call again) or the SimPy order cannot be repeated (DIVERGED)."""
+    output buffers need reading (FLUSH; call again), the SimPy order cannot be repeated (DIVERGED), a step
+    cannot be priced here (UNPRICED) or a step ended at or after the stop rule's next check (CHECK; ask it,
+    then call again unless it stops the run)."""
     n_req = prompt.shape[0]
     max_seqs, max_batched = cfg[C_MAX_SEQS], cfg[C_MAX_BATCHED]
     chunked, max_model_len = cfg[C_CHUNKED] != 0, cfg[C_MAX_MODEL_LEN]
@@ -246,8 +251,10 @@ def run(si, sf, cfg, price,
         num_prefill_tokens = 0
         for j in range(num_pf):
             num_prefill_tokens += plan_chunk[j]
-        time_s, flops, nbytes = step_cost(price, num_prefill_tokens,
-                                          plan_chunk, plan_ctx, num_pf, num_decode, decode_ctx, num_sampled)
+        time_s, flops, nbytes = price_step(price, num_prefill_tokens,
+                                           plan_chunk, plan_ctx, num_pf, num_decode, decode_ctx, num_sampled)
+        if math.isnan(time_s):
+            return UNPRICED
 
         # ---- a decode run (Simulation._decode_run, ContinuousScheduler.decode_run_limit) ----------------
         num_steps = 1
@@ -258,12 +265,16 @@ def run(si, sf, cfg, price,
             bound = horizon
             if nxt < n_req and arrival_s[nxt] < bound:
                 bound = arrival_s[nxt]
+            check_s = sf[F_CHECK]
             first_end = now + time_s
-            if first_end < bound:
-                if math.isinf(bound):
+            if first_end < bound and first_end < check_s:
+                # Simulation._decode_run: the run ends before the next event, and at the latest with the first
+                # step that ends at or after the stop rule's next check.
+                last_s = bound if bound < check_s else check_s
+                if math.isinf(last_s):
                     cap = 1 << 62
                 else:
-                    cap = int((bound - now) / time_s) + 1
+                    cap = int((last_s - now) / time_s) + (2 if check_s < bound else 1)
                 limit = _decode_run_limit(si, heap, bucket, anchor, max_out, out, state, cap, clock, bs, num_preempted,
                                           num_new, max_seqs, max_batched, key_base)
                 if limit > 1:
@@ -278,8 +289,10 @@ def run(si, sf, cfg, price,
                         if k == 0:
                             c_t, c_f, c_b = time_s, flops, nbytes
                         else:
-                            c_t, c_f, c_b = step_cost(price, 0, plan_chunk,
-                                                      plan_ctx, 0, num_decode, ctx, num_decode)
+                            c_t, c_f, c_b = price_step(price, 0, plan_chunk,
+                                                       plan_ctx, 0, num_decode, ctx, num_decode)
+                            if math.isnan(c_t):
+                                return UNPRICED
                         t = end_r + c_t
                         if t >= bound:
                             break
@@ -290,6 +303,8 @@ def run(si, sf, cfg, price,
                         flops_r += c_f
                         bytes_r += c_b
                         ctx += num_decode
+                        if t >= check_s:
+                            break
                     if k_steps > 1:
                         num_steps = k_steps
                         end = end_r
@@ -397,6 +412,8 @@ def run(si, sf, cfg, price,
             sf[F_SINCE] = end
             si[I_IN_SYSTEM] -= n_fin
             si[I_NUM_DONE] += n_fin
+        if end >= sf[F_CHECK]:
+            return CHECK  # the engine asks its stop rule after this step
 
 
 @njit(cache=True)

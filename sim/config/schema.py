@@ -331,7 +331,7 @@ class RunSpec(_Strict):
                               "(a run is one step record with num_steps; per-request records and the summary "
                               "are those of step-by-step simulation, float sums to rounding; false: step by step)")
     compiled_core: bool = Field(True, description="run scenarios in the compiled core's scope (one replica, "
-                                "continuous batching, plain paged KV, roofline) through it (numba, the `fast` "
+                                "continuous batching, plain paged KV, roofline or whole-step profile) through it (numba, the `fast` "
                                 "extra): identical records, ~35x faster at bench_engine's load; false: always the SimPy engine")
 
     @model_validator(mode="after")

@@ -559,6 +559,20 @@ class MeasuredCostModel:
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
 
+    def compiled_params(self) -> tuple | None:
+        """This model's tables for the compiled engine core (`sim.cost.measured_kernel.step_time`, bit-identical
+        to `step_cost`'s time; the roofline's counts beside it); None where that form does not cover it: a
+        subclass, MoE, MLA, a sliding window, a roofline without a compiled form, or numba missing."""
+        if (type(self) is not MeasuredCostModel or self.mla or self.model.sliding_window or self._moe is not None
+                or any(is_moe or any(mm.experts != 1 for mm in mats) for _, mats, is_moe in self._groups)):
+            return None
+        counts = self.roofline.compiled_params()
+        if counts is None:
+            return None
+        from sim.cost import compiled_pricing, measured_kernel, roofline_kernel
+        return compiled_pricing.pricer(roofline_kernel.pack(self.roofline), measured_params=measured_kernel.pack(
+            self, _DTYPE_BYTES[_KV_DTYPE[self.kv_dtype]]))
+
     def _decode_constants(self, num_seqs: int) -> tuple:
         """The context-free parts of a decode-only step of `num_seqs` sequences: per-layer token-count terms
         and the LM head; and the notes pricing them in every step would add (the LM head's, outside the

@@ -171,17 +171,17 @@ class RooflineCostModel:
 
     def compiled_params(self) -> tuple | None:
         """This model's numbers for `sim.cost.roofline_kernel.step_cost` (numba, bit-identical to `step_cost`),
-        which the compiled engine core (`sim.compiled`) prices steps with; None where that form does not cover
-        this model (mixture of experts, sliding window, a pipeline stage without the LM head) or numba is
-        missing."""
+        packed by `sim.cost.compiled_pricing.pricer`, which the compiled engine core (`sim.compiled`) prices
+        steps with; None where that form does not cover this model (mixture of experts, sliding window, a
+        pipeline stage without the LM head) or numba is missing."""
         if (type(self) is not RooflineCostModel or self.model.sliding_window or not self.include_lm_head
                 or any(mm.num_experts != 1 for _, mms in self.groups for mm in mms)):
             return None
         try:
-            from sim.cost import roofline_kernel
+            from sim.cost import compiled_pricing, roofline_kernel
         except ImportError:  # numba is an optional extra
             return None
-        return roofline_kernel.pack(self)
+        return compiled_pricing.pricer(roofline_kernel.pack(self))
 
     def _decode_constants(self, num_seqs: int) -> tuple:
         """The parts of a decode-only step of `num_seqs` single-token decodes that do not depend on the

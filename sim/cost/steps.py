@@ -600,6 +600,23 @@ class StepProfileCostModel:
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
 
+    def compiled_params(self) -> tuple | None:
+        """This model's numbers for the compiled engine core (`sim.cost.steps_kernel.step_time`, bit-identical
+        to `step_cost`'s time; the roofline's counts beside it); None where that form does not cover it: a
+        subclass, MoE layers, a sliding window, a roofline without a compiled form, numba missing, or a
+        Python whose `math.hypot`/`sum` the kernel does not repeat (`sim.cost.pyfloat_kernel.EXACT_HERE`)."""
+        physics = self.fit.physics
+        if (type(self) is not StepProfileCostModel or physics.window
+                or any(experts != 1 for _, mats in physics.groups for _, _, experts, _ in mats)):
+            return None
+        counts = self.roofline.compiled_params()
+        if counts is None:
+            return None
+        from sim.cost import compiled_pricing, pyfloat_kernel, roofline_kernel, steps_kernel
+        if not pyfloat_kernel.EXACT_HERE:
+            return None
+        return compiled_pricing.pricer(roofline_kernel.pack(self.roofline), steps_kernel.pack(self))
+
     def _decode_constants(self, num_seqs: int) -> tuple:
         """What a decode-only step of `num_seqs` sequences costs apart from its attention's context: the
         token part (ρ_T · body with one LM-head row per sequence), ρ_D, the all-reduces, the (empty) swap

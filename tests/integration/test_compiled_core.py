@@ -2,7 +2,8 @@
 
 Identical means identical here: the request records, the step log, the decode runs' per-step records and every
 summary key, compared exactly (no tolerance). The core repeats the engine's decisions and the roofline's
-floating-point operations in the same order, so nothing is reassociated. Each example also checks that the
+floating-point operations in the same order (the roofline's, or a whole-step profile's with CPython's own
+`math.hypot` and `sum`), so nothing is reassociated. Each example also checks that the
 compiled core really ran (`engine_core`), so a silent fall-back to the Python engine cannot pass for it.
 """
 
@@ -16,18 +17,22 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sim.config.files import validate_scenario
-from sim.run import make_workload, simulate
+from sim.run import make_cost_model, make_workload, simulate
 
 pytest.importorskip("numba")
+from sim.cost import pyfloat_kernel  # noqa: E402  (needs numba)
 
 
-def both(spec: dict, workload=None):
-    """(the SimPy engine's result, the compiled core's result) for one scenario and workload."""
+def both(spec: dict, workload=None, stop_rule=None):
+    """(the SimPy engine's result, the compiled core's result) for one scenario and workload; `stop_rule(scenario,
+    workload)` makes a fresh stop rule for each run."""
     results = []
     for compiled in (False, True):
         spec["run"]["compiled_core"] = compiled
         scenario = validate_scenario(spec)
-        results.append(simulate(scenario, workload if workload is not None else make_workload(scenario)))
+        w = workload if workload is not None else make_workload(scenario)
+        rule = stop_rule(scenario, w) if stop_rule is not None else None
+        results.append(simulate(scenario, w, stop_when=rule))
     return results
 
 
@@ -52,7 +57,7 @@ def assert_identical(python, compiled):
 
 def spec_for(*, model="llama-3.1-8b", gpu="h100-sxm", tp=1, arrival=None, lengths=None, num_requests=60,
              horizon=None, capacity=None, block_size=16, chunked=False, max_num_seqs=256, budget=None,
-             max_model_len=2048, fast_decode=True, seed=0) -> dict:
+             max_model_len=2048, fast_decode=True, seed=0, cost_model=None) -> dict:
     return {
         "model": model,
         "hardware": {"gpu": gpu, "tensor_parallel": tp},
@@ -63,7 +68,15 @@ def spec_for(*, model="llama-3.1-8b", gpu="h100-sxm", tp=1, arrival=None, length
                       "max_num_batched_tokens": budget, "max_model_len": max_model_len},
         "kv_cache": {"layout": "paged", "capacity_tokens": capacity, "block_size": block_size},
         "run": {"seed": seed, "num_requests": num_requests, "horizon_s": horizon, "fast_decode": fast_decode},
+        **({"cost_model": cost_model} if cost_model else {}),
     }
+
+
+# Cost models with a compiled form: the roofline, and the shipped whole-step profiles (H100: Llama-3.1-8B on one
+# GPU, four engines; Llama-3.1-70B on four, whose all-reduces come from the catalog).
+WHOLE_STEP_PROFILES = [{"kind": "calibrated", "engine": e} for e in ("fused", "compiled", "unfused", "fused-paged")]
+STEPS_COMPILED = pyfloat_kernel.EXACT_HERE  # the whole-step kernel repeats CPython 3.11's hypot and sum only
+steps_compiled = pytest.mark.skipif(not STEPS_COMPILED, reason="whole-step kernel: CPython 3.11 only")
 
 
 # SERVESIM_COMPILED_EXAMPLES=2000 for a longer search (benchmarks/RESULTS.md says how many were run).
@@ -71,15 +84,20 @@ def spec_for(*, model="llama-3.1-8b", gpu="h100-sxm", tp=1, arrival=None, length
           suppress_health_check=[HealthCheck.too_slow])
 @given(model=st.sampled_from([("llama-3.1-8b", "h100-sxm", 1), ("llama-3.1-70b", "h100-sxm", 4),
                               ("llama-3.1-8b", "l4", 1), ("qwen2.5-7b", "a100-80gb", 2)]),
+       whole_steps=st.sampled_from([None] + WHOLE_STEP_PROFILES),
        arrival=st.sampled_from(["poisson", "gamma", "constant", "burst"]), rate=st.floats(0.5, 80.0),
        capacity=st.one_of(st.none(), st.integers(300, 8000)), block_size=st.sampled_from([1, 4, 16, 32]),
        chunked=st.booleans(), budget=st.sampled_from([None, 64, 512, 4096]),
        max_num_seqs=st.sampled_from([1, 3, 16, 256]), horizon=st.one_of(st.none(), st.floats(0.05, 30.0)),
        fast_decode=st.booleans(), max_model_len=st.sampled_from([600, 2048]), seed=st.integers(0, 10_000))
-def test_the_compiled_core_gives_the_python_engines_records(model, arrival, rate, capacity, block_size, chunked,
-                                                             budget, max_num_seqs, horizon, fast_decode,
+def test_the_compiled_core_gives_the_python_engines_records(model, whole_steps, arrival, rate, capacity, block_size,
+                                                             chunked, budget, max_num_seqs, horizon, fast_decode,
                                                              max_model_len, seed):
     name, gpu, tp = model
+    # A whole-step profile where one is shipped for this model and GPU count (the 70B has only "fused").
+    cost_model = None
+    if whole_steps is not None and gpu == "h100-sxm" and STEPS_COMPILED:
+        cost_model = whole_steps if name == "llama-3.1-8b" else {"kind": "calibrated", "engine": "fused"}
     arrival_spec = {"kind": "burst"} if arrival == "burst" else {"kind": arrival, "rate_per_s": rate}
     if arrival == "gamma":
         arrival_spec["cv"] = 3.0
@@ -88,7 +106,7 @@ def test_the_compiled_core_gives_the_python_engines_records(model, arrival, rate
     # Small caches preempt; a short max_model_len (or a budget under a whole prompt) rejects some requests.
     spec = spec_for(model=name, gpu=gpu, tp=tp, arrival=arrival_spec, capacity=capacity, block_size=block_size,
                     chunked=chunked, budget=budget, max_num_seqs=max_num_seqs, horizon=horizon,
-                    fast_decode=fast_decode, max_model_len=max_model_len, seed=seed)
+                    fast_decode=fast_decode, max_model_len=max_model_len, seed=seed, cost_model=cost_model)
     python, compiled = both(spec)
     assert python.extras["engine_core"] == "python (run.compiled_core is false)"
     assert compiled.extras["engine_core"] == "compiled"
@@ -129,6 +147,9 @@ def test_an_arrival_exactly_at_a_step_end_goes_to_the_python_engine():
     ({"hardware": {"num_replicas": 2}}, "several replicas"),
     ({"scheduler": {"batching": "static"}}, "StaticScheduler"),
     ({"model": "mixtral-8x7b", "hardware": {"tensor_parallel": 2}}, "no compiled form"),
+    ({"model": "mixtral-8x7b", "hardware": {"tensor_parallel": 2}, "cost_model": {"kind": "measured"}},
+     "MeasuredCostModel has no compiled form"),
+    ({"cost_model": {"kind": "calibrated", "engine": "ops"}}, "CalibratedCostModel has no compiled form"),
     ({"scheduler": {"preemption": {"victim": "fewest_computed_tokens"}}}, "victim policy"),
 ])
 def test_out_of_scope_runs_say_why_the_python_engine_ran(change, reason):
@@ -148,4 +169,71 @@ def test_the_bench_engine_scenario_runs_compiled_with_the_same_summary():
                     num_requests=3000, max_model_len=4096)
     python, compiled = both(spec)
     assert compiled.extras["engine_core"] == "compiled"
+    assert_identical(python, compiled)
+
+
+@steps_compiled
+def test_the_vidur_side_by_side_scenario_runs_compiled_with_its_whole_step_profile():
+    # benchmarks/bench_vidur.py's setting (H100 whole steps, no chunked prefill, 128 sequences, 4,096 tokens a
+    # step) on an Azure-like bursty trace with a tight cache: preemptions happen, and the records are the same.
+    spec = spec_for(arrival={"kind": "gamma", "rate_per_s": 40.0, "cv": 3.0},
+                    lengths={"kind": "preset", "name": "sharegpt"}, num_requests=1500, max_model_len=4096,
+                    max_num_seqs=128, budget=4096, capacity=20_000, cost_model={"kind": "calibrated"})
+    python, compiled = both(spec)
+    assert compiled.extras["engine_core"] == "compiled"
+    assert type(make_cost_model(validate_scenario(spec))).__name__ == "StepProfileCostModel"
+    assert python.requests["preemptions"].sum() > 0
+    assert_identical(python, compiled)
+
+
+def slo_miss_rule(scenario, workload):
+    from sim.tools.early_verdict import SLOMissRule
+    return SLOMissRule(scenario.slo, workload.num_requests, check_every_s=0.25)
+
+
+@settings(max_examples=int(os.environ.get("SERVESIM_COMPILED_EXAMPLES", "150")) // 2, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(rate=st.floats(2.0, 120.0), cost=st.sampled_from(["roofline", "measured", "steps"]),
+       chunked=st.booleans(), fast_decode=st.booleans(), capacity=st.one_of(st.none(), st.integers(2000, 20_000)),
+       ttft_s=st.sampled_from([0.05, 0.3, 2.0]), tpot_s=st.sampled_from([None, 0.02, 0.1]),
+       e2e_s=st.sampled_from([None, 5.0]), horizon=st.one_of(st.none(), st.floats(1.0, 20.0)),
+       seed=st.integers(0, 10_000))
+def test_the_planners_stop_rule_stops_the_compiled_core_where_it_stops_the_python_engine(
+        rate, cost, chunked, fast_decode, capacity, ttft_s, tpot_s, e2e_s, horizon, seed):
+    cost_model = {"roofline": None, "measured": {"kind": "measured"}, "steps": {"kind": "calibrated"}}[cost]
+    if cost == "steps" and not STEPS_COMPILED:
+        cost_model = None
+    spec = spec_for(arrival={"kind": "gamma", "rate_per_s": rate, "cv": 2.0}, num_requests=300, chunked=chunked,
+                    budget=2048 if chunked else None, fast_decode=fast_decode, capacity=capacity, horizon=horizon,
+                    seed=seed, cost_model=cost_model)
+    spec["slo"] = {"ttft_s": ttft_s, "tpot_s": tpot_s, "e2e_s": e2e_s, "percentile": 90}
+    python, compiled = both(spec, stop_rule=slo_miss_rule)
+    assert python.extras["engine_core"] == "python (run.compiled_core is false)"
+    if compiled.extras["engine_core"] != "compiled":  # only a tie or a step outside the measured tables
+        assert "exactly a step's end" in compiled.extras["engine_core"] or "measured tables" in compiled.extras["engine_core"]
+    assert_identical(python, compiled)
+
+
+def test_a_stopped_run_stops_at_the_same_step_in_both_engines():
+    # Far over capacity with a tight TTFT: the verdict is certain within seconds of simulated time.
+    # (ShareGPT lengths: no one-token prompt, whose attention lies outside the H100 tables and hands the run back.)
+    spec = spec_for(arrival={"kind": "poisson", "rate_per_s": 200.0}, num_requests=3000, chunked=True, budget=2048,
+                    lengths={"kind": "preset", "name": "sharegpt"}, max_model_len=4096, cost_model={"kind": "measured"})
+    spec["slo"] = {"ttft_s": 0.5, "percentile": 99}
+    python, compiled = both(spec, stop_rule=slo_miss_rule)
+    assert compiled.extras["engine_core"] == "compiled"
+    assert python.summary["stopped_early_s"] is not None and python.summary["slo_met"] is False
+    assert (python.requests["status"] == "unfinished").any()
+    assert_identical(python, compiled)
+
+
+def test_a_run_handed_back_to_the_python_engine_gets_its_stop_rule_as_it_was():
+    # One-token prompts put a step outside the H100 tables after the rule was asked a few times: the Python
+    # engine reruns the scenario from the start, with the rule's next check and count as they were.
+    spec = spec_for(arrival={"kind": "poisson", "rate_per_s": 200.0}, num_requests=3000, chunked=True, budget=2048,
+                    cost_model={"kind": "measured"})
+    spec["slo"] = {"ttft_s": 0.5, "percentile": 99}
+    python, compiled = both(spec, stop_rule=slo_miss_rule)
+    assert "measured tables" in compiled.extras["engine_core"]
+    assert python.summary["stopped_early_s"] is not None
     assert_identical(python, compiled)

@@ -1,4 +1,4 @@
-"""`sim.cost.roofline_kernel.step_cost` (numba) against `RooflineCostModel.step_cost`: bit for bit."""
+"""`sim.cost.roofline_kernel.step_cost` (numba, through `sim.cost.compiled_pricing.price_step`) against `RooflineCostModel.step_cost`: bit for bit."""
 
 import numpy as np
 import pytest
@@ -10,6 +10,7 @@ from sim.cost.roofline import RooflineCostModel
 from sim.model.catalog import get_gpu, get_model
 
 roofline_kernel = pytest.importorskip("sim.cost.roofline_kernel")
+from sim.cost.compiled_pricing import price_step  # noqa: E402  (needs numba)
 
 DENSE = [("llama-3.1-8b", "h100-sxm", 1), ("llama-3.1-70b", "h100-sxm", 4), ("llama-3.1-8b", "l4", 1),
          ("qwen2.5-7b", "a100-80gb", 2)]
@@ -27,10 +28,10 @@ def test_the_compiled_step_cost_is_step_cost_bit_for_bit(which, weight_dtype, ch
                     prefill_context_tokens=[x for _, x in chunks], num_decode_seqs=num_decode,
                     decode_context_tokens=num_decode * mean_context, num_sampled_seqs=sampled)
     want = cm.step_cost(plan)
-    got = roofline_kernel.step_cost(cm.compiled_params(), plan.num_prefill_tokens,
-                                    np.array(plan.prefill_chunk_tokens + [0], dtype=np.int64),
-                                    np.array(plan.prefill_context_tokens + [0], dtype=np.int64), len(chunks),
-                                    num_decode, plan.decode_context_tokens, sampled)
+    got = price_step(cm.compiled_params(), plan.num_prefill_tokens,
+                     np.array(plan.prefill_chunk_tokens + [0], dtype=np.int64),
+                     np.array(plan.prefill_context_tokens + [0], dtype=np.int64), len(chunks),
+                     num_decode, plan.decode_context_tokens, sampled)
     assert got == (want.time_s, want.flops, want.bytes)
 
 

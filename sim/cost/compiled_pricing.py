@@ -1,0 +1,38 @@
+"""One entry point for the compiled engine core to price a step with whichever cost model has a compiled form.
+
+A cost model's `compiled_params()` returns `pricer(...)`: a tuple of one fixed numba type whatever the model,
+so the core compiles once. `price_step` gives (time_s, FLOPs, bytes) as the model's `step_cost` does: the
+FLOPs and bytes are always the roofline's counts (every cost model reports those), the time is the model's.
+A NaN time means the model cannot price that step here the way its Python form would (the measured kernels'
+notes, `sim.cost.measured_kernel`): the core then runs the scenario in the Python engine.
+"""
+
+from __future__ import annotations
+
+from numba import njit
+
+from sim.cost import measured_kernel, roofline_kernel, steps_kernel
+
+KIND_ROOFLINE, KIND_STEPS, KIND_MEASURED = 0, 1, 2
+
+
+def pricer(roofline_params: tuple, steps_params: tuple | None = None, measured_params: tuple | None = None) -> tuple:
+    """(kind, the roofline's pack, the whole-step profile's pack, the measured kernels' pack); the packs a kind
+    does not use are empty ones of the same types."""
+    kind = KIND_STEPS if steps_params is not None else KIND_MEASURED if measured_params is not None else KIND_ROOFLINE
+    return (kind, roofline_params, steps_params if steps_params is not None else steps_kernel.empty(),
+            measured_params if measured_params is not None else measured_kernel.empty())
+
+
+@njit(cache=True)
+def price_step(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled):
+    kind, roof, steps, measured = price
+    time_s, flops, nbytes = roofline_kernel.step_cost(roof, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
+                                                      num_decode_seqs, decode_ctx, num_sampled)
+    if kind == KIND_STEPS:
+        time_s = steps_kernel.step_time(steps, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
+                                        decode_ctx, num_sampled)
+    elif kind == KIND_MEASURED:  # NaN: a point outside the measured tables (the core hands the run back)
+        time_s = measured_kernel.step_time(measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
+                                           num_decode_seqs, decode_ctx, num_sampled)
+    return time_s, flops, nbytes

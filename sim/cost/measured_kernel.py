@@ -1,0 +1,239 @@
+"""`MeasuredCostModel.step_cost`'s time compiled with numba, for the compiled engine core (`sim.compiled`).
+
+`MeasuredCostModel.compiled_params()` packs the model's interpolation tables with `pack`; `step_time` repeats
+`step_cost`'s time operation by operation (`Curve`, `Grid2D`, `_attention_s`, `_per_layer_token_s`), so it is
+bit-identical (tests/unit/test_measured_kernel.py). One thing it does not repeat: the notes the Python model
+counts when a step lies outside its measured tables (their count depends on its caches). On such a step it
+returns NaN instead, and the core hands the whole run to the Python engine, which counts them.
+Covered: dense layers (no MoE), no MLA, no sliding window, plans without drafts, padding or swaps.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from numba import njit
+
+# Indices into the float64 array `params[0]`.
+(P_FLOPS_PER_S, P_BYTES_PER_S, P_MIN_KERNEL_S, P_OVERHEAD_S, P_ALLREDUCE, P_AR_LINK_BYTES_PER_S, P_AR_LATENCY_S,
+ P_TP, P_HIDDEN, P_HQ, P_HKV, P_HEAD_DIM, P_KV_BYTES, P_ELEMENTWISE_0, P_ELEMENTWISE_1, P_ELEMENTWISE_2,
+ P_LM_HEAD, P_AR_CURVE) = range(18)
+NUM_MEASURED_PARAMS = 18
+ALLREDUCE_NONE, ALLREDUCE_CURVE, ALLREDUCE_CATALOG = 0, 1, 2
+# Columns of a curve row: first grid index, grid length, shape kind, three shape numbers.
+C_START, C_LEN, C_KIND, C_A, C_B, C_C = range(6)
+SHAPE_GEMM, SHAPE_ALLREDUCE = 0, 1  # (n, k, weight bytes) | (latency, GPUs, bus bytes/s)
+_ACT_BYTES = 2  # as sim.cost.measured
+
+
+def pack(cost_model, kv_bytes_per_element: int) -> tuple:
+    """(scalars, curves, curve grids (log1p x), curve log ratios, layers per group, first linear-layer row of each
+    group (and the end), the curve of each linear layer, prefill grid (ga, gb, r), decode grid (ga, gb, r))."""
+    m = cost_model
+    s = np.zeros(NUM_MEASURED_PARAMS)
+    s[P_FLOPS_PER_S], s[P_BYTES_PER_S] = m.roof.flops_per_s, m.roof.bytes_per_s
+    s[P_MIN_KERNEL_S], s[P_OVERHEAD_S] = m.min_kernel_s, m.step_overhead_s
+    s[P_TP], s[P_HIDDEN] = m.tp, m.model.hidden_size
+    hq = m.model.num_attention_heads // m.tp
+    hkv = m.model.num_kv_heads // m.tp if m.model.num_kv_heads % m.tp == 0 else 1
+    s[P_HQ], s[P_HKV], s[P_HEAD_DIM] = hq, hkv, m.model.head_dim
+    s[P_KV_BYTES] = kv_bytes_per_element
+    s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2] = m._elementwise_bytes
+    curves, grids, ratios = [], [], []
+
+    def add(curve, kind: int, a: float, b: float, c: float) -> int:
+        curves.append([sum(len(g) for g in grids), len(curve.grid), kind, a, b, c])
+        grids.append(curve.grid)
+        ratios.append(curve.lr)
+        return len(curves) - 1
+
+    def add_gemm(curve) -> int:
+        (n, k, eb) = _gemm_shape_numbers(curve)
+        return add(curve, SHAPE_GEMM, n, k, eb)
+
+    layers, starts, linear = [], [0], []
+    for n_layers, mats, _ in m._groups:
+        layers.append(n_layers)
+        linear += [add_gemm(mm.curve) for mm in mats]
+        starts.append(len(linear))
+    s[P_LM_HEAD] = add_gemm(m._lm_head)
+    if m.tp > 1 and m.communication:
+        if m._allreduce is not None:
+            curve = _allreduce_curve_of(m)
+            lat0, g, busbw = _allreduce_shape_numbers(curve)
+            s[P_ALLREDUCE], s[P_AR_CURVE] = ALLREDUCE_CURVE, add(curve, SHAPE_ALLREDUCE, lat0, g, busbw)
+        else:
+            s[P_ALLREDUCE] = ALLREDUCE_CATALOG
+            s[P_AR_LINK_BYTES_PER_S] = m.gpu.interconnect_bytes_per_s * m.gpu.interconnect_efficiency
+            s[P_AR_LATENCY_S] = m.gpu.allreduce_latency_s
+    grid = []
+    for g2 in (m._prefill, m._decode):
+        grid += [np.array(g2.ga, dtype=np.float64), np.array(g2.gb, dtype=np.float64),
+                 np.array(g2.r, dtype=np.float64).reshape(len(g2.ga), len(g2.gb))]
+    return (s, np.array(curves, dtype=np.float64).reshape(-1, 6),
+            np.array([v for g in grids for v in g], dtype=np.float64),
+            np.array([v for r in ratios for v in r], dtype=np.float64),
+            np.array(layers, dtype=np.float64), np.array(starts, dtype=np.int64), np.array(linear, dtype=np.int64),
+            *grid)
+
+
+def empty() -> tuple:
+    """A pack of the same types for pricers of another kind (never read)."""
+    z, zi, z2 = np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, 0))
+    return (np.zeros(NUM_MEASURED_PARAMS), np.zeros((0, 6)), z, z, z, zi, zi, z, z, z2, z, z, z2)
+
+
+def _gemm_shape_numbers(curve) -> tuple[float, float, float]:
+    """(n, k, weight bytes per element) of a GEMM curve's roofline shape (`gemm_curve`'s shape_nk closure)."""
+    cells = dict(zip(curve.shape.__code__.co_freevars, (c.cell_contents for c in curve.shape.__closure__)))
+    return float(cells["nn"]), float(cells["kk"]), float(cells["eb"])
+
+
+def _allreduce_curve_of(model):
+    """The Curve inside `MeasuredCostModel._allreduce` (a lambda of tokens over it)."""
+    cells = dict(zip(model._allreduce.__code__.co_freevars, (c.cell_contents for c in model._allreduce.__closure__)))
+    return cells["curve"]
+
+
+def _allreduce_shape_numbers(curve) -> tuple[float, float, float]:
+    cells = dict(zip(curve.shape.__code__.co_freevars, (c.cell_contents for c in curve.shape.__closure__)))
+    return float(cells["lat0"]), float(cells["g"]), float(cells["busbw"])
+
+
+@njit(cache=True)
+def _bracket(grid, u):
+    """`sim.cost.measured._bracket`: (i, w, outside)."""
+    n = grid.shape[0]
+    if n == 1:
+        return 0, 0.0, abs(u - grid[0]) > 1e-12
+    if u <= grid[0]:
+        return 0, 0.0, u < grid[0] - 1e-12
+    if u >= grid[n - 1]:
+        return n - 2, 1.0, u > grid[n - 1] + 1e-12
+    i = np.searchsorted(grid, u, side="right") - 1
+    return i, (u - grid[i]) / (grid[i + 1] - grid[i]), False
+
+
+@njit(cache=True)
+def _roof(flops, nbytes, fps, bps):
+    x = flops / fps
+    y = nbytes / bps
+    return y if y > x else x  # DeviceRoofline.time: Python's max(x, y)
+
+
+@njit(cache=True)
+def _curve(params, c, x):
+    """`Curve.__call__` of curve row c at x; NaN when x lies outside its measured points."""
+    s, curves, grids, ratios = params[0], params[1], params[2], params[3]
+    start, n = int(curves[c, C_START]), int(curves[c, C_LEN])
+    grid, lr = grids[start:start + n], ratios[start:start + n]
+    i, w, outside = _bracket(grid, math.log1p(x))
+    if outside:
+        return math.nan
+    ratio = lr[i] if w == 0.0 else lr[i] * (1 - w) + lr[i + 1] * w
+    a, b, cc = curves[c, C_A], curves[c, C_B], curves[c, C_C]
+    if curves[c, C_KIND] == SHAPE_GEMM:
+        shape = _roof(2.0 * x * a * b, a * b * cc + x * (a + b) * _ACT_BYTES, s[P_FLOPS_PER_S], s[P_BYTES_PER_S])
+    else:
+        shape = a + 2 * (b - 1) / b * x * 2 / cc
+    return shape * math.exp(ratio)
+
+
+@njit(cache=True)
+def _grid2(ga, gb, r, x, y):
+    """`Grid2D.__call__`'s log ratio at (x, y) (the caller multiplies by its shape); NaN outside the grid."""
+    i, wa, out_a = _bracket(ga, math.log1p(x))
+    j, wb, out_b = _bracket(gb, math.log1p(y))
+    if out_a or out_b:
+        return math.nan
+    i1 = min(i + 1, r.shape[0] - 1)
+    j1 = min(j + 1, r.shape[1] - 1)
+    return (r[i, j] * (1 - wb) + r[i, j1] * wb) * (1 - wa) + (r[i1, j] * (1 - wb) + r[i1, j1] * wb) * wa
+
+
+@njit(cache=True)
+def _prefill(params, b, total):
+    s = params[0]
+    hq, hkv, d, kvb = s[P_HQ], s[P_HKV], s[P_HEAD_DIM], s[P_KV_BYTES]
+    pairs = b * total * (total + 1) / 2
+    shape = _roof(4.0 * hq * d * pairs, b * total * (2 * hkv * d * kvb + 2 * hq * d * _ACT_BYTES),
+                  s[P_FLOPS_PER_S], s[P_BYTES_PER_S])
+    return shape * math.exp(_grid2(params[7], params[8], params[9], b, total))
+
+
+@njit(cache=True)
+def _decode(params, b, x):
+    s = params[0]
+    hq, hkv, d, kvb = s[P_HQ], s[P_HKV], s[P_HEAD_DIM], s[P_KV_BYTES]
+    shape = _roof(4.0 * hq * d * b * x, b * x * 2 * hkv * d * kvb + 2 * b * hq * d * _ACT_BYTES,
+                  s[P_FLOPS_PER_S], s[P_BYTES_PER_S])
+    return shape * math.exp(_grid2(params[10], params[11], params[12], b, x))
+
+
+@njit(cache=True)
+def _max3(a, b, c):
+    """Python's max(a, b, c): the first of the largest."""
+    m = a
+    if b > m:
+        m = b
+    if c > m:
+        m = c
+    return m
+
+
+@njit(cache=True)
+def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled):
+    """`MeasuredCostModel.step_cost(plan).time_s` for a plan of single-token decodes without swaps; NaN when a
+    point lies outside the measured tables (the Python model would add a note)."""
+    s, layers, starts, linear = params[0], params[4], params[5], params[6]
+    t = num_prefill_tokens + num_decode_seqs
+    if t == 0:
+        return s[P_OVERHEAD_S]
+    # _attention_s: prefill chunks grouped by (chunk, context) in first-seen order (Counter), then the decodes.
+    attn = 0.0
+    for j in range(num_pf):
+        chunk, context = pf_chunk[j], pf_ctx[j]
+        seen = False
+        for q in range(j):
+            if pf_chunk[q] == chunk and pf_ctx[q] == context:
+                seen = True
+                break
+        if seen:
+            continue
+        count = 1
+        for q in range(j + 1, num_pf):
+            if pf_chunk[q] == chunk and pf_ctx[q] == context:
+                count += 1
+        total = context + chunk
+        share = chunk * (context + (chunk + 1) / 2) / (total * (total + 1) / 2)
+        whole, alone, read = _prefill(params, count, total) * share, _prefill(params, count, chunk), \
+            _decode(params, count, total)
+        if math.isnan(whole) or math.isnan(alone) or math.isnan(read):
+            return math.nan  # max() below would drop a NaN
+        attn += _max3(whole, alone, read)
+    if num_decode_seqs:
+        mean_ctx = decode_ctx / num_decode_seqs
+        attn += _decode(params, num_decode_seqs * 1, mean_ctx if not 1.0 > mean_ctx else 1.0)
+    # _per_layer_token_s: the elementwise ops (a sum() of three), the all-reduces, then each linear layer.
+    bps, floor_s = s[P_BYTES_PER_S], s[P_MIN_KERNEL_S]
+    common = 0.0
+    for e in (s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2]):
+        x = t * e / bps
+        common += x if x > floor_s else floor_s
+    if s[P_ALLREDUCE] == ALLREDUCE_CURVE:
+        common += 2 * _curve(params, int(s[P_AR_CURVE]), t * s[P_HIDDEN])
+    elif s[P_ALLREDUCE] == ALLREDUCE_CATALOG:
+        tp = s[P_TP]
+        message = t * s[P_HIDDEN] * _ACT_BYTES
+        common += 2 * (s[P_AR_LATENCY_S] + 2 * (tp - 1) / tp * message / s[P_AR_LINK_BYTES_PER_S])
+    time_s = 0.0
+    for g in range(layers.shape[0]):
+        layer_s = common
+        for r in range(starts[g], starts[g + 1]):
+            layer_s += _curve(params, linear[r], t)
+        time_s += layers[g] * (layer_s + attn)
+    if num_sampled:
+        time_s += _curve(params, int(s[P_LM_HEAD]), num_sampled)
+    time_s += 0.0  # (swap_in + swap_out) * per token: none
+    return time_s + s[P_OVERHEAD_S]

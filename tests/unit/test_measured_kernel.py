@@ -1,0 +1,88 @@
+"""The measured-kernel model's compiled pricer (`sim.cost.measured_kernel`, numba) against
+`MeasuredCostModel.step_cost`: bit for bit inside the measured tables, NaN (hand the run back) outside them."""
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from sim.core.step_plan import StepPlan
+from sim.cost.measured import MeasuredCostModel, measured_gpus
+from sim.model.catalog import get_gpu, get_model
+
+pytest.importorskip("numba")
+from sim.cost.compiled_pricing import price_step  # noqa: E402  (needs numba)
+
+# Dense models on every GPU with shipped tables, one GPU and several (all-reduce from a table or the catalog).
+SETUPS = [("llama-3.1-8b", gpu, tp) for gpu in ("h100-sxm", "a100-80gb", "l40s") for tp in (1, 2)]
+SETUPS += [("llama-3.1-70b", "h100-sxm", 4), ("qwen2.5-7b", "h200", 1)]
+_MODELS: dict = {}
+
+
+def model_for(name: str, gpu: str, tp: int) -> MeasuredCostModel:
+    if (name, gpu, tp) not in _MODELS:
+        _MODELS[(name, gpu, tp)] = MeasuredCostModel(get_model(name), get_gpu(gpu), tensor_parallel=tp)
+    return _MODELS[(name, gpu, tp)]
+
+
+def compiled_price(cm, plan: StepPlan):
+    return price_step(cm.compiled_params(), plan.num_prefill_tokens,
+                      np.array(plan.prefill_chunk_tokens + [0], dtype=np.int64),
+                      np.array(plan.prefill_context_tokens + [0], dtype=np.int64), len(plan.prefill_chunk_tokens),
+                      plan.num_decode_seqs, plan.decode_context_tokens, plan.num_sampled_seqs)
+
+
+@settings(max_examples=400, deadline=None)
+@given(setup=st.sampled_from([s for s in SETUPS if s[1] in measured_gpus()]),
+       chunks=st.lists(st.tuples(st.sampled_from([1, 7, 16, 100, 512, 2048]) | st.integers(1, 8192),
+                                 st.sampled_from([0, 0, 512]) | st.integers(0, 60_000)), max_size=5),
+       repeat=st.booleans(), num_decode=st.integers(0, 512), mean_context=st.integers(1, 20_000),
+       overhead_s=st.sampled_from([0.0, 0.0021]))
+def test_the_compiled_measured_price_is_step_cost_bit_for_bit_or_nan_outside(setup, chunks, repeat, num_decode,
+                                                                             mean_context, overhead_s):
+    cm = model_for(*setup)
+    cm.step_overhead_s = overhead_s
+    if repeat and chunks:
+        chunks = chunks + chunks[:2]  # identical (chunk, context) pairs are priced together
+    sampled = num_decode + sum(1 for chunk, _ in chunks if chunk % 2)
+    plan = StepPlan(prefill_request_ids=list(range(len(chunks))), prefill_chunk_tokens=[c for c, _ in chunks],
+                    prefill_context_tokens=[x for _, x in chunks], num_decode_seqs=num_decode,
+                    decode_context_tokens=num_decode * mean_context, num_sampled_seqs=sampled)
+    if plan.num_tokens == 0:
+        return
+    notes_before = sum(cm.notes.values())
+    cm._dense_cache.clear()  # so that every point this plan touches would be noted if outside the tables
+    want = cm.step_cost(plan)
+    outside = sum(cm.notes.values()) > notes_before
+    got = compiled_price(cm, plan)
+    if outside:
+        assert math.isnan(got[0]) and got[1:] == (want.flops, want.bytes)
+    else:
+        assert got == (want.time_s, want.flops, want.bytes)
+
+
+def test_some_random_steps_lie_inside_and_some_outside_the_tables():
+    # The property above checks both branches only if both happen: a step of one short prompt sits inside the
+    # H100 tables, one of 300 decodes at 1M tokens of context outside them.
+    cm = model_for("llama-3.1-8b", "h100-sxm", 1)
+    inside = StepPlan(prefill_request_ids=[0], prefill_chunk_tokens=[512], prefill_context_tokens=[0],
+                      num_sampled_seqs=1)
+    outside = StepPlan(num_decode_seqs=300, decode_context_tokens=300 * 1_000_000, num_sampled_seqs=300)
+    assert compiled_price(cm, inside)[0] == cm.step_cost(inside).time_s
+    assert math.isnan(compiled_price(cm, outside)[0])
+
+
+def test_decode_runs_price_the_same_as_the_compiled_steps():
+    cm = model_for("llama-3.1-8b", "l40s", 1)
+    empty = np.zeros(1, dtype=np.int64)
+    for batch, context in ((1, 17), (37, 37 * 900), (128, 128 * 2000)):
+        for k, want in enumerate(cm.decode_step_costs(batch, context, 40)):
+            got = price_step(cm.compiled_params(), 0, empty, empty, 0, batch, context + k * batch, batch)
+            assert got == (want.time_s, want.flops, want.bytes)
+
+
+def test_models_the_compiled_form_does_not_cover_have_none():
+    assert MeasuredCostModel(get_model("mixtral-8x7b"), get_gpu("h100-sxm"), tensor_parallel=2).compiled_params() is None
+    assert model_for("llama-3.1-8b", "h100-sxm", 1).compiled_params() is not None
