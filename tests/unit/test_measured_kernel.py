@@ -17,14 +17,17 @@ from sim.cost.compiled_pricing import price_step  # noqa: E402  (needs numba)
 
 # Dense models on every GPU with shipped tables, one GPU and several (all-reduce from a table or the catalog).
 SETUPS = [("llama-3.1-8b", gpu, tp) for gpu in ("h100-sxm", "a100-80gb", "l40s") for tp in (1, 2)]
-SETUPS += [("llama-3.1-70b", "h100-sxm", 4), ("qwen2.5-7b", "h200", 1)]
+SETUPS += [("llama-3.1-70b", "h100-sxm", 4), ("qwen2.5-7b", "h200", 1), ("llama-3.1-8b", "h100-sxm", 1, "fp8", "fp8"),
+           ("llama-3.1-70b", "h100-sxm", 2, "fp8", "bf16")]
 _MODELS: dict = {}
 
 
-def model_for(name: str, gpu: str, tp: int) -> MeasuredCostModel:
-    if (name, gpu, tp) not in _MODELS:
-        _MODELS[(name, gpu, tp)] = MeasuredCostModel(get_model(name), get_gpu(gpu), tensor_parallel=tp)
-    return _MODELS[(name, gpu, tp)]
+def model_for(name: str, gpu: str, tp: int, weights: str = "bf16", kv: str = "bf16") -> MeasuredCostModel:
+    key = (name, gpu, tp, weights, kv)
+    if key not in _MODELS:
+        _MODELS[key] = MeasuredCostModel(get_model(name), get_gpu(gpu), tensor_parallel=tp, weight_dtype=weights,
+                                         kv_dtype=kv)
+    return _MODELS[key]
 
 
 def compiled_price(cm, plan: StepPlan):
