@@ -632,6 +632,8 @@ class MeasuredCostModel:
 class MeasuredFallback(RooflineCostModel):
     """`cost_model: {kind: measured}` on a setup without measured tables: the roofline, and its repr says why."""
 
+    PRICES_AS_ROOFLINE = True  # only the repr differs: the roofline's compiled form prices it (compiled_params)
+
     def __init__(self, *args, reason: str, **kwargs):
         super().__init__(*args, **kwargs)
         self.reason = reason

@@ -174,7 +174,8 @@ class RooflineCostModel:
         packed by `sim.cost.compiled_pricing.pricer`, which the compiled engine core (`sim.compiled`) prices
         steps with; None where that form does not cover this model (mixture of experts, sliding window, a
         pipeline stage without the LM head) or numba is missing."""
-        if (type(self) is not RooflineCostModel or self.model.sliding_window or not self.include_lm_head
+        same_prices = type(self) is RooflineCostModel or type(self).__dict__.get("PRICES_AS_ROOFLINE", False)
+        if (not same_prices or self.model.sliding_window or not self.include_lm_head
                 or any(mm.num_experts != 1 for _, mms in self.groups for mm in mms)):
             return None
         try:

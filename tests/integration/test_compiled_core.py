@@ -237,3 +237,13 @@ def test_a_run_handed_back_to_the_python_engine_gets_its_stop_rule_as_it_was():
     assert "measured tables" in compiled.extras["engine_core"]
     assert python.summary["stopped_early_s"] is not None
     assert_identical(python, compiled)
+
+
+def test_the_measured_model_without_tables_runs_compiled_as_the_roofline_it_is():
+    # No measured tables for the L4: `kind: measured` falls back to the roofline (its repr says why), which the
+    # compiled core prices as the roofline.
+    spec = spec_for(gpu="l4", num_requests=200, cost_model={"kind": "measured"})
+    python, compiled = both(spec)
+    assert "measured kernels unavailable" in compiled.extras["cost_model"]
+    assert compiled.extras["engine_core"] == "compiled"
+    assert_identical(python, compiled)
