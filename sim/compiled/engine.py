@@ -1,7 +1,7 @@
 """The compiled engine core: when a simulation is in its scope, run it through `sim.compiled.kernel`
 (numba) instead of the SimPy loop, with identical records (issue 15).
 
-In scope: one replica, open arrivals (any horizon), `ContinuousScheduler` with the plain decode tracker and
+In scope: one replica or several behind a round-robin or least-outstanding router, open arrivals (any horizon), `ContinuousScheduler` with the plain decode tracker and
 last-admitted recompute preemption, one sequence per request, `PagedKVManager` without prefix caching,
 sharing or a sliding window, a stop rule that can be asked from arrays (`check_arrays`, as the planner's
 `SLOMissRule`) or none, and a cost model with a compiled form (`compiled_params()`: the roofline,
@@ -16,6 +16,7 @@ import math
 import numpy as np
 
 from sim.core.request import Request
+from sim.core.router import LeastOutstandingRouter, RoundRobinRouter
 
 _ROWS_PER_CALL = 1 << 16  # rows kept in the kernel's buffers between two reads (and progress reports), at most
 # RequestLog's status code of each kernel request state (NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED).
@@ -35,26 +36,23 @@ def _scope(sim) -> tuple[str, tuple | None]:
         return "a closed loop", None
     if sim.prefix_ids is not None:
         return "prefix caching", None
-    if len(sim.replicas) != 1 or type(sim.replicas[0]) is not Replica:
-        return ("several replicas" if len(sim.replicas) != 1 else "a pipelined replica"), None
+    if any(type(r) is not Replica for r in sim.replicas):
+        return "a pipelined replica", None
+    if type(sim.router) not in (RoundRobinRouter, LeastOutstandingRouter):
+        return f"the {type(sim.router).__name__}", None
     if sim.env.now != 0 or sim.num_requests == 0:
         return "a started or empty simulation", None
-    scheduler = sim.replicas[0].scheduler
-    if type(scheduler) is not ContinuousScheduler:
-        return f"the {type(scheduler).__name__}", None
-    if type(scheduler.tracker) is not DecodeTracker:
-        return "speculative decoding", None
-    if scheduler.sequences_per_request != 1:
-        return "parallel sampling or beam search", None
-    if scheduler.swap.capacity_tokens or scheduler.victim != "last_admitted":
-        return "swap preemption or another victim policy", None
-    if scheduler.hold_kv_on_finish or scheduler.running or scheduler.waiting or scheduler.incoming:
-        return "a disaggregated or started scheduler", None
-    kv = scheduler.kv
-    if type(kv) is not PagedKVManager:
-        return f"the {type(kv).__name__}", None
-    if kv.prefix_cache is not None or kv.sharing or kv.sliding_window:
-        return ("prefix caching" if kv.prefix_cache is not None else "shared or sliding-window KV blocks"), None
+    first = sim.replicas[0]
+    for replica in sim.replicas:
+        gap = _replica_gap(replica, ContinuousScheduler, DecodeTracker, PagedKVManager)
+        if gap:
+            return gap, None
+        a, b = replica.scheduler, first.scheduler
+        if (type(replica.cost_model) is not type(first.cost_model) or a.kv.num_blocks != b.kv.num_blocks
+                or a.kv.block_size != b.kv.block_size
+                or (a.max_num_seqs, a.max_num_batched_tokens, a.chunked_prefill, a.max_model_len)
+                != (b.max_num_seqs, b.max_num_batched_tokens, b.chunked_prefill, b.max_model_len)):
+            return "replicas configured differently", None
     try:
         from sim.compiled import kernel  # noqa: F401  (numba present)
     except ImportError:
@@ -64,7 +62,39 @@ def _scope(sim) -> tuple[str, tuple | None]:
     price = form() if form is not None else None
     if price is None:
         return f"the cost model {type(cost_model).__name__} has no compiled form", None
+    for replica in sim.replicas[1:]:
+        if replica.cost_model is not cost_model and not _same_leaves(replica.cost_model.compiled_params(), price):
+            return "replicas priced differently", None
     return "", price
+
+
+def _same_leaves(a, b) -> bool:
+    """Two pricer packs (nested tuples of numbers and arrays) hold the same numbers."""
+    if isinstance(a, tuple) or isinstance(b, tuple):
+        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
+                and all(_same_leaves(x, y) for x, y in zip(a, b)))
+    return np.array_equal(a, b)
+
+
+def _replica_gap(replica, ContinuousScheduler, DecodeTracker, PagedKVManager) -> str:
+    """Why this replica's scheduler and KV pool are outside the core's scope, or ""."""
+    scheduler = replica.scheduler
+    if type(scheduler) is not ContinuousScheduler:
+        return f"the {type(scheduler).__name__}"
+    if type(scheduler.tracker) is not DecodeTracker:
+        return "speculative decoding"
+    if scheduler.sequences_per_request != 1:
+        return "parallel sampling or beam search"
+    if scheduler.swap.capacity_tokens or scheduler.victim != "last_admitted":
+        return "swap preemption or another victim policy"
+    if scheduler.hold_kv_on_finish or scheduler.running or scheduler.waiting or scheduler.incoming:
+        return "a disaggregated or started scheduler"
+    kv = scheduler.kv
+    if type(kv) is not PagedKVManager:
+        return f"the {type(kv).__name__}"
+    if kv.prefix_cache is not None or kv.sharing or kv.sliding_window:
+        return "prefix caching" if kv.prefix_cache is not None else "shared or sliding-window KV blocks"
+    return ""
 
 
 def run_compiled(sim) -> bool:
@@ -77,8 +107,9 @@ def run_compiled(sim) -> bool:
         return False
     from sim.compiled import kernel as k
 
-    replica = sim.replicas[0]
-    scheduler, kv = replica.scheduler, replica.scheduler.kv
+    replicas = sim.replicas
+    num_replicas = len(replicas)
+    scheduler, kv = replicas[0].scheduler, replicas[0].scheduler.kv  # every replica is configured alike (_scope)
     n = sim.num_requests
     arrival_s = np.ascontiguousarray(sim.arrival_s[:n], dtype=np.float64)
     prompt = np.ascontiguousarray(sim.input_tokens[:n], dtype=np.int64)
@@ -86,10 +117,13 @@ def run_compiled(sim) -> bool:
     horizon = sim.horizon_s if sim.horizon_s is not None else math.inf
     max_seqs = scheduler.max_num_seqs
 
-    si = np.zeros(k.NUM_SI, dtype=np.int64)
-    si[[k.I_RUN_HEAD, k.I_RUN_TAIL, k.I_PF_HEAD, k.I_PF_TAIL]] = -1
-    si[k.I_ALLOC_CLOCK] = -1
-    si[k.I_FREE_BLOCKS] = kv.num_blocks
+    sr = np.zeros((num_replicas, k.NUM_SI), dtype=np.int64)
+    sr[:, [k.I_RUN_HEAD, k.I_RUN_TAIL, k.I_PF_HEAD, k.I_PF_TAIL]] = -1
+    sr[:, k.I_ALLOC_CLOCK] = -1
+    sr[:, k.I_FREE_BLOCKS] = kv.num_blocks
+    fr = np.zeros((num_replicas, k.NUM_FR))
+    sg = np.zeros(k.NUM_SG, dtype=np.int64)
+    sg[k.G_PENDING] = -1
     sf = np.zeros(k.NUM_SF)
     sf[k.F_HORIZON] = horizon
     rule = sim.stop_when  # asked after the first step ending at or after its next check, as the engine asks it
@@ -99,21 +133,26 @@ def run_compiled(sim) -> bool:
     cfg[k.C_MAX_SEQS], cfg[k.C_MAX_BATCHED] = max_seqs, scheduler.max_num_batched_tokens
     cfg[k.C_CHUNKED], cfg[k.C_MAX_MODEL_LEN] = scheduler.chunked_prefill, scheduler.max_model_len
     cfg[k.C_NUM_BLOCKS], cfg[k.C_BLOCK_SIZE], cfg[k.C_FAST_DECODE] = kv.num_blocks, kv.block_size, sim.fast_decode
+    cfg[k.C_ROUTER] = k.ROUTER_ROUND_ROBIN if type(sim.router) is RoundRobinRouter else k.ROUTER_LEAST_OUTSTANDING
 
     computed, out, blocks, preemptions = (np.zeros(n, dtype=np.int64) for _ in range(4))
     anchor = np.full(n, -1, dtype=np.int64)
+    rep = np.zeros(n, dtype=np.int64)
     state = np.zeros(n, dtype=np.int8)
     first_sched, first_tok, last_tok, finish_s = (np.full(n, np.nan) for _ in range(4))
     run_next, run_prev, pf_next, pf_prev = (np.full(n, -1, dtype=np.int64) for _ in range(4))
-    waiting = np.zeros(n, dtype=np.int64)
-    heap = np.zeros(n + 2 * max_seqs + 2, dtype=np.int64)
-    bucket = np.zeros(kv.block_size, dtype=np.int64)
+    waiting = np.zeros((num_replicas, n), dtype=np.int64)
+    heap = np.zeros((num_replicas, n // num_replicas + 2 * max_seqs + 2), dtype=np.int64)
+    bucket = np.zeros((num_replicas, kv.block_size), dtype=np.int64)
     stamp = np.zeros(n, dtype=np.int64)
-    plan_rid, plan_chunk, plan_ctx, pf_snap = (np.zeros(max_seqs + 1, dtype=np.int64) for _ in range(4))
+    plan_rid, plan_chunk, plan_ctx = (np.zeros((num_replicas, max_seqs + 1), dtype=np.int64) for _ in range(3))
+    pf_snap = np.zeros(max_seqs + 1, dtype=np.int64)
+    run_tmp = np.zeros((num_replicas, scheduler.max_model_len + 2))
     # Buffers sized to the run (small runs are many in a plan: zeroing 16 MB each would cost more than the run).
     rows_per_call = min(_ROWS_PER_CALL, 1024 + 4 * n)
     row_i = np.zeros((len(k.INT_COLUMNS), rows_per_call), dtype=np.int64)  # a column per row: slices copy fast
     row_f = np.zeros((len(k.FLOAT_COLUMNS), rows_per_call))
+    row_rep = np.zeros(rows_per_call, dtype=np.int64)
     max_run_steps = 4 * rows_per_call + scheduler.max_model_len + 2
     run_dur = np.zeros(max_run_steps)
     run_tok, run_internal = np.zeros(max_run_steps, dtype=np.int64), np.zeros(max_run_steps, dtype=np.int64)
@@ -122,17 +161,17 @@ def run_compiled(sim) -> bool:
     log = sim.steps
     stopped_s = None
     while True:
-        code = k.run(si, sf, cfg, price, arrival_s, arrival_ev, prompt, max_out,
+        code = k.run(sr, fr, sg, sf, cfg, price, arrival_s, arrival_ev, prompt, max_out,
                      computed, out, anchor, blocks, state, preemptions, first_sched, first_tok, last_tok, finish_s,
-                     run_next, run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp,
-                     plan_rid, plan_chunk, plan_ctx, pf_snap, row_i, row_f, run_dur, run_tok, run_internal,
-                     rows_per_call, max_run_steps)
+                     rep, run_next, run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp,
+                     plan_rid, plan_chunk, plan_ctx, pf_snap, run_tmp, row_i, row_f, row_rep, run_dur, run_tok,
+                     run_internal, rows_per_call, max_run_steps)
         if code in (k.DIVERGED, k.UNPRICED):
             sim.steps = type(log)(kv.capacity_slots)  # back to an empty log for the Python engine
             if rule is not None:
                 vars(rule).clear()
                 vars(rule).update(rule_state)  # and the stop rule as it was (its next check, its count)
-            sim.engine_core = ("python (an arrival at exactly a step's end: SimPy's event order decides)"
+            sim.engine_core = ("python (two events at one time: SimPy's event order decides)"
                                if code == k.DIVERGED else
                                "python (a step outside the cost model's measured tables: its notes need the "
                                "Python model)")
@@ -140,40 +179,45 @@ def run_compiled(sim) -> bool:
         if code == k.CHECK:  # the rows stay in the buffers: a check comes every few hundred steps
             now = float(sf[k.F_NOW])
             live = (state == k.WAITING) | (state == k.RUNNING)
-            if not rule.check_arrays(now, _RECORD_STATUS[state], arrival_s, first_tok, finish_s, last_tok, out,
-                                     arrival_s[live], first_tok[live]):
-                sf[k.F_CHECK] = getattr(rule, "next_check_s", -math.inf)
-                continue
-            stopped_s = now
-        _append_rows(log, si, row_i, row_f, run_dur, run_tok, run_internal, k)
-        if si[k.I_HEAP_SIZE] + max_seqs + 1 > len(heap):
-            heap = np.concatenate([heap, np.zeros(len(heap), dtype=np.int64)])
-        if code in (k.DONE, k.CHECK):
+            if rule.check_arrays(now, _RECORD_STATUS[state], arrival_s, first_tok, finish_s, last_tok, out,
+                                 arrival_s[live], first_tok[live]):
+                stopped_s = now  # (a step still in flight on another replica may end, and stop it again, later)
+                sg[k.G_STOPPED] = 1
+            sf[k.F_CHECK] = getattr(rule, "next_check_s", -math.inf)
+            continue
+        _append_rows(log, sg, row_i, row_f, row_rep, run_dur, run_tok, run_internal, k)
+        if (sr[:, k.I_HEAP_SIZE] + max_seqs + 1 > heap.shape[1]).any():
+            heap = np.concatenate([heap, np.zeros_like(heap)], axis=1)
+        if code == k.DONE:
             break
         if sim.progress is not None:
-            sim.progress(float(sf[k.F_NOW]), int(si[k.I_NUM_DONE]))
+            sim.progress(float(sf[k.F_NOW]), int(sg[k.G_NUM_DONE]))
 
     # The state Simulation.run leaves: counters, Little's law to the end, the records.
     end_s = horizon if sim.horizon_s is not None else float(sf[k.F_LAST_EVENT])
     if stopped_s is not None:
-        # The engine stops after this step; SimPy's clock still reaches the next arrival (whose process wakes
-        # to find the run stopped) or the horizon.
+        # The engines stop after their steps in flight; SimPy's clock still reaches the next arrival (whose
+        # process wakes to find the run stopped) or the horizon.
         sim.stopped_early_s = stopped_s
-        nxt = int(si[k.I_NEXT_ARRIVAL])
+        nxt = int(sg[k.G_NEXT_ARRIVAL])
         if sim.horizon_s is None and nxt < n:
-            end_s = max(stopped_s, float(arrival_ev[nxt]))
+            end_s = max(end_s, float(arrival_ev[nxt]))
     sim.env.advance_to(end_s)
-    sim.num_arrived, sim.num_done = int(si[k.I_NUM_ARRIVED]), int(si[k.I_NUM_DONE])
-    sim._next_request = int(si[k.I_NEXT_ARRIVAL])
-    sim.in_system, sim.in_system_area = int(si[k.I_IN_SYSTEM]), float(sf[k.F_AREA])
+    sim.num_arrived, sim.num_done = int(sg[k.G_NUM_ARRIVED]), int(sg[k.G_NUM_DONE])
+    sim._next_request = int(sg[k.G_NEXT_ARRIVAL])
+    sim.in_system, sim.in_system_area = int(sg[k.G_IN_SYSTEM]), float(sf[k.F_AREA])
     sim._in_system_since = float(sf[k.F_SINCE])
     sim._change_in_system(0)
+    for i, replica in enumerate(replicas):
+        replica.num_outstanding = int(sr[i, k.I_OUTSTANDING])
+    if isinstance(sim.router, RoundRobinRouter):
+        sim.router._next = int(sg[k.G_RR])
     members = anchor >= 0  # still decoding at the horizon: their counters catch up, as in_flight() syncs them
-    out[members] += int(si[k.I_CLOCK]) - anchor[members]
+    out[members] += sr[rep[members], k.I_CLOCK] - anchor[members]
     _fill_records(sim.requests, state, k, arrival_s, first_sched, first_tok, last_tok, finish_s, prompt, out,
-                  max_out, preemptions)
+                  max_out, preemptions, rep)
     for i in np.flatnonzero(state == k.REJECTED):
-        sim.requests.reject_reason[int(i)] = scheduler.rejection_reason(
+        sim.requests.reject_reason[int(i)] = replicas[int(rep[i])].scheduler.rejection_reason(
             Request(int(i), float(arrival_s[i]), int(prompt[i]), int(max_out[i])))
     if sim.progress is not None:
         sim.progress(end_s, sim.num_done)
@@ -181,21 +225,21 @@ def run_compiled(sim) -> bool:
     return True
 
 
-def _append_rows(log, si, row_i, row_f, run_dur, run_tok, run_internal, k) -> None:
+def _append_rows(log, sg, row_i, row_f, row_rep, run_dur, run_tok, run_internal, k) -> None:
     """Hand the rows and run steps the kernel wrote to the step log (as array chunks); empty the buffers."""
-    rows, steps, kv_steps = int(si[k.I_ROWS]), int(si[k.I_RUN_STEPS]), int(si[k.I_RUN_KV])
-    columns = {"replica": np.zeros(rows, dtype=np.int64)}
+    rows, steps, kv_steps = int(sg[k.G_ROWS]), int(sg[k.G_RUN_STEPS]), int(sg[k.G_RUN_KV])
+    columns = {"replica": row_rep[:rows].copy()}
     columns.update((name, row_f[j, :rows].copy()) for j, name in enumerate(k.FLOAT_COLUMNS))
     columns.update((name, row_i[j, :rows].copy()) for j, name in enumerate(k.INT_COLUMNS))
     zeros = np.zeros(kv_steps, dtype=np.int64)
     run_kv = {name: zeros for name in log.RUN_KV_COLUMNS}
     run_kv["kv_token_slots"], run_kv["kv_internal_slots"] = run_tok[:kv_steps].copy(), run_internal[:kv_steps].copy()
     log.add_chunk(columns, run_dur[:steps].copy(), run_kv)
-    si[k.I_ROWS] = si[k.I_RUN_STEPS] = si[k.I_RUN_KV] = 0
+    sg[k.G_ROWS] = sg[k.G_RUN_STEPS] = sg[k.G_RUN_KV] = 0
 
 
 def _fill_records(records, state, k, arrival_s, first_sched, first_tok, last_tok, finish_s, prompt, out,
-                  max_out, preemptions) -> None:
+                  max_out, preemptions, rep) -> None:
     """RequestLog.record for every request that arrived: finished, rejected or (at a horizon) unfinished."""
     arrived = state != k.NOT_ARRIVED
     status = np.full(len(state), -1, dtype=np.int64)
@@ -203,7 +247,7 @@ def _fill_records(records, state, k, arrival_s, first_sched, first_tok, last_tok
     status[(state == k.WAITING) | (state == k.RUNNING)] = 1
     status[state == k.REJECTED] = 2
     records.status[:] = status
-    records.replica[arrived] = 0
+    records.replica[arrived] = rep[arrived]
     records.arrival_s[arrived] = arrival_s[arrived]
     for name, values in (("first_scheduled_s", first_sched), ("first_token_s", first_tok),
                          ("last_token_s", last_tok), ("finish_s", finish_s)):

@@ -1,6 +1,6 @@
 """The engine loop of `sim.core.engine` for its most common case, compiled with numba (issue 15).
 
-One replica, open arrivals (any horizon), continuous batching (`ContinuousScheduler`, chunked prefill or not,
+One replica or several (round-robin or least-outstanding routing), open arrivals (any horizon), continuous batching (`ContinuousScheduler`, chunked prefill or not,
 last-admitted recompute preemption), plain paged KV (no prefix caching, forks, sliding window or swap), decode
 runs or exact steps, and a cost model with a compiled form (`sim.cost.compiled_pricing`: the roofline, or a whole-step
 profile).
@@ -8,8 +8,10 @@ profile).
 module is only the loop. It repeats, decision by decision and floating-point operation by operation, what
 the SimPy engine, the scheduler, the decode tracker, the paged KV manager and the cost model's `step_cost`
 do, so the records it writes are identical to theirs (tests/integration/test_compiled_core.py compares them
-on random scenarios). Where the two could part (an arrival at exactly a step's end, whose order SimPy
-settles by event ids), it stops and says so, and the caller runs the Python engine instead.
+on random scenarios). Where the two could part (two events at one time: an arrival at exactly a step's end, or two
+replicas' steps ending together, whose order SimPy settles by event ids), it stops and says so, and the caller
+runs the Python engine instead. Events are taken in time order: the next arrival, or the earliest step end; a
+replica plans its step when it starts and applies it when it ends, so the others' events fall in between.
 
 Block identities never matter without sharing, so blocks are counted, not listed. A decoding request's
 counters lag as in `DecodeTracker` (an anchor clock), and the blocks it holds follow from them: its
@@ -28,24 +30,33 @@ from sim.cost.compiled_pricing import price_step
 # Return codes of `run`.
 DONE = 0
 FLUSH = 1  # the output buffers are (nearly) full: read them back and call again
-DIVERGED = 2  # an arrival at exactly a step's end: SimPy's event order decides, run the Python engine
+DIVERGED = 2  # two events at one time (an arrival and a step end, two step ends): SimPy's order decides
 UNPRICED = 3  # the cost model's compiled form cannot price a step as its Python form would: run the Python engine
 CHECK = 4  # a step ended at or after the stop rule's next check (F_CHECK): ask it, then call again or stop
 
 # Per-request state codes.
 NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 
-# Indices into the int64 state array `si`.
+# Indices into the int64 per-replica state array `sr[r]` (a replica's scheduler, KV pool and step in flight).
 (I_CLOCK, I_ALLOC_CLOCK, I_MEMBERS, I_TOKEN_SUM, I_PF_SUM, I_FREE_BLOCKS, I_RUNNING, I_RUN_HEAD, I_RUN_TAIL,
- I_PF_HEAD, I_PF_TAIL, I_W_HEAD, I_W_COUNT, I_NEXT_ARRIVAL, I_HEAP_SIZE, I_NUM_DONE, I_IN_SYSTEM,
- I_ROWS, I_RUN_STEPS, I_RUN_KV, I_STEP_ID, I_NUM_ARRIVED) = range(22)
+ I_PF_HEAD, I_PF_TAIL, I_W_HEAD, I_W_COUNT, I_HEAP_SIZE, I_OUTSTANDING, I_BUSY, I_NUM_PF, I_NUM_DECODE,
+ I_NUM_WAITING, I_NUM_PREFILL_TOKENS, I_NUM_PREEMPTED, I_NUM_STEPS) = range(22)
 NUM_SI = 22
-# Indices into the float64 state array `sf`.
+# Indices into the float64 per-replica array `fr[r]`: the step in flight.
+R_START, R_END, R_DURATION, R_FLOPS, R_BYTES = range(5)
+NUM_FR = 5
+# Indices into the int64 global state array `sg`.
+(G_NEXT_ARRIVAL, G_NUM_ARRIVED, G_NUM_DONE, G_IN_SYSTEM, G_ROWS, G_RUN_STEPS, G_RUN_KV, G_STEP_ID, G_RR,
+ G_PENDING, G_STOPPED) = range(11)
+NUM_SG = 11
+# Indices into the float64 global state array `sf`.
 F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON, F_CHECK = range(6)
 NUM_SF = 6
 # Indices into the int64 configuration array `cfg`.
-C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE = range(7)
-NUM_CFG = 7
+(C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE,
+ C_ROUTER) = range(8)
+NUM_CFG = 8
+ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # Integer step-log columns, in this order (`sim.core.engine.StepLog.COLUMNS` minus replica and the floats).
 INT_COLUMNS = ("num_seqs", "num_waiting", "num_prefill_tokens", "num_decode_seqs", "num_padding_seqs",
                "num_output_tokens", "num_preempted", "kv_token_slots", "kv_reserved_slots", "kv_internal_slots",
@@ -112,308 +123,383 @@ def _blocks_for(tokens, bs):
 
 
 @njit(cache=True)
-def run(si, sf, cfg, price,
-        arrival_s, arrival_ev, prompt, max_out,
-        computed, out, anchor, blocks, state, preemptions, first_sched, first_tok, last_tok, finish_s,
+def run(sr, fr, sg, sf, cfg, price, arrival_s, arrival_ev, prompt, max_out,
+        computed, out, anchor, blocks, state, preemptions, first_sched, first_tok, last_tok, finish_s, rep,
         run_next, run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp,
-        plan_rid, plan_chunk, plan_ctx, pf_snap,
-        row_i, row_f, run_dur, run_tok, run_internal, max_rows, max_run_steps):
-    """Advance the simulation from the top of the engine loop until every request is done (DONE), the
-    output buffers need reading (FLUSH; call again), the SimPy order cannot be repeated (DIVERGED), a step
-    cannot be priced here (UNPRICED) or a step ended at or after the stop rule's next check (CHECK; ask it,
-    then call again unless it stops the run)."""
+        plan_rid, plan_chunk, plan_ctx, pf_snap, run_tmp,
+        row_i, row_f, row_rep, run_dur, run_tok, run_internal, max_rows, max_run_steps):
+    """Advance the simulation event by event (arrivals, the replicas' step ends in time order) until every
+    request is done (DONE), the output buffers need reading (FLUSH; call again), the SimPy order cannot be
+    repeated (DIVERGED), a step cannot be priced here (UNPRICED) or a step ended at or after the stop rule's
+    next check (CHECK; ask it, set G_STOPPED if it stops the run, call again). After a stop no arrival is
+    admitted and no step starts; the steps in flight still end (SimPy lets them), and the rule is asked again."""
     n_req = prompt.shape[0]
-    max_seqs, max_batched = cfg[C_MAX_SEQS], cfg[C_MAX_BATCHED]
-    chunked, max_model_len = cfg[C_CHUNKED] != 0, cfg[C_MAX_MODEL_LEN]
-    num_blocks, bs, fast_decode = cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE], cfg[C_FAST_DECODE] != 0
-    capacity_slots = num_blocks * bs
+    num_replicas = sr.shape[0]
+    max_seqs = cfg[C_MAX_SEQS]
+    max_model_len = cfg[C_MAX_MODEL_LEN]
     horizon = sf[F_HORIZON]
-    key_base = n_req  # heap key: finish_clock * key_base + request id
 
     while True:
-        if (si[I_ROWS] >= max_rows or si[I_RUN_STEPS] + max_model_len + 2 > max_run_steps
-                or si[I_HEAP_SIZE] + max_seqs + 1 > heap.shape[0]):
+        if sg[G_ROWS] >= max_rows or sg[G_RUN_STEPS] + max_model_len + 2 > max_run_steps:
             return FLUSH
-        now = sf[F_NOW]
-        clock = si[I_CLOCK]
-        si[I_STEP_ID] += 1
-        step_id = si[I_STEP_ID]
+        for r in range(num_replicas):
+            if sr[r, I_HEAP_SIZE] + max_seqs + 1 > heap.shape[1]:
+                return FLUSH
+        stopped = sg[G_STOPPED] != 0
+        pending = sg[G_PENDING]
+        if pending >= 0:
+            # A replica whose step just ended plans its next one at once (after the stop rule was asked).
+            sg[G_PENDING] = -1
+            if not stopped:
+                code = _start_step(pending, sf[F_NOW], sr, fr, sg, sf, cfg, price, arrival_s, prompt, max_out,
+                                   computed, out, anchor, blocks, state, preemptions, first_sched, run_next,
+                                   run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp, plan_rid, plan_chunk,
+                                   plan_ctx, pf_snap, run_tmp)
+                if code != 0:
+                    return code
+        # The next event: the earliest step end (two at one time: SimPy's order decides), or the next arrival.
+        r_end = -1
+        t_end = math.inf
+        for r in range(num_replicas):
+            if sr[r, I_BUSY] != 0:
+                e = fr[r, R_END]
+                if e < t_end:
+                    t_end = e
+                    r_end = r
+                elif e == t_end and e < horizon:
+                    return DIVERGED
+        if t_end >= horizon:
+            t_end = math.inf
+        t_arr = math.inf
+        nxt = sg[G_NEXT_ARRIVAL]
+        if not stopped and nxt < n_req and arrival_ev[nxt] < horizon:
+            t_arr = arrival_ev[nxt]
+        if math.isinf(t_end) and math.isinf(t_arr):
+            return DONE
+        if t_arr == t_end:
+            return DIVERGED  # an arrival at exactly a step's end
+        if t_arr < t_end:
+            _admit_arrivals_at(t_arr, sr, fr, sg, sf, cfg, arrival_ev, prompt, max_out, state, waiting, rep, n_req)
+            sf[F_NOW] = t_arr
+            # The idle replicas an arrival woke plan a step now (every arrival at this time is in by then).
+            for r in range(num_replicas):
+                if sr[r, I_BUSY] == 0 and sr[r, I_W_COUNT] > 0:
+                    code = _start_step(r, t_arr, sr, fr, sg, sf, cfg, price, arrival_s, prompt, max_out,
+                                       computed, out, anchor, blocks, state, preemptions, first_sched, run_next,
+                                       run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp, plan_rid,
+                                       plan_chunk, plan_ctx, pf_snap, run_tmp)
+                    if code != 0:
+                        return code
+            continue
+        _finish_step(r_end, sr, fr, sg, sf, cfg, prompt, max_out, computed, out, anchor, blocks, state,
+                     first_tok, last_tok, finish_s, run_next, run_prev, pf_next, pf_prev, heap, bucket,
+                     plan_rid, plan_chunk, run_tmp, row_i, row_f, row_rep, run_dur, run_tok, run_internal, n_req)
+        sf[F_NOW] = t_end
+        sf[F_LAST_EVENT] = t_end
+        sg[G_PENDING] = r_end
+        if t_end >= sf[F_CHECK]:
+            return CHECK  # the engine asks its stop rule after this step
 
-        # ---- schedule(now) --------------------------------------------------------------------------
-        have_plan = si[I_RUNNING] > 0 or si[I_W_COUNT] > 0
-        num_pf = 0
-        num_new = 0
-        num_preempted = 0
-        num_decode = 0
-        num_sampled = 0
-        if have_plan:
-            # Room for the decodes' next tokens; preempt (last admitted first) until there is.
-            while bucket[clock % bs] > si[I_FREE_BLOCKS]:
+
+@njit(cache=True)
+def _start_step(r, now, sr, fr, sg, sf, cfg, price, arrival_s, prompt, max_out, computed, out, anchor, blocks,
+                state, preemptions, first_sched, run_next, run_prev, pf_next, pf_prev, waiting_all, heap_all,
+                bucket_all, stamp, plan_rid_all, plan_chunk_all, plan_ctx_all, pf_snap, run_tmp):
+    """`ContinuousScheduler.schedule(now)` for replica r and the price of its step (a decode run where one
+    fits): the replica is busy until fr[r, R_END], or idle when there is nothing to run. 0, DIVERGED or
+    UNPRICED."""
+    si = sr[r]
+    waiting, heap, bucket = waiting_all[r], heap_all[r], bucket_all[r]
+    plan_rid, plan_chunk, plan_ctx = plan_rid_all[r], plan_chunk_all[r], plan_ctx_all[r]
+    n_req = prompt.shape[0]
+    max_seqs, max_batched = cfg[C_MAX_SEQS], cfg[C_MAX_BATCHED]
+    chunked = cfg[C_CHUNKED] != 0
+    bs, fast_decode = cfg[C_BLOCK_SIZE], cfg[C_FAST_DECODE] != 0
+    horizon = sf[F_HORIZON]
+    key_base = n_req  # heap key: finish_clock * key_base + request id
+    clock = si[I_CLOCK]
+    sg[G_STEP_ID] += 1
+    step_id = sg[G_STEP_ID]
+    si[I_BUSY] = 0
+
+    have_plan = si[I_RUNNING] > 0 or si[I_W_COUNT] > 0
+    num_pf = 0
+    num_new = 0
+    num_preempted = 0
+    num_decode = 0
+    num_sampled = 0
+    if have_plan:
+        # Room for the decodes' next tokens; preempt (last admitted first) until there is.
+        while bucket[clock % bs] > si[I_FREE_BLOCKS]:
+            victim = _preempt(si, run_prev, run_next, pf_prev, pf_next, stamp, step_id, computed, out,
+                              anchor, blocks, state, preemptions, waiting, bucket, bs, n_req)
+            if victim < 0:
+                return DIVERGED
+            num_preempted += 1
+        si[I_FREE_BLOCKS] -= bucket[clock % bs]
+        si[I_ALLOC_CLOCK] = clock
+        budget = max_batched - si[I_MEMBERS]
+        # Running prefills first, in admission order (a snapshot: admissions below join after).
+        n_snap = 0
+        rid = si[I_PF_HEAD]
+        while rid >= 0:
+            pf_snap[n_snap] = rid
+            n_snap += 1
+            rid = pf_next[rid]
+        for s in range(n_snap):
+            rid = pf_snap[s]
+            if state[rid] != RUNNING or budget <= 0:
+                continue  # preempted while making room for an earlier one, or no budget left
+            chunk = min(prompt[rid] + out[rid] - computed[rid], budget)
+            added = False
+            while True:
+                need = _blocks_for(computed[rid] + chunk, bs) - blocks[rid]
+                if need < 0:
+                    need = 0
+                if need <= si[I_FREE_BLOCKS]:
+                    si[I_FREE_BLOCKS] -= need
+                    blocks[rid] += need
+                    added = True
+                    break
                 victim = _preempt(si, run_prev, run_next, pf_prev, pf_next, stamp, step_id, computed, out,
                                   anchor, blocks, state, preemptions, waiting, bucket, bs, n_req)
                 if victim < 0:
                     return DIVERGED
                 num_preempted += 1
-            si[I_FREE_BLOCKS] -= bucket[clock % bs]
-            si[I_ALLOC_CLOCK] = clock
-            budget = max_batched - si[I_MEMBERS]
-            # Running prefills first, in admission order (a snapshot: admissions below join after).
-            n_snap = 0
-            rid = si[I_PF_HEAD]
-            while rid >= 0:
-                pf_snap[n_snap] = rid
-                n_snap += 1
-                rid = pf_next[rid]
-            for s in range(n_snap):
-                rid = pf_snap[s]
-                if state[rid] != RUNNING or budget <= 0:
-                    continue  # preempted while making room for an earlier one, or no budget left
-                chunk = min(prompt[rid] + out[rid] - computed[rid], budget)
-                added = False
-                while True:
-                    need = _blocks_for(computed[rid] + chunk, bs) - blocks[rid]
-                    if need < 0:
-                        need = 0
-                    if need <= si[I_FREE_BLOCKS]:
-                        si[I_FREE_BLOCKS] -= need
-                        blocks[rid] += need
-                        added = True
-                        break
-                    victim = _preempt(si, run_prev, run_next, pf_prev, pf_next, stamp, step_id, computed, out,
-                                      anchor, blocks, state, preemptions, waiting, bucket, bs, n_req)
-                    if victim < 0:
-                        return DIVERGED
-                    num_preempted += 1
-                    if victim == rid:
-                        break
-                if added:
-                    plan_rid[num_pf] = rid
-                    plan_chunk[num_pf] = chunk
-                    plan_ctx[num_pf] = computed[rid]
-                    num_pf += 1
-                    stamp[rid] = step_id
-                    if computed[rid] + chunk == prompt[rid] + out[rid]:
-                        num_sampled += 1
-                    budget -= chunk
-            # Then waiting requests in order while a sequence slot, the budget and the KV allow.
-            while si[I_W_COUNT] > 0 and num_preempted == 0 and budget > 0 and si[I_RUNNING] < max_seqs:
-                rid = waiting[si[I_W_HEAD]]
-                # kv.admit (no prefix cache, no swap: everything is computed again from 0)
-                need_tokens = prompt[rid] + out[rid]
-                chunk = min(need_tokens, budget)
-                if chunked:
-                    fits = _blocks_for(need_tokens, bs) <= si[I_FREE_BLOCKS]
-                else:
-                    fits = chunk == need_tokens
-                if not fits:
+                if victim == rid:
                     break
-                need = _blocks_for(chunk, bs)
-                if need > si[I_FREE_BLOCKS]:
-                    break
-                si[I_FREE_BLOCKS] -= need
-                blocks[rid] = need
-                computed[rid] = 0
-                si[I_W_HEAD] = (si[I_W_HEAD] + 1) % n_req
-                si[I_W_COUNT] -= 1
-                state[rid] = RUNNING
-                if math.isnan(first_sched[rid]):
-                    first_sched[rid] = now
-                _list_append(run_prev, run_next, si, I_RUN_HEAD, I_RUN_TAIL, rid)
-                si[I_RUNNING] += 1
-                _list_append(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, rid)
-                num_new += 1
+            if added:
                 plan_rid[num_pf] = rid
                 plan_chunk[num_pf] = chunk
-                plan_ctx[num_pf] = 0
+                plan_ctx[num_pf] = computed[rid]
                 num_pf += 1
                 stamp[rid] = step_id
-                if chunk == need_tokens:
+                if computed[rid] + chunk == prompt[rid] + out[rid]:
                     num_sampled += 1
                 budget -= chunk
-            num_decode = si[I_MEMBERS]
-            num_sampled += num_decode
-            if num_pf == 0 and num_decode == 0:
-                have_plan = False
-
-        if not have_plan:
-            # The engine waits for the next arrival (none left: the run is over).
-            nxt = si[I_NEXT_ARRIVAL]
-            if nxt >= n_req or arrival_ev[nxt] >= horizon:
-                return DONE
-            t = arrival_ev[nxt]
-            _admit_arrivals_until(si, sf, t, True, arrival_ev, prompt, max_out, state, waiting,
-                                  chunked, max_batched, max_model_len, num_blocks, bs, n_req, horizon)
-            sf[F_NOW] = t
-            continue
-
-        num_waiting = si[I_W_COUNT]
-        decode_ctx = si[I_TOKEN_SUM] + num_decode
-        num_prefill_tokens = 0
-        for j in range(num_pf):
-            num_prefill_tokens += plan_chunk[j]
-        time_s, flops, nbytes = price_step(price, num_prefill_tokens,
-                                           plan_chunk, plan_ctx, num_pf, num_decode, decode_ctx, num_sampled)
-        if math.isnan(time_s):
-            return UNPRICED
-
-        # ---- a decode run (Simulation._decode_run, ContinuousScheduler.decode_run_limit) ----------------
-        num_steps = 1
-        end = now + time_s
-        duration, run_flops, run_bytes = time_s, flops, nbytes
-        if fast_decode and num_decode > 0 and num_pf == 0:
-            nxt = si[I_NEXT_ARRIVAL]
-            bound = horizon
-            if nxt < n_req and arrival_s[nxt] < bound:
-                bound = arrival_s[nxt]
-            check_s = sf[F_CHECK]
-            first_end = now + time_s
-            if first_end < bound and first_end < check_s:
-                # Simulation._decode_run: the run ends before the next event, and at the latest with the first
-                # step that ends at or after the stop rule's next check.
-                last_s = bound if bound < check_s else check_s
-                if math.isinf(last_s):
-                    cap = 1 << 62
-                else:
-                    cap = int((last_s - now) / time_s) + (2 if check_s < bound else 1)
-                limit = _decode_run_limit(si, heap, bucket, anchor, max_out, out, state, cap, clock, bs, num_preempted,
-                                          num_new, max_seqs, max_batched, key_base)
-                if limit > 1:
-                    r0 = si[I_RUN_STEPS]
-                    end_r = now
-                    k_steps = 0
-                    duration_r = 0.0
-                    flops_r = 0.0
-                    bytes_r = 0.0
-                    ctx = decode_ctx
-                    for k in range(limit):
-                        if k == 0:
-                            c_t, c_f, c_b = time_s, flops, nbytes
-                        else:
-                            c_t, c_f, c_b = price_step(price, 0, plan_chunk,
-                                                       plan_ctx, 0, num_decode, ctx, num_decode)
-                            if math.isnan(c_t):
-                                return UNPRICED
-                        t = end_r + c_t
-                        if t >= bound:
-                            break
-                        end_r = t
-                        run_dur[r0 + k_steps] = c_t
-                        k_steps += 1
-                        duration_r += c_t
-                        flops_r += c_f
-                        bytes_r += c_b
-                        ctx += num_decode
-                        if t >= check_s:
-                            break
-                    if k_steps > 1:
-                        num_steps = k_steps
-                        end = end_r
-                        duration, run_flops, run_bytes = duration_r, flops_r, bytes_r
-
-        # ---- the step's time passes: arrivals before its end are admitted -------------------------------
-        if end >= horizon:
-            # The step would end at or after the horizon: SimPy stops before it, after the arrivals before it.
-            _admit_arrivals_until(si, sf, horizon, True, arrival_ev, prompt, max_out, state, waiting,
-                                  chunked, max_batched, max_model_len, num_blocks, bs, n_req, horizon)
-            return DONE
-        if not _admit_arrivals_until(si, sf, end, False, arrival_ev, prompt, max_out, state, waiting,
-                                     chunked, max_batched, max_model_len, num_blocks, bs, n_req, horizon):
-            return DIVERGED
-        sf[F_NOW] = end
-        sf[F_LAST_EVENT] = end
-
-        if num_steps > 1:
-            # The steps of the run but its last: states counted in bulk (PagedKVManager.run_usage).
-            r0 = si[I_RUN_KV]
-            first_tokens = si[I_TOKEN_SUM] + si[I_PF_SUM] + num_decode
-            allocated = (num_blocks - si[I_FREE_BLOCKS]) * bs
-            for k in range(num_steps - 1):
-                tokens = first_tokens + k * num_decode
-                run_tok[r0 + k] = tokens
-                run_internal[r0 + k] = allocated - tokens
-                si[I_CLOCK] += 1
-                si[I_TOKEN_SUM] += num_decode
-                need = bucket[si[I_CLOCK] % bs]
-                si[I_FREE_BLOCKS] -= need
-                si[I_ALLOC_CLOCK] = si[I_CLOCK]
-                allocated += need * bs
-            si[I_RUN_KV] = r0 + num_steps - 1
-            si[I_RUN_STEPS] += num_steps
-
-        # ---- update_from_output(plan, end) ------------------------------------------------------------------
-        num_output = num_decode
-        si[I_CLOCK] += 1
-        clock = si[I_CLOCK]
-        si[I_TOKEN_SUM] += num_decode
-        n_fin = 0
-        while si[I_HEAP_SIZE] > 0 and heap[0] // key_base <= clock:
-            key = _heap_pop(heap, si)
-            fclock = key // key_base
-            rid = key - fclock * key_base
-            if anchor[rid] < 0 or state[rid] != RUNNING or anchor[rid] + max_out[rid] - out[rid] != fclock:
-                continue  # stale
-            held = _tracker_remove(si, rid, computed, out, anchor, bucket, bs)
-            _finish(si, rid, end, held, blocks, state, last_tok, finish_s, run_prev, run_next)
-            n_fin += 1
-        for j in range(num_pf):
-            rid = plan_rid[j]
-            computed[rid] += plan_chunk[j]
-            si[I_PF_SUM] += plan_chunk[j]
-            if computed[rid] < prompt[rid] + out[rid]:
-                continue
-            _list_remove(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, rid)
-            si[I_PF_SUM] -= computed[rid]
-            out[rid] += 1
-            num_output += 1
-            if math.isnan(first_tok[rid]):
-                first_tok[rid] = end
-            last_tok[rid] = end
-            if out[rid] >= max_out[rid]:
-                _finish(si, rid, end, blocks[rid], blocks, state, last_tok, finish_s, run_prev, run_next)
-                n_fin += 1
+        # Then waiting requests in order while a sequence slot, the budget and the KV allow.
+        while si[I_W_COUNT] > 0 and num_preempted == 0 and budget > 0 and si[I_RUNNING] < max_seqs:
+            rid = waiting[si[I_W_HEAD]]
+            # kv.admit (no prefix cache, no swap: everything is computed again from 0)
+            need_tokens = prompt[rid] + out[rid]
+            chunk = min(need_tokens, budget)
+            if chunked:
+                fits = _blocks_for(need_tokens, bs) <= si[I_FREE_BLOCKS]
             else:
-                # tracker.add: decodes from the next step; its blocks follow from its counters from now on
-                anchor[rid] = clock
-                blocks[rid] = -1  # from now on its counters say what it holds
-                si[I_MEMBERS] += 1
-                si[I_TOKEN_SUM] += computed[rid]
-                _heap_push(heap, si, (clock + max_out[rid] - out[rid]) * key_base + rid)
-                bucket[(clock - computed[rid]) % bs] += 1
-        num_output *= num_steps
+                fits = chunk == need_tokens
+            if not fits:
+                break
+            need = _blocks_for(chunk, bs)
+            if need > si[I_FREE_BLOCKS]:
+                break
+            si[I_FREE_BLOCKS] -= need
+            blocks[rid] = need
+            computed[rid] = 0
+            si[I_W_HEAD] = (si[I_W_HEAD] + 1) % n_req
+            si[I_W_COUNT] -= 1
+            state[rid] = RUNNING
+            if math.isnan(first_sched[rid]):
+                first_sched[rid] = now
+            _list_append(run_prev, run_next, si, I_RUN_HEAD, I_RUN_TAIL, rid)
+            si[I_RUNNING] += 1
+            _list_append(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, rid)
+            num_new += 1
+            plan_rid[num_pf] = rid
+            plan_chunk[num_pf] = chunk
+            plan_ctx[num_pf] = 0
+            num_pf += 1
+            stamp[rid] = step_id
+            if chunk == need_tokens:
+                num_sampled += 1
+            budget -= chunk
+        num_decode = si[I_MEMBERS]
+        num_sampled += num_decode
+        if num_pf == 0 and num_decode == 0:
+            have_plan = False
+    if not have_plan:
+        return 0  # the engine waits for an arrival routed to it
 
-        # ---- the step's row ---------------------------------------------------------------------------
-        tokens = si[I_TOKEN_SUM] + si[I_PF_SUM]
+    num_waiting = si[I_W_COUNT]
+    decode_ctx = si[I_TOKEN_SUM] + num_decode
+    num_prefill_tokens = 0
+    for j in range(num_pf):
+        num_prefill_tokens += plan_chunk[j]
+    time_s, flops, nbytes = price_step(price, num_prefill_tokens,
+                                       plan_chunk, plan_ctx, num_pf, num_decode, decode_ctx, num_sampled)
+    if math.isnan(time_s):
+        return UNPRICED
+
+    # ---- a decode run (Simulation._decode_run, ContinuousScheduler.decode_run_limit) ----------------
+    num_steps = 1
+    end = now + time_s
+    duration, run_flops, run_bytes = time_s, flops, nbytes
+    if fast_decode and num_decode > 0 and num_pf == 0:
+        nxt = sg[G_NEXT_ARRIVAL]
+        bound = horizon
+        if nxt < n_req and arrival_s[nxt] < bound:
+            bound = arrival_s[nxt]
+        check_s = sf[F_CHECK]
+        first_end = now + time_s
+        if first_end < bound and first_end < check_s:
+            # Simulation._decode_run: the run ends before the next event, and at the latest with the first
+            # step that ends at or after the stop rule's next check.
+            last_s = bound if bound < check_s else check_s
+            if math.isinf(last_s):
+                cap = 1 << 62
+            else:
+                cap = int((last_s - now) / time_s) + (2 if check_s < bound else 1)
+            limit = _decode_run_limit(si, heap, bucket, anchor, max_out, out, state, cap, clock, bs, num_preempted,
+                                      num_new, max_seqs, max_batched, key_base)
+            if limit > 1:
+                end_r = now
+                k_steps = 0
+                duration_r = 0.0
+                flops_r = 0.0
+                bytes_r = 0.0
+                ctx = decode_ctx
+                for k in range(limit):
+                    if k == 0:
+                        c_t, c_f, c_b = time_s, flops, nbytes
+                    else:
+                        c_t, c_f, c_b = price_step(price, 0, plan_chunk, plan_ctx, 0, num_decode, ctx, num_decode)
+                        if math.isnan(c_t):
+                            return UNPRICED
+                    t = end_r + c_t
+                    if t >= bound:
+                        break
+                    end_r = t
+                    run_tmp[r, k_steps] = c_t
+                    k_steps += 1
+                    duration_r += c_t
+                    flops_r += c_f
+                    bytes_r += c_b
+                    ctx += num_decode
+                    if t >= check_s:
+                        break
+                if k_steps > 1:
+                    num_steps = k_steps
+                    end = end_r
+                    duration, run_flops, run_bytes = duration_r, flops_r, bytes_r
+    si[I_BUSY] = 1
+    si[I_NUM_PF], si[I_NUM_DECODE], si[I_NUM_WAITING] = num_pf, num_decode, num_waiting
+    si[I_NUM_PREFILL_TOKENS], si[I_NUM_PREEMPTED], si[I_NUM_STEPS] = num_prefill_tokens, num_preempted, num_steps
+    fr[r, R_START], fr[r, R_END], fr[r, R_DURATION] = now, end, duration
+    fr[r, R_FLOPS], fr[r, R_BYTES] = run_flops, run_bytes
+    return 0
+
+
+@njit(cache=True)
+def _finish_step(r, sr, fr, sg, sf, cfg, prompt, max_out, computed, out, anchor, blocks, state, first_tok,
+                 last_tok, finish_s, run_next, run_prev, pf_next, pf_prev, heap_all, bucket_all, plan_rid_all,
+                 plan_chunk_all, run_tmp, row_i, row_f, row_rep, run_dur, run_tok, run_internal, n_req):
+    """The end of replica r's step: `update_from_output`, the step's row (and its run's per-step records),
+    `Simulation.finish_requests`."""
+    si = sr[r]
+    heap, bucket = heap_all[r], bucket_all[r]
+    plan_rid, plan_chunk = plan_rid_all[r], plan_chunk_all[r]
+    num_blocks, bs = cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
+    capacity_slots = num_blocks * bs
+    key_base = n_req
+    si[I_BUSY] = 0
+    end = fr[r, R_END]
+    num_pf, num_decode, num_steps = si[I_NUM_PF], si[I_NUM_DECODE], si[I_NUM_STEPS]
+
+    if num_steps > 1:
+        # The steps of the run: their durations, and the states of all but the last counted in bulk
+        # (PagedKVManager.run_usage).
+        s0 = sg[G_RUN_STEPS]
+        for k in range(num_steps):
+            run_dur[s0 + k] = run_tmp[r, k]
+        sg[G_RUN_STEPS] = s0 + num_steps
+        r0 = sg[G_RUN_KV]
+        first_tokens = si[I_TOKEN_SUM] + si[I_PF_SUM] + num_decode
         allocated = (num_blocks - si[I_FREE_BLOCKS]) * bs
-        r = si[I_ROWS]
-        row_f[0, r] = now
-        row_f[1, r] = duration
-        row_f[2, r] = run_flops
-        row_f[3, r] = run_bytes
-        row_i[0, r] = num_pf + num_decode
-        row_i[1, r] = num_waiting
-        row_i[2, r] = num_prefill_tokens
-        row_i[3, r] = num_decode
-        row_i[4, r] = 0
-        row_i[5, r] = num_output
-        row_i[6, r] = num_preempted
-        row_i[7, r] = tokens
-        row_i[8, r] = 0
-        row_i[9, r] = allocated - tokens
-        row_i[10, r] = 0
-        row_i[11, r] = capacity_slots
-        row_i[12, r] = 0
-        row_i[13, r] = 0
-        row_i[14, r] = 0
-        row_i[15, r] = num_steps
-        si[I_ROWS] = r + 1
-        if n_fin:
-            # Simulation.finish_requests: Little's law, then the records
-            sf[F_AREA] += si[I_IN_SYSTEM] * (end - sf[F_SINCE])
-            sf[F_SINCE] = end
-            si[I_IN_SYSTEM] -= n_fin
-            si[I_NUM_DONE] += n_fin
-        if end >= sf[F_CHECK]:
-            return CHECK  # the engine asks its stop rule after this step
+        for k in range(num_steps - 1):
+            tokens = first_tokens + k * num_decode
+            run_tok[r0 + k] = tokens
+            run_internal[r0 + k] = allocated - tokens
+            si[I_CLOCK] += 1
+            si[I_TOKEN_SUM] += num_decode
+            need = bucket[si[I_CLOCK] % bs]
+            si[I_FREE_BLOCKS] -= need
+            si[I_ALLOC_CLOCK] = si[I_CLOCK]
+            allocated += need * bs
+        sg[G_RUN_KV] = r0 + num_steps - 1
+
+    # ---- update_from_output(plan, end) ------------------------------------------------------------------
+    num_output = num_decode
+    si[I_CLOCK] += 1
+    clock = si[I_CLOCK]
+    si[I_TOKEN_SUM] += num_decode
+    n_fin = 0
+    while si[I_HEAP_SIZE] > 0 and heap[0] // key_base <= clock:
+        key = _heap_pop(heap, si)
+        fclock = key // key_base
+        rid = key - fclock * key_base
+        if anchor[rid] < 0 or state[rid] != RUNNING or anchor[rid] + max_out[rid] - out[rid] != fclock:
+            continue  # stale
+        held = _tracker_remove(si, rid, computed, out, anchor, bucket, bs)
+        _finish(si, rid, end, held, blocks, state, last_tok, finish_s, run_prev, run_next)
+        n_fin += 1
+    for j in range(num_pf):
+        rid = plan_rid[j]
+        computed[rid] += plan_chunk[j]
+        si[I_PF_SUM] += plan_chunk[j]
+        if computed[rid] < prompt[rid] + out[rid]:
+            continue
+        _list_remove(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, rid)
+        si[I_PF_SUM] -= computed[rid]
+        out[rid] += 1
+        num_output += 1
+        if math.isnan(first_tok[rid]):
+            first_tok[rid] = end
+        last_tok[rid] = end
+        if out[rid] >= max_out[rid]:
+            _finish(si, rid, end, blocks[rid], blocks, state, last_tok, finish_s, run_prev, run_next)
+            n_fin += 1
+        else:
+            # tracker.add: decodes from the next step; its blocks follow from its counters from now on
+            anchor[rid] = clock
+            blocks[rid] = -1  # from now on its counters say what it holds
+            si[I_MEMBERS] += 1
+            si[I_TOKEN_SUM] += computed[rid]
+            _heap_push(heap, si, (clock + max_out[rid] - out[rid]) * key_base + rid)
+            bucket[(clock - computed[rid]) % bs] += 1
+    num_output *= num_steps
+
+    # ---- the step's row ---------------------------------------------------------------------------
+    tokens = si[I_TOKEN_SUM] + si[I_PF_SUM]
+    allocated = (num_blocks - si[I_FREE_BLOCKS]) * bs
+    w = sg[G_ROWS]
+    row_rep[w] = r
+    row_f[0, w] = fr[r, R_START]
+    row_f[1, w] = fr[r, R_DURATION]
+    row_f[2, w] = fr[r, R_FLOPS]
+    row_f[3, w] = fr[r, R_BYTES]
+    row_i[0, w] = num_pf + num_decode
+    row_i[1, w] = si[I_NUM_WAITING]
+    row_i[2, w] = si[I_NUM_PREFILL_TOKENS]
+    row_i[3, w] = num_decode
+    row_i[4, w] = 0
+    row_i[5, w] = num_output
+    row_i[6, w] = si[I_NUM_PREEMPTED]
+    row_i[7, w] = tokens
+    row_i[8, w] = 0
+    row_i[9, w] = allocated - tokens
+    row_i[10, w] = 0
+    row_i[11, w] = capacity_slots
+    row_i[12, w] = 0
+    row_i[13, w] = 0
+    row_i[14, w] = 0
+    row_i[15, w] = num_steps
+    sg[G_ROWS] = w + 1
+    if n_fin:
+        # Simulation.finish_requests: the replica's outstanding count, Little's law, then the records
+        si[I_OUTSTANDING] -= n_fin
+        sf[F_AREA] += sg[G_IN_SYSTEM] * (end - sf[F_SINCE])
+        sf[F_SINCE] = end
+        sg[G_IN_SYSTEM] -= n_fin
+        sg[G_NUM_DONE] += n_fin
 
 
 @njit(cache=True)
@@ -526,32 +612,38 @@ def _decode_run_limit(si, heap, bucket, anchor, max_out, out, state, max_steps, 
 
 
 @njit(cache=True)
-def _admit_arrivals_until(si, sf, t, inclusive, arrival_ev, prompt, max_out, state, waiting,
-                          chunked, max_batched, max_model_len, num_blocks, bs, n_req, horizon):
-    """Admit the arrivals SimPy fires before time `t` (at or before it when `inclusive`: the engine is idle
-    and wakes with them), never at or after the horizon. False, with the arrival not admitted: one fires
-    exactly at `t` while a step ends there (their order is SimPy's event ids')."""
-    while si[I_NEXT_ARRIVAL] < n_req:
-        i = si[I_NEXT_ARRIVAL]
-        ev = arrival_ev[i]
-        if ev >= horizon or ev > t:
-            return True
-        if ev == t and not inclusive:
-            return False
-        si[I_NEXT_ARRIVAL] = i + 1
-        si[I_NUM_ARRIVED] += 1
-        sf[F_LAST_EVENT] = ev
+def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, arrival_ev, prompt, max_out, state, waiting, rep, n_req):
+    """Every arrival SimPy fires at time `t` (one callback of the arrivals process): each is routed
+    (`Simulation._admit`: round robin, or the fewest outstanding requests, lowest index first), then admitted
+    to its replica's queue or rejected."""
+    max_batched, chunked = cfg[C_MAX_BATCHED], cfg[C_CHUNKED] != 0
+    max_model_len, num_blocks, bs = cfg[C_MAX_MODEL_LEN], cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
+    num_replicas = sr.shape[0]
+    while sg[G_NEXT_ARRIVAL] < n_req and arrival_ev[sg[G_NEXT_ARRIVAL]] == t:
+        i = sg[G_NEXT_ARRIVAL]
+        sg[G_NEXT_ARRIVAL] = i + 1
+        sg[G_NUM_ARRIVED] += 1
+        sf[F_LAST_EVENT] = t
+        if cfg[C_ROUTER] == ROUTER_ROUND_ROBIN:
+            r = sg[G_RR] % num_replicas
+            sg[G_RR] += 1
+        else:
+            r = 0
+            for q in range(1, num_replicas):
+                if sr[q, I_OUTSTANDING] < sr[r, I_OUTSTANDING]:
+                    r = q
+        rep[i] = r
         p, m = prompt[i], max_out[i]
-        # SchedulerBase / ContinuousScheduler.rejection_reason (sim.core.compiled words the reason)
+        # SchedulerBase / ContinuousScheduler.rejection_reason (sim.compiled.engine words the reason)
         if p + m > max_model_len or _blocks_for(p + m - 1, bs) > num_blocks or (
                 not chunked and p + m - 1 > max_batched):
             state[i] = REJECTED
-            si[I_NUM_DONE] += 1
+            sg[G_NUM_DONE] += 1
             continue
         state[i] = WAITING
-        sf[F_AREA] += si[I_IN_SYSTEM] * (ev - sf[F_SINCE])
-        sf[F_SINCE] = ev
-        si[I_IN_SYSTEM] += 1
-        waiting[(si[I_W_HEAD] + si[I_W_COUNT]) % n_req] = i
-        si[I_W_COUNT] += 1
-    return True
+        sf[F_AREA] += sg[G_IN_SYSTEM] * (t - sf[F_SINCE])
+        sf[F_SINCE] = t
+        sg[G_IN_SYSTEM] += 1
+        sr[r, I_OUTSTANDING] += 1
+        waiting[r, (sr[r, I_W_HEAD] + sr[r, I_W_COUNT]) % n_req] = i
+        sr[r, I_W_COUNT] += 1

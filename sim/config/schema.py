@@ -330,8 +330,9 @@ class RunSpec(_Strict):
     fast_decode: bool = Field(True, description="take runs of decode-only steps between events in one move "
                               "(a run is one step record with num_steps; per-request records and the summary "
                               "are those of step-by-step simulation, float sums to rounding; false: step by step)")
-    compiled_core: bool = Field(True, description="run scenarios in the compiled core's scope (one replica, "
-                                "continuous batching, plain paged KV, roofline or whole-step profile) through it (numba, the `fast` "
+    compiled_core: bool = Field(True, description="run scenarios in the compiled core's scope (replicas "
+                                "behind round-robin/least-outstanding routing, continuous batching, plain paged KV, roofline, whole-step or "
+                                "measured kernels) through it (numba, the `fast` "
                                 "extra): identical records, ~35x faster at bench_engine's load; false: always the SimPy engine")
 
     @model_validator(mode="after")
