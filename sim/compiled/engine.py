@@ -129,6 +129,12 @@ def run_compiled(sim) -> bool:
     rule = sim.stop_when  # asked after the first step ending at or after its next check, as the engine asks it
     rule_state = dict(vars(rule)) if rule is not None else None  # put back if the Python engine reruns the scenario
     sf[k.F_CHECK] = math.inf if rule is None else getattr(rule, "next_check_s", -math.inf)
+    sf[k.F_STOPPED_AT] = math.nan
+    stop = np.zeros(k.NUM_S)
+    own = getattr(rule, "compiled_params", None)
+    if own is not None:  # the core asks the rule itself (the same arithmetic), else it returns CHECK to ask here
+        stop[k.S_ON] = 1.0
+        stop[k.S_TTFT:] = own()
     cfg = np.zeros(k.NUM_CFG, dtype=np.int64)
     cfg[k.C_MAX_SEQS], cfg[k.C_MAX_BATCHED] = max_seqs, scheduler.max_num_batched_tokens
     cfg[k.C_CHUNKED], cfg[k.C_MAX_MODEL_LEN] = scheduler.chunked_prefill, scheduler.max_model_len
@@ -161,7 +167,7 @@ def run_compiled(sim) -> bool:
     log = sim.steps
     stopped_s = None
     while True:
-        code = k.run(sr, fr, sg, sf, cfg, price, arrival_s, arrival_ev, prompt, max_out,
+        code = k.run(sr, fr, sg, sf, cfg, price, stop, arrival_s, arrival_ev, prompt, max_out,
                      computed, out, anchor, blocks, state, preemptions, first_sched, first_tok, last_tok, finish_s,
                      rep, run_next, run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp,
                      plan_rid, plan_chunk, plan_ctx, pf_snap, run_tmp, row_i, row_f, row_rep, run_dur, run_tok,
@@ -194,6 +200,11 @@ def run_compiled(sim) -> bool:
             sim.progress(float(sf[k.F_NOW]), int(sg[k.G_NUM_DONE]))
 
     # The state Simulation.run leaves: counters, Little's law to the end, the records.
+    if stop[k.S_ON]:
+        rule.next_check_s = float(sf[k.F_CHECK])
+        rule.num_checks += int(sg[k.G_NUM_CHECKS])
+        if sg[k.G_STOPPED]:
+            stopped_s = float(sf[k.F_STOPPED_AT])
     end_s = horizon if sim.horizon_s is not None else float(sf[k.F_LAST_EVENT])
     if stopped_s is not None:
         # The engines stop after their steps in flight; SimPy's clock still reaches the next arrival (whose

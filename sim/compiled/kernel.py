@@ -47,11 +47,16 @@ R_START, R_END, R_DURATION, R_FLOPS, R_BYTES = range(5)
 NUM_FR = 5
 # Indices into the int64 global state array `sg`.
 (G_NEXT_ARRIVAL, G_NUM_ARRIVED, G_NUM_DONE, G_IN_SYSTEM, G_ROWS, G_RUN_STEPS, G_RUN_KV, G_STEP_ID, G_RR,
- G_PENDING, G_STOPPED) = range(11)
-NUM_SG = 11
+ G_PENDING, G_STOPPED, G_NUM_CHECKS) = range(12)
+NUM_SG = 12
 # Indices into the float64 global state array `sf`.
-F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON, F_CHECK = range(6)
-NUM_SF = 6
+F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON, F_CHECK, F_STOPPED_AT = range(7)
+NUM_SF = 7
+# The stop rule's numbers, when the core asks it itself (`SLOMissRule.compiled_params`; else CHECK asks Python):
+# on, TTFT / TPOT / E2E limits (inf: none), violations that make a miss certain, the goodput fraction (NaN: none),
+# the requests the workload generates, seconds between checks.
+(S_ON, S_TTFT, S_TPOT, S_E2E, S_NEEDED, S_MIN_GOODPUT, S_NUM_REQUESTS, S_EVERY) = range(8)
+NUM_S = 8
 # Indices into the int64 configuration array `cfg`.
 (C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE,
  C_ROUTER) = range(8)
@@ -123,7 +128,7 @@ def _blocks_for(tokens, bs):
 
 
 @njit(cache=True)
-def run(sr, fr, sg, sf, cfg, price, arrival_s, arrival_ev, prompt, max_out,
+def run(sr, fr, sg, sf, cfg, price, stop, arrival_s, arrival_ev, prompt, max_out,
         computed, out, anchor, blocks, state, preemptions, first_sched, first_tok, last_tok, finish_s, rep,
         run_next, run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp,
         plan_rid, plan_chunk, plan_ctx, pf_snap, run_tmp,
@@ -197,8 +202,14 @@ def run(sr, fr, sg, sf, cfg, price, arrival_s, arrival_ev, prompt, max_out,
         sf[F_NOW] = t_end
         sf[F_LAST_EVENT] = t_end
         sg[G_PENDING] = r_end
-        if t_end >= sf[F_CHECK]:
-            return CHECK  # the engine asks its stop rule after this step
+        if t_end >= sf[F_CHECK]:  # the engine asks its stop rule after this step
+            if stop[S_ON] == 0.0:
+                return CHECK
+            sf[F_CHECK] = t_end + stop[S_EVERY]
+            sg[G_NUM_CHECKS] += 1
+            if _certain_miss(stop, t_end, state, arrival_s, first_tok, finish_s, last_tok, out):
+                sg[G_STOPPED] = 1
+                sf[F_STOPPED_AT] = t_end
 
 
 @njit(cache=True)
@@ -647,3 +658,54 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, arrival_ev, prompt, max_out, stat
         sr[r, I_OUTSTANDING] += 1
         waiting[r, (sr[r, I_W_HEAD] + sr[r, I_W_COUNT]) % n_req] = i
         sr[r, I_W_COUNT] += 1
+
+
+@njit(cache=True)
+def _certain_miss(stop, now, state, arrival_s, first_tok, finish_s, last_tok, out):
+    """`SLOMissRule.certain_miss_of` (sim/tools/early_verdict.py, which explains the rule) on the core's
+    arrays, the same comparisons on the same floats; tests/integration/test_compiled_core.py checks that runs
+    stop at the same step as in the SimPy engine."""
+    ttft_limit, tpot_limit, e2e_limit = stop[S_TTFT], stop[S_TPOT], stop[S_E2E]
+    waited_floor = ttft_limit if ttft_limit < e2e_limit else e2e_limit
+    c_ttft = 0
+    c_tpot = 0
+    c_e2e = 0
+    done_bad = 0
+    pending_bad = 0
+    for i in range(state.shape[0]):
+        st = state[i]
+        if st == REJECTED:
+            return True  # slo_met needs every request finished
+        if st == FINISHED:
+            bad = False
+            if first_tok[i] - arrival_s[i] > ttft_limit:
+                c_ttft += 1
+                bad = True
+            if finish_s[i] - arrival_s[i] > e2e_limit:
+                c_e2e += 1
+                bad = True
+            if not math.isinf(tpot_limit) and out[i] > 1 and (last_tok[i] - first_tok[i]) / (out[i] - 1) > tpot_limit:
+                c_tpot += 1
+                bad = True
+            done_bad += bad
+        elif st == WAITING or st == RUNNING:
+            waited = now - arrival_s[i]
+            if not waited > waited_floor:
+                continue
+            bad = False
+            first = first_tok[i]
+            if (waited > ttft_limit) if math.isnan(first) else (first - arrival_s[i] > ttft_limit):
+                c_ttft += 1
+                bad = True
+            if waited > e2e_limit:
+                c_e2e += 1
+                bad = True
+            pending_bad += bad
+    needed = stop[S_NEEDED]
+    if c_ttft >= needed or c_tpot >= needed or c_e2e >= needed:
+        return True
+    if not math.isnan(stop[S_MIN_GOODPUT]):
+        n = int(stop[S_NUM_REQUESTS])
+        if (n - done_bad - pending_bad) / n < stop[S_MIN_GOODPUT]:
+            return True
+    return False

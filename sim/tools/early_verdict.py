@@ -76,6 +76,14 @@ class SLOMissRule:
             return False
         return self.certain_miss(sim, now)
 
+    def compiled_params(self) -> list[float]:
+        """The rule as numbers, for the compiled engine core to ask it itself (`sim.compiled.kernel._certain_miss`
+        repeats `certain_miss_of`): TTFT, TPOT and E2E limits (inf: none), the violations that make a miss
+        certain, the goodput fraction (NaN: none), the requests generated, the seconds between checks."""
+        return [math.inf if m not in self.limits else float(self.limits[m]) for m in LIMITED_METRICS] + [
+            float(self.needed), math.nan if self.min_goodput_fraction is None else float(self.min_goodput_fraction),
+            float(self.num_requests), float(self.check_every_s)]
+
     def check_arrays(self, now: float, status, arrival_s, first_token_s, finish_s, last_token_s, output_tokens,
                      in_flight_arrival_s, in_flight_first_token_s) -> bool:
         """The same answer as calling the rule after a step ending at `now`, from the records as arrays
