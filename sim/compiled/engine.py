@@ -3,7 +3,7 @@
 
 In scope: one replica or several behind a round-robin or least-outstanding router, open arrivals (any horizon), `ContinuousScheduler` with the plain decode tracker and
 last-admitted recompute preemption, one sequence per request, `PagedKVManager` without prefix caching,
-sharing or a sliding window, a stop rule that can be asked from arrays (`check_arrays`, as the planner's
+sharing or a sliding window, a stop rule the core can ask itself (`compiled_params()`, as the planner's
 `SLOMissRule`) or none, and a cost model with a compiled form (`compiled_params()`: the roofline,
 or a whole-step profile, `StepProfileCostModel`; see `sim.cost.compiled_pricing`). Anything
 else, or numba missing, runs the Python engine, which stays the reference; `Simulation.engine_core` says
@@ -19,8 +19,9 @@ from sim.core.request import Request
 from sim.core.router import LeastOutstandingRouter, RoundRobinRouter
 
 _ROWS_PER_CALL = 1 << 16  # rows kept in the kernel's buffers between two reads (and progress reports), at most
-# RequestLog's status code of each kernel request state (NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED).
-_RECORD_STATUS = np.array([-1, -1, -1, 0, 2], dtype=np.int64)
+# RequestLog's status code of each kernel request state at the end (NOT_ARRIVED, WAITING, RUNNING, FINISHED,
+# REJECTED): none, unfinished, unfinished, finished, rejected.
+_FINAL_STATUS = np.array([-1, 1, 1, 0, 2], dtype=np.int64)
 
 
 def _scope(sim) -> tuple[str, tuple | None]:
@@ -30,8 +31,8 @@ def _scope(sim) -> tuple[str, tuple | None]:
     from sim.sched.continuous import ContinuousScheduler
     from sim.sched.decode import DecodeTracker
 
-    if sim.stop_when is not None and not hasattr(sim.stop_when, "check_arrays"):
-        return "a stop rule without check_arrays", None
+    if sim.stop_when is not None and getattr(sim.stop_when, "compiled_params", None) is None:
+        return "a stop rule without compiled_params", None
     if sim.closed_loop_users:
         return "a closed loop", None
     if sim.prefix_ids is not None:
@@ -123,7 +124,6 @@ def run_compiled(sim) -> bool:
     sr[:, k.I_FREE_BLOCKS] = kv.num_blocks
     fr = np.zeros((num_replicas, k.NUM_FR))
     sg = np.zeros(k.NUM_SG, dtype=np.int64)
-    sg[k.G_PENDING] = -1
     sf = np.zeros(k.NUM_SF)
     sf[k.F_HORIZON] = horizon
     rule = sim.stop_when  # asked after the first step ending at or after its next check, as the engine asks it
@@ -131,10 +131,9 @@ def run_compiled(sim) -> bool:
     sf[k.F_CHECK] = math.inf if rule is None else getattr(rule, "next_check_s", -math.inf)
     sf[k.F_STOPPED_AT] = math.nan
     stop = np.zeros(k.NUM_S)
-    own = getattr(rule, "compiled_params", None)
-    if own is not None:  # the core asks the rule itself (the same arithmetic), else it returns CHECK to ask here
+    if rule is not None:  # the core asks the rule itself, with the same arithmetic (SLOMissRule.compiled_params)
         stop[k.S_ON] = 1.0
-        stop[k.S_TTFT:] = own()
+        stop[k.S_TTFT:] = rule.compiled_params()
     cfg = np.zeros(k.NUM_CFG, dtype=np.int64)
     cfg[k.C_MAX_SEQS], cfg[k.C_MAX_BATCHED] = max_seqs, scheduler.max_num_batched_tokens
     cfg[k.C_CHUNKED], cfg[k.C_MAX_MODEL_LEN] = scheduler.chunked_prefill, scheduler.max_model_len
@@ -165,7 +164,6 @@ def run_compiled(sim) -> bool:
     arrival_ev = k.arrival_event_times(arrival_s)
 
     log = sim.steps
-    stopped_s = None
     while True:
         code = k.run(sr, fr, sg, sf, cfg, price, stop, arrival_s, arrival_ev, prompt, max_out,
                      computed, out, anchor, blocks, state, preemptions, first_sched, first_tok, last_tok, finish_s,
@@ -182,15 +180,6 @@ def run_compiled(sim) -> bool:
                                "python (a step outside the cost model's measured tables: its notes need the "
                                "Python model)")
             return False
-        if code == k.CHECK:  # the rows stay in the buffers: a check comes every few hundred steps
-            now = float(sf[k.F_NOW])
-            live = (state == k.WAITING) | (state == k.RUNNING)
-            if rule.check_arrays(now, _RECORD_STATUS[state], arrival_s, first_tok, finish_s, last_tok, out,
-                                 arrival_s[live], first_tok[live]):
-                stopped_s = now  # (a step still in flight on another replica may end, and stop it again, later)
-                sg[k.G_STOPPED] = 1
-            sf[k.F_CHECK] = getattr(rule, "next_check_s", -math.inf)
-            continue
         _append_rows(log, sg, row_i, row_f, row_rep, run_dur, run_tok, run_internal, k)
         if (sr[:, k.I_HEAP_SIZE] + max_seqs + 1 > heap.shape[1]).any():
             heap = np.concatenate([heap, np.zeros_like(heap)], axis=1)
@@ -200,11 +189,10 @@ def run_compiled(sim) -> bool:
             sim.progress(float(sf[k.F_NOW]), int(sg[k.G_NUM_DONE]))
 
     # The state Simulation.run leaves: counters, Little's law to the end, the records.
-    if stop[k.S_ON]:
+    stopped_s = float(sf[k.F_STOPPED_AT]) if sg[k.G_STOPPED] else None
+    if rule is not None:
         rule.next_check_s = float(sf[k.F_CHECK])
         rule.num_checks += int(sg[k.G_NUM_CHECKS])
-        if sg[k.G_STOPPED]:
-            stopped_s = float(sf[k.F_STOPPED_AT])
     end_s = horizon if sim.horizon_s is not None else float(sf[k.F_LAST_EVENT])
     if stopped_s is not None:
         # The engines stop after their steps in flight; SimPy's clock still reaches the next arrival (whose
@@ -253,11 +241,7 @@ def _fill_records(records, state, k, arrival_s, first_sched, first_tok, last_tok
                   max_out, preemptions, rep) -> None:
     """RequestLog.record for every request that arrived: finished, rejected or (at a horizon) unfinished."""
     arrived = state != k.NOT_ARRIVED
-    status = np.full(len(state), -1, dtype=np.int64)
-    status[state == k.FINISHED] = 0
-    status[(state == k.WAITING) | (state == k.RUNNING)] = 1
-    status[state == k.REJECTED] = 2
-    records.status[:] = status
+    records.status[:] = _FINAL_STATUS[state]
     records.replica[arrived] = rep[arrived]
     records.arrival_s[arrived] = arrival_s[arrived]
     for name, values in (("first_scheduled_s", first_sched), ("first_token_s", first_tok),

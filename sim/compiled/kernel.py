@@ -32,7 +32,6 @@ DONE = 0
 FLUSH = 1  # the output buffers are (nearly) full: read them back and call again
 DIVERGED = 2  # two events at one time (an arrival and a step end, two step ends): SimPy's order decides
 UNPRICED = 3  # the cost model's compiled form cannot price a step as its Python form would: run the Python engine
-CHECK = 4  # a step ended at or after the stop rule's next check (F_CHECK): ask it, then call again or stop
 
 # Per-request state codes.
 NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
@@ -47,12 +46,12 @@ R_START, R_END, R_DURATION, R_FLOPS, R_BYTES = range(5)
 NUM_FR = 5
 # Indices into the int64 global state array `sg`.
 (G_NEXT_ARRIVAL, G_NUM_ARRIVED, G_NUM_DONE, G_IN_SYSTEM, G_ROWS, G_RUN_STEPS, G_RUN_KV, G_STEP_ID, G_RR,
- G_PENDING, G_STOPPED, G_NUM_CHECKS) = range(12)
-NUM_SG = 12
+ G_STOPPED, G_NUM_CHECKS) = range(11)
+NUM_SG = 11
 # Indices into the float64 global state array `sf`.
 F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON, F_CHECK, F_STOPPED_AT = range(7)
 NUM_SF = 7
-# The stop rule's numbers, when the core asks it itself (`SLOMissRule.compiled_params`; else CHECK asks Python):
+# The stop rule's numbers (`SLOMissRule.compiled_params`; S_ON 0: no rule):
 # on, TTFT / TPOT / E2E limits (inf: none), violations that make a miss certain, the goodput fraction (NaN: none),
 # the requests the workload generates, seconds between checks.
 (S_ON, S_TTFT, S_TPOT, S_E2E, S_NEEDED, S_MIN_GOODPUT, S_NUM_REQUESTS, S_EVERY) = range(8)
@@ -135,9 +134,9 @@ def run(sr, fr, sg, sf, cfg, price, stop, arrival_s, arrival_ev, prompt, max_out
         row_i, row_f, row_rep, run_dur, run_tok, run_internal, max_rows, max_run_steps):
     """Advance the simulation event by event (arrivals, the replicas' step ends in time order) until every
     request is done (DONE), the output buffers need reading (FLUSH; call again), the SimPy order cannot be
-    repeated (DIVERGED), a step cannot be priced here (UNPRICED) or a step ended at or after the stop rule's
-    next check (CHECK; ask it, set G_STOPPED if it stops the run, call again). After a stop no arrival is
-    admitted and no step starts; the steps in flight still end (SimPy lets them), and the rule is asked again."""
+    repeated (DIVERGED) or a step cannot be priced here (UNPRICED). The stop rule (`stop`) is asked after every
+    step ending at or after its next check; after a stop no arrival is admitted and no step starts, but the
+    steps in flight still end (SimPy lets them) and the rule is asked again."""
     n_req = prompt.shape[0]
     num_replicas = sr.shape[0]
     max_seqs = cfg[C_MAX_SEQS]
@@ -151,17 +150,6 @@ def run(sr, fr, sg, sf, cfg, price, stop, arrival_s, arrival_ev, prompt, max_out
             if sr[r, I_HEAP_SIZE] + max_seqs + 1 > heap.shape[1]:
                 return FLUSH
         stopped = sg[G_STOPPED] != 0
-        pending = sg[G_PENDING]
-        if pending >= 0:
-            # A replica whose step just ended plans its next one at once (after the stop rule was asked).
-            sg[G_PENDING] = -1
-            if not stopped:
-                code = _start_step(pending, sf[F_NOW], sr, fr, sg, sf, cfg, price, arrival_s, prompt, max_out,
-                                   computed, out, anchor, blocks, state, preemptions, first_sched, run_next,
-                                   run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp, plan_rid, plan_chunk,
-                                   plan_ctx, pf_snap, run_tmp)
-                if code != 0:
-                    return code
         # The next event: the earliest step end (two at one time: SimPy's order decides), or the next arrival.
         r_end = -1
         t_end = math.inf
@@ -201,15 +189,19 @@ def run(sr, fr, sg, sf, cfg, price, stop, arrival_s, arrival_ev, prompt, max_out
                      plan_rid, plan_chunk, run_tmp, row_i, row_f, row_rep, run_dur, run_tok, run_internal, n_req)
         sf[F_NOW] = t_end
         sf[F_LAST_EVENT] = t_end
-        sg[G_PENDING] = r_end
-        if t_end >= sf[F_CHECK]:  # the engine asks its stop rule after this step
-            if stop[S_ON] == 0.0:
-                return CHECK
+        if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:  # the engine asks its stop rule after this step
             sf[F_CHECK] = t_end + stop[S_EVERY]
             sg[G_NUM_CHECKS] += 1
             if _certain_miss(stop, t_end, state, arrival_s, first_tok, finish_s, last_tok, out):
                 sg[G_STOPPED] = 1
                 sf[F_STOPPED_AT] = t_end
+        if sg[G_STOPPED] == 0:  # the replica plans its next step at once
+            code = _start_step(r_end, t_end, sr, fr, sg, sf, cfg, price, arrival_s, prompt, max_out, computed, out,
+                               anchor, blocks, state, preemptions, first_sched, run_next, run_prev, pf_next,
+                               pf_prev, waiting, heap, bucket, stamp, plan_rid, plan_chunk, plan_ctx, pf_snap,
+                               run_tmp)
+            if code != 0:
+                return code
 
 
 @njit(cache=True)

@@ -289,7 +289,9 @@ def gemm_curve(gemm: pd.DataFrame, dtype: str, n: int, k: int, roof: DeviceRoofl
             _GEMM_CURVES[cache_key] = (ms, lr, static_notes)
     for note in static_notes:
         notes[note] += 1
-    return Curve(ms, lr, shape_nk(n, k), f"{name} tokens", notes)
+    curve = Curve(ms, lr, shape_nk(n, k), f"{name} tokens", notes)
+    curve.shape_numbers = (n, k, eb)  # the roofline shape's (n, k, weight bytes), for the compiled pricer
+    return curve
 
 
 def _select_heads(df: pd.DataFrame, hq: int, hkv: int, d: int, name: str, notes: Counter) -> pd.DataFrame:
@@ -403,6 +405,7 @@ class MeasuredCostModel:
         def decode_shape(b: float, x: float, hq=hq, hkv=hkv, d=d) -> float:
             return roof.time(4.0 * hq * d * b * x, b * x * 2 * hkv * d * kvb + 2 * b * hq * d * _ACT_BYTES)
 
+        self.attention_shape = (hq, hkv, d, kvb)  # per GPU: query heads, KV heads, head size, KV bytes per element
         ctx = _select_heads(t.context[t.context["kv_dtype"] == kvd], hq, hkv, d, "context attention", self.notes)
         gen = _select_heads(t.generation[t.generation["kv_dtype"] == kvd], hq, hkv, d, "decode attention",
                             self.notes)
@@ -439,7 +442,8 @@ class MeasuredCostModel:
         return Curve(list(rows["num_tokens"]), lr, shape, "fused MoE", self.notes)
 
     def _allreduce_curve(self) -> Curve | None:
-        t, tp, h = self.tables, self.tp, self.model.hidden_size
+        """The time of one all-reduce by the elements it reduces (a step's tokens × hidden size)."""
+        t, tp = self.tables, self.tp
         if t.allreduce is None:
             self.notes["all-reduce: no measured table; priced by the GPU catalog's interconnect"] += 1
             return None
@@ -466,7 +470,8 @@ class MeasuredCostModel:
         xs = sorted({x for _, c in parts for x in c.xs})
         lr = [sum(wt * math.log(c(x) / c.shape(x)) for wt, c in parts) for x in xs]
         curve = Curve(xs, lr, shape_g(tp), f"all-reduce x{tp} elements", self.notes)
-        return lambda tokens: curve(tokens * h)
+        curve.shape_numbers = (lat0, tp, busbw)  # for the compiled pricer
+        return curve
 
     # -- pricing --
 
@@ -487,7 +492,7 @@ class MeasuredCostModel:
         common = self._elementwise_s(num_tokens)
         if self.tp > 1 and self.communication:
             if self._allreduce is not None:
-                common += 2 * self._allreduce(num_tokens)
+                common += 2 * self._allreduce(num_tokens * self.model.hidden_size)
             else:
                 link = self.gpu.interconnect_bytes_per_s * self.gpu.interconnect_efficiency
                 msg = num_tokens * self.model.hidden_size * _ACT_BYTES
@@ -570,8 +575,7 @@ class MeasuredCostModel:
         if counts is None:
             return None
         from sim.cost import compiled_pricing, measured_kernel, roofline_kernel
-        return compiled_pricing.pricer(roofline_kernel.pack(self.roofline), measured_params=measured_kernel.pack(
-            self, _DTYPE_BYTES[_KV_DTYPE[self.kv_dtype]]))
+        return compiled_pricing.pricer(roofline_kernel.pack(self.roofline), measured_params=measured_kernel.pack(self))
 
     def _decode_constants(self, num_seqs: int) -> tuple:
         """The context-free parts of a decode-only step of `num_seqs` sequences: per-layer token-count terms

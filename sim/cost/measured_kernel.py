@@ -27,7 +27,7 @@ SHAPE_GEMM, SHAPE_ALLREDUCE = 0, 1  # (n, k, weight bytes) | (latency, GPUs, bus
 _ACT_BYTES = 2  # as sim.cost.measured
 
 
-def pack(cost_model, kv_bytes_per_element: int) -> tuple:
+def pack(cost_model) -> tuple:
     """(scalars, curves, curve grids (log1p x), curve log ratios, layers per group, first linear-layer row of each
     group (and the end), the curve of each linear layer, prefill grid (ga, gb, r), decode grid (ga, gb, r))."""
     m = cost_model
@@ -35,10 +35,7 @@ def pack(cost_model, kv_bytes_per_element: int) -> tuple:
     s[P_FLOPS_PER_S], s[P_BYTES_PER_S] = m.roof.flops_per_s, m.roof.bytes_per_s
     s[P_MIN_KERNEL_S], s[P_OVERHEAD_S] = m.min_kernel_s, m.step_overhead_s
     s[P_TP], s[P_HIDDEN] = m.tp, m.model.hidden_size
-    hq = m.model.num_attention_heads // m.tp
-    hkv = m.model.num_kv_heads // m.tp if m.model.num_kv_heads % m.tp == 0 else 1
-    s[P_HQ], s[P_HKV], s[P_HEAD_DIM] = hq, hkv, m.model.head_dim
-    s[P_KV_BYTES] = kv_bytes_per_element
+    s[P_HQ], s[P_HKV], s[P_HEAD_DIM], s[P_KV_BYTES] = m.attention_shape
     s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2] = m._elementwise_bytes
     curves, grids, ratios = [], [], []
 
@@ -49,8 +46,7 @@ def pack(cost_model, kv_bytes_per_element: int) -> tuple:
         return len(curves) - 1
 
     def add_gemm(curve) -> int:
-        (n, k, eb) = _gemm_shape_numbers(curve)
-        return add(curve, SHAPE_GEMM, n, k, eb)
+        return add(curve, SHAPE_GEMM, *curve.shape_numbers)
 
     layers, starts, linear = [], [0], []
     for n_layers, mats, _ in m._groups:
@@ -60,9 +56,8 @@ def pack(cost_model, kv_bytes_per_element: int) -> tuple:
     s[P_LM_HEAD] = add_gemm(m._lm_head)
     if m.tp > 1 and m.communication:
         if m._allreduce is not None:
-            curve = _allreduce_curve_of(m)
-            lat0, g, busbw = _allreduce_shape_numbers(curve)
-            s[P_ALLREDUCE], s[P_AR_CURVE] = ALLREDUCE_CURVE, add(curve, SHAPE_ALLREDUCE, lat0, g, busbw)
+            s[P_ALLREDUCE] = ALLREDUCE_CURVE
+            s[P_AR_CURVE] = add(m._allreduce, SHAPE_ALLREDUCE, *m._allreduce.shape_numbers)
         else:
             s[P_ALLREDUCE] = ALLREDUCE_CATALOG
             s[P_AR_LINK_BYTES_PER_S] = m.gpu.interconnect_bytes_per_s * m.gpu.interconnect_efficiency
@@ -82,23 +77,6 @@ def empty() -> tuple:
     """A pack of the same types for pricers of another kind (never read)."""
     z, zi, z2 = np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, 0))
     return (np.zeros(NUM_MEASURED_PARAMS), np.zeros((0, 6)), z, z, z, zi, zi, z, z, z2, z, z, z2)
-
-
-def _gemm_shape_numbers(curve) -> tuple[float, float, float]:
-    """(n, k, weight bytes per element) of a GEMM curve's roofline shape (`gemm_curve`'s shape_nk closure)."""
-    cells = dict(zip(curve.shape.__code__.co_freevars, (c.cell_contents for c in curve.shape.__closure__)))
-    return float(cells["nn"]), float(cells["kk"]), float(cells["eb"])
-
-
-def _allreduce_curve_of(model):
-    """The Curve inside `MeasuredCostModel._allreduce` (a lambda of tokens over it)."""
-    cells = dict(zip(model._allreduce.__code__.co_freevars, (c.cell_contents for c in model._allreduce.__closure__)))
-    return cells["curve"]
-
-
-def _allreduce_shape_numbers(curve) -> tuple[float, float, float]:
-    cells = dict(zip(curve.shape.__code__.co_freevars, (c.cell_contents for c in curve.shape.__closure__)))
-    return float(cells["lat0"]), float(cells["g"]), float(cells["busbw"])
 
 
 @njit(cache=True)

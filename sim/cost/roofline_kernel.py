@@ -1,9 +1,9 @@
-"""`RooflineCostModel.step_cost` compiled with numba, for the compiled engine core (`sim.core.compiled_kernel`).
+"""`RooflineCostModel.step_cost` compiled with numba, for the compiled engine core (`sim.compiled`).
 
-`RooflineCostModel.compiled_pricer()` packs a model's numbers into `params` (the layout below) and hands
-this function to the core. It repeats `step_cost`'s floating-point operations in the same order, so its
+`RooflineCostModel.compiled_params()` packs a model's numbers into `params` (the layout below, through
+`sim.cost.compiled_pricing`, whose `price_step` calls this function). It repeats `step_cost`'s floating-point operations in the same order, so its
 times are bit-identical (tests/unit/test_roofline_kernel.py). Plans without drafts, padding or swaps,
-dense layers only (no MoE), no sliding window, LM head included: `compiled_pricer` says None otherwise.
+dense layers only (no MoE), no sliding window, LM head included: `compiled_params` says None otherwise.
 """
 
 from __future__ import annotations

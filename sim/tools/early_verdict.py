@@ -72,55 +72,33 @@ class SLOMissRule:
 
     def __call__(self, sim) -> bool:
         now = sim.env.now
-        if not self._due(now):
+        if now < self.next_check_s:
             return False
+        self.next_check_s = now + self.check_every_s
+        self.num_checks += 1
         return self.certain_miss(sim, now)
 
     def compiled_params(self) -> list[float]:
         """The rule as numbers, for the compiled engine core to ask it itself (`sim.compiled.kernel._certain_miss`
-        repeats `certain_miss_of`): TTFT, TPOT and E2E limits (inf: none), the violations that make a miss
+        repeats `certain_miss`): TTFT, TPOT and E2E limits (inf: none), the violations that make a miss
         certain, the goodput fraction (NaN: none), the requests generated, the seconds between checks."""
         return [math.inf if m not in self.limits else float(self.limits[m]) for m in LIMITED_METRICS] + [
             float(self.needed), math.nan if self.min_goodput_fraction is None else float(self.min_goodput_fraction),
             float(self.num_requests), float(self.check_every_s)]
 
-    def check_arrays(self, now: float, status, arrival_s, first_token_s, finish_s, last_token_s, output_tokens,
-                     in_flight_arrival_s, in_flight_first_token_s) -> bool:
-        """The same answer as calling the rule after a step ending at `now`, from the records as arrays
-        (`RequestLog`'s status codes: 0 finished, 2 rejected; other rows are ignored) and the requests still in
-        flight: for the compiled engine core (`sim.compiled.engine`), which keeps no request objects."""
-        if not self._due(now):
-            return False
-        return self.certain_miss_of(now, status, arrival_s, first_token_s, finish_s, last_token_s, output_tokens,
-                                    in_flight_arrival_s, in_flight_first_token_s)
-
-    def _due(self, now: float) -> bool:
-        if now < self.next_check_s:
-            return False
-        self.next_check_s = now + self.check_every_s
-        self.num_checks += 1
-        return True
-
     def certain_miss(self, sim, now: float) -> bool:
         log = sim.requests
-        in_flight = list(self._in_flight(sim))
-        return self.certain_miss_of(now, log.status, log.arrival_s, log.first_token_s, log.finish_s,
-                                    log.last_token_s, log.output_tokens,
-                                    np.array([r.arrival_s for r in in_flight], dtype=float),
-                                    np.array([r.first_token_s for r in in_flight], dtype=float))
-
-    def certain_miss_of(self, now: float, status, arrival_s, first_token_s, finish_s, last_token_s, output_tokens,
-                        in_flight_arrival_s, in_flight_first_token_s) -> bool:
+        status, arrival_s, first_token_s = log.status, log.arrival_s, log.first_token_s
         if (status == 2).any():  # rejected: slo_met needs every request finished
             return True
         fin = np.flatnonzero(status == 0)
         arrival = arrival_s[fin]
         # Finished requests: the same arithmetic as sim.results.requests_frame.
-        done_values = {"ttft_s": first_token_s[fin] - arrival, "e2e_s": finish_s[fin] - arrival}
+        done_values = {"ttft_s": first_token_s[fin] - arrival, "e2e_s": log.finish_s[fin] - arrival}
         if "tpot_s" in self.limits:
-            gen = output_tokens[fin]
+            gen = log.output_tokens[fin]
             with np.errstate(invalid="ignore", divide="ignore"):
-                done_values["tpot_s"] = np.where(gen > 1, (last_token_s[fin] - first_token_s[fin])
+                done_values["tpot_s"] = np.where(gen > 1, (log.last_token_s[fin] - first_token_s[fin])
                                                  / (gen - 1), np.nan)
         done_bad = np.zeros(len(fin), dtype=bool)
         counts = {}
@@ -131,12 +109,14 @@ class SLOMissRule:
         ttft_limit, e2e_limit = self.limits.get("ttft_s", math.inf), self.limits.get("e2e_s", math.inf)
         # A request that has waited no longer than both limits is not yet certain to exceed either: a known TTFT
         # is at most the wait so far, and an unknown TTFT or E2E could still come within its limit.
-        waited_s = now - np.asarray(in_flight_arrival_s, dtype=float)
-        first = np.asarray(in_flight_first_token_s, dtype=float)
+        in_flight = list(self._in_flight(sim))
+        in_flight_arrival_s = np.array([r.arrival_s for r in in_flight], dtype=float)
+        waited_s = now - in_flight_arrival_s
+        first = np.array([r.first_token_s for r in in_flight], dtype=float)
         waited_long = waited_s > min(ttft_limit, e2e_limit)
         # No first token yet: it comes at `now` or later, so TTFT >= waited_s.
         ttft_bad = waited_long & np.where(np.isnan(first), waited_s > ttft_limit,
-                                          first - np.asarray(in_flight_arrival_s, dtype=float) > ttft_limit)
+                                          first - in_flight_arrival_s > ttft_limit)
         e2e_bad = waited_long & (waited_s > e2e_limit)  # it finishes at `now` or later
         if "ttft_s" in counts:
             counts["ttft_s"] += int(ttft_bad.sum())

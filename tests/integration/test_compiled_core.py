@@ -197,25 +197,16 @@ def slo_miss_rule(scenario, workload):
     return SLOMissRule(scenario.slo, workload.num_requests, check_every_s=0.25)
 
 
-def slo_miss_rule_asked_from_python(scenario, workload):
-    """The same rule without its numbers: the compiled core returns to Python at every check to ask it."""
-    from sim.tools.early_verdict import SLOMissRule
-
-    class AskedFromPython(SLOMissRule):
-        compiled_params = None
-    return AskedFromPython(scenario.slo, workload.num_requests, check_every_s=0.25)
-
-
 @settings(max_examples=int(os.environ.get("SERVESIM_COMPILED_EXAMPLES", "150")) // 2, deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(rate=st.floats(2.0, 120.0), cost=st.sampled_from(["roofline", "measured", "steps"]),
-       replicas=st.sampled_from([1, 2, 3]), asked_in_the_core=st.booleans(),
+       replicas=st.sampled_from([1, 2, 3]),
        chunked=st.booleans(), fast_decode=st.booleans(), capacity=st.one_of(st.none(), st.integers(2000, 20_000)),
        ttft_s=st.sampled_from([0.05, 0.3, 2.0]), tpot_s=st.sampled_from([None, 0.02, 0.1]),
        e2e_s=st.sampled_from([None, 5.0]), horizon=st.one_of(st.none(), st.floats(1.0, 20.0)),
        seed=st.integers(0, 10_000))
 def test_the_planners_stop_rule_stops_the_compiled_core_where_it_stops_the_python_engine(
-        rate, cost, replicas, asked_in_the_core, chunked, fast_decode, capacity, ttft_s, tpot_s, e2e_s, horizon, seed):
+        rate, cost, replicas, chunked, fast_decode, capacity, ttft_s, tpot_s, e2e_s, horizon, seed):
     cost_model = {"roofline": None, "measured": {"kind": "measured"}, "steps": {"kind": "calibrated"}}[cost]
     if cost == "steps" and not STEPS_COMPILED:
         cost_model = None
@@ -223,7 +214,7 @@ def test_the_planners_stop_rule_stops_the_compiled_core_where_it_stops_the_pytho
                     budget=2048 if chunked else None, fast_decode=fast_decode, capacity=capacity, horizon=horizon,
                     seed=seed, cost_model=cost_model, replicas=replicas)
     spec["slo"] = {"ttft_s": ttft_s, "tpot_s": tpot_s, "e2e_s": e2e_s, "percentile": 90}
-    python, compiled = both(spec, stop_rule=slo_miss_rule if asked_in_the_core else slo_miss_rule_asked_from_python)
+    python, compiled = both(spec, stop_rule=slo_miss_rule)
     assert python.extras["engine_core"] == "python (run.compiled_core is false)"
     if compiled.extras["engine_core"] != "compiled":  # only a tie or a step outside the measured tables
         assert "two events at one time" in compiled.extras["engine_core"] or "measured tables" in compiled.extras["engine_core"]
@@ -262,4 +253,22 @@ def test_the_measured_model_without_tables_runs_compiled_as_the_roofline_it_is()
     python, compiled = both(spec)
     assert "measured kernels unavailable" in compiled.extras["cost_model"]
     assert compiled.extras["engine_core"] == "compiled"
+    assert_identical(python, compiled)
+
+
+def test_a_stop_rule_the_core_cannot_ask_runs_in_the_python_engine():
+    spec = spec_for(num_requests=20)
+    result = simulate(validate_scenario(spec), stop_when=lambda sim: False)
+    assert result.extras["engine_core"] == "python (a stop rule without compiled_params)"
+
+
+@pytest.mark.parametrize("router", ["least_outstanding", "round_robin"])
+def test_several_replicas_run_compiled_and_agree(router):
+    # The property above lets a run with several replicas go to SimPy on a tie; this one must run compiled.
+    spec = spec_for(arrival={"kind": "poisson", "rate_per_s": 60.0}, lengths={"kind": "preset", "name": "sharegpt"},
+                    num_requests=800, max_model_len=4096, capacity=30_000, replicas=3, router=router)
+    python, compiled = both(spec)
+    assert compiled.extras["engine_core"] == "compiled"
+    assert set(compiled.steps["replica"]) == {0, 1, 2} and set(compiled.requests["replica"]) == {0, 1, 2}
+    assert python.requests["preemptions"].sum() > 0
     assert_identical(python, compiled)

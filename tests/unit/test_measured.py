@@ -152,7 +152,7 @@ def test_all_reduce_grows_with_tp_and_batch_1_decode_stops_halving():
     all-reduce latency growing with the GPU count) do not."""
     model, gpu = get_model("llama-3.1-70b"), get_gpu("h100-sxm")
     costs = {tp: MeasuredCostModel(model, gpu, tensor_parallel=tp) for tp in (2, 4, 8)}
-    ar = [costs[tp]._allreduce(1) for tp in (2, 4, 8)]
+    ar = [costs[tp]._allreduce(model.hidden_size) for tp in (2, 4, 8)]  # one token's hidden state
     assert ar[0] < ar[1] < ar[2]
     plan = StepPlan(num_decode_seqs=1, decode_context_tokens=1024, num_sampled_seqs=1)
     speedup = costs[4].step_time(plan) / costs[8].step_time(plan)
