@@ -1,4 +1,7 @@
-"""Results: per-request and per-step DataFrames and the summary computed from them.
+"""Results: the per-request and per-step records and the summary computed from them.
+
+The summary reads the records as `Table`s (numpy columns, `sim.table`); the DataFrames users see
+(`Result.requests`, `Result.steps`) are built from the same arrays when first read.
 
 Every summary metric is computed here, one small function per group (counts, throughput, latencies, SLOs,
 utilization, Little's law, KV memory, speculation) called from `summarize`; `sim.run.simulate` only
@@ -8,7 +11,7 @@ hands over the records and the replicas' counters (`ReplicaCounters`, plain valu
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -16,6 +19,7 @@ import pandas as pd
 from sim.core.engine import STATUS_CODES
 from sim.errors import ConfigError
 from sim.kv.base import PrefixCacheStats
+from sim.table import Table, as_table
 
 PERCENTILES = (50, 90, 99)
 _STATUS_NAMES = {v: k for k, v in STATUS_CODES.items()}
@@ -69,12 +73,12 @@ class _RunLayout:
     inner_first: np.ndarray
 
 
-def _run_layout(steps: pd.DataFrame, runs: DecodeRuns | None) -> _RunLayout | None:
+def _run_layout(steps: Table, runs: DecodeRuns | None) -> _RunLayout | None:
     """The run rows of `steps` and where their steps are in `runs`; None when there is nothing to expand
     (no runs recorded, or no row stands for more than one step)."""
     if runs is None or "num_steps" not in steps:
         return None
-    counts = steps["num_steps"].to_numpy()
+    counts = np.asarray(steps["num_steps"])
     rows = np.flatnonzero(counts > 1)
     if not len(rows):
         return None
@@ -88,13 +92,13 @@ def _run_layout(steps: pd.DataFrame, runs: DecodeRuns | None) -> _RunLayout | No
     return _RunLayout(rows, k, first, first + k - 1, inner_first)
 
 
-def _run_step_starts_s(steps: pd.DataFrame, runs: DecodeRuns, layout: _RunLayout) -> np.ndarray:
+def _run_step_starts_s(steps: Table, runs: DecodeRuns, layout: _RunLayout) -> np.ndarray:
     """Start time of every run step (aligned with `runs.step_duration_s`), each the previous start plus the
     previous step's duration as a float sum, as the simulation clock advanced step by step. Vectorised
     over runs, one pass per step index: runs longest first, so the runs still going are a prefix."""
     order = np.argsort(-layout.num_steps, kind="stable")
     k, first = layout.num_steps[order], layout.first[order]
-    clock = steps["start_s"].to_numpy(dtype=float)[layout.rows][order]
+    clock = _floats(steps, "start_s")[layout.rows][order]
     starts = np.empty(len(runs.step_duration_s))
     num_going = np.searchsorted(-k, -np.arange(int(k[0])), side="left")  # runs with more than i steps
     for i, n in enumerate(num_going):
@@ -104,13 +108,14 @@ def _run_step_starts_s(steps: pd.DataFrame, runs: DecodeRuns, layout: _RunLayout
     return starts
 
 
-def kv_slot_seconds(steps: pd.DataFrame, runs: DecodeRuns | None = None,
+def kv_slot_seconds(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None,
                     columns: tuple[str, ...] = KV_TIME_WEIGHTED) -> dict[str, np.ndarray]:
     """Per step row, the time integral of each KV column over its steps (slot-seconds): value x duration for
     a single step; for a decode run, its steps' own durations times their own states, summed step by step
     (with `runs`). Without `runs`, a run's row counts its end-of-run state for its whole duration."""
-    durations = steps["duration_s"].to_numpy(dtype=float)
-    out = {col: steps[col].to_numpy(dtype=float) * durations for col in columns}
+    steps = as_table(steps)
+    durations = _floats(steps, "duration_s")
+    out = {col: _floats(steps, col) * durations for col in columns}
     layout = _run_layout(steps, runs)
     if layout is None:
         return out
@@ -119,65 +124,123 @@ def kv_slot_seconds(steps: pd.DataFrame, runs: DecodeRuns | None = None,
     inner[layout.last] = False
     inner_s, last_s = step_s[inner], step_s[layout.last]
     for col in columns:
-        end_state = steps[col].to_numpy(dtype=float)[layout.rows]
+        end_state = _floats(steps, col)[layout.rows]
         values = runs.kv[col] if col in runs.kv else np.repeat(end_state, layout.num_steps - 1)  # capacity
         out[col][layout.rows] = np.add.reduceat(inner_s * values, layout.inner_first) + last_s * end_state
     return out
 
 
-@dataclass
 class Result:
-    """What one simulation produced. `requests` and `steps` are the records; `summary` is derived.
-    `decode_runs`: the steps inside the step log's decode runs (`run.fast_decode`), None without any."""
+    """What one simulation produced. `requests` and `steps` are the records (DataFrames); `summary` is derived.
+    `decode_runs`: the steps inside the step log's decode runs (`run.fast_decode`), None without any.
 
-    name: str
-    scenario: object  # the validated Scenario
-    requests: pd.DataFrame
-    steps: pd.DataFrame
-    summary: dict
-    extras: dict = field(default_factory=dict)
-    decode_runs: DecodeRuns | None = None
+    `requests` and `steps` may be given as Tables (`requests_table`, `steps_table`): the DataFrames are then
+    built from them when first read. A planner reads hundreds of summaries and no frame."""
+
+    def __init__(self, name: str, scenario, requests, steps, summary: dict, extras: dict | None = None,
+                 decode_runs: DecodeRuns | None = None):
+        self.name, self.scenario, self.summary = name, scenario, summary  # scenario: the validated Scenario
+        self._requests, self._steps = requests, steps
+        self.extras = extras if extras is not None else {}
+        self.decode_runs = decode_runs
+
+    @property
+    def requests(self) -> pd.DataFrame:
+        if isinstance(self._requests, Table):
+            self._requests = requests_frame_of(self._requests)
+        return self._requests
+
+    @property
+    def steps(self) -> pd.DataFrame:
+        if isinstance(self._steps, Table):
+            self._steps = pd.DataFrame(self._steps.columns, copy=False)  # the table's arrays, not a second copy
+        return self._steps
+
+    def request_column(self, name: str) -> np.ndarray:
+        """One column of the request records as an array, without building the DataFrame when it is not yet."""
+        if isinstance(self._requests, Table) and name in self._requests:
+            return self._requests[name]
+        return self.requests[name].to_numpy()
+
+    def __repr__(self) -> str:
+        return f"Result({self.name!r}, summary with {len(self.summary)} keys)"
+
+
+class RequestTable(Table):
+    """`requests_table`: the request records' columns (status as its STATUS_CODES code) and the reasons of
+    rejected requests by request id, for the DataFrame's `reject_reason` column."""
+
+    __slots__ = ("reject_reason",)
+
+    def __init__(self, columns: dict[str, np.ndarray], reject_reason: dict[int, str]):
+        super().__init__(columns)
+        self.reject_reason = reject_reason
+
+
+def requests_table(log) -> RequestTable:
+    """The records of the requests that arrived, and their latencies (NaN where a token never came)."""
+    ids = np.nonzero(log.status >= 0)[0]
+    t = {"request_id": ids}
+    for name in _REQUEST_LOG_COLUMNS:
+        t[name] = getattr(log, name)[ids]
+    t["finished"] = t["status"] == STATUS_CODES["finished"]
+    t["ttft_s"] = t["first_token_s"] - t["arrival_s"]
+    t["queueing_s"] = t["first_scheduled_s"] - t["arrival_s"]
+    t["e2e_s"] = t["finish_s"] - t["arrival_s"]
+    gen = t["output_tokens"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t["tpot_s"] = np.where(gen > 1, (t["last_token_s"] - t["first_token_s"]) / (gen - 1), np.nan)
+        t["normalized_latency_s"] = np.where(gen > 0, t["e2e_s"] / gen, np.nan)
+    return RequestTable(t, log.reject_reason)
+
+
+_REQUEST_LOG_COLUMNS = ("replica", "arrival_s", "first_scheduled_s", "first_token_s", "last_token_s", "finish_s",
+                        "prompt_tokens", "output_tokens", "max_output_tokens", "preemptions", "status")
+# STATUS_CODES numbers the statuses 0, 1, 2 in this order: a code is its category's position.
+_STATUS_CATEGORIES = sorted(STATUS_CODES, key=STATUS_CODES.get)
+assert [STATUS_CODES[name] for name in _STATUS_CATEGORIES] == list(range(len(STATUS_CODES)))
+
+
+def requests_frame_of(table: RequestTable) -> pd.DataFrame:
+    """The requests DataFrame of a `requests_table`: its columns, `status` by name (categorical) and the
+    rejected requests' `reject_reason` ("" for the others)."""
+    columns = dict(table.columns)
+    finished = columns.pop("finished")
+    latencies = {name: columns.pop(name) for name in ("ttft_s", "queueing_s", "e2e_s", "tpot_s",
+                                                      "normalized_latency_s")}
+    columns["status"] = pd.Categorical.from_codes(columns["status"], categories=_STATUS_CATEGORIES)
+    columns["finished"] = finished
+    ids = columns["request_id"]
+    reasons = table.reject_reason
+    columns["reject_reason"] = pd.array([reasons.get(int(i), "") for i in ids] if reasons else [""] * len(ids),
+                                        dtype="string")
+    columns.update(latencies)
+    return pd.DataFrame(columns, copy=False)  # the columns are fresh arrays already
 
 
 def requests_frame(log) -> pd.DataFrame:
-    arrived = log.status >= 0
-    ids = np.nonzero(arrived)[0]
-    df = pd.DataFrame({
-        "request_id": ids,
-        "replica": log.replica[ids],
-        "arrival_s": log.arrival_s[ids],
-        "first_scheduled_s": log.first_scheduled_s[ids],
-        "first_token_s": log.first_token_s[ids],
-        "last_token_s": log.last_token_s[ids],
-        "finish_s": log.finish_s[ids],
-        "prompt_tokens": log.prompt_tokens[ids],
-        "output_tokens": log.output_tokens[ids],
-        "max_output_tokens": log.max_output_tokens[ids],
-        "preemptions": log.preemptions[ids],
-        "status": pd.Categorical(pd.Series(log.status[ids]).map(_STATUS_NAMES), categories=list(STATUS_CODES)),
-    }, copy=False)  # the columns are fresh arrays already
-    df["finished"] = df["status"] == "finished"
-    df["reject_reason"] = pd.Series([log.reject_reason.get(int(i), "") for i in ids] if log.reject_reason
-                                    else [""] * len(ids), dtype="string")
-    df["ttft_s"] = df["first_token_s"] - df["arrival_s"]
-    df["queueing_s"] = df["first_scheduled_s"] - df["arrival_s"]
-    df["e2e_s"] = df["finish_s"] - df["arrival_s"]
-    gen = df["output_tokens"].to_numpy()
-    with np.errstate(invalid="ignore", divide="ignore"):
-        df["tpot_s"] = np.where(gen > 1, (df["last_token_s"] - df["first_token_s"]) / (gen - 1), np.nan)
-        df["normalized_latency_s"] = np.where(gen > 0, df["e2e_s"] / gen, np.nan)
-    return df
+    return requests_frame_of(requests_table(log))
+
+
+def steps_table(step_arrays: dict) -> Table:
+    """The step log's columns, each step's end and the free KV memory an allocation can use."""
+    t = Table({name: np.asarray(column) for name, column in step_arrays.items()})
+    t["end_s"] = t["start_s"] + t["duration_s"]
+    if "kv_capacity_slots" in t:
+        # Free memory an allocation can use: capacity less token states, reserved, internal and external.
+        t["kv_free_slots"] = t["kv_capacity_slots"] - (t["kv_token_slots"] + t["kv_reserved_slots"]
+                                                       + t["kv_internal_slots"] + t["kv_external_slots"])
+    return t
 
 
 def steps_frame(step_arrays: dict) -> pd.DataFrame:
     # copy=False: the frame holds the log's arrays as they are (no second copy: 1M requests make ~3M rows).
-    df = pd.DataFrame(step_arrays, copy=False)
-    df["end_s"] = df["start_s"] + df["duration_s"]
-    if "kv_capacity_slots" in df:
-        # Free memory an allocation can use: capacity less token states, reserved, internal and external.
-        df["kv_free_slots"] = df["kv_capacity_slots"] - (df["kv_token_slots"] + df["kv_reserved_slots"]
-                                                         + df["kv_internal_slots"] + df["kv_external_slots"])
-    return df
+    return pd.DataFrame(steps_table(step_arrays).columns, copy=False)
+
+
+def _floats(table: Table, name: str) -> np.ndarray:
+    """A column as float64 (the column itself when it is one already)."""
+    return np.asarray(table[name], dtype=float)
 
 
 def expand_steps(steps: pd.DataFrame, runs: DecodeRuns | None = None) -> pd.DataFrame:
@@ -224,8 +287,10 @@ def expand_steps(steps: pd.DataFrame, runs: DecodeRuns | None = None) -> pd.Data
 def _stats(values: np.ndarray, prefix: str) -> dict:
     values = values[~np.isnan(values)]
     out = {f"{prefix}_mean": float(values.mean()) if len(values) else math.nan}
-    for p in PERCENTILES:
-        out[f"{prefix}_p{p}"] = float(np.percentile(values, p)) if len(values) else math.nan
+    # One call for every percentile (one partition): each is the number a call of its own gives.
+    at = np.percentile(values, PERCENTILES) if len(values) else [math.nan] * len(PERCENTILES)
+    for p, value in zip(PERCENTILES, at):
+        out[f"{prefix}_p{p}"] = float(value)
     return out
 
 
@@ -254,16 +319,18 @@ class ReplicaCounters:
     window_freed_blocks: int | None = None  # paged blocks freed as they fell out of the sliding window; None: no window
 
 
-def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, slo, gpu,
+def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, elapsed_s: float, slo, gpu,
               in_system_area: float, num_generated: int, replicas: list[ReplicaCounters],
               kv_bytes_per_token: int, num_clipped: int = 0, max_model_len: int | None = None,
               window: tuple[float, float] | None = None, decode_runs: DecodeRuns | None = None) -> dict:
     """Every summary metric of a run, one group at a time (the keys keep this order in every output).
 
+    `requests`, `steps`: the records as Tables (`requests_table`, `steps_table`) or DataFrames.
     `window`: (start_s, end_s) of the steady-state window (`measurement_window`); its metrics come last,
     under `window_` keys, beside the whole-run ones. None: no window keys.
     `decode_runs`: the steps inside the step log's decode runs, so that step-weighted and time-weighted
     metrics count each step as step-by-step simulation does (see `DecodeRuns`)."""
+    requests, steps = as_requests(requests), as_table(steps)
     fin = requests[requests["finished"]]
     elapsed = max(elapsed_s, 1e-12)
     s = request_counts(requests, fin, elapsed_s, num_generated)
@@ -281,16 +348,25 @@ def summarize(requests: pd.DataFrame, steps: pd.DataFrame, *, elapsed_s: float, 
     return s
 
 
+def as_requests(requests: Table | pd.DataFrame) -> Table:
+    """Request records as a Table, `status` as its STATUS_CODES code (a DataFrame's holds the names)."""
+    return as_table(requests, codes={"status": STATUS_CODES})
+
+
+def _count_status(requests: Table, status: str) -> int:
+    return int((requests["status"] == STATUS_CODES[status]).sum())
+
+
 WINDOW_LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queueing_s")
 
 
-def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: float,
+def measurement_window(requests: Table | pd.DataFrame, warmup_s: float, cooldown_s: float,
                        arrivals_end_s: float | None = None) -> tuple[float, float]:
     """The steady-state window [warmup_s, arrivals_end_s - cooldown_s): time 0 is the run's start, and the
     arrivals end at `arrivals_end_s` (run.duration_s) or, without it, at the last arrival. A window of no
     length is the user's error (ConfigError naming run.warmup_s and run.cooldown_s)."""
     if arrivals_end_s is None:
-        arrivals_end_s = float(requests["arrival_s"].max()) if len(requests) else 0.0
+        arrivals_end_s = float(np.max(requests["arrival_s"])) if len(requests) else 0.0
     start, end = float(warmup_s), float(arrivals_end_s) - float(cooldown_s)
     if end <= start:
         raise ConfigError(f"run.warmup_s, run.cooldown_s: {warmup_s:g} s and {cooldown_s:g} s leave no measurement "
@@ -298,7 +374,7 @@ def measurement_window(requests: pd.DataFrame, warmup_s: float, cooldown_s: floa
     return start, end
 
 
-def window_metrics(requests: pd.DataFrame, steps: pd.DataFrame, start_s: float, end_s: float,
+def window_metrics(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, start_s: float, end_s: float,
                    runs: DecodeRuns | None = None) -> dict:
     """The steady state only: what happened in [start_s, end_s), without the warm-up and the drain.
 
@@ -310,15 +386,16 @@ def window_metrics(requests: pd.DataFrame, steps: pd.DataFrame, start_s: float, 
     ending in the window (a decode run's steps each at their own end, with `runs`). A window in which no
     request arrived gets NaN latencies and a `window_note`.
     """
+    requests, steps = as_requests(requests), as_table(steps)
     length = end_s - start_s
-    arrival = requests["arrival_s"].to_numpy(dtype=float)
+    arrival = _floats(requests, "arrival_s")
     arrived = requests[(arrival >= start_s) & (arrival < end_s)]
     fin = arrived[arrived["finished"]]
-    finish = requests["finish_s"].to_numpy(dtype=float)
-    completed = requests["finished"].to_numpy(dtype=bool) & (finish >= start_s) & (finish < end_s)
+    finish = _floats(requests, "finish_s")
+    completed = requests["finished"].astype(bool) & (finish >= start_s) & (finish < end_s)
     s: dict = {"window_start_s": float(start_s), "window_end_s": float(end_s),
                "window_num_arrived": int(len(arrived)), "window_num_finished": int(len(fin)),
-               "window_num_unfinished": int((arrived["status"] == "unfinished").sum()),
+               "window_num_unfinished": _count_status(arrived, "unfinished"),
                "window_offered_rps": len(arrived) / length,
                "window_throughput_rps": int(completed.sum()) / length}
     if len(steps):
@@ -326,18 +403,18 @@ def window_metrics(requests: pd.DataFrame, steps: pd.DataFrame, start_s: float, 
     else:
         s["window_output_tokens_per_s"] = 0.0
     for col in WINDOW_LATENCIES:
-        s.update(_stats(fin[col].to_numpy(dtype=float), f"window_{col}"))
+        s.update(_stats(_floats(fin, col), f"window_{col}"))
     if not len(arrived):
         s["window_note"] = (f"no request arrived in the window [{start_s:g}, {end_s:g}) s: its latencies are NaN; "
                             "shorten run.warmup_s or run.cooldown_s")
     return s
 
 
-def _tokens_ending_in(steps: pd.DataFrame, runs: DecodeRuns | None, start_s: float, end_s: float) -> int:
+def _tokens_ending_in(steps: Table, runs: DecodeRuns | None, start_s: float, end_s: float) -> int:
     """Output tokens of the steps that end in [start_s, end_s); with `runs`, a decode run's steps each count
     at their own end (each samples the run's tokens over its steps), else all at the run's end."""
-    tokens = steps["num_output_tokens"].to_numpy()
-    end = steps["end_s"].to_numpy(dtype=float)
+    tokens = np.asarray(steps["num_output_tokens"])
+    end = _floats(steps, "end_s")
     layout = _run_layout(steps, runs)
     if layout is None:
         return int(tokens[(end >= start_s) & (end < end_s)].sum())
@@ -349,9 +426,10 @@ def _tokens_ending_in(steps: pd.DataFrame, runs: DecodeRuns | None, start_s: flo
     return int(tokens[in_window].sum()) + int(per_step[(step_end >= start_s) & (step_end < end_s)].sum())
 
 
-def limits(steps: pd.DataFrame, num_clipped: int, max_model_len: int | None) -> dict:
+def limits(steps: Table | pd.DataFrame, num_clipped: int, max_model_len: int | None) -> dict:
     """What the run's limits did: requests cut to fit max_model_len (they ran shorter than asked) and the
     backlog, the longest queue any replica had (an overload shows here even when every request finishes)."""
+    steps = as_table(steps)
     return {
         "num_requests_clipped": int(num_clipped),
         "max_num_waiting": int(steps["num_waiting"].max()) if len(steps) else 0,
@@ -359,24 +437,28 @@ def limits(steps: pd.DataFrame, num_clipped: int, max_model_len: int | None) -> 
     }
 
 
-def request_counts(requests: pd.DataFrame, fin: pd.DataFrame, elapsed_s: float, num_generated: int) -> dict:
+def request_counts(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, elapsed_s: float,
+                   num_generated: int) -> dict:
+    requests, fin = as_requests(requests), as_requests(fin)
     return {
         "num_requests": int(num_generated),
         "num_arrived": int(len(requests)),
         "num_finished": int(len(fin)),
-        "num_unfinished": int((requests["status"] == "unfinished").sum()),
-        "num_rejected": int((requests["status"] == "rejected").sum()),
+        "num_unfinished": _count_status(requests, "unfinished"),
+        "num_rejected": _count_status(requests, "rejected"),
         "elapsed_s": float(elapsed_s),
     }
 
 
-def throughput(requests: pd.DataFrame, fin: pd.DataFrame, steps: pd.DataFrame, elapsed: float) -> dict:
+def throughput(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, steps: Table | pd.DataFrame,
+               elapsed: float) -> dict:
     """Requests and tokens per second over the run, and the offered arrival rate."""
+    requests, fin, steps = as_requests(requests), as_requests(fin), as_table(steps)
     s: dict = {}
     # Finished requests over the whole run, drain included (as vLLM's benchmark_serving counts it): with a
     # finite run it sits below the offered rate even when the system keeps up, so the offered rate is shown too.
     s["throughput_rps"] = len(fin) / elapsed
-    arrivals = requests["arrival_s"].to_numpy(dtype=float)
+    arrivals = _floats(requests, "arrival_s")
     span = float(arrivals.max() - arrivals.min()) if len(arrivals) > 1 else 0.0
     s["offered_rps"] = (len(arrivals) - 1) / span if span > 0 else math.nan
     # Every sampled token counts (all sequences of a request, and requests still in flight).
@@ -385,13 +467,13 @@ def throughput(requests: pd.DataFrame, fin: pd.DataFrame, steps: pd.DataFrame, e
     return s
 
 
-def _step_durations_and_decodes(steps: pd.DataFrame, runs: DecodeRuns | None) -> tuple[np.ndarray, np.ndarray]:
+def _step_durations_and_decodes(steps: Table, runs: DecodeRuns | None) -> tuple[np.ndarray, np.ndarray]:
     """Per engine step: its duration and its real (not padding) decodes. With `runs`, a decode run's steps
     each with their own duration (single steps first, then the runs' steps: the order does not matter to
     the sums and percentiles taken from them); without, a run's row once, at its mean step time, weighted
     by its steps' decodes."""
-    real_decodes = (steps["num_decode_seqs"] - steps["num_padding_seqs"]).to_numpy(dtype=float)
-    durations = steps["duration_s"].to_numpy(dtype=float)
+    real_decodes = (steps["num_decode_seqs"] - steps["num_padding_seqs"]).astype(float)
+    durations = _floats(steps, "duration_s")
     layout = _run_layout(steps, runs)
     if layout is not None:
         single = np.ones(len(steps), dtype=bool)
@@ -399,16 +481,17 @@ def _step_durations_and_decodes(steps: pd.DataFrame, runs: DecodeRuns | None) ->
         return (np.concatenate([durations[single], runs.step_duration_s]),
                 np.concatenate([real_decodes[single], np.repeat(real_decodes[layout.rows], layout.num_steps)]))
     if "num_steps" in steps:
-        counts = steps["num_steps"].to_numpy(dtype=float)
+        counts = _floats(steps, "num_steps")
         return durations / counts, real_decodes * counts
     return durations, real_decodes
 
 
-def latencies(fin: pd.DataFrame, steps: pd.DataFrame, runs: DecodeRuns | None = None) -> dict:
+def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> dict:
     """Mean and percentiles of the finished requests' latencies, and the inter-token latency."""
+    fin, steps = as_requests(fin), as_table(steps)
     s: dict = {}
     for col in ("ttft_s", "tpot_s", "e2e_s", "queueing_s", "normalized_latency_s"):
-        s.update(_stats(fin[col].to_numpy(dtype=float), col))
+        s.update(_stats(_floats(fin, col), col))
     # Inter-token latency: a decoding token's gap is its step's duration (decodes run every step).
     durations, real_decodes = _step_durations_and_decodes(steps, runs)
     s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
@@ -417,18 +500,20 @@ def latencies(fin: pd.DataFrame, steps: pd.DataFrame, runs: DecodeRuns | None = 
     return s
 
 
-def slo_metrics(requests: pd.DataFrame, fin: pd.DataFrame, slo, elapsed: float, *, all_done: bool) -> dict:
+def slo_metrics(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, slo, elapsed: float, *,
+                all_done: bool) -> dict:
     """SLOs: goodput counts requests that meet every limit; attainment checks the chosen percentile.
 
     `all_done`: no request was left unfinished or rejected (else the SLO is not met).
     """
+    requests, fin = as_requests(requests), as_requests(fin)
     s: dict = {}
     ok = np.ones(len(fin), dtype=bool)
     slo_met = True
     for metric, limit in (("ttft_s", slo.ttft_s), ("tpot_s", slo.tpot_s), ("e2e_s", slo.e2e_s)):
         if limit is None:
             continue
-        vals = fin[metric].to_numpy(dtype=float)
+        vals = _floats(fin, metric)
         ok &= ~(vals > limit)  # NaN TPOT (one output token) does not violate a TPOT limit
         finite = vals[~np.isnan(vals)]
         at_p = float(np.percentile(finite, slo.percentile)) if len(finite) else math.nan
@@ -447,7 +532,7 @@ def slo_metrics(requests: pd.DataFrame, fin: pd.DataFrame, slo, elapsed: float, 
     return s
 
 
-def utilization(steps: pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = False,
+def utilization(steps: Table | pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = False,
                 runs: DecodeRuns | None = None) -> dict:
     """Batch size, busy time, the time-weighted split of KV memory, and bandwidth/compute utilization.
 
@@ -464,13 +549,14 @@ def utilization(steps: pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = 
     `kv_fig2_external_fraction` = external + free and `kv_fig2_free_fraction` = 0; paged blocks have no
     external fragmentation, and a free block is free (`kv_fig2_free_fraction` = `kv_free_fraction`).
     """
+    steps = as_table(steps)
     s: dict = {}
-    durations = steps["duration_s"].to_numpy(dtype=float)
+    durations = _floats(steps, "duration_s")
     busy = float(durations.sum())
     # A decode run's row stands for its steps.
-    counts = steps["num_steps"].to_numpy() if "num_steps" in steps else np.ones(len(steps), dtype=np.int64)
-    s["mean_batch_size"] = float((steps["num_seqs"].to_numpy() * counts).sum() / counts.sum()) if len(steps) else 0.0
-    s["busy_fraction"] = busy / elapsed / max(1, steps["replica"].nunique() if len(steps) else 1)
+    counts = np.asarray(steps["num_steps"]) if "num_steps" in steps else np.ones(len(steps), dtype=np.int64)
+    s["mean_batch_size"] = float((steps["num_seqs"] * counts).sum() / counts.sum()) if len(steps) else 0.0
+    s["busy_fraction"] = busy / elapsed / max(1, len(np.unique(steps["replica"])) if len(steps) else 1)
     if busy > 0:
         area = kv_slot_seconds(steps, runs, KV_TIME_WEIGHTED[:5])
         cap = float(area["kv_capacity_slots"].sum())
@@ -493,8 +579,10 @@ def utilization(steps: pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = 
     return s
 
 
-def littles_law(requests: pd.DataFrame, fin: pd.DataFrame, in_system_area: float, elapsed: float) -> dict:
+def littles_law(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, in_system_area: float,
+                elapsed: float) -> dict:
     """Time-average number in system (accumulated by the engine) vs λ·W from the records."""
+    requests = as_requests(requests)
     s = {"mean_in_system": float(in_system_area) / elapsed}
     if len(fin):
         s["littles_law_lambda_w"] = len(requests) / elapsed * float(
@@ -502,9 +590,10 @@ def littles_law(requests: pd.DataFrame, fin: pd.DataFrame, in_system_area: float
     return s
 
 
-def kv_memory(steps: pd.DataFrame, replicas: list[ReplicaCounters], kv_bytes_per_token: int,
+def kv_memory(steps: Table | pd.DataFrame, replicas: list[ReplicaCounters], kv_bytes_per_token: int,
               runs: DecodeRuns | None = None) -> dict:
     """KV capacity, bytes swapped to host, prefix-cache hit rates and memory saved by sharing."""
+    steps = as_table(steps)
     s: dict = {"kv_capacity_tokens": replicas[0].kv_capacity_tokens}
     swapped_tokens = int(steps["swap_in_tokens"].sum() + steps["swap_out_tokens"].sum())
     s["swapped_bytes"] = swapped_tokens * kv_bytes_per_token

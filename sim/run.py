@@ -23,8 +23,9 @@ from sim.results import (
     disaggregated_requests_frame,
     disaggregation_metrics,
     measurement_window,
-    requests_frame,
+    requests_table,
     steps_frame,
+    steps_table,
     summarize,
 )
 from sim.sched.continuous import ContinuousScheduler
@@ -311,8 +312,9 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
         sim.engine_core, ran = "python (run.compiled_core is false)", False
     if not ran:
         sim.run()
-    requests = requests_frame(sim.requests)
-    steps = steps_frame(sim.steps.arrays())
+    # Tables, not DataFrames: Result builds the frames if they are read (a planner reads only the summary).
+    requests = requests_table(sim.requests)
+    steps = steps_table(sim.steps.arrays())
     decode_runs = decode_runs_of(sim.steps)
     elapsed = horizon if horizon is not None else sim.end_s
     summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=deployment.gpu,

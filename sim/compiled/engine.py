@@ -74,7 +74,7 @@ def _same_leaves(a, b) -> bool:
     if isinstance(a, tuple) or isinstance(b, tuple):
         return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
                 and all(_same_leaves(x, y) for x, y in zip(a, b)))
-    return np.array_equal(a, b)
+    return np.array_equal(a, b, equal_nan=True)  # a memo not yet filled is NaN
 
 
 def _replica_gap(replica, ContinuousScheduler, DecodeTracker, PagedKVManager) -> str:

@@ -26,13 +26,14 @@ def pricer(roofline_params: tuple, steps_params: tuple | None = None, measured_p
 
 @njit(cache=True)
 def price_step(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled):
-    kind, roof, steps, measured = price
-    time_s, flops, nbytes = roofline_kernel.step_cost(roof, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
+    # Each pack is read where it is used (unpacking all four would take a reference to every array of each).
+    kind = price[0]
+    time_s, flops, nbytes = roofline_kernel.step_cost(price[1], num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
                                                       num_decode_seqs, decode_ctx, num_sampled)
     if kind == KIND_STEPS:
-        time_s = steps_kernel.step_time(steps, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
+        time_s = steps_kernel.step_time(price[2], num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
                                         decode_ctx, num_sampled)
     elif kind == KIND_MEASURED:  # NaN: a point outside the measured tables (the core hands the run back)
-        time_s = measured_kernel.step_time(measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
+        time_s = measured_kernel.step_time(price[3], num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
                                            num_decode_seqs, decode_ctx, num_sampled)
     return time_s, flops, nbytes

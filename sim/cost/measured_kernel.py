@@ -25,11 +25,15 @@ ALLREDUCE_NONE, ALLREDUCE_CURVE, ALLREDUCE_CATALOG = 0, 1, 2
 C_START, C_LEN, C_KIND, C_A, C_B, C_C = range(6)
 SHAPE_GEMM, SHAPE_ALLREDUCE = 0, 1  # (n, k, weight bytes) | (latency, GPUs, bus bytes/s)
 _ACT_BYTES = 2  # as sim.cost.measured
+# Token counts below this have their per-layer terms and LM head remembered (the pack's last two arrays; -1: not
+# computed yet): they depend on the count alone, as `MeasuredCostModel._per_layer_token_s` caches them.
+MEMO_TOKENS = 8192
 
 
 def pack(cost_model) -> tuple:
     """(scalars, curves, curve grids (log1p x), curve log ratios, layers per group, first linear-layer row of each
-    group (and the end), the curve of each linear layer, prefill grid (ga, gb, r), decode grid (ga, gb, r))."""
+    group (and the end), the curve of each linear layer, prefill grid (ga, gb, r), decode grid (ga, gb, r), memo of
+    each group's per-layer token terms by token count, memo of the LM head by sampled rows)."""
     m = cost_model
     s = np.zeros(NUM_MEASURED_PARAMS)
     s[P_FLOPS_PER_S], s[P_BYTES_PER_S] = m.roof.flops_per_s, m.roof.bytes_per_s
@@ -70,13 +74,13 @@ def pack(cost_model) -> tuple:
             np.array([v for g in grids for v in g], dtype=np.float64),
             np.array([v for r in ratios for v in r], dtype=np.float64),
             np.array(layers, dtype=np.float64), np.array(starts, dtype=np.int64), np.array(linear, dtype=np.int64),
-            *grid)
+            *grid, np.full((len(layers), MEMO_TOKENS), -1.0), np.full(MEMO_TOKENS, -1.0))
 
 
 def empty() -> tuple:
     """A pack of the same types for pricers of another kind (never read)."""
     z, zi, z2 = np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, 0))
-    return (np.zeros(NUM_MEASURED_PARAMS), np.zeros((0, 6)), z, z, z, zi, zi, z, z, z2, z, z, z2)
+    return (np.zeros(NUM_MEASURED_PARAMS), np.zeros((0, 6)), z, z, z, zi, zi, z, z, z2, z, z, z2, z2, z)
 
 
 @njit(cache=True)
@@ -101,9 +105,9 @@ def _roof(flops, nbytes, fps, bps):
 
 
 @njit(cache=True)
-def _curve(params, c, x):
-    """`Curve.__call__` of curve row c at x; NaN when x lies outside its measured points."""
-    s, curves, grids, ratios = params[0], params[1], params[2], params[3]
+def _curve(s, curves, grids, ratios, c, x):
+    """`Curve.__call__` of curve row c at x; NaN when x lies outside its measured points. (The helpers take the
+    pack's arrays one by one: a call passing the whole pack copies it, which cost more than the arithmetic.)"""
     start, n = int(curves[c, C_START]), int(curves[c, C_LEN])
     grid, lr = grids[start:start + n], ratios[start:start + n]
     i, w, outside = _bracket(grid, math.log1p(x))
@@ -131,22 +135,20 @@ def _grid2(ga, gb, r, x, y):
 
 
 @njit(cache=True)
-def _prefill(params, b, total):
-    s = params[0]
+def _prefill(s, ga, gb, r, b, total):
     hq, hkv, d, kvb = s[P_HQ], s[P_HKV], s[P_HEAD_DIM], s[P_KV_BYTES]
     pairs = b * total * (total + 1) / 2
     shape = _roof(4.0 * hq * d * pairs, b * total * (2 * hkv * d * kvb + 2 * hq * d * _ACT_BYTES),
                   s[P_FLOPS_PER_S], s[P_BYTES_PER_S])
-    return shape * math.exp(_grid2(params[7], params[8], params[9], b, total))
+    return shape * math.exp(_grid2(ga, gb, r, b, total))
 
 
 @njit(cache=True)
-def _decode(params, b, x):
-    s = params[0]
+def _decode(s, ga, gb, r, b, x):
     hq, hkv, d, kvb = s[P_HQ], s[P_HKV], s[P_HEAD_DIM], s[P_KV_BYTES]
     shape = _roof(4.0 * hq * d * b * x, b * x * 2 * hkv * d * kvb + 2 * b * hq * d * _ACT_BYTES,
                   s[P_FLOPS_PER_S], s[P_BYTES_PER_S])
-    return shape * math.exp(_grid2(params[10], params[11], params[12], b, x))
+    return shape * math.exp(_grid2(ga, gb, r, b, x))
 
 
 @njit(cache=True)
@@ -164,7 +166,8 @@ def _max3(a, b, c):
 def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled):
     """`MeasuredCostModel.step_cost(plan).time_s` for a plan of single-token decodes without swaps; NaN when a
     point lies outside the measured tables (the Python model would add a note)."""
-    s, layers, starts, linear = params[0], params[4], params[5], params[6]
+    (s, curves, grids, ratios, layers, starts, linear, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, layer_memo,
+     head_memo) = params
     t = num_prefill_tokens + num_decode_seqs
     if t == 0:
         return s[P_OVERHEAD_S]
@@ -185,33 +188,47 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
                 count += 1
         total = context + chunk
         share = chunk * (context + (chunk + 1) / 2) / (total * (total + 1) / 2)
-        whole, alone, read = _prefill(params, count, total) * share, _prefill(params, count, chunk), \
-            _decode(params, count, total)
+        whole = _prefill(s, pf_ga, pf_gb, pf_r, count, total) * share
+        alone = _prefill(s, pf_ga, pf_gb, pf_r, count, chunk)
+        read = _decode(s, dc_ga, dc_gb, dc_r, count, total)
         if math.isnan(whole) or math.isnan(alone) or math.isnan(read):
             return math.nan  # max() below would drop a NaN
         attn += _max3(whole, alone, read)
     if num_decode_seqs:
         mean_ctx = decode_ctx / num_decode_seqs
-        attn += _decode(params, num_decode_seqs * 1, mean_ctx if not 1.0 > mean_ctx else 1.0)
-    # _per_layer_token_s: the elementwise ops (a sum() of three), the all-reduces, then each linear layer.
-    bps, floor_s = s[P_BYTES_PER_S], s[P_MIN_KERNEL_S]
-    common = 0.0
-    for e in (s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2]):
-        x = t * e / bps
-        common += x if x > floor_s else floor_s
-    if s[P_ALLREDUCE] == ALLREDUCE_CURVE:
-        common += 2 * _curve(params, int(s[P_AR_CURVE]), t * s[P_HIDDEN])
-    elif s[P_ALLREDUCE] == ALLREDUCE_CATALOG:
-        tp = s[P_TP]
-        message = t * s[P_HIDDEN] * _ACT_BYTES
-        common += 2 * (s[P_AR_LATENCY_S] + 2 * (tp - 1) / tp * message / s[P_AR_LINK_BYTES_PER_S])
-    time_s = 0.0
-    for g in range(layers.shape[0]):
-        layer_s = common
-        for r in range(starts[g], starts[g + 1]):
-            layer_s += _curve(params, linear[r], t)
-        time_s += layers[g] * (layer_s + attn)
+        attn += _decode(s, dc_ga, dc_gb, dc_r, num_decode_seqs * 1, mean_ctx if not 1.0 > mean_ctx else 1.0)
+    if t < MEMO_TOKENS and layer_memo[0, t] != -1.0:
+        time_s = 0.0
+        for g in range(layers.shape[0]):
+            time_s += layers[g] * (layer_memo[g, t] + attn)
+    else:
+        # _per_layer_token_s: the elementwise ops (a sum() of three), the all-reduces, then each linear layer.
+        bps, floor_s = s[P_BYTES_PER_S], s[P_MIN_KERNEL_S]
+        common = 0.0
+        for e in (s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2]):
+            x = t * e / bps
+            common += x if x > floor_s else floor_s
+        if s[P_ALLREDUCE] == ALLREDUCE_CURVE:
+            common += 2 * _curve(s, curves, grids, ratios, int(s[P_AR_CURVE]), t * s[P_HIDDEN])
+        elif s[P_ALLREDUCE] == ALLREDUCE_CATALOG:
+            tp = s[P_TP]
+            message = t * s[P_HIDDEN] * _ACT_BYTES
+            common += 2 * (s[P_AR_LATENCY_S] + 2 * (tp - 1) / tp * message / s[P_AR_LINK_BYTES_PER_S])
+        time_s = 0.0
+        for g in range(layers.shape[0]):
+            layer_s = common
+            for r in range(starts[g], starts[g + 1]):
+                layer_s += _curve(s, curves, grids, ratios, linear[r], t)
+            if t < MEMO_TOKENS:
+                layer_memo[g, t] = layer_s
+            time_s += layers[g] * (layer_s + attn)
     if num_sampled:
-        time_s += _curve(params, int(s[P_LM_HEAD]), num_sampled)
+        if num_sampled < MEMO_TOKENS and head_memo[num_sampled] != -1.0:
+            time_s += head_memo[num_sampled]
+        else:
+            head_s = _curve(s, curves, grids, ratios, int(s[P_LM_HEAD]), num_sampled)
+            if num_sampled < MEMO_TOKENS:
+                head_memo[num_sampled] = head_s
+            time_s += head_s
     time_s += 0.0  # (swap_in + swap_out) * per token: none
     return time_s + s[P_OVERHEAD_S]

@@ -8,6 +8,8 @@ dense layers only (no MoE), no sliding window, LM head included: `compiled_param
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 from numba import njit
 
@@ -18,10 +20,14 @@ NUM_PRICE = 12
 # Columns of a matmul row (`mm`, `lm_head`): weight params, params per token, experts per token, in, out.
 M_WEIGHT, M_PER_TOKEN, M_EXPERTS_PER_TOKEN, M_IN, M_OUT = range(5)
 _ACT_BYTES = 2  # as sim.cost.roofline
+# Token counts below this have their matmul terms remembered (the pack's memo arrays): a step's matmuls depend on
+# its token count alone, and a run prices thousands of steps over far fewer counts. NaN: not computed yet.
+MEMO_TOKENS = 8192
 
 
 def pack(model) -> tuple:
-    """(scalars, layers per group, first matmul row of each group (and the end), matmul rows, LM head row)."""
+    """(scalars, layers per group, first matmul row of each group (and the end), matmul rows, LM head row,
+    memo of each group's matmul (time, FLOPs, bytes) by token count, memo of the LM head's by sampled rows)."""
     scalars = np.zeros(NUM_PRICE)
     scalars[P_FLOPS_PER_S], scalars[P_BYTES_PER_S] = model.flops_per_s, model.bytes_per_s
     scalars[P_OVERHEAD_S] = model.step_overhead_s
@@ -35,7 +41,8 @@ def pack(model) -> tuple:
     layers = np.array([n for n, _ in model.groups], dtype=np.float64)
     starts = np.cumsum([0] + [len(mms) for _, mms in model.groups]).astype(np.int64)
     rows = [_row(mm) for _, mms in model.groups for mm in mms]
-    return scalars, layers, starts, np.array(rows, dtype=np.float64).reshape(-1, 5), np.array(_row(model.lm_head))
+    return (scalars, layers, starts, np.array(rows, dtype=np.float64).reshape(-1, 5), np.array(_row(model.lm_head)),
+            np.full((len(layers), MEMO_TOKENS, 3), np.nan), np.full((MEMO_TOKENS, 3), np.nan))
 
 
 def _row(mm) -> list[float]:
@@ -50,11 +57,28 @@ def _op(f, b, fps, bps):
 
 
 @njit(cache=True)
+def _matmuls(mm, first, end, num_tokens, wbpp, fps, bps):
+    """One layer's matmul rows first..end-1 at `num_tokens`: (time, FLOPs, bytes), each a sum from 0.0 in row
+    order, as `step_cost` starts a layer."""
+    layer_s = 0.0
+    layer_flops = 0.0
+    layer_bytes = 0.0
+    for k in range(first, end):
+        f = 2.0 * num_tokens * mm[k, M_PER_TOKEN]
+        act = num_tokens * mm[k, M_EXPERTS_PER_TOKEN] * (mm[k, M_IN] + mm[k, M_OUT]) * _ACT_BYTES
+        b = mm[k, M_WEIGHT] * wbpp + act
+        layer_s += _op(f, b, fps, bps)
+        layer_flops += f
+        layer_bytes += b
+    return layer_s, layer_flops, layer_bytes
+
+
+@njit(cache=True)
 def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
               num_decode_seqs, decode_ctx, num_sampled):
     """`RooflineCostModel.step_cost` of a plan without drafts, padding, swaps or MoE layers, the same
     operations in the same order: (time_s, flops, bytes)."""
-    price, grp_layers, grp_start, mm, lm_head = params
+    price, grp_layers, grp_start, mm, lm_head, mm_memo, head_memo = params
     fps, bps = price[P_FLOPS_PER_S], price[P_BYTES_PER_S]
     num_tokens = num_prefill_tokens + num_decode_seqs
     if num_tokens == 0:
@@ -83,16 +107,15 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
     flops_total = 0.0
     bytes_total = 0.0
     for g in range(grp_layers.shape[0]):
-        layer_s = 0.0
-        layer_flops = 0.0
-        layer_bytes = 0.0
-        for k in range(grp_start[g], grp_start[g + 1]):
-            f = 2.0 * num_tokens * mm[k, M_PER_TOKEN]
-            act = num_tokens * mm[k, M_EXPERTS_PER_TOKEN] * (mm[k, M_IN] + mm[k, M_OUT]) * _ACT_BYTES
-            b = mm[k, M_WEIGHT] * wbpp + act
-            layer_s += _op(f, b, fps, bps)
-            layer_flops += f
-            layer_bytes += b
+        if num_tokens < MEMO_TOKENS and not math.isnan(mm_memo[g, num_tokens, 0]):
+            layer_s, layer_flops, layer_bytes = (mm_memo[g, num_tokens, 0], mm_memo[g, num_tokens, 1],
+                                                 mm_memo[g, num_tokens, 2])
+        else:
+            layer_s, layer_flops, layer_bytes = _matmuls(mm, grp_start[g], grp_start[g + 1], num_tokens, wbpp,
+                                                         fps, bps)
+            if num_tokens < MEMO_TOKENS:
+                mm_memo[g, num_tokens, 0], mm_memo[g, num_tokens, 1] = layer_s, layer_flops
+                mm_memo[g, num_tokens, 2] = layer_bytes
         if pf_f != 0.0 or pf_b != 0.0:
             layer_s += _op(pf_f, pf_b, fps, bps)
             layer_flops += pf_f
@@ -108,10 +131,16 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
         flops_total += n_layers * layer_flops
         bytes_total += n_layers * layer_bytes
     if num_sampled:
-        f = 2.0 * num_sampled * lm_head[M_PER_TOKEN]
-        act = num_sampled * lm_head[M_EXPERTS_PER_TOKEN] * (lm_head[M_IN] + lm_head[M_OUT]) * _ACT_BYTES
-        b = lm_head[M_WEIGHT] * wbpp + act
-        time_s += _op(f, b, fps, bps)
+        if num_sampled < MEMO_TOKENS and not math.isnan(head_memo[num_sampled, 0]):
+            head_s, f, b = head_memo[num_sampled, 0], head_memo[num_sampled, 1], head_memo[num_sampled, 2]
+        else:
+            f = 2.0 * num_sampled * lm_head[M_PER_TOKEN]
+            act = num_sampled * lm_head[M_EXPERTS_PER_TOKEN] * (lm_head[M_IN] + lm_head[M_OUT]) * _ACT_BYTES
+            b = lm_head[M_WEIGHT] * wbpp + act
+            head_s = _op(f, b, fps, bps)
+            if num_sampled < MEMO_TOKENS:
+                head_memo[num_sampled, 0], head_memo[num_sampled, 1], head_memo[num_sampled, 2] = head_s, f, b
+        time_s += head_s
         flops_total += f
         bytes_total += b
     return time_s + price[P_OVERHEAD_S], flops_total, bytes_total

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Iterable
+from functools import cached_property
 
 
 class BlockPool:
@@ -21,13 +22,18 @@ class BlockPool:
     def __init__(self, num_blocks: int, block_size: int):
         self.num_blocks = num_blocks
         self.block_size = block_size
-        self.free_block_ids: deque[int] = deque(range(num_blocks))  # blocks holding nothing
         self.counting = False  # reference counts are kept
         self.ref_counts: list[int] = []  # per block: block tables that hold it
         self.partial_fill: dict[int, int] = {}  # shared, partly filled block -> tokens in it
         self.shared_blocks = 0  # blocks with more than one reference
         self.saved_blocks = 0  # sum of (references - 1)
         self.shared_slots = 0  # sum of (references - 1) * tokens in the block
+
+    @cached_property
+    def free_block_ids(self) -> deque[int]:
+        """Blocks holding nothing, first freed first reused; built when first used (a run of the compiled engine
+        core never uses it, and building it for a large KV cache costs more than a planner's probe)."""
+        return deque(range(self.num_blocks))
 
     def start_counting(self, held: Iterable[int]) -> None:
         """Switch to reference counts; `held` lists every block held so far, once per holder."""

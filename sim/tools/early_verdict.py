@@ -93,7 +93,7 @@ class SLOMissRule:
             return True
         fin = np.flatnonzero(status == 0)
         arrival = arrival_s[fin]
-        # Finished requests: the same arithmetic as sim.results.requests_frame.
+        # Finished requests: the same arithmetic as sim.results.requests_table.
         done_values = {"ttft_s": first_token_s[fin] - arrival, "e2e_s": log.finish_s[fin] - arrival}
         if "tpot_s" in self.limits:
             gen = log.output_tokens[fin]

@@ -26,6 +26,8 @@ import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+import numpy as np
+
 from sim.errors import ConfigError, ServeSimError
 from sim.tools.sweep import arrival_rate, cost_figures, run_tasks, set_rate, variant_raw
 from sim.workload.arrivals import MAX_RATE_PER_S
@@ -187,7 +189,10 @@ _COST_MODELS: dict[str, Any] = {}
 
 
 def _cost_model_key(raw: dict) -> str:
-    kept = {k: v for k, v in raw.items() if k not in ("name", "description", "workload", "run", "slo", "hardware")}
+    # No cost model reads the scheduler section (`sim.run.make_cost_model`; tests/unit/test_planner_speed.py
+    # checks it): the policy variants of one GPU and TP share one.
+    kept = {k: v for k, v in raw.items()
+            if k not in ("name", "description", "workload", "run", "slo", "hardware", "scheduler")}
     kept["hardware"] = {k: v for k, v in (raw.get("hardware") or {}).items() if k not in ("num_replicas", "router")}
     return json.dumps(kept, sort_keys=True, default=str)
 
@@ -361,7 +366,8 @@ def saturated_rate(raw: dict, cost_model: Callable[[], Any] | None = None, cache
         return stored["rate_per_s"]
     scenario = validate_scenario(probe)
     result = simulate(scenario, cost_model=cost_model(scenario) if cost_model else None)
-    finish = result.requests["finish_s"].dropna().sort_values().to_numpy()
+    finish = result.request_column("finish_s")
+    finish = np.sort(finish[~np.isnan(finish)])
     n = len(finish)
     if n < 4 or not finish[3 * n // 4] > finish[n // 4]:
         rate = math.inf

@@ -137,3 +137,24 @@ def test_the_cache_key_names_the_scenario_and_the_stop_rule(tmp_path):
             cache.key("saturated_rate", raw)}
     assert len(keys) == 4
     assert cache.key("evaluation", copy.deepcopy(raw), stop_early=True) in keys
+
+
+@pytest.mark.parametrize("cost_model", [{"kind": "roofline"}, {"kind": "measured"}, {"kind": "calibrated"}])
+def test_no_cost_model_reads_the_scheduler_section_so_policy_variants_share_one(cost_model):
+    # The planner builds one cost model for the scenarios that differ only in `scheduler` (_cost_model_key):
+    # right only while no cost model reads that section.
+    from sim.config.files import validate_scenario
+    from sim.core.step_plan import StepPlan
+    from sim.run import make_cost_model
+    from sim.tools.planner import _cost_model_key
+    base = small_scenario({"hardware": {"gpu": "h100-sxm"}, "cost_model": cost_model})
+    other = small_scenario({"hardware": {"gpu": "h100-sxm"}, "cost_model": cost_model,
+                            "scheduler": {"chunked_prefill": True, "max_num_batched_tokens": 512, "max_num_seqs": 64,
+                                          "max_model_len": 2048}})
+    assert _cost_model_key(base) == _cost_model_key(other)
+    a, b = (make_cost_model(validate_scenario(raw)) for raw in (base, other))
+    assert type(a) is type(b) and repr(a) == repr(b)
+    for plan in (StepPlan(prefill_request_ids=[0], prefill_chunk_tokens=[300], prefill_context_tokens=[0],
+                          num_sampled_seqs=1),
+                 StepPlan(num_decode_seqs=40, decode_context_tokens=40 * 900, num_sampled_seqs=40)):
+        assert a.step_cost(plan) == b.step_cost(plan)

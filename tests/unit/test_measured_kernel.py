@@ -14,6 +14,7 @@ from sim.model.catalog import get_gpu, get_model
 
 pytest.importorskip("numba")
 from sim.cost.compiled_pricing import price_step  # noqa: E402  (needs numba)
+from sim.cost.measured_kernel import MEMO_TOKENS  # noqa: E402
 
 # Dense models on every GPU with shipped tables, one GPU and several (all-reduce from a table or the catalog).
 SETUPS = [("llama-3.1-8b", gpu, tp) for gpu in ("h100-sxm", "a100-80gb", "l40s") for tp in (1, 2)]
@@ -64,6 +65,38 @@ def test_the_compiled_measured_price_is_step_cost_bit_for_bit_or_nan_outside(set
         assert math.isnan(got[0]) and got[1:] == (want.flops, want.bytes)
     else:
         assert got == (want.time_s, want.flops, want.bytes)
+
+
+@settings(max_examples=100, deadline=None)
+@given(setup=st.sampled_from([s for s in SETUPS if s[1] in measured_gpus()]),
+       steps=st.lists(st.tuples(st.lists(st.tuples(st.sampled_from([1, 16, 512]) | st.integers(1, 8192),
+                                                    st.integers(0, 20_000)), max_size=3),
+                                st.sampled_from([0, 1, 64]) | st.integers(0, 512), st.integers(1, 20_000)),
+                      min_size=1, max_size=8))
+def test_one_pack_prices_every_step_as_a_fresh_pack_whether_its_layer_terms_are_remembered_or_not(setup, steps):
+    # A pack remembers each token count's per-layer terms and each LM-head row count the first time (below
+    # MEMO_TOKENS); a fresh pack for every step (checked against step_cost above) never remembers anything.
+    cm = model_for(*setup)
+    cm.step_overhead_s = 0.0
+    pack = cm.compiled_params()
+    plans = []
+    for chunks, num_decode, mean_context in steps:
+        plans.append(StepPlan(prefill_request_ids=list(range(len(chunks))), prefill_chunk_tokens=[c for c, _ in chunks],
+                              prefill_context_tokens=[x for _, x in chunks], num_decode_seqs=num_decode,
+                              decode_context_tokens=num_decode * mean_context,
+                              num_sampled_seqs=num_decode + sum(1 for chunk, _ in chunks if chunk % 2)))
+    priced = False  # a step inside the tables with a remembered token count
+    for plan in plans + plans[::-1]:
+        if plan.num_tokens == 0:
+            continue
+        args = (plan.num_prefill_tokens, np.array(plan.prefill_chunk_tokens + [0], dtype=np.int64),
+                np.array(plan.prefill_context_tokens + [0], dtype=np.int64), len(plan.prefill_chunk_tokens),
+                plan.num_decode_seqs, plan.decode_context_tokens, plan.num_sampled_seqs)
+        got, fresh = price_step(pack, *args), price_step(cm.compiled_params(), *args)
+        assert got == fresh or (math.isnan(got[0]) and math.isnan(fresh[0]) and got[1:] == fresh[1:])
+        priced |= not math.isnan(got[0]) and plan.num_tokens < MEMO_TOKENS
+    if priced:
+        assert (pack[3][13] != -1.0).any()  # the memo was used
 
 
 def test_some_random_steps_lie_inside_and_some_outside_the_tables():

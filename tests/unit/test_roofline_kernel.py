@@ -42,3 +42,32 @@ def test_models_the_compiled_form_does_not_cover_have_none():
     stage = RooflineCostModel(get_model("llama-3.1-8b"), h100)
     stage.include_lm_head = False  # a pipeline stage before the last
     assert stage.compiled_params() is None
+
+
+_PLANS = st.builds(lambda chunks, num_decode, mean_context: StepPlan(
+    prefill_request_ids=list(range(len(chunks))), prefill_chunk_tokens=[c for c, _ in chunks],
+    prefill_context_tokens=[x for _, x in chunks], num_decode_seqs=num_decode,
+    decode_context_tokens=num_decode * mean_context,
+    num_sampled_seqs=num_decode + sum(1 for chunk, _ in chunks if chunk % 2)),
+    st.lists(st.tuples(st.sampled_from([1, 16, 512]) | st.integers(1, 8192), st.integers(0, 20_000)), max_size=3),
+    st.sampled_from([0, 1, 64]) | st.integers(0, 512), st.integers(1, 20_000))
+
+
+@settings(max_examples=100, deadline=None)
+@given(which=st.sampled_from(DENSE), plans=st.lists(_PLANS, min_size=1, max_size=8))
+def test_one_pack_prices_every_step_as_step_cost_whether_its_matmuls_are_remembered_or_not(which, plans):
+    # The pack remembers each token count's matmul terms (below MEMO_TOKENS) the first time: pricing the same
+    # steps again, and other steps with the same counts, must give step_cost's numbers still.
+    name, gpu, tp = which
+    cm = RooflineCostModel(get_model(name), get_gpu(gpu), tensor_parallel=tp)
+    pack = cm.compiled_params()
+    for plan in plans + plans[::-1]:
+        if plan.num_tokens == 0:
+            continue
+        want = cm.step_cost(plan)
+        got = price_step(pack, plan.num_prefill_tokens, np.array(plan.prefill_chunk_tokens + [0], dtype=np.int64),
+                         np.array(plan.prefill_context_tokens + [0], dtype=np.int64), len(plan.prefill_chunk_tokens),
+                         plan.num_decode_seqs, plan.decode_context_tokens, plan.num_sampled_seqs)
+        assert got == (want.time_s, want.flops, want.bytes)
+    if any(0 < plan.num_tokens < roofline_kernel.MEMO_TOKENS for plan in plans):
+        assert not np.isnan(pack[1][5]).all()  # the memo was used
