@@ -112,9 +112,14 @@ def run_compiled(sim) -> bool:
     num_replicas = len(replicas)
     scheduler, kv = replicas[0].scheduler, replicas[0].scheduler.kv  # every replica is configured alike (_scope)
     n = sim.num_requests
-    arrival_s = np.ascontiguousarray(sim.arrival_s[:n], dtype=np.float64)
-    prompt = np.ascontiguousarray(sim.input_tokens[:n], dtype=np.int64)
-    max_out = np.ascontiguousarray(sim.output_tokens[:n], dtype=np.int64)
+    # The per-request state, one row each (kernel.Q_* and QF_*); the names below are views of those rows.
+    req = np.zeros((k.NUM_Q, n), dtype=np.int64)
+    reqf = np.full((k.NUM_QF, n), np.nan)
+    arrival_s, arrival_ev = reqf[k.QF_ARRIVAL], reqf[k.QF_ARRIVAL_EV]
+    prompt, max_out = req[k.Q_PROMPT], req[k.Q_MAX_OUT]
+    arrival_s[:] = sim.arrival_s[:n]
+    prompt[:] = sim.input_tokens[:n]
+    max_out[:] = sim.output_tokens[:n]
     horizon = sim.horizon_s if sim.horizon_s is not None else math.inf
     max_seqs = scheduler.max_num_seqs
 
@@ -140,36 +145,31 @@ def run_compiled(sim) -> bool:
     cfg[k.C_NUM_BLOCKS], cfg[k.C_BLOCK_SIZE], cfg[k.C_FAST_DECODE] = kv.num_blocks, kv.block_size, sim.fast_decode
     cfg[k.C_ROUTER] = k.ROUTER_ROUND_ROBIN if type(sim.router) is RoundRobinRouter else k.ROUTER_LEAST_OUTSTANDING
 
-    computed, out, blocks, preemptions = (np.zeros(n, dtype=np.int64) for _ in range(4))
-    anchor = np.full(n, -1, dtype=np.int64)
-    rep = np.zeros(n, dtype=np.int64)
-    state = np.zeros(n, dtype=np.int8)
-    first_sched, first_tok, last_tok, finish_s = (np.full(n, np.nan) for _ in range(4))
-    run_next, run_prev, pf_next, pf_prev = (np.full(n, -1, dtype=np.int64) for _ in range(4))
+    computed, out, blocks, preemptions = req[k.Q_COMPUTED], req[k.Q_OUT], req[k.Q_BLOCKS], req[k.Q_PREEMPTIONS]
+    anchor, rep, state = req[k.Q_ANCHOR], req[k.Q_REP], req[k.Q_STATE]
+    anchor[:] = -1
+    req[[k.Q_RUN_NEXT, k.Q_RUN_PREV, k.Q_PF_NEXT, k.Q_PF_PREV]] = -1
+    first_sched, first_tok = reqf[k.QF_FIRST_SCHED], reqf[k.QF_FIRST_TOK]
+    last_tok, finish_s = reqf[k.QF_LAST_TOK], reqf[k.QF_FINISH]
     waiting = np.zeros((num_replicas, n), dtype=np.int64)
     heap = np.zeros((num_replicas, n // num_replicas + 2 * max_seqs + 2), dtype=np.int64)
     bucket = np.zeros((num_replicas, kv.block_size), dtype=np.int64)
-    stamp = np.zeros(n, dtype=np.int64)
-    plan_rid, plan_chunk, plan_ctx = (np.zeros((num_replicas, max_seqs + 1), dtype=np.int64) for _ in range(3))
+    plan = np.zeros((3, num_replicas, max_seqs + 1), dtype=np.int64)
     pf_snap = np.zeros(max_seqs + 1, dtype=np.int64)
     run_tmp = np.zeros((num_replicas, scheduler.max_model_len + 2))
     # Buffers sized to the run (small runs are many in a plan: zeroing 16 MB each would cost more than the run).
     rows_per_call = min(_ROWS_PER_CALL, 1024 + 4 * n)
-    row_i = np.zeros((len(k.INT_COLUMNS), rows_per_call), dtype=np.int64)  # a column per row: slices copy fast
+    row_i = np.zeros((len(k.INT_COLUMNS) + 1, rows_per_call), dtype=np.int64)  # a column per row; the replica last
     row_f = np.zeros((len(k.FLOAT_COLUMNS), rows_per_call))
-    row_rep = np.zeros(rows_per_call, dtype=np.int64)
     max_run_steps = 4 * rows_per_call + scheduler.max_model_len + 2
     run_dur = np.zeros(max_run_steps)
-    run_tok, run_internal = np.zeros(max_run_steps, dtype=np.int64), np.zeros(max_run_steps, dtype=np.int64)
-    arrival_ev = k.arrival_event_times(arrival_s)
+    run_i = np.zeros((2, max_run_steps), dtype=np.int64)  # KV token states and internal slots of run steps
+    arrival_ev[:] = k.arrival_event_times(arrival_s)
 
     log = sim.steps
     while True:
-        code = k.run(sr, fr, sg, sf, cfg, price, stop, arrival_s, arrival_ev, prompt, max_out,
-                     computed, out, anchor, blocks, state, preemptions, first_sched, first_tok, last_tok, finish_s,
-                     rep, run_next, run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp,
-                     plan_rid, plan_chunk, plan_ctx, pf_snap, run_tmp, row_i, row_f, row_rep, run_dur, run_tok,
-                     run_internal, rows_per_call, max_run_steps)
+        code = k.run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan, pf_snap, run_tmp,
+                     row_i, row_f, run_dur, run_i, rows_per_call, max_run_steps)
         if code in (k.DIVERGED, k.UNPRICED):
             sim.steps = type(log)(kv.capacity_slots)  # back to an empty log for the Python engine
             if rule is not None:
@@ -180,7 +180,7 @@ def run_compiled(sim) -> bool:
                                "python (a step outside the cost model's measured tables: its notes need the "
                                "Python model)")
             return False
-        _append_rows(log, sg, row_i, row_f, row_rep, run_dur, run_tok, run_internal, k)
+        _append_rows(log, sg, row_i, row_f, run_dur, run_i, k)
         if (sr[:, k.I_HEAP_SIZE] + max_seqs + 1 > heap.shape[1]).any():
             heap = np.concatenate([heap, np.zeros_like(heap)], axis=1)
         if code == k.DONE:
@@ -224,10 +224,11 @@ def run_compiled(sim) -> bool:
     return True
 
 
-def _append_rows(log, sg, row_i, row_f, row_rep, run_dur, run_tok, run_internal, k) -> None:
+def _append_rows(log, sg, row_i, row_f, run_dur, run_i, k) -> None:
     """Hand the rows and run steps the kernel wrote to the step log (as array chunks); empty the buffers."""
     rows, steps, kv_steps = int(sg[k.G_ROWS]), int(sg[k.G_RUN_STEPS]), int(sg[k.G_RUN_KV])
-    columns = {"replica": row_rep[:rows].copy()}
+    run_tok, run_internal = run_i
+    columns = {"replica": row_i[k.ROW_REPLICA, :rows].copy()}
     columns.update((name, row_f[j, :rows].copy()) for j, name in enumerate(k.FLOAT_COLUMNS))
     columns.update((name, row_i[j, :rows].copy()) for j, name in enumerate(k.INT_COLUMNS))
     zeros = np.zeros(kv_steps, dtype=np.int64)

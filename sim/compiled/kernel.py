@@ -25,6 +25,7 @@ import math
 import numpy as np
 from numba import njit
 
+from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
 from sim.cost.compiled_pricing import price_step
 
 # Return codes of `run`.
@@ -61,12 +62,23 @@ NUM_S = 8
  C_ROUTER) = range(8)
 NUM_CFG = 8
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
+# Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
+# these two arrays, not one array each: numba passes every array argument as several machine words, and with
+# ~60 of them a call to `_start_step` cost more than the scheduling it does.
+(Q_PROMPT, Q_MAX_OUT, Q_COMPUTED, Q_OUT, Q_ANCHOR, Q_BLOCKS, Q_STATE, Q_PREEMPTIONS, Q_REP, Q_RUN_NEXT, Q_RUN_PREV,
+ Q_PF_NEXT, Q_PF_PREV, Q_STAMP) = range(14)
+NUM_Q = 14
+QF_ARRIVAL, QF_ARRIVAL_EV, QF_FIRST_SCHED, QF_FIRST_TOK, QF_LAST_TOK, QF_FINISH = range(6)
+NUM_QF = 6
+# Rows of the planned step's array `plan[:, r]`: request ids, chunks, contexts.
+P_RID, P_CHUNK, P_CTX = range(3)
 # Integer step-log columns, in this order (`sim.core.engine.StepLog.COLUMNS` minus replica and the floats).
 INT_COLUMNS = ("num_seqs", "num_waiting", "num_prefill_tokens", "num_decode_seqs", "num_padding_seqs",
                "num_output_tokens", "num_preempted", "kv_token_slots", "kv_reserved_slots", "kv_internal_slots",
                "kv_external_slots", "kv_capacity_slots", "kv_shared_slots", "swap_in_tokens", "swap_out_tokens",
                "num_steps")
 FLOAT_COLUMNS = ("start_s", "duration_s", "flops", "bytes")
+ROW_REPLICA = len(INT_COLUMNS)  # the last row of `row_i`: the replica of each step row
 
 
 @njit(cache=True)
@@ -127,17 +139,17 @@ def _blocks_for(tokens, bs):
 
 
 @njit(cache=True)
-def run(sr, fr, sg, sf, cfg, price, stop, arrival_s, arrival_ev, prompt, max_out,
-        computed, out, anchor, blocks, state, preemptions, first_sched, first_tok, last_tok, finish_s, rep,
-        run_next, run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp,
-        plan_rid, plan_chunk, plan_ctx, pf_snap, run_tmp,
-        row_i, row_f, row_rep, run_dur, run_tok, run_internal, max_rows, max_run_steps):
+def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan, pf_snap, run_tmp,
+        row_i, row_f, run_dur, run_i, max_rows, max_run_steps):
     """Advance the simulation event by event (arrivals, the replicas' step ends in time order) until every
     request is done (DONE), the output buffers need reading (FLUSH; call again), the SimPy order cannot be
     repeated (DIVERGED) or a step cannot be priced here (UNPRICED). The stop rule (`stop`) is asked after every
     step ending at or after its next check; after a stop no arrival is admitted and no step starts, but the
     steps in flight still end (SimPy lets them) and the rule is asked again."""
-    n_req = prompt.shape[0]
+    n_req = req.shape[1]
+    state, out = req[Q_STATE], req[Q_OUT]
+    arrival_s, arrival_ev = reqf[QF_ARRIVAL], reqf[QF_ARRIVAL_EV]
+    first_tok, last_tok, finish_s = reqf[QF_FIRST_TOK], reqf[QF_LAST_TOK], reqf[QF_FINISH]
     num_replicas = sr.shape[0]
     max_seqs = cfg[C_MAX_SEQS]
     max_model_len = cfg[C_MAX_MODEL_LEN]
@@ -172,21 +184,18 @@ def run(sr, fr, sg, sf, cfg, price, stop, arrival_s, arrival_ev, prompt, max_out
         if t_arr == t_end:
             return DIVERGED  # an arrival at exactly a step's end
         if t_arr < t_end:
-            _admit_arrivals_at(t_arr, sr, fr, sg, sf, cfg, arrival_ev, prompt, max_out, state, waiting, rep, n_req)
+            _admit_arrivals_at(t_arr, sr, fr, sg, sf, cfg, req, reqf, waiting, n_req)
             sf[F_NOW] = t_arr
             # The idle replicas an arrival woke plan a step now (every arrival at this time is in by then).
             for r in range(num_replicas):
                 if sr[r, I_BUSY] == 0 and sr[r, I_W_COUNT] > 0:
-                    code = _start_step(r, t_arr, sr, fr, sg, sf, cfg, price, arrival_s, prompt, max_out,
-                                       computed, out, anchor, blocks, state, preemptions, first_sched, run_next,
-                                       run_prev, pf_next, pf_prev, waiting, heap, bucket, stamp, plan_rid,
-                                       plan_chunk, plan_ctx, pf_snap, run_tmp)
+                    code = _start_step(r, t_arr, sr, fr, sg, sf, cfg, price, req, reqf, waiting, heap, bucket,
+                                       plan, pf_snap, run_tmp)
                     if code != 0:
                         return code
             continue
-        _finish_step(r_end, sr, fr, sg, sf, cfg, prompt, max_out, computed, out, anchor, blocks, state,
-                     first_tok, last_tok, finish_s, run_next, run_prev, pf_next, pf_prev, heap, bucket,
-                     plan_rid, plan_chunk, run_tmp, row_i, row_f, row_rep, run_dur, run_tok, run_internal, n_req)
+        _finish_step(r_end, sr, fr, sg, sf, cfg, req, reqf, heap, bucket, plan, run_tmp, row_i, row_f, run_dur,
+                     run_i, n_req)
         sf[F_NOW] = t_end
         sf[F_LAST_EVENT] = t_end
         if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:  # the engine asks its stop rule after this step
@@ -196,25 +205,27 @@ def run(sr, fr, sg, sf, cfg, price, stop, arrival_s, arrival_ev, prompt, max_out
                 sg[G_STOPPED] = 1
                 sf[F_STOPPED_AT] = t_end
         if sg[G_STOPPED] == 0:  # the replica plans its next step at once
-            code = _start_step(r_end, t_end, sr, fr, sg, sf, cfg, price, arrival_s, prompt, max_out, computed, out,
-                               anchor, blocks, state, preemptions, first_sched, run_next, run_prev, pf_next,
-                               pf_prev, waiting, heap, bucket, stamp, plan_rid, plan_chunk, plan_ctx, pf_snap,
-                               run_tmp)
+            code = _start_step(r_end, t_end, sr, fr, sg, sf, cfg, price, req, reqf, waiting, heap, bucket, plan,
+                               pf_snap, run_tmp)
             if code != 0:
                 return code
 
 
 @njit(cache=True)
-def _start_step(r, now, sr, fr, sg, sf, cfg, price, arrival_s, prompt, max_out, computed, out, anchor, blocks,
-                state, preemptions, first_sched, run_next, run_prev, pf_next, pf_prev, waiting_all, heap_all,
-                bucket_all, stamp, plan_rid_all, plan_chunk_all, plan_ctx_all, pf_snap, run_tmp):
+def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap_all, bucket_all, plan_all, pf_snap,
+                run_tmp):
     """`ContinuousScheduler.schedule(now)` for replica r and the price of its step (a decode run where one
     fits): the replica is busy until fr[r, R_END], or idle when there is nothing to run. 0, DIVERGED or
     UNPRICED."""
     si = sr[r]
+    prompt, max_out, computed, out = req[Q_PROMPT], req[Q_MAX_OUT], req[Q_COMPUTED], req[Q_OUT]
+    anchor, blocks, state, preemptions = req[Q_ANCHOR], req[Q_BLOCKS], req[Q_STATE], req[Q_PREEMPTIONS]
+    run_next, run_prev, pf_next, pf_prev = req[Q_RUN_NEXT], req[Q_RUN_PREV], req[Q_PF_NEXT], req[Q_PF_PREV]
+    stamp = req[Q_STAMP]
+    arrival_s, first_sched = reqf[QF_ARRIVAL], reqf[QF_FIRST_SCHED]
     waiting, heap, bucket = waiting_all[r], heap_all[r], bucket_all[r]
-    plan_rid, plan_chunk, plan_ctx = plan_rid_all[r], plan_chunk_all[r], plan_ctx_all[r]
-    n_req = prompt.shape[0]
+    plan_rid, plan_chunk, plan_ctx = plan_all[P_RID, r], plan_all[P_CHUNK, r], plan_all[P_CTX, r]
+    n_req = req.shape[1]
     max_seqs, max_batched = cfg[C_MAX_SEQS], cfg[C_MAX_BATCHED]
     chunked = cfg[C_CHUNKED] != 0
     bs, fast_decode = cfg[C_BLOCK_SIZE], cfg[C_FAST_DECODE] != 0
@@ -392,14 +403,18 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, arrival_s, prompt, max_out, 
 
 
 @njit(cache=True)
-def _finish_step(r, sr, fr, sg, sf, cfg, prompt, max_out, computed, out, anchor, blocks, state, first_tok,
-                 last_tok, finish_s, run_next, run_prev, pf_next, pf_prev, heap_all, bucket_all, plan_rid_all,
-                 plan_chunk_all, run_tmp, row_i, row_f, row_rep, run_dur, run_tok, run_internal, n_req):
+def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_all, run_tmp, row_i, row_f, run_dur,
+                 run_i, n_req):
     """The end of replica r's step: `update_from_output`, the step's row (and its run's per-step records),
     `Simulation.finish_requests`."""
     si = sr[r]
+    prompt, max_out, computed, out = req[Q_PROMPT], req[Q_MAX_OUT], req[Q_COMPUTED], req[Q_OUT]
+    anchor, blocks, state = req[Q_ANCHOR], req[Q_BLOCKS], req[Q_STATE]
+    run_next, run_prev, pf_next, pf_prev = req[Q_RUN_NEXT], req[Q_RUN_PREV], req[Q_PF_NEXT], req[Q_PF_PREV]
+    first_tok, last_tok, finish_s = reqf[QF_FIRST_TOK], reqf[QF_LAST_TOK], reqf[QF_FINISH]
+    run_tok, run_internal = run_i[0], run_i[1]
     heap, bucket = heap_all[r], bucket_all[r]
-    plan_rid, plan_chunk = plan_rid_all[r], plan_chunk_all[r]
+    plan_rid, plan_chunk = plan_all[P_RID, r], plan_all[P_CHUNK, r]
     num_blocks, bs = cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
     capacity_slots = num_blocks * bs
     key_base = n_req
@@ -474,7 +489,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, prompt, max_out, computed, out, anchor,
     tokens = si[I_TOKEN_SUM] + si[I_PF_SUM]
     allocated = (num_blocks - si[I_FREE_BLOCKS]) * bs
     w = sg[G_ROWS]
-    row_rep[w] = r
+    row_i[ROW_REPLICA, w] = r
     row_f[0, w] = fr[r, R_START]
     row_f[1, w] = fr[r, R_DURATION]
     row_f[2, w] = fr[r, R_FLOPS]
@@ -615,10 +630,12 @@ def _decode_run_limit(si, heap, bucket, anchor, max_out, out, state, max_steps, 
 
 
 @njit(cache=True)
-def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, arrival_ev, prompt, max_out, state, waiting, rep, n_req):
+def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting, n_req):
     """Every arrival SimPy fires at time `t` (one callback of the arrivals process): each is routed
     (`Simulation._admit`: round robin, or the fewest outstanding requests, lowest index first), then admitted
     to its replica's queue or rejected."""
+    prompt, max_out, state, rep = req[Q_PROMPT], req[Q_MAX_OUT], req[Q_STATE], req[Q_REP]
+    arrival_ev = reqf[QF_ARRIVAL_EV]
     max_batched, chunked = cfg[C_MAX_BATCHED], cfg[C_CHUNKED] != 0
     max_model_len, num_blocks, bs = cfg[C_MAX_MODEL_LEN], cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
     num_replicas = sr.shape[0]

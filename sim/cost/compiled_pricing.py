@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from numba import njit
 
+from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
+
 from sim.cost import measured_kernel, roofline_kernel, steps_kernel
 
 KIND_ROOFLINE, KIND_STEPS, KIND_MEASURED = 0, 1, 2
@@ -24,7 +26,7 @@ def pricer(roofline_params: tuple, steps_params: tuple | None = None, measured_p
             measured_params if measured_params is not None else measured_kernel.empty())
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def price_step(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled):
     # Each pack is read where it is used (unpacking all four would take a reference to every array of each).
     kind = price[0]

@@ -15,6 +15,8 @@ import math
 import numpy as np
 from numba import njit
 
+from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
+
 # Indices into the float64 array `params[0]`.
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_MIN_KERNEL_S, P_OVERHEAD_S, P_ALLREDUCE, P_AR_LINK_BYTES_PER_S, P_AR_LATENCY_S,
  P_TP, P_HIDDEN, P_HQ, P_HKV, P_HEAD_DIM, P_KV_BYTES, P_ELEMENTWISE_0, P_ELEMENTWISE_1, P_ELEMENTWISE_2,

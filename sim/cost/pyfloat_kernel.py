@@ -22,6 +22,8 @@ import sys
 
 from numba import njit
 
+from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
+
 EXACT_HERE = sys.version_info[:2] == (3, 11)
 _DBL_MIN = 2.2250738585072014e-308
 

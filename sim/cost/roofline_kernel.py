@@ -13,6 +13,8 @@ import math
 import numpy as np
 from numba import njit
 
+from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
+
 # Indices into the float64 array `params[0]`.
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_OVERHEAD_S, P_ATTN_FLOPS_PER_PAIR, P_KV_BYTES_PER_TOKEN_LAYER, P_Q_BYTES_PER_TOKEN,
  P_HIDDEN, P_FFN_PER_GPU, P_TP, P_LINK_BYTES_PER_S, P_ALLREDUCE_LATENCY_S, P_WEIGHT_BYTES_PER_PARAM) = range(12)

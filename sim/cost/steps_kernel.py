@@ -13,6 +13,7 @@ import math
 import numpy as np
 from numba import njit
 
+from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
 from sim.cost.pyfloat_kernel import hypot
 
 # Indices into the float64 array `params[0]`.

@@ -189,7 +189,7 @@ _COST_MODELS: dict[str, Any] = {}
 
 
 def _cost_model_key(raw: dict) -> str:
-    # No cost model reads the scheduler section (`sim.run.make_cost_model`; tests/unit/test_planner_speed.py
+    # No cost model reads the scheduler section (`sim.run.make_cost_model`; tests/integration/test_planner_speed.py
     # checks it): the policy variants of one GPU and TP share one.
     kept = {k: v for k, v in raw.items()
             if k not in ("name", "description", "workload", "run", "slo", "hardware", "scheduler")}
