@@ -291,8 +291,10 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
         if cost_model is not None and not hasattr(cost_model, "stage_costs"):
             raise ConfigError(f"hardware.pipeline_parallel: {deployment.pipeline_parallel} needs a cost model that "
                               f"prices each stage (sim.cost.pipeline.PipelineCostModel), not {cost_model!r}")
-    replicas = [replica_kind(i, make_scheduler(scenario, i, deployment),
-                             cost_model or make_cost_model(scenario, deployment))
+    # One cost model for every replica: pricing is a pure function of the step, and its notes (points outside
+    # measured tables) are the run's, whichever replica priced them.
+    cost_model = cost_model or make_cost_model(scenario, deployment)
+    replicas = [replica_kind(i, make_scheduler(scenario, i, deployment), cost_model)
                 for i in range(scenario.hardware.num_replicas)]
     run = scenario.run
     horizon = horizon_s(run)

@@ -167,19 +167,22 @@ def run_compiled(sim) -> bool:
     arrival_ev[:] = k.arrival_event_times(arrival_s)
 
     log = sim.steps
+
+    def hand_back(reason: str) -> bool:
+        sim.steps = type(log)(kv.capacity_slots)  # back to an empty log for the Python engine
+        if rule is not None:
+            vars(rule).clear()
+            vars(rule).update(rule_state)  # and the stop rule as it was (its next check, its count)
+        sim.engine_core = f"python ({reason})"
+        return False
+
     while True:
         code = k.run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan, pf_snap, run_tmp,
                      row_i, row_f, run_dur, run_i, rows_per_call, max_run_steps)
-        if code in (k.DIVERGED, k.UNPRICED):
-            sim.steps = type(log)(kv.capacity_slots)  # back to an empty log for the Python engine
-            if rule is not None:
-                vars(rule).clear()
-                vars(rule).update(rule_state)  # and the stop rule as it was (its next check, its count)
-            sim.engine_core = ("python (two events at one time: SimPy's event order decides)"
-                               if code == k.DIVERGED else
-                               "python (a step outside the cost model's measured tables: its notes need the "
-                               "Python model)")
-            return False
+        if code == k.DIVERGED:
+            return hand_back("two events at one time: SimPy's event order decides")
+        if code == k.UNPRICED:
+            return hand_back("more points outside the cost model's measured tables than its note log holds")
         _append_rows(log, sg, row_i, row_f, run_dur, run_i, k)
         if (sr[:, k.I_HEAP_SIZE] + max_seqs + 1 > heap.shape[1]).any():
             heap = np.concatenate([heap, np.zeros_like(heap)], axis=1)
@@ -187,6 +190,13 @@ def run_compiled(sim) -> bool:
             break
         if sim.progress is not None:
             sim.progress(float(sf[k.F_NOW]), int(sg[k.G_NUM_DONE]))
+    outside = _outside_points(price)
+    if len(outside):
+        # The Python engine notes each replica's points in that replica's model: one shared model, or SimPy.
+        cost_model = replicas[0].cost_model
+        if any(replica.cost_model is not cost_model for replica in replicas):
+            return hand_back("points outside the measured tables, and replicas with cost models of their own")
+        cost_model.note_compiled_outside(outside)
 
     # The state Simulation.run leaves: counters, Little's law to the end, the records.
     stopped_s = float(sf[k.F_STOPPED_AT]) if sg[k.G_STOPPED] else None
@@ -222,6 +232,15 @@ def run_compiled(sim) -> bool:
         sim.progress(end_s, sim.num_done)
     sim.engine_core = "compiled"
     return True
+
+
+def _outside_points(price) -> np.ndarray:
+    """The rows of a measured-kernel pack's note log (`sim.cost.measured_kernel`); none for other pricers."""
+    from sim.cost.compiled_pricing import KIND_MEASURED
+    if price[0] != KIND_MEASURED:
+        return np.zeros((0, 4))
+    *_, note_log, note_count = price[3]
+    return note_log[:int(note_count[0])]
 
 
 def _append_rows(log, sg, row_i, row_f, run_dur, run_i, k) -> None:

@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
-from sim.cost.compiled_pricing import price_step
+from sim.cost.compiled_pricing import KIND_MEASURED, price_step
 
 # Return codes of `run`.
 DONE = 0
@@ -371,11 +371,13 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
                 flops_r = 0.0
                 bytes_r = 0.0
                 ctx = decode_ctx
+                priced = 0
                 for k in range(limit):
                     if k == 0:
                         c_t, c_f, c_b = time_s, flops, nbytes
                     else:
                         c_t, c_f, c_b = price_step(price, 0, plan_chunk, plan_ctx, 0, num_decode, ctx, num_decode)
+                        priced = k
                         if math.isnan(c_t):
                             return UNPRICED
                     t = end_r + c_t
@@ -390,6 +392,14 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
                     ctx += num_decode
                     if t >= check_s:
                         break
+                if price[0] == KIND_MEASURED:
+                    # The Python engine prices the run's whole limit up front (`decode_step_costs`), so the points
+                    # its later steps price outside the tables are in the model's notes too.
+                    for j in range(priced + 1, limit):
+                        c_t, c_f, c_b = price_step(price, 0, plan_chunk, plan_ctx, 0, num_decode,
+                                                   decode_ctx + j * num_decode, num_decode)
+                        if math.isnan(c_t):
+                            return UNPRICED
                 if k_steps > 1:
                     num_steps = k_steps
                     end = end_r

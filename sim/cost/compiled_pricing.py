@@ -4,7 +4,8 @@ A cost model's `compiled_params()` returns `pricer(...)`: a tuple of one fixed n
 so the core compiles once. `price_step` gives (time_s, FLOPs, bytes) as the model's `step_cost` does: the
 FLOPs and bytes are always the roofline's counts (every cost model reports those), the time is the model's.
 A NaN time means the model cannot price that step here the way its Python form would (the measured kernels'
-notes, `sim.cost.measured_kernel`): the core then runs the scenario in the Python engine.
+note log of points outside their tables is full, `sim.cost.measured_kernel`): the core then runs the scenario in
+the Python engine.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def price_step(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     if kind == KIND_STEPS:
         time_s = steps_kernel.step_time(price[2], num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
                                         decode_ctx, num_sampled)
-    elif kind == KIND_MEASURED:  # NaN: a point outside the measured tables (the core hands the run back)
+    elif kind == KIND_MEASURED:  # NaN: its note log is full (the core hands the run back)
         time_s = measured_kernel.step_time(price[3], num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
                                            num_decode_seqs, decode_ctx, num_sampled)
     return time_s, flops, nbytes

@@ -12,8 +12,8 @@ states under tensor parallelism, and the norms/activation/rotary streams; then t
 sampled rows. Between measured shapes a time is interpolated in log space, like sim/cost/calibrated.py:
 log(measured / roofline) bilinear on log axes, where the roofline is the device's own (the fastest FLOP
 rate and byte rate any measured GEMM reached). Outside the grid that ratio is held at the nearest edge,
-so a time follows the roofline's shape; every such extrapolation is listed in `notes` and the repr.
-Grid points are reproduced exactly.
+so a time follows the roofline's shape; every such extrapolation is listed in `notes` and the repr, each
+point once (`note_outside`). Grid points are reproduced exactly.
 
 What the tables do not hold: elementwise ops (priced at the GEMM table's byte rate, at least the
 fastest measured kernel), MLA attention (the device roofline), swap copies (the host link), and
@@ -167,6 +167,13 @@ def device_roofline(gemm: pd.DataFrame) -> DeviceRoofline:
     return DeviceRoofline(float((2 * m * n * k / t).max()), float(((n * k + m * (n + k)) * 2 / t).max()))
 
 
+def note_outside(notes: Counter, message: str) -> None:
+    """A point priced outside the measured tables: listed once, however often it is priced. How often that is
+    depends on the model's caches and on the engine (the compiled core remembers other things), so a count
+    would say nothing about the run."""
+    notes[message] = 1
+
+
 class Curve:
     """A time along one axis: shape(x) · exp(log ratio interpolated on log1p(x)), held past the ends."""
 
@@ -177,10 +184,13 @@ class Curve:
         self.lr = [float(log_ratio[i]) for i in order]
         self.shape, self.name, self.notes = shape, name, notes
 
+    def outside_note(self, x: float) -> str:
+        return f"{self.name} at {x:g} outside measured {self.xs[0]:g}..{self.xs[-1]:g}"
+
     def __call__(self, x: float) -> float:
         i, w, outside = _bracket(self.grid, math.log1p(x))
         if outside:
-            self.notes[f"{self.name} at {x:g} outside measured {self.xs[0]:g}..{self.xs[-1]:g}"] += 1
+            note_outside(self.notes, self.outside_note(x))
         lr = self.lr[i] if w == 0.0 else self.lr[i] * (1 - w) + self.lr[i + 1] * w
         return self.shape(x) * math.exp(lr)
 
@@ -201,6 +211,10 @@ class Grid2D:
         if self.filled:
             notes[f"{name}: {self.filled} unmeasured grid cells take the nearest measured ratio"] += 1
 
+    def outside_note(self, x: float, y: float) -> str:
+        return (f"{self.name} at ({x:g}, {y:g}) outside measured "
+                f"{self.xs[0]:g}..{self.xs[-1]:g} x {self.ys[0]:g}..{self.ys[-1]:g}")
+
     def along_second(self, x: float):
         """`self(x, y)` as a function of y alone: the first axis bracketed once, the same operations."""
         i, wa, out_a = _bracket(self.ga, math.log1p(x))
@@ -212,8 +226,7 @@ class Grid2D:
         def at(y: float) -> float:
             j, wb, out_b = _bracket(gb, math.log1p(y))
             if out_a or out_b:
-                notes[f"{self.name} at ({x:g}, {y:g}) outside measured "
-                      f"{self.xs[0]:g}..{self.xs[-1]:g} x {self.ys[0]:g}..{self.ys[-1]:g}"] += 1
+                note_outside(notes, self.outside_note(x, y))
             j1 = min(j + 1, last_j)
             lr = ((ri[j] * (1 - wb) + ri[j1] * wb) * (1 - wa) + (ri1[j] * (1 - wb) + ri1[j1] * wb) * wa)
             return shape(x, y) * math.exp(lr)
@@ -224,8 +237,7 @@ class Grid2D:
         i, wa, out_a = _bracket(self.ga, math.log1p(x))
         j, wb, out_b = _bracket(self.gb, math.log1p(y))
         if out_a or out_b:
-            self.notes[f"{self.name} at ({x:g}, {y:g}) outside measured "
-                       f"{self.xs[0]:g}..{self.xs[-1]:g} x {self.ys[0]:g}..{self.ys[-1]:g}"] += 1
+            note_outside(self.notes, self.outside_note(x, y))
         r = self.r
         i1, j1 = min(i + 1, len(r) - 1), min(j + 1, len(r[0]) - 1)
         lr = ((r[i][j] * (1 - wb) + r[i][j1] * wb) * (1 - wa) + (r[i1][j] * (1 - wb) + r[i1][j1] * wb) * wa)
@@ -577,18 +589,22 @@ class MeasuredCostModel:
         from sim.cost import compiled_pricing, measured_kernel, roofline_kernel
         return compiled_pricing.pricer(roofline_kernel.pack(self.roofline), measured_params=measured_kernel.pack(self))
 
+    def note_compiled_outside(self, points) -> None:
+        """Note the points the compiled core priced outside the tables (rows of `measured_kernel`'s note log:
+        kind, curve row, x, y), with the words pricing them here gives."""
+        from sim.cost.measured_kernel import NOTE_CURVE, NOTE_PREFILL, curves_in_pack_order
+        curves = curves_in_pack_order(self)
+        for kind, row, x, y in sorted(set(map(tuple, points.tolist()))):
+            if kind == NOTE_CURVE:
+                message = curves[int(row)].outside_note(x)
+            else:
+                message = (self._prefill if kind == NOTE_PREFILL else self._decode).outside_note(x, y)
+            note_outside(self.notes, message)
+
     def _decode_constants(self, num_seqs: int) -> tuple:
         """The context-free parts of a decode-only step of `num_seqs` sequences: per-layer token-count terms
-        and the LM head; and the notes pricing them in every step would add (the LM head's, outside the
-        GEMM table; the per-layer terms' only when their cache is full, else they are priced once)."""
-        before = Counter(self.notes)
-        per_group = self._per_layer_token_s(num_seqs)
-        after_layers = Counter(self.notes)
-        head_s = self._lm_head(num_seqs)  # one sampled row per decoding sequence
-        repeated = Counter(self.notes) - after_layers
-        if num_seqs not in self._dense_cache:
-            repeated += after_layers - before
-        cached = (per_group, head_s, repeated)
+        and the LM head (pricing them notes any point outside the tables, once)."""
+        cached = (self._per_layer_token_s(num_seqs), self._lm_head(num_seqs))  # one sampled row per sequence
         if len(self._decode_cache) < 65536:
             self._decode_cache[num_seqs] = cached
         return cached
@@ -597,19 +613,12 @@ class MeasuredCostModel:
         """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`), bit-identical to `step_cost` of
         each: the per-layer token-count terms, the LM head and the roofline's context-free counts are
         computed once per batch size; per step only the decode attention, at the batch's bracket of the
-        decode grid (`Grid2D.along_second`). Notes on points outside the tables are counted as often as
-        pricing each step alone would count them."""
+        decode grid (`Grid2D.along_second`). The points outside the tables are those pricing each step alone
+        would note (the context-free ones were noted when first priced)."""
         n = num_seqs
         counts = self.roofline.decode_step_costs(n, context_tokens, num_steps)
         cached = self._decode_cache.get(n)
-        if cached is None:
-            per_group, head_s, repeated = self._decode_constants(n)
-            times = num_steps - 1  # the first step's notes were just counted
-        else:
-            per_group, head_s, repeated = cached
-            times = num_steps
-        for note, count in repeated.items():
-            self.notes[note] += count * times
+        per_group, head_s = cached if cached is not None else self._decode_constants(n)
         swap_s = 0 * self._swap_s_per_token  # no swaps in a decode run; added as step_cost adds it
         layers = [num_layers for num_layers, _, _ in self._groups]
         window = self.model.sliding_window

@@ -2,9 +2,10 @@
 
 `MeasuredCostModel.compiled_params()` packs the model's interpolation tables with `pack`; `step_time` repeats
 `step_cost`'s time operation by operation (`Curve`, `Grid2D`, `_attention_s`, `_per_layer_token_s`), so it is
-bit-identical (tests/unit/test_measured_kernel.py). One thing it does not repeat: the notes the Python model
-counts when a step lies outside its measured tables (their count depends on its caches). On such a step it
-returns NaN instead, and the core hands the whole run to the Python engine, which counts them.
+bit-identical (tests/unit/test_measured_kernel.py). A point outside the measured tables is priced as the Python
+model prices it (the ratio held at the nearest edge) and written to the pack's note log; after the run,
+`MeasuredCostModel.note_compiled_outside` lists each such point in the model's notes, as pricing it in Python
+does. Only when that log is full does a price come back NaN (the core then hands the run to the Python engine).
 Covered: dense layers (no MoE), no MLA, no sliding window, plans without drafts, padding or swaps.
 """
 
@@ -30,12 +31,17 @@ _ACT_BYTES = 2  # as sim.cost.measured
 # Token counts below this have their per-layer terms and LM head remembered (the pack's last two arrays; -1: not
 # computed yet): they depend on the count alone, as `MeasuredCostModel._per_layer_token_s` caches them.
 MEMO_TOKENS = 8192
+# The note log (`pack`'s last two arrays): one row per point priced outside the tables (kind, curve row, x, y),
+# a point repeated on consecutive rows written once; and the number of rows written.
+NOTE_CAP = 1 << 16
+NOTE_CURVE, NOTE_PREFILL, NOTE_DECODE = 0, 1, 2
 
 
 def pack(cost_model) -> tuple:
     """(scalars, curves, curve grids (log1p x), curve log ratios, layers per group, first linear-layer row of each
     group (and the end), the curve of each linear layer, prefill grid (ga, gb, r), decode grid (ga, gb, r), memo of
-    each group's per-layer token terms by token count, memo of the LM head by sampled rows)."""
+    each group's per-layer token terms by token count, memo of the LM head by sampled rows, note log, its length).
+    Curve rows are numbered in `curves_in_pack_order`'s order."""
     m = cost_model
     s = np.zeros(NUM_MEASURED_PARAMS)
     s[P_FLOPS_PER_S], s[P_BYTES_PER_S] = m.roof.flops_per_s, m.roof.bytes_per_s
@@ -76,13 +82,24 @@ def pack(cost_model) -> tuple:
             np.array([v for g in grids for v in g], dtype=np.float64),
             np.array([v for r in ratios for v in r], dtype=np.float64),
             np.array(layers, dtype=np.float64), np.array(starts, dtype=np.int64), np.array(linear, dtype=np.int64),
-            *grid, np.full((len(layers), MEMO_TOKENS), -1.0), np.full(MEMO_TOKENS, -1.0))
+            *grid, np.full((len(layers), MEMO_TOKENS), -1.0), np.full(MEMO_TOKENS, -1.0),
+            np.zeros((NOTE_CAP, 4)), np.zeros(1, dtype=np.int64))
+
+
+def curves_in_pack_order(cost_model) -> list:
+    """The model's curves in the order `pack` numbers them: each group's linear layers, the LM head, then the
+    all-reduce's curve where it has one."""
+    m = cost_model
+    out = [mm.curve for _, mats, _ in m._groups for mm in mats] + [m._lm_head]
+    if m.tp > 1 and m.communication and m._allreduce is not None:
+        out.append(m._allreduce)
+    return out
 
 
 def empty() -> tuple:
     """A pack of the same types for pricers of another kind (never read)."""
     z, zi, z2 = np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, 0))
-    return (np.zeros(NUM_MEASURED_PARAMS), np.zeros((0, 6)), z, z, z, zi, zi, z, z, z2, z, z, z2, z2, z)
+    return (np.zeros(NUM_MEASURED_PARAMS), np.zeros((0, 6)), z, z, z, zi, zi, z, z, z2, z, z, z2, z2, z, z2, zi)
 
 
 @njit(cache=True)
@@ -107,13 +124,27 @@ def _roof(flops, nbytes, fps, bps):
 
 
 @njit(cache=True)
-def _curve(s, curves, grids, ratios, c, x):
-    """`Curve.__call__` of curve row c at x; NaN when x lies outside its measured points. (The helpers take the
+def _note(log, count, kind, row, x, y):
+    """Write a point priced outside the tables to the note log (not again right after itself). False: the log
+    is full (the caller returns NaN and the run goes to the Python engine)."""
+    k = count[0]
+    if k > 0 and log[k - 1, 0] == kind and log[k - 1, 1] == row and log[k - 1, 2] == x and log[k - 1, 3] == y:
+        return True
+    if k >= log.shape[0]:
+        return False
+    log[k, 0], log[k, 1], log[k, 2], log[k, 3] = kind, row, x, y
+    count[0] = k + 1
+    return True
+
+
+@njit(cache=True)
+def _curve(s, curves, grids, ratios, log, count, c, x):
+    """`Curve.__call__` of curve row c at x; a point outside its measured points is noted. (The helpers take the
     pack's arrays one by one: a call passing the whole pack copies it, which cost more than the arithmetic.)"""
     start, n = int(curves[c, C_START]), int(curves[c, C_LEN])
     grid, lr = grids[start:start + n], ratios[start:start + n]
     i, w, outside = _bracket(grid, math.log1p(x))
-    if outside:
+    if outside and not _note(log, count, NOTE_CURVE, c, x, 0.0):
         return math.nan
     ratio = lr[i] if w == 0.0 else lr[i] * (1 - w) + lr[i + 1] * w
     a, b, cc = curves[c, C_A], curves[c, C_B], curves[c, C_C]
@@ -125,11 +156,12 @@ def _curve(s, curves, grids, ratios, c, x):
 
 
 @njit(cache=True)
-def _grid2(ga, gb, r, x, y):
-    """`Grid2D.__call__`'s log ratio at (x, y) (the caller multiplies by its shape); NaN outside the grid."""
+def _grid2(ga, gb, r, log, count, kind, x, y):
+    """`Grid2D.__call__`'s log ratio at (x, y) (the caller multiplies by its shape); a point outside the grid is
+    noted."""
     i, wa, out_a = _bracket(ga, math.log1p(x))
     j, wb, out_b = _bracket(gb, math.log1p(y))
-    if out_a or out_b:
+    if (out_a or out_b) and not _note(log, count, kind, 0, x, y):
         return math.nan
     i1 = min(i + 1, r.shape[0] - 1)
     j1 = min(j + 1, r.shape[1] - 1)
@@ -137,20 +169,20 @@ def _grid2(ga, gb, r, x, y):
 
 
 @njit(cache=True)
-def _prefill(s, ga, gb, r, b, total):
+def _prefill(s, ga, gb, r, log, count, b, total):
     hq, hkv, d, kvb = s[P_HQ], s[P_HKV], s[P_HEAD_DIM], s[P_KV_BYTES]
     pairs = b * total * (total + 1) / 2
     shape = _roof(4.0 * hq * d * pairs, b * total * (2 * hkv * d * kvb + 2 * hq * d * _ACT_BYTES),
                   s[P_FLOPS_PER_S], s[P_BYTES_PER_S])
-    return shape * math.exp(_grid2(ga, gb, r, b, total))
+    return shape * math.exp(_grid2(ga, gb, r, log, count, NOTE_PREFILL, b, total))
 
 
 @njit(cache=True)
-def _decode(s, ga, gb, r, b, x):
+def _decode(s, ga, gb, r, log, count, b, x):
     hq, hkv, d, kvb = s[P_HQ], s[P_HKV], s[P_HEAD_DIM], s[P_KV_BYTES]
     shape = _roof(4.0 * hq * d * b * x, b * x * 2 * hkv * d * kvb + 2 * b * hq * d * _ACT_BYTES,
                   s[P_FLOPS_PER_S], s[P_BYTES_PER_S])
-    return shape * math.exp(_grid2(ga, gb, r, b, x))
+    return shape * math.exp(_grid2(ga, gb, r, log, count, NOTE_DECODE, b, x))
 
 
 @njit(cache=True)
@@ -169,7 +201,7 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     """`MeasuredCostModel.step_cost(plan).time_s` for a plan of single-token decodes without swaps; NaN when a
     point lies outside the measured tables (the Python model would add a note)."""
     (s, curves, grids, ratios, layers, starts, linear, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, layer_memo,
-     head_memo) = params
+     head_memo, note_log, note_count) = params
     t = num_prefill_tokens + num_decode_seqs
     if t == 0:
         return s[P_OVERHEAD_S]
@@ -190,15 +222,16 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
                 count += 1
         total = context + chunk
         share = chunk * (context + (chunk + 1) / 2) / (total * (total + 1) / 2)
-        whole = _prefill(s, pf_ga, pf_gb, pf_r, count, total) * share
-        alone = _prefill(s, pf_ga, pf_gb, pf_r, count, chunk)
-        read = _decode(s, dc_ga, dc_gb, dc_r, count, total)
+        whole = _prefill(s, pf_ga, pf_gb, pf_r, note_log, note_count, count, total) * share
+        alone = _prefill(s, pf_ga, pf_gb, pf_r, note_log, note_count, count, chunk)
+        read = _decode(s, dc_ga, dc_gb, dc_r, note_log, note_count, count, total)
         if math.isnan(whole) or math.isnan(alone) or math.isnan(read):
             return math.nan  # max() below would drop a NaN
         attn += _max3(whole, alone, read)
     if num_decode_seqs:
         mean_ctx = decode_ctx / num_decode_seqs
-        attn += _decode(s, dc_ga, dc_gb, dc_r, num_decode_seqs * 1, mean_ctx if not 1.0 > mean_ctx else 1.0)
+        attn += _decode(s, dc_ga, dc_gb, dc_r, note_log, note_count, num_decode_seqs * 1,
+                        mean_ctx if not 1.0 > mean_ctx else 1.0)
     if t < MEMO_TOKENS and layer_memo[0, t] != -1.0:
         time_s = 0.0
         for g in range(layers.shape[0]):
@@ -211,7 +244,7 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
             x = t * e / bps
             common += x if x > floor_s else floor_s
         if s[P_ALLREDUCE] == ALLREDUCE_CURVE:
-            common += 2 * _curve(s, curves, grids, ratios, int(s[P_AR_CURVE]), t * s[P_HIDDEN])
+            common += 2 * _curve(s, curves, grids, ratios, note_log, note_count, int(s[P_AR_CURVE]), t * s[P_HIDDEN])
         elif s[P_ALLREDUCE] == ALLREDUCE_CATALOG:
             tp = s[P_TP]
             message = t * s[P_HIDDEN] * _ACT_BYTES
@@ -220,7 +253,7 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
         for g in range(layers.shape[0]):
             layer_s = common
             for r in range(starts[g], starts[g + 1]):
-                layer_s += _curve(s, curves, grids, ratios, linear[r], t)
+                layer_s += _curve(s, curves, grids, ratios, note_log, note_count, linear[r], t)
             if t < MEMO_TOKENS:
                 layer_memo[g, t] = layer_s
             time_s += layers[g] * (layer_s + attn)
@@ -228,7 +261,7 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
         if num_sampled < MEMO_TOKENS and head_memo[num_sampled] != -1.0:
             time_s += head_memo[num_sampled]
         else:
-            head_s = _curve(s, curves, grids, ratios, int(s[P_LM_HEAD]), num_sampled)
+            head_s = _curve(s, curves, grids, ratios, note_log, note_count, int(s[P_LM_HEAD]), num_sampled)
             if num_sampled < MEMO_TOKENS:
                 head_memo[num_sampled] = head_s
             time_s += head_s

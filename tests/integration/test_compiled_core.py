@@ -46,6 +46,8 @@ def assert_identical(python, compiled):
         for name, values in python.decode_runs.kv.items():
             np.testing.assert_array_equal(values, compiled.decode_runs.kv[name], err_msg=name)
             assert values.dtype == compiled.decode_runs.kv[name].dtype
+    # The cost model's repr lists its notes: the points priced outside measured tables, the same in both.
+    assert python.extras["cost_model"] == compiled.extras["cost_model"]
     assert list(python.summary) == list(compiled.summary)
     for key, want in python.summary.items():
         got = compiled.summary[key]
@@ -216,14 +218,13 @@ def test_the_planners_stop_rule_stops_the_compiled_core_where_it_stops_the_pytho
     spec["slo"] = {"ttft_s": ttft_s, "tpot_s": tpot_s, "e2e_s": e2e_s, "percentile": 90}
     python, compiled = both(spec, stop_rule=slo_miss_rule)
     assert python.extras["engine_core"] == "python (run.compiled_core is false)"
-    if compiled.extras["engine_core"] != "compiled":  # only a tie or a step outside the measured tables
-        assert "two events at one time" in compiled.extras["engine_core"] or "measured tables" in compiled.extras["engine_core"]
+    if compiled.extras["engine_core"] != "compiled":  # only a tie
+        assert "two events at one time" in compiled.extras["engine_core"]
     assert_identical(python, compiled)
 
 
 def test_a_stopped_run_stops_at_the_same_step_in_both_engines():
     # Far over capacity with a tight TTFT: the verdict is certain within seconds of simulated time.
-    # (ShareGPT lengths: no one-token prompt, whose attention lies outside the H100 tables and hands the run back.)
     spec = spec_for(arrival={"kind": "poisson", "rate_per_s": 200.0}, num_requests=3000, chunked=True, budget=2048,
                     lengths={"kind": "preset", "name": "sharegpt"}, max_model_len=4096, cost_model={"kind": "measured"})
     spec["slo"] = {"ttft_s": 0.5, "percentile": 99}
@@ -234,14 +235,27 @@ def test_a_stopped_run_stops_at_the_same_step_in_both_engines():
     assert_identical(python, compiled)
 
 
-def test_a_run_handed_back_to_the_python_engine_gets_its_stop_rule_as_it_was():
-    # One-token prompts put a step outside the H100 tables after the rule was asked a few times: the Python
-    # engine reruns the scenario from the start, with the rule's next check and count as they were.
+def test_points_outside_the_measured_tables_run_compiled_and_are_noted_as_in_the_python_engine():
+    # One-token prompts (uniform lengths from 1) put their attention below the H100 tables.
+    spec = spec_for(arrival={"kind": "poisson", "rate_per_s": 30.0}, num_requests=400, chunked=True, budget=2048,
+                    cost_model={"kind": "measured"}, replicas=2)
+    python, compiled = both(spec)
+    assert compiled.extras["engine_core"] == "compiled"
+    assert "outside measured" in compiled.extras["cost_model"]
+    assert_identical(python, compiled)
+
+
+def test_a_run_handed_back_to_the_python_engine_gets_its_stop_rule_as_it_was(monkeypatch):
+    # A note log with no room: the first point outside the tables (a one-token prompt's attention), after the rule
+    # was asked a few times, hands the run back. The Python engine reruns the scenario from the start, with the
+    # rule's next check and count as they were.
+    from sim.cost import measured_kernel
+    monkeypatch.setattr(measured_kernel, "NOTE_CAP", 0)
     spec = spec_for(arrival={"kind": "poisson", "rate_per_s": 200.0}, num_requests=3000, chunked=True, budget=2048,
                     cost_model={"kind": "measured"})
     spec["slo"] = {"ttft_s": 0.5, "percentile": 99}
     python, compiled = both(spec, stop_rule=slo_miss_rule)
-    assert "measured tables" in compiled.extras["engine_core"]
+    assert "note log" in compiled.extras["engine_core"]
     assert python.summary["stopped_early_s"] is not None
     assert_identical(python, compiled)
 

@@ -1,7 +1,8 @@
 """The measured-kernel model's compiled pricer (`sim.cost.measured_kernel`, numba) against
-`MeasuredCostModel.step_cost`: bit for bit inside the measured tables, NaN (hand the run back) outside them."""
+`MeasuredCostModel.step_cost`: bit for bit, and outside the measured tables the same points noted."""
 
 import math
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -31,8 +32,8 @@ def model_for(name: str, gpu: str, tp: int, weights: str = "bf16", kv: str = "bf
     return _MODELS[key]
 
 
-def compiled_price(cm, plan: StepPlan):
-    return price_step(cm.compiled_params(), plan.num_prefill_tokens,
+def compiled_price(cm, plan: StepPlan, pack=None):
+    return price_step(pack or cm.compiled_params(), plan.num_prefill_tokens,
                       np.array(plan.prefill_chunk_tokens + [0], dtype=np.int64),
                       np.array(plan.prefill_context_tokens + [0], dtype=np.int64), len(plan.prefill_chunk_tokens),
                       plan.num_decode_seqs, plan.decode_context_tokens, plan.num_sampled_seqs)
@@ -44,8 +45,9 @@ def compiled_price(cm, plan: StepPlan):
                                  st.sampled_from([0, 0, 512]) | st.integers(0, 60_000)), max_size=5),
        repeat=st.booleans(), num_decode=st.integers(0, 512), mean_context=st.integers(1, 20_000),
        overhead_s=st.sampled_from([0.0, 0.0021]))
-def test_the_compiled_measured_price_is_step_cost_bit_for_bit_or_nan_outside(setup, chunks, repeat, num_decode,
-                                                                             mean_context, overhead_s):
+def test_the_compiled_measured_price_is_step_cost_bit_for_bit_and_notes_the_same_points(setup, chunks, repeat,
+                                                                                          num_decode, mean_context,
+                                                                                          overhead_s):
     cm = model_for(*setup)
     cm.step_overhead_s = overhead_s
     if repeat and chunks:
@@ -56,15 +58,28 @@ def test_the_compiled_measured_price_is_step_cost_bit_for_bit_or_nan_outside(set
                     decode_context_tokens=num_decode * mean_context, num_sampled_seqs=sampled)
     if plan.num_tokens == 0:
         return
-    notes_before = sum(cm.notes.values())
-    cm._dense_cache.clear()  # so that every point this plan touches would be noted if outside the tables
-    want = cm.step_cost(plan)
-    outside = sum(cm.notes.values()) > notes_before
-    got = compiled_price(cm, plan)
-    if outside:
-        assert math.isnan(got[0]) and got[1:] == (want.flops, want.bytes)
-    else:
-        assert got == (want.time_s, want.flops, want.bytes)
+    assert_same_price_and_notes(cm, plan)
+
+
+def assert_same_price_and_notes(cm, plan: StepPlan) -> bool:
+    """The compiled price is step_cost's, and its note log names the points step_cost notes (on a model whose
+    caches and notes start empty). True when some point lay outside the tables."""
+    kept = Counter(cm.notes)
+    try:
+        cm.notes.clear()
+        cm._dense_cache.clear()  # so that every point this plan touches is priced, and noted if outside
+        want = cm.step_cost(plan)
+        noted_here = dict(cm.notes)
+        pack = cm.compiled_params()
+        assert compiled_price(cm, plan, pack) == (want.time_s, want.flops, want.bytes)
+        *_, note_log, note_count = pack[3]
+        cm.notes.clear()
+        cm.note_compiled_outside(note_log[:note_count[0]])
+        assert dict(cm.notes) == noted_here
+        return bool(noted_here)
+    finally:
+        cm.notes.clear()
+        cm.notes.update(kept)
 
 
 @settings(max_examples=100, deadline=None)
@@ -106,8 +121,23 @@ def test_some_random_steps_lie_inside_and_some_outside_the_tables():
     inside = StepPlan(prefill_request_ids=[0], prefill_chunk_tokens=[512], prefill_context_tokens=[0],
                       num_sampled_seqs=1)
     outside = StepPlan(num_decode_seqs=300, decode_context_tokens=300 * 1_000_000, num_sampled_seqs=300)
-    assert compiled_price(cm, inside)[0] == cm.step_cost(inside).time_s
-    assert math.isnan(compiled_price(cm, outside)[0])
+    assert not assert_same_price_and_notes(cm, inside)
+    assert assert_same_price_and_notes(cm, outside)
+    one_token = StepPlan(prefill_request_ids=[0], prefill_chunk_tokens=[1], prefill_context_tokens=[0],
+                         num_sampled_seqs=1)  # a one-token prompt: its attention lies below the tables
+    assert assert_same_price_and_notes(cm, one_token)
+
+
+def test_a_full_note_log_prices_nan_so_the_run_goes_to_the_python_engine(monkeypatch):
+    from sim.cost import measured_kernel
+    monkeypatch.setattr(measured_kernel, "NOTE_CAP", 1)
+    cm = model_for("llama-3.1-8b", "h100-sxm", 1)
+    pack = cm.compiled_params()
+    far = [StepPlan(num_decode_seqs=300, decode_context_tokens=300 * c, num_sampled_seqs=300)
+           for c in (1_000_000, 2_000_000)]
+    assert not math.isnan(compiled_price(cm, far[0], pack)[0])  # its point fills the log
+    assert not math.isnan(compiled_price(cm, far[0], pack)[0])  # the same point again: not written twice
+    assert math.isnan(compiled_price(cm, far[1], pack)[0])  # another point: no room
 
 
 def test_decode_runs_price_the_same_as_the_compiled_steps():
