@@ -150,9 +150,10 @@ def test_learned_roofline_runs_price_the_learned_kernels_not_the_catalog_rooflin
     assert bits(run[2]) == bits(learned.step_cost(plain_decode_plan(64, 64 * 1002)))
 
 
-def test_measured_notes_count_each_step_outside_the_tables():
-    # A batch past the measured decode grid and LM-head GEMMs is noted once per step, in runs or not,
-    # on the first run of a batch size (constants priced then) and on later ones (constants cached).
+def test_measured_notes_list_each_point_outside_the_tables_once():
+    # A batch past the measured decode grid and LM-head GEMMs is noted the same in runs or not, on the first run
+    # of a batch size (constants priced then) and on later ones (constants cached): each point once, however
+    # often it was priced (a count would depend on the caches; sim.cost.measured.note_outside).
     runs = [(70_000, 70_000 * 300, 5), (70_000, 70_000 * 305, 3), (7, 7 * 100, 4)]  # GEMMs measured to 32,768 tokens
     in_runs = MeasuredCostModel(LLAMA_8B, H100)
     for run in runs:
@@ -161,5 +162,7 @@ def test_measured_notes_count_each_step_outside_the_tables():
     for run in runs:
         step_by_step(alone, *run)
     assert dict(in_runs.notes) == dict(alone.notes)
-    assert in_runs.notes["gemm lm_head tokens at 70000 outside measured 1..32768"] == 8  # every step
+    assert in_runs.notes["gemm lm_head tokens at 70000 outside measured 1..32768"] == 1  # priced at every step
     assert in_runs.notes["gemm down tokens at 70000 outside measured 1..32768"] == 1  # priced once, then cached
+    decode_points = [n for n in in_runs.notes if n.startswith("decode attention") and "(70000," in n]
+    assert len(decode_points) == 8  # one per step: each step's mean context is its own point
