@@ -28,7 +28,7 @@ ALLREDUCE_NONE, ALLREDUCE_CURVE, ALLREDUCE_CATALOG = 0, 1, 2
 C_START, C_LEN, C_KIND, C_A, C_B, C_C = range(6)
 SHAPE_GEMM, SHAPE_ALLREDUCE = 0, 1  # (n, k, weight bytes) | (latency, GPUs, bus bytes/s)
 _ACT_BYTES = 2  # as sim.cost.measured
-# Token counts below this have their per-layer terms and LM head remembered (the pack's last two arrays; -1: not
+# Token counts below this have their per-layer terms and LM head remembered (the pack's two memo arrays; -1: not
 # computed yet): they depend on the count alone, as `MeasuredCostModel._per_layer_token_s` caches them.
 MEMO_TOKENS = 8192
 # The note log (`pack`'s last two arrays): one row per point priced outside the tables (kind, curve row, x, y),
