@@ -22,7 +22,6 @@ from sim.kv.base import PrefixCacheStats
 from sim.table import Table, as_table
 
 PERCENTILES = (50, 90, 99)
-_STATUS_NAMES = {v: k for k, v in STATUS_CODES.items()}
 
 
 # Step-log columns the summary weights by time: the KV memory split (`utilization`) and the memory saved by

@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
-from sim.cost.compiled_pricing import KIND_MEASURED, price_step
+from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_step
 
 # Return codes of `run`.
 DONE = 0
@@ -184,7 +184,7 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
         if t_arr == t_end:
             return DIVERGED  # an arrival at exactly a step's end
         if t_arr < t_end:
-            _admit_arrivals_at(t_arr, sr, fr, sg, sf, cfg, req, reqf, waiting, n_req)
+            _admit_arrivals_at(t_arr, sr, fr, sg, sf, cfg, req, reqf, waiting)
             sf[F_NOW] = t_arr
             # The idle replicas an arrival woke plan a step now (every arrival at this time is in by then).
             for r in range(num_replicas):
@@ -195,7 +195,7 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
                         return code
             continue
         _finish_step(r_end, sr, fr, sg, sf, cfg, req, reqf, heap, bucket, plan, run_tmp, row_i, row_f, run_dur,
-                     run_i, n_req)
+                     run_i)
         sf[F_NOW] = t_end
         sf[F_LAST_EVENT] = t_end
         if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:  # the engine asks its stop rule after this step
@@ -392,14 +392,9 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
                     ctx += num_decode
                     if t >= check_s:
                         break
-                if price[0] == KIND_MEASURED:
-                    # The Python engine prices the run's whole limit up front (`decode_step_costs`), so the points
-                    # its later steps price outside the tables are in the model's notes too.
-                    for j in range(priced + 1, limit):
-                        c_t, c_f, c_b = price_step(price, 0, plan_chunk, plan_ctx, 0, num_decode,
-                                                   decode_ctx + j * num_decode, num_decode)
-                        if math.isnan(c_t):
-                            return UNPRICED
+                if not note_unpriced_decode_steps(price, num_decode, decode_ctx + (priced + 1) * num_decode,
+                                                  limit - priced - 1):
+                    return UNPRICED
                 if k_steps > 1:
                     num_steps = k_steps
                     end = end_r
@@ -414,7 +409,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
 
 @njit(cache=True)
 def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_all, run_tmp, row_i, row_f, run_dur,
-                 run_i, n_req):
+                 run_i):
     """The end of replica r's step: `update_from_output`, the step's row (and its run's per-step records),
     `Simulation.finish_requests`."""
     si = sr[r]
@@ -427,6 +422,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
     plan_rid, plan_chunk = plan_all[P_RID, r], plan_all[P_CHUNK, r]
     num_blocks, bs = cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
     capacity_slots = num_blocks * bs
+    n_req = req.shape[1]
     key_base = n_req
     si[I_BUSY] = 0
     end = fr[r, R_END]
@@ -640,12 +636,13 @@ def _decode_run_limit(si, heap, bucket, anchor, max_out, out, state, max_steps, 
 
 
 @njit(cache=True)
-def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting, n_req):
+def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting):
     """Every arrival SimPy fires at time `t` (one callback of the arrivals process): each is routed
     (`Simulation._admit`: round robin, or the fewest outstanding requests, lowest index first), then admitted
     to its replica's queue or rejected."""
     prompt, max_out, state, rep = req[Q_PROMPT], req[Q_MAX_OUT], req[Q_STATE], req[Q_REP]
     arrival_ev = reqf[QF_ARRIVAL_EV]
+    n_req = req.shape[1]
     max_batched, chunked = cfg[C_MAX_BATCHED], cfg[C_CHUNKED] != 0
     max_model_len, num_blocks, bs = cfg[C_MAX_MODEL_LEN], cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
     num_replicas = sr.shape[0]

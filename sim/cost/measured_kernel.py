@@ -186,6 +186,26 @@ def _decode(s, ga, gb, r, log, count, b, x):
 
 
 @njit(cache=True)
+def note_decode_points(params, num_seqs, first_ctx, num_steps):
+    """Note the decode-attention points of `num_steps` decode-only steps of `num_seqs` sequences whose contexts
+    start at `first_ctx` and grow by `num_seqs` a step, as `step_time` of each would note them (their other terms
+    depend on the batch size alone and were priced with the run's first step). False: the note log is full."""
+    s, dc_ga, dc_gb, note_log, note_count = params[0], params[10], params[11], params[15], params[16]
+    out_a = _bracket(dc_ga, math.log1p(num_seqs))[2]
+    first, last = first_ctx / num_seqs, (first_ctx + (num_steps - 1) * num_seqs) / num_seqs
+    lo, hi = (first if not 1.0 > first else 1.0), (last if not 1.0 > last else 1.0)
+    if not out_a and not _bracket(dc_gb, math.log1p(lo))[2] and not _bracket(dc_gb, math.log1p(hi))[2]:
+        return True  # the mean context only grows: every point lies between two inside the grid
+    for j in range(num_steps):
+        mean_ctx = (first_ctx + j * num_seqs) / num_seqs
+        y = mean_ctx if not 1.0 > mean_ctx else 1.0
+        if (out_a or _bracket(dc_gb, math.log1p(y))[2]) and not _note(note_log, note_count, NOTE_DECODE, 0,
+                                                                       num_seqs, y):
+            return False
+    return True
+
+
+@njit(cache=True)
 def _max3(a, b, c):
     """Python's max(a, b, c): the first of the largest."""
     m = a

@@ -152,3 +152,30 @@ def test_decode_runs_price_the_same_as_the_compiled_steps():
 def test_models_the_compiled_form_does_not_cover_have_none():
     assert MeasuredCostModel(get_model("mixtral-8x7b"), get_gpu("h100-sxm"), tensor_parallel=2).compiled_params() is None
     assert model_for("llama-3.1-8b", "h100-sxm", 1).compiled_params() is not None
+
+
+def test_a_decode_runs_unpriced_steps_note_the_attention_points_the_python_model_notes():
+    # The Python engine prices a decode run's whole limit; the core notes the steps it did not price
+    # (note_unpriced_decode_steps): all inside the grid, crossing its last context, and a batch beyond it.
+    from sim.cost.compiled_pricing import note_unpriced_decode_steps
+    cm = model_for("llama-3.1-8b", "h100-sxm", 1)
+    top_ctx, top_batch = int(cm._decode.ys[-1]), int(cm._decode.xs[-1])
+    kept = Counter(cm.notes)
+    try:
+        for batch, first_ctx, steps, outside in ((64, 64 * 200, 6, 0), (32, 32 * (top_ctx - 2), 5, 2),
+                                                 (top_batch + 8, 100, 3, 3)):
+            cm.notes.clear()
+            cm._dense_cache.clear()
+            cm._decode_cache.clear()
+            cm.decode_step_costs(batch, first_ctx, steps)
+            python = {n for n in cm.notes if n.startswith("decode attention")}
+            pack = cm.compiled_params()
+            assert note_unpriced_decode_steps(pack, batch, first_ctx, steps)
+            *_, note_log, note_count = pack[3]
+            cm.notes.clear()
+            cm.note_compiled_outside(note_log[:note_count[0]])
+            assert set(cm.notes) == python
+            assert len(python) == outside  # the mean contexts past the grid's last (one of 5 lies on it)
+    finally:
+        cm.notes.clear()
+        cm.notes.update(kept)
