@@ -586,8 +586,8 @@ class MeasuredCostModel:
         counts = self.roofline.compiled_params()
         if counts is None:
             return None
-        from sim.cost import compiled_pricing, measured_kernel, roofline_kernel
-        return compiled_pricing.pricer(roofline_kernel.pack(self.roofline), measured_params=measured_kernel.pack(self))
+        from sim.cost import compiled_pricing, measured_kernel
+        return compiled_pricing.pricer(counts[1], measured_params=measured_kernel.pack(self))  # the roofline's pack
 
     def note_compiled_outside(self, points) -> None:
         """Note the points the compiled core priced outside the tables (rows of `measured_kernel`'s note log:

@@ -612,10 +612,10 @@ class StepProfileCostModel:
         counts = self.roofline.compiled_params()
         if counts is None:
             return None
-        from sim.cost import compiled_pricing, pyfloat_kernel, roofline_kernel, steps_kernel
+        from sim.cost import compiled_pricing, pyfloat_kernel, steps_kernel
         if not pyfloat_kernel.EXACT_HERE:
             return None
-        return compiled_pricing.pricer(roofline_kernel.pack(self.roofline), steps_kernel.pack(self))
+        return compiled_pricing.pricer(counts[1], steps_kernel.pack(self))  # counts[1]: the roofline's pack
 
     def _decode_constants(self, num_seqs: int) -> tuple:
         """What a decode-only step of `num_seqs` sequences costs apart from its attention's context: the

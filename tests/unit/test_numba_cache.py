@@ -42,4 +42,11 @@ def test_caches_go_when_any_core_source_changes_and_stay_while_none_does(tmp_pat
 def test_the_stamp_covers_every_module_with_compiled_core_functions():
     numba_modules = {str(p.relative_to(ROOT)) for p in (ROOT / "sim").rglob("*.py") if "@njit" in p.read_text()}
     assert numba_modules == set(CORE_MODULES)
-    assert sources_digest() == sources_digest()  # deterministic
+
+
+def test_the_digest_changes_with_any_module_and_only_then(tmp_path):
+    _tree(tmp_path)
+    before = sources_digest(tmp_path, MODULES)
+    assert sources_digest(tmp_path, MODULES) == before
+    (tmp_path / "pkg" / "a.py").write_text("# a, edited\n")
+    assert sources_digest(tmp_path, MODULES) != before
