@@ -318,25 +318,41 @@ class ReplicaCounters:
     window_freed_blocks: int | None = None  # paged blocks freed as they fell out of the sliding window; None: no window
 
 
+# The latencies a lean summary (`summarize(lean=True)`) keeps, and the utilization keys.
+LEAN_LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
+LEAN_UTILIZATION = ("mean_batch_size", "busy_fraction", "kv_token_share")
+
+
 def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, elapsed_s: float, slo, gpu,
               in_system_area: float, num_generated: int, replicas: list[ReplicaCounters],
               kv_bytes_per_token: int, num_clipped: int = 0, max_model_len: int | None = None,
-              window: tuple[float, float] | None = None, decode_runs: DecodeRuns | None = None) -> dict:
+              window: tuple[float, float] | None = None, decode_runs: DecodeRuns | None = None,
+              lean: bool = False) -> dict:
     """Every summary metric of a run, one group at a time (the keys keep this order in every output).
 
     `requests`, `steps`: the records as Tables (`requests_table`, `steps_table`) or DataFrames.
     `window`: (start_s, end_s) of the steady-state window (`measurement_window`); its metrics come last,
     under `window_` keys, beside the whole-run ones. None: no window keys.
     `decode_runs`: the steps inside the step log's decode runs, so that step-weighted and time-weighted
-    metrics count each step as step-by-step simulation does (see `DecodeRuns`)."""
+    metrics count each step as step-by-step simulation does (see `DecodeRuns`).
+    `lean`: only what a capacity planner reads of its hundreds of runs: the counts, throughput, the
+    percentiles of TTFT, TPOT and E2E (LEAN_LATENCIES), preemptions, the SLO keys and LEAN_UTILIZATION. Each
+    is the full summary's value (tests/unit/test_results.py compares them); the other keys are left out."""
     requests, steps = as_requests(requests), as_table(steps)
     fin = requests[requests["finished"]]
     elapsed = max(elapsed_s, 1e-12)
     s = request_counts(requests, fin, elapsed_s, num_generated)
     s.update(throughput(requests, fin, steps, elapsed))
-    s.update(latencies(fin, steps, decode_runs))
+    if lean:
+        for col in LEAN_LATENCIES:
+            s.update(_stats(_floats(fin, col), col))
+    else:
+        s.update(latencies(fin, steps, decode_runs))
     s["preemptions"] = int(requests["preemptions"].sum())
     s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0 and s["num_rejected"] == 0))
+    if lean:
+        s.update(_lean_utilization(steps, elapsed, decode_runs))
+        return s
     s.update(utilization(steps, elapsed, gpu, contiguous=replicas[0].kv_layout == "contiguous", runs=decode_runs))
     s.update(littles_law(requests, fin, in_system_area, elapsed))
     s.update(kv_memory(steps, replicas, kv_bytes_per_token, decode_runs))
@@ -575,6 +591,23 @@ def utilization(steps: Table | pd.DataFrame, elapsed: float, gpu, *, contiguous:
         s["kv_fig2_free_fraction"] = 0.0 if contiguous else free / cap
         s["mbu"] = float(steps["bytes"].sum()) / (busy * gpu.hbm_bytes_per_s)
         s["mfu"] = float(steps["flops"].sum()) / (busy * gpu.bf16_flops_per_s)
+    return s
+
+
+def _lean_utilization(steps: Table, elapsed: float, runs: DecodeRuns | None) -> dict:
+    """`utilization`'s LEAN_UTILIZATION keys, by the same arithmetic (its other keys need the capacity's
+    slot-seconds and the GPU's peaks)."""
+    durations = _floats(steps, "duration_s")
+    busy = float(durations.sum())
+    counts = np.asarray(steps["num_steps"]) if "num_steps" in steps else np.ones(len(steps), dtype=np.int64)
+    s = {"mean_batch_size": float((steps["num_seqs"] * counts).sum() / counts.sum()) if len(steps) else 0.0,
+         "busy_fraction": busy / elapsed / max(1, len(np.unique(steps["replica"])) if len(steps) else 1)}
+    if busy > 0:
+        area = kv_slot_seconds(steps, runs, KV_TIME_WEIGHTED[1:5])
+        tok = float(area["kv_token_slots"].sum())
+        used = (tok + float(area["kv_reserved_slots"].sum()) + float(area["kv_internal_slots"].sum())
+                + float(area["kv_external_slots"].sum()))
+        s["kv_token_share"] = tok / used if used else math.nan
     return s
 
 

@@ -271,7 +271,7 @@ def steady_window(requests, run):
 
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
              progress: Callable[[float, int], None] | None = None, cost_model=None,
-             stop_when: Callable[[Simulation], bool] | None = None) -> Result:
+             stop_when: Callable[[Simulation], bool] | None = None, lean_summary: bool = False) -> Result:
     """Simulate a validated scenario; `workload` defaults to the one the scenario generates.
 
     `stop_when(simulation)`, asked after every engine step, may end the run early, when it is certain the
@@ -279,7 +279,9 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     `slo_met` False and `stopped_early_s` the simulated time it stopped at. A rule with a `next_check_s`
     attribute (answering False to steps ending before it) lets decode runs (`run.fast_decode`) go up to that
     time; without one, the run goes step by step. (Disaggregated and pipelined runs do
-    not ask it: they run to their end.)"""
+    not ask it: they run to their end.)
+
+    `lean_summary`: the summary holds only what a capacity planner reads (`summarize`'s `lean`)."""
     if scenario.hardware.disaggregation is not None:
         return simulate_disaggregated(scenario, workload, progress=progress)
     deployment = resolve(scenario)
@@ -324,7 +326,7 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                         replicas=[replica_counters(scenario, r, deployment) for r in replicas],
                         kv_bytes_per_token=deployment.kv_bytes_per_token, num_clipped=workload.num_clipped,
                         max_model_len=deployment.max_model_len,
-                        window=steady_window(requests, run), decode_runs=decode_runs)
+                        window=steady_window(requests, run), decode_runs=decode_runs, lean=lean_summary)
     if sim.stopped_early_s is not None:
         summary["slo_met"] = False  # certain for the full run; the cut-off run's own records may not show it
         summary["stopped_early_s"] = float(sim.stopped_early_s)

@@ -30,6 +30,7 @@ from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from sim.core.step_plan import StepPlan
@@ -122,7 +123,8 @@ def load_tables(path: str | Path, field: str = "cost_model.gpu_data") -> Measure
             if required:
                 raise ConfigError(f"{field}: '{p}' lacks {name}.parquet; allowed: a complete import")
             return None
-        df = pd.read_parquet(f)
+        import pyarrow.parquet as pq  # (pandas' read_parquet also imports pyarrow.dataset: ~0.1 s a process)
+        df = pq.ParquetFile(f).read().to_pandas()
         if (df["latency_ms"] <= 0).any() or df["latency_ms"].isna().any():
             raise ConfigError(f"{field}: '{f}' has a non-positive or missing latency_ms; allowed: > 0")
         return df
@@ -251,10 +253,16 @@ _GEMM_CURVES: dict[tuple[str, str, int, int], tuple[list, list, list[str]]] = {}
 def _gemm_groups(gemm: pd.DataFrame, dtype: str, key: str) -> dict:
     """(n, k) -> (m values, seconds) of one GEMM dtype, built once per table."""
     if (key, dtype) not in _GEMM_GROUPS:
-        g = gemm[gemm["dtype"] == dtype].sort_values(["n", "k", "m"])
+        # numpy, not a pandas groupby (a DataFrame per group: ~60 ms a table, paid by every planner run)
+        rows = (gemm["dtype"] == dtype).to_numpy()
+        n_col, k_col = gemm["n"].to_numpy()[rows], gemm["k"].to_numpy()[rows]
+        m_col, s_col = gemm["m"].to_numpy(float)[rows], gemm["latency_ms"].to_numpy(float)[rows] * 1e-3
+        order = np.lexsort((m_col, k_col, n_col))  # by n, then k, then m (stable)
+        n_col, k_col, m_col, s_col = n_col[order], k_col[order], m_col[order], s_col[order]
+        starts = np.flatnonzero(np.r_[True, (n_col[1:] != n_col[:-1]) | (k_col[1:] != k_col[:-1])])
+        ends = np.r_[starts[1:], len(n_col)]
         _GEMM_GROUPS[(key, dtype)] = {
-            (int(n), int(k)): (rows["m"].to_numpy(float).tolist(), (rows["latency_ms"].to_numpy(float) * 1e-3).tolist())
-            for (n, k), rows in g.groupby(["n", "k"])}
+            (int(n_col[a]), int(k_col[a])): (m_col[a:b].tolist(), s_col[a:b].tolist()) for a, b in zip(starts, ends)}
     return _GEMM_GROUPS[(key, dtype)]
 
 

@@ -10,10 +10,14 @@ Each candidate's search is one task for a backend of `sim.tools.sweep` (serial, 
 searches themselves are plain sequential Python.
 
 Planner speed (issue 15): a search only needs each probe's verdict, so a probe that is certain to miss the
-SLOs stops there (`sim.tools.early_verdict`); each candidate builds its cost model once; the later phases
-start from the simulations the search already ran. None of this changes a verdict, so every search takes
-the same path and gives the same answer as `exhaustive` (every simulation run to its end, from scratch),
-which stays available (`servesim plan --exhaustive`). `cache_dir` (`--cache DIR`) keeps every answer on disk
+SLOs stops there (`sim.tools.early_verdict`), with a lean summary (`simulate(lean_summary=True)`); each
+candidate builds its cost model once; the later phases start from the simulations the search already ran.
+None of this changes a verdict. Policies on the same GPU, TP and PP are searched one after the other, each
+first trying the rate bracket of the one before (`max_sustainable_rate`'s `neighbour`): where its verdicts
+agree at both ends, that is the answer, after two probes; with verdicts monotone in rate it is the answer the
+full search gives. So every search gives the same answer as `exhaustive` (no bracket from a neighbour, every
+simulation run to its end, from scratch, with the full summary), which stays available (`servesim plan
+--exhaustive`) and is what the tests compare against. `cache_dir` (`--cache DIR`) keeps every answer on disk
 for the next plan that asks the same simulation (`sim.tools.plan_cache`).
 """
 
@@ -94,6 +98,7 @@ class CandidateOutcome:
     status: str  # feasible | excluded (cannot run) | infeasible (runs, but never within the SLOs)
     reason: str = ""
     max_rate_per_replica: float = math.nan  # highest rate one replica sustains within the SLOs
+    failed_rate_per_replica: float = math.nan  # the lowest rate its search saw one replica miss them at
     saturated_rate_per_replica: float = math.nan  # one replica's service rate in a burst (the search's ceiling)
     reachable_rate_per_s: float = math.nan  # infeasible: about the most max_replicas replicas serve
     num_replicas: int | None = None  # fewest replicas meeting the SLOs at the target
@@ -109,6 +114,7 @@ class CurveOutcome:
     num_replicas: int
     max_rate_per_s: float  # highest rate the deployment sustains within the SLOs
     points: list[Evaluation]  # throughput-latency curve
+    failed_rate_per_s: float = math.nan  # the lowest rate its search saw the deployment miss them at
 
 
 @dataclass
@@ -133,9 +139,10 @@ class PlanSettings:
     min_window_s: float
     prefer_calibrated: bool = True
     pipeline_parallel: list[int] = field(default_factory=lambda: [1])  # candidate pipeline depths
-    # True: every simulation runs to its end, from scratch (the planner before issue 15; the reference the
-    # shortcuts are tested against). False: probes stop once they are certain to miss the SLOs, and
-    # simulations already run are reused.
+    # True: every simulation runs to its end, from scratch, and every search from its own start (the planner
+    # before issue 15; the reference the shortcuts are tested against). False: probes stop once they are
+    # certain to miss the SLOs, simulations already run are reused, and a search first tries its neighbour's
+    # bracket.
     exhaustive: bool = False
     cache_dir: str | None = None  # simulations kept here between runs (`sim.tools.plan_cache`); not when exhaustive
 
@@ -268,7 +275,7 @@ class Evaluator:
             workload = make_workload(scenario)
             rule = SLOMissRule(scenario.slo, workload.num_requests) if stop_early else None
             summary = simulate(scenario, workload, cost_model=shared_cost_model(raw, scenario),
-                               stop_when=rule).summary
+                               stop_when=rule, lean_summary=True).summary
         metrics = {k: summary.get(k) for k in KEPT_METRICS if k in summary}
         metrics.update({k: v for k, v in summary.items() if k.startswith("slo_") and k != "slo_met"})
         if summary.get("stopped_early_s") is not None:
@@ -283,13 +290,23 @@ class Evaluator:
 
 
 def max_sustainable_rate(passes: Callable[[float], bool], start_rate: float, tolerance: float,
-                         floor_rate: float) -> tuple[float, float]:
+                         floor_rate: float, neighbour: tuple[float, float] | None = None) -> tuple[float, float]:
     """Binary search for the SLO boundary: (highest rate that passed, lowest that failed).
 
     Brackets by doubling or halving from `start_rate`, then bisects geometrically until
     failed / passed <= 1 + tolerance. Returns (0, lowest tried) when even `floor_rate` fails and
     (inf, inf) when the SLOs hold at any rate up to _MAX_RATE_PER_S.
+
+    `neighbour`: the (passed, failed) answer of this same search (same start, tolerance and floor) for a
+    neighbouring candidate, e.g. another policy on the same GPU. When this candidate also passes at the one
+    and fails at the other, that bracket is the answer, after two probes instead of the whole search; else
+    the search runs as without it. With verdicts monotone in rate (the premise of any binary search) the
+    answer is the one the full search gives: every rate that search probes is on the neighbour's path, below
+    its passed rate or above its failed one, so it gets the neighbour's verdicts and takes the same path.
     """
+    if neighbour is not None and 0 < neighbour[0] < neighbour[1] < math.inf:
+        if passes(neighbour[0]) and not passes(neighbour[1]):
+            return neighbour
     ok, bad = 0.0, math.inf
     rate = start_rate
     while True:
@@ -378,8 +395,20 @@ def saturated_rate(raw: dict, cost_model: Callable[[], Any] | None = None, cache
     return rate
 
 
-def search_candidate(task: CandidateTask) -> CandidateOutcome:
-    """Phase 1 for one candidate: max rate per replica, then the fewest replicas at the target."""
+def search_candidates(group: tuple[CandidateTask, ...]) -> list[CandidateOutcome]:
+    """Phase 1 for candidates that differ only in their policy (one GPU, TP and PP), one after the other: each
+    search starts from the bracket of the one before it (`max_sustainable_rate`'s `neighbour`), unless the
+    settings are exhaustive."""
+    outcomes: list[CandidateOutcome] = []
+    for task in group:
+        before = outcomes[-1] if outcomes and not task.settings.exhaustive else None
+        outcomes.append(search_candidate(task, before))
+    return outcomes
+
+
+def search_candidate(task: CandidateTask, neighbour: CandidateOutcome | None = None) -> CandidateOutcome:
+    """Phase 1 for one candidate: max rate per replica, then the fewest replicas at the target. `neighbour`: the
+    outcome of a candidate with the same GPU, TP and PP, whose rate bracket may settle this one's search."""
     from sim.config.files import validate_scenario
     s, cand = task.settings, task.candidate
     try:
@@ -399,9 +428,13 @@ def search_candidate(task: CandidateTask) -> CandidateOutcome:
                 f"(search.max_replicas) serve about {reach:.3g} req/s at most",
                 saturated_rate_per_replica=saturated, reachable_rate_per_s=reach, evaluations=evaluate.evaluations)
         start = min(s.target_rate_per_s, CEILING_MARGIN * saturated)  # the target itself wherever it is in reach
-        ok, _ = max_sustainable_rate(lambda r: evaluate(1, r, verdict_only=True).slo_met, start, s.rate_tolerance,
-                                     start / 1024)
-        out = CandidateOutcome(cand, "feasible", max_rate_per_replica=ok, saturated_rate_per_replica=saturated)
+        bracket = None
+        if neighbour is not None and neighbour.status != "excluded" and start == _search_start(s, neighbour):
+            bracket = (neighbour.max_rate_per_replica, neighbour.failed_rate_per_replica)
+        ok, bad = max_sustainable_rate(lambda r: evaluate(1, r, verdict_only=True).slo_met, start,
+                                       s.rate_tolerance, start / 1024, bracket)
+        out = CandidateOutcome(cand, "feasible", max_rate_per_replica=ok, failed_rate_per_replica=bad,
+                               saturated_rate_per_replica=saturated)
         if ok == 0.0:
             lowest = min(evaluate.evaluations, key=lambda e: e.rate_per_s)
             lowest = evaluate(1, lowest.rate_per_s)  # its metrics describe the failure: the full run
@@ -434,6 +467,11 @@ def search_candidate(task: CandidateTask) -> CandidateOutcome:
     return out
 
 
+def _search_start(s: PlanSettings, outcome: CandidateOutcome) -> float:
+    """Where a candidate's rate search started (NaN: it did not search)."""
+    return min(s.target_rate_per_s, CEILING_MARGIN * outcome.saturated_rate_per_replica)
+
+
 @dataclass(frozen=True)
 class CurveTask:
     raw: dict
@@ -443,16 +481,28 @@ class CurveTask:
     known: tuple = ()  # the candidate's search simulations (Evaluations), reused where they answer
 
 
-def curve_for(task: CurveTask) -> CurveOutcome:
-    """Phase 2 for a top candidate: its deployment's max sustainable rate and a throughput-latency curve."""
+def curves_for(group: tuple[CurveTask, ...]) -> list[CurveOutcome]:
+    """Phase 2 for top candidates with the same GPU, TP, PP and replica count, one after the other: each search
+    starts from the bracket of the one before it (unless the settings are exhaustive)."""
+    curves: list[CurveOutcome] = []
+    for task in group:
+        before = curves[-1] if curves and not task.settings.exhaustive else None
+        curves.append(curve_for(task, before))
+    return curves
+
+
+def curve_for(task: CurveTask, neighbour: CurveOutcome | None = None) -> CurveOutcome:
+    """Phase 2 for a top candidate: its deployment's max sustainable rate and a throughput-latency curve.
+    `neighbour`: the curve of a deployment of the same GPU, TP, PP and replica count under another policy."""
     s = task.settings
     evaluate = Evaluator(task.raw, s, task.known)
     n = task.num_replicas
-    ok, _ = max_sustainable_rate(lambda r: evaluate(n, r, verdict_only=True).slo_met, s.target_rate_per_s, s.rate_tolerance,
-                                 s.target_rate_per_s / 1024)
+    bracket = (neighbour.max_rate_per_s, neighbour.failed_rate_per_s) if neighbour is not None else None
+    ok, bad = max_sustainable_rate(lambda r: evaluate(n, r, verdict_only=True).slo_met, s.target_rate_per_s,
+                                   s.rate_tolerance, s.target_rate_per_s / 1024, bracket)
     top = ok if math.isfinite(ok) and ok > 0 else s.target_rate_per_s
     points = [evaluate(n, top * f) for f in CURVE_FRACTIONS]
-    return CurveOutcome(task.candidate, n, ok, points)
+    return CurveOutcome(task.candidate, n, ok, points, failed_rate_per_s=bad)
 
 
 @dataclass(frozen=True)
@@ -630,8 +680,9 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
     tasks = [CandidateTask(raws[c.name], c, settings) for c in cands]
     outcomes = []
     tick("candidates", 0, len(tasks))
-    for _, outcome in run_tasks(tasks, search_candidate, backend=backend, workers=workers, address=address):
-        outcomes.append(outcome)
+    for _, group_outcomes in run_tasks(_neighbour_groups(tasks, _hardware_of), search_candidates,
+                                       backend=backend, workers=workers, address=address):
+        outcomes += group_outcomes
         tick("candidates", len(outcomes), len(tasks))
     order = {c.name: i for i, c in enumerate(cands)}
     outcomes = rank(sorted(outcomes, key=lambda o: order[o.candidate.name]))
@@ -648,12 +699,16 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
                                tuple(best.evaluations)) for i in range(settings.num_seeds)]
     curves: list[CurveOutcome] = []
     seeds: list[SeedOutcome] = []
-    detail = [("curve", t) for t in curve_tasks] + [("seed", t) for t in seed_tasks]
-    tick("details", 0, len(detail))
-    for n_done, ((kind, _), result) in enumerate(
-            run_tasks(detail, _run_detail, backend=backend, workers=workers, address=address), start=1):
-        (curves if kind == "curve" else seeds).append(result)
-        tick("details", n_done, len(detail))
+    detail = ([("curves", g) for g in _neighbour_groups(curve_tasks, lambda t: (_hardware_of(t), t.num_replicas))]
+              + [("seed", t) for t in seed_tasks])
+    total = len(curve_tasks) + len(seed_tasks)
+    tick("details", 0, total)
+    for (kind, _), result in run_tasks(detail, _run_detail, backend=backend, workers=workers, address=address):
+        if kind == "curves":
+            curves += result
+        else:
+            seeds.append(result)
+        tick("details", len(curves) + len(seeds), total)
     rank_of = {o.candidate.name: i for i, o in enumerate(outcomes)}
     curves.sort(key=lambda c: rank_of[c.candidate.name])
     seeds.sort(key=lambda s: s.seed)
@@ -667,5 +722,20 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
 
 def _run_detail(item: tuple[str, Any]):
     kind, task = item
-    return curve_for(task) if kind == "curve" else repeat_with_seed(task)
+    return curves_for(task) if kind == "curves" else repeat_with_seed(task)
+
+
+def _hardware_of(task) -> str:
+    """What a candidate runs on, policy aside: candidates alike in this are neighbours (`search_candidates`)."""
+    c = task.candidate
+    return json.dumps([c.gpu, c.tensor_parallel, c.pipeline_parallel], sort_keys=True, default=str)
+
+
+def _neighbour_groups(tasks: list, key: Callable) -> list[tuple]:
+    """The tasks grouped by `key`, groups in the order of their first task, tasks in their order: one backend
+    task each, so a search can start from its neighbour's answer."""
+    groups: dict[str, list] = {}
+    for task in tasks:
+        groups.setdefault(key(task), []).append(task)
+    return [tuple(g) for g in groups.values()]
 

@@ -267,7 +267,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
          backend: str = BackendOption, workers: Optional[int] = WorkersOption,
          address: Optional[str] = AddressOption,
          exhaustive: bool = typer.Option(False, "--exhaustive", help="run every simulation to its end, from "
-                                         "scratch (slower; the same answer: the reference for the shortcuts)"),
+                                         "scratch, each search from its own start (slower; the same answer where "
+                                         "verdicts are monotone in rate: the reference for the shortcuts)"),
          cache: Optional[Path] = typer.Option(None, "--cache", help="keep each simulation's answer in this folder "
                                               "and reuse it when the same simulation is asked again"),
          quiet: bool = typer.Option(False, "--quiet", "-q")):

@@ -12,6 +12,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers import small_scenario
 from sim.tools.planner import (
@@ -74,6 +76,44 @@ def test_binary_search_brackets_a_known_threshold():
     assert ok <= 7.3 < bad
     assert bad / ok <= 1.01
     assert len(calls) < 20
+
+
+@settings(max_examples=300, deadline=None)
+@given(first=st.floats(0.05, 50.0), ratio=st.floats(0.8, 1.25), start=st.floats(0.5, 40.0),
+       tolerance=st.sampled_from([0.01, 0.02, 0.05]))
+def test_a_neighbours_bracket_gives_the_full_searchs_answer(first, ratio, start, tolerance):
+    """Monotone verdicts (a threshold): starting from a neighbour's bracket gives the answer of the search from
+    scratch, in two probes when the bracket holds for this candidate too."""
+    def search(threshold, neighbour=None):
+        calls = []
+
+        def passes(rate):
+            calls.append(rate)
+            return rate <= threshold
+        return max_sustainable_rate(passes, start, tolerance, start / 1024, neighbour), calls
+
+    before, _ = search(first)
+    cold, _ = search(first * ratio)
+    warm, calls = search(first * ratio, before)
+    assert warm == cold
+    if 0 < before[0] <= first * ratio < before[1] < math.inf:
+        assert len(calls) == 2  # the bracket holds: nothing else to probe
+
+
+def test_a_neighbours_bracket_that_does_not_hold_costs_at_most_two_probes():
+    calls = []
+
+    def passes(rate):
+        calls.append(rate)
+        return rate <= 7.3
+    cold = max_sustainable_rate(passes, 1.0, 0.01, 0.01)
+    n_cold = len(calls)
+    calls.clear()
+    assert max_sustainable_rate(passes, 1.0, 0.01, 0.01, neighbour=(8.0, 8.05)) == cold  # fails at its low end
+    assert len(calls) == n_cold + 1
+    calls.clear()
+    assert max_sustainable_rate(passes, 1.0, 0.01, 0.01, neighbour=(6.0, 6.05)) == cold  # passes at both ends
+    assert len(calls) == n_cold + 2
 
 
 def test_binary_search_reports_a_floor_failure_and_an_unbounded_pass():
