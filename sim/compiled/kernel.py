@@ -47,8 +47,12 @@ R_START, R_END, R_DURATION, R_FLOPS, R_BYTES = range(5)
 NUM_FR = 5
 # Indices into the int64 global state array `sg`.
 (G_NEXT_ARRIVAL, G_NUM_ARRIVED, G_NUM_DONE, G_IN_SYSTEM, G_ROWS, G_RUN_STEPS, G_RUN_KV, G_STEP_ID, G_RR,
- G_STOPPED, G_NUM_CHECKS) = range(11)
-NUM_SG = 11
+ G_STOPPED, G_NUM_CHECKS, G_NUM_REJECTED, G_NUM_FINISHED, G_FIN_COUNTED, G_DONE_TTFT, G_DONE_TPOT, G_DONE_E2E,
+ G_DONE_BAD) = range(18)
+NUM_SG = 18
+# G_NUM_FINISHED: requests finished so far, their ids in order in req[Q_FIN_ORDER]; the stop rule has counted the
+# first G_FIN_COUNTED of them into G_DONE_* (finished requests over each limit, and over any), so that a check
+# reads only the requests finished since the last one and those in flight, not every request.
 # Indices into the float64 global state array `sf`.
 F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON, F_CHECK, F_STOPPED_AT = range(7)
 NUM_SF = 7
@@ -66,8 +70,8 @@ ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # these two arrays, not one array each: numba passes every array argument as several machine words, and with
 # ~60 of them a call to `_start_step` cost more than the scheduling it does.
 (Q_PROMPT, Q_MAX_OUT, Q_COMPUTED, Q_OUT, Q_ANCHOR, Q_BLOCKS, Q_STATE, Q_PREEMPTIONS, Q_REP, Q_RUN_NEXT, Q_RUN_PREV,
- Q_PF_NEXT, Q_PF_PREV, Q_STAMP) = range(14)
-NUM_Q = 14
+ Q_PF_NEXT, Q_PF_PREV, Q_STAMP, Q_FIN_ORDER) = range(15)
+NUM_Q = 15
 QF_ARRIVAL, QF_ARRIVAL_EV, QF_FIRST_SCHED, QF_FIRST_TOK, QF_LAST_TOK, QF_FINISH = range(6)
 NUM_QF = 6
 # Rows of the planned step's array `plan[:, r]`: request ids, chunks, contexts.
@@ -147,9 +151,7 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
     step ending at or after its next check; after a stop no arrival is admitted and no step starts, but the
     steps in flight still end (SimPy lets them) and the rule is asked again."""
     n_req = req.shape[1]
-    state, out = req[Q_STATE], req[Q_OUT]
-    arrival_s, arrival_ev = reqf[QF_ARRIVAL], reqf[QF_ARRIVAL_EV]
-    first_tok, last_tok, finish_s = reqf[QF_FIRST_TOK], reqf[QF_LAST_TOK], reqf[QF_FINISH]
+    arrival_ev = reqf[QF_ARRIVAL_EV]
     num_replicas = sr.shape[0]
     max_seqs = cfg[C_MAX_SEQS]
     max_model_len = cfg[C_MAX_MODEL_LEN]
@@ -201,7 +203,7 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
         if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:  # the engine asks its stop rule after this step
             sf[F_CHECK] = t_end + stop[S_EVERY]
             sg[G_NUM_CHECKS] += 1
-            if _certain_miss(stop, t_end, state, arrival_s, first_tok, finish_s, last_tok, out):
+            if _certain_miss(stop, t_end, sr, sg, req, reqf, waiting):
                 sg[G_STOPPED] = 1
                 sf[F_STOPPED_AT] = t_end
         if sg[G_STOPPED] == 0:  # the replica plans its next step at once
@@ -418,6 +420,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
     run_next, run_prev, pf_next, pf_prev = req[Q_RUN_NEXT], req[Q_RUN_PREV], req[Q_PF_NEXT], req[Q_PF_PREV]
     first_tok, last_tok, finish_s = reqf[QF_FIRST_TOK], reqf[QF_LAST_TOK], reqf[QF_FINISH]
     run_tok, run_internal = run_i[0], run_i[1]
+    fin_order = req[Q_FIN_ORDER]
     heap, bucket = heap_all[r], bucket_all[r]
     plan_rid, plan_chunk = plan_all[P_RID, r], plan_all[P_CHUNK, r]
     num_blocks, bs = cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
@@ -463,7 +466,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
         if anchor[rid] < 0 or state[rid] != RUNNING or anchor[rid] + max_out[rid] - out[rid] != fclock:
             continue  # stale
         held = _tracker_remove(si, rid, computed, out, anchor, bucket, bs)
-        _finish(si, rid, end, held, blocks, state, last_tok, finish_s, run_prev, run_next)
+        _finish(si, sg, rid, end, held, blocks, state, last_tok, finish_s, run_prev, run_next, fin_order)
         n_fin += 1
     for j in range(num_pf):
         rid = plan_rid[j]
@@ -479,7 +482,8 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             first_tok[rid] = end
         last_tok[rid] = end
         if out[rid] >= max_out[rid]:
-            _finish(si, rid, end, blocks[rid], blocks, state, last_tok, finish_s, run_prev, run_next)
+            _finish(si, sg, rid, end, blocks[rid], blocks, state, last_tok, finish_s, run_prev, run_next,
+                    fin_order)
             n_fin += 1
         else:
             # tracker.add: decodes from the next step; its blocks follow from its counters from now on
@@ -568,9 +572,11 @@ def _tracker_remove(si, rid, computed, out, anchor, bucket, bs):
 
 
 @njit(cache=True)
-def _finish(si, rid, now, held, blocks, state, last_tok, finish_s, run_prev, run_next):
+def _finish(si, sg, rid, now, held, blocks, state, last_tok, finish_s, run_prev, run_next, fin_order):
     """ContinuousScheduler._finish: the request leaves and its `held` blocks go back to the pool."""
     state[rid] = FINISHED
+    fin_order[sg[G_NUM_FINISHED]] = rid
+    sg[G_NUM_FINISHED] += 1
     last_tok[rid] = now
     finish_s[rid] = now
     _list_remove(run_prev, run_next, si, I_RUN_HEAD, I_RUN_TAIL, rid)
@@ -666,6 +672,7 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting):
                 not chunked and p + m - 1 > max_batched):
             state[i] = REJECTED
             sg[G_NUM_DONE] += 1
+            sg[G_NUM_REJECTED] += 1
             continue
         state[i] = WAITING
         sf[F_AREA] += sg[G_IN_SYSTEM] * (t - sf[F_SINCE])
@@ -677,34 +684,48 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting):
 
 
 @njit(cache=True)
-def _certain_miss(stop, now, state, arrival_s, first_tok, finish_s, last_tok, out):
+def _certain_miss(stop, now, sr, sg, req, reqf, waiting):
     """`SLOMissRule.certain_miss_of` (sim/tools/early_verdict.py, which explains the rule) on the core's
     arrays, the same comparisons on the same floats; tests/integration/test_compiled_core.py checks that runs
-    stop at the same step as in the SimPy engine."""
+    stop at the same step as in the SimPy engine. The counts are sums over requests, so they are read
+    incrementally: the requests finished since the last check are added to the running counts (G_DONE_*), and
+    only the requests in flight (each replica's running list and waiting queue) are read again."""
+    if sg[G_NUM_REJECTED] > 0:
+        return True  # slo_met needs every request finished
+    out, fin_order, run_next = req[Q_OUT], req[Q_FIN_ORDER], req[Q_RUN_NEXT]
+    arrival_s, first_tok, last_tok, finish_s = reqf[QF_ARRIVAL], reqf[QF_FIRST_TOK], reqf[QF_LAST_TOK], reqf[QF_FINISH]
+    n_req = req.shape[1]
     ttft_limit, tpot_limit, e2e_limit = stop[S_TTFT], stop[S_TPOT], stop[S_E2E]
     waited_floor = ttft_limit if ttft_limit < e2e_limit else e2e_limit
-    c_ttft = 0
-    c_tpot = 0
-    c_e2e = 0
-    done_bad = 0
+    for k in range(sg[G_FIN_COUNTED], sg[G_NUM_FINISHED]):
+        i = fin_order[k]
+        bad = False
+        if first_tok[i] - arrival_s[i] > ttft_limit:
+            sg[G_DONE_TTFT] += 1
+            bad = True
+        if finish_s[i] - arrival_s[i] > e2e_limit:
+            sg[G_DONE_E2E] += 1
+            bad = True
+        if not math.isinf(tpot_limit) and out[i] > 1 and (last_tok[i] - first_tok[i]) / (out[i] - 1) > tpot_limit:
+            sg[G_DONE_TPOT] += 1
+            bad = True
+        sg[G_DONE_BAD] += bad
+    sg[G_FIN_COUNTED] = sg[G_NUM_FINISHED]
+    c_ttft, c_tpot, c_e2e = sg[G_DONE_TTFT], sg[G_DONE_TPOT], sg[G_DONE_E2E]
     pending_bad = 0
-    for i in range(state.shape[0]):
-        st = state[i]
-        if st == REJECTED:
-            return True  # slo_met needs every request finished
-        if st == FINISHED:
-            bad = False
-            if first_tok[i] - arrival_s[i] > ttft_limit:
-                c_ttft += 1
-                bad = True
-            if finish_s[i] - arrival_s[i] > e2e_limit:
-                c_e2e += 1
-                bad = True
-            if not math.isinf(tpot_limit) and out[i] > 1 and (last_tok[i] - first_tok[i]) / (out[i] - 1) > tpot_limit:
-                c_tpot += 1
-                bad = True
-            done_bad += bad
-        elif st == WAITING or st == RUNNING:
+    for r in range(sr.shape[0]):
+        rid = sr[r, I_RUN_HEAD]
+        k = 0
+        count = sr[r, I_W_COUNT]
+        while True:  # the running list, then the waiting queue
+            if rid >= 0:
+                i = rid
+                rid = run_next[rid]
+            elif k < count:
+                i = waiting[r, (sr[r, I_W_HEAD] + k) % n_req]
+                k += 1
+            else:
+                break
             waited = now - arrival_s[i]
             if not waited > waited_floor:
                 continue
@@ -722,6 +743,6 @@ def _certain_miss(stop, now, state, arrival_s, first_tok, finish_s, last_tok, ou
         return True
     if not math.isnan(stop[S_MIN_GOODPUT]):
         n = int(stop[S_NUM_REQUESTS])
-        if (n - done_bad - pending_bad) / n < stop[S_MIN_GOODPUT]:
+        if (n - sg[G_DONE_BAD] - pending_bad) / n < stop[S_MIN_GOODPUT]:
             return True
     return False

@@ -205,17 +205,18 @@ def slo_miss_rule(scenario, workload):
        replicas=st.sampled_from([1, 2, 3]),
        chunked=st.booleans(), fast_decode=st.booleans(), capacity=st.one_of(st.none(), st.integers(2000, 20_000)),
        ttft_s=st.sampled_from([0.05, 0.3, 2.0]), tpot_s=st.sampled_from([None, 0.02, 0.1]),
-       e2e_s=st.sampled_from([None, 5.0]), horizon=st.one_of(st.none(), st.floats(1.0, 20.0)),
-       seed=st.integers(0, 10_000))
+       e2e_s=st.sampled_from([None, 5.0]), goodput=st.sampled_from([None, 0.9]),
+       horizon=st.one_of(st.none(), st.floats(1.0, 20.0)), seed=st.integers(0, 10_000))
 def test_the_planners_stop_rule_stops_the_compiled_core_where_it_stops_the_python_engine(
-        rate, cost, replicas, chunked, fast_decode, capacity, ttft_s, tpot_s, e2e_s, horizon, seed):
+        rate, cost, replicas, chunked, fast_decode, capacity, ttft_s, tpot_s, e2e_s, goodput, horizon, seed):
     cost_model = {"roofline": None, "measured": {"kind": "measured"}, "steps": {"kind": "calibrated"}}[cost]
     if cost == "steps" and not STEPS_COMPILED:
         cost_model = None
     spec = spec_for(arrival={"kind": "gamma", "rate_per_s": rate * replicas, "cv": 2.0}, num_requests=300, chunked=chunked,
                     budget=2048 if chunked else None, fast_decode=fast_decode, capacity=capacity, horizon=horizon,
                     seed=seed, cost_model=cost_model, replicas=replicas)
-    spec["slo"] = {"ttft_s": ttft_s, "tpot_s": tpot_s, "e2e_s": e2e_s, "percentile": 90}
+    spec["slo"] = {"ttft_s": ttft_s, "tpot_s": tpot_s, "e2e_s": e2e_s, "percentile": 90,
+                   "min_goodput_fraction": goodput}
     python, compiled = both(spec, stop_rule=slo_miss_rule)
     assert python.extras["engine_core"] == "python (run.compiled_core is false)"
     if compiled.extras["engine_core"] != "compiled":  # only a tie
