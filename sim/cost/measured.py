@@ -584,6 +584,8 @@ class MeasuredCostModel:
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
 
+    reuse_compiled_pack = False  # as RooflineCostModel's (its roofline's pack is reused with it)
+
     def compiled_params(self) -> tuple | None:
         """This model's tables for the compiled engine core (`sim.cost.measured_kernel.step_time`, bit-identical
         to `step_cost`'s time; the roofline's counts beside it); None where that form does not cover it: a
@@ -595,7 +597,14 @@ class MeasuredCostModel:
         if counts is None:
             return None
         from sim.cost import compiled_pricing, measured_kernel
-        return compiled_pricing.pricer(counts[1], measured_params=measured_kernel.pack(self))  # the roofline's pack
+        if not self.reuse_compiled_pack:
+            return compiled_pricing.pricer(counts[1], measured_params=measured_kernel.pack(self))  # the roofline's pack
+        # One pack for every run (RooflineCostModel.reuse_compiled_pack): its memos stay filled, as this model's
+        # caches do (`_dense_cache`); its note log starts empty, for `note_compiled_outside` after each run.
+        if getattr(self, "_compiled_pack", None) is None:
+            self._compiled_pack = compiled_pricing.pricer(counts[1], measured_params=measured_kernel.pack(self))
+        measured_kernel.clear_notes(self._compiled_pack[3])
+        return self._compiled_pack
 
     def note_compiled_outside(self, points) -> None:
         """Note the points the compiled core priced outside the tables (rows of `measured_kernel`'s note log:

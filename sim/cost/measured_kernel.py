@@ -86,6 +86,11 @@ def pack(cost_model) -> tuple:
             np.zeros((NOTE_CAP, 4)), np.zeros(1, dtype=np.int64))
 
 
+def clear_notes(params: tuple) -> None:
+    """Empty a pack's note log (a run's log is read after it, `MeasuredCostModel.note_compiled_outside`)."""
+    params[-1][0] = 0
+
+
 def curves_in_pack_order(cost_model) -> list:
     """The model's curves in the order `pack` numbers them: each group's linear layers, the LM head, then the
     all-reduce's curve where it has one."""

@@ -169,6 +169,11 @@ class RooflineCostModel:
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
 
+    # True: `compiled_params` builds one pack and returns it on every call, its memos (terms by token count)
+    # filled from run to run, as a planner that prices hundreds of runs with one model wants. Only for a model
+    # nobody changes after that first call (the pack holds its numbers as they were then).
+    reuse_compiled_pack = False
+
     def compiled_params(self) -> tuple | None:
         """This model's numbers for `sim.cost.roofline_kernel.step_cost` (numba, bit-identical to `step_cost`),
         packed by `sim.cost.compiled_pricing.pricer`, which the compiled engine core (`sim.compiled`) prices
@@ -182,7 +187,11 @@ class RooflineCostModel:
             from sim.cost import compiled_pricing, roofline_kernel
         except ImportError:  # numba is an optional extra
             return None
-        return compiled_pricing.pricer(roofline_kernel.pack(self))
+        if not self.reuse_compiled_pack:
+            return compiled_pricing.pricer(roofline_kernel.pack(self))
+        if getattr(self, "_compiled_pack", None) is None:
+            self._compiled_pack = compiled_pricing.pricer(roofline_kernel.pack(self))
+        return self._compiled_pack
 
     def _decode_constants(self, num_seqs: int) -> tuple:
         """The parts of a decode-only step of `num_seqs` single-token decodes that do not depend on the

@@ -218,7 +218,12 @@ def shared_cost_model(raw: dict, scenario):
     if key not in _COST_MODELS:
         if len(_COST_MODELS) >= 64:  # a long-lived process (the dashboard) plans many searches: bound the memory
             _COST_MODELS.clear()
-        _COST_MODELS[key] = make_cost_model(scenario)
+        model = make_cost_model(scenario)
+        # The planner never changes a model it built: one compiled pack (and its memos) serves all its runs.
+        for part in (model, getattr(model, "roofline", None)):
+            if hasattr(part, "reuse_compiled_pack"):
+                part.reuse_compiled_pack = True
+        _COST_MODELS[key] = model
     return _COST_MODELS[key]
 
 

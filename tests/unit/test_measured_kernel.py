@@ -128,6 +128,36 @@ def test_some_random_steps_lie_inside_and_some_outside_the_tables():
     assert assert_same_price_and_notes(cm, one_token)
 
 
+def test_a_model_that_reuses_its_pack_keeps_its_memos_and_starts_every_run_with_an_empty_note_log():
+    # The planner's models (`reuse_compiled_pack`): one pack for every run, its memos filled from run to run,
+    # prices as a fresh pack's; only the note log is emptied by each call, as a run reads it after itself.
+    fresh = model_for("llama-3.1-8b", "h100-sxm", 1)
+    cm = MeasuredCostModel(get_model("llama-3.1-8b"), get_gpu("h100-sxm"))
+    cm.reuse_compiled_pack = cm.roofline.reuse_compiled_pack = True
+    pack = cm.compiled_params()
+    assert cm.compiled_params() is pack and pack[1] is cm.roofline.compiled_params()[1]
+    inside = StepPlan(prefill_request_ids=[0], prefill_chunk_tokens=[512], prefill_context_tokens=[0],
+                      num_sampled_seqs=1)
+    outside = StepPlan(num_decode_seqs=300, decode_context_tokens=300 * 1_000_000, num_sampled_seqs=300)
+    for plan in (inside, outside, inside):
+        assert compiled_price(cm, plan, pack) == compiled_price(fresh, plan, fresh.compiled_params())
+    assert (pack[3][13] != -1.0).any() and pack[3][-1][0] > 0  # a memo filled, a point noted
+    again = cm.compiled_params()
+    assert again is pack and pack[3][-1][0] == 0 and (pack[3][13] != -1.0).any()
+    assert fresh.compiled_params() is not fresh.compiled_params()  # by default, a fresh pack every call
+
+
+def test_the_planners_models_reuse_their_packs():
+    from sim.config.files import validate_scenario
+    from sim.tools.planner import shared_cost_model
+    raw = {"name": "p", "model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm", "tensor_parallel": 2},
+           "cost_model": {"kind": "measured"}, "run": {"num_requests": 10},
+           "workload": {"arrival": {"kind": "poisson", "rate_per_s": 1},
+                        "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 8}}}
+    model = shared_cost_model(raw, validate_scenario(raw))
+    assert isinstance(model, MeasuredCostModel) and model.reuse_compiled_pack and model.roofline.reuse_compiled_pack
+
+
 def test_a_full_note_log_prices_nan_so_the_run_goes_to_the_python_engine(monkeypatch):
     from sim.cost import measured_kernel
     monkeypatch.setattr(measured_kernel, "NOTE_CAP", 1)
