@@ -183,7 +183,7 @@ def run_compiled(sim) -> bool:
             return hand_back("two events at one time: SimPy's event order decides")
         if code == k.UNPRICED:
             return hand_back("more points outside the cost model's measured tables than its note log holds")
-        _append_rows(log, sg, row_i, row_f, run_dur, run_i, k)
+        _append_rows(log, sg, row_i, row_f, run_dur, run_i, k, last=code == k.DONE)
         if (sr[:, k.I_HEAP_SIZE] + max_seqs + 1 > heap.shape[1]).any():
             heap = np.concatenate([heap, np.zeros_like(heap)], axis=1)
         if code == k.DONE:
@@ -243,17 +243,21 @@ def _outside_points(price) -> np.ndarray:
     return note_log[:int(note_count[0])]
 
 
-def _append_rows(log, sg, row_i, row_f, run_dur, run_i, k) -> None:
-    """Hand the rows and run steps the kernel wrote to the step log (as array chunks); empty the buffers."""
+def _append_rows(log, sg, row_i, row_f, run_dur, run_i, k, last: bool) -> None:
+    """Hand the rows and run steps the kernel wrote to the step log (as array chunks); empty the buffers.
+    `last`: the kernel will not write to them again, so the log may keep views of them rather than copies."""
     rows, steps, kv_steps = int(sg[k.G_ROWS]), int(sg[k.G_RUN_STEPS]), int(sg[k.G_RUN_KV])
     run_tok, run_internal = run_i
-    columns = {"replica": row_i[k.ROW_REPLICA, :rows].copy()}
-    columns.update((name, row_f[j, :rows].copy()) for j, name in enumerate(k.FLOAT_COLUMNS))
-    columns.update((name, row_i[j, :rows].copy()) for j, name in enumerate(k.INT_COLUMNS))
+
+    def kept(column: np.ndarray) -> np.ndarray:
+        return column if last else column.copy()
+    columns = {"replica": kept(row_i[k.ROW_REPLICA, :rows])}
+    columns.update((name, kept(row_f[j, :rows])) for j, name in enumerate(k.FLOAT_COLUMNS))
+    columns.update((name, kept(row_i[j, :rows])) for j, name in enumerate(k.INT_COLUMNS))
     zeros = np.zeros(kv_steps, dtype=np.int64)
     run_kv = {name: zeros for name in log.RUN_KV_COLUMNS}
-    run_kv["kv_token_slots"], run_kv["kv_internal_slots"] = run_tok[:kv_steps].copy(), run_internal[:kv_steps].copy()
-    log.add_chunk(columns, run_dur[:steps].copy(), run_kv)
+    run_kv["kv_token_slots"], run_kv["kv_internal_slots"] = kept(run_tok[:kv_steps]), kept(run_internal[:kv_steps])
+    log.add_chunk(columns, kept(run_dur[:steps]), run_kv)
     sg[k.G_ROWS] = sg[k.G_RUN_STEPS] = sg[k.G_RUN_KV] = 0
 
 

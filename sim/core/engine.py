@@ -107,8 +107,8 @@ class StepLog:
     @staticmethod
     def _joined(compact: array, chunks: list[np.ndarray], dtype) -> np.ndarray:
         """One array of the compact rows then the chunks; the chunks list is emptied as it is joined."""
-        parts = [np.array(compact, dtype=dtype)] + chunks
-        out = parts[0] if len(parts) == 1 else np.concatenate(parts).astype(dtype, copy=False)
+        parts = ([np.array(compact, dtype=dtype)] if len(compact) or not chunks else []) + chunks
+        out = parts[0].astype(dtype, copy=False) if len(parts) == 1 else np.concatenate(parts).astype(dtype, copy=False)
         chunks.clear()
         return out
 
