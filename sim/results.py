@@ -349,7 +349,8 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
     else:
         s.update(latencies(fin, steps, decode_runs))
     s["preemptions"] = int(requests["preemptions"].sum())
-    s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0 and s["num_rejected"] == 0))
+    s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0 and s["num_rejected"] == 0,
+                         known=s if lean else None))
     if lean:
         s.update(_lean_utilization(steps, elapsed, decode_runs))
         return s
@@ -516,10 +517,12 @@ def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: Deco
 
 
 def slo_metrics(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, slo, elapsed: float, *,
-                all_done: bool) -> dict:
+                all_done: bool, known: dict | None = None) -> dict:
     """SLOs: goodput counts requests that meet every limit; attainment checks the chosen percentile.
 
     `all_done`: no request was left unfinished or rejected (else the SLO is not met).
+    `known`: summary keys already computed from the same finished requests (`_stats`'s `{metric}_p{q}`): a
+    percentile found there is not computed again (one call per percentile gives the same number).
     """
     requests, fin = as_requests(requests), as_requests(fin)
     s: dict = {}
@@ -531,7 +534,9 @@ def slo_metrics(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, slo, 
         vals = _floats(fin, metric)
         ok &= ~(vals > limit)  # NaN TPOT (one output token) does not violate a TPOT limit
         finite = vals[~np.isnan(vals)]
-        at_p = float(np.percentile(finite, slo.percentile)) if len(finite) else math.nan
+        at_p = (known or {}).get(f"{metric}_p{slo.percentile:g}")
+        if at_p is None:
+            at_p = float(np.percentile(finite, slo.percentile)) if len(finite) else math.nan
         s[f"slo_{metric[:-2]}_p{slo.percentile:g}"] = at_p
         met = bool(len(finite)) and at_p <= limit
         s[f"slo_{metric[:-2]}_met"] = met
