@@ -102,44 +102,51 @@ def arrival_event_times(arrival_s):
 
 # --- the finish heap: (finish clock, request id) pairs as one int64 key, smallest first -------------------
 @njit(cache=True)
-def _heap_push(heap, si, key):
-    i = si[I_HEAP_SIZE]
-    si[I_HEAP_SIZE] = i + 1
-    heap[i] = key
+def _heap_push(heap_all, sr, r, key):
+    i = sr[r, I_HEAP_SIZE]
+    sr[r, I_HEAP_SIZE] = i + 1
+    heap_all[r, i] = key
     while i > 0:
         parent = (i - 1) >> 1
-        if heap[parent] <= key:
+        if heap_all[r, parent] <= key:
             break
-        heap[i] = heap[parent]
+        heap_all[r, i] = heap_all[r, parent]
         i = parent
-    heap[i] = key
+    heap_all[r, i] = key
 
 
 @njit(cache=True)
-def _heap_pop(heap, si):
-    size = si[I_HEAP_SIZE] - 1
-    si[I_HEAP_SIZE] = size
-    top = heap[0]
-    last = heap[size]
+def _heap_pop(heap_all, sr, r):
+    size = sr[r, I_HEAP_SIZE] - 1
+    sr[r, I_HEAP_SIZE] = size
+    top = heap_all[r, 0]
+    last = heap_all[r, size]
     i = 0
     while True:
         child = 2 * i + 1
         if child >= size:
             break
-        if child + 1 < size and heap[child + 1] < heap[child]:
+        if child + 1 < size and heap_all[r, child + 1] < heap_all[r, child]:
             child += 1
-        if heap[child] >= last:
+        if heap_all[r, child] >= last:
             break
-        heap[i] = heap[child]
+        heap_all[r, i] = heap_all[r, child]
         i = child
     if size > 0:
-        heap[i] = last
+        heap_all[r, i] = last
     return top
 
 
 @njit(cache=True)
 def _blocks_for(tokens, bs):
     return -(-tokens // bs)
+
+
+@njit(cache=True)
+def _stale(req, rid, fclock):
+    """A finish-heap entry no longer holds: the request left the decode tracker, or will finish at another clock."""
+    return (req[Q_ANCHOR, rid] < 0 or req[Q_STATE, rid] != RUNNING
+            or req[Q_ANCHOR, rid] + req[Q_MAX_OUT, rid] - req[Q_OUT, rid] != fclock)
 
 
 @njit(cache=True)
@@ -219,26 +226,18 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
     """`ContinuousScheduler.schedule(now)` for replica r and the price of its step (a decode run where one
     fits): the replica is busy until fr[r, R_END], or idle when there is nothing to run. 0, DIVERGED or
     UNPRICED."""
-    si = sr[r]
-    prompt, max_out, computed, out = req[Q_PROMPT], req[Q_MAX_OUT], req[Q_COMPUTED], req[Q_OUT]
-    anchor, blocks, state, preemptions = req[Q_ANCHOR], req[Q_BLOCKS], req[Q_STATE], req[Q_PREEMPTIONS]
-    run_next, run_prev, pf_next, pf_prev = req[Q_RUN_NEXT], req[Q_RUN_PREV], req[Q_PF_NEXT], req[Q_PF_PREV]
-    stamp = req[Q_STAMP]
-    arrival_s, first_sched = reqf[QF_ARRIVAL], reqf[QF_FIRST_SCHED]
-    waiting, heap, bucket = waiting_all[r], heap_all[r], bucket_all[r]
-    plan_rid, plan_chunk, plan_ctx = plan_all[P_RID, r], plan_all[P_CHUNK, r], plan_all[P_CTX, r]
     n_req = req.shape[1]
     max_seqs, max_batched = cfg[C_MAX_SEQS], cfg[C_MAX_BATCHED]
     chunked = cfg[C_CHUNKED] != 0
     bs, fast_decode = cfg[C_BLOCK_SIZE], cfg[C_FAST_DECODE] != 0
     horizon = sf[F_HORIZON]
     key_base = n_req  # heap key: finish_clock * key_base + request id
-    clock = si[I_CLOCK]
+    clock = sr[r, I_CLOCK]
     sg[G_STEP_ID] += 1
     step_id = sg[G_STEP_ID]
-    si[I_BUSY] = 0
+    sr[r, I_BUSY] = 0
 
-    have_plan = si[I_RUNNING] > 0 or si[I_W_COUNT] > 0
+    have_plan = sr[r, I_RUNNING] > 0 or sr[r, I_W_COUNT] > 0
     num_pf = 0
     num_new = 0
     num_preempted = 0
@@ -246,100 +245,99 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
     num_sampled = 0
     if have_plan:
         # Room for the decodes' next tokens; preempt (last admitted first) until there is.
-        while bucket[clock % bs] > si[I_FREE_BLOCKS]:
-            victim = _preempt(si, run_prev, run_next, pf_prev, pf_next, stamp, step_id, computed, out,
-                              anchor, blocks, state, preemptions, waiting, bucket, bs, n_req)
+        while bucket_all[r, clock % bs] > sr[r, I_FREE_BLOCKS]:
+            victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs)
             if victim < 0:
                 return DIVERGED
             num_preempted += 1
-        si[I_FREE_BLOCKS] -= bucket[clock % bs]
-        si[I_ALLOC_CLOCK] = clock
-        budget = max_batched - si[I_MEMBERS]
+        sr[r, I_FREE_BLOCKS] -= bucket_all[r, clock % bs]
+        sr[r, I_ALLOC_CLOCK] = clock
+        budget = max_batched - sr[r, I_MEMBERS]
         # Running prefills first, in admission order (a snapshot: admissions below join after).
         n_snap = 0
-        rid = si[I_PF_HEAD]
+        rid = sr[r, I_PF_HEAD]
         while rid >= 0:
             pf_snap[n_snap] = rid
             n_snap += 1
-            rid = pf_next[rid]
+            rid = req[Q_PF_NEXT, rid]
         for s in range(n_snap):
             rid = pf_snap[s]
-            if state[rid] != RUNNING or budget <= 0:
+            if req[Q_STATE, rid] != RUNNING or budget <= 0:
                 continue  # preempted while making room for an earlier one, or no budget left
-            chunk = min(prompt[rid] + out[rid] - computed[rid], budget)
+            chunk = min(req[Q_PROMPT, rid] + req[Q_OUT, rid] - req[Q_COMPUTED, rid], budget)
             added = False
             while True:
-                need = _blocks_for(computed[rid] + chunk, bs) - blocks[rid]
+                need = _blocks_for(req[Q_COMPUTED, rid] + chunk, bs) - req[Q_BLOCKS, rid]
                 if need < 0:
                     need = 0
-                if need <= si[I_FREE_BLOCKS]:
-                    si[I_FREE_BLOCKS] -= need
-                    blocks[rid] += need
+                if need <= sr[r, I_FREE_BLOCKS]:
+                    sr[r, I_FREE_BLOCKS] -= need
+                    req[Q_BLOCKS, rid] += need
                     added = True
                     break
-                victim = _preempt(si, run_prev, run_next, pf_prev, pf_next, stamp, step_id, computed, out,
-                                  anchor, blocks, state, preemptions, waiting, bucket, bs, n_req)
+                victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs)
                 if victim < 0:
                     return DIVERGED
                 num_preempted += 1
                 if victim == rid:
                     break
             if added:
-                plan_rid[num_pf] = rid
-                plan_chunk[num_pf] = chunk
-                plan_ctx[num_pf] = computed[rid]
+                plan_all[P_RID, r, num_pf] = rid
+                plan_all[P_CHUNK, r, num_pf] = chunk
+                plan_all[P_CTX, r, num_pf] = req[Q_COMPUTED, rid]
                 num_pf += 1
-                stamp[rid] = step_id
-                if computed[rid] + chunk == prompt[rid] + out[rid]:
+                req[Q_STAMP, rid] = step_id
+                if req[Q_COMPUTED, rid] + chunk == req[Q_PROMPT, rid] + req[Q_OUT, rid]:
                     num_sampled += 1
                 budget -= chunk
         # Then waiting requests in order while a sequence slot, the budget and the KV allow.
-        while si[I_W_COUNT] > 0 and num_preempted == 0 and budget > 0 and si[I_RUNNING] < max_seqs:
-            rid = waiting[si[I_W_HEAD]]
+        while sr[r, I_W_COUNT] > 0 and num_preempted == 0 and budget > 0 and sr[r, I_RUNNING] < max_seqs:
+            rid = waiting_all[r, sr[r, I_W_HEAD]]
             # kv.admit (no prefix cache, no swap: everything is computed again from 0)
-            need_tokens = prompt[rid] + out[rid]
+            need_tokens = req[Q_PROMPT, rid] + req[Q_OUT, rid]
             chunk = min(need_tokens, budget)
             if chunked:
-                fits = _blocks_for(need_tokens, bs) <= si[I_FREE_BLOCKS]
+                fits = _blocks_for(need_tokens, bs) <= sr[r, I_FREE_BLOCKS]
             else:
                 fits = chunk == need_tokens
             if not fits:
                 break
             need = _blocks_for(chunk, bs)
-            if need > si[I_FREE_BLOCKS]:
+            if need > sr[r, I_FREE_BLOCKS]:
                 break
-            si[I_FREE_BLOCKS] -= need
-            blocks[rid] = need
-            computed[rid] = 0
-            si[I_W_HEAD] = (si[I_W_HEAD] + 1) % n_req
-            si[I_W_COUNT] -= 1
-            state[rid] = RUNNING
-            if math.isnan(first_sched[rid]):
-                first_sched[rid] = now
-            _list_append(run_prev, run_next, si, I_RUN_HEAD, I_RUN_TAIL, rid)
-            si[I_RUNNING] += 1
-            _list_append(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, rid)
+            sr[r, I_FREE_BLOCKS] -= need
+            req[Q_BLOCKS, rid] = need
+            req[Q_COMPUTED, rid] = 0
+            sr[r, I_W_HEAD] = (sr[r, I_W_HEAD] + 1) % n_req
+            sr[r, I_W_COUNT] -= 1
+            req[Q_STATE, rid] = RUNNING
+            if math.isnan(reqf[QF_FIRST_SCHED, rid]):
+                reqf[QF_FIRST_SCHED, rid] = now
+            _list_append(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_RUN_HEAD, I_RUN_TAIL, rid)
+            sr[r, I_RUNNING] += 1
+            _list_append(req, Q_PF_PREV, Q_PF_NEXT, sr, r, I_PF_HEAD, I_PF_TAIL, rid)
             num_new += 1
-            plan_rid[num_pf] = rid
-            plan_chunk[num_pf] = chunk
-            plan_ctx[num_pf] = 0
+            plan_all[P_RID, r, num_pf] = rid
+            plan_all[P_CHUNK, r, num_pf] = chunk
+            plan_all[P_CTX, r, num_pf] = 0
             num_pf += 1
-            stamp[rid] = step_id
+            req[Q_STAMP, rid] = step_id
             if chunk == need_tokens:
                 num_sampled += 1
             budget -= chunk
-        num_decode = si[I_MEMBERS]
+        num_decode = sr[r, I_MEMBERS]
         num_sampled += num_decode
         if num_pf == 0 and num_decode == 0:
             have_plan = False
     if not have_plan:
         return 0  # the engine waits for an arrival routed to it
 
-    num_waiting = si[I_W_COUNT]
-    decode_ctx = si[I_TOKEN_SUM] + num_decode
+    num_waiting = sr[r, I_W_COUNT]
+    decode_ctx = sr[r, I_TOKEN_SUM] + num_decode
     num_prefill_tokens = 0
     for j in range(num_pf):
-        num_prefill_tokens += plan_chunk[j]
+        num_prefill_tokens += plan_all[P_CHUNK, r, j]
+    plan_chunk, plan_ctx = plan_all[P_CHUNK, r], plan_all[P_CTX, r]  # (the pricers take a step's chunks as arrays)
     time_s, flops, nbytes = price_step(price, num_prefill_tokens,
                                        plan_chunk, plan_ctx, num_pf, num_decode, decode_ctx, num_sampled)
     if math.isnan(time_s):
@@ -352,8 +350,8 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
     if fast_decode and num_decode > 0 and num_pf == 0:
         nxt = sg[G_NEXT_ARRIVAL]
         bound = horizon
-        if nxt < n_req and arrival_s[nxt] < bound:
-            bound = arrival_s[nxt]
+        if nxt < n_req and reqf[QF_ARRIVAL, nxt] < bound:
+            bound = reqf[QF_ARRIVAL, nxt]
         check_s = sf[F_CHECK]
         first_end = now + time_s
         if first_end < bound and first_end < check_s:
@@ -364,8 +362,8 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
                 cap = 1 << 62
             else:
                 cap = int((last_s - now) / time_s) + (2 if check_s < bound else 1)
-            limit = _decode_run_limit(si, heap, bucket, anchor, max_out, out, state, cap, clock, bs, num_preempted,
-                                      num_new, max_seqs, max_batched, key_base)
+            limit = _decode_run_limit(sr, r, heap_all, bucket_all, req, cap, clock, bs, num_preempted, num_new,
+                                      max_seqs, max_batched, key_base)
             if limit > 1:
                 end_r = now
                 k_steps = 0
@@ -401,9 +399,10 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
                     num_steps = k_steps
                     end = end_r
                     duration, run_flops, run_bytes = duration_r, flops_r, bytes_r
-    si[I_BUSY] = 1
-    si[I_NUM_PF], si[I_NUM_DECODE], si[I_NUM_WAITING] = num_pf, num_decode, num_waiting
-    si[I_NUM_PREFILL_TOKENS], si[I_NUM_PREEMPTED], si[I_NUM_STEPS] = num_prefill_tokens, num_preempted, num_steps
+    sr[r, I_BUSY] = 1
+    sr[r, I_NUM_PF], sr[r, I_NUM_DECODE], sr[r, I_NUM_WAITING] = num_pf, num_decode, num_waiting
+    sr[r, I_NUM_PREFILL_TOKENS], sr[r, I_NUM_PREEMPTED] = num_prefill_tokens, num_preempted
+    sr[r, I_NUM_STEPS] = num_steps
     fr[r, R_START], fr[r, R_END], fr[r, R_DURATION] = now, end, duration
     fr[r, R_FLOPS], fr[r, R_BYTES] = run_flops, run_bytes
     return 0
@@ -414,22 +413,13 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
                  run_i):
     """The end of replica r's step: `update_from_output`, the step's row (and its run's per-step records),
     `Simulation.finish_requests`."""
-    si = sr[r]
-    prompt, max_out, computed, out = req[Q_PROMPT], req[Q_MAX_OUT], req[Q_COMPUTED], req[Q_OUT]
-    anchor, blocks, state = req[Q_ANCHOR], req[Q_BLOCKS], req[Q_STATE]
-    run_next, run_prev, pf_next, pf_prev = req[Q_RUN_NEXT], req[Q_RUN_PREV], req[Q_PF_NEXT], req[Q_PF_PREV]
-    first_tok, last_tok, finish_s = reqf[QF_FIRST_TOK], reqf[QF_LAST_TOK], reqf[QF_FINISH]
-    run_tok, run_internal = run_i[0], run_i[1]
-    fin_order = req[Q_FIN_ORDER]
-    heap, bucket = heap_all[r], bucket_all[r]
-    plan_rid, plan_chunk = plan_all[P_RID, r], plan_all[P_CHUNK, r]
     num_blocks, bs = cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
     capacity_slots = num_blocks * bs
     n_req = req.shape[1]
     key_base = n_req
-    si[I_BUSY] = 0
+    sr[r, I_BUSY] = 0
     end = fr[r, R_END]
-    num_pf, num_decode, num_steps = si[I_NUM_PF], si[I_NUM_DECODE], si[I_NUM_STEPS]
+    num_pf, num_decode, num_steps = sr[r, I_NUM_PF], sr[r, I_NUM_DECODE], sr[r, I_NUM_STEPS]
 
     if num_steps > 1:
         # The steps of the run: their durations, and the states of all but the last counted in bulk
@@ -439,65 +429,64 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             run_dur[s0 + k] = run_tmp[r, k]
         sg[G_RUN_STEPS] = s0 + num_steps
         r0 = sg[G_RUN_KV]
-        first_tokens = si[I_TOKEN_SUM] + si[I_PF_SUM] + num_decode
-        allocated = (num_blocks - si[I_FREE_BLOCKS]) * bs
+        first_tokens = sr[r, I_TOKEN_SUM] + sr[r, I_PF_SUM] + num_decode
+        allocated = (num_blocks - sr[r, I_FREE_BLOCKS]) * bs
         for k in range(num_steps - 1):
             tokens = first_tokens + k * num_decode
-            run_tok[r0 + k] = tokens
-            run_internal[r0 + k] = allocated - tokens
-            si[I_CLOCK] += 1
-            si[I_TOKEN_SUM] += num_decode
-            need = bucket[si[I_CLOCK] % bs]
-            si[I_FREE_BLOCKS] -= need
-            si[I_ALLOC_CLOCK] = si[I_CLOCK]
+            run_i[0, r0 + k] = tokens
+            run_i[1, r0 + k] = allocated - tokens
+            sr[r, I_CLOCK] += 1
+            sr[r, I_TOKEN_SUM] += num_decode
+            need = bucket_all[r, sr[r, I_CLOCK] % bs]
+            sr[r, I_FREE_BLOCKS] -= need
+            sr[r, I_ALLOC_CLOCK] = sr[r, I_CLOCK]
             allocated += need * bs
         sg[G_RUN_KV] = r0 + num_steps - 1
 
     # ---- update_from_output(plan, end) ------------------------------------------------------------------
     num_output = num_decode
-    si[I_CLOCK] += 1
-    clock = si[I_CLOCK]
-    si[I_TOKEN_SUM] += num_decode
+    sr[r, I_CLOCK] += 1
+    clock = sr[r, I_CLOCK]
+    sr[r, I_TOKEN_SUM] += num_decode
     n_fin = 0
-    while si[I_HEAP_SIZE] > 0 and heap[0] // key_base <= clock:
-        key = _heap_pop(heap, si)
+    while sr[r, I_HEAP_SIZE] > 0 and heap_all[r, 0] // key_base <= clock:
+        key = _heap_pop(heap_all, sr, r)
         fclock = key // key_base
         rid = key - fclock * key_base
-        if anchor[rid] < 0 or state[rid] != RUNNING or anchor[rid] + max_out[rid] - out[rid] != fclock:
+        if _stale(req, rid, fclock):
             continue  # stale
-        held = _tracker_remove(si, rid, computed, out, anchor, bucket, bs)
-        _finish(si, sg, rid, end, held, blocks, state, last_tok, finish_s, run_prev, run_next, fin_order)
+        held = _tracker_remove(sr, r, req, bucket_all, rid, bs)
+        _finish(sr, r, sg, req, reqf, rid, end, held)
         n_fin += 1
     for j in range(num_pf):
-        rid = plan_rid[j]
-        computed[rid] += plan_chunk[j]
-        si[I_PF_SUM] += plan_chunk[j]
-        if computed[rid] < prompt[rid] + out[rid]:
+        rid = plan_all[P_RID, r, j]
+        req[Q_COMPUTED, rid] += plan_all[P_CHUNK, r, j]
+        sr[r, I_PF_SUM] += plan_all[P_CHUNK, r, j]
+        if req[Q_COMPUTED, rid] < req[Q_PROMPT, rid] + req[Q_OUT, rid]:
             continue
-        _list_remove(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, rid)
-        si[I_PF_SUM] -= computed[rid]
-        out[rid] += 1
+        _list_remove(req, Q_PF_PREV, Q_PF_NEXT, sr, r, I_PF_HEAD, I_PF_TAIL, rid)
+        sr[r, I_PF_SUM] -= req[Q_COMPUTED, rid]
+        req[Q_OUT, rid] += 1
         num_output += 1
-        if math.isnan(first_tok[rid]):
-            first_tok[rid] = end
-        last_tok[rid] = end
-        if out[rid] >= max_out[rid]:
-            _finish(si, sg, rid, end, blocks[rid], blocks, state, last_tok, finish_s, run_prev, run_next,
-                    fin_order)
+        if math.isnan(reqf[QF_FIRST_TOK, rid]):
+            reqf[QF_FIRST_TOK, rid] = end
+        reqf[QF_LAST_TOK, rid] = end
+        if req[Q_OUT, rid] >= req[Q_MAX_OUT, rid]:
+            _finish(sr, r, sg, req, reqf, rid, end, req[Q_BLOCKS, rid])
             n_fin += 1
         else:
             # tracker.add: decodes from the next step; its blocks follow from its counters from now on
-            anchor[rid] = clock
-            blocks[rid] = -1  # from now on its counters say what it holds
-            si[I_MEMBERS] += 1
-            si[I_TOKEN_SUM] += computed[rid]
-            _heap_push(heap, si, (clock + max_out[rid] - out[rid]) * key_base + rid)
-            bucket[(clock - computed[rid]) % bs] += 1
+            req[Q_ANCHOR, rid] = clock
+            req[Q_BLOCKS, rid] = -1  # from now on its counters say what it holds
+            sr[r, I_MEMBERS] += 1
+            sr[r, I_TOKEN_SUM] += req[Q_COMPUTED, rid]
+            _heap_push(heap_all, sr, r, (clock + req[Q_MAX_OUT, rid] - req[Q_OUT, rid]) * key_base + rid)
+            bucket_all[r, (clock - req[Q_COMPUTED, rid]) % bs] += 1
     num_output *= num_steps
 
     # ---- the step's row ---------------------------------------------------------------------------
-    tokens = si[I_TOKEN_SUM] + si[I_PF_SUM]
-    allocated = (num_blocks - si[I_FREE_BLOCKS]) * bs
+    tokens = sr[r, I_TOKEN_SUM] + sr[r, I_PF_SUM]
+    allocated = (num_blocks - sr[r, I_FREE_BLOCKS]) * bs
     w = sg[G_ROWS]
     row_i[ROW_REPLICA, w] = r
     row_f[0, w] = fr[r, R_START]
@@ -505,12 +494,12 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
     row_f[2, w] = fr[r, R_FLOPS]
     row_f[3, w] = fr[r, R_BYTES]
     row_i[0, w] = num_pf + num_decode
-    row_i[1, w] = si[I_NUM_WAITING]
-    row_i[2, w] = si[I_NUM_PREFILL_TOKENS]
+    row_i[1, w] = sr[r, I_NUM_WAITING]
+    row_i[2, w] = sr[r, I_NUM_PREFILL_TOKENS]
     row_i[3, w] = num_decode
     row_i[4, w] = 0
     row_i[5, w] = num_output
-    row_i[6, w] = si[I_NUM_PREEMPTED]
+    row_i[6, w] = sr[r, I_NUM_PREEMPTED]
     row_i[7, w] = tokens
     row_i[8, w] = 0
     row_i[9, w] = allocated - tokens
@@ -523,7 +512,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
     sg[G_ROWS] = w + 1
     if n_fin:
         # Simulation.finish_requests: the replica's outstanding count, Little's law, then the records
-        si[I_OUTSTANDING] -= n_fin
+        sr[r, I_OUTSTANDING] -= n_fin
         sf[F_AREA] += sg[G_IN_SYSTEM] * (end - sf[F_SINCE])
         sf[F_SINCE] = end
         sg[G_IN_SYSTEM] -= n_fin
@@ -531,110 +520,110 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
 
 
 @njit(cache=True)
-def _list_append(prev, nxt, si, i_head, i_tail, rid):
-    tail = si[i_tail]
-    prev[rid] = tail
-    nxt[rid] = -1
+def _list_append(req, q_prev, q_next, sr, r, i_head, i_tail, rid):
+    tail = sr[r, i_tail]
+    req[q_prev, rid] = tail
+    req[q_next, rid] = -1
     if tail >= 0:
-        nxt[tail] = rid
+        req[q_next, tail] = rid
     else:
-        si[i_head] = rid
-    si[i_tail] = rid
+        sr[r, i_head] = rid
+    sr[r, i_tail] = rid
 
 
 @njit(cache=True)
-def _list_remove(prev, nxt, si, i_head, i_tail, rid):
-    p, q = prev[rid], nxt[rid]
+def _list_remove(req, q_prev, q_next, sr, r, i_head, i_tail, rid):
+    p, q = req[q_prev, rid], req[q_next, rid]
     if p >= 0:
-        nxt[p] = q
+        req[q_next, p] = q
     else:
-        si[i_head] = q
+        sr[r, i_head] = q
     if q >= 0:
-        prev[q] = p
+        req[q_prev, q] = p
     else:
-        si[i_tail] = p
-    prev[rid] = nxt[rid] = -1
+        sr[r, i_tail] = p
+    req[q_prev, rid] = req[q_next, rid] = -1
 
 
 @njit(cache=True)
-def _tracker_remove(si, rid, computed, out, anchor, bucket, bs):
+def _tracker_remove(sr, r, req, bucket_all, rid, bs):
     """DecodeTracker.remove: sync the counters, take the request out of the sums and its bucket."""
-    clock = si[I_CLOCK]
-    delta = clock - anchor[rid]
-    computed[rid] += delta
-    out[rid] += delta
-    si[I_MEMBERS] -= 1
-    si[I_TOKEN_SUM] -= computed[rid]
-    bucket[(clock - computed[rid]) % bs] -= 1
-    pending = 1 if si[I_ALLOC_CLOCK] == clock else 0  # its block for the coming step was taken
-    anchor[rid] = -1
-    return _blocks_for(computed[rid] + pending, bs)
+    clock = sr[r, I_CLOCK]
+    delta = clock - req[Q_ANCHOR, rid]
+    req[Q_COMPUTED, rid] += delta
+    req[Q_OUT, rid] += delta
+    sr[r, I_MEMBERS] -= 1
+    sr[r, I_TOKEN_SUM] -= req[Q_COMPUTED, rid]
+    bucket_all[r, (clock - req[Q_COMPUTED, rid]) % bs] -= 1
+    pending = 1 if sr[r, I_ALLOC_CLOCK] == clock else 0  # its block for the coming step was taken
+    req[Q_ANCHOR, rid] = -1
+    return _blocks_for(req[Q_COMPUTED, rid] + pending, bs)
 
 
 @njit(cache=True)
-def _finish(si, sg, rid, now, held, blocks, state, last_tok, finish_s, run_prev, run_next, fin_order):
+def _finish(sr, r, sg, req, reqf, rid, now, held):
     """ContinuousScheduler._finish: the request leaves and its `held` blocks go back to the pool."""
-    state[rid] = FINISHED
-    fin_order[sg[G_NUM_FINISHED]] = rid
+    req[Q_STATE, rid] = FINISHED
+    req[Q_FIN_ORDER, sg[G_NUM_FINISHED]] = rid
     sg[G_NUM_FINISHED] += 1
-    last_tok[rid] = now
-    finish_s[rid] = now
-    _list_remove(run_prev, run_next, si, I_RUN_HEAD, I_RUN_TAIL, rid)
-    si[I_RUNNING] -= 1
-    si[I_FREE_BLOCKS] += held
-    blocks[rid] = 0
+    reqf[QF_LAST_TOK, rid] = now
+    reqf[QF_FINISH, rid] = now
+    _list_remove(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_RUN_HEAD, I_RUN_TAIL, rid)
+    sr[r, I_RUNNING] -= 1
+    sr[r, I_FREE_BLOCKS] += held
+    req[Q_BLOCKS, rid] = 0
 
 
 @njit(cache=True)
-def _preempt(si, run_prev, run_next, pf_prev, pf_next, stamp, step_id, computed, out, anchor, blocks, state,
-             preemptions, waiting, bucket, bs, n_req):
+def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs):
     """ContinuousScheduler._preempt with the last-admitted policy and recompute. -1: no candidate."""
-    victim = si[I_RUN_TAIL]
-    while victim >= 0 and stamp[victim] == step_id:
-        victim = run_prev[victim]
+    victim = sr[r, I_RUN_TAIL]
+    while victim >= 0 and req[Q_STAMP, victim] == step_id:
+        victim = req[Q_RUN_PREV, victim]
     if victim < 0:
         return -1
-    _list_remove(run_prev, run_next, si, I_RUN_HEAD, I_RUN_TAIL, victim)
-    si[I_RUNNING] -= 1
-    if anchor[victim] >= 0:
-        held = _tracker_remove(si, victim, computed, out, anchor, bucket, bs)
+    n_req = req.shape[1]
+    _list_remove(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_RUN_HEAD, I_RUN_TAIL, victim)
+    sr[r, I_RUNNING] -= 1
+    if req[Q_ANCHOR, victim] >= 0:
+        held = _tracker_remove(sr, r, req, bucket_all, victim, bs)
     else:
-        _list_remove(pf_prev, pf_next, si, I_PF_HEAD, I_PF_TAIL, victim)
-        si[I_PF_SUM] -= computed[victim]
-        held = blocks[victim]
-    si[I_FREE_BLOCKS] += held
-    blocks[victim] = 0
-    computed[victim] = 0
-    preemptions[victim] += 1
-    state[victim] = WAITING
-    si[I_W_HEAD] = (si[I_W_HEAD] - 1) % n_req
-    waiting[si[I_W_HEAD]] = victim
-    si[I_W_COUNT] += 1
+        _list_remove(req, Q_PF_PREV, Q_PF_NEXT, sr, r, I_PF_HEAD, I_PF_TAIL, victim)
+        sr[r, I_PF_SUM] -= req[Q_COMPUTED, victim]
+        held = req[Q_BLOCKS, victim]
+    sr[r, I_FREE_BLOCKS] += held
+    req[Q_BLOCKS, victim] = 0
+    req[Q_COMPUTED, victim] = 0
+    req[Q_PREEMPTIONS, victim] += 1
+    req[Q_STATE, victim] = WAITING
+    sr[r, I_W_HEAD] = (sr[r, I_W_HEAD] - 1) % n_req
+    waiting_all[r, sr[r, I_W_HEAD]] = victim
+    sr[r, I_W_COUNT] += 1
     return victim
 
 
 @njit(cache=True)
-def _decode_run_limit(si, heap, bucket, anchor, max_out, out, state, max_steps, clock, bs, num_preempted, num_new,
-                      max_seqs, max_batched, key_base):
-    if max_steps <= 1 or num_preempted or num_new or si[I_MEMBERS] == 0:
+def _decode_run_limit(sr, r, heap_all, bucket_all, req, max_steps, clock, bs, num_preempted, num_new, max_seqs,
+                      max_batched, key_base):
+    if max_steps <= 1 or num_preempted or num_new or sr[r, I_MEMBERS] == 0:
         return 1
-    if si[I_W_COUNT] > 0 and si[I_RUNNING] < max_seqs and max_batched > si[I_MEMBERS]:
+    if sr[r, I_W_COUNT] > 0 and sr[r, I_RUNNING] < max_seqs and max_batched > sr[r, I_MEMBERS]:
         return 1  # the head of the queue may be admitted at the next step
     limit = max_steps
-    while si[I_HEAP_SIZE] > 0:
-        key = heap[0]
+    while sr[r, I_HEAP_SIZE] > 0:
+        key = heap_all[r, 0]
         fclock = key // key_base
         rid = key - fclock * key_base
-        if anchor[rid] < 0 or state[rid] != RUNNING or anchor[rid] + max_out[rid] - out[rid] != fclock:
-            _heap_pop(heap, si)
+        if _stale(req, rid, fclock):
+            _heap_pop(heap_all, sr, r)
             continue
         to_finish = fclock - clock
         if to_finish < limit:
             limit = to_finish
         break
-    free = si[I_FREE_BLOCKS]
+    free = sr[r, I_FREE_BLOCKS]
     for j in range(1, limit):
-        need = bucket[(clock + j) % bs]
+        need = bucket_all[r, (clock + j) % bs]
         if need > free:
             return j
         free -= need
@@ -646,13 +635,11 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting):
     """Every arrival SimPy fires at time `t` (one callback of the arrivals process): each is routed
     (`Simulation._admit`: round robin, or the fewest outstanding requests, lowest index first), then admitted
     to its replica's queue or rejected."""
-    prompt, max_out, state, rep = req[Q_PROMPT], req[Q_MAX_OUT], req[Q_STATE], req[Q_REP]
-    arrival_ev = reqf[QF_ARRIVAL_EV]
     n_req = req.shape[1]
     max_batched, chunked = cfg[C_MAX_BATCHED], cfg[C_CHUNKED] != 0
     max_model_len, num_blocks, bs = cfg[C_MAX_MODEL_LEN], cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
     num_replicas = sr.shape[0]
-    while sg[G_NEXT_ARRIVAL] < n_req and arrival_ev[sg[G_NEXT_ARRIVAL]] == t:
+    while sg[G_NEXT_ARRIVAL] < n_req and reqf[QF_ARRIVAL_EV, sg[G_NEXT_ARRIVAL]] == t:
         i = sg[G_NEXT_ARRIVAL]
         sg[G_NEXT_ARRIVAL] = i + 1
         sg[G_NUM_ARRIVED] += 1
@@ -665,16 +652,16 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting):
             for q in range(1, num_replicas):
                 if sr[q, I_OUTSTANDING] < sr[r, I_OUTSTANDING]:
                     r = q
-        rep[i] = r
-        p, m = prompt[i], max_out[i]
+        req[Q_REP, i] = r
+        p, m = req[Q_PROMPT, i], req[Q_MAX_OUT, i]
         # SchedulerBase / ContinuousScheduler.rejection_reason (sim.compiled.engine words the reason)
         if p + m > max_model_len or _blocks_for(p + m - 1, bs) > num_blocks or (
                 not chunked and p + m - 1 > max_batched):
-            state[i] = REJECTED
+            req[Q_STATE, i] = REJECTED
             sg[G_NUM_DONE] += 1
             sg[G_NUM_REJECTED] += 1
             continue
-        state[i] = WAITING
+        req[Q_STATE, i] = WAITING
         sf[F_AREA] += sg[G_IN_SYSTEM] * (t - sf[F_SINCE])
         sf[F_SINCE] = t
         sg[G_IN_SYSTEM] += 1
