@@ -26,7 +26,7 @@ import numpy as np
 from numba import njit
 
 from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
-from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_step
+from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_parts
 
 # Return codes of `run`.
 DONE = 0
@@ -160,6 +160,7 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
     n_req = req.shape[1]
     arrival_ev = reqf[QF_ARRIVAL_EV]
     num_replicas = sr.shape[0]
+    kind, roof, steps_pack, measured = price  # once (see compiled_pricing.price_parts)
     max_seqs = cfg[C_MAX_SEQS]
     max_model_len = cfg[C_MAX_MODEL_LEN]
     horizon = sf[F_HORIZON]
@@ -198,8 +199,8 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
             # The idle replicas an arrival woke plan a step now (every arrival at this time is in by then).
             for r in range(num_replicas):
                 if sr[r, I_BUSY] == 0 and sr[r, I_W_COUNT] > 0:
-                    code = _start_step(r, t_arr, sr, fr, sg, sf, cfg, price, req, reqf, waiting, heap, bucket,
-                                       plan, pf_snap, run_tmp)
+                    code = _start_step(r, t_arr, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, req, reqf,
+                                       waiting, heap, bucket, plan, pf_snap, run_tmp)
                     if code != 0:
                         return code
             continue
@@ -214,15 +215,15 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
                 sg[G_STOPPED] = 1
                 sf[F_STOPPED_AT] = t_end
         if sg[G_STOPPED] == 0:  # the replica plans its next step at once
-            code = _start_step(r_end, t_end, sr, fr, sg, sf, cfg, price, req, reqf, waiting, heap, bucket, plan,
-                               pf_snap, run_tmp)
+            code = _start_step(r_end, t_end, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, req, reqf,
+                               waiting, heap, bucket, plan, pf_snap, run_tmp)
             if code != 0:
                 return code
 
 
 @njit(cache=True)
-def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap_all, bucket_all, plan_all, pf_snap,
-                run_tmp):
+def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, req, reqf, waiting_all, heap_all,
+                bucket_all, plan_all, pf_snap, run_tmp):
     """`ContinuousScheduler.schedule(now)` for replica r and the price of its step (a decode run where one
     fits): the replica is busy until fr[r, R_END], or idle when there is nothing to run. 0, DIVERGED or
     UNPRICED."""
@@ -338,8 +339,8 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
     for j in range(num_pf):
         num_prefill_tokens += plan_all[P_CHUNK, r, j]
     plan_chunk, plan_ctx = plan_all[P_CHUNK, r], plan_all[P_CTX, r]  # (the pricers take a step's chunks as arrays)
-    time_s, flops, nbytes = price_step(price, num_prefill_tokens,
-                                       plan_chunk, plan_ctx, num_pf, num_decode, decode_ctx, num_sampled)
+    time_s, flops, nbytes = price_parts(kind, roof, steps_pack, measured, num_prefill_tokens,
+                                        plan_chunk, plan_ctx, num_pf, num_decode, decode_ctx, num_sampled)
     if math.isnan(time_s):
         return UNPRICED
 
@@ -376,7 +377,8 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
                     if k == 0:
                         c_t, c_f, c_b = time_s, flops, nbytes
                     else:
-                        c_t, c_f, c_b = price_step(price, 0, plan_chunk, plan_ctx, 0, num_decode, ctx, num_decode)
+                        c_t, c_f, c_b = price_parts(kind, roof, steps_pack, measured, 0, plan_chunk, plan_ctx, 0,
+                                                    num_decode, ctx, num_decode)
                         priced = k
                         if math.isnan(c_t):
                             return UNPRICED
@@ -392,7 +394,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, price, req, reqf, waiting_all, heap
                     ctx += num_decode
                     if t >= check_s:
                         break
-                if not note_unpriced_decode_steps(price, num_decode, decode_ctx + (priced + 1) * num_decode,
+                if not note_unpriced_decode_steps(kind, measured, num_decode, decode_ctx + (priced + 1) * num_decode,
                                                   limit - priced - 1):
                     return UNPRICED
                 if k_steps > 1:

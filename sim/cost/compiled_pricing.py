@@ -26,11 +26,19 @@ def pricer(roofline_params: tuple, steps_params: tuple | None = None, measured_p
             measured_params if measured_params is not None else measured_kernel.empty())
 
 
-# Inlined into the core: a call passes the whole pack (31 arrays) as arguments, and the planner's probes ran ~12%
-# faster without that call.
-@njit(cache=True, inline="always")
+@njit(cache=True)
 def price_step(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled):
     kind, roof, steps, measured = price
+    return price_parts(kind, roof, steps, measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
+                       decode_ctx, num_sampled)
+
+
+# The core unpacks the pack once per call and prices with its parts: taking a nested tuple apart takes and drops a
+# reference to each of its 31 arrays (atomic operations), which at every step cost more than the pricing. Inlined
+# into the core: a call would pass the parts as arguments.
+@njit(cache=True, inline="always")
+def price_parts(kind, roof, steps, measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
+                decode_ctx, num_sampled):
     time_s, flops, nbytes = roofline_kernel.step_cost(roof, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
                                                       num_decode_seqs, decode_ctx, num_sampled)
     if kind == KIND_STEPS:
@@ -43,10 +51,11 @@ def price_step(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
 
 
 @njit(cache=True)
-def note_unpriced_decode_steps(price, num_seqs, first_ctx, num_steps):
+def note_unpriced_decode_steps(kind, measured, num_seqs, first_ctx, num_steps):
     """A decode run's steps the core did not price, though the Python engine prices a run's whole limit up front
     (`decode_step_costs`): what pricing them would note (the measured kernels' points outside their tables; no
-    other pricer notes anything). False: the note log is full."""
-    if price[0] != KIND_MEASURED or num_steps <= 0:
+    other pricer notes anything). `kind` and `measured`: the pack's kind and measured part. False: the note log
+    is full."""
+    if kind != KIND_MEASURED or num_steps <= 0:
         return True
-    return measured_kernel.note_decode_points(price[3], num_seqs, first_ctx, num_steps)
+    return measured_kernel.note_decode_points(measured, num_seqs, first_ctx, num_steps)

@@ -200,7 +200,7 @@ def test_a_decode_runs_unpriced_steps_note_the_attention_points_the_python_model
             cm.decode_step_costs(batch, first_ctx, steps)
             python = {n for n in cm.notes if n.startswith("decode attention")}
             pack = cm.compiled_params()
-            assert note_unpriced_decode_steps(pack, batch, first_ctx, steps)
+            assert note_unpriced_decode_steps(pack[0], pack[3], batch, first_ctx, steps)
             *_, note_log, note_count = pack[3]
             cm.notes.clear()
             cm.note_compiled_outside(note_log[:note_count[0]])
