@@ -400,15 +400,19 @@ def saturated_rate(raw: dict, cost_model: Callable[[], Any] | None = None, cache
     return rate
 
 
+def _in_turn(group: tuple, run_one: Callable) -> list:
+    """`run_one(task, neighbour)` for each task of a group in turn, `neighbour` being the answer before it (None
+    for the first, and for every one when the settings are exhaustive)."""
+    answers: list = []
+    for task in group:
+        answers.append(run_one(task, answers[-1] if answers and not task.settings.exhaustive else None))
+    return answers
+
+
 def search_candidates(group: tuple[CandidateTask, ...]) -> list[CandidateOutcome]:
     """Phase 1 for candidates that differ only in their policy (one GPU, TP and PP), one after the other: each
-    search starts from the bracket of the one before it (`max_sustainable_rate`'s `neighbour`), unless the
-    settings are exhaustive."""
-    outcomes: list[CandidateOutcome] = []
-    for task in group:
-        before = outcomes[-1] if outcomes and not task.settings.exhaustive else None
-        outcomes.append(search_candidate(task, before))
-    return outcomes
+    search starts from the bracket of the one before it (`max_sustainable_rate`'s `neighbour`)."""
+    return _in_turn(group, search_candidate)
 
 
 def search_candidate(task: CandidateTask, neighbour: CandidateOutcome | None = None) -> CandidateOutcome:
@@ -488,12 +492,8 @@ class CurveTask:
 
 def curves_for(group: tuple[CurveTask, ...]) -> list[CurveOutcome]:
     """Phase 2 for top candidates with the same GPU, TP, PP and replica count, one after the other: each search
-    starts from the bracket of the one before it (unless the settings are exhaustive)."""
-    curves: list[CurveOutcome] = []
-    for task in group:
-        before = curves[-1] if curves and not task.settings.exhaustive else None
-        curves.append(curve_for(task, before))
-    return curves
+    starts from the bracket of the one before it."""
+    return _in_turn(group, curve_for)
 
 
 def curve_for(task: CurveTask, neighbour: CurveOutcome | None = None) -> CurveOutcome:
