@@ -197,31 +197,33 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
             _admit_arrivals_at(t_arr, sr, fr, sg, sf, cfg, req, reqf, waiting)
             sf[F_NOW] = t_arr
             # The idle replicas an arrival woke plan a step now (every arrival at this time is in by then).
-            for r in range(num_replicas):
-                if sr[r, I_BUSY] == 0 and sr[r, I_W_COUNT] > 0:
-                    code = _start_step(r, t_arr, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, req, reqf,
-                                       waiting, heap, bucket, plan, pf_snap, run_tmp)
-                    if code != 0:
-                        return code
-            continue
-        _finish_step(r_end, sr, fr, sg, sf, cfg, req, reqf, heap, bucket, plan, run_tmp, row_i, row_f, run_dur,
-                     run_i)
-        sf[F_NOW] = t_end
-        sf[F_LAST_EVENT] = t_end
-        if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:  # the engine asks its stop rule after this step
-            sf[F_CHECK] = t_end + stop[S_EVERY]
-            sg[G_NUM_CHECKS] += 1
-            if _certain_miss(stop, t_end, sr, sg, req, reqf, waiting):
-                sg[G_STOPPED] = 1
-                sf[F_STOPPED_AT] = t_end
-        if sg[G_STOPPED] == 0:  # the replica plans its next step at once
-            code = _start_step(r_end, t_end, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, req, reqf,
-                               waiting, heap, bucket, plan, pf_snap, run_tmp)
+            now, r_first, r_stop, woken_only = t_arr, 0, num_replicas, True
+        else:
+            _finish_step(r_end, sr, fr, sg, sf, cfg, req, reqf, heap, bucket, plan, run_tmp, row_i, row_f, run_dur,
+                         run_i)
+            sf[F_NOW] = t_end
+            sf[F_LAST_EVENT] = t_end
+            if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:  # the engine asks its stop rule after this step
+                sf[F_CHECK] = t_end + stop[S_EVERY]
+                sg[G_NUM_CHECKS] += 1
+                if _certain_miss(stop, t_end, sr, sg, req, reqf, waiting):
+                    sg[G_STOPPED] = 1
+                    sf[F_STOPPED_AT] = t_end
+            if sg[G_STOPPED] != 0:
+                continue
+            now, r_first, r_stop, woken_only = t_end, r_end, r_end + 1, False  # it plans its next step at once
+        # One call site: `_start_step` is inlined here, so the pricer's parts are not passed at every step (a
+        # call takes and drops a reference to each array it is passed).
+        for r in range(r_first, r_stop):
+            if woken_only and (sr[r, I_BUSY] != 0 or sr[r, I_W_COUNT] == 0):
+                continue
+            code = _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, req, reqf, waiting,
+                               heap, bucket, plan, pf_snap, run_tmp)
             if code != 0:
                 return code
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, req, reqf, waiting_all, heap_all,
                 bucket_all, plan_all, pf_snap, run_tmp):
     """`ContinuousScheduler.schedule(now)` for replica r and the price of its step (a decode run where one
