@@ -35,7 +35,8 @@ def price_step(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
 
 # The core unpacks the pack once per call and prices with its parts: taking a nested tuple apart takes and drops a
 # reference to each of its 31 arrays (atomic operations), which at every step cost more than the pricing. Inlined
-# into the core: a call would pass the parts as arguments.
+# into the core, with the pricers' `step_cost` / `step_time`: a call would pass the parts as arguments, with the
+# same reference counting (their helpers stay calls: inlining those too gave nothing and doubled the compile time).
 @njit(cache=True, inline="always")
 def price_parts(kind, roof, steps, measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
                 decode_ctx, num_sampled):

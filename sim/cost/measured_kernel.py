@@ -221,7 +221,9 @@ def _max3(a, b, c):
     return m
 
 
-@njit(cache=True)
+# Inlined into the core (`compiled_pricing.price_parts`): a call would take and drop a reference to each array
+# of the pack it is passed, with atomic operations, at every step.
+@njit(cache=True, inline="always")
 def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled):
     """`MeasuredCostModel.step_cost(plan).time_s` for a plan of single-token decodes without swaps; NaN when a
     point lies outside the measured tables (the Python model would add a note)."""

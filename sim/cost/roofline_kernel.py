@@ -75,7 +75,9 @@ def _matmuls(mm, first, end, num_tokens, wbpp, fps, bps):
     return layer_s, layer_flops, layer_bytes
 
 
-@njit(cache=True)
+# Inlined into the core (`compiled_pricing.price_parts`): a call would take and drop a reference to each array
+# of the pack it is passed, with atomic operations, at every step.
+@njit(cache=True, inline="always")
 def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
               num_decode_seqs, decode_ctx, num_sampled):
     """`RooflineCostModel.step_cost` of a plan without drafts, padding, swaps or MoE layers, the same

@@ -64,7 +64,9 @@ def _ratio(u, v, x):
     return math.exp(v[i] * (1 - w) + v[i + 1] * w)
 
 
-@njit(cache=True)
+# Inlined into the core (`compiled_pricing.price_parts`): a call would take and drop a reference to each array
+# of the pack it is passed, with atomic operations, at every step.
+@njit(cache=True, inline="always")
 def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled):
     """`StepProfileCostModel.step_cost(plan).time_s` for a plan of single-token decodes without swaps."""
     s, linear, tok_u, tok_v, pf_u, pf_v, dc_u, dc_v = params
