@@ -68,7 +68,9 @@ NUM_CFG = 8
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
 # these two arrays, not one array each: numba passes every array argument as several machine words, and with
-# ~60 of them a call to `_start_step` cost more than the scheduling it does.
+# ~60 of them a call to `_start_step` cost more than the scheduling it does. The functions below index them in
+# place (`req[Q_OUT, rid]`), as they do the per-replica state (`sr[r, I_CLOCK]`), and take no row views: a view
+# takes and drops a reference to its array with atomic operations, which perf found to be a third of the time.
 (Q_PROMPT, Q_MAX_OUT, Q_COMPUTED, Q_OUT, Q_ANCHOR, Q_BLOCKS, Q_STATE, Q_PREEMPTIONS, Q_REP, Q_RUN_NEXT, Q_RUN_PREV,
  Q_PF_NEXT, Q_PF_PREV, Q_STAMP, Q_FIN_ORDER) = range(15)
 NUM_Q = 15
