@@ -194,18 +194,27 @@ def _cell(value: Any) -> Any:
 
 # ---------------------------------------------------------------------------------------- backends
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity, as `taskset` sets it), not every CPU of the machine."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # no affinity outside Linux
+        return os.cpu_count() or 1
+
+
 def run_tasks(tasks: list, fn: Callable, *, backend: str = "process", workers: int | None = None,
               address: str | None = None) -> Iterator[tuple[Any, Any]]:
-    """Yield (task, fn(task)) as tasks finish, on the chosen backend."""
+    """Yield (task, fn(task)) as tasks finish, on the chosen backend; a process pool has a worker per usable CPU
+    unless `workers` says otherwise (one: the tasks run here, in turn)."""
     if backend not in BACKENDS:
         raise ConfigError(f"--backend: {backend!r} is not a backend; allowed: {', '.join(BACKENDS)}")
     if not tasks:
         return
-    if backend == "serial" or (backend == "process" and (workers or os.cpu_count() or 1) == 1):
+    if backend == "serial" or (backend == "process" and (workers or usable_cpus()) == 1):
         for task in tasks:
             yield task, fn(task)
     elif backend == "process":
-        yield from _run_process_pool(tasks, fn, workers or os.cpu_count() or 1)
+        yield from _run_process_pool(tasks, fn, workers or usable_cpus())
     else:
         yield from _run_ray(tasks, fn, workers, address)
 
@@ -238,7 +247,7 @@ def _run_ray(tasks, fn, workers: int | None, address: str | None):
             if address:
                 ray.init(address=address, log_to_driver=False)
             else:
-                ray.init(num_cpus=workers or os.cpu_count(), include_dashboard=False, log_to_driver=False,
+                ray.init(num_cpus=workers or usable_cpus(), include_dashboard=False, log_to_driver=False,
                          _node_ip_address="127.0.0.1")
         except (ConnectionError, RuntimeError, ValueError) as err:
             raise ServeSimError(f"--address: cannot connect to a Ray cluster at {address!r}: {err}") from None

@@ -202,7 +202,12 @@ def _task_progress(label: str):
 
 
 BackendOption = typer.Option("process", "--backend", help="process (local pool, every core), ray, or serial")
-WorkersOption = typer.Option(None, "--workers", help="parallel workers (default: every core)")
+# A plan's searches are short: a process pool's start-up (every worker imports the simulator and loads the compiled
+# core, once for the searches and again for the details) costs more than it saves on a few cores
+# (scenarios/capacity_plan.yaml on the 2-core development machine: 4.4 s serial, 7.0 s in a pool).
+PlanBackendOption = typer.Option("serial", "--backend", help="serial (the default: a plan's searches are short), "
+                                 "process (local pool, every core) or ray, for plans of long simulations")
+WorkersOption = typer.Option(None, "--workers", help="parallel workers (default: every core this process may use)")
 AddressOption = typer.Option(None, "--address", help="ray: address of an existing cluster (default: start a local one)")
 
 
@@ -264,7 +269,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
          price: Optional[list[str]] = typer.Option(None, "--price", help="GPU=USD per GPU-hour (repeatable)"),
          out: Optional[Path] = typer.Option(None, help="output folder (default: out/plan-<scenario>)"),
          report: Optional[Path] = typer.Option(None, "--report", help="also write the HTML report here"),
-         backend: str = BackendOption, workers: Optional[int] = WorkersOption,
+         backend: str = PlanBackendOption, workers: Optional[int] = WorkersOption,
          address: Optional[str] = AddressOption,
          exhaustive: bool = typer.Option(False, "--exhaustive", help="run every simulation to its end, from "
                                          "scratch, each search from its own start (slower; the same answer where "

@@ -248,3 +248,17 @@ def test_set_rate_on_an_invalid_arrival_names_the_field_as_the_file_would():
     raw = {"workload": {"arrival": {"kind": "gamma", "rate_per_s": 3}}}
     with pytest.raises(ConfigError, match=r"^workload\.arrival\.cv: missing for kind 'gamma'"):
         set_rate(raw, 7.0)
+
+
+def _pid(_task) -> int:
+    return os.getpid()
+
+
+@pytest.mark.skipif(not hasattr(os, "sched_getaffinity"), reason="CPU affinity is Linux-only")
+def test_a_process_pool_has_a_worker_per_cpu_this_process_may_use(monkeypatch):
+    # Pinned to one CPU (taskset -c 1 on a bigger machine): the tasks run here, in turn, not in a pool of workers
+    # sharing that CPU.
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {1})
+    assert sweep_mod.usable_cpus() == 1
+    pids = {pid for _, pid in sweep_mod.run_tasks([1, 2, 3], _pid, backend="process")}
+    assert pids == {os.getpid()}
