@@ -318,9 +318,9 @@ class ReplicaCounters:
     window_freed_blocks: int | None = None  # paged blocks freed as they fell out of the sliding window; None: no window
 
 
-# The latencies a lean summary (`summarize(lean=True)`) keeps, and the utilization keys.
-LEAN_LATENCIES = ("ttft_s", "tpot_s", "e2e_s")
-LEAN_UTILIZATION = ("mean_batch_size", "busy_fraction", "kv_token_share")
+# The request latencies whose mean and percentiles a summary gives; a lean one (`summarize(lean=True)`) the first three.
+LATENCIES = ("ttft_s", "tpot_s", "e2e_s", "queueing_s", "normalized_latency_s")
+LEAN_LATENCIES = LATENCIES[:3]
 
 
 def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, elapsed_s: float, slo, gpu,
@@ -336,25 +336,22 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
     `decode_runs`: the steps inside the step log's decode runs, so that step-weighted and time-weighted
     metrics count each step as step-by-step simulation does (see `DecodeRuns`).
     `lean`: only what a capacity planner reads of its hundreds of runs: the counts, throughput, the
-    percentiles of TTFT, TPOT and E2E (LEAN_LATENCIES), preemptions, the SLO keys and LEAN_UTILIZATION. Each
-    is the full summary's value (tests/unit/test_results.py compares them); the other keys are left out."""
+    percentiles of TTFT, TPOT and E2E (LEAN_LATENCIES), preemptions, the SLO keys, the batch size, the busy
+    fraction and the KV token share. Each is the full summary's value (tests/integration/test_lean_summary.py
+    compares them); the other keys are left out."""
     requests, steps = as_requests(requests), as_table(steps)
     fin = requests[requests["finished"]]
     elapsed = max(elapsed_s, 1e-12)
     s = request_counts(requests, fin, elapsed_s, num_generated)
     s.update(throughput(requests, fin, steps, elapsed))
-    if lean:
-        for col in LEAN_LATENCIES:
-            s.update(_stats(_floats(fin, col), col))
-    else:
-        s.update(latencies(fin, steps, decode_runs))
+    s.update(latencies(fin, steps, decode_runs, lean=lean))
     s["preemptions"] = int(requests["preemptions"].sum())
     s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0 and s["num_rejected"] == 0,
                          known=s if lean else None))
+    s.update(utilization(steps, elapsed, gpu, contiguous=replicas[0].kv_layout == "contiguous", runs=decode_runs,
+                         lean=lean))
     if lean:
-        s.update(_lean_utilization(steps, elapsed, decode_runs))
         return s
-    s.update(utilization(steps, elapsed, gpu, contiguous=replicas[0].kv_layout == "contiguous", runs=decode_runs))
     s.update(littles_law(requests, fin, in_system_area, elapsed))
     s.update(kv_memory(steps, replicas, kv_bytes_per_token, decode_runs))
     s.update(speculation_metrics(replicas))
@@ -502,12 +499,16 @@ def _step_durations_and_decodes(steps: Table, runs: DecodeRuns | None) -> tuple[
     return durations, real_decodes
 
 
-def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> dict:
-    """Mean and percentiles of the finished requests' latencies, and the inter-token latency."""
+def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: DecodeRuns | None = None, *,
+              lean: bool = False) -> dict:
+    """Mean and percentiles of the finished requests' latencies, and the inter-token latency. `lean`: only
+    LEAN_LATENCIES, no inter-token latency."""
     fin, steps = as_requests(fin), as_table(steps)
     s: dict = {}
-    for col in ("ttft_s", "tpot_s", "e2e_s", "queueing_s", "normalized_latency_s"):
+    for col in LEAN_LATENCIES if lean else LATENCIES:
         s.update(_stats(_floats(fin, col), col))
+    if lean:
+        return s
     # Inter-token latency: a decoding token's gap is its step's duration (decodes run every step).
     durations, real_decodes = _step_durations_and_decodes(steps, runs)
     s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
@@ -553,8 +554,9 @@ def slo_metrics(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, slo, 
 
 
 def utilization(steps: Table | pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = False,
-                runs: DecodeRuns | None = None) -> dict:
-    """Batch size, busy time, the time-weighted split of KV memory, and bandwidth/compute utilization.
+                runs: DecodeRuns | None = None, lean: bool = False) -> dict:
+    """Batch size, busy time, the time-weighted split of KV memory, and bandwidth/compute utilization
+    (`lean`: the batch size, the busy fraction and the KV token share only).
 
     The KV split, as shares of the whole capacity, time-weighted: token states + reserved + internal +
     external + free (`kv_free_fraction`: free memory an allocation can use) = 1. External fragmentation
@@ -578,13 +580,14 @@ def utilization(steps: Table | pd.DataFrame, elapsed: float, gpu, *, contiguous:
     s["mean_batch_size"] = float((steps["num_seqs"] * counts).sum() / counts.sum()) if len(steps) else 0.0
     s["busy_fraction"] = busy / elapsed / max(1, len(np.unique(steps["replica"])) if len(steps) else 1)
     if busy > 0:
-        area = kv_slot_seconds(steps, runs, KV_TIME_WEIGHTED[:5])
-        cap = float(area["kv_capacity_slots"].sum())
-        tok = float(area["kv_token_slots"].sum())
-        res = float(area["kv_reserved_slots"].sum())
-        internal = float(area["kv_internal_slots"].sum())
-        external = float(area["kv_external_slots"].sum())
+        # (`lean`: the token share alone, which needs no capacity; KV_TIME_WEIGHTED[0] is the capacity)
+        area = kv_slot_seconds(steps, runs, KV_TIME_WEIGHTED[1:5] if lean else KV_TIME_WEIGHTED[:5])
+        tok, res, internal, external = (float(area[col].sum()) for col in KV_TIME_WEIGHTED[1:5])
         used = tok + res + internal + external
+        if lean:
+            s["kv_token_share"] = tok / used if used else math.nan
+            return s
+        cap = float(area["kv_capacity_slots"].sum())
         s["kv_token_fraction"] = tok / cap
         s["kv_reserved_fraction"] = res / cap
         s["kv_internal_fraction"] = internal / cap
@@ -596,23 +599,6 @@ def utilization(steps: Table | pd.DataFrame, elapsed: float, gpu, *, contiguous:
         s["kv_fig2_free_fraction"] = 0.0 if contiguous else free / cap
         s["mbu"] = float(steps["bytes"].sum()) / (busy * gpu.hbm_bytes_per_s)
         s["mfu"] = float(steps["flops"].sum()) / (busy * gpu.bf16_flops_per_s)
-    return s
-
-
-def _lean_utilization(steps: Table, elapsed: float, runs: DecodeRuns | None) -> dict:
-    """`utilization`'s LEAN_UTILIZATION keys, by the same arithmetic (its other keys need the capacity's
-    slot-seconds and the GPU's peaks)."""
-    durations = _floats(steps, "duration_s")
-    busy = float(durations.sum())
-    counts = np.asarray(steps["num_steps"]) if "num_steps" in steps else np.ones(len(steps), dtype=np.int64)
-    s = {"mean_batch_size": float((steps["num_seqs"] * counts).sum() / counts.sum()) if len(steps) else 0.0,
-         "busy_fraction": busy / elapsed / max(1, len(np.unique(steps["replica"])) if len(steps) else 1)}
-    if busy > 0:
-        area = kv_slot_seconds(steps, runs, KV_TIME_WEIGHTED[1:5])
-        tok = float(area["kv_token_slots"].sum())
-        used = (tok + float(area["kv_reserved_slots"].sum()) + float(area["kv_internal_slots"].sum())
-                + float(area["kv_external_slots"].sum()))
-        s["kv_token_share"] = tok / used if used else math.nan
     return s
 
 

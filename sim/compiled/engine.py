@@ -13,6 +13,7 @@ which ran and why.
 from __future__ import annotations
 
 import math
+
 import numpy as np
 
 from sim.core.request import Request
@@ -145,7 +146,7 @@ def run_compiled(sim) -> bool:
     cfg[k.C_NUM_BLOCKS], cfg[k.C_BLOCK_SIZE], cfg[k.C_FAST_DECODE] = kv.num_blocks, kv.block_size, sim.fast_decode
     cfg[k.C_ROUTER] = k.ROUTER_ROUND_ROBIN if type(sim.router) is RoundRobinRouter else k.ROUTER_LEAST_OUTSTANDING
 
-    computed, out, blocks, preemptions = req[k.Q_COMPUTED], req[k.Q_OUT], req[k.Q_BLOCKS], req[k.Q_PREEMPTIONS]
+    out, preemptions = req[k.Q_OUT], req[k.Q_PREEMPTIONS]
     anchor, rep, state = req[k.Q_ANCHOR], req[k.Q_REP], req[k.Q_STATE]
     anchor[:] = -1
     req[[k.Q_RUN_NEXT, k.Q_RUN_PREV, k.Q_PF_NEXT, k.Q_PF_PREV]] = -1

@@ -12,10 +12,20 @@ from __future__ import annotations
 
 from numba import njit
 
-from sim.cost import measured_kernel, numba_cache, roofline_kernel, steps_kernel  # noqa: F401  (numba_cache: drops
-# stale numba caches before anything loads)
+# (numba_cache: drops stale numba caches before anything loads)
+from sim.cost import measured_kernel, numba_cache, roofline_kernel, steps_kernel  # noqa: F401
 
 KIND_ROOFLINE, KIND_STEPS, KIND_MEASURED = 0, 1, 2
+
+
+def reused_pack(model, build) -> tuple:
+    """`build()` (a fresh pack), or, for a model with `reuse_compiled_pack` set, the pack built on the first call,
+    kept on the model (`RooflineCostModel.reuse_compiled_pack`)."""
+    if not model.reuse_compiled_pack:
+        return build()
+    if model.__dict__.get("_compiled_pack") is None:
+        model._compiled_pack = build()
+    return model._compiled_pack
 
 
 def pricer(roofline_params: tuple, steps_params: tuple | None = None, measured_params: tuple | None = None) -> tuple:

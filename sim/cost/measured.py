@@ -597,14 +597,12 @@ class MeasuredCostModel:
         if counts is None:
             return None
         from sim.cost import compiled_pricing, measured_kernel
-        if not self.reuse_compiled_pack:
-            return compiled_pricing.pricer(counts[1], measured_params=measured_kernel.pack(self))  # the roofline's pack
-        # One pack for every run (RooflineCostModel.reuse_compiled_pack): its memos stay filled, as this model's
-        # caches do (`_dense_cache`); its note log starts empty, for `note_compiled_outside` after each run.
-        if getattr(self, "_compiled_pack", None) is None:
-            self._compiled_pack = compiled_pricing.pricer(counts[1], measured_params=measured_kernel.pack(self))
-        measured_kernel.clear_notes(self._compiled_pack[3])
-        return self._compiled_pack
+        # (counts[1]: the roofline's pack.) A reused pack keeps its memos filled, as this model's caches do
+        # (`_dense_cache`); its note log starts empty, for `note_compiled_outside` after each run.
+        pack = compiled_pricing.reused_pack(
+            self, lambda: compiled_pricing.pricer(counts[1], measured_params=measured_kernel.pack(self)))
+        measured_kernel.clear_notes(pack[3])
+        return pack
 
     def note_compiled_outside(self, points) -> None:
         """Note the points the compiled core priced outside the tables (rows of `measured_kernel`'s note log:

@@ -187,11 +187,7 @@ class RooflineCostModel:
             from sim.cost import compiled_pricing, roofline_kernel
         except ImportError:  # numba is an optional extra
             return None
-        if not self.reuse_compiled_pack:
-            return compiled_pricing.pricer(roofline_kernel.pack(self))
-        if getattr(self, "_compiled_pack", None) is None:
-            self._compiled_pack = compiled_pricing.pricer(roofline_kernel.pack(self))
-        return self._compiled_pack
+        return compiled_pricing.reused_pack(self, lambda: compiled_pricing.pricer(roofline_kernel.pack(self)))
 
     def _decode_constants(self, num_seqs: int) -> tuple:
         """The parts of a decode-only step of `num_seqs` single-token decodes that do not depend on the

@@ -309,9 +309,9 @@ def max_sustainable_rate(passes: Callable[[float], bool], start_rate: float, tol
     answer is the one the full search gives: every rate that search probes is on the neighbour's path, below
     its passed rate or above its failed one, so it gets the neighbour's verdicts and takes the same path.
     """
-    if neighbour is not None and 0 < neighbour[0] < neighbour[1] < math.inf:
-        if passes(neighbour[0]) and not passes(neighbour[1]):
-            return neighbour
+    if (neighbour is not None and 0 < neighbour[0] < neighbour[1] < math.inf
+            and passes(neighbour[0]) and not passes(neighbour[1])):
+        return neighbour
     ok, bad = 0.0, math.inf
     rate = start_rate
     while True:
@@ -436,9 +436,10 @@ def search_candidate(task: CandidateTask, neighbour: CandidateOutcome | None = N
                 f"{saturated:.3g} req/s when saturated (SLOs aside), so {s.max_replicas} replicas "
                 f"(search.max_replicas) serve about {reach:.3g} req/s at most",
                 saturated_rate_per_replica=saturated, reachable_rate_per_s=reach, evaluations=evaluate.evaluations)
-        start = min(s.target_rate_per_s, CEILING_MARGIN * saturated)  # the target itself wherever it is in reach
+        start = _search_start(s, saturated)
         bracket = None
-        if neighbour is not None and neighbour.status != "excluded" and start == _search_start(s, neighbour):
+        if neighbour is not None and start == _search_start(s, neighbour.saturated_rate_per_replica):
+            # (a neighbour that did not search has NaN rates, which max_sustainable_rate does not take)
             bracket = (neighbour.max_rate_per_replica, neighbour.failed_rate_per_replica)
         ok, bad = max_sustainable_rate(lambda r: evaluate(1, r, verdict_only=True).slo_met, start,
                                        s.rate_tolerance, start / 1024, bracket)
@@ -476,9 +477,9 @@ def search_candidate(task: CandidateTask, neighbour: CandidateOutcome | None = N
     return out
 
 
-def _search_start(s: PlanSettings, outcome: CandidateOutcome) -> float:
-    """Where a candidate's rate search started (NaN: it did not search)."""
-    return min(s.target_rate_per_s, CEILING_MARGIN * outcome.saturated_rate_per_replica)
+def _search_start(s: PlanSettings, saturated_rate_per_replica: float) -> float:
+    """Where a candidate's rate search starts: the target itself wherever it is in reach."""
+    return min(s.target_rate_per_s, CEILING_MARGIN * saturated_rate_per_replica)
 
 
 @dataclass(frozen=True)
