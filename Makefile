@@ -49,8 +49,9 @@ $(FIDELITY_VENV)/.installed:
 	$(FIDELITY_PIP) uninstall -y torchvision torchaudio torchcodec
 	touch $@
 
-# Fidelity against vLLM: calibrate, record three loads x 3 repeats (under the CPU quiet protocol,
-# ~10 min), compare; reports under out/fidelity/compare-*/.
+# Fidelity against vLLM: the study matrix (calibrate/fidelity/run_all.sh: kernel profiles, calibration and
+# cell recordings under the CPU quiet protocol, three cost models compared); report at out/fidelity/study.md.
+# Long: with 50 requests per cell it took ~85 min for two shapes on a 2-core AVX2 EPYC (benchmarks/RESULTS.md).
 fidelity: $(VENV)/.installed-dev $(FIDELITY_VENV)/.installed
 	calibrate/fidelity/run_all.sh
 

@@ -45,6 +45,8 @@ def record(
     load: list[str] = typer.Option(DEFAULT_LOADS, help="NAME=RATE_PER_S, repeatable"),
     num_requests: int = typer.Option(100, min=1),
     repeats: int = typer.Option(3, min=1),
+    first_repeat: int = typer.Option(1, min=1, help="number of the first repeat folder (repeat-K): run_all.sh "
+                                     "records one repeat round at a time, a calibration round before each"),
     first_row: int = typer.Option(0, min=0, help="first request of the generated workload (a trace's row)"),
     raw_lengths: bool = typer.Option(False, help="keep generated lengths (default: divide and clip them to fit a CPU)"),
     kv_tokens: int = typer.Option(8192, min=1, help="KV cache capacity in tokens (vLLM gets the bytes for them)"),
@@ -56,7 +58,8 @@ def record(
     seed: int = typer.Option(0, min=0),
     dry_run: bool = typer.Option(False, help="check the options and print the schedules; start no engine"),
 ) -> None:
-    """Replay each load REPEATS times against vLLM (interleaved: repeat 1 of every load, then 2, ...)."""
+    """Replay each load REPEATS times against vLLM (interleaved: repeat 1 of every load, then 2, ...) into
+    OUT/<load>/repeat-<FIRST_REPEAT>, repeat-<FIRST_REPEAT + 1>, ..."""
     import time
 
     from calibrate.arch import load_model
@@ -102,7 +105,7 @@ def record(
     engine, num_blocks = start_engine(shape, settings, seed=seed)
     recorder = StepRecorder(engine)
     phases = {"engine_start_s": round(time.perf_counter() - started, 2)}
-    for k in range(1, repeats + 1):
+    for k in range(first_repeat, first_repeat + repeats):
         for name, schedule in schedules.items():
             replay_started = time.perf_counter()
             requests, steps = replay(engine, schedule, shape, seed=seed, recorder=recorder)
@@ -212,15 +215,20 @@ def study_report(
     out_dir: Path = typer.Argument(..., help="the study's OUT folder (calibrate/fidelity/run_all.sh)"),
     out: Path = typer.Option(..., help="the markdown report to write (a CSV beside it)"),
 ) -> None:
-    """One report of every comparison in the study matrix."""
+    """One report of every comparison in the study matrix, and of the reference's own noise (vLLM's repeats
+    against each other, the host's speed per recording: calibrate/fidelity/noise.py)."""
     from sim.atomic_files import atomic_write_text
 
+    from .noise import noise_markdown, self_agreement, speed_index
     from .study import collect, goal_summary, study_markdown
 
     frame = collect(out_dir)
-    atomic_write_text(out, study_markdown(out_dir, frame))
+    agreement, speed = self_agreement(out_dir), speed_index(out_dir)
+    atomic_write_text(out, study_markdown(out_dir, frame) + "\n" + noise_markdown(agreement, speed))
     atomic_write_text(out.with_suffix(".csv"), frame.to_csv(index=False))
     atomic_write_text(out.with_name(out.stem + "-goals.csv"), goal_summary(frame).to_csv(index=False))
+    atomic_write_text(out.with_name(out.stem + "-self-agreement.csv"), agreement.to_csv(index=False))
+    atomic_write_text(out.with_name(out.stem + "-speed.csv"), speed.to_csv(index=False))
     print(f"study report: {out} ({len(frame)} comparisons)")
 
 

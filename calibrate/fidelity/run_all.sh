@@ -7,8 +7,9 @@
 #     engine    - the same kernels + vLLM's per-step overhead fitted on a calibration run (`fit-overhead`)
 #     steps     - a step model fitted to the calibration run's recorded steps (`fit-steps`, K-fold CV)
 # Measurements run under the CPU quiet protocol; the calibration run (CALIB_WORKLOAD from its request 1000,
-# designed to cover the cells' batch sizes and contexts: workloads/calibration.yaml) is never compared.
-# Settings: OUT REPEATS MODELS WORKLOADS LOADS CALIB_WORKLOAD CALIB_RATE CALIB_REQUESTS NUM_REQUESTS KV_TOKENS
+# designed to cover the cells' batch sizes and contexts: workloads/calibration.yaml) is never compared. It is
+# recorded in CALIB_ROUNDS repeats, one before each repeat round of the cells, and fitted once on all of them.
+# Settings: OUT REPEATS MODELS WORKLOADS LOADS CALIB_WORKLOAD CALIB_RATE CALIB_REQUESTS CALIB_ROUNDS NUM_REQUESTS KV_TOKENS
 #           THREADS DTYPE (bfloat16|float32; default by the CPU flags).
 # Usage: calibrate/fidelity/run_all.sh [--dry-run]   (--dry-run: parse every option, build every schedule,
 #        print the commands; no engine, no timing). Settings from the environment (defaults below).
@@ -31,6 +32,13 @@ CALIB_RATE=${CALIB_RATE:-3.0}  # the calibration run's rate (req/s); near satura
 NUM_REQUESTS=${NUM_REQUESTS:-100}  # per run
 CALIB_WORKLOAD=${CALIB_WORKLOAD:-calibrate/fidelity/workloads/calibration.yaml}
 CALIB_REQUESTS=${CALIB_REQUESTS:-100}  # the calibration run's requests (its steps are what fit-steps fits)
+CALIB_ROUNDS=${CALIB_ROUNDS:-$REPEATS}  # calibration repeats, one before each of the first CALIB_ROUNDS repeat rounds
+for setting in REPEATS CALIB_ROUNDS; do
+    if ! [[ "${!setting}" =~ ^[1-9][0-9]*$ ]] || { [ "$setting" = CALIB_ROUNDS ] && [ "$CALIB_ROUNDS" -gt "$REPEATS" ]; }; then
+        echo "error: run_all.sh: $setting '${!setting}' is not allowed; allowed: an integer from 1$([ "$setting" = CALIB_ROUNDS ] && echo " to REPEATS ($REPEATS)" || echo " up")" >&2
+        exit 2
+    fi
+done
 KV_TOKENS=${KV_TOKENS:-8192}
 THREADS=${THREADS:-1}
 # Served dtype: bf16 where the CPU has AVX512-BF16 or AMX (fast bf16 GEMMs), else float32 (torch's bf16
@@ -59,17 +67,25 @@ run() {  # print, and run unless dry
 }
 
 measure() {
+    # Repeat rounds: each round records one calibration repeat (while r <= CALIB_ROUNDS), then one repeat of
+    # every workload and load. This host's speed drifts by 10-20% over minutes (benchmarks/RESULTS.md, "How
+    # much of the error is the host"); calibration repeats spread over the session see its average speed,
+    # where one calibration run sees only the minutes it ran in.
     for model in $MODELS; do
         m=$(basename "$model" .yaml)
         run env OMP_NUM_THREADS="$THREADS" "$PYK" -m calibrate run --model "$model" --dtype "$PROFILE_DTYPE" --device cpu \
             --threads "$THREADS" --block-size 32 --grid quick --out "$OUT/$m/profile-kernels" -q
-        run "$PYF" -m calibrate.fidelity record --model "$model" --kv-tokens "$KV_TOKENS" --threads "$THREADS" \
-            --dtype "$DTYPE" --workload "$CALIB_WORKLOAD" --out "$OUT/$m/vllm" --load "calib=$CALIB_RATE" \
-            --first-row 1000 --repeats 1 --num-requests "$CALIB_REQUESTS"
-        for w in $WORKLOADS; do
-            run "$PYF" -m calibrate.fidelity record --model "$model" --kv-tokens "$KV_TOKENS" --threads "$THREADS" \
-                --dtype "$DTYPE" --workload "$w" --out "$OUT/$m/vllm/$(basename "$w" .yaml)" "${load_args[@]}" --repeats "$REPEATS" \
-                --num-requests "$NUM_REQUESTS"
+        for r in $(seq 1 "$REPEATS"); do
+            if [ "$r" -le "$CALIB_ROUNDS" ]; then
+                run "$PYF" -m calibrate.fidelity record --model "$model" --kv-tokens "$KV_TOKENS" --threads "$THREADS" \
+                    --dtype "$DTYPE" --workload "$CALIB_WORKLOAD" --out "$OUT/$m/vllm" --load "calib=$CALIB_RATE" \
+                    --first-row 1000 --repeats 1 --first-repeat "$r" --num-requests "$CALIB_REQUESTS"
+            fi
+            for w in $WORKLOADS; do
+                run "$PYF" -m calibrate.fidelity record --model "$model" --kv-tokens "$KV_TOKENS" --threads "$THREADS" \
+                    --dtype "$DTYPE" --workload "$w" --out "$OUT/$m/vllm/$(basename "$w" .yaml)" "${load_args[@]}" \
+                    --repeats 1 --first-repeat "$r" --num-requests "$NUM_REQUESTS"
+            done
         done
     done
 }
@@ -89,7 +105,7 @@ if [ "$DRY" = 1 ]; then
     measure
 else
     export -f measure run
-    export OUT REPEATS MODELS WORKLOADS LOADS CALIB_WORKLOAD CALIB_RATE CALIB_REQUESTS NUM_REQUESTS KV_TOKENS THREADS DTYPE PROFILE_DTYPE PY PYF PYK DRY
+    export OUT REPEATS MODELS WORKLOADS LOADS CALIB_WORKLOAD CALIB_RATE CALIB_REQUESTS CALIB_ROUNDS NUM_REQUESTS KV_TOKENS THREADS DTYPE PROFILE_DTYPE PY PYF PYK DRY
     export load_args_str="${load_args[*]}"
     mkdir -p "$OUT"
     calibrate/fidelity/quiet.sh bash -c 'set -euo pipefail; load_args=($load_args_str); measure' 2>&1 \

@@ -13,9 +13,9 @@ from pathlib import Path
 import pandas as pd
 
 from sim.cost.engine_steps import (
-    CANDIDATES,
     CrossValidation,
     calibration_coverage,
+    candidates_for,
     cross_validate,
     feature_matrix,
     fit_relative,
@@ -28,8 +28,9 @@ def fit_engine_steps(steps: pd.DataFrame, folds: int) -> tuple[CrossValidation, 
     """Cross-validate the candidates on the recorded steps; coefficients of the chosen one on all rows."""
     plans = [step_plan(r) for r in steps.itertuples()]
     measured = (steps["end_s"] - steps["start_s"]).to_numpy(float)
-    cv = cross_validate(plans, measured, folds)
-    names = CANDIDATES[cv.chosen]
+    candidates = candidates_for(plans)
+    cv = cross_validate(plans, measured, folds, candidates)
+    names = candidates[cv.chosen]
     beta = fit_relative(feature_matrix(plans, names), measured)
     return cv, dict(zip(names, (float(b) for b in beta)))
 

