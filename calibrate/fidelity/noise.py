@@ -21,7 +21,7 @@ import pandas as pd
 
 from sim.cost.engine_steps import feature_matrix, fit_relative
 
-from .compare import load_run, repeat_dirs_of, request_metrics
+from .compare import load_run, relative_error, repeat_dirs_of, request_metrics
 from .overhead import read_steps, step_plan
 from .study import MEAN_GOAL, MEAN_KEYS, P90_GOAL, P90_KEYS
 
@@ -44,14 +44,14 @@ def self_agreement(out: Path, mean_goal: float = MEAN_GOAL, p90_goal: float = P9
     rows = []
     for model, workload, load, path in cell_dirs(out):
         metrics = [request_metrics(f) for f in load_run(path).repeats]
-        for i, mine in enumerate(metrics):
-            others = [m for j, m in enumerate(metrics) if j != i]
+        for folder, mine in zip(repeat_dirs_of(path), metrics):
+            others = [m for m in metrics if m is not mine]
             if not others:
                 continue
-            error = {k: (mine[k] - np.median([o[k] for o in others])) / np.median([o[k] for o in others]) for k in mine}
+            error = {k: relative_error(mine[k], float(np.median([o[k] for o in others]))) for k in mine}
             worst_mean = max(abs(error[k]) for k in MEAN_KEYS)
             worst_p90 = max(abs(error[k]) for k in P90_KEYS)
-            rows.append({"model": model, "workload": workload, "load": load, "repeat": i + 1,
+            rows.append({"model": model, "workload": workload, "load": load, "repeat": folder.name,
                          "worst_mean_error": worst_mean, "worst_p90_error": worst_p90,
                          "means_within_goal": worst_mean <= mean_goal, "p90s_within_goal": worst_p90 <= p90_goal,
                          **{f"{k}_error": v for k, v in error.items()}})
