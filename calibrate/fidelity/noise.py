@@ -31,11 +31,8 @@ CALIBRATION_LOAD = "calib"
 
 def cell_dirs(out: Path) -> list[tuple[str, str, str, Path]]:
     """(model, workload, load, folder) of every recorded cell under a study's OUT (calibration excluded)."""
-    cells = []
-    for first in sorted(Path(out).glob("*/vllm/*/*/repeat-1")):
-        load_dir = first.parent
-        cells.append((load_dir.parents[2].name, load_dir.parent.name, load_dir.name, load_dir))
-    return cells
+    load_dirs = sorted({d.parent for d in Path(out).glob("*/vllm/*/*/repeat-*") if d.is_dir()})
+    return [(d.parents[2].name, d.parent.name, d.name, d) for d in load_dirs]
 
 
 def self_agreement(out: Path, mean_goal: float = MEAN_GOAL, p90_goal: float = P90_GOAL) -> pd.DataFrame:
@@ -64,7 +61,8 @@ def joint_speed_fit(recordings: list[pd.DataFrame], reference: list[int], iterat
 
     Alternates: the step model (non-negative, relative error) on every step divided by its recording's
     factor; each factor the median of its steps' measured / modelled time. Factors are scaled so the
-    `reference` recordings' mean is 1. Returns (factors, coefficients, each step's residual after both).
+    `reference` recordings' mean is 1. Returns (factors, coefficients, per recording its steps' residuals
+    after both).
     """
     plans = [[step_plan(r) for r in steps.itertuples()] for steps in recordings]
     x = np.vstack([feature_matrix(p, SPEED_FEATURES) for p in plans])
@@ -72,17 +70,17 @@ def joint_speed_fit(recordings: list[pd.DataFrame], reference: list[int], iterat
     owner = np.concatenate([np.full(len(s), i) for i, s in enumerate(recordings)])
     factor = np.ones(len(recordings))
     for _ in range(iterations):
-        beta = fit_relative(x, y / factor[owner])
-        modelled = x @ beta
+        modelled = x @ fit_relative(x, y / factor[owner])
         new = np.array([np.median(y[owner == i] / modelled[owner == i]) for i in range(len(recordings))])
         new /= new[reference].mean()
-        if np.allclose(new, factor, rtol=1e-9, atol=0):
-            factor = new
-            break
+        converged = np.allclose(new, factor, rtol=1e-9, atol=0)
         factor = new
+        if converged:
+            break
     beta = fit_relative(x, y / factor[owner])
     residual = y / (x @ beta * factor[owner]) - 1
-    return factor, dict(zip(SPEED_FEATURES, (float(b) for b in beta))), residual
+    return (factor, dict(zip(SPEED_FEATURES, (float(b) for b in beta))),
+            [residual[owner == i] for i in range(len(recordings))])
 
 
 def speed_index(out: Path) -> pd.DataFrame:
@@ -101,12 +99,11 @@ def speed_index(out: Path) -> pd.DataFrame:
             continue
         recordings = [read_steps([d]) for _, _, d in dirs]
         reference = [i for i, (w, _, _) in enumerate(dirs) if w == CALIBRATION_LOAD] or list(range(len(dirs)))
-        factor, _, residual = joint_speed_fit(recordings, reference)
-        owner = np.concatenate([np.full(len(s), i) for i, s in enumerate(recordings)])
+        factor, _, residuals = joint_speed_fit(recordings, reference)
         for i, (workload, load, d) in enumerate(dirs):
             rows.append({"model": model, "workload": workload, "load": load, "repeat": d.name,
                          "steps": len(recordings[i]), "speed_index": float(factor[i]),
-                         "median_abs_residual": float(np.median(np.abs(residual[owner == i])))})
+                         "median_abs_residual": float(np.median(np.abs(residuals[i])))})
     return pd.DataFrame(rows)
 
 
@@ -120,11 +117,12 @@ def noise_markdown(agreement: pd.DataFrame, speed: pd.DataFrame) -> str:
         lines += [
             "vLLM against itself: each repeat of a cell against the median of its other repeats, scored as a cost "
             "model is scored.", "",
-            f"- repeats with every mean within 10% of the others: {int(agreement['means_within_goal'].sum())}"
-            f"/{len(agreement)}; with both p90s within 15%: {int(agreement['p90s_within_goal'].sum())}/{len(agreement)}",
-            f"- cells where every repeat has every mean within 10%: {int(cells['means_within_goal'].all().sum())}"
-            f"/{cells.ngroups}; where the median repeat does: "
-            f"{int((cells['worst_mean_error'].median() <= 0.10).sum())}/{cells.ngroups}",
+            f"- repeats with every mean within {MEAN_GOAL:.0%} of the others: {int(agreement['means_within_goal'].sum())}"
+            f"/{len(agreement)}; with both p90s within {P90_GOAL:.0%}: "
+            f"{int(agreement['p90s_within_goal'].sum())}/{len(agreement)}",
+            f"- cells where every repeat has every mean within {MEAN_GOAL:.0%}: "
+            f"{int(cells['means_within_goal'].all().sum())}/{cells.ngroups}; where the median repeat does: "
+            f"{int((cells['worst_mean_error'].median() <= MEAN_GOAL).sum())}/{cells.ngroups}",
             f"- worst mean error of one repeat against the others: {agreement['worst_mean_error'].max():.1%}", ""]
     if len(speed):
         lines += ["The host's speed per recording (one step model fitted on every recording of a shape, one factor per "

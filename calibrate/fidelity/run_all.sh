@@ -33,12 +33,13 @@ NUM_REQUESTS=${NUM_REQUESTS:-100}  # per run
 CALIB_WORKLOAD=${CALIB_WORKLOAD:-calibrate/fidelity/workloads/calibration.yaml}
 CALIB_REQUESTS=${CALIB_REQUESTS:-100}  # the calibration run's requests (its steps are what fit-steps fits)
 CALIB_ROUNDS=${CALIB_ROUNDS:-$REPEATS}  # calibration repeats, one before each of the first CALIB_ROUNDS repeat rounds
-for setting in REPEATS CALIB_ROUNDS; do
-    if ! [[ "${!setting}" =~ ^[1-9][0-9]*$ ]] || { [ "$setting" = CALIB_ROUNDS ] && [ "$CALIB_ROUNDS" -gt "$REPEATS" ]; }; then
-        echo "error: run_all.sh: $setting '${!setting}' is not allowed; allowed: an integer from 1$([ "$setting" = CALIB_ROUNDS ] && echo " to REPEATS ($REPEATS)" || echo " up")" >&2
-        exit 2
-    fi
-done
+if ! [[ "$REPEATS" =~ ^[1-9][0-9]*$ ]]; then
+    echo "error: run_all.sh: REPEATS '$REPEATS' is not allowed; allowed: an integer from 1 up" >&2; exit 2
+fi
+if ! [[ "$CALIB_ROUNDS" =~ ^[1-9][0-9]*$ ]] || [ "$CALIB_ROUNDS" -gt "$REPEATS" ]; then
+    echo "error: run_all.sh: CALIB_ROUNDS '$CALIB_ROUNDS' is not allowed; allowed: an integer from 1 to REPEATS ($REPEATS)" >&2
+    exit 2
+fi
 KV_TOKENS=${KV_TOKENS:-8192}
 THREADS=${THREADS:-1}
 # Served dtype: bf16 where the CPU has AVX512-BF16 or AMX (fast bf16 GEMMs), else float32 (torch's bf16

@@ -64,8 +64,8 @@ FEATURES: dict[str, tuple[Callable[[StepPlan], float], str]] = {
 
 # A step's tokens priced piecewise: one slope per doubling (1-2, 2-4, 4-8, ... tokens per step), each >= 0,
 # so the price is monotone and piecewise-linear in the GEMMs' M. Why: a CPU GEMM library switches kernels
-# and blocking with M, so the price of a token is not one constant (vLLM's oneDNN GEMMs on the fidelity
-# machine: a token costs several times more between 4 and 16 tokens than between 1 and 4).
+# and blocking with M, so the price of a token is not one constant; one straight line priced the fidelity
+# study's 5-16-token steps 7.5% low (benchmarks/RESULTS.md, "How much of the error is the host").
 TOKEN_KNOTS = tuple(2 ** i for i in range(17))  # 1 .. 65,536 tokens per step
 
 
@@ -94,10 +94,12 @@ CANDIDATES: dict[str, tuple[str, ...]] = {
 }
 
 
-def token_segments(plans: list[StepPlan], min_steps: int = 5) -> tuple[str, ...]:
+def token_segments(plans: list[StepPlan], min_steps: int | None = None) -> tuple[str, ...]:
     """The piecewise token features a set of steps can fit: a closed segment per doubling while at least
-    `min_steps` steps have more tokens than its top, then one open-ended segment (so no slope is left
-    unfitted, and beyond the data the price grows at the last fitted slope rather than stopping)."""
+    `min_steps` (default COVERAGE_MIN_STEPS) steps have more tokens than its top, then one open-ended segment
+    (so no slope is left unfitted, and beyond the data the price grows at the last fitted slope rather than
+    stopping)."""
+    min_steps = COVERAGE_MIN_STEPS if min_steps is None else min_steps
     tokens = np.array([p.num_tokens for p in plans])
     names, low = [], 1
     while 2 * low < TOKEN_KNOTS[-1] and int((tokens > 2 * low).sum()) >= min_steps:
