@@ -313,6 +313,9 @@ def paged_bench(model: str = typer.Option("llama-3.1-8b", "--model", help="catal
     _choice("--device", device, DEVICES)
     _choice("--grid", grid, GRIDS)
     _at_least_one("--block-size", block_size)
+    if out is not None:
+        from sim.views.output_paths import check_output_file
+        check_output_file(out)  # before timing, not after
     spec = _load_dense_model(model, tp)
     _import_torch(device)
     from .gpucheck import DECODE_BATCHES, DECODE_CONTEXTS
@@ -334,8 +337,8 @@ def paged_bench(model: str = typer.Option("llama-3.1-8b", "--model", help="catal
     if out is not None:
         import pandas as pd
 
-        from sim.atomic_files import atomic_write_text
-        atomic_write_text(out, pd.DataFrame(rows).to_csv(index=False, float_format="%.6e"))
+        from sim.atomic_files import write_output_file
+        write_output_file(out, pd.DataFrame(rows).to_csv(index=False, float_format="%.6e"))
 
 
 @app.command()
@@ -456,18 +459,20 @@ def fit_engine_cmd(
     holdout: list[Path] = typer.Option([], help="runs not used to fit (requests.csv folders): their error is reported"),
 ) -> None:
     """Fit the engine-overhead terms (sim/cost/overhead.py) to measured steps or requests; report TTFT/TPOT/E2E errors."""
-    from sim.atomic_files import atomic_write_text
+    from sim.atomic_files import write_output_file
     from sim.config.files import load_scenario_set
+    from sim.views.output_paths import check_output_file
 
     from .engine_fit import fit_engine, fitted_scenario_yaml, report_text
 
     if out.suffix not in (".yaml", ".yml"):
         raise ConfigError(f"--out: '{out}' is not allowed; allowed: a .yaml or .yml file")
+    check_output_file(out)
     sset = load_scenario_set(scenario)
     if len(sset.variants) != 1:
         raise ConfigError(f"--scenario: '{scenario}' has {len(sset.variants)} variants; allowed: a scenario without variants")
     fit = fit_engine(measurements, sset.base, holdout)
-    atomic_write_text(out, fitted_scenario_yaml(sset.base, fit))
+    write_output_file(out, fitted_scenario_yaml(sset.base, fit))
     print(report_text(fit), end="")
     print(f"scenario: {out}")
 

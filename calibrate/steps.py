@@ -477,28 +477,14 @@ class StepsWriter:
     after every point, so an interrupted run resumes where it stopped."""
 
     def __init__(self, out, meta: dict):
-        from pathlib import Path
-        self.out = Path(out)
-        if self.out.exists() and not self.out.is_dir():
-            raise ConfigError(f"--out: '{out}' exists and is not a folder")
-        self.out.mkdir(parents=True, exist_ok=True)
-        meta = {"format_version": 1, "profile_kind": "steps", **meta, "complete": False}
+        from .store import open_profile_folder
+        self.out, meta = open_profile_folder(out, {"format_version": 1, "profile_kind": "steps", **meta,
+                                                   "complete": False}, _RESUME_KEYS)
         self.rows: list[dict] = []
-        old_meta = self.out / "meta.json"
-        if old_meta.is_file():
-            try:
-                old = json.loads(old_meta.read_text())
-            except (json.JSONDecodeError, UnicodeDecodeError):
-                old = {}
-            differs = [k for k in _RESUME_KEYS if old.get(k) != json.loads(json.dumps(meta.get(k)))]
-            if differs:
-                raise ConfigError(f"--out: '{out}' holds a profile measured with other {', '.join(differs)}; "
-                                  "allowed: the same options (to resume) or a new folder")
-            meta["started"] = old.get("started", meta.get("started"))
-            csv = self.out / "steps.csv"
-            if csv.is_file():
-                import pandas as pd
-                self.rows = pd.read_csv(csv).to_dict("records")
+        csv = self.out / "steps.csv"
+        if csv.is_file():
+            import pandas as pd
+            self.rows = pd.read_csv(csv).to_dict("records")
         self.meta = meta
         self.done = {tuple(r[c] for c in STEP_COLUMNS[:5]) for r in self.rows}
         self._write_meta()

@@ -23,24 +23,37 @@ def _canonical_key(family: str, values: dict) -> tuple:
     return tuple(str(values[k]) for k in FAMILY_KEYS[family])
 
 
+def open_profile_folder(out: str | Path, meta: dict, resume_keys: tuple[str, ...]) -> tuple[Path, dict]:
+    """The profile folder `out`, made or resumed, and `meta` with its start time kept from the run it resumes.
+
+    A folder is resumed only where its meta.json is a profile's measured with the same `resume_keys`; a new or
+    empty folder is made; anything else (a user's folder, a damaged meta.json) is refused with one line, since
+    the writers replace meta.json and the CSVs by name."""
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise ConfigError(f"--out: '{out}' exists and is not a folder")
+    meta = dict(meta)
+    if out.is_dir() and any(out.iterdir()):
+        try:
+            old = json.loads((out / "meta.json").read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            old = None
+        if not isinstance(old, dict) or "format_version" not in old:
+            raise ConfigError(f"--out: '{out}' holds files and no ServeSim profile meta.json; allowed: a new or "
+                              "empty folder, or a profile folder to resume")
+        differs = [k for k in resume_keys if old.get(k) != json.loads(json.dumps(meta.get(k)))]
+        if differs:
+            raise ConfigError(f"--out: '{out}' holds a profile measured with other {', '.join(differs)}; "
+                              "allowed: the same options (to resume) or a new folder")
+        meta["started"] = old.get("started", meta.get("started"))
+    out.mkdir(parents=True, exist_ok=True)
+    return out, meta
+
+
 class ProfileWriter:
     def __init__(self, out: str | Path, meta: dict):
-        self.out = Path(out)
-        if self.out.exists() and not self.out.is_dir():
-            raise ConfigError(f"--out: '{out}' exists and is not a folder")
-        self.out.mkdir(parents=True, exist_ok=True)
-        meta = {"format_version": PROFILE_FORMAT_VERSION, **meta, "complete": False}
-        old_meta_path = self.out / "meta.json"
-        if old_meta_path.is_file():
-            try:
-                old = json.loads(old_meta_path.read_text())
-            except json.JSONDecodeError:
-                old = {}
-            differs = [k for k in _RESUME_KEYS if old.get(k) != json.loads(json.dumps(meta.get(k)))]
-            if differs:
-                raise ConfigError(f"--out: '{out}' holds a profile measured with other {', '.join(differs)}; "
-                                  "allowed: the same options (to resume) or a new folder")
-            meta["started"] = old.get("started", meta.get("started"))
+        self.out, meta = open_profile_folder(out, {"format_version": PROFILE_FORMAT_VERSION, **meta, "complete": False},
+                                             _RESUME_KEYS)
         self.meta = meta
         self.rows: dict[str, list[dict]] = {}
         for family in FAMILY_KEYS:

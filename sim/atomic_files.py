@@ -1,7 +1,20 @@
-"""Writing outputs so that nothing is ever half-written: build under a temporary name, then rename."""
+"""Writing outputs so that nothing is half-written and nothing ServeSim did not write is ever replaced.
+
+A folder of outputs is built under a temporary name and renamed into place. Each such folder holds
+`OWNER_MARKER`, which lists every file ServeSim put there with its size and digest. A later run may
+replace an existing folder only when it is empty, or when it holds exactly what its marker lists,
+unchanged (a sub-folder with its own valid marker counts as ServeSim's too). Anything else in it, a
+user's notes, a file edited since, a folder ServeSim never wrote, and the run is refused with one line
+before any simulating (`check_replaceable_dir`), and checked again just before the rename.
+
+A single output file (a timeline, a plan report, a sweep table) is replaced only where its first bytes carry
+ServeSim's `GENERATOR_TAG`, or where `FILE_LEDGER` in its folder lists it unchanged (`check_replaceable_file`;
+`write_output_file` writes both the file and its ledger entry).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -9,22 +22,177 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
+from sim.errors import ConfigError
+
+OWNER_MARKER = ".servesim-output.json"
+FILE_LEDGER = ".servesim-files.json"  # single output files ServeSim wrote into a folder it does not own
+GENERATOR_TAG = "servesim"
+# How far into a single output file its generator tag must appear (the writers put it in the first line).
+_TAG_SEARCH_BYTES = 4096
+
+
+def _digest(path: Path) -> str:
+    with open(path, "rb") as f:
+        return hashlib.file_digest(f, "blake2b").hexdigest()[:32]
+
+
+def _listing(folder: Path) -> dict[str, dict]:
+    """{relative path: {size, digest}} of every file under `folder` but the marker."""
+    files = {}
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and p.name != OWNER_MARKER):
+        files[path.relative_to(folder).as_posix()] = {"bytes": path.stat().st_size, "digest": _digest(path)}
+    return files
+
+
+def _write_marker(folder: Path) -> None:
+    text = json.dumps({"generator": GENERATOR_TAG, "files": _listing(folder)}, indent=1)
+    (folder / OWNER_MARKER).write_text(text)
+
+
+def foreign_entry(folder: Path) -> str | None:
+    """The first entry under `folder` that ServeSim did not write (or that changed since), as a relative path
+    with the reason; None where every entry is ServeSim's own (or the folder is empty)."""
+    entries = sorted(folder.iterdir())
+    if not entries:
+        return None
+    marker = folder / OWNER_MARKER
+    try:
+        recorded = json.loads(marker.read_text())["files"] if marker.is_file() else None
+        if recorded is not None and not isinstance(recorded, dict):
+            recorded = None
+    except (OSError, ValueError, KeyError, TypeError):
+        recorded = None
+    if recorded is None:
+        first = next((e for e in entries if e.name != OWNER_MARKER), entries[0])
+        return f"{first.name!r} (the folder has no valid {OWNER_MARKER}: ServeSim did not write it)"
+    return _unlisted(folder, folder, recorded)
+
+
+def _unlisted(root: Path, folder: Path, recorded: dict) -> str | None:
+    """The first entry under `folder` that `root`'s marker does not list as it is now; a sub-folder with a
+    marker of its own is judged by that marker (a run written inside another's folder)."""
+    for path in sorted(folder.iterdir()):
+        rel = path.relative_to(root).as_posix()
+        if path.name == OWNER_MARKER and folder == root:
+            continue
+        if path.is_dir() and not path.is_symlink():
+            if (path / OWNER_MARKER).is_file():
+                nested = foreign_entry(path)
+                nested = None if nested is None else f"{nested} in {rel!r}"
+            else:
+                nested = _unlisted(root, path, recorded)
+            if nested is not None:
+                return nested
+            continue
+        if path.is_symlink() or not path.is_file():
+            return f"{rel!r} (not a file ServeSim writes)"
+        if path.name == FILE_LEDGER or _ledger(path.parent).get(path.name) == _fingerprint(path):
+            continue  # a single output file written into this folder later (`write_output_file`)
+        entry = recorded.get(rel)
+        if not isinstance(entry, dict):
+            return f"{rel!r} (ServeSim did not write it)"
+        if path.stat().st_size != entry.get("bytes") or _digest(path) != entry.get("digest"):
+            return f"{rel!r} (changed since ServeSim wrote it)"
+    return None
+
+
+def _refuse_unless_replaceable(target: Path, option: str, shown: str) -> None:
+    if target.is_symlink() or (target.exists() and not target.is_dir()):
+        raise ConfigError(f"{option}: {shown!r} exists and is not a folder; allowed: a new folder, an "
+                          "empty one, or one ServeSim wrote")
+    if target.is_dir():
+        foreign = foreign_entry(target)
+        if foreign is not None:
+            raise ConfigError(f"{option}: {shown!r} already holds {foreign}; ServeSim never replaces what "
+                              "it did not write; allowed: a new folder, an empty one, or one ServeSim wrote")
+
+
+def output_dir_target(path: str | Path, option: str = "--out") -> Path:
+    """`path` as the folder a rename will replace: absolute, `.` and `..` resolved, never the working folder
+    or one above it (replacing it would pull the floor from under the shell that ran us)."""
+    target = Path(path).expanduser()
+    target = target.parent.resolve() / target.name if target.name not in ("", ".", "..") else target.resolve()
+    cwd = Path.cwd().resolve()
+    if target == cwd or target in cwd.parents or target.parent == target:
+        raise ConfigError(f"{option}: {str(path)!r} is the current folder or one above it; allowed: a folder "
+                          "below the current one, e.g. out/run1")
+    return target
+
+
+def check_replaceable_dir(path: str | Path, option: str = "--out") -> Path:
+    """Before any long work: `path` names a folder ServeSim may create or replace; returns it resolved."""
+    target = output_dir_target(path, option)
+    above = next(p for p in target.parents if p.exists() or p.is_symlink())
+    if not above.is_dir():
+        raise ConfigError(f"{option}: {str(path)!r} is under {str(above)!r}, which is a file, not a folder; "
+                          "allowed: a path whose parents are folders")
+    _refuse_unless_replaceable(target, option, str(path))
+    return target
+
+
+def check_replaceable_file(path: str | Path, option: str) -> None:
+    """`path` is absent or a file ServeSim wrote: its generator tag in its first bytes, or listed unchanged in
+    its folder's `FILE_LEDGER` (files that cannot carry a tag: CSV, Parquet); else one line."""
+    path = Path(path)
+    if not path.exists() and not path.is_symlink():
+        return
+    if path.is_symlink() or not path.is_file():
+        raise ConfigError(f"{option}: {str(path)!r} exists and is not a plain file; allowed: a new file or one "
+                          "ServeSim wrote")
+    with open(path, "rb") as f:
+        head = f.read(_TAG_SEARCH_BYTES)
+    if GENERATOR_TAG.encode() in head or _ledger(path.parent).get(path.name) == _fingerprint(path):
+        return
+    raise ConfigError(f"{option}: {str(path)!r} already exists and ServeSim did not write it (or it changed "
+                      "since); ServeSim never overwrites what it did not write; allowed: a new file or one "
+                      "ServeSim wrote")
+
+
+def _fingerprint(path: Path) -> dict:
+    return {"bytes": path.stat().st_size, "digest": _digest(path)}
+
+
+def _ledger(folder: Path) -> dict:
+    try:
+        files = json.loads((folder / FILE_LEDGER).read_text()).get("files")
+    except (OSError, ValueError, AttributeError):
+        return {}
+    return files if isinstance(files, dict) else {}
+
+
+def write_output_file(path: str | Path, data: bytes | str, option: str = "--out") -> None:
+    """Write one output file atomically, never over a file ServeSim did not write, and record it in its
+    folder's ledger so a later run may replace it."""
+    path = Path(path)
+    check_replaceable_file(path, option)
+    atomic_write_bytes(path, data.encode() if isinstance(data, str) else data)
+    files = _ledger(path.parent) | {path.name: _fingerprint(path)}
+    atomic_write_text(path.parent / FILE_LEDGER, json.dumps({"generator": GENERATOR_TAG, "files": files}, indent=1))
+
 
 @contextmanager
-def atomic_dir(target: str | Path):
-    """Yield a temporary directory beside `target`; on success it replaces `target` in one rename."""
-    target = Path(target)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+def atomic_dir(target: str | Path, option: str = "--out"):
+    """Yield a temporary folder beside `target`; on success it replaces `target` in one rename, carrying the
+    marker that lets a later run replace it. A `target` holding anything ServeSim did not write is refused,
+    before the work (the caller may check earlier with `check_replaceable_dir`) and again before the rename."""
+    shown = str(target)
+    target = check_replaceable_dir(target, option)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+    except OSError as err:
+        raise ConfigError(f"{option}: {shown!r} cannot be written ({err.strerror or err})") from None
     try:
         yield tmp
+        _write_marker(tmp)
+        _refuse_unless_replaceable(target, option, shown)  # the folder may have changed while the work ran
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     old = None
     if target.exists():
-        old = target.with_name(f".{target.name}.old-{os.getpid()}")
-        target.rename(old)
+        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        target.rename(old / target.name)
     tmp.rename(target)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)

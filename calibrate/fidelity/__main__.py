@@ -217,18 +217,24 @@ def study_report(
 ) -> None:
     """One report of every comparison in the study matrix, and of the reference's own noise (vLLM's repeats
     against each other, the host's speed per recording: calibrate/fidelity/noise.py)."""
-    from sim.atomic_files import atomic_write_text
+    from sim.atomic_files import write_output_file
+    from sim.views.output_paths import check_output_file
 
     from .noise import noise_markdown, self_agreement, speed_index
     from .study import collect, goal_summary, study_markdown
 
+    paths = {"report": out, "table": out.with_suffix(".csv"), "goals": out.with_name(out.stem + "-goals.csv"),
+             "agreement": out.with_name(out.stem + "-self-agreement.csv"),
+             "speed": out.with_name(out.stem + "-speed.csv")}
+    for path in paths.values():
+        check_output_file(path)  # all of them before writing any
     frame = collect(out_dir)
     agreement, speed = self_agreement(out_dir), speed_index(out_dir)
-    atomic_write_text(out, study_markdown(out_dir, frame) + "\n" + noise_markdown(agreement, speed))
-    atomic_write_text(out.with_suffix(".csv"), frame.to_csv(index=False))
-    atomic_write_text(out.with_name(out.stem + "-goals.csv"), goal_summary(frame).to_csv(index=False))
-    atomic_write_text(out.with_name(out.stem + "-self-agreement.csv"), agreement.to_csv(index=False))
-    atomic_write_text(out.with_name(out.stem + "-speed.csv"), speed.to_csv(index=False))
+    write_output_file(paths["report"], study_markdown(out_dir, frame) + "\n" + noise_markdown(agreement, speed))
+    write_output_file(paths["table"], frame.to_csv(index=False))
+    write_output_file(paths["goals"], goal_summary(frame).to_csv(index=False))
+    write_output_file(paths["agreement"], agreement.to_csv(index=False))
+    write_output_file(paths["speed"], speed.to_csv(index=False))
     print(f"study report: {out} ({len(frame)} comparisons)")
 
 

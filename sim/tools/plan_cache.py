@@ -19,6 +19,7 @@ from sim.atomic_files import atomic_write_text
 from sim.errors import ConfigError
 
 _ROOT = Path(__file__).resolve().parents[2]
+CACHE_MARKER = ".servesim-plan-cache"
 FINGERPRINTED = (_ROOT / "sim", _ROOT / "calibrate" / "measured", _ROOT / "calibrate" / "profiles")
 
 
@@ -42,7 +43,14 @@ class PlanCache:
         self.folder = Path(folder)
         if self.folder.exists() and not self.folder.is_dir():
             raise ConfigError(f"--cache: {str(folder)!r} is a file; give a folder (it is created if missing)")
+        marker = self.folder / CACHE_MARKER
+        if self.folder.is_dir() and any(self.folder.iterdir()) and not marker.is_file():
+            # Entries are written by name into this folder: one that a user keeps other files in is not ours.
+            raise ConfigError(f"--cache: {str(folder)!r} holds files and is not a ServeSim plan cache (no "
+                              f"{CACHE_MARKER}); allowed: a new or empty folder, or a cache ServeSim made")
         self.folder.mkdir(parents=True, exist_ok=True)
+        if not marker.is_file():
+            atomic_write_text(marker, "servesim plan cache: one JSON answer per simulation key\n")
         self.hits = 0
         self.misses = 0
 
@@ -56,8 +64,15 @@ class PlanCache:
         if not path.is_file():
             self.misses += 1
             return None
+        try:
+            value = json.loads(path.read_text())
+        except (OSError, UnicodeDecodeError, ValueError):
+            value = None
+        if not isinstance(value, dict):  # a damaged entry is asked again (and rewritten), never trusted
+            self.misses += 1
+            return None
         self.hits += 1
-        return json.loads(path.read_text())
+        return value
 
     def put(self, key: str, value: dict) -> None:
         # JSON keeps floats exactly (shortest repr round-trips) and writes NaN and Infinity, which it reads back.

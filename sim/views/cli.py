@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 import sys
@@ -21,7 +22,7 @@ from rich.progress import (
 from rich.table import Table
 
 from sim.errors import ServeSimError
-from sim.views.output_paths import check_output_dir, check_output_file
+from sim.views.output_paths import check_distinct_outputs, check_output_dir, check_output_file
 
 app = typer.Typer(add_completion=False, pretty_exceptions_enable=False, rich_markup_mode=None,
                   help="ServeSim: simulate LLM serving systems and compare policies before buying GPUs.")
@@ -92,12 +93,28 @@ def _folder_name(variant: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+()-]", "_", variant).strip(".") or "variant"
 
 
-def _write_outputs(out: Path, results, title: str, scenario_yaml: str) -> None:
+def variant_folders(names: list[str]) -> dict[str, str]:
+    """One distinct folder per variant. Names that map to the same safe name ("tp1/pp1" and "tp1_pp1"; also
+    the same but for case, as a case-blind file system sees them) each get a suffix from their own name, so
+    no variant's records overwrite another's and a name keeps its folder whatever the other variants are."""
+    safe = {name: _folder_name(name) for name in names}
+    counts: dict[str, int] = {}
+    for folder in safe.values():
+        counts[folder.lower()] = counts.get(folder.lower(), 0) + 1
+    return {name: folder if counts[folder.lower()] == 1
+            else f"{folder}-{hashlib.sha1(name.encode()).hexdigest()[:8]}" for name, folder in safe.items()}
+
+
+def _write_outputs(out: Path, results, title: str, scenario_yaml: str, extra_files=None) -> dict[str, str]:
+    """Every result's records, summary and scenario, and the report, in `out` at once (`atomic_dir`: never over
+    a folder ServeSim did not write); `extra_files` {relative path: writer(path)} go in with them. Returns the
+    folder of each variant."""
     from sim.atomic_files import atomic_dir, write_json
     from sim.views.report import render_report
+    folders = variant_folders([r.name for r in results]) if len(results) > 1 else {results[0].name: ""}
     with atomic_dir(out) as tmp:
         for r in results:
-            sub = tmp if len(results) == 1 else tmp / _folder_name(r.name)
+            sub = tmp / folders[r.name] if folders[r.name] else tmp
             sub.mkdir(exist_ok=True)
             r.requests.to_parquet(sub / "requests.parquet", index=False)
             r.steps.to_parquet(sub / "steps.parquet", index=False)
@@ -105,7 +122,12 @@ def _write_outputs(out: Path, results, title: str, scenario_yaml: str) -> None:
             (sub / "scenario.yaml").write_text(r.scenario.to_yaml())
         if len(results) > 1:
             write_json(tmp / "summary.json", {r.name: r.summary for r in results})
+            write_json(tmp / "folders.json", folders)
         (tmp / "report.html").write_text(render_report(results, title, scenario_yaml))
+        for relative, writer in (extra_files or {}).items():
+            (tmp / relative).parent.mkdir(parents=True, exist_ok=True)
+            writer(tmp / relative)
+    return folders
 
 
 @app.command()
@@ -114,7 +136,7 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
         variant: Optional[str] = typer.Option(None, help="run this variant instead of the base"),
         out: Optional[Path] = typer.Option(None, help="write requests/steps Parquet, summary.json, report.html here"),
         quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar"),
-        timeline: Optional[Path] = typer.Option(None, "--timeline", help="write a Chrome trace-event JSON here "
+        timeline: Optional[str] = typer.Option(None, "--timeline", help="write a Chrome trace-event JSON here "
                                                 "(open in ui.perfetto.dev or chrome://tracing)"),
         timeline_window: Optional[str] = typer.Option(None, "--timeline-window", help="START:END seconds: only "
                                                       "steps and requests in this window"),
@@ -132,16 +154,24 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
     else:
         raise ServeSimError(f"--variant: {variant!r} is not in {scenario}; allowed: "
                             + ", ".join(scenario_set.variants))
+    # Before simulating, not after: the folder, and where the timeline goes relative to it.
+    timeline_inside = None
     if out is not None:
-        check_output_dir(out)  # before simulating, not after
+        timeline_inside = check_distinct_outputs(check_output_dir(out), {"--timeline": timeline})["--timeline"]
     result = _simulate_with_progress(chosen, make_workload(chosen), chosen.name, quiet)
     console.print(_summary_table([result]))
     _clipping_notes([result])
+    written: dict = {}
+
+    def timeline_writer(path) -> None:
+        written.update(write_timeline(result, path, window, timeline_max_requests))
     if out is not None:
-        _write_outputs(out, [result], f"ServeSim run: {chosen.name}", chosen.to_yaml())
+        _write_outputs(out, [result], f"ServeSim run: {chosen.name}", chosen.to_yaml(),
+                       {timeline_inside: timeline_writer} if timeline_inside is not None else None)
         console.print(f"Outputs written to {out}/ (report: {out / 'report.html'})")
     if timeline is not None:
-        written = write_timeline(result, timeline, window, timeline_max_requests)
+        if timeline_inside is None:
+            timeline_writer(timeline)
         console.print(f"Timeline written to {timeline} ({written['bytes'] / 1e6:,.2f} MB: {written['steps']:,} steps, "
                       f"{written['requests']:,} requests); open it in ui.perfetto.dev")
 
@@ -161,8 +191,12 @@ def compare(scenario: str = typer.Argument(..., help="scenario YAML file with va
         results.append(_simulate_with_progress(variant, make_workload(variant), name, quiet))
     console.print(_summary_table(results))
     _clipping_notes(results)
-    _write_outputs(out, results, f"ServeSim comparison: {scenario_set.base.name}",
-                   Path(scenario).read_text())
+    folders = _write_outputs(out, results, f"ServeSim comparison: {scenario_set.base.name}",
+                             Path(scenario).read_text())
+    for name, folder in folders.items():
+        if folder != _folder_name(name):
+            console.print(f"note: variant {name!r} shares its folder name with another; its records are in "
+                          f"{out / folder}/", markup=False, highlight=False)
     console.print(f"Outputs written to {out}/ — open {out / 'report.html'} in a browser.")
 
 
@@ -216,7 +250,7 @@ def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
           grid: list[str] = typer.Option(..., "--grid", help="key=v1,v2,... (repeatable; `rate` sets the arrival rate)"),
           set_: Optional[list[str]] = SetOption,
           variant: Optional[list[str]] = typer.Option(None, "--variant", help="variants to sweep (default: all)"),
-          out: Optional[Path] = typer.Option(None, help="output .parquet or .csv (default: out/<name>-sweep.parquet)"),
+          out: Optional[str] = typer.Option(None, help="output .parquet or .csv (default: out/<name>-sweep.parquet)"),
           backend: str = BackendOption, workers: Optional[int] = WorkersOption,
           address: Optional[str] = AddressOption,
           quiet: bool = typer.Option(False, "--quiet", "-q")):
@@ -232,8 +266,9 @@ def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
     chosen: list = list(variant) if variant else (names or [None])
     if workers is not None and workers < 1:
         raise ServeSimError(f"--workers: {workers} must be >= 1")
-    out = out or Path("out") / f"{Path(scenario).stem}-sweep.parquet"
-    check_output_file(out)
+    out = out or str(Path("out") / f"{Path(scenario).stem}-sweep.parquet")
+    check_output_file(out, must_be_ours=False)  # an existing table is resumed: SweepOutput checks it is a sweep's
+    out = Path(out)
     plan = plan_sweep(raw, axes, out, chosen)
     skipped = len(plan.tasks) - len(plan.todo)
     if skipped:
@@ -268,7 +303,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
          seeds: Optional[int] = typer.Option(None, "--seeds", help="seeds the recommendation is repeated with"),
          price: Optional[list[str]] = typer.Option(None, "--price", help="GPU=USD per GPU-hour (repeatable)"),
          out: Optional[Path] = typer.Option(None, help="output folder (default: out/plan-<scenario>)"),
-         report: Optional[Path] = typer.Option(None, "--report", help="also write the HTML report here"),
+         report: Optional[str] = typer.Option(None, "--report", help="also write the HTML report here"),
          backend: str = PlanBackendOption, workers: Optional[int] = WorkersOption,
          address: Optional[str] = AddressOption,
          exhaustive: bool = typer.Option(False, "--exhaustive", help="run every simulation to its end, from "
@@ -302,9 +337,9 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     if rate is not None and not 0 < rate <= MAX_RATE_PER_S:
         raise ServeSimError(f"--rate: {rate} must be > 0 and <= {MAX_RATE_PER_S:g} (requests per second)")
     out = out or Path("out") / f"plan-{Path(scenario).stem}"
-    check_output_dir(out)
     if report is not None:
         check_output_file(report, "--report")
+    report_inside = check_distinct_outputs(check_output_dir(out), {"--report": report})["--report"]
     settings = plan_settings(raw, rate=rate, gpus=_csv_list("--gpus", gpus), tensor_parallel=_csv_list("--tp", tp, int),
                              policies=_csv_list("--policies", policies), max_replicas=max_replicas,
                              num_seeds=seeds, prices=prices, pipeline_parallel=_csv_list("--pp", pp, int),
@@ -337,7 +372,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     if spread:
         console.print(f"Under {spread['num_seeds']} seeds: SLOs met {spread['seeds_meeting_slo']}/{spread['num_seeds']}; "
                       f"fewest replicas per seed {spread['min_replicas']}")
-    write_plan_outputs(result, out, report)
+    write_plan_outputs(result, out, None if report_inside is not None else report, report_inside)
     console.print(f"Outputs written to {out}/ (report.html, plan.md, candidates.csv, simulations.csv)"
                   + (f"; report also at {report}" if report else ""))
 

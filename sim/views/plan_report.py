@@ -340,7 +340,7 @@ def render_html(result: PlanResult) -> str:
     seeds = _seeds_frame(result)
     versions = ", ".join(f"{html.escape(k)} {html.escape(str(v))}" for k, v in result.versions.items())
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>ServeSim capacity plan</title>
+<html><head><meta charset="utf-8"><meta name="generator" content="servesim"><title>ServeSim capacity plan</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}} table.t{{border-collapse:collapse;margin:1em 0}}
 table.t td,table.t th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} .rec{{font-size:1.15em;
 background:#eef6ee;border-left:4px solid #2ca02c;padding:.8em 1em}} pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style>
@@ -357,11 +357,12 @@ background:#eef6ee;border-left:4px solid #2ca02c;padding:.8em 1em}} pre{{backgro
 </body></html>"""
 
 
-def write_plan_outputs(result: PlanResult, out_dir, report_path=None) -> None:
-    """All outputs in one folder, built under a temporary name and renamed; the HTML optionally elsewhere too."""
+def write_plan_outputs(result: PlanResult, out_dir, report_path=None, report_inside=None) -> None:
+    """All outputs in one folder, built under a temporary name and renamed; the HTML optionally elsewhere too
+    (`report_path`), or under another name inside the folder (`report_inside`, relative to it)."""
     from pathlib import Path
 
-    from sim.atomic_files import atomic_dir, atomic_write_text, write_json
+    from sim.atomic_files import atomic_dir, write_json, write_output_file
     page = render_html(result)
     with atomic_dir(out_dir) as tmp:
         (tmp / "report.html").write_text(page)
@@ -369,6 +370,9 @@ def write_plan_outputs(result: PlanResult, out_dir, report_path=None) -> None:
         candidates_frame(result).to_csv(tmp / "candidates.csv", index=False)
         evaluations_frame(result).to_csv(tmp / "simulations.csv", index=False)
         (tmp / "scenario.yaml").write_text(result.scenario_yaml)
+        if report_inside is not None:
+            (tmp / report_inside).parent.mkdir(parents=True, exist_ok=True)
+            (tmp / report_inside).write_text(page)
         rec = result.recommendation
         write_json(tmp / "plan.json", {
             "recommendation": None if rec is None else {
@@ -377,4 +381,4 @@ def write_plan_outputs(result: PlanResult, out_dir, report_path=None) -> None:
             "target_rate_per_s": result.settings.target_rate_per_s, "slo": result.slo,
             "seed_spread": seed_summary(result), "versions": result.versions, "command": result.command})
     if report_path is not None:
-        atomic_write_text(Path(report_path), page)
+        write_output_file(Path(report_path), page, "--report")

@@ -233,7 +233,7 @@ def render_report(results: list[Result], title: str, scenario_yaml: str = "") ->
                                                                div_id=f"plot-{name}") + "</section>")
     from sim import __version__
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<html><head><meta charset="utf-8"><meta name="generator" content="servesim"><title>{html.escape(title)}</title>
 <style>body{{font-family:system-ui,sans-serif;margin:2em;}} table.summary{{border-collapse:collapse}}
 table.summary td,table.summary th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
 pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style></head>

@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from sim.atomic_files import atomic_write_text
+from sim.atomic_files import GENERATOR_TAG, write_output_file
 from sim.errors import ConfigError
 from sim.views.output_paths import check_output_file
 
@@ -222,12 +222,14 @@ def write_timeline(result, path: str | Path, window: tuple[float, float] | None 
                    max_requests: int | None = None) -> dict:
     """Write `result`'s timeline to `path` atomically; returns {bytes, steps, requests} written."""
     events = timeline_events(result.requests, result.steps, window, max_requests)
-    doc = {"traceEvents": events, "displayTimeUnit": "ms",
-           "otherData": {"generator": "servesim", "run": str(result.name),
+    # otherData first: its generator tag in the first bytes is what lets a later run replace this file
+    # (sim.atomic_files.check_replaceable_file); trace viewers read the keys in any order.
+    doc = {"otherData": {"generator": GENERATOR_TAG, "run": str(result.name),
                          "window_s": None if window is None else [window[0], None if math.isinf(window[1]) else window[1]],
-                         "max_requests": max_requests}}
+                         "max_requests": max_requests},
+           "traceEvents": events, "displayTimeUnit": "ms"}
     text = json.dumps(doc, separators=(",", ":"), allow_nan=False)
-    atomic_write_text(path, text)
+    write_output_file(path, text, "--timeline")
     return {"bytes": len(text.encode()), "steps": sum(1 for e in events if e["ph"] == "X"),
             "requests": sum(1 for e in events if e["ph"] == "b" and e["name"].startswith("request "))}
 

@@ -119,9 +119,9 @@ def test_simulation_is_deterministic(tmp_path, capsys):
 
 def test_report_is_replaced_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
     out = tmp_path / "report"
-    out.mkdir()
-    (out / "fidelity.md").write_text("old")
-    (out / "stale.txt").write_text("from an older run")
+    args = ["compare", str(RUN), "--profile", str(PROFILE), "--out", str(out)]
+    assert run_fidelity_cli(args, capsys)[0] == 0
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
     import calibrate.fidelity.compare as compare
 
     def broken(*args, **kwargs):
@@ -129,13 +129,17 @@ def test_report_is_replaced_whole_or_not_at_all(tmp_path, capsys, monkeypatch):
 
     monkeypatch.setattr(compare, "report_markdown", broken)
     with pytest.raises(RuntimeError):
-        main(["compare", str(RUN), "--profile", str(PROFILE), "--out", str(out)])
-    assert (out / "fidelity.md").read_text() == "old"  # untouched by the failed run
+        main(args)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # untouched by the failed run
     assert sorted(p.name for p in tmp_path.iterdir()) == ["report"]  # no temporary folder left
     monkeypatch.undo()
-    code, _ = run_fidelity_cli(["compare", str(RUN), "--profile", str(PROFILE), "--out", str(out)], capsys)
-    assert code == 0
-    assert sorted(p.name for p in out.iterdir()) == ["fidelity.csv", "fidelity.md", "simulation.json"]
+    assert run_fidelity_cli(args, capsys)[0] == 0  # its own folder: replaced
+    assert sorted(p.name for p in out.iterdir()) == [".servesim-output.json", "fidelity.csv", "fidelity.md",
+                                                     "simulation.json"]
+    (out / "stale.txt").write_text("a user's note")
+    code, captured = run_fidelity_cli(args, capsys)
+    assert code == 2 and "stale.txt" in captured.err  # a user's file in it: refused, kept
+    assert (out / "stale.txt").read_text() == "a user's note"
 
 
 def test_bad_run_dirs_are_one_line_errors_with_exit_2(tmp_path, capsys):

@@ -289,7 +289,7 @@ def test_plan_cli_writes_every_output_and_the_report(tmp_path):
                     "--price", "l40s=1.5", "-q")
     assert code == 0
     assert {p.name for p in out.iterdir()} == {"report.html", "plan.md", "candidates.csv", "simulations.csv",
-                                               "scenario.yaml", "plan.json"}
+                                               "scenario.yaml", "plan.json", ".servesim-output.json"}
     assert report.read_text() == (out / "report.html").read_text()
     df = pd.read_csv(out / "candidates.csv")
     l40s = df[df["gpu"] == "l40s"].dropna(subset=["cost_per_hour"])

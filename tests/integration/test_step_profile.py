@@ -310,7 +310,7 @@ def test_import_then_check_happy_path(tmp_path):
     assert meta["profile_kind"] == "steps" and meta["complete"] and meta["engine"] == "compiled"
     assert meta["source"] == "imported from steps.csv by calibrate import-steps: test text"
     assert meta["kv_layout"] == "dense" and meta["device"] == "cuda" and meta["dtype"] == "bf16"
-    assert sorted(p.name for p in out.iterdir()) == ["meta.json", "steps.csv"]
+    assert sorted(p.name for p in out.iterdir()) == [".servesim-output.json", "meta.json", "steps.csv"]
     assert [p.name for p in out.parent.iterdir()] == ["compiled"]  # no temporary folder left behind
 
     check = run_cli("check", str(out), "--against", str(table), "--json", "--loo", cwd=tmp_path)
