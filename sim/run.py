@@ -34,11 +34,19 @@ from sim.sched.static import StaticScheduler
 from sim.workload.generate import Workload, generate_workload
 
 
+def deployment_of(scenario: Scenario) -> Deployment:
+    """The scenario resolved against the catalogs: the one place this module resolves one. Every builder below
+    takes the `Deployment` it was given; only a caller holding a bare scenario (a test, the planner pricing one
+    step) lets them come here. A disaggregated scenario's is its prefill pool's: its top-level hardware may
+    not hold the model."""
+    if scenario.hardware.disaggregation is not None:
+        return resolve_disaggregated(scenario).prefill
+    return resolve(scenario)
+
+
 def make_workload(scenario: Scenario, deployment: Deployment | None = None) -> Workload:
     run = scenario.run
-    if deployment is None and scenario.hardware.disaggregation is not None:
-        deployment = resolve_disaggregated(scenario).prefill  # the top-level hardware may not hold the model
-    max_len = (deployment or resolve(scenario)).max_model_len
+    max_len = (deployment or deployment_of(scenario)).max_model_len
     return generate_workload(scenario.workload, seed=run.seed, num_requests=run.num_requests,
                              duration_s=run.duration_s, max_context=max_len)
 
@@ -99,7 +107,7 @@ def _measured(scenario: Scenario, deployment: Deployment):
 
 
 def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
-    deployment = deployment or resolve(scenario)
+    deployment = deployment or deployment_of(scenario)
     spec = scenario.cost_model
     if spec.kind == "fixed":
         target = FixedCostModel(spec.prefill_s, spec.decode_s)
@@ -183,7 +191,7 @@ def _speculative_batch(scenario: Scenario, kv, replica_index: int):
 
 
 def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deployment | None = None):
-    deployment = deployment or resolve(scenario)
+    deployment = deployment or deployment_of(scenario)
     kv_spec, s = scenario.kv_cache, scenario.scheduler
     tokens = deployment.kv_capacity_tokens
     max_len = deployment.max_model_len
@@ -284,7 +292,7 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     `lean_summary`: the summary holds only what a capacity planner reads (`summarize`'s `lean`)."""
     if scenario.hardware.disaggregation is not None:
         return simulate_disaggregated(scenario, workload, progress=progress)
-    deployment = resolve(scenario)
+    deployment = deployment_of(scenario)
     workload = workload if workload is not None else make_workload(scenario, deployment)
     replica_kind = Replica
     if deployment.pipeline_parallel > 1:
