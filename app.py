@@ -24,7 +24,8 @@ from sim.run import simulate
 from sim.views import dashboard as dash
 from sim.views.report import figures
 
-# Uploaded traces are kept by content hash, so a downloaded scenario can still point at them.
+# Uploaded traces are kept by content hash, so a downloaded scenario can still point at them. A scenario on the
+# page opens only files uploaded in this session (st.session_state.uploads), never another file of the server.
 UPLOAD_FOLDER = Path(os.environ.get("SERVESIM_UPLOAD_DIR") or Path(__file__).resolve().parent / "out" / "dashboard"
                      / "uploads")
 CUSTOM = "custom…"
@@ -69,19 +70,30 @@ def reload_form(form: dash.Form) -> None:
     st.rerun()
 
 
+def uploads() -> dash.Uploads:
+    """This session's uploaded files: the only files a scenario on the page may open."""
+    if "uploads" not in st.session_state:
+        st.session_state.uploads = dash.Uploads()
+    return st.session_state.uploads
+
+
 def handle_upload() -> None:
-    # max_upload_size: the widget shows (and enforces) the real 1 MiB limit, not the server's 200 MB for traces.
-    uploaded = st.sidebar.file_uploader("Load a scenario YAML (up to 1 MiB)", type=["yaml", "yml"],
-                                        key="scenario_upload", max_upload_size=dash.MAX_UPLOAD_YAML_BYTES >> 20,
-                                        help=f"up to {dash.MAX_UPLOAD_YAML_BYTES:,} bytes; read as data only")
-    if uploaded is None:
+    # One scenario YAML (read with the CLI's 1 MiB limit) and the trace and config.json files it names.
+    uploaded = st.sidebar.file_uploader(
+        "Load a scenario YAML, with the trace or config.json files it names",
+        type=[*dash.SCENARIO_EXTENSIONS, *dash.COMPANION_EXTENSIONS], accept_multiple_files=True,
+        key="scenario_upload", max_upload_size=dash.MAX_UPLOAD_TRACE_BYTES >> 20,
+        help=f"the YAML up to {dash.MAX_UPLOAD_YAML_BYTES:,} bytes, read as data only; it may name only the files "
+             "uploaded with it (by file name), no file of the server")
+    if not uploaded:
         st.session_state.pop("upload_error", None)
         return
-    if st.session_state.get("applied_upload") == uploaded.file_id:
+    batch = tuple(f.file_id for f in uploaded)
+    if st.session_state.get("applied_upload") == batch:
         return
-    st.session_state.applied_upload = uploaded.file_id
+    st.session_state.applied_upload = batch
     try:
-        form, notes = dash.form_from_yaml(uploaded.getvalue(), uploaded.name)
+        form, notes = dash.load_scenario_upload([(f.name, f.getvalue()) for f in uploaded], UPLOAD_FOLDER, uploads())
     except ServeSimError as err:
         st.session_state.upload_error = str(err)
         return
@@ -144,7 +156,9 @@ def trace_inputs(arrival: dict) -> dict:
     out["kind"] = "trace"
     if uploaded is not None:
         try:
-            out["path"] = str(dash.save_uploaded_trace(uploaded.getvalue(), uploaded.name, UPLOAD_FOLDER))
+            stored = dash.save_uploaded_trace(uploaded.getvalue(), uploaded.name, UPLOAD_FOLDER)
+            uploads().add(uploaded.name, stored)
+            out["path"] = str(stored)
             out.pop("columns", None)
             out["format"] = "auto"
         except ServeSimError as err:
@@ -431,7 +445,13 @@ def main() -> None:
         st.warning(note)
 
     form: dash.Form = st.session_state.form
-    base = sidebar(form.base)
+    try:
+        # Nothing opens a file before this: every file the settings name must be one uploaded in this session.
+        form = dash.confined_form(dash.Form(sidebar(form.base), form.variants), uploads())
+    except ServeSimError as err:
+        st.error(str(err))
+        st.stop()
+    base = form.base
     st.subheader("Variants")
     variants = variant_columns(form, base)
     form = dash.Form(base, variants)

@@ -16,6 +16,9 @@
   elsewhere (`default_cost_model`), and `cost_model_note` says when a `measured` choice falls back.
 - `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
   load sweep. Latency, time-series and KV figures come from `sim.views.report.figures`.
+- Files: the page is a server, so a scenario on it opens only files uploaded in this session (`Uploads`), never
+  a path on the server (`sim.config.file_access`); uploads are stored under content-addressed names, and a
+  store never replaces or deletes a file it did not create (`store_upload`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ import copy
 import hashlib
 import json
 import math
+import os
+import tempfile
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -36,10 +41,9 @@ import plotly.graph_objects as go
 import yaml
 from plotly.subplots import make_subplots
 
-from sim.atomic_files import atomic_write_bytes
+from sim.config.file_access import confine_file_fields
 from sim.config.files import (
     MAX_SCENARIO_BYTES,
-    anchor_paths,
     build_scenario_set,
     deep_merge,
     parse_yaml,
@@ -78,6 +82,9 @@ MAX_UPLOAD_TRACE_BYTES = 200 << 20
 # 10,000 requests per second of wall time a run this size takes several seconds per variant.
 LONG_RUN_REQUESTS = 20_000
 TRACE_EXTENSIONS = ("csv", "jsonl")
+SCENARIO_EXTENSIONS = ("yaml", "yml")
+# Files a scenario upload may bring with it: traces and length tables, Hugging Face config.json files.
+COMPANION_EXTENSIONS = TRACE_EXTENSIONS + ("json",)
 
 # Choice lists, from the schema's Literal types: a value added there reaches the page.
 ROUTERS = literal_choices(HardwareSpec, "router")
@@ -145,12 +152,15 @@ def parse_scenario_yaml(data: bytes | str, source: str = "uploaded file") -> dic
     return raw
 
 
-def form_from_yaml(data: bytes | str, source: str = "uploaded file") -> tuple[Form, list[str]]:
-    """A validated form from a scenario file, and notes for the page (e.g. variants left out)."""
+def form_from_yaml(data: bytes | str, source: str = "uploaded file",
+                   uploads: Uploads | None = None) -> tuple[Form, list[str]]:
+    """A validated form from a scenario file, and notes for the page (e.g. variants left out).
+
+    The file may name only files in `uploads` (those uploaded with it, or earlier in the session): each file
+    value becomes the stored upload it names, and any other is refused before anything is opened."""
     raw = parse_scenario_yaml(data, source)
-    # An upload has no folder of its own: relative trace paths that exist from the working directory
-    # become absolute, so the downloaded file finds them from anywhere.
-    anchor_paths(raw, Path.cwd())
+    uploads = uploads if uploads is not None else Uploads()
+    confine_file_fields(raw, uploads.resolve, uploads.describe())
     build_scenario_set(copy.deepcopy(raw), source)  # every error surfaces now, as one line
     variants = raw.pop("variants", None) or {}
     notes = []
@@ -446,33 +456,172 @@ def new_variant_name(existing: list[str]) -> str:
 
 
 # --------------------------------------------------------------------------------------------------
-# Uploaded traces
+# Uploaded files
+
+
+def _base_name(name: str) -> str:
+    """The last part of a file name as any client spells it ('C:\\a\\t.csv', '../t.csv', 'file:///t.csv')."""
+    return name.replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+
+
+@dataclass
+class Uploads:
+    """The files uploaded in this session: the only files a scenario on the page may open.
+
+    A scenario names one by its uploaded name (`path: conv.csv`, whatever folder precedes it: the folder was on
+    the user's machine) or by its stored path (what a downloaded scenario holds); either way the value is only a
+    key, and what is opened is the stored file, which this dashboard wrote under its content's hash."""
+
+    files: dict[str, Path] = field(default_factory=dict)  # uploaded name, and stored name -> stored file
+
+    def add(self, name: str, stored: Path) -> None:
+        for key in (_base_name(name), stored.name):
+            if key not in ("", ".", ".."):
+                self.files[key] = stored
+
+    def resolve(self, value: str) -> Path | None:
+        """The stored file `value` names, or None (then the scenario may not open it)."""
+        stored = {str(p): p for p in self.files.values()}
+        found = stored.get(value) or self.files.get(_base_name(value))
+        # Only a regular file the store wrote: a symlink put there since would lead elsewhere.
+        return found if found is not None and found.is_file() and not found.is_symlink() else None
+
+    def describe(self) -> str:
+        stored = {p.name for p in self.files.values()}
+        names = sorted(k for k in self.files if k not in stored) or sorted(stored)
+        return f"uploaded: {', '.join(names)}" if names else "none uploaded yet"
+
+    def copy(self) -> "Uploads":
+        return Uploads(dict(self.files))
+
+
+def _extension(filename: str) -> str:
+    name = _base_name(filename)
+    return name.rsplit(".", 1)[1].lower() if "." in name else ""
+
+
+def store_upload(data: bytes, filename: str, folder: str | Path, *, extensions: tuple[str, ...] = TRACE_EXTENSIONS,
+                 what: str = "trace upload") -> tuple[Path, bool]:
+    """Store an uploaded file as `<sha256[:16]>.<ext>` in `folder`: (its resolved path, whether this call created it).
+
+    Never replaces or changes a file it did not create: where that name is taken, a regular file with the same
+    bytes is used as it is, and anything else (other bytes, a symlink, a folder) is refused with one line. The
+    name is claimed with a hard link from a private temporary file, which fails if anything appeared there."""
+    if len(data) > MAX_UPLOAD_TRACE_BYTES:
+        raise ConfigError(f"{what}: {len(data):,} bytes is larger than the limit of "
+                          f"{MAX_UPLOAD_TRACE_BYTES:,} bytes")
+    ext = _extension(filename)
+    if ext not in extensions:
+        raise ConfigError(f"{what}: '{filename}' has extension {ext!r}; allowed: " + ", ".join(extensions))
+    folder = Path(folder)
+    path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.{ext}"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        created = _claim(path, data)
+    except OSError as err:
+        raise ConfigError(f"{what}: cannot store it in '{folder}' ({err.strerror or err}); "
+                          "allowed: SERVESIM_UPLOAD_DIR set to a writable folder") from None
+    if not created:
+        if path.is_symlink() or not path.is_file():
+            raise ConfigError(f"{what}: '{path}' exists and is not a file this dashboard stored; it is left as it "
+                              "is; allowed: SERVESIM_UPLOAD_DIR set to a folder of the dashboard's own")
+        if path.stat().st_size != len(data) or path.read_bytes() != data:
+            raise ConfigError(f"{what}: '{path}' already holds other bytes; the dashboard never replaces a file "
+                              "it did not write; allowed: SERVESIM_UPLOAD_DIR set to a folder of the dashboard's own")
+    return path.resolve(), created
+
+
+def _claim(path: Path, data: bytes) -> bool:
+    """Write `data` at `path` if nothing is there (True), never over anything (False: something is there)."""
+    if path.exists() or path.is_symlink():
+        return False
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        try:
+            os.link(tmp, path)  # atomic, and fails where anything (even a dangling symlink) has the name
+            return True
+        except FileExistsError:
+            return False
+        except OSError:  # a file system without hard links: exclusive creation, still never over a file
+            try:
+                with open(path, "xb") as f:
+                    f.write(data)
+                return True
+            except FileExistsError:
+                return False
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def _remove_created(path: Path) -> None:
+    """Remove a file `store_upload` created just now, unless something else has taken its place since (its
+    bytes no longer hash to its name)."""
+    try:
+        if (path.is_file() and not path.is_symlink()
+                and hashlib.sha256(path.read_bytes()).hexdigest()[:16] == path.stem):
+            path.unlink()
+    except OSError:
+        pass
 
 
 def save_uploaded_trace(data: bytes, filename: str, folder: str | Path) -> Path:
     """Store an uploaded trace under a content-addressed name (a scenario can point at it later)."""
     from sim.workload.traces import load_trace
 
-    if len(data) > MAX_UPLOAD_TRACE_BYTES:
-        raise ConfigError(f"trace upload: {len(data):,} bytes is larger than the limit of "
-                          f"{MAX_UPLOAD_TRACE_BYTES:,} bytes")
-    ext = Path(filename).suffix.lower().lstrip(".")
-    if ext not in TRACE_EXTENSIONS:
-        raise ConfigError(f"trace upload: '{filename}' has extension {ext!r}; allowed: "
-                          + ", ".join(TRACE_EXTENSIONS))
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{hashlib.sha256(data).hexdigest()[:16]}.{ext}"
-    fresh = not path.exists()
-    if fresh:
-        atomic_write_bytes(path, data)
+    path, created = store_upload(data, filename, folder)
     try:
         load_trace(path, field="trace upload")  # a malformed file fails here with its line number
     except ServeSimError:
-        if fresh:
-            path.unlink(missing_ok=True)  # a refused upload leaves nothing behind
+        if created:
+            _remove_created(path)  # a refused upload leaves nothing behind
         raise
-    return path.resolve()
+    return path
+
+
+def load_scenario_upload(files: list[tuple[str, bytes]], folder: str | Path,
+                         uploads: Uploads) -> tuple[Form, list[str]]:
+    """A scenario uploaded with the files it names: one YAML, and traces, length tables or config.json files.
+
+    The files are stored (`store_upload`) and the scenario may open them and `uploads` (this session's), nothing
+    else. On success the files join `uploads`; on any error the files this call stored are removed again."""
+    scenarios = [(name, data) for name, data in files if _extension(name) in SCENARIO_EXTENSIONS]
+    if len(scenarios) != 1:
+        given = ", ".join(name for name, _ in scenarios) or "none"
+        raise ConfigError(f"scenario upload: {len(scenarios)} scenario files ({given}); allowed: one "
+                          f"{' or '.join('.' + e for e in SCENARIO_EXTENSIONS)} file, with the "
+                          f"{', '.join(COMPANION_EXTENSIONS)} files it names")
+    batch, created, seen = uploads.copy(), [], {}
+    try:
+        for name, data in files:
+            if _extension(name) in SCENARIO_EXTENSIONS:
+                continue
+            key = _base_name(name)
+            path, fresh = store_upload(data, name, folder, extensions=COMPANION_EXTENSIONS, what="scenario upload")
+            if fresh:
+                created.append(path)
+            if seen.get(key, path) != path:
+                raise ConfigError(f"scenario upload: two files named '{key}' with different contents; allowed: "
+                                  "one file per name")
+            seen[key] = path
+            batch.add(name, path)
+        form, notes = form_from_yaml(scenarios[0][1], scenarios[0][0], batch)
+    except ServeSimError:
+        for path in created:
+            _remove_created(path)
+        raise
+    uploads.files.update(batch.files)
+    return form, notes
+
+
+def confined_form(form: Form, uploads: Uploads) -> Form:
+    """The form with every file value checked against this session's uploads (the sidebar's custom model YAML
+    can name a config.json too); one ConfigError line for the first that is not one."""
+    raw = form.to_raw()
+    confine_file_fields(raw, uploads.resolve, uploads.describe())
+    variants = raw.pop("variants")
+    return Form(base=raw, variants=variants)
 
 
 # --------------------------------------------------------------------------------------------------

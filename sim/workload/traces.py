@@ -4,6 +4,11 @@ The happy path is vectorized (pandas' C CSV parser, pyarrow's JSON reader, numpy
 check fails do we go looking for the offending line, so that every error is one line naming the
 scenario field, the file and the 1-based line number.
 
+Every numeric column passes one range check (`_checked`) before anything is cast or clipped: token counts are
+whole numbers from 0 to MAX_TRACE_TOKENS, numeric arrival times finite and within MAX_TRACE_TIME_S, date-times
+between FIRST_TRACE_DATE and LAST_TRACE_DATE. Date-times with UTC offsets are put on one timeline (UTC), even
+where the offsets differ between lines; offsets on some lines and none on others are refused.
+
 Known layouts (see shared/traces/README.md):
 - Azure LLM inference traces: CSV `TIMESTAMP,ContextTokens,GeneratedTokens`, wall-clock timestamps.
 - Mooncake (FAST'25) traces: JSONL `timestamp` (ms), `input_length`, `output_length`, `hash_ids`.
@@ -35,6 +40,26 @@ _SECONDS_PER_UNIT = {"s": 1.0, "ms": 1e-3}
 _DEFAULT_FIELD = "workload.arrival.path"
 # A JSONL record must fit in one pyarrow block; Mooncake lines are a few kB, but leave ample room.
 _JSON_BLOCK_BYTES = 1 << 24
+
+# What a parsed cell may hold. Every numeric column of a trace passes one check (`_checked`): a finite number
+# in its column's range, and a whole one for token counts. Nothing is clipped or cast before that check, so
+# 1e20 tokens cannot wrap to a negative int64 (and then be clipped to a 1-token prompt) and 1e300 seconds
+# cannot become an arrival time.
+#
+# Token counts: the longest context any released model advertises is 10M tokens (Llama 4 Scout), and the
+# catalog's longest is 163,840. 2**24 is above both, so no real trace is refused, and it keeps every sum the
+# simulator forms from counts (a trace's total tokens, tokens x KV bytes per token) exact in int64 and float64.
+# A count above the model's context is read and then clipped by the workload (Workload.num_clipped), like any
+# prompt too long for the model; a count above this limit is not a prompt length at all.
+MAX_TRACE_TOKENS = 1 << 24
+# Arrival times, once in seconds: +-1e10 s (317 years) holds Unix-epoch seconds and milliseconds to the year
+# 2286 and any relative clock, while float64 still resolves a microsecond at that magnitude.
+MAX_TRACE_TIME_S = 1e10
+# Date-time strings: the years a datetime64[ns] holds (1677-2262) with a margin; pandas parses dates beyond
+# them in coarser units, and converting those to nanoseconds would overflow silently.
+FIRST_TRACE_DATE = np.datetime64("1700-01-01")
+LAST_TRACE_DATE = np.datetime64("2200-01-01")
+_DATE_EXAMPLE = "2023-11-16 18:15:46.6805900"
 
 
 @dataclass(frozen=True)
@@ -311,8 +336,8 @@ def _find_bad_json_line(file: Path, layout: TraceColumns, field: str) -> None:
             where = f"{field}: '{file}' line {number}"
             for column in (layout.input, layout.output):
                 value = record.get(column)
-                if value is not None and not _is_count(value):
-                    raise TraceError(f"{where}: {_not_a_count(column, value)}")
+                if value is not None and not _within(value, _COUNT):
+                    raise TraceError(f"{where}: {_problem(column, value, _COUNT.allowed)}")
             if layout.arrival is not None and record.get(layout.arrival) is not None:
                 value = record[layout.arrival]
                 if arrival_is_text is None:
@@ -320,10 +345,15 @@ def _find_bad_json_line(file: Path, layout: TraceColumns, field: str) -> None:
                 if isinstance(value, str) != arrival_is_text or not (isinstance(value, str) or _is_number(value)):
                     kind = "a date-time string" if arrival_is_text else "a number"
                     raise TraceError(f"{where}: {layout.arrival}={value!r} is not {kind} like the first record's")
+                times = _time_range(layout.time_unit)
+                if not arrival_is_text and not _within(value, times):
+                    raise TraceError(f"{where}: {_problem(layout.arrival, value, times.allowed)}")
             if layout.hash_ids is not None and record.get(layout.hash_ids) is not None:
                 ids = record[layout.hash_ids]
-                if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool) for i in ids):
-                    raise TraceError(f"{where}: {layout.hash_ids} must be a list of integers, got {_clip(ids)}")
+                if not isinstance(ids, list) or not all(isinstance(i, int) and not isinstance(i, bool)
+                                                        and _INT64_MIN <= i <= _INT64_MAX for i in ids):
+                    raise TraceError(f"{where}: {layout.hash_ids} must be a list of integers from {_INT64_MIN} to "
+                                     f"{_INT64_MAX}, got {_clip(ids)}")
 
 
 def _split_lists(
@@ -354,13 +384,13 @@ def _build(
     def where(k: int) -> str:
         return f"{field}: '{file}' line {line_of(k)}"
 
-    inputs = _token_counts(raw[layout.input], layout.input, where)
+    inputs = _checked(raw[layout.input], layout.input, _COUNT, where).astype(np.int64)
     if len(inputs) == 0:
         raise TraceError(f"{field}: '{file}' has no requests")
-    outputs = _token_counts(raw[layout.output], layout.output, where)
+    outputs = _checked(raw[layout.output], layout.output, _COUNT, where).astype(np.int64)
     arrival_s = None
     if layout.arrival is not None:
-        arrival_s = _arrival_seconds(raw[layout.arrival], layout.arrival, layout.time_unit, where)
+        arrival_s = _arrival_seconds(raw[layout.arrival], layout.arrival, layout.time_unit, where, line_of)
         if np.any(np.diff(arrival_s) < 0):
             # Real traces are sorted, but a merged file may not be; ties keep their file order.
             order = np.argsort(arrival_s, kind="stable")
@@ -373,59 +403,135 @@ def _build(
     return Trace(arrival_s, inputs, outputs, hash_ids, str(file))
 
 
-def _token_counts(raw: pd.Series, column: str, where: Callable[[int], str]) -> np.ndarray:
-    numbers = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-    with np.errstate(invalid="ignore"):
-        bad = ~np.isfinite(numbers) | (numbers < 0) | (numbers != np.floor(numbers))
+@dataclass(frozen=True)
+class _Range:
+    """What one numeric column may hold: a finite number in [low, high], whole where `whole`."""
+
+    low: float
+    high: float
+    whole: bool
+    allowed: str  # the words of an error: "a whole number from 0 to 16,777,216"
+
+    def bad(self, values: np.ndarray) -> np.ndarray:
+        with np.errstate(invalid="ignore"):
+            out = ~np.isfinite(values) | (values < self.low) | (values > self.high)
+            if self.whole:
+                out |= values != np.floor(values)
+        return out
+
+
+_COUNT = _Range(0, MAX_TRACE_TOKENS, True, f"a whole number from 0 to {MAX_TRACE_TOKENS:,} (MAX_TRACE_TOKENS)")
+
+
+def _time_range(unit: TimeUnit) -> _Range:
+    limit = MAX_TRACE_TIME_S / _SECONDS_PER_UNIT[unit]
+    return _Range(-limit, limit, False, f"a number from {-limit:g} to {limit:g} (in {unit}; MAX_TRACE_TIME_S)")
+
+
+def _as_numbers(raw: pd.Series) -> np.ndarray:
+    """Float64 values of a parsed column; anything that is not a number is NaN (and so refused)."""
+    return pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
+
+
+def _checked(raw: pd.Series, column: str, rule: _Range, where: Callable[[int], str]) -> np.ndarray:
+    """The column as float64 numbers, every one within `rule`; else one line naming the first bad cell."""
+    with np.errstate(over="ignore", invalid="ignore"):
+        values = _as_numbers(raw)
+    bad = rule.bad(values)
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
-        raise TraceError(f"{where(k)}: {_not_a_count(column, raw.iloc[k])}")
-    return numbers.astype(np.int64)
+        raise TraceError(f"{where(k)}: {_problem(column, raw.iloc[k], rule.allowed)}")
+    return values
 
 
-def _arrival_seconds(raw: pd.Series, column: str, unit: TimeUnit, where: Callable[[int], str]) -> np.ndarray:
+def _arrival_seconds(raw: pd.Series, column: str, unit: TimeUnit, where: Callable[[int], str],
+                     line_of: Callable[[int], int]) -> np.ndarray:
     """Seconds relative to the earliest request; numeric (in `unit`) or date-time strings, by the first value."""
     numeric = _is_number(raw.iloc[0]) or pd.notna(pd.to_numeric(raw.iloc[:1], errors="coerce").iloc[0])
     if numeric:
-        values = pd.to_numeric(raw, errors="coerce").to_numpy(dtype=np.float64, na_value=np.nan)
-        bad = ~np.isfinite(values)
-        if bad.any():
-            k = int(np.flatnonzero(bad)[0])
-            raise TraceError(f"{where(k)}: {_problem(column, raw.iloc[k], 'a number')}")
+        values = _checked(raw, column, _time_range(unit), where)
         # Subtract before scaling: absolute epoch times keep their sub-millisecond digits.
         return (values - values.min()) * _SECONDS_PER_UNIT[unit]
-    stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce")
-    if stamps.dt.tz is not None:
-        stamps = stamps.dt.tz_convert(None)
-    bad = stamps.isna().to_numpy()
+    stamps = _datetimes(raw, column, where, line_of)
+    values = stamps.to_numpy()  # datetime64 in pandas' unit for these strings; NaT where unparsed
+    with np.errstate(invalid="ignore"):
+        bad = np.isnat(values) | (values < FIRST_TRACE_DATE) | (values >= LAST_TRACE_DATE)
     if bad.any():
         k = int(np.flatnonzero(bad)[0])
-        expected = "a date-time like 2023-11-16 18:15:46.6805900"
+        expected = (f"a date-time from {FIRST_TRACE_DATE} to {LAST_TRACE_DATE} like {_DATE_EXAMPLE}, "
+                    "with a UTC offset (+01:00, Z) on every line or on none")
         raise TraceError(f"{where(k)}: {_problem(column, raw.iloc[k], expected)}")
-    nanoseconds = stamps.to_numpy(dtype="datetime64[ns]").astype(np.int64)
+    nanoseconds = values.astype("datetime64[ns]").astype(np.int64)
     return (nanoseconds - nanoseconds.min()) / 1e9
+
+
+def _datetimes(raw: pd.Series, column: str, where: Callable[[int], str], line_of: Callable[[int], int]) -> pd.Series:
+    """Date-time strings on one timeline, as naive UTC where they carry UTC offsets.
+
+    Offsets that differ from line to line (a trace merged from two zones, or across a daylight-saving change)
+    are converted to UTC. Offsets on some lines and none on others are refused: a time without an offset has no
+    place on the others' timeline."""
+    try:
+        stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce")
+    except (ValueError, TypeError, OverflowError):
+        # pandas refuses a column with different offsets (or offsets and none); find out which it is.
+        stamps = pd.to_datetime(raw, format="ISO8601", errors="coerce", utc=True)
+        first = None
+        for k in np.flatnonzero(stamps.notna().to_numpy()):
+            aware = _has_offset(raw.iloc[k])
+            if aware is None:
+                continue
+            if first is None:
+                first = (int(k), aware)
+            elif aware != first[1]:
+                one, other = (("has a UTC offset", "has none") if aware else ("has no UTC offset", "has one"))
+                raise TraceError(
+                    f"{where(int(k))}: {column}={_clip(raw.iloc[k])} {one}, but line {line_of(first[0])} "
+                    f"({_clip(raw.iloc[first[0]])}) {other}; allowed: a UTC offset on every timestamp "
+                    "(converted to UTC) or on none")
+    if stamps.dt.tz is not None:
+        stamps = stamps.dt.tz_convert(None)
+    return stamps
+
+
+def _has_offset(value: object) -> bool | None:
+    """Whether one date-time string carries a UTC offset; None where it is not one."""
+    if not isinstance(value, str):
+        return None
+    try:
+        stamp = pd.Timestamp(value)
+    except (ValueError, TypeError, OverflowError):
+        return None
+    return None if pd.isna(stamp) else stamp.tzinfo is not None
 
 
 def _is_number(value: object) -> bool:
     return isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
 
 
-def _is_count(value: object) -> bool:
-    return _is_number(value) and np.isfinite(value) and value >= 0 and float(value).is_integer()
+_INT64_MIN, _INT64_MAX = int(np.iinfo(np.int64).min), int(np.iinfo(np.int64).max)
+
+
+def _within(value: object, rule: _Range) -> bool:
+    """One value (a JSON record's) against a column's rule, as `_checked` judges a whole column."""
+    if not _is_number(value):
+        return False
+    try:
+        number = float(value)
+    except OverflowError:  # an integer beyond float64
+        return False
+    return not rule.bad(np.array([number]))[0]
 
 
 def _problem(column: str, value: object, expected: str) -> str:
-    if value is None or (isinstance(value, (float, np.floating)) and np.isnan(value)):
-        return f"{column} is missing ({expected} is needed)"
-    if isinstance(value, (float, np.floating)) and float(value).is_integer():
-        value = int(value)
-    elif isinstance(value, np.generic):
+    """`column=value is not allowed; allowed: expected` (or `column is missing; ...`): the cell as read."""
+    if value is None or (not isinstance(value, (list, dict, str)) and bool(pd.isna(value))):
+        return f"{column} is missing; allowed: {expected}"
+    if isinstance(value, np.generic):
         value = value.item()
-    return f"{column}={_clip(value)} is not {expected}"
-
-
-def _not_a_count(column: str, value: object) -> str:
-    return _problem(column, value, "a whole number >= 0")
+    if isinstance(value, float) and value.is_integer() and abs(value) < 1e15:
+        value = int(value)  # 374.0 read from a CSV column with blanks was written 374
+    return f"{column}={_clip(value)} is not allowed; allowed: {expected}"
 
 
 def _clip(value: object, limit: int = 40) -> str:

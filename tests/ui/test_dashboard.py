@@ -13,6 +13,7 @@ import yaml
 from sim.config.deployment import resolve
 from sim.config.files import build_scenario_set, load_scenario_set, validate_scenario
 from sim.errors import ConfigError
+from sim.model.catalog import MODELS
 from sim.results import Result
 from sim.run import simulate
 from sim.views import dashboard as dash
@@ -52,7 +53,9 @@ POLICIES = [
     dash.Policy(layout="contiguous", reserve="oracle", preemption="swap"),
     dash.Policy(enable_prefix_caching=True, max_num_seqs=64, max_num_batched_tokens=4096),
     dash.Policy(speculation=True, draft_model=None, draft_cost_ratio=0.05, num_speculative_tokens=3, alpha=0.6),
-    dash.Policy(speculation=True, draft_model="llama-2-7b", draft_cost_ratio=None, alpha=0.8),
+    # A draft must share the target's vocabulary (llama-3.1-8b's 128,256): an inline one, as a loaded file gives.
+    dash.Policy(speculation=True, draft_model=MODELS["llama-3.1-8b"].model_copy(update={"name": "draft-8b"})
+                .model_dump(mode="json", exclude_none=True), draft_cost_ratio=None, alpha=0.8),
     dash.Policy(speculation=True, draft_cost_ratio=0.1, alpha=0.7, acceptance_concentration=5.0),
     dash.Policy(disaggregated=True, prefill_replicas=2, decode_replicas=1, link="infiniband-ndr", overlap="layerwise"),
 ]
@@ -250,13 +253,19 @@ def test_path_helpers():
     assert dash.new_variant_name(["a", "b", "variant 3"]) == "variant 4"
 
 
-def test_relative_trace_paths_in_an_upload_become_absolute(tmp_path, monkeypatch):
+def test_a_relative_trace_path_in_an_upload_names_an_uploaded_file_not_one_of_the_server(tmp_path, monkeypatch):
+    """An upload has no folder on the server: a relative path that happens to exist from the server's working
+    folder is not opened (issue 28); the file uploaded with the scenario under that name is."""
     (tmp_path / "traces").mkdir()
     (tmp_path / "traces" / "t.csv").write_text(AZURE)
     monkeypatch.chdir(tmp_path)
     raw = {**SMALL_BASE, "workload": {"arrival": {"kind": "trace", "path": "traces/t.csv"}}}
-    form, _ = dash.form_from_yaml(yaml.safe_dump(raw))
-    assert form.base["workload"]["arrival"]["path"] == str((tmp_path / "traces" / "t.csv").resolve())
+    with pytest.raises(ConfigError, match=r"^workload\.arrival\.path: 'traces/t\.csv' is not a file uploaded"):
+        dash.form_from_yaml(yaml.safe_dump(raw))
+    form, _ = dash.load_scenario_upload([("s.yaml", yaml.safe_dump(raw).encode()), ("t.csv", AZURE.encode())],
+                                        tmp_path / "uploads", dash.Uploads())
+    stored = Path(form.base["workload"]["arrival"]["path"])
+    assert stored.parent == (tmp_path / "uploads").resolve() and stored.read_text() == AZURE
 
 
 def test_choice_lists_come_from_the_schema():
