@@ -2,18 +2,24 @@
 
 A point is a set of key -> value overrides applied to one variant of a scenario file. Points run on a
 backend (`serial`, a local `process` pool, or `ray`), and every finished point is appended to a journal
-at once, so an interrupted sweep loses nothing and a rerun skips what is done.
+at once, so an interrupted sweep loses nothing and a rerun skips what is done (`SweepOutput` says what a
+rerun resumes from and what it refuses).
 """
 
 from __future__ import annotations
 
 import copy
+import csv
 import hashlib
+import io
 import itertools
 import json
 import math
 import os
-from dataclasses import dataclass, field
+import re
+import secrets
+import stat
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
@@ -268,70 +274,379 @@ def _run_ray(tasks, fn, workers: int | None, address: str | None):
 
 # ------------------------------------------------------------------------------------------ output
 
-@dataclass
-class SweepOutput:
-    """A sweep's table on disk: the output file plus an append-only journal of points finished since.
+JOURNAL_SUFFIX = ".journal.jsonl"
+# The cells every row ServeSim writes has: a table without them is not a sweep table, and is never replaced.
+IDENTITY_COLUMNS = ("scenario_hash", "point_id", "variant", "error")
+_HASH_FORM = re.compile(r"[0-9a-f]{16}")  # what canonical_hash gives: point ids and scenario hashes
+# A journal record is one line, {"digest": canonical_hash(row), "row": row}, the digest first: a line torn by an
+# interrupt starts with this prefix (or is the start of it), which tells it from a line of anything else.
+_RECORD_PREFIX = b'{"digest": "'
+_TABLE_ALLOWED = "allowed: a new file, or a sweep table ServeSim wrote (to resume it)"
+_JOURNAL_ALLOWED = "allowed: the journal file a sweep appends to (moved away, the points it holds run again)"
+_OTHER_SWEEP = "a sweep of a different scenario or over other --grid keys"
 
-    Every finished point is one JSON line, flushed and fsynced, so an interrupted sweep loses nothing;
-    `finish()` folds the journal into the output file (temporary name, then rename) and removes it.
+
+def journal_path(out: Path) -> Path:
+    """Where the points finished since the table was last written are kept: beside it, named after it."""
+    return out.with_name(out.name + JOURNAL_SUFFIX)
+
+
+def sweep_hash(raw: dict, axes: list[GridAxis]) -> str:
+    """What a table's rows must share to be resumed together: the scenario and the grid's keys (not its values,
+    so a grid can be extended). Rows of other keys would leave each other's grid cells empty."""
+    return canonical_hash({"scenario": raw, "grid_keys": sorted(a.key for a in axes)})
+
+
+def _is_hash(value: Any) -> bool:
+    return isinstance(value, str) and _HASH_FORM.fullmatch(value) is not None
+
+
+def _is_missing(value: Any) -> bool:
+    """An empty cell: None, NaN or NA (a list or array in a cell is a value)."""
+    try:
+        return bool(pd.isna(value))
+    except (TypeError, ValueError):
+        return False
+
+
+def _read_plain_file(path: Path, refuse: Callable[[str], ConfigError]) -> bytes | None:
+    """The bytes of `path`, None where nothing is there. A folder, a link (replacing it would destroy the user's
+    link), a device or pipe (reading would block) or a file that cannot be read is refused with one line."""
+    try:
+        mode = os.lstat(path).st_mode
+    except FileNotFoundError:
+        return None
+    except OSError as err:
+        raise refuse(f"cannot be examined ({err.strerror or err})") from None
+    if stat.S_ISLNK(mode):
+        raise refuse("is a symbolic link, not a plain file")
+    if stat.S_ISDIR(mode):
+        raise refuse("is a folder")
+    if not stat.S_ISREG(mode):
+        raise refuse("is not a plain file")
+    try:
+        return path.read_bytes()
+    except OSError as err:
+        raise refuse(f"cannot be read ({err.strerror or err})") from None
+
+
+# -------------------------------------------------------------------------------- reading the table
+
+def read_table_rows(path: Path, scenario_hash: str, grid_keys: Iterable[str] = ()) -> list[dict]:
+    """The rows of the sweep table at `path` ([] where there is none). `finish()` replaces this file, so anything
+    but a whole table ServeSim wrote for this scenario and these grid keys is refused, before any simulating."""
+    def refuse(problem: str) -> ConfigError:
+        return ConfigError(f"--out: {str(path)!r} {problem}; {_TABLE_ALLOWED}")
+
+    data = _read_plain_file(path, refuse)
+    if data is None:
+        return []
+    frame = _parse_parquet(data, refuse) if path.suffix == ".parquet" else _parse_csv(data, refuse)
+    return _table_rows(frame, scenario_hash, [*IDENTITY_COLUMNS, *grid_keys], refuse)
+
+
+def _parse_parquet(data: bytes, refuse: Callable[[str], ConfigError]) -> pd.DataFrame:
+    try:
+        return pd.read_parquet(io.BytesIO(data))
+    except Exception as err:  # noqa: BLE001 - any reader error: not a table we can resume
+        raise refuse(f"exists but is not a readable sweep table ({type(err).__name__})") from None
+
+
+def _parse_csv(data: bytes, refuse: Callable[[str], ConfigError]) -> pd.DataFrame:
+    """A CSV table ServeSim wrote, whole: UTF-8, every row as wide as the header, ending with a line end (pandas
+    would fill a row cut short with empty cells, and the cut point would count as done)."""
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise refuse(f"is not UTF-8 text (byte {err.start}), so not a sweep table ServeSim wrote") from None
+    if not text:
+        raise refuse("is empty, so not a sweep table ServeSim wrote")
+    if not text.endswith("\n"):
+        raise refuse("ends mid-row (the file was cut short)")
+    try:
+        records = list(csv.reader(io.StringIO(text)))
+    except csv.Error as err:
+        raise refuse(f"exists but is not a readable sweep table ({err})") from None
+    width = len(records[0])
+    for number, record in enumerate(records[1:], 1):
+        if len(record) != width:
+            raise refuse(f"row {number} has {len(record)} of its {width} cells (cut short or edited)")
+    try:
+        # Ids as text (a point id of digits only must not become a number); only an empty cell is missing (a grid
+        # value "None" or "NA" stays the text it was).
+        return pd.read_csv(io.StringIO(text), dtype={c: str for c in IDENTITY_COLUMNS if c in records[0]},
+                           keep_default_na=False, na_values=[""])
+    except Exception as err:  # noqa: BLE001 - any reader error: not a table we can resume
+        raise refuse(f"exists but is not a readable sweep table ({type(err).__name__})") from None
+
+
+def _table_rows(frame: pd.DataFrame, scenario_hash: str, columns: list[str],
+                refuse: Callable[[str], ConfigError]) -> list[dict]:
+    """The rows of a parsed table, each of a point of this sweep; else one line saying what is wrong. `columns`:
+    the cells every row of this sweep has (its ids and grid keys), which a row restored must not leave empty."""
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise refuse(f"is not a sweep table ServeSim wrote for this grid (no {missing[0]} column)")
+    if frame.empty:
+        raise refuse("is not a sweep table ServeSim wrote (no rows)")
+    rows = frame.to_dict("records")
+    for number, row in enumerate(rows, 1):
+        if not _is_hash(row["point_id"]):
+            raise refuse(f"is not a sweep table ServeSim wrote (row {number} has no valid point_id)")
+        if row["scenario_hash"] != scenario_hash:
+            raise refuse(f"holds {_OTHER_SWEEP} (row {number})")
+        for key in ("variant", "error"):  # a fresh row has "" here; CSV reads an empty cell as missing
+            if _is_missing(row[key]):
+                row[key] = ""
+    return rows
+
+
+# ------------------------------------------------------------------------------ reading the journal
+
+@dataclass(frozen=True)
+class JournalContents:
+    rows: list[dict]
+    whole_bytes: int  # where its last whole line ends: a torn line after it is cut off before the next append
+    size: int  # as it was read
+
+
+def read_journal(path: Path, scenario_hash: str) -> JournalContents:
+    """The points a journal holds. Its last line, torn by an interrupt (no line end), is dropped and that point
+    runs again; any other line that is not a record ServeSim wrote for this sweep is refused with one line naming
+    the file and the line: the journal is appended to and then removed, so it must be ServeSim's own."""
+    def refuse(problem: str) -> ConfigError:
+        return ConfigError(f"--out: journal {str(path)!r} {problem}; {_JOURNAL_ALLOWED}")
+
+    data = _read_plain_file(path, refuse)
+    if data is None:
+        return JournalContents([], 0, 0)
+    whole_bytes = data.rfind(b"\n") + 1
+    lines = data[:whole_bytes].split(b"\n")[:-1]
+    rows = [_journal_row(line, f"line {number}", scenario_hash, refuse) for number, line in enumerate(lines, 1)]
+    torn = data[whole_bytes:]
+    if torn and torn[:len(_RECORD_PREFIX)] != _RECORD_PREFIX[:len(torn)]:
+        raise refuse(f"line {len(lines) + 1} is not a record ServeSim wrote (and has no line end)")
+    return JournalContents(rows, whole_bytes, len(data))
+
+
+def _journal_row(line: bytes, where: str, scenario_hash: str, refuse: Callable[[str], ConfigError]) -> dict:
+    """The row of one whole journal line; its digest proves it is the line `append` wrote, byte for byte in
+    meaning (bytes inserted into a number would otherwise pass as a result)."""
+    try:
+        record = json.loads(line.decode("utf-8"))
+    except UnicodeDecodeError:
+        raise refuse(f"{where} is not UTF-8 text") from None
+    except (ValueError, RecursionError):
+        raise refuse(f"{where} is not JSON") from None
+    if not (isinstance(record, dict) and set(record) == {"digest", "row"} and isinstance(record["row"], dict)):
+        raise refuse(f"{where} is {_json_kind(record)}, not a record of a finished point")
+    row = record["row"]
+    if record["digest"] != canonical_hash(row):
+        raise refuse(f"{where} does not match its digest (edited or damaged)")
+    if not _is_hash(row.get("point_id")):
+        raise refuse(f"{where} has no valid point_id")
+    if row.get("scenario_hash") != scenario_hash:
+        raise refuse(f"{where} belongs to {_OTHER_SWEEP}")
+    return row
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, dict):
+        return "an object without digest and row"
+    return {list: "a list", str: "a string", bool: "a boolean"}.get(type(value), "a number")
+
+
+def journal_line(row: dict) -> bytes:
+    """One journal record, ASCII, with its line end: what `read_journal` reads back as `row`."""
+    record = {"digest": canonical_hash(row), "row": row}
+    return (json.dumps(record, default=str) + "\n").encode("ascii")
+
+
+# ------------------------------------------------------------------------------------------ writing
+
+def _one_row_per_point(rows: Iterable[dict]) -> dict[str, dict]:
+    """Each point once. A point found twice (a table row whose journal line outlived a `finish()` killed before
+    it removed the journal; two sweeps writing one output) has two records of the same simulation of the same
+    scenario, both ServeSim's: the last (the most recent) is kept, in the place of the first, so the order of
+    the table stays."""
+    by_id: dict[str, dict] = {}
+    for row in rows:
+        by_id[row["point_id"]] = row
+    return by_id
+
+
+def _file_state(path: Path) -> tuple | None:
+    """Enough of a file's metadata to tell whether anything replaced or changed it since."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _fsync_folder(folder: Path) -> None:
+    """Make a file's creation or rename in `folder` durable (where the system allows opening a folder)."""
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def _parquet_ready(frame: pd.DataFrame) -> pd.DataFrame:
+    """Parquet holds one type per column: a column mixing kinds of value (a grid key swept over 8 and 'abc') is
+    written as text, which reads back as the same text on resume."""
+    mixed = [c for c in frame.columns if frame[c].dtype == object
+             and len({type(v) for v in frame[c] if not _is_missing(v)}) > 1]
+    if not mixed:
+        return frame
+    frame = frame.copy()
+    for column in mixed:
+        frame[column] = [None if _is_missing(v) else str(v) for v in frame[column]]
+    return frame
+
+
+def _new_temporary_file(path: Path) -> Path:
+    """A new, uniquely named empty file beside `path`, with the permissions any new file gets (mkstemp's would
+    make the table private to its owner)."""
+    for _ in range(100):
+        tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(6)}")
+        try:
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask
+        except FileExistsError:
+            continue
+        os.close(fd)
+        return tmp
+    raise FileExistsError(f"no free temporary name beside {str(path)!r}")
+
+
+def _keep_permissions(old: Path, new: Path) -> None:
+    """A table rewritten keeps the permissions its owner gave it."""
+    try:
+        os.chmod(new, stat.S_IMODE(os.stat(old).st_mode))
+    except FileNotFoundError:
+        pass
+
+
+def _write_table(frame: pd.DataFrame, path: Path) -> None:
+    """`frame` at `path` in one rename: written under a unique temporary name beside it and synced first, so a
+    kill leaves the old table or the new one, never part of one. On failure the temporary file goes."""
+    tmp = _new_temporary_file(path)
+    try:
+        if path.suffix == ".parquet":
+            _parquet_ready(frame).to_parquet(tmp, index=False)
+        else:
+            frame.to_csv(tmp, index=False)
+        with open(tmp, "rb+") as f:
+            os.fsync(f.fileno())
+        _keep_permissions(path, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    _fsync_folder(path.parent)
+
+
+class SweepOutput:
+    """A sweep's table on disk: the output file plus an append-only journal of the points finished since.
+
+    Every finished point is one checksummed line of the journal, written and synced before the next point is
+    taken, so a sweep killed at any moment loses at most the point it was writing; `finish()` folds the journal
+    into the table (temporary name, then rename) and removes it.
+
+    Resuming: the table and the journal must be ServeSim's own, of this scenario and these grid keys; anything
+    else (a user's file, a folder, damage anywhere but a torn last journal line) is refused with one line naming
+    the file, before any simulating, and nothing is changed. Each point is held once (`_one_row_per_point`).
+    Points of the same scenario and grid keys that the current grid no longer lists (other values) stay in the
+    table, after the current grid's: a grid can be extended or narrowed without losing what was computed.
     """
 
-    path: Path
-    scenario_hash: str
-    rows: list[dict] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.path = Path(self.path)
+    def __init__(self, path: Path | str, scenario_hash: str, grid_keys: Iterable[str] = ()) -> None:
+        self.path = Path(path)
         if self.path.suffix not in OUTPUT_SUFFIXES:
             raise ConfigError(f"--out: {str(self.path)!r} must end in {' or '.join(OUTPUT_SUFFIXES)}")
-        self.journal = self.path.with_name(self.path.name + ".journal.jsonl")
-        if self.path.exists():
-            try:
-                frame = pd.read_parquet(self.path) if self.path.suffix == ".parquet" else pd.read_csv(self.path)
-            except Exception as err:  # noqa: BLE001 - any reader error: not a sweep table we can resume
-                raise ConfigError(f"--out: {str(self.path)!r} exists but is not a readable sweep table "
-                                  f"({type(err).__name__}); choose another output file or delete it") from None
-            if len(frame) and "point_id" not in frame.columns:
-                raise ConfigError(f"--out: {str(self.path)!r} exists but is not a sweep table (no point_id "
-                                  "column); choose another output file or delete it")
-            self.rows = frame.to_dict("records")
-        if self.journal.exists():
-            for line in self.journal.read_text().splitlines():
-                try:
-                    self.rows.append(json.loads(line))
-                except json.JSONDecodeError:
-                    break  # a line torn by an interrupt: that point runs again
-        hashes = {r.get("scenario_hash") for r in self.rows}
-        if hashes - {self.scenario_hash}:
-            raise ConfigError(f"--out: {str(self.path)!r} holds a sweep of a different scenario or grid base; "
-                              "choose another output file or delete it")
+        self.scenario_hash = scenario_hash
+        self.journal = journal_path(self.path)
+        self._table_state = _file_state(self.path)  # taken before reading: any change since is seen by finish()
+        table_rows = read_table_rows(self.path, scenario_hash, grid_keys)
+        journal = read_journal(self.journal, scenario_hash)
+        self._torn_line = (journal.whole_bytes, journal.size) if journal.size > journal.whole_bytes else None
+        self._rows = _one_row_per_point([*table_rows, *journal.rows])
+
+    @property
+    def rows(self) -> list[dict]:
+        return list(self._rows.values())
 
     @property
     def done_ids(self) -> set[str]:
-        return {r["point_id"] for r in self.rows}
+        return set(self._rows)
 
     def append(self, row: dict) -> None:
+        """Record a finished point: one line, synced before this returns."""
         row = {"scenario_hash": self.scenario_hash, **row}
-        self.rows.append(row)
+        try:
+            self._append_line(journal_line(row))
+        except OSError as err:
+            raise ConfigError(f"--out: cannot append to journal {str(self.journal)!r} ({err.strerror or err}); "
+                              "allowed: a folder that takes new files; the points finished so far are kept") from None
+        self._rows[row["point_id"]] = row
+
+    def _append_line(self, line: bytes) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.journal, "a") as f:
-            f.write(json.dumps(row, default=str) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        self._cut_torn_line()
+        created = not os.path.lexists(self.journal)
+        # O_APPEND: one write at the end, so an interrupt leaves at most this line torn; O_NOFOLLOW: a link put
+        # there since the journal was read is not followed.
+        fd = os.open(self.journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o666)
+        try:
+            _write_all(fd, line)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if created:
+            _fsync_folder(self.journal.parent)
+
+    def _cut_torn_line(self) -> None:
+        """Before the first append: drop the torn line an interrupt left, else the new line would join it and both
+        would read as damage. Only while the journal is as it was read (another sweep may be writing it)."""
+        if self._torn_line is None:
+            return
+        (whole_bytes, size_read), self._torn_line = self._torn_line, None
+        state = _file_state(self.journal)
+        if state is not None and state[1] == size_read:
+            os.truncate(self.journal, whole_bytes)
 
     def frame(self) -> pd.DataFrame:
         return pd.DataFrame(self.rows)
 
     def finish(self, tasks: list[PointTask] | None = None) -> pd.DataFrame:
-        frame = order_rows(self.frame(), tasks) if tasks else self.frame()
-        tmp = self.path.with_name(f".{self.path.name}.tmp")
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.suffix == ".parquet":
-            frame.to_parquet(tmp, index=False)
-        else:
-            frame.to_csv(tmp, index=False)
-        os.replace(tmp, self.path)
+        """Write every point into the table (grid order where `tasks` are given) and remove the journal."""
+        frame = pd.DataFrame(order_rows(self.rows, tasks) if tasks else self.rows)
+        if _file_state(self.path) != self._table_state:
+            raise ConfigError(f"--out: {str(self.path)!r} changed while the sweep ran, so it is left as it is; the "
+                              f"finished points are kept in {str(self.journal)!r}; allowed: run the sweep again to "
+                              "write them")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            _write_table(frame, self.path)
+        except OSError as err:
+            raise ConfigError(f"--out: {str(self.path)!r} cannot be written ({err.strerror or err}); the finished "
+                              f"points are kept in {str(self.journal)!r}; allowed: a writable path (then run the "
+                              "sweep again)") from None
         self.journal.unlink(missing_ok=True)
+        self._table_state = _file_state(self.path)
         return frame
 
 
@@ -344,21 +659,20 @@ class SweepPlan:
 
 def plan_sweep(raw: dict, axes: list[GridAxis], out: Path, variants: list[str | None]) -> SweepPlan:
     """The points of a sweep and which of them still need running."""
-    base_hash = canonical_hash(raw)
+    base_hash = sweep_hash(raw, axes)
     tasks = []
     for variant in variants:
         for point in grid_points(axes):
             pid = canonical_hash({"variant": variant, "point": point})
             tasks.append(PointTask(raw, variant, point, pid))
-    output = SweepOutput(out, base_hash)
+    output = SweepOutput(out, base_hash, [a.key for a in axes])
     done = output.done_ids
     return SweepPlan(tasks, [t for t in tasks if t.point_id not in done], output)
 
 
-def order_rows(frame: pd.DataFrame, tasks: list[PointTask]) -> pd.DataFrame:
-    """Rows in grid order, whatever order the workers finished in."""
-    if frame.empty:
-        return frame
+def order_rows(rows: list[dict], tasks: list[PointTask]) -> list[dict]:
+    """Rows in grid order, whatever order the workers finished in; rows of points the grid no longer lists (kept
+    from an earlier sweep of other values) after them, in their earlier order. Ordered before they become a
+    table, so its columns come in the same order however the points finished."""
     rank = {t.point_id: i for i, t in enumerate(tasks)}
-    return (frame.assign(_order=frame["point_id"].map(rank)).sort_values("_order", kind="stable")
-            .drop(columns="_order").reset_index(drop=True))
+    return sorted(rows, key=lambda row: rank.get(row["point_id"], len(rank)))

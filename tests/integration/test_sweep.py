@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 import sys
@@ -19,6 +18,7 @@ from sim.tools.sweep import (
     GridAxis,
     arrival_rate,
     grid_points,
+    journal_line,
     parse_grid,
     plan_sweep,
     run_point,
@@ -194,8 +194,8 @@ def test_an_interrupted_sweep_keeps_its_finished_points_and_runs_only_the_rest(t
     out = tmp_path / "sweep.csv"
     # An interrupt after three points: they are in the journal, and the fourth line was torn mid-write.
     journal = out.with_name(out.name + ".journal.jsonl")
-    rows = full.to_dict("records")
-    journal.write_text("".join(json.dumps(r) + "\n" for r in rows[:3]) + '{"point_id": "abc", "thr')
+    rows = pd.read_csv(tmp_path / "full.csv", dtype={"point_id": str, "scenario_hash": str}).to_dict("records")
+    journal.write_bytes(b"".join(journal_line(r) for r in rows[:3]) + journal_line(rows[3])[:40])
     ran = []
     real = sweep_mod.run_point
     monkeypatch.setattr(sweep_mod, "run_point", lambda task: ran.append(task.point_id) or real(task))
