@@ -105,6 +105,13 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
             raise ConfigError("speculation: needs scheduler.batching 'continuous'")
         if draft is not None:
             check_tensor_parallel(draft, tp, field="speculation.draft_model")
+            if draft.vocab_size != model.vocab_size:
+                # The target verifies the draft's token ids, so they must index the same vocabulary: vLLM's
+                # spec_decode_worker asserts equal vocab sizes (vllm-project/vllm#5203). A draft whose embedding is
+                # only padded differently (Qwen2.5 0.5B: 151,936; 7B: 152,064) can be given the target's size.
+                raise ConfigError(f"speculation.draft_model: {draft.name} has vocab_size {draft.vocab_size:,}, "
+                                  f"{model.name} has {model.vocab_size:,}; allowed: a draft with the target's "
+                                  "vocabulary (the same vocab_size)")
     pp = scenario.hardware.pipeline_parallel
     if pp > 1:
         pipeline_stage_layers(model.num_layers, pp)  # one-line error when there are more stages than layers

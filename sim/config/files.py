@@ -27,6 +27,49 @@ from sim.workload.arrivals import Arrival
 
 MAX_SCENARIO_BYTES = 1 << 20
 _ARRIVAL = TypeAdapter(Arrival)
+# The most digits an integer in scenario YAML may have. No setting needs more than an int64's 19; Python refuses
+# to convert one of more than 4,300 digits to or from text (a traceback, not an answer), so a longer one is
+# refused where it is read, with its line.
+MAX_INT_DIGITS = 100
+
+
+class _ScenarioLoader(yaml.SafeLoader):
+    """yaml.SafeLoader (data only, no code) that refuses what safe_load lets through silently or with a traceback:
+    a key given twice in one mapping (safe_load keeps the last value without a word) and an integer of more than
+    MAX_INT_DIGITS digits."""
+
+    def compose_mapping_node(self, anchor):
+        # Checked as written, before construction: merging (`<<: *base`, whose keys an explicit key may override)
+        # rewrites a mapping's pairs in place.
+        node = super().compose_mapping_node(anchor)
+        first_line: dict = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge" or not isinstance(key_node, yaml.ScalarNode):
+                continue
+            key = self.construct_object(key_node)  # 1 and 0x1 are one key; memoized for construction
+            if key in first_line:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"key {key!r} is given twice in one mapping (first on line {first_line[key] + 1}), "
+                    "so one of its values would be dropped; allowed: each key once per mapping", key_node.start_mark)
+            first_line[key] = key_node.start_mark.line
+        return node
+
+    def construct_yaml_int(self, node):
+        digits = sum(ch.isdigit() for ch in str(node.value))
+        if digits > MAX_INT_DIGITS:
+            raise yaml.constructor.ConstructorError(
+                None, None, f"an integer of {digits:,} digits is not allowed; allowed: at most {MAX_INT_DIGITS} "
+                "digits", node.start_mark)
+        return super().construct_yaml_int(node)
+
+
+_ScenarioLoader.add_constructor("tag:yaml.org,2002:int", _ScenarioLoader.construct_yaml_int)
+
+
+def load_yaml_text(text: str) -> Any:
+    """YAML text as data: yaml.safe_load, refusing duplicate keys and overlong integers (yaml.YAMLError with
+    the line). Every reader of scenario YAML (files, uploads, `--set` values) goes through here."""
+    return yaml.load(text, Loader=_ScenarioLoader)  # noqa: S506 - a SafeLoader subclass: data only
 
 
 def deep_merge(base: dict, override: dict) -> dict:
@@ -51,7 +94,9 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     if not keys:
         raise ConfigError(f"--set: {text!r} has an empty key path")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_yaml_text(raw) if raw.strip() else ""
+    except yaml.constructor.ConstructorError as err:  # a duplicate key, an overlong integer: not plain text
+        raise ConfigError(f"--set: {path.strip()}: {err.problem}") from None
     except yaml.YAMLError:
         value = raw
     return keys, value
@@ -194,7 +239,7 @@ def parse_yaml_bytes(data: bytes, source: str) -> Any:
         raise ConfigError(f"{source}: not UTF-8 text (byte 0x{data[err.start]:02x} at offset {err.start}); "
                           "allowed: a UTF-8 text file") from None
     try:
-        value = yaml.safe_load(text)
+        value = load_yaml_text(text)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark else ""
@@ -237,33 +282,10 @@ def read_yaml(path: str | Path) -> Any:
 
 
 def anchor_paths(raw: Any, base_dir: Path) -> None:
-    """Relative trace/length file paths are relative to the scenario file, not the working directory."""
-    if not isinstance(raw, dict):
-        return
-    sections = [raw.get("workload")] + [v.get("workload") for v in (raw.get("variants") or {}).values()
-                                         if isinstance(v, dict)]
-    for workload in sections:
-        if not isinstance(workload, dict):
-            continue
-        for part in (workload.get("arrival"), workload.get("lengths")):
-            if isinstance(part, dict) and isinstance(part.get("path"), str):
-                p = Path(part["path"]).expanduser()
-                if not p.is_absolute() and (base_dir / p).exists():
-                    part["path"] = str((base_dir / p).resolve())
-    # Calibrated cost-model profiles likewise.
-    for section in [raw] + [v for v in (raw.get("variants") or {}).values() if isinstance(v, dict)]:
-        cost = section.get("cost_model")
-        if isinstance(cost, dict) and isinstance(cost.get("profile"), str):
-            p = Path(cost["profile"]).expanduser()
-            if not p.is_absolute() and (base_dir / p).exists():
-                cost["profile"] = str((base_dir / p).resolve())
-        # Hugging Face config.json files: always the scenario's folder, so a missing one is named where it was looked for.
-        spec = section.get("speculation")
-        for ref in (section.get("model"), spec.get("draft_model") if isinstance(spec, dict) else None):
-            if isinstance(ref, dict) and isinstance(ref.get("hf_config"), str):
-                p = Path(ref["hf_config"]).expanduser()
-                if not p.is_absolute():
-                    ref["hf_config"] = str((base_dir / p).resolve())
+    """Relative file values are relative to the scenario file, not the working folder: one list of the fields
+    that name files, shared with the dashboard's confinement (sim.config.file_access.FILE_FIELDS)."""
+    from sim.config.file_access import anchor_file_fields
+    anchor_file_fields(raw, base_dir)
 
 
 def load_scenario_set(path: str | Path, overrides: list[str] | None = None) -> ScenarioSet:

@@ -21,7 +21,7 @@ from sim.model.interconnects import INTERCONNECTS
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
 from sim.workload.arrivals import MAX_RATE_PER_S
-from sim.workload.generate import WorkloadSpec
+from sim.workload.generate import MAX_NUM_REQUESTS, WorkloadSpec, check_run_size
 
 VictimName = Literal[tuple(VICTIM_POLICIES)]  # the names in sim.sched.preemption
 
@@ -245,11 +245,20 @@ class BetaAcceptance(_Strict):
     concentration: float = Field(10.0, gt=0, description="a + b of the Beta; larger = less spread")
 
 
+# The most tokens a draft may propose per step. Drafts propose a handful (vLLM's examples: 5; the dashboard
+# offers 1-32), and past 64 more gain nothing: the tokens a step yields, (1 - a^(g+1)) / (1 - a) (Leviathan et
+# al. 2023), are within 4% of their limit 1 / (1 - a) at g = 64 even for an acceptance a = 0.95. Each step also
+# draws (sequences x g) acceptances and verifies g + 1 tokens per sequence, so 100,000 is a typo that slows a
+# run to a crawl.
+MAX_SPECULATIVE_TOKENS = 64
+
+
 class SpeculationSpec(_Strict):
     draft_model: str | ModelSpec | None = Field(
         None, description="catalog name, inline architecture, or {hf_config: path/to/config.json}")
     draft_cost_ratio: float | None = Field(None, gt=0, description="c = draft step time / target step time")
-    num_speculative_tokens: int = Field(4, ge=1, description="γ: tokens drafted per step")
+    num_speculative_tokens: int = Field(4, ge=1, le=MAX_SPECULATIVE_TOKENS,
+                                        description=f"γ: tokens drafted per step, at most {MAX_SPECULATIVE_TOKENS}")
     acceptance: FixedAcceptance | BetaAcceptance = Field(FixedAcceptance(alpha=0.7), discriminator="kind")
     ragged: Literal["per_request", "rollback_to_min"] = Field(
         "per_request", description="per_request: each request keeps its own accepted tokens (vLLM); "
@@ -320,7 +329,8 @@ class SearchSpec(_Strict):
 
 class RunSpec(_Strict):
     seed: int = Field(0, ge=0)
-    num_requests: int | None = Field(None, ge=1)
+    num_requests: int | None = Field(None, ge=1, le=MAX_NUM_REQUESTS,
+                                     description=f"at most {MAX_NUM_REQUESTS:,} (sim.workload.generate.MAX_NUM_REQUESTS)")
     duration_s: float | None = Field(None, gt=0, description="arrival window; also the horizon unless horizon_s")
     horizon_s: float | None = Field(None, gt=0, description="stop here; requests in flight are unfinished")
     warmup_s: float = Field(0.0, ge=0, description="steady-state window: leave out the first warmup_s seconds "
@@ -365,6 +375,12 @@ class Scenario(_Strict):
     slo: SLOSpec = SLOSpec()
     run: RunSpec = RunSpec(num_requests=1000)
     search: SearchSpec | None = Field(None, description="the planner's search space (servesim plan)")
+
+    @model_validator(mode="after")
+    def _run_size(self) -> "Scenario":
+        """A duration with no count must not ask for more than MAX_NUM_REQUESTS requests (rate x duration)."""
+        check_run_size(self.workload, self.run.num_requests, self.run.duration_s)
+        return self
 
     @model_validator(mode="after")
     def _move_deprecated_preemption(self) -> "Scenario":

@@ -22,7 +22,7 @@ def read_meta(path: str | Path, field: str = "cost_model.profile") -> dict:
                           "`calibrate steps` or `calibrate import-steps`")
     try:
         meta = json.loads(meta_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+    except (ValueError, UnicodeDecodeError) as err:  # ValueError: JSONDecodeError, or an integer of > 4,300 digits
         raise ConfigError(f"{field}: '{meta_path}' is not valid JSON ({getattr(err, 'msg', err)})") from None
     if not isinstance(meta, dict) or meta.get("format_version") != PROFILE_FORMAT_VERSION or "shard" not in meta:
         raise ConfigError(f"{field}: '{meta_path}' is not a ServeSim profile (format_version "

@@ -21,7 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.errors import ConfigError
-from sim.model.specs import ModelSpec
+from sim.model.specs import MAX_MODEL_DIM, ModelSpec
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; anything larger is not one
 
@@ -35,6 +35,34 @@ IGNORED: dict[str, str] = {
 }
 
 
+# JSON integers longer than this are kept as _LongInteger, never converted: Python refuses to convert one of more
+# than 4,300 digits (a traceback), and one of 20 digits is already far beyond MAX_MODEL_DIM.
+_MAX_JSON_INT_DIGITS = 100
+
+
+class _LongInteger:
+    """A JSON integer of more than _MAX_JSON_INT_DIGITS digits, as json.loads keeps it (any key that reads it
+    refuses it, naming the key)."""
+
+    def __init__(self, text: str):
+        self.digits = sum(ch.isdigit() for ch in text)
+
+    def __repr__(self) -> str:
+        return f"<an integer of {self.digits:,} digits>"
+
+
+def _parse_int(text: str) -> int | _LongInteger:
+    return _LongInteger(text) if len(text) > _MAX_JSON_INT_DIGITS else int(text)
+
+
+def _shown(value: Any) -> str:
+    """A value as an error line shows it: a huge integer in powers of ten, long text cut."""
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 64:
+        return f"{float(value):.3g}" if value.bit_length() < 1000 else f"<an integer of {len(str(value)):,} digits>"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
 class _Reader:
     """Typed access to one config mapping; every error is one line naming the file and the key."""
 
@@ -42,10 +70,10 @@ class _Reader:
         self.data, self.source = data, source
 
     def _fail(self, key: str, value: Any, allowed: str) -> ConfigError:
-        return ConfigError(f"{self.source}: {key} = {value!r} is not allowed; allowed: {allowed}")
+        return ConfigError(f"{self.source}: {key} = {_shown(value)} is not allowed; allowed: {allowed}")
 
     def int(self, key: str, default: Any = ..., minimum: int = 1) -> int:
-        """A required (no default) or optional integer >= minimum; JSON null counts as absent."""
+        """A required (no default) or optional integer in [minimum, MAX_MODEL_DIM]; JSON null counts as absent."""
         value = self.data.get(key)
         if value is None:
             if default is ...:
@@ -54,8 +82,8 @@ class _Reader:
             return default
         if isinstance(value, float) and value.is_integer():
             value = int(value)
-        if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-            raise self._fail(key, value, f"an integer >= {minimum}")
+        if isinstance(value, bool) or not isinstance(value, int) or not minimum <= value <= MAX_MODEL_DIM:
+            raise self._fail(key, value, f"an integer >= {minimum} and <= {MAX_MODEL_DIM:,} (MAX_MODEL_DIM)")
         return value
 
     def bool(self, key: str, default: bool) -> bool:
@@ -280,7 +308,7 @@ def read_hf_config(path: str | Path, name: str | None = None, field: str = "hf_c
     if p.stat().st_size > MAX_CONFIG_BYTES:
         raise ConfigError(f"{where} is larger than {MAX_CONFIG_BYTES} bytes; allowed: a config.json")
     try:
-        config = json.loads(p.read_text(encoding="utf-8"))
+        config = json.loads(p.read_text(encoding="utf-8"), parse_int=_parse_int)
     except UnicodeDecodeError:
         raise ConfigError(f"{where} is not UTF-8 text; allowed: a JSON config.json") from None
     except json.JSONDecodeError as err:

@@ -14,6 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 AttentionKind = Literal["mha", "mqa", "gqa", "mla"]
 
+# The largest any size or count of a model may be (layers, widths, heads, experts, vocabulary, context). The
+# largest in any released model is Llama 4 Scout's 10,485,760-token context; 2^24 is above it, and a value
+# beyond it (a corrupt config.json, a typo of 1e30) is not a model: its memory and FLOP arithmetic would be
+# meaningless or too large to compute.
+MAX_MODEL_DIM = 1 << 24
+
 
 class ModelSpec(BaseModel):
     """A decoder-only transformer, described by its architecture (no weights)."""
@@ -21,33 +27,38 @@ class ModelSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)  # inf and nan are never a setting
 
     name: str
-    num_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_kv_heads: int = Field(gt=0)
-    head_dim: int = Field(gt=0)
-    ffn_size: int = Field(gt=0, description="MLP intermediate size (per expert for mixture-of-experts)")
-    vocab_size: int = Field(gt=0)
-    max_context: int = Field(gt=0, description="maximum sequence length in tokens")
+    num_layers: int = Field(gt=0, le=MAX_MODEL_DIM)
+    hidden_size: int = Field(gt=0, le=MAX_MODEL_DIM)
+    num_attention_heads: int = Field(gt=0, le=MAX_MODEL_DIM)
+    num_kv_heads: int = Field(gt=0, le=MAX_MODEL_DIM)
+    head_dim: int = Field(gt=0, le=MAX_MODEL_DIM)
+    ffn_size: int = Field(gt=0, le=MAX_MODEL_DIM,
+                          description="MLP intermediate size (per expert for mixture-of-experts)")
+    vocab_size: int = Field(gt=0, le=MAX_MODEL_DIM)
+    max_context: int = Field(gt=0, le=MAX_MODEL_DIM, description="maximum sequence length in tokens")
     attention: AttentionKind = "gqa"
     gated_mlp: bool = Field(True, description="SwiGLU-style gate/up/down (3 matrices) vs plain fc1/fc2 (2)")
-    sliding_window: int | None = Field(None, gt=0, description="attention window in tokens; caps KV per sequence")
+    sliding_window: int | None = Field(None, gt=0, le=MAX_MODEL_DIM,
+                                       description="attention window in tokens; caps KV per sequence")
     tie_word_embeddings: bool = False
     attention_bias: bool = Field(False, description="biases on Q/K/V projections")
     linear_bias: bool = Field(False, description="biases on every linear layer (OPT)")
-    learned_position_embeddings: int = Field(0, ge=0, description="rows of a learned position table (OPT: 2050)")
+    learned_position_embeddings: int = Field(0, ge=0, le=MAX_MODEL_DIM,
+                                             description="rows of a learned position table (OPT: 2050)")
     # Mixture of experts: 0 experts means a dense model.
-    num_experts: int = Field(0, ge=0)
-    num_experts_per_token: int = Field(0, ge=0)
-    num_shared_experts: int = Field(0, ge=0)
-    num_dense_layers: int = Field(0, ge=0, description="leading layers with a dense MLP in an MoE model")
-    dense_ffn_size: int | None = Field(None, gt=0, description="intermediate size of those dense layers")
+    num_experts: int = Field(0, ge=0, le=MAX_MODEL_DIM)
+    num_experts_per_token: int = Field(0, ge=0, le=MAX_MODEL_DIM)
+    num_shared_experts: int = Field(0, ge=0, le=MAX_MODEL_DIM)
+    num_dense_layers: int = Field(0, ge=0, le=MAX_MODEL_DIM,
+                                  description="leading layers with a dense MLP in an MoE model")
+    dense_ffn_size: int | None = Field(None, gt=0, le=MAX_MODEL_DIM,
+                                       description="intermediate size of those dense layers")
     # Multi-head latent attention (DeepSeek-V2): the KV cache holds one compressed latent per token.
-    kv_lora_rank: int = Field(0, ge=0)
-    q_lora_rank: int = Field(0, ge=0, description="0: queries are not compressed")
-    qk_rope_head_dim: int = Field(0, ge=0)
-    qk_nope_head_dim: int = Field(0, ge=0)
-    v_head_dim: int = Field(0, ge=0)
+    kv_lora_rank: int = Field(0, ge=0, le=MAX_MODEL_DIM)
+    q_lora_rank: int = Field(0, ge=0, le=MAX_MODEL_DIM, description="0: queries are not compressed")
+    qk_rope_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)
+    qk_nope_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)
+    v_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)
     published_params: float | None = Field(None, gt=0, description="published parameter count, for checking")
 
     @model_validator(mode="after")

@@ -557,6 +557,12 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
     gpu_list = gpus if gpus is not None else (
         [g if isinstance(g, str) else g.model_dump(mode="json") for g in search.gpus] if search.gpus
         else [(raw.get("hardware") or {}).get("gpu", base.hardware.gpu)])
+    # A name the catalog lacks would only be excluded, and the plan would answer "no candidate": refuse it.
+    from sim.model.catalog import get_gpu
+    gpus_field = "--gpus" if gpus is not None else "search.gpus" if search.gpus else "hardware.gpu"
+    for gpu in gpu_list:
+        if isinstance(gpu, str):
+            get_gpu(gpu, gpus_field)  # one line naming the unknown name and the catalog's
     tp_list = tensor_parallel if tensor_parallel is not None else (
         search.tensor_parallel or [base.hardware.tensor_parallel])
     if any(tp < 1 for tp in tp_list):
@@ -574,9 +580,13 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
     merged_prices = dict(search.prices_per_gpu_hour)
     merged_prices.update(prices or {})
     gpu_names = {g if isinstance(g, str) else str(g.get("name")) for g in gpu_list}
-    for name in merged_prices:
+    for name, price in merged_prices.items():
         if name not in gpu_names:
             raise ConfigError(f"--price: {name!r} is not a candidate GPU; allowed: {', '.join(sorted(gpu_names))}")
+        # NaN compares false with everything, so a NaN cost would rank first; an infinite one prices nothing.
+        if isinstance(price, bool) or not isinstance(price, (int, float)) or not (math.isfinite(price) and price >= 0):
+            raise ConfigError(f"--price: {name}={price!r} is not allowed; allowed: a finite number of USD per "
+                              "GPU-hour >= 0")
     return PlanSettings(
         target_rate_per_s=float(target), gpus=gpu_list, tensor_parallel=[int(t) for t in tp_list],
         policies=policy_list, max_replicas=max_replicas or search.max_replicas,

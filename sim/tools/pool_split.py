@@ -20,6 +20,12 @@ from sim.tools.sweep import cost_figures
 
 RANKING_KEYS = ("goodput_rps", "slo_fraction_ok", "ttft_s_p90", "tpot_s_p90", "e2e_s_p90", "cost_per_hour")
 
+# The largest GPU budget plan-pools splits. A budget of N GPUs is about N candidates, each a simulation of up to N
+# replicas: 128 GPUs took 60 s and 256 took 125 s (scenarios/disaggregated.yaml, one core), so 2,000 would take
+# well over half an hour (and its 2,000-replica simulations of a few hundred requests say little). 256 GPUs is
+# 32 eight-GPU nodes.
+MAX_POOL_SPLIT_GPUS = 256
+
 
 @dataclass(frozen=True)
 class PoolSplitCandidate:
@@ -57,6 +63,9 @@ def split_scenarios(scenario: Scenario, total_gpus: int) -> list[tuple[str, int,
     """(label, prefill replicas, decode replicas, colocated replicas, GPUs, scenario) for every candidate."""
     if total_gpus < 2:
         raise ConfigError(f"--gpus: {total_gpus} leaves no GPU for one of the pools; allowed: 2 or more")
+    if total_gpus > MAX_POOL_SPLIT_GPUS:
+        raise ConfigError(f"--gpus: {total_gpus} is not allowed; allowed: 2 to {MAX_POOL_SPLIT_GPUS} GPUs "
+                          "(MAX_POOL_SPLIT_GPUS: every split is simulated, about one per GPU)")
     hw = scenario.hardware
     spec = hw.disaggregation or DisaggregationSpec()
     out = []

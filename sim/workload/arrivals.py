@@ -244,6 +244,26 @@ _NO_RATE = ("workload.arrival.kind: 'closed_loop' has no arrival rate (each user
             + ", ".join(RATE_KINDS))
 
 
+def expected_arrivals(spec: PoissonArrival | GammaArrival | ConstantArrival | ScheduleArrival | DiurnalArrival,
+                      duration_s: float) -> float:
+    """The expected number of arrivals in [0, duration_s) of a synthetic process with a rate, without sampling
+    it (the run-size check's estimate): the mean rate times the duration, a schedule's steps integrated."""
+    if not isinstance(spec, ScheduleArrival):
+        return spec.mean_rate_per_s * duration_s
+    durations = np.array([s.duration_s for s in spec.steps])
+    rates = np.array([s.rate_per_s for s in spec.steps])
+    period_s = float(durations.sum())
+
+    def within(t_s: float) -> float:  # expected arrivals in the first t_s seconds of one pass
+        starts = np.cumsum(durations) - durations
+        return float(rates @ np.clip(t_s - starts, 0.0, durations))
+
+    if spec.repeat:
+        cycles, rest_s = divmod(duration_s, period_s)
+        return cycles * within(period_s) + within(rest_s)
+    return within(min(duration_s, period_s)) + max(duration_s - period_s, 0.0) * float(rates[-1])
+
+
 # --------------------------------------------------------------------------------------------------
 # Arrival sampling
 

@@ -8,6 +8,7 @@ A third child stream draws shared prefixes (`prefix:`), so adding one leaves the
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,9 +18,12 @@ from pydantic import Field, model_validator
 from sim.errors import ConfigError
 from sim.workload.arrivals import (
     Arrival,
+    BurstArrival,
     ClosedLoopArrival,
+    ScheduleArrival,
     TraceArrival,
     cached_trace,
+    expected_arrivals,
     replay_arrivals,
     synthetic_arrivals,
 )
@@ -39,6 +43,11 @@ from sim.workload.prefixes import (
     system_prompts,
 )
 from sim.workload.traces import Trace
+
+# The most requests one run may simulate: ten times the largest shipped benchmark (benchmarks/bench_engine.py,
+# 1,000,000 requests: 5.5 s and 1.6 GB peak memory, benchmarks/RESULTS.md), so about a minute and 16 GB at
+# the limit. A count beyond it (1e10, or a duration of 1e9 s at a few req/s) would exhaust memory first.
+MAX_NUM_REQUESTS = 10_000_000
 
 
 class WorkloadSpec(StrictSpec):
@@ -73,6 +82,33 @@ class WorkloadSpec(StrictSpec):
     @property
     def resolved_lengths(self) -> Lengths:
         return self.lengths if self.lengths is not None else TraceLengths()
+
+
+def check_run_size(spec: WorkloadSpec, num_requests: int | None, duration_s: float | None) -> None:
+    """Refuse, before anything is sampled, a run of more than MAX_NUM_REQUESTS requests: a count above it, or,
+    with a duration and no count, an expected count (rate x duration, x turns per conversation) above it. A
+    trace replays at most its own rows; a closed loop and a burst need a count."""
+    if num_requests is not None:
+        if num_requests > MAX_NUM_REQUESTS:
+            raise ConfigError(f"run.num_requests: {num_requests} is not allowed; allowed: at most "
+                              f"{MAX_NUM_REQUESTS:,} requests per run (MAX_NUM_REQUESTS)")
+        return
+    arrival = spec.arrival
+    if duration_s is None or isinstance(arrival, (TraceArrival, ClosedLoopArrival, BurstArrival)):
+        return
+    per_arrival = spec.prefix.turns_mean if isinstance(spec.prefix, MultiTurn) else 1.0
+    expected = expected_arrivals(arrival, duration_s) * per_arrival
+    if expected > MAX_NUM_REQUESTS:
+        scheduled = isinstance(arrival, ScheduleArrival)
+        load = "the schedule's rates" if scheduled else f"{arrival.mean_rate_per_s:g} req/s"
+        turns = f" x {per_arrival:g} turns per conversation" if per_arrival != 1 else ""
+        shorter = ("a shorter duration_s" if scheduled else
+                   f"duration_s <= {MAX_NUM_REQUESTS / (arrival.mean_rate_per_s * per_arrival):.4g} s at this load")
+        about = f"about {expected:.3g}" if math.isfinite(expected) else "over 1e+308"
+        raise ConfigError(
+            f"run.duration_s: {duration_s:g} s at {load}{turns} is {about} requests, more than the "
+            f"limit of {MAX_NUM_REQUESTS:,} per run (MAX_NUM_REQUESTS); allowed: {shorter}, or a "
+            f"run.num_requests <= {MAX_NUM_REQUESTS:,}")
 
 
 # --------------------------------------------------------------------------------------------------
@@ -133,6 +169,7 @@ def generate_workload(
         raise ConfigError(f"duration_s: {duration_s} is not allowed; it must be > 0")
     if max_context < 2:
         raise ConfigError(f"max_context: {max_context} is not allowed; it must be >= 2 (one prompt + one output token)")
+    check_run_size(spec, num_requests, duration_s)  # a scenario was checked already; a sweep's new rate was not
     arrivals_seq, lengths_seq, prefix_seq = np.random.SeedSequence(seed).spawn(3)
     arrival, lengths = spec.arrival, spec.resolved_lengths
     if isinstance(spec.prefix, MultiTurn):

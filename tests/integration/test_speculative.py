@@ -49,9 +49,9 @@ def test_every_step_yields_between_one_and_gamma_plus_one_tokens():
     assert set(decodes.unique()) >= {1, GAMMA + 1}
 
 
-def many_requests(speculation, rate=20.0, n=300, layout="contiguous"):
+def many_requests(speculation, rate=20.0, n=300, layout="contiguous", model="llama-3.1-8b"):
     raw = {
-        "model": "llama-3.1-8b",
+        "model": model,
         "workload": {"arrival": {"kind": "poisson", "rate_per_s": rate},
                      "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 200}},
         "kv_cache": {"layout": layout},
@@ -80,9 +80,10 @@ def test_sync_overhead_slows_verification():
 
 
 def test_draft_model_takes_memory_and_time():
+    # Llama-2-7B drafts for Llama-2-13B: the same 32,000-token vocabulary.
     draft = {"draft_model": "llama-2-7b", "num_speculative_tokens": 3, "acceptance": {"kind": "fixed", "alpha": 0.8}}
-    with_draft = many_requests(draft)
-    without = many_requests(None)
+    with_draft = many_requests(draft, model="llama-2-13b")
+    without = many_requests(None, model="llama-2-13b")
     assert resolve(with_draft).kv_capacity_tokens < 0.6 * resolve(without).kv_capacity_tokens
     result = simulate(with_draft)
     assert result.summary["num_finished"] == 300
