@@ -98,8 +98,9 @@ def _unlisted(root: Path, folder: Path, recorded: dict) -> str | None:
 
 def _refuse_unless_replaceable(target: Path, option: str, shown: str) -> None:
     if target.is_symlink() or (target.exists() and not target.is_dir()):
-        raise ConfigError(f"{option}: {shown!r} exists and is not a folder; allowed: a new folder, an "
-                          "empty one, or one ServeSim wrote")
+        kind = "a link" if target.is_symlink() else "a file" if target.is_file() else "a special file"
+        raise ConfigError(f"{option}: {shown!r} is {kind}, not a folder ServeSim may replace; allowed: a new "
+                          "folder, an empty one, or one ServeSim wrote")
     if target.is_dir():
         foreign = foreign_entry(target)
         if foreign is not None:
