@@ -27,7 +27,7 @@ from sim.workload.arrivals import (
     replay_arrivals,
     synthetic_arrivals,
 )
-from sim.workload.base import StrictSpec
+from sim.workload.base import MAX_NUM_REQUESTS, StrictSpec
 from sim.workload.lengths import Lengths, TraceLengths, sample_lengths
 from sim.workload.prefixes import (
     MOONCAKE_PREFIX_UNIT_TOKENS,
@@ -44,10 +44,6 @@ from sim.workload.prefixes import (
 )
 from sim.workload.traces import Trace
 
-# The most requests one run may simulate: ten times the largest shipped benchmark (benchmarks/bench_engine.py,
-# 1,000,000 requests: 5.5 s and 1.6 GB peak memory, benchmarks/RESULTS.md), so about a minute and 16 GB at
-# the limit. A count beyond it (1e10, or a duration of 1e9 s at a few req/s) would exhaust memory first.
-MAX_NUM_REQUESTS = 10_000_000
 
 
 class WorkloadSpec(StrictSpec):

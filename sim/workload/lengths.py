@@ -10,26 +10,32 @@ from pydantic import Field, model_validator
 
 from sim.workload.arrivals import cached_trace
 from sim.workload.base import StrictSpec
-from sim.workload.traces import Trace, TraceColumns
+from sim.workload.traces import MAX_TRACE_TOKENS, Trace, TraceColumns
 
 # --------------------------------------------------------------------------------------------------
 # Length distributions
 
 
+# Token counts of one request are bounded as a trace's are (MAX_TRACE_TOKENS: above any model's context, and every
+# sum of counts stays exact). A lognormal's sigma above MAX_LENGTH_SIGMA spreads lengths over e^(+-2 sigma) = a
+# factor of 5e8 either side of the median: no longer a length distribution (and sigma**2 overflows near 1e154).
+MAX_LENGTH_SIGMA = 10.0
+
+
 class FixedLengths(StrictSpec):
     kind: Literal["fixed"] = "fixed"
-    input_tokens: int = Field(ge=1)
-    output_tokens: int = Field(ge=1)
+    input_tokens: int = Field(ge=1, le=MAX_TRACE_TOKENS)
+    output_tokens: int = Field(ge=1, le=MAX_TRACE_TOKENS)
 
 
 class UniformLengths(StrictSpec):
     """Integers drawn uniformly from the inclusive ranges."""
 
     kind: Literal["uniform"] = "uniform"
-    input_min: int = Field(ge=1)
-    input_max: int = Field(ge=1)
-    output_min: int = Field(ge=1)
-    output_max: int = Field(ge=1)
+    input_min: int = Field(ge=1, le=MAX_TRACE_TOKENS)
+    input_max: int = Field(ge=1, le=MAX_TRACE_TOKENS)
+    output_min: int = Field(ge=1, le=MAX_TRACE_TOKENS)
+    output_max: int = Field(ge=1, le=MAX_TRACE_TOKENS)
 
     @model_validator(mode="after")
     def _ordered(self) -> "UniformLengths":
@@ -44,10 +50,10 @@ class LognormalLengths(StrictSpec):
     """Lognormal lengths given by their mean (tokens) and the sigma of the underlying normal."""
 
     kind: Literal["lognormal"] = "lognormal"
-    input_mean: float = Field(gt=0, description="mean prompt length in tokens")
-    input_sigma: float = Field(ge=0, description="sigma of log(prompt length)")
-    output_mean: float = Field(gt=0, description="mean output length in tokens")
-    output_sigma: float = Field(ge=0, description="sigma of log(output length)")
+    input_mean: float = Field(gt=0, le=MAX_TRACE_TOKENS, description="mean prompt length in tokens")
+    input_sigma: float = Field(ge=0, le=MAX_LENGTH_SIGMA, description="sigma of log(prompt length)")
+    output_mean: float = Field(gt=0, le=MAX_TRACE_TOKENS, description="mean output length in tokens")
+    output_sigma: float = Field(ge=0, le=MAX_LENGTH_SIGMA, description="sigma of log(output length)")
 
 
 class EmpiricalLengths(StrictSpec):
@@ -117,7 +123,9 @@ def sample_lengths(spec, seq: np.random.SeedSequence, n: int) -> tuple[np.ndarra
 def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int) -> np.ndarray:
     # E[exp(N(mu, sigma^2))] = exp(mu + sigma^2 / 2), so this mu gives the requested mean.
     mu = math.log(mean) - sigma**2 / 2
-    return np.rint(rng.lognormal(mu, sigma, n)).astype(np.int64)
+    # A draw above any request's limit is clipped to just over it before the cast (it is then clipped to the
+    # model's context, and counted, like any prompt too long for the model), so it cannot wrap around int64.
+    return np.rint(np.minimum(rng.lognormal(mu, sigma, n), MAX_TRACE_TOKENS + 1.0)).astype(np.int64)
 
 
 def _cached_empirical(spec: EmpiricalLengths) -> Trace:

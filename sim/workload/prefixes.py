@@ -13,8 +13,9 @@ import numpy as np
 from pydantic import Field
 
 from sim.errors import ConfigError
-from sim.workload.base import StrictSpec
+from sim.workload.base import MAX_NUM_REQUESTS, StrictSpec
 from sim.workload.lengths import sample_lengths
+from sim.workload.traces import MAX_TRACE_TOKENS
 
 # --------------------------------------------------------------------------------------------------
 # Shared prefixes
@@ -29,9 +30,9 @@ class SharedSystemPrompt(StrictSpec):
     """
 
     kind: Literal["shared_system_prompt"] = "shared_system_prompt"
-    tokens: int = Field(gt=0, description="system prompt length in tokens")
+    tokens: int = Field(gt=0, le=MAX_TRACE_TOKENS, description="system prompt length in tokens")
     fraction: float = Field(gt=0, le=1, description="fraction of requests that start with a system prompt")
-    num_prompts: int = Field(1, ge=1, description="distinct system prompts")
+    num_prompts: int = Field(1, ge=1, le=MAX_NUM_REQUESTS, description="distinct system prompts")
 
 
 class MultiTurn(StrictSpec):
