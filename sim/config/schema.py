@@ -68,12 +68,19 @@ class LinkSpec(_Strict):
     latency_s: float = Field(0.0, ge=0, description="fixed start-up time of one transfer")
 
 
+# The most replicas (or GPUs per replica) a deployment may name: each replica is an engine process with its own
+# scheduler and KV pool in the simulator, and no serving deployment that one planner sizes comes near 1,024
+# replicas of a model (a huge number here would only exhaust memory building them).
+MAX_REPLICAS = 1024
+MAX_GPUS_PER_REPLICA = 1024
+
+
 class PoolSpec(_Strict):
     """One pool of a disaggregated deployment; an absent field takes the top-level hardware value."""
 
     gpu: str | GPUSpec | None = Field(None, description="catalog GPU name or inline GPU; default: hardware.gpu")
-    tensor_parallel: int | None = Field(None, ge=1, description="default: hardware.tensor_parallel")
-    num_replicas: int | None = Field(None, ge=1, description="default: hardware.num_replicas")
+    tensor_parallel: int | None = Field(None, ge=1, le=MAX_GPUS_PER_REPLICA, description="default: hardware.tensor_parallel")
+    num_replicas: int | None = Field(None, ge=1, le=MAX_REPLICAS, description="default: hardware.num_replicas")
     kv_capacity_tokens: int | None = Field(None, ge=1, description="pin this pool's KV capacity per replica "
                                            "(tokens); default: kv_cache.capacity_tokens, else the memory arithmetic")
 
@@ -102,10 +109,10 @@ class DisaggregationSpec(_Strict):
 
 class HardwareSpec(_Strict):
     gpu: str | GPUSpec = Field("h100-sxm", description="catalog GPU name, or an inline GPU definition")
-    tensor_parallel: int = Field(1, ge=1, description="GPUs per replica sharing each layer")
-    pipeline_parallel: int = Field(1, ge=1, description="pipeline stages per replica, each a tensor-parallel group "
+    tensor_parallel: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA, description="GPUs per replica sharing each layer")
+    pipeline_parallel: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA, description="pipeline stages per replica, each a tensor-parallel group "
                                    "holding consecutive layers (GPUs per replica = tensor_parallel x pipeline_parallel)")
-    num_replicas: int = Field(1, ge=1)
+    num_replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
     disaggregation: DisaggregationSpec | None = Field(
         None, description="separate prefill and decode pools joined by a link; absent = colocated")
@@ -304,7 +311,7 @@ class SearchSpec(_Strict):
     policies: list[str] | None = Field(None, description="variant names to try; default: every variant")
     target_rate_per_s: float | None = Field(None, gt=0, le=MAX_RATE_PER_S,
                                              description="the load to serve; default: the workload's rate")
-    max_replicas: int = Field(16, ge=1, description="largest deployment considered per candidate")
+    max_replicas: int = Field(16, ge=1, le=MAX_REPLICAS, description="largest deployment considered per candidate")
     min_window_s: float = Field(
         60.0, ge=0, description="each simulation spans at least this many seconds of arrivals, so an overload "
         "shows as a growing queue instead of a burst the system absorbs")

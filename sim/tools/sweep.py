@@ -27,7 +27,7 @@ import pandas as pd
 import yaml
 
 from sim.config.deployment import gpu_spec
-from sim.config.files import set_path, validate_arrival
+from sim.config.files import load_yaml_text, set_path, validate_arrival
 from sim.errors import ConfigError, ServeSimError
 from sim.workload.arrivals import MAX_RATE_PER_S
 
@@ -58,8 +58,10 @@ def parse_grid(specs: Iterable[str]) -> list[GridAxis]:
             if not item:
                 raise ConfigError(f"--grid: {text!r} has an empty value; allowed: a comma-separated list of values")
             try:
-                values.append(yaml.safe_load(item))
-            except yaml.YAMLError:
+                values.append(load_yaml_text(item))  # the scenario files' reader: no duplicate keys, no huge ints
+            except yaml.constructor.ConstructorError as err:  # YAML, but a value the scenario reader refuses
+                raise ConfigError(f"--grid: {item!r}: {err.problem}") from None
+            except yaml.YAMLError:  # not YAML at all: the text itself
                 values.append(item)
         if key == RATE_KEY and not all(isinstance(v, (int, float)) and not isinstance(v, bool)
                                        and 0 < v <= MAX_RATE_PER_S for v in values):

@@ -31,6 +31,9 @@ from sim.workload.traces import Trace, TraceColumns, TraceFormat, load_trace
 # The highest arrival rate a scenario may ask for. A million requests per second is ~10,000 times what one
 # GPU replica serves; a rate beyond it is a typo (1e308, an extra zero run), and its arrays would not fit.
 MAX_RATE_PER_S = 1e6
+# A trace replayed a million times slower is the slowest replay that means anything (a second becomes 11.6 days);
+# beyond it the scaled times stop being finite long before they stop being useless.
+MAX_TIME_SCALE = 1e6
 
 
 def _checked_rate(rate_per_s: float) -> float:
@@ -197,7 +200,7 @@ class TraceArrival(StrictSpec):
     path: str
     format: TraceFormat = "auto"
     columns: TraceColumns | None = None
-    time_scale: float = Field(1.0, gt=0, description="multiplies every inter-arrival gap")
+    time_scale: float = Field(1.0, gt=0, le=MAX_TIME_SCALE, description="multiplies every inter-arrival gap")
     target_rate_per_s: float | None = Field(None, gt=0, le=MAX_RATE_PER_S,
                                              description="rescale gaps to this mean rate")
 

@@ -410,3 +410,32 @@ def test_the_shipped_whole_step_profiles_pass_the_checks():
     assert len(folders) >= 10
     for folder in folders:
         load_step_profile(folder)  # raises on a row the checks refuse
+
+
+@pytest.mark.parametrize("key, value, needle", [
+    ("hardware.num_replicas", "5000", "hardware.num_replicas"),
+    ("hardware.tensor_parallel", "100000", "hardware.tensor_parallel"),
+    ("search.max_replicas", "99999", "search.max_replicas"),
+])
+def test_replica_and_gpu_counts_beyond_their_limit_are_refused(tmp_path, capsys, key, value, needle):
+    from sim.views.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["validate", str(Path(__file__).resolve().parents[2] / "scenarios" / "capacity_plan.yaml"), "--set",
+              f"{key}={value}"])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and needle in err and err.count("\n") == 0, err
+
+
+def test_a_trace_replay_slowed_beyond_the_limit_is_refused():
+    from sim.workload.arrivals import MAX_TIME_SCALE
+    from sim.config.files import validate_arrival
+    from sim.errors import ConfigError
+    with pytest.raises(ConfigError, match="time_scale"):
+        validate_arrival({"kind": "trace", "path": "x.csv", "time_scale": MAX_TIME_SCALE * 10})
+
+
+def test_a_grid_value_the_scenario_reader_refuses_is_refused_in_one_line():
+    from sim.errors import ConfigError
+    from sim.tools.sweep import parse_grid
+    with pytest.raises(ConfigError, match="digits"):
+        parse_grid(["scheduler.max_num_seqs=1" + "0" * 200])
