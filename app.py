@@ -285,7 +285,7 @@ def sidebar(base: dict) -> dict:
     return new
 
 
-def policy_inputs(column, index: int, policy: dash.Policy) -> dash.Policy:
+def policy_inputs(column, index: int, policy: dash.Policy, drafts_allowed: list[str]) -> dash.Policy:
     """One variant column's policy widgets."""
     p = f"v{index}."
     batching = column.selectbox("batching", dash.BATCHING_MODES, index=dash.BATCHING_MODES.index(policy.batching),
@@ -321,7 +321,7 @@ def policy_inputs(column, index: int, policy: dash.Policy) -> dash.Policy:
     speculate = column.checkbox("speculative decoding", policy.speculation, key=key(p + "spec"))
     changes["speculation"] = speculate
     if speculate:
-        drafts = {"cost ratio": None, **{name: name for name in MODELS}}
+        drafts = {"cost ratio": None, **{name: name for name in drafts_allowed}}  # the target's vocabulary only
         current = "cost ratio"
         if isinstance(policy.draft_model, dict):  # an inline architecture from a loaded file
             current = f"{policy.draft_model.get('name', 'draft')} (inline)"
@@ -373,7 +373,7 @@ def variant_columns(form: dash.Form, base: dict) -> dict:
             policy = dash.Policy()
         with column:
             new_name = st.text_input("variant", name, key=key(f"v{i}.name")).strip() or f"variant {i + 1}"
-        policy = policy_inputs(column, i, policy)
+        policy = policy_inputs(column, i, policy, dash.draft_choices(base.get("model", "llama-3.1-8b")))
         if new_name in new:
             st.error(f"variants: the name {new_name!r} is used twice; give each column its own name")
             st.stop()

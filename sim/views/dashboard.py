@@ -342,6 +342,18 @@ class Policy:
     overlap: str = "none"  # disaggregated: KV sent after the prefill ("none") or layer by layer ("layerwise")
 
 
+def draft_choices(target: Any) -> list[str]:
+    """Catalog models a speculative draft may be for `target` (a catalog name, or an inline architecture): those
+    with the target's vocabulary, the one rule a draft must meet (sim.config.deployment refuses the others). An
+    unknown target (a custom config not yet valid) offers every model, and the run names the mismatch."""
+    from sim.model.catalog import MODELS, get_model
+    try:
+        vocab = get_model(target).vocab_size if isinstance(target, str) else int(target["vocab_size"])
+    except (ServeSimError, KeyError, TypeError, ValueError):
+        return list(MODELS)
+    return [name for name, spec in MODELS.items() if spec.vocab_size == vocab and name != target]
+
+
 def policy_of(scenario: Scenario) -> Policy:
     s, kv, spec = scenario.scheduler, scenario.kv_cache, scenario.speculation
     batching = "static" if s.batching == "static" else CHUNKED_PREFILL if s.chunked_prefill else "continuous"

@@ -293,3 +293,12 @@ def test_literal_choices_see_through_optional_and_union():
         mixed: Literal["x"] | Literal["y", "z"] | int = 0
 
     assert literal_choices(Probe, "mode") == ("a", "b") and literal_choices(Probe, "mixed") == ("x", "y", "z")
+
+
+def test_the_draft_menu_offers_only_models_with_the_targets_vocabulary():
+    from sim.model.catalog import MODELS
+    choices = dash.draft_choices("llama-2-13b")
+    assert "llama-2-7b" in choices and "llama-3.1-8b" not in choices and "llama-2-13b" not in choices
+    assert all(MODELS[name].vocab_size == MODELS["llama-2-13b"].vocab_size for name in choices)
+    assert dash.draft_choices({"vocab_size": MODELS["llama-3.1-8b"].vocab_size}) == [
+        name for name, spec in MODELS.items() if spec.vocab_size == MODELS["llama-3.1-8b"].vocab_size]
