@@ -73,6 +73,9 @@ class LinkSpec(_Strict):
 # replicas of a model (a huge number here would only exhaust memory building them).
 MAX_REPLICAS = 1024
 MAX_GPUS_PER_REPLICA = 1024
+# Seeds a plan repeats its recommendation with: each is a full simulation of the chosen deployment; a spread
+# over 100 seeds is as precise as a capacity plan needs, and more only makes the plan slower.
+MAX_PLAN_SEEDS = 100
 
 
 class PoolSpec(_Strict):
@@ -316,7 +319,8 @@ class SearchSpec(_Strict):
         60.0, ge=0, description="each simulation spans at least this many seconds of arrivals, so an overload "
         "shows as a growing queue instead of a burst the system absorbs")
     rate_tolerance: float = Field(0.02, gt=0, lt=1, description="binary search stops when hi/lo <= 1 + this")
-    num_seeds: int = Field(5, ge=1, description="seeds the recommendation is repeated with (uncertainty)")
+    num_seeds: int = Field(5, ge=1, le=MAX_PLAN_SEEDS, description="seeds the recommendation is repeated with "
+                           "(uncertainty)")
     prices_per_gpu_hour: dict[str, float] = Field(default_factory=dict, description="USD per GPU-hour overrides")
     top_k: int = Field(3, ge=1, description="candidates that get a throughput-latency curve")
     prefer_calibrated: bool = Field(
@@ -332,6 +336,33 @@ class SearchSpec(_Strict):
             if price < 0:
                 raise ValueError(f"prices_per_gpu_hour.{gpu} must be >= 0, got {price}")
         return self
+
+
+# The most front-end processes a scenario may ask for: more than any one host has cores (a two-socket AMD EPYC
+# 9965 host has 2 x 192), so a larger number is a typo (vLLM starts one API server process per --api-server-count).
+MAX_FRONTEND_PROCESSES = 1024
+# More tokens than any model's context (so any output is one chunk after its first token); it keeps the chunk
+# arithmetic in 64-bit integers.
+MAX_TOKENS_PER_CHUNK = 1 << 30
+
+
+class FrontendSpec(_Strict):
+    """The API front-end between the client and the engine (sim/core/frontend.py): `num_processes` server processes
+    that take each request in (HTTP, chat template, tokenization) and stream its output back (detokenization, one
+    event per chunk). Absent: no front-end, the engine's own times are the client's. The costs have no defaults:
+    they depend on the engine, its version and the host CPU (the engine presets will supply them)."""
+
+    num_processes: int = Field(1, ge=1, le=MAX_FRONTEND_PROCESSES, description=(
+        "server processes, each doing one piece of work at a time; default 1: vLLM's single API server "
+        f"(`vllm serve` without --api-server-count, vllm/entrypoints/cli/serve.py); at most {MAX_FRONTEND_PROCESSES}"))
+    per_request_s: float = Field(ge=0, description="inbound work once per request: HTTP, parsing, the chat template")
+    per_prompt_token_s: float = Field(ge=0, description="inbound work per prompt token: tokenization")
+    per_output_chunk_s: float = Field(ge=0, description="outbound work per streamed chunk: one server-sent event")
+    per_output_token_s: float = Field(0.0, ge=0, description="outbound work per output token: detokenization "
+                                      "(0: counted in per_output_chunk_s, as with one token per chunk)")
+    tokens_per_chunk: int = Field(1, ge=1, le=MAX_TOKENS_PER_CHUNK, description=(
+        "output tokens per streamed chunk after the first (the first token goes alone); default 1: vLLM streams "
+        "each step's new token as it comes (vllm/entrypoints/openai/serving_chat.py)"))
 
 
 class RunSpec(_Strict):
@@ -382,11 +413,28 @@ class Scenario(_Strict):
     slo: SLOSpec = SLOSpec()
     run: RunSpec = RunSpec(num_requests=1000)
     search: SearchSpec | None = Field(None, description="the planner's search space (servesim plan)")
+    frontend: FrontendSpec | None = Field(None, description="the API front-end between client and engine; absent = "
+                                          "none (latencies are the engine's)")
 
     @model_validator(mode="after")
     def _run_size(self) -> "Scenario":
         """A duration with no count must not ask for more than MAX_NUM_REQUESTS requests (rate x duration)."""
         check_run_size(self.workload, self.run.num_requests, self.run.duration_s)
+        return self
+
+    @model_validator(mode="after")
+    def _frontend_fits(self) -> "Scenario":
+        """The front-end runs as passes before and after the engine loop (sim/core/frontend.py): a closed loop,
+        whose next request waits for the reply, and a disaggregated deployment are outside it."""
+        if self.frontend is None:
+            return self
+        kind = getattr(self.workload.arrival, "kind", None)
+        if kind == "closed_loop":
+            raise ConfigError("frontend: not allowed with workload.arrival.kind 'closed_loop' (its next request waits "
+                              "for the reply the front-end streams back); allowed: an open arrival process")
+        if self.hardware.disaggregation is not None:
+            raise ConfigError("frontend: not allowed with hardware.disaggregation (not modelled yet); allowed: a "
+                              "colocated deployment")
         return self
 
     @model_validator(mode="after")

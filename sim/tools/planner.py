@@ -539,7 +539,13 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
                   cache_dir: str | None = None) -> PlanSettings:
     """The search space: the scenario's `search:` section, then command-line overrides."""
     from sim.config.files import build_scenario_set
-    from sim.config.schema import SearchSpec
+    from sim.config.schema import MAX_GPUS_PER_REPLICA, MAX_PLAN_SEEDS, MAX_REPLICAS, SearchSpec
+    for option, values, limit in (("--seeds", [num_seeds], MAX_PLAN_SEEDS), ("--max-replicas", [max_replicas], MAX_REPLICAS),
+                                  ("--tp", tensor_parallel, MAX_GPUS_PER_REPLICA),
+                                  ("--pp", pipeline_parallel, MAX_GPUS_PER_REPLICA)):
+        for value in values or []:
+            if value is not None and not 1 <= value <= limit:
+                raise ConfigError(f"{option}: {value} is not allowed; allowed: 1 to {limit}")
     base = build_scenario_set(copy.deepcopy(raw), resolve=False).base
     search = base.search or SearchSpec()
     if not base.slo.has_limits():

@@ -439,3 +439,15 @@ def test_a_grid_value_the_scenario_reader_refuses_is_refused_in_one_line():
     from sim.tools.sweep import parse_grid
     with pytest.raises(ConfigError, match="digits"):
         parse_grid(["scheduler.max_num_seqs=1" + "0" * 200])
+
+
+@pytest.mark.parametrize("option, value", [("--seeds", "99999999999999999999"), ("--max-replicas", "5000"),
+                                           ("--tp", "1,4096"), ("--pp", "0")])
+def test_plan_options_beyond_their_limits_are_refused_before_planning(tmp_path, capsys, option, value):
+    from sim.views.cli import main
+    with pytest.raises(SystemExit) as exit_info:
+        main(["plan", str(Path(__file__).resolve().parents[2] / "scenarios" / "capacity_plan.yaml"), option, value,
+              "-q", "--out", str(tmp_path / "o")])
+    err = capsys.readouterr().err.strip()
+    assert exit_info.value.code == 2 and option in err and err.count("\n") == 0, err
+    assert not (tmp_path / "o").exists()
