@@ -1,173 +1,200 @@
-"""ServeSim against published end-to-end vLLM measurements (issue 12).
+"""ServeSim against the published suite: every run under benchmarks/published/ (issue 12; issue 30, item 5).
 
-    PYTHONPATH=. .venv/bin/python benchmarks/bench_published.py [--cases benchmarks/published/vllm_e2e.yaml]
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_published.py [--engine vllm|sglang|trtllm|lmdeploy]
+        [--cost-model NAME] [--cases GLOB] [--csv OUT] [--quick] [--list]
 
-Each case of the data file (a real `vllm bench serve` run, numbers quoted from its source) is simulated as the
-page describes it: the model's config.json, the GPU, TP 1, vLLM V1's default scheduler for that GPU (chunked
-prefill, max_num_batched_tokens / max_num_seqs), all prompts at once (burst) or `--max-concurrency` users
-(closed loop, no think time), fixed lengths at the quoted means. Four cost models price it:
+Each case (a published run, its numbers quoted verbatim from a page pinned to a commit) is simulated as its source
+describes it: the model, the GPU, TP and dtypes of the run, its engine's defaults for that GPU and version, its
+arrival (all at once, a closed loop at the stated concurrency, Poisson at the stated rate) and fixed lengths at
+the quoted means where the per-request lengths are not given. benchmarks/published_suite.py does the loading,
+the scenarios and the held-out protocol; this file prints the table:
 
-- roofline: today's default, catalog efficiencies and its fixed 3 ms step overhead;
-- measured kernels: AIConfigurator's vLLM kernel tables (MeasuredCostModel), no engine overhead;
-- measured + overhead: the same kernels plus the `vllm-cudagraph` engine-overhead defaults (sim/cost/overhead.py);
-- learned roofline + overhead: the roofline with efficiencies learned from the measured GPUs, plus the same terms;
-- measured + fitted per_step: the measured kernels plus the overhead terms with per_step_s fitted to ONE number, the
-  concurrency-1 case's mean TPOT minus its kernel time (the other cases are held out).
+1. the case counts per engine, GPU, TP, dtype and kind (and per source), and any malformed case (one line each);
+2. the fitted runs (FIT_RUNS: the runs each engine version's preset may be fitted on) and, separately, the
+   held-out runs: measured vs simulated throughput, TTFT and TPOT/ITL with the signed error (simulated / measured
+   - 1); the cases ServeSim cannot express yet, each with its reason;
+3. per engine, over the held-out runs only: the median and max |error| of each of the three metrics.
 
-It prints, per case, the measured and simulated benchmark duration (first request sent to last finished), mean
-TTFT and mean TPOT with the simulation's error, and a step breakdown of the lowest-concurrency case: kernel time
-of one decode step against the measured TPOT, and how much of the gap each overhead term takes.
+`--cost-model` picks one of COST_MODELS (default: roofline, today's default cost model). `--cases` is a glob on the
+case names or on the data files' names (`--cases vllm_e2e.yaml`); `--only` a substring of the case names.
+`--quick` runs the fitted runs and the first held-out run of each engine version and kind.
 """
 
 from __future__ import annotations
 
 import argparse
+import csv
 import math
+import sys
+import time
 from pathlib import Path
 
-import numpy as np
-import yaml
-
 HERE = Path(__file__).resolve().parent
-CASES = HERE / "published" / "vllm_e2e.yaml"
+sys.path.insert(0, str(HERE))
 
-# vLLM's OpenAI-server defaults (vllm/engine/arg_utils.py, EngineArgs.get_batch_defaults): >= 70 GiB and not A100.
-VLLM_V1_DEFAULTS = {
-    "h100-sxm": {"max_num_batched_tokens": 8192, "max_num_seqs": 1024},
-    "h200": {"max_num_batched_tokens": 8192, "max_num_seqs": 1024},
-    "a100-80gb": {"max_num_batched_tokens": 2048, "max_num_seqs": 256},
-}
-COST_MODELS = {
-    "roofline": {"kind": "roofline"},
-    "measured kernels": {"kind": "measured", "on_missing": "error"},
-    "measured + overhead": {"kind": "measured", "on_missing": "error", "overhead": {"engine": "vllm-cudagraph"}},
-    "learned roofline + overhead": {"kind": "roofline", "efficiencies": "learned",
-                                    "overhead": {"engine": "vllm-cudagraph"}},
-}
-METRICS = (("benchmark_duration_s", "duration"), ("mean_ttft_ms", "TTFT"), ("mean_tpot_ms", "TPOT"))
+import published_suite as ps  # noqa: E402
+from published_suite import (  # noqa: E402,F401  (re-exported: tests/unit/test_published_cases.py)
+    COST_MODELS,
+    FIT_RUNS,
+    VLLM_V1_DEFAULTS,
+)
+
+CASES = HERE / "published" / "vllm_e2e.yaml"  # the original nine vLLM runs (issue 12)
 
 
-def scenario(case: dict, cost_model: dict) -> dict:
-    q = case["quoted"]
-    n = case["num_prompts"]
-    arrival = ({"kind": "closed_loop", "num_users": case["concurrency"], "think_time_s": 0.0}
-               if case.get("concurrency") else {"kind": "burst"})
-    return {
-        "name": case["name"],
-        "model": {"hf_config": str(CASES.parent / case["model"])},
-        "hardware": {"gpu": case["gpu"], "tensor_parallel": 1},
-        "workload": {"arrival": arrival,
-                     # the quoted totals over the requests: means where requests stopped early at EOS
-                     "lengths": {"kind": "fixed", "input_tokens": round(q["total_input_tokens"] / n),
-                                 "output_tokens": round(q["total_generated_tokens"] / n)}},
-        "scheduler": {"batching": "continuous", "chunked_prefill": True, "max_model_len": 40960,
-                      **VLLM_V1_DEFAULTS[case["gpu"]]},
-        "kv_cache": {"layout": "paged", "block_size": 16, "gpu_memory_utilization": 0.9},
-        "cost_model": cost_model,
-        "run": {"seed": 0, "num_requests": n},
-    }
+def scenario(case, cost_model: dict, fitted: dict | None = None) -> dict:
+    """The scenario of one case: a PublishedCase, or a raw case of vllm_e2e.yaml (as before the suite)."""
+    if isinstance(case, dict):
+        case = ps.normalize_case(case, file=CASES.name, data_dir=CASES.parent)
+    return ps.scenario(case, cost_model, fitted)
 
 
-def simulated(case: dict, cost_model: dict) -> dict:
-    from sim.config.files import validate_scenario
-    from sim.run import simulate
-    result = simulate(validate_scenario(scenario(case, cost_model)))
-    r = result.requests
-    return {"benchmark_duration_s": float(r["finish_s"].max()), "mean_ttft_ms": float(r["ttft_s"].mean()) * 1e3,
-            "mean_tpot_ms": float(np.nanmean(r["tpot_s"])) * 1e3, "label": result.extras["cost_model_label"],
-            "kv_capacity_tokens": result.summary.get("kv_capacity_tokens"),
-            "preemptions": result.summary.get("preemptions")}
+def _value(v: float, unit: str) -> str:
+    if not math.isfinite(v):
+        return "-"
+    if unit == "s":
+        return f"{v * 1e3:,.4g} ms" if v < 1 else f"{v:,.4g} s"
+    return f"{v:,.5g} {unit}"
 
 
-def decode_kernels_s(case: dict) -> tuple[float, int]:
-    """Kernel time of one decode step of `concurrency` sequences at the case's mean context (mid-generation)."""
-    from sim.config.files import validate_scenario
-    from sim.core.step_plan import StepPlan
-    from sim.run import make_cost_model
-    q, c, n = case["quoted"], case["concurrency"], case["num_prompts"]
-    context = round(q["total_input_tokens"] / n + q["total_generated_tokens"] / n / 2)
-    plan = StepPlan(num_decode_seqs=c, decode_context_tokens=c * context, num_sampled_seqs=c)
-    cost = make_cost_model(validate_scenario(scenario(case, COST_MODELS["measured kernels"])))
-    return cost.step_time(plan), context
+def _err(e: float) -> str:
+    return "-" if e is None or not math.isfinite(e) else f"{e:+.0%}"
 
 
-def fitted_per_step_s(case: dict) -> float:
-    """per_step_s that closes one case's TPOT gap: measured TPOT - decode kernels - the default per-sequence term."""
-    from sim.cost.overhead import engine_overhead
-    kernels_s, _ = decode_kernels_s(case)
-    return case["quoted"]["mean_tpot_ms"] * 1e-3 - kernels_s - engine_overhead("vllm-cudagraph").per_seq_s * case["concurrency"]
-
-
-def decode_breakdown(case: dict) -> list[str]:
-    """One decode step of `concurrency` sequences at the case's mean context, kernels vs the measured TPOT."""
-    from sim.cost.overhead import engine_overhead
-    q, c = case["quoted"], case["concurrency"]
-    kernels_s, context = decode_kernels_s(case)
-    terms = engine_overhead("vllm-cudagraph")
-    tpot_s = q["mean_tpot_ms"] * 1e-3
-    per_step, per_seq = terms.per_step_s, terms.per_seq_s * c
-    gap = tpot_s - kernels_s
-    return [(f"{case['name']}: decode step of {c} x {context} context tokens: measured kernels "
-             f"{kernels_s * 1e3:.2f} ms; measured TPOT {tpot_s * 1e3:.2f} ms; gap {gap * 1e3:.2f} ms "
-             f"({gap / tpot_s:.0%} of the TPOT); vllm-cudagraph overhead terms: per_step {per_step * 1e3:.2f} ms + "
-             f"per_seq {per_seq * 1e3:.3f} ms = {(per_step + per_seq) * 1e3:.2f} ms "
-             f"({(per_step + per_seq) / gap:.0%} of the gap)")]
-
-
-def err(sim: float, real: float) -> str:
-    return "-" if math.isnan(sim) else f"{sim / real - 1:+.0%}"
-
-
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--cases", default=str(CASES))
-    ap.add_argument("--only", help="run only cases whose name contains this")
-    args = ap.parse_args()
-    data = yaml.safe_load(Path(args.cases).read_text())
-    cases = [c for c in data["cases"] if not args.only or args.only in c["name"]]
-    # One number fitted on the concurrency-1 case; every other case is held out from it.
-    fit_on = min((c for c in data["cases"] if c.get("concurrency")), key=lambda c: c["concurrency"])
-    per_step_s = fitted_per_step_s(fit_on)
-    COST_MODELS["measured + fitted per_step"] = {
-        "kind": "measured", "on_missing": "error",
-        "overhead": {"engine": "vllm-cudagraph", "per_step_s": round(per_step_s, 6)}}
-    print(f"per_step_s fitted on {fit_on['name']!r} (mean TPOT - decode kernels - per_seq): {per_step_s * 1e3:.3f} ms")
-    rows = []
+def print_counts(cases, errors) -> None:
+    c = ps.counts(cases)
+    print(f"Published suite: {len(cases)} runs from {len(c['file'])} data files, {len(c['source'])} sources "
+          f"({', '.join(f'{k} {v}' for k, v in c['source'].most_common())})")
+    for dim, label in (("engine", "engine"), ("gpu", "GPU"), ("tp", "TP"), ("dtype", "dtype (weights)"),
+                       ("kind", "kind")):
+        print(f"  by {label}: " + ", ".join(f"{k} {v}" for k, v in sorted(c[dim].items(), key=lambda kv: str(kv[0]))))
+    combo = {}
     for case in cases:
-        q = case["quoted"]
-        sims = {name: simulated(case, spec) for name, spec in COST_MODELS.items()}
-        rows.append((case, sims))
-        print(f"\n{case['name']} ({case['gpu']}, vLLM {case['vllm_version']}; {data['sources'][case['source']]})")
-        print(f"  KV capacity {sims['measured kernels']['kv_capacity_tokens']:,} tokens, preemptions "
-              + ", ".join(f"{k}: {v['preemptions']}" for k, v in sims.items()))
-        for key, label in METRICS:
-            cells = ", ".join(f"{name} {s[key]:,.4g} ({err(s[key], q[key])})" for name, s in sims.items())
-            print(f"  {label}: measured {q[key]:,.4g}; {cells}")
-    print("\n| case | metric | vLLM (quoted) | " + " | ".join(COST_MODELS) + " |")
-    print("| --- | --- | ---: | " + " | ".join("---:" for _ in COST_MODELS) + " |")
-    for case, sims in rows:
-        q = case["quoted"]
-        for key, label in METRICS:
-            unit = "s" if key.endswith("_s") else "ms"
-            print(f"| {case['name']} | {label} ({unit}) | {q[key]:,.4g} | "
-                  + " | ".join(f"{s[key]:,.4g} ({err(s[key], q[key])})" for s in sims.values()) + " |")
-    groups = {"low concurrency (closed loop)": [r for r in rows if r[0].get("concurrency")],
-              "all prompts at once (burst)": [r for r in rows if not r[0].get("concurrency")]}
-    for group, members in groups.items():
-        if not members:
+        k = (case.engine.label, case.gpu, case.tensor_parallel, case.weights, case.kind)
+        combo[k] = combo.get(k, 0) + 1
+    print("\n| engine | GPU | TP | dtype | kind | runs |\n| --- | --- | ---: | --- | --- | ---: |")
+    for (e, g, tp, dt, kind), n in sorted(combo.items()):
+        print(f"| {e} | {g} | {tp} | {dt} | {kind} | {n} |")
+    if errors:
+        print(f"\n{len(errors)} malformed (not loaded):")
+        for line in errors:
+            print(f"  {line}")
+
+
+def print_rows(results, which: str, title: str) -> None:
+    rows = [r for r in results if r.role == which]
+    print(f"\n## {title}: {len(rows)} runs, {sum(r.status == 'simulated' for r in rows)} simulated\n")
+    print("| case | engine | GPU, TP, dtype | metric | measured | simulated | error |")
+    print("| --- | --- | --- | --- | ---: | ---: | ---: |")
+    for r in rows:
+        c = r.case
+        where = f"{c.gpu}, TP{c.tensor_parallel}, {c.weights}"
+        if r.status != "simulated":
+            print(f"| {c.name} | {c.engine.label} | {where} | not simulated: {r.reason} | | | |")
             continue
-        print(f"\nMedian absolute error, {group}, {len(members)} cases:")
-        for key, label in METRICS:
-            parts = []
-            for name in COST_MODELS:
-                e = [abs(s[name][key] / c["quoted"][key] - 1) for c, s in members]
-                parts.append(f"{name} {np.median(e):.0%}")
-            print(f"  {label}: " + ", ".join(parts))
-    print()
-    for case in cases:
-        if case.get("concurrency"):
-            print("\n".join(decode_breakdown(case)))
+        for m in c.headline:
+            print(f"| {c.name} | {c.engine.label} | {where} | {ps.GROUP_LABELS[m.group]} ({m.quoted_key}) | "
+                  f"{_value(m.measured, m.unit)} | {_value(r.simulated[m.group], m.unit)} | "
+                  f"{_err(r.errors[m.group])} |")
+
+
+def print_summary(results, which: str = "held-out") -> None:
+    s = ps.summarize(results, which)
+    print(f"\n## Per engine, {which} runs only: median / max |error| (n = runs with that metric)\n")
+    print("| engine | runs | simulated | throughput | TTFT | TPOT/ITL |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+    for key in ("vllm", "sglang", "trtllm", "lmdeploy"):
+        if key not in s:
+            continue
+        e = s[key]
+        cells = []
+        for g in ps.HEADLINE:
+            d = e[g]
+            cells.append("-" if not d["n"] else f"{d['median']:.0%} / {d['max']:.0%} (n={d['n']})")
+        print(f"| {ps.ENGINE_LABELS[key]} | {e['runs']} | {e['simulated']} | " + " | ".join(cells) + " |")
+    print("Goal (issue 30): median |error| <= 10% and max <= 25% on each metric, per engine, held-out runs.")
+
+
+def write_csv(path: Path, results, cost_model: str) -> None:
+    fields = ["file", "case", "engine", "version", "gpu", "tp", "weights", "kv_dtype", "kind", "role", "status",
+              "reason", "metric", "quoted_key", "unit", "measured", "simulated", "error", "servesim_quantity",
+              "definition", "cost_model", "url", "assumptions", "approximations", "notes"]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=fields)
+        w.writeheader()
+        for r in results:
+            c = r.case
+            base = {"file": c.file, "case": c.name, "engine": c.engine.key, "version": c.engine.version, "gpu": c.gpu,
+                    "tp": c.tensor_parallel, "weights": c.weights, "kv_dtype": c.kv_dtype, "kind": c.kind,
+                    "role": r.role, "status": r.status, "reason": r.reason, "cost_model": cost_model, "url": c.url,
+                    "assumptions": "; ".join(c.assumptions), "approximations": "; ".join(r.approximations),
+                    "notes": r.notes}
+            for m in c.metrics:
+                sim = r.simulated.get(m.group, math.nan)
+                w.writerow({**base, "metric": m.group, "quoted_key": m.quoted_key, "unit": m.unit,
+                            "measured": m.measured, "simulated": sim, "error": r.errors.get(m.group, math.nan),
+                            "servesim_quantity": ps.SIM_QUANTITIES[m.sim], "definition": m.definition})
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--engine", choices=["vllm", "sglang", "trtllm", "lmdeploy"])
+    ap.add_argument("--cost-model", default=ps.DEFAULT_COST_MODEL, choices=list(COST_MODELS))
+    ap.add_argument("--cases", metavar="GLOB", help="glob on case names or data-file names")
+    ap.add_argument("--only", metavar="TEXT", help="only cases whose name contains TEXT")
+    ap.add_argument("--csv", metavar="OUT", type=Path, help="write every case and metric to this CSV")
+    ap.add_argument("--quick", action="store_true", help="the fitted runs + the first held-out run per engine "
+                    "version and kind")
+    ap.add_argument("--list", action="store_true", help="print the counts and the cases; simulate nothing")
+    args = ap.parse_args(argv)
+
+    suite = ps.load_suite()
+    cases = ps.select(suite.cases, engine=args.engine, pattern=args.cases, only=args.only, quick=args.quick)
+    print_counts(cases, suite.errors)
+    for line in ps.fit_run_problems(suite.cases):
+        print(f"FIT_RUNS problem: {line}")
+    if args.list:
+        print()
+        for c in cases:
+            w = c.workload
+            print(f"{ps.role(c):8} {c.name} | {c.engine.label} | {c.gpu} TP{c.tensor_parallel} {c.weights} | "
+                  f"{w.arrival} | {w.input_tokens}/{w.output_tokens} x {w.num_prompts}")
+        return 0
+    if not cases:
+        print("no case selected")
+        return 1
+    print(f"\nCost model: {args.cost_model} {COST_MODELS[args.cost_model]}")
+    t0 = time.perf_counter()
+    results, fitted = ps.run_suite(cases, args.cost_model, fit_pool=suite.cases)
+    wall = time.perf_counter() - t0
+    print("Fitted numbers per engine version (fit_preset): "
+          + ", ".join(f"{e} {v}: {f or 'none'}" for (e, v), f in fitted.items())
+          + " - no engine terms to fit yet: every run uses the unfitted preset")
+    print_rows(results, "fit", "Fitted runs (FIT_RUNS)")
+    print_rows(results, "held-out", "Held-out runs")
+    print_summary(results, "held-out")
+    not_sim = [r for r in results if r.status != "simulated"]
+    if not_sim:
+        print(f"\nNot simulated ({len(not_sim)}):")
+        for r in not_sim:
+            print(f"  {r.case.name}: {r.reason}")
+    approx = sorted({a for r in results for a in r.approximations})
+    if approx:
+        print("\nEngine rule approximated (the preset's stand-in is not the engine's own rule):")
+        for a in approx:
+            n = sum(a in r.approximations for r in results)
+            print(f"  [{n} runs] {a}")
+    print("\nEngine defaults applied (the stand-in for the engine presets, benchmarks/published_suite.py "
+          "ENGINE_DEFAULTS):")
+    for key in sorted({r.case.engine.key for r in results}):
+        d = ps.ENGINE_DEFAULTS[key]
+        print(f"  {ps.ENGINE_LABELS[key]}: {d['rule']}. Source: {d['source']}.")
+    if args.csv:
+        write_csv(args.csv, results, args.cost_model)
+        print(f"\nCSV: {args.csv}")
+    print(f"\n{len(results)} runs in {wall:.1f} s")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

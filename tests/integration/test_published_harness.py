@@ -1,0 +1,184 @@
+"""The published suite's harness (issue 30, item 5): the data loads, cites and counts as the issue asks, a malformed
+case is one line, the held-out protocol keeps its sets apart, and a few runs go end to end. Not the accuracy."""
+
+from __future__ import annotations
+
+import csv
+import math
+import re
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "benchmarks"))
+import bench_published  # noqa: E402
+import published_suite as ps  # noqa: E402
+
+from sim.config.files import validate_scenario  # noqa: E402
+
+PINNED = re.compile(r"^https://github\.com/[^/]+/[^/]+/(blob|tree)/[0-9a-f]{40}/")
+
+
+@pytest.fixture(scope="module")
+def suite() -> ps.Suite:
+    return ps.load_suite()
+
+
+def test_every_data_file_loads_without_a_malformed_case(suite):
+    files = ps.data_files()
+    assert len(files) >= 4
+    assert suite.errors == []
+    assert {c.file for c in suite.cases} == {f.name for f in files}
+
+
+def test_every_case_cites_a_pinned_url_and_lists_what_its_source_leaves_unstated(suite):
+    for c in suite.cases:
+        assert PINNED.match(c.url), (c.name, c.url)
+        assert c.unstated and all(isinstance(u, str) and u for u in c.unstated), c.name
+
+
+def test_every_quoted_value_in_the_files_is_a_number():
+    for path in ps.data_files():
+        for case in yaml.safe_load(path.read_text())["cases"]:
+            for key, value in case["quoted"].items():
+                if key == "qps" and value == "INF":  # printed so on the TensorRT-LLM page (request rate inf)
+                    continue
+                assert isinstance(value, (int, float)) and not isinstance(value, bool), (path.name, case["name"], key)
+                assert math.isfinite(value) and value >= 0, (path.name, case["name"], key)
+
+
+def test_the_suite_meets_the_issue_minimums(suite):
+    cases = suite.cases
+    c = ps.counts(cases)
+    assert len(cases) >= 40
+    assert len(c["source"]) >= 3  # distinct source repositories
+    assert len({x.engine.key for x in cases}) >= 2
+    assert len(c["gpu"]) >= 2
+    assert {1, 2, 4, 8} <= set(c["tp"])
+    assert {"bf16", "fp8"} <= set(c["dtype"])
+    assert {"latency", "throughput"} <= set(c["kind"])
+    # every case compares at least one of the three headline metrics, in SI units
+    for x in cases:
+        assert x.headline and all(m.measured > 0 and m.unit in ("tok/s", "s") for m in x.headline), x.name
+        assert x.workload.input_tokens >= 1 and x.workload.output_tokens >= 1, x.name
+
+
+def test_fit_runs_name_loaded_cases_and_the_two_sets_are_disjoint(suite):
+    assert ps.fit_run_problems(suite.cases) == []
+    fit = {c.name for c in suite.cases if ps.role(c) == "fit"}
+    held = {c.name for c in suite.cases if ps.role(c) == "held-out"}
+    assert fit and held and not fit & held
+    assert fit | held == {c.name for c in suite.cases}
+    assert fit == {n for names in ps.FIT_RUNS.values() for n in names}
+    assert len(held) > 2 * len(fit)  # most runs are held out
+
+
+def test_a_malformed_case_is_one_line_naming_file_case_and_field(tmp_path, suite):
+    good = next(c for c in yaml.safe_load((ps.DATA_DIR / "trtllm_perf_overview.yaml").read_text())["cases"])
+    data = yaml.safe_load((ps.DATA_DIR / "trtllm_perf_overview.yaml").read_text())
+    bad_tp = dict(good, name="bad tp", tensor_parallel="two")
+    bad_quote = dict(good, name="bad quote", quoted={"token_throughput_tok_s": "fast"})
+    bad_gpu = dict(good, name="bad gpu", gpu="h900")
+    no_engine = {k: v for k, v in good.items() if k != "engine"} | {"name": "no engine"}
+    nameless = dict(good, name="nameless engine", engine={"version": "0.17"})
+    path = tmp_path / "broken.yaml"
+    path.write_text(yaml.safe_dump({"sources": data["sources"], "unstated": ["x"],
+                                    "cases": [good, bad_tp, bad_quote, bad_gpu, no_engine, nameless,
+                                              "not a mapping"]}))
+    (tmp_path / "garbage.yaml").write_text("cases: [\n")
+    loaded = ps.load_suite([path, tmp_path / "garbage.yaml"], data_dir=tmp_path)
+    assert [c.name for c in loaded.cases] == [good["name"]]  # the good case still loads
+    assert len(loaded.errors) == 7
+    assert all("\n" not in e for e in loaded.errors)
+    expect = [("bad tp", "tensor_parallel"), ("bad quote", "quoted.token_throughput_tok_s"), ("bad gpu", "gpu"),
+              ("no engine", "engine"), ("nameless engine", "engine.name")]
+    for (name, fld), err in zip(expect, loaded.errors):
+        assert err.startswith(f"broken.yaml: case {name!r}: field {fld!r}:"), err
+    assert loaded.errors[5].startswith("broken.yaml: case #7:")
+    assert loaded.errors[6].startswith("garbage.yaml: cannot be read as YAML")
+
+
+def test_each_engine_gets_a_valid_scenario_with_its_own_defaults(suite):
+    by_engine = {}
+    for c in suite.cases:
+        if ps.unsupported(c, ps.COST_MODELS["roofline"]) is None:
+            by_engine.setdefault(c.engine.key, c)
+    assert set(by_engine) == {"vllm", "sglang", "trtllm", "lmdeploy"}
+    scheds = {}
+    for key, c in by_engine.items():
+        s = validate_scenario(ps.scenario(c, ps.COST_MODELS["roofline"]))
+        assert s.hardware.tensor_parallel == c.tensor_parallel and s.run.num_requests == c.workload.num_prompts
+        scheds[key] = s.scheduler
+    assert scheds["vllm"].chunked_prefill and scheds["vllm"].max_num_batched_tokens in (2048, 8192)
+    assert scheds["sglang"].max_num_batched_tokens == 8192 and 2048 <= scheds["sglang"].max_num_seqs <= 4096
+    assert scheds["lmdeploy"].max_num_seqs in (128, 256) and not scheds["lmdeploy"].chunked_prefill
+
+
+def test_cases_servesim_cannot_express_are_listed_with_their_reason(suite):
+    dp = next(c for c in suite.cases if c.dp_attention)
+    r = ps.run_case(dp, "roofline")
+    assert r.status == "not simulated" and "data-parallel attention" in r.reason
+    a100_fp8 = next(c for c in suite.cases if c.weights == "fp8-weights")
+    assert "measured kernels" in ps.unsupported(a100_fp8, ps.COST_MODELS["measured kernels"])
+
+
+def test_a_tiny_subset_runs_end_to_end_with_measured_simulated_and_error(suite, tmp_path):
+    names = ["qwen3-8b-h100 vllm c2", "trtllm 0.14 llama-3.1-70b h100-sxm tp4 bf16 467/256 qps 2",
+             "lmdeploy llama2-7b tp1 static batch 64 128/128"]
+    cases = [c for c in suite.cases if c.name in names]
+    seen = []
+
+    def spy(engine, version, fit_results, cost_model):
+        seen.extend(r.case.name for r in fit_results)
+        return {"per_step_s": 0.001}  # what a fitted preset would hand the held-out runs
+
+    results, fitted = ps.run_suite(cases, "roofline", num_requests=8, fit=spy)
+    assert seen == []  # none of the three is a fitted run: nothing was fitted on a held-out run
+    for r in results:
+        assert r.role == "held-out" and r.status == "simulated", (r.case.name, r.reason)
+        assert r.fitted == {"per_step_s": 0.001}
+        for m in r.case.headline:
+            sim, err = r.simulated[m.group], r.errors[m.group]
+            assert m.measured > 0 and sim > 0 and err == pytest.approx(sim / m.measured - 1)
+    out = tmp_path / "rows.csv"
+    bench_published.write_csv(out, results, "roofline")
+    rows = list(csv.DictReader(out.open()))
+    assert {r["case"] for r in rows} == set(names)
+    assert all(r["measured"] and r["simulated"] and r["error"] for r in rows if r["metric"] in ps.HEADLINE)
+
+
+def test_the_fit_hook_sees_only_the_fitted_runs():
+    suite = ps.load_suite([ps.DATA_DIR / "lmdeploy_a100.yaml"])
+    fit_names = set(ps.FIT_RUNS[("lmdeploy", "0.1.0a1")])
+    held = "lmdeploy llama2-7b tp1 static batch 1 2048/128"
+    small = [c for c in suite.cases if c.name in fit_names or c.name == held]
+    seen = []
+    results, fitted = ps.run_suite(small, "roofline", num_requests=4,
+                                   fit=lambda e, v, rs, cm: seen.extend(r.case.name for r in rs) or {})
+    assert set(seen) == fit_names and fitted == {("lmdeploy", "0.1.0a1"): {}}
+    assert ps.fit_preset("vllm", "0.11.0", [], "roofline") == {}  # no engine terms to fit yet
+    summary = ps.summarize(results, "held-out")
+    assert summary["lmdeploy"]["runs"] == 1
+
+
+def test_the_command_prints_counts_and_the_table(capsys, tmp_path):
+    assert bench_published.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "by engine:" in out and "by TP:" in out and "| engine | GPU | TP | dtype | kind | runs |" in out
+    csv_out = tmp_path / "one.csv"
+    assert bench_published.main(["--cases", "lmdeploy llama2-7b tp1 static batch 1 128/2048", "--csv",
+                                 str(csv_out)]) == 0
+    out = capsys.readouterr().out
+    # the other lmdeploy fitted run comes along: the fit takes every FIT_RUN of the version
+    assert "## Fitted runs (FIT_RUNS): 2 runs, 2 simulated" in out and "## Held-out runs: 0 runs" in out
+    assert "| lmdeploy llama2-7b tp1 static batch 1 128/2048 | LMDeploy 0.1.0a1 |" in out
+    assert csv_out.is_file()
+
+
+def test_the_issue_12_entry_points_still_take_a_raw_vllm_case():
+    case = yaml.safe_load(bench_published.CASES.read_text())["cases"][0]
+    s = validate_scenario(bench_published.scenario(case, bench_published.COST_MODELS["roofline"]))
+    assert s.workload.arrival.kind == "closed_loop" and s.scheduler.max_num_seqs == 1024
