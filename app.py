@@ -1,8 +1,8 @@
 """ServeSim what-if dashboard: `make app` (or `streamlit run app.py`).
 
 This file only draws widgets. The form state, scenario files, choice lists, summary table and load-sweep
-chart live in sim/views/dashboard.py; the latency, time-series and KV charts in sim/views/report.py; every
-number comes from sim.run.simulate, the function the CLI calls.
+chart live in sim/views/dashboard.py; the latency, time-series and KV charts in sim/views/report.py; the verdict
+the page opens with in sim/views/verdict.py; every number comes from sim.run.simulate, the function the CLI calls.
 """
 
 from __future__ import annotations
@@ -438,6 +438,8 @@ def main() -> None:
     st.title("ServeSim what-if dashboard")
     st.caption("Pick a model, GPU and workload in the sidebar; set each variant's serving policy below. "
                "Every variant runs on the same generated requests.")
+    # The page opens with the verdict: a slot here, filled once the variants have run (sim/views/verdict.py).
+    verdict_slot = st.container(border=True, key="verdict")
     handle_upload()
     if st.session_state.get("upload_error"):
         st.error(f"Could not load the scenario: {st.session_state.upload_error}")
@@ -473,6 +475,7 @@ def main() -> None:
     except ServeSimError as err:
         st.error(str(err))
         st.stop()
+    verdict_slot.markdown(dash.verdict_markdown(results))
     results_section(results)
     sweep_section(form, scenarios)
 

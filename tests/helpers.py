@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 
 from sim.core.request import Request
@@ -47,3 +48,54 @@ def run_fidelity_cli(args: list[str], capsys) -> tuple[int, object]:
     except SystemExit as exit_:
         code = exit_.code
     return code, capsys.readouterr()
+
+
+# The verdict (sim/views/verdict.py): which variant wins by the stated rule, from the summaries alone.
+
+def _slo_percentile(summaries: dict) -> str:
+    for s in summaries.values():
+        for key in s:
+            if key.startswith(("slo_ttft_p", "slo_tpot_p", "slo_e2e_p")):
+                return key.rsplit("_", 1)[1]
+    return "p99"
+
+
+def expected_winners(summaries: dict[str, dict], tolerance: float = 0.02) -> list[str]:
+    """The verdict's rule (sim/views/verdict.py), computed again from the summaries alone for the tests to check
+    the verdict against (`tolerance`: its LEVEL_TOLERANCE): the variants meeting the SLOs (all when none does or
+    none has limits); at each of goodput (max), TTFT, TPOT, E2E at the SLO percentile (min), throughput (max),
+    keep those within the tolerance of the best; the first by exact values, then file order, is the winner."""
+    names = list(summaries)
+    pct = _slo_percentile(summaries)
+    meeting = [n for n in names if summaries[n].get("slo_met") is True]
+    pool = meeting or names
+
+    def key_of(n: str, metric: str) -> str:
+        s = summaries[n]
+        return next((k for k in (f"slo_{metric}_{pct}", f"{metric}_s_{pct}") if k in s), f"{metric}_s_p99")
+
+    def val(n: str, metric: str) -> float:
+        if metric in ("goodput", "throughput"):
+            v = summaries[n].get(f"{metric}_rps")
+        else:
+            v = summaries[n].get(key_of(n, metric))
+        return math.nan if v is None else float(v)
+
+    order = [("goodput", 1), ("ttft", -1), ("tpot", -1), ("e2e", -1), ("throughput", 1)]
+    for metric, sign in order:
+        values = {n: val(n, metric) for n in pool}
+        finite = [v for v in values.values() if not math.isnan(v)]
+        if not finite:
+            continue
+        best = max(finite) if sign > 0 else min(finite)
+        pool = [n for n in pool if not math.isnan(values[n])
+                and abs(values[n] - best) <= tolerance * max(abs(values[n]), abs(best))]
+        if len(pool) == 1:
+            break
+
+    def exact(n: str):
+        met = summaries[n].get("slo_met")
+        rank = 0 if met else (1 if met is None else 2)
+        vals = [val(n, m) for m, _ in order]
+        return (rank, *[math.inf if math.isnan(v) else -s * v for v, (_, s) in zip(vals, order)], names.index(n))
+    return sorted(pool, key=exact)

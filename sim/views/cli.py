@@ -78,6 +78,8 @@ def _summary_table(results) -> Table:
 
 def _clipping_notes(results) -> None:
     """One line per result whose generated lengths were cut to fit the model: its numbers are for shorter requests."""
+    from sim.views.verdict import verdict_of  # first, the verdict under the summary table (issue 32)
+    console.print(verdict_of(results).text(), markup=False, highlight=False)
     for r in results:
         if r.summary.get("window_note"):
             console.print(f"note: {r.name}: {r.summary['window_note']}", markup=False, highlight=False)

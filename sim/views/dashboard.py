@@ -14,7 +14,8 @@
 - The GPU cost model (`COST_MODEL_CHOICES`, from the schema's cost-model kinds and roofline efficiencies):
   new forms start on `measured` (AIConfigurator kernels) where the GPU has measured tables, the roofline
   elsewhere (`default_cost_model`), and `cost_model_note` says when a `measured` choice falls back.
-- `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
+- `verdict_markdown` is what the page opens with (sim/views/verdict.py: the report's and the CLI's verdict);
+  `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
   load sweep. Latency, time-series and KV figures come from `sim.views.report.figures`.
 - Files: the page is a server, so a scenario on it opens only files uploaded in this session (`Uploads`), never
   a path on the server (`sim.config.file_access`); uploads are stored under content-addressed names, and a
@@ -72,6 +73,7 @@ from sim.views.report import (
     cost_model_labels,
     format_metric,
 )
+from sim.views.verdict import verdict_of
 from sim.workload.arrivals import ARRIVAL_KINDS, ARRIVAL_SPECS, RATE_KINDS
 from sim.workload.lengths import Lengths, PresetLengths
 
@@ -706,6 +708,12 @@ def cost_model_caption(results: list[Result]) -> str:
 
 def slo_verdicts(results: list[Result]) -> dict[str, bool | None]:
     return {r.name: r.summary.get("slo_met") for r in results}
+
+
+def verdict_markdown(results: list[Result]) -> str:
+    """What the page opens with: the verdict (sim/views/verdict.py, the same as the report's and the CLI's),
+    as Streamlit markdown."""
+    return verdict_of(results).markdown()
 
 
 # --------------------------------------------------------------------------------------------------

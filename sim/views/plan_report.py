@@ -12,7 +12,9 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sim.tools.planner import PlanResult
-from sim.views.report import COLORS, format_value
+from sim.views.charts import COLORS, TEMPLATE, figure_html, plotly_script
+from sim.views.report import STYLE, format_value
+from sim.views.verdict import plan_verdict
 
 _LIMITS = (("ttft", "ttft_s", "TTFT"), ("tpot", "tpot_s", "TPOT"), ("e2e", "e2e_s", "E2E"))
 
@@ -181,7 +183,8 @@ def _pareto_figure(result: PlanResult) -> go.Figure:
     fig.add_trace(go.Scatter(x=[xs[i] for i in front], y=[ys[i] for i in front], mode="lines+markers",
                              text=[names[i] for i in front], name="Pareto front", line=dict(color="#d62728")))
     fig.update_layout(title=f"Cost against {_pct(result.slo)} {label} at {target:g} req/s",
-                      xaxis_title="USD per hour", yaxis_title=f"{_pct(result.slo)} {label} (s)", height=420)
+                      xaxis_title="USD per hour", yaxis_title=f"{_pct(result.slo)} {label} (s)", height=420,
+                      template=TEMPLATE)
     return fig
 
 
@@ -204,20 +207,29 @@ def _curves_figure(result: PlanResult) -> go.Figure:
         fig.add_vline(x=result.settings.target_rate_per_s, line_dash="dot", line_color="#2ca02c", row=1, col=col)
         fig.update_xaxes(title_text="offered load (req/s)", row=1, col=col)
     fig.update_layout(title="Load against latency for the top candidates (dashed: the SLO limit; dotted: the target)",
-                      height=420)
+                      height=420, template=TEMPLATE)
     return fig
 
 
 def _seed_figure(result: PlanResult) -> go.Figure:
     shown = [(m, key, lab) for m, key, lab in _LIMITS if result.slo.get(key) is not None]
     fig = go.Figure()
-    for metric, key, label in shown:
+    for i, (metric, key, label) in enumerate(shown):
+        # Every seed a point (a handful: a box would hide them), the mean a bar across.
         vals = [_metric_at(s.at_recommendation.metrics, result.slo, metric) / result.slo[key] for s in result.seeds]
-        fig.add_trace(go.Box(y=vals, name=f"{_pct(result.slo)} {label}", boxpoints="all",
-                             text=[f"seed {s.seed}" for s in result.seeds]))
+        name = f"{_pct(result.slo)} {label}"
+        color = COLORS[i % len(COLORS)]
+        fig.add_trace(go.Scatter(x=[name] * len(vals), y=vals, mode="markers", name=name,
+                                 marker=dict(color=color, size=9, opacity=0.75),
+                                 text=[f"seed {s.seed}" for s in result.seeds]))
+        finite = [v for v in vals if not math.isnan(v)]
+        if finite:
+            fig.add_trace(go.Scatter(x=[name], y=[statistics.fmean(finite)], mode="markers", showlegend=False,
+                                     name=f"{name} mean", marker=dict(color=color, symbol="line-ew-open", size=30,
+                                                                      line=dict(width=2))))
     fig.add_hline(y=1.0, line_dash="dash", line_color="#d62728")
     fig.update_layout(title="The recommendation under different seeds (share of each limit; above 1 misses it)",
-                      yaxis_title="measured / limit", height=380)
+                      yaxis_title="measured / limit", height=380, template=TEMPLATE)
     return fig
 
 
@@ -229,7 +241,7 @@ def _table_html(frame: pd.DataFrame) -> str:
     for row in frame.itertuples(index=False):
         cells = "".join(f"<td>{html.escape(_cell(v))}</td>" for v in row)
         body.append(f"<tr>{cells}</tr>")
-    return f'<table class="t"><tr>{head}</tr>{"".join(body)}</table>'
+    return f'<div class="table-wrap"><table class="t"><tr>{head}</tr>{"".join(body)}</table></div>'
 
 
 def _cell(value) -> str:
@@ -299,7 +311,12 @@ def _settings_text(result: PlanResult) -> str:
 
 
 def render_markdown(result: PlanResult) -> str:
-    lines = ["# ServeSim capacity plan", "", "## Recommendation", "", recommendation_text(result), ""]
+    verdict = plan_verdict(result)
+    lines = ["# ServeSim capacity plan", "", "## Verdict", ""]
+    lines += [verdict.headline, ""] + ([verdict.decision, ""] if verdict.decision else [])
+    lines += [f"- {name}: {text}" for name, text in verdict.why] + ([""] if verdict.why else [])
+    lines += [x for x in (verdict.priced_by, verdict.rule) if x] + [""]
+    lines += ["## Recommendation", "", recommendation_text(result), ""]
     lines += ["## Candidates", "", _markdown_table(_display_candidates(result)), ""]
     excluded = _excluded_frame(result)
     if len(excluded):
@@ -331,20 +348,21 @@ def render_html(result: PlanResult) -> str:
         figs.append(("curves", "Throughput against latency", _curves_figure(result)))
     if result.seeds:
         figs.append(("seeds-chart", "Spread over seeds", _seed_figure(result)))
-    charts = "".join(f'<section id="{key}"><h2>{html.escape(title)}</h2>'
-                     + fig.to_html(full_html=False, include_plotlyjs=(i == 0), div_id=f"plot-{key}")
-                     + "</section>"
-                     for i, (key, title, fig) in enumerate(figs))
+    # plotly.js once, in the head; every chart without a bundle of its own (sim/views/charts.py).
+    charts = "".join(f'<section id="{key}"><h2>{html.escape(title)}</h2>' + figure_html(fig, f"plot-{key}")
+                     + "</section>" for key, title, fig in figs)
     excluded = _excluded_frame(result)
     margins = _margins_frame(result)
     seeds = _seeds_frame(result)
     versions = ", ".join(f"{html.escape(k)} {html.escape(str(v))}" for k, v in result.versions.items())
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><meta name="generator" content="servesim"><title>ServeSim capacity plan</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1400px}} table.t{{border-collapse:collapse;margin:1em 0}}
-table.t td,table.t th{{border:1px solid #ccc;padding:4px 8px;text-align:right}} .rec{{font-size:1.15em;
-background:#eef6ee;border-left:4px solid #2ca02c;padding:.8em 1em}} pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style>
+<style>{STYLE}
+body{{max-width:1400px}} table.t{{border-collapse:collapse;margin:1em 0;font-size:13px}}
+table.t td,table.t th{{border:1px solid #d8dce3;padding:3px 7px;text-align:right}} .rec{{font-size:1.05em;
+background:#f6f8fb;border-left:4px solid #1f77b4;padding:.6em 1em}}</style>{plotly_script()}
 </head><body><h1>ServeSim capacity plan</h1>
+{plan_verdict(result).html()}
 <section id="recommendation"><h2>Recommendation</h2><p class="rec">{html.escape(recommendation_text(result))}</p></section>
 <section id="candidates"><h2>Candidates, cheapest first</h2>{_table_html(_display_candidates(result))}</section>
 <section id="excluded"><h2>Excluded and infeasible</h2>{_table_html(excluded) if len(excluded) else '<p>None: every candidate can meet the SLOs.</p>'}</section>

@@ -1,4 +1,7 @@
-"""Self-contained HTML reports (plotly, its JavaScript inlined once) for one or several results."""
+"""Self-contained HTML reports for one or several results: the verdict first (sim/views/verdict.py), then the
+summary grouped by what it measures, then charts that stay readable whatever the spread (sim/views/charts.py),
+with plotly.js inlined once.
+"""
 
 from __future__ import annotations
 
@@ -10,13 +13,27 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sim.results import Result
+from sim.views.charts import (
+    COLORS,  # re-exported: the plan report and the dashboard import it from here
+    TEMPLATE,
+    axis_type,
+    bucket_max,
+    bucket_mean,
+    bucket_sum,
+    cdf_points,
+    color_map,
+    colored,
+    f32,
+    figure_html,
+    plotly_script,
+    time_bins,
+)
+from sim.views.verdict import verdict_of
 
-# One colour per variant, in order, on every chart (report, dashboard sweep, plan report).
-COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
-_KV_PARTS = [("kv_token_slots", "token states", "#2ca02c"), ("kv_reserved_slots", "reserved", "#1f77b4"),
-             ("kv_internal_slots", "internal fragmentation", "#ff7f0e"),
-             ("kv_external_slots", "external fragmentation", "#d62728")]
-_NUM_BINS = 200
+# The KV-memory parts, in greys: on every chart a colour names a variant, never a part.
+_KV_PARTS = [("kv_token_slots", "token states", "#333333"), ("kv_reserved_slots", "reserved", "#737373"),
+             ("kv_internal_slots", "internal fragmentation", "#a6a6a6"),
+             ("kv_external_slots", "external fragmentation", "#cccccc")]
 
 SUMMARY_ROWS = [  # (summary key, label): the CLI table, the report and the dashboard show these rows
     ("offered_rps", "offered load (req/s)"), ("throughput_rps", "throughput incl. drain (req/s)"),
@@ -70,11 +87,27 @@ DISAGGREGATION_ROWS = [
 ]
 
 
+# The API front-end (`frontend:`): shown only when a result has one; with it the TTFT, TPOT and E2E rows above are
+# the client's (as `vllm bench serve` measures them), and these rows give the engine's and the front-end's shares.
+FRONTEND_ROWS = [
+    ("latency_measured_at", "TTFT, TPOT, E2E measured at"),
+    ("frontend_num_processes", "front-end processes"), ("frontend_busy_fraction", "front-end busy share"),
+    ("frontend_in_s_mean", "front-end in: send to engine mean (s)"),
+    ("frontend_in_s_p99", "front-end in: send to engine p99 (s)"),
+    ("frontend_out_first_s_mean", "front-end out: first token mean (s)"),
+    ("frontend_out_last_s_mean", "front-end out: last token mean (s)"),
+    ("engine_ttft_s_p50", "engine TTFT p50 (s)"), ("engine_ttft_s_p99", "engine TTFT p99 (s)"),
+    ("engine_tpot_s_p50", "engine TPOT p50 (s)"), ("engine_e2e_s_p50", "engine E2E p50 (s)"),
+]
+
+
 def summary_rows(results) -> list[tuple[str, str]]:
     """(key, label) rows for these results: SUMMARY_ROWS, and when any result has a steady-state window,
     its rows inserted after their whole-run counterparts, each side labelled "whole run:" or "window:";
-    DISAGGREGATION_ROWS last when any result is disaggregated."""
-    extra = DISAGGREGATION_ROWS if any("num_prefill_replicas" in r.summary for r in results) else []
+    FRONTEND_ROWS when any result has a front-end; DISAGGREGATION_ROWS last when any result is disaggregated."""
+    extra = FRONTEND_ROWS if any("frontend_num_processes" in r.summary for r in results) else []
+    if any("num_prefill_replicas" in r.summary for r in results):
+        extra = extra + DISAGGREGATION_ROWS
     return _window_rows(results) + extra
 
 
@@ -124,122 +157,335 @@ def format_value(value) -> str:
     return str(value)
 
 
-def _binned(steps, column: str, edges: np.ndarray) -> np.ndarray:
-    """Duration-weighted mean of a step column in each time bin."""
-    mid = (steps["start_s"] + steps["end_s"]).to_numpy() / 2
-    dur = steps["duration_s"].to_numpy()
-    vals = steps[column].to_numpy(dtype=float)
-    num, _ = np.histogram(mid, edges, weights=vals * dur)
-    den, _ = np.histogram(mid, edges, weights=dur)
-    with np.errstate(invalid="ignore"):
-        return num / den
+# ------------------------------------------------------------------------------------------------ the table
+
+# The summary's rows grouped by what they measure; the verdict's deciding metrics first (deciding_keys, with the
+# SLO percentile's latencies), then latency, throughput, memory and counts, then the optional groups.
+SLO_MET_ROW = ("slo_met", "SLOs met")
+GROUPS = ("SLOs and goodput (what the verdict decides on)", "latency", "throughput and utilization",
+          "KV memory", "counts", "steady-state window", "API front-end", "disaggregated prefill/decode", "run")
+_GROUP_OF = {
+    **{k: "latency" for k in ("ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s_p50", "tpot_s_p90", "tpot_s_p99",
+                              "itl_p99", "e2e_s_p50", "e2e_s_p90", "e2e_s_p99", "queueing_s_mean",
+                              "normalized_latency_s_mean")},
+    **{k: "throughput and utilization" for k in ("output_tokens_per_s", "mean_batch_size", "mbu", "mfu",
+                                                 "draft_acceptance_rate")},
+    **{k: "KV memory" for k in ("kv_token_share", "kv_external_fraction", "kv_fig2_external_fraction",
+                                "prefix_cache_hit_rate_tokens", "kv_shared_bytes_mean", "kv_window_freed_blocks",
+                                "swapped_bytes")},
+    **{k: "counts" for k in ("preemptions", "num_finished", "num_unfinished", "num_rejected", "max_num_waiting",
+                             "num_requests_clipped")},
+    **{k: "API front-end" for k, _ in FRONTEND_ROWS},
+    **{k: "disaggregated prefill/decode" for k, _ in DISAGGREGATION_ROWS},
+}
+MAX_COLUMN_VARIANTS = 4  # more variants than this: variants as rows, one table per group
+MAX_GROUP_COLUMNS = 10  # variants as rows: a group wider than this is split over several tables
 
 
-def _cdf(values: np.ndarray, max_points: int = 400) -> tuple[np.ndarray, np.ndarray]:
-    values = np.sort(values[~np.isnan(values)])
-    if not len(values):
-        return values, values
-    idx = np.unique(np.linspace(0, len(values) - 1, min(max_points, len(values))).astype(int))
-    return values[idx], (idx + 1) / len(values)
+def deciding_keys(results) -> list[str]:
+    """The summary keys the verdict decides on, in its order: SLOs met, goodput, the share meeting every SLO,
+    TTFT, TPOT and E2E at the SLO percentile (p99 where the table has no such row), throughput, offered load."""
+    pct = next((float(k.rsplit("_p", 1)[1]) for r in results for k in r.summary
+                if k.startswith("slo_ttft_p") or k.startswith("slo_tpot_p") or k.startswith("slo_e2e_p")), 99.0)
+    shown = {k for k, _ in SUMMARY_ROWS}
+    latencies = [f"{m}_s_p{pct:g}" if f"{m}_s_p{pct:g}" in shown else f"{m}_s_p99" for m in ("ttft", "tpot", "e2e")]
+    return ["slo_met", "goodput_rps", "slo_fraction_ok", *latencies, "throughput_rps", "offered_rps"]
 
 
-def figures(results: list[Result]) -> list[tuple[str, go.Figure]]:
-    figs = []
-    lat = make_subplots(rows=1, cols=3, subplot_titles=("TTFT (s)", "TPOT (s)", "end-to-end latency (s)"))
-    for i, r in enumerate(results):
-        fin = r.requests[r.requests["finished"]]
-        for col, metric in enumerate(("ttft_s", "tpot_s", "e2e_s"), start=1):
-            x, y = _cdf(fin[metric].to_numpy(dtype=float))
-            lat.add_trace(go.Scatter(x=x, y=y, name=r.name, legendgroup=r.name, showlegend=col == 1,
-                                     line=dict(color=COLORS[i % len(COLORS)])), row=1, col=col)
-    lat.update_yaxes(title_text="fraction of requests", row=1, col=1)
-    lat.update_layout(title="Latency CDFs", height=380)
-    figs.append(("latency", lat))
+def _missing(value) -> bool:
+    return value is None or (isinstance(value, (float, np.floating)) and math.isnan(value))
 
-    end = max(float(r.steps["end_s"].max()) if len(r.steps) else 1.0 for r in results)
-    edges = np.linspace(0, max(end, 1e-9), _NUM_BINS + 1)
-    centers = (edges[:-1] + edges[1:]) / 2
-    width = edges[1] - edges[0]
-    ts = make_subplots(rows=3, cols=1, shared_xaxes=True,
-                       subplot_titles=("throughput (output tokens/s)", "queue length (waiting requests)",
-                                       "batch size (sequences per step)"))
-    for i, r in enumerate(results):
-        color = COLORS[i % len(COLORS)]
-        st = r.steps
-        if not len(st):
+
+def grouped_rows(results) -> list[tuple[str, list[tuple[str, str]]]]:
+    """(group, [(key, label)]) in GROUPS order: every row of `summary_rows` (the CLI's rows, the same labels)
+    and SLOs met, each in one group, the deciding ones first; rows no result has a value for are left out."""
+    rows = summary_rows(results)
+    if any(r.summary.get("slo_met") is not None for r in results):
+        rows = rows + [SLO_MET_ROW]
+    label_of = dict(rows)
+    deciding = [k for k in deciding_keys(results) if k in label_of]
+    groups: dict[str, list[tuple[str, str]]] = {GROUPS[0]: [(k, label_of[k]) for k in deciding]}
+    for key, label in rows:
+        if key in deciding:
             continue
-        tokens, _ = np.histogram(st["end_s"].to_numpy(), edges, weights=st["num_output_tokens"].to_numpy())
-        ts.add_trace(go.Scatter(x=centers, y=tokens / width, name=r.name, legendgroup=r.name,
-                                line=dict(color=color)), row=1, col=1)
-        ts.add_trace(go.Scatter(x=centers, y=_binned(st, "num_waiting", edges), name=r.name,
-                                legendgroup=r.name, showlegend=False, line=dict(color=color)), row=2, col=1)
-        ts.add_trace(go.Scatter(x=centers, y=_binned(st, "num_seqs", edges), name=r.name,
-                                legendgroup=r.name, showlegend=False, line=dict(color=color)), row=3, col=1)
-    ts.update_xaxes(title_text="simulated time (s)", row=3, col=1)
-    ts.update_layout(title="Over time", height=700)
-    figs.append(("timeseries", ts))
-
-    kv = make_subplots(rows=len(results), cols=1, shared_xaxes=True, subplot_titles=[r.name for r in results])
-    for i, r in enumerate(results, start=1):
-        st = r.steps
-        if not len(st):
-            continue
-        cap = float(st["kv_capacity_slots"].iloc[0])
-        for column, label, color in _KV_PARTS:
-            kv.add_trace(go.Scatter(x=centers, y=_binned(st, column, edges) / cap, name=label, legendgroup=label,
-                                    showlegend=i == 1, stackgroup=f"kv{i}", line=dict(width=0.5, color=color)),
-                         row=i, col=1)
-        kv.update_yaxes(title_text="share of KV memory", range=[0, 1], row=i, col=1)
-    kv.update_layout(title="KV-cache memory split over time", height=max(300, 220 * len(results)))
-    figs.append(("kv", kv))
-    split = [(i, r) for i, r in enumerate(results) if "transfer_s" in r.requests.columns]
-    if split:
-        figs.append(("disaggregation", _disaggregation_figure(split)))
-    return figs
+        group = "steady-state window" if key.startswith("window_") else _GROUP_OF.get(key, "throughput and utilization")
+        groups.setdefault(group, []).append((key, label))
+    out = []
+    for group in GROUPS:
+        kept = [(k, lab) for k, lab in groups.get(group, []) if not all(_missing(r.summary.get(k)) for r in results)]
+        if kept:
+            out.append((group, kept))
+    return out
 
 
-def _disaggregation_figure(split: list[tuple[int, Result]]) -> go.Figure:
-    """Disaggregated results: CDFs of the waits between the pools, over the finished requests that moved KV."""
-    phases = (("queueing_s", "wait before prefill (s)"), ("decode_wait_s", "wait for decode blocks (s)"),
-              ("transfer_s", "KV transfer (s)"))
-    fig = make_subplots(rows=1, cols=3, subplot_titles=[label for _, label in phases])
-    for i, r in split:
-        fin = r.requests[r.requests["finished"]]
-        for col, (metric, _) in enumerate(phases, start=1):
-            x, y = _cdf(fin[metric].to_numpy(dtype=float))
-            fig.add_trace(go.Scatter(x=x, y=y, name=r.name, legendgroup=r.name, showlegend=col == 1,
-                                     line={"color": COLORS[i % len(COLORS)]}), row=1, col=col)
-    fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
-    fig.update_layout(title="Disaggregated prefill/decode: waits between the pools", height=380)
-    return fig
+def _name_html(name: str, color: str) -> str:
+    """A variant's name with its colour swatch; it may wrap after + and ( (long policy names)."""
+    text = html.escape(name).replace("+", "+<wbr>").replace("(", "<wbr>(")
+    return f'<span class="swatch" style="background:{color}"></span>{text}'
+
+
+def _run_cells(results) -> list[tuple[str, list[str]]]:
+    """The "run" rows: which cost model priced each variant and which engine core ran it."""
+    rows = [(COST_MODEL_LABEL, cost_model_labels(results))]
+    engines = [str(r.extras.get("engine_core", "-")) for r in results]
+    if any(e != "-" for e in engines):
+        rows.append(("engine core", engines))
+    return rows
 
 
 def summary_table_html(results: list[Result]) -> str:
-    head = "".join(f"<th>{html.escape(r.name)}</th>" for r in results)
-    rows = []
-    for key, label in summary_rows(results):
-        cells = "".join(f"<td>{format_metric(key, r.summary.get(key))}</td>" for r in results)
-        rows.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
-    cells = "".join(f"<td>{html.escape(label)}</td>" for label in cost_model_labels(results))
-    rows.append(f"<tr><th>{COST_MODEL_LABEL}</th>{cells}</tr>")
-    return f'<table class="summary"><tr><th>metric</th>{head}</tr>{"".join(rows)}</table>'
+    """The summary as HTML that fits its page: up to MAX_COLUMN_VARIANTS variants as columns (metrics as rows,
+    a sticky first column, a header row per group); more variants as rows, one table per group (each at most
+    MAX_GROUP_COLUMNS metrics wide). Cells are `<td>value</td>` as format_metric writes it."""
+    colors = color_map([r.name for r in results])
+    groups = grouped_rows(results)
+    run_rows = _run_cells(results)
+    if len(results) <= MAX_COLUMN_VARIANTS:
+        head = "".join(f"<th>{_name_html(r.name, colors[r.name])}</th>" for r in results)
+        body = []
+        for group, rows in groups + [("run", [])]:
+            body.append(f'<tr class="group"><th colspan="{len(results) + 1}">{html.escape(group)}</th></tr>')
+            for key, label in rows:
+                cells = "".join(f"<td>{format_metric(key, r.summary.get(key))}</td>" for r in results)
+                body.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
+            if group == "run":
+                for label, values in run_rows:
+                    cells = "".join(f"<td>{html.escape(v)}</td>" for v in values)
+                    body.append(f"<tr><th>{label}</th>{cells}</tr>")
+        return (f'<div class="table-wrap"><table class="summary metrics-as-rows"><thead><tr><th>metric</th>{head}'
+                f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>')
+    tables = []
+    for group, rows in groups + [("run", [])]:
+        if group == "run":
+            columns = [(label, None) for label, _ in run_rows]
+            chunks = [columns]
+        else:
+            columns = [(label, key) for key, label in rows]
+            chunks = [columns[i:i + MAX_GROUP_COLUMNS] for i in range(0, len(columns), MAX_GROUP_COLUMNS)]
+        for n, chunk in enumerate(chunks):
+            caption = group + (f" ({n + 1} of {len(chunks)})" if len(chunks) > 1 else "")
+            head = "".join(f"<th>{html.escape(label)}</th>" for label, _ in chunk)
+            body = []
+            for i, r in enumerate(results):
+                if group == "run":
+                    cells = "".join(f"<td>{html.escape(values[i])}</td>" for _, values in run_rows)
+                else:
+                    cells = "".join(f"<td>{format_metric(key, r.summary.get(key))}</td>" for _, key in chunk)
+                body.append(f"<tr><th>{_name_html(r.name, colors[r.name])}</th>{cells}</tr>")
+            tables.append(f'<div class="table-wrap"><table class="summary variants-as-rows"><caption>'
+                          f'{html.escape(caption)}</caption><thead><tr><th>variant</th>{head}</tr></thead>'
+                          f'<tbody>{"".join(body)}</tbody></table></div>')
+    return "".join(tables)
 
 
-def render_report(results: list[Result], title: str, scenario_yaml: str = "") -> str:
-    parts = []
-    for n, (name, fig) in enumerate(figures(results)):
-        # A fixed div id (plotly draws a random one): the same run writes the same bytes.
-        parts.append(f'<section id="{name}">' + fig.to_html(full_html=False, include_plotlyjs=(n == 0),
-                                                               div_id=f"plot-{name}") + "</section>")
+# ------------------------------------------------------------------------------------------------ the charts
+
+_LATENCIES = (("ttft_s", "TTFT (s)", "ttft_s"), ("tpot_s", "TPOT (s)", "tpot_s"),
+              ("e2e_s", "end-to-end latency (s)", "e2e_s"))
+
+
+def _shared_limit(results, key: str) -> float | None:
+    """The SLO limit every result shares (None where they differ or one has none)."""
+    limits = {getattr(r.scenario.slo, key, None) if getattr(r, "scenario", None) is not None else None
+              for r in results}
+    return limits.pop() if len(limits) == 1 else None
+
+
+def _on_axis(limit: float, arrays, kind: str) -> bool:
+    """Whether an SLO line at `limit` sits near the plotted values (within half their span beyond them, or a
+    factor of 3 on a log axis), so drawing it does not stretch the axis."""
+    values = np.concatenate([np.asarray(a, dtype=float) for a in arrays] or [np.zeros(0)])
+    values = values[np.isfinite(values)]
+    if not len(values):
+        return False
+    lo, hi = float(values.min()), float(values.max())
+    if kind == "log":
+        return lo / 3 <= limit <= hi * 3
+    return lo - (hi - lo) / 2 <= limit <= hi + (hi - lo) / 2
+
+
+def _finished(r: Result):
+    return r.requests[r.requests["finished"]]
+
+
+def _cdf_figure(results, metrics, title: str, colors: dict[str, str], limits: bool = True) -> go.Figure:
+    """One CDF panel per metric, every variant's curve in its colour; an axis goes logarithmic when the
+    variants' values span more than a decade (charts.axis_type), and the SLO limit is drawn where shared."""
+    fig = make_subplots(rows=1, cols=len(metrics), horizontal_spacing=0.07,
+                        subplot_titles=[label for _, label, _ in metrics])
+    for col, (metric, label, slo_key) in enumerate(metrics, start=1):
+        xs = []
+        for r in results:
+            x, y = cdf_points(_finished(r)[metric].to_numpy(dtype=float))
+            xs.append(x)
+            fig.add_trace(go.Scatter(x=x, y=y, name=r.name, legendgroup=r.name, showlegend=col == 1,
+                                     mode="lines", line=dict(color=colors[r.name], width=2),
+                                     hovertemplate="%{x:.4g} s: %{y:.1%} of requests<extra>" + html.escape(r.name)
+                                     + "</extra>"), row=1, col=col)
+        kind = axis_type(xs)
+        title_text = label + (", log scale" if kind == "log" else "")
+        limit = _shared_limit(results, slo_key) if limits else None
+        if limit is not None and _on_axis(limit, xs, kind):
+            # A shape takes data coordinates on a log axis too; an annotation takes the exponent there.
+            fig.add_vline(x=limit, line_dash="dash", line_color="#777", row=1, col=col)
+            fig.add_annotation(x=math.log10(limit) if kind == "log" else limit, y=0.5, xanchor="left", xshift=3,
+                               text=f"SLO {limit:g} s", showarrow=False, font=dict(size=10, color="#555"),
+                               row=1, col=col)
+        elif limit is not None:  # drawn, it would stretch the axis and squash every curve
+            title_text += f" (SLO {limit:g} s, off the axis)"
+        fig.update_xaxes(type=kind, title_text=title_text, row=1, col=col)
+    fig.update_yaxes(range=[0, 1.02])
+    fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
+    _layout(fig, title, 430)
+    return fig
+
+
+def _layout(fig: go.Figure, title: str, height: int, subtitle: str | None = None, legend: bool = True) -> None:
+    """Title, then one shared legend under it, then the panels: placed in pixels (container coordinates) so
+    they never overlap the subplot titles, whatever the figure's height."""
+    top = 44 if subtitle else 26
+    fig.update_layout(
+        title=dict(text=title, x=0.01, xanchor="left", yref="container", y=1 - 10 / height, yanchor="top",
+                   **({"subtitle": dict(text=subtitle)} if subtitle else {})),
+        legend=dict(orientation="h", yref="container", y=1 - (top + 14) / height, yanchor="top", x=0.01,
+                    xanchor="left"),
+        showlegend=legend, height=height, template=TEMPLATE,
+        margin=dict(t=top + (80 if legend else 56), l=60, r=30, b=50))
+    fig.update_annotations(font_size=13)  # the subplot titles
+
+
+def _steps_time(st) -> np.ndarray:
+    return ((st["start_s"] + st["end_s"]) / 2).to_numpy(dtype=float)
+
+
+def _makespan(r: Result) -> float:
+    ends = [float(r.steps["end_s"].max())] if len(r.steps) else []
+    if len(r.requests):
+        finish = r.requests["finish_s"].to_numpy(dtype=float)
+        finish = finish[np.isfinite(finish)]
+        if len(finish):
+            ends.append(float(finish.max()))
+    return max(ends) if ends else 1.0
+
+
+_SERIES = ("output tokens/s", "waiting requests (peak)", "sequences per step (mean)")
+
+
+def _small_multiples(n: int, cols: int, titles: list[str], row_height: int) -> go.Figure:
+    height = 110 + row_height * n
+    return make_subplots(rows=n, cols=cols, subplot_titles=titles, horizontal_spacing=0.06,
+                         vertical_spacing=min(0.3, 64 / (height - 130)) if n > 1 else 0.0)
+
+
+def _timeseries_figure(results, colors: dict[str, str]) -> go.Figure:
+    """Small multiples: a row per variant, over its own makespan; throughput, the queue and the batch size."""
+    n = len(results)
+    titles = [f"{colored(r.name, colors[r.name])} · {series}" if col == 0 else series
+              for r in results for col, series in enumerate(_SERIES)]
+    fig = _small_multiples(n, 3, titles, 200)
+    for i, r in enumerate(results, start=1):
+        st, color = r.steps, colors[r.name]
+        edges = time_bins(_makespan(r))
+        centers, width = f32((edges[:-1] + edges[1:]) / 2), edges[1] - edges[0]
+        if len(st):
+            t, dur = _steps_time(st), st["duration_s"].to_numpy(dtype=float)
+            tokens = bucket_sum(st["end_s"].to_numpy(dtype=float), st["num_output_tokens"].to_numpy(dtype=float),
+                                edges) / width
+            queue = bucket_max(t, st["num_waiting"].to_numpy(dtype=float), edges)
+            batch = bucket_mean(t, st["num_seqs"].to_numpy(dtype=float), dur, edges)
+            for col, y in enumerate((tokens, queue, batch), start=1):
+                fig.add_trace(go.Scatter(x=centers, y=f32(y), name=r.name, legendgroup=r.name,
+                                         showlegend=col == 1, mode="lines", line=dict(color=color, width=1.5)),
+                              row=i, col=col)
+        first = "x" if i == 1 else f"x{3 * (i - 1) + 1}"
+        for col in (1, 2, 3):
+            fig.update_xaxes(range=[0, float(edges[-1])], row=i, col=col,
+                             **({} if col == 1 else {"matches": first}))
+        fig.update_yaxes(rangemode="tozero", row=i)
+    fig.update_xaxes(title_text="simulated time (s)", row=n)
+    # No legend: every row is titled with its variant's name, in its colour.
+    _layout(fig, "Over time", 110 + 200 * n, legend=False, subtitle="each variant over its own makespan; per "
+            "bin of 1/300 of it: output tokens/s, the peak queue, the mean batch; y-axes differ between rows")
+    return fig
+
+
+def _kv_figure(results, colors: dict[str, str]) -> go.Figure:
+    """A row per variant over its own makespan: the share of KV memory each part holds (greys)."""
+    n = len(results)
+    fig = _small_multiples(n, 1, [colored(r.name, colors[r.name]) for r in results], 190)
+    for i, r in enumerate(results, start=1):
+        st = r.steps
+        edges = time_bins(_makespan(r))
+        centers = f32((edges[:-1] + edges[1:]) / 2)
+        if len(st):
+            cap = float(st["kv_capacity_slots"].iloc[0]) or 1.0
+            t, dur = _steps_time(st), st["duration_s"].to_numpy(dtype=float)
+            for column, label, color in _KV_PARTS:
+                share = bucket_mean(t, st[column].to_numpy(dtype=float), dur, edges) / cap
+                fig.add_trace(go.Scatter(x=centers, y=f32(share), name=label, legendgroup=label,
+                                         showlegend=i == 1, stackgroup=f"kv{i}", mode="lines",
+                                         line=dict(width=0.5, color=color), fillcolor=color), row=i, col=1)
+        fig.update_xaxes(range=[0, float(edges[-1])], row=i, col=1)
+        fig.update_yaxes(title_text="share of KV memory", range=[0, 1], row=i, col=1)
+    fig.update_xaxes(title_text="simulated time (s)", row=n)
+    _layout(fig, "KV-cache memory split over time", max(320, 110 + 190 * n),
+            subtitle="each variant over its own makespan; greys: what holds the KV memory")
+    return fig
+
+
+def figures(results: list[Result]) -> list[tuple[str, go.Figure]]:
+    """(section id, figure): the latency CDFs, the time series, the KV split, and the waits between the pools
+    when a result is disaggregated. One colour per variant on all of them (charts.color_map)."""
+    colors = color_map([r.name for r in results])
+    figs = [("latency", _cdf_figure(results, _LATENCIES, "Latency CDFs", colors)),
+            ("timeseries", _timeseries_figure(results, colors)), ("kv", _kv_figure(results, colors))]
+    split = [r for r in results if "transfer_s" in r.requests.columns]
+    if split:
+        figs.append(("disaggregation", _disaggregation_figure(split, colors)))
+    return figs
+
+
+def _disaggregation_figure(split: list[Result], colors: dict[str, str]) -> go.Figure:
+    """Disaggregated results: CDFs of the waits between the pools, over the finished requests that moved KV."""
+    phases = (("queueing_s", "wait before prefill (s)", ""), ("decode_wait_s", "wait for decode blocks (s)", ""),
+              ("transfer_s", "KV transfer (s)", ""))
+    return _cdf_figure(split, phases, "Disaggregated prefill/decode: waits between the pools", colors, limits=False)
+
+
+# ------------------------------------------------------------------------------------------------ the page
+
+STYLE = """body{font-family:system-ui,sans-serif;margin:1.5em 2em;color:#1d2433}
+h1{margin:.2em 0 .3em} h2{margin:1.2em 0 .4em}
+.verdict{background:#eef6ee;border-left:5px solid #2ca02c;padding:.6em 1.2em;margin:1em 0}
+.verdict h2{margin:.2em 0} .verdict .headline{font-size:1.1em;font-weight:600}
+.verdict .priced,.verdict .rule{color:#555;font-size:.9em} .verdict ul{margin:.3em 0;padding-left:1.4em}
+.table-wrap{max-width:100%;overflow-x:auto}
+table.summary{border-collapse:collapse;font-size:13px;margin:.4em 0 1em;font-variant-numeric:tabular-nums}
+table.summary td,table.summary th{border:1px solid #d8dce3;padding:3px 7px;text-align:right}
+table.summary th:first-child{position:sticky;left:0;z-index:1;background:#fff;text-align:left;max-width:17em}
+table.summary thead th{background:#f3f5f9;vertical-align:bottom}
+table.summary thead th:first-child{background:#f3f5f9}
+table.summary tr.group th{background:#e9eef6;text-align:left;font-weight:600;position:static}
+table.summary caption{text-align:left;font-weight:600;padding:.2em 0}
+table.variants-as-rows thead th{max-width:7em;white-space:normal}
+.swatch{display:inline-block;width:.8em;height:.8em;border-radius:2px;margin-right:.35em;vertical-align:-1px}
+pre{background:#f6f6f6;padding:1em;overflow:auto}"""
+
+
+def render_report(results: list[Result], title: str, scenario_yaml: str = "", bands=None) -> str:
+    """The report page: the verdict, the grouped summary, the charts (plotly.js inlined once), the scenario.
+    `bands` (variant -> summary key -> (low, high)) make the verdict band-aware."""
+    # Fixed div ids (plotly draws random ones): the same run writes the same bytes.
+    parts = [f'<section id="{name}">{figure_html(fig, f"plot-{name}")}</section>' for name, fig in figures(results)]
     from sim import __version__
+    what = ("Each variant runs on the same generated workload." if len(results) > 1 else "")
     return f"""<!doctype html>
-<html><head><meta charset="utf-8"><meta name="generator" content="servesim"><title>{html.escape(title)}</title>
-<style>body{{font-family:system-ui,sans-serif;margin:2em;}} table.summary{{border-collapse:collapse}}
-table.summary td,table.summary th{{border:1px solid #ccc;padding:4px 8px;text-align:right}}
-pre{{background:#f6f6f6;padding:1em;overflow:auto}}</style></head>
+<html><head><meta charset="utf-8"><meta name="generator" content="servesim">
+<meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>
+<style>{STYLE}</style>{plotly_script()}</head>
 <body><h1>{html.escape(title)}</h1>
-<p>ServeSim {__version__}. Each column is one variant run on the same generated workload.</p>
-<section id="summary"><h2>Summary</h2>{summary_table_html(results)}</section>
+{verdict_of(results, bands).html()}
+<section id="summary"><h2>Summary</h2><p>ServeSim {__version__}. {what}</p>{summary_table_html(results)}</section>
 {''.join(parts)}
 <section id="scenario"><h2>Scenario</h2><pre>{html.escape(scenario_yaml)}</pre></section>
 </body></html>"""

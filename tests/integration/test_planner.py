@@ -258,6 +258,9 @@ def test_html_report_has_every_section_and_embeds_its_plot_data(plan_result):
     for section in ("recommendation", "candidates", "excluded", "margin", "uncertainty", "pareto", "curves",
                     "seeds-chart", "reproduce"):
         assert section in parsed.ids
+    assert parsed.ids[0] == "verdict"  # the page opens with the verdict (sim/views/verdict.py)
+    assert f'data-winner="{result.recommendation.candidate.name}"' in page
+    assert page.count("Copyright 2012-") == 1  # plotly.js once
     assert parsed.external == []  # self-contained: plotly is inlined
     plots = [s for s in parsed.scripts if "Plotly.newPlot" in s]
     assert len(plots) >= 3
@@ -272,6 +275,7 @@ def test_markdown_and_tables_agree_with_the_result(plan_result):
     md = render_markdown(result)
     for heading in ("## Recommendation", "## Candidates", "## SLO margin", "## Uncertainty over seeds", "## Reproduce"):
         assert heading in md
+    assert md.split("\n## ")[1].startswith("Verdict\n") and "Winner: " in md
     df = candidates_frame(result)
     assert len(df) == 2 * 2 * 2
     assert df.iloc[0]["candidate"] == result.recommendation.candidate.name

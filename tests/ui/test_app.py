@@ -62,6 +62,9 @@ def test_default_page_shows_the_summary_table_and_charts():
     paged, contiguous = (float(table.loc["KV token-state share", n]) for n in names)
     assert paged > 0.9 and contiguous < 0.5
     assert chart_titles(at) == ["Latency CDFs", "Over time", "KV-cache memory split over time"]
+    # The verdict (sim/views/verdict.py) names paged the winner (test_browser.py: it comes first on the page).
+    verdicts = [m.value for m in at.markdown if m.value.startswith("**Verdict:**")]
+    assert len(verdicts) == 1 and f"Winner: {names[0]}" in verdicts[0], verdicts
     for chart in charts(at):
         assert json.loads(chart.proto.spec)["data"], "a chart without traces"
 
