@@ -68,7 +68,7 @@ def import_steps(table: Path, model: ModelSpec, tensor_parallel: int, *, device_
                  dtype: str, device: str, kv_layout: str) -> dict:
     """Check `table`, fit it (a table the model cannot explain is refused) and write a whole-step
     profile to `out` in one rename. Returns the meta written."""
-    rows = read_steps_table(table, "TABLE")
+    rows = read_steps_table(table, "TABLE", model=model, device=device)
     shard = shard_shapes(model, tensor_parallel)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", StepFitWarning)
@@ -172,7 +172,7 @@ def _shape(row) -> dict:
 
 def check_rows(target: Target, table: Path, loo: bool = False) -> dict:
     """Predicted and measured step time of every row of `table`; with `loo`, refit without each row."""
-    rows = read_steps_table(table, "--against")
+    rows = read_steps_table(table, "--against", model=target.model)
     if loo and target.kind != "steps":
         raise ConfigError(f"--loo: refits a whole-step profile; PROFILE is {target.kind!r}; allowed: a whole-step "
                           "profile built from the same table")

@@ -21,6 +21,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from sim.errors import ConfigError
 
@@ -29,6 +30,15 @@ FILE_LEDGER = ".servesim-files.json"  # single output files ServeSim wrote into 
 GENERATOR_TAG = "servesim"
 # How far into a single output file its generator tag must appear (the writers put it in the first line).
 _TAG_SEARCH_BYTES = 4096
+
+
+_SEPARATORS = ("/", "\\", "\x00")
+
+
+def plain_name(value: Any) -> bool:
+    """A name that is one folder name and nothing else: no separator, not `.` or `..`, not empty."""
+    return (isinstance(value, str) and value.strip() not in ("", ".", "..")
+            and not any(sep in value for sep in _SEPARATORS))
 
 
 def _digest(path: Path) -> str:

@@ -200,6 +200,48 @@ _STATUS_CATEGORIES = sorted(STATUS_CODES, key=STATUS_CODES.get)
 assert [STATUS_CODES[name] for name in _STATUS_CATEGORIES] == list(range(len(STATUS_CODES)))
 
 
+# The front-end's columns (sim/frontend.py), present only when the scenario has a `frontend:` section.
+CLIENT_COLUMNS = ("client_send_s", "frontend_process", "client_first_token_s", "client_last_token_s",
+                  "frontend_in_s", "frontend_out_first_s", "frontend_out_last_s")
+# With the front-end, the latency columns are the client's and the engine's keep these names.
+ENGINE_LATENCIES = {"ttft_s": "engine_ttft_s", "tpot_s": "engine_tpot_s", "e2e_s": "engine_e2e_s"}
+
+
+def with_client_side(table: RequestTable, request_ids: np.ndarray, client: dict[str, np.ndarray]) -> RequestTable:
+    """The request records with the front-end's columns: `request_ids` (the workload's numbering of each row:
+    the engine numbers requests in the order they reach it) replace the engine's, rows in their order, and
+    `client` (aligned with `table`'s rows: client_send_s, frontend_process, client_first_token_s,
+    client_last_token_s) is added with the front-end's share of each latency:
+
+    - frontend_in_s: client send -> engine arrival (waiting for a process, then the inbound work);
+    - frontend_out_first_s / frontend_out_last_s: the engine's first / last token -> the client's.
+
+    The latencies become what the client measures, as `vllm bench serve` does: ttft_s from send to the first
+    streamed token, e2e_s from send to the last, tpot_s (last - first) / (tokens - 1) on the client's times,
+    normalized_latency_s their e2e_s per token; the engine's own TTFT, TPOT and E2E stay as engine_ttft_s,
+    engine_tpot_s and engine_e2e_s. queueing_s stays the engine's queue (arrival -> first scheduled)."""
+    order = np.argsort(request_ids, kind="stable")
+    t = {name: column[order] for name, column in table.columns.items()}
+    t["request_id"] = np.asarray(request_ids, dtype=np.int64)[order]
+    for name, column in client.items():
+        t[name] = np.asarray(column)[order]
+    t["frontend_in_s"] = t["arrival_s"] - t["client_send_s"]
+    t["frontend_out_first_s"] = t["client_first_token_s"] - t["first_token_s"]
+    t["frontend_out_last_s"] = t["client_last_token_s"] - t["last_token_s"]
+    for name, engine_name in ENGINE_LATENCIES.items():
+        t[engine_name] = t[name]
+    t["ttft_s"] = t["client_first_token_s"] - t["client_send_s"]
+    t["e2e_s"] = np.where(t["finished"], t["client_last_token_s"] - t["client_send_s"], np.nan)
+    gen = t["output_tokens"]
+    with np.errstate(invalid="ignore", divide="ignore"):
+        t["tpot_s"] = np.where(gen > 1, (t["client_last_token_s"] - t["client_first_token_s"]) / (gen - 1), np.nan)
+        t["normalized_latency_s"] = np.where(gen > 0, t["e2e_s"] / gen, np.nan)
+    engine_ids = np.asarray(table["request_id"], dtype=np.int64)
+    to_workload = dict(zip(engine_ids.tolist(), np.asarray(request_ids).tolist())) if table.reject_reason else {}
+    reasons = {to_workload[i]: reason for i, reason in table.reject_reason.items()}
+    return RequestTable(t, reasons)
+
+
 def requests_frame_of(table: RequestTable) -> pd.DataFrame:
     """The requests DataFrame of a `requests_table`: its columns, `status` by name (categorical) and the
     rejected requests' `reject_reason` ("" for the others)."""
@@ -327,7 +369,7 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
               in_system_area: float, num_generated: int, replicas: list[ReplicaCounters],
               kv_bytes_per_token: int, num_clipped: int = 0, max_model_len: int | None = None,
               window: tuple[float, float] | None = None, decode_runs: DecodeRuns | None = None,
-              lean: bool = False) -> dict:
+              lean: bool = False, frontend: FrontendCounters | None = None) -> dict:
     """Every summary metric of a run, one group at a time (the keys keep this order in every output).
 
     `requests`, `steps`: the records as Tables (`requests_table`, `steps_table`) or DataFrames.
@@ -338,7 +380,10 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
     `lean`: only what a capacity planner reads of its hundreds of runs: the counts, throughput, the
     percentiles of TTFT, TPOT and E2E (LEAN_LATENCIES), preemptions, the SLO keys, the batch size, the busy
     fraction and the KV token share. Each is the full summary's value (tests/integration/test_lean_summary.py
-    compares them); the other keys are left out."""
+    compares them); the other keys are left out.
+    `frontend`: the front-end's counters, when the run has one (the records then hold its columns,
+    `with_client_side`): its keys (`frontend_metrics`) follow the speculation keys, and the latency keys, the
+    SLO checks and the offered load are the client's."""
     requests, steps = as_requests(requests), as_table(steps)
     fin = requests[requests["finished"]]
     elapsed = max(elapsed_s, 1e-12)
@@ -355,6 +400,8 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
     s.update(littles_law(requests, fin, in_system_area, elapsed))
     s.update(kv_memory(steps, replicas, kv_bytes_per_token, decode_runs))
     s.update(speculation_metrics(replicas))
+    if frontend is not None:
+        s.update(frontend_metrics(fin, frontend, elapsed))
     s.update(limits(steps, num_clipped, max_model_len))
     if window is not None:
         s.update(window_metrics(requests, steps, *window, runs=decode_runs))
@@ -379,7 +426,7 @@ def measurement_window(requests: Table | pd.DataFrame, warmup_s: float, cooldown
     arrivals end at `arrivals_end_s` (run.duration_s) or, without it, at the last arrival. A window of no
     length is the user's error (ConfigError naming run.warmup_s and run.cooldown_s)."""
     if arrivals_end_s is None:
-        arrivals_end_s = float(np.max(requests["arrival_s"])) if len(requests) else 0.0
+        arrivals_end_s = float(np.max(requests[_sent_column(requests)])) if len(requests) else 0.0
     start, end = float(warmup_s), float(arrivals_end_s) - float(cooldown_s)
     if end <= start:
         raise ConfigError(f"run.warmup_s, run.cooldown_s: {warmup_s:g} s and {cooldown_s:g} s leave no measurement "
@@ -401,7 +448,7 @@ def window_metrics(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, 
     """
     requests, steps = as_requests(requests), as_table(steps)
     length = end_s - start_s
-    arrival = _floats(requests, "arrival_s")
+    arrival = _floats(requests, _sent_column(requests))  # with a front-end: when the client sent it
     arrived = requests[(arrival >= start_s) & (arrival < end_s)]
     fin = arrived[arrived["finished"]]
     finish = _floats(requests, "finish_s")
@@ -471,7 +518,7 @@ def throughput(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, steps:
     # Finished requests over the whole run, drain included (as vLLM's benchmark_serving counts it): with a
     # finite run it sits below the offered rate even when the system keeps up, so the offered rate is shown too.
     s["throughput_rps"] = len(fin) / elapsed
-    arrivals = _floats(requests, "arrival_s")
+    arrivals = _floats(requests, _sent_column(requests))  # with a front-end: what the client sent
     span = float(arrivals.max() - arrivals.min()) if len(arrivals) > 1 else 0.0
     s["offered_rps"] = (len(arrivals) - 1) / span if span > 0 else math.nan
     # Every sampled token counts (all sequences of a request, and requests still in flight).
@@ -608,8 +655,9 @@ def littles_law(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, in_sy
     requests = as_requests(requests)
     s = {"mean_in_system": float(in_system_area) / elapsed}
     if len(fin):
+        e2e = requests[ENGINE_LATENCIES["e2e_s"] if "client_send_s" in requests else "e2e_s"]  # in the engine
         s["littles_law_lambda_w"] = len(requests) / elapsed * float(
-            np.where(requests["finished"], requests["e2e_s"], elapsed - requests["arrival_s"]).mean())
+            np.where(requests["finished"], e2e, elapsed - requests["arrival_s"]).mean())
     return s
 
 
@@ -636,6 +684,34 @@ def kv_memory(steps: Table | pd.DataFrame, replicas: list[ReplicaCounters], kv_b
     shared = kv_slot_seconds(steps, runs, ("kv_shared_slots",))["kv_shared_slots"]
     s["kv_shared_bytes_mean"] = (float(shared.sum() / steps["duration_s"].sum()) * kv_bytes_per_token
                                  if len(steps) else 0.0)
+    return s
+
+
+def _sent_column(requests: Table | pd.DataFrame) -> str:
+    """The column of when each request was sent: the client's send time with a front-end, else the arrival."""
+    return "client_send_s" if "client_send_s" in requests else "arrival_s"
+
+
+@dataclass(frozen=True)
+class FrontendCounters:
+    """What the summary needs from a run's front-end (sim/frontend.py), as plain values."""
+
+    num_processes: int  # server processes
+    busy_s: float  # inbound and outbound work, summed over the processes (seconds)
+    end_s: float  # when its last work ended (after a horizon, when one cut a backlog)
+
+
+def frontend_metrics(fin: Table | pd.DataFrame, frontend: FrontendCounters, elapsed: float) -> dict:
+    """With a front-end: where latencies are measured, the engine's own TTFT, TPOT and E2E (`engine_*`) beside
+    the client's headline keys, the front-end's share of them (mean and percentiles over the finished
+    requests: `frontend_in_s` send -> engine arrival, `frontend_out_first_s` / `frontend_out_last_s` engine
+    first / last token -> client) and its busy share: work / (processes x elapsed), or x the front-end's own end
+    when a horizon cut it short (it works on after the horizon)."""
+    fin = as_requests(fin)
+    s: dict = {"latency_measured_at": "client", "frontend_num_processes": int(frontend.num_processes),
+               "frontend_busy_fraction": frontend.busy_s / (frontend.num_processes * max(elapsed, frontend.end_s))}
+    for col in (*ENGINE_LATENCIES.values(), "frontend_in_s", "frontend_out_first_s", "frontend_out_last_s"):
+        s.update(_stats(_floats(fin, col), col))
     return s
 
 

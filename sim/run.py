@@ -18,6 +18,7 @@ from sim.kv.contiguous import ContiguousKVManager
 from sim.kv.paged import PagedKVManager
 from sim.results import (
     DecodeRuns,
+    FrontendCounters,
     ReplicaCounters,
     Result,
     disaggregated_requests_frame,
@@ -29,6 +30,7 @@ from sim.results import (
     summarize,
 )
 from sim.sched.continuous import ContinuousScheduler
+from sim.sched.disagg_roles import DecodeRole, PrefillRole
 from sim.sched.speculative import SpeculativeDecodeBatch
 from sim.sched.static import StaticScheduler
 from sim.workload.generate import Workload, generate_workload
@@ -287,13 +289,24 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     `slo_met` False and `stopped_early_s` the simulated time it stopped at. A rule with a `next_check_s`
     attribute (answering False to steps ending before it) lets decode runs (`run.fast_decode`) go up to that
     time; without one, the run goes step by step. (Disaggregated and pipelined runs do
-    not ask it: they run to their end.)
+    not ask it: they run to their end; nor do runs with a front-end, whose SLOs are the client's.)
+
+    With `scenario.frontend` the front-end's passes (sim/frontend.py) run before the engine (client send
+    times -> engine arrivals) and after it (engine token times -> the client's): the records gain the client's
+    columns and the latencies are the client's (`sim.results.with_client_side`).
 
     `lean_summary`: the summary holds only what a capacity planner reads (`summarize`'s `lean`)."""
     if scenario.hardware.disaggregation is not None:
         return simulate_disaggregated(scenario, workload, progress=progress)
     deployment = deployment_of(scenario)
     workload = workload if workload is not None else make_workload(scenario, deployment)
+    frontend = None
+    if scenario.frontend is not None:
+        from sim.frontend import FrontendStage
+        frontend = FrontendStage(scenario.frontend, workload)
+        # The engine gets the requests as they leave the front-end. The early-stop rule reads the engine's records
+        # (a client-side TPOT may be below the engine's), so it is not asked.
+        workload, stop_when = frontend.engine_workload, None
     replica_kind = Replica
     if deployment.pipeline_parallel > 1:
         from sim.core.pipeline import PipelineReplica
@@ -329,12 +342,18 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     steps = steps_table(sim.steps.arrays())
     decode_runs = decode_runs_of(sim.steps)
     elapsed = horizon if horizon is not None else sim.end_s
+    if frontend is not None:
+        requests = frontend.client_side(requests)
+        if horizon is None:  # the run ends when the client has received the last reply
+            elapsed = max(elapsed, frontend.last_receive_s)
     summary = summarize(requests, steps, elapsed_s=elapsed, slo=scenario.slo, gpu=deployment.gpu,
                         in_system_area=sim.in_system_area, num_generated=workload.num_requests,
                         replicas=[replica_counters(scenario, r, deployment) for r in replicas],
                         kv_bytes_per_token=deployment.kv_bytes_per_token, num_clipped=workload.num_clipped,
                         max_model_len=deployment.max_model_len,
-                        window=steady_window(requests, run), decode_runs=decode_runs, lean=lean_summary)
+                        window=steady_window(requests, run), decode_runs=decode_runs, lean=lean_summary,
+                        frontend=FrontendCounters(frontend.costs.num_processes, frontend.busy_s, frontend.end_s)
+                        if frontend else None)
     if sim.stopped_early_s is not None:
         summary["slo_met"] = False  # certain for the full run; the cut-off run's own records may not show it
         summary["stopped_early_s"] = float(sim.stopped_early_s)
@@ -345,7 +364,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler),
                           # which cost model priced the run, in a few words: every summary table shows it
                           "cost_model_label": cost_model_label(replicas[0].cost_model),
-                          "engine_core": sim.engine_core},
+                          "engine_core": sim.engine_core,
+                          **({"frontend": repr(frontend)} if frontend is not None else {})},
                   decode_runs=decode_runs)
 
 
@@ -406,11 +426,13 @@ def disaggregated_simulation(scenario: Scenario, workload: Workload, dd=None, *,
     prefill = []
     for i in range(dd.num_prefill_replicas):
         scheduler = make_scheduler(pools["prefill"], i, dd.prefill)
-        scheduler.hold_kv_on_finish = True  # the KV stays until it has been sent to a decode replica
+        scheduler.role = PrefillRole(scheduler.kv)  # the KV stays until it has been sent to a decode replica
         prefill.append(Replica(i, scheduler, make_cost_model(pools["prefill"], dd.prefill)))
     decode = [Replica(dd.num_prefill_replicas + j, make_scheduler(pools["decode"], dd.num_prefill_replicas + j,
                                                                    dd.decode),
                       make_cost_model(pools["decode"], dd.decode)) for j in range(dd.num_decode_replicas)]
+    for replica in decode:
+        replica.scheduler.role = DecodeRole(replica.scheduler)  # takes requests whose prompt was computed elsewhere
     link = KVTransferLink(dd.link.bandwidth_bytes_per_s * dd.num_parallel_links, dd.link.latency_s, dd.overlap,
                           dd.prefill.model.num_layers)
     run = scenario.run

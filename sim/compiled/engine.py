@@ -4,8 +4,9 @@
 In scope: one replica or several behind a round-robin or least-outstanding router, open arrivals (any horizon), `ContinuousScheduler` with the plain decode tracker and
 last-admitted recompute preemption, one sequence per request, `PagedKVManager` without prefix caching,
 sharing or a sliding window, a stop rule the core can ask itself (`compiled_params()`, as the planner's
-`SLOMissRule`) or none, and a cost model with a compiled form (`compiled_params()`: the roofline,
-or a whole-step profile, `StepProfileCostModel`; see `sim.cost.compiled_pricing`). Anything
+`SLOMissRule`) or none, and a cost model with a compiled form (`compiled_params()`: the roofline, a
+whole-step profile, `StepProfileCostModel`, or the measured kernels, `MeasuredCostModel`; see
+`sim.cost.compiled_pricing`). Anything
 else, or numba missing, runs the Python engine, which stays the reference; `Simulation.engine_core` says
 which ran and why.
 """
@@ -64,18 +65,11 @@ def _scope(sim) -> tuple[str, tuple | None]:
     price = form() if form is not None else None
     if price is None:
         return f"the cost model {type(cost_model).__name__} has no compiled form", None
+    from sim.cost.compiled_pricing import same_prices
     for replica in sim.replicas[1:]:
-        if replica.cost_model is not cost_model and not _same_leaves(replica.cost_model.compiled_params(), price):
+        if replica.cost_model is not cost_model and not same_prices(replica.cost_model.compiled_params(), price):
             return "replicas priced differently", None
     return "", price
-
-
-def _same_leaves(a, b) -> bool:
-    """Two pricer packs (nested tuples of numbers and arrays) hold the same numbers."""
-    if isinstance(a, tuple) or isinstance(b, tuple):
-        return (isinstance(a, tuple) and isinstance(b, tuple) and len(a) == len(b)
-                and all(_same_leaves(x, y) for x, y in zip(a, b)))
-    return np.array_equal(a, b, equal_nan=True)  # a memo not yet filled is NaN
 
 
 def _replica_gap(replica, ContinuousScheduler, DecodeTracker, PagedKVManager) -> str:
@@ -171,6 +165,7 @@ def run_compiled(sim) -> bool:
 
     def hand_back(reason: str) -> bool:
         sim.steps = type(log)(kv.capacity_slots)  # back to an empty log for the Python engine
+        _clear_outside_points(price)  # and no points noted: the Python engine notes its own
         if rule is not None:
             vars(rule).clear()
             vars(rule).update(rule_state)  # and the stop rule as it was (its next check, its count)
@@ -242,6 +237,12 @@ def _outside_points(price) -> np.ndarray:
         return np.zeros((0, 4))
     *_, note_log, note_count = price[3]
     return note_log[:int(note_count[0])]
+
+
+def _clear_outside_points(price) -> None:
+    from sim.cost.compiled_pricing import KIND_MEASURED
+    if price[0] == KIND_MEASURED:
+        price[3][-1][0] = 0  # the note log's length
 
 
 def _append_rows(log, sg, row_i, row_f, run_dur, run_i, k, last: bool) -> None:

@@ -2,15 +2,15 @@
 
 One replica or several (round-robin or least-outstanding routing), open arrivals (any horizon), continuous batching (`ContinuousScheduler`, chunked prefill or not,
 last-admitted recompute preemption), plain paged KV (no prefix caching, forks, sliding window or swap), decode
-runs or exact steps, and a cost model with a compiled form (`sim.cost.compiled_pricing`: the roofline, or a whole-step
-profile).
+runs or exact steps, and a cost model with a compiled form (`sim.cost.compiled_pricing`: the roofline, a whole-step
+profile or the measured kernels).
 `sim.compiled.engine` decides when a simulation is in that scope, prepares the arrays and reads them back; this
-module is only the loop. It repeats, decision by decision and floating-point operation by operation, what
-the SimPy engine, the scheduler, the decode tracker, the paged KV manager and the cost model's `step_cost`
-do, so the records it writes are identical to theirs (tests/integration/test_compiled_core.py compares them
-on random scenarios). Where the two could part (two events at one time: an arrival at exactly a step's end, or two
-replicas' steps ending together, whose order SimPy settles by event ids), it stops and says so, and the caller
-runs the Python engine instead. Events are taken in time order: the next arrival, or the earliest step end; a
+module is only the loop. It repeats, decision by decision, what the SimPy engine, the scheduler, the decode
+tracker and the paged KV manager do, and prices each step with the very function the cost model's `step_cost`
+calls (`compiled_pricing.price_parts`, inlined here), so the records it writes are identical to theirs
+(tests/integration/test_compiled_core.py compares them on random scenarios). Where the two could part (two
+events at one time: an arrival at exactly a step's end, or two replicas' steps ending together, whose order SimPy
+settles by event ids), it stops and says so, and the caller runs the Python engine instead. Events are taken in time order: the next arrival, or the earliest step end; a
 replica plans its step when it starts and applies it when it ends, so the others' events fall in between.
 
 Block identities never matter without sharing, so blocks are counted, not listed. A decoding request's
@@ -344,7 +344,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, r
         num_prefill_tokens += plan_all[P_CHUNK, r, j]
     plan_chunk, plan_ctx = plan_all[P_CHUNK, r], plan_all[P_CTX, r]  # (the pricers take a step's chunks as arrays)
     time_s, flops, nbytes = price_parts(kind, roof, steps_pack, measured, num_prefill_tokens,
-                                        plan_chunk, plan_ctx, num_pf, num_decode, decode_ctx, num_sampled)
+                                        plan_chunk, plan_ctx, num_pf, num_decode, decode_ctx, num_sampled, 1, 0)
     if math.isnan(time_s):
         return UNPRICED
 
@@ -382,7 +382,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, r
                         c_t, c_f, c_b = time_s, flops, nbytes
                     else:
                         c_t, c_f, c_b = price_parts(kind, roof, steps_pack, measured, 0, plan_chunk, plan_ctx, 0,
-                                                    num_decode, ctx, num_decode)
+                                                    num_decode, ctx, num_decode, 1, 0)
                         priced = k
                         if math.isnan(c_t):
                             return UNPRICED

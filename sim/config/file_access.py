@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from sim.atomic_files import plain_name
 from sim.errors import ConfigError
 
 
@@ -113,13 +114,7 @@ def anchor_file_fields(raw: Any, base_dir: Path) -> None:
             ref.container[ref.key] = str((base_dir / p).resolve())
 
 
-_SEPARATORS = ("/", "\\", "\x00")
 
-
-def plain_name(value: Any) -> bool:
-    """A name that is one folder name and nothing else: no separator, not `.` or `..`, not empty."""
-    return (isinstance(value, str) and value.strip() not in ("", ".", "..")
-            and not any(sep in value for sep in _SEPARATORS))
 
 
 def _uses_calibrated_profiles(raw: dict) -> bool:

@@ -347,7 +347,7 @@ MAX_TOKENS_PER_CHUNK = 1 << 30
 
 
 class FrontendSpec(_Strict):
-    """The API front-end between the client and the engine (sim/core/frontend.py): `num_processes` server processes
+    """The API front-end between the client and the engine (sim/frontend.py): `num_processes` server processes
     that take each request in (HTTP, chat template, tokenization) and stream its output back (detokenization, one
     event per chunk). Absent: no front-end, the engine's own times are the client's. The costs have no defaults:
     they depend on the engine, its version and the host CPU (the engine presets will supply them)."""
@@ -424,7 +424,7 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _frontend_fits(self) -> "Scenario":
-        """The front-end runs as passes before and after the engine loop (sim/core/frontend.py): a closed loop,
+        """The front-end runs as passes before and after the engine loop (sim/frontend.py): a closed loop,
         whose next request waits for the reply, and a disaggregated deployment are outside it."""
         if self.frontend is None:
             return self

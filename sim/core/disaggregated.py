@@ -86,8 +86,9 @@ class DisaggregatedRequestLog(RequestLog):
 class DisaggregatedSimulation(Simulation):
     """Prefill replicas (indices 0..P-1) and decode replicas (P..P+D-1) joined by `link`.
 
-    The prefill replicas' schedulers hold a finished request's KV (`hold_kv_on_finish`); the decode
-    replicas' take prefilled requests (`reserve_prefilled`, `add_prefilled`)."""
+    The replicas' schedulers come with their roles (sim/sched/disagg_roles.py, given by `sim.run`): the
+    prefill replicas' hold a finished request's KV until it has been sent (`PrefillRole`); the decode
+    replicas' take prefilled requests (`DecodeRole`)."""
 
     def __init__(self, prefill_replicas: list[Replica], decode_replicas: list[Replica], router, *,
                  link: KVTransferLink, kv_bytes_per_token: float, **kwargs):
@@ -105,7 +106,7 @@ class DisaggregatedSimulation(Simulation):
         self._waiting_for_blocks: deque[Request] = deque()
         self._link_free_s = [0.0] * len(prefill_replicas)
         for replica in decode_replicas:
-            replica.scheduler.on_join = self._on_join
+            replica.scheduler.role.on_join = self._on_join
 
     # --- arrival: to a prefill replica -------------------------------------------------------------
     def _admit(self, request: Request) -> None:
@@ -152,7 +153,7 @@ class DisaggregatedSimulation(Simulation):
             request.num_output_tokens = 1
             request.num_preemptions += proxy.num_preemptions
             if request.max_output_tokens <= 1:  # done at its first token: nothing to move
-                replica.scheduler.release_held_kv(proxy)
+                replica.scheduler.role.release(proxy)
                 request.status = RequestStatus.FINISHED
                 request.finish_s = now
                 del self._live[request.request_id], self._proxies[request.request_id]
@@ -170,7 +171,7 @@ class DisaggregatedSimulation(Simulation):
         while queue:
             request = queue[0]
             for replica in sorted(self.decode_replicas, key=lambda r: (r.num_outstanding, r.index)):
-                if replica.scheduler.reserve_prefilled(request):
+                if replica.scheduler.role.reserve(request):
                     break
             else:
                 return  # fits nowhere now; a decode finish retries
@@ -198,9 +199,9 @@ class DisaggregatedSimulation(Simulation):
     def _transfer(self, request: Request, decode: Replica, end_s: float):
         yield self.env.timeout_at(end_s)
         prefill = self.replicas[request.replica]
-        prefill.scheduler.release_held_kv(self._proxies.pop(request.request_id))
+        prefill.scheduler.role.release(self._proxies.pop(request.request_id))
         self._wake(prefill)  # its freed blocks may admit a waiting prompt
-        decode.scheduler.add_prefilled(request)
+        decode.scheduler.role.receive(request)
         self._wake(decode)
 
     def _on_join(self, request: Request, now: float) -> None:

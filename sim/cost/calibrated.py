@@ -8,19 +8,25 @@ Between measured shapes a time is interpolated in log space; outside the grid it
 of a roofline fitted to the profile itself (the fastest FLOP rate and byte rate any measured GEMM or
 stream reached). Both are one rule: interpolate the ratio measured / roofline, and hold that ratio
 at its value on the nearest grid edge. Grid points are reproduced exactly.
+
+No compiled form: the compiled engine core hands runs priced by this model to the SimPy engine. Its price is
+written once, here, in Python (the interpolation is `sim.cost.interpolation`'s, shared with the measured
+kernels); `decode_step_costs` prices a run's context-free terms once and repeats `step_cost`'s remaining
+operations per step, which tests/unit/test_decode_step_costs.py checks bit for bit.
 """
 
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+import numpy as np
 import pandas as pd
 
 from sim.core.step_plan import StepPlan
+from sim.cost import interpolation
 from sim.cost.profile_meta import read_meta
 from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.errors import ConfigError
@@ -100,22 +106,13 @@ class OpTable:
     shape: Callable[..., float]  # roofline seconds of one call at a point
 
 
-def _axis(values) -> list[float]:
-    return [math.log1p(v) for v in values]  # log1p: context lengths may be 0
-
-
-def _bracket(grid: list[float], u: float) -> tuple[int, float]:
-    """Index i and weight w so that u ≈ grid[i]·(1-w) + grid[i+1]·w, clamped to the grid."""
-    if len(grid) == 1 or u <= grid[0]:
-        return 0, 0.0
-    if u >= grid[-1]:
-        return len(grid) - 2, 1.0
-    i = bisect_right(grid, u) - 1
-    return i, (u - grid[i]) / (grid[i + 1] - grid[i])
+def _axis(values) -> np.ndarray:
+    return np.array([math.log1p(v) for v in values], dtype=np.float64)  # log1p: context lengths may be 0
 
 
 class Interpolator:
-    """log(measured / roofline) interpolated (bi)linearly on log1p axes, held constant past the edges."""
+    """log(measured / roofline) interpolated (bi)linearly on log1p axes, held constant past the edges
+    (`sim.cost.interpolation`)."""
 
     def __init__(self, table: OpTable, points: pd.DataFrame | None = None):
         pts = table.points if points is None else points
@@ -126,7 +123,7 @@ class Interpolator:
             pts = pts.sort_values(col)
             xs = pts[col].to_numpy(float)
             self.grid = [_axis(xs)]
-            self.log_ratio = [math.log(t / self.shape(x)) for x, t in zip(xs, pts["median_s"])]
+            self.log_ratio = np.array([math.log(t / self.shape(x)) for x, t in zip(xs, pts["median_s"])])
         else:
             a, b = table.axes
             grid = pts.pivot_table(index=a, columns=b, values="median_s", aggfunc="median")
@@ -134,39 +131,19 @@ class Interpolator:
                 raise ConfigError(f"cost_model.profile: {table.name} is not measured on a full grid of "
                                   f"({a}, {b}); rerun `python -m calibrate run` to complete it")
             self.grid = [_axis(grid.index.to_numpy(float)), _axis(grid.columns.to_numpy(float))]
-            self.log_ratio = [[math.log(grid.iat[i, j] / self.shape(x, y)) for j, y in enumerate(grid.columns)]
-                              for i, x in enumerate(grid.index)]
+            self.log_ratio = np.array([[math.log(grid.iat[i, j] / self.shape(x, y)) for j, y in enumerate(grid.columns)]
+                                       for i, x in enumerate(grid.index)])
 
     def along_second(self, x: float):
-        """`self(x, y)` of a 2-D table as a function of y alone: the first axis bracketed once, the same
-        operations."""
-        i, wa = _bracket(self.grid[0], math.log1p(x))
-        r, shape, grid_b = self.log_ratio, self.shape, self.grid[1]
-        i1 = min(i + 1, len(r) - 1)
-        ri, ri1 = r[i], r[i1]
-        last_j = len(r[0]) - 1
-
-        def at(y: float) -> float:
-            j, wb = _bracket(grid_b, math.log1p(y))
-            j1 = min(j + 1, last_j)
-            lr = ((ri[j] * (1 - wb) + ri[j1] * wb) * (1 - wa)
-                  + (ri1[j] * (1 - wb) + ri1[j1] * wb) * wa)
-            return shape(x, y) * math.exp(lr)
-
-        return at
+        """`self(x, y)` of a 2-D table as a function of y alone."""
+        return lambda y: self(x, y)
 
     def __call__(self, *x: float) -> float:
         if self.ndim == 1:
-            i, w = _bracket(self.grid[0], math.log1p(x[0]))
-            r = self.log_ratio
-            lr = r[i] if w == 0.0 else r[i] * (1 - w) + r[i + 1] * w
+            lr, _ = interpolation.log_ratio_1d(self.grid[0], self.log_ratio, math.log1p(x[0]))
         else:
-            i, wa = _bracket(self.grid[0], math.log1p(x[0]))
-            j, wb = _bracket(self.grid[1], math.log1p(x[1]))
-            r = self.log_ratio
-            i1, j1 = min(i + 1, len(r) - 1), min(j + 1, len(r[0]) - 1)
-            lr = ((r[i][j] * (1 - wb) + r[i][j1] * wb) * (1 - wa)
-                  + (r[i1][j] * (1 - wb) + r[i1][j1] * wb) * wa)
+            lr, _ = interpolation.log_ratio_2d(self.grid[0], self.grid[1], self.log_ratio, math.log1p(x[0]),
+                                               math.log1p(x[1]))
         return self.shape(*x) * math.exp(lr)
 
 
@@ -352,6 +329,10 @@ def resolve_profile_dir(profile: str | None, device: str, model_name: str, tenso
     without an engine, the first shipped of fused, compiled, unfused, ops (then any other engine)."""
     if profile is not None:
         return Path(profile).expanduser()
+    from sim.atomic_files import plain_name
+    if not (plain_name(device) and plain_name(model_name)):  # they become folder names under calibrate/profiles
+        raise ConfigError(f"cost_model.profile_device: {device!r} / model {model_name!r} must be plain names; "
+                          "allowed: no '/', '\\', '.' or '..'")
     name = f"{device.lower()}/{model_name.lower()}/tp{tensor_parallel}"
     engines = shipped_engines(device, model_name, tensor_parallel)
     if not engines:
@@ -490,7 +471,7 @@ class CalibratedCostModel:
         """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`), bit-identical to `step_cost` of
         each: the per-layer token-count terms, LM head, sampling, loop overhead and the roofline's
         context-free counts are computed once per batch size; per step only the decode attention at the
-        mean context, at the batch's bracket of the decode table (`Interpolator.along_second`)."""
+        mean context."""
         n = num_seqs
         counts = self.roofline.decode_step_costs(n, context_tokens, num_steps)
         cached = self._decode_cache.get(n)

@@ -1,31 +1,24 @@
-"""One entry point for the compiled engine core to price a step with whichever cost model has a compiled form.
+"""One entry point to price a step with whichever cost model has a compiled form, for both engines.
 
-A cost model's `compiled_params()` returns `pricer(...)`: a tuple of one fixed numba type whatever the model,
-so the core compiles once. `price_step` gives (time_s, FLOPs, bytes) as the model's `step_cost` does: the
-FLOPs and bytes are always the roofline's counts (every cost model reports those), the time is the model's.
-A NaN time means the model cannot price that step here the way its Python form would (the measured kernels'
-note log of points outside their tables is full, `sim.cost.measured_kernel`): the core then runs the scenario in
-the Python engine.
+`price_parts(kind, roofline, steps, measured, <the step>)` gives (time_s, FLOPs, bytes) as the model's `step_cost`
+does: the FLOPs and bytes are always the roofline's counts (every cost model reports those), the time is the
+model's (`roofline_kernel`, `steps_kernel` or `measured_kernel`). The cost models' `step_cost` call it (with None
+for the packs they do not have, which numba prunes); the compiled engine core (`sim.compiled`) inlines it, with
+the pack `pricer(...)` builds: a tuple of one fixed numba type whatever the model, so the core compiles once.
+A NaN time means the model cannot price that step until the caller has read the measured kernels' note log of
+points outside their tables (`sim.cost.measured_kernel`).
 """
 
 from __future__ import annotations
 
-from numba import njit
+import numpy as np
 
-# (numba_cache: drops stale numba caches before anything loads)
-from sim.cost import measured_kernel, numba_cache, roofline_kernel, steps_kernel  # noqa: F401
+from sim.cost import measured_kernel, roofline_kernel, steps_kernel
+from sim.cost.jit import njit
 
 KIND_ROOFLINE, KIND_STEPS, KIND_MEASURED = 0, 1, 2
-
-
-def reused_pack(model, build) -> tuple:
-    """`build()` (a fresh pack), or, for a model with `reuse_compiled_pack` set, the pack built on the first call,
-    kept on the model (`RooflineCostModel.reuse_compiled_pack`)."""
-    if not model.reuse_compiled_pack:
-        return build()
-    if model.__dict__.get("_compiled_pack") is None:
-        model._compiled_pack = build()
-    return model._compiled_pack
+# How many leading arrays of each pack hold the model's numbers (the rest are memos and the note log).
+_NUMBERS = (roofline_kernel.NUM_NUMBERS, len(steps_kernel.empty()), measured_kernel.NUM_NUMBERS)
 
 
 def pricer(roofline_params: tuple, steps_params: tuple | None = None, measured_params: tuple | None = None) -> tuple:
@@ -36,29 +29,51 @@ def pricer(roofline_params: tuple, steps_params: tuple | None = None, measured_p
             measured_params if measured_params is not None else measured_kernel.empty())
 
 
-@njit(cache=True)
-def price_step(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled):
-    kind, roof, steps, measured = price
-    return price_parts(kind, roof, steps, measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
-                       decode_ctx, num_sampled)
+def same_prices(a: tuple, b: tuple) -> bool:
+    """Two `pricer` packs price alike: the same kind and the same numbers (their memos may differ)."""
+    if a[0] != b[0]:
+        return False
+    return all(np.array_equal(x, y) for part_a, part_b, n in zip(a[1:], b[1:], _NUMBERS)
+               for x, y in zip(part_a[:n], part_b[:n]))
 
 
-# The core unpacks the pack once per call and prices with its parts: taking a nested tuple apart takes and drops a
-# reference to each of its 31 arrays (atomic operations), which at every step cost more than the pricing. Inlined
-# into the core, with the pricers' `step_cost` / `step_time`: a call would pass the parts as arguments, with the
-# same reference counting (their helpers stay calls: inlining those too gave nothing and doubled the compile time).
+# Inlined into the core with the pricers' `step_cost` / `step_time`: the core unpacks the pack once per call and
+# passes its parts, since taking a nested tuple apart takes and drops a reference to each of its arrays (atomic
+# operations), which at every step cost more than the pricing (their helpers stay calls: inlining those too gave
+# nothing and doubled the compile time).
 @njit(cache=True, inline="always")
 def price_parts(kind, roof, steps, measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
-                decode_ctx, num_sampled):
+                decode_ctx, num_sampled, query_tokens, swap_tokens):
     time_s, flops, nbytes = roofline_kernel.step_cost(roof, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
-                                                      num_decode_seqs, decode_ctx, num_sampled)
-    if kind == KIND_STEPS:
-        time_s = steps_kernel.step_time(steps, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
-                                        decode_ctx, num_sampled)
-    elif kind == KIND_MEASURED:  # NaN: its note log is full (the core hands the run back)
-        time_s = measured_kernel.step_time(measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
-                                           num_decode_seqs, decode_ctx, num_sampled)
+                                                      num_decode_seqs, decode_ctx, num_sampled, query_tokens,
+                                                      swap_tokens)
+    if steps is not None:
+        if kind == KIND_STEPS:
+            time_s = steps_kernel.step_time(steps, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
+                                            decode_ctx, num_sampled, query_tokens, swap_tokens)
+    if measured is not None:
+        if kind == KIND_MEASURED:  # NaN: its note log is full
+            time_s = measured_kernel.step_time(measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
+                                               num_decode_seqs, decode_ctx, num_sampled, query_tokens, swap_tokens)
     return time_s, flops, nbytes
+
+
+@njit(cache=True)
+def decode_run(kind, roof, steps, measured, num_seqs, context_tokens, num_steps):
+    """(time_s, FLOPs, bytes) of `num_steps` decode-only steps of `num_seqs` single-token decodes, one row each:
+    the first attending `context_tokens`, each next one `num_seqs` more (`sim.core.step_plan.decode_step_costs`).
+    Fewer rows where a step cannot be priced before the caller reads the note log (see the module docstring)."""
+    out = np.empty((num_steps, 3))
+    no_chunks = np.zeros(0, dtype=np.int64)
+    ctx = context_tokens
+    for k in range(num_steps):
+        time_s, flops, nbytes = price_parts(kind, roof, steps, measured, 0, no_chunks, no_chunks, 0, num_seqs, ctx,
+                                            num_seqs, 1, 0)
+        if time_s != time_s:  # NaN
+            return out[:k]
+        out[k, 0], out[k, 1], out[k, 2] = time_s, flops, nbytes
+        ctx += num_seqs
+    return out
 
 
 @njit(cache=True)

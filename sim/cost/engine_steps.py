@@ -22,6 +22,11 @@ two fits. So the coefficients are the profile.
 The profile was measured on one engine instance (one CPU shard, tensor_parallel 1): it carries no
 communication, and swaps are not priced (the harness runs vLLM with recompute preemption).
 numpy and pandas only.
+
+No compiled form: the compiled engine core hands runs priced by this model to the SimPy engine. Its price is
+written once, here, in Python (a sum of fitted features); `decode_step_costs` prices a run's context-free terms
+once and repeats `step_cost`'s remaining operations per step, which tests/unit/test_decode_step_costs.py checks
+bit for bit.
 """
 
 from __future__ import annotations

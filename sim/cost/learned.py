@@ -16,6 +16,11 @@ its leave-one-GPU-out error):
 
 No step overhead: the tables are kernel times (compose with `overhead:` for the engine's time outside kernels).
 Efficiencies are fractions of the catalog's peaks, so the model applies to a GPU without measured tables.
+
+No compiled form: the compiled engine core hands runs priced by this model to the SimPy engine. Its price is
+written once, here, in Python (the linear layers' FLOPs and bytes are the roofline's,
+`sim.cost.roofline_kernel`); `decode_step_costs` prices a run's context-free terms once and repeats
+`step_cost`'s remaining operations per step, which tests/unit/test_decode_step_costs.py checks bit for bit.
 """
 
 from __future__ import annotations
@@ -77,7 +82,11 @@ class LearnedRooflineCostModel(RooflineCostModel):
         else:
             self.ar_latency_s, self.ar_bw = g.allreduce_latency_s, g.interconnect_bytes_per_s * g.interconnect_efficiency
             self.ar_source = f"no measured {self.interconnect} GPU: catalog all-reduce"
-        self._learned_decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
+        # What depends on a count alone: batch size -> the context-free parts of a decode-only step; ("linear",
+        # tokens) / ("head", rows) -> the linear layers' / LM head's FLOPs and bytes (a call into the roofline's
+        # compiled arithmetic costs more than this model's own arithmetic per step). One dict, not three: CPython
+        # 3.11 reads the attributes of an instance that has 30 or more of them more slowly.
+        self._memo: dict = {}
 
     def __repr__(self) -> str:
         return (f"LearnedRooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}, weights={self.weight_dtype}, "
@@ -125,10 +134,11 @@ class LearnedRooflineCostModel(RooflineCostModel):
             flops_total += f * self.model.num_layers  # every layer attends
             bytes_total += b * self.model.num_layers
         elem_s, ar_s = self._elementwise_and_allreduce_s(n)
+        counts = iter(self._memo.get(("linear", n)) or self._remember(("linear", n), self.linear_counts(n)))
         for num_layers, matmuls in self.groups:
             layer_s = attn_s + elem_s + ar_s
             for mm in matmuls:
-                f, b = self._linear(mm, n)
+                f, b = next(counts)
                 per_expert = mm.weight_params / mm.num_experts
                 layer_s += self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, per_expert))
                 flops_total += num_layers * f
@@ -136,12 +146,17 @@ class LearnedRooflineCostModel(RooflineCostModel):
             time_s += num_layers * layer_s
         rows = plan.num_sampled_seqs + plan.num_decode_seqs * (plan.decode_query_tokens - 1)
         if rows:
-            f, b = self._linear(self.lm_head, rows)
+            f, b = self._memo.get(("head", rows)) or self._remember(("head", rows), self.lm_head_counts(rows))
             time_s += self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, self.lm_head.weight_params))
         swapped = plan.swap_in_tokens + plan.swap_out_tokens
         if swapped:
             time_s += swapped * kvb * self.model.num_layers / self.gpu.host_link_bytes_per_s
         return StepCost(time_s + self.step_overhead_s, flops_total, bytes_total)
+
+    def _remember(self, key, value):
+        if len(self._memo) < 65536:
+            self._memo[key] = value
+        return value
 
     def _elementwise_and_allreduce_s(self, n: int) -> tuple[float, float]:
         """Per layer, for `n` tokens: the elementwise kernels' time and the TP all-reduces' time (0 at TP 1)."""
@@ -159,15 +174,16 @@ class LearnedRooflineCostModel(RooflineCostModel):
         and bytes of all its layers), and the LM head's kernel time."""
         elem_s, ar_s = self._elementwise_and_allreduce_s(n)
         groups = []
+        counts = iter(self.linear_counts(n))
         for num_layers, matmuls in self.groups:
             terms = []
             for mm in matmuls:
-                f, b = self._linear(mm, n)
+                f, b = next(counts)
                 per_expert = mm.weight_params / mm.num_experts
                 terms.append((self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, per_expert)),
                               num_layers * f, num_layers * b))
             groups.append((num_layers, terms))
-        f, b = self._linear(self.lm_head, n)  # one sampled row per decoding sequence
+        f, b = self.lm_head_counts(n)  # one sampled row per decoding sequence
         head_s = self._kernel(self._ideal(f, b) / self._gemm_eff(f, b, self.lm_head.weight_params))
         return elem_s, ar_s, groups, head_s
 
@@ -182,12 +198,7 @@ class LearnedRooflineCostModel(RooflineCostModel):
         kvb, afpp, q_bytes = self.kv_bytes_per_token_layer, self.attn_flops_per_pair, self.q_bytes_per_token
         edges, effs = L["decode_attention"]["edges"], L["decode_attention"]["eff"]
         model_layers = self.model.num_layers
-        cached = self._learned_decode_cache.get(n)
-        if cached is None:
-            cached = self._learned_decode_constants(n)
-            if len(self._learned_decode_cache) < 65536:
-                self._learned_decode_cache[n] = cached
-        elem_s, ar_s, groups, head_s = cached
+        elem_s, ar_s, groups, head_s = self._memo.get(n) or self._remember(n, self._learned_decode_constants(n))
         out = []
         context = context_tokens
         for _ in range(num_steps):

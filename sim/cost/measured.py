@@ -19,13 +19,15 @@ What the tables do not hold: elementwise ops (priced at the GEMM table's byte ra
 fastest measured kernel), MLA attention (the device roofline), swap copies (the host link), and
 the engine's CPU time per step (`step_overhead_s`, default 0: AIConfigurator's estimator, a pure
 kernel sum, is within ~6% median of whole CUDA-graphed steps measured on an H100).
+
+This module reads the tables and builds the interpolations; their arithmetic, and a step's, is
+`sim.cost.measured_kernel`'s (numba), written once for this model and the compiled engine core.
 """
 
 from __future__ import annotations
 
 import json
 import math
-from bisect import bisect_right
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +36,12 @@ import numpy as np
 import pandas as pd
 
 from sim.core.step_plan import StepPlan
-from sim.cost.roofline import RooflineCostModel, StepCost
+from sim.cost import compiled_pricing, interpolation, measured_kernel
+from sim.cost.compiled_pricing import KIND_MEASURED
+from sim.cost.jit import HAVE_NUMBA
+from sim.cost.packed import PackedCostModel
+from sim.cost.roofline import RooflineCostModel, StepCost, step_costs
+from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.model.memory import kv_bytes_per_token
 from sim.model.shapes import layer_groups, lm_head_shape
@@ -141,14 +148,7 @@ def load_tables(path: str | Path, field: str = "cost_model.gpu_data") -> Measure
 
 def _bracket(grid: list[float], u: float) -> tuple[int, float, bool]:
     """Index i and weight w so that u ≈ grid[i]·(1-w) + grid[i+1]·w, clamped; and whether u was outside."""
-    if len(grid) == 1:
-        return 0, 0.0, abs(u - grid[0]) > 1e-12
-    if u <= grid[0]:
-        return 0, 0.0, u < grid[0] - 1e-12
-    if u >= grid[-1]:
-        return len(grid) - 2, 1.0, u > grid[-1] + 1e-12
-    i = bisect_right(grid, u) - 1
-    return i, (u - grid[i]) / (grid[i + 1] - grid[i]), False
+    return interpolation.bracket(np.asarray(grid, dtype=np.float64), u)
 
 
 @dataclass(frozen=True)
@@ -159,7 +159,7 @@ class DeviceRoofline:
     bytes_per_s: float
 
     def time(self, flops: float, nbytes: float) -> float:
-        return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+        return measured_kernel.roof_time(flops, nbytes, self.flops_per_s, self.bytes_per_s)
 
 
 def device_roofline(gemm: pd.DataFrame) -> DeviceRoofline:
@@ -169,46 +169,60 @@ def device_roofline(gemm: pd.DataFrame) -> DeviceRoofline:
     return DeviceRoofline(float((2 * m * n * k / t).max()), float(((n * k + m * (n + k)) * 2 / t).max()))
 
 
+@dataclass(frozen=True)
+class Shape:
+    """The roofline time a kernel's measured time is taken relative to: a kind of `measured_kernel.shape_at` and
+    its four numbers (`measured_kernel.SHAPE_*`), on a device's roofline."""
+
+    kind: int
+    numbers: tuple[float, float, float, float]
+    roof: DeviceRoofline
+
+    def __call__(self, x: float, y: float = 0.0) -> float:
+        return measured_kernel.shape_at(self.kind, *self.numbers, self.roof.flops_per_s, self.roof.bytes_per_s, x, y)
+
+
 def note_outside(notes: Counter, message: str) -> None:
     """A point priced outside the measured tables: listed once, however often it is priced. How often that is
-    depends on the model's caches and on the engine (the compiled core remembers other things), so a count
-    would say nothing about the run."""
+    depends on the model's memos (terms remembered by token count), so a count would say nothing about the run."""
     notes[message] = 1
 
 
 class Curve:
     """A time along one axis: shape(x) · exp(log ratio interpolated on log1p(x)), held past the ends."""
 
-    def __init__(self, xs, log_ratio, shape, name: str, notes: Counter):
+    def __init__(self, xs, log_ratio, shape: Shape, name: str, notes: Counter):
         order = sorted(range(len(xs)), key=lambda i: xs[i])
         self.xs = [float(xs[i]) for i in order]
-        self.grid = [math.log1p(x) for x in self.xs]
-        self.lr = [float(log_ratio[i]) for i in order]
+        self.grid = np.array([math.log1p(x) for x in self.xs], dtype=np.float64)
+        self.lr = np.array([float(log_ratio[i]) for i in order], dtype=np.float64)
         self.shape, self.name, self.notes = shape, name, notes
 
     def outside_note(self, x: float) -> str:
         return f"{self.name} at {x:g} outside measured {self.xs[0]:g}..{self.xs[-1]:g}"
 
     def __call__(self, x: float) -> float:
-        i, w, outside = _bracket(self.grid, math.log1p(x))
+        shape = self.shape
+        value, outside = measured_kernel.curve_at(self.grid, self.lr, shape.kind, *shape.numbers,
+                                                  shape.roof.flops_per_s, shape.roof.bytes_per_s, x)
         if outside:
             note_outside(self.notes, self.outside_note(x))
-        lr = self.lr[i] if w == 0.0 else self.lr[i] * (1 - w) + self.lr[i + 1] * w
-        return self.shape(x) * math.exp(lr)
+        return value
 
 
 class Grid2D:
     """A time over two axes (bilinear log ratio on log1p axes). Cells the table lacks take the nearest
     measured ratio along the second axis, then the first (counted in `filled`)."""
 
-    def __init__(self, df: pd.DataFrame, a: str, b: str, shape, name: str, notes: Counter):
+    def __init__(self, df: pd.DataFrame, a: str, b: str, shape: Shape, name: str, notes: Counter):
         df = df.assign(lr=[math.log(t * 1e-3 / shape(x, y)) for x, y, t in zip(df[a], df[b], df["latency_ms"])])
         piv = df.pivot_table(index=a, columns=b, values="lr", aggfunc="median")
         self.filled = int(piv.isna().to_numpy().sum())
         piv = piv.ffill(axis=1).bfill(axis=1).ffill(axis=0).bfill(axis=0)
         self.xs, self.ys = [float(v) for v in piv.index], [float(v) for v in piv.columns]
-        self.ga, self.gb = [math.log1p(v) for v in self.xs], [math.log1p(v) for v in self.ys]
-        self.r = piv.to_numpy(float).tolist()
+        self.ga = np.array([math.log1p(v) for v in self.xs], dtype=np.float64)
+        self.gb = np.array([math.log1p(v) for v in self.ys], dtype=np.float64)
+        self.r = np.ascontiguousarray(piv.to_numpy(float))
         self.shape, self.name, self.notes = shape, name, notes
         if self.filled:
             notes[f"{name}: {self.filled} unmeasured grid cells take the nearest measured ratio"] += 1
@@ -217,33 +231,13 @@ class Grid2D:
         return (f"{self.name} at ({x:g}, {y:g}) outside measured "
                 f"{self.xs[0]:g}..{self.xs[-1]:g} x {self.ys[0]:g}..{self.ys[-1]:g}")
 
-    def along_second(self, x: float):
-        """`self(x, y)` as a function of y alone: the first axis bracketed once, the same operations."""
-        i, wa, out_a = _bracket(self.ga, math.log1p(x))
-        r, shape, gb, notes = self.r, self.shape, self.gb, self.notes
-        i1 = min(i + 1, len(r) - 1)
-        ri, ri1 = r[i], r[i1]
-        last_j = len(r[0]) - 1
-
-        def at(y: float) -> float:
-            j, wb, out_b = _bracket(gb, math.log1p(y))
-            if out_a or out_b:
-                note_outside(notes, self.outside_note(x, y))
-            j1 = min(j + 1, last_j)
-            lr = ((ri[j] * (1 - wb) + ri[j1] * wb) * (1 - wa) + (ri1[j] * (1 - wb) + ri1[j1] * wb) * wa)
-            return shape(x, y) * math.exp(lr)
-
-        return at
-
     def __call__(self, x: float, y: float) -> float:
-        i, wa, out_a = _bracket(self.ga, math.log1p(x))
-        j, wb, out_b = _bracket(self.gb, math.log1p(y))
-        if out_a or out_b:
+        shape = self.shape
+        value, outside = measured_kernel.grid_at(self.ga, self.gb, self.r, shape.kind, *shape.numbers,
+                                                 shape.roof.flops_per_s, shape.roof.bytes_per_s, x, y)
+        if outside:
             note_outside(self.notes, self.outside_note(x, y))
-        r = self.r
-        i1, j1 = min(i + 1, len(r) - 1), min(j + 1, len(r[0]) - 1)
-        lr = ((r[i][j] * (1 - wb) + r[i][j1] * wb) * (1 - wa) + (r[i1][j] * (1 - wb) + r[i1][j1] * wb) * wa)
-        return self.shape(x, y) * math.exp(lr)
+        return value
 
 
 _GEMM_GROUPS: dict[tuple[str, str], dict] = {}
@@ -272,8 +266,8 @@ def gemm_curve(gemm: pd.DataFrame, dtype: str, n: int, k: int, roof: DeviceRoofl
     log(measured / roofline) bilinear in log n and log k over the measured (n, k) around it."""
     eb = _DTYPE_BYTES[dtype]
 
-    def shape_nk(nn: float, kk: float):
-        return lambda m: roof.time(2.0 * m * nn * kk, nn * kk * eb + m * (nn + kk) * _ACT_BYTES)
+    def shape_nk(nn: float, kk: float) -> Shape:
+        return Shape(measured_kernel.SHAPE_GEMM, (nn, kk, eb, 0.0), roof)
 
     cache_key = (key, dtype, n, k)
     if key and cache_key in _GEMM_CURVES:
@@ -309,9 +303,7 @@ def gemm_curve(gemm: pd.DataFrame, dtype: str, n: int, k: int, roof: DeviceRoofl
             _GEMM_CURVES[cache_key] = (ms, lr, static_notes)
     for note in static_notes:
         notes[note] += 1
-    curve = Curve(ms, lr, shape_nk(n, k), f"{name} tokens", notes)
-    curve.shape_numbers = (n, k, eb)  # the roofline shape's (n, k, weight bytes), for the compiled pricer
-    return curve
+    return Curve(ms, lr, shape_nk(n, k), f"{name} tokens", notes)
 
 
 def _select_heads(df: pd.DataFrame, hq: int, hkv: int, d: int, name: str, notes: Counter) -> pd.DataFrame:
@@ -345,7 +337,7 @@ class _Linear:
     active: float
 
 
-class MeasuredCostModel:
+class MeasuredCostModel(PackedCostModel):
     """Step times from GPU kernels measured by NVIDIA AIConfigurator (vLLM), summed per layer.
 
     See the module docstring for what is priced from which table. A speculative verification (γ+1 query
@@ -402,8 +394,6 @@ class MeasuredCostModel:
         h, ffn = model.hidden_size, model.ffn_size // tp
         self._elementwise_bytes = [4 * h * _ACT_BYTES, 4 * h * _ACT_BYTES, 3 * ffn * _ACT_BYTES]  # 2 add+norm, act
         self._swap_s_per_token = (kv_bytes_per_token(model, kv_dtype, tp) / gpu.host_link_bytes_per_s)
-        self._dense_cache: dict[int, list[float]] = {}
-        self._decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
 
     # -- setup --
 
@@ -412,18 +402,20 @@ class MeasuredCostModel:
         self.mla = m.attention == "mla"
         if self.mla:
             self.notes["attention: MLA is not in the tables; priced by the device roofline"] += 1
+            heads = m.num_attention_heads // tp
+            self.mla_flops_per_pair = 2.0 * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
+            self.mla_kv_bytes = self.roofline.kv_bytes_per_token_layer
             return
         hq = m.num_attention_heads // tp
         hkv = m.num_kv_heads // tp if m.num_kv_heads % tp == 0 else 1
         d, kvd = m.head_dim, _KV_DTYPE[self.kv_dtype]
         kvb, roof = _DTYPE_BYTES[kvd], self.roof
 
-        def prefill_shape(b: float, s: float, hq=hq, hkv=hkv, d=d) -> float:
-            pairs = b * s * (s + 1) / 2
-            return roof.time(4.0 * hq * d * pairs, b * s * (2 * hkv * d * kvb + 2 * hq * d * _ACT_BYTES))
+        def prefill_shape(hq: int, hkv: int, d: int) -> Shape:
+            return Shape(measured_kernel.SHAPE_PREFILL, (hq, hkv, d, kvb), roof)
 
-        def decode_shape(b: float, x: float, hq=hq, hkv=hkv, d=d) -> float:
-            return roof.time(4.0 * hq * d * b * x, b * x * 2 * hkv * d * kvb + 2 * b * hq * d * _ACT_BYTES)
+        def decode_shape(hq: int, hkv: int, d: int) -> Shape:
+            return Shape(measured_kernel.SHAPE_DECODE, (hq, hkv, d, kvb), roof)
 
         self.attention_shape = (hq, hkv, d, kvb)  # per GPU: query heads, KV heads, head size, KV bytes per element
         ctx = _select_heads(t.context[t.context["kv_dtype"] == kvd], hq, hkv, d, "context attention", self.notes)
@@ -432,11 +424,11 @@ class MeasuredCostModel:
         # Ratios are taken against the measured configuration's roofline and applied to this model's.
         cq, ckv, cd = _heads_shape(ctx)
         gq, gkv, gd = _heads_shape(gen)
-        ctx_grid = Grid2D(ctx, "batch_size", "isl", lambda b, s: prefill_shape(b, s, cq, ckv, cd),
-                          "context attention (batch, tokens)", self.notes)
-        gen_grid = Grid2D(gen, "batch_size", "kv_tokens", lambda b, x: decode_shape(b, x, gq, gkv, gd),
+        ctx_grid = Grid2D(ctx, "batch_size", "isl", prefill_shape(cq, ckv, cd), "context attention (batch, tokens)",
+                          self.notes)
+        gen_grid = Grid2D(gen, "batch_size", "kv_tokens", decode_shape(gq, gkv, gd),
                           "decode attention (batch, context)", self.notes)
-        ctx_grid.shape, gen_grid.shape = prefill_shape, decode_shape
+        ctx_grid.shape, gen_grid.shape = prefill_shape(hq, hkv, d), decode_shape(hq, hkv, d)
         self._prefill, self._decode = ctx_grid, gen_grid
 
     def _moe_curve(self) -> Curve | None:
@@ -453,11 +445,8 @@ class MeasuredCostModel:
             self.notes[f"moe: ({m.hidden_size}, {m.ffn_size}, top{m.num_experts_per_token} of {m.num_experts}, "
                        f"tp {self.tp}) not in the fused-MoE table; experts priced from the GEMM table"] += 1
             return None
-        h, ffn, e, k, roof = m.hidden_size, m.ffn_size // self.tp, m.num_experts, m.num_experts_per_token, self.roof
-
-        def shape(n: float) -> float:
-            touched = e * (1.0 - (1.0 - k / e) ** n)
-            return roof.time(2.0 * n * k * 3 * h * ffn, touched * 3 * h * ffn * 2 + n * k * (2 * h + 3 * ffn) * 2)
+        h, ffn, e, k = m.hidden_size, m.ffn_size // self.tp, m.num_experts, m.num_experts_per_token
+        shape = Shape(measured_kernel.SHAPE_MOE, (e, k, h, ffn), self.roof)
         lr = [math.log(x * 1e-3 / shape(n)) for n, x in zip(rows["num_tokens"], rows["latency_ms"])]
         return Curve(list(rows["num_tokens"]), lr, shape, "fused MoE", self.notes)
 
@@ -477,8 +466,8 @@ class MeasuredCostModel:
         busbw = max(2 * (g - 1) / g * e * 2 / (x * 1e-3) for g, e, x in
                     zip(ar["num_gpus"], ar["message_elements"], ar["latency_ms"]))
 
-        def shape_g(g: float):
-            return lambda elems: lat0 + 2 * (g - 1) / g * elems * 2 / busbw
+        def shape_g(g: float) -> Shape:
+            return Shape(measured_kernel.SHAPE_ALLREDUCE, (lat0, g, busbw, 0.0), self.roof)
         parts = []
         for g, wt in ((counts[i], 1 - w), (counts[min(i + 1, len(counts) - 1)], w)):
             if wt <= 0:
@@ -489,9 +478,7 @@ class MeasuredCostModel:
             parts.append((wt, Curve(list(rows["message_elements"]), lr, sh, "all-reduce", Counter())))
         xs = sorted({x for _, c in parts for x in c.xs})
         lr = [sum(wt * math.log(c(x) / c.shape(x)) for wt, c in parts) for x in xs]
-        curve = Curve(xs, lr, shape_g(tp), f"all-reduce x{tp} elements", self.notes)
-        curve.shape_numbers = (lat0, tp, busbw)  # for the compiled pricer
-        return curve
+        return Curve(xs, lr, shape_g(tp), f"all-reduce x{tp} elements", self.notes)
 
     # -- pricing --
 
@@ -502,159 +489,73 @@ class MeasuredCostModel:
                 f"({self.tables.meta['device_name']}), step overhead {self.step_overhead_s * 1e3:g} ms"
                 + (f"; notes: {notes}" if notes else "") + ")")
 
-    def _elementwise_s(self, num_tokens: int) -> float:
-        return sum(max(self.min_kernel_s, num_tokens * b / self.roof.bytes_per_s) for b in self._elementwise_bytes)
+    # The step's arithmetic is `measured_kernel`'s; a pack holds the model's curves and grids for it.
+    PYTHON_NOTE_ROWS = 4096  # the note log `step_cost` reads after every call (more than one step can note)
 
-    def _per_layer_token_s(self, num_tokens: int) -> list[float]:
-        cached = self._dense_cache.get(num_tokens)
-        if cached is not None:
-            return cached
-        common = self._elementwise_s(num_tokens)
-        if self.tp > 1 and self.communication:
-            if self._allreduce is not None:
-                common += 2 * self._allreduce(num_tokens * self.model.hidden_size)
-            else:
-                link = self.gpu.interconnect_bytes_per_s * self.gpu.interconnect_efficiency
-                msg = num_tokens * self.model.hidden_size * _ACT_BYTES
-                common += 2 * (self.gpu.allreduce_latency_s + 2 * (self.tp - 1) / self.tp * msg / link)
-        out = []
-        for _, mats, is_moe in self._groups:
-            s = common
-            for mm in mats:
-                if mm.experts > 1:
-                    touched = mm.experts * (1.0 - (1.0 - mm.active / mm.experts) ** num_tokens)
-                    s += touched * mm.curve(num_tokens * mm.active / touched)
-                else:
-                    s += mm.curve(num_tokens)
-            if is_moe and self._moe is not None:
-                s += self._moe(num_tokens)
-            out.append(s)
-        if len(self._dense_cache) < 65536:
-            self._dense_cache[num_tokens] = out
-        return out
+    def _build_pack(self) -> tuple:
+        """(the roofline's pack, for the FLOPs and bytes; this model's, for the compiled core; the same with a note
+        log of its own, for `step_cost`). Their curves, in row order, name the points the logs hold."""
+        measured, self._pack_curves = measured_kernel.pack(self)
+        return self.roofline._pack(), measured, measured_kernel.with_note_log(measured, self.PYTHON_NOTE_ROWS)
 
-    def _attention_s(self, plan: StepPlan) -> float:
-        if self.mla:
-            return self._mla_attention_s(plan)
-        window = self.model.sliding_window
-        attn = 0.0
-        groups = Counter(zip(plan.prefill_chunk_tokens, plan.prefill_context_tokens))
-        for (chunk, context), count in groups.items():
-            if window:
-                context = min(context, window)
-            total = context + chunk
-            # Causal pairs of this chunk against its context, as a share of a fresh prompt of `total`
-            # tokens; at least the chunk alone and one read of the sequence's KV.
-            share = chunk * (context + (chunk + 1) / 2) / (total * (total + 1) / 2)
-            attn += max(self._prefill(count, total) * share, self._prefill(count, chunk), self._decode(count, total))
-        if plan.num_decode_seqs:
-            mean_ctx = plan.decode_context_tokens / plan.num_decode_seqs
-            if window:
-                mean_ctx = min(mean_ctx, window)
-            attn += self._decode(plan.num_decode_seqs * plan.decode_query_tokens, max(mean_ctx, 1.0))
-        return attn
-
-    def _mla_attention_s(self, plan: StepPlan) -> float:
-        m = self.model
-        heads = m.num_attention_heads // self.tp
-        per_pair = 2.0 * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
-        kv_b = self.roofline.kv_bytes_per_token_layer
-        t = 0.0
-        for chunk, context in zip(plan.prefill_chunk_tokens, plan.prefill_context_tokens):
-            t += max(self.min_kernel_s, self.roof.time(chunk * (context + (chunk + 1) / 2) * per_pair,
-                                                       (context + chunk) * kv_b))
-        if plan.num_decode_seqs:
-            t += max(self.min_kernel_s, self.roof.time(plan.decode_context_tokens * plan.decode_query_tokens * per_pair,
-                                                       plan.decode_context_tokens * kv_b))
-        return t
+    def _read_notes(self, measured: tuple) -> bool:
+        """Note the points in a pack's note log and empty it. True: it was full (a price may be NaN: again)."""
+        log, count = measured[-2], measured[-1]
+        if not count[0]:
+            return False
+        self.note_compiled_outside(log[:count[0]])
+        full = count[0] == len(log)
+        count[0] = 0
+        return full
 
     def step_cost(self, plan: StepPlan) -> StepCost:
-        counts = self.roofline.step_cost(plan)
-        num_tokens = plan.num_tokens
-        if num_tokens == 0:
-            return StepCost(self.step_overhead_s, 0.0, 0.0)
-        attn = self._attention_s(plan)
-        time_s = sum(n * (layer_s + attn) for (n, _, _), layer_s in zip(self._groups, self._per_layer_token_s(num_tokens)))
-        rows = plan.num_sampled_seqs + plan.num_decode_seqs * (plan.decode_query_tokens - 1)
-        if rows:
-            time_s += self._lm_head(rows)
-        time_s += (plan.swap_in_tokens + plan.swap_out_tokens) * self._swap_s_per_token
-        return StepCost(time_s + self.step_overhead_s, counts.flops, counts.bytes)
+        roofline, _, measured = self._pack()
+        args = step_args(plan)
+        for _ in range(2):
+            cost = compiled_pricing.price_parts(KIND_MEASURED, roofline, None, measured, *args)
+            if not self._read_notes(measured):
+                return StepCost(*cost)
+        raise RuntimeError(f"one step notes more points outside the tables than the note log holds: {plan}")
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
 
-    reuse_compiled_pack = False  # as RooflineCostModel's (its roofline's pack is reused with it)
+    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
+        """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`): `step_cost` of each, in
+        as few calls as the note log allows."""
+        roofline, _, measured = self._pack()
+        parts = []
+        while num_steps > 0:
+            rows = compiled_pricing.decode_run(KIND_MEASURED, roofline, None, measured, num_seqs, context_tokens,
+                                               num_steps)
+            if self._read_notes(measured) and not len(rows):  # (a full log stops a run before its NaN step)
+                raise RuntimeError("one decode step notes more points outside the tables than the note log holds")
+            parts.append(rows)
+            context_tokens += len(rows) * num_seqs
+            num_steps -= len(rows)
+        return step_costs(np.concatenate(parts) if len(parts) > 1 else parts[0])
 
     def compiled_params(self) -> tuple | None:
-        """This model's tables for the compiled engine core (`sim.cost.measured_kernel.step_time`, bit-identical
-        to `step_cost`'s time; the roofline's counts beside it); None where that form does not cover it: a
-        subclass, MoE, MLA, a sliding window, a roofline without a compiled form, or numba missing."""
-        if (type(self) is not MeasuredCostModel or self.mla or self.model.sliding_window or self._moe is not None
-                or any(is_moe or any(mm.experts != 1 for mm in mats) for _, mats, is_moe in self._groups)):
+        """This model's pack for the compiled engine core (`sim.compiled`), through `sim.cost.compiled_pricing`,
+        with an empty note log (the core's run reads it after itself, `note_compiled_outside`); None for a
+        subclass (it may price otherwise), or without numba."""
+        if type(self) is not MeasuredCostModel or not HAVE_NUMBA:
             return None
-        counts = self.roofline.compiled_params()
-        if counts is None:
-            return None
-        from sim.cost import compiled_pricing, measured_kernel
-        # (counts[1]: the roofline's pack.) A reused pack keeps its memos filled, as this model's caches do
-        # (`_dense_cache`); its note log starts empty, for `note_compiled_outside` after each run.
-        pack = compiled_pricing.reused_pack(
-            self, lambda: compiled_pricing.pricer(counts[1], measured_params=measured_kernel.pack(self)))
-        measured_kernel.clear_notes(pack[3])
-        return pack
+        roofline, measured, _ = self._pack()
+        measured[-1][0] = 0
+        return compiled_pricing.pricer(roofline, measured_params=measured)
 
     def note_compiled_outside(self, points) -> None:
-        """Note the points the compiled core priced outside the tables (rows of `measured_kernel`'s note log:
-        kind, curve row, x, y), with the words pricing them here gives."""
-        from sim.cost.measured_kernel import NOTE_CURVE, NOTE_PREFILL, curves_in_pack_order
-        curves = curves_in_pack_order(self)
+        """Note the points priced outside the tables (rows of a `measured_kernel` note log: kind, curve row, x,
+        y), each once."""
+        from sim.cost.measured_kernel import NOTE_CURVE, NOTE_PREFILL
+        curves = self._pack_curves
         for kind, row, x, y in sorted(set(map(tuple, points.tolist()))):
             if kind == NOTE_CURVE:
                 message = curves[int(row)].outside_note(x)
             else:
                 message = (self._prefill if kind == NOTE_PREFILL else self._decode).outside_note(x, y)
             note_outside(self.notes, message)
-
-    def _decode_constants(self, num_seqs: int) -> tuple:
-        """The context-free parts of a decode-only step of `num_seqs` sequences: per-layer token-count terms
-        and the LM head (pricing them notes any point outside the tables, once)."""
-        cached = (self._per_layer_token_s(num_seqs), self._lm_head(num_seqs))  # one sampled row per sequence
-        if len(self._decode_cache) < 65536:
-            self._decode_cache[num_seqs] = cached
-        return cached
-
-    def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
-        """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`), bit-identical to `step_cost` of
-        each: the per-layer token-count terms, the LM head and the roofline's context-free counts are
-        computed once per batch size; per step only the decode attention, at the batch's bracket of the
-        decode grid (`Grid2D.along_second`). The points outside the tables are those pricing each step alone
-        would note (the context-free ones were noted when first priced)."""
-        n = num_seqs
-        counts = self.roofline.decode_step_costs(n, context_tokens, num_steps)
-        cached = self._decode_cache.get(n)
-        per_group, head_s = cached if cached is not None else self._decode_constants(n)
-        swap_s = 0 * self._swap_s_per_token  # no swaps in a decode run; added as step_cost adds it
-        layers = [num_layers for num_layers, _, _ in self._groups]
-        window = self.model.sliding_window
-        decode = None if self.mla else self._decode.along_second(n)
-        out = []
-        ctx = context_tokens
-        for c in counts:
-            if decode is None:
-                attn = self._mla_attention_s(StepPlan(num_decode_seqs=n, decode_context_tokens=ctx, num_sampled_seqs=n))
-            else:
-                mean_ctx = ctx / n
-                if window:
-                    mean_ctx = min(mean_ctx, window)
-                attn = 0.0
-                attn += decode(max(mean_ctx, 1.0))
-            time_s = sum(k * (layer_s + attn) for k, layer_s in zip(layers, per_group))
-            time_s += head_s
-            time_s += swap_s
-            out.append(StepCost(time_s + self.step_overhead_s, c.flops, c.bytes))
-            ctx += n
-        return out
 
 
 class MeasuredFallback(RooflineCostModel):

@@ -11,6 +11,11 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from sim.core.step_plan import StepPlan
+from sim.cost import compiled_pricing, roofline_kernel
+from sim.cost.compiled_pricing import KIND_ROOFLINE
+from sim.cost.jit import HAVE_NUMBA
+from sim.cost.packed import PackedCostModel
+from sim.cost.step_args import NO_CHUNKS, step_args
 from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token
 from sim.model.shapes import layer_groups, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
@@ -39,13 +44,16 @@ class _Matmul:
     out_features: int
 
 
-class RooflineCostModel:
+class RooflineCostModel(PackedCostModel):
     """Analytical roofline per op: max(FLOPs / (peak × efficiency), bytes / (bandwidth × efficiency)).
 
     Per layer: the linear layers (weights read once per step, 2 FLOPs per parameter per token),
     attention for prefill chunks (causal FLOPs against their context) and decodes (reading each
     request's KV), norms and activations, and under tensor parallelism two all-reduces over the
     interconnect; then the LM head for sampled rows, plus a fixed per-step overhead.
+
+    The arithmetic is `sim.cost.roofline_kernel`'s (numba), the one definition both engines call (through
+    `sim.cost.compiled_pricing`); this class holds the model's numbers and packs them for it (`sim.cost.packed`).
     """
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, *, tensor_parallel: int = 1,
@@ -74,8 +82,10 @@ class RooflineCostModel:
         self.lm_head = self._matmul(lm_head_shape(model))
         self.hidden = model.hidden_size
         self.ffn_per_gpu = model.ffn_size / tensor_parallel
-        self._decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
         self.include_lm_head = True  # False for a pipeline stage before the last: the LM head runs on the last
+
+    def _build_pack(self) -> tuple:
+        return roofline_kernel.pack(self)
 
     def _matmul(self, shape) -> _Matmul:
         split = 1 if shape.tp_split == "replicated" else self.tp
@@ -87,186 +97,50 @@ class RooflineCostModel:
         return (f"RooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}, "
                 f"weights={self.weight_dtype}, kv={self.kv_dtype})")
 
-    def _op(self, flops: float, nbytes: float) -> float:
-        return max(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+    def linear_counts(self, num_tokens: int) -> list[list[float]]:
+        """[FLOPs, bytes] of each linear layer of `self.groups` at `num_tokens`, in order."""
+        return roofline_kernel.linear_counts(self._pack()[3], num_tokens, self.weight_bytes_per_param).tolist()
 
-    def _linear(self, mm: _Matmul, num_tokens: int) -> tuple[float, float]:
-        flops = 2.0 * num_tokens * mm.params_per_token
-        if mm.num_experts > 1:
-            # Experts some token in the step routes to, in expectation under uniform routing.
-            frac = mm.experts_per_token / mm.num_experts
-            touched = mm.num_experts * (1.0 - (1.0 - frac) ** num_tokens)
-            weight_params = mm.weight_params / mm.num_experts * touched
-        else:
-            weight_params = mm.weight_params
-        act = num_tokens * mm.experts_per_token * (mm.in_features + mm.out_features) * _ACT_BYTES
-        return flops, weight_params * self.weight_bytes_per_param + act
+    def lm_head_counts(self, rows: int) -> tuple[float, float]:
+        """(FLOPs, bytes) of the LM head at `rows` sampled rows."""
+        (counts,) = roofline_kernel.linear_counts(self._pack()[4][None], rows, self.weight_bytes_per_param).tolist()
+        return counts[0], counts[1]
 
     def step_cost(self, plan: StepPlan) -> StepCost:
-        num_tokens = plan.num_tokens
-        if num_tokens == 0:
-            return StepCost(self.step_overhead_s, 0.0, 0.0)
-        time_s = flops_total = bytes_total = 0.0
-        window = self.model.sliding_window
-
-        # Attention: prefill chunks against their context (causal), decodes reading their KV.
-        attn_pairs = 0.0
-        attn_kv_tokens = 0.0
-        for chunk, context in zip(plan.prefill_chunk_tokens, plan.prefill_context_tokens):
-            if window:
-                attn_pairs += chunk * min(context + (chunk + 1) / 2, window)
-            else:
-                attn_pairs += chunk * (context + (chunk + 1) / 2)
-            attn_kv_tokens += min(context + chunk, window) if window else context + chunk
-        decode_ctx = plan.decode_context_tokens
-        if window:
-            decode_ctx = min(decode_ctx, plan.num_decode_seqs * window)
-        prefill_attn = (attn_pairs * self.attn_flops_per_pair,
-                        attn_kv_tokens * self.kv_bytes_per_token_layer
-                        + plan.num_prefill_tokens * self.q_bytes_per_token)
-        # Each of a sequence's query tokens (γ+1 when verifying drafts) attends to its context; the KV is read once.
-        decode_queries = plan.num_decode_seqs * plan.decode_query_tokens
-        decode_attn = (decode_ctx * plan.decode_query_tokens * self.attn_flops_per_pair,
-                       decode_ctx * self.kv_bytes_per_token_layer + decode_queries * self.q_bytes_per_token)
-        # Norms, residual adds, rotary, activation: memory-bound streams over the hidden states.
-        elementwise_bytes = num_tokens * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT_BYTES
-        allreduce_s = 0.0
-        if self.tp > 1:
-            message = num_tokens * self.hidden * _ACT_BYTES
-            ring = 2.0 * (self.tp - 1) / self.tp * message / self.link_bytes_per_s
-            allreduce_s = 2 * (self.gpu.allreduce_latency_s + ring)
-
-        for num_layers, matmuls in self.groups:
-            layer_s = layer_flops = layer_bytes = 0.0
-            for mm in matmuls:
-                f, b = self._linear(mm, num_tokens)
-                layer_s += self._op(f, b)
-                layer_flops += f
-                layer_bytes += b
-            for f, b in (prefill_attn, decode_attn):
-                if f or b:
-                    layer_s += self._op(f, b)
-                    layer_flops += f
-                    layer_bytes += b
-            layer_s += elementwise_bytes / self.bytes_per_s + allreduce_s
-            layer_bytes += elementwise_bytes
-            time_s += num_layers * layer_s
-            flops_total += num_layers * layer_flops
-            bytes_total += num_layers * layer_bytes
-
-        lm_head_rows = plan.num_sampled_seqs + plan.num_decode_seqs * (plan.decode_query_tokens - 1)
-        if lm_head_rows and self.include_lm_head:
-            f, b = self._linear(self.lm_head, lm_head_rows)
-            time_s += self._op(f, b)
-            flops_total += f
-            bytes_total += b
-        swapped_tokens = plan.swap_in_tokens + plan.swap_out_tokens
-        if swapped_tokens:
-            # Each GPU moves its own shard of the KV over its own host link.
-            time_s += swapped_tokens * self.kv_bytes_per_token_layer * self.model.num_layers / self.gpu.host_link_bytes_per_s
-        return StepCost(time_s + self.step_overhead_s, flops_total, bytes_total)
+        return StepCost(*compiled_pricing.price_parts(KIND_ROOFLINE, self._pack(), None, None, *step_args(plan)))
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
 
-    # True: `compiled_params` builds one pack and returns it on every call, its memos (terms by token count)
-    # filled from run to run, as a planner that prices hundreds of runs with one model wants. Only for a model
-    # nobody changes after that first call (the pack holds its numbers as they were then).
-    reuse_compiled_pack = False
-
     def compiled_params(self) -> tuple | None:
-        """This model's numbers for `sim.cost.roofline_kernel.step_cost` (numba, bit-identical to `step_cost`),
-        packed by `sim.cost.compiled_pricing.pricer`, which the compiled engine core (`sim.compiled`) prices
-        steps with; None where that form does not cover this model (mixture of experts, sliding window, a
-        pipeline stage without the LM head) or numba is missing."""
+        """This model's pack for the compiled engine core (`sim.compiled`), through `sim.cost.compiled_pricing`;
+        None for a subclass that prices otherwise, or without numba."""
         same_prices = type(self) is RooflineCostModel or type(self).__dict__.get("PRICES_AS_ROOFLINE", False)
-        if (not same_prices or self.model.sliding_window or not self.include_lm_head
-                or any(mm.num_experts != 1 for _, mms in self.groups for mm in mms)):
+        if not same_prices or not HAVE_NUMBA:
             return None
-        try:
-            from sim.cost import compiled_pricing, roofline_kernel
-        except ImportError:  # numba is an optional extra
-            return None
-        return compiled_pricing.reused_pack(self, lambda: compiled_pricing.pricer(roofline_kernel.pack(self)))
-
-    def _decode_constants(self, num_seqs: int) -> tuple:
-        """The parts of a decode-only step of `num_seqs` single-token decodes that do not depend on the
-        context: per layer group the linear layers' time, FLOPs and bytes (added in `step_cost`'s order),
-        the elementwise and all-reduce terms, and the LM head."""
-        cached = self._decode_cache.get(num_seqs)
-        if cached is not None:
-            return cached
-        n = num_seqs
-        elementwise_bytes = n * (8 * self.hidden + 3 * self.ffn_per_gpu) * _ACT_BYTES
-        allreduce_s = 0.0
-        if self.tp > 1:
-            message = n * self.hidden * _ACT_BYTES
-            ring = 2.0 * (self.tp - 1) / self.tp * message / self.link_bytes_per_s
-            allreduce_s = 2 * (self.gpu.allreduce_latency_s + ring)
-        groups = []
-        for num_layers, matmuls in self.groups:
-            layer_s = layer_flops = layer_bytes = 0.0
-            for mm in matmuls:
-                f, b = self._linear(mm, n)
-                layer_s += self._op(f, b)
-                layer_flops += f
-                layer_bytes += b
-            groups.append((num_layers, layer_s, layer_flops, layer_bytes))
-        f, b = self._linear(self.lm_head, n)
-        cached = (groups, elementwise_bytes / self.bytes_per_s + allreduce_s, elementwise_bytes,
-                  self._op(f, b), f, b, n * self.q_bytes_per_token)
-        self._decode_cache[num_seqs] = cached
-        return cached
+        return compiled_pricing.pricer(self._pack())
 
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
         """Costs of `num_steps` consecutive decode-only steps of `num_seqs` single-token decodes, the first
-        attending `context_tokens` KV tokens (new ones included), each next one `num_seqs` more. The same
-        floating-point operations in the same order as `step_cost` of each such plan, so the times are
-        bit-identical: only the context-free part is computed once."""
-        groups, tail_s, elementwise_bytes, lm_s, lm_f, lm_b, q_bytes = self._decode_constants(num_seqs)
-        if not self.include_lm_head:
-            lm_s = lm_f = lm_b = 0.0
-        window = self.model.sliding_window
-        afpp, kvb = self.attn_flops_per_pair, self.kv_bytes_per_token_layer
-        fps, bps, overhead = self.flops_per_s, self.bytes_per_s, self.step_overhead_s
-        out = []
-        ctx = context_tokens
-        if len(groups) == 1 and not window:
-            # One layer group (dense models): the loop below with its inner loop unrolled, the same operations.
-            ((num_layers, layer_s0, layer_flops0, layer_bytes0),) = groups
-            for _ in range(num_steps):
-                fa = ctx * 1 * afpp
-                ba = ctx * kvb + q_bytes
-                if fa or ba:
-                    layer_s = layer_s0 + max(fa / fps, ba / bps)
-                    layer_flops, layer_bytes = layer_flops0 + fa, layer_bytes0 + ba
-                else:
-                    layer_s, layer_flops, layer_bytes = layer_s0, layer_flops0, layer_bytes0
-                out.append(StepCost(0.0 + num_layers * (layer_s + tail_s) + lm_s + overhead,
-                                    0.0 + num_layers * layer_flops + lm_f,
-                                    0.0 + num_layers * (layer_bytes + elementwise_bytes) + lm_b))
-                ctx += num_seqs
-            return out
-        for _ in range(num_steps):
-            decode_ctx = min(ctx, num_seqs * window) if window else ctx
-            fa = decode_ctx * 1 * afpp
-            ba = decode_ctx * kvb + q_bytes
-            attn_s = max(fa / fps, ba / bps)
-            time_s = flops_total = bytes_total = 0.0
-            for num_layers, layer_s, layer_flops, layer_bytes in groups:
-                if fa or ba:
-                    layer_s += attn_s
-                    layer_flops += fa
-                    layer_bytes += ba
-                layer_s += tail_s
-                layer_bytes += elementwise_bytes
-                time_s += num_layers * layer_s
-                flops_total += num_layers * layer_flops
-                bytes_total += num_layers * layer_bytes
-            time_s += lm_s
-            out.append(StepCost(time_s + overhead, flops_total + lm_f, bytes_total + lm_b))
-            ctx += num_seqs
-        return out
+        attending `context_tokens` KV tokens (new ones included), each next one `num_seqs` more: `step_cost`
+        of each, in one call."""
+        return decode_run_costs(KIND_ROOFLINE, self._pack(), None, None, num_seqs, context_tokens, num_steps)
+
+
+def step_costs(rows) -> list[StepCost]:
+    """A pricer's (time_s, FLOPs, bytes) rows as StepCosts."""
+    return list(map(StepCost._make, rows.tolist()))
+
+
+def decode_run_costs(kind: int, roofline: tuple, steps: tuple | None, measured: tuple | None, num_seqs: int,
+                     context_tokens: int, num_steps: int) -> list[StepCost]:
+    """`compiled_pricing.decode_run` as StepCosts. A run of one step, as the engine prices every plain decode step
+    before it knows whether a run follows, is priced as that step (a third of the time: no array to build)."""
+    if num_steps == 1:
+        return [StepCost(*compiled_pricing.price_parts(kind, roofline, steps, measured, 0, NO_CHUNKS, NO_CHUNKS, 0,
+                                                       num_seqs, context_tokens, num_seqs, 1, 0))]
+    return step_costs(compiled_pricing.decode_run(kind, roofline, steps, measured, num_seqs, context_tokens,
+                                                  num_steps))
 
 
 class FixedCostModel:

@@ -1,9 +1,11 @@
-"""`RooflineCostModel.step_cost` compiled with numba, for the compiled engine core (`sim.compiled`).
+"""The roofline's price of a step, written once: `RooflineCostModel.step_cost` and the compiled engine core
+(`sim.compiled`) both call `step_cost` below, through `sim.cost.compiled_pricing.price_parts`.
 
-`RooflineCostModel.compiled_params()` packs a model's numbers into `params` (the layout below, through
-`sim.cost.compiled_pricing`, whose `price_step` calls this function). It repeats `step_cost`'s floating-point operations in the same order, so its
-times are bit-identical (tests/unit/test_roofline_kernel.py). Plans without drafts, padding or swaps,
-dense layers only (no MoE), no sliding window, LM head included: `compiled_params` says None otherwise.
+`pack(model)` turns a model's numbers into arrays (the layout below); `step_cost` prices one step from them;
+`linear_counts` gives the FLOPs and bytes of the linear layers (which the learned roofline, `sim.cost.learned`,
+prices its own way). Every term of the roofline is here: linear layers (mixture-of-experts layers read only the
+experts some token routes to), attention (a sliding window caps the context), norms and activations,
+tensor-parallel all-reduces, the LM head, swap copies, the step overhead.
 """
 
 from __future__ import annotations
@@ -11,17 +13,19 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from numba import njit
 
-from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
+from sim.cost.jit import njit
 
 # Indices into the float64 array `params[0]`.
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_OVERHEAD_S, P_ATTN_FLOPS_PER_PAIR, P_KV_BYTES_PER_TOKEN_LAYER, P_Q_BYTES_PER_TOKEN,
- P_HIDDEN, P_FFN_PER_GPU, P_TP, P_LINK_BYTES_PER_S, P_ALLREDUCE_LATENCY_S, P_WEIGHT_BYTES_PER_PARAM) = range(12)
-NUM_PRICE = 12
-# Columns of a matmul row (`mm`, `lm_head`): weight params, params per token, experts per token, in, out.
-M_WEIGHT, M_PER_TOKEN, M_EXPERTS_PER_TOKEN, M_IN, M_OUT = range(5)
-_ACT_BYTES = 2  # as sim.cost.roofline
+ P_HIDDEN, P_FFN_PER_GPU, P_TP, P_LINK_BYTES_PER_S, P_ALLREDUCE_LATENCY_S, P_WEIGHT_BYTES_PER_PARAM,
+ P_SLIDING_WINDOW, P_LM_HEAD, P_NUM_LAYERS, P_HOST_LINK_BYTES_PER_S) = range(16)
+NUM_PRICE = 16
+# Columns of a matmul row (`mm`, `lm_head`): weight params (all experts), params per token, experts, experts each
+# token routes to, in features, out features.
+M_WEIGHT, M_PER_TOKEN, M_NUM_EXPERTS, M_EXPERTS_PER_TOKEN, M_IN, M_OUT = range(6)
+NUM_NUMBERS = 5  # the pack's first arrays hold the model's numbers; the rest are its memos
+_ACT_BYTES = 2  # activations are bf16/fp16
 # Token counts below this have their matmul terms remembered (the pack's memo arrays): a step's matmuls depend on
 # its token count alone, and a run prices thousands of steps over far fewer counts. NaN: not computed yet.
 MEMO_TOKENS = 8192
@@ -29,7 +33,7 @@ MEMO_TOKENS = 8192
 
 def pack(model) -> tuple:
     """(scalars, layers per group, first matmul row of each group (and the end), matmul rows, LM head row,
-    memo of each group's matmul (time, FLOPs, bytes) by token count, memo of the LM head's by sampled rows)."""
+    memo of each group's matmuls (time, FLOPs, bytes) by token count, memo of the LM head's by rows)."""
     scalars = np.zeros(NUM_PRICE)
     scalars[P_FLOPS_PER_S], scalars[P_BYTES_PER_S] = model.flops_per_s, model.bytes_per_s
     scalars[P_OVERHEAD_S] = model.step_overhead_s
@@ -40,35 +44,71 @@ def pack(model) -> tuple:
     scalars[P_LINK_BYTES_PER_S] = model.link_bytes_per_s
     scalars[P_ALLREDUCE_LATENCY_S] = model.gpu.allreduce_latency_s
     scalars[P_WEIGHT_BYTES_PER_PARAM] = model.weight_bytes_per_param
+    scalars[P_SLIDING_WINDOW] = model.model.sliding_window or 0
+    scalars[P_LM_HEAD] = 1.0 if model.include_lm_head else 0.0
+    scalars[P_NUM_LAYERS] = model.model.num_layers
+    scalars[P_HOST_LINK_BYTES_PER_S] = model.gpu.host_link_bytes_per_s
     layers = np.array([n for n, _ in model.groups], dtype=np.float64)
     starts = np.cumsum([0] + [len(mms) for _, mms in model.groups]).astype(np.int64)
     rows = [_row(mm) for _, mms in model.groups for mm in mms]
-    return (scalars, layers, starts, np.array(rows, dtype=np.float64).reshape(-1, 5), np.array(_row(model.lm_head)),
+    return (scalars, layers, starts, np.array(rows, dtype=np.float64).reshape(-1, 6),
+            np.array(_row(model.lm_head), dtype=np.float64),
             np.full((len(layers), MEMO_TOKENS, 3), np.nan), np.full((MEMO_TOKENS, 3), np.nan))
 
 
 def _row(mm) -> list[float]:
-    return [mm.weight_params, mm.params_per_token, mm.experts_per_token, mm.in_features, mm.out_features]
+    return [mm.weight_params, mm.params_per_token, mm.num_experts, mm.experts_per_token, mm.in_features,
+            mm.out_features]
 
 
 @njit(cache=True)
 def _op(f, b, fps, bps):
+    """An op's time: compute-bound or memory-bound, whichever is slower."""
     x = f / fps
     y = b / bps
-    return y if y > x else x  # Python's max(x, y): the first unless the second is larger
+    return y if y > x else x
+
+
+# The helpers take numbers, not a matmul row: a call that passes an array takes and drops a reference to it
+# (atomic operations), which at every step of the compiled core cost more than the arithmetic.
+@njit(cache=True)
+def _linear(weight_params, params_per_token, experts, experts_per_token, in_features, out_features, num_tokens,
+            wbpp):
+    """(FLOPs, bytes) of a matmul at `num_tokens`: 2 FLOPs per parameter per token; the weights read once (of a
+    mixture of experts, the experts some token routes to, in expectation under uniform routing) and the
+    activations in and out."""
+    flops = 2.0 * num_tokens * params_per_token
+    if experts > 1:
+        frac = experts_per_token / experts
+        touched = experts * (1.0 - (1.0 - frac) ** float(num_tokens))
+        weight_params = weight_params / experts * touched
+    act = num_tokens * experts_per_token * (in_features + out_features) * _ACT_BYTES
+    return flops, weight_params * wbpp + act
+
+
+@njit(cache=True, inline="always")
+def _linear_row(mm, k, num_tokens, wbpp):
+    return _linear(mm[k, M_WEIGHT], mm[k, M_PER_TOKEN], mm[k, M_NUM_EXPERTS], mm[k, M_EXPERTS_PER_TOKEN],
+                   mm[k, M_IN], mm[k, M_OUT], num_tokens, wbpp)
+
+
+@njit(cache=True)
+def linear_counts(mm, num_tokens, wbpp):
+    """(FLOPs, bytes) of every matmul row at `num_tokens`, one row each."""
+    out = np.empty((mm.shape[0], 2))
+    for k in range(mm.shape[0]):
+        out[k, 0], out[k, 1] = _linear_row(mm, k, num_tokens, wbpp)
+    return out
 
 
 @njit(cache=True)
 def _matmuls(mm, first, end, num_tokens, wbpp, fps, bps):
-    """One layer's matmul rows first..end-1 at `num_tokens`: (time, FLOPs, bytes), each a sum from 0.0 in row
-    order, as `step_cost` starts a layer."""
+    """One layer's matmul rows first..end-1 at `num_tokens`: (time, FLOPs, bytes)."""
     layer_s = 0.0
     layer_flops = 0.0
     layer_bytes = 0.0
     for k in range(first, end):
-        f = 2.0 * num_tokens * mm[k, M_PER_TOKEN]
-        act = num_tokens * mm[k, M_EXPERTS_PER_TOKEN] * (mm[k, M_IN] + mm[k, M_OUT]) * _ACT_BYTES
-        b = mm[k, M_WEIGHT] * wbpp + act
+        f, b = _linear_row(mm, k, num_tokens, wbpp)
         layer_s += _op(f, b, fps, bps)
         layer_flops += f
         layer_bytes += b
@@ -78,27 +118,36 @@ def _matmuls(mm, first, end, num_tokens, wbpp, fps, bps):
 # Inlined into the core (`compiled_pricing.price_parts`): a call would take and drop a reference to each array
 # of the pack it is passed, with atomic operations, at every step.
 @njit(cache=True, inline="always")
-def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
-              num_decode_seqs, decode_ctx, num_sampled):
-    """`RooflineCostModel.step_cost` of a plan without drafts, padding, swaps or MoE layers, the same
-    operations in the same order: (time_s, flops, bytes)."""
+def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
+              query_tokens, swap_tokens):
+    """(time_s, FLOPs, bytes) of one step (`sim.cost.step_args` lists the arguments)."""
     price, grp_layers, grp_start, mm, lm_head, mm_memo, head_memo = params
     fps, bps = price[P_FLOPS_PER_S], price[P_BYTES_PER_S]
-    num_tokens = num_prefill_tokens + num_decode_seqs
+    num_tokens = num_prefill_tokens + num_decode_seqs * query_tokens
     if num_tokens == 0:
         return price[P_OVERHEAD_S], 0.0, 0.0
     afpp, kvb, qb = price[P_ATTN_FLOPS_PER_PAIR], price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_Q_BYTES_PER_TOKEN]
+    window = price[P_SLIDING_WINDOW]
+    # Attention: prefill chunks against their context (causal), decodes reading their KV.
     attn_pairs = 0.0
     attn_kv_tokens = 0.0
     for j in range(num_pf):
         chunk = pf_chunk[j]
         context = pf_ctx[j]
-        attn_pairs += chunk * (context + (chunk + 1) / 2)
-        attn_kv_tokens += context + chunk
+        if window:
+            attn_pairs += chunk * min(context + (chunk + 1) / 2, window)
+            attn_kv_tokens += min(context + chunk, window)
+        else:
+            attn_pairs += chunk * (context + (chunk + 1) / 2)
+            attn_kv_tokens += context + chunk
+    if window:
+        decode_ctx = min(decode_ctx, num_decode_seqs * window)
     pf_f = attn_pairs * afpp
     pf_b = attn_kv_tokens * kvb + num_prefill_tokens * qb
-    dc_f = decode_ctx * afpp
-    dc_b = decode_ctx * kvb + num_decode_seqs * qb
+    # Each of a sequence's query tokens (γ+1 when verifying drafts) attends to its context; the KV is read once.
+    dc_f = decode_ctx * query_tokens * afpp
+    dc_b = decode_ctx * kvb + num_decode_seqs * query_tokens * qb
+    # Norms, residual adds, rotary, activation: memory-bound streams over the hidden states.
     elementwise_bytes = num_tokens * (8 * price[P_HIDDEN] + 3 * price[P_FFN_PER_GPU]) * _ACT_BYTES
     allreduce_s = 0.0
     tp = price[P_TP]
@@ -134,19 +183,21 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
         time_s += n_layers * layer_s
         flops_total += n_layers * layer_flops
         bytes_total += n_layers * layer_bytes
-    if num_sampled:
-        if num_sampled < MEMO_TOKENS and not math.isnan(head_memo[num_sampled, 0]):
-            head_s, f, b = head_memo[num_sampled, 0], head_memo[num_sampled, 1], head_memo[num_sampled, 2]
+    # The LM head: every sampled row, and each verified draft token of a decoding sequence.
+    rows = num_sampled + num_decode_seqs * (query_tokens - 1)
+    if rows and price[P_LM_HEAD] != 0.0:
+        if rows < MEMO_TOKENS and not math.isnan(head_memo[rows, 0]):
+            head_s, f, b = head_memo[rows, 0], head_memo[rows, 1], head_memo[rows, 2]
         else:
-            f = 2.0 * num_sampled * lm_head[M_PER_TOKEN]
-            act = num_sampled * lm_head[M_EXPERTS_PER_TOKEN] * (lm_head[M_IN] + lm_head[M_OUT]) * _ACT_BYTES
-            b = lm_head[M_WEIGHT] * wbpp + act
+            f, b = _linear(lm_head[M_WEIGHT], lm_head[M_PER_TOKEN], lm_head[M_NUM_EXPERTS],
+                           lm_head[M_EXPERTS_PER_TOKEN], lm_head[M_IN], lm_head[M_OUT], rows, wbpp)
             head_s = _op(f, b, fps, bps)
-            if num_sampled < MEMO_TOKENS:
-                head_memo[num_sampled, 0], head_memo[num_sampled, 1], head_memo[num_sampled, 2] = head_s, f, b
+            if rows < MEMO_TOKENS:
+                head_memo[rows, 0], head_memo[rows, 1], head_memo[rows, 2] = head_s, f, b
         time_s += head_s
         flops_total += f
         bytes_total += b
+    if swap_tokens:
+        # Each GPU moves its own shard of the KV over its own host link.
+        time_s += swap_tokens * kvb * price[P_NUM_LAYERS] / price[P_HOST_LINK_BYTES_PER_S]
     return time_s + price[P_OVERHEAD_S], flops_total, bytes_total
-
-

@@ -36,13 +36,15 @@ Rows sample: 1 row for a prefill row (its last token), B for a decode row, B + 1
 What one GPU's shard cannot measure, the tensor-parallel all-reduces (two per layer) and swap copies
 over the host link, comes from the scenario GPU's catalog entry, as in sim/calibrated.py. numpy and
 pandas only: simulating never needs torch.
+
+The arithmetic of all of the above is `sim.cost.steps_kernel`'s (numba), written once: the fit and the
+cost model here call it, and so does the compiled engine core.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
-from bisect import bisect_right
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -51,9 +53,14 @@ import pandas as pd
 from pydantic import ValidationError
 
 from sim.core.step_plan import StepPlan
+from sim.cost import compiled_pricing, steps_kernel
 from sim.cost.calibrated import shard_shapes
+from sim.cost.compiled_pricing import KIND_STEPS
+from sim.cost.jit import HAVE_NUMBA
+from sim.cost.packed import PackedCostModel
 from sim.cost.profile_meta import read_meta
-from sim.cost.roofline import RooflineCostModel, StepCost
+from sim.cost.roofline import RooflineCostModel, StepCost, decode_run_costs
+from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu
 from sim.model.memory import kv_bytes_per_token
@@ -69,6 +76,14 @@ STEPS_COLUMNS = ("kind", "prefill_tokens", "prefill_context", "decode_batch", "d
                  "p20_s", "p80_s")
 _DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 DISAGREEMENT_NOTE_FRACTION = 0.05  # rows sharing a token count whose ratios differ more than this get a note
+# A table's times are seconds. One in milliseconds or microseconds read as seconds makes every step 1,000 or
+# 1,000,000 times too slow (a 6.6 ms decode step becomes a TPOT of 6,629 s per token), so implausible times are
+# refused with the unit named. No engine step takes ten minutes: the slowest shipped step is 1.0 s (Llama-3.1-70B,
+# an 8,192-token prefill on 2 H100s), and a CPU prefill of thousands of tokens takes minutes at most.
+MAX_STEP_S = 600.0
+# A decode step reads the weights and the KV cache once: the slowest shipped one takes 49 ms (Llama-3.1-70B, 256
+# sequences on 4 H200s). On a GPU (device cuda) one of a second is a table in milliseconds.
+MAX_GPU_DECODE_STEP_S = 1.0
 
 
 class StepFitWarning(UserWarning):
@@ -82,9 +97,12 @@ def _fail(field: str, path, line: int | None, what: str) -> ConfigError:
     return ConfigError(f"{field}: {where}: {what}")
 
 
-def read_steps_table(path: str | Path, field: str = "TABLE") -> pd.DataFrame:
+def read_steps_table(path: str | Path, field: str = "TABLE", model: ModelSpec | None = None,
+                     device: str | None = None) -> pd.DataFrame:
     """Read and check a whole-step table; every problem is one line naming the file (and line).
 
+    Times must be plausible seconds (MAX_STEP_S; on `device` cuda, MAX_GPU_DECODE_STEP_S for a decode step), and
+    with `model`, every row's sequences must fit its max_context.
     Returns the columns STEPS_COLUMNS: shapes as int, times as float (p20_s/p80_s NaN where absent)."""
     p = Path(path).expanduser()
     if not p.is_file():
@@ -147,6 +165,7 @@ def read_steps_table(path: str | Path, field: str = "TABLE") -> pd.DataFrame:
                 not (math.isnan(rec["p80_s"]) or rec["step_s"] <= rec["p80_s"]):
             raise _fail(field, path, line_no, f"needs p20_s <= step_s <= p80_s, got {rec['p20_s']}, "
                                               f"{rec['step_s']}, {rec['p80_s']}")
+        _check_sane(rec, model, device, field, path, line_no)
         has_prefill, has_decode = rec["prefill_tokens"] > 0, rec["decode_batch"] > 0
         if has_decode != (rec["decode_context"] > 0):
             raise _fail(field, path, line_no, "decode_batch and decode_context must both be > 0 or both 0")
@@ -164,6 +183,26 @@ def read_steps_table(path: str | Path, field: str = "TABLE") -> pd.DataFrame:
         seen[key] = line_no
         records.append(rec)
     return pd.DataFrame.from_records(records, columns=list(STEPS_COLUMNS))
+
+
+def _check_sane(rec: dict, model: ModelSpec | None, device: str | None, field: str, path, line_no: int) -> None:
+    """One row's times in plausible seconds and, with a model, its sequences within the model's context."""
+    unit = "allowed: seconds (a table in milliseconds or microseconds: divide its times by 1,000 or 1,000,000)"
+    if rec["step_s"] > MAX_STEP_S:
+        raise _fail(field, path, line_no, f"step_s {rec['step_s']:g} is more than {MAX_STEP_S:g} s for one step "
+                                          f"(MAX_STEP_S); {unit}")
+    if device == "cuda" and rec["kind"] == "decode" and rec["step_s"] > MAX_GPU_DECODE_STEP_S:
+        raise _fail(field, path, line_no, f"step_s {rec['step_s']:g} is more than {MAX_GPU_DECODE_STEP_S:g} s for "
+                                          f"a GPU decode step of {rec['decode_batch']} sequence(s) "
+                                          f"(MAX_GPU_DECODE_STEP_S; the slowest shipped: 0.049 s); {unit}")
+    if model is None:
+        return
+    prefill_end = rec["prefill_context"] + rec["prefill_tokens"]
+    for col, tokens in (("prefill_context + prefill_tokens", prefill_end), ("decode_context", rec["decode_context"])):
+        if tokens > model.max_context:
+            raise _fail(field, path, line_no, f"{col} {tokens} is beyond {model.name}'s max_context "
+                                              f"{model.max_context}; allowed: rows within the model's context "
+                                              "(is the table this model's?)")
 
 
 def plan_for_row(kind: str, prefill_tokens: int, prefill_context: int, decode_batch: int,
@@ -214,11 +253,14 @@ class Rates:
     bytes_per_s: float
 
     def time(self, flops: float, nbytes: float) -> float:
-        return math.hypot(flops / self.flops_per_s, nbytes / self.bytes_per_s)
+        return steps_kernel.rate_time(flops, nbytes, self.flops_per_s, self.bytes_per_s)
 
 
 class StepPhysics:
-    """FLOPs and HBM bytes of a step's parts on one GPU of a tensor-parallel group (all layers)."""
+    """FLOPs and HBM bytes of a step's parts on one GPU of a tensor-parallel group (all layers).
+
+    The model's shapes as arrays (`scalars`, `linear`: `sim.cost.steps_kernel`'s layout), priced by that module's
+    functions."""
 
     def __init__(self, model: ModelSpec, tensor_parallel: int, elem_bytes: int):
         shard = shard_shapes(model, tensor_parallel)  # raises for MLA
@@ -240,48 +282,30 @@ class StepPhysics:
         act = 3 * ffn if model.gated_mlp else 2 * ffn
         # Two norms, two residual adds, rotary on q and k, the activation: bytes per token per layer.
         self.elementwise_bytes = (2 * 2 * h + 2 * 3 * h + 2 * (self.hq + self.hkv) * self.d + act) * eb
+        self.scalars = np.zeros(steps_kernel.NUM_PHYSICS)
+        k = steps_kernel
+        self.scalars[[k.Q_HQ, k.Q_HKV, k.Q_HEAD_DIM, k.Q_ELEM_BYTES, k.Q_NUM_LAYERS, k.Q_ELEMENTWISE_BYTES,
+                      k.Q_HEAD_IN, k.Q_HEAD_OUT, k.Q_SLIDING_WINDOW]] = (
+            self.hq, self.hkv, self.d, eb, self.num_layers, self.elementwise_bytes, self.head_in, self.head_out,
+            self.window or 0)
+        self.linear = np.array([[n, k_in, m, experts, active] for n, mats in self.groups
+                                for k_in, m, experts, active in mats], dtype=np.float64).reshape(-1, 5)
 
     def body(self, num_tokens: int) -> list[tuple[float, float]]:
         """(FLOPs, bytes) of each linear layer (all layers of its kind) and of the elementwise ops."""
-        ops = []
-        for n, mats in self.groups:
-            for k, m, experts, active in mats:
-                if experts > 1:
-                    touched = experts * (1.0 - (1.0 - active / experts) ** num_tokens)
-                else:
-                    touched = 1.0
-                flops = 2.0 * num_tokens * k * m * active
-                nbytes = (k * m * touched + num_tokens * active * (k + m)) * self.eb
-                ops.append((n * flops, n * nbytes))
-        ops.append((0.0, self.num_layers * num_tokens * self.elementwise_bytes))
-        return ops
+        return list(map(tuple, steps_kernel.body_counts(self.scalars, self.linear, num_tokens).tolist()))
 
     def head(self, rows: int) -> list[tuple[float, float]]:
         """LM head GEMM at the sampled rows, then argmax reading the logits."""
-        if rows <= 0:
-            return []
-        k, m = self.head_in, self.head_out
-        return [(2.0 * rows * k * m, (k * m + rows * (k + m)) * self.eb), (0.0, rows * m * self.eb)]
+        return list(map(tuple, steps_kernel.head_counts(self.scalars, rows).tolist()))
 
     def prefill_attention(self, chunk: int, context: int) -> tuple[float, float]:
         """Causal attention of a chunk after `context` cached tokens, all layers."""
-        if self.window:
-            pairs = chunk * min(context + (chunk + 1) / 2, self.window)
-            kv_tokens = min(context + chunk, self.window)
-        else:
-            pairs = chunk * (context + (chunk + 1) / 2)
-            kv_tokens = context + chunk
-        flops = 4.0 * self.hq * self.d * pairs
-        nbytes = (kv_tokens * 2 * self.hkv * self.d + 2 * chunk * self.hq * self.d) * self.eb
-        return self.num_layers * flops, self.num_layers * nbytes
+        return steps_kernel.prefill_attention(self.scalars, chunk, context)
 
     def decode_attention(self, batch: int, context_tokens: float, query_tokens: int = 1) -> tuple[float, float]:
         """`batch` sequences, `query_tokens` each, reading `context_tokens` cached tokens in all, all layers."""
-        if self.window:
-            context_tokens = min(context_tokens, batch * self.window)
-        flops = 4.0 * self.hq * self.d * query_tokens * context_tokens
-        nbytes = (context_tokens * 2 * self.hkv * self.d + 2 * batch * query_tokens * self.hq * self.d) * self.eb
-        return self.num_layers * flops, self.num_layers * nbytes
+        return steps_kernel.decode_attention(self.scalars, batch, context_tokens, query_tokens)
 
     @staticmethod
     def head_rows(plan: StepPlan) -> int:
@@ -304,25 +328,17 @@ class LogRatio:
     def __init__(self, xs, ratios):
         order = np.argsort(np.asarray(xs, float))
         self.xs = [float(np.asarray(xs, float)[i]) for i in order]
-        self.u = [math.log(x) for x in self.xs]
-        self.v = [math.log(float(np.asarray(ratios, float)[i])) for i in order]
+        self.u = np.array([math.log(x) for x in self.xs], dtype=np.float64)
+        self.v = np.array([math.log(float(np.asarray(ratios, float)[i])) for i in order], dtype=np.float64)
 
     def __bool__(self) -> bool:
-        return bool(self.u)
+        return len(self.u) > 0
 
     def __call__(self, x: float) -> float:
-        u, v = self.u, self.v
-        lx = math.log(x)
-        if len(u) == 1 or lx <= u[0]:
-            return math.exp(v[0])
-        if lx >= u[-1]:
-            return math.exp(v[-1])
-        i = bisect_right(u, lx) - 1
-        w = (lx - u[i]) / (u[i + 1] - u[i])
-        return math.exp(v[i] * (1 - w) + v[i + 1] * w)
+        return steps_kernel.log_ratio(self.u, self.v, x)
 
     def as_dict(self) -> dict[int, float]:
-        return {int(x): round(math.exp(v), 6) for x, v in zip(self.xs, self.v)}
+        return {int(x): round(math.exp(v), 6) for x, v in zip(self.xs, self.v.tolist())}
 
 
 @dataclass
@@ -335,43 +351,27 @@ class StepFit:
     prefill_ratio: LogRatio  # ρ_P by chunk tokens; empty: prefill attention at the step's ρ_T
     decode_ratio: LogRatio  # ρ_D by decoding sequences; empty: decode attention at the step's ρ_T
     notes: list[str] = field(default_factory=list)  # what the fit could only approximately explain
-    _body_cache: dict = field(default_factory=dict, repr=False)
-
-    def _time(self, ops) -> float:
-        return sum(self.rates.time(f, b) for f, b in ops)
 
     def body_s(self, num_tokens: int, rows: int) -> float:
         """Roofline seconds of the linear layers, elementwise ops and LM head (before ρ_T)."""
-        key = (num_tokens, rows)
-        cached = self._body_cache.get(key)
-        if cached is None:
-            cached = self._time(self.physics.body(num_tokens) + self.physics.head(rows))
-            if len(self._body_cache) < 65536:
-                self._body_cache[key] = cached
-        return cached
+        return steps_kernel.body_s(self.physics.scalars, self.physics.linear, self.rates.flops_per_s,
+                                   self.rates.bytes_per_s, num_tokens, rows)
+
+    def ratio_arrays(self) -> tuple:
+        """(log x, log ratio) of the token, prefill and decode ratios, as `steps_kernel` reads them."""
+        return (self.token_ratio.u, self.token_ratio.v, self.prefill_ratio.u, self.prefill_ratio.v,
+                self.decode_ratio.u, self.decode_ratio.v)
+
+    def _args(self, plan: StepPlan) -> tuple:
+        return (self.physics.scalars, self.physics.linear, self.rates.flops_per_s, self.rates.bytes_per_s,
+                *self.ratio_arrays(), *step_args(plan)[:-1])  # (the fit prices no swaps)
 
     def parts(self, plan: StepPlan) -> dict[str, float]:
         """Seconds of each part of a step: token (body + head), prefill_attention, decode_attention."""
-        t = plan.num_tokens
-        if t == 0:
-            return {"token": 0.0, "prefill_attention": 0.0, "decode_attention": 0.0}
-        rho_t = self.token_ratio(t)
-        token = rho_t * self.body_s(t, self.physics.head_rows(plan))
-        prefill = 0.0
-        for chunk, context in zip(plan.prefill_chunk_tokens, plan.prefill_context_tokens):
-            if chunk:
-                rho = self.prefill_ratio(chunk) if self.prefill_ratio else rho_t
-                prefill += rho * self.rates.time(*self.physics.prefill_attention(chunk, context))
-        decode = 0.0
-        if plan.num_decode_seqs:
-            b = plan.num_decode_seqs
-            rho = self.decode_ratio(b) if self.decode_ratio else rho_t
-            decode = rho * self.rates.time(*self.physics.decode_attention(b, plan.decode_context_tokens,
-                                                                           plan.decode_query_tokens))
-        return {"token": token, "prefill_attention": prefill, "decode_attention": decode}
+        return dict(zip(("token", "prefill_attention", "decode_attention"), steps_kernel.fit_parts(*self._args(plan))))
 
     def time_s(self, plan: StepPlan) -> float:
-        return sum(self.parts(plan).values())
+        return steps_kernel.fit_time(*self._args(plan))
 
     def describe(self) -> dict:
         return {"flops_per_s": self.rates.flops_per_s, "bytes_per_s": self.rates.bytes_per_s,
@@ -517,7 +517,7 @@ def load_step_profile(path: str | Path, field: str = "cost_model.profile") -> St
     if meta["shard"] != shard_shapes(model, tp):
         raise ConfigError(f"{field}: '{p / 'meta.json'}' has a shard section that is not {model.name}'s at "
                           f"tensor_parallel {tp}; rewrite the profile")
-    rows = read_steps_table(csv, field)
+    rows = read_steps_table(csv, field, model=model, device=meta.get("device"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StepFitWarning)  # kept in fit.notes; `calibrate check` prints them
         fit = fit_steps(rows, model, tp, meta.get("dtype", "bf16"), field)
@@ -549,7 +549,7 @@ def check_step_matches(profile: StepProfile, model: ModelSpec, tensor_parallel: 
 
 # --- the cost model -----------------------------------------------------------------------------------
 
-class StepProfileCostModel:
+class StepProfileCostModel(PackedCostModel):
     """Step times from a whole-step profile (see the module docstring for the decomposition).
 
     The profile is one GPU's shard; with tensor_parallel > 1 and `communication` on, two all-reduces
@@ -572,7 +572,6 @@ class StepProfileCostModel:
         link = self.gpu.interconnect_bytes_per_s * self.gpu.interconnect_efficiency
         self._allreduce_s_per_token = 2.0 * (tensor_parallel - 1) / tensor_parallel * model.hidden_size * 2 / link
         self._swap_s_per_token = kv_bytes_per_token(model, kv_dtype, tensor_parallel) / self.gpu.host_link_bytes_per_s
-        self._decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
 
     def __repr__(self) -> str:
         meta = self.profile.meta
@@ -586,80 +585,30 @@ class StepProfileCostModel:
                 f"{meta.get('engine')}, measured on {meta.get('device_name')} in {meta.get('dtype')}, "
                 f"{len(self.profile.rows)} rows; {comm}{kv})")
 
+    def _build_pack(self) -> tuple:
+        """(the roofline's pack, for the FLOPs and bytes; this model's, for the time)."""
+        return self.roofline._pack(), steps_kernel.pack(self)
+
     def allreduce_s(self, num_tokens: int) -> float:
-        if not self.communication or num_tokens == 0:
-            return 0.0
-        return self.model.num_layers * 2 * (self.gpu.allreduce_latency_s + num_tokens * self._allreduce_s_per_token)
+        """The two all-reduces per layer of a step of `num_tokens` tokens (0 without communication)."""
+        return steps_kernel.allreduce_s(self._pack()[1][0], num_tokens)
 
     def step_cost(self, plan: StepPlan) -> StepCost:
-        counts = self.roofline.step_cost(plan)
-        time_s = self.fit.time_s(plan) + self.allreduce_s(plan.num_tokens)
-        time_s += (plan.swap_in_tokens + plan.swap_out_tokens) * self._swap_s_per_token
-        return StepCost(time_s, counts.flops, counts.bytes)
+        roofline, steps = self._pack()
+        return StepCost(*compiled_pricing.price_parts(KIND_STEPS, roofline, steps, None, *step_args(plan)))
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
 
     def compiled_params(self) -> tuple | None:
-        """This model's numbers for the compiled engine core (`sim.cost.steps_kernel.step_time`, bit-identical
-        to `step_cost`'s time; the roofline's counts beside it); None where that form does not cover it: a
-        subclass, MoE layers, a sliding window, a roofline without a compiled form, numba missing, or a
-        Python whose `math.hypot`/`sum` the kernel does not repeat (`sim.cost.pyfloat_kernel.EXACT_HERE`)."""
-        physics = self.fit.physics
-        if (type(self) is not StepProfileCostModel or physics.window
-                or any(experts != 1 for _, mats in physics.groups for _, _, experts, _ in mats)):
+        """This model's packs for the compiled engine core (`sim.compiled`), through `sim.cost.compiled_pricing`;
+        None for a subclass (it may price otherwise), or without numba."""
+        if type(self) is not StepProfileCostModel or not HAVE_NUMBA:
             return None
-        counts = self.roofline.compiled_params()
-        if counts is None:
-            return None
-        from sim.cost import compiled_pricing, pyfloat_kernel, steps_kernel
-        if not pyfloat_kernel.EXACT_HERE:
-            return None
-        return compiled_pricing.pricer(counts[1], steps_kernel.pack(self))  # counts[1]: the roofline's pack
-
-    def _decode_constants(self, num_seqs: int) -> tuple:
-        """What a decode-only step of `num_seqs` sequences costs apart from its attention's context: the
-        token part (ρ_T · body with one LM-head row per sequence), ρ_D, the all-reduces, the (empty) swap
-        term; and the attention's FLOPs per context token and bytes as (per context token, fixed), all
-        layers, in `StepPhysics.decode_attention`'s operations (its byte count is an exact integer)."""
-        cached = self._decode_cache.get(num_seqs)
-        if cached is not None:
-            return cached
-        n, fit = num_seqs, self.fit
-        physics = fit.physics
-        rho_t = fit.token_ratio(n)
-        token = rho_t * fit.body_s(n, n)
-        rho_d = fit.decode_ratio(n) if fit.decode_ratio else rho_t
-        swap_s = 0 * self._swap_s_per_token  # no swaps in a decode run; added as step_cost adds it
-        flops_per_ctx = 4.0 * physics.hq * physics.d * 1
-        cached = (token, rho_d, self.allreduce_s(n), swap_s, physics.num_layers, flops_per_ctx,
-                  2 * physics.hkv * physics.d, 2 * n * 1 * physics.hq * physics.d, physics.eb,
-                  n * physics.window if physics.window else 0)
-        if len(self._decode_cache) < 65536:
-            self._decode_cache[num_seqs] = cached
-        return cached
+        return compiled_pricing.pricer(*self._pack())
 
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
-        """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`), bit-identical to `step_cost` of
-        each: the token part (ρ_T · body), ρ_D, the all-reduces and the roofline's context-free counts are
-        computed once per batch size; per step only the decode attention (`StepPhysics.decode_attention`
-        and `Rates.time` inlined, the same operations), summed in `StepFit.time_s`'s order."""
-        n = num_seqs
-        counts = self.roofline.decode_step_costs(n, context_tokens, num_steps)
-        (token, rho_d, allreduce_s, swap_s, layers, flops_per_ctx, kv_bytes_per_ctx, q_bytes, elem_bytes,
-         window_tokens) = self._decode_constants(n)
-        fps, bps = self.fit.rates.flops_per_s, self.fit.rates.bytes_per_s
-        hypot = math.hypot
-        out = []
-        ctx = context_tokens
-        for c in counts:
-            attended = min(ctx, window_tokens) if window_tokens else ctx
-            decode_flops = layers * (flops_per_ctx * attended)
-            decode_bytes = layers * ((attended * kv_bytes_per_ctx + q_bytes) * elem_bytes)
-            decode = rho_d * hypot(decode_flops / fps, decode_bytes / bps)
-            # StepFit.time_s sums parts() in the order token, prefill_attention (none), decode_attention.
-            time_s = sum([token, 0.0, decode]) + allreduce_s
-            time_s += swap_s
-            out.append(StepCost(time_s, c.flops, c.bytes))
-            ctx += n
-        return out
+        """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`): `step_cost` of each, in
+        one call."""
+        roofline, steps = self._pack()
+        return decode_run_costs(KIND_STEPS, roofline, steps, None, num_seqs, context_tokens, num_steps)

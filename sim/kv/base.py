@@ -15,7 +15,7 @@ them in.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from typing import Literal, Protocol
@@ -98,18 +98,32 @@ class SharingStats:
         return self.saved_slots * kv_bytes_per_token
 
 
+class Forks(Protocol):
+    """Sequences forked from a request sharing its blocks, copied on write (sim/kv/forking.py); a layout
+    that cannot share (`NoForks`) forks nothing and refuses to."""
+
+    pending: AbstractSet[int]  # ids of forked requests whose next write may need a copy of a shared block
+    num_copies: int  # copy-on-write copies made so far
+
+    def fork(self, parent: Request, child: Request) -> None: ...
+    def forget(self, request_id: int) -> None: ...
+    def copy_before_write(self, writing: AbstractSet[int], make_room: Callable[[], object]) -> list: ...
+    def num_copies_needed(self, request_ids: Iterable[int]) -> int: ...
+    def copy_on_write(self, request_ids: Iterable[int]) -> list | None: ...
+
+
 class KVManager(Protocol):
     """What the schedulers and decode batches ask of a KV cache, whatever its layout.
 
     A layout without a feature answers trivially rather than being told apart by type: the contiguous
     layout has `block_size` None (its regions are reserved whole at admission, so decodes never
-    allocate and no block is ever free or needed), caches nothing and shares nothing, and its `fork`
-    raises.
+    allocate and no block is ever free or needed), caches nothing and shares nothing, and its
+    `forks.fork` raises.
     """
 
     capacity_slots: int  # token slots in all
     block_size: int | None  # tokens per block; None: no blocks (each request's region reserved whole)
-    cow_pending: AbstractSet[int]  # ids of forked requests whose next write may need a copy of a shared block
+    forks: Forks  # sequences sharing a request's blocks (parallel sampling, beam search) and their copies
 
     # Every step.
     def admit(self, request: Request, max_new_tokens: int, *, chunked: bool) -> int | None: ...
@@ -131,8 +145,5 @@ class KVManager(Protocol):
     def release_tail_blocks(self, request_id: int, num_blocks: int) -> None: ...
     # Prefix caching and sharing (trivial without them).
     def get_computed_blocks(self, request: Request) -> int: ...
-    def fork(self, parent: Request, child: Request) -> None: ...
-    def num_cow_blocks_needed(self, request_ids: Iterable[int]) -> int: ...
-    def copy_on_write(self, request_ids: Iterable[int]) -> list | None: ...
     def prefix_cache_stats(self) -> PrefixCacheStats: ...
     def sharing_stats(self) -> SharingStats: ...

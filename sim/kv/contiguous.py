@@ -8,6 +8,7 @@ from typing import Literal
 
 from sim.core.request import Request
 from sim.kv.base import KVUsage, PrefixCacheStats, ReserveRule, SharingStats
+from sim.kv.forking import NoForks
 
 
 Placement = Literal["first_fit", "best_fit", "buddy"]
@@ -40,7 +41,6 @@ class ContiguousKVManager:
 
     block_size = None  # no blocks: decodes grow inside the region reserved at admission
     num_free_blocks = 0
-    cow_pending: frozenset[int] = frozenset()  # nothing is shared, so nothing is ever copied on write
 
     def __init__(self, capacity_slots: int, reserve: ReserveRule, max_len: int, placement: Placement = "first_fit"):
         if capacity_slots <= 0 or max_len <= 0:
@@ -51,6 +51,7 @@ class ContiguousKVManager:
         self.reserve = reserve
         self.max_len = max_len
         self.placement = placement
+        self.forks = NoForks()  # a region is never shared, so nothing is forked or copied on write
         self.hole_starts: list[int] = [0]  # sorted; holes never touch (freed neighbours coalesce); not under buddy
         self.hole_sizes: list[int] = [capacity_slots]
         # Buddy: free block starts per block size (sorted), and the top blocks (capacity's binary digits).
@@ -207,16 +208,6 @@ class ContiguousKVManager:
     def blocks_for(self, num_tokens: int) -> int:
         """No blocks: a region is reserved whole at admission, so nothing is allocated per block later."""
         return 0
-
-    def num_cow_blocks_needed(self, request_ids: Iterable[int]) -> int:
-        return 0
-
-    def copy_on_write(self, request_ids: Iterable[int]) -> list:
-        return []
-
-    def fork(self, parent: Request, child: Request) -> None:
-        raise ValueError(f"fork: request {parent.request_id}: a contiguous KV cache cannot share a region "
-                         "between sequences; use the paged layout")
 
     def append_one_block_each(self, request_ids: Iterable[int]) -> None:
         if request_ids:

@@ -1,9 +1,10 @@
 """Paged KV: fixed-size blocks through per-request block tables (vLLM's PagedAttention).
 
 The paged manager can also share blocks between requests: automatic prefix caching (vLLM's APC,
-SGLang's RadixAttention at block granularity) and `fork` for parallel sampling and beam search,
-with copy-on-write. The free list and reference counts live in `BlockPool`, the prefix index and
-its LRU in `PrefixCache`; this module keeps the block tables and the order of operations.
+SGLang's RadixAttention at block granularity) and forks for parallel sampling and beam search, with
+copy-on-write. The free list and reference counts live in `BlockPool`, the prefix index and its LRU in
+`PrefixCache`, forks and their copies in `ForkedBlocks` (sim/kv/forking.py); this module keeps the block
+tables and the order of operations.
 """
 
 from __future__ import annotations
@@ -14,10 +15,18 @@ from collections.abc import Iterable
 from sim.core.request import Request
 from sim.kv.base import KVUsage, PrefixCacheStats, SharingStats
 from sim.kv.block_pool import BlockPool
+from sim.kv.forking import ForkedBlocks
 from sim.kv.prefix_cache import PrefixCache
 
 _NO_EVICTABLE: OrderedDict[int, None] = OrderedDict()
 DROPPED = -1  # a block-table entry whose block fell out of the sliding window and went back to the pool
+
+
+def _write_into_shared_block(request_id: int, block: int) -> RuntimeError:
+    """A table is never grown while its last block is shared and partly filled: that write would be every
+    sharer's. The sharers' copies come first (`ForkedBlocks.copy_before_write`)."""
+    return RuntimeError(f"request {request_id} wrote into shared block {block} before forks.copy_before_write "
+                        "copied it")
 
 
 class PagedKVManager:
@@ -32,11 +41,9 @@ class PagedKVManager:
     content on an LRU (see `PrefixCache`): it counts as free, a later request with the same prefix
     claims it back, and allocation evicts it only when no never-cached block is left.
 
-    `fork(parent, child)` (parallel sampling, beam search) gives the child the parent's blocks, shared.
-    A shared block that is only partly filled would be written by both, so before a step in which
-    forked requests write, the scheduler calls `copy_on_write` (after `num_cow_blocks_needed`, to
-    preempt for room); `allocate_slots` copies by itself for the request it allocates for. The last
-    sharer to write keeps the original block.
+    `forks` (sim/kv/forking.py) shares a request's blocks with the sequences forked from it (parallel
+    sampling, beam search) and copies a shared, partly filled last block before a sharer writes into it;
+    a table whose last block is still shared that way is never grown here (it would write for all sharers).
 
     With neither feature used the manager runs exactly the plain code path (no reference counts).
     """
@@ -63,10 +70,9 @@ class PagedKVManager:
         self.prefix_cache = PrefixCache(num_blocks, block_size) if enable_prefix_caching else None
         self.block_tables: dict[int, list[int]] = {}
         self.sharing = False  # reference counts are kept (prefix caching, or since the first fork)
-        self.cow_pending: set[int] = set()  # request ids whose last block may be shared and partly filled
-        self.num_cow_copies = 0
+        self.forks = ForkedBlocks(self)
         if enable_prefix_caching:
-            self._start_sharing()
+            self.start_sharing()
 
     def __repr__(self) -> str:
         extra = ", enable_prefix_caching=True" if self.enable_prefix_caching else ""
@@ -140,8 +146,8 @@ class PagedKVManager:
 
     def allocate_slots(self, request: Request, num_new_tokens: int) -> list[int] | None:
         """Blocks for the request's computed tokens plus `num_new_tokens`; returns the newly allocated
-        blocks (a copy-on-write copy included; claimed cached blocks are not in the list, but are in
-        the block table), or None with nothing changed when there is no room."""
+        blocks (claimed cached blocks are not in the list, but are in the block table), or None with
+        nothing changed when there is no room."""
         if self.sharing:
             return self._allocate_shared(request, num_new_tokens)
         need = self.num_new_blocks(request, num_new_tokens)
@@ -185,11 +191,8 @@ class PagedKVManager:
     def append_blocks(self, request_id: int, num_blocks: int) -> None:
         """Append `num_blocks` fresh blocks to a running request's table (caller checked room)."""
         table = self.block_tables[request_id]
-        if self.sharing and request_id in self.cow_pending:
-            last = table[-1]
-            if self.pool.ref_counts[last] > 1:
-                raise RuntimeError(f"request {request_id} wrote into shared block {last} without copy_on_write")
-            self.cow_pending.discard(request_id)
+        if self.sharing and request_id in self.forks.pending and table[-1] in self.pool.partial_fill:
+            raise _write_into_shared_block(request_id, table[-1])
         table.extend(self._take_blocks(num_blocks))
 
     def release_tail_blocks(self, request_id: int, num_blocks: int) -> None:
@@ -220,7 +223,7 @@ class PagedKVManager:
             return
         if self.prefix_cache:
             self.prefix_cache.forget(rid)
-        self.cow_pending.discard(rid)
+        self.forks.forget(rid)
         if table:
             self._release(table)
 
@@ -277,79 +280,10 @@ class PagedKVManager:
     def sharing_stats(self) -> SharingStats:
         pool = self.pool
         return SharingStats(pool.shared_blocks, pool.saved_blocks, pool.saved_blocks * self.block_size,
-                            self.num_cow_copies)
+                            self.forks.num_copies)
 
-    # --- sharing ------------------------------------------------------------------------------------
-    def fork(self, parent: Request, child: Request) -> None:
-        """Give `child` (no blocks yet) the parent's blocks, shared. Call it when the parent's counters
-        are exact (decode tracker synced) and its table holds exactly its computed tokens, i.e. after
-        the step that computed them; set the child's counters to the parent's yourself."""
-        if not self.sharing:
-            self._start_sharing()
-        table = self.block_tables.get(parent.request_id)
-        if not table:
-            raise ValueError(f"fork: parent request {parent.request_id} holds no blocks")
-        if self.block_tables.get(child.request_id):
-            raise ValueError(f"fork: child request {child.request_id} already holds blocks")
-        filled = parent.num_computed_tokens
-        if self.blocks_for(filled) != len(table):
-            raise ValueError(f"fork: parent request {parent.request_id} holds {len(table)} blocks for "
-                             f"{filled} computed tokens; fork after its step, with its counters synced")
-        partial = filled % self.block_size
-        pool = self.pool
-        if partial and pool.ref_counts[table[-1]] == 1:  # (if already shared, it was forked at this same point)
-            pool.partial_fill[table[-1]] = partial
-        for block in table:
-            pool.incref(block)
-        self.block_tables[child.request_id] = list(table)
-        if self.prefix_cache:
-            keyed = self.prefix_cache.num_keyed
-            keyed[child.request_id] = keyed.get(parent.request_id, 0)
-        if partial:
-            self.cow_pending.update((parent.request_id, child.request_id))
-
-    def num_cow_blocks_needed(self, request_ids: Iterable[int]) -> int:
-        """Blocks `copy_on_write(request_ids)` would take."""
-        return len(self._cow_plan(request_ids)[1])
-
-    def copy_on_write(self, request_ids: Iterable[int]) -> list[int] | None:
-        """Before these requests write their next token: each whose last block is still shared and
-        partly filled gets a private copy. Returns the new blocks, or None (nothing changed) if the
-        free blocks do not suffice. Ids not in `cow_pending` are ignored."""
-        done, copiers = self._cow_plan(request_ids)
-        if len(copiers) > self.num_free_blocks:
-            return None
-        new_blocks = [self._copy_last_block(rid) for rid in copiers]
-        self.cow_pending.difference_update(done)
-        return new_blocks
-
-    def _cow_plan(self, request_ids: Iterable[int]) -> tuple[list[int], list[int]]:
-        """(pending ids among request_ids, those that must copy): of k sharers writing, k - 1 copy."""
-        pending = self.cow_pending
-        if not pending:
-            return [], []
-        done, copiers, refs = [], [], {}
-        for rid in request_ids:
-            if rid not in pending:
-                continue
-            done.append(rid)
-            block = self.block_tables[rid][-1]
-            left = refs.get(block, self.pool.ref_counts[block])
-            if left > 1:
-                copiers.append(rid)
-                refs[block] = left - 1
-        return done, copiers
-
-    def _copy_last_block(self, rid: int) -> int:
-        table = self.block_tables[rid]
-        old = table[-1]
-        (table[-1],) = self._take_blocks(1)
-        self.pool.decref(old)
-        self.num_cow_copies += 1
-        return table[-1]
-
-    # --- internals ----------------------------------------------------------------------------------
-    def _start_sharing(self) -> None:
+    # --- sharing (the primitives `forks` builds on) -----------------------------------------------
+    def start_sharing(self) -> None:
         """Switch to reference-counted blocks (every block held so far has one holder). Sliding-window
         freeing stops here (the dropped entries of running requests stay dropped, but none is added)."""
         if self._dropped_total:
@@ -358,6 +292,27 @@ class PagedKVManager:
         self.sharing = True
         self.pool.start_counting(block for table in self.block_tables.values() for block in table)
 
+    def share_table(self, from_id: int, to_id: int) -> None:
+        """`to_id` (no blocks) gets a table of the same blocks as `from_id`'s, one more reference each
+        (after `start_sharing`); the prefix cache counts `from_id`'s registered blocks as registered for it too."""
+        table = self.block_tables[from_id]
+        for block in table:
+            self.pool.incref(block)
+        self.block_tables[to_id] = list(table)
+        if self.prefix_cache:
+            keyed = self.prefix_cache.num_keyed
+            keyed[to_id] = keyed.get(from_id, 0)
+
+    def replace_last_block(self, request_id: int) -> int:
+        """A fresh block in place of the last one of the request's table (its copy, for copy-on-write),
+        one reference fewer on the old one (caller checked room). Returns the fresh block."""
+        table = self.block_tables[request_id]
+        old = table[-1]
+        (table[-1],) = self._take_blocks(1)
+        self.pool.decref(old)
+        return table[-1]
+
+    # --- internals ----------------------------------------------------------------------------------
     def _allocate_shared(self, request: Request, num_new_tokens: int) -> list[int] | None:
         rid = request.request_id
         table = self.block_tables.get(rid)
@@ -382,18 +337,13 @@ class PagedKVManager:
             if cache:
                 cache.num_keyed[rid] = len(claimed)
         else:
-            computed = request.num_computed_tokens
-            cow = (num_new_tokens > 0 and rid in self.cow_pending and ref[table[-1]] > 1
-                   and computed % self.block_size and len(table) == self.blocks_for(computed))
+            if num_new_tokens > 0 and rid in self.forks.pending and table[-1] in pool.partial_fill:
+                raise _write_into_shared_block(rid, table[-1])
             need = max(0, self.blocks_for(end) - len(table))
-            if need + cow > self.num_free_blocks:
+            if need > self.num_free_blocks:
                 return None
-            copied = [self._copy_last_block(rid)] if cow else []
-            if num_new_tokens > 0:
-                self.cow_pending.discard(rid)
             new_blocks = self._take_blocks(need)
             table.extend(new_blocks)
-            new_blocks = copied + new_blocks
         if cache:
             cache.register(request, table, end)
         return new_blocks
@@ -435,6 +385,7 @@ class PagedKVManager:
             assert table[:dropped] == [DROPPED] * dropped and DROPPED not in table[dropped:]
         assert set(free) | set(evictable) | set(held) == set(range(self.num_blocks))
         assert self.sharing == self.pool.counting
+        assert self.forks.pending <= self.block_tables.keys()
         self.pool.check(held)
         if self.prefix_cache:
             self.prefix_cache.check(free, held)

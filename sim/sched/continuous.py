@@ -1,17 +1,26 @@
 """Iteration-level batching (Orca, vLLM V1): a step mixes decodes and prefill chunks, requests join and
-leave between steps, and a request that cannot grow preempts another (see `sim.sched.preemption`)."""
+leave between steps, and a request that cannot grow preempts another (see `sim.sched.preemption`).
+
+The scheduler only schedules. What else a request may be is a collaborator's, each a null object when the
+feature is off: where a victim's KV goes (`swap`, sim/sched/swap_space.py), a request's several sequences
+(`sampling`, sim/sched/sampling_groups.py; their shared blocks are the KV manager's `forks`), and the replica's
+part in disaggregated serving (`role`, sim/sched/disagg_roles.py)."""
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 from sim.core.request import Request, RequestStatus
 from sim.core.step_plan import StepOutcome, StepPlan
 from sim.kv.base import KVManager, KVUsage
 from sim.sched.base import SchedulerBase
 from sim.sched.decode import DecodeBatch, DecodeTracker
-from sim.sched.preemption import VICTIM_POLICIES, SwapSpace
+from sim.sched.disagg_roles import Colocated, DecodeRole, PrefillRole
+from sim.sched.preemption import VICTIM_POLICIES
+from sim.sched.sampling_groups import sampling_groups
+from sim.sched.swap_space import swap_space
 
 
 class ContinuousScheduler(SchedulerBase):
@@ -25,37 +34,25 @@ class ContinuousScheduler(SchedulerBase):
     `sim.sched.preemption`). Its KV is freed and it returns to the head of the queue, to prefill prompt
     and generated tokens again (recompute) or to have its KV copied back from host memory (swap, while
     `swap_capacity_tokens` has room).
+
+    `sequences_per_request` > 1 (parallel sampling, beam search): once a request's prompt is computed, its
+    other sequences fork onto its blocks; it returns when all are done. A replica in disaggregated serving
+    is given its `role` (sim/sched/disagg_roles.py) after construction.
     """
 
     def __init__(self, kv: KVManager, *, max_num_seqs: int, max_num_batched_tokens: int,
                  chunked_prefill: bool, max_model_len: int, tracker: DecodeBatch | None = None,
-                 swap_capacity_tokens: int = 0, victim: str = "last_admitted", sequences_per_request: int = 1,
-                 hold_kv_on_finish: bool = False):
+                 swap_capacity_tokens: int = 0, victim: str = "last_admitted", sequences_per_request: int = 1):
         super().__init__(kv, max_model_len, tracker)
-        # Disaggregated serving (sim/core/disaggregated.py). A prefill replica's requests end at their first
-        # token, and their KV stays until it has been sent to a decode replica (`release_held_kv`). A decode
-        # replica takes requests whose prompt KV was computed elsewhere: `reserve_prefilled` claims the blocks
-        # before the KV is sent, `add_prefilled` queues the request once it has arrived, and the next
-        # `schedule` puts it into the decode batch.
-        self.hold_kv_on_finish = hold_kv_on_finish
-        self.held_kv: dict[int, Request] = {}  # finished, KV not yet released
-        self.num_reserved_prefilled = 0  # blocks claimed, KV still on its way
-        self.incoming: list[Request] = []  # KV arrived, joins the decode batch at the next step
-        self.transfer_tokens = 0  # token states held for the requests above (counted as token slots)
-        self.on_join = None  # called (request, now) when a prefilled request joins the decode batch
-        # Parallel sampling (n outputs) or beam search (width w): once a request's prompt is computed,
-        # its other sequences fork onto its blocks (shared, copy-on-write); it returns when all are done.
-        self.sequences_per_request = sequences_per_request
-        self.groups: dict[int, int] = {}  # request id -> its sequences still running
-        self.held: dict[int, Request] = {}  # requests done whose other sequences are not
-        self._next_child_id = -1
+        self.role: Colocated | PrefillRole | DecodeRole = Colocated()
+        self.sampling = sampling_groups(sequences_per_request, kv.forks)
         if victim not in VICTIM_POLICIES:
             raise ValueError(f"victim: {victim!r} is not a victim policy; allowed: {', '.join(VICTIM_POLICIES)}")
         self.victim = victim
         self._choose_victim = VICTIM_POLICIES[victim]
         # Swap preemption: a victim's KV goes to host memory (up to this many tokens) instead of being
         # recomputed; it comes back when the victim is re-admitted. 0: always recompute.
-        self.swap = SwapSpace(swap_capacity_tokens)
+        self.swap = swap_space(swap_capacity_tokens)
         if max_num_batched_tokens < max_num_seqs:
             raise ValueError("max_num_batched_tokens must be >= max_num_seqs so every decode fits a step")
         self.max_num_seqs = max_num_seqs
@@ -75,10 +72,19 @@ class ContinuousScheduler(SchedulerBase):
             extra += f", swap_capacity_tokens={self.swap.capacity_tokens}"
         return extra
 
+    # What sim/compiled/engine.py's scope check reads (the compiled core has none of these features).
     @property
-    def swap_free_tokens(self) -> int:
-        """Host memory left for swapped-out KV, in tokens."""
-        return self.swap.free_tokens
+    def sequences_per_request(self) -> int:
+        return self.sampling.sequences_per_request
+
+    @property
+    def hold_kv_on_finish(self) -> bool:
+        return self.role.holds_kv_on_finish
+
+    @property
+    def incoming(self):
+        """Prefilled requests whose KV has arrived, not yet in the decode batch."""
+        return self.role.received
 
     @property
     def num_running(self) -> int:
@@ -101,11 +107,7 @@ class ContinuousScheduler(SchedulerBase):
         else:
             self.prefilling.pop(victim.request_id, None)
         self.kv.free(victim)
-        swapped = self.swap.swap_out(victim)
-        if swapped:
-            plan.swap_out_tokens += swapped
-        else:
-            victim.num_computed_tokens = 0  # recompute: prompt and generated tokens are prefilled again
+        plan.swap_out_tokens += self.swap.evict(victim)  # else it is recomputed
         victim.num_preemptions += 1
         victim.status = RequestStatus.WAITING
         self.waiting.appendleft(victim)
@@ -126,19 +128,15 @@ class ContinuousScheduler(SchedulerBase):
             yield request
 
     def schedule(self, now: float) -> StepPlan | None:
-        if self.incoming:
-            self._join_prefilled(now)
+        if self.role.received:
+            self._join_received(now)
         if not self.running and not self.waiting:
             return None
         plan = StepPlan()
         kv, tracker = self.kv, self.tracker
-        if kv.cow_pending:
-            # Forked sequences about to write into a shared, partly filled block get their own copy.
-            writers = kv.cow_pending & tracker.members.keys()
-            while kv.num_cow_blocks_needed(writers) > kv.num_free_blocks:
-                self._preempt(plan)
-                writers &= tracker.members.keys()
-            kv.copy_on_write(writers)
+        if kv.forks.pending:
+            # Forked sequences about to write into a shared, partly filled block get their own copy first.
+            kv.forks.copy_before_write(tracker.members.keys(), partial(self._preempt, plan))
         while tracker.num_new_blocks_needed() > kv.num_free_blocks:
             self._preempt(plan)
         tracker.allocate_new_blocks()
@@ -160,8 +158,8 @@ class ContinuousScheduler(SchedulerBase):
         while (self.waiting and not plan.preempted_request_ids and budget > 0
                and len(self.running) < self.max_num_seqs):
             request = self.waiting[0]
-            unforked = request.parent_id < 0 and request.request_id not in self.groups
-            if unforked and len(self.running) + self.sequences_per_request > self.max_num_seqs:
+            if (len(self.running) + self.sampling.sequences_per_request > self.max_num_seqs
+                    and self.sampling.will_fork(request)):
                 break  # its sequences will fork once its prompt is computed: keep room for all of them
             chunk = kv.admit(request, budget, chunked=self.chunked_prefill)
             if chunk is None:
@@ -188,9 +186,9 @@ class ContinuousScheduler(SchedulerBase):
 
     def decode_run_limit(self, plan: StepPlan, max_steps: int) -> int:
         tracker, kv = self.tracker, self.kv
-        if (max_steps <= 1 or self.incoming or plan.prefill_request_ids or plan.preempted_request_ids or plan.new_request_ids
-                or plan.swap_in_tokens or plan.swap_out_tokens or type(tracker) is not DecodeTracker
-                or kv.cow_pending or not len(tracker)):
+        if (max_steps <= 1 or self.role.received or plan.prefill_request_ids or plan.preempted_request_ids
+                or plan.new_request_ids or plan.swap_in_tokens or plan.swap_out_tokens
+                or type(tracker) is not DecodeTracker or kv.forks.pending or not len(tracker)):
             return 1  # a mixed step, a preemption, speculation or copy-on-write: step by step
         if (self.waiting and len(self.running) < self.max_num_seqs
                 and self.max_num_batched_tokens > len(tracker) * tracker.decode_query_tokens):
@@ -246,97 +244,43 @@ class ContinuousScheduler(SchedulerBase):
                 self._finish(request, now, outcome)
             else:
                 self.tracker.add(request)
-                if self.sequences_per_request > 1 and request.parent_id < 0 and rid not in self.groups:
-                    self._fork_sequences(request)
-                    outcome.num_output_tokens += self.sequences_per_request - 1  # their first tokens
+                forked = self.sampling.fork(request)
+                if forked:  # its other sequences, each with its first token
+                    for sequence in forked:
+                        self.running[sequence.request_id] = sequence
+                        self.tracker.add(sequence)
+                    outcome.num_output_tokens += len(forked)
         return outcome
-
-    def _fork_sequences(self, parent: Request) -> None:
-        self.groups[parent.request_id] = self.sequences_per_request
-        for _ in range(self.sequences_per_request - 1):
-            child = Request(self._next_child_id, parent.arrival_s, parent.num_prompt_tokens,
-                            parent.max_output_tokens, prefix_ids=parent.prefix_ids,
-                            prefix_unit_tokens=parent.prefix_unit_tokens, parent_id=parent.request_id)
-            self._next_child_id -= 1
-            child.num_computed_tokens = parent.num_computed_tokens
-            child.num_output_tokens = parent.num_output_tokens
-            child.first_scheduled_s, child.first_token_s = parent.first_scheduled_s, parent.first_token_s
-            child.status = RequestStatus.RUNNING
-            self.kv.fork(parent, child)
-            self.running[child.request_id] = child
-            self.tracker.add(child)
 
     def _finish(self, request: Request, now: float, outcome: StepOutcome) -> None:
         request.status = RequestStatus.FINISHED
         request.last_token_s = request.finish_s = now
         del self.running[request.request_id]
-        if self.hold_kv_on_finish:
-            self.held_kv[request.request_id] = request
-            self.transfer_tokens += request.num_computed_tokens
+        if self.role.holds_kv_on_finish:
+            self.role.hold(request)
         else:
             self.kv.free(request)
-        root = request.parent_id if request.parent_id >= 0 else request.request_id
-        remaining = self.groups.get(root)
-        if remaining is None:
-            outcome.finished.append(request)
-            return
-        if remaining > 1:
-            self.groups[root] = remaining - 1
-            if request.parent_id < 0:
-                self.held[root] = request
-            return
-        del self.groups[root]
-        parent = request if request.parent_id < 0 else self.held.pop(root)
-        parent.finish_s = now  # the response returns with its last sequence
-        outcome.finished.append(parent)
+        returned = self.sampling.finish(request, now)
+        if returned is not None:
+            outcome.finished.append(returned)
 
     def kv_token_slots(self) -> int:
         """The requests' computed tokens, summed: what `kv.usage` is asked about."""
         tokens = self.tracker.token_sum
         if self.prefilling:
             tokens += sum(r.num_computed_tokens for r in self.prefilling.values())
-        return tokens + self.transfer_tokens
+        return tokens + self.role.outside_batch_tokens
 
     def kv_usage(self) -> KVUsage:
         return self.kv.usage(self.kv_token_slots())
 
-    # --- disaggregated serving ------------------------------------------------------------------
-    def release_held_kv(self, request: Request) -> None:
-        """Prefill replica: the request's KV has been sent; its blocks go back to the pool."""
-        del self.held_kv[request.request_id]
-        self.transfer_tokens -= request.num_computed_tokens
-        self.kv.free(request)
-
-    def reserve_prefilled(self, request: Request) -> bool:
-        """Decode replica: claim a sequence slot and the blocks for a request whose prompt KV
-        (`num_computed_tokens`) is about to be sent here. False, with nothing changed, when there is no room now,
-        or while requests preempted here wait to be admitted again (they come first, or new arrivals could
-        take every block they free and starve them)."""
-        if self.waiting or len(self.running) + len(self.incoming) + self.num_reserved_prefilled >= self.max_num_seqs:
-            return False
-        if self.kv.allocate_slots(request, 0) is None:
-            return False
-        self.num_reserved_prefilled += 1
-        self.transfer_tokens += request.num_computed_tokens
-        return True
-
-    def add_prefilled(self, request: Request) -> None:
-        """Decode replica: a reserved request's KV has arrived; it decodes from the next step on."""
-        self.num_reserved_prefilled -= 1
-        self.incoming.append(request)
-
-    def _join_prefilled(self, now: float) -> None:
-        for request in self.incoming:
-            self.transfer_tokens -= request.num_computed_tokens
+    def _join_received(self, now: float) -> None:
+        """Requests prefilled elsewhere whose KV has arrived join the decode batch (a decode replica's role)."""
+        for request in self.role.take_received(now):
             request.status = RequestStatus.RUNNING
             self.running[request.request_id] = request
             self.tracker.add(request)
-            if self.on_join is not None:
-                self.on_join(request, now)
-        self.incoming.clear()
 
     def running_requests(self) -> list[Request]:
         """Requests in flight, each once: forked sequences stand for their request."""
-        parents = [r for r in self.running.values() if r.parent_id < 0]
-        listed = {r.request_id for r in parents}
-        return parents + [r for rid, r in self.held.items() if rid not in listed]
+        return self.sampling.requests_of(self.running.values())

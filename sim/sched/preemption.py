@@ -1,5 +1,6 @@
 """Preemption, as two separate choices: which running request gives up its KV when memory runs out
-(the victim policy) and what happens to that KV (the mode: recompute, or swap to host memory).
+(the victim policy, here) and what happens to that KV (the mode: recompute, or swap to host memory;
+sim/sched/swap_space.py).
 
 Both are configured under `scheduler.preemption` (`victim`, `mode`, `swap_space_bytes`). A victim
 policy is a function of the candidates — running requests not yet scheduled in this step, most
@@ -43,28 +44,3 @@ VICTIM_POLICIES: dict[str, VictimPolicy] = {
     "most_kv_blocks": most_kv_blocks,
 }
 
-
-class SwapSpace:
-    """Host memory for preempted requests' KV (swap mode). A victim that fits keeps its computed
-    tokens and is copied back when it is admitted again; one that does not is recomputed.
-    Capacity 0 is recompute mode."""
-
-    def __init__(self, capacity_tokens: int = 0):
-        self.capacity_tokens = capacity_tokens
-        self.free_tokens = capacity_tokens
-        self.swapped: dict[int, int] = {}  # request id -> KV tokens held in host memory
-
-    def swap_out(self, request: Request) -> int:
-        """Tokens copied to host memory for this victim, or 0 when there is no room (recompute)."""
-        tokens = request.num_computed_tokens
-        if not 0 < tokens <= self.free_tokens:
-            return 0
-        self.swapped[request.request_id] = tokens
-        self.free_tokens -= tokens
-        return tokens
-
-    def swap_in(self, request_id: int) -> int:
-        """Tokens copied back for a re-admitted request (0 if it was not swapped out)."""
-        tokens = self.swapped.pop(request_id, 0)
-        self.free_tokens += tokens
-        return tokens

@@ -218,12 +218,8 @@ def shared_cost_model(raw: dict, scenario):
     if key not in _COST_MODELS:
         if len(_COST_MODELS) >= 64:  # a long-lived process (the dashboard) plans many searches: bound the memory
             _COST_MODELS.clear()
-        model = make_cost_model(scenario)
-        # The planner never changes a model it built: one compiled pack (and its memos) serves all its runs.
-        for part in (model, getattr(model, "roofline", None)):
-            if hasattr(part, "reuse_compiled_pack"):
-                part.reuse_compiled_pack = True
-        _COST_MODELS[key] = model
+        # A model keeps its compiled pack (and its memos) for all its runs (sim.cost.packed).
+        _COST_MODELS[key] = make_cost_model(scenario)
     return _COST_MODELS[key]
 
 

@@ -73,7 +73,7 @@ from sim.views.report import (
     cost_model_labels,
     format_metric,
 )
-from sim.views.verdict import verdict_of
+from sim.views.verdict import as_number, verdict_of
 from sim.workload.arrivals import ARRIVAL_KINDS, ARRIVAL_SPECS, RATE_KINDS
 from sim.workload.lengths import Lengths, PresetLengths
 
@@ -653,18 +653,9 @@ def _points(value: float, reference: float) -> str:
     return "=" if value == reference else f"{(value - reference) * 100:+.3g} pp"
 
 
-def _number(value: Any) -> float:
-    if value is None or isinstance(value, bool):
-        return math.nan
-    try:
-        return float(value)
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def summary_numbers(results: list[Result]) -> pd.DataFrame:
     """Metric rows (labels as index) by variant columns, as numbers (NaN where a metric does not apply)."""
-    rows = [(label, [_number(r.summary.get(key)) for r in results]) for key, label in SUMMARY_METRICS
+    rows = [(label, [as_number(r.summary.get(key)) for r in results]) for key, label in SUMMARY_METRICS
             if any(key in r.summary for r in results)]
     return pd.DataFrame([v for _, v in rows], index=[label for label, _ in rows], columns=[r.name for r in results])
 

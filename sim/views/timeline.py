@@ -9,7 +9,11 @@ Layout, per replica (one process each, `pid = replica + 1`; pid 0 holds requests
   and in its category ("request,preempted"): the per-request records keep the count, not the times, and
   the steps that preempted show as instants on the engine track. In a disaggregated run the request is on
   its prefill replica's track, and between prefill and decode come "wait for decode blocks", "wait for
-  link" (each only when it happened) and "transfer" (the KV cache crossing to the decode replica);
+  link" (each only when it happened) and "transfer" (the KV cache crossing to the decode replica). With a
+  front-end (`frontend:`) the span starts when the client sent the request, with "front-end in" (waiting for a
+  front-end process, then HTTP, template and tokenization) before "queued", and ends when the client received
+  the last chunk, with "front-end out" (the last chunk's wait and work) after "decode"; the chunks streamed
+  during "decode" are not drawn one by one, and ttft_s / e2e_s in its args are the client's;
 - counters ("C"): waiting requests at each step's start, KV slots in use after each step.
 
 Times are microseconds from the start of the simulation (`ts`), rounded to the nanosecond. A request
@@ -73,8 +77,8 @@ def _run_end_s(requests: pd.DataFrame, steps: pd.DataFrame) -> float:
     ends = [0.0]
     if len(steps):
         ends.append(float(steps["end_s"].max()))
-    for col in ("arrival_s", "finish_s"):
-        if len(requests):
+    for col in ("arrival_s", "finish_s", "client_last_token_s"):
+        if len(requests) and col in requests.columns:
             vals = requests[col].to_numpy(dtype=float)
             vals = vals[np.isfinite(vals)]
             if len(vals):
@@ -160,6 +164,9 @@ WAIT_PHASES = frozenset(DISAGGREGATED_PHASES[:2])
 def _request_events(requests: pd.DataFrame, run_end_s: float) -> list[dict]:
     events = []
     disaggregated = "transfer_start_s" in requests.columns
+    frontend = "client_send_s" in requests.columns
+    keys = ("ttft_s", "e2e_s", "queueing_s") + (("engine_ttft_s", "engine_e2e_s", "frontend_in_s",
+                                                  "frontend_out_first_s", "frontend_out_last_s") if frontend else ())
     for r in requests.itertuples(index=False):
         rid = int(r.request_id)
         pid = int(r.replica) + 1 if int(r.replica) >= 0 else 0
@@ -173,18 +180,26 @@ def _request_events(requests: pd.DataFrame, run_end_s: float) -> list[dict]:
         base = {"cat": cat, "id": rid, "pid": pid, "tid": REQUESTS_TID}
         args = {"request_id": rid, "status": status, "prompt_tokens": int(r.prompt_tokens),
                 "output_tokens": int(r.output_tokens), "preemptions": preempted}
-        for key in ("ttft_s", "e2e_s", "queueing_s"):
+        for key in keys:
             value = getattr(r, key)
             args[key] = float(value) if _finite(value) else None
         if status == "rejected" and getattr(r, "reject_reason", ""):
             args["reject_reason"] = str(r.reject_reason)
         name = f"request {rid}"
-        events.append({**base, "ph": "b", "name": name, "ts": _us(r.arrival_s), "args": args})
+        start_s = float(r.client_send_s) if frontend else float(r.arrival_s)
+        events.append({**base, "ph": "b", "name": name, "ts": _us(start_s), "args": args})
         names, times = ["queued", "prefill", "decode"], [r.first_scheduled_s, r.first_token_s, r.finish_s]
         if disaggregated and (_finite(r.decode_reserved_s) or (_finite(r.first_token_s) and not _finite(r.finish_s))):
             names[2:2] = DISAGGREGATED_PHASES
             times[2:2] = [r.decode_reserved_s, r.transfer_start_s, r.transfer_end_s]
-        marks = [float(r.arrival_s)] + [float(x) if _finite(x) else None for x in times]
+        if frontend:
+            names.insert(0, "front-end in")
+            times.insert(0, r.arrival_s)
+            if _finite(r.finish_s) and _finite(r.client_last_token_s):
+                names.append("front-end out")
+                times.append(r.client_last_token_s)
+                end_s = max(end_s, float(r.client_last_token_s))
+        marks = [start_s] + [float(x) if _finite(x) else None for x in times]
         for i, phase in enumerate(names):
             start = marks[i]
             if start is None:
@@ -208,8 +223,12 @@ def timeline_events(requests: pd.DataFrame, steps: pd.DataFrame, window: tuple[f
     if len(steps):
         steps = steps[(steps["end_s"] >= lo) & (steps["start_s"] <= hi)]
     if len(requests):
-        ends = requests["finish_s"].fillna(run_end_s)
-        requests = requests[(requests["arrival_s"] <= hi) & (ends >= lo)]
+        frontend = "client_send_s" in requests.columns  # a request's span: from the client's send to its receipt
+        ends = requests["finish_s"]
+        if frontend:
+            ends = ends.where(ends.isna(), requests["client_last_token_s"])
+        ends = ends.fillna(run_end_s)
+        requests = requests[(requests["client_send_s" if frontend else "arrival_s"] <= hi) & (ends >= lo)]
     requests = sample_requests(requests, max_requests)
     lane_of, lanes = _step_lanes(steps)
     body = _step_events(steps, lane_of) + _request_events(requests, run_end_s)

@@ -98,7 +98,8 @@ def _pct(q: float) -> str:
     return f"p{q:g}"
 
 
-def _number(value: Any) -> float:
+def as_number(value: Any) -> float:
+    """A summary value as a float; NaN for a missing, boolean or non-numeric one (the dashboard reads it too)."""
     if value is None or isinstance(value, bool):
         return math.nan
     try:
@@ -122,7 +123,7 @@ def summary_key(entry: Entry, criterion: str) -> str:
 
 
 def value(entry: Entry, criterion: str) -> float:
-    return _number(entry.summary.get(summary_key(entry, criterion)))
+    return as_number(entry.summary.get(summary_key(entry, criterion)))
 
 
 def meets(entry: Entry) -> bool | None:
@@ -320,7 +321,7 @@ def _same_load(entries: list[Entry]) -> bool:
 
 
 def _headline(entries: list[Entry], meeting: list[Entry] | None, winner: Entry, level: list[Entry]) -> str:
-    offered = _number(winner.summary.get("offered_rps"))
+    offered = as_number(winner.summary.get("offered_rps"))
     at = f" at {fmt(offered, 'req/s')} offered" if not math.isnan(offered) else ""
     if not _same_load(entries):
         at = " (at different offered loads: goodput compares the loads as well as the policies)"
@@ -368,11 +369,11 @@ def _misses(entry: Entry) -> str:
             measured = value(entry, m)
             out.append(f"{q} {m.upper()} {fmt(measured, 's')}" + (f" > {limit:g} s" if limit is not None else
                                                                      " over its limit"))
-    share = _number(entry.summary.get("slo_goodput_share"))
+    share = as_number(entry.summary.get("slo_goodput_share"))
     if entry.limits is not None and entry.limits.min_goodput_fraction is not None and not math.isnan(share) \
             and share < entry.limits.min_goodput_fraction:
         out.append(f"{share:.0%} of requests within every limit < {entry.limits.min_goodput_fraction:.0%}")
-    left = int(_number(entry.summary.get("num_unfinished")) or 0) + int(_number(entry.summary.get("num_rejected")) or 0)
+    left = int(as_number(entry.summary.get("num_unfinished")) or 0) + int(as_number(entry.summary.get("num_rejected")) or 0)
     if left > 0 and not out:
         out.append(f"{left:,} requests not finished")
     if not out and entry.summary.get("stopped_early_s") is not None:
@@ -431,7 +432,7 @@ def _better(a: Entry, b: Entry, c: Criterion) -> bool:
 # ------------------------------------------------------------------------------------------------ diagnoses
 
 def _get(entry: Entry, key: str) -> float:
-    return _number(entry.summary.get(key))
+    return as_number(entry.summary.get(key))
 
 
 def _more(e: Entry, winner: Entry, key: str, factor: float = 2.0) -> bool:
@@ -652,7 +653,7 @@ def plan_verdict(result) -> Verdict:
                       f"{_money(rec.costs.get('cost_per_hour'))} per hour.")
         if len(feasible) > 1:
             nxt = feasible[1]
-            a, b = _number(rec.costs.get("cost_per_hour")), _number(nxt.costs.get("cost_per_hour"))
+            a, b = as_number(rec.costs.get("cost_per_hour")), as_number(nxt.costs.get("cost_per_hour"))
             if not math.isnan(a) and not math.isnan(b) and abs(b - a) <= LEVEL_TOLERANCE * max(a, b):
                 v.level_with = [nxt.candidate.name]
                 v.decision = (f"Winner: {rec.num_replicas} × {rec.candidate.name}, level (within "
@@ -694,5 +695,5 @@ def _plan_priced_by(outcomes, winner: str | None) -> str:
 
 
 def _money(x) -> str:
-    x = _number(x)
+    x = as_number(x)
     return "-" if math.isnan(x) else f"${x:,.2f}"

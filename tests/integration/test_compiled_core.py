@@ -1,10 +1,10 @@
 """The compiled engine core (sim/compiled, issue 15) against the SimPy engine, over random scenarios in its scope.
 
 Identical means identical here: the request records, the step log, the decode runs' per-step records and every
-summary key, compared exactly (no tolerance). The core repeats the engine's decisions and the roofline's
-floating-point operations in the same order (the roofline's, or a whole-step profile's with CPython's own
-`math.hypot` and `sum`), so nothing is reassociated. Each example also checks that the
-compiled core really ran (`engine_core`), so a silent fall-back to the Python engine cannot pass for it.
+summary key, compared exactly (no tolerance). The core repeats the engine's decisions and prices each step with
+the function the cost model's `step_cost` calls (`sim.cost.compiled_pricing.price_parts`). Each example also
+checks that the compiled core really ran (`engine_core`), so a silent fall-back to the Python engine cannot pass
+for it.
 """
 
 import math
@@ -20,7 +20,6 @@ from sim.config.files import validate_scenario
 from sim.run import make_cost_model, make_workload, simulate
 
 pytest.importorskip("numba")
-from sim.cost import pyfloat_kernel  # noqa: E402  (needs numba)
 
 
 def both(spec: dict, workload=None, stop_rule=None):
@@ -78,15 +77,14 @@ def spec_for(*, model="llama-3.1-8b", gpu="h100-sxm", tp=1, arrival=None, length
 # Cost models with a compiled form: the roofline, and the shipped whole-step profiles (H100: Llama-3.1-8B on one
 # GPU, four engines; Llama-3.1-70B on four, whose all-reduces come from the catalog).
 WHOLE_STEP_PROFILES = [{"kind": "calibrated", "engine": e} for e in ("fused", "compiled", "unfused", "fused-paged")]
-STEPS_COMPILED = pyfloat_kernel.EXACT_HERE  # the whole-step kernel repeats CPython 3.11's hypot and sum only
-steps_compiled = pytest.mark.skipif(not STEPS_COMPILED, reason="whole-step kernel: CPython 3.11 only")
 
 
 # SERVESIM_COMPILED_EXAMPLES=2000 for a longer search (benchmarks/RESULTS.md says how many were run).
 @settings(max_examples=int(os.environ.get("SERVESIM_COMPILED_EXAMPLES", "150")), deadline=None,
           suppress_health_check=[HealthCheck.too_slow])
 @given(model=st.sampled_from([("llama-3.1-8b", "h100-sxm", 1), ("llama-3.1-70b", "h100-sxm", 4),
-                              ("llama-3.1-8b", "l4", 1), ("qwen2.5-7b", "a100-80gb", 2)]),
+                              ("llama-3.1-8b", "l4", 1), ("qwen2.5-7b", "a100-80gb", 2),
+                              ("mixtral-8x7b", "h100-sxm", 2), ("deepseek-v2-lite", "a100-80gb", 1)]),
        whole_steps=st.sampled_from([None] + WHOLE_STEP_PROFILES),
        replicas=st.sampled_from([1, 1, 2, 3]), router=st.sampled_from(["least_outstanding", "round_robin"]),
        arrival=st.sampled_from(["poisson", "gamma", "constant", "burst"]), rate=st.floats(0.5, 80.0),
@@ -100,7 +98,7 @@ def test_the_compiled_core_gives_the_python_engines_records(model, whole_steps, 
     name, gpu, tp = model
     # A whole-step profile where one is shipped for this model and GPU count (the 70B has only "fused").
     cost_model = None
-    if whole_steps is not None and gpu == "h100-sxm" and STEPS_COMPILED:
+    if whole_steps is not None and gpu == "h100-sxm" and name.startswith("llama"):
         cost_model = whole_steps if name == "llama-3.1-8b" else {"kind": "calibrated", "engine": "fused"}
     arrival_spec = {"kind": "burst"} if arrival == "burst" else {"kind": arrival, "rate_per_s": rate}
     if arrival == "gamma":
@@ -154,9 +152,7 @@ def test_an_arrival_exactly_at_a_step_end_goes_to_the_python_engine():
     ({"kv_cache": {"enable_prefix_caching": True}}, "prefix caching"),
     ({"hardware": {"num_replicas": 2, "router": "random"}}, "RandomRouter"),
     ({"scheduler": {"batching": "static"}}, "StaticScheduler"),
-    ({"model": "mixtral-8x7b", "hardware": {"tensor_parallel": 2}}, "no compiled form"),
-    ({"model": "mixtral-8x7b", "hardware": {"tensor_parallel": 2}, "cost_model": {"kind": "measured"}},
-     "MeasuredCostModel has no compiled form"),
+    ({"cost_model": {"kind": "roofline", "efficiencies": "learned"}}, "LearnedRooflineCostModel has no compiled form"),
     ({"cost_model": {"kind": "calibrated", "engine": "ops"}}, "CalibratedCostModel has no compiled form"),
     ({"scheduler": {"preemption": {"victim": "fewest_computed_tokens"}}}, "victim policy"),
 ])
@@ -180,7 +176,6 @@ def test_the_bench_engine_scenario_runs_compiled_with_the_same_summary():
     assert_identical(python, compiled)
 
 
-@steps_compiled
 def test_the_vidur_side_by_side_scenario_runs_compiled_with_its_whole_step_profile():
     # benchmarks/bench_vidur.py's setting (H100 whole steps, no chunked prefill, 128 sequences, 4,096 tokens a
     # step) on an Azure-like bursty trace with a tight cache: preemptions happen, and the records are the same.
@@ -210,8 +205,6 @@ def slo_miss_rule(scenario, workload):
 def test_the_planners_stop_rule_stops_the_compiled_core_where_it_stops_the_python_engine(
         rate, cost, replicas, chunked, fast_decode, capacity, ttft_s, tpot_s, e2e_s, goodput, horizon, seed):
     cost_model = {"roofline": None, "measured": {"kind": "measured"}, "steps": {"kind": "calibrated"}}[cost]
-    if cost == "steps" and not STEPS_COMPILED:
-        cost_model = None
     spec = spec_for(arrival={"kind": "gamma", "rate_per_s": rate * replicas, "cv": 2.0}, num_requests=300, chunked=chunked,
                     budget=2048 if chunked else None, fast_decode=fast_decode, capacity=capacity, horizon=horizon,
                     seed=seed, cost_model=cost_model, replicas=replicas)
@@ -258,6 +251,16 @@ def test_a_run_handed_back_to_the_python_engine_gets_its_stop_rule_as_it_was(mon
     python, compiled = both(spec, stop_rule=slo_miss_rule)
     assert "note log" in compiled.extras["engine_core"]
     assert python.summary["stopped_early_s"] is not None
+    assert_identical(python, compiled)
+
+
+@pytest.mark.parametrize(("model", "tp"), [("mixtral-8x7b", 2), ("deepseek-v2-lite", 1)])
+def test_mixtures_of_experts_and_mla_run_compiled_with_measured_kernels(model, tp):
+    # Priced from the fused-MoE table (Mixtral) or the device roofline (MLA attention), both in the one definition.
+    spec = spec_for(model=model, tp=tp, arrival={"kind": "poisson", "rate_per_s": 30.0}, num_requests=300,
+                    chunked=True, budget=2048, capacity=40_000, cost_model={"kind": "measured"})
+    python, compiled = both(spec)
+    assert compiled.extras["engine_core"] == "compiled"
     assert_identical(python, compiled)
 
 

@@ -223,9 +223,10 @@ def test_every_request_finishes_and_no_kv_is_leaked_in_either_pool(layout):
     sim.run()
     assert (sim.requests.status == 0).all() and sim.num_done == 80
     for replica in sim.replicas:
-        s = replica.scheduler
-        assert s.kv.num_allocated_slots() == 0
-        assert not s.held_kv and not s.incoming and s.num_reserved_prefilled == 0 and s.transfer_tokens == 0
+        assert replica.scheduler.kv.num_allocated_slots() == 0
+        assert replica.scheduler.role.outside_batch_tokens == 0
+    assert not any(replica.scheduler.role.held for replica in sim.prefill_replicas)
+    assert not any(r.scheduler.role.received or r.scheduler.role.num_reserved for r in sim.decode_replicas)
     assert (sim.requests.output_tokens == sim.requests.max_output_tokens).all()
     waited = np.nan_to_num(sim.requests.decode_reserved_s - sim.requests.first_token_s)
     assert (waited > 0).any()  # the tight decode pool made some wait for blocks
@@ -338,4 +339,5 @@ def test_property_every_request_moves_through_the_phases_in_order_and_no_kv_leak
     assert np.isnan(log.transfer_start_s[~moved]).all() and (log.finish_s[~moved] == log.first_token_s[~moved]).all()
     for replica in sim.replicas:
         s = replica.scheduler
-        assert s.kv.num_allocated_slots() == 0 and not s.held_kv and s.transfer_tokens == 0
+        assert s.kv.num_allocated_slots() == 0 and s.role.outside_batch_tokens == 0
+    assert not any(replica.scheduler.role.held for replica in sim.prefill_replicas)

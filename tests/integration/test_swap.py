@@ -39,7 +39,7 @@ def test_swapped_victim_resumes_without_recomputing():
     i = resumed.prefill_request_ids.index(2)
     assert resumed.swap_in_tokens == tokens and resumed.prefill_chunk_tokens[i] == 1  # no recompute
     assert a.num_output_tokens == b.num_output_tokens == 10
-    assert sched.swap_free_tokens == 100 and kv.num_free_blocks == 6
+    assert sched.swap.free_tokens == 100 and kv.num_free_blocks == 6
 
 
 def test_swap_moves_bytes_over_the_host_link_and_saves_prefill():

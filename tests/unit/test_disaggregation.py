@@ -12,6 +12,7 @@ from sim.errors import ConfigError
 from sim.kv.paged import PagedKVManager
 from sim.model.interconnects import INTERCONNECTS, get_interconnect
 from sim.sched.continuous import ContinuousScheduler
+from sim.sched.disagg_roles import DecodeRole, PrefillRole
 
 
 def test_transfer_without_overlap_is_bytes_over_bandwidth_plus_latency():
@@ -47,14 +48,15 @@ def test_interconnect_catalog_rates_and_errors():
         get_interconnect("nvlink9")
 
 
-def scheduler(num_blocks: int, *, hold: bool = False, max_num_seqs: int = 8) -> ContinuousScheduler:
-    return ContinuousScheduler(PagedKVManager(num_blocks, 16), max_num_seqs=max_num_seqs,
-                               max_num_batched_tokens=4096, chunked_prefill=False, max_model_len=4096,
-                               hold_kv_on_finish=hold)
+def scheduler(num_blocks: int, *, role: str, max_num_seqs: int = 8) -> ContinuousScheduler:
+    s = ContinuousScheduler(PagedKVManager(num_blocks, 16), max_num_seqs=max_num_seqs,
+                            max_num_batched_tokens=4096, chunked_prefill=False, max_model_len=4096)
+    s.role = PrefillRole(s.kv) if role == "prefill" else DecodeRole(s)
+    return s
 
 
 def test_prefill_replica_holds_the_kv_until_released():
-    s = scheduler(10, hold=True)
+    s = scheduler(10, role="prefill")
     proxy = make_request(40, 1)  # the prefill replica's copy asks for one token
     assert s.add_request(proxy)
     plan = s.schedule(0.0)
@@ -64,24 +66,25 @@ def test_prefill_replica_holds_the_kv_until_released():
     assert s.kv.num_free_blocks == 10 - 3  # 40 tokens in 3 blocks of 16, still held
     assert s.kv_usage().token_slots == 40  # counted as token states, not fragmentation
     assert s.schedule(0.05) is None  # nothing left to run
-    s.release_held_kv(proxy)
-    assert s.kv.num_free_blocks == 10 and not s.held_kv and s.kv_usage().token_slots == 0
+    s.role.release(proxy)
+    assert s.kv.num_free_blocks == 10 and not s.role.held and s.kv_usage().token_slots == 0
 
 
 def test_decode_replica_reserves_blocks_then_decodes_a_prefilled_request():
-    s = scheduler(5)
+    s = scheduler(5, role="decode")
     request = make_request(64, 4)
     request.num_computed_tokens, request.num_output_tokens = 64, 1  # prompt computed elsewhere, first token out
-    assert s.reserve_prefilled(request)
+    assert s.role.reserve(request)
     assert s.kv.num_free_blocks == 5 - 4  # exactly the prompt's 4 blocks
     other = make_request(64, 4)
     other.num_computed_tokens, other.num_output_tokens = 64, 1
-    assert not s.reserve_prefilled(other)  # 4 more blocks are not free: nothing changed
-    assert s.kv.num_free_blocks == 1 and s.num_reserved_prefilled == 1
+    assert not s.role.reserve(other)  # 4 more blocks are not free: nothing changed
+    assert s.kv.num_free_blocks == 1 and s.role.num_reserved == 1
+    assert s.kv_usage().token_slots == 64  # its KV on its way counts as token states
     assert s.schedule(0.0) is None  # reserved, but its KV has not arrived
-    s.add_prefilled(request)
+    s.role.receive(request)
     joined = []
-    s.on_join = lambda r, now: joined.append((r.request_id, now))
+    s.role.on_join = lambda r, now: joined.append((r.request_id, now))
     plan = s.schedule(1.0)
     assert joined == [(request.request_id, 1.0)]
     assert plan.num_decode_seqs == 1 and not plan.prefill_request_ids
@@ -94,13 +97,13 @@ def test_decode_replica_reserves_blocks_then_decodes_a_prefilled_request():
         finished = s.update_from_output(plan, now).finished
         plan = s.schedule(now) if not finished else plan
     assert finished == [request] and request.num_output_tokens == 4 and s.kv.num_free_blocks == 5
-    assert s.reserve_prefilled(other)
+    assert s.role.reserve(other)
 
 
 def test_decode_replica_reservation_counts_against_max_num_seqs():
-    s = scheduler(100, max_num_seqs=1)
+    s = scheduler(100, role="decode", max_num_seqs=1)
     first, second = make_request(16, 4), make_request(16, 4)
     for r in (first, second):
         r.num_computed_tokens, r.num_output_tokens = 16, 1
-    assert s.reserve_prefilled(first)
-    assert not s.reserve_prefilled(second)  # the one sequence slot is taken by the transfer in flight
+    assert s.role.reserve(first)
+    assert not s.role.reserve(second)  # the one sequence slot is taken by the transfer in flight

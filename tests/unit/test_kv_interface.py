@@ -47,12 +47,12 @@ def test_contiguous_has_no_blocks_no_cache_and_no_sharing():
     kv = ContiguousKVManager(capacity_slots=100, reserve="oracle", max_len=100)
     r = make_request(10, 5)
     assert kv.block_size is None and kv.num_free_blocks == 0 and kv.blocks_for(1000) == 0
-    assert kv.get_computed_blocks(r) == 0 and not kv.cow_pending
+    assert kv.get_computed_blocks(r) == 0 and not kv.forks.pending
     assert kv.admit(r, 64, chunked=False) == 10 and kv.held_slots(r.request_id) == 14
-    assert kv.num_cow_blocks_needed([r.request_id]) == 0 and kv.copy_on_write([r.request_id]) == []
+    assert kv.forks.num_copies_needed([r.request_id]) == 0 and kv.forks.copy_on_write([r.request_id]) == []
     assert kv.prefix_cache_stats().num_queries == 0 and kv.sharing_stats().shared_blocks == 0
     with pytest.raises(ValueError, match="fork.*paged"):
-        kv.fork(r, make_request(10, 5))
+        kv.forks.fork(r, make_request(10, 5))
 
 
 def test_contiguous_admit_takes_all_or_waits_unless_chunked():

@@ -20,12 +20,14 @@ from sim.cost.measured import (
     Grid2D,
     MeasuredCostModel,
     MeasuredFallback,
+    Shape,
     device_roofline,
     gemm_curve,
     load_tables,
     make_measured_cost_model,
     measured_gpus,
 )
+from sim.cost.measured_kernel import SHAPE_DECODE
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
 
@@ -101,8 +103,7 @@ def test_attention_grid_points_are_reproduced(converted):
     roof = device_roofline(tables.gemm)
     rows = tables.generation[tables.generation.kv_dtype == "bf16"]
 
-    def shape(b, x):
-        return roof.time(4.0 * 32 * 128 * b * x, b * x * 2 * 8 * 128 * 2)
+    shape = Shape(SHAPE_DECODE, (32, 8, 128, 2), roof)  # 32 query heads, 8 KV heads of 128, 2 bytes an element
     grid = Grid2D(rows, "batch_size", "kv_tokens", shape, "decode", Counter())
     for r in rows.itertuples():
         assert grid(r.batch_size, r.kv_tokens) == pytest.approx(r.latency_ms * 1e-3, rel=1e-12)

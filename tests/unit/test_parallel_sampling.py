@@ -31,7 +31,7 @@ def test_forked_sequences_share_the_prompt_and_copy_the_partial_block():
         finished += sched.update_from_output(plan, now).finished
         plan = sched.schedule(now)
     assert finished == [r] and r.finish_s == now  # the request returns once, with its last sequence
-    assert kv.num_free_blocks == 64 and not sched.running and not sched.groups
+    assert kv.num_free_blocks == 64 and not sched.running and not sched.sampling.remaining
 
 
 def scenario(samples=1, beam=1, prefix_caching=False):

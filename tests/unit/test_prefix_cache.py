@@ -206,42 +206,44 @@ def test_fork_and_copy_on_write():
     assert admit(kv, parent) == [0, 1]
     parent.num_computed_tokens = 6
     child = req(6)
-    kv.fork(parent, child)
+    kv.forks.fork(parent, child)
     child.num_computed_tokens = 6
     assert kv.sharing and kv.block_tables[child.request_id] == [0, 1] and kv.ref_counts[:2] == [2, 2]
-    assert kv.cow_pending == {parent.request_id, child.request_id}
+    assert kv.forks.pending == {parent.request_id, child.request_id}
     stats = kv.sharing_stats()
     assert stats.shared_blocks == 2 and stats.saved_blocks == 2 and stats.saved_slots == 8
     assert kv.usage(12).shared_slots == 6 and kv.usage(12).token_slots == 6  # block 1 holds 2 tokens
-    assert kv.num_cow_blocks_needed([parent.request_id, child.request_id]) == 1
-    with pytest.raises(RuntimeError, match="copy_on_write"):
+    assert kv.forks.num_copies_needed([parent.request_id, child.request_id]) == 1
+    with pytest.raises(RuntimeError, match="copy_before_write"):
         kv.append_one_block_each([parent.request_id])
     # Both write their next token this step: the first copies, the last keeps the original.
-    assert kv.copy_on_write([parent.request_id, child.request_id]) == [2]
+    assert kv.forks.copy_on_write([parent.request_id, child.request_id]) == [2]
     assert kv.block_tables[parent.request_id] == [0, 2] and kv.block_tables[child.request_id] == [0, 1]
-    assert kv.ref_counts[:3] == [2, 1, 1] and kv.sharing_stats().num_cow_copies == 1 and not kv.cow_pending
+    assert kv.ref_counts[:3] == [2, 1, 1] and kv.sharing_stats().num_cow_copies == 1 and not kv.forks.pending
     assert kv.usage(14).shared_slots == 4
     kv.free(parent)
     kv.free(child)
     assert_empty(kv)
 
 
-def test_copy_on_write_through_allocate_slots_and_all_or_nothing():
+def test_copy_on_write_comes_before_allocate_slots_and_is_all_or_nothing():
     kv = PagedKVManager(3, 4)
     parent, child = req(6), req(6)
     admit(kv, parent)
     parent.num_computed_tokens = 6
-    kv.fork(parent, child)
+    kv.forks.fork(parent, child)
     child.num_computed_tokens = 6
     other = req(4)
     assert admit(kv, other) == [2]  # the cache is full
-    assert kv.copy_on_write([child.request_id]) is None and kv.cow_pending
-    assert kv.allocate_slots(child, 1) is None
+    assert kv.forks.copy_on_write([child.request_id]) is None and kv.forks.pending
+    with pytest.raises(RuntimeError, match="shared block 1"):
+        kv.allocate_slots(child, 1)  # a write into the shared, partly filled block before its copy
     kv.free(other)
-    assert kv.allocate_slots(child, 1) == [2]  # the copy
-    assert kv.block_tables[child.request_id] == [0, 2] and child.request_id not in kv.cow_pending
+    assert kv.forks.copy_on_write([child.request_id]) == [2]  # the copy
+    assert kv.allocate_slots(child, 1) == []  # token 7 goes into it: no new block
+    assert kv.block_tables[child.request_id] == [0, 2] and child.request_id not in kv.forks.pending
     # The parent is now the only holder of block 1: writing into it needs no copy.
-    assert kv.copy_on_write([parent.request_id]) == [] and not kv.cow_pending
+    assert kv.forks.copy_on_write([parent.request_id]) == [] and not kv.forks.pending
     kv.free(child)
     kv.free(parent)
     assert_empty(kv)
@@ -254,9 +256,9 @@ def test_fork_on_a_block_boundary_needs_no_copy():
     parent.num_computed_tokens = 8
     children = [req(8, [1, 2]) for _ in range(3)]  # parallel sampling, n = 4
     for child in children:
-        kv.fork(parent, child)
+        kv.forks.fork(parent, child)
         child.num_computed_tokens = 8
-    assert kv.ref_counts[:2] == [4, 4] and not kv.cow_pending
+    assert kv.ref_counts[:2] == [4, 4] and not kv.forks.pending
     assert kv.sharing_stats().saved_blocks == 6
     kv.append_one_block_each([parent.request_id] + [c.request_id for c in children])
     assert [kv.block_tables[r.request_id][-1] for r in [parent] + children] == [2, 3, 4, 5]
@@ -271,7 +273,7 @@ def test_fork_needs_synced_parent():
     parent = req(6)
     admit(kv, parent)  # blocks for 6 tokens, not yet computed
     with pytest.raises(ValueError, match="fork"):
-        kv.fork(parent, req(6))
+        kv.forks.fork(parent, req(6))
 
 
 def test_release_tail_blocks_and_append_blocks_with_sharing():
@@ -359,6 +361,8 @@ def test_random_shared_prefixes_stay_in_capacity_and_leak_nothing(data, num_bloc
                 live.append(r)
         elif op == "step" and live:
             r = data.draw(st.sampled_from(live))
+            if kv.forks.copy_on_write([r.request_id]) is None:
+                continue  # its last block is shared, partly filled, and there is no room for its copy
             table = kv.block_tables[r.request_id]
             filled = min(len(table) * block_size, r.num_prompt_tokens + r.max_output_tokens)
             r.num_computed_tokens = max(r.num_computed_tokens, min(filled, r.num_computed_tokens + block_size))
@@ -371,11 +375,11 @@ def test_random_shared_prefixes_stay_in_capacity_and_leak_nothing(data, num_bloc
             table = kv.block_tables[parent.request_id]
             parent.num_computed_tokens = max(1, len(table) * block_size - data.draw(st.integers(0, block_size - 1)))
             child = req(parent.num_prompt_tokens, list(parent.prefix_ids), unit=unit)
-            kv.fork(parent, child)
+            kv.forks.fork(parent, child)
             child.num_computed_tokens = parent.num_computed_tokens
             live.append(child)
         elif op == "cow" and live:
-            kv.copy_on_write([r.request_id for r in live])
+            kv.forks.copy_on_write([r.request_id for r in live])
         kv.check_consistency()
         assert 0 <= kv.num_free_blocks <= num_blocks
         assert kv.num_allocated_slots() <= kv.capacity_slots

@@ -1,0 +1,396 @@
+"""The API front-end as a stage of the event model (issue 30): client -> front-end -> engine -> front-end -> client.
+
+The front-end is `num_processes` server processes in front of the replicas (vLLM's API server processes:
+HTTP, the chat template, tokenization on the way in; detokenization and streaming on the way out). Its
+arithmetic is written once, here, as numba functions over arrays, and runs outside the engine loop: one pass
+before it and one after. Both engines (the SimPy engine and the compiled core) are handed the same arrival
+times and write the same records, so neither loop changes, and their records stay identical.
+
+**Inbound** (`inbound`): requests in the order the client sends them (ties: the workload's order) each take
+the process that is free soonest (several free: the one idle longest, then the lowest number), wait for it,
+and occupy it for `per_request_s + per_prompt_token_s x prompt tokens`. The engine sees the request when that
+work ends. With several processes a short request may overtake a long one: the engine gets the requests in
+the order they leave the front-end, and the records keep the workload's request ids.
+
+**Outbound** (`outbound`): a request's response streams back through the process that took it in (its HTTP
+connection and detokenizer state live there). The first chunk carries the first token alone and is ready at
+the engine's first-token time (as vLLM sends the first token at once); then one chunk per `tokens_per_chunk`
+tokens, the last chunk (what remains) ready at the engine's last-token time. A chunk costs
+`per_output_chunk_s + per_output_token_s x its tokens`. The records keep each request's first- and last-token
+times, not every token's, so:
+
+- *Assumption (even spacing):* the chunks between the first and the last are taken to be spread evenly over
+  that interval; their work is modelled as a fluid that arrives at a constant rate over it (the first and
+  the last chunk stay discrete: they are all the client-side metrics read). A request alone on its process
+  gets each of them one chunk's work after the engine produced it, exactly. While a process keeps up with
+  its streams, the two agree with a chunk-by-chunk model to within one chunk's work (a chunk that finds
+  another stream's chunk in service waits for it there, not in the fluid; tests/unit/test_frontend_passes.py). When
+  it does not keep up, the backlog grows at the streams' summed rate less the process's free time, as it does
+  chunk by chunk, and the process's total work is the same.
+- *Assumption (inbound first):* the inbound pass fixes the engine's arrival times before the engine runs
+  (one engine run: a second would double the cost of a run), so it cannot see the chunks the engine will
+  produce. Inbound work therefore has (preemptive) priority over streaming: the outbound pass serves the
+  chunks, first come first served, in the time the inbound work leaves free on each process. A real asyncio
+  front-end interleaves the two in the order they become ready; under a front-end overload this model hands
+  requests to the engine sooner than that and delays their streams more. The totals agree: the processes do
+  the same work, so the rate at which clients receive complete responses saturates at
+  num_processes / (inbound + outbound work per request), as in the real front-end.
+
+Client-side times: `client_first_token_s` / `client_last_token_s` are when the first / last chunk leaves the
+front-end (the network between front-end and client is not modelled). TTFT as `vllm bench serve` measures it is
+client_first_token_s - client send time. Costs: O(requests x log(num_processes)) inbound, O(requests x log
+requests) outbound (sorting the stream events), no per-token work.
+
+A closed loop's next request depends on the client receiving the previous reply, which the engine loop decides:
+passes outside the loop cannot model it, so a closed loop with a front-end is refused (`sim.config.schema`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.cost.jit import njit
+from sim.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class FrontendCosts:
+    """The front-end's numbers (the scenario's `frontend:` section), with units in their names."""
+
+    num_processes: int  # server processes, each serving one piece of work at a time
+    per_request_s: float  # inbound, once per request: HTTP, parsing, the chat template
+    per_prompt_token_s: float  # inbound, per prompt token: tokenization
+    per_output_chunk_s: float  # outbound, per streamed chunk: one SSE event (framing, the write)
+    per_output_token_s: float = 0.0  # outbound, per output token: detokenization
+    tokens_per_chunk: int = 1  # output tokens per streamed chunk after the first (the first is the first token alone)
+
+    @classmethod
+    def of(cls, spec) -> FrontendCosts:
+        """From the validated `FrontendSpec`."""
+        return cls(spec.num_processes, spec.per_request_s, spec.per_prompt_token_s, spec.per_output_chunk_s,
+                   spec.per_output_token_s, spec.tokens_per_chunk)
+
+    def inbound_work_s(self, prompt_tokens: np.ndarray) -> np.ndarray:
+        """Each request's inbound work (seconds on one process)."""
+        return self.per_request_s + self.per_prompt_token_s * np.asarray(prompt_tokens, dtype=np.float64)
+
+    def chunk_work_s(self, output_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Per request: (chunks, first chunk's work, the middle chunks' work together, last chunk's work), in
+        seconds. `output_tokens` 0: no chunk; 1: the first chunk only; else 1 + ceil((tokens - 1) /
+        tokens_per_chunk) chunks."""
+        out = np.asarray(output_tokens, dtype=np.int64)
+        k = self.tokens_per_chunk
+        chunks = np.where(out > 0, 1 + (np.maximum(out, 1) - 1 + k - 1) // k, 0)
+        middle = np.maximum(chunks - 2, 0)
+        last_tokens = np.where(chunks >= 2, out - 1 - k * middle, 0)
+        c, t = self.per_output_chunk_s, self.per_output_token_s
+        first = np.where(chunks >= 1, c + t, 0.0)
+        middle_s = middle * (c + t * k)
+        last = np.where(chunks >= 2, c + t * last_tokens, 0.0)
+        return chunks, first, middle_s.astype(np.float64), last
+
+
+# --------------------------------------------------------------------------------------------------
+# The arithmetic (numba; plain Python without it)
+
+
+@njit(cache=True)
+def fifo_servers(ready_s, work_s, num_servers):
+    """N first-come-first-served servers: jobs in the given order (their ready times non-decreasing), each on
+    the server free soonest (ties: lowest number). Returns (start_s, end_s, server) per job."""
+    n = len(ready_s)
+    start = np.empty(n)
+    end = np.empty(n)
+    server = np.empty(n, dtype=np.int64)
+    # A binary min-heap of (free time, server number); every server free at time 0.
+    free = np.zeros(num_servers)
+    ids = np.arange(num_servers)
+    for i in range(n):
+        t0 = free[0]
+        k = ids[0]
+        s = ready_s[i] if ready_s[i] > t0 else t0
+        e = s + work_s[i]
+        start[i] = s
+        end[i] = e
+        server[i] = k
+        # the root's free time grows to e: sift it down
+        pos = 0
+        while True:
+            left = 2 * pos + 1
+            if left >= num_servers:
+                break
+            child = left
+            right = left + 1
+            if right < num_servers and (free[right] < free[left] or (free[right] == free[left] and ids[right] < ids[left])):
+                child = right
+            if free[child] < e or (free[child] == e and ids[child] < k):
+                free[pos] = free[child]
+                ids[pos] = ids[child]
+                pos = child
+            else:
+                break
+        free[pos] = e
+        ids[pos] = k
+    return start, end, server
+
+
+@njit(cache=True)
+def _count_below(values, lo, hi, x, strict):
+    """First index in values[lo:hi] (non-decreasing) whose value is >= x (strict) or > x (not strict)."""
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if values[mid] < x or (not strict and values[mid] == x):
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@njit(cache=True)
+def idle_finish(t, work, starts, ends, busy_before, idle_before, busy_total, lo, hi):
+    """When `work` seconds of a process's free time, counted from `t`, are used up: the process is busy on
+    inbound work over the intervals [starts[j], ends[j]) for j in [lo, hi) (sorted, disjoint);
+    busy_before[j] is the busy time of the process's intervals before j, busy_total all of it, and
+    idle_before[j] = starts[j] - busy_before[j] the free time before interval j starts."""
+    if work <= 0.0:
+        return t
+    j = _count_below(ends, lo, hi, t, False)  # the first interval ending after t
+    t0 = t
+    if j < hi and starts[j] <= t:  # t is inside it: free time starts when it ends
+        t0 = ends[j]
+        j += 1
+    if j >= hi or t0 + work <= starts[j]:
+        return t0 + work
+    # The work runs past interval j: find the last interval that starts before the free time reaches the total.
+    target = (t0 - busy_before[j]) + work
+    m = _count_below(idle_before, j, hi, target, True)
+    if m <= j:
+        m = j + 1
+    return t0 + work + ((busy_before[m] if m < hi else busy_total) - busy_before[j])
+
+
+@njit(cache=True)
+def _outbound(num_servers, offsets, in_start, in_end, busy_before, idle_before, busy_total, f_offsets, f_order,
+              l_offsets, l_order, first_s, last_s, first_work, middle_work, last_work, has_last, client_first,
+              client_last):
+    """The outbound pass, process by process: a sweep over the process's inbound intervals and its streams'
+    first and last chunks in time order, keeping the backlog of outbound work (first come, first served, in
+    the time inbound work leaves free); each chunk's departure is `idle_finish` of the backlog ahead of it
+    plus its own work. See the module docstring."""
+    for k in range(num_servers):
+        lo, hi = offsets[k], offsets[k + 1]
+        nb = 2 * (hi - lo)  # interval boundaries: start, end, start, end, ...
+        b = 0
+        fi, fe = f_offsets[k], f_offsets[k + 1]
+        li, le = l_offsets[k], l_offsets[k + 1]
+        backlog = 0.0
+        rate = 0.0
+        active = 0
+        busy = False
+        t_prev = 0.0
+        while b < nb or fi < fe or li < le:
+            # the next event: a boundary, then a first chunk, then a last chunk, at equal times in that order
+            tb = math.inf
+            if b < nb:
+                j = lo + b // 2
+                tb = in_start[j] if b % 2 == 0 else in_end[j]
+            tf = first_s[f_order[fi]] if fi < fe else math.inf
+            tl = last_s[l_order[li]] if li < le else math.inf
+            if tb <= tf and tb <= tl:
+                kind, t = 0, tb
+            elif tf <= tl:
+                kind, t = 1, tf
+            else:
+                kind, t = 2, tl
+            if t > t_prev:
+                capacity = 0.0 if busy else 1.0
+                backlog = backlog + (rate - capacity) * (t - t_prev)
+                if backlog < 0.0:
+                    backlog = 0.0
+                t_prev = t
+            if kind == 0:
+                busy = b % 2 == 0
+                b += 1
+            elif kind == 1:
+                i = f_order[fi]
+                fi += 1
+                client_first[i] = idle_finish(t, backlog + first_work[i], in_start, in_end, busy_before,
+                                              idle_before, busy_total[k], lo, hi)
+                backlog += first_work[i]
+                if has_last[i]:
+                    span = last_s[i] - first_s[i]
+                    if span > 0.0 and middle_work[i] > 0.0:
+                        rate += middle_work[i] / span
+                        active += 1
+                else:
+                    client_last[i] = client_first[i]
+            else:
+                i = l_order[li]
+                li += 1
+                span = last_s[i] - first_s[i]
+                if span > 0.0 and middle_work[i] > 0.0:
+                    active -= 1
+                    rate = rate - middle_work[i] / span if active > 0 else 0.0
+                else:
+                    backlog += middle_work[i]  # no time between first and last token: the middle chunks at once
+                client_last[i] = idle_finish(t, backlog + last_work[i], in_start, in_end, busy_before,
+                                             idle_before, busy_total[k], lo, hi)
+                backlog += last_work[i]
+
+
+# --------------------------------------------------------------------------------------------------
+# The two passes over arrays
+
+
+@dataclass(frozen=True)
+class Inbound:
+    """The inbound pass's result, per request in the order given (the workload's)."""
+
+    send_s: np.ndarray  # when the client sent it
+    start_s: np.ndarray  # when its process started its inbound work
+    arrival_s: np.ndarray  # when that work ended: the engine's arrival time
+    process: np.ndarray  # int64: which front-end process took it
+    work_s: np.ndarray  # its inbound work (seconds)
+    num_processes: int
+
+    def engine_order(self) -> np.ndarray:
+        """Request indices in the order the engine receives them (ties: the order given)."""
+        return np.argsort(self.arrival_s, kind="stable")
+
+
+def inbound(send_s: np.ndarray, prompt_tokens: np.ndarray, costs: FrontendCosts) -> Inbound:
+    """Client send times -> engine arrival times, on `costs.num_processes` first-come-first-served processes."""
+    send_s = np.asarray(send_s, dtype=np.float64)
+    work = costs.inbound_work_s(prompt_tokens)
+    order = np.argsort(send_s, kind="stable")
+    start_o, end_o, server_o = fifo_servers(send_s[order], work[order], costs.num_processes)
+    start, end, server = (np.empty_like(a) for a in (start_o, end_o, server_o))
+    start[order], end[order], server[order] = start_o, end_o, server_o
+    return Inbound(send_s, start, end, server, work, costs.num_processes)
+
+
+def _grouped(keys: np.ndarray, times: np.ndarray, ids: np.ndarray, num_groups: int) -> tuple[np.ndarray, np.ndarray]:
+    """`ids` sorted by (key, time, id), and the offset of each key's run (num_groups + 1 offsets)."""
+    order = ids[np.lexsort((ids, times[ids], keys[ids]))]
+    offsets = np.searchsorted(keys[order], np.arange(num_groups + 1), side="left").astype(np.int64)
+    return order.astype(np.int64), offsets
+
+
+@dataclass(frozen=True)
+class Outbound:
+    """The outbound pass's result, per request in the inbound pass's order: when the client received its first
+    and last chunk (NaN: no token), and the front-end's outbound work (seconds)."""
+
+    client_first_token_s: np.ndarray
+    client_last_token_s: np.ndarray
+    work_s: np.ndarray
+
+
+def outbound(inb: Inbound, first_token_s: np.ndarray, last_token_s: np.ndarray, output_tokens: np.ndarray,
+             costs: FrontendCosts) -> Outbound:
+    """Engine token times -> client receive times, per request in `inb`'s order (NaN first token: no chunk)."""
+    n, num = len(inb.send_s), inb.num_processes
+    first_token_s = np.asarray(first_token_s, dtype=np.float64)
+    last_token_s = np.asarray(last_token_s, dtype=np.float64)
+    out = np.where(np.isfinite(first_token_s), np.asarray(output_tokens, dtype=np.int64), 0)
+    chunks, first_work, middle_work, last_work = costs.chunk_work_s(out)
+    # The inbound intervals of each process in time order, with the busy and free time before each.
+    by_process, offsets = _grouped(inb.process, inb.start_s, np.arange(n), num)
+    in_start, in_end = inb.start_s[by_process], inb.arrival_s[by_process]
+    busy_before, busy_total = np.zeros(n), np.zeros(num)
+    for k in range(num):  # per process, a cumulative sum
+        lo, hi = offsets[k], offsets[k + 1]
+        if hi > lo:
+            cum = np.cumsum(in_end[lo:hi] - in_start[lo:hi])
+            busy_before[lo + 1:hi] = cum[:-1]
+            busy_total[k] = cum[-1]
+    idle_before = in_start - busy_before
+    streaming = np.flatnonzero(chunks >= 1)
+    f_order, f_offsets = _grouped(inb.process, first_token_s, streaming, num)
+    last_at = np.where(chunks >= 2, last_token_s, first_token_s)
+    with_last = np.flatnonzero(chunks >= 2)
+    l_order, l_offsets = _grouped(inb.process, last_at, with_last, num)
+    client_first = np.full(n, np.nan)
+    client_last = np.full(n, np.nan)
+    _outbound(num, offsets, in_start, in_end, busy_before, idle_before, busy_total, f_offsets, f_order, l_offsets,
+              l_order, first_token_s, last_at, first_work, middle_work, last_work, chunks >= 2, client_first,
+              client_last)
+    return Outbound(client_first, client_last, first_work + middle_work + last_work)
+
+
+# --------------------------------------------------------------------------------------------------
+# The stage as `sim.run.simulate` uses it
+
+
+class FrontendStage:
+    """The front-end around one run: `engine_workload` (the inbound pass's arrivals, in the engine's order) goes
+    to the engine; `client_side(requests)` adds the outbound pass's client-side columns to its records."""
+
+    def __init__(self, spec, workload):
+        if workload.closed_loop is not None:
+            raise ConfigError("frontend: not allowed with workload.arrival.kind 'closed_loop' (a closed loop's next "
+                              "request waits for the reply the front-end streams); allowed: an open arrival process")
+        self.costs = FrontendCosts.of(spec)
+        self.workload = workload
+        self.inbound = inbound(workload.arrival_s, workload.input_tokens, self.costs)
+        order = self.inbound.engine_order()
+        self.order = order  # engine request id -> the workload's request id
+        identity = bool(np.array_equal(order, np.arange(len(order))))
+        self.engine_workload = dataclasses.replace(
+            workload, arrival_s=self.inbound.arrival_s[order], input_tokens=workload.input_tokens[order],
+            output_tokens=workload.output_tokens[order],
+            hash_ids=_reordered(workload.hash_ids, order, identity),
+            prefix_ids=_reordered(workload.prefix_ids, order, identity),
+            conversation_ids=None if workload.conversation_ids is None else workload.conversation_ids[order])
+        self.outbound: Outbound | None = None
+
+    def client_side(self, requests):
+        """The engine's request records (`sim.results.requests_table`) with the client-side columns and the
+        workload's request ids (`sim.results.with_client_side`)."""
+        from sim.results import with_client_side
+        n = len(self.order)
+        engine_ids = np.asarray(requests["request_id"], dtype=np.int64)
+        ids = self.order[engine_ids]
+        first, last, out = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
+        first[ids] = requests["first_token_s"]
+        last[ids] = requests["last_token_s"]
+        out[ids] = requests["output_tokens"]
+        self.outbound = outbound(self.inbound, first, last, out, self.costs)
+        return with_client_side(requests, ids, {
+            "client_send_s": self.inbound.send_s[ids], "frontend_process": self.inbound.process[ids],
+            "client_first_token_s": self.outbound.client_first_token_s[ids],
+            "client_last_token_s": self.outbound.client_last_token_s[ids]})
+
+    @property
+    def last_receive_s(self) -> float:
+        """When the client received the run's last chunk (the run's end as the client sees it); 0 without any."""
+        last = self.outbound.client_last_token_s if self.outbound is not None else np.empty(0)
+        last = last[np.isfinite(last)]
+        return float(last.max()) if len(last) else 0.0
+
+    @property
+    def end_s(self) -> float:
+        """When the front-end's last work ended: its last inbound work or its last chunk (0 without any)."""
+        return max(float(self.inbound.arrival_s.max()) if len(self.inbound.arrival_s) else 0.0, self.last_receive_s)
+
+    @property
+    def busy_s(self) -> float:
+        """The front-end's work, inbound and outbound, summed over its processes (seconds)."""
+        out = float(self.outbound.work_s.sum()) if self.outbound is not None else 0.0
+        return float(self.inbound.work_s.sum()) + out
+
+    def __repr__(self) -> str:
+        c = self.costs
+        return (f"Frontend({c.num_processes} processes, {c.per_request_s:g} s/request + {c.per_prompt_token_s:g} "
+                f"s/prompt token in, {c.per_output_chunk_s:g} s/chunk + {c.per_output_token_s:g} s/token out, "
+                f"{c.tokens_per_chunk} tokens/chunk)")
+
+
+def _reordered(items: list | None, order: np.ndarray, identity: bool) -> list | None:
+    if items is None or identity:
+        return items
+    return [items[i] for i in order]

@@ -1,0 +1,233 @@
+"""The API front-end (`frontend:`, sim/frontend.py) through `simulate`, the CLI, the timeline and the report."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pandas as pd
+import pytest
+import yaml
+
+from helpers import small_scenario
+from sim.config.files import validate_scenario
+from sim.results import CLIENT_COLUMNS, ENGINE_LATENCIES
+from sim.run import make_workload, simulate
+from sim.views.cli import main
+from sim.views.report import render_report
+from sim.views.timeline import timeline_events
+
+FRONTEND = {"num_processes": 3, "per_request_s": 0.02, "per_prompt_token_s": 5e-5, "per_output_chunk_s": 5e-4}
+
+
+def run(changes: dict | None = None, **sections):
+    return simulate(validate_scenario(small_scenario(changes, **sections)))
+
+
+def assert_same_summary(want: dict, got: dict, keys=None):
+    for key in keys if keys is not None else want:
+        a, b = want[key], got[key]
+        if isinstance(a, float) and math.isnan(a):
+            assert isinstance(b, float) and math.isnan(b), key
+        else:
+            assert a == b, (key, a, b)
+
+
+LOADED = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 40},
+                       "lengths": {"kind": "uniform", "input_min": 10, "input_max": 800, "output_min": 1,
+                                   "output_max": 60}},
+          "run": {"num_requests": 300}}
+
+
+def test_compiled_core_and_simpy_engine_give_identical_records():
+    results = []
+    for compiled in (False, True):
+        results.append(run(LOADED, frontend=FRONTEND, run={"compiled_core": compiled}))
+    python, compiled = results
+    assert python.extras["engine_core"].startswith("python") and compiled.extras["engine_core"] == "compiled"
+    pd.testing.assert_frame_equal(python.requests, compiled.requests, check_exact=True)
+    pd.testing.assert_frame_equal(python.steps, compiled.steps, check_exact=True)
+    assert list(python.summary) == list(compiled.summary)
+    assert_same_summary(python.summary, compiled.summary)
+    # the front-end reordered requests (3 processes, prompts of different lengths): the engine saw another order
+    arrival = python.requests["arrival_s"].to_numpy()
+    assert (np.diff(arrival) < 0).any()
+
+
+def test_records_keep_the_workload_request_ids():
+    scenario = validate_scenario(small_scenario(LOADED, frontend=FRONTEND))
+    workload = make_workload(scenario)
+    r = simulate(scenario, workload)
+    ids = r.requests["request_id"].to_numpy()
+    assert ids.tolist() == list(range(len(ids)))
+    np.testing.assert_array_equal(r.requests["client_send_s"].to_numpy(), workload.arrival_s[ids])
+    np.testing.assert_array_equal(r.requests["prompt_tokens"].to_numpy(), workload.input_tokens[ids])
+    np.testing.assert_array_equal(r.requests["max_output_tokens"].to_numpy(), workload.output_tokens[ids])
+    req = r.requests
+    assert (req["arrival_s"] >= req["client_send_s"]).all()
+    fin = req[req["finished"]]
+    assert (fin["client_first_token_s"] >= fin["first_token_s"]).all()
+    assert (fin["client_last_token_s"] >= fin["last_token_s"]).all()
+    assert (fin["ttft_s"] >= fin["engine_ttft_s"]).all() and (fin["e2e_s"] >= fin["engine_e2e_s"]).all()
+
+
+def test_zero_costs_change_nothing():
+    off = run(LOADED)
+    on = run(LOADED, frontend={"num_processes": 2, "per_request_s": 0, "per_prompt_token_s": 0,
+                               "per_output_chunk_s": 0})
+    pd.testing.assert_frame_equal(off.requests, on.requests[list(off.requests.columns)], check_exact=True)
+    pd.testing.assert_frame_equal(off.steps, on.steps, check_exact=True)
+    assert_same_summary(off.summary, on.summary)
+    for client, engine in (("client_send_s", "arrival_s"), ("client_first_token_s", "first_token_s"),
+                           ("client_last_token_s", "last_token_s")):
+        pd.testing.assert_series_equal(on.requests[client], on.requests[engine], check_names=False)
+    assert on.summary["frontend_busy_fraction"] == 0.0
+    assert set(CLIENT_COLUMNS) | set(ENGINE_LATENCIES.values()) <= set(on.requests.columns)
+    assert not set(CLIENT_COLUMNS) & set(off.requests.columns)  # off: the records as they were
+
+
+def test_concurrency_one_adds_the_front_end_work_to_ttft():
+    # one request every 2 s, each alone in the system: TTFT grows by exactly the inbound work and one chunk
+    sparse = {"workload": {"arrival": {"kind": "constant", "rate_per_s": 0.5},
+                           "lengths": {"kind": "fixed", "input_tokens": 300, "output_tokens": 20}},
+              "run": {"num_requests": 8}}
+    fe = {"per_request_s": 0.03, "per_prompt_token_s": 4e-5, "per_output_chunk_s": 2e-4}
+    off, on = run(sparse), run(sparse, frontend=fe)
+    added = 0.03 + 300 * 4e-5 + 2e-4
+    req = on.requests
+    np.testing.assert_allclose(req["ttft_s"] - req["engine_ttft_s"], added, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(req["engine_ttft_s"], off.requests["ttft_s"], rtol=1e-9)
+    np.testing.assert_allclose(req["frontend_in_s"], 0.03 + 300 * 4e-5, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(req["frontend_out_last_s"], 2e-4, rtol=0, atol=1e-12)
+    np.testing.assert_allclose(req["tpot_s"], off.requests["tpot_s"], rtol=1e-9)  # one chunk delay at each end
+    assert on.summary["ttft_s_p50"] == pytest.approx(off.summary["ttft_s_p50"] + added, rel=1e-9)
+    assert on.summary["engine_ttft_s_p50"] == pytest.approx(off.summary["ttft_s_p50"], rel=1e-9)
+    assert on.summary["latency_measured_at"] == "client"
+
+
+@pytest.mark.parametrize("num_processes", [1, 2])
+def test_a_saturated_front_end_caps_the_client_rate(num_processes):
+    # 400 requests at once; each costs the front-end 10 ms in and 4 x 1 ms out: the clients receive complete
+    # replies at num_processes / 14 ms at most, and (the engine being far faster) close to it
+    burst = {"workload": {"arrival": {"kind": "burst"},
+                          "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 4}},
+             "run": {"num_requests": 400}}
+    r = run(burst, frontend={"num_processes": num_processes, "per_request_s": 0.01, "per_prompt_token_s": 0,
+                             "per_output_chunk_s": 0.001})
+    cap = num_processes / 0.014
+    assert r.summary["num_finished"] == 400
+    assert r.summary["throughput_rps"] <= cap * (1 + 1e-9)
+    assert r.summary["throughput_rps"] == pytest.approx(cap, rel=0.02)
+    assert r.summary["elapsed_s"] == pytest.approx(r.requests["client_last_token_s"].max(), rel=1e-12)
+    assert r.summary["frontend_busy_fraction"] == pytest.approx(1.0, rel=0.02)
+
+
+def test_deterministic():
+    a, b = run(LOADED, frontend=FRONTEND), run(LOADED, frontend=FRONTEND)
+    assert a.requests.to_csv().encode() == b.requests.to_csv().encode()
+    assert json.dumps(a.summary, sort_keys=True, default=str) == json.dumps(b.summary, sort_keys=True, default=str)
+
+
+def test_slo_is_checked_on_what_the_client_sees():
+    sparse = {"workload": {"arrival": {"kind": "constant", "rate_per_s": 0.5},
+                           "lengths": {"kind": "fixed", "input_tokens": 300, "output_tokens": 20}},
+              "run": {"num_requests": 8}}
+    off = run(sparse)
+    limit = off.summary["ttft_s_p99"] + 0.01  # met by the engine; not once the front-end adds 42 ms
+    slo = {"ttft_s": limit}
+    assert run(sparse, slo=slo).summary["slo_met"] is True
+    on = run(sparse, slo=slo, frontend={"per_request_s": 0.03, "per_prompt_token_s": 4e-5, "per_output_chunk_s": 2e-4})
+    assert on.summary["slo_met"] is False and on.summary["slo_ttft_p99"] == on.summary["ttft_s_p99"]
+
+
+def test_prefix_caching_and_replicas_follow_their_requests():
+    # the engine's reordering must carry each request's prompt content with it (prefix ids) to the SimPy engine
+    changes = small_scenario(LOADED, workload={"prefix": {"kind": "shared_system_prompt", "tokens": 256,
+                                                          "fraction": 0.8, "num_prompts": 2}},
+                             kv_cache={"enable_prefix_caching": True}, hardware={"num_replicas": 2})
+    scenario = validate_scenario({**changes, "frontend": FRONTEND})
+    workload = make_workload(scenario)
+    r = simulate(scenario, workload)
+    ids = r.requests["request_id"].to_numpy()
+    np.testing.assert_array_equal(r.requests["prompt_tokens"].to_numpy(), workload.input_tokens[ids])
+    assert r.summary["prefix_cache_hit_rate_tokens"] > 0
+
+
+def test_timeline_shows_the_front_end_spans():
+    r = run(LOADED, frontend=FRONTEND)
+    events = timeline_events(r.requests, r.steps, max_requests=5)
+    names = {e["name"] for e in events if e.get("tid") == 2 and e["ph"] == "b"}
+    assert {"front-end in", "front-end out", "queued", "prefill", "decode"} <= names
+    first = r.requests.sort_values("arrival_s").iloc[0]
+    spans = [e for e in events if e.get("id") == int(first.request_id) and e["ph"] in "be"]
+    assert spans[0]["ts"] == round(first.client_send_s * 1e6, 3)  # the request's span starts at the client's send
+    args = spans[0]["args"]
+    assert args["ttft_s"] == pytest.approx(first.ttft_s) and args["engine_ttft_s"] == pytest.approx(first.engine_ttft_s)
+    json.dumps(events, allow_nan=False)
+
+
+def test_report_and_cli_show_the_front_end(tmp_path, capsys):
+    r, off = run(LOADED, frontend=FRONTEND), run(LOADED)
+    html = render_report([r, off], "front-end")
+    assert "front-end busy share" in html and "engine TTFT p99 (s)" in html
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small_scenario(LOADED, frontend=FRONTEND)))
+    main(["run", str(path), "--out", str(tmp_path / "out")])
+    out = capsys.readouterr().out
+    assert "front-end in: send to engine mean (s)" in out and "TTFT, TPOT, E2E measured at" in out
+
+
+BAD = [
+    ({"num_processes": 0}, ["frontend.num_processes", "0", ">= 1"]),
+    ({"num_processes": 5000}, ["frontend.num_processes", "5000", "<= 1024"]),
+    ({"per_request_s": -0.001}, ["frontend.per_request_s", "-0.001", ">= 0"]),
+    ({"per_prompt_token_s": ".nan"}, ["frontend.per_prompt_token_s", "nan"]),
+    ({"per_output_chunk_s": "fast"}, ["frontend.per_output_chunk_s", "fast", "a number"]),
+    ({"tokens_per_chunk": 0}, ["frontend.tokens_per_chunk", "0", ">= 1"]),
+    ({"per_output_chunk_s": None}, ["frontend.per_output_chunk_s"]),
+    ({"num_procs": 2}, ["frontend.num_procs", "unknown key", "num_processes"]),
+]
+
+
+def _bad_scenario_file(tmp_path, frontend_changes: dict | None = None, **sections) -> str:
+    fe = {"num_processes": 1, "per_request_s": 0.001, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}
+    for key, value in (frontend_changes or {}).items():
+        if value is None:
+            fe.pop(key)
+        else:
+            fe[key] = value
+    text = yaml.safe_dump(small_scenario(frontend=fe, **sections)).replace("'.nan'", ".nan")
+    path = tmp_path / "bad.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def _one_error_line(argv, capsys) -> str:
+    with pytest.raises(SystemExit) as exit_info:
+        main(argv)
+    captured = capsys.readouterr()
+    assert exit_info.value.code == 2, captured.err
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in captured.err, captured.err
+    return lines[0]
+
+
+@pytest.mark.parametrize("changes, needles", BAD, ids=[next(iter(c)) + str(i) for i, (c, _) in enumerate(BAD)])
+def test_bad_values_exit_2_with_one_line(tmp_path, capsys, changes, needles):
+    line = _one_error_line(["run", _bad_scenario_file(tmp_path, changes), "-q", "--out", str(tmp_path / "o")],
+                           capsys)
+    for needle in needles:
+        assert needle in line, (needle, line)
+
+
+@pytest.mark.parametrize("sections, needles", [
+    ({"workload": {"arrival": {"kind": "closed_loop", "num_users": 2, "think_time_s": 0}}},
+     ["frontend", "closed_loop", "allowed: an open arrival"]),
+    ({"hardware": {"disaggregation": {}}}, ["frontend", "hardware.disaggregation", "allowed: a colocated"]),
+])
+def test_outside_the_model_exit_2_with_one_line(tmp_path, capsys, sections, needles):
+    line = _one_error_line(["run", _bad_scenario_file(tmp_path, **sections), "-q", "--out", str(tmp_path / "o")],
+                           capsys)
+    for needle in needles:
+        assert needle in line, (needle, line)
