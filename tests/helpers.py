@@ -1,9 +1,12 @@
-"""Small builders for unit tests of schedulers and KV managers (no event loop)."""
+"""Small builders for tests: requests for schedulers and KV managers (no event loop), scenarios, the CLI in a process."""
 
 from __future__ import annotations
 
 import itertools
 import math
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 from sim.core.request import Request
@@ -99,3 +102,24 @@ def expected_winners(summaries: dict[str, dict], tolerance: float = 0.02) -> lis
         vals = [val(n, m) for m, _ in order]
         return (rank, *[math.inf if math.isnan(v) else -s * v for v, (_, s) in zip(vals, order)], names.index(n))
     return sorted(pool, key=exact)
+
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def servesim(*args, cwd: Path = REPO) -> subprocess.CompletedProcess:
+    """`servesim ARGS` in a fresh process, on a narrow console: an error must stay on one line however wide."""
+    env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(REPO)}
+    return subprocess.run([sys.executable, "-m", "sim.views.cli", *map(str, args)], cwd=cwd, env=env,
+                          capture_output=True, text=True, timeout=300)
+
+
+def one_error_line(result: subprocess.CompletedProcess) -> str:
+    """The one `error:` line of a command that must exit 2 without a traceback."""
+    assert "Traceback" not in result.stderr + result.stdout, result.stderr
+    assert result.returncode == 2, (result.returncode, result.stdout, result.stderr)
+    lines = result.stderr.splitlines()
+    assert len(lines) == 1, result.stderr
+    line = lines[0]
+    assert line.startswith("error: ") and line[len("error: "):].strip(), line
+    return line

@@ -308,8 +308,9 @@ class SearchSpec(_Strict):
     """The planner's search space (`servesim plan`); run and compare ignore it."""
 
     gpus: list[str | GPUSpec] | None = Field(None, description="candidate GPUs; default: hardware.gpu")
-    tensor_parallel: list[int] | None = Field(None, description="candidate TP degrees; default: hardware.tensor_parallel")
-    pipeline_parallel: list[Annotated[int, Field(ge=1)]] | None = Field(
+    tensor_parallel: list[Annotated[int, Field(ge=1, le=MAX_GPUS_PER_REPLICA)]] | None = Field(
+        None, description="candidate TP degrees; default: hardware.tensor_parallel")
+    pipeline_parallel: list[Annotated[int, Field(ge=1, le=MAX_GPUS_PER_REPLICA)]] | None = Field(
         None, description="candidate pipeline depths, each tried with every TP degree; default: hardware.pipeline_parallel")
     policies: list[str] | None = Field(None, description="variant names to try; default: every variant")
     target_rate_per_s: float | None = Field(None, gt=0, le=MAX_RATE_PER_S,

@@ -536,6 +536,7 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
     """The search space: the scenario's `search:` section, then command-line overrides."""
     from sim.config.files import build_scenario_set
     from sim.config.schema import MAX_GPUS_PER_REPLICA, MAX_PLAN_SEEDS, MAX_REPLICAS, SearchSpec
+    # Command-line values, checked as the schema checks the file's (search.*: the same limits).
     for option, values, limit in (("--seeds", [num_seeds], MAX_PLAN_SEEDS), ("--max-replicas", [max_replicas], MAX_REPLICAS),
                                   ("--tp", tensor_parallel, MAX_GPUS_PER_REPLICA),
                                   ("--pp", pipeline_parallel, MAX_GPUS_PER_REPLICA)):
@@ -567,12 +568,8 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
             get_gpu(gpu, gpus_field)  # one line naming the unknown name and the catalog's
     tp_list = tensor_parallel if tensor_parallel is not None else (
         search.tensor_parallel or [base.hardware.tensor_parallel])
-    if any(tp < 1 for tp in tp_list):
-        raise ConfigError(f"--tp: {tp_list} must all be >= 1")
     pp_list = pipeline_parallel if pipeline_parallel is not None else (
         search.pipeline_parallel or [base.hardware.pipeline_parallel])
-    if any(pp < 1 for pp in pp_list):
-        raise ConfigError(f"--pp: {pp_list} must all be >= 1")
     target = rate if rate is not None else search.target_rate_per_s
     if target is None:
         target = arrival_rate(raw)  # a trace at its own pace: its recorded mean rate

@@ -7,17 +7,14 @@ the message says so, what is allowed.
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import yaml
-from helpers import small_scenario
+from helpers import one_error_line, servesim, small_scenario
 
-REPO = Path(__file__).resolve().parents[2]
 
 SMALL = small_scenario({'hardware': {'tensor_parallel': 1, 'num_replicas': 1},
                         'workload': {'lengths': {'output_tokens': 16}},
@@ -26,21 +23,6 @@ SMALL = small_scenario({'hardware': {'tensor_parallel': 1, 'num_replicas': 1},
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
 
-def servesim(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    # A narrow terminal: the error must stay on one line however wide the console is.
-    env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "sim.views.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
-
-
-def one_error_line(result: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in result.stderr + result.stdout, result.stderr
-    assert result.returncode == 2, (result.returncode, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1, result.stderr
-    line = lines[0]
-    assert line.startswith("error: ") and line[len("error: "):].strip(), line
-    return line
 
 
 def write_scenario(folder: Path, data: dict, name: str = "scenario.yaml") -> Path:

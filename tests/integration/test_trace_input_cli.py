@@ -3,9 +3,6 @@ numbers refused with the cell and its range; exit 2 and one `error:` line, never
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -13,25 +10,12 @@ import pandas as pd
 import pytest
 import yaml
 
-from helpers import small_scenario
+from helpers import one_error_line, servesim, small_scenario
 from sim.workload.traces import MAX_TRACE_TOKENS
 
-REPO = Path(__file__).resolve().parents[2]
 AZURE_HEADER = "TIMESTAMP,ContextTokens,GeneratedTokens\n"
 
 
-def servesim(*args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(REPO)}
-    return subprocess.run([sys.executable, "-m", "sim.views.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
-
-
-def one_error_line(result: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in result.stderr + result.stdout, result.stderr
-    assert result.returncode == 2, (result.returncode, result.stderr)
-    lines = result.stderr.splitlines()
-    assert len(lines) == 1 and lines[0].startswith("error: "), result.stderr
-    return lines[0]
 
 
 def trace_scenario(folder: Path, trace_text: str, name: str = "trace.csv", **arrival) -> Path:

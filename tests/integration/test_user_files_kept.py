@@ -19,7 +19,7 @@ import yaml
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from helpers import small_scenario
+from helpers import one_error_line, servesim, small_scenario
 from sim.atomic_files import OWNER_MARKER, atomic_dir, check_replaceable_dir, foreign_entry
 from sim.errors import ConfigError
 from sim.views.cli import variant_folders
@@ -34,11 +34,6 @@ PLAN = small_scenario({"name": "plan-tiny",
                        "search": {"gpus": ["l40s"], "tensor_parallel": [1], "max_replicas": 2, "num_seeds": 1,
                                   "min_window_s": 2, "top_k": 1}})
 
-
-def servesim(*args, cwd=ROOT):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    return subprocess.run([sys.executable, "-m", "sim.views.cli", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
 
 
 def snapshot(folder: Path) -> dict[str, bytes]:
@@ -55,9 +50,7 @@ def plant(folder: Path) -> None:
 
 
 def assert_refused(proc, *needles):
-    err = proc.stderr.strip()
-    assert proc.returncode == 2, (proc.stdout, proc.stderr)
-    assert err.startswith("error:") and err.count("\n") == 0 and "Traceback" not in err, err
+    err = one_error_line(proc)
     for needle in needles:
         assert needle in err, err
 
