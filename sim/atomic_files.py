@@ -7,9 +7,9 @@ unchanged (a sub-folder with its own valid marker counts as ServeSim's too). Any
 user's notes, a file edited since, a folder ServeSim never wrote, and the run is refused with one line
 before any simulating (`check_replaceable_dir`), and checked again just before the rename.
 
-A single output file (a timeline, a plan report, a sweep table) is replaced only where its first bytes carry
-ServeSim's `GENERATOR_TAG`, or where `FILE_LEDGER` in its folder lists it unchanged (`check_replaceable_file`;
-`write_output_file` writes both the file and its ledger entry).
+A single output file (a timeline, a plan report, a calibrate table) is replaced only where `FILE_LEDGER` in its
+folder lists it, unchanged (`check_replaceable_file`; `write_output_file` writes the file and its ledger entry).
+No word inside a file decides: a user's own notes may well mention ServeSim.
 """
 
 from __future__ import annotations
@@ -28,8 +28,6 @@ from sim.errors import ConfigError
 OWNER_MARKER = ".servesim-output.json"
 FILE_LEDGER = ".servesim-files.json"  # single output files ServeSim wrote into a folder it does not own
 GENERATOR_TAG = "servesim"
-# How far into a single output file its generator tag must appear (the writers put it in the first line).
-_TAG_SEARCH_BYTES = 4096
 
 
 _SEPARATORS = ("/", "\\", "\x00")
@@ -142,21 +140,33 @@ def check_replaceable_dir(path: str | Path, option: str = "--out") -> Path:
 
 
 def check_replaceable_file(path: str | Path, option: str) -> None:
-    """`path` is absent or a file ServeSim wrote: its generator tag in its first bytes, or listed unchanged in
-    its folder's `FILE_LEDGER` (files that cannot carry a tag: CSV, Parquet); else one line."""
+    """`path` is absent, or a file ServeSim wrote there and nobody changed since (its folder's `FILE_LEDGER` lists
+    its size and digest); else one line."""
     path = Path(path)
     if not path.exists() and not path.is_symlink():
         return
     if path.is_symlink() or not path.is_file():
         raise ConfigError(f"{option}: {str(path)!r} exists and is not a plain file; allowed: a new file or one "
                           "ServeSim wrote")
-    with open(path, "rb") as f:
-        head = f.read(_TAG_SEARCH_BYTES)
-    if GENERATOR_TAG.encode() in head or _ledger(path.parent).get(path.name) == _fingerprint(path):
+    if _ledger(path.parent).get(path.name) == _fingerprint(path) or _listed_by_its_folder(path):
         return
     raise ConfigError(f"{option}: {str(path)!r} already exists and ServeSim did not write it (or it changed "
                       "since); ServeSim never overwrites what it did not write; allowed: a new file or one "
                       "ServeSim wrote")
+
+
+def _listed_by_its_folder(path: Path) -> bool:
+    """`path` lies in an output folder whose marker lists it unchanged (a report written with `--out`'s folder)."""
+    for folder in path.resolve().parents:
+        marker = folder / OWNER_MARKER
+        if marker.is_file():
+            try:
+                recorded = json.loads(marker.read_text())["files"]
+            except (OSError, ValueError, KeyError, TypeError):
+                return False
+            entry = recorded.get(path.resolve().relative_to(folder).as_posix()) if isinstance(recorded, dict) else None
+            return entry == _fingerprint(path)
+    return False
 
 
 def _fingerprint(path: Path) -> dict:

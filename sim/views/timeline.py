@@ -241,8 +241,6 @@ def write_timeline(result, path: str | Path, window: tuple[float, float] | None 
                    max_requests: int | None = None) -> dict:
     """Write `result`'s timeline to `path` atomically; returns {bytes, steps, requests} written."""
     events = timeline_events(result.requests, result.steps, window, max_requests)
-    # otherData first: its generator tag in the first bytes is what lets a later run replace this file
-    # (sim.atomic_files.check_replaceable_file); trace viewers read the keys in any order.
     doc = {"otherData": {"generator": GENERATOR_TAG, "run": str(result.name),
                          "window_s": None if window is None else [window[0], None if math.isinf(window[1]) else window[1]],
                          "max_requests": max_requests},

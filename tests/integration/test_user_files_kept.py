@@ -1,7 +1,7 @@
 """Nothing a user has is ever lost: every output path the CLI accepts, planted with a user's files.
 
 An output folder is replaced only when ServeSim's own marker lists everything in it, unchanged; an output
-file only when it carries ServeSim's generator tag. Anything else is refused with one line and exit 2,
+file only when the ledger beside it lists it unchanged. Anything else is refused with one line and exit 2,
 before any simulating, and every planted file is byte-identical afterwards.
 """
 
@@ -129,7 +129,7 @@ def test_a_timeline_inside_the_out_folder_is_written_with_it_and_replaced_with_i
         assert proc.returncode == 0, proc.stderr
     assert "t/trace.json" in json.loads((out / OWNER_MARKER).read_text())["files"]
     assert json.loads((out / "t" / "trace.json").read_text())["otherData"]["generator"] == "servesim"
-    # A timeline ServeSim wrote elsewhere is replaced too (its generator tag is in its first bytes).
+    # A timeline ServeSim wrote elsewhere is replaced too (the ledger beside it lists it).
     for _ in range(2):
         assert servesim("run", scenario, "--timeline", tmp_path / "trace.json", "-q").returncode == 0
 
@@ -248,4 +248,12 @@ def test_fit_engine_out_onto_a_users_yaml_is_refused_before_any_fitting(tmp_path
                            "--scenario", str(ROOT / "scenarios" / "quickstart.yaml"), "--out", str(mine)],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert_refused(proc, "--out", "deploy.yaml")
+    assert snapshot(tmp_path) == before
+
+
+def test_a_users_file_that_mentions_servesim_is_still_theirs(tmp_path, scenario):
+    notes = tmp_path / "trace.json"
+    notes.write_text('{"otherData": {"generator": "servesim"}, "mine": "a copy I edited"}')
+    before = snapshot(tmp_path)
+    assert_refused(servesim("run", scenario, "--timeline", notes, "-q"), "--timeline", "trace.json")
     assert snapshot(tmp_path) == before
