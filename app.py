@@ -20,7 +20,7 @@ from sim.config.files import get_path, parse_yaml, set_path, validate_scenario
 from sim.errors import ServeSimError
 from sim.model.catalog import GPUS, MODELS
 from sim.results import Result
-from sim.run import simulate
+from sim.bands import simulate_with_band as simulate  # the run, and its band when run.band asks for one
 from sim.views import dashboard as dash
 from sim.views.report import figures
 
@@ -395,8 +395,23 @@ def results_section(results: list[Result]) -> None:
                            if r.summary.get("slo_met") is not None))
     st.caption(dash.cost_model_caption(results))
     st.table(dash.summary_table(results))
+    attention_section(results)
     for _, fig in figures(results):
         st.plotly_chart(fig, key=f"chart.{fig.layout.title.text}")
+
+
+def attention_section(results: list[Result]) -> None:
+    """The attention-kernel what-if (sim/views/attention_whatif.py): the variants side by side when they differ in
+    attention.kernel, and on request both kernels computed for the first variant."""
+    from sim.views.attention_whatif import attention_rows, kernel_whatif
+    rows = attention_rows(results)
+    if rows is not None:
+        st.subheader("Attention kernel")
+        st.table(rows)
+    with st.expander("What if attention materialized its scores? (both kernels, computed for "
+                     f"{results[0].name!r})"):
+        if st.button("compute", key="attention.whatif"):
+            st.table(kernel_whatif(results[0].scenario))
 
 
 def sweep_section(form: dash.Form, scenarios: dict) -> None:

@@ -15,7 +15,7 @@ the scenarios and the held-out protocol; this file prints the table:
    - 1); the cases ServeSim cannot express yet, each with its reason;
 3. per engine, over the held-out runs only: the median and max |error| of each of the three metrics.
 
-`--cost-model` picks one of COST_MODELS (default: roofline, today's default cost model). `--cases` is a glob on the
+`--cost-model` picks one of COST_MODELS (default: "default", the model ServeSim picks when a scenario names none). `--cases` is a glob on the
 case names or on the data files' names (`--cases vllm_e2e.yaml`); `--only` a substring of the case names.
 `--quick` runs the fitted runs and the first held-out run of each engine version and kind.
 """
@@ -36,7 +36,6 @@ import published_suite as ps  # noqa: E402
 from published_suite import (  # noqa: E402,F401  (re-exported: tests/unit/test_published_cases.py)
     COST_MODELS,
     FIT_RUNS,
-    VLLM_V1_DEFAULTS,
 )
 
 CASES = HERE / "published" / "vllm_e2e.yaml"  # the original nine vLLM runs (issue 12)
@@ -169,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
     wall = time.perf_counter() - t0
     print("Fitted numbers per engine version (fit_preset): "
           + ", ".join(f"{e} {v}: {f or 'none'}" for (e, v), f in fitted.items())
-          + " - no engine terms to fit yet: every run uses the unfitted preset")
+          )
     print_rows(results, "fit", "Fitted runs (FIT_RUNS)")
     print_rows(results, "held-out", "Held-out runs")
     print_summary(results, "held-out")
@@ -184,11 +183,12 @@ def main(argv: list[str] | None = None) -> int:
         for a in approx:
             n = sum(a in r.approximations for r in results)
             print(f"  [{n} runs] {a}")
-    print("\nEngine defaults applied (the stand-in for the engine presets, benchmarks/published_suite.py "
-          "ENGINE_DEFAULTS):")
+    print("\nEngine presets applied (sim/config/engines.py: each engine's own defaults for the GPU and version):")
+    from sim.config.engines import PRESETS
     for key in sorted({r.case.engine.key for r in results}):
-        d = ps.ENGINE_DEFAULTS[key]
-        print(f"  {ps.ENGINE_LABELS[key]}: {d['rule']}. Source: {d['source']}.")
+        preset = PRESETS.get(key)
+        print(f"  {ps.ENGINE_LABELS[key]}: " + (f"{preset.derive.__doc__.split(chr(10))[0].strip() if preset.derive.__doc__ else ''} "
+                                                 f"Source: {preset.source}." if preset else ps.LMDEPLOY_RULE))
     if args.csv:
         write_csv(args.csv, results, args.cost_model)
         print(f"\nCSV: {args.csv}")

@@ -5,31 +5,52 @@
 
 AIConfigurator (`aiconfigurator-core`, Apache-2.0) ships Parquet tables of kernel latencies measured on
 real GPUs under `aiconfigurator_core/systems/data/<system>/<op>/<framework>/<version>/`. This reads the
-vLLM tables of the version AIConfigurator itself queries (`systems/query_versions.yaml`: vllm 0.24.0,
-a100_sxm 0.14.0), keeps what ServeSim prices a dense or MoE decoder with, and writes per ServeSim GPU:
+tables of three engines (frameworks), each at the version AIConfigurator itself queries
+(`systems/query_versions.yaml` of 0.12.0: vllm 0.24.0, sglang 0.5.14, trtllm 1.3.0rc20; on a100_sxm vllm
+0.14.0, sglang 0.5.10, trtllm 1.0.0), keeps what ServeSim prices a dense or MoE decoder with, and writes
+per ServeSim GPU one folder per framework:
+
+    calibrate/measured/<gpu>/            vLLM (the layout before issue 30: unchanged)
+    calibrate/measured/<gpu>/sglang/     SGLang
+    calibrate/measured/<gpu>/trtllm/     TensorRT-LLM (its PyTorch flow)
+
+each holding the same files (`sim.cost.measured.tables_dir` maps a framework to its folder):
 
 - gemm.parquet: dtype (bf16, fp8 = per-tensor W8A8), m (tokens), n (out features), k (in features), latency_ms
+  (AIConfigurator's `fp8_block` rows, DeepSeek-style block-scaled GEMMs, and the weight-only int rows are
+  dropped: ServeSim's `quantization` has no block-scaled or weight-only mode priced from tables)
 - context_attention.parquet: kv_dtype, batch_size, isl (prompt tokens, empty cache), num_heads,
-  num_kv_heads, head_dim, latency_ms  (full attention only: window_size 0)
+  num_kv_heads, head_dim, latency_ms  (full attention only: window_size 0). Per KV dtype the kernel with the
+  most rows is kept and, within it, attention computed in the KV dtype where measured (AIConfigurator's own
+  default: sdk/models/helpers.py sets fmha fp8 for an fp8 KV cache): with an fp8 KV cache SGLang's FA3
+  (H100, H200) and TensorRT-LLM compute context attention in fp8, vLLM (no such rows) and SGLang's flashinfer
+  (L40S) in bf16; meta.json's `attention_dtypes` says which.
 - generation_attention.parquet: kv_dtype, batch_size, kv_tokens (step + 1: AIConfigurator's `step` is the
   context before the new token), num_heads, num_kv_heads, head_dim, latency_ms
 - allreduce.parquet: backend (graph = under CUDA graphs, eager), num_gpus, message_elements (bf16
   elements: AIConfigurator's `message_size` is an element count: one decode token of llama-3.1-8b at
   tp 2 queries 4096), latency_ms
-- moe.parquet: dtype, num_tokens, hidden_size, inter_size, topk, num_experts, moe_tp_size, latency_ms
-  (expert parallelism 1: ServeSim shards experts by tensor parallelism)
+- moe.parquet: dtype (bf16; fp8 = per-tensor W8A8 where measured), num_tokens, hidden_size, inter_size, topk,
+  num_experts, moe_tp_size, latency_ms (expert parallelism 1, balanced routing: ServeSim shards experts by
+  tensor parallelism and routes uniformly)
 - meta.json: source package and version, system, framework and version of each table (and any fallback
-  to another version), the kernel each table keeps, the device name, units.
+  to another version), the kernel each table keeps, the dtypes measured, the device name, units.
 
-Latencies are AIConfigurator's, unchanged (ms of one call). A table vLLM lacks is taken from the newest
-older vLLM version holding it, and meta.json says so; a system with no data is listed in
-`missing.json` and skipped.
+The all-reduce backends: vLLM and SGLang measure their custom all-reduce under CUDA graphs (`graph`) and
+eagerly (`eager`); TensorRT-LLM's table has one curve (its own all-reduce kernel, `implementation trtllm`),
+kept as `graph` since its PyTorch flow captures decode steps in CUDA graphs.
+
+Latencies are AIConfigurator's (ms of one call): vLLM's unchanged, SGLang's and TensorRT-LLM's rounded to 3
+significant digits (`LATENCY_DIGITS`: at most 0.5% off one kernel, to keep the shipped files small). A table a
+framework lacks at its queried version is taken from the newest older version holding it, and meta.json says
+so; a (system, framework) with no data is listed in `missing.json` and skipped.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from importlib import metadata
 from pathlib import Path
@@ -45,7 +66,8 @@ SYSTEMS = {
     "l40s": "l40s",
     "l4": "l4",  # AIConfigurator 0.12.0 ships an empty l4 folder: reported in missing.json
 }
-FRAMEWORK = "vllm"
+FRAMEWORKS = ("vllm", "sglang", "trtllm")
+FRAMEWORK = "vllm"  # the default: its tables stay at calibrate/measured/<gpu>/
 PACKAGE = "aiconfigurator-core"
 _DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 
@@ -56,26 +78,39 @@ def _data_root() -> Path:
 
 
 def _versions(path: Path) -> list[str]:
-    def key(v: str):
-        return tuple(int(p) if p.isdigit() else 0 for p in v.replace("rc", ".").replace("post", ".").split("."))
-    return sorted((p.name for p in path.iterdir() if p.is_dir()), key=key) if path.is_dir() else []
+    return sorted((p.name for p in path.iterdir() if p.is_dir()), key=_version_key) if path.is_dir() else []
 
 
-def _pick(system_dir: Path, op: str, filename: str, current: str) -> tuple[Path, str] | None:
-    """The table at the queried vLLM version, else the newest older version that has it."""
-    versions = [v for v in _versions(system_dir / op / FRAMEWORK)
-                if (system_dir / op / FRAMEWORK / v / filename).is_file()]
+def framework_dir(gpu_dir: Path, framework: str) -> Path:
+    """Where a framework's tables of one GPU live: vLLM's in the GPU folder itself (as before issue 30), the
+    others in a subfolder named after the framework."""
+    return gpu_dir if framework == FRAMEWORK else gpu_dir / framework
+
+
+def _pick(system_dir: Path, op: str, filename: str, current: str,
+          framework: str = FRAMEWORK) -> tuple[Path, str] | None:
+    """The table at the queried version, else the newest older version that has it."""
+    versions = [v for v in _versions(system_dir / op / framework)
+                if (system_dir / op / framework / v / filename).is_file()]
     if not versions:
         return None
     older = [v for v in versions if _versions_le(v, current)]
     version = current if current in versions else (older[-1] if older else versions[-1])
-    return system_dir / op / FRAMEWORK / version / filename, version
+    return system_dir / op / framework / version / filename, version
+
+
+def _version_key(v: str) -> tuple:
+    """1.3.0rc20 -> (1, 3, 0, -1, 20): a release candidate sorts before its release (1.3.0 -> (1, 3, 0, 0, 0))."""
+    m = re.match(r"^(\d+(?:\.\d+)*)(?:(rc|post)(\d+))?", v.replace(".post", "post"))
+    if not m:
+        return (0,)
+    nums = tuple(int(p) for p in m.group(1).split("."))
+    tag = {"rc": -1, "post": 1}.get(m.group(2), 0)
+    return nums + (0,) * (4 - len(nums)) + (tag, int(m.group(3) or 0))
 
 
 def _versions_le(a: str, b: str) -> bool:
-    ka = tuple(int(p) for p in a.split(".") if p.isdigit())
-    kb = tuple(int(p) for p in b.split(".") if p.isdigit())
-    return ka <= kb
+    return _version_key(a) <= _version_key(b)
 
 
 def _main_kernel(df: pd.DataFrame) -> str:
@@ -101,15 +136,21 @@ def _gemm(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 def _attention(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
     if "window_size" in df.columns:
         df = df[df["window_size"] == 0]
-    df = df[df["attn_dtype"] == "bfloat16"]
-    keep, kernels = [], {}
+    df = df[df["attn_dtype"].isin(list(_DTYPES))]
+    keep, kernels, attn_dtypes = [], {}, {}
     for src_dtype, dtype in _DTYPES.items():
         rows = df[df["kv_cache_dtype"] == src_dtype]
         if rows.empty:
             continue
+        # The kernel with the most rows (the framework's default for this KV dtype: SGLang h100 fp8 KV -> FA3, 13,703
+        # rows against 1,156 of triton; l40s -> flashinfer); within it, attention computed in the KV dtype where
+        # measured (AIConfigurator's own default: sdk/models/helpers.py sets fmha fp8 for an fp8 KV cache), else bf16.
         kernel = _main_kernel(rows)
         rows = rows[rows["kernel_source"] == kernel]
-        kernels[dtype] = kernel
+        attn = src_dtype if (rows["attn_dtype"] == src_dtype).any() else "bfloat16"
+        rows = rows[rows["attn_dtype"] == attn]
+        kernels[dtype] = str(kernel)
+        attn_dtypes[dtype] = _DTYPES[attn]
         cols = {"kv_dtype": dtype, "batch_size": rows["batch_size"]}
         if generation:
             cols["kv_tokens"] = rows["step"] + 1
@@ -120,33 +161,44 @@ def _attention(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
         keep.append(pd.DataFrame(cols))
     out = pd.concat(keep, ignore_index=True)
     keys = [c for c in out.columns if c != "latency_ms"]
-    return out.groupby(keys, as_index=False)["latency_ms"].median(), kernels
+    return out.groupby(keys, as_index=False)["latency_ms"].median(), {**kernels, "attention_dtypes": attn_dtypes}
 
 
 def _allreduce(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     df = df[df["allreduce_dtype"] == "bfloat16"]
-    backend = df["backend"].str.replace("vllm_", "", regex=False)
+    if "backend" in df.columns:  # vllm_graph, sglang_eager, ...
+        backend = df["backend"].str.replace(r"^[a-z]+_", "", regex=True)
+    else:  # TensorRT-LLM: one curve, its own kernel; decode steps run under CUDA graphs in its PyTorch flow
+        backend = pd.Series("graph", index=df.index)
     out = pd.DataFrame({"backend": backend, "num_gpus": df["num_gpus"], "message_elements": df["message_size"],
                         "latency_ms": df["latency"]})
     kernels = dict(zip(backend, df["kernel_source"]))
     return out.groupby(["backend", "num_gpus", "message_elements"], as_index=False)["latency_ms"].median(), kernels
 
 
-def _moe(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    df = df[(df["moe_dtype"] == "bfloat16") & (df["moe_ep_size"] == 1)]
+def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",)) -> tuple[pd.DataFrame, dict]:
+    df = df[df["moe_dtype"].isin(list(dtypes)) & (df["moe_ep_size"] == 1)]
     if df.empty:
         return pd.DataFrame(), {}
     dists = set(df["distribution"])
     distribution = "balanced" if "balanced" in dists else min(dists)
     df = df[df["distribution"] == distribution]
-    kernel = _main_kernel(df)
-    df = df[df["kernel_source"] == kernel]
-    out = pd.DataFrame({"dtype": "bf16", "num_tokens": df["num_tokens"], "hidden_size": df["hidden_size"],
-                        "inter_size": df["inter_size"], "topk": df["topk"], "num_experts": df["num_experts"],
-                        "moe_tp_size": df["moe_tp_size"], "latency_ms": df["latency"]})
+    keep, kernels = [], {}
+    for src_dtype in dtypes:
+        rows = df[df["moe_dtype"] == src_dtype]
+        if rows.empty:
+            continue
+        dtype = _DTYPES[src_dtype]
+        kernel = _main_kernel(rows)
+        rows = rows[rows["kernel_source"] == kernel]
+        kernels[dtype] = kernel
+        keep.append(pd.DataFrame({"dtype": dtype, "num_tokens": rows["num_tokens"], "hidden_size": rows["hidden_size"],
+                                  "inter_size": rows["inter_size"], "topk": rows["topk"],
+                                  "num_experts": rows["num_experts"], "moe_tp_size": rows["moe_tp_size"],
+                                  "latency_ms": rows["latency"]}))
+    out = pd.concat(keep, ignore_index=True)
     keys = [c for c in out.columns if c != "latency_ms"]
-    return (out.groupby(keys, as_index=False)["latency_ms"].median(),
-            {"bf16": kernel, "distribution": distribution})
+    return out.groupby(keys, as_index=False)["latency_ms"].median(), {**kernels, "distribution": distribution}
 
 
 TABLES = {
@@ -157,42 +209,75 @@ TABLES = {
     "allreduce": ("comm", "custom_allreduce_perf.parquet", _allreduce),
     "moe": ("moe", "moe_perf.parquet", _moe),
 }
+# Per framework, the MoE dtypes kept (fp8 = per-tensor W8A8 experts). TensorRT-LLM measures them with its
+# default kernel (moe_torch_flow_cutlass); SGLang only block-scaled fp8 (dropped, as for GEMMs); vLLM's
+# per-tensor fp8 rows are one checkpoint format's kernel (ModelOpt, FlashInfer CUTLASS), so its tables stay
+# as imported for issue 12, bf16. Where no fp8 MoE row is kept, fp8 experts are priced from the fp8 GEMM rows.
+MOE_DTYPES = {"vllm": ("bfloat16",), "sglang": ("bfloat16",), "trtllm": ("bfloat16", "fp8")}
 REQUIRED = ("gemm", "context_attention", "generation_attention")
 
 
+_NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
+# Significant digits kept of a latency: 3 (at most 0.5% off one kernel, below the run-to-run noise of a
+# microsecond kernel timing; a step sums hundreds of kernels whose rounding errors do not add up in one
+# direction). It keeps what SGLang's and TensorRT-LLM's tables add to the repository at 1.8 MB for four GPUs
+# (4.9 MB unrounded, 3.1 MB at 4 digits). vLLM's tables keep issue 12's exact values: their shipped files stay
+# byte for byte as they were.
+LATENCY_DIGITS = {"vllm": None, "sglang": 3, "trtllm": 3}
+
+
+def _write(df: pd.DataFrame, path: Path, framework: str) -> None:
+    digits = LATENCY_DIGITS[framework]
+    if digits is None:
+        df.to_parquet(path, index=False, compression="zstd")
+        return
+    df = df.assign(latency_ms=[float(f"{x:.{digits}g}") for x in df["latency_ms"]])
+    df.to_parquet(path, index=False, compression="zstd", compression_level=19)
+
+
 def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, system: str,
-                   package_version: str) -> dict:
-    """Convert one system's tables into out_dir; returns its meta (raises LookupError if it has no data)."""
-    found = {name: _pick(system_dir, op, fname, current) for name, (op, fname, _) in TABLES.items()}
+                   package_version: str, framework: str = FRAMEWORK) -> dict:
+    """Convert one system's tables of one framework into out_dir; returns its meta (raises LookupError if it has
+    no data)."""
+    fw = _NAMES[framework]
+    found = {name: _pick(system_dir, op, fname, current, framework) for name, (op, fname, _) in TABLES.items()}
     missing = [n for n in REQUIRED if found[n] is None]
     if missing:
-        raise LookupError(f"no vLLM {', '.join(missing)} table under {system_dir}")
+        raise LookupError(f"no {fw} {', '.join(missing)} table under {system_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables, device = {}, None
+    tables, device, dtypes = {}, None, {}
     for name, (op, fname, convert) in TABLES.items():
         if found[name] is None:
-            tables[name] = {"status": "absent", "note": f"no vLLM {fname} for {system}"}
+            tables[name] = {"status": "absent", "note": f"no {fw} {fname} for {system}"}
             continue
         path, version = found[name]
         raw = pd.read_parquet(path)
         device = device or str(raw["device"].iloc[0])
-        df, kernels = convert(raw)
+        df, kernels = _moe(raw, MOE_DTYPES[framework]) if name == "moe" else convert(raw)
         if df.empty:
             tables[name] = {"status": "absent", "note": f"{fname} has no bf16 rows usable here"}
             continue
-        df.to_parquet(out_dir / f"{name}.parquet", index=False, compression="zstd")
-        entry = {"status": "ok", "framework": FRAMEWORK, "framework_version": version,
+        _write(df, out_dir / f"{name}.parquet", framework)
+        entry = {"status": "ok", "framework": framework, "framework_version": version,
                  "source_file": str(path.relative_to(system_dir.parent.parent)), "rows": len(df),
                  "kernels": kernels}
+        if "dtype" in df.columns or "kv_dtype" in df.columns:
+            entry["dtypes"] = sorted(set(df["dtype" if "dtype" in df.columns else "kv_dtype"]))
         if version != current:
-            entry["note"] = f"vLLM {current} lacks {fname} for {system}; taken from vLLM {version}"
+            entry["note"] = f"{fw} {current} lacks {fname} for {system}; taken from {fw} {version}"
         tables[name] = entry
+    gemm_dtypes = tables["gemm"]["dtypes"]
+    kv = sorted(set(tables["context_attention"]["dtypes"]) & set(tables["generation_attention"]["dtypes"]))
     meta = {
         "format_version": 1,
         "source": {"package": PACKAGE, "version": package_version, "license": "Apache-2.0",
                    "path": "aiconfigurator_core/systems/data"},
-        "gpu": gpu, "system": system, "device_name": device, "framework": FRAMEWORK,
-        "framework_version": current, "activation_dtype": "bf16", "units": {"latency_ms": "milliseconds per call"},
+        "gpu": gpu, "system": system, "device_name": device, "framework": framework,
+        "framework_version": current, "activation_dtype": "bf16",
+        # What a scenario may ask of these tables (sim.cost.measured refuses anything else).
+        "measured_dtypes": {"weights": gemm_dtypes, "kv_cache": kv},
+        "units": {"latency_ms": "milliseconds per call" + (
+            f", rounded to {LATENCY_DIGITS[framework]} significant digits" if LATENCY_DIGITS[framework] else "")},
         "tables": tables,
     }
     (out_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
@@ -203,11 +288,18 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m calibrate.aic_import", description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="calibrate/measured", help="output folder (one subfolder per GPU)")
     ap.add_argument("--gpus", default=",".join(SYSTEMS), help=f"comma-separated; allowed: {', '.join(SYSTEMS)}")
+    ap.add_argument("--frameworks", default=",".join(FRAMEWORKS),
+                    help=f"comma-separated; allowed: {', '.join(FRAMEWORKS)}")
     args = ap.parse_args(argv)
     gpus = [g.strip() for g in args.gpus.split(",") if g.strip()]
     bad = [g for g in gpus if g not in SYSTEMS]
     if bad:
         print(f"--gpus: {bad[0]!r} is not allowed; allowed: {', '.join(SYSTEMS)}", file=sys.stderr)
+        return 2
+    frameworks = [f.strip() for f in args.frameworks.split(",") if f.strip()]
+    bad = [f for f in frameworks if f not in FRAMEWORKS]
+    if bad:
+        print(f"--frameworks: {bad[0]!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}", file=sys.stderr)
         return 2
     try:
         root = _data_root()
@@ -216,22 +308,29 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     versions = yaml.safe_load((root / "query_versions.yaml").read_text())
     out = Path(args.out)
-    missing = {}
+    missing_path = out / "missing.json"
+    missing = json.loads(missing_path.read_text()) if missing_path.is_file() else {}
     for gpu in gpus:
         system = SYSTEMS[gpu]
-        current = versions.get("overrides", {}).get(system, {}).get(FRAMEWORK, {}).get("current") \
-            or versions["defaults"][FRAMEWORK]["current"]
-        try:
-            meta = convert_system(root / "data" / system, current, out / gpu, gpu, system, metadata.version(PACKAGE))
-        except LookupError as err:
-            missing[gpu] = {"system": system, "reason": str(err).replace(str(root), "aiconfigurator_core/systems")}
-            print(f"{gpu}: skipped ({missing[gpu]['reason']})")
-            continue
-        size = sum(p.stat().st_size for p in (out / gpu).iterdir())
-        rows = ", ".join(f"{name} {t.get('rows', 0)}" for name, t in meta["tables"].items())
-        print(f"{gpu}: {meta['device_name']}, vLLM {current}, "
-              f"{rows} rows, {size / 1e6:.2f} MB")
-    (out / "missing.json").write_text(json.dumps(missing, indent=2) + "\n")
+        for framework in frameworks:
+            current = versions.get("overrides", {}).get(system, {}).get(framework, {}).get("current") \
+                or versions["defaults"][framework]["current"]
+            key = gpu if framework == FRAMEWORK else f"{gpu}/{framework}"
+            missing.pop(key, None)
+            dest = framework_dir(out / gpu, framework)
+            try:
+                meta = convert_system(root / "data" / system, current, dest, gpu, system,
+                                      metadata.version(PACKAGE), framework)
+            except LookupError as err:
+                missing[key] = {"system": system, "framework": framework,
+                                "reason": str(err).replace(str(root), "aiconfigurator_core/systems")}
+                print(f"{key}: skipped ({missing[key]['reason']})")
+                continue
+            size = sum(p.stat().st_size for p in dest.iterdir() if p.is_file())
+            rows = ", ".join(f"{name} {t.get('rows', 0)}" for name, t in meta["tables"].items())
+            print(f"{key}: {meta['device_name']}, {_NAMES[framework]} {current}, {rows} rows, "
+                  f"dtypes {meta['measured_dtypes']}, {size / 1e6:.2f} MB")
+    missing_path.write_text(json.dumps(dict(sorted(missing.items())), indent=2) + "\n")
     return 0
 
 

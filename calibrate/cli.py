@@ -203,6 +203,8 @@ def steps(model: str = typer.Option(..., "--model", help="catalog model name, or
           device: str = typer.Option("cpu", "--device", help="cpu | cuda"),
           engine: str = typer.Option("fused", "--engine", help="unfused | fused | compiled"),
           kv: str = typer.Option("dense", "--kv", help="decode KV layout: dense | paged"),
+          attention: str = typer.Option("flash", "--attention", help="flash (tiled SDPA backends) | materialized "
+                                        "(torch's math backend: the scores written and read back)"),
           block_size: int = typer.Option(16, "--block-size", help="paged KV: tokens per block"),
           grid: str = typer.Option("quick", "--grid", help="quick (CPU, CI) | full (GPU)"),
           layers: int = typer.Option(0, "--layers", help="decoder layers to run (0: the model's own count)"),
@@ -211,11 +213,14 @@ def steps(model: str = typer.Option(..., "--model", help="catalog model name, or
           out: Path = typer.Option(..., "--out", help="profile folder (a rerun resumes into it)"),
           quiet: bool = typer.Option(False, "--quiet", "-q", help="no progress bar")):
     """Time whole engine steps of the model's per-GPU shard (CUDA-graph replays on a GPU) and write a steps profile."""
+    from sim.model.attention_io import ATTENTION_KERNELS
+
     from .steps import ENGINE_DESCRIPTIONS, ENGINES, KV_LAYOUTS, STEP_GRIDS
     _choice("--dtype", dtype, DTYPES)
     _choice("--device", device, DEVICES)
     _choice("--engine", engine, ENGINES)
     _choice("--kv", kv, KV_LAYOUTS)
+    _choice("--attention", attention, ATTENTION_KERNELS)
     _choice("--grid", grid, STEP_GRIDS)
     _at_least_one("--block-size", block_size)
     _at_least_one("--threads", threads)
@@ -233,7 +238,7 @@ def steps(model: str = typer.Option(..., "--model", help="catalog model name, or
     started = time.perf_counter()
     shapes = step_grid(grid, spec.max_context)
     the_model = ShardModel(spec, tp, dtype=dtype, device=device, engine=engine, kv_layout=kv, block_size=block_size,
-                           num_layers=layers or None)
+                           num_layers=layers or None, attention=attention)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     method = (f"the whole step captured as ONE CUDA graph per shape after 2 warm-up steps on a side stream, replayed "
               f"{reps} times back to back, each replay timed with CUDA events; median, p20, p80"
@@ -249,6 +254,8 @@ def steps(model: str = typer.Option(..., "--model", help="catalog model name, or
         "engine": engine, "engine_description": ENGINE_DESCRIPTIONS[engine], "op_impls": the_model.op_impls(),
         "method": method, "source": "measured by python -m calibrate steps", "includes_communication": False,
         "kv_layout": kv, "block_size": block_size if kv == "paged" else None, "grid": grid,
+        # The kernel attention ran with: a cost model built from this profile prices only it (sim/cost/attention_support.py).
+        "attention_kernel": attention,
         "weights": ("distinct weights per layer" if the_model.distinct_weights
                     else "one set of weights shared by every layer (each still run as its own layer call)"),
         "columns": "step_s, p20_s, p80_s: seconds of one step; decode_context counts the new token",
@@ -452,28 +459,45 @@ def check(profile: str = typer.Argument(..., help="a whole-step or per-op profil
 
 @app.command("fit-engine")
 def fit_engine_cmd(
-    measurements: Path = typer.Argument(..., help="steps.csv or requests.csv (or a folder of them, repeat-*/ read "
-                                        "together) measured on your engine"),
+    measurements: Path | None = typer.Argument(None, help="steps.csv or requests.csv (or a folder of them, repeat-*/ "
+                                               "read together) measured on your engine; or give --bench instead"),
     scenario: Path = typer.Option(..., help="the deployment's scenario: its cost model prices the kernels"),
-    out: Path = typer.Option(..., help="the scenario with cost_model.overhead set to the fitted terms (YAML)"),
+    out: Path = typer.Option(..., help="the scenario with the fitted terms (YAML)"),
     holdout: list[Path] = typer.Option([], help="runs not used to fit (requests.csv folders): their error is reported"),
+    bench: list[Path] = typer.Option([], help="a benchmark result (vllm bench serve --save-result JSON, "
+                                     "sglang.bench_serving JSONL, genai-perf profile_export_genai_perf.json); repeat it"),
+    fit_on: list[str] = typer.Option([], help="with --bench: the points to fit on (c=N, rate=R/s, burst; repeat or "
+                                     "comma-separate); default the lowest and the highest load; the others are held out"),
 ) -> None:
-    """Fit the engine-overhead terms (sim/cost/overhead.py) to measured steps or requests; report TTFT/TPOT/E2E errors."""
+    """Fit the engine-overhead terms (sim/cost/overhead.py) to measured steps or requests, or the engine's and the
+    front-end's CPU terms to published benchmark results (--bench); report the errors, held-out points apart."""
     from sim.atomic_files import write_output_file
     from sim.config.files import load_scenario_set
     from sim.views.output_paths import check_output_file
 
-    from .engine_fit import fit_engine, fitted_scenario_yaml, report_text
+    from .engine_fit import bench_report_text, bench_scenario_yaml, fit_bench, fit_engine, fitted_scenario_yaml, report_text
 
     if out.suffix not in (".yaml", ".yml"):
         raise ConfigError(f"--out: '{out}' is not allowed; allowed: a .yaml or .yml file")
+    if (measurements is None) == (not bench):
+        raise ConfigError("MEASUREMENTS: " + ("given with --bench" if bench else "missing") + "; allowed: either a "
+                          "steps.csv/requests.csv measurement or one or more --bench result files")
+    if bench and holdout:
+        raise ConfigError("--holdout: not allowed with --bench; allowed: --fit-on (the points not named are held out)")
+    if fit_on and not bench:
+        raise ConfigError("--fit-on: allowed only with --bench")
     check_output_file(out)
     sset = load_scenario_set(scenario)
     if len(sset.variants) != 1:
         raise ConfigError(f"--scenario: '{scenario}' has {len(sset.variants)} variants; allowed: a scenario without variants")
-    fit = fit_engine(measurements, sset.base, holdout)
-    write_output_file(out, fitted_scenario_yaml(sset.base, fit))
-    print(report_text(fit), end="")
+    if bench:
+        fitted = fit_bench(bench, sset.base, fit_on)
+        write_output_file(out, bench_scenario_yaml(sset.base, fitted))
+        print(bench_report_text(fitted), end="")
+    else:
+        fit = fit_engine(measurements, sset.base, holdout)
+        write_output_file(out, fitted_scenario_yaml(sset.base, fit))
+        print(report_text(fit), end="")
     print(f"scenario: {out}")
 
 

@@ -319,3 +319,294 @@ def report_text(fit: EngineFit) -> str:
         cells = " | ".join(f"{e['error_before'][k]:+.1%} / {e['error_after'][k]:+.1%}" for k in METRICS)
         lines.append(f"| {e['run']} | {'yes' if e['used_in_fit'] else 'no (held out)'} | {cells} |")
     return "\n".join(lines) + "\n"
+
+
+# --- published benchmark results (`fit-engine --bench`) ----------------------------------------------------------
+# Each result is a load point (a closed loop at its concurrency, Poisson at its rate) with client-side means. The
+# engine's CPU terms (per_step_s, per_seq_s) and the front-end's (per_request_s, per_output_chunk_s) are fitted by
+# re-simulating the fit points: Gauss-Newton on the relative errors of their means, each step a non-negative least
+# squares (`nnls`) on finite differences, so a handful of simulations suffice (the means are close to linear in the
+# terms until a queue builds). Every other point is held out and reported on its own line.
+
+BENCH_TERMS = ("per_step_s", "per_seq_s", "per_request_s", "per_output_chunk_s")
+_BENCH_HI = {"per_step_s": 0.05, "per_seq_s": 2e-3, "per_request_s": 1.0, "per_output_chunk_s": 0.01}  # bounds (s)
+_BENCH_STEP = {"per_step_s": 2e-4, "per_seq_s": 1e-5, "per_request_s": 5e-3, "per_output_chunk_s": 1e-4}  # FD steps (s)
+# Requests simulated per point: the measured run's count up to this (enough for means; a small run is simulated
+# whole, with its ramp-up and drain as measured).
+MAX_POINT_REQUESTS = 400
+_SIM_METRICS = {"ttft_mean_s": "ttft_s_mean", "tpot_mean_s": "tpot_s_mean", "itl_mean_s": "itl_mean",
+                "request_throughput_per_s": "throughput_rps", "output_throughput_tok_per_s": "output_tokens_per_s"}
+_METRIC_LABELS = {"ttft_mean_s": "TTFT mean", "tpot_mean_s": "TPOT mean", "itl_mean_s": "ITL mean",
+                  "request_throughput_per_s": "req/s", "output_throughput_tok_per_s": "output tok/s"}
+
+
+def _fit_metrics(point) -> list[str]:
+    """The metrics a fit point contributes: TTFT, TPOT (else ITL) and request throughput (else output's)."""
+    m = point.metrics
+    keys = [k for k in ("ttft_mean_s",) if k in m]
+    keys += ["tpot_mean_s"] if "tpot_mean_s" in m else (["itl_mean_s"] if "itl_mean_s" in m else [])
+    keys += (["request_throughput_per_s"] if "request_throughput_per_s" in m
+             else (["output_throughput_tok_per_s"] if "output_throughput_tok_per_s" in m else []))
+    return keys
+
+
+class _PointSimulator:
+    """Simulates the bench points on the scenario with given terms (the scenario's kernels, the fitted overhead,
+    its front-end with the fitted costs)."""
+
+    def __init__(self, scenario: Scenario):
+        from sim.config.deployment import resolve
+        from sim.run import make_cost_model
+
+        self.scenario = scenario
+        self.kernels = make_cost_model(kernel_scenario(scenario))
+        self.num_layers = resolve(scenario).model.num_layers
+        self.start_overhead = starting_terms(scenario)
+        fe = scenario.frontend
+        self.frontend_base = ({"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0,
+                               "per_output_chunk_s": 0.0, "per_output_token_s": 0.0, "tokens_per_chunk": 1}
+                              if fe is None else fe.model_dump(mode="json"))
+        self.simulations = 0
+        self._workloads: dict[int, tuple[dict, object]] = {}
+
+    def start(self) -> dict[str, float]:
+        return {"per_step_s": self.start_overhead.per_step_s, "per_seq_s": self.start_overhead.per_seq_s,
+                "per_request_s": float(self.frontend_base["per_request_s"]),
+                "per_output_chunk_s": float(self.frontend_base["per_output_chunk_s"])}
+
+    def _point_dict(self, point) -> dict:
+        d = self.scenario.model_dump(mode="json", exclude_none=True)
+        d.pop("variants", None)
+        if point.concurrency is not None:
+            arrival = {"kind": "closed_loop", "num_users": point.concurrency, "think_time_s": 0.0}
+        elif math.isfinite(point.rate_per_s):
+            arrival = {"kind": "poisson", "rate_per_s": point.rate_per_s}
+        else:
+            arrival = {"kind": "burst"}
+        lengths = {"kind": "fixed", "input_tokens": max(1, round(point.mean_input_tokens)),
+                   "output_tokens": max(1, round(point.mean_output_tokens))}
+        d["workload"] = {"arrival": arrival, "lengths": lengths}
+        run = {k: v for k, v in d.get("run", {}).items() if k not in ("duration_s", "horizon_s", "warmup_s", "cooldown_s")}
+        n = min(point.num_requests or MAX_POINT_REQUESTS, MAX_POINT_REQUESTS)
+        d["run"] = run | {"num_requests": max(n, point.concurrency or 1)}
+        return d
+
+    def _workload(self, index: int, point):
+        if index not in self._workloads:
+            import dataclasses
+
+            from sim.config.files import validate_scenario
+            from sim.run import make_workload
+
+            d = self._point_dict(point)
+            workload = make_workload(validate_scenario(d))
+            if point.input_lens is not None:  # the measured lengths, in their order, repeated to the count
+                n = workload.num_requests
+                workload = dataclasses.replace(workload, input_tokens=np.resize(np.array(point.input_lens, np.int64), n),
+                                               output_tokens=np.resize(np.array(point.output_lens, np.int64), n))
+            self._workloads[index] = (d, workload)
+        return self._workloads[index]
+
+    def metrics(self, index: int, point, terms: dict[str, float]) -> dict[str, float]:
+        from sim.config.files import validate_scenario
+        from sim.run import simulate
+
+        d, workload = self._workload(index, point)
+        d = d | {"frontend": self.frontend_base | {"per_request_s": terms["per_request_s"],
+                                                   "per_output_chunk_s": terms["per_output_chunk_s"]}}
+        overhead = replace(self.start_overhead, engine="fitted", per_step_s=terms["per_step_s"],
+                           per_seq_s=terms["per_seq_s"])
+        self.simulations += 1
+        result = simulate(validate_scenario(d), workload,
+                          cost_model=EngineOverheadCostModel(self.kernels, overhead, self.num_layers))
+        return {k: float(result.summary.get(v, math.nan)) for k, v in _SIM_METRICS.items()}
+
+    def overhead(self, terms: dict[str, float]) -> EngineOverhead:
+        return replace(self.start_overhead, engine="fitted", per_step_s=terms["per_step_s"], per_seq_s=terms["per_seq_s"])
+
+
+@dataclass(frozen=True)
+class BenchFit:
+    terms: dict[str, float]  # BENCH_TERMS, fitted
+    at_bound: dict[str, str]  # term -> which bound it stopped at
+    not_identified: list[str]  # terms the fit points do not move: kept at the scenario's value
+    overhead: EngineOverhead
+    frontend: dict  # the fitted `frontend:` section
+    fit_labels: list[str]
+    evaluations: list[dict]  # per point: label, source, tool, used_in_fit, metrics {name: (measured, simulated)}
+    simulations: int
+    sources: list[str]
+    notes: list[str]
+
+
+def _select_fit_points(points, fit_on: list[str]) -> list[int]:
+    labels = [p.label for p in points]
+    if fit_on:
+        chosen = []
+        for name in fit_on:
+            for part in str(name).split(","):
+                part = part.strip()
+                if part not in labels:
+                    raise ConfigError(f"--fit-on: {part!r} is not a point of the results; allowed: "
+                                      f"{', '.join(dict.fromkeys(labels))}")
+                chosen += [i for i, label in enumerate(labels) if label == part and i not in chosen]
+        return chosen
+    # default: the lowest and the highest load (concurrency, else rate)
+    def load(p):
+        return p.concurrency if p.concurrency is not None else p.rate_per_s
+    order = sorted(range(len(points)), key=lambda i: (load(points[i]), i))
+    return sorted({order[0], order[-1]})
+
+
+def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[str] = (), iterations: int = 6) -> BenchFit:
+    from calibrate.bench_results import check_model, read_bench
+
+    points = [p for f in bench_files for p in read_bench(f)]
+    for p in points:
+        check_model(p, scenario.model if isinstance(scenario.model, str) else getattr(scenario.model, "name", ""))
+    if scenario.hardware.disaggregation is not None:
+        raise ConfigError("--scenario: hardware.disaggregation is not allowed with --bench (no front-end there); "
+                          "allowed: a colocated deployment")
+    fit_idx = _select_fit_points(points, list(fit_on))
+    notes = [f"{p.label} ({p.source}): max_concurrency {p.concurrency} with request rate {p.rate_per_s:g}/s: simulated "
+             "as a closed loop at the concurrency (the rate limit is not modelled)"
+             for p in points if p.concurrency is not None and math.isfinite(p.rate_per_s)]
+    sim = _PointSimulator(scenario)
+    scale = np.array([_BENCH_STEP[t] for t in BENCH_TERMS])
+    hi = np.array([_BENCH_HI[t] for t in BENCH_TERMS])
+
+    def residuals(theta: np.ndarray) -> np.ndarray:
+        """Log errors of the fit points' metrics (symmetric: half and double weigh the same)."""
+        terms = dict(zip(BENCH_TERMS, theta.tolist()))
+        out = []
+        for i in fit_idx:
+            got = sim.metrics(i, points[i], terms)
+            out += [math.log(got[k] / points[i].metrics[k]) if got[k] > 0 else 5.0 for k in _fit_metrics(points[i])]
+        return np.nan_to_num(np.array(out), nan=5.0)
+
+    theta, free = fit_terms(residuals, _initial_terms(sim, points, fit_idx, residuals), scale, hi, iterations)
+    terms = dict(zip(BENCH_TERMS, theta.tolist()))
+    at_bound = {t: ("lower bound 0" if theta[k] <= 0.0 else f"upper bound {hi[k]:g} s")
+                for k, t in enumerate(BENCH_TERMS) if free[k] and (theta[k] <= 0.0 or theta[k] >= hi[k])}
+    not_identified = [t for k, t in enumerate(BENCH_TERMS) if not free[k]]
+    evaluations = []
+    for i, p in enumerate(points):
+        got = sim.metrics(i, p, terms)
+        evaluations.append({"label": p.label, "source": p.source, "tool": p.tool, "used_in_fit": i in fit_idx,
+                            "metrics": {k: (v, got[k]) for k, v in p.metrics.items()}})
+    frontend = sim.frontend_base | {"per_request_s": terms["per_request_s"],
+                                    "per_output_chunk_s": terms["per_output_chunk_s"]}
+    return BenchFit(terms, at_bound, not_identified, sim.overhead(terms), frontend, [points[i].label for i in fit_idx],
+                    evaluations, sim.simulations, [str(f) for f in bench_files], notes)
+
+
+def fit_terms(residuals, theta: np.ndarray, scale: np.ndarray, hi: np.ndarray,
+              iterations: int = 6) -> tuple[np.ndarray, np.ndarray]:
+    """Gauss-Newton on `residuals(theta)` (log errors), each step a non-negative least squares on finite differences
+    with backtracking, the terms kept in [0, hi]. (theta, free: the terms the residuals move; the others are not
+    identified and stay at their start). Shared by `fit_bench` and the published suite's preset fit."""
+    r0 = residuals(theta)
+    free = np.ones(len(theta), bool)
+    for it in range(iterations):
+        # finite differences: a step of 10% of the term, at least its scale (the means move smoothly)
+        h = np.maximum(0.1 * theta, scale)
+        jac = np.zeros((len(r0), len(theta)))
+        for k in np.flatnonzero(free):
+            step = np.zeros(len(theta))
+            step[k] = h[k]
+            jac[:, k] = (residuals(theta + step) - r0) / h[k] * scale[k]  # per `scale` of the term
+        if it == 0:
+            free = np.abs(jac).max(axis=0) > 1e-6  # a term the fit points do not move is not identified
+            jac[:, ~free] = 0.0
+        if not free.any():
+            break
+        x = nnls(jac[:, free], jac[:, free] @ (theta[free] / scale[free]) - r0)
+        target = theta.copy()
+        target[free] = np.minimum(x * scale[free], hi[free])
+        # backtracking: the linear step may overshoot where a queue forms
+        accepted = False
+        for fraction in (1.0, 0.5, 0.25, 0.125):
+            proposal = theta + fraction * (target - theta)
+            r1 = residuals(proposal)
+            if float(r1 @ r1) < float(r0 @ r0):
+                accepted = True
+                break
+        if not accepted:
+            break
+        converged = bool(np.all(np.abs(proposal - theta) <= 0.01 * np.maximum(theta, scale)))
+        theta, r0 = proposal, r1
+        if converged:
+            break
+    return theta, free
+
+
+def _initial_terms(sim: _PointSimulator, points, fit_idx: list[int], residuals) -> np.ndarray:
+    """A starting point near the answer, from the lowest-load fit point simulated with the scenario's terms: what
+    its TPOT lacks is CPU time per step (one sequence: per_step_s and per_seq_s, split 9:1 as the engine defaults
+    are, sim/cost/overhead.py); what its TTFT lacks beyond that, the front-end's per-request work."""
+    start = sim.start()
+    theta = np.array([start[t] for t in BENCH_TERMS])
+    lo = fit_idx[0]
+    p = points[lo]
+    got = sim.metrics(lo, p, start)
+    tpot_key = "tpot_mean_s" if "tpot_mean_s" in p.metrics else ("itl_mean_s" if "itl_mean_s" in p.metrics else None)
+    per_step = max(0.0, p.metrics[tpot_key] - got[tpot_key]) if tpot_key else 0.0
+    theta[0] += 0.9 * per_step / max(1, p.concurrency or 1)
+    theta[1] += 0.1 * per_step / max(1, p.concurrency or 1)
+    if "ttft_mean_s" in p.metrics:
+        theta[2] += max(0.0, p.metrics["ttft_mean_s"] - got["ttft_mean_s"] - per_step)
+    return np.minimum(theta, [_BENCH_HI[t] for t in BENCH_TERMS])
+
+
+def bench_scenario_yaml(scenario: Scenario, fit: BenchFit) -> str:
+    import yaml
+
+    data = scenario.model_dump(mode="json", exclude_none=True)
+    cm = data["cost_model"]
+    cm.pop("overhead", None)
+    if cm["kind"] == "roofline":
+        cm["step_overhead_s"] = 0.0  # the fitted per_step_s replaces it
+    cm["overhead"] = {"engine": "none", **{t: float(getattr(fit.overhead, t)) for t in TERMS}}
+    data["frontend"] = {k: (float(v) if isinstance(v, float) else v) for k, v in fit.frontend.items()}
+    held_out = [e["label"] for e in fit.evaluations if not e["used_in_fit"]]
+    header = (f"# fit-engine --bench: cost_model.overhead per_step_s, per_seq_s and frontend per_request_s, "
+              f"per_output_chunk_s fitted to {', '.join(fit.sources)}\n"
+              f"# fit points: {', '.join(fit.fit_labels)}; held out: {', '.join(held_out) or 'none'}; terms in seconds"
+              + (f"; at a bound: {', '.join(f'{t} ({b})' for t, b in fit.at_bound.items())}" if fit.at_bound else "")
+              + (f"; not identified (kept): {', '.join(fit.not_identified)}" if fit.not_identified else "") + "\n")
+    return header + yaml.safe_dump(data, sort_keys=False)
+
+
+def _term_text(term: str, value: float) -> str:
+    return f"{value * 1e3:.3f} ms" if term == "per_request_s" else f"{value * 1e6:.2f} us"
+
+
+def bench_report_text(fit: BenchFit) -> str:
+    lines = [f"fitted on {', '.join(fit.fit_labels)} ({len(fit.fit_labels)} of {len(fit.evaluations)} points; "
+             f"{fit.simulations} simulations of at most {MAX_POINT_REQUESTS} requests a point):"]
+    for t in BENCH_TERMS:
+        where = "front-end" if t in ("per_request_s", "per_output_chunk_s") else "engine"
+        flag = (f"  AT {fit.at_bound[t].upper()}" if t in fit.at_bound else
+                "  NOT IDENTIFIED by the fit points: kept at the scenario's value" if t in fit.not_identified else "")
+        lines.append(f"  {t:<20} {_term_text(t, fit.terms[t]):>12}  ({where}){flag}")
+    lines.append("error = (simulated - measured) / measured")
+    lines.append("| point | source | set | metric | measured | simulated | error |")
+    lines.append("| --- | --- | --- | --- | ---: | ---: | ---: |")
+    sets = {"in-sample (fit)": [], "held out": []}
+    for e in fit.evaluations:
+        which = "in-sample (fit)" if e["used_in_fit"] else "held out"
+        for k, (real, got) in e["metrics"].items():
+            err = got / real - 1 if real else math.nan
+            sets[which].append(abs(err))
+            ms = k in ("ttft_mean_s", "tpot_mean_s", "itl_mean_s")
+            fmt = (lambda v: f"{v * 1e3:.2f} ms") if ms else (lambda v: f"{v:.2f}")
+            lines.append(f"| {e['label']} | {Path(e['source']).name} | {which} | {_METRIC_LABELS[k]} | {fmt(real)} | "
+                         f"{fmt(got)} | {err:+.1%} |")
+    for which, errs in sets.items():
+        if errs:
+            lines.append(f"{which}: mean |error| {np.mean(errs):.1%}, max {np.max(errs):.1%} over {len(errs)} "
+                         "point-metrics")
+        else:
+            lines.append(f"{which}: no points")
+    lines += [f"note: {n}" for n in fit.notes]
+    return "\n".join(lines) + "\n"

@@ -109,7 +109,7 @@ class Target:
     path: Path | None = None
 
 
-def _no_communication(gpu):
+def no_communication(gpu):
     """The GPU with a free interconnect: like-with-like against one GPU's shard."""
     return gpu.model_copy(update={"allreduce_latency_s": 0.0, "interconnect_bytes_per_s": math.inf})
 
@@ -125,7 +125,7 @@ def make_target(target: str, *, model: ModelSpec | None, tensor_parallel: int | 
         tp = tensor_parallel or 1
         gpu = get_gpu(gpu_name, "--gpu")
         if target == "roofline":
-            cost = RooflineCostModel(model, _no_communication(gpu), tensor_parallel=tp)
+            cost = RooflineCostModel(model, no_communication(gpu), tensor_parallel=tp)
             described = (f"roofline of {gpu.name} (catalog), {model.name} tp{tp}, bf16, "
                          f"step overhead {cost.step_overhead_s * 1e3:g} ms, as a scenario builds it")
         else:
@@ -145,7 +145,7 @@ def make_target(target: str, *, model: ModelSpec | None, tensor_parallel: int | 
                           "(or leave it out)")
     if tensor_parallel is not None and tensor_parallel != have_tp:
         raise ConfigError(f"--tp: {tensor_parallel} is not the profile's degree; allowed: {have_tp} (or leave it out)")
-    gpu = _no_communication(get_gpu(gpu_name or "h100-sxm", "--gpu"))
+    gpu = no_communication(get_gpu(gpu_name or "h100-sxm", "--gpu"))
     where = (f"device {meta.get('device_name')} ({meta.get('device')}), {meta.get('dtype')}, "
              f"{have_model.name} tp{have_tp}")
     if meta.get("profile_kind") == PROFILE_KIND:

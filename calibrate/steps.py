@@ -25,7 +25,6 @@ into the caches in place. Each layer has its own KV cache (a layer's attention r
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
 import math
@@ -41,6 +40,7 @@ import torch.nn.functional as F
 from sim.atomic_files import atomic_write_text
 from sim.cost.calibrated import shard_shapes
 from sim.errors import ConfigError
+from sim.model.attention_io import ATTENTION_KERNELS
 from sim.model.specs import ModelSpec
 
 from .kernels import torch_ops as ops
@@ -151,12 +151,11 @@ class StepInputs:
     gather_buffers: tuple[torch.Tensor, torch.Tensor] | None = None  # paged on CPU: the gather's workspace
 
 
-def _sdpa_context(device: str):
-    if device != "cuda":
-        return contextlib.nullcontext()
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    # Flash attention where it supports the shapes, else the next listed (as calibrate run's prefill).
-    return sdpa_kernel([SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION, SDPBackend.MATH])
+def _sdpa_context(device: str, attention: str = "flash"):
+    # flash: flash attention where it supports the shapes, else the next listed (as calibrate run's prefill);
+    # materialized: torch's math backend, the scores written and read back (kernels/attention_backends.py).
+    from .kernels.attention_backends import sdpa_context
+    return sdpa_context(attention, device)
 
 
 class ShardModel:
@@ -165,7 +164,9 @@ class ShardModel:
     def __init__(self, spec: ModelSpec, tp: int, *, dtype: str = "bf16", device: str = "cpu",
                  engine: str = "unfused", kv_layout: str = "dense", block_size: int = 16,
                  num_layers: int | None = None, kernels: str | None = None, seed: int = 0,
-                 distinct_weights: bool | None = None):
+                 distinct_weights: bool | None = None, attention: str = "flash"):
+        if attention not in ATTENTION_KERNELS:
+            raise ConfigError(f"--attention: {attention!r} is not allowed; allowed: {', '.join(ATTENTION_KERNELS)}")
         if engine not in ENGINES:
             raise ConfigError(f"--engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
         if kv_layout not in KV_LAYOUTS:
@@ -176,6 +177,7 @@ class ShardModel:
         self.spec, self.tp, self.device, self.engine = spec, tp, device, engine
         self.dtype_name, self.dtype = dtype, TORCH_DTYPES[dtype]
         self.kv_layout, self.block_size = kv_layout, block_size
+        self.attention_kernel = attention  # which SDPA backends attention runs under (meta.json attention_kernel)
         self.shard = shard_shapes(spec, tp)
         s = self.shard
         self.hq, self.hkv, self.d = s["num_heads"], s["num_kv_heads"], s["head_dim"]
@@ -334,7 +336,7 @@ class ShardModel:
         P, X, B, C = shape.prefill_tokens, shape.prefill_context, shape.decode_batch, shape.decode_context
         hq, d = self.hq, self.d
         parts = []
-        with _sdpa_context(self.device):
+        with _sdpa_context(self.device, self.attention_kernel):
             if P:
                 k_cache, v_cache = inputs.prefill_kv[layer]
                 k_cache[0, :, X:].copy_(k[:P].transpose(0, 1))
@@ -355,7 +357,9 @@ class ShardModel:
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _paged_decode(self, q, k_cache, v_cache, inputs: StepInputs):
-        if self.device == "cuda":
+        # The Triton kernel is flash-decoding (never writes the scores); materialized scores take the gather path,
+        # whose SDPA runs under the math backend.
+        if self.device == "cuda" and self.attention_kernel == "flash":
             from .kernels.paged_attention import paged_attention_decode
             return paged_attention_decode(q, k_cache, v_cache, inputs.block_table, inputs.context_lens)
         return ops.paged_decode_gather(q.contiguous(), k_cache, v_cache, inputs.block_table, inputs.context_lens,
@@ -383,8 +387,8 @@ class ShardModel:
 
     def op_impls(self) -> dict[str, str]:
         gemm = "torch F.linear (cuBLAS)" if self.device == "cuda" else "torch F.linear (CPU BLAS)"
-        sdpa = ("torch SDPA, flash attention where it supports the shapes (else memory-efficient)"
-                if self.device == "cuda" else "torch SDPA (CPU)")
+        from .kernels.attention_backends import describe
+        sdpa = describe(self.attention_kernel, self.device)
         if self.engine == "fused":
             elementwise = {"rmsnorm": self.fused.impls["rmsnorm"] + "; the residual adds fused into it",
                            "residual_add": "fused into rmsnorm (fused_add_rms_norm)",
@@ -398,8 +402,9 @@ class ShardModel:
         if not self.gated:
             elementwise.pop("silu_mul")
             elementwise["relu"] = "torch F.relu" if self.engine != "compiled" else "torch.compile generated kernel"
-        paged = ("triton flash-decoding paged attention (calibrate/kernels/paged_attention.py)" if self.device == "cuda"
-                 else "torch gather of each sequence's blocks by block id, then SDPA")
+        paged = ("triton flash-decoding paged attention (calibrate/kernels/paged_attention.py)"
+                 if self.device == "cuda" and self.attention_kernel == "flash"
+                 else f"torch gather of each sequence's blocks by block id, then {sdpa}")
         return {"linear": gemm, "embedding": "torch F.embedding", **elementwise,
                 "prefill_attention": sdpa + ", bottom-right causal",
                 "decode_attention": paged if self.kv_layout == "paged" else sdpa + " over a dense KV cache",
@@ -469,7 +474,7 @@ def measure_steps(model: ShardModel, shapes: list[StepShape], reps: int,
 
 # meta.json keys that must match for a rerun to resume into an existing folder.
 _RESUME_KEYS = ("profile_kind", "device", "dtype", "engine", "kv_layout", "tensor_parallel", "shard", "layers",
-                "block_size", "grid")
+                "block_size", "grid", "attention_kernel")
 
 
 class StepsWriter:

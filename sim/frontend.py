@@ -36,13 +36,37 @@ times, not every token's, so:
   the same work, so the rate at which clients receive complete responses saturates at
   num_processes / (inbound + outbound work per request), as in the real front-end.
 
+**Latency** (`latency_s`): a delay per request that occupies no process and so never queues (the network, the
+server's event-loop awaits, the client's own parsing): added to every client-side time of the reply, the first and
+the last chunk's (`with_latency`), so a closed loop's user sends again that much later. Only its sum over the
+request's way in and out shows in the client's metrics, so it is applied once, on the way out.
+
 Client-side times: `client_first_token_s` / `client_last_token_s` are when the first / last chunk leaves the
 front-end (the network between front-end and client is not modelled). TTFT as `vllm bench serve` measures it is
 client_first_token_s - client send time. Costs: O(requests x log(num_processes)) inbound, O(requests x log
 requests) outbound (sorting the stream events), no per-token work.
 
-A closed loop's next request depends on the client receiving the previous reply, which the engine loop decides:
-passes outside the loop cannot model it, so a closed loop with a front-end is refused (`sim.config.schema`).
+**Closed loops** (`ClosedLoopFrontend`): a closed loop's next request is sent when the client has received the
+previous reply, which the engine loop decides, so passes outside the loop cannot model it; the SimPy engine's
+users run the front-end in the loop instead (the compiled core runs no closed loop). A user sends a request; its
+inbound work takes a process by the same rule (`take_process`) and costs the same (`FrontendCosts`); the engine
+gets the request when that work ends; the user's next request is sent when the client has the last chunk (then
+the think time). Inside the loop each decision is taken when it happens, which changes two things:
+
+- *First come, first served in the order work is ready:* a process serves inbound work, first chunks and last
+  chunks in the order they become ready (as the asyncio front-end does), not inbound first: the loop knows the
+  inbound work when it is sent, so it need not be fixed ahead of the streams. A request alone on its process gets
+  the same times as in the open-loop passes (tests/unit/test_frontend_closed_loop.py).
+- *Middle chunks in free time:* a stream's middle chunks are spread over its first and last token (the even-spacing
+  assumption above), but that span is known only when the stream ends, after other decisions were taken. So they
+  are done in the process's free time since the stream's first chunk, as far as it goes (each free second serves
+  one stream: streams claim it in the order they end); what free time could not absorb is queued ahead of the last
+  chunk, which cannot overtake its own stream. The process's total work is the same, so a saturated front-end
+  caps the rate at num_processes / (inbound + outbound work per request), as in open loop. When streams overlap on
+  a busy process, this delays a last chunk somewhat more than chunk by chunk (free time before a stream's first
+  chunk is not used for it, even if an earlier stream left it unused).
+
+The records and the summary's client-side metrics are the open loop's (`FrontendStage.client_side`).
 """
 
 from __future__ import annotations
@@ -54,7 +78,6 @@ from dataclasses import dataclass
 import numpy as np
 
 from sim.cost.jit import njit
-from sim.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -67,12 +90,13 @@ class FrontendCosts:
     per_output_chunk_s: float  # outbound, per streamed chunk: one SSE event (framing, the write)
     per_output_token_s: float = 0.0  # outbound, per output token: detokenization
     tokens_per_chunk: int = 1  # output tokens per streamed chunk after the first (the first is the first token alone)
+    latency_s: float = 0.0  # once per request, occupying no process: the network, the event loop's awaits
 
     @classmethod
     def of(cls, spec) -> FrontendCosts:
         """From the validated `FrontendSpec`."""
         return cls(spec.num_processes, spec.per_request_s, spec.per_prompt_token_s, spec.per_output_chunk_s,
-                   spec.per_output_token_s, spec.tokens_per_chunk)
+                   spec.per_output_token_s, spec.tokens_per_chunk, spec.latency_s)
 
     def inbound_work_s(self, prompt_tokens: np.ndarray) -> np.ndarray:
         """Each request's inbound work (seconds on one process)."""
@@ -99,9 +123,60 @@ class FrontendCosts:
 
 
 @njit(cache=True)
+def _sift_down(free, ids, pos, value, k):
+    """Put process `k` with free time `value` at heap position `pos` (its free time only grew) and sift it
+    down the binary min-heap of (free time, process number)."""
+    n = len(free)
+    while True:
+        left = 2 * pos + 1
+        if left >= n:
+            break
+        child = left
+        right = left + 1
+        if right < n and (free[right] < free[left] or (free[right] == free[left] and ids[right] < ids[left])):
+            child = right
+        if free[child] < value or (free[child] == value and ids[child] < k):
+            free[pos] = free[child]
+            ids[pos] = ids[child]
+            pos = child
+        else:
+            break
+    free[pos] = value
+    ids[pos] = k
+
+
+@njit(cache=True)
+def take_process(free, ids, ready, work):
+    """The process-choice rule, once for both the open-loop pass and the closed loop: a job ready at `ready`
+    takes the process free soonest (several free: the one free longest, which is the same; ties: the lowest
+    number), waits for it and holds it `work` seconds. `free`/`ids`: the processes as a binary min-heap of
+    (free time, number), updated. Returns (start, end, process)."""
+    t0 = free[0]
+    k = ids[0]
+    s = ready if ready > t0 else t0
+    e = s + work
+    _sift_down(free, ids, 0, e, k)
+    return s, e, k
+
+
+@njit(cache=True)
+def hold_process(free, ids, k, ready, work):
+    """Process `k` (not chosen: a reply streams through the process that took its request in) does `work`
+    seconds ready at `ready` after what it already holds. Returns (start, end); the heap is updated."""
+    pos = 0
+    while ids[pos] != k:
+        pos += 1
+    t0 = free[pos]
+    s = ready if ready > t0 else t0
+    e = s + work
+    _sift_down(free, ids, pos, e, k)
+    return s, e
+
+
+@njit(cache=True)
 def fifo_servers(ready_s, work_s, num_servers):
     """N first-come-first-served servers: jobs in the given order (their ready times non-decreasing), each on
-    the server free soonest (ties: lowest number). Returns (start_s, end_s, server) per job."""
+    the server `take_process` picks. Returns (start_s, end_s, server) per job."""
     n = len(ready_s)
     start = np.empty(n)
     end = np.empty(n)
@@ -110,31 +185,7 @@ def fifo_servers(ready_s, work_s, num_servers):
     free = np.zeros(num_servers)
     ids = np.arange(num_servers)
     for i in range(n):
-        t0 = free[0]
-        k = ids[0]
-        s = ready_s[i] if ready_s[i] > t0 else t0
-        e = s + work_s[i]
-        start[i] = s
-        end[i] = e
-        server[i] = k
-        # the root's free time grows to e: sift it down
-        pos = 0
-        while True:
-            left = 2 * pos + 1
-            if left >= num_servers:
-                break
-            child = left
-            right = left + 1
-            if right < num_servers and (free[right] < free[left] or (free[right] == free[left] and ids[right] < ids[left])):
-                child = right
-            if free[child] < e or (free[child] == e and ids[child] < k):
-                free[pos] = free[child]
-                ids[pos] = ids[child]
-                pos = child
-            else:
-                break
-        free[pos] = e
-        ids[pos] = k
+        start[i], end[i], server[i] = take_process(free, ids, ready_s[i], work_s[i])
     return start, end, server
 
 
@@ -319,7 +370,13 @@ def outbound(inb: Inbound, first_token_s: np.ndarray, last_token_s: np.ndarray, 
     _outbound(num, offsets, in_start, in_end, busy_before, idle_before, busy_total, f_offsets, f_order, l_offsets,
               l_order, first_token_s, last_at, first_work, middle_work, last_work, chunks >= 2, client_first,
               client_last)
-    return Outbound(client_first, client_last, first_work + middle_work + last_work)
+    return Outbound(with_latency(client_first, costs), with_latency(client_last, costs),
+                    first_work + middle_work + last_work)
+
+
+def with_latency(client_s, costs: FrontendCosts):
+    """Client receive times with the front-end's `latency_s` (the one place it is added, open loop and closed)."""
+    return client_s + costs.latency_s if costs.latency_s else client_s
 
 
 # --------------------------------------------------------------------------------------------------
@@ -331,11 +388,17 @@ class FrontendStage:
     to the engine; `client_side(requests)` adds the outbound pass's client-side columns to its records."""
 
     def __init__(self, spec, workload):
-        if workload.closed_loop is not None:
-            raise ConfigError("frontend: not allowed with workload.arrival.kind 'closed_loop' (a closed loop's next "
-                              "request waits for the reply the front-end streams); allowed: an open arrival process")
         self.costs = FrontendCosts.of(spec)
         self.workload = workload
+        self.outbound: Outbound | None = None
+        # A closed loop: the engine runs the front-end in its loop (`in_loop`, given to sim.core.engine.Simulation);
+        # the engine numbers the requests as the workload does.
+        self.in_loop: ClosedLoopFrontend | None = None
+        if workload.closed_loop is not None:
+            self.in_loop = ClosedLoopFrontend(self.costs, workload.input_tokens)
+            self.engine_workload, self.order = workload, np.arange(workload.num_requests)
+            self.inbound = None
+            return
         self.inbound = inbound(workload.arrival_s, workload.input_tokens, self.costs)
         order = self.inbound.engine_order()
         self.order = order  # engine request id -> the workload's request id
@@ -346,7 +409,6 @@ class FrontendStage:
             hash_ids=_reordered(workload.hash_ids, order, identity),
             prefix_ids=_reordered(workload.prefix_ids, order, identity),
             conversation_ids=None if workload.conversation_ids is None else workload.conversation_ids[order])
-        self.outbound: Outbound | None = None
 
     def client_side(self, requests):
         """The engine's request records (`sim.results.requests_table`) with the client-side columns and the
@@ -356,10 +418,13 @@ class FrontendStage:
         engine_ids = np.asarray(requests["request_id"], dtype=np.int64)
         ids = self.order[engine_ids]
         first, last, out = np.full(n, np.nan), np.full(n, np.nan), np.zeros(n, dtype=np.int64)
-        first[ids] = requests["first_token_s"]
-        last[ids] = requests["last_token_s"]
-        out[ids] = requests["output_tokens"]
-        self.outbound = outbound(self.inbound, first, last, out, self.costs)
+        if self.in_loop is not None:  # the closed loop ran the front-end: its records
+            self.inbound, self.outbound = self.in_loop.inbound_record(), self.in_loop.outbound_record()
+        else:
+            first[ids] = requests["first_token_s"]
+            last[ids] = requests["last_token_s"]
+            out[ids] = requests["output_tokens"]
+            self.outbound = outbound(self.inbound, first, last, out, self.costs)
         return with_client_side(requests, ids, {
             "client_send_s": self.inbound.send_s[ids], "frontend_process": self.inbound.process[ids],
             "client_first_token_s": self.outbound.client_first_token_s[ids],
@@ -375,17 +440,19 @@ class FrontendStage:
     @property
     def end_s(self) -> float:
         """When the front-end's last work ended: its last inbound work or its last chunk (0 without any)."""
-        return max(float(self.inbound.arrival_s.max()) if len(self.inbound.arrival_s) else 0.0, self.last_receive_s)
+        arrival = self.inbound.arrival_s[np.isfinite(self.inbound.arrival_s)] if self.inbound is not None else []
+        return max(float(arrival.max()) if len(arrival) else 0.0, self.last_receive_s)
 
     @property
     def busy_s(self) -> float:
         """The front-end's work, inbound and outbound, summed over its processes (seconds)."""
         out = float(self.outbound.work_s.sum()) if self.outbound is not None else 0.0
-        return float(self.inbound.work_s.sum()) + out
+        return (float(self.inbound.work_s.sum()) if self.inbound is not None else 0.0) + out
 
     def __repr__(self) -> str:
         c = self.costs
-        return (f"Frontend({c.num_processes} processes, {c.per_request_s:g} s/request + {c.per_prompt_token_s:g} "
+        return (f"Frontend({c.num_processes} processes, {c.latency_s:g} s latency + {c.per_request_s:g} s/request + "
+                f"{c.per_prompt_token_s:g} "
                 f"s/prompt token in, {c.per_output_chunk_s:g} s/chunk + {c.per_output_token_s:g} s/token out, "
                 f"{c.tokens_per_chunk} tokens/chunk)")
 
@@ -394,3 +461,122 @@ def _reordered(items: list | None, order: np.ndarray, identity: bool) -> list | 
     if items is None or identity:
         return items
     return [items[i] for i in order]
+
+
+# --------------------------------------------------------------------------------------------------
+# The stage inside the event loop, for a closed loop
+
+
+class ClosedLoopFrontend:
+    """The front-end inside the SimPy engine's closed loop (see the module docstring, "Closed loops"): the
+    users call `send` when they send a request and `receive` when the engine has finished it; `close` places
+    what is left at the end of the run. The arithmetic is FrontendCosts' work functions and the process-choice
+    rule `take_process` / `hold_process`, as in the open-loop passes; per request in the workload's numbering
+    (the closed loop sends the requests in that order, so the engine's ids are the workload's)."""
+
+    def __init__(self, costs: FrontendCosts, prompt_tokens: np.ndarray):
+        n, num = len(prompt_tokens), costs.num_processes
+        self.costs = costs
+        self.inbound_work_s = costs.inbound_work_s(prompt_tokens)
+        _, first, _, _ = costs.chunk_work_s(np.ones(1, dtype=np.int64))
+        self.first_chunk_work_s = float(first[0])  # the first chunk carries the first token alone, whatever follows
+        # The processes as the heap `take_process` keeps: (free time, number); free time: when the work queued on
+        # the process ends.
+        self._free = np.zeros(num)
+        self._ids = np.arange(num)
+        self._busy_s = np.zeros(num)  # work queued on each process so far (what the middle chunks' fluid did not use)
+        self._claimed_idle_s = np.zeros(num)  # each process's free time the middle chunks have used (cumulative)
+        self.send_s = np.full(n, np.nan)
+        self.start_s = np.full(n, np.nan)
+        self.arrival_s = np.full(n, np.nan)
+        self.process = np.full(n, -1, dtype=np.int64)
+        self.client_first_token_s = np.full(n, np.nan)
+        self.client_last_token_s = np.full(n, np.nan)
+        self.outbound_work_s = np.zeros(n)
+        self._idle_at_first_s = np.full(n, np.nan)
+        self._awaiting_first: dict[int, object] = {}  # sent, first chunk not yet placed: id -> Request
+        self._streaming: dict[int, object] = {}  # first chunk placed, reply not yet received: id -> Request
+
+    def _free_s(self, k: int) -> float:
+        return float(self._free[int(np.flatnonzero(self._ids == k)[0])])
+
+    def _idle_s(self, k: int, t: float) -> float:
+        """Process k's free time from 0 to `t`, all its queued work being ready by `t`: `t` less the work it has
+        done by then (its queued work less what is still ahead of `t`)."""
+        return t - self._busy_s[k] + max(0.0, self._free_s(k) - t)
+
+    def _hold(self, k: int, ready: float, work: float) -> float:
+        _, end = hold_process(self._free, self._ids, k, ready, work)
+        self._busy_s[k] += work
+        return float(end)
+
+    def _place_first_chunks(self, now: float) -> None:
+        """Queue the first chunks whose first token the engine produced by `now`, in the order produced. Done
+        before every decision, so each process's queue holds its work in the order it became ready."""
+        ready = [r for r in self._awaiting_first.values() if r.first_token_s <= now]
+        ready.sort(key=lambda r: (r.first_token_s, r.request_id))
+        for r in ready:
+            i, t = r.request_id, float(r.first_token_s)
+            k = int(self.process[i])
+            del self._awaiting_first[i]
+            self._idle_at_first_s[i] = self._idle_s(k, t)
+            self.client_first_token_s[i] = self._hold(k, t, self.first_chunk_work_s)
+            self._streaming[i] = r
+
+    def send(self, request, now: float) -> float:
+        """The client sends `request` at `now`: the inbound work queues on the process `take_process` picks.
+        Returns when that work ends (the engine's arrival time)."""
+        self._place_first_chunks(now)
+        i = request.request_id
+        start, end, k = take_process(self._free, self._ids, now, float(self.inbound_work_s[i]))
+        self._busy_s[k] += self.inbound_work_s[i]
+        self.send_s[i], self.start_s[i], self.arrival_s[i], self.process[i] = now, start, end, k
+        self._awaiting_first[i] = request
+        return float(end)
+
+    def receive(self, request, now: float) -> float:
+        """The engine finished (or rejected) `request` by `now`: when the client has its whole reply (`now`
+        without any token: nothing streams)."""
+        self._place_first_chunks(now)
+        i = request.request_id
+        self._awaiting_first.pop(i, None)
+        if self._streaming.pop(i, None) is None:
+            return now
+        self._stream_end(request)
+        return float(with_latency(self.client_last_token_s[i], self.costs))
+
+    def _stream_end(self, request) -> None:
+        """The middle chunks and the last chunk of a reply whose first chunk is queued, from its last token."""
+        i = request.request_id
+        chunks, first, middle, last = self.costs.chunk_work_s(np.array([request.num_output_tokens], dtype=np.int64))
+        middle_s, last_s = float(middle[0]), float(last[0])
+        self.outbound_work_s[i] = float(first[0]) + middle_s + last_s
+        if chunks[0] < 2:  # the first chunk was the whole reply
+            self.client_last_token_s[i] = self.client_first_token_s[i]
+            return
+        k, t = int(self.process[i]), float(request.last_token_s)
+        # The middle chunks use the process's free time since the first chunk, as far as it goes (see the module
+        # docstring); each free second is used once. The rest queues ahead of the last chunk, which cannot overtake
+        # its own stream.
+        since = max(float(self._idle_at_first_s[i]), float(self._claimed_idle_s[k]))
+        used = min(middle_s, max(0.0, self._idle_s(k, t) - since))
+        self._claimed_idle_s[k] = since + used
+        self.client_last_token_s[i] = self._hold(k, t, middle_s - used + last_s)
+
+    def close(self, now: float) -> None:
+        """At the end of the run: the first chunks not yet queued, then the replies of requests the engine still
+        held (cut by the horizon: their tokens so far), in the order of their last token."""
+        self._place_first_chunks(math.inf)
+        for r in sorted(self._streaming.values(), key=lambda r: (r.last_token_s, r.request_id)):
+            self._stream_end(r)
+        self._streaming.clear()
+        self._awaiting_first.clear()
+
+    def inbound_record(self) -> Inbound:
+        sent = np.isfinite(self.send_s)
+        return Inbound(self.send_s, self.start_s, self.arrival_s, self.process,
+                       np.where(sent, self.inbound_work_s, 0.0), self.costs.num_processes)
+
+    def outbound_record(self) -> Outbound:
+        return Outbound(with_latency(self.client_first_token_s, self.costs),
+                        with_latency(self.client_last_token_s, self.costs), self.outbound_work_s)

@@ -66,7 +66,8 @@ def _roofline(scenario: Scenario, deployment: Deployment, model):
                              # A calibrated target's draft model: the roofline at the GPU's defaults.
                              compute_efficiency=getattr(spec, "compute_efficiency", None),
                              memory_efficiency=getattr(spec, "memory_efficiency", None),
-                             step_overhead_s=_roofline_step_overhead(spec))
+                             step_overhead_s=_roofline_step_overhead(spec),
+                             attention_kernel=scenario.attention.kernel)
 
 
 def _roofline_step_overhead(spec) -> float | None:
@@ -96,7 +97,7 @@ def _calibrated(scenario: Scenario, deployment: Deployment):
     return make_calibrated_cost_model(deployment.profile_dir, deployment.model,
                                       tensor_parallel=deployment.tensor_parallel, kv_layout=kv.layout,
                                       block_size=kv.block_size, gpu=deployment.gpu, weight_dtype=q.weights,
-                                      kv_dtype=q.kv_cache)
+                                      kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute)
 
 
 def _measured(scenario: Scenario, deployment: Deployment):
@@ -105,12 +106,15 @@ def _measured(scenario: Scenario, deployment: Deployment):
     return make_measured_cost_model(deployment.model, deployment.gpu, tensor_parallel=deployment.tensor_parallel,
                                     weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
                                     engine=spec.engine, step_overhead_s=spec.step_overhead_s,
-                                    gpu_data=spec.gpu_data, on_missing=spec.on_missing)
+                                    gpu_data=spec.gpu_data, on_missing=spec.on_missing, tables=spec.tables,
+                                    unmeasured_dtype=spec.unmeasured_dtype)
 
 
 def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
     deployment = deployment or deployment_of(scenario)
     spec = scenario.cost_model
+    from sim.cost.attention_support import check_attention_kernel
+    check_attention_kernel(scenario, deployment)  # a measured cost model prices only the kernel it measured
     if spec.kind == "fixed":
         target = FixedCostModel(spec.prefill_s, spec.decode_s)
     elif spec.kind == "calibrated":
@@ -220,7 +224,7 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
                                max_num_batched_tokens=deployment.max_num_batched_tokens,
                                chunked_prefill=s.chunked_prefill, max_model_len=max_len, tracker=tracker,
                                swap_capacity_tokens=swap_tokens, victim=preemption.victim,
-                               sequences_per_request=deployment.sequences_per_request)
+                               sequences_per_request=deployment.sequences_per_request, rule=s.rule())
 
 
 def _micro_batch_slots(scenario: Scenario, kv, deployment: Deployment):
@@ -235,7 +239,7 @@ def _micro_batch_slots(scenario: Scenario, kv, deployment: Deployment):
     return MicroBatchSlots([
         ContinuousScheduler(kv, max_num_seqs=per_slot_seqs, max_num_batched_tokens=deployment.max_num_batched_tokens,
                             chunked_prefill=s.chunked_prefill, max_model_len=deployment.max_model_len,
-                            swap_capacity_tokens=swap_tokens, victim=s.preemption.victim)
+                            swap_capacity_tokens=swap_tokens, victim=s.preemption.victim, rule=s.rule())
         for _ in range(pp)])
 
 
@@ -281,7 +285,8 @@ def steady_window(requests, run):
 
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
              progress: Callable[[float, int], None] | None = None, cost_model=None,
-             stop_when: Callable[[Simulation], bool] | None = None, lean_summary: bool = False) -> Result:
+             stop_when: Callable[[Simulation], bool] | None = None, lean_summary: bool = False,
+             step_draws: np.ndarray | None = None) -> Result:
     """Simulate a validated scenario; `workload` defaults to the one the scenario generates.
 
     `stop_when(simulation)`, asked after every engine step, may end the run early, when it is certain the
@@ -295,7 +300,18 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     times -> engine arrivals) and after it (engine token times -> the client's): the records gain the client's
     columns and the latencies are the client's (`sim.results.with_client_side`).
 
-    `lean_summary`: the summary holds only what a capacity planner reads (`summarize`'s `lean`)."""
+    `lean_summary`: the summary holds only what a capacity planner reads (`summarize`'s `lean`).
+
+    `step_draws`: a perturbed run's step-time draw pack (`sim.cost.draws.draw_pack`, issue 31: bands): every
+    priced step time is scaled by its draw, in either engine alike. None: the times as priced. A band
+    (`run.band`) is `sim.bands.simulate_with_band`'s: it runs this function once per replication."""
+    if step_draws is not None and (scenario.hardware.disaggregation is not None
+                                   or scenario.hardware.pipeline_parallel > 1):
+        # Their step loops (sim/core/disaggregated.py's two pools, sim/core/pipeline.py's stages) do not draw yet.
+        which = "hardware.disaggregation" if scenario.hardware.disaggregation is not None else \
+            f"hardware.pipeline_parallel: {scenario.hardware.pipeline_parallel}"
+        raise ConfigError(f"{which}: step-time draws (run.band_sources: step_time) are not supported there yet; "
+                          "allowed: run.band_sources: [workload]")
     if scenario.hardware.disaggregation is not None:
         return simulate_disaggregated(scenario, workload, progress=progress)
     deployment = deployment_of(scenario)
@@ -329,7 +345,11 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                      think_time_s=closed.think_time_s if closed else 0.0, seed=run.seed,
                      prefix_ids=workload.prefix_ids if scenario.kv_cache.enable_prefix_caching else None,
                      prefix_unit_tokens=workload.prefix_unit_tokens, progress=progress,
-                     fast_decode=run.fast_decode, stop_when=stop_when)
+                     fast_decode=run.fast_decode, stop_when=stop_when,
+                     frontend=frontend.in_loop if frontend is not None else None)  # a closed loop's, in its loop
+    if step_draws is not None:
+        from sim.cost.draws import perturb, perturb_steps  # handed to the engine loop (sim/core is below sim/cost)
+        sim.step_draws, sim.draw_functions = step_draws, (perturb, perturb_steps)
     if run.compiled_core:
         from sim.compiled.engine import run_compiled
         ran = run_compiled(sim)  # in its scope: the same records, without the SimPy loop
@@ -359,11 +379,17 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
         summary["stopped_early_s"] = float(sim.stopped_early_s)
     if deployment.pipeline_parallel > 1:
         summary.update(pipeline_metrics(replicas, elapsed, steps, deployment.gpu))
+    if deployment.attention_kernel != "flash":  # (a flash run's summary keeps its keys as before)
+        summary.update(attention_kernel=deployment.attention_kernel,
+                       attention_score_bytes_per_gpu=deployment.score_bytes_per_gpu,
+                       max_prompt_tokens_materialized=deployment.max_prompt_tokens_materialized)
     from sim.cost.labels import cost_model_label
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler),
                           # which cost model priced the run, in a few words: every summary table shows it
-                          "cost_model_label": cost_model_label(replicas[0].cost_model),
+                          "cost_model_label": cost_model_label(replicas[0].cost_model)
+                          + (" (default)" if scenario.cost_model_choice else ""),
+                          **({"cost_model_choice": scenario.cost_model_choice} if scenario.cost_model_choice else {}),
                           "engine_core": sim.engine_core,
                           **({"frontend": repr(frontend)} if frontend is not None else {})},
                   decode_runs=decode_runs)

@@ -19,11 +19,14 @@ def make_request(prompt: int, output: int, arrival_s: float = 0.0, request_id: i
 
 
 # The small scenario most end-to-end tests start from: llama-3.1-8b on one H100, a light Poisson load of short
-# fixed-length requests. A test states only what it changes (deep-merged, as scenario variants are).
+# fixed-length requests, priced by the plain roofline (these tests check mechanisms; the cost model a scenario gets
+# when it names none is tested in tests/unit/test_cost_choice.py). A test states only what it changes (deep-merged,
+# as scenario variants are).
 SMALL_SCENARIO = {
     "name": "small",
     "model": "llama-3.1-8b",
     "hardware": {"gpu": "h100-sxm"},
+    "cost_model": {"kind": "roofline"},
     "workload": {"arrival": {"kind": "poisson", "rate_per_s": 5},
                  "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 8}},
     "scheduler": {"max_model_len": 2048},

@@ -2,11 +2,11 @@
 (numba) instead of the SimPy loop, with identical records (issue 15).
 
 In scope: one replica or several behind a round-robin or least-outstanding router, open arrivals (any horizon), `ContinuousScheduler` with the plain decode tracker and
-last-admitted recompute preemption, one sequence per request, `PagedKVManager` without prefix caching,
+last-admitted recompute preemption, under any engine's scheduling rule (sim/sched/rules.py), one sequence per request, `PagedKVManager` without prefix caching,
 sharing or a sliding window, a stop rule the core can ask itself (`compiled_params()`, as the planner's
 `SLOMissRule`) or none, and a cost model with a compiled form (`compiled_params()`: the roofline, a
-whole-step profile, `StepProfileCostModel`, or the measured kernels, `MeasuredCostModel`; see
-`sim.cost.compiled_pricing`). Anything
+whole-step profile, `StepProfileCostModel`, or the measured kernels, `MeasuredCostModel`, each with or without
+the engine's overhead, `EngineOverheadCostModel`; see `sim.cost.compiled_pricing`). Anything
 else, or numba missing, runs the Python engine, which stays the reference; `Simulation.engine_core` says
 which ran and why.
 """
@@ -53,8 +53,8 @@ def _scope(sim) -> tuple[str, tuple | None]:
         a, b = replica.scheduler, first.scheduler
         if (type(replica.cost_model) is not type(first.cost_model) or a.kv.num_blocks != b.kv.num_blocks
                 or a.kv.block_size != b.kv.block_size
-                or (a.max_num_seqs, a.max_num_batched_tokens, a.chunked_prefill, a.max_model_len)
-                != (b.max_num_seqs, b.max_num_batched_tokens, b.chunked_prefill, b.max_model_len)):
+                or (a.max_num_seqs, a.max_num_batched_tokens, a.chunked_prefill, a.max_model_len, a.rule)
+                != (b.max_num_seqs, b.max_num_batched_tokens, b.chunked_prefill, b.max_model_len, b.rule)):
             return "replicas configured differently", None
     try:
         from sim.compiled import kernel  # noqa: F401  (numba present)
@@ -134,7 +134,14 @@ def run_compiled(sim) -> bool:
     if rule is not None:  # the core asks the rule itself, with the same arithmetic (SLOMissRule.compiled_params)
         stop[k.S_ON] = 1.0
         stop[k.S_TTFT:] = rule.compiled_params()
-    cfg = np.zeros(k.NUM_CFG, dtype=np.int64)
+    rule_of = scheduler.rule  # sim/sched/rules.py; every replica has the same (_scope compares them)
+    cfg = np.zeros(k.NUM_CFG + len(rule_of.cuda_graph_batch_sizes), dtype=np.int64)
+    cfg[k.C_MIXED], cfg[k.C_GROUP_STEPS] = rule_of.mixed_batches, rule_of.decode_steps_per_schedule
+    cfg[k.C_WHOLE] = rule_of.whole_output_reservation
+    cfg[k.NUM_CFG:] = rule_of.graph_sizes()
+    if rule_of.new_token_ratio is not None:
+        cfg[k.C_RATIO], cfg[k.C_RATIO_DECAY] = 1, rule_of.new_token_ratio.decay_steps
+        sf[k.F_RATIO_INIT], sf[k.F_RATIO_MIN] = rule_of.new_token_ratio.init, rule_of.new_token_ratio.min
     cfg[k.C_MAX_SEQS], cfg[k.C_MAX_BATCHED] = max_seqs, scheduler.max_num_batched_tokens
     cfg[k.C_CHUNKED], cfg[k.C_MAX_MODEL_LEN] = scheduler.chunked_prefill, scheduler.max_model_len
     cfg[k.C_NUM_BLOCKS], cfg[k.C_BLOCK_SIZE], cfg[k.C_FAST_DECODE] = kv.num_blocks, kv.block_size, sim.fast_decode
@@ -160,6 +167,8 @@ def run_compiled(sim) -> bool:
     run_dur = np.zeros(max_run_steps)
     run_i = np.zeros((2, max_run_steps), dtype=np.int64)  # KV token states and internal slots of run steps
     arrival_ev[:] = k.arrival_event_times(arrival_s)
+    # The step-time draws (issue 31), the SimPy engine's: one float64 pack type either way, so one compiled loop.
+    draws = np.zeros(0) if sim.step_draws is None else np.ascontiguousarray(sim.step_draws, dtype=np.float64)
 
     log = sim.steps
 
@@ -174,7 +183,7 @@ def run_compiled(sim) -> bool:
 
     while True:
         code = k.run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan, pf_snap, run_tmp,
-                     row_i, row_f, run_dur, run_i, rows_per_call, max_run_steps)
+                     row_i, row_f, run_dur, run_i, rows_per_call, max_run_steps, draws)
         if code == k.DIVERGED:
             return hand_back("two events at one time: SimPy's event order decides")
         if code == k.UNPRICED:

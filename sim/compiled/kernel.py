@@ -27,6 +27,16 @@ from numba import njit
 
 from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
 from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_parts
+from sim.cost.draws import perturb
+from sim.cost.overhead import with_overhead
+from sim.sched.rules import (
+    SGLANG_CLIP_MAX_NEW_TOKENS,
+    group_steps_left_after,
+    new_token_ratio,
+    padded_batch,
+    ratio_admits,
+    reservation_fits,
+)
 
 # Return codes of `run`.
 DONE = 0
@@ -40,8 +50,14 @@ NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 # Indices into the int64 per-replica state array `sr[r]` (a replica's scheduler, KV pool and step in flight).
 (I_CLOCK, I_ALLOC_CLOCK, I_MEMBERS, I_TOKEN_SUM, I_PF_SUM, I_FREE_BLOCKS, I_RUNNING, I_RUN_HEAD, I_RUN_TAIL,
  I_PF_HEAD, I_PF_TAIL, I_W_HEAD, I_W_COUNT, I_HEAP_SIZE, I_OUTSTANDING, I_BUSY, I_NUM_PF, I_NUM_DECODE,
- I_NUM_WAITING, I_NUM_PREFILL_TOKENS, I_NUM_PREEMPTED, I_NUM_STEPS) = range(22)
-NUM_SI = 22
+ I_NUM_WAITING, I_NUM_PREFILL_TOKENS, I_NUM_PREEMPTED, I_NUM_STEPS, I_GROUP_LEFT, I_RESERVED, I_RATIO_RESET,
+ I_NUM_PADDING, I_STEPS_DRAWN) = range(27)
+NUM_SI = 27
+# I_GROUP_LEFT: decode steps left in the current group (scheduler rule decode_steps_per_schedule); I_RESERVED: the
+# blocks of every running request's whole sequence (whole_output_reservation); I_RATIO_RESET: the decode clock at
+# the last preemption (new_token_ratio); I_NUM_PADDING: the step in flight's CUDA-graph padding sequences;
+# I_STEPS_DRAWN: the steps the replica started (a run's every step), the step-time draws' counter
+# (sim/cost/draws.py; the SimPy engine counts its steps alike).
 # Indices into the float64 per-replica array `fr[r]`: the step in flight.
 R_START, R_END, R_DURATION, R_FLOPS, R_BYTES = range(5)
 NUM_FR = 5
@@ -54,8 +70,8 @@ NUM_SG = 18
 # first G_FIN_COUNTED of them into G_DONE_* (finished requests over each limit, and over any), so that a check
 # reads only the requests finished since the last one and those in flight, not every request.
 # Indices into the float64 global state array `sf`.
-F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON, F_CHECK, F_STOPPED_AT = range(7)
-NUM_SF = 7
+F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON, F_CHECK, F_STOPPED_AT, F_RATIO_INIT, F_RATIO_MIN = range(9)
+NUM_SF = 9  # the last two: the scheduling rule's new-token ratio (constants of the run)
 # The stop rule's numbers (`SLOMissRule.compiled_params`; S_ON 0: no rule):
 # on, TTFT / TPOT / E2E limits (inf: none), violations that make a miss certain, the goodput fraction (NaN: none),
 # the requests the workload generates, seconds between checks.
@@ -63,8 +79,11 @@ NUM_SF = 7
 NUM_S = 8
 # Indices into the int64 configuration array `cfg`.
 (C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE,
- C_ROUTER) = range(8)
-NUM_CFG = 8
+ C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY) = range(13)
+NUM_CFG = 13
+# C_MIXED .. C_RATIO_DECAY: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
+# per schedule, whole-output reservation, new-token ratio on and its decay steps. Past NUM_CFG: the sorted
+# CUDA-graph batch sizes (none: no padding).
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
 # these two arrays, not one array each: numba passes every array argument as several machine words, and with
@@ -153,16 +172,17 @@ def _stale(req, rid, fclock):
 
 @njit(cache=True)
 def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan, pf_snap, run_tmp,
-        row_i, row_f, run_dur, run_i, max_rows, max_run_steps):
+        row_i, row_f, run_dur, run_i, max_rows, max_run_steps, draws):
     """Advance the simulation event by event (arrivals, the replicas' step ends in time order) until every
     request is done (DONE), the output buffers need reading (FLUSH; call again), the SimPy order cannot be
     repeated (DIVERGED) or a step cannot be priced here (UNPRICED). The stop rule (`stop`) is asked after every
     step ending at or after its next check; after a stop no arrival is admitted and no step starts, but the
-    steps in flight still end (SimPy lets them) and the rule is asked again."""
+    steps in flight still end (SimPy lets them) and the rule is asked again. `draws`: the step-time draw pack
+    (sim/cost/draws.py; empty: step times as priced)."""
     n_req = req.shape[1]
     arrival_ev = reqf[QF_ARRIVAL_EV]
     num_replicas = sr.shape[0]
-    kind, roof, steps_pack, measured = price  # once (see compiled_pricing.price_parts)
+    kind, roof, steps_pack, measured, overhead = price  # once (see compiled_pricing.price_parts)
     max_seqs = cfg[C_MAX_SEQS]
     max_model_len = cfg[C_MAX_MODEL_LEN]
     horizon = sf[F_HORIZON]
@@ -219,22 +239,22 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
         for r in range(r_first, r_stop):
             if woken_only and (sr[r, I_BUSY] != 0 or sr[r, I_W_COUNT] == 0):
                 continue
-            code = _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, req, reqf, waiting,
-                               heap, bucket, plan, pf_snap, run_tmp)
+            code = _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf,
+                               waiting, heap, bucket, plan, pf_snap, run_tmp, draws)
             if code != 0:
                 return code
 
 
 @njit(cache=True, inline="always")
-def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, req, reqf, waiting_all, heap_all,
-                bucket_all, plan_all, pf_snap, run_tmp):
+def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf, waiting_all,
+                heap_all, bucket_all, plan_all, pf_snap, run_tmp, draws):
     """`ContinuousScheduler.schedule(now)` for replica r and the price of its step (a decode run where one
     fits): the replica is busy until fr[r, R_END], or idle when there is nothing to run. 0, DIVERGED or
     UNPRICED."""
     n_req = req.shape[1]
     max_seqs, max_batched = cfg[C_MAX_SEQS], cfg[C_MAX_BATCHED]
-    chunked = cfg[C_CHUNKED] != 0
     bs, fast_decode = cfg[C_BLOCK_SIZE], cfg[C_FAST_DECODE] != 0
+    mixed = cfg[C_MIXED] != 0
     horizon = sf[F_HORIZON]
     key_base = n_req  # heap key: finish_clock * key_base + request id
     clock = sr[r, I_CLOCK]
@@ -249,110 +269,72 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, r
     num_decode = 0
     num_sampled = 0
     if have_plan:
-        # Room for the decodes' next tokens; preempt (last admitted first) until there is.
-        while bucket_all[r, clock % bs] > sr[r, I_FREE_BLOCKS]:
-            victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs)
-            if victim < 0:
-                return DIVERGED
-            num_preempted += 1
-        sr[r, I_FREE_BLOCKS] -= bucket_all[r, clock % bs]
-        sr[r, I_ALLOC_CLOCK] = clock
-        budget = max_batched - sr[r, I_MEMBERS]
-        # Running prefills first, in admission order (a snapshot: admissions below join after).
-        n_snap = 0
-        rid = sr[r, I_PF_HEAD]
-        while rid >= 0:
-            pf_snap[n_snap] = rid
-            n_snap += 1
-            rid = req[Q_PF_NEXT, rid]
-        for s in range(n_snap):
-            rid = pf_snap[s]
-            if req[Q_STATE, rid] != RUNNING or budget <= 0:
-                continue  # preempted while making room for an earlier one, or no budget left
-            chunk = min(req[Q_PROMPT, rid] + req[Q_OUT, rid] - req[Q_COMPUTED, rid], budget)
-            added = False
-            while True:
-                need = _blocks_for(req[Q_COMPUTED, rid] + chunk, bs) - req[Q_BLOCKS, rid]
-                if need < 0:
-                    need = 0
-                if need <= sr[r, I_FREE_BLOCKS]:
-                    sr[r, I_FREE_BLOCKS] -= need
-                    req[Q_BLOCKS, rid] += need
-                    added = True
-                    break
-                victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs)
+        # ContinuousScheduler.schedule: inside a group of decode steps, decodes only; without mixed batches, a
+        # prefill-only step whenever a prefill can run, else decodes only; else decodes and prefill chunks.
+        in_group = sr[r, I_GROUP_LEFT] > 0 and sr[r, I_MEMBERS] > 0
+        with_decodes = True
+        if in_group:
+            sr[r, I_GROUP_LEFT] -= 1
+        else:
+            sr[r, I_GROUP_LEFT] = 0
+            if not mixed:
+                num_pf, num_new, added, num_sampled, code = _schedule_prefills(
+                    r, now, max_batched, 0, sr, cfg, sf, req, reqf, waiting_all, bucket_all, plan_all, pf_snap,
+                    step_id)
+                if code != 0:
+                    return code
+                num_preempted += added
+                with_decodes = num_pf == 0 and sr[r, I_MEMBERS] > 0
+        if with_decodes:
+            # Room for the decodes' next tokens; preempt (last admitted first) until there is.
+            while bucket_all[r, clock % bs] > sr[r, I_FREE_BLOCKS]:
+                victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, cfg[C_WHOLE])
                 if victim < 0:
                     return DIVERGED
                 num_preempted += 1
-                if victim == rid:
-                    break
-            if added:
-                plan_all[P_RID, r, num_pf] = rid
-                plan_all[P_CHUNK, r, num_pf] = chunk
-                plan_all[P_CTX, r, num_pf] = req[Q_COMPUTED, rid]
-                num_pf += 1
-                req[Q_STAMP, rid] = step_id
-                if req[Q_COMPUTED, rid] + chunk == req[Q_PROMPT, rid] + req[Q_OUT, rid]:
-                    num_sampled += 1
-                budget -= chunk
-        # Then waiting requests in order while a sequence slot, the budget and the KV allow.
-        while sr[r, I_W_COUNT] > 0 and num_preempted == 0 and budget > 0 and sr[r, I_RUNNING] < max_seqs:
-            rid = waiting_all[r, sr[r, I_W_HEAD]]
-            # kv.admit (no prefix cache, no swap: everything is computed again from 0)
-            need_tokens = req[Q_PROMPT, rid] + req[Q_OUT, rid]
-            chunk = min(need_tokens, budget)
-            if chunked:
-                fits = _blocks_for(need_tokens, bs) <= sr[r, I_FREE_BLOCKS]
-            else:
-                fits = chunk == need_tokens
-            if not fits:
-                break
-            need = _blocks_for(chunk, bs)
-            if need > sr[r, I_FREE_BLOCKS]:
-                break
-            sr[r, I_FREE_BLOCKS] -= need
-            req[Q_BLOCKS, rid] = need
-            req[Q_COMPUTED, rid] = 0
-            sr[r, I_W_HEAD] = (sr[r, I_W_HEAD] + 1) % n_req
-            sr[r, I_W_COUNT] -= 1
-            req[Q_STATE, rid] = RUNNING
-            if math.isnan(reqf[QF_FIRST_SCHED, rid]):
-                reqf[QF_FIRST_SCHED, rid] = now
-            _list_append(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_RUN_HEAD, I_RUN_TAIL, rid)
-            sr[r, I_RUNNING] += 1
-            _list_append(req, Q_PF_PREV, Q_PF_NEXT, sr, r, I_PF_HEAD, I_PF_TAIL, rid)
-            num_new += 1
-            plan_all[P_RID, r, num_pf] = rid
-            plan_all[P_CHUNK, r, num_pf] = chunk
-            plan_all[P_CTX, r, num_pf] = 0
-            num_pf += 1
-            req[Q_STAMP, rid] = step_id
-            if chunk == need_tokens:
-                num_sampled += 1
-            budget -= chunk
-        num_decode = sr[r, I_MEMBERS]
-        num_sampled += num_decode
+            sr[r, I_FREE_BLOCKS] -= bucket_all[r, clock % bs]
+            sr[r, I_ALLOC_CLOCK] = clock
+            if mixed and not in_group:
+                num_pf, num_new, added, num_sampled, code = _schedule_prefills(
+                    r, now, max_batched - sr[r, I_MEMBERS], num_preempted, sr, cfg, sf, req, reqf, waiting_all,
+                    bucket_all, plan_all, pf_snap, step_id)
+                if code != 0:
+                    return code
+                num_preempted += added
+            num_decode = sr[r, I_MEMBERS]
+            num_sampled += num_decode
+            if not in_group and num_pf == 0 and num_decode > 0:
+                sr[r, I_GROUP_LEFT] = cfg[C_GROUP_STEPS] - 1  # a decode-only step opens a group
         if num_pf == 0 and num_decode == 0:
             have_plan = False
     if not have_plan:
         return 0  # the engine waits for an arrival routed to it
 
     num_waiting = sr[r, I_W_COUNT]
-    decode_ctx = sr[r, I_TOKEN_SUM] + num_decode
+    decode_ctx = sr[r, I_TOKEN_SUM] + num_decode if num_decode > 0 else 0  # a prefill-only step attends no decode
+    padding = 0
+    if num_pf == 0 and num_decode > 0 and cfg.shape[0] > NUM_CFG:
+        # The decode batch runs as the next CUDA-graph size up; each padding sequence has one token of context.
+        padding = padded_batch(cfg[NUM_CFG:], num_decode) - num_decode
+    num_priced = num_decode + padding
     num_prefill_tokens = 0
     for j in range(num_pf):
         num_prefill_tokens += plan_all[P_CHUNK, r, j]
     plan_chunk, plan_ctx = plan_all[P_CHUNK, r], plan_all[P_CTX, r]  # (the pricers take a step's chunks as arrays)
     time_s, flops, nbytes = price_parts(kind, roof, steps_pack, measured, num_prefill_tokens,
-                                        plan_chunk, plan_ctx, num_pf, num_decode, decode_ctx, num_sampled, 1, 0)
+                                        plan_chunk, plan_ctx, num_pf, num_priced, decode_ctx + padding,
+                                        num_sampled + padding, 1, 0)
+    time_s = with_overhead(overhead, time_s, num_pf + num_priced, num_prefill_tokens, num_prefill_tokens + num_priced)
     if math.isnan(time_s):
         return UNPRICED
+    step_no = sr[r, I_STEPS_DRAWN]  # as Simulation.engine: perturb after pricing, keyed on the replica's step
+    time_s = perturb(draws, time_s, r, step_no, num_prefill_tokens > 0)
 
     # ---- a decode run (Simulation._decode_run, ContinuousScheduler.decode_run_limit) ----------------
     num_steps = 1
     end = now + time_s
     duration, run_flops, run_bytes = time_s, flops, nbytes
-    if fast_decode and num_decode > 0 and num_pf == 0:
+    if fast_decode and num_decode > 0 and num_pf == 0 and padding == 0:
         nxt = sg[G_NEXT_ARRIVAL]
         bound = horizon
         if nxt < n_req and reqf[QF_ARRIVAL, nxt] < bound:
@@ -368,7 +350,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, r
             else:
                 cap = int((last_s - now) / time_s) + (2 if check_s < bound else 1)
             limit = _decode_run_limit(sr, r, heap_all, bucket_all, req, cap, clock, bs, num_preempted, num_new,
-                                      max_seqs, max_batched, key_base)
+                                      max_seqs, max_batched, key_base, mixed)
             if limit > 1:
                 end_r = now
                 k_steps = 0
@@ -383,9 +365,11 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, r
                     else:
                         c_t, c_f, c_b = price_parts(kind, roof, steps_pack, measured, 0, plan_chunk, plan_ctx, 0,
                                                     num_decode, ctx, num_decode, 1, 0)
+                        c_t = with_overhead(overhead, c_t, num_decode, 0, num_decode)
                         priced = k
                         if math.isnan(c_t):
                             return UNPRICED
+                        c_t = perturb(draws, c_t, r, step_no + k, False)
                     t = end_r + c_t
                     if t >= bound:
                         break
@@ -408,10 +392,132 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, r
     sr[r, I_BUSY] = 1
     sr[r, I_NUM_PF], sr[r, I_NUM_DECODE], sr[r, I_NUM_WAITING] = num_pf, num_decode, num_waiting
     sr[r, I_NUM_PREFILL_TOKENS], sr[r, I_NUM_PREEMPTED] = num_prefill_tokens, num_preempted
-    sr[r, I_NUM_STEPS] = num_steps
+    sr[r, I_NUM_STEPS], sr[r, I_NUM_PADDING] = num_steps, padding
+    sr[r, I_STEPS_DRAWN] += num_steps
     fr[r, R_START], fr[r, R_END], fr[r, R_DURATION] = now, end, duration
     fr[r, R_FLOPS], fr[r, R_BYTES] = run_flops, run_bytes
     return 0
+
+
+@njit(cache=True, inline="always")
+def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf, waiting_all, bucket_all, plan_all,
+                       pf_snap, step_id):
+    """`ContinuousScheduler._schedule_prefills`: the running prefills' chunks in admission order, then waiting
+    requests in order while a sequence slot, the budget, the KV (and the rule's admission test) allow; the step's
+    chunks go to plan_all[:, r] from 0. (chunks, admitted, preempted, sampled, 0 or DIVERGED)."""
+    n_req = req.shape[1]
+    max_seqs, bs = cfg[C_MAX_SEQS], cfg[C_BLOCK_SIZE]
+    chunked, whole, ratio_on = cfg[C_CHUNKED] != 0, cfg[C_WHOLE], cfg[C_RATIO] != 0
+    num_pf = 0
+    num_new = 0
+    num_preempted = 0
+    num_sampled = 0
+    # Running prefills first, in admission order (a snapshot: admissions below join after).
+    n_snap = 0
+    rid = sr[r, I_PF_HEAD]
+    while rid >= 0:
+        pf_snap[n_snap] = rid
+        n_snap += 1
+        rid = req[Q_PF_NEXT, rid]
+    for s in range(n_snap):
+        rid = pf_snap[s]
+        if req[Q_STATE, rid] != RUNNING or budget <= 0:
+            continue  # preempted while making room for an earlier one, or no budget left
+        chunk = min(req[Q_PROMPT, rid] + req[Q_OUT, rid] - req[Q_COMPUTED, rid], budget)
+        added = False
+        while True:
+            need = _blocks_for(req[Q_COMPUTED, rid] + chunk, bs) - req[Q_BLOCKS, rid]
+            if need < 0:
+                need = 0
+            if need <= sr[r, I_FREE_BLOCKS]:
+                sr[r, I_FREE_BLOCKS] -= need
+                req[Q_BLOCKS, rid] += need
+                added = True
+                break
+            victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole)
+            if victim < 0:
+                return num_pf, num_new, num_preempted, num_sampled, DIVERGED
+            num_preempted += 1
+            if victim == rid:
+                break
+        if added:
+            plan_all[P_RID, r, num_pf] = rid
+            plan_all[P_CHUNK, r, num_pf] = chunk
+            plan_all[P_CTX, r, num_pf] = req[Q_COMPUTED, rid]
+            num_pf += 1
+            req[Q_STAMP, rid] = step_id
+            if req[Q_COMPUTED, rid] + chunk == req[Q_PROMPT, rid] + req[Q_OUT, rid]:
+                num_sampled += 1
+            budget -= chunk
+    # The new-token ratio's state (SGLang): the ratio now, the running requests' expected future tokens.
+    ratio = 0.0
+    running_future = 0.0
+    admitted = 0.0
+    clip = SGLANG_CLIP_MAX_NEW_TOKENS
+    if ratio_on and sr[r, I_W_COUNT] > 0:
+        clock = sr[r, I_CLOCK]
+        ratio = new_token_ratio(sf[F_RATIO_INIT], sf[F_RATIO_MIN], cfg[C_RATIO_DECAY], clock - sr[r, I_RATIO_RESET])
+        future = 0
+        rid = sr[r, I_RUN_HEAD]
+        while rid >= 0:
+            out = req[Q_OUT, rid]
+            if req[Q_ANCHOR, rid] >= 0:
+                out += clock - req[Q_ANCHOR, rid]
+            left = req[Q_MAX_OUT, rid] - out
+            future += left if left < clip else clip
+            rid = req[Q_RUN_NEXT, rid]
+        running_future = float(future)
+    # Then waiting requests in order while a sequence slot, the budget and the KV allow.
+    while (sr[r, I_W_COUNT] > 0 and preempted_before + num_preempted == 0 and budget > 0
+           and sr[r, I_RUNNING] < max_seqs):
+        rid = waiting_all[r, sr[r, I_W_HEAD]]
+        reserve = 0
+        if whole:
+            reserve = _blocks_for(req[Q_PROMPT, rid] + req[Q_MAX_OUT, rid] - 1, bs)
+            if not reservation_fits(sr[r, I_RESERVED], reserve, cfg[C_NUM_BLOCKS]):
+                break
+        prompt = req[Q_PROMPT, rid] + req[Q_OUT, rid] - req[Q_COMPUTED, rid]
+        remaining_out = req[Q_MAX_OUT, rid] - req[Q_OUT, rid]
+        if ratio_on:
+            if not ratio_admits(sr[r, I_FREE_BLOCKS] * bs, running_future, admitted, prompt, remaining_out, ratio,
+                                clip):
+                break
+        # kv.admit (no prefix cache, no swap: everything is computed again from 0)
+        need_tokens = req[Q_PROMPT, rid] + req[Q_OUT, rid]
+        chunk = min(need_tokens, budget)
+        if chunked:
+            fits = _blocks_for(need_tokens, bs) <= sr[r, I_FREE_BLOCKS]
+        else:
+            fits = chunk == need_tokens
+        if not fits:
+            break
+        need = _blocks_for(chunk, bs)
+        if need > sr[r, I_FREE_BLOCKS]:
+            break
+        if ratio_on:
+            admitted += prompt + (remaining_out if remaining_out < clip else clip) * ratio
+        sr[r, I_RESERVED] += reserve
+        sr[r, I_FREE_BLOCKS] -= need
+        req[Q_BLOCKS, rid] = need
+        req[Q_COMPUTED, rid] = 0
+        sr[r, I_W_HEAD] = (sr[r, I_W_HEAD] + 1) % n_req
+        sr[r, I_W_COUNT] -= 1
+        req[Q_STATE, rid] = RUNNING
+        if math.isnan(reqf[QF_FIRST_SCHED, rid]):
+            reqf[QF_FIRST_SCHED, rid] = now
+        _list_append(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_RUN_HEAD, I_RUN_TAIL, rid)
+        sr[r, I_RUNNING] += 1
+        _list_append(req, Q_PF_PREV, Q_PF_NEXT, sr, r, I_PF_HEAD, I_PF_TAIL, rid)
+        num_new += 1
+        plan_all[P_RID, r, num_pf] = rid
+        plan_all[P_CHUNK, r, num_pf] = chunk
+        plan_all[P_CTX, r, num_pf] = 0
+        num_pf += 1
+        req[Q_STAMP, rid] = step_id
+        if chunk == need_tokens:
+            num_sampled += 1
+        budget -= chunk
+    return num_pf, num_new, num_preempted, num_sampled, 0
 
 
 @njit(cache=True)
@@ -420,6 +526,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
     """The end of replica r's step: `update_from_output`, the step's row (and its run's per-step records),
     `Simulation.finish_requests`."""
     num_blocks, bs = cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
+    whole = cfg[C_WHOLE]
     capacity_slots = num_blocks * bs
     n_req = req.shape[1]
     key_base = n_req
@@ -448,22 +555,26 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             sr[r, I_ALLOC_CLOCK] = sr[r, I_CLOCK]
             allocated += need * bs
         sg[G_RUN_KV] = r0 + num_steps - 1
+        sr[r, I_GROUP_LEFT] = group_steps_left_after(sr[r, I_GROUP_LEFT], num_steps - 1,  # advance_decode_steps
+                                                     cfg[C_GROUP_STEPS])
 
     # ---- update_from_output(plan, end) ------------------------------------------------------------------
     num_output = num_decode
-    sr[r, I_CLOCK] += 1
-    clock = sr[r, I_CLOCK]
-    sr[r, I_TOKEN_SUM] += num_decode
     n_fin = 0
-    while sr[r, I_HEAP_SIZE] > 0 and heap_all[r, 0] // key_base <= clock:
-        key = _heap_pop(heap_all, sr, r)
-        fclock = key // key_base
-        rid = key - fclock * key_base
-        if _stale(req, rid, fclock):
-            continue  # stale
-        held = _tracker_remove(sr, r, req, bucket_all, rid, bs)
-        _finish(sr, r, sg, req, reqf, rid, end, held)
-        n_fin += 1
+    if num_decode > 0 or cfg[C_MIXED] != 0:  # a prefill-only step leaves the decodes waiting
+        sr[r, I_CLOCK] += 1
+        sr[r, I_TOKEN_SUM] += num_decode
+        clock = sr[r, I_CLOCK]
+        while sr[r, I_HEAP_SIZE] > 0 and heap_all[r, 0] // key_base <= clock:
+            key = _heap_pop(heap_all, sr, r)
+            fclock = key // key_base
+            rid = key - fclock * key_base
+            if _stale(req, rid, fclock):
+                continue  # stale
+            held = _tracker_remove(sr, r, req, bucket_all, rid, bs)
+            _finish(sr, r, sg, req, reqf, rid, end, held, whole, bs)
+            n_fin += 1
+    clock = sr[r, I_CLOCK]
     for j in range(num_pf):
         rid = plan_all[P_RID, r, j]
         req[Q_COMPUTED, rid] += plan_all[P_CHUNK, r, j]
@@ -478,7 +589,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             reqf[QF_FIRST_TOK, rid] = end
         reqf[QF_LAST_TOK, rid] = end
         if req[Q_OUT, rid] >= req[Q_MAX_OUT, rid]:
-            _finish(sr, r, sg, req, reqf, rid, end, req[Q_BLOCKS, rid])
+            _finish(sr, r, sg, req, reqf, rid, end, req[Q_BLOCKS, rid], whole, bs)
             n_fin += 1
         else:
             # tracker.add: decodes from the next step; its blocks follow from its counters from now on
@@ -499,11 +610,12 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
     row_f[1, w] = fr[r, R_DURATION]
     row_f[2, w] = fr[r, R_FLOPS]
     row_f[3, w] = fr[r, R_BYTES]
-    row_i[0, w] = num_pf + num_decode
+    padding = sr[r, I_NUM_PADDING]
+    row_i[0, w] = num_pf + num_decode + padding
     row_i[1, w] = sr[r, I_NUM_WAITING]
     row_i[2, w] = sr[r, I_NUM_PREFILL_TOKENS]
-    row_i[3, w] = num_decode
-    row_i[4, w] = 0
+    row_i[3, w] = num_decode + padding
+    row_i[4, w] = padding
     row_i[5, w] = num_output
     row_i[6, w] = sr[r, I_NUM_PREEMPTED]
     row_i[7, w] = tokens
@@ -567,8 +679,11 @@ def _tracker_remove(sr, r, req, bucket_all, rid, bs):
 
 
 @njit(cache=True)
-def _finish(sr, r, sg, req, reqf, rid, now, held):
-    """ContinuousScheduler._finish: the request leaves and its `held` blocks go back to the pool."""
+def _finish(sr, r, sg, req, reqf, rid, now, held, whole, bs):
+    """ContinuousScheduler._finish: the request leaves, its `held` blocks go back to the pool (and, `whole`, its
+    reservation is released)."""
+    if whole:
+        sr[r, I_RESERVED] -= _blocks_for(req[Q_PROMPT, rid] + req[Q_MAX_OUT, rid] - 1, bs)
     req[Q_STATE, rid] = FINISHED
     req[Q_FIN_ORDER, sg[G_NUM_FINISHED]] = rid
     sg[G_NUM_FINISHED] += 1
@@ -581,7 +696,7 @@ def _finish(sr, r, sg, req, reqf, rid, now, held):
 
 
 @njit(cache=True)
-def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs):
+def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole):
     """ContinuousScheduler._preempt with the last-admitted policy and recompute. -1: no candidate."""
     victim = sr[r, I_RUN_TAIL]
     while victim >= 0 and req[Q_STAMP, victim] == step_id:
@@ -598,6 +713,9 @@ def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs):
         sr[r, I_PF_SUM] -= req[Q_COMPUTED, victim]
         held = req[Q_BLOCKS, victim]
     sr[r, I_FREE_BLOCKS] += held
+    if whole:
+        sr[r, I_RESERVED] -= _blocks_for(req[Q_PROMPT, victim] + req[Q_MAX_OUT, victim] - 1, bs)
+    sr[r, I_RATIO_RESET] = sr[r, I_CLOCK]  # SGLang resets its new-token ratio on a retraction
     req[Q_BLOCKS, victim] = 0
     req[Q_COMPUTED, victim] = 0
     req[Q_PREEMPTIONS, victim] += 1
@@ -610,12 +728,16 @@ def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs):
 
 @njit(cache=True)
 def _decode_run_limit(sr, r, heap_all, bucket_all, req, max_steps, clock, bs, num_preempted, num_new, max_seqs,
-                      max_batched, key_base):
+                      max_batched, key_base, mixed):
     if max_steps <= 1 or num_preempted or num_new or sr[r, I_MEMBERS] == 0:
         return 1
-    if sr[r, I_W_COUNT] > 0 and sr[r, I_RUNNING] < max_seqs and max_batched > sr[r, I_MEMBERS]:
-        return 1  # the head of the queue may be admitted at the next step
     limit = max_steps
+    if sr[r, I_W_COUNT] > 0 and sr[r, I_RUNNING] < max_seqs and (max_batched > sr[r, I_MEMBERS] or not mixed):
+        # The head of the queue may be admitted at the next step, or at the first after this group.
+        if sr[r, I_GROUP_LEFT] == 0:
+            return 1
+        if sr[r, I_GROUP_LEFT] + 1 < limit:
+            limit = sr[r, I_GROUP_LEFT] + 1
     while sr[r, I_HEAP_SIZE] > 0:
         key = heap_all[r, 0]
         fclock = key // key_base
@@ -661,8 +783,9 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting):
         req[Q_REP, i] = r
         p, m = req[Q_PROMPT, i], req[Q_MAX_OUT, i]
         # SchedulerBase / ContinuousScheduler.rejection_reason (sim.compiled.engine words the reason)
+        one_prefill = p if cfg[C_WHOLE] != 0 else p + m - 1  # no recompute when the whole sequence is reserved
         if p + m > max_model_len or _blocks_for(p + m - 1, bs) > num_blocks or (
-                not chunked and p + m - 1 > max_batched):
+                not chunked and one_prefill > max_batched):
             req[Q_STATE, i] = REJECTED
             sg[G_NUM_DONE] += 1
             sg[G_NUM_REJECTED] += 1

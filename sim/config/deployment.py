@@ -9,11 +9,13 @@ again for each number.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
 from sim.config.schema import Scenario
 from sim.errors import ConfigError, DoesNotFitError
+from sim.model.attention_io import SCORE_BUFFERS, heads_per_gpu, score_activation_bytes
 from sim.model.catalog import get_gpu, get_model
 from sim.model.memory import (
     check_tensor_parallel,
@@ -43,6 +45,10 @@ class Deployment:
     profile_dir: Path | None  # the calibrated cost model's profile folder; None for other cost models
     pipeline_parallel: int = 1  # pipeline stages per replica (sim/core/pipeline.py)
     stage_layers: tuple[int, ...] = ()  # decoder layers per stage, vLLM's split; (num_layers,) without pipelining
+    attention_kernel: str = "flash"  # the scenario's attention.kernel
+    score_bytes_per_gpu: int = 0  # materialized: score matrices of the largest step, reserved out of the KV budget
+    max_prompt_tokens_materialized: int | None = None  # materialized: the longest prompt whose unchunked prefill's
+    # scores (and its own KV) fit this replica's GPUs (`longest_prompt_tokens`); None with flash
 
     @property
     def num_gpus(self) -> int:
@@ -127,9 +133,10 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
 
 
 def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,
-                        token_budget: int) -> int:
-    """KV token slots per replica: from the memory arithmetic, unless the scenario pins it."""
-    if scenario.kv_cache.capacity_tokens is not None:
+                        token_budget: int, score_bytes: int = 0, pinned: bool = True) -> int:
+    """KV token slots per replica: from the memory arithmetic (after `score_bytes` of materialized attention scores
+    per GPU), unless the scenario pins it (`pinned=False`: the memory arithmetic's, pin or not)."""
+    if pinned and scenario.kv_cache.capacity_tokens is not None:
         return scenario.kv_cache.capacity_tokens
     s, q, tp = scenario.scheduler, scenario.quantization, scenario.hardware.tensor_parallel
     if scenario.hardware.pipeline_parallel > 1:
@@ -138,12 +145,18 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
             model, gpu, pipeline_parallel=scenario.hardware.pipeline_parallel, tensor_parallel=tp,
             weight_dtype=q.weights, kv_dtype=q.kv_cache, gpu_memory_utilization=scenario.kv_cache.gpu_memory_utilization,
             reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
-            max_num_seqs=s.max_num_seqs)
+            max_num_seqs=s.max_num_seqs, score_bytes=score_bytes)
         return min(c.num_tokens for c in stages)
+    free_fraction = scenario.kv_cache.free_memory_fraction
     cap = kv_capacity(model, gpu, tensor_parallel=tp, weight_dtype=q.weights, kv_dtype=q.kv_cache,
-                      gpu_memory_utilization=scenario.kv_cache.gpu_memory_utilization,
+                      gpu_memory_utilization=(scenario.kv_cache.gpu_memory_utilization if free_fraction is None
+                                              else 1.0),
                       reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
-                      max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size)
+                      max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
+                      score_bytes=score_bytes)
+    if free_fraction is not None:
+        # TensorRT-LLM sizes its KV cache as a fraction of the memory free once the model is loaded.
+        cap = dataclasses.replace(cap, kv_bytes=int(cap.kv_bytes * free_fraction))
     if draft is None:
         return cap.num_tokens
     # The draft model's weights share the GPU, and every token also keeps the draft's KV.
@@ -153,6 +166,126 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
         raise DoesNotFitError(f"{model.name} with draft {draft.name} leaves "
                               f"{max(kv_bytes, 0):,} bytes per GPU for KV, less than one token's {per_token:,}")
     return kv_bytes // per_token
+
+
+# --- materialized attention scores ---------------------------------------------------------------------------
+# A kernel that materializes the scores holds a layer's score matrices while the layer runs (SCORE_BUFFERS of
+# heads x queries x keys, sim/model/attention_io.py). They are activations, so they are reserved as vLLM's profiling
+# run reserves activations: for the largest step the scheduler may plan, out of the KV budget. Limiting each prefill
+# chunk instead would need the scheduler to size chunks by their scores, and it sizes them by tokens; the token
+# budget (rows) and max_model_len (keys) bound every step's scores, so reserving for them guarantees that no step
+# is ever priced with scores that do not fit. The rule, enforced in `resolve`:
+#   scores = SCORE_BUFFERS x heads per GPU x rows x keys x 2 bytes, rows = the token budget (static batching: a
+#   padded batch of max_batch_size full-length prompts), keys = max_model_len (a sliding window: at most window +
+#   rows); it must leave KV room for one max_model_len sequence (vLLM refuses to start otherwise). With chunked
+#   prefill and no budget given, the budget shrinks from its default until it does; otherwise the scenario is
+#   refused in one line naming the limit.
+
+
+def _score_rows(scenario: Scenario, token_budget: int, max_len: int) -> int:
+    """Query rows of the largest step: the token budget, or a static batch prefilled padded to its longest."""
+    s = scenario.scheduler
+    return s.max_batch_size * max_len if s.batching == "static" else token_budget
+
+
+def _score_bytes(scenario: Scenario, model: ModelSpec, draft: ModelSpec | None, rows: int, max_len: int) -> int:
+    """Score bytes per GPU a step of `rows` query rows, each attending at most `max_len` keys, holds (0 with flash).
+    The draft's steps run apart from the target's, so the larger of the two."""
+    kernel = scenario.attention.kernel
+    if kernel == "flash":
+        return 0
+    tp = scenario.hardware.tensor_parallel
+    out = 0
+    for m in (model, draft):
+        if m is not None:
+            keys = min(max_len, m.sliding_window + min(rows, max_len)) if m.sliding_window else max_len
+            out = max(out, score_activation_bytes(kernel, m, rows, keys, tp))
+    return out
+
+
+def _room_for(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None, token_budget: int,
+              max_len: int, rows: int) -> bool:
+    """A step of `token_budget` tokens whose scores have `rows` query rows leaves the memory arithmetic KV room for
+    one `max_len` sequence (a pin on the KV capacity does not move the weights and scores: the arithmetic is asked
+    without it)."""
+    scores = _score_bytes(scenario, model, draft, rows, max_len)
+    kept = min(max_len, model.sliding_window) if model.sliding_window else max_len
+    try:
+        return _kv_capacity_tokens(scenario, model, gpu, draft, token_budget, scores, pinned=False) >= kept
+    except DoesNotFitError:
+        return False
+
+
+def _largest(fits, lo: int, hi: int) -> int:
+    """The largest n in [lo, hi] with fits(n), for fits true up to some n and false after; lo - 1 if none."""
+    if not fits(lo):
+        return lo - 1
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if fits(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
+def longest_prompt_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, chunk_tokens: int | None = None) -> int:
+    """The longest prompt (up to the model's max_context) this scenario's replica could prefill with its
+    attention.kernel on otherwise empty GPUs: unchunked (`chunk_tokens` None: one step of the whole prompt), or in
+    chunks of `chunk_tokens`, its scores and activations beside the weights leaving KV room for the prompt itself.
+    With flash only the KV bounds it. 0: not even one token fits."""
+    draft = scenario.speculation.draft_spec() if scenario.speculation else None
+    def fits(n: int) -> bool:
+        step = n if chunk_tokens is None else min(chunk_tokens, n)
+        return _room_for(scenario, model, gpu, draft, step, n, step)
+    return max(0, _largest(fits, 1, model.max_context))
+
+
+def _gib(nbytes: int) -> str:
+    return f"{nbytes / 2**30:.2f} GiB"
+
+
+def _materialized_budget(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,
+                         max_len: int, token_budget: int) -> int:
+    """The token budget a materialized kernel's scores allow (the rule above); ConfigError naming the limit."""
+    def fits(budget: int) -> bool:
+        return _room_for(scenario, model, gpu, draft, budget, max_len, _score_rows(scenario, budget, max_len))
+    if fits(token_budget):
+        return token_budget
+    s = scenario.scheduler
+    scores = _score_bytes(scenario, model, draft, _score_rows(scenario, token_budget, max_len), max_len)
+    held = (f"attention.kernel: 'materialized' holds {SCORE_BUFFERS} score matrices of "
+            f"{heads_per_gpu(model, scenario.hardware.tensor_parallel)} heads x "
+            f"{_score_rows(scenario, token_budget, max_len):,} query rows x {max_len:,} keys ({_gib(scores)} per GPU) "
+            f"at the largest step, which leaves {gpu.name} less KV room than one max_model_len ({max_len:,}) sequence")
+    if s.batching == "static":
+        # A static batch prefills its prompts together, padded to the longest: the batch or the length shrinks.
+        def batch_fits(n: int) -> bool:
+            rows = s.max_batch_size * n
+            return _room_for(scenario, model, gpu, draft, rows, n, rows)
+        longest = max(0, _largest(batch_fits, 1, max_len))
+        batch = s.max_batch_size
+        batch = max(0, _largest(lambda b: _room_for(scenario, model, gpu, draft, token_budget, max_len, b * max_len),
+                                1, batch))
+        raise ConfigError(f"{held}; allowed: scheduler.max_batch_size <= {batch:,}, scheduler.max_model_len <= "
+                          f"{longest:,} (batches of {s.max_batch_size} prompts whose scores fit), or "
+                          "attention.kernel: 'flash'")
+    chunked = s.chunked_prefill
+    if not chunked:
+        # Unchunked, the budget must hold a whole prompt: what can shrink is the longest prompt.
+        longest = longest_prompt_tokens(scenario, model, gpu)
+        raise ConfigError(f"{held}; allowed: scheduler.max_model_len <= {longest:,} (the longest prompt whose "
+                          "scores fit unchunked), scheduler.chunked_prefill: true, or attention.kernel: 'flash'")
+    best = _largest(fits, 1, token_budget - 1)
+    if best >= s.max_num_seqs and s.max_num_batched_tokens is None:
+        return best  # the default budget, shrunk until the scores fit
+    longest = longest_prompt_tokens(scenario, model, gpu, chunk_tokens=max(s.max_num_seqs, min(best, token_budget)))
+    if best >= s.max_num_seqs:
+        raise ConfigError(f"{held}; allowed: scheduler.max_num_batched_tokens <= {best:,}, scheduler.max_model_len "
+                          f"<= {longest:,}, or attention.kernel: 'flash'")
+    raise ConfigError(f"{held} even at a budget of max_num_seqs ({s.max_num_seqs:,}) tokens; allowed: "
+                      f"scheduler.max_model_len <= {longest:,}, a smaller scheduler.max_num_seqs, or "
+                      "attention.kernel: 'flash'")
 
 
 def calibrated_profile_dir(scenario: Scenario, model: ModelSpec, gpu: GPUSpec) -> Path:
@@ -173,8 +306,14 @@ def resolve(scenario: Scenario) -> Deployment:
     max_len = scenario.scheduler.max_model_len or model.max_context
     token_budget = max_num_batched_tokens(scenario, max_len)
     _check_sections(scenario, model, draft, max_len, token_budget)
+    kernel = scenario.attention.kernel
+    scores, longest = 0, None
+    if kernel != "flash":
+        token_budget = _materialized_budget(scenario, model, gpu, draft, max_len, token_budget)
+        scores = _score_bytes(scenario, model, draft, _score_rows(scenario, token_budget, max_len), max_len)
+        longest = longest_prompt_tokens(scenario, model, gpu)
     try:
-        capacity = _kv_capacity_tokens(scenario, model, gpu, draft, token_budget)
+        capacity = _kv_capacity_tokens(scenario, model, gpu, draft, token_budget, scores)
     except DoesNotFitError as err:
         raise ConfigError(f"hardware: {err}") from None
     q = scenario.quantization
@@ -196,4 +335,5 @@ def resolve(scenario: Scenario) -> Deployment:
                       max_num_batched_tokens=token_budget,
                       sequences_per_request=max(scenario.workload.samples_per_prompt, scenario.workload.beam_width),
                       profile_dir=profile_dir, pipeline_parallel=scenario.hardware.pipeline_parallel,
-                      stage_layers=pipeline_stage_layers(model.num_layers, scenario.hardware.pipeline_parallel))
+                      stage_layers=pipeline_stage_layers(model.num_layers, scenario.hardware.pipeline_parallel),
+                      attention_kernel=kernel, score_bytes_per_gpu=scores, max_prompt_tokens_materialized=longest)

@@ -182,6 +182,22 @@ def validate_arrival(raw: Any) -> Arrival:
         raise ConfigError(format_validation_error(rooted)) from None
 
 
+def _shared_cost_tier(raw: dict, variants_raw: dict) -> str | None:
+    """Variants that name no cost model get the same kind of default model (sim/config/cost_choice.py), the best
+    every one of them can have: a comparison must not mix a whole-step profile with kernel tables. None when they
+    would all get the same anyway (or there are no variants)."""
+    if not variants_raw:
+        return None
+    from sim.config.cost_choice import TIERS, common_tier, default_cost_model, tier_of
+    raws = [deep_merge(raw, v) for v in variants_raw.values() if isinstance(v, dict)]
+    try:
+        tiers = {tier_of(default_cost_model(r)[1]) for r in raws if r.get("cost_model") is None}
+        tier = common_tier(raws)
+    except Exception:  # noqa: BLE001  (each scenario's validation reports a bad value in its own words)
+        return None
+    return f"{TIERS[tier]}: the tier every variant can have" if len(tiers) > 1 else None
+
+
 def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str] | None = None,
                        resolve: bool = True) -> ScenarioSet:
     if not isinstance(raw, dict):
@@ -190,12 +206,15 @@ def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str
     variants_raw = raw.pop("variants", None) or {}
     if not isinstance(variants_raw, dict):
         raise ConfigError(f"variants: expected a mapping of name -> overrides, got {type(variants_raw).__name__}")
+    shared = _shared_cost_tier(raw, variants_raw)
     base = validate_scenario(raw, resolve=resolve)
     variants: dict[str, Scenario] = {}
     for name, override in variants_raw.items():
         if not isinstance(override, dict):
             raise ConfigError(f"variants.{name}: expected a mapping of overrides, got {type(override).__name__}")
         merged = deep_merge(raw, override)
+        if shared and merged.get("cost_model") is None:
+            merged["cost_model_choice"] = shared
         merged.setdefault("name", str(name))
         if "name" not in override:
             merged["name"] = str(name)

@@ -133,6 +133,26 @@ class PreemptionSpec(_Strict):
     swap_space_bytes: int = Field(4 << 30, ge=0, description="swap: host memory per GPU for swapped KV (vLLM: 4 GiB)")
 
 
+# The most decode steps one schedule may run (vLLM's --num-scheduler-steps; its docs and benchmarks use up to 64)
+# and the most CUDA-graph sizes a list may hold (TensorRT-LLM captures tens; more is a typo or a generated list).
+MAX_DECODE_STEPS_PER_SCHEDULE = 1024
+MAX_CUDA_GRAPH_SIZES = 4096
+
+
+class NewTokenRatioSpec(_Strict):
+    """SGLang's admission reserve (sim/sched/rules.py NewTokenRatio names the source)."""
+
+    init: float = Field(0.7, gt=0, le=1, description="the ratio after a retraction (SGLang: 0.7 x schedule_conservativeness)")
+    min: float = Field(0.098, gt=0, le=1, description="the floor it decays to (SGLang: init 0.7 x 0.14)")
+    decay_steps: int = Field(600, ge=1, le=1 << 30, description="decode steps from init to min (SGLang: 600)")
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "NewTokenRatioSpec":
+        if self.min > self.init:
+            raise ValueError(f"min: {self.min:g} is above init {self.init:g}; allowed: min <= init")
+        return self
+
+
 class SchedulerSpec(_Strict):
     batching: Literal["continuous", "static"] = "continuous"
     max_num_seqs: int = Field(256, ge=1, description="continuous: most sequences in one step")
@@ -144,12 +164,40 @@ class SchedulerSpec(_Strict):
     max_batch_size: int = Field(8, ge=1, description="static: requests per batch")
     batch_timeout_s: float = Field(0.0, ge=0, description="static: wait this long for a full batch")
     preemption: PreemptionSpec = PreemptionSpec()
+    # The engine's rule (sim/sched/rules.py; an engine preset sets them, defaults: vLLM V1).
+    mixed_batches: bool = Field(True, description="continuous: decodes and prefill chunks share a step (vLLM V1); "
+                                "false: a step is prefill-only whenever a prefill can run, else decode-only (SGLang, "
+                                "vLLM V0 without chunked prefill)")
+    decode_steps_per_schedule: int = Field(1, ge=1, le=MAX_DECODE_STEPS_PER_SCHEDULE, description=(
+        "continuous: decode steps run as one group that no new prompt joins (vLLM V0 --num-scheduler-steps)"))
+    kv_reservation: Literal["on_demand", "whole_output"] = Field(
+        "on_demand", description="continuous, paged: on_demand takes blocks as tokens come and preempts when none "
+        "is free (vLLM, SGLang); whole_output admits a request only when its whole sequence's blocks are free beside "
+        "every running request's, so nothing is preempted (TensorRT-LLM GUARANTEED_NO_EVICT)")
+    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1)]] | None = Field(
+        None, max_length=MAX_CUDA_GRAPH_SIZES, description="continuous: a decode-only step runs as the smallest "
+        "listed batch that holds it, padded (TensorRT-LLM cuda_graph_config with enable_padding); absent: as scheduled")
+    new_token_ratio: NewTokenRatioSpec | None = Field(None, description="continuous, paged: SGLang's admission "
+                                                      "reserve for the running requests' future tokens; absent: none")
 
     @model_validator(mode="after")
     def _consistent(self) -> "SchedulerSpec":
         if self.batching == "static" and self.chunked_prefill:
             raise ValueError("chunked_prefill needs batching 'continuous'")
+        if self.batching == "static" and self.rule() != self.rule().__class__():
+            raise ValueError("mixed_batches, decode_steps_per_schedule, kv_reservation, cuda_graph_batch_sizes and "
+                             "new_token_ratio need batching 'continuous'")
         return self
+
+    def rule(self):
+        """The scheduling rule these fields give (sim/sched/rules.py)."""
+        from sim.sched.rules import NewTokenRatio, SchedulingRule
+        ratio = self.new_token_ratio
+        return SchedulingRule(
+            mixed_batches=self.mixed_batches, decode_steps_per_schedule=self.decode_steps_per_schedule,
+            whole_output_reservation=self.kv_reservation == "whole_output",
+            cuda_graph_batch_sizes=tuple(sorted(set(self.cuda_graph_batch_sizes or ()))),
+            new_token_ratio=None if ratio is None else NewTokenRatio(ratio.init, ratio.min, ratio.decay_steps))
 
 
 class KVCacheSpec(_Strict):
@@ -162,6 +210,10 @@ class KVCacheSpec(_Strict):
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="fraction of HBM the engine may use")
     reserve_bytes: int = Field(0, ge=0, description="extra bytes per GPU kept free")
     capacity_tokens: int | None = Field(None, ge=1, description="override the computed KV capacity (tokens)")
+    free_memory_fraction: float | None = Field(
+        None, gt=0, le=1, description="the KV cache takes this fraction of the memory left after the weights and "
+        "activations at gpu_memory_utilization 1 (TensorRT-LLM's free_gpu_memory_fraction); absent: "
+        "gpu_memory_utilization decides")
     enable_prefix_caching: bool = Field(False, description="paged: reuse cached blocks of shared prompt prefixes "
                                         "(hash-chained blocks, reference counts, LRU eviction)")
     preemption: Literal["recompute", "swap"] | None = Field(
@@ -194,6 +246,17 @@ class OverheadSpec(_Strict):
     per_prefill_token_s: float | None = Field(None, ge=0, description="CPU time per prompt token scheduled")
     launch_per_layer_s: float | None = Field(None, ge=0, description="eager: kernel-launch time per layer "
                                              "(overlaps the kernels)")
+
+
+class AttentionSpec(_Strict):
+    """Which attention kernel the engine runs (sim/model/attention_io.py): FlashAttention (Dao et al. 2022) never
+    writes the score matrix to HBM; a materialized ("standard", eager) kernel writes S = QK^T and P = softmax(S)
+    and reads them back, and holds them in memory while a layer runs."""
+
+    kernel: Literal["flash", "materialized"] = Field(
+        "flash", description="flash: tiled, scores never in HBM (vLLM's default); materialized: the score and "
+        "probability matrices are written and read back (torch's math SDPA, an eager engine), priced by the roofline "
+        "and their memory reserved out of the KV budget")
 
 
 class RooflineSpec(_Strict):
@@ -229,15 +292,21 @@ class CalibratedCostSpec(_Strict):
 
 
 class MeasuredCostSpec(_Strict):
-    """Kernels measured on real GPUs (NVIDIA AIConfigurator's vLLM tables); see sim/cost/measured.py."""
+    """Kernels measured on real GPUs (NVIDIA AIConfigurator's vLLM, SGLang or TensorRT-LLM tables); see
+    sim/cost/measured.py."""
 
     kind: Literal["measured"]
     gpu_data: str | None = Field(None, description="which GPU's tables under calibrate/measured/ (default: hardware.gpu)")
+    tables: Literal["vllm", "sglang", "trtllm"] = Field(
+        "vllm", description="which engine's measured kernels (AIConfigurator's tables of that framework)")
     engine: Literal["vllm-cudagraph", "vllm-eager"] = Field(
         "vllm-cudagraph", description="which measured all-reduce: under CUDA graphs or eager")
     step_overhead_s: float = Field(0.0, ge=0, description="engine CPU time added to every step")
     on_missing: Literal["roofline", "error"] = Field(
-        "roofline", description="a GPU or dtype without measured tables: the roofline (its repr says why) or an error")
+        "roofline", description="a GPU without measured tables: the roofline (its repr says why) or an error")
+    unmeasured_dtype: Literal["error", "roofline"] = Field(
+        "error", description="a quantization the tables were not measured in: an error, or (asked for) the whole "
+        "step priced by the roofline, whose repr says why; never priced from the bf16 rows")
     overhead: OverheadSpec | None = Field(None, description="engine time outside the kernels (added to "
                                           "step_overhead_s); absent = none")
 
@@ -361,6 +430,9 @@ class FrontendSpec(_Strict):
     per_output_chunk_s: float = Field(ge=0, description="outbound work per streamed chunk: one server-sent event")
     per_output_token_s: float = Field(0.0, ge=0, description="outbound work per output token: detokenization "
                                       "(0: counted in per_output_chunk_s, as with one token per chunk)")
+    latency_s: float = Field(0.0, ge=0, description="once per request, occupying no process: the network and the "
+                             "server's event-loop awaits, added to the client's times (a delay that does not queue, "
+                             "unlike per_request_s)")
     tokens_per_chunk: int = Field(1, ge=1, le=MAX_TOKENS_PER_CHUNK, description=(
         "output tokens per streamed chunk after the first (the first token goes alone); default 1: vLLM streams "
         "each step's new token as it comes (vllm/entrypoints/openai/serving_chat.py)"))
@@ -383,6 +455,15 @@ class RunSpec(_Strict):
                                 "behind round-robin/least-outstanding routing, continuous batching, plain paged KV, roofline, whole-step or "
                                 "measured kernels) through it (numba, the `fast` "
                                 "extra): identical records, ~35x faster at bench_engine's load; false: always the SimPy engine")
+    # Bands (issue 31, sim/bands.py): every summary figure with the range it takes across replications.
+    band: float | None = Field(None, gt=0, lt=100, description="a band of this level (percent, e.g. 90) on every "
+                               "headline figure, from replications of the run (sim/bands.py); absent: none")
+    band_sources: list[Literal["workload", "step_time"]] = Field(
+        ["workload", "step_time"], min_length=1, description="what a replication draws anew: `workload` (another "
+        "workload seed, the same for every variant of a comparison) and/or `step_time` (the cost model's error, "
+        "drawn from its measured residuals, calibrate/residuals.json)")
+    band_replications: int | None = Field(None, ge=2, le=199, description="replications behind a band; default: "
+                                          "the fewest whose outermost runs bound the level (19 for 90%, 39 for 95%)")
 
     @model_validator(mode="after")
     def _bounded(self) -> "RunSpec":
@@ -391,11 +472,30 @@ class RunSpec(_Strict):
         if self.duration_s is not None and self.has_window() and self.warmup_s + self.cooldown_s >= self.duration_s:
             raise ValueError(f"warmup_s + cooldown_s: {self.warmup_s:g} + {self.cooldown_s:g} s leave no measurement "
                              f"window in duration_s {self.duration_s:g} s; their sum must be below duration_s")
+        if self.band is not None:
+            from sim.config.band_level import check_band_size
+            check_band_size(self.band, self.band_replications)  # ValueError: too few replications for the level
+        if len(set(self.band_sources)) != len(self.band_sources):
+            raise ValueError(f"band_sources: {self.band_sources} names a source twice; allowed: each of workload, "
+                             "step_time at most once")
         return self
 
     def has_window(self) -> bool:
         """A steady-state window is asked for (warmup or cooldown set)."""
         return self.warmup_s > 0 or self.cooldown_s > 0
+
+
+class EngineSpec(BaseModel):
+    """The engine a scenario names (sim/config/engines.py): its preset already wrote its values into the other
+    sections, under the scenario's own, before validation; its flags were checked there."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+    name: str
+    version: str
+
+    def label(self) -> str:
+        from sim.config.engines import engine_label
+        return engine_label(self.model_dump())
 
 
 class Scenario(_Strict):
@@ -409,13 +509,50 @@ class Scenario(_Strict):
     scheduler: SchedulerSpec = SchedulerSpec()
     kv_cache: KVCacheSpec = KVCacheSpec()
     quantization: QuantizationSpec = QuantizationSpec()
-    cost_model: RooflineSpec | FixedCostSpec | CalibratedCostSpec | MeasuredCostSpec = Field(RooflineSpec(), discriminator="kind")
+    cost_model: RooflineSpec | FixedCostSpec | CalibratedCostSpec | MeasuredCostSpec = Field(
+        RooflineSpec(), discriminator="kind", description="how a step is priced; absent: the most accurate model "
+        "available for the GPU, model, TP, engine and dtype (sim/config/cost_choice.py, named in cost_model_choice)")
     speculation: SpeculationSpec | None = Field(None, description="speculative decoding; absent = off")
     slo: SLOSpec = SLOSpec()
     run: RunSpec = RunSpec(num_requests=1000)
     search: SearchSpec | None = Field(None, description="the planner's search space (servesim plan)")
     frontend: FrontendSpec | None = Field(None, description="the API front-end between client and engine; absent = "
                                           "none (latencies are the engine's)")
+    engine: EngineSpec | None = Field(None, description="the serving engine, {name: vllm|sglang|trtllm, version, "
+                                      "<its flags>}: its preset derives the scheduler, KV and CPU-term defaults "
+                                      "(sim/config/engines.py); any scenario key overrides them; absent: vLLM V1's "
+                                      "scheduling and ServeSim's defaults")
+
+    cost_model_choice: str | None = Field(None, description="set by ServeSim when the scenario names no cost_model: "
+                                          "which model it chose and why (sim/config/cost_choice.py)")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _engine_and_cost_defaults(cls, data: Any) -> Any:
+        """The engine preset's values under the scenario's own, then the best available cost model where the
+        scenario names none: both on the raw scenario, so every way in gets the same."""
+        if not isinstance(data, dict):
+            return data
+        overhead = None
+        if data.get("engine") is not None:
+            from sim.config.engines import apply_engine_preset
+            data, overhead = apply_engine_preset(data)
+        choice = data.get("cost_model_choice")
+        given = data.get("cost_model")
+        if given is None or choice:
+            # No cost model, or one ServeSim chose (a dumped scenario, an edited one): chosen for this scenario again,
+            # no better than the tier named before (the variants of a file share one, sim/config/files.py); a
+            # dumped choice that still holds is kept as it is, so a scenario reads back equal.
+            from sim.config.cost_choice import default_cost_model, tier_of
+            chosen, why = default_cost_model(data, overhead, tier_of(choice))
+            if given is not None and tier_of(why) == tier_of(choice):
+                return data
+            if given is None and choice:
+                why += " (the tier every variant can have)"
+            data = {**data, "cost_model": chosen, "cost_model_choice": why}
+        return data
+    attention: AttentionSpec = Field(AttentionSpec(), description="the attention kernel: flash (default) or "
+                                     "materialized scores")
 
     @model_validator(mode="after")
     def _run_size(self) -> "Scenario":
@@ -425,14 +562,10 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _frontend_fits(self) -> "Scenario":
-        """The front-end runs as passes before and after the engine loop (sim/frontend.py): a closed loop,
-        whose next request waits for the reply, and a disaggregated deployment are outside it."""
+        """The front-end (sim/frontend.py) runs before and after a colocated engine (open arrivals) or inside the
+        SimPy engine's closed loop; a disaggregated deployment is outside it."""
         if self.frontend is None:
             return self
-        kind = getattr(self.workload.arrival, "kind", None)
-        if kind == "closed_loop":
-            raise ConfigError("frontend: not allowed with workload.arrival.kind 'closed_loop' (its next request waits "
-                              "for the reply the front-end streams back); allowed: an open arrival process")
         if self.hardware.disaggregation is not None:
             raise ConfigError("frontend: not allowed with hardware.disaggregation (not modelled yet); allowed: a "
                               "colocated deployment")
@@ -471,6 +604,10 @@ class Scenario(_Strict):
 
     def to_yaml(self) -> str:
         data = self.model_dump(mode="json", exclude_none=True)
+        if "attention" not in self.model_fields_set and self.attention == AttentionSpec():
+            # The default kernel, not asked for: scenario.yaml outputs (and what sweeps key their results by) stay
+            # as they were before the section existed.
+            data.pop("attention")
         return yaml.safe_dump(data, sort_keys=False)
 
 

@@ -178,7 +178,7 @@ class Simulation:
                  closed_loop_users: int = 0, think_time_s: float = 0.0, seed: int = 0,
                  prefix_ids: list | None = None, prefix_unit_tokens: int = 0,
                  progress: Callable[[float, int], None] | None = None, fast_decode: bool = False,
-                 stop_when: Callable[[Simulation], bool] | None = None):
+                 stop_when: Callable[[Simulation], bool] | None = None, frontend=None):
         self.env = _Environment()
         # Which loop ran it: this SimPy one, or the compiled core (sim/compiled), which `sim.run.simulate` tries
         # first and which then sets this, and the logs, counters and clock, as `run` would.
@@ -195,6 +195,9 @@ class Simulation:
         self.closed_loop_users = closed_loop_users
         self.think_time_s = think_time_s
         self.think_rng = np.random.default_rng(np.random.SeedSequence([seed, 7]))
+        # A closed loop's front-end (sim.frontend.ClosedLoopFrontend), run in the users' loop: a request leaves
+        # the client, passes its inbound work, and the user's next request waits for the whole reply to stream back.
+        self.frontend = frontend
         self.progress = progress
         # Asked after every engine step; True ends the run there (the planner stops a run whose SLO verdict
         # is already certain). Arrivals and engines then stop, so the records are those of a cut-off run.
@@ -203,13 +206,20 @@ class Simulation:
         # it a rule may answer True after any step, so no decode runs are taken.
         self.stop_when = stop_when
         self.stopped_early_s: float | None = None  # when stop_when ended the run; None: it ran to its end
+        # A perturbed run's step-time draws (sim/cost/draws.py pack, issue 31: bands): every priced step time is
+        # scaled by `perturb` keyed on (replica, the replica's step count). None: the times as priced.
+        self.step_draws: np.ndarray | None = None
+        # (perturb, perturb_steps) of sim/cost/draws.py, handed in with the pack by sim/run.py (core sits below cost)
+        self.draw_functions: tuple | None = None
         # Decode runs: consecutive decode-only steps between two events that can change a batch are taken
         # in one engine turn, ending before the next arrival. Its time must be known when a run starts:
         # open arrivals, or a closed loop of one replica (its users wake after its own finishes, which end
         # runs, or at think-time ends drawn before). Closed loops over several replicas go step by step.
         self.fast_decode = fast_decode and (not closed_loop_users or len(replicas) == 1)
         self._resuming = 0  # closed loop: users whose request just finished and who have not yet acted on it
-        self._think_ends: list[float] = []  # closed loop: when thinking users send their next request (heap)
+        # closed loop: when waiting users act next (heap): think-time ends; with a front-end also the ends of
+        # inbound work (the engine gets a request) and replies received
+        self._think_ends: list[float] = []
         self.steps = StepLog(max((r.scheduler.kv.capacity_slots for r in replicas), default=0))
         self.requests = RequestLog(self.num_requests)
         self.num_arrived = 0
@@ -269,16 +279,31 @@ class Simulation:
                 return
             self._admit(self._new_request(float(times[i])))
 
+    def _wait_until(self, env: simpy.Environment, when: float):
+        """A closed-loop user waits until `when` (a time the front-end computed), known to the decode runs."""
+        if when > env.now:
+            heapq.heappush(self._think_ends, when)
+            yield env.timeout_at(when)
+            heapq.heappop(self._think_ends)
+
     def closed_loop_user(self, env: simpy.Environment):
+        frontend = self.frontend
         while self.stopped_early_s is None:
             request = self._new_request(env.now)
             if request is None:
                 return
             done = env.event()
             self._completions[request.request_id] = done
+            if frontend is not None:  # sent now; the engine gets it when its inbound work ends
+                yield from self._wait_until(env, frontend.send(request, env.now))
+                if self.stopped_early_s is not None:
+                    return
+                request.arrival_s = env.now
             self._admit(request)
             yield done
             self._resuming -= 1
+            if frontend is not None:  # the next request waits for the client to receive the whole reply
+                yield from self._wait_until(env, frontend.receive(request, env.now))
             if self.think_time_s > 0:
                 delay = self.think_rng.exponential(self.think_time_s)
                 heapq.heappush(self._think_ends, env.now + delay)  # SimPy's own sum: the wake time exactly
@@ -316,6 +341,9 @@ class Simulation:
             for extend, values in zip(extend_run_kv, run_columns):
                 extend(values)
         steps_since_progress = 0
+        draws = self.step_draws
+        perturb = self.draw_functions[0] if draws is not None else None
+        step_id = 0  # the steps this replica started: the draws' counter (the compiled core counts alike)
         while self.stopped_early_s is None:
             start = env.now
             plan: StepPlan | None = scheduler.schedule(start)
@@ -334,9 +362,12 @@ class Simulation:
                 cost = decode_step_costs(cost_model, plan.num_decode_seqs, plan.decode_context_tokens, 1)[0]
             else:
                 cost = cost_model.step_cost(plan)
-            num_steps, duration_s, flops, nbytes = 1, cost.time_s, cost.flops, cost.bytes
+            time_s = cost.time_s
+            if draws is not None:
+                time_s = perturb(draws, time_s, replica.index, step_id, plan.num_prefill_tokens > 0)
+            num_steps, duration_s, flops, nbytes = 1, time_s, cost.flops, cost.bytes
             if plain:
-                run = self._decode_run(scheduler, cost_model, plan, cost, start)
+                run = self._decode_run(scheduler, cost_model, plan, cost, start, time_s, replica.index, step_id)
                 if run is not None:
                     num_steps, end_s, duration_s, flops, nbytes, step_durations_s = run
                     yield env.timeout_at(end_s)
@@ -345,8 +376,9 @@ class Simulation:
                     scheduler.advance_decode_steps(num_steps - 1, record_run_step_kv, record_run_kv)
                     outcome = scheduler.update_from_output(plan, env.now)
                     outcome.num_output_tokens *= num_steps  # every step of the run sampled the same tokens
+            step_id += num_steps
             if num_steps == 1:
-                yield env.timeout(cost.time_s)
+                yield env.timeout(time_s)
                 outcome = scheduler.update_from_output(plan, env.now)
             usage = kv_usage()
             a_replica(replica.index)
@@ -394,7 +426,7 @@ class Simulation:
         A closed-loop user still to act on a finish may send a request now."""
         bound = self.horizon_s if self.horizon_s is not None else math.inf
         if self.closed_loop_users:
-            if self._next_request >= self.num_requests:
+            if self._next_request >= self.num_requests and self.frontend is None:  # (sent ones may still reach it)
                 return bound
             if self._resuming:
                 return self.env.now
@@ -409,43 +441,51 @@ class Simulation:
             return math.inf
         return getattr(self.stop_when, "next_check_s", -math.inf)
 
-    def _decode_run(self, scheduler, cost_model, plan: StepPlan, cost, start: float):
+    def _decode_run(self, scheduler, cost_model, plan: StepPlan, cost, start: float, first_time_s: float,
+                    replica_index: int, step_id: int):
         """A run of decode-only steps starting with `plan`, ending strictly before the next outside event and
         at the latest with the first step that ends at or after the stop rule's next check (which is then
         asked after the same step as step by step): (steps, end time, summed duration, FLOPs, bytes, the
         steps' durations), or None for a single step. Step ends are summed one at a time from `start`,
-        exactly as SimPy would advance its clock step by step."""
+        exactly as SimPy would advance its clock step by step. `first_time_s`: the first step's time (`cost`'s,
+        perturbed in a perturbed run, whose step k is then drawn with id `step_id` + k)."""
         bound = self._next_event_s()
         check_s = self._next_stop_check_s()
-        first_end = start + cost.time_s
+        first_end = start + first_time_s
         if first_end >= bound or first_end >= check_s:
             return None
         # Steps only grow longer as contexts grow, so this many fit before the bound at most (one more when
-        # the run may end with the step that crosses the check time).
+        # the run may end with the step that crosses the check time). (A perturbed run's later step may be
+        # shorter than its first: the run then ends at the cap, and the next turn goes on, in both engines.)
         last_s = min(bound, check_s)
-        cap = int((last_s - start) / cost.time_s) + (2 if check_s < bound else 1) if math.isfinite(last_s) else 1 << 62
+        cap = int((last_s - start) / first_time_s) + (2 if check_s < bound else 1) if math.isfinite(last_s) else 1 << 62
         limit = scheduler.decode_run_limit(plan, cap)
         if limit <= 1:
             return None
         n = plan.num_decode_seqs  # step 0 is priced already; step k attends k * n more tokens
         costs = [cost] + decode_step_costs(cost_model, n, plan.decode_context_tokens + n, limit - 1)
+        times = [c.time_s for c in costs]
+        if self.step_draws is not None:
+            times[0] = first_time_s
+            times[1:] = self.draw_functions[1](self.step_draws, np.array(times[1:]), replica_index, step_id + 1,
+                                      False).tolist()
         end = start
         num_steps = 0
         duration = flops = nbytes = 0.0
-        for c in costs:
-            t = end + c.time_s
+        for c, time_s in zip(costs, times):
+            t = end + time_s
             if t >= bound:
                 break
             end = t
             num_steps += 1
-            duration += c.time_s
+            duration += time_s
             flops += c.flops
             nbytes += c.bytes
             if t >= check_s:
                 break
         if num_steps <= 1:
             return None
-        return num_steps, end, duration, flops, nbytes, [c.time_s for c in costs[:num_steps]]
+        return num_steps, end, duration, flops, nbytes, times[:num_steps]
 
     # --- run -----------------------------------------------------------------------------------
     def run(self) -> None:
@@ -466,6 +506,8 @@ class Simulation:
         for replica in self.replicas:
             for request in replica.scheduler.in_flight():
                 self.requests.record(request, "unfinished")
+        if self.frontend is not None:
+            self.frontend.close(env.now)
         if self.progress is not None:
             self.progress(env.now, self.num_done)
 

@@ -21,19 +21,22 @@ KIND_ROOFLINE, KIND_STEPS, KIND_MEASURED = 0, 1, 2
 _NUMBERS = (roofline_kernel.NUM_NUMBERS, len(steps_kernel.empty()), measured_kernel.NUM_NUMBERS)
 
 
-def pricer(roofline_params: tuple, steps_params: tuple | None = None, measured_params: tuple | None = None) -> tuple:
-    """(kind, the roofline's pack, the whole-step profile's pack, the measured kernels' pack); the packs a kind
-    does not use are empty ones of the same types."""
+def pricer(roofline_params: tuple, steps_params: tuple | None = None, measured_params: tuple | None = None,
+           overhead_terms: np.ndarray | None = None) -> tuple:
+    """(kind, the roofline's pack, the whole-step profile's pack, the measured kernels' pack, the engine overhead's
+    terms); the packs a kind does not use are empty ones of the same types, and no overhead is an empty array (the
+    core adds it with `sim.cost.overhead.with_overhead` after `price_parts`)."""
     kind = KIND_STEPS if steps_params is not None else KIND_MEASURED if measured_params is not None else KIND_ROOFLINE
     return (kind, roofline_params, steps_params if steps_params is not None else steps_kernel.empty(),
-            measured_params if measured_params is not None else measured_kernel.empty())
+            measured_params if measured_params is not None else measured_kernel.empty(),
+            overhead_terms if overhead_terms is not None else np.zeros(0))
 
 
 def same_prices(a: tuple, b: tuple) -> bool:
     """Two `pricer` packs price alike: the same kind and the same numbers (their memos may differ)."""
-    if a[0] != b[0]:
+    if a[0] != b[0] or not np.array_equal(a[4], b[4]):
         return False
-    return all(np.array_equal(x, y) for part_a, part_b, n in zip(a[1:], b[1:], _NUMBERS)
+    return all(np.array_equal(x, y) for part_a, part_b, n in zip(a[1:4], b[1:4], _NUMBERS)
                for x, y in zip(part_a[:n], part_b[:n]))
 
 

@@ -1,9 +1,18 @@
-"""A cost model from kernels measured on real GPUs: NVIDIA AIConfigurator's vLLM tables (issue 12).
+"""A cost model from kernels measured on real GPUs: NVIDIA AIConfigurator's tables (issue 12; engines: issue 30).
 
 `python -m calibrate.aic_import` turns `aiconfigurator-core`'s Parquet tables into compact per-GPU tables
-under calibrate/measured/<gpu>/ (GEMMs, context and generation attention, vLLM's custom all-reduce, fused
-MoE; meta.json names the source package, framework, versions and kernels). This module reads them with
-pandas only: simulating never needs aiconfigurator-core or torch.
+under calibrate/measured/<gpu>/ (vLLM) and calibrate/measured/<gpu>/{sglang,trtllm}/ (GEMMs, context and
+generation attention, the engine's custom all-reduce, fused MoE; meta.json names the source package,
+framework, versions, kernels and the dtypes measured). `cost_model.tables` picks the engine. This module
+reads them with pandas only: simulating never needs aiconfigurator-core or torch.
+
+Dtypes are priced only where measured (`quantization_unmeasured`): fp8 weights with fp8 matrix products
+(W8A8) from the fp8 GEMM rows (and fp8 fused-MoE rows where the tables have them, else fp8 expert GEMMs), an
+fp8 KV cache from the fp8-KV attention rows; bf16 and fp16 (same element size and tensor-core rate on every
+catalog GPU) from the bf16 rows. Anything else (int8/int4 weights, an int8 KV cache, weight-only fp8, fp8 on
+a GPU or engine whose tables lack it) is refused with one line naming the field, unless the scenario asks
+for the roofline instead (`cost_model.unmeasured_dtype: roofline`); `on_missing` covers only a GPU without
+tables. A dtype is never priced from another dtype's rows.
 
 A step is priced the way vLLM runs it, per layer: every linear layer at its per-GPU shard shape (GEMM
 table at m = the step's tokens), the fused MoE experts (MoE table; else expert GEMMs), prefill attention
@@ -51,6 +60,11 @@ from sim.model.specs import GPUSpec, ModelSpec
 MEASURED_DIR = Path(__file__).resolve().parents[2] / "calibrate" / "measured"
 MEASURED_FORMAT_VERSION = 1
 ENGINES = ("vllm-cudagraph", "vllm-eager")  # which all-reduce curve: under CUDA graphs or eager
+# Whose measured kernels (`cost_model.tables`): vLLM's tables in calibrate/measured/<gpu>/, the others in a
+# subfolder named after the framework (calibrate/aic_import.py: framework_dir).
+TABLES = ("vllm", "sglang", "trtllm")
+# Scenario dtype -> the table rows that price it. fp16 takes the bf16 rows: the same element size and the same
+# tensor-core rate on every catalog GPU (NVIDIA's A100/H100/H200/L40S datasheets list one "FP16/BF16" figure).
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}  # scenario weights -> table dtype
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 _DTYPE_BYTES = {"bf16": 2, "fp8": 1}
@@ -61,30 +75,71 @@ def _canonical(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
-def measured_gpus(root: Path | None = None) -> list[str]:
-    """GPUs with shipped measured tables."""
+def tables_dir(gpu: str, tables: str = "vllm", root: Path | None = None) -> Path:
+    """The folder of one GPU's tables of one framework (`cost_model.tables`)."""
+    base = (root or MEASURED_DIR) / _canonical(gpu)
+    return base if tables == "vllm" else base / tables
+
+
+def measured_gpus(root: Path | None = None, tables: str = "vllm") -> list[str]:
+    """GPUs with shipped measured tables of this framework."""
     root = root or MEASURED_DIR
-    return sorted(p.parent.name for p in root.glob("*/meta.json")) if root.is_dir() else []
+    if not root.is_dir():
+        return []
+    return sorted(p.parent.name for p in root.glob("*/meta.json") if (tables_dir(p.parent.name, tables, root)
+                                                                     / "meta.json").is_file())
+
+
+def _check_tables(tables: str) -> None:
+    if tables not in TABLES:
+        raise ConfigError(f"cost_model.tables: {tables!r} is not allowed; allowed: {', '.join(TABLES)}")
+
+
+def gpu_unmeasured(gpu: str, tables: str = "vllm", root: Path | None = None) -> str | None:
+    """Why there are no tables of this framework for this GPU (None: there are): one line, without a field."""
+    _check_tables(tables)
+    gpus = measured_gpus(root, tables)
+    if _canonical(gpu) in gpus:
+        return None
+    which = "" if tables == "vllm" else f"{tables} "
+    return f"no measured {which}kernel tables for gpu {gpu!r}; measured: {', '.join(gpus) or 'none'}"
+
+
+def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+                            fp8_compute: bool | None = None, tables: str = "vllm",
+                            root: Path | None = None) -> str | None:
+    """Why this GPU's tables of this framework cannot price the quantization (None: they can): one line naming the
+    field, its value and what is allowed. `fp8_compute` None is not checked: fp8 weights are taken as W8A8, for
+    callers that do not know (a direct `MeasuredCostModel`)."""
+    t = load_tables(tables_dir(gpu, tables, root))
+    where = f"in the {tables} tables of {_canonical(gpu)}"
+    escape = "or cost_model.unmeasured_dtype: roofline"
+    weights = [w + (" (with fp8_compute: true)" if w == "fp8" else "") for w, d in _GEMM_DTYPE.items()
+               if d in t.gemm_dtypes]
+    kv = [k for k, d in _KV_DTYPE.items() if d in t.kv_dtypes]
+    if _GEMM_DTYPE.get(weight_dtype) not in t.gemm_dtypes:
+        return (f"quantization.weights: {weight_dtype!r} is not measured {where}; allowed: {', '.join(weights)}, "
+                f"{escape}")
+    if weight_dtype == "fp8" and fp8_compute is False:
+        # The fp8 rows are W8A8 (fp8 matrix products); weight-only fp8 (16-bit products, e.g. Marlin) is not in
+        # the tables, and W8A8 would price it too fast.
+        return (f"quantization.fp8_compute: false with weights 'fp8' (weight-only fp8) is not measured {where}; "
+                f"allowed: true (W8A8, the fp8 GEMM rows), {escape}")
+    if fp8_compute and weight_dtype != "fp8":
+        return (f"quantization.fp8_compute: true with weights {weight_dtype!r} is not measured {where}; "
+                f"allowed: false, or weights 'fp8', {escape}")
+    if _KV_DTYPE.get(kv_dtype) not in t.kv_dtypes:
+        return f"quantization.kv_cache: {kv_dtype!r} is not measured {where}; allowed: {', '.join(kv)}, {escape}"
+    return None
 
 
 def measured_unsupported(gpu: str, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
-                         root: Path | None = None) -> str | None:
-    """Why the measured cost model cannot price this setup (None if it can): one line."""
-    root = root or MEASURED_DIR
-    gpus = measured_gpus(root)
-    name = _canonical(gpu)
-    if name not in gpus:
-        return f"no measured kernel tables for gpu {gpu!r}; measured: {', '.join(gpus) or 'none'}"
-    if weight_dtype not in _GEMM_DTYPE:
-        return f"weights {weight_dtype!r} are not measured; allowed: {', '.join(_GEMM_DTYPE)}"
-    if kv_dtype not in _KV_DTYPE:
-        return f"kv_cache {kv_dtype!r} is not measured; allowed: {', '.join(_KV_DTYPE)}"
-    tables = load_tables(root / name)
-    if _GEMM_DTYPE[weight_dtype] not in tables.gemm_dtypes:
-        return f"{name} has no {weight_dtype} GEMM table; measured: {', '.join(sorted(tables.gemm_dtypes))}"
-    if _KV_DTYPE[kv_dtype] not in tables.kv_dtypes:
-        return f"{name} has no attention measured with a {kv_dtype} KV cache"
-    return None
+                         root: Path | None = None, *, fp8_compute: bool | None = None,
+                         tables: str = "vllm") -> str | None:
+    """Why the measured cost model cannot price this setup (None if it can): one line. A missing GPU first
+    (`gpu_unmeasured`), then the quantization (`quantization_unmeasured`)."""
+    return (gpu_unmeasured(gpu, tables, root)
+            or quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root))
 
 
 # --- tables ----------------------------------------------------------------------------------------
@@ -106,6 +161,15 @@ class MeasuredTables:
         s = self.meta["source"]
         return (f"{s['package']} {s['version']} {self.meta['system']} "
                 f"{self.meta['framework']} {self.meta['framework_version']}")
+
+    @property
+    def framework(self) -> str:
+        return str(self.meta.get("framework", "vllm"))
+
+    def attention_dtype(self, kv_dtype: str) -> str:
+        """The dtype context attention computes in with this KV dtype (meta.json; bf16 where unrecorded)."""
+        kernels = self.meta["tables"]["context_attention"].get("kernels", {})
+        return str(kernels.get("attention_dtypes", {}).get(kv_dtype, "bf16"))
 
 
 _CACHE: dict[str, MeasuredTables] = {}
@@ -338,7 +402,8 @@ class _Linear:
 
 
 class MeasuredCostModel(PackedCostModel):
-    """Step times from GPU kernels measured by NVIDIA AIConfigurator (vLLM), summed per layer.
+    """Step times from GPU kernels measured by NVIDIA AIConfigurator (vLLM, SGLang or TensorRT-LLM: `tables`), summed
+    per layer, each dtype from its own rows (`quantization_unmeasured` refuses the others).
 
     See the module docstring for what is priced from which table. A speculative verification (γ+1 query
     tokens per sequence) is priced as decode attention over batch × (γ+1) rows at the same context.
@@ -346,20 +411,27 @@ class MeasuredCostModel(PackedCostModel):
 
     def __init__(self, model: ModelSpec, gpu: GPUSpec, *, tensor_parallel: int = 1, weight_dtype: str = "bf16",
                  kv_dtype: str = "bf16", engine: str = "vllm-cudagraph", step_overhead_s: float = 0.0,
-                 gpu_data: str | None = None, root: Path | None = None, communication: bool = True):
+                 gpu_data: str | None = None, root: Path | None = None, communication: bool = True,
+                 tables: str = "vllm", fp8_compute: bool | None = None):
         if engine not in ENGINES:
             raise ConfigError(f"cost_model.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
         data = gpu_data or gpu.name
-        reason = measured_unsupported(data, weight_dtype, kv_dtype, root)
+        reason = gpu_unmeasured(data, tables, root)
         if reason:
             raise ConfigError(f"cost_model: {reason}")
-        self.tables = load_tables((root or MEASURED_DIR) / _canonical(data))
+        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root)
+        if reason:
+            raise ConfigError(reason)
+        self.tables = load_tables(tables_dir(data, tables, root))
         self.model, self.gpu, self.tp, self.engine = model, gpu, tensor_parallel, engine
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.step_overhead_s = step_overhead_s
         # False prices one GPU's shard alone (no all-reduce), to compare with steps measured on one GPU.
         self.communication = communication
         self.notes: Counter = Counter()
+        for field, dtype in (("weights", weight_dtype), ("kv_cache", kv_dtype)):
+            if dtype == "fp16":  # said, not silent: the tables hold no fp16 rows
+                self.notes[f"{field} fp16 priced from the bf16 rows (same element size and tensor-core rate)"] += 1
         tp, t = tensor_parallel, self.tables
         self.roof = device_roofline(t.gemm)
         # The fastest kernel the GEMM table holds: a floor for any kernel launch inside a step.
@@ -367,12 +439,12 @@ class MeasuredCostModel(PackedCostModel):
         self.roofline = RooflineCostModel(model, gpu, tensor_parallel=tp, weight_dtype=weight_dtype,
                                           kv_dtype=kv_dtype, fp8_compute=weight_dtype == "fp8")
         gd = _GEMM_DTYPE[weight_dtype]
-        self._curves: dict[tuple[int, int], Curve] = {}
+        self._curves: dict[tuple[int, int, str], Curve] = {}  # (out features, in features, table dtype) -> curve
 
-        def linear(in_f: int, out_f: int, name: str) -> Curve:
-            key = (out_f, in_f)
+        def linear(in_f: int, out_f: int, name: str, dtype: str = gd) -> Curve:
+            key = (out_f, in_f, dtype)
             if key not in self._curves:
-                self._curves[key] = gemm_curve(t.gemm, gd, out_f, in_f, self.roof, self.notes, f"gemm {name}",
+                self._curves[key] = gemm_curve(t.gemm, dtype, out_f, in_f, self.roof, self.notes, f"gemm {name}",
                                                str(t.path))
             return self._curves[key]
 
@@ -388,7 +460,10 @@ class MeasuredCostModel(PackedCostModel):
                 mats.append(_Linear(linear(in_f, out_f, s.name), s.count, s.active_per_token))
             self._groups.append((n_layers, mats, any(s.count > 1 for s in shapes)))
         head = lm_head_shape(model)
-        self._lm_head = linear(head.in_features, head.out_features // tp, "lm_head")
+        # The LM head stays 16-bit in fp8 deployments: vLLM's Fp8Config quantizes LinearBase layers only, and its
+        # ParallelLMHead is an embedding (vllm/model_executor/layers/quantization/fp8.py: get_quant_method);
+        # TensorRT-LLM's ModelOpt FP8 recipe leaves *lm_head* unquantized. So it is priced from the bf16 rows.
+        self._lm_head = linear(head.in_features, head.out_features // tp, "lm_head", "bf16")
         self._setup_attention()
         self._allreduce = self._allreduce_curve() if tp > 1 else None
         h, ffn = model.hidden_size, model.ffn_size // tp
@@ -435,12 +510,14 @@ class MeasuredCostModel(PackedCostModel):
         m, t = self.model, self.tables
         if not m.is_moe:
             return None
-        if t.moe is None or not m.gated_mlp or self.weight_dtype not in ("bf16", "fp16"):
-            self.notes["moe: no fused-MoE table for this setup; experts priced from the GEMM table"] += 1
+        gd = _GEMM_DTYPE[self.weight_dtype]
+        moe = None if t.moe is None else t.moe[t.moe["dtype"] == gd]
+        if moe is None or moe.empty or not m.gated_mlp:
+            self.notes[f"moe: no {gd} fused-MoE table for this setup; experts priced from the {gd} GEMM rows"] += 1
             return None
-        rows = t.moe[(t.moe["hidden_size"] == m.hidden_size) & (t.moe["inter_size"] == m.ffn_size)
-                     & (t.moe["topk"] == m.num_experts_per_token) & (t.moe["num_experts"] == m.num_experts)
-                     & (t.moe["moe_tp_size"] == self.tp)]
+        rows = moe[(moe["hidden_size"] == m.hidden_size) & (moe["inter_size"] == m.ffn_size)
+                     & (moe["topk"] == m.num_experts_per_token) & (moe["num_experts"] == m.num_experts)
+                     & (moe["moe_tp_size"] == self.tp)]
         if rows.empty:
             self.notes[f"moe: ({m.hidden_size}, {m.ffn_size}, top{m.num_experts_per_token} of {m.num_experts}, "
                        f"tp {self.tp}) not in the fused-MoE table; experts priced from the GEMM table"] += 1
@@ -458,6 +535,11 @@ class MeasuredCostModel(PackedCostModel):
             return None
         backend = "graph" if self.engine == "vllm-cudagraph" else "eager"
         ar = t.allreduce[t.allreduce["backend"] == backend]
+        if ar.empty:  # TensorRT-LLM's table has one curve, under CUDA graphs
+            have = sorted(set(t.allreduce["backend"]))
+            allowed = ", ".join(e for e in ENGINES if ("graph" if e == "vllm-cudagraph" else "eager") in have)
+            raise ConfigError(f"cost_model.engine: {self.engine!r} has no {backend} all-reduce in the "
+                              f"{t.framework} tables of {self.tables.meta['gpu']}; allowed: {allowed}")
         counts = sorted(set(ar["num_gpus"]))
         i, w, outside = _bracket([math.log(c) for c in counts], math.log(tp))
         if outside or w not in (0.0, 1.0):
@@ -482,10 +564,18 @@ class MeasuredCostModel(PackedCostModel):
 
     # -- pricing --
 
+    @property
+    def source(self) -> str:
+        """The tables and the rows of them this model prices from: package, system, framework and version, the GEMM
+        dtype, the KV dtype of the attention rows and the dtype that attention computes in."""
+        t, kvd = self.tables, _KV_DTYPE[self.kv_dtype]
+        return (f"{t.source}: gemm {_GEMM_DTYPE[self.weight_dtype]} rows, attention {kvd}-KV rows computed in "
+                f"{t.attention_dtype(kvd)}")
+
     def __repr__(self) -> str:
         notes = "; ".join(f"{n}" + (f" (x{c})" if c > 1 else "") for n, c in sorted(self.notes.items()))
         return (f"MeasuredCostModel({self.model.name} on {self.gpu.name} x{self.tp}, {self.engine}, "
-                f"weights={self.weight_dtype}, kv={self.kv_dtype}, kernels: {self.tables.source} "
+                f"weights={self.weight_dtype}, kv={self.kv_dtype}, kernels: {self.source} "
                 f"({self.tables.meta['device_name']}), step overhead {self.step_overhead_s * 1e3:g} ms"
                 + (f"; notes: {notes}" if notes else "") + ")")
 
@@ -574,17 +664,24 @@ class MeasuredFallback(RooflineCostModel):
 def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel: int = 1, weight_dtype: str = "bf16",
                              kv_dtype: str = "bf16", fp8_compute: bool = False, engine: str = "vllm-cudagraph",
                              step_overhead_s: float = 0.0, gpu_data: str | None = None,
-                             on_missing: str = "roofline", root: Path | None = None):
-    """The measured cost model, or where no tables fit (GPU, dtype): the roofline whose repr says why
-    (on_missing 'roofline'), or a one-line ConfigError (on_missing 'error')."""
-    reason = measured_unsupported(gpu_data or gpu.name, weight_dtype, kv_dtype, root)
-    if reason is None and fp8_compute and weight_dtype != "fp8":
-        reason = "fp8_compute without fp8 weights is not measured"
-    if reason is None:
-        return MeasuredCostModel(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
-                                 kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,
-                                 gpu_data=gpu_data, root=root)
-    if on_missing == "error":
-        raise ConfigError(f"cost_model: {reason}")
+                             on_missing: str = "roofline", root: Path | None = None, tables: str = "vllm",
+                             unmeasured_dtype: str = "error"):
+    """The measured cost model. A GPU without tables of this framework: the roofline whose repr says why
+    (on_missing 'roofline'), or a one-line ConfigError (on_missing 'error'). A quantization the tables were not
+    measured in: a one-line ConfigError naming the field (unmeasured_dtype 'error', the default), or the roofline
+    whose repr says why (unmeasured_dtype 'roofline', asked for)."""
+    data = gpu_data or gpu.name
+    reason = gpu_unmeasured(data, tables, root)
+    if reason is not None:
+        if on_missing == "error":
+            raise ConfigError(f"cost_model: {reason}")
+    else:
+        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root)
+        if reason is None:
+            return MeasuredCostModel(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
+                                     kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,
+                                     gpu_data=gpu_data, root=root, tables=tables, fp8_compute=fp8_compute)
+        if unmeasured_dtype != "roofline":
+            raise ConfigError(reason)
     return MeasuredFallback(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
                             kv_dtype=kv_dtype, fp8_compute=fp8_compute, reason=reason)

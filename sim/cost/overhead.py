@@ -35,12 +35,31 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
 
+import numpy as np
+
 from sim.core.step_plan import StepPlan
 from sim.core.step_plan import decode_step_costs, plain_decode_plan
+from sim.cost.jit import njit
 from sim.cost.roofline import StepCost
 from sim.errors import ConfigError
 
 TERMS = ("per_step_s", "per_seq_s", "per_prefill_token_s", "launch_per_layer_s")
+# The pack the compiled form carries (`EngineOverhead.pack`): these four numbers, the launch term already times
+# the layers.
+O_PER_STEP, O_PER_SEQ, O_PER_PREFILL_TOKEN, O_LAUNCH = range(4)
+
+
+@njit(cache=True, inline="always")
+def with_overhead(terms, kernels_s, num_seqs, num_prefill_tokens, num_tokens):
+    """A step's time: its kernels' time `kernels_s` plus the engine's time outside them (the one definition of
+    the formula in this module's docstring, called by `EngineOverhead.step_time` and inlined into the compiled
+    core). `terms`: the pack; empty: no overhead. A step with no tokens costs its kernels' time alone."""
+    if terms.shape[0] == 0 or num_tokens == 0:
+        return kernels_s
+    launch_s = terms[O_LAUNCH]
+    busy_s = kernels_s if kernels_s >= launch_s or kernels_s != kernels_s else launch_s  # NaN stays NaN
+    return busy_s + (terms[O_PER_STEP] + terms[O_PER_SEQ] * num_seqs
+                     + terms[O_PER_PREFILL_TOKEN] * num_prefill_tokens)
 
 
 @dataclass(frozen=True)
@@ -67,17 +86,21 @@ class EngineOverhead:
         parts = [f"{name}={value * 1e6:g}us" for name, value in self.terms().items() if value]
         return f"overhead {self.engine}: " + (", ".join(parts) or "none") + (f" [{self.source}]" if self.source else "")
 
+    def pack(self, num_layers: int) -> np.ndarray:
+        """The terms as `with_overhead` takes them."""
+        terms = np.zeros(4)
+        terms[O_PER_STEP], terms[O_PER_SEQ] = self.per_step_s, self.per_seq_s
+        terms[O_PER_PREFILL_TOKEN], terms[O_LAUNCH] = self.per_prefill_token_s, self.launch_per_layer_s * num_layers
+        return terms
+
     def serial_s(self, plan: StepPlan) -> float:
-        """The CPU time between steps (not overlapped with kernels)."""
-        if plan.num_tokens == 0:
-            return 0.0
-        return (self.per_step_s + self.per_seq_s * plan.num_seqs
-                + self.per_prefill_token_s * plan.num_prefill_tokens)
+        """The CPU time between steps (not overlapped with kernels): a pipelined replica's driver time."""
+        serial = replace(self, launch_per_layer_s=0.0).pack(0)
+        return float(with_overhead(serial, 0.0, plan.num_seqs, plan.num_prefill_tokens, plan.num_tokens))
 
     def step_time(self, kernels_s: float, plan: StepPlan, num_layers: int) -> float:
-        if plan.num_tokens == 0:
-            return kernels_s
-        return max(kernels_s, self.launch_per_layer_s * num_layers) + self.serial_s(plan)
+        return float(with_overhead(self.pack(num_layers), kernels_s, plan.num_seqs, plan.num_prefill_tokens,
+                                   plan.num_tokens))
 
 
 _DEFAULT_SOURCE = "defaults: estimates (sim/cost/overhead.py names the sources)"
@@ -109,13 +132,28 @@ class EngineOverheadCostModel:
 
     def __init__(self, kernels, overhead: EngineOverhead, num_layers: int):
         self.kernels, self.overhead, self.num_layers = kernels, overhead, num_layers
+        self._terms = overhead.pack(num_layers)
 
     def __repr__(self) -> str:
         return f"EngineOverheadCostModel({self.kernels!r} + {self.overhead.describe()})"
 
     def step_cost(self, plan: StepPlan) -> StepCost:
         inner = self.kernels.step_cost(plan)
-        return StepCost(self.overhead.step_time(inner.time_s, plan, self.num_layers), inner.flops, inner.bytes)
+        time_s = with_overhead(self._terms, inner.time_s, plan.num_seqs, plan.num_prefill_tokens, plan.num_tokens)
+        return StepCost(float(time_s), inner.flops, inner.bytes)
+
+    def compiled_params(self) -> tuple | None:
+        """The kernels' compiled form with these terms added (`compiled_pricing.pricer`), or None."""
+        form = getattr(self.kernels, "compiled_params", None)
+        inner = form() if form is not None else None
+        if inner is None:
+            return None
+        return inner[:4] + (self._terms,)
+
+    def note_compiled_outside(self, points) -> None:
+        note = getattr(self.kernels, "note_compiled_outside", None)
+        if note is not None:
+            note(points)
 
     def step_time(self, plan: StepPlan) -> float:
         return self.step_cost(plan).time_s
@@ -123,13 +161,8 @@ class EngineOverheadCostModel:
     def decode_step_costs(self, num_seqs: int, context_tokens: int, num_steps: int) -> list[StepCost]:
         """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`): the kernels' (their closed form
         where they have one), each plus the overhead, which does not depend on the context."""
-        plan = plain_decode_plan(num_seqs, context_tokens)
-        if plan.num_tokens == 0:
-            return [self.step_cost(plan)] * num_steps
-        launch_s = self.overhead.launch_per_layer_s * self.num_layers
-        serial_s = self.overhead.serial_s(plan)
-        # EngineOverhead.step_time: max(kernels, launches) + serial CPU time.
-        return [StepCost(max(c.time_s, launch_s) + serial_s, c.flops, c.bytes)
+        terms = self._terms
+        return [StepCost(float(with_overhead(terms, c.time_s, num_seqs, 0, num_seqs)), c.flops, c.bytes)
                 for c in decode_step_costs(self.kernels, num_seqs, context_tokens, num_steps)]
 
 

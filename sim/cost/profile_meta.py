@@ -1,4 +1,5 @@
-"""meta.json of a profile folder, per-op or whole-step: one reader, one set of one-line errors."""
+"""meta.json of a profile folder, per-op or whole-step: one reader, one set of one-line errors; and the dtypes a
+profile was measured in, which a scenario's quantization must match (`check_profile_dtypes`)."""
 
 from __future__ import annotations
 
@@ -28,3 +29,42 @@ def read_meta(path: str | Path, field: str = "cost_model.profile") -> dict:
         raise ConfigError(f"{field}: '{meta_path}' is not a ServeSim profile (format_version "
                           f"{PROFILE_FORMAT_VERSION} with a shard section)")
     return meta
+
+
+# A profile's dtype: `python -m calibrate run` and `calibrate steps` measure weights, activations and the KV cache in
+# one torch dtype, recorded as meta.json `dtype` (calibrate/cli.py; TORCH_DTYPES of calibrate/bench.py and
+# calibrate/steps.py: fp32, fp16, bf16); a profile without it was measured at calibrate's default, bf16
+# (`--dtype` default in calibrate/cli.py). A profile of a quantized engine would say so with `weight_dtype` /
+# `kv_dtype`, which take precedence.
+UNQUANTIZED = ("bf16", "fp16", "fp32")
+
+
+def profile_dtypes(meta: dict) -> tuple[str, str]:
+    """(weights, KV cache) dtypes a profile was measured in."""
+    dtype = str(meta.get("dtype") or "bf16")
+    return str(meta.get("weight_dtype") or dtype), str(meta.get("kv_dtype") or dtype)
+
+
+def check_profile_dtypes(meta: dict, path: str | Path, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+                         fp8_compute: bool = False) -> None:
+    """One-line ConfigError where the scenario's quantization is not what the profile was measured in. An
+    unquantized scenario (bf16, fp16) takes an unquantized profile's own dtype (its repr names it); a quantized one
+    (fp8, int8, int4 weights; fp8, int8 KV; fp8 matrix products) must be the profile's, never priced as bf16."""
+    weights, kv = profile_dtypes(meta)
+    where = f"in profile '{path}' (measured in {weights} weights, {kv} KV cache)"
+    escape = "or cost_model.kind roofline"
+
+    def allowed(measured: str) -> str:
+        return "bf16, fp16" if measured in UNQUANTIZED else measured
+
+    def fits(asked: str, measured: str) -> bool:
+        return asked == measured or (asked in UNQUANTIZED and measured in UNQUANTIZED)
+
+    if not fits(weight_dtype, weights):
+        raise ConfigError(f"quantization.weights: {weight_dtype!r} is not measured {where}; allowed: "
+                          f"{allowed(weights)}, {escape}")
+    if fp8_compute and weights != "fp8":
+        raise ConfigError(f"quantization.fp8_compute: true is not measured {where}; allowed: false, {escape}")
+    if not fits(kv_dtype, kv):
+        raise ConfigError(f"quantization.kv_cache: {kv_dtype!r} is not measured {where}; allowed: {allowed(kv)}, "
+                          f"{escape}")

@@ -16,6 +16,8 @@ from sim.cost.compiled_pricing import KIND_ROOFLINE
 from sim.cost.jit import HAVE_NUMBA
 from sim.cost.packed import PackedCostModel
 from sim.cost.step_args import NO_CHUNKS, step_args
+from sim.errors import ConfigError
+from sim.model.attention_io import ATTENTION_KERNELS, SCORE_ELEMENT_BYTES
 from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token
 from sim.model.shapes import layer_groups, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
@@ -59,8 +61,12 @@ class RooflineCostModel(PackedCostModel):
     def __init__(self, model: ModelSpec, gpu: GPUSpec, *, tensor_parallel: int = 1,
                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", fp8_compute: bool = False,
                  compute_efficiency: float | None = None, memory_efficiency: float | None = None,
-                 step_overhead_s: float | None = None):
+                 step_overhead_s: float | None = None, attention_kernel: str = "flash"):
+        if attention_kernel not in ATTENTION_KERNELS:
+            raise ConfigError(f"attention.kernel: {attention_kernel!r} is not allowed; allowed: "
+                              f"{', '.join(ATTENTION_KERNELS)}")
         self.model, self.gpu, self.tp = model, gpu, tensor_parallel
+        self.attention_kernel = attention_kernel
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         peak = gpu.fp8_flops_per_s if (fp8_compute and gpu.fp8_flops_per_s) else gpu.bf16_flops_per_s
         self.flops_per_s = peak * (compute_efficiency or gpu.compute_efficiency)
@@ -78,6 +84,11 @@ class RooflineCostModel(PackedCostModel):
         # Per (query, key) pair: QK^T and PV, 2 FLOPs per multiply-add.
         self.attn_flops_per_pair = 2.0 * heads_per_gpu * (qk_dim + v_dim)
         self.q_bytes_per_token = heads_per_gpu * (qk_dim + v_dim) * _ACT_BYTES
+        # Materialized scores (`roofline_kernel.attention_parts`): one access to one (query, key) score of every head
+        # on this GPU, in the activations' dtype (torch's math SDPA keeps S and P in the inputs' dtype), and the
+        # softmax's FLOPs on it.
+        self.score_bytes_per_pair = heads_per_gpu * SCORE_ELEMENT_BYTES
+        self.softmax_flops_per_pair = heads_per_gpu * roofline_kernel.SOFTMAX_FLOPS_PER_SCORE
         self.groups = [(n, [self._matmul(s) for s in shapes]) for n, shapes in layer_groups(model)]
         self.lm_head = self._matmul(lm_head_shape(model))
         self.hidden = model.hidden_size
@@ -94,8 +105,10 @@ class RooflineCostModel(PackedCostModel):
                        shape.active_per_token, shape.in_features, shape.out_features)
 
     def __repr__(self) -> str:
+        # The kernel is named only when it is not the default, so that a flash run's records read as before.
+        attention = "" if self.attention_kernel == "flash" else f", attention={self.attention_kernel}"
         return (f"RooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}, "
-                f"weights={self.weight_dtype}, kv={self.kv_dtype})")
+                f"weights={self.weight_dtype}, kv={self.kv_dtype}{attention})")
 
     def linear_counts(self, num_tokens: int) -> list[list[float]]:
         """[FLOPs, bytes] of each linear layer of `self.groups` at `num_tokens`, in order."""

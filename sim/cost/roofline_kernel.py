@@ -4,8 +4,9 @@
 `pack(model)` turns a model's numbers into arrays (the layout below); `step_cost` prices one step from them;
 `linear_counts` gives the FLOPs and bytes of the linear layers (which the learned roofline, `sim.cost.learned`,
 prices its own way). Every term of the roofline is here: linear layers (mixture-of-experts layers read only the
-experts some token routes to), attention (a sliding window caps the context), norms and activations,
-tensor-parallel all-reduces, the LM head, swap copies, the step overhead.
+experts some token routes to), attention (a sliding window caps the context; FlashAttention, or a kernel that
+materializes the scores: `attention_parts`), norms and activations, tensor-parallel all-reduces, the LM head, swap
+copies, the step overhead.
 """
 
 from __future__ import annotations
@@ -19,13 +20,23 @@ from sim.cost.jit import njit
 # Indices into the float64 array `params[0]`.
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_OVERHEAD_S, P_ATTN_FLOPS_PER_PAIR, P_KV_BYTES_PER_TOKEN_LAYER, P_Q_BYTES_PER_TOKEN,
  P_HIDDEN, P_FFN_PER_GPU, P_TP, P_LINK_BYTES_PER_S, P_ALLREDUCE_LATENCY_S, P_WEIGHT_BYTES_PER_PARAM,
- P_SLIDING_WINDOW, P_LM_HEAD, P_NUM_LAYERS, P_HOST_LINK_BYTES_PER_S) = range(16)
-NUM_PRICE = 16
+ P_SLIDING_WINDOW, P_LM_HEAD, P_NUM_LAYERS, P_HOST_LINK_BYTES_PER_S, P_MATERIALIZED, P_SCORE_BYTES_PER_PAIR,
+ P_SOFTMAX_FLOPS_PER_PAIR) = range(19)
+NUM_PRICE = 19
 # Columns of a matmul row (`mm`, `lm_head`): weight params (all experts), params per token, experts, experts each
 # token routes to, in features, out features.
 M_WEIGHT, M_PER_TOKEN, M_NUM_EXPERTS, M_EXPERTS_PER_TOKEN, M_IN, M_OUT = range(6)
 NUM_NUMBERS = 5  # the pack's first arrays hold the model's numbers; the rest are its memos
 _ACT_BYTES = 2  # activations are bf16/fp16
+# A kernel that materializes the scores (Dao et al. 2022, "FlashAttention", arXiv:2205.14135, Algorithm 0, "standard
+# attention implementation") moves every element of the score matrix through HBM four times: S = QK^T written, S read
+# by the softmax, P = softmax(S) written, P read by PV. (torch's math SDPA, `_scaled_dot_product_attention_math` in
+# aten/src/ATen/native/transformers/attention.cpp, does the same: a matmul, an out-of-place softmax, a matmul; a
+# causal mask applied in its own pass would add one read and one write more, which this count leaves out.)
+SCORE_ACCESSES = 4
+# FLOPs per score element of a safe softmax: the row max, the subtraction, exp (counted as one), the row sum and the
+# division (Milakov & Gimelshein 2018, "Online normalizer calculation for softmax", arXiv:1805.02867, Algorithm 2).
+SOFTMAX_FLOPS_PER_SCORE = 5
 # Token counts below this have their matmul terms remembered (the pack's memo arrays): a step's matmuls depend on
 # its token count alone, and a run prices thousands of steps over far fewer counts. NaN: not computed yet.
 MEMO_TOKENS = 8192
@@ -48,6 +59,10 @@ def pack(model) -> tuple:
     scalars[P_LM_HEAD] = 1.0 if model.include_lm_head else 0.0
     scalars[P_NUM_LAYERS] = model.model.num_layers
     scalars[P_HOST_LINK_BYTES_PER_S] = model.gpu.host_link_bytes_per_s
+    if model.attention_kernel == "materialized":  # flash leaves the three at 0: its prices are those of before
+        scalars[P_MATERIALIZED] = 1.0
+        scalars[P_SCORE_BYTES_PER_PAIR] = model.score_bytes_per_pair
+        scalars[P_SOFTMAX_FLOPS_PER_PAIR] = model.softmax_flops_per_pair
     layers = np.array([n for n, _ in model.groups], dtype=np.float64)
     starts = np.cumsum([0] + [len(mms) for _, mms in model.groups]).astype(np.int64)
     rows = [_row(mm) for _, mms in model.groups for mm in mms]
@@ -115,6 +130,63 @@ def _matmuls(mm, first, end, num_tokens, wbpp, fps, bps):
     return layer_s, layer_flops, layer_bytes
 
 
+@njit(cache=True, inline="always")
+def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, query_tokens):
+    """One layer's attention: (time, FLOPs, bytes) of the prefill chunks, then of the decodes.
+
+    FlashAttention (P_MATERIALIZED 0): prefill chunks against their context, causal (the masked half is skipped),
+    the KV and the queries read once, each a single op; decodes read their KV. Materialized scores (1): a standard
+    kernel computes the whole rectangle, every chunk's rows against every key it attends (context + chunk; the
+    causal mask is applied to the scores, not skipped), and moves each score element through HBM SCORE_ACCESSES
+    times. It runs as two ops: the two matmuls (QK^T writes S, PV reads P) and the softmax (reads S, writes P). QK^T
+    and PV have the same FLOPs and traffic per score element (d multiply-adds, one score element moved), so on one
+    side of the ridge point their one op costs what two would. Decodes the same, with N_q = the sequence's query
+    tokens (1, or γ+1 when verifying drafts)."""
+    fps, bps = price[P_FLOPS_PER_S], price[P_BYTES_PER_S]
+    afpp, kvb, qb = price[P_ATTN_FLOPS_PER_PAIR], price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_Q_BYTES_PER_TOKEN]
+    window = price[P_SLIDING_WINDOW]
+    materialized = price[P_MATERIALIZED] != 0.0
+    # Attention: prefill chunks against their context (causal), decodes reading their KV.
+    attn_pairs = 0.0
+    attn_kv_tokens = 0.0
+    scores = 0.0  # materialized: score elements per head of the prefill chunks (rows x keys)
+    for j in range(num_pf):
+        chunk = pf_chunk[j]
+        context = pf_ctx[j]
+        if window:
+            attn_pairs += chunk * min(context + (chunk + 1) / 2, window)
+            attn_kv_tokens += min(context + chunk, window)
+            if materialized:  # the keys inside some row's window
+                scores += chunk * min(context + chunk, window + chunk)
+        else:
+            attn_pairs += chunk * (context + (chunk + 1) / 2)
+            attn_kv_tokens += context + chunk
+            if materialized:
+                scores += chunk * (context + chunk)
+    if window:
+        decode_ctx = min(decode_ctx, num_decode_seqs * window)
+    pf_f = attn_pairs * afpp
+    pf_b = attn_kv_tokens * kvb + num_prefill_tokens * qb
+    # Each of a sequence's query tokens (γ+1 when verifying drafts) attends to its context; the KV is read once.
+    dc_f = decode_ctx * query_tokens * afpp
+    dc_b = decode_ctx * kvb + num_decode_seqs * query_tokens * qb
+    if not materialized:
+        return _op(pf_f, pf_b, fps, bps), pf_f, pf_b, _op(dc_f, dc_b, fps, bps), dc_f, dc_b
+    half_traffic = price[P_SCORE_BYTES_PER_PAIR] * (SCORE_ACCESSES // 2)  # per score element, per op
+    sfpp = price[P_SOFTMAX_FLOPS_PER_PAIR]
+    pf_f = scores * afpp  # the whole rectangle
+    mm_b = pf_b + scores * half_traffic
+    sm_f = scores * sfpp
+    sm_b = scores * half_traffic
+    pf_s = _op(pf_f, mm_b, fps, bps) + _op(sm_f, sm_b, fps, bps)
+    dc_scores = decode_ctx * query_tokens
+    dmm_b = dc_b + dc_scores * half_traffic
+    dsm_f = dc_scores * sfpp
+    dsm_b = dc_scores * half_traffic
+    dc_s = _op(dc_f, dmm_b, fps, bps) + _op(dsm_f, dsm_b, fps, bps)
+    return pf_s, pf_f + sm_f, mm_b + sm_b, dc_s, dc_f + dsm_f, dmm_b + dsm_b
+
+
 # Inlined into the core (`compiled_pricing.price_parts`): a call would take and drop a reference to each array
 # of the pack it is passed, with atomic operations, at every step.
 @njit(cache=True, inline="always")
@@ -126,27 +198,9 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     num_tokens = num_prefill_tokens + num_decode_seqs * query_tokens
     if num_tokens == 0:
         return price[P_OVERHEAD_S], 0.0, 0.0
-    afpp, kvb, qb = price[P_ATTN_FLOPS_PER_PAIR], price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_Q_BYTES_PER_TOKEN]
-    window = price[P_SLIDING_WINDOW]
-    # Attention: prefill chunks against their context (causal), decodes reading their KV.
-    attn_pairs = 0.0
-    attn_kv_tokens = 0.0
-    for j in range(num_pf):
-        chunk = pf_chunk[j]
-        context = pf_ctx[j]
-        if window:
-            attn_pairs += chunk * min(context + (chunk + 1) / 2, window)
-            attn_kv_tokens += min(context + chunk, window)
-        else:
-            attn_pairs += chunk * (context + (chunk + 1) / 2)
-            attn_kv_tokens += context + chunk
-    if window:
-        decode_ctx = min(decode_ctx, num_decode_seqs * window)
-    pf_f = attn_pairs * afpp
-    pf_b = attn_kv_tokens * kvb + num_prefill_tokens * qb
-    # Each of a sequence's query tokens (γ+1 when verifying drafts) attends to its context; the KV is read once.
-    dc_f = decode_ctx * query_tokens * afpp
-    dc_b = decode_ctx * kvb + num_decode_seqs * query_tokens * qb
+    kvb = price[P_KV_BYTES_PER_TOKEN_LAYER]
+    pf_s, pf_f, pf_b, dc_s, dc_f, dc_b = attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
+                                                         num_decode_seqs, decode_ctx, query_tokens)
     # Norms, residual adds, rotary, activation: memory-bound streams over the hidden states.
     elementwise_bytes = num_tokens * (8 * price[P_HIDDEN] + 3 * price[P_FFN_PER_GPU]) * _ACT_BYTES
     allreduce_s = 0.0
@@ -170,11 +224,11 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
                 mm_memo[g, num_tokens, 0], mm_memo[g, num_tokens, 1] = layer_s, layer_flops
                 mm_memo[g, num_tokens, 2] = layer_bytes
         if pf_f != 0.0 or pf_b != 0.0:
-            layer_s += _op(pf_f, pf_b, fps, bps)
+            layer_s += pf_s
             layer_flops += pf_f
             layer_bytes += pf_b
         if dc_f != 0.0 or dc_b != 0.0:
-            layer_s += _op(dc_f, dc_b, fps, bps)
+            layer_s += dc_s
             layer_flops += dc_f
             layer_bytes += dc_b
         layer_s += elementwise_bytes / bps + allreduce_s

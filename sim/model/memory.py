@@ -125,8 +125,10 @@ def activation_bytes(
     the residual stream and the current layer's input ([tokens, hidden] each, bf16), plus the widest
     intermediate output of any weight matrix on this GPU (e.g. gate_up: [tokens, 2*ffn/tp]; for MoE
     each token's copy for each of its active experts), plus fp32 logits over the full vocabulary for
-    the sampled rows (at most one per sequence). Attention scores are not materialized (flash
-    attention). Like vLLM's profiling run, this sizes the worst step the scheduler may plan.
+    the sampled rows (at most one per sequence). Attention scores are not counted here: FlashAttention never
+    forms them, and a kernel that materializes them reserves their bytes apart
+    (`sim.model.attention_io.score_activation_bytes`, the `score_bytes` of `kv_capacity`). Like vLLM's profiling
+    run, this sizes the worst step the scheduler may plan.
     """
     check_tensor_parallel(model, tensor_parallel)
     _positive_int(max_num_batched_tokens, "max_num_batched_tokens")
@@ -153,6 +155,7 @@ class KVCapacity:
     reserve_bytes: int  # held back by the user (CUDA graphs, fragmentation, other processes)
     kv_bytes: int  # what is left for the KV cache
     kv_bytes_per_token: int  # this GPU's share of one token's KV
+    score_bytes: int = 0  # materialized attention's score matrices at the largest step (0 with FlashAttention)
 
     @property
     def num_tokens(self) -> int:
@@ -187,8 +190,10 @@ def kv_capacity(
     reserve_bytes: int = 0,
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
+    score_bytes: int = 0,
 ) -> KVCapacity:
-    """The memory left for KV cache on each GPU after weights, activations and a reserve.
+    """The memory left for KV cache on each GPU after weights, activations (with `score_bytes` of materialized
+    attention scores, `sim.model.attention_io.score_activation_bytes`) and a reserve.
 
     Raises DoesNotFitError when nothing is left.
     """
@@ -196,14 +201,14 @@ def kv_capacity(
     weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel)
     activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel)
     per_token = kv_bytes_per_token(model, kv_dtype, tensor_parallel)
-    needed = weights + activations + reserve_bytes
+    needed = weights + activations + score_bytes + reserve_bytes
     if usable - needed <= 0:
         raise DoesNotFitError(
             f"{model.name} ({weight_dtype} weights, tensor_parallel={tensor_parallel}) needs {needed:,} bytes "
             f"per GPU but {gpu.name} offers {usable:,} ({gpu_memory_utilization:g} of {gpu.hbm_bytes:,}); "
             "try a larger tensor_parallel or lower-precision weights"
         )
-    return KVCapacity(usable, weights, activations, reserve_bytes, usable - needed, per_token)
+    return KVCapacity(usable, weights, activations, reserve_bytes, usable - needed, per_token, score_bytes)
 
 
 # --- pipeline parallelism -------------------------------------------------------------------------
@@ -280,6 +285,7 @@ def pipeline_kv_capacity(
     reserve_bytes: int = 0,
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
+    score_bytes: int = 0,
 ) -> list[KVCapacity]:
     """`kv_capacity` for each pipeline stage's GPUs. Every stage keeps its own layers' KV for every token in
     flight, so the replica holds as many tokens as its tightest stage: min(c.num_tokens for c in the list).
@@ -292,12 +298,12 @@ def pipeline_kv_capacity(
     out = []
     for stage, layers in enumerate(pipeline_stage_layers(model.num_layers, pipeline_parallel)):
         weights = stage_weight_bytes_per_gpu(model, stage, pipeline_parallel, weight_dtype, tensor_parallel)
-        needed = weights + activations + reserve_bytes
+        needed = weights + activations + score_bytes + reserve_bytes  # every stage runs whole layers' attention
         if usable - needed <= 0:
             raise DoesNotFitError(
                 f"{model.name} stage {stage} ({layers} layers, {weight_dtype} weights, tensor_parallel="
                 f"{tensor_parallel}) needs {needed:,} bytes per GPU but {gpu.name} offers {usable:,}; "
                 "try more pipeline stages, a larger tensor_parallel or lower-precision weights")
         out.append(KVCapacity(usable, weights, activations, reserve_bytes, usable - needed,
-                              stage_kv_bytes_per_token(model, layers, kv_dtype, tensor_parallel)))
+                              stage_kv_bytes_per_token(model, layers, kv_dtype, tensor_parallel), score_bytes))
     return out

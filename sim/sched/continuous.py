@@ -19,6 +19,15 @@ from sim.sched.base import SchedulerBase
 from sim.sched.decode import DecodeBatch, DecodeTracker
 from sim.sched.disagg_roles import Colocated, DecodeRole, PrefillRole
 from sim.sched.preemption import VICTIM_POLICIES
+from sim.sched.rules import (
+    SGLANG_CLIP_MAX_NEW_TOKENS,
+    SchedulingRule,
+    group_steps_left_after,
+    new_token_ratio,
+    padded_batch,
+    ratio_admits,
+    reservation_fits,
+)
 from sim.sched.sampling_groups import sampling_groups
 from sim.sched.swap_space import swap_space
 
@@ -38,12 +47,27 @@ class ContinuousScheduler(SchedulerBase):
     `sequences_per_request` > 1 (parallel sampling, beam search): once a request's prompt is computed, its
     other sequences fork onto its blocks; it returns when all are done. A replica in disaggregated serving
     is given its `role` (sim/sched/disagg_roles.py) after construction.
+
+    `rule` (sim/sched/rules.py) makes it another engine's scheduler: steps that are prefill-only or decode-only
+    (prefill first, as SGLang's event loop and vLLM V0's `_schedule_default` choose), groups of decode steps no
+    prompt may join (vLLM V0's `--num-scheduler-steps`), admission only when the whole sequence's blocks are
+    reserved (TensorRT-LLM's GUARANTEED_NO_EVICT), decode batches padded to CUDA-graph sizes, or SGLang's
+    new-token-ratio reserve.
     """
 
     def __init__(self, kv: KVManager, *, max_num_seqs: int, max_num_batched_tokens: int,
                  chunked_prefill: bool, max_model_len: int, tracker: DecodeBatch | None = None,
-                 swap_capacity_tokens: int = 0, victim: str = "last_admitted", sequences_per_request: int = 1):
+                 swap_capacity_tokens: int = 0, victim: str = "last_admitted", sequences_per_request: int = 1,
+                 rule: SchedulingRule | None = None):
         super().__init__(kv, max_model_len, tracker)
+        self.rule = rule = rule or SchedulingRule()
+        if (rule.whole_output_reservation or rule.new_token_ratio is not None) and not kv.block_size:
+            raise ValueError("a whole-output reservation or a new-token ratio needs paged KV")
+        self._graph_sizes = rule.graph_sizes()
+        self._group_steps_left = 0  # decode steps left in the current group (decode_steps_per_schedule > 1)
+        self._reserved_blocks = 0  # whole_output_reservation: the blocks of every running request's whole sequence
+        self._reservations: dict[int, int] = {}
+        self._ratio_reset_clock = 0  # new_token_ratio: the decode clock at the last retraction
         self.role: Colocated | PrefillRole | DecodeRole = Colocated()
         self.sampling = sampling_groups(sequences_per_request, kv.forks)
         if victim not in VICTIM_POLICIES:
@@ -62,9 +86,10 @@ class ContinuousScheduler(SchedulerBase):
         self.prefilling: dict[int, Request] = {}  # running requests whose computed tokens lag their tokens
 
     def __repr__(self) -> str:
+        rule = "" if self.rule.is_default else f", rule={self.rule.describe()!r}"
         return (f"ContinuousScheduler(max_num_seqs={self.max_num_seqs}, max_num_batched_tokens="
-                f"{self.max_num_batched_tokens}, chunked_prefill={self.chunked_prefill}{self._preemption_repr()}, "
-                f"kv={self.kv!r})")
+                f"{self.max_num_batched_tokens}, chunked_prefill={self.chunked_prefill}{self._preemption_repr()}"
+                f"{rule}, kv={self.kv!r})")
 
     def _preemption_repr(self) -> str:
         extra = f", victim={self.victim!r}" if self.victim != "last_admitted" else ""
@@ -92,10 +117,17 @@ class ContinuousScheduler(SchedulerBase):
 
     def rejection_reason(self, request: Request) -> str:
         reason = super().rejection_reason(request)
-        if not reason and not self.chunked_prefill and request.num_final_kv_tokens > self.max_num_batched_tokens:
-            # Without chunking a prompt (or a recompute of prompt plus output) must fit one step.
-            reason = (f"needs up to {request.num_final_kv_tokens} tokens in one prefill but "
+        # Without chunking a prompt must fit one step, and so must a recompute of prompt plus output after a
+        # preemption, unless the whole sequence is reserved at admission and nothing is ever preempted.
+        one_prefill = request.num_prompt_tokens if self.rule.whole_output_reservation else request.num_final_kv_tokens
+        if not reason and not self.chunked_prefill and one_prefill > self.max_num_batched_tokens:
+            reason = (f"needs up to {one_prefill} tokens in one prefill but "
                       f"max_num_batched_tokens is {self.max_num_batched_tokens} (enable chunked_prefill)")
+        if not reason and self.rule.whole_output_reservation:
+            need = -(-request.num_final_kv_tokens // self.kv.block_size)
+            if need > self.kv.num_blocks:
+                reason = (f"needs {need} KV blocks reserved for its whole sequence but the cache has "
+                          f"{self.kv.num_blocks}")
         return reason
 
     def _preempt(self, plan: StepPlan) -> Request:
@@ -107,6 +139,8 @@ class ContinuousScheduler(SchedulerBase):
         else:
             self.prefilling.pop(victim.request_id, None)
         self.kv.free(victim)
+        self._release_reservation(victim)
+        self._ratio_reset_clock = self.tracker.clock if hasattr(self.tracker, "clock") else 0
         plan.swap_out_tokens += self.swap.evict(victim)  # else it is recomputed
         victim.num_preemptions += 1
         victim.status = RequestStatus.WAITING
@@ -133,6 +167,42 @@ class ContinuousScheduler(SchedulerBase):
         if not self.running and not self.waiting:
             return None
         plan = StepPlan()
+        rule, tracker = self.rule, self.tracker
+        if self._group_steps_left > 0 and len(tracker):
+            self._group_steps_left -= 1  # inside a group of decode steps: no prompt joins
+            return self._decode_only(plan, opens_group=False)
+        self._group_steps_left = 0
+        if not rule.mixed_batches:
+            # Prefill first: a step of prefill chunks whenever one can run, else a step of decodes.
+            self._schedule_prefills(plan, self.max_num_batched_tokens, now)
+            if plan.prefill_request_ids:
+                plan.decode_query_tokens = tracker.decode_query_tokens
+                return plan
+            if not len(tracker):
+                return None
+            return self._decode_only(plan)
+        self._room_for_decodes(plan)
+        budget = self.max_num_batched_tokens - len(tracker) * tracker.decode_query_tokens
+        self._schedule_prefills(plan, budget, now)
+        self._add_decodes(plan)
+        if not plan.prefill_request_ids and not plan.num_decode_seqs:
+            return None
+        if not plan.prefill_request_ids:
+            self._group_steps_left = rule.decode_steps_per_schedule - 1  # a decode-only step opens a group
+        return plan
+
+    def _decode_only(self, plan: StepPlan, opens_group: bool = True) -> StepPlan | None:
+        """A step of the running decodes alone; with decode_steps_per_schedule > 1 the first of a group of them."""
+        self._room_for_decodes(plan)
+        self._add_decodes(plan)
+        if not plan.num_decode_seqs:
+            return None
+        if opens_group:
+            self._group_steps_left = self.rule.decode_steps_per_schedule - 1
+        return plan
+
+    def _room_for_decodes(self, plan: StepPlan) -> None:
+        """Blocks for the decodes' next tokens, preempting until there are."""
         kv, tracker = self.kv, self.tracker
         if kv.forks.pending:
             # Forked sequences about to write into a shared, partly filled block get their own copy first.
@@ -140,9 +210,29 @@ class ContinuousScheduler(SchedulerBase):
         while tracker.num_new_blocks_needed() > kv.num_free_blocks:
             self._preempt(plan)
         tracker.allocate_new_blocks()
-        query_tokens = tracker.decode_query_tokens
-        budget = self.max_num_batched_tokens - len(tracker) * query_tokens
 
+    def _add_decodes(self, plan: StepPlan) -> None:
+        tracker = self.tracker
+        query_tokens = tracker.decode_query_tokens
+        num_decode = len(tracker)
+        plan.num_decode_seqs = num_decode
+        plan.decode_query_tokens = query_tokens
+        plan.num_draft_tokens = tracker.num_draft_tokens if num_decode else 0
+        plan.decode_context_tokens = tracker.token_sum + num_decode * query_tokens
+        plan.num_sampled_seqs += num_decode
+        if num_decode and len(self._graph_sizes) and not plan.prefill_request_ids:
+            # The decode batch runs as the CUDA graph captured for the next size up; the padding sequences
+            # compute (one token of context each) and sample nothing anyone reads.
+            padding = padded_batch(self._graph_sizes, num_decode) - num_decode
+            plan.num_padding_seqs = padding
+            plan.num_decode_seqs += padding
+            plan.decode_context_tokens += padding
+            plan.num_sampled_seqs += padding
+
+    def _schedule_prefills(self, plan: StepPlan, budget: int, now: float) -> None:
+        """Running requests' prefill chunks, then waiting requests in arrival order while `max_num_seqs`, the
+        token budget, the KV cache (and the rule's admission test) allow."""
+        kv = self.kv
         for rid in list(self.prefilling):
             request = self.prefilling.get(rid)
             if request is None or budget <= 0:
@@ -155,15 +245,36 @@ class ContinuousScheduler(SchedulerBase):
                 self._add_prefill(plan, request, chunk)
                 budget -= chunk
 
+        rule = self.rule
+        ratio = running_future = admitted = 0.0
+        if rule.new_token_ratio is not None and self.waiting:
+            ratio, running_future = self._ratio_state()
         while (self.waiting and not plan.preempted_request_ids and budget > 0
                and len(self.running) < self.max_num_seqs):
             request = self.waiting[0]
             if (len(self.running) + self.sampling.sequences_per_request > self.max_num_seqs
                     and self.sampling.will_fork(request)):
                 break  # its sequences will fork once its prompt is computed: keep room for all of them
+            reserve = 0
+            if rule.whole_output_reservation:
+                reserve = -(-request.num_final_kv_tokens // kv.block_size)
+                if not reservation_fits(self._reserved_blocks, reserve, kv.num_blocks):
+                    break
+            if rule.new_token_ratio is not None:
+                free_tokens = kv.num_free_blocks * kv.block_size
+                remaining_out = request.max_output_tokens - request.num_output_tokens
+                prompt = request.num_tokens - request.num_computed_tokens
+                if not ratio_admits(free_tokens, running_future, admitted, prompt, remaining_out, ratio,
+                                    SGLANG_CLIP_MAX_NEW_TOKENS):
+                    break
             chunk = kv.admit(request, budget, chunked=self.chunked_prefill)
             if chunk is None:
                 break
+            if rule.new_token_ratio is not None:
+                admitted += prompt + min(remaining_out, SGLANG_CLIP_MAX_NEW_TOKENS) * ratio
+            if reserve:
+                self._reservations[request.request_id] = reserve
+                self._reserved_blocks += reserve
             self.waiting.popleft()
             request.status = RequestStatus.RUNNING
             if math.isnan(request.first_scheduled_s):
@@ -175,14 +286,24 @@ class ContinuousScheduler(SchedulerBase):
             self._add_prefill(plan, request, chunk)
             budget -= chunk
 
-        plan.num_decode_seqs = len(tracker)
-        plan.decode_query_tokens = query_tokens
-        plan.num_draft_tokens = tracker.num_draft_tokens if len(tracker) else 0
-        plan.decode_context_tokens = tracker.token_sum + len(tracker) * query_tokens
-        plan.num_sampled_seqs += len(tracker)
-        if not plan.prefill_request_ids and not plan.num_decode_seqs:
-            return None
-        return plan
+    def _ratio_state(self) -> tuple[float, float]:
+        """SGLang's current new-token ratio and the running requests' future tokens it reserves (each request's
+        remaining output, clipped). O(running requests), only while some request waits."""
+        nt = self.rule.new_token_ratio
+        tracker = self.tracker
+        ratio = new_token_ratio(nt.init, nt.min, nt.decay_steps, tracker.clock - self._ratio_reset_clock)
+        future = 0
+        clip = SGLANG_CLIP_MAX_NEW_TOKENS
+        for request in self.running.values():
+            out = request.num_output_tokens
+            if request.request_id in tracker.members:
+                out += tracker.clock - request.decode_anchor
+            future += min(request.max_output_tokens - out, clip)
+        return ratio, float(future)
+
+    def _release_reservation(self, request: Request) -> None:
+        reserve = self._reservations.pop(request.request_id, 0)
+        self._reserved_blocks -= reserve
 
     def decode_run_limit(self, plan: StepPlan, max_steps: int) -> int:
         tracker, kv = self.tracker, self.kv
@@ -190,11 +311,16 @@ class ContinuousScheduler(SchedulerBase):
                 or plan.new_request_ids or plan.swap_in_tokens or plan.swap_out_tokens
                 or type(tracker) is not DecodeTracker or kv.forks.pending or not len(tracker)):
             return 1  # a mixed step, a preemption, speculation or copy-on-write: step by step
+        group_cap = max_steps
         if (self.waiting and len(self.running) < self.max_num_seqs
-                and self.max_num_batched_tokens > len(tracker) * tracker.decode_query_tokens):
-            return 1  # the head of the queue may be admitted at the next step
+                and (self.max_num_batched_tokens > len(tracker) * tracker.decode_query_tokens
+                     or not self.rule.mixed_batches)):
+            # The head of the queue may be admitted at the next step, or at the first after this group.
+            if self._group_steps_left == 0:
+                return 1
+            group_cap = min(max_steps, self._group_steps_left + 1)
         to_finish = tracker.steps_to_first_finish()
-        limit = max_steps if to_finish is None else min(to_finish, max_steps)
+        limit = group_cap if to_finish is None else min(to_finish, group_cap)
         if tracker.block_size:
             free = kv.num_free_blocks
             for j in range(1, limit):
@@ -207,6 +333,9 @@ class ContinuousScheduler(SchedulerBase):
     def advance_decode_steps(self, num_steps: int, after_step: Callable[[], None],
                              record_usage: Callable[[tuple], None] | None = None) -> None:
         kv, tracker = self.kv, self.tracker
+        # the run's steps after its first (nothing was admitted in them: groups follow one another)
+        self._group_steps_left = group_steps_left_after(self._group_steps_left, num_steps,
+                                                        self.rule.decode_steps_per_schedule)
         if record_usage is None or not kv.usage_in_bulk:
             tracker.advance_without_finishes(num_steps, after_step)
             return
@@ -226,9 +355,10 @@ class ContinuousScheduler(SchedulerBase):
 
     def update_from_output(self, plan: StepPlan, now: float) -> StepOutcome:
         outcome = StepOutcome()
-        finished, outcome.num_output_tokens = self.tracker.advance()
-        for request in finished:
-            self._finish(request, now, outcome)
+        if plan.num_decode_seqs or self.rule.mixed_batches:  # a prefill-only step leaves the decodes waiting
+            finished, outcome.num_output_tokens = self.tracker.advance()
+            for request in finished:
+                self._finish(request, now, outcome)
         for rid, chunk in zip(plan.prefill_request_ids, plan.prefill_chunk_tokens):
             request = self.running[rid]
             request.num_computed_tokens += chunk
@@ -256,6 +386,7 @@ class ContinuousScheduler(SchedulerBase):
         request.status = RequestStatus.FINISHED
         request.last_token_s = request.finish_s = now
         del self.running[request.request_id]
+        self._release_reservation(request)
         if self.role.holds_kv_on_finish:
             self.role.hold(request)
         else:

@@ -68,6 +68,14 @@ def split_scenarios(scenario: Scenario, total_gpus: int) -> list[tuple[str, int,
                           "(MAX_POOL_SPLIT_GPUS: every split is simulated, about one per GPU)")
     hw = scenario.hardware
     spec = hw.disaggregation or DisaggregationSpec()
+    if scenario.cost_model_choice and hw.disaggregation is None:
+        # The default cost model, chosen for a colocated deployment, again for a disaggregated one: every split,
+        # the colocated one too, is priced by that (a whole-step profile prices one GPU and TP only).
+        raw = scenario.model_dump(mode="json", exclude_none=True)
+        raw["hardware"]["disaggregation"] = spec.model_dump(mode="json", exclude_none=True)
+        chosen = Scenario.model_validate(raw)
+        scenario = scenario.model_copy(update={"cost_model": chosen.cost_model,
+                                               "cost_model_choice": chosen.cost_model_choice})
     out = []
     colocated_replicas = total_gpus // hw.tensor_parallel
     if colocated_replicas >= 1:

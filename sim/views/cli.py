@@ -31,6 +31,13 @@ console = Console(width=None if sys.stdout.isatty() else 200)
 err_console = Console(stderr=True)
 
 SetOption = typer.Option(None, "--set", help="override a scenario key: path.to.key=value (repeatable)")
+BandOption = typer.Option(None, "--band", help="a band of this level (percent, in (0, 100)) on every headline "
+                          "figure, from replications (sets run.band; sim/bands.py)")
+
+
+def _with_band(overrides: Optional[list[str]], band: Optional[float]) -> Optional[list[str]]:
+    """--band LEVEL as the override run.band=LEVEL: the schema checks it like any other value."""
+    return overrides if band is None else [*(overrides or []), f"run.band={band!r}"]
 
 
 def _load(path: str, overrides: Optional[list[str]]):
@@ -45,7 +52,7 @@ def _progress_callback(progress: Progress, task):
 
 
 def _simulate_with_progress(scenario, workload, label: str, quiet: bool):
-    from sim.run import simulate
+    from sim.bands import simulate_with_band as simulate  # the run, and its band when run.band asks for one
     if quiet:
         return simulate(scenario, workload)
     total = workload.num_requests
@@ -60,7 +67,7 @@ def _summary_table(results) -> Table:
     from sim.views.report import (
         COST_MODEL_LABEL,
         cost_model_labels,
-        format_metric,
+        format_banded,
         format_value,
         summary_rows,
     )
@@ -69,7 +76,7 @@ def _summary_table(results) -> Table:
     for r in results:
         table.add_column(r.name, justify="right")
     for key, label in summary_rows(results):
-        table.add_row(label, *[format_metric(key, r.summary.get(key)) for r in results])
+        table.add_row(label, *[format_banded(key, r.summary) for r in results])
     table.add_row(COST_MODEL_LABEL, *cost_model_labels(results))
     if any(r.summary.get("slo_met") is not None for r in results):
         table.add_row("SLOs met", *[format_value(r.summary.get("slo_met")) for r in results])
@@ -78,9 +85,13 @@ def _summary_table(results) -> Table:
 
 def _clipping_notes(results) -> None:
     """One line per result whose generated lengths were cut to fit the model: its numbers are for shorter requests."""
+    from sim.views.report import band_note
     from sim.views.verdict import verdict_of  # first, the verdict under the summary table (issue 32)
     console.print(verdict_of(results).text(), markup=False, highlight=False)
     for r in results:
+        note = band_note(r.name, r.summary)
+        if note:
+            console.print(note, markup=False, highlight=False)
         if r.summary.get("window_note"):
             console.print(f"note: {r.name}: {r.summary['window_note']}", markup=False, highlight=False)
         clipped = r.summary.get("num_requests_clipped") or 0
@@ -143,12 +154,13 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
         timeline_window: Optional[str] = typer.Option(None, "--timeline-window", help="START:END seconds: only "
                                                       "steps and requests in this window"),
         timeline_max_requests: Optional[int] = typer.Option(None, "--timeline-max-requests", help="at most N "
-                                                            "requests, evenly spaced in arrival order")):
+                                                            "requests, evenly spaced in arrival order"),
+        band: Optional[float] = BandOption):
     """Simulate one scenario and print its summary."""
     from sim.run import make_workload
     from sim.views.timeline import check_timeline_options, write_timeline
     window = check_timeline_options(timeline, timeline_window, timeline_max_requests)
-    scenario_set = _load(scenario, set_)
+    scenario_set = _load(scenario, _with_band(set_, band))
     if variant is None:
         chosen = scenario_set.base
     elif variant in scenario_set.variants:
@@ -182,10 +194,11 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
 def compare(scenario: str = typer.Argument(..., help="scenario YAML file with variants"),
             set_: Optional[list[str]] = SetOption,
             out: Optional[Path] = typer.Option(None, help="output folder (default: out/<scenario name>)"),
-            quiet: bool = typer.Option(False, "--quiet", "-q")):
+            quiet: bool = typer.Option(False, "--quiet", "-q"),
+            band: Optional[float] = BandOption):
     """Run every variant of a scenario on the same generated workload and compare them."""
     from sim.run import make_workload
-    scenario_set = _load(scenario, set_)
+    scenario_set = _load(scenario, _with_band(set_, band))
     out = out or Path("out") / Path(scenario).stem
     check_output_dir(out)  # before simulating, not after
     results = []
@@ -193,6 +206,10 @@ def compare(scenario: str = typer.Argument(..., help="scenario YAML file with va
         results.append(_simulate_with_progress(variant, make_workload(variant), name, quiet))
     console.print(_summary_table(results))
     _clipping_notes(results)
+    from sim.views.attention_whatif import attention_rows
+    attention = attention_rows(results)  # None unless a variant materializes the attention scores
+    if attention is not None:
+        console.print("attention kernel:\n" + attention.to_string(index=False), markup=False, highlight=False)
     folders = _write_outputs(out, results, f"ServeSim comparison: {scenario_set.base.name}",
                              Path(scenario).read_text())
     for name, folder in folders.items():

@@ -143,6 +143,29 @@ def format_metric(key: str, value) -> str:
     return format_value(value)
 
 
+def format_banded(key: str, summary: dict) -> str:
+    """A summary value with its band when the run has one (issue 31): "0.0127 [0.0119, 0.0141]"."""
+    text = format_metric(key, summary.get(key))
+    edges = (summary.get("band") or {}).get(key)
+    if isinstance(edges, list) and len(edges) == 2:
+        text += f" [{format_metric(key, edges[0])}, {format_metric(key, edges[1])}]"
+    return text
+
+
+def band_note(name: str, summary: dict) -> str | None:
+    """One line saying what a run's band is, or None without one."""
+    band = summary.get("band")
+    if not band:
+        return None
+    sources = ", ".join(band["sources"])
+    residuals = band.get("step_time_residuals")
+    if residuals:
+        sources += (f" (the {residuals['cost_model']} model's residuals: bias sigma {residuals['bias_sigma']:.3g}, "
+                    f"per-step sigma {residuals['sigma_prefill']:.3g} prefill / {residuals['sigma_decode']:.3g} decode)")
+    return (f"band: {name}: {band['level'] * 100:g}% over {band['replications']} replications drawing {sources}; "
+            f"SLOs met in {band['slo_met_replications']} of {band['replications']}")
+
+
 def format_value(value) -> str:
     if value is None:
         return "-"
@@ -246,7 +269,7 @@ def summary_table_html(results: list[Result]) -> str:
         for group, rows in groups + [("run", [])]:
             body.append(f'<tr class="group"><th colspan="{len(results) + 1}">{html.escape(group)}</th></tr>')
             for key, label in rows:
-                cells = "".join(f"<td>{format_metric(key, r.summary.get(key))}</td>" for r in results)
+                cells = "".join(f"<td>{format_banded(key, r.summary)}</td>" for r in results)  # with its band
                 body.append(f"<tr><th>{html.escape(label)}</th>{cells}</tr>")
             if group == "run":
                 for label, values in run_rows:
@@ -270,7 +293,7 @@ def summary_table_html(results: list[Result]) -> str:
                 if group == "run":
                     cells = "".join(f"<td>{html.escape(values[i])}</td>" for _, values in run_rows)
                 else:
-                    cells = "".join(f"<td>{format_metric(key, r.summary.get(key))}</td>" for _, key in chunk)
+                    cells = "".join(f"<td>{format_banded(key, r.summary)}</td>" for _, key in chunk)
                 body.append(f"<tr><th>{_name_html(r.name, colors[r.name])}</th>{cells}</tr>")
             tables.append(f'<div class="table-wrap"><table class="summary variants-as-rows"><caption>'
                           f'{html.escape(caption)}</caption><thead><tr><th>variant</th>{head}</tr></thead>'
@@ -478,6 +501,7 @@ def render_report(results: list[Result], title: str, scenario_yaml: str = "", ba
     # Fixed div ids (plotly draws random ones): the same run writes the same bytes.
     parts = [f'<section id="{name}">{figure_html(fig, f"plot-{name}")}</section>' for name, fig in figures(results)]
     from sim import __version__
+    from sim.views.attention_whatif import attention_section_html  # '' unless a variant materializes the scores
     what = ("Each variant runs on the same generated workload." if len(results) > 1 else "")
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><meta name="generator" content="servesim">
@@ -485,7 +509,7 @@ def render_report(results: list[Result], title: str, scenario_yaml: str = "", ba
 <style>{STYLE}</style>{plotly_script()}</head>
 <body><h1>{html.escape(title)}</h1>
 {verdict_of(results, bands).html()}
-<section id="summary"><h2>Summary</h2><p>ServeSim {__version__}. {what}</p>{summary_table_html(results)}</section>
+<section id="summary"><h2>Summary</h2><p>ServeSim {__version__}. {what}</p>{summary_table_html(results)}</section>{attention_section_html(results)}
 {''.join(parts)}
 <section id="scenario"><h2>Scenario</h2><pre>{html.escape(scenario_yaml)}</pre></section>
 </body></html>"""

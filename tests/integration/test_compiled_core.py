@@ -70,7 +70,7 @@ def spec_for(*, model="llama-3.1-8b", gpu="h100-sxm", tp=1, arrival=None, length
                       "max_num_batched_tokens": budget, "max_model_len": max_model_len},
         "kv_cache": {"layout": "paged", "capacity_tokens": capacity, "block_size": block_size},
         "run": {"seed": seed, "num_requests": num_requests, "horizon_s": horizon, "fast_decode": fast_decode},
-        **({"cost_model": cost_model} if cost_model else {}),
+        "cost_model": cost_model or {"kind": "roofline"},
     }
 
 
@@ -290,3 +290,71 @@ def test_several_replicas_run_compiled_and_agree(router):
     assert set(compiled.steps["replica"]) == {0, 1, 2} and set(compiled.requests["replica"]) == {0, 1, 2}
     assert python.requests["preemptions"].sum() > 0
     assert_identical(python, compiled)
+
+
+# The engines' scheduling rules (sim/sched/rules.py) and the engine overhead's CPU terms, in both engines.
+@settings(max_examples=int(os.environ.get("SERVESIM_COMPILED_EXAMPLES", "150")) // 2, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(mixed=st.booleans(), group_steps=st.sampled_from([1, 1, 3, 8]), whole=st.booleans(),
+       graph_sizes=st.sampled_from([None, [1, 2, 4, 8, 16, 32], [3, 7]]),
+       ratio=st.sampled_from([None, {"init": 0.7, "min": 0.098, "decay_steps": 600}, {"init": 1.0, "min": 0.5,
+                                                                                       "decay_steps": 5}]),
+       overhead=st.sampled_from([None, {"engine": "vllm-cudagraph"}, {"engine": "vllm-eager", "per_seq_s": 3e-5}]),
+       whole_steps=st.sampled_from([None] + WHOLE_STEP_PROFILES[:1]), replicas=st.sampled_from([1, 2]),
+       rate=st.floats(1.0, 60.0), capacity=st.one_of(st.none(), st.integers(300, 8000)),
+       block_size=st.sampled_from([1, 4, 16]), chunked=st.booleans(), budget=st.sampled_from([None, 64, 512, 4096]),
+       max_num_seqs=st.sampled_from([3, 16, 256]), horizon=st.one_of(st.none(), st.floats(0.05, 30.0)),
+       fast_decode=st.booleans(), seed=st.integers(0, 10_000))
+def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_same_records(
+        mixed, group_steps, whole, graph_sizes, ratio, overhead, whole_steps, replicas, rate, capacity, block_size,
+        chunked, budget, max_num_seqs, horizon, fast_decode, seed):
+    if budget is not None and budget < max_num_seqs:
+        budget = max_num_seqs
+    cost_model = dict(whole_steps or {"kind": "roofline"})
+    if overhead is not None:
+        cost_model["overhead"] = overhead
+    spec = spec_for(arrival={"kind": "poisson", "rate_per_s": rate}, capacity=capacity, block_size=block_size,
+                    chunked=chunked, budget=budget, max_num_seqs=max_num_seqs, horizon=horizon,
+                    fast_decode=fast_decode, seed=seed, cost_model=cost_model, replicas=replicas)
+    spec["scheduler"].update(mixed_batches=mixed, decode_steps_per_schedule=group_steps,
+                             kv_reservation="whole_output" if whole else "on_demand",
+                             cuda_graph_batch_sizes=graph_sizes, new_token_ratio=ratio)
+    python, compiled = both(spec)
+    assert compiled.extras["engine_core"] == "compiled" or (
+        replicas > 1 and "two events at one time" in compiled.extras["engine_core"])
+    assert_identical(python, compiled)
+
+
+# Step-time draws (issue 31: bands): a perturbed run scales each priced step by its draw (sim/cost/draws.py), keyed
+# on (seed, replica, the replica's step count); both engines count steps alike, a decode run's every step
+# included, so the perturbed records must be identical too, and differ from the unperturbed run's.
+@settings(max_examples=int(os.environ.get("SERVESIM_COMPILED_EXAMPLES", "150")) // 3, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(whole_steps=st.sampled_from([None] + WHOLE_STEP_PROFILES), replicas=st.sampled_from([1, 2, 3]),
+       router=st.sampled_from(["least_outstanding", "round_robin"]), rate=st.floats(0.5, 80.0),
+       capacity=st.one_of(st.none(), st.integers(300, 8000)), chunked=st.booleans(),
+       horizon=st.one_of(st.none(), st.floats(0.05, 30.0)), fast_decode=st.booleans(),
+       seed=st.integers(0, 10_000), draw_seed=st.integers(0, 2**32 - 1),
+       bias_sigma=st.sampled_from([0.0, 0.05, 0.3]), sigma_prefill=st.sampled_from([0.0, 0.02, 0.2]),
+       sigma_decode=st.sampled_from([0.0, 0.02, 0.2]))
+def test_perturbed_runs_are_identical_in_both_engines(whole_steps, replicas, router, rate, capacity, chunked, horizon,
+                                                      fast_decode, seed, draw_seed, bias_sigma, sigma_prefill,
+                                                      sigma_decode):
+    from sim.cost.draws import draw_pack
+    spec = spec_for(arrival={"kind": "poisson", "rate_per_s": rate}, capacity=capacity, chunked=chunked,
+                    horizon=horizon, fast_decode=fast_decode, seed=seed, cost_model=whole_steps, replicas=replicas,
+                    router=router, max_model_len=600)
+    draws = draw_pack(draw_seed, bias_sigma, sigma_prefill, sigma_decode)
+    results = []
+    for compiled in (False, True):
+        spec["run"]["compiled_core"] = compiled
+        scenario = validate_scenario(spec)
+        results.append(simulate(scenario, make_workload(scenario), step_draws=draws))
+    python, compiled = results
+    assert compiled.extras["engine_core"] == "compiled" or (
+        replicas > 1 and "two events at one time" in compiled.extras["engine_core"])
+    assert_identical(python, compiled)
+    unperturbed = simulate(validate_scenario(spec))
+    if len(unperturbed.steps) and (bias_sigma or sigma_prefill):  # (the first step computes a prompt)
+        assert not np.array_equal(unperturbed.steps["duration_s"].to_numpy()[:1],
+                                  compiled.steps["duration_s"].to_numpy()[:1])

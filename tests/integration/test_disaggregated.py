@@ -73,7 +73,7 @@ def test_instant_transfer_and_idle_pools_give_colocated_latencies():
     changes = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 0.1},
                             "lengths": {"kind": "uniform", "input_min": 100, "input_max": 2000,
                                         "output_min": 2, "output_max": 60}},
-               "run": {"num_requests": 15}}
+               "run": {"num_requests": 15}, "cost_model": {"kind": "roofline"}}  # one cost model for both
     colocated = simulate(validate_scenario(small_scenario(changes))).requests
     instant = disaggregated({"bandwidth_bytes_per_s": 1e30, "latency_s": 0.0})
     disagg = simulate(validate_scenario(small_scenario(changes, hardware={"disaggregation": instant}))).requests

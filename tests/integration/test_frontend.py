@@ -222,8 +222,6 @@ def test_bad_values_exit_2_with_one_line(tmp_path, capsys, changes, needles):
 
 
 @pytest.mark.parametrize("sections, needles", [
-    ({"workload": {"arrival": {"kind": "closed_loop", "num_users": 2, "think_time_s": 0}}},
-     ["frontend", "closed_loop", "allowed: an open arrival"]),
     ({"hardware": {"disaggregation": {}}}, ["frontend", "hardware.disaggregation", "allowed: a colocated"]),
 ])
 def test_outside_the_model_exit_2_with_one_line(tmp_path, capsys, sections, needles):

@@ -122,7 +122,8 @@ def test_tables_group_the_metrics_and_turn_variants_into_rows_past_four(quicksta
     assert "prefix-cache hit rate" not in page and "drafted tokens accepted" not in page
     few = summary_table_html(results[:2])
     assert 'class="summary metrics-as-rows"' in few and few.count('<tr class="group">') >= 5
-    assert "<tr><th>cost model</th><td>roofline</td><td>roofline</td></tr>" in few
+    label = "calibrated + vllm-cudagraph overhead (default)"  # no cost_model in the file: the default choice, named
+    assert f"<tr><th>cost model</th><td>{label}</td><td>{label}</td></tr>" in few
 
 
 def test_the_report_embeds_each_figure_once_with_fixed_ids(quickstart):

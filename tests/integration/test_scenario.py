@@ -244,8 +244,10 @@ def test_inline_model_and_gpu_validate():
 
 
 def test_inline_copies_of_catalog_entries_simulate_like_the_catalog():
-    inline = simulate(validate_scenario(_inline()))
-    catalog = simulate(validate_scenario(raw()))
+    # one cost model for both (by default a catalog model may get a whole-step profile an inline copy has not)
+    roofline = {"cost_model": {"kind": "roofline"}}
+    inline = simulate(validate_scenario({**_inline(), **roofline}))
+    catalog = simulate(validate_scenario(raw(**roofline)))
     pd.testing.assert_frame_equal(inline.requests, catalog.requests)
     assert inline.summary["kv_capacity_tokens"] == catalog.summary["kv_capacity_tokens"]
 

@@ -72,7 +72,7 @@ def test_scenario_overhead_composes_with_measured_and_keeps_step_overhead():
 
 def test_roofline_overhead_replaces_the_fixed_step_overhead_unless_given():
     plan = _plan(decodes=2)
-    fixed = make_cost_model(Scenario.model_validate({"workload": WORKLOAD}))
+    fixed = make_cost_model(Scenario.model_validate({"workload": WORKLOAD, "cost_model": {"kind": "roofline"}}))
     none = make_cost_model(Scenario.model_validate(
         {"workload": WORKLOAD, "cost_model": {"kind": "roofline", "overhead": {"engine": "none"}}}))
     assert fixed.step_time(plan) - none.step_time(plan) == pytest.approx(fixed.step_overhead_s)

@@ -34,7 +34,7 @@ def test_leave_one_out_fit_does_not_read_the_held_out_gpu():
 
 
 def test_scenario_selects_learned_and_catalog_stays_default():
-    default = make_cost_model(Scenario.model_validate({"workload": WORKLOAD}))
+    default = make_cost_model(Scenario.model_validate({"workload": WORKLOAD, "cost_model": {"kind": "roofline"}}))
     learned = make_cost_model(Scenario.model_validate(
         {"workload": WORKLOAD, "cost_model": {"kind": "roofline", "efficiencies": "learned"}}))
     assert type(default).__name__ == "RooflineCostModel"

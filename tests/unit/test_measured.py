@@ -167,8 +167,12 @@ def test_a_gpu_without_tables_falls_back_to_the_roofline_and_says_so():
     assert "measured kernels unavailable: no measured kernel tables for gpu 'l4'" in repr(cost)
     with pytest.raises(ConfigError, match="cost_model: no measured kernel tables for gpu 'l4'"):
         make_measured_cost_model(model, gpu, on_missing="error")
-    int4 = make_measured_cost_model(model, get_gpu("h100-sxm"), weight_dtype="int4")
-    assert isinstance(int4, MeasuredFallback) and "weights 'int4' are not measured" in repr(int4)
+    # A dtype the tables lack is refused (issue 30), unless the roofline is asked for by name.
+    with pytest.raises(ConfigError, match="^quantization.weights: 'int4' is not measured in the vllm tables of "
+                                          "h100-sxm"):
+        make_measured_cost_model(model, get_gpu("h100-sxm"), weight_dtype="int4")
+    int4 = make_measured_cost_model(model, get_gpu("h100-sxm"), weight_dtype="int4", unmeasured_dtype="roofline")
+    assert isinstance(int4, MeasuredFallback) and "quantization.weights: 'int4' is not measured" in repr(int4)
 
 
 def test_fp8_weights_and_kv_use_the_fp8_tables_where_measured():
@@ -178,7 +182,9 @@ def test_fp8_weights_and_kv_use_the_fp8_tables_where_measured():
     bf16 = MeasuredCostModel(model, gpu).step_time(plan)
     fp8 = MeasuredCostModel(model, gpu, weight_dtype="fp8", kv_dtype="fp8").step_time(plan)
     assert fp8 < 0.9 * bf16
-    assert isinstance(make_measured_cost_model(model, get_gpu("a100-80gb"), weight_dtype="fp8"), MeasuredFallback)
+    with pytest.raises(ConfigError, match="^quantization.weights: 'fp8' is not measured in the vllm tables of "
+                                          "a100-80gb"):
+        make_measured_cost_model(model, get_gpu("a100-80gb"), weight_dtype="fp8", fp8_compute=True)
 
 
 def test_a_scenario_selects_measured_costs_and_the_result_names_the_source():

@@ -34,7 +34,8 @@ def model_for(name: str, gpu: str, tp: int, weights: str = "bf16", kv: str = "bf
 
 def core_price(cm, plan: StepPlan, pack=None):
     """The price the compiled core gets for a step (its pack: every part present, the kind chosen at run time)."""
-    kind, roofline, steps, measured = pack or cm.compiled_params()
+    # (`pricer`'s pack may carry more parts after these four, e.g. the engine overhead's terms)
+    kind, roofline, steps, measured = (pack or cm.compiled_params())[:4]
     return price_parts(kind, roofline, steps, measured, *step_args(plan)[:-2], 1, 0)
 
 

@@ -66,7 +66,7 @@ def test_unknown_victim_policy_is_refused():
 
 def tight(**sections) -> dict:
     """A small KV cache under forks, prefix caching and chunked prefill: preemption on most steps."""
-    raw = {"model": "llama-3.1-8b",
+    raw = {"model": "llama-3.1-8b", "cost_model": {"kind": "roofline"},
            "workload": {"arrival": {"kind": "poisson", "rate_per_s": 20},
                         "lengths": {"kind": "fixed", "input_tokens": 300, "output_tokens": 200},
                         "samples_per_prompt": 3},

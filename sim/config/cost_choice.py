@@ -1,0 +1,108 @@
+"""The cost model a scenario gets when it names none (issue 30, item 6): the most accurate one available for its GPU,
+model, TP, engine and dtype, in this order:
+
+1. a shipped whole-step profile (calibrate/profiles/<gpu>/<model>/tp<N>/steps/): whole engine steps measured on the
+   GPU, within 2-5% (median) of held-out whole steps (benchmarks/RESULTS.md); bf16 only, one pipeline stage, no
+   speculation, FlashAttention;
+2. the measured kernel tables (AIConfigurator's, of the scenario's engine where shipped, else vLLM's) plus the
+   engine's CPU terms, where the tables hold the GPU and the dtypes;
+3. the learned roofline (efficiencies fitted to the measured GPUs' tables) plus the engine's CPU terms;
+4. the roofline.
+
+It runs on the raw scenario before validation (`Scenario`), like the engine presets, so the CLI, the dashboard and
+the planner make the same choice; the scenario records it in `cost_model_choice`, which every output shows beside the
+cost model's label.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+DEFAULT_OVERHEAD = {"engine": "vllm-cudagraph"}
+# The sources in the order above. A choice's text starts with its tier; choosing again for a changed scenario (a
+# dumped one, a dashboard edit) or for the variants of one file never picks a better tier than that, so variants
+# compared side by side are priced by the same kind of model (`common_tier`).
+TIERS = ("calibrated", "measured", "learned", "roofline")
+
+
+def tier_of(choice) -> int:
+    """The tier a `cost_model_choice` text names (0: none, the best may be chosen)."""
+    head = (choice if isinstance(choice, str) else "").split(":", 1)[0].strip()
+    return TIERS.index(head) if head in TIERS else 0
+
+
+def common_tier(raws: list[dict]) -> int:
+    """The best tier every one of these raw scenarios without a cost model can have (the worst of their own)."""
+    tiers = [tier_of(default_cost_model(r)[1]) for r in raws if isinstance(r, dict) and r.get("cost_model") is None]
+    return max(tiers, default=0)
+
+
+def _section(raw: dict, key: str) -> dict:
+    value = raw.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def default_cost_model(raw: dict, overhead: dict | None = None, floor: int = 0) -> tuple[dict[str, Any], str]:
+    """`_choose`, or the roofline where a value the choice reads is malformed (validation then names the field)."""
+    try:
+        return _choose(raw, overhead, floor)
+    except (TypeError, ValueError, AttributeError, KeyError):
+        return {"kind": "roofline"}, "roofline: a value the choice reads is malformed"
+
+
+def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any], str]:
+    """(the cost_model section, why it was chosen: its tier first) for a raw scenario without one. `overhead`: the
+    engine preset's CPU terms (default: vLLM's estimates), added to the kernel models that price kernels only.
+    `floor`: the best tier allowed (an index of TIERS)."""
+    terms = dict(overhead or DEFAULT_OVERHEAD)
+    hardware, quant = _section(raw, "hardware"), _section(raw, "quantization")
+    gpu, model = hardware.get("gpu", "h100-sxm"), raw.get("model", "llama-3.1-8b")
+    tp, pp = hardware.get("tensor_parallel", 1), hardware.get("pipeline_parallel", 1)
+    weights, kv = quant.get("weights", "bf16"), quant.get("kv_cache", "bf16")
+    engine = _section(raw, "engine").get("name")
+    attention = _section(raw, "attention").get("kernel", "flash")
+    if attention != "flash":
+        return {"kind": "roofline"}, f"roofline: only it prices attention.kernel {attention!r}"
+    if not (isinstance(gpu, str) and isinstance(tp, int)) or floor >= 3:
+        return {"kind": "roofline"}, "roofline: an inline GPU has no measurements" if floor < 3 else "roofline"
+    if not all(isinstance(v, str) for v in (weights, kv)) or not isinstance(pp, int):
+        return {"kind": "roofline"}, "roofline: the quantization or parallelism is not readable"  # validation says why
+    disaggregation = hardware.get("disaggregation")
+    # A whole-step profile is of one catalog model on one GPU and TP; the kernel tables price any model's shapes.
+    if (isinstance(model, str) and pp == 1 and raw.get("speculation") is None and weights == "bf16" and kv == "bf16"
+            and disaggregation is None and floor == 0 and _whole_step_profile(gpu, model, tp)):
+        return {"kind": "calibrated", "overhead": terms}, (
+            f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU terms "
+            "(the most accurate source available)")
+    from sim.cost.measured import measured_unsupported
+    tables = engine if engine in ("sglang", "trtllm") and measured_unsupported(
+        gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=engine) is None else "vllm"
+    why_not = measured_unsupported(gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=tables)
+    if why_not is None and isinstance(disaggregation, dict):  # every pool's GPU must be measured
+        for pool in ("prefill", "decode"):
+            pool_gpu = (disaggregation.get(pool) or {}).get("gpu", gpu) if isinstance(disaggregation.get(pool), dict) else gpu
+            if not isinstance(pool_gpu, str):
+                why_not = f"the {pool} pool's GPU is inline"
+                break
+            why_not = measured_unsupported(pool_gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=tables)
+            if why_not is not None:
+                break
+    if why_not is None and floor <= 1:
+        spec = {"kind": "measured", "on_missing": "error", "overhead": terms}
+        if tables != "vllm":
+            spec["tables"] = tables
+        return spec, (f"measured: {tables} kernel tables of {gpu.lower()} + {terms['engine']} CPU terms (no shipped "
+                      "whole-step profile for this setup)" if floor == 0 else
+                      f"measured: {tables} kernel tables of {gpu.lower()} + {terms['engine']} CPU terms")
+    detail = f" (no whole-step profile; measured tables: {why_not})" if why_not else ""
+    return ({"kind": "roofline", "efficiencies": "learned", "overhead": terms},
+            f"learned: learned roofline + {terms['engine']} CPU terms{detail}")
+
+
+def _whole_step_profile(gpu: str, model: str, tp: int) -> bool:
+    from sim.atomic_files import plain_name
+    if not (plain_name(gpu) and plain_name(model)):
+        return False
+    from sim.cost.calibrated import shipped_engines
+    engines = shipped_engines(gpu, model, tp)
+    return any(name != "ops" for name in engines)

@@ -1,0 +1,453 @@
+"""Engine presets (issue 30): `engine: {name, version, <flags as the engine spells them>}` in a scenario.
+
+A preset is data plus a policy (../shared/STYLE.md): from the engine, its version, the user's flags, the GPU and the
+model it derives what that engine's own argument handling derives — the batch limits, the token budget, the KV
+memory and block size, the scheduling rule (sim/sched/rules.py) and the engine's CPU terms — and writes them into
+the scenario's sections *under* whatever the scenario itself says. So every value can be overridden: a scenario key
+wins over the preset's default; a flag and the scenario key it maps to may both be given only if they agree.
+
+It runs once, on the raw scenario before validation (`Scenario` calls `apply_engine_preset`), so the CLI, the
+dashboard, the planner and the sweeps (which all validate raw scenarios, after merging variants and grid points)
+see the same derived values, and a dumped scenario shows them.
+
+Each engine's derivation cites the source file and version it follows, and `PresetResult.notes` lists what is an
+approximation (a default read at another version than the one named).
+"""
+
+from __future__ import annotations
+
+import copy
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sim.errors import ConfigError
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One engine flag: the scenario key it sets (None: the preset reads it itself) and the values it takes."""
+
+    target: str | None
+    kind: type | tuple  # the Python type(s) accepted (bool is not an int here)
+    doc: str
+    convert: Callable[[Any], Any] = lambda value: value
+
+
+@dataclass
+class PresetResult:
+    values: dict[str, Any]  # dotted scenario key -> the preset's default
+    from_flags: dict[str, str]  # dotted scenario key -> the flag that set it
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class EnginePreset:
+    name: str
+    label: str
+    oldest: tuple[int, ...]
+    newest: tuple[int, ...]  # newest minor version known; its patch releases are accepted
+    source: str
+    flags: dict[str, Flag]
+    derive: Callable[["Context"], PresetResult]
+
+    def known_versions(self) -> str:
+        return f"{_dotted(self.oldest)} to {_dotted(self.newest[:2])}.x"
+
+
+@dataclass
+class Context:
+    """What a derivation reads: the version, the flags given, the GPU, TP, the model (None if unresolved)."""
+
+    version: tuple[int, ...]
+    version_text: str
+    flags: dict[str, Any]
+    gpu: Any
+    tensor_parallel: int
+    pipeline_parallel: int
+    model: Any
+    raw: dict
+
+    def max_model_len(self) -> int | None:
+        given = _get(self.raw, "scheduler.max_model_len")
+        if given is not None:
+            return given
+        return self.model.max_context if self.model is not None else None
+
+
+def _dotted(version: tuple[int, ...]) -> str:
+    return ".".join(str(v) for v in version)
+
+
+def _parse_version(text: str) -> tuple[int, ...] | None:
+    match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+]?(?:post|rc|dev|a|b)\d*)*", text.strip())
+    if not match:
+        return None
+    return tuple(int(part) for part in match.groups() if part is not None)
+
+
+def _get(raw: dict, dotted: str):
+    node = raw
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return None
+        node = node[key]
+    return node
+
+
+def _has(raw: dict, dotted: str) -> bool:
+    node = raw
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return False
+        node = node[key]
+    return True
+
+
+def _set(raw: dict, dotted: str, value) -> None:
+    node = raw
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        if node.get(key) is None:
+            node[key] = {}
+        node = node[key]
+        if not isinstance(node, dict):
+            return  # a malformed section: validation reports it
+    node[keys[-1]] = value
+
+
+# --- vLLM ------------------------------------------------------------------------------------------------
+
+def _vllm_batch_defaults(gpu) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of vLLM's OpenAI server: vllm/engine/arg_utils.py
+    EngineArgs.get_batch_defaults (v0.11.0; pinned by tests/engine/test_arg_utils.py): a GPU with >= 70 GiB that
+    is not an A100 gets 8192 / 1024, any other 2048 / 256."""
+    big = gpu.hbm_bytes >= 70 * GIB and "a100" not in gpu.name.lower()
+    return (8192, 1024) if big else (2048, 256)
+
+
+def _derive_vllm(ctx: Context) -> PresetResult:
+    v, flags = ctx.version, ctx.flags
+    values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
+                              "kv_cache.block_size": 16, "kv_cache.gpu_memory_utilization": 0.9}
+    notes: list[str] = []
+    v1 = v >= (0, 8)
+    if v1:
+        # V1 (the default engine from 0.8.0): chunked prefill always on, decodes and prefill chunks share a step.
+        if flags.get("num_scheduler_steps", 1) != 1:
+            raise ConfigError(f"engine.num_scheduler_steps: {flags['num_scheduler_steps']} is not a flag of vLLM "
+                              f"{ctx.version_text} (V1 has no multi-step scheduling); allowed: vLLM 0.6.0 to 0.7.x, "
+                              "or leave it out")
+        if flags.get("enable_chunked_prefill") is False:
+            raise ConfigError(f"engine.enable_chunked_prefill: false contradicts vLLM {ctx.version_text} (V1 always "
+                              "chunks prefills); allowed: true, or vLLM 0.6.0 to 0.7.x")
+        mnbt, seqs = _vllm_batch_defaults(ctx.gpu)
+        values.update({"scheduler.chunked_prefill": True, "scheduler.mixed_batches": True,
+                       "scheduler.max_num_batched_tokens": mnbt, "scheduler.max_num_seqs": seqs})
+        if v < (0, 11):
+            notes.append(f"vLLM {ctx.version_text}: v0.11.0's batch defaults assumed")
+    else:
+        # V0 (vllm/engine/arg_utils.py and vllm/config.py SchedulerConfig, v0.6.3): chunked prefill off unless
+        # asked for; without it a step is prefill-only or decode-only (vllm/core/scheduler.py _schedule_default:
+        # prefills first) and the token budget is max(max_model_len, 2048); with it, decodes and chunks share a
+        # step under a budget of 512 tokens.
+        chunked = bool(flags.get("enable_chunked_prefill", _get(ctx.raw, "scheduler.chunked_prefill") or False))
+        steps = flags.get("num_scheduler_steps", 1)
+        if chunked and steps > 1 and v < (0, 6, 4):
+            raise ConfigError(f"engine.num_scheduler_steps: {steps} with enable_chunked_prefill is not supported by "
+                              f"vLLM {ctx.version_text}; allowed: vLLM 0.6.4 or later, or one of the two")
+        values.update({"scheduler.chunked_prefill": chunked, "scheduler.mixed_batches": chunked,
+                       "scheduler.max_num_seqs": 256, "scheduler.decode_steps_per_schedule": steps})
+        max_len = ctx.max_model_len()
+        if chunked:
+            values["scheduler.max_num_batched_tokens"] = 512
+        elif max_len is not None:
+            values["scheduler.max_num_batched_tokens"] = max(max_len, 2048)
+        notes.append(f"vLLM {ctx.version_text} (V0): defaults read at v0.6.3")
+    values["cost_model.overhead"] = {"engine": "vllm-cudagraph"}
+    return PresetResult(values, {}, notes)
+
+
+_VLLM_FLAGS = {
+    "max_num_seqs": Flag("scheduler.max_num_seqs", int, "--max-num-seqs"),
+    "max_num_batched_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max-num-batched-tokens"),
+    "max_model_len": Flag("scheduler.max_model_len", int, "--max-model-len"),
+    "gpu_memory_utilization": Flag("kv_cache.gpu_memory_utilization", (int, float), "--gpu-memory-utilization"),
+    "block_size": Flag("kv_cache.block_size", int, "--block-size"),
+    "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
+    "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)"),
+    "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),
+    "tensor_parallel_size": Flag("hardware.tensor_parallel", int, "--tensor-parallel-size"),
+    "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
+}
+
+
+# --- SGLang ----------------------------------------------------------------------------------------------
+
+def _derive_sglang(ctx: Context) -> PresetResult:
+    """python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings and model_runner.py (max_num_reqs),
+    the same in the PyPI wheels 0.5.3, 0.5.3.post3 and 0.5.5.post1: on a 60-160 GiB GPU chunked_prefill_size 8192,
+    cuda_graph_max_bs 256 (tp < 4) else 512, mem_fraction_static = (memory - reserved) / memory with reserved =
+    max(512 + 1.5 x chunk + 2 x cuda_graph_max_bs + tp x pp / 8 x 1024, 10240) MiB, max_running_requests =
+    min(max(kv_tokens / context_len x 512, 2048), 4096), page_size 1; separate prefill and decode batches
+    (enable_mixed_chunk off), SGLang's new-token ratio for admission."""
+    flags, gpu = ctx.flags, ctx.gpu
+    notes: list[str] = []
+    gpu_mib = gpu.hbm_bytes / 2**20
+    tabulated = 60 * 1024 <= gpu_mib < 160 * 1024
+    chunk = flags.get("chunked_prefill_size")
+    if chunk is None:
+        if not tabulated:
+            raise ConfigError(f"engine.chunked_prefill_size: missing; the sglang preset tabulates SGLang's defaults "
+                              f"for 60-160 GiB GPUs only, not {gpu.name}; allowed: give chunked_prefill_size and "
+                              "mem_fraction_static")
+        chunk = 8192
+    values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
+                              "kv_cache.block_size": 1,
+                              "scheduler.mixed_batches": bool(flags.get("enable_mixed_chunk", False))}
+    if chunk == -1:  # chunking disabled: a prompt is one prefill, under max_prefill_tokens
+        values["scheduler.chunked_prefill"] = False
+        values["scheduler.max_num_batched_tokens"] = flags.get("max_prefill_tokens", 16384)
+    else:
+        values["scheduler.chunked_prefill"] = True
+        values["scheduler.max_num_batched_tokens"] = chunk
+    conservativeness = flags.get("schedule_conservativeness", 1.0)
+    init = min(0.7 * conservativeness, 1.0)
+    values["scheduler.new_token_ratio"] = {"init": init, "min": min(0.7 * 0.14, init), "decay_steps": 600}
+    fraction = flags.get("mem_fraction_static")
+    if fraction is None:
+        if not tabulated:
+            raise ConfigError(f"engine.mem_fraction_static: missing; the sglang preset tabulates it for 60-160 GiB "
+                              f"GPUs only, not {gpu.name}; allowed: a fraction in (0, 1]")
+        graph_bs = 256 if ctx.tensor_parallel < 4 else 512
+        reserved = max(512 + max(chunk, 2048) * 1.5 + graph_bs * 2
+                       + ctx.tensor_parallel * ctx.pipeline_parallel / 8 * 1024, 10 * 1024)
+        fraction = round((gpu_mib - reserved) / gpu_mib, 3)
+    values["kv_cache.gpu_memory_utilization"] = fraction
+    running = flags.get("max_running_requests")
+    if running is None:
+        kv_tokens = _kv_tokens(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096)
+        context_len = ctx.max_model_len()
+        if kv_tokens is None or context_len is None:
+            running = 4096
+            notes.append("SGLang max_running_requests: 4096 (its upper clip) taken: the model was not resolved")
+        else:
+            running = min(max(int(kv_tokens / context_len * 512), 2048), 4096)
+    values["scheduler.max_num_seqs"] = running
+    overhead = {"engine": "vllm-cudagraph"}
+    values["cost_model.overhead"] = overhead
+    notes.append("SGLang: the CPU terms are vLLM's estimates (vllm-cudagraph) until fitted; its overlap scheduler "
+                 "is not modelled")
+    return PresetResult(values, {}, notes)
+
+
+_SGLANG_FLAGS = {
+    "max_running_requests": Flag("scheduler.max_num_seqs", int, "--max-running-requests"),
+    "chunked_prefill_size": Flag(None, int, "--chunked-prefill-size (-1: no chunking)"),
+    "max_prefill_tokens": Flag(None, int, "--max-prefill-tokens"),
+    "mem_fraction_static": Flag(None, (int, float), "--mem-fraction-static"),
+    "page_size": Flag("kv_cache.block_size", int, "--page-size"),
+    "context_length": Flag("scheduler.max_model_len", int, "--context-length"),
+    "enable_mixed_chunk": Flag(None, bool, "--enable-mixed-chunk"),
+    "schedule_conservativeness": Flag(None, (int, float), "--schedule-conservativeness"),
+    "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool,
+                                  "radix cache (on in SGLang unless --disable-radix-cache)"),
+    "tp_size": Flag("hardware.tensor_parallel", int, "--tp-size"),
+}
+
+
+# --- TensorRT-LLM ------------------------------------------------------------------------------------------
+
+def _derive_trtllm(ctx: Context) -> PresetResult:
+    """tensorrt_llm/commands/serve.py get_llm_args and tensorrt_llm/llmapi/llm_args.py (KvCacheConfig
+    free_gpu_memory_fraction 0.9, SchedulerConfig capacity_scheduler_policy GUARANTEED_NO_EVICT, chunked prefill
+    off) and BuildConfig (max_batch_size 2048, max_num_tokens 8192), read at stored commits of NVIDIA/TensorRT-LLM
+    (00209af1, 008b2b8d); 32 tokens per KV block (tokens_per_block). In-flight batching mixes context and
+    generation requests in one step."""
+    flags = ctx.flags
+    policy = flags.get("scheduler_policy", "GUARANTEED_NO_EVICT")
+    values: dict[str, Any] = {
+        "scheduler.batching": "continuous", "scheduler.mixed_batches": True,
+        "scheduler.chunked_prefill": bool(flags.get("enable_chunked_prefill", False)),
+        "scheduler.max_num_seqs": 2048, "scheduler.max_num_batched_tokens": 8192,
+        "scheduler.kv_reservation": "whole_output" if policy == "GUARANTEED_NO_EVICT" else "on_demand",
+        "kv_cache.layout": "paged", "kv_cache.block_size": 32,
+        "kv_cache.free_memory_fraction": flags.get("kv_cache_free_gpu_memory_fraction", 0.9),
+        "cost_model.overhead": {"engine": "vllm-cudagraph"},
+    }
+    notes = ["TensorRT-LLM: defaults read at commits other than the version named",
+             "TensorRT-LLM: the CPU terms are vLLM's estimates (vllm-cudagraph) until fitted"]
+    if "cuda_graph_batch_sizes" in flags:
+        values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
+    return PresetResult(values, {}, notes)
+
+
+def _policy(value):
+    if value not in ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION"):
+        raise ConfigError(f"engine.scheduler_policy: {value!r} is not allowed; allowed: GUARANTEED_NO_EVICT, "
+                          "MAX_UTILIZATION")
+    return value
+
+
+_TRTLLM_FLAGS = {
+    "max_batch_size": Flag("scheduler.max_num_seqs", int, "--max_batch_size"),
+    "max_num_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max_num_tokens"),
+    "max_seq_len": Flag("scheduler.max_model_len", int, "--max_seq_len"),
+    "kv_cache_free_gpu_memory_fraction": Flag(None, (int, float), "--kv_cache_free_gpu_memory_fraction"),
+    "tokens_per_block": Flag("kv_cache.block_size", int, "tokens_per_block"),
+    "enable_chunked_prefill": Flag(None, bool, "--enable_chunked_prefill"),
+    "scheduler_policy": Flag(None, str, "capacity_scheduler_policy", _policy),
+    "cuda_graph_batch_sizes": Flag(None, list, "cuda_graph_config.batch_sizes with enable_padding"),
+    "tp_size": Flag("hardware.tensor_parallel", int, "--tp_size"),
+}
+
+
+PRESETS: dict[str, EnginePreset] = {
+    "vllm": EnginePreset("vllm", "vLLM", (0, 6, 0), (0, 11, 2), "vllm/engine/arg_utils.py, vllm/config.py",
+                         _VLLM_FLAGS, _derive_vllm),
+    "sglang": EnginePreset("sglang", "SGLang", (0, 4, 0), (0, 5, 5), "python/sglang/srt/server_args.py",
+                           _SGLANG_FLAGS, _derive_sglang),
+    "trtllm": EnginePreset("trtllm", "TensorRT-LLM", (0, 14, 0), (1, 2, 0), "tensorrt_llm/llmapi/llm_args.py",
+                           _TRTLLM_FLAGS, _derive_trtllm),
+}
+
+
+def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs: int) -> int | None:
+    """KV token slots at this memory fraction, or None when the model is not resolved or does not fit."""
+    if ctx.model is None:
+        return None
+    from sim.model.memory import kv_capacity
+    q = ctx.raw.get("quantization") or {}
+    try:
+        cap = kv_capacity(ctx.model, ctx.gpu, tensor_parallel=ctx.tensor_parallel,
+                          weight_dtype=q.get("weights", "bf16"), kv_dtype=q.get("kv_cache", "bf16"),
+                          gpu_memory_utilization=utilization, max_num_batched_tokens=token_budget,
+                          max_num_seqs=max_num_seqs)
+    except Exception:  # noqa: BLE001  (validation reports a model that does not fit, in its own words)
+        return None
+    return cap.num_tokens
+
+
+def _resolve_gpu_and_model(raw: dict):
+    from sim.model.catalog import get_gpu, get_model
+    from sim.model.hf_config import read_model_ref
+    from sim.model.specs import GPUSpec, ModelSpec
+    hardware = raw.get("hardware") or {}
+    gpu_value = hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm"
+    gpu = GPUSpec.model_validate(gpu_value) if isinstance(gpu_value, dict) else get_gpu(gpu_value, "hardware.gpu")
+    model = None
+    try:
+        value = read_model_ref(raw.get("model", "llama-3.1-8b"))
+        model = value if isinstance(value, ModelSpec) else (
+            ModelSpec.model_validate(value) if isinstance(value, dict) else get_model(value, "model"))
+    except Exception:  # noqa: BLE001  (validation reports a bad model in its own words)
+        model = None
+    return gpu, model
+
+
+def apply_engine_preset(raw: dict) -> tuple[dict, dict | None]:
+    """(the raw scenario with the engine preset's values written under the scenario's own (a copy), the preset's
+    CPU terms: the `overhead` section it gives a cost model, which `sim.config.cost_choice` uses when the scenario
+    names no cost model)."""
+    spec = raw.get("engine")
+    if spec is None:
+        return raw, None
+    if not isinstance(spec, dict):
+        raise ConfigError(f"engine: {spec!r} is not allowed; allowed: a mapping with name, version and the "
+                          "engine's flags")
+    name = spec.get("name")
+    if name not in PRESETS:
+        raise ConfigError(f"engine.name: {name!r} is not an engine preset; allowed: {', '.join(PRESETS)}")
+    preset = PRESETS[name]
+    version_text = spec.get("version")
+    if not isinstance(version_text, str):
+        raise ConfigError(f"engine.version: {version_text!r} is not allowed; allowed: a quoted version string of "
+                          f"{name}, {preset.known_versions()} (e.g. \"{_dotted(preset.newest)}\")")
+    version = _parse_version(version_text)
+    if version is None or not (preset.oldest <= version < preset.newest[:2] + (1 << 30,)):
+        raise ConfigError(f"engine.version: {version_text!r} is not a {name} version the preset knows; allowed: "
+                          f"{preset.known_versions()}")
+    flags = {}
+    for key, value in spec.items():
+        if key in ("name", "version"):
+            continue
+        flag = preset.flags.get(key)
+        if flag is None:
+            raise ConfigError(f"engine.{key}: not a flag of the {name} preset; allowed: "
+                              f"{', '.join(sorted(preset.flags))}")
+        kinds = flag.kind if isinstance(flag.kind, tuple) else (flag.kind,)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            allowed = " or ".join(k.__name__ for k in kinds)
+            raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: a {allowed}")
+        flags[key] = flag.convert(value)
+    raw = copy.deepcopy(raw)
+    result = _derive(raw, name, preset, version, version_text, flags)
+    for dotted, value in result.values.items():
+        if _has(raw, dotted):
+            given = _get(raw, dotted)
+            flag = result.from_flags.get(dotted)
+            if flag is not None and given != value:
+                raise ConfigError(f"engine.{flag}: {value!r} contradicts {dotted} {given!r}; allowed: give one of "
+                                  "them, or the same value")
+            continue  # the scenario's own value wins over the preset's default
+        if dotted.startswith("cost_model."):
+            continue  # handled below: only a cost model that takes engine terms gets them
+        _set(raw, dotted, value)
+    overhead = result.values.get("cost_model.overhead")
+    _apply_cost_terms(raw, overhead)
+    return raw, overhead
+
+
+def preset_notes(raw: dict) -> list[str]:
+    """What the preset of a raw scenario's engine approximates (a default read at another version than the one
+    named, a term not yet fitted), one line each; [] without an engine."""
+    spec = raw.get("engine")
+    if not isinstance(spec, dict) or spec.get("name") not in PRESETS:
+        return []
+    preset = PRESETS[spec["name"]]
+    version = _parse_version(str(spec.get("version", "")))
+    if version is None:
+        return []
+    flags = {k: v for k, v in spec.items() if k not in ("name", "version")}
+    return _derive(copy.deepcopy(raw), spec["name"], preset, version, str(spec["version"]), flags).notes
+
+
+def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,
+            flags: dict) -> PresetResult:
+    gpu, model = _resolve_gpu_and_model(raw)
+    hardware = raw.get("hardware") or {}
+    tp = flags.get("tensor_parallel_size", flags.get("tp_size", hardware.get("tensor_parallel", 1)))
+    pp = hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1
+    ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
+                  pp if isinstance(pp, int) else 1, model, raw)
+    result = preset.derive(ctx)
+    if name == "vllm" and flags.get("enforce_eager"):
+        result.values["cost_model.overhead"] = {"engine": "vllm-eager"}
+    for key, flag in preset.flags.items():
+        if flag.target is not None and key in flags:
+            result.values[flag.target] = flags[key]
+            result.from_flags[flag.target] = key
+    return result
+
+
+def _apply_cost_terms(raw: dict, overhead: dict | None) -> None:
+    """The preset's CPU terms go to the scenario's cost model where it prices kernels only, unless it says its own
+    (`overhead:`, or the roofline's fixed `step_overhead_s`). No cost model: `sim.config.cost_choice` picks one."""
+    cost_model = raw.get("cost_model")
+    if overhead is None or cost_model is None:
+        return
+    if not isinstance(cost_model, dict) or cost_model.get("kind", "roofline") == "fixed":
+        return
+    if "overhead" in cost_model or "step_overhead_s" in cost_model:
+        return
+    cost_model["overhead"] = dict(overhead)
+
+
+def engine_label(raw_engine: dict | None) -> str:
+    """`vLLM 0.11.0` for a scenario's engine section, or "" without one."""
+    if not raw_engine:
+        return ""
+    preset = PRESETS.get(raw_engine.get("name"))
+    return f"{preset.label if preset else raw_engine.get('name')} {raw_engine.get('version', '')}".strip()

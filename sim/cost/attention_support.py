@@ -1,0 +1,46 @@
+"""Which attention kernel a cost model can price: the roofline prices either (`roofline_kernel.attention_parts`);
+a cost model built from measurements prices only the kernel its measurements ran.
+
+`check_attention_kernel` is called once, where the cost model is built (`sim.run.make_cost_model`), so every
+caller (run, compare, the planner, the dashboard) meets the same one-line refusal.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from sim.errors import ConfigError
+
+# What the measurements behind each measured cost model ran:
+# - `measured`: NVIDIA AIConfigurator's vLLM tables time vLLM's attention backends (FlashAttention / FlashInfer),
+#   which never materialize the scores (calibrate/measured/README.md names the tables);
+# - `roofline` with `efficiencies: learned`: efficiencies fitted to those same tables (calibrate/learn_roofline.py);
+# - `calibrated`: the profile's meta.json `attention_kernel`, written by `calibrate steps --attention`; a profile
+#   without the key was measured before the option existed, with torch SDPA choosing flash or memory-efficient
+#   attention (its `op_impls` say so), neither of which materializes the scores: flash.
+MEASURED_WITH = "flash"
+
+
+def profile_attention_kernel(profile_dir: str | Path) -> str:
+    """The attention kernel a calibrated profile was measured with (meta.json `attention_kernel`; absent: flash)."""
+    from sim.cost.profile_meta import read_meta
+    return str(read_meta(profile_dir).get("attention_kernel", MEASURED_WITH))
+
+
+def check_attention_kernel(scenario, deployment) -> None:
+    """ConfigError, one line, when the scenario's cost model was measured with another attention kernel than
+    `attention.kernel`."""
+    kernel = scenario.attention.kernel
+    spec = scenario.cost_model
+    if spec.kind == "calibrated" and deployment.profile_dir is not None:
+        measured_with, what = profile_attention_kernel(deployment.profile_dir), f"profile {deployment.profile_dir}"
+    elif spec.kind == "measured":
+        measured_with, what = MEASURED_WITH, "cost_model.kind 'measured' (vLLM's kernels, AIConfigurator's tables)"
+    elif spec.kind == "roofline" and getattr(spec, "efficiencies", "catalog") == "learned":
+        measured_with, what = MEASURED_WITH, "cost_model.efficiencies 'learned' (fitted to vLLM's measured kernels)"
+    else:
+        return  # the roofline prices either kernel; a fixed cost model prices none
+    if kernel != measured_with:
+        raise ConfigError(f"attention.kernel: {kernel!r} is not the kernel {what} was measured with; allowed: "
+                          f"{measured_with!r}, or cost_model.kind 'roofline' (catalog efficiencies) to price "
+                          f"{kernel!r}")

@@ -1,0 +1,123 @@
+"""What differs between engines' schedulers, as data (`SchedulingRule`) and small decisions over counts.
+
+`ContinuousScheduler` is vLLM V1's policy; an engine preset (sim/config/engines.py) gives it another engine's rule
+by setting these fields (the scenario's `scheduler:` section names each, and the preset fills them):
+
+| field | vLLM V1 (default) | vLLM V0 | SGLang | TensorRT-LLM |
+| --- | --- | --- | --- | --- |
+| `mixed_batches` | True: decodes and prefill chunks share a step | False without chunked prefill | False (mixed chunks off) | True |
+| `decode_steps_per_schedule` | 1 | `--num-scheduler-steps` | 1 | 1 |
+| `whole_output_reservation` | False: blocks on demand, preemption | False | False | True (GUARANTEED_NO_EVICT) |
+| `cuda_graph_batch_sizes` | () | () | () | padded decode batches when given |
+| `new_token_ratio` | None | None | SGLang's admission reserve | None |
+
+Each decision is a numba function here (the design in docs/design.md: one definition, callable from Python and, once
+the compiled core takes non-default rules, from its loop). Until then the compiled core runs only the default rule
+(`SchedulingRule.is_default`; sim/compiled/engine.py `_replica_gap`), and the SimPy engine every other: slow, never
+wrong.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from sim.cost.jit import njit
+
+# SGLang's output-length clip when it estimates a running request's future KV (python/sglang/srt/managers/
+# schedule_policy.py, CLIP_MAX_NEW_TOKENS, read at sgl-project/sglang@00550cd; default 4096 via
+# SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION).
+SGLANG_CLIP_MAX_NEW_TOKENS = 4096
+
+
+@dataclass(frozen=True)
+class NewTokenRatio:
+    """SGLang's admission reserve: a waiting request is admitted only while the free KV tokens exceed what the
+    running requests are expected to still write, min(remaining output, clip) x ratio each, plus the new request's
+    prompt and expected output. The ratio starts at `init`, falls by (init - min) / decay_steps per decode step,
+    and returns to `init` when a request is retracted (preempted). Source: python/sglang/srt/managers/scheduler.py
+    (init_new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO 0.7 x schedule_conservativeness, min_new_token_ratio =
+    min(0.7 x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, 1), new_token_ratio_decay = (init - min) /
+    SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600) and schedule_policy.py PrefillAdder (rem_total_tokens), sglang 0.5.x."""
+
+    init: float = 0.7
+    min: float = 0.098
+    decay_steps: int = 600
+
+
+@dataclass(frozen=True)
+class SchedulingRule:
+    """The fields of the table in this module's docstring (defaults: vLLM V1)."""
+
+    mixed_batches: bool = True
+    decode_steps_per_schedule: int = 1
+    whole_output_reservation: bool = False
+    cuda_graph_batch_sizes: tuple[int, ...] = ()
+    new_token_ratio: NewTokenRatio | None = None
+
+    @property
+    def is_default(self) -> bool:
+        return self == SchedulingRule()
+
+    def describe(self) -> str:
+        parts = []
+        if not self.mixed_batches:
+            parts.append("prefill-only or decode-only steps")
+        if self.decode_steps_per_schedule > 1:
+            parts.append(f"{self.decode_steps_per_schedule} decode steps per schedule")
+        if self.whole_output_reservation:
+            parts.append("whole output reserved at admission")
+        if self.cuda_graph_batch_sizes:
+            parts.append(f"decode batches padded to {len(self.cuda_graph_batch_sizes)} CUDA-graph sizes")
+        if self.new_token_ratio is not None:
+            parts.append(f"new-token ratio {self.new_token_ratio.init:g}->{self.new_token_ratio.min:g}")
+        return ", ".join(parts) or "vLLM V1"
+
+    def graph_sizes(self) -> np.ndarray:
+        return np.asarray(sorted(self.cuda_graph_batch_sizes), dtype=np.int64)
+
+
+@njit(cache=True)
+def padded_batch(sorted_sizes, num_seqs):
+    """The batch a decode step of `num_seqs` sequences runs as: the smallest captured CUDA-graph size that holds
+    it, or `num_seqs` itself beyond the largest (run without a graph)."""
+    for size in sorted_sizes:
+        if size >= num_seqs:
+            return size
+    return num_seqs
+
+
+@njit(cache=True)
+def group_steps_left_after(left, num_steps, group_steps):
+    """Decode steps left in the current group after `num_steps` more decode-only steps, the group having `left`
+    (vLLM V0 multi-step: a decode-only step at a group's end opens the next group of `group_steps`, so a run of
+    decode steps keeps the groups' phase)."""
+    if num_steps <= left:
+        return left - num_steps
+    return group_steps - 1 - (num_steps - left - 1) % group_steps
+
+
+@njit(cache=True)
+def reservation_fits(reserved_blocks, need_blocks, total_blocks):
+    """GUARANTEED_NO_EVICT (TensorRT-LLM, cpp/tensorrt_llm/batch_manager/capacitySchedule.cpp): a request starts
+    only if the blocks of its whole sequence, prompt and output, fit beside every running request's whole
+    sequence, so no running request ever waits for a block."""
+    return reserved_blocks + need_blocks <= total_blocks
+
+
+@njit(cache=True)
+def new_token_ratio(init, minimum, decay_steps, steps_since_reset):
+    """SGLang's ratio after `steps_since_reset` decode steps without a retraction."""
+    ratio = init - (init - minimum) / decay_steps * steps_since_reset
+    return ratio if ratio > minimum else minimum
+
+
+@njit(cache=True)
+def ratio_admits(free_tokens, running_remaining_tokens, admitted_tokens, prompt_tokens, output_tokens, ratio, clip):
+    """SGLang's PrefillAdder check for one more request: the free KV tokens, less the running requests' expected
+    future tokens (`running_remaining_tokens`, each already clipped, times the ratio) and what this step admitted
+    before it (`admitted_tokens`), must exceed its prompt plus its expected output."""
+    out = output_tokens if output_tokens < clip else clip
+    need = prompt_tokens + out * ratio
+    return free_tokens - running_remaining_tokens * ratio - admitted_tokens > need

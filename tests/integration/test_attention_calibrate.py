@@ -1,0 +1,90 @@
+"""calibrate's attention kernels (issue 33): `--attention materialized` runs torch's math SDPA backend, a whole-step
+profile's meta.json records which kernel it ran, and a cost model built from it refuses the other."""
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from torch.nn.attention import SDPBackend  # noqa: E402
+
+from calibrate.kernels.attention_backends import backends, sdpa_context, time_decode, time_prefill  # noqa: E402
+from calibrate.steps import ShardModel  # noqa: E402
+from sim.config.files import validate_scenario  # noqa: E402
+from sim.cost.attention_support import check_attention_kernel, profile_attention_kernel  # noqa: E402
+from sim.errors import ConfigError  # noqa: E402
+from test_calibrate_steps import MIXED, _arch_file, _spec  # noqa: E402
+from test_calibrated import one_error_line, run_cli  # noqa: E402
+
+
+def _qkv(n=64, heads=4, d=16):
+    g = torch.Generator().manual_seed(5)
+    return [torch.randn(1, heads, n, d, generator=g) for _ in range(3)]
+
+
+def test_materialized_runs_the_math_backend_and_flash_does_not():
+    q, k, v = _qkv()
+    assert backends("materialized", "cpu") == [SDPBackend.MATH]
+    assert backends("flash", "cuda") == [SDPBackend.FLASH_ATTENTION, SDPBackend.EFFICIENT_ATTENTION]
+    with sdpa_context("materialized", "cpu"):
+        assert torch._fused_sdp_choice(q, k, v, is_causal=True) == SDPBackend.MATH.value
+    # On a CPU, left to torch, these inputs take its tiled flash kernel: the what-if compares two kernels.
+    with sdpa_context("flash", "cpu"):
+        assert torch._fused_sdp_choice(q, k, v, is_causal=True) == SDPBackend.FLASH_ATTENTION.value
+    with pytest.raises(ValueError, match="kernel: 'eager' is not allowed; allowed: flash, materialized"):
+        backends("eager", "cpu")
+
+
+def test_both_backends_compute_the_same_attention_and_time_it():
+    ref = torch.nn.functional.scaled_dot_product_attention(*_qkv(), is_causal=True)
+    for kernel in ("flash", "materialized"):
+        with sdpa_context(kernel, "cpu"):
+            out = torch.nn.functional.scaled_dot_product_attention(*_qkv(), is_causal=True)
+        torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+        prefill = time_prefill(kernel, heads=2, kv_heads=1, head_dim=16, tokens=64, budget_s=0.01)
+        decode = time_decode(kernel, batch=2, heads=2, kv_heads=1, head_dim=16, context=64, budget_s=0.01)
+        assert 0 < prefill.p20_s <= prefill.median_s <= prefill.p80_s and decode.median_s > 0
+
+
+@pytest.mark.parametrize("kv_layout", ["dense", "paged"])
+def test_a_materialized_step_gives_the_flash_steps_tokens(kv_layout):
+    outs = []
+    for kernel in ("flash", "materialized"):
+        model = ShardModel(_spec(), 1, dtype="fp32", device="cpu", engine="unfused", kv_layout=kv_layout,
+                           block_size=4, seed=3, attention=kernel)
+        outs.append(model.step(model.make_inputs(MIXED)))
+        assert model.attention_kernel == kernel
+    assert torch.equal(outs[0], outs[1])
+    assert "math backend" in model.op_impls()["prefill_attention"]
+    assert "math backend" in model.op_impls()["decode_attention"]
+    with pytest.raises(ConfigError, match="--attention: 'eager' is not allowed; allowed: flash, materialized"):
+        ShardModel(_spec(), 1, dtype="fp32", device="cpu", attention="eager")
+
+
+def test_a_steps_profile_records_its_kernel_and_its_cost_model_refuses_the_other(tmp_path):
+    out, arch = tmp_path / "prof", _arch_file(tmp_path)
+    args = ["calibrate", "steps", "--model", str(arch), "--dtype", "fp32", "--reps", "2", "--layers", "1",
+            "--out", str(out), "-q"]
+    result = run_cli(*args, "--attention", "materialized", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["attention_kernel"] == "materialized" and "math backend" in meta["op_impls"]["prefill_attention"]
+    assert profile_attention_kernel(out) == "materialized"
+    # A rerun with the other kernel does not resume into it.
+    line = one_error_line(run_cli(*args, "--attention", "flash", cwd=tmp_path))
+    assert "attention_kernel" in line
+
+    class Deployed:
+        profile_dir = out
+    workload = {"arrival": {"kind": "poisson", "rate_per_s": 1},
+                "lengths": {"kind": "fixed", "input_tokens": 10, "output_tokens": 10}}
+    flash = validate_scenario({"workload": workload, "cost_model": {"kind": "calibrated", "profile_device": "h100-sxm"},
+                               "scheduler": {"max_model_len": 4096}})
+    with pytest.raises(ConfigError, match="attention.kernel: 'flash' is not the kernel profile"):
+        check_attention_kernel(flash, Deployed)
+    check_attention_kernel(flash.model_copy(update={"attention": flash.attention.model_copy(
+        update={"kernel": "materialized"})}), Deployed)

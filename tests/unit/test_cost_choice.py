@@ -1,0 +1,84 @@
+"""The cost model a scenario gets when it names none (sim/config/cost_choice.py, issue 30 item 6): the most accurate
+source available, in the issue's order, the same through every way in, and named in the outputs."""
+
+import pytest
+import yaml
+
+from sim.config.cost_choice import TIERS, default_cost_model, tier_of
+from sim.config.files import build_scenario_set, validate_scenario
+from sim.run import make_cost_model
+
+BASE = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+                     "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 20}},
+        "run": {"num_requests": 10}}
+
+
+def chosen(**sections):
+    sc = validate_scenario({**BASE, **sections})
+    return sc.cost_model, sc.cost_model_choice
+
+
+def test_the_h100_8b_quickstart_setup_gets_its_shipped_whole_step_profile():
+    cm, why = chosen()
+    assert cm.kind == "calibrated" and cm.overhead.engine == "vllm-cudagraph"
+    assert why.startswith("calibrated: shipped whole-step profile h100-sxm/llama-3.1-8b/tp1")
+
+
+def test_no_profile_falls_to_the_measured_tables_then_the_learned_roofline_then_the_roofline():
+    cm, why = chosen(hardware={"gpu": "h100-sxm", "tensor_parallel": 2})  # no shipped tp2 profile of the 8B
+    assert cm.kind == "measured" and why.startswith("measured: vllm kernel tables of h100-sxm")
+    cm, why = chosen(hardware={"gpu": "l4"}, quantization={"weights": "fp8"})  # no tables for the L4 (fp8 to fit)
+    assert cm.kind == "roofline" and cm.efficiencies == "learned" and why.startswith("learned:")
+    cm, why = chosen(attention={"kernel": "materialized"}, scheduler={"chunked_prefill": True})
+    assert cm.kind == "roofline" and cm.efficiencies == "catalog" and why.startswith("roofline:")
+
+
+def test_a_quantized_or_speculative_run_skips_the_bf16_profile():
+    cm, _ = chosen(quantization={"weights": "fp8", "kv_cache": "fp8", "fp8_compute": True})
+    assert cm.kind == "measured"
+    cm, _ = chosen(speculation={"num_speculative_tokens": 3, "draft_cost_ratio": 0.1,
+                                "acceptance": {"kind": "fixed", "alpha": 0.7}})
+    assert cm.kind == "measured"
+
+
+def test_an_engine_gets_its_own_kernel_tables_and_a_named_cost_model_is_kept():
+    cm, why = chosen(engine={"name": "trtllm", "version": "1.2.0rc1"}, hardware={"gpu": "h100-sxm",
+                                                                                "tensor_parallel": 2})
+    assert cm.kind == "measured" and cm.tables == "trtllm" and "trtllm kernel tables" in why
+    sc = validate_scenario({**BASE, "cost_model": {"kind": "roofline"}})
+    assert sc.cost_model.kind == "roofline" and sc.cost_model_choice is None
+
+
+def test_variants_that_name_no_cost_model_share_the_best_tier_all_of_them_have():
+    raw = {**BASE, "variants": {"tp1": {}, "tp2": {"hardware": {"tensor_parallel": 2}}}}
+    sset = build_scenario_set(raw)
+    kinds = {name: sc.cost_model.kind for name, sc in sset.items()}
+    assert kinds == {"tp1": "measured", "tp2": "measured"}  # not a profile for one and tables for the other
+    alone = build_scenario_set({**BASE, "variants": {"a": {}, "b": {"scheduler": {"max_num_seqs": 8}}}})
+    assert {sc.cost_model.kind for _, sc in alone.items()} == {"calibrated"}
+
+
+def test_a_dumped_scenario_reads_back_equal_and_an_edit_chooses_again():
+    sc = validate_scenario(BASE)
+    again = validate_scenario(yaml.safe_load(sc.to_yaml()))
+    assert again == sc
+    edited = yaml.safe_load(sc.to_yaml())
+    edited["hardware"]["gpu"] = "l4"  # no profile, no tables there: chosen again, a lower tier
+    edited["quantization"]["weights"] = "fp8"  # (to fit its 24 GB)
+    moved = validate_scenario(edited)
+    assert moved.cost_model.efficiencies == "learned" and tier_of(moved.cost_model_choice) == TIERS.index("learned")
+
+
+def test_the_choice_is_named_in_the_result():
+    from sim.run import simulate
+    result = simulate(validate_scenario(BASE))
+    assert result.extras["cost_model_label"] == "calibrated + vllm-cudagraph overhead (default)"
+    assert result.extras["cost_model_choice"].startswith("calibrated: shipped whole-step profile")
+    assert "StepProfileCostModel" in repr(make_cost_model(validate_scenario(BASE)))
+
+
+@pytest.mark.parametrize("garbage", [{"quantization": {"weights": []}}, {"hardware": {"gpu": {"name": 3}}},
+                                     {"hardware": {"tensor_parallel": "two"}}])
+def test_malformed_values_do_not_break_the_choice(garbage):
+    cm, why = default_cost_model({**BASE, **garbage})
+    assert cm["kind"] == "roofline" and why.startswith("roofline")

@@ -1,0 +1,116 @@
+"""Engine presets (sim/config/engines.py): the defaults each engine derives for a GPU, overrides, and the bad input
+that must be refused in one line (an unknown engine or version, a flag the preset does not know, a flag that
+contradicts the preset or the scenario)."""
+
+import pytest
+from helpers import one_error_line, servesim
+
+from sim.config.files import validate_scenario
+from sim.errors import ConfigError
+
+BASE = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+                     "lengths": {"kind": "fixed", "input_tokens": 500, "output_tokens": 100}},
+        "run": {"num_requests": 20}}
+
+
+def scenario(engine: dict, **sections):
+    return validate_scenario({**BASE, **sections, "engine": engine})
+
+
+def test_vllm_v1_takes_its_openai_server_batch_defaults_from_the_gpu():
+    # vllm/engine/arg_utils.py get_batch_defaults (v0.11.0): >= 70 GiB and not an A100: 8192 / 1024, else 2048 / 256
+    h100 = scenario({"name": "vllm", "version": "0.11.0"}).scheduler
+    assert (h100.max_num_batched_tokens, h100.max_num_seqs, h100.chunked_prefill) == (8192, 1024, True)
+    assert h100.rule().is_default
+    a100 = scenario({"name": "vllm", "version": "0.11.0"}, hardware={"gpu": "a100-80gb"}).scheduler
+    assert (a100.max_num_batched_tokens, a100.max_num_seqs) == (2048, 256)
+
+
+def test_vllm_v0_without_chunked_prefill_runs_prefill_only_steps_under_a_whole_context_budget():
+    s = scenario({"name": "vllm", "version": "0.6.3", "num_scheduler_steps": 8},
+                 scheduler={"max_model_len": 4096}).scheduler
+    assert not s.chunked_prefill and not s.mixed_batches
+    assert s.max_num_batched_tokens == 4096 and s.max_num_seqs == 256  # max(max_model_len, 2048)
+    assert s.decode_steps_per_schedule == 8
+    short = scenario({"name": "vllm", "version": "0.6.3"}, scheduler={"max_model_len": 1024}).scheduler
+    assert short.max_num_batched_tokens == 2048
+
+
+def test_sglang_derives_its_memory_fraction_and_runs_separate_batches_with_the_new_token_ratio():
+    # H100 SXM: 81,559 MiB; reserved = 512 + 1.5 x 8192 + 2 x 256 + 1 x 1 / 8 x 1024 = 13,440 MiB;
+    # (81,559 - 13,440) / 81,559 = 0.8352 -> 0.835. H200 at TP 8: 512 + 12,288 + 1,024 + 1,024 = 14,848 of
+    # 143,771 MiB -> 0.897.
+    sc = scenario({"name": "sglang", "version": "0.5.3.post3"})
+    assert sc.kv_cache.gpu_memory_utilization == 0.835 and sc.kv_cache.block_size == 1
+    assert sc.scheduler.max_num_batched_tokens == 8192 and not sc.scheduler.mixed_batches
+    assert sc.scheduler.new_token_ratio.init == 0.7
+    assert 2048 <= sc.scheduler.max_num_seqs <= 4096
+    h200 = scenario({"name": "sglang", "version": "0.5.5.post1"}, model="llama-3.1-70b",
+                    hardware={"gpu": "h200", "tensor_parallel": 8})
+    assert h200.kv_cache.gpu_memory_utilization == 0.897
+    mixed = scenario({"name": "sglang", "version": "0.5.3", "enable_mixed_chunk": True})
+    assert mixed.scheduler.mixed_batches
+
+
+def test_trtllm_reserves_whole_sequences_and_sizes_its_cache_from_free_memory():
+    sc = scenario({"name": "trtllm", "version": "1.2.0rc1"})
+    assert sc.scheduler.kv_reservation == "whole_output" and sc.kv_cache.free_memory_fraction == 0.9
+    assert (sc.scheduler.max_num_seqs, sc.scheduler.max_num_batched_tokens, sc.kv_cache.block_size) == (2048, 8192, 32)
+    loose = scenario({"name": "trtllm", "version": "1.2.0rc1", "scheduler_policy": "MAX_UTILIZATION",
+                      "cuda_graph_batch_sizes": [1, 8, 4]})
+    assert loose.scheduler.kv_reservation == "on_demand"
+    assert loose.scheduler.rule().cuda_graph_batch_sizes == (1, 4, 8)
+
+
+def test_the_free_memory_fraction_scales_the_kv_left_after_weights_and_activations():
+    from sim.config.deployment import resolve
+    full = resolve(validate_scenario({**BASE, "kv_cache": {"free_memory_fraction": 1.0}}))
+    part = resolve(validate_scenario({**BASE, "kv_cache": {"free_memory_fraction": 0.5}}))
+    assert abs(part.kv_capacity_tokens - full.kv_capacity_tokens / 2) <= 1
+
+
+def test_a_scenario_key_overrides_the_preset_and_a_flag_sets_its_key():
+    sc = scenario({"name": "vllm", "version": "0.11.0", "max_num_seqs": 64}, scheduler={"max_num_batched_tokens": 512})
+    assert sc.scheduler.max_num_seqs == 64 and sc.scheduler.max_num_batched_tokens == 512
+    # the preset's CPU terms go to the cost model unless it names its own
+    assert sc.cost_model.overhead.engine == "vllm-cudagraph"
+    own = scenario({"name": "vllm", "version": "0.11.0"}, cost_model={"kind": "roofline", "step_overhead_s": 0.001})
+    assert own.cost_model.overhead is None
+    eager = scenario({"name": "vllm", "version": "0.11.0", "enforce_eager": True})
+    assert eager.cost_model.overhead.engine == "vllm-eager"
+
+
+def test_a_dumped_scenario_validates_to_itself():
+    sc = scenario({"name": "sglang", "version": "0.5.3.post3"})
+    again = validate_scenario(sc.model_dump(mode="json"))
+    assert again == sc
+
+
+@pytest.mark.parametrize(("engine", "sections", "words"), [
+    ({"name": "lmdeploy", "version": "0.1.0"}, {}, "engine.name: 'lmdeploy' is not an engine preset"),
+    ({"name": "vllm", "version": "0.3.0"}, {}, "engine.version: '0.3.0' is not a vllm version"),
+    ({"name": "vllm", "version": 0.11}, {}, "engine.version: 0.11 is not allowed"),
+    ({"name": "vllm", "version": "0.11.0", "max_running_requests": 8}, {}, "engine.max_running_requests: not a flag"),
+    ({"name": "vllm", "version": "0.11.0", "num_scheduler_steps": 8}, {}, "V1 has no multi-step"),
+    ({"name": "vllm", "version": "0.11.0", "enable_chunked_prefill": False}, {}, "V1 always chunks"),
+    ({"name": "vllm", "version": "0.6.3", "num_scheduler_steps": 8, "enable_chunked_prefill": True}, {},
+     "not supported by vLLM 0.6.3"),
+    ({"name": "vllm", "version": "0.11.0", "max_num_seqs": 64}, {"scheduler": {"max_num_seqs": 32}},
+     "engine.max_num_seqs: 64 contradicts scheduler.max_num_seqs 32"),
+    ({"name": "vllm", "version": "0.11.0", "max_num_seqs": "many"}, {}, "engine.max_num_seqs: 'many' is not allowed"),
+    ({"name": "trtllm", "version": "1.0.0", "scheduler_policy": "FIFO"}, {}, "engine.scheduler_policy: 'FIFO'"),
+    ({"name": "sglang", "version": "0.5.3"}, {"hardware": {"gpu": "l4"}}, "engine.chunked_prefill_size: missing"),
+])
+def test_bad_engine_input_is_one_line(engine, sections, words):
+    with pytest.raises(ConfigError, match=words.replace(".", r"\.").replace("(", r"\(")):
+        scenario(engine, **sections)
+
+
+def test_the_cli_refuses_an_unknown_engine_version_in_one_line_and_writes_nothing(tmp_path):
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "engine": {"name": "vllm", "version": "9.9.9"}}))
+    out = tmp_path / "out"
+    line = one_error_line(servesim("run", path, "--out", out))
+    assert "engine.version" in line and "9.9.9" in line
+    assert not out.exists()

@@ -1,0 +1,202 @@
+"""`python -m calibrate fit-engine --bench`: the three result formats (calibrate/bench_results.py), a synthetic
+round trip that must recover known terms, and the refusals (one line, exit 2, nothing written)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+import yaml
+
+from calibrate.bench_results import BenchPoint, check_model, read_bench
+from calibrate.engine_fit import _PointSimulator, bench_report_text, bench_scenario_yaml, fit_bench
+from helpers import small_scenario
+from sim.config.files import validate_scenario
+from sim.errors import ConfigError
+
+FIX = Path(__file__).parent.parent / "fixtures" / "bench_results"
+
+
+# --- formats --------------------------------------------------------------------------------------------
+
+def test_vllm_result_with_details():
+    [p] = read_bench(FIX / "vllm_c4.json")
+    assert p.tool == "vllm bench serve" and p.model == "meta-llama/Llama-3.1-8B-Instruct"
+    assert p.concurrency == 4 and p.rate_per_s == math.inf and p.label == "c=4" and p.num_requests == 5
+    assert p.input_lens == (500, 520, 540, 500, 540) and p.output_lens == (128,) * 5
+    assert p.mean_input_tokens == 520 and p.mean_output_tokens == 128
+    assert p.metrics == pytest.approx({"ttft_mean_s": 0.058, "tpot_mean_s": 0.0125, "itl_mean_s": 0.0126,
+                                       "request_throughput_per_s": 2.0, "output_throughput_tok_per_s": 256.0})
+
+
+def test_sglang_jsonl_gives_one_point_a_line():
+    closed, poisson = read_bench(FIX / "sglang.jsonl")
+    assert closed.tool == poisson.tool == "sglang.bench_serving" and closed.model is None  # it names no model
+    assert closed.label == "c=1" and closed.source.endswith(":1")
+    assert poisson.concurrency is None and poisson.rate_per_s == 8.0 and poisson.label == "rate=8/s"
+    assert closed.mean_input_tokens == 1024 and closed.mean_output_tokens == 256
+    assert closed.metrics["ttft_mean_s"] == pytest.approx(0.030) and poisson.metrics["tpot_mean_s"] == pytest.approx(0.0154)
+
+
+def test_genai_perf_profile_export():
+    [p] = read_bench(FIX / "profile_export_genai_perf.json")
+    assert p.tool == "genai-perf" and p.model == "meta-llama/Meta-Llama-3.1-8B-Instruct" and p.label == "c=8"
+    assert p.num_requests == 100 and p.mean_input_tokens == 550 and p.mean_output_tokens == 128
+    # genai-perf's inter_token_latency is per request (latency - TTFT) / (tokens - 1): vLLM's TPOT
+    assert p.metrics == pytest.approx({"ttft_mean_s": 0.0955, "tpot_mean_s": 0.0184, "request_throughput_per_s": 3.2,
+                                       "output_throughput_tok_per_s": 409.6})
+
+
+@pytest.mark.parametrize("bench, ours, ok", [
+    ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b", True),
+    ("LLAMA-3.1-8B", "llama-3.1-8b", True),
+    ("/models/llama-3.1-8b", "llama-3.1-8b", True),
+    ("meta-llama/Llama-3.1-70B-Instruct", "llama-3.1-8b", False),
+    ("Qwen/Qwen2.5-7B-Instruct", "llama-3.1-8b", False),
+])
+def test_model_names_are_compared_leniently(bench, ours, ok):
+    point = BenchPoint("f.json", "vllm bench serve", bench, 1, math.inf, 1, 10, 10, {"ttft_mean_s": 0.1})
+    if ok:
+        check_model(point, ours)
+    else:
+        with pytest.raises(ConfigError, match="is not the scenario's model"):
+            check_model(point, ours)
+
+
+# --- the fit --------------------------------------------------------------------------------------------
+
+TRUE = {"per_step_s": 4e-4, "per_seq_s": 2e-5, "per_request_s": 0.03, "per_output_chunk_s": 2e-4}
+BASE = small_scenario(scheduler={"max_model_len": 4096}, cost_model={"kind": "roofline"})
+
+
+def _write_vllm_result(path: Path, concurrency: int, metrics: dict, n: int, prompt: int, output: int):
+    path.write_text(json.dumps({
+        "model_id": "meta-llama/Llama-3.1-8B-Instruct", "num_prompts": n, "request_rate": "inf", "burstiness": 1.0,
+        "max_concurrency": concurrency, "completed": n, "total_input_tokens": n * prompt,
+        "total_output_tokens": n * output, "request_throughput": metrics["request_throughput_per_s"],
+        "output_throughput": metrics["output_throughput_tok_per_s"], "mean_ttft_ms": metrics["ttft_mean_s"] * 1e3,
+        "mean_tpot_ms": metrics["tpot_mean_s"] * 1e3, "mean_itl_ms": metrics["itl_mean_s"] * 1e3}))
+
+
+@pytest.fixture(scope="module")
+def synthetic(tmp_path_factory):
+    """Results simulated with known terms (the scenario with them), as vllm bench serve would save them."""
+    folder = tmp_path_factory.mktemp("bench")
+    truth = validate_scenario(BASE | {
+        "cost_model": {"kind": "roofline", "overhead": {"engine": "none", "per_step_s": TRUE["per_step_s"],
+                                                        "per_seq_s": TRUE["per_seq_s"]}},
+        "frontend": {"num_processes": 1, "per_request_s": TRUE["per_request_s"], "per_prompt_token_s": 0.0,
+                     "per_output_chunk_s": TRUE["per_output_chunk_s"]}})
+    sim = _PointSimulator(truth)
+    files = []
+    for c in (1, 8, 32):
+        point = BenchPoint("-", "vllm bench serve", None, c, math.inf, 120, 512, 96, {"ttft_mean_s": 1.0})
+        _write_vllm_result(folder / f"c{c}.json", c, sim.metrics(c, point, TRUE), 120, 512, 96)
+        files.append(folder / f"c{c}.json")
+    scenario = folder / "s.yaml"
+    scenario.write_text(yaml.safe_dump(BASE))
+    return files, scenario
+
+
+def test_round_trip_recovers_the_terms(synthetic):
+    # The results come from this simulator on this workload, so the fit's minimum is the true terms; what is left
+    # is where the search stops (steps under 1% of a term) and finite differences: 5% on each term is that with room.
+    files, _ = synthetic
+    fit = fit_bench(files, validate_scenario(BASE))
+    assert fit.fit_labels == ["c=1", "c=32"]  # the lowest and the highest concurrency
+    for term, value in TRUE.items():
+        assert fit.terms[term] == pytest.approx(value, rel=0.05), term
+    assert not fit.at_bound and not fit.not_identified
+    held = [e for e in fit.evaluations if not e["used_in_fit"]]
+    assert [e["label"] for e in held] == ["c=8"]
+    for real, got in held[0]["metrics"].values():
+        assert got == pytest.approx(real, rel=0.03)
+    text = bench_report_text(fit)
+    assert "held out" in text and "in-sample (fit)" in text and "| c=8 |" in text
+    out = yaml.safe_load(bench_scenario_yaml(validate_scenario(BASE), fit))
+    assert out["frontend"]["per_request_s"] == pytest.approx(fit.terms["per_request_s"])
+    assert out["cost_model"]["overhead"]["per_step_s"] == pytest.approx(fit.terms["per_step_s"])
+    validate_scenario(out)  # the written scenario loads
+
+
+def test_cli_writes_the_scenario_and_reports(synthetic, tmp_path, capsys):
+    from calibrate.cli import main
+    files, scenario = synthetic
+    out = tmp_path / "fitted.yaml"
+    args = ["fit-engine", "--scenario", str(scenario), "--out", str(out), "--fit-on", "c=1,c=8"]
+    for f in files:
+        args += ["--bench", str(f)]
+    try:
+        main(args)
+    except SystemExit as exit_:
+        assert exit_.code in (0, None)
+    printed = capsys.readouterr().out
+    assert "fitted on c=1, c=8" in printed and "| c=32 |" in printed and "held out" in printed
+    text = out.read_text()
+    assert text.startswith("# fit-engine --bench:") and "held out: c=32" in text
+    fitted = validate_scenario(yaml.safe_load(text))
+    assert fitted.frontend is not None and fitted.cost_model.overhead is not None
+
+
+def test_a_term_at_its_bound_is_reported(tmp_path):
+    # a TTFT the model already exceeds without any CPU term: the front-end's work stays at 0, reported as such
+    _write_vllm_result(tmp_path / "c1.json", 1, {"ttft_mean_s": 1e-4, "tpot_mean_s": 0.02, "itl_mean_s": 0.02,
+                                                  "request_throughput_per_s": 0.5, "output_throughput_tok_per_s": 48},
+                       50, 512, 96)
+    fit = fit_bench([tmp_path / "c1.json"], validate_scenario(BASE))
+    assert fit.at_bound.get("per_request_s") == "lower bound 0"
+    assert "AT LOWER BOUND 0" in bench_report_text(fit)
+
+
+# --- refusals -------------------------------------------------------------------------------------------
+
+def _refused(tmp_path, capsys, bench_text: str, needles: list[str], name="r.json"):
+    from calibrate.cli import main
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(BASE))
+    (tmp_path / name).write_text(bench_text)
+    out = tmp_path / "o.yaml"
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit-engine", "--bench", str(tmp_path / name), "--scenario", str(tmp_path / "s.yaml"), "--out", str(out)])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2, err
+    lines = err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and "Traceback" not in err, err
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    assert not out.exists()
+
+
+def test_malformed_json_is_refused(tmp_path, capsys):
+    _refused(tmp_path, capsys, '{"model_id": "x", "mean_ttft_ms": ', ["--bench", "not valid JSON"])
+
+
+def test_another_model_is_refused(tmp_path, capsys):
+    text = (FIX / "vllm_c4.json").read_text().replace("Llama-3.1-8B-Instruct", "Qwen2.5-72B-Instruct")
+    _refused(tmp_path, capsys, text, ["--bench", "Qwen2.5-72B-Instruct", "llama-3.1-8b"])
+
+
+def test_no_usable_metric_is_refused(tmp_path, capsys):
+    _refused(tmp_path, capsys, json.dumps({"model_id": "meta-llama/Llama-3.1-8B", "completed": 0, "mean_ttft_ms": 0.0,
+                                           "request_throughput": 0.0, "total_input_tokens": 0,
+                                           "total_output_tokens": 0, "max_concurrency": 1}),
+             ["--bench", "no usable metric"])
+
+
+def test_unknown_format_is_refused(tmp_path, capsys):
+    _refused(tmp_path, capsys, json.dumps({"throughput": 3.0, "latency": 1.0}), ["--bench", "no known format"])
+
+
+def test_fit_on_an_unknown_point_is_refused(tmp_path):
+    with pytest.raises(ConfigError, match=r"--fit-on: 'c=3' .* allowed: c=4"):
+        fit_bench([FIX / "vllm_c4.json"], validate_scenario(BASE), ["c=3"])
+
+
+def test_measurements_and_bench_together_are_refused(tmp_path, capsys):
+    from calibrate.cli import main
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(BASE))
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit-engine", str(tmp_path), "--bench", str(FIX / "vllm_c4.json"), "--scenario",
+              str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o.yaml")])
+    assert exit_.value.code == 2 and "MEASUREMENTS" in capsys.readouterr().err

@@ -1,0 +1,313 @@
+"""Measured kernels per engine and dtype (issue 30, item 4): AIConfigurator's SGLang and TensorRT-LLM tables beside
+vLLM's, fp8 GEMMs and fp8-KV attention priced from their own rows, and a dtype the tables (or a calibrated profile)
+were not measured in refused with one line.
+
+tests/fixtures/aic/h100_sxm/*/{sglang,trtllm}/ are small subsets of aiconfigurator-core 0.12.0's h100_sxm tables in
+their own format (written by tests/fixtures/aic/make_engine_subset.py); the shipped tables are
+calibrate/measured/<gpu>/{sglang,trtllm}/ (`python -m calibrate.aic_import`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+from calibrate.aic_import import convert_system
+from helpers import one_error_line, servesim, small_scenario
+from sim.core.step_plan import StepPlan
+from sim.cost.measured import (
+    MEASURED_DIR,
+    TABLES,
+    MeasuredCostModel,
+    MeasuredFallback,
+    load_tables,
+    make_measured_cost_model,
+    measured_gpus,
+    measured_unsupported,
+    tables_dir,
+)
+from sim.cost.profile_meta import check_profile_dtypes, profile_dtypes
+from sim.cost.profiles import make_calibrated_cost_model
+from sim.errors import ConfigError
+from sim.model.catalog import get_gpu, get_model
+
+FIXTURE = Path(__file__).parents[1] / "fixtures" / "aic" / "h100_sxm"
+VERSIONS = {"sglang": "0.5.14", "trtllm": "1.3.0rc20"}  # systems/query_versions.yaml of aiconfigurator-core 0.12.0
+LLAMA, H100 = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
+PROFILE = Path(__file__).parents[2] / "calibrate" / "profiles" / "h100-sxm" / "llama-3.1-8b" / "tp1" / "ops"
+
+
+def _raw(framework: str, rel: str) -> pd.DataFrame:
+    op, name = rel.split("/")
+    return pd.read_parquet(FIXTURE / op / framework / VERSIONS[framework] / name)
+
+
+@pytest.fixture(scope="module", params=["sglang", "trtllm"])
+def converted(request, tmp_path_factory):
+    fw = request.param
+    out = tmp_path_factory.mktemp(f"measured-{fw}") / "h100-sxm" / fw
+    meta = convert_system(FIXTURE, VERSIONS[fw], out, "h100-sxm", "h100_sxm", "0.12.0", fw)
+    return fw, out, meta
+
+
+# --- the import ------------------------------------------------------------------------------------------------
+
+def test_each_framework_is_converted_with_its_version_kernels_and_dtypes(converted):
+    fw, out, meta = converted
+    assert (meta["framework"], meta["framework_version"]) == (fw, VERSIONS[fw])
+    for name in ("gemm", "context_attention", "generation_attention", "allreduce", "moe"):
+        assert meta["tables"][name]["framework"] == fw and meta["tables"][name]["framework_version"] == VERSIONS[fw]
+    assert meta["measured_dtypes"] == {"weights": ["bf16", "fp8"], "kv_cache": ["bf16", "fp8"]}
+    gemm = pd.read_parquet(out / "gemm.parquet")
+    assert set(gemm["dtype"]) == {"bf16", "fp8"}  # fp8_block (block-scaled) rows dropped
+    raw = _raw(fw, "gemm/gemm_perf.parquet")
+    assert len(gemm[gemm.dtype == "fp8"]) == len(raw[raw.gemm_dtype == "fp8"])
+    # Latencies rounded to 3 significant digits (calibrate/aic_import.py LATENCY_DIGITS): within 0.5% of the raw row.
+    row = raw[(raw.gemm_dtype == "fp8") & (raw.m == 512) & (raw.n == 6144) & (raw.k == 4096)]["latency"].iloc[0]
+    got = gemm[(gemm.dtype == "fp8") & (gemm.m == 512) & (gemm.n == 6144) & (gemm.k == 4096)]["latency_ms"].iloc[0]
+    assert got == float(f"{row:.3g}") and abs(got / row - 1) <= 0.005
+    # All-reduce: SGLang's graph and eager curves; TensorRT-LLM's one curve (no backend column) kept as `graph`.
+    ar = pd.read_parquet(out / "allreduce.parquet")
+    assert set(ar["backend"]) == ({"graph", "eager"} if fw == "sglang" else {"graph"})
+
+
+def test_fp8_kv_context_attention_is_the_kernel_and_attention_dtype_the_engine_runs(converted):
+    """With an fp8 KV cache SGLang (FA3) and TensorRT-LLM compute context attention in fp8: the (kernel, attention
+    dtype) with the most rows, as AIConfigurator's own default (fmha fp8 for an fp8 KV cache except on vLLM)."""
+    fw, out, meta = converted
+    assert meta["tables"]["context_attention"]["kernels"]["attention_dtypes"] == {"bf16": "bf16", "fp8": "fp8"}
+    assert meta["tables"]["generation_attention"]["kernels"]["attention_dtypes"] == {"bf16": "bf16", "fp8": "bf16"}
+    raw = _raw(fw, "attention/context_attention_perf.parquet")
+    ctx = pd.read_parquet(out / "context_attention.parquet")
+    want = raw[(raw.window_size == 0) & (raw.kv_cache_dtype == "fp8") & (raw.attn_dtype == "fp8")
+               & (raw.kernel_source == meta["tables"]["context_attention"]["kernels"]["fp8"])
+               & (raw.batch_size == 8) & (raw.isl == 1024)]["latency"]
+    got = ctx[(ctx.kv_dtype == "fp8") & (ctx.batch_size == 8) & (ctx.isl == 1024)]["latency_ms"]
+    assert len(want) == 1 and got.tolist() == [float(f"{want.iloc[0]:.3g}")]
+
+
+def test_vllm_keeps_its_folder_and_exact_values(tmp_path):
+    """vLLM's tables stay in the GPU folder, unrounded (the layout before issue 30)."""
+    meta = convert_system(FIXTURE, "0.24.0", tmp_path / "h100-sxm", "h100-sxm", "h100_sxm", "0.12.0")
+    assert meta["framework"] == "vllm" and (tmp_path / "h100-sxm" / "gemm.parquet").is_file()
+    gemm = pd.read_parquet(tmp_path / "h100-sxm" / "gemm.parquet")
+    raw = pd.read_parquet(FIXTURE / "gemm/vllm/0.24.0/gemm_perf.parquet")
+    r = raw[(raw.gemm_dtype == "fp8") & (raw.m == 512) & (raw.n == 6144) & (raw.k == 4096)]["latency"].iloc[0]
+    assert gemm[(gemm.dtype == "fp8") & (gemm.m == 512) & (gemm.n == 6144)]["latency_ms"].iloc[0] == r
+
+
+# --- the shipped tables -------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fw", TABLES)
+def test_shipped_tables_of_every_engine_cover_the_four_gpus_and_name_their_source(fw):
+    assert set(measured_gpus(tables=fw)) == {"h100-sxm", "h200", "a100-80gb", "l40s"}
+    for gpu in measured_gpus(tables=fw):
+        meta = load_tables(tables_dir(gpu, fw)).meta
+        assert meta["framework"] == fw and meta["source"] == {
+            "package": "aiconfigurator-core", "version": "0.12.0", "license": "Apache-2.0",
+            "path": "aiconfigurator_core/systems/data"}
+        # A100s (Ampere) have no fp8 tensor cores: AIConfigurator measured no fp8 there.
+        fp8 = ["bf16", "fp8"] if gpu != "a100-80gb" else ["bf16"]
+        assert meta["measured_dtypes"] == {"weights": fp8, "kv_cache": fp8}
+
+
+def test_the_added_engine_tables_stay_small():
+    added = sum(f.stat().st_size for fw in ("sglang", "trtllm") for f in MEASURED_DIR.glob(f"*/{fw}/*") if f.is_file())
+    assert 0 < added < 2.5e6
+
+
+def test_each_engines_tables_price_a_step_and_the_repr_names_framework_version_and_dtypes():
+    plan = StepPlan(prefill_request_ids=[1], prefill_chunk_tokens=[300], prefill_context_tokens=[200],
+                    num_decode_seqs=7, decode_context_tokens=7 * 900, num_sampled_seqs=8)
+    times = {}
+    for fw, version in (("vllm", "0.24.0"), *VERSIONS.items()):
+        cost = make_measured_cost_model(LLAMA, H100, tensor_parallel=2, weight_dtype="fp8", kv_dtype="fp8",
+                                        fp8_compute=True, tables=fw)
+        times[fw] = cost.step_time(plan)
+        assert 0 < times[fw] < 0.1
+        attn = "bf16" if fw == "vllm" else "fp8"
+        assert (f"aiconfigurator-core 0.12.0 h100_sxm {fw} {version}: gemm fp8 rows, attention fp8-KV rows "
+                f"computed in {attn}") in repr(cost)
+    assert len(set(times.values())) == 3  # three engines' kernels, three prices
+
+
+# --- fp8 priced from fp8 rows --------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fw", TABLES)
+def test_an_fp8_gemm_is_the_fp8_rows_value_and_a_step_moves_by_exactly_the_gemm_difference(fw):
+    model = {w: MeasuredCostModel(LLAMA, H100, weight_dtype=w, fp8_compute=w == "fp8", tables=fw)
+             for w in ("bf16", "fp8")}
+    gemm = model["fp8"].tables.gemm
+    # llama-3.1-8b's fused QKV projection (n 6144, k 4096) is a measured shape: a grid m gives the row itself.
+    for dtype in ("bf16", "fp8"):
+        row = gemm[(gemm.dtype == dtype) & (gemm.n == 6144) & (gemm.k == 4096) & (gemm.m == 4096)]["latency_ms"]
+        assert model[dtype]._curves[(6144, 4096, dtype)](4096) == pytest.approx(row.iloc[0] * 1e-3, rel=1e-12)
+    # A step with a bf16 KV cache in both: attention, norms and the (16-bit) LM head are the same, so the step
+    # times differ by exactly the per-layer GEMM differences.
+    tokens = 4096
+    plan = StepPlan(prefill_request_ids=[1], prefill_chunk_tokens=[tokens], prefill_context_tokens=[0],
+                    num_sampled_seqs=1)
+    diff = 0.0
+    for n_layers, mats, _ in model["fp8"]._groups:
+        for mm in mats:
+            key = next(k for k, c in model["fp8"]._curves.items() if c is mm.curve)
+            diff += n_layers * (mm.curve(tokens) - model["bf16"]._curves[(key[0], key[1], "bf16")](tokens))
+    step = {w: m.step_time(plan) for w, m in model.items()}
+    assert step["fp8"] - step["bf16"] == pytest.approx(diff, rel=1e-9)
+    assert step["fp8"] < step["bf16"]  # at 4096 tokens every engine's fp8 GEMMs are faster (the tables say so)
+
+
+@pytest.mark.parametrize("fw", ["sglang", "trtllm"])
+def test_an_fp8_kv_cache_prices_decode_attention_from_the_fp8_kv_rows(fw):
+    cost = MeasuredCostModel(LLAMA, H100, kv_dtype="fp8", tables=fw)
+    gen = cost.tables.generation
+    rows = gen[(gen.kv_dtype == "fp8") & (gen.num_heads == 32) & (gen.num_kv_heads == 8) & (gen.head_dim == 128)]
+    bf16 = gen[(gen.kv_dtype == "bf16") & (gen.num_heads == 32) & (gen.num_kv_heads == 8) & (gen.head_dim == 128)]
+    r = rows[(rows.batch_size == 64) & (rows.kv_tokens == 4096)]
+    assert len(r) == 1
+    assert cost._decode(64, 4096) == pytest.approx(r["latency_ms"].iloc[0] * 1e-3, rel=1e-12)
+    assert r["latency_ms"].iloc[0] != bf16[(bf16.batch_size == 64) & (bf16.kv_tokens == 4096)]["latency_ms"].iloc[0]
+
+
+def test_fp8_experts_come_from_trtllms_fused_moe_rows_else_from_fp8_gemms():
+    mixtral = get_model("mixtral-8x7b")
+    trt = MeasuredCostModel(mixtral, H100, tensor_parallel=2, weight_dtype="fp8", tables="trtllm")
+    assert trt._moe is not None and not any("moe:" in n for n in trt.notes)
+    vllm = MeasuredCostModel(mixtral, H100, tensor_parallel=2, weight_dtype="fp8")
+    assert vllm._moe is None
+    assert "moe: no fp8 fused-MoE table for this setup; experts priced from the fp8 GEMM rows" in repr(vllm)
+
+
+# --- refusals ------------------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize(("kwargs", "line"), [
+    ({"gpu": "a100-80gb", "tables": "trtllm", "weight_dtype": "fp8", "fp8_compute": True},
+     "quantization.weights: 'fp8' is not measured in the trtllm tables of a100-80gb; allowed: bf16, fp16, "
+     "or cost_model.unmeasured_dtype: roofline"),
+    ({"gpu": "a100-80gb", "tables": "sglang", "kv_dtype": "fp8"},
+     "quantization.kv_cache: 'fp8' is not measured in the sglang tables of a100-80gb; allowed: bf16, fp16, "
+     "or cost_model.unmeasured_dtype: roofline"),
+    ({"weight_dtype": "int4"},
+     "quantization.weights: 'int4' is not measured in the vllm tables of h100-sxm; allowed: bf16, fp16, "
+     "fp8 (with fp8_compute: true), or cost_model.unmeasured_dtype: roofline"),
+    ({"kv_dtype": "int8", "tables": "trtllm"},
+     "quantization.kv_cache: 'int8' is not measured in the trtllm tables of h100-sxm; allowed: bf16, fp16, fp8, "
+     "or cost_model.unmeasured_dtype: roofline"),
+    ({"weight_dtype": "fp8", "fp8_compute": False, "tables": "sglang"},
+     "quantization.fp8_compute: false with weights 'fp8' (weight-only fp8) is not measured in the sglang tables of "
+     "h100-sxm; allowed: true (W8A8, the fp8 GEMM rows), or cost_model.unmeasured_dtype: roofline"),
+    ({"fp8_compute": True},
+     "quantization.fp8_compute: true with weights 'bf16' is not measured in the vllm tables of h100-sxm; allowed: "
+     "false, or weights 'fp8', or cost_model.unmeasured_dtype: roofline"),
+])
+def test_a_dtype_the_tables_lack_is_refused_with_one_line_never_priced_as_bf16(kwargs, line):
+    gpu = get_gpu(kwargs.pop("gpu", "h100-sxm"))
+    with pytest.raises(ConfigError) as err:
+        make_measured_cost_model(LLAMA, gpu, **kwargs)
+    assert str(err.value) == line and "\n" not in line
+    # Asked for by name, the roofline prices the whole step instead, and its repr says why.
+    fallback = make_measured_cost_model(LLAMA, gpu, unmeasured_dtype="roofline", **kwargs)
+    assert isinstance(fallback, MeasuredFallback) and line in repr(fallback)
+    # `on_missing: roofline` (the default) covers a missing GPU only: still refused without unmeasured_dtype.
+    with pytest.raises(ConfigError):
+        make_measured_cost_model(LLAMA, gpu, on_missing="roofline", **kwargs)
+
+
+def test_a_gpu_without_an_engines_tables_follows_on_missing():
+    fallback = make_measured_cost_model(LLAMA, get_gpu("l4"), tables="trtllm")
+    assert "no measured trtllm kernel tables for gpu 'l4'; measured: a100-80gb, h100-sxm, h200, l40s" in repr(fallback)
+    with pytest.raises(ConfigError, match="^cost_model: no measured trtllm kernel tables for gpu 'l4'"):
+        make_measured_cost_model(LLAMA, get_gpu("l4"), tables="trtllm", on_missing="error")
+    with pytest.raises(ConfigError, match="^cost_model.tables: 'tgi' is not allowed; allowed: vllm, sglang, trtllm$"):
+        make_measured_cost_model(LLAMA, H100, tables="tgi")
+    assert measured_unsupported("h100-sxm", "fp8", "fp8", tables="trtllm") is None
+    assert measured_unsupported("a100-80gb", "fp8", tables="trtllm").startswith("quantization.weights: 'fp8'")
+
+
+def test_trtllm_has_no_eager_all_reduce_and_says_so():
+    with pytest.raises(ConfigError, match="^cost_model.engine: 'vllm-eager' has no eager all-reduce in the trtllm "
+                                          "tables of h100-sxm; allowed: vllm-cudagraph$"):
+        MeasuredCostModel(LLAMA, H100, tensor_parallel=2, engine="vllm-eager", tables="trtllm")
+    MeasuredCostModel(LLAMA, H100, tensor_parallel=1, engine="vllm-eager", tables="trtllm")  # no all-reduce at TP 1
+
+
+# --- the calibrated cost model ------------------------------------------------------------------------------------
+
+def test_a_profile_without_a_dtype_record_is_bf16_and_quantized_dtypes_must_be_recorded():
+    assert profile_dtypes({}) == ("bf16", "bf16")
+    assert profile_dtypes({"dtype": "fp32"}) == ("fp32", "fp32")
+    assert profile_dtypes({"dtype": "bf16", "weight_dtype": "fp8", "kv_dtype": "fp8"}) == ("fp8", "fp8")
+    check_profile_dtypes({"dtype": "fp32"}, "p", "bf16", "fp16")  # unquantized: the profile's own dtype prices it
+    check_profile_dtypes({"weight_dtype": "fp8"}, "p", "fp8", "bf16", fp8_compute=True)
+    with pytest.raises(ConfigError, match=r"^quantization.kv_cache: 'fp8' is not measured in profile 'p' "
+                                          r"\(measured in fp8 weights, bf16 KV cache\); allowed: bf16, fp16, "
+                                          r"or cost_model.kind roofline$"):
+        check_profile_dtypes({"weight_dtype": "fp8"}, "p", "fp8", "fp8")
+
+
+@pytest.mark.parametrize(("quant", "field"), [({"weight_dtype": "fp8", "fp8_compute": True}, "weights: 'fp8'"),
+                                              ({"weight_dtype": "int4"}, "weights: 'int4'"),
+                                              ({"kv_dtype": "fp8"}, "kv_cache: 'fp8'"),
+                                              ({"fp8_compute": True}, "fp8_compute: true")])
+def test_a_bf16_profile_refuses_a_quantization_it_was_not_measured_in(quant, field):
+    with pytest.raises(ConfigError) as err:
+        make_calibrated_cost_model(PROFILE, LLAMA, **quant)
+    line = str(err.value)
+    assert line.startswith(f"quantization.{field}") and f"in profile '{PROFILE}' (measured in bf16 weights, bf16 " \
+        "KV cache)" in line and "\n" not in line
+    assert make_calibrated_cost_model(PROFILE, LLAMA, weight_dtype="fp16", kv_dtype="fp16").step_time(
+        StepPlan(num_decode_seqs=4, decode_context_tokens=4000, num_sampled_seqs=4)) > 0
+
+
+# --- the scenario and the command line ---------------------------------------------------------------------------
+
+def test_a_scenario_picks_an_engines_tables_and_the_result_names_them():
+    from sim.config.schema import Scenario
+    from sim.cost.labels import cost_model_label
+    from sim.run import make_cost_model, simulate
+    raw = small_scenario(cost_model={"kind": "measured", "tables": "trtllm"},
+                         quantization={"weights": "fp8", "fp8_compute": True, "kv_cache": "fp8"})
+    scenario = Scenario.model_validate(raw)
+    assert cost_model_label(make_cost_model(scenario)) == "measured (AIConfigurator h100_sxm trtllm 1.3.0rc20)"
+    result = simulate(scenario)
+    assert result.summary["num_finished"] == 20
+    assert "trtllm 1.3.0rc20: gemm fp8 rows, attention fp8-KV rows computed in fp8" in result.extras["cost_model"]
+    assert Scenario.model_validate(small_scenario(cost_model={"kind": "measured"})).cost_model.tables == "vllm"
+
+
+def test_the_compiled_core_prices_an_engines_fp8_tables_as_the_python_engine_does():
+    pytest.importorskip("numba")
+    from sim.config.files import validate_scenario
+    from sim.run import simulate
+    results = []
+    for compiled in (False, True):
+        raw = small_scenario(cost_model={"kind": "measured", "tables": "sglang"},
+                             quantization={"weights": "fp8", "fp8_compute": True, "kv_cache": "fp8"},
+                             hardware={"tensor_parallel": 2},
+                             workload={"arrival": {"kind": "poisson", "rate_per_s": 40},
+                                       "lengths": {"kind": "lognormal", "input_mean": 300, "input_sigma": 1.0,
+                                                   "output_mean": 60, "output_sigma": 1.0}},
+                             run={"num_requests": 80, "compiled_core": compiled})
+        results.append(simulate(validate_scenario(raw)))
+    python, compiled = results
+    assert compiled.extras["engine_core"] == "compiled"
+    pd.testing.assert_frame_equal(python.steps, compiled.steps, check_exact=True)
+    pd.testing.assert_frame_equal(python.requests, compiled.requests, check_exact=True)
+    assert python.extras["cost_model"] == compiled.extras["cost_model"]
+
+
+@pytest.mark.parametrize(("changes", "want"), [
+    ({"hardware": {"gpu": "a100-80gb"}, "cost_model": {"kind": "measured", "tables": "trtllm"},
+      "quantization": {"weights": "fp8", "fp8_compute": True}},
+     "error: quantization.weights: 'fp8' is not measured in the trtllm tables of a100-80gb; allowed: bf16, fp16, "
+     "or cost_model.unmeasured_dtype: roofline"),
+    ({"cost_model": {"kind": "calibrated"}, "quantization": {"kv_cache": "fp8"}},
+     "error: quantization.kv_cache: 'fp8' is not measured in profile"),
+])
+def test_servesim_run_with_an_unmeasured_dtype_exits_2_with_one_line(tmp_path, changes, want):
+    path = tmp_path / "scenario.yaml"
+    path.write_text(yaml.safe_dump(small_scenario(changes), sort_keys=False))
+    line = one_error_line(servesim("run", path, "-q", cwd=tmp_path))
+    assert line.startswith(want), line

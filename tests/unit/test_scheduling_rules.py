@@ -1,0 +1,155 @@
+"""The engines' scheduling rules (sim/sched/rules.py) on tiny configs, schedules computed by hand, no event loop:
+prefill-only or decode-only steps (SGLang, vLLM V0), groups of decode steps (vLLM V0 --num-scheduler-steps), the
+whole sequence reserved at admission (TensorRT-LLM GUARANTEED_NO_EVICT), decode batches padded to CUDA-graph sizes,
+and SGLang's new-token ratio."""
+
+import numpy as np
+import pytest
+from helpers import make_request
+
+from sim.kv.paged import PagedKVManager
+from sim.sched.continuous import ContinuousScheduler
+from sim.sched.rules import NewTokenRatio, SchedulingRule, new_token_ratio, padded_batch, ratio_admits
+
+
+def scheduler(kv, rule, budget=64, max_num_seqs=8, chunked=True):
+    return ContinuousScheduler(kv, max_num_seqs=max_num_seqs, max_num_batched_tokens=budget,
+                               chunked_prefill=chunked, max_model_len=4096, rule=rule)
+
+
+def step(sched, now):
+    plan = sched.schedule(now)
+    sched.update_from_output(plan, now + 1.0)
+    return plan
+
+
+def test_prefill_first_steps_never_mix_and_decodes_wait_during_a_prefill():
+    sched = scheduler(PagedKVManager(64, 4), SchedulingRule(mixed_batches=False))
+    a = make_request(6, 3)
+    sched.add_request(a)
+    p = step(sched, 0.0)
+    assert p.prefill_request_ids == [a.request_id] and p.num_decode_seqs == 0
+    assert a.num_output_tokens == 1  # its first token
+    b = make_request(5, 3)
+    sched.add_request(b)
+    p = step(sched, 1.0)  # b can prefill: a prefill-only step, a's decode waits
+    assert p.prefill_request_ids == [b.request_id] and p.num_decode_seqs == 0
+    assert a.num_output_tokens == 1 and a.num_computed_tokens == 6
+    p = step(sched, 2.0)  # nothing to prefill: both decode
+    assert not p.prefill_request_ids and p.num_decode_seqs == 2
+    sched.tracker.sync(a)
+    assert a.num_output_tokens == 2
+
+
+def test_mixed_default_puts_the_new_prompt_beside_the_decode():
+    sched = scheduler(PagedKVManager(64, 4), SchedulingRule())
+    a, b = make_request(6, 3), make_request(5, 3)
+    sched.add_request(a)
+    step(sched, 0.0)
+    sched.add_request(b)
+    p = step(sched, 1.0)
+    assert p.prefill_request_ids == [b.request_id] and p.num_decode_seqs == 1
+
+
+def test_a_group_of_decode_steps_keeps_a_new_prompt_waiting():
+    # num_scheduler_steps 4: after the prefill, decode steps come in groups of 4 that no prompt joins.
+    sched = scheduler(PagedKVManager(64, 4), SchedulingRule(mixed_batches=False, decode_steps_per_schedule=4))
+    a = make_request(4, 20)
+    sched.add_request(a)
+    step(sched, 0.0)  # prefill
+    step(sched, 1.0)  # decode step 1 of a group of 4
+    b = make_request(4, 20)
+    sched.add_request(b)
+    kinds = []
+    for t in range(2, 7):
+        p = step(sched, float(t))
+        kinds.append("prefill" if p.prefill_request_ids else "decode")
+    # steps 2, 3, 4 of the group, then b's prefill, then a new group
+    assert kinds == ["decode", "decode", "decode", "prefill", "decode"]
+
+
+def test_whole_output_reservation_admits_only_what_fits_to_the_end_and_never_preempts():
+    # 10 blocks of 4 slots. Each request needs 8 + 12 - 1 = 19 slots at the end: 5 blocks. Two fit, a third
+    # waits although its prompt (2 blocks) would fit now.
+    kv = PagedKVManager(10, 4)
+    sched = scheduler(kv, SchedulingRule(whole_output_reservation=True))
+    reqs = [make_request(8, 12) for _ in range(3)]
+    for r in reqs:
+        sched.add_request(r)
+    p = step(sched, 0.0)
+    assert p.new_request_ids == [reqs[0].request_id, reqs[1].request_id]
+    now, preempted = 1.0, 0
+    while reqs[0].status.value != "finished":
+        p = step(sched, now)
+        preempted += len(p.preempted_request_ids)
+        assert reqs[2].request_id not in p.new_request_ids
+        now += 1.0
+    assert preempted == 0
+    p = step(sched, now)  # both finished together: the third is admitted now
+    assert reqs[2].request_id in p.new_request_ids
+
+
+def test_on_demand_blocks_preempt_where_the_reservation_would_not():
+    kv = PagedKVManager(10, 4)
+    sched = scheduler(kv, SchedulingRule())
+    reqs = [make_request(8, 12) for _ in range(3)]
+    for r in reqs:
+        sched.add_request(r)
+    p = step(sched, 0.0)
+    assert len(p.new_request_ids) == 3  # 6 blocks now; they outgrow the 10 later
+    preempted = sum(len(step(sched, float(t)).preempted_request_ids) for t in range(1, 12))
+    assert preempted > 0
+
+
+def test_reserved_requests_are_admitted_unchunked_when_only_the_prompt_fits_the_budget():
+    # Item 8: without chunked prefill a request whose prompt + output exceeds the token budget is refused only
+    # when a recompute could need it; with the whole output reserved nothing is recomputed.
+    kv = PagedKVManager(100, 4)
+    reserved = scheduler(kv, SchedulingRule(whole_output_reservation=True), budget=16, chunked=False)
+    r = make_request(10, 20)
+    assert reserved.add_request(r)
+    plain = scheduler(PagedKVManager(100, 4), SchedulingRule(), budget=16, chunked=False)
+    r2 = make_request(10, 20)
+    assert not plain.add_request(r2) and "max_num_batched_tokens" in r2.reject_reason
+
+
+def test_cuda_graph_padding_prices_the_next_captured_size():
+    sched = scheduler(PagedKVManager(64, 4), SchedulingRule(cuda_graph_batch_sizes=(1, 2, 4, 8)))
+    reqs = [make_request(3, 10) for _ in range(3)]
+    for r in reqs:
+        sched.add_request(r)
+    step(sched, 0.0)
+    p = step(sched, 1.0)
+    assert p.num_decode_seqs == 4 and p.num_padding_seqs == 1
+    assert p.decode_context_tokens == 3 * 4 + 1  # three real decodes of 4 tokens, one padding token
+    sizes = np.array([1, 2, 4, 8], dtype=np.int64)
+    assert [padded_batch(sizes, n) for n in (1, 3, 5, 8, 9)] == [1, 4, 8, 8, 9]
+
+
+def test_new_token_ratio_decays_to_its_floor_and_gates_admission():
+    assert new_token_ratio(0.7, 0.098, 600, 0) == 0.7
+    assert new_token_ratio(0.7, 0.098, 600, 300) == pytest.approx(0.399)
+    assert new_token_ratio(0.7, 0.098, 600, 10_000) == 0.098
+    # 100 free tokens, running requests expected to write 100 more at ratio 0.5: 50 reserved; a request of 30
+    # prompt tokens and 20 output needs 30 + 10 = 40 < 50: admitted; one of 45 + 20 x 0.5 = 55 is not.
+    assert ratio_admits(100.0, 100.0, 0.0, 30, 20, 0.5, 4096)
+    assert not ratio_admits(100.0, 100.0, 0.0, 45, 20, 0.5, 4096)
+
+
+def test_new_token_ratio_holds_back_a_request_the_blocks_alone_would_admit():
+    # 40 slots (page size 1). a: 10 prompt + 20 output is running; at ratio 0.7 it reserves 19 x 0.7 = 13.3 tokens
+    # more, so 40 - 11 held - 13.3 = 15.7 are free in SGLang's estimate; b (10 + 20 x 0.7 = 24) must wait.
+    kv = PagedKVManager(40, 1)
+    sched = scheduler(kv, SchedulingRule(mixed_batches=False, new_token_ratio=NewTokenRatio(0.7, 0.7, 600)))
+    a, b = make_request(10, 20), make_request(10, 20)
+    sched.add_request(a)
+    step(sched, 0.0)
+    sched.add_request(b)
+    p = step(sched, 1.0)
+    assert not p.prefill_request_ids and p.num_decode_seqs == 1
+    plain = scheduler(PagedKVManager(40, 1), SchedulingRule(mixed_batches=False))
+    a2, b2 = make_request(10, 20), make_request(10, 20)
+    plain.add_request(a2)
+    step(plain, 0.0)
+    plain.add_request(b2)
+    assert step(plain, 1.0).prefill_request_ids == [b2.request_id]
