@@ -2,9 +2,12 @@
 
 Continuous batching + paged KV, Llama-3.1-8B on one H100, ShareGPT-like lengths, Poisson arrivals at
 about 80% of the sustainable rate (with the roofline). Run:
-    .venv/bin/python benchmarks/bench_engine.py [--exact] [--python] [--cost-model KIND] [counts...]
+    .venv/bin/python benchmarks/bench_engine.py [--exact] [--python] [--cost-model KIND] [--engine NAME:VERSION]
+        [counts...]
 --cost-model: roofline (default), measured, calibrated (the shipped H100 whole-step profile), or learned.
 --python: the SimPy engine even where the compiled core (sim/compiled, numba) could run it (run.compiled_core).
+--engine: an engine preset (sim/config/engines.py, e.g. sglang:0.5.3.post3): its scheduling rule, CPU terms and
+front-end (the fitted latency, where its version has one), over the same workload and cost model.
 The compiled core's first call in a fresh checkout compiles it (~10 s, cached under __pycache__ after): one
 warm-up run of 1,000 requests comes first and is not reported.
 Prints one Markdown row per count (paste into benchmarks/RESULTS.md).
@@ -32,8 +35,9 @@ COST_MODELS = {"roofline": {"kind": "roofline"}, "measured": {"kind": "measured"
                "calibrated": {"kind": "calibrated"}, "learned": {"kind": "roofline", "efficiencies": "learned"}}
 
 
-def scenario(num_requests: int, fast_decode: bool = True, cost_model: str = "roofline", compiled: bool = True):
-    return validate_scenario({
+def scenario(num_requests: int, fast_decode: bool = True, cost_model: str = "roofline", compiled: bool = True,
+             engine: str | None = None):
+    raw = {
         "name": f"bench-{num_requests}",
         "model": "llama-3.1-8b",
         "hardware": {"gpu": "h100-sxm"},
@@ -43,7 +47,11 @@ def scenario(num_requests: int, fast_decode: bool = True, cost_model: str = "roo
         "kv_cache": {"layout": "paged", "block_size": 16},
         "cost_model": COST_MODELS[cost_model],
         "run": {"seed": 0, "num_requests": num_requests, "fast_decode": fast_decode, "compiled_core": compiled},
-    })
+    }
+    if engine:  # the preset's values under the scenario's own: max_num_seqs 256 and block 16 stay as above
+        name, _, version = engine.partition(":")
+        raw["engine"] = {"name": name, "version": version}
+    return validate_scenario(raw)
 
 
 def peak_rss_mib() -> float:
@@ -52,16 +60,18 @@ def peak_rss_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def main(counts: list[int], fast_decode: bool = True, cost_model: str = "roofline", compiled: bool = True) -> None:
+def main(counts: list[int], fast_decode: bool = True, cost_model: str = "roofline", compiled: bool = True,
+         engine: str | None = None) -> None:
     print(f"# {cpuinfo()['cpu_model']}, {os.cpu_count()} hardware threads, Python {platform.python_version()}, "
-          f"cost model {cost_model}, {'fast decode runs' if fast_decode else 'exact steps'}")
-    warm = simulate(scenario(1000, fast_decode, cost_model, compiled))  # compiles (or loads) the compiled core
+          f"cost model {cost_model}, {'fast decode runs' if fast_decode else 'exact steps'}"
+          + (f", engine {engine}" if engine else ""))
+    warm = simulate(scenario(1000, fast_decode, cost_model, compiled, engine))  # compiles (or loads) the core
     print(f"# engine: {warm.extras['engine_core']}")
     print("| requests | generate (s) | simulate (s) | steps | simulated req/s of wall time | sim time (s) "
           "| peak RSS (MiB) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in counts:
-        sc = scenario(n, fast_decode, cost_model, compiled)
+        sc = scenario(n, fast_decode, cost_model, compiled, engine)
         t0 = time.perf_counter()
         workload = make_workload(sc)
         t1 = time.perf_counter()
@@ -80,5 +90,10 @@ if __name__ == "__main__":
         if cost not in COST_MODELS:
             sys.exit(f"--cost-model: {cost!r} is not allowed; allowed: {', '.join(COST_MODELS)}")
         del args[i:i + 2]
+    engine = None
+    if "--engine" in args:
+        i = args.index("--engine")
+        engine = args[i + 1] if i + 1 < len(args) else ""
+        del args[i:i + 2]
     main([int(x) for x in args] or [10_000, 100_000, 1_000_000], fast_decode="--exact" not in sys.argv, cost_model=cost,
-         compiled="--python" not in sys.argv)
+         compiled="--python" not in sys.argv, engine=engine)

@@ -145,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="the fitted runs + the first held-out run per engine "
                     "version and kind")
     ap.add_argument("--list", action="store_true", help="print the counts and the cases; simulate nothing")
+    ap.add_argument("--write-terms", action="store_true", help="write the fitted numbers into the engine presets' "
+                    "data (sim/config/engine_terms.json); only from a run of every case")
     args = ap.parse_args(argv)
 
     suite = ps.load_suite()
@@ -169,6 +171,16 @@ def main(argv: list[str] | None = None) -> int:
     print("Fitted numbers per engine version (fit_preset): "
           + ", ".join(f"{e} {v}: {f or 'none'}" for (e, v), f in fitted.items())
           )
+    if args.write_terms:
+        if args.engine or args.cases or args.only or args.quick:
+            print("--write-terms: only from a run of every case (no --engine, --cases, --only or --quick)")
+            return 2
+        import json
+        from datetime import date
+
+        from sim.config.engines import TERMS_PATH
+        TERMS_PATH.write_text(json.dumps(ps.terms_table(fitted, date.today().isoformat()), indent=1) + "\n")
+        print(f"fitted numbers written to {TERMS_PATH.relative_to(HERE.parent)}")
     print_rows(results, "fit", "Fitted runs (FIT_RUNS)")
     print_rows(results, "held-out", "Held-out runs")
     print_summary(results, "held-out")

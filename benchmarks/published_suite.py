@@ -831,10 +831,25 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     if cm:
         raw["cost_model"] = cm
     front = {k: fitted[k] for k in FRONTEND_TERMS if k in fitted}
-    if front and case.client_side:
+    if not case.client_side:
+        raw["frontend"] = None  # measured in the engine's own process: no front-end, not even the preset's
+    elif front:
         raw["frontend"] = {"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0,
                            "per_output_chunk_s": 0.0, **front}
     return raw
+
+
+def terms_table(fitted: dict[tuple[str, str], dict], date: str) -> dict:
+    """sim/config/engine_terms.json's content: per engine and version the fitted numbers and their runs."""
+    engines: dict[str, dict] = {}
+    for (engine, version), terms in sorted(fitted.items()):
+        kept = {k: v for k, v in terms.items() if k in CPU_TERMS + FRONTEND_TERMS}
+        if engine in PRESET_ENGINES and kept:
+            engines.setdefault(engine, {})[version] = {
+                "terms": kept, "fitted_on": list(FIT_RUNS.get((engine, version), ())),
+                "at_bound": sorted(k for k in terms if k.endswith(" at bound"))}
+    return {"source": "benchmarks/bench_published.py --write-terms: published_suite.fit_preset on each engine "
+                      "version's FIT_RUNS (every other run held out)", "date": date, "engines": engines}
 
 
 # --- running ---------------------------------------------------------------------------------------------

@@ -17,13 +17,21 @@ approximation (a default read at another version than the one named).
 from __future__ import annotations
 
 import copy
+import json
 import re
 from dataclasses import dataclass, field
+from functools import lru_cache
+from pathlib import Path
 from typing import Any, Callable
 
 from sim.errors import ConfigError
 
 GIB = 1 << 30
+# The presets' fitted numbers (the engine's CPU time per step, the front-end's latency), per engine and version, with
+# the runs they were fitted on: written by `benchmarks/bench_published.py --write-terms` (the published suite's
+# held-out protocol, benchmarks/published_suite.py fit_preset), read here. Absent for a version: the nearest
+# fitted version of the engine, and the preset says so; none at all: the estimates of sim/cost/overhead.py.
+TERMS_PATH = Path(__file__).with_name("engine_terms.json")
 
 
 @dataclass(frozen=True)
@@ -88,22 +96,26 @@ def _parse_version(text: str) -> tuple[int, ...] | None:
     return tuple(int(part) for part in match.groups() if part is not None)
 
 
-def _get(raw: dict, dotted: str):
+_ABSENT = object()
+
+
+def _lookup(raw: dict, dotted: str):
+    """The value at a dotted key of a raw scenario, or _ABSENT."""
     node = raw
     for key in dotted.split("."):
         if not isinstance(node, dict) or key not in node:
-            return None
+            return _ABSENT
         node = node[key]
     return node
 
 
+def _get(raw: dict, dotted: str):
+    value = _lookup(raw, dotted)
+    return None if value is _ABSENT else value
+
+
 def _has(raw: dict, dotted: str) -> bool:
-    node = raw
-    for key in dotted.split("."):
-        if not isinstance(node, dict) or key not in node:
-            return False
-        node = node[key]
-    return True
+    return _lookup(raw, dotted) is not _ABSENT
 
 
 def _set(raw: dict, dotted: str, value) -> None:
@@ -166,7 +178,7 @@ def _derive_vllm(ctx: Context) -> PresetResult:
         elif max_len is not None:
             values["scheduler.max_num_batched_tokens"] = max(max_len, 2048)
         notes.append(f"vLLM {ctx.version_text} (V0): defaults read at v0.6.3")
-    values["cost_model.overhead"] = {"engine": "vllm-cudagraph"}
+    values.update(_engine_terms(ctx, "vllm", notes))
     return PresetResult(values, {}, notes)
 
 
@@ -236,10 +248,8 @@ def _derive_sglang(ctx: Context) -> PresetResult:
         else:
             running = min(max(int(kv_tokens / context_len * 512), 2048), 4096)
     values["scheduler.max_num_seqs"] = running
-    overhead = {"engine": "vllm-cudagraph"}
-    values["cost_model.overhead"] = overhead
-    notes.append("SGLang: the CPU terms are vLLM's estimates (vllm-cudagraph) until fitted; its overlap scheduler "
-                 "is not modelled")
+    values.update(_engine_terms(ctx, "sglang", notes))
+    notes.append("SGLang: its overlap scheduler is not modelled (the fitted CPU term is what it leaves exposed)")
     return PresetResult(values, {}, notes)
 
 
@@ -275,10 +285,9 @@ def _derive_trtllm(ctx: Context) -> PresetResult:
         "scheduler.kv_reservation": "whole_output" if policy == "GUARANTEED_NO_EVICT" else "on_demand",
         "kv_cache.layout": "paged", "kv_cache.block_size": 32,
         "kv_cache.free_memory_fraction": flags.get("kv_cache_free_gpu_memory_fraction", 0.9),
-        "cost_model.overhead": {"engine": "vllm-cudagraph"},
     }
-    notes = ["TensorRT-LLM: defaults read at commits other than the version named",
-             "TensorRT-LLM: the CPU terms are vLLM's estimates (vllm-cudagraph) until fitted"]
+    notes = ["TensorRT-LLM: defaults read at commits other than the version named"]
+    values.update(_engine_terms(ctx, "trtllm", notes))
     if "cuda_graph_batch_sizes" in flags:
         values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
     return PresetResult(values, {}, notes)
@@ -312,6 +321,54 @@ PRESETS: dict[str, EnginePreset] = {
     "trtllm": EnginePreset("trtllm", "TensorRT-LLM", (0, 14, 0), (1, 2, 0), "tensorrt_llm/llmapi/llm_args.py",
                            _TRTLLM_FLAGS, _derive_trtllm),
 }
+
+
+@lru_cache(maxsize=1)
+def _fitted_table() -> dict:
+    try:
+        return json.loads(TERMS_PATH.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+
+
+def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None:
+    """(the fitted numbers, where they come from) for this engine version: its own, else the nearest fitted version
+    of the engine (said in the source); None when the engine has none."""
+    table = _fitted_table().get("engines", {}).get(name, {})
+    # a term the fit left at a bound was not identified by its runs: never used as if it had been
+    usable = {v: {k: x for k, x in e.get("terms", {}).items() if f"{k} at bound" not in e.get("at_bound", [])}
+              for v, e in table.items()}
+    candidates = [(v, _parse_version(v)) for v, terms in usable.items() if terms]
+    candidates = [(text, parsed) for text, parsed in candidates if parsed is not None]
+    if not candidates:
+        return None
+    def distance(parsed):
+        return tuple(abs(a - b) for a, b in zip(parsed + (0, 0, 0), version + (0, 0, 0)))
+    text, parsed = min(candidates, key=lambda c: (distance(c[1]), -len(usable[c[0]]), c[0]))
+    entry = table[text]
+    terms = {k: float(v) for k, v in usable[text].items()}
+    where = f"fitted on {', '.join(entry.get('fitted_on', [])) or 'no run'} ({name} {text})"
+    if parsed[:len(version)] != version and parsed != version:
+        where += f"; taken for {name} {_dotted(version)}, which has no fit of its own"
+    return terms, where
+
+
+def _engine_terms(ctx: Context, name: str, notes: list[str]) -> dict:
+    """The preset's CPU terms and front-end, fitted where the suite fitted them (`fitted_terms`)."""
+    values: dict[str, Any] = {}
+    found = fitted_terms(name, ctx.version)
+    overhead: dict[str, Any] = {"engine": "vllm-cudagraph"}
+    if found is None:
+        notes.append(f"{name}: no fitted CPU terms or front-end: vLLM's estimates (sim/cost/overhead.py), no front-end")
+    else:
+        terms, where = found
+        overhead.update({k: v for k, v in terms.items() if k in ("per_step_s", "per_seq_s", "per_prefill_token_s")})
+        if "latency_s" in terms:
+            values["frontend"] = {"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0,
+                                  "per_output_chunk_s": 0.0, "latency_s": terms["latency_s"]}
+        notes.append(f"{name}: CPU terms and front-end latency {where}")
+    values["cost_model.overhead"] = overhead
+    return values
 
 
 def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs: int) -> int | None:
@@ -382,6 +439,9 @@ def apply_engine_preset(raw: dict) -> tuple[dict, dict | None]:
             allowed = " or ".join(k.__name__ for k in kinds)
             raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: a {allowed}")
         flags[key] = flag.convert(value)
+    if _get(raw, "scheduler.batching") == "static":
+        raise ConfigError(f"scheduler.batching: 'static' contradicts engine {name} (it batches continuously); "
+                          "allowed: continuous, or leave engine out")
     raw = copy.deepcopy(raw)
     result = _derive(raw, name, preset, version, version_text, flags)
     for dotted, value in result.values.items():
@@ -424,7 +484,7 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
                   pp if isinstance(pp, int) else 1, model, raw)
     result = preset.derive(ctx)
     if name == "vllm" and flags.get("enforce_eager"):
-        result.values["cost_model.overhead"] = {"engine": "vllm-eager"}
+        result.values["cost_model.overhead"] = {**result.values["cost_model.overhead"], "engine": "vllm-eager"}
     for key, flag in preset.flags.items():
         if flag.target is not None and key in flags:
             result.values[flag.target] = flags[key]

@@ -100,6 +100,8 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"name": "vllm", "version": "0.11.0", "max_num_seqs": "many"}, {}, "engine.max_num_seqs: 'many' is not allowed"),
     ({"name": "trtllm", "version": "1.0.0", "scheduler_policy": "FIFO"}, {}, "engine.scheduler_policy: 'FIFO'"),
     ({"name": "sglang", "version": "0.5.3"}, {"hardware": {"gpu": "l4"}}, "engine.chunked_prefill_size: missing"),
+    ({"name": "sglang", "version": "0.5.3"}, {"scheduler": {"batching": "static"}},
+     "scheduler.batching: 'static' contradicts engine sglang"),
 ])
 def test_bad_engine_input_is_one_line(engine, sections, words):
     with pytest.raises(ConfigError, match=words.replace(".", r"\.").replace("(", r"\(")):
