@@ -825,7 +825,9 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}
     if not cm and cpu:  # the best available model, materialized so that the fitted terms can go into it
         from sim.config.cost_choice import default_cost_model
-        cm, _ = default_cost_model(raw)
+        from sim.config.engines import apply_engine_preset
+        _, preset_terms = apply_engine_preset(raw)  # the preset's CPU terms (overlap included)
+        cm, _ = default_cost_model(raw, preset_terms)
     if cpu and cm.get("kind") != "fixed":
         cm["overhead"] = {**cm.get("overhead", {"engine": "vllm-cudagraph"}), **cpu}
     if cm:

@@ -107,7 +107,8 @@ def starting_terms(scenario: Scenario) -> EngineOverhead:
     if o is None:
         return engine_overhead("none")
     return engine_overhead(o.engine, per_step_s=o.per_step_s, per_seq_s=o.per_seq_s,
-                           per_prefill_token_s=o.per_prefill_token_s, launch_per_layer_s=o.launch_per_layer_s)
+                           per_prefill_token_s=o.per_prefill_token_s, launch_per_layer_s=o.launch_per_layer_s,
+                            overlap=o.overlap)
 
 
 def request_metrics(frame: pd.DataFrame) -> dict[str, float]:

@@ -85,7 +85,8 @@ def _with_overhead(target, spec, deployment: Deployment):
         return target
     from sim.cost.overhead import EngineOverheadCostModel, engine_overhead
     terms = engine_overhead(o.engine, per_step_s=o.per_step_s, per_seq_s=o.per_seq_s,
-                            per_prefill_token_s=o.per_prefill_token_s, launch_per_layer_s=o.launch_per_layer_s)
+                            per_prefill_token_s=o.per_prefill_token_s, launch_per_layer_s=o.launch_per_layer_s,
+                            overlap=o.overlap)
     return EngineOverheadCostModel(target, terms, deployment.model.num_layers)
 
 
@@ -167,9 +168,9 @@ def _pipeline_cost_model(scenario: Scenario, deployment: Deployment, whole):
                 o = spec.overhead
                 driver = engine_overhead(o.engine, per_step_s=o.per_step_s, per_seq_s=o.per_seq_s,
                                          per_prefill_token_s=o.per_prefill_token_s,
-                                         launch_per_layer_s=o.launch_per_layer_s)
+                                         launch_per_layer_s=o.launch_per_layer_s, overlap=o.overlap)
                 # Each stage's workers launch their own layers' kernels; the CPU terms are the driver's.
-                launch_only = replace(driver, per_step_s=0.0, per_seq_s=0.0, per_prefill_token_s=0.0)
+                launch_only = replace(driver, per_step_s=0.0, per_seq_s=0.0, per_prefill_token_s=0.0, overlap=False)
                 stage = EngineOverheadCostModel(stage, launch_only, n)
             stages.append(stage)
     else:

@@ -5,10 +5,10 @@ In scope: one replica or several behind a round-robin or least-outstanding route
 last-admitted recompute preemption, under any engine's scheduling rule (sim/sched/rules.py), one sequence per request, `PagedKVManager` without prefix caching,
 sharing or a sliding window, a stop rule the core can ask itself (`compiled_params()`, as the planner's
 `SLOMissRule`) or none, and a cost model with a compiled form (`compiled_params()`: the roofline, a
-whole-step profile, `StepProfileCostModel`, or the measured kernels, `MeasuredCostModel`, each with or without
-the engine's overhead, `EngineOverheadCostModel`; see `sim.cost.compiled_pricing`). Anything
-else, or numba missing, runs the Python engine, which stays the reference; `Simulation.engine_core` says
-which ran and why.
+whole-step profile, `StepProfileCostModel`, the measured kernels, `MeasuredCostModel`, or the learned roofline,
+`LearnedRooflineCostModel`, each with or without the engine's overhead, `EngineOverheadCostModel`; see
+`sim.cost.compiled_pricing`). Anything else, or numba missing, runs the Python engine, which stays the
+reference; `Simulation.engine_core` says which ran and why.
 """
 
 from __future__ import annotations

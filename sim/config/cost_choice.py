@@ -72,15 +72,16 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
     if (isinstance(model, str) and pp == 1 and raw.get("speculation") is None and weights == "bf16" and kv == "bf16"
             and disaggregation is None and floor == 0 and _whole_step_profile(gpu, model, tp)):
         return {"kind": "calibrated", "overhead": terms}, (
-            f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU terms "
-            "(the most accurate source available)")
+            f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "
+            "terms (the most accurate source available)")
     from sim.cost.measured import measured_unsupported
     tables = engine if engine in ("sglang", "trtllm") and measured_unsupported(
         gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=engine) is None else "vllm"
     why_not = measured_unsupported(gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=tables)
     if why_not is None and isinstance(disaggregation, dict):  # every pool's GPU must be measured
         for pool in ("prefill", "decode"):
-            pool_gpu = (disaggregation.get(pool) or {}).get("gpu", gpu) if isinstance(disaggregation.get(pool), dict) else gpu
+            section = disaggregation.get(pool)
+            pool_gpu = section.get("gpu", gpu) if isinstance(section, dict) else gpu
             if not isinstance(pool_gpu, str):
                 why_not = f"the {pool} pool's GPU is inline"
                 break

@@ -246,6 +246,9 @@ class OverheadSpec(_Strict):
     per_prefill_token_s: float | None = Field(None, ge=0, description="CPU time per prompt token scheduled")
     launch_per_layer_s: float | None = Field(None, ge=0, description="eager: kernel-launch time per layer "
                                              "(overlaps the kernels)")
+    overlap: bool | None = Field(None, description="the CPU terms run while the GPU runs the previous step (SGLang's "
+                                 "overlap scheduler, vLLM's async scheduling): a step takes the longer of the two; "
+                                 "default: the engine's (false for vLLM's estimates)")
 
 
 class AttentionSpec(_Strict):

@@ -1,10 +1,13 @@
 """One entry point to price a step with whichever cost model has a compiled form, for both engines.
 
 `price_parts(kind, roofline, steps, measured, <the step>)` gives (time_s, FLOPs, bytes) as the model's `step_cost`
-does: the FLOPs and bytes are always the roofline's counts (every cost model reports those), the time is the
-model's (`roofline_kernel`, `steps_kernel` or `measured_kernel`). The cost models' `step_cost` call it (with None
-for the packs they do not have, which numba prunes); the compiled engine core (`sim.compiled`) inlines it, with
-the pack `pricer(...)` builds: a tuple of one fixed numba type whatever the model, so the core compiles once.
+does: the FLOPs and bytes are the roofline's counts (every cost model reports those), the time is the model's
+(`roofline_kernel`, `steps_kernel` or `measured_kernel`); the learned roofline (`learned_kernel`, kind
+`KIND_LEARNED`) gives all three, its FLOPs and bytes summed its own way. The cost models' `step_cost` call it (with
+None for the packs they do not have, which numba prunes); the compiled engine core (`sim.compiled`) inlines it,
+with the pack `pricer(...)` builds: a tuple of one fixed numba type whatever the model, so the core compiles once.
+The learned roofline's pack has the type of a whole-step profile's (`learned_kernel` says why) and travels in the
+`steps` slot: no model has both.
 A NaN time means the model cannot price that step until the caller has read the measured kernels' note log of
 points outside their tables (`sim.cost.measured_kernel`).
 """
@@ -13,21 +16,26 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost import measured_kernel, roofline_kernel, steps_kernel
+from sim.cost import learned_kernel, measured_kernel, roofline_kernel, steps_kernel
 from sim.cost.jit import njit
 
-KIND_ROOFLINE, KIND_STEPS, KIND_MEASURED = 0, 1, 2
-# How many leading arrays of each pack hold the model's numbers (the rest are memos and the note log).
+KIND_ROOFLINE, KIND_STEPS, KIND_MEASURED, KIND_LEARNED = 0, 1, 2, 3
+# How many leading arrays of each pack hold the model's numbers (the rest are memos and the note log). The `steps`
+# slot's pack, a whole-step profile's or a learned roofline's, is numbers only.
 _NUMBERS = (roofline_kernel.NUM_NUMBERS, len(steps_kernel.empty()), measured_kernel.NUM_NUMBERS)
 
 
 def pricer(roofline_params: tuple, steps_params: tuple | None = None, measured_params: tuple | None = None,
-           overhead_terms: np.ndarray | None = None) -> tuple:
-    """(kind, the roofline's pack, the whole-step profile's pack, the measured kernels' pack, the engine overhead's
-    terms); the packs a kind does not use are empty ones of the same types, and no overhead is an empty array (the
-    core adds it with `sim.cost.overhead.with_overhead` after `price_parts`)."""
-    kind = KIND_STEPS if steps_params is not None else KIND_MEASURED if measured_params is not None else KIND_ROOFLINE
-    return (kind, roofline_params, steps_params if steps_params is not None else steps_kernel.empty(),
+           overhead_terms: np.ndarray | None = None, learned_params: tuple | None = None) -> tuple:
+    """(kind, the roofline's pack, the whole-step profile's pack or the learned roofline's, the measured kernels'
+    pack, the engine overhead's terms); the packs a kind does not use are empty ones of the same types, and no
+    overhead is an empty array (the core adds it with `sim.cost.overhead.with_overhead` after `price_parts`)."""
+    if steps_params is not None and learned_params is not None:
+        raise ValueError("a pricer has a whole-step profile or learned efficiencies, not both (one slot)")
+    kind = (KIND_STEPS if steps_params is not None else KIND_MEASURED if measured_params is not None
+            else KIND_LEARNED if learned_params is not None else KIND_ROOFLINE)
+    table = steps_params if steps_params is not None else learned_params
+    return (kind, roofline_params, table if table is not None else steps_kernel.empty(),
             measured_params if measured_params is not None else measured_kernel.empty(),
             overhead_terms if overhead_terms is not None else np.zeros(0))
 
@@ -47,6 +55,10 @@ def same_prices(a: tuple, b: tuple) -> bool:
 @njit(cache=True, inline="always")
 def price_parts(kind, roof, steps, measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
                 decode_ctx, num_sampled, query_tokens, swap_tokens):
+    if steps is not None:
+        if kind == KIND_LEARNED:  # `steps` holds the learned pack; the roofline pack, the model's numbers
+            return learned_kernel.step_cost(roof, steps, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
+                                            num_decode_seqs, decode_ctx, num_sampled, query_tokens, swap_tokens)
     time_s, flops, nbytes = roofline_kernel.step_cost(roof, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
                                                       num_decode_seqs, decode_ctx, num_sampled, query_tokens,
                                                       swap_tokens)

@@ -24,8 +24,9 @@ except ImportError:  # not POSIX: no lock (processes starting together may both 
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds sim/
 # Every module with numba functions of the compiled core (the engine loop and the pricers it calls).
 CORE_MODULES = ("sim/cost/interpolation.py", "sim/cost/roofline_kernel.py", "sim/cost/measured_kernel.py",
-                "sim/cost/steps_kernel.py", "sim/cost/compiled_pricing.py", "sim/cost/overhead.py", "sim/cost/draws.py",
-                "sim/sched/rules.py", "sim/compiled/kernel.py", "sim/frontend.py")
+                "sim/cost/steps_kernel.py", "sim/cost/learned_kernel.py", "sim/cost/compiled_pricing.py",
+                "sim/cost/overhead.py", "sim/cost/draws.py", "sim/sched/rules.py", "sim/compiled/kernel.py",
+                "sim/frontend.py")
 STAMP = "sim/cost/__pycache__/compiled-core-sources.sha256"
 
 

@@ -45,8 +45,8 @@ from sim.errors import ConfigError
 
 TERMS = ("per_step_s", "per_seq_s", "per_prefill_token_s", "launch_per_layer_s")
 # The pack the compiled form carries (`EngineOverhead.pack`): these four numbers, the launch term already times
-# the layers.
-O_PER_STEP, O_PER_SEQ, O_PER_PREFILL_TOKEN, O_LAUNCH = range(4)
+# the layers, then 1.0 where the engine overlaps its CPU work with the GPU (`overlap`).
+O_PER_STEP, O_PER_SEQ, O_PER_PREFILL_TOKEN, O_LAUNCH, O_OVERLAP = range(5)
 
 
 @njit(cache=True, inline="always")
@@ -58,8 +58,12 @@ def with_overhead(terms, kernels_s, num_seqs, num_prefill_tokens, num_tokens):
         return kernels_s
     launch_s = terms[O_LAUNCH]
     busy_s = kernels_s if kernels_s >= launch_s or kernels_s != kernels_s else launch_s  # NaN stays NaN
-    return busy_s + (terms[O_PER_STEP] + terms[O_PER_SEQ] * num_seqs
-                     + terms[O_PER_PREFILL_TOKEN] * num_prefill_tokens)
+    serial_s = terms[O_PER_STEP] + terms[O_PER_SEQ] * num_seqs + terms[O_PER_PREFILL_TOKEN] * num_prefill_tokens
+    if terms[O_OVERLAP] != 0.0:
+        # The next step is scheduled and its inputs prepared while the GPU runs this one (SGLang's overlap
+        # scheduler, vLLM's async scheduling): the step takes the longer of the two.
+        return busy_s if busy_s >= serial_s or busy_s != busy_s else serial_s
+    return busy_s + serial_s
 
 
 @dataclass(frozen=True)
@@ -72,6 +76,7 @@ class EngineOverhead:
     per_prefill_token_s: float = 0.0  # input preparation per prompt token scheduled (positions, slot mapping)
     launch_per_layer_s: float = 0.0  # eager: host time to launch one layer's kernels (overlaps the kernels)
     source: str = ""  # where the values came from: defaults (estimates, see module docstring) or a fit
+    overlap: bool = False  # the CPU terms run while the GPU runs the previous step (a step: the longer of the two)
 
     def __post_init__(self):
         for name in TERMS:
@@ -84,18 +89,20 @@ class EngineOverhead:
 
     def describe(self) -> str:
         parts = [f"{name}={value * 1e6:g}us" for name, value in self.terms().items() if value]
+        parts += ["overlapped with the GPU"] if self.overlap else []
         return f"overhead {self.engine}: " + (", ".join(parts) or "none") + (f" [{self.source}]" if self.source else "")
 
     def pack(self, num_layers: int) -> np.ndarray:
         """The terms as `with_overhead` takes them."""
-        terms = np.zeros(4)
+        terms = np.zeros(5)
         terms[O_PER_STEP], terms[O_PER_SEQ] = self.per_step_s, self.per_seq_s
         terms[O_PER_PREFILL_TOKEN], terms[O_LAUNCH] = self.per_prefill_token_s, self.launch_per_layer_s * num_layers
+        terms[O_OVERLAP] = 1.0 if self.overlap else 0.0
         return terms
 
     def serial_s(self, plan: StepPlan) -> float:
         """The CPU time between steps (not overlapped with kernels): a pipelined replica's driver time."""
-        serial = replace(self, launch_per_layer_s=0.0).pack(0)
+        serial = replace(self, launch_per_layer_s=0.0, overlap=False).pack(0)
         return float(with_overhead(serial, 0.0, plan.num_seqs, plan.num_prefill_tokens, plan.num_tokens))
 
     def step_time(self, kernels_s: float, plan: StepPlan, num_layers: int) -> float:
@@ -112,12 +119,12 @@ ENGINE_DEFAULTS: dict[str, EngineOverhead] = {
 }
 
 
-def engine_overhead(engine: str, **overrides: float | None) -> EngineOverhead:
-    """An engine's default terms, with any given term replaced (the repr then names it as given)."""
+def engine_overhead(engine: str, **overrides: float | bool | None) -> EngineOverhead:
+    """An engine's default terms, with any given term (or `overlap`) replaced (the repr then names it as given)."""
     if engine not in ENGINE_DEFAULTS:
         raise ConfigError(f"cost_model.overhead.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINE_DEFAULTS)}")
     given = {k: v for k, v in overrides.items() if v is not None}
-    unknown = sorted(set(given) - set(TERMS))
+    unknown = sorted(set(given) - set(TERMS) - {"overlap"})
     if unknown:
         raise ConfigError(f"cost_model.overhead: {unknown[0]!r} is not a term; allowed: {', '.join(TERMS)}")
     base = ENGINE_DEFAULTS[engine]

@@ -87,8 +87,8 @@ def _op(f, b, fps, bps):
 # The helpers take numbers, not a matmul row: a call that passes an array takes and drops a reference to it
 # (atomic operations), which at every step of the compiled core cost more than the arithmetic.
 @njit(cache=True)
-def _linear(weight_params, params_per_token, experts, experts_per_token, in_features, out_features, num_tokens,
-            wbpp):
+def linear_flops_bytes(weight_params, params_per_token, experts, experts_per_token, in_features, out_features,
+                       num_tokens, wbpp):
     """(FLOPs, bytes) of a matmul at `num_tokens`: 2 FLOPs per parameter per token; the weights read once (of a
     mixture of experts, the experts some token routes to, in expectation under uniform routing) and the
     activations in and out."""
@@ -102,8 +102,8 @@ def _linear(weight_params, params_per_token, experts, experts_per_token, in_feat
 
 
 @njit(cache=True, inline="always")
-def _linear_row(mm, k, num_tokens, wbpp):
-    return _linear(mm[k, M_WEIGHT], mm[k, M_PER_TOKEN], mm[k, M_NUM_EXPERTS], mm[k, M_EXPERTS_PER_TOKEN],
+def linear_row(mm, k, num_tokens, wbpp):
+    return linear_flops_bytes(mm[k, M_WEIGHT], mm[k, M_PER_TOKEN], mm[k, M_NUM_EXPERTS], mm[k, M_EXPERTS_PER_TOKEN],
                    mm[k, M_IN], mm[k, M_OUT], num_tokens, wbpp)
 
 
@@ -112,7 +112,7 @@ def linear_counts(mm, num_tokens, wbpp):
     """(FLOPs, bytes) of every matmul row at `num_tokens`, one row each."""
     out = np.empty((mm.shape[0], 2))
     for k in range(mm.shape[0]):
-        out[k, 0], out[k, 1] = _linear_row(mm, k, num_tokens, wbpp)
+        out[k, 0], out[k, 1] = linear_row(mm, k, num_tokens, wbpp)
     return out
 
 
@@ -123,7 +123,7 @@ def _matmuls(mm, first, end, num_tokens, wbpp, fps, bps):
     layer_flops = 0.0
     layer_bytes = 0.0
     for k in range(first, end):
-        f, b = _linear_row(mm, k, num_tokens, wbpp)
+        f, b = linear_row(mm, k, num_tokens, wbpp)
         layer_s += _op(f, b, fps, bps)
         layer_flops += f
         layer_bytes += b
@@ -243,7 +243,7 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
         if rows < MEMO_TOKENS and not math.isnan(head_memo[rows, 0]):
             head_s, f, b = head_memo[rows, 0], head_memo[rows, 1], head_memo[rows, 2]
         else:
-            f, b = _linear(lm_head[M_WEIGHT], lm_head[M_PER_TOKEN], lm_head[M_NUM_EXPERTS],
+            f, b = linear_flops_bytes(lm_head[M_WEIGHT], lm_head[M_PER_TOKEN], lm_head[M_NUM_EXPERTS],
                            lm_head[M_EXPERTS_PER_TOKEN], lm_head[M_IN], lm_head[M_OUT], rows, wbpp)
             head_s = _op(f, b, fps, bps)
             if rows < MEMO_TOKENS:

@@ -106,6 +106,11 @@ class CandidateOutcome:
     costs: dict = field(default_factory=dict)
     evaluations: list[Evaluation] = field(default_factory=list)
     cost_model: str = ""  # which step-time model priced this candidate
+    # With a band (run.band, issue 31): the band at the chosen replicas (at the target), and where the verdict
+    # flips inside it, one phrase ("3 replicas meet the SLOs at the point figures, not at the band's pessimistic
+    # edge (...); 4 do"); "" where it does not flip.
+    band: dict = field(default_factory=dict)
+    band_flip: str = ""
 
 
 @dataclass
@@ -145,6 +150,9 @@ class PlanSettings:
     # bracket.
     exhaustive: bool = False
     cache_dir: str | None = None  # simulations kept here between runs (`sim.tools.plan_cache`); not when exhaustive
+    # run.band (issue 31): a candidate meets the SLOs only at the band's pessimistic edge, checked once its
+    # fewest replicas are found (`confirm_with_band`), not at every probe of the searches
+    band: float | None = None
 
 
 @dataclass
@@ -463,13 +471,64 @@ def search_candidate(task: CandidateTask, neighbour: CandidateOutcome | None = N
                               f"{s.target_rate_per_s:g} req/s ({_describe_failure(last)}); one replica "
                               f"sustains {ok:.3g} req/s")
             else:
-                at = evaluate(n, s.target_rate_per_s)
-                out.num_replicas, out.at_target = n, at.metrics
-                scenario_n = validate_scenario(evaluate.scenario_raw(n, s.target_rate_per_s))
-                out.costs = cost_figures(scenario_n, at.metrics, s.prices)
+                if s.band is not None:
+                    n = confirm_with_band(evaluate, n, task.raw, s, out)
+                if n is not None:
+                    at = evaluate(n, s.target_rate_per_s)
+                    out.num_replicas, out.at_target = n, at.metrics
+                    scenario_n = validate_scenario(evaluate.scenario_raw(n, s.target_rate_per_s))
+                    out.costs = cost_figures(scenario_n, at.metrics, s.prices)
     except ServeSimError as err:
         return CandidateOutcome(cand, "excluded", str(err), evaluations=evaluate.evaluations)
     out.evaluations = evaluate.evaluations
+    return out
+
+
+def confirm_with_band(evaluate: "Evaluator", n: int, raw: dict, s: PlanSettings, out: CandidateOutcome) -> int | None:
+    """The fewest replicas, from `n` (the fewest meeting the SLOs at the point figures) up, that meet them at the
+    band's pessimistic edge (`sim.bands.pessimistic_misses`); None (and `out` infeasible) where none up to
+    max_replicas does. Sets `out.band` and, where the verdict flips inside the band, `out.band_flip`. Only this
+    check runs the band's replications: the rate search and the replica search probe the point figures. A
+    replica count's replications stop once its edge is certainly over a latency limit (`sim.bands.certain_miss`)."""
+    from sim.bands import certain_miss, pessimistic_misses, replicate
+    from sim.config.files import validate_scenario
+    first_misses: list[str] = []
+    meet = f"{n} replica meets" if n == 1 else f"{n} replicas meet"
+    for k in range(n, s.max_replicas + 1):
+        if k > n and not evaluate(k, s.target_rate_per_s, verdict_only=True).slo_met:
+            continue
+        scenario = validate_scenario(evaluate.scenario_raw(k, s.target_rate_per_s))
+        cost_model = None if scenario.hardware.disaggregation is not None else shared_cost_model(raw, scenario)
+        band, values = replicate(scenario, cost_model=cost_model, stop_when=certain_miss(scenario.slo))
+        misses = pessimistic_misses(band, scenario.slo) if band is not None else _certain_misses(values, scenario)
+        if k == n:
+            first_misses = misses
+        if not misses:
+            out.band = band
+            if k > n:
+                out.band_flip = (f"{meet} the SLOs at the point figures, not at the band's pessimistic edge "
+                                 f"({'; '.join(first_misses)}); {k} do")
+            return k
+    out.status, out.reachable_rate_per_s = "infeasible", math.nan
+    out.band_flip = (f"{meet} the SLOs at the point figures, but up to {s.max_replicas} (search.max_replicas) "
+                     f"none meets them at the {s.band:g}% band's pessimistic edge ({'; '.join(first_misses)})")
+    out.reason = out.band_flip
+    return None
+
+
+def _certain_misses(values: dict, scenario) -> list[str]:
+    """The limits replications stopped early (`certain_miss`) are over: the upper edge is at least the k-th
+    largest value seen."""
+    from sim.bands import order_index, replications_for
+    slo, run = scenario.slo, scenario.run
+    k = order_index(run.band, replications_for(run.band, run.band_replications))
+    q = f"p{slo.percentile:g}"
+    out = []
+    for m in ("ttft", "tpot", "e2e"):
+        limit = getattr(slo, f"{m}_s")
+        seen = sorted((v for v in values.get(f"slo_{m}_{q}", []) if v is not None), reverse=True)
+        if limit is not None and len(seen) >= k and seen[k - 1] > limit:
+            out.append(f"{q} {m.upper()} upper edge ≥ {seen[k - 1]:.4g} s > {limit:g} s")
     return out
 
 
@@ -592,7 +651,8 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         rate_tolerance=search.rate_tolerance, num_seeds=num_seeds or search.num_seeds, prices=merged_prices,
         top_k=search.top_k, base_seed=base.run.seed, min_window_s=search.min_window_s,
         prefer_calibrated=search.prefer_calibrated,
-        pipeline_parallel=[int(pp) for pp in pp_list], exhaustive=exhaustive, cache_dir=cache_dir)
+        pipeline_parallel=[int(pp) for pp in pp_list], exhaustive=exhaustive, cache_dir=cache_dir,
+        band=base.run.band)
 
 
 def shipped_profile(gpu_name: str, model_name: str, tensor_parallel: int):

@@ -176,8 +176,8 @@ def _scalar_summary(summary: dict) -> dict:
 
 def run_point(task: PointTask) -> dict:
     """Simulate one point; a configuration error becomes the row's `error`, not an exception."""
+    from sim.bands import simulate_with_band as simulate  # with run.band: the band's columns too
     from sim.config.files import validate_scenario
-    from sim.run import simulate
     row: dict[str, Any] = {"point_id": task.point_id, "variant": task.variant or ""}
     row.update({key: _cell(value) for key, value in task.point.items()})
     try:
@@ -190,7 +190,22 @@ def run_point(task: PointTask) -> dict:
     row.update(_scalar_summary(result.summary))
     row.update(cost_figures(scenario, result.summary))
     row["cost_model"] = result.extras.get("cost_model_label", "")  # which cost model priced this point
+    row.update(band_columns(result.summary.get("band")))
     return row
+
+
+def band_columns(band: dict | None) -> dict:
+    """A banded point's columns (issue 31): `<metric>_lo` / `<metric>_hi` for each headline figure
+    (sim/bands.py BAND_METRICS), and the band's level, replications and how many of them met the SLOs."""
+    if not band:
+        return {}
+    from sim.bands import BAND_METRICS
+    out: dict[str, Any] = {"band_level": band["level"], "band_replications": band["replications"],
+                           "band_slo_met_replications": band.get("slo_met_replications")}
+    for name in BAND_METRICS:
+        edges = band.get(name)
+        out[f"{name}_lo"], out[f"{name}_hi"] = (edges[0], edges[1]) if edges else (None, None)
+    return out
 
 
 def _cell(value: Any) -> Any:

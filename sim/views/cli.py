@@ -51,8 +51,12 @@ def _progress_callback(progress: Progress, task):
     return update
 
 
-def _simulate_with_progress(scenario, workload, label: str, quiet: bool):
-    from sim.bands import simulate_with_band as simulate  # the run, and its band when run.band asks for one
+def _simulate_with_progress(scenario, workload, label: str, quiet: bool, workloads: dict | None = None):
+    """`workloads`: the replications' workloads, shared by the variants of a comparison (sim/bands.py)."""
+    from functools import partial
+
+    from sim.bands import simulate_with_band
+    simulate = partial(simulate_with_band, workloads=workloads)  # the run, and its band when run.band asks for one
     if quiet:
         return simulate(scenario, workload)
     total = workload.num_requests
@@ -83,11 +87,13 @@ def _summary_table(results) -> Table:
     return table
 
 
-def _clipping_notes(results) -> None:
-    """One line per result whose generated lengths were cut to fit the model: its numbers are for shorter requests."""
+def _clipping_notes(results, differences=None):
+    """One line per result whose generated lengths were cut to fit the model: its numbers are for shorter requests.
+    Returns the verdict printed first (`differences`: the band of each difference, sim/bands.py)."""
     from sim.views.report import band_note
     from sim.views.verdict import verdict_of  # first, the verdict under the summary table (issue 32)
-    console.print(verdict_of(results).text(), markup=False, highlight=False)
+    verdict = verdict_of(results, differences=differences)
+    console.print(verdict.text(), markup=False, highlight=False)
     for r in results:
         note = band_note(r.name, r.summary)
         if note:
@@ -99,6 +105,7 @@ def _clipping_notes(results) -> None:
             console.print(f"note: {r.name}: {clipped:,} of {r.summary.get('num_requests', 0):,} requests were longer "
                           f"than max_model_len ({r.summary.get('max_model_len')} tokens) and were clipped to fit",
                           markup=False, highlight=False)
+    return verdict
 
 
 def _folder_name(variant: str) -> str:
@@ -118,7 +125,8 @@ def variant_folders(names: list[str]) -> dict[str, str]:
             else f"{folder}-{hashlib.sha1(name.encode()).hexdigest()[:8]}" for name, folder in safe.items()}
 
 
-def _write_outputs(out: Path, results, title: str, scenario_yaml: str, extra_files=None) -> dict[str, str]:
+def _write_outputs(out: Path, results, title: str, scenario_yaml: str, extra_files=None,
+                   differences=None) -> dict[str, str]:
     """Every result's records, summary and scenario, and the report, in `out` at once (`atomic_dir`: never over
     a folder ServeSim did not write); `extra_files` {relative path: writer(path)} go in with them. Returns the
     folder of each variant."""
@@ -136,7 +144,7 @@ def _write_outputs(out: Path, results, title: str, scenario_yaml: str, extra_fil
         if len(results) > 1:
             write_json(tmp / "summary.json", {r.name: r.summary for r in results})
             write_json(tmp / "folders.json", folders)
-        (tmp / "report.html").write_text(render_report(results, title, scenario_yaml))
+        (tmp / "report.html").write_text(render_report(results, title, scenario_yaml, differences=differences))
         for relative, writer in (extra_files or {}).items():
             (tmp / relative).parent.mkdir(parents=True, exist_ok=True)
             writer(tmp / relative)
@@ -202,21 +210,41 @@ def compare(scenario: str = typer.Argument(..., help="scenario YAML file with va
     out = out or Path("out") / Path(scenario).stem
     check_output_dir(out)  # before simulating, not after
     results = []
+    workloads: dict = {}  # each replication's workload, generated once for every variant that shares it
     for name, variant in scenario_set.items():
-        results.append(_simulate_with_progress(variant, make_workload(variant), name, quiet))
+        results.append(_simulate_with_progress(variant, make_workload(variant), name, quiet, workloads))
     console.print(_summary_table(results))
-    _clipping_notes(results)
+    differences = _pair_differences(results)
+    verdict = _clipping_notes(results, differences)
+    extra = None
+    if differences is not None:  # the band of each variant's difference from the winner (issue 31)
+        from sim.atomic_files import write_json
+        from sim.bands import difference_bands
+        from sim.views.report import difference_lines
+        table = difference_bands(results, verdict.winner)
+        for line in difference_lines(table):
+            console.print(line, markup=False, highlight=False)
+        extra = {"band_differences.json": lambda path: write_json(path, table)}
     from sim.views.attention_whatif import attention_rows
     attention = attention_rows(results)  # None unless a variant materializes the attention scores
     if attention is not None:
         console.print("attention kernel:\n" + attention.to_string(index=False), markup=False, highlight=False)
     folders = _write_outputs(out, results, f"ServeSim comparison: {scenario_set.base.name}",
-                             Path(scenario).read_text())
+                             Path(scenario).read_text(), extra, differences)
     for name, folder in folders.items():
         if folder != _folder_name(name):
             console.print(f"note: variant {name!r} shares its folder name with another; its records are in "
                           f"{out / folder}/", markup=False, highlight=False)
     console.print(f"Outputs written to {out}/ — open {out / 'report.html'} in a browser.")
+
+
+def _pair_differences(results):
+    """The band of B − A for every pair of banded variants (sim/bands.py `pair_differences`), what the verdict
+    reads; None where fewer than two variants have a band."""
+    if sum(1 for r in results if "band_values" in r.extras) < 2:
+        return None
+    from sim.bands import pair_differences
+    return pair_differences(results)
 
 
 def _csv_list(option: str, text: Optional[str], cast=str) -> Optional[list]:
@@ -272,10 +300,14 @@ def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
           out: Optional[str] = typer.Option(None, help="output .parquet or .csv (default: out/<name>-sweep.parquet)"),
           backend: str = BackendOption, workers: Optional[int] = WorkersOption,
           address: Optional[str] = AddressOption,
-          quiet: bool = typer.Option(False, "--quiet", "-q")):
-    """Simulate the cross product of scenario keys; one row per point. Resumable: done points are skipped."""
+          quiet: bool = typer.Option(False, "--quiet", "-q"),
+          band: Optional[float] = BandOption):
+    """Simulate the cross product of scenario keys; one row per point. Resumable: done points are skipped.
+    With --band (run.band) each row gets <metric>_lo / <metric>_hi columns; the band is part of the sweep's
+    identity (a table of another band is not resumed)."""
     from sim.tools.sweep import parse_grid, plan_sweep, run_point
-    raw = _read_raw(scenario, set_, resolve=False)  # a point that cannot run gets its reason in its row
+    # a point that cannot run gets its reason in its row
+    raw = _read_raw(scenario, _with_band(set_, band), resolve=False)
     axes = parse_grid(grid)
     names = list((raw.get("variants") or {}).keys())
     if variant:
@@ -330,7 +362,10 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
                                          "verdicts are monotone in rate: the reference for the shortcuts)"),
          cache: Optional[Path] = typer.Option(None, "--cache", help="keep each simulation's answer in this folder "
                                               "and reuse it when the same simulation is asked again"),
-         quiet: bool = typer.Option(False, "--quiet", "-q")):
+         quiet: bool = typer.Option(False, "--quiet", "-q"),
+         band: Optional[float] = typer.Option(None, "--band", help="meet the SLOs at this band's pessimistic edge "
+                                              "(percent, in (0, 100); sets run.band): checked at each candidate's "
+                                              "fewest replicas, from replications (sim/bands.py)")):
     """Find the cheapest deployment that serves the target load within the SLOs."""
     from sim.tools.planner import plan_settings, run_plan
     from sim.views.plan_report import (
@@ -339,7 +374,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
         seed_summary,
         write_plan_outputs,
     )
-    raw = _read_raw(scenario, set_, resolve=False)  # candidates bring their own hardware
+    raw = _read_raw(scenario, _with_band(set_, band), resolve=False)  # candidates bring their own hardware
     prices = {}
     for item in price or []:
         name, sep, value = item.partition("=")
@@ -387,6 +422,9 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
         table.add_row(*[v if isinstance(v, str) else format_value(None if v is None or v != v else v) for v in row])
     console.print(table)
     console.print(recommendation_text(result))
+    for o in result.outcomes:  # where the verdict flips inside the band (issue 31)
+        if o.band_flip:
+            console.print(f"band: {o.candidate.name}: {o.band_flip}", markup=False, highlight=False)
     spread = seed_summary(result)
     if spread:
         console.print(f"Under {spread['num_seeds']} seeds: SLOs met {spread['seeds_meeting_slo']}/{spread['num_seeds']}; "

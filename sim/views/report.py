@@ -162,8 +162,39 @@ def band_note(name: str, summary: dict) -> str | None:
     if residuals:
         sources += (f" (the {residuals['cost_model']} model's residuals: bias sigma {residuals['bias_sigma']:.3g}, "
                     f"per-step sigma {residuals['sigma_prefill']:.3g} prefill / {residuals['sigma_decode']:.3g} decode)")
-    return (f"band: {name}: {band['level'] * 100:g}% over {band['replications']} replications drawing {sources}; "
-            f"SLOs met in {band['slo_met_replications']} of {band['replications']}")
+    met = band.get("slo_met_replications")
+    return (f"band: {name}: {band['level'] * 100:g}% over {band['replications']} replications drawing {sources}"
+            + (f"; SLOs met in {met} of {band['replications']}" if met is not None else ""))
+
+
+# The figures a comparison's difference bands are shown on in the terminal (the verdict's deciding metrics at
+# p99), with their labels and units; band_differences.json holds every banded figure.
+DIFFERENCE_LABELS = {"goodput_rps": ("goodput", "req/s"), "ttft_s_p99": ("TTFT p99", "s"),
+                     "tpot_s_p99": ("TPOT p99", "s"), "e2e_s_p99": ("E2E p99", "s"),
+                     "throughput_rps": ("throughput", "req/s")}
+
+
+def _signed(x) -> str:
+    return "-" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{float(x):+,.4g}"
+
+
+def difference_lines(table: dict) -> list[str]:
+    """The terminal's lines for `sim.bands.difference_bands`: a heading, then per variant and figure
+    "  TTFT p99: B − A = -0.012 s [-0.02, -0.003]: B faster across the band"."""
+    ref = table["reference"]
+    out = [f"band of each difference from {ref} ({table['level'] * 100:g}%, {table['replications']} replications, "
+           "the same requests and draws for every variant):"]
+    for name, rows in table["variants"].items():
+        for key, (label, unit) in DIFFERENCE_LABELS.items():
+            row = rows.get(key)
+            if row is None:
+                continue
+            band = row["band"]
+            edges = "[no band]" if band is None else f"[{_signed(band[0])}, {_signed(band[1])}]"
+            out.append(f"  {label}: {name} − {ref} = {_signed(row['point'])} {unit} {edges}: {row['reading']}")
+    for name, why in table["not_comparable"].items():
+        out.append(f"  {name}: no difference band ({why})")
+    return out
 
 
 def format_value(value) -> str:
@@ -495,9 +526,10 @@ table.variants-as-rows thead th{max-width:7em;white-space:normal}
 pre{background:#f6f6f6;padding:1em;overflow:auto}"""
 
 
-def render_report(results: list[Result], title: str, scenario_yaml: str = "", bands=None) -> str:
+def render_report(results: list[Result], title: str, scenario_yaml: str = "", bands=None, differences=None) -> str:
     """The report page: the verdict, the grouped summary, the charts (plotly.js inlined once), the scenario.
-    `bands` (variant -> summary key -> (low, high)) make the verdict band-aware."""
+    `bands` (variant -> summary key -> (low, high)) make the verdict band-aware; `differences` ((A, B) -> key ->
+    band of B − A) let it say whether the winner's margin holds across the band."""
     # Fixed div ids (plotly draws random ones): the same run writes the same bytes.
     parts = [f'<section id="{name}">{figure_html(fig, f"plot-{name}")}</section>' for name, fig in figures(results)]
     from sim import __version__
@@ -508,7 +540,7 @@ def render_report(results: list[Result], title: str, scenario_yaml: str = "", ba
 <meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>
 <style>{STYLE}</style>{plotly_script()}</head>
 <body><h1>{html.escape(title)}</h1>
-{verdict_of(results, bands).html()}
+{verdict_of(results, bands, differences).html()}
 <section id="summary"><h2>Summary</h2><p>ServeSim {__version__}. {what}</p>{summary_table_html(results)}</section>{attention_section_html(results)}
 {''.join(parts)}
 <section id="scenario"><h2>Scenario</h2><pre>{html.escape(scenario_yaml)}</pre></section>

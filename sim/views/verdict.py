@@ -35,6 +35,9 @@ from typing import Any, Callable, Mapping, Sequence
 LEVEL_TOLERANCE = 0.02  # relative: two values closer than this are level (no bands given)
 Band = tuple[float, float]  # (low, high) of a summary value
 Bands = Mapping[str, Mapping[str, Band]]  # variant name -> summary key -> band
+# (A, B) -> summary key -> the band of B − A over replications with common random numbers (sim/bands.py
+# `pair_differences`): with it the decision says whether the winner's margin holds across the band (issue 31).
+Differences = Mapping[tuple[str, str], Mapping[str, Band]]
 
 
 @dataclass(frozen=True)
@@ -246,8 +249,10 @@ def _md(text: str) -> str:
     return text
 
 
-def decide(entries: Sequence[Entry], bands: Bands | None = None, tolerance: float = LEVEL_TOLERANCE) -> Verdict:
-    """The verdict over these variants (in scenario order) by the module's rule; `bands` optional."""
+def decide(entries: Sequence[Entry], bands: Bands | None = None, tolerance: float = LEVEL_TOLERANCE,
+           differences: Differences | None = None) -> Verdict:
+    """The verdict over these variants (in scenario order) by the module's rule; `bands` optional;
+    `differences` (a band was asked for) adds one sentence: whether the winner's margin holds across the band."""
     entries = list(entries)
     if not entries:
         return Verdict("No results to judge.")
@@ -265,7 +270,7 @@ def decide(entries: Sequence[Entry], bands: Bands | None = None, tolerance: floa
                 ranking=[e.name for e in ranked])
     if len(entries) > 1:
         v.decision = _decision(winner, level, rest[0] if rest else None, bands, tolerance, level_words,
-                               none_meet=has_slo and not meeting)
+                               none_meet=has_slo and not meeting, differences=differences)
     for e in ([winner] if has_slo and not meeting else []) + rest:
         v.why.append((e.name, diagnose(e, winner)))
     v.priced_by = priced_by(entries)
@@ -398,7 +403,7 @@ def _compare(winner: Entry, other: Entry, c: Criterion) -> str:
 
 
 def _decision(winner: Entry, level: list[Entry], runner: Entry | None, bands: Bands | None, tolerance: float,
-              level_words: str, none_meet: bool) -> str:
+              level_words: str, none_meet: bool, differences: Differences | None = None) -> str:
     word = "Closest" if none_meet else "Winner"
     text = f"{word}: {winner.name}"
     if level:
@@ -417,7 +422,22 @@ def _decision(winner: Entry, level: list[Entry], runner: Entry | None, bands: Ba
     if len(deciding) > 1:  # the next metric that differs: "and" where the winner leads there too, else "though"
         word = "and" if _better(winner, runner, deciding[1]) else "though"
         margin += f", {word} " + _compare(winner, runner, deciding[1])
-    return text + f". Ahead of {runner.name}{why_ahead} on {margin}."
+    return text + f". Ahead of {runner.name}{why_ahead} on {margin}." + _margin_in_band(winner, runner, deciding[0],
+                                                                                    differences)
+
+
+def _margin_in_band(winner: Entry, runner: Entry, c: Criterion, differences: Differences | None) -> str:
+    """One sentence (with a leading space) on the band of runner − winner on the deciding metric: whether the
+    winner leads in the whole band or the margin is inside it; "" without a difference band."""
+    band = ((differences or {}).get((winner.name, runner.name)) or {}).get(summary_key(winner, c.key))
+    if band is None:
+        return ""
+    lo, hi = float(band[0]), float(band[1])
+    label = c.label if c.key not in _LATENCIES else f"{_pct(percentile_of(winner))} {c.label}"
+    span = f"{runner.name} − {winner.name} on {label} is [{fmt(lo)}, {fmt(hi, c.unit)}]"
+    if (hi < 0) if c.higher_is_better else (lo > 0):
+        return f" The margin holds across the band: {span}."
+    return f" That margin is inside the band: {span}, which holds 0, so the order could flip."
 
 
 def _better(a: Entry, b: Entry, c: Criterion) -> bool:
@@ -615,9 +635,9 @@ def entry_of(result) -> Entry:
                  extras.get("cost_model_label"), extras.get("engine_core"))
 
 
-def verdict_of(results, bands: Bands | None = None) -> Verdict:
+def verdict_of(results, bands: Bands | None = None, differences: Differences | None = None) -> Verdict:
     """The verdict over `Result`s, in their order."""
-    return decide([entry_of(r) for r in results], bands)
+    return decide([entry_of(r) for r in results], bands, differences=differences)
 
 
 # ------------------------------------------------------------------------------------------------ the planner
@@ -666,6 +686,14 @@ def plan_verdict(result) -> Verdict:
                               f"{nxt.num_replicas} × {nxt.candidate.name}, costs {_money(b)} per hour{more}.")
         else:
             v.decision = f"Winner: {rec.num_replicas} × {rec.candidate.name}, the only candidate that meets the SLOs."
+    level = getattr(s, "band", None)
+    if level is not None:  # one sentence: which verdicts flip inside the band (issue 31)
+        flips = [o for o in outcomes if getattr(o, "band_flip", "")]
+        v.decision = (v.decision + " " if v.decision else "") + (
+            f"Each candidate is held to the SLOs at the {level:g}% band's pessimistic edge; the verdict flips "
+            "inside the band for " + "; ".join(f"{o.candidate.name} ({o.band_flip})" for o in flips) + "."
+            if flips else f"Each candidate is held to the SLOs at the {level:g}% band's pessimistic edge; no "
+            "candidate's verdict flips inside the band.")
     failing = [o for o in outcomes if o.status != "feasible"]
     v.why = [(o.candidate.name, (o.reason or o.status).rstrip(".") + ".") for o in failing[:6]]
     if len(failing) > 6:

@@ -77,6 +77,8 @@ def spec_for(*, model="llama-3.1-8b", gpu="h100-sxm", tp=1, arrival=None, length
 # Cost models with a compiled form: the roofline, and the shipped whole-step profiles (H100: Llama-3.1-8B on one
 # GPU, four engines; Llama-3.1-70B on four, whose all-reduces come from the catalog).
 WHOLE_STEP_PROFILES = [{"kind": "calibrated", "engine": e} for e in ("fused", "compiled", "unfused", "fused-paged")]
+# The roofline with learned efficiencies (sim/cost/learned_kernel.py), the default for a GPU without tables.
+LEARNED = {"kind": "roofline", "efficiencies": "learned"}
 
 
 # SERVESIM_COMPILED_EXAMPLES=2000 for a longer search (benchmarks/RESULTS.md says how many were run).
@@ -152,7 +154,6 @@ def test_an_arrival_exactly_at_a_step_end_goes_to_the_python_engine():
     ({"kv_cache": {"enable_prefix_caching": True}}, "prefix caching"),
     ({"hardware": {"num_replicas": 2, "router": "random"}}, "RandomRouter"),
     ({"scheduler": {"batching": "static"}}, "StaticScheduler"),
-    ({"cost_model": {"kind": "roofline", "efficiencies": "learned"}}, "LearnedRooflineCostModel has no compiled form"),
     ({"cost_model": {"kind": "calibrated", "engine": "ops"}}, "CalibratedCostModel has no compiled form"),
     ({"scheduler": {"preemption": {"victim": "fewest_computed_tokens"}}}, "victim policy"),
 ])
@@ -299,8 +300,9 @@ def test_several_replicas_run_compiled_and_agree(router):
        graph_sizes=st.sampled_from([None, [1, 2, 4, 8, 16, 32], [3, 7]]),
        ratio=st.sampled_from([None, {"init": 0.7, "min": 0.098, "decay_steps": 600}, {"init": 1.0, "min": 0.5,
                                                                                        "decay_steps": 5}]),
-       overhead=st.sampled_from([None, {"engine": "vllm-cudagraph"}, {"engine": "vllm-eager", "per_seq_s": 3e-5}]),
-       whole_steps=st.sampled_from([None] + WHOLE_STEP_PROFILES[:1]), replicas=st.sampled_from([1, 2]),
+       overhead=st.sampled_from([None, {"engine": "vllm-cudagraph"}, {"engine": "vllm-eager", "per_seq_s": 3e-5},
+                                 {"engine": "vllm-cudagraph", "per_step_s": 4e-3, "overlap": True}]),
+       whole_steps=st.sampled_from([None, LEARNED] + WHOLE_STEP_PROFILES[:1]), replicas=st.sampled_from([1, 2]),
        rate=st.floats(1.0, 60.0), capacity=st.one_of(st.none(), st.integers(300, 8000)),
        block_size=st.sampled_from([1, 4, 16]), chunked=st.booleans(), budget=st.sampled_from([None, 64, 512, 4096]),
        max_num_seqs=st.sampled_from([3, 16, 256]), horizon=st.one_of(st.none(), st.floats(0.05, 30.0)),
@@ -358,3 +360,31 @@ def test_perturbed_runs_are_identical_in_both_engines(whole_steps, replicas, rou
     if len(unperturbed.steps) and (bias_sigma or sigma_prefill):  # (the first step computes a prompt)
         assert not np.array_equal(unperturbed.steps["duration_s"].to_numpy()[:1],
                                   compiled.steps["duration_s"].to_numpy()[:1])
+
+
+# The learned roofline (sim/cost/learned_kernel.py) in both engines: GPUs without measured tables (the L4, the A10G:
+# PCIe all-reduces learned on the L40S), NVLink GPUs, a mixture of experts and MLA, with and without the engine's
+# CPU terms (the default cost model's composition for such GPUs, sim/config/cost_choice.py).
+@settings(max_examples=int(os.environ.get("SERVESIM_COMPILED_EXAMPLES", "150")) // 3, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(model=st.sampled_from([("llama-3.1-8b", "l4", 1), ("llama-3.1-8b", "l4", 2), ("qwen2.5-7b", "a10g", 1),
+                              ("llama-3.1-70b", "h100-sxm", 4), ("mixtral-8x7b", "l40s", 4),
+                              ("deepseek-v2-lite", "a100-80gb", 1)]),
+       overhead=st.sampled_from([None, {"engine": "vllm-cudagraph"}]), replicas=st.sampled_from([1, 2]),
+       rate=st.floats(0.5, 60.0), capacity=st.one_of(st.none(), st.integers(300, 8000)), chunked=st.booleans(),
+       budget=st.sampled_from([None, 64, 512, 4096]), max_num_seqs=st.sampled_from([3, 16, 256]),
+       horizon=st.one_of(st.none(), st.floats(0.05, 30.0)), fast_decode=st.booleans(), seed=st.integers(0, 10_000))
+def test_the_learned_roofline_runs_compiled_with_the_same_records(model, overhead, replicas, rate, capacity, chunked,
+                                                                   budget, max_num_seqs, horizon, fast_decode, seed):
+    name, gpu, tp = model
+    if budget is not None and budget < max_num_seqs:
+        budget = max_num_seqs
+    cost_model = dict(LEARNED, **({"overhead": overhead} if overhead is not None else {}))
+    spec = spec_for(model=name, gpu=gpu, tp=tp, arrival={"kind": "poisson", "rate_per_s": rate}, capacity=capacity,
+                    chunked=chunked, budget=budget, max_num_seqs=max_num_seqs, horizon=horizon,
+                    fast_decode=fast_decode, seed=seed, cost_model=cost_model, replicas=replicas)
+    python, compiled = both(spec)
+    assert "LearnedRooflineCostModel" in compiled.extras["cost_model"]
+    assert compiled.extras["engine_core"] == "compiled" or (
+        replicas > 1 and "two events at one time" in compiled.extras["engine_core"])
+    assert_identical(python, compiled)

@@ -127,3 +127,17 @@ def test_cli_fit_engine_refuses_bad_out(tmp_path, capsys):
         main(["fit-engine", str(FIX / "calib"), "--scenario", str(SCENARIO), "--out", str(tmp_path / "o.txt")])
     assert exc.value.code == 2
     assert "--out" in capsys.readouterr().err
+
+
+def test_an_overlapping_engine_takes_the_longer_of_its_kernels_and_its_cpu_work():
+    # 2 sequences: serial CPU work 1 ms + 2 x 0.1 ms = 1.2 ms. Without overlap it adds to the kernels; with it the
+    # step is the longer of the two (SGLang's overlap scheduler, vLLM's async scheduling).
+    plan = _plan(decodes=2)
+    terms = {"per_step_s": 1e-3, "per_seq_s": 1e-4}
+    serial = EngineOverhead("fitted", **terms)
+    overlapped = EngineOverhead("fitted", **terms, overlap=True)
+    assert serial.step_time(0.5e-3, plan, 32) == pytest.approx(0.5e-3 + 1.2e-3, rel=1e-12)
+    assert overlapped.step_time(0.5e-3, plan, 32) == pytest.approx(1.2e-3, rel=1e-12)
+    assert overlapped.step_time(3e-3, plan, 32) == 3e-3
+    assert "overlapped with the GPU" in overlapped.describe()
+

@@ -69,3 +69,63 @@ def test_pcie_tp8_step_pays_more_all_reduce_than_the_catalog_assumes():
     m, g = get_model("llama-3.1-8b"), get_gpu("l4")
     tp2, tp8 = (LearnedRooflineCostModel(m, g, tensor_parallel=t).step_time(plan) for t in (2, 8))
     assert tp8 > tp2  # on PCIe the all-reduce grows faster than the GEMMs shrink
+
+
+def test_the_compiled_form_prices_as_step_cost_with_a_pack_of_the_cores_one_type():
+    # One definition (sim/cost/learned_kernel.py): step_cost and the compiled core call the same function; the
+    # learned pack rides in the whole-step profile's slot, so the core's pack keeps one numba type.
+    numba = pytest.importorskip("numba")
+    from sim.cost.compiled_pricing import KIND_LEARNED, price_parts
+    from sim.cost.roofline import RooflineCostModel
+    from sim.cost.step_args import step_args
+    cost = LearnedRooflineCostModel(get_model("mixtral-8x7b"), get_gpu("l40s"), tensor_parallel=2)
+    pack = cost.compiled_params()
+    roofline = RooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-sxm")).compiled_params()
+    assert pack[0] == KIND_LEARNED and numba.typeof(pack) == numba.typeof(roofline)
+    plan = StepPlan(prefill_request_ids=[1, 2], prefill_chunk_tokens=[700, 3], prefill_context_tokens=[0, 5000],
+                    num_decode_seqs=30, decode_context_tokens=30 * 900, num_sampled_seqs=31, swap_in_tokens=64)
+    for p in (plan, DECODE, StepPlan()):
+        assert price_parts(*pack[:4], *step_args(p)) == tuple(cost.step_cost(p))
+    assert cost.step_cost(StepPlan()).time_s == 0.0  # no tokens: the step overhead (none by default)
+
+
+def test_a_changed_number_repacks_and_a_subclass_has_no_compiled_form():
+    cost = LearnedRooflineCostModel(get_model("llama-3.1-8b"), get_gpu("l4"))
+    before = cost.step_time(DECODE)
+    assert cost._packs()[1] is cost._packs()[1]  # packed once
+    cost.min_kernel_s *= 2
+    assert cost.step_time(DECODE) > before
+    cost.step_overhead_s = 1e-3
+    assert cost.step_cost(StepPlan()).time_s == 1e-3
+
+    class Tweaked(LearnedRooflineCostModel):
+        pass
+    assert Tweaked(get_model("llama-3.1-8b"), get_gpu("l4")).compiled_params() is None
+
+
+_WITHOUT_JIT = """
+import json, sys
+from sim.core.step_plan import StepPlan
+from sim.cost.learned import LearnedRooflineCostModel
+from sim.model.catalog import get_gpu, get_model
+cost = LearnedRooflineCostModel(get_model("mistral-7b-v0.1"), get_gpu("l4"), tensor_parallel=2)
+plans = [StepPlan(prefill_request_ids=[0, 1], prefill_chunk_tokens=[300, 1], prefill_context_tokens=[0, 7000],
+                  num_decode_seqs=9, decode_context_tokens=9 * 700, num_sampled_seqs=10),
+         StepPlan(num_decode_seqs=300, decode_context_tokens=300 * 100_000, num_sampled_seqs=300)]
+json.dump([list(cost.step_cost(p)) for p in plans] + [list(map(list, cost.decode_step_costs(5, 50, 3)))],
+          sys.stdout)
+"""
+
+
+def test_without_the_jit_the_same_function_gives_the_same_prices():
+    # NUMBA_DISABLE_JIT=1 runs learned_kernel as Python (to step through a price): the same numbers to the bit.
+    import os
+    import subprocess
+    import sys
+
+    def prices(disable: bool):
+        env = dict(os.environ, NUMBA_DISABLE_JIT="1" if disable else "0")
+        out = subprocess.run([sys.executable, "-c", _WITHOUT_JIT], cwd=LEARNED_PATH.parents[2], env=env,
+                             capture_output=True, text=True, check=True)
+        return json.loads(out.stdout)
+    assert prices(True) == prices(False)

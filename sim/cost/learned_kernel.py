@@ -1,0 +1,199 @@
+"""The learned roofline's price of a step (`sim.cost.learned`), written once: `LearnedRooflineCostModel.step_cost`
+and the compiled engine core (`sim.compiled`) both call `step_cost` below, through
+`sim.cost.compiled_pricing.price_parts` (kind `KIND_LEARNED`).
+
+Each kernel's time is a launch (`min_kernel_s`) plus its ideal time at the catalog's peaks divided by an efficiency
+learned from the measured GPUs (the tables of calibrate/measured/learned_roofline.json; `sim.cost.learned` says
+how): GEMMs by (log2 compute time / memory time, log2 weight elements), prefill attention by log2(batch × prompt
+tokens), decode attention by log2(batch × context), the elementwise ops at one byte efficiency, and the all-reduces
+at a learned latency and bandwidth. The model's numbers (attention FLOPs and bytes per pair, the linear layers'
+rows, the LM head's row, layers per group, the step overhead) are its roofline pack's (`roofline_kernel.pack`),
+and the linear layers' FLOPs and bytes are `roofline_kernel.linear_flops_bytes`'s. Its FLOPs and bytes are its
+own sums (the attention's first, then each linear layer's; the LM head's are not counted), as the Python model
+always reported.
+
+`pack(model, roofline)` builds the learned tables' pack. It has the very numba type of a whole-step profile's pack
+(`steps_kernel.pack`: scalars, a 2-D table, three (x, y) curves), so it travels in the same slot of the compiled
+core's price tuple (`compiled_pricing.pricer`: a learned roofline has no whole-step profile) and the core compiles
+once for every cost model. A linear layer's weight elements never change, so its column of the GEMM table is read
+once, here: the 2-D table holds each linear layer's efficiency by compute/memory bin.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+
+import numpy as np
+
+from sim.cost.jit import njit
+from sim.cost.roofline_kernel import (
+    M_EXPERTS_PER_TOKEN,
+    M_IN,
+    M_NUM_EXPERTS,
+    M_OUT,
+    M_PER_TOKEN,
+    M_WEIGHT,
+    P_ATTN_FLOPS_PER_PAIR,
+    P_FFN_PER_GPU,
+    P_HIDDEN,
+    P_HOST_LINK_BYTES_PER_S,
+    P_KV_BYTES_PER_TOKEN_LAYER,
+    P_NUM_LAYERS,
+    P_OVERHEAD_S,
+    P_Q_BYTES_PER_TOKEN,
+    P_SLIDING_WINDOW,
+    P_TP,
+    P_WEIGHT_BYTES_PER_PARAM,
+    linear_flops_bytes,
+    linear_row,
+)
+
+# Indices into the pack's scalars (its first array).
+(K_PEAK_FLOPS, K_PEAK_BYTES, K_MIN_KERNEL_S, K_ELEMENTWISE_BYTES_PER_S, K_AR_LATENCY_S, K_AR_BYTES_PER_S) = range(6)
+NUM_SCALARS = 6
+_ACT = 2  # activations are bf16/fp16
+
+
+def lookup(edges, values, x: float) -> float:
+    """The value of the bin holding log2(x) (bins by their lower edges; held at the ends)."""
+    i = bisect_right(edges, math.log2(max(x, 1.0))) - 1
+    return values[min(max(i, 0), len(values) - 1)]
+
+
+def pack(model, roofline: tuple) -> tuple:
+    """(scalars `K_*`, the GEMM efficiency of each linear layer of the roofline pack's rows by compute/memory bin,
+    the bins' lower edges (log2 compute time / memory time), the LM head's efficiency by the same bins, prefill
+    attention's edges and efficiencies, decode attention's edges and efficiencies). `model`: a
+    `LearnedRooflineCostModel`; `roofline`: its roofline pack."""
+    learned = model.learned
+    s = np.zeros(NUM_SCALARS)
+    s[K_PEAK_FLOPS], s[K_PEAK_BYTES], s[K_MIN_KERNEL_S] = model.peak_flops, model.peak_bytes, model.min_kernel_s
+    s[K_ELEMENTWISE_BYTES_PER_S] = model.peak_bytes * learned["elementwise_bytes_efficiency"]
+    s[K_AR_LATENCY_S], s[K_AR_BYTES_PER_S] = model.ar_latency_s, model.ar_bw
+    gemm = learned["gemm"]
+    w_edges, eff = gemm["w_edges"], gemm["eff"]
+    mm, lm_head = roofline[3], roofline[4]
+    # A layer's weight elements: per expert (an expert's GEMM); the LM head's, whole.
+    weights = [mm[k, M_WEIGHT] / mm[k, M_NUM_EXPERTS] for k in range(mm.shape[0])]
+    table = np.array([[lookup(w_edges, row, w) for row in eff] for w in weights], dtype=np.float64)
+    head = np.array([lookup(w_edges, row, lm_head[M_WEIGHT]) for row in eff], dtype=np.float64)
+
+    def floats(values) -> np.ndarray:
+        return np.array(values, dtype=np.float64)
+
+    return (s, table.reshape(len(weights), len(eff)), floats(gemm["r_edges"]), head,
+            floats(learned["prefill_attention"]["edges"]), floats(learned["prefill_attention"]["eff"]),
+            floats(learned["decode_attention"]["edges"]), floats(learned["decode_attention"]["eff"]))
+
+
+@njit(cache=True)
+def _ideal(flops, nbytes, peak_flops, peak_bytes):
+    """A kernel's time at the catalog's peaks: compute-bound or memory-bound, whichever is slower."""
+    x = flops / peak_flops
+    y = nbytes / peak_bytes
+    return y if y > x else x
+
+
+@njit(cache=True, inline="always")
+def _bin(edges, x, num_values):
+    """The bin of `edges` (lower edges) holding x, held to 0..num_values-1 (bisect_right - 1)."""
+    i = np.searchsorted(edges, x, side="right") - 1
+    if i > num_values - 1:
+        i = num_values - 1
+    if i < 0:
+        i = 0
+    return i
+
+
+@njit(cache=True, inline="always")
+def _by_size(edges, values, x):
+    """`lookup`: the value of the bin holding log2(x)."""
+    return values[_bin(edges, math.log2(max(x, 1.0)), values.shape[0])]
+
+
+@njit(cache=True, inline="always")
+def _gemm_s(eff_by_bin, r_edges, flops, nbytes, peak_flops, peak_bytes, min_kernel_s):
+    """A GEMM's kernel time: a launch plus its ideal time over the efficiency of its compute/memory bin."""
+    ratio = (flops / peak_flops) / (nbytes / peak_bytes)
+    eff = eff_by_bin[_bin(r_edges, math.log2(ratio), eff_by_bin.shape[0])]
+    return min_kernel_s + _ideal(flops, nbytes, peak_flops, peak_bytes) / eff
+
+
+# Inlined into the core (`compiled_pricing.price_parts`): a call would take and drop a reference to each array
+# of the packs it is passed, with atomic operations, at every step.
+@njit(cache=True, inline="always")
+def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
+              query_tokens, swap_tokens):
+    """(time_s, FLOPs, bytes) of one step (`sim.cost.step_args` lists the arguments). `roof`: the model's roofline
+    pack; `table`: its learned pack (`pack`)."""
+    price, grp_layers, grp_start, mm, lm_head = roof[0], roof[1], roof[2], roof[3], roof[4]
+    s, gemm_eff, r_edges, head_eff = table[0], table[1], table[2], table[3]
+    pf_edges, pf_eff, dc_edges, dc_eff = table[4], table[5], table[6], table[7]
+    n = num_prefill_tokens + num_decode_seqs * query_tokens
+    if n == 0:
+        return price[P_OVERHEAD_S], 0.0, 0.0
+    peak_flops, peak_bytes, min_kernel_s = s[K_PEAK_FLOPS], s[K_PEAK_BYTES], s[K_MIN_KERNEL_S]
+    window = price[P_SLIDING_WINDOW]
+    kvb, afpp, q_bytes = price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_ATTN_FLOPS_PER_PAIR], price[P_Q_BYTES_PER_TOKEN]
+    model_layers = price[P_NUM_LAYERS]
+    flops_total = 0.0
+    bytes_total = 0.0
+    time_s = 0.0
+    attn_s = 0.0
+    # Attention, one kernel per prefill chunk (causal, against its context) and one for the decodes; every layer.
+    for j in range(num_pf):
+        chunk = pf_chunk[j]
+        context = pf_ctx[j]
+        if window:
+            pairs = chunk * min(context + (chunk + 1) / 2, window)
+            b = min(context + chunk, window) * kvb + chunk * q_bytes
+        else:
+            pairs = chunk * (context + (chunk + 1) / 2)
+            b = (context + chunk) * kvb + chunk * q_bytes
+        f = pairs * afpp
+        eff = _by_size(pf_edges, pf_eff, chunk * (context + chunk))
+        attn_s += min_kernel_s + _ideal(f, b, peak_flops, peak_bytes) / eff
+        flops_total += f * model_layers
+        bytes_total += b * model_layers
+    if num_decode_seqs:
+        ctx = decode_ctx * 1.0
+        if window:
+            ctx = min(ctx, num_decode_seqs * window)
+        f = ctx * query_tokens * afpp
+        b = ctx * kvb + num_decode_seqs * query_tokens * q_bytes
+        eff = _by_size(dc_edges, dc_eff, ctx)
+        attn_s += min_kernel_s + _ideal(f, b, peak_flops, peak_bytes) / eff
+        flops_total += f * model_layers
+        bytes_total += b * model_layers
+    # Per layer: the elementwise kernels (norms, residual adds, rotary, activation) and two all-reduces under TP.
+    elem_b = n * (8 * price[P_HIDDEN] + 3 * price[P_FFN_PER_GPU]) * _ACT
+    launches_s = 3 * min_kernel_s
+    elem_s = elem_b / s[K_ELEMENTWISE_BYTES_PER_S]
+    if not elem_s > launches_s:
+        elem_s = launches_s
+    ar_s = 0.0
+    tp = price[P_TP]
+    if tp > 1:
+        msg = n * price[P_HIDDEN] * _ACT
+        ar_s = 2 * (s[K_AR_LATENCY_S] + 2 * (tp - 1) / tp * msg / s[K_AR_BYTES_PER_S])
+    wbpp = price[P_WEIGHT_BYTES_PER_PARAM]
+    for g in range(grp_layers.shape[0]):
+        num_layers = grp_layers[g]
+        layer_s = attn_s + elem_s + ar_s
+        for k in range(grp_start[g], grp_start[g + 1]):
+            f, b = linear_row(mm, k, n, wbpp)
+            layer_s += _gemm_s(gemm_eff[k], r_edges, f, b, peak_flops, peak_bytes, min_kernel_s)
+            flops_total += num_layers * f
+            bytes_total += num_layers * b
+        time_s += num_layers * layer_s
+    # The LM head: every sampled row, and each verified draft token of a decoding sequence (its time only).
+    rows = num_sampled + num_decode_seqs * (query_tokens - 1)
+    if rows:
+        f, b = linear_flops_bytes(lm_head[M_WEIGHT], lm_head[M_PER_TOKEN], lm_head[M_NUM_EXPERTS],
+                                  lm_head[M_EXPERTS_PER_TOKEN], lm_head[M_IN], lm_head[M_OUT], rows, wbpp)
+        time_s += _gemm_s(head_eff, r_edges, f, b, peak_flops, peak_bytes, min_kernel_s)
+    if swap_tokens:
+        # Each GPU moves its own shard of the KV over its own host link.
+        time_s += swap_tokens * kvb * model_layers / price[P_HOST_LINK_BYTES_PER_S]
+    return time_s + price[P_OVERHEAD_S], flops_total, bytes_total
