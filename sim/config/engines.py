@@ -508,11 +508,3 @@ def _apply_cost_terms(raw: dict, overhead: dict | None) -> None:
     if "overhead" in cost_model or "step_overhead_s" in cost_model:
         return
     cost_model["overhead"] = dict(overhead)
-
-
-def engine_label(raw_engine: dict | None) -> str:
-    """`vLLM 0.11.0` for a scenario's engine section, or "" without one."""
-    if not raw_engine:
-        return ""
-    preset = PRESETS.get(raw_engine.get("name"))
-    return f"{preset.label if preset else raw_engine.get('name')} {raw_engine.get('version', '')}".strip()

@@ -184,7 +184,7 @@ class SchedulerSpec(_Strict):
     def _consistent(self) -> "SchedulerSpec":
         if self.batching == "static" and self.chunked_prefill:
             raise ValueError("chunked_prefill needs batching 'continuous'")
-        if self.batching == "static" and self.rule() != self.rule().__class__():
+        if self.batching == "static" and not self.rule().is_default:
             raise ValueError("mixed_batches, decode_steps_per_schedule, kv_reservation, cuda_graph_batch_sizes and "
                              "new_token_ratio need batching 'continuous'")
         return self
@@ -495,10 +495,6 @@ class EngineSpec(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     name: str
     version: str
-
-    def label(self) -> str:
-        from sim.config.engines import engine_label
-        return engine_label(self.model_dump())
 
 
 class Scenario(_Strict):
