@@ -391,9 +391,19 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                           "cost_model_label": cost_model_label(replicas[0].cost_model)
                           + (" (default)" if scenario.cost_model_choice else ""),
                           **({"cost_model_choice": scenario.cost_model_choice} if scenario.cost_model_choice else {}),
+                          **_engine_extras(scenario),
                           "engine_core": sim.engine_core,
                           **({"frontend": repr(frontend)} if frontend is not None else {})},
                   decode_runs=decode_runs)
+
+
+def _engine_extras(scenario: Scenario) -> dict:
+    """The engine preset a run used and what its preset approximates (sim/config/engines.py), for the outputs."""
+    if scenario.engine is None:
+        return {}
+    from sim.config.engines import preset_notes
+    return {"engine": f"{scenario.engine.name} {scenario.engine.version}",
+            "engine_notes": preset_notes(scenario.model_dump(mode="json", exclude_none=True))}
 
 
 def decode_runs_of(log) -> DecodeRuns | None:

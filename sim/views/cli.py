@@ -100,6 +100,8 @@ def _clipping_notes(results, differences=None):
             console.print(note, markup=False, highlight=False)
         if r.summary.get("window_note"):
             console.print(f"note: {r.name}: {r.summary['window_note']}", markup=False, highlight=False)
+        for line in r.extras.get("engine_notes", ()):  # what the engine preset approximates
+            console.print(f"note: {r.name}: engine {r.extras['engine']}: {line}", markup=False, highlight=False)
         clipped = r.summary.get("num_requests_clipped") or 0
         if clipped:
             console.print(f"note: {r.name}: {clipped:,} of {r.summary.get('num_requests', 0):,} requests were longer "

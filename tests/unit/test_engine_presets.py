@@ -116,3 +116,13 @@ def test_the_cli_refuses_an_unknown_engine_version_in_one_line_and_writes_nothin
     line = one_error_line(servesim("run", path, "--out", out))
     assert "engine.version" in line and "9.9.9" in line
     assert not out.exists()
+
+
+def test_a_run_names_its_engine_and_what_the_preset_approximates():
+    from sim.run import simulate
+    result = simulate(scenario({"name": "vllm", "version": "0.9.2"}))
+    assert result.extras["engine"] == "vllm 0.9.2"
+    notes = result.extras["engine_notes"]
+    assert any("v0.11.0's batch defaults assumed" in n for n in notes)  # 0.9.2's own defaults were not read
+    assert any("fitted on" in n for n in notes)  # where its CPU terms and front-end come from
+
