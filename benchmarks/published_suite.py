@@ -111,11 +111,6 @@ FIT_RUNS: dict[tuple[str, str], tuple[str, ...]] = {
 }
 
 
-# The preset's free numbers and the fit's bounds and finite-difference steps (seconds; calibrate/engine_fit.py uses
-# the same for a user's own results): the engine's CPU terms, and the front-end's where a fit run was measured at
-# an HTTP client.
-FIT_HI = {"per_step_s": 0.05, "per_seq_s": 2e-3, "latency_s": 1.0, "per_request_s": 1.0, "per_output_chunk_s": 0.01}
-FIT_STEP = {"per_step_s": 2e-4, "per_seq_s": 1e-5, "latency_s": 5e-3, "per_request_s": 5e-3, "per_output_chunk_s": 1e-4}
 
 
 def fit_preset(engine: str, version: str, fit_results: list["CaseResult"], cost_model: str) -> dict[str, float]:
@@ -124,26 +119,27 @@ def fit_preset(engine: str, version: str, fit_results: list["CaseResult"], cost_
     client. Gauss-Newton on the log errors of the runs' headline metrics (calibrate/engine_fit.py `fit_terms`),
     starting from the unfitted preset's terms (vLLM's estimates) and no front-end. Returns {} when no fit run was
     simulated; a term no fit run moves is left out (not identified), so the preset's value stays."""
-    from calibrate.engine_fit import fit_terms
     import numpy as np
+
+    from calibrate.engine_fit import FIT_BOUNDS_S, FIT_STEPS_S, fit_terms, log_error
+    from sim.cost.overhead import ENGINE_DEFAULTS
 
     runs = [r for r in fit_results if r.status == "simulated" and r.case.headline]
     if not runs:
         return {}
     names = list(CPU_TERMS) + (list(FRONTEND_TERMS) if any(r.case.client_side for r in runs) else [])
-    start = np.array([500e-6, 0.0][:len(names)])  # sim/cost/overhead.py's vllm-cudagraph estimate; no front-end
-    scale = np.array([FIT_STEP[n] for n in names])
-    hi = np.array([FIT_HI[n] for n in names])
+    # from the presets' unfitted terms: vLLM's per-step estimate, no front-end
+    start = np.array([ENGINE_DEFAULTS["vllm-cudagraph"].per_step_s, 0.0][:len(names)])
+    scale = np.array([FIT_STEPS_S[n] for n in names])
+    hi = np.array([FIT_BOUNDS_S[n] for n in names])
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         terms = dict(zip(names, theta.tolist()))
         out = []
         for r in runs:
             got = simulate_case(r.case, cost_model, terms)
-            for m in r.case.headline:
-                value = got.get(m.sim, math.nan)
-                out.append(math.log(value / m.measured) if value > 0 and math.isfinite(value) else 5.0)
-        return np.nan_to_num(np.array(out), nan=5.0)
+            out += [log_error(got.get(m.sim, math.nan), m.measured) for m in r.case.headline]
+        return np.array(out)
 
     theta, free = fit_terms(residuals, start, scale, hi, iterations=5)
     fitted = {n: float(v) for n, v, f in zip(names, theta, free) if f}

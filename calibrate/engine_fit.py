@@ -330,8 +330,19 @@ def report_text(fit: EngineFit) -> str:
 # terms until a queue builds). Every other point is held out and reported on its own line.
 
 BENCH_TERMS = ("per_step_s", "per_seq_s", "per_request_s", "per_output_chunk_s")
-_BENCH_HI = {"per_step_s": 0.05, "per_seq_s": 2e-3, "per_request_s": 1.0, "per_output_chunk_s": 0.01}  # bounds (s)
-_BENCH_STEP = {"per_step_s": 2e-4, "per_seq_s": 1e-5, "per_request_s": 5e-3, "per_output_chunk_s": 1e-4}  # FD steps (s)
+# Each fitted term's upper bound and finite-difference step (seconds): this fit's and the published suite's
+# (benchmarks/published_suite.py fit_preset), which fits `latency_s` too.
+FIT_BOUNDS_S = {"per_step_s": 0.05, "per_seq_s": 2e-3, "per_request_s": 1.0, "per_output_chunk_s": 0.01,
+                "latency_s": 1.0}
+FIT_STEPS_S = {"per_step_s": 2e-4, "per_seq_s": 1e-5, "per_request_s": 5e-3, "per_output_chunk_s": 1e-4,
+               "latency_s": 5e-3}
+# The residual of a simulated value that is not positive (nothing finished, NaN): far outside any fit.
+_MISS = 5.0
+
+
+def log_error(simulated: float, measured: float) -> float:
+    """log(simulated / measured): symmetric (half and double weigh the same); _MISS when nothing was simulated."""
+    return math.log(simulated / measured) if simulated > 0 and math.isfinite(simulated) else _MISS
 # Requests simulated per point: the measured run's count up to this (enough for means; a small run is simulated
 # whole, with its ramp-up and drain as measured).
 MAX_POINT_REQUESTS = 400
@@ -473,8 +484,8 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
              "as a closed loop at the concurrency (the rate limit is not modelled)"
              for p in points if p.concurrency is not None and math.isfinite(p.rate_per_s)]
     sim = _PointSimulator(scenario)
-    scale = np.array([_BENCH_STEP[t] for t in BENCH_TERMS])
-    hi = np.array([_BENCH_HI[t] for t in BENCH_TERMS])
+    scale = np.array([FIT_STEPS_S[t] for t in BENCH_TERMS])
+    hi = np.array([FIT_BOUNDS_S[t] for t in BENCH_TERMS])
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         """Log errors of the fit points' metrics (symmetric: half and double weigh the same)."""
@@ -482,8 +493,8 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
         out = []
         for i in fit_idx:
             got = sim.metrics(i, points[i], terms)
-            out += [math.log(got[k] / points[i].metrics[k]) if got[k] > 0 else 5.0 for k in _fit_metrics(points[i])]
-        return np.nan_to_num(np.array(out), nan=5.0)
+            out += [log_error(got[k], points[i].metrics[k]) for k in _fit_metrics(points[i])]
+        return np.nan_to_num(np.array(out), nan=_MISS)
 
     theta, free = fit_terms(residuals, _initial_terms(sim, points, fit_idx, residuals), scale, hi, iterations)
     terms = dict(zip(BENCH_TERMS, theta.tolist()))
@@ -556,7 +567,7 @@ def _initial_terms(sim: _PointSimulator, points, fit_idx: list[int], residuals) 
     theta[1] += 0.1 * per_step / max(1, p.concurrency or 1)
     if "ttft_mean_s" in p.metrics:
         theta[2] += max(0.0, p.metrics["ttft_mean_s"] - got["ttft_mean_s"] - per_step)
-    return np.minimum(theta, [_BENCH_HI[t] for t in BENCH_TERMS])
+    return np.minimum(theta, [FIT_BOUNDS_S[t] for t in BENCH_TERMS])
 
 
 def bench_scenario_yaml(scenario: Scenario, fit: BenchFit) -> str:

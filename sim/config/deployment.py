@@ -109,6 +109,10 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
     if scenario.speculation is not None:
         if s.batching != "continuous":
             raise ConfigError("speculation: needs scheduler.batching 'continuous'")
+        if s.new_token_ratio is not None:
+            # SGLang's ratio decays with the decode clock of the plain decode batch, which speculation replaces
+            raise ConfigError("scheduler.new_token_ratio: not modelled with speculation; allowed: "
+                              "scheduler.new_token_ratio: null (an engine preset sets it), or no speculation")
         if draft is not None:
             check_tensor_parallel(draft, tp, field="speculation.draft_model")
             if draft.vocab_size != model.vocab_size:
@@ -139,24 +143,26 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
     if pinned and scenario.kv_cache.capacity_tokens is not None:
         return scenario.kv_cache.capacity_tokens
     s, q, tp = scenario.scheduler, scenario.quantization, scenario.hardware.tensor_parallel
+    # TensorRT-LLM sizes its KV cache as a fraction of the memory free once the model is loaded: the arithmetic at
+    # utilization 1, then that fraction of what is left (each stage's, with pipelining).
+    free_fraction = scenario.kv_cache.free_memory_fraction
+    utilization = scenario.kv_cache.gpu_memory_utilization if free_fraction is None else 1.0
+
+    def of_free(cap):
+        return cap if free_fraction is None else dataclasses.replace(cap, kv_bytes=int(cap.kv_bytes * free_fraction))
     if scenario.hardware.pipeline_parallel > 1:
         # Every stage keeps its own layers' KV for every token: the tightest stage bounds the replica.
         stages = pipeline_kv_capacity(
             model, gpu, pipeline_parallel=scenario.hardware.pipeline_parallel, tensor_parallel=tp,
-            weight_dtype=q.weights, kv_dtype=q.kv_cache, gpu_memory_utilization=scenario.kv_cache.gpu_memory_utilization,
+            weight_dtype=q.weights, kv_dtype=q.kv_cache, gpu_memory_utilization=utilization,
             reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
             max_num_seqs=s.max_num_seqs, score_bytes=score_bytes)
-        return min(c.num_tokens for c in stages)
-    free_fraction = scenario.kv_cache.free_memory_fraction
-    cap = kv_capacity(model, gpu, tensor_parallel=tp, weight_dtype=q.weights, kv_dtype=q.kv_cache,
-                      gpu_memory_utilization=(scenario.kv_cache.gpu_memory_utilization if free_fraction is None
-                                              else 1.0),
-                      reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
-                      max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
-                      score_bytes=score_bytes)
-    if free_fraction is not None:
-        # TensorRT-LLM sizes its KV cache as a fraction of the memory free once the model is loaded.
-        cap = dataclasses.replace(cap, kv_bytes=int(cap.kv_bytes * free_fraction))
+        return min(of_free(c).num_tokens for c in stages)
+    cap = of_free(kv_capacity(model, gpu, tensor_parallel=tp, weight_dtype=q.weights, kv_dtype=q.kv_cache,
+                              gpu_memory_utilization=utilization, reserve_bytes=scenario.kv_cache.reserve_bytes,
+                              max_num_batched_tokens=token_budget,
+                              max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
+                              score_bytes=score_bytes))
     if draft is None:
         return cap.num_tokens
     # The draft model's weights share the GPU, and every token also keeps the draft's KV.

@@ -34,6 +34,7 @@ fit your own with `python -m calibrate fit-engine`):
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import cached_property
 
 import numpy as np
 
@@ -100,10 +101,13 @@ class EngineOverhead:
         terms[O_OVERLAP] = 1.0 if self.overlap else 0.0
         return terms
 
+    @cached_property
+    def _serial_terms(self) -> np.ndarray:
+        return replace(self, launch_per_layer_s=0.0, overlap=False).pack(0)
+
     def serial_s(self, plan: StepPlan) -> float:
-        """The CPU time between steps (not overlapped with kernels): a pipelined replica's driver time."""
-        serial = replace(self, launch_per_layer_s=0.0, overlap=False).pack(0)
-        return float(with_overhead(serial, 0.0, plan.num_seqs, plan.num_prefill_tokens, plan.num_tokens))
+        """The CPU time between steps (not overlapped with kernels): a pipelined replica's driver time, per step."""
+        return float(with_overhead(self._serial_terms, 0.0, plan.num_seqs, plan.num_prefill_tokens, plan.num_tokens))
 
     def step_time(self, kernels_s: float, plan: StepPlan, num_layers: int) -> float:
         return float(with_overhead(self.pack(num_layers), kernels_s, plan.num_seqs, plan.num_prefill_tokens,

@@ -140,7 +140,8 @@ class ContinuousScheduler(SchedulerBase):
             self.prefilling.pop(victim.request_id, None)
         self.kv.free(victim)
         self._release_reservation(victim)
-        self._ratio_reset_clock = self.tracker.clock if hasattr(self.tracker, "clock") else 0
+        if self.rule.new_token_ratio is not None:  # (never with speculation: sim/config/deployment.py)
+            self._ratio_reset_clock = self.tracker.clock
         plan.swap_out_tokens += self.swap.evict(victim)  # else it is recomputed
         victim.num_preemptions += 1
         victim.status = RequestStatus.WAITING

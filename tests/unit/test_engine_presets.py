@@ -69,6 +69,23 @@ def test_the_free_memory_fraction_scales_the_kv_left_after_weights_and_activatio
     assert abs(part.kv_capacity_tokens - full.kv_capacity_tokens / 2) <= 1
 
 
+def test_the_free_memory_fraction_applies_to_every_pipeline_stage_too():
+    from sim.config.deployment import resolve
+    base = {**BASE, "model": "llama-3.1-70b", "hardware": {"tensor_parallel": 2, "pipeline_parallel": 2}}
+    full = resolve(validate_scenario({**base, "kv_cache": {"free_memory_fraction": 1.0}}))
+    part = resolve(validate_scenario({**base, "kv_cache": {"free_memory_fraction": 0.5}}))
+    assert abs(part.kv_capacity_tokens - full.kv_capacity_tokens / 2) <= 1
+
+
+def test_sglangs_new_token_ratio_with_speculation_is_refused_unless_set_aside():
+    speculation = {"num_speculative_tokens": 3, "draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
+    from sim.config.deployment import resolve
+    with pytest.raises(ConfigError, match="scheduler.new_token_ratio: not modelled with speculation"):
+        resolve(scenario({"name": "sglang", "version": "0.5.3"}, speculation=speculation))
+    resolve(scenario({"name": "sglang", "version": "0.5.3"}, speculation=speculation,
+                     scheduler={"new_token_ratio": None}))
+
+
 def test_a_scenario_key_overrides_the_preset_and_a_flag_sets_its_key():
     sc = scenario({"name": "vllm", "version": "0.11.0", "max_num_seqs": 64}, scheduler={"max_num_batched_tokens": 512})
     assert sc.scheduler.max_num_seqs == 64 and sc.scheduler.max_num_batched_tokens == 512
