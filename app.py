@@ -282,6 +282,11 @@ def sidebar(base: dict) -> dict:
         set_form_key(new, "run.num_requests", number("requests", int(requests or 800), "run.requests",
                                                       min_value=1, step=100))
     set_form_key(new, "run.seed", number("seed", int(get_path(base, "run.seed", 0)), "run.seed", min_value=0))
+    level = get_path(base, "run.band")
+    banded = st.sidebar.checkbox(f"{level or 90:g}% band (replications: about 20x the run time)",
+                                 value=level is not None, key=key("run.band"), help="run.band: every figure with its band; ribbons on the "
+                                 "curves, error bars on the bars (sim/bands.py)")
+    set_form_key(new, "run.band", (level or 90) if banded else None)
     return new
 
 

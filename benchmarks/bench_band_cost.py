@@ -1,111 +1,81 @@
-"""What a band costs, and two cheaper designs measured against it (issue 31, goal: a band within 2x of the run).
+"""What a band costs (issue 31, goal: a 100k- and a 1M-request run with a band within 2x of the run without).
 
-On bench_engine.py's scenario (Llama-3.1-8B, one H100, roofline, compiled core), for N requests:
+On bench_engine.py's scenario (Llama-3.1-8B, one H100, roofline, compiled core), for N requests, the product's
+two band methods (sim/bands.py, `run.band_method`) against the run without a band:
 
-- **no band**: the run itself;
-- **19 replications** (what `run.band: 90` does today, sim/bands.py `replicate`): 19 full runs, each another
-  workload seed and a step-time draw (bias + per-step noise);
-- **bias quantiles + batch means** (a prototype, not in the product): two full runs with the step-time bias at
-  its two 90% quantiles (±1.645 bias_sigma, per-step noise on), widened by the workload's spread read off the
-  point run's own requests (19 batches in arrival order, the spread of a batch figure / sqrt(19)). Exact for a
-  figure monotone in the bias when the workload and per-step noise are small beside it (a long run);
-- **2x: upper run, lower mirrored** (a prototype): one full run at +1.645 bias_sigma for the upper edge, the lower
-  edge mirrored in log space (point² / upper): wider than the true lower edge for a figure whose log is convex
-  in the bias (latencies under queueing), so conservative there; not checked against measured runs.
+- **edges** (the default from 19,000 requests): two runs with the cost model's bias at its 5% and 95% quantiles
+  (per-step noise on, the point's requests), widened by the workload's batch-means spread of the point run;
+- **replications**: 19 whole runs, each drawing a workload seed and a step-time draw (bias + per-step noise).
 
-Each band's widths are printed beside the 19-replication band's (the reference: its [min, max] of 19 covers a
-new draw with probability 90% by construction). Run pinned to one core after a warm-up:
+Every run of a band goes to a thread of its own beside the point run (the compiled core releases the GIL), so
+the wall-clock cost depends on the free cores: both wall and CPU seconds are printed, with the CPU count. The
+widths of the edges band are printed beside the 19 replications' (the reference: its [min, max] of 19 covers
+a new draw with probability 90% by construction; its own width is random, its expected range 3.69 bias sigmas
+against the edges' 3.29, ratio 0.89).
 
-    taskset -c 1 .venv/bin/python benchmarks/bench_band_cost.py 100000
+    .venv/bin/python benchmarks/bench_band_cost.py 100000           # every method, widths compared
+    .venv/bin/python benchmarks/bench_band_cost.py 1000000 --edges  # the run and the edges band only
 """
 
 from __future__ import annotations
 
-import math
+import os
 import sys
 import time
 from pathlib import Path
-
-import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench_engine import scenario  # noqa: E402
-from sim.bands import replicate, step_time_sigmas  # noqa: E402
-from sim.cost.draws import DRAW_BIAS, draw_pack  # noqa: E402
-from sim.run import make_cost_model, simulate  # noqa: E402
+from sim.bands import simulate_with_band  # noqa: E402
+from sim.run import make_cost_model, make_workload, simulate  # noqa: E402
 
-Z90 = 1.6448536269514722  # the standard normal's 95% quantile: a two-sided 90% band
-BATCHES = 19
-METRICS = [f"{m}_{s}" for m in ("ttft_s", "tpot_s", "e2e_s") for s in ("mean", "p50", "p99")]
+METRICS = [f"{m}_{s}" for m in ("ttft_s", "tpot_s", "e2e_s") for s in ("mean", "p50", "p99")] + [
+    "offered_rps", "throughput_rps"]
 
 
-def _figure(frame, name: str) -> float:
-    metric, stat = name.rsplit("_", 1)
-    values = frame[metric].to_numpy(dtype=float)
-    values = values[~np.isnan(values)]
-    return float(values.mean()) if stat == "mean" else float(np.percentile(values, float(stat[1:])))
+def _timed(fn):
+    wall, cpu = time.perf_counter(), time.process_time()
+    out = fn()
+    return out, time.perf_counter() - wall, time.process_time() - cpu
 
 
-def _bias_run(sc, cost_model, bias: float, sigma_prefill: float, sigma_decode: float) -> dict:
-    pack = draw_pack(12345, 0.0, sigma_prefill, sigma_decode)
-    pack[DRAW_BIAS] = bias
-    return simulate(sc, cost_model=cost_model, step_draws=pack, lean_summary=True).summary
+def _banded(sc, method: str):
+    return sc.model_copy(update={"run": sc.run.model_copy(update={"band": 90.0, "band_method": method})})
 
 
-def _workload_halfwidth(point) -> dict:
-    frame = point.requests.sort_values("arrival_s")
-    parts = np.array_split(np.arange(len(frame)), BATCHES)
-    out = {}
-    for name in METRICS:
-        per = np.array([_figure(frame.iloc[idx], name) for idx in parts])
-        out[name] = Z90 * per.std(ddof=1) / math.sqrt(BATCHES)
-    return out
-
-
-def main(n: int) -> None:
+def main(n: int, edges_only: bool) -> None:
     sc = scenario(n)
     simulate(scenario(1000))  # compiles (or loads) the core
-    cm = make_cost_model(sc)
-    _, bias_sigma, sp, sd = step_time_sigmas(cm)
-    t = time.perf_counter()
-    point = simulate(sc, cost_model=cm)
-    t_point = time.perf_counter() - t
-
-    t = time.perf_counter()
-    upper = _bias_run(sc, cm, Z90 * bias_sigma, sp, sd)
-    t_upper = time.perf_counter() - t
-    t = time.perf_counter()
-    lower = _bias_run(sc, cm, -Z90 * bias_sigma, sp, sd)
-    half = _workload_halfwidth(point)
-    t_lower = time.perf_counter() - t
-
-    banded = sc.model_copy(update={"run": sc.run.model_copy(update={"band": 90.0})})
-    t = time.perf_counter()
-    full, _ = replicate(banded, cost_model=cm)
-    t_full = time.perf_counter() - t
-
-    print(f"{n:,} requests, roofline, compiled core; cost as (run + band) / run:")
-    print("| design | runs | seconds | cost |")
-    print("| --- | ---: | ---: | ---: |")
-    print(f"| no band | 1 | {t_point:.2f} | 1.0x |")
-    print(f"| 19 replications (today) | 20 | {t_point + t_full:.2f} | {(t_point + t_full) / t_point:.1f}x |")
-    print(f"| bias quantiles + batch means | 3 | {t_point + t_upper + t_lower:.2f} | "
-          f"{(t_point + t_upper + t_lower) / t_point:.2f}x |")
-    print(f"| upper run, lower mirrored | 2 | {t_point + t_upper:.2f} | {(t_point + t_upper) / t_point:.2f}x |")
+    cm, workload = make_cost_model(sc), make_workload(sc)
+    methods = ["edges"] if edges_only else ["edges", "replications"]
+    rows, bands = [], {}
+    point, wall, cpu = _timed(lambda: simulate(sc, workload, cost_model=cm))
+    rows.append(("no band", wall, cpu))
+    for method in methods:
+        result, w, c = _timed(lambda: simulate_with_band(_banded(sc, method), workload, cost_model=cm))
+        bands[method] = result.summary["band"]
+        rows.append((method, w, c))
+    print(f"{n:,} requests, roofline, compiled core, {os.cpu_count()} CPUs (os.cpu_count), "
+          f"{len(os.sched_getaffinity(0))} usable:")
+    print("| | wall s | cost (wall) | CPU s | cost (CPU) |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for name, w, c in rows:
+        print(f"| {name} | {w:.2f} | {w / rows[0][1]:.2f}x | {c:.2f} | {c / rows[0][2]:.2f}x |")
+    if edges_only:
+        return
     print()
-    print("| figure | point | 19 replications | bias quantiles + batch means (width / 19's) | upper run, lower "
-          "mirrored (width / 19's) |")
-    print("| --- | ---: | --- | --- | --- |")
+    print("| figure | point | 19 replications | edges (width / 19's) |")
+    print("| --- | ---: | --- | --- |")
+    full, quick = bands["replications"], bands["edges"]
     for name in METRICS:
         lo, hi = full[name]
-        a, b = lower[name], upper[name]
-        q_lo, q_hi = min(a, b) - half[name], max(a, b) + half[name]
-        m_lo, m_hi = point.summary[name] ** 2 / upper[name], upper[name]
-        print(f"| {name} | {point.summary[name]:.4g} | [{lo:.4g}, {hi:.4g}] | [{q_lo:.4g}, {q_hi:.4g}] "
-              f"({(q_hi - q_lo) / (hi - lo):.2f}) | [{m_lo:.4g}, {m_hi:.4g}] ({(m_hi - m_lo) / (hi - lo):.2f}) |")
+        a, b = quick[name]
+        ratio = (b - a) / (hi - lo) if hi > lo else float("nan")
+        print(f"| {name} | {point.summary[name]:.4g} | [{lo:.4g}, {hi:.4g}] | [{a:.4g}, {b:.4g}] ({ratio:.2f}) |")
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 100_000)
+    args = [a for a in sys.argv[1:] if not a.startswith("--")]
+    main(int(args[0]) if args else 100_000, "--edges" in sys.argv)

@@ -22,6 +22,24 @@ edges), never for fewer than the level needs.
 
 The point figure stays the run's own (its seed, no draws); the band does not have to contain it.
 
+**Edges: the band of a long run in three runs** (`run.band_method: edges`; `auto` picks it from EDGE_BATCHES ×
+EDGE_MIN_BATCH_REQUESTS requests when `step_time` is a source and `band_replications` is not set). On a long run
+the step-time bias dominates the band (±20% on a 100k-request run, against a few percent from the workload and
+the per-step noise, benchmarks/results/bands.md), and a figure that grows (or falls) with the bias takes its
+L-quantiles at the bias's: for such a figure P(F(b) <= F(b_q)) = P(b <= b_q) = q exactly. So the band is two
+runs on the point's requests with the bias at -z and +z bias sigmas (z the standard normal's (1 + L) / 2
+quantile, per-step noise on), each edge moved out by the workload's spread: z × the standard deviation of the
+figure over EDGE_BATCHES consecutive batches of the point run's requests / sqrt(EDGE_BATCHES) (batch means, which
+keep the spread a correlated queue has). A difference B − A: the edge runs' differences, widened by the batch
+spread of the per-batch differences (the same requests in both). What it assumes, stated where it is used: a
+figure monotone in the bias (a figure that is not gets the range of its two edges, not its extremes), and a
+workload spread that adds to the edges linearly (wider than their root-sum-square by at most the batch half-width).
+
+**Threads.** Every run of a band (and the point run beside them) goes to a thread of its own, up to one per CPU:
+the compiled core releases the GIL, so on a machine with free cores a band's wall-clock cost is its runs over
+the cores (`_in_threads`). Each thread prices with its own copy of the cost model; the results do not depend on
+the threads (tested: the same bytes as one run after another).
+
 **Differences.** Two variants with the same run seed and band draw the same replications, so the band of a
 difference B − A is the k-th smallest and largest of the R per-replication differences (`difference_bands`,
 `servesim compare --band`): what the variants share (the workload, the cost model's bias) cancels, and "A beats B"
@@ -32,13 +50,19 @@ edge of the goodput share), checked only at its fewest replicas (sim/tools/plann
 
 from __future__ import annotations
 
+import copy
 import json
 import math
-from functools import lru_cache
+import os
+import queue
+from concurrent.futures import ThreadPoolExecutor
+from functools import lru_cache, partial
 from pathlib import Path
+from statistics import NormalDist
 
 import numpy as np
 
+from sim.band_curves import curves_of, pointwise_edges  # ribbons: each run's curves; the order-statistic rule
 from sim.config.band_level import (  # noqa: F401  (re-exported)
     MAX_REPLICATIONS,
     MIN_REPLICATIONS,
@@ -49,6 +73,10 @@ from sim.config.band_level import (  # noqa: F401  (re-exported)
 from sim.errors import ConfigError
 
 RESIDUALS_PATH = Path(__file__).resolve().parents[1] / "calibrate" / "residuals.json"
+# `run.band_method: edges` (module docstring): the point run's requests in EDGE_BATCHES batches, each of at least
+# EDGE_MIN_BATCH_REQUESTS so that a batch's p99 rests on 10 requests above it; "auto" picks edges from there.
+EDGE_BATCHES = 19
+EDGE_MIN_BATCH_REQUESTS = 1000
 SEED_TAG = 31  # the replications' seed stream: SeedSequence([run.seed, SEED_TAG, i]) (issue 31)
 # The headline figures that get a band (`summarize`'s keys; a lean summary holds every one of them).
 BAND_METRICS = tuple(f"{m}_{s}" for m in ("ttft_s", "tpot_s", "e2e_s") for s in ("mean", "p50", "p90", "p99")) + (
@@ -126,12 +154,16 @@ def simulate_with_band(scenario, workload=None, *, progress=None, cost_model=Non
     point = scenario.model_copy(update={"run": scenario.run.model_copy(update={"band": None})})
     if cost_model is None and scenario.hardware.disaggregation is None:
         cost_model = make_cost_model(point)  # built once, shared by the run and its replications
-    # first: a band it cannot draw is refused before the run
-    band, values = replicate(scenario, cost_model=cost_model, workloads=workloads)
-    result = simulate(point, workload, progress=progress, cost_model=cost_model)
+    # first: a band it cannot draw is refused before the run (band_runs checks before it starts one)
+    curves: list = []  # ribbons
+    band, values, result, batches = band_runs(scenario, cost_model=cost_model, workloads=workloads,
+                                              point=(point, workload, progress), curves=curves)
     result.scenario = scenario
     result.summary["band"] = band
     result.extras["band_values"] = values
+    result.extras["band_curves"] = curves  # ribbons: each band run's curves (sim/band_curves.py), in run order
+    if batches is not None:
+        result.extras["band_batches"] = batches
     return result
 
 
@@ -188,6 +220,18 @@ def pessimistic_misses(band: dict, slo) -> list[str]:
     return out
 
 
+def band_method(scenario, num_requests: int) -> str:
+    """How `scenario`'s band is drawn (`run.band_method`; "auto" decided by the run's size, see the module
+    docstring): "replications" or "edges"."""
+    run = scenario.run
+    if run.band_method != "auto":
+        return run.band_method
+    if "step_time" in run.band_sources and run.band_replications is None \
+            and num_requests >= EDGE_BATCHES * EDGE_MIN_BATCH_REQUESTS:
+        return "edges"
+    return "replications"
+
+
 def replicate(scenario, *, cost_model=None, progress=None, workloads: dict | None = None,
               stop_when=None) -> tuple[dict | None, dict]:
     """(the band, {metric: [each replication's value]}) of `scenario.run.band`. `workloads`: a dict shared by
@@ -195,13 +239,24 @@ def replicate(scenario, *, cost_model=None, progress=None, workloads: dict | Non
     variant whose workload section, seed, request count and context limit are the same (the same requests:
     common random numbers, generated once). `stop_when(values, k)`, asked after each replication, may end them
     early (a check that only needs a verdict, once it is certain): the band is then None."""
+    band, values, _, _ = band_runs(scenario, cost_model=cost_model, progress=progress, workloads=workloads,
+                                stop_when=stop_when)
+    return band, values
+
+
+def band_runs(scenario, *, cost_model=None, progress=None, workloads: dict | None = None, stop_when=None,
+              point=None, curves: list | None = None, figures=None):  # ribbons: `curves` gets each run's curves_of
+    """(band, values, the point run's Result or None, the batch figures or None): `replicate`'s work, and the
+    point run too when `point` is given ((the scenario without its band, its workload or None, its progress
+    callback)). Every run of the band goes to a thread of its own (`_in_threads`), the point run beside them.
+    `figures(result) -> {name: value}`: what each replication is read for, instead of its summary's headline
+    figures (a benchmark's own quantities: the runs then keep their full summary, and the method is
+    replications, whose order statistics need no batch figures)."""
     from sim.cost.draws import draw_pack
     from sim.run import deployment_of, make_cost_model, make_workload, simulate
     run = scenario.run
     level = run.band
     sources = list(run.band_sources)
-    R = replications_for(level, run.band_replications)
-    k = order_index(level, R)
     disaggregated = scenario.hardware.disaggregation is not None
     if cost_model is None and not disaggregated:
         cost_model = make_cost_model(scenario)
@@ -212,42 +267,209 @@ def replicate(scenario, *, cost_model=None, progress=None, workloads: dict | Non
         else:
             sigmas = step_time_sigmas(cost_model)
     max_len = None if disaggregated else deployment_of(scenario).max_model_len
-    values: dict[str, list] = {}
-    slo_met: int | None = 0
+    priced = None if disaggregated else cost_model
+
+    made: dict = {} if workloads is None else workloads
+
+    def workload_of(rep):
+        if disaggregated:
+            return make_workload(rep)
+        key = (rep.workload.model_dump_json(), rep.run.seed, rep.run.num_requests, rep.run.duration_s, max_len)
+        if key not in made:
+            made[key] = make_workload(rep)
+        return made[key]
+
+    plain = scenario.model_copy(update={"run": run.model_copy(update={"band": None})})  # the point run's scenario
+    point_job, plain_workload = None, None
+    if point is not None:
+        point_scenario, plain_workload, point_progress = point
+        if plain_workload is None:
+            plain_workload = make_workload(point_scenario)
+        point_job = partial(_simulate_point, simulate, point_scenario, plain_workload, point_progress)
+    method = "replications"
+    if sigmas is not None and not disaggregated and figures is None:
+        if plain_workload is None:
+            plain_workload = make_workload(plain)
+        method = band_method(scenario, plain_workload.num_requests)
+    if method == "edges":
+        return _edges(scenario, plain, plain_workload, priced, sigmas, sources, point_job, progress, curves)
+
+    R = replications_for(level, run.band_replications)
+    k = order_index(level, R)
+    jobs = []
     for i in range(R):
         workload_seed, draw_seed = replication_seeds(run.seed, i)
         seed = workload_seed if "workload" in sources else run.seed
         rep = scenario.model_copy(update={"run": run.model_copy(update={"seed": seed, "band": None})})
         draws = draw_pack(draw_seed, *sigmas[1:]) if sigmas is not None else None
-        if workloads is None or disaggregated:
-            workload = make_workload(rep)
-        else:
-            key = (rep.workload.model_dump_json(), seed, rep.run.num_requests, rep.run.duration_s, max_len)
-            if key not in workloads:
-                workloads[key] = make_workload(rep)
-            workload = workloads[key]
-        result = simulate(rep, workload, cost_model=None if disaggregated else cost_model,
-                          step_draws=draws, lean_summary=True)
+        jobs.append(partial(_simulate_run, simulate, rep, workload_of(rep), draws, figures is None))
+    values: dict[str, list] = {}
+    slo_met: int | None = 0
+    point_result = None
+    for i, result in _in_threads(jobs, priced, point_job):
+        if i is None:
+            point_result = result
+            continue
+        got = result.summary if figures is None else figures(result)
         if i == 0:
-            values = {name: [] for name in _band_keys(result.summary)}
+            values = {name: [] for name in (_band_keys(got) if figures is None else got)}
         for name in values:
-            values[name].append(result.summary.get(name))
+            values[name].append(got.get(name))
+        if curves is not None:  # ribbons
+            curves.append(curves_of(result))
         if result.summary.get("slo_met") is None:
             slo_met = None  # no SLO limits: nothing to meet
         elif slo_met is not None:
-                slo_met += bool(result.summary["slo_met"])
+            slo_met += bool(result.summary["slo_met"])
         if progress is not None:
             progress(i + 1, R)
         if stop_when is not None and i + 1 < R and stop_when(values, k):
-            return None, values
-    band = {"level": level / 100, "replications": R, "sources": sources}
+            return None, values, point_result, None
+    band = {"level": level / 100, "method": "replications", "replications": R, "sources": sources}
     if sigmas is not None:
-        band["step_time_residuals"] = {"cost_model": sigmas[0], "bias_sigma": sigmas[1],
-                                       "sigma_prefill": sigmas[2], "sigma_decode": sigmas[3]}
+        band["step_time_residuals"] = _residuals_entry(sigmas)
     for name, got in values.items():
         band[name] = edges(got, k)
     band["slo_met_replications"] = slo_met  # of R (None: no limits): a verdict that flips inside the band has 0 < this < R
-    return band, values
+    return band, values, point_result, None
+
+
+def _residuals_entry(sigmas) -> dict:
+    return {"cost_model": sigmas[0], "bias_sigma": sigmas[1], "sigma_prefill": sigmas[2], "sigma_decode": sigmas[3]}
+
+
+def _simulate_run(simulate, scenario, workload, draws, lean, cost_model):
+    return simulate(scenario, workload, cost_model=cost_model, step_draws=draws, lean_summary=lean)
+
+
+def _simulate_point(simulate, scenario, workload, progress, cost_model):
+    return simulate(scenario, workload, progress=progress, cost_model=cost_model)
+
+
+def _in_threads(jobs, cost_model, point_job=None):
+    """Yield (i, jobs[i](cost model)) in the order of `jobs`, and (None, point_job(cost_model)) first when
+    given. The runs are independent (each its own workload, draws and state), so their results do not depend on
+    which thread ran them or when: the compiled core releases the GIL (sim/compiled/kernel.py `run`), and up to
+    one run per CPU goes at a time. The point run prices with `cost_model` itself (its notes, e.g. points
+    outside measured tables, are the caller's); every other thread with its own copy, so no two runs write one
+    model's scratch state at once."""
+    workers = max(1, min(len(jobs) + (point_job is not None), os.cpu_count() or 1))
+    if workers == 1 or cost_model is None:
+        if point_job is not None:
+            yield None, point_job(cost_model)
+        for i, job in enumerate(jobs):
+            yield i, job(cost_model)
+        return
+    # The copies are made here, before any run starts (a run may fill its model's caches while it is copied).
+    copies: queue.SimpleQueue = queue.SimpleQueue()
+    for _ in range(workers):
+        copies.put(copy.deepcopy(cost_model))
+
+    def priced(job):
+        own = copies.get()
+        try:
+            return job(own)
+        finally:
+            copies.put(own)
+
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = [pool.submit(priced, job) for job in jobs]
+        try:
+            if point_job is not None:
+                yield None, point_job(cost_model)  # in this thread, beside the pool's
+            for i, future in enumerate(futures):
+                yield i, future.result()
+        finally:
+            for future in futures:
+                future.cancel()  # a stop rule ended them early: the runs not started are not run
+
+
+def _edges(scenario, plain, workload, cost_model, sigmas, sources, point_job, progress, curves=None):
+    """The band as two runs at the edges of the shared error (`run.band_method: edges`, module docstring): the
+    cost model's bias at its lower and upper (1 ± L) / 2 quantiles, per-step noise on, the point's requests;
+    widened by the workload's spread (batch means of the point run) when `workload` is a source."""
+    from sim.cost.draws import DRAW_BIAS, draw_pack
+    from sim.run import simulate
+    run = scenario.run
+    z = NormalDist().inv_cdf((1 + run.band / 100) / 2)
+    _, draw_seed = replication_seeds(run.seed, 0)
+    jobs = []
+    for sign in (-1.0, 1.0):
+        draws = draw_pack(draw_seed, 0.0, sigmas[2], sigmas[3])
+        draws[DRAW_BIAS] = sign * z * sigmas[1]
+        jobs.append(partial(_simulate_run, simulate, plain, workload, draws, True))
+    if point_job is None:  # the batch means read the point run's records: a lean one does
+        point_job = partial(_simulate_run, simulate, plain, workload, None, True)
+    point_result, runs = None, []
+    for i, result in _in_threads(jobs, cost_model, point_job):
+        if i is None:
+            point_result = result
+        else:
+            runs.append(result)
+            if curves is not None:  # ribbons
+                curves.append(curves_of(result))
+            if progress is not None:
+                progress(i + 1, len(jobs))
+    keys = _band_keys(runs[0].summary)
+    values = {name: [r.summary.get(name) for r in runs] for name in keys}
+    batches = batch_figures(point_result, keys, scenario.slo) if "workload" in sources else None
+    band = {"level": run.band / 100, "method": "edges", "replications": len(runs), "sources": sources,
+            "step_time_residuals": _residuals_entry(sigmas)}
+    for name in keys:
+        band[name] = widened(values[name], batches[name] if batches else None, z)
+    met = [r.summary.get("slo_met") for r in runs]
+    band["slo_met_replications"] = None if met[0] is None else sum(bool(m) for m in met)
+    return band, values, point_result, batches
+
+
+def batch_figures(result, keys, slo) -> dict[str, list]:
+    """{figure: [its value in each of EDGE_BATCHES batches]}: the point run's requests cut in arrival order into
+    EDGE_BATCHES consecutive batches, each summarized as a run of its own (sim/results.py's definitions: the
+    requests, their finished ones, the steps ending while the batch arrived, over that span)."""
+    from sim.results import sent_column, as_requests, as_table, latencies, slo_metrics, throughput
+    requests, steps = (as_requests(result.records[0]), as_table(result.records[1]))
+    sent = np.asarray(requests[sent_column(requests)], dtype=float)
+    order = np.argsort(sent, kind="stable")
+    parts = np.array_split(order, EDGE_BATCHES)
+    step_end = np.asarray(steps["end_s"], dtype=float) if len(steps) else np.zeros(0)
+    finish = np.asarray(requests["finish_s"], dtype=float)
+    out: dict[str, list] = {name: [] for name in keys}
+    for j, idx in enumerate(parts):
+        mask = np.zeros(len(sent), dtype=bool)
+        mask[idx] = True
+        start = float(sent[idx[0]])
+        end = float(sent[parts[j + 1][0]]) if j + 1 < len(parts) else float(np.nanmax(finish[idx], initial=start))
+        span = max(end - start, 1e-12)
+        sub = requests[mask]
+        fin = sub[sub["finished"]]
+        s = throughput(sub, fin, steps[(step_end >= start) & (step_end < end)], span)
+        s.update(latencies(fin, steps, lean=True))
+        s.update(slo_metrics(sub, fin, slo, span, all_done=bool(len(fin) == len(sub)), known=s))
+        for name in keys:
+            value = s.get(name)
+            out[name].append(None if value is None or isinstance(value, bool) else float(value))
+    return out
+
+
+def sampling_halfwidth(batch_values: list | None, z: float) -> float | None:
+    """z × the standard deviation of the batch figures / sqrt(batches): the batch-means estimate of a figure's
+    spread across workloads (None where a batch lacks it)."""
+    if batch_values is None or any(v is None or math.isnan(v) for v in batch_values):
+        return None
+    values = np.asarray(batch_values, dtype=float)
+    return z * float(values.std(ddof=1)) / math.sqrt(len(values))
+
+
+def widened(run_values: list, batch_values: list | None, z: float) -> list | None:
+    """The edges band of one figure: [the lower, the higher] of the two edge runs, each moved out by the
+    workload's spread (`sampling_halfwidth`; 0 without the workload source)."""
+    if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in run_values):
+        return None
+    lo, hi = min(float(v) for v in run_values), max(float(v) for v in run_values)
+    if batch_values is None:
+        return [lo, hi]
+    h = sampling_halfwidth(batch_values, z)
+    return None if h is None else [lo - h, hi + h]
 
 
 # --- the band of a difference -------------------------------------------------------------------------------
@@ -258,22 +480,46 @@ def comparable(a, b) -> str | None:
     band_a, band_b = a.summary.get("band"), b.summary.get("band")
     if not band_a or not band_b or "band_values" not in a.extras or "band_values" not in b.extras:
         return "no band on both"
-    for field in ("level", "replications", "sources"):
-        if band_a[field] != band_b[field]:
+    for field in ("level", "method", "replications", "sources"):
+        if band_a.get(field) != band_b.get(field):
             return f"band {field} differs ({band_a[field]} vs {band_b[field]})"
     if a.scenario.run.seed != b.scenario.run.seed:
         return f"run.seed differs ({a.scenario.run.seed} vs {b.scenario.run.seed})"
     return None
 
 
-def difference_band(a_values: list, b_values: list, k: int) -> list | None:
+def difference_band(a_values: list, b_values: list, k: int, a_batches: list | None = None,
+                    b_batches: list | None = None, z: float | None = None) -> list | None:
     """The band of B − A: the k-th smallest and largest of the R per-replication differences b_i − a_i (each
-    pair from the same replication: the same requests and draws), None where a replication lacks the figure."""
+    pair from the same replication: the same requests and draws), None where a replication lacks the figure.
+    An edges band (`a_batches`, `b_batches`: each variant's batch figures on the same requests; `z`): the two
+    edge runs' differences, widened by the batch-means spread of the per-batch differences."""
     if len(a_values) != len(b_values):
         return None
     if any(v is None for v in (*a_values, *b_values)):
         return None
-    return edges([float(b) - float(a) for a, b in zip(a_values, b_values)], k)
+    differences = [float(b) - float(a) for a, b in zip(a_values, b_values)]
+    if z is None:
+        return edges(differences, k)
+    batch = None
+    if a_batches is not None and b_batches is not None:
+        if any(v is None for v in (*a_batches, *b_batches)):
+            return None
+        batch = [float(b) - float(a) for a, b in zip(a_batches, b_batches)]
+    return widened(differences, batch, z)
+
+
+def _difference(a, b, metric: str) -> list | None:
+    """The band of b − a on `metric` for two comparable banded results, by their band's method."""
+    band = a.summary["band"]
+    av, bv = a.extras["band_values"], b.extras["band_values"]
+    if band.get("method") == "edges":
+        z = NormalDist().inv_cdf((1 + band["level"]) / 2)
+        ab, bb = a.extras.get("band_batches"), b.extras.get("band_batches")
+        return difference_band(av[metric], bv[metric], 0, ab.get(metric) if ab else None,
+                               bb.get(metric) if bb else None, z)
+    k = order_index(a.scenario.run.band, band["replications"])
+    return difference_band(av[metric], bv[metric], k)
 
 
 def reading(key: str, band: list | None, name_a: str, name_b: str) -> str:
@@ -298,8 +544,8 @@ def difference_bands(results, reference: str, keys=None) -> dict:
     by_name = {r.name: r for r in results}
     ref = by_name[reference]
     band = ref.summary["band"]
-    k = order_index(ref.scenario.run.band, band["replications"])
-    out = {"level": band["level"], "replications": band["replications"], "sources": band["sources"],
+    out = {"level": band["level"], "method": band.get("method"), "replications": band["replications"],
+           "sources": band["sources"],
            "reference": reference, "variants": {}, "not_comparable": {}}
     for r in results:
         if r.name == reference:
@@ -314,7 +560,7 @@ def difference_bands(results, reference: str, keys=None) -> dict:
         for m in names:
             if m not in a_vals or m not in b_vals:
                 continue
-            d = difference_band(a_vals[m], b_vals[m], k)
+            d = _difference(ref, r, m)
             pa, pb = ref.summary.get(m), r.summary.get(m)
             point = (float(pb) - float(pa)) if isinstance(pa, (int, float)) and isinstance(pb, (int, float)) \
                 and not isinstance(pa, bool) and not isinstance(pb, bool) else None
@@ -331,18 +577,18 @@ def pair_differences(results) -> dict:
         for b in results:
             if a is b or comparable(a, b) is not None:
                 continue
-            k = order_index(a.scenario.run.band, a.summary["band"]["replications"])
             av, bv = a.extras["band_values"], b.extras["band_values"]
-            out[(a.name, b.name)] = {m: difference_band(av[m], bv[m], k) for m in av if m in bv}
+            out[(a.name, b.name)] = {m: _difference(a, b, m) for m in av if m in bv}
     return out
 
 
 def edges(values: list, k: int) -> list | None:
-    """[k-th smallest, k-th largest] of the values; None when a replication lacks the figure (or it is NaN)."""
+    """[k-th smallest, k-th largest] of the values; None when a replication lacks the figure (or it is NaN). The
+    rule is sim/band_curves.py `pointwise_edges`' (the ribbons' too), at one point."""
     if any(v is None or (isinstance(v, float) and math.isnan(v)) for v in values):
         return None
-    ordered = sorted(float(v) for v in values)
-    return [ordered[k - 1], ordered[len(ordered) - k]]
+    lo, hi = pointwise_edges([[float(v)] for v in values], k)
+    return [float(lo[0]), float(hi[0])]
 
 
 __all__ = ["BAND_METRICS", "band_of", "comparable", "difference_band", "difference_bands",

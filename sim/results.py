@@ -155,6 +155,11 @@ class Result:
             self._steps = pd.DataFrame(self._steps.columns, copy=False)  # the table's arrays, not a second copy
         return self._steps
 
+    @property
+    def records(self) -> tuple:
+        """(requests, steps) as stored: Tables, or DataFrames once read as frames; the summary functions take either."""
+        return self._requests, self._steps
+
     def request_column(self, name: str) -> np.ndarray:
         """One column of the request records as an array, without building the DataFrame when it is not yet."""
         if isinstance(self._requests, Table) and name in self._requests:
@@ -426,7 +431,7 @@ def measurement_window(requests: Table | pd.DataFrame, warmup_s: float, cooldown
     arrivals end at `arrivals_end_s` (run.duration_s) or, without it, at the last arrival. A window of no
     length is the user's error (ConfigError naming run.warmup_s and run.cooldown_s)."""
     if arrivals_end_s is None:
-        arrivals_end_s = float(np.max(requests[_sent_column(requests)])) if len(requests) else 0.0
+        arrivals_end_s = float(np.max(requests[sent_column(requests)])) if len(requests) else 0.0
     start, end = float(warmup_s), float(arrivals_end_s) - float(cooldown_s)
     if end <= start:
         raise ConfigError(f"run.warmup_s, run.cooldown_s: {warmup_s:g} s and {cooldown_s:g} s leave no measurement "
@@ -448,7 +453,7 @@ def window_metrics(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, 
     """
     requests, steps = as_requests(requests), as_table(steps)
     length = end_s - start_s
-    arrival = _floats(requests, _sent_column(requests))  # with a front-end: when the client sent it
+    arrival = _floats(requests, sent_column(requests))  # with a front-end: when the client sent it
     arrived = requests[(arrival >= start_s) & (arrival < end_s)]
     fin = arrived[arrived["finished"]]
     finish = _floats(requests, "finish_s")
@@ -518,7 +523,7 @@ def throughput(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, steps:
     # Finished requests over the whole run, drain included (as vLLM's benchmark_serving counts it): with a
     # finite run it sits below the offered rate even when the system keeps up, so the offered rate is shown too.
     s["throughput_rps"] = len(fin) / elapsed
-    arrivals = _floats(requests, _sent_column(requests))  # with a front-end: what the client sent
+    arrivals = _floats(requests, sent_column(requests))  # with a front-end: what the client sent
     span = float(arrivals.max() - arrivals.min()) if len(arrivals) > 1 else 0.0
     s["offered_rps"] = (len(arrivals) - 1) / span if span > 0 else math.nan
     # Every sampled token counts (all sequences of a request, and requests still in flight).
@@ -687,7 +692,7 @@ def kv_memory(steps: Table | pd.DataFrame, replicas: list[ReplicaCounters], kv_b
     return s
 
 
-def _sent_column(requests: Table | pd.DataFrame) -> str:
+def sent_column(requests: Table | pd.DataFrame) -> str:
     """The column of when each request was sent: the client's send time with a front-end, else the arrival."""
     return "client_send_s" if "client_send_s" in requests else "arrival_s"
 

@@ -170,7 +170,7 @@ def _stale(req, rid, fclock):
             or req[Q_ANCHOR, rid] + req[Q_MAX_OUT, rid] - req[Q_OUT, rid] != fclock)
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan, pf_snap, run_tmp,
         row_i, row_f, run_dur, run_i, max_rows, max_run_steps, draws):
     """Advance the simulation event by event (arrivals, the replicas' step ends in time order) until every

@@ -467,6 +467,12 @@ class RunSpec(_Strict):
         "drawn from its measured residuals, calibrate/residuals.json)")
     band_replications: int | None = Field(None, ge=2, le=199, description="replications behind a band; default: "
                                           "the fewest whose outermost runs bound the level (19 for 90%, 39 for 95%)")
+    band_method: Literal["auto", "replications", "edges"] = Field(
+        "auto", description="how a band is drawn (sim/bands.py): `replications` (R whole runs, each drawing every "
+        "source anew), `edges` (two runs with the cost model's bias at the band's quantiles, widened by the "
+        "workload's batch-means spread: needs step_time among band_sources), `auto` (edges for a run long enough "
+        "for its batch means, sim/bands.py EDGE_BATCHES × EDGE_MIN_BATCH_REQUESTS requests, with step_time among "
+        "the sources and no band_replications; else replications)")
 
     @model_validator(mode="after")
     def _bounded(self) -> "RunSpec":
@@ -478,6 +484,12 @@ class RunSpec(_Strict):
         if self.band is not None:
             from sim.config.band_level import check_band_size
             check_band_size(self.band, self.band_replications)  # ValueError: too few replications for the level
+        if self.band_method == "edges" and "step_time" not in self.band_sources:
+            raise ValueError(f"band_method: edges needs step_time among band_sources (got {self.band_sources}); "
+                             "allowed: band_method replications, or add step_time")
+        if self.band_method == "edges" and self.band_replications is not None:
+            raise ValueError(f"band_replications: {self.band_replications} applies to band_method replications, "
+                             "not edges (two runs); allowed: leave it out, or band_method: replications")
         if len(set(self.band_sources)) != len(self.band_sources):
             raise ValueError(f"band_sources: {self.band_sources} names a source twice; allowed: each of workload, "
                              "step_time at most once")

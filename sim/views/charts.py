@@ -9,6 +9,9 @@
 - Downsampling: a CDF is drawn through `CDF_POINTS` quantiles (`cdf_points`), a time series through at most
   `TIME_BINS` time buckets per variant (`bucket_max` keeps a queue's peaks, `bucket_mean` weights by step
   duration); every array goes to the page as float32 (plotly writes it as base64).
+- Bands (issue 31): a banded run's curves get a ribbon behind them (`ribbon_traces`, its variant's colour at
+  `BAND_ALPHA`; one legend entry, `band_legend`), its bars error bars (`error_bars`); the ribbon's points are
+  computed in `sim/band_curves.py`, on the same grids as the curves.
 - Plotly once per page: `plotly_script()` is the minified *basic* plotly.js bundle (scatter, bar, pie: all
   these pages draw), vendored from npm's plotly.js-basic-dist-min at the version the plotly package ships,
   inlined once in the page's head; every figure is then written without a bundle of its own (`figure_html`).
@@ -26,11 +29,21 @@ from pathlib import Path
 import numpy as np
 import plotly.graph_objects as go
 
+from sim.band_curves import (  # noqa: F401  (the grids and the bucket functions, defined once there; re-exported)
+    CDF_POINTS,
+    CDF_PROBS,
+    TIME_BINS,
+    bucket_max,
+    bucket_mean,
+    bucket_sum,
+    cdf_probabilities,
+    cdf_quantiles,
+    time_bins,
+)
+
 # One colour per variant, in order, on every chart (report, dashboard, plan report).
 COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#17becf"]
 LOG_SPAN = 10.0  # a latency axis whose values span more than this factor is drawn logarithmic
-CDF_POINTS = 240  # quantiles per CDF
-TIME_BINS = 300  # time buckets per variant's time series
 PAGE_BUDGET_BYTES = 1_500_000  # the quickstart report's budget (tests/integration/test_report_page.py)
 PLOTLY_BUNDLE = Path(__file__).with_name("assets") / "plotly-basic.min.js"
 
@@ -61,59 +74,18 @@ def axis_type(arrays, span: float = LOG_SPAN) -> str:
 
 
 def cdf_points(values, num: int = CDF_POINTS) -> tuple[np.ndarray, np.ndarray]:
-    """(x, y) of an empirical CDF through `num` quantiles, denser in the tail: (value at p, p). The minimum and
-    the maximum are always in."""
+    """(x, y) of an empirical CDF: every value when there are at most `num`, else the values at the one
+    probability grid (`sim.band_curves.CDF_PROBS`, denser in the tail; a band's ribbon is read at the same
+    points): (value at p, p). The minimum and the maximum are always in."""
     values = np.asarray(values, dtype=float)
     values = np.sort(values[~np.isnan(values)])
     if not len(values):
         return values.astype(np.float32), values.astype(np.float32)
     if len(values) <= num:
         return values.astype(np.float32), (np.arange(1, len(values) + 1) / len(values)).astype(np.float32)
-    body = np.linspace(0.0, 0.95, num * 2 // 3, endpoint=False)
-    tail = 1 - np.geomspace(0.05, 0.5 / len(values), num - len(body))  # 0.95 .. ~1, log-spaced
-    p = np.unique(np.concatenate([body, tail, [1.0]]))
-    x = np.quantile(values, p, method="inverted_cdf")
+    p = CDF_PROBS if num == CDF_POINTS else cdf_probabilities(num)
+    x = cdf_quantiles(values, p)
     return x.astype(np.float32), np.maximum(p, 1 / len(values)).astype(np.float32)
-
-
-def time_bins(end_s: float, num: int = TIME_BINS) -> np.ndarray:
-    """`num` equal buckets over [0, end_s] (one variant's own makespan)."""
-    return np.linspace(0.0, max(float(end_s), 1e-9), num + 1)
-
-
-def bucket_sum(t: np.ndarray, weights: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    out, _ = np.histogram(t, edges, weights=weights)
-    return out
-
-
-def bucket_mean(t: np.ndarray, values: np.ndarray, durations: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Duration-weighted mean per bucket; a bucket no step starts in keeps the previous value (a long step
-    holds its state)."""
-    num, _ = np.histogram(t, edges, weights=values * durations)
-    den, _ = np.histogram(t, edges, weights=durations)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        out = num / den
-    return _forward_fill(out)
-
-
-def bucket_max(t: np.ndarray, values: np.ndarray, edges: np.ndarray) -> np.ndarray:
-    """Largest value per bucket (a queue's peaks survive the downsampling); empty buckets hold the previous."""
-    idx = np.clip(np.searchsorted(edges, t, side="right") - 1, 0, len(edges) - 2)
-    out = np.full(len(edges) - 1, -np.inf)
-    np.maximum.at(out, idx, values.astype(float))
-    out[np.isneginf(out)] = np.nan
-    return _forward_fill(out)
-
-
-def _forward_fill(a: np.ndarray) -> np.ndarray:
-    ok = ~np.isnan(a)
-    if not ok.any():
-        return a
-    idx = np.where(ok, np.arange(len(a)), 0)
-    np.maximum.accumulate(idx, out=idx)
-    out = a[idx]
-    out[: np.argmax(ok)] = np.nan  # nothing before the first step
-    return out
 
 
 def f32(a) -> np.ndarray:
@@ -135,3 +107,50 @@ def figure_html(fig: go.Figure, div_id: str) -> str:
 def colored(name: str, color: str) -> str:
     """A variant name for a subplot title, in its colour."""
     return f'<span style="color:{color}"><b>{html.escape(name)}</b></span>'
+
+
+# --- bands (issue 31): ribbons behind curves, error bars on bars ----------------------------------------------
+
+BAND_ALPHA = 0.2  # a ribbon's fill: its variant's colour at this opacity
+
+
+def translucent(color: str, alpha: float = BAND_ALPHA) -> str:
+    """"#rrggbb" as "rgba(r,g,b,alpha)"."""
+    r, g, b = (int(color[i:i + 2], 16) for i in (1, 3, 5))
+    return f"rgba({r},{g},{b},{alpha:g})"
+
+
+def ribbon_traces(at, lo, hi, color: str, *, label: str, name: str, across: str = "y",
+                  hover: str = "%{y:.4g}") -> list[go.Scatter]:
+    """The two traces of a band's ribbon, to add in this order, one after the other on one panel and before the
+    curves they sit behind: the lower edge, then the upper edge filled to it (plotly's "tonexty").
+    `across="y"`: the edges are y values at the x positions `at` (a time series); `across="x"`: x values at the
+    y positions `at` (a CDF, p on y). Both edges hover with their value (`hover`, a plotly template). In the
+    legend group `label` ("90% band"), shown once by `band_legend`. The one ribbon drawing: the report's figures
+    use it, and the dashboard draws the report's figures."""
+    at = f32(at)
+    out = []
+    for edge, values in (("lower", lo), ("upper", hi)):
+        xy = {"x": at, "y": f32(values)} if across == "y" else {"x": f32(values), "y": at}
+        out.append(go.Scatter(
+            **xy, mode="lines", line=dict(width=0, color=color), name=label, legendgroup=label, showlegend=False,
+            fill="tonexty" if edge == "upper" else "none", fillcolor=translucent(color),
+            hovertemplate=f"{edge} edge of the {html.escape(label)}: {hover}<extra>{html.escape(name)}</extra>"))
+    return out
+
+
+def band_legend(label: str) -> go.Scatter:
+    """A legend entry for every ribbon of `label` (a grey swatch; clicking it hides them all)."""
+    return go.Scatter(x=[None], y=[None], mode="lines", fill="toself", fillcolor=translucent("#555555", 0.3),
+                      line=dict(width=0), name=label, legendgroup=label, showlegend=True, hoverinfo="skip")
+
+
+def error_bars(points, bands) -> dict | None:
+    """plotly `error_y` for bars at `points` with bands [lo, hi] (None where a bar has none): asymmetric, hi −
+    point up and point − lo down, each at least 0 (a band need not contain its point: the hover gives the band's
+    own edges). None when no bar has a band."""
+    if all(b is None for b in bands):
+        return None
+    up = [max(0.0, b[1] - p) if b is not None and p is not None else None for p, b in zip(points, bands)]
+    down = [max(0.0, p - b[0]) if b is not None and p is not None else None for p, b in zip(points, bands)]
+    return dict(type="data", symmetric=False, array=up, arrayminus=down, color="#333333", thickness=1.5, width=6)

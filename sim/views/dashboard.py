@@ -16,7 +16,8 @@
   elsewhere (`default_cost_model`), and `cost_model_note` says when a `measured` choice falls back.
 - `verdict_markdown` is what the page opens with (sim/views/verdict.py: the report's and the CLI's verdict);
   `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
-  load sweep. Latency, time-series and KV figures come from `sim.views.report.figures`.
+  load sweep. Latency, time-series and KV figures come from `sim.views.report.figures` (with a band, also the
+  headline bars with error bars, and ribbons behind the curves: the report's own drawing).
 - Files: the page is a server, so a scenario on it opens only files uploaded in this session (`Uploads`), never
   a path on the server (`sim.config.file_access`); uploads are stored under content-addressed names, and a
   store never replaces or deletes a file it did not create (`store_upload`).

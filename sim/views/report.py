@@ -12,21 +12,31 @@ import numpy as np
 import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
+from sim.band_curves import (
+    CDF_PROBS,
+    SERIES,
+    band_label,
+    bucket_mean,
+    finished_values,
+    makespan,
+    ribbon_of,
+    time_bins,
+    time_series,
+)
 from sim.results import Result
 from sim.views.charts import (
     COLORS,  # re-exported: the plan report and the dashboard import it from here
     TEMPLATE,
     axis_type,
-    bucket_max,
-    bucket_mean,
-    bucket_sum,
+    band_legend,
     cdf_points,
     color_map,
     colored,
+    error_bars,
     f32,
     figure_html,
     plotly_script,
-    time_bins,
+    ribbon_traces,
 )
 from sim.views.verdict import verdict_of
 
@@ -358,19 +368,30 @@ def _on_axis(limit: float, arrays, kind: str) -> bool:
     return lo - (hi - lo) / 2 <= limit <= hi + (hi - lo) / 2
 
 
-def _finished(r: Result):
-    return r.requests[r.requests["finished"]]
-
-
-def _cdf_figure(results, metrics, title: str, colors: dict[str, str], limits: bool = True) -> go.Figure:
-    """One CDF panel per metric, every variant's curve in its colour; an axis goes logarithmic when the
-    variants' values span more than a decade (charts.axis_type), and the SLO limit is drawn where shared."""
+def _cdf_figure(results, metrics, title: str, colors: dict[str, str], limits: bool = True,
+                ribbons: dict | None = None) -> go.Figure:
+    """One CDF panel per metric, every variant's curve in its colour (behind it, its band's ribbon where
+    `ribbons` has one: variant -> `sim.band_curves.ribbon_of`); an axis goes logarithmic when the variants'
+    values span more than a decade (charts.axis_type), and the SLO limit is drawn where shared."""
     fig = make_subplots(rows=1, cols=len(metrics), horizontal_spacing=0.07,
                         subplot_titles=[label for _, label, _ in metrics])
+    ribbons = ribbons or {}
+    labels = []  # the band labels drawn, each given one legend entry
     for col, (metric, label, slo_key) in enumerate(metrics, start=1):
         xs = []
+        for r in results:  # the ribbons first: every curve is drawn over every ribbon
+            band = ribbons.get(r.name)
+            if band is None or metric not in band["cdf"]:
+                continue
+            lo, hi = band["cdf"][metric]
+            for trace in ribbon_traces(CDF_PROBS, lo, hi, colors[r.name], label=band["label"], name=r.name,
+                                       across="x", hover="%{x:.4g} s at %{y:.1%}"):
+                fig.add_trace(trace, row=1, col=col)
+            xs += [f32(lo), f32(hi)]
+            labels += [band["label"]] if band["label"] not in labels else []
         for r in results:
-            x, y = cdf_points(_finished(r)[metric].to_numpy(dtype=float))
+            values = finished_values(r, metric)
+            x, y = cdf_points(values if values is not None else [])
             xs.append(x)
             fig.add_trace(go.Scatter(x=x, y=y, name=r.name, legendgroup=r.name, showlegend=col == 1,
                                      mode="lines", line=dict(color=colors[r.name], width=2),
@@ -388,6 +409,8 @@ def _cdf_figure(results, metrics, title: str, colors: dict[str, str], limits: bo
         elif limit is not None:  # drawn, it would stretch the axis and squash every curve
             title_text += f" (SLO {limit:g} s, off the axis)"
         fig.update_xaxes(type=kind, title_text=title_text, row=1, col=col)
+    for label in labels:
+        fig.add_trace(band_legend(label), row=1, col=1)
     fig.update_yaxes(range=[0, 1.02])
     fig.update_yaxes(title_text="fraction of requests", row=1, col=1)
     _layout(fig, title, 430)
@@ -412,45 +435,34 @@ def _steps_time(st) -> np.ndarray:
     return ((st["start_s"] + st["end_s"]) / 2).to_numpy(dtype=float)
 
 
-def _makespan(r: Result) -> float:
-    ends = [float(r.steps["end_s"].max())] if len(r.steps) else []
-    if len(r.requests):
-        finish = r.requests["finish_s"].to_numpy(dtype=float)
-        finish = finish[np.isfinite(finish)]
-        if len(finish):
-            ends.append(float(finish.max()))
-    return max(ends) if ends else 1.0
-
-
-_SERIES = ("output tokens/s", "waiting requests (peak)", "sequences per step (mean)")
-
-
 def _small_multiples(n: int, cols: int, titles: list[str], row_height: int) -> go.Figure:
     height = 110 + row_height * n
     return make_subplots(rows=n, cols=cols, subplot_titles=titles, horizontal_spacing=0.06,
                          vertical_spacing=min(0.3, 64 / (height - 130)) if n > 1 else 0.0)
 
 
-def _timeseries_figure(results, colors: dict[str, str]) -> go.Figure:
-    """Small multiples: a row per variant, over its own makespan; throughput, the queue and the batch size."""
+def _timeseries_figure(results, colors: dict[str, str], ribbons: dict | None = None) -> go.Figure:
+    """Small multiples: a row per variant, over its own makespan; throughput, the queue and the batch size, each
+    over its band's ribbon where `ribbons` has one (variant -> `sim.band_curves.ribbon_of`)."""
     n = len(results)
+    ribbons = ribbons or {}
     titles = [f"{colored(r.name, colors[r.name])} · {series}" if col == 0 else series
-              for r in results for col, series in enumerate(_SERIES)]
+              for r in results for col, series in enumerate(SERIES)]
     fig = _small_multiples(n, 3, titles, 200)
     for i, r in enumerate(results, start=1):
-        st, color = r.steps, colors[r.name]
-        edges = time_bins(_makespan(r))
-        centers, width = f32((edges[:-1] + edges[1:]) / 2), edges[1] - edges[0]
-        if len(st):
-            t, dur = _steps_time(st), st["duration_s"].to_numpy(dtype=float)
-            tokens = bucket_sum(st["end_s"].to_numpy(dtype=float), st["num_output_tokens"].to_numpy(dtype=float),
-                                edges) / width
-            queue = bucket_max(t, st["num_waiting"].to_numpy(dtype=float), edges)
-            batch = bucket_mean(t, st["num_seqs"].to_numpy(dtype=float), dur, edges)
-            for col, y in enumerate((tokens, queue, batch), start=1):
-                fig.add_trace(go.Scatter(x=centers, y=f32(y), name=r.name, legendgroup=r.name,
-                                         showlegend=col == 1, mode="lines", line=dict(color=color, width=1.5)),
-                              row=i, col=col)
+        color, band = colors[r.name], ribbons.get(r.name)
+        edges = time_bins(makespan(r))
+        centers = f32((edges[:-1] + edges[1:]) / 2)
+        for col, (series, y) in enumerate(time_series(r, edges).items(), start=1):
+            if band is not None and series in band["series"]:
+                spans = "{:.4g}-{:.4g} s".format(*band["makespan_s"])
+                for trace in ribbon_traces(centers, *band["series"][series], color, label=band["label"],
+                                           name=r.name, hover=f"%{{y:.4g}} at %{{x:.4g}} s (its runs' makespans: "
+                                           f"{spans})"):
+                    fig.add_trace(trace, row=i, col=col)
+            fig.add_trace(go.Scatter(x=centers, y=f32(y), name=r.name, legendgroup=r.name,
+                                     showlegend=col == 1, mode="lines", line=dict(color=color, width=1.5)),
+                          row=i, col=col)
         first = "x" if i == 1 else f"x{3 * (i - 1) + 1}"
         for col in (1, 2, 3):
             fig.update_xaxes(range=[0, float(edges[-1])], row=i, col=col,
@@ -459,8 +471,18 @@ def _timeseries_figure(results, colors: dict[str, str]) -> go.Figure:
     fig.update_xaxes(title_text="simulated time (s)", row=n)
     # No legend: every row is titled with its variant's name, in its colour.
     _layout(fig, "Over time", 110 + 200 * n, legend=False, subtitle="each variant over its own makespan; per "
-            "bin of 1/300 of it: output tokens/s, the peak queue, the mean batch; y-axes differ between rows")
+            "bin of 1/300 of it: output tokens/s, the peak queue, the mean batch; y-axes differ between rows"
+            + _ribbon_note(ribbons))
     return fig
+
+
+def _ribbon_note(ribbons: dict) -> str:
+    """What a time series' shading is, for the subtitle ("" without a ribbon)."""
+    if not ribbons:
+        return ""
+    labels = " / ".join(sorted({b["label"] for b in ribbons.values()}))
+    return (f"<br>shaded: the {labels} of each bin, each of the band's runs binned over its own makespan "
+            "(hover: how far apart their makespans are)")
 
 
 def _kv_figure(results, colors: dict[str, str]) -> go.Figure:
@@ -469,7 +491,7 @@ def _kv_figure(results, colors: dict[str, str]) -> go.Figure:
     fig = _small_multiples(n, 1, [colored(r.name, colors[r.name]) for r in results], 190)
     for i, r in enumerate(results, start=1):
         st = r.steps
-        edges = time_bins(_makespan(r))
+        edges = time_bins(makespan(r))
         centers = f32((edges[:-1] + edges[1:]) / 2)
         if len(st):
             cap = float(st["kv_capacity_slots"].iloc[0]) or 1.0
@@ -488,22 +510,69 @@ def _kv_figure(results, colors: dict[str, str]) -> go.Figure:
 
 
 def figures(results: list[Result]) -> list[tuple[str, go.Figure]]:
-    """(section id, figure): the latency CDFs, the time series, the KV split, and the waits between the pools
-    when a result is disaggregated. One colour per variant on all of them (charts.color_map)."""
+    """(section id, figure): with a band, the headline figures as bars with error bars first; the latency CDFs,
+    the time series, the KV split, and the waits between the pools when a result is disaggregated; a banded
+    result's CDFs and time series over their ribbons. One colour per variant on all of them (charts.color_map)."""
     colors = color_map([r.name for r in results])
-    figs = [("latency", _cdf_figure(results, _LATENCIES, "Latency CDFs", colors)),
-            ("timeseries", _timeseries_figure(results, colors)), ("kv", _kv_figure(results, colors))]
+    ribbons = _ribbons(results)
+    figs = [("band", _band_bars_figure(results, colors))] if any(r.summary.get("band") for r in results) else []
+    figs += [("latency", _cdf_figure(results, _LATENCIES, "Latency CDFs", colors, ribbons=ribbons)),
+             ("timeseries", _timeseries_figure(results, colors, ribbons)), ("kv", _kv_figure(results, colors))]
     split = [r for r in results if "transfer_s" in r.requests.columns]
     if split:
-        figs.append(("disaggregation", _disaggregation_figure(split, colors)))
+        figs.append(("disaggregation", _disaggregation_figure(split, colors, ribbons)))
     return figs
 
 
-def _disaggregation_figure(split: list[Result], colors: dict[str, str]) -> go.Figure:
+def _ribbons(results) -> dict:
+    """Variant -> the ribbon of its band's curves (`sim.band_curves.ribbon_of`), for the results run with a band."""
+    return {r.name: band for r in results if (band := ribbon_of(r)) is not None}
+
+
+def _disaggregation_figure(split: list[Result], colors: dict[str, str], ribbons: dict | None = None) -> go.Figure:
     """Disaggregated results: CDFs of the waits between the pools, over the finished requests that moved KV."""
     phases = (("queueing_s", "wait before prefill (s)", ""), ("decode_wait_s", "wait for decode blocks (s)", ""),
               ("transfer_s", "KV transfer (s)", ""))
-    return _cdf_figure(split, phases, "Disaggregated prefill/decode: waits between the pools", colors, limits=False)
+    return _cdf_figure(split, phases, "Disaggregated prefill/decode: waits between the pools", colors, limits=False,
+                       ribbons=ribbons)
+
+
+# The headline figures drawn as bars with their band (the verdict's deciding metrics).
+_BAND_BARS = (("goodput_rps", "goodput (req/s)"), ("throughput_rps", "throughput incl. drain (req/s)"),
+              ("ttft_s_p99", "TTFT p99 (s)"), ("tpot_s_p99", "TPOT p99 (s)"), ("e2e_s_p99", "E2E p99 (s)"))
+
+
+def _band_bars_figure(results, colors: dict[str, str]) -> go.Figure:
+    """A panel per headline figure, a bar per variant in its colour, with its band as an error bar (results run
+    with a band only have one)."""
+    fig = make_subplots(rows=1, cols=len(_BAND_BARS), horizontal_spacing=0.05,
+                        subplot_titles=[label for _, label in _BAND_BARS])
+    names = [r.name for r in results]
+    labels = []
+    for col, (key, label) in enumerate(_BAND_BARS, start=1):
+        points = [_number(r.summary.get(key)) for r in results]
+        bands = [(r.summary.get("band") or {}).get(key) for r in results]
+        bands = [b if isinstance(b, list) and len(b) == 2 else None for b in bands]
+        text = [f"{format_metric(key, p)} [{format_metric(key, b[0])}, {format_metric(key, b[1])}]"
+                if b is not None else format_metric(key, p) for p, b in zip(points, bands)]
+        fig.add_trace(go.Bar(x=names, y=points, marker_color=[colors[n] for n in names], name=label,
+                             showlegend=False, error_y=error_bars(points, bands), customdata=text,
+                             hovertemplate="%{x}: %{customdata}<extra></extra>"), row=1, col=col)
+    for r in results:
+        band = r.summary.get("band")
+        if band and (text := f"{band_label(band)} ({_runs(band)})") not in labels:
+            labels.append(text)
+    _layout(fig, "Headline figures and their band", 360 if len(names) <= 3 else 440, legend=False,
+            subtitle=f"error bars: the {' / '.join(labels)}; a bar without one: a run without a band")
+    return fig
+
+
+def _runs(band: dict) -> str:
+    return "two edge runs" if band.get("method") == "edges" else f"{band['replications']} replications"
+
+
+def _number(value) -> float | None:
+    return float(value) if isinstance(value, (int, float, np.floating)) and not isinstance(value, bool) else None
 
 
 # ------------------------------------------------------------------------------------------------ the page

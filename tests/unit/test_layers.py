@@ -3,7 +3,7 @@
 Layers, bottom to top (a module may import its own package and any lower layer, never a higher one):
 errors; atomic_files and table; model and workload; core; kv and cost; sched; config and compiled (the numba engine
 loop, which stands in for core's SimPy loop over kv, cost and sched); results; frontend (the API front-end's passes
-around the engine loop, over its records); run; bands (a run's replications); api
+around the engine loop, over its records); run; band_curves (a run's curves for the ribbons); bands (a run's replications); api
 (the public facade); tools; views. `sim/__init__.py` only re-exports lazily and is exempt. Function-level imports count too:
 a lazy import that points up a layer is still a dependency upwards.
 """
@@ -26,6 +26,7 @@ LAYER_OF = {
     "sim.results": 6,
     "sim.frontend": 6.5,  # passes before and after the engine loop, over the results' request records
     "sim.run": 7,
+    "sim.band_curves": 7.4,  # the curves a report draws, kept per band run for the ribbons (issue 31)
     "sim.bands": 7.5,  # a run's replications around `sim.run.simulate` (issue 31)
     "sim.api": 8,
     "sim.tools": 9,
