@@ -56,6 +56,22 @@ def _value(v: float, unit: str) -> str:
     return f"{v:,.5g} {unit}"
 
 
+def fitted_text(fitted: dict) -> str:
+    """One engine version's fitted numbers: each term in ms, x/÷ its 90% factor, or at its bound."""
+    from sim.config.engines import Z90
+    parts = []
+    for term in ps.CPU_TERMS + ps.FRONTEND_TERMS:
+        if term not in fitted:
+            continue
+        text = f"{term} {fitted[term] * 1e3:.4g} ms"
+        if f"{term} at bound" in fitted:
+            text += " (at a bound: not used)"
+        elif f"{term} sigma_log" in fitted:
+            text += f" x/÷ {math.exp(Z90 * fitted[f'{term} sigma_log']):.2f}"
+        parts.append(text)
+    return ", ".join(parts) or "none"
+
+
 def _err(e: float) -> str:
     return "-" if e is None or not math.isfinite(e) else f"{e:+.0%}"
 
@@ -168,9 +184,8 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.perf_counter()
     results, fitted = ps.run_suite(cases, args.cost_model, fit_pool=suite.cases)
     wall = time.perf_counter() - t0
-    print("Fitted numbers per engine version (fit_preset): "
-          + ", ".join(f"{e} {v}: {f or 'none'}" for (e, v), f in fitted.items())
-          )
+    print("Fitted numbers per engine version (fit_preset; x/÷ the 90% factor of the fit's spread, SPREAD_METHOD): "
+          + ", ".join(f"{e} {v}: {fitted_text(f)}" for (e, v), f in fitted.items()))
     if args.write_terms:
         if args.engine or args.cases or args.only or args.quick:
             print("--write-terms: only from a run of every case (no --engine, --cases, --only or --quick)")

@@ -22,8 +22,9 @@ What this module does, in order:
 3. The held-out protocol: `FIT_RUNS` names, per engine and version, the runs a preset's free numbers may be
    fitted on; every other run is held out. `fit_preset` fits them (the engine's CPU terms per_step_s and
    per_seq_s, and the API front-end's per_request_s and per_output_chunk_s where a fit run was measured at an HTTP
-   client); `run_suite` simulates the fitted runs, fits, then simulates the held-out runs with what it returned,
-   and `summarize` gives per engine the median and max |error| over the held-out runs only.
+   client), and how well its runs pin each one (a log-normal sigma, SPREAD_METHOD; issue 31's source c);
+   `run_suite` simulates the fitted runs, fits, then simulates the held-out runs with what it returned, and
+   `summarize` gives per engine the median and max |error| over the held-out runs only.
 
 Arrivals (the assumption each case states):
 - `concurrency: N` (vllm bench serve --max-concurrency, LMDeploy's N client threads): a closed loop of N users,
@@ -113,15 +114,17 @@ FIT_RUNS: dict[tuple[str, str], tuple[str, ...]] = {
 
 
 
-def fit_preset(engine: str, version: str, fit_results: list["CaseResult"], cost_model: str) -> dict[str, float]:
+def fit_preset(engine: str, version: str, fit_results: list["CaseResult"], cost_model: str) -> dict:
     """The preset's free numbers for one engine version, fitted on `fit_results` (its FIT_RUNS, simulated with the
     unfitted preset) only: the CPU terms always, the front-end terms when some fit run was measured at an HTTP
     client. Gauss-Newton on the log errors of the runs' headline metrics (calibrate/engine_fit.py `fit_terms`),
     starting from the unfitted preset's terms (vLLM's estimates) and no front-end. Returns {} when no fit run was
-    simulated; a term no fit run moves is left out (not identified), so the preset's value stays."""
+    simulated; a term no fit run moves is left out (not identified), so the preset's value stays. Beside the terms:
+    "<term> at bound", "<term> sigma_log" (how well the runs pin it: `fit_spread`, SPREAD_METHOD) and "fit ..."
+    (the noise it assumed, where from, the fit's RMS log error and its number of residuals)."""
     import numpy as np
 
-    from calibrate.engine_fit import FIT_BOUNDS_S, FIT_STEPS_S, fit_terms, log_error
+    from calibrate.engine_fit import FIT_BOUNDS_S, FIT_STEPS_S, fit_spread, fit_terms, log_error
     from sim.cost.overhead import ENGINE_DEFAULTS
 
     runs = [r for r in fit_results if r.status == "simulated" and r.case.headline]
@@ -146,7 +149,38 @@ def fit_preset(engine: str, version: str, fit_results: list["CaseResult"], cost_
     for n, v, f, h in zip(names, theta, free, hi):  # a term at a bound is said, never kept silently
         if f and (v <= 0.0 or v >= h):
             fitted[f"{n} at bound"] = float(v)
+    # How well the fit runs pin each term (issue 31, source c): their metrics are known no better than the kernel
+    # model that priced them, whose run-level error the CPU terms absorb (calibrate/engine_fit.py fit_spread).
+    key, bias = kernel_bias([r.case for r in runs], cost_model, fitted)
+    spread = fit_spread(residuals, theta, free & (theta > 0.0) & (theta < hi), bias)
+    for n, sigma in zip(names, spread["sigma_log"]):
+        if sigma is not None:
+            fitted[f"{n} sigma_log"] = sigma
+    fitted.update({"fit noise_log": bias, "fit rms_log": spread["rms"], "fit residuals": spread["n"]})
+    fitted["fit noise from"] = key
     return fitted
+
+
+def kernel_bias(cases: list["PublishedCase"], cost_model: str, fitted: dict) -> tuple[str, float]:
+    """(residuals key, bias sigma): the measured run-level error (calibrate/residuals.json, sim/bands.py
+    `step_time_sigmas`) of the kernel model pricing these runs, the largest where they differ; ("no measured
+    residuals", 0.0) where none has any (the spread then rests on the fit's own misfit alone, and says so)."""
+    from sim.bands import step_time_sigmas
+    from sim.config.files import validate_scenario
+    from sim.errors import ConfigError
+    from sim.run import make_cost_model
+    found = []
+    for case in cases:
+        spec = validate_scenario(scenario(case, COST_MODELS[cost_model], fitted))
+        try:
+            key, bias, _, _ = step_time_sigmas(make_cost_model(spec))
+        except ConfigError:
+            continue
+        found.append((bias, key))
+    if not found:
+        return "no measured residuals", 0.0
+    bias, key = max(found)
+    return key, float(bias)
 
 
 def simulate_case(case: "PublishedCase", cost_model_name: str, fitted: dict, num_requests: int | None = None) -> dict:
@@ -837,17 +871,36 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     return raw
 
 
+SPREAD_METHOD = (
+    "sigma_log: each fitted term's log-normal sigma, the linearized spread of ln(term) of the least-squares fit "
+    "(calibrate/engine_fit.py fit_spread: the sandwich (J^T J)^-1 J^T diag(s_i^2) J (J^T J)^-1, J the fit runs' log "
+    "errors' derivatives in ln(term)), with each fit metric known to s_i = the larger of its own misfit and the "
+    "measured run-level bias sigma of the kernel model that priced the fit runs (noise_log, calibrate/residuals.json: "
+    "the error the CPU terms absorb). Draw: term x exp(sigma_log x z), z standard normal. A term at a bound has "
+    "none: it is not used.")
+
+
 def terms_table(fitted: dict[tuple[str, str], dict], date: str) -> dict:
-    """sim/config/engine_terms.json's content: per engine and version the fitted numbers and their runs."""
+    """sim/config/engine_terms.json's content: per engine and version the fitted numbers, each one's log-normal
+    sigma (SPREAD_METHOD, next to the values) and the runs they were fitted on; the fit's bounds (a draw of a term
+    is clamped to its bound: a value the fit could never have returned)."""
+    from calibrate.engine_fit import FIT_BOUNDS_S
+
     engines: dict[str, dict] = {}
     for (engine, version), terms in sorted(fitted.items()):
         kept = {k: v for k, v in terms.items() if k in CPU_TERMS + FRONTEND_TERMS}
         if engine in PRESET_ENGINES and kept:
-            engines.setdefault(engine, {})[version] = {
-                "terms": kept, "fitted_on": list(FIT_RUNS.get((engine, version), ())),
-                "at_bound": sorted(k for k in terms if k.endswith(" at bound"))}
+            entry = {"terms": kept,
+                     "sigma_log": {k: terms[f"{k} sigma_log"] for k in kept if f"{k} sigma_log" in terms}}
+            if "fit noise_log" in terms:
+                entry["fit_error"] = {"noise_log": terms["fit noise_log"], "noise_from": terms["fit noise from"],
+                                      "rms_log": terms["fit rms_log"], "residuals": terms["fit residuals"]}
+            entry["fitted_on"] = list(FIT_RUNS.get((engine, version), ()))
+            entry["at_bound"] = sorted(k for k in terms if k.endswith(" at bound"))
+            engines.setdefault(engine, {})[version] = entry
     return {"source": "benchmarks/bench_published.py --write-terms: published_suite.fit_preset on each engine "
-                      "version's FIT_RUNS (every other run held out)", "date": date, "engines": engines}
+                      "version's FIT_RUNS (every other run held out)", "date": date,
+            "uncertainty": {"method": SPREAD_METHOD, "bounds_s": dict(FIT_BOUNDS_S)}, "engines": engines}
 
 
 # --- running ---------------------------------------------------------------------------------------------

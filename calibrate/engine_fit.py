@@ -552,6 +552,51 @@ def fit_terms(residuals, theta: np.ndarray, scale: np.ndarray, hi: np.ndarray,
     return theta, free
 
 
+# How well a fit pins its terms (issue 31, source c): the spread of the least-squares estimate, linearized at the
+# optimum (Gauss-Newton: the quadratic approximation of the log errors' profile likelihood), in log-term space,
+# u = ln(theta), so that it is a log-normal sigma (a term is a positive time; "x 1.3" and "/ 1.3" weigh the same, as
+# the log errors do). The fit is unweighted least squares, so under per-residual noise sigma_i its spread is the
+# sandwich
+#     Cov(u) = (J^T J)^-1 J^T diag(sigma_i^2) J (J^T J)^-1,   J = d r / d u (central differences, theta x e^(+-0.1)),
+#     sigma_i = max(noise, |r_i|):
+# a fit metric is known no better than `noise` (the caller's: for the published suite, the measured run-level bias of
+# the kernel model that priced the fit runs, the error the CPU terms absorb; calibrate/residuals.json), nor better
+# than the fit matched it. A run the terms hardly move (J ~ 0: a throughput run whose misfit is the kernels') adds
+# its misfit with little weight, as it should; a pooled residual variance would let it widen every term. A term at a
+# bound, or one the residuals do not move, is held where it is (not drawn; the others' spread is conditional on it).
+SPREAD_LOG_STEP = 0.1
+
+
+def fit_spread(residuals, theta: np.ndarray, interior: np.ndarray, noise: float) -> dict:
+    """Each fitted term's log-normal sigma (above). `residuals(theta)`: the fit's log errors; `theta`: the fit's
+    optimum; `interior`: the terms fitted strictly inside their bounds (the others are held); `noise`: the log
+    error a fit metric is known to at best. Returns {"sigma_log": [per term: sigma, or None where held or not
+    identified], "rms": the fit's root-mean-square log error, "n": residuals, "p": terms spread}."""
+    theta = np.asarray(theta, float)
+    r0 = np.asarray(residuals(theta), float)
+    idx = [k for k in np.flatnonzero(interior) if theta[k] > 0.0]
+    sigma: list[float | None] = [None] * len(theta)
+    out = {"sigma_log": sigma, "rms": float(np.sqrt(np.mean(r0 ** 2))) if len(r0) else 0.0, "n": len(r0),
+           "p": len(idx)}
+    if not idx:
+        return out
+    jac = np.zeros((len(r0), len(idx)))
+    for j, k in enumerate(idx):
+        up, down = theta.copy(), theta.copy()
+        up[k] *= math.exp(SPREAD_LOG_STEP)
+        down[k] *= math.exp(-SPREAD_LOG_STEP)
+        jac[:, j] = (np.asarray(residuals(up), float) - np.asarray(residuals(down), float)) / (2 * SPREAD_LOG_STEP)
+    gram = jac.T @ jac
+    if not ((np.abs(jac).max(axis=0) > 1e-9).all() and np.linalg.cond(gram) < 1e12):
+        return out  # a term the residuals do not move, or two they cannot tell apart: not identified
+    bread = np.linalg.inv(gram)
+    var = np.maximum(noise, np.abs(r0)) ** 2
+    cov = bread @ (jac.T * var) @ jac @ bread
+    for j, k in enumerate(idx):
+        sigma[k] = float(math.sqrt(max(cov[j, j], 0.0)))
+    return out
+
+
 def _initial_terms(sim: _PointSimulator, points, fit_idx: list[int], residuals) -> np.ndarray:
     """A starting point near the answer, from the lowest-load fit point simulated with the scenario's terms: what
     its TPOT lacks is CPU time per step (one sequence: per_step_s and per_seq_s, split 9:1 as the engine defaults

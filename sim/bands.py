@@ -55,6 +55,7 @@ import json
 import math
 import os
 import queue
+import zlib
 from concurrent.futures import ThreadPoolExecutor
 from functools import lru_cache, partial
 from pathlib import Path
@@ -296,13 +297,17 @@ def band_runs(scenario, *, cost_model=None, progress=None, workloads: dict | Non
 
     R = replications_for(level, run.band_replications)
     k = order_index(level, R)
+    spreads = term_spreads(plain, sources)
     jobs = []
     for i in range(R):
         workload_seed, draw_seed = replication_seeds(run.seed, i)
         seed = workload_seed if "workload" in sources else run.seed
         rep = scenario.model_copy(update={"run": run.model_copy(update={"seed": seed, "band": None})})
         draws = draw_pack(draw_seed, *sigmas[1:]) if sigmas is not None else None
-        jobs.append(partial(_simulate_run, simulate, rep, workload_of(rep), draws, figures is None))
+        workload = workload_of(rep)
+        if spreads:  # the engine's CPU and front-end terms drawn: a cost model of the replication's own
+            rep = _with_terms(rep, {t.key: term_z(draw_seed, t.key) for t in spreads})
+        jobs.append(partial(_simulate_run, simulate, rep, workload, draws, figures is None, bool(spreads)))
     values: dict[str, list] = {}
     slo_met: int | None = 0
     point_result = None
@@ -328,6 +333,8 @@ def band_runs(scenario, *, cost_model=None, progress=None, workloads: dict | Non
     band = {"level": level / 100, "method": "replications", "replications": R, "sources": sources}
     if sigmas is not None:
         band["step_time_residuals"] = _residuals_entry(sigmas)
+    if spreads:
+        band["engine_terms"] = _terms_entry(spreads)
     for name, got in values.items():
         band[name] = edges(got, k)
     band["slo_met_replications"] = slo_met  # of R (None: no limits): a verdict that flips inside the band has 0 < this < R
@@ -338,8 +345,40 @@ def _residuals_entry(sigmas) -> dict:
     return {"cost_model": sigmas[0], "bias_sigma": sigmas[1], "sigma_prefill": sigmas[2], "sigma_decode": sigmas[3]}
 
 
-def _simulate_run(simulate, scenario, workload, draws, lean, cost_model):
-    return simulate(scenario, workload, cost_model=cost_model, step_draws=draws, lean_summary=lean)
+def _simulate_run(simulate, scenario, workload, draws, lean, own_cost_model, cost_model):
+    """One run of a band; `own_cost_model`: its scenario's engine terms were drawn, so it builds its own."""
+    return simulate(scenario, workload, cost_model=None if own_cost_model else cost_model, step_draws=draws,
+                    lean_summary=lean)
+
+
+# --- source c: the engine's CPU and front-end terms ------------------------------------------------------------
+
+TERMS_REPLICA = -2  # the key (draw seed, TERMS_REPLICA, crc32 of the term's scenario key) draws a term's z
+
+
+def term_spreads(scenario, sources) -> list:
+    """The engine terms a band draws (sim/config/engines.py `engine_term_spread`): [] unless `engine_terms` is a
+    source and the scenario's engine preset put uncertain terms into it."""
+    if "engine_terms" not in sources:
+        return []
+    from sim.config.engines import engine_term_spread
+    return engine_term_spread(scenario)
+
+
+def term_z(draw_seed: int, key: str) -> float:
+    """A replication's standard-normal draw of one engine term: a function of (its draw seed, the term's scenario
+    key) only, so every variant of a comparison draws the same z for the same term (common random numbers)."""
+    from sim.cost.draws import standard_normal
+    return float(standard_normal(draw_seed, TERMS_REPLICA, zlib.crc32(key.encode()) & 0x7FFFFFFF))
+
+
+def _with_terms(scenario, z: dict):
+    from sim.config.engines import with_engine_terms_drawn
+    return with_engine_terms_drawn(scenario, z)
+
+
+def _terms_entry(spreads) -> list[dict]:
+    return [{"key": t.key, "point": t.point, "sigma_log": t.sigma_log, "kind": t.kind} for t in spreads]
 
 
 def _simulate_point(simulate, scenario, workload, progress, cost_model):
@@ -393,13 +432,17 @@ def _edges(scenario, plain, workload, cost_model, sigmas, sources, point_job, pr
     run = scenario.run
     z = NormalDist().inv_cdf((1 + run.band / 100) / 2)
     _, draw_seed = replication_seeds(run.seed, 0)
+    spreads = term_spreads(plain, sources)
     jobs = []
     for sign in (-1.0, 1.0):
         draws = draw_pack(draw_seed, 0.0, sigmas[2], sigmas[3])
         draws[DRAW_BIAS] = sign * z * sigmas[1]
-        jobs.append(partial(_simulate_run, simulate, plain, workload, draws, True))
+        # the engine terms at the same edge as the bias (slower with slower): comonotone, so the edges are at
+        # least as far apart as the sources drawn independently would put them
+        edge = _with_terms(plain, {t.key: sign * z for t in spreads}) if spreads else plain
+        jobs.append(partial(_simulate_run, simulate, edge, workload, draws, True, bool(spreads)))
     if point_job is None:  # the batch means read the point run's records: a lean one does
-        point_job = partial(_simulate_run, simulate, plain, workload, None, True)
+        point_job = partial(_simulate_run, simulate, plain, workload, None, True, False)
     point_result, runs = None, []
     for i, result in _in_threads(jobs, cost_model, point_job):
         if i is None:
@@ -415,6 +458,8 @@ def _edges(scenario, plain, workload, cost_model, sigmas, sources, point_job, pr
     batches = batch_figures(point_result, keys, scenario.slo) if "workload" in sources else None
     band = {"level": run.band / 100, "method": "edges", "replications": len(runs), "sources": sources,
             "step_time_residuals": _residuals_entry(sigmas)}
+    if spreads:
+        band["engine_terms"] = _terms_entry(spreads)
     for name in keys:
         band[name] = widened(values[name], batches[name] if batches else None, z)
     met = [r.summary.get("slo_met") for r in runs]

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from functools import lru_cache
@@ -333,6 +334,20 @@ def _fitted_table() -> dict:
 def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None:
     """(the fitted numbers, where they come from) for this engine version: its own, else the nearest fitted version
     of the engine (said in the source); None when the engine has none."""
+    nearest = _nearest_fit(name, version)
+    if nearest is None:
+        return None
+    text, terms, borrowed = nearest
+    entry = _fitted_table()["engines"][name][text]
+    where = f"fitted on {', '.join(entry.get('fitted_on', [])) or 'no run'} ({name} {text})"
+    if borrowed:
+        where += f"; taken for {name} {_dotted(version)}, which has no fit of its own"
+    return terms, where
+
+
+def _nearest_fit(name: str, version: tuple[int, ...]) -> tuple[str, dict[str, float], bool] | None:
+    """(the fitted version's text, its usable terms, whether it is another version's) for this engine version: its
+    own fit, else the nearest fitted version of the engine; None when the engine has none."""
     table = _fitted_table().get("engines", {}).get(name, {})
     # a term the fit left at a bound was not identified by its runs: never used as if it had been
     usable = {v: {k: x for k, x in e.get("terms", {}).items() if f"{k} at bound" not in e.get("at_bound", [])}
@@ -344,12 +359,8 @@ def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None
     def distance(parsed):
         return tuple(abs(a - b) for a, b in zip(parsed + (0, 0, 0), version + (0, 0, 0)))
     text, parsed = min(candidates, key=lambda c: (distance(c[1]), -len(usable[c[0]]), c[0]))
-    entry = table[text]
-    terms = {k: float(v) for k, v in usable[text].items()}
-    where = f"fitted on {', '.join(entry.get('fitted_on', [])) or 'no run'} ({name} {text})"
-    if parsed[:len(version)] != version and parsed != version:
-        where += f"; taken for {name} {_dotted(version)}, which has no fit of its own"
-    return terms, where
+    borrowed = parsed[:len(version)] != version and parsed != version
+    return text, {k: float(v) for k, v in usable[text].items()}, borrowed
 
 
 def _engine_terms(ctx: Context, name: str, notes: list[str]) -> dict:
@@ -508,3 +519,158 @@ def _apply_cost_terms(raw: dict, overhead: dict | None) -> None:
     if "overhead" in cost_model or "step_overhead_s" in cost_model:
         return
     cost_model["overhead"] = dict(overhead)
+
+
+# --- how far a preset's CPU terms and front-end can be trusted (issue 31, source c) ---------------------------
+# Every uncertain number a preset writes into a scenario is drawn log-normally, value x exp(sigma_log x z) with z
+# standard normal (a time is positive; "x 2" and "/ 2" weigh the same): a fitted term with its fit's sigma
+# (engine_terms.json, benchmarks/published_suite.py SPREAD_METHOD), an estimate with the sigma of the range stated
+# below. sim/bands.py draws z; `with_engine_terms_drawn` sets the drawn values.
+
+Z90 = 1.6448536269514722  # the standard normal's 95th percentile: a 90% range is value x/÷ exp(Z90 x sigma_log)
+_OVERHEAD_TERMS = ("per_step_s", "per_seq_s", "per_prefill_token_s", "launch_per_layer_s")
+_FIELDS = {**{t: f"cost_model.overhead.{t}" for t in _OVERHEAD_TERMS}, "latency_s": "frontend.latency_s"}
+
+
+def _sigma_of_factor(factor: float) -> float:
+    """The log-normal sigma whose 90% range is value x/÷ factor."""
+    return math.log(factor) / Z90
+
+
+# The presets' numbers that are estimates, not fits, each with its stated 90% range (value x/÷ the factor) and why.
+# One place: `engine_term_spread` reads only this.
+ESTIMATE_RANGES: dict[str, tuple[float, str]] = {
+    "per_seq_s": (3.0, "ServeSim's estimate for vLLM V1 (sim/cost/overhead.py: 10 us per scheduled sequence), which "
+                  "no preset fits (a per-sequence term fitted on the suite's one or two runs absorbed the kernels' "
+                  "error at large batches, benchmarks/published_suite.py CPU_TERMS); no published number gives it: "
+                  "3.3-30 us, a factor of 3 either way"),
+    "launch_per_layer_s": (2.0, "--enforce-eager's kernel launches, an estimate (sim/cost/overhead.py: ~12 kernels a "
+                           "layer at ~5 us each): 2.5-10 us a kernel, a factor of 2 either way"),
+    "per_step_s": (3.0, "the engine has no fitted CPU term: vLLM's estimate (sim/cost/overhead.py 0.5 ms); the "
+                   "terms fitted on 8B runs span 0.67-2.4 ms (engine_terms.json): a factor of 3 either way"),
+}
+# A term taken from another version's fit (the version has none of its own): the fit's sigma and, in quadrature, how
+# far one engine's terms move between versions: TensorRT-LLM's fits at 0.14.0 and 1.2.0rc1 (both terms inside
+# their bounds, 8B models on an H100: the one like-for-like pair in engine_terms.json) differ by 2.19x per step
+# (1.08 against 2.36 ms) and 5.22x in the front-end (5.6 against 29.3 ms), taken as each term's 90% factor.
+OTHER_VERSION_FACTORS = {"per_step_s": 2.19, "latency_s": 5.22}
+# What a preset writes that is not drawn, and why.
+NOT_DRAWN = {
+    "frontend.per_request_s, per_prompt_token_s, per_output_chunk_s": "0 by construction: the preset's front-end is "
+        "one delay that does not queue (latency_s: vLLM's TTFT is 59 ms at concurrency 1 and 64 ms at 2, not the "
+        "~110 ms a serial per-request cost would give, benchmarks/published_suite.py CPU_TERMS); its spread is "
+        "latency_s's",
+    "cost_model.overhead.per_prefill_token_s": "0 (sim/cost/overhead.py): a per-token CPU cost the published runs "
+        "cannot separate from the kernels' prefill time; a log-normal draw of 0 is 0",
+    "frontend.num_processes, scheduler and KV defaults": "the engine's own defaults read from its source at a named "
+        "version (a default read at another version is a preset note): settings, not estimates",
+    "a term the user set": "the user's value is theirs: only a value the preset wrote (equal to it) is drawn",
+}
+
+
+@dataclass(frozen=True)
+class TermSpread:
+    """One uncertain number an engine preset put into a scenario: drawn as point x exp(sigma_log x z)."""
+
+    key: str  # the scenario key it sets, dotted: cost_model.overhead.per_step_s, frontend.latency_s, ...
+    point: float  # its value in the scenario (seconds), returned exactly at z = 0
+    sigma_log: float  # log-normal sigma of the value
+    kind: str  # "fitted" (the fit's own spread), "other version" (a fit of another version) or "estimate"
+    source: str  # where the value and its sigma come from
+    upper_s: float | None  # a draw above this is clamped to it (None: never clamped) ...
+    clamp_reason: str  # ... because of this
+
+    def range90(self) -> tuple[float, float]:
+        """The 90% range of the draws (clamped like them)."""
+        return self.drawn(-Z90), self.drawn(Z90)
+
+    def drawn(self, z: float) -> float:
+        """The value at standard-normal draw z (the point itself at z = 0)."""
+        if z == 0:
+            return self.point
+        value = self.point * math.exp(self.sigma_log * z)
+        return min(value, self.upper_s) if self.upper_s is not None else value
+
+
+def engine_term_spread(scenario) -> list[TermSpread]:
+    """The uncertain numbers the scenario's engine preset put into it (a validated `Scenario`), in a fixed order:
+    the fitted CPU term and front-end latency with their fit's sigma (engine_terms.json), widened for a version
+    that borrows another's fit (OTHER_VERSION_FACTORS), and the CPU estimates in effect (ESTIMATE_RANGES). A term
+    the scenario sets to another value than the preset's is the user's and has no spread. [] without an engine
+    preset."""
+    engine = scenario.engine
+    if engine is None or engine.name not in PRESETS:
+        return []
+    version = _parse_version(engine.version)
+    if version is None:
+        return []
+    table = _fitted_table()
+    bounds = table.get("uncertainty", {}).get("bounds_s", {})
+    nearest = _nearest_fit(engine.name, version)
+    fitted: dict[str, float] = {}
+    sigmas: dict[str, float] = {}
+    where = ""
+    borrowed = False
+    if nearest is not None:
+        text, fitted, borrowed = nearest
+        sigmas = table["engines"][engine.name][text].get("sigma_log", {})
+        where = f"{engine.name} {text}'s fit (sim/config/engine_terms.json)"
+    overhead = getattr(scenario.cost_model, "overhead", None)
+    present: dict[str, float | None] = {}
+    if overhead is not None:
+        present.update({t: getattr(overhead, t) for t in _OVERHEAD_TERMS})
+    if scenario.frontend is not None:
+        present["latency_s"] = scenario.frontend.latency_s
+    out: list[TermSpread] = []
+    for term in ("per_step_s", "latency_s"):
+        if term not in present or term not in fitted or present[term] != fitted[term]:
+            continue  # absent, or the user's own value
+        if term not in sigmas:
+            continue  # a fit with no spread (written before the spreads were): nothing stated, nothing drawn
+        sigma, kind, source = sigmas[term], "fitted", f"{where}: the fit's spread"
+        if borrowed:
+            extra = _sigma_of_factor(OTHER_VERSION_FACTORS[term])
+            sigma, kind = math.hypot(sigma, extra), "other version"
+            source += (f", and x/÷ {OTHER_VERSION_FACTORS[term]:g} for {engine.name} {engine.version}, which has no "
+                       "fit of its own (sim/config/engines.py OTHER_VERSION_FACTORS)")
+        out.append(_spread(term, fitted[term], sigma, kind, source, bounds))
+    if overhead is not None and overhead.engine in ("vllm-cudagraph", "vllm-eager"):
+        from sim.cost.overhead import ENGINE_DEFAULTS
+        defaults = ENGINE_DEFAULTS[overhead.engine]
+        for term in ("per_step_s", "per_seq_s", "launch_per_layer_s"):
+            point = getattr(defaults, term)
+            if present.get(term) is not None or point <= 0:
+                continue  # set (fitted above, or the user's), or a zero that has no spread (NOT_DRAWN)
+            factor, why = ESTIMATE_RANGES[term]
+            out.append(_spread(term, point, _sigma_of_factor(factor), "estimate", why, bounds))
+    return out
+
+
+def _spread(term: str, point: float, sigma: float, kind: str, source: str, bounds: dict) -> TermSpread:
+    upper = bounds.get(term)
+    reason = (f"{term} above {upper:g} s is beyond the published suite's fit range (calibrate/engine_fit.py "
+              "FIT_BOUNDS_S): a value no fit could return" if upper is not None else "")
+    return TermSpread(_FIELDS[term], float(point), float(sigma), kind, source, upper, reason)
+
+
+def with_engine_terms_drawn(scenario, z: dict[str, float]):
+    """The scenario with each uncertain term (`engine_term_spread`) at its value for the standard-normal draw
+    z[key] (a `model_copy`: nothing else changes). A term missing from z, or at z = 0, keeps its value exactly;
+    a z for a key this scenario has no spread for is ignored (every variant of a comparison can take the same
+    draws)."""
+    overhead_update: dict[str, float] = {}
+    frontend_update: dict[str, float] = {}
+    for spread in engine_term_spread(scenario):
+        zk = float(z.get(spread.key, 0.0))
+        if zk == 0.0:
+            continue
+        section, term = spread.key.rsplit(".", 1)
+        (frontend_update if section == "frontend" else overhead_update)[term] = spread.drawn(zk)
+    update: dict[str, Any] = {}
+    if overhead_update:
+        cost_model = scenario.cost_model
+        update["cost_model"] = cost_model.model_copy(
+            update={"overhead": cost_model.overhead.model_copy(update=overhead_update)})
+    if frontend_update:
+        update["frontend"] = scenario.frontend.model_copy(update=frontend_update)
+    return scenario.model_copy(update=update) if update else scenario

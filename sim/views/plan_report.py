@@ -51,9 +51,68 @@ def candidates_frame(result: PlanResult) -> pd.DataFrame:
         for metric, _, _ in _LIMITS:
             row[f"{metric}_{_pct(slo)}_s"] = _metric_at(o.at_target, slo, metric) if o.at_target else math.nan
         row["goodput_rps"] = o.at_target.get("goodput_rps") if o.at_target else None
+        if _band_level(result) is not None:
+            row.update(_band_columns(o, slo))
         row["num_simulations"] = len(o.evaluations)
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def _band_level(result: PlanResult) -> float | None:
+    return getattr(result.settings, "band", None)
+
+
+def _band_columns(o, slo: dict) -> dict:
+    """A planned candidate's band (issue 31): where its verdict flips inside the band, how many replications met
+    the SLOs, and the band's edges of each SLO figure at its chosen replicas (the sweep's `_lo` / `_hi`)."""
+    band = o.band or {}
+    row = {"band_flip": o.band_flip, "band_slo_met_replications": band.get("slo_met_replications"),
+           "band_replications": band.get("replications")}
+    for metric, key, _ in _LIMITS:
+        if slo.get(key) is None:
+            continue
+        edges = band.get(f"slo_{metric}_{_pct(slo)}")
+        row[f"{metric}_{_pct(slo)}_s_lo"], row[f"{metric}_{_pct(slo)}_s_hi"] = edges or (math.nan, math.nan)
+    if slo.get("min_goodput_fraction") is not None:
+        edges = band.get("slo_goodput_share")
+        row["slo_goodput_share_lo"], row["slo_goodput_share_hi"] = edges or (math.nan, math.nan)
+    return row
+
+
+def band_frame(result: PlanResult) -> pd.DataFrame:
+    """The candidates a band was run for or whose verdict flips inside it: the replicas chosen at the band's
+    pessimistic edge, the edges of each SLO figure there, and the flip (empty frame without a band)."""
+    level = _band_level(result)
+    if level is None:
+        return pd.DataFrame()
+    slo, rows = result.slo, []
+    for o in result.outcomes:
+        if not o.band and not o.band_flip:
+            continue
+        row = {"candidate": o.candidate.name, "status": o.status, "num_replicas": o.num_replicas}
+        band = o.band or {}
+        for metric, key, label in _LIMITS:
+            edges = band.get(f"slo_{metric}_{_pct(slo)}")
+            if slo.get(key) is not None:
+                row[f"{_pct(slo)} {label} band (s)"] = (f"[{format_value(edges[0])}, {format_value(edges[1])}]"
+                                                       if edges else "-")
+        met, total = band.get("slo_met_replications"), band.get("replications")
+        row["SLOs met in"] = f"{met} of {total}" if met is not None and total else "-"
+        row["verdict flips inside the band"] = o.band_flip or "no"
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def band_text(result: PlanResult) -> str:
+    """One paragraph: the band's level and which candidates' verdicts flip inside it."""
+    level = _band_level(result)
+    flips = [o for o in result.outcomes if o.band_flip]
+    head = (f"Each candidate is held to the SLOs at the {level:g}% band's pessimistic edge (the upper edge of each "
+            "latency at the SLO percentile, the lower edge of the goodput share), checked at its fewest replicas.")
+    if not flips:
+        return head + " No candidate's verdict flips inside the band."
+    return head + f" The verdict flips inside the band for {len(flips)} of {len(result.outcomes)} candidates: " + \
+        "; ".join(f"{o.candidate.name}: {o.band_flip}" for o in flips) + "."
 
 
 def evaluations_frame(result: PlanResult) -> pd.DataFrame:
@@ -324,6 +383,11 @@ def render_markdown(result: PlanResult) -> str:
     margins = _margins_frame(result)
     if len(margins):
         lines += ["## SLO margin of the recommendation", "", _markdown_table(margins), ""]
+    if _band_level(result) is not None:
+        lines += ["## Verdict flips inside the band", "", band_text(result), ""]
+        banded = band_frame(result)
+        if len(banded):
+            lines += [_markdown_table(banded), ""]
     lines += ["## Uncertainty over seeds", "", _spread_text(result), ""]
     seeds = _seeds_frame(result)
     if len(seeds):
@@ -354,6 +418,10 @@ def render_html(result: PlanResult) -> str:
     excluded = _excluded_frame(result)
     margins = _margins_frame(result)
     seeds = _seeds_frame(result)
+    banded = band_frame(result)
+    band_section = ("" if _band_level(result) is None else
+                    f'<section id="band"><h2>Verdict flips inside the band</h2><p>{html.escape(band_text(result))}</p>'
+                    f'{_table_html(banded) if len(banded) else ""}</section>')
     versions = ", ".join(f"{html.escape(k)} {html.escape(str(v))}" for k, v in result.versions.items())
     return f"""<!doctype html>
 <html><head><meta charset="utf-8"><meta name="generator" content="servesim"><title>ServeSim capacity plan</title>
@@ -367,6 +435,7 @@ background:#f6f8fb;border-left:4px solid #1f77b4;padding:.6em 1em}}</style>{plot
 <section id="candidates"><h2>Candidates, cheapest first</h2>{_table_html(_display_candidates(result))}</section>
 <section id="excluded"><h2>Excluded and infeasible</h2>{_table_html(excluded) if len(excluded) else '<p>None: every candidate can meet the SLOs.</p>'}</section>
 <section id="margin"><h2>SLO margin of the recommendation</h2>{_table_html(margins) if len(margins) else '<p>-</p>'}</section>
+{band_section}
 <section id="uncertainty"><h2>Uncertainty over seeds</h2><p>{html.escape(_spread_text(result))}</p>{_table_html(seeds) if len(seeds) else ''}</section>
 {charts}
 <section id="reproduce"><h2>Reproduce</h2><p>{html.escape(_settings_text(result))}</p>

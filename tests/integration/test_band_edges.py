@@ -125,3 +125,37 @@ def test_a_bad_band_method_is_one_line_and_exit_2(sets, words):
     args = [a for s in sets for a in ("--set", s)]
     line = one_error_line(servesim("run", "scenarios/quickstart.yaml", "-q", "--band", "90", *args))
     assert words in line
+
+
+# --- source c: an engine preset's CPU and front-end terms -----------------------------------------------------
+
+def _preset(method: str, sources: list[str]) -> object:
+    spec = small_scenario({"engine": {"name": "vllm", "version": "0.11.0"}})
+    spec.pop("cost_model", None)
+    spec["run"].update({"band": 90, "band_method": method, "num_requests": 400, "band_sources": sources})
+    return validate_scenario(spec)
+
+
+@pytest.mark.parametrize("method", ["edges", "replications"])
+def test_engine_terms_widen_the_band_and_are_named_in_it(method):
+    with_terms = simulate_with_band(_preset(method, ["step_time", "engine_terms"])).summary["band"]
+    without = simulate_with_band(_preset(method, ["step_time"])).summary["band"]
+    keys = [t["key"] for t in with_terms["engine_terms"]]
+    assert "cost_model.overhead.per_step_s" in keys and "frontend.latency_s" in keys
+    assert "engine_terms" not in without
+    lo, hi = with_terms["ttft_s_mean"]
+    nlo, nhi = without["ttft_s_mean"]
+    assert hi - lo > nhi - nlo  # the front-end latency and the CPU term add to the kernels' error
+
+
+def test_an_engine_term_draw_is_the_same_for_every_variant():
+    # z depends on (the replication's draw seed, the term's key) only: common random numbers across variants
+    assert bands.term_z(123, "frontend.latency_s") == bands.term_z(123, "frontend.latency_s")
+    assert bands.term_z(123, "frontend.latency_s") != bands.term_z(124, "frontend.latency_s")
+    assert bands.term_z(123, "frontend.latency_s") != bands.term_z(123, "cost_model.overhead.per_step_s")
+
+
+def test_no_preset_no_engine_terms():
+    scenario = _edges(band_sources=["step_time", "engine_terms"])
+    assert bands.term_spreads(scenario, scenario.run.band_sources) == []
+    assert "engine_terms" not in simulate_with_band(scenario).summary["band"]
