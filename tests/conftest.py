@@ -5,6 +5,9 @@ import os
 # no GPU), where Triton kernels can only run under the interpreter, so it is set before anything imports it.
 # On a GPU machine, run with TRITON_INTERPRET=0 to test the compiled kernels.
 os.environ.setdefault("TRITON_INTERPRET", "1")
+# The suite checks the compiled core against the SimPy engine on small runs: compile it even on a cold numba
+# cache (sim/compiled/engine.py COLD_CORE_MAX_REQUESTS), here and in the CLI processes tests start.
+os.environ.setdefault("SERVESIM_COMPILE_WHEN_COLD", "1")
 
 import sys
 from pathlib import Path

@@ -14,12 +14,20 @@ reference; `Simulation.engine_core` says which ran and why.
 from __future__ import annotations
 
 import math
+import os
 
 import numpy as np
 
 from sim.core.request import Request
 from sim.core.router import LeastOutstandingRouter, RoundRobinRouter
 
+# A cold numba cache (a fresh install, or a changed core) costs ~1 min of compiling the core once: 50-57 s
+# measured on the 2-core development machine (AMD EPYC, 2026-11-25), where the SimPy engine ran bench_engine's
+# scenario at ~16,000 requests/s. A run below COLD_CORE_MAX_REQUESTS therefore finishes sooner in the SimPy
+# engine (identical records) than the core would compile; from there on, or once the core is in the cache,
+# the core runs. SERVESIM_COMPILE_WHEN_COLD=1 compiles it for any run (the test suite sets it).
+COLD_CORE_MAX_REQUESTS = 100_000
+COMPILE_WHEN_COLD_ENV = "SERVESIM_COMPILE_WHEN_COLD"
 _ROWS_PER_CALL = 1 << 16  # rows kept in the kernel's buffers between two reads (and progress reports), at most
 # RequestLog's status code of each kernel request state at the end (NOT_ARRIVED, WAITING, RUNNING, FINISHED,
 # REJECTED): none, unfinished, unfinished, finished, rejected.
@@ -60,6 +68,10 @@ def _scope(sim) -> tuple[str, tuple | None]:
         from sim.compiled import kernel  # noqa: F401  (numba present)
     except ImportError:
         return "numba is not installed (pip install servesim[fast])", None
+    if sim.num_requests < COLD_CORE_MAX_REQUESTS and os.environ.get(COMPILE_WHEN_COLD_ENV) != "1" \
+            and not core_in_cache():
+        return (f"{sim.num_requests:,} requests on a cold numba cache: the SimPy engine finishes before the core "
+                f"would compile (~1 min, once; {COMPILE_WHEN_COLD_ENV}=1 compiles it now)"), None
     cost_model = sim.replicas[0].cost_model
     form = getattr(cost_model, "compiled_params", None)
     price = form() if form is not None else None
@@ -70,6 +82,19 @@ def _scope(sim) -> tuple[str, tuple | None]:
         if replica.cost_model is not cost_model and not same_prices(replica.cost_model.compiled_params(), price):
             return "replicas priced differently", None
     return "", price
+
+
+def core_in_cache() -> bool:
+    """Whether the core's machine code is at hand: compiled in this process, or in numba's cache for this
+    source. It reads numba's cache index (a private API of numba's FunctionCache, checked with numba 0.68): on
+    another numba whose internals differ it answers True, and the core compiles as it always did."""
+    from sim.compiled import kernel
+    if kernel.run.overloads:
+        return True
+    try:
+        return bool(kernel.run._cache._cache_file._load_index())
+    except Exception:  # noqa: BLE001  (any other numba: assume the cache is warm)
+        return True
 
 
 def _replica_gap(replica, ContinuousScheduler, DecodeTracker, PagedKVManager) -> str:

@@ -1,0 +1,35 @@
+"""A cold numba cache: a small run goes to the SimPy engine (identical records) rather than wait ~1 min for the
+compiled core to compile (sim/compiled/engine.py COLD_CORE_MAX_REQUESTS); a warm cache, or the override, runs
+the core."""
+
+import pytest
+
+from helpers import small_scenario
+from sim.compiled import engine
+from sim.config.files import validate_scenario
+from sim.run import simulate
+
+
+def test_a_small_run_on_a_cold_cache_runs_in_the_simpy_engine_with_the_same_records(monkeypatch):
+    scenario = validate_scenario(small_scenario())
+    monkeypatch.setenv(engine.COMPILE_WHEN_COLD_ENV, "1")
+    compiled = simulate(scenario)
+    assert compiled.extras["engine_core"] == "compiled"
+    monkeypatch.delenv(engine.COMPILE_WHEN_COLD_ENV)
+    monkeypatch.setattr(engine, "core_in_cache", lambda: False)
+    cold = simulate(scenario)
+    assert cold.extras["engine_core"].startswith("python (20 requests on a cold numba cache")
+    assert cold.summary == compiled.summary
+    assert cold.requests.equals(compiled.requests)
+
+
+def test_a_large_run_compiles_the_core_even_when_cold(monkeypatch):
+    monkeypatch.delenv(engine.COMPILE_WHEN_COLD_ENV, raising=False)
+    monkeypatch.setattr(engine, "core_in_cache", lambda: False)
+    monkeypatch.setattr(engine, "COLD_CORE_MAX_REQUESTS", 10)  # 20 requests: "large"
+    assert simulate(validate_scenario(small_scenario())).extras["engine_core"] == "compiled"
+
+
+def test_the_core_is_in_the_cache_once_it_ran():
+    simulate(validate_scenario(small_scenario()))  # the suite compiles it (SERVESIM_COMPILE_WHEN_COLD=1)
+    assert engine.core_in_cache()
