@@ -8,7 +8,8 @@
   the only tiled CPU backend: memory-efficient attention has no CPU kernel).
 
 `sdpa_context(kernel, device)` is what a whole-step measurement runs attention under (`calibrate steps
---attention`); `time_prefill` / `time_decode` time one layer's attention alone (`benchmarks/bench_attention.py`).
+--attention`); `time_prefill` / `time_decode` time one layer's attention alone, and `prefill_call` is the prefill
+call itself (`benchmarks/bench_attention.py` times it in rounds with its micro-benchmarks).
 """
 
 from __future__ import annotations
@@ -69,9 +70,10 @@ def _time(fn, device: str, budget_s: float) -> Timing:
     return time_cpu(fn, budget_s)
 
 
-def time_prefill(kernel: str, *, heads: int, kv_heads: int, head_dim: int, tokens: int, dtype=torch.float32,
-                 device: str = "cpu", budget_s: float = 1.0) -> Timing:
-    """One layer's causal attention of a `tokens`-long prompt (no earlier context) with `kernel`'s backends."""
+def prefill_call(kernel: str, *, heads: int, kv_heads: int, head_dim: int, tokens: int, dtype=torch.float32,
+                 device: str = "cpu"):
+    """A call of one layer's causal attention of a `tokens`-long prompt (no earlier context) with `kernel`'s
+    backends, on fresh random inputs (run it under `torch.inference_mode()`)."""
     q, k, v = _qkv(heads, kv_heads, head_dim, tokens, tokens, dtype, device)
     gqa = heads != kv_heads
     from torch.nn.attention import sdpa_kernel
@@ -79,6 +81,14 @@ def time_prefill(kernel: str, *, heads: int, kv_heads: int, head_dim: int, token
     def call():
         with sdpa_kernel(backends(kernel, device)):
             return F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=gqa)
+    return call
+
+
+def time_prefill(kernel: str, *, heads: int, kv_heads: int, head_dim: int, tokens: int, dtype=torch.float32,
+                 device: str = "cpu", budget_s: float = 1.0) -> Timing:
+    """One layer's causal attention of a `tokens`-long prompt (no earlier context) with `kernel`'s backends."""
+    call = prefill_call(kernel, heads=heads, kv_heads=kv_heads, head_dim=head_dim, tokens=tokens, dtype=dtype,
+                        device=device)
     with torch.inference_mode():
         return _time(call, device, budget_s)
 
