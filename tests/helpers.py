@@ -126,3 +126,25 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
     line = lines[0]
     assert line.startswith("error: ") and line[len("error: "):].strip(), line
     return line
+
+
+# Plans of a few seconds (tests/integration/test_planner_speed.py, the band tests): lengths and SLOs a small
+# deployment meets near its limit.
+PLAN_LENGTHS = {"kind": "uniform", "input_min": 200, "input_max": 1200, "output_min": 50, "output_max": 300}
+PLAN_SLO = {"ttft_s": 0.5, "tpot_s": 0.05, "percentile": 90}
+BAND_PLAN = small_scenario({"name": "plan-band", "workload": {"arrival": {"rate_per_s": 40}, "lengths": PLAN_LENGTHS},
+                            "scheduler": {"max_model_len": 4096}, "slo": PLAN_SLO, "run": {"num_requests": 150},
+                            "search": {"gpus": ["a100-80gb"], "tensor_parallel": [1], "max_replicas": 8,
+                                       "num_seeds": 1, "min_window_s": 5, "rate_tolerance": 0.05, "top_k": 1}})
+
+
+def set_band_residuals(tmp_path, monkeypatch, bias: float, noise: float) -> None:
+    """Residuals of every cost model the planner may pick (it prefers a measured or calibrated one where one fits
+    the candidate) set to these sigmas, for sim.bands to read."""
+    import json
+
+    from sim import bands
+    path = tmp_path / "residuals.json"
+    sigmas = {"bias_sigma": bias, "sigma_prefill": noise, "sigma_decode": noise}
+    path.write_text(json.dumps({"models": {key: sigmas for key in ("roofline", "measured", "steps", "ops")}}))
+    monkeypatch.setattr(bands, "RESIDUALS_PATH", path)

@@ -5,35 +5,21 @@ changes nothing; a wide one needs more replicas than the point figures, and says
 from __future__ import annotations
 
 import copy
-import json
 
 import pytest
 import yaml
 
-from helpers import one_error_line, servesim, small_scenario
-from sim import bands
+from helpers import BAND_PLAN, one_error_line, servesim, set_band_residuals, small_scenario
 from sim.bands import pessimistic_misses
 from sim.config.schema import SLOSpec
 from sim.tools.planner import plan_settings, run_plan
 from sim.views.verdict import plan_verdict
 
-PLAN = small_scenario({"name": "plan-band",
-                       "workload": {"arrival": {"rate_per_s": 40},
-                                    "lengths": {"kind": "uniform", "input_min": 200, "input_max": 1200,
-                                                "output_min": 50, "output_max": 300}},
-                       "scheduler": {"max_model_len": 4096},
-                       "slo": {"ttft_s": 0.5, "tpot_s": 0.05, "percentile": 90},
-                       "run": {"num_requests": 150},
-                       "search": {"gpus": ["a100-80gb"], "tensor_parallel": [1], "max_replicas": 8, "num_seeds": 1,
-                                  "min_window_s": 5, "rate_tolerance": 0.05, "top_k": 1}})
+PLAN = BAND_PLAN
 
 
 def _residuals(tmp_path, monkeypatch, bias: float, noise: float) -> None:
-    path = tmp_path / "residuals.json"
-    sigmas = {"bias_sigma": bias, "sigma_prefill": noise, "sigma_decode": noise}
-    # every key: the planner prefers a measured or calibrated model where one fits the candidate
-    path.write_text(json.dumps({"models": {key: sigmas for key in ("roofline", "measured", "steps", "ops")}}))
-    monkeypatch.setattr(bands, "RESIDUALS_PATH", path)
+    set_band_residuals(tmp_path, monkeypatch, bias, noise)
 
 
 def _plan(**run):

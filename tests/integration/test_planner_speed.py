@@ -7,7 +7,7 @@ import copy
 import math
 
 import pytest
-from helpers import small_scenario
+from helpers import PLAN_LENGTHS, PLAN_SLO, small_scenario
 
 from sim.results import REASSOCIATED_SUM_KEYS
 from sim.tools.planner import plan_settings, run_plan
@@ -16,11 +16,9 @@ from sim.tools.planner import plan_settings, run_plan
 # (the searches bracket each candidate's limit) and a replica search at the target. Chunked prefill with this
 # budget sustains the rates plain batching does, so its searches start from the paged ones' brackets.
 PLAN = small_scenario({'name': 'plan-speed',
-                       'workload': {'arrival': {'rate_per_s': 30},
-                                    'lengths': {'kind': 'uniform', 'input_min': 200, 'input_max': 1200,
-                                                'output_min': 50, 'output_max': 300}},
+                       'workload': {'arrival': {'rate_per_s': 30}, 'lengths': PLAN_LENGTHS},
                        'scheduler': {'max_model_len': 4096},
-                       'slo': {'ttft_s': 0.5, 'tpot_s': 0.05, 'percentile': 90},
+                       'slo': PLAN_SLO,
                        'run': {'num_requests': 120},
                        'search': {'gpus': ['l40s'], 'tensor_parallel': [1, 2], 'max_replicas': 6, 'num_seeds': 2,
                                   'min_window_s': 5, 'rate_tolerance': 0.05, 'top_k': 1,
