@@ -26,7 +26,8 @@ sys.path.insert(0, str(HERE.parent))
 import published_suite as ps  # noqa: E402
 
 SOURCE_SETS = {"step_time": ["step_time"], "step_time+engine_terms": ["step_time", "engine_terms"],
-               "all": ["workload", "step_time", "engine_terms"]}
+               "all but engine_model": ["workload", "step_time", "engine_terms"],
+               "all": ["workload", "step_time", "engine_terms", "engine_model"]}
 
 
 def band_of_case(case, fitted: dict, sources: list[str]):

@@ -267,6 +267,11 @@ def band_runs(scenario, *, cost_model=None, progress=None, workloads: dict | Non
             sigmas = ("", 0.0, 0.0, 0.0)  # simulate refuses it, with its own line
         else:
             sigmas = step_time_sigmas(cost_model)
+    misfit = engine_misfit(scenario, sources) if not disaggregated else None
+    kernel_sigmas = sigmas
+    if misfit is not None:  # the engine model's own error: a further shared bias (source engine_model)
+        sigmas = sigmas or (residual_key(cost_model), 0.0, 0.0, 0.0)
+        sigmas = (sigmas[0], math.hypot(sigmas[1], misfit[0]), sigmas[2], sigmas[3])
     max_len = None if disaggregated else deployment_of(scenario).max_model_len
     priced = None if disaggregated else cost_model
 
@@ -293,7 +298,8 @@ def band_runs(scenario, *, cost_model=None, progress=None, workloads: dict | Non
             plain_workload = make_workload(plain)
         method = band_method(scenario, plain_workload.num_requests)
     if method == "edges":
-        return _edges(scenario, plain, plain_workload, priced, sigmas, sources, point_job, progress, curves)
+        out = _edges(scenario, plain, plain_workload, priced, sigmas, sources, point_job, progress, curves)
+        return _with_misfit(out[0], kernel_sigmas, misfit), *out[1:]
 
     R = replications_for(level, run.band_replications)
     k = order_index(level, R)
@@ -335,10 +341,22 @@ def band_runs(scenario, *, cost_model=None, progress=None, workloads: dict | Non
         band["step_time_residuals"] = _residuals_entry(sigmas)
     if spreads:
         band["engine_terms"] = _terms_entry(spreads)
+    _with_misfit(band, kernel_sigmas, misfit)
     for name, got in values.items():
         band[name] = edges(got, k)
     band["slo_met_replications"] = slo_met  # of R (None: no limits): a verdict that flips inside the band has 0 < this < R
     return band, values, point_result, None
+
+
+def _with_misfit(band: dict, kernel_sigmas, misfit) -> dict:
+    """The band names the engine model's misfit beside the kernels' residuals (each as measured, not combined)."""
+    if misfit is not None:
+        band["engine_model_misfit"] = {"sigma_log": misfit[0], "source": misfit[1]}
+        if kernel_sigmas is None:
+            band.pop("step_time_residuals", None)
+        else:
+            band["step_time_residuals"] = _residuals_entry(kernel_sigmas)
+    return band
 
 
 def _residuals_entry(sigmas) -> dict:
@@ -363,6 +381,15 @@ def term_spreads(scenario, sources) -> list:
         return []
     from sim.config.engines import engine_term_spread
     return engine_term_spread(scenario)
+
+
+def engine_misfit(scenario, sources) -> tuple[float, str] | None:
+    """(sigma_log, source) of the engine preset's model error beyond its terms (sim/config/engines.py
+    `engine_model_misfit`), drawn with the step-time bias when `engine_model` is a source; None otherwise."""
+    if "engine_model" not in sources:
+        return None
+    from sim.config.engines import engine_model_misfit
+    return engine_model_misfit(scenario)
 
 
 def term_z(draw_seed: int, key: str) -> float:

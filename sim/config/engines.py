@@ -592,6 +592,29 @@ class TermSpread:
         return min(value, self.upper_s) if self.upper_s is not None else value
 
 
+def engine_model_misfit(scenario) -> tuple[float, str] | None:
+    """(sigma_log, where it comes from) of what an engine preset's model misses beyond its terms' spread: the
+    presets' log errors on their own fit runs after fitting (engine_terms.json `fit_error`), pooled over every
+    fitted version that has more residuals than fitted terms, as the unbiased residual sigma
+    sqrt(sum n_i rms_i^2 / sum (n_i - p_i)) (a version alone has 1-4 degrees of freedom). It is the scheduling,
+    front-end and kernel behaviour the model lacks, which no term can absorb; sim/bands.py draws it as a further
+    step-time bias. None without an engine preset or without fits."""
+    if getattr(scenario, "engine", None) is None or scenario.engine.name not in PRESETS:
+        return None
+    squares, dof, versions = 0.0, 0, []
+    for engine, fits in _fitted_table().get("engines", {}).items():
+        for version, entry in fits.items():
+            error, fitted = entry.get("fit_error"), len(entry.get("terms", {}))
+            if error and error["residuals"] > fitted:
+                squares += error["rms_log"] ** 2 * error["residuals"]
+                dof += error["residuals"] - fitted
+                versions.append(f"{engine} {version}")
+    if not dof:
+        return None
+    return math.sqrt(squares / dof), (f"the presets' misfit on their fit runs, pooled over {len(versions)} fitted "
+                                      f"versions ({dof} degrees of freedom; sim/config/engine_terms.json)")
+
+
 def engine_term_spread(scenario) -> list[TermSpread]:
     """The uncertain numbers the scenario's engine preset put into it (a validated `Scenario`), in a fixed order:
     the fitted CPU term and front-end latency with their fit's sigma (engine_terms.json), widened for a version

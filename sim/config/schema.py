@@ -461,12 +461,13 @@ class RunSpec(_Strict):
     # Bands (issue 31, sim/bands.py): every summary figure with the range it takes across replications.
     band: float | None = Field(None, gt=0, lt=100, description="a band of this level (percent, e.g. 90) on every "
                                "headline figure, from replications of the run (sim/bands.py); absent: none")
-    band_sources: list[Literal["workload", "step_time", "engine_terms"]] = Field(
-        ["workload", "step_time", "engine_terms"], min_length=1, description="what a replication draws anew: "
-        "`workload` (another workload seed, the same for every variant of a comparison), `step_time` (the cost "
-        "model's error, drawn from its measured residuals, calibrate/residuals.json) and/or `engine_terms` (an "
+    band_sources: list[Literal["workload", "step_time", "engine_terms", "engine_model"]] = Field(
+        ["workload", "step_time", "engine_terms", "engine_model"], min_length=1, description="what a replication "
+        "draws anew: `workload` (another workload seed, the same for every variant of a comparison), `step_time` "
+        "(the cost model's error, drawn from its measured residuals, calibrate/residuals.json), `engine_terms` (an "
         "engine preset's CPU and front-end terms, from their fit's spread or their stated range, "
-        "sim/config/engines.py engine_term_spread; nothing without a preset)")
+        "sim/config/engines.py engine_term_spread) and `engine_model` (an engine preset's misfit on its fit runs, "
+        "engine_model_misfit: a further shared bias); the last two do nothing without a preset")
     band_replications: int | None = Field(None, ge=2, le=199, description="replications behind a band; default: "
                                           "the fewest whose outermost runs bound the level (19 for 90%, 39 for 95%)")
     band_method: Literal["auto", "replications", "edges"] = Field(
@@ -494,7 +495,7 @@ class RunSpec(_Strict):
                              "not edges (two runs); allowed: leave it out, or band_method: replications")
         if len(set(self.band_sources)) != len(self.band_sources):
             raise ValueError(f"band_sources: {self.band_sources} names a source twice; allowed: each of workload, "
-                             "step_time, engine_terms at most once")
+                             "step_time, engine_terms, engine_model at most once")
         return self
 
     def has_window(self) -> bool:

@@ -159,3 +159,29 @@ def test_no_preset_no_engine_terms():
     scenario = _edges(band_sources=["step_time", "engine_terms"])
     assert bands.term_spreads(scenario, scenario.run.band_sources) == []
     assert "engine_terms" not in simulate_with_band(scenario).summary["band"]
+
+
+def test_the_engine_model_misfit_is_the_pooled_unbiased_residual_sigma(monkeypatch):
+    # two fitted versions by hand: n residuals, p fitted terms, rms of their log errors
+    table = {"engines": {"vllm": {"1.0.0": {"terms": {"per_step_s": 1e-3, "latency_s": 0.05},
+                                            "fit_error": {"rms_log": 0.3, "residuals": 6}},
+                                  "2.0.0": {"terms": {"per_step_s": 1e-3},
+                                            "fit_error": {"rms_log": 0.5, "residuals": 3}},
+                                  "3.0.0": {"terms": {"per_step_s": 1e-3, "latency_s": 0.05},  # n = p: no dof
+                                            "fit_error": {"rms_log": 0.9, "residuals": 2}}}}}
+    from sim.config import engines
+    monkeypatch.setattr(engines, "_fitted_table", lambda: table)
+    sigma, source = engines.engine_model_misfit(_preset("replications", ["engine_model"]))
+    assert sigma == pytest.approx(math.sqrt((6 * 0.3 ** 2 + 3 * 0.5 ** 2) / ((6 - 2) + (3 - 1))))
+    assert "2 fitted versions (6 degrees of freedom" in source
+    assert engines.engine_model_misfit(_edges()) is None  # no engine preset
+
+
+def test_the_engine_model_source_widens_the_band_and_is_named_apart():
+    banded = simulate_with_band(_preset("replications", ["step_time", "engine_model"])).summary["band"]
+    without = simulate_with_band(_preset("replications", ["step_time"])).summary["band"]
+    misfit = banded["engine_model_misfit"]["sigma_log"]
+    assert misfit > 0 and banded["step_time_residuals"] == without["step_time_residuals"]  # each as measured
+    lo, hi = banded["tpot_s_p50"]
+    nlo, nhi = without["tpot_s_p50"]
+    assert hi - lo > nhi - nlo
