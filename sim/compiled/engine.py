@@ -23,11 +23,20 @@ from sim.core.router import LeastOutstandingRouter, RoundRobinRouter
 
 # A cold numba cache (a fresh install, or a changed core) costs ~1 min of compiling the core once: 50-57 s
 # measured on the 2-core development machine (AMD EPYC, 2026-11-25), where the SimPy engine ran bench_engine's
-# scenario at ~16,000 requests/s. A run below COLD_CORE_MAX_REQUESTS therefore finishes sooner in the SimPy
-# engine (identical records) than the core would compile; from there on, or once the core is in the cache,
-# the core runs. SERVESIM_COMPILE_WHEN_COLD=1 compiles it for any run (the test suite sets it).
+# scenario at ~16,000 requests/s. A one-shot command (`servesim run` and `compare`: `prefer_simpy_while_cold`)
+# therefore sends its runs to the SimPy engine (identical records) while the process has simulated fewer than
+# COLD_CORE_MAX_REQUESTS requests in all: it finishes sooner than the core would compile. Past that, once the core
+# is in the cache, and always for the planner, sweeps and the dashboard (hundreds of runs, where the core pays
+# for its compile: the planner's bench took 50 s in SimPy against 43 s compiling), the core compiles and runs.
+# SERVESIM_COMPILE_WHEN_COLD=1 compiles it for any run (the test suite sets it).
 COLD_CORE_MAX_REQUESTS = 100_000
 COMPILE_WHEN_COLD_ENV = "SERVESIM_COMPILE_WHEN_COLD"
+_cold = {"prefer_simpy": False, "requests_run": 0}  # this process's choice, and the requests it sent to SimPy
+
+
+def prefer_simpy_while_cold() -> None:
+    """Called by a one-shot command: its runs go to the SimPy engine while the core is cold (see above)."""
+    _cold["prefer_simpy"] = True
 _ROWS_PER_CALL = 1 << 16  # rows kept in the kernel's buffers between two reads (and progress reports), at most
 # RequestLog's status code of each kernel request state at the end (NOT_ARRIVED, WAITING, RUNNING, FINISHED,
 # REJECTED): none, unfinished, unfinished, finished, rejected.
@@ -68,8 +77,9 @@ def _scope(sim) -> tuple[str, tuple | None]:
         from sim.compiled import kernel  # noqa: F401  (numba present)
     except ImportError:
         return "numba is not installed (pip install servesim[fast])", None
-    if sim.num_requests < COLD_CORE_MAX_REQUESTS and os.environ.get(COMPILE_WHEN_COLD_ENV) != "1" \
-            and not core_in_cache():
+    if _cold["prefer_simpy"] and _cold["requests_run"] + sim.num_requests < COLD_CORE_MAX_REQUESTS \
+            and os.environ.get(COMPILE_WHEN_COLD_ENV) != "1" and not core_in_cache():
+        _cold["requests_run"] += sim.num_requests
         return (f"{sim.num_requests:,} requests on a cold numba cache: the SimPy engine finishes before the core "
                 f"would compile (~1 min, once; {COMPILE_WHEN_COLD_ENV}=1 compiles it now)"), None
     cost_model = sim.replicas[0].cost_model

@@ -167,7 +167,9 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
                                                             "requests, evenly spaced in arrival order"),
         band: Optional[float] = BandOption):
     """Simulate one scenario and print its summary."""
+    from sim.compiled.engine import prefer_simpy_while_cold
     from sim.run import make_workload
+    prefer_simpy_while_cold()  # one command: a small run does not wait for a cold core to compile
     from sim.views.timeline import check_timeline_options, write_timeline
     window = check_timeline_options(timeline, timeline_window, timeline_max_requests)
     scenario_set = _load(scenario, _with_band(set_, band))
@@ -207,7 +209,9 @@ def compare(scenario: str = typer.Argument(..., help="scenario YAML file with va
             quiet: bool = typer.Option(False, "--quiet", "-q"),
             band: Optional[float] = BandOption):
     """Run every variant of a scenario on the same generated workload and compare them."""
+    from sim.compiled.engine import prefer_simpy_while_cold
     from sim.run import make_workload
+    prefer_simpy_while_cold()  # one command: small runs do not wait for a cold core to compile
     scenario_set = _load(scenario, _with_band(set_, band))
     out = out or Path("out") / Path(scenario).stem
     check_output_dir(out)  # before simulating, not after
