@@ -433,8 +433,9 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
             console.print(f"band: {o.candidate.name}: {o.band_flip}", markup=False, highlight=False)
     spread = seed_summary(result)
     if spread:
+        from sim.views.plan_report import band_caveat
         console.print(f"Under {spread['num_seeds']} seeds: SLOs met {spread['seeds_meeting_slo']}/{spread['num_seeds']}; "
-                      f"fewest replicas per seed {spread['min_replicas']}")
+                      f"fewest replicas per seed {spread['min_replicas']}. {band_caveat(result)}".rstrip(". ") + ".")
     write_plan_outputs(result, out, None if report_inside is not None else report, report_inside)
     console.print(f"Outputs written to {out}/ (report.html, plan.md, candidates.csv, simulations.csv)"
                   + (f"; report also at {report}" if report else ""))

@@ -352,7 +352,16 @@ def _spread_text(result: PlanResult) -> str:
         if f"{metric}_mean" in spread:
             parts.append(f"{_pct(result.slo)} {label}: {spread[f'{metric}_mean']:.3g} s ± {spread[f'{metric}_stdev']:.2g} "
                          f"(range {spread[f'{metric}_min']:.3g}–{spread[f'{metric}_max']:.3g}) against {result.slo[key]:g} s.")
-    return " ".join(parts)
+    caveat = band_caveat(result)
+    return " ".join(parts + ([caveat] if caveat else []))
+
+
+def band_caveat(result: PlanResult) -> str:
+    """Under a band, what the seed spread counts: the point figures' replicas, not the band's (issue 31)."""
+    if result.settings.band is None or result.recommendation is None:
+        return ""
+    return (f"These counts are the point figures'; the recommendation's {result.recommendation.num_replicas} "
+            f"replicas meet the SLOs at the {result.settings.band:g}% band's pessimistic edge.")
 
 
 def _excluded_frame(result: PlanResult) -> pd.DataFrame:

@@ -58,6 +58,8 @@ def test_a_band_that_flips_nothing_says_so(tmp_path, residuals):
     outcome, csv, md, page = _outputs(tmp_path, band=90, band_sources=["step_time"])
     assert outcome.band_flip == "" and csv.iloc[0]["band_flip"] == ""
     assert "No candidate's verdict flips inside the band." in md
+    # the seed spread counts the point figures' replicas: said under a band, not without one
+    assert "These counts are the point figures'" in md.split("## Uncertainty over seeds", 1)[1]
     lo, hi = outcome.band["slo_ttft_p90"]
     assert float(csv.iloc[0]["ttft_p90_s_lo"]) == pytest.approx(lo) == pytest.approx(hi)
 
@@ -66,3 +68,4 @@ def test_without_a_band_the_outputs_have_no_band_columns_or_section(tmp_path):
     _, csv, md, page = _outputs(tmp_path)
     assert not [c for c in csv.columns if c.startswith("band") or c.endswith(("_lo", "_hi"))]
     assert "Verdict flips inside the band" not in md and 'id="band"' not in page
+    assert "These counts are the point figures'" not in md
