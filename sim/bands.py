@@ -412,6 +412,14 @@ def _simulate_point(simulate, scenario, workload, progress, cost_model):
     return simulate(scenario, workload, progress=progress, cost_model=cost_model)
 
 
+def usable_cpus() -> int:
+    """The CPUs this process may run on (its affinity: `taskset` and container CPU sets count), else the machine's."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS, Windows
+        return os.cpu_count() or 1
+
+
 def _in_threads(jobs, cost_model, point_job=None):
     """Yield (i, jobs[i](cost model)) in the order of `jobs`, and (None, point_job(cost_model)) first when
     given. The runs are independent (each its own workload, draws and state), so their results do not depend on
@@ -419,7 +427,7 @@ def _in_threads(jobs, cost_model, point_job=None):
     one run per CPU goes at a time. The point run prices with `cost_model` itself (its notes, e.g. points
     outside measured tables, are the caller's); every other thread with its own copy, so no two runs write one
     model's scratch state at once."""
-    workers = max(1, min(len(jobs) + (point_job is not None), os.cpu_count() or 1))
+    workers = max(1, min(len(jobs) + (point_job is not None), usable_cpus()))
     if workers == 1 or cost_model is None:
         if point_job is not None:
             yield None, point_job(cost_model)

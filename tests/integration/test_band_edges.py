@@ -83,7 +83,7 @@ def test_batch_figures_cover_every_request_once():
 def test_the_runs_in_threads_are_the_same_bytes_as_one_after_another(monkeypatch):
     for method in ("edges", "replications"):
         threaded = simulate_with_band(_edges(band_method=method)).summary["band"]
-        monkeypatch.setattr(bands.os, "cpu_count", lambda: 1)
+        monkeypatch.setattr(bands, "usable_cpus", lambda: 1)
         serial = simulate_with_band(_edges(band_method=method)).summary["band"]
         monkeypatch.undo()
         assert json.dumps(threaded) == json.dumps(serial), method
