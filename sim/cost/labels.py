@@ -16,13 +16,28 @@ from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCost
 from sim.cost.steps import StepProfileCostModel
 
 
+def overhead_label(engine: str, given: dict) -> str:
+    """The overhead part of a label: its defaults' name, and each term given apart from them (a preset's fitted
+    CPU term, a user's own), e.g. 'vllm-cudagraph overhead (per_step_s 1.43 ms)'. `given`: term -> value, as
+    the scenario's `cost_model.overhead` section holds it (None: not given)."""
+    from sim.cost.overhead import ENGINE_DEFAULTS, TERMS
+    base = ENGINE_DEFAULTS.get(engine)
+    apart = [f"{term} {value * 1e3:.3g} ms" for term in TERMS if (value := given.get(term)) is not None
+             and (base is None or value != getattr(base, term))]
+    if given.get("overlap"):
+        apart.append("overlapped")
+    return f"{engine} overhead" + (f" ({', '.join(apart)})" if apart else "")
+
+
 def cost_model_label(cost_model) -> str:
     """E.g. 'measured (AIConfigurator h100_sxm vllm 0.24.0)', 'roofline (fallback: no measured kernel tables for
     gpu 'l4'; ...)', 'learned roofline + vllm-cudagraph overhead'."""
     if isinstance(cost_model, SpeculativeCostModel):
         return cost_model_label(cost_model.target) + " (speculative)"
     if isinstance(cost_model, EngineOverheadCostModel):
-        return f"{cost_model_label(cost_model.kernels)} + {cost_model.overhead.engine} overhead"
+        overhead = cost_model.overhead
+        given = {**overhead.terms(), "overlap": overhead.overlap}
+        return f"{cost_model_label(cost_model.kernels)} + {overhead_label(overhead.engine, given)}"
     if isinstance(cost_model, MeasuredCostModel):
         meta = cost_model.tables.meta
         return f"measured (AIConfigurator {meta['system']} {meta['framework']} {meta['framework_version']})"

@@ -711,7 +711,10 @@ def cost_model_label(raw: dict) -> str:
     else:
         label = kind
     overhead = spec.get("overhead")
-    return label + (f" + {overhead.get('engine', 'vllm-cudagraph')} overhead" if overhead else "")
+    if not overhead:
+        return label
+    from sim.cost.labels import overhead_label
+    return f"{label} + {overhead_label(overhead.get('engine', 'vllm-cudagraph'), overhead)}"
 
 
 def candidates(settings: PlanSettings) -> list[Candidate]:
