@@ -124,7 +124,7 @@ def fit_preset(engine: str, version: str, fit_results: list["CaseResult"], cost_
     (the noise it assumed, where from, the fit's RMS log error and its number of residuals)."""
     import numpy as np
 
-    from calibrate.engine_fit import FIT_BOUNDS_S, FIT_STEPS_S, fit_spread, fit_terms, log_error
+    from calibrate.engine_fit import at_bounds, fit_spread, fit_terms, log_error, term_limits
     from sim.cost.overhead import ENGINE_DEFAULTS
 
     runs = [r for r in fit_results if r.status == "simulated" and r.case.headline]
@@ -133,8 +133,7 @@ def fit_preset(engine: str, version: str, fit_results: list["CaseResult"], cost_
     names = list(CPU_TERMS) + (list(FRONTEND_TERMS) if any(r.case.client_side for r in runs) else [])
     # from the presets' unfitted terms: vLLM's per-step estimate, no front-end
     start = np.array([ENGINE_DEFAULTS["vllm-cudagraph"].per_step_s, 0.0][:len(names)])
-    scale = np.array([FIT_STEPS_S[n] for n in names])
-    hi = np.array([FIT_BOUNDS_S[n] for n in names])
+    scale, hi = term_limits(names)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         terms = dict(zip(names, theta.tolist()))
@@ -145,14 +144,13 @@ def fit_preset(engine: str, version: str, fit_results: list["CaseResult"], cost_
         return np.array(out)
 
     theta, free = fit_terms(residuals, start, scale, hi, iterations=5)
+    bounded = at_bounds(theta, free, hi)
     fitted = {n: float(v) for n, v, f in zip(names, theta, free) if f}
-    for n, v, f, h in zip(names, theta, free, hi):  # a term at a bound is said, never kept silently
-        if f and (v <= 0.0 or v >= h):
-            fitted[f"{n} at bound"] = float(v)
+    fitted.update({f"{n} at bound": float(v) for n, v, b in zip(names, theta, bounded) if b})  # said, never kept silently
     # How well the fit runs pin each term (issue 31, source c): their metrics are known no better than the kernel
     # model that priced them, whose run-level error the CPU terms absorb (calibrate/engine_fit.py fit_spread).
     key, bias = kernel_bias([r.case for r in runs], cost_model, fitted)
-    spread = fit_spread(residuals, theta, free & (theta > 0.0) & (theta < hi), bias)
+    spread = fit_spread(residuals, theta, free & ~bounded, bias)
     for n, sigma in zip(names, spread["sigma_log"]):
         if sigma is not None:
             fitted[f"{n} sigma_log"] = sigma

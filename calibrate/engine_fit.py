@@ -484,8 +484,7 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
              "as a closed loop at the concurrency (the rate limit is not modelled)"
              for p in points if p.concurrency is not None and math.isfinite(p.rate_per_s)]
     sim = _PointSimulator(scenario)
-    scale = np.array([FIT_STEPS_S[t] for t in BENCH_TERMS])
-    hi = np.array([FIT_BOUNDS_S[t] for t in BENCH_TERMS])
+    scale, hi = term_limits(BENCH_TERMS)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
         """Log errors of the fit points' metrics (symmetric: half and double weigh the same)."""
@@ -498,8 +497,9 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
 
     theta, free = fit_terms(residuals, _initial_terms(sim, points, fit_idx, residuals), scale, hi, iterations)
     terms = dict(zip(BENCH_TERMS, theta.tolist()))
+    bounded = at_bounds(theta, free, hi)
     at_bound = {t: ("lower bound 0" if theta[k] <= 0.0 else f"upper bound {hi[k]:g} s")
-                for k, t in enumerate(BENCH_TERMS) if free[k] and (theta[k] <= 0.0 or theta[k] >= hi[k])}
+                for k, t in enumerate(BENCH_TERMS) if bounded[k]}
     not_identified = [t for k, t in enumerate(BENCH_TERMS) if not free[k]]
     evaluations = []
     for i, p in enumerate(points):
@@ -510,6 +510,17 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
                                     "per_output_chunk_s": terms["per_output_chunk_s"]}
     return BenchFit(terms, at_bound, not_identified, sim.overhead(terms), frontend, [points[i].label for i in fit_idx],
                     evaluations, sim.simulations, [str(f) for f in bench_files], notes)
+
+
+def term_limits(names) -> tuple[np.ndarray, np.ndarray]:
+    """(finite-difference scale, upper bound) of each named term: FIT_STEPS_S and FIT_BOUNDS_S, as `fit_terms`
+    takes them."""
+    return np.array([FIT_STEPS_S[n] for n in names]), np.array([FIT_BOUNDS_S[n] for n in names])
+
+
+def at_bounds(theta: np.ndarray, free: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The fitted terms `fit_terms` left at a bound (0 or `hi`): not pinned by the fit, so said and never used."""
+    return free & ((theta <= 0.0) | (theta >= hi))
 
 
 def fit_terms(residuals, theta: np.ndarray, scale: np.ndarray, hi: np.ndarray,

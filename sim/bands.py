@@ -53,7 +53,6 @@ from __future__ import annotations
 import copy
 import json
 import math
-import os
 import queue
 import zlib
 from concurrent.futures import ThreadPoolExecutor
@@ -72,6 +71,7 @@ from sim.config.band_level import (  # noqa: F401  (re-exported)
     replications_for,
 )
 from sim.errors import ConfigError
+from sim.machine import usable_cpus
 
 RESIDUALS_PATH = Path(__file__).resolve().parents[1] / "calibrate" / "residuals.json"
 # `run.band_method: edges` (module docstring): the point run's requests in EDGE_BATCHES batches, each of at least
@@ -291,19 +291,20 @@ def band_runs(scenario, *, cost_model=None, progress=None, workloads: dict | Non
         point_scenario, plain_workload, point_progress = point
         if plain_workload is None:
             plain_workload = make_workload(point_scenario)
-        point_job = partial(_simulate_point, simulate, point_scenario, plain_workload, point_progress)
+        point_job = partial(_simulate_run, simulate, point_scenario, plain_workload, None, False, False,
+                            progress=point_progress)
     method = "replications"
     if sigmas is not None and not disaggregated and figures is None:
         if plain_workload is None:
             plain_workload = make_workload(plain)
         method = band_method(scenario, plain_workload.num_requests)
+    spreads = term_spreads(plain, sources)
+    drawn = _source_entries(kernel_sigmas, spreads, misfit)
     if method == "edges":
-        out = _edges(scenario, plain, plain_workload, priced, sigmas, sources, point_job, progress, curves)
-        return _with_misfit(out[0], kernel_sigmas, misfit), *out[1:]
+        return _edges(scenario, plain, plain_workload, priced, sigmas, spreads, drawn, point_job, progress, curves)
 
     R = replications_for(level, run.band_replications)
     k = order_index(level, R)
-    spreads = term_spreads(plain, sources)
     jobs = []
     for i in range(R):
         workload_seed, draw_seed = replication_seeds(run.seed, i)
@@ -336,37 +337,33 @@ def band_runs(scenario, *, cost_model=None, progress=None, workloads: dict | Non
             progress(i + 1, R)
         if stop_when is not None and i + 1 < R and stop_when(values, k):
             return None, values, point_result, None
-    band = {"level": level / 100, "method": "replications", "replications": R, "sources": sources}
-    if sigmas is not None:
-        band["step_time_residuals"] = _residuals_entry(sigmas)
-    if spreads:
-        band["engine_terms"] = _terms_entry(spreads)
-    _with_misfit(band, kernel_sigmas, misfit)
+    band = {"level": level / 100, "method": "replications", "replications": R, "sources": sources, **drawn}
     for name, got in values.items():
         band[name] = edges(got, k)
     band["slo_met_replications"] = slo_met  # of R (None: no limits): a verdict that flips inside the band has 0 < this < R
     return band, values, point_result, None
 
 
-def _with_misfit(band: dict, kernel_sigmas, misfit) -> dict:
-    """The band names the engine model's misfit beside the kernels' residuals (each as measured, not combined)."""
+def _source_entries(kernel_sigmas, spreads, misfit) -> dict:
+    """What the band drew, each as measured (not combined): the kernels' residuals, the engine terms' spreads,
+    the engine model's misfit."""
+    out: dict = {}
+    if kernel_sigmas is not None:
+        out["step_time_residuals"] = {"cost_model": kernel_sigmas[0], "bias_sigma": kernel_sigmas[1],
+                                      "sigma_prefill": kernel_sigmas[2], "sigma_decode": kernel_sigmas[3]}
+    if spreads:
+        out["engine_terms"] = [{"key": t.key, "point": t.point, "sigma_log": t.sigma_log, "kind": t.kind}
+                               for t in spreads]
     if misfit is not None:
-        band["engine_model_misfit"] = {"sigma_log": misfit[0], "source": misfit[1]}
-        if kernel_sigmas is None:
-            band.pop("step_time_residuals", None)
-        else:
-            band["step_time_residuals"] = _residuals_entry(kernel_sigmas)
-    return band
+        out["engine_model_misfit"] = {"sigma_log": misfit[0], "source": misfit[1]}
+    return out
 
 
-def _residuals_entry(sigmas) -> dict:
-    return {"cost_model": sigmas[0], "bias_sigma": sigmas[1], "sigma_prefill": sigmas[2], "sigma_decode": sigmas[3]}
-
-
-def _simulate_run(simulate, scenario, workload, draws, lean, own_cost_model, cost_model):
-    """One run of a band; `own_cost_model`: its scenario's engine terms were drawn, so it builds its own."""
-    return simulate(scenario, workload, cost_model=None if own_cost_model else cost_model, step_draws=draws,
-                    lean_summary=lean)
+def _simulate_run(simulate, scenario, workload, draws, lean, own_cost_model, cost_model, progress=None):
+    """One run of a band (or its point run: no draws, full summary, the caller's progress); `own_cost_model`: its
+    scenario's engine terms were drawn, so it builds its own."""
+    return simulate(scenario, workload, progress=progress, cost_model=None if own_cost_model else cost_model,
+                    step_draws=draws, lean_summary=lean)
 
 
 # --- source c: the engine's CPU and front-end terms ------------------------------------------------------------
@@ -402,22 +399,6 @@ def term_z(draw_seed: int, key: str) -> float:
 def _with_terms(scenario, z: dict):
     from sim.config.engines import with_engine_terms_drawn
     return with_engine_terms_drawn(scenario, z)
-
-
-def _terms_entry(spreads) -> list[dict]:
-    return [{"key": t.key, "point": t.point, "sigma_log": t.sigma_log, "kind": t.kind} for t in spreads]
-
-
-def _simulate_point(simulate, scenario, workload, progress, cost_model):
-    return simulate(scenario, workload, progress=progress, cost_model=cost_model)
-
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity: `taskset` and container CPU sets count), else the machine's."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # macOS, Windows
-        return os.cpu_count() or 1
 
 
 def _in_threads(jobs, cost_model, point_job=None):
@@ -458,16 +439,17 @@ def _in_threads(jobs, cost_model, point_job=None):
                 future.cancel()  # a stop rule ended them early: the runs not started are not run
 
 
-def _edges(scenario, plain, workload, cost_model, sigmas, sources, point_job, progress, curves=None):
+def _edges(scenario, plain, workload, cost_model, sigmas, spreads, drawn, point_job, progress, curves=None):
     """The band as two runs at the edges of the shared error (`run.band_method: edges`, module docstring): the
     cost model's bias at its lower and upper (1 ± L) / 2 quantiles, per-step noise on, the point's requests;
-    widened by the workload's spread (batch means of the point run) when `workload` is a source."""
+    widened by the workload's spread (batch means of the point run) when `workload` is a source. `sigmas`: the
+    bias drawn (the kernels' and the engine model's together); `drawn`: the band's entries naming them."""
     from sim.cost.draws import DRAW_BIAS, draw_pack
     from sim.run import simulate
     run = scenario.run
+    sources = list(run.band_sources)
     z = NormalDist().inv_cdf((1 + run.band / 100) / 2)
     _, draw_seed = replication_seeds(run.seed, 0)
-    spreads = term_spreads(plain, sources)
     jobs = []
     for sign in (-1.0, 1.0):
         draws = draw_pack(draw_seed, 0.0, sigmas[2], sigmas[3])
@@ -491,10 +473,7 @@ def _edges(scenario, plain, workload, cost_model, sigmas, sources, point_job, pr
     keys = _band_keys(runs[0].summary)
     values = {name: [r.summary.get(name) for r in runs] for name in keys}
     batches = batch_figures(point_result, keys, scenario.slo) if "workload" in sources else None
-    band = {"level": run.band / 100, "method": "edges", "replications": len(runs), "sources": sources,
-            "step_time_residuals": _residuals_entry(sigmas)}
-    if spreads:
-        band["engine_terms"] = _terms_entry(spreads)
+    band = {"level": run.band / 100, "method": "edges", "replications": len(runs), "sources": sources, **drawn}
     for name in keys:
         band[name] = widened(values[name], batches[name] if batches else None, z)
     met = [r.summary.get("slo_met") for r in runs]

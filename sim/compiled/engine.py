@@ -27,7 +27,8 @@ from sim.core.router import LeastOutstandingRouter, RoundRobinRouter
 # therefore sends its runs to the SimPy engine (identical records) while the process has simulated fewer than
 # COLD_CORE_MAX_REQUESTS requests in all: it finishes sooner than the core would compile. Past that, once the core
 # is in the cache, and always for the planner, sweeps and the dashboard (hundreds of runs, where the core pays
-# for its compile: the planner's bench took 50 s in SimPy against 43 s compiling), the core compiles and runs.
+# for its compile: bench_planner.py on a cold cache took 50 s in SimPy against 43 s compiling, the same machine,
+# taskset -c 1, 11-25), the core compiles and runs.
 # SERVESIM_COMPILE_WHEN_COLD=1 compiles it for any run (the test suite sets it).
 COLD_CORE_MAX_REQUESTS = 100_000
 COMPILE_WHEN_COLD_ENV = "SERVESIM_COMPILE_WHEN_COLD"

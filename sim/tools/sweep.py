@@ -29,6 +29,7 @@ import yaml
 from sim.config.deployment import gpu_spec
 from sim.config.files import load_yaml_text, set_path, validate_arrival
 from sim.errors import ConfigError, ServeSimError
+from sim.machine import usable_cpus
 from sim.workload.arrivals import MAX_RATE_PER_S
 
 RATE_KEY = "rate"  # shorthand for the workload's mean arrival rate, whatever the arrival kind
@@ -216,14 +217,6 @@ def _cell(value: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------- backends
-
-def usable_cpus() -> int:
-    """The CPUs this process may run on (its affinity, as `taskset` sets it), not every CPU of the machine."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # no affinity outside Linux
-        return os.cpu_count() or 1
-
 
 def run_tasks(tasks: list, fn: Callable, *, backend: str = "process", workers: int | None = None,
               address: str | None = None) -> Iterator[tuple[Any, Any]]:

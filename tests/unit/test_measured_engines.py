@@ -3,7 +3,7 @@ vLLM's, fp8 GEMMs and fp8-KV attention priced from their own rows, and a dtype t
 were not measured in refused with one line.
 
 tests/fixtures/aic/h100_sxm/*/{sglang,trtllm}/ are small subsets of aiconfigurator-core 0.12.0's h100_sxm tables in
-their own format (written by tests/fixtures/aic/make_engine_subset.py); the shipped tables are
+their own format (written by tests/fixtures/aic/make_subset.py); the shipped tables are
 calibrate/measured/<gpu>/{sglang,trtllm}/ (`python -m calibrate.aic_import`)."""
 
 from __future__ import annotations
