@@ -13,8 +13,8 @@ fitted, and their leave-one-out errors are the noise, pooled from every profile.
 
     .venv/bin/python benchmarks/bench_band_coverage.py [--shared ../shared/gpu]
 
-This checks the step-time draw itself. It does not check a whole run's band against a measured run (the published
-suite): that needs the suite's runs simulated with bands, not done yet.
+This checks the step-time draw itself; a whole run's band against measured runs (the published suite's held-out
+runs) is benchmarks/bench_band_published.py.
 """
 
 from __future__ import annotations

@@ -164,6 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-terms", action="store_true", help="write the fitted numbers into the engine presets' "
                     "data (sim/config/engine_terms.json); only from a run of every case")
     args = ap.parse_args(argv)
+    if args.write_terms and (args.engine or args.cases or args.only or args.quick):
+        print("--write-terms: only from a run of every case (no --engine, --cases, --only or --quick)")
+        return 2
 
     suite = ps.load_suite()
     cases = ps.select(suite.cases, engine=args.engine, pattern=args.cases, only=args.only, quick=args.quick)
@@ -187,14 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     print("Fitted numbers per engine version (fit_preset; x/÷ the 90% factor of the fit's spread, SPREAD_METHOD): "
           + ", ".join(f"{e} {v}: {fitted_text(f)}" for (e, v), f in fitted.items()))
     if args.write_terms:
-        if args.engine or args.cases or args.only or args.quick:
-            print("--write-terms: only from a run of every case (no --engine, --cases, --only or --quick)")
-            return 2
         import json
         from datetime import date
 
+        from sim.atomic_files import atomic_write_text
         from sim.config.engines import TERMS_PATH
-        TERMS_PATH.write_text(json.dumps(ps.terms_table(fitted, date.today().isoformat()), indent=1) + "\n")
+        atomic_write_text(TERMS_PATH, json.dumps(ps.terms_table(fitted, date.today().isoformat()), indent=1) + "\n")
         print(f"fitted numbers written to {TERMS_PATH.relative_to(HERE.parent)}")
     print_rows(results, "fit", "Fitted runs (FIT_RUNS)")
     print_rows(results, "held-out", "Held-out runs")

@@ -384,13 +384,10 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
         summary.update(attention_kernel=deployment.attention_kernel,
                        attention_score_bytes_per_gpu=deployment.score_bytes_per_gpu,
                        max_prompt_tokens_materialized=deployment.max_prompt_tokens_materialized)
-    from sim.cost.labels import cost_model_label
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler),
                           # which cost model priced the run, in a few words: every summary table shows it
-                          "cost_model_label": cost_model_label(replicas[0].cost_model)
-                          + (" (default)" if scenario.cost_model_choice else ""),
-                          **({"cost_model_choice": scenario.cost_model_choice} if scenario.cost_model_choice else {}),
+                          **cost_model_extras(scenario, replicas[0].cost_model),
                           **_engine_extras(scenario),
                           "engine_core": sim.engine_core,
                           **({"frontend": repr(frontend)} if frontend is not None else {})},
@@ -412,13 +409,21 @@ def decode_runs_of(log) -> DecodeRuns | None:
     return DecodeRuns.from_arrays(arrays) if len(arrays["step_duration_s"]) else None
 
 
+def cost_model_extras(scenario: Scenario, cost_model, prefix: str = "") -> dict:
+    """`cost_model_label` (and `cost_model_choice`) of a run's extras: the label "(default)" where the scenario
+    named no cost model and the best available was chosen for it (sim/config/cost_choice.py)."""
+    from sim.cost.labels import cost_model_label  # imports every cost model: only when a run ends
+    choice = scenario.cost_model_choice
+    out = {f"{prefix}cost_model_label": cost_model_label(cost_model) + (" (default)" if choice else "")}
+    if choice and not prefix:
+        out["cost_model_choice"] = choice
+    return out
+
+
 def simulate_disaggregated(scenario: Scenario, workload: Workload | None = None, *,
                            progress: Callable[[float, int], None] | None = None) -> Result:
     """A scenario with `hardware.disaggregation`: prefill replicas 0..P-1 and decode replicas P..P+D-1, each
     pool built from its own resolved deployment (sim/config/disaggregation.py, sim/core/disaggregated.py)."""
-    from sim.cost.labels import (
-        cost_model_label,  # imports every cost model: only when a run ends
-    )
     dd = resolve_disaggregated(scenario)
     pools = {pool: pool_scenario(scenario, pool) for pool in ("prefill", "decode")}
     workload = workload if workload is not None else make_workload(scenario, dd.prefill)
@@ -446,8 +451,8 @@ def simulate_disaggregated(scenario: Scenario, workload: Workload | None = None,
     summary["decode_kv_capacity_tokens"] = dd.decode.kv_capacity_tokens
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(decode[0].cost_model), "scheduler": repr(decode[0].scheduler),
-                          "cost_model_label": cost_model_label(decode[0].cost_model),
-                          "prefill_cost_model_label": cost_model_label(prefill[0].cost_model),
+                          **cost_model_extras(scenario, decode[0].cost_model),
+                          **cost_model_extras(scenario, prefill[0].cost_model, prefix="prefill_"),
                           "prefill_cost_model": repr(prefill[0].cost_model),
                           "prefill_scheduler": repr(prefill[0].scheduler),
                           "kv_link": f"{dd.link.name}: {dd.link.bandwidth_bytes_per_s:g} B/s per GPU x "

@@ -52,6 +52,7 @@ def test_a_runs_curves_are_the_ones_its_report_draws():
     np.testing.assert_array_equal(c["cdf"]["ttft_s"], x)
     ts = dict(figures([point]))["timeseries"]
     lines = [t for t in ts.data if t.name == point.name]
+    assert len(lines) == len(SERIES)
     for series, line in zip(SERIES, lines):
         np.testing.assert_array_equal(c["series"][series], line.y)
 

@@ -82,3 +82,16 @@ def test_the_choice_is_named_in_the_result():
 def test_malformed_values_do_not_break_the_choice(garbage):
     cm, why = default_cost_model({**BASE, **garbage})
     assert cm["kind"] == "roofline" and why.startswith("roofline")
+
+
+def test_a_disaggregated_run_names_the_chosen_model_as_a_colocated_one_does():
+    # both paths label through sim/run.py cost_model_extras: "(default)" wherever the model was chosen
+    from sim.api import load_scenario_set
+    from sim.run import simulate
+    variants = load_scenario_set("scenarios/disaggregated.yaml").variants
+    for name in ("colocated", "disaggregated-1p1d"):
+        scenario = variants[name].model_copy(update={"run": variants[name].run.model_copy(
+            update={"num_requests": 20})})
+        extras = simulate(scenario).extras
+        assert extras["cost_model_label"].endswith(" (default)"), (name, extras["cost_model_label"])
+        assert extras["cost_model_choice"] == scenario.cost_model_choice
