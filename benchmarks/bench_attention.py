@@ -6,7 +6,7 @@ torch's math backend (the scores materialized) and its flash-attention-for-CPU b
 has on a CPU), fp32, few heads to keep it affordable (`calibrate/kernels/attention_backends.py`).
 
 The model prices what each kernel does (sim/model/attention_io.py), op by op, with the roofline's own rule
-(`sim.cost.roofline_kernel._op`: an op takes its compute time or its memory time, whichever is longer):
+(`sim.cost.roofline_kernel.op_time`: an op takes its compute time or its memory time, whichever is longer):
 
 - flash (`tiled_score_pairs`, `tiled_attention_accesses`, torch's blocks `torch_cpu_flash_q_block(N)` x 512): the
   score pairs it computes (causal: whole key blocks up to the diagonal) at the rate of a plain matmul of its block
@@ -156,12 +156,12 @@ def probes(n: int, heads: int, d: int) -> dict:
 
 def modelled_s(n: int, heads: int, d: int, r: dict, l3_bytes: int) -> tuple[float, float]:
     """(flash, materialized) seconds of one layer's causal prefill attention of N tokens, from the kernels' counts
-    (sim/model/attention_io.py) and the rates `r` measured here, each op by the roofline's `_op`."""
+    (sim/model/attention_io.py) and the rates `r` measured here, each op by the roofline's `op_time`."""
     bw = lambda moved: r["cache_copy"] if moved <= l3_bytes else r["dram_copy"]  # noqa: E731
     qb = torch_cpu_flash_q_block(n)
     pairs = heads * tiled_score_pairs(n, qb, TORCH_CPU_FLASH_KV_BLOCK)
     kv_traffic = heads * tiled_attention_accesses(n, d, qb, TORCH_CPU_FLASH_KV_BLOCK) * _FP32
-    flash = (rk._op(4.0 * d * pairs, kv_traffic, r["flash_mm"], bw(2 * n * d * _FP32)) + pairs / r["flash_softmax"]
+    flash = (rk.op_time(4.0 * d * pairs, kv_traffic, r["flash_mm"], bw(2 * n * d * _FP32)) + pairs / r["flash_softmax"]
              + torch_cpu_flash_fresh_bytes(n, d, heads, torch.get_num_threads()) / r["first_touch"])
     mat = 0.0
     for op, elements, moved, fresh in math_sdpa_pass_bytes(n, d, heads):
@@ -171,7 +171,7 @@ def modelled_s(n: int, heads: int, d: int, r: dict, l3_bytes: int) -> tuple[floa
             work, rate = 0.0, 1.0
         else:
             work, rate = float(elements), r["scale" if op.startswith("scale_") else op]
-        mat += rk._op(work, float(moved), rate, bw(moved)) + fresh / r["first_touch"]
+        mat += rk.op_time(work, float(moved), rate, bw(moved)) + fresh / r["first_touch"]
     return flash, mat
 
 

@@ -83,11 +83,17 @@ def _with_overhead(target, spec, deployment: Deployment):
     o = getattr(spec, "overhead", None)
     if o is None:
         return target
-    from sim.cost.overhead import EngineOverheadCostModel, engine_overhead
-    terms = engine_overhead(o.engine, per_step_s=o.per_step_s, per_seq_s=o.per_seq_s,
-                            per_prefill_token_s=o.per_prefill_token_s, launch_per_layer_s=o.launch_per_layer_s,
-                            overlap=o.overlap)
-    return EngineOverheadCostModel(target, terms, deployment.model.num_layers)
+    from sim.cost.overhead import EngineOverheadCostModel
+    return EngineOverheadCostModel(target, overhead_of(o), deployment.model.num_layers)
+
+
+def overhead_of(spec):
+    """The engine overhead a scenario's `cost_model.overhead` section asks for: its engine's defaults, with each
+    term it gives in their place."""
+    from sim.cost.overhead import engine_overhead
+    return engine_overhead(spec.engine, per_step_s=spec.per_step_s, per_seq_s=spec.per_seq_s,
+                           per_prefill_token_s=spec.per_prefill_token_s, launch_per_layer_s=spec.launch_per_layer_s,
+                           overlap=spec.overlap)
 
 
 def _calibrated(scenario: Scenario, deployment: Deployment):
@@ -164,11 +170,9 @@ def _pipeline_cost_model(scenario: Scenario, deployment: Deployment, whole):
             stage.step_overhead_s = 0.0  # the driver's CPU time, paid once per micro-batch before the first stage
             stage.include_lm_head = i == len(layers) - 1
             if spec.overhead is not None:
-                from sim.cost.overhead import EngineOverheadCostModel, engine_overhead
+                from sim.cost.overhead import EngineOverheadCostModel
                 o = spec.overhead
-                driver = engine_overhead(o.engine, per_step_s=o.per_step_s, per_seq_s=o.per_seq_s,
-                                         per_prefill_token_s=o.per_prefill_token_s,
-                                         launch_per_layer_s=o.launch_per_layer_s, overlap=o.overlap)
+                driver = overhead_of(o)
                 # Each stage's workers launch their own layers' kernels; the CPU terms are the driver's.
                 launch_only = replace(driver, per_step_s=0.0, per_seq_s=0.0, per_prefill_token_s=0.0, overlap=False)
                 stage = EngineOverheadCostModel(stage, launch_only, n)

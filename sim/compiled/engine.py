@@ -20,6 +20,7 @@ import numpy as np
 
 from sim.core.request import Request
 from sim.core.router import LeastOutstandingRouter, RoundRobinRouter
+from sim.cost.draws import no_draws
 
 # A cold numba cache (a fresh install, or a changed core) costs ~1 min of compiling the core once: 50-57 s
 # measured on the 2-core development machine (AMD EPYC, 2026-11-25), where the SimPy engine ran bench_engine's
@@ -204,7 +205,7 @@ def run_compiled(sim) -> bool:
     run_i = np.zeros((2, max_run_steps), dtype=np.int64)  # KV token states and internal slots of run steps
     arrival_ev[:] = k.arrival_event_times(arrival_s)
     # The step-time draws (issue 31), the SimPy engine's: one float64 pack type either way, so one compiled loop.
-    draws = np.zeros(0) if sim.step_draws is None else np.ascontiguousarray(sim.step_draws, dtype=np.float64)
+    draws = no_draws() if sim.step_draws is None else np.ascontiguousarray(sim.step_draws, dtype=np.float64)
 
     log = sim.steps
 

@@ -35,6 +35,7 @@ from sim.sched.rules import (
     new_token_ratio,
     padded_batch,
     ratio_admits,
+    ratio_tokens,
     reservation_fits,
 )
 
@@ -161,6 +162,13 @@ def _heap_pop(heap_all, sr, r):
 @njit(cache=True)
 def _blocks_for(tokens, bs):
     return -(-tokens // bs)
+
+
+@njit(cache=True)
+def _reserved_blocks(req, rid, bs):
+    """The blocks a whole-output reservation holds for a request: its final KV tokens (prompt + output - 1), as
+    `Request.num_final_kv_tokens` counts them."""
+    return _blocks_for(req[Q_PROMPT, rid] + req[Q_MAX_OUT, rid] - 1, bs)
 
 
 @njit(cache=True)
@@ -473,7 +481,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         rid = waiting_all[r, sr[r, I_W_HEAD]]
         reserve = 0
         if whole:
-            reserve = _blocks_for(req[Q_PROMPT, rid] + req[Q_MAX_OUT, rid] - 1, bs)
+            reserve = _reserved_blocks(req, rid, bs)
             if not reservation_fits(sr[r, I_RESERVED], reserve, cfg[C_NUM_BLOCKS]):
                 break
         prompt = req[Q_PROMPT, rid] + req[Q_OUT, rid] - req[Q_COMPUTED, rid]
@@ -495,7 +503,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         if need > sr[r, I_FREE_BLOCKS]:
             break
         if ratio_on:
-            admitted += prompt + (remaining_out if remaining_out < clip else clip) * ratio
+            admitted += ratio_tokens(prompt, remaining_out, ratio, clip)
         sr[r, I_RESERVED] += reserve
         sr[r, I_FREE_BLOCKS] -= need
         req[Q_BLOCKS, rid] = need
@@ -683,7 +691,7 @@ def _finish(sr, r, sg, req, reqf, rid, now, held, whole, bs):
     """ContinuousScheduler._finish: the request leaves, its `held` blocks go back to the pool (and, `whole`, its
     reservation is released)."""
     if whole:
-        sr[r, I_RESERVED] -= _blocks_for(req[Q_PROMPT, rid] + req[Q_MAX_OUT, rid] - 1, bs)
+        sr[r, I_RESERVED] -= _reserved_blocks(req, rid, bs)
     req[Q_STATE, rid] = FINISHED
     req[Q_FIN_ORDER, sg[G_NUM_FINISHED]] = rid
     sg[G_NUM_FINISHED] += 1
@@ -714,7 +722,7 @@ def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole):
         held = req[Q_BLOCKS, victim]
     sr[r, I_FREE_BLOCKS] += held
     if whole:
-        sr[r, I_RESERVED] -= _blocks_for(req[Q_PROMPT, victim] + req[Q_MAX_OUT, victim] - 1, bs)
+        sr[r, I_RESERVED] -= _reserved_blocks(req, victim, bs)
     sr[r, I_RATIO_RESET] = sr[r, I_CLOCK]  # SGLang resets its new-token ratio on a retraction
     req[Q_BLOCKS, victim] = 0
     req[Q_COMPUTED, victim] = 0

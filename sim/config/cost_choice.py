@@ -75,9 +75,12 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
             f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "
             "terms (the most accurate source available)")
     from sim.cost.measured import measured_unsupported
-    tables = engine if engine in ("sglang", "trtllm") and measured_unsupported(
-        gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=engine) is None else "vllm"
-    why_not = measured_unsupported(gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=tables)
+    why_not = None
+    if engine in ("sglang", "trtllm"):  # the engine's own tables where they hold this GPU and dtype
+        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=engine)
+    tables = engine if engine in ("sglang", "trtllm") and why_not is None else "vllm"
+    if tables == "vllm":
+        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=tables)
     if why_not is None and isinstance(disaggregation, dict):  # every pool's GPU must be measured
         for pool in ("prefill", "decode"):
             section = disaggregation.get(pool)

@@ -28,6 +28,8 @@ import numpy as np
 
 from sim.cost.jit import njit
 from sim.cost.roofline_kernel import (
+    ACT_BYTES,
+    op_time,
     M_EXPERTS_PER_TOKEN,
     M_IN,
     M_NUM_EXPERTS,
@@ -52,7 +54,6 @@ from sim.cost.roofline_kernel import (
 # Indices into the pack's scalars (its first array).
 (K_PEAK_FLOPS, K_PEAK_BYTES, K_MIN_KERNEL_S, K_ELEMENTWISE_BYTES_PER_S, K_AR_LATENCY_S, K_AR_BYTES_PER_S) = range(6)
 NUM_SCALARS = 6
-_ACT = 2  # activations are bf16/fp16
 
 
 def lookup(edges, values, x: float) -> float:
@@ -87,14 +88,6 @@ def pack(model, roofline: tuple) -> tuple:
             floats(learned["decode_attention"]["edges"]), floats(learned["decode_attention"]["eff"]))
 
 
-@njit(cache=True)
-def _ideal(flops, nbytes, peak_flops, peak_bytes):
-    """A kernel's time at the catalog's peaks: compute-bound or memory-bound, whichever is slower."""
-    x = flops / peak_flops
-    y = nbytes / peak_bytes
-    return y if y > x else x
-
-
 @njit(cache=True, inline="always")
 def _bin(edges, x, num_values):
     """The bin of `edges` (lower edges) holding x, held to 0..num_values-1 (bisect_right - 1)."""
@@ -117,7 +110,7 @@ def _gemm_s(eff_by_bin, r_edges, flops, nbytes, peak_flops, peak_bytes, min_kern
     """A GEMM's kernel time: a launch plus its ideal time over the efficiency of its compute/memory bin."""
     ratio = (flops / peak_flops) / (nbytes / peak_bytes)
     eff = eff_by_bin[_bin(r_edges, math.log2(ratio), eff_by_bin.shape[0])]
-    return min_kernel_s + _ideal(flops, nbytes, peak_flops, peak_bytes) / eff
+    return min_kernel_s + op_time(flops, nbytes, peak_flops, peak_bytes) / eff
 
 
 # Inlined into the core (`compiled_pricing.price_parts`): a call would take and drop a reference to each array
@@ -153,7 +146,7 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
             b = (context + chunk) * kvb + chunk * q_bytes
         f = pairs * afpp
         eff = _by_size(pf_edges, pf_eff, chunk * (context + chunk))
-        attn_s += min_kernel_s + _ideal(f, b, peak_flops, peak_bytes) / eff
+        attn_s += min_kernel_s + op_time(f, b, peak_flops, peak_bytes) / eff
         flops_total += f * model_layers
         bytes_total += b * model_layers
     if num_decode_seqs:
@@ -163,11 +156,11 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
         f = ctx * query_tokens * afpp
         b = ctx * kvb + num_decode_seqs * query_tokens * q_bytes
         eff = _by_size(dc_edges, dc_eff, ctx)
-        attn_s += min_kernel_s + _ideal(f, b, peak_flops, peak_bytes) / eff
+        attn_s += min_kernel_s + op_time(f, b, peak_flops, peak_bytes) / eff
         flops_total += f * model_layers
         bytes_total += b * model_layers
     # Per layer: the elementwise kernels (norms, residual adds, rotary, activation) and two all-reduces under TP.
-    elem_b = n * (8 * price[P_HIDDEN] + 3 * price[P_FFN_PER_GPU]) * _ACT
+    elem_b = n * (8 * price[P_HIDDEN] + 3 * price[P_FFN_PER_GPU]) * ACT_BYTES
     launches_s = 3 * min_kernel_s
     elem_s = elem_b / s[K_ELEMENTWISE_BYTES_PER_S]
     if not elem_s > launches_s:
@@ -175,7 +168,7 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     ar_s = 0.0
     tp = price[P_TP]
     if tp > 1:
-        msg = n * price[P_HIDDEN] * _ACT
+        msg = n * price[P_HIDDEN] * ACT_BYTES
         ar_s = 2 * (s[K_AR_LATENCY_S] + 2 * (tp - 1) / tp * msg / s[K_AR_BYTES_PER_S])
     wbpp = price[P_WEIGHT_BYTES_PER_PARAM]
     for g in range(grp_layers.shape[0]):

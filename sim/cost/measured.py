@@ -50,6 +50,7 @@ from sim.cost.compiled_pricing import KIND_MEASURED
 from sim.cost.jit import HAVE_NUMBA
 from sim.cost.packed import PackedCostModel
 from sim.cost.roofline import RooflineCostModel, StepCost, step_costs
+from sim.cost.roofline_kernel import ACT_BYTES, op_time
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.model.memory import kv_bytes_per_token
@@ -68,7 +69,6 @@ TABLES = ("vllm", "sglang", "trtllm")
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}  # scenario weights -> table dtype
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 _DTYPE_BYTES = {"bf16": 2, "fp8": 1}
-_ACT_BYTES = 2
 
 
 def _canonical(name: str) -> str:
@@ -223,7 +223,7 @@ class DeviceRoofline:
     bytes_per_s: float
 
     def time(self, flops: float, nbytes: float) -> float:
-        return measured_kernel.roof_time(flops, nbytes, self.flops_per_s, self.bytes_per_s)
+        return op_time(flops, nbytes, self.flops_per_s, self.bytes_per_s)
 
 
 def device_roofline(gemm: pd.DataFrame) -> DeviceRoofline:
@@ -467,7 +467,7 @@ class MeasuredCostModel(PackedCostModel):
         self._setup_attention()
         self._allreduce = self._allreduce_curve() if tp > 1 else None
         h, ffn = model.hidden_size, model.ffn_size // tp
-        self._elementwise_bytes = [4 * h * _ACT_BYTES, 4 * h * _ACT_BYTES, 3 * ffn * _ACT_BYTES]  # 2 add+norm, act
+        self._elementwise_bytes = [4 * h * ACT_BYTES, 4 * h * ACT_BYTES, 3 * ffn * ACT_BYTES]  # 2 add+norm, act
         self._swap_s_per_token = (kv_bytes_per_token(model, kv_dtype, tp) / gpu.host_link_bytes_per_s)
 
     # -- setup --

@@ -22,6 +22,7 @@ import numpy as np
 
 from sim.cost.interpolation import bracket, log_ratio_1d, log_ratio_2d
 from sim.cost.jit import njit
+from sim.cost.roofline_kernel import ACT_BYTES, op_time
 
 # Indices into the float64 array `params[0]`.
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_MIN_KERNEL_S, P_OVERHEAD_S, P_ALLREDUCE, P_AR_LINK_BYTES_PER_S, P_AR_LATENCY_S,
@@ -38,7 +39,6 @@ L_CURVE, L_EXPERTS, L_ACTIVE = range(3)
 # hidden, ffn per GPU) by tokens; prefill attention (query heads, KV heads, head size, KV bytes per element) by
 # (batch, prompt tokens); decode attention (the same) by (batch, context).
 SHAPE_GEMM, SHAPE_ALLREDUCE, SHAPE_MOE, SHAPE_PREFILL, SHAPE_DECODE = range(5)
-_ACT_BYTES = 2  # activations are bf16/fp16
 # Token counts below this have their per-layer terms and LM head remembered (the pack's two memo arrays; -1: not
 # computed yet): they depend on the count alone.
 MEMO_TOKENS = 8192
@@ -127,27 +127,19 @@ def empty() -> tuple:
 # than the arithmetic.
 
 @njit(cache=True)
-def roof_time(flops, nbytes, fps, bps):
-    """The device roofline (the fastest FLOP rate and byte rate any measured GEMM reached): the slower bound."""
-    x = flops / fps
-    y = nbytes / bps
-    return y if y > x else x
-
-
-@njit(cache=True)
 def shape_at(kind, a, b, c, d, fps, bps, x, y):
     """The roofline time a measured time is taken relative to (`SHAPE_*` names the kinds and their numbers)."""
     if kind == SHAPE_GEMM:
-        return roof_time(2.0 * x * a * b, a * b * c + x * (a + b) * _ACT_BYTES, fps, bps)
+        return op_time(2.0 * x * a * b, a * b * c + x * (a + b) * ACT_BYTES, fps, bps)
     if kind == SHAPE_ALLREDUCE:
         return a + 2 * (b - 1) / b * x * 2 / c
     if kind == SHAPE_MOE:
         touched = a * (1.0 - (1.0 - b / a) ** float(x))
-        return roof_time(2.0 * x * b * 3 * c * d, touched * 3 * c * d * 2 + x * b * (2 * c + 3 * d) * 2, fps, bps)
+        return op_time(2.0 * x * b * 3 * c * d, touched * 3 * c * d * 2 + x * b * (2 * c + 3 * d) * 2, fps, bps)
     if kind == SHAPE_PREFILL:
         pairs = x * y * (y + 1) / 2
-        return roof_time(4.0 * a * c * pairs, x * y * (2 * b * c * d + 2 * a * c * _ACT_BYTES), fps, bps)
-    return roof_time(4.0 * a * c * x * y, x * y * 2 * b * c * d + 2 * x * a * c * _ACT_BYTES, fps, bps)
+        return op_time(4.0 * a * c * pairs, x * y * (2 * b * c * d + 2 * a * c * ACT_BYTES), fps, bps)
+    return op_time(4.0 * a * c * x * y, x * y * 2 * b * c * d + 2 * x * a * c * ACT_BYTES, fps, bps)
 
 
 @njit(cache=True, inline="always")
@@ -231,10 +223,10 @@ def _mla_attention(s, num_pf, pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, que
     t = 0.0
     for j in range(num_pf):
         chunk, context = pf_chunk[j], pf_ctx[j]
-        t += _at_least(roof_time(chunk * (context + (chunk + 1) / 2) * per_pair, (context + chunk) * kv_b, fps,
+        t += _at_least(op_time(chunk * (context + (chunk + 1) / 2) * per_pair, (context + chunk) * kv_b, fps,
                                  bps), floor)
     if num_decode_seqs:
-        t += _at_least(roof_time(decode_ctx * query_tokens * per_pair, decode_ctx * kv_b, fps, bps), floor)
+        t += _at_least(op_time(decode_ctx * query_tokens * per_pair, decode_ctx * kv_b, fps, bps), floor)
     return t
 
 
@@ -292,7 +284,7 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
         common += 2 * _curve(s, curves, grids, ratios, log, count, int(s[P_AR_CURVE]), t * s[P_HIDDEN])
     elif s[P_ALLREDUCE] == ALLREDUCE_CATALOG:
         tp = s[P_TP]
-        message = t * s[P_HIDDEN] * _ACT_BYTES
+        message = t * s[P_HIDDEN] * ACT_BYTES
         common += 2 * (s[P_AR_LATENCY_S] + 2 * (tp - 1) / tp * message / s[P_AR_LINK_BYTES_PER_S])
     terms = np.empty(layers.shape[0])
     for g in range(layers.shape[0]):

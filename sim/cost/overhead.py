@@ -39,7 +39,7 @@ from functools import cached_property
 import numpy as np
 
 from sim.core.step_plan import StepPlan
-from sim.core.step_plan import decode_step_costs, plain_decode_plan
+from sim.core.step_plan import decode_step_costs
 from sim.cost.jit import njit
 from sim.cost.roofline import StepCost
 from sim.errors import ConfigError

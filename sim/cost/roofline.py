@@ -22,7 +22,6 @@ from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token
 from sim.model.shapes import layer_groups, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
-_ACT_BYTES = 2  # activations are bf16/fp16
 
 
 class StepCost(NamedTuple):
@@ -83,7 +82,7 @@ class RooflineCostModel(PackedCostModel):
             qk_dim = v_dim = model.head_dim
         # Per (query, key) pair: QK^T and PV, 2 FLOPs per multiply-add.
         self.attn_flops_per_pair = 2.0 * heads_per_gpu * (qk_dim + v_dim)
-        self.q_bytes_per_token = heads_per_gpu * (qk_dim + v_dim) * _ACT_BYTES
+        self.q_bytes_per_token = heads_per_gpu * (qk_dim + v_dim) * roofline_kernel.ACT_BYTES
         # Materialized scores (`roofline_kernel.attention_parts`): one access to one (query, key) score of every head
         # on this GPU, in the activations' dtype (torch's math SDPA keeps S and P in the inputs' dtype), and the
         # softmax's FLOPs on it.
@@ -110,14 +109,6 @@ class RooflineCostModel(PackedCostModel):
         return (f"RooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}, "
                 f"weights={self.weight_dtype}, kv={self.kv_dtype}{attention})")
 
-    def linear_counts(self, num_tokens: int) -> list[list[float]]:
-        """[FLOPs, bytes] of each linear layer of `self.groups` at `num_tokens`, in order."""
-        return roofline_kernel.linear_counts(self._pack()[3], num_tokens, self.weight_bytes_per_param).tolist()
-
-    def lm_head_counts(self, rows: int) -> tuple[float, float]:
-        """(FLOPs, bytes) of the LM head at `rows` sampled rows."""
-        (counts,) = roofline_kernel.linear_counts(self._pack()[4][None], rows, self.weight_bytes_per_param).tolist()
-        return counts[0], counts[1]
 
     def step_cost(self, plan: StepPlan) -> StepCost:
         return StepCost(*compiled_pricing.price_parts(KIND_ROOFLINE, self._pack(), None, None, *step_args(plan)))

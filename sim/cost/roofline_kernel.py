@@ -1,9 +1,8 @@
 """The roofline's price of a step, written once: `RooflineCostModel.step_cost` and the compiled engine core
 (`sim.compiled`) both call `step_cost` below, through `sim.cost.compiled_pricing.price_parts`.
 
-`pack(model)` turns a model's numbers into arrays (the layout below); `step_cost` prices one step from them;
-`linear_counts` gives the FLOPs and bytes of the linear layers (which the learned roofline, `sim.cost.learned`,
-prices its own way). Every term of the roofline is here: linear layers (mixture-of-experts layers read only the
+`pack(model)` turns a model's numbers into arrays (the layout below); `step_cost` prices one step from them. Every
+term of the roofline is here: linear layers (mixture-of-experts layers read only the
 experts some token routes to), attention (a sliding window caps the context; FlashAttention, or a kernel that
 materializes the scores: `attention_parts`), norms and activations, tensor-parallel all-reduces, the LM head, swap
 copies, the step overhead.
@@ -27,7 +26,7 @@ NUM_PRICE = 19
 # token routes to, in features, out features.
 M_WEIGHT, M_PER_TOKEN, M_NUM_EXPERTS, M_EXPERTS_PER_TOKEN, M_IN, M_OUT = range(6)
 NUM_NUMBERS = 5  # the pack's first arrays hold the model's numbers; the rest are its memos
-_ACT_BYTES = 2  # activations are bf16/fp16
+ACT_BYTES = 2  # activations are bf16/fp16
 # A kernel that materializes the scores (Dao et al. 2022, "FlashAttention", arXiv:2205.14135, Algorithm 0, "standard
 # attention implementation") moves every element of the score matrix through HBM four times: S = QK^T written, S read
 # by the softmax, P = softmax(S) written, P read by PV. (torch's math SDPA, `_scaled_dot_product_attention_math` in
@@ -77,7 +76,7 @@ def _row(mm) -> list[float]:
 
 
 @njit(cache=True)
-def _op(f, b, fps, bps):
+def op_time(f, b, fps, bps):
     """An op's time: compute-bound or memory-bound, whichever is slower."""
     x = f / fps
     y = b / bps
@@ -97,7 +96,7 @@ def linear_flops_bytes(weight_params, params_per_token, experts, experts_per_tok
         frac = experts_per_token / experts
         touched = experts * (1.0 - (1.0 - frac) ** float(num_tokens))
         weight_params = weight_params / experts * touched
-    act = num_tokens * experts_per_token * (in_features + out_features) * _ACT_BYTES
+    act = num_tokens * experts_per_token * (in_features + out_features) * ACT_BYTES
     return flops, weight_params * wbpp + act
 
 
@@ -108,15 +107,6 @@ def linear_row(mm, k, num_tokens, wbpp):
 
 
 @njit(cache=True)
-def linear_counts(mm, num_tokens, wbpp):
-    """(FLOPs, bytes) of every matmul row at `num_tokens`, one row each."""
-    out = np.empty((mm.shape[0], 2))
-    for k in range(mm.shape[0]):
-        out[k, 0], out[k, 1] = linear_row(mm, k, num_tokens, wbpp)
-    return out
-
-
-@njit(cache=True)
 def _matmuls(mm, first, end, num_tokens, wbpp, fps, bps):
     """One layer's matmul rows first..end-1 at `num_tokens`: (time, FLOPs, bytes)."""
     layer_s = 0.0
@@ -124,7 +114,7 @@ def _matmuls(mm, first, end, num_tokens, wbpp, fps, bps):
     layer_bytes = 0.0
     for k in range(first, end):
         f, b = linear_row(mm, k, num_tokens, wbpp)
-        layer_s += _op(f, b, fps, bps)
+        layer_s += op_time(f, b, fps, bps)
         layer_flops += f
         layer_bytes += b
     return layer_s, layer_flops, layer_bytes
@@ -171,19 +161,19 @@ def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     dc_f = decode_ctx * query_tokens * afpp
     dc_b = decode_ctx * kvb + num_decode_seqs * query_tokens * qb
     if not materialized:
-        return _op(pf_f, pf_b, fps, bps), pf_f, pf_b, _op(dc_f, dc_b, fps, bps), dc_f, dc_b
+        return op_time(pf_f, pf_b, fps, bps), pf_f, pf_b, op_time(dc_f, dc_b, fps, bps), dc_f, dc_b
     half_traffic = price[P_SCORE_BYTES_PER_PAIR] * (SCORE_ACCESSES // 2)  # per score element, per op
     sfpp = price[P_SOFTMAX_FLOPS_PER_PAIR]
     pf_f = scores * afpp  # the whole rectangle
     mm_b = pf_b + scores * half_traffic
     sm_f = scores * sfpp
     sm_b = scores * half_traffic
-    pf_s = _op(pf_f, mm_b, fps, bps) + _op(sm_f, sm_b, fps, bps)
+    pf_s = op_time(pf_f, mm_b, fps, bps) + op_time(sm_f, sm_b, fps, bps)
     dc_scores = decode_ctx * query_tokens
     dmm_b = dc_b + dc_scores * half_traffic
     dsm_f = dc_scores * sfpp
     dsm_b = dc_scores * half_traffic
-    dc_s = _op(dc_f, dmm_b, fps, bps) + _op(dsm_f, dsm_b, fps, bps)
+    dc_s = op_time(dc_f, dmm_b, fps, bps) + op_time(dsm_f, dsm_b, fps, bps)
     return pf_s, pf_f + sm_f, mm_b + sm_b, dc_s, dc_f + dsm_f, dmm_b + dsm_b
 
 
@@ -202,11 +192,11 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     pf_s, pf_f, pf_b, dc_s, dc_f, dc_b = attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
                                                          num_decode_seqs, decode_ctx, query_tokens)
     # Norms, residual adds, rotary, activation: memory-bound streams over the hidden states.
-    elementwise_bytes = num_tokens * (8 * price[P_HIDDEN] + 3 * price[P_FFN_PER_GPU]) * _ACT_BYTES
+    elementwise_bytes = num_tokens * (8 * price[P_HIDDEN] + 3 * price[P_FFN_PER_GPU]) * ACT_BYTES
     allreduce_s = 0.0
     tp = price[P_TP]
     if tp > 1:
-        message = num_tokens * price[P_HIDDEN] * _ACT_BYTES
+        message = num_tokens * price[P_HIDDEN] * ACT_BYTES
         ring = 2.0 * (tp - 1) / tp * message / price[P_LINK_BYTES_PER_S]
         allreduce_s = 2 * (price[P_ALLREDUCE_LATENCY_S] + ring)
     wbpp = price[P_WEIGHT_BYTES_PER_PARAM]
@@ -245,7 +235,7 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
         else:
             f, b = linear_flops_bytes(lm_head[M_WEIGHT], lm_head[M_PER_TOKEN], lm_head[M_NUM_EXPERTS],
                            lm_head[M_EXPERTS_PER_TOKEN], lm_head[M_IN], lm_head[M_OUT], rows, wbpp)
-            head_s = _op(f, b, fps, bps)
+            head_s = op_time(f, b, fps, bps)
             if rows < MEMO_TOKENS:
                 head_memo[rows, 0], head_memo[rows, 1], head_memo[rows, 2] = head_s, f, b
         time_s += head_s

@@ -26,6 +26,7 @@ from sim.sched.rules import (
     new_token_ratio,
     padded_batch,
     ratio_admits,
+    ratio_tokens,
     reservation_fits,
 )
 from sim.sched.sampling_groups import sampling_groups
@@ -124,7 +125,7 @@ class ContinuousScheduler(SchedulerBase):
             reason = (f"needs up to {one_prefill} tokens in one prefill but "
                       f"max_num_batched_tokens is {self.max_num_batched_tokens} (enable chunked_prefill)")
         if not reason and self.rule.whole_output_reservation:
-            need = -(-request.num_final_kv_tokens // self.kv.block_size)
+            need = self.kv.blocks_for(request.num_final_kv_tokens)
             if need > self.kv.num_blocks:
                 reason = (f"needs {need} KV blocks reserved for its whole sequence but the cache has "
                           f"{self.kv.num_blocks}")
@@ -258,7 +259,7 @@ class ContinuousScheduler(SchedulerBase):
                 break  # its sequences will fork once its prompt is computed: keep room for all of them
             reserve = 0
             if rule.whole_output_reservation:
-                reserve = -(-request.num_final_kv_tokens // kv.block_size)
+                reserve = kv.blocks_for(request.num_final_kv_tokens)
                 if not reservation_fits(self._reserved_blocks, reserve, kv.num_blocks):
                     break
             if rule.new_token_ratio is not None:
@@ -272,7 +273,7 @@ class ContinuousScheduler(SchedulerBase):
             if chunk is None:
                 break
             if rule.new_token_ratio is not None:
-                admitted += prompt + min(remaining_out, SGLANG_CLIP_MAX_NEW_TOKENS) * ratio
+                admitted += ratio_tokens(prompt, remaining_out, ratio, SGLANG_CLIP_MAX_NEW_TOKENS)
             if reserve:
                 self._reservations[request.request_id] = reserve
                 self._reserved_blocks += reserve

@@ -11,10 +11,8 @@ by setting these fields (the scenario's `scheduler:` section names each, and the
 | `cuda_graph_batch_sizes` | () | () | () | padded decode batches when given |
 | `new_token_ratio` | None | None | SGLang's admission reserve | None |
 
-Each decision is a numba function here (the design in docs/design.md: one definition, callable from Python and, once
-the compiled core takes non-default rules, from its loop). Until then the compiled core runs only the default rule
-(`SchedulingRule.is_default`; sim/compiled/engine.py `_replica_gap`), and the SimPy engine every other: slow, never
-wrong.
+Each decision is a numba function here (the design in docs/design.md: one definition, called by the SimPy engine's
+scheduler and inside the compiled core's loop, which runs every rule).
 """
 
 from __future__ import annotations
@@ -118,6 +116,13 @@ def ratio_admits(free_tokens, running_remaining_tokens, admitted_tokens, prompt_
     """SGLang's PrefillAdder check for one more request: the free KV tokens, less the running requests' expected
     future tokens (`running_remaining_tokens`, each already clipped, times the ratio) and what this step admitted
     before it (`admitted_tokens`), must exceed its prompt plus its expected output."""
+    return free_tokens - running_remaining_tokens * ratio - admitted_tokens > ratio_tokens(prompt_tokens, output_tokens,
+                                                                                         ratio, clip)
+
+
+@njit(cache=True)
+def ratio_tokens(prompt_tokens, output_tokens, ratio, clip):
+    """The KV tokens SGLang's admission counts for one request: its prompt plus its expected output (clipped, times
+    the ratio)."""
     out = output_tokens if output_tokens < clip else clip
-    need = prompt_tokens + out * ratio
-    return free_tokens - running_remaining_tokens * ratio - admitted_tokens > need
+    return prompt_tokens + out * ratio
