@@ -4,7 +4,11 @@
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
-PIP    := $(BIN)/python -m pip --disable-pip-version-check -q
+# --no-compile: pip would byte-compile every module it installs (plotly alone is thousands of files), about half of
+# the demo's install time; Python compiles the few modules a run imports on first use instead, and caches them: the
+# commands below may write bytecode even where PYTHONDONTWRITEBYTECODE is set (pip's compile would have written it).
+unexport PYTHONDONTWRITEBYTECODE
+INSTALL := $(BIN)/python -m pip --disable-pip-version-check -q install --no-compile
 # torch is pinned and installed before the extras: torch==2.13.0 is a local CPU wheel here, while a
 # bare `torch` or a range would pull a multi-GB CUDA build.
 TORCH  := torch==2.13.0
@@ -15,12 +19,12 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
 $(VENV)/.installed-core: pyproject.toml | $(BIN)/python
-	$(PIP) install -e '.[fast]'
+	$(INSTALL) -e '.[fast]'
 	touch $@
 
 $(VENV)/.installed-dev: pyproject.toml | $(BIN)/python
-	$(PIP) install $(TORCH)
-	$(PIP) install -e '.[dev,calibrate,fast]'
+	$(INSTALL) $(TORCH)
+	$(INSTALL) -e '.[dev,calibrate,fast]'
 	touch $@
 
 demo: $(VENV)/.installed-core
