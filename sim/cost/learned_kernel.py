@@ -8,9 +8,11 @@ how): GEMMs by (log2 compute time / memory time, log2 weight elements), prefill 
 tokens), decode attention by log2(batch × context), the elementwise ops at one byte efficiency, and the all-reduces
 at a learned latency and bandwidth. The model's numbers (attention FLOPs and bytes per pair, the linear layers'
 rows, the LM head's row, layers per group, the step overhead) are its roofline pack's (`roofline_kernel.pack`),
-and the linear layers' FLOPs and bytes are `roofline_kernel.linear_flops_bytes`'s. Its FLOPs and bytes are its
-own sums (the attention's first, then each linear layer's; the LM head's are not counted), as the Python model
-always reported.
+and the roofline's terms are `roofline_kernel`'s functions: the linear layers' FLOPs and bytes
+(`linear_flops_bytes`), a prefill chunk's pairs and KV tokens and the decodes' context under a sliding window
+(`chunk_pairs`, `window_context`), the elementwise bytes (`layer_elementwise_bytes`) and the all-reduces
+(`layer_allreduce_s`, at the learned latency and bandwidth). Its FLOPs and bytes are its own sums (the attention's
+first, then each linear layer's; the LM head's are not counted), as the Python model always reported.
 
 `pack(model, roofline)` builds the learned tables' pack. It has the very numba type of a whole-step profile's pack
 (`steps_kernel.pack`: scalars, a 2-D table, three (x, y) curves), so it travels in the same slot of the compiled
@@ -22,13 +24,11 @@ once, here: the 2-D table holds each linear layer's efficiency by compute/memory
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 
 import numpy as np
 
 from sim.cost.jit import njit
 from sim.cost.roofline_kernel import (
-    ACT_BYTES,
     op_time,
     M_EXPERTS_PER_TOKEN,
     M_IN,
@@ -47,19 +47,17 @@ from sim.cost.roofline_kernel import (
     P_SLIDING_WINDOW,
     P_TP,
     P_WEIGHT_BYTES_PER_PARAM,
+    chunk_pairs,
+    layer_allreduce_s,
+    layer_elementwise_bytes,
     linear_flops_bytes,
     linear_row,
+    window_context,
 )
 
 # Indices into the pack's scalars (its first array).
 (K_PEAK_FLOPS, K_PEAK_BYTES, K_MIN_KERNEL_S, K_ELEMENTWISE_BYTES_PER_S, K_AR_LATENCY_S, K_AR_BYTES_PER_S) = range(6)
 NUM_SCALARS = 6
-
-
-def lookup(edges, values, x: float) -> float:
-    """The value of the bin holding log2(x) (bins by their lower edges; held at the ends)."""
-    i = bisect_right(edges, math.log2(max(x, 1.0))) - 1
-    return values[min(max(i, 0), len(values) - 1)]
 
 
 def pack(model, roofline: tuple) -> tuple:
@@ -72,17 +70,17 @@ def pack(model, roofline: tuple) -> tuple:
     s[K_PEAK_FLOPS], s[K_PEAK_BYTES], s[K_MIN_KERNEL_S] = model.peak_flops, model.peak_bytes, model.min_kernel_s
     s[K_ELEMENTWISE_BYTES_PER_S] = model.peak_bytes * learned["elementwise_bytes_efficiency"]
     s[K_AR_LATENCY_S], s[K_AR_BYTES_PER_S] = model.ar_latency_s, model.ar_bw
-    gemm = learned["gemm"]
-    w_edges, eff = gemm["w_edges"], gemm["eff"]
-    mm, lm_head = roofline[3], roofline[4]
-    # A layer's weight elements: per expert (an expert's GEMM); the LM head's, whole.
-    weights = [mm[k, M_WEIGHT] / mm[k, M_NUM_EXPERTS] for k in range(mm.shape[0])]
-    table = np.array([[lookup(w_edges, row, w) for row in eff] for w in weights], dtype=np.float64)
-    head = np.array([lookup(w_edges, row, lm_head[M_WEIGHT]) for row in eff], dtype=np.float64)
 
     def floats(values) -> np.ndarray:
         return np.array(values, dtype=np.float64)
 
+    gemm = learned["gemm"]
+    w_edges, eff = floats(gemm["w_edges"]), [floats(row) for row in gemm["eff"]]
+    mm, lm_head = roofline[3], roofline[4]
+    # A layer's weight elements: per expert (an expert's GEMM); the LM head's, whole.
+    weights = [mm[k, M_WEIGHT] / mm[k, M_NUM_EXPERTS] for k in range(mm.shape[0])]
+    table = np.array([[by_size(w_edges, row, w) for row in eff] for w in weights], dtype=np.float64)
+    head = np.array([by_size(w_edges, row, lm_head[M_WEIGHT]) for row in eff], dtype=np.float64)
     return (s, table.reshape(len(weights), len(eff)), floats(gemm["r_edges"]), head,
             floats(learned["prefill_attention"]["edges"]), floats(learned["prefill_attention"]["eff"]),
             floats(learned["decode_attention"]["edges"]), floats(learned["decode_attention"]["eff"]))
@@ -100,8 +98,9 @@ def _bin(edges, x, num_values):
 
 
 @njit(cache=True, inline="always")
-def _by_size(edges, values, x):
-    """`lookup`: the value of the bin holding log2(x)."""
+def by_size(edges, values, x):
+    """The value of the bin of `edges` holding log2(x) (bins by their lower edges; held at the ends): a table read
+    by size, in `pack` and at every step."""
     return values[_bin(edges, math.log2(max(x, 1.0)), values.shape[0])]
 
 
@@ -138,38 +137,28 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     for j in range(num_pf):
         chunk = pf_chunk[j]
         context = pf_ctx[j]
-        if window:
-            pairs = chunk * min(context + (chunk + 1) / 2, window)
-            b = min(context + chunk, window) * kvb + chunk * q_bytes
-        else:
-            pairs = chunk * (context + (chunk + 1) / 2)
-            b = (context + chunk) * kvb + chunk * q_bytes
+        pairs, kv_tokens = chunk_pairs(chunk, context, window)
         f = pairs * afpp
-        eff = _by_size(pf_edges, pf_eff, chunk * (context + chunk))
+        b = kv_tokens * kvb + chunk * q_bytes
+        eff = by_size(pf_edges, pf_eff, chunk * (context + chunk))
         attn_s += min_kernel_s + op_time(f, b, peak_flops, peak_bytes) / eff
         flops_total += f * model_layers
         bytes_total += b * model_layers
     if num_decode_seqs:
-        ctx = decode_ctx * 1.0
-        if window:
-            ctx = min(ctx, num_decode_seqs * window)
+        ctx = window_context(decode_ctx * 1.0, num_decode_seqs, window)
         f = ctx * query_tokens * afpp
         b = ctx * kvb + num_decode_seqs * query_tokens * q_bytes
-        eff = _by_size(dc_edges, dc_eff, ctx)
+        eff = by_size(dc_edges, dc_eff, ctx)
         attn_s += min_kernel_s + op_time(f, b, peak_flops, peak_bytes) / eff
         flops_total += f * model_layers
         bytes_total += b * model_layers
     # Per layer: the elementwise kernels (norms, residual adds, rotary, activation) and two all-reduces under TP.
-    elem_b = n * (8 * price[P_HIDDEN] + 3 * price[P_FFN_PER_GPU]) * ACT_BYTES
+    elem_b = layer_elementwise_bytes(n, price[P_HIDDEN], price[P_FFN_PER_GPU])
     launches_s = 3 * min_kernel_s
     elem_s = elem_b / s[K_ELEMENTWISE_BYTES_PER_S]
     if not elem_s > launches_s:
         elem_s = launches_s
-    ar_s = 0.0
-    tp = price[P_TP]
-    if tp > 1:
-        msg = n * price[P_HIDDEN] * ACT_BYTES
-        ar_s = 2 * (s[K_AR_LATENCY_S] + 2 * (tp - 1) / tp * msg / s[K_AR_BYTES_PER_S])
+    ar_s = layer_allreduce_s(n, price[P_HIDDEN], price[P_TP], s[K_AR_LATENCY_S], s[K_AR_BYTES_PER_S])
     wbpp = price[P_WEIGHT_BYTES_PER_PARAM]
     for g in range(grp_layers.shape[0]):
         num_layers = grp_layers[g]

@@ -17,11 +17,14 @@ from sim.cost.jit import HAVE_NUMBA
 from sim.cost.packed import PackedCostModel
 from sim.cost.step_args import NO_CHUNKS, step_args
 from sim.errors import ConfigError
-from sim.model.attention_io import ATTENTION_KERNELS, SCORE_ELEMENT_BYTES
+from sim.model.attention_io import ATTENTION_KERNELS, math_sdpa_terms
 from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token
 from sim.model.shapes import layer_groups, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
+
+
+_ATTENTION_DTYPES = ("bf16", "fp16", "fp32")  # what attention's Q, K, V and O may be
 
 
 class StepCost(NamedTuple):
@@ -60,10 +63,14 @@ class RooflineCostModel(PackedCostModel):
     def __init__(self, model: ModelSpec, gpu: GPUSpec, *, tensor_parallel: int = 1,
                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", fp8_compute: bool = False,
                  compute_efficiency: float | None = None, memory_efficiency: float | None = None,
-                 step_overhead_s: float | None = None, attention_kernel: str = "flash"):
+                 step_overhead_s: float | None = None, attention_kernel: str = "flash",
+                 attention_dtype: str = "bf16"):
         if attention_kernel not in ATTENTION_KERNELS:
             raise ConfigError(f"attention.kernel: {attention_kernel!r} is not allowed; allowed: "
                               f"{', '.join(ATTENTION_KERNELS)}")
+        if attention_dtype not in _ATTENTION_DTYPES:
+            raise ConfigError(f"attention_dtype: {attention_dtype!r} is not allowed; allowed: "
+                              f"{', '.join(_ATTENTION_DTYPES)}")
         self.model, self.gpu, self.tp = model, gpu, tensor_parallel
         self.attention_kernel = attention_kernel
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
@@ -82,12 +89,19 @@ class RooflineCostModel(PackedCostModel):
             qk_dim = v_dim = model.head_dim
         # Per (query, key) pair: QK^T and PV, 2 FLOPs per multiply-add.
         self.attn_flops_per_pair = 2.0 * heads_per_gpu * (qk_dim + v_dim)
-        self.q_bytes_per_token = heads_per_gpu * (qk_dim + v_dim) * roofline_kernel.ACT_BYTES
-        # Materialized scores (`roofline_kernel.attention_parts`): one access to one (query, key) score of every head
-        # on this GPU, in the activations' dtype (torch's math SDPA keeps S and P in the inputs' dtype), and the
-        # softmax's FLOPs on it.
-        self.score_bytes_per_pair = heads_per_gpu * SCORE_ELEMENT_BYTES
-        self.softmax_flops_per_pair = heads_per_gpu * roofline_kernel.SOFTMAX_FLOPS_PER_SCORE
+        # Q read and O written, in the attention's dtype (serving: bf16/fp16; the CPU benchmark: fp32).
+        attn_bytes = DTYPE_BYTES[attention_dtype]
+        self.q_bytes_per_token = heads_per_gpu * (qk_dim + v_dim) * attn_bytes
+        # A flash kernel's one new buffer, where the device pays a first touch: O.
+        self.flash_fresh_bytes_per_query = heads_per_gpu * v_dim * attn_bytes
+        # Materialized scores (`roofline_kernel.materialized_parts`): torch's math SDPA's passes for inputs of
+        # `attn_bytes` (`attention_io.MATH_SDPA_PASSES`: fp32 scores whatever the inputs), per (query, key) pair of
+        # every head on this GPU, per query and per key token. Its matmuls are priced at this device's matmul rate
+        # (on a GPU the bf16 tensor cores'); torch runs them in fp32 (on a GPU's CUDA cores unless TF32 is allowed),
+        # which this leaves out.
+        self.score_bytes_per_pair, passes, self.fresh_bytes = math_sdpa_terms(heads_per_gpu, qk_dim, v_dim, attn_bytes)
+        units = {"pair": roofline_kernel.U_PAIR, "query": roofline_kernel.U_QUERY, "key": roofline_kernel.U_KEY}
+        self.materialized_passes = [(units[unit], nbytes, flops) for _, unit, nbytes, flops in passes]
         self.groups = [(n, [self._matmul(s) for s in shapes]) for n, shapes in layer_groups(model)]
         self.lm_head = self._matmul(lm_head_shape(model))
         self.hidden = model.hidden_size

@@ -20,22 +20,20 @@ from sim.cost.jit import njit
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_OVERHEAD_S, P_ATTN_FLOPS_PER_PAIR, P_KV_BYTES_PER_TOKEN_LAYER, P_Q_BYTES_PER_TOKEN,
  P_HIDDEN, P_FFN_PER_GPU, P_TP, P_LINK_BYTES_PER_S, P_ALLREDUCE_LATENCY_S, P_WEIGHT_BYTES_PER_PARAM,
  P_SLIDING_WINDOW, P_LM_HEAD, P_NUM_LAYERS, P_HOST_LINK_BYTES_PER_S, P_MATERIALIZED, P_SCORE_BYTES_PER_PAIR,
- P_SOFTMAX_FLOPS_PER_PAIR) = range(19)
-NUM_PRICE = 19
+ P_CACHE_BYTES, P_CACHE_BYTES_PER_S, P_FIRST_TOUCH_BYTES_PER_S, P_FLASH_KEY_BLOCK, P_FRESH_PER_PAIR, P_FRESH_PER_QUERY,
+ P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_NUM_PASSES, P_PASSES) = range(28)
+# The materialized kernel's passes other than its matmuls (`attention_io.math_sdpa_terms`), from P_PASSES on, a row
+# of PASS_COLUMNS each: the unit it runs over (U_PAIR: a query row against a key, U_QUERY, U_KEY: a token), bytes
+# per unit, FLOPs per unit.
+U_PAIR, U_QUERY, U_KEY = range(3)
+PASS_COLUMNS = 3
+MAX_PASSES = 16
+NUM_PRICE = P_PASSES + PASS_COLUMNS * MAX_PASSES
 # Columns of a matmul row (`mm`, `lm_head`): weight params (all experts), params per token, experts, experts each
 # token routes to, in features, out features.
 M_WEIGHT, M_PER_TOKEN, M_NUM_EXPERTS, M_EXPERTS_PER_TOKEN, M_IN, M_OUT = range(6)
 NUM_NUMBERS = 5  # the pack's first arrays hold the model's numbers; the rest are its memos
 ACT_BYTES = 2  # activations are bf16/fp16
-# A kernel that materializes the scores (Dao et al. 2022, "FlashAttention", arXiv:2205.14135, Algorithm 0, "standard
-# attention implementation") moves every element of the score matrix through HBM four times: S = QK^T written, S read
-# by the softmax, P = softmax(S) written, P read by PV. (torch's math SDPA, `_scaled_dot_product_attention_math` in
-# aten/src/ATen/native/transformers/attention.cpp, does the same: a matmul, an out-of-place softmax, a matmul; a
-# causal mask applied in its own pass would add one read and one write more, which this count leaves out.)
-SCORE_ACCESSES = 4
-# FLOPs per score element of a safe softmax: the row max, the subtraction, exp (counted as one), the row sum and the
-# division (Milakov & Gimelshein 2018, "Online normalizer calculation for softmax", arXiv:1805.02867, Algorithm 2).
-SOFTMAX_FLOPS_PER_SCORE = 5
 # Token counts below this have their matmul terms remembered (the pack's memo arrays): a step's matmuls depend on
 # its token count alone, and a run prices thousands of steps over far fewer counts. NaN: not computed yet.
 MEMO_TOKENS = 8192
@@ -58,10 +56,22 @@ def pack(model) -> tuple:
     scalars[P_LM_HEAD] = 1.0 if model.include_lm_head else 0.0
     scalars[P_NUM_LAYERS] = model.model.num_layers
     scalars[P_HOST_LINK_BYTES_PER_S] = model.gpu.host_link_bytes_per_s
-    if model.attention_kernel == "materialized":  # flash leaves the three at 0: its prices are those of before
+    # The device's optional attention terms (`GPUSpec`): 0 where absent, and then flash prices as it always did.
+    gpu = model.gpu
+    scalars[P_CACHE_BYTES] = gpu.cache_bytes or 0
+    scalars[P_CACHE_BYTES_PER_S] = gpu.cache_bytes_per_s or 0
+    scalars[P_FIRST_TOUCH_BYTES_PER_S] = gpu.first_touch_bytes_per_s or 0
+    scalars[P_FLASH_KEY_BLOCK] = gpu.flash_key_block or 0
+    scalars[P_FLASH_FRESH_PER_QUERY] = model.flash_fresh_bytes_per_query
+    if model.attention_kernel == "materialized":
         scalars[P_MATERIALIZED] = 1.0
         scalars[P_SCORE_BYTES_PER_PAIR] = model.score_bytes_per_pair
-        scalars[P_SOFTMAX_FLOPS_PER_PAIR] = model.softmax_flops_per_pair
+        scalars[P_FRESH_PER_PAIR], scalars[P_FRESH_PER_QUERY], scalars[P_FRESH_PER_KEY] = model.fresh_bytes
+        if len(model.materialized_passes) > MAX_PASSES:
+            raise ValueError(f"{len(model.materialized_passes)} materialized passes; the pack holds {MAX_PASSES}")
+        scalars[P_NUM_PASSES] = len(model.materialized_passes)
+        for k, row in enumerate(model.materialized_passes):
+            scalars[P_PASSES + PASS_COLUMNS * k:P_PASSES + PASS_COLUMNS * (k + 1)] = row
     layers = np.array([n for n, _ in model.groups], dtype=np.float64)
     starts = np.cumsum([0] + [len(mms) for _, mms in model.groups]).astype(np.int64)
     rows = [_row(mm) for _, mms in model.groups for mm in mms]
@@ -120,22 +130,108 @@ def _matmuls(mm, first, end, num_tokens, wbpp, fps, bps):
     return layer_s, layer_flops, layer_bytes
 
 
+@njit(cache=True)
+def tiled_causal_pairs(chunk, context, key_block):
+    """Score pairs a tiled flash kernel computes for `chunk` query rows after `context` earlier tokens, causal, in
+    blocks of `key_block` keys: each row computes every key block up to the one holding its own key, that one whole
+    (its masked part too), up to the chunk's last key. (torch's CPU kernel: its query blocks nest in its key blocks,
+    so this is `attention_io.tiled_score_pairs`'s count.)"""
+    end = context + chunk
+    pairs = 0.0
+    j = int(context // key_block)
+    while j * key_block < end:
+        first = max(context, j * key_block)
+        last = min(end, (j + 1) * key_block)
+        pairs += (last - first) * last
+        j += 1
+    return pairs
+
+
+@njit(cache=True, inline="always")
+def _bandwidth(nbytes, bps, cache_bytes, cache_bps):
+    """An op's bandwidth: the cache's if the device has one and the op moves at most its size, else memory's."""
+    return cache_bps if cache_bytes > 0.0 and nbytes <= cache_bytes else bps
+
+
+@njit(cache=True)
+def materialized_parts(price, pairs, queries, keys, mm_f, io_b):
+    """(time, FLOPs, bytes) of the materialized kernel (`attention_io.MATH_SDPA_PASSES`, packed by
+    `attention_io.math_sdpa_terms`) over `pairs` (query row, key) pairs of `queries` query tokens against `keys` key
+    tokens: its two matmuls as one op (FLOPs `mm_f`, the Q, K, V and O traffic `io_b`, S written and P read), then
+    each other pass as an op; an op moving at most the device's cache runs at the cache's bandwidth. Then the first
+    touch of every new buffer, where the device pays one (time only: the page zeroing is not counted in bytes)."""
+    fps, bps = price[P_FLOPS_PER_S], price[P_BYTES_PER_S]
+    cache, cache_bps = price[P_CACHE_BYTES], price[P_CACHE_BYTES_PER_S]
+    mm_b = io_b + pairs * price[P_SCORE_BYTES_PER_PAIR]
+    time_s = op_time(mm_f, mm_b, fps, _bandwidth(mm_b, bps, cache, cache_bps))
+    flops = mm_f
+    nbytes = mm_b
+    for k in range(int(price[P_NUM_PASSES])):
+        row = P_PASSES + PASS_COLUMNS * k
+        unit = price[row]
+        units = pairs if unit == U_PAIR else (queries if unit == U_QUERY else keys)
+        b = units * price[row + 1]
+        f = units * price[row + 2]
+        time_s += op_time(f, b, fps, _bandwidth(b, bps, cache, cache_bps))
+        flops += f
+        nbytes += b
+    first_touch = price[P_FIRST_TOUCH_BYTES_PER_S]
+    if first_touch > 0.0:
+        time_s += (pairs * price[P_FRESH_PER_PAIR] + queries * price[P_FRESH_PER_QUERY]
+                   + keys * price[P_FRESH_PER_KEY]) / first_touch
+    return time_s, flops, nbytes
+
+
+@njit(cache=True, inline="always")
+def chunk_pairs(chunk, context, window):
+    """A prefill chunk's causal attention against its context: (query-key pairs, KV tokens read), each row's keys
+    capped by a sliding window (0: none)."""
+    if window:
+        return chunk * min(context + (chunk + 1) / 2, window), min(context + chunk, window)
+    return chunk * (context + (chunk + 1) / 2), context + chunk
+
+
+@njit(cache=True, inline="always")
+def window_context(decode_ctx, num_decode_seqs, window):
+    """The context tokens the decodes read, each sequence's capped by a sliding window (0: none)."""
+    if window:
+        return min(decode_ctx, num_decode_seqs * window)
+    return decode_ctx
+
+
+@njit(cache=True, inline="always")
+def layer_elementwise_bytes(num_tokens, hidden, ffn_per_gpu):
+    """Bytes a layer's norms, residual adds, rotary and activation move: memory-bound streams over the hidden
+    states."""
+    return num_tokens * (8 * hidden + 3 * ffn_per_gpu) * ACT_BYTES
+
+
+@njit(cache=True, inline="always")
+def layer_allreduce_s(num_tokens, hidden, tp, latency_s, link_bytes_per_s):
+    """A layer's two tensor-parallel all-reduces of the hidden states (0 at TP 1): each a latency plus a ring's
+    2 (tp - 1) / tp of the message over the link."""
+    if tp > 1:
+        message = num_tokens * hidden * ACT_BYTES
+        return 2 * (latency_s + 2.0 * (tp - 1) / tp * message / link_bytes_per_s)
+    return 0.0
+
+
 @njit(cache=True, inline="always")
 def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, query_tokens):
     """One layer's attention: (time, FLOPs, bytes) of the prefill chunks, then of the decodes.
 
-    FlashAttention (P_MATERIALIZED 0): prefill chunks against their context, causal (the masked half is skipped),
-    the KV and the queries read once, each a single op; decodes read their KV. Materialized scores (1): a standard
-    kernel computes the whole rectangle, every chunk's rows against every key it attends (context + chunk; the
-    causal mask is applied to the scores, not skipped), and moves each score element through HBM SCORE_ACCESSES
-    times. It runs as two ops: the two matmuls (QK^T writes S, PV reads P) and the softmax (reads S, writes P). QK^T
-    and PV have the same FLOPs and traffic per score element (d multiply-adds, one score element moved), so on one
-    side of the ridge point their one op costs what two would. Decodes the same, with N_q = the sequence's query
-    tokens (1, or γ+1 when verifying drafts)."""
+    FlashAttention (P_MATERIALIZED 0): prefill chunks against their context, causal (the masked half is skipped;
+    on a device with a flash key block, each row's whole diagonal block is computed: `tiled_causal_pairs`; not
+    under a sliding window), the KV and the queries read once, each a single op; decodes read their KV; on a device
+    that pays a first touch, the output is a new buffer. Materialized scores (1): torch's math SDPA
+    (`materialized_parts`) computes the whole rectangle, every chunk's rows against every key it attends (context +
+    chunk; the causal mask is applied to the scores, not skipped). Decodes the same, with N_q = the sequence's query
+    tokens (1, or γ+1 when verifying drafts), through the same passes (a mask included)."""
     fps, bps = price[P_FLOPS_PER_S], price[P_BYTES_PER_S]
     afpp, kvb, qb = price[P_ATTN_FLOPS_PER_PAIR], price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_Q_BYTES_PER_TOKEN]
     window = price[P_SLIDING_WINDOW]
     materialized = price[P_MATERIALIZED] != 0.0
+    key_block = price[P_FLASH_KEY_BLOCK]
     # Attention: prefill chunks against their context (causal), decodes reading their KV.
     attn_pairs = 0.0
     attn_kv_tokens = 0.0
@@ -143,38 +239,31 @@ def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     for j in range(num_pf):
         chunk = pf_chunk[j]
         context = pf_ctx[j]
-        if window:
-            attn_pairs += chunk * min(context + (chunk + 1) / 2, window)
-            attn_kv_tokens += min(context + chunk, window)
-            if materialized:  # the keys inside some row's window
-                scores += chunk * min(context + chunk, window + chunk)
-        else:
-            attn_pairs += chunk * (context + (chunk + 1) / 2)
-            attn_kv_tokens += context + chunk
-            if materialized:
-                scores += chunk * (context + chunk)
-    if window:
-        decode_ctx = min(decode_ctx, num_decode_seqs * window)
+        pairs, kv_tokens = chunk_pairs(chunk, context, window)
+        if key_block > 0.0 and not window:
+            pairs = tiled_causal_pairs(chunk, context, key_block)
+        attn_pairs += pairs
+        attn_kv_tokens += kv_tokens
+        if materialized:  # every key some row attends (under a window, the keys inside some row's window)
+            scores += chunk * (min(context + chunk, window + chunk) if window else context + chunk)
+    decode_ctx = window_context(decode_ctx, num_decode_seqs, window)
     pf_f = attn_pairs * afpp
     pf_b = attn_kv_tokens * kvb + num_prefill_tokens * qb
     # Each of a sequence's query tokens (γ+1 when verifying drafts) attends to its context; the KV is read once.
     dc_f = decode_ctx * query_tokens * afpp
     dc_b = decode_ctx * kvb + num_decode_seqs * query_tokens * qb
     if not materialized:
-        return op_time(pf_f, pf_b, fps, bps), pf_f, pf_b, op_time(dc_f, dc_b, fps, bps), dc_f, dc_b
-    half_traffic = price[P_SCORE_BYTES_PER_PAIR] * (SCORE_ACCESSES // 2)  # per score element, per op
-    sfpp = price[P_SOFTMAX_FLOPS_PER_PAIR]
-    pf_f = scores * afpp  # the whole rectangle
-    mm_b = pf_b + scores * half_traffic
-    sm_f = scores * sfpp
-    sm_b = scores * half_traffic
-    pf_s = op_time(pf_f, mm_b, fps, bps) + op_time(sm_f, sm_b, fps, bps)
-    dc_scores = decode_ctx * query_tokens
-    dmm_b = dc_b + dc_scores * half_traffic
-    dsm_f = dc_scores * sfpp
-    dsm_b = dc_scores * half_traffic
-    dc_s = op_time(dc_f, dmm_b, fps, bps) + op_time(dsm_f, dsm_b, fps, bps)
-    return pf_s, pf_f + sm_f, mm_b + sm_b, dc_s, dc_f + dsm_f, dmm_b + dsm_b
+        pf_s = op_time(pf_f, pf_b, fps, bps)
+        dc_s = op_time(dc_f, dc_b, fps, bps)
+        first_touch = price[P_FIRST_TOUCH_BYTES_PER_S]
+        if first_touch > 0.0:
+            pf_s += num_prefill_tokens * price[P_FLASH_FRESH_PER_QUERY] / first_touch
+            dc_s += num_decode_seqs * query_tokens * price[P_FLASH_FRESH_PER_QUERY] / first_touch
+        return pf_s, pf_f, pf_b, dc_s, dc_f, dc_b
+    pf_s, pf_f, pf_b = materialized_parts(price, scores, num_prefill_tokens, attn_kv_tokens, scores * afpp, pf_b)
+    dc_s, dc_f, dc_b = materialized_parts(price, decode_ctx * query_tokens, num_decode_seqs * query_tokens,
+                                          decode_ctx, dc_f, dc_b)
+    return pf_s, pf_f, pf_b, dc_s, dc_f, dc_b
 
 
 # Inlined into the core (`compiled_pricing.price_parts`): a call would take and drop a reference to each array
@@ -191,14 +280,9 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     kvb = price[P_KV_BYTES_PER_TOKEN_LAYER]
     pf_s, pf_f, pf_b, dc_s, dc_f, dc_b = attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
                                                          num_decode_seqs, decode_ctx, query_tokens)
-    # Norms, residual adds, rotary, activation: memory-bound streams over the hidden states.
-    elementwise_bytes = num_tokens * (8 * price[P_HIDDEN] + 3 * price[P_FFN_PER_GPU]) * ACT_BYTES
-    allreduce_s = 0.0
-    tp = price[P_TP]
-    if tp > 1:
-        message = num_tokens * price[P_HIDDEN] * ACT_BYTES
-        ring = 2.0 * (tp - 1) / tp * message / price[P_LINK_BYTES_PER_S]
-        allreduce_s = 2 * (price[P_ALLREDUCE_LATENCY_S] + ring)
+    elementwise_bytes = layer_elementwise_bytes(num_tokens, price[P_HIDDEN], price[P_FFN_PER_GPU])
+    allreduce_s = layer_allreduce_s(num_tokens, price[P_HIDDEN], price[P_TP], price[P_ALLREDUCE_LATENCY_S],
+                                    price[P_LINK_BYTES_PER_S])
     wbpp = price[P_WEIGHT_BYTES_PER_PARAM]
     time_s = 0.0
     flops_total = 0.0

@@ -8,11 +8,12 @@ What the `attention.kernel` what-if rests on, as pure functions with known answe
   (their Algorithm 0) makes Θ(Nd + N²) accesses, FlashAttention (Algorithm 1) Θ(N²d²/M);
 - the bytes of the score matrices a materialized kernel holds while one layer runs, which the memory arithmetic
   (`sim.model.memory.activation_bytes`) reserves out of the KV budget;
-- what torch's two CPU kernels do (its tiled flash kernel's blocks, and its math backend's passes over the N x N
-  matrices), which `benchmarks/bench_attention.py` prices with a CPU's measured rates.
+- what the materialized kernel does, pass by pass (MATH_SDPA_PASSES: torch's math SDPA), which the roofline prices
+  (`math_sdpa_terms` -> `sim.cost.roofline_kernel.attention_parts`), and what torch's tiled CPU flash kernel
+  computes, which `benchmarks/bench_attention.py` checks on a CPU.
 
-The roofline prices a step's score traffic itself (`sim.cost.roofline_kernel.attention_parts`, SCORE_ACCESSES);
-these functions are the paper's per-head counts, for tests, reports and the benchmark, not a second price.
+The paper's counts (`standard_attention_accesses`, `flash_attention_accesses`) are for tests and reports, not a
+second price: the roofline's materialized price is MATH_SDPA_PASSES's.
 """
 
 from __future__ import annotations
@@ -23,9 +24,14 @@ from sim.errors import ConfigError
 from sim.model.specs import ModelSpec
 
 ATTENTION_KERNELS = ("flash", "materialized")  # the schema's `attention.kernel` values, default first
-# A score element in the activations' dtype: torch's math SDPA computes S = QK^T and P = softmax(S) in the inputs'
-# dtype (bf16/fp16 in serving), as eager Hugging Face attention does.
-SCORE_ELEMENT_BYTES = 2
+# The materialized kernel is torch's math SDPA (`_scaled_dot_product_attention_math`, torch >= 2.5, on a CPU and on a
+# GPU alike: it is a composite of ATen ops with no device-specific path), what `F.scaled_dot_product_attention` runs
+# when no fused kernel is allowed or takes the shapes, and what the calibration and the benchmark measure
+# (`calibrate/kernels/attention_backends.py`). It keeps its score matrices in fp32 whatever the inputs: given
+# bf16/fp16 Q, K, V it casts them to fp32 first ("Keep query, key, value in high precision for accuracy", unless
+# `torch.backends.cuda.allow_fp16_bf16_reduction_math_sdp(True)`), so S and P are 4 bytes an element. (Eager Hugging
+# Face attention, another materializing kernel, keeps S in bf16 and only its softmax in fp32: not this kernel.)
+SCORE_ELEMENT_BYTES = 4
 # Score matrices alive at once at a materialized kernel's peak: the softmax is out of place (torch's math SDPA,
 # `attn = softmax(attn)` in aten/src/ATen/native/transformers/attention.cpp), so S and P coexist while it runs.
 SCORE_BUFFERS = 2
@@ -87,7 +93,7 @@ def heads_per_gpu(model: ModelSpec, tensor_parallel: int = 1) -> int:
 
 def score_matrix_bytes(model: ModelSpec, query_tokens: int, key_tokens: int, tensor_parallel: int = 1) -> int:
     """One score matrix (S or P) of one layer on each GPU: its heads x queries x keys elements. One 8,192-token
-    prefill of Llama-3.1-8B on one GPU: 32 x 8192² x 2 bytes = 4 GiB per layer."""
+    prefill of Llama-3.1-8B on one GPU: 32 x 8192² x 4 bytes (fp32) = 8 GiB per layer."""
     _positive(query_tokens, "query_tokens")
     _positive(key_tokens, "key_tokens")
     return heads_per_gpu(model, tensor_parallel) * query_tokens * key_tokens * SCORE_ELEMENT_BYTES
@@ -106,10 +112,12 @@ def score_activation_bytes(kernel: str, model: ModelSpec, query_tokens: int, key
     return SCORE_BUFFERS * score_matrix_bytes(model, query_tokens, key_tokens, tensor_parallel)
 
 
-# torch's two CPU attention kernels (torch 2.13), which `benchmarks/bench_attention.py` measures and models on a
-# CPU. The flash kernel (`cpu_flash_attention` in aten/src/ATen/native/cpu/FlashAttentionKernel.cpp) tiles the
-# queries into blocks of `torch_cpu_flash_q_block(n)` rows and the keys into blocks of 512 (`kv_split_size`); a
-# block of scores (256 x 512 fp32: 512 KiB) lives in the core's own cache and never reaches memory.
+# torch's CPU flash kernel (torch 2.13), which `benchmarks/bench_attention.py` measures against the math backend
+# (`cpu_flash_attention` in aten/src/ATen/native/cpu/FlashAttentionKernel.cpp) tiles the queries into blocks of
+# `torch_cpu_flash_q_block(n)` rows and the keys into blocks of 512 (`kv_split_size`); a block of scores (256 x 512
+# fp32: 512 KiB) lives in the core's own cache and never reaches memory. The query blocks nest in the key blocks,
+# so the pairs it computes depend on the key block alone (`GPUSpec.flash_key_block`,
+# `roofline_kernel.tiled_causal_pairs`).
 TORCH_CPU_FLASH_KV_BLOCK = 512
 
 
@@ -140,58 +148,82 @@ def tiled_score_pairs(n: int, q_block: int, kv_block: int, causal: bool = True) 
     return sum(rows * keys for rows, keys in _tiled_keys(n, q_block, kv_block, causal))
 
 
-def torch_cpu_flash_fresh_bytes(n: int, d: int, heads: int, threads: int = 1) -> int:
-    """Bytes torch's CPU flash kernel allocates per call, fp32: the output (heads x N x d), the log-sum-exp (heads x
-    N) and each thread's buffer (a q_block x kv_block score block, the row maxima and sums, a q_block x d
-    accumulator)."""
-    _positive(heads, "heads")
-    _positive(threads, "threads")
-    qb, kv = min(torch_cpu_flash_q_block(n), n), min(TORCH_CPU_FLASH_KV_BLOCK, n)
-    return 4 * (heads * n * (d + 1) + threads * (qb * kv + 2 * qb + qb * d))
-
-
-def tiled_attention_accesses(n: int, d: int, q_block: int, kv_block: int, causal: bool = True) -> int:
-    """Memory element accesses of a tiled kernel whose outer loop runs over query blocks (FlashAttention-2's order,
-    torch's CPU flash kernel): Q read and O written once (2Nd), and each query block reads the K and V rows of every
-    key it computes (2d each). Θ(N²d / B_r): with B_r ∝ M / d, Dao et al.'s Θ(N²d²/M)."""
-    _positive(d, "d")
-    return 2 * n * d + 2 * d * sum(keys for _, keys in _tiled_keys(n, q_block, kv_block, causal))
-
-
-# torch's math SDPA on a CPU (`_scaled_dot_product_attention_math` and `_safe_softmax`,
-# aten/src/ATen/native/transformers/attention.cpp, torch 2.13), causal, fp32 scores: its passes over N x N matrices
-# in order, as (op, "score" (one element per head and query-key pair), "mask" (one N x N matrix shared by the heads)
-# or "token" (one per head, token and head dimension), bytes read, bytes written, whether the written buffer is
-# newly allocated; the page faults of one call, counted, equal the new bytes at 512-16k tokens). The roofline's
-# SCORE_ACCESSES = 4 are the S write of "qk", the S read and P write of "softmax" and the P read of "pv"; the mask
-# passes, the in-place mask add and the three passes of `_safe_softmax` (rows that are all -inf) are on top. (Given
-# bf16/fp16 inputs, torch 2.13 casts Q, K, V to fp32 first: the scores are fp32 whatever the inputs.)
+# What the materialized kernel does: torch's math SDPA (`_scaled_dot_product_attention_math` and `_safe_softmax`,
+# aten/src/ATen/native/transformers/attention.cpp, torch 2.13; the op list checked with torch.profiler for fp32 and
+# bf16 inputs), causal, pass by pass: (op, over, bytes read, bytes written per element, whether the written buffer
+# is newly allocated, inputs). `over` is what one element is: "score" one (query, key) pair of one head, "mask" one
+# (query, key) pair (the N x N mask is shared by the heads), "query"/"output" one query token's Q/O in one head and
+# head dimension, "key"/"value" one key's K/V likewise. `inputs` "any" runs whatever the inputs' dtype, "half" only
+# given bf16/fp16 inputs (the casts to fp32 and back). The page faults of one fp32 call, counted, equal the new
+# bytes at 512-16k tokens. fp32 inputs: 42 bytes per score element (the paper's standard attention, Algorithm 0,
+# has four accesses: 16 bytes at fp32), 8 per mask element; bf16/fp16 inputs 48 and 8.
+_F32, _BOOL, _HALF = SCORE_ELEMENT_BYTES, 1, 2
 MATH_SDPA_PASSES = (
-    ("scale_q", "token", 4, 4, True),  # Q * sqrt(scale), a new buffer
-    ("scale_k", "token", 4, 4, True),  # K^T * sqrt(scale)
-    ("ones", "mask", 0, 1, True),  # the causal mask: ones(L, S) of bool ...
-    ("tril", "mask", 1, 1, True),  # ... its lower triangle ...
-    ("where_mask", "mask", 1, 4, True),  # ... as 0 / -inf in the scores' dtype (convert_boolean_attn_mask)
-    ("qk", "score", 0, 4, True),  # S = Q K^T (bmm), written to a new buffer
-    ("add_mask", "score", 8, 4, False),  # S += mask, in place (S and the mask read)
-    ("softmax", "score", 4, 4, True),  # P = softmax(S), out of place
-    ("eq", "score", 4, 1, True),  # _safe_softmax: S == -inf, a bool matrix
-    ("all", "score", 1, 0, False),  # rows that are all -inf
-    ("where_p", "score", 4, 4, False),  # P zeroed on those rows (into P)
-    ("pv", "score", 4, 0, False),  # O = P V (bmm) reads P ...
-    ("out", "token", 0, 4, True),  # ... and writes O, a new buffer
+    ("cast_q", "query", _HALF, _F32, True, "half"),  # Q.to(float)
+    ("cast_k", "key", _HALF, _F32, True, "half"),  # K.to(float)
+    ("cast_v", "value", _HALF, _F32, True, "half"),  # V.to(float)
+    ("scale_q", "query", _F32, _F32, True, "any"),  # Q * sqrt(scale), a new buffer
+    ("scale_k", "key", _F32, _F32, True, "any"),  # K^T * sqrt(scale)
+    ("ones", "mask", 0, _BOOL, True, "any"),  # the causal mask: ones(L, S) of bool ...
+    ("tril", "mask", _BOOL, _BOOL, True, "any"),  # ... its lower triangle ...
+    ("where_mask", "mask", _BOOL, _F32, True, "any"),  # ... as 0 / -inf in fp32 (convert_boolean_attn_mask)
+    ("qk", "score", 0, _F32, True, "any"),  # S = Q K^T (bmm), written to a new buffer
+    ("add_mask", "score", 2 * _F32, _F32, False, "any"),  # S += mask, in place (S and the mask read)
+    ("softmax", "score", _F32, _F32, True, "any"),  # P = softmax(S), out of place
+    ("eq", "score", _F32, _BOOL, True, "any"),  # _safe_softmax: S == -inf, a bool matrix
+    ("all", "score", _BOOL, 0, False, "any"),  # rows that are all -inf
+    ("where_p", "score", _F32, _F32, False, "any"),  # P zeroed on those rows (into P)
+    ("p_half", "score", _F32, _HALF, True, "half"),  # attn.to(origin_dtype): P returned beside O, cast
+    ("pv", "score", _F32, 0, False, "any"),  # O = P V (bmm) reads P ...
+    ("out", "output", 0, _F32, True, "any"),  # ... and writes O, a new buffer
+    ("out_half", "output", _F32, _HALF, True, "half"),  # O.to(origin_dtype)
 )
+# The two matmuls, and O as PV's output: the roofline prices them as one op beside the Q, K, V reads and the O write
+# it counts for flash too (`attention_parts`); the other passes are an op each.
+MATH_SDPA_MATMULS = ("qk", "pv", "out")
+# FLOPs per score element of a safe softmax: the row max, the subtraction, exp (counted as one), the row sum and the
+# division (Milakov & Gimelshein 2018, "Online normalizer calculation for softmax", arXiv:1805.02867, Algorithm 2).
+# The other passes are comparisons, selects and copies: no FLOPs counted.
+SOFTMAX_FLOPS_PER_SCORE = 5
+_PASS_FLOPS = {"softmax": SOFTMAX_FLOPS_PER_SCORE}
 
 
-def math_sdpa_pass_bytes(n: int, d: int, heads: int) -> list[tuple[str, int, int, int]]:
-    """(op, elements, bytes moved, bytes newly allocated) of each MATH_SDPA_PASSES pass of `heads` heads' causal
-    attention of N queries against N keys of head dimension d: a "score" pass over heads·N² elements, a "mask"
-    pass over N², a "token" pass over heads·N·d."""
+def math_sdpa_passes(input_bytes: float) -> tuple:
+    """MATH_SDPA_PASSES that run given inputs of `input_bytes` (4: fp32, no casts; 2: bf16/fp16)."""
+    if input_bytes not in (_HALF, _F32):
+        raise ConfigError(f"attention input bytes: {input_bytes!r} is not allowed; allowed: {_HALF}, {_F32}")
+    return tuple(row for row in MATH_SDPA_PASSES if row[5] == "any" or input_bytes == _HALF)
+
+
+def math_sdpa_pass_bytes(n: int, d: int, heads: int, input_bytes: float = _F32) -> list[tuple[str, int, int, int]]:
+    """(op, elements, bytes moved, bytes newly allocated) of each pass of `heads` heads' causal attention of N
+    queries against N keys of head dimension d, given inputs of `input_bytes`: a "score" pass over heads·N²
+    elements, a "mask" pass over N², a query/key/value/output pass over heads·N·d."""
     _positive(n, "n")
     _positive(d, "d")
     _positive(heads, "heads")
     out = []
-    for op, over, read, written, fresh in MATH_SDPA_PASSES:
-        elements = {"score": heads * n * n, "mask": n * n, "token": heads * n * d}[over]
+    for op, over, read, written, fresh, _ in math_sdpa_passes(input_bytes):
+        elements = heads * n * n if over == "score" else n * n if over == "mask" else heads * n * d
         out.append((op, elements, elements * (read + written), elements * written if fresh else 0))
     return out
+
+
+def math_sdpa_terms(heads: int, qk_dim: int, v_dim: int, input_bytes: float) -> tuple[float, list, tuple]:
+    """MATH_SDPA_PASSES as the roofline prices them, per unit of a step: a "pair" (one query row against one key,
+    every head), a "query" token or a "key" token. (bytes the two matmuls move per pair (S written, P read),
+    [(op, unit, bytes per unit, FLOPs per unit) of each other pass], (bytes newly allocated per pair, per query,
+    per key)). Q and K in `qk_dim`, V and O in `v_dim` per head."""
+    per = {"score": ("pair", heads), "mask": ("pair", 1), "query": ("query", heads * qk_dim),
+           "key": ("key", heads * qk_dim), "value": ("key", heads * v_dim), "output": ("query", heads * v_dim)}
+    matmul_bytes, passes, fresh = 0.0, [], {"pair": 0.0, "query": 0.0, "key": 0.0}
+    for op, over, read, written, new, _ in math_sdpa_passes(input_bytes):
+        unit, factor = per[over]
+        if new:
+            fresh[unit] += factor * written
+        if op in MATH_SDPA_MATMULS:
+            if over == "score":
+                matmul_bytes += factor * (read + written)
+        else:
+            passes.append((op, unit, factor * (read + written), factor * _PASS_FLOPS.get(op, 0)))
+    return matmul_bytes, passes, (fresh["pair"], fresh["query"], fresh["key"])

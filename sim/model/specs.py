@@ -101,6 +101,23 @@ class GPUSpec(BaseModel):
     interconnect_efficiency: float = Field(0.7, gt=0, le=1)
     allreduce_latency_s: float = Field(10e-6, ge=0, description="fixed latency of one all-reduce")
     step_overhead_s: float = Field(3e-3, ge=0, description="fixed per-step CPU/launch overhead of the engine")
+    # What a device other than the catalog's GPUs may add (a CPU: benchmarks/bench_attention.py describes one). Absent
+    # (None), each prices as before. Only attention reads them (`sim.cost.roofline_kernel.attention_parts`).
+    cache_bytes: int | None = Field(None, gt=0, description="last-level cache (a CPU's L3, a GPU's L2): a pass over "
+                                    "materialized scores that moves at most this many bytes runs at its bandwidth")
+    cache_bytes_per_s: float | None = Field(None, gt=0, description="that cache's bandwidth (given with cache_bytes)")
+    first_touch_bytes_per_s: float | None = Field(
+        None, gt=0, description="rate at which newly allocated memory is first written (page faults, zeroing): every "
+        "new buffer of an attention kernel pays it; None: a caching allocator reuses its memory (a GPU)")
+    flash_key_block: int | None = Field(
+        None, gt=0, description="keys per block of the flash kernel: a query row computes the whole block holding its "
+        "own key, masked (torch's CPU kernel: 512); None: exactly the causal pairs")
+
+    @model_validator(mode="after")
+    def _cache_whole(self) -> "GPUSpec":
+        if (self.cache_bytes is None) != (self.cache_bytes_per_s is None):
+            raise ValueError("cache_bytes and cache_bytes_per_s go together: give both or neither")
+        return self
 
 
 @dataclass(frozen=True, slots=True)

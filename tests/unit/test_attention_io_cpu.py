@@ -1,17 +1,15 @@
-"""Known answers for torch's two CPU attention kernels as `benchmarks/bench_attention.py` models them (issue 33):
-the tiled flash kernel's blocks, score pairs and memory accesses, and the math backend's passes over the N x N
-matrices (sim/model/attention_io.py), each counted by hand."""
+"""Known answers for torch's two attention kernels (issue 33): the CPU flash kernel's blocks and the score pairs it
+computes, and the math backend's passes (sim/model/attention_io.py, what the roofline prices as the materialized
+kernel), each counted by hand."""
 
 import pytest
 
-from sim.cost.roofline_kernel import SCORE_ACCESSES
 from sim.errors import ConfigError
 from sim.model.attention_io import (
-    MATH_SDPA_PASSES,
     math_sdpa_pass_bytes,
-    tiled_attention_accesses,
+    math_sdpa_passes,
+    math_sdpa_terms,
     tiled_score_pairs,
-    torch_cpu_flash_fresh_bytes,
     torch_cpu_flash_q_block,
 )
 
@@ -35,30 +33,12 @@ def test_tiled_pairs_compute_whole_key_blocks_up_to_the_diagonal():
     assert tiled_score_pairs(1100, 256, 512) == 256 * (512 + 512 + 1024 + 1024) + 76 * (512 + 512 + 76) == 870_032
 
 
-def test_tiled_accesses_read_q_and_write_o_once_and_k_v_per_query_block():
-    # 2Nd for Q and O, then 2d per key each query block computes: keys 512 + 512 + 1024 + 1024 = 3072.
-    assert tiled_attention_accesses(1024, 128, 256, 512) == 2 * 1024 * 128 + 2 * 128 * 3072 == 1_048_576
-    assert tiled_attention_accesses(1024, 128, 256, 512, causal=False) == 262_144 + 2 * 128 * 4 * 1024 == 1_310_720
-    # Θ(N²d / B_r): doubling the query block halves the K and V re-reads.
-    n, d = 8192, 128
-    assert (tiled_attention_accesses(n, d, 512, 512, False) - 2 * n * d) * 2 == (
-        tiled_attention_accesses(n, d, 256, 512, False) - 2 * n * d)
-    with pytest.raises(ConfigError, match="q_block: 0 is not allowed"):
-        tiled_attention_accesses(n, d, 0, 512)
-
-
-def test_torch_cpu_flash_allocates_its_output_and_one_block_buffer_per_thread():
-    # O (2 x 1024 x 128) and the log-sum-exp (2 x 1024), then 256 x 512 scores, 2 x 256 row statistics and a
-    # 256 x 128 accumulator: 428,544 fp32 = 1.63 MiB (418 pages first touched per call, measured).
-    assert torch_cpu_flash_fresh_bytes(1024, 128, 2) == 4 * (2 * 1024 * 129 + 256 * 512 + 512 + 256 * 128) == 1_714_176
-    assert torch_cpu_flash_fresh_bytes(1024, 128, 2, threads=2) - torch_cpu_flash_fresh_bytes(1024, 128, 2) == 4 * (
-        256 * 512 + 512 + 256 * 128)
-
-
 def test_math_sdpa_passes_by_hand_for_a_tiny_prompt():
     # N = 4, d = 2, 2 heads: 32 score elements, 16 of the mask, 16 of Q (or K, or O).
     passes = {op: (elements, moved, fresh) for op, elements, moved, fresh in math_sdpa_pass_bytes(4, 2, 2)}
-    assert list(passes) == [op for op, *_ in MATH_SDPA_PASSES]
+    fp32 = ["scale_q", "scale_k", "ones", "tril", "where_mask", "qk", "add_mask", "softmax", "eq", "all", "where_p",
+            "pv", "out"]
+    assert list(passes) == fp32  # fp32 inputs: no casts
     assert passes["scale_q"] == (16, 16 * 8, 16 * 4)
     assert passes["tril"] == (16, 16 * 2, 16)
     assert passes["where_mask"] == (16, 16 * 5, 16 * 4)
@@ -70,8 +50,44 @@ def test_math_sdpa_passes_by_hand_for_a_tiny_prompt():
     assert sum(m for _, m, _ in passes.values()) == (42 * 2 + 8) * 16 + 20 * 16 == 1_792
     # New buffers: S, P, the bool S == -inf (9 bytes a score), the three masks (6), Q·s, K·s and O (12 a token).
     assert sum(f for *_, f in passes.values()) == (9 * 2 + 6) * 16 + 12 * 16 == 576
-    # The roofline's four score accesses (S written, read, P written, read) are among them.
-    assert passes["qk"][1] + passes["softmax"][1] + passes["pv"][1] == SCORE_ACCESSES * 4 * 32
+    # Dao et al.'s four accesses of standard attention (S written, read, P written, read) are among them, at 4 bytes.
+    assert passes["qk"][1] + passes["softmax"][1] + passes["pv"][1] == 4 * 4 * 32
+
+
+def test_math_sdpa_given_half_inputs_casts_q_k_v_to_fp32_and_p_and_o_back():
+    # torch.profiler, torch 2.13, bf16 inputs: three aten::to of Q, K, V, then the fp32 passes, then aten::to of P
+    # (returned beside O) and of O. N = 4, d = 2, 2 heads.
+    passes = {op: (elements, moved, fresh) for op, elements, moved, fresh in math_sdpa_pass_bytes(4, 2, 2, 2)}
+    half = ["cast_q", "cast_k", "cast_v", "scale_q", "scale_k", "ones", "tril", "where_mask", "qk", "add_mask",
+            "softmax", "eq", "all", "where_p", "p_half", "pv", "out", "out_half"]
+    assert [op for op, *_ in math_sdpa_passes(2)] == half
+    assert passes["cast_q"] == (16, 16 * 6, 16 * 4)  # 2 bytes read, 4 written to a new buffer
+    assert passes["p_half"] == (32, 32 * 6, 32 * 2)
+    assert passes["out_half"] == (16, 16 * 6, 16 * 2)
+    # 48 bytes per score element, 8 per mask element, 20 + 4 x 6 = 44 per token element.
+    assert sum(m for _, m, _ in passes.values()) == (48 * 2 + 8) * 16 + 44 * 16 == 2_368
+    # New: 11 bytes a score (S, P, the bool, P in bf16), 6 a mask element, 12 + 3 x 4 + 2 = 26 a token element.
+    assert sum(f for *_, f in passes.values()) == (11 * 2 + 6) * 16 + 26 * 16 == 864
+    with pytest.raises(ConfigError, match="attention input bytes: 1 is not allowed"):
+        math_sdpa_passes(1)
+
+
+def test_math_sdpa_terms_are_the_passes_per_pair_and_per_token_as_the_roofline_prices_them():
+    # 32 heads, Q and K of 192, V and O of 128 per head (an MLA-like split, to tell the dims apart), bf16 inputs.
+    matmul, passes, fresh = math_sdpa_terms(32, 192, 128, 2)
+    assert matmul == 32 * (4 + 4)  # S written by QK^T, P read by PV, fp32
+    by_op = {op: (unit, nbytes, flops) for op, unit, nbytes, flops in passes}
+    assert "qk" not in by_op and "pv" not in by_op and "out" not in by_op  # the matmul op's
+    assert by_op["softmax"] == ("pair", 32 * 8, 32 * 5)  # fp32 S read, P written; 5 FLOPs a score
+    assert by_op["add_mask"] == ("pair", 32 * 12, 0)
+    assert by_op["where_mask"] == ("pair", 5, 0)  # the mask: one per pair, shared by the heads
+    assert by_op["cast_q"] == ("query", 32 * 192 * 6, 0) and by_op["cast_v"] == ("key", 32 * 128 * 6, 0)
+    assert by_op["out_half"] == ("query", 32 * 128 * 6, 0)
+    # Per pair in all: 48 bytes a head and 8 of the mask, the matmuls' 8 included.
+    assert matmul + sum(b for _, unit, b, _ in passes if unit == "pair") == 32 * 48 + 8
+    # New buffers: S, P, the bool and P in bf16 (11 a head) and the three masks (6) per pair; Q in fp32, Q·s
+    # (4 + 4), O in fp32 and in bf16 (4 + 2) per query; K and K·s (4 + 4), V (4) per key.
+    assert fresh == (32 * 11 + 6, 32 * 192 * 8 + 32 * 128 * 6, 32 * 192 * 8 + 32 * 128 * 4)
 
 
 def test_math_sdpa_new_buffers_at_1024_tokens_match_the_pages_measured():

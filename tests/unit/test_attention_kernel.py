@@ -35,7 +35,14 @@ def _op(flops, nbytes, fps, bps):
     return max(flops / fps, nbytes / bps)
 
 
-def test_a_materialized_prefill_adds_the_whole_rectangle_four_score_accesses_and_the_softmax():
+# torch's math SDPA given bf16 inputs (attention_io.MATH_SDPA_PASSES), by hand: per (query, key) pair and head, the
+# matmuls move 8 bytes (S written, P read, fp32) and the other passes 40 (mask add 12, softmax 8, S == -inf 5, all 1,
+# where 8, P cast to bf16 6), the mask's three passes 8 per pair; per query token and head dimension 20 (Q cast 6,
+# scaled 8, O cast 6), per key 20 (K and V cast 6 each, K scaled 8).
+MM_PER_PAIR, PASSES_PER_PAIR, PER_TOKEN = 8 * HEADS, 40 * HEADS + 8, 20 * HEADS * D
+
+
+def test_a_materialized_prefill_computes_the_whole_rectangle_through_torch_s_passes():
     flash = RooflineCostModel(LLAMA, H100, step_overhead_s=0.0)
     mat = RooflineCostModel(LLAMA, H100, step_overhead_s=0.0, attention_kernel="materialized")
     chunk, context = 1024, 3072
@@ -44,14 +51,16 @@ def test_a_materialized_prefill_adds_the_whole_rectangle_four_score_accesses_and
     causal = chunk * (context + (chunk + 1) / 2)  # FlashAttention skips the masked half
     rect = chunk * (context + chunk)  # a standard kernel computes it, then masks
     assert m.flops - f.flops == pytest.approx(LAYERS * ((rect - causal) * afpp + 5 * HEADS * rect), rel=1e-12)
-    # S written, S read, P written, P read: 4 accesses of 2 bytes per score of each head.
-    assert m.bytes - f.bytes == pytest.approx(LAYERS * 4 * HEADS * 2 * rect, rel=1e-12)
-    # The time: the matmuls with S's write and P's read, then the softmax, each on its side of the roofline,
-    # in place of FlashAttention's one fused op.
+    tokens = chunk + (context + chunk)  # query tokens, key tokens
+    assert m.bytes - f.bytes == pytest.approx(LAYERS * (rect * (MM_PER_PAIR + PASSES_PER_PAIR) + tokens * PER_TOKEN),
+                                              rel=1e-12)
+    assert (MM_PER_PAIR + PASSES_PER_PAIR) / HEADS == pytest.approx(48.25)  # 48 a head, the mask's 8 shared
+    # The time: the matmuls with S's write and P's read as one op, then each pass, memory-bound on an H100 (no
+    # cache level, no first touch in the catalog), in place of FlashAttention's one fused op.
     fps, bps = H100.bf16_flops_per_s * H100.compute_efficiency, H100.hbm_bytes_per_s * H100.memory_efficiency
     qkv = (context + chunk) * flash.kv_bytes_per_token_layer + chunk * flash.q_bytes_per_token
     old = _op(causal * afpp, qkv, fps, bps)
-    new = _op(rect * afpp, qkv + 2 * HEADS * 2 * rect, fps, bps) + _op(5 * HEADS * rect, 2 * HEADS * 2 * rect, fps, bps)
+    new = _op(rect * afpp, qkv + MM_PER_PAIR * rect, fps, bps) + (PASSES_PER_PAIR * rect + tokens * PER_TOKEN) / bps
     assert m.time_s - f.time_s == pytest.approx(LAYERS * (new - old), rel=1e-9)
     assert m.time_s > f.time_s
 
@@ -61,11 +70,14 @@ def test_a_materialized_decode_step_moves_each_query_s_scores_too():
     mat = RooflineCostModel(LLAMA, H100, step_overhead_s=0.0, attention_kernel="materialized")
     plan = StepPlan(num_decode_seqs=8, decode_context_tokens=8 * 1000, num_sampled_seqs=8)
     f, m = flash.step_cost(plan), mat.step_cost(plan)
-    assert m.bytes - f.bytes == pytest.approx(LAYERS * 4 * HEADS * 2 * 8000, rel=1e-12)  # N_q = 1 per sequence
+    # N_q = 1 per sequence: 8,000 pairs, 8 query tokens, 8,000 keys.
+    per_pair = MM_PER_PAIR + PASSES_PER_PAIR
+    assert m.bytes - f.bytes == pytest.approx(LAYERS * (per_pair * 8000 + PER_TOKEN * (8 + 8000)), rel=1e-12)
     assert m.flops - f.flops == pytest.approx(LAYERS * 5 * HEADS * 8000, rel=1e-12)
-    # Verifying 4 draft tokens: 5 query rows per sequence.
+    # Verifying 4 draft tokens: 5 query rows per sequence, 40,000 pairs.
     spec = StepPlan(num_decode_seqs=8, decode_context_tokens=8 * 1000, num_sampled_seqs=8, decode_query_tokens=5)
-    assert mat.step_cost(spec).bytes - flash.step_cost(spec).bytes == pytest.approx(LAYERS * 4 * HEADS * 2 * 40_000)
+    assert mat.step_cost(spec).bytes - flash.step_cost(spec).bytes == pytest.approx(
+        LAYERS * (per_pair * 40_000 + PER_TOKEN * (40 + 8000)), rel=1e-12)
 
 
 def test_flash_is_the_default_and_a_typo_is_refused():
@@ -88,8 +100,8 @@ def test_the_largest_steps_scores_come_out_of_the_kv_budget():
     flash, mat = resolve(scenario("flash")), resolve(scenario())
     budget = 4096 + 256  # unchunked: a full-length prompt beside a full decode batch
     assert mat.max_num_batched_tokens == flash.max_num_batched_tokens == budget
-    # S and P of 32 heads, every budget row against max_model_len keys, 2 bytes each.
-    assert mat.score_bytes_per_gpu == 2 * HEADS * budget * 4096 * 2
+    # S and P of 32 heads, every budget row against max_model_len keys, 4 bytes each (fp32).
+    assert mat.score_bytes_per_gpu == 2 * HEADS * budget * 4096 * 4
     expected = kv_capacity(LLAMA, H100, max_num_batched_tokens=budget, max_num_seqs=256,
                            score_bytes=mat.score_bytes_per_gpu)
     assert mat.kv_capacity_tokens == expected.num_tokens
@@ -106,7 +118,7 @@ def test_the_longest_prompt_is_the_last_whose_scores_and_kv_fit():
     def room(n):  # KV tokens left beside one unchunked prompt of n tokens
         try:
             return kv_capacity(LLAMA, H100, max_num_batched_tokens=n, max_num_seqs=256,
-                               score_bytes=2 * HEADS * n * n * 2).num_tokens
+                               score_bytes=2 * HEADS * n * n * 4).num_tokens
         except Exception:
             return -1
     assert room(longest) >= longest > room(longest + 1) - 1  # longest fits, longest + 1 does not
@@ -136,12 +148,12 @@ def test_chunked_prefill_shrinks_the_default_budget_until_the_scores_fit():
     def fits(budget):  # the budget is the largest whose scores leave KV for one max_model_len sequence
         try:
             return kv_capacity(LLAMA, a100, max_num_batched_tokens=budget, max_num_seqs=256,
-                               score_bytes=2 * HEADS * budget * 65_536 * 2).num_tokens >= 65_536
+                               score_bytes=2 * HEADS * budget * 65_536 * 4).num_tokens >= 65_536
         except Exception:
             return False
     assert fits(d.max_num_batched_tokens) and not fits(d.max_num_batched_tokens + 1)
     assert d.kv_capacity_tokens >= 65_536
-    assert d.score_bytes_per_gpu == 2 * HEADS * d.max_num_batched_tokens * 65_536 * 2
+    assert d.score_bytes_per_gpu == 2 * HEADS * d.max_num_batched_tokens * 65_536 * 4
     # A budget the user gave is not shrunk: it is refused, naming the largest that fits.
     raw["scheduler"]["max_num_batched_tokens"] = 2048
     with pytest.raises(ConfigError, match=f"scheduler.max_num_batched_tokens <= {d.max_num_batched_tokens:,}"):
@@ -152,7 +164,7 @@ def test_a_static_batch_prefills_its_prompts_together():
     with pytest.raises(ConfigError, match="scheduler.max_batch_size <= "):
         scenario(batching="static", max_batch_size=64)
     d = resolve(scenario(batching="static", max_batch_size=4))
-    assert d.score_bytes_per_gpu == 2 * HEADS * 4 * 4096 * 4096 * 2
+    assert d.score_bytes_per_gpu == 2 * HEADS * 4 * 4096 * 4096 * 4
 
 
 def test_measured_cost_models_refuse_a_kernel_they_were_not_measured_with():

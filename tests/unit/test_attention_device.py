@@ -1,0 +1,76 @@
+"""The device's optional attention terms (issue 33), by hand: a cache level the materialized kernel's small passes run
+in, the first touch of every new buffer, and a flash kernel that computes its diagonal key blocks whole. Absent (every
+catalog GPU), each prices as before."""
+
+import numpy as np
+import pytest
+from pydantic import ValidationError
+
+from sim.cost import roofline_kernel as rk
+from sim.cost.roofline import RooflineCostModel
+from sim.errors import ConfigError
+from sim.model.attention_io import tiled_score_pairs
+from sim.model.catalog import GPUS
+from sim.model.specs import GPUSpec, ModelSpec
+
+# One layer of 2 heads x d 128 in fp32, the CPU benchmark's shape (benchmarks/bench_attention.py).
+TINY = ModelSpec(name="tiny", num_layers=1, hidden_size=256, num_attention_heads=2, num_kv_heads=2, head_dim=128,
+                 ffn_size=256, vocab_size=256, max_context=32_768, attention="mha")
+# Round rates: 100 GFLOP/s, 40 GB/s from memory, a 4 MiB cache at 100 GB/s, 3 GB/s of first touch.
+CPU = GPUSpec(name="cpu", bf16_flops_per_s=1e11, hbm_bytes=1 << 34, hbm_bytes_per_s=4e10, interconnect_bytes_per_s=1e9,
+              host_link_bytes_per_s=1e9, price_per_hour=0, compute_efficiency=1, memory_efficiency=1,
+              cache_bytes=4 << 20, cache_bytes_per_s=1e11, first_touch_bytes_per_s=3e9, flash_key_block=512)
+BARE = CPU.model_copy(update={"cache_bytes": None, "cache_bytes_per_s": None, "first_touch_bytes_per_s": None,
+                              "flash_key_block": None})
+
+
+def prefill_s(gpu, kernel, n):
+    """One layer's attention of an n-token prompt (no context): `attention_parts`'s prefill time."""
+    cost = RooflineCostModel(TINY, gpu, kv_dtype="fp32", attention_dtype="fp32", attention_kernel=kernel)
+    return rk.attention_parts(cost._pack()[0], n, np.array([n]), np.array([0]), 1, 0, 0, 1)[0]
+
+
+def test_materialized_512_tokens_by_hand_each_pass_in_the_cache_or_memory_then_the_first_touch():
+    pairs = 512 * 512  # 262,144 per head; 2 heads
+    mm = max(pairs * 1024 / 1e11, (2 * 1024 * 1024 + pairs * 16) / 4e10)  # QK^T + PV: 6 MiB moved, compute-bound
+    passes = [  # (bytes, bandwidth): at most 4 MiB in the cache
+        (512 * 2048, 1e11),  # Q * s: 2 heads x 128 x (4 read + 4 written) per token
+        (512 * 2048, 1e11),  # K * s
+        (pairs * 1, 1e11), (pairs * 2, 1e11), (pairs * 5, 1e11),  # the mask: ones, tril, where (one per pair)
+        (pairs * 24, 4e10),  # S += mask: 12 bytes a head, 6 MiB: from memory
+        (pairs * 16, 1e11),  # softmax: 8 a head, exactly 4 MiB: in the cache (its 10 FLOPs a pair take less)
+        (pairs * 10, 1e11), (pairs * 2, 1e11), (pairs * 16, 1e11),  # S == -inf, all, where
+    ]
+    fresh = pairs * (9 * 2 + 6) + 512 * 2048 + 512 * 1024  # S, P, bool; three masks; Q*s, O; K*s: 7.5 MiB
+    assert fresh == 7_864_320
+    expected = mm + sum(b / bw for b, bw in passes) + fresh / 3e9
+    assert prefill_s(CPU, "materialized", 512) == pytest.approx(expected, rel=1e-12)
+    # Without a cache every pass runs from memory; without a first touch nothing is added.
+    bare = mm + sum(b / 4e10 for b, _ in passes)
+    assert prefill_s(BARE, "materialized", 512) == pytest.approx(bare, rel=1e-12)
+
+
+def test_flash_computes_whole_diagonal_key_blocks_and_first_touches_its_output():
+    # 512 tokens in one key block of 512: all 512² pairs, not the causal 512 x 513 / 2, then O (2 x 128 fp32 a token).
+    assert prefill_s(CPU, "flash", 512) == pytest.approx(512 * 512 * 1024 / 1e11 + 512 * 1024 / 3e9, rel=1e-12)
+    assert prefill_s(BARE, "flash", 512) == pytest.approx(512 * 513 / 2 * 1024 / 1e11, rel=1e-12)
+    # 1,024 tokens: rows 0-511 compute 512 keys, rows 512-1023 all 1,024.
+    assert prefill_s(CPU, "flash", 1024) == pytest.approx((512 * 512 + 512 * 1024) * 1024 / 1e11 + 1024 * 1024 / 3e9,
+                                                          rel=1e-12)
+
+
+def test_tiled_causal_pairs_are_torch_s_cpu_kernel_counts_and_follow_a_chunk_s_context():
+    for n in (1, 511, 512, 513, 1024, 1100, 16_384):
+        assert rk.tiled_causal_pairs(n, 0, 512.0) == tiled_score_pairs(n, 256, 512) == tiled_score_pairs(n, 64, 512)
+    # 300 rows after 400 tokens: rows at 400-511 compute keys up to 512, rows at 512-699 up to the last key, 700.
+    assert rk.tiled_causal_pairs(300, 400, 512.0) == 112 * 512 + 188 * 700 == 188_944
+
+
+def test_the_catalog_gpus_have_none_of_the_terms_and_a_cache_needs_its_bandwidth():
+    for gpu in GPUS.values():
+        assert (gpu.cache_bytes, gpu.cache_bytes_per_s, gpu.first_touch_bytes_per_s, gpu.flash_key_block) == (
+            None, None, None, None)
+    with pytest.raises(ValidationError, match="cache_bytes and cache_bytes_per_s go together"):
+        CPU.model_validate({**CPU.model_dump(), "cache_bytes_per_s": None})
+    with pytest.raises(ConfigError, match="attention_dtype: 'int8' is not allowed; allowed: bf16, fp16, fp32"):
+        RooflineCostModel(TINY, CPU, attention_dtype="int8")
