@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     for key in sorted({r.case.engine.key for r in results}):
         preset = PRESETS.get(key)
         print(f"  {ps.ENGINE_LABELS[key]}: " + (f"{preset.derive.__doc__.split(chr(10))[0].strip() if preset.derive.__doc__ else ''} "
-                                                 f"Source: {preset.source}." if preset else ps.LMDEPLOY_RULE))
+                                                 f"Source: {preset.source}." if preset else "no preset"))
     if args.csv:
         write_csv(args.csv, results, args.cost_model)
         print(f"\nCSV: {args.csv}")

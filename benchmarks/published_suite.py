@@ -16,8 +16,7 @@ What this module does, in order:
    ServeSim quantity it is compared with and to the benchmark tool's definition of it (`METRIC_DEFINITIONS`).
    Every assumption a case needs (a number the source does not give) is written into `PublishedCase.assumptions`.
 2. `scenario` builds a case's ServeSim scenario: its engine preset (`engine: {name, version, flags}`, which
-   sim/config/engines.py turns into that engine's defaults for the GPU and version; LMDeploy, which has no preset,
-   gets its run script's settings). A case ServeSim cannot express yet raises `NotSimulated(reason)`: it is
+   sim/config/engines.py turns into that engine's defaults for the GPU and version). A case ServeSim cannot express yet raises `NotSimulated(reason)`: it is
    listed, never dropped.
 3. The held-out protocol: `FIT_RUNS` names, per engine and version, the runs a preset's free numbers may be
    fitted on; every other run is held out. `fit_preset` fits them (the engine's CPU terms per_step_s and
@@ -60,12 +59,8 @@ ENGINE_KEYS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm", "tr
 ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "lmdeploy": "LMDeploy"}
 
 # The engines with a preset (sim/config/engines.py: each engine's own defaults for the GPU and version, with the
-# source file and version cited there); LMDeploy has none: its runs state their settings (the run script's
-# config.ini), which `engine_settings` applies with vLLM-style continuous batching.
-PRESET_ENGINES = ("vllm", "sglang", "trtllm")
-LMDEPLOY_RULE = ("LMDeploy 0.1.0a1: the run script's config.ini (max_batch_size, cache_max_entry_count x 128-token "
-                 "blocks); TurboMind's prefill scheduling (max_context_token_num 4) is not modelled: continuous "
-                 "batching without chunked prefill assumed")
+# source file and version cited there).
+PRESET_ENGINES = ("vllm", "sglang", "trtllm", "lmdeploy")
 
 # How a run's command-line flags are spelled for its engine's preset (the preset's flag names, sim/config/engines.py).
 PRESET_FLAGS = {
@@ -77,6 +72,9 @@ PRESET_FLAGS = {
     "trtllm": {"--max_seq_len": "max_seq_len", "--enable_chunked_prefill": "enable_chunked_prefill",
                "--max_batch_size": "max_batch_size", "--max_num_tokens": "max_num_tokens",
                "--kv_cache_free_gpu_memory_fraction": "kv_cache_free_gpu_memory_fraction"},
+    # LMDeploy's run scripts write TurboMind's config.ini keys, which the preset spells the same way
+    "lmdeploy": {k: k for k in ("max_batch_size", "cache_max_entry_count", "cache_block_seq_len", "session_len",
+                                "max_context_token_num", "cache_chunk_size", "step_length")},
 }
 
 
@@ -740,8 +738,7 @@ def _typed(value):
 
 def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
     """(the scenario sections that say how the run's engine was set up, approximations). An engine with a preset
-    gets `engine: {name, version, <its flags>}` (sim/config/engines.py derives the rest for the GPU); LMDeploy its
-    run script's settings."""
+    gets `engine: {name, version, <its flags>}` (sim/config/engines.py derives the rest for the GPU)."""
     e = case.engine
     approx: list[str] = []
     if e.key in PRESET_ENGINES:
@@ -767,14 +764,6 @@ def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
         approx += preset_notes({"engine": engine, "model": model,
                                 "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel}})
         return {"engine": engine}, approx
-    if e.key == "lmdeploy":
-        mbs = case.flags.get("max_batch_size")
-        blocks = case.flags.get("cache_max_entry_count")
-        if not isinstance(mbs, int) or not isinstance(blocks, int) or blocks <= 1:
-            raise NotSimulated("LMDeploy run without max_batch_size and a block count (cache_max_entry_count > 1)")
-        approx.append(LMDEPLOY_RULE)
-        return {"scheduler": {"batching": "continuous", "chunked_prefill": False, "max_num_seqs": mbs},
-                "kv_cache": {"layout": "paged", "block_size": 128, "capacity_tokens": blocks * 128}}, approx
     raise NotSimulated(f"no engine preset for {e.key}")
 
 
@@ -854,7 +843,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     if not cm and cpu:  # the best available model, materialized so that the fitted terms can go into it
         from sim.config.cost_choice import default_cost_model
         from sim.config.engines import apply_engine_preset
-        _, preset_terms = apply_engine_preset(raw)  # the preset's CPU terms (overlap included)
+        _, preset_terms, _ = apply_engine_preset(raw)  # the preset's CPU terms (overlap included)
         cm, _ = default_cost_model(raw, preset_terms)
     if cpu and cm.get("kind") != "fixed":
         cm["overhead"] = {**cm.get("overhead", {"engine": "vllm-cudagraph"}), **cpu}

@@ -399,12 +399,11 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
 
 
 def _engine_extras(scenario: Scenario) -> dict:
-    """The engine preset a run used and what its preset approximates (sim/config/engines.py), for the outputs."""
+    """The engine preset a run used and what its preset approximates (kept from the preset's run when the scenario
+    was validated: `EngineSpec.notes`), for the outputs."""
     if scenario.engine is None:
         return {}
-    from sim.config.engines import preset_notes
-    return {"engine": f"{scenario.engine.name} {scenario.engine.version}",
-            "engine_notes": preset_notes(scenario.model_dump(mode="json", exclude_none=True))}
+    return {"engine": f"{scenario.engine.name} {scenario.engine.version}", "engine_notes": scenario.engine.notes}
 
 
 def decode_runs_of(log) -> DecodeRuns | None:

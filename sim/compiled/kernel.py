@@ -31,6 +31,7 @@ from sim.cost.draws import perturb
 from sim.cost.overhead import with_overhead
 from sim.sched.rules import (
     SGLANG_CLIP_MAX_NEW_TOKENS,
+    context_pass_chunk,
     group_steps_left_after,
     new_token_ratio,
     padded_batch,
@@ -80,11 +81,11 @@ NUM_SF = 9  # the last two: the scheduling rule's new-token ratio (constants of 
 NUM_S = 8
 # Indices into the int64 configuration array `cfg`.
 (C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE,
- C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY) = range(13)
-NUM_CFG = 13
-# C_MIXED .. C_RATIO_DECAY: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
-# per schedule, whole-output reservation, new-token ratio on and its decay steps. Past NUM_CFG: the sorted
-# CUDA-graph batch sizes (none: no padding).
+ C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT) = range(14)
+NUM_CFG = 14
+# C_MIXED .. C_CONTEXT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
+# per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass. Past NUM_CFG:
+# the sorted CUDA-graph batch sizes (none: no padding).
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
 # these two arrays, not one array each: numba passes every array argument as several machine words, and with
@@ -263,6 +264,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
     max_seqs, max_batched = cfg[C_MAX_SEQS], cfg[C_MAX_BATCHED]
     bs, fast_decode = cfg[C_BLOCK_SIZE], cfg[C_FAST_DECODE] != 0
     mixed = cfg[C_MIXED] != 0
+    context = cfg[C_CONTEXT] != 0
     horizon = sf[F_HORIZON]
     key_base = n_req  # heap key: finish_clock * key_base + request id
     clock = sr[r, I_CLOCK]
@@ -285,10 +287,11 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
             sr[r, I_GROUP_LEFT] -= 1
         else:
             sr[r, I_GROUP_LEFT] = 0
-            if not mixed:
+            if not mixed or (context and sr[r, I_PF_HEAD] < 0):
+                # a prefill-only step first where one can run (with the context pass: an iteration's first step)
                 num_pf, num_new, added, num_sampled, code = _schedule_prefills(
                     r, now, max_batched, 0, sr, cfg, sf, req, reqf, waiting_all, bucket_all, plan_all, pf_snap,
-                    step_id)
+                    step_id, True)
                 if code != 0:
                     return code
                 num_preempted += added
@@ -305,7 +308,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
             if mixed and not in_group:
                 num_pf, num_new, added, num_sampled, code = _schedule_prefills(
                     r, now, max_batched - sr[r, I_MEMBERS], num_preempted, sr, cfg, sf, req, reqf, waiting_all,
-                    bucket_all, plan_all, pf_snap, step_id)
+                    bucket_all, plan_all, pf_snap, step_id, not context)  # the context pass's decode pass: no admission
                 if code != 0:
                     return code
                 num_preempted += added
@@ -358,7 +361,8 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
             else:
                 cap = int((last_s - now) / time_s) + (2 if check_s < bound else 1)
             limit = _decode_run_limit(sr, r, heap_all, bucket_all, req, cap, clock, bs, num_preempted, num_new,
-                                      max_seqs, max_batched, key_base, mixed)
+                                      max_seqs, max_batched, key_base, mixed and not context)  # (a context pass
+                                      # admits whatever the decodes use of the budget)
             if limit > 1:
                 end_r = now
                 k_steps = 0
@@ -409,13 +413,15 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
 
 @njit(cache=True, inline="always")
 def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf, waiting_all, bucket_all, plan_all,
-                       pf_snap, step_id):
-    """`ContinuousScheduler._schedule_prefills`: the running prefills' chunks in admission order, then waiting
-    requests in order while a sequence slot, the budget, the KV (and the rule's admission test) allow; the step's
+                       pf_snap, step_id, admit):
+    """`ContinuousScheduler._schedule_prefills`: the running prefills' chunks in admission order, then (if `admit`)
+    waiting requests in order while a sequence slot, the budget, the KV (and the rule's admission test) allow; the
+    step's
     chunks go to plan_all[:, r] from 0. (chunks, admitted, preempted, sampled, 0 or DIVERGED)."""
     n_req = req.shape[1]
     max_seqs, bs = cfg[C_MAX_SEQS], cfg[C_BLOCK_SIZE]
     chunked, whole, ratio_on = cfg[C_CHUNKED] != 0, cfg[C_WHOLE], cfg[C_RATIO] != 0
+    context = cfg[C_CONTEXT] != 0
     num_pf = 0
     num_new = 0
     num_preempted = 0
@@ -476,7 +482,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
             rid = req[Q_RUN_NEXT, rid]
         running_future = float(future)
     # Then waiting requests in order while a sequence slot, the budget and the KV allow.
-    while (sr[r, I_W_COUNT] > 0 and preempted_before + num_preempted == 0 and budget > 0
+    while (admit and sr[r, I_W_COUNT] > 0 and preempted_before + num_preempted == 0 and budget > 0
            and sr[r, I_RUNNING] < max_seqs):
         rid = waiting_all[r, sr[r, I_W_HEAD]]
         reserve = 0
@@ -492,11 +498,12 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
                 break
         # kv.admit (no prefix cache, no swap: everything is computed again from 0)
         need_tokens = req[Q_PROMPT, rid] + req[Q_OUT, rid]
-        chunk = min(need_tokens, budget)
+        step_need = context_pass_chunk(need_tokens) if context else need_tokens  # the context pass: but the last
+        chunk = min(step_need, budget)
         if chunked:
             fits = _blocks_for(need_tokens, bs) <= sr[r, I_FREE_BLOCKS]
         else:
-            fits = chunk == need_tokens
+            fits = chunk == step_need
         if not fits:
             break
         need = _blocks_for(chunk, bs)
@@ -569,7 +576,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
     # ---- update_from_output(plan, end) ------------------------------------------------------------------
     num_output = num_decode
     n_fin = 0
-    if num_decode > 0 or cfg[C_MIXED] != 0:  # a prefill-only step leaves the decodes waiting
+    if num_decode > 0 or (cfg[C_MIXED] != 0 and cfg[C_CONTEXT] == 0):  # a prefill-only step leaves the decodes waiting
         sr[r, I_CLOCK] += 1
         sr[r, I_TOKEN_SUM] += num_decode
         clock = sr[r, I_CLOCK]

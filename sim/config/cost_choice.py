@@ -31,10 +31,11 @@ def tier_of(choice) -> int:
     return TIERS.index(head) if head in TIERS else 0
 
 
-def common_tier(raws: list[dict]) -> int:
-    """The best tier every one of these raw scenarios without a cost model can have (the worst of their own)."""
-    tiers = [tier_of(default_cost_model(r)[1]) for r in raws if isinstance(r, dict) and r.get("cost_model") is None]
-    return max(tiers, default=0)
+def common_tier(raws: list[dict]) -> tuple[int, bool]:
+    """(the best tier every one of these raw scenarios without a cost model can have (the worst of their own),
+    whether their own tiers differ)."""
+    tiers = {tier_of(default_cost_model(r)[1]) for r in raws if isinstance(r, dict) and r.get("cost_model") is None}
+    return max(tiers, default=0), len(tiers) > 1
 
 
 def _section(raw: dict, key: str) -> dict:

@@ -109,6 +109,9 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
     if scenario.speculation is not None:
         if s.batching != "continuous":
             raise ConfigError("speculation: needs scheduler.batching 'continuous'")
+        if s.context_pass:
+            raise ConfigError("scheduler.context_pass: not modelled with speculation; allowed: "
+                              "scheduler.context_pass: false (an engine preset sets it), or no speculation")
         if s.new_token_ratio is not None:
             # SGLang's ratio decays with the decode clock of the plain decode batch, which speculation replaces
             raise ConfigError("scheduler.new_token_ratio: not modelled with speculation; allowed: "
@@ -181,11 +184,11 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
 # chunk instead would need the scheduler to size chunks by their scores, and it sizes them by tokens; the token
 # budget (rows) and max_model_len (keys) bound every step's scores, so reserving for them guarantees that no step
 # is ever priced with scores that do not fit. The rule, enforced in `resolve`:
-#   scores = SCORE_BUFFERS x heads per GPU x rows x keys x 2 bytes, rows = the token budget (static batching: a
-#   padded batch of max_batch_size full-length prompts), keys = max_model_len (a sliding window: at most window +
-#   rows); it must leave KV room for one max_model_len sequence (vLLM refuses to start otherwise). With chunked
-#   prefill and no budget given, the budget shrinks from its default until it does; otherwise the scenario is
-#   refused in one line naming the limit.
+#   scores = SCORE_BUFFERS x heads per GPU x rows x keys x SCORE_ELEMENT_BYTES (fp32: 4), rows = the token budget
+#   (static batching: a padded batch of max_batch_size full-length prompts), keys = max_model_len (a sliding
+#   window: at most window + rows); it must leave KV room for one max_model_len sequence (vLLM refuses to start
+#   otherwise). With chunked prefill and no budget given, the budget shrinks from its default until it does;
+#   otherwise the scenario is refused in one line naming the limit.
 
 
 def _score_rows(scenario: Scenario, token_budget: int, max_len: int) -> int:

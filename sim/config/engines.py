@@ -180,6 +180,8 @@ def _derive_vllm(ctx: Context) -> PresetResult:
             values["scheduler.max_num_batched_tokens"] = max(max_len, 2048)
         notes.append(f"vLLM {ctx.version_text} (V0): defaults read at v0.6.3")
     values.update(_engine_terms(ctx, "vllm", notes))
+    if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
+        values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
     return PresetResult(values, {}, notes)
 
 
@@ -198,6 +200,16 @@ _VLLM_FLAGS = {
 
 
 # --- SGLang ----------------------------------------------------------------------------------------------
+
+# SGLang's new-token ratio (python/sglang/srt/managers/scheduler.py, sglang 0.5.x; what it does: sim/sched/rules.py
+# NewTokenRatio): it starts at SGLANG_INIT_NEW_TOKEN_RATIO x --schedule-conservativeness and decays, over
+# SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS decode steps, to SGLANG_INIT_NEW_TOKEN_RATIO x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR.
+# The preset below and the scenario's defaults (sim/config/schema.py NewTokenRatioSpec) read these.
+SGLANG_INIT_NEW_TOKEN_RATIO = 0.7
+SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+SGLANG_MIN_NEW_TOKEN_RATIO = SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR  # 0.098
+SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 600
+
 
 def _derive_sglang(ctx: Context) -> PresetResult:
     """python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings and model_runner.py (max_num_reqs),
@@ -227,8 +239,9 @@ def _derive_sglang(ctx: Context) -> PresetResult:
         values["scheduler.chunked_prefill"] = True
         values["scheduler.max_num_batched_tokens"] = chunk
     conservativeness = flags.get("schedule_conservativeness", 1.0)
-    init = min(0.7 * conservativeness, 1.0)
-    values["scheduler.new_token_ratio"] = {"init": init, "min": min(0.7 * 0.14, init), "decay_steps": 600}
+    init = min(SGLANG_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+    values["scheduler.new_token_ratio"] = {"init": init, "min": min(SGLANG_MIN_NEW_TOKEN_RATIO, init),
+                                           "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
     fraction = flags.get("mem_fraction_static")
     if fraction is None:
         if not tabulated:
@@ -313,6 +326,93 @@ _TRTLLM_FLAGS = {
 }
 
 
+# --- LMDeploy (TurboMind) ---------------------------------------------------------------------------------
+
+# The LMDeploy versions whose TurboMind scheduler the preset follows: v0.1.0a0 and v0.1.0a1 have the same
+# src/turbomind/models/llama/{LlamaBatch,SequenceManager,BlockManager}.cc and triton_backend/llama/
+# LlamaTritonModel.cc; "Unify prefill & decode passes" (InternLM/lmdeploy#775, first in v0.1.0a2) replaced them.
+LMDEPLOY_SCHEDULER_VERSIONS = ("0.1.0a0", "0.1.0a1")
+
+
+def _derive_lmdeploy(ctx: Context) -> PresetResult:
+    """LMDeploy's TurboMind engine, v0.1.0a0-a1 (read at v0.1.0a1, 9c46b27c, and at ebe90bc9, whose benchmark page
+    names v0.1.0a1): src/turbomind/triton_backend/llama/LlamaTritonModel.cc (config.ini keys; max_context_token_num
+    <= max_batch_size is multiplied by session_len), lmdeploy/turbomind/deploy/target_model/base.py (what `lmdeploy
+    convert` writes: max_batch_size 64, cache_max_entry_count 0.5, cache_block_seq_len 128, step_length 1, session_len
+    = the chat template's + 8), src/turbomind/models/llama/BlockManager.cc (cache_max_entry_count < 1: that fraction
+    of the GPU's total memory in 128-token k/v blocks, else the number of blocks), LlamaV2.cc (session_len cut to
+    the blocks' tokens), SequenceManager.cc Materialize (blocks on demand for context + step_length tokens, in
+    arrival order; when none is free the latest-arrived active sequences are preempted and recomputed) and
+    LlamaBatch.cc InternalThreadEntry (each iteration admits up to max_batch_size requests, runs their context
+    decode, then one decode pass: SchedulingRule.context_pass)."""
+    flags, model = ctx.flags, ctx.model
+    text = ctx.version_text.strip().lstrip("v")
+    if text not in LMDEPLOY_SCHEDULER_VERSIONS:
+        raise ConfigError(f"engine.version: {ctx.version_text!r} is not a TurboMind scheduler the lmdeploy preset "
+                          f"models; allowed: {', '.join(LMDEPLOY_SCHEDULER_VERSIONS)} (v0.1.0a2 unified the prefill "
+                          "and decode passes, InternLM/lmdeploy#775)")
+    if flags.get("step_length", 1) != 1:
+        raise ConfigError(f"engine.step_length: {flags['step_length']} is not modelled; allowed: 1 (TurboMind's and "
+                          "lmdeploy convert's default)")
+    notes: list[str] = []
+    block_len = flags.get("cache_block_seq_len", 128)
+    max_batch = flags.get("max_batch_size", 64)
+    entries = flags.get("cache_max_entry_count", 0.5)
+    if entries <= 0:
+        raise ConfigError(f"engine.cache_max_entry_count: {entries!r} is not allowed; allowed: a fraction of the GPU's "
+                          "memory in (0, 1), or a number of k/v blocks >= 1")
+    values: dict[str, Any] = {"scheduler.batching": "continuous", "scheduler.chunked_prefill": False,
+                              "scheduler.mixed_batches": True, "scheduler.context_pass": True,
+                              "scheduler.max_num_seqs": max_batch, "kv_cache.layout": "paged",
+                              "kv_cache.block_size": block_len}
+    blocks = None
+    if entries >= 1:
+        blocks = int(entries)
+    elif model is not None:
+        # [2, layers, local kv heads, block_len, head_dim] of fp16 (quant_policy 0), per GPU
+        q = ctx.raw.get("quantization") or {}
+        elem = 1 if q.get("kv_cache") in ("int8", "fp8") else 2
+        block_bytes = 2 * model.num_layers * max(model.num_kv_heads // ctx.tensor_parallel, 1) * block_len \
+            * model.head_dim * elem
+        blocks = int(ctx.gpu.hbm_bytes * entries) // block_bytes
+    if blocks is not None:
+        values["kv_cache.capacity_tokens"] = blocks * block_len
+    session_len = flags.get("session_len")
+    if session_len is None and model is not None:
+        session_len = model.max_context + 8
+        notes.append(f"LMDeploy session_len: {session_len} assumed ({model.name}'s context + 8: lmdeploy convert "
+                     "writes its chat template's session_len + 8, llama2 4096 + 8)")
+    if session_len is not None:
+        if blocks is not None:
+            session_len = min(session_len, blocks * block_len)  # LlamaV2.cc: "No enough blocks for session_len"
+        # TurboMind has no per-iteration token budget: every admitted prompt's context decode runs in that
+        # iteration (in sub-batches of max_context_token_num tokens, priced here as one pass)
+        values["scheduler.max_num_batched_tokens"] = max(max_batch * session_len, max_batch)
+        if model is not None and session_len > model.max_context:
+            notes.append(f"LMDeploy session_len {session_len}: ServeSim's max_model_len is {model.name}'s context "
+                         f"{model.max_context}")
+            session_len = model.max_context
+        values["scheduler.max_model_len"] = session_len
+    values.update(_engine_terms(ctx, "lmdeploy", notes))
+    return PresetResult(values, {}, notes)
+
+
+_LMDEPLOY_FLAGS = {
+    "max_batch_size": Flag("scheduler.max_num_seqs", int, "config.ini max_batch_size: requests in the batch"),
+    "cache_max_entry_count": Flag(None, (int, float), "config.ini cache_max_entry_count: < 1 a fraction of the "
+                                  "GPU's memory for k/v blocks, else the number of blocks"),
+    "cache_block_seq_len": Flag("kv_cache.block_size", int, "config.ini cache_block_seq_len: tokens per k/v block"),
+    "session_len": Flag(None, int, "config.ini session_len: the longest sequence"),
+    "max_context_token_num": Flag(None, int, "config.ini max_context_token_num: tokens per context-decode "
+                                  "sub-batch (x session_len when <= max_batch_size); its sub-batches are priced as "
+                                  "one pass"),
+    "cache_chunk_size": Flag(None, int, "config.ini cache_chunk_size: blocks allocated at a time (no effect on "
+                             "the schedule)"),
+    "step_length": Flag(None, int, "config.ini step_length: decode steps per iteration (1 only)"),
+    "tp": Flag("hardware.tensor_parallel", int, "lmdeploy convert --tp"),
+}
+
+
 PRESETS: dict[str, EnginePreset] = {
     "vllm": EnginePreset("vllm", "vLLM", (0, 6, 0), (0, 11, 2), "vllm/engine/arg_utils.py, vllm/config.py",
                          _VLLM_FLAGS, _derive_vllm),
@@ -320,6 +420,9 @@ PRESETS: dict[str, EnginePreset] = {
                            _SGLANG_FLAGS, _derive_sglang),
     "trtllm": EnginePreset("trtllm", "TensorRT-LLM", (0, 14, 0), (1, 2, 0), "tensorrt_llm/llmapi/llm_args.py",
                            _TRTLLM_FLAGS, _derive_trtllm),
+    "lmdeploy": EnginePreset("lmdeploy", "LMDeploy (TurboMind)", (0, 1, 0), (0, 1, 0),
+                             "src/turbomind/models/llama/LlamaBatch.cc, triton_backend/llama/LlamaTritonModel.cc",
+                             _LMDEPLOY_FLAGS, _derive_lmdeploy),
 }
 
 
@@ -420,13 +523,14 @@ def _resolve_gpu_and_model(raw: dict):
     return gpu, model
 
 
-def apply_engine_preset(raw: dict) -> tuple[dict, dict | None]:
+def apply_engine_preset(raw: dict) -> tuple[dict, dict | None, list[str]]:
     """(the raw scenario with the engine preset's values written under the scenario's own (a copy), the preset's
     CPU terms: the `overhead` section it gives a cost model, which `sim.config.cost_choice` uses when the scenario
-    names no cost model)."""
+    names no cost model, what the preset approximates (`PresetResult.notes`, one line each), which the validated
+    scenario keeps on its engine: `EngineSpec.notes`)."""
     spec = raw.get("engine")
     if spec is None:
-        return raw, None
+        return raw, None, []
     if not isinstance(spec, dict):
         raise ConfigError(f"engine: {spec!r} is not allowed; allowed: a mapping with name, version and the "
                           "engine's flags")
@@ -473,12 +577,13 @@ def apply_engine_preset(raw: dict) -> tuple[dict, dict | None]:
         _set(raw, dotted, value)
     overhead = result.values.get("cost_model.overhead")
     _apply_cost_terms(raw, overhead)
-    return raw, overhead
+    return raw, overhead, result.notes
 
 
 def preset_notes(raw: dict) -> list[str]:
     """What the preset of a raw scenario's engine approximates (a default read at another version than the one
-    named, a term not yet fitted), one line each; [] without an engine."""
+    named, a term not yet fitted), one line each; [] without an engine. For a raw scenario that is not validated
+    (the published suite's cases); a validated scenario keeps the notes of its one derivation: `EngineSpec.notes`."""
     spec = raw.get("engine")
     if not isinstance(spec, dict) or spec.get("name") not in PRESETS:
         return []
@@ -494,13 +599,11 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
             flags: dict) -> PresetResult:
     gpu, model = _resolve_gpu_and_model(raw)
     hardware = raw.get("hardware") or {}
-    tp = flags.get("tensor_parallel_size", flags.get("tp_size", hardware.get("tensor_parallel", 1)))
+    tp = flags.get("tensor_parallel_size", flags.get("tp_size", flags.get("tp", hardware.get("tensor_parallel", 1))))
     pp = hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1
     ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
                   pp if isinstance(pp, int) else 1, model, raw)
     result = preset.derive(ctx)
-    if name == "vllm" and flags.get("enforce_eager"):
-        result.values["cost_model.overhead"] = {**result.values["cost_model.overhead"], "engine": "vllm-eager"}
     for key, flag in preset.flags.items():
         if flag.target is not None and key in flags:
             result.values[flag.target] = flags[key]
@@ -554,18 +657,6 @@ ESTIMATE_RANGES: dict[str, tuple[float, str]] = {
 # their bounds, 8B models on an H100: the one like-for-like pair in engine_terms.json) differ by 2.19x per step
 # (1.08 against 2.36 ms) and 5.22x in the front-end (5.6 against 29.3 ms), taken as each term's 90% factor.
 OTHER_VERSION_FACTORS = {"per_step_s": 2.19, "latency_s": 5.22}
-# What a preset writes that is not drawn, and why.
-NOT_DRAWN = {
-    "frontend.per_request_s, per_prompt_token_s, per_output_chunk_s": "0 by construction: the preset's front-end is "
-        "one delay that does not queue (latency_s: vLLM's TTFT is 59 ms at concurrency 1 and 64 ms at 2, not the "
-        "~110 ms a serial per-request cost would give, benchmarks/published_suite.py CPU_TERMS); its spread is "
-        "latency_s's",
-    "cost_model.overhead.per_prefill_token_s": "0 (sim/cost/overhead.py): a per-token CPU cost the published runs "
-        "cannot separate from the kernels' prefill time; a log-normal draw of 0 is 0",
-    "frontend.num_processes, scheduler and KV defaults": "the engine's own defaults read from its source at a named "
-        "version (a default read at another version is a preset note): settings, not estimates",
-    "a term the user set": "the user's value is theirs: only a value the preset wrote (equal to it) is drawn",
-}
 
 
 @dataclass(frozen=True)
@@ -594,33 +685,49 @@ class TermSpread:
 
 def engine_model_misfit(scenario) -> tuple[float, str] | None:
     """(sigma_log, where it comes from) of what an engine preset's model misses beyond its terms' spread: the
-    presets' log errors on their own fit runs after fitting (engine_terms.json `fit_error`), pooled over every
-    fitted version that has more residuals than fitted terms, as the unbiased residual sigma
+    preset's log errors on its own fit runs after fitting (engine_terms.json `fit_error`), pooled over the engine's
+    fitted versions that have more residuals than fitted terms, as the unbiased residual sigma
     sqrt(sum n_i rms_i^2 / sum (n_i - p_i)) (a version alone has 1-4 degrees of freedom). It is the scheduling,
-    front-end and kernel behaviour the model lacks, which no term can absorb; sim/bands.py draws it as a further
-    step-time bias. None without an engine preset or without fits."""
+    front-end and kernel behaviour that engine's preset lacks, which no term can absorb; sim/bands.py draws it as
+    a further step-time bias. Per engine, because the presets differ: one engine's poor fit says nothing about
+    another's rule. An engine without such a version takes every engine's pool, and says so. None without an engine
+    preset or without fits."""
     if getattr(scenario, "engine", None) is None or scenario.engine.name not in PRESETS:
         return None
-    squares, dof, versions = 0.0, 0, []
-    for engine, fits in _fitted_table().get("engines", {}).items():
-        for version, entry in fits.items():
-            error, fitted = entry.get("fit_error"), len(entry.get("terms", {}))
-            if error and error["residuals"] > fitted:
-                squares += error["rms_log"] ** 2 * error["residuals"]
-                dof += error["residuals"] - fitted
-                versions.append(f"{engine} {version}")
-    if not dof:
-        return None
-    return math.sqrt(squares / dof), (f"the presets' misfit on their fit runs, pooled over {len(versions)} fitted "
-                                      f"versions ({dof} degrees of freedom; sim/config/engine_terms.json)")
+    fits = _fitted_table().get("engines", {})
+    for engines, whose in (((scenario.engine.name,), f"the {scenario.engine.name} preset's"),
+                           (tuple(fits), "every preset's (none of its own has residuals to spare)")):
+        squares, dof, versions = 0.0, 0, []
+        for engine in engines:
+            for version, entry in fits.get(engine, {}).items():
+                error, fitted = entry.get("fit_error"), len(entry.get("terms", {}))
+                if error and error["residuals"] > fitted:
+                    squares += error["rms_log"] ** 2 * error["residuals"]
+                    dof += error["residuals"] - fitted
+                    versions.append(f"{engine} {version}")
+        if dof:
+            return math.sqrt(squares / dof), (f"{whose} misfit on its fit runs, pooled over {len(versions)} fitted "
+                                              f"versions ({dof} degrees of freedom; sim/config/engine_terms.json)")
+    return None
 
 
 def engine_term_spread(scenario) -> list[TermSpread]:
     """The uncertain numbers the scenario's engine preset put into it (a validated `Scenario`), in a fixed order:
     the fitted CPU term and front-end latency with their fit's sigma (engine_terms.json), widened for a version
-    that borrows another's fit (OTHER_VERSION_FACTORS), and the CPU estimates in effect (ESTIMATE_RANGES). A term
-    the scenario sets to another value than the preset's is the user's and has no spread. [] without an engine
-    preset."""
+    that borrows another's fit (OTHER_VERSION_FACTORS), and the CPU estimates in effect (ESTIMATE_RANGES). [] without
+    an engine preset.
+
+    What a preset writes that is not drawn, and why:
+    - a term the scenario sets to another value than the preset's: the user's value is theirs (only a value the
+      preset wrote, equal to it, is drawn);
+    - frontend.per_request_s, per_prompt_token_s, per_output_chunk_s: 0 by construction, the preset's front-end is
+      one delay that does not queue (latency_s: vLLM's TTFT is 59 ms at concurrency 1 and 64 ms at 2, not the
+      ~110 ms a serial per-request cost would give, benchmarks/published_suite.py CPU_TERMS); its spread is
+      latency_s's;
+    - cost_model.overhead.per_prefill_token_s and any other estimate at 0 (sim/cost/overhead.py): a per-token CPU
+      cost the published runs cannot separate from the kernels' prefill time; a log-normal draw of 0 is 0;
+    - frontend.num_processes, the scheduler and KV defaults: the engine's own defaults read from its source at a
+      named version (a default read at another version is a preset note): settings, not estimates."""
     engine = scenario.engine
     if engine is None or engine.name not in PRESETS:
         return []
@@ -663,7 +770,7 @@ def engine_term_spread(scenario) -> list[TermSpread]:
         for term in ("per_step_s", "per_seq_s", "launch_per_layer_s"):
             point = getattr(defaults, term)
             if present.get(term) is not None or point <= 0:
-                continue  # set (fitted above, or the user's), or a zero that has no spread (NOT_DRAWN)
+                continue  # set (fitted above, or the user's), or a zero that has no spread (see the docstring)
             factor, why = ESTIMATE_RANGES[term]
             out.append(_spread(term, point, _sigma_of_factor(factor), "estimate", why, bounds))
     return out

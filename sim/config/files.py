@@ -188,14 +188,13 @@ def _shared_cost_tier(raw: dict, variants_raw: dict) -> str | None:
     would all get the same anyway (or there are no variants)."""
     if not variants_raw:
         return None
-    from sim.config.cost_choice import TIERS, common_tier, default_cost_model, tier_of
+    from sim.config.cost_choice import TIERS, common_tier
     raws = [deep_merge(raw, v) for v in variants_raw.values() if isinstance(v, dict)]
     try:
-        tiers = {tier_of(default_cost_model(r)[1]) for r in raws if r.get("cost_model") is None}
-        tier = common_tier(raws)
+        tier, differ = common_tier(raws)
     except Exception:  # noqa: BLE001  (each scenario's validation reports a bad value in its own words)
         return None
-    return f"{TIERS[tier]}: the tier every variant can have" if len(tiers) > 1 else None
+    return f"{TIERS[tier]}: the tier every variant can have" if differ else None
 
 
 def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str] | None = None,

@@ -12,8 +12,14 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
+from sim.config.engines import (
+    SGLANG_INIT_NEW_TOKEN_RATIO,
+    SGLANG_MIN_NEW_TOKEN_RATIO,
+    SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
+    SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS,
+)
 from sim.errors import ConfigError
 from sim.model.catalog import get_model
 from sim.model.hf_config import read_model_ref
@@ -142,9 +148,12 @@ MAX_CUDA_GRAPH_SIZES = 4096
 class NewTokenRatioSpec(_Strict):
     """SGLang's admission reserve (sim/sched/rules.py NewTokenRatio names the source)."""
 
-    init: float = Field(0.7, gt=0, le=1, description="the ratio after a retraction (SGLang: 0.7 x schedule_conservativeness)")
-    min: float = Field(0.098, gt=0, le=1, description="the floor it decays to (SGLang: init 0.7 x 0.14)")
-    decay_steps: int = Field(600, ge=1, le=1 << 30, description="decode steps from init to min (SGLang: 600)")
+    init: float = Field(SGLANG_INIT_NEW_TOKEN_RATIO, gt=0, le=1, description="the ratio after a retraction (SGLang: "
+                        f"{SGLANG_INIT_NEW_TOKEN_RATIO:g} x schedule_conservativeness)")
+    min: float = Field(SGLANG_MIN_NEW_TOKEN_RATIO, gt=0, le=1, description="the floor it decays to (SGLang: init "
+                       f"{SGLANG_INIT_NEW_TOKEN_RATIO:g} x {SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR:g})")
+    decay_steps: int = Field(SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS, ge=1, le=1 << 30, description="decode steps from "
+                             f"init to min (SGLang: {SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS})")
 
     @model_validator(mode="after")
     def _ordered(self) -> "NewTokenRatioSpec":
@@ -179,14 +188,20 @@ class SchedulerSpec(_Strict):
         "listed batch that holds it, padded (TensorRT-LLM cuda_graph_config with enable_padding); absent: as scheduled")
     new_token_ratio: NewTokenRatioSpec | None = Field(None, description="continuous, paged: SGLang's admission "
                                                       "reserve for the running requests' future tokens; absent: none")
+    context_pass: bool = Field(False, description="continuous, unchunked, mixed: a step that admits prompts "
+                               "computes all their tokens but the last alone (prefill-only), and the next step runs "
+                               "every decode with those last tokens (LMDeploy TurboMind 0.1's context decode)")
 
     @model_validator(mode="after")
     def _consistent(self) -> "SchedulerSpec":
         if self.batching == "static" and self.chunked_prefill:
             raise ValueError("chunked_prefill needs batching 'continuous'")
         if self.batching == "static" and not self.rule().is_default:
-            raise ValueError("mixed_batches, decode_steps_per_schedule, kv_reservation, cuda_graph_batch_sizes and "
-                             "new_token_ratio need batching 'continuous'")
+            raise ValueError("mixed_batches, decode_steps_per_schedule, kv_reservation, cuda_graph_batch_sizes, "
+                             "new_token_ratio and context_pass need batching 'continuous'")
+        if self.context_pass and (self.chunked_prefill or not self.mixed_batches):
+            raise ValueError("context_pass needs chunked_prefill false and mixed_batches true (its decode pass "
+                             "mixes the decodes with the prompts' last tokens)")
         return self
 
     def rule(self):
@@ -197,7 +212,8 @@ class SchedulerSpec(_Strict):
             mixed_batches=self.mixed_batches, decode_steps_per_schedule=self.decode_steps_per_schedule,
             whole_output_reservation=self.kv_reservation == "whole_output",
             cuda_graph_batch_sizes=tuple(sorted(set(self.cuda_graph_batch_sizes or ()))),
-            new_token_ratio=None if ratio is None else NewTokenRatio(ratio.init, ratio.min, ratio.decay_steps))
+            new_token_ratio=None if ratio is None else NewTokenRatio(ratio.init, ratio.min, ratio.decay_steps),
+            context_pass=self.context_pass)
 
 
 class KVCacheSpec(_Strict):
@@ -510,6 +526,20 @@ class EngineSpec(BaseModel):
     model_config = ConfigDict(extra="allow", frozen=True)
     name: str
     version: str
+    _notes: tuple[str, ...] = PrivateAttr(())
+
+    @classmethod
+    def applied(cls, raw: dict, notes: list[str]) -> "EngineSpec":
+        """The engine section of a raw scenario its preset was just applied to, keeping the preset's notes."""
+        spec = cls.model_validate(raw)
+        spec._notes = tuple(notes)
+        return spec
+
+    @property
+    def notes(self) -> list[str]:
+        """What the preset approximates (sim/config/engines.py `apply_engine_preset`), kept from the scenario's
+        validation, where the preset ran; not part of the dumped scenario."""
+        return list(self._notes)
 
 
 class Scenario(_Strict):
@@ -547,10 +577,10 @@ class Scenario(_Strict):
         scenario names none: both on the raw scenario, so every way in gets the same."""
         if not isinstance(data, dict):
             return data
-        overhead = None
+        overhead, notes = None, None
         if data.get("engine") is not None:
             from sim.config.engines import apply_engine_preset
-            data, overhead = apply_engine_preset(data)
+            data, overhead, notes = apply_engine_preset(data)
         choice = data.get("cost_model_choice")
         given = data.get("cost_model")
         if given is None or choice:
@@ -559,11 +589,12 @@ class Scenario(_Strict):
             # dumped choice that still holds is kept as it is, so a scenario reads back equal.
             from sim.config.cost_choice import default_cost_model, tier_of
             chosen, why = default_cost_model(data, overhead, tier_of(choice))
-            if given is not None and tier_of(why) == tier_of(choice):
-                return data
-            if given is None and choice:
-                why += " (the tier every variant can have)"
-            data = {**data, "cost_model": chosen, "cost_model_choice": why}
+            if given is None or tier_of(why) != tier_of(choice):
+                if given is None and choice:
+                    why += " (the tier every variant can have)"
+                data = {**data, "cost_model": chosen, "cost_model_choice": why}
+        if notes is not None:  # the preset's notes go with its engine, so that nothing derives them again
+            data = {**data, "engine": EngineSpec.applied(data["engine"], notes)}
         return data
     attention: AttentionSpec = Field(AttentionSpec(), description="the attention kernel: flash (default) or "
                                      "materialized scores")

@@ -27,7 +27,7 @@ import pandas as pd
 
 from sim.core.step_plan import StepPlan
 from sim.cost import interpolation
-from sim.cost.profile_meta import check_profile_dtypes, read_meta
+from sim.cost.profile_meta import read_meta
 from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu
@@ -362,7 +362,8 @@ class CalibratedCostModel:
 
     Paged decode attention is priced at the block size the profile was measured with (`block_size`
     is the scenario's, shown in the repr where they differ); likewise the profile's dtype. A quantized scenario
-    (fp8, int8, int4) the profile was not measured in is refused with one line (`check_profile_dtypes`).
+    (fp8, int8, int4) the profile was not measured in is refused with one line by `make_calibrated_cost_model`
+    (`check_profile_dtypes`), which builds this model for a scenario.
 
     A speculative verification (γ+1 query tokens per sequence) is priced as decode attention over
     batch × (γ+1) query rows at the same context: each row reads the sequence's KV, an upper bound
@@ -376,7 +377,6 @@ class CalibratedCostModel:
             raise ConfigError(f"kv_cache.layout: {kv_layout!r} is not allowed; allowed: {', '.join(KV_LAYOUTS)}")
         self.profile = load_profile(profile_dir)
         check_matches(self.profile, model, tensor_parallel)
-        check_profile_dtypes(self.profile.meta, self.profile.path, weight_dtype, kv_dtype)
         self.model, self.tp, self.kv_layout, self.block_size = model, tensor_parallel, kv_layout, block_size
         self.gpu = gpu or get_gpu("h100-sxm")
         # The roofline counts FLOPs/bytes and prices what one device cannot measure (all-reduce, swap).

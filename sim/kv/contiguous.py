@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Literal
 
 from sim.core.request import Request
@@ -88,10 +88,14 @@ class ContiguousKVManager:
             rule = need
         return max(need, min(rule, self.capacity_slots))
 
-    def admit(self, request: Request, max_new_tokens: int, *, chunked: bool) -> int | None:
+    def admit(self, request: Request, max_new_tokens: int, *, chunked: bool,
+              step_need: Callable[[int], int] | None = None) -> int | None:
         """Start a request: reserve its region and return the tokens it computes this step (at most
-        `max_new_tokens`; unchunked, all of them or nothing), or None with nothing changed."""
+        `max_new_tokens`; unchunked, all of them or nothing; `step_need`: as the paged manager's), or None with
+        nothing changed."""
         need = request.num_tokens - request.num_computed_tokens
+        if step_need is not None:
+            need = step_need(need)
         chunk = min(need, max_new_tokens)
         if (chunk < need and not chunked) or self.allocate_slots(request, chunk) is None:
             return None

@@ -10,7 +10,7 @@ tables and the order of operations.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from sim.core.request import Request
 from sim.kv.base import KVUsage, PrefixCacheStats, SharingStats
@@ -119,7 +119,8 @@ class PagedKVManager:
         return max(0, self.blocks_for(request.num_computed_tokens + num_new_tokens) - have)
 
     # --- the scheduler's calls ----------------------------------------------------------------------
-    def admit(self, request: Request, max_new_tokens: int, *, chunked: bool) -> int | None:
+    def admit(self, request: Request, max_new_tokens: int, *, chunked: bool,
+              step_need: Callable[[int], int] | None = None) -> int | None:
         """Start a request that holds no blocks: count its cached leading prompt tokens as computed,
         then allocate for the tokens it computes this step (at most `max_new_tokens`). Returns those
         tokens, or None with nothing changed (counter included) when it cannot start now.
@@ -129,16 +130,18 @@ class PagedKVManager:
         prefills cannot over-admit and then preempt each other; cache hits count as blocks to allocate.
         A request swapped out keeps its computed tokens: no lookup, it claims what it can and the rest
         is allocated fresh. At least one prompt token is always computed, so the step ending the prompt
-        still produces logits."""
+        still produces logits. `step_need`: of the tokens it has left, those this step must compute (the
+        scheduling rule's, e.g. the context pass's `sim.sched.rules.context_pass_chunk`); None: all of them."""
         computed_before = request.num_computed_tokens  # > 0 only for a request swapped out
         if computed_before == 0:
             request.num_computed_tokens = self.get_computed_blocks(request)
         need = request.num_tokens - request.num_computed_tokens
-        chunk = min(need, max_new_tokens)
+        this_step = step_need(need) if step_need is not None else need
+        chunk = min(this_step, max_new_tokens)
         if chunked:
             fits = self.num_new_blocks(request, need) <= self.num_free_blocks  # the whole rest, not just the chunk
         else:
-            fits = chunk == need  # the whole rest in this step
+            fits = chunk == this_step  # the whole rest (but what the rule leaves for later) in this step
         if not fits or self.allocate_slots(request, chunk) is None:
             request.num_computed_tokens = computed_before
             return None

@@ -22,6 +22,7 @@ from sim.sched.preemption import VICTIM_POLICIES
 from sim.sched.rules import (
     SGLANG_CLIP_MAX_NEW_TOKENS,
     SchedulingRule,
+    context_pass_chunk,
     group_steps_left_after,
     new_token_ratio,
     padded_batch,
@@ -52,8 +53,9 @@ class ContinuousScheduler(SchedulerBase):
     `rule` (sim/sched/rules.py) makes it another engine's scheduler: steps that are prefill-only or decode-only
     (prefill first, as SGLang's event loop and vLLM V0's `_schedule_default` choose), groups of decode steps no
     prompt may join (vLLM V0's `--num-scheduler-steps`), admission only when the whole sequence's blocks are
-    reserved (TensorRT-LLM's GUARANTEED_NO_EVICT), decode batches padded to CUDA-graph sizes, or SGLang's
-    new-token-ratio reserve.
+    reserved (TensorRT-LLM's GUARANTEED_NO_EVICT), decode batches padded to CUDA-graph sizes, SGLang's
+    new-token-ratio reserve, or TurboMind's context pass (a step that admits prompts computes all their tokens but
+    the last alone; the next step is the decode pass, which computes those last tokens beside the decodes).
     """
 
     def __init__(self, kv: KVManager, *, max_num_seqs: int, max_num_batched_tokens: int,
@@ -174,18 +176,21 @@ class ContinuousScheduler(SchedulerBase):
             self._group_steps_left -= 1  # inside a group of decode steps: no prompt joins
             return self._decode_only(plan, opens_group=False)
         self._group_steps_left = 0
-        if not rule.mixed_batches:
-            # Prefill first: a step of prefill chunks whenever one can run, else a step of decodes.
+        if not rule.mixed_batches or (rule.context_pass and not self.prefilling):
+            # Prefill first: a step of prefill chunks whenever one can run, else a step of decodes. With the
+            # context pass (an iteration's first step): the admitted prompts' tokens but their last, alone.
             self._schedule_prefills(plan, self.max_num_batched_tokens, now)
             if plan.prefill_request_ids:
                 plan.decode_query_tokens = tracker.decode_query_tokens
                 return plan
-            if not len(tracker):
-                return None
-            return self._decode_only(plan)
+            if not rule.mixed_batches:
+                if not len(tracker):
+                    return None
+                return self._decode_only(plan)
         self._room_for_decodes(plan)
         budget = self.max_num_batched_tokens - len(tracker) * tracker.decode_query_tokens
-        self._schedule_prefills(plan, budget, now)
+        # the decode pass (context_pass): the last tokens of the prompts whose context pass ran, no admission
+        self._schedule_prefills(plan, budget, now, admit=not rule.context_pass)
         self._add_decodes(plan)
         if not plan.prefill_request_ids and not plan.num_decode_seqs:
             return None
@@ -231,9 +236,9 @@ class ContinuousScheduler(SchedulerBase):
             plan.decode_context_tokens += padding
             plan.num_sampled_seqs += padding
 
-    def _schedule_prefills(self, plan: StepPlan, budget: int, now: float) -> None:
-        """Running requests' prefill chunks, then waiting requests in arrival order while `max_num_seqs`, the
-        token budget, the KV cache (and the rule's admission test) allow."""
+    def _schedule_prefills(self, plan: StepPlan, budget: int, now: float, admit: bool = True) -> None:
+        """Running requests' prefill chunks, then (if `admit`) waiting requests in arrival order while
+        `max_num_seqs`, the token budget, the KV cache (and the rule's admission test) allow."""
         kv = self.kv
         for rid in list(self.prefilling):
             request = self.prefilling.get(rid)
@@ -251,7 +256,7 @@ class ContinuousScheduler(SchedulerBase):
         ratio = running_future = admitted = 0.0
         if rule.new_token_ratio is not None and self.waiting:
             ratio, running_future = self._ratio_state()
-        while (self.waiting and not plan.preempted_request_ids and budget > 0
+        while (admit and self.waiting and not plan.preempted_request_ids and budget > 0
                and len(self.running) < self.max_num_seqs):
             request = self.waiting[0]
             if (len(self.running) + self.sampling.sequences_per_request > self.max_num_seqs
@@ -269,7 +274,8 @@ class ContinuousScheduler(SchedulerBase):
                 if not ratio_admits(free_tokens, running_future, admitted, prompt, remaining_out, ratio,
                                     SGLANG_CLIP_MAX_NEW_TOKENS):
                     break
-            chunk = kv.admit(request, budget, chunked=self.chunked_prefill)
+            chunk = kv.admit(request, budget, chunked=self.chunked_prefill,
+                             step_need=context_pass_chunk if rule.context_pass else None)
             if chunk is None:
                 break
             if rule.new_token_ratio is not None:
@@ -316,7 +322,7 @@ class ContinuousScheduler(SchedulerBase):
         group_cap = max_steps
         if (self.waiting and len(self.running) < self.max_num_seqs
                 and (self.max_num_batched_tokens > len(tracker) * tracker.decode_query_tokens
-                     or not self.rule.mixed_batches)):
+                     or not self.rule.mixed_batches or self.rule.context_pass)):
             # The head of the queue may be admitted at the next step, or at the first after this group.
             if self._group_steps_left == 0:
                 return 1
@@ -357,7 +363,8 @@ class ContinuousScheduler(SchedulerBase):
 
     def update_from_output(self, plan: StepPlan, now: float) -> StepOutcome:
         outcome = StepOutcome()
-        if plan.num_decode_seqs or self.rule.mixed_batches:  # a prefill-only step leaves the decodes waiting
+        if plan.num_decode_seqs or (self.rule.mixed_batches and not self.rule.context_pass):
+            # a prefill-only step (a context pass) leaves the decodes waiting
             finished, outcome.num_output_tokens = self.tracker.advance()
             for request in finished:
                 self._finish(request, now, outcome)

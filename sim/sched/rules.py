@@ -3,13 +3,14 @@
 `ContinuousScheduler` is vLLM V1's policy; an engine preset (sim/config/engines.py) gives it another engine's rule
 by setting these fields (the scenario's `scheduler:` section names each, and the preset fills them):
 
-| field | vLLM V1 (default) | vLLM V0 | SGLang | TensorRT-LLM |
-| --- | --- | --- | --- | --- |
-| `mixed_batches` | True: decodes and prefill chunks share a step | False without chunked prefill | False (mixed chunks off) | True |
-| `decode_steps_per_schedule` | 1 | `--num-scheduler-steps` | 1 | 1 |
-| `whole_output_reservation` | False: blocks on demand, preemption | False | False | True (GUARANTEED_NO_EVICT) |
-| `cuda_graph_batch_sizes` | () | () | () | padded decode batches when given |
-| `new_token_ratio` | None | None | SGLang's admission reserve | None |
+| field | vLLM V1 (default) | vLLM V0 | SGLang | TensorRT-LLM | LMDeploy TurboMind 0.1 |
+| --- | --- | --- | --- | --- | --- |
+| `mixed_batches` | True: decodes and prefill chunks share a step | False without chunked prefill | False (mixed chunks off) | True | True |
+| `decode_steps_per_schedule` | 1 | `--num-scheduler-steps` | 1 | 1 | 1 |
+| `whole_output_reservation` | False: blocks on demand, preemption | False | False | True (GUARANTEED_NO_EVICT) | False |
+| `cuda_graph_batch_sizes` | () | () | () | padded decode batches when given | () |
+| `new_token_ratio` | None | None | SGLang's admission reserve | None | None |
+| `context_pass` | False | False | False | False | True: a prompt's context decode is its own pass (`context_pass_chunk`) |
 
 Each decision is a numba function here (the design in docs/design.md: one definition, called by the SimPy engine's
 scheduler and inside the compiled core's loop, which runs every rule).
@@ -35,13 +36,15 @@ class NewTokenRatio:
     running requests are expected to still write, min(remaining output, clip) x ratio each, plus the new request's
     prompt and expected output. The ratio starts at `init`, falls by (init - min) / decay_steps per decode step,
     and returns to `init` when a request is retracted (preempted). Source: python/sglang/srt/managers/scheduler.py
-    (init_new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO 0.7 x schedule_conservativeness, min_new_token_ratio =
-    min(0.7 x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR 0.14, 1), new_token_ratio_decay = (init - min) /
-    SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS 600) and schedule_policy.py PrefillAdder (rem_total_tokens), sglang 0.5.x."""
+    (init_new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness, min_new_token_ratio =
+    min(SGLANG_INIT_NEW_TOKEN_RATIO x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1), new_token_ratio_decay = (init - min) /
+    SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS) and schedule_policy.py PrefillAdder (rem_total_tokens), sglang 0.5.x. The
+    three values are sim/config/engines.py's (SGLANG_*), from which the sglang preset and the scenario's defaults
+    (`scheduler.new_token_ratio`) fill these fields."""
 
-    init: float = 0.7
-    min: float = 0.098
-    decay_steps: int = 600
+    init: float
+    min: float
+    decay_steps: int
 
 
 @dataclass(frozen=True)
@@ -53,6 +56,12 @@ class SchedulingRule:
     whole_output_reservation: bool = False
     cuda_graph_batch_sizes: tuple[int, ...] = ()
     new_token_ratio: NewTokenRatio | None = None
+    # TurboMind 0.1 (LMDeploy v0.1.0a1, src/turbomind/models/llama/LlamaBatch.cc InternalThreadEntry: Initialize,
+    # ContextDecode, then Generate): an iteration that admits prompts first runs their "context decode", every
+    # prompt token but the last, as passes of their own (a prefill-only step: the decodes wait), then one decode
+    # pass over every active sequence, in which each new prompt's last token computes its first output token (a
+    # mixed step of the decodes and those one-token chunks; no prompt is admitted in it).
+    context_pass: bool = False
 
     @property
     def is_default(self) -> bool:
@@ -70,6 +79,8 @@ class SchedulingRule:
             parts.append(f"decode batches padded to {len(self.cuda_graph_batch_sizes)} CUDA-graph sizes")
         if self.new_token_ratio is not None:
             parts.append(f"new-token ratio {self.new_token_ratio.init:g}->{self.new_token_ratio.min:g}")
+        if self.context_pass:
+            parts.append("context-decode pass before each decode pass that admits prompts")
         return ", ".join(parts) or "vLLM V1"
 
     def graph_sizes(self) -> np.ndarray:
@@ -84,6 +95,16 @@ def padded_batch(sorted_sizes, num_seqs):
         if size >= num_seqs:
             return size
     return num_seqs
+
+
+@njit(cache=True)
+def context_pass_chunk(remaining_tokens):
+    """The tokens a request admitted under `context_pass` computes in the context pass: all it has left but the
+    last, which its decode pass computes (TurboMind 0.1 LlamaBatch.cc ContextDecode: `h_input_length_buf_[i] =
+    missing - 1`, "skip last input token (will process with decoder later)"). A request with one token left has
+    no context decode there; here it computes that token in the context pass (an approximation for 1-token
+    prompts only)."""
+    return remaining_tokens - 1 if remaining_tokens > 1 else remaining_tokens
 
 
 @njit(cache=True)

@@ -306,12 +306,14 @@ def test_several_replicas_run_compiled_and_agree(router):
        rate=st.floats(1.0, 60.0), capacity=st.one_of(st.none(), st.integers(300, 8000)),
        block_size=st.sampled_from([1, 4, 16]), chunked=st.booleans(), budget=st.sampled_from([None, 64, 512, 4096]),
        max_num_seqs=st.sampled_from([3, 16, 256]), horizon=st.one_of(st.none(), st.floats(0.05, 30.0)),
-       fast_decode=st.booleans(), seed=st.integers(0, 10_000))
+       fast_decode=st.booleans(), seed=st.integers(0, 10_000), context=st.booleans())
 def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_same_records(
         mixed, group_steps, whole, graph_sizes, ratio, overhead, whole_steps, replicas, rate, capacity, block_size,
-        chunked, budget, max_num_seqs, horizon, fast_decode, seed):
+        chunked, budget, max_num_seqs, horizon, fast_decode, seed, context):
     if budget is not None and budget < max_num_seqs:
         budget = max_num_seqs
+    if context:  # TurboMind's context pass: unchunked, its decode pass mixed (sim/config/schema.py)
+        mixed, chunked = True, False
     cost_model = dict(whole_steps or {"kind": "roofline"})
     if overhead is not None:
         cost_model["overhead"] = overhead
@@ -320,7 +322,7 @@ def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_sam
                     fast_decode=fast_decode, seed=seed, cost_model=cost_model, replicas=replicas)
     spec["scheduler"].update(mixed_batches=mixed, decode_steps_per_schedule=group_steps,
                              kv_reservation="whole_output" if whole else "on_demand",
-                             cuda_graph_batch_sizes=graph_sizes, new_token_ratio=ratio)
+                             cuda_graph_batch_sizes=graph_sizes, new_token_ratio=ratio, context_pass=context)
     python, compiled = both(spec)
     assert compiled.extras["engine_core"] == "compiled" or (
         replicas > 1 and "two events at one time" in compiled.extras["engine_core"])

@@ -97,6 +97,35 @@ def test_a_scenario_key_overrides_the_preset_and_a_flag_sets_its_key():
     assert eager.cost_model.overhead.engine == "vllm-eager"
 
 
+LLAMA2_7B_A100 = {"model": "llama-2-7b", "hardware": {"gpu": "a100-80gb"}}
+
+
+def test_lmdeploy_turbomind_takes_its_config_ini_and_runs_a_context_pass_before_each_decode_pass():
+    # benchmark/benchmark_7b.sh at ebe90bc9: max_context_token_num 4, cache_chunk_size -1, cache_max_entry_count
+    # 1000 (> 1: that many 128-token k/v blocks), max_batch_size 128; session_len 4096 + 8 (lmdeploy convert llama2)
+    sc = scenario({"name": "lmdeploy", "version": "0.1.0a1", "max_context_token_num": 4, "cache_chunk_size": -1,
+                   "cache_max_entry_count": 1000, "max_batch_size": 128}, **LLAMA2_7B_A100)
+    s = sc.scheduler
+    assert s.rule().context_pass and s.mixed_batches and not s.chunked_prefill
+    assert s.rule().describe() == "context-decode pass before each decode pass that admits prompts"
+    assert s.max_num_seqs == 128 and s.max_num_batched_tokens == 128 * 4104  # no per-iteration token budget
+    assert s.max_model_len == 4096  # session_len 4104, cut to Llama-2's context
+    assert (sc.kv_cache.block_size, sc.kv_cache.capacity_tokens) == (128, 1000 * 128)
+
+
+def test_lmdeploy_sizes_its_blocks_from_the_gpus_total_memory_and_cuts_session_len_to_them():
+    # lmdeploy convert's default cache_max_entry_count 0.5 (< 1): 0.5 x 85,899,345,920 B of blocks of
+    # 2 x 80 layers x (8 kv heads / TP 4) x 128 tokens x 128 x 2 B = 10,485,760 B: 4,096 blocks per GPU
+    sc = scenario({"name": "lmdeploy", "version": "v0.1.0a0", "tp": 4}, model="llama-2-70b",
+                  hardware={"gpu": "a100-80gb"})
+    assert sc.hardware.tensor_parallel == 4 and sc.scheduler.max_num_seqs == 64  # convert's max_batch_size
+    assert sc.kv_cache.capacity_tokens == 4096 * 128
+    # 10 blocks hold 1,280 tokens: LlamaV2.cc cuts session_len to them
+    small = scenario({"name": "lmdeploy", "version": "0.1.0a1", "cache_max_entry_count": 10, "session_len": 2048},
+                     **LLAMA2_7B_A100).scheduler
+    assert small.max_model_len == 1280 and small.max_num_batched_tokens == 64 * 1280
+
+
 def test_a_dumped_scenario_validates_to_itself():
     sc = scenario({"name": "sglang", "version": "0.5.3.post3"})
     again = validate_scenario(sc.model_dump(mode="json"))
@@ -104,7 +133,20 @@ def test_a_dumped_scenario_validates_to_itself():
 
 
 @pytest.mark.parametrize(("engine", "sections", "words"), [
-    ({"name": "lmdeploy", "version": "0.1.0"}, {}, "engine.name: 'lmdeploy' is not an engine preset"),
+    ({"name": "lmdeploy-turbomind", "version": "0.1.0a1"}, {}, "engine.name: 'lmdeploy-turbomind' is not an engine "
+                                                                "preset"),
+    ({"name": "lmdeploy", "version": "0.1.0"}, {}, "is not a TurboMind scheduler the lmdeploy preset models"),
+    ({"name": "lmdeploy", "version": "0.1.0a2"}, {}, "v0.1.0a2 unified the prefill and decode passes"),
+    ({"name": "lmdeploy", "version": "0.2.0"}, {}, "engine.version: '0.2.0' is not a lmdeploy version"),
+    ({"name": "lmdeploy", "version": "0.1.0a1", "step_length": 2}, {}, "engine.step_length: 2 is not modelled"),
+    ({"name": "lmdeploy", "version": "0.1.0a1", "cache_max_entry_count": 0}, {},
+     "engine.cache_max_entry_count: 0 is not allowed"),
+    ({"name": "lmdeploy", "version": "0.1.0a1", "max_running_requests": 8}, {},
+     "engine.max_running_requests: not a flag of the lmdeploy preset"),
+    ({"name": "lmdeploy", "version": "0.1.0a1", "max_batch_size": 128}, {"scheduler": {"max_num_seqs": 64}},
+     "engine.max_batch_size: 128 contradicts scheduler.max_num_seqs 64"),
+    ({"name": "lmdeploy", "version": "0.1.0a1"}, {"scheduler": {"chunked_prefill": True}},
+     "context_pass needs chunked_prefill false"),
     ({"name": "vllm", "version": "0.3.0"}, {}, "engine.version: '0.3.0' is not a vllm version"),
     ({"name": "vllm", "version": 0.11}, {}, "engine.version: 0.11 is not allowed"),
     ({"name": "vllm", "version": "0.11.0", "max_running_requests": 8}, {}, "engine.max_running_requests: not a flag"),
@@ -142,4 +184,22 @@ def test_a_run_names_its_engine_and_what_the_preset_approximates():
     notes = result.extras["engine_notes"]
     assert any("v0.11.0's batch defaults assumed" in n for n in notes)  # 0.9.2's own defaults were not read
     assert any("fitted on" in n for n in notes)  # where its CPU terms and front-end come from
+
+
+def test_a_run_reads_the_notes_kept_when_the_preset_was_applied_and_the_dump_leaves_them_out(monkeypatch):
+    import yaml
+
+    import sim.config.engines as engines
+    from sim.run import simulate
+    sc = scenario({"name": "vllm", "version": "0.9.2"})
+    assert any("v0.11.0's batch defaults assumed" in n for n in sc.engine.notes)
+    dumped = sc.to_yaml()
+    assert "batch defaults assumed" not in dumped
+    assert validate_scenario(yaml.safe_load(dumped)) == sc  # read back, the preset derives the same notes again
+
+    def derive_again(*args, **kwargs):
+        raise AssertionError("the preset was derived again")
+
+    monkeypatch.setattr(engines, "_derive", derive_again)
+    assert simulate(sc).extras["engine_notes"] == sc.engine.notes
 

@@ -26,6 +26,6 @@ def test_a_preset_run_and_the_planner_label_its_fitted_term_alike():
     run_label = simulate(validate_scenario(copy.deepcopy(spec))).extras["cost_model_label"]
     assert "vllm-cudagraph overhead (per_step_s " in run_label
     overhead_part = run_label.split(" + ", 1)[1].removesuffix(" (default)")
-    raw, terms = apply_engine_preset(copy.deepcopy(spec))  # the preset's values, as the planner's raw holds them
+    raw, terms, _ = apply_engine_preset(copy.deepcopy(spec))  # the preset's values, as the planner's raw holds them
     materialized, _ = default_cost_model(raw, terms)
     assert cost_model_label({**raw, "cost_model": materialized}).endswith(overhead_part)

@@ -1,7 +1,7 @@
 """The engines' scheduling rules (sim/sched/rules.py) on tiny configs, schedules computed by hand, no event loop:
 prefill-only or decode-only steps (SGLang, vLLM V0), groups of decode steps (vLLM V0 --num-scheduler-steps), the
 whole sequence reserved at admission (TensorRT-LLM GUARANTEED_NO_EVICT), decode batches padded to CUDA-graph sizes,
-and SGLang's new-token ratio."""
+SGLang's new-token ratio, and TurboMind's context pass (LMDeploy 0.1)."""
 
 import numpy as np
 import pytest
@@ -9,7 +9,14 @@ from helpers import make_request
 
 from sim.kv.paged import PagedKVManager
 from sim.sched.continuous import ContinuousScheduler
-from sim.sched.rules import NewTokenRatio, SchedulingRule, new_token_ratio, padded_batch, ratio_admits
+from sim.sched.rules import (
+    NewTokenRatio,
+    SchedulingRule,
+    context_pass_chunk,
+    new_token_ratio,
+    padded_batch,
+    ratio_admits,
+)
 
 
 def scheduler(kv, rule, budget=64, max_num_seqs=8, chunked=True):
@@ -153,3 +160,92 @@ def test_new_token_ratio_holds_back_a_request_the_blocks_alone_would_admit():
     step(plain, 0.0)
     plain.add_request(b2)
     assert step(plain, 1.0).prefill_request_ids == [b2.request_id]
+
+
+# --- TurboMind's context pass (LMDeploy 0.1.0a1, LlamaBatch.cc: ContextDecode, then Generate) -------------------
+
+CONTEXT = SchedulingRule(context_pass=True)
+
+
+def test_a_context_pass_computes_the_prompt_but_its_last_token_and_the_decode_pass_gives_the_first_token():
+    # 16 blocks of 4 slots, no token budget to speak of. a: 6 prompt tokens, 3 output tokens.
+    kv = PagedKVManager(16, 4)
+    sched = scheduler(kv, CONTEXT, budget=1000, chunked=False)
+    a = make_request(6, 3)
+    sched.add_request(a)
+    p = step(sched, 0.0)  # the context pass: tokens 1..5 alone, no output
+    assert p.prefill_request_ids == [a.request_id] and p.prefill_chunk_tokens == [5] and p.num_decode_seqs == 0
+    assert p.num_sampled_seqs == 0 and a.num_computed_tokens == 5 and a.num_output_tokens == 0
+    assert kv.num_free_blocks == 16 - 2  # blocks for the 5 tokens computed
+    b = make_request(5, 3)
+    sched.add_request(b)
+    p = step(sched, 1.0)  # the decode pass: a's last prompt token gives its first output; b waits for the next
+    assert p.prefill_request_ids == [a.request_id] and p.prefill_chunk_tokens == [1]
+    assert p.prefill_context_tokens == [5] and p.new_request_ids == [] and p.num_sampled_seqs == 1
+    assert a.num_output_tokens == 1 and a.num_computed_tokens == 6
+    p = step(sched, 2.0)  # b's context pass (4 tokens); a's decode waits
+    assert p.prefill_request_ids == [b.request_id] and p.prefill_chunk_tokens == [4] and p.num_decode_seqs == 0
+    sched.tracker.sync(a)
+    assert a.num_output_tokens == 1
+    p = step(sched, 3.0)  # the decode pass: a decodes, b's last prompt token gives its first output
+    assert p.prefill_request_ids == [b.request_id] and p.prefill_chunk_tokens == [1] and p.num_decode_seqs == 1
+    sched.tracker.sync(a)
+    assert a.num_output_tokens == 2 and b.num_output_tokens == 1
+    p = step(sched, 4.0)  # nothing waits: a decode-only step (an iteration without a context pass)
+    assert not p.prefill_request_ids and p.num_decode_seqs == 2
+
+
+def test_one_context_pass_takes_every_prompt_the_slots_and_blocks_allow():
+    # max_batch_size 3 slots: three of four waiting prompts go through one context pass, with no token budget
+    # between them (TurboMind splits them into sub-batches of max_context_token_num tokens, passes of one step here)
+    kv = PagedKVManager(64, 4)
+    sched = scheduler(kv, CONTEXT, budget=1000, max_num_seqs=3, chunked=False)
+    reqs = [make_request(n, 4) for n in (9, 17, 4, 7)]
+    for r in reqs:
+        sched.add_request(r)
+    p = step(sched, 0.0)
+    assert p.new_request_ids == [r.request_id for r in reqs[:3]]
+    assert p.prefill_chunk_tokens == [8, 16, 3] and p.num_decode_seqs == 0
+    assert kv.num_free_blocks == 64 - (2 + 4 + 1)
+    p = step(sched, 1.0)
+    assert p.prefill_chunk_tokens == [1, 1, 1] and p.num_sampled_seqs == 3 and p.new_request_ids == []
+
+
+def test_a_one_token_remainder_is_computed_in_the_context_pass():
+    assert [context_pass_chunk(n) for n in (1, 2, 3, 2048)] == [1, 1, 2, 2047]
+    sched = scheduler(PagedKVManager(16, 4), CONTEXT, budget=1000, chunked=False)
+    a = make_request(1, 3)
+    sched.add_request(a)
+    p = step(sched, 0.0)
+    assert p.prefill_chunk_tokens == [1] and p.num_sampled_seqs == 1 and a.num_output_tokens == 1
+
+
+def test_out_of_blocks_the_context_pass_preempts_the_latest_and_recomputes_its_tokens_but_the_last():
+    # 6 blocks of 4 slots: two requests of 8 prompt tokens take 2 blocks each in their context pass (7 tokens) and
+    # grow; the later one is preempted when the earlier needs a block, and comes back through a context pass of
+    # its prompt and output but the last token.
+    kv = PagedKVManager(6, 4)
+    sched = scheduler(kv, CONTEXT, budget=1000, chunked=False)
+    a, b = make_request(8, 12), make_request(8, 12)
+    sched.add_request(a)
+    sched.add_request(b)
+    p = step(sched, 0.0)
+    assert p.prefill_chunk_tokens == [7, 7]
+    now, victim_plan = 1.0, None
+    while victim_plan is None:
+        p = step(sched, now)
+        now += 1.0
+        if p.preempted_request_ids:
+            victim_plan = p
+    assert victim_plan.preempted_request_ids == [b.request_id]
+    generated = b.num_output_tokens
+    p = None
+    while a.status.value != "finished":
+        p = step(sched, now)
+        now += 1.0
+        assert b.request_id not in p.new_request_ids or p.prefill_chunk_tokens == [8 + generated - 1]
+    while b.request_id not in sched.running:
+        p = step(sched, now)
+        now += 1.0
+    assert p.new_request_ids == [b.request_id] and p.prefill_chunk_tokens == [8 + generated - 1]
+    assert p.num_decode_seqs == 0
