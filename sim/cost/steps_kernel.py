@@ -18,6 +18,7 @@ import math
 import numpy as np
 
 from sim.cost.jit import njit
+from sim.cost.roofline_kernel import chunk_pairs, window_context
 
 # Indices into a physics scalars array (`StepPhysics.scalars`).
 (Q_HQ, Q_HKV, Q_HEAD_DIM, Q_ELEM_BYTES, Q_NUM_LAYERS, Q_ELEMENTWISE_BYTES, Q_HEAD_IN, Q_HEAD_OUT,
@@ -85,12 +86,7 @@ def _head_op(head_in, head_out, eb, rows, which):
 
 @njit(cache=True)
 def _prefill_attention(hq, hkv, d, eb, num_layers, window, chunk, context):
-    if window:
-        pairs = chunk * min(context + (chunk + 1) / 2, window)
-        kv_tokens = min(context + chunk, window)
-    else:
-        pairs = chunk * (context + (chunk + 1) / 2)
-        kv_tokens = context + chunk
+    pairs, kv_tokens = chunk_pairs(chunk, context, window)
     flops = 4.0 * hq * d * pairs
     nbytes = (kv_tokens * 2 * hkv * d + 2 * chunk * hq * d) * eb
     return num_layers * flops, num_layers * nbytes
@@ -98,8 +94,7 @@ def _prefill_attention(hq, hkv, d, eb, num_layers, window, chunk, context):
 
 @njit(cache=True)
 def _decode_attention(hq, hkv, d, eb, num_layers, window, batch, context_tokens, query_tokens):
-    if window:
-        context_tokens = min(context_tokens, batch * window)
+    context_tokens = window_context(context_tokens, batch, window)
     flops = 4.0 * hq * d * query_tokens * context_tokens
     nbytes = (context_tokens * 2 * hkv * d + 2 * batch * query_tokens * hq * d) * eb
     return num_layers * flops, num_layers * nbytes
