@@ -44,7 +44,7 @@ from calibrate.fidelity.machine import cpuinfo  # noqa: E402
 from calibrate.kernels.attention_backends import prefill_call  # noqa: E402
 from sim.cost import roofline_kernel as rk  # noqa: E402
 from sim.cost.roofline import RooflineCostModel  # noqa: E402
-from sim.model.attention_io import TORCH_CPU_FLASH_KV_BLOCK, math_sdpa_pass_bytes  # noqa: E402
+from sim.model.attention_io import TORCH_CPU_FLASH_KV_BLOCK  # noqa: E402
 from sim.model.specs import GPUSpec, ModelSpec  # noqa: E402
 
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -118,13 +118,24 @@ def this_cpu(r: dict, l3_bytes: int, terms: bool = True) -> GPUSpec:
                    step_overhead_s=0, **extra)
 
 
-def simulated_s(device: GPUSpec, heads: int, d: int, n: int, kernel: str) -> float:
-    """The simulator's price of one layer's causal prefill attention of N tokens (no context) on `device`, fp32."""
+def _cost(device: GPUSpec, heads: int, d: int, n: int, kernel: str) -> RooflineCostModel:
+    """The simulator's roofline for one layer of `heads` heads x d, fp32, on `device`."""
     model = ModelSpec(name=f"bench-{heads}x{d}", num_layers=1, hidden_size=heads * d, num_attention_heads=heads,
                       num_kv_heads=heads, head_dim=d, ffn_size=1, vocab_size=1, max_context=max(n, 1), attention="mha")
-    cost = RooflineCostModel(model, device, kv_dtype="fp32", attention_dtype="fp32", attention_kernel=kernel)
+    return RooflineCostModel(model, device, kv_dtype="fp32", attention_dtype="fp32", attention_kernel=kernel)
+
+
+def simulated_s(device: GPUSpec, heads: int, d: int, n: int, kernel: str) -> float:
+    """The simulator's price of one layer's causal prefill attention of N tokens (no context) on `device`, fp32."""
     chunk, context = np.array([n], dtype=np.int64), np.zeros(1, dtype=np.int64)
-    return rk.attention_parts(cost._pack()[0], n, chunk, context, 1, 0, 0, 1)[0]
+    return rk.attention_parts(_cost(device, heads, d, n, kernel)._pack()[0], n, chunk, context, 1, 0, 0, 1)[0]
+
+
+def simulated_fresh_bytes(device: GPUSpec, heads: int, d: int, n: int) -> float:
+    """The bytes the simulator's materialized kernel first-touches for that prefill (its pack's per-pair, per-query
+    and per-key terms: N x N pairs, N queries, N keys)."""
+    per_pair, per_query, per_key = _cost(device, heads, d, n, "materialized").fresh_bytes
+    return n * n * per_pair + n * per_query + n * per_key
 
 
 def _load() -> str:
@@ -185,7 +196,7 @@ def main() -> None:
         flash_s, mat_s = simulated_s(cpu, h, d, n, "flash"), simulated_s(cpu, h, d, n, "materialized")
         measured, modelled = t["flash"] / t["materialized"], flash_s / mat_s
         without = simulated_s(bare, h, d, n, "flash") / simulated_s(bare, h, d, n, "materialized")
-        fresh_mib = sum(f for *_, f in math_sdpa_pass_bytes(n, d, h)) / _MIB
+        fresh_mib = simulated_fresh_bytes(cpu, h, d, n) / _MIB
         err = modelled / measured - 1
         rows.append(f"| {n:,} | {t['flash'] * 1e3:.1f} | {flash_s * 1e3:.1f} | {t['materialized'] * 1e3:.1f} | "
                     f"{mat_s * 1e3:.1f} | {measured:.3f} | **{modelled:.3f}** | {err:+.1%} | "

@@ -214,9 +214,9 @@ def main(argv: list[str] | None = None) -> int:
     print("\nEngine presets applied (sim/config/engines.py: each engine's own defaults for the GPU and version):")
     from sim.config.engines import PRESETS
     for key in sorted({r.case.engine.key for r in results}):
-        preset = PRESETS.get(key)
-        print(f"  {ps.ENGINE_LABELS[key]}: " + (f"{preset.derive.__doc__.split(chr(10))[0].strip() if preset.derive.__doc__ else ''} "
-                                                 f"Source: {preset.source}." if preset else "no preset"))
+        preset = PRESETS[key]
+        summary = " ".join(preset.derive.__doc__.split("\n\n")[0].split()) if preset.derive.__doc__ else ""
+        print(f"  {ps.ENGINE_LABELS[key]}: {summary} Source: {preset.source}.")
     if args.csv:
         write_csv(args.csv, results, args.cost_model)
         print(f"\nCSV: {args.csv}")

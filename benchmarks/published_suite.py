@@ -48,6 +48,8 @@ from typing import Any, Callable
 
 import yaml
 
+from sim.config.engines import PRESETS
+
 HERE = Path(__file__).resolve().parent
 DATA_DIR = HERE / "published"
 ROOT = HERE.parent
@@ -60,7 +62,7 @@ ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "
 
 # The engines with a preset (sim/config/engines.py: each engine's own defaults for the GPU and version, with the
 # source file and version cited there).
-PRESET_ENGINES = ("vllm", "sglang", "trtllm", "lmdeploy")
+PRESET_ENGINES = tuple(PRESETS)
 
 # How a run's command-line flags are spelled for its engine's preset (the preset's flag names, sim/config/engines.py).
 PRESET_FLAGS = {
@@ -73,8 +75,7 @@ PRESET_FLAGS = {
                "--max_batch_size": "max_batch_size", "--max_num_tokens": "max_num_tokens",
                "--kv_cache_free_gpu_memory_fraction": "kv_cache_free_gpu_memory_fraction"},
     # LMDeploy's run scripts write TurboMind's config.ini keys, which the preset spells the same way
-    "lmdeploy": {k: k for k in ("max_batch_size", "cache_max_entry_count", "cache_block_seq_len", "session_len",
-                                "max_context_token_num", "cache_chunk_size", "step_length")},
+    "lmdeploy": {k: k for k, flag in PRESETS["lmdeploy"].flags.items() if flag.target != "hardware.tensor_parallel"},
 }
 
 
@@ -806,8 +807,8 @@ FRONTEND_TERMS = ("latency_s",)
 
 def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
              num_requests: int | None = None) -> dict:
-    """The case's scenario (a dict for validate_scenario): the model, GPU and TP of the run, its engine preset (or
-    LMDeploy's settings), its workload, `cost_model` (empty: the best available, sim/config/cost_choice.py), and
+    """The case's scenario (a dict for validate_scenario): the model, GPU and TP of the run, its engine preset, its
+    workload, `cost_model` (empty: the best available, sim/config/cost_choice.py), and
     the `fitted` numbers: CPU terms into the cost model's overhead, front-end terms into a front-end for runs
     measured at an HTTP client. `num_requests` (tests only) shrinks the run. Raises NotSimulated."""
     why = unsupported(case, cost_model)

@@ -360,9 +360,9 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                 cap = 1 << 62
             else:
                 cap = int((last_s - now) / time_s) + (2 if check_s < bound else 1)
+            # (a context pass admits whatever the decodes use of the budget)
             limit = _decode_run_limit(sr, r, heap_all, bucket_all, req, cap, clock, bs, num_preempted, num_new,
-                                      max_seqs, max_batched, key_base, mixed and not context)  # (a context pass
-                                      # admits whatever the decodes use of the budget)
+                                      max_seqs, max_batched, key_base, mixed and not context)
             if limit > 1:
                 end_r = now
                 k_steps = 0
@@ -416,8 +416,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
                        pf_snap, step_id, admit):
     """`ContinuousScheduler._schedule_prefills`: the running prefills' chunks in admission order, then (if `admit`)
     waiting requests in order while a sequence slot, the budget, the KV (and the rule's admission test) allow; the
-    step's
-    chunks go to plan_all[:, r] from 0. (chunks, admitted, preempted, sampled, 0 or DIVERGED)."""
+    step's chunks go to plan_all[:, r] from 0. (chunks, admitted, preempted, sampled, 0 or DIVERGED)."""
     n_req = req.shape[1]
     max_seqs, bs = cfg[C_MAX_SEQS], cfg[C_BLOCK_SIZE]
     chunked, whole, ratio_on = cfg[C_CHUNKED] != 0, cfg[C_WHOLE], cfg[C_RATIO] != 0

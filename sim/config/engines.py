@@ -369,11 +369,10 @@ def _derive_lmdeploy(ctx: Context) -> PresetResult:
     if entries >= 1:
         blocks = int(entries)
     elif model is not None:
-        # [2, layers, local kv heads, block_len, head_dim] of fp16 (quant_policy 0), per GPU
+        # [2, layers, local kv heads, block_len, head_dim] per GPU, in the scenario's KV dtype (fp16: quant_policy 0)
+        from sim.model.memory import kv_bytes_per_token
         q = ctx.raw.get("quantization") or {}
-        elem = 1 if q.get("kv_cache") in ("int8", "fp8") else 2
-        block_bytes = 2 * model.num_layers * max(model.num_kv_heads // ctx.tensor_parallel, 1) * block_len \
-            * model.head_dim * elem
+        block_bytes = kv_bytes_per_token(model, q.get("kv_cache") or "bf16", ctx.tensor_parallel) * block_len
         blocks = int(ctx.gpu.hbm_bytes * entries) // block_bytes
     if blocks is not None:
         values["kv_cache.capacity_tokens"] = blocks * block_len
@@ -599,7 +598,8 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
             flags: dict) -> PresetResult:
     gpu, model = _resolve_gpu_and_model(raw)
     hardware = raw.get("hardware") or {}
-    tp = flags.get("tensor_parallel_size", flags.get("tp_size", flags.get("tp", hardware.get("tensor_parallel", 1))))
+    tp_flag = next((key for key, flag in preset.flags.items() if flag.target == "hardware.tensor_parallel"), None)
+    tp = flags.get(tp_flag, hardware.get("tensor_parallel", 1) if isinstance(hardware, dict) else 1)
     pp = hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1
     ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
                   pp if isinstance(pp, int) else 1, model, raw)
@@ -695,20 +695,29 @@ def engine_model_misfit(scenario) -> tuple[float, str] | None:
     if getattr(scenario, "engine", None) is None or scenario.engine.name not in PRESETS:
         return None
     fits = _fitted_table().get("engines", {})
-    for engines, whose in (((scenario.engine.name,), f"the {scenario.engine.name} preset's"),
-                           (tuple(fits), "every preset's (none of its own has residuals to spare)")):
-        squares, dof, versions = 0.0, 0, []
-        for engine in engines:
-            for version, entry in fits.get(engine, {}).items():
-                error, fitted = entry.get("fit_error"), len(entry.get("terms", {}))
-                if error and error["residuals"] > fitted:
-                    squares += error["rms_log"] ** 2 * error["residuals"]
-                    dof += error["residuals"] - fitted
-                    versions.append(f"{engine} {version}")
-        if dof:
-            return math.sqrt(squares / dof), (f"{whose} misfit on its fit runs, pooled over {len(versions)} fitted "
-                                              f"versions ({dof} degrees of freedom; sim/config/engine_terms.json)")
-    return None
+    whose = f"the {scenario.engine.name} preset's"
+    sigma, dof, versions = _pooled_misfit({scenario.engine.name: fits.get(scenario.engine.name, {})})
+    if not dof:
+        whose = "every preset's (none of its own has residuals to spare)"
+        sigma, dof, versions = _pooled_misfit(fits)
+    if not dof:
+        return None
+    return sigma, (f"{whose} misfit on its fit runs, pooled over {versions} fitted versions ({dof} degrees of "
+                   "freedom; sim/config/engine_terms.json)")
+
+
+def _pooled_misfit(fits: dict) -> tuple[float, int, int]:
+    """(unbiased residual sigma, degrees of freedom, versions) pooled over these engines' fitted versions that have
+    more residuals than fitted terms; (0, 0, 0) without any."""
+    squares, dof, versions = 0.0, 0, 0
+    for entries in fits.values():
+        for entry in entries.values():
+            error, fitted = entry.get("fit_error"), len(entry.get("terms", {}))
+            if error and error["residuals"] > fitted:
+                squares += error["rms_log"] ** 2 * error["residuals"]
+                dof += error["residuals"] - fitted
+                versions += 1
+    return (math.sqrt(squares / dof) if dof else 0.0), dof, versions
 
 
 def engine_term_spread(scenario) -> list[TermSpread]:

@@ -22,7 +22,7 @@ import numpy as np
 
 from sim.cost.interpolation import bracket, log_ratio_1d, log_ratio_2d
 from sim.cost.jit import njit
-from sim.cost.roofline_kernel import ACT_BYTES, op_time
+from sim.cost.roofline_kernel import ACT_BYTES, layer_allreduce_s, op_time
 
 # Indices into the float64 array `params[0]`.
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_MIN_KERNEL_S, P_OVERHEAD_S, P_ALLREDUCE, P_AR_LINK_BYTES_PER_S, P_AR_LATENCY_S,
@@ -283,9 +283,7 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
     if s[P_ALLREDUCE] == ALLREDUCE_CURVE:
         common += 2 * _curve(s, curves, grids, ratios, log, count, int(s[P_AR_CURVE]), t * s[P_HIDDEN])
     elif s[P_ALLREDUCE] == ALLREDUCE_CATALOG:
-        tp = s[P_TP]
-        message = t * s[P_HIDDEN] * ACT_BYTES
-        common += 2 * (s[P_AR_LATENCY_S] + 2 * (tp - 1) / tp * message / s[P_AR_LINK_BYTES_PER_S])
+        common += layer_allreduce_s(t, s[P_HIDDEN], s[P_TP], s[P_AR_LATENCY_S], s[P_AR_LINK_BYTES_PER_S])
     terms = np.empty(layers.shape[0])
     for g in range(layers.shape[0]):
         layer_s = common

@@ -18,6 +18,7 @@ from sim.cost.packed import PackedCostModel
 from sim.cost.step_args import NO_CHUNKS, step_args
 from sim.errors import ConfigError
 from sim.model.attention_io import ATTENTION_KERNELS, math_sdpa_terms
+from sim.model.attention_io import heads_per_gpu as attention_heads_per_gpu
 from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token
 from sim.model.shapes import layer_groups, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
@@ -81,7 +82,7 @@ class RooflineCostModel(PackedCostModel):
         self.step_overhead_s = gpu.step_overhead_s if step_overhead_s is None else step_overhead_s
         self.weight_bytes_per_param = DTYPE_BYTES[weight_dtype]
         self.kv_bytes_per_token_layer = kv_bytes_per_token(model, kv_dtype, tensor_parallel) / model.num_layers
-        heads_per_gpu = model.num_attention_heads // tensor_parallel
+        heads_per_gpu = attention_heads_per_gpu(model, tensor_parallel)
         if model.attention == "mla":
             qk_dim = model.qk_nope_head_dim + model.qk_rope_head_dim
             v_dim = model.v_head_dim

@@ -15,6 +15,7 @@ import math
 import numpy as np
 
 from sim.cost.jit import njit
+from sim.model.attention_io import MATH_SDPA_MATMULS, MATH_SDPA_PASSES
 
 # Indices into the float64 array `params[0]`.
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_OVERHEAD_S, P_ATTN_FLOPS_PER_PAIR, P_KV_BYTES_PER_TOKEN_LAYER, P_Q_BYTES_PER_TOKEN,
@@ -27,7 +28,7 @@ from sim.cost.jit import njit
 # per unit, FLOPs per unit.
 U_PAIR, U_QUERY, U_KEY = range(3)
 PASS_COLUMNS = 3
-MAX_PASSES = 16
+MAX_PASSES = len(MATH_SDPA_PASSES) - len(MATH_SDPA_MATMULS)  # every pass a dtype can run, less the matmuls
 NUM_PRICE = P_PASSES + PASS_COLUMNS * MAX_PASSES
 # Columns of a matmul row (`mm`, `lm_head`): weight params (all experts), params per token, experts, experts each
 # token routes to, in features, out features.
@@ -67,8 +68,6 @@ def pack(model) -> tuple:
         scalars[P_MATERIALIZED] = 1.0
         scalars[P_SCORE_BYTES_PER_PAIR] = model.score_bytes_per_pair
         scalars[P_FRESH_PER_PAIR], scalars[P_FRESH_PER_QUERY], scalars[P_FRESH_PER_KEY] = model.fresh_bytes
-        if len(model.materialized_passes) > MAX_PASSES:
-            raise ValueError(f"{len(model.materialized_passes)} materialized passes; the pack holds {MAX_PASSES}")
         scalars[P_NUM_PASSES] = len(model.materialized_passes)
         for k, row in enumerate(model.materialized_passes):
             scalars[P_PASSES + PASS_COLUMNS * k:P_PASSES + PASS_COLUMNS * (k + 1)] = row

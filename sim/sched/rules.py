@@ -80,7 +80,7 @@ class SchedulingRule:
         if self.new_token_ratio is not None:
             parts.append(f"new-token ratio {self.new_token_ratio.init:g}->{self.new_token_ratio.min:g}")
         if self.context_pass:
-            parts.append("context-decode pass before each decode pass that admits prompts")
+            parts.append("a context-decode pass in each iteration that admits prompts")
         return ", ".join(parts) or "vLLM V1"
 
     def graph_sizes(self) -> np.ndarray:

@@ -42,7 +42,6 @@ def test_materialized_512_tokens_by_hand_each_pass_in_the_cache_or_memory_then_t
         (pairs * 10, 1e11), (pairs * 2, 1e11), (pairs * 16, 1e11),  # S == -inf, all, where
     ]
     fresh = pairs * (9 * 2 + 6) + 512 * 2048 + 512 * 1024  # S, P, bool; three masks; Q*s, O; K*s: 7.5 MiB
-    assert fresh == 7_864_320
     expected = mm + sum(b / bw for b, bw in passes) + fresh / 3e9
     assert prefill_s(CPU, "materialized", 512) == pytest.approx(expected, rel=1e-12)
     # Without a cache every pass runs from memory; without a first touch nothing is added.

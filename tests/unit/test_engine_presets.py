@@ -107,7 +107,7 @@ def test_lmdeploy_turbomind_takes_its_config_ini_and_runs_a_context_pass_before_
                    "cache_max_entry_count": 1000, "max_batch_size": 128}, **LLAMA2_7B_A100)
     s = sc.scheduler
     assert s.rule().context_pass and s.mixed_batches and not s.chunked_prefill
-    assert s.rule().describe() == "context-decode pass before each decode pass that admits prompts"
+    assert s.rule().describe() == "a context-decode pass in each iteration that admits prompts"
     assert s.max_num_seqs == 128 and s.max_num_batched_tokens == 128 * 4104  # no per-iteration token budget
     assert s.max_model_len == 4096  # session_len 4104, cut to Llama-2's context
     assert (sc.kv_cache.block_size, sc.kv_cache.capacity_tokens) == (128, 1000 * 128)

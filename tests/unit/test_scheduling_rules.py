@@ -233,6 +233,7 @@ def test_out_of_blocks_the_context_pass_preempts_the_latest_and_recomputes_its_t
     assert p.prefill_chunk_tokens == [7, 7]
     now, victim_plan = 1.0, None
     while victim_plan is None:
+        assert now < 100, "no preemption within 100 steps"
         p = step(sched, now)
         now += 1.0
         if p.preempted_request_ids:
@@ -241,10 +242,12 @@ def test_out_of_blocks_the_context_pass_preempts_the_latest_and_recomputes_its_t
     generated = b.num_output_tokens
     p = None
     while a.status.value != "finished":
+        assert now < 200, "a never finished"
         p = step(sched, now)
         now += 1.0
         assert b.request_id not in p.new_request_ids or p.prefill_chunk_tokens == [8 + generated - 1]
     while b.request_id not in sched.running:
+        assert now < 300, "b was never readmitted"
         p = step(sched, now)
         now += 1.0
     assert p.new_request_ids == [b.request_id] and p.prefill_chunk_tokens == [8 + generated - 1]
