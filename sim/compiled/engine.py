@@ -21,6 +21,7 @@ import numpy as np
 from sim.core.request import Request
 from sim.core.router import LeastOutstandingRouter, RoundRobinRouter
 from sim.cost.draws import no_draws
+from sim.machine import plain_pages
 
 # A cold numba cache (a fresh install, or a changed core) costs ~1 min of compiling the core once: 50-57 s
 # measured on the 2-core development machine (AMD EPYC, 2026-11-25), where the SimPy engine ran bench_engine's
@@ -39,7 +40,14 @@ _cold = {"prefer_simpy": False, "requests_run": 0}  # this process's choice, and
 def prefer_simpy_while_cold() -> None:
     """Called by a one-shot command: its runs go to the SimPy engine while the core is cold (see above)."""
     _cold["prefer_simpy"] = True
-_ROWS_PER_CALL = 1 << 16  # rows kept in the kernel's buffers between two reads (and progress reports), at most
+_ROWS_PER_CALL = 1 << 16  # rows the kernel writes between two returns (progress reports), at most
+# The step rows' buffers start at about the rows a run of open arrivals writes (~3 a request: bench_engine writes
+# 2.75) and double when full; in ordinary pages (`sim.machine.plain_pages`), which the OS backs only as they are
+# written, so a generous start costs a small run nothing. The kernel writes each row once, and the step log takes
+# the buffers as they are (before: a copy of each 65k-row chunk, then the chunks joined, 1.3 s of 1M requests'
+# 8.6 s). The start is capped so that a huge run does not map more than the machine may grant at once.
+_ROWS_PER_REQUEST = 3
+_MAX_START_ROWS = 1 << 23
 # RequestLog's status code of each kernel request state at the end (NOT_ARRIVED, WAITING, RUNNING, FINISHED,
 # REJECTED): none, unfinished, unfinished, finished, rejected.
 _FINAL_STATUS = np.array([-1, 1, 1, 0, 2], dtype=np.int64)
@@ -196,13 +204,10 @@ def run_compiled(sim) -> bool:
     plan = np.zeros((3, num_replicas, max_seqs + 1), dtype=np.int64)
     pf_snap = np.zeros(max_seqs + 1, dtype=np.int64)
     run_tmp = np.zeros((num_replicas, scheduler.max_model_len + 2))
-    # Buffers sized to the run (small runs are many in a plan: zeroing 16 MB each would cost more than the run).
-    rows_per_call = min(_ROWS_PER_CALL, 1024 + 4 * n)
-    row_i = np.zeros((len(k.INT_COLUMNS) + 1, rows_per_call), dtype=np.int64)  # a column per row; the replica last
-    row_f = np.zeros((len(k.FLOAT_COLUMNS), rows_per_call))
-    max_run_steps = 4 * rows_per_call + scheduler.max_model_len + 2
-    run_dur = np.zeros(max_run_steps)
-    run_i = np.zeros((2, max_run_steps), dtype=np.int64)  # KV token states and internal slots of run steps
+    # The rows' buffers (a column per row; the replica last) and the decode runs' (every step's duration, the KV
+    # token states and internal slots of all but each run's last step): see _ROWS_PER_REQUEST.
+    row_i, row_f = _row_buffers(k, min(_MAX_START_ROWS, 1024 + _ROWS_PER_REQUEST * n))
+    run_dur, run_i = _run_buffers(4 * row_i.shape[1] + scheduler.max_model_len + 2)
     arrival_ev[:] = k.arrival_event_times(arrival_s)
     # The step-time draws (issue 31), the SimPy engine's: one float64 pack type either way, so one compiled loop.
     draws = no_draws() if sim.step_draws is None else np.ascontiguousarray(sim.step_draws, dtype=np.float64)
@@ -219,17 +224,23 @@ def run_compiled(sim) -> bool:
         return False
 
     while True:
+        # The kernel returns after _ROWS_PER_CALL rows (a progress report), or when a buffer is full (FLUSH).
+        yield_rows = min(row_i.shape[1], int(sg[k.G_ROWS]) + _ROWS_PER_CALL)
         code = k.run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan, pf_snap, run_tmp,
-                     row_i, row_f, run_dur, run_i, rows_per_call, max_run_steps, draws)
+                     row_i, row_f, run_dur, run_i, yield_rows, run_dur.shape[0], draws)
         if code == k.DIVERGED:
             return hand_back("two events at one time: SimPy's event order decides")
         if code == k.UNPRICED:
             return hand_back("more points outside the cost model's measured tables than its note log holds")
-        _append_rows(log, sg, row_i, row_f, run_dur, run_i, k, last=code == k.DONE)
+        if code == k.DONE:
+            _append_rows(log, sg, row_i, row_f, run_dur, run_i, k)
+            break
+        if sg[k.G_ROWS] >= row_i.shape[1]:
+            row_i, row_f = _grown(k, row_i, row_f, int(sg[k.G_ROWS]))
+        if sg[k.G_RUN_STEPS] + scheduler.max_model_len + 2 > run_dur.shape[0]:
+            run_dur, run_i = _grown_runs(run_dur, run_i, int(sg[k.G_RUN_STEPS]), int(sg[k.G_RUN_KV]))
         if (sr[:, k.I_HEAP_SIZE] + max_seqs + 1 > heap.shape[1]).any():
             heap = np.concatenate([heap, np.zeros_like(heap)], axis=1)
-        if code == k.DONE:
-            break
         if sim.progress is not None:
             sim.progress(float(sf[k.F_NOW]), int(sg[k.G_NUM_DONE]))
     outside = _outside_points(price)
@@ -291,22 +302,38 @@ def _clear_outside_points(price) -> None:
         price[3][-1][0] = 0  # the note log's length
 
 
-def _append_rows(log, sg, row_i, row_f, run_dur, run_i, k, last: bool) -> None:
-    """Hand the rows and run steps the kernel wrote to the step log (as array chunks); empty the buffers.
-    `last`: the kernel will not write to them again, so the log may keep views of them rather than copies."""
+def _row_buffers(k, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    return plain_pages((len(k.INT_COLUMNS) + 1, rows), np.int64), plain_pages((len(k.FLOAT_COLUMNS), rows), np.float64)
+
+
+def _run_buffers(steps: int) -> tuple[np.ndarray, np.ndarray]:
+    return plain_pages((steps,), np.float64), plain_pages((2, steps), np.int64)
+
+
+def _grown(k, row_i, row_f, rows: int) -> tuple[np.ndarray, np.ndarray]:
+    """The rows' buffers at twice the size, holding the first `rows` rows written so far."""
+    new_i, new_f = _row_buffers(k, 2 * row_i.shape[1])
+    new_i[:, :rows], new_f[:, :rows] = row_i[:, :rows], row_f[:, :rows]
+    return new_i, new_f
+
+
+def _grown_runs(run_dur, run_i, steps: int, kv_steps: int) -> tuple[np.ndarray, np.ndarray]:
+    new_dur, new_i = _run_buffers(2 * run_dur.shape[0])
+    new_dur[:steps], new_i[:, :kv_steps] = run_dur[:steps], run_i[:, :kv_steps]
+    return new_dur, new_i
+
+
+def _append_rows(log, sg, row_i, row_f, run_dur, run_i, k) -> None:
+    """Hand the rows and run steps the kernel wrote to the step log, as views of its buffers (it writes no more)."""
     rows, steps, kv_steps = int(sg[k.G_ROWS]), int(sg[k.G_RUN_STEPS]), int(sg[k.G_RUN_KV])
     run_tok, run_internal = run_i
-
-    def kept(column: np.ndarray) -> np.ndarray:
-        return column if last else column.copy()
-    columns = {"replica": kept(row_i[k.ROW_REPLICA, :rows])}
-    columns.update((name, kept(row_f[j, :rows])) for j, name in enumerate(k.FLOAT_COLUMNS))
-    columns.update((name, kept(row_i[j, :rows])) for j, name in enumerate(k.INT_COLUMNS))
+    columns = {"replica": row_i[k.ROW_REPLICA, :rows]}
+    columns.update((name, row_f[j, :rows]) for j, name in enumerate(k.FLOAT_COLUMNS))
+    columns.update((name, row_i[j, :rows]) for j, name in enumerate(k.INT_COLUMNS))
     zeros = np.zeros(kv_steps, dtype=np.int64)
     run_kv = {name: zeros for name in log.RUN_KV_COLUMNS}
-    run_kv["kv_token_slots"], run_kv["kv_internal_slots"] = kept(run_tok[:kv_steps]), kept(run_internal[:kv_steps])
-    log.add_chunk(columns, kept(run_dur[:steps]), run_kv)
-    sg[k.G_ROWS] = sg[k.G_RUN_STEPS] = sg[k.G_RUN_KV] = 0
+    run_kv["kv_token_slots"], run_kv["kv_internal_slots"] = run_tok[:kv_steps], run_internal[:kv_steps]
+    log.add_chunk(columns, run_dur[:steps], run_kv)
 
 
 def _fill_records(records, state, k, arrival_s, first_sched, first_tok, last_tok, finish_s, prompt, out,

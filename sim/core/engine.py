@@ -100,9 +100,8 @@ class StepLog:
         for name in self.COLUMNS:
             self._chunks[name].append(columns[name])
         self._run_chunks["step_duration_s"].append(run_step_duration_s)
-        kv_dtype = np.int32 if self._run_kv_code == "i" else np.int64  # as compact as the run_kv arrays
         for name in self.RUN_KV_COLUMNS:
-            self._run_chunks[name].append(run_kv[name].astype(kv_dtype))
+            self._run_chunks[name].append(run_kv[name])
 
     @staticmethod
     def _joined(compact: array, chunks: list[np.ndarray], dtype) -> np.ndarray:

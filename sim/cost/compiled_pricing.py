@@ -91,7 +91,7 @@ def decode_run(kind, roof, steps, measured, num_seqs, context_tokens, num_steps)
     return out
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")  # the core calls it at every decode run: a call costs more than its kind test
 def note_unpriced_decode_steps(kind, measured, num_seqs, first_ctx, num_steps):
     """A decode run's steps the core did not price, though the Python engine prices a run's whole limit up front
     (`decode_step_costs`): what pricing them would note (the measured kernels' points outside their tables; no

@@ -40,8 +40,10 @@ L_CURVE, L_EXPERTS, L_ACTIVE = range(3)
 # (batch, prompt tokens); decode attention (the same) by (batch, context).
 SHAPE_GEMM, SHAPE_ALLREDUCE, SHAPE_MOE, SHAPE_PREFILL, SHAPE_DECODE = range(5)
 # Token counts below this have their per-layer terms and LM head remembered (the pack's two memo arrays; -1: not
-# computed yet): they depend on the count alone.
+# computed yet): they depend on the count alone. The layer memo has one more column, SCRATCH, where a larger count's
+# terms are worked out each time (the compiled core allocates nothing: sim/compiled/kernel.py `run`).
 MEMO_TOKENS = 8192
+SCRATCH = MEMO_TOKENS
 # The note log (the pack's last two arrays): one row per point priced outside the tables (kind, curve row, x, y),
 # a point repeated on consecutive rows written once; and the number of rows written.
 NOTE_CAP = 1 << 16
@@ -104,7 +106,7 @@ def pack(cost_model) -> tuple[tuple, list]:
               np.concatenate(grids).astype(np.float64), np.concatenate(ratios).astype(np.float64),
               np.array(layers, dtype=np.float64), np.array(starts, dtype=np.int64),
               np.array(linear, dtype=np.float64).reshape(-1, 3), *grid,
-              np.full((len(layers), MEMO_TOKENS), -1.0), np.full(MEMO_TOKENS, -1.0),
+              np.full((len(layers), MEMO_TOKENS + 1), -1.0), np.full(MEMO_TOKENS, -1.0),
               np.zeros((NOTE_CAP, 4)), np.zeros(1, dtype=np.int64))
     return packed, curves
 
@@ -275,7 +277,7 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
     """Fill column `column` of `memo` with each group's per-layer terms that depend on the token count alone: the
     elementwise ops, the all-reduces, the linear layers (experts: those some token routes to, in expectation under
     uniform routing, each on its share of the tokens; a fused MoE layer is one row). False: the note log is full
-    (nothing is remembered)."""
+    (the column's first row is -1 again: nothing is remembered)."""
     bps, floor_s = s[P_BYTES_PER_S], s[P_MIN_KERNEL_S]
     common = 0.0
     for e in (s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2]):
@@ -284,7 +286,6 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
         common += 2 * _curve(s, curves, grids, ratios, log, count, int(s[P_AR_CURVE]), t * s[P_HIDDEN])
     elif s[P_ALLREDUCE] == ALLREDUCE_CATALOG:
         common += layer_allreduce_s(t, s[P_HIDDEN], s[P_TP], s[P_AR_LATENCY_S], s[P_AR_LINK_BYTES_PER_S])
-    terms = np.empty(layers.shape[0])
     for g in range(layers.shape[0]):
         layer_s = common
         for r in range(starts[g], starts[g + 1]):
@@ -295,9 +296,9 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
             else:
                 layer_s += _curve(s, curves, grids, ratios, log, count, c, t)
         if math.isnan(layer_s):
+            memo[0, column] = -1.0  # readers test the first row: the column is not filled
             return False
-        terms[g] = layer_s
-    memo[:, column] = terms
+        memo[g, column] = layer_s
     return True
 
 
@@ -329,12 +330,11 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
         for g in range(layers.shape[0]):
             time_s += layers[g] * (layer_memo[g, t] + attn)
     else:
-        scratch = np.empty((layers.shape[0], 1))
         if not _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, note_log, note_count,
-                                  scratch, 0, t):
+                                  layer_memo, SCRATCH, t):
             return math.nan
         for g in range(layers.shape[0]):
-            time_s += layers[g] * (scratch[g, 0] + attn)
+            time_s += layers[g] * (layer_memo[g, SCRATCH] + attn)
     rows = num_sampled + num_decode_seqs * (query_tokens - 1)
     if rows:
         if rows < MEMO_TOKENS and head_memo[rows] != -1.0:

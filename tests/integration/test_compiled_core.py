@@ -133,6 +133,24 @@ def test_preemptions_rejections_and_a_horizon_all_happen_and_agree():
     assert_identical(python, compiled)
 
 
+def test_output_buffers_that_grow_and_frequent_returns_keep_the_records(monkeypatch):
+    # The core's row and decode-run buffers start at 4 rows (and 4 x 4 + max_model_len + 2 run steps) and double
+    # as the run fills them; it returns to its caller every 3 rows (a progress report) and is called again.
+    from sim.compiled import engine as compiled_engine
+    monkeypatch.setattr(compiled_engine, "_MAX_START_ROWS", 4)
+    monkeypatch.setattr(compiled_engine, "_ROWS_PER_CALL", 3)
+    reports = []
+    spec = spec_for(num_requests=300, arrival={"kind": "poisson", "rate_per_s": 30.0}, max_model_len=600, seed=5)
+    spec["run"]["compiled_core"] = True
+    scenario = validate_scenario(spec)
+    grown = simulate(scenario, make_workload(scenario), progress=lambda now, done: reports.append(done))
+    assert grown.extras["engine_core"] == "compiled"
+    assert len(grown.steps) > 64 and len(grown.decode_runs.step_duration_s) > 4 * 4 + 600 + 2  # grew several times
+    assert len(reports) >= len(grown.steps) // 3  # a report at every return
+    python, _ = both(spec)
+    assert_identical(python, grown)
+
+
 def test_an_arrival_exactly_at_a_step_end_goes_to_the_python_engine():
     # SimPy orders simultaneous events by when they were scheduled; the core does not repeat that, so on
     # such a tie it hands the run to the Python engine (the result is then the Python engine's, exactly).
