@@ -81,11 +81,12 @@ NUM_SF = 9  # the last two: the scheduling rule's new-token ratio (constants of 
 NUM_S = 8
 # Indices into the int64 configuration array `cfg`.
 (C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE,
- C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT) = range(14)
-NUM_CFG = 14
-# C_MIXED .. C_CONTEXT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
-# per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass. Past NUM_CFG:
-# the sorted CUDA-graph batch sizes (none: no padding).
+ C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT, C_PREFILL_ONLY) = range(15)
+NUM_CFG = 15
+# C_MIXED .. C_PREFILL_ONLY: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
+# per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, and whether a
+# step may be prefill-only (`prefill_only_steps`). Past NUM_CFG: the sorted CUDA-graph batch sizes (none: no
+# padding).
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
 # these two arrays, not one array each: numba passes every array argument as several machine words, and with
@@ -365,9 +366,8 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                 cap = 1 << 62
             else:
                 cap = int((last_s - now) / time_s) + (2 if check_s < bound else 1)
-            # (a context pass admits whatever the decodes use of the budget)
             limit = _decode_run_limit(sr, r, heap_all, bucket_all, req, cap, clock, bs, num_preempted, num_new,
-                                      max_seqs, max_batched, key_base, mixed and not context)
+                                      max_seqs, max_batched, key_base, cfg[C_PREFILL_ONLY] != 0)
             if limit > 1:
                 end_r = now
                 k_steps = 0
@@ -580,7 +580,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
     # ---- update_from_output(plan, end) ------------------------------------------------------------------
     num_output = num_decode
     n_fin = 0
-    if num_decode > 0 or (cfg[C_MIXED] != 0 and cfg[C_CONTEXT] == 0):  # a prefill-only step leaves the decodes waiting
+    if num_decode > 0 or cfg[C_PREFILL_ONLY] == 0:  # a prefill-only step leaves the decodes waiting
         sr[r, I_CLOCK] += 1
         sr[r, I_TOKEN_SUM] += num_decode
         clock = sr[r, I_CLOCK]
@@ -747,11 +747,12 @@ def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole):
 
 @njit(cache=True, inline="always")
 def _decode_run_limit(sr, r, heap_all, bucket_all, req, max_steps, clock, bs, num_preempted, num_new, max_seqs,
-                      max_batched, key_base, mixed):
+                      max_batched, key_base, prefill_only_steps):
     if max_steps <= 1 or num_preempted or num_new or sr[r, I_MEMBERS] == 0:
         return 1
     limit = max_steps
-    if sr[r, I_W_COUNT] > 0 and sr[r, I_RUNNING] < max_seqs and (max_batched > sr[r, I_MEMBERS] or not mixed):
+    if sr[r, I_W_COUNT] > 0 and sr[r, I_RUNNING] < max_seqs and (max_batched > sr[r, I_MEMBERS]
+                                                                  or prefill_only_steps):
         # The head of the queue may be admitted at the next step, or at the first after this group.
         if sr[r, I_GROUP_LEFT] == 0:
             return 1

@@ -322,7 +322,7 @@ class ContinuousScheduler(SchedulerBase):
         group_cap = max_steps
         if (self.waiting and len(self.running) < self.max_num_seqs
                 and (self.max_num_batched_tokens > len(tracker) * tracker.decode_query_tokens
-                     or not self.rule.mixed_batches or self.rule.context_pass)):
+                     or self.rule.prefill_only_steps)):
             # The head of the queue may be admitted at the next step, or at the first after this group.
             if self._group_steps_left == 0:
                 return 1
@@ -363,7 +363,7 @@ class ContinuousScheduler(SchedulerBase):
 
     def update_from_output(self, plan: StepPlan, now: float) -> StepOutcome:
         outcome = StepOutcome()
-        if plan.num_decode_seqs or (self.rule.mixed_batches and not self.rule.context_pass):
+        if plan.num_decode_seqs or not self.rule.prefill_only_steps:
             # a prefill-only step (a context pass) leaves the decodes waiting
             finished, outcome.num_output_tokens = self.tracker.advance()
             for request in finished:

@@ -67,6 +67,12 @@ class SchedulingRule:
     def is_default(self) -> bool:
         return self == SchedulingRule()
 
+    @property
+    def prefill_only_steps(self) -> bool:
+        """A step may hold prefill chunks alone, the decodes waiting (no mixed batches, or a context pass): a
+        waiting prompt may then take the next step whatever the token budget, and such a step advances no decode."""
+        return not self.mixed_batches or self.context_pass
+
     def describe(self) -> str:
         parts = []
         if not self.mixed_batches:

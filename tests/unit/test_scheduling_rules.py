@@ -252,3 +252,11 @@ def test_out_of_blocks_the_context_pass_preempts_the_latest_and_recomputes_its_t
         now += 1.0
     assert p.new_request_ids == [b.request_id] and p.prefill_chunk_tokens == [8 + generated - 1]
     assert p.num_decode_seqs == 0
+
+
+def test_a_step_may_be_prefill_only_without_mixed_batches_or_with_the_context_pass():
+    from sim.sched.rules import SchedulingRule
+    assert not SchedulingRule().prefill_only_steps  # vLLM V1: prefill chunks always ride with the decodes
+    assert SchedulingRule(mixed_batches=False).prefill_only_steps  # SGLang, vLLM V0 without chunked prefill
+    assert SchedulingRule(context_pass=True).prefill_only_steps  # TurboMind 0.1's context pass
+    assert not SchedulingRule(decode_steps_per_schedule=8, whole_output_reservation=True).prefill_only_steps
