@@ -98,6 +98,12 @@ class FrontendCosts:
         return cls(spec.num_processes, spec.per_request_s, spec.per_prompt_token_s, spec.per_output_chunk_s,
                    spec.per_output_token_s, spec.tokens_per_chunk, spec.latency_s)
 
+    @property
+    def does_no_work(self) -> bool:
+        """No work on the way in or out (a latency may remain): nothing ever queues on a process."""
+        return not (self.per_request_s or self.per_prompt_token_s or self.per_output_chunk_s
+                    or self.per_output_token_s)
+
     def inbound_work_s(self, prompt_tokens: np.ndarray) -> np.ndarray:
         """Each request's inbound work (seconds on one process)."""
         return self.per_request_s + self.per_prompt_token_s * np.asarray(prompt_tokens, dtype=np.float64)
@@ -344,11 +350,25 @@ class Outbound:
 def outbound(inb: Inbound, first_token_s: np.ndarray, last_token_s: np.ndarray, output_tokens: np.ndarray,
              costs: FrontendCosts) -> Outbound:
     """Engine token times -> client receive times, per request in `inb`'s order (NaN first token: no chunk)."""
-    n, num = len(inb.send_s), inb.num_processes
     first_token_s = np.asarray(first_token_s, dtype=np.float64)
     last_token_s = np.asarray(last_token_s, dtype=np.float64)
     out = np.where(np.isfinite(first_token_s), np.asarray(output_tokens, dtype=np.int64), 0)
     chunks, first_work, middle_work, last_work = costs.chunk_work_s(out)
+    if costs.does_no_work:
+        # Every chunk leaves when the engine made its token (what the sweep gives without work, bit for bit:
+        # tests/unit/test_frontend_passes.py); an engine preset's front-end is a latency alone.
+        client_first = np.where(chunks >= 1, first_token_s, np.nan)
+        client_last = np.where(chunks >= 2, last_token_s, client_first)
+        return Outbound(with_latency(client_first, costs), with_latency(client_last, costs),
+                        first_work + middle_work + last_work)
+    return swept_outbound(inb, first_token_s, last_token_s, chunks, first_work, middle_work, last_work, costs)
+
+
+def swept_outbound(inb: Inbound, first_token_s: np.ndarray, last_token_s: np.ndarray, chunks: np.ndarray,
+                   first_work: np.ndarray, middle_work: np.ndarray, last_work: np.ndarray,
+                   costs: FrontendCosts) -> Outbound:
+    """`outbound`'s sweep over each process's inbound intervals and chunks (`chunk_work_s`'s arrays)."""
+    n, num = len(inb.send_s), inb.num_processes
     # The inbound intervals of each process in time order, with the busy and free time before each.
     by_process, offsets = _grouped(inb.process, inb.start_s, np.arange(n), num)
     in_start, in_end = inb.start_s[by_process], inb.arrival_s[by_process]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sim.frontend import FrontendCosts, fifo_servers, idle_finish, inbound, outbound
+from sim.frontend import FrontendCosts, fifo_servers, idle_finish, inbound, outbound, swept_outbound
 
 
 def costs(num_processes=1, per_request_s=0.0, per_prompt_token_s=0.0, per_output_chunk_s=0.0,
@@ -70,6 +70,29 @@ def test_zero_work_changes_nothing():
     out = outbound(inb, first, first + 1.0, np.full(500, 50), costs(3))
     np.testing.assert_array_equal(out.client_first_token_s, first)
     np.testing.assert_array_equal(out.client_last_token_s, first + 1.0)
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_without_work_the_shortcut_gives_the_sweeps_times_bit_for_bit(seed):
+    # A front-end that does no work (an engine preset's: a latency alone) skips the sweep; its times must be the
+    # sweep's: requests with no token, one token, several, first and last token at one time, ties across streams.
+    rng = np.random.default_rng(seed)
+    n = 400
+    send = np.sort(rng.uniform(0, 20, n))
+    no_work = FrontendCosts(int(rng.integers(1, 4)), 0.0, 0.0, 0.0, 0.0, int(rng.integers(1, 5)),
+                            float(rng.choice([0.0, 0.0371])))
+    inb = inbound(send, rng.integers(1, 3000, n), no_work)
+    first = np.round(send + rng.exponential(0.5, n), 2)  # rounded: equal times across streams
+    out_tokens = rng.choice([0, 1, 2, 7, 300], n)
+    last = first + np.where(rng.random(n) < 0.2, 0.0, rng.exponential(3.0, n))
+    first[out_tokens == 0], last[out_tokens == 0] = np.nan, np.nan
+    assert no_work.does_no_work
+    quick = outbound(inb, first, last, out_tokens, no_work)
+    swept = swept_outbound(inb, first, last, *no_work.chunk_work_s(np.where(np.isfinite(first), out_tokens, 0)),
+                           no_work)
+    for name in ("client_first_token_s", "client_last_token_s", "work_s"):
+        np.testing.assert_array_equal(getattr(quick, name), getattr(swept, name), err_msg=name)
+    assert not costs(per_output_token_s=1e-6).does_no_work and not costs(per_request_s=1e-3).does_no_work
 
 
 @pytest.mark.parametrize("num_processes", [1, 3])
