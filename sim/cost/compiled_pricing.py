@@ -49,9 +49,9 @@ def same_prices(a: tuple, b: tuple) -> bool:
 
 
 # Inlined into the core with the pricers' `step_cost` / `step_time`: the core unpacks the pack once per call and
-# passes its parts, since taking a nested tuple apart takes and drops a reference to each of its arrays (atomic
-# operations), which at every step cost more than the pricing (their helpers stay calls: inlining those too gave
-# nothing and doubled the compile time).
+# passes its parts (taking a nested tuple apart at every step, and passing it, cost more than the pricing when the
+# core still counted references; their helpers stay calls: inlining those too gave nothing and doubled the compile
+# time).
 @njit(cache=True, inline="always")
 def price_parts(kind, roof, steps, measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
                 decode_ctx, num_sampled, query_tokens, swap_tokens):

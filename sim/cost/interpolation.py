@@ -28,8 +28,9 @@ def bracket(grid, u):
     return i, (u - grid[i]) / (grid[i + 1] - grid[i]), False
 
 
-# The two below run at every step of the compiled core: inlined where they are called, since a call that passes
-# an array takes and drops a reference to it (atomic operations), which there cost more than the arithmetic.
+# The two below run at every priced step: inlined where they are called, since a call that passes an array takes
+# and drops a reference to it (atomic operations) wherever numba counts references (the Python cost models' calls;
+# not the compiled core), which there costs more than the arithmetic.
 @njit(cache=True, inline="always")
 def log_ratio_1d(grid, lr, u):
     """The log ratio at u along one axis (`lr` at the points `grid`); and whether u lay outside them."""

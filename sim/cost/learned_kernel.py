@@ -112,8 +112,8 @@ def _gemm_s(eff_by_bin, r_edges, flops, nbytes, peak_flops, peak_bytes, min_kern
     return min_kernel_s + op_time(flops, nbytes, peak_flops, peak_bytes) / eff
 
 
-# Inlined into the core (`compiled_pricing.price_parts`): a call would take and drop a reference to each array
-# of the packs it is passed, with atomic operations, at every step.
+# Inlined into `compiled_pricing.price_parts`: a call would pass each array of the packs as several machine words
+# (and, where numba counts references, take and drop one for each).
 @njit(cache=True, inline="always")
 def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
               query_tokens, swap_tokens):

@@ -125,8 +125,8 @@ def empty() -> tuple:
 
 # --- shapes, curves, grids -------------------------------------------------------------------------------
 # The functions that take arrays and run at every step are inlined where they are called: a call that passes an
-# array takes and drops a reference to it (atomic operations), which at every step of the compiled core cost more
-# than the arithmetic.
+# array takes and drops a reference to it (atomic operations) wherever numba counts references (the Python cost
+# models' calls; not the compiled core), which there costs more than the arithmetic.
 
 @njit(cache=True)
 def shape_at(kind, a, b, c, d, fps, bps, x, y):
@@ -302,8 +302,8 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
     return True
 
 
-# Inlined into the core (`compiled_pricing.price_parts`): a call would take and drop a reference to each array
-# of the pack it is passed, with atomic operations, at every step.
+# Inlined into `compiled_pricing.price_parts`: a call would pass each array of the pack as several machine words
+# (and, where numba counts references, take and drop one for each).
 @njit(cache=True, inline="always")
 def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
               query_tokens, swap_tokens):
@@ -321,7 +321,7 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
                           num_decode_seqs, decode_ctx, query_tokens)
     if math.isnan(attn):
         return math.nan
-    # (The memo is read element by element: a view of it would take and drop a reference, as a call does.)
+    # (The memo is read element by element: a view of it would take and drop a reference where numba counts them.)
     time_s = 0.0
     if t < MEMO_TOKENS:
         if layer_memo[0, t] == -1.0 and not _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear,

@@ -93,7 +93,8 @@ def op_time(f, b, fps, bps):
 
 
 # The helpers take numbers, not a matmul row: a call that passes an array takes and drops a reference to it
-# (atomic operations), which at every step of the compiled core cost more than the arithmetic.
+# (atomic operations) wherever numba counts references (the Python cost models' calls; the compiled core counts
+# none, sim/compiled/kernel.py `run`), which there cost more than the arithmetic.
 @njit(cache=True)
 def linear_flops_bytes(weight_params, params_per_token, experts, experts_per_token, in_features, out_features,
                        num_tokens, wbpp):
@@ -265,8 +266,8 @@ def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     return pf_s, pf_f, pf_b, dc_s, dc_f, dc_b
 
 
-# Inlined into the core (`compiled_pricing.price_parts`): a call would take and drop a reference to each array
-# of the pack it is passed, with atomic operations, at every step.
+# Inlined into `compiled_pricing.price_parts`: a call would pass each array of the pack as several machine words
+# (and, where numba counts references, take and drop one for each).
 @njit(cache=True, inline="always")
 def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
               query_tokens, swap_tokens):

@@ -27,8 +27,7 @@ NUM_PHYSICS = 9
 # Columns of a linear-layer row (`StepPhysics.linear`): layers of its group, in and out features per GPU,
 # experts, experts each token routes to.
 L_LAYERS, L_IN, L_OUT, L_EXPERTS, L_ACTIVE = range(5)
-# The cost model's scalars follow the physics' in the pack's first array (one array fewer: the compiled core takes
-# and drops a reference to each array of the pack at every step).
+# The cost model's scalars follow the physics' in the pack's first array (one array fewer to pass at every step).
 (S_FLOPS_PER_S, S_BYTES_PER_S, S_COMMUNICATION, S_ALLREDUCE_LATENCY_S, S_ALLREDUCE_S_PER_TOKEN,
  S_SWAP_S_PER_TOKEN) = range(NUM_PHYSICS, NUM_PHYSICS + 6)
 NUM_SCALARS = NUM_PHYSICS + 6
@@ -54,7 +53,8 @@ def empty() -> tuple:
 
 # --- the physics: FLOPs and HBM bytes of a step's parts on one GPU (all layers) ---------------------------
 # The helpers take numbers, not the arrays: a call that passes an array takes and drops a reference to it
-# (atomic operations), which at every step of the compiled core cost more than the arithmetic. The functions
+# (atomic operations) wherever numba counts references (not in the compiled core), which there costs more than the
+# arithmetic. The functions
 # that take the arrays are inlined where they are called for the same reason.
 
 @njit(cache=True)
