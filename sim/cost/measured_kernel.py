@@ -100,8 +100,9 @@ def pack(cost_model) -> tuple[tuple, list]:
     for g2 in ((m._prefill, m._decode) if not m.mla else (None, None)):
         if g2 is None:  # MLA attention is priced by the device roofline, not a table
             grid += [np.zeros(1), np.zeros(1), np.zeros((1, 1))]
-        else:
-            grid += [g2.ga, g2.gb, g2.r]
+        else:  # copies: a read-only table array would give the pack another numba type (another core compile)
+            grid += [np.array(g2.ga, dtype=np.float64), np.array(g2.gb, dtype=np.float64),
+                     np.array(g2.r, dtype=np.float64)]
     packed = (s, np.array(rows, dtype=np.float64).reshape(-1, 7),
               np.concatenate(grids).astype(np.float64), np.concatenate(ratios).astype(np.float64),
               np.array(layers, dtype=np.float64), np.array(starts, dtype=np.int64),

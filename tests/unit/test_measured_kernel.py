@@ -155,3 +155,21 @@ def test_notes_list_each_point_once_however_often_it_is_priced():
         cm.step_cost(plan)
     assert cm.notes and set(Counter(cm.notes).values()) == {1}
     assert np.all(cm._pack()[2][-1] == 0)
+
+
+def test_every_cost_models_pack_has_the_one_numba_type_the_core_compiles_for():
+    # The compiled core compiles once for the pack's type (`compiled_pricing.pricer`); an array of another layout
+    # or a read-only one (a table read zero-copy) would compile the core again (~1 min on a cold cache).
+    import numba
+
+    from sim.config.files import validate_scenario
+    from sim.run import make_cost_model
+    types = {}
+    for kind in ({"kind": "roofline"}, {"kind": "measured"}, {"kind": "calibrated"},
+                 {"kind": "roofline", "efficiencies": "learned"}):
+        scenario = validate_scenario({"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"}, "cost_model": kind,
+                                      "workload": {"arrival": {"kind": "poisson", "rate_per_s": 1.0},
+                                                   "lengths": {"kind": "fixed", "input_tokens": 8,
+                                                               "output_tokens": 8}}})
+        types[str(kind)] = numba.typeof(make_cost_model(scenario).compiled_params())
+    assert len(set(types.values())) == 1, types
