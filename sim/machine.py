@@ -20,7 +20,7 @@ def usable_cpus() -> int:
 
 
 def plain_pages(shape: tuple[int, ...], dtype) -> np.ndarray:
-    """An uninitialized array in memory of its own, mapped in ordinary pages, that the OS backs only as it is written.
+    """A zeroed array in memory of its own, mapped in ordinary pages, that the OS backs only as it is written.
 
     numpy asks Linux for transparent huge pages on every array of 4 MB or more. Where the kernel then compacts
     memory to find each huge page (`defrag` set to `madvise`, the usual default) and on virtual machines, the first

@@ -206,9 +206,12 @@ def run_compiled(sim) -> bool:
     pf_snap = np.zeros(max_seqs + 1, dtype=np.int64)
     run_tmp = np.zeros((num_replicas, scheduler.max_model_len + 2))
     # The rows' buffers (a column per row; the replica last) and the decode runs' (every step's duration, the KV
-    # token states and internal slots of all but each run's last step): see _ROWS_PER_REQUEST.
-    row_i, row_f = _row_buffers(k, min(_MAX_START_ROWS, 1024 + _ROWS_PER_REQUEST * n))
-    run_dur, run_i = _run_buffers(4 * row_i.shape[1] + scheduler.max_model_len + 2)
+    # token states and internal slots of all but each run's last step), in ordinary pages: see _ROWS_PER_REQUEST.
+    rows = min(_MAX_START_ROWS, 1024 + _ROWS_PER_REQUEST * n)
+    row_i = plain_pages((len(k.INT_COLUMNS) + 1, rows), np.int64)
+    row_f = plain_pages((len(k.FLOAT_COLUMNS), rows), np.float64)
+    run_steps = 4 * rows + scheduler.max_model_len + 2
+    run_dur, run_i = plain_pages((run_steps,), np.float64), plain_pages((2, run_steps), np.int64)
     arrival_ev[:] = k.arrival_event_times(arrival_s)
     # The step-time draws (issue 31), the SimPy engine's: one float64 pack type either way, so one compiled loop.
     draws = no_draws() if sim.step_draws is None else np.ascontiguousarray(sim.step_draws, dtype=np.float64)
@@ -237,9 +240,9 @@ def run_compiled(sim) -> bool:
             _append_rows(log, sg, row_i, row_f, run_dur, run_i, k)
             break
         if sg[k.G_ROWS] >= row_i.shape[1]:
-            row_i, row_f = _grown(k, row_i, row_f, int(sg[k.G_ROWS]))
+            row_i, row_f = _doubled(row_i, int(sg[k.G_ROWS])), _doubled(row_f, int(sg[k.G_ROWS]))
         if sg[k.G_RUN_STEPS] + scheduler.max_model_len + 2 > run_dur.shape[0]:
-            run_dur, run_i = _grown_runs(run_dur, run_i, int(sg[k.G_RUN_STEPS]), int(sg[k.G_RUN_KV]))
+            run_dur, run_i = _doubled(run_dur, int(sg[k.G_RUN_STEPS])), _doubled(run_i, int(sg[k.G_RUN_KV]))
         if (sr[:, k.I_HEAP_SIZE] + max_seqs + 1 > heap.shape[1]).any():
             heap = np.concatenate([heap, np.zeros_like(heap)], axis=1)
         if sim.progress is not None:
@@ -303,25 +306,11 @@ def _clear_outside_points(price) -> None:
         price[3][-1][0] = 0  # the note log's length
 
 
-def _row_buffers(k, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    return plain_pages((len(k.INT_COLUMNS) + 1, rows), np.int64), plain_pages((len(k.FLOAT_COLUMNS), rows), np.float64)
-
-
-def _run_buffers(steps: int) -> tuple[np.ndarray, np.ndarray]:
-    return plain_pages((steps,), np.float64), plain_pages((2, steps), np.int64)
-
-
-def _grown(k, row_i, row_f, rows: int) -> tuple[np.ndarray, np.ndarray]:
-    """The rows' buffers at twice the size, holding the first `rows` rows written so far."""
-    new_i, new_f = _row_buffers(k, 2 * row_i.shape[1])
-    new_i[:, :rows], new_f[:, :rows] = row_i[:, :rows], row_f[:, :rows]
-    return new_i, new_f
-
-
-def _grown_runs(run_dur, run_i, steps: int, kv_steps: int) -> tuple[np.ndarray, np.ndarray]:
-    new_dur, new_i = _run_buffers(2 * run_dur.shape[0])
-    new_dur[:steps], new_i[:, :kv_steps] = run_dur[:steps], run_i[:, :kv_steps]
-    return new_dur, new_i
+def _doubled(buffer: np.ndarray, used: int) -> np.ndarray:
+    """`buffer` at twice its length (its last axis), holding the first `used` entries written so far."""
+    grown = plain_pages(buffer.shape[:-1] + (2 * buffer.shape[-1],), buffer.dtype)
+    grown[..., :used] = buffer[..., :used]
+    return grown
 
 
 def _append_rows(log, sg, row_i, row_f, run_dur, run_i, k) -> None:
@@ -331,8 +320,7 @@ def _append_rows(log, sg, row_i, row_f, run_dur, run_i, k) -> None:
     columns = {"replica": row_i[k.ROW_REPLICA, :rows]}
     columns.update((name, row_f[j, :rows]) for j, name in enumerate(k.FLOAT_COLUMNS))
     columns.update((name, row_i[j, :rows]) for j, name in enumerate(k.INT_COLUMNS))
-    zeros = np.zeros(kv_steps, dtype=np.int64)
-    run_kv = {name: zeros for name in log.RUN_KV_COLUMNS}
+    run_kv = {name: np.zeros(kv_steps, dtype=np.int64) for name in log.RUN_KV_COLUMNS}  # one array each
     run_kv["kv_token_slots"], run_kv["kv_internal_slots"] = run_tok[:kv_steps], run_internal[:kv_steps]
     log.add_chunk(columns, run_dur[:steps], run_kv)
 

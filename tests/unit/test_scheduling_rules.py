@@ -255,7 +255,6 @@ def test_out_of_blocks_the_context_pass_preempts_the_latest_and_recomputes_its_t
 
 
 def test_a_step_may_be_prefill_only_without_mixed_batches_or_with_the_context_pass():
-    from sim.sched.rules import SchedulingRule
     assert not SchedulingRule().prefill_only_steps  # vLLM V1: prefill chunks always ride with the decodes
     assert SchedulingRule(mixed_batches=False).prefill_only_steps  # SGLang, vLLM V0 without chunked prefill
     assert SchedulingRule(context_pass=True).prefill_only_steps  # TurboMind 0.1's context pass
