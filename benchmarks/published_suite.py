@@ -11,9 +11,10 @@ What this module does, in order:
    checked field by field; a malformed case becomes one line in `Suite.errors` naming the file, the case and the
    field (it never stops the run). Normalized: the engine (`vllm`, `sglang`, `trtllm`, `lmdeploy` + its version),
    the GPU (a `servesim catalog gpus` name), the model (a catalog name or a config.json beside the data), TP,
-   weight and KV dtypes, the workload (fixed lengths at the quoted means where per-request lengths are not
-   given, as bench_published.py always did), the arrival (below) and the quoted metrics, each mapped to the
-   ServeSim quantity it is compared with and to the benchmark tool's definition of it (`METRIC_DEFINITIONS`).
+   weight and KV dtypes, the workload (where per-request lengths are not given: a ShareGPT sample drawn as the
+   clients draw it around the quoted means, `sharegpt_lengths`; any other dataset fixed at the quoted means), the
+   arrival (below) and the quoted metrics, each mapped to the ServeSim quantity it is compared with and to the
+   benchmark tool's definition of it (`METRIC_DEFINITIONS`).
    Every assumption a case needs (a number the source does not give) is written into `PublishedCase.assumptions`.
 2. `scenario` builds a case's ServeSim scenario: its engine preset (`engine: {name, version, flags}`, which
    sim/config/engines.py turns into that engine's defaults for the GPU and version). A case ServeSim cannot express yet raises `NotSimulated(reason)`: it is
@@ -278,6 +279,26 @@ class Metric:
     derived: bool = False  # computed from quoted numbers rather than quoted itself
 
 
+# A ShareGPT run's per-request lengths are never published, only their totals. The sample is drawn as the clients
+# draw it (vllm bench serve and LMDeploy's profile_throughput keep a ShareGPT pair only inside
+# SHAREGPT_BENCH_FILTER): from lognormals with the `sharegpt` length preset's sigmas (an assumption, stated in
+# sim/workload/lengths.py, set on 11-22, before the first of these runs was simulated), whose kept requests have the
+# quoted means.
+# Fixed lengths at the means (what the suite used before 11-28) finish every request of a burst together, where a
+# real sample's longest outputs run on alone after the rest.
+SHAREGPT_ASSUMPTION = ("ShareGPT per-request lengths not given: drawn from lognormals with the `sharegpt` length "
+                       "preset's sigmas (assumed), kept as the client's sampler keeps them (prompt and output >= 4 "
+                       "tokens, prompt <= 1024, both <= 2048), with kept means {mean_in:.1f}/{mean_out:.1f} (the "
+                       "quoted ones)")
+
+
+def sharegpt_lengths(mean_in: float, mean_out: float) -> dict:
+    from sim.workload.lengths import SHAREGPT_BENCH_FILTER, preset_lengths
+    shape = preset_lengths("sharegpt")
+    return {"kind": "lognormal", "input_mean": mean_in, "input_sigma": shape.input_sigma,
+            "output_mean": mean_out, "output_sigma": shape.output_sigma, **SHAREGPT_BENCH_FILTER}
+
+
 @dataclass(frozen=True)
 class Workload:
     input_tokens: int
@@ -287,6 +308,9 @@ class Workload:
     concurrency: int | None
     request_rate: float | None
     num_prompts: int
+    # The scenario's `workload.lengths`: None = fixed at input_tokens/output_tokens; for a ShareGPT sample, a
+    # lognormal filtered as the client's sampler filters, its kept means the quoted ones (sharegpt_lengths)
+    lengths: dict | None = None
 
 
 @dataclass(frozen=True)
@@ -545,10 +569,14 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
     assumptions += assumed
     # lengths: the quoted totals, else the dataset's fixed lengths, else derived
     n_ok = q.get("successful_requests", n)
+    mean_in = mean_out = None  # the exact means behind lin/lout, where a sample's lengths are drawn around them
     if "total_input_tokens" in q and "total_generated_tokens" in q:
-        lin, lout = round(q["total_input_tokens"] / n_ok), round(q["total_generated_tokens"] / n_ok)
+        mean_in, mean_out = q["total_input_tokens"] / n_ok, q["total_generated_tokens"] / n_ok
+        lin, lout = round(mean_in), round(mean_out)
         lengths_from = "the quoted token totals over the successful requests (means; fixed lengths)"
-        if dataset["name"] != "random" or lout * n_ok != q["total_generated_tokens"]:
+        if dataset["name"] == "sharegpt":
+            lengths_from = "the quoted token totals over the successful requests (the kept means of the sample)"
+        elif dataset["name"] != "random" or lout * n_ok != q["total_generated_tokens"]:
             assumptions.append("per-request lengths not given: fixed at the quoted means")
     elif _num(dataset.get("input_len")) and _num(dataset.get("output_len")):
         lin, lout = int(dataset["input_len"]), int(dataset["output_len"])
@@ -556,11 +584,13 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
         if dataset["name"] == "unstated":
             assumptions.append("every request assumed to have exactly the printed input/output lengths")
     elif all(k in q for k in ("rps_req_s", "throughput_out_tok_s", "throughput_total_tok_s")):
-        lout = round(q["throughput_out_tok_s"] / q["rps_req_s"])
-        lin = round((q["throughput_total_tok_s"] - q["throughput_out_tok_s"]) / q["rps_req_s"])
+        mean_out = q["throughput_out_tok_s"] / q["rps_req_s"]
+        mean_in = (q["throughput_total_tok_s"] - q["throughput_out_tok_s"]) / q["rps_req_s"]
+        lin, lout = round(mean_in), round(mean_out)
         lengths_from = "the means implied by the quoted throughputs (output / RPS, (total - output) / RPS)"
-        assumptions.append(f"ShareGPT sample lengths not given: fixed at the means {lin}/{lout} implied by the "
-                           "quoted output and total throughput per request")
+        if dataset["name"] != "sharegpt":
+            assumptions.append(f"sample lengths not given: fixed at the means {lin}/{lout} implied by the "
+                               "quoted output and total throughput per request")
     else:
         lin = lout = 0  # filled from BORROWED_LENGTHS by load_suite, else the case is not simulated
         lengths_from = "unknown"
@@ -578,7 +608,11 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
                                "limits decide how many run at once")
     if "(blank" in str(raw.get("source_block", "")):
         assumptions.append("a blank GPU cell read as the GPU of the rows above it")
-    workload = Workload(lin, lout, lengths_from, arrival, concurrency, rate, n)
+    lengths = None
+    if dataset["name"] == "sharegpt" and mean_in is not None:
+        lengths = sharegpt_lengths(mean_in, mean_out)
+        assumptions.append(SHAREGPT_ASSUMPTION.format(mean_in=mean_in, mean_out=mean_out))
+    workload = Workload(lin, lout, lengths_from, arrival, concurrency, rate, n, lengths)
     unstated = tuple(raw.get("unstated") or ()) + tuple(file_unstated)
     return PublishedCase(
         file=file, name=name, source=source, url=url, source_block=raw.get("source_block"), engine=engine,
@@ -638,7 +672,7 @@ def _borrow_lengths(cases: list[PublishedCase]) -> list[PublishedCase]:
                 w = donor.workload
                 c = _replace(c, workload=Workload(w.input_tokens, w.output_tokens, f"borrowed from {donor.name!r}",
                                                   c.workload.arrival, c.workload.concurrency, c.workload.request_rate,
-                                                  c.workload.num_prompts),
+                                                  c.workload.num_prompts, w.lengths),
                              assumptions=c.assumptions + (
                                  f"token totals not given: the lengths of {donor.name!r} (same dataset, prompt count "
                                  f"and tokenizer), {w.input_tokens}/{w.output_tokens}",))
@@ -829,7 +863,8 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         "model": model,
         "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel},
         "workload": {"arrival": arrival,
-                     "lengths": {"kind": "fixed", "input_tokens": w.input_tokens, "output_tokens": w.output_tokens}},
+                     "lengths": w.lengths or {"kind": "fixed", "input_tokens": w.input_tokens,
+                                              "output_tokens": w.output_tokens}},
         "quantization": _quantization(case),
         "run": {"seed": 0, "num_requests": num_requests or w.num_prompts},
         **sections,

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import math
+from statistics import NormalDist
 from typing import Annotated, Literal, Union
 
 import numpy as np
@@ -47,14 +49,34 @@ class UniformLengths(StrictSpec):
 
 
 class LognormalLengths(StrictSpec):
-    """Lognormal lengths given by their mean (tokens) and the sigma of the underlying normal."""
+    """Lognormal lengths given by their mean (tokens) and the sigma of the underlying normal.
+
+    With a filter (`min_tokens`, `input_max`, `total_max`), a request is drawn from the lognormals and skipped unless
+    its prompt and output both have at least `min_tokens`, its prompt at most `input_max` and the two together at most
+    `total_max`, as benchmark clients sample a dataset (SHAREGPT_BENCH_FILTER); the means are then the kept
+    requests' means, the numbers such a client's token totals give, and the lognormals' own means are solved for."""
 
     kind: Literal["lognormal"] = "lognormal"
     input_mean: float = Field(gt=0, le=MAX_TRACE_TOKENS, description="mean prompt length in tokens")
     input_sigma: float = Field(ge=0, le=MAX_LENGTH_SIGMA, description="sigma of log(prompt length)")
     output_mean: float = Field(gt=0, le=MAX_TRACE_TOKENS, description="mean output length in tokens")
     output_sigma: float = Field(ge=0, le=MAX_LENGTH_SIGMA, description="sigma of log(output length)")
+    min_tokens: int | None = Field(None, ge=1, le=MAX_TRACE_TOKENS,
+                                   description="skip a request whose prompt or output has fewer tokens")
+    input_max: int | None = Field(None, ge=1, le=MAX_TRACE_TOKENS,
+                                  description="skip a request whose prompt has more tokens")
+    total_max: int | None = Field(None, ge=2, le=2 * MAX_TRACE_TOKENS,
+                                  description="skip a request whose prompt and output have more tokens together")
 
+    @property
+    def filtered(self) -> bool:
+        return (self.min_tokens, self.input_max, self.total_max) != (None, None, None)
+
+    @model_validator(mode="after")
+    def _reachable(self) -> "LognormalLengths":
+        if self.filtered:
+            kept_lognormal_mus(self)  # raises ValueError, naming the means, where no lognormal keeps them
+        return self
 
 class EmpiricalLengths(StrictSpec):
     """(input, output) pairs resampled with replacement from two columns of a CSV/JSONL file."""
@@ -69,7 +91,7 @@ class PresetLengths(StrictSpec):
     """Lengths shaped like a public dataset (see _PRESETS for what is published and what is assumed)."""
 
     kind: Literal["preset"] = "preset"
-    name: Literal["sharegpt", "alpaca"]
+    name: Literal["sharegpt", "alpaca", "sharegpt_bench"]
 
 
 class TraceLengths(StrictSpec):
@@ -83,15 +105,11 @@ Lengths = Annotated[
     Field(discriminator="kind"),
 ]
 
-# The means are published: vLLM paper (Kwon et al., "Efficient Memory Management for Large Language
-# Model Serving with PagedAttention", SOSP 2023), Fig. 11: ShareGPT mean input 161.31 / output 337.99
-# tokens, Alpaca 19.31 / 58.45. The lognormal shape and its sigmas are OUR ASSUMPTION, not published:
-# they give heavy right tails with medians of roughly 0.4-0.9x the mean, as the paper's histograms show.
-_PRESETS: dict[str, LognormalLengths] = {
-    "sharegpt": LognormalLengths(input_mean=161.31, input_sigma=1.0, output_mean=337.99, output_sigma=0.9),
-    "alpaca": LognormalLengths(input_mean=19.31, input_sigma=0.5, output_mean=58.45, output_sigma=0.8),
-}
-
+# How `vllm bench serve --dataset-name sharegpt` samples ShareGPT_V3_unfiltered_cleaned_split.json: the first two turns
+# of a conversation, kept when prompt and completion both have >= 4 tokens, the prompt <= 1024 and the two <= 2048
+# (vllm-project/vllm, vllm/benchmarks/datasets.py `is_valid_sequence`, at f2e97ddaf5902a9727f48b70d001b6117b8b8b12;
+# LMDeploy 0.1.0's benchmark/profile_throughput.py filters the same, benchmarks/published/lmdeploy_a100.yaml).
+SHAREGPT_BENCH_FILTER = {"min_tokens": 4, "input_max": 1024, "total_max": 2048}
 
 # --------------------------------------------------------------------------------------------------
 # Length sampling
@@ -108,6 +126,8 @@ def sample_lengths(spec, seq: np.random.SeedSequence, n: int) -> tuple[np.ndarra
             input_rng.integers(spec.input_min, spec.input_max, n, endpoint=True),
             output_rng.integers(spec.output_min, spec.output_max, n, endpoint=True),
         )
+    if isinstance(spec, LognormalLengths) and spec.filtered:
+        return _kept_lognormal(input_rng, output_rng, spec, n)
     if isinstance(spec, LognormalLengths):
         return _lognormal(input_rng, spec.input_mean, spec.input_sigma, n), _lognormal(
             output_rng, spec.output_mean, spec.output_sigma, n
@@ -122,12 +142,118 @@ def sample_lengths(spec, seq: np.random.SeedSequence, n: int) -> tuple[np.ndarra
 
 def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int) -> np.ndarray:
     # E[exp(N(mu, sigma^2))] = exp(mu + sigma^2 / 2), so this mu gives the requested mean.
-    mu = math.log(mean) - sigma**2 / 2
+    return _lognormal_tokens(rng, math.log(mean) - sigma**2 / 2, sigma, n)
+
+
+def _lognormal_tokens(rng: np.random.Generator, mu: float, sigma: float, n: int) -> np.ndarray:
     # A draw above any request's limit is clipped to just over it before the cast (it is then clipped to the
     # model's context, and counted, like any prompt too long for the model), so it cannot wrap around int64.
     return np.rint(np.minimum(rng.lognormal(mu, sigma, n), MAX_TRACE_TOKENS + 1.0)).astype(np.int64)
 
 
+def _kept(spec: LognormalLengths, inputs: np.ndarray, outputs: np.ndarray) -> np.ndarray:
+    """Which (input, output) pairs the spec's filter keeps; broadcasts."""
+    keep = np.ones(np.broadcast_shapes(inputs.shape, outputs.shape), bool)
+    if spec.min_tokens is not None:
+        keep &= (inputs >= spec.min_tokens) & (outputs >= spec.min_tokens)
+    if spec.input_max is not None:
+        keep &= inputs <= spec.input_max
+    if spec.total_max is not None:
+        keep &= inputs + outputs <= spec.total_max
+    return keep
+
+
+def _kept_lognormal(input_rng: np.random.Generator, output_rng: np.random.Generator, spec: LognormalLengths,
+                    n: int) -> tuple[np.ndarray, np.ndarray]:
+    """n requests kept by the spec's filter, drawn in rounds as a benchmark client walks its dataset."""
+    mu_in, mu_out, kept_share = kept_lognormal_mus(spec)
+    inputs, outputs, count = [], [], 0
+    while count < n:
+        draws = int((n - count) / kept_share * 1.1) + 64
+        x = _lognormal_tokens(input_rng, mu_in, spec.input_sigma, draws)
+        y = _lognormal_tokens(output_rng, mu_out, spec.output_sigma, draws)
+        keep = _kept(spec, x, y)
+        inputs.append(x[keep])
+        outputs.append(y[keep])
+        count += int(keep.sum())
+    return np.concatenate(inputs)[:n], np.concatenate(outputs)[:n]
+
+
+# The kept means are computed on a grid of normal quantiles (midpoints of GRID_POINTS equal-probability cells per
+# length, every pair of them, counted by prefix sums): deterministic, and within the noise of a million-draw sample.
+GRID_POINTS = 100_000
+# The least share of draws a filter may keep: below it the sampler walks 1,000 draws per request.
+MIN_KEPT_SHARE = 1e-3
+
+
+def kept_lognormal_mus(spec: LognormalLengths) -> tuple[float, float, float]:
+    """(mu of log prompt length, mu of log output length, share of draws kept) whose kept requests have the spec's
+    means. Raises ValueError where none has."""
+    return _solve_kept_mus(spec.input_mean, spec.input_sigma, spec.output_mean, spec.output_sigma,
+                           spec.min_tokens, spec.input_max, spec.total_max)
+
+
+@functools.lru_cache(maxsize=1)
+def _normal_quantiles() -> np.ndarray:
+    normal = NormalDist()
+    return np.array([normal.inv_cdf((i + 0.5) / GRID_POINTS) for i in range(GRID_POINTS)])
+
+
+@functools.lru_cache(maxsize=256)
+def _solve_kept_mus(input_mean, input_sigma, output_mean, output_sigma, min_tokens, input_max, total_max):
+    z = _normal_quantiles()
+    lowest = min_tokens if min_tokens is not None else 0
+    mu_in = math.log(input_mean) - input_sigma**2 / 2
+    mu_out = math.log(output_mean) - output_sigma**2 / 2
+    for _ in range(200):
+        x = np.rint(np.minimum(np.exp(mu_in + input_sigma * z), MAX_TRACE_TOKENS + 1.0))  # ascending, as z is
+        y = np.rint(np.minimum(np.exp(mu_out + output_sigma * z), MAX_TRACE_TOKENS + 1.0))
+        prefix_y = np.concatenate(([0.0], np.cumsum(y)))
+        # For each prompt length x_i the kept outputs are the y_j in [lowest, total_max - x_i]: a range of sorted y.
+        first = np.searchsorted(y, lowest, "left")
+        last = np.full(GRID_POINTS, GRID_POINTS) if total_max is None else np.searchsorted(y, total_max - x, "right")
+        count = np.maximum(last - first, 0)
+        count[(x < lowest) | ((x > input_max) if input_max is not None else False)] = 0
+        kept = count.sum()
+        kept_share = kept / GRID_POINTS**2
+        if kept_share < MIN_KEPT_SHARE:
+            break
+        kept_in = (x * count).sum() / kept
+        kept_out = np.where(count > 0, prefix_y[np.maximum(last, first)] - prefix_y[first], 0.0).sum() / kept
+        if abs(kept_in / input_mean - 1) < 1e-5 and abs(kept_out / output_mean - 1) < 1e-5:
+            return mu_in, mu_out, float(kept_share)
+        # Raising a lognormal's mu raises its kept mean, less than in proportion where the filter cuts its tail.
+        mu_in += math.log(input_mean / kept_in)
+        mu_out += math.log(output_mean / kept_out)
+    raise ValueError(
+        f"input_mean={input_mean:g} and output_mean={output_mean:g}: no lognormal with input_sigma={input_sigma:g} "
+        f"and output_sigma={output_sigma:g} keeps requests of these means under min_tokens={min_tokens}, "
+        f"input_max={input_max}, total_max={total_max} (at least {MIN_KEPT_SHARE:g} of its draws kept); allowed: "
+        "means well inside the filter's bounds")
+
+
 def _cached_empirical(spec: EmpiricalLengths) -> Trace:
     columns = TraceColumns(input=spec.input_column, output=spec.output_column)
     return cached_trace(spec.path, "auto", columns, "workload.lengths.path")
+
+
+# --------------------------------------------------------------------------------------------------
+# Presets (after the solver: a filtered preset is validated when it is built)
+
+# The means are published: vLLM paper (Kwon et al., "Efficient Memory Management for Large Language
+# Model Serving with PagedAttention", SOSP 2023), Fig. 11: ShareGPT mean input 161.31 / output 337.99
+# tokens, Alpaca 19.31 / 58.45. The lognormal shape and its sigmas are OUR ASSUMPTION, not published:
+# they give heavy right tails with medians of roughly 0.4-0.9x the mean, as the paper's histograms show.
+# `sharegpt_bench` is ShareGPT as the benchmark clients sample it (SHAREGPT_BENCH_FILTER): its kept means are a
+# published client's token totals over its 1,000 prompts, 217,393 in / 201,648 out (GPUStack's Qwen3-14B H100 runs,
+# Qwen3 tokenizer; benchmarks/published/gpustack_engines.yaml), with the `sharegpt` preset's sigmas (assumed).
+_PRESETS: dict[str, LognormalLengths] = {
+    "sharegpt": LognormalLengths(input_mean=161.31, input_sigma=1.0, output_mean=337.99, output_sigma=0.9),
+    "alpaca": LognormalLengths(input_mean=19.31, input_sigma=0.5, output_mean=58.45, output_sigma=0.8),
+    "sharegpt_bench": LognormalLengths(input_mean=217.393, input_sigma=1.0, output_mean=201.648, output_sigma=0.9,
+                                       **SHAREGPT_BENCH_FILTER),
+}
+
+
+def preset_lengths(name: str) -> LognormalLengths:
+    return _PRESETS[name]

@@ -154,11 +154,14 @@ def test_a_fitted_preset_spreads_its_fitted_terms_with_the_fits_sigma_and_its_es
 
 def test_a_version_without_its_own_fit_widens_the_borrowed_sigma_by_the_stated_factor():
     spreads = {s.key: s for s in engine_term_spread(scenario({"name": "vllm", "version": "0.6.3"}))}
-    fit = TABLE["engines"]["vllm"]["0.11.0"]["sigma_log"]
-    for key, term in ((STEP, "per_step_s"), (LATENCY, "latency_s")):
-        assert spreads[key].kind == "other version"
-        assert spreads[key].sigma_log == pytest.approx(math.hypot(fit[term],
-                                                                  math.log(OTHER_VERSION_FACTORS[term]) / Z90))
+    version, terms, borrowed = engines._nearest_fit("vllm", (0, 6, 3))  # the nearest version with a usable term
+    assert borrowed and version != "0.6.3"
+    fit = TABLE["engines"]["vllm"][version]["sigma_log"]
+    keys = {"per_step_s": STEP, "latency_s": LATENCY}
+    assert {s.key for s in spreads.values() if s.kind == "other version"} == {keys[t] for t in terms}
+    for term in terms:
+        assert spreads[keys[term]].sigma_log == pytest.approx(
+            math.hypot(fit[term], math.log(OTHER_VERSION_FACTORS[term]) / Z90))
 
 
 def test_eager_adds_the_launch_estimate_and_an_engine_without_a_fit_spreads_vllms_estimate(monkeypatch):

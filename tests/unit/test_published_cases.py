@@ -35,7 +35,13 @@ def test_each_case_is_a_valid_scenario_with_vllm_defaults_and_the_quoted_mean_le
         assert raw["engine"]["name"] == "vllm"  # the engine preset (sim/config/engines.py) derives its defaults
         s = validate_scenario(raw)
         n = case["num_prompts"]
-        assert s.workload.lengths.input_tokens == round(case["quoted"]["total_input_tokens"] / n)
+        lengths = s.workload.lengths
+        if case["dataset"]["name"] == "sharegpt":  # a sample drawn as the client draws it, kept means the quoted ones
+            assert lengths.kind == "lognormal" and (lengths.input_max, lengths.total_max) == (1024, 2048)
+            assert lengths.input_mean == case["quoted"]["total_input_tokens"] / n
+            assert lengths.output_mean == case["quoted"]["total_generated_tokens"] / n
+        else:
+            assert lengths.input_tokens == round(case["quoted"]["total_input_tokens"] / n)
         assert s.scheduler.chunked_prefill and s.scheduler.max_num_batched_tokens in (2048, 8192)
         assert s.workload.arrival.kind == ("closed_loop" if case.get("concurrency") else "burst")
     # the Qwen3-14B config written beside the data has the published shape (5120 hidden, 40 layers)

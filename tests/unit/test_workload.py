@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -13,6 +14,7 @@ from pydantic import ValidationError
 from sim.errors import ConfigError, TraceError
 from sim.workload.arrivals import ClosedLoopArrival
 from sim.workload.generate import Workload, WorkloadSpec, generate_workload, summarize
+from sim.workload.lengths import SHAREGPT_BENCH_FILTER, LognormalLengths, kept_lognormal_mus, preset_lengths
 
 TRACES = Path(__file__).parents[3] / "shared" / "traces"
 FIXED = {"kind": "fixed", "input_tokens": 100, "output_tokens": 10}
@@ -162,6 +164,52 @@ def test_preset_means_match_the_vllm_paper(name, means):
     w = generate(spec({"kind": "poisson", "rate_per_s": 1}, {"kind": "preset", "name": name}), num_requests=400_000)
     assert w.input_tokens.mean() == pytest.approx(means[0], rel=0.02)
     assert w.output_tokens.mean() == pytest.approx(means[1], rel=0.02)
+
+
+def test_a_filtered_lognormal_keeps_only_what_the_client_keeps_at_the_asked_means():
+    # vLLM's ShareGPT sampler keeps prompt and output >= 4 tokens, prompt <= 1024, both <= 2048 (SHAREGPT_BENCH_FILTER)
+    w = generate(spec({"kind": "poisson", "rate_per_s": 1}, {"kind": "preset", "name": "sharegpt_bench"}),
+                 num_requests=400_000)
+    x, y = w.input_tokens, w.output_tokens
+    assert x.min() >= 4 and y.min() >= 4 and x.max() <= 1024 and (x + y).max() <= 2048
+    assert x.max() > 900 and (x + y).max() > 1900  # the filter's bounds are reached, not a narrower shape
+    assert x.mean() == pytest.approx(217.393, rel=0.01) and y.mean() == pytest.approx(201.648, rel=0.01)
+    # the means are solved for: the lognormals at the asked means keep requests 13% / 2% shorter on average
+    shape = preset_lengths("sharegpt_bench")
+    mu_in, mu_out, kept_share = kept_lognormal_mus(shape)
+    assert mu_in > math.log(217.393) - 1.0**2 / 2 + 0.1 and mu_out > math.log(201.648) - 0.9**2 / 2 + 0.01
+    assert 0.9 < kept_share < 1.0
+
+
+def test_a_filter_that_cuts_nothing_leaves_the_lognormal_as_it_was():
+    # Known answers: sigma 0 is a point inside the bounds; bounds far in the tails keep mu = ln(mean) - sigma^2 / 2.
+    point = LognormalLengths(input_mean=100, input_sigma=0, output_mean=50, output_sigma=0, **SHAREGPT_BENCH_FILTER)
+    assert kept_lognormal_mus(point) == (pytest.approx(math.log(100)), pytest.approx(math.log(50)), 1.0)
+    w = generate(spec({"kind": "poisson", "rate_per_s": 1}, point.model_dump()), num_requests=50)
+    assert set(w.input_tokens) == {100} and set(w.output_tokens) == {50}
+    wide = LognormalLengths(input_mean=100, input_sigma=0.5, output_mean=50, output_sigma=0.5, min_tokens=1,
+                            total_max=10**7)
+    mu_in, mu_out, kept_share = kept_lognormal_mus(wide)
+    assert (mu_in, mu_out) == (pytest.approx(math.log(100) - 0.125, abs=1e-4),
+                               pytest.approx(math.log(50) - 0.125, abs=1e-4))
+    assert kept_share == pytest.approx(1.0)
+
+
+def test_a_filtered_lognormal_is_the_same_for_the_same_seed():
+    s = spec({"kind": "poisson", "rate_per_s": 1}, {"kind": "preset", "name": "sharegpt_bench"})
+    a, b, c = generate(s, seed=3, num_requests=5000), generate(s, seed=3, num_requests=5000), generate(
+        s, seed=4, num_requests=5000)
+    np.testing.assert_array_equal(a.input_tokens, b.input_tokens)
+    np.testing.assert_array_equal(a.output_tokens, b.output_tokens)
+    assert not np.array_equal(a.output_tokens, c.output_tokens)
+
+
+@pytest.mark.parametrize("means", [(900, 900), (5, 5), (1000, 50)])
+def test_means_a_filter_cannot_keep_are_refused_in_one_line(means):
+    lengths = {"kind": "lognormal", "input_mean": means[0], "input_sigma": 1.0, "output_mean": means[1],
+               "output_sigma": 0.9, **SHAREGPT_BENCH_FILTER}
+    with pytest.raises(ValidationError, match=rf"input_mean={means[0]} and output_mean={means[1]}: no lognormal"):
+        spec({"kind": "poisson", "rate_per_s": 1}, lengths)
 
 
 def test_uniform_and_fixed_lengths():
