@@ -353,14 +353,14 @@ def outbound(inb: Inbound, first_token_s: np.ndarray, last_token_s: np.ndarray, 
     first_token_s = np.asarray(first_token_s, dtype=np.float64)
     last_token_s = np.asarray(last_token_s, dtype=np.float64)
     out = np.where(np.isfinite(first_token_s), np.asarray(output_tokens, dtype=np.int64), 0)
-    chunks, first_work, middle_work, last_work = costs.chunk_work_s(out)
     if costs.does_no_work:
         # Every chunk leaves when the engine made its token (what the sweep gives without work, bit for bit:
-        # tests/unit/test_frontend_passes.py); an engine preset's front-end is a latency alone.
-        client_first = np.where(chunks >= 1, first_token_s, np.nan)
-        client_last = np.where(chunks >= 2, last_token_s, client_first)
-        return Outbound(with_latency(client_first, costs), with_latency(client_last, costs),
-                        first_work + middle_work + last_work)
+        # tests/unit/test_frontend_passes.py); an engine preset's front-end is a latency alone. A request has a
+        # first chunk from 1 output token and a last one from 2 (chunk_work_s), and no work.
+        client_first = np.where(out >= 1, first_token_s, np.nan)
+        client_last = np.where(out >= 2, last_token_s, client_first)
+        return Outbound(with_latency(client_first, costs), with_latency(client_last, costs), np.zeros(len(out)))
+    chunks, first_work, middle_work, last_work = costs.chunk_work_s(out)
     return swept_outbound(inb, first_token_s, last_token_s, chunks, first_work, middle_work, last_work, costs)
 
 

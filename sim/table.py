@@ -16,7 +16,8 @@ import numpy as np
 
 class Table:
     """Named columns of one length. `table[name]` is a column (the array itself, not a copy);
-    `table[mask]` or `table[indices]` the selected rows of every column, as a new Table."""
+    `table[mask]` or `table[indices]` the selected rows of every column, as a new Table (a mask that keeps every
+    row gives the same arrays: a Table's columns are never written in place)."""
 
     __slots__ = ("columns", "num_rows")
 
@@ -40,6 +41,9 @@ class Table:
             return self.columns[key]
         rows = np.asarray(key)
         num_rows = int(rows.sum()) if rows.dtype == bool else len(rows)
+        if rows.dtype == bool and num_rows == self.num_rows == len(rows):
+            # Every row (every request finished): the columns as they are, not a copy of each (0.3 s at 1M requests)
+            return Table(dict(self.columns), num_rows)
         return Table({name: column[rows] for name, column in self.columns.items()}, num_rows)
 
     def __setitem__(self, name: str, column: np.ndarray) -> None:
