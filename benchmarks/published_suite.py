@@ -12,7 +12,7 @@ What this module does, in order:
    field (it never stops the run). Normalized: the engine (`vllm`, `sglang`, `trtllm`, `lmdeploy` + its version),
    the GPU (a `servesim catalog gpus` name), the model (a catalog name or a config.json beside the data), TP,
    weight and KV dtypes, the workload (where per-request lengths are not given: a ShareGPT sample drawn as the
-   clients draw it around the quoted means, `sharegpt_lengths`; any other dataset fixed at the quoted means), the
+   clients draw it around the quoted means, `sharegpt_bench_lengths`; any other dataset fixed at the quoted means), the
    arrival (below) and the quoted metrics, each mapped to the ServeSim quantity it is compared with and to the
    benchmark tool's definition of it (`METRIC_DEFINITIONS`).
    Every assumption a case needs (a number the source does not give) is written into `PublishedCase.assumptions`.
@@ -50,6 +50,7 @@ from typing import Any, Callable
 import yaml
 
 from sim.config.engines import PRESETS
+from sim.workload.lengths import sharegpt_bench_lengths
 
 HERE = Path(__file__).resolve().parent
 DATA_DIR = HERE / "published"
@@ -292,13 +293,6 @@ SHAREGPT_ASSUMPTION = ("ShareGPT per-request lengths not given: drawn from logno
                        "quoted ones)")
 
 
-def sharegpt_lengths(mean_in: float, mean_out: float) -> dict:
-    from sim.workload.lengths import SHAREGPT_BENCH_FILTER, preset_lengths
-    shape = preset_lengths("sharegpt")
-    return {"kind": "lognormal", "input_mean": mean_in, "input_sigma": shape.input_sigma,
-            "output_mean": mean_out, "output_sigma": shape.output_sigma, **SHAREGPT_BENCH_FILTER}
-
-
 @dataclass(frozen=True)
 class Workload:
     input_tokens: int
@@ -309,7 +303,7 @@ class Workload:
     request_rate: float | None
     num_prompts: int
     # The scenario's `workload.lengths`: None = fixed at input_tokens/output_tokens; for a ShareGPT sample, a
-    # lognormal filtered as the client's sampler filters, its kept means the quoted ones (sharegpt_lengths)
+    # lognormal filtered as the client's sampler filters, its kept means the quoted ones (sharegpt_bench_lengths)
     lengths: dict | None = None
 
 
@@ -610,7 +604,7 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
         assumptions.append("a blank GPU cell read as the GPU of the rows above it")
     lengths = None
     if dataset["name"] == "sharegpt" and mean_in is not None:
-        lengths = sharegpt_lengths(mean_in, mean_out)
+        lengths = sharegpt_bench_lengths(mean_in, mean_out)
         assumptions.append(SHAREGPT_ASSUMPTION.format(mean_in=mean_in, mean_out=mean_out))
     workload = Workload(lin, lout, lengths_from, arrival, concurrency, rate, n, lengths)
     unstated = tuple(raw.get("unstated") or ()) + tuple(file_unstated)

@@ -60,6 +60,10 @@ class BenchPoint:
     input_lens: tuple[int, ...] | None = None  # per completed request, when the result holds them
     output_lens: tuple[int, ...] | None = None
     notes: tuple[str, ...] = field(default=())
+    # The dataset the client sampled, as the command line names it (fit-engine --dataset; a result's own
+    # `dataset_name` is not read: sglang.bench_serving's ShareGPT sampling is not checked against vLLM's):
+    # "sharegpt" draws the lengths as vllm bench serve draws ShareGPT (engine_fit)
+    dataset: str | None = None
 
     @property
     def label(self) -> str:

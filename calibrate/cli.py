@@ -468,6 +468,9 @@ def fit_engine_cmd(
                                      "sglang.bench_serving JSONL, genai-perf profile_export_genai_perf.json); repeat it"),
     fit_on: list[str] = typer.Option([], help="with --bench: the points to fit on (c=N, rate=R/s, burst; repeat or "
                                      "comma-separate); default the lowest and the highest load; the others are held out"),
+    dataset: str | None = typer.Option(None, help="with --bench: the dataset the client sampled, where the results "
+                                       "hold no per-request lengths: sharegpt (lengths drawn as vllm bench serve draws "
+                                       "ShareGPT, around each result's means); default every request at the means"),
 ) -> None:
     """Fit the engine-overhead terms (sim/cost/overhead.py) to measured steps or requests, or the engine's and the
     front-end's CPU terms to published benchmark results (--bench); report the errors, held-out points apart."""
@@ -486,12 +489,14 @@ def fit_engine_cmd(
         raise ConfigError("--holdout: not allowed with --bench; allowed: --fit-on (the points not named are held out)")
     if fit_on and not bench:
         raise ConfigError("--fit-on: allowed only with --bench")
+    if dataset is not None and not bench:
+        raise ConfigError("--dataset: allowed only with --bench")
     check_output_file(out)
     sset = load_scenario_set(scenario)
     if len(sset.variants) != 1:
         raise ConfigError(f"--scenario: '{scenario}' has {len(sset.variants)} variants; allowed: a scenario without variants")
     if bench:
-        fitted = fit_bench(bench, sset.base, fit_on)
+        fitted = fit_bench(bench, sset.base, fit_on, dataset=dataset)
         write_output_file(out, bench_scenario_yaml(sset.base, fitted))
         print(bench_report_text(fitted), end="")
     else:

@@ -31,6 +31,7 @@ import pandas as pd
 from sim.config.schema import Scenario
 from sim.cost.overhead import TERMS, EngineOverhead, EngineOverheadCostModel, engine_overhead
 from sim.errors import ConfigError
+from sim.workload.lengths import sharegpt_bench_lengths
 
 REQUEST_COLUMNS = ("arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens")
 STEP_COLUMNS = ("start_s", "end_s", "prefill_chunk_tokens", "prefill_context_tokens", "num_decode_seqs",
@@ -395,8 +396,13 @@ class _PointSimulator:
             arrival = {"kind": "poisson", "rate_per_s": point.rate_per_s}
         else:
             arrival = {"kind": "burst"}
-        lengths = {"kind": "fixed", "input_tokens": max(1, round(point.mean_input_tokens)),
-                   "output_tokens": max(1, round(point.mean_output_tokens))}
+        if point.dataset == "sharegpt" and point.input_lens is None:
+            # Token totals only: the requests drawn as the clients draw ShareGPT (fixed lengths would finish a
+            # burst all at once, where the sample's longest outputs run on alone)
+            lengths = sharegpt_bench_lengths(point.mean_input_tokens, point.mean_output_tokens)
+        else:
+            lengths = {"kind": "fixed", "input_tokens": max(1, round(point.mean_input_tokens)),
+                       "output_tokens": max(1, round(point.mean_output_tokens))}
         d["workload"] = {"arrival": arrival, "lengths": lengths}
         run = {k: v for k, v in d.get("run", {}).items() if k not in ("duration_s", "horizon_s", "warmup_s", "cooldown_s")}
         n = min(point.num_requests or MAX_POINT_REQUESTS, MAX_POINT_REQUESTS)
@@ -470,10 +476,21 @@ def _select_fit_points(points, fit_on: list[str]) -> list[int]:
     return sorted({order[0], order[-1]})
 
 
-def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[str] = (), iterations: int = 6) -> BenchFit:
+# What `fit-engine --dataset` accepts: the datasets whose client-side sampling ServeSim can draw.
+BENCH_DATASETS = ("sharegpt",)
+
+
+def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[str] = (), iterations: int = 6,
+              dataset: str | None = None) -> BenchFit:
+    """`dataset`: the dataset every result's client sampled (BENCH_DATASETS), where the results do not say."""
     from calibrate.bench_results import check_model, read_bench
 
+    if dataset is not None and dataset not in BENCH_DATASETS:
+        raise ConfigError(f"--dataset: {dataset!r} is not allowed; allowed: {', '.join(BENCH_DATASETS)} (omit it for "
+                          "every request at the result's mean lengths)")
     points = [p for f in bench_files for p in read_bench(f)]
+    if dataset is not None:
+        points = [replace(p, dataset=dataset) for p in points]
     for p in points:
         check_model(p, scenario.model if isinstance(scenario.model, str) else getattr(scenario.model, "name", ""))
     if scenario.hardware.disaggregation is not None:

@@ -247,13 +247,23 @@ def _cached_empirical(spec: EmpiricalLengths) -> Trace:
 # `sharegpt_bench` is ShareGPT as the benchmark clients sample it (SHAREGPT_BENCH_FILTER): its kept means are a
 # published client's token totals over its 1,000 prompts, 217,393 in / 201,648 out (GPUStack's Qwen3-14B H100 runs,
 # Qwen3 tokenizer; benchmarks/published/gpustack_engines.yaml), with the `sharegpt` preset's sigmas (assumed).
+_SHAREGPT = LognormalLengths(input_mean=161.31, input_sigma=1.0, output_mean=337.99, output_sigma=0.9)
 _PRESETS: dict[str, LognormalLengths] = {
-    "sharegpt": LognormalLengths(input_mean=161.31, input_sigma=1.0, output_mean=337.99, output_sigma=0.9),
+    "sharegpt": _SHAREGPT,
     "alpaca": LognormalLengths(input_mean=19.31, input_sigma=0.5, output_mean=58.45, output_sigma=0.8),
-    "sharegpt_bench": LognormalLengths(input_mean=217.393, input_sigma=1.0, output_mean=201.648, output_sigma=0.9,
-                                       **SHAREGPT_BENCH_FILTER),
+    "sharegpt_bench": LognormalLengths(input_mean=217.393, input_sigma=_SHAREGPT.input_sigma, output_mean=201.648,
+                                       output_sigma=_SHAREGPT.output_sigma, **SHAREGPT_BENCH_FILTER),
 }
 
 
 def preset_lengths(name: str) -> LognormalLengths:
     return _PRESETS[name]
+
+
+def sharegpt_bench_lengths(input_mean: float, output_mean: float) -> dict:
+    """A scenario's `workload.lengths` for a ShareGPT sample a benchmark client drew (SHAREGPT_BENCH_FILTER) whose
+    means are known and its per-request lengths not (a result with token totals only): `sharegpt_bench`'s shape
+    with these kept means."""
+    shape = _PRESETS["sharegpt_bench"]
+    return {"kind": "lognormal", "input_mean": float(input_mean), "input_sigma": shape.input_sigma,
+            "output_mean": float(output_mean), "output_sigma": shape.output_sigma, **SHAREGPT_BENCH_FILTER}

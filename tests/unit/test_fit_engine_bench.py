@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,7 @@ from calibrate.engine_fit import _PointSimulator, bench_report_text, bench_scena
 from helpers import small_scenario
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
+from sim.workload.lengths import sharegpt_bench_lengths
 
 FIX = Path(__file__).parent.parent / "fixtures" / "bench_results"
 
@@ -200,3 +202,35 @@ def test_measurements_and_bench_together_are_refused(tmp_path, capsys):
         main(["fit-engine", str(tmp_path), "--bench", str(FIX / "vllm_c4.json"), "--scenario",
               str(tmp_path / "s.yaml"), "--out", str(tmp_path / "o.yaml")])
     assert exit_.value.code == 2 and "MEASUREMENTS" in capsys.readouterr().err
+
+
+# --- the dataset the client sampled ------------------------------------------------------------------------
+
+def test_a_sharegpt_result_with_totals_only_draws_its_lengths_as_the_client_does(tmp_path):
+    _write_vllm_result(tmp_path / "burst.json", None, {"ttft_mean_s": 2.0, "tpot_mean_s": 0.05, "itl_mean_s": 0.05,
+                                                       "request_throughput_per_s": 10.0,
+                                                       "output_throughput_tok_per_s": 2000.0}, 200, 217, 202)
+    [point] = read_bench(tmp_path / "burst.json")
+    sim = _PointSimulator(validate_scenario(BASE))
+    assert sim._point_dict(point)["workload"]["lengths"]["kind"] == "fixed"  # no dataset named: the means
+    sharegpt = sim._point_dict(replace(point, dataset="sharegpt"))["workload"]["lengths"]
+    assert sharegpt == sharegpt_bench_lengths(217, 202)
+    _, workload = sim._workload(7, replace(point, dataset="sharegpt"))
+    assert workload.input_tokens.max() <= 1024 and (workload.input_tokens + workload.output_tokens).max() <= 2048
+    assert len(set(workload.output_tokens.tolist())) > 50  # drawn, not one length
+    # per-request lengths in the result win over any dataset: they are what was sent
+    [detailed] = read_bench(FIX / "vllm_c4.json")
+    _, measured = sim._workload(8, replace(detailed, dataset="sharegpt"))
+    assert measured.input_tokens.tolist()[:5] == [500, 520, 540, 500, 540]
+
+
+def test_an_unknown_dataset_is_refused_in_one_line(tmp_path, capsys):
+    from calibrate.cli import main
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(BASE))
+    out = tmp_path / "o.yaml"
+    with pytest.raises(SystemExit) as exit_:
+        main(["fit-engine", "--bench", str(FIX / "vllm_c4.json"), "--scenario", str(tmp_path / "s.yaml"),
+              "--out", str(out), "--dataset", "alpaca"])
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and len(err.splitlines()) == 1
+    assert "--dataset: 'alpaca' is not allowed; allowed: sharegpt" in err and not out.exists()
