@@ -868,7 +868,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     cm = dict(cost_model)
     if cm.get("kind") == "measured" and own_tables(case) != "vllm":
         cm["tables"] = own_tables(case)
-    # A term the fit left at a bound is what the preset never uses (sim/config/engines.py `_nearest_fit`): the run
+    # A term the fit left at a bound is what the preset never uses (sim/config/engines.py `_nearest_fits`): the run
     # gets the preset's own value instead, as a user's scenario would.
     fitted = {k: v for k, v in (fitted or {}).items() if f"{k} at bound" not in (fitted or {})}
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}

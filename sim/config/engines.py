@@ -434,35 +434,62 @@ def _fitted_table() -> dict:
 
 
 def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None:
-    """(the fitted numbers, where they come from) for this engine version: its own, else the nearest fitted version
-    of the engine (said in the source); None when the engine has none."""
-    nearest = _nearest_fit(name, version)
-    if nearest is None:
+    """(the fitted numbers, where they come from) for this engine version: each term from its own fit, else from
+    the nearest version whose fit identified it (said in the source); None when the engine has none."""
+    nearest = _nearest_fits(name, version)
+    if not nearest:
         return None
-    text, terms, borrowed = nearest
-    entry = _fitted_table()["engines"][name][text]
-    where = f"fitted on {', '.join(entry.get('fitted_on', [])) or 'no run'} ({name} {text})"
-    if borrowed:
-        where += f"; taken for {name} {_dotted(version)}, which has no fit of its own"
-    return terms, where
+    by_version: dict[tuple[str, bool], list[str]] = {}
+    for term, fit in nearest.items():
+        by_version.setdefault((fit.version, fit.borrowed), []).append(term)
+    parts = []
+    for (text, borrowed), terms in by_version.items():
+        entry = _fitted_table()["engines"][name][text]
+        part = f"fitted on {', '.join(entry.get('fitted_on', [])) or 'no run'} ({name} {text})"
+        if len(by_version) > 1:
+            part = f"{', '.join(terms)} {part}"
+        if borrowed:
+            part += f", taken for {name} {_dotted(version)}, {_why_borrowed(name, version)}"
+        parts.append(part)
+    return {term: fit.value for term, fit in nearest.items()}, "; ".join(parts)
 
 
-def _nearest_fit(name: str, version: tuple[int, ...]) -> tuple[str, dict[str, float], bool] | None:
-    """(the fitted version's text, its usable terms, whether it is another version's) for this engine version: its
-    own fit, else the nearest fitted version of the engine; None when the engine has none."""
+def _why_borrowed(name: str, version: tuple[int, ...]) -> str:
+    """Why a version takes a term from another version's fit: it has none, or its own left that term at a bound."""
+    own = any(_parse_version(v) == version for v in _fitted_table().get("engines", {}).get(name, {}))
+    return "whose own fit left it at a bound" if own else "which has no fit of its own"
+
+
+@dataclass(frozen=True)
+class NearestFit:
+    """One fitted term as a version's preset takes it: from `version`'s fit (`borrowed`: another version's)."""
+
+    version: str
+    value: float
+    borrowed: bool
+
+
+def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
+    """Per term, its fit for this engine version: the version's own, else the nearest fitted version's whose fit
+    identified that term (a term the fit left at a bound was not identified by its runs: never used as if it had
+    been); empty when the engine has none. Per term, so that a version whose own fit pinned only its CPU time still
+    takes its front-end latency from the nearest version that pinned one, not from none."""
     table = _fitted_table().get("engines", {}).get(name, {})
-    # a term the fit left at a bound was not identified by its runs: never used as if it had been
     usable = {v: {k: x for k, x in e.get("terms", {}).items() if f"{k} at bound" not in e.get("at_bound", [])}
               for v, e in table.items()}
-    candidates = [(v, _parse_version(v)) for v, terms in usable.items() if terms]
+    candidates = [(v, _parse_version(v)) for v in usable]
     candidates = [(text, parsed) for text, parsed in candidates if parsed is not None]
-    if not candidates:
-        return None
+
     def distance(parsed):
         return tuple(abs(a - b) for a, b in zip(parsed + (0, 0, 0), version + (0, 0, 0)))
-    text, parsed = min(candidates, key=lambda c: (distance(c[1]), -len(usable[c[0]]), c[0]))
-    borrowed = parsed[:len(version)] != version and parsed != version
-    return text, {k: float(v) for k, v in usable[text].items()}, borrowed
+
+    out: dict[str, NearestFit] = {}
+    for term in sorted({t for text, _ in candidates for t in usable[text]}):
+        having = [(text, parsed) for text, parsed in candidates if term in usable[text]]
+        text, parsed = min(having, key=lambda c: (distance(c[1]), c[0]))
+        borrowed = parsed[:len(version)] != version and parsed != version
+        out[term] = NearestFit(text, float(usable[text][term]), borrowed)
+    return out
 
 
 def _engine_terms(ctx: Context, name: str, notes: list[str]) -> dict:
@@ -745,15 +772,7 @@ def engine_term_spread(scenario) -> list[TermSpread]:
         return []
     table = _fitted_table()
     bounds = table.get("uncertainty", {}).get("bounds_s", {})
-    nearest = _nearest_fit(engine.name, version)
-    fitted: dict[str, float] = {}
-    sigmas: dict[str, float] = {}
-    where = ""
-    borrowed = False
-    if nearest is not None:
-        text, fitted, borrowed = nearest
-        sigmas = table["engines"][engine.name][text].get("sigma_log", {})
-        where = f"{engine.name} {text}'s fit (sim/config/engine_terms.json)"
+    nearest = _nearest_fits(engine.name, version)
     overhead = getattr(scenario.cost_model, "overhead", None)
     present: dict[str, float | None] = {}
     if overhead is not None:
@@ -762,17 +781,20 @@ def engine_term_spread(scenario) -> list[TermSpread]:
         present["latency_s"] = scenario.frontend.latency_s
     out: list[TermSpread] = []
     for term in ("per_step_s", "latency_s"):
-        if term not in present or term not in fitted or present[term] != fitted[term]:
+        fit = nearest.get(term)
+        if term not in present or fit is None or present[term] != fit.value:
             continue  # absent, or the user's own value
+        sigmas = table["engines"][engine.name][fit.version].get("sigma_log", {})
         if term not in sigmas:
             continue  # a fit with no spread (written before the spreads were): nothing stated, nothing drawn
+        where = f"{engine.name} {fit.version}'s fit (sim/config/engine_terms.json)"
         sigma, kind, source = sigmas[term], "fitted", f"{where}: the fit's spread"
-        if borrowed:
+        if fit.borrowed:
             extra = _sigma_of_factor(OTHER_VERSION_FACTORS[term])
             sigma, kind = math.hypot(sigma, extra), "other version"
-            source += (f", and x/÷ {OTHER_VERSION_FACTORS[term]:g} for {engine.name} {engine.version}, which has no "
-                       "fit of its own (sim/config/engines.py OTHER_VERSION_FACTORS)")
-        out.append(_spread(term, fitted[term], sigma, kind, source, bounds))
+            source += (f", and x/÷ {OTHER_VERSION_FACTORS[term]:g} for {engine.name} {engine.version}, "
+                       f"{_why_borrowed(engine.name, version)} (sim/config/engines.py OTHER_VERSION_FACTORS)")
+        out.append(_spread(term, fit.value, sigma, kind, source, bounds))
     if overhead is not None and overhead.engine in ("vllm-cudagraph", "vllm-eager"):
         from sim.cost.overhead import ENGINE_DEFAULTS
         defaults = ENGINE_DEFAULTS[overhead.engine]

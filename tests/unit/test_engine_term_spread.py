@@ -154,14 +154,29 @@ def test_a_fitted_preset_spreads_its_fitted_terms_with_the_fits_sigma_and_its_es
 
 def test_a_version_without_its_own_fit_widens_the_borrowed_sigma_by_the_stated_factor():
     spreads = {s.key: s for s in engine_term_spread(scenario({"name": "vllm", "version": "0.6.3"}))}
-    version, terms, borrowed = engines._nearest_fit("vllm", (0, 6, 3))  # the nearest version with a usable term
-    assert borrowed and version != "0.6.3"
-    fit = TABLE["engines"]["vllm"][version]["sigma_log"]
-    keys = {"per_step_s": STEP, "latency_s": LATENCY}
-    assert {s.key for s in spreads.values() if s.kind == "other version"} == {keys[t] for t in terms}
-    for term in terms:
-        assert spreads[keys[term]].sigma_log == pytest.approx(
-            math.hypot(fit[term], math.log(OTHER_VERSION_FACTORS[term]) / Z90))
+    nearest = engines._nearest_fits("vllm", (0, 6, 3))  # per term, the nearest version whose fit identified it
+    for key, term in ((STEP, "per_step_s"), (LATENCY, "latency_s")):
+        fit = nearest[term]
+        assert fit.borrowed and spreads[key].kind == "other version" and spreads[key].point == fit.value
+        sigma = TABLE["engines"]["vllm"][fit.version]["sigma_log"][term]
+        assert spreads[key].sigma_log == pytest.approx(math.hypot(sigma, math.log(OTHER_VERSION_FACTORS[term]) / Z90))
+
+
+def test_each_term_comes_from_the_nearest_version_whose_fit_identified_it(monkeypatch):
+    table = {"engines": {"vllm": {
+        "0.11.0": {"terms": {"per_step_s": 1e-3, "latency_s": 0.05}, "at_bound": []},
+        "0.9.2": {"terms": {"per_step_s": 6e-3, "latency_s": 1.0}, "at_bound": ["latency_s at bound"]},
+        "0.5.0": {"terms": {"per_step_s": 0.05, "latency_s": 0.02}, "at_bound": ["per_step_s at bound"]}}}}
+    monkeypatch.setattr(engines, "_fitted_table", lambda: table)
+    own = engines._nearest_fits("vllm", (0, 9, 2))
+    assert own["per_step_s"] == engines.NearestFit("0.9.2", 6e-3, False)  # its own fit
+    assert own["latency_s"] == engines.NearestFit("0.11.0", 0.05, True)  # its own is at a bound: the nearest's
+    older = engines._nearest_fits("vllm", (0, 6, 3))
+    assert older["per_step_s"].version == "0.9.2" and older["latency_s"].version == "0.5.0"  # |6-9| > |6-5|
+    terms, where = engines.fitted_terms("vllm", (0, 9, 2))
+    assert terms == {"latency_s": 0.05, "per_step_s": 6e-3}
+    assert "latency_s fitted on" in where and "taken for vllm 0.9.2, whose own fit left it at a bound" in where
+    assert "taken for vllm 0.6.3, which has no fit of its own" in engines.fitted_terms("vllm", (0, 6, 3))[1]
 
 
 def test_eager_adds_the_launch_estimate_and_an_engine_without_a_fit_spreads_vllms_estimate(monkeypatch):
