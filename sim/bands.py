@@ -314,7 +314,8 @@ def band_runs(scenario, *, cost_model=None, progress=None, workloads: dict | Non
         workload = workload_of(rep)
         if spreads:  # the engine's CPU and front-end terms drawn: a cost model of the replication's own
             rep = _with_terms(rep, {t.key: term_z(draw_seed, t.key) for t in spreads})
-        jobs.append(partial(_simulate_run, simulate, rep, workload, draws, figures is None, bool(spreads)))
+        jobs.append(partial(_simulate_run, simulate, rep, workload, draws, "band" if figures is None else False,
+                            bool(spreads), curves=curves is not None))
     values: dict[str, list] = {}
     slo_met: int | None = 0
     point_result = None
@@ -328,7 +329,7 @@ def band_runs(scenario, *, cost_model=None, progress=None, workloads: dict | Non
         for name in values:
             values[name].append(got.get(name))
         if curves is not None:  # ribbons
-            curves.append(curves_of(result))
+            curves.append(result.extras.pop("curves"))
         if result.summary.get("slo_met") is None:
             slo_met = None  # no SLO limits: nothing to meet
         elif slo_met is not None:
@@ -359,11 +360,16 @@ def _source_entries(kernel_sigmas, spreads, misfit) -> dict:
     return out
 
 
-def _simulate_run(simulate, scenario, workload, draws, lean, own_cost_model, cost_model, progress=None):
-    """One run of a band (or its point run: no draws, full summary, the caller's progress); `own_cost_model`: its
-    scenario's engine terms were drawn, so it builds its own."""
-    return simulate(scenario, workload, progress=progress, cost_model=None if own_cost_model else cost_model,
-                    step_draws=draws, lean_summary=lean)
+def _simulate_run(simulate, scenario, workload, draws, lean, own_cost_model, cost_model, progress=None, curves=False):
+    """One run of a band (or its point run: no draws, full summary, the caller's progress); `lean`: the summary's
+    (`simulate`'s lean_summary: "band" for the band's own runs); `own_cost_model`: its scenario's engine terms
+    were drawn, so it builds its own. `curves`: its ribbons' curves (`curves_of`) go into extras["curves"], taken
+    in the run's own thread, beside the others."""
+    result = simulate(scenario, workload, progress=progress, cost_model=None if own_cost_model else cost_model,
+                      step_draws=draws, lean_summary=lean)
+    if curves:
+        result.extras["curves"] = curves_of(result)
+    return result
 
 
 # --- source c: the engine's CPU and front-end terms ------------------------------------------------------------
@@ -457,9 +463,10 @@ def _edges(scenario, plain, workload, cost_model, sigmas, spreads, drawn, point_
         # the engine terms at the same edge as the bias (slower with slower): comonotone, so the edges are at
         # least as far apart as the sources drawn independently would put them
         edge = _with_terms(plain, {t.key: sign * z for t in spreads}) if spreads else plain
-        jobs.append(partial(_simulate_run, simulate, edge, workload, draws, True, bool(spreads)))
+        jobs.append(partial(_simulate_run, simulate, edge, workload, draws, "band", bool(spreads),
+                            curves=curves is not None))
     if point_job is None:  # the batch means read the point run's records: a lean one does
-        point_job = partial(_simulate_run, simulate, plain, workload, None, True, False)
+        point_job = partial(_simulate_run, simulate, plain, workload, None, "band", False)
     point_result, runs = None, []
     for i, result in _in_threads(jobs, cost_model, point_job):
         if i is None:
@@ -467,7 +474,7 @@ def _edges(scenario, plain, workload, cost_model, sigmas, spreads, drawn, point_
         else:
             runs.append(result)
             if curves is not None:  # ribbons
-                curves.append(curves_of(result))
+                curves.append(result.extras.pop("curves"))
             if progress is not None:
                 progress(i + 1, len(jobs))
     keys = _band_keys(runs[0].summary)
@@ -485,13 +492,19 @@ def batch_figures(result, keys, slo) -> dict[str, list]:
     """{figure: [its value in each of EDGE_BATCHES batches]}: the point run's requests cut in arrival order into
     EDGE_BATCHES consecutive batches, each summarized as a run of its own (sim/results.py's definitions: the
     requests, their finished ones, the steps ending while the batch arrived, over that span)."""
-    from sim.results import sent_column, as_requests, as_table, latencies, slo_metrics, throughput
+    from sim.results import LEAN_LATENCIES, Table, as_requests, as_table, latencies, sent_column, slo_metrics, throughput
     requests, steps = (as_requests(result.records[0]), as_table(result.records[1]))
-    sent = np.asarray(requests[sent_column(requests)], dtype=float)
+    sent_name = sent_column(requests)
+    sent = np.asarray(requests[sent_name], dtype=float)
     order = np.argsort(sent, kind="stable")
     parts = np.array_split(order, EDGE_BATCHES)
     step_end = np.asarray(steps["end_s"], dtype=float) if len(steps) else np.zeros(0)
     finish = np.asarray(requests["finish_s"], dtype=float)
+    # Only the columns the batch summaries read (throughput, lean latencies, SLOs): selecting every column of every
+    # batch copied the whole records once more (0.3 s of a 1M-request band, after its runs)
+    requests = Table({name: requests[name] for name in ("finished", sent_name, "output_tokens", "prompt_tokens",
+                                                         *LEAN_LATENCIES)})
+    steps = Table({"num_output_tokens": steps["num_output_tokens"]}, len(steps))
     out: dict[str, list] = {name: [] for name in keys}
     for j, idx in enumerate(parts):
         mask = np.zeros(len(sent), dtype=bool)

@@ -438,7 +438,7 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
               in_system_area: float, num_generated: int, replicas: list[ReplicaCounters],
               kv_bytes_per_token: int, num_clipped: int = 0, max_model_len: int | None = None,
               window: tuple[float, float] | None = None, decode_runs: DecodeRuns | None = None,
-              lean: bool = False, frontend: FrontendCounters | None = None) -> dict:
+              lean: bool | str = False, frontend: FrontendCounters | None = None) -> dict:
     """Every summary metric of a run, one group at a time (the keys keep this order in every output).
 
     `requests`, `steps`: the records as Tables (`requests_table`, `steps_table`) or DataFrames.
@@ -449,7 +449,8 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
     `lean`: only what a capacity planner reads of its hundreds of runs: the counts, throughput, the
     percentiles of TTFT, TPOT and E2E (LEAN_LATENCIES), preemptions, the SLO keys, the batch size, the busy
     fraction and the KV token share. Each is the full summary's value (tests/integration/test_lean_summary.py
-    compares them); the other keys are left out.
+    compares them); the other keys are left out. `lean="band"`: the same without the batch size, busy fraction
+    and KV share, what a band's own runs are read for (sim/bands.py: BAND_METRICS and the SLO keys).
     `frontend`: the front-end's counters, when the run has one (the records then hold its columns,
     `with_client_side`): its keys (`frontend_metrics`) follow the speculation keys, and the latency keys, the
     SLO checks and the offered load are the client's."""
@@ -458,12 +459,14 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
     elapsed = max(elapsed_s, 1e-12)
     s = request_counts(requests, fin, elapsed_s, num_generated)
     s.update(throughput(requests, fin, steps, elapsed))
-    s.update(latencies(fin, steps, decode_runs, lean=lean))
+    s.update(latencies(fin, steps, decode_runs, lean=bool(lean)))
     s["preemptions"] = int(requests["preemptions"].sum())
     s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0 and s["num_rejected"] == 0,
                          known=s if lean else None))
+    if lean == "band":
+        return s
     s.update(utilization(steps, elapsed, gpu, contiguous=replicas[0].kv_layout == "contiguous", runs=decode_runs,
-                         lean=lean))
+                         lean=bool(lean)))
     if lean:
         return s
     s.update(littles_law(requests, fin, in_system_area, elapsed))

@@ -290,7 +290,7 @@ def steady_window(requests, run):
 
 def simulate(scenario: Scenario, workload: Workload | None = None, *,
              progress: Callable[[float, int], None] | None = None, cost_model=None,
-             stop_when: Callable[[Simulation], bool] | None = None, lean_summary: bool = False,
+             stop_when: Callable[[Simulation], bool] | None = None, lean_summary: bool | str = False,
              step_draws: np.ndarray | None = None) -> Result:
     """Simulate a validated scenario; `workload` defaults to the one the scenario generates.
 
@@ -305,7 +305,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     times -> engine arrivals) and after it (engine token times -> the client's): the records gain the client's
     columns and the latencies are the client's (`sim.results.with_client_side`).
 
-    `lean_summary`: the summary holds only what a capacity planner reads (`summarize`'s `lean`).
+    `lean_summary`: the summary holds only what a capacity planner reads (`summarize`'s `lean`); "band": what a
+    band's own runs are read for.
 
     `step_draws`: a perturbed run's step-time draw pack (`sim.cost.draws.draw_pack`, issue 31: bands): every
     priced step time is scaled by its draw, in either engine alike. None: the times as priced. A band

@@ -60,3 +60,16 @@ def test_a_lean_summary_leaves_out_what_the_planner_does_not_read():
     scenario = validate_scenario(CASES["one replica"])
     lean = simulate(scenario, lean_summary=True).summary
     assert not {"itl_p99", "queueing_s_p50", "mbu", "kv_capacity_tokens", "mean_in_system"} & set(lean)
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_a_bands_summary_keeps_every_figure_a_band_reads(case):
+    from sim.bands import _band_keys
+    scenario = validate_scenario(CASES[case])
+    workload = make_workload(scenario)
+    full = simulate(scenario, workload).summary
+    band = simulate(scenario, workload, lean_summary="band").summary
+    lean = simulate(scenario, workload, lean_summary=True).summary
+    assert set(band) < set(lean) and "kv_token_share" not in band and "mean_batch_size" not in band
+    assert all(_same(band[k], full[k]) for k in band), [k for k in band if not _same(band[k], full[k])]
+    assert [k for k in _band_keys(full) if k not in band] == [] and "slo_met" in band
