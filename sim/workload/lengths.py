@@ -148,7 +148,8 @@ def _lognormal(rng: np.random.Generator, mean: float, sigma: float, n: int) -> n
 def _lognormal_tokens(rng: np.random.Generator, mu: float, sigma: float, n: int) -> np.ndarray:
     # A draw above any request's limit is clipped to just over it before the cast (it is then clipped to the
     # model's context, and counted, like any prompt too long for the model), so it cannot wrap around int64.
-    return np.rint(np.minimum(rng.lognormal(mu, sigma, n), MAX_TRACE_TOKENS + 1.0)).astype(np.int64)
+    # sigma + 0.0: a sigma of -0.0 passes `ge=0` but numpy refuses it ("sigma < 0"); -0.0 + 0.0 is 0.0
+    return np.rint(np.minimum(rng.lognormal(mu, sigma + 0.0, n), MAX_TRACE_TOKENS + 1.0)).astype(np.int64)
 
 
 def _kept(spec: LognormalLengths, inputs: np.ndarray, outputs: np.ndarray) -> np.ndarray:

@@ -195,6 +195,14 @@ def test_a_filter_that_cuts_nothing_leaves_the_lognormal_as_it_was():
     assert kept_share == pytest.approx(1.0)
 
 
+def test_a_sigma_of_minus_zero_is_a_sigma_of_zero():
+    # -0.0 passes the schema's sigma >= 0; numpy's lognormal refuses it: the sampler reads it as 0 (hypothesis
+    # found it, tests/integration/test_no_traceback.py)
+    lengths = {"kind": "lognormal", "input_mean": 100, "input_sigma": -0.0, "output_mean": 50, "output_sigma": -0.0}
+    w = generate(spec({"kind": "poisson", "rate_per_s": 1}, lengths), num_requests=5)
+    assert w.input_tokens.tolist() == [100] * 5 and w.output_tokens.tolist() == [50] * 5
+
+
 def test_a_filtered_lognormal_is_the_same_for_the_same_seed():
     s = spec({"kind": "poisson", "rate_per_s": 1}, {"kind": "preset", "name": "sharegpt_bench"})
     a, b, c = generate(s, seed=3, num_requests=5000), generate(s, seed=3, num_requests=5000), generate(
