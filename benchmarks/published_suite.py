@@ -50,7 +50,7 @@ from typing import Any, Callable
 import yaml
 
 from sim.config.engines import PRESETS
-from sim.workload.lengths import sharegpt_bench_lengths
+from sim.workload.lengths import SHAREGPT_BENCH_FILTER, sharegpt_bench_lengths
 
 HERE = Path(__file__).resolve().parent
 DATA_DIR = HERE / "published"
@@ -288,9 +288,10 @@ class Metric:
 # Fixed lengths at the means (what the suite used before 11-28) finish every request of a burst together, where a
 # real sample's longest outputs run on alone after the rest.
 SHAREGPT_ASSUMPTION = ("ShareGPT per-request lengths not given: drawn from lognormals with the `sharegpt` length "
-                       "preset's sigmas (assumed), kept as the client's sampler keeps them (prompt and output >= 4 "
-                       "tokens, prompt <= 1024, both <= 2048), with kept means {mean_in:.1f}/{mean_out:.1f} (the "
-                       "quoted ones)")
+                       "preset's sigmas (assumed), kept as the client's sampler keeps them (prompt and output >= "
+                       f"{SHAREGPT_BENCH_FILTER['min_tokens']} tokens, prompt <= {SHAREGPT_BENCH_FILTER['input_max']}, "
+                       f"both <= {SHAREGPT_BENCH_FILTER['total_max']}), with kept means {{mean_in:.1f}}/{{mean_out:.1f}} "
+                       "(the quoted ones)")
 
 
 @dataclass(frozen=True)

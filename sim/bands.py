@@ -492,7 +492,8 @@ def batch_figures(result, keys, slo) -> dict[str, list]:
     """{figure: [its value in each of EDGE_BATCHES batches]}: the point run's requests cut in arrival order into
     EDGE_BATCHES consecutive batches, each summarized as a run of its own (sim/results.py's definitions: the
     requests, their finished ones, the steps ending while the batch arrived, over that span)."""
-    from sim.results import LEAN_LATENCIES, Table, as_requests, as_table, latencies, sent_column, slo_metrics, throughput
+    from sim.results import LEAN_LATENCIES, as_requests, as_table, latencies, sent_column, slo_metrics, throughput
+    from sim.table import Table
     requests, steps = (as_requests(result.records[0]), as_table(result.records[1]))
     sent_name = sent_column(requests)
     sent = np.asarray(requests[sent_name], dtype=float)

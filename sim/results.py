@@ -390,7 +390,7 @@ def _find_weighted(values: np.ndarray, weights: np.ndarray, targets: np.ndarray,
     lo, hi = values.min(), values.max()
     with np.errstate(over="ignore"):  # a spread too narrow to bucket (subnormal) gives inf: sorted below
         scale = PERCENTILE_BUCKETS / (hi - lo) if np.isfinite(lo) and np.isfinite(hi) and hi > lo else math.inf
-    if len(values) <= BUCKETED_ABOVE or not math.isfinite(scale) or PERCENTILE_BUCKETS < 2:
+    if len(values) <= BUCKETED_ABOVE or not math.isfinite(scale):
         # few values, all equal (or not finite), or a spread too narrow to bucket: sorted
         order = np.argsort(values)
         within = below + np.cumsum(weights[order])

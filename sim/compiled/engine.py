@@ -42,8 +42,9 @@ def prefer_simpy_while_cold() -> None:
     _cold["prefer_simpy"] = True
 _ROWS_PER_CALL = 1 << 16  # rows the kernel writes between two returns (progress reports), at most
 # The step rows' buffers start at about the rows a run of open arrivals writes (~3 a request: bench_engine writes
-# 2.75 without an engine preset, 3.13 with SGLang's separate prefill steps) and double when full; in ordinary pages (`sim.machine.plain_pages`), which the OS backs only as they are
-# written, so a generous start costs a small run nothing. The kernel writes each row once, and the step log takes
+# 2.75 without an engine preset, 3.13 with SGLang's separate prefill steps) and double when full; in ordinary pages
+# (`sim.machine.plain_pages`), which the OS backs only as they are written, so a generous start costs a small run
+# nothing. The kernel writes each row once, and the step log takes
 # the buffers as they are (before: a copy of each 65k-row chunk, then the chunks joined, 1.3 s of 1M requests'
 # 8.6 s). The start is capped so that a huge run does not map more than the machine may grant at once.
 _ROWS_PER_REQUEST = 4

@@ -456,8 +456,13 @@ def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None
 
 def _why_borrowed(name: str, version: tuple[int, ...]) -> str:
     """Why a version takes a term from another version's fit: it has none, or its own left that term at a bound."""
-    own = any(_parse_version(v) == version for v in _fitted_table().get("engines", {}).get(name, {}))
+    own = any(_is_version(_parse_version(v), version) for v in _fitted_table().get("engines", {}).get(name, {}))
     return "whose own fit left it at a bound" if own else "which has no fit of its own"
+
+
+def _is_version(parsed: tuple[int, ...] | None, version: tuple[int, ...]) -> bool:
+    """Whether a fitted version's parsed text is this version (a shorter text, "0.9", names every 0.9.x)."""
+    return parsed is not None and (parsed == version or parsed[:len(version)] == version)
 
 
 @dataclass(frozen=True)
@@ -487,8 +492,7 @@ def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
     for term in sorted({t for text, _ in candidates for t in usable[text]}):
         having = [(text, parsed) for text, parsed in candidates if term in usable[text]]
         text, parsed = min(having, key=lambda c: (distance(c[1]), c[0]))
-        borrowed = parsed[:len(version)] != version and parsed != version
-        out[term] = NearestFit(text, float(usable[text][term]), borrowed)
+        out[term] = NearestFit(text, float(usable[text][term]), not _is_version(parsed, version))
     return out
 
 

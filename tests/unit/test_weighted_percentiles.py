@@ -33,7 +33,7 @@ QS = (0, 0.5, 50, 90, 99, 99.9, 100)
 @settings(max_examples=300, deadline=None)
 @given(values=st.lists(st.sampled_from([0.001, 0.002, 0.0025, 0.01, 0.05, 0.3, 1.0, 7.5]) | st.floats(0, 10),
                        min_size=1, max_size=60),
-       data=st.data(), buckets=st.integers(1, 9))
+       data=st.data(), buckets=st.integers(2, 9))
 def test_the_bucketed_search_finds_the_sorted_value(values, data, buckets, monkeypatch_module):
     values = np.asarray(values, dtype=float)
     weights = np.asarray(data.draw(st.lists(st.integers(0, 40), min_size=len(values), max_size=len(values))))

@@ -176,6 +176,7 @@ def test_a_filtered_lognormal_keeps_only_what_the_client_keeps_at_the_asked_mean
     assert x.mean() == pytest.approx(217.393, rel=0.01) and y.mean() == pytest.approx(201.648, rel=0.01)
     # the means are solved for: the lognormals at the asked means keep requests 13% / 2% shorter on average
     shape = preset_lengths("sharegpt_bench")
+    assert LognormalLengths.model_validate(shape.model_dump()) == shape  # built unvalidated at import: it validates
     mu_in, mu_out, kept_share = kept_lognormal_mus(shape)
     assert mu_in > math.log(217.393) - 1.0**2 / 2 + 0.1 and mu_out > math.log(201.648) - 0.9**2 / 2 + 0.01
     assert 0.9 < kept_share < 1.0
