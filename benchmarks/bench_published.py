@@ -66,6 +66,9 @@ def fitted_text(fitted: dict) -> str:
         text = f"{term} {fitted[term] * 1e3:.4g} ms"
         if f"{term} at bound" in fitted:
             text += " (at a bound: not used)"
+        elif f"{term} not pinned" in fitted:
+            text += (f" x/÷ {math.exp(Z90 * fitted[f'{term} sigma_log']):.3g} (its 90% range reaches past the fit's "
+                     "bound: not pinned, not used)")
         elif f"{term} sigma_log" in fitted:
             text += f" x/÷ {math.exp(Z90 * fitted[f'{term} sigma_log']):.2f}"
         parts.append(text)

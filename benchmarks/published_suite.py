@@ -121,11 +121,12 @@ def fit_preset(engine: str, version: str, fit_results: list["CaseResult"], cost_
     client. Gauss-Newton on the log errors of the runs' headline metrics (calibrate/engine_fit.py `fit_terms`),
     starting from the unfitted preset's terms (vLLM's estimates) and no front-end. Returns {} when no fit run was
     simulated; a term no fit run moves is left out (not identified), so the preset's value stays. Beside the terms:
-    "<term> at bound", "<term> sigma_log" (how well the runs pin it: `fit_spread`, SPREAD_METHOD) and "fit ..."
+    "<term> at bound", "<term> sigma_log" (how well the runs pin it: `fit_spread`, SPREAD_METHOD), "<term> not pinned"
+    (its 90% range reaches past its bound: `not_pinned`; never used, as one at a bound) and "fit ..."
     (the noise it assumed, where from, the fit's RMS log error and its number of residuals)."""
     import numpy as np
 
-    from calibrate.engine_fit import at_bounds, fit_spread, fit_terms, log_error, term_limits
+    from calibrate.engine_fit import at_bounds, fit_spread, fit_terms, log_error, not_pinned, term_limits
     from sim.cost.overhead import ENGINE_DEFAULTS
 
     runs = [r for r in fit_results if r.status == "simulated" and r.case.headline]
@@ -152,9 +153,11 @@ def fit_preset(engine: str, version: str, fit_results: list["CaseResult"], cost_
     # model that priced them, whose run-level error the CPU terms absorb (calibrate/engine_fit.py fit_spread).
     key, bias = kernel_bias([r.case for r in runs], cost_model, fitted)
     spread = fit_spread(residuals, theta, free & ~bounded, bias)
-    for n, sigma in zip(names, spread["sigma_log"]):
+    for n, sigma, upper in zip(names, spread["sigma_log"], hi):
         if sigma is not None:
             fitted[f"{n} sigma_log"] = sigma
+            if not_pinned(fitted[n], sigma, upper):  # said, never used (as a term at a bound)
+                fitted[f"{n} not pinned"] = fitted[n]
     fitted.update({"fit noise_log": bias, "fit rms_log": spread["rms"], "fit residuals": spread["n"]})
     fitted["fit noise from"] = key
     return fitted
@@ -206,8 +209,7 @@ BORROWED_LENGTHS = {
 METRIC_DEFINITIONS = {
     "vllm bench serve": {
         "throughput": "output tokens / benchmark duration (first request sent to last response)",
-        "ttft": "client-side time to first token (includes the HTTP front end, tokenization, queueing); ServeSim "
-                "has no front end",
+        "ttft": "client-side time to first token (includes the HTTP front end, tokenization, queueing)",
         "tpot": "per request (latency - TTFT) / (output tokens - 1), the first token excluded; mean over requests",
         "itl": "every gap between streamed chunks, mean over all gaps",
     },
@@ -231,13 +233,14 @@ METRIC_DEFINITIONS = {
 
 # ServeSim's quantity per metric group (what `measure` computes from a Result).
 SIM_QUANTITIES = {
-    "output_tok_s": "sum(finished output tokens) / (last finish - first arrival)",
-    "total_tok_s": "sum(finished prompt + output tokens) / (last finish - first arrival)",
-    "ttft_mean": "mean ttft_s (arrival to first token)",
+    "output_tok_s": "sum(finished output tokens) / duration_s",
+    "total_tok_s": "sum(finished prompt + output tokens) / duration_s",
+    "ttft_mean": "mean ttft_s (sent to first token: the client's times with a front-end)",
     "tpot_mean": "mean tpot_s = (last token - first token) / (output tokens - 1)",
     "itl_mean": "summary itl_mean (each decode token's gap = its step's duration, token-weighted)",
     "itl_p50": "summary itl_p50 (token-weighted median of the step durations)",
-    "duration_s": "last finish - first arrival",
+    "duration_s": "last response received - first request sent (with a front-end, the client's times; else the "
+                  "engine's last finish - first arrival)",
 }
 
 HEADLINE = ("throughput", "ttft", "tpot_itl")  # the three metrics of the issue's goals, in this order
@@ -871,7 +874,8 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         cm["tables"] = own_tables(case)
     # A term the fit left at a bound is what the preset never uses (sim/config/engines.py `_nearest_fits`): the run
     # gets the preset's own value instead, as a user's scenario would.
-    fitted = {k: v for k, v in (fitted or {}).items() if f"{k} at bound" not in (fitted or {})}
+    fitted = {k: v for k, v in (fitted or {}).items()
+              if f"{k} at bound" not in (fitted or {}) and f"{k} not pinned" not in (fitted or {})}
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}
     if not cm and cpu:  # the best available model, materialized so that the fitted terms can go into it
         from sim.config.cost_choice import default_cost_model
@@ -897,7 +901,7 @@ SPREAD_METHOD = (
     "errors' derivatives in ln(term)), with each fit metric known to s_i = the larger of its own misfit and the "
     "measured run-level bias sigma of the kernel model that priced the fit runs (noise_log, calibrate/residuals.json: "
     "the error the CPU terms absorb). Draw: term x exp(sigma_log x z), z standard normal. A term at a bound has "
-    "none: it is not used.")
+    "none: it is not used; nor is one whose 90% range reaches past its bound (not_pinned).")
 
 
 def terms_table(fitted: dict[tuple[str, str], dict], date: str) -> dict:
@@ -917,6 +921,7 @@ def terms_table(fitted: dict[tuple[str, str], dict], date: str) -> dict:
                                       "rms_log": terms["fit rms_log"], "residuals": terms["fit residuals"]}
             entry["fitted_on"] = list(FIT_RUNS.get((engine, version), ()))
             entry["at_bound"] = sorted(k for k in terms if k.endswith(" at bound"))
+            entry["not_pinned"] = sorted(k for k in terms if k.endswith(" not pinned"))
             engines.setdefault(engine, {})[version] = entry
     return {"source": "benchmarks/bench_published.py --write-terms: published_suite.fit_preset on each engine "
                       "version's FIT_RUNS (every other run held out)", "date": date,
@@ -943,9 +948,15 @@ class CaseResult:
 def measure(result) -> dict:
     """The ServeSim quantities (SIM_QUANTITIES) of one run, in SI units."""
     import numpy as np
+
+    from sim.results import sent_column
     r = result.requests
     fin = r[r["finished"]]
-    duration = float(fin["finish_s"].max() - r["arrival_s"].min()) if len(fin) else math.nan
+    # As the benchmark client times it: from its first request sent to its last response received. With a
+    # front-end those are the client's columns; the engine's own (arrival, finish) leave out the front-end's
+    # inbound queue, which in a burst is most of the run.
+    received = "client_last_token_s" if "client_last_token_s" in r else "finish_s"
+    duration = float(fin[received].max() - r[sent_column(r)].min()) if len(fin) else math.nan
     out = float(fin["output_tokens"].sum())
     return {
         "output_tok_s": out / duration,

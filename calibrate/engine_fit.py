@@ -535,6 +535,14 @@ def term_limits(names) -> tuple[np.ndarray, np.ndarray]:
     return np.array([FIT_STEPS_S[n] for n in names]), np.array([FIT_BOUNDS_S[n] for n in names])
 
 
+def not_pinned(value: float, sigma_log: float, upper: float) -> bool:
+    """Whether a fitted term's 90% range (value x/÷ exp(Z90 x sigma_log), `fit_spread`) reaches past its fit bound
+    `upper`: its runs would then agree about as well with any value up to the bound, so the fit did not pin it. Such
+    a term is said and never used, as one at a bound is."""
+    from sim.config.engines import Z90
+    return value * math.exp(Z90 * sigma_log) > upper
+
+
 def at_bounds(theta: np.ndarray, free: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """The fitted terms `fit_terms` left at a bound (0 or `hi`): not pinned by the fit, so said and never used."""
     return free & ((theta <= 0.0) | (theta >= hi))

@@ -449,15 +449,21 @@ def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None
         if len(by_version) > 1:
             part = f"{', '.join(terms)} {part}"
         if borrowed:
-            part += f", taken for {name} {_dotted(version)}, {_why_borrowed(name, version)}"
+            part += f", taken for {name} {_dotted(version)}, {_why_borrowed(name, version, terms)}"
         parts.append(part)
     return {term: fit.value for term, fit in nearest.items()}, "; ".join(parts)
 
 
-def _why_borrowed(name: str, version: tuple[int, ...]) -> str:
-    """Why a version takes a term from another version's fit: it has none, or its own left that term at a bound."""
-    own = any(_is_version(_parse_version(v), version) for v in _fitted_table().get("engines", {}).get(name, {}))
-    return "whose own fit left it at a bound" if own else "which has no fit of its own"
+def _why_borrowed(name: str, version: tuple[int, ...], terms=()) -> str:
+    """Why a version takes `terms` from another version's fit: it has none, or its own did not pin them (left them
+    at a bound, or with a 90% range reaching past the bound: `calibrate.engine_fit.not_pinned`)."""
+    table = _fitted_table().get("engines", {}).get(name, {})
+    own = [entry for v, entry in table.items() if _is_version(_parse_version(v), version)]
+    if not own:
+        return "which has no fit of its own"
+    if any(f"{t} not pinned" in own[0].get("not_pinned", []) for t in terms):
+        return "whose own fit did not pin it (its 90% range reaches past the fit's bound)"
+    return "whose own fit left it at a bound"
 
 
 def _is_version(parsed: tuple[int, ...] | None, version: tuple[int, ...]) -> bool:
@@ -476,11 +482,12 @@ class NearestFit:
 
 def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
     """Per term, its fit for this engine version: the version's own, else the nearest fitted version's whose fit
-    identified that term (a term the fit left at a bound was not identified by its runs: never used as if it had
-    been); empty when the engine has none. Per term, so that a version whose own fit pinned only its CPU time still
+    identified that term (a term the fit left at a bound, or whose 90% range reaches past the bound, was not
+    identified by its runs: never used as if it had been); empty when the engine has none. Per term, so that a version whose own fit pinned only its CPU time still
     takes its front-end latency from the nearest version that pinned one, not from none."""
     table = _fitted_table().get("engines", {}).get(name, {})
-    usable = {v: {k: x for k, x in e.get("terms", {}).items() if f"{k} at bound" not in e.get("at_bound", [])}
+    usable = {v: {k: x for k, x in e.get("terms", {}).items()
+                  if f"{k} at bound" not in e.get("at_bound", []) and f"{k} not pinned" not in e.get("not_pinned", [])}
               for v, e in table.items()}
     candidates = [(v, _parse_version(v)) for v in usable]
     candidates = [(text, parsed) for text, parsed in candidates if parsed is not None]
@@ -797,7 +804,7 @@ def engine_term_spread(scenario) -> list[TermSpread]:
             extra = _sigma_of_factor(OTHER_VERSION_FACTORS[term])
             sigma, kind = math.hypot(sigma, extra), "other version"
             source += (f", and x/÷ {OTHER_VERSION_FACTORS[term]:g} for {engine.name} {engine.version}, "
-                       f"{_why_borrowed(engine.name, version)} (sim/config/engines.py OTHER_VERSION_FACTORS)")
+                       f"{_why_borrowed(engine.name, version, (term,))} (sim/config/engines.py OTHER_VERSION_FACTORS)")
         out.append(_spread(term, fit.value, sigma, kind, source, bounds))
     if overhead is not None and overhead.engine in ("vllm-cudagraph", "vllm-eager"):
         from sim.cost.overhead import ENGINE_DEFAULTS

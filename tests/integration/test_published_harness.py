@@ -182,3 +182,27 @@ def test_the_issue_12_entry_points_still_take_a_raw_vllm_case():
     case = yaml.safe_load(bench_published.CASES.read_text())["cases"][0]
     s = validate_scenario(bench_published.scenario(case, bench_published.COST_MODELS["roofline"]))
     assert s.workload.arrival.kind == "closed_loop" and s.scheduler.max_num_seqs == 1024
+
+
+def test_a_runs_duration_is_the_clients_from_first_sent_to_last_received():
+    """With a front-end, the benchmark's duration (and so its throughput) runs from the client's first send to its
+    last receipt, as `vllm bench serve` times it. A burst of 40 requests on one process of 0.25 s each: the engine's
+    own times (first arrival to last finish) leave out the first request's 0.25 s of inbound work and the reply's
+    0.125 s of latency."""
+    from helpers import small_scenario
+    from sim.config.files import validate_scenario
+    from sim.run import simulate
+
+    burst = {"workload": {"arrival": {"kind": "burst"},
+                          "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 4}},
+             "run": {"num_requests": 40}}
+    frontend = {"num_processes": 1, "per_request_s": 0.25, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0,
+                "latency_s": 0.125}
+    result = simulate(validate_scenario(small_scenario(burst, frontend=frontend)))
+    r = result.requests
+    got = ps.measure(result)
+    assert got["duration_s"] == float(r["client_last_token_s"].max() - r["client_send_s"].min())
+    # every request was sent at 0; the last one's inbound work ends at 40 x 0.25 s, its reply 0.125 s later at least
+    assert got["duration_s"] >= 40 * 0.25 + 0.125
+    assert got["duration_s"] - float(r["finish_s"].max() - r["arrival_s"].min()) == pytest.approx(0.25 + 0.125)
+    assert got["output_tok_s"] == pytest.approx(40 * 4 / got["duration_s"])

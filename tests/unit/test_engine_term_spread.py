@@ -234,3 +234,20 @@ def test_a_draw_beyond_the_fit_bound_is_clamped_to_it():
     bound = TABLE["uncertainty"]["bounds_s"]["per_step_s"]
     assert with_engine_terms_drawn(sc, {STEP: 12.0}).cost_model.overhead.per_step_s == bound
     assert with_engine_terms_drawn(sc, {STEP: -12.0}).cost_model.overhead.per_step_s > 0
+
+
+def test_a_term_whose_90_percent_range_passes_its_bound_is_not_pinned_and_not_used(monkeypatch):
+    from calibrate.engine_fit import not_pinned
+    sigma = math.log(10.0) / Z90  # a 90% range of x/÷ 10
+    assert not not_pinned(0.05, sigma, 0.6) and not_pinned(0.07, sigma, 0.6)  # 0.5 s and 0.7 s against 0.6 s
+    assert not not_pinned(0.07, 0.0, 0.6)
+    table = {"engines": {"sglang": {
+        "0.5.3": {"terms": {"per_step_s": 4e-4, "latency_s": 0.014}, "at_bound": [], "not_pinned": []},
+        "0.5.5": {"terms": {"per_step_s": 0.016, "latency_s": 0.74}, "at_bound": [],
+                  "not_pinned": ["latency_s not pinned"]}}}}
+    monkeypatch.setattr(engines, "_fitted_table", lambda: table)
+    nearest = engines._nearest_fits("sglang", (0, 5, 5))
+    assert nearest["per_step_s"] == engines.NearestFit("0.5.5", 0.016, False)
+    assert nearest["latency_s"] == engines.NearestFit("0.5.3", 0.014, True)
+    _, where = engines.fitted_terms("sglang", (0, 5, 5))
+    assert "taken for sglang 0.5.5, whose own fit did not pin it (its 90% range reaches past the fit's bound)" in where
