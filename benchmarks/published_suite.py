@@ -68,7 +68,9 @@ PRESET_ENGINES = tuple(PRESETS)
 
 # How a run's command-line flags are spelled for its engine's preset (the preset's flag names, sim/config/engines.py).
 PRESET_FLAGS = {
-    "vllm": {"--max-model-len": "max_model_len", "--max-num-batched-tokens": "max_num_batched_tokens",
+    # vLLM's argument parser takes underscores for dashes (FlexibleArgumentParser): --max_model_len is --max-model-len
+    "vllm": {"--max-model-len": "max_model_len", "--max_model_len": "max_model_len",
+             "--max-num-batched-tokens": "max_num_batched_tokens",
              "--max-num-seqs": "max_num_seqs", "--gpu-memory-utilization": "gpu_memory_utilization",
              "--num-scheduler-steps": "num_scheduler_steps"},
     "sglang": {"--context-length": "context_length", "--chunked-prefill-size": "chunked_prefill_size",
@@ -101,9 +103,11 @@ DEFAULT_COST_MODEL = "default"
 FIT_RUNS: dict[tuple[str, str], tuple[str, ...]] = {
     ("vllm", "0.11.0"): ("qwen3-8b h100 c1", "qwen3-14b h100 2k burst"),
     ("vllm", "0.9.2"): ("gpustack-quant qwen3-8b h100 vllm 0.9.2 bf16 sharegpt",),
+    ("vllm", "0.6.0"): ("sglang-060 llama-3.1-8b a100 vllm 0.6.0 rps 4", "sglang-060 llama-3.1-8b a100 vllm 0.6.0 offline"),
     ("sglang", "0.5.3.post3"): ("qwen3-8b-h100 sglang c4",),
     ("sglang", "0.5.5.post1"): ("qwen3-14b-h100 sglang sharegpt",),
     ("sglang", "0.5.3"): ("deepseek-r1-h200 sglang tp8 sharegpt",),
+    ("sglang", "0.3.0"): (),  # older than the SGLang preset: its runs are listed, not simulated
     ("trtllm", "1.2.0rc1"): ("qwen3-8b-h100 trtllm c4", "qwen3-14b-h100 trtllm sharegpt"),
     ("trtllm", "1.0.0"): (),  # one run (EP8, not simulated): nothing to fit on, it is held out
     ("trtllm", "0.17"): ("trtllm 0.17 llama-3.1-8b h100-sxm tp1 fp8 1000/1000 max-throughput",),
@@ -214,6 +218,12 @@ METRIC_DEFINITIONS = {
         "itl": "every gap between streamed chunks, mean over all gaps",
     },
     "trtllm-bench": {"throughput": "output tokens / total latency (the page's sample report: 3000 x 128 / 16.406 s)"},
+    "sglang.bench_serving": {
+        "throughput": "output tokens / benchmark duration (first request sent to last response)",
+        "ttft": "client-side time to first streamed token, median over requests",
+        "tpot": "per request (latency - TTFT) / (output tokens - 1), median over requests",
+        "itl": "every gap between streamed chunks, median over all gaps",
+    },
     "triton online (unstated)": {
         "throughput": "'Output Tput (tok/s)' as printed; the load generator is unstated: output tokens / run time "
                       "assumed",
@@ -236,7 +246,9 @@ SIM_QUANTITIES = {
     "output_tok_s": "sum(finished output tokens) / duration_s",
     "total_tok_s": "sum(finished prompt + output tokens) / duration_s",
     "ttft_mean": "mean ttft_s (sent to first token: the client's times with a front-end)",
+    "ttft_p50": "median ttft_s",
     "tpot_mean": "mean tpot_s = (last token - first token) / (output tokens - 1)",
+    "tpot_p50": "median tpot_s (requests of 2 or more output tokens)",
     "itl_mean": "summary itl_mean (each decode token's gap = its step's duration, token-weighted)",
     "itl_p50": "summary itl_p50 (token-weighted median of the step durations)",
     "duration_s": "last response received - first request sent (with a front-end, the client's times; else the "
@@ -342,7 +354,7 @@ class PublishedCase:
     @property
     def client_side(self) -> bool:
         """The tool measures at an HTTP client, so its times include the API front-end."""
-        return self.tool in ("vllm bench serve", "triton online (unstated)")
+        return self.tool in ("vllm bench serve", "sglang.bench_serving", "triton online (unstated)")
 
     @property
     def key(self) -> tuple[str, str]:
@@ -445,6 +457,8 @@ def _metrics(r: _Reader, q: dict, tool: str) -> tuple[list[Metric], list[str]]:
         add("ttft", "mean_ttft_ms", q["mean_ttft_ms"] / 1e3, "s", "ttft_mean", d["ttft"])
     elif "ftl_ave_s" in q:
         add("ttft", "ftl_ave_s", q["ftl_ave_s"], "s", "ttft_mean", d["ttft"])
+    elif "median_ttft_ms" in q:  # a source that quotes medians only
+        add("ttft", "median_ttft_ms", q["median_ttft_ms"] / 1e3, "s", "ttft_p50", d["ttft"])
     # TPOT / ITL
     if "mean_tpot_ms" in q:
         tpot_def = METRIC_DEFINITIONS["vllm bench serve"]["tpot"]
@@ -455,13 +469,18 @@ def _metrics(r: _Reader, q: dict, tool: str) -> tuple[list[Metric], list[str]]:
         add("tpot_itl", "mean_itl_ms", q["mean_itl_ms"] / 1e3, "s", "itl_mean", d["itl"])
     elif "token_latency_p50_s" in q:
         add("tpot_itl", "token_latency_p50_s", q["token_latency_p50_s"], "s", "itl_p50", d["itl"])
+    elif "median_tpot_ms" in q:
+        add("tpot_itl", "median_tpot_ms", q["median_tpot_ms"] / 1e3, "s", "tpot_p50", d["tpot"])
+        if "median_itl_ms" in q:
+            add("itl", "median_itl_ms", q["median_itl_ms"] / 1e3, "s", "itl_p50", d["itl"])
     if "benchmark_duration_s" in q:
         add("duration", "benchmark_duration_s", q["benchmark_duration_s"], "s", "duration_s",
             "first request sent to last response")
     if not any(m.group in HEADLINE for m in out):
         raise r.fail("quoted", "no throughput, TTFT or TPOT/ITL number the harness knows "
                      "(output_token_throughput_tok_s, token_throughput_tok_s, throughput_out_tok_s, throughput_tok_s, "
-                     "mean_ttft_ms, ftl_ave_s, mean_tpot_ms, mean_itl_ms, token_latency_p50_s)")
+                     "mean_ttft_ms, ftl_ave_s, median_ttft_ms, mean_tpot_ms, mean_itl_ms, token_latency_p50_s, "
+                     "median_tpot_ms)")
     return out, assumed
 
 
@@ -471,6 +490,8 @@ def _tool(raw: dict) -> str:
         return "vllm bench serve"
     if bench.startswith("trtllm-bench"):
         return "trtllm-bench"
+    if "sglang.bench_serving" in bench:
+        return "sglang.bench_serving"
     if "profile_generation" in bench:
         return "lmdeploy profile_generation"
     if "profile_throughput" in bench:
@@ -589,6 +610,14 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
         if dataset["name"] != "sharegpt":
             assumptions.append(f"sample lengths not given: fixed at the means {lin}/{lout} implied by the "
                                "quoted output and total throughput per request")
+    elif raw.get("assumed_means") is not None:
+        means = r.get("assumed_means", (dict,))
+        mean_in, mean_out, why = means.get("input_mean"), means.get("output_mean"), means.get("why")
+        if not (_num(mean_in) and _num(mean_out) and mean_in > 0 and mean_out > 0 and isinstance(why, str) and why):
+            raise r.fail("assumed_means", "expected {input_mean: > 0, output_mean: > 0, why: the reason, in words}")
+        lin, lout = round(mean_in), round(mean_out)
+        lengths_from = f"the case's assumed means {mean_in:g}/{mean_out:g}"
+        assumptions.append(f"token totals not given: means {mean_in:g}/{mean_out:g} assumed ({why})")
     else:
         lin = lout = 0  # filled from BORROWED_LENGTHS by load_suite, else the case is not simulated
         lengths_from = "unknown"
@@ -962,7 +991,9 @@ def measure(result) -> dict:
         "output_tok_s": out / duration,
         "total_tok_s": (out + float(fin["prompt_tokens"].sum())) / duration,
         "ttft_mean": float(fin["ttft_s"].mean()),
+        "ttft_p50": float(fin["ttft_s"].median()),
         "tpot_mean": float(np.nanmean(fin["tpot_s"])) if fin["tpot_s"].notna().any() else math.nan,
+        "tpot_p50": float(fin["tpot_s"].median()) if fin["tpot_s"].notna().any() else math.nan,
         "itl_mean": float(result.summary.get("itl_mean", math.nan)),
         "itl_p50": float(result.summary.get("itl_p50", math.nan)),
         "duration_s": duration,

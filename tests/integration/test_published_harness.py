@@ -206,3 +206,27 @@ def test_a_runs_duration_is_the_clients_from_first_sent_to_last_received():
     assert got["duration_s"] >= 40 * 0.25 + 0.125
     assert got["duration_s"] - float(r["finish_s"].max() - r["arrival_s"].min()) == pytest.approx(0.25 + 0.125)
     assert got["output_tok_s"] == pytest.approx(40 * 4 / got["duration_s"])
+
+
+def test_a_medians_only_source_is_read_with_its_clients_definitions_and_its_stated_lengths(suite, tmp_path):
+    """SGLang's page quotes medians through `sglang.bench_serving` (a client over HTTP) and no token totals: the
+    harness compares median to median, fits the front-end for it, and takes the means the case states it
+    assumed (said in its assumptions); a malformed `assumed_means` is one line naming the field."""
+    online = next(c for c in suite.cases if c.name == "sglang-060 llama-3.1-8b a100 vllm 0.6.0 rps 8")
+    assert online.tool == "sglang.bench_serving" and online.client_side
+    assert {m.group: (m.quoted_key, m.sim) for m in online.metrics} == {
+        "ttft": ("median_ttft_ms", "ttft_p50"), "tpot_itl": ("median_tpot_ms", "tpot_p50"),
+        "itl": ("median_itl_ms", "itl_p50")}
+    assert online.workload.arrival == "poisson" and online.workload.request_rate == 8
+    assert online.workload.lengths is not None  # a ShareGPT sample drawn around the stated means
+    assert any("means 217.393/194.28 assumed" in a for a in online.assumptions)
+    offline = next(c for c in suite.cases if c.name == "sglang-060 llama-3.1-8b a100 vllm 0.6.0 offline")
+    assert [(m.group, m.sim, m.measured) for m in offline.metrics] == [("throughput", "output_tok_s", 4132.37)]
+    assert offline.workload.arrival == "burst"
+    raw = yaml.safe_load((ps.DATA_DIR / "sglang_vllm060.yaml").read_text())
+    bad = dict(raw["cases"][0], name="bad means", assumed_means={"input_mean": 217.4, "output_mean": -1, "why": "x"})
+    path = tmp_path / "means.yaml"
+    path.write_text(yaml.safe_dump({"sources": raw["sources"], "unstated": ["x"], "cases": [bad]}))
+    loaded = ps.load_suite([path], data_dir=tmp_path)
+    assert loaded.cases == [] and len(loaded.errors) == 1
+    assert loaded.errors[0].startswith("means.yaml: case 'bad means': field 'assumed_means':"), loaded.errors[0]
