@@ -103,7 +103,8 @@ DEFAULT_COST_MODEL = "default"
 FIT_RUNS: dict[tuple[str, str], tuple[str, ...]] = {
     ("vllm", "0.11.0"): ("qwen3-8b h100 c1", "qwen3-14b h100 2k burst"),
     ("vllm", "0.9.2"): ("gpustack-quant qwen3-8b h100 vllm 0.9.2 bf16 sharegpt",),
-    ("vllm", "0.6.0"): ("sglang-060 llama-3.1-8b a100 vllm 0.6.0 rps 4", "sglang-060 llama-3.1-8b a100 vllm 0.6.0 offline"),
+    ("vllm", "0.6.0"): ("sglang-060 llama-3.1-8b a100 vllm 0.6.0 rps 4",
+                        "sglang-060 llama-3.1-8b a100 vllm 0.6.0 offline"),
     ("sglang", "0.5.3.post3"): ("qwen3-8b-h100 sglang c4",),
     ("sglang", "0.5.5.post1"): ("qwen3-14b-h100 sglang sharegpt",),
     ("sglang", "0.5.3"): ("deepseek-r1-h200 sglang tp8 sharegpt",),
@@ -901,8 +902,8 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     cm = dict(cost_model)
     if cm.get("kind") == "measured" and own_tables(case) != "vllm":
         cm["tables"] = own_tables(case)
-    # A term the fit left at a bound is what the preset never uses (sim/config/engines.py `_nearest_fits`): the run
-    # gets the preset's own value instead, as a user's scenario would.
+    # A term the fit left at a bound, or did not pin (`not_pinned`), is what the preset never uses
+    # (sim/config/engines.py `_nearest_fits`): the run gets the preset's own value instead, as a user's scenario would.
     fitted = {k: v for k, v in (fitted or {}).items()
               if f"{k} at bound" not in (fitted or {}) and f"{k} not pinned" not in (fitted or {})}
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}
@@ -982,8 +983,8 @@ def measure(result) -> dict:
     r = result.requests
     fin = r[r["finished"]]
     # As the benchmark client times it: from its first request sent to its last response received. With a
-    # front-end those are the client's columns; the engine's own (arrival, finish) leave out the front-end's
-    # inbound queue, which in a burst is most of the run.
+    # front-end those are the client's columns: the engine's own (arrival, finish) leave out the first request's
+    # inbound work and the last reply's way back.
     received = "client_last_token_s" if "client_last_token_s" in r else "finish_s"
     duration = float(fin[received].max() - r[sent_column(r)].min()) if len(fin) else math.nan
     out = float(fin["output_tokens"].sum())

@@ -483,8 +483,9 @@ class NearestFit:
 def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
     """Per term, its fit for this engine version: the version's own, else the nearest fitted version's whose fit
     identified that term (a term the fit left at a bound, or whose 90% range reaches past the bound, was not
-    identified by its runs: never used as if it had been); empty when the engine has none. Per term, so that a version whose own fit pinned only its CPU time still
-    takes its front-end latency from the nearest version that pinned one, not from none."""
+    identified by its runs: never used as if it had been); empty when the engine has none. Per term, so that a
+    version whose own fit pinned only its CPU time still takes its front-end latency from the nearest version that
+    pinned one, not from none."""
     table = _fitted_table().get("engines", {}).get(name, {})
     usable = {v: {k: x for k, x in e.get("terms", {}).items()
                   if f"{k} at bound" not in e.get("at_bound", []) and f"{k} not pinned" not in e.get("not_pinned", [])}
