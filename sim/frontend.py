@@ -12,6 +12,14 @@ and occupy it for `per_request_s + per_prompt_token_s x prompt tokens`. The engi
 work ends. With several processes a short request may overtake a long one: the engine gets the requests in
 the order they leave the front-end, and the records keep the workload's request ids.
 
+*Discipline* (`discipline`): `fifo` (the default) serves a process's requests one at a time in the order sent.
+`processor_sharing` serves every request on the process at once, each at an equal share of it, as an asyncio
+server's coroutines take turns between their awaits when many are in flight (`shared_departures`): a burst of n
+equal requests then reaches the engine together after n x their work, where first come, first served hands the
+first one over after one request's work. The process a request takes, and so each process's busy periods, are the
+same under both (the work a process has left does not depend on the order it serves it in), so the outbound pass
+below is unchanged. Open arrivals only: a closed loop's front-end decides each request's arrival when it is sent.
+
 **Outbound** (`outbound`): a request's response streams back through the process that took it in (its HTTP
 connection and detokenizer state live there). The first chunk carries the first token alone and is ready at
 the engine's first-token time (as vLLM sends the first token at once); then one chunk per `tokens_per_chunk`
@@ -91,12 +99,13 @@ class FrontendCosts:
     per_output_token_s: float = 0.0  # outbound, per output token: detokenization
     tokens_per_chunk: int = 1  # output tokens per streamed chunk after the first (the first is the first token alone)
     latency_s: float = 0.0  # once per request, occupying no process: the network, the event loop's awaits
+    discipline: str = "fifo"  # how a process serves its inbound work: fifo, or processor_sharing (module docstring)
 
     @classmethod
     def of(cls, spec) -> FrontendCosts:
         """From the validated `FrontendSpec`."""
         return cls(spec.num_processes, spec.per_request_s, spec.per_prompt_token_s, spec.per_output_chunk_s,
-                   spec.per_output_token_s, spec.tokens_per_chunk, spec.latency_s)
+                   spec.per_output_token_s, spec.tokens_per_chunk, spec.latency_s, spec.discipline)
 
     @property
     def does_no_work(self) -> bool:
@@ -193,6 +202,70 @@ def fifo_servers(ready_s, work_s, num_servers):
     for i in range(n):
         start[i], end[i], server[i] = take_process(free, ids, ready_s[i], work_s[i])
     return start, end, server
+
+
+@njit(cache=True)
+def _heap_less(keys, ids, a, b):
+    return keys[a] < keys[b] or (keys[a] == keys[b] and ids[a] < ids[b])
+
+
+@njit(cache=True)
+def shared_departures(ready_s, work_s, order, offsets, departure_s):
+    """Egalitarian processor sharing on each process: the jobs `order[offsets[k]:offsets[k + 1]]` (sorted by ready
+    time, ties in the order given) share process k equally, each getting 1/m of it while m are in. Each job's
+    departure is written to departure_s. Virtual time V grows at 1/m per second; a job ready at V0 with work w
+    leaves when V reaches V0 + w, so the job with the least such finish leaves first (ties: the one given first)."""
+    n = len(order)
+    keys = np.empty(n)  # a binary min-heap of (virtual finish, job), per process in turn
+    ids = np.empty(n, dtype=np.int64)
+    for k in range(len(offsets) - 1):
+        lo, hi = offsets[k], offsets[k + 1]
+        size = 0
+        t = 0.0
+        v = 0.0
+        i = lo
+        while i < hi or size > 0:
+            ready = ready_s[order[i]] if i < hi else math.inf
+            finish = t + (keys[0] - v) * size if size > 0 else math.inf
+            if ready <= finish:  # an arrival (first, at a tie: it shares the process from that instant)
+                if size > 0:
+                    v += (ready - t) / size
+                t = ready
+                j = order[i]
+                i += 1
+                pos = size  # push (v + work, j) and sift it up
+                size += 1
+                keys[pos] = v + work_s[j]
+                ids[pos] = j
+                while pos > 0:
+                    parent = (pos - 1) // 2
+                    if _heap_less(keys, ids, pos, parent):
+                        keys[pos], keys[parent] = keys[parent], keys[pos]
+                        ids[pos], ids[parent] = ids[parent], ids[pos]
+                        pos = parent
+                    else:
+                        break
+            else:  # the least virtual finish leaves
+                v = keys[0]
+                t = finish
+                departure_s[ids[0]] = t
+                size -= 1
+                keys[0] = keys[size]
+                ids[0] = ids[size]
+                pos = 0
+                while True:  # sift down
+                    left = 2 * pos + 1
+                    if left >= size:
+                        break
+                    child = left
+                    if left + 1 < size and _heap_less(keys, ids, left + 1, left):
+                        child = left + 1
+                    if _heap_less(keys, ids, child, pos):
+                        keys[pos], keys[child] = keys[child], keys[pos]
+                        ids[pos], ids[child] = ids[child], ids[pos]
+                        pos = child
+                    else:
+                        break
 
 
 @njit(cache=True)
@@ -313,6 +386,18 @@ class Inbound:
     process: np.ndarray  # int64: which front-end process took it
     work_s: np.ndarray  # its inbound work (seconds)
     num_processes: int
+    # Each process's busy time as first come, first served tiles it, one interval per request ([busy_from_s,
+    # busy_to_s), disjoint on a process): the same busy periods under processor sharing, where start_s/arrival_s
+    # overlap. None: start_s and arrival_s (first come, first served).
+    busy_from_s: np.ndarray | None = None
+    busy_to_s: np.ndarray | None = None
+
+    @property
+    def busy_intervals(self) -> tuple[np.ndarray, np.ndarray]:
+        """(from, to) per request: its share of its process's busy time, disjoint on each process."""
+        if self.busy_from_s is None:
+            return self.start_s, self.arrival_s
+        return self.busy_from_s, self.busy_to_s
 
     def engine_order(self) -> np.ndarray:
         """Request indices in the order the engine receives them (ties: the order given)."""
@@ -320,14 +405,19 @@ class Inbound:
 
 
 def inbound(send_s: np.ndarray, prompt_tokens: np.ndarray, costs: FrontendCosts) -> Inbound:
-    """Client send times -> engine arrival times, on `costs.num_processes` first-come-first-served processes."""
+    """Client send times -> engine arrival times, on `costs.num_processes` processes of `costs.discipline`."""
     send_s = np.asarray(send_s, dtype=np.float64)
     work = costs.inbound_work_s(prompt_tokens)
     order = np.argsort(send_s, kind="stable")
     start_o, end_o, server_o = fifo_servers(send_s[order], work[order], costs.num_processes)
     start, end, server = (np.empty_like(a) for a in (start_o, end_o, server_o))
     start[order], end[order], server[order] = start_o, end_o, server_o
-    return Inbound(send_s, start, end, server, work, costs.num_processes)
+    if costs.discipline != "processor_sharing":
+        return Inbound(send_s, start, end, server, work, costs.num_processes)
+    by_process, offsets = _grouped(server, send_s, np.arange(len(send_s)), costs.num_processes)
+    departure = np.empty(len(send_s))
+    shared_departures(send_s, work, by_process, offsets, departure)
+    return Inbound(send_s, send_s.copy(), departure, server, work, costs.num_processes, start, end)
 
 
 def _grouped(keys: np.ndarray, times: np.ndarray, ids: np.ndarray, num_groups: int) -> tuple[np.ndarray, np.ndarray]:
@@ -370,8 +460,9 @@ def swept_outbound(inb: Inbound, first_token_s: np.ndarray, last_token_s: np.nda
     """`outbound`'s sweep over each process's inbound intervals and chunks (`chunk_work_s`'s arrays)."""
     n, num = len(inb.send_s), inb.num_processes
     # The inbound intervals of each process in time order, with the busy and free time before each.
-    by_process, offsets = _grouped(inb.process, inb.start_s, np.arange(n), num)
-    in_start, in_end = inb.start_s[by_process], inb.arrival_s[by_process]
+    busy_from, busy_to = inb.busy_intervals
+    by_process, offsets = _grouped(inb.process, busy_from, np.arange(n), num)
+    in_start, in_end = busy_from[by_process], busy_to[by_process]
     busy_before, busy_total = np.zeros(n), np.zeros(num)
     for k in range(num):  # per process, a cumulative sum
         lo, hi = offsets[k], offsets[k + 1]

@@ -455,6 +455,11 @@ class FrontendSpec(_Strict):
     tokens_per_chunk: int = Field(1, ge=1, le=MAX_TOKENS_PER_CHUNK, description=(
         "output tokens per streamed chunk after the first (the first token goes alone); default 1: vLLM streams "
         "each step's new token as it comes (vllm/entrypoints/openai/serving_chat.py)"))
+    discipline: Literal["fifo", "processor_sharing"] = Field("fifo", description=(
+        "how a process serves the requests it has taken in: fifo, one at a time in the order sent; "
+        "processor_sharing, all at once at equal shares, as an asyncio server's coroutines take turns between "
+        "awaits (a burst of n equal requests reaches the engine together after n x their work). Open arrivals "
+        "only (sim/frontend.py)"))
 
 
 class RunSpec(_Strict):
@@ -614,6 +619,10 @@ class Scenario(_Strict):
         if self.hardware.disaggregation is not None:
             raise ConfigError("frontend: not allowed with hardware.disaggregation (not modelled yet); allowed: a "
                               "colocated deployment")
+        if self.frontend.discipline == "processor_sharing" and self.workload.arrival.kind == "closed_loop":
+            raise ConfigError("frontend.discipline: 'processor_sharing' is modelled for open arrivals only (a closed "
+                              "loop's front-end decides each arrival when the request is sent); allowed with "
+                              "workload.arrival.kind closed_loop: fifo")
         return self
 
     @model_validator(mode="after")

@@ -55,6 +55,26 @@ def test_compiled_core_and_simpy_engine_give_identical_records():
     assert (np.diff(arrival) < 0).any()
 
 
+def test_processor_sharing_hands_a_burst_over_together_and_both_engines_agree():
+    """A burst of 40 requests with 0.05 s of inbound work each on one shared process: every request reaches the
+    engine at 40 x 0.05 = 2 s (first come, first served: 0.05, 0.1, ... 2 s); the records of the compiled core
+    and the SimPy engine are identical."""
+    burst = {"workload": {"arrival": {"kind": "burst"},
+                          "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 8}},
+             "run": {"num_requests": 40}}
+    fe = {"num_processes": 1, "per_request_s": 0.05, "per_prompt_token_s": 0.0, "per_output_chunk_s": 1e-4,
+          "discipline": "processor_sharing"}
+    python, compiled = (run(burst, frontend=fe, run={"num_requests": 40, "compiled_core": c}) for c in (False, True))
+    r = python.requests
+    np.testing.assert_allclose(r["arrival_s"], 2.0, rtol=1e-12)
+    np.testing.assert_allclose(r["frontend_in_s"], 2.0, rtol=1e-12)
+    assert (r["client_first_token_s"] >= r["first_token_s"]).all()
+    pd.testing.assert_frame_equal(python.requests, compiled.requests, check_exact=True)
+    fifo = run(burst, frontend=fe | {"discipline": "fifo"}).requests
+    np.testing.assert_allclose(np.sort(fifo["arrival_s"]), 0.05 * np.arange(1, 41), rtol=1e-12)
+    assert python.summary["ttft_s_p50"] > float(np.median(fifo["ttft_s"]))  # shared: every request waits ~2 s
+
+
 def test_records_keep_the_workload_request_ids():
     scenario = validate_scenario(small_scenario(LOADED, frontend=FRONTEND))
     workload = make_workload(scenario)
@@ -187,6 +207,7 @@ BAD = [
     ({"tokens_per_chunk": 0}, ["frontend.tokens_per_chunk", "0", ">= 1"]),
     ({"per_output_chunk_s": None}, ["frontend.per_output_chunk_s"]),
     ({"num_procs": 2}, ["frontend.num_procs", "unknown key", "num_processes"]),
+    ({"discipline": "lifo"}, ["frontend.discipline", "lifo", "fifo", "processor_sharing"]),
 ]
 
 
@@ -221,11 +242,14 @@ def test_bad_values_exit_2_with_one_line(tmp_path, capsys, changes, needles):
         assert needle in line, (needle, line)
 
 
-@pytest.mark.parametrize("sections, needles", [
-    ({"hardware": {"disaggregation": {}}}, ["frontend", "hardware.disaggregation", "allowed: a colocated"]),
+@pytest.mark.parametrize("frontend_changes, sections, needles", [
+    ({}, {"hardware": {"disaggregation": {}}}, ["frontend", "hardware.disaggregation", "allowed: a colocated"]),
+    ({"discipline": "processor_sharing"},
+     {"workload": {"arrival": {"kind": "closed_loop", "num_users": 4, "think_time_s": 0.0}}},
+     ["frontend.discipline", "'processor_sharing'", "open arrivals only", "closed_loop: fifo"]),
 ])
-def test_outside_the_model_exit_2_with_one_line(tmp_path, capsys, sections, needles):
-    line = _one_error_line(["run", _bad_scenario_file(tmp_path, **sections), "-q", "--out", str(tmp_path / "o")],
-                           capsys)
+def test_outside_the_model_exit_2_with_one_line(tmp_path, capsys, frontend_changes, sections, needles):
+    line = _one_error_line(["run", _bad_scenario_file(tmp_path, frontend_changes, **sections), "-q", "--out",
+                            str(tmp_path / "o")], capsys)
     for needle in needles:
         assert needle in line, (needle, line)

@@ -262,3 +262,58 @@ def test_deterministic():
         o = outbound(inb, first, first + out * 0.01, out, c)
         runs.append((inb.arrival_s.tobytes(), o.client_first_token_s.tobytes(), o.client_last_token_s.tobytes()))
     assert runs[0] == runs[1]
+
+
+# --- inbound: processor sharing (discipline processor_sharing) --------------------------------------------------
+
+def shared(num_processes=1, **kw) -> FrontendCosts:
+    import dataclasses
+    return dataclasses.replace(costs(num_processes, **kw), discipline="processor_sharing")
+
+
+def test_a_burst_of_equal_requests_reaches_the_engine_together_after_all_their_work():
+    # five requests of 0.25 s sent together share one process: each gets a fifth of it, all leave at 1.25 s (first
+    # come, first served hands them over at 0.25, 0.5, ... 1.25 s)
+    send = np.zeros(5)
+    inb = inbound(send, np.zeros(5, dtype=np.int64), shared(per_request_s=0.25))
+    assert inb.arrival_s.tolist() == [1.25] * 5
+    fifo = inbound(send, np.zeros(5, dtype=np.int64), costs(per_request_s=0.25))
+    assert fifo.arrival_s.tolist() == [0.25, 0.5, 0.75, 1.0, 1.25]
+    # the busy intervals the outbound pass sees are first come, first served's: the same busy period
+    assert [a.tolist() for a in inb.busy_intervals] == [fifo.start_s.tolist(), fifo.arrival_s.tolist()]
+    assert inb.start_s.tolist() == [0.0] * 5  # each starts when sent, at a share
+
+
+def test_processor_sharing_departures_by_hand():
+    # a: sent at 0 with 2 s of work; b: sent at 1 with 0.5 s. Alone until 1 s, a has 1 s left; then each gets half:
+    # b's 0.5 s take 1 s (leaves at 2), a's remaining 0.5 s of that second are done, its last 0.5 s alone: 2.5
+    inb = inbound(np.array([0.0, 1.0]), np.array([2000, 500]), shared(per_prompt_token_s=1e-3))
+    np.testing.assert_allclose(inb.arrival_s, [2.5, 2.0], rtol=0, atol=1e-12)
+    assert inb.engine_order().tolist() == [1, 0]
+    fifo = inbound(np.array([0.0, 1.0]), np.array([2000, 500]), costs(per_prompt_token_s=1e-3))
+    np.testing.assert_allclose(fifo.arrival_s, [2.0, 2.5], rtol=0, atol=1e-12)
+
+
+def test_each_process_shares_only_its_own_requests_and_keeps_first_come_first_served_choice():
+    send = np.array([0.0, 0.0, 0.0, 0.0])
+    fifo = inbound(send, np.zeros(4, dtype=np.int64), costs(2, per_request_s=1.0))
+    inb = inbound(send, np.zeros(4, dtype=np.int64), shared(2, per_request_s=1.0))
+    assert inb.process.tolist() == fifo.process.tolist() == [0, 1, 0, 1]
+    assert inb.arrival_s.tolist() == [2.0, 2.0, 2.0, 2.0]  # two on each process, each at half speed
+
+
+def test_mg1_processor_sharing_mean_time_is_insensitive_to_the_work_distribution():
+    """M/G/1 under processor sharing: the mean time in the system is E[S] / (1 - rho) whatever the distribution of
+    S (Kleinrock); first come, first served gives Pollaczek-Khinchine's E[S] + lambda E[S^2] / (2 (1 - rho)), larger
+    for a variable S. Lognormal work of mean 1 s (sigma 1: E[S^2] = e), Poisson arrivals at 0.5/s, 200,000 requests."""
+    rng = np.random.default_rng(0)
+    n, lam = 200_000, 0.5
+    send = np.cumsum(rng.exponential(1 / lam, n))
+    work_s = rng.lognormal(-0.5, 1.0, n)
+    tokens = np.round(work_s * 1e6).astype(np.int64)  # 1 us a prompt token: work to the microsecond
+    ps = inbound(send, tokens, shared(per_prompt_token_s=1e-6))
+    fifo = inbound(send, tokens, costs(per_prompt_token_s=1e-6))
+    assert np.mean(ps.arrival_s - send) == pytest.approx(1.0 / (1 - lam * 1.0), rel=0.03)  # 2 s
+    assert np.mean(fifo.arrival_s - send) == pytest.approx(1.0 + lam * np.e / (2 * (1 - lam)), rel=0.03)  # 2.36 s
+    # the same work, so the same busy periods: the last request leaves at the same time under both
+    assert ps.arrival_s.max() == pytest.approx(fifo.arrival_s.max(), rel=1e-9)
