@@ -815,6 +815,16 @@ def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
                 engine["kv_cache_free_gpu_memory_fraction"] = 0.95
                 approx.append("kv_cache_free_gpu_mem_fraction 0.95 assumed (the page: 0.95 'in majority of cases', "
                               "0.90 on out-of-memory)")
+            if case.tool == "trtllm-bench" and not ({"max_batch_size", "max_num_tokens"} & set(engine)):
+                # the page's engines: `trtllm-bench build --dataset`, whose heuristics size the batch and token limits
+                batch, tokens = trtllm_bench_build(case)
+                engine["max_batch_size"], engine["max_num_tokens"] = batch, tokens
+                approx.append(f"max_batch_size {batch}, max_num_tokens {tokens}: trtllm-bench build's tuning "
+                              "heuristics for the dataset (TRTLLM_BENCH_BUILD)")
+                if case.workload.input_tokens > tokens and not engine.get("enable_chunked_prefill"):
+                    engine["enable_chunked_prefill"] = True
+                    approx.append(f"chunked context assumed: the prompt ({case.workload.input_tokens} tokens) exceeds "
+                                  f"the build's max_num_tokens ({tokens}), which it could not run unchunked")
             if (not engine.get("enable_chunked_prefill") and "max_num_tokens" not in engine
                     and case.workload.input_tokens > 8192):
                 # without chunked context a prompt is one step: trtllm-bench build sizes max_num_tokens from the
@@ -828,6 +838,47 @@ def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
                                 "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel}})
         return {"engine": engine}, approx
     raise NotSimulated(f"no engine preset for {e.key}")
+
+
+TRTLLM_BENCH_BUILD = (
+    "NVIDIA/TensorRT-LLM tensorrt_llm/bench/build/tuning.py calc_engine_setting and finetune_setting, read at "
+    "04cba882084a25665e7f80f5bda71b35b9790b6f (the 0.17 release's copy was not found; an older stored copy differs "
+    "only in counting the engine's size in GB instead of GiB); build.py passes the dataset's average input and output "
+    "lengths, as the perf-overview page says ('uses high-level statistics of the dataset (average ISL/OSL, max "
+    "sequence length) and tuning heuristics'). GPU memory is NVML's total (the catalog's nvidia-smi figure), the "
+    "parameter count ServeSim's (TensorRT-LLM reads the checkpoint's).")
+
+
+def trtllm_bench_build(case: PublishedCase) -> tuple[int, int]:
+    """(max_batch_size, max_num_tokens) as `trtllm-bench build --dataset` sizes an engine (TRTLLM_BENCH_BUILD): the
+    KV cache's requests of the dataset's length in 0.95 of the memory the weights leave, capped at 4096; tokens as many
+    requests times (1 + ISL / OSL), capped at 32,768; both rounded up the heuristic's way (at least 64 and 2,048)."""
+    from sim.model.catalog import get_gpu
+    from sim.model.shapes import param_count
+    gib = 1024 ** 3
+    model = _model_spec(case)
+    tp, isl, osl = case.tensor_parallel, case.workload.input_tokens, case.workload.output_tokens
+    byte_per_elem = 1 if case.weights == "fp8" else 2  # FP8 quantization forces an FP8 KV cache (build.py)
+    byte_per_kv_elem = 1 if case.kv_dtype == "fp8" or case.weights == "fp8" else 2
+    byte_per_token = 2 * model.num_layers * max(tp, model.num_kv_heads) * model.head_dim * byte_per_kv_elem / gib
+    engine_size = param_count(model) * byte_per_elem / gib
+    available = get_gpu(case.gpu).hbm_bytes / gib * tp - engine_size
+    kv_cache_max_requests = available * 0.95 / (byte_per_token * (isl + osl))
+    raw_bs = min(kv_cache_max_requests, 4096)  # pp_size 1
+    raw_token = min(raw_bs * (1 + isl / osl), 32768)
+    if raw_bs < 256:
+        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
+    elif raw_bs < 1024:
+        max_bs = 128 * math.ceil(raw_bs / 128)
+    else:
+        max_bs = 256 * math.ceil(raw_bs / 256)
+    if raw_token < 4096:
+        max_token = max(2048, 256 * math.ceil(raw_token / 256))
+    elif raw_token < 8192:
+        max_token = 512 * math.ceil(raw_token / 512)
+    else:
+        max_token = 1024 * math.ceil(raw_token / 1024)
+    return int(max_bs), int(max_token)
 
 
 def unsupported(case: PublishedCase, cost_model: dict) -> str | None:

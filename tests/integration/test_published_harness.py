@@ -230,3 +230,19 @@ def test_a_medians_only_source_is_read_with_its_clients_definitions_and_its_stat
     loaded = ps.load_suite([path], data_dir=tmp_path)
     assert loaded.cases == [] and len(loaded.errors) == 1
     assert loaded.errors[0].startswith("means.yaml: case 'bad means': field 'assumed_means':"), loaded.errors[0]
+
+
+def test_trtllm_bench_build_sizes_the_engine_as_its_heuristic_does(suite):
+    """Llama-3.1-8B FP8 on one H100 for a 1000/1000 dataset, by hand: NVML's 81,559 MiB = 79.65 GiB less the FP8
+    weights' 8.03e9 B = 7.48 GiB leaves 72.17 GiB; 0.95 of it over 2 x 32 layers x 8 KV heads x 128 x 1 B = 64 KiB a
+    token for 2,000 tokens a request holds 561.7 requests: max_batch_size rounds up to 640 (128s, between 256 and
+    1024); 561.7 x (1 + 1000/1000) = 1,123 tokens rounds up to the 2,048 floor. A 20,000-token prompt beyond that
+    runs chunked (said among the case's approximations)."""
+    case = next(c for c in suite.cases if c.name == "trtllm 0.17 llama-3.1-8b h100-sxm tp1 fp8 1000/1000 max-throughput")
+    assert ps.trtllm_bench_build(case) == (640, 2048)
+    sections, approx = ps.engine_settings(case)
+    assert (sections["engine"]["max_batch_size"], sections["engine"]["max_num_tokens"]) == (640, 2048)
+    long = next(c for c in suite.cases if c.name == "trtllm 0.17 llama-3.1-8b h100-sxm tp1 fp8 20000/2000 max-throughput")
+    sections, approx = ps.engine_settings(long)
+    assert sections["engine"]["max_num_tokens"] == 2048 and sections["engine"]["enable_chunked_prefill"] is True
+    assert any("chunked context assumed" in a for a in approx)
