@@ -310,7 +310,11 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                     return DIVERGED
                 num_preempted += 1
             sr[r, I_FREE_BLOCKS] -= bucket_all[r, clock % bs]
-            sr[r, I_ALLOC_CLOCK] = clock
+            if sr[r, I_MEMBERS] > 0:
+                # the members' blocks for this clock's decode are taken. Not marked without members: a step that
+                # decodes nothing does not advance the clock (the context pass's decode pass), and a request that
+                # joins at its end has no block taken for its first decode yet (`_tracker_remove`'s `pending`)
+                sr[r, I_ALLOC_CLOCK] = clock
             if mixed and not in_group:
                 num_pf, num_new, added, num_sampled, code = _schedule_prefills(
                     r, now, max_batched - sr[r, I_MEMBERS], num_preempted, sr, cfg, sf, req, reqf, waiting_all,

@@ -13,7 +13,7 @@ import os
 import numpy as np
 import pandas as pd
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 from sim.config.files import validate_scenario
@@ -325,6 +325,12 @@ def test_several_replicas_run_compiled_and_agree(router):
        block_size=st.sampled_from([1, 4, 16]), chunked=st.booleans(), budget=st.sampled_from([None, 64, 512, 4096]),
        max_num_seqs=st.sampled_from([3, 16, 256]), horizon=st.one_of(st.none(), st.floats(0.05, 30.0)),
        fast_decode=st.booleans(), seed=st.integers(0, 10_000), context=st.booleans())
+# Found by this property (11-28): under the context pass a request joins the decodes at the end of a step that decoded
+# nothing and so left the clock where it was; preempted before its first decode, the compiled core gave back one
+# block more than it held (its first decode's block counted as taken).
+@example(mixed=False, group_steps=1, whole=False, graph_sizes=None, ratio=None, overhead=None, whole_steps=None,
+         replicas=1, rate=4.0, capacity=362, block_size=1, chunked=False, budget=None, max_num_seqs=3, horizon=None,
+         fast_decode=False, seed=14, context=True)
 def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_same_records(
         mixed, group_steps, whole, graph_sizes, ratio, overhead, whole_steps, replicas, rate, capacity, block_size,
         chunked, budget, max_num_seqs, horizon, fast_decode, seed, context):

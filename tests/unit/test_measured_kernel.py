@@ -173,3 +173,39 @@ def test_every_cost_models_pack_has_the_one_numba_type_the_core_compiles_for():
                                                                "output_tokens": 8}}})
         types[str(kind)] = numba.typeof(make_cost_model(scenario).compiled_params())
     assert len(set(types.values())) == 1, types
+
+
+def test_experts_without_a_fused_table_run_in_one_launch():
+    """Known answers: one expert is its GEMM; each further one adds its time above a launch, or its roofline where
+    that is more. 10 us GEMMs, a 2 us launch, 3 experts: 10 + 2 x 8 = 26 us; a 1 us roofline above 0.5 us of work:
+    10 + 2 x 1 = 12 us."""
+    from sim.cost.measured_kernel import fused_experts_s
+    assert fused_experts_s(10e-6, 1e-6, 1.0, 2e-6) == 10e-6
+    assert fused_experts_s(10e-6, 1e-6, 3.0, 2e-6) == pytest.approx(26e-6, rel=1e-12)
+    assert fused_experts_s(2.5e-6, 1e-6, 3.0, 2e-6) == pytest.approx(4.5e-6, rel=1e-12)
+
+
+def test_a_moe_configuration_outside_the_table_takes_the_nearest_measured_ones_ratio():
+    """DeepSeek-V2-Lite (hidden 2048, 64 experts of 1408, top 6) on the H100's TensorRT-LLM fp8 fused-MoE rows: its
+    configuration is not measured, so its fused-MoE time at a measured token count is this model's roofline times
+    the nearest configuration's measured / roofline ratio, and the model says which configuration it took."""
+    from sim.cost import measured_kernel as mk
+    from sim.cost.measured import _nearest_moe_config, device_roofline, load_tables, tables_dir
+    if "h100-sxm" not in measured_gpus(tables="trtllm"):
+        pytest.skip("no TensorRT-LLM tables for the H100")
+    model = get_model("deepseek-v2-lite")
+    cm = MeasuredCostModel(model, get_gpu("h100-sxm"), tensor_parallel=1, tables="trtllm")
+    t = load_tables(tables_dir("h100-sxm", "trtllm"))
+    moe = t.moe[t.moe["dtype"] == "bf16"]
+    config = (model.hidden_size, model.ffn_size, model.num_experts_per_token, model.num_experts, 1)
+    near = _nearest_moe_config(moe, config)
+    assert near != config and any("nearest measured" in n and "fused-MoE" in n for n in cm.notes)
+    rows = moe[(moe["hidden_size"] == near[0]) & (moe["inter_size"] == near[1]) & (moe["topk"] == near[2])
+               & (moe["num_experts"] == near[3]) & (moe["moe_tp_size"] == near[4])]
+    n, seconds = float(rows["num_tokens"].iloc[3]), float(rows["latency_ms"].iloc[3]) * 1e-3
+    roof = device_roofline(t.gemm)
+
+    def shape(c):
+        return mk.shape_at(mk.SHAPE_MOE, c[3], c[2], c[0], c[1] / c[4], roof.flops_per_s, roof.bytes_per_s, n, 0.0)
+    assert cm._moe(n) == pytest.approx(shape(config) * seconds / shape(near), rel=1e-9)
+    assert _nearest_moe_config(moe, near) == near  # a measured configuration is its own nearest

@@ -1,0 +1,102 @@
+"""How ServeSim prices a mixture-of-experts layer the measured tables do not hold, against the fused-MoE times they do.
+
+AIConfigurator's tables hold fused-MoE kernels measured for some configurations (hidden size, intermediate size,
+top-k, experts, TP) per dtype. A model outside them is priced one of two ways (sim/cost/measured.py):
+
+- the tables hold fused-MoE rows of its dtype: the nearest measured configuration's ratio to the fused-MoE roofline,
+  applied to this model's roofline (`_nearest_moe_config`, as attention heads are scaled);
+- they hold none: the experts' GEMM rows, run as one fused kernel (`measured_kernel.fused_experts_s`: one launch,
+  each further expert its GEMM time above a launch, never under its roofline).
+
+Held out one configuration at a time, each is predicted for every measured token count, and compared with the
+measured fused time; beside them, what the GEMM rows give when each expert is its own launch (before 11-28) and
+when each further expert costs its roofline alone. Nothing is fitted.
+
+    PYTHONPATH=. .venv/bin/python benchmarks/bench_moe.py
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sim.cost import measured_kernel as mk  # noqa: E402
+from sim.cost.measured import (_nearest_moe_config, device_roofline, gemm_curve, load_tables,  # noqa: E402
+                               measured_gpus, tables_dir)
+
+KEYS = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
+WAYS = ("nearest measured configuration (used where the dtype has rows)",
+        "expert GEMMs in one fused launch (used where it has none)",
+        "expert GEMMs, one launch each (before 11-28)",
+        "expert GEMMs, further experts at their roofline")
+
+
+def moe_shape(config, roof, n):
+    h, inter, k, e, tp = config
+    return mk.shape_at(mk.SHAPE_MOE, e, k, h, inter / tp, roof.flops_per_s, roof.bytes_per_s, float(n), 0.0)
+
+
+def study():
+    errors = {w: [] for w in WAYS}
+    for tables in ("vllm", "sglang", "trtllm"):
+        for gpu in measured_gpus(tables=tables):
+            t = load_tables(tables_dir(gpu, tables))
+            if t.moe is None:
+                continue
+            roof = device_roofline(t.gemm)
+            launch_s = float(t.gemm["latency_ms"].min()) * 1e-3
+            gemm_dtypes = set(t.gemm["dtype"])
+            for dtype in sorted(t.moe["dtype"].unique()):
+                rows = t.moe[t.moe["dtype"] == dtype]
+                configs = [tuple(int(v) for v in c) for c in rows[KEYS].drop_duplicates().itertuples(index=False)]
+                for config in configs:
+                    mine = np.logical_and.reduce([rows[k] == v for k, v in zip(KEYS, config)])
+                    others = rows[~mine]
+                    measured = dict(zip(rows[mine]["num_tokens"].astype(float), rows[mine]["latency_ms"] * 1e-3))
+                    near = _nearest_moe_config(others, config) if len(others) else None
+                    near_rows = {} if near is None else dict(
+                        zip(*(lambda r: (r["num_tokens"].astype(float), r["latency_ms"] * 1e-3))(
+                            others[np.logical_and.reduce([others[k] == v for k, v in zip(KEYS, near)])])))
+                    h, inter, k, e, tp = config
+                    curves = None
+                    if dtype in gemm_dtypes and inter % tp == 0:
+                        notes = Counter()
+                        curves = (gemm_curve(t.gemm, dtype, 2 * inter // tp, h, roof, notes, "gate_up", f"{gpu}{tables}"),
+                                  gemm_curve(t.gemm, dtype, h, inter // tp, roof, notes, "down", f"{gpu}{tables}"))
+                    for n, seconds in measured.items():
+                        if n in near_rows:
+                            pred = moe_shape(config, roof, n) * near_rows[n] / moe_shape(near, roof, n)
+                            errors[WAYS[0]].append(math.log(pred / seconds))
+                        if curves is None:
+                            continue
+                        touched = e * (1.0 - (1.0 - k / e) ** n)
+                        m = n * k / touched
+                        fused = own = roofline = 0.0
+                        for curve in curves:
+                            one, r = curve(m), curve.shape(m)
+                            fused += mk.fused_experts_s(one, r, touched, launch_s)
+                            own += touched * one
+                            roofline += one + (touched - 1.0) * r
+                        for way, pred in zip(WAYS[1:], (fused, own, roofline)):
+                            errors[way].append(math.log(pred / seconds))
+    return errors
+
+
+def main() -> int:
+    errors = study()
+    print("| way | points | predicted / measured, median | mean abs log error |")
+    print("| --- | ---: | ---: | ---: |")
+    for way, e in errors.items():
+        e = np.array(e)
+        print(f"| {way} | {len(e):,} | {math.exp(np.median(e)):.2f} | {np.mean(np.abs(e)):.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
