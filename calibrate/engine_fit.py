@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -455,6 +455,7 @@ class BenchFit:
     simulations: int
     sources: list[str]
     notes: list[str]
+    not_pinned: dict[str, float] = field(default_factory=dict)  # term -> its 90% factor (kept as fitted, said)
 
 
 def _select_fit_points(points, fit_on: list[str]) -> list[int]:
@@ -518,6 +519,14 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
     at_bound = {t: ("lower bound 0" if theta[k] <= 0.0 else f"upper bound {hi[k]:g} s")
                 for k, t in enumerate(BENCH_TERMS) if bounded[k]}
     not_identified = [t for k, t in enumerate(BENCH_TERMS) if not free[k]]
+    # How well the fit points pin each term, by the published suite's rule (`not_pinned`: a 90% range reaching past
+    # the fit bound, the metrics known no better than the kernel model's run-level error). An engine preset never
+    # uses such a term, for it stands for every deployment of the version; a user's own fit is of their deployment,
+    # so the term is kept as fitted and said.
+    from sim.config.engines import Z90
+    spread = fit_spread(residuals, theta, free & ~bounded, _run_level_noise(scenario))
+    unpinned = {t: float(math.exp(Z90 * spread["sigma_log"][k])) for k, t in enumerate(BENCH_TERMS)
+                if spread["sigma_log"][k] is not None and not_pinned(theta[k], spread["sigma_log"][k], hi[k])}
     evaluations = []
     for i, p in enumerate(points):
         got = sim.metrics(i, p, terms)
@@ -526,7 +535,18 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
     frontend = sim.frontend_base | {"per_request_s": terms["per_request_s"],
                                     "per_output_chunk_s": terms["per_output_chunk_s"]}
     return BenchFit(terms, at_bound, not_identified, sim.overhead(terms), frontend, [points[i].label for i in fit_idx],
-                    evaluations, sim.simulations, [str(f) for f in bench_files], notes)
+                    evaluations, sim.simulations, [str(f) for f in bench_files], notes, unpinned)
+
+
+def _run_level_noise(scenario: Scenario) -> float:
+    """The log error a fit metric is known to at best: the measured run-level bias sigma of the scenario's kernel
+    model (calibrate/residuals.json, sim/bands.py `step_time_sigmas`); 0 where it has none."""
+    from sim.bands import step_time_sigmas
+    from sim.run import make_cost_model
+    try:
+        return float(step_time_sigmas(make_cost_model(scenario))[1])
+    except ConfigError:
+        return 0.0
 
 
 def term_limits(names) -> tuple[np.ndarray, np.ndarray]:
@@ -666,7 +686,8 @@ def bench_scenario_yaml(scenario: Scenario, fit: BenchFit) -> str:
               f"per_output_chunk_s fitted to {', '.join(fit.sources)}\n"
               f"# fit points: {', '.join(fit.fit_labels)}; held out: {', '.join(held_out) or 'none'}; terms in seconds"
               + (f"; at a bound: {', '.join(f'{t} ({b})' for t, b in fit.at_bound.items())}" if fit.at_bound else "")
-              + (f"; not identified (kept): {', '.join(fit.not_identified)}" if fit.not_identified else "") + "\n")
+              + (f"; not identified (kept): {', '.join(fit.not_identified)}" if fit.not_identified else "")
+              + (f"; not pinned (kept as fitted): {', '.join(fit.not_pinned)}" if fit.not_pinned else "") + "\n")
     return header + yaml.safe_dump(data, sort_keys=False)
 
 
@@ -680,7 +701,9 @@ def bench_report_text(fit: BenchFit) -> str:
     for t in BENCH_TERMS:
         where = "front-end" if t in ("per_request_s", "per_output_chunk_s") else "engine"
         flag = (f"  AT {fit.at_bound[t].upper()}" if t in fit.at_bound else
-                "  NOT IDENTIFIED by the fit points: kept at the scenario's value" if t in fit.not_identified else "")
+                "  NOT IDENTIFIED by the fit points: kept at the scenario's value" if t in fit.not_identified else
+                f"  NOT PINNED: its 90% range, x/÷ {fit.not_pinned[t]:.3g}, reaches past its bound (kept as fitted; "
+                "an engine preset would not use it)" if t in fit.not_pinned else "")
         lines.append(f"  {t:<20} {_term_text(t, fit.terms[t]):>12}  ({where}){flag}")
     lines.append("error = (simulated - measured) / measured")
     lines.append("| point | source | set | metric | measured | simulated | error |")
