@@ -27,6 +27,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.cost import measured_kernel as mk  # noqa: E402
+from sim.cost.roofline_kernel import touched_experts  # noqa: E402
 from sim.cost.measured import (_nearest_moe_config, device_roofline, gemm_curve, load_tables,  # noqa: E402
                                measured_gpus, tables_dir)
 
@@ -35,6 +36,15 @@ WAYS = ("nearest measured configuration (used where the dtype has rows)",
         "expert GEMMs in one fused launch (used where it has none)",
         "expert GEMMs, one launch each (before 11-28)",
         "expert GEMMs, further experts at their roofline")
+
+
+def of_config(rows, config):
+    """The rows of one configuration (KEYS' values), as a mask."""
+    return np.logical_and.reduce([rows[k] == v for k, v in zip(KEYS, config)])
+
+
+def seconds_by_tokens(rows) -> dict[float, float]:
+    return dict(zip(rows["num_tokens"].astype(float), rows["latency_ms"] * 1e-3))
 
 
 def moe_shape(config, roof, n):
@@ -56,26 +66,24 @@ def study():
                 rows = t.moe[t.moe["dtype"] == dtype]
                 configs = [tuple(int(v) for v in c) for c in rows[KEYS].drop_duplicates().itertuples(index=False)]
                 for config in configs:
-                    mine = np.logical_and.reduce([rows[k] == v for k, v in zip(KEYS, config)])
-                    others = rows[~mine]
-                    measured = dict(zip(rows[mine]["num_tokens"].astype(float), rows[mine]["latency_ms"] * 1e-3))
+                    others = rows[~of_config(rows, config)]
+                    measured = seconds_by_tokens(rows[of_config(rows, config)])
                     near = _nearest_moe_config(others, config) if len(others) else None
-                    near_rows = {} if near is None else dict(
-                        zip(*(lambda r: (r["num_tokens"].astype(float), r["latency_ms"] * 1e-3))(
-                            others[np.logical_and.reduce([others[k] == v for k, v in zip(KEYS, near)])])))
+                    near_rows = {} if near is None else seconds_by_tokens(others[of_config(others, near)])
                     h, inter, k, e, tp = config
                     curves = None
                     if dtype in gemm_dtypes and inter % tp == 0:
                         notes = Counter()
-                        curves = (gemm_curve(t.gemm, dtype, 2 * inter // tp, h, roof, notes, "gate_up", f"{gpu}{tables}"),
-                                  gemm_curve(t.gemm, dtype, h, inter // tp, roof, notes, "down", f"{gpu}{tables}"))
+                        key = f"{gpu}{tables}"
+                        curves = (gemm_curve(t.gemm, dtype, 2 * inter // tp, h, roof, notes, "gate_up", key),
+                                  gemm_curve(t.gemm, dtype, h, inter // tp, roof, notes, "down", key))
                     for n, seconds in measured.items():
                         if n in near_rows:
                             pred = moe_shape(config, roof, n) * near_rows[n] / moe_shape(near, roof, n)
                             errors[WAYS[0]].append(math.log(pred / seconds))
                         if curves is None:
                             continue
-                        touched = e * (1.0 - (1.0 - k / e) ** n)
+                        touched = touched_experts(e, k, n)
                         m = n * k / touched
                         fused = own = roofline = 0.0
                         for curve in curves:

@@ -172,18 +172,10 @@ def kernel_bias(cases: list["PublishedCase"], cost_model: str, fitted: dict) -> 
     """(residuals key, bias sigma): the measured run-level error (calibrate/residuals.json, sim/bands.py
     `step_time_sigmas`) of the kernel model pricing these runs, the largest where they differ; ("no measured
     residuals", 0.0) where none has any (the spread then rests on the fit's own misfit alone, and says so)."""
-    from sim.bands import step_time_sigmas
+    from calibrate.engine_fit import run_level_noise
     from sim.config.files import validate_scenario
-    from sim.errors import ConfigError
-    from sim.run import make_cost_model
-    found = []
-    for case in cases:
-        spec = validate_scenario(scenario(case, COST_MODELS[cost_model], fitted))
-        try:
-            key, bias, _, _ = step_time_sigmas(make_cost_model(spec))
-        except ConfigError:
-            continue
-        found.append((bias, key))
+    found = [run_level_noise(validate_scenario(scenario(case, COST_MODELS[cost_model], fitted))) for case in cases]
+    found = [(bias, key) for key, bias in found if key is not None]
     if not found:
         return "no measured residuals", 0.0
     bias, key = max(found)
@@ -866,18 +858,12 @@ def trtllm_bench_build(case: PublishedCase) -> tuple[int, int]:
     kv_cache_max_requests = available * 0.95 / (byte_per_token * (isl + osl))
     raw_bs = min(kv_cache_max_requests, 4096)  # pp_size 1
     raw_token = min(raw_bs * (1 + isl / osl), 32768)
-    if raw_bs < 256:
-        max_bs = max(64, 32 * math.ceil(raw_bs / 32))
-    elif raw_bs < 1024:
-        max_bs = 128 * math.ceil(raw_bs / 128)
-    else:
-        max_bs = 256 * math.ceil(raw_bs / 256)
-    if raw_token < 4096:
-        max_token = max(2048, 256 * math.ceil(raw_token / 256))
-    elif raw_token < 8192:
-        max_token = 512 * math.ceil(raw_token / 512)
-    else:
-        max_token = 1024 * math.ceil(raw_token / 1024)
+
+    def up(x: float, step: int) -> int:
+        return step * math.ceil(x / step)
+    max_bs = max(64, up(raw_bs, 32)) if raw_bs < 256 else up(raw_bs, 128 if raw_bs < 1024 else 256)
+    max_token = (max(2048, up(raw_token, 256)) if raw_token < 4096 else
+                 up(raw_token, 512 if raw_token < 8192 else 1024))
     return int(max_bs), int(max_token)
 
 

@@ -524,7 +524,7 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
     # uses such a term, for it stands for every deployment of the version; a user's own fit is of their deployment,
     # so the term is kept as fitted and said.
     from sim.config.engines import Z90
-    spread = fit_spread(residuals, theta, free & ~bounded, _run_level_noise(scenario))
+    spread = fit_spread(residuals, theta, free & ~bounded, run_level_noise(scenario)[1])
     unpinned = {t: float(math.exp(Z90 * spread["sigma_log"][k])) for k, t in enumerate(BENCH_TERMS)
                 if spread["sigma_log"][k] is not None and not_pinned(theta[k], spread["sigma_log"][k], hi[k])}
     evaluations = []
@@ -538,15 +538,17 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
                     evaluations, sim.simulations, [str(f) for f in bench_files], notes, unpinned)
 
 
-def _run_level_noise(scenario: Scenario) -> float:
-    """The log error a fit metric is known to at best: the measured run-level bias sigma of the scenario's kernel
-    model (calibrate/residuals.json, sim/bands.py `step_time_sigmas`); 0 where it has none."""
+def run_level_noise(scenario: Scenario) -> tuple[str | None, float]:
+    """(residuals key, sigma): the log error a fit metric is known to at best, the measured run-level bias sigma of
+    the scenario's kernel model (calibrate/residuals.json, sim/bands.py `step_time_sigmas`); (None, 0.0) where it
+    has none. Used by `fit_bench` and the published suite's preset fit alike."""
     from sim.bands import step_time_sigmas
     from sim.run import make_cost_model
     try:
-        return float(step_time_sigmas(make_cost_model(scenario))[1])
+        key, bias, _, _ = step_time_sigmas(make_cost_model(scenario))
     except ConfigError:
-        return 0.0
+        return None, 0.0
+    return key, float(bias)
 
 
 def term_limits(names) -> tuple[np.ndarray, np.ndarray]:

@@ -205,8 +205,19 @@ def fifo_servers(ready_s, work_s, num_servers):
 
 
 @njit(cache=True)
-def _heap_less(keys, ids, a, b):
-    return keys[a] < keys[b] or (keys[a] == keys[b] and ids[a] < ids[b])
+def _sift_up(keys, ids, pos, value, k):
+    """Put entry (`value`, `k`) at heap position `pos` (a new last entry) and sift it up the binary min-heap of
+    (key, id) that `_sift_down` keeps."""
+    while pos > 0:
+        parent = (pos - 1) // 2
+        if value < keys[parent] or (value == keys[parent] and k < ids[parent]):
+            keys[pos] = keys[parent]
+            ids[pos] = ids[parent]
+            pos = parent
+        else:
+            break
+    keys[pos] = value
+    ids[pos] = k
 
 
 @njit(cache=True)
@@ -233,39 +244,15 @@ def shared_departures(ready_s, work_s, order, offsets, departure_s):
                 t = ready
                 j = order[i]
                 i += 1
-                pos = size  # push (v + work, j) and sift it up
+                _sift_up(keys, ids, size, v + work_s[j], j)
                 size += 1
-                keys[pos] = v + work_s[j]
-                ids[pos] = j
-                while pos > 0:
-                    parent = (pos - 1) // 2
-                    if _heap_less(keys, ids, pos, parent):
-                        keys[pos], keys[parent] = keys[parent], keys[pos]
-                        ids[pos], ids[parent] = ids[parent], ids[pos]
-                        pos = parent
-                    else:
-                        break
-            else:  # the least virtual finish leaves
+            else:  # the least virtual finish leaves; the last entry takes its place
                 v = keys[0]
                 t = finish
                 departure_s[ids[0]] = t
                 size -= 1
-                keys[0] = keys[size]
-                ids[0] = ids[size]
-                pos = 0
-                while True:  # sift down
-                    left = 2 * pos + 1
-                    if left >= size:
-                        break
-                    child = left
-                    if left + 1 < size and _heap_less(keys, ids, left + 1, left):
-                        child = left + 1
-                    if _heap_less(keys, ids, child, pos):
-                        keys[pos], keys[child] = keys[child], keys[pos]
-                        ids[pos], ids[child] = ids[child], ids[pos]
-                        pos = child
-                    else:
-                        break
+                if size > 0:
+                    _sift_down(keys[:size], ids[:size], 0, keys[size], ids[size])
 
 
 @njit(cache=True)

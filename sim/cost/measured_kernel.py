@@ -5,8 +5,8 @@
 `sim.cost.interpolation`), and prices a step with `step_time` through `sim.cost.compiled_pricing.price_parts`,
 which the compiled engine core (`sim.compiled`) inlines. `MeasuredCostModel._build_pack` packs the model with
 `pack` (the layout below). Every term is here: linear layers (experts: from the fused-MoE table, else expert
-GEMMs run as one fused kernel), attention (MLA by the device roofline; a sliding window caps the context), norms and activations,
-all-reduces, the LM head, swap copies, the step overhead.
+GEMMs run as one fused kernel), attention (MLA by the device roofline; a sliding window caps the context), norms
+and activations, all-reduces, the LM head, swap copies, the step overhead.
 
 A point outside the measured tables is priced with the ratio held at the nearest edge and written to the
 pack's note log; the caller reads the log into the model's notes (`MeasuredCostModel.note_compiled_outside`).
@@ -22,7 +22,7 @@ import numpy as np
 
 from sim.cost.interpolation import bracket, log_ratio_1d, log_ratio_2d
 from sim.cost.jit import njit
-from sim.cost.roofline_kernel import ACT_BYTES, layer_allreduce_s, op_time
+from sim.cost.roofline_kernel import ACT_BYTES, layer_allreduce_s, op_time, touched_experts
 
 # Indices into the float64 array `params[0]`.
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_MIN_KERNEL_S, P_OVERHEAD_S, P_ALLREDUCE, P_AR_LINK_BYTES_PER_S, P_AR_LATENCY_S,
@@ -137,7 +137,7 @@ def shape_at(kind, a, b, c, d, fps, bps, x, y):
     if kind == SHAPE_ALLREDUCE:
         return a + 2 * (b - 1) / b * x * 2 / c
     if kind == SHAPE_MOE:
-        touched = a * (1.0 - (1.0 - b / a) ** float(x))
+        touched = touched_experts(a, b, x)
         return op_time(2.0 * x * b * 3 * c * d, touched * 3 * c * d * 2 + x * b * (2 * c + 3 * d) * 2, fps, bps)
     if kind == SHAPE_PREFILL:
         pairs = x * y * (y + 1) / 2
@@ -285,8 +285,7 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
     """Fill column `column` of `memo` with each group's per-layer terms that depend on the token count alone: the
     elementwise ops, the all-reduces, the linear layers (experts: those some token routes to, in expectation under
     uniform routing, each on its share of the tokens, in one launch; a fused-MoE table's layer is one row). False:
-    the note log is full
-    (the column's first row is -1 again: nothing is remembered)."""
+    the note log is full (the column's first row is -1 again: nothing is remembered)."""
     bps, floor_s = s[P_BYTES_PER_S], s[P_MIN_KERNEL_S]
     common = 0.0
     for e in (s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2]):
@@ -306,7 +305,7 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
                 # launch with next to no work), never less than its roofline. Against the tables' 31,206 measured
                 # fused-MoE times this is 1.19x them (median; mean |log error| 0.71), where one launch per expert
                 # was 1.66x (0.94) (benchmarks/bench_moe.py).
-                touched = experts * (1.0 - (1.0 - active / experts) ** float(t))
+                touched = touched_experts(experts, active, t)
                 m = t * active / touched
                 one = _curve(s, curves, grids, ratios, log, count, c, m)
                 roof = shape_at(curves[c, C_KIND], curves[c, C_A], curves[c, C_B], curves[c, C_C], curves[c, C_D],

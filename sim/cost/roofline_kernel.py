@@ -92,6 +92,13 @@ def op_time(f, b, fps, bps):
     return y if y > x else x
 
 
+@njit(cache=True, inline="always")
+def touched_experts(experts, experts_per_token, num_tokens):
+    """The experts some of `num_tokens` tokens route to, in expectation under uniform routing (each token picks
+    `experts_per_token` of `experts`): every cost model's mixture-of-experts layer reads these experts' weights."""
+    return experts * (1.0 - (1.0 - experts_per_token / experts) ** float(num_tokens))
+
+
 # The helpers take numbers, not a matmul row: a call that passes an array takes and drops a reference to it
 # (atomic operations) wherever numba counts references (the Python cost models' calls; the compiled core counts
 # none, sim/compiled/kernel.py `run`), which there cost more than the arithmetic.
@@ -103,9 +110,7 @@ def linear_flops_bytes(weight_params, params_per_token, experts, experts_per_tok
     activations in and out."""
     flops = 2.0 * num_tokens * params_per_token
     if experts > 1:
-        frac = experts_per_token / experts
-        touched = experts * (1.0 - (1.0 - frac) ** float(num_tokens))
-        weight_params = weight_params / experts * touched
+        weight_params = weight_params / experts * touched_experts(experts, experts_per_token, num_tokens)
     act = num_tokens * experts_per_token * (in_features + out_features) * ACT_BYTES
     return flops, weight_params * wbpp + act
 
