@@ -73,8 +73,11 @@ PRESET_FLAGS = {
              "--max-num-batched-tokens": "max_num_batched_tokens",
              "--max-num-seqs": "max_num_seqs", "--gpu-memory-utilization": "gpu_memory_utilization",
              "--num-scheduler-steps": "num_scheduler_steps"},
+    # argparse takes an unambiguous prefix: --mem-frac is --mem-fraction-static (the SGLang page's TP 4 offline command uses it)
     "sglang": {"--context-length": "context_length", "--chunked-prefill-size": "chunked_prefill_size",
-               "--mem-fraction-static": "mem_fraction_static", "--max-running-requests": "max_running_requests"},
+               "--mem-fraction-static": "mem_fraction_static", "--mem-frac": "mem_fraction_static",
+               "--max-running-requests": "max_running_requests", "--disable-radix-cache": "disable_radix_cache",
+               "--enable-torch-compile": "enable_torch_compile"},
     "trtllm": {"--max_seq_len": "max_seq_len", "--enable_chunked_prefill": "enable_chunked_prefill",
                "--max_batch_size": "max_batch_size", "--max_num_tokens": "max_num_tokens",
                "--kv_cache_free_gpu_memory_fraction": "kv_cache_free_gpu_memory_fraction"},
@@ -108,7 +111,8 @@ FIT_RUNS: dict[tuple[str, str], tuple[str, ...]] = {
     ("sglang", "0.5.3.post3"): ("qwen3-8b-h100 sglang c4",),
     ("sglang", "0.5.5.post1"): ("qwen3-14b-h100 sglang sharegpt",),
     ("sglang", "0.5.3"): ("deepseek-r1-h200 sglang tp8 sharegpt",),
-    ("sglang", "0.3.0"): (),  # older than the SGLang preset: its runs are listed, not simulated
+    ("sglang", "0.3.0"): ("sglang-060 llama-3.1-8b a100 sglang 0.3.0 rps 4",  # the same runs as vLLM 0.6.0's
+                          "sglang-060 llama-3.1-8b a100 sglang 0.3.0 offline"),
     ("trtllm", "1.2.0rc1"): ("qwen3-8b-h100 trtllm c4", "qwen3-14b-h100 trtllm sharegpt"),
     ("trtllm", "1.0.0"): (),  # one run (EP8, not simulated): nothing to fit on, it is held out
     ("trtllm", "0.17"): ("trtllm 0.17 llama-3.1-8b h100-sxm tp1 fp8 1000/1000 max-throughput",),

@@ -36,7 +36,7 @@ from sim.sched.rules import (
     new_token_ratio,
     padded_batch,
     ratio_admits,
-    ratio_tokens,
+    ratio_admitted_tokens,
     reservation_fits,
 )
 
@@ -518,7 +518,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         if need > sr[r, I_FREE_BLOCKS]:
             break
         if ratio_on:
-            admitted += ratio_tokens(prompt, remaining_out, ratio, clip)
+            admitted += ratio_admitted_tokens(prompt, chunk, remaining_out, clip)
         sr[r, I_RESERVED] += reserve
         sr[r, I_FREE_BLOCKS] -= need
         req[Q_BLOCKS, rid] = need

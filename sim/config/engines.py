@@ -79,8 +79,10 @@ class Context:
     model: Any
     raw: dict
 
+    max_model_len_flag: int | None = None  # the engine flag that sets scheduler.max_model_len, when given
+
     def max_model_len(self) -> int | None:
-        given = _get(self.raw, "scheduler.max_model_len")
+        given = self.max_model_len_flag or _get(self.raw, "scheduler.max_model_len")
         if given is not None:
             return given
         return self.model.max_context if self.model is not None else None
@@ -211,13 +213,82 @@ SGLANG_MIN_NEW_TOKEN_RATIO = SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_NEW_TOKEN_
 SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 600
 
 
+# SGLang 0.3.0's defaults (the PyPI wheel sglang==0.3.0): python/sglang/srt/server_args.py ServerArgs.__post_init__
+# (mem_fraction_static by TP size; chunked_prefill_size 8192 and max_prefill_tokens 16384 on every GPU),
+# managers/tp_worker.py ModelTpServer.__init__ (max_running_requests = min(max_total_num_tokens // 2, max_num_reqs - 1))
+# and model_executor/model_runner.py init_memory_pool (max_num_reqs = min(max(kv tokens / context_len x 512, 2048),
+# 5120)). Its scheduler (tp_worker.py forward_step: a prefill batch whenever one can be formed, else decode steps,
+# one at a time with streaming clients; policy_scheduler.py PrefillAdder) is the 0.5.x rule below, new-token ratio
+# included; it has no overlap scheduler (its CPU terms are its own fit's, engine_terms.json).
+SGLANG_030_MEM_FRACTION_BY_TP = ((16, 0.79), (8, 0.83), (4, 0.85), (2, 0.87), (1, 0.88))
+SGLANG_030_MAX_NUM_REQS = 5120
+
+
+def _derive_sglang_030(ctx: Context) -> PresetResult:
+    """SGLang 0.3.x, as the 0.3.0 wheel's python/sglang/srt/server_args.py, managers/tp_worker.py and
+    model_executor/model_runner.py derive it (SGLANG_030_*): mem_fraction_static 0.88 at TP 1 down to 0.79 at TP 16,
+    chunked prefill of 8192 tokens on any GPU, max_running_requests = min(KV tokens // 2, max_num_reqs - 1); separate
+    prefill and decode batches (enable_mixed_chunk off) and SGLang's new-token ratio for admission."""
+    flags = ctx.flags
+    notes: list[str] = []
+    if ctx.version[:3] != (0, 3, 0):
+        notes.append(f"SGLang {ctx.version_text}: 0.3.0's defaults and scheduling assumed (read in the 0.3.0 wheel)")
+    if flags.get("enable_torch_compile"):
+        notes.append("SGLang --enable-torch-compile: torch.compile of small decode batches not modelled (priced as "
+                     "CUDA graphs without it)")
+    chunk = flags.get("chunked_prefill_size", 8192)
+    values = _sglang_batches(flags, chunk)
+    fraction = flags.get("mem_fraction_static")
+    if fraction is None:
+        fraction = next(f for tp, f in SGLANG_030_MEM_FRACTION_BY_TP if ctx.tensor_parallel >= tp)
+    values["kv_cache.gpu_memory_utilization"] = fraction
+    running = flags.get("max_running_requests")
+    if running is None:
+        kv_tokens = _kv_tokens(ctx, fraction, values["scheduler.max_num_batched_tokens"], SGLANG_030_MAX_NUM_REQS)
+        context_len = ctx.max_model_len()
+        if kv_tokens is None or context_len is None:
+            running = SGLANG_030_MAX_NUM_REQS - 1
+            notes.append(f"SGLang max_running_requests: {running} (max_num_reqs' upper clip less one) taken: the "
+                         "model was not resolved")
+        else:
+            max_num_reqs = min(max(int(kv_tokens / context_len * 512), 2048), SGLANG_030_MAX_NUM_REQS)
+            running = min(kv_tokens // 2, max_num_reqs - 1)
+    values["scheduler.max_num_seqs"] = running
+    values.update(_engine_terms(ctx, "sglang", notes))
+    return PresetResult(values, {}, notes)
+
+
+def _sglang_batches(flags: dict, chunk: int) -> dict[str, Any]:
+    """What every SGLang version here shares: token-paged KV, separate prefill and decode batches unless
+    --enable-mixed-chunk, the chunk (-1 or less: a prompt is one prefill under max_prefill_tokens), the radix cache
+    flag and the new-token ratio."""
+    values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
+                              "kv_cache.block_size": 1,
+                              "scheduler.mixed_batches": bool(flags.get("enable_mixed_chunk", False))}
+    if chunk <= 0:  # chunking disabled: a prompt is one prefill, under max_prefill_tokens
+        values["scheduler.chunked_prefill"] = False
+        values["scheduler.max_num_batched_tokens"] = flags.get("max_prefill_tokens", 16384)
+    else:
+        values["scheduler.chunked_prefill"] = True
+        values["scheduler.max_num_batched_tokens"] = chunk
+    if flags.get("disable_radix_cache"):
+        values["kv_cache.enable_prefix_caching"] = False
+    conservativeness = flags.get("schedule_conservativeness", 1.0)
+    init = min(SGLANG_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+    values["scheduler.new_token_ratio"] = {"init": init, "min": min(SGLANG_MIN_NEW_TOKEN_RATIO, init),
+                                           "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
+    return values
+
+
 def _derive_sglang(ctx: Context) -> PresetResult:
     """python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings and model_runner.py (max_num_reqs),
     the same in the PyPI wheels 0.5.3, 0.5.3.post3 and 0.5.5.post1: on a 60-160 GiB GPU chunked_prefill_size 8192,
     cuda_graph_max_bs 256 (tp < 4) else 512, mem_fraction_static = (memory - reserved) / memory with reserved =
     max(512 + 1.5 x chunk + 2 x cuda_graph_max_bs + tp x pp / 8 x 1024, 10240) MiB, max_running_requests =
     min(max(kv_tokens / context_len x 512, 2048), 4096), page_size 1; separate prefill and decode batches
-    (enable_mixed_chunk off), SGLang's new-token ratio for admission."""
+    (enable_mixed_chunk off), SGLang's new-token ratio for admission. SGLang 0.3.x: `_derive_sglang_030`."""
+    if ctx.version[:2] == (0, 3):
+        return _derive_sglang_030(ctx)
     flags, gpu = ctx.flags, ctx.gpu
     notes: list[str] = []
     gpu_mib = gpu.hbm_bytes / 2**20
@@ -229,19 +300,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
                               f"for 60-160 GiB GPUs only, not {gpu.name}; allowed: give chunked_prefill_size and "
                               "mem_fraction_static")
         chunk = 8192
-    values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
-                              "kv_cache.block_size": 1,
-                              "scheduler.mixed_batches": bool(flags.get("enable_mixed_chunk", False))}
-    if chunk == -1:  # chunking disabled: a prompt is one prefill, under max_prefill_tokens
-        values["scheduler.chunked_prefill"] = False
-        values["scheduler.max_num_batched_tokens"] = flags.get("max_prefill_tokens", 16384)
-    else:
-        values["scheduler.chunked_prefill"] = True
-        values["scheduler.max_num_batched_tokens"] = chunk
-    conservativeness = flags.get("schedule_conservativeness", 1.0)
-    init = min(SGLANG_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
-    values["scheduler.new_token_ratio"] = {"init": init, "min": min(SGLANG_MIN_NEW_TOKEN_RATIO, init),
-                                           "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
+    values = _sglang_batches(flags, chunk)
     fraction = flags.get("mem_fraction_static")
     if fraction is None:
         if not tabulated:
@@ -278,6 +337,8 @@ _SGLANG_FLAGS = {
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool,
                                   "radix cache (on in SGLang unless --disable-radix-cache)"),
     "tp_size": Flag("hardware.tensor_parallel", int, "--tp-size"),
+    "disable_radix_cache": Flag(None, bool, "--disable-radix-cache (no prefix caching)"),
+    "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
 }
 
 
@@ -415,7 +476,7 @@ _LMDEPLOY_FLAGS = {
 PRESETS: dict[str, EnginePreset] = {
     "vllm": EnginePreset("vllm", "vLLM", (0, 6, 0), (0, 11, 2), "vllm/engine/arg_utils.py, vllm/config.py",
                          _VLLM_FLAGS, _derive_vllm),
-    "sglang": EnginePreset("sglang", "SGLang", (0, 4, 0), (0, 5, 5), "python/sglang/srt/server_args.py",
+    "sglang": EnginePreset("sglang", "SGLang", (0, 3, 0), (0, 5, 5), "python/sglang/srt/server_args.py",
                            _SGLANG_FLAGS, _derive_sglang),
     "trtllm": EnginePreset("trtllm", "TensorRT-LLM", (0, 14, 0), (1, 2, 0), "tensorrt_llm/llmapi/llm_args.py",
                            _TRTLLM_FLAGS, _derive_trtllm),
@@ -640,8 +701,10 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
     tp_flag = next((key for key, flag in preset.flags.items() if flag.target == "hardware.tensor_parallel"), None)
     tp = flags.get(tp_flag, hardware.get("tensor_parallel", 1) if isinstance(hardware, dict) else 1)
     pp = hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1
+    length_flag = next((key for key, flag in preset.flags.items() if flag.target == "scheduler.max_model_len"), None)
+    length = flags.get(length_flag)
     ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
-                  pp if isinstance(pp, int) else 1, model, raw)
+                  pp if isinstance(pp, int) else 1, model, raw, length if isinstance(length, int) else None)
     result = preset.derive(ctx)
     for key, flag in preset.flags.items():
         if flag.target is not None and key in flags:

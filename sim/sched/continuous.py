@@ -27,7 +27,7 @@ from sim.sched.rules import (
     new_token_ratio,
     padded_batch,
     ratio_admits,
-    ratio_tokens,
+    ratio_admitted_tokens,
     reservation_fits,
 )
 from sim.sched.sampling_groups import sampling_groups
@@ -279,7 +279,7 @@ class ContinuousScheduler(SchedulerBase):
             if chunk is None:
                 break
             if rule.new_token_ratio is not None:
-                admitted += ratio_tokens(prompt, remaining_out, ratio, SGLANG_CLIP_MAX_NEW_TOKENS)
+                admitted += ratio_admitted_tokens(prompt, chunk, remaining_out, SGLANG_CLIP_MAX_NEW_TOKENS)
             if reserve:
                 self._reservations[request.request_id] = reserve
                 self._reserved_blocks += reserve

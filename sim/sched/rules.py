@@ -34,11 +34,13 @@ SGLANG_CLIP_MAX_NEW_TOKENS = 4096
 class NewTokenRatio:
     """SGLang's admission reserve: a waiting request is admitted only while the free KV tokens exceed what the
     running requests are expected to still write, min(remaining output, clip) x ratio each, plus the new request's
-    prompt and expected output. The ratio starts at `init`, falls by (init - min) / decay_steps per decode step,
+    prompt and whole remaining output, clipped (`ratio_admits`). The ratio starts at `init`, falls by (init - min) / decay_steps per decode step,
     and returns to `init` when a request is retracted (preempted). Source: python/sglang/srt/managers/scheduler.py
     (init_new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness, min_new_token_ratio =
     min(SGLANG_INIT_NEW_TOKEN_RATIO x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1), new_token_ratio_decay = (init - min) /
-    SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS) and schedule_policy.py PrefillAdder (rem_total_tokens), sglang 0.5.x. The
+    SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS) and schedule_policy.py PrefillAdder (rem_total_tokens), sglang 0.5.x; the
+    same rule in 0.3.0 (managers/tp_worker.py, policy_scheduler.py, global_config.py: init 0.7, min 0.1, decay 0.001
+    a decode step). The
     three values are sim/config/engines.py's (SGLANG_*), from which the sglang preset and the scenario's defaults
     (`scheduler.new_token_ratio`) fill these fields."""
 
@@ -140,16 +142,21 @@ def new_token_ratio(init, minimum, decay_steps, steps_since_reset):
 
 @njit(cache=True)
 def ratio_admits(free_tokens, running_remaining_tokens, admitted_tokens, prompt_tokens, output_tokens, ratio, clip):
-    """SGLang's PrefillAdder check for one more request: the free KV tokens, less the running requests' expected
-    future tokens (`running_remaining_tokens`, each already clipped, times the ratio) and what this step admitted
-    before it (`admitted_tokens`), must exceed its prompt plus its expected output."""
-    return free_tokens - running_remaining_tokens * ratio - admitted_tokens > ratio_tokens(prompt_tokens, output_tokens,
-                                                                                         ratio, clip)
+    """SGLang's PrefillAdder.add_one_req check for one more request: the free KV tokens, less the running requests'
+    expected future tokens (`running_remaining_tokens`, each already clipped, times the ratio) and what this step
+    admitted before it beyond the KV it already took (`admitted_tokens`: `ratio_admitted_tokens`), must exceed its
+    prompt plus its whole remaining output, clipped (`total_tokens >= rem_total_tokens` refuses it). The ratio
+    discounts only the running requests, never the one being admitted (sglang 0.3.0 policy_scheduler.py and 0.5.5
+    schedule_policy.py alike)."""
+    out = output_tokens if output_tokens < clip else clip
+    return free_tokens - running_remaining_tokens * ratio - admitted_tokens > prompt_tokens + out
 
 
 @njit(cache=True)
-def ratio_tokens(prompt_tokens, output_tokens, ratio, clip):
-    """The KV tokens SGLang's admission counts for one request: its prompt plus its expected output (clipped, times
-    the ratio)."""
-    out = output_tokens if output_tokens < clip else clip
-    return prompt_tokens + out * ratio
+def ratio_admitted_tokens(prompt_tokens, chunk_tokens, output_tokens, clip):
+    """What an admitted request adds to SGLang's offset beyond the KV its chunk took from the free pool: its whole
+    remaining output, clipped, when its prompt is computed whole in this step; nothing when its prompt was cut to a
+    chunk (`_prefill_one_req(prefix_len, trunc_len, 0)`: the output is counted when the last chunk is added)."""
+    if chunk_tokens < prompt_tokens:
+        return 0.0
+    return float(output_tokens if output_tokens < clip else clip)

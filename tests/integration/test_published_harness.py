@@ -223,6 +223,13 @@ def test_a_medians_only_source_is_read_with_its_clients_definitions_and_its_stat
     offline = next(c for c in suite.cases if c.name == "sglang-060 llama-3.1-8b a100 vllm 0.6.0 offline")
     assert [(m.group, m.sim, m.measured) for m in offline.metrics] == [("throughput", "output_tok_s", 4132.37)]
     assert offline.workload.arrival == "burst"
+    # SGLang 0.3.0's commands, as its preset spells them (--mem-frac: argparse's prefix of --mem-fraction-static)
+    sglang = next(c for c in suite.cases if c.name == "sglang-060 llama-3.1-70b h100 tp4 sglang 0.3.0 offline")
+    sections, _ = ps.engine_settings(sglang)
+    assert sections["engine"] == {"name": "sglang", "version": "0.3.0", "disable_radix_cache": True,
+                                  "mem_fraction_static": 0.88}
+    compiled = next(c for c in suite.cases if c.name == "sglang-060 llama-3.1-8b a100 sglang 0.3.0 rps 4")
+    assert ps.engine_settings(compiled)[0]["engine"]["enable_torch_compile"] is True
     raw = yaml.safe_load((ps.DATA_DIR / "sglang_vllm060.yaml").read_text())
     bad = dict(raw["cases"][0], name="bad means", assumed_means={"input_mean": 217.4, "output_mean": -1, "why": "x"})
     path = tmp_path / "means.yaml"

@@ -52,6 +52,31 @@ def test_sglang_derives_its_memory_fraction_and_runs_separate_batches_with_the_n
     assert mixed.scheduler.mixed_batches
 
 
+
+def test_sglang_030_takes_its_memory_fraction_from_tp_and_caps_running_requests_by_half_the_kv():
+    # the sglang==0.3.0 wheel: server_args.py mem_fraction_static 0.88 (TP 1), 0.87 (2), 0.85 (4), 0.83 (8);
+    # tp_worker.py max_running_requests = min(KV tokens // 2, max_num_reqs - 1); model_runner.py max_num_reqs =
+    # min(max(KV tokens / context_len x 512, 2048), 5120); chunked_prefill_size 8192 on any GPU
+    from sim.config.deployment import resolve
+    a100 = scenario({"name": "sglang", "version": "0.3.0", "disable_radix_cache": True}, hardware={"gpu": "a100-80gb"})
+    assert a100.kv_cache.gpu_memory_utilization == 0.88 and a100.kv_cache.block_size == 1
+    assert a100.scheduler.max_num_batched_tokens == 8192 and a100.scheduler.chunked_prefill
+    assert not a100.scheduler.mixed_batches and a100.scheduler.new_token_ratio.init == 0.7
+    kv = resolve(a100).kv_capacity_tokens
+    assert kv / 131072 * 512 < 2048 and a100.scheduler.max_num_seqs == 2047  # llama-3.1-8b's 128k context
+    assert not a100.kv_cache.enable_prefix_caching
+    short = scenario({"name": "sglang", "version": "0.3.0", "context_length": 4096}, hardware={"gpu": "a100-80gb"})
+    assert short.scheduler.max_num_seqs == 5119  # KV / 4096 x 512 is far above 5120: the clip, less one
+    for tp, fraction in ((2, 0.87), (4, 0.85), (8, 0.83)):
+        sc = scenario({"name": "sglang", "version": "0.3.0"}, model="llama-3.1-70b",
+                      hardware={"gpu": "h100-sxm", "tensor_parallel": tp})
+        assert sc.kv_cache.gpu_memory_utilization == fraction
+    l4 = scenario({"name": "sglang", "version": "0.3.0"}, hardware={"gpu": "l4"}, model="llama-2-7b")
+    assert l4.scheduler.max_num_batched_tokens == 8192  # 0.3.0 has no per-GPU table (0.5.x refuses an L4)
+    later = scenario({"name": "sglang", "version": "0.3.6", "enable_torch_compile": True})
+    assert any("0.3.0's defaults and scheduling assumed" in n for n in later.engine.notes)
+    assert any("--enable-torch-compile" in n and "not modelled" in n for n in later.engine.notes)
+
 def test_trtllm_reserves_whole_sequences_and_sizes_its_cache_from_free_memory():
     sc = scenario({"name": "trtllm", "version": "1.2.0rc1"})
     assert sc.scheduler.kv_reservation == "whole_output" and sc.kv_cache.free_memory_fraction == 0.9
@@ -148,6 +173,8 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"name": "lmdeploy", "version": "0.1.0a1"}, {"scheduler": {"chunked_prefill": True}},
      "context_pass needs chunked_prefill false"),
     ({"name": "vllm", "version": "0.3.0"}, {}, "engine.version: '0.3.0' is not a vllm version"),
+    ({"name": "sglang", "version": "0.2.9"}, {}, "engine.version: '0.2.9' is not a sglang version the preset knows; "
+     "allowed: 0.3.0 to 0.5.x"),
     ({"name": "vllm", "version": 0.11}, {}, "engine.version: 0.11 is not allowed"),
     ({"name": "vllm", "version": "0.11.0", "max_running_requests": 8}, {}, "engine.max_running_requests: not a flag"),
     ({"name": "vllm", "version": "0.11.0", "num_scheduler_steps": 8}, {}, "V1 has no multi-step"),

@@ -16,6 +16,7 @@ from sim.sched.rules import (
     new_token_ratio,
     padded_batch,
     ratio_admits,
+    ratio_admitted_tokens,
 )
 
 
@@ -137,15 +138,23 @@ def test_new_token_ratio_decays_to_its_floor_and_gates_admission():
     assert new_token_ratio(0.7, 0.098, 600, 0) == 0.7
     assert new_token_ratio(0.7, 0.098, 600, 300) == pytest.approx(0.399)
     assert new_token_ratio(0.7, 0.098, 600, 10_000) == 0.098
-    # 100 free tokens, running requests expected to write 100 more at ratio 0.5: 50 reserved; a request of 30
-    # prompt tokens and 20 output needs 30 + 10 = 40 < 50: admitted; one of 45 + 20 x 0.5 = 55 is not.
-    assert ratio_admits(100.0, 100.0, 0.0, 30, 20, 0.5, 4096)
-    assert not ratio_admits(100.0, 100.0, 0.0, 45, 20, 0.5, 4096)
+    # 100 free tokens, running requests expected to write 100 more at ratio 0.5: 50 reserved; a request of 25
+    # prompt tokens and 20 output needs 25 + 20 = 45 < 50: admitted (its own output is counted whole, not at the
+    # ratio); one of 30 + 20 = 50 is not (SGLang refuses at total_tokens >= rem_total_tokens).
+    assert ratio_admits(100.0, 100.0, 0.0, 25, 20, 0.5, 4096)
+    assert not ratio_admits(100.0, 100.0, 0.0, 30, 20, 0.5, 4096)
+    # what an earlier admission in the same step adds (its prompt's KV is already out of the free tokens), and the clip
+    assert not ratio_admits(100.0, 100.0, 10.0, 25, 20, 0.5, 4096)
+    assert ratio_admits(10_000.0, 0.0, 0.0, 10, 9_000, 0.5, 4096)  # 10 + 4096 < 10,000
+    # an admitted request adds its clipped output when its prompt is computed whole, nothing when it was cut
+    assert ratio_admitted_tokens(30, 30, 20, 4096) == 20.0
+    assert ratio_admitted_tokens(30, 8, 20, 4096) == 0.0
+    assert ratio_admitted_tokens(30, 30, 9_000, 4096) == 4096.0
 
 
 def test_new_token_ratio_holds_back_a_request_the_blocks_alone_would_admit():
     # 40 slots (page size 1). a: 10 prompt + 20 output is running; at ratio 0.7 it reserves 19 x 0.7 = 13.3 tokens
-    # more, so 40 - 11 held - 13.3 = 15.7 are free in SGLang's estimate; b (10 + 20 x 0.7 = 24) must wait.
+    # more, so 40 - 11 held - 13.3 = 15.7 are free in SGLang's estimate; b (10 + 20 = 30) must wait.
     kv = PagedKVManager(40, 1)
     sched = scheduler(kv, SchedulingRule(mixed_batches=False, new_token_ratio=NewTokenRatio(0.7, 0.7, 600)))
     a, b = make_request(10, 20), make_request(10, 20)
@@ -161,6 +170,18 @@ def test_new_token_ratio_holds_back_a_request_the_blocks_alone_would_admit():
     plain.add_request(b2)
     assert step(plain, 1.0).prefill_request_ids == [b2.request_id]
 
+
+
+def test_an_admission_counts_the_whole_outputs_admitted_before_it_in_the_same_step():
+    # 100 slots (page size 1), nothing running. a (10 prompt, 40 output): 100 > 10 + 40, admitted; its prompt takes
+    # 10 slots and its output is counted in full (40), so b (10 + 40) meets 90 - 40 = 50, not more: b waits
+    # (at the ratio, as before this rule was read again, b was admitted: 90 - 28 > 38).
+    sched = scheduler(PagedKVManager(100, 1), SchedulingRule(mixed_batches=False,
+                                                             new_token_ratio=NewTokenRatio(0.7, 0.7, 600)))
+    a, b = make_request(10, 40), make_request(10, 40)
+    sched.add_request(a)
+    sched.add_request(b)
+    assert step(sched, 0.0).prefill_request_ids == [a.request_id]
 
 # --- TurboMind's context pass (LMDeploy 0.1.0a1, LlamaBatch.cc: ContextDecode, then Generate) -------------------
 
