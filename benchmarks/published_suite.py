@@ -72,7 +72,8 @@ PRESET_FLAGS = {
     "vllm": {"--max-model-len": "max_model_len", "--max_model_len": "max_model_len",
              "--max-num-batched-tokens": "max_num_batched_tokens",
              "--max-num-seqs": "max_num_seqs", "--gpu-memory-utilization": "gpu_memory_utilization",
-             "--num-scheduler-steps": "num_scheduler_steps"},
+             "--num-scheduler-steps": "num_scheduler_steps", "--async-scheduling": "async_scheduling",
+             "--enforce-eager": "enforce_eager", "--enable-prefix-caching": "enable_prefix_caching"},
     # argparse takes an unambiguous prefix: --mem-frac is --mem-fraction-static (the SGLang page's TP 4 offline command uses it)
     "sglang": {"--context-length": "context_length", "--chunked-prefill-size": "chunked_prefill_size",
                "--mem-fraction-static": "mem_fraction_static", "--mem-frac": "mem_fraction_static",

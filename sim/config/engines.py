@@ -184,7 +184,20 @@ def _derive_vllm(ctx: Context) -> PresetResult:
     values.update(_engine_terms(ctx, "vllm", notes))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
+    if flags.get("async_scheduling"):
+        # the engine core schedules step N + 1 while the GPU runs step N (vllm/v1/engine/core.py
+        # step_with_batch_queue): a step takes the longer of its kernels and the CPU terms (sim/cost/overhead.py)
+        if v < VLLM_ASYNC_SCHEDULING_SINCE:
+            raise ConfigError(f"engine.async_scheduling: true is not a flag of vLLM {ctx.version_text}; allowed: "
+                              f"vLLM {_dotted(VLLM_ASYNC_SCHEDULING_SINCE)} or later, or leave it out")
+        values["cost_model.overhead"] = {**values["cost_model.overhead"], "overlap": True}
+        notes.append("vLLM --async-scheduling: the CPU terms (fitted on runs without it) overlap the GPU's step")
     return PresetResult(values, {}, notes)
+
+
+# --async-scheduling: experimental from v0.10.0, on by default from v0.14.0 (its release notes: "Async scheduling is
+# now enabled by default"; later than the preset's newest version).
+VLLM_ASYNC_SCHEDULING_SINCE = (0, 10, 0)
 
 
 _VLLM_FLAGS = {
@@ -198,6 +211,7 @@ _VLLM_FLAGS = {
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),
     "tensor_parallel_size": Flag("hardware.tensor_parallel", int, "--tensor-parallel-size"),
     "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
+    "async_scheduling": Flag(None, bool, "--async-scheduling (0.10+): the CPU terms overlap the GPU's step"),
 }
 
 

@@ -29,6 +29,7 @@ from sim.core.step_plan import StepPlan
 from sim.cost import interpolation
 from sim.cost.profile_meta import read_meta
 from sim.cost.roofline import RooflineCostModel, StepCost
+from sim.cost.roofline_kernel import touched_experts
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu
 from sim.model.shapes import layer_groups, lm_head_shape
@@ -430,8 +431,8 @@ class CalibratedCostModel:
             layer_s = common
             for f, experts, active in matmuls:
                 if experts > 1:
-                    # Experts some token routes to, in expectation under uniform routing, each on its share.
-                    touched = experts * (1.0 - (1.0 - active / experts) ** num_tokens)
+                    # The experts some token routes to, each a measured matmul of its share of the tokens.
+                    touched = touched_experts(experts, active, num_tokens)
                     layer_s += touched * f(num_tokens * active / touched)
                 else:
                     layer_s += f(num_tokens)

@@ -26,6 +26,18 @@ def test_vllm_v1_takes_its_openai_server_batch_defaults_from_the_gpu():
     assert (a100.max_num_batched_tokens, a100.max_num_seqs) == (2048, 256)
 
 
+
+def test_vllm_async_scheduling_overlaps_the_cpu_terms_with_the_gpu():
+    from sim.run import simulate
+    plain = scenario({"name": "vllm", "version": "0.11.0"})
+    overlapped = scenario({"name": "vllm", "version": "0.11.0", "async_scheduling": True})
+    assert not plain.cost_model.overhead.overlap and overlapped.cost_model.overhead.overlap
+    assert overlapped.cost_model.overhead.per_step_s == plain.cost_model.overhead.per_step_s
+    assert any("--async-scheduling" in n for n in overlapped.engine.notes)
+    # a step takes the longer of kernels and CPU, not their sum: every token comes sooner
+    faster, slower = simulate(overlapped).summary, simulate(plain).summary
+    assert faster["tpot_s_mean"] < slower["tpot_s_mean"]
+
 def test_vllm_v0_without_chunked_prefill_runs_prefill_only_steps_under_a_whole_context_budget():
     s = scenario({"name": "vllm", "version": "0.6.3", "num_scheduler_steps": 8},
                  scheduler={"max_model_len": 4096}).scheduler
@@ -179,6 +191,8 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"name": "vllm", "version": "0.11.0", "max_running_requests": 8}, {}, "engine.max_running_requests: not a flag"),
     ({"name": "vllm", "version": "0.11.0", "num_scheduler_steps": 8}, {}, "V1 has no multi-step"),
     ({"name": "vllm", "version": "0.11.0", "enable_chunked_prefill": False}, {}, "V1 always chunks"),
+    ({"name": "vllm", "version": "0.9.2", "async_scheduling": True}, {},
+     "engine.async_scheduling: true is not a flag of vLLM 0.9.2; allowed: vLLM 0.10.0 or later"),
     ({"name": "vllm", "version": "0.6.3", "num_scheduler_steps": 8, "enable_chunked_prefill": True}, {},
      "not supported by vLLM 0.6.3"),
     ({"name": "vllm", "version": "0.11.0", "max_num_seqs": 64}, {"scheduler": {"max_num_seqs": 32}},
