@@ -49,7 +49,7 @@ from typing import Any, Callable
 
 import yaml
 
-from sim.config.engines import PRESETS
+from sim.config.engines import PRESETS, usable_terms
 from sim.workload.lengths import SHAREGPT_BENCH_FILTER, sharegpt_bench_lengths
 
 HERE = Path(__file__).resolve().parent
@@ -74,7 +74,7 @@ PRESET_FLAGS = {
              "--max-num-seqs": "max_num_seqs", "--gpu-memory-utilization": "gpu_memory_utilization",
              "--num-scheduler-steps": "num_scheduler_steps", "--async-scheduling": "async_scheduling",
              "--enforce-eager": "enforce_eager", "--enable-prefix-caching": "enable_prefix_caching"},
-    # argparse takes an unambiguous prefix: --mem-frac is --mem-fraction-static (the SGLang page's TP 4 offline command uses it)
+    # argparse takes an unambiguous prefix: --mem-frac is --mem-fraction-static (the SGLang page's TP 4 offline run)
     "sglang": {"--context-length": "context_length", "--chunked-prefill-size": "chunked_prefill_size",
                "--mem-fraction-static": "mem_fraction_static", "--mem-frac": "mem_fraction_static",
                "--max-running-requests": "max_running_requests", "--disable-radix-cache": "disable_radix_cache",
@@ -946,8 +946,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         cm["tables"] = own_tables(case)
     # A term the fit left at a bound, or did not pin (`not_pinned`), is what the preset never uses
     # (sim/config/engines.py `_nearest_fits`): the run gets the preset's own value instead, as a user's scenario would.
-    fitted = {k: v for k, v in (fitted or {}).items()
-              if f"{k} at bound" not in (fitted or {}) and f"{k} not pinned" not in (fitted or {})}
+    fitted = usable_terms(fitted or {}, fitted or {})
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}
     if not cm and cpu:  # the best available model, materialized so that the fitted terms can go into it
         from sim.config.cost_choice import default_cost_model

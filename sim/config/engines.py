@@ -546,6 +546,14 @@ def _is_version(parsed: tuple[int, ...] | None, version: tuple[int, ...]) -> boo
     return parsed is not None and (parsed == version or parsed[:len(version)] == version)
 
 
+def usable_terms(terms: dict, flags) -> dict:
+    """The fitted terms a preset may use: every one but those `flags` name "<term> at bound" or "<term> not pinned"
+    (`calibrate.engine_fit.not_pinned`): their runs did not identify them. The one rule for engine_terms.json's
+    entries (`at_bound`, `not_pinned` lists) and the published suite's fits (the same names as keys)."""
+    flagged = set(flags)
+    return {k: v for k, v in terms.items() if f"{k} at bound" not in flagged and f"{k} not pinned" not in flagged}
+
+
 @dataclass(frozen=True)
 class NearestFit:
     """One fitted term as a version's preset takes it: from `version`'s fit (`borrowed`: another version's)."""
@@ -562,8 +570,7 @@ def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
     version whose own fit pinned only its CPU time still takes its front-end latency from the nearest version that
     pinned one, not from none."""
     table = _fitted_table().get("engines", {}).get(name, {})
-    usable = {v: {k: x for k, x in e.get("terms", {}).items()
-                  if f"{k} at bound" not in e.get("at_bound", []) and f"{k} not pinned" not in e.get("not_pinned", [])}
+    usable = {v: usable_terms(e.get("terms", {}), [*e.get("at_bound", []), *e.get("not_pinned", [])])
               for v, e in table.items()}
     candidates = [(v, _parse_version(v)) for v in usable]
     candidates = [(text, parsed) for text, parsed in candidates if parsed is not None]

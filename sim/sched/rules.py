@@ -34,15 +34,15 @@ SGLANG_CLIP_MAX_NEW_TOKENS = 4096
 class NewTokenRatio:
     """SGLang's admission reserve: a waiting request is admitted only while the free KV tokens exceed what the
     running requests are expected to still write, min(remaining output, clip) x ratio each, plus the new request's
-    prompt and whole remaining output, clipped (`ratio_admits`). The ratio starts at `init`, falls by (init - min) / decay_steps per decode step,
-    and returns to `init` when a request is retracted (preempted). Source: python/sglang/srt/managers/scheduler.py
-    (init_new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO x schedule_conservativeness, min_new_token_ratio =
-    min(SGLANG_INIT_NEW_TOKEN_RATIO x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1), new_token_ratio_decay = (init - min) /
+    prompt and whole remaining output, clipped (`ratio_admits`). The ratio starts at `init`, falls by (init - min) /
+    decay_steps per decode step, and returns to `init` when a request is retracted (preempted). Source:
+    python/sglang/srt/managers/scheduler.py (init_new_token_ratio = SGLANG_INIT_NEW_TOKEN_RATIO x
+    schedule_conservativeness, min_new_token_ratio = min(SGLANG_INIT_NEW_TOKEN_RATIO x
+    SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1), new_token_ratio_decay = (init - min) /
     SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS) and schedule_policy.py PrefillAdder (rem_total_tokens), sglang 0.5.x; the
     same rule in 0.3.0 (managers/tp_worker.py, policy_scheduler.py, global_config.py: init 0.7, min 0.1, decay 0.001
-    a decode step). The
-    three values are sim/config/engines.py's (SGLANG_*), from which the sglang preset and the scenario's defaults
-    (`scheduler.new_token_ratio`) fill these fields."""
+    a decode step). The three values are sim/config/engines.py's (SGLANG_*), from which the sglang preset and the
+    scenario's defaults (`scheduler.new_token_ratio`) fill these fields."""
 
     init: float
     min: float

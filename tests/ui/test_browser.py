@@ -170,11 +170,12 @@ class DevTools:
         os.close(self._from_child)
 
 
-# Resolves (in the page) once the table and three drawn charts are there, or an error box is: checked on every
-# DOM change, then after two animation frames so plotly's layout pass is painted before the screenshot.
+# Resolves (in the page) once the table and three drawn charts in three chart elements are there (a chart's SVG
+# layers count more than one each: an element still being drawn must be waited for), or an error box is: checked on
+# every DOM change, then after two animation frames so plotly's layout pass is painted before the screenshot.
 PAGE_READY_JS = """new Promise(resolve => {
   const state = () => JSON.parse(%s);
-  const ready = s => s.exceptions || s.errors.length || (s.tables && s.plots >= 3);
+  const ready = s => s.exceptions || s.errors.length || (s.tables && s.plots >= 3 && s.plot_divs >= 3);
   const settle = () => requestAnimationFrame(() => requestAnimationFrame(() => resolve(JSON.stringify(state()))));
   if (ready(state())) { settle(); return; }
   const watch = new MutationObserver(() => { if (ready(state())) { watch.disconnect(); settle(); } });

@@ -46,6 +46,9 @@ def test_vllm_v0_without_chunked_prefill_runs_prefill_only_steps_under_a_whole_c
     assert s.decode_steps_per_schedule == 8
     short = scenario({"name": "vllm", "version": "0.6.3"}, scheduler={"max_model_len": 1024}).scheduler
     assert short.max_num_batched_tokens == 2048
+    # the engine's own flag (--max-model-len) reaches the derivation as the scenario's key does
+    flag = scenario({"name": "vllm", "version": "0.6.3", "max_model_len": 4096}).scheduler
+    assert flag.max_num_batched_tokens == 4096 and flag.max_model_len == 4096
 
 
 def test_sglang_derives_its_memory_fraction_and_runs_separate_batches_with_the_new_token_ratio():
