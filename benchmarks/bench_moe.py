@@ -36,6 +36,11 @@ WAYS = ("nearest measured configuration (used where the dtype has rows)",
         "expert GEMMs in one fused launch (used where it has none)",
         "expert GEMMs, one launch each (before 11-28)",
         "expert GEMMs, further experts at their roofline")
+# FP8 fused-MoE rows predicted without any FP8 fused-MoE row: from the bf16 rows (the nearest bf16 configuration's
+# ratio to its bf16 roofline, applied to this configuration's FP8 roofline, SHAPE_MOE_FP8), against the FP8 GEMM
+# rows in one fused launch, on the same points (the tables that hold both dtypes' fused-MoE rows).
+FP8_WAYS = ("FP8 from the bf16 fused-MoE rows, at the FP8 roofline",
+            "FP8 expert GEMMs in one fused launch (used before 11-28 evening)")
 
 
 def of_config(rows, config):
@@ -50,6 +55,44 @@ def seconds_by_tokens(rows) -> dict[float, float]:
 def moe_shape(config, roof, n):
     h, inter, k, e, tp = config
     return mk.shape_at(mk.SHAPE_MOE, e, k, h, inter / tp, roof.flops_per_s, roof.bytes_per_s, float(n), 0.0)
+
+
+def fp8_shape(config, roof, n):
+    h, inter, k, e, tp = config
+    return mk.shape_at(mk.SHAPE_MOE_FP8, e, k, h, inter / tp, roof.flops_per_s, roof.bytes_per_s, float(n), 0.0)
+
+
+def study_fp8():
+    """Each FP8 configuration of the tables that hold both dtypes, predicted from their bf16 fused-MoE rows alone
+    and from their FP8 GEMM rows alone."""
+    errors = {w: [] for w in FP8_WAYS}
+    for tables in ("vllm", "sglang", "trtllm"):
+        for gpu in measured_gpus(tables=tables):
+            t = load_tables(tables_dir(gpu, tables))
+            if t.moe is None or not {"bf16", "fp8"} <= set(t.moe["dtype"]):
+                continue
+            roof = device_roofline(t.gemm)
+            launch_s = float(t.gemm["latency_ms"].min()) * 1e-3
+            bf16, fp8 = t.moe[t.moe["dtype"] == "bf16"], t.moe[t.moe["dtype"] == "fp8"]
+            for config in [tuple(int(v) for v in c) for c in fp8[KEYS].drop_duplicates().itertuples(index=False)]:
+                h, inter, k, e, tp = config
+                near = _nearest_moe_config(bf16, config)
+                near_rows = seconds_by_tokens(bf16[of_config(bf16, near)])
+                curves = None
+                if "fp8" in set(t.gemm["dtype"]) and inter % tp == 0:
+                    notes, key = Counter(), f"{gpu}{tables}fp8"
+                    curves = (gemm_curve(t.gemm, "fp8", 2 * inter // tp, h, roof, notes, "gate_up", key),
+                              gemm_curve(t.gemm, "fp8", h, inter // tp, roof, notes, "down", key))
+                for n, seconds in seconds_by_tokens(fp8[of_config(fp8, config)]).items():
+                    if n not in near_rows or curves is None:
+                        continue  # the same points for both ways
+                    pred = fp8_shape(config, roof, n) * near_rows[n] / moe_shape(near, roof, n)
+                    errors[FP8_WAYS[0]].append(math.log(pred / seconds))
+                    touched = touched_experts(e, k, n)
+                    m = n * k / touched
+                    fused = sum(mk.fused_experts_s(c(m), c.shape(m), touched, launch_s) for c in curves)
+                    errors[FP8_WAYS[1]].append(math.log(fused / seconds))
+    return errors
 
 
 def study():
@@ -97,7 +140,7 @@ def study():
 
 
 def main() -> int:
-    errors = study()
+    errors = {**study(), **study_fp8()}
     print("| way | points | predicted / measured, median | mean abs log error |")
     print("| --- | ---: | ---: | ---: |")
     for way, e in errors.items():

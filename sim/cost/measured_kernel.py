@@ -37,8 +37,9 @@ L_CURVE, L_EXPERTS, L_ACTIVE = range(3)
 # Roofline shapes (`shape_at`), by the numbers (a, b, c, d) they take: a GEMM (n, k, weight bytes) by tokens m;
 # an all-reduce (latency, GPUs, bus bytes/s) by elements; the fused MoE layer (experts, experts per token,
 # hidden, ffn per GPU) by tokens; prefill attention (query heads, KV heads, head size, KV bytes per element) by
-# (batch, prompt tokens); decode attention (the same) by (batch, context).
-SHAPE_GEMM, SHAPE_ALLREDUCE, SHAPE_MOE, SHAPE_PREFILL, SHAPE_DECODE = range(5)
+# (batch, prompt tokens); decode attention (the same) by (batch, context); the fused MoE layer in FP8 (weights and
+# tensor cores, the same numbers as SHAPE_MOE) by tokens.
+SHAPE_GEMM, SHAPE_ALLREDUCE, SHAPE_MOE, SHAPE_PREFILL, SHAPE_DECODE, SHAPE_MOE_FP8 = range(6)
 # Token counts below this have their per-layer terms and LM head remembered (the pack's two memo arrays; -1: not
 # computed yet): they depend on the count alone. The layer memo has one more column, SCRATCH, where a larger count's
 # terms are worked out each time (the compiled core allocates nothing: sim/compiled/kernel.py `run`).
@@ -139,6 +140,9 @@ def shape_at(kind, a, b, c, d, fps, bps, x, y):
     if kind == SHAPE_MOE:
         touched = touched_experts(a, b, x)
         return op_time(2.0 * x * b * 3 * c * d, touched * 3 * c * d * 2 + x * b * (2 * c + 3 * d) * 2, fps, bps)
+    if kind == SHAPE_MOE_FP8:  # one byte a weight, at twice the bf16 tensor-core rate `fps` (the datasheets' ratio)
+        touched = touched_experts(a, b, x)
+        return op_time(x * b * 3 * c * d, touched * 3 * c * d + x * b * (2 * c + 3 * d) * 2, fps, bps)
     if kind == SHAPE_PREFILL:
         pairs = x * y * (y + 1) / 2
         return op_time(4.0 * a * c * pairs, x * y * (2 * b * c * d + 2 * a * c * ACT_BYTES), fps, bps)

@@ -171,13 +171,22 @@ def test_an_fp8_kv_cache_prices_decode_attention_from_the_fp8_kv_rows(fw):
     assert r["latency_ms"].iloc[0] != bf16[(bf16.batch_size == 64) & (bf16.kv_tokens == 4096)]["latency_ms"].iloc[0]
 
 
-def test_fp8_experts_come_from_trtllms_fused_moe_rows_else_from_fp8_gemms():
+def test_fp8_experts_come_from_trtllms_fused_moe_rows_else_from_the_bf16_rows_at_the_fp8_roofline():
+    from sim.cost.measured_kernel import SHAPE_MOE, SHAPE_MOE_FP8, shape_at
     mixtral = get_model("mixtral-8x7b")
     trt = MeasuredCostModel(mixtral, H100, tensor_parallel=2, weight_dtype="fp8", tables="trtllm")
     assert trt._moe is not None and not any("moe:" in n for n in trt.notes)
     vllm = MeasuredCostModel(mixtral, H100, tensor_parallel=2, weight_dtype="fp8")
-    assert vllm._moe is None
-    assert "moe: no fp8 fused-MoE table for this setup; experts priced from the fp8 GEMM rows" in repr(vllm)
+    bf16 = MeasuredCostModel(mixtral, H100, tensor_parallel=2)
+    assert vllm._moe.shape.kind == SHAPE_MOE_FP8 and bf16._moe.shape.kind == SHAPE_MOE
+    assert "bf16 fused-MoE rows' ratio to their roofline, applied to the fp8 roofline" in repr(vllm)
+    # at every measured token count: the bf16 time x the fp8 roofline / the bf16 roofline of the same configuration
+    roof, numbers = bf16.roof, (8, 2, 4096, 14336 / 2)
+    for n in bf16._moe.xs:
+        ratio = (shape_at(SHAPE_MOE_FP8, *numbers, roof.flops_per_s, roof.bytes_per_s, n, 0.0)
+                 / shape_at(SHAPE_MOE, *numbers, roof.flops_per_s, roof.bytes_per_s, n, 0.0))
+        assert vllm._moe(n) == pytest.approx(bf16._moe(n) * ratio, rel=1e-9)
+        assert 0.5 <= ratio < 1.0  # half the weight bytes, twice the tensor-core rate: between half and all
 
 
 # --- refusals ------------------------------------------------------------------------------------------------------

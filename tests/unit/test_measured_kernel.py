@@ -23,6 +23,7 @@ from sim.model.catalog import get_gpu, get_model
 SETUPS = [("llama-3.1-8b", gpu, tp) for gpu in ("h100-sxm", "a100-80gb", "l40s") for tp in (1, 2)]
 SETUPS += [("llama-3.1-70b", "h100-sxm", 4), ("qwen2.5-7b", "h200", 1), ("llama-3.1-8b", "h100-sxm", 1, "fp8", "fp8"),
            ("llama-3.1-70b", "h100-sxm", 2, "fp8", "bf16"), ("mixtral-8x7b", "h100-sxm", 2),
+           ("mixtral-8x7b", "h100-sxm", 2, "fp8", "bf16"),
            ("mixtral-8x7b", "l40s", 2), ("deepseek-v2-lite", "h100-sxm", 1), ("mistral-7b-v0.1", "h100-sxm", 1)]
 SETUPS = [s for s in SETUPS if s[1] in measured_gpus()]
 
