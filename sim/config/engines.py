@@ -236,6 +236,9 @@ SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 600
 # included; it has no overlap scheduler (its CPU terms are its own fit's, engine_terms.json).
 SGLANG_030_MEM_FRACTION_BY_TP = ((16, 0.79), (8, 0.83), (4, 0.85), (2, 0.87), (1, 0.88))
 SGLANG_030_MAX_NUM_REQS = 5120
+# 0.3.0's new-token ratio (global_config.py, tp_worker.py): it starts at 0.7 whatever --schedule-conservativeness,
+# falls by 0.001 a decode step to 0.1 x schedule_conservativeness (at most 1).
+SGLANG_030_INIT_NEW_TOKEN_RATIO, SGLANG_030_BASE_MIN_NEW_TOKEN_RATIO, SGLANG_030_RATIO_DECAY = 0.7, 0.1, 0.001
 
 
 def _derive_sglang_030(ctx: Context) -> PresetResult:
@@ -252,6 +255,10 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
                      "CUDA graphs without it)")
     chunk = flags.get("chunked_prefill_size", 8192)
     values = _sglang_batches(flags, chunk)
+    init = SGLANG_030_INIT_NEW_TOKEN_RATIO
+    floor = min(SGLANG_030_BASE_MIN_NEW_TOKEN_RATIO * flags.get("schedule_conservativeness", 1.0), 1.0, init)
+    values["scheduler.new_token_ratio"] = {"init": init, "min": floor,
+                                           "decay_steps": max(round((init - floor) / SGLANG_030_RATIO_DECAY), 1)}
     fraction = flags.get("mem_fraction_static")
     if fraction is None:
         fraction = next(f for tp, f in SGLANG_030_MEM_FRACTION_BY_TP if ctx.tensor_parallel >= tp)
@@ -275,7 +282,7 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
 def _sglang_batches(flags: dict, chunk: int) -> dict[str, Any]:
     """What every SGLang version here shares: token-paged KV, separate prefill and decode batches unless
     --enable-mixed-chunk, the chunk (-1 or less: a prompt is one prefill under max_prefill_tokens), the radix cache
-    flag and the new-token ratio."""
+    flag; and the new-token ratio as 0.5.x sets it (0.3.x: `_derive_sglang_030`)."""
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
                               "kv_cache.block_size": 1,
                               "scheduler.mixed_batches": bool(flags.get("enable_mixed_chunk", False))}

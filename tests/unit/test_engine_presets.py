@@ -76,7 +76,12 @@ def test_sglang_030_takes_its_memory_fraction_from_tp_and_caps_running_requests_
     a100 = scenario({"name": "sglang", "version": "0.3.0", "disable_radix_cache": True}, hardware={"gpu": "a100-80gb"})
     assert a100.kv_cache.gpu_memory_utilization == 0.88 and a100.kv_cache.block_size == 1
     assert a100.scheduler.max_num_batched_tokens == 8192 and a100.scheduler.chunked_prefill
-    assert not a100.scheduler.mixed_batches and a100.scheduler.new_token_ratio.init == 0.7
+    assert not a100.scheduler.mixed_batches
+    ratio = a100.scheduler.new_token_ratio  # global_config.py: 0.7, less 0.001 a decode step, down to 0.1
+    assert (ratio.init, ratio.min, ratio.decay_steps) == (0.7, 0.1, 600)
+    cautious = scenario({"name": "sglang", "version": "0.3.0", "schedule_conservativeness": 2.0}).scheduler
+    assert (cautious.new_token_ratio.init, cautious.new_token_ratio.min, cautious.new_token_ratio.decay_steps) == (
+        0.7, 0.2, 500)  # 0.3.0 scales the floor, not the start (0.5.x scales the start)
     kv = resolve(a100).kv_capacity_tokens
     assert kv / 131072 * 512 < 2048 and a100.scheduler.max_num_seqs == 2047  # llama-3.1-8b's 128k context
     assert not a100.kv_cache.enable_prefix_caching
