@@ -137,6 +137,12 @@ class FrontendCosts:
 # The arithmetic (numba; plain Python without it)
 
 
+@njit(cache=True, inline="always")
+def _precedes(key_a, id_a, key_b, id_b):
+    """The heaps' order: the lesser key first, ties to the lesser id."""
+    return key_a < key_b or (key_a == key_b and id_a < id_b)
+
+
 @njit(cache=True)
 def _sift_down(free, ids, pos, value, k):
     """Put process `k` with free time `value` at heap position `pos` (its free time only grew) and sift it
@@ -148,9 +154,9 @@ def _sift_down(free, ids, pos, value, k):
             break
         child = left
         right = left + 1
-        if right < n and (free[right] < free[left] or (free[right] == free[left] and ids[right] < ids[left])):
+        if right < n and _precedes(free[right], ids[right], free[left], ids[left]):
             child = right
-        if free[child] < value or (free[child] == value and ids[child] < k):
+        if _precedes(free[child], ids[child], value, k):
             free[pos] = free[child]
             ids[pos] = ids[child]
             pos = child
@@ -210,7 +216,7 @@ def _sift_up(keys, ids, pos, value, k):
     (key, id) that `_sift_down` keeps."""
     while pos > 0:
         parent = (pos - 1) // 2
-        if value < keys[parent] or (value == keys[parent] and k < ids[parent]):
+        if _precedes(value, k, keys[parent], ids[parent]):
             keys[pos] = keys[parent]
             ids[pos] = ids[parent]
             pos = parent

@@ -265,15 +265,9 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
     values["kv_cache.gpu_memory_utilization"] = fraction
     running = flags.get("max_running_requests")
     if running is None:
-        kv_tokens = _kv_tokens(ctx, fraction, values["scheduler.max_num_batched_tokens"], SGLANG_030_MAX_NUM_REQS)
-        context_len = ctx.max_model_len()
-        if kv_tokens is None or context_len is None:
-            running = SGLANG_030_MAX_NUM_REQS - 1
-            notes.append(f"SGLang max_running_requests: {running} (max_num_reqs' upper clip less one) taken: the "
-                         "model was not resolved")
-        else:
-            max_num_reqs = min(max(int(kv_tokens / context_len * 512), 2048), SGLANG_030_MAX_NUM_REQS)
-            running = min(kv_tokens // 2, max_num_reqs - 1)
+        slots = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"],
+                                      SGLANG_030_MAX_NUM_REQS, notes)
+        running = slots[0] - 1 if slots[1] is None else min(slots[1] // 2, slots[0] - 1)
     values["scheduler.max_num_seqs"] = running
     values.update(_engine_terms(ctx, "sglang", notes))
     return PresetResult(values, {}, notes)
@@ -281,8 +275,8 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
 
 def _sglang_batches(flags: dict, chunk: int) -> dict[str, Any]:
     """What every SGLang version here shares: token-paged KV, separate prefill and decode batches unless
-    --enable-mixed-chunk, the chunk (-1 or less: a prompt is one prefill under max_prefill_tokens), the radix cache
-    flag; and the new-token ratio as 0.5.x sets it (0.3.x: `_derive_sglang_030`)."""
+    --enable-mixed-chunk, the chunk (-1 or less: a prompt is one prefill under max_prefill_tokens) and the radix cache
+    flag. Each version sets its own new-token ratio and request limit."""
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
                               "kv_cache.block_size": 1,
                               "scheduler.mixed_batches": bool(flags.get("enable_mixed_chunk", False))}
@@ -293,12 +287,23 @@ def _sglang_batches(flags: dict, chunk: int) -> dict[str, Any]:
         values["scheduler.chunked_prefill"] = True
         values["scheduler.max_num_batched_tokens"] = chunk
     if flags.get("disable_radix_cache"):
+        if flags.get("enable_prefix_caching"):
+            raise ConfigError("engine.disable_radix_cache: true contradicts engine.enable_prefix_caching: true (the "
+                              "radix cache is SGLang's prefix cache); allowed: one of the two")
         values["kv_cache.enable_prefix_caching"] = False
-    conservativeness = flags.get("schedule_conservativeness", 1.0)
-    init = min(SGLANG_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
-    values["scheduler.new_token_ratio"] = {"init": init, "min": min(SGLANG_MIN_NEW_TOKEN_RATIO, init),
-                                           "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
     return values
+
+
+def _sglang_request_slots(ctx: Context, fraction: float, token_budget: int, cap: int,
+                          notes: list[str]) -> tuple[int, int | None]:
+    """(max_num_reqs, KV tokens) as model_runner.py sizes its request pool: min(max(KV tokens / context_len x 512,
+    2048), cap), the cap 5120 in 0.3.0 and 4096 in 0.5.x; (cap, None) when the model is not resolved (said)."""
+    kv_tokens = _kv_tokens(ctx, fraction, token_budget, cap)
+    context_len = ctx.max_model_len()
+    if kv_tokens is None or context_len is None:
+        notes.append(f"SGLang max_num_reqs: {cap} (its upper clip) taken: the model was not resolved")
+        return cap, None
+    return min(max(int(kv_tokens / context_len * 512), 2048), cap), kv_tokens
 
 
 def _derive_sglang(ctx: Context) -> PresetResult:
@@ -332,15 +337,13 @@ def _derive_sglang(ctx: Context) -> PresetResult:
                        + ctx.tensor_parallel * ctx.pipeline_parallel / 8 * 1024, 10 * 1024)
         fraction = round((gpu_mib - reserved) / gpu_mib, 3)
     values["kv_cache.gpu_memory_utilization"] = fraction
+    conservativeness = flags.get("schedule_conservativeness", 1.0)
+    init = min(SGLANG_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+    values["scheduler.new_token_ratio"] = {"init": init, "min": min(SGLANG_MIN_NEW_TOKEN_RATIO, init),
+                                           "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
     running = flags.get("max_running_requests")
     if running is None:
-        kv_tokens = _kv_tokens(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096)
-        context_len = ctx.max_model_len()
-        if kv_tokens is None or context_len is None:
-            running = 4096
-            notes.append("SGLang max_running_requests: 4096 (its upper clip) taken: the model was not resolved")
-        else:
-            running = min(max(int(kv_tokens / context_len * 512), 2048), 4096)
+        running = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes)[0]
     values["scheduler.max_num_seqs"] = running
     values.update(_engine_terms(ctx, "sglang", notes))
     return PresetResult(values, {}, notes)

@@ -137,12 +137,13 @@ def shape_at(kind, a, b, c, d, fps, bps, x, y):
         return op_time(2.0 * x * a * b, a * b * c + x * (a + b) * ACT_BYTES, fps, bps)
     if kind == SHAPE_ALLREDUCE:
         return a + 2 * (b - 1) / b * x * 2 / c
-    if kind == SHAPE_MOE:
-        touched = touched_experts(a, b, x)
-        return op_time(2.0 * x * b * 3 * c * d, touched * 3 * c * d * 2 + x * b * (2 * c + 3 * d) * 2, fps, bps)
-    if kind == SHAPE_MOE_FP8:  # one byte a weight, at twice the bf16 tensor-core rate `fps` (the datasheets' ratio)
-        touched = touched_experts(a, b, x)
-        return op_time(x * b * 3 * c * d, touched * 3 * c * d + x * b * (2 * c + 3 * d) * 2, fps, bps)
+    if kind == SHAPE_MOE or kind == SHAPE_MOE_FP8:
+        # bf16: two bytes a weight; FP8: one, at twice the bf16 tensor-core rate `fps` (the datasheets' ratio), so
+        # half the FLOPs at `fps`
+        weight_bytes = 2.0 if kind == SHAPE_MOE else 1.0
+        weights = 3 * c * d  # one expert's gate, up and down matrices
+        return op_time(weight_bytes * x * b * weights,
+                       touched_experts(a, b, x) * weights * weight_bytes + x * b * (2 * c + 3 * d) * 2, fps, bps)
     if kind == SHAPE_PREFILL:
         pairs = x * y * (y + 1) / 2
         return op_time(4.0 * a * c * pairs, x * y * (2 * b * c * d + 2 * a * c * ACT_BYTES), fps, bps)

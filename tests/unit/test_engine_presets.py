@@ -208,6 +208,8 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"name": "vllm", "version": "0.11.0", "max_num_seqs": "many"}, {}, "engine.max_num_seqs: 'many' is not allowed"),
     ({"name": "trtllm", "version": "1.0.0", "scheduler_policy": "FIFO"}, {}, "engine.scheduler_policy: 'FIFO'"),
     ({"name": "sglang", "version": "0.5.3"}, {"hardware": {"gpu": "l4"}}, "engine.chunked_prefill_size: missing"),
+    ({"name": "sglang", "version": "0.3.0", "disable_radix_cache": True, "enable_prefix_caching": True}, {},
+     "engine.disable_radix_cache: true contradicts engine.enable_prefix_caching: true"),
     ({"name": "sglang", "version": "0.5.3"}, {"scheduler": {"batching": "static"}},
      "scheduler.batching: 'static' contradicts engine sglang"),
 ])
