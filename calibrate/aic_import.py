@@ -33,6 +33,12 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
 - moe.parquet: dtype (bf16; fp8 = per-tensor W8A8 where measured), num_tokens, hidden_size, inter_size, topk,
   num_experts, moe_tp_size, latency_ms (expert parallelism 1, balanced routing: ServeSim shards experts by
   tensor parallelism and routes uniformly)
+- context_mla.parquet, generation_mla.parquet (SGLang and TensorRT-LLM only): MLA attention alone (DeepSeek-V3's
+  latent sizes; AIConfigurator's `ContextMLA` / `GenerationMLA`, which its DeepSeek model puts between the
+  q/kv projections and o_proj), kv_dtype, batch_size, isl (context: prompt tokens, empty cache) or kv_tokens
+  (generation: step + 1), num_heads (per GPU), latency_ms; computed in bf16 (the only `mla_dtype` of these
+  tables). vLLM's tables hold MLA only as whole modules (`mla_*_module_perf`: the projections inside), which
+  ServeSim, pricing the projections from the GEMM rows, cannot use: vLLM's MLA stays on the device roofline.
 - meta.json: source package and version, system, framework and version of each table (and any fallback
   to another version), the kernel each table keeps, the dtypes measured, the device name, units.
 
@@ -201,6 +207,30 @@ def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",)) -> tuple[pd.
     return out.groupby(keys, as_index=False)["latency_ms"].median(), {**kernels, "distribution": distribution}
 
 
+def _mla(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
+    df = df[df["mla_dtype"] == "bfloat16"]
+    keep, kernels = [], {}
+    for src_dtype, dtype in _DTYPES.items():
+        rows = df[df["kv_cache_dtype"] == src_dtype]
+        if rows.empty:
+            continue
+        kernel = _main_kernel(rows)
+        rows = rows[rows["kernel_source"] == kernel]
+        kernels[dtype] = kernel
+        cols = {"kv_dtype": dtype, "batch_size": rows["batch_size"]}
+        if generation:
+            cols["kv_tokens"] = rows["step"] + 1
+        else:
+            cols["isl"] = rows["isl"]
+        cols.update(num_heads=rows["num_heads"], latency_ms=rows["latency"])
+        keep.append(pd.DataFrame(cols))
+    if not keep:
+        return pd.DataFrame(), {}
+    out = pd.concat(keep, ignore_index=True)
+    keys = [c for c in out.columns if c != "latency_ms"]
+    return out.groupby(keys, as_index=False)["latency_ms"].median(), kernels
+
+
 TABLES = {
     # name: (AIConfigurator op folder, file, converter)
     "gemm": ("gemm", "gemm_perf.parquet", _gemm),
@@ -208,6 +238,8 @@ TABLES = {
     "generation_attention": ("attention", "generation_attention_perf.parquet", lambda d: _attention(d, True)),
     "allreduce": ("comm", "custom_allreduce_perf.parquet", _allreduce),
     "moe": ("moe", "moe_perf.parquet", _moe),
+    "context_mla": ("mla", "context_mla_perf.parquet", lambda d: _mla(d, False)),
+    "generation_mla": ("mla", "generation_mla_perf.parquet", lambda d: _mla(d, True)),
 }
 # Per framework, the MoE dtypes kept (fp8 = per-tensor W8A8 experts). TensorRT-LLM measures them with its
 # default kernel (moe_torch_flow_cutlass); SGLang only block-scaled fp8 (dropped, as for GEMMs); vLLM's
@@ -248,7 +280,10 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
     tables, device, dtypes = {}, None, {}
     for name, (op, fname, convert) in TABLES.items():
         if found[name] is None:
-            tables[name] = {"status": "absent", "note": f"no {fw} {fname} for {system}"}
+            note = f"no {fw} {fname} for {system}"
+            if op == "mla" and (system_dir / op / framework).is_dir():
+                note += " (MLA measured only as whole modules, the projections inside: mla_*_module_perf)"
+            tables[name] = {"status": "absent", "note": note}
             continue
         path, version = found[name]
         raw = pd.read_parquet(path)

@@ -25,8 +25,12 @@ rate and byte rate any measured GEMM reached). Outside the grid that ratio is he
 so a time follows the roofline's shape; every such extrapolation is listed in `notes` and the repr, each
 point once (`note_outside`). Grid points are reproduced exactly.
 
+MLA attention comes from the MLA tables where the engine's tables have them (SGLang, TensorRT-LLM: the attention
+alone, DeepSeek-V3's latent sizes, by heads per GPU; the projections around it are GEMMs like any other).
+
 What the tables do not hold: elementwise ops (priced at the GEMM table's byte rate, at least the
-fastest measured kernel), MLA attention (the device roofline), swap copies (the host link), and
+fastest measured kernel), vLLM's MLA attention (AIConfigurator measures it only as whole modules, projections
+inside: the device roofline), swap copies (the host link), and
 the engine's CPU time per step (`step_overhead_s`, default 0: AIConfigurator's estimator, a pure
 kernel sum, is within ~6% median of whole CUDA-graphed steps measured on an H100).
 
@@ -70,6 +74,9 @@ TABLES = ("vllm", "sglang", "trtllm")
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}  # scenario weights -> table dtype
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 _DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+# The MLA sizes AIConfigurator's MLA tables were measured at, DeepSeek-V3's (qk_nope_head_dim, qk_rope_head_dim,
+# v_head_dim, kv_lora_rank; its sdk/models/deepseek.py): DeepSeek-V2, V2-Lite, V3 and R1 share them.
+MLA_MEASURED_DIMS = (128, 64, 128, 512)
 
 
 def _canonical(name: str) -> str:
@@ -156,6 +163,8 @@ class MeasuredTables:
     moe: pd.DataFrame | None
     gemm_dtypes: frozenset  # GEMM dtypes measured
     kv_dtypes: frozenset  # KV-cache dtypes measured for both context and decode attention
+    context_mla: pd.DataFrame | None = None  # MLA attention alone (SGLang's and TensorRT-LLM's tables)
+    generation_mla: pd.DataFrame | None = None
 
     @property
     def source(self) -> str:
@@ -204,7 +213,8 @@ def load_tables(path: str | Path, field: str = "cost_model.gpu_data") -> Measure
     gemm, ctx, gen = read("gemm", True), read("context_attention", True), read("generation_attention", True)
     tables = MeasuredTables(p, meta, gemm, ctx, gen, read("allreduce", False), read("moe", False),
                             frozenset(gemm["dtype"].unique()),
-                            frozenset(ctx["kv_dtype"].unique()) & frozenset(gen["kv_dtype"].unique()))
+                            frozenset(ctx["kv_dtype"].unique()) & frozenset(gen["kv_dtype"].unique()),
+                            read("context_mla", False), read("generation_mla", False))
     _CACHE[key] = tables
     return tables
 
@@ -491,9 +501,11 @@ class MeasuredCostModel(PackedCostModel):
 
     def _setup_attention(self) -> None:
         m, tp, t = self.model, self.tp, self.tables
-        self.mla = m.attention == "mla"
-        if self.mla:
-            self.notes["attention: MLA is not in the tables; priced by the device roofline"] += 1
+        self.mla_by_roofline = False
+        if m.attention == "mla":
+            if self._setup_mla():
+                return
+            self.mla_by_roofline = True
             heads = m.num_attention_heads // tp
             self.mla_flops_per_pair = 2.0 * heads * (m.qk_nope_head_dim + m.qk_rope_head_dim + m.v_head_dim)
             self.mla_kv_bytes = self.roofline.kv_bytes_per_token_layer
@@ -509,7 +521,6 @@ class MeasuredCostModel(PackedCostModel):
         def decode_shape(hq: int, hkv: int, d: int) -> Shape:
             return Shape(measured_kernel.SHAPE_DECODE, (hq, hkv, d, kvb), roof)
 
-        self.attention_shape = (hq, hkv, d, kvb)  # per GPU: query heads, KV heads, head size, KV bytes per element
         ctx = _select_heads(t.context[t.context["kv_dtype"] == kvd], hq, hkv, d, "context attention", self.notes)
         gen = _select_heads(t.generation[t.generation["kv_dtype"] == kvd], hq, hkv, d, "decode attention",
                             self.notes)
@@ -522,6 +533,47 @@ class MeasuredCostModel(PackedCostModel):
                           "decode attention (batch, context)", self.notes)
         ctx_grid.shape, gen_grid.shape = prefill_shape(hq, hkv, d), decode_shape(hq, hkv, d)
         self._prefill, self._decode = ctx_grid, gen_grid
+
+    def _setup_mla(self) -> bool:
+        """MLA attention from the engine's MLA tables: True if they price it; else a note says why not (the caller
+        prices it by the device roofline)."""
+        m, t, kvd = self.model, self.tables, _KV_DTYPE[self.kv_dtype]
+        where = f"the {t.framework} tables of {t.meta['gpu']}"
+        if t.context_mla is None or t.generation_mla is None:
+            why = " (measured only as whole modules)" if t.framework == "vllm" else ""
+            self.notes[f"attention: MLA is not in {where}{why}; priced by the device roofline"] += 1
+            return False
+        ctx, gen = (df[df["kv_dtype"] == kvd] for df in (t.context_mla, t.generation_mla))
+        if ctx.empty or gen.empty:
+            self.notes[f"attention: MLA with a {kvd} KV cache is not in {where}; priced by the device roofline"] += 1
+            return False
+        heads, roof = m.num_attention_heads // self.tp, self.roof
+        kvb = _DTYPE_BYTES[kvd]
+        nope, rope, v, latent = MLA_MEASURED_DIMS
+
+        def prefill_shape(h: int, qk: int, v_dim: int) -> Shape:
+            return Shape(measured_kernel.SHAPE_MLA_PREFILL, (h, qk, v_dim, 0.0), roof)
+
+        def decode_shape(h: int, lat: int, r: int) -> Shape:
+            return Shape(measured_kernel.SHAPE_MLA_DECODE, (h, lat + r, lat, kvb), roof)
+
+        measured = sorted(set(ctx["num_heads"]) & set(gen["num_heads"]))
+        near = min(measured, key=lambda h: (abs(math.log(h / heads)), h))
+        if near != heads:
+            self.notes[f"MLA attention: {heads} heads per GPU not measured; nearest {near} scaled by the "
+                       "roofline"] += 1
+        dims = (m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank)
+        if dims != MLA_MEASURED_DIMS:
+            self.notes[f"MLA attention: latent sizes (nope, rope, v, kv_lora) {dims} not measured; "
+                       f"{MLA_MEASURED_DIMS} scaled by the roofline"] += 1
+        self._prefill = Grid2D(ctx[ctx["num_heads"] == near], "batch_size", "isl",
+                               prefill_shape(near, nope + rope, v), "MLA prefill attention (batch, tokens)",
+                               self.notes)
+        self._decode = Grid2D(gen[gen["num_heads"] == near], "batch_size", "kv_tokens",
+                              decode_shape(near, latent, rope), "MLA decode attention (batch, context)", self.notes)
+        self._prefill.shape = prefill_shape(heads, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim)
+        self._decode.shape = decode_shape(heads, m.kv_lora_rank, m.qk_rope_head_dim)
+        return True
 
     def _moe_curve(self) -> Curve | None:
         m, t = self.model, self.tables
@@ -601,8 +653,12 @@ class MeasuredCostModel(PackedCostModel):
         """The tables and the rows of them this model prices from: package, system, framework and version, the GEMM
         dtype, the KV dtype of the attention rows and the dtype that attention computes in."""
         t, kvd = self.tables, _KV_DTYPE[self.kv_dtype]
-        return (f"{t.source}: gemm {_GEMM_DTYPE[self.weight_dtype]} rows, attention {kvd}-KV rows computed in "
-                f"{t.attention_dtype(kvd)}")
+        if self.model.attention != "mla":
+            attention = f"attention {kvd}-KV rows computed in {t.attention_dtype(kvd)}"
+        else:
+            attention = "MLA attention by the device roofline" if self.mla_by_roofline else \
+                f"MLA attention {kvd}-KV rows computed in bf16"
+        return f"{t.source}: gemm {_GEMM_DTYPE[self.weight_dtype]} rows, {attention}"
 
     def __repr__(self) -> str:
         notes = "; ".join(f"{n}" + (f" (x{c})" if c > 1 else "") for n, c in sorted(self.notes.items()))

@@ -5,7 +5,8 @@
 `sim.cost.interpolation`), and prices a step with `step_time` through `sim.cost.compiled_pricing.price_parts`,
 which the compiled engine core (`sim.compiled`) inlines. `MeasuredCostModel._build_pack` packs the model with
 `pack` (the layout below). Every term is here: linear layers (experts: from the fused-MoE table, else expert
-GEMMs run as one fused kernel), attention (MLA by the device roofline; a sliding window caps the context), norms
+GEMMs run as one fused kernel), attention (MLA from its own tables where the engine's have them, else by the device
+roofline; a sliding window caps the context), norms
 and activations, all-reduces, the LM head, swap copies, the step overhead.
 
 A point outside the measured tables is priced with the ratio held at the nearest edge and written to the
@@ -25,10 +26,12 @@ from sim.cost.jit import njit
 from sim.cost.roofline_kernel import ACT_BYTES, layer_allreduce_s, op_time, touched_experts
 
 # Indices into the float64 array `params[0]`.
+# The attention grids' roofline shapes: prefill's kind and four numbers (P_PF_*), decode's (P_DC_*).
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_MIN_KERNEL_S, P_OVERHEAD_S, P_ALLREDUCE, P_AR_LINK_BYTES_PER_S, P_AR_LATENCY_S,
- P_TP, P_HIDDEN, P_HQ, P_HKV, P_HEAD_DIM, P_KV_BYTES, P_ELEMENTWISE_0, P_ELEMENTWISE_1, P_ELEMENTWISE_2,
- P_LM_HEAD, P_AR_CURVE, P_SLIDING_WINDOW, P_MLA, P_MLA_FLOPS_PER_PAIR, P_MLA_KV_BYTES, P_SWAP_S_PER_TOKEN) = range(23)
-NUM_MEASURED_PARAMS = 23
+ P_TP, P_HIDDEN, P_PF_KIND, P_PF_A, P_PF_B, P_PF_C, P_PF_D, P_DC_KIND, P_DC_A, P_DC_B, P_DC_C, P_DC_D,
+ P_ELEMENTWISE_0, P_ELEMENTWISE_1, P_ELEMENTWISE_2, P_LM_HEAD, P_AR_CURVE, P_SLIDING_WINDOW, P_MLA,
+ P_MLA_FLOPS_PER_PAIR, P_MLA_KV_BYTES, P_SWAP_S_PER_TOKEN) = range(29)
+NUM_MEASURED_PARAMS = 29
 ALLREDUCE_NONE, ALLREDUCE_CURVE, ALLREDUCE_CATALOG = 0, 1, 2
 # Columns of a curve row: first grid index, grid length, shape kind, four shape numbers.
 C_START, C_LEN, C_KIND, C_A, C_B, C_C, C_D = range(7)
@@ -38,8 +41,12 @@ L_CURVE, L_EXPERTS, L_ACTIVE = range(3)
 # an all-reduce (latency, GPUs, bus bytes/s) by elements; the fused MoE layer (experts, experts per token,
 # hidden, ffn per GPU) by tokens; prefill attention (query heads, KV heads, head size, KV bytes per element) by
 # (batch, prompt tokens); decode attention (the same) by (batch, context); the fused MoE layer in FP8 (weights and
-# tensor cores, the same numbers as SHAPE_MOE) by tokens.
-SHAPE_GEMM, SHAPE_ALLREDUCE, SHAPE_MOE, SHAPE_PREFILL, SHAPE_DECODE, SHAPE_MOE_FP8 = range(6)
+# tensor cores, the same numbers as SHAPE_MOE) by tokens; MLA prefill, run as attention over per-head keys and values
+# rebuilt from the latent (heads, query-key head size, value head size, unused) by (batch, prompt tokens); MLA decode,
+# run absorbed, every head attending over the shared latent (heads, latent + rotary size read as keys, latent size
+# read as values, KV bytes per element) by (batch, context).
+SHAPE_GEMM, SHAPE_ALLREDUCE, SHAPE_MOE, SHAPE_PREFILL, SHAPE_DECODE, SHAPE_MOE_FP8, SHAPE_MLA_PREFILL, \
+    SHAPE_MLA_DECODE = range(8)
 # Token counts below this have their per-layer terms and LM head remembered (the pack's two memo arrays; -1: not
 # computed yet): they depend on the count alone. The layer memo has one more column, SCRATCH, where a larger count's
 # terms are worked out each time (the compiled core allocates nothing: sim/compiled/kernel.py `run`).
@@ -67,10 +74,12 @@ def pack(cost_model) -> tuple[tuple, list]:
     s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2] = m._elementwise_bytes
     s[P_SLIDING_WINDOW] = m.model.sliding_window or 0
     s[P_SWAP_S_PER_TOKEN] = m._swap_s_per_token
-    if m.mla:
+    if m.mla_by_roofline:
         s[P_MLA], s[P_MLA_FLOPS_PER_PAIR], s[P_MLA_KV_BYTES] = 1.0, m.mla_flops_per_pair, m.mla_kv_bytes
     else:
-        s[P_HQ], s[P_HKV], s[P_HEAD_DIM], s[P_KV_BYTES] = m.attention_shape
+        for first, grid in ((P_PF_KIND, m._prefill), (P_DC_KIND, m._decode)):
+            s[first] = grid.shape.kind
+            s[first + 1:first + 5] = grid.shape.numbers
     curves, rows, grids, ratios = [], [], [], []
 
     def add(curve) -> int:
@@ -98,8 +107,8 @@ def pack(cost_model) -> tuple[tuple, list]:
             s[P_AR_LINK_BYTES_PER_S] = m.gpu.interconnect_bytes_per_s * m.gpu.interconnect_efficiency
             s[P_AR_LATENCY_S] = m.gpu.allreduce_latency_s
     grid = []
-    for g2 in ((m._prefill, m._decode) if not m.mla else (None, None)):
-        if g2 is None:  # MLA attention is priced by the device roofline, not a table
+    for g2 in ((m._prefill, m._decode) if not m.mla_by_roofline else (None, None)):
+        if g2 is None:  # MLA attention without a table is priced by the device roofline
             grid += [np.zeros(1), np.zeros(1), np.zeros((1, 1))]
         else:  # copies: a read-only table array would give the pack another numba type (another core compile)
             grid += [np.array(g2.ga, dtype=np.float64), np.array(g2.gb, dtype=np.float64),
@@ -147,6 +156,11 @@ def shape_at(kind, a, b, c, d, fps, bps, x, y):
     if kind == SHAPE_PREFILL:
         pairs = x * y * (y + 1) / 2
         return op_time(4.0 * a * c * pairs, x * y * (2 * b * c * d + 2 * a * c * ACT_BYTES), fps, bps)
+    if kind == SHAPE_MLA_PREFILL:
+        pairs = x * y * (y + 1) / 2
+        return op_time(2.0 * a * (b + c) * pairs, x * y * a * 2 * (b + c) * ACT_BYTES, fps, bps)
+    if kind == SHAPE_MLA_DECODE:
+        return op_time(2.0 * a * (b + c) * x * y, x * y * b * d + x * a * (b + c) * ACT_BYTES, fps, bps)
     return op_time(4.0 * a * c * x * y, x * y * 2 * b * c * d + 2 * x * a * c * ACT_BYTES, fps, bps)
 
 
@@ -198,8 +212,8 @@ def _curve(s, curves, grids, ratios, log, count, c, x):
 def _attention_grid(s, ga, gb, r, log, count, kind, x, y):
     """Prefill (kind NOTE_PREFILL) or decode attention (NOTE_DECODE) of this model at (x, y) from its grid; a
     point outside the grid is noted (NaN: the log is full)."""
-    shape = SHAPE_PREFILL if kind == NOTE_PREFILL else SHAPE_DECODE
-    value, outside = grid_at(ga, gb, r, shape, s[P_HQ], s[P_HKV], s[P_HEAD_DIM], s[P_KV_BYTES], s[P_FLOPS_PER_S],
+    f = P_PF_KIND if kind == NOTE_PREFILL else P_DC_KIND
+    value, outside = grid_at(ga, gb, r, s[f], s[f + 1], s[f + 2], s[f + 3], s[f + 4], s[P_FLOPS_PER_S],
                              s[P_BYTES_PER_S], x, y)
     if outside and not _note(log, count, kind, 0, x, y):
         return math.nan
@@ -225,7 +239,7 @@ def _at_least(x, floor):
 
 @njit(cache=True)
 def _mla_attention(s, num_pf, pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, query_tokens):
-    """MLA attention is not in the tables: the device roofline, at least one kernel launch per part."""
+    """MLA attention without a table of its own: the device roofline, at least one kernel launch per part."""
     fps, bps, per_pair, kv_b = s[P_FLOPS_PER_S], s[P_BYTES_PER_S], s[P_MLA_FLOPS_PER_PAIR], s[P_MLA_KV_BYTES]
     floor = s[P_MIN_KERNEL_S]
     t = 0.0

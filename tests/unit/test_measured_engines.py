@@ -189,6 +189,72 @@ def test_fp8_experts_come_from_trtllms_fused_moe_rows_else_from_the_bf16_rows_at
         assert 0.5 <= ratio < 1.0  # half the weight bytes, twice the tensor-core rate: between half and all
 
 
+# --- MLA from the engines' own MLA tables ---------------------------------------------------------------------------
+
+def test_mla_attention_alone_is_imported_for_sglang_and_trtllm_and_vllms_modules_are_left(converted, tmp_path):
+    fw, out, meta = converted
+    for name, axis in (("context_mla", "isl"), ("generation_mla", "kv_tokens")):
+        assert meta["tables"][name]["status"] == "ok" and meta["tables"][name]["dtypes"] == ["bf16", "fp8"]
+        raw = _raw(fw, f"mla/{name}_perf.parquet")
+        got = pd.read_parquet(out / f"{name}.parquet")
+        assert list(got.columns) == ["kv_dtype", "batch_size", axis, "num_heads", "latency_ms"]
+        # generation: kv_tokens = AIConfigurator's step (the context before the new token) + 1
+        want = raw[(raw.kv_cache_dtype == "fp8") & (raw.num_heads == 16) & (raw.batch_size == 8)
+                   & ((raw.isl == 1024) if axis == "isl" else (raw.step == 1023))]["latency"]
+        row = got[(got.kv_dtype == "fp8") & (got.num_heads == 16) & (got.batch_size == 8) & (got[axis] == 1024)]
+        # (a point measured more than once: the median, as for the other tables)
+        assert len(want) >= 1 and row["latency_ms"].tolist() == [float(f"{want.median():.3g}")]
+    vllm = convert_system(FIXTURE, "0.24.0", tmp_path / "h100-sxm", "h100-sxm", "h100_sxm", "0.12.0")
+    assert vllm["tables"]["context_mla"] == {
+        "status": "absent", "note": "no vLLM context_mla_perf.parquet for h100_sxm (MLA measured only as whole "
+                                    "modules, the projections inside: mla_*_module_perf)"}
+    assert not (tmp_path / "h100-sxm" / "context_mla.parquet").exists()
+
+
+DSV2_LITE, H200 = get_model("deepseek-v2-lite"), get_gpu("h200")  # 16 heads; DeepSeek-V3's latent sizes
+
+
+@pytest.mark.parametrize(("fw", "kv"), [("sglang", "bf16"), ("sglang", "fp8"), ("trtllm", "bf16"), ("trtllm", "fp8")])
+def test_mla_attention_is_the_engines_mla_rows_and_a_decode_step_moves_by_exactly_their_difference(fw, kv):
+    cost = MeasuredCostModel(DSV2_LITE, H200, tensor_parallel=2, kv_dtype=kv, tables=fw)  # 8 heads per GPU
+    assert not cost.mla_by_roofline and f"MLA attention {kv}-KV rows computed in bf16" in repr(cost)
+    assert not any("MLA" in n and "not" in n for n in cost.notes)
+    ctx, gen = cost.tables.context_mla, cost.tables.generation_mla
+    ctx, gen = ctx[(ctx.kv_dtype == kv) & (ctx.num_heads == 8)], gen[(gen.kv_dtype == kv) & (gen.num_heads == 8)]
+
+    def row(df, axis, batch, x):
+        return df[(df.batch_size == batch) & (df[axis] == x)]["latency_ms"].iloc[0] * 1e-3
+    assert cost._prefill(4, 2048) == pytest.approx(row(ctx, "isl", 4, 2048), rel=1e-12)
+    for batch, tokens in ((8, 1024), (64, 4096)):
+        assert cost._decode(batch, tokens) == pytest.approx(row(gen, "kv_tokens", batch, tokens), rel=1e-12)
+    # Decode steps of the same batch differ only in attention: by exactly the layers x the two rows' difference.
+    step = {k: cost.step_time(StepPlan(num_decode_seqs=64, decode_context_tokens=64 * k, num_sampled_seqs=64))
+            for k in (1024, 4096)}
+    want = DSV2_LITE.num_layers * (row(gen, "kv_tokens", 64, 4096) - row(gen, "kv_tokens", 64, 1024))
+    assert step[4096] - step[1024] == pytest.approx(want, rel=1e-9)
+
+
+def test_vllms_mla_stays_on_the_roofline_and_says_why():
+    cost = MeasuredCostModel(DSV2_LITE, H200, tensor_parallel=2)
+    assert cost.mla_by_roofline and "MLA attention by the device roofline" in cost.source
+    assert ("attention: MLA is not in the vllm tables of h200 (measured only as whole modules); priced by the device "
+            "roofline") in repr(cost)
+
+
+def test_mla_heads_the_tables_lack_take_the_nearest_measured_heads_scaled_by_the_roofline():
+    from sim.cost.measured_kernel import SHAPE_MLA_DECODE, shape_at
+    wide = DSV2_LITE.model_copy(update={"num_attention_heads": 24, "num_kv_heads": 24})  # 24 per GPU: not measured
+    cost = MeasuredCostModel(wide, H200, tables="trtllm")
+    assert "MLA attention: 24 heads per GPU not measured; nearest 32 scaled by the roofline" in repr(cost)
+    gen = cost.tables.generation_mla
+    r = gen[(gen.kv_dtype == "bf16") & (gen.num_heads == 32) & (gen.batch_size == 64) & (gen.kv_tokens == 4096)]
+    roof = cost.roof
+    ratio = (shape_at(SHAPE_MLA_DECODE, 24, 576, 512, 2, roof.flops_per_s, roof.bytes_per_s, 64, 4096)
+             / shape_at(SHAPE_MLA_DECODE, 32, 576, 512, 2, roof.flops_per_s, roof.bytes_per_s, 64, 4096))
+    assert 0.75 <= ratio < 1.0  # fewer heads: no more work, at most the heads' share less (the latent is shared)
+    assert cost._decode(64, 4096) == pytest.approx(r["latency_ms"].iloc[0] * 1e-3 * ratio, rel=1e-12)
+
+
 # --- refusals ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("kwargs", "line"), [

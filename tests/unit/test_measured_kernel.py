@@ -24,13 +24,16 @@ SETUPS = [("llama-3.1-8b", gpu, tp) for gpu in ("h100-sxm", "a100-80gb", "l40s")
 SETUPS += [("llama-3.1-70b", "h100-sxm", 4), ("qwen2.5-7b", "h200", 1), ("llama-3.1-8b", "h100-sxm", 1, "fp8", "fp8"),
            ("llama-3.1-70b", "h100-sxm", 2, "fp8", "bf16"), ("mixtral-8x7b", "h100-sxm", 2),
            ("mixtral-8x7b", "h100-sxm", 2, "fp8", "bf16"),
-           ("mixtral-8x7b", "l40s", 2), ("deepseek-v2-lite", "h100-sxm", 1), ("mistral-7b-v0.1", "h100-sxm", 1)]
+           ("mixtral-8x7b", "l40s", 2), ("deepseek-v2-lite", "h100-sxm", 1), ("mistral-7b-v0.1", "h100-sxm", 1),
+           ("deepseek-v2-lite", "h200", 2, "bf16", "fp8", "trtllm"), ("deepseek-v2-lite", "h100-sxm", 1, "bf16", "bf16",
+                                                                     "sglang")]  # (MLA from its own tables)
 SETUPS = [s for s in SETUPS if s[1] in measured_gpus()]
 
 
-def model_for(name: str, gpu: str, tp: int, weights: str = "bf16", kv: str = "bf16", overhead_s: float = 0.0):
+def model_for(name: str, gpu: str, tp: int, weights: str = "bf16", kv: str = "bf16", tables: str = "vllm",
+              overhead_s: float = 0.0):
     return MeasuredCostModel(get_model(name), get_gpu(gpu), tensor_parallel=tp, weight_dtype=weights, kv_dtype=kv,
-                             step_overhead_s=overhead_s)
+                             step_overhead_s=overhead_s, tables=tables)
 
 
 def core_price(cm, plan: StepPlan, pack=None):
