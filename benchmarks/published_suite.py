@@ -348,6 +348,7 @@ class PublishedCase:
     assumptions: tuple[str, ...]
     note: str | None = None
     tool: str = "vllm bench serve"  # the benchmark tool (METRIC_DEFINITIONS' keys)
+    fp8_scaling: str = "tensor"  # an fp8 checkpoint's weight scales: per tensor, or per 128 x 128 block
 
     @property
     def client_side(self) -> bool:
@@ -559,6 +560,10 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
     if kv_raw not in _KV_DTYPES:
         raise r.fail("kv_cache_dtype", f"{kv_raw!r}; allowed: {', '.join(_KV_DTYPES)} or null")
     kv_dtype = _KV_DTYPES[kv_raw] or ("fp16" if dtype == "fp16" else "bf16")
+    fp8_scaling = r.get("fp8_scaling", (str,), required=False, default="tensor")
+    if fp8_scaling not in ("tensor", "block") or (fp8_scaling == "block" and not dtype.startswith("fp8")):
+        raise r.fail("fp8_scaling", f"{fp8_scaling!r} with dtype {dtype!r}; allowed: tensor, or block with an fp8 "
+                     "dtype")
     kind = r.get("kind", (str,))
     if kind not in _KINDS:
         raise r.fail("kind", f"{kind!r}; allowed: latency, throughput")
@@ -644,7 +649,7 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
         model=model, model_is_file=model_is_file, gpu=gpu, tensor_parallel=tp, pipeline_parallel=pp,
         expert_parallel=ep, dp_attention=dp_attention, weights=dtype, kv_dtype=kv_dtype, dataset=dict(dataset),
         kind=kind, workload=workload, flags=dict(flags), quoted=dict(q), metrics=tuple(metrics), unstated=unstated,
-        assumptions=tuple(assumptions), note=raw.get("note"), tool=tool)
+        assumptions=tuple(assumptions), note=raw.get("note"), tool=tool, fp8_scaling=fp8_scaling)
 
 
 def data_files(data_dir: Path = DATA_DIR) -> list[Path]:
@@ -773,10 +778,11 @@ def _flag(case: PublishedCase, *names: str):
 
 
 def _quantization(case: PublishedCase) -> dict:
+    block = {"fp8_block_scales": True} if case.fp8_scaling == "block" else {}
     if case.weights == "fp8":
-        return {"weights": "fp8", "kv_cache": case.kv_dtype, "fp8_compute": True}
+        return {"weights": "fp8", "kv_cache": case.kv_dtype, "fp8_compute": True, **block}
     if case.weights == "fp8-weights":
-        return {"weights": "fp8", "kv_cache": case.kv_dtype, "fp8_compute": False}
+        return {"weights": "fp8", "kv_cache": case.kv_dtype, "fp8_compute": False, **block}
     return {"weights": case.weights, "kv_cache": case.kv_dtype}
 
 
@@ -886,7 +892,7 @@ def unsupported(case: PublishedCase, cost_model: dict) -> str | None:
         from sim.cost.measured import measured_unsupported
         q = _quantization(case)
         why = measured_unsupported(case.gpu, q["weights"], q["kv_cache"], fp8_compute=q.get("fp8_compute", False),
-                                   tables=own_tables(case))
+                                   tables=own_tables(case), fp8_block=q.get("fp8_block_scales", False))
         if why:
             return f"measured kernels: {why}"
     return None

@@ -16,9 +16,10 @@ per ServeSim GPU one folder per framework:
 
 each holding the same files (`sim.cost.measured.tables_dir` maps a framework to its folder):
 
-- gemm.parquet: dtype (bf16, fp8 = per-tensor W8A8), m (tokens), n (out features), k (in features), latency_ms
-  (AIConfigurator's `fp8_block` rows, DeepSeek-style block-scaled GEMMs, and the weight-only int rows are
-  dropped: ServeSim's `quantization` has no block-scaled or weight-only mode priced from tables)
+- gemm.parquet: dtype (bf16, fp8 = per-tensor W8A8, fp8_block = W8A8 with 128 x 128 weight-block scales, as
+  DeepSeek-V3/R1's and Qwen's FP8 checkpoints; `quantization.fp8_block_scales`), m (tokens), n (out features),
+  k (in features), latency_ms (the weight-only int rows are dropped: ServeSim's `quantization` has no
+  weight-only mode priced from tables)
 - context_attention.parquet: kv_dtype, batch_size, isl (prompt tokens, empty cache), num_heads,
   num_kv_heads, head_dim, latency_ms  (full attention only: window_size 0). Per KV dtype the kernel with the
   most rows is kept and, within it, attention computed in the KV dtype where measured (AIConfigurator's own
@@ -30,7 +31,7 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
 - allreduce.parquet: backend (graph = under CUDA graphs, eager), num_gpus, message_elements (bf16
   elements: AIConfigurator's `message_size` is an element count: one decode token of llama-3.1-8b at
   tp 2 queries 4096), latency_ms
-- moe.parquet: dtype (bf16; fp8 = per-tensor W8A8 where measured), num_tokens, hidden_size, inter_size, topk,
+- moe.parquet: dtype (bf16; fp8 = per-tensor W8A8, fp8_block = block-scaled W8A8, where measured), num_tokens, hidden_size, inter_size, topk,
   num_experts, moe_tp_size, latency_ms (expert parallelism 1, balanced routing: ServeSim shards experts by
   tensor parallelism and routes uniformly)
 - context_mla.parquet, generation_mla.parquet (SGLang and TensorRT-LLM only): MLA attention alone (DeepSeek-V3's
@@ -76,6 +77,7 @@ FRAMEWORKS = ("vllm", "sglang", "trtllm")
 FRAMEWORK = "vllm"  # the default: its tables stay at calibrate/measured/<gpu>/
 PACKAGE = "aiconfigurator-core"
 _DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
+_WEIGHT_DTYPES = {**_DTYPES, "fp8_block": "fp8_block"}  # GEMM and MoE rows: per-tensor and block-scaled fp8
 
 
 def _data_root() -> Path:
@@ -126,7 +128,7 @@ def _main_kernel(df: pd.DataFrame) -> str:
 
 def _gemm(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     keep, kernels = [], {}
-    for src_dtype, dtype in (("bfloat16", "bf16"), ("fp8", "fp8")):
+    for src_dtype, dtype in _WEIGHT_DTYPES.items():
         rows = df[df["gemm_dtype"] == src_dtype]
         if rows.empty:
             continue
@@ -194,7 +196,7 @@ def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",)) -> tuple[pd.
         rows = df[df["moe_dtype"] == src_dtype]
         if rows.empty:
             continue
-        dtype = _DTYPES[src_dtype]
+        dtype = _WEIGHT_DTYPES[src_dtype]
         kernel = _main_kernel(rows)
         rows = rows[rows["kernel_source"] == kernel]
         kernels[dtype] = kernel
@@ -241,11 +243,19 @@ TABLES = {
     "context_mla": ("mla", "context_mla_perf.parquet", lambda d: _mla(d, False)),
     "generation_mla": ("mla", "generation_mla_perf.parquet", lambda d: _mla(d, True)),
 }
-# Per framework, the MoE dtypes kept (fp8 = per-tensor W8A8 experts). TensorRT-LLM measures them with its
-# default kernel (moe_torch_flow_cutlass); SGLang only block-scaled fp8 (dropped, as for GEMMs); vLLM's
-# per-tensor fp8 rows are one checkpoint format's kernel (ModelOpt, FlashInfer CUTLASS), so its tables stay
-# as imported for issue 12, bf16. Where no fp8 MoE row is kept, fp8 experts are priced from the fp8 GEMM rows.
-MOE_DTYPES = {"vllm": ("bfloat16",), "sglang": ("bfloat16",), "trtllm": ("bfloat16", "fp8")}
+# Per framework, the MoE dtypes kept (fp8 = per-tensor W8A8 experts, fp8_block = block-scaled). TensorRT-LLM
+# measures both with its default kernel (moe_torch_flow_cutlass); SGLang only block-scaled fp8; vLLM's per-tensor
+# fp8 rows are one checkpoint format's kernel (ModelOpt, FlashInfer CUTLASS), so they are left out (its bf16 rows
+# are as imported for issue 12). Where no fp8 MoE row of the kind is kept, fp8 experts are priced from the bf16
+# rows' ratio at the fp8 roofline (sim/cost/measured.py).
+MOE_DTYPES = {"vllm": ("bfloat16", "fp8_block"), "sglang": ("bfloat16", "fp8_block"),
+              "trtllm": ("bfloat16", "fp8", "fp8_block")}
+# GEMM rows left out, and why (meta.json records it): vLLM's block-scaled fp8 rows (DeepGEMM and FlashInfer kernels)
+# take a flat ~60-90 us at every m from 1 to ~2k (H200, n 1536, k 7168: 57-95 us, where its per-tensor fp8 kernel
+# takes 11-17 us and the weights' bytes 2.3 us): host time of eager calls, not what a CUDA-graphed step runs. The
+# measured model then prices block-scaled GEMMs from the per-tensor fp8 rows and says so.
+DROPPED_GEMM_DTYPES = {"vllm": {"fp8_block": "host-bound: a flat ~60-90 us at every m up to ~2k (H200 n 1536 k 7168: "
+                                             "57-95 us; per-tensor fp8 11-17 us), eager calls' host time"}}
 REQUIRED = ("gemm", "context_attention", "generation_attention")
 
 
@@ -289,6 +299,10 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
         raw = pd.read_parquet(path)
         device = device or str(raw["device"].iloc[0])
         df, kernels = _moe(raw, MOE_DTYPES[framework]) if name == "moe" else convert(raw)
+        dropped = DROPPED_GEMM_DTYPES.get(framework, {}) if name == "gemm" else {}
+        if dropped:
+            df = df[~df["dtype"].isin(list(dropped))].reset_index(drop=True)
+            kernels = {k: v for k, v in kernels.items() if k not in dropped}
         if df.empty:
             tables[name] = {"status": "absent", "note": f"{fname} has no bf16 rows usable here"}
             continue
@@ -298,6 +312,8 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
                  "kernels": kernels}
         if "dtype" in df.columns or "kv_dtype" in df.columns:
             entry["dtypes"] = sorted(set(df["dtype" if "dtype" in df.columns else "kv_dtype"]))
+        if dropped:
+            entry["dropped"] = dict(dropped)
         if version != current:
             entry["note"] = f"{fw} {current} lacks {fname} for {system}; taken from {fw} {version}"
         tables[name] = entry

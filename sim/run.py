@@ -104,7 +104,7 @@ def _calibrated(scenario: Scenario, deployment: Deployment):
     return make_calibrated_cost_model(deployment.profile_dir, deployment.model,
                                       tensor_parallel=deployment.tensor_parallel, kv_layout=kv.layout,
                                       block_size=kv.block_size, gpu=deployment.gpu, weight_dtype=q.weights,
-                                      kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute)
+                                      kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute, fp8_block=q.fp8_block_scales)
 
 
 def _measured(scenario: Scenario, deployment: Deployment):
@@ -114,7 +114,7 @@ def _measured(scenario: Scenario, deployment: Deployment):
                                     weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
                                     engine=spec.engine, step_overhead_s=spec.step_overhead_s,
                                     gpu_data=spec.gpu_data, on_missing=spec.on_missing, tables=spec.tables,
-                                    unmeasured_dtype=spec.unmeasured_dtype)
+                                    unmeasured_dtype=spec.unmeasured_dtype, fp8_block=q.fp8_block_scales)
 
 
 def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):

@@ -250,6 +250,17 @@ class QuantizationSpec(_Strict):
     weights: Literal["bf16", "fp16", "fp8", "int8", "int4"] = "bf16"
     kv_cache: Literal["bf16", "fp16", "fp8", "int8"] = "bf16"
     fp8_compute: bool = Field(False, description="matrix products run at the GPU's fp8 rate")
+    fp8_block_scales: bool = Field(False, description="fp8 weights scaled per 128 x 128 block (a checkpoint whose "
+                                   "config.json quantization_config has weight_block_size [128, 128]: DeepSeek-V3/R1, "
+                                   "Qwen's -FP8 releases), run by block-scaled GEMM and MoE kernels; the measured "
+                                   "tables price them from their fp8_block rows; false: per-tensor scales")
+
+    @model_validator(mode="after")
+    def _block_scales_are_fp8(self) -> "QuantizationSpec":
+        if self.fp8_block_scales and self.weights != "fp8":
+            raise ValueError(f"fp8_block_scales: true with weights {self.weights!r}; allowed: weights 'fp8', or "
+                             "fp8_block_scales false")
+        return self
 
 
 class OverheadSpec(_Strict):

@@ -7,7 +7,8 @@ framework, versions, kernels and the dtypes measured). `cost_model.tables` picks
 reads them with pandas only: simulating never needs aiconfigurator-core or torch.
 
 Dtypes are priced only where measured (`quantization_unmeasured`): fp8 weights with fp8 matrix products
-(W8A8) from the fp8 GEMM rows (and fp8 fused-MoE rows where the tables have any, else fp8 expert GEMMs), an
+(W8A8) from the fp8 GEMM rows, block-scaled ones (`quantization.fp8_block_scales`) from the fp8_block rows (and the
+fused-MoE rows of that kind where the tables have any, else the bf16 ones' ratio at the fp8 roofline), an
 fp8 KV cache from the fp8-KV attention rows; bf16 and fp16 (same element size and tensor-core rate on every
 catalog GPU) from the bf16 rows. Anything else (int8/int4 weights, an int8 KV cache, weight-only fp8, fp8 on
 a GPU or engine whose tables lack it) is refused with one line naming the field, unless the scenario asks
@@ -73,7 +74,14 @@ TABLES = ("vllm", "sglang", "trtllm")
 # tensor-core rate on every catalog GPU (NVIDIA's A100/H100/H200/L40S datasheets list one "FP16/BF16" figure).
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}  # scenario weights -> table dtype
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
-_DTYPE_BYTES = {"bf16": 2, "fp8": 1}
+_DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1}  # (a 128 x 128 block's scale: 4 bytes in 16 KiB, left out)
+
+
+def gemm_dtype(weight_dtype: str, fp8_block: bool = False) -> str | None:
+    """The table rows that price these weights: fp8 with 128 x 128 weight-block scales (`fp8_block_scales`, as
+    DeepSeek-V3/R1's and Qwen's FP8 checkpoints) from the block-scaled rows, never from the per-tensor ones."""
+    dtype = _GEMM_DTYPE.get(weight_dtype)
+    return "fp8_block" if fp8_block and dtype == "fp8" else dtype
 # The MLA sizes AIConfigurator's MLA tables were measured at, DeepSeek-V3's (qk_nope_head_dim, qk_rope_head_dim,
 # v_head_dim, kv_lora_rank; its sdk/models/deepseek.py): DeepSeek-V2, V2-Lite, V3 and R1 share them.
 MLA_MEASURED_DIMS = (128, 64, 128, 512)
@@ -115,7 +123,7 @@ def gpu_unmeasured(gpu: str, tables: str = "vllm", root: Path | None = None) -> 
 
 def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                             fp8_compute: bool | None = None, tables: str = "vllm",
-                            root: Path | None = None) -> str | None:
+                            root: Path | None = None, fp8_block: bool = False) -> str | None:
     """Why this GPU's tables of this framework cannot price the quantization (None: they can): one line naming the
     field, its value and what is allowed. `fp8_compute` None is not checked: fp8 weights are taken as W8A8, for
     callers that do not know (a direct `MeasuredCostModel`)."""
@@ -143,11 +151,11 @@ def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str 
 
 def measured_unsupported(gpu: str, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                          root: Path | None = None, *, fp8_compute: bool | None = None,
-                         tables: str = "vllm") -> str | None:
+                         tables: str = "vllm", fp8_block: bool = False) -> str | None:
     """Why the measured cost model cannot price this setup (None if it can): one line. A missing GPU first
     (`gpu_unmeasured`), then the quantization (`quantization_unmeasured`)."""
     return (gpu_unmeasured(gpu, tables, root)
-            or quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root))
+            or quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root, fp8_block))
 
 
 # --- tables ----------------------------------------------------------------------------------------
@@ -439,14 +447,14 @@ class MeasuredCostModel(PackedCostModel):
     def __init__(self, model: ModelSpec, gpu: GPUSpec, *, tensor_parallel: int = 1, weight_dtype: str = "bf16",
                  kv_dtype: str = "bf16", engine: str = "vllm-cudagraph", step_overhead_s: float = 0.0,
                  gpu_data: str | None = None, root: Path | None = None, communication: bool = True,
-                 tables: str = "vllm", fp8_compute: bool | None = None):
+                 tables: str = "vllm", fp8_compute: bool | None = None, fp8_block: bool = False):
         if engine not in ENGINES:
             raise ConfigError(f"cost_model.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
         data = gpu_data or gpu.name
         reason = gpu_unmeasured(data, tables, root)
         if reason:
             raise ConfigError(f"cost_model: {reason}")
-        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root)
+        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root, fp8_block)
         if reason:
             raise ConfigError(reason)
         self.tables = load_tables(tables_dir(data, tables, root))
@@ -465,7 +473,13 @@ class MeasuredCostModel(PackedCostModel):
         self.min_kernel_s = float(t.gemm["latency_ms"].min()) * 1e-3
         self.roofline = RooflineCostModel(model, gpu, tensor_parallel=tp, weight_dtype=weight_dtype,
                                           kv_dtype=kv_dtype, fp8_compute=weight_dtype == "fp8")
-        gd = _GEMM_DTYPE[weight_dtype]
+        self.fp8_block = fp8_block
+        gd = gemm_dtype(weight_dtype, fp8_block)
+        if gd == "fp8_block" and gd not in t.gemm_dtypes:  # same fp8 products, per-tensor scales: said, not silent
+            gd = "fp8"
+            self.notes[f"gemm: no block-scaled fp8 rows in the {t.framework} tables of {t.meta['gpu']}; block-scaled "
+                       "GEMMs priced from the per-tensor fp8 rows"] += 1
+        self.gemm_rows = gd
         self._curves: dict[tuple[int, int, str], Curve] = {}  # (out features, in features, table dtype) -> curve
 
         def linear(in_f: int, out_f: int, name: str, dtype: str = gd) -> Curve:
@@ -579,17 +593,18 @@ class MeasuredCostModel(PackedCostModel):
         m, t = self.model, self.tables
         if not m.is_moe:
             return None
-        gd = _GEMM_DTYPE[self.weight_dtype]
+        gd = gemm_dtype(self.weight_dtype, self.fp8_block)
         moe = None if t.moe is None else t.moe[t.moe["dtype"] == gd]
-        kind = measured_kernel.SHAPE_MOE
-        if (moe is None or moe.empty) and gd == "fp8" and t.moe is not None and m.gated_mlp:
+        # The roofline this model's experts take (kind) and the one the rows' ratios are taken against (rows_kind).
+        kind = rows_kind = measured_kernel.SHAPE_MOE if gd == "bf16" else measured_kernel.SHAPE_MOE_FP8
+        if (moe is None or moe.empty) and gd != "bf16" and t.moe is not None and m.gated_mlp:
             # No FP8 fused-MoE rows: the bf16 rows' ratio to their roofline, applied to this model's FP8 roofline.
             # Held out on the tables that hold both dtypes (TensorRT-LLM's H100 and H200, 5,589 points), this gives a
             # median predicted / measured of 0.90 and a mean |log error| of 0.24, where the FP8 expert GEMMs in one
             # fused launch gave 3.86 and 1.51 (benchmarks/bench_moe.py).
-            moe, kind = t.moe[t.moe["dtype"] == "bf16"], measured_kernel.SHAPE_MOE_FP8
-            self.notes["moe: no fp8 fused-MoE rows; the bf16 fused-MoE rows' ratio to their roofline, applied to the "
-                       "fp8 roofline"] += 1
+            moe, rows_kind = t.moe[t.moe["dtype"] == "bf16"], measured_kernel.SHAPE_MOE
+            self.notes[f"moe: no {gd} fused-MoE rows; the bf16 fused-MoE rows' ratio to their roofline, applied to "
+                       "the fp8 roofline"] += 1
         if moe is None or moe.empty or not m.gated_mlp:
             self.notes[f"moe: no {gd} fused-MoE table for this setup; experts priced from the {gd} GEMM rows as one "
                        "fused kernel"] += 1
@@ -606,7 +621,7 @@ class MeasuredCostModel(PackedCostModel):
         # attention heads): held out one configuration at a time, this predicts the tables' 31,197 fused-MoE
         # times to a median ratio of 0.99 and a mean |log error| of 0.17, where pricing each expert as its own GEMM
         # launch gave 1.66 and 0.94 (benchmarks/bench_moe.py).
-        measured = Shape(measured_kernel.SHAPE_MOE, (near[3], near[2], near[0], near[1] / near[4]), self.roof)
+        measured = Shape(rows_kind, (near[3], near[2], near[0], near[1] / near[4]), self.roof)
         lr = [math.log(x * 1e-3 / measured(n)) for n, x in zip(rows["num_tokens"], rows["latency_ms"])]
         h, ffn, e, k = m.hidden_size, m.ffn_size // self.tp, m.num_experts, m.num_experts_per_token
         return Curve(list(rows["num_tokens"]), lr, Shape(kind, (e, k, h, ffn), self.roof), "fused MoE", self.notes)
@@ -658,7 +673,7 @@ class MeasuredCostModel(PackedCostModel):
         else:
             attention = "MLA attention by the device roofline" if self.mla_by_roofline else \
                 f"MLA attention {kvd}-KV rows computed in bf16"
-        return f"{t.source}: gemm {_GEMM_DTYPE[self.weight_dtype]} rows, {attention}"
+        return f"{t.source}: gemm {self.gemm_rows} rows, {attention}"
 
     def __repr__(self) -> str:
         notes = "; ".join(f"{n}" + (f" (x{c})" if c > 1 else "") for n, c in sorted(self.notes.items()))
@@ -753,7 +768,7 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
                              kv_dtype: str = "bf16", fp8_compute: bool = False, engine: str = "vllm-cudagraph",
                              step_overhead_s: float = 0.0, gpu_data: str | None = None,
                              on_missing: str = "roofline", root: Path | None = None, tables: str = "vllm",
-                             unmeasured_dtype: str = "error"):
+                             unmeasured_dtype: str = "error", fp8_block: bool = False):
     """The measured cost model. A GPU without tables of this framework: the roofline whose repr says why
     (on_missing 'roofline'), or a one-line ConfigError (on_missing 'error'). A quantization the tables were not
     measured in: a one-line ConfigError naming the field (unmeasured_dtype 'error', the default), or the roofline
@@ -764,11 +779,12 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
         if on_missing == "error":
             raise ConfigError(f"cost_model: {reason}")
     else:
-        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root)
+        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root, fp8_block)
         if reason is None:
             return MeasuredCostModel(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
                                      kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,
-                                     gpu_data=gpu_data, root=root, tables=tables, fp8_compute=fp8_compute)
+                                     gpu_data=gpu_data, root=root, tables=tables, fp8_compute=fp8_compute,
+                                     fp8_block=fp8_block)
         if unmeasured_dtype != "roofline":
             raise ConfigError(reason)
     return MeasuredFallback(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,

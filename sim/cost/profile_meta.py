@@ -46,7 +46,7 @@ def profile_dtypes(meta: dict) -> tuple[str, str]:
 
 
 def check_profile_dtypes(meta: dict, path: str | Path, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
-                         fp8_compute: bool = False) -> None:
+                         fp8_compute: bool = False, fp8_block: bool = False) -> None:
     """One-line ConfigError where the scenario's quantization is not what the profile was measured in. An
     unquantized scenario (bf16, fp16) takes an unquantized profile's own dtype (its repr names it); a quantized one
     (fp8, int8, int4 weights; fp8, int8 KV; fp8 matrix products) must be the profile's, never priced as bf16."""
@@ -65,6 +65,9 @@ def check_profile_dtypes(meta: dict, path: str | Path, weight_dtype: str = "bf16
                           f"{allowed(weights)}, {escape}")
     if fp8_compute and weights != "fp8":
         raise ConfigError(f"quantization.fp8_compute: true is not measured {where}; allowed: false, {escape}")
+    if fp8_block and not meta.get("fp8_block_scales"):
+        raise ConfigError(f"quantization.fp8_block_scales: true is not measured {where} (per-tensor scales); allowed: "
+                          f"false, {escape}")
     if not fits(kv_dtype, kv):
         raise ConfigError(f"quantization.kv_cache: {kv_dtype!r} is not measured {where}; allowed: {allowed(kv)}, "
                           f"{escape}")

@@ -49,11 +49,12 @@ def check_profile_matches(path: str | Path, model: ModelSpec, tensor_parallel: i
 
 def make_calibrated_cost_model(path: str | Path, model: ModelSpec, *, tensor_parallel: int = 1,
                                kv_layout: str = "paged", block_size: int = 16, gpu: GPUSpec | None = None,
-                               weight_dtype: str = "bf16", kv_dtype: str = "bf16", fp8_compute: bool = False):
+                               weight_dtype: str = "bf16", kv_dtype: str = "bf16", fp8_compute: bool = False,
+                               fp8_block: bool = False):
     """The calibrated cost model for a profile folder of any kind; a quantization the profile was not measured in
     is refused with one line (`sim.cost.profile_meta.check_profile_dtypes`)."""
     from sim.cost.profile_meta import check_profile_dtypes, read_meta
-    check_profile_dtypes(read_meta(path), path, weight_dtype, kv_dtype, fp8_compute)
+    check_profile_dtypes(read_meta(path), path, weight_dtype, kv_dtype, fp8_compute, fp8_block)
     if profile_kind(path) == "engine_steps":
         from sim.cost.engine_steps import EngineStepCostModel
         return EngineStepCostModel(path, model, tensor_parallel=tensor_parallel)

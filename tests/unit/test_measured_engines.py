@@ -59,9 +59,9 @@ def test_each_framework_is_converted_with_its_version_kernels_and_dtypes(convert
     assert (meta["framework"], meta["framework_version"]) == (fw, VERSIONS[fw])
     for name in ("gemm", "context_attention", "generation_attention", "allreduce", "moe"):
         assert meta["tables"][name]["framework"] == fw and meta["tables"][name]["framework_version"] == VERSIONS[fw]
-    assert meta["measured_dtypes"] == {"weights": ["bf16", "fp8"], "kv_cache": ["bf16", "fp8"]}
+    assert meta["measured_dtypes"] == {"weights": ["bf16", "fp8", "fp8_block"], "kv_cache": ["bf16", "fp8"]}
     gemm = pd.read_parquet(out / "gemm.parquet")
-    assert set(gemm["dtype"]) == {"bf16", "fp8"}  # fp8_block (block-scaled) rows dropped
+    assert set(gemm["dtype"]) == {"bf16", "fp8", "fp8_block"}  # (block-scaled fp8: quantization.fp8_block_scales)
     raw = _raw(fw, "gemm/gemm_perf.parquet")
     assert len(gemm[gemm.dtype == "fp8"]) == len(raw[raw.gemm_dtype == "fp8"])
     # Latencies rounded to 3 significant digits (calibrate/aic_import.py LATENCY_DIGITS): within 0.5% of the raw row.
@@ -108,9 +108,11 @@ def test_shipped_tables_of_every_engine_cover_the_four_gpus_and_name_their_sourc
         assert meta["framework"] == fw and meta["source"] == {
             "package": "aiconfigurator-core", "version": "0.12.0", "license": "Apache-2.0",
             "path": "aiconfigurator_core/systems/data"}
-        # A100s (Ampere) have no fp8 tensor cores: AIConfigurator measured no fp8 there.
+        # A100s (Ampere) have no fp8 tensor cores: AIConfigurator measured no fp8 there. Block-scaled fp8 GEMMs:
+        # SGLang's and TensorRT-LLM's where measured (not SGLang's L40S); vLLM's rows are dropped (host-bound).
         fp8 = ["bf16", "fp8"] if gpu != "a100-80gb" else ["bf16"]
-        assert meta["measured_dtypes"] == {"weights": fp8, "kv_cache": fp8}
+        block = ["fp8_block"] if gpu != "a100-80gb" and fw != "vllm" and (fw, gpu) != ("sglang", "l40s") else []
+        assert meta["measured_dtypes"] == {"weights": fp8 + block, "kv_cache": fp8}
 
 
 def test_the_added_engine_tables_stay_small():
@@ -255,6 +257,46 @@ def test_mla_heads_the_tables_lack_take_the_nearest_measured_heads_scaled_by_the
     assert cost._decode(64, 4096) == pytest.approx(r["latency_ms"].iloc[0] * 1e-3 * ratio, rel=1e-12)
 
 
+# --- block-scaled fp8 -----------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("fw", ["sglang", "trtllm"])
+def test_block_scaled_fp8_gemms_are_the_block_rows_and_priced_apart_from_per_tensor_ones(fw):
+    cost = {b: MeasuredCostModel(LLAMA, H100, weight_dtype="fp8", fp8_compute=True, tables=fw, fp8_block=b)
+            for b in (False, True)}
+    assert cost[True].gemm_rows == "fp8_block" and "gemm fp8_block rows" in repr(cost[True])
+    gemm = cost[True].tables.gemm
+    block = gemm[gemm.dtype == "fp8_block"]
+    n, k = 4096, 4096  # llama-3.1-8b's o_proj, a measured block-scaled shape
+    rows = block[(block.n == n) & (block.k == k)].set_index("m")["latency_ms"]
+    assert len(rows) > 5
+    m = int(rows.index[len(rows) // 2])
+    assert cost[True]._curves[(n, k, "fp8_block")](m) == pytest.approx(rows[m] * 1e-3, rel=1e-12)
+    plan = StepPlan(prefill_request_ids=[1], prefill_chunk_tokens=[m], prefill_context_tokens=[0], num_sampled_seqs=1)
+    assert cost[True].step_time(plan) != cost[False].step_time(plan)
+
+
+def test_vllms_block_scaled_gemms_come_from_its_per_tensor_rows_and_its_experts_from_its_block_rows():
+    from sim.model.hf_config import load_hf_config
+    r1 = load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "deepseek-r1.json")
+    cost = MeasuredCostModel(r1, H200, tensor_parallel=8, weight_dtype="fp8", fp8_compute=True, fp8_block=True)
+    assert cost.gemm_rows == "fp8"
+    assert ("gemm: no block-scaled fp8 rows in the vllm tables of h200; block-scaled GEMMs priced from the per-tensor "
+            "fp8 rows") in repr(cost)
+    assert "dropped" in cost.tables.meta["tables"]["gemm"]  # why: meta.json says
+    moe = cost.tables.moe
+    row = moe[(moe.dtype == "fp8_block") & (moe.hidden_size == 7168) & (moe.inter_size == 2048) & (moe.topk == 8)
+              & (moe.num_experts == 256) & (moe.moe_tp_size == 8) & (moe.num_tokens == 64)]["latency_ms"]
+    assert len(row) == 1 and not any("fused-MoE" in n for n in cost.notes)  # DeepSeek's own configuration, measured
+    assert cost._moe(64) == pytest.approx(row.iloc[0] * 1e-3, rel=1e-12)
+
+
+def test_vllms_host_bound_block_gemm_rows_are_left_out_of_the_import(tmp_path):
+    meta = convert_system(FIXTURE, "0.24.0", tmp_path / "h100-sxm", "h100-sxm", "h100_sxm", "0.12.0")
+    assert "fp8_block" not in set(pd.read_parquet(tmp_path / "h100-sxm" / "gemm.parquet")["dtype"])
+    assert set(meta["tables"]["gemm"]["dropped"]) == {"fp8_block"}
+    assert "fp8_block" in set(_raw("sglang", "gemm/gemm_perf.parquet")["gemm_dtype"])  # (the fixture holds such rows)
+
+
 # --- refusals ------------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("kwargs", "line"), [
@@ -380,6 +422,9 @@ def test_the_compiled_core_prices_an_engines_fp8_tables_as_the_python_engine_doe
      "or cost_model.unmeasured_dtype: roofline"),
     ({"cost_model": {"kind": "calibrated"}, "quantization": {"kv_cache": "fp8"}},
      "error: quantization.kv_cache: 'fp8' is not measured in profile"),
+    ({"quantization": {"weights": "bf16", "fp8_block_scales": True}},
+     "error: quantization: fp8_block_scales: true with weights 'bf16'; allowed: weights 'fp8', or fp8_block_scales "
+     "false"),
 ])
 def test_servesim_run_with_an_unmeasured_dtype_exits_2_with_one_line(tmp_path, changes, want):
     path = tmp_path / "scenario.yaml"
