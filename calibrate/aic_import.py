@@ -31,9 +31,9 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
 - allreduce.parquet: backend (graph = under CUDA graphs, eager), num_gpus, message_elements (bf16
   elements: AIConfigurator's `message_size` is an element count: one decode token of llama-3.1-8b at
   tp 2 queries 4096), latency_ms
-- moe.parquet: dtype (bf16; fp8 = per-tensor W8A8, fp8_block = block-scaled W8A8, where measured), num_tokens, hidden_size, inter_size, topk,
-  num_experts, moe_tp_size, latency_ms (expert parallelism 1, balanced routing: ServeSim shards experts by
-  tensor parallelism and routes uniformly)
+- moe.parquet: dtype (bf16; fp8 = per-tensor W8A8, fp8_block = block-scaled W8A8, where measured), num_tokens,
+  hidden_size, inter_size, topk, num_experts, moe_tp_size, latency_ms (expert parallelism 1, balanced routing:
+  ServeSim shards experts by tensor parallelism and routes uniformly)
 - context_mla.parquet, generation_mla.parquet (SGLang and TensorRT-LLM only): MLA attention alone (DeepSeek-V3's
   latent sizes; AIConfigurator's `ContextMLA` / `GenerationMLA`, which its DeepSeek model puts between the
   q/kv projections and o_proj), kv_dtype, batch_size, isl (context: prompt tokens, empty cache) or kv_tokens
