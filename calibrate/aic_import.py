@@ -126,19 +126,30 @@ def _main_kernel(df: pd.DataFrame) -> str:
     return str(df["kernel_source"].value_counts().idxmax())
 
 
-def _gemm(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    keep, kernels = [], {}
-    for src_dtype, dtype in _WEIGHT_DTYPES.items():
-        rows = df[df["gemm_dtype"] == src_dtype]
+def _main_rows(df: pd.DataFrame, column: str, names: dict) -> tuple[list[tuple[str, pd.DataFrame]], dict]:
+    """Per source dtype of `column` present, (its table name, its rows of its main kernel); and {name: kernel}."""
+    out, kernels = [], {}
+    for src_dtype, dtype in names.items():
+        rows = df[df[column] == src_dtype]
         if rows.empty:
             continue
         kernel = _main_kernel(rows)
-        rows = rows[rows["kernel_source"] == kernel]
         kernels[dtype] = kernel
-        keep.append(pd.DataFrame({"dtype": dtype, "m": rows["m"], "n": rows["n"], "k": rows["k"],
-                                  "latency_ms": rows["latency"]}))
-    out = pd.concat(keep, ignore_index=True)
-    return out.groupby(["dtype", "m", "n", "k"], as_index=False)["latency_ms"].median(), kernels
+        out.append((dtype, rows[rows["kernel_source"] == kernel]))
+    return out, kernels
+
+
+def _medians(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    """The frames' rows, one per key (every column but latency_ms), at their median latency."""
+    out = pd.concat(frames, ignore_index=True)
+    keys = [c for c in out.columns if c != "latency_ms"]
+    return out.groupby(keys, as_index=False)["latency_ms"].median()
+
+
+def _gemm(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
+    picked, kernels = _main_rows(df, "gemm_dtype", _WEIGHT_DTYPES)
+    return _medians([pd.DataFrame({"dtype": dtype, "m": rows["m"], "n": rows["n"], "k": rows["k"],
+                                   "latency_ms": rows["latency"]}) for dtype, rows in picked]), kernels
 
 
 def _attention(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
@@ -167,9 +178,7 @@ def _attention(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
         cols.update(num_heads=rows["num_heads"], num_kv_heads=rows["num_key_value_heads"],
                     head_dim=rows["head_dim"], latency_ms=rows["latency"])
         keep.append(pd.DataFrame(cols))
-    out = pd.concat(keep, ignore_index=True)
-    keys = [c for c in out.columns if c != "latency_ms"]
-    return out.groupby(keys, as_index=False)["latency_ms"].median(), {**kernels, "attention_dtypes": attn_dtypes}
+    return _medians(keep), {**kernels, "attention_dtypes": attn_dtypes}
 
 
 def _allreduce(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
@@ -191,34 +200,17 @@ def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",)) -> tuple[pd.
     dists = set(df["distribution"])
     distribution = "balanced" if "balanced" in dists else min(dists)
     df = df[df["distribution"] == distribution]
-    keep, kernels = [], {}
-    for src_dtype in dtypes:
-        rows = df[df["moe_dtype"] == src_dtype]
-        if rows.empty:
-            continue
-        dtype = _WEIGHT_DTYPES[src_dtype]
-        kernel = _main_kernel(rows)
-        rows = rows[rows["kernel_source"] == kernel]
-        kernels[dtype] = kernel
-        keep.append(pd.DataFrame({"dtype": dtype, "num_tokens": rows["num_tokens"], "hidden_size": rows["hidden_size"],
-                                  "inter_size": rows["inter_size"], "topk": rows["topk"],
-                                  "num_experts": rows["num_experts"], "moe_tp_size": rows["moe_tp_size"],
-                                  "latency_ms": rows["latency"]}))
-    out = pd.concat(keep, ignore_index=True)
-    keys = [c for c in out.columns if c != "latency_ms"]
-    return out.groupby(keys, as_index=False)["latency_ms"].median(), {**kernels, "distribution": distribution}
+    picked, kernels = _main_rows(df, "moe_dtype", {d: _WEIGHT_DTYPES[d] for d in dtypes})
+    keep = [pd.DataFrame({"dtype": dtype, "num_tokens": rows["num_tokens"], "hidden_size": rows["hidden_size"],
+                          "inter_size": rows["inter_size"], "topk": rows["topk"], "num_experts": rows["num_experts"],
+                          "moe_tp_size": rows["moe_tp_size"], "latency_ms": rows["latency"]}) for dtype, rows in picked]
+    return _medians(keep), {**kernels, "distribution": distribution}
 
 
 def _mla(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
-    df = df[df["mla_dtype"] == "bfloat16"]
-    keep, kernels = [], {}
-    for src_dtype, dtype in _DTYPES.items():
-        rows = df[df["kv_cache_dtype"] == src_dtype]
-        if rows.empty:
-            continue
-        kernel = _main_kernel(rows)
-        rows = rows[rows["kernel_source"] == kernel]
-        kernels[dtype] = kernel
+    picked, kernels = _main_rows(df[df["mla_dtype"] == "bfloat16"], "kv_cache_dtype", _DTYPES)
+    keep = []
+    for dtype, rows in picked:
         cols = {"kv_dtype": dtype, "batch_size": rows["batch_size"]}
         if generation:
             cols["kv_tokens"] = rows["step"] + 1
@@ -226,11 +218,7 @@ def _mla(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
             cols["isl"] = rows["isl"]
         cols.update(num_heads=rows["num_heads"], latency_ms=rows["latency"])
         keep.append(pd.DataFrame(cols))
-    if not keep:
-        return pd.DataFrame(), {}
-    out = pd.concat(keep, ignore_index=True)
-    keys = [c for c in out.columns if c != "latency_ms"]
-    return out.groupby(keys, as_index=False)["latency_ms"].median(), kernels
+    return (_medians(keep) if keep else pd.DataFrame()), kernels
 
 
 TABLES = {
