@@ -892,7 +892,7 @@ def unsupported(case: PublishedCase, cost_model: dict) -> str | None:
         from sim.cost.measured import measured_unsupported
         q = _quantization(case)
         why = measured_unsupported(case.gpu, q["weights"], q["kv_cache"], fp8_compute=q.get("fp8_compute", False),
-                                   tables=own_tables(case), fp8_block=q.get("fp8_block_scales", False))
+                                   tables=own_tables(case))
         if why:
             return f"measured kernels: {why}"
     return None

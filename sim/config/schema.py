@@ -253,7 +253,8 @@ class QuantizationSpec(_Strict):
     fp8_block_scales: bool = Field(False, description="fp8 weights scaled per 128 x 128 block (a checkpoint whose "
                                    "config.json quantization_config has weight_block_size [128, 128]: DeepSeek-V3/R1, "
                                    "Qwen's -FP8 releases), run by block-scaled GEMM and MoE kernels; the measured "
-                                   "tables price them from their fp8_block rows; false: per-tensor scales")
+                                   "tables price them from their fp8_block rows where usable (else the per-tensor "
+                                   "rows, noted); false: per-tensor scales")
 
     @model_validator(mode="after")
     def _block_scales_are_fp8(self) -> "QuantizationSpec":

@@ -7,10 +7,10 @@ framework, versions, kernels and the dtypes measured). `cost_model.tables` picks
 reads them with pandas only: simulating never needs aiconfigurator-core or torch.
 
 Dtypes are priced only where measured (`quantization_unmeasured`): fp8 weights with fp8 matrix products
-(W8A8) from the fp8 GEMM rows, block-scaled ones (`quantization.fp8_block_scales`) from the fp8_block rows (and the
-fused-MoE rows of that kind where the tables have any, else the bf16 ones' ratio at the fp8 roofline), an
-fp8 KV cache from the fp8-KV attention rows; bf16 and fp16 (same element size and tensor-core rate on every
-catalog GPU) from the bf16 rows. Anything else (int8/int4 weights, an int8 KV cache, weight-only fp8, fp8 on
+(W8A8) from the fp8 GEMM rows, block-scaled ones (`quantization.fp8_block_scales`) from the fp8_block rows (the
+per-tensor ones, noted, where a framework has none usable; and the fused-MoE rows of that kind where the tables
+have any, else the bf16 ones' ratio at the fp8 roofline), an fp8 KV cache from the fp8-KV attention rows; bf16
+and fp16 (same element size and tensor-core rate on every catalog GPU) from the bf16 rows. Anything else (int8/int4 weights, an int8 KV cache, weight-only fp8, fp8 on
 a GPU or engine whose tables lack it) is refused with one line naming the field, unless the scenario asks
 for the roofline instead (`cost_model.unmeasured_dtype: roofline`); `on_missing` covers only a GPU without
 tables. A dtype is never priced from another dtype's rows.
@@ -78,10 +78,13 @@ _DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1}  # (a 128 x 128 block's sca
 
 
 def gemm_dtype(weight_dtype: str, fp8_block: bool = False) -> str | None:
-    """The table rows that price these weights: fp8 with 128 x 128 weight-block scales (`fp8_block_scales`, as
-    DeepSeek-V3/R1's and Qwen's FP8 checkpoints) from the block-scaled rows, never from the per-tensor ones."""
+    """The table rows asked for to price these weights: fp8 with 128 x 128 weight-block scales (`fp8_block_scales`,
+    as DeepSeek-V3/R1's and Qwen's FP8 checkpoints) the block-scaled rows. (Where a framework's tables lack
+    block-scaled GEMM rows, `MeasuredCostModel` takes the per-tensor fp8 ones and notes it.)"""
     dtype = _GEMM_DTYPE.get(weight_dtype)
     return "fp8_block" if fp8_block and dtype == "fp8" else dtype
+
+
 # The MLA sizes AIConfigurator's MLA tables were measured at, DeepSeek-V3's (qk_nope_head_dim, qk_rope_head_dim,
 # v_head_dim, kv_lora_rank; its sdk/models/deepseek.py): DeepSeek-V2, V2-Lite, V3 and R1 share them.
 MLA_MEASURED_DIMS = (128, 64, 128, 512)
@@ -123,7 +126,7 @@ def gpu_unmeasured(gpu: str, tables: str = "vllm", root: Path | None = None) -> 
 
 def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                             fp8_compute: bool | None = None, tables: str = "vllm",
-                            root: Path | None = None, fp8_block: bool = False) -> str | None:
+                            root: Path | None = None) -> str | None:
     """Why this GPU's tables of this framework cannot price the quantization (None: they can): one line naming the
     field, its value and what is allowed. `fp8_compute` None is not checked: fp8 weights are taken as W8A8, for
     callers that do not know (a direct `MeasuredCostModel`)."""
@@ -151,11 +154,11 @@ def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str 
 
 def measured_unsupported(gpu: str, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                          root: Path | None = None, *, fp8_compute: bool | None = None,
-                         tables: str = "vllm", fp8_block: bool = False) -> str | None:
+                         tables: str = "vllm") -> str | None:
     """Why the measured cost model cannot price this setup (None if it can): one line. A missing GPU first
     (`gpu_unmeasured`), then the quantization (`quantization_unmeasured`)."""
     return (gpu_unmeasured(gpu, tables, root)
-            or quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root, fp8_block))
+            or quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root))
 
 
 # --- tables ----------------------------------------------------------------------------------------
@@ -454,7 +457,7 @@ class MeasuredCostModel(PackedCostModel):
         reason = gpu_unmeasured(data, tables, root)
         if reason:
             raise ConfigError(f"cost_model: {reason}")
-        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root, fp8_block)
+        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root)
         if reason:
             raise ConfigError(reason)
         self.tables = load_tables(tables_dir(data, tables, root))
@@ -670,6 +673,7 @@ class MeasuredCostModel(PackedCostModel):
         t, kvd = self.tables, _KV_DTYPE[self.kv_dtype]
         if self.model.attention != "mla":
             attention = f"attention {kvd}-KV rows computed in {t.attention_dtype(kvd)}"
+        # (the MLA tables hold bf16 computation only: calibrate/aic_import.py keeps mla_dtype bfloat16)
         else:
             attention = "MLA attention by the device roofline" if self.mla_by_roofline else \
                 f"MLA attention {kvd}-KV rows computed in bf16"
@@ -779,7 +783,7 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
         if on_missing == "error":
             raise ConfigError(f"cost_model: {reason}")
     else:
-        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root, fp8_block)
+        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root)
         if reason is None:
             return MeasuredCostModel(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
                                      kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,

@@ -294,7 +294,8 @@ def test_vllms_host_bound_block_gemm_rows_are_left_out_of_the_import(tmp_path):
     meta = convert_system(FIXTURE, "0.24.0", tmp_path / "h100-sxm", "h100-sxm", "h100_sxm", "0.12.0")
     assert "fp8_block" not in set(pd.read_parquet(tmp_path / "h100-sxm" / "gemm.parquet")["dtype"])
     assert set(meta["tables"]["gemm"]["dropped"]) == {"fp8_block"}
-    assert "fp8_block" in set(_raw("sglang", "gemm/gemm_perf.parquet")["gemm_dtype"])  # (the fixture holds such rows)
+    raw = pd.read_parquet(FIXTURE / "gemm/vllm/0.24.0/gemm_perf.parquet")
+    assert "fp8_block" in set(raw["gemm_dtype"])  # (the fixture holds such rows: the drop is exercised)
 
 
 # --- refusals ------------------------------------------------------------------------------------------------------
