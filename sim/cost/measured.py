@@ -12,8 +12,9 @@ per-tensor ones, noted, where a framework has none usable; and the fused-MoE row
 have any, else the bf16 ones' ratio at the fp8 roofline), an fp8 KV cache from the fp8-KV attention rows; bf16
 and fp16 (same element size and tensor-core rate on every catalog GPU) from the bf16 rows. Anything else
 (int8/int4 weights, an int8 KV cache, weight-only fp8, fp8 on a GPU or engine whose tables lack it) is refused
-with one line naming the field, unless the scenario asks for the roofline instead (`cost_model.unmeasured_dtype: roofline`); `on_missing` covers only a GPU without
-tables. A dtype is never priced from another dtype's rows.
+with one line naming the field, unless the scenario asks for the roofline instead
+(`cost_model.unmeasured_dtype: roofline`); `on_missing` covers only a GPU without tables. A dtype is never priced
+from another dtype's rows.
 
 A step is priced the way vLLM runs it, per layer: every linear layer at its per-GPU shard shape (GEMM
 table at m = the step's tokens), the fused MoE experts (MoE table: its own configuration, else the nearest measured
