@@ -247,7 +247,9 @@ class KVCacheSpec(_Strict):
 
 
 class QuantizationSpec(_Strict):
-    weights: Literal["bf16", "fp16", "fp8", "int8", "int4"] = "bf16"
+    weights: Literal["bf16", "fp16", "fp8", "int8", "int4"] = Field(
+        "bf16", description="how the weights are stored; absent: a `model: {hf_config}` checkpoint's own "
+        "quantization_config (sim/config/checkpoint.py, with its block scales and fp8 activations), else bf16")
     kv_cache: Literal["bf16", "fp16", "fp8", "int8"] = "bf16"
     fp8_compute: bool = Field(False, description="matrix products run at the GPU's fp8 rate")
     fp8_block_scales: bool = Field(False, description="fp8 weights scaled per 128 x 128 block (a checkpoint whose "
@@ -594,6 +596,8 @@ class Scenario(_Strict):
         scenario names none: both on the raw scenario, so every way in gets the same."""
         if not isinstance(data, dict):
             return data
+        from sim.config.checkpoint import checkpoint_defaults
+        data = checkpoint_defaults(data)  # a quantized checkpoint's dtype, seen by the preset and the choice below
         overhead, notes = None, None
         if data.get("engine") is not None:
             from sim.config.engines import apply_engine_preset

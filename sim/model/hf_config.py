@@ -21,6 +21,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from sim.errors import ConfigError
+from sim.model.checkpoint_quant import CheckpointQuantization, checkpoint_quantization
 from sim.model.specs import MAX_MODEL_DIM, ModelSpec
 
 MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; anything larger is not one
@@ -297,9 +298,11 @@ def _convert(config: Any, name: str | None, source: str) -> tuple[ModelSpec, str
         raise ConfigError(f"{source}: {where + ': ' if where else ''}{msg}") from None
 
 
-def read_hf_config(path: str | Path, name: str | None = None, field: str = "hf_config") -> tuple[ModelSpec, str]:
-    """Read a Hugging Face `config.json` file: (its ModelSpec, the model_type read). Errors are one line that
-    starts with `field` and the file."""
+def read_hf_config(path: str | Path, name: str | None = None,
+                   field: str = "hf_config") -> tuple[ModelSpec, str, CheckpointQuantization | None]:
+    """Read a Hugging Face `config.json` file: (its ModelSpec, the model_type read, the quantization its
+    `quantization_config` declares: `sim.model.checkpoint_quant`). Errors are one line that starts with `field` and
+    the file."""
     p = Path(path).expanduser()
     where = f"{field}: '{path}'"
     if not p.is_file():
@@ -317,7 +320,7 @@ def read_hf_config(path: str | Path, name: str | None = None, field: str = "hf_c
         raise ConfigError(f"{where} cannot be read ({err.strerror or err})") from None
     if isinstance(config, dict) and name is None:
         name = default_name(config, p)
-    return _convert(config, name, where)
+    return (*_convert(config, name, where), checkpoint_quantization(config))
 
 
 def load_hf_config(path: str | Path, name: str | None = None, field: str = "hf_config") -> ModelSpec:
@@ -343,8 +346,13 @@ def read_model_ref(value: Any, field: str = "model") -> Any:
 
     Called before pydantic tries the model union, so a bad `hf_config` mapping is one line about its own
     keys instead of the union's errors about every ModelSpec field."""
+    return read_model_and_quantization(value, field)[0]
+
+
+def read_model_and_quantization(value: Any, field: str = "model") -> tuple[Any, CheckpointQuantization | None]:
+    """`read_model_ref`, with the quantization the config declares (None for anything but `{hf_config: ...}`)."""
     if not (isinstance(value, dict) and "hf_config" in value):
-        return value
+        return value, None
     unknown = sorted(set(value) - set(HFConfigModel.model_fields))
     if unknown:
         raise ConfigError(f"{field}.{unknown[0]}: unknown key beside hf_config; allowed: hf_config, name")
@@ -353,7 +361,9 @@ def read_model_ref(value: Any, field: str = "model") -> Any:
                 key == "name" and value[key] is None):
             raise ConfigError(f"{field}.{key}: {value[key]!r} is not allowed; allowed: "
                               + ("a path to a config.json" if key == "hf_config" else "a non-empty name"))
-    return HFConfigModel(**value).load(f"{field}.hf_config")
+    ref = HFConfigModel(**value)
+    spec, _, quant = read_hf_config(ref.hf_config, ref.name, f"{field}.hf_config")
+    return spec, quant
 
 
 _SAFE_NAME = re.compile(r"[^a-z0-9._+-]+")

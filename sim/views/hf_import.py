@@ -11,7 +11,7 @@ from sim.model.shapes import active_param_count, param_count
 
 def import_text(path: str, name: str | None = None) -> str:
     """YAML to paste as a scenario's `model:` (comment lines first: parameters, KV bytes per token, caveats)."""
-    spec, model_type = read_hf_config(path, name, field="catalog import")
+    spec, model_type, quant = read_hf_config(path, name, field="catalog import")
     total, active = param_count(spec), active_param_count(spec)
     kv = kv_bytes_per_token(spec)
     lines = [f"# {spec.name}: read from {path} (model_type {model_type})",
@@ -21,6 +21,15 @@ def import_text(path: str, name: str | None = None) -> str:
              + (f"; sliding window {spec.sliding_window:,} tokens" if spec.sliding_window else "")]
     if model_type in IGNORED:
         lines.append(f"# not modelled: {IGNORED[model_type]}")
-    body = yaml.safe_dump({"model": spec.model_dump(mode="json", exclude_defaults=True) | {"name": spec.name}},
-                          sort_keys=False)
+    section = {"model": spec.model_dump(mode="json", exclude_defaults=True) | {"name": spec.name}}
+    if quant is not None:
+        lines.append(f"# checkpoint: {quant.describe()}")
+        if quant.fp8_activations:
+            lines.append("# fp8_compute: true as the engines run it on a GPU with an fp8 rate; false on one without "
+                         "(A100: weight-only fp8)")
+        if quant.weights is not None:  # pasted with the model, the scenario is priced as the checkpoint is stored
+            section["quantization"] = {"weights": quant.weights} | (
+                {"fp8_block_scales": True} if quant.fp8_block_scales else {}) | (
+                {"fp8_compute": True} if quant.fp8_activations else {})
+    body = yaml.safe_dump(section, sort_keys=False)
     return "\n".join(lines) + "\n" + body

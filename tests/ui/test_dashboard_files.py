@@ -113,7 +113,7 @@ IDS = [f.name for f in FILE_FIELDS]
 
 def test_hf_config_etc_passwd_is_refused_before_anything_is_opened(monkeypatch):
     opened = []
-    monkeypatch.setattr("sim.model.hf_config.load_hf_config", lambda *a, **k: opened.append(a))
+    monkeypatch.setattr("sim.model.hf_config.read_hf_config", lambda *a, **k: opened.append(a))
     message = refused(with_file(("model", "hf_config"), "/etc/passwd"))
     assert message.startswith("model.hf_config: '/etc/passwd' is not a file uploaded with this scenario")
     assert "allowed: the name of a Hugging Face config.json uploaded with it (none uploaded yet)" in message

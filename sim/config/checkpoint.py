@@ -1,0 +1,54 @@
+"""A quantized checkpoint's own quantization as the scenario's default (`sim.model.checkpoint_quant` reads it).
+
+`model: {hf_config: path}` is read here, once, on the raw scenario, before the engine preset and the cost-model
+choice run, so that both see the dtype the checkpoint is stored in. What the scenario writes wins: this fills only
+what it leaves out, and says nothing about a what-if (a bf16 variant of an fp8 checkpoint is the user's to ask).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.errors import ConfigError
+from sim.model.hf_config import read_model_and_quantization
+
+WEIGHT_DTYPES = "bf16, fp16, fp8, int8, int4"  # QuantizationSpec.weights
+
+
+def _gpu_has_fp8(hardware: Any) -> bool:
+    """Whether the scenario's GPU has an fp8 rate (the engines run a W8A8 checkpoint's matrix products in fp8 there,
+    and dequantize its weights elsewhere: vLLM's Fp8LinearMethod falls back to weight-only Marlin below sm_89)."""
+    from sim.model.catalog import get_gpu
+    gpu = hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm"
+    if isinstance(gpu, dict):
+        return bool(gpu.get("fp8_flops_per_s"))
+    try:
+        return get_gpu(gpu, "hardware.gpu").fp8_flops_per_s is not None
+    except (ConfigError, TypeError):
+        return False  # validation names a bad GPU in its own words
+
+
+def checkpoint_defaults(data: dict) -> dict:
+    """The raw scenario with an `{hf_config}` model read into its ModelSpec and, where the config declares a
+    quantization and the scenario's `quantization` leaves it out: the weights' dtype, and for fp8 weights stored as
+    the checkpoint stores them, its block scales and (on a GPU with an fp8 rate) fp8 matrix products. A
+    quantization ServeSim cannot read, with no `quantization.weights` given, is an error: never priced as bf16."""
+    value = data.get("model")
+    if not (isinstance(value, dict) and "hf_config" in value):
+        return data
+    spec, quant = read_model_and_quantization(value, "model")
+    data = {**data, "model": spec}
+    given = data.get("quantization")
+    if quant is None or not (given is None or isinstance(given, dict)):
+        return data  # not quantized, or a malformed section validation reports
+    given = dict(given or {})
+    if quant.weights is None:
+        if "weights" not in given:
+            raise ConfigError(f"model.hf_config: the checkpoint's {quant.describe()}; allowed: say how its weights "
+                              f"are stored with quantization.weights ({WEIGHT_DTYPES})")
+        return data
+    filled = {"weights": quant.weights, **given}
+    if filled["weights"] == quant.weights == "fp8":
+        filled.setdefault("fp8_block_scales", quant.fp8_block_scales)
+        filled.setdefault("fp8_compute", quant.fp8_activations and _gpu_has_fp8(data.get("hardware")))
+    return {**data, "quantization": filled}
