@@ -137,8 +137,8 @@ def _set(raw: dict, dotted: str, value) -> None:
 
 def _vllm_batch_defaults(gpu) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) of vLLM's OpenAI server: vllm/engine/arg_utils.py
-    EngineArgs.get_batch_defaults (v0.11.0; pinned by tests/engine/test_arg_utils.py): a GPU with >= 70 GiB that
-    is not an A100 gets 8192 / 1024, any other 2048 / 256."""
+    EngineArgs.get_batch_defaults (v0.11.0; pinned by tests/engine/test_arg_utils.py; the same in the v0.12.0,
+    v0.13.0 and v0.14.0 sdists): a GPU with >= 70 GiB that is not an A100 gets 8192 / 1024, any other 2048 / 256."""
     big = gpu.hbm_bytes >= 70 * GIB and "a100" not in gpu.name.lower()
     return (8192, 1024) if big else (2048, 256)
 
@@ -184,20 +184,37 @@ def _derive_vllm(ctx: Context) -> PresetResult:
     values.update(_engine_terms(ctx, "vllm", notes))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
-    if flags.get("async_scheduling"):
+    asked = flags.get("async_scheduling")
+    if asked and v < VLLM_ASYNC_SCHEDULING_SINCE:
+        raise ConfigError(f"engine.async_scheduling: true is not a flag of vLLM {ctx.version_text}; allowed: "
+                          f"vLLM {_dotted(VLLM_ASYNC_SCHEDULING_SINCE)} or later, or leave it out")
+    if asked is None and v >= VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE:
+        asked, why = _vllm_async_default(ctx)
+        notes.append(f"vLLM {ctx.version_text}: async scheduling {why} (vllm/config/vllm.py, v0.14.0)")
+    if asked:
         # the engine core schedules step N + 1 while the GPU runs step N (vllm/v1/engine/core.py
         # step_with_batch_queue): a step takes the longer of its kernels and the CPU terms (sim/cost/overhead.py)
-        if v < VLLM_ASYNC_SCHEDULING_SINCE:
-            raise ConfigError(f"engine.async_scheduling: true is not a flag of vLLM {ctx.version_text}; allowed: "
-                              f"vLLM {_dotted(VLLM_ASYNC_SCHEDULING_SINCE)} or later, or leave it out")
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "overlap": True}
-        notes.append("vLLM --async-scheduling: the CPU terms (fitted on runs without it) overlap the GPU's step")
+        named = "--async-scheduling" if flags.get("async_scheduling") else "async scheduling"
+        notes.append(f"vLLM {named}: the CPU terms (fitted on runs without it) overlap the GPU's step")
     return PresetResult(values, {}, notes)
 
 
-# --async-scheduling: experimental from v0.10.0, on by default from v0.14.0 (its release notes: "Async scheduling is
-# now enabled by default"; later than the preset's newest version).
+# --async-scheduling: experimental from v0.10.0 (SchedulerConfig.async_scheduling: bool = False through v0.13.0), on
+# by default from v0.14.0 (Field(default=None), resolved by VllmConfig.__post_init__: `_vllm_async_default`).
 VLLM_ASYNC_SCHEDULING_SINCE = (0, 10, 0)
+VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14, 0)
+
+
+def _vllm_async_default(ctx: Context) -> tuple[bool, str]:
+    """Whether vLLM >= 0.14 schedules asynchronously when not told (vllm/config/vllm.py VllmConfig.__post_init__,
+    v0.14.0): yes, unless pipeline parallelism, or speculative decoding by a method other than EAGLE/MTP (ServeSim's
+    speculation is a separate draft model), or an executor other than mp/uni (ServeSim models one node's)."""
+    if ctx.pipeline_parallel > 1:
+        return False, "off (not with pipeline_parallel_size > 1)"
+    if ctx.raw.get("speculation") is not None:
+        return False, "off (not with draft-model speculative decoding)"
+    return True, "on by default"
 
 
 _VLLM_FLAGS = {
@@ -211,7 +228,8 @@ _VLLM_FLAGS = {
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),
     "tensor_parallel_size": Flag("hardware.tensor_parallel", int, "--tensor-parallel-size"),
     "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
-    "async_scheduling": Flag(None, bool, "--async-scheduling (0.10+): the CPU terms overlap the GPU's step"),
+    "async_scheduling": Flag(None, bool, "--async-scheduling (0.10+; the default from 0.14, --no-async-scheduling "
+                                         "turns it off): the CPU terms overlap the GPU's step"),
 }
 
 
@@ -498,7 +516,7 @@ _LMDEPLOY_FLAGS = {
 
 
 PRESETS: dict[str, EnginePreset] = {
-    "vllm": EnginePreset("vllm", "vLLM", (0, 6, 0), (0, 11, 2), "vllm/engine/arg_utils.py, vllm/config.py",
+    "vllm": EnginePreset("vllm", "vLLM", (0, 6, 0), (0, 14, 1), "vllm/engine/arg_utils.py, vllm/config.py",
                          _VLLM_FLAGS, _derive_vllm),
     "sglang": EnginePreset("sglang", "SGLang", (0, 3, 0), (0, 5, 5), "python/sglang/srt/server_args.py",
                            _SGLANG_FLAGS, _derive_sglang),

@@ -27,6 +27,28 @@ def test_vllm_v1_takes_its_openai_server_batch_defaults_from_the_gpu():
 
 
 
+def test_vllm_014_schedules_asynchronously_unless_told_or_unable():
+    # vllm/config/vllm.py VllmConfig.__post_init__ (v0.14.0): async_scheduling None -> True, except with pipeline
+    # parallelism or non-EAGLE speculative decoding; SchedulerConfig.async_scheduling was False through v0.13.0
+    for version, overlap in (("0.11.0", False), ("0.12.0", False), ("0.13.0", False), ("0.14.0", True),
+                             ("0.14.1", True)):
+        sc = scenario({"name": "vllm", "version": version})
+        assert bool(sc.cost_model.overhead.overlap) is overlap, version
+        assert (sc.scheduler.max_num_batched_tokens, sc.scheduler.max_num_seqs) == (8192, 1024)  # as v0.11.0's
+    assert any("async scheduling on by default" in n for n in scenario({"name": "vllm", "version": "0.14.0"}).engine.notes)
+    assert not scenario({"name": "vllm", "version": "0.14.0", "async_scheduling": False}).cost_model.overhead.overlap
+    speculation = {"num_speculative_tokens": 3, "draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
+    drafted = scenario({"name": "vllm", "version": "0.14.0"}, speculation=speculation)
+    assert not drafted.cost_model.overhead.overlap
+    assert any("off (not with draft-model speculative decoding)" in n for n in drafted.engine.notes)
+    piped = validate_scenario({**BASE, "model": "llama-3.1-70b", "hardware": {"tensor_parallel": 2,
+                               "pipeline_parallel": 2}, "engine": {"name": "vllm", "version": "0.14.0"}})
+    assert not piped.cost_model.overhead.overlap
+    # v0.12+ borrow v0.11.0's fitted CPU terms, as any version without its own fit (said in the notes)
+    assert (scenario({"name": "vllm", "version": "0.14.0"}).cost_model.overhead.per_step_s
+            == scenario({"name": "vllm", "version": "0.11.0"}).cost_model.overhead.per_step_s)
+
+
 def test_vllm_async_scheduling_overlaps_the_cpu_terms_with_the_gpu():
     from sim.run import simulate
     plain = scenario({"name": "vllm", "version": "0.11.0"})
@@ -193,6 +215,8 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"name": "lmdeploy", "version": "0.1.0a1"}, {"scheduler": {"chunked_prefill": True}},
      "context_pass needs chunked_prefill false"),
     ({"name": "vllm", "version": "0.3.0"}, {}, "engine.version: '0.3.0' is not a vllm version"),
+    ({"name": "vllm", "version": "0.15.0"}, {}, "engine.version: '0.15.0' is not a vllm version the preset knows; "
+     "allowed: 0.6.0 to 0.14.x"),
     ({"name": "sglang", "version": "0.2.9"}, {}, "engine.version: '0.2.9' is not a sglang version the preset knows; "
      "allowed: 0.3.0 to 0.5.x"),
     ({"name": "vllm", "version": 0.11}, {}, "engine.version: 0.11 is not allowed"),
