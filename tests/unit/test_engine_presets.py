@@ -35,7 +35,8 @@ def test_vllm_014_schedules_asynchronously_unless_told_or_unable():
         sc = scenario({"name": "vllm", "version": version})
         assert bool(sc.cost_model.overhead.overlap) is overlap, version
         assert (sc.scheduler.max_num_batched_tokens, sc.scheduler.max_num_seqs) == (8192, 1024)  # as v0.11.0's
-    assert any("async scheduling on by default" in n for n in scenario({"name": "vllm", "version": "0.14.0"}).engine.notes)
+    default_on = scenario({"name": "vllm", "version": "0.14.0"})
+    assert any("async scheduling on by default" in n for n in default_on.engine.notes)
     assert not scenario({"name": "vllm", "version": "0.14.0", "async_scheduling": False}).cost_model.overhead.overlap
     speculation = {"num_speculative_tokens": 3, "draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
     drafted = scenario({"name": "vllm", "version": "0.14.0"}, speculation=speculation)
