@@ -31,6 +31,7 @@ from sim.cost.draws import perturb
 from sim.cost.overhead import with_overhead
 from sim.sched.rules import (
     SGLANG_CLIP_MAX_NEW_TOKENS,
+    clipped_output,
     context_pass_chunk,
     group_steps_left_after,
     new_token_ratio,
@@ -485,8 +486,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
             out = req[Q_OUT, rid]
             if req[Q_ANCHOR, rid] >= 0:
                 out += clock - req[Q_ANCHOR, rid]
-            left = req[Q_MAX_OUT, rid] - out
-            future += left if left < clip else clip
+            future += clipped_output(req[Q_MAX_OUT, rid] - out, clip)
             rid = req[Q_RUN_NEXT, rid]
         running_future = float(future)
     # Then waiting requests in order while a sequence slot, the budget and the KV allow.

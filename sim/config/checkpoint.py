@@ -7,25 +7,29 @@ what it leaves out, and says nothing about a what-if (a bf16 variant of an fp8 c
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, get_args
+
+from pydantic import ValidationError
 
 from sim.errors import ConfigError
+from sim.model.catalog import resolve_gpu
 from sim.model.hf_config import read_model_and_quantization
-
-WEIGHT_DTYPES = "bf16, fp16, fp8, int8, int4"  # QuantizationSpec.weights
 
 
 def _gpu_has_fp8(hardware: Any) -> bool:
     """Whether the scenario's GPU has an fp8 rate (the engines run a W8A8 checkpoint's matrix products in fp8 there,
     and dequantize its weights elsewhere: vLLM's Fp8LinearMethod falls back to weight-only Marlin below sm_89)."""
-    from sim.model.catalog import get_gpu
-    gpu = hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm"
-    if isinstance(gpu, dict):
-        return bool(gpu.get("fp8_flops_per_s"))
     try:
-        return get_gpu(gpu, "hardware.gpu").fp8_flops_per_s is not None
-    except (ConfigError, TypeError):
+        return resolve_gpu(hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm"
+                           ).fp8_flops_per_s is not None
+    except (ConfigError, ValidationError, TypeError):
         return False  # validation names a bad GPU in its own words
+
+
+def _weight_dtypes() -> str:
+    """The weights' dtypes a scenario may name (QuantizationSpec.weights)."""
+    from sim.config.schema import QuantizationSpec  # (schema calls this module while validating)
+    return ", ".join(get_args(QuantizationSpec.model_fields["weights"].annotation))
 
 
 def checkpoint_defaults(data: dict) -> dict:
@@ -45,7 +49,7 @@ def checkpoint_defaults(data: dict) -> dict:
     if quant.weights is None:
         if "weights" not in given:
             raise ConfigError(f"model.hf_config: the checkpoint's {quant.describe()}; allowed: say how its weights "
-                              f"are stored with quantization.weights ({WEIGHT_DTYPES})")
+                              f"are stored with quantization.weights ({_weight_dtypes()})")
         return data
     filled = {"weights": quant.weights, **given}
     if filled["weights"] == quant.weights == "fp8":

@@ -655,12 +655,11 @@ def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs
 
 
 def _resolve_gpu_and_model(raw: dict):
-    from sim.model.catalog import get_gpu, get_model
+    from sim.model.catalog import get_model, resolve_gpu
     from sim.model.hf_config import read_model_ref
-    from sim.model.specs import GPUSpec, ModelSpec
+    from sim.model.specs import ModelSpec
     hardware = raw.get("hardware") or {}
-    gpu_value = hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm"
-    gpu = GPUSpec.model_validate(gpu_value) if isinstance(gpu_value, dict) else get_gpu(gpu_value, "hardware.gpu")
+    gpu = resolve_gpu(hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm")
     model = None
     try:
         value = read_model_ref(raw.get("model", "llama-3.1-8b"))

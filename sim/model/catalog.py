@@ -266,3 +266,10 @@ def get_gpu(name: str, field: str = "hardware.gpu") -> GPUSpec:
         return GPUS[_canonical(name)]
     except KeyError:
         raise ConfigError(f"{field}: unknown gpu {name!r}; allowed: {', '.join(GPUS)}") from None
+
+
+def resolve_gpu(value: str | dict | GPUSpec, field: str = "hardware.gpu") -> GPUSpec:
+    """A raw scenario's GPU: a catalog name, an inline mapping (validated as a GPUSpec) or a GPUSpec."""
+    if isinstance(value, GPUSpec):
+        return value
+    return GPUSpec.model_validate(value) if isinstance(value, dict) else get_gpu(value, field)

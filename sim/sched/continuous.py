@@ -22,6 +22,7 @@ from sim.sched.preemption import VICTIM_POLICIES
 from sim.sched.rules import (
     SGLANG_CLIP_MAX_NEW_TOKENS,
     SchedulingRule,
+    clipped_output,
     context_pass_chunk,
     group_steps_left_after,
     new_token_ratio,
@@ -306,7 +307,7 @@ class ContinuousScheduler(SchedulerBase):
             out = request.num_output_tokens
             if request.request_id in tracker.members:
                 out += tracker.clock - request.decode_anchor
-            future += min(request.max_output_tokens - out, clip)
+            future += clipped_output(request.max_output_tokens - out, clip)
         return ratio, float(future)
 
     def _release_reservation(self, request: Request) -> None:

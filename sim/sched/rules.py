@@ -140,6 +140,13 @@ def new_token_ratio(init, minimum, decay_steps, steps_since_reset):
     return ratio if ratio > minimum else minimum
 
 
+@njit(cache=True, inline="always")
+def clipped_output(output_tokens, clip):
+    """The output tokens SGLang's admission counts for one request: its remaining output, at most `clip`
+    (CLIP_MAX_NEW_TOKENS_ESTIMATION, SGLANG_CLIP_MAX_NEW_TOKENS here)."""
+    return output_tokens if output_tokens < clip else clip
+
+
 @njit(cache=True)
 def ratio_admits(free_tokens, running_remaining_tokens, admitted_tokens, prompt_tokens, output_tokens, ratio, clip):
     """SGLang's PrefillAdder.add_one_req check for one more request: the free KV tokens, less the running requests'
@@ -148,8 +155,8 @@ def ratio_admits(free_tokens, running_remaining_tokens, admitted_tokens, prompt_
     prompt plus its whole remaining output, clipped (`total_tokens >= rem_total_tokens` refuses it). The ratio
     discounts only the running requests, never the one being admitted (sglang 0.3.0 policy_scheduler.py and 0.5.5
     schedule_policy.py alike)."""
-    out = output_tokens if output_tokens < clip else clip
-    return free_tokens - running_remaining_tokens * ratio - admitted_tokens > prompt_tokens + out
+    return free_tokens - running_remaining_tokens * ratio - admitted_tokens > prompt_tokens + clipped_output(
+        output_tokens, clip)
 
 
 @njit(cache=True)
@@ -159,4 +166,4 @@ def ratio_admitted_tokens(prompt_tokens, chunk_tokens, output_tokens, clip):
     chunk (`_prefill_one_req(prefix_len, trunc_len, 0)`: the output is counted when the last chunk is added)."""
     if chunk_tokens < prompt_tokens:
         return 0.0
-    return float(output_tokens if output_tokens < clip else clip)
+    return float(clipped_output(output_tokens, clip))
