@@ -7,13 +7,14 @@ what it leaves out, and says nothing about a what-if (a bf16 variant of an fp8 c
 
 from __future__ import annotations
 
-from typing import Any, get_args
+from typing import Any
 
 from pydantic import ValidationError
 
 from sim.errors import ConfigError
 from sim.model.catalog import resolve_gpu
 from sim.model.hf_config import read_model_and_quantization
+from sim.model.memory import WEIGHT_DTYPES
 
 
 def _gpu_has_fp8(hardware: Any) -> bool:
@@ -24,12 +25,6 @@ def _gpu_has_fp8(hardware: Any) -> bool:
                            ).fp8_flops_per_s is not None
     except (ConfigError, ValidationError, TypeError):
         return False  # validation names a bad GPU in its own words
-
-
-def _weight_dtypes() -> str:
-    """The weights' dtypes a scenario may name (QuantizationSpec.weights)."""
-    from sim.config.schema import QuantizationSpec  # (schema calls this module while validating)
-    return ", ".join(get_args(QuantizationSpec.model_fields["weights"].annotation))
 
 
 def checkpoint_defaults(data: dict) -> dict:
@@ -49,7 +44,7 @@ def checkpoint_defaults(data: dict) -> dict:
     if quant.weights is None:
         if "weights" not in given:
             raise ConfigError(f"model.hf_config: the checkpoint's {quant.describe()}; allowed: say how its weights "
-                              f"are stored with quantization.weights ({_weight_dtypes()})")
+                              f"are stored with quantization.weights ({', '.join(WEIGHT_DTYPES)})")
         return data
     filled = {"weights": quant.weights, **given}
     if filled["weights"] == quant.weights == "fp8":

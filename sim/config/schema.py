@@ -24,6 +24,7 @@ from sim.errors import ConfigError
 from sim.model.catalog import get_model
 from sim.model.hf_config import read_model_ref
 from sim.model.interconnects import INTERCONNECTS
+from sim.model.memory import WEIGHT_DTYPES
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
 from sim.workload.arrivals import MAX_RATE_PER_S
@@ -247,7 +248,7 @@ class KVCacheSpec(_Strict):
 
 
 class QuantizationSpec(_Strict):
-    weights: Literal["bf16", "fp16", "fp8", "int8", "int4"] = Field(
+    weights: Literal[WEIGHT_DTYPES] = Field(
         "bf16", description="how the weights are stored; absent: a `model: {hf_config}` checkpoint's own "
         "quantization_config (sim/config/checkpoint.py, with its block scales and fp8 activations), else bf16")
     kv_cache: Literal["bf16", "fp16", "fp8", "int8"] = "bf16"
