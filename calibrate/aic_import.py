@@ -69,6 +69,7 @@ import yaml
 SYSTEMS = {
     "h100-sxm": "h100_sxm",  # device "NVIDIA H100 80GB HBM3"
     "h200": "h200_sxm",  # device "NVIDIA H200"
+    "b200": "b200_sxm",  # device "NVIDIA B200"
     "a100-80gb": "a100_sxm",  # device "NVIDIA A100-SXM4-80GB"
     "l40s": "l40s",
     "l4": "l4",  # AIConfigurator 0.12.0 ships an empty l4 folder: reported in missing.json
@@ -240,8 +241,9 @@ MOE_DTYPES = {"vllm": ("bfloat16", "fp8_block"), "sglang": ("bfloat16", "fp8_blo
               "trtllm": ("bfloat16", "fp8", "fp8_block")}
 # GEMM rows left out, and why (meta.json records it): vLLM's block-scaled fp8 rows (DeepGEMM and FlashInfer kernels)
 # take a flat ~60-90 us at every m from 1 to ~2k (H200, n 1536, k 7168: 57-95 us, where its per-tensor fp8 kernel
-# takes 11-17 us and the weights' bytes 2.3 us): host time of eager calls, not what a CUDA-graphed step runs. The
-# measured model then prices block-scaled GEMMs from the per-tensor fp8 rows and says so.
+# takes 11-17 us and the weights' bytes 2.3 us; B200: 175-276 us against 10-27 us): host time of eager calls, not
+# what a CUDA-graphed step runs. The measured model then prices block-scaled GEMMs from the per-tensor fp8 rows and
+# says so.
 DROPPED_GEMM_DTYPES = {"vllm": {"fp8_block": "host-bound: a flat ~60-90 us at every m up to ~2k (H200 n 1536 k 7168: "
                                              "57-95 us; per-tensor fp8 11-17 us), eager calls' host time"}}
 REQUIRED = ("gemm", "context_attention", "generation_attention")

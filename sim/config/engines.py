@@ -135,15 +135,59 @@ def _set(raw: dict, dotted: str, value) -> None:
 
 # --- vLLM ------------------------------------------------------------------------------------------------
 
-def _vllm_batch_defaults(gpu) -> tuple[int, int]:
+# What the vLLM preset reads, and where (each in the PyPI sdists of every release from 0.11.0 to 0.33.0 but 0.15.x,
+# which PyPI has as wheels only: 0.15.x is taken as 0.16.0, and a preset note says so).
+VLLM_NEWEST = (0, 33, 0)
+VLLM_BATCH_TIER_160_GIB_SINCE = (0, 28, 0)  # get_batch_defaults: >= 160 GiB -> 16384 / 1024 (B200, B300)
+VLLM_MEMORY_UTILIZATION_092_SINCE = (0, 20, 0)  # CacheConfig.gpu_memory_utilization 0.9 -> 0.92
+VLLM_FULL_PROMPT_ADMISSION_SINCE = (0, 19, 0)  # SchedulerConfig.scheduler_reserve_full_isl = True
+VLLM_MLA_BLOCK_FROM_BACKEND_SINCE = (0, 18, 0)  # platforms/cuda.py no longer forces FlashMLA's 64 / CUTLASS's 128
+VLLM_ASYNC_WITH_PIPELINE_SINCE = (0, 16, 0)  # VllmConfig.__post_init__ no longer turns it off for PP > 1 (0.15: ?)
+VLLM_ASYNC_WITH_DRAFT_MODEL_SINCE = (0, 28, 0)  # ... nor for a draft model
+
+
+def _vllm_batch_defaults(gpu, version: tuple[int, ...]) -> tuple[int, int]:
     """(max_num_batched_tokens, max_num_seqs) of vLLM's OpenAI server: vllm/engine/arg_utils.py
-    EngineArgs.get_batch_defaults (v0.11.0; pinned by tests/engine/test_arg_utils.py; the same in the v0.12.0,
-    v0.13.0 and v0.14.0 sdists): a GPU with >= 70 GiB that is not an A100 gets 8192 / 1024, any other 2048 / 256."""
+    EngineArgs.get_batch_defaults (v0.11.0: inline in _set_default_args; pinned by tests/engine/test_arg_utils.py):
+    a GPU with >= 70 GiB (total memory, 2^30 bytes) that is not an A100 gets 8192 / 1024, any other 2048 / 256; from
+    v0.28.0 one with >= 160 GiB gets 16384 / 1024 first, whatever its name (v0.33.0 also keeps the GB10, compute
+    capability 12.1, on the small tier)."""
+    if version >= VLLM_BATCH_TIER_160_GIB_SINCE and gpu.hbm_bytes >= 160 * GIB:
+        return 16384, 1024
     big = gpu.hbm_bytes >= 70 * GIB and "a100" not in gpu.name.lower()
+    if version >= (0, 33) and gpu.compute_capability == (12, 1):
+        big = False
     return (8192, 1024) if big else (2048, 256)
 
 
+def _vllm_mla_block_size(ctx: Context) -> tuple[int, str] | None:
+    """The KV block size vLLM forces for an MLA model (DeepSeek-V2/V3/R1) on CUDA, with why; None where it keeps 16
+    (vllm/platforms/cuda.py CudaPlatformBase.check_and_update_config): to v0.17.x, FlashMLA's 64 on Hopper (compute
+    capability 9.x; from v0.11.1 the backend chosen is FlashAttention-MLA, which takes any multiple of 16, but the
+    FlashMLA branch still forces 64); on Blackwell (10.x) CUTLASS MLA's 128 to v0.14.x, then (v0.16.0) FlashInfer MLA's
+    64 where qk_nope_head_dim is 128, else CUTLASS's 128. From v0.18.0 the block size is the backend's preferred one:
+    16 for FlashAttention-MLA on Hopper, 32 (the smallest FlashInfer MLA takes) on Blackwell. Other GPUs: 16."""
+    model, cc = ctx.model, ctx.gpu.compute_capability
+    if model is None or model.attention != "mla" or cc is None:
+        return None
+    v = ctx.version
+    if cc[0] == 9 and v < VLLM_MLA_BLOCK_FROM_BACKEND_SINCE:
+        return 64, "FlashMLA's block size, forced on Hopper"
+    if cc[0] != 10:
+        return None
+    if v >= VLLM_MLA_BLOCK_FROM_BACKEND_SINCE:
+        return 32, "FlashInfer MLA's smallest block size on Blackwell"
+    if v >= (0, 15) and model.qk_nope_head_dim == 128:
+        return 64, "FlashInfer MLA's block size, forced on Blackwell"
+    return 128, "CUTLASS MLA's block size, forced on Blackwell"
+
+
 def _derive_vllm(ctx: Context) -> PresetResult:
+    """vLLM V1 (0.8+) as vllm/engine/arg_utils.py, vllm/config and vllm/platforms/cuda.py derive it, read in the PyPI
+    sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0): chunked prefill with decodes and prefill chunks
+    in one step, the OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`), 16-token KV blocks (an MLA
+    model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9 (0.92 from 0.20), async scheduling by
+    default from 0.14; V0 (0.6-0.7) as v0.6.3 does: prefill-only steps unless chunked, multi-step decoding."""
     v, flags = ctx.version, ctx.flags
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
                               "kv_cache.block_size": 16, "kv_cache.gpu_memory_utilization": 0.9}
@@ -158,11 +202,25 @@ def _derive_vllm(ctx: Context) -> PresetResult:
         if flags.get("enable_chunked_prefill") is False:
             raise ConfigError(f"engine.enable_chunked_prefill: false contradicts vLLM {ctx.version_text} (V1 always "
                               "chunks prefills); allowed: true, or vLLM 0.6.0 to 0.7.x")
-        mnbt, seqs = _vllm_batch_defaults(ctx.gpu)
+        mnbt, seqs = _vllm_batch_defaults(ctx.gpu, v)
         values.update({"scheduler.chunked_prefill": True, "scheduler.mixed_batches": True,
                        "scheduler.max_num_batched_tokens": mnbt, "scheduler.max_num_seqs": seqs})
         if v < (0, 11):
             notes.append(f"vLLM {ctx.version_text}: v0.11.0's batch defaults assumed")
+        if v[:2] == (0, 15):
+            notes.append(f"vLLM {ctx.version_text}: v0.16.0's defaults assumed (PyPI has no 0.15 sdist to read)")
+        if v < VLLM_FULL_PROMPT_ADMISSION_SINCE:
+            notes.append(f"vLLM {ctx.version_text}: a prompt is admitted when its whole prompt's KV blocks are free, as "
+                         "v0.19.0's scheduler_reserve_full_isl does (earlier versions check its first chunk only)")
+        mla = _vllm_mla_block_size(ctx)
+        if mla is not None:
+            values["kv_cache.block_size"] = mla[0]
+            notes.append(f"vLLM {ctx.version_text}: KV block size {mla[0]} for an MLA model on {ctx.gpu.name} "
+                         f"({mla[1]}; vllm/platforms/cuda.py)")
+        if v >= VLLM_MEMORY_UTILIZATION_092_SINCE:
+            values["kv_cache.gpu_memory_utilization"] = 0.92
+            notes.append(f"vLLM {ctx.version_text}: gpu_memory_utilization 0.92; the memory vLLM sets aside for CUDA "
+                         "graphs (profiled from v0.20.0) is not taken from the KV budget")
     else:
         # V0 (vllm/engine/arg_utils.py and vllm/config.py SchedulerConfig, v0.6.3): chunked prefill off unless
         # asked for; without it a step is prefill-only or decode-only (vllm/core/scheduler.py _schedule_default:
@@ -190,7 +248,7 @@ def _derive_vllm(ctx: Context) -> PresetResult:
                           f"vLLM {_dotted(VLLM_ASYNC_SCHEDULING_SINCE)} or later, or leave it out")
     if asked is None and v >= VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE:
         asked, why = _vllm_async_default(ctx)
-        notes.append(f"vLLM {ctx.version_text}: async scheduling {why} (vllm/config/vllm.py, v0.14.0)")
+        notes.append(f"vLLM {ctx.version_text}: async scheduling {why} (vllm/config/vllm.py)")
     if asked:
         # the engine core schedules step N + 1 while the GPU runs step N (vllm/v1/engine/core.py
         # step_with_batch_queue): a step takes the longer of its kernels and the CPU terms (sim/cost/overhead.py)
@@ -207,13 +265,16 @@ VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14, 0)
 
 
 def _vllm_async_default(ctx: Context) -> tuple[bool, str]:
-    """Whether vLLM >= 0.14 schedules asynchronously when not told (vllm/config/vllm.py VllmConfig.__post_init__,
-    v0.14.0): yes, unless pipeline parallelism, or speculative decoding by a method other than EAGLE/MTP (ServeSim's
-    speculation is a separate draft model), or an executor other than mp/uni (ServeSim models one node's)."""
-    if ctx.pipeline_parallel > 1:
-        return False, "off (not with pipeline_parallel_size > 1)"
-    if ctx.raw.get("speculation") is not None:
-        return False, "off (not with draft-model speculative decoding)"
+    """Whether vLLM >= 0.14 schedules asynchronously when not told (vllm/config/vllm.py VllmConfig.__post_init__):
+    yes, unless pipeline parallelism (v0.14.x only; from v0.31.0 again, but only on the V1 model runner, which the
+    V2 runner replaced as the default for nearly every model in v0.29.0), or speculative decoding by a draft model
+    (ServeSim's speculation) before v0.28.0. An executor other than mp/uni also turns it off; ServeSim models one
+    node's."""
+    v = ctx.version
+    if ctx.pipeline_parallel > 1 and v < VLLM_ASYNC_WITH_PIPELINE_SINCE:
+        return False, "off (not with pipeline_parallel_size > 1 in v0.14.x)"
+    if ctx.raw.get("speculation") is not None and v < VLLM_ASYNC_WITH_DRAFT_MODEL_SINCE:
+        return False, "off (not with draft-model speculative decoding before v0.28.0)"
     return True, "on by default"
 
 
@@ -516,7 +577,7 @@ _LMDEPLOY_FLAGS = {
 
 
 PRESETS: dict[str, EnginePreset] = {
-    "vllm": EnginePreset("vllm", "vLLM", (0, 6, 0), (0, 14, 1), "vllm/engine/arg_utils.py, vllm/config.py",
+    "vllm": EnginePreset("vllm", "vLLM", (0, 6, 0), VLLM_NEWEST, "vllm/engine/arg_utils.py, vllm/config.py",
                          _VLLM_FLAGS, _derive_vllm),
     "sglang": EnginePreset("sglang", "SGLang", (0, 3, 0), (0, 5, 5), "python/sglang/srt/server_args.py",
                            _SGLANG_FLAGS, _derive_sglang),

@@ -183,6 +183,7 @@ GPUS: dict[str, GPUSpec] = {
         interconnect_bytes_per_s=300e9,  # NVIDIA A100 datasheet, NVLink 600 GB/s bidirectional
         host_link_bytes_per_s=32e9,  # PCIe Gen4 x16, 64 GB/s bidirectional
         price_per_hour=4.10,  # approximate: AWS p4d.24xlarge $32.77/h / 8 GPUs
+        compute_capability=(8, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
     "a100-80gb": GPUSpec(
         name="a100-80gb",
@@ -193,6 +194,7 @@ GPUS: dict[str, GPUSpec] = {
         interconnect_bytes_per_s=300e9,  # NVIDIA A100 datasheet, NVLink 600 GB/s bidirectional
         host_link_bytes_per_s=32e9,  # PCIe Gen4 x16, 64 GB/s bidirectional
         price_per_hour=5.12,  # approximate: AWS p4de.24xlarge $40.97/h / 8 GPUs
+        compute_capability=(8, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
     "h100-sxm": GPUSpec(
         name="h100-sxm",
@@ -203,6 +205,7 @@ GPUS: dict[str, GPUSpec] = {
         interconnect_bytes_per_s=450e9,  # NVIDIA H100 datasheet, NVLink 900 GB/s bidirectional
         host_link_bytes_per_s=64e9,  # PCIe Gen5 x16, 128 GB/s bidirectional
         price_per_hour=12.29,  # approximate: AWS p5.48xlarge $98.32/h / 8 GPUs (AWS cut P5 prices in 2025)
+        compute_capability=(9, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
     "h200": GPUSpec(
         name="h200",
@@ -213,6 +216,19 @@ GPUS: dict[str, GPUSpec] = {
         interconnect_bytes_per_s=450e9,  # NVIDIA H200 datasheet, NVLink 900 GB/s bidirectional
         host_link_bytes_per_s=64e9,  # PCIe Gen5 x16, 128 GB/s bidirectional
         price_per_hour=13.50,  # estimate: ~1.1x the H100 price (AWS sells p5e mostly as Capacity Blocks)
+        compute_capability=(9, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
+    ),
+    "b200": GPUSpec(
+        name="b200",
+        bf16_flops_per_s=2250e12,  # NVIDIA Blackwell datasheet, HGX B200 BF16 Tensor Core (dense), per GPU
+        fp8_flops_per_s=4500e12,  # NVIDIA Blackwell datasheet, HGX B200 FP8 Tensor Core (dense), per GPU
+        hbm_bytes=183359 * _MIB,  # nvidia-smi total memory, "NVIDIA B200" (NVIDIA/TensorRT-LLM issue #10278)
+        hbm_bytes_per_s=7.7e12,  # aiconfigurator-core 0.12.0 systems/b200_sxm.yaml mem_bw (pytorch/ao#4002: 7.67 TB/s)
+        interconnect_bytes_per_s=900e9,  # NVIDIA Blackwell datasheet, NVLink 5 1.8 TB/s bidirectional
+        host_link_bytes_per_s=64e9,  # assumed PCIe Gen5 x16, 128 GB/s bidirectional (as the H100's)
+        price_per_hour=18.0,  # estimate, edit it: AWS sells P6-B200 only as Capacity Blocks (no on-demand list
+        # price); set at 1.33x the H200's estimate
+        compute_capability=(10, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
     "l40s": GPUSpec(
         name="l40s",
@@ -223,6 +239,7 @@ GPUS: dict[str, GPUSpec] = {
         interconnect_bytes_per_s=32e9,  # no NVLink: peers talk over PCIe Gen4 x16 (datasheet: 64 GB/s bidirectional)
         host_link_bytes_per_s=32e9,  # NVIDIA L40S datasheet, PCIe Gen4 x16 64 GB/s bidirectional
         price_per_hour=1.861,  # approximate: AWS g6e.xlarge on-demand (1 GPU)
+        compute_capability=(8, 9),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
     "l4": GPUSpec(
         name="l4",
@@ -233,6 +250,7 @@ GPUS: dict[str, GPUSpec] = {
         interconnect_bytes_per_s=32e9,  # no NVLink: peers talk over PCIe Gen4 x16
         host_link_bytes_per_s=32e9,  # NVIDIA L4 datasheet, PCIe Gen4 x16 64 GB/s bidirectional
         price_per_hour=0.805,  # approximate: AWS g6.xlarge on-demand (1 GPU)
+        compute_capability=(8, 9),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
     "a10g": GPUSpec(
         name="a10g",
@@ -244,6 +262,7 @@ GPUS: dict[str, GPUSpec] = {
         interconnect_bytes_per_s=32e9,  # no NVLink on g5 instances: peers talk over PCIe Gen4 x16
         host_link_bytes_per_s=32e9,  # PCIe Gen4 x16, 64 GB/s bidirectional
         price_per_hour=1.006,  # approximate: AWS g5.xlarge on-demand (1 GPU)
+        compute_capability=(8, 6),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
 }
 

@@ -96,6 +96,9 @@ class GPUSpec(BaseModel):
     interconnect_bytes_per_s: float = Field(gt=0, description="GPU-to-GPU bandwidth per direction")
     host_link_bytes_per_s: float = Field(gt=0, description="GPU-to-host (PCIe) bandwidth per direction")
     price_per_hour: float = Field(ge=0, description="USD per GPU-hour; editable")
+    compute_capability: tuple[int, int] | None = Field(
+        None, description="CUDA compute capability (major, minor): what engines key architecture-specific defaults on "
+        "(vLLM's MLA kernel and its KV block size); None: not an NVIDIA GPU, or unknown")
     compute_efficiency: float = Field(0.7, gt=0, le=1, description="fraction of peak FLOP/s a GEMM reaches")
     memory_efficiency: float = Field(0.8, gt=0, le=1, description="fraction of peak HBM bandwidth reached")
     interconnect_efficiency: float = Field(0.7, gt=0, le=1)

@@ -26,6 +26,45 @@ def test_vllm_v1_takes_its_openai_server_batch_defaults_from_the_gpu():
     assert (a100.max_num_batched_tokens, a100.max_num_seqs) == (2048, 256)
 
 
+@pytest.mark.parametrize("version, gpu, batch, utilization", [
+    ("0.27.1", "b200", (8192, 1024), 0.92),  # 179 GiB: the >= 70 GiB tier until v0.28.0
+    ("0.28.0", "b200", (16384, 1024), 0.92),  # v0.28.0: >= 160 GiB -> 16384 / 1024, whatever the name
+    ("0.33.0", "h200", (8192, 1024), 0.92),  # 140 GiB stays in the middle tier
+    ("0.33.0", "a100-80gb", (2048, 256), 0.92),
+    ("0.19.1", "h100-sxm", (8192, 1024), 0.9),  # gpu_memory_utilization 0.92 from v0.20.0
+])
+def test_vllm_later_versions_take_their_own_batch_tiers_and_memory_share(version, gpu, batch, utilization):
+    # vllm/engine/arg_utils.py get_batch_defaults, vllm/config/cache.py (the PyPI sdists of v0.16.0 to v0.33.0)
+    sc = scenario({"name": "vllm", "version": version}, hardware={"gpu": gpu})
+    assert (sc.scheduler.max_num_batched_tokens, sc.scheduler.max_num_seqs) == batch
+    assert sc.kv_cache.gpu_memory_utilization == utilization
+    assert sc.cost_model.overhead.overlap  # async scheduling on by default from v0.14.0
+
+
+@pytest.mark.parametrize("version, gpu, block", [
+    ("0.11.0", "h100-sxm", 64), ("0.17.1", "h200", 64), ("0.18.0", "h200", 16),  # FlashMLA's 64 forced to v0.17.x
+    ("0.14.1", "b200", 128), ("0.16.0", "b200", 64), ("0.18.0", "b200", 32),  # CUTLASS, FlashInfer (forced), then
+    ("0.11.0", "a100-80gb", 16),  # its smallest; no FlashMLA on Ampere
+])
+def test_vllm_forces_its_mla_kernels_block_size_by_gpu_architecture(version, gpu, block):
+    # vllm/platforms/cuda.py check_and_update_config; DeepSeek-V2-Lite is MLA with qk_nope_head_dim 128
+    sc = scenario({"name": "vllm", "version": version}, model="deepseek-v2-lite", hardware={"gpu": gpu})
+    assert sc.kv_cache.block_size == block
+    assert (block == 16) is not any("for an MLA model" in n for n in sc.engine.notes)
+    dense = scenario({"name": "vllm", "version": version}, hardware={"gpu": gpu})
+    assert dense.kv_cache.block_size == 16
+    given = scenario({"name": "vllm", "version": version, "block_size": 32}, model="deepseek-v2-lite",
+                     hardware={"gpu": gpu})
+    assert given.kv_cache.block_size == 32  # --block-size wins
+
+
+def test_vllm_015_is_read_as_016_and_says_so():
+    notes = scenario({"name": "vllm", "version": "0.15.1"}).engine.notes
+    assert any("v0.16.0's defaults assumed (PyPI has no 0.15 sdist" in n for n in notes)
+    assert any("whole prompt's KV blocks" in n for n in notes)  # admission as v0.19.0's, said before v0.19
+    assert not any("whole prompt's KV blocks" in n for n in scenario({"name": "vllm", "version": "0.19.0"}).engine.notes)
+
+
 
 def test_vllm_014_schedules_asynchronously_unless_told_or_unable():
     # vllm/config/vllm.py VllmConfig.__post_init__ (v0.14.0): async_scheduling None -> True, except with pipeline
@@ -41,10 +80,13 @@ def test_vllm_014_schedules_asynchronously_unless_told_or_unable():
     speculation = {"num_speculative_tokens": 3, "draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
     drafted = scenario({"name": "vllm", "version": "0.14.0"}, speculation=speculation)
     assert not drafted.cost_model.overhead.overlap
-    assert any("off (not with draft-model speculative decoding)" in n for n in drafted.engine.notes)
-    piped = validate_scenario({**BASE, "model": "llama-3.1-70b", "hardware": {"tensor_parallel": 2,
-                               "pipeline_parallel": 2}, "engine": {"name": "vllm", "version": "0.14.0"}})
-    assert not piped.cost_model.overhead.overlap
+    assert any("off (not with draft-model speculative decoding" in n for n in drafted.engine.notes)
+    # v0.28.0 keeps a draft model asynchronous too
+    assert scenario({"name": "vllm", "version": "0.28.0"}, speculation=speculation).cost_model.overhead.overlap
+    for version, overlap in (("0.14.1", False), ("0.16.0", True), ("0.33.0", True)):
+        piped = validate_scenario({**BASE, "model": "llama-3.1-70b", "hardware": {"tensor_parallel": 2,
+                                   "pipeline_parallel": 2}, "engine": {"name": "vllm", "version": version}})
+        assert bool(piped.cost_model.overhead.overlap) is overlap, version  # PP turns it off in v0.14.x only
     # v0.12+ borrow v0.11.0's fitted CPU terms, as any version without its own fit (said in the notes)
     assert (scenario({"name": "vllm", "version": "0.14.0"}).cost_model.overhead.per_step_s
             == scenario({"name": "vllm", "version": "0.11.0"}).cost_model.overhead.per_step_s)
@@ -216,8 +258,8 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"name": "lmdeploy", "version": "0.1.0a1"}, {"scheduler": {"chunked_prefill": True}},
      "context_pass needs chunked_prefill false"),
     ({"name": "vllm", "version": "0.3.0"}, {}, "engine.version: '0.3.0' is not a vllm version"),
-    ({"name": "vllm", "version": "0.15.0"}, {}, "engine.version: '0.15.0' is not a vllm version the preset knows; "
-     "allowed: 0.6.0 to 0.14.x"),
+    ({"name": "vllm", "version": "0.34.0"}, {}, "engine.version: '0.34.0' is not a vllm version the preset knows; "
+     "allowed: 0.6.0 to 0.33.x"),
     ({"name": "sglang", "version": "0.2.9"}, {}, "engine.version: '0.2.9' is not a sglang version the preset knows; "
      "allowed: 0.3.0 to 0.5.x"),
     ({"name": "vllm", "version": 0.11}, {}, "engine.version: 0.11 is not allowed"),
