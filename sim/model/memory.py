@@ -36,7 +36,7 @@ def _positive_int(value: int, field: str) -> None:
         raise ConfigError(f"{field}: {value!r} is not allowed; allowed: an integer >= 1")
 
 
-def _splits(model: ModelSpec, tp: int) -> bool:
+def splits_heads(model: ModelSpec, tp: int) -> bool:
     if model.num_attention_heads % tp:
         return False
     if model.attention == "mla":
@@ -48,8 +48,8 @@ def _splits(model: ModelSpec, tp: int) -> bool:
 
 def check_tensor_parallel(model: ModelSpec, tp: int, field: str = "hardware.tensor_parallel") -> None:
     """Raise ConfigError unless `tp` ranks can split the model's attention heads evenly."""
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or not _splits(model, tp):
-        allowed = [d for d in range(1, model.num_attention_heads + 1) if _splits(model, d)]
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or not splits_heads(model, tp):
+        allowed = [d for d in range(1, model.num_attention_heads + 1) if splits_heads(model, d)]
         raise ConfigError(
             f"{field}: {tp!r} cannot split {model.name} ({model.num_attention_heads} attention heads, "
             f"{model.num_kv_heads} KV heads); allowed: {', '.join(map(str, allowed))}"

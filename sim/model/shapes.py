@@ -102,3 +102,41 @@ def active_param_count(model: ModelSpec) -> int:
     )
     head = lm_head_shape(model)
     return round(layers) + head.in_features * head.out_features + norm_param_count(model)
+
+
+FP8_SCALE_BLOCK = 128  # quantization.fp8_block_scales: one scale per 128 x 128 block of a weight matrix
+
+
+def _output_partitions(m: ModelSpec, shape: LinearShape, tp: int) -> list[float]:
+    """The per-GPU output widths of a column-split matrix, one per matrix merged into it (qkv: q, k and v; gate_up:
+    gate and up): each must hold whole scale blocks."""
+    if shape.name == "qkv":
+        kv = m.num_kv_heads / tp if m.num_kv_heads % tp == 0 else 1  # fewer KV heads than ranks: one each
+        return [m.num_attention_heads * m.head_dim / tp, kv * m.head_dim, kv * m.head_dim]
+    if shape.name.endswith("gate_up"):
+        return [shape.out_features / 2 / tp] * 2
+    return [shape.out_features / tp]
+
+
+def block_scale_problem(model: ModelSpec, tp: int) -> str | None:
+    """Why `tp` ranks cannot shard this model's block-scaled fp8 weights (None: they can). Each rank must hold whole
+    128 x 128 scale blocks: a column-split matrix's output width per rank (each merged matrix's: gate and up, q, k
+    and v), and a row-split one's input width per rank when it is split, must be multiples of 128, as the engines
+    check when they load such a checkpoint (vLLM: validate_fp8_block_shape, Fp8MoEMethod.create_weights: "... is not
+    divisible by weight quantization block_n")."""
+    b = FP8_SCALE_BLOCK
+    for _, shapes in layer_groups(model):
+        for shape in shapes:
+            if shape.tp_split == "column":
+                widths = _output_partitions(model, shape, tp)
+            elif shape.tp_split == "row" and tp > 1:
+                widths = [shape.in_features / tp]
+            else:
+                continue
+            bad = next((w for w in widths if w % b), None)
+            if bad is not None:
+                split = "output" if shape.tp_split == "column" else "input"
+                return (f"{shape.name}'s {split} width per GPU is {bad:g} at tensor_parallel {tp}, not a multiple of "
+                        f"the {b}-wide fp8 scale blocks")
+    return None
+

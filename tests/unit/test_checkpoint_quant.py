@@ -92,6 +92,35 @@ def test_deepseek_r1_config_is_priced_in_block_scaled_fp8():
     assert _quant(raw) == ("fp8", True, True)  # was bf16: 1.34 TB of weights, beyond 8 H200s
 
 
+QWEN3_235B = REPO / "benchmarks" / "published" / "qwen3-235b-a22b.json"
+
+
+@pytest.mark.parametrize("tp, problem", [(4, None), (8, "experts_gate_up's output width per GPU is 192")])
+def test_block_scaled_fp8_needs_whole_scale_blocks_on_every_gpu(tp, problem):
+    # Qwen3-235B-A22B: moe_intermediate_size 1536, so 192 per GPU at TP 8 (vLLM refuses it: GPUStack's page, "TP8
+    # only is not compatible for the model weight. Use EP as well."); 384 = 3 x 128 at TP 4
+    from sim.model.catalog import get_model
+    from sim.model.hf_config import read_model_ref
+    from sim.model.shapes import block_scale_problem
+    model = read_model_ref({"hf_config": str(QWEN3_235B)}, "model")
+    found = block_scale_problem(model, tp)
+    assert found == problem if problem is None else problem in found
+    assert block_scale_problem(get_model("llama-3.1-8b"), 8) is None  # 14336 / 8 = 1792 = 14 x 128
+    raw = {"model": {"hf_config": str(QWEN3_235B)}, "hardware": {"gpu": "h100-sxm", "tensor_parallel": tp},
+           "quantization": {"weights": "fp8", "fp8_block_scales": True},
+           "workload": {"arrival": {"kind": "burst"}, "lengths": {"kind": "fixed", "input_tokens": 64,
+                                                                  "output_tokens": 8}},
+           "run": {"num_requests": 4}}
+    if problem is None:
+        assert validate_scenario(raw).hardware.tensor_parallel == tp
+        return
+    with pytest.raises(ConfigError, match=r"^hardware\.tensor_parallel: 8 cannot shard qwen3-235b-a22b's block-scaled "
+                       r"fp8 weights \(.*\); allowed: 1, 2, 4, or quantization\.fp8_block_scales false$"):
+        validate_scenario(raw)
+    per_tensor = {**raw, "quantization": {"weights": "fp8", "fp8_block_scales": False}}
+    assert validate_scenario(per_tensor).hardware.tensor_parallel == 8  # per-tensor scales shard anywhere
+
+
 def test_fp8_activations_run_in_fp8_only_on_a_gpu_with_an_fp8_rate(tmp_path):
     assert _quant(_scenario(tmp_path, BLOCK_FP8, "h100-sxm")) == ("fp8", True, True)
     assert _quant(_scenario(tmp_path, BLOCK_FP8, "a100-80gb")) == ("fp8", True, False)  # weight-only fp8 there
