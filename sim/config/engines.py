@@ -385,45 +385,99 @@ def _sglang_request_slots(ctx: Context, fraction: float, token_budget: int, cap:
     return min(max(int(kv_tokens / context_len * 512), 2048), cap), kv_tokens
 
 
+# SGLang 0.4-0.5.x, read in the PyPI wheels of every release from 0.5.3 to 0.5.23 (python/sglang/srt/server_args.py
+# _handle_gpu_memory_settings; from 0.5.19 arg_groups/memory_hook.py handle_gpu_memory_settings). By the GPU's
+# nvidia-smi memory (MiB), in order: (below this many MiB, chunked_prefill_size, cuda-graph max batch at TP < 4, at
+# TP >= 4). The 20-35 GiB tier is 0.5.20's (before: 2048 tokens, 24 / 80).
+SGLANG_NEWEST = (0, 5, 23)
+SGLANG_MEMORY_TIERS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024, 4096, 32, 160),
+                       (160 * 1024, 8192, 256, 512), (math.inf, 16384, 512, 512))
+SGLANG_SMALL_TIER_BEFORE_0_5_20 = (2048, 24, 80)
+# From 0.5.10rc0 a prefill CUDA graph is captured by default ("piecewise"; "breakable" on CUDA from 0.5.15): its
+# memory, 8 MiB per captured size (1.5 GiB for an MLA model), is reserved too. Off with pipeline parallelism (every
+# version), speculative decoding (to 0.5.13), and for MLA models in 0.5.15-0.5.17.
+SGLANG_PREFILL_GRAPH_SINCE = (0, 5, 10)
+SGLANG_PREFILL_GRAPH_MIB_PER_SIZE, SGLANG_PREFILL_GRAPH_MLA_MIB = 8, 1536
+
+
+def _sglang_prefill_graph_sizes(max_tokens: int) -> int:
+    """How many prefill CUDA graphs SGLang captures up to `max_tokens` (generate_prefill_cuda_graph_batch_sizes,
+    0.5.9-0.5.23: 4-32 by 4, 48-256 by 16, 288-512 by 32, 576-1024 by 64, 1280-4096 by 256, then by 512)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, max_tokens + 1, 512)]
+    return sum(1 for size in sizes if size <= max_tokens)
+
+
+def _sglang_prefill_graph_mib(ctx: Context, chunk: int) -> tuple[float, str | None]:
+    """The memory SGLang reserves for its prefill CUDA graphs (MiB), and why none where it captures none."""
+    v, mla = ctx.version, ctx.model is not None and ctx.model.attention == "mla"
+    if v < SGLANG_PREFILL_GRAPH_SINCE:
+        return 0.0, None
+    if ctx.pipeline_parallel > 1:
+        return 0.0, "off with pipeline parallelism"
+    if ctx.raw.get("speculation") is not None and v < (0, 5, 14):
+        return 0.0, "off with speculative decoding before 0.5.14"
+    if mla and (0, 5, 15) <= v < (0, 5, 18):
+        return 0.0, "off for MLA models in 0.5.15-0.5.17"
+    if mla:
+        return SGLANG_PREFILL_GRAPH_MLA_MIB, None
+    return _sglang_prefill_graph_sizes(chunk) * SGLANG_PREFILL_GRAPH_MIB_PER_SIZE, None
+
+
+def _sglang_memory_tier(ctx: Context) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda-graph max batch) for the GPU's memory and TP."""
+    gpu_mib = ctx.gpu.hbm_bytes / 2**20
+    below, chunk, small_tp, large_tp = next(t for t in SGLANG_MEMORY_TIERS if gpu_mib < t[0])
+    if below == 35 * 1024 and ctx.version < (0, 5, 20):
+        chunk, small_tp, large_tp = SGLANG_SMALL_TIER_BEFORE_0_5_20
+    return chunk, small_tp if ctx.tensor_parallel < 4 else large_tp
+
+
 def _derive_sglang(ctx: Context) -> PresetResult:
     """python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings and model_runner.py (max_num_reqs),
-    the same in the PyPI wheels 0.5.3, 0.5.3.post3 and 0.5.5.post1: on a 60-160 GiB GPU chunked_prefill_size 8192,
-    cuda_graph_max_bs 256 (tp < 4) else 512, mem_fraction_static = (memory - reserved) / memory with reserved =
-    max(512 + 1.5 x chunk + 2 x cuda_graph_max_bs + tp x pp / 8 x 1024, 10240) MiB, max_running_requests =
-    min(max(kv_tokens / context_len x 512, 2048), 4096), page_size 1; separate prefill and decode batches
-    (enable_mixed_chunk off), SGLang's new-token ratio for admission. SGLang 0.3.x: `_derive_sglang_030`."""
+    read in the PyPI wheels of every release from 0.5.3 to 0.5.23: chunked_prefill_size and the decode cuda-graph
+    batch by GPU memory (SGLANG_MEMORY_TIERS: 8192 and 256 at TP < 4, else 512, on a 60-160 GiB GPU; 16384 and 512 on
+    a B200), mem_fraction_static = (memory - reserved) / memory with reserved = 512 + 1.5 x chunk + 2 x graph batch +
+    tp x pp / 8 x 1024 MiB + the prefill graphs' memory (from 0.5.10), at least 10240 MiB on a GPU over 60 GiB;
+    max_running_requests = min(max(kv_tokens / context_len x 512, 2048), 4096, kv_tokens // 2), page_size 1; separate
+    prefill and decode batches (enable_mixed_chunk off), SGLang's new-token ratio for admission. SGLang 0.3.x:
+    `_derive_sglang_030`."""
     if ctx.version[:2] == (0, 3):
         return _derive_sglang_030(ctx)
     flags, gpu = ctx.flags, ctx.gpu
     notes: list[str] = []
     gpu_mib = gpu.hbm_bytes / 2**20
-    tabulated = 60 * 1024 <= gpu_mib < 160 * 1024
-    chunk = flags.get("chunked_prefill_size")
-    if chunk is None:
-        if not tabulated:
-            raise ConfigError(f"engine.chunked_prefill_size: missing; the sglang preset tabulates SGLang's defaults "
-                              f"for 60-160 GiB GPUs only, not {gpu.name}; allowed: give chunked_prefill_size and "
-                              "mem_fraction_static")
-        chunk = 8192
+    tier_chunk, graph_bs = _sglang_memory_tier(ctx)
+    chunk = flags.get("chunked_prefill_size", tier_chunk)
     values = _sglang_batches(flags, chunk)
     fraction = flags.get("mem_fraction_static")
     if fraction is None:
-        if not tabulated:
-            raise ConfigError(f"engine.mem_fraction_static: missing; the sglang preset tabulates it for 60-160 GiB "
-                              f"GPUs only, not {gpu.name}; allowed: a fraction in (0, 1]")
-        graph_bs = 256 if ctx.tensor_parallel < 4 else 512
-        reserved = max(512 + max(chunk, 2048) * 1.5 + graph_bs * 2
-                       + ctx.tensor_parallel * ctx.pipeline_parallel / 8 * 1024, 10 * 1024)
+        running_flag = flags.get("max_running_requests")
+        if running_flag is not None and ctx.version >= (0, 5, 22):
+            graph_bs = min(graph_bs, running_flag)  # 0.5.22: the decode graphs stop at the running limit
+        graph_mib, why_not = _sglang_prefill_graph_mib(ctx, chunk)
+        if why_not:
+            notes.append(f"SGLang {ctx.version_text}: no prefill CUDA graph memory reserved ({why_not})")
+        reserved = (512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + ctx.tensor_parallel * ctx.pipeline_parallel / 8 * 1024
+                    + graph_mib)
+        if gpu_mib > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
         fraction = round((gpu_mib - reserved) / gpu_mib, 3)
     values["kv_cache.gpu_memory_utilization"] = fraction
     conservativeness = flags.get("schedule_conservativeness", 1.0)
     init = min(SGLANG_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
-    values["scheduler.new_token_ratio"] = {"init": init, "min": min(SGLANG_MIN_NEW_TOKEN_RATIO, init),
+    values["scheduler.new_token_ratio"] = {"init": init, "min": min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0),
                                            "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
+    slots, kv_tokens = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes)
     running = flags.get("max_running_requests")
     if running is None:
-        running = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes)[0]
-    values["scheduler.max_num_seqs"] = running
+        values["scheduler.max_num_seqs"] = min(slots, kv_tokens // 2) if kv_tokens is not None else slots
+    else:
+        cap = slots if (0, 5, 10) <= ctx.version < (0, 5, 14) else (kv_tokens // 2 if kv_tokens is not None and
+                                                                   ctx.version >= (0, 5, 14) else None)
+        if cap is not None and running > cap:
+            notes.append(f"SGLang {ctx.version_text}: --max-running-requests {running} is above the {cap} the engine "
+                         "allows here (model_runner's request pool); the value given is simulated")
     values.update(_engine_terms(ctx, "sglang", notes))
     return PresetResult(values, {}, notes)
 
@@ -579,7 +633,7 @@ _LMDEPLOY_FLAGS = {
 PRESETS: dict[str, EnginePreset] = {
     "vllm": EnginePreset("vllm", "vLLM", (0, 6, 0), VLLM_NEWEST, "vllm/engine/arg_utils.py, vllm/config.py",
                          _VLLM_FLAGS, _derive_vllm),
-    "sglang": EnginePreset("sglang", "SGLang", (0, 3, 0), (0, 5, 5), "python/sglang/srt/server_args.py",
+    "sglang": EnginePreset("sglang", "SGLang", (0, 3, 0), SGLANG_NEWEST, "python/sglang/srt/server_args.py",
                            _SGLANG_FLAGS, _derive_sglang),
     "trtllm": EnginePreset("trtllm", "TensorRT-LLM", (0, 14, 0), (1, 2, 0), "tensorrt_llm/llmapi/llm_args.py",
                            _TRTLLM_FLAGS, _derive_trtllm),

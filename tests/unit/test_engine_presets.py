@@ -133,6 +133,42 @@ def test_sglang_derives_its_memory_fraction_and_runs_separate_batches_with_the_n
 
 
 
+@pytest.mark.parametrize("version, gpu, tp, chunk, fraction", [
+    # reserved MiB = 512 + 1.5 x chunk + 2 x graph batch + tp / 8 x 1024 (+ 8 per prefill graph from 0.5.10), at least
+    # 10,240 on a GPU over 60 GiB; fraction = (nvidia-smi MiB - reserved) / MiB, rounded to 3 places
+    ("0.5.9", "h100-sxm", 1, 8192, 0.835),  # 13,440 of 81,559
+    ("0.5.10", "h100-sxm", 1, 8192, 0.830),  # + 58 prefill graphs x 8 = 13,904
+    ("0.5.23", "h200", 8, 8192, 0.893),  # 512 + 12,288 + 1,024 + 1,024 + 464 = 15,312 of 143,771
+    ("0.5.23", "b200", 1, 16384, 0.854),  # >= 160 GiB: 16,384 tokens, graphs to 512; 74 prefill graphs: 26,832
+    ("0.5.5.post1", "l40s", 1, 4096, 0.851),  # < 60 GiB: 4,096 tokens, graphs to 32, no floor: 6,848 of 46,068
+    ("0.5.23", "l40s", 1, 4096, 0.843),  # + 50 prefill graphs: 7,248
+])
+def test_sglang_takes_its_chunk_and_memory_share_from_the_gpus_memory_tier(version, gpu, tp, chunk, fraction):
+    # server_args.py _handle_gpu_memory_settings (0.5.5.post1), arg_groups/memory_hook.py (0.5.23)
+    sc = scenario({"name": "sglang", "version": version}, model="llama-3.1-70b" if tp > 1 else "llama-3.1-8b",
+                  hardware={"gpu": gpu, "tensor_parallel": tp})
+    assert (sc.scheduler.max_num_batched_tokens, sc.kv_cache.gpu_memory_utilization) == (chunk, fraction)
+
+
+def test_sglang_small_gpus_tier_and_the_prefill_graphs_exceptions():
+    l4 = {"hardware": {"gpu": "l4"}, "model": "llama-2-7b"}  # 23,034 MiB: the 20-35 GiB tier
+    assert scenario({"name": "sglang", "version": "0.5.19"}, **l4).scheduler.max_num_batched_tokens == 2048
+    assert scenario({"name": "sglang", "version": "0.5.20"}, **l4).scheduler.max_num_batched_tokens == 4096
+    mla = {"model": "deepseek-v2-lite", "hardware": {"gpu": "h200"}}
+    with_graphs = scenario({"name": "sglang", "version": "0.5.12"}, **mla)  # an MLA model reserves 1.5 GiB
+    without = scenario({"name": "sglang", "version": "0.5.16"}, **mla)  # none for MLA in 0.5.15-0.5.17
+    # 512 + 1.5 x 8192 + 2 x 256 + 128 = 13,440 MiB, + 1,536 with the graphs (both above the 10,240 floor)
+    assert with_graphs.kv_cache.gpu_memory_utilization == round((143771 - 13440 - 1536) / 143771, 3) == 0.896
+    assert without.kv_cache.gpu_memory_utilization == round((143771 - 13440) / 143771, 3) == 0.907
+    assert any("off for MLA models in 0.5.15-0.5.17" in n for n in without.engine.notes)
+    piped = validate_scenario({**BASE, "model": "llama-3.1-70b", "hardware": {"tensor_parallel": 2,
+                               "pipeline_parallel": 2}, "engine": {"name": "sglang", "version": "0.5.23"}})
+    assert any("off with pipeline parallelism" in n for n in piped.engine.notes)
+    # SGLang's ratio floor is init x 0.14 (new_token_ratio_tracker.py), whatever --schedule-conservativeness
+    ratio = scenario({"name": "sglang", "version": "0.5.23", "schedule_conservativeness": 0.5}).scheduler.new_token_ratio
+    assert (ratio.init, ratio.min) == (0.35, pytest.approx(0.049))
+
+
 def test_sglang_030_takes_its_memory_fraction_from_tp_and_caps_running_requests_by_half_the_kv():
     # the sglang==0.3.0 wheel: server_args.py mem_fraction_static 0.88 (TP 1), 0.87 (2), 0.85 (4), 0.83 (8);
     # tp_worker.py max_running_requests = min(KV tokens // 2, max_num_reqs - 1); model_runner.py max_num_reqs =
@@ -274,7 +310,8 @@ def test_a_dumped_scenario_validates_to_itself():
      "engine.max_num_seqs: 64 contradicts scheduler.max_num_seqs 32"),
     ({"name": "vllm", "version": "0.11.0", "max_num_seqs": "many"}, {}, "engine.max_num_seqs: 'many' is not allowed"),
     ({"name": "trtllm", "version": "1.0.0", "scheduler_policy": "FIFO"}, {}, "engine.scheduler_policy: 'FIFO'"),
-    ({"name": "sglang", "version": "0.5.3"}, {"hardware": {"gpu": "l4"}}, "engine.chunked_prefill_size: missing"),
+    ({"name": "sglang", "version": "0.5.23", "chunked_prefill_size": "big"}, {},
+     "engine.chunked_prefill_size: 'big' is not allowed"),
     ({"name": "sglang", "version": "0.3.0", "disable_radix_cache": True, "enable_prefix_caching": True}, {},
      "engine.disable_radix_cache: true contradicts engine.enable_prefix_caching: true"),
     ({"name": "sglang", "version": "0.5.3"}, {"scheduler": {"batching": "static"}},
