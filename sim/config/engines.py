@@ -210,8 +210,8 @@ def _derive_vllm(ctx: Context) -> PresetResult:
         if v[:2] == (0, 15):
             notes.append(f"vLLM {ctx.version_text}: v0.16.0's defaults assumed (PyPI has no 0.15 sdist to read)")
         if v < VLLM_FULL_PROMPT_ADMISSION_SINCE:
-            notes.append(f"vLLM {ctx.version_text}: a prompt is admitted when its whole prompt's KV blocks are free, as "
-                         "v0.19.0's scheduler_reserve_full_isl does (earlier versions check its first chunk only)")
+            notes.append(f"vLLM {ctx.version_text}: a prompt is admitted when its whole prompt's KV blocks are free, "
+                         "as v0.19.0's scheduler_reserve_full_isl does (earlier versions check its first chunk only)")
         mla = _vllm_mla_block_size(ctx)
         if mla is not None:
             values["kv_cache.block_size"] = mla[0]

@@ -62,7 +62,8 @@ def test_vllm_015_is_read_as_016_and_says_so():
     notes = scenario({"name": "vllm", "version": "0.15.1"}).engine.notes
     assert any("v0.16.0's defaults assumed (PyPI has no 0.15 sdist" in n for n in notes)
     assert any("whole prompt's KV blocks" in n for n in notes)  # admission as v0.19.0's, said before v0.19
-    assert not any("whole prompt's KV blocks" in n for n in scenario({"name": "vllm", "version": "0.19.0"}).engine.notes)
+    later = scenario({"name": "vllm", "version": "0.19.0"}).engine.notes
+    assert not any("whole prompt's KV blocks" in n for n in later)
 
 
 
@@ -165,7 +166,8 @@ def test_sglang_small_gpus_tier_and_the_prefill_graphs_exceptions():
                                "pipeline_parallel": 2}, "engine": {"name": "sglang", "version": "0.5.23"}})
     assert any("off with pipeline parallelism" in n for n in piped.engine.notes)
     # SGLang's ratio floor is init x 0.14 (new_token_ratio_tracker.py), whatever --schedule-conservativeness
-    ratio = scenario({"name": "sglang", "version": "0.5.23", "schedule_conservativeness": 0.5}).scheduler.new_token_ratio
+    cautious = scenario({"name": "sglang", "version": "0.5.23", "schedule_conservativeness": 0.5})
+    ratio = cautious.scheduler.new_token_ratio
     assert (ratio.init, ratio.min) == (0.35, pytest.approx(0.049))
 
 

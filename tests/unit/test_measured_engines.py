@@ -336,7 +336,8 @@ def test_a_dtype_the_tables_lack_is_refused_with_one_line_never_priced_as_bf16(k
 
 def test_a_gpu_without_an_engines_tables_follows_on_missing():
     fallback = make_measured_cost_model(LLAMA, get_gpu("l4"), tables="trtllm")
-    assert "no measured trtllm kernel tables for gpu 'l4'; measured: a100-80gb, b200, h100-sxm, h200, l40s" in repr(fallback)
+    assert ("no measured trtllm kernel tables for gpu 'l4'; measured: a100-80gb, b200, h100-sxm, h200, l40s"
+            in repr(fallback))
     with pytest.raises(ConfigError, match="^cost_model: no measured trtllm kernel tables for gpu 'l4'"):
         make_measured_cost_model(LLAMA, get_gpu("l4"), tables="trtllm", on_missing="error")
     with pytest.raises(ConfigError, match="^cost_model.tables: 'tgi' is not allowed; allowed: vllm, sglang, trtllm$"):
