@@ -18,15 +18,14 @@ from sim.errors import ConfigError, DoesNotFitError
 from sim.model.attention_io import SCORE_BUFFERS, heads_per_gpu, score_activation_bytes
 from sim.model.catalog import get_gpu, get_model
 from sim.model.memory import (
+    check_block_scales,
     check_tensor_parallel,
-    splits_heads,
     kv_bytes_per_token,
     kv_capacity,
     pipeline_kv_capacity,
     pipeline_stage_layers,
     weight_bytes_per_gpu,
 )
-from sim.model.shapes import block_scale_problem
 from sim.model.specs import GPUSpec, ModelSpec
 
 
@@ -95,12 +94,7 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
     s, tp = scenario.scheduler, scenario.hardware.tensor_parallel
     check_tensor_parallel(model, tp)
     if scenario.quantization.fp8_block_scales:
-        problem = block_scale_problem(model, tp)
-        if problem:
-            allowed = [d for d in (1, 2, 4, 8, 16) if splits_heads(model, d) and block_scale_problem(model, d) is None]
-            raise ConfigError(f"hardware.tensor_parallel: {tp} cannot shard {model.name}'s block-scaled fp8 weights "
-                              f"({problem}; the engines refuse it, expert parallelism is not modelled); allowed: "
-                              f"{', '.join(map(str, allowed)) or 'none'}, or quantization.fp8_block_scales false")
+        check_block_scales(model, tp)
     if max_len > model.max_context:
         raise ConfigError(f"scheduler.max_model_len: {max_len} exceeds {model.name}'s max_context "
                           f"{model.max_context}")

@@ -142,7 +142,11 @@ VLLM_BATCH_TIER_160_GIB_SINCE = (0, 28, 0)  # get_batch_defaults: >= 160 GiB -> 
 VLLM_MEMORY_UTILIZATION_092_SINCE = (0, 20, 0)  # CacheConfig.gpu_memory_utilization 0.9 -> 0.92
 VLLM_FULL_PROMPT_ADMISSION_SINCE = (0, 19, 0)  # SchedulerConfig.scheduler_reserve_full_isl = True
 VLLM_MLA_BLOCK_FROM_BACKEND_SINCE = (0, 18, 0)  # platforms/cuda.py no longer forces FlashMLA's 64 / CUTLASS's 128
-VLLM_ASYNC_WITH_PIPELINE_SINCE = (0, 16, 0)  # VllmConfig.__post_init__ no longer turns it off for PP > 1 (0.15: ?)
+# --async-scheduling: experimental from v0.10.0 (SchedulerConfig.async_scheduling: bool = False through v0.13.0), on
+# by default from v0.14.0 (Field(default=None), resolved by VllmConfig.__post_init__: `_vllm_async_default`).
+VLLM_ASYNC_SCHEDULING_SINCE = (0, 10, 0)
+VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14, 0)
+VLLM_ASYNC_WITH_PIPELINE_SINCE = (0, 15, 0)  # __post_init__ no longer turns it off for PP > 1 (v0.16.0; 0.15 as 0.16)
 VLLM_ASYNC_WITH_DRAFT_MODEL_SINCE = (0, 28, 0)  # ... nor for a draft model
 
 
@@ -256,12 +260,6 @@ def _derive_vllm(ctx: Context) -> PresetResult:
         named = "--async-scheduling" if flags.get("async_scheduling") else "async scheduling"
         notes.append(f"vLLM {named}: the CPU terms (fitted on runs without it) overlap the GPU's step")
     return PresetResult(values, {}, notes)
-
-
-# --async-scheduling: experimental from v0.10.0 (SchedulerConfig.async_scheduling: bool = False through v0.13.0), on
-# by default from v0.14.0 (Field(default=None), resolved by VllmConfig.__post_init__: `_vllm_async_default`).
-VLLM_ASYNC_SCHEDULING_SINCE = (0, 10, 0)
-VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14, 0)
 
 
 def _vllm_async_default(ctx: Context) -> tuple[bool, str]:
@@ -424,13 +422,23 @@ def _sglang_prefill_graph_mib(ctx: Context, chunk: int) -> tuple[float, str | No
     return _sglang_prefill_graph_sizes(chunk) * SGLANG_PREFILL_GRAPH_MIB_PER_SIZE, None
 
 
-def _sglang_memory_tier(ctx: Context) -> tuple[int, int]:
-    """(chunked_prefill_size, cuda-graph max batch) for the GPU's memory and TP."""
-    gpu_mib = ctx.gpu.hbm_bytes / 2**20
+def _sglang_memory_tier(ctx: Context, gpu_mib: float) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda-graph max batch) for the GPU's memory (nvidia-smi MiB) and TP."""
     below, chunk, small_tp, large_tp = next(t for t in SGLANG_MEMORY_TIERS if gpu_mib < t[0])
     if below == 35 * 1024 and ctx.version < (0, 5, 20):
         chunk, small_tp, large_tp = SGLANG_SMALL_TIER_BEFORE_0_5_20
     return chunk, small_tp if ctx.tensor_parallel < 4 else large_tp
+
+
+def _sglang_given_running_cap(version: tuple[int, ...], slots: int, kv_tokens: int | None) -> int | None:
+    """The most running requests SGLang allows when --max-running-requests is given (model_runner's
+    _resolve_max_num_reqs): none to 0.5.9, the request pool's default size in 0.5.10-0.5.13, half the KV tokens from
+    0.5.14; None where it sets none (or the KV tokens are not known)."""
+    if (0, 5, 10) <= version < (0, 5, 14):
+        return slots
+    if version >= (0, 5, 14) and kv_tokens is not None:
+        return kv_tokens // 2
+    return None
 
 
 def _derive_sglang(ctx: Context) -> PresetResult:
@@ -447,7 +455,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     flags, gpu = ctx.flags, ctx.gpu
     notes: list[str] = []
     gpu_mib = gpu.hbm_bytes / 2**20
-    tier_chunk, graph_bs = _sglang_memory_tier(ctx)
+    tier_chunk, graph_bs = _sglang_memory_tier(ctx, gpu_mib)
     chunk = flags.get("chunked_prefill_size", tier_chunk)
     values = _sglang_batches(flags, chunk)
     fraction = flags.get("mem_fraction_static")
@@ -473,8 +481,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     if running is None:
         values["scheduler.max_num_seqs"] = min(slots, kv_tokens // 2) if kv_tokens is not None else slots
     else:
-        cap = slots if (0, 5, 10) <= ctx.version < (0, 5, 14) else (kv_tokens // 2 if kv_tokens is not None and
-                                                                   ctx.version >= (0, 5, 14) else None)
+        cap = _sglang_given_running_cap(ctx.version, slots, kv_tokens)
         if cap is not None and running > cap:
             notes.append(f"SGLang {ctx.version_text}: --max-running-requests {running} is above the {cap} the engine "
                          "allows here (model_runner's request pool); the value given is simulated")

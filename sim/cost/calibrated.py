@@ -32,7 +32,7 @@ from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.cost.roofline_kernel import touched_experts
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu
-from sim.model.shapes import layer_groups, lm_head_shape
+from sim.model.shapes import kv_heads_per_gpu, layer_groups, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
 # Op family -> the columns that name one measured shape (each CSV then has STAT_COLUMNS).
@@ -49,12 +49,6 @@ KV_LAYOUTS = ("contiguous", "paged")
 # Profiles shipped with ServeSim: calibrate/profiles/<device>/<model>/tp<N>/
 PROFILES_DIR = Path(__file__).resolve().parents[2] / "calibrate" / "profiles"
 _DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
-
-
-def kv_heads_per_gpu(model: ModelSpec, tensor_parallel: int) -> int:
-    kv = model.num_kv_heads
-    # Fewer KV heads than ranks: each rank keeps a replica of one KV head.
-    return kv // tensor_parallel if kv % tensor_parallel == 0 else 1
 
 
 def shard_shapes(model: ModelSpec, tensor_parallel: int) -> dict:

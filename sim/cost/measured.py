@@ -61,7 +61,7 @@ from sim.cost.roofline_kernel import ACT_BYTES, op_time
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.model.memory import kv_bytes_per_token
-from sim.model.shapes import layer_groups, lm_head_shape
+from sim.model.shapes import kv_heads_per_gpu, layer_groups, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
 # Shipped tables: calibrate/measured/<gpu>/ (written by `python -m calibrate.aic_import`).
@@ -529,7 +529,7 @@ class MeasuredCostModel(PackedCostModel):
             self.mla_kv_bytes = self.roofline.kv_bytes_per_token_layer
             return
         hq = m.num_attention_heads // tp
-        hkv = m.num_kv_heads // tp if m.num_kv_heads % tp == 0 else 1
+        hkv = kv_heads_per_gpu(m, tp)
         d, kvd = m.head_dim, _KV_DTYPE[self.kv_dtype]
         kvb, roof = _DTYPE_BYTES[kvd], self.roof
 

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass
 
 from sim.errors import ConfigError, DoesNotFitError
-from sim.model.shapes import layer_groups, lm_head_shape, norm_param_count
+from sim.model.shapes import block_scale_problem, kv_heads_per_gpu, layer_groups, lm_head_shape, norm_param_count
 from sim.model.specs import GPUSpec, LinearShape, ModelSpec
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
@@ -36,7 +36,7 @@ def _positive_int(value: int, field: str) -> None:
         raise ConfigError(f"{field}: {value!r} is not allowed; allowed: an integer >= 1")
 
 
-def splits_heads(model: ModelSpec, tp: int) -> bool:
+def _splits(model: ModelSpec, tp: int) -> bool:
     if model.num_attention_heads % tp:
         return False
     if model.attention == "mla":
@@ -46,14 +46,31 @@ def splits_heads(model: ModelSpec, tp: int) -> bool:
     return kv % tp == 0 or tp % kv == 0
 
 
+def _allowed_tensor_parallel(model: ModelSpec, block_scales: bool = False) -> list[int]:
+    """Every TP that splits the model's attention heads (and, with block-scaled fp8 weights, its scale blocks)."""
+    return [d for d in range(1, model.num_attention_heads + 1)
+            if _splits(model, d) and not (block_scales and block_scale_problem(model, d))]
+
+
 def check_tensor_parallel(model: ModelSpec, tp: int, field: str = "hardware.tensor_parallel") -> None:
     """Raise ConfigError unless `tp` ranks can split the model's attention heads evenly."""
-    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or not splits_heads(model, tp):
-        allowed = [d for d in range(1, model.num_attention_heads + 1) if splits_heads(model, d)]
+    if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1 or not _splits(model, tp):
+        allowed = _allowed_tensor_parallel(model)
         raise ConfigError(
             f"{field}: {tp!r} cannot split {model.name} ({model.num_attention_heads} attention heads, "
             f"{model.num_kv_heads} KV heads); allowed: {', '.join(map(str, allowed))}"
         )
+
+
+def check_block_scales(model: ModelSpec, tp: int, field: str = "hardware.tensor_parallel") -> None:
+    """Raise ConfigError unless `tp` ranks each hold whole 128 x 128 scale blocks of the model's block-scaled fp8
+    weights (`shapes.block_scale_problem`): the engines refuse to load such a checkpoint otherwise."""
+    problem = block_scale_problem(model, tp)
+    if problem:
+        allowed = ", ".join(map(str, _allowed_tensor_parallel(model, block_scales=True))) or "none"
+        raise ConfigError(f"{field}: {tp} cannot shard {model.name}'s block-scaled fp8 weights ({problem}; the "
+                          f"engines refuse it, expert parallelism is not modelled); allowed: {allowed}, or "
+                          "quantization.fp8_block_scales false")
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> int:
@@ -64,9 +81,7 @@ def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel
         # One compressed latent plus the shared rope key per layer; every rank keeps all of it.
         elements = model.num_layers * (model.kv_lora_rank + model.qk_rope_head_dim)
     else:
-        kv = model.num_kv_heads
-        heads_per_gpu = kv // tensor_parallel if kv % tensor_parallel == 0 else 1
-        elements = 2 * model.num_layers * heads_per_gpu * model.head_dim
+        elements = 2 * model.num_layers * kv_heads_per_gpu(model, tensor_parallel) * model.head_dim
     return math.ceil(elements * nbytes)
 
 

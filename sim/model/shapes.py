@@ -104,6 +104,13 @@ def active_param_count(model: ModelSpec) -> int:
     return round(layers) + head.in_features * head.out_features + norm_param_count(model)
 
 
+def kv_heads_per_gpu(model: ModelSpec, tensor_parallel: int) -> int:
+    """KV heads each GPU holds: tensor parallelism splits them evenly, or, with fewer KV heads than ranks, each rank
+    keeps one (a KV head replicated on tensor_parallel / num_kv_heads ranks)."""
+    kv = model.num_kv_heads
+    return kv // tensor_parallel if kv % tensor_parallel == 0 else 1
+
+
 FP8_SCALE_BLOCK = 128  # quantization.fp8_block_scales: one scale per 128 x 128 block of a weight matrix
 
 
@@ -111,8 +118,8 @@ def _output_partitions(m: ModelSpec, shape: LinearShape, tp: int) -> list[float]
     """The per-GPU output widths of a column-split matrix, one per matrix merged into it (qkv: q, k and v; gate_up:
     gate and up): each must hold whole scale blocks."""
     if shape.name == "qkv":
-        kv = m.num_kv_heads / tp if m.num_kv_heads % tp == 0 else 1  # fewer KV heads than ranks: one each
-        return [m.num_attention_heads * m.head_dim / tp, kv * m.head_dim, kv * m.head_dim]
+        kv_width = kv_heads_per_gpu(m, tp) * m.head_dim
+        return [m.num_attention_heads * m.head_dim / tp, kv_width, kv_width]
     if shape.name.endswith("gate_up"):
         return [shape.out_features / 2 / tp] * 2
     return [shape.out_features / tp]
@@ -139,4 +146,3 @@ def block_scale_problem(model: ModelSpec, tp: int) -> str | None:
                 return (f"{shape.name}'s {split} width per GPU is {bad:g} at tensor_parallel {tp}, not a multiple of "
                         f"the {b}-wide fp8 scale blocks")
     return None
-
