@@ -1,7 +1,7 @@
 """How ServeSim prices a mixture-of-experts layer the measured tables do not hold, against the fused-MoE times they do.
 
 AIConfigurator's tables hold fused-MoE kernels measured for some configurations (hidden size, intermediate size,
-top-k, experts, TP) per dtype. A model outside them is priced one of two ways (sim/cost/measured.py):
+top-k, experts, TP, EP) per dtype. A model outside them is priced one of two ways (sim/cost/measured.py):
 
 - the tables hold fused-MoE rows of its dtype: the nearest measured configuration's ratio to the fused-MoE roofline,
   applied to this model's roofline (`_nearest_moe_config`, as attention heads are scaled);
@@ -31,7 +31,7 @@ from sim.cost.roofline_kernel import touched_experts  # noqa: E402
 from sim.cost.measured import (_nearest_moe_config, device_roofline, gemm_curve, load_tables,  # noqa: E402
                                measured_gpus, tables_dir)
 
-KEYS = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
+KEYS = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
 WAYS = ("nearest measured configuration (used where the dtype has rows)",
         "expert GEMMs in one fused launch (used where it has none)",
         "expert GEMMs, one launch each (before 11-28)",
@@ -41,6 +41,11 @@ WAYS = ("nearest measured configuration (used where the dtype has rows)",
 # rows in one fused launch, on the same points (the tables that hold both dtypes' fused-MoE rows).
 FP8_WAYS = ("FP8 from the bf16 fused-MoE rows, at the FP8 roofline",
             "FP8 expert GEMMs in one fused launch (used before 11-28 evening)")
+# Expert-parallel rows (moe_ep_size > 1, at most 8 GPUs), each configuration held out: from the nearest other
+# configuration at the same split (what a model outside the tables gets), and from the same model's own rows at
+# tensor parallelism over as many GPUs (what pricing expert parallelism as tensor parallelism would give).
+EP_WAYS = ("EP: nearest measured configuration at the same split (used where the model is not in the table)",
+           "EP priced as TP over as many GPUs (the same model's rows, scaled by the roofline)")
 
 
 def of_config(rows, config):
@@ -52,14 +57,51 @@ def seconds_by_tokens(rows) -> dict[float, float]:
     return dict(zip(rows["num_tokens"].astype(float), rows["latency_ms"] * 1e-3))
 
 
-def moe_shape(config, roof, n):
-    h, inter, k, e, tp = config
-    return mk.shape_at(mk.SHAPE_MOE, e, k, h, inter / tp, roof.flops_per_s, roof.bytes_per_s, float(n), 0.0)
+def moe_shape(config, roof, n, kind=mk.SHAPE_MOE):
+    """One GPU's fused-MoE roofline (sim/cost/measured.py `_moe_curve`): its experts, the experts a token routes to
+    among them and each one's intermediate width."""
+    h, inter, k, e, tp, ep = config
+    return mk.shape_at(kind, e / ep, k / ep, h, inter / tp, roof.flops_per_s, roof.bytes_per_s, float(n), 0.0)
 
 
 def fp8_shape(config, roof, n):
-    h, inter, k, e, tp = config
-    return mk.shape_at(mk.SHAPE_MOE_FP8, e, k, h, inter / tp, roof.flops_per_s, roof.bytes_per_s, float(n), 0.0)
+    return moe_shape(config, roof, n, mk.SHAPE_MOE_FP8)
+
+
+def tensor_parallel_only(moe):
+    return moe[moe["moe_ep_size"] == 1] if "moe_ep_size" in moe.columns else moe.assign(moe_ep_size=1)
+
+
+def study_ep():
+    errors = {w: [] for w in EP_WAYS}
+    for tables in ("vllm", "sglang", "trtllm"):
+        for gpu in measured_gpus(tables=tables):
+            t = load_tables(tables_dir(gpu, tables))
+            if t.moe is None or "moe_ep_size" not in t.moe.columns:
+                continue
+            roof = device_roofline(t.gemm)
+            for dtype in sorted(t.moe["dtype"].unique()):
+                rows = t.moe[t.moe["dtype"] == dtype]
+                ep_rows = rows[rows["moe_ep_size"] > 1]
+                configs = ep_rows[KEYS].drop_duplicates().itertuples(index=False)
+                for config in [tuple(int(v) for v in c) for c in configs]:
+                    h, inter, k, e, tp, ep = config
+                    measured = seconds_by_tokens(rows[of_config(rows, config)])
+                    others = ep_rows[~of_config(ep_rows, config)]
+                    near = _nearest_moe_config(others, config) if len(others) else None
+                    if near is not None and near[4:] != config[4:]:
+                        near = None  # no other configuration at this split
+                    near_rows = {} if near is None else seconds_by_tokens(others[of_config(others, near)])
+                    as_tp = (h, inter, k, e, tp * ep, 1)
+                    tp_rows = seconds_by_tokens(rows[of_config(rows, as_tp)])
+                    for n, seconds in measured.items():
+                        if n not in near_rows or n not in tp_rows:
+                            continue  # the same points for both ways
+                        pred = moe_shape(config, roof, n) * near_rows[n] / moe_shape(near, roof, n)
+                        errors[EP_WAYS[0]].append(math.log(pred / seconds))
+                        pred = moe_shape(config, roof, n) * tp_rows[n] / moe_shape(as_tp, roof, n)
+                        errors[EP_WAYS[1]].append(math.log(pred / seconds))
+    return errors
 
 
 def study_fp8():
@@ -73,9 +115,10 @@ def study_fp8():
                 continue
             roof = device_roofline(t.gemm)
             launch_s = float(t.gemm["latency_ms"].min()) * 1e-3
-            bf16, fp8 = t.moe[t.moe["dtype"] == "bf16"], t.moe[t.moe["dtype"] == "fp8"]
+            moe = tensor_parallel_only(t.moe)
+            bf16, fp8 = moe[moe["dtype"] == "bf16"], moe[moe["dtype"] == "fp8"]
             for config in [tuple(int(v) for v in c) for c in fp8[KEYS].drop_duplicates().itertuples(index=False)]:
-                h, inter, k, e, tp = config
+                h, inter, k, e, tp, _ = config
                 near = _nearest_moe_config(bf16, config)
                 near_rows = seconds_by_tokens(bf16[of_config(bf16, near)])
                 curves = None
@@ -105,15 +148,16 @@ def study():
             roof = device_roofline(t.gemm)
             launch_s = float(t.gemm["latency_ms"].min()) * 1e-3
             gemm_dtypes = set(t.gemm["dtype"])
-            for dtype in sorted(t.moe["dtype"].unique()):
-                rows = t.moe[t.moe["dtype"] == dtype]
+            moe = tensor_parallel_only(t.moe)
+            for dtype in sorted(moe["dtype"].unique()):
+                rows = moe[moe["dtype"] == dtype]
                 configs = [tuple(int(v) for v in c) for c in rows[KEYS].drop_duplicates().itertuples(index=False)]
                 for config in configs:
                     others = rows[~of_config(rows, config)]
                     measured = seconds_by_tokens(rows[of_config(rows, config)])
                     near = _nearest_moe_config(others, config) if len(others) else None
                     near_rows = {} if near is None else seconds_by_tokens(others[of_config(others, near)])
-                    h, inter, k, e, tp = config
+                    h, inter, k, e, tp, _ = config
                     curves = None
                     if dtype in gemm_dtypes and inter % tp == 0:
                         notes = Counter()
@@ -140,7 +184,7 @@ def study():
 
 
 def main() -> int:
-    errors = {**study(), **study_fp8()}
+    errors = {**study(), **study_fp8(), **study_ep()}
     print("| way | points | predicted / measured, median | mean abs log error |")
     print("| --- | ---: | ---: | ---: |")
     for way, e in errors.items():

@@ -838,7 +838,8 @@ def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
         from sim.config.engines import preset_notes
         model = {"hf_config": str(DATA_DIR / case.model)} if case.model_is_file else case.model
         approx += preset_notes({"engine": engine, "model": model,
-                                "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel}})
+                                "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel,
+                                             "expert_parallel": case.expert_parallel}})
         return {"engine": engine}, approx
     raise NotSimulated(f"no engine preset for {e.key}")
 
@@ -882,8 +883,6 @@ def unsupported(case: PublishedCase, cost_model: dict) -> str | None:
     """Why ServeSim cannot simulate this case with this cost model (None if it can): one line."""
     if case.dp_attention:
         return "data-parallel attention (--enable-dp-attention) is not modelled"
-    if case.expert_parallel > 1:
-        return f"expert parallelism (EP {case.expert_parallel}) is not modelled: ServeSim shards experts by TP"
     if case.workload.input_tokens < 1 or case.workload.output_tokens < 1:
         return "the per-request lengths are unknown (no totals, no fixed lengths, nothing to borrow)"
     if case.weights == "fp8-weights" and cost_model.get("kind") == "measured":
@@ -937,7 +936,8 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     raw = {
         "name": case.name,
         "model": model,
-        "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel},
+        "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel,
+                     "expert_parallel": case.expert_parallel},
         "workload": {"arrival": arrival,
                      "lengths": w.lengths or {"kind": "fixed", "input_tokens": w.input_tokens,
                                               "output_tokens": w.output_tokens}},

@@ -32,8 +32,9 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
   elements: AIConfigurator's `message_size` is an element count: one decode token of llama-3.1-8b at
   tp 2 queries 4096), latency_ms
 - moe.parquet: dtype (bf16; fp8 = per-tensor W8A8, fp8_block = block-scaled W8A8, where measured), num_tokens,
-  hidden_size, inter_size, topk, num_experts, moe_tp_size, latency_ms (expert parallelism 1, balanced routing:
-  ServeSim shards experts by tensor parallelism and routes uniformly)
+  hidden_size, inter_size, topk, num_experts, moe_tp_size, moe_ep_size, latency_ms (balanced routing: ServeSim
+  routes uniformly; expert parallelism 1, or up to `MAX_EP_GPUS` GPUs in all; num_tokens are the layer's tokens
+  before dispatch, every GPU's expert share of them priced by the row)
 - context_mla.parquet, generation_mla.parquet (SGLang and TensorRT-LLM only): MLA attention alone (DeepSeek-V3's
   latent sizes; AIConfigurator's `ContextMLA` / `GenerationMLA`, which its DeepSeek model puts between the
   q/kv projections and o_proj), kv_dtype, batch_size, isl (context: prompt tokens, empty cache) or kv_tokens
@@ -195,7 +196,8 @@ def _allreduce(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
 
 
 def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",)) -> tuple[pd.DataFrame, dict]:
-    df = df[df["moe_dtype"].isin(list(dtypes)) & (df["moe_ep_size"] == 1)]
+    ep, tp = df["moe_ep_size"], df["moe_tp_size"]
+    df = df[df["moe_dtype"].isin(list(dtypes)) & ((ep == 1) | (ep * tp <= MAX_EP_GPUS))]
     if df.empty:
         return pd.DataFrame(), {}
     dists = set(df["distribution"])
@@ -204,7 +206,8 @@ def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",)) -> tuple[pd.
     picked, kernels = _main_rows(df, "moe_dtype", {d: _WEIGHT_DTYPES[d] for d in dtypes})
     keep = [pd.DataFrame({"dtype": dtype, "num_tokens": rows["num_tokens"], "hidden_size": rows["hidden_size"],
                           "inter_size": rows["inter_size"], "topk": rows["topk"], "num_experts": rows["num_experts"],
-                          "moe_tp_size": rows["moe_tp_size"], "latency_ms": rows["latency"]}) for dtype, rows in picked]
+                          "moe_tp_size": rows["moe_tp_size"], "moe_ep_size": rows["moe_ep_size"],
+                          "latency_ms": rows["latency"]}) for dtype, rows in picked]
     return _medians(keep), {**kernels, "distribution": distribution}
 
 
@@ -247,6 +250,10 @@ MOE_DTYPES = {"vllm": ("bfloat16", "fp8_block"), "sglang": ("bfloat16", "fp8_blo
 DROPPED_GEMM_DTYPES = {"vllm": {"fp8_block": "host-bound: a flat ~60-90 us at every m up to ~2k (H200 n 1536 k 7168: "
                                              "57-95 us; per-tensor fp8 11-17 us), eager calls' host time"}}
 REQUIRED = ("gemm", "context_attention", "generation_attention")
+# Expert-parallel fused-MoE rows are kept up to this many GPUs (moe_tp_size x moe_ep_size): one 8-GPU node, where the
+# engines without data-parallel attention combine the experts' outputs with the all-reduce ServeSim prices. Wider
+# expert parallelism dispatches tokens all-to-all across nodes, which ServeSim does not model.
+MAX_EP_GPUS = 8
 
 
 _NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}

@@ -55,13 +55,15 @@ def make_workload(scenario: Scenario, deployment: Deployment | None = None) -> W
 
 def _roofline(scenario: Scenario, deployment: Deployment, model):
     spec, q = scenario.cost_model, scenario.quantization
+    # The target's experts (a pipeline stage's too) as the hardware splits them; a draft model's by TP alone.
+    ep = 1 if model is deployment.draft_model else deployment.expert_parallel
     if getattr(spec, "efficiencies", "catalog") == "learned":
         from sim.cost.learned import LearnedRooflineCostModel
         given = _roofline_step_overhead(spec)
         return LearnedRooflineCostModel(model, deployment.gpu, tensor_parallel=deployment.tensor_parallel,
                                         weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
-                                        step_overhead_s=0.0 if given is None else given)
-    return RooflineCostModel(model, deployment.gpu, tensor_parallel=deployment.tensor_parallel,
+                                        step_overhead_s=0.0 if given is None else given, expert_parallel=ep)
+    return RooflineCostModel(model, deployment.gpu, tensor_parallel=deployment.tensor_parallel, expert_parallel=ep,
                              weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
                              # A calibrated target's draft model: the roofline at the GPU's defaults.
                              compute_efficiency=getattr(spec, "compute_efficiency", None),
@@ -114,7 +116,8 @@ def _measured(scenario: Scenario, deployment: Deployment):
                                     weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
                                     engine=spec.engine, step_overhead_s=spec.step_overhead_s,
                                     gpu_data=spec.gpu_data, on_missing=spec.on_missing, tables=spec.tables,
-                                    unmeasured_dtype=spec.unmeasured_dtype, fp8_block=q.fp8_block_scales)
+                                    unmeasured_dtype=spec.unmeasured_dtype, fp8_block=q.fp8_block_scales,
+                                    expert_parallel=deployment.expert_parallel)
 
 
 def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):

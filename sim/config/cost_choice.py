@@ -70,8 +70,10 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
         return {"kind": "roofline"}, "roofline: the quantization or parallelism is not readable"  # validation says why
     disaggregation = hardware.get("disaggregation")
     # A whole-step profile is of one catalog model on one GPU and TP; the kernel tables price any model's shapes.
+    # (nor of experts split by expert parallelism: `hardware.expert_parallel` refuses a profile)
     if (isinstance(model, str) and pp == 1 and raw.get("speculation") is None and weights == "bf16" and kv == "bf16"
-            and disaggregation is None and floor == 0 and _whole_step_profile(gpu, model, tp)):
+            and disaggregation is None and floor == 0 and hardware.get("expert_parallel", 1) == 1
+            and _whole_step_profile(gpu, model, tp)):
         return {"kind": "calibrated", "overhead": terms}, (
             f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "
             "terms (the most accurate source available)")

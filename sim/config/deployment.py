@@ -19,6 +19,7 @@ from sim.model.attention_io import SCORE_BUFFERS, heads_per_gpu, score_activatio
 from sim.model.catalog import get_gpu, get_model
 from sim.model.memory import (
     check_block_scales,
+    check_expert_parallel,
     check_tensor_parallel,
     kv_bytes_per_token,
     kv_capacity,
@@ -50,6 +51,7 @@ class Deployment:
     score_bytes_per_gpu: int = 0  # materialized: score matrices of the largest step, reserved out of the KV budget
     max_prompt_tokens_materialized: int | None = None  # materialized: the longest prompt whose unchunked prefill's
     # scores (and its own KV) fit this replica's GPUs (`longest_prompt_tokens`); None with flash
+    expert_parallel: int = 1  # GPUs of the tensor-parallel group holding whole routed experts (`hardware`)
 
     @property
     def num_gpus(self) -> int:
@@ -93,8 +95,13 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
     """The cross-section rules that need the catalogs."""
     s, tp = scenario.scheduler, scenario.hardware.tensor_parallel
     check_tensor_parallel(model, tp)
+    ep = scenario.hardware.expert_parallel
+    check_expert_parallel(model, tp, ep)
     if scenario.quantization.fp8_block_scales:
-        check_block_scales(model, tp)
+        check_block_scales(model, tp, ep)
+    if ep > 1 and scenario.cost_model.kind == "calibrated":
+        raise ConfigError(f"hardware.expert_parallel: {ep} is not allowed with cost_model calibrated (its profiles "
+                          "time experts split by tensor parallelism); allowed: 1, or cost_model measured or roofline")
     if max_len > model.max_context:
         raise ConfigError(f"scheduler.max_model_len: {max_len} exceeds {model.name}'s max_context "
                           f"{model.max_context}")
@@ -342,7 +349,8 @@ def resolve(scenario: Scenario) -> Deployment:
         if given is not None and engine is not None and engine != profile_engine(profile_dir):
             raise ConfigError(f"cost_model.engine: {engine!r} is not the engine of cost_model.profile "
                               f"'{given}'; allowed: {profile_engine(profile_dir)!r} or leave it out")
-    return Deployment(model=model, gpu=gpu, tensor_parallel=tp, draft_model=draft, kv_capacity_tokens=capacity,
+    return Deployment(model=model, gpu=gpu, tensor_parallel=tp, expert_parallel=scenario.hardware.expert_parallel,
+                      draft_model=draft, kv_capacity_tokens=capacity,
                       kv_bytes_per_token_per_gpu=per_token, max_model_len=max_len,
                       max_num_batched_tokens=token_budget,
                       sequences_per_request=max(scenario.workload.samples_per_prompt, scenario.workload.beam_width),

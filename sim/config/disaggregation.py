@@ -52,6 +52,7 @@ def pool_scenario(scenario: Scenario, pool: Pool) -> Scenario:
     spec = getattr(hw.disaggregation, pool)
     hardware = HardwareSpec(gpu=spec.gpu if spec.gpu is not None else hw.gpu,
                             tensor_parallel=spec.tensor_parallel or hw.tensor_parallel,
+                            expert_parallel=spec.expert_parallel or hw.expert_parallel,
                             num_replicas=spec.num_replicas or hw.num_replicas, router=hw.router)
     update = {"hardware": hardware}
     if spec.kv_capacity_tokens is not None:

@@ -43,6 +43,7 @@ class Flag:
     kind: type | tuple  # the Python type(s) accepted (bool is not an int here)
     doc: str
     convert: Callable[[Any], Any] = lambda value: value
+    since: tuple[int, ...] | None = None  # the first version of the engine that has it (None: every version known)
 
 
 @dataclass
@@ -289,6 +290,10 @@ _VLLM_FLAGS = {
     "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
     "async_scheduling": Flag(None, bool, "--async-scheduling (0.10+; the default from 0.14, --no-async-scheduling "
                                          "turns it off): the CPU terms overlap the GPU's step"),
+    # vllm/model_executor/layers/fused_moe/layer.py (0.8.0): ep_size = tp_size x dp_size, moe tp 1, the output
+    # all-reduced over the TP group as without it (data parallelism is not modelled: EP = TP)
+    "enable_expert_parallel": Flag("hardware.expert_parallel", bool, "--enable-expert-parallel: each GPU of the TP "
+                                   "group holds whole experts", since=(0, 8, 0)),
 }
 
 
@@ -503,6 +508,13 @@ _SGLANG_FLAGS = {
     "tp_size": Flag("hardware.tensor_parallel", int, "--tp-size"),
     "disable_radix_cache": Flag(None, bool, "--disable-radix-cache (no prefix caching)"),
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
+    # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.1 to 0.5.x); from 0.5.0
+    # --ep-size alone splits the experts (moe tp = tp_size / ep_size); without --enable-dp-attention the MoE output
+    # is all-reduced over the TP group
+    "enable_ep_moe": Flag("hardware.expert_parallel", bool, "--enable-ep-moe: experts split over all tp_size GPUs",
+                          since=(0, 4, 1)),
+    "ep_size": Flag("hardware.expert_parallel", int, "--ep-size: GPUs of the TP group holding whole experts",
+                    since=(0, 5, 0)),
 }
 
 
@@ -548,6 +560,8 @@ _TRTLLM_FLAGS = {
     "scheduler_policy": Flag(None, str, "capacity_scheduler_policy", _policy),
     "cuda_graph_batch_sizes": Flag(None, list, "cuda_graph_config.batch_sizes with enable_padding"),
     "tp_size": Flag("hardware.tensor_parallel", int, "--tp_size"),
+    "ep_size": Flag("hardware.expert_parallel", int, "--ep_size (moe_expert_parallel_size; moe tp = tp_size / "
+                    "ep_size, without attention data parallelism)"),
 }
 
 
@@ -827,6 +841,9 @@ def apply_engine_preset(raw: dict) -> tuple[dict, dict | None, list[str]]:
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
             allowed = " or ".join(k.__name__ for k in kinds)
             raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: a {allowed}")
+        if flag.since is not None and version < flag.since:
+            raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} (it came in {_dotted(flag.since)}); "
+                              f"allowed: leave it out, or engine.version {_dotted(flag.since)} or later")
         flags[key] = flag.convert(value)
     if _get(raw, "scheduler.batching") == "static":
         raise ConfigError(f"scheduler.batching: 'static' contradicts engine {name} (it batches continuously); "
@@ -878,7 +895,12 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
     result = preset.derive(ctx)
     for key, flag in preset.flags.items():
         if flag.target is not None and key in flags:
-            result.values[flag.target] = flags[key]
+            value = flags[key]
+            if flag.target == "hardware.expert_parallel" and isinstance(value, bool):
+                if not value:
+                    continue
+                value = ctx.tensor_parallel  # the engine splits the experts over its whole TP group
+            result.values[flag.target] = value
             result.from_flags[flag.target] = key
     return result
 

@@ -90,6 +90,8 @@ class PoolSpec(_Strict):
 
     gpu: str | GPUSpec | None = Field(None, description="catalog GPU name or inline GPU; default: hardware.gpu")
     tensor_parallel: int | None = Field(None, ge=1, le=MAX_GPUS_PER_REPLICA, description="default: hardware.tensor_parallel")
+    expert_parallel: int | None = Field(None, ge=1, le=MAX_GPUS_PER_REPLICA,
+                                        description="default: hardware.expert_parallel")
     num_replicas: int | None = Field(None, ge=1, le=MAX_REPLICAS, description="default: hardware.num_replicas")
     kv_capacity_tokens: int | None = Field(None, ge=1, description="pin this pool's KV capacity per replica "
                                            "(tokens); default: kv_cache.capacity_tokens, else the memory arithmetic")
@@ -122,6 +124,10 @@ class HardwareSpec(_Strict):
     tensor_parallel: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA, description="GPUs per replica sharing each layer")
     pipeline_parallel: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA, description="pipeline stages per replica, each a tensor-parallel group "
                                    "holding consecutive layers (GPUs per replica = tensor_parallel x pipeline_parallel)")
+    expert_parallel: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA, description="GPUs of each tensor-parallel group "
+                                 "holding whole routed experts (a mixture of experts), each expert split over the "
+                                 "other tensor_parallel / expert_parallel GPUs; 1: every expert split over all of "
+                                 "them. The engines' expert parallelism without data-parallel attention")
     num_replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
     disaggregation: DisaggregationSpec | None = Field(

@@ -32,7 +32,7 @@ from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.cost.roofline_kernel import touched_experts
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu
-from sim.model.shapes import kv_heads_per_gpu, layer_groups, lm_head_shape
+from sim.model.shapes import gpu_layer_groups, kv_heads_per_gpu, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
 # Op family -> the columns that name one measured shape (each CSV then has STAT_COLUMNS).
@@ -58,11 +58,9 @@ def shard_shapes(model: ModelSpec, tensor_parallel: int) -> dict:
                           "allowed: mha, mqa, gqa")
     tp = tensor_parallel
     linear: dict[str, list[int]] = {}
-    for _, shapes in layer_groups(model):
-        for s in shapes:
-            in_f = s.in_features // tp if s.tp_split == "row" else s.in_features
-            out_f = s.out_features // tp if s.tp_split == "column" else s.out_features
-            linear[s.name] = [in_f, out_f]
+    for _, gpu_shapes in gpu_layer_groups(model, tp):
+        for g in gpu_shapes:
+            linear[g.shape.name] = [g.in_features, g.out_features]
     head = lm_head_shape(model)
     linear["lm_head"] = [head.in_features, head.out_features // tp]
     return {
@@ -394,8 +392,8 @@ class CalibratedCostModel:
         self._elementwise = [(per_layer[op], f[f"elementwise:{op}"]) for op in ("rmsnorm", "rotary", act, "residual_add")
                              if per_layer[op]]
         # Per layer group: (layers, [(matrix interpolator, experts, experts each token routes to)]).
-        self._groups = [(n, [(f[f"linear:{s.name}"], s.count, s.active_per_token) for s in shapes])
-                        for n, shapes in layer_groups(model)]
+        self._groups = [(n, [(f[f"linear:{g.shape.name}"], g.count, g.active_per_token) for g in gpu_shapes])
+                        for n, gpu_shapes in gpu_layer_groups(model, tensor_parallel)]
         self._dense_cache: dict[int, list[float]] = {}  # num_tokens -> token-count-only time per layer group
         self._decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
         link = self.gpu.interconnect_bytes_per_s * self.gpu.interconnect_efficiency
@@ -424,7 +422,7 @@ class CalibratedCostModel:
         for _, matmuls in self._groups:
             layer_s = common
             for f, experts, active in matmuls:
-                if experts > 1:
+                if active < experts:  # routed: a token passes through some of them (expert parallelism: maybe of 1)
                     # The experts some token routes to, each a measured matmul of its share of the tokens.
                     touched = touched_experts(experts, active, num_tokens)
                     layer_s += touched * f(num_tokens * active / touched)

@@ -61,7 +61,7 @@ from sim.cost.roofline_kernel import ACT_BYTES, op_time
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.model.memory import kv_bytes_per_token
-from sim.model.shapes import kv_heads_per_gpu, layer_groups, lm_head_shape
+from sim.model.shapes import gpu_layer_groups, kv_heads_per_gpu, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
 # Shipped tables: calibrate/measured/<gpu>/ (written by `python -m calibrate.aic_import`).
@@ -411,19 +411,24 @@ def _select_heads(df: pd.DataFrame, hq: int, hkv: int, d: int, name: str, notes:
 
 
 def _nearest_moe_config(moe: pd.DataFrame, config: tuple) -> tuple:
-    """The fused-MoE table's configuration (hidden, intermediate, top-k, experts, TP) nearest this one: itself where
-    measured, else the least sum of |log ratio| of hidden size, per-GPU intermediate size, top-k and experts (ties:
-    the table's order)."""
-    keys = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size"]
+    """The fused-MoE table's configuration (hidden, intermediate, top-k, experts, moe TP, moe EP) nearest this one:
+    itself where measured, else, among the rows of the same expert parallelism where there are any (its kernels
+    differ: vLLM's expert map, other GEMM widths), the least sum of |log ratio| of hidden size, per-GPU intermediate
+    size, top-k and experts (ties: the table's order)."""
+    keys = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
     configs = [tuple(int(v) for v in c) for c in moe[keys].drop_duplicates().itertuples(index=False)]
     if config in configs:
         return config
-    h, inter, k, e, tp = config
+    h, inter, k, e, tp, ep = config
 
-    def dist(c) -> float:
-        return (abs(math.log(c[0] / h)) + abs(math.log((c[1] / c[4]) / (inter / tp))) + abs(math.log(c[2] / k))
-                + abs(math.log(c[3] / e)))
+    def dist(c) -> tuple[bool, float]:
+        return (c[5] != ep, abs(math.log(c[0] / h)) + abs(math.log((c[1] / c[4]) / (inter / tp)))
+                + abs(math.log(c[2] / k)) + abs(math.log(c[3] / e)))
     return min(configs, key=dist)
+
+
+def _moe_split(config: tuple) -> str:
+    return f"tp {config[4]}" + (f" ep {config[5]}" if config[5] > 1 else "")
 
 
 def _heads_shape(rows: pd.DataFrame) -> tuple[int, int, int]:
@@ -451,7 +456,8 @@ class MeasuredCostModel(PackedCostModel):
     def __init__(self, model: ModelSpec, gpu: GPUSpec, *, tensor_parallel: int = 1, weight_dtype: str = "bf16",
                  kv_dtype: str = "bf16", engine: str = "vllm-cudagraph", step_overhead_s: float = 0.0,
                  gpu_data: str | None = None, root: Path | None = None, communication: bool = True,
-                 tables: str = "vllm", fp8_compute: bool | None = None, fp8_block: bool = False):
+                 tables: str = "vllm", fp8_compute: bool | None = None, fp8_block: bool = False,
+                 expert_parallel: int = 1):
         if engine not in ENGINES:
             raise ConfigError(f"cost_model.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
         data = gpu_data or gpu.name
@@ -462,7 +468,7 @@ class MeasuredCostModel(PackedCostModel):
         if reason:
             raise ConfigError(reason)
         self.tables = load_tables(tables_dir(data, tables, root))
-        self.model, self.gpu, self.tp, self.engine = model, gpu, tensor_parallel, engine
+        self.model, self.gpu, self.tp, self.ep, self.engine = model, gpu, tensor_parallel, expert_parallel, engine
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.step_overhead_s = step_overhead_s
         # False prices one GPU's shard alone (no all-reduce), to compare with steps measured on one GPU.
@@ -476,7 +482,8 @@ class MeasuredCostModel(PackedCostModel):
         # The fastest kernel the GEMM table holds: a floor for any kernel launch inside a step.
         self.min_kernel_s = float(t.gemm["latency_ms"].min()) * 1e-3
         self.roofline = RooflineCostModel(model, gpu, tensor_parallel=tp, weight_dtype=weight_dtype,
-                                          kv_dtype=kv_dtype, fp8_compute=weight_dtype == "fp8")
+                                          kv_dtype=kv_dtype, fp8_compute=weight_dtype == "fp8",
+                                          expert_parallel=expert_parallel)
         self.fp8_block = fp8_block
         gd = gemm_dtype(weight_dtype, fp8_block)
         if gd == "fp8_block" and gd not in t.gemm_dtypes:  # same fp8 products, per-tensor scales: said, not silent
@@ -495,15 +502,13 @@ class MeasuredCostModel(PackedCostModel):
 
         self._moe = self._moe_curve()
         self._groups = []
-        for n_layers, shapes in layer_groups(model):
+        for n_layers, gpu_shapes in gpu_layer_groups(model, tp, expert_parallel):
             mats = []
-            for s in shapes:
-                if s.count > 1 and self._moe is not None:
+            for g in gpu_shapes:
+                if g.shape.count > 1 and self._moe is not None:
                     continue  # the fused MoE table prices all experts of the layer
-                in_f = s.in_features // tp if s.tp_split == "row" else s.in_features
-                out_f = s.out_features // tp if s.tp_split == "column" else s.out_features
-                mats.append(_Linear(linear(in_f, out_f, s.name), s.count, s.active_per_token))
-            self._groups.append((n_layers, mats, any(s.count > 1 for s in shapes)))
+                mats.append(_Linear(linear(g.in_features, g.out_features, g.shape.name), g.count, g.active_per_token))
+            self._groups.append((n_layers, mats, any(g.shape.count > 1 for g in gpu_shapes)))
         head = lm_head_shape(model)
         # The LM head stays 16-bit in fp8 deployments: vLLM's Fp8Config quantizes LinearBase layers only, and its
         # ParallelLMHead is an embedding (vllm/model_executor/layers/quantization/fp8.py: get_quant_method);
@@ -603,9 +608,9 @@ class MeasuredCostModel(PackedCostModel):
         kind = rows_kind = measured_kernel.SHAPE_MOE if gd == "bf16" else measured_kernel.SHAPE_MOE_FP8
         if (moe is None or moe.empty) and gd != "bf16" and t.moe is not None and m.gated_mlp:
             # No FP8 fused-MoE rows: the bf16 rows' ratio to their roofline, applied to this model's FP8 roofline.
-            # Held out on the tables that hold both dtypes (TensorRT-LLM's H100 and H200, 5,589 points), this gives a
-            # median predicted / measured of 0.90 and a mean |log error| of 0.24, where the FP8 expert GEMMs in one
-            # fused launch gave 3.86 and 1.51 (benchmarks/bench_moe.py).
+            # Held out on the tables that hold both dtypes (TensorRT-LLM's H100, H200 and B200, 7,452 points), this
+            # gives a median predicted / measured of 0.86 and a mean |log error| of 0.27, where the FP8 expert GEMMs
+            # in one fused launch gave 4.77 and 1.68 (benchmarks/bench_moe.py, 11-29).
             moe, rows_kind = t.moe[t.moe["dtype"] == "bf16"], measured_kernel.SHAPE_MOE
             self.notes[f"moe: no {gd} fused-MoE rows; the bf16 fused-MoE rows' ratio to their roofline, applied to "
                        "the fp8 roofline"] += 1
@@ -613,21 +618,30 @@ class MeasuredCostModel(PackedCostModel):
             self.notes[f"moe: no {gd} fused-MoE table for this setup; experts priced from the {gd} GEMM rows as one "
                        "fused kernel"] += 1
             return None
-        config = (m.hidden_size, m.ffn_size, m.num_experts_per_token, m.num_experts, self.tp)
+        if "moe_ep_size" not in moe.columns:  # tables imported before expert-parallel rows were kept
+            moe = moe.assign(moe_ep_size=1)
+        ep = self.ep
+        config = (m.hidden_size, m.ffn_size, m.num_experts_per_token, m.num_experts, self.tp // ep, ep)
         near = _nearest_moe_config(moe, config)
         if near != config:
             self.notes[f"moe: ({m.hidden_size}, {m.ffn_size}, top{m.num_experts_per_token} of {m.num_experts}, "
-                       f"tp {self.tp}) not in the fused-MoE table; nearest measured ({near[0]}, {near[1]}, "
-                       f"top{near[2]} of {near[3]}, tp {near[4]}) scaled by the roofline"] += 1
+                       f"{_moe_split(config)}) not in the fused-MoE table; nearest measured ({near[0]}, {near[1]}, "
+                       f"top{near[2]} of {near[3]}, {_moe_split(near)}) scaled by the roofline"] += 1
         rows = moe[(moe["hidden_size"] == near[0]) & (moe["inter_size"] == near[1]) & (moe["topk"] == near[2])
-                   & (moe["num_experts"] == near[3]) & (moe["moe_tp_size"] == near[4])]
+                   & (moe["num_experts"] == near[3]) & (moe["moe_tp_size"] == near[4])
+                   & (moe["moe_ep_size"] == near[5])]
         # Ratios are taken against the measured configuration's roofline and applied to this model's (as for
-        # attention heads): held out one configuration at a time, this predicts the tables' 31,197 fused-MoE
-        # times to a median ratio of 0.99 and a mean |log error| of 0.17, where pricing each expert as its own GEMM
-        # launch gave 1.66 and 0.94 (benchmarks/bench_moe.py).
-        measured = Shape(rows_kind, (near[3], near[2], near[0], near[1] / near[4]), self.roof)
+        # attention heads): held out one configuration at a time, this predicts the tables' 57,790 tensor-parallel
+        # fused-MoE times to a median ratio of 0.99 and a mean |log error| of 0.17, where pricing each expert as its
+        # own GEMM launch gave 2.25 and 1.11; their 27,910 expert-parallel times from the nearest configuration at
+        # the same split 1.00 and 0.16, where pricing EP as TP over as many GPUs gave 0.99 and 0.25
+        # (benchmarks/bench_moe.py, 11-29).
+        # Each roofline is one GPU's: its experts (count / ep), the experts a token routes to among them (top-k / ep,
+        # in expectation) and each expert's intermediate width (split by moe_tp), at the layer's tokens.
+        measured = Shape(rows_kind, (near[3] / near[5], near[2] / near[5], near[0], near[1] / near[4]), self.roof)
         lr = [math.log(x * 1e-3 / measured(n)) for n, x in zip(rows["num_tokens"], rows["latency_ms"])]
-        h, ffn, e, k = m.hidden_size, m.ffn_size // self.tp, m.num_experts, m.num_experts_per_token
+        h, ffn = m.hidden_size, m.ffn_size // (self.tp // ep)
+        e, k = m.num_experts / ep, m.num_experts_per_token / ep
         return Curve(list(rows["num_tokens"]), lr, Shape(kind, (e, k, h, ffn), self.roof), "fused MoE", self.notes)
 
     def _allreduce_curve(self) -> Curve | None:
@@ -682,7 +696,8 @@ class MeasuredCostModel(PackedCostModel):
 
     def __repr__(self) -> str:
         notes = "; ".join(f"{n}" + (f" (x{c})" if c > 1 else "") for n, c in sorted(self.notes.items()))
-        return (f"MeasuredCostModel({self.model.name} on {self.gpu.name} x{self.tp}, {self.engine}, "
+        ep = f" ep{self.ep}" if self.ep > 1 else ""
+        return (f"MeasuredCostModel({self.model.name} on {self.gpu.name} x{self.tp}{ep}, {self.engine}, "
                 f"weights={self.weight_dtype}, kv={self.kv_dtype}, kernels: {self.source} "
                 f"({self.tables.meta['device_name']}), step overhead {self.step_overhead_s * 1e3:g} ms"
                 + (f"; notes: {notes}" if notes else "") + ")")
@@ -773,7 +788,7 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
                              kv_dtype: str = "bf16", fp8_compute: bool = False, engine: str = "vllm-cudagraph",
                              step_overhead_s: float = 0.0, gpu_data: str | None = None,
                              on_missing: str = "roofline", root: Path | None = None, tables: str = "vllm",
-                             unmeasured_dtype: str = "error", fp8_block: bool = False):
+                             unmeasured_dtype: str = "error", fp8_block: bool = False, expert_parallel: int = 1):
     """The measured cost model. A GPU without tables of this framework: the roofline whose repr says why
     (on_missing 'roofline'), or a one-line ConfigError (on_missing 'error'). A quantization the tables were not
     measured in: a one-line ConfigError naming the field (unmeasured_dtype 'error', the default), or the roofline
@@ -789,8 +804,8 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
             return MeasuredCostModel(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
                                      kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,
                                      gpu_data=gpu_data, root=root, tables=tables, fp8_compute=fp8_compute,
-                                     fp8_block=fp8_block)
+                                     fp8_block=fp8_block, expert_parallel=expert_parallel)
         if unmeasured_dtype != "roofline":
             raise ConfigError(reason)
     return MeasuredFallback(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
-                            kv_dtype=kv_dtype, fp8_compute=fp8_compute, reason=reason)
+                            kv_dtype=kv_dtype, fp8_compute=fp8_compute, reason=reason, expert_parallel=expert_parallel)

@@ -317,13 +317,13 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
         layer_s = common
         for r in range(starts[g], starts[g + 1]):
             c, experts, active = int(linear[r, L_CURVE]), linear[r, L_EXPERTS], linear[r, L_ACTIVE]
-            if experts > 1:
+            if active < experts:  # routed experts (under expert parallelism a GPU may hold just one)
                 # No fused-MoE row of this dtype: the experts some token routes to, priced from their GEMM rows as
                 # the engines run them, in one fused kernel (vLLM's fused_moe, SGLang's, TensorRT-LLM's MoE plugin):
                 # it launches once, and each further expert adds its GEMM's time above the table's fastest kernel (a
-                # launch with next to no work), never less than its roofline. Against the tables' 31,206 measured
-                # fused-MoE times this is 1.19x them (median; mean |log error| 0.71), where one launch per expert
-                # was 1.66x (0.94) (benchmarks/bench_moe.py).
+                # launch with next to no work), never less than its roofline. Against the tables' 50,376 measured
+                # fused-MoE times this is 1.53x them (median; mean |log error| 0.85), where one launch per expert
+                # was 2.25x (1.11) (benchmarks/bench_moe.py, 11-29).
                 touched = touched_experts(experts, active, t)
                 m = t * active / touched
                 one = _curve(s, curves, grids, ratios, log, count, c, m)

@@ -20,7 +20,7 @@ from sim.errors import ConfigError
 from sim.model.attention_io import ATTENTION_KERNELS, math_sdpa_terms
 from sim.model.attention_io import heads_per_gpu as attention_heads_per_gpu
 from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token
-from sim.model.shapes import layer_groups, lm_head_shape
+from sim.model.shapes import GpuLinear, gpu_layer_groups, gpu_linear, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
 
@@ -65,14 +65,14 @@ class RooflineCostModel(PackedCostModel):
                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", fp8_compute: bool = False,
                  compute_efficiency: float | None = None, memory_efficiency: float | None = None,
                  step_overhead_s: float | None = None, attention_kernel: str = "flash",
-                 attention_dtype: str = "bf16"):
+                 attention_dtype: str = "bf16", expert_parallel: int = 1):
         if attention_kernel not in ATTENTION_KERNELS:
             raise ConfigError(f"attention.kernel: {attention_kernel!r} is not allowed; allowed: "
                               f"{', '.join(ATTENTION_KERNELS)}")
         if attention_dtype not in _ATTENTION_DTYPES:
             raise ConfigError(f"attention_dtype: {attention_dtype!r} is not allowed; allowed: "
                               f"{', '.join(_ATTENTION_DTYPES)}")
-        self.model, self.gpu, self.tp = model, gpu, tensor_parallel
+        self.model, self.gpu, self.tp, self.ep = model, gpu, tensor_parallel, expert_parallel
         self.attention_kernel = attention_kernel
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         peak = gpu.fp8_flops_per_s if (fp8_compute and gpu.fp8_flops_per_s) else gpu.bf16_flops_per_s
@@ -103,8 +103,9 @@ class RooflineCostModel(PackedCostModel):
         self.score_bytes_per_pair, passes, self.fresh_bytes = math_sdpa_terms(heads_per_gpu, qk_dim, v_dim, attn_bytes)
         units = {"pair": roofline_kernel.U_PAIR, "query": roofline_kernel.U_QUERY, "key": roofline_kernel.U_KEY}
         self.materialized_passes = [(units[unit], nbytes, flops) for _, unit, nbytes, flops in passes]
-        self.groups = [(n, [self._matmul(s) for s in shapes]) for n, shapes in layer_groups(model)]
-        self.lm_head = self._matmul(lm_head_shape(model))
+        self.groups = [(n, [self._matmul(g) for g in gpu_shapes])
+                       for n, gpu_shapes in gpu_layer_groups(model, tensor_parallel, expert_parallel)]
+        self.lm_head = self._matmul(gpu_linear(lm_head_shape(model), tensor_parallel))
         self.hidden = model.hidden_size
         self.ffn_per_gpu = model.ffn_size / tensor_parallel
         self.include_lm_head = True  # False for a pipeline stage before the last: the LM head runs on the last
@@ -112,16 +113,21 @@ class RooflineCostModel(PackedCostModel):
     def _build_pack(self) -> tuple:
         return roofline_kernel.pack(self)
 
-    def _matmul(self, shape) -> _Matmul:
-        split = 1 if shape.tp_split == "replicated" else self.tp
-        params = shape.in_features * shape.out_features / split
-        return _Matmul(params * shape.count, params * shape.active_per_token, shape.count,
-                       shape.active_per_token, shape.in_features, shape.out_features)
+    @staticmethod
+    def _matmul(g: GpuLinear) -> _Matmul:
+        # Under expert parallelism a GPU holds count / EP whole experts and a token routes to active / EP of them in
+        # expectation: under uniform routing its FLOPs and weight bytes equal tensor parallelism's at the same
+        # number of GPUs (tests/unit/test_expert_parallel.py), its kernels (measured tables) do not.
+        shape = g.shape
+        params = shape.in_features * shape.out_features / g.split
+        return _Matmul(params * g.count, params * g.active_per_token, g.count, g.active_per_token,
+                       shape.in_features, shape.out_features)
 
     def __repr__(self) -> str:
         # The kernel is named only when it is not the default, so that a flash run's records read as before.
         attention = "" if self.attention_kernel == "flash" else f", attention={self.attention_kernel}"
-        return (f"RooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}, "
+        ep = f" ep{self.ep}" if self.ep > 1 else ""
+        return (f"RooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}{ep}, "
                 f"weights={self.weight_dtype}, kv={self.kv_dtype}{attention})")
 
 

@@ -109,7 +109,7 @@ def linear_flops_bytes(weight_params, params_per_token, experts, experts_per_tok
     mixture of experts, the experts some token routes to, in expectation under uniform routing) and the
     activations in and out."""
     flops = 2.0 * num_tokens * params_per_token
-    if experts > 1:
+    if experts_per_token < experts:  # routed experts (under expert parallelism a GPU may hold just one)
         weight_params = weight_params / experts * touched_experts(experts, experts_per_token, num_tokens)
     act = num_tokens * experts_per_token * (in_features + out_features) * ACT_BYTES
     return flops, weight_params * wbpp + act

@@ -64,7 +64,7 @@ from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu
 from sim.model.memory import kv_bytes_per_token
-from sim.model.shapes import layer_groups
+from sim.model.shapes import gpu_layer_groups
 from sim.model.specs import GPUSpec, ModelSpec
 
 PROFILE_KIND = "steps"
@@ -269,14 +269,8 @@ class StepPhysics:
         self.window = model.sliding_window
         self.hq, self.hkv, self.d = shard["num_heads"], shard["num_kv_heads"], shard["head_dim"]
         # Per layer group: (layers, [(in, out, experts, experts each token routes to)]) per GPU.
-        self.groups = []
-        for n, shapes in layer_groups(model):
-            mats = []
-            for s in shapes:
-                k = s.in_features // tp if s.tp_split == "row" else s.in_features
-                m = s.out_features // tp if s.tp_split == "column" else s.out_features
-                mats.append((k, m, s.count, s.active_per_token))
-            self.groups.append((n, mats))
+        self.groups = [(n, [(g.in_features, g.out_features, g.count, g.active_per_token) for g in gpu_shapes])
+                       for n, gpu_shapes in gpu_layer_groups(model, tp)]
         self.head_in, self.head_out = shard["linear"]["lm_head"]
         h, ffn = shard["hidden_size"], shard["ffn_size"]
         act = 3 * ffn if model.gated_mlp else 2 * ffn

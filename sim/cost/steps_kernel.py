@@ -61,7 +61,7 @@ def empty() -> tuple:
 def _linear_op(layers, k, m, experts, active, eb, num_tokens):
     """(FLOPs, bytes) of a linear layer of `layers` layers: weights read once (of a mixture of experts, the experts
     some token routes to, in expectation under uniform routing), activations in and out."""
-    if experts > 1:
+    if active < experts:  # routed experts
         touched = experts * (1.0 - (1.0 - active / experts) ** float(num_tokens))
     else:
         touched = 1.0

@@ -10,7 +10,14 @@ import math
 from dataclasses import dataclass
 
 from sim.errors import ConfigError, DoesNotFitError
-from sim.model.shapes import block_scale_problem, kv_heads_per_gpu, layer_groups, lm_head_shape, norm_param_count
+from sim.model.shapes import (
+    GpuLinear,
+    block_scale_problem,
+    gpu_layer_groups,
+    kv_heads_per_gpu,
+    lm_head_shape,
+    norm_param_count,
+)
 from sim.model.specs import GPUSpec, LinearShape, ModelSpec
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
@@ -62,15 +69,37 @@ def check_tensor_parallel(model: ModelSpec, tp: int, field: str = "hardware.tens
         )
 
 
-def check_block_scales(model: ModelSpec, tp: int, field: str = "hardware.tensor_parallel") -> None:
-    """Raise ConfigError unless `tp` ranks each hold whole 128 x 128 scale blocks of the model's block-scaled fp8
-    weights (`shapes.block_scale_problem`): the engines refuse to load such a checkpoint otherwise."""
-    problem = block_scale_problem(model, tp)
+def _allowed_expert_parallel(model: ModelSpec, tp: int) -> list[int]:
+    return [e for e in range(1, tp + 1) if tp % e == 0 and (e == 1 or model.num_experts % e == 0)]
+
+
+def check_expert_parallel(model: ModelSpec, tp: int, ep: int, field: str = "hardware.expert_parallel") -> None:
+    """Raise ConfigError unless `ep` GPUs of the `tp`-GPU group can each hold whole routed experts: the model has
+    them, `ep` divides their count and the group (the rest of each expert split by the other tp / ep GPUs, as the
+    engines' moe_tp x moe_ep = tp without data-parallel attention)."""
+    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1:
+        raise ConfigError(f"{field}: {ep!r} is not allowed; allowed: an integer >= 1")
+    if ep == 1:
+        return
+    if not model.is_moe:
+        raise ConfigError(f"{field}: {ep} needs routed experts, and {model.name} has none; allowed: 1")
+    if tp % ep or model.num_experts % ep:
+        allowed = ", ".join(map(str, _allowed_expert_parallel(model, tp)))
+        raise ConfigError(f"{field}: {ep} cannot split {model.name}'s {model.num_experts} experts over "
+                          f"tensor_parallel {tp} GPUs (it must divide both); allowed: {allowed}")
+
+
+def check_block_scales(model: ModelSpec, tp: int, ep: int = 1, field: str = "hardware.tensor_parallel") -> None:
+    """Raise ConfigError unless `tp` ranks (`ep` of them holding whole experts) each hold whole 128 x 128 scale blocks
+    of the model's block-scaled fp8 weights (`shapes.block_scale_problem`): the engines refuse to load such a
+    checkpoint otherwise."""
+    problem = block_scale_problem(model, tp, ep)
     if problem:
         allowed = ", ".join(map(str, _allowed_tensor_parallel(model, block_scales=True))) or "none"
+        eps = [e for e in _allowed_expert_parallel(model, tp) if e > 1 and not block_scale_problem(model, tp, e)]
+        by_ep = f", hardware.expert_parallel {' or '.join(map(str, eps))}" if eps else ""
         raise ConfigError(f"{field}: {tp} cannot shard {model.name}'s block-scaled fp8 weights ({problem}; the "
-                          f"engines refuse it, expert parallelism is not modelled); allowed: {allowed}, or "
-                          "quantization.fp8_block_scales false")
+                          f"engines refuse it); allowed: {allowed}{by_ep}, or quantization.fp8_block_scales false")
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> int:
@@ -105,6 +134,10 @@ def _matrix_bytes(shape: LinearShape, weight_dtype: str, group_size: int) -> flo
     return nbytes * shape.count
 
 
+def _gpu_matrix_bytes(g: GpuLinear, num_layers: int, weight_dtype: str, group_size: int) -> float:
+    return num_layers * _matrix_bytes(g.shape, weight_dtype, group_size) / g.split * (g.count / g.shape.count)
+
+
 def weight_bytes_per_gpu(
     model: ModelSpec, weight_dtype: str = "bf16", tensor_parallel: int = 1, group_size: int = 128
 ) -> int:
@@ -114,10 +147,10 @@ def weight_bytes_per_gpu(
     _dtype_bytes(weight_dtype, WEIGHT_DTYPES, "weight_dtype")
     _positive_int(group_size, "group_size")
     total = 0.0
-    for num_layers, shapes in layer_groups(model):
-        for shape in shapes:
-            share = 1 if shape.tp_split == "replicated" else tensor_parallel
-            total += num_layers * _matrix_bytes(shape, weight_dtype, group_size) / share
+    # Expert parallelism leaves these bytes as they are: a GPU holds 1 / tp of the experts' weights either way.
+    for num_layers, gpu_shapes in gpu_layer_groups(model, tensor_parallel):
+        for g in gpu_shapes:
+            total += _gpu_matrix_bytes(g, num_layers, weight_dtype, group_size)
     head = lm_head_shape(model)
     vocab_tables = 1 if model.tie_word_embeddings else 2  # input embedding (+ separate lm_head)
     total += vocab_tables * head.in_features * head.out_features * _UNQUANTIZED_BYTES / tensor_parallel
@@ -149,10 +182,12 @@ def activation_bytes(
     _positive_int(max_num_batched_tokens, "max_num_batched_tokens")
     _positive_int(max_num_seqs, "max_num_seqs")
     tokens = max_num_batched_tokens
+    # (Expert parallelism leaves it as it is: a GPU's experts see tokens x active / ep rows of tp / ep times the
+    # width.)
     widest = max(
-        shape.out_features * shape.active_per_token / (tensor_parallel if shape.tp_split == "column" else 1)
-        for _, shapes in layer_groups(model)
-        for shape in shapes
+        g.shape.out_features * g.active_per_token / (g.split if g.shape.tp_split == "column" else 1)
+        for _, gpu_shapes in gpu_layer_groups(model, tensor_parallel)
+        for g in gpu_shapes
     )
     hidden = (2 * tokens * model.hidden_size + tokens * widest) * _ACTIVATION_BYTES
     sampled_rows = min(max_num_seqs, tokens)
@@ -261,12 +296,12 @@ def stage_weight_bytes_per_gpu(model: ModelSpec, stage: int, pipeline_parallel: 
     end = start + layers[stage]
     total = 0.0
     group_start = 0
-    for num_layers, shapes in layer_groups(model):  # groups are consecutive layers in order (dense first)
+    # groups are consecutive layers in order (dense first)
+    for num_layers, gpu_shapes in gpu_layer_groups(model, tensor_parallel):
         here = max(0, min(end, group_start + num_layers) - max(start, group_start))
         group_start += num_layers
-        for shape in shapes:
-            share = 1 if shape.tp_split == "replicated" else tensor_parallel
-            total += here * _matrix_bytes(shape, weight_dtype, group_size) / share
+        for g in gpu_shapes:
+            total += _gpu_matrix_bytes(g, here, weight_dtype, group_size)
     head = lm_head_shape(model)
     table = head.in_features * head.out_features * _UNQUANTIZED_BYTES / tensor_parallel
     if pipeline_parallel == 1:

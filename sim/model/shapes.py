@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sim.model.specs import LinearShape, ModelSpec
 
 
@@ -68,6 +70,54 @@ def layer_groups(model: ModelSpec) -> list[tuple[int, list[LinearShape]]]:
     return groups
 
 
+@dataclass(frozen=True)
+class GpuLinear:
+    """One kind of weight matrix as one GPU of a tensor-parallel group holds it: the one rule every cost model and
+    the memory budget read, so that tensor and expert parallelism split a matrix the same way everywhere."""
+
+    shape: LinearShape  # the full, unsharded matrix
+    split: int  # GPUs sharing each matrix (1: every GPU holds it whole)
+    count: int  # matrices of this kind on this GPU (the experts it holds)
+    active_per_token: float  # of them, how many one token passes through, in expectation under uniform routing
+
+    @property
+    def in_features(self) -> int:
+        return self.shape.in_features // self.split if self.shape.tp_split == "row" else self.shape.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.shape.out_features // self.split if self.shape.tp_split == "column" else self.shape.out_features
+
+    @property
+    def share(self) -> float:
+        """The fraction of the layer's matrices of this kind (all `shape.count`) this GPU's bytes hold."""
+        return 1.0 / self.split * (self.count / self.shape.count)
+
+
+def is_routed_expert(shape: LinearShape) -> bool:
+    return shape.name.startswith("experts_")
+
+
+def gpu_linear(shape: LinearShape, tensor_parallel: int, expert_parallel: int = 1) -> GpuLinear:
+    """`shape` on one GPU. Tensor parallelism splits every matrix that is not replicated across the group. Expert
+    parallelism (`expert_parallel` GPUs of the group) gives each GPU whole routed experts, `count / expert_parallel`
+    of them, and splits each one over the remaining `tensor_parallel / expert_parallel` GPUs, as vLLM's
+    `--enable-expert-parallel`, SGLang's `--ep-size` and TensorRT-LLM's `moe_expert_parallel_size` do without
+    data-parallel attention (`sim.model.memory.check_expert_parallel` holds the sizes allowed)."""
+    if shape.tp_split == "replicated":
+        return GpuLinear(shape, 1, shape.count, shape.active_per_token)
+    if expert_parallel > 1 and is_routed_expert(shape):
+        return GpuLinear(shape, tensor_parallel // expert_parallel, shape.count // expert_parallel,
+                         shape.active_per_token / expert_parallel)
+    return GpuLinear(shape, tensor_parallel, shape.count, shape.active_per_token)
+
+
+def gpu_layer_groups(model: ModelSpec, tensor_parallel: int,
+                     expert_parallel: int = 1) -> list[tuple[int, list[GpuLinear]]]:
+    """`layer_groups` as one GPU holds them."""
+    return [(n, [gpu_linear(s, tensor_parallel, expert_parallel) for s in shapes]) for n, shapes in layer_groups(model)]
+
+
 def lm_head_shape(model: ModelSpec) -> LinearShape:
     """The output projection; tensor parallelism splits it over the vocabulary."""
     return LinearShape("lm_head", model.hidden_size, model.vocab_size, 1, "column", 1)
@@ -114,35 +164,39 @@ def kv_heads_per_gpu(model: ModelSpec, tensor_parallel: int) -> int:
 FP8_SCALE_BLOCK = 128  # quantization.fp8_block_scales: one scale per 128 x 128 block of a weight matrix
 
 
-def _output_partitions(m: ModelSpec, shape: LinearShape, tp: int) -> list[float]:
+def _output_partitions(m: ModelSpec, g: GpuLinear) -> list[float]:
     """The per-GPU output widths of a column-split matrix, one per matrix merged into it (qkv: q, k and v; gate_up:
     gate and up): each must hold whole scale blocks."""
+    shape = g.shape
     if shape.name == "qkv":
-        kv_width = kv_heads_per_gpu(m, tp) * m.head_dim
-        return [m.num_attention_heads * m.head_dim / tp, kv_width, kv_width]
+        kv_width = kv_heads_per_gpu(m, g.split) * m.head_dim
+        return [m.num_attention_heads * m.head_dim / g.split, kv_width, kv_width]
     if shape.name.endswith("gate_up"):
-        return [shape.out_features / 2 / tp] * 2
-    return [shape.out_features / tp]
+        return [shape.out_features / 2 / g.split] * 2
+    return [shape.out_features / g.split]
 
 
-def block_scale_problem(model: ModelSpec, tp: int) -> str | None:
+def block_scale_problem(model: ModelSpec, tp: int, expert_parallel: int = 1) -> str | None:
     """Why `tp` ranks cannot shard this model's block-scaled fp8 weights (None: they can). Each rank must hold whole
     128 x 128 scale blocks: a column-split matrix's output width per rank (each merged matrix's: gate and up, q, k
     and v), and a row-split one's input width per rank when it is split, must be multiples of 128, as the engines
     check when they load such a checkpoint (vLLM: validate_fp8_block_shape, Fp8MoEMethod.create_weights: "... is not
-    divisible by weight quantization block_n")."""
+    divisible by weight quantization block_n"). Expert parallelism keeps each expert whole on fewer ranks."""
     b = FP8_SCALE_BLOCK
-    for _, shapes in layer_groups(model):
-        for shape in shapes:
+    for _, gpu_shapes in gpu_layer_groups(model, tp, expert_parallel):
+        for g in gpu_shapes:
+            shape = g.shape
             if shape.tp_split == "column":
-                widths = _output_partitions(model, shape, tp)
-            elif shape.tp_split == "row" and tp > 1:
-                widths = [shape.in_features / tp]
+                widths = _output_partitions(model, g)
+            elif shape.tp_split == "row" and g.split > 1:
+                widths = [shape.in_features / g.split]
             else:
                 continue
             bad = next((w for w in widths if w % b), None)
             if bad is not None:
                 split = "output" if shape.tp_split == "column" else "input"
-                return (f"{shape.name}'s {split} width per GPU is {bad:g} at tensor_parallel {tp}, not a multiple of "
-                        f"the {b}-wide fp8 scale blocks")
+                where = f"tensor_parallel {tp}" + (f", expert_parallel {expert_parallel}" if expert_parallel > 1
+                                                   else "")
+                return (f"{shape.name}'s {split} width per GPU is {bad:g} at {where}, not a multiple of the {b}-wide "
+                        "fp8 scale blocks")
     return None

@@ -283,6 +283,18 @@ def test_mixtures_of_experts_and_mla_run_compiled_with_measured_kernels(model, t
     assert_identical(python, compiled)
 
 
+@pytest.mark.parametrize(("model", "tp", "ep", "kind"), [
+    ("mixtral-8x7b", 8, 8, "measured"), ("mixtral-8x7b", 8, 8, "roofline"), ("deepseek-v2-lite", 4, 2, "measured")])
+def test_expert_parallel_runs_compiled_with_the_same_records(model, tp, ep, kind):
+    # One expert per GPU (Mixtral at EP 8: routed, not dense) and the measured expert-parallel fused-MoE rows
+    spec = spec_for(model=model, tp=tp, arrival={"kind": "poisson", "rate_per_s": 30.0}, num_requests=300,
+                    chunked=True, budget=2048, capacity=40_000, cost_model={"kind": kind})
+    spec["hardware"]["expert_parallel"] = ep
+    python, compiled = both(spec)
+    assert compiled.extras["engine_core"] == "compiled"
+    assert_identical(python, compiled)
+
+
 def test_the_measured_model_without_tables_runs_compiled_as_the_roofline_it_is():
     # No measured tables for the L4: `kind: measured` falls back to the roofline (its repr says why), which the
     # compiled core prices as the roofline.

@@ -115,7 +115,8 @@ def test_block_scaled_fp8_needs_whole_scale_blocks_on_every_gpu(tp, problem):
         assert validate_scenario(raw).hardware.tensor_parallel == tp
         return
     with pytest.raises(ConfigError, match=r"^hardware\.tensor_parallel: 8 cannot shard qwen3-235b-a22b's block-scaled "
-                       r"fp8 weights \(.*\); allowed: 1, 2, 4, or quantization\.fp8_block_scales false$"):
+                       r"fp8 weights \(.*\); allowed: 1, 2, 4, hardware\.expert_parallel 2 or 4 or 8, or "
+                       r"quantization\.fp8_block_scales false$"):
         validate_scenario(raw)
     per_tensor = {**raw, "quantization": {"weights": "fp8", "fp8_block_scales": False}}
     assert validate_scenario(per_tensor).hardware.tensor_parallel == 8  # per-tensor scales shard anywhere

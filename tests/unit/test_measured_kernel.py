@@ -201,11 +201,12 @@ def test_a_moe_configuration_outside_the_table_takes_the_nearest_measured_ones_r
     cm = MeasuredCostModel(model, get_gpu("h100-sxm"), tensor_parallel=1, tables="trtllm")
     t = load_tables(tables_dir("h100-sxm", "trtllm"))
     moe = t.moe[t.moe["dtype"] == "bf16"]
-    config = (model.hidden_size, model.ffn_size, model.num_experts_per_token, model.num_experts, 1)
+    config = (model.hidden_size, model.ffn_size, model.num_experts_per_token, model.num_experts, 1, 1)
     near = _nearest_moe_config(moe, config)
+    assert near[5] == 1  # rows of the same expert parallelism (none) where the table has them
     assert near != config and any("nearest measured" in n and "fused-MoE" in n for n in cm.notes)
     rows = moe[(moe["hidden_size"] == near[0]) & (moe["inter_size"] == near[1]) & (moe["topk"] == near[2])
-               & (moe["num_experts"] == near[3]) & (moe["moe_tp_size"] == near[4])]
+               & (moe["num_experts"] == near[3]) & (moe["moe_tp_size"] == near[4]) & (moe["moe_ep_size"] == 1)]
     n, seconds = float(rows["num_tokens"].iloc[3]), float(rows["latency_ms"].iloc[3]) * 1e-3
     roof = device_roofline(t.gemm)
 

@@ -1,0 +1,176 @@
+"""Expert parallelism (`hardware.expert_parallel`): the one rule that splits a matrix over a GPU group
+(`sim.model.shapes.gpu_linear`), what it leaves unchanged (the bytes a GPU holds; under uniform routing a GPU's
+expected FLOPs and weight reads), what it changes (the measured fused-MoE rows, the block-scale check), the engines'
+flags that set it, and the bad input refused in one line."""
+
+from pathlib import Path
+
+import pytest
+from helpers import one_error_line, servesim
+
+from sim.config.files import validate_scenario
+from sim.errors import ConfigError
+from sim.model.catalog import get_gpu, get_model
+from sim.model.hf_config import read_model_ref
+from sim.model.shapes import gpu_layer_groups, gpu_linear
+from sim.model.specs import LinearShape
+
+REPO = Path(__file__).resolve().parents[2]
+QWEN3_235B = {"hf_config": str(REPO / "benchmarks" / "published" / "qwen3-235b-a22b.json")}
+BASE = {"workload": {"arrival": {"kind": "burst"},
+                     "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 8}},
+        "run": {"num_requests": 4}}
+
+
+def scenario(**sections):
+    return validate_scenario({**BASE, **sections})
+
+
+def test_a_gpu_holds_whole_experts_under_expert_parallelism():
+    experts = LinearShape("experts_gate_up", 4096, 2 * 1536, 128, "column", 8)
+    tp_only, ep8, ep2 = gpu_linear(experts, 8), gpu_linear(experts, 8, 8), gpu_linear(experts, 8, 2)
+    assert (tp_only.count, tp_only.active_per_token, tp_only.out_features) == (128, 8, 384)
+    assert (ep8.count, ep8.active_per_token, ep8.out_features, ep8.split) == (16, 1.0, 3072, 1)
+    assert (ep2.count, ep2.active_per_token, ep2.out_features, ep2.split) == (64, 4.0, 768, 4)
+    # Everything but the routed experts is split by TP as before: attention, shared experts, the router.
+    for shape in (LinearShape("qkv", 4096, 6144, 1, "column", 1), LinearShape("shared_down", 2048, 4096, 1, "row", 1),
+                  LinearShape("router", 4096, 128, 1, "replicated", 1)):
+        assert gpu_linear(shape, 8, 8) == gpu_linear(shape, 8)
+
+
+@pytest.mark.parametrize("model, tp, ep", [("mixtral-8x7b", 8, 8), ("mixtral-8x7b", 4, 2),
+                                           ("deepseek-v2-lite", 8, 8), ("deepseek-v2-lite", 8, 4)])
+def test_expert_parallelism_keeps_each_gpus_bytes_and_expected_work(model, tp, ep):
+    # Known answer: E experts, top-k, each of P parameters. TP: every GPU holds all E at P / tp; EP: E / ep whole
+    # experts at P / (tp / ep) -> the same bytes. A step of n tokens reads, in expectation, the experts some token
+    # routes to, E (1 - (1 - k / E)^n) of them under TP and E / ep of that share under EP -> the same weight bytes;
+    # and multiplies n k P / tp parameters either way -> the same FLOPs.
+    from sim.cost.roofline import RooflineCostModel
+    from sim.cost.roofline_kernel import linear_flops_bytes, touched_experts
+    m, gpu = get_model(model), get_gpu("h100-sxm")
+    for (_, by_tp), (_, by_ep) in zip(gpu_layer_groups(m, tp), gpu_layer_groups(m, tp, ep)):
+        for a, b in zip(by_tp, by_ep):
+            assert a.share == pytest.approx(b.share, rel=1e-15)
+            assert a.active_per_token / a.split == pytest.approx(b.active_per_token / b.split, rel=1e-15)
+    roof_tp = RooflineCostModel(m, gpu, tensor_parallel=tp)
+    roof_ep = RooflineCostModel(m, gpu, tensor_parallel=tp, expert_parallel=ep)
+    for (_, mms_tp), (_, mms_ep) in zip(roof_tp.groups, roof_ep.groups):
+        for a, b in zip(mms_tp, mms_ep):
+            for n in (1, 7, 64, 4096):
+                # the kernel's FLOPs and weight bytes (activations left out: in and out features 0)
+                flops_a, read_a = linear_flops_bytes(a.weight_params, a.params_per_token, a.num_experts,
+                                                     a.experts_per_token, 0, 0, n, 1.0)
+                flops_b, read_b = linear_flops_bytes(b.weight_params, b.params_per_token, b.num_experts,
+                                                     b.experts_per_token, 0, 0, n, 1.0)
+                assert (flops_a, read_a) == pytest.approx((flops_b, read_b), rel=1e-9)
+                if a.num_experts > a.experts_per_token:
+                    expected = a.weight_params / a.num_experts * touched_experts(a.num_experts, a.experts_per_token, n)
+                    assert read_b == pytest.approx(expected, rel=1e-9)
+    assert "ep8" in repr(RooflineCostModel(m, gpu, tensor_parallel=8, expert_parallel=8))
+
+
+def test_measured_model_prices_expert_parallel_rows_where_the_table_has_them():
+    # Qwen3-235B-A22B (hidden 4096, moe_intermediate 1536, top 8 of 128) is a configuration of vLLM's H200 table at
+    # moe tp 1 x ep 8: the fused-MoE curve reproduces its rows, which differ from the TP 8 rows.
+    import pandas as pd
+
+    from sim.cost.measured import MeasuredCostModel, tables_dir
+    model, gpu = read_model_ref(QWEN3_235B, "model"), get_gpu("h200")
+    moe = pd.read_parquet(tables_dir("h200", "vllm") / "moe.parquet")
+    key = ((moe["dtype"] == "bf16") & (moe["hidden_size"] == 4096) & (moe["inter_size"] == 1536)
+           & (moe["topk"] == 8) & (moe["num_experts"] == 128))
+    ep_rows = moe[key & (moe["moe_tp_size"] == 1) & (moe["moe_ep_size"] == 8)]
+    tp_rows = moe[key & (moe["moe_tp_size"] == 8) & (moe["moe_ep_size"] == 1)]
+    assert len(ep_rows) > 10 and len(tp_rows) > 10
+    ep = MeasuredCostModel(model, gpu, tensor_parallel=8, expert_parallel=8)
+    tp = MeasuredCostModel(model, gpu, tensor_parallel=8)
+    assert not any(n.startswith("moe:") for n in ep.notes), ep.notes
+    for n, ms in zip(ep_rows["num_tokens"], ep_rows["latency_ms"]):
+        assert ep._moe(float(n)) == pytest.approx(ms * 1e-3, rel=1e-9)
+    tp_ms = dict(zip(tp_rows["num_tokens"], tp_rows["latency_ms"]))
+    assert any(abs(ms - tp_ms[n]) > 0.05 * ms for n, ms in zip(ep_rows["num_tokens"], ep_rows["latency_ms"])
+               if n in tp_ms)
+    assert "x8 ep8" in repr(ep)
+
+
+def test_expert_parallel_rows_missing_for_a_dtype_fall_back_to_the_nearest_split_and_say_so():
+    # vLLM's H200 table holds block-scaled fp8 fused-MoE rows at ep 1 only
+    from sim.cost.measured import MeasuredCostModel
+    model, gpu = read_model_ref(QWEN3_235B, "model"), get_gpu("h200")
+    cost = MeasuredCostModel(model, gpu, tensor_parallel=8, expert_parallel=8, weight_dtype="fp8", fp8_block=True)
+    note = next(n for n in cost.notes if n.startswith("moe:"))
+    assert "tp 1 ep 8) not in the fused-MoE table" in note and "scaled by the roofline" in note
+
+
+def test_block_scaled_fp8_shards_with_expert_parallelism_where_tp_alone_cannot():
+    # GPUStack's page on Qwen3-235B-A22B-FP8: "TP8 only is not compatible for the model weight. Use EP as well."
+    fp8 = {"weights": "fp8", "fp8_block_scales": True}
+    with pytest.raises(ConfigError, match=r"allowed: 1, 2, 4, hardware\.expert_parallel 2 or 4 or 8, or "):
+        scenario(model=QWEN3_235B, hardware={"gpu": "h100-sxm", "tensor_parallel": 8}, quantization=fp8)
+    for ep in (2, 8):  # moe tp 4: 384 = 3 x 128 per GPU; moe tp 1: the whole 1536
+        sc = scenario(model=QWEN3_235B, hardware={"gpu": "h100-sxm", "tensor_parallel": 8, "expert_parallel": ep},
+                      quantization=fp8)
+        assert sc.hardware.expert_parallel == ep
+
+
+@pytest.mark.parametrize("model, hardware, message", [
+    ("llama-3.1-8b", {"tensor_parallel": 2, "expert_parallel": 2},
+     r"^hardware\.expert_parallel: 2 needs routed experts, and llama-3\.1-8b has none; allowed: 1$"),
+    ("mixtral-8x7b", {"tensor_parallel": 8, "expert_parallel": 3},
+     r"^hardware\.expert_parallel: 3 cannot split mixtral-8x7b's 8 experts over tensor_parallel 8 GPUs \(it must "
+     r"divide both\); allowed: 1, 2, 4, 8$"),
+    ("mixtral-8x7b", {"tensor_parallel": 2, "expert_parallel": 4}, r"allowed: 1, 2$"),
+])
+def test_an_expert_split_the_model_or_group_cannot_take_is_refused_in_one_line(model, hardware, message):
+    with pytest.raises(ConfigError, match=message):
+        scenario(model=model, hardware=hardware)
+
+
+def test_a_whole_step_or_per_op_profile_refuses_expert_parallelism():
+    with pytest.raises(ConfigError, match=r"^hardware\.expert_parallel: 8 is not allowed with cost_model calibrated"):
+        scenario(model="mixtral-8x7b", hardware={"tensor_parallel": 8, "expert_parallel": 8},
+                 cost_model={"kind": "calibrated", "profile": "h100-sxm"})
+
+
+@pytest.mark.parametrize("engine, expected", [
+    ({"name": "vllm", "version": "0.11.0", "enable_expert_parallel": True}, 8),  # EP = TP x DP, DP 1
+    ({"name": "vllm", "version": "0.11.0", "enable_expert_parallel": False}, 1),
+    ({"name": "sglang", "version": "0.5.3", "ep_size": 4}, 4),
+    ({"name": "sglang", "version": "0.4.9", "enable_ep_moe": True}, 8),  # ep_size = tp_size
+    ({"name": "trtllm", "version": "1.0.0", "ep_size": 8}, 8),
+])
+def test_engine_flags_set_expert_parallelism_as_the_engine_does(engine, expected):
+    sc = scenario(model="mixtral-8x7b", hardware={"gpu": "h100-sxm", "tensor_parallel": 8}, engine=engine)
+    assert sc.hardware.expert_parallel == expected
+
+
+@pytest.mark.parametrize("engine, hardware, message", [
+    ({"name": "vllm", "version": "0.7.3", "enable_expert_parallel": True}, {},
+     r"^engine\.enable_expert_parallel: not a flag of vllm 0\.7\.3 \(it came in 0\.8\.0\); allowed: leave it out, or "
+     r"engine\.version 0\.8\.0 or later$"),
+    ({"name": "sglang", "version": "0.4.9", "ep_size": 4}, {}, r"^engine\.ep_size: not a flag of sglang 0\.4\.9"),
+    ({"name": "vllm", "version": "0.11.0", "enable_expert_parallel": True}, {"expert_parallel": 2},
+     r"^engine\.enable_expert_parallel: 8 contradicts hardware\.expert_parallel 2; allowed: give one of them"),
+])
+def test_an_expert_parallel_flag_the_engine_lacks_or_the_scenario_contradicts_is_refused(engine, hardware, message):
+    with pytest.raises(ConfigError, match=message):
+        scenario(model="mixtral-8x7b", hardware={"gpu": "h100-sxm", "tensor_parallel": 8, **hardware}, engine=engine)
+
+
+def test_a_disaggregated_pool_takes_its_own_expert_split():
+    from sim.config.disaggregation import pool_scenario
+    sc = scenario(model="mixtral-8x7b", hardware={"gpu": "h100-sxm", "tensor_parallel": 8, "expert_parallel": 8,
+                                                  "disaggregation": {"decode": {"expert_parallel": 2}}})
+    assert pool_scenario(sc, "prefill").hardware.expert_parallel == 8
+    assert pool_scenario(sc, "decode").hardware.expert_parallel == 2
+
+
+def test_the_cli_refuses_a_bad_expert_split_in_one_line_and_writes_nothing(tmp_path):
+    import yaml
+    path = tmp_path / "ep.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "model": "mixtral-8x7b",
+                                    "hardware": {"tensor_parallel": 8, "expert_parallel": 16}}))
+    out = tmp_path / "out"
+    line = one_error_line(servesim("run", str(path), "--out", str(out)))
+    assert "hardware.expert_parallel: 16" in line
+    assert not out.exists()
