@@ -251,6 +251,9 @@ def sidebar(base: dict) -> dict:
     pp = number("pipeline stages (GPU groups per replica, consecutive layers each)",
                 int(get_path(base, "hardware.pipeline_parallel", 1)), "pp", min_value=1, max_value=64)
     set_form_key(new, "hardware.pipeline_parallel", pp if pp > 1 else None)  # 1: the key stays out of the YAML
+    ep = number("expert parallelism (GPUs of each TP group holding whole experts; mixtures of experts)",
+                int(get_path(base, "hardware.expert_parallel", 1)), "ep", min_value=1, max_value=64)
+    set_form_key(new, "hardware.expert_parallel", ep if ep > 1 else None)
     cost_model_input(base, new)
     replicas = number("replicas", int(get_path(base, "hardware.num_replicas", 1)), "replicas",
                       min_value=1, max_value=256)

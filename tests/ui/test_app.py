@@ -202,6 +202,23 @@ def test_a_trace_upload_replays_it(tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("*.csv"))) == 1
 
 
+def test_expert_parallelism_is_a_sidebar_setting_that_reaches_the_scenario():
+    raw = {"name": "ep", "model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "tensor_parallel": 2},
+           "workload": {"arrival": {"kind": "poisson", "rate_per_s": 5},
+                        "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 20}},
+           "run": {"seed": 0, "num_requests": 30}}
+    at = upload(started(), "ep.yaml", yaml.safe_dump(raw).encode())
+    assert "expert_parallel" not in at.code[0].value  # 1: the key stays out of the YAML
+    at.number_input(key="1.ep").set_value(2)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert yaml.safe_load(at.code[0].value)["hardware"]["expert_parallel"] == 2
+    at.number_input(key="1.ep").set_value(3)  # 3 does not divide TP 2: the one-line error, no traceback
+    at.run()
+    assert not at.exception
+    assert any("hardware.expert_parallel: 3" in e.value for e in at.error), [e.value for e in at.error]
+
+
 @pytest.mark.parametrize("name", ["quickstart", "speculative", "prefix_caching", "swap", "quantization",
                                   "llama70b_tp4", "pipeline_parallel"])
 def test_a_shipped_scenario_survives_upload_and_download_unchanged(name):
