@@ -361,3 +361,13 @@ def test_a_run_reads_the_notes_kept_when_the_preset_was_applied_and_the_dump_lea
     monkeypatch.setattr(engines, "_derive", derive_again)
     assert simulate(sc).extras["engine_notes"] == sc.engine.notes
 
+
+
+@pytest.mark.parametrize("gpu, message", [
+    (-1, r"^hardware\.gpu: -1 is not allowed; allowed: a catalog GPU name or an inline GPU$"),
+    ({"bf16_flops_per_s": "x"}, r"^hardware\.gpu\."),
+])
+def test_a_preset_refuses_a_gpu_it_cannot_read_in_one_line(gpu, message):
+    # the preset derives its defaults from the GPU before validation reads it (found by test_no_traceback's fuzzing)
+    with pytest.raises(ConfigError, match=message):
+        scenario({"name": "vllm", "version": "0.11.0"}, hardware={"gpu": gpu})
