@@ -795,16 +795,17 @@ def _resolve_gpu_and_model(raw: dict):
     from sim.model.hf_config import read_model_ref
     from sim.model.specs import ModelSpec
     from pydantic import ValidationError
-
-    from sim.config.messages import format_validation_error
     hardware = raw.get("hardware") or {}
     given = hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm"
     if not isinstance(given, (str, dict)):  # the preset derives from the GPU: it must be readable first
         raise ConfigError(f"hardware.gpu: {given!r} is not allowed; allowed: a catalog GPU name or an inline GPU")
     try:
         gpu = resolve_gpu(given)
-    except ValidationError as err:
-        raise ConfigError(format_validation_error(err, "hardware.gpu.")) from None
+    except ValidationError as err:  # (sim.config.messages imports the schema, which imports this module)
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        raise ConfigError(f"hardware.gpu.{where}: {first['msg']}; allowed: a catalog GPU name or an inline GPU with "
+                          "every field valid") from None
     model = None
     try:
         value = read_model_ref(raw.get("model", "llama-3.1-8b"))
