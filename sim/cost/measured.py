@@ -61,7 +61,7 @@ from sim.cost.roofline_kernel import ACT_BYTES, op_time
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.model.memory import kv_bytes_per_token
-from sim.model.shapes import gpu_layer_groups, kv_heads_per_gpu, lm_head_shape
+from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
 # Shipped tables: calibrate/measured/<gpu>/ (written by `python -m calibrate.aic_import`).
@@ -505,10 +505,10 @@ class MeasuredCostModel(PackedCostModel):
         for n_layers, gpu_shapes in gpu_layer_groups(model, tp, expert_parallel):
             mats = []
             for g in gpu_shapes:
-                if g.shape.count > 1 and self._moe is not None:
-                    continue  # the fused MoE table prices all experts of the layer
+                if is_routed_expert(g.shape) and self._moe is not None:
+                    continue  # the fused MoE table prices the layer's routed experts
                 mats.append(_Linear(linear(g.in_features, g.out_features, g.shape.name), g.count, g.active_per_token))
-            self._groups.append((n_layers, mats, any(g.shape.count > 1 for g in gpu_shapes)))
+            self._groups.append((n_layers, mats, any(is_routed_expert(g.shape) for g in gpu_shapes)))
         head = lm_head_shape(model)
         # The LM head stays 16-bit in fp8 deployments: vLLM's Fp8Config quantizes LinearBase layers only, and its
         # ParallelLMHead is an embedding (vllm/model_executor/layers/quantization/fp8.py: get_quant_method);

@@ -60,8 +60,9 @@ def layer_groups(model: ModelSpec) -> list[tuple[int, list[LinearShape]]]:
     moe = [LinearShape("router", model.hidden_size, model.num_experts, 1, "replicated", 1)]
     moe += _mlp_shapes(model, model.ffn_size, "experts_", model.num_experts, k)
     if model.num_shared_experts:
-        s = model.num_shared_experts
-        moe += _mlp_shapes(model, model.ffn_size, "shared_", s, s)
+        # One MLP as wide as all the shared experts, as the engines build it (vLLM's DeepseekV2MoE: intermediate
+        # moe_intermediate_size x n_shared_experts): every token passes through it, so it is dense.
+        moe += _mlp_shapes(model, model.ffn_size * model.num_shared_experts, "shared_")
     groups = []
     if model.num_dense_layers:
         dense_ffn = model.dense_ffn_size or model.ffn_size
@@ -87,11 +88,6 @@ class GpuLinear:
     @property
     def out_features(self) -> int:
         return self.shape.out_features // self.split if self.shape.tp_split == "column" else self.shape.out_features
-
-    @property
-    def share(self) -> float:
-        """The fraction of the layer's matrices of this kind (all `shape.count`) this GPU's bytes hold."""
-        return 1.0 / self.split * (self.count / self.shape.count)
 
 
 def is_routed_expert(shape: LinearShape) -> bool:

@@ -136,7 +136,9 @@ def test_deepseek_has_a_dense_layer_then_moe_layers_with_mla():
     assert by_name["kv_b_proj"].out_features == 16 * (128 + 128)
     assert by_name["q_proj"].out_features == 16 * (128 + 64)
     assert (by_name["experts_gate_up"].count, by_name["experts_gate_up"].active_per_token) == (64, 6)
-    assert (by_name["shared_down"].count, by_name["shared_down"].active_per_token) == (2, 2)
+    # its 2 shared experts are one MLP twice as wide, as the engines build them, which every token passes through
+    assert (by_name["shared_down"].count, by_name["shared_down"].active_per_token) == (1, 1)
+    assert by_name["shared_down"].in_features == by_name["shared_gate_up"].out_features // 2 == 2 * 1408
     assert by_name["experts_down"].in_features == 1408
 
 

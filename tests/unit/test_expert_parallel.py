@@ -46,11 +46,13 @@ def test_expert_parallelism_keeps_each_gpus_bytes_and_expected_work(model, tp, e
     # routes to, E (1 - (1 - k / E)^n) of them under TP and E / ep of that share under EP -> the same weight bytes;
     # and multiplies n k P / tp parameters either way -> the same FLOPs.
     from sim.cost.roofline import RooflineCostModel
+    from sim.model.memory import _gpu_matrix_bytes  # the bytes the memory budget counts per GPU
     from sim.cost.roofline_kernel import linear_flops_bytes, touched_experts
     m, gpu = get_model(model), get_gpu("h100-sxm")
     for (_, by_tp), (_, by_ep) in zip(gpu_layer_groups(m, tp), gpu_layer_groups(m, tp, ep)):
         for a, b in zip(by_tp, by_ep):
-            assert a.share == pytest.approx(b.share, rel=1e-15)
+            bytes_a, bytes_b = (_gpu_matrix_bytes(g, 1, "bf16", 128) for g in (a, b))
+            assert bytes_a == pytest.approx(bytes_b, rel=1e-15)
             assert a.active_per_token / a.split == pytest.approx(b.active_per_token / b.split, rel=1e-15)
     roof_tp = RooflineCostModel(m, gpu, tensor_parallel=tp)
     roof_ep = RooflineCostModel(m, gpu, tensor_parallel=tp, expert_parallel=ep)
