@@ -118,10 +118,11 @@ class RooflineCostModel(PackedCostModel):
         # Under expert parallelism a GPU holds count / EP whole experts and a token routes to active / EP of them in
         # expectation: under uniform routing its FLOPs and weight bytes equal tensor parallelism's at the same
         # number of GPUs (tests/unit/test_expert_parallel.py), its kernels (measured tables) do not.
-        shape = g.shape
-        params = shape.in_features * shape.out_features / g.split
+        # The activations a GPU reads and writes are its shard's: a column-split matrix writes out / split of each
+        # token's output, a row-split one reads in / split of its input (`GpuLinear`).
+        params = g.shape.in_features * g.shape.out_features / g.split
         return _Matmul(params * g.count, params * g.active_per_token, g.count, g.active_per_token,
-                       shape.in_features, shape.out_features)
+                       g.in_features, g.out_features)
 
     def __repr__(self) -> str:
         # The kernel is named only when it is not the default, so that a flash run's records read as before.

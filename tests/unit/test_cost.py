@@ -62,6 +62,28 @@ def test_tensor_parallel_splits_work_and_adds_allreduce():
     assert RooflineCostModel(model, slow, tensor_parallel=4, step_overhead_s=0.0).step_time(plan) > t4
     assert RooflineCostModel(model, slow, tensor_parallel=1, step_overhead_s=0.0).step_time(plan) == t1
 
+def test_each_gpu_moves_only_its_shards_activations():
+    # Llama-3.1-8B (hidden 4096, 32 query and 8 KV heads of 128, FFN 14336) at TP 2, by hand: the column-split qkv
+    # writes (4096 + 2 x 1024) / 2 = 3072 features a token, gate_up 2 x 14336 / 2; the row-split o_proj reads
+    # 4096 / 2, down 14336 / 2. Each matrix reads its input and writes its output once a token, in bf16.
+    from sim.cost.roofline_kernel import ACT_BYTES
+    model, gpu = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
+    roof = RooflineCostModel(model, gpu, tensor_parallel=2)
+    [(layers, matmuls)] = roof.groups
+    assert layers == 32
+    assert [(m.in_features, m.out_features) for m in matmuls] == [(4096, 3072), (2048, 4096), (4096, 14336),
+                                                                  (7168, 4096)]
+    assert (roof.lm_head.in_features, roof.lm_head.out_features) == (4096, 128256 // 2)
+    # One layer's matmuls at n tokens, as the kernel prices them: the shard's weights read once, its activations in
+    # and out once a token.
+    from sim.cost.roofline_kernel import _matmuls
+    pack = roof._pack()
+    n = 1000
+    _, _, layer_bytes = _matmuls(pack[3], 0, 4, n, 2.0, 1e15, 1e12)
+    weights = 4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096  # the whole layer's, half on each GPU
+    activations = (4096 + 3072) + (2048 + 4096) + (4096 + 14336) + (7168 + 4096)
+    assert layer_bytes == pytest.approx(weights / 2 * 2.0 + n * activations * ACT_BYTES, rel=1e-12)
+
 
 def test_quantized_weights_and_kv_read_fewer_bytes():
     model, gpu = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
