@@ -421,6 +421,9 @@ class SearchSpec(_Strict):
         None, description="candidate TP degrees; default: hardware.tensor_parallel")
     pipeline_parallel: list[Annotated[int, Field(ge=1, le=MAX_GPUS_PER_REPLICA)]] | None = Field(
         None, description="candidate pipeline depths, each tried with every TP degree; default: hardware.pipeline_parallel")
+    expert_parallel: list[Annotated[int, Field(ge=1, le=MAX_GPUS_PER_REPLICA)]] | None = Field(
+        None, description="candidate expert-parallel degrees (a mixture-of-experts model), each tried with every TP "
+        "degree it divides; default: hardware.expert_parallel")
     policies: list[str] | None = Field(None, description="variant names to try; default: every variant")
     target_rate_per_s: float | None = Field(None, gt=0, le=MAX_RATE_PER_S,
                                              description="the load to serve; default: the workload's rate")

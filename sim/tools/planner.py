@@ -60,6 +60,9 @@ class Candidate:
     tensor_parallel: int
     policy: str | None  # a variant name; None = the base scenario
     pipeline_parallel: int = 1  # pipeline stages per replica (GPUs per replica = tensor_parallel x this)
+    # GPUs of the TP group holding whole experts (hardware.expert_parallel); None: as the scenario (or the policy's
+    # variant) says, when the search does not range over it
+    expert_parallel: int | None = None
 
     @property
     def gpu_name(self) -> str:
@@ -69,7 +72,8 @@ class Candidate:
     def name(self) -> str:
         policy = f" · {self.policy}" if self.policy else ""
         pp = f"xPP{self.pipeline_parallel}" if self.pipeline_parallel > 1 else ""
-        return f"{self.gpu_name} TP{self.tensor_parallel}{pp}{policy}"
+        ep = f" EP{self.expert_parallel}" if (self.expert_parallel or 1) > 1 else ""
+        return f"{self.gpu_name} TP{self.tensor_parallel}{ep}{pp}{policy}"
 
     @property
     def gpus_per_replica(self) -> int:
@@ -144,6 +148,7 @@ class PlanSettings:
     min_window_s: float
     prefer_calibrated: bool = True
     pipeline_parallel: list[int] = field(default_factory=lambda: [1])  # candidate pipeline depths
+    expert_parallel: list[int] | None = None  # candidate expert-parallel degrees; None: the scenario's own, as is
     # True: every simulation runs to its end, from scratch, and every search from its own start (the planner
     # before issue 15; the reference the shortcuts are tested against). False: probes stop once they are
     # certain to miss the SLOs, simulations already run are reused, and a search first tries its neighbour's
@@ -591,14 +596,15 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
                   max_replicas: int | None = None, num_seeds: int | None = None,
                   prices: dict[str, float] | None = None,
                   pipeline_parallel: list[int] | None = None, exhaustive: bool = False,
-                  cache_dir: str | None = None) -> PlanSettings:
+                  cache_dir: str | None = None, expert_parallel: list[int] | None = None) -> PlanSettings:
     """The search space: the scenario's `search:` section, then command-line overrides."""
     from sim.config.files import build_scenario_set
     from sim.config.schema import MAX_GPUS_PER_REPLICA, MAX_PLAN_SEEDS, MAX_REPLICAS, SearchSpec
     # Command-line values, checked as the schema checks the file's (search.*: the same limits).
     for option, values, limit in (("--seeds", [num_seeds], MAX_PLAN_SEEDS), ("--max-replicas", [max_replicas], MAX_REPLICAS),
                                   ("--tp", tensor_parallel, MAX_GPUS_PER_REPLICA),
-                                  ("--pp", pipeline_parallel, MAX_GPUS_PER_REPLICA)):
+                                  ("--pp", pipeline_parallel, MAX_GPUS_PER_REPLICA),
+                                  ("--ep", expert_parallel, MAX_GPUS_PER_REPLICA)):
         for value in values or []:
             if value is not None and not 1 <= value <= limit:
                 raise ConfigError(f"{option}: {value} is not allowed; allowed: 1 to {limit}")
@@ -629,6 +635,7 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         search.tensor_parallel or [base.hardware.tensor_parallel])
     pp_list = pipeline_parallel if pipeline_parallel is not None else (
         search.pipeline_parallel or [base.hardware.pipeline_parallel])
+    ep_list = expert_parallel if expert_parallel is not None else search.expert_parallel
     target = rate if rate is not None else search.target_rate_per_s
     if target is None:
         target = arrival_rate(raw)  # a trace at its own pace: its recorded mean rate
@@ -652,6 +659,7 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         top_k=search.top_k, base_seed=base.run.seed, min_window_s=search.min_window_s,
         prefer_calibrated=search.prefer_calibrated,
         pipeline_parallel=[int(pp) for pp in pp_list], exhaustive=exhaustive, cache_dir=cache_dir,
+        expert_parallel=[int(ep) for ep in ep_list] if ep_list else None,
         band=base.run.band)
 
 
@@ -672,12 +680,16 @@ def candidate_raw(raw: dict, cand: Candidate, prefer_calibrated: bool = False) -
     hw["tensor_parallel"] = cand.tensor_parallel
     if cand.pipeline_parallel > 1 or "pipeline_parallel" in hw:  # PP=1 plans write the scenario as before
         hw["pipeline_parallel"] = cand.pipeline_parallel
+    if cand.expert_parallel is not None:
+        hw["expert_parallel"] = cand.expert_parallel
     hw["num_replicas"] = 1
     out["name"] = cand.name
     model = out.get("model", "llama-3.1-8b")
     model_name = model if isinstance(model, str) else str(model.get("name", ""))
     cost_kind = (out.get("cost_model") or {}).get("kind", "roofline")
-    if prefer_calibrated and cost_kind == "roofline" and shipped_profile(cand.gpu_name, model_name, cand.tensor_parallel):
+    whole_steps = hw.get("expert_parallel", 1) == 1 and shipped_profile(cand.gpu_name, model_name,
+                                                                        cand.tensor_parallel)
+    if prefer_calibrated and cost_kind == "roofline" and whole_steps:  # (a profile's steps hold no EP split)
         # Measured kernels beat the roofline wherever someone calibrated this GPU, model and TP.
         out["cost_model"] = {"kind": "calibrated"}
     elif prefer_calibrated and cost_kind == "roofline" and _measured_fits(cand.gpu_name, out):
@@ -718,8 +730,16 @@ def cost_model_label(raw: dict) -> str:
 
 
 def candidates(settings: PlanSettings) -> list[Candidate]:
-    return [Candidate(gpu, tp, policy, pp) for gpu in settings.gpus for tp in settings.tensor_parallel
-            for pp in settings.pipeline_parallel for policy in settings.policies]
+    """Every GPU x TP x EP x PP x policy, each EP degree with the TP degrees it divides (expert parallelism splits
+    a TP group). A TP degree no EP degree divides is kept with the smallest, so that validation excludes it with
+    its reason instead of the candidate vanishing. Without EP degrees to search, each candidate keeps its
+    scenario's (or variant's) own."""
+    def ep_degrees(tp: int) -> list[int | None]:
+        if settings.expert_parallel is None:
+            return [None]
+        return [ep for ep in settings.expert_parallel if tp % ep == 0] or [min(settings.expert_parallel)]
+    return [Candidate(gpu, tp, policy, pp, ep) for gpu in settings.gpus for tp in settings.tensor_parallel
+            for ep in ep_degrees(tp) for pp in settings.pipeline_parallel for policy in settings.policies]
 
 
 def rank(outcomes: list[CandidateOutcome]) -> list[CandidateOutcome]:
@@ -806,7 +826,8 @@ def _run_detail(item: tuple[str, Any]):
 def _hardware_of(task) -> str:
     """What a candidate runs on, policy aside: candidates alike in this are neighbours (`search_candidates`)."""
     c = task.candidate
-    return json.dumps([c.gpu, c.tensor_parallel, c.pipeline_parallel], sort_keys=True, default=str)
+    return json.dumps([c.gpu, c.tensor_parallel, c.pipeline_parallel, c.expert_parallel], sort_keys=True,
+                      default=str)
 
 
 def _neighbour_groups(tasks: list, key: Callable) -> list[tuple]:

@@ -355,6 +355,9 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
          tp: Optional[str] = typer.Option(None, "--tp", help="candidate tensor-parallel degrees, comma-separated"),
          pp: Optional[str] = typer.Option(None, "--pp", help="candidate pipeline depths, comma-separated "
                                           "(each with every --tp; default: hardware.pipeline_parallel)"),
+         ep: Optional[str] = typer.Option(None, "--ep", help="candidate expert-parallel degrees, comma-separated "
+                                          "(a mixture-of-experts model; each with every --tp it divides; default: "
+                                          "hardware.expert_parallel)"),
          policies: Optional[str] = typer.Option(None, "--policies", help="variants to try, comma-separated"),
          max_replicas: Optional[int] = typer.Option(None, "--max-replicas"),
          seeds: Optional[int] = typer.Option(None, "--seeds", help="seeds the recommendation is repeated with"),
@@ -403,6 +406,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     settings = plan_settings(raw, rate=rate, gpus=_csv_list("--gpus", gpus), tensor_parallel=_csv_list("--tp", tp, int),
                              policies=_csv_list("--policies", policies), max_replicas=max_replicas,
                              num_seeds=seeds, prices=prices, pipeline_parallel=_csv_list("--pp", pp, int),
+                             expert_parallel=_csv_list("--ep", ep, int),
                              exhaustive=exhaustive, cache_dir=str(cache) if cache is not None else None)
     command = "servesim " + " ".join(sys.argv[1:]) if sys.argv and "servesim" in sys.argv[0] else f"servesim plan {scenario}"
     if quiet:

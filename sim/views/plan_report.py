@@ -39,7 +39,10 @@ def candidates_frame(result: PlanResult) -> pd.DataFrame:
         c = o.candidate
         row = {
             "rank": rank if o.status == "feasible" else None, "candidate": c.name, "gpu": c.gpu_name,
-            "tensor_parallel": c.tensor_parallel, "policy": c.policy or "", "cost_model": o.cost_model,
+            "tensor_parallel": c.tensor_parallel,
+            # only where the plan searched over it: a plan without EP degrees writes the columns it always did
+            **({"expert_parallel": c.expert_parallel} if result.settings.expert_parallel else {}),
+            "policy": c.policy or "", "cost_model": o.cost_model,
             "status": o.status, "reason": o.reason,
             "num_replicas": o.num_replicas, "num_gpus": o.costs.get("num_gpus"),
             "cost_per_hour": o.costs.get("cost_per_hour"),
@@ -193,6 +196,7 @@ def recommendation_text(result: PlanResult) -> str:
     limits = ", ".join(f"{_pct(result.slo)} {label} ≤ {result.slo[key]:g} s" for _, key, label in _LIMITS
                        if result.slo.get(key) is not None)
     text = (f"{rec.num_replicas} × {c.gpu_name} at TP {c.tensor_parallel}"
+            f"{f', EP {c.expert_parallel},' if (c.expert_parallel or 1) > 1 else ''}"
             f"{f' x PP {c.pipeline_parallel}' if c.pipeline_parallel > 1 else ''}"
             f"{' with policy ' + c.policy if c.policy else ''} ({rec.costs['num_gpus']} GPUs): "
             f"{_money(rec.costs['cost_per_hour'])} per hour, {_money(rec.costs['cost_per_million_tokens'])} per "
@@ -372,7 +376,8 @@ def _excluded_frame(result: PlanResult) -> pd.DataFrame:
 def _settings_text(result: PlanResult) -> str:
     s = result.settings
     gpus = ", ".join(g if isinstance(g, str) else str(g.get("name")) for g in s.gpus)
-    return (f"Target {s.target_rate_per_s:g} req/s; GPUs {gpus}; tensor parallelism {s.tensor_parallel}; "
+    ep = f"expert parallelism {s.expert_parallel}; " if s.expert_parallel else ""
+    return (f"Target {s.target_rate_per_s:g} req/s; GPUs {gpus}; tensor parallelism {s.tensor_parallel}; {ep}"
             f"policies {', '.join(p or 'base' for p in s.policies)}; at most {s.max_replicas} replicas; "
             f"rate search to within {s.rate_tolerance:.0%}; each simulation spans at least {s.min_window_s:g} s "
             f"of arrivals; base seed {s.base_seed}; prices {s.prices or 'from the catalog'}.")

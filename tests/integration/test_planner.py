@@ -21,6 +21,7 @@ from sim.tools.planner import (
     CandidateTask,
     Evaluator,
     candidate_raw,
+    candidates,
     max_sustainable_rate,
     min_replicas,
     plan_settings,
@@ -363,3 +364,58 @@ def test_a_candidate_with_a_shipped_profile_is_priced_by_it(tmp_path, monkeypatc
     raw["search"]["prefer_calibrated"] = False
     off = run_plan(raw, plan_settings(raw), backend="serial")
     assert {o.cost_model for o in off.outcomes} == {"roofline"}
+
+
+def test_expert_parallel_degrees_are_searched_with_the_tp_degrees_they_divide(tmp_path):
+    # Mixtral-8x7B (8 experts): EP 1, 2 and 4 with TP 2 and 4 give TP2, TP2 EP2, TP4, TP4 EP2, TP4 EP4; EP 4 does not
+    # split a TP-2 group and is not paired with it.
+    raw = copy.deepcopy(SMALL)
+    raw.update(model="mixtral-8x7b")
+    raw["run"]["num_requests"] = 60
+    raw["search"].update(gpus=["h100-sxm"], tensor_parallel=[2, 4], expert_parallel=[1, 2, 4], policies=["paged"],
+                         num_seeds=1, top_k=1)
+    settings = plan_settings(raw)
+    result = run_plan(raw, settings, backend="serial")
+    names = sorted(o.candidate.name for o in result.outcomes)
+    assert names == ["h100-sxm TP2 EP2 · paged", "h100-sxm TP2 · paged", "h100-sxm TP4 EP2 · paged",
+                     "h100-sxm TP4 EP4 · paged", "h100-sxm TP4 · paged"]
+    assert all(o.status == "feasible" for o in result.outcomes), [(o.candidate.name, o.reason) for o in result.outcomes]
+    for o in result.outcomes:  # each candidate ran at its own split
+        written = candidate_raw(raw, o.candidate)["hardware"]
+        assert written["expert_parallel"] == o.candidate.expert_parallel
+    frame = candidates_frame(result)
+    assert sorted(frame["expert_parallel"]) == [1, 1, 2, 2, 4]
+    rec = result.recommendation.candidate
+    text = render_markdown(result)
+    assert f"at TP {rec.tensor_parallel}" in text and "expert parallelism [1, 2, 4]" in text
+    # --ep on the command line, and a degree no TP degree admits: kept once, excluded with validation's reason.
+    only = plan_settings(raw, expert_parallel=[8], tensor_parallel=[2])
+    [cand] = candidates(only)
+    assert (cand.tensor_parallel, cand.expert_parallel) == (2, 8)
+    outcome = search_candidate(CandidateTask(candidate_raw(raw, cand), cand, only))
+    assert outcome.status == "excluded" and "expert_parallel" in outcome.reason
+
+
+def test_without_expert_parallel_degrees_each_candidate_keeps_its_own():
+    # A variant that sets EP keeps it (the planner's EP search is off), and a dense model's plan writes the columns
+    # it always did.
+    raw = copy.deepcopy(SMALL)
+    raw.update(model="mixtral-8x7b", hardware={"gpu": "h100-sxm", "tensor_parallel": 4})
+    raw["variants"] = {"tp": {}, "ep2": {"hardware": {"expert_parallel": 2}}}
+    settings = plan_settings(raw, gpus=["h100-sxm"], tensor_parallel=[4])
+    assert settings.expert_parallel is None
+    by_policy = {c.policy: candidate_raw(raw, c)["hardware"] for c in
+                 candidates(settings)}
+    assert by_policy["ep2"]["expert_parallel"] == 2 and "expert_parallel" not in by_policy["tp"]
+    dense = copy.deepcopy(SMALL)
+    dense["search"].update(gpus=["a100-80gb"], tensor_parallel=[1], policies=["paged"], num_seeds=1, top_k=1)
+    assert "expert_parallel" not in candidates_frame(run_plan(dense, plan_settings(dense), backend="serial"))
+
+
+def test_plan_refuses_an_expert_parallel_degree_out_of_range(tmp_path, capsys):
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    code = _run_cli("plan", str(path), "--backend", "serial", "-q", "--out", str(tmp_path / "o"), "--ep", "0")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and "--ep: 0 is not allowed" in err and err.count("\n") == 0
+    assert not (tmp_path / "o").exists()
