@@ -32,9 +32,10 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
   elements: AIConfigurator's `message_size` is an element count: one decode token of llama-3.1-8b at
   tp 2 queries 4096), latency_ms
 - moe.parquet: dtype (bf16; fp8 = per-tensor W8A8, fp8_block = block-scaled W8A8, where measured), num_tokens,
-  hidden_size, inter_size, topk, num_experts, moe_tp_size, moe_ep_size, latency_ms (balanced routing: ServeSim
-  routes uniformly; expert parallelism 1, or up to `MAX_EP_GPUS` GPUs in all; num_tokens are the layer's tokens
-  before dispatch, every GPU's expert share of them priced by the row)
+  distribution (the routing: balanced, power_law_1.01 or power_law_1.2, each where measured;
+  `cost_model.moe_routing` picks one), hidden_size, inter_size, topk, num_experts, moe_tp_size, moe_ep_size,
+  latency_ms (expert parallelism 1, or up to `MAX_EP_GPUS` GPUs in all; num_tokens are the layer's tokens before
+  dispatch, every GPU's expert share of them priced by the row; under skewed routing the busiest GPU's time)
 - context_mla.parquet, generation_mla.parquet (SGLang and TensorRT-LLM only): MLA attention alone (DeepSeek-V3's
   latent sizes; AIConfigurator's `ContextMLA` / `GenerationMLA`, which its DeepSeek model puts between the
   q/kv projections and o_proj), kv_dtype, batch_size, isl (context: prompt tokens, empty cache) or kv_tokens
@@ -200,15 +201,20 @@ def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",)) -> tuple[pd.
     df = df[df["moe_dtype"].isin(list(dtypes)) & ((ep == 1) | (ep * tp <= MAX_EP_GPUS))]
     if df.empty:
         return pd.DataFrame(), {}
-    dists = set(df["distribution"])
-    distribution = "balanced" if "balanced" in dists else min(dists)
-    df = df[df["distribution"] == distribution]
-    picked, kernels = _main_rows(df, "moe_dtype", {d: _WEIGHT_DTYPES[d] for d in dtypes})
-    keep = [pd.DataFrame({"dtype": dtype, "num_tokens": rows["num_tokens"], "hidden_size": rows["hidden_size"],
-                          "inter_size": rows["inter_size"], "topk": rows["topk"], "num_experts": rows["num_experts"],
-                          "moe_tp_size": rows["moe_tp_size"], "moe_ep_size": rows["moe_ep_size"],
-                          "latency_ms": rows["latency"]}) for dtype, rows in picked]
-    return _medians(keep), {**kernels, "distribution": distribution}
+    # Every routing distribution measured (balanced, power_law_1.01, power_law_1.2), each with its own main kernel
+    # per dtype; the kernels recorded are the balanced rows' (else the mildest skew's, as the model's default reads).
+    dists = sorted(set(df["distribution"]), key=lambda d: (d != "balanced", d))
+    keep, kernels = [], {}
+    for distribution in dists:
+        picked, found = _main_rows(df[df["distribution"] == distribution], "moe_dtype",
+                                   {d: _WEIGHT_DTYPES[d] for d in dtypes})
+        kernels = kernels or found
+        keep += [pd.DataFrame({"dtype": dtype, "distribution": distribution, "num_tokens": rows["num_tokens"],
+                               "hidden_size": rows["hidden_size"], "inter_size": rows["inter_size"],
+                               "topk": rows["topk"], "num_experts": rows["num_experts"],
+                               "moe_tp_size": rows["moe_tp_size"], "moe_ep_size": rows["moe_ep_size"],
+                               "latency_ms": rows["latency"]}) for dtype, rows in picked]
+    return _medians(keep), {**kernels, "distribution": dists[0], "distributions": dists}
 
 
 def _mla(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:

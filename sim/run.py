@@ -117,7 +117,7 @@ def _measured(scenario: Scenario, deployment: Deployment):
                                     engine=spec.engine, step_overhead_s=spec.step_overhead_s,
                                     gpu_data=spec.gpu_data, on_missing=spec.on_missing, tables=spec.tables,
                                     unmeasured_dtype=spec.unmeasured_dtype, fp8_block=q.fp8_block_scales,
-                                    expert_parallel=deployment.expert_parallel)
+                                    expert_parallel=deployment.expert_parallel, moe_routing=spec.moe_routing)
 
 
 def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):

@@ -349,6 +349,11 @@ class MeasuredCostSpec(_Strict):
         "step priced by the roofline, whose repr says why; never priced from the bf16 rows")
     overhead: OverheadSpec | None = Field(None, description="engine time outside the kernels (added to "
                                           "step_overhead_s); absent = none")
+    moe_routing: Literal["auto", "balanced", "power_law_1.01", "power_law_1.2"] = Field(
+        "auto", description="a mixture of experts: which measured routing prices the fused-MoE kernels, balanced "
+        "(tokens spread evenly over the experts) or skewed by a power law of this exponent (the busiest GPU's "
+        "time); auto: AIConfigurator's estimator's own choice, 1.01 for DeepSeek-family (MLA) models, 1.2 for "
+        "the others")
 
 
 class FixedAcceptance(_Strict):

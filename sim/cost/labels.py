@@ -40,7 +40,10 @@ def cost_model_label(cost_model) -> str:
         return f"{cost_model_label(cost_model.kernels)} + {overhead_label(overhead.engine, given)}"
     if isinstance(cost_model, MeasuredCostModel):
         meta = cost_model.tables.meta
-        return f"measured (AIConfigurator {meta['system']} {meta['framework']} {meta['framework_version']})"
+        # a mixture of experts names the routing its fused-MoE rows were measured under
+        routing = f", {cost_model.moe_rows_routing} MoE routing" if cost_model.moe_rows_routing else ""
+        return (f"measured (AIConfigurator {meta['system']} {meta['framework']} {meta['framework_version']}"
+                f"{routing})")
     if isinstance(cost_model, MeasuredFallback):
         return f"roofline (fallback: {cost_model.reason})"
     if isinstance(cost_model, LearnedRooflineCostModel):

@@ -177,6 +177,22 @@ class MeasuredTables:
     kv_dtypes: frozenset  # KV-cache dtypes measured for both context and decode attention
     context_mla: pd.DataFrame | None = None  # MLA attention alone (SGLang's and TensorRT-LLM's tables)
     generation_mla: pd.DataFrame | None = None
+    moe_by_routing: dict | None = None  # {routing distribution: its fused-MoE rows}; `moe` is the default's
+
+    def moe_rows(self, routing: str) -> tuple[pd.DataFrame | None, str]:
+        """(the fused-MoE rows measured under `routing`, the routing they were measured under). Balanced where the
+        tables hold none: their mildest skew (A100's tables measured only power-law routing), which the caller
+        says. A skew the tables lack: a one-line ConfigError naming the routings they hold."""
+        default = str(self.meta["tables"].get("moe", {}).get("kernels", {}).get("distribution", "balanced"))
+        if self.moe is None or routing == "balanced" or routing == default:
+            return self.moe, default
+        measured = self.moe_by_routing or {}
+        if routing not in measured:
+            allowed = ", ".join(["balanced", *(d for d in measured if d != "balanced")])
+            raise ConfigError(f"cost_model.moe_routing: {routing!r} was not measured in the {self.framework} tables "
+                              f"of {self.meta['gpu']}; allowed: {allowed}")
+        found = measured[routing]
+        return found, routing
 
     @property
     def source(self) -> str:
@@ -223,10 +239,15 @@ def load_tables(path: str | Path, field: str = "cost_model.gpu_data") -> Measure
         return df
 
     gemm, ctx, gen = read("gemm", True), read("context_attention", True), read("generation_attention", True)
-    tables = MeasuredTables(p, meta, gemm, ctx, gen, read("allreduce", False), read("moe", False),
+    moe, moe_by_routing = read("moe", False), None
+    if moe is not None and "distribution" in moe.columns:  # every routing measured (imports since 11-29)
+        moe_by_routing = {str(d): rows.drop(columns="distribution").reset_index(drop=True)
+                          for d, rows in moe.groupby("distribution", sort=True)}
+        moe = moe_by_routing[str(meta["tables"]["moe"]["kernels"]["distribution"])]
+    tables = MeasuredTables(p, meta, gemm, ctx, gen, read("allreduce", False), moe,
                             frozenset(gemm["dtype"].unique()),
                             frozenset(ctx["kv_dtype"].unique()) & frozenset(gen["kv_dtype"].unique()),
-                            read("context_mla", False), read("generation_mla", False))
+                            read("context_mla", False), read("generation_mla", False), moe_by_routing)
     _CACHE[key] = tables
     return tables
 
@@ -445,6 +466,17 @@ class _Linear:
     active: float
 
 
+def moe_routing_of(model: ModelSpec, routing: str) -> str:
+    """`cost_model.moe_routing`, with `auto` resolved as AIConfigurator 0.12.0's estimator resolves its default
+    workload distribution ("power_law"): exponent 1.01 for its DeepSeek-family models (sdk/models/deepseek.py, the
+    MLA models here), 1.2 for its generic mixture of experts (sdk/models/moe.py: Mixtral, Qwen3-MoE, ...). Real
+    routers are skewed: fewer experts than balanced routing touch a small batch, and the busiest one gets more
+    than its share of a large one."""
+    if routing != "auto":
+        return routing
+    return "power_law_1.01" if model.attention == "mla" else "power_law_1.2"
+
+
 class MeasuredCostModel(PackedCostModel):
     """Step times from GPU kernels measured by NVIDIA AIConfigurator (vLLM, SGLang or TensorRT-LLM: `tables`), summed
     per layer, each dtype from its own rows (`quantization_unmeasured` refuses the others).
@@ -457,7 +489,7 @@ class MeasuredCostModel(PackedCostModel):
                  kv_dtype: str = "bf16", engine: str = "vllm-cudagraph", step_overhead_s: float = 0.0,
                  gpu_data: str | None = None, root: Path | None = None, communication: bool = True,
                  tables: str = "vllm", fp8_compute: bool | None = None, fp8_block: bool = False,
-                 expert_parallel: int = 1):
+                 expert_parallel: int = 1, moe_routing: str = "auto"):
         if engine not in ENGINES:
             raise ConfigError(f"cost_model.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
         data = gpu_data or gpu.name
@@ -471,6 +503,8 @@ class MeasuredCostModel(PackedCostModel):
         self.model, self.gpu, self.tp, self.ep, self.engine = model, gpu, tensor_parallel, expert_parallel, engine
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.step_overhead_s = step_overhead_s
+        self.moe_routing = moe_routing_of(model, moe_routing)
+        self.moe_rows_routing: str | None = None  # the routing of the fused-MoE rows in use (None: none in use)
         # False prices one GPU's shard alone (no all-reduce), to compare with steps measured on one GPU.
         self.communication = communication
         self.notes: Counter = Counter()
@@ -603,15 +637,20 @@ class MeasuredCostModel(PackedCostModel):
         if not m.is_moe:
             return None
         gd = gemm_dtype(self.weight_dtype, self.fp8_block)
-        moe = None if t.moe is None else t.moe[t.moe["dtype"] == gd]
+        all_rows, routing = t.moe_rows(self.moe_routing)
+        if all_rows is not None and routing != self.moe_routing:
+            self.notes[f"moe: no {self.moe_routing} routing in these tables; their {routing} rows"] += 1
+        elif routing != "balanced":
+            self.notes[f"moe: {routing} routing"] += 1
+        moe = None if all_rows is None else all_rows[all_rows["dtype"] == gd]
         # The roofline this model's experts take (kind) and the one the rows' ratios are taken against (rows_kind).
         kind = rows_kind = measured_kernel.SHAPE_MOE if gd == "bf16" else measured_kernel.SHAPE_MOE_FP8
-        if (moe is None or moe.empty) and gd != "bf16" and t.moe is not None and m.gated_mlp:
+        if (moe is None or moe.empty) and gd != "bf16" and all_rows is not None and m.gated_mlp:
             # No FP8 fused-MoE rows: the bf16 rows' ratio to their roofline, applied to this model's FP8 roofline.
             # Held out on the tables that hold both dtypes (TensorRT-LLM's H100, H200 and B200, 7,452 points), this
             # gives a median predicted / measured of 0.86 and a mean |log error| of 0.27, where the FP8 expert GEMMs
             # in one fused launch gave 4.77 and 1.68 (benchmarks/bench_moe.py, 11-29).
-            moe, rows_kind = t.moe[t.moe["dtype"] == "bf16"], measured_kernel.SHAPE_MOE
+            moe, rows_kind = all_rows[all_rows["dtype"] == "bf16"], measured_kernel.SHAPE_MOE
             self.notes[f"moe: no {gd} fused-MoE rows; the bf16 fused-MoE rows' ratio to their roofline, applied to "
                        "the fp8 roofline"] += 1
         if moe is None or moe.empty or not m.gated_mlp:
@@ -642,6 +681,7 @@ class MeasuredCostModel(PackedCostModel):
         lr = [math.log(x * 1e-3 / measured(n)) for n, x in zip(rows["num_tokens"], rows["latency_ms"])]
         h, ffn = m.hidden_size, m.ffn_size // (self.tp // ep)
         e, k = m.num_experts / ep, m.num_experts_per_token / ep
+        self.moe_rows_routing = routing
         return Curve(list(rows["num_tokens"]), lr, Shape(kind, (e, k, h, ffn), self.roof), "fused MoE", self.notes)
 
     def _allreduce_curve(self) -> Curve | None:
@@ -788,7 +828,8 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
                              kv_dtype: str = "bf16", fp8_compute: bool = False, engine: str = "vllm-cudagraph",
                              step_overhead_s: float = 0.0, gpu_data: str | None = None,
                              on_missing: str = "roofline", root: Path | None = None, tables: str = "vllm",
-                             unmeasured_dtype: str = "error", fp8_block: bool = False, expert_parallel: int = 1):
+                             unmeasured_dtype: str = "error", fp8_block: bool = False, expert_parallel: int = 1,
+                             moe_routing: str = "auto"):
     """The measured cost model. A GPU without tables of this framework: the roofline whose repr says why
     (on_missing 'roofline'), or a one-line ConfigError (on_missing 'error'). A quantization the tables were not
     measured in: a one-line ConfigError naming the field (unmeasured_dtype 'error', the default), or the roofline
@@ -804,7 +845,7 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
             return MeasuredCostModel(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
                                      kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,
                                      gpu_data=gpu_data, root=root, tables=tables, fp8_compute=fp8_compute,
-                                     fp8_block=fp8_block, expert_parallel=expert_parallel)
+                                     fp8_block=fp8_block, expert_parallel=expert_parallel, moe_routing=moe_routing)
         if unmeasured_dtype != "roofline":
             raise ConfigError(reason)
     return MeasuredFallback(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,

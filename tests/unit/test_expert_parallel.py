@@ -71,22 +71,25 @@ def test_expert_parallelism_keeps_each_gpus_bytes_and_expected_work(model, tp, e
     assert "ep8" in repr(RooflineCostModel(m, gpu, tensor_parallel=8, expert_parallel=8))
 
 
-def test_measured_model_prices_expert_parallel_rows_where_the_table_has_them():
+@pytest.mark.parametrize("routing", ["balanced", "power_law_1.2"])
+def test_measured_model_prices_expert_parallel_rows_where_the_table_has_them(routing):
     # Qwen3-235B-A22B (hidden 4096, moe_intermediate 1536, top 8 of 128) is a configuration of vLLM's H200 table at
-    # moe tp 1 x ep 8: the fused-MoE curve reproduces its rows, which differ from the TP 8 rows.
+    # moe tp 1 x ep 8: the fused-MoE curve reproduces its rows of the routing asked for, which differ from the TP 8
+    # rows.
     import pandas as pd
 
     from sim.cost.measured import MeasuredCostModel, tables_dir
     model, gpu = read_model_ref(QWEN3_235B, "model"), get_gpu("h200")
     moe = pd.read_parquet(tables_dir("h200", "vllm") / "moe.parquet")
     key = ((moe["dtype"] == "bf16") & (moe["hidden_size"] == 4096) & (moe["inter_size"] == 1536)
-           & (moe["topk"] == 8) & (moe["num_experts"] == 128))
+           & (moe["topk"] == 8) & (moe["num_experts"] == 128) & (moe["distribution"] == routing))
     ep_rows = moe[key & (moe["moe_tp_size"] == 1) & (moe["moe_ep_size"] == 8)]
     tp_rows = moe[key & (moe["moe_tp_size"] == 8) & (moe["moe_ep_size"] == 1)]
     assert len(ep_rows) > 10 and len(tp_rows) > 10
-    ep = MeasuredCostModel(model, gpu, tensor_parallel=8, expert_parallel=8)
-    tp = MeasuredCostModel(model, gpu, tensor_parallel=8)
-    assert not any(n.startswith("moe:") for n in ep.notes), ep.notes
+    ep = MeasuredCostModel(model, gpu, tensor_parallel=8, expert_parallel=8, moe_routing=routing)
+    tp = MeasuredCostModel(model, gpu, tensor_parallel=8, moe_routing=routing)
+    expected = [] if routing == "balanced" else [f"moe: {routing} routing"]
+    assert [n for n in ep.notes if n.startswith("moe:")] == expected
     for n, ms in zip(ep_rows["num_tokens"], ep_rows["latency_ms"]):
         assert ep._moe(float(n)) == pytest.approx(ms * 1e-3, rel=1e-9)
     tp_ms = dict(zip(tp_rows["num_tokens"], tp_rows["latency_ms"]))
@@ -100,7 +103,7 @@ def test_expert_parallel_rows_missing_for_a_dtype_fall_back_to_the_nearest_split
     from sim.cost.measured import MeasuredCostModel
     model, gpu = read_model_ref(QWEN3_235B, "model"), get_gpu("h200")
     cost = MeasuredCostModel(model, gpu, tensor_parallel=8, expert_parallel=8, weight_dtype="fp8", fp8_block=True)
-    note = next(n for n in cost.notes if n.startswith("moe:"))
+    note = next(n for n in cost.notes if n.startswith("moe:") and "fused-MoE" in n)
     assert "tp 1 ep 8) not in the fused-MoE table" in note and "scaled by the roofline" in note
 
 

@@ -14,7 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from calibrate.aic_import import convert_system
+from calibrate.aic_import import MAX_EP_GPUS, convert_system
 from helpers import one_error_line, servesim, small_scenario
 from sim.core.step_plan import StepPlan
 from sim.cost.measured import (
@@ -178,7 +178,7 @@ def test_fp8_experts_come_from_trtllms_fused_moe_rows_else_from_the_bf16_rows_at
     from sim.cost.measured_kernel import SHAPE_MOE, SHAPE_MOE_FP8, shape_at
     mixtral = get_model("mixtral-8x7b")
     trt = MeasuredCostModel(mixtral, H100, tensor_parallel=2, weight_dtype="fp8", tables="trtllm")
-    assert trt._moe is not None and not any("moe:" in n for n in trt.notes)
+    assert trt._moe is not None and not any("moe:" in n and "fused-MoE" in n for n in trt.notes)
     vllm = MeasuredCostModel(mixtral, H100, tensor_parallel=2, weight_dtype="fp8")
     bf16 = MeasuredCostModel(mixtral, H100, tensor_parallel=2)
     assert vllm._moe.shape.kind == SHAPE_MOE_FP8 and bf16._moe.shape.kind == SHAPE_MOE
@@ -284,7 +284,8 @@ def test_vllms_block_scaled_gemms_come_from_its_per_tensor_rows_and_its_experts_
     assert ("gemm: no block-scaled fp8 rows in the vllm tables of h200; block-scaled GEMMs priced from the per-tensor "
             "fp8 rows") in repr(cost)
     assert "dropped" in cost.tables.meta["tables"]["gemm"]  # why: meta.json says
-    moe = cost.tables.moe
+    moe, routing = cost.tables.moe_rows(cost.moe_routing)  # DeepSeek's: power_law_1.01 (`moe_routing_of`)
+    assert routing == cost.moe_routing == "power_law_1.01"
     row = moe[(moe.dtype == "fp8_block") & (moe.hidden_size == 7168) & (moe.inter_size == 2048) & (moe.topk == 8)
               & (moe.num_experts == 256) & (moe.moe_tp_size == 8) & (moe.num_tokens == 64)]["latency_ms"]
     assert len(row) == 1 and not any("fused-MoE" in n for n in cost.notes)  # DeepSeek's own configuration, measured
@@ -434,3 +435,61 @@ def test_servesim_run_with_an_unmeasured_dtype_exits_2_with_one_line(tmp_path, c
     path.write_text(yaml.safe_dump(small_scenario(changes), sort_keys=False))
     line = one_error_line(servesim("run", path, "-q", cwd=tmp_path))
     assert line.startswith(want), line
+
+
+# --- routing: balanced or skewed fused-MoE rows ----------------------------------------------------------------------
+
+def test_the_import_keeps_every_routing_each_as_measured(converted):
+    fw, out, meta = converted
+    moe = pd.read_parquet(out / "moe.parquet")
+    raw = _raw(fw, "moe/moe_perf.parquet")
+    assert sorted(set(moe["distribution"])) == sorted(set(raw["distribution"])) == meta["tables"]["moe"]["kernels"][
+        "distributions"]
+    assert meta["tables"]["moe"]["kernels"]["distribution"] == "balanced"  # what `moe` (the default rows) holds
+    keys = ["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
+    kept = (raw["moe_ep_size"] == 1) | (raw["moe_ep_size"] * raw["moe_tp_size"] <= MAX_EP_GPUS)
+    for routing, rows in moe.groupby("distribution"):  # each routing's rows: its own measurements, medians of repeats
+        src = raw[kept & (raw["distribution"] == routing) & (raw["moe_dtype"] == "bfloat16")]
+        src = src[src["kernel_source"] == meta["tables"]["moe"]["kernels"]["bf16"]]
+        mine = rows[rows["dtype"] == "bf16"].sort_values(keys)
+        medians = src.groupby(keys, as_index=False)["latency"].median().sort_values(keys)
+        assert len(mine) == len(medians) > 0
+        # (written to 3 significant digits for this framework: LATENCY_DIGITS)
+        assert list(mine["latency_ms"]) == pytest.approx(list(medians["latency"]), rel=5e-3)
+
+
+def test_auto_routing_is_aiconfigurators_own_and_each_routing_prices_from_its_rows():
+    from sim.cost.measured import moe_routing_of
+    mixtral = get_model("mixtral-8x7b")
+    assert moe_routing_of(get_model("deepseek-v2-lite"), "auto") == "power_law_1.01"  # MLA: DeepSeek's family
+    assert moe_routing_of(mixtral, "auto") == "power_law_1.2"
+    assert moe_routing_of(mixtral, "balanced") == "balanced"
+    t = load_tables(tables_dir("h100-sxm", "vllm"))
+    for routing in ("balanced", "power_law_1.01", "power_law_1.2"):
+        cost = MeasuredCostModel(mixtral, H100, tensor_parallel=2, moe_routing=routing)
+        rows, used = t.moe_rows(routing)
+        assert used == routing
+        rows = rows[(rows["dtype"] == "bf16") & (rows["hidden_size"] == 4096) & (rows["inter_size"] == 14336)
+                    & (rows["topk"] == 2) & (rows["num_experts"] == 8) & (rows["moe_tp_size"] == 2)
+                    & (rows["moe_ep_size"] == 1)]
+        assert len(rows) > 10
+        for n, ms in zip(rows["num_tokens"], rows["latency_ms"]):  # Mixtral at TP 2 is a measured configuration
+            assert cost._moe(float(n)) == pytest.approx(ms * 1e-3, rel=1e-9)
+    auto = MeasuredCostModel(mixtral, H100, tensor_parallel=2)
+    assert "moe: power_law_1.2 routing" in repr(auto)
+    from sim.cost.labels import cost_model_label
+    assert cost_model_label(auto) == "measured (AIConfigurator h100_sxm vllm 0.24.0, power_law_1.2 MoE routing)"
+    assert cost_model_label(MeasuredCostModel(LLAMA, H100)) == "measured (AIConfigurator h100_sxm vllm 0.24.0)"
+
+
+def test_a_routing_the_tables_lack_is_said_or_refused_in_one_line():
+    import dataclasses
+    # vLLM's A100 table measured skewed routing only: balanced is priced from its mildest skew, and says so.
+    a100 = MeasuredCostModel(get_model("mixtral-8x7b"), get_gpu("a100-80gb"), tensor_parallel=2, moe_routing="balanced")
+    assert "moe: no balanced routing in these tables; their power_law_1.01 rows" in a100.notes
+    t = load_tables(tables_dir("h100-sxm", "vllm"))
+    fewer = dataclasses.replace(t, moe_by_routing={k: v for k, v in t.moe_by_routing.items() if k != "power_law_1.2"})
+    with pytest.raises(ConfigError) as err:
+        fewer.moe_rows("power_law_1.2")
+    assert str(err.value) == ("cost_model.moe_routing: 'power_law_1.2' was not measured in the vllm tables of "
+                              "h100-sxm; allowed: balanced, power_law_1.01")

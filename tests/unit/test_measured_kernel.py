@@ -200,7 +200,8 @@ def test_a_moe_configuration_outside_the_table_takes_the_nearest_measured_ones_r
     model = get_model("deepseek-v2-lite")
     cm = MeasuredCostModel(model, get_gpu("h100-sxm"), tensor_parallel=1, tables="trtllm")
     t = load_tables(tables_dir("h100-sxm", "trtllm"))
-    moe = t.moe[t.moe["dtype"] == "bf16"]
+    rows_in_use, _ = t.moe_rows(cm.moe_routing)
+    moe = rows_in_use[rows_in_use["dtype"] == "bf16"]
     config = (model.hidden_size, model.ffn_size, model.num_experts_per_token, model.num_experts, 1, 1)
     near = _nearest_moe_config(moe, config)
     assert near[5] == 1  # rows of the same expert parallelism (none) where the table has them
