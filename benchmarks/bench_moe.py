@@ -46,6 +46,11 @@ FP8_WAYS = ("FP8 from the bf16 fused-MoE rows, at the FP8 roofline",
 # tensor parallelism over as many GPUs (what pricing expert parallelism as tensor parallelism would give).
 EP_WAYS = ("EP: nearest measured configuration at the same split (used where the model is not in the table)",
            "EP priced as TP over as many GPUs (the same model's rows, scaled by the roofline)")
+# Skewed routing (`cost_model.moe_routing`, the power-law rows, every split), each configuration held out: from the
+# nearest other configuration's rows of the same routing and split (what a model outside the tables gets), and, to
+# show how much the routing matters, from the same configuration's balanced rows (skew ignored).
+ROUTING_WAYS = ("skewed routing: nearest measured configuration, same routing and split",
+                "skewed routing priced from the same configuration's balanced rows")
 
 
 def of_config(rows, config):
@@ -183,8 +188,39 @@ def study():
     return errors
 
 
+def study_routing():
+    errors = {w: [] for w in ROUTING_WAYS}
+    for tables in ("vllm", "sglang", "trtllm"):
+        for gpu in measured_gpus(tables=tables):
+            t = load_tables(tables_dir(gpu, tables))
+            by_routing = t.moe_by_routing or {}
+            if "balanced" not in by_routing:
+                continue
+            roof = device_roofline(t.gemm)
+            for routing, moe in by_routing.items():
+                if routing == "balanced":
+                    continue
+                balanced = by_routing["balanced"]
+                for dtype in sorted(moe["dtype"].unique()):
+                    rows, plain = moe[moe["dtype"] == dtype], balanced[balanced["dtype"] == dtype]
+                    for config in [tuple(int(v) for v in c) for c in rows[KEYS].drop_duplicates().itertuples(index=False)]:
+                        measured = seconds_by_tokens(rows[of_config(rows, config)])
+                        split = rows[(rows["moe_tp_size"] == config[4]) & (rows["moe_ep_size"] == config[5])]
+                        others = split[~of_config(split, config)]
+                        near = _nearest_moe_config(others, config) if len(others) else None
+                        near_rows = {} if near is None else seconds_by_tokens(others[of_config(others, near)])
+                        plain_rows = seconds_by_tokens(plain[of_config(plain, config)])
+                        for n, seconds in measured.items():
+                            if n not in near_rows or n not in plain_rows:
+                                continue  # the same points for both ways
+                            pred = moe_shape(config, roof, n) * near_rows[n] / moe_shape(near, roof, n)
+                            errors[ROUTING_WAYS[0]].append(math.log(pred / seconds))
+                            errors[ROUTING_WAYS[1]].append(math.log(plain_rows[n] / seconds))
+    return errors
+
+
 def main() -> int:
-    errors = {**study(), **study_fp8(), **study_ep()}
+    errors = {**study(), **study_fp8(), **study_ep(), **study_routing()}
     print("| way | points | predicted / measured, median | mean abs log error |")
     print("| --- | ---: | ---: | ---: |")
     for way, e in errors.items():
