@@ -10,7 +10,9 @@ top-k, experts, TP, EP) per dtype. A model outside them is priced one of two way
 
 Held out one configuration at a time, each is predicted for every measured token count, and compared with the
 measured fused time; beside them, what the GEMM rows give when each expert is its own launch (before 11-28) and
-when each further expert costs its roofline alone. Nothing is fitted.
+when each further expert costs its roofline alone. The same held out for the skewed-routing rows (power law 1.01 and
+1.2, `cost_model.moe_routing`), beside those rows predicted from the same configuration's balanced ones (how much
+routing moves a kernel). Nothing is fitted.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_moe.py
 """
@@ -71,6 +73,17 @@ def moe_shape(config, roof, n, kind=mk.SHAPE_MOE):
 
 def fp8_shape(config, roof, n):
     return moe_shape(config, roof, n, mk.SHAPE_MOE_FP8)
+
+
+def nearest(others, config):
+    """The configuration of `others` nearest `config` (None where there are none) and its seconds by token count."""
+    near = _nearest_moe_config(others, config) if len(others) else None
+    return near, ({} if near is None else seconds_by_tokens(others[of_config(others, near)]))
+
+
+def scaled(config, near, near_seconds, roof, n):
+    """`config`'s time at n tokens from `near`'s measured time, by the ratio of their rooflines."""
+    return moe_shape(config, roof, n) * near_seconds / moe_shape(near, roof, n)
 
 
 def tensor_parallel_only(moe):
@@ -203,19 +216,17 @@ def study_routing():
                 balanced = by_routing["balanced"]
                 for dtype in sorted(moe["dtype"].unique()):
                     rows, plain = moe[moe["dtype"] == dtype], balanced[balanced["dtype"] == dtype]
-                    for config in [tuple(int(v) for v in c) for c in rows[KEYS].drop_duplicates().itertuples(index=False)]:
+                    configs = rows[KEYS].drop_duplicates().itertuples(index=False)
+                    for config in [tuple(int(v) for v in c) for c in configs]:
                         measured = seconds_by_tokens(rows[of_config(rows, config)])
                         split = rows[(rows["moe_tp_size"] == config[4]) & (rows["moe_ep_size"] == config[5])]
-                        others = split[~of_config(split, config)]
-                        near = _nearest_moe_config(others, config) if len(others) else None
-                        near_rows = {} if near is None else seconds_by_tokens(others[of_config(others, near)])
+                        near, near_rows = nearest(split[~of_config(split, config)], config)
                         plain_rows = seconds_by_tokens(plain[of_config(plain, config)])
                         for n, seconds in measured.items():
-                            if n not in near_rows or n not in plain_rows:
-                                continue  # the same points for both ways
-                            pred = moe_shape(config, roof, n) * near_rows[n] / moe_shape(near, roof, n)
-                            errors[ROUTING_WAYS[0]].append(math.log(pred / seconds))
-                            errors[ROUTING_WAYS[1]].append(math.log(plain_rows[n] / seconds))
+                            if n in near_rows and n in plain_rows:  # the same points for both ways
+                                pred = scaled(config, near, near_rows[n], roof, n)
+                                errors[ROUTING_WAYS[0]].append(math.log(pred / seconds))
+                                errors[ROUTING_WAYS[1]].append(math.log(plain_rows[n] / seconds))
     return errors
 
 
