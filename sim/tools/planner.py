@@ -72,8 +72,13 @@ class Candidate:
     def name(self) -> str:
         policy = f" · {self.policy}" if self.policy else ""
         pp = f"xPP{self.pipeline_parallel}" if self.pipeline_parallel > 1 else ""
-        ep = f" EP{self.expert_parallel}" if (self.expert_parallel or 1) > 1 else ""
+        ep = f" EP{self.split_experts}" if self.split_experts else ""
         return f"{self.gpu_name} TP{self.tensor_parallel}{ep}{pp}{policy}"
+
+    @property
+    def split_experts(self) -> int | None:
+        """The EP degree this candidate sets where it gives GPUs whole experts (> 1), else None."""
+        return self.expert_parallel if (self.expert_parallel or 1) > 1 else None
 
     @property
     def gpus_per_replica(self) -> int:

@@ -196,8 +196,8 @@ def recommendation_text(result: PlanResult) -> str:
     limits = ", ".join(f"{_pct(result.slo)} {label} ≤ {result.slo[key]:g} s" for _, key, label in _LIMITS
                        if result.slo.get(key) is not None)
     text = (f"{rec.num_replicas} × {c.gpu_name} at TP {c.tensor_parallel}"
-            f"{f', EP {c.expert_parallel},' if (c.expert_parallel or 1) > 1 else ''}"
             f"{f' x PP {c.pipeline_parallel}' if c.pipeline_parallel > 1 else ''}"
+            f"{f' (EP {c.split_experts})' if c.split_experts else ''}"
             f"{' with policy ' + c.policy if c.policy else ''} ({rec.costs['num_gpus']} GPUs): "
             f"{_money(rec.costs['cost_per_hour'])} per hour, {_money(rec.costs['cost_per_million_tokens'])} per "
             f"million tokens, serving {s.target_rate_per_s:g} req/s within {limits}.")

@@ -32,6 +32,7 @@ from sim.views.cli import main
 from sim.views.plan_report import (
     candidates_frame,
     pareto_front,
+    recommendation_text,
     render_html,
     render_markdown,
     seed_summary,
@@ -387,7 +388,13 @@ def test_expert_parallel_degrees_are_searched_with_the_tp_degrees_they_divide(tm
     assert sorted(frame["expert_parallel"]) == [1, 1, 2, 2, 4]
     rec = result.recommendation.candidate
     text = render_markdown(result)
-    assert f"at TP {rec.tensor_parallel}" in text and "expert parallelism [1, 2, 4]" in text
+    ep = f" (EP {rec.split_experts})" if rec.split_experts else ""
+    assert f"at TP {rec.tensor_parallel}{ep} with policy paged" in text and "expert parallelism [1, 2, 4]" in text
+    split = next(o for o in result.feasible if o.candidate.split_experts == 4)
+    result.outcomes.remove(split)
+    result.outcomes.insert(0, split)  # recommended: a candidate that gives each GPU whole experts
+    assert "× h100-sxm at TP 4 (EP 4) with policy paged" in recommendation_text(result)
+    assert Candidate("h100-sxm", 8, None, 1, 1).split_experts is None
     # --ep on the command line, and a degree no TP degree admits: kept once, excluded with validation's reason.
     only = plan_settings(raw, expert_parallel=[8], tensor_parallel=[2])
     [cand] = candidates(only)
