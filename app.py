@@ -229,6 +229,14 @@ def cost_model_input(base: dict, new: dict) -> None:
              "them, else the roofline; roofline: datasheet peaks at fixed efficiencies; learned: efficiencies "
              "fitted to the measured GPUs")
     spec = dash.with_cost_model_choice(spec, choice)
+    if choice == dash.MEASURED and dash.is_mixture_of_experts(new.get("model")) is not False:
+        routing = st.sidebar.selectbox(
+            "MoE routing (measured fused-MoE rows)", dash.MOE_ROUTINGS,
+            index=dash.MOE_ROUTINGS.index(dash.moe_routing_choice(spec)), key=key("cost_model.moe_routing"),
+            help="how tokens spread over the experts in the kernels that price them: balanced, or a power law "
+                 "(the busiest GPU sets the pace); auto: AIConfigurator's own choice, 1.01 for DeepSeek-family "
+                 "models, 1.2 for the others")
+        spec = dash.with_moe_routing(spec, routing)
     if spec is None:
         new.pop("cost_model", None)
     else:

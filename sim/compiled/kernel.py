@@ -82,12 +82,13 @@ NUM_SF = 9  # the last two: the scheduling rule's new-token ratio (constants of 
 NUM_S = 8
 # Indices into the int64 configuration array `cfg`.
 (C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE,
- C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT, C_PREFILL_ONLY) = range(15)
-NUM_CFG = 15
-# C_MIXED .. C_PREFILL_ONLY: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
-# per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, and whether a
-# step may be prefill-only (`prefill_only_steps`). Past NUM_CFG: the sorted CUDA-graph batch sizes (none: no
-# padding).
+ C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT, C_PREFILL_ONLY,
+ C_WHOLE_PROMPT) = range(16)
+NUM_CFG = 16
+# C_MIXED .. C_WHOLE_PROMPT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
+# per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, whether a
+# step may be prefill-only (`prefill_only_steps`), and whole-prompt admission. Past NUM_CFG: the sorted CUDA-graph
+# batch sizes (none: no padding).
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
 # these two arrays, not one array each: numba passes every array argument as several machine words, and with
@@ -508,8 +509,8 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         need_tokens = req[Q_PROMPT, rid] + req[Q_OUT, rid]
         step_need = context_pass_chunk(need_tokens) if context else need_tokens  # the context pass: but the last
         chunk = min(step_need, budget)
-        if chunked:
-            fits = _blocks_for(need_tokens, bs) <= sr[r, I_FREE_BLOCKS]
+        if chunked:  # PagedKVManager.admit: the whole rest's blocks, or (not whole-prompt) the chunk's below
+            fits = cfg[C_WHOLE_PROMPT] == 0 or _blocks_for(need_tokens, bs) <= sr[r, I_FREE_BLOCKS]
         else:
             fits = chunk == step_need
         if not fits:

@@ -215,8 +215,15 @@ def _derive_vllm(ctx: Context) -> PresetResult:
         if v[:2] == (0, 15):
             notes.append(f"vLLM {ctx.version_text}: v0.16.0's defaults assumed (PyPI has no 0.15 sdist to read)")
         if v < VLLM_FULL_PROMPT_ADMISSION_SINCE:
-            notes.append(f"vLLM {ctx.version_text}: a prompt is admitted when its whole prompt's KV blocks are free, "
-                         "as v0.19.0's scheduler_reserve_full_isl does (earlier versions check its first chunk only)")
+            # vllm/v1/core/sched/scheduler.py (read at v0.11.0) admits on the blocks of the chunk a prompt computes
+            # this step (`scheduler.admission: first_chunk`); its later chunks then preempt the last admitted, and
+            # vLLM's default prefix caching gives a preempted request back its blocks still cached. ServeSim keys
+            # no blocks of a prompt without content ids, so every preemption would recompute all: whole-prompt
+            # admission stands in (its effect on the published suite: benchmarks/results/published-e2e.md).
+            notes.append(f"vLLM {ctx.version_text}: a prompt is admitted when its whole prompt's KV blocks are "
+                         "free, as v0.19.0's scheduler_reserve_full_isl does (earlier versions check its first "
+                         "chunk only: `scheduler.admission: first_chunk`, without the prefix-cache hits that make "
+                         "their preemptions cheap)")
         mla = _vllm_mla_block_size(ctx)
         if mla is not None:
             values["kv_cache.block_size"] = mla[0]

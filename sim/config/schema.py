@@ -195,6 +195,10 @@ class SchedulerSpec(_Strict):
         "listed batch that holds it, padded (TensorRT-LLM cuda_graph_config with enable_padding); absent: as scheduled")
     new_token_ratio: NewTokenRatioSpec | None = Field(None, description="continuous, paged: SGLang's admission "
                                                       "reserve for the running requests' future tokens; absent: none")
+    admission: Literal["whole_prompt", "first_chunk"] = Field(
+        "whole_prompt", description="continuous, paged, chunked: a waiting prompt starts when the blocks of all of "
+        "it are free (vLLM V1 from 0.19, scheduler_reserve_full_isl), or when those of the chunk it computes this "
+        "step are, its later chunks preempting the last admitted when blocks run out (vLLM V1 to 0.18)")
     context_pass: bool = Field(False, description="continuous, unchunked, mixed: a step that admits prompts "
                                "computes all their tokens but the last alone (prefill-only), and the next step runs "
                                "every decode with those last tokens (LMDeploy TurboMind 0.1's context decode)")
@@ -205,7 +209,10 @@ class SchedulerSpec(_Strict):
             raise ValueError("chunked_prefill needs batching 'continuous'")
         if self.batching == "static" and not self.rule().is_default:
             raise ValueError("mixed_batches, decode_steps_per_schedule, kv_reservation, cuda_graph_batch_sizes, "
-                             "new_token_ratio and context_pass need batching 'continuous'")
+                             "new_token_ratio, context_pass and admission need batching 'continuous'")
+        if self.admission == "first_chunk" and not self.chunked_prefill:
+            raise ValueError("admission 'first_chunk' needs chunked_prefill true (unchunked, a prompt is admitted "
+                             "whole or not at all)")
         if self.context_pass and (self.chunked_prefill or not self.mixed_batches):
             raise ValueError("context_pass needs chunked_prefill false and mixed_batches true (its decode pass "
                              "mixes the decodes with the prompts' last tokens)")
@@ -220,7 +227,7 @@ class SchedulerSpec(_Strict):
             whole_output_reservation=self.kv_reservation == "whole_output",
             cuda_graph_batch_sizes=tuple(sorted(set(self.cuda_graph_batch_sizes or ()))),
             new_token_ratio=None if ratio is None else NewTokenRatio(ratio.init, ratio.min, ratio.decay_steps),
-            context_pass=self.context_pass)
+            context_pass=self.context_pass, whole_prompt_admission=self.admission == "whole_prompt")
 
 
 class KVCacheSpec(_Strict):

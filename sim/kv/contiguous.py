@@ -89,10 +89,10 @@ class ContiguousKVManager:
         return max(need, min(rule, self.capacity_slots))
 
     def admit(self, request: Request, max_new_tokens: int, *, chunked: bool,
-              step_need: Callable[[int], int] | None = None) -> int | None:
+              step_need: Callable[[int], int] | None = None, whole_prompt: bool = True) -> int | None:
         """Start a request: reserve its region and return the tokens it computes this step (at most
         `max_new_tokens`; unchunked, all of them or nothing; `step_need`: as the paged manager's), or None with
-        nothing changed."""
+        nothing changed. `whole_prompt` changes nothing here: the region reserved is already the whole one."""
         need = request.num_tokens - request.num_computed_tokens
         if step_need is not None:
             need = step_need(need)

@@ -120,14 +120,15 @@ class PagedKVManager:
 
     # --- the scheduler's calls ----------------------------------------------------------------------
     def admit(self, request: Request, max_new_tokens: int, *, chunked: bool,
-              step_need: Callable[[int], int] | None = None) -> int | None:
+              step_need: Callable[[int], int] | None = None, whole_prompt: bool = True) -> int | None:
         """Start a request that holds no blocks: count its cached leading prompt tokens as computed,
         then allocate for the tokens it computes this step (at most `max_new_tokens`). Returns those
         tokens, or None with nothing changed (counter included) when it cannot start now.
 
         Unchunked, all its remaining tokens must fit this step. Chunked, blocks for all of them must be
-        free now, not just for the first chunk (vLLM V1's `scheduler_reserve_full_isl`), so chunked
-        prefills cannot over-admit and then preempt each other; cache hits count as blocks to allocate.
+        free now, not just for the first chunk (vLLM V1's `scheduler_reserve_full_isl`, from v0.19.0), so
+        chunked prefills cannot over-admit and then preempt each other; cache hits count as blocks to allocate.
+        `whole_prompt` False: the chunk's own blocks are enough (vLLM V1 to v0.18; sim/sched/rules.py).
         A request swapped out keeps its computed tokens: no lookup, it claims what it can and the rest
         is allocated fresh. At least one prompt token is always computed, so the step ending the prompt
         still produces logits. `step_need`: of the tokens it has left, those this step must compute (the
@@ -139,7 +140,8 @@ class PagedKVManager:
         this_step = step_need(need) if step_need is not None else need
         chunk = min(this_step, max_new_tokens)
         if chunked:
-            fits = self.num_new_blocks(request, need) <= self.num_free_blocks  # the whole rest, not just the chunk
+            # the whole rest, not just the chunk (or, without whole-prompt admission, the chunk's allocation decides)
+            fits = not whole_prompt or self.num_new_blocks(request, need) <= self.num_free_blocks
         else:
             fits = chunk == this_step  # the whole rest (but what the rule leaves for later) in this step
         if not fits or self.allocate_slots(request, chunk) is None:

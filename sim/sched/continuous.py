@@ -276,7 +276,8 @@ class ContinuousScheduler(SchedulerBase):
                                     SGLANG_CLIP_MAX_NEW_TOKENS):
                     break
             chunk = kv.admit(request, budget, chunked=self.chunked_prefill,
-                             step_need=context_pass_chunk if rule.context_pass else None)
+                             step_need=context_pass_chunk if rule.context_pass else None,
+                             whole_prompt=rule.whole_prompt_admission)
             if chunk is None:
                 break
             if rule.new_token_ratio is not None:

@@ -8,6 +8,7 @@ by setting these fields (the scenario's `scheduler:` section names each, and the
 | `mixed_batches` | True: decodes and prefill chunks share a step | False without chunked prefill | False (mixed chunks off) | True | True |
 | `decode_steps_per_schedule` | 1 | `--num-scheduler-steps` | 1 | 1 | 1 |
 | `whole_output_reservation` | False: blocks on demand, preemption | False | False | True (GUARANTEED_NO_EVICT) | False |
+| `whole_prompt_admission` | True (0.19+); False to 0.18: the first chunk's blocks | True | True | True | True |
 | `cuda_graph_batch_sizes` | () | () | () | padded decode batches when given | () |
 | `new_token_ratio` | None | None | SGLang's admission reserve | None | None |
 | `context_pass` | False | False | False | False | True: a prompt's context decode is its own pass (`context_pass_chunk`) |
@@ -64,6 +65,11 @@ class SchedulingRule:
     # pass over every active sequence, in which each new prompt's last token computes its first output token (a
     # mixed step of the decodes and those one-token chunks; no prompt is admitted in it).
     context_pass: bool = False
+    # Chunked prefill: a waiting prompt starts only when blocks for all of it are free (vLLM V1 from v0.19.0,
+    # SchedulerConfig.scheduler_reserve_full_isl), or when those of the chunk it computes this step are (False: vLLM
+    # V1 to v0.18, vllm/v1/core/sched/scheduler.py: `allocate_slots(request, num_new_tokens, ...)` for the chunk
+    # alone, read at v0.11.0): its later chunks then take blocks as they come, preempting the last admitted.
+    whole_prompt_admission: bool = True
 
     @property
     def is_default(self) -> bool:
@@ -89,6 +95,8 @@ class SchedulingRule:
             parts.append(f"new-token ratio {self.new_token_ratio.init:g}->{self.new_token_ratio.min:g}")
         if self.context_pass:
             parts.append("a context-decode pass in each iteration that admits prompts")
+        if not self.whole_prompt_admission:
+            parts.append("a chunked prompt admitted when its first chunk's blocks are free")
         return ", ".join(parts) or "vLLM V1"
 
     def graph_sizes(self) -> np.ndarray:

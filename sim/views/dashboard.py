@@ -13,7 +13,8 @@
   `with_rate`, so a kind or value added to the schema reaches the page without an edit here.
 - The GPU cost model (`COST_MODEL_CHOICES`, from the schema's cost-model kinds and roofline efficiencies):
   new forms start on `measured` (AIConfigurator kernels) where the GPU has measured tables, the roofline
-  elsewhere (`default_cost_model`), and `cost_model_note` says when a `measured` choice falls back.
+  elsewhere (`default_cost_model`), and `cost_model_note` says when a `measured` choice falls back; for a
+  mixture of experts, the measured model's MoE routing (`MOE_ROUTINGS`, `with_moe_routing`).
 - `verdict_markdown` is what the page opens with (sim/views/verdict.py: the report's and the CLI's verdict);
   `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
   load sweep. Latency, time-series and KV figures come from `sim.views.report.figures` (with a band, also the
@@ -55,6 +56,7 @@ from sim.config.schema import (
     DisaggregationSpec,
     HardwareSpec,
     KVCacheSpec,
+    MeasuredCostSpec,
     RooflineSpec,
     Scenario,
     ScenarioSet,
@@ -269,6 +271,38 @@ def with_cost_model_choice(spec: dict | None, choice: str) -> dict | None:
         if spec == {"kind": ROOFLINE}:
             return None
     return spec
+
+
+MOE_ROUTINGS = literal_choices(MeasuredCostSpec, "moe_routing")  # auto first: the schema's default
+
+
+def moe_routing_choice(spec: dict | None) -> str:
+    """The measured cost model's MoE routing a cost_model section asks for (the schema's default when unset)."""
+    return (spec or {}).get("moe_routing", MOE_ROUTINGS[0])
+
+
+def with_moe_routing(spec: dict, routing: str) -> dict:
+    """A measured cost_model section with `routing`; the default leaves the key out, so the file stays short."""
+    if routing not in MOE_ROUTINGS:
+        raise ConfigError(f"cost_model.moe_routing: {routing!r} is not allowed; allowed: {', '.join(MOE_ROUTINGS)}")
+    if (spec or {}).get("kind") != MEASURED:
+        raise ConfigError(f"cost_model.moe_routing: {routing!r} needs cost_model.kind 'measured'; allowed: the "
+                          "measured choice")
+    out = {k: v for k, v in spec.items() if k != "moe_routing"}
+    if routing != MOE_ROUTINGS[0]:
+        out["moe_routing"] = routing
+    return out
+
+
+def is_mixture_of_experts(model: str | dict | None) -> bool | None:
+    """Whether a scenario's model routes tokens to experts: a catalog name or a spec with `num_experts`; None
+    where the page cannot tell without loading it (a Hugging Face config)."""
+    from sim.model.catalog import MODELS
+    if isinstance(model, str):
+        return MODELS[model].is_moe if model in MODELS else None
+    if isinstance(model, dict) and "num_experts" in model:
+        return int(model.get("num_experts") or 0) > 0
+    return None
 
 
 def _gpu_name(gpu: str | dict | None) -> str:

@@ -336,16 +336,20 @@ def test_several_replicas_run_compiled_and_agree(router):
        rate=st.floats(1.0, 60.0), capacity=st.one_of(st.none(), st.integers(300, 8000)),
        block_size=st.sampled_from([1, 4, 16]), chunked=st.booleans(), budget=st.sampled_from([None, 64, 512, 4096]),
        max_num_seqs=st.sampled_from([3, 16, 256]), horizon=st.one_of(st.none(), st.floats(0.05, 30.0)),
-       fast_decode=st.booleans(), seed=st.integers(0, 10_000), context=st.booleans())
+       fast_decode=st.booleans(), seed=st.integers(0, 10_000), context=st.booleans(), first_chunk=st.booleans())
 # Found by this property (11-28): under the context pass a request joins the decodes at the end of a step that decoded
 # nothing and so left the clock where it was; preempted before its first decode, the compiled core gave back one
 # block more than it held (its first decode's block counted as taken).
 @example(mixed=False, group_steps=1, whole=False, graph_sizes=None, ratio=None, overhead=None, whole_steps=None,
          replicas=1, rate=4.0, capacity=362, block_size=1, chunked=False, budget=None, max_num_seqs=3, horizon=None,
-         fast_decode=False, seed=14, context=True)
+         fast_decode=False, seed=14, context=True, first_chunk=False)
+# vLLM V1's first-chunk admission (to v0.18), under KV pressure: prompts admitted, then preempted by their own chunks.
+@example(mixed=True, group_steps=1, whole=False, graph_sizes=None, ratio=None, overhead=None, whole_steps=None,
+         replicas=1, rate=40.0, capacity=400, block_size=4, chunked=True, budget=64, max_num_seqs=16, horizon=None,
+         fast_decode=True, seed=3, context=False, first_chunk=True)
 def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_same_records(
         mixed, group_steps, whole, graph_sizes, ratio, overhead, whole_steps, replicas, rate, capacity, block_size,
-        chunked, budget, max_num_seqs, horizon, fast_decode, seed, context):
+        chunked, budget, max_num_seqs, horizon, fast_decode, seed, context, first_chunk):
     if budget is not None and budget < max_num_seqs:
         budget = max_num_seqs
     if context:  # TurboMind's context pass: unchunked, its decode pass mixed (sim/config/schema.py)
@@ -358,7 +362,8 @@ def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_sam
                     fast_decode=fast_decode, seed=seed, cost_model=cost_model, replicas=replicas)
     spec["scheduler"].update(mixed_batches=mixed, decode_steps_per_schedule=group_steps,
                              kv_reservation="whole_output" if whole else "on_demand",
-                             cuda_graph_batch_sizes=graph_sizes, new_token_ratio=ratio, context_pass=context)
+                             cuda_graph_batch_sizes=graph_sizes, new_token_ratio=ratio, context_pass=context,
+                             admission="first_chunk" if first_chunk else "whole_prompt")
     python, compiled = both(spec)
     assert compiled.extras["engine_core"] == "compiled" or (
         replicas > 1 and "two events at one time" in compiled.extras["engine_core"])

@@ -219,6 +219,25 @@ def test_expert_parallelism_is_a_sidebar_setting_that_reaches_the_scenario():
     assert any("hardware.expert_parallel: 3" in e.value for e in at.error), [e.value for e in at.error]
 
 
+def test_the_moe_routing_of_measured_kernels_is_a_sidebar_setting_for_mixtures_of_experts_only():
+    raw = {"name": "routing", "model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "tensor_parallel": 2},
+           "cost_model": {"kind": "measured"},
+           "workload": {"arrival": {"kind": "poisson", "rate_per_s": 5},
+                        "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 20}},
+           "run": {"seed": 0, "num_requests": 30}}
+    at = upload(started(), "routing.yaml", yaml.safe_dump(raw).encode())
+    routing = at.selectbox(key="1.cost_model.moe_routing")
+    assert routing.value == "auto" and "moe_routing" not in at.code[0].value  # the default stays out of the YAML
+    routing.set_value("balanced")
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert yaml.safe_load(at.code[0].value)["cost_model"]["moe_routing"] == "balanced"
+    shown = " ".join(str(e.value) for e in at.markdown) + " ".join(str(e.value) for e in at.caption)
+    assert "balanced MoE routing" in shown  # the run's own label names the routing it priced with
+    dense = upload(started(), "dense.yaml", yaml.safe_dump({**raw, "model": "llama-3.1-8b"}).encode())
+    assert "1.cost_model.moe_routing" not in [e.key for e in dense.selectbox]
+
+
 @pytest.mark.parametrize("name", ["quickstart", "speculative", "prefix_caching", "swap", "quantization",
                                   "llama70b_tp4", "pipeline_parallel"])
 def test_a_shipped_scenario_survives_upload_and_download_unchanged(name):

@@ -9,7 +9,7 @@ import pytest
 from helpers import small_scenario
 
 from sim.config.files import validate_scenario
-from sim.config.schema import RooflineSpec, Scenario, literal_choices, union_kinds
+from sim.config.schema import MeasuredCostSpec, RooflineSpec, Scenario, literal_choices, union_kinds
 from sim.cost.labels import cost_model_label
 from sim.cost.measured import measured_gpus
 from sim.errors import ConfigError
@@ -121,3 +121,19 @@ def test_plan_rows_name_the_cost_model_that_prices_each_candidate():
                                             "overhead": {"engine": "vllm-eager"}}}) == \
         "learned roofline + vllm-eager overhead"
     assert cost_model_label({}) == "roofline"
+
+
+def test_the_moe_routing_choice_round_trips_and_is_refused_off_the_measured_model():
+    assert dash.MOE_ROUTINGS == literal_choices(MeasuredCostSpec, "moe_routing") and dash.MOE_ROUTINGS[0] == "auto"
+    measured = {"kind": "measured", "overhead": {"engine": "vllm-eager"}}
+    for routing in dash.MOE_ROUTINGS:
+        spec = dash.with_moe_routing(measured, routing)
+        assert dash.moe_routing_choice(spec) == routing and spec["overhead"] == measured["overhead"]
+        assert ("moe_routing" in spec) is (routing != "auto")  # the default stays out of the file
+        validate_scenario(small_scenario(model="mixtral-8x7b", hardware={"tensor_parallel": 2}, cost_model=spec))
+    with pytest.raises(ConfigError, match="moe_routing: 'uniform' is not allowed"):
+        dash.with_moe_routing(measured, "uniform")
+    with pytest.raises(ConfigError, match="needs cost_model.kind 'measured'"):
+        dash.with_moe_routing({"kind": "roofline"}, "balanced")
+    assert dash.is_mixture_of_experts("mixtral-8x7b") and dash.is_mixture_of_experts("llama-3.1-8b") is False
+    assert dash.is_mixture_of_experts({"hf_config": "config.json"}) is None  # the page cannot tell: it asks

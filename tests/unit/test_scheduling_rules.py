@@ -1,6 +1,7 @@
 """The engines' scheduling rules (sim/sched/rules.py) on tiny configs, schedules computed by hand, no event loop:
 prefill-only or decode-only steps (SGLang, vLLM V0), groups of decode steps (vLLM V0 --num-scheduler-steps), the
-whole sequence reserved at admission (TensorRT-LLM GUARANTEED_NO_EVICT), decode batches padded to CUDA-graph sizes,
+whole sequence reserved at admission (TensorRT-LLM GUARANTEED_NO_EVICT), a chunked prompt admitted on its first
+chunk's blocks (vLLM V1 to v0.18), decode batches padded to CUDA-graph sizes,
 SGLang's new-token ratio, and TurboMind's context pass (LMDeploy 0.1)."""
 
 import numpy as np
@@ -74,6 +75,34 @@ def test_a_group_of_decode_steps_keeps_a_new_prompt_waiting():
         kinds.append("prefill" if p.prefill_request_ids else "decode")
     # steps 2, 3, 4 of the group, then b's prefill, then a new group
     assert kinds == ["decode", "decode", "decode", "prefill", "decode"]
+
+
+def test_first_chunk_admission_lets_a_prompt_in_that_its_later_chunks_then_preempt():
+    # 16 blocks of 4 tokens, a budget of 16 tokens; a and b: 40-token prompts. a's prompt takes steps 0-2 (16, 16,
+    # 8 tokens: 10 blocks). At step 2 the 8 tokens left of the budget could start b: the whole prompt (10 blocks)
+    # does not fit in the 6 free, its first chunk (2 blocks) does. vLLM V1 to v0.18 starts it (allocate_slots for
+    # the chunk alone); at step 3 a's decode takes its 11th block (3 free) and b's next chunk of 15 tokens needs 4
+    # more: b, the last admitted, is preempted, freeing its 2; at step 4 it starts again on its first chunk (15
+    # tokens, 4 of the 5 free blocks), and at step 5 the same happens again.
+    plans = {}
+    for whole in (True, False):
+        kv = PagedKVManager(16, 4)
+        sched = scheduler(kv, SchedulingRule(whole_prompt_admission=whole), budget=16)
+        a, b = make_request(40, 10), make_request(40, 10)
+        sched.add_request(a)
+        sched.add_request(b)
+        plans[whole] = [(step(sched, float(t)), kv.num_free_blocks) for t in range(6)]
+        ids = a.request_id, b.request_id
+        plans[whole] = [([ids.index(r) for r in p.new_request_ids], [ids.index(r) for r in p.preempted_request_ids],
+                         p.prefill_chunk_tokens, free) for p, free in plans[whole]]
+    # whole prompt (v0.19+): b waits for a's blocks, nothing is preempted
+    assert [(new, out, free) for new, out, _, free in plans[True]] == [
+        ([0], [], 12), ([], [], 8), ([], [], 6), ([], [], 5), ([], [], 5), ([], [], 5)]
+    assert plans[False] == [
+        ([0], [], [16], 12), ([], [], [16], 8), ([1], [], [8, 8], 4),  # b starts on 2 blocks
+        ([], [1], [], 5),  # a's decode block, then b preempted: its 2 blocks back
+        ([1], [], [15], 1),  # b again, on its first 15 tokens
+        ([], [1], [], 5)]
 
 
 def test_whole_output_reservation_admits_only_what_fits_to_the_end_and_never_preempts():
