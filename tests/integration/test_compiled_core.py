@@ -354,6 +354,7 @@ def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_sam
         budget = max_num_seqs
     if context:  # TurboMind's context pass: unchunked, its decode pass mixed (sim/config/schema.py)
         mixed, chunked = True, False
+    first_chunk = first_chunk and chunked  # unchunked, a prompt is admitted whole (sim/config/schema.py)
     cost_model = dict(whole_steps or {"kind": "roofline"})
     if overhead is not None:
         cost_model["overhead"] = overhead
