@@ -8,7 +8,7 @@ by setting these fields (the scenario's `scheduler:` section names each, and the
 | `mixed_batches` | True: decodes and prefill chunks share a step | False without chunked prefill | False (mixed chunks off) | True | True |
 | `decode_steps_per_schedule` | 1 | `--num-scheduler-steps` | 1 | 1 | 1 |
 | `whole_output_reservation` | False: blocks on demand, preemption | False | False | True (GUARANTEED_NO_EVICT) | False |
-| `whole_prompt_admission` | True (0.19+); False to 0.18: the first chunk's blocks | True | True | True | True |
+| `whole_prompt_admission` | True (vLLM's own to 0.18: False, not the preset's) | True | True | True | True |
 | `cuda_graph_batch_sizes` | () | () | () | padded decode batches when given | () |
 | `new_token_ratio` | None | None | SGLang's admission reserve | None | None |
 | `context_pass` | False | False | False | False | True: a prompt's context decode is its own pass (`context_pass_chunk`) |

@@ -295,13 +295,18 @@ def with_moe_routing(spec: dict, routing: str) -> dict:
 
 
 def is_mixture_of_experts(model: str | dict | None) -> bool | None:
-    """Whether a scenario's model routes tokens to experts: a catalog name or a spec with `num_experts`; None
-    where the page cannot tell without loading it (a Hugging Face config)."""
-    from sim.model.catalog import MODELS
-    if isinstance(model, str):
-        return MODELS[model].is_moe if model in MODELS else None
-    if isinstance(model, dict) and "num_experts" in model:
-        return int(model.get("num_experts") or 0) > 0
+    """Whether a scenario's model routes tokens to experts: a catalog name (`get_model`) or an inline spec; None
+    where the page cannot tell without reading a file (a Hugging Face config) or the model is not valid yet (the
+    run then says why in its own words)."""
+    from sim.model.catalog import get_model
+    from sim.model.specs import ModelSpec
+    try:
+        if isinstance(model, str):
+            return get_model(model).is_moe
+        if isinstance(model, dict) and "hf_config" not in model:
+            return ModelSpec.model_validate(model).is_moe
+    except (ServeSimError, ValueError):  # pydantic's ValidationError is a ValueError
+        pass
     return None
 
 

@@ -136,4 +136,6 @@ def test_the_moe_routing_choice_round_trips_and_is_refused_off_the_measured_mode
     with pytest.raises(ConfigError, match="needs cost_model.kind 'measured'"):
         dash.with_moe_routing({"kind": "roofline"}, "balanced")
     assert dash.is_mixture_of_experts("mixtral-8x7b") and dash.is_mixture_of_experts("llama-3.1-8b") is False
+    assert dash.is_mixture_of_experts("Mixtral_8x7B")  # the catalog's own spelling rules
     assert dash.is_mixture_of_experts({"hf_config": "config.json"}) is None  # the page cannot tell: it asks
+    assert dash.is_mixture_of_experts("no-such-model") is None
