@@ -13,7 +13,9 @@ The modelled ratio is the simulator's own price (`sim.cost.roofline_kernel.atten
   `reached_cache_bytes`; its bandwidth the 4 MiB copy's), the rate at which it first touches new memory (page
   faults: torch's CPU allocator keeps no cache, and with glibc's mmap threshold pinned at its default 128 KiB,
   which this script does, each call maps fresh pages; the page faults counted per call agree with the model's new
-  buffers), all micro-benchmarks of device constants, never the attention timings; nothing is fitted;
+  buffers), and each elementwise pass's own work per element (the pass alone on operands in the L2,
+  `pass_probes`: on one core the select, compare and softmax passes are compute-bound, and that work adds to their
+  memory time), all micro-benchmarks of device constants, never the attention timings; nothing is fitted;
 - torch's CPU flash kernel's key block (512, `attention_io.TORCH_CPU_FLASH_KV_BLOCK`, from its source).
 
 The materialized kernel's passes are `attention_io.MATH_SDPA_PASSES` (what the simulator prices on every device); the
@@ -29,6 +31,7 @@ Prints the machine, the rates and one Markdown row per length (benchmarks/result
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import platform
 import resource
@@ -45,7 +48,7 @@ from calibrate.fidelity.machine import cpuinfo  # noqa: E402
 from calibrate.kernels.attention_backends import prefill_call  # noqa: E402
 from sim.cost import roofline_kernel as rk  # noqa: E402
 from sim.cost.roofline import RooflineCostModel  # noqa: E402
-from sim.model.attention_io import TORCH_CPU_FLASH_KV_BLOCK  # noqa: E402
+from sim.model.attention_io import ELEMENTWISE_PASSES, TORCH_CPU_FLASH_KV_BLOCK, math_sdpa_passes  # noqa: E402
 from sim.model.specs import GPUSpec, ModelSpec  # noqa: E402
 
 LENGTHS = (512, 1024, 2048, 4096, 8192, 16384)
@@ -130,15 +133,58 @@ def probes() -> dict:
         t2 = time.perf_counter()
         return 64 * _MIB * _FP32 / max((t1 - t0) - (t2 - t1), 1e-9)
     p["first_touch"] = first_touch
+    p.update({f"pass {op}": fn for op, fn in pass_probes().items()})
     return p
 
 
-def this_cpu(r: dict, l3_bytes: int, terms: bool = True) -> GPUSpec:
+# Each elementwise pass of the math backend (attention_io.MATH_SDPA_PASSES, fp32 inputs) run alone on operands that
+# stay in this core's L2 (131,072 elements: 512 KiB of fp32), into buffers allocated beforehand, as torch 2.13's
+# `_scaled_dot_product_attention_math` calls it (torch.profiler: the op and its operands' shapes): its own work per
+# element, which a CPU core pays on top of moving the data (`GPUSpec.pass_s_per_element`). The memory traffic and the
+# first touch of the full-size pass are priced from the other constants.
+_PROBE_HEADS, _PROBE_ROWS, _PROBE_KEYS = 2, 128, 512  # scores: heads x rows x keys; the mask: (heads x rows) x keys
+
+
+def pass_probes() -> dict:
+    """op -> a function returning one sample of that pass's seconds per element, its operands in cache."""
+    g = torch.Generator().manual_seed(0)
+    h, r, k, d = _PROBE_HEADS, _PROBE_ROWS, _PROBE_KEYS, 128
+    q = torch.randn(1, h, k, d, generator=g)  # 131,072 elements, as many as the scores
+    key_t = torch.randn(1, h, k, d, generator=g).transpose(-2, -1)  # K^T: scaled as a transposed view
+    qs, ks = torch.empty_like(q), torch.empty(1, h, d, k)
+    scale = torch.scalar_tensor(d ** -0.25)
+    mask, low = torch.empty(h * r, k, dtype=torch.bool), torch.empty(h * r, k, dtype=torch.bool)
+    mask_f = torch.empty(h * r, k)
+    zero, neg_inf = torch.scalar_tensor(0.0), torch.scalar_tensor(-math.inf)
+    scores, probs = torch.randn(1, h, r, k, generator=g), torch.empty(1, h, r, k)
+    row_mask = torch.tril(torch.ones(r, k, dtype=torch.bool), diagonal=k - r)  # the last rows of a causal prompt
+    score_mask = torch.where(row_mask, zero, neg_inf)
+    is_neg_inf, all_rows = torch.empty(1, h, r, k, dtype=torch.bool), torch.empty(1, h, r, 1, dtype=torch.bool)
+    calls = {
+        "scale_q": (lambda: torch.mul(q, scale, out=qs), q.numel()),
+        "scale_k": (lambda: torch.mul(key_t, scale, out=ks), q.numel()),
+        "ones": (lambda: torch.ones(h * r, k, dtype=torch.bool, out=mask), mask.numel()),
+        "tril": (lambda: torch.tril(mask, out=low), mask.numel()),
+        "where_mask": (lambda: torch.where(low, zero, neg_inf, out=mask_f), mask.numel()),
+        "add_mask": (lambda: scores.add_(score_mask), scores.numel()),
+        "softmax": (lambda: torch.ops.aten._softmax.out(scores, -1, False, out=probs), scores.numel()),
+        "eq": (lambda: torch.isneginf(scores, out=is_neg_inf), scores.numel()),  # torch 2.13's _safe_softmax
+        "all": (lambda: torch.all(is_neg_inf, dim=-1, keepdim=True, out=all_rows), scores.numel()),
+        "where_p": (lambda: torch.where(all_rows, zero, probs, out=probs), scores.numel()),
+    }
+    assert set(calls) == {op for op in ELEMENTWISE_PASSES if op in {row[0] for row in math_sdpa_passes(_FP32)}}
+    return {op: (lambda fn=fn, n=n: _per_call_s(fn) / n) for op, (fn, n) in calls.items()}
+
+
+def this_cpu(r: dict, l3_bytes: int, terms: bool = True, own_work: bool = True) -> GPUSpec:
     """This CPU as the simulator's device, from the rates `r` measured here (efficiencies 1: they are achieved).
-    `terms` False: without its cache, first touch and flash key block, as a catalog GPU is priced."""
+    `terms` False: without its cache, first touch, flash key block and the passes' own work, as a catalog GPU is
+    priced; `own_work` False: without the passes' own work alone."""
     extra = dict(first_touch_bytes_per_s=r["first_touch"], flash_key_block=TORCH_CPU_FLASH_KV_BLOCK) if terms else {}
     if terms and l3_bytes:
         extra.update(cache_bytes=l3_bytes, cache_bytes_per_s=r["cache_copy"])
+    if terms and own_work:
+        extra.update(pass_s_per_element={op: r[f"pass {op}"] for op in ELEMENTWISE_PASSES if f"pass {op}" in r})
     return GPUSpec(name="this-cpu", bf16_flops_per_s=r["matmul"], hbm_bytes=os.sysconf("SC_PHYS_PAGES")
                    * os.sysconf("SC_PAGE_SIZE"), hbm_bytes_per_s=r["dram_copy"], interconnect_bytes_per_s=1e9,
                    host_link_bytes_per_s=1e9, price_per_hour=0, compute_efficiency=1, memory_efficiency=1,
@@ -216,7 +262,8 @@ def main() -> None:
           f"{sorted(os.sched_getaffinity(0))}, Python {platform.python_version()}, {time.strftime('%Y-%m-%d %H:%M')}")
     print(f"one layer, {h} heads x d {d}, fp32, causal, no context; MALLOC_MMAP_THRESHOLD_={_MMAP_THRESHOLD}; "
           f"{_load()}")
-    rows, rate_rows = [], []
+    rows, rate_rows, pass_rows = [], [], []
+    pass_ops = [op for op in ELEMENTWISE_PASSES if op in {row[0] for row in math_sdpa_passes(_FP32)}]
     for n in args.lengths:
         r, t, fault_mib = measure(n, h, d, args.rounds)
         reached = reached_cache_bytes(r["cache_copy"], r["dram_copy"], l3)
@@ -225,26 +272,33 @@ def main() -> None:
         measured, modelled = t["flash"] / t["materialized"], flash_s / mat_s
         without = simulated_s(bare, h, d, n, "flash") / simulated_s(bare, h, d, n, "materialized")
         with_sysfs = simulated_s(sysfs, h, d, n, "flash") / simulated_s(sysfs, h, d, n, "materialized")
+        no_own = this_cpu(r, reached, own_work=False)
+        without_own = simulated_s(no_own, h, d, n, "flash") / simulated_s(no_own, h, d, n, "materialized")
         fresh_mib = simulated_fresh_bytes(cpu, h, d, n) / _MIB
         err = modelled / measured - 1
         rows.append(f"| {n:,} | {t['flash'] * 1e3:.1f} | {flash_s * 1e3:.1f} | {t['materialized'] * 1e3:.1f} | "
                     f"{mat_s * 1e3:.1f} | {measured:.3f} | **{modelled:.3f}** | {err:+.1%} | "
-                    f"{'yes' if abs(err) <= GOAL else 'no'} | {with_sysfs / measured - 1:+.1%} | {without:.3f} | "
-                    f"{fault_mib:.0f} / {fresh_mib:.0f} |")
+                    f"{'yes' if abs(err) <= GOAL else 'no'} | {with_sysfs / measured - 1:+.1%} | "
+                    f"{without_own / measured - 1:+.1%} | {without:.3f} | {fault_mib:.0f} / {fresh_mib:.0f} |")
+        pass_rows.append(f"| {n:,} | " + " | ".join(f"{r[f'pass {op}'] * 1e9:.3f}" for op in pass_ops) + " |")
         rate_rows.append(f"| {n:,} | {r['matmul'] / 1e9:.0f} | {r['cache_copy'] / 1e9:.0f} | "
                          f"{r['dram_copy'] / 1e9:.0f} | {r['first_touch'] / 1e9:.2f} | {reached // _MIB} | "
                          f"{args.rounds} | {_load()} |")
         print(rows[-1], flush=True)
     print("\n| prompt tokens | flash ms measured | flash ms simulated | materialized ms measured | materialized ms "
           "simulated | measured flash/mat | simulated flash/mat | simulated / measured | within 15% | simulated / "
-          "measured with sysfs's L3 as the cache | simulated without the CPU's terms | pages first touched per "
-          "materialized call, MiB: measured / modelled |")
-    print("| --- " * 12 + "|")
+          "measured with sysfs's L3 as the cache | simulated / measured without the passes' own work | simulated "
+          "without the CPU's terms | pages first touched per materialized call, MiB: measured / modelled |")
+    print("| --- " * 13 + "|")
     print("\n".join(rows))
     print("\nDevice constants measured beside each length (medians; GFLOP/s, GB/s):\n")
     print("| tokens | matmul | L3 copy | DRAM copy | first touch | cache reached, MiB | rounds | after |")
     print("| --- " * 8 + "|")
     print("\n".join(rate_rows))
+    print("\nEach pass's own work, ns per element, its operands in cache (medians, measured beside each length):\n")
+    print("| tokens | " + " | ".join(pass_ops) + " |")
+    print("| --- " * (len(pass_ops) + 1) + "|")
+    print("\n".join(pass_rows))
 
 
 if __name__ == "__main__":

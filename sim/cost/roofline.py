@@ -17,7 +17,7 @@ from sim.cost.jit import HAVE_NUMBA
 from sim.cost.packed import PackedCostModel
 from sim.cost.step_args import NO_CHUNKS, step_args
 from sim.errors import ConfigError
-from sim.model.attention_io import ATTENTION_KERNELS, math_sdpa_terms
+from sim.model.attention_io import ATTENTION_KERNELS, ELEMENTWISE_PASSES, math_sdpa_terms
 from sim.model.attention_io import heads_per_gpu as attention_heads_per_gpu
 from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token
 from sim.model.shapes import GpuLinear, gpu_layer_groups, gpu_linear, lm_head_shape
@@ -102,7 +102,15 @@ class RooflineCostModel(PackedCostModel):
         # which this leaves out.
         self.score_bytes_per_pair, passes, self.fresh_bytes = math_sdpa_terms(heads_per_gpu, qk_dim, v_dim, attn_bytes)
         units = {"pair": roofline_kernel.U_PAIR, "query": roofline_kernel.U_QUERY, "key": roofline_kernel.U_KEY}
-        self.materialized_passes = [(units[unit], nbytes, flops) for _, unit, nbytes, flops in passes]
+        # A device that does each pass's own work on top of its memory time (a CPU core: `GPUSpec.pass_s_per_element`)
+        # adds those seconds per unit.
+        own_s = gpu.pass_s_per_element or {}
+        unknown = sorted(set(own_s) - set(ELEMENTWISE_PASSES))
+        if unknown:
+            raise ConfigError(f"gpu.pass_s_per_element: {unknown[0]!r} is not allowed; allowed: "
+                              f"{', '.join(ELEMENTWISE_PASSES)}")
+        self.materialized_passes = [(units[unit], nbytes, flops, elements * own_s.get(op, 0.0))
+                                    for op, unit, nbytes, flops, elements in passes]
         self.groups = [(n, [self._matmul(g) for g in gpu_shapes])
                        for n, gpu_shapes in gpu_layer_groups(model, tensor_parallel, expert_parallel)]
         self.lm_head = self._matmul(gpu_linear(lm_head_shape(model), tensor_parallel))

@@ -25,9 +25,9 @@ from sim.model.attention_io import MATH_SDPA_MATMULS, MATH_SDPA_PASSES
  P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_NUM_PASSES, P_PASSES) = range(28)
 # The materialized kernel's passes other than its matmuls (`attention_io.math_sdpa_terms`), from P_PASSES on, a row
 # of PASS_COLUMNS each: the unit it runs over (U_PAIR: a query row against a key, U_QUERY, U_KEY: a token), bytes
-# per unit, FLOPs per unit.
+# per unit, FLOPs per unit, and the device's own seconds per unit for it (`GPUSpec.pass_s_per_element`; 0: none).
 U_PAIR, U_QUERY, U_KEY = range(3)
-PASS_COLUMNS = 3
+PASS_COLUMNS = 4
 MAX_PASSES = len(MATH_SDPA_PASSES) - len(MATH_SDPA_MATMULS)  # every pass a dtype can run, less the matmuls
 NUM_PRICE = P_PASSES + PASS_COLUMNS * MAX_PASSES
 # Columns of a matmul row (`mm`, `lm_head`): weight params (all experts), params per token, experts, experts each
@@ -163,8 +163,11 @@ def materialized_parts(price, pairs, queries, keys, mm_f, io_b):
     """(time, FLOPs, bytes) of the materialized kernel (`attention_io.MATH_SDPA_PASSES`, packed by
     `attention_io.math_sdpa_terms`) over `pairs` (query row, key) pairs of `queries` query tokens against `keys` key
     tokens: its two matmuls as one op (FLOPs `mm_f`, the Q, K, V and O traffic `io_b`, S written and P read), then
-    each other pass as an op; an op moving at most the device's cache runs at the cache's bandwidth. Then the first
-    touch of every new buffer, where the device pays one (time only: the page zeroing is not counted in bytes)."""
+    each other pass as an op; an op moving at most the device's cache runs at the cache's bandwidth. A pass the device
+    gives its own time per element (a CPU core's vector work, measured with the data in cache) pays it on top: one
+    core does not hide that work behind its memory traffic (benchmarks/results/attention.md, "Each pass's own work").
+    Then the first touch of every new buffer, where the device pays one (time only: the page zeroing is not counted
+    in bytes)."""
     fps, bps = price[P_FLOPS_PER_S], price[P_BYTES_PER_S]
     cache, cache_bps = price[P_CACHE_BYTES], price[P_CACHE_BYTES_PER_S]
     mm_b = io_b + pairs * price[P_SCORE_BYTES_PER_PAIR]
@@ -177,7 +180,7 @@ def materialized_parts(price, pairs, queries, keys, mm_f, io_b):
         units = pairs if unit == U_PAIR else (queries if unit == U_QUERY else keys)
         b = units * price[row + 1]
         f = units * price[row + 2]
-        time_s += op_time(f, b, fps, _bandwidth(b, bps, cache, cache_bps))
+        time_s += op_time(f, b, fps, _bandwidth(b, bps, cache, cache_bps)) + units * price[row + 3]
         flops += f
         nbytes += b
     first_touch = price[P_FIRST_TOUCH_BYTES_PER_S]

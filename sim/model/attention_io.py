@@ -181,6 +181,8 @@ MATH_SDPA_PASSES = (
 # The two matmuls, and O as PV's output: the roofline prices them as one op beside the Q, K, V reads and the O write
 # it counts for flash too (`attention_parts`); the other passes are an op each.
 MATH_SDPA_MATMULS = ("qk", "pv", "out")
+# The passes a device may give its own time per element (`GPUSpec.pass_s_per_element`): every pass but the matmuls.
+ELEMENTWISE_PASSES = tuple(row[0] for row in MATH_SDPA_PASSES if row[0] not in MATH_SDPA_MATMULS)
 # FLOPs per score element of a safe softmax: the row max, the subtraction, exp (counted as one), the row sum and the
 # division (Milakov & Gimelshein 2018, "Online normalizer calculation for softmax", arXiv:1805.02867, Algorithm 2).
 # The other passes are comparisons, selects and copies: no FLOPs counted.
@@ -212,8 +214,8 @@ def math_sdpa_pass_bytes(n: int, d: int, heads: int, input_bytes: float = _F32) 
 def math_sdpa_terms(heads: int, qk_dim: int, v_dim: int, input_bytes: float) -> tuple[float, list, tuple]:
     """MATH_SDPA_PASSES as the roofline prices them, per unit of a step: a "pair" (one query row against one key,
     every head), a "query" token or a "key" token. (bytes the two matmuls move per pair (S written, P read),
-    [(op, unit, bytes per unit, FLOPs per unit) of each other pass], (bytes newly allocated per pair, per query,
-    per key)). Q and K in `qk_dim`, V and O in `v_dim` per head."""
+    [(op, unit, bytes per unit, FLOPs per unit, elements per unit) of each other pass], (bytes newly allocated per
+    pair, per query, per key)). Q and K in `qk_dim`, V and O in `v_dim` per head."""
     per = {"score": ("pair", heads), "mask": ("pair", 1), "query": ("query", heads * qk_dim),
            "key": ("key", heads * qk_dim), "value": ("key", heads * v_dim), "output": ("query", heads * v_dim)}
     matmul_bytes, passes, fresh = 0.0, [], {"pair": 0.0, "query": 0.0, "key": 0.0}
@@ -225,5 +227,5 @@ def math_sdpa_terms(heads: int, qk_dim: int, v_dim: int, input_bytes: float) -> 
             if over == "score":
                 matmul_bytes += factor * (read + written)
         else:
-            passes.append((op, unit, factor * (read + written), factor * _PASS_FLOPS.get(op, 0)))
+            passes.append((op, unit, factor * (read + written), factor * _PASS_FLOPS.get(op, 0), factor))
     return matmul_bytes, passes, (fresh["pair"], fresh["query"], fresh["key"])

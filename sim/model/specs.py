@@ -7,6 +7,7 @@ sim/catalog.py, so every consumer (memory math, cost models, calibration) agrees
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Literal
 
@@ -115,11 +116,19 @@ class GPUSpec(BaseModel):
     flash_key_block: int | None = Field(
         None, gt=0, description="keys per block of the flash kernel: a query row computes the whole block holding its "
         "own key, masked (torch's CPU kernel: 512); None: exactly the causal pairs")
+    pass_s_per_element: dict[str, float] | None = Field(
+        None, description="seconds per element of each of the materialized kernel's elementwise passes with its data in "
+        "cache (`sim.model.attention_io.ELEMENTWISE_PASSES` names them): the pass's own work, paid on top of its "
+        "memory time, as one CPU core does; None: the passes are memory-bound (a GPU)")
 
     @model_validator(mode="after")
     def _cache_whole(self) -> "GPUSpec":
         if (self.cache_bytes is None) != (self.cache_bytes_per_s is None):
             raise ValueError("cache_bytes and cache_bytes_per_s go together: give both or neither")
+        if self.pass_s_per_element is not None:  # its names are checked where they are read (RooflineCostModel)
+            for op, seconds in self.pass_s_per_element.items():
+                if not (math.isfinite(seconds) and seconds > 0):
+                    raise ValueError(f"pass_s_per_element.{op}: {seconds!r} is not allowed; allowed: a number > 0")
         return self
 
 

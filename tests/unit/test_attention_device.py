@@ -49,6 +49,20 @@ def test_materialized_512_tokens_by_hand_each_pass_in_the_cache_or_memory_then_t
     assert prefill_s(BARE, "materialized", 512) == pytest.approx(bare, rel=1e-12)
 
 
+def test_each_pass_s_own_time_per_element_is_paid_on_top_of_its_memory_time_and_flash_is_unchanged():
+    # 512 tokens, 2 heads: 524,288 score elements, 262,144 mask elements, 131,072 Q (and K) elements.
+    own = {"softmax": 2e-9, "where_mask": 1e-9, "scale_q": 3e-9}
+    cpu = CPU.model_copy(update={"pass_s_per_element": own})
+    added = 2 * 512 * 512 * 2e-9 + 512 * 512 * 1e-9 + 2 * 512 * 128 * 3e-9
+    assert prefill_s(cpu, "materialized", 512) == pytest.approx(prefill_s(CPU, "materialized", 512) + added, rel=1e-12)
+    assert prefill_s(cpu, "flash", 512) == prefill_s(CPU, "flash", 512)
+    # Only the elementwise passes have one; a time must be a positive number.
+    with pytest.raises(ConfigError, match="gpu.pass_s_per_element: 'qk' is not allowed; allowed: cast_q, "):
+        prefill_s(CPU.model_copy(update={"pass_s_per_element": {"qk": 1e-9}}), "materialized", 512)
+    with pytest.raises(ValidationError, match=r"pass_s_per_element.softmax: 0.0 is not allowed; allowed: a number > 0"):
+        CPU.model_validate({**CPU.model_dump(), "pass_s_per_element": {"softmax": 0.0}})
+
+
 def test_flash_computes_whole_diagonal_key_blocks_and_first_touches_its_output():
     # 512 tokens in one key block of 512: all 512² pairs, not the causal 512 x 513 / 2, then O (2 x 128 fp32 a token).
     assert prefill_s(CPU, "flash", 512) == pytest.approx(512 * 512 * 1024 / 1e11 + 512 * 1024 / 3e9, rel=1e-12)
@@ -67,8 +81,8 @@ def test_tiled_causal_pairs_are_torch_s_cpu_kernel_counts_and_follow_a_chunk_s_c
 
 def test_the_catalog_gpus_have_none_of_the_terms_and_a_cache_needs_its_bandwidth():
     for gpu in GPUS.values():
-        assert (gpu.cache_bytes, gpu.cache_bytes_per_s, gpu.first_touch_bytes_per_s, gpu.flash_key_block) == (
-            None, None, None, None)
+        assert (gpu.cache_bytes, gpu.cache_bytes_per_s, gpu.first_touch_bytes_per_s, gpu.flash_key_block,
+                gpu.pass_s_per_element) == (None, None, None, None, None)
     with pytest.raises(ValidationError, match="cache_bytes and cache_bytes_per_s go together"):
         CPU.model_validate({**CPU.model_dump(), "cache_bytes_per_s": None})
     with pytest.raises(ConfigError, match="attention_dtype: 'int8' is not allowed; allowed: bf16, fp16, fp32"):

@@ -76,7 +76,10 @@ def test_math_sdpa_terms_are_the_passes_per_pair_and_per_token_as_the_roofline_p
     # 32 heads, Q and K of 192, V and O of 128 per head (an MLA-like split, to tell the dims apart), bf16 inputs.
     matmul, passes, fresh = math_sdpa_terms(32, 192, 128, 2)
     assert matmul == 32 * (4 + 4)  # S written by QK^T, P read by PV, fp32
-    by_op = {op: (unit, nbytes, flops) for op, unit, nbytes, flops in passes}
+    by_op = {op: (unit, nbytes, flops) for op, unit, nbytes, flops, _ in passes}
+    elements = {op: n for op, _, _, _, n in passes}  # per unit: a head's score, the mask's one, a head's dims
+    assert (elements["softmax"], elements["where_mask"], elements["cast_q"], elements["cast_v"]) == (
+        32, 1, 32 * 192, 32 * 128)
     assert "qk" not in by_op and "pv" not in by_op and "out" not in by_op  # the matmul op's
     assert by_op["softmax"] == ("pair", 32 * 8, 32 * 5)  # fp32 S read, P written; 5 FLOPs a score
     assert by_op["add_mask"] == ("pair", 32 * 12, 0)
@@ -84,7 +87,7 @@ def test_math_sdpa_terms_are_the_passes_per_pair_and_per_token_as_the_roofline_p
     assert by_op["cast_q"] == ("query", 32 * 192 * 6, 0) and by_op["cast_v"] == ("key", 32 * 128 * 6, 0)
     assert by_op["out_half"] == ("query", 32 * 128 * 6, 0)
     # Per pair in all: 48 bytes a head and 8 of the mask, the matmuls' 8 included.
-    assert matmul + sum(b for _, unit, b, _ in passes if unit == "pair") == 32 * 48 + 8
+    assert matmul + sum(b for _, unit, b, _, _ in passes if unit == "pair") == 32 * 48 + 8
     # New buffers: S, P, the bool and P in bf16 (11 a head) and the three masks (6) per pair; Q in fp32, Q·s
     # (4 + 4), O in fp32 and in bf16 (4 + 2) per query; K and K·s (4 + 4), V (4) per key.
     assert fresh == (32 * 11 + 6, 32 * 192 * 8 + 32 * 128 * 6, 32 * 192 * 8 + 32 * 128 * 4)
