@@ -85,7 +85,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.cost.jit import njit
+from sim.jit import njit
 
 
 @dataclass(frozen=True)

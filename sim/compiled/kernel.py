@@ -25,10 +25,11 @@ import math
 import numpy as np
 from numba import njit
 
-from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
+from sim import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
 from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_parts
 from sim.cost.draws import perturb
 from sim.cost.overhead import with_overhead
+from sim.kv.admission import admission_fits
 from sim.sched.rules import (
     SGLANG_CLIP_MAX_NEW_TOKENS,
     clipped_output,
@@ -505,15 +506,13 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
             if not ratio_admits(sr[r, I_FREE_BLOCKS] * bs, running_future, admitted, prompt, remaining_out, ratio,
                                 clip):
                 break
-        # kv.admit (no prefix cache, no swap: everything is computed again from 0)
+        # PagedKVManager.admit's test (sim/kv/admission.py; no prefix cache, no swap: everything is computed again)
         need_tokens = req[Q_PROMPT, rid] + req[Q_OUT, rid]
         step_need = context_pass_chunk(need_tokens) if context else need_tokens  # the context pass: but the last
         chunk = min(step_need, budget)
-        if chunked:  # PagedKVManager.admit: the whole rest's blocks, or (not whole-prompt) the chunk's below
-            fits = cfg[C_WHOLE_PROMPT] == 0 or _blocks_for(need_tokens, bs) <= sr[r, I_FREE_BLOCKS]
-        else:
-            fits = chunk == step_need
-        if not fits:
+        whole_prompt = cfg[C_WHOLE_PROMPT] != 0
+        rest_blocks = _blocks_for(need_tokens, bs) if chunked and whole_prompt else 0
+        if not admission_fits(chunked, whole_prompt, chunk, step_need, rest_blocks, sr[r, I_FREE_BLOCKS]):
             break
         need = _blocks_for(chunk, bs)
         if need > sr[r, I_FREE_BLOCKS]:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from sim.cost import learned_kernel, measured_kernel, roofline_kernel, steps_kernel
-from sim.cost.jit import njit
+from sim.jit import njit
 
 KIND_ROOFLINE, KIND_STEPS, KIND_MEASURED, KIND_LEARNED = 0, 1, 2, 3
 # How many leading arrays of each pack hold the model's numbers (the rest are memos and the note log). The `steps`

@@ -19,7 +19,7 @@ A perturbed run multiplies every priced step time by
 An empty pack, or one whose `on` entry is 0, returns the time unchanged (not multiplied by exp(0)): an
 unperturbed run's records are the same bytes as before draws existed.
 
-Everything here is integer or float arithmetic numba compiles and Python runs alike (`sim.cost.jit`): the hash
+Everything here is integer or float arithmetic numba compiles and Python runs alike (`sim.jit`): the hash
 works on 32-bit words held in int64, multiplied in 16-bit halves so that no intermediate passes 2^49, exact in
 numba's int64 and in Python's ints (a 64-bit multiply would wrap in one and not the other).
 """
@@ -30,7 +30,7 @@ import math
 
 import numpy as np
 
-from sim.cost.jit import njit
+from sim.jit import njit
 
 # The draw pack (float64): on (0/1), seed, bias (already drawn: log units), sigma of prefill-bearing and of
 # decode-only steps (log units). A seed is held exactly while below 2^53; `draw_pack` takes 32-bit seeds.

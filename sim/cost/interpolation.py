@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.cost.jit import njit
+from sim.jit import njit
 
 
 @njit(cache=True)

@@ -32,7 +32,7 @@ from pathlib import Path
 from sim.core.step_plan import StepPlan
 from sim.cost import compiled_pricing, learned_kernel, roofline_kernel
 from sim.cost.compiled_pricing import KIND_LEARNED
-from sim.cost.jit import HAVE_NUMBA
+from sim.jit import HAVE_NUMBA
 from sim.cost.roofline import RooflineCostModel, StepCost, decode_run_costs
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError

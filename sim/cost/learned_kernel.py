@@ -27,7 +27,7 @@ import math
 
 import numpy as np
 
-from sim.cost.jit import njit
+from sim.jit import njit
 from sim.cost.roofline_kernel import (
     op_time,
     M_EXPERTS_PER_TOKEN,

@@ -54,7 +54,7 @@ import pandas as pd
 from sim.core.step_plan import StepPlan
 from sim.cost import compiled_pricing, interpolation, measured_kernel
 from sim.cost.compiled_pricing import KIND_MEASURED
-from sim.cost.jit import HAVE_NUMBA
+from sim.jit import HAVE_NUMBA
 from sim.cost.packed import PackedCostModel
 from sim.cost.roofline import RooflineCostModel, StepCost, step_costs
 from sim.cost.roofline_kernel import ACT_BYTES, op_time

@@ -22,7 +22,7 @@ import math
 import numpy as np
 
 from sim.cost.interpolation import bracket, log_ratio_1d, log_ratio_2d
-from sim.cost.jit import njit
+from sim.jit import njit
 from sim.cost.roofline_kernel import ACT_BYTES, layer_allreduce_s, op_time, touched_experts
 
 # Indices into the float64 array `params[0]`.

@@ -40,7 +40,7 @@ import numpy as np
 
 from sim.core.step_plan import StepPlan
 from sim.core.step_plan import decode_step_costs
-from sim.cost.jit import njit
+from sim.jit import njit
 from sim.cost.roofline import StepCost
 from sim.errors import ConfigError
 

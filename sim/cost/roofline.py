@@ -13,7 +13,7 @@ from typing import NamedTuple
 from sim.core.step_plan import StepPlan
 from sim.cost import compiled_pricing, roofline_kernel
 from sim.cost.compiled_pricing import KIND_ROOFLINE
-from sim.cost.jit import HAVE_NUMBA
+from sim.jit import HAVE_NUMBA
 from sim.cost.packed import PackedCostModel
 from sim.cost.step_args import NO_CHUNKS, step_args
 from sim.errors import ConfigError

@@ -14,7 +14,7 @@ import math
 
 import numpy as np
 
-from sim.cost.jit import njit
+from sim.jit import njit
 from sim.model.attention_io import MATH_SDPA_MATMULS, MATH_SDPA_PASSES
 
 # Indices into the float64 array `params[0]`.

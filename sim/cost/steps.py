@@ -56,7 +56,7 @@ from sim.core.step_plan import StepPlan
 from sim.cost import compiled_pricing, steps_kernel
 from sim.cost.calibrated import shard_shapes
 from sim.cost.compiled_pricing import KIND_STEPS
-from sim.cost.jit import HAVE_NUMBA
+from sim.jit import HAVE_NUMBA
 from sim.cost.packed import PackedCostModel
 from sim.cost.profile_meta import read_meta
 from sim.cost.roofline import RooflineCostModel, StepCost, decode_run_costs

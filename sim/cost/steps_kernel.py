@@ -17,7 +17,7 @@ import math
 
 import numpy as np
 
-from sim.cost.jit import njit
+from sim.jit import njit
 from sim.cost.roofline_kernel import chunk_pairs, window_context
 
 # Indices into a physics scalars array (`StepPhysics.scalars`).

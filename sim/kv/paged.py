@@ -13,6 +13,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Iterable
 
 from sim.core.request import Request
+from sim.kv.admission import admission_fits
 from sim.kv.base import KVUsage, PrefixCacheStats, SharingStats
 from sim.kv.block_pool import BlockPool
 from sim.kv.forking import ForkedBlocks
@@ -139,12 +140,9 @@ class PagedKVManager:
         need = request.num_tokens - request.num_computed_tokens
         this_step = step_need(need) if step_need is not None else need
         chunk = min(this_step, max_new_tokens)
-        if chunked:
-            # the whole rest, not just the chunk (or, without whole-prompt admission, the chunk's allocation decides)
-            fits = not whole_prompt or self.num_new_blocks(request, need) <= self.num_free_blocks
-        else:
-            fits = chunk == this_step  # the whole rest (but what the rule leaves for later) in this step
-        if not fits or self.allocate_slots(request, chunk) is None:
+        rest_blocks = self.num_new_blocks(request, need) if chunked and whole_prompt else 0
+        if (not admission_fits(chunked, whole_prompt, chunk, this_step, rest_blocks, self.num_free_blocks)
+                or self.allocate_slots(request, chunk) is None):
             request.num_computed_tokens = computed_before
             return None
         return chunk

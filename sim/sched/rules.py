@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sim.cost.jit import njit
+from sim.jit import njit
 
 # SGLang's output-length clip when it estimates a running request's future KV (python/sglang/srt/managers/
 # schedule_policy.py, CLIP_MAX_NEW_TOKENS, read at sgl-project/sglang@00550cd; default 4096 via

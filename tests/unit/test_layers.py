@@ -18,6 +18,7 @@ import pytest
 SIM = Path(__file__).resolve().parents[2] / "sim"
 LAYER_OF = {
     "sim.errors": 0, "sim.machine": 0, "sim.atomic_files": 0.5, "sim.table": 0.5,  # outputs and tables raise sim.errors' errors
+    "sim.numba_cache": 0, "sim.jit": 0.5,  # numba's njit (or none) for every layer's compiled arithmetic
     "sim.model": 1, "sim.workload": 1,
     "sim.core": 2,
     "sim.kv": 3, "sim.cost": 3,

@@ -1,9 +1,9 @@
-"""`sim.cost.numba_cache`: the compiled core's numba caches go when any of its sources changes (numba itself
+"""`sim.numba_cache`: the compiled core's numba caches go when any of its sources changes (numba itself
 checks only the source of the module that defines a function, not of the modules it calls into)."""
 
 from pathlib import Path
 
-from sim.cost.numba_cache import CORE_MODULES, ROOT, purge_stale_caches, sources_digest
+from sim.numba_cache import CORE_MODULES, ROOT, purge_stale_caches, sources_digest
 
 MODULES = ("pkg/a.py", "pkg/b.py")
 STAMP = "pkg/__pycache__/stamp.sha256"

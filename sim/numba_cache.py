@@ -21,13 +21,13 @@ try:
 except ImportError:  # not POSIX: no lock (processes starting together may both purge; each then recompiles)
     fcntl = None
 
-ROOT = Path(__file__).resolve().parents[2]  # the directory that holds sim/
+ROOT = Path(__file__).resolve().parents[1]  # the directory that holds sim/
 # Every module with numba functions of the compiled core (the engine loop and the pricers it calls).
 CORE_MODULES = ("sim/cost/interpolation.py", "sim/cost/roofline_kernel.py", "sim/cost/measured_kernel.py",
                 "sim/cost/steps_kernel.py", "sim/cost/learned_kernel.py", "sim/cost/compiled_pricing.py",
                 "sim/cost/overhead.py", "sim/cost/draws.py", "sim/sched/rules.py", "sim/compiled/kernel.py",
-                "sim/frontend.py")
-STAMP = "sim/cost/__pycache__/compiled-core-sources.sha256"
+                "sim/frontend.py", "sim/kv/admission.py")
+STAMP = "sim/__pycache__/compiled-core-sources.sha256"
 
 
 def sources_digest(root: Path = ROOT, modules: tuple[str, ...] = CORE_MODULES) -> str:

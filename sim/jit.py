@@ -1,15 +1,16 @@
-"""The decorator every cost model's arithmetic is written under: numba's `njit`, or, without numba, none.
+"""The decorator the arithmetic both engines share is written under: numba's `njit`, or, without numba, none.
 
 Each cost model's step price is written once, as numba functions (`roofline_kernel`, `steps_kernel`,
-`measured_kernel`), and both engines call them: the SimPy engine through the cost model's `step_cost`, the
-compiled core (`sim.compiled`) inlined into its loop. Without numba (it is the `fast` extra) the same functions
+`measured_kernel`), and so are the scheduling rules (`sim.sched.rules`), the KV admission test
+(`sim.kv.admission`) and the front-end's passes (`sim.frontend`): both engines call them, the SimPy engine from
+Python, the compiled core (`sim.compiled`) inlined into its loop. It sits below every layer that uses it. Without numba (it is the `fast` extra) the same functions
 run as plain Python: the same arithmetic, slower, and no compiled core. `NUMBA_DISABLE_JIT=1` does the same
 with numba installed, to step through a price in a debugger.
 """
 
 from __future__ import annotations
 
-from sim.cost import numba_cache  # noqa: F401  (drops stale numba caches before anything compiles or loads)
+from sim import numba_cache  # noqa: F401  (drops stale numba caches before anything compiles or loads)
 
 try:
     from numba import njit
