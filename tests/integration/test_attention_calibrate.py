@@ -88,3 +88,24 @@ def test_a_steps_profile_records_its_kernel_and_its_cost_model_refuses_the_other
         check_attention_kernel(flash, Deployed)
     check_attention_kernel(flash.model_copy(update={"attention": flash.attention.model_copy(
         update={"kernel": "materialized"})}), Deployed)
+
+
+def test_the_benchmark_probes_each_elementwise_pass_torch_runs_and_gives_the_device_their_times():
+    import importlib.util
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention.py"
+    spec = importlib.util.spec_from_file_location("bench_attention", bench)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    from sim.model.attention_io import ELEMENTWISE_PASSES, math_sdpa_passes
+    probes = module.pass_probes()
+    # every pass fp32 inputs run but the matmuls (the casts run only for bf16/fp16 inputs)
+    assert set(probes) == set(ELEMENTWISE_PASSES) & {row[0] for row in math_sdpa_passes(4)}
+    assert "cast_q" not in probes and "qk" not in probes and len(probes) == 10
+    with torch.inference_mode():
+        seconds = {op: probe() for op, probe in probes.items()}
+    assert all(s > 0 and s != float("inf") for s in seconds.values())  # seconds per element, each measured
+    rates = {"matmul": 1e11, "cache_copy": 3e10, "dram_copy": 1e10, "first_touch": 4e9,
+             **{f"pass {op}": s for op, s in seconds.items()}}
+    assert module.this_cpu(rates, 64 << 20).pass_s_per_element == seconds
+    assert module.this_cpu(rates, 64 << 20, own_work=False).pass_s_per_element is None
+    assert module.this_cpu(rates, 64 << 20, terms=False).pass_s_per_element is None
