@@ -3,8 +3,9 @@
 Each cost model's step price is written once, as numba functions (`roofline_kernel`, `steps_kernel`,
 `measured_kernel`), and so are the scheduling rules (`sim.sched.rules`), the KV admission test
 (`sim.kv.admission`) and the front-end's passes (`sim.frontend`): both engines call them, the SimPy engine from
-Python, the compiled core (`sim.compiled`) inlined into its loop. It sits below every layer that uses it. Without numba (it is the `fast` extra) the same functions
-run as plain Python: the same arithmetic, slower, and no compiled core. `NUMBA_DISABLE_JIT=1` does the same
+Python, the compiled core (`sim.compiled`) inlined into its loop. It sits below every layer that uses it. Without
+numba (it is the `fast` extra) the same functions run as plain Python: the same arithmetic, slower, and no compiled
+core. `NUMBA_DISABLE_JIT=1` does the same
 with numba installed, to step through a price in a debugger.
 """
 

@@ -117,9 +117,9 @@ class GPUSpec(BaseModel):
         None, gt=0, description="keys per block of the flash kernel: a query row computes the whole block holding its "
         "own key, masked (torch's CPU kernel: 512); None: exactly the causal pairs")
     pass_s_per_element: dict[str, float] | None = Field(
-        None, description="seconds per element of each of the materialized kernel's elementwise passes with its data in "
-        "cache (`sim.model.attention_io.ELEMENTWISE_PASSES` names them): the pass's own work, paid on top of its "
-        "memory time, as one CPU core does; None: the passes are memory-bound (a GPU)")
+        None, description="seconds per element of each of the materialized kernel's elementwise passes with its "
+        "data in cache (`sim.model.attention_io.ELEMENTWISE_PASSES` names them): the pass's own work, paid on top of "
+        "its memory time, as one CPU core does; None: the passes are memory-bound (a GPU)")
 
     @model_validator(mode="after")
     def _cache_whole(self) -> "GPUSpec":
