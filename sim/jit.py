@@ -5,8 +5,7 @@ Each cost model's step price is written once, as numba functions (`roofline_kern
 (`sim.kv.admission`) and the front-end's passes (`sim.frontend`): both engines call them, the SimPy engine from
 Python, the compiled core (`sim.compiled`) inlined into its loop. It sits below every layer that uses it. Without
 numba (it is the `fast` extra) the same functions run as plain Python: the same arithmetic, slower, and no compiled
-core. `NUMBA_DISABLE_JIT=1` does the same
-with numba installed, to step through a price in a debugger.
+core. `NUMBA_DISABLE_JIT=1` does the same with numba installed, to step through a price in a debugger.
 """
 
 from __future__ import annotations
