@@ -510,9 +510,8 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         need_tokens = req[Q_PROMPT, rid] + req[Q_OUT, rid]
         step_need = context_pass_chunk(need_tokens) if context else need_tokens  # the context pass: but the last
         chunk = min(step_need, budget)
-        whole_prompt = cfg[C_WHOLE_PROMPT] != 0
-        rest_blocks = _blocks_for(need_tokens, bs) if chunked and whole_prompt else 0
-        if not admission_fits(chunked, whole_prompt, chunk, step_need, rest_blocks, sr[r, I_FREE_BLOCKS]):
+        if not admission_fits(chunked, cfg[C_WHOLE_PROMPT] != 0, chunk, step_need, _blocks_for(need_tokens, bs),
+                              sr[r, I_FREE_BLOCKS]):
             break
         need = _blocks_for(chunk, bs)
         if need > sr[r, I_FREE_BLOCKS]:

@@ -107,7 +107,7 @@ class RooflineCostModel(PackedCostModel):
         own_s = gpu.pass_s_per_element or {}
         unknown = sorted(set(own_s) - set(ELEMENTWISE_PASSES))
         if unknown:
-            raise ConfigError(f"gpu.pass_s_per_element: {unknown[0]!r} is not allowed; allowed: "
+            raise ConfigError(f"hardware.gpu.pass_s_per_element: {unknown[0]!r} is not allowed; allowed: "
                               f"{', '.join(ELEMENTWISE_PASSES)}")
         self.materialized_passes = [(units[unit], nbytes, flops, elements * own_s.get(op, 0.0))
                                     for op, unit, nbytes, flops, elements in passes]

@@ -126,10 +126,8 @@ class PagedKVManager:
         then allocate for the tokens it computes this step (at most `max_new_tokens`). Returns those
         tokens, or None with nothing changed (counter included) when it cannot start now.
 
-        Unchunked, all its remaining tokens must fit this step. Chunked, blocks for all of them must be
-        free now, not just for the first chunk (vLLM V1's `scheduler_reserve_full_isl`, from v0.19.0), so
-        chunked prefills cannot over-admit and then preempt each other; cache hits count as blocks to allocate.
-        `whole_prompt` False: the chunk's own blocks are enough (vLLM V1 to v0.18; sim/sched/rules.py).
+        Whether it may start is `sim.kv.admission.admission_fits` (unchunked: the whole rest this step; chunked:
+        the whole rest's blocks free now, or, `whole_prompt` False, the chunk's own), then the chunk's allocation.
         A request swapped out keeps its computed tokens: no lookup, it claims what it can and the rest
         is allocated fresh. At least one prompt token is always computed, so the step ending the prompt
         still produces logits. `step_need`: of the tokens it has left, those this step must compute (the
@@ -140,7 +138,7 @@ class PagedKVManager:
         need = request.num_tokens - request.num_computed_tokens
         this_step = step_need(need) if step_need is not None else need
         chunk = min(this_step, max_new_tokens)
-        rest_blocks = self.num_new_blocks(request, need) if chunked and whole_prompt else 0
+        rest_blocks = self.num_new_blocks(request, need)  # cache hits count as blocks to allocate
         if (not admission_fits(chunked, whole_prompt, chunk, this_step, rest_blocks, self.num_free_blocks)
                 or self.allocate_slots(request, chunk) is None):
             request.num_computed_tokens = computed_before

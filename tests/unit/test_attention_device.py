@@ -57,7 +57,7 @@ def test_each_pass_s_own_time_per_element_is_paid_on_top_of_its_memory_time_and_
     assert prefill_s(cpu, "materialized", 512) == pytest.approx(prefill_s(CPU, "materialized", 512) + added, rel=1e-12)
     assert prefill_s(cpu, "flash", 512) == prefill_s(CPU, "flash", 512)
     # Only the elementwise passes have one; a time must be a positive number.
-    with pytest.raises(ConfigError, match="gpu.pass_s_per_element: 'qk' is not allowed; allowed: cast_q, "):
+    with pytest.raises(ConfigError, match="hardware.gpu.pass_s_per_element: 'qk' is not allowed; allowed: cast_q, "):
         prefill_s(CPU.model_copy(update={"pass_s_per_element": {"qk": 1e-9}}), "materialized", 512)
     with pytest.raises(ValidationError, match=r"pass_s_per_element.softmax: 0.0 is not allowed; allowed: a number > 0"):
         CPU.model_validate({**CPU.model_dump(), "pass_s_per_element": {"softmax": 0.0}})
