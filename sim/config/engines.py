@@ -25,6 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+from sim.config.words import type_words
 from sim.errors import ConfigError
 
 GIB = 1 << 30
@@ -823,11 +824,13 @@ def _resolve_gpu_and_model(raw: dict):
     return gpu, model
 
 
-def apply_engine_preset(raw: dict) -> tuple[dict, dict | None, list[str]]:
+def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str | None] | None = None
+                        ) -> tuple[dict, dict | None, list[str]]:
     """(the raw scenario with the engine preset's values written under the scenario's own (a copy), the preset's
     CPU terms: the `overhead` section it gives a cost model, which `sim.config.cost_choice` uses when the scenario
     names no cost model, what the preset approximates (`PresetResult.notes`, one line each), which the validated
-    scenario keeps on its engine: `EngineSpec.notes`)."""
+    scenario keeps on its engine: `EngineSpec.notes`). `value_problem(scenario key, value, flag)` (the schema's
+    `field_value_problem`) says in one line when a flag's value is not allowed in the key it sets."""
     spec = raw.get("engine")
     if spec is None:
         return raw, None, []
@@ -836,11 +839,13 @@ def apply_engine_preset(raw: dict) -> tuple[dict, dict | None, list[str]]:
                           "engine's flags")
     name = spec.get("name")
     if name not in PRESETS:
-        raise ConfigError(f"engine.name: {name!r} is not an engine preset; allowed: {', '.join(PRESETS)}")
+        given = "missing" if name is None else f"{name!r} is not an engine preset"
+        raise ConfigError(f"engine.name: {given}; allowed: {', '.join(PRESETS)}")
     preset = PRESETS[name]
     version_text = spec.get("version")
     if not isinstance(version_text, str):
-        raise ConfigError(f"engine.version: {version_text!r} is not allowed; allowed: a quoted version string of "
+        given = "missing" if version_text is None else f"{version_text!r} is not allowed"
+        raise ConfigError(f"engine.version: {given}; allowed: a quoted version string of "
                           f"{name}, {preset.known_versions()} (e.g. \"{_dotted(preset.newest)}\")")
     version = _parse_version(version_text)
     if version is None or not (preset.oldest <= version < preset.newest[:2] + (1 << 30,)):
@@ -856,8 +861,7 @@ def apply_engine_preset(raw: dict) -> tuple[dict, dict | None, list[str]]:
                               f"{', '.join(sorted(preset.flags))}")
         kinds = flag.kind if isinstance(flag.kind, tuple) else (flag.kind,)
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            allowed = " or ".join(k.__name__ for k in kinds)
-            raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: a {allowed}")
+            raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: {type_words(kinds)}")
         if flag.since is not None and version < flag.since:
             raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} (it came in {_dotted(flag.since)}); "
                               f"allowed: leave it out, or engine.version {_dotted(flag.since)} or later")
@@ -867,6 +871,10 @@ def apply_engine_preset(raw: dict) -> tuple[dict, dict | None, list[str]]:
                           "allowed: continuous, or leave engine out")
     raw = copy.deepcopy(raw)
     result = _derive(raw, name, preset, version, version_text, flags)
+    for dotted, flag in result.from_flags.items():  # a flag's value is checked as the user's, before any contradiction
+        problem = value_problem(dotted, result.values[dotted], f"engine.{flag}") if value_problem else None
+        if problem:
+            raise ConfigError(problem)
     for dotted, value in result.values.items():
         if _has(raw, dotted):
             given = _get(raw, dotted)

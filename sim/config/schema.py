@@ -6,13 +6,21 @@ validated scenario and the catalogs (KV capacity, token budget, profile) is `sim
 
 from __future__ import annotations
 
-import types
 import warnings
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from sim.config.engines import (
     SGLANG_INIT_NEW_TOKEN_RATIO,
@@ -20,6 +28,7 @@ from sim.config.engines import (
     SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
     SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS,
 )
+from sim.config.words import allowed_words, annotation_members, shown
 from sim.errors import ConfigError
 from sim.model.catalog import get_model
 from sim.model.hf_config import read_model_ref
@@ -33,18 +42,30 @@ from sim.workload.generate import MAX_NUM_REQUESTS, WorkloadSpec, check_run_size
 VictimName = Literal[tuple(VICTIM_POLICIES)]  # the names in sim.sched.preemption
 
 
+def field_value_problem(target: str, value: Any, shown_as: str) -> str | None:
+    """One line when `value` is not allowed in the scenario field `target` (dotted: "scheduler.max_num_seqs"), naming
+    the field as `shown_as` (the key the user wrote: the engine flag that sets it), or None when it is allowed. Only
+    the field's own type and bounds are checked; what involves other fields is the whole scenario's validation."""
+    container: Any = Scenario
+    field = None
+    for key in target.split("."):
+        models = [m for m in annotation_members(container) if isinstance(m, type) and issubclass(m, BaseModel)]
+        field = next((m.model_fields[key] for m in models if key in m.model_fields), None)
+        if field is None:
+            return None
+        container = field.annotation
+    try:
+        TypeAdapter(Annotated[field.annotation, field]).validate_python(value)
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        allowed = allowed_words(first, field.annotation)
+        return (f"{shown_as}: {shown(value)} is not allowed; allowed: {allowed}" if allowed
+                else f"{shown_as}: {shown(value)} is invalid: {first['msg']}")
+    return None
+
+
 class ConfigDeprecationWarning(FutureWarning):
     """A scenario key still accepted under its old name (shown by default, unlike DeprecationWarning)."""
-
-
-def annotation_members(annotation: Any) -> list:
-    """The alternatives of an annotation: Optional, Union and Annotated unwrapped."""
-    origin = get_origin(annotation)
-    if origin is Annotated:
-        return annotation_members(get_args(annotation)[0])
-    if origin is Union or origin is types.UnionType:
-        return [m for arg in get_args(annotation) for m in annotation_members(arg)]
-    return [annotation]
 
 
 def literal_choices(model: type[BaseModel], field: str) -> tuple:
@@ -623,7 +644,7 @@ class Scenario(_Strict):
         overhead, notes = None, None
         if data.get("engine") is not None:
             from sim.config.engines import apply_engine_preset
-            data, overhead, notes = apply_engine_preset(data)
+            data, overhead, notes = apply_engine_preset(data, field_value_problem)
         choice = data.get("cost_model_choice")
         given = data.get("cost_model")
         if given is None or choice:
