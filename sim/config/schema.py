@@ -42,6 +42,28 @@ from sim.workload.generate import MAX_NUM_REQUESTS, WorkloadSpec, check_run_size
 VictimName = Literal[tuple(VICTIM_POLICIES)]  # the names in sim.sched.preemption
 
 
+def scenario_key_problem(dotted: str) -> str | None:
+    """One line when the dotted scenario key (a --grid axis) is not a key of the schema, or None when it is, or may be:
+    below a free-form value (a mapping, an engine's flags) or a field whose raw value a validator reads first (model:
+    {hf_config: ...}) anything goes, and the whole scenario's validation says the rest."""
+    annotation: Any = Scenario
+    path: list[str] = []
+    for key in dotted.split("."):
+        models = [m for m in annotation_members(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+        if not models or any(m.model_config.get("extra") != "forbid" for m in models):
+            return None
+        if any(key in d.info.fields and d.info.mode == "before"
+               for m in models for d in m.__pydantic_decorators__.field_validators.values()):
+            return None
+        field = next((m.model_fields[key] for m in models if key in m.model_fields), None)
+        path.append(key)
+        if field is None:
+            allowed = list(dict.fromkeys(k for m in models for k in m.model_fields))
+            return f"{'.'.join(path)}: unknown key; allowed: {', '.join(allowed)}"
+        annotation = field.annotation
+    return None
+
+
 def field_value_problem(target: str, value: Any, shown_as: str) -> str | None:
     """One line when `value` is not allowed in the scenario field `target` (dotted: "scheduler.max_num_seqs"), naming
     the field as `shown_as` (the key the user wrote: the engine flag that sets it), or None when it is allowed. Only
