@@ -32,10 +32,10 @@ from pathlib import Path
 from sim.core.step_plan import StepPlan
 from sim.cost import compiled_pricing, learned_kernel, roofline_kernel
 from sim.cost.compiled_pricing import KIND_LEARNED
-from sim.jit import HAVE_NUMBA
 from sim.cost.roofline import RooflineCostModel, StepCost, decode_run_costs
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
+from sim.jit import HAVE_NUMBA
 from sim.model.specs import GPUSpec
 
 LEARNED_PATH = Path(__file__).resolve().parents[2] / "calibrate" / "measured" / "learned_roofline.json"

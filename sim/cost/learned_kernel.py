@@ -27,9 +27,7 @@ import math
 
 import numpy as np
 
-from sim.jit import njit
 from sim.cost.roofline_kernel import (
-    op_time,
     M_EXPERTS_PER_TOKEN,
     M_IN,
     M_NUM_EXPERTS,
@@ -52,8 +50,10 @@ from sim.cost.roofline_kernel import (
     layer_elementwise_bytes,
     linear_flops_bytes,
     linear_row,
+    op_time,
     window_context,
 )
+from sim.jit import njit
 
 # Indices into the pack's scalars (its first array).
 (K_PEAK_FLOPS, K_PEAK_BYTES, K_MIN_KERNEL_S, K_ELEMENTWISE_BYTES_PER_S, K_AR_LATENCY_S, K_AR_BYTES_PER_S) = range(6)

@@ -54,12 +54,12 @@ import pandas as pd
 from sim.core.step_plan import StepPlan
 from sim.cost import compiled_pricing, interpolation, measured_kernel
 from sim.cost.compiled_pricing import KIND_MEASURED
-from sim.jit import HAVE_NUMBA
 from sim.cost.packed import PackedCostModel
 from sim.cost.roofline import RooflineCostModel, StepCost, step_costs
 from sim.cost.roofline_kernel import ACT_BYTES, op_time
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
+from sim.jit import HAVE_NUMBA
 from sim.model.memory import kv_bytes_per_token
 from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec

@@ -40,9 +40,9 @@ import numpy as np
 
 from sim.core.step_plan import StepPlan
 from sim.core.step_plan import decode_step_costs
-from sim.jit import njit
 from sim.cost.roofline import StepCost
 from sim.errors import ConfigError
+from sim.jit import njit
 
 TERMS = ("per_step_s", "per_seq_s", "per_prefill_token_s", "launch_per_layer_s")
 # The pack the compiled form carries (`EngineOverhead.pack`): these four numbers, the launch term already times

@@ -13,10 +13,10 @@ from typing import NamedTuple
 from sim.core.step_plan import StepPlan
 from sim.cost import compiled_pricing, roofline_kernel
 from sim.cost.compiled_pricing import KIND_ROOFLINE
-from sim.jit import HAVE_NUMBA
 from sim.cost.packed import PackedCostModel
 from sim.cost.step_args import NO_CHUNKS, step_args
 from sim.errors import ConfigError
+from sim.jit import HAVE_NUMBA
 from sim.model.attention_io import ATTENTION_KERNELS, ELEMENTWISE_PASSES, math_sdpa_terms
 from sim.model.attention_io import heads_per_gpu as attention_heads_per_gpu
 from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token

@@ -56,12 +56,12 @@ from sim.core.step_plan import StepPlan
 from sim.cost import compiled_pricing, steps_kernel
 from sim.cost.calibrated import shard_shapes
 from sim.cost.compiled_pricing import KIND_STEPS
-from sim.jit import HAVE_NUMBA
 from sim.cost.packed import PackedCostModel
 from sim.cost.profile_meta import read_meta
 from sim.cost.roofline import RooflineCostModel, StepCost, decode_run_costs
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
+from sim.jit import HAVE_NUMBA
 from sim.model.catalog import get_gpu
 from sim.model.memory import kv_bytes_per_token
 from sim.model.shapes import gpu_layer_groups
