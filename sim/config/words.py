@@ -30,8 +30,8 @@ UNION_NOISE = {"string_type", "model_type", "model_attributes_type", "dict_type"
 
 _EXPECTED = {  # pydantic error type -> what is allowed, in words
     "int_parsing": "an integer", "int_type": "an integer", "int_from_float": "an integer",
-    "float_parsing": "a number", "float_type": "a number", "finite_number": "a finite number", "bool_parsing": "true or false",
-    "bool_type": "true or false", "string_type": "a string", "list_type": "a list",
+    "float_parsing": "a number", "float_type": "a number", "finite_number": "a finite number",
+    "bool_parsing": "true or false", "bool_type": "true or false", "string_type": "a string", "list_type": "a list",
     "dict_type": "a mapping of keys", "model_type": "a mapping of keys",
     "model_attributes_type": "a mapping of keys",
 }
