@@ -25,7 +25,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from sim.config.words import type_words
+from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
 
 GIB = 1 << 30
@@ -801,7 +801,7 @@ def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs
 def _resolve_gpu_and_model(raw: dict):
     from sim.model.catalog import get_model, resolve_gpu
     from sim.model.hf_config import read_model_ref
-    from sim.model.specs import ModelSpec
+    from sim.model.specs import GPUSpec, ModelSpec
     from pydantic import ValidationError
     hardware = raw.get("hardware") or {}
     given = hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm"
@@ -812,8 +812,12 @@ def _resolve_gpu_and_model(raw: dict):
     except ValidationError as err:  # (sim.config.messages imports the schema, which imports this module)
         first = err.errors(include_url=False)[0]
         where = ".".join(str(p) for p in first["loc"])
-        raise ConfigError(f"hardware.gpu.{where}: {first['msg']}; allowed: a catalog GPU name or an inline GPU with "
-                          "every field valid") from None
+        if first["type"] == "missing":
+            raise ConfigError(f"hardware.gpu.{where}: missing; it is required") from None
+        field = GPUSpec.model_fields.get(str(first["loc"][0])) if first["loc"] else None
+        allowed = allowed_words(first, field.annotation) if field is not None else None
+        raise ConfigError(f"hardware.gpu.{where}: {shown(first.get('input'))} is not allowed; allowed: "
+                          f"{allowed or first['msg']}") from None
     model = None
     try:
         value = read_model_ref(raw.get("model", "llama-3.1-8b"))

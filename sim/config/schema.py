@@ -28,7 +28,7 @@ from sim.config.engines import (
     SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR,
     SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS,
 )
-from sim.config.words import allowed_words, annotation_members, shown
+from sim.config.words import allowed_words, annotation_members, model_class, shown
 from sim.errors import ConfigError
 from sim.model.catalog import get_model
 from sim.model.hf_config import read_model_ref
@@ -42,25 +42,34 @@ from sim.workload.generate import MAX_NUM_REQUESTS, WorkloadSpec, check_run_size
 VictimName = Literal[tuple(VICTIM_POLICIES)]  # the names in sim.sched.preemption
 
 
+def _walk(dotted: str):
+    """(key, the section models that may hold it, its field or None) along a dotted scenario key, from the
+    Scenario down; it stops after the first key that no model there has."""
+    annotation: Any = Scenario
+    for key in dotted.split("."):
+        models = [m for m in map(model_class, annotation_members(annotation)) if m is not None]
+        field = next((m.model_fields[key] for m in models if key in m.model_fields), None)
+        yield key, models, field
+        if field is None:
+            return
+        annotation = field.annotation
+
+
 def scenario_key_problem(dotted: str) -> str | None:
     """One line when the dotted scenario key (a --grid axis) is not a key of the schema, or None when it is, or may be:
     below a free-form value (a mapping, an engine's flags) or a field whose raw value a validator reads first (model:
     {hf_config: ...}) anything goes, and the whole scenario's validation says the rest."""
-    annotation: Any = Scenario
     path: list[str] = []
-    for key in dotted.split("."):
-        models = [m for m in annotation_members(annotation) if isinstance(m, type) and issubclass(m, BaseModel)]
+    for key, models, field in _walk(dotted):
         if not models or any(m.model_config.get("extra") != "forbid" for m in models):
             return None
         if any(key in d.info.fields and d.info.mode == "before"
                for m in models for d in m.__pydantic_decorators__.field_validators.values()):
             return None
-        field = next((m.model_fields[key] for m in models if key in m.model_fields), None)
         path.append(key)
         if field is None:
             allowed = list(dict.fromkeys(k for m in models for k in m.model_fields))
             return f"{'.'.join(path)}: unknown key; allowed: {', '.join(allowed)}"
-        annotation = field.annotation
     return None
 
 
@@ -68,14 +77,9 @@ def field_value_problem(target: str, value: Any, shown_as: str) -> str | None:
     """One line when `value` is not allowed in the scenario field `target` (dotted: "scheduler.max_num_seqs"), naming
     the field as `shown_as` (the key the user wrote: the engine flag that sets it), or None when it is allowed. Only
     the field's own type and bounds are checked; what involves other fields is the whole scenario's validation."""
-    container: Any = Scenario
-    field = None
-    for key in target.split("."):
-        models = [m for m in annotation_members(container) if isinstance(m, type) and issubclass(m, BaseModel)]
-        field = next((m.model_fields[key] for m in models if key in m.model_fields), None)
-        if field is None:
-            return None
-        container = field.annotation
+    *_, (_, _, field) = _walk(target)
+    if field is None:
+        return None
     try:
         TypeAdapter(Annotated[field.annotation, field]).validate_python(value)
     except ValidationError as err:

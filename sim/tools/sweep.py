@@ -28,6 +28,7 @@ import yaml
 
 from sim.config.deployment import gpu_spec
 from sim.config.files import load_yaml_text, set_path, validate_arrival
+from sim.config.schema import scenario_key_problem
 from sim.errors import ConfigError, ServeSimError
 from sim.machine import usable_cpus
 from sim.workload.arrivals import MAX_RATE_PER_S
@@ -51,6 +52,9 @@ def parse_grid(specs: Iterable[str]) -> list[GridAxis]:
         key = key.strip()
         if not sep or not key:
             raise ConfigError(f"--grid: {text!r} is not of the form key=v1,v2,...")
+        problem = None if key == RATE_KEY else scenario_key_problem(key)
+        if problem:  # a key no point can have is a typo, not a table whose every row says so
+            raise ConfigError(f"--grid: {problem}")
         if any(a.key == key for a in axes):
             raise ConfigError(f"--grid: key {key!r} is given twice; put all its values in one --grid")
         values = []

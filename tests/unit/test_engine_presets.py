@@ -7,6 +7,7 @@ from helpers import one_error_line, servesim
 
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
+from sim.model.catalog import get_gpu
 
 BASE = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
                      "lengths": {"kind": "fixed", "input_tokens": 500, "output_tokens": 100}},
@@ -391,7 +392,9 @@ def test_a_run_reads_the_notes_kept_when_the_preset_was_applied_and_the_dump_lea
 
 @pytest.mark.parametrize("gpu, message", [
     (-1, r"^hardware\.gpu: -1 is not allowed; allowed: a catalog GPU name or an inline GPU$"),
-    ({"bf16_flops_per_s": "x"}, r"^hardware\.gpu\."),
+    ({**get_gpu("h100-sxm").model_dump(), "bf16_flops_per_s": "x"},
+     r"^hardware\.gpu\.bf16_flops_per_s: \"x\" is not allowed; allowed: a number$"),
+    ({"bf16_flops_per_s": 1e15}, r"^hardware\.gpu\.name: missing; it is required$"),
 ])
 def test_a_preset_refuses_a_gpu_it_cannot_read_in_one_line(gpu, message):
     # the preset derives its defaults from the GPU before validation reads it (found by test_no_traceback's fuzzing)
