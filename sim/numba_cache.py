@@ -26,7 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]  # the directory that holds sim/
 CORE_MODULES = ("sim/cost/interpolation.py", "sim/cost/roofline_kernel.py", "sim/cost/measured_kernel.py",
                 "sim/cost/steps_kernel.py", "sim/cost/learned_kernel.py", "sim/cost/compiled_pricing.py",
                 "sim/cost/overhead.py", "sim/cost/draws.py", "sim/sched/rules.py", "sim/compiled/kernel.py",
-                "sim/frontend.py", "sim/kv/admission.py")
+                "sim/frontend.py", "sim/kv/admission.py", "sim/kv/prefix_keys.py", "sim/kv/prefix_index.py",
+                "sim/compiled/prefix_cache.py")
 STAMP = "sim/__pycache__/compiled-core-sources.sha256"
 
 

@@ -1,14 +1,15 @@
 """The compiled engine core: when a simulation is in its scope, run it through `sim.compiled.kernel`
 (numba) instead of the SimPy loop, with identical records (issue 15).
 
-In scope: one replica or several behind a round-robin or least-outstanding router, open arrivals (any horizon), `ContinuousScheduler` with the plain decode tracker and
-last-admitted recompute preemption, under any engine's scheduling rule (sim/sched/rules.py), one sequence per request, `PagedKVManager` without prefix caching,
-sharing or a sliding window, a stop rule the core can ask itself (`compiled_params()`, as the planner's
-`SLOMissRule`) or none, and a cost model with a compiled form (`compiled_params()`: the roofline, a
-whole-step profile, `StepProfileCostModel`, the measured kernels, `MeasuredCostModel`, or the learned roofline,
-`LearnedRooflineCostModel`, each with or without the engine's overhead, `EngineOverheadCostModel`; see
-`sim.cost.compiled_pricing`). Anything else, or numba missing, runs the Python engine, which stays the
-reference; `Simulation.engine_core` says which ran and why.
+In scope: one replica or several behind a round-robin or least-outstanding router, open arrivals (any horizon),
+`ContinuousScheduler` with the plain decode tracker and last-admitted recompute preemption, under any engine's
+scheduling rule (sim/sched/rules.py), one sequence per request, `PagedKVManager` with or without automatic prefix
+caching (sim/compiled/prefix_cache.py), without forks or a sliding window, a stop rule the core can ask itself
+(`compiled_params()`, as the planner's `SLOMissRule`) or none, and a cost model with a compiled form
+(`compiled_params()`: the roofline, a whole-step profile, `StepProfileCostModel`, the measured kernels,
+`MeasuredCostModel`, or the learned roofline, `LearnedRooflineCostModel`, each with or without the engine's
+overhead, `EngineOverheadCostModel`; see `sim.cost.compiled_pricing`). Anything else, or numba missing, runs the
+Python engine, which stays the reference; `Simulation.engine_core` says which ran and why.
 """
 
 from __future__ import annotations
@@ -18,9 +19,11 @@ import os
 
 import numpy as np
 
+from sim.compiled import prefix_cache
 from sim.core.request import Request
 from sim.core.router import LeastOutstandingRouter, RoundRobinRouter
 from sim.cost.draws import no_draws
+from sim.kv import prefix_index
 from sim.machine import plain_pages
 
 # A cold numba cache (a fresh install, or a changed core) costs ~1 min of compiling the core once: 50-57 s
@@ -65,8 +68,6 @@ def _scope(sim) -> tuple[str, tuple | None]:
         return "a stop rule without compiled_params", None
     if sim.closed_loop_users:
         return "a closed loop", None
-    if sim.prefix_ids is not None:
-        return "prefix caching", None
     if any(type(r) is not Replica for r in sim.replicas):
         return "a pipelined replica", None
     if type(sim.router) not in (RoundRobinRouter, LeastOutstandingRouter):
@@ -134,8 +135,8 @@ def _replica_gap(replica, ContinuousScheduler, DecodeTracker, PagedKVManager) ->
     kv = scheduler.kv
     if type(kv) is not PagedKVManager:
         return f"the {type(kv).__name__}"
-    if kv.prefix_cache is not None or kv.sharing or kv.sliding_window:
-        return "prefix caching" if kv.prefix_cache is not None else "shared or sliding-window KV blocks"
+    if (kv.sharing and kv.prefix_cache is None) or kv.sliding_window:
+        return "shared or sliding-window KV blocks"
     return ""
 
 
@@ -193,11 +194,13 @@ def run_compiled(sim) -> bool:
     cfg[k.C_CHUNKED], cfg[k.C_MAX_MODEL_LEN] = scheduler.chunked_prefill, scheduler.max_model_len
     cfg[k.C_NUM_BLOCKS], cfg[k.C_BLOCK_SIZE], cfg[k.C_FAST_DECODE] = kv.num_blocks, kv.block_size, sim.fast_decode
     cfg[k.C_ROUTER] = k.ROUTER_ROUND_ROBIN if type(sim.router) is RoundRobinRouter else k.ROUTER_LEAST_OUTSTANDING
+    pc = _prefix_cache_state(sim, kv, scheduler, num_replicas)
+    cfg[k.C_PREFIX_CACHING], cfg[k.C_PREFIX_UNIT] = kv.prefix_cache is not None, sim.prefix_unit_tokens
 
     out, preemptions = req[k.Q_OUT], req[k.Q_PREEMPTIONS]
     anchor, rep, state = req[k.Q_ANCHOR], req[k.Q_REP], req[k.Q_STATE]
     anchor[:] = -1
-    req[[k.Q_RUN_NEXT, k.Q_RUN_PREV, k.Q_PF_NEXT, k.Q_PF_PREV]] = -1
+    req[[k.Q_RUN_NEXT, k.Q_RUN_PREV, k.Q_PF_NEXT, k.Q_PF_PREV, k.Q_SLOT]] = -1
     first_sched, first_tok = reqf[k.QF_FIRST_SCHED], reqf[k.QF_FIRST_TOK]
     last_tok, finish_s = reqf[k.QF_LAST_TOK], reqf[k.QF_FINISH]
     waiting = np.zeros((num_replicas, n), dtype=np.int64)
@@ -212,7 +215,7 @@ def run_compiled(sim) -> bool:
     row_i = plain_pages((len(k.INT_COLUMNS) + 1, rows), np.int64)
     row_f = plain_pages((len(k.FLOAT_COLUMNS), rows), np.float64)
     run_steps = 4 * rows + scheduler.max_model_len + 2
-    run_dur, run_i = plain_pages((run_steps,), np.float64), plain_pages((2, run_steps), np.int64)
+    run_dur, run_i = plain_pages((run_steps,), np.float64), plain_pages((3, run_steps), np.int64)
     arrival_ev[:] = k.arrival_event_times(arrival_s)
     # The step-time draws (issue 31), the SimPy engine's: one float64 pack type either way, so one compiled loop.
     draws = no_draws() if sim.step_draws is None else np.ascontiguousarray(sim.step_draws, dtype=np.float64)
@@ -232,7 +235,7 @@ def run_compiled(sim) -> bool:
         # The kernel returns after _ROWS_PER_CALL rows (a progress report), or when a buffer is full (FLUSH).
         yield_rows = min(row_i.shape[1], int(sg[k.G_ROWS]) + _ROWS_PER_CALL)
         code = k.run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan, pf_snap, run_tmp,
-                     row_i, row_f, run_dur, run_i, yield_rows, run_dur.shape[0], draws)
+                     row_i, row_f, run_dur, run_i, yield_rows, run_dur.shape[0], draws, pc)
         if code == k.DIVERGED:
             return hand_back("two events at one time: SimPy's event order decides")
         if code == k.UNPRICED:
@@ -277,6 +280,9 @@ def run_compiled(sim) -> bool:
     sim._change_in_system(0)
     for i, replica in enumerate(replicas):
         replica.num_outstanding = int(sr[i, k.I_OUTSTANDING])
+        cache = replica.scheduler.kv.prefix_cache
+        if cache is not None:  # its statistics, as the Python engine leaves them (its block tables stay empty)
+            cache.set_stats(pc[0][i, prefix_index.FIRST_STAT:])
     if isinstance(sim.router, RoundRobinRouter):
         sim.router._next = int(sg[k.G_RR])
     members = anchor >= 0  # still decoding at the horizon: their counters catch up, as in_flight() syncs them
@@ -290,6 +296,23 @@ def run_compiled(sim) -> bool:
         sim.progress(end_s, sim.num_done)
     sim.engine_core = "compiled"
     return True
+
+
+def _prefix_cache_state(sim, kv, scheduler, num_replicas: int) -> tuple:
+    """The prefix cache's arrays (sim/compiled/prefix_cache.py) for this run, empty without one: the requests'
+    content ids one after another, and room for every running request's prompt keys."""
+    if kv.prefix_cache is None or sim.prefix_ids is None:
+        return prefix_cache.no_state()
+    n, unit, bs = sim.num_requests, sim.prefix_unit_tokens, kv.block_size
+    ids_of = sim.prefix_ids[:n]
+    lengths = np.array([0 if ids is None else len(ids) for ids in ids_of], dtype=np.int64)
+    ids_start = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(lengths, out=ids_start[1:])
+    ids = np.concatenate([np.asarray(i, dtype=np.int64) for i in ids_of if i is not None and len(i)] or
+                         [np.zeros(0, dtype=np.int64)])
+    covered = np.minimum(np.asarray(sim.input_tokens[:n], dtype=np.int64), lengths * unit) if unit > 0 else lengths
+    max_keys = int(-(-covered.max(initial=0) // bs)) + 1
+    return prefix_cache.state(num_replicas, kv.num_blocks, scheduler.max_num_seqs + 1, max_keys, ids, ids_start)
 
 
 def _outside_points(price) -> np.ndarray:
@@ -317,12 +340,13 @@ def _doubled(buffer: np.ndarray, used: int) -> np.ndarray:
 def _append_rows(log, sg, row_i, row_f, run_dur, run_i, k) -> None:
     """Hand the rows and run steps the kernel wrote to the step log, as views of its buffers (it writes no more)."""
     rows, steps, kv_steps = int(sg[k.G_ROWS]), int(sg[k.G_RUN_STEPS]), int(sg[k.G_RUN_KV])
-    run_tok, run_internal = run_i
+    run_tok, run_internal, run_shared = run_i
     columns = {"replica": row_i[k.ROW_REPLICA, :rows]}
     columns.update((name, row_f[j, :rows]) for j, name in enumerate(k.FLOAT_COLUMNS))
     columns.update((name, row_i[j, :rows]) for j, name in enumerate(k.INT_COLUMNS))
     run_kv = {name: np.zeros(kv_steps, dtype=np.int64) for name in log.RUN_KV_COLUMNS}  # one array each
     run_kv["kv_token_slots"], run_kv["kv_internal_slots"] = run_tok[:kv_steps], run_internal[:kv_steps]
+    run_kv["kv_shared_slots"] = run_shared[:kv_steps]
     log.add_chunk(columns, run_dur[:steps], run_kv)
 
 

@@ -1,7 +1,8 @@
 """The engine loop of `sim.core.engine` for its most common case, compiled with numba (issue 15).
 
-One replica or several (round-robin or least-outstanding routing), open arrivals (any horizon), continuous batching (`ContinuousScheduler`, chunked prefill or not,
-last-admitted recompute preemption), plain paged KV (no prefix caching, forks, sliding window or swap), decode
+One replica or several (round-robin or least-outstanding routing), open arrivals (any horizon), continuous batching
+(`ContinuousScheduler`, chunked prefill or not, last-admitted recompute preemption), paged KV with or without
+automatic prefix caching (sim/compiled/prefix_cache.py; no forks, sliding window or swap), decode
 runs or exact steps, and a cost model with a compiled form (`sim.cost.compiled_pricing`: the roofline, a whole-step
 profile or the measured kernels).
 `sim.compiled.engine` decides when a simulation is in that scope, prepares the arrays and reads them back; this
@@ -26,9 +27,11 @@ import numpy as np
 from numba import njit
 
 from sim import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
+from sim.compiled import prefix_cache
 from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_parts
 from sim.cost.draws import perturb
 from sim.cost.overhead import with_overhead
+from sim.kv import prefix_index
 from sim.kv.admission import admission_fits
 from sim.sched.rules import (
     SGLANG_CLIP_MAX_NEW_TOKENS,
@@ -84,11 +87,12 @@ NUM_S = 8
 # Indices into the int64 configuration array `cfg`.
 (C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE,
  C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT, C_PREFILL_ONLY,
- C_WHOLE_PROMPT) = range(16)
-NUM_CFG = 16
+ C_WHOLE_PROMPT, C_PREFIX_CACHING, C_PREFIX_UNIT) = range(18)
+NUM_CFG = 18
 # C_MIXED .. C_WHOLE_PROMPT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
 # per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, whether a
-# step may be prefill-only (`prefill_only_steps`), and whole-prompt admission. Past NUM_CFG: the sorted CUDA-graph
+# step may be prefill-only (`prefill_only_steps`), and whole-prompt admission. C_PREFIX_CACHING: automatic prefix
+# caching (sim/compiled/prefix_cache.py), C_PREFIX_UNIT the tokens of a content id. Past NUM_CFG: the sorted CUDA-graph
 # batch sizes (none: no padding).
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
@@ -96,8 +100,8 @@ ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # ~60 of them a call to `_start_step` cost more than the scheduling it does. The functions below index them in
 # place (`req[Q_OUT, rid]`), as they do the per-replica state (`sr[r, I_CLOCK]`).
 (Q_PROMPT, Q_MAX_OUT, Q_COMPUTED, Q_OUT, Q_ANCHOR, Q_BLOCKS, Q_STATE, Q_PREEMPTIONS, Q_REP, Q_RUN_NEXT, Q_RUN_PREV,
- Q_PF_NEXT, Q_PF_PREV, Q_STAMP, Q_FIN_ORDER) = range(15)
-NUM_Q = 15
+ Q_PF_NEXT, Q_PF_PREV, Q_STAMP, Q_FIN_ORDER, Q_SLOT) = range(16)
+NUM_Q = 16  # Q_SLOT: the prefix cache's slot of a request holding blocks (sim/compiled/prefix_cache.py)
 QF_ARRIVAL, QF_ARRIVAL_EV, QF_FIRST_SCHED, QF_FIRST_TOK, QF_LAST_TOK, QF_FINISH = range(6)
 NUM_QF = 6
 # Rows of the planned step's array `plan[:, r]`: request ids, chunks, contexts.
@@ -191,13 +195,14 @@ def _stale(req, rid, fclock):
 # this loop's time (bench_engine 1M, development machine, 11-28: `run` 5.7 s with them, 0.7 s without).
 @njit(cache=True, nogil=True, _nrt=False)
 def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan, pf_snap, run_tmp,
-        row_i, row_f, run_dur, run_i, max_rows, max_run_steps, draws):
+        row_i, row_f, run_dur, run_i, max_rows, max_run_steps, draws, pc):
     """Advance the simulation event by event (arrivals, the replicas' step ends in time order) until every
     request is done (DONE), the output buffers need reading (FLUSH; call again), the SimPy order cannot be
     repeated (DIVERGED) or a step cannot be priced here (UNPRICED). The stop rule (`stop`) is asked after every
     step ending at or after its next check; after a stop no arrival is admitted and no step starts, but the
     steps in flight still end (SimPy lets them) and the rule is asked again. `draws`: the step-time draw pack
-    (sim/cost/draws.py; empty: step times as priced)."""
+    (sim/cost/draws.py; empty: step times as priced). `pc`: the prefix cache's arrays (sim/compiled/prefix_cache.py;
+    empty without it)."""
     n_req = req.shape[1]
     arrival_ev = reqf[QF_ARRIVAL_EV]
     num_replicas = sr.shape[0]
@@ -241,7 +246,7 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
             now, r_first, r_stop, woken_only = t_arr, 0, num_replicas, True
         else:
             _finish_step(r_end, sr, fr, sg, sf, cfg, req, reqf, heap, bucket, plan, run_tmp, row_i, row_f, run_dur,
-                         run_i)
+                         run_i, pc)
             sf[F_NOW] = t_end
             sf[F_LAST_EVENT] = t_end
             if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:  # the engine asks its stop rule after this step
@@ -258,14 +263,14 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
             if woken_only and (sr[r, I_BUSY] != 0 or sr[r, I_W_COUNT] == 0):
                 continue
             code = _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf,
-                               waiting, heap, bucket, plan, pf_snap, run_tmp, draws)
+                               waiting, heap, bucket, plan, pf_snap, run_tmp, draws, pc)
             if code != 0:
                 return code
 
 
 @njit(cache=True, inline="always")
 def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf, waiting_all,
-                heap_all, bucket_all, plan_all, pf_snap, run_tmp, draws):
+                heap_all, bucket_all, plan_all, pf_snap, run_tmp, draws, pc):
     """`ContinuousScheduler.schedule(now)` for replica r and the price of its step (a decode run where one
     fits): the replica is busy until fr[r, R_END], or idle when there is nothing to run. 0, DIVERGED or
     UNPRICED."""
@@ -300,7 +305,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                 # a prefill-only step first where one can run (with the context pass: an iteration's first step)
                 num_pf, num_new, added, num_sampled, code = _schedule_prefills(
                     r, now, max_batched, 0, sr, cfg, sf, req, reqf, waiting_all, bucket_all, plan_all, pf_snap,
-                    step_id, True)
+                    step_id, True, pc)
                 if code != 0:
                     return code
                 num_preempted += added
@@ -308,10 +313,12 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
         if with_decodes:
             # Room for the decodes' next tokens; preempt (last admitted first) until there is.
             while bucket_all[r, clock % bs] > sr[r, I_FREE_BLOCKS]:
-                victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, cfg[C_WHOLE])
+                victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, cfg[C_WHOLE], pc)
                 if victim < 0:
                     return DIVERGED
                 num_preempted += 1
+            if cfg[C_PREFIX_CACHING] != 0:
+                prefix_cache.take(pc, r, bucket_all[r, clock % bs], sr[r, I_FREE_BLOCKS])
             sr[r, I_FREE_BLOCKS] -= bucket_all[r, clock % bs]
             if sr[r, I_MEMBERS] > 0:
                 # the members' blocks for this clock's decode are taken. Not marked without members: a step that
@@ -321,7 +328,8 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
             if mixed and not in_group:
                 num_pf, num_new, added, num_sampled, code = _schedule_prefills(
                     r, now, max_batched - sr[r, I_MEMBERS], num_preempted, sr, cfg, sf, req, reqf, waiting_all,
-                    bucket_all, plan_all, pf_snap, step_id, not context)  # the context pass's decode pass: no admission
+                    bucket_all, plan_all, pf_snap, step_id, not context,  # the context pass's decode pass: no admission
+                    pc)
                 if code != 0:
                     return code
                 num_preempted += added
@@ -425,7 +433,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
 
 @njit(cache=True)  # a call: inlined at its two call sites it made the core ~5% slower (bench_engine 300k)
 def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf, waiting_all, bucket_all, plan_all,
-                       pf_snap, step_id, admit):
+                       pf_snap, step_id, admit, pc):
     """`ContinuousScheduler._schedule_prefills`: the running prefills' chunks in admission order, then (if `admit`)
     waiting requests in order while a sequence slot, the budget, the KV (and the rule's admission test) allow; the
     step's chunks go to plan_all[:, r] from 0. (chunks, admitted, preempted, sampled, 0 or DIVERGED)."""
@@ -433,6 +441,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
     max_seqs, bs = cfg[C_MAX_SEQS], cfg[C_BLOCK_SIZE]
     chunked, whole, ratio_on = cfg[C_CHUNKED] != 0, cfg[C_WHOLE], cfg[C_RATIO] != 0
     context = cfg[C_CONTEXT] != 0
+    caching = cfg[C_PREFIX_CACHING] != 0
     num_pf = 0
     num_new = 0
     num_preempted = 0
@@ -455,11 +464,15 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
             if need < 0:
                 need = 0
             if need <= sr[r, I_FREE_BLOCKS]:
+                if caching:
+                    prefix_cache.take(pc, r, need, sr[r, I_FREE_BLOCKS])
+                    prefix_cache.register(pc, r, req[Q_SLOT, rid], req[Q_PROMPT, rid], req[Q_COMPUTED, rid] + chunk,
+                                          bs)
                 sr[r, I_FREE_BLOCKS] -= need
                 req[Q_BLOCKS, rid] += need
                 added = True
                 break
-            victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole)
+            victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc)
             if victim < 0:
                 return num_pf, num_new, num_preempted, num_sampled, DIVERGED
             num_preempted += 1
@@ -506,22 +519,37 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
             if not ratio_admits(sr[r, I_FREE_BLOCKS] * bs, running_future, admitted, prompt, remaining_out, ratio,
                                 clip):
                 break
-        # PagedKVManager.admit's test (sim/kv/admission.py; no prefix cache, no swap: everything is computed again)
+        # PagedKVManager.admit (its test: sim/kv/admission.py; no swap: everything not cached is computed again)
         need_tokens = req[Q_PROMPT, rid] + req[Q_OUT, rid]
-        step_need = context_pass_chunk(need_tokens) if context else need_tokens  # the context pass: but the last
+        slot = -1
+        cached = 0
+        if caching:
+            slot, cached = prefix_cache.lookup(pc, r, rid, req[Q_PROMPT, rid], cfg[C_PREFIX_UNIT], bs)
+        step_need = need_tokens - cached
+        if context:
+            step_need = context_pass_chunk(step_need)  # the context pass: but the last
         chunk = min(step_need, budget)
         if not admission_fits(chunked, cfg[C_WHOLE_PROMPT] != 0, chunk, step_need, _blocks_for(need_tokens, bs),
                               sr[r, I_FREE_BLOCKS]):
             break
-        need = _blocks_for(chunk, bs)
-        if need > sr[r, I_FREE_BLOCKS]:
+        claimed = cached // bs
+        revived = prefix_cache.num_revived(pc, r, slot, claimed) if caching else 0
+        need = _blocks_for(cached + chunk, bs) - claimed
+        if need > sr[r, I_FREE_BLOCKS] - revived:
             break
         if ratio_on:
             admitted += ratio_admitted_tokens(prompt, chunk, remaining_out, clip)
         sr[r, I_RESERVED] += reserve
+        if caching:
+            prefix_cache.claim(pc, r, slot, req[Q_PROMPT, rid], claimed, bs)
+            sr[r, I_FREE_BLOCKS] -= revived
+            prefix_cache.take(pc, r, need, sr[r, I_FREE_BLOCKS])
+            prefix_cache.register(pc, r, slot, req[Q_PROMPT, rid], cached + chunk, bs)
+            req[Q_SLOT, rid] = slot
         sr[r, I_FREE_BLOCKS] -= need
-        req[Q_BLOCKS, rid] = need
-        req[Q_COMPUTED, rid] = 0
+        req[Q_BLOCKS, rid] = claimed + need
+        req[Q_COMPUTED, rid] = cached
+        sr[r, I_PF_SUM] += cached
         sr[r, I_W_HEAD] = (sr[r, I_W_HEAD] + 1) % n_req
         sr[r, I_W_COUNT] -= 1
         req[Q_STATE, rid] = RUNNING
@@ -533,10 +561,10 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         num_new += 1
         plan_all[P_RID, r, num_pf] = rid
         plan_all[P_CHUNK, r, num_pf] = chunk
-        plan_all[P_CTX, r, num_pf] = 0
+        plan_all[P_CTX, r, num_pf] = cached
         num_pf += 1
         req[Q_STAMP, rid] = step_id
-        if chunk == need_tokens:
+        if cached + chunk == need_tokens:
             num_sampled += 1
         budget -= chunk
     return num_pf, num_new, num_preempted, num_sampled, 0
@@ -544,12 +572,15 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
 
 @njit(cache=True, inline="always")
 def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_all, run_tmp, row_i, row_f, run_dur,
-                 run_i):
+                 run_i, pc):
     """The end of replica r's step: `update_from_output`, the step's row (and its run's per-step records),
     `Simulation.finish_requests`."""
     num_blocks, bs = cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
     whole = cfg[C_WHOLE]
+    caching = cfg[C_PREFIX_CACHING] != 0
     capacity_slots = num_blocks * bs
+    # token states the requests share, stored once (PagedKVManager.usage); constant through a decode run
+    shared = pc[0][r, prefix_index.S_SAVED] * bs if caching else 0
     n_req = req.shape[1]
     key_base = n_req
     sr[r, I_BUSY] = 0
@@ -564,15 +595,18 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             run_dur[s0 + k] = run_tmp[r, k]
         sg[G_RUN_STEPS] = s0 + num_steps
         r0 = sg[G_RUN_KV]
-        first_tokens = sr[r, I_TOKEN_SUM] + sr[r, I_PF_SUM] + num_decode
+        first_tokens = sr[r, I_TOKEN_SUM] + sr[r, I_PF_SUM] + num_decode - shared
         allocated = (num_blocks - sr[r, I_FREE_BLOCKS]) * bs
         for k in range(num_steps - 1):
             tokens = first_tokens + k * num_decode
             run_i[0, r0 + k] = tokens
             run_i[1, r0 + k] = allocated - tokens
+            run_i[2, r0 + k] = shared
             sr[r, I_CLOCK] += 1
             sr[r, I_TOKEN_SUM] += num_decode
             need = bucket_all[r, sr[r, I_CLOCK] % bs]
+            if caching:
+                prefix_cache.take(pc, r, need, sr[r, I_FREE_BLOCKS])
             sr[r, I_FREE_BLOCKS] -= need
             sr[r, I_ALLOC_CLOCK] = sr[r, I_CLOCK]
             allocated += need * bs
@@ -594,7 +628,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             if _stale(req, rid, fclock):
                 continue  # stale
             held = _tracker_remove(sr, r, req, bucket_all, rid, bs)
-            _finish(sr, r, sg, req, reqf, rid, end, held, whole, bs)
+            _finish(sr, r, sg, req, reqf, rid, end, held, whole, bs, pc)
             n_fin += 1
     clock = sr[r, I_CLOCK]
     for j in range(num_pf):
@@ -611,7 +645,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             reqf[QF_FIRST_TOK, rid] = end
         reqf[QF_LAST_TOK, rid] = end
         if req[Q_OUT, rid] >= req[Q_MAX_OUT, rid]:
-            _finish(sr, r, sg, req, reqf, rid, end, req[Q_BLOCKS, rid], whole, bs)
+            _finish(sr, r, sg, req, reqf, rid, end, req[Q_BLOCKS, rid], whole, bs, pc)
             n_fin += 1
         else:
             # tracker.add: decodes from the next step; its blocks follow from its counters from now on
@@ -624,7 +658,8 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
     num_output *= num_steps
 
     # ---- the step's row ---------------------------------------------------------------------------
-    tokens = sr[r, I_TOKEN_SUM] + sr[r, I_PF_SUM]
+    shared = pc[0][r, prefix_index.S_SAVED] * bs if caching else 0  # (the step's admissions and finishes moved it)
+    tokens = sr[r, I_TOKEN_SUM] + sr[r, I_PF_SUM] - shared
     allocated = (num_blocks - sr[r, I_FREE_BLOCKS]) * bs
     w = sg[G_ROWS]
     row_i[ROW_REPLICA, w] = r
@@ -645,7 +680,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
     row_i[9, w] = allocated - tokens
     row_i[10, w] = 0
     row_i[11, w] = capacity_slots
-    row_i[12, w] = 0
+    row_i[12, w] = shared
     row_i[13, w] = 0
     row_i[14, w] = 0
     row_i[15, w] = num_steps
@@ -701,7 +736,7 @@ def _tracker_remove(sr, r, req, bucket_all, rid, bs):
 
 
 @njit(cache=True, inline="always")
-def _finish(sr, r, sg, req, reqf, rid, now, held, whole, bs):
+def _finish(sr, r, sg, req, reqf, rid, now, held, whole, bs, pc):
     """ContinuousScheduler._finish: the request leaves, its `held` blocks go back to the pool (and, `whole`, its
     reservation is released)."""
     if whole:
@@ -713,12 +748,23 @@ def _finish(sr, r, sg, req, reqf, rid, now, held, whole, bs):
     reqf[QF_FINISH, rid] = now
     _list_remove(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_RUN_HEAD, I_RUN_TAIL, rid)
     sr[r, I_RUNNING] -= 1
-    sr[r, I_FREE_BLOCKS] += held
+    sr[r, I_FREE_BLOCKS] += _released(pc, r, req, rid, held)
     req[Q_BLOCKS, rid] = 0
 
 
+@njit(cache=True, inline="always")
+def _released(pc, r, req, rid, held):
+    """The blocks a request leaving the batch gives back to the free count (with a prefix cache, those nobody
+    else holds: `prefix_cache.release`)."""
+    slot = req[Q_SLOT, rid]
+    if slot < 0:
+        return held
+    req[Q_SLOT, rid] = -1
+    return prefix_cache.release(pc, r, slot, held)
+
+
 @njit(cache=True)
-def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole):
+def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc):
     """ContinuousScheduler._preempt with the last-admitted policy and recompute. -1: no candidate."""
     victim = sr[r, I_RUN_TAIL]
     while victim >= 0 and req[Q_STAMP, victim] == step_id:
@@ -734,7 +780,7 @@ def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole):
         _list_remove(req, Q_PF_PREV, Q_PF_NEXT, sr, r, I_PF_HEAD, I_PF_TAIL, victim)
         sr[r, I_PF_SUM] -= req[Q_COMPUTED, victim]
         held = req[Q_BLOCKS, victim]
-    sr[r, I_FREE_BLOCKS] += held
+    sr[r, I_FREE_BLOCKS] += _released(pc, r, req, victim, held)
     if whole:
         sr[r, I_RESERVED] -= _reserved_blocks(req, victim, bs)
     sr[r, I_RATIO_RESET] = sr[r, I_CLOCK]  # SGLang resets its new-token ratio on a retraction

@@ -559,7 +559,8 @@ class RunSpec(_Strict):
                               "(a run is one step record with num_steps; per-request records and the summary "
                               "are those of step-by-step simulation, float sums to rounding; false: step by step)")
     compiled_core: bool = Field(True, description="run scenarios in the compiled core's scope (replicas "
-                                "behind round-robin/least-outstanding routing, continuous batching, plain paged KV, roofline, whole-step or "
+                                "behind round-robin/least-outstanding routing, continuous batching, paged KV "
+                                "with or without prefix caching, roofline, whole-step or "
                                 "measured kernels) through it (numba, the `fast` "
                                 "extra): identical records, ~35x faster at bench_engine's load; false: always the SimPy engine")
     # Bands (issue 31, sim/bands.py): every summary figure with the range it takes across replications.

@@ -9,8 +9,7 @@ tables and the order of operations.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from sim.core.request import Request
 from sim.kv.admission import admission_fits
@@ -19,7 +18,7 @@ from sim.kv.block_pool import BlockPool
 from sim.kv.forking import ForkedBlocks
 from sim.kv.prefix_cache import PrefixCache
 
-_NO_EVICTABLE: OrderedDict[int, None] = OrderedDict()
+_NO_EVICTABLE = ()
 DROPPED = -1  # a block-table entry whose block fell out of the sliding window and went back to the pool
 
 
@@ -92,7 +91,7 @@ class PagedKVManager:
         return self.pool.ref_counts
 
     @property
-    def evictable(self) -> OrderedDict[int, None]:
+    def evictable(self) -> Collection[int]:
         """Cached blocks nobody holds, least recently used first (empty without prefix caching)."""
         return self.prefix_cache.evictable if self.prefix_cache else _NO_EVICTABLE
 
@@ -105,7 +104,7 @@ class PagedKVManager:
     @property
     def num_cached_blocks(self) -> int:
         """Blocks holding a registered prefix (referenced or evictable)."""
-        return len(self.prefix_cache.cached_blocks) if self.prefix_cache else 0
+        return self.prefix_cache.num_cached if self.prefix_cache else 0
 
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)

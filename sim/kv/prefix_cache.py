@@ -1,19 +1,43 @@
-"""Automatic prefix caching's index: content key -> block, the LRU of cached blocks nobody holds, hit statistics.
+"""Automatic prefix caching's index for the SimPy engine: content key -> block, the LRU of cached blocks nobody
+holds, hit statistics.
 
 A prompt's content is given by `request.prefix_ids` / `prefix_unit_tokens` (see Request). Each block
-of the prompt whose tokens all have ids gets a key, hash((key of the previous block, content)), so
+of the prompt whose tokens all have ids gets a key, chained from the previous block's with its content, so
 equal keys mean equal prompts up to the end of that block (`sim.kv.prefix_keys`). This module knows
 which block holds which key and which cached blocks may be evicted; the paged manager decides when
-blocks are claimed, registered and released, and the block pool owns the free list.
+blocks are claimed, registered and released, and the block pool owns the free list and the references.
+Every decision (what a prompt finds, what a filled block registers, where a freed block goes on the LRU, which
+one is evicted, the statistics) is `sim.kv.prefix_index`'s, which the compiled core calls too; here a cached
+block's entry id is its block id.
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import numpy as np
 
 from sim.core.request import Request
+from sim.kv import prefix_index as ix
 from sim.kv.base import PrefixCacheStats
-from sim.kv.prefix_keys import block_keys
+from sim.kv.prefix_keys import block_key_array
+
+
+class _LRUView:
+    """The cached blocks nobody references, least recently used first (iterable, sized)."""
+
+    def __init__(self, pcs: np.ndarray, ent: np.ndarray):
+        self._pcs, self._ent = pcs, ent
+
+    def __len__(self) -> int:
+        return int(self._pcs[0, ix.S_EVICTABLE])
+
+    def __contains__(self, block) -> bool:
+        return block in list(self)
+
+    def __iter__(self):
+        block, nxt = int(self._pcs[0, ix.S_LRU_HEAD]), self._ent[0, ix.E_NEXT]
+        while block >= 0:
+            yield block
+            block = int(nxt[block])
 
 
 class PrefixCache:
@@ -28,66 +52,55 @@ class PrefixCache:
 
     def __init__(self, num_blocks: int, block_size: int):
         self.block_size = block_size
-        self.cached_blocks: dict[int, int] = {}  # content key -> block holding it
-        self.block_keys: list[int | None] = [None] * num_blocks  # per block: its content key while cached
-        self.evictable: OrderedDict[int, None] = OrderedDict()  # cached, unreferenced blocks, LRU first
-        self._tail_blocks: set[int] = set()  # cached blocks keyed as a prompt's partly filled last block
-        self._keys: dict[int, tuple[list[int], int]] = {}  # request id -> (block keys, number of full-block keys)
+        self._pcs, self._table, self._ent = ix.index_arrays(1, num_blocks)
+        self._found = np.zeros(num_blocks + 1, dtype=np.int64)  # scratch: the entries a lookup found
+        self.evictable = _LRUView(self._pcs, self._ent)  # cached, unreferenced blocks, LRU first
+        self._keys: dict[int, tuple[np.ndarray, int]] = {}  # request id -> (block keys, number of full-block keys)
         self.num_keyed: dict[int, int] = {}  # request id -> leading blocks of its table already registered
-        self.num_queries = self.queried_tokens = self.hit_tokens = 0
-        self.queried_blocks = self.hit_blocks = self.reused_blocks = 0
-        self.num_evictions = 0
 
-    def keys_of(self, request: Request) -> tuple[list[int], int]:
+    @property
+    def num_cached(self) -> int:
+        """Blocks holding a registered key (referenced or evictable)."""
+        return int(self._pcs[0, ix.S_CACHED])
+
+    def keys_of(self, request: Request) -> tuple[np.ndarray, int]:
         """The content keys of the request's prompt blocks and how many of them are full blocks (the
         rest, at most one, is the prompt's partly filled last block). Memoized until `forget`."""
         rid = request.request_id
         memo = self._keys.get(rid)
         if memo is None:
-            memo = self._keys[rid] = block_keys(request.prefix_ids, request.prefix_unit_tokens,
-                                                request.num_prompt_tokens, self.block_size)
+            memo = self._keys[rid] = block_key_array(request.prefix_ids, request.prefix_unit_tokens,
+                                                     request.num_prompt_tokens, self.block_size)
         return memo
 
     def forget(self, request_id: int) -> None:
         self._keys.pop(request_id, None)
         self.num_keyed.pop(request_id, None)
 
+    def _leading(self, keys: np.ndarray, limit: int) -> int:
+        return int(ix.cached_prefix(self._table, self._ent, 0, keys, limit, self._found)) if limit > 0 else 0
+
     def num_cached_tokens(self, request: Request) -> int:
         """Leading prompt tokens whose K/V is cached (a block multiple), leaving at least one to compute."""
         keys, num_full = self.keys_of(request)
-        limit = min(num_full, (request.num_prompt_tokens - 1) // self.block_size)
-        cached = self.cached_blocks
-        n = 0
-        while n < limit and keys[n] in cached:
-            n += 1
-        return n * self.block_size
+        return self._leading(keys, min(num_full, (request.num_prompt_tokens - 1) // self.block_size)) * self.block_size
 
     def claimable(self, request: Request) -> list[int]:
         """The cached blocks holding the request's leading computed tokens (set by the lookup), in order."""
         keys, num_full = self.keys_of(request)
-        claimed = []
-        for key in keys[:min(request.num_computed_tokens // self.block_size, num_full)]:
-            block = self.cached_blocks.get(key)
-            if block is None:
-                break
-            claimed.append(block)
-        return claimed
+        n = self._leading(keys, min(request.num_computed_tokens // self.block_size, num_full))
+        return self._found[:n].tolist()
 
     def count_query(self, request: Request, num_claimed: int) -> None:
         """Statistics of one admission, counted before its allocation may evict anything."""
         keys, _ = self.keys_of(request)
-        self.num_queries += 1
-        self.queried_tokens += request.num_prompt_tokens
-        self.hit_tokens += num_claimed * self.block_size
-        self.queried_blocks += -(-request.num_prompt_tokens // self.block_size)
-        self.hit_blocks += num_claimed
-        # Keys present now were registered before this request arrived (its claims included).
-        self.reused_blocks += sum(map(self.cached_blocks.__contains__, keys))
+        ix.count_query(self._pcs, self._table, self._ent, 0, keys, len(keys), request.num_prompt_tokens, num_claimed,
+                       self.block_size)
 
     def register(self, request: Request, table: list[int], num_tokens: int) -> None:
         """Register the keys of the table's blocks that are complete once `num_tokens` are computed."""
         keys, num_full = self.keys_of(request)
-        if not keys:
+        if not len(keys):
             return
         rid = request.request_id
         done = self.num_keyed.get(rid, 0)
@@ -96,50 +109,44 @@ class PrefixCache:
             limit = len(keys)
         if limit <= done:
             return
-        cached, block_keys_ = self.cached_blocks, self.block_keys
+        block_key = self._ent[0, ix.E_KEY]
         for j in range(done, limit):
-            key, block = keys[j], table[j]
-            if key not in cached and block_keys_[block] is None:  # else another block already holds it
-                cached[key] = block
-                block_keys_[block] = key
-                if j >= num_full:
-                    self._tail_blocks.add(block)
+            block = table[j]
+            if block_key[block] == ix.NO_KEY:  # (else the block already holds a key: a fork's shared block)
+                ix.register(self._pcs, self._table, self._ent, 0, keys[j], block, j >= num_full)
         self.num_keyed[rid] = limit
 
     def holds(self, block: int) -> bool:
         """The block holds a registered key (referenced, or evictable once nobody holds it)."""
-        return self.block_keys[block] is not None
+        return self._ent[0, ix.E_KEY, block] != ix.NO_KEY
 
     def unpark(self, block: int) -> None:
         """A claimed evictable block is referenced again: off the LRU."""
-        del self.evictable[block]
+        ix.unpark(self._pcs, self._ent, 0, block)
 
     def park(self, blocks: list[int]) -> None:
-        """Cached blocks nobody references any more, in block-table order: onto the LRU, the table's
-        last blocks (the least shared) to be evicted first, unclaimable tails before anything else."""
-        evictable = self.evictable
+        """Cached blocks nobody references any more, in block-table order: onto the LRU (`prefix_index.park`)."""
         for block in reversed(blocks):
-            evictable[block] = None
-            if block in self._tail_blocks:
-                evictable.move_to_end(block, last=False)
+            ix.park(self._pcs, self._ent, 0, block)
 
     def evict(self) -> int:
         """Drop the least recently used cached block's key and return the block for new content."""
-        block, _ = self.evictable.popitem(last=False)
-        del self.cached_blocks[self.block_keys[block]]
-        self.block_keys[block] = None
-        self._tail_blocks.discard(block)
-        self.num_evictions += 1
-        return block
+        return int(ix.evict(self._pcs, self._table, self._ent, 0))
 
     def stats(self) -> PrefixCacheStats:
-        return PrefixCacheStats(self.num_queries, self.queried_tokens, self.hit_tokens, self.queried_blocks,
-                                self.hit_blocks, self.reused_blocks, self.num_evictions)
+        return PrefixCacheStats(*(int(v) for v in self._pcs[0, ix.FIRST_STAT:]))
+
+    def set_stats(self, counts: np.ndarray) -> None:
+        """The statistics of a run the compiled core made on this cache's behalf (PrefixCacheStats' order)."""
+        self._pcs[0, ix.FIRST_STAT:] = counts
 
     def check(self, free: list[int], held: list[int]) -> None:
         """Assert the index's invariants (for tests)."""
         evictable = list(self.evictable)
+        assert len(evictable) == len(set(evictable)) == len(self.evictable)
         assert not set(free) & set(evictable) and not set(evictable) & set(held)
-        assert all(self.block_keys[block] is not None for block in evictable)
-        assert all(self.block_keys[block] is None for block in free)
-        assert {key: block for block, key in enumerate(self.block_keys) if key is not None} == self.cached_blocks
+        assert all(self.holds(block) for block in evictable)
+        assert not any(self.holds(block) for block in free)
+        keyed = [block for block in range(self._ent.shape[2]) if self.holds(block)]
+        assert len(keyed) == self.num_cached
+        assert all(ix.entry_of(self._table, self._ent, 0, self._ent[0, ix.E_KEY, b]) == b for b in keyed)

@@ -16,6 +16,8 @@ import pytest
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
+from conftest import TRACES
+
 from sim.config.files import validate_scenario
 from sim.run import make_cost_model, make_workload, simulate
 
@@ -169,7 +171,6 @@ def test_an_arrival_exactly_at_a_step_end_goes_to_the_python_engine():
 
 @pytest.mark.parametrize(("change", "reason"), [
     ({"kv_cache": {"layout": "contiguous"}}, "ContiguousKVManager"),
-    ({"kv_cache": {"enable_prefix_caching": True}}, "prefix caching"),
     ({"hardware": {"num_replicas": 2, "router": "random"}}, "RandomRouter"),
     ({"scheduler": {"batching": "static"}}, "StaticScheduler"),
     ({"cost_model": {"kind": "calibrated", "engine": "ops"}}, "CalibratedCostModel has no compiled form"),
@@ -368,6 +369,102 @@ def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_sam
     python, compiled = both(spec)
     assert compiled.extras["engine_core"] == "compiled" or (
         replicas > 1 and "two events at one time" in compiled.extras["engine_core"])
+    assert_identical(python, compiled)
+
+
+# Automatic prefix caching (sim/compiled/prefix_cache.py): shared system prompts and multi-turn conversations in
+# caches small enough to evict cached blocks and to preempt requests (which then find their own blocks again),
+# under the scheduling rules, several replicas (a cache each) and decode runs.
+PREFIXES = st.one_of(
+    st.builds(lambda tokens, fraction, prompts: {"kind": "shared_system_prompt", "tokens": tokens,
+                                                 "fraction": fraction, "num_prompts": prompts},
+              st.integers(1, 700), st.floats(0.1, 1.0), st.integers(1, 4)),
+    st.builds(lambda turns, think: {"kind": "multi_turn", "turns_mean": turns, "think_time_s": think},
+              st.floats(1.0, 4.0), st.floats(0.0, 3.0)))
+
+
+def both_with_prefix_stats(spec: dict):
+    """`both(spec)`, and each run's replicas' whole prefix-cache statistics (`PrefixCacheStats`, which the summary
+    reports only in part: `reused_blocks` is not in it)."""
+    import sim.run
+    seen, original = [], sim.run.replica_counters
+
+    def counters(*args):
+        out = original(*args)
+        seen.append(out.prefix_cache)
+        return out
+    sim.run.replica_counters = counters
+    try:
+        results = both(spec)
+    finally:
+        sim.run.replica_counters = original
+    per_run = len(seen) // 2
+    return results, (seen[:per_run], seen[per_run:])
+
+
+@settings(max_examples=int(os.environ.get("SERVESIM_COMPILED_EXAMPLES", "150")) // 2, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(prefix=PREFIXES, capacity=st.one_of(st.none(), st.integers(300, 8000)),
+       block_size=st.sampled_from([1, 4, 16, 32]), chunked=st.booleans(), budget=st.sampled_from([None, 64, 512, 4096]),
+       max_num_seqs=st.sampled_from([3, 16, 256]),
+       mixed=st.booleans(), whole=st.booleans(), context=st.booleans(), first_chunk=st.booleans(),
+       ratio=st.sampled_from([None, {"init": 0.7, "min": 0.098, "decay_steps": 600}]),
+       whole_steps=st.sampled_from([None, LEARNED] + WHOLE_STEP_PROFILES[:1]), replicas=st.sampled_from([1, 1, 2, 3]),
+       router=st.sampled_from(["least_outstanding", "round_robin"]), rate=st.floats(1.0, 60.0),
+       horizon=st.one_of(st.none(), st.floats(0.05, 30.0)), fast_decode=st.booleans(), seed=st.integers(0, 10_000))
+def test_prefix_caching_runs_compiled_with_the_same_records(prefix, capacity, block_size, chunked, budget,
+                                                             max_num_seqs, mixed, whole, context, first_chunk, ratio,
+                                                             whole_steps, replicas, router, rate, horizon, fast_decode,
+                                                             seed):
+    if budget is not None and budget < max_num_seqs:
+        budget = max_num_seqs
+    if context:  # TurboMind's context pass: unchunked, its decode pass mixed (sim/config/schema.py)
+        mixed, chunked = True, False
+    first_chunk = first_chunk and chunked
+    spec = spec_for(arrival={"kind": "poisson", "rate_per_s": rate}, capacity=capacity, block_size=block_size,
+                    chunked=chunked, budget=budget, max_num_seqs=max_num_seqs, horizon=horizon,
+                    fast_decode=fast_decode, seed=seed, cost_model=whole_steps, replicas=replicas, router=router,
+                    num_requests=80)
+    spec["workload"]["prefix"] = prefix
+    spec["kv_cache"]["enable_prefix_caching"] = True
+    spec["scheduler"].update(mixed_batches=mixed, kv_reservation="whole_output" if whole else "on_demand",
+                             new_token_ratio=ratio, context_pass=context,
+                             admission="first_chunk" if first_chunk else "whole_prompt")
+    (python, compiled), stats = both_with_prefix_stats(spec)
+    assert compiled.extras["engine_core"] == "compiled" or (
+        replicas > 1 and "two events at one time" in compiled.extras["engine_core"])
+    assert_identical(python, compiled)
+    assert stats[0] == stats[1]
+
+
+def test_prefix_caching_evicts_shares_and_finds_preempted_prompts_alike_in_both_engines():
+    # Three 700-token system prompts in a 3,000-token cache: hits, evictions, shared blocks and preemptions all
+    # happen, and every count agrees (the summary's prefix-cache keys among them).
+    spec = spec_for(capacity=3000, block_size=16, max_model_len=4096, chunked=True, budget=512,
+                    arrival={"kind": "poisson", "rate_per_s": 20.0}, num_requests=300, seed=3)
+    spec["workload"]["prefix"] = {"kind": "shared_system_prompt", "tokens": 700, "fraction": 0.7, "num_prompts": 3}
+    spec["kv_cache"]["enable_prefix_caching"] = True
+    (python, compiled), stats = both_with_prefix_stats(spec)
+    assert compiled.extras["engine_core"] == "compiled"
+    assert stats[0] == stats[1] and stats[0][0].reused_blocks > stats[0][0].hit_blocks > 0
+    s = python.summary
+    assert s["prefix_cache_hit_rate_tokens"] > 0.3 and s["prefix_cache_evictions"] > 0
+    assert python.requests["preemptions"].sum() > 0 and python.steps["kv_shared_slots"].max() > 0
+    assert_identical(python, compiled)
+
+
+def test_mooncake_hash_ids_run_compiled_with_the_same_records():
+    # Content ids of 512 tokens (Mooncake's hash_ids) in 16-token blocks: a unit that is a multiple of the block.
+    path = TRACES / "mooncake_conversation.jsonl"
+    if not path.exists():
+        pytest.skip(f"{path} not present")
+    spec = spec_for(arrival={"kind": "trace", "path": str(path)}, max_model_len=131072, num_requests=300,
+                    capacity=400_000, chunked=True, budget=8192)
+    spec["workload"].pop("lengths")
+    spec["kv_cache"]["enable_prefix_caching"] = True
+    python, compiled = both(spec)
+    assert compiled.extras["engine_core"] == "compiled"
+    assert python.summary["prefix_cache_hit_rate_tokens"] > 0
     assert_identical(python, compiled)
 
 
