@@ -300,11 +300,12 @@ def run_compiled(sim) -> bool:
 
 def _prefix_cache_state(sim, kv, scheduler, num_replicas: int) -> tuple:
     """The prefix cache's arrays (sim/compiled/prefix_cache.py) for this run, empty without one: the requests'
-    content ids one after another, and room for every running request's prompt keys."""
-    if kv.prefix_cache is None or sim.prefix_ids is None:
+    content ids one after another (none for a workload without any: nothing is ever cached, but admissions are
+    still counted, as in the SimPy engine), and room for every running request's prompt keys."""
+    if kv.prefix_cache is None:
         return prefix_cache.no_state()
     n, unit, bs = sim.num_requests, sim.prefix_unit_tokens, kv.block_size
-    ids_of = sim.prefix_ids[:n]
+    ids_of = sim.prefix_ids[:n] if sim.prefix_ids is not None else [None] * n
     lengths = np.array([0 if ids is None else len(ids) for ids in ids_of], dtype=np.int64)
     ids_start = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=ids_start[1:])

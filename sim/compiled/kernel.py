@@ -92,8 +92,8 @@ NUM_CFG = 18
 # C_MIXED .. C_WHOLE_PROMPT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
 # per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, whether a
 # step may be prefill-only (`prefill_only_steps`), and whole-prompt admission. C_PREFIX_CACHING: automatic prefix
-# caching (sim/compiled/prefix_cache.py), C_PREFIX_UNIT the tokens of a content id. Past NUM_CFG: the sorted CUDA-graph
-# batch sizes (none: no padding).
+# caching (sim/compiled/prefix_cache.py), C_PREFIX_UNIT the tokens of a content id. Past NUM_CFG: the sorted
+# CUDA-graph batch sizes (none: no padding).
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
 # these two arrays, not one array each: numba passes every array argument as several machine words, and with
@@ -317,9 +317,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                 if victim < 0:
                     return DIVERGED
                 num_preempted += 1
-            if cfg[C_PREFIX_CACHING] != 0:
-                prefix_cache.take(pc, r, bucket_all[r, clock % bs], sr[r, I_FREE_BLOCKS])
-            sr[r, I_FREE_BLOCKS] -= bucket_all[r, clock % bs]
+            _take(pc, sr, r, bucket_all[r, clock % bs], cfg[C_PREFIX_CACHING] != 0)
             if sr[r, I_MEMBERS] > 0:
                 # the members' blocks for this clock's decode are taken. Not marked without members: a step that
                 # decodes nothing does not advance the clock (the context pass's decode pass), and a request that
@@ -464,11 +462,10 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
             if need < 0:
                 need = 0
             if need <= sr[r, I_FREE_BLOCKS]:
+                _take(pc, sr, r, need, caching)
                 if caching:
-                    prefix_cache.take(pc, r, need, sr[r, I_FREE_BLOCKS])
                     prefix_cache.register(pc, r, req[Q_SLOT, rid], req[Q_PROMPT, rid], req[Q_COMPUTED, rid] + chunk,
                                           bs)
-                sr[r, I_FREE_BLOCKS] -= need
                 req[Q_BLOCKS, rid] += need
                 added = True
                 break
@@ -543,10 +540,10 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         if caching:
             prefix_cache.claim(pc, r, slot, req[Q_PROMPT, rid], claimed, bs)
             sr[r, I_FREE_BLOCKS] -= revived
-            prefix_cache.take(pc, r, need, sr[r, I_FREE_BLOCKS])
+        _take(pc, sr, r, need, caching)
+        if caching:
             prefix_cache.register(pc, r, slot, req[Q_PROMPT, rid], cached + chunk, bs)
             req[Q_SLOT, rid] = slot
-        sr[r, I_FREE_BLOCKS] -= need
         req[Q_BLOCKS, rid] = claimed + need
         req[Q_COMPUTED, rid] = cached
         sr[r, I_PF_SUM] += cached
@@ -605,9 +602,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             sr[r, I_CLOCK] += 1
             sr[r, I_TOKEN_SUM] += num_decode
             need = bucket_all[r, sr[r, I_CLOCK] % bs]
-            if caching:
-                prefix_cache.take(pc, r, need, sr[r, I_FREE_BLOCKS])
-            sr[r, I_FREE_BLOCKS] -= need
+            _take(pc, sr, r, need, caching)
             sr[r, I_ALLOC_CLOCK] = sr[r, I_CLOCK]
             allocated += need * bs
         sg[G_RUN_KV] = r0 + num_steps - 1
@@ -750,6 +745,15 @@ def _finish(sr, r, sg, req, reqf, rid, now, held, whole, bs, pc):
     sr[r, I_RUNNING] -= 1
     sr[r, I_FREE_BLOCKS] += _released(pc, r, req, rid, held)
     req[Q_BLOCKS, rid] = 0
+
+
+@njit(cache=True, inline="always")
+def _take(pc, sr, r, n, caching):
+    """`n` of the replica's free blocks for new content (the caller checked room); with a prefix cache, the least
+    recently used cached ones among them once the uncached ones run out (`prefix_cache.take`)."""
+    if caching:
+        prefix_cache.take(pc, r, n, sr[r, I_FREE_BLOCKS])
+    sr[r, I_FREE_BLOCKS] -= n
 
 
 @njit(cache=True, inline="always")

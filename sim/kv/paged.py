@@ -9,7 +9,7 @@ tables and the order of operations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 
 from sim.core.request import Request
 from sim.kv.admission import admission_fits
@@ -91,8 +91,8 @@ class PagedKVManager:
         return self.pool.ref_counts
 
     @property
-    def evictable(self) -> Collection[int]:
-        """Cached blocks nobody holds, least recently used first (empty without prefix caching)."""
+    def evictable(self) -> Iterable[int]:
+        """Cached blocks nobody holds, least recently used first, sized (empty without prefix caching)."""
         return self.prefix_cache.evictable if self.prefix_cache else _NO_EVICTABLE
 
     @property

@@ -30,9 +30,6 @@ class _LRUView:
     def __len__(self) -> int:
         return int(self._pcs[0, ix.S_EVICTABLE])
 
-    def __contains__(self, block) -> bool:
-        return block in list(self)
-
     def __iter__(self):
         block, nxt = int(self._pcs[0, ix.S_LRU_HEAD]), self._ent[0, ix.E_NEXT]
         while block >= 0:

@@ -374,8 +374,10 @@ def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_sam
 
 # Automatic prefix caching (sim/compiled/prefix_cache.py): shared system prompts and multi-turn conversations in
 # caches small enough to evict cached blocks and to preempt requests (which then find their own blocks again),
-# under the scheduling rules, several replicas (a cache each) and decode runs.
+# under the scheduling rules, several replicas (a cache each) and decode runs; and a workload without content ids
+# (nothing cached, admissions still counted).
 PREFIXES = st.one_of(
+    st.none(),
     st.builds(lambda tokens, fraction, prompts: {"kind": "shared_system_prompt", "tokens": tokens,
                                                  "fraction": fraction, "num_prompts": prompts},
               st.integers(1, 700), st.floats(0.1, 1.0), st.integers(1, 4)),
@@ -425,7 +427,8 @@ def test_prefix_caching_runs_compiled_with_the_same_records(prefix, capacity, bl
                     chunked=chunked, budget=budget, max_num_seqs=max_num_seqs, horizon=horizon,
                     fast_decode=fast_decode, seed=seed, cost_model=whole_steps, replicas=replicas, router=router,
                     num_requests=80)
-    spec["workload"]["prefix"] = prefix
+    if prefix is not None:
+        spec["workload"]["prefix"] = prefix
     spec["kv_cache"]["enable_prefix_caching"] = True
     spec["scheduler"].update(mixed_batches=mixed, kv_reservation="whole_output" if whole else "on_demand",
                              new_token_ratio=ratio, context_pass=context,
@@ -450,6 +453,17 @@ def test_prefix_caching_evicts_shares_and_finds_preempted_prompts_alike_in_both_
     s = python.summary
     assert s["prefix_cache_hit_rate_tokens"] > 0.3 and s["prefix_cache_evictions"] > 0
     assert python.requests["preemptions"].sum() > 0 and python.steps["kv_shared_slots"].max() > 0
+    assert_identical(python, compiled)
+
+
+def test_prefix_caching_on_prompts_without_content_ids_runs_compiled_and_caches_nothing():
+    # ShareGPT-like prompts carry no content ids: no block is ever keyed (the core once read past its arrays here).
+    spec = spec_for(capacity=3000, chunked=True, budget=512, arrival={"kind": "poisson", "rate_per_s": 20.0},
+                    num_requests=200, seed=1)
+    spec["kv_cache"]["enable_prefix_caching"] = True
+    (python, compiled), stats = both_with_prefix_stats(spec)
+    assert compiled.extras["engine_core"] == "compiled"
+    assert stats[0] == stats[1] and stats[0][0].num_queries >= 200 and stats[0][0].hit_blocks == 0
     assert_identical(python, compiled)
 
 
