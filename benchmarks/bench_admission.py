@@ -1,7 +1,7 @@
 """vLLM V1's admission before v0.19 on the published vLLM bursts: the preset's whole-prompt stand-in, the engine's
 own first-chunk rule (`scheduler.admission: first_chunk`), and that rule with the prefix cache vLLM keeps by
 default, every prompt given content ids of its own (16-token units, none shared) so that a preempted request claims
-back its cached blocks (in the compiled core, which runs prefix caching since the twenty-sixth session).
+back its cached blocks.
 
 Each run is simulated as `bench_published.py` simulates it (its scenario and the shipped engine terms); nothing is
 fitted here. Prints simulated / measured - 1 per quoted figure, and the preemptions.

@@ -68,8 +68,3 @@ def block_key_array(prefix_ids, unit: int, num_prompt_tokens: int, block_size: i
     n, num_full = block_keys_into(out, ids, 0, len(ids), unit, num_prompt_tokens, block_size)
     return out[:n], int(num_full)
 
-
-def block_keys(prefix_ids, unit: int, num_prompt_tokens: int, block_size: int) -> tuple[list[int], int]:
-    """`block_key_array`'s keys as a list."""
-    keys, num_full = block_key_array(prefix_ids, unit, num_prompt_tokens, block_size)
-    return keys.tolist(), num_full

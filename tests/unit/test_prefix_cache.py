@@ -11,11 +11,16 @@ from hypothesis import strategies as st
 
 from sim.core.request import Request
 from sim.kv.paged import PagedKVManager
-from sim.kv.prefix_keys import block_keys
+from sim.kv.prefix_keys import block_key_array
 
 TRACES = Path(__file__).resolve().parents[3] / "shared" / "traces"
 
 _ids = itertools.count(10_000)
+
+
+def block_keys(prefix_ids, unit, prompt, block_size):
+    keys, num_full = block_key_array(prefix_ids, unit, prompt, block_size)
+    return keys.tolist(), num_full
 
 
 def req(prompt: int, ids=None, unit: int = 4, output: int = 4) -> Request:
