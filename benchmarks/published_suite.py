@@ -107,6 +107,7 @@ DEFAULT_COST_MODEL = "default"
 FIT_RUNS: dict[tuple[str, str], tuple[str, ...]] = {
     ("vllm", "0.11.0"): ("qwen3-8b h100 c1", "qwen3-14b h100 2k burst"),
     ("vllm", "0.9.2"): ("gpustack-quant qwen3-8b h100 vllm 0.9.2 bf16 sharegpt",),
+    ("vllm", "0.19.0"): (),  # kvcached's two stock-vLLM runs (another host than GPUStack's): both held out
     ("vllm", "0.6.0"): ("sglang-060 llama-3.1-8b a100 vllm 0.6.0 rps 4",
                         "sglang-060 llama-3.1-8b a100 vllm 0.6.0 offline"),
     ("sglang", "0.5.3.post3"): ("qwen3-8b-h100 sglang c4",),
@@ -243,6 +244,7 @@ METRIC_DEFINITIONS = {
 SIM_QUANTITIES = {
     "output_tok_s": "sum(finished output tokens) / duration_s",
     "total_tok_s": "sum(finished prompt + output tokens) / duration_s",
+    "requests_per_s": "finished requests / duration_s",
     "ttft_mean": "mean ttft_s (sent to first token: the client's times with a front-end)",
     "ttft_p50": "median ttft_s",
     "tpot_mean": "mean tpot_s = (last token - first token) / (output tokens - 1)",
@@ -286,8 +288,8 @@ class Engine:
 class Metric:
     group: str  # throughput, ttft, tpot_itl (the headline three), or itl / duration (reported, not summarized)
     quoted_key: str  # the key in `quoted`, or how the value was derived
-    measured: float  # in SI units: tok/s or s
-    unit: str  # "tok/s" or "s"
+    measured: float  # in SI units: tok/s, req/s or s
+    unit: str  # "tok/s", "req/s" or "s"
     sim: str  # the ServeSim quantity compared (a key of SIM_QUANTITIES)
     definition: str  # the tool's definition of the quoted number
     derived: bool = False  # computed from quoted numbers rather than quoted itself
@@ -447,6 +449,9 @@ def _metrics(r: _Reader, q: dict, tool: str) -> tuple[list[Metric], list[str]]:
             "'Throughput (tok/s)' as printed: output or total not stated; total (prompt + output) tokens / duration "
             "assumed (8B at 13,305 tok/s beside the 14B runs' 6,596 total / 3,174 output)")
         assumed.append("throughput_tok_s taken as total (prompt + output) tokens per second")
+    elif "request_throughput_req_s" in q:
+        add("throughput", "request_throughput_req_s", q["request_throughput_req_s"], "req/s", "requests_per_s",
+            "'Request throughput (req/s)' as printed: successful requests / benchmark duration")
     elif "benchmark_duration_s" in q and "total_generated_tokens" in q:
         add("throughput", "total_generated_tokens / benchmark_duration_s",
             q["total_generated_tokens"] / q["benchmark_duration_s"], "tok/s", "output_tok_s",
@@ -458,6 +463,9 @@ def _metrics(r: _Reader, q: dict, tool: str) -> tuple[list[Metric], list[str]]:
         add("ttft", "ftl_ave_s", q["ftl_ave_s"], "s", "ttft_mean", d["ttft"])
     elif "median_ttft_ms" in q:  # a source that quotes medians only
         add("ttft", "median_ttft_ms", q["median_ttft_ms"] / 1e3, "s", "ttft_p50", d["ttft"])
+    elif "ttft_ms" in q:  # a column that says neither mean nor median
+        add("ttft", "ttft_ms", q["ttft_ms"] / 1e3, "s", "ttft_mean", d["ttft"] + " (the column's statistic unstated)")
+        assumed.append("ttft_ms: the column says neither mean nor median; the mean (vllm bench serve's first) assumed")
     # TPOT / ITL
     if "mean_tpot_ms" in q:
         tpot_def = METRIC_DEFINITIONS["vllm bench serve"]["tpot"]
@@ -472,14 +480,17 @@ def _metrics(r: _Reader, q: dict, tool: str) -> tuple[list[Metric], list[str]]:
         add("tpot_itl", "median_tpot_ms", q["median_tpot_ms"] / 1e3, "s", "tpot_p50", d["tpot"])
         if "median_itl_ms" in q:
             add("itl", "median_itl_ms", q["median_itl_ms"] / 1e3, "s", "itl_p50", d["itl"])
+    elif "tpot_ms" in q:  # as ttft_ms
+        add("tpot_itl", "tpot_ms", q["tpot_ms"] / 1e3, "s", "tpot_mean", d["tpot"] + " (the column's statistic unstated)")
+        assumed.append("tpot_ms: the column says neither mean nor median; the mean (vllm bench serve's first) assumed")
     if "benchmark_duration_s" in q:
         add("duration", "benchmark_duration_s", q["benchmark_duration_s"], "s", "duration_s",
             "first request sent to last response")
     if not any(m.group in HEADLINE for m in out):
         raise r.fail("quoted", "no throughput, TTFT or TPOT/ITL number the harness knows "
                      "(output_token_throughput_tok_s, token_throughput_tok_s, throughput_out_tok_s, throughput_tok_s, "
-                     "mean_ttft_ms, ftl_ave_s, median_ttft_ms, mean_tpot_ms, mean_itl_ms, token_latency_p50_s, "
-                     "median_tpot_ms)")
+                     "request_throughput_req_s, mean_ttft_ms, ftl_ave_s, median_ttft_ms, ttft_ms, mean_tpot_ms, "
+                     "mean_itl_ms, token_latency_p50_s, median_tpot_ms, tpot_ms)")
     return out, assumed
 
 
@@ -1038,6 +1049,7 @@ def measure(result) -> dict:
     return {
         "output_tok_s": out / duration,
         "total_tok_s": (out + float(fin["prompt_tokens"].sum())) / duration,
+        "requests_per_s": len(fin) / duration,
         "ttft_mean": float(fin["ttft_s"].mean()),
         "ttft_p50": float(fin["ttft_s"].median()),
         "tpot_mean": float(np.nanmean(fin["tpot_s"])) if fin["tpot_s"].notna().any() else math.nan,

@@ -62,7 +62,7 @@ def test_the_suite_meets_the_issue_minimums(suite):
     assert {"latency", "throughput"} <= set(c["kind"])
     # every case compares at least one of the three headline metrics, in SI units
     for x in cases:
-        assert x.headline and all(m.measured > 0 and m.unit in ("tok/s", "s") for m in x.headline), x.name
+        assert x.headline and all(m.measured > 0 and m.unit in ("tok/s", "req/s", "s") for m in x.headline), x.name
         assert x.workload.input_tokens >= 1 and x.workload.output_tokens >= 1, x.name
 
 
@@ -237,6 +237,32 @@ def test_a_medians_only_source_is_read_with_its_clients_definitions_and_its_stat
     loaded = ps.load_suite([path], data_dir=tmp_path)
     assert loaded.cases == [] and len(loaded.errors) == 1
     assert loaded.errors[0].startswith("means.yaml: case 'bad means': field 'assumed_means':"), loaded.errors[0]
+
+
+def test_request_throughput_and_unqualified_columns_are_read_as_the_client_prints_them(suite):
+    """kvcached's page gives `vllm bench serve`'s request throughput (req/s) and TTFT / TPOT columns that say neither
+    mean nor median: requests per second of the client's duration, the means, and each assumption said."""
+    from helpers import small_scenario
+    from sim.run import simulate
+
+    burst = next(c for c in suite.cases if c.name == "kvcached qwen3-0.6b h100 vllm 0.19.0 rate inf")
+    assert [(m.group, m.quoted_key, m.sim, m.unit, m.measured) for m in burst.metrics] == [
+        ("throughput", "request_throughput_req_s", "requests_per_s", "req/s", 94.91),
+        ("ttft", "ttft_ms", "ttft_mean", "s", 2.905), ("tpot_itl", "tpot_ms", "tpot_mean", "s", 0.00545)]
+    assert burst.workload.arrival == "burst" and burst.kind == "throughput"
+    assert sum("says neither mean nor median" in a for a in burst.assumptions) == 2
+    sections, _ = ps.engine_settings(burst)
+    assert sections["engine"]["gpu_memory_utilization"] == 0.5 and sections["engine"]["max_model_len"] == 2048
+    # 30 requests of 4 output tokens, one front-end process of 0.1 s each: the client's duration is ~3 s
+    frontend = {"num_processes": 1, "per_request_s": 0.1, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0,
+                "latency_s": 0.0}
+    result = simulate(validate_scenario(small_scenario(
+        {"workload": {"arrival": {"kind": "burst"}, "lengths": {"kind": "fixed", "input_tokens": 32,
+                                                                 "output_tokens": 4}},
+         "run": {"num_requests": 30}}, frontend=frontend)))
+    got = ps.measure(result)
+    assert got["requests_per_s"] == pytest.approx(30 / got["duration_s"])
+    assert 30 * 0.1 <= got["duration_s"] < 30 * 0.1 + 1.0
 
 
 def test_trtllm_bench_build_sizes_the_engine_as_its_heuristic_does(suite):
