@@ -427,6 +427,9 @@ def _model_names() -> set[str]:
     return set(MODELS)
 
 
+UNQUALIFIED = "the column says neither mean nor median; the mean (vllm bench serve's first line) assumed"
+
+
 def _metrics(r: _Reader, q: dict, tool: str) -> tuple[list[Metric], list[str]]:
     """The quoted metrics mapped to ServeSim quantities, in SI units; and the assumptions that took."""
     d = METRIC_DEFINITIONS[tool]
@@ -463,9 +466,9 @@ def _metrics(r: _Reader, q: dict, tool: str) -> tuple[list[Metric], list[str]]:
         add("ttft", "ftl_ave_s", q["ftl_ave_s"], "s", "ttft_mean", d["ttft"])
     elif "median_ttft_ms" in q:  # a source that quotes medians only
         add("ttft", "median_ttft_ms", q["median_ttft_ms"] / 1e3, "s", "ttft_p50", d["ttft"])
-    elif "ttft_ms" in q:  # a column that says neither mean nor median
-        add("ttft", "ttft_ms", q["ttft_ms"] / 1e3, "s", "ttft_mean", d["ttft"] + " (the column's statistic unstated)")
-        assumed.append("ttft_ms: the column says neither mean nor median; the mean (vllm bench serve's first) assumed")
+    elif "ttft_ms" in q:  # a column that says neither mean nor median: the mean, the first `vllm bench serve` prints
+        add("ttft", "ttft_ms", q["ttft_ms"] / 1e3, "s", "ttft_mean", f"{d['ttft']} ({UNQUALIFIED})")
+        assumed.append(f"ttft_ms: {UNQUALIFIED}")
     # TPOT / ITL
     if "mean_tpot_ms" in q:
         tpot_def = METRIC_DEFINITIONS["vllm bench serve"]["tpot"]
@@ -481,8 +484,9 @@ def _metrics(r: _Reader, q: dict, tool: str) -> tuple[list[Metric], list[str]]:
         if "median_itl_ms" in q:
             add("itl", "median_itl_ms", q["median_itl_ms"] / 1e3, "s", "itl_p50", d["itl"])
     elif "tpot_ms" in q:  # as ttft_ms
-        add("tpot_itl", "tpot_ms", q["tpot_ms"] / 1e3, "s", "tpot_mean", d["tpot"] + " (the column's statistic unstated)")
-        assumed.append("tpot_ms: the column says neither mean nor median; the mean (vllm bench serve's first) assumed")
+        add("tpot_itl", "tpot_ms", q["tpot_ms"] / 1e3, "s", "tpot_mean",
+            f"{METRIC_DEFINITIONS['vllm bench serve']['tpot']} ({UNQUALIFIED})")
+        assumed.append(f"tpot_ms: {UNQUALIFIED}")
     if "benchmark_duration_s" in q:
         add("duration", "benchmark_duration_s", q["benchmark_duration_s"], "s", "duration_s",
             "first request sent to last response")
