@@ -400,3 +400,16 @@ def test_a_preset_refuses_a_gpu_it_cannot_read_in_one_line(gpu, message):
     # the preset derives its defaults from the GPU before validation reads it (found by test_no_traceback's fuzzing)
     with pytest.raises(ConfigError, match=message):
         scenario({"name": "vllm", "version": "0.11.0"}, hardware={"gpu": gpu})
+
+
+@pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.11.0"}, {"name": "sglang", "version": "0.5.3.post3"},
+                                    {"name": "trtllm", "version": "1.2.0rc1"}])
+def test_a_preset_whose_front_end_does_not_queue_says_so_unless_the_user_adds_work_that_queues(engine):
+    from sim.config.engines import FRONTEND_CAPACITY_NOTE
+    preset = scenario(engine)
+    assert preset.frontend.latency_s > 0 and preset.frontend.per_request_s == 0  # the fitted delay alone
+    assert FRONTEND_CAPACITY_NOTE in preset.engine.notes
+    frontend = {"num_processes": 1, "per_request_s": 0.004, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0,
+                "latency_s": 0.03}
+    own = scenario(engine, frontend=frontend)
+    assert own.frontend.per_request_s == 0.004 and FRONTEND_CAPACITY_NOTE not in own.engine.notes
