@@ -759,10 +759,8 @@ def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
 
 
 # The preset's front-end is one fitted delay: nothing in it queues, so a burst of short prompts is never front-end
-# bound here, as published ones were (benchmarks/results/published-e2e.md: vLLM 0.19.0 on one H100, 500 prompts of a
-# 0.6B model at 95 req/s where the engine alone serves ~215; vLLM 0.11.0's chat endpoint, 1,000 prompts at 44 req/s).
-# No term that queues is fitted: the published runs disagree on it (first come first served against processor
-# sharing) and it depends on the host's CPU, which they leave unstated.
+# bound here, as published ones were. No term that queues is fitted: the published runs disagree on how the work
+# queues and leave the host's CPU unstated (benchmarks/results/published-e2e.md, "A fifth source").
 FRONTEND_CAPACITY_NOTE = ("front-end: a fitted delay that does not queue, so the API server's capacity is not modelled "
                           "(bursts of short prompts can be front-end bound); frontend.per_request_s adds work that "
                           "queues")

@@ -1,7 +1,7 @@
 """Content keys of a prompt's blocks, chained: what prefix caching looks blocks up by, in both engines.
 
-`block_keys_into` is the one definition: the SimPy engine's `PrefixCache` calls it through `block_keys`, and the
-compiled core (sim/compiled/prefix_cache.py) calls it on its arrays, so both key the same blocks alike.
+`block_keys_into` is the one definition: the SimPy engine's `PrefixCache` calls it through `block_key_array`, and
+the compiled core (sim/compiled/prefix_cache.py) calls it on its arrays, so both key the same blocks alike.
 """
 
 from __future__ import annotations
@@ -67,4 +67,3 @@ def block_key_array(prefix_ids, unit: int, num_prompt_tokens: int, block_size: i
     out = np.empty(covered // block_size + 1, dtype=np.int64)
     n, num_full = block_keys_into(out, ids, 0, len(ids), unit, num_prompt_tokens, block_size)
     return out[:n], int(num_full)
-
