@@ -7,8 +7,11 @@ Three formats, each read with the key names its tool writes (checked against the
   `request_rate` (a number or the string "inf"), `burstiness`, `max_concurrency` (null: none), `completed`,
   `total_input_tokens`, `total_output_tokens`, `request_throughput`, `output_throughput`, `mean_ttft_ms`,
   `mean_tpot_ms` (per request (latency - TTFT) / (output tokens - 1), the first token excluded), `mean_itl_ms`
-  (over every gap between streamed chunks), `median_*_ms`, `p99_*_ms`; `input_lens` / `output_lens` (per request,
-  0 output for a failed one) with `--save-detailed`.
+  (over every gap between streamed chunks), `median_*_ms`, `p99_*_ms`; `input_lens` / `output_lens` / `ttfts` /
+  `errors` (per request, 0 output for a failed one) with `--save-detailed`. A request that completed with no text
+  (output 0, no error) is kept: its prompt ran, and the tool averaged its TTFT in (as 0 where its `ttfts` entry is 0:
+  benchmarks/backend_request_func.py, read at vllm-project/vllm 01184130, starts the clock at the first chunk with
+  text).
 - **`python -m sglang.bench_serving`** (python/sglang/bench_serving.py, sgl-project/sglang at commit 0033168f): one
   JSON object per line of its `--output-file` (JSONL, appended run after run) with `backend`, `dataset_name`,
   `request_rate` (inf is written as `Infinity`), `max_concurrency`, `completed`, `total_input_tokens`,
@@ -58,7 +61,9 @@ class BenchPoint:
     mean_output_tokens: float
     metrics: dict[str, float]  # of METRICS, those the result holds (finite, > 0)
     input_lens: tuple[int, ...] | None = None  # per completed request, when the result holds them
-    output_lens: tuple[int, ...] | None = None
+    output_lens: tuple[int, ...] | None = None  # 0: completed with no text
+    # Per completed request: True where the tool averaged a TTFT of 0 into its mean (no text ever came)
+    zero_ttft: tuple[bool, ...] | None = None
     notes: tuple[str, ...] = field(default=())
     # The dataset the client sampled, as the command line names it (fit-engine --dataset; a result's own
     # `dataset_name` is not read: sglang.bench_serving's ShareGPT sampling is not checked against vLLM's):
@@ -131,16 +136,30 @@ def _metric(source: str, key: str, value, scale: float) -> float | None:
     return v * scale if v is not None and math.isfinite(v) and v > 0 else None
 
 
-def _lens(source: str, obj: dict) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
-    """Per-request lengths of the completed requests (output > 0), when the result holds both lists."""
+def _lens(obj: dict) -> tuple[tuple[int, ...], tuple[int, ...], tuple[bool, ...]] | None:
+    """Per-request (input, output, zero TTFT) of the completed requests, in the result's order, when it holds both
+    length lists. A request with an `errors` entry failed and is left out, as the tool leaves it out of its figures;
+    without `errors`, an output of 0 is taken as a failure (newer tools write 0 for one). With `errors`, an output of
+    0 is a request that completed with no text: its prompt ran, and where its `ttfts` entry is 0 the tool averaged a
+    TTFT of 0 into its mean (the module docstring says why)."""
     ins, outs = obj.get("input_lens"), obj.get("output_lens")
     if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs) or not ins:
-        return None, None
-    pairs = [(int(i), int(o)) for i, o in zip(ins, outs)
-             if isinstance(i, (int, float)) and isinstance(o, (int, float)) and i > 0 and o > 0]
-    if not pairs:
-        return None, None
-    return tuple(i for i, _ in pairs), tuple(o for _, o in pairs)
+        return None
+    errors, ttfts = obj.get("errors"), obj.get("ttfts")
+    errors = errors if isinstance(errors, list) and len(errors) == len(ins) else None
+    ttfts = ttfts if isinstance(ttfts, list) and len(ttfts) == len(ins) else None
+    kept = []
+    for k, (i, o) in enumerate(zip(ins, outs)):
+        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (i, o)):
+            continue
+        failed = bool(errors[k]) if errors is not None else o <= 0
+        if failed or i <= 0 or o < 0:
+            continue
+        zero = o == 0 and ttfts is not None and isinstance(ttfts[k], (int, float)) and ttfts[k] == 0
+        kept.append((int(i), int(o), zero))
+    if not kept:
+        return None
+    return tuple(i for i, _, _ in kept), tuple(o for _, o, _ in kept), tuple(z for _, _, z in kept)
 
 
 def _load(source: str, concurrency, rate) -> tuple[int | None, float]:
@@ -177,10 +196,19 @@ def _vllm_like(source: str, obj: dict, tool: str) -> BenchPoint:
         if v is not None:
             metrics[name] = v
     completed = _number(source, "completed", obj.get("completed"))
-    ins, outs = _lens(source, obj)
+    lens = _lens(obj)
+    ins, outs, zero_ttft = lens if lens is not None else (None, None, None)
+    notes = ()
     if ins is not None:
         mean_in, mean_out = sum(ins) / len(ins), sum(outs) / len(outs)
         completed = completed or len(ins)
+        silent = outs.count(0)
+        if silent:
+            zeros = sum(zero_ttft)
+            counted = (f"the tool averaged {zeros} of their TTFTs into its mean as 0 (their `ttfts` entry), and so "
+                       "does the comparison" if zeros else "their TTFTs as simulated")
+            notes = (f"{silent} of {len(outs)} completed requests had no text (output 0): simulated with their prompts "
+                     f"and one output token (the stop token the engine generated); {counted}",)
     else:
         total_in = _number(source, "total_input_tokens", obj.get("total_input_tokens"))
         total_out = _number(source, "total_output_tokens", obj.get("total_output_tokens"))
@@ -191,7 +219,7 @@ def _vllm_like(source: str, obj: dict, tool: str) -> BenchPoint:
     concurrency, rate = _load(source, obj.get("max_concurrency"), obj.get("request_rate"))
     model = obj.get("model_id") if isinstance(obj.get("model_id"), str) else None
     return _checked(BenchPoint(source, tool, model, concurrency, rate, int(completed or 0), mean_in, mean_out, metrics,
-                               ins, outs))
+                               ins, outs, zero_ttft, notes))
 
 
 def _genai_perf(source: str, obj: dict) -> BenchPoint:

@@ -363,6 +363,31 @@ def _fit_metrics(point) -> list[str]:
     return keys
 
 
+@dataclass(frozen=True)
+class _ClientCounts:
+    """How the client counted a result whose requests include some that completed with no text (output 0): the
+    simulation gives each its stop token, which the client never saw."""
+
+    zero_ttft: np.ndarray  # per workload request: the tool averaged a TTFT of 0 in
+    outputs: np.ndarray  # per workload request: the output tokens the client counted
+
+    def counted(self, result, got: dict[str, float]) -> dict[str, float]:
+        """The simulated metrics as the client counted them: the TTFT mean with zeros where it had them, and output
+        throughput over the tokens it saw."""
+        frame = result.requests
+        ids = frame["request_id"].to_numpy()
+        ttft = frame["ttft_s"].to_numpy(dtype=float)
+        done = np.isfinite(ttft)  # the requests the summary's TTFT mean is over
+        ttft = np.where(self.zero_ttft[ids], 0.0, ttft)[done]
+        got = dict(got)
+        if len(ttft):
+            got["ttft_mean_s"] = float(ttft.mean())
+        simulated_tokens = np.maximum(self.outputs, 1)[ids][done].sum()
+        if simulated_tokens:
+            got["output_throughput_tok_per_s"] *= float(self.outputs[ids][done].sum() / simulated_tokens)
+        return got
+
+
 class _PointSimulator:
     """Simulates the bench points on the scenario with given terms (the scenario's kernels, the fitted overhead,
     its front-end with the fitted costs)."""
@@ -418,18 +443,23 @@ class _PointSimulator:
 
             d = self._point_dict(point)
             workload = make_workload(validate_scenario(d))
+            client = None
             if point.input_lens is not None:  # the measured lengths, in their order, repeated to the count
                 n = workload.num_requests
+                outputs = np.resize(np.array(point.output_lens, np.int64), n)
+                # A request that completed with no text still generated its stop token
                 workload = dataclasses.replace(workload, input_tokens=np.resize(np.array(point.input_lens, np.int64), n),
-                                               output_tokens=np.resize(np.array(point.output_lens, np.int64), n))
-            self._workloads[index] = (d, workload)
+                                               output_tokens=np.maximum(outputs, 1))
+                if not outputs.all():
+                    client = _ClientCounts(np.resize(np.array(point.zero_ttft, bool), n), outputs)
+            self._workloads[index] = (d, workload, client)
         return self._workloads[index]
 
     def metrics(self, index: int, point, terms: dict[str, float]) -> dict[str, float]:
         from sim.config.files import validate_scenario
         from sim.run import simulate
 
-        d, workload = self._workload(index, point)
+        d, workload, client = self._workload(index, point)
         d = d | {"frontend": self.frontend_base | {"per_request_s": terms["per_request_s"],
                                                    "per_output_chunk_s": terms["per_output_chunk_s"]}}
         overhead = replace(self.start_overhead, engine="fitted", per_step_s=terms["per_step_s"],
@@ -437,7 +467,8 @@ class _PointSimulator:
         self.simulations += 1
         result = simulate(validate_scenario(d), workload,
                           cost_model=EngineOverheadCostModel(self.kernels, overhead, self.num_layers))
-        return {k: float(result.summary.get(v, math.nan)) for k, v in _SIM_METRICS.items()}
+        got = {k: float(result.summary.get(v, math.nan)) for k, v in _SIM_METRICS.items()}
+        return client.counted(result, got) if client is not None else got
 
     def overhead(self, terms: dict[str, float]) -> EngineOverhead:
         return replace(self.start_overhead, engine="fitted", per_step_s=terms["per_step_s"], per_seq_s=terms["per_seq_s"])
@@ -501,6 +532,7 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
     notes = [f"{p.label} ({p.source}): max_concurrency {p.concurrency} with request rate {p.rate_per_s:g}/s: simulated "
              "as a closed loop at the concurrency (the rate limit is not modelled)"
              for p in points if p.concurrency is not None and math.isfinite(p.rate_per_s)]
+    notes += [f"{p.label} ({p.source}): {note}" for p in points for note in p.notes]
     sim = _PointSimulator(scenario)
     scale, hi = term_limits(BENCH_TERMS)
 

@@ -8,6 +8,7 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import yaml
 
@@ -219,13 +220,54 @@ def test_a_sharegpt_result_with_totals_only_draws_its_lengths_as_the_client_does
     assert sim._point_dict(point)["workload"]["lengths"]["kind"] == "fixed"  # no dataset named: the means
     sharegpt = sim._point_dict(replace(point, dataset="sharegpt"))["workload"]["lengths"]
     assert sharegpt == sharegpt_bench_lengths(217, 202)
-    _, workload = sim._workload(7, replace(point, dataset="sharegpt"))
+    _, workload, _ = sim._workload(7, replace(point, dataset="sharegpt"))
     assert workload.input_tokens.max() <= 1024 and (workload.input_tokens + workload.output_tokens).max() <= 2048
     assert len(set(workload.output_tokens.tolist())) > 50  # drawn, not one length
     # per-request lengths in the result win over any dataset: they are what was sent
     [detailed] = read_bench(FIX / "vllm_c4.json")
-    _, measured = sim._workload(8, replace(detailed, dataset="sharegpt"))
+    _, measured, _ = sim._workload(8, replace(detailed, dataset="sharegpt"))
     assert measured.input_tokens.tolist()[:5] == [500, 520, 540, 500, 540]
+
+
+def _detailed_result(path: Path, errors: list[str] | None) -> Path:
+    """A benchmark_serving.py result (vLLM 0.5-0.6) of 5 requests: two completed with no text, one of them failed
+    where `errors` is given."""
+    obj = {"model_id": "meta-llama/Llama-3.1-8B-Instruct", "num_prompts": 5, "request_rate": "inf", "completed": 4,
+           "total_input_tokens": 1000, "total_output_tokens": 60, "request_throughput": 4.0,
+           "output_throughput": 60.0, "mean_ttft_ms": 45.0, "mean_tpot_ms": 6.0, "mean_itl_ms": 6.0,
+           "input_lens": [100, 200, 300, 400, 50], "output_lens": [20, 0, 10, 30, 0],
+           "ttfts": [0.05, 0.0, 0.06, 0.07, 0.0]}
+    if errors is not None:
+        obj["errors"] = errors
+    path.write_text(json.dumps(obj))
+    return path
+
+
+def test_requests_that_completed_with_no_text_are_replayed_and_counted_as_the_client_counted(tmp_path):
+    [p] = read_bench(_detailed_result(tmp_path / "r.json", ["", "", "", "", "Server disconnected"]))
+    # The failed one (an error) is left out, as the tool leaves it out; the silent one stays: its prompt ran
+    assert p.input_lens == (100, 200, 300, 400) and p.output_lens == (20, 0, 10, 30)
+    assert p.zero_ttft == (False, True, False, False) and p.mean_output_tokens == 15
+    assert p.notes and p.notes[0].startswith("1 of 4 completed requests had no text")
+    sim = _PointSimulator(validate_scenario(BASE))
+    _, workload, client = sim._workload(0, p)
+    assert workload.output_tokens.tolist() == [20, 1, 10, 30]  # the silent one generated its stop token
+    got = sim.metrics(0, p, TRUE)
+    # Every request finishes inside the same duration, so the client's tokens per request are its 60 over 4,
+    # not the simulation's 61 over 4
+    assert got["output_throughput_tok_per_s"] / got["request_throughput_per_s"] == pytest.approx(15.0)
+    # Its TTFT mean averages a 0 in for the silent request, as benchmark_serving.py's mean did
+    timed = _PointSimulator(validate_scenario(BASE)).metrics(0, replace(p, zero_ttft=(False,) * 4), TRUE)
+    assert 0 < got["ttft_mean_s"] < timed["ttft_mean_s"]
+    frame = pd.DataFrame({"request_id": [2, 0, 1, 3], "ttft_s": [0.3, 0.1, 0.2, 0.4]})
+    counted = client.counted(type("R", (), {"requests": frame})(), {"ttft_mean_s": 0.25,
+                                                                     "output_throughput_tok_per_s": 61.0})
+    assert counted == pytest.approx({"ttft_mean_s": (0.1 + 0.3 + 0.4) / 4, "output_throughput_tok_per_s": 60.0})
+
+
+def test_without_errors_a_request_with_no_output_is_taken_as_failed(tmp_path):
+    [p] = read_bench(_detailed_result(tmp_path / "r.json", None))
+    assert p.input_lens == (100, 300, 400) and p.output_lens == (20, 10, 30) and not any(p.zero_ttft) and not p.notes
 
 
 def test_an_unknown_dataset_is_refused_in_one_line(tmp_path, capsys):
