@@ -143,6 +143,8 @@ def probes() -> dict:
 # element, which a CPU core pays on top of moving the data (`GPUSpec.pass_s_per_element`). The memory traffic and the
 # first touch of the full-size pass are priced from the other constants.
 _PROBE_HEADS, _PROBE_ROWS, _PROBE_KEYS = 2, 128, 512  # scores: heads x rows x keys; the mask: (heads x rows) x keys
+# The elementwise passes the math backend runs on fp32 inputs, in ELEMENTWISE_PASSES' order: the ones probed
+FP32_PASSES = [op for op in ELEMENTWISE_PASSES if op in {row[0] for row in math_sdpa_passes(_FP32)}]
 
 
 def pass_probes() -> dict:
@@ -172,7 +174,7 @@ def pass_probes() -> dict:
         "all": (lambda: torch.all(is_neg_inf, dim=-1, keepdim=True, out=all_rows), scores.numel()),
         "where_p": (lambda: torch.where(all_rows, zero, probs, out=probs), scores.numel()),
     }
-    assert set(calls) == {op for op in ELEMENTWISE_PASSES if op in {row[0] for row in math_sdpa_passes(_FP32)}}
+    assert set(calls) == set(FP32_PASSES)
     return {op: (lambda fn=fn, n=n: _per_call_s(fn) / n) for op, (fn, n) in calls.items()}
 
 
@@ -263,7 +265,6 @@ def main() -> None:
     print(f"one layer, {h} heads x d {d}, fp32, causal, no context; MALLOC_MMAP_THRESHOLD_={_MMAP_THRESHOLD}; "
           f"{_load()}")
     rows, rate_rows, pass_rows = [], [], []
-    pass_ops = [op for op in ELEMENTWISE_PASSES if op in {row[0] for row in math_sdpa_passes(_FP32)}]
     for n in args.lengths:
         r, t, fault_mib = measure(n, h, d, args.rounds)
         reached = reached_cache_bytes(r["cache_copy"], r["dram_copy"], l3)
@@ -280,7 +281,7 @@ def main() -> None:
                     f"{mat_s * 1e3:.1f} | {measured:.3f} | **{modelled:.3f}** | {err:+.1%} | "
                     f"{'yes' if abs(err) <= GOAL else 'no'} | {with_sysfs / measured - 1:+.1%} | "
                     f"{without_own / measured - 1:+.1%} | {without:.3f} | {fault_mib:.0f} / {fresh_mib:.0f} |")
-        pass_rows.append(f"| {n:,} | " + " | ".join(f"{r[f'pass {op}'] * 1e9:.3f}" for op in pass_ops) + " |")
+        pass_rows.append(f"| {n:,} | " + " | ".join(f"{r[f'pass {op}'] * 1e9:.3f}" for op in FP32_PASSES) + " |")
         rate_rows.append(f"| {n:,} | {r['matmul'] / 1e9:.0f} | {r['cache_copy'] / 1e9:.0f} | "
                          f"{r['dram_copy'] / 1e9:.0f} | {r['first_touch'] / 1e9:.2f} | {reached // _MIB} | "
                          f"{args.rounds} | {_load()} |")
@@ -296,8 +297,8 @@ def main() -> None:
     print("| --- " * 8 + "|")
     print("\n".join(rate_rows))
     print("\nEach pass's own work, ns per element, its operands in cache (medians, measured beside each length):\n")
-    print("| tokens | " + " | ".join(pass_ops) + " |")
-    print("| --- " * (len(pass_ops) + 1) + "|")
+    print("| tokens | " + " | ".join(FP32_PASSES) + " |")
+    print("| --- " * (len(FP32_PASSES) + 1) + "|")
     print("\n".join(pass_rows))
 
 

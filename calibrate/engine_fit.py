@@ -451,7 +451,8 @@ class _PointSimulator:
                 workload = dataclasses.replace(workload, input_tokens=np.resize(np.array(point.input_lens, np.int64), n),
                                                output_tokens=np.maximum(outputs, 1))
                 if not outputs.all():
-                    client = _ClientCounts(np.resize(np.array(point.zero_ttft, bool), n), outputs)
+                    zero = point.zero_ttft or (False,) * len(point.output_lens)
+                    client = _ClientCounts(np.resize(np.array(zero, bool), n), outputs)
             self._workloads[index] = (d, workload, client)
         return self._workloads[index]
 

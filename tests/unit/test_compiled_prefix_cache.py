@@ -13,7 +13,7 @@ from sim.kv.paged import PagedKVManager
 BS = 16
 
 
-def cache_of(prompts_ids: list[list[int]], num_blocks: int = 8, unit: int = BS):
+def cache_of(prompts_ids: list[list[int]], num_blocks: int = 8):
     ids = np.concatenate([np.array(i, dtype=np.int64) for i in prompts_ids])
     start = np.concatenate([[0], np.cumsum([len(i) for i in prompts_ids])]).astype(np.int64)
     return pc.state(1, num_blocks, 4, 8, ids, start)
@@ -73,7 +73,7 @@ def test_a_shared_prefix_is_stored_once_and_given_back_when_its_last_holder_leav
 def test_keys_are_the_simpy_engines_keys():
     # Both engines key blocks with sim.kv.prefix_keys.block_keys_into: the slot's keys are PrefixCache's.
     ids = [4, 4, 9, 1]
-    state = cache_of([ids], num_blocks=8, unit=8)
+    state = cache_of([ids], num_blocks=8)  # the unit (8 tokens) is the lookup's
     slot, _ = pc.lookup(state, 0, 0, 27, 8, BS)
     kv = PagedKVManager(8, BS, enable_prefix_caching=True)
     keys, num_full = kv.prefix_cache.keys_of(Request(0, 0.0, 27, 4, prefix_ids=np.array(ids), prefix_unit_tokens=8))
