@@ -54,7 +54,7 @@ def run(case, variant: str) -> tuple[dict, int, str]:
     spec = validate_scenario(raw)
     workload = make_workload(spec)
     result = simulate(spec, own_content(workload) if cached else workload)
-    sim = ps.measure(result)
+    sim = ps.measure(result, case.workload.requests)
     errors = {m.group: sim[m.sim] / m.measured - 1 for m in case.metrics}
     return errors, int(result.summary.get("preemptions", 0)), result.extras.get("engine_core", "")
 

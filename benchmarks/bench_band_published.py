@@ -44,7 +44,7 @@ def band_of_case(case, fitted: dict, sources: list[str]):
         return None
 
     def figures(result) -> dict:
-        got = ps.measure(result)
+        got = ps.measure(result, case.workload.requests)
         return {m.group: got[m.sim] for m in case.metrics}
     try:
         band, values, point, _ = band_runs(spec, figures=figures, point=(

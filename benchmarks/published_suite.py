@@ -11,8 +11,9 @@ What this module does, in order:
    checked field by field; a malformed case becomes one line in `Suite.errors` naming the file, the case and the
    field (it never stops the run). Normalized: the engine (`vllm`, `sglang`, `trtllm`, `lmdeploy` + its version),
    the GPU (a `servesim catalog gpus` name), the model (a catalog name or a config.json beside the data), TP,
-   weight and KV dtypes, the workload (where per-request lengths are not given: a ShareGPT sample drawn as the
-   clients draw it around the quoted means, `sharegpt_bench_lengths`; any other dataset fixed at the quoted means), the
+   weight and KV dtypes, the workload (a result file's every request where the case lists them, `requests`, replayed
+   in order and counted as its client counted them; otherwise a ShareGPT sample drawn as the clients draw it around
+   the quoted means, `sharegpt_bench_lengths`, and any other dataset fixed at the quoted means), the
    arrival (below) and the quoted metrics, each mapped to the ServeSim quantity it is compared with and to the
    benchmark tool's definition of it (`METRIC_DEFINITIONS`).
    Every assumption a case needs (a number the source does not give) is written into `PublishedCase.assumptions`.
@@ -195,7 +196,7 @@ def simulate_case(case: "PublishedCase", cost_model_name: str, fitted: dict, num
     n = num_requests or case.workload.num_prompts  # as the run is evaluated: a burst's throughput needs its count
     try:
         spec = validate_scenario(scenario(case, COST_MODELS[cost_model_name], fitted, n))
-        return measure(simulate(spec))
+        return measure(simulate(spec), case.workload.requests)
     except Exception:  # noqa: BLE001  (a case the fit cannot simulate contributes its worst residual)
         return {}
 
@@ -214,6 +215,13 @@ METRIC_DEFINITIONS = {
         "throughput": "output tokens / benchmark duration (first request sent to last response)",
         "ttft": "client-side time to first token (includes the HTTP front end, tokenization, queueing)",
         "tpot": "per request (latency - TTFT) / (output tokens - 1), the first token excluded; mean over requests",
+        "itl": "every gap between streamed chunks, mean over all gaps",
+    },
+    "vllm benchmark_serving.py": {  # vllm bench serve's predecessor (benchmarks/, vLLM 0.4-0.7): the same figures
+        "throughput": "output tokens / benchmark duration (first request sent to last response)",
+        "ttft": "client-side time to the first streamed chunk with text (includes the HTTP front end, tokenization, "
+                "queueing); 0 for a request that completed with no text, averaged in",
+        "tpot": "per request of 2 or more output tokens (latency - TTFT) / (output tokens - 1); mean over requests",
         "itl": "every gap between streamed chunks, mean over all gaps",
     },
     "trtllm-bench": {"throughput": "output tokens / total latency (the page's sample report: 3000 x 128 / 16.406 s)"},
@@ -321,6 +329,29 @@ class Workload:
     # The scenario's `workload.lengths`: None = fixed at input_tokens/output_tokens; for a ShareGPT sample, a
     # lognormal filtered as the client's sampler filters, its kept means the quoted ones (sharegpt_bench_lengths)
     lengths: dict | None = None
+    # Where the source publishes every request (a `--save-result` file): those lengths, replayed in order
+    requests: "RequestLengths | None" = None
+
+
+@dataclass(frozen=True)
+class RequestLengths:
+    """A result file's per-request lengths, the completed requests' only (failed ones are left out, as the tool
+    leaves them out of its figures), in the file's order."""
+
+    input_lens: tuple[int, ...]
+    output_lens: tuple[int, ...]  # as the client counted them; 0: the request completed with no text
+    zero_ttft: tuple[bool, ...]  # the tool averaged a TTFT of 0 into its mean (no text ever came)
+
+    def lengths(self) -> dict:
+        """The scenario's `workload.lengths`: these, in order; a request with no text generated its stop token."""
+        return {"kind": "listed", "input_tokens": list(self.input_lens),
+                "output_tokens": [max(1, o) for o in self.output_lens]}
+
+    def client(self, num_requests: int):
+        """How the client counted a run of `num_requests` of them (calibrate.bench_results.ClientCounts, the one
+        definition fit-engine uses too); None when every request had text."""
+        from calibrate.bench_results import ClientCounts
+        return ClientCounts.replayed(self.output_lens, self.zero_ttft, num_requests)[1]
 
 
 @dataclass(frozen=True)
@@ -355,7 +386,8 @@ class PublishedCase:
     @property
     def client_side(self) -> bool:
         """The tool measures at an HTTP client, so its times include the API front-end."""
-        return self.tool in ("vllm bench serve", "sglang.bench_serving", "triton online (unstated)")
+        return self.tool in ("vllm bench serve", "vllm benchmark_serving.py", "sglang.bench_serving",
+                             "triton online (unstated)")
 
     @property
     def key(self) -> tuple[str, str]:
@@ -498,10 +530,42 @@ def _metrics(r: _Reader, q: dict, tool: str) -> tuple[list[Metric], list[str]]:
     return out, assumed
 
 
+def _request_lengths(r: _Reader, q: dict, n: int) -> RequestLengths | None:
+    """The case's `requests`: the per-request lists of a `--save-result` file, copied from it (`input_lens`,
+    `output_lens`; `zero_ttft_indices`: where its `ttfts` entry is 0; `failed_indices`: where its `errors` entry is
+    not empty). Checked against the file's own totals, so that a miscopied length fails here, not in the table."""
+    req = r.get("requests", (dict,), required=False)
+    if req is None:
+        return None
+    lists = {}
+    for key in ("input_lens", "output_lens", "zero_ttft_indices", "failed_indices"):
+        v = req.get(key, [] if key.endswith("_indices") else None)
+        if not isinstance(v, list) or not all(isinstance(x, int) and not isinstance(x, bool) and x >= 0 for x in v):
+            raise r.fail(f"requests.{key}", f"expected a list of integers >= 0, got {v!r}"[:200])
+        lists[key] = v
+    ins, outs = lists["input_lens"], lists["output_lens"]
+    if len(ins) != n or len(outs) != n:
+        raise r.fail("requests", f"{len(ins)} input and {len(outs)} output lengths; num_prompts is {n}")
+    failed, zero = set(lists["failed_indices"]), set(lists["zero_ttft_indices"])
+    if any(k >= n for k in failed | zero):
+        raise r.fail("requests", f"an index past num_prompts {n}")
+    kept = [k for k in range(n) if k not in failed]
+    if not kept or any(ins[k] < 1 for k in kept) or any(outs[k] for k in zero):
+        raise r.fail("requests", "expected every completed request to have a prompt, and a zero TTFT only where the "
+                     "output is 0")
+    for total, lens in (("total_input_tokens", ins), ("total_generated_tokens", outs)):
+        if total in q and sum(lens[k] for k in kept) != q[total]:
+            raise r.fail("requests", f"the completed requests' lengths sum to {sum(lens[k] for k in kept)}, not "
+                         f"the quoted {total} {q[total]}")
+    return RequestLengths(tuple(ins[k] for k in kept), tuple(outs[k] for k in kept), tuple(k in zero for k in kept))
+
+
 def _tool(raw: dict) -> str:
     bench = str(raw.get("benchmark_command") or raw.get("command") or "")
     if bench.startswith("vllm bench serve"):
         return "vllm bench serve"
+    if "benchmark_serving.py" in bench:
+        return "vllm benchmark_serving.py"
     if bench.startswith("trtllm-bench"):
         return "trtllm-bench"
     if "sglang.bench_serving" in bench:
@@ -607,7 +671,18 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
     # lengths: the quoted totals, else the dataset's fixed lengths, else derived
     n_ok = q.get("successful_requests", n)
     mean_in = mean_out = None  # the exact means behind lin/lout, where a sample's lengths are drawn around them
-    if "total_input_tokens" in q and "total_generated_tokens" in q:
+    requests = _request_lengths(r, q, n)
+    if requests is not None:  # every request's lengths: the scenario's fixed lengths are replaced by them
+        n = len(requests.input_lens)
+        lin = round(statistics.fmean(requests.input_lens))
+        lout = max(1, round(statistics.fmean(requests.output_lens)))
+        lengths_from = "every request's lengths, as the result file lists them (replayed in order)"
+        silent = sum(o == 0 for o in requests.output_lens)
+        if silent:
+            assumptions.append(f"{silent} of {n} requests completed with no text: each replayed with one output "
+                               "token (its stop token), counted as the client counted it (no tokens; a TTFT of 0 "
+                               "where the file has 0)")
+    elif "total_input_tokens" in q and "total_generated_tokens" in q:
         mean_in, mean_out = q["total_input_tokens"] / n_ok, q["total_generated_tokens"] / n_ok
         lin, lout = round(mean_in), round(mean_out)
         lengths_from = "the quoted token totals over the successful requests (means; fixed lengths)"
@@ -657,7 +732,7 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
     if dataset["name"] == "sharegpt" and mean_in is not None:
         lengths = sharegpt_bench_lengths(mean_in, mean_out)
         assumptions.append(SHAREGPT_ASSUMPTION.format(mean_in=mean_in, mean_out=mean_out))
-    workload = Workload(lin, lout, lengths_from, arrival, concurrency, rate, n, lengths)
+    workload = Workload(lin, lout, lengths_from, arrival, concurrency, rate, n, lengths, requests)
     unstated = tuple(raw.get("unstated") or ()) + tuple(file_unstated)
     return PublishedCase(
         file=file, name=name, source=source, url=url, source_block=raw.get("source_block"), engine=engine,
@@ -954,8 +1029,9 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel,
                      "expert_parallel": case.expert_parallel},
         "workload": {"arrival": arrival,
-                     "lengths": w.lengths or {"kind": "fixed", "input_tokens": w.input_tokens,
-                                              "output_tokens": w.output_tokens}},
+                     "lengths": (w.requests.lengths() if w.requests is not None else
+                                 w.lengths or {"kind": "fixed", "input_tokens": w.input_tokens,
+                                               "output_tokens": w.output_tokens})},
         "quantization": _quantization(case),
         "run": {"seed": 0, "num_requests": num_requests or w.num_prompts},
         **sections,
@@ -1037,25 +1113,33 @@ class CaseResult:
     wall_s: float = 0.0
 
 
-def measure(result) -> dict:
-    """The ServeSim quantities (SIM_QUANTITIES) of one run, in SI units."""
+def measure(result, requests: RequestLengths | None = None) -> dict:
+    """The ServeSim quantities (SIM_QUANTITIES) of one run, in SI units; with a case's `requests`, its TTFT and
+    output tokens as the client counted them (a request that completed with no text: no tokens, a TTFT of 0 where
+    the result file has 0)."""
     import numpy as np
+    import pandas as pd
 
     from sim.results import sent_column
     r = result.requests
     fin = r[r["finished"]]
+    client = requests.client(len(r)) if requests is not None else None
     # As the benchmark client times it: from its first request sent to its last response received. With a
     # front-end those are the client's columns: the engine's own (arrival, finish) leave out the first request's
     # inbound work and the last reply's way back.
     received = "client_last_token_s" if "client_last_token_s" in r else "finish_s"
     duration = float(fin[received].max() - r[sent_column(r)].min()) if len(fin) else math.nan
     out = float(fin["output_tokens"].sum())
+    ttft = fin["ttft_s"]
+    if client is not None:
+        out *= client.output_share(fin)
+        ttft = pd.Series(client.ttft_s(fin), dtype=float)
     return {
         "output_tok_s": out / duration,
         "total_tok_s": (out + float(fin["prompt_tokens"].sum())) / duration,
         "requests_per_s": len(fin) / duration,
-        "ttft_mean": float(fin["ttft_s"].mean()),
-        "ttft_p50": float(fin["ttft_s"].median()),
+        "ttft_mean": float(ttft.mean()),
+        "ttft_p50": float(ttft.median()),
         "tpot_mean": float(np.nanmean(fin["tpot_s"])) if fin["tpot_s"].notna().any() else math.nan,
         "tpot_p50": float(fin["tpot_s"].median()) if fin["tpot_s"].notna().any() else math.nan,
         "itl_mean": float(result.summary.get("itl_mean", math.nan)),
@@ -1088,7 +1172,7 @@ def run_case(case: PublishedCase, cost_model_name: str, fitted: dict | None = No
     except ConfigError as err:
         res.reason = f"simulation refused: {' '.join(str(err).split())}"
         return res
-    sim = measure(result)
+    sim = measure(result, case.workload.requests)
     res.status = "simulated"
     res.label = result.extras.get("cost_model_label", "")
     for m in case.metrics:

@@ -37,6 +37,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from sim.errors import ConfigError
 
 FIELD = "--bench"
@@ -76,6 +78,40 @@ class BenchPoint:
         if self.concurrency is not None:
             return f"c={self.concurrency}"
         return f"rate={self.rate_per_s:g}/s" if math.isfinite(self.rate_per_s) else "burst"
+
+
+@dataclass(frozen=True)
+class ClientCounts:
+    """How the client counted a result whose requests include some that completed with no text (output 0): such a
+    request is replayed with one output token, the stop token its engine generated, which the client never saw. Used
+    by `fit-engine --bench` and by the published suite (benchmarks/published_suite.py), on a simulated run's requests
+    frame (`request_id` indexes these arrays, as it indexes the replayed workload)."""
+
+    zero_ttft: np.ndarray  # per replayed request: the tool averaged a TTFT of 0 into its mean
+    outputs: np.ndarray  # per replayed request: the output tokens the client counted
+
+    @staticmethod
+    def replayed(output_lens, zero_ttft, n: int) -> tuple[np.ndarray, "ClientCounts | None"]:
+        """The output lengths to simulate (the measured ones in order, repeated to n, each at least 1) and how the
+        client counted them (None: every request had text, nothing to recount)."""
+        outputs = np.resize(np.array(output_lens, np.int64), n)
+        if outputs.all():
+            return outputs, None
+        zero = np.resize(np.array(zero_ttft if zero_ttft is not None else (False,) * len(output_lens), bool), n)
+        return np.maximum(outputs, 1), ClientCounts(zero, outputs)
+
+    def ttft_s(self, frame) -> np.ndarray:
+        """The TTFT the client recorded for each request of `frame` that has one: 0 where it recorded 0."""
+        ids = frame["request_id"].to_numpy()
+        ttft = frame["ttft_s"].to_numpy(dtype=float)
+        done = np.isfinite(ttft)
+        return np.where(self.zero_ttft[ids], 0.0, ttft)[done]
+
+    def output_share(self, frame) -> float:
+        """The client's output tokens over the simulated ones, for the requests of `frame` that have a TTFT."""
+        ids = frame["request_id"].to_numpy()[np.isfinite(frame["ttft_s"].to_numpy(dtype=float))]
+        simulated = np.maximum(self.outputs, 1)[ids].sum()
+        return float(self.outputs[ids].sum() / simulated) if simulated else 1.0
 
 
 def read_bench(path: str | Path) -> list[BenchPoint]:

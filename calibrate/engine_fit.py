@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calibrate.bench_results import ClientCounts
 from sim.config.schema import Scenario
 from sim.cost.overhead import TERMS, EngineOverhead, EngineOverheadCostModel, engine_overhead
 from sim.errors import ConfigError
@@ -363,31 +364,6 @@ def _fit_metrics(point) -> list[str]:
     return keys
 
 
-@dataclass(frozen=True)
-class _ClientCounts:
-    """How the client counted a result whose requests include some that completed with no text (output 0): the
-    simulation gives each its stop token, which the client never saw."""
-
-    zero_ttft: np.ndarray  # per workload request: the tool averaged a TTFT of 0 in
-    outputs: np.ndarray  # per workload request: the output tokens the client counted
-
-    def counted(self, result, got: dict[str, float]) -> dict[str, float]:
-        """The simulated metrics as the client counted them: the TTFT mean with zeros where it had them, and output
-        throughput over the tokens it saw."""
-        frame = result.requests
-        ids = frame["request_id"].to_numpy()
-        ttft = frame["ttft_s"].to_numpy(dtype=float)
-        done = np.isfinite(ttft)  # the requests the summary's TTFT mean is over
-        ttft = np.where(self.zero_ttft[ids], 0.0, ttft)[done]
-        got = dict(got)
-        if len(ttft):
-            got["ttft_mean_s"] = float(ttft.mean())
-        simulated_tokens = np.maximum(self.outputs, 1)[ids][done].sum()
-        if simulated_tokens:
-            got["output_throughput_tok_per_s"] *= float(self.outputs[ids][done].sum() / simulated_tokens)
-        return got
-
-
 class _PointSimulator:
     """Simulates the bench points on the scenario with given terms (the scenario's kernels, the fitted overhead,
     its front-end with the fitted costs)."""
@@ -446,13 +422,9 @@ class _PointSimulator:
             client = None
             if point.input_lens is not None:  # the measured lengths, in their order, repeated to the count
                 n = workload.num_requests
-                outputs = np.resize(np.array(point.output_lens, np.int64), n)
-                # A request that completed with no text still generated its stop token
+                outputs, client = ClientCounts.replayed(point.output_lens, point.zero_ttft, n)
                 workload = dataclasses.replace(workload, input_tokens=np.resize(np.array(point.input_lens, np.int64), n),
-                                               output_tokens=np.maximum(outputs, 1))
-                if not outputs.all():
-                    zero = point.zero_ttft or (False,) * len(point.output_lens)
-                    client = _ClientCounts(np.resize(np.array(zero, bool), n), outputs)
+                                               output_tokens=outputs)
             self._workloads[index] = (d, workload, client)
         return self._workloads[index]
 
@@ -469,7 +441,12 @@ class _PointSimulator:
         result = simulate(validate_scenario(d), workload,
                           cost_model=EngineOverheadCostModel(self.kernels, overhead, self.num_layers))
         got = {k: float(result.summary.get(v, math.nan)) for k, v in _SIM_METRICS.items()}
-        return client.counted(result, got) if client is not None else got
+        if client is not None:  # as the client counted: zeros in its TTFT mean, only the tokens it saw
+            ttft = client.ttft_s(result.requests)
+            if len(ttft):
+                got["ttft_mean_s"] = float(ttft.mean())
+            got["output_throughput_tok_per_s"] *= client.output_share(result.requests)
+        return got
 
     def overhead(self, terms: dict[str, float]) -> EngineOverhead:
         return replace(self.start_overhead, engine="fitted", per_step_s=terms["per_step_s"], per_seq_s=terms["per_seq_s"])

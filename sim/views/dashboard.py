@@ -101,8 +101,9 @@ LENGTH_PRESETS = literal_choices(PresetLengths, "name")
 # Other kinds from a loaded file are shown as YAML.
 FORM_ARRIVAL_KINDS = tuple(kind for kind, spec in zip(ARRIVAL_KINDS, ARRIVAL_SPECS)
                            if "rate_per_s" in spec.model_fields) + ("trace",)
-# Length kinds the sidebar has inputs for: all but empirical (a file of lengths, shown as YAML).
-FORM_LENGTH_KINDS = tuple(kind for kind in union_kinds(Lengths) if kind != "empirical")
+# Length kinds the sidebar has inputs for: all but empirical (a file of lengths) and listed (every request's
+# lengths), both shown as YAML.
+FORM_LENGTH_KINDS = tuple(kind for kind in union_kinds(Lengths) if kind not in ("empirical", "listed"))
 DEFAULT_BASE: dict = {
     "name": "dashboard",
     "description": "What-if comparison from the ServeSim dashboard.",

@@ -1,4 +1,4 @@
-"""Prompt and output lengths: fixed, uniform, lognormal, empirical, published presets, from a trace."""
+"""Prompt and output lengths: fixed, uniform, lognormal, empirical, listed, published presets, from a trace."""
 
 from __future__ import annotations
 
@@ -88,6 +88,29 @@ class EmpiricalLengths(StrictSpec):
     output_column: str
 
 
+# A listed workload is written out in the scenario itself: a benchmark result's requests, not a dataset (use
+# `empirical` with a file for that).
+MAX_LISTED_REQUESTS = 100_000
+
+
+class ListedLengths(StrictSpec):
+    """Every request's lengths, in order: a benchmark result's per-request `input_lens` / `output_lens`, replayed
+    as the client sent them (a run of more requests repeats the list from its start)."""
+
+    kind: Literal["listed"] = "listed"
+    input_tokens: list[Annotated[int, Field(ge=1, le=MAX_TRACE_TOKENS)]] = Field(min_length=1,
+                                                                                max_length=MAX_LISTED_REQUESTS)
+    output_tokens: list[Annotated[int, Field(ge=1, le=MAX_TRACE_TOKENS)]] = Field(min_length=1,
+                                                                                 max_length=MAX_LISTED_REQUESTS)
+
+    @model_validator(mode="after")
+    def _paired(self) -> "ListedLengths":
+        if len(self.input_tokens) != len(self.output_tokens):
+            raise ValueError(f"{len(self.input_tokens)} input_tokens and {len(self.output_tokens)} output_tokens; "
+                             "give one of each per request")
+        return self
+
+
 class PresetLengths(StrictSpec):
     """Lengths shaped like a public dataset (see _PRESETS for what is published and what is assumed)."""
 
@@ -102,7 +125,8 @@ class TraceLengths(StrictSpec):
 
 
 Lengths = Annotated[
-    Union[FixedLengths, UniformLengths, LognormalLengths, EmpiricalLengths, PresetLengths, TraceLengths],
+    Union[FixedLengths, UniformLengths, LognormalLengths, EmpiricalLengths, ListedLengths, PresetLengths,
+          TraceLengths],
     Field(discriminator="kind"),
 ]
 
@@ -133,6 +157,8 @@ def sample_lengths(spec, seq: np.random.SeedSequence, n: int) -> tuple[np.ndarra
         return _lognormal(input_rng, spec.input_mean, spec.input_sigma, n), _lognormal(
             output_rng, spec.output_mean, spec.output_sigma, n
         )
+    if isinstance(spec, ListedLengths):
+        return np.resize(np.array(spec.input_tokens, np.int64), n), np.resize(np.array(spec.output_tokens, np.int64), n)
     if isinstance(spec, EmpiricalLengths):
         table = _cached_empirical(spec)
         # One index per request keeps each (input, output) pair together: they are correlated.

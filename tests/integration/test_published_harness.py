@@ -279,3 +279,47 @@ def test_trtllm_bench_build_sizes_the_engine_as_its_heuristic_does(suite):
     sections, approx = ps.engine_settings(long)
     assert sections["engine"]["max_num_tokens"] == 2048 and sections["engine"]["enable_chunked_prefill"] is True
     assert any("chunked context assumed" in a for a in approx)
+
+
+def test_a_result_files_requests_are_replayed_in_order_and_counted_as_its_client_counted(suite, tmp_path):
+    """Lambda's `benchmark_serving.py --save-result` files list every request: the case replays those lengths in
+    order (`listed`), a request that completed with no text with its stop token, and `measure` counts the run as
+    the client did: no tokens for it, and a TTFT of 0 in the mean where the file has 0."""
+    case = next(c for c in suite.cases if c.name == "lambda llama-3.1-8b-fp8 h100 tp1 10 prompts")
+    assert case.tool == "vllm benchmark_serving.py" and case.client_side
+    # ITL is per streamed chunk of 10 tokens there, per step here: not compared
+    assert [m.group for m in case.metrics] == ["throughput", "ttft", "tpot_itl", "duration"]
+    req = case.workload.requests
+    assert req.output_lens == (120, 1, 1, 194, 0, 40, 0, 0, 6, 80) and sum(req.input_lens) == 1369
+    assert req.zero_ttft == tuple(o == 0 for o in req.output_lens)
+    lengths = validate_scenario(ps.scenario(case, ps.COST_MODELS["roofline"])).workload.lengths
+    assert lengths.kind == "listed" and lengths.output_tokens == [120, 1, 1, 194, 1, 40, 1, 1, 6, 80]
+
+    from helpers import small_scenario
+    from sim.run import simulate
+    silent = ps.RequestLengths((64, 32, 16, 8), (4, 0, 6, 2), (False, True, False, False))
+    result = simulate(validate_scenario(small_scenario({"workload": {"arrival": {"kind": "burst"},
+                                                                     "lengths": silent.lengths()},
+                                                        "run": {"num_requests": 4}})))
+    r = result.requests.sort_values("request_id")
+    assert r["output_tokens"].tolist() == [4, 1, 6, 2] and r["prompt_tokens"].tolist() == [64, 32, 16, 8]
+    plain, counted = ps.measure(result), ps.measure(result, silent)
+    assert counted["ttft_mean"] == pytest.approx((r["ttft_s"].sum() - r["ttft_s"].iloc[1]) / 4)
+    assert counted["output_tok_s"] == pytest.approx(plain["output_tok_s"] * 12 / 13)
+    assert counted["tpot_mean"] == plain["tpot_mean"] and counted["duration_s"] == plain["duration_s"]
+
+    # A miscopied list fails on loading, one line naming the field
+    raw = yaml.safe_load((ps.DATA_DIR / "lambda_vllm060.yaml").read_text())
+    good = next(c for c in raw["cases"] if c["name"] == case.name)
+    short = dict(good, name="short", requests=dict(good["requests"], input_lens=good["requests"]["input_lens"][:9]))
+    off = dict(good, name="off by one", requests=dict(good["requests"],
+                                                     output_lens=[121] + good["requests"]["output_lens"][1:]))
+    talking = dict(good, name="zero ttft with text", requests=dict(good["requests"], zero_ttft_indices=[0]))
+    path = tmp_path / "lens.yaml"
+    path.write_text(yaml.safe_dump({"sources": raw["sources"], "unstated": ["x"], "cases": [short, off, talking]}))
+    loaded = ps.load_suite([path], data_dir=tmp_path)
+    assert loaded.cases == [] and len(loaded.errors) == 3
+    assert loaded.errors[0] == ("lens.yaml: case 'short': field 'requests': 9 input and 10 output lengths; "
+                                "num_prompts is 10")
+    assert "the completed requests' lengths sum to 443, not the quoted total_generated_tokens 442" in loaded.errors[1]
+    assert "a zero TTFT only where the output is 0" in loaded.errors[2]

@@ -260,9 +260,8 @@ def test_requests_that_completed_with_no_text_are_replayed_and_counted_as_the_cl
     timed = _PointSimulator(validate_scenario(BASE)).metrics(0, replace(p, zero_ttft=(False,) * 4), TRUE)
     assert 0 < got["ttft_mean_s"] < timed["ttft_mean_s"]
     frame = pd.DataFrame({"request_id": [2, 0, 1, 3], "ttft_s": [0.3, 0.1, 0.2, 0.4]})
-    counted = client.counted(type("R", (), {"requests": frame})(), {"ttft_mean_s": 0.25,
-                                                                     "output_throughput_tok_per_s": 61.0})
-    assert counted == pytest.approx({"ttft_mean_s": (0.1 + 0.3 + 0.4) / 4, "output_throughput_tok_per_s": 60.0})
+    assert client.ttft_s(frame).tolist() == [0.3, 0.1, 0.0, 0.4]  # request 1's TTFT as the client recorded it
+    assert client.output_share(frame) == pytest.approx(60 / 61)
 
 
 def test_without_errors_a_request_with_no_output_is_taken_as_failed(tmp_path):

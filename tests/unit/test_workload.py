@@ -375,3 +375,24 @@ def test_every_request_fits_the_context(max_context, input_mean, output_mean, si
     w = generate(poisson, seed=seed, num_requests=200, max_context=max_context)
     assert np.all(w.input_tokens >= 1) and np.all(w.output_tokens >= 1)
     assert np.all(w.input_tokens + w.output_tokens <= max_context)
+
+
+def test_listed_lengths_replay_every_request_in_order_and_repeat_from_the_start():
+    from sim.workload.lengths import ListedLengths, sample_lengths
+    spec = ListedLengths(input_tokens=[13, 25, 329], output_tokens=[120, 1, 7])
+    inputs, outputs = sample_lengths(spec, np.random.SeedSequence(0), 7)
+    assert inputs.tolist() == [13, 25, 329, 13, 25, 329, 13] and outputs.tolist() == [120, 1, 7, 120, 1, 7, 120]
+    # Not drawn: another seed gives the same lengths
+    again = sample_lengths(spec, np.random.SeedSequence(99), 7)
+    assert again[0].tolist() == inputs.tolist() and again[1].tolist() == outputs.tolist()
+
+
+@pytest.mark.parametrize("lists, problem", [
+    ({"input_tokens": [10, 20], "output_tokens": [5]}, "2 input_tokens and 1 output_tokens"),
+    ({"input_tokens": [10, 0], "output_tokens": [5, 5]}, "greater than or equal to 1"),
+    ({"input_tokens": [], "output_tokens": []}, "at least 1"),
+])
+def test_listed_lengths_refuse_unpaired_or_empty_lists(lists, problem):
+    from sim.workload.lengths import ListedLengths
+    with pytest.raises(ValidationError, match=problem):
+        ListedLengths(**lists)
