@@ -344,14 +344,15 @@ class RequestLengths:
 
     def lengths(self) -> dict:
         """The scenario's `workload.lengths`: these, in order; a request with no text generated its stop token."""
+        from calibrate.bench_results import replayed_outputs
         return {"kind": "listed", "input_tokens": list(self.input_lens),
-                "output_tokens": [max(1, o) for o in self.output_lens]}
+                "output_tokens": replayed_outputs(self.output_lens)}
 
     def client(self, num_requests: int):
         """How the client counted a run of `num_requests` of them (calibrate.bench_results.ClientCounts, the one
         definition fit-engine uses too); None when every request had text."""
         from calibrate.bench_results import ClientCounts
-        return ClientCounts.replayed(self.output_lens, self.zero_ttft, num_requests)[1]
+        return ClientCounts.of(self.output_lens, self.zero_ttft, num_requests)
 
 
 @dataclass(frozen=True)

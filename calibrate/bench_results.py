@@ -80,25 +80,32 @@ class BenchPoint:
         return f"rate={self.rate_per_s:g}/s" if math.isfinite(self.rate_per_s) else "burst"
 
 
+def replayed_outputs(output_lens) -> list[int]:
+    """The output lengths to simulate for measured ones, in order: a request that completed with no text (output 0)
+    still generated its stop token."""
+    return [max(1, int(o)) for o in output_lens]
+
+
 @dataclass(frozen=True)
 class ClientCounts:
     """How the client counted a result whose requests include some that completed with no text (output 0): such a
-    request is replayed with one output token, the stop token its engine generated, which the client never saw. Used
-    by `fit-engine --bench` and by the published suite (benchmarks/published_suite.py), on a simulated run's requests
-    frame (`request_id` indexes these arrays, as it indexes the replayed workload)."""
+    request is replayed with its stop token (`replayed_outputs`), which the client never saw. Used by `fit-engine
+    --bench` and by the published suite (benchmarks/published_suite.py), on a simulated run's requests frame
+    (`request_id` indexes these arrays, as it indexes the replayed workload: the measured requests in order,
+    repeated to the run's count)."""
 
     zero_ttft: np.ndarray  # per replayed request: the tool averaged a TTFT of 0 into its mean
     outputs: np.ndarray  # per replayed request: the output tokens the client counted
+    simulated: np.ndarray  # per replayed request: the output tokens simulated
 
     @staticmethod
-    def replayed(output_lens, zero_ttft, n: int) -> tuple[np.ndarray, "ClientCounts | None"]:
-        """The output lengths to simulate (the measured ones in order, repeated to n, each at least 1) and how the
-        client counted them (None: every request had text, nothing to recount)."""
+    def of(output_lens, zero_ttft, n: int) -> "ClientCounts | None":
+        """How the client counted a run of `n` requests replaying these (None: every request had text)."""
         outputs = np.resize(np.array(output_lens, np.int64), n)
         if outputs.all():
-            return outputs, None
+            return None
         zero = np.resize(np.array(zero_ttft if zero_ttft is not None else (False,) * len(output_lens), bool), n)
-        return np.maximum(outputs, 1), ClientCounts(zero, outputs)
+        return ClientCounts(zero, outputs, np.resize(np.array(replayed_outputs(output_lens), np.int64), n))
 
     def ttft_s(self, frame) -> np.ndarray:
         """The TTFT the client recorded for each request of `frame` that has one: 0 where it recorded 0."""
@@ -110,7 +117,7 @@ class ClientCounts:
     def output_share(self, frame) -> float:
         """The client's output tokens over the simulated ones, for the requests of `frame` that have a TTFT."""
         ids = frame["request_id"].to_numpy()[np.isfinite(frame["ttft_s"].to_numpy(dtype=float))]
-        simulated = np.maximum(self.outputs, 1)[ids].sum()
+        simulated = self.simulated[ids].sum()
         return float(self.outputs[ids].sum() / simulated) if simulated else 1.0
 
 

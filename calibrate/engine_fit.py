@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from calibrate.bench_results import ClientCounts
+from calibrate.bench_results import ClientCounts, replayed_outputs
 from sim.config.schema import Scenario
 from sim.cost.overhead import TERMS, EngineOverhead, EngineOverheadCostModel, engine_overhead
 from sim.errors import ConfigError
@@ -397,7 +397,11 @@ class _PointSimulator:
             arrival = {"kind": "poisson", "rate_per_s": point.rate_per_s}
         else:
             arrival = {"kind": "burst"}
-        if point.dataset == "sharegpt" and point.input_lens is None:
+        n = min(point.num_requests or MAX_POINT_REQUESTS, MAX_POINT_REQUESTS)
+        if point.input_lens is not None:  # the measured requests, in their order (repeated to the run's count)
+            lengths = {"kind": "listed", "input_tokens": list(point.input_lens[:n]),
+                       "output_tokens": replayed_outputs(point.output_lens[:n])}
+        elif point.dataset == "sharegpt":
             # Token totals only: the requests drawn as the clients draw ShareGPT (fixed lengths would finish a
             # burst all at once, where the sample's longest outputs run on alone)
             lengths = sharegpt_bench_lengths(point.mean_input_tokens, point.mean_output_tokens)
@@ -406,25 +410,19 @@ class _PointSimulator:
                        "output_tokens": max(1, round(point.mean_output_tokens))}
         d["workload"] = {"arrival": arrival, "lengths": lengths}
         run = {k: v for k, v in d.get("run", {}).items() if k not in ("duration_s", "horizon_s", "warmup_s", "cooldown_s")}
-        n = min(point.num_requests or MAX_POINT_REQUESTS, MAX_POINT_REQUESTS)
         d["run"] = run | {"num_requests": max(n, point.concurrency or 1)}
         return d
 
     def _workload(self, index: int, point):
         if index not in self._workloads:
-            import dataclasses
-
             from sim.config.files import validate_scenario
             from sim.run import make_workload
 
             d = self._point_dict(point)
             workload = make_workload(validate_scenario(d))
             client = None
-            if point.input_lens is not None:  # the measured lengths, in their order, repeated to the count
-                n = workload.num_requests
-                outputs, client = ClientCounts.replayed(point.output_lens, point.zero_ttft, n)
-                workload = dataclasses.replace(workload, input_tokens=np.resize(np.array(point.input_lens, np.int64), n),
-                                               output_tokens=outputs)
+            if point.input_lens is not None:
+                client = ClientCounts.of(point.output_lens, point.zero_ttft, workload.num_requests)
             self._workloads[index] = (d, workload, client)
         return self._workloads[index]
 
