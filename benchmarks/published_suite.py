@@ -217,13 +217,6 @@ METRIC_DEFINITIONS = {
         "tpot": "per request (latency - TTFT) / (output tokens - 1), the first token excluded; mean over requests",
         "itl": "every gap between streamed chunks, mean over all gaps",
     },
-    "vllm benchmark_serving.py": {  # vllm bench serve's predecessor (benchmarks/, vLLM 0.4-0.7): the same figures
-        "throughput": "output tokens / benchmark duration (first request sent to last response)",
-        "ttft": "client-side time to the first streamed chunk with text (includes the HTTP front end, tokenization, "
-                "queueing); 0 for a request that completed with no text, averaged in",
-        "tpot": "per request of 2 or more output tokens (latency - TTFT) / (output tokens - 1); mean over requests",
-        "itl": "every gap between streamed chunks, mean over all gaps",
-    },
     "trtllm-bench": {"throughput": "output tokens / total latency (the page's sample report: 3000 x 128 / 16.406 s)"},
     "sglang.bench_serving": {
         "throughput": "output tokens / benchmark duration (first request sent to last response)",
@@ -247,6 +240,12 @@ METRIC_DEFINITIONS = {
         "ttft": "first-token latency in-process (no HTTP), mean over requests",
     },
 }
+
+# vllm bench serve's predecessor (benchmarks/benchmark_serving.py, vLLM 0.4-0.7) prints the same figures; its TTFT
+# clock starts at the first chunk with text, so a request that completed with none averages in a 0
+METRIC_DEFINITIONS["vllm benchmark_serving.py"] = METRIC_DEFINITIONS["vllm bench serve"] | {
+    "ttft": "client-side time to the first streamed chunk with text (includes the HTTP front end, tokenization, "
+            "queueing); 0 for a request that completed with no text, averaged in"}
 
 # ServeSim's quantity per metric group (what `measure` computes from a Result).
 SIM_QUANTITIES = {
@@ -327,9 +326,10 @@ class Workload:
     request_rate: float | None
     num_prompts: int
     # The scenario's `workload.lengths`: None = fixed at input_tokens/output_tokens; for a ShareGPT sample, a
-    # lognormal filtered as the client's sampler filters, its kept means the quoted ones (sharegpt_bench_lengths)
+    # lognormal filtered as the client's sampler filters, its kept means the quoted ones (sharegpt_bench_lengths);
+    # where the source lists every request, those (`requests.lengths()`)
     lengths: dict | None = None
-    # Where the source publishes every request (a `--save-result` file): those lengths, replayed in order
+    # Where the source publishes every request (a `--save-result` file): how its client counted them (`measure`)
     requests: "RequestLengths | None" = None
 
 
@@ -730,7 +730,9 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
     if "(blank" in str(raw.get("source_block", "")):
         assumptions.append("a blank GPU cell read as the GPU of the rows above it")
     lengths = None
-    if dataset["name"] == "sharegpt" and mean_in is not None:
+    if requests is not None:
+        lengths = requests.lengths()
+    elif dataset["name"] == "sharegpt" and mean_in is not None:
         lengths = sharegpt_bench_lengths(mean_in, mean_out)
         assumptions.append(SHAREGPT_ASSUMPTION.format(mean_in=mean_in, mean_out=mean_out))
     workload = Workload(lin, lout, lengths_from, arrival, concurrency, rate, n, lengths, requests)
@@ -1030,9 +1032,8 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel,
                      "expert_parallel": case.expert_parallel},
         "workload": {"arrival": arrival,
-                     "lengths": (w.requests.lengths() if w.requests is not None else
-                                 w.lengths or {"kind": "fixed", "input_tokens": w.input_tokens,
-                                               "output_tokens": w.output_tokens})},
+                     "lengths": w.lengths or {"kind": "fixed", "input_tokens": w.input_tokens,
+                                              "output_tokens": w.output_tokens}},
         "quantization": _quantization(case),
         "run": {"seed": 0, "num_requests": num_requests or w.num_prompts},
         **sections,
