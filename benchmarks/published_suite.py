@@ -535,6 +535,7 @@ def _request_lengths(r: _Reader, q: dict, n: int) -> RequestLengths | None:
     """The case's `requests`: the per-request lists of a `--save-result` file, copied from it (`input_lens`,
     `output_lens`; `zero_ttft_indices`: where its `ttfts` entry is 0; `failed_indices`: where its `errors` entry is
     not empty). Checked against the file's own totals, so that a miscopied length fails here, not in the table."""
+    from calibrate.bench_results import completed_requests
     req = r.get("requests", (dict,), required=False)
     if req is None:
         return None
@@ -558,7 +559,7 @@ def _request_lengths(r: _Reader, q: dict, n: int) -> RequestLengths | None:
         if total in q and sum(lens[k] for k in kept) != q[total]:
             raise r.fail("requests", f"the completed requests' lengths sum to {sum(lens[k] for k in kept)}, not "
                          f"the quoted {total} {q[total]}")
-    return RequestLengths(tuple(ins[k] for k in kept), tuple(outs[k] for k in kept), tuple(k in zero for k in kept))
+    return RequestLengths(*completed_requests(ins, outs, [k in failed for k in range(n)], [k in zero for k in range(n)]))
 
 
 def _tool(raw: dict) -> str:

@@ -179,30 +179,38 @@ def _metric(source: str, key: str, value, scale: float) -> float | None:
     return v * scale if v is not None and math.isfinite(v) and v > 0 else None
 
 
+def completed_requests(input_lens, output_lens, failed, zero_ttft) -> tuple[tuple, tuple, tuple]:
+    """The requests a client's figures count, in the result's order: every one but those `failed` (the tool leaves a
+    failed request out of its figures), each as (input lengths, output lengths, zero TTFT): an output of 0 is a
+    request that completed with no text, and `zero_ttft` marks where the tool averaged a TTFT of 0 into its mean.
+    The one rule for a result file (`_lens`) and for the published suite's copied lists."""
+    kept = [k for k in range(len(input_lens)) if not failed[k]]
+    return (tuple(int(input_lens[k]) for k in kept), tuple(int(output_lens[k]) for k in kept),
+            tuple(bool(zero_ttft[k]) for k in kept))
+
+
 def _lens(obj: dict) -> tuple[tuple[int, ...], tuple[int, ...], tuple[bool, ...]] | None:
-    """Per-request (input, output, zero TTFT) of the completed requests, in the result's order, when it holds both
-    length lists. A request with an `errors` entry failed and is left out, as the tool leaves it out of its figures;
-    without `errors`, an output of 0 is taken as a failure (newer tools write 0 for one). With `errors`, an output of
-    0 is a request that completed with no text: its prompt ran, and where its `ttfts` entry is 0 the tool averaged a
-    TTFT of 0 into its mean (the module docstring says why)."""
+    """Per-request (input, output, zero TTFT) of the completed requests (`completed_requests`), when the result holds
+    both length lists. A request with an `errors` entry failed; without `errors`, an output of 0 is taken as a
+    failure (newer tools write 0 for one), and so is a length that is not a count. With `errors`, an output of 0 is
+    a request that completed with no text: its prompt ran, and where its `ttfts` entry is 0 the tool averaged a TTFT
+    of 0 into its mean (the module docstring says why)."""
     ins, outs = obj.get("input_lens"), obj.get("output_lens")
     if not isinstance(ins, list) or not isinstance(outs, list) or len(ins) != len(outs) or not ins:
         return None
     errors, ttfts = obj.get("errors"), obj.get("ttfts")
     errors = errors if isinstance(errors, list) and len(errors) == len(ins) else None
     ttfts = ttfts if isinstance(ttfts, list) and len(ttfts) == len(ins) else None
-    kept = []
-    for k, (i, o) in enumerate(zip(ins, outs)):
-        if any(isinstance(v, bool) or not isinstance(v, (int, float)) for v in (i, o)):
-            continue
-        failed = bool(errors[k]) if errors is not None else o <= 0
-        if failed or i <= 0 or o < 0:
-            continue
-        zero = o == 0 and ttfts is not None and isinstance(ttfts[k], (int, float)) and ttfts[k] == 0
-        kept.append((int(i), int(o), zero))
-    if not kept:
-        return None
-    return tuple(i for i, _, _ in kept), tuple(o for _, o, _ in kept), tuple(z for _, _, z in kept)
+
+    def counted(v) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    failed = [not (counted(i) and counted(o)) or (bool(errors[k]) if errors is not None else o <= 0) or i <= 0 or o < 0
+              for k, (i, o) in enumerate(zip(ins, outs))]
+    zero = [not failed[k] and outs[k] == 0 and ttfts is not None and counted(ttfts[k]) and ttfts[k] == 0
+            for k in range(len(ins))]
+    kept = completed_requests(ins, outs, failed, zero)
+    return kept if kept[0] else None
 
 
 def _load(source: str, concurrency, rate) -> tuple[int | None, float]:
