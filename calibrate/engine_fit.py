@@ -105,12 +105,10 @@ def kernel_scenario(scenario: Scenario) -> Scenario:
 
 
 def starting_terms(scenario: Scenario) -> EngineOverhead:
+    """The terms the scenario's cost model already has (sim.run.overhead_of), or none."""
+    from sim.run import overhead_of
     o = getattr(scenario.cost_model, "overhead", None)
-    if o is None:
-        return engine_overhead("none")
-    return engine_overhead(o.engine, per_step_s=o.per_step_s, per_seq_s=o.per_seq_s,
-                           per_prefill_token_s=o.per_prefill_token_s, launch_per_layer_s=o.launch_per_layer_s,
-                            overlap=o.overlap)
+    return engine_overhead("none") if o is None else overhead_of(o)
 
 
 def request_metrics(frame: pd.DataFrame) -> dict[str, float]:
