@@ -559,7 +559,8 @@ def _request_lengths(r: _Reader, q: dict, n: int) -> RequestLengths | None:
         if total in q and sum(lens[k] for k in kept) != q[total]:
             raise r.fail("requests", f"the completed requests' lengths sum to {sum(lens[k] for k in kept)}, not "
                          f"the quoted {total} {q[total]}")
-    return RequestLengths(*completed_requests(ins, outs, [k in failed for k in range(n)], [k in zero for k in range(n)]))
+    return RequestLengths(*completed_requests(ins, outs, [k in failed for k in range(n)],
+                                              [k in zero for k in range(n)]))
 
 
 def _tool(raw: dict) -> str:
