@@ -419,8 +419,10 @@ class _PointSimulator:
             d = self._point_dict(point)
             workload = make_workload(validate_scenario(d))
             client = None
-            if point.input_lens is not None:
-                client = ClientCounts.of(point.output_lens, point.zero_ttft, workload.num_requests)
+            if point.input_lens is not None:  # counted over the requests the workload lists (the first ones)
+                listed = len(d["workload"]["lengths"]["input_tokens"])
+                zero = None if point.zero_ttft is None else point.zero_ttft[:listed]
+                client = ClientCounts.of(point.output_lens[:listed], zero, workload.num_requests)
             self._workloads[index] = (d, workload, client)
         return self._workloads[index]
 

@@ -264,6 +264,18 @@ def test_requests_that_completed_with_no_text_are_replayed_and_counted_as_the_cl
     assert client.output_share(frame) == pytest.approx(60 / 61)
 
 
+def test_the_client_counts_follow_the_listed_requests_when_a_point_is_cut_short(tmp_path, monkeypatch):
+    """A point of more requests than a fit simulates keeps its first ones, repeated to the concurrency: the
+    client's counts are those of the same requests, in the same order."""
+    import calibrate.engine_fit as ef
+    [p] = read_bench(_detailed_result(tmp_path / "r.json", ["", "", "", "", "Server disconnected"]))
+    monkeypatch.setattr(ef, "MAX_POINT_REQUESTS", 2)
+    _, workload, client = _PointSimulator(validate_scenario(BASE))._workload(0, replace(p, concurrency=3))
+    assert workload.output_tokens.tolist() == [20, 1, 20]
+    assert client.outputs.tolist() == [20, 0, 20] and client.zero_ttft.tolist() == [False, True, False]
+    assert client.simulated.tolist() == workload.output_tokens.tolist()
+
+
 def test_without_errors_a_request_with_no_output_is_taken_as_failed(tmp_path):
     [p] = read_bench(_detailed_result(tmp_path / "r.json", None))
     assert p.input_lens == (100, 300, 400) and p.output_lens == (20, 10, 30) and not any(p.zero_ttft) and not p.notes
