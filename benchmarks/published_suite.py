@@ -551,16 +551,16 @@ def _request_lengths(r: _Reader, q: dict, n: int) -> RequestLengths | None:
     failed, zero = set(lists["failed_indices"]), set(lists["zero_ttft_indices"])
     if any(k >= n for k in failed | zero):
         raise r.fail("requests", f"an index past num_prompts {n}")
-    kept = [k for k in range(n) if k not in failed]
-    if not kept or any(ins[k] < 1 for k in kept) or any(outs[k] for k in zero):
+    done = RequestLengths(*completed_requests(ins, outs, [k in failed for k in range(n)],
+                                              [k in zero for k in range(n)]))
+    if not done.input_lens or min(done.input_lens) < 1 or any(outs[k] for k in zero):
         raise r.fail("requests", "expected every completed request to have a prompt, and a zero TTFT only where the "
                      "output is 0")
-    for total, lens in (("total_input_tokens", ins), ("total_generated_tokens", outs)):
-        if total in q and sum(lens[k] for k in kept) != q[total]:
-            raise r.fail("requests", f"the completed requests' lengths sum to {sum(lens[k] for k in kept)}, not "
-                         f"the quoted {total} {q[total]}")
-    return RequestLengths(*completed_requests(ins, outs, [k in failed for k in range(n)],
-                                              [k in zero for k in range(n)]))
+    for total, lens in (("total_input_tokens", done.input_lens), ("total_generated_tokens", done.output_lens)):
+        if total in q and sum(lens) != q[total]:
+            raise r.fail("requests", f"the completed requests' lengths sum to {sum(lens)}, not the quoted {total} "
+                         f"{q[total]}")
+    return done
 
 
 def _tool(raw: dict) -> str:
