@@ -193,7 +193,8 @@ def _derive_vllm(ctx: Context) -> PresetResult:
     sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0): chunked prefill with decodes and prefill chunks
     in one step, the OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`), 16-token KV blocks (an MLA
     model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9 (0.92 from 0.20), async scheduling by
-    default from 0.14; V0 (0.6-0.7) as v0.6.3 does: prefill-only steps unless chunked, multi-step decoding."""
+    default from 0.14; V0 (0.6-0.7) as each release does (`_vllm_v0_schedule`): prefill-only steps unless chunked
+    (on by default above a 32k context), multi-step decoding."""
     v, flags = ctx.version, ctx.flags
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
                               "kv_cache.block_size": 16, "kv_cache.gpu_memory_utilization": 0.9}
@@ -235,23 +236,7 @@ def _derive_vllm(ctx: Context) -> PresetResult:
             notes.append(f"vLLM {ctx.version_text}: gpu_memory_utilization 0.92; the memory vLLM sets aside for CUDA "
                          "graphs (profiled from v0.20.0) is not taken from the KV budget")
     else:
-        # V0 (vllm/engine/arg_utils.py and vllm/config.py SchedulerConfig, v0.6.3): chunked prefill off unless
-        # asked for; without it a step is prefill-only or decode-only (vllm/core/scheduler.py _schedule_default:
-        # prefills first) and the token budget is max(max_model_len, 2048); with it, decodes and chunks share a
-        # step under a budget of 512 tokens.
-        chunked = bool(flags.get("enable_chunked_prefill", _get(ctx.raw, "scheduler.chunked_prefill") or False))
-        steps = flags.get("num_scheduler_steps", 1)
-        if chunked and steps > 1 and v < (0, 6, 4):
-            raise ConfigError(f"engine.num_scheduler_steps: {steps} with enable_chunked_prefill is not supported by "
-                              f"vLLM {ctx.version_text}; allowed: vLLM 0.6.4 or later, or one of the two")
-        values.update({"scheduler.chunked_prefill": chunked, "scheduler.mixed_batches": chunked,
-                       "scheduler.max_num_seqs": 256, "scheduler.decode_steps_per_schedule": steps})
-        max_len = ctx.max_model_len()
-        if chunked:
-            values["scheduler.max_num_batched_tokens"] = 512
-        elif max_len is not None:
-            values["scheduler.max_num_batched_tokens"] = max(max_len, 2048)
-        notes.append(f"vLLM {ctx.version_text} (V0): defaults read at v0.6.3")
+        values.update(_vllm_v0_schedule(ctx, notes))
     values.update(_engine_terms(ctx, "vllm", notes))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
@@ -269,6 +254,74 @@ def _derive_vllm(ctx: Context) -> PresetResult:
         named = "--async-scheduling" if flags.get("async_scheduling") else "async scheduling"
         notes.append(f"vLLM {named}: the CPU terms (fitted on runs without it) overlap the GPU's step")
     return PresetResult(values, {}, notes)
+
+
+# vLLM V0 (0.6.0-0.7.x), read in the PyPI sdists of 0.6.0-0.6.6, 0.7.0 and 0.7.3: vllm/engine/arg_utils.py
+# create_engine_config and vllm/config.py SchedulerConfig.
+VLLM_V0_SDISTS_READ = {(0, 6, patch) for patch in range(7)} | {(0, 7, 0), (0, 7, 3)}
+VLLM_V0_LONG_CONTEXT = 32768  # use_long_context = max_model_len > 32768: chunked prefill on unless told
+VLLM_V0_MULTI_STEP_CHUNKED_SINCE = (0, 6, 3)  # before: "Chunked prefill is not supported with multi-step"
+VLLM_V0_CHUNK_BUDGET_2048_SINCE = (0, 6, 5)  # SchedulerConfig's chunked budget: 512 to v0.6.4, then 2048
+
+
+def _vllm_v0_chunked_prefill(ctx: Context) -> tuple[bool, str | None]:
+    """Whether vLLM V0 chunks prefills, and why when the user did not say: create_engine_config turns it on for a
+    max_model_len above 32768 (Llama 3.1's 131072 unless --max-model-len is given) on a GPU, for a model without a
+    sliding window, without speculative decoding (nor LoRA, prompt adapters or a multimodal model, which ServeSim
+    does not model), and in v0.6.0 only without prefix caching (ServeSim's GPUs are taken as CUDA; v0.6.5 on
+    leaves ROCm out)."""
+    given = ctx.flags.get("enable_chunked_prefill", _get(ctx.raw, "scheduler.chunked_prefill"))
+    if given is not None:
+        return bool(given), None
+    max_len = ctx.max_model_len()
+    if max_len is None or max_len <= VLLM_V0_LONG_CONTEXT:
+        return False, None
+    if ctx.model is not None and ctx.model.sliding_window is not None:
+        return False, None
+    if ctx.raw.get("speculation") is not None:
+        return False, None
+    caching = ctx.flags.get("enable_prefix_caching", _get(ctx.raw, "kv_cache.enable_prefix_caching"))
+    if ctx.version[:3] == (0, 6, 0) and caching:
+        return False, None
+    return True, (f"chunked prefill on: max_model_len {max_len} is above {VLLM_V0_LONG_CONTEXT} "
+                  "(vllm/engine/arg_utils.py create_engine_config; --max-model-len or --enable-chunked-prefill "
+                  "false turn it off)")
+
+
+def _vllm_v0_schedule(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """vLLM V0's scheduler settings: without chunked prefill a step is prefill-only or decode-only
+    (vllm/core/scheduler.py _schedule_default: prefills first) under a token budget of max(max_model_len, 2048);
+    with it, decodes and chunks share a step under 512 tokens (2048 from v0.6.5), or, with multi-step (from
+    v0.6.3, not with pipeline parallelism), max(max_model_len, 2048): "Multi-step Chunked-Prefill doesn't allow
+    prompt-chunking" (SchedulerConfig)."""
+    v, text = ctx.version, ctx.version_text
+    chunked, why = _vllm_v0_chunked_prefill(ctx)
+    steps = ctx.flags.get("num_scheduler_steps", 1)
+    max_len = ctx.max_model_len()
+    if chunked and steps > 1 and v < VLLM_V0_MULTI_STEP_CHUNKED_SINCE:
+        if why is None:
+            raise ConfigError(f"engine.num_scheduler_steps: {steps} with enable_chunked_prefill is not supported by "
+                              f"vLLM {text}; allowed: vLLM 0.6.3 or later, or one of the two")
+        raise ConfigError(f"engine.num_scheduler_steps: {steps} is refused by vLLM {text} with max_model_len "
+                          f"{max_len} (above {VLLM_V0_LONG_CONTEXT} it turns chunked prefill on, which it does not "
+                          f"run with multi-step); allowed: engine.max_model_len of at most {VLLM_V0_LONG_CONTEXT}, "
+                          "engine.enable_chunked_prefill: false, or vLLM 0.6.3 or later")
+    if chunked and steps > 1 and ctx.pipeline_parallel > 1:
+        raise ConfigError(f"engine.num_scheduler_steps: {steps} with chunked prefill and pipeline_parallel "
+                          f"{ctx.pipeline_parallel} is not supported by vLLM {text} (\"Multi-Step Chunked-Prefill is "
+                          "not supported for pipeline-parallel-size > 1\"); allowed: num_scheduler_steps 1, "
+                          "enable_chunked_prefill false, or pipeline_parallel 1")
+    values: dict[str, Any] = {"scheduler.chunked_prefill": chunked, "scheduler.mixed_batches": chunked,
+                              "scheduler.max_num_seqs": 256, "scheduler.decode_steps_per_schedule": steps}
+    if chunked and steps == 1:
+        values["scheduler.max_num_batched_tokens"] = 2048 if v >= VLLM_V0_CHUNK_BUDGET_2048_SINCE else 512
+    elif max_len is not None:
+        values["scheduler.max_num_batched_tokens"] = max(max_len, 2048)
+    if why is not None:
+        notes.append(f"vLLM {text}: {why}")
+    read_in = "its own PyPI sdist" if v[:3] in VLLM_V0_SDISTS_READ else "the 0.7.0 and 0.7.3 sdists, which agree"
+    notes.append(f"vLLM {text} (V0): defaults read in {read_in} (vllm/engine/arg_utils.py, vllm/config.py)")
+    return values
 
 
 def _vllm_async_default(ctx: Context) -> tuple[bool, str]:

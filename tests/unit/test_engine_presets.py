@@ -7,7 +7,7 @@ from helpers import one_error_line, servesim
 
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
-from sim.model.catalog import get_gpu
+from sim.model.catalog import get_gpu, get_model
 
 BASE = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
                      "lengths": {"kind": "fixed", "input_tokens": 500, "output_tokens": 100}},
@@ -72,9 +72,11 @@ def test_vllm_admits_on_the_whole_prompt_and_says_where_that_stands_in(version):
     assert sc.scheduler.admission == "whole_prompt" and sc.scheduler.rule().whole_prompt_admission
     stand_in = any("whole prompt's KV blocks" in n for n in sc.engine.notes)
     assert stand_in is ((0, 8) <= tuple(map(int, version.split("."))) < (0, 19))
-    if version == "0.6.0":  # V0 without chunked prefill admits a prompt whole: the rule has nothing to choose
+    if version == "0.6.0":  # V0 without chunked prefill (a context of at most 32k) admits a prompt whole: the rule
+        # has nothing to choose
         with pytest.raises(ConfigError, match="admission 'first_chunk' needs chunked_prefill true"):
-            scenario({"name": "vllm", "version": version}, scheduler={"admission": "first_chunk"})
+            scenario({"name": "vllm", "version": version, "max_model_len": 4096},
+                     scheduler={"admission": "first_chunk"})
         return
     given = scenario({"name": "vllm", "version": version}, scheduler={"admission": "first_chunk"})
     assert given.scheduler.admission == "first_chunk"  # the scenario's own value wins
@@ -130,6 +132,34 @@ def test_vllm_v0_without_chunked_prefill_runs_prefill_only_steps_under_a_whole_c
     # the engine's own flag (--max-model-len) reaches the derivation as the scenario's key does
     flag = scenario({"name": "vllm", "version": "0.6.3", "max_model_len": 4096}).scheduler
     assert flag.max_num_batched_tokens == 4096 and flag.max_model_len == 4096
+
+
+@pytest.mark.parametrize("version, budget", [("0.6.0", 512), ("0.6.4", 512), ("0.6.5", 2048), ("0.7.3", 2048)])
+def test_vllm_v0_chunks_prefills_above_a_32k_context_unless_told(version, budget):
+    # vllm/engine/arg_utils.py create_engine_config: enable_chunked_prefill None and max_model_len > 32768 -> True;
+    # vllm/config.py SchedulerConfig: a chunked budget of 512 tokens to v0.6.4, 2048 from v0.6.5 (PyPI sdists)
+    long = scenario({"name": "vllm", "version": version}).scheduler  # Llama 3.1 8B: 131072 tokens
+    assert long.chunked_prefill and long.mixed_batches and long.max_num_batched_tokens == budget
+    assert any("chunked prefill on: max_model_len 131072 is above 32768" in n
+               for n in scenario({"name": "vllm", "version": version}).engine.notes)
+    at_32k = scenario({"name": "vllm", "version": version, "max_model_len": 32768}).scheduler
+    assert not at_32k.chunked_prefill and at_32k.max_num_batched_tokens == 32768
+    told = scenario({"name": "vllm", "version": version, "enable_chunked_prefill": False}).scheduler
+    assert not told.chunked_prefill and told.max_num_batched_tokens == 131072
+    speculation = {"num_speculative_tokens": 3, "draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
+    assert not scenario({"name": "vllm", "version": version}, speculation=speculation).scheduler.chunked_prefill
+    windowed = {**get_model("mistral-7b-v0.1").model_dump(exclude_none=True), "max_context": 65536}
+    assert not scenario({"name": "vllm", "version": version}, model=windowed).scheduler.chunked_prefill
+    # v0.6.0 alone keeps it off with prefix caching
+    cached = scenario({"name": "vllm", "version": version, "enable_prefix_caching": True}).scheduler
+    assert cached.chunked_prefill is (version != "0.6.0")
+
+
+def test_vllm_v0_multi_step_with_chunked_prefill_keeps_prompts_whole():
+    # v0.6.3 on: multi-step runs with chunked prefill, under max(max_model_len, 2048) ("Multi-step Chunked-Prefill
+    # doesn't allow prompt-chunking"); before v0.6.3 the engine refuses the pair, tested with the bad input below
+    s = scenario({"name": "vllm", "version": "0.6.3", "num_scheduler_steps": 8}).scheduler
+    assert s.chunked_prefill and s.decode_steps_per_schedule == 8 and s.max_num_batched_tokens == 131072
 
 
 def test_sglang_derives_its_memory_fraction_and_runs_separate_batches_with_the_new_token_ratio():
@@ -321,8 +351,13 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"name": "vllm", "version": "0.11.0", "enable_chunked_prefill": False}, {}, "V1 always chunks"),
     ({"name": "vllm", "version": "0.9.2", "async_scheduling": True}, {},
      "engine.async_scheduling: true is not a flag of vLLM 0.9.2; allowed: vLLM 0.10.0 or later"),
-    ({"name": "vllm", "version": "0.6.3", "num_scheduler_steps": 8, "enable_chunked_prefill": True}, {},
-     "not supported by vLLM 0.6.3"),
+    ({"name": "vllm", "version": "0.6.2", "num_scheduler_steps": 8, "enable_chunked_prefill": True}, {},
+     "not supported by vLLM 0.6.2; allowed: vLLM 0.6.3 or later"),
+    ({"name": "vllm", "version": "0.6.0", "num_scheduler_steps": 10}, {},
+     "engine.num_scheduler_steps: 10 is refused by vLLM 0.6.0 with max_model_len 131072 (above 32768 it turns "
+     "chunked prefill on"),
+    ({"name": "vllm", "version": "0.6.3", "num_scheduler_steps": 8}, {"hardware": {"pipeline_parallel": 2}},
+     "with chunked prefill and pipeline_parallel 2 is not supported by vLLM 0.6.3"),
     ({"name": "vllm", "version": "0.11.0", "max_num_seqs": 64}, {"scheduler": {"max_num_seqs": 32}},
      "engine.max_num_seqs: 64 contradicts scheduler.max_num_seqs 32"),
     ({"name": "vllm", "version": "0.11.0", "max_num_seqs": "many"}, {},
