@@ -333,8 +333,8 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                 num_preempted += added
             num_decode = sr[r, I_MEMBERS]
             num_sampled += num_decode
-            if not in_group and num_pf == 0 and num_decode > 0:
-                sr[r, I_GROUP_LEFT] = cfg[C_GROUP_STEPS] - 1  # a decode-only step opens a group
+            if not in_group and (num_pf > 0 or num_decode > 0):
+                sr[r, I_GROUP_LEFT] = cfg[C_GROUP_STEPS] - 1  # a step opens a group (ContinuousScheduler.schedule)
         if num_pf == 0 and num_decode == 0:
             have_plan = False
     if not have_plan:

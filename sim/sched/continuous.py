@@ -195,8 +195,9 @@ class ContinuousScheduler(SchedulerBase):
         self._add_decodes(plan)
         if not plan.prefill_request_ids and not plan.num_decode_seqs:
             return None
-        if not plan.prefill_request_ids:
-            self._group_steps_left = rule.decode_steps_per_schedule - 1  # a decode-only step opens a group
+        # a step opens a group, its prefills too (vLLM 0.6.3+ multi-step with chunked prefill: a prompt scheduled
+        # with the decodes decodes in the group's other steps, vllm/sequence.py init_multi_step_from_lookahead_slots)
+        self._group_steps_left = rule.decode_steps_per_schedule - 1
         return plan
 
     def _decode_only(self, plan: StepPlan, opens_group: bool = True) -> StepPlan | None:

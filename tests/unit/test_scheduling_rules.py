@@ -77,6 +77,23 @@ def test_a_group_of_decode_steps_keeps_a_new_prompt_waiting():
     assert kinds == ["decode", "decode", "decode", "prefill", "decode"]
 
 
+def test_with_mixed_batches_a_prompts_step_opens_the_group_it_then_decodes_in():
+    # vLLM 0.6.3+ multi-step with chunked prefill (vllm/sequence.py init_multi_step_from_lookahead_slots): a prompt
+    # scheduled beside the decodes runs num_scheduler_steps steps, its first token in the first, so the group's
+    # other steps are decodes that no prompt joins, the new one's among them.
+    sched = scheduler(PagedKVManager(64, 4), SchedulingRule(mixed_batches=True, decode_steps_per_schedule=3))
+    a, b, c = make_request(4, 20), make_request(4, 20), make_request(4, 20)
+    sched.add_request(a)
+    plans = [step(sched, 0.0)]  # a's prefill opens a group of 3
+    sched.add_request(b)
+    plans += [step(sched, float(t)) for t in (1, 2)]  # a decodes; b waits for the group's end
+    sched.add_request(c)
+    plans += [step(sched, float(t)) for t in (3, 4, 5, 6)]  # b and c with a's decode, then a group of 3 decodes
+    ids = {a.request_id: "a", b.request_id: "b", c.request_id: "c"}
+    assert [("".join(ids[r] for r in p.prefill_request_ids), p.num_decode_seqs) for p in plans] == [
+        ("a", 0), ("", 1), ("", 1), ("bc", 1), ("", 3), ("", 3), ("", 3)]
+
+
 def test_first_chunk_admission_lets_a_prompt_in_that_its_later_chunks_then_preempt():
     # 16 blocks of 4 tokens, a budget of 16 tokens; a and b: 40-token prompts. a's prompt takes steps 0-2 (16, 16,
     # 8 tokens: 10 blocks). At step 2 the 8 tokens left of the budget could start b: the whole prompt (10 blocks)
