@@ -984,9 +984,10 @@ def unsupported(case: PublishedCase, cost_model: dict) -> str | None:
         return "measured kernels: weight-only FP8 (FP8 weights, 16-bit matmuls) is not in the measured tables"
     if cost_model.get("kind") == "measured":
         from sim.cost.measured import measured_unsupported
+        from sim.model.memory import FP8_COMPUTE_DEFAULT
         q = _quantization(case)
-        why = measured_unsupported(case.gpu, q["weights"], q["kv_cache"], fp8_compute=q.get("fp8_compute", False),
-                                   tables=own_tables(case))
+        why = measured_unsupported(case.gpu, q["weights"], q["kv_cache"],
+                                   fp8_compute=q.get("fp8_compute", FP8_COMPUTE_DEFAULT), tables=own_tables(case))
         if why:
             return f"measured kernels: {why}"
     return None

@@ -78,12 +78,15 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
             f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "
             "terms (the most accurate source available)")
     from sim.cost.measured import measured_unsupported
+    from sim.model.memory import FP8_COMPUTE_DEFAULT
+    # absent, the schema's default (weight-only fp8), to which the measured model then holds the scenario
+    fp8_compute = quant.get("fp8_compute", FP8_COMPUTE_DEFAULT)
     why_not = None
     if engine in ("sglang", "trtllm"):  # the engine's own tables where they hold this GPU and dtype
-        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=engine)
+        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=engine)
     tables = engine if engine in ("sglang", "trtllm") and why_not is None else "vllm"
     if tables == "vllm":
-        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=tables)
+        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=tables)
     if why_not is None and isinstance(disaggregation, dict):  # every pool's GPU must be measured
         for pool in ("prefill", "decode"):
             section = disaggregation.get(pool)
@@ -91,7 +94,7 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
             if not isinstance(pool_gpu, str):
                 why_not = f"the {pool} pool's GPU is inline"
                 break
-            why_not = measured_unsupported(pool_gpu, weights, kv, fp8_compute=quant.get("fp8_compute"), tables=tables)
+            why_not = measured_unsupported(pool_gpu, weights, kv, fp8_compute=fp8_compute, tables=tables)
             if why_not is not None:
                 break
     if why_not is None and floor <= 1:

@@ -264,28 +264,25 @@ VLLM_V0_MULTI_STEP_CHUNKED_SINCE = (0, 6, 3)  # before: "Chunked prefill is not 
 VLLM_V0_CHUNK_BUDGET_2048_SINCE = (0, 6, 5)  # SchedulerConfig's chunked budget: 512 to v0.6.4, then 2048
 
 
-def _vllm_v0_chunked_prefill(ctx: Context) -> tuple[bool, str | None]:
-    """Whether vLLM V0 chunks prefills, and why when the user did not say: create_engine_config turns it on for a
+def _vllm_v0_long_context_chunking(ctx: Context) -> str | None:
+    """Why vLLM V0 chunks prefills when not told, or None where it does not: create_engine_config turns it on for a
     max_model_len above 32768 (Llama 3.1's 131072 unless --max-model-len is given) on a GPU, for a model without a
     sliding window, without speculative decoding (nor LoRA, prompt adapters or a multimodal model, which ServeSim
     does not model), and in v0.6.0 only without prefix caching (ServeSim's GPUs are taken as CUDA; v0.6.5 on
     leaves ROCm out)."""
-    given = ctx.flags.get("enable_chunked_prefill", _get(ctx.raw, "scheduler.chunked_prefill"))
-    if given is not None:
-        return bool(given), None
     max_len = ctx.max_model_len()
     if max_len is None or max_len <= VLLM_V0_LONG_CONTEXT:
-        return False, None
+        return None
     if ctx.model is not None and ctx.model.sliding_window is not None:
-        return False, None
+        return None
     if ctx.raw.get("speculation") is not None:
-        return False, None
+        return None
     caching = ctx.flags.get("enable_prefix_caching", _get(ctx.raw, "kv_cache.enable_prefix_caching"))
     if ctx.version[:3] == (0, 6, 0) and caching:
-        return False, None
-    return True, (f"chunked prefill on: max_model_len {max_len} is above {VLLM_V0_LONG_CONTEXT} "
-                  "(vllm/engine/arg_utils.py create_engine_config; --max-model-len or --enable-chunked-prefill "
-                  "false turn it off)")
+        return None
+    return (f"chunked prefill on: max_model_len {max_len} is above {VLLM_V0_LONG_CONTEXT} "
+            "(vllm/engine/arg_utils.py create_engine_config; --max-model-len or --enable-chunked-prefill "
+            "false turn it off)")
 
 
 def _vllm_v0_schedule(ctx: Context, notes: list[str]) -> dict[str, Any]:
@@ -295,11 +292,13 @@ def _vllm_v0_schedule(ctx: Context, notes: list[str]) -> dict[str, Any]:
     v0.6.3, not with pipeline parallelism), max(max_model_len, 2048): "Multi-step Chunked-Prefill doesn't allow
     prompt-chunking" (SchedulerConfig)."""
     v, text = ctx.version, ctx.version_text
-    chunked, why = _vllm_v0_chunked_prefill(ctx)
+    given = ctx.flags.get("enable_chunked_prefill", _get(ctx.raw, "scheduler.chunked_prefill"))
+    why = _vllm_v0_long_context_chunking(ctx)
+    chunked = bool(given) if given is not None else why is not None
     steps = ctx.flags.get("num_scheduler_steps", 1)
     max_len = ctx.max_model_len()
     if chunked and steps > 1 and v < VLLM_V0_MULTI_STEP_CHUNKED_SINCE:
-        if why is None:
+        if given is not None:
             raise ConfigError(f"engine.num_scheduler_steps: {steps} with enable_chunked_prefill is not supported by "
                               f"vLLM {text}; allowed: vLLM 0.6.3 or later, or one of the two")
         raise ConfigError(f"engine.num_scheduler_steps: {steps} is refused by vLLM {text} with max_model_len "
@@ -317,7 +316,7 @@ def _vllm_v0_schedule(ctx: Context, notes: list[str]) -> dict[str, Any]:
         values["scheduler.max_num_batched_tokens"] = 2048 if v >= VLLM_V0_CHUNK_BUDGET_2048_SINCE else 512
     elif max_len is not None:
         values["scheduler.max_num_batched_tokens"] = max(max_len, 2048)
-    if why is not None:
+    if chunked and why is not None:  # also when given: the scenario written back (to_yaml) keeps the same notes
         notes.append(f"vLLM {text}: {why}")
     read_in = "its own PyPI sdist" if v[:3] in VLLM_V0_SDISTS_READ else "the 0.7.0 and 0.7.3 sdists, which agree"
     notes.append(f"vLLM {text} (V0): defaults read in {read_in} (vllm/engine/arg_utils.py, vllm/config.py)")

@@ -33,7 +33,7 @@ from sim.errors import ConfigError
 from sim.model.catalog import get_model
 from sim.model.hf_config import read_model_ref
 from sim.model.interconnects import INTERCONNECTS
-from sim.model.memory import WEIGHT_DTYPES
+from sim.model.memory import FP8_COMPUTE_DEFAULT, WEIGHT_DTYPES
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
 from sim.workload.arrivals import MAX_RATE_PER_S
@@ -313,7 +313,7 @@ class QuantizationSpec(_Strict):
         "bf16", description="how the weights are stored; absent: a `model: {hf_config}` checkpoint's own "
         "quantization_config (sim/config/checkpoint.py, with its block scales and fp8 activations), else bf16")
     kv_cache: Literal["bf16", "fp16", "fp8", "int8"] = "bf16"
-    fp8_compute: bool = Field(False, description="matrix products run at the GPU's fp8 rate")
+    fp8_compute: bool = Field(FP8_COMPUTE_DEFAULT, description="matrix products run at the GPU's fp8 rate")
     fp8_block_scales: bool = Field(False, description="fp8 weights scaled per 128 x 128 block (a checkpoint whose "
                                    "config.json quantization_config has weight_block_size [128, 128]: DeepSeek-V3/R1, "
                                    "Qwen's -FP8 releases), run by block-scaled GEMM and MoE kernels; the measured "
@@ -497,8 +497,9 @@ class SearchSpec(_Strict):
     prices_per_gpu_hour: dict[str, float] = Field(default_factory=dict, description="USD per GPU-hour overrides")
     top_k: int = Field(3, ge=1, description="candidates that get a throughput-latency curve")
     prefer_calibrated: bool = Field(
-        True, description="a candidate with a shipped calibrated profile (calibrate/profiles/<gpu>/<model>/tp<N>) "
-        "uses it instead of the roofline; else measured kernels (calibrate/measured/<gpu>) where the GPU has them")
+        True, description="true: a candidate whose scenario names no cost model (or a bare roofline) is priced by the "
+        "most accurate one available, as `run` would price it (sim/config/cost_choice.py: a shipped whole-step "
+        "profile, else measured kernels, else the learned roofline); false: by the catalog roofline")
 
     @model_validator(mode="after")
     def _positive(self) -> "SearchSpec":

@@ -22,6 +22,9 @@ from sim.model.specs import GPUSpec, LinearShape, ModelSpec
 
 DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
 WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
+# quantization.fp8_compute when a scenario (or its checkpoint) does not say: fp8 weights with 16-bit matrix products
+# (weight-only fp8). The schema's default and the default cost-model choice both read it.
+FP8_COMPUTE_DEFAULT = False
 
 _QUANTIZED = ("fp8", "int8", "int4")
 _SCALE_BYTES = 2  # one fp16 scale per group of quantized weights

@@ -433,11 +433,20 @@ def search_candidate(task: CandidateTask, neighbour: CandidateOutcome | None = N
     """Phase 1 for one candidate: max rate per replica, then the fewest replicas at the target. `neighbour`: the
     outcome of a candidate with the same GPU, TP and PP, whose rate bracket may settle this one's search."""
     from sim.config.files import validate_scenario
-    s, cand = task.settings, task.candidate
     try:
-        validate_scenario(copy.deepcopy(task.raw))  # cannot hold the model, bad TP split, ...
+        scenario = validate_scenario(copy.deepcopy(task.raw))  # cannot hold the model, bad TP split, ...
+        label = candidate_cost_model_label(task.raw, scenario)  # a cost model that cannot price it: excluded
     except ServeSimError as err:
-        return CandidateOutcome(cand, "excluded", str(err))
+        return CandidateOutcome(task.candidate, "excluded", str(err))
+    outcome = _search_rates(task, neighbour)
+    outcome.cost_model = label
+    return outcome
+
+
+def _search_rates(task: CandidateTask, neighbour: CandidateOutcome | None) -> CandidateOutcome:
+    """`search_candidate` for a candidate that validates."""
+    from sim.config.files import validate_scenario
+    s, cand = task.settings, task.candidate
     evaluate = Evaluator(task.raw, s)
     try:
         saturated = saturated_rate(task.raw, None if s.exhaustive else lambda sc: shared_cost_model(task.raw, sc),
@@ -668,15 +677,6 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         band=base.run.band)
 
 
-def shipped_profile(gpu_name: str, model_name: str, tensor_parallel: int):
-    """The shipped calibrated profile for this setup, or None."""
-    from sim.cost.calibrated import resolve_profile_dir
-    try:
-        return resolve_profile_dir(None, gpu_name, model_name, tensor_parallel)
-    except ServeSimError:
-        return None
-
-
 def candidate_raw(raw: dict, cand: Candidate, prefer_calibrated: bool = False) -> dict:
     out = variant_raw(raw, cand.policy)
     out.pop("search", None)
@@ -689,49 +689,25 @@ def candidate_raw(raw: dict, cand: Candidate, prefer_calibrated: bool = False) -
         hw["expert_parallel"] = cand.expert_parallel
     hw["num_replicas"] = 1
     out["name"] = cand.name
-    model = out.get("model", "llama-3.1-8b")
-    model_name = model if isinstance(model, str) else str(model.get("name", ""))
-    cost_kind = (out.get("cost_model") or {}).get("kind", "roofline")
-    whole_steps = hw.get("expert_parallel", 1) == 1 and shipped_profile(cand.gpu_name, model_name,
-                                                                        cand.tensor_parallel)
-    if prefer_calibrated and cost_kind == "roofline" and whole_steps:  # (a profile's steps hold no EP split)
-        # Measured kernels beat the roofline wherever someone calibrated this GPU, model and TP.
-        out["cost_model"] = {"kind": "calibrated"}
-    elif prefer_calibrated and cost_kind == "roofline" and _measured_fits(cand.gpu_name, out):
-        # Else AIConfigurator's measured kernels where they exist for this GPU and dtype (issue 12).
-        out["cost_model"] = {"kind": "measured"}
+    cost = out.get("cost_model")
+    if not prefer_calibrated and cost is None:
+        out["cost_model"] = {"kind": "roofline"}  # the catalog roofline, as the search asks
+    elif prefer_calibrated and cost == {"kind": "roofline"}:
+        # A bare roofline gives way to the most accurate model available, chosen as for a scenario that names none
+        # (sim/config/cost_choice.py, at validation: the same choice as `run` and `compare` make).
+        del out["cost_model"]
     return out
 
 
-def _measured_fits(gpu_name: str, raw: dict) -> bool:
-    from sim.cost.measured import measured_unsupported
-    q = raw.get("quantization") or {}
-    if q.get("fp8_compute") and q.get("weights") != "fp8":
-        return False
-    return measured_unsupported(gpu_name, q.get("weights", "bf16"), q.get("kv_cache", "bf16")) is None
-
-
-def cost_model_label(raw: dict) -> str:
-    """Which cost model prices a candidate, in the words of sim.cost.labels (the run's own summary label):
-    a measured request on a GPU or dtype without tables says it falls back to the roofline."""
-    spec = raw.get("cost_model") or {}
-    kind = spec.get("kind", "roofline")
-    if kind == "calibrated":
-        label = f"calibrated ({spec['profile']})" if spec.get("profile") else "calibrated (shipped profile)"
-    elif kind == "measured":
-        gpu = (raw.get("hardware") or {}).get("gpu", "h100-sxm")
-        gpu_name = spec.get("gpu_data") or (gpu if isinstance(gpu, str) else str(gpu.get("name", "")))
-        label = ("measured (AIConfigurator vLLM kernels)" if _measured_fits(gpu_name, raw)
-                 else f"roofline (fallback: no measured kernels for {gpu_name})")
-    elif kind == "roofline" and spec.get("efficiencies") == "learned":
-        label = "learned roofline"
-    else:
-        label = kind
-    overhead = spec.get("overhead")
-    if not overhead:
-        return label
-    from sim.cost.labels import overhead_label
-    return f"{label} + {overhead_label(overhead.get('engine', 'vllm-cudagraph'), overhead)}"
+def candidate_cost_model_label(raw: dict, scenario) -> str:
+    """The label every run of this candidate names its cost model by (`sim.run.cost_model_extras`, the one
+    definition); a disaggregated candidate's is its decode pool's, as its runs' is."""
+    from sim.run import cost_model_extras, make_cost_model
+    if scenario.hardware.disaggregation is None:
+        return cost_model_extras(scenario, shared_cost_model(raw, scenario))["cost_model_label"]
+    from sim.config.disaggregation import pool_scenario, resolve_disaggregated
+    decode = make_cost_model(pool_scenario(scenario, "decode"), resolve_disaggregated(scenario).decode)
+    return cost_model_extras(scenario, decode)["cost_model_label"]
 
 
 def candidates(settings: PlanSettings) -> list[Candidate]:
@@ -791,8 +767,6 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
     outcomes = rank(sorted(outcomes, key=lambda o: order[o.candidate.name]))
     feasible = [o for o in outcomes if o.status == "feasible"]
 
-    for o in outcomes:
-        o.cost_model = cost_model_label(raws[o.candidate.name])
     curve_tasks = [CurveTask(raws[o.candidate.name], o.candidate, o.num_replicas, settings, tuple(o.evaluations))
                    for o in feasible[:settings.top_k]]
     seed_tasks = []

@@ -340,31 +340,30 @@ def test_an_inline_gpu_is_a_candidate_with_its_own_price():
     assert result.recommendation.candidate.gpu_name == "l40s-spot"
 
 
-def test_a_candidate_with_a_shipped_profile_is_priced_by_it(tmp_path, monkeypatch):
-    """prefer_calibrated: a shipped profile for (GPU, model, TP) wins; else AIConfigurator's measured kernels
-    where the GPU has them (a100-80gb), the roofline elsewhere."""
-    import shutil
-
-    import sim.cost.calibrated as calibrated
-    fixtures = Path(__file__).parents[1] / "fixtures" / "calibrate"
-    shipped = tmp_path / "profiles"
-    shutil.copytree(fixtures / "tiny_llama_cpu", shipped / "l40s" / "tiny-llama" / "tp1")
-    monkeypatch.setattr(calibrated, "PROFILES_DIR", shipped)
+def test_a_candidate_is_priced_by_the_model_its_run_would_get_and_named_as_its_run_names_it():
+    """search.prefer_calibrated (the default): a candidate whose scenario names no cost model gets the most accurate
+    one available, chosen as `run` chooses it (sim/config/cost_choice.py): the shipped whole-step profile on the H100
+    at TP 1, AIConfigurator's measured kernels on the A100, with the engine's own tables; each outcome names it as
+    the candidate's own run does. prefer_calibrated false: the catalog roofline."""
+    from sim.config.files import validate_scenario
+    from sim.run import simulate
     raw = copy.deepcopy(SMALL)
-    raw["model"] = yaml.safe_load((fixtures / "tiny_llama.yaml").read_text())
-    raw["scheduler"] = {"max_model_len": 2048}
-    raw["workload"]["lengths"] = {"kind": "uniform", "input_min": 20, "input_max": 600, "output_min": 5,
-                                  "output_max": 80}
-    raw["search"].update(gpus=["l40s", "a100-80gb"], tensor_parallel=[1], policies=["paged"], num_seeds=1, top_k=1)
+    raw["engine"] = {"name": "sglang", "version": "0.5.3.post3"}
+    raw["search"].update(gpus=["h100-sxm", "a100-80gb"], tensor_parallel=[1], policies=["paged"], num_seeds=1,
+                         top_k=1)
     result = run_plan(raw, plan_settings(raw), backend="serial")
     used = {o.candidate.gpu_name: o.cost_model for o in result.outcomes}
-    assert used == {"l40s": "calibrated (shipped profile)", "a100-80gb": "measured (AIConfigurator vLLM kernels)"}
-    # The CPU-measured tiny model is far slower than the roofline of either GPU: the two must differ.
-    rates = {o.candidate.gpu_name: o.max_rate_per_replica for o in result.outcomes}
-    assert rates["l40s"] != pytest.approx(rates["a100-80gb"], rel=0.05)
+    assert used["h100-sxm"].startswith("calibrated + ")
+    assert used["a100-80gb"].startswith("measured (AIConfigurator a100_sxm sglang ")
+    for o in result.outcomes:
+        run = simulate(validate_scenario(candidate_raw(raw, o.candidate, True)))
+        assert run.extras["cost_model_label"] == o.cost_model
     raw["search"]["prefer_calibrated"] = False
     off = run_plan(raw, plan_settings(raw), backend="serial")
-    assert {o.cost_model for o in off.outcomes} == {"roofline"}
+    assert all(o.cost_model.startswith("roofline + ") for o in off.outcomes)
+    rates = {o.candidate.gpu_name: o.max_rate_per_replica for o in off.outcomes}
+    assert rates["h100-sxm"] != pytest.approx(result.outcomes[[o.candidate.gpu_name for o in result.outcomes]
+                                                               .index("h100-sxm")].max_rate_per_replica, rel=0.02)
 
 
 def test_expert_parallel_degrees_are_searched_with_the_tp_degrees_they_divide(tmp_path):

@@ -112,15 +112,17 @@ def test_the_page_starts_on_measured_and_notes_the_fallback_for_a_gpu_without_ta
 
 
 def test_plan_rows_name_the_cost_model_that_prices_each_candidate():
-    from sim.tools.planner import cost_model_label
-    assert cost_model_label({"hardware": {"gpu": "h100-sxm"}, "cost_model": {"kind": "measured"}}) == \
-        "measured (AIConfigurator vLLM kernels)"
-    assert cost_model_label({"hardware": {"gpu": "l4"}, "cost_model": {"kind": "measured"}}) == \
-        "roofline (fallback: no measured kernels for l4)"
-    assert cost_model_label({"cost_model": {"kind": "roofline", "efficiencies": "learned",
-                                            "overhead": {"engine": "vllm-eager"}}}) == \
-        "learned roofline + vllm-eager overhead"
-    assert cost_model_label({}) == "roofline"
+    # a plan's rows (sim/views/plan_report.py) show the label the planner gives each candidate, the one its own
+    # run gives it (sim/tools/planner.py candidate_cost_model_label)
+    from sim.run import simulate
+    from sim.tools.planner import candidate_cost_model_label
+    learned = {"kind": "roofline", "efficiencies": "learned", "overhead": {"engine": "vllm-eager"}}
+    for raw in (small_scenario(hardware={"gpu": "h100-sxm", "tensor_parallel": 2}, cost_model={"kind": "measured"}),
+                small_scenario(hardware={"gpu": "l4"}, quantization={"weights": "fp8"}, cost_model=learned)):
+        scenario = validate_scenario(raw)
+        label = candidate_cost_model_label(raw, scenario)
+        assert label == simulate(scenario).extras["cost_model_label"]
+    assert label == "learned roofline + vllm-eager overhead"
 
 
 def test_the_moe_routing_choice_round_trips_and_is_refused_off_the_measured_model():

@@ -36,6 +36,11 @@ def test_no_profile_falls_to_the_measured_tables_then_the_learned_roofline_then_
 def test_a_quantized_or_speculative_run_skips_the_bf16_profile():
     cm, _ = chosen(quantization={"weights": "fp8", "kv_cache": "fp8", "fp8_compute": True})
     assert cm.kind == "measured"
+    # fp8 weights alone are weight-only fp8 (the schema's default), which the tables' W8A8 rows would price too
+    # fast: the learned roofline, where the measured model would refuse the scenario it was chosen for
+    cm, why = chosen(quantization={"weights": "fp8"})
+    assert cm.kind == "roofline" and cm.efficiencies == "learned" and "fp8_compute: false" in why
+    make_cost_model(validate_scenario({**BASE, "quantization": {"weights": "fp8"}}))  # builds: no refusal
     cm, _ = chosen(speculation={"num_speculative_tokens": 3, "draft_cost_ratio": 0.1,
                                 "acceptance": {"kind": "fixed", "alpha": 0.7}})
     assert cm.kind == "measured"

@@ -203,17 +203,30 @@ def test_a_scenario_selects_measured_costs_and_the_result_names_the_source():
     assert "measured kernels unavailable" in result.extras["cost_model"]
 
 
-def test_planner_prefers_a_shipped_profile_then_measured_then_roofline():
-    from sim.tools.planner import Candidate, candidate_raw, cost_model_label
-    raw = {"model": "llama-3.1-8b", "workload": {}}
-    labels = {}
-    for gpu, tp in (("h100-sxm", 1), ("h100-sxm", 2), ("l4", 1)):
-        labels[(gpu, tp)] = cost_model_label(candidate_raw(raw, Candidate(gpu, tp, None), prefer_calibrated=True))
-    assert labels[("h100-sxm", 1)].startswith("calibrated")  # calibrate/profiles/h100-sxm/llama-3.1-8b/tp1
-    assert labels[("h100-sxm", 2)] == "measured (AIConfigurator vLLM kernels)"
-    assert labels[("l4", 1)] == "roofline"
-    raw["quantization"] = {"weights": "int4"}
-    assert cost_model_label(candidate_raw(raw, Candidate("h100-sxm", 2, None), True)) == "roofline"
+def test_a_plan_candidate_gets_the_cost_model_run_would_choose():
+    # sim/tools/planner.py candidate_raw leaves the choice to sim/config/cost_choice.py, as `run` does; a bare roofline
+    # gives way to it too (search.prefer_calibrated), and prefer_calibrated false keeps the catalog roofline
+    from sim.config.files import validate_scenario
+    from sim.tools.planner import Candidate, candidate_raw
+    raw = {"model": "llama-3.1-8b", "workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+                                                 "lengths": {"kind": "fixed", "input_tokens": 200,
+                                                             "output_tokens": 20}}}
+
+    def kind(gpu, tp, prefer=True, **sections):
+        sc = validate_scenario(candidate_raw({**raw, **sections}, Candidate(gpu, tp, None), prefer_calibrated=prefer))
+        return sc.cost_model.kind, sc.cost_model.efficiencies if sc.cost_model.kind == "roofline" else None
+    assert kind("h100-sxm", 1) == ("calibrated", None)  # calibrate/profiles/h100-sxm/llama-3.1-8b/tp1
+    assert kind("h100-sxm", 2) == ("measured", None)
+    assert kind("l4", 1, quantization={"weights": "fp8"}) == ("roofline", "learned")  # no L4 tables; fp8 to fit
+    assert kind("h100-sxm", 1, cost_model={"kind": "roofline"}) == ("calibrated", None)
+    assert kind("h100-sxm", 1, prefer=False) == ("roofline", "catalog")
+    # fp8 weights alone (weight-only): not the bf16 profile, nor the tables' W8A8 rows
+    assert kind("h100-sxm", 1, quantization={"weights": "fp8"}) == ("roofline", "learned")
+    assert kind("h100-sxm", 1, quantization={"weights": "fp8", "fp8_compute": True}) == ("measured", None)
+    # an engine's own tables, as its run gets them
+    sc = validate_scenario(candidate_raw({**raw, "engine": {"name": "sglang", "version": "0.5.3.post3"}},
+                                         Candidate("a100-80gb", 1, None), prefer_calibrated=True))
+    assert sc.cost_model.kind == "measured" and sc.cost_model.tables == "sglang"
 
 
 def test_measured_step_times_track_the_measured_h100_whole_steps():
