@@ -7,7 +7,6 @@ import json
 import math
 import re
 from html.parser import HTMLParser
-from pathlib import Path
 
 import pandas as pd
 import pytest
