@@ -216,7 +216,8 @@ def lengths_inputs(lengths: dict | None, is_trace: bool) -> dict | None:
 
 
 def cost_model_input(base: dict, new: dict) -> None:
-    """The GPU cost model: measured kernels where the GPU has them (a note when it falls back), or a roofline."""
+    """The GPU cost model: the best available (named in a note), measured kernels (a note when they fall back), or a
+    roofline."""
     spec = base.get("cost_model")
     current = dash.cost_model_choice(spec)
     if current is None:
@@ -225,9 +226,10 @@ def cost_model_input(base: dict, new: dict) -> None:
         return
     choice = st.sidebar.selectbox(
         "GPU cost model", dash.COST_MODEL_CHOICES, index=dash.COST_MODEL_CHOICES.index(current), key=key("cost_model"),
-        help="measured: kernel times measured on real GPUs (NVIDIA AIConfigurator, vLLM), where this GPU has "
-             "them, else the roofline; roofline: datasheet peaks at fixed efficiencies; learned: efficiencies "
-             "fitted to the measured GPUs")
+        help="best available: what `servesim run` picks for this GPU, model, TP, engine and dtype (a shipped "
+             "whole-step profile, else measured kernels, else the learned roofline); measured: kernel times "
+             "measured on real GPUs (NVIDIA AIConfigurator), where this GPU has them, else the roofline; roofline: "
+             "datasheet peaks at fixed efficiencies; learned: efficiencies fitted to the measured GPUs")
     spec = dash.with_cost_model_choice(spec, choice)
     if choice == dash.MEASURED and dash.is_mixture_of_experts(new.get("model")) is not False:
         routing = st.sidebar.selectbox(

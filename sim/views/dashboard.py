@@ -12,9 +12,9 @@
   the schema's Literal types (`literal_choices`), and load sweeps set rates through the arrival specs'
   `with_rate`, so a kind or value added to the schema reaches the page without an edit here.
 - The GPU cost model (`COST_MODEL_CHOICES`, from the schema's cost-model kinds and roofline efficiencies):
-  new forms start on `measured` (AIConfigurator kernels) where the GPU has measured tables, the roofline
-  elsewhere (`default_cost_model`), and `cost_model_note` says when a `measured` choice falls back; for a
-  mixture of experts, the measured model's MoE routing (`MOE_ROUTINGS`, `with_moe_routing`).
+  new forms start on `BEST`, no cost_model section, so the page prices a scenario by the model `servesim run`
+  would (sim/config/cost_choice.py), and `cost_model_note` names it, or says when a `measured` choice falls back;
+  for a mixture of experts, the measured model's MoE routing (`MOE_ROUTINGS`, `with_moe_routing`).
 - `verdict_markdown` is what the page opens with (sim/views/verdict.py: the report's and the CLI's verdict);
   `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
   load sweep. Latency, time-series and KV figures come from `sim.views.report.figures` (with a band, also the
@@ -113,8 +113,7 @@ DEFAULT_BASE: dict = {
                  "lengths": {"kind": "preset", "name": "sharegpt"}},
     "scheduler": {"batching": "continuous", "max_num_seqs": 256, "max_model_len": 4096},
     "kv_cache": {"layout": "paged", "block_size": 16},
-    # h100-sxm has measured kernels (calibrate/measured/): default_cost_model("h100-sxm") is measured
-    "cost_model": {"kind": "measured"},
+    # no cost_model: the most accurate one available, as `servesim run` chooses it (sim/config/cost_choice.py)
     "slo": {"ttft_s": 2.0, "tpot_s": 0.1, "percentile": 99.0},
     "run": {"seed": 0, "num_requests": 800},
 }
@@ -228,6 +227,7 @@ def estimated_requests(scenario: Scenario) -> int | None:
 # The GPU cost model (issue 12)
 
 MEASURED, ROOFLINE = "measured", "roofline"
+BEST = "best available (default)"  # no cost_model section: the scenario's default choice (sim/config/cost_choice.py)
 _COST_KINDS = union_kinds(Scenario.model_fields["cost_model"].annotation)
 _ROOFLINE_EFFICIENCIES = literal_choices(RooflineSpec, "efficiencies")
 
@@ -239,15 +239,17 @@ def _roofline_choice(efficiencies: str) -> str:
 # The kinds the sidebar has inputs for, measured first: those that need no numbers or files (fixed needs step
 # times, calibrated a profile; from a loaded file they are kept and shown as YAML), the roofline once per
 # `efficiencies` value.
-COST_MODEL_CHOICES = tuple(choice for kind in sorted(_COST_KINDS, key=lambda k: k != MEASURED)
-                           for choice in ((MEASURED,) if kind == MEASURED else
-                                          tuple(_roofline_choice(e) for e in _ROOFLINE_EFFICIENCIES)
-                                          if kind == ROOFLINE else ()))
+COST_MODEL_CHOICES = (BEST,) + tuple(choice for kind in sorted(_COST_KINDS, key=lambda k: k != MEASURED)
+                                     for choice in ((MEASURED,) if kind == MEASURED else
+                                                    tuple(_roofline_choice(e) for e in _ROOFLINE_EFFICIENCIES)
+                                                    if kind == ROOFLINE else ()))
 
 
 def cost_model_choice(spec: dict | None) -> str | None:
-    """The sidebar choice a scenario's cost_model section is, or None for a kind the sidebar has no inputs for."""
-    spec = spec or {}
+    """The sidebar choice a scenario's cost_model section is (none: BEST), or None for a kind the sidebar has no
+    inputs for."""
+    if not spec:
+        return BEST
     kind = spec.get("kind", ROOFLINE)
     if kind == ROOFLINE:
         return _roofline_choice(spec.get("efficiencies", "catalog"))
@@ -256,9 +258,12 @@ def cost_model_choice(spec: dict | None) -> str | None:
 
 def with_cost_model_choice(spec: dict | None, choice: str) -> dict | None:
     """The cost_model section for a sidebar choice; the section's other settings (overhead, engine...) are kept
-    while the kind stays. None: the schema's default (the catalog roofline), so the file stays short."""
+    while the kind stays. None (BEST): no section, so the scenario gets the most accurate model available, as
+    every other way in gives it."""
     if choice not in COST_MODEL_CHOICES:
         raise ConfigError(f"cost_model: {choice!r} is not a dashboard choice; allowed: {', '.join(COST_MODEL_CHOICES)}")
+    if choice == BEST:
+        return None
     spec = copy.deepcopy(spec or {})
     kind = MEASURED if choice == MEASURED else ROOFLINE
     if spec.get("kind", ROOFLINE) != kind:
@@ -269,8 +274,6 @@ def with_cost_model_choice(spec: dict | None, choice: str) -> dict | None:
         if efficiencies != "catalog":
             spec["efficiencies"] = efficiencies
         spec.setdefault("kind", ROOFLINE)
-        if spec == {"kind": ROOFLINE}:
-            return None
     return spec
 
 
@@ -327,16 +330,14 @@ def measured_fallback_reason(base: dict) -> str | None:
                                 q.get("kv_cache", "bf16"))
 
 
-def default_cost_model(base: dict) -> dict | None:
-    """Measured where the GPU has measured kernel tables, else the catalog roofline (None: the schema default)."""
-    probe = {k: v for k, v in base.items() if k != "cost_model"}
-    return {"kind": MEASURED} if measured_fallback_reason(probe) is None else None
-
-
 def cost_model_note(base: dict) -> str | None:
-    """A line for the page when a `measured` choice will be priced by the roofline instead (the run's
-    summary then says "roofline (fallback: ...)" too)."""
+    """A line for the page: which model BEST picks for this scenario, and why (sim/config/cost_choice.py, the
+    choice a run then makes and names); or, when a `measured` choice will be priced by the roofline instead, that
+    (the run's summary then says "roofline (fallback: ...)" too)."""
     spec = base.get("cost_model") or {}
+    if not spec:
+        from sim.config.cost_choice import default_cost_model
+        return f"best available for this GPU, model, TP, engine and dtype: {default_cost_model(base)[1]}"
     if spec.get("kind") != MEASURED:
         return None
     reason = measured_fallback_reason(base)

@@ -11,7 +11,6 @@ from helpers import small_scenario
 from sim.config.files import validate_scenario
 from sim.config.schema import MeasuredCostSpec, RooflineSpec, Scenario, literal_choices, union_kinds
 from sim.cost.labels import cost_model_label
-from sim.cost.measured import measured_gpus
 from sim.errors import ConfigError
 from sim.run import simulate
 from sim.views import dashboard as dash
@@ -19,10 +18,10 @@ from sim.views.cli import main as servesim
 from sim.views.report import COST_MODEL_LABEL, summary_table_html
 
 
-def test_choices_come_from_the_schema_and_measured_is_first():
+def test_choices_come_from_the_schema_after_the_best_available():
     kinds = union_kinds(Scenario.model_fields["cost_model"].annotation)
     assert "measured" in kinds and "roofline" in kinds
-    assert dash.COST_MODEL_CHOICES[0] == "measured"
+    assert dash.COST_MODEL_CHOICES[:2] == (dash.BEST, "measured")
     # one roofline choice per efficiencies literal
     assert len([c for c in dash.COST_MODEL_CHOICES if c.startswith("roofline")]) == len(
         literal_choices(RooflineSpec, "efficiencies"))
@@ -38,24 +37,30 @@ def test_a_choice_round_trips_through_the_scenario_section(choice):
 def test_switching_choice_keeps_settings_of_the_same_kind_only():
     measured = {"kind": "measured", "overhead": {"engine": "vllm-eager"}}
     assert dash.with_cost_model_choice(measured, "measured") == measured
-    assert dash.with_cost_model_choice(measured, "roofline") is None  # the schema default: the file stays short
-    assert dash.with_cost_model_choice({"kind": "roofline", "efficiencies": "learned"}, "roofline") is None
-    with pytest.raises(ConfigError, match="cost_model: 'fixed' is not a dashboard choice; allowed: measured"):
+    assert dash.with_cost_model_choice(measured, "roofline") == {"kind": "roofline"}
+    assert dash.with_cost_model_choice({"kind": "roofline", "efficiencies": "learned"}, "roofline") == {
+        "kind": "roofline"}
+    assert dash.with_cost_model_choice(measured, dash.BEST) is None  # no section: the default choice
+    with pytest.raises(ConfigError, match="cost_model: 'fixed' is not a dashboard choice; allowed: best available"):
         dash.with_cost_model_choice(None, "fixed")
     assert dash.cost_model_choice({"kind": "fixed", "prefill_s": 1, "decode_s": 1}) is None  # shown as YAML
 
 
-def test_default_is_measured_where_the_gpu_has_tables_and_roofline_elsewhere():
-    assert dash.DEFAULT_BASE["cost_model"] == dash.default_cost_model(dash.DEFAULT_BASE) == {"kind": "measured"}
-    for gpu in measured_gpus():
-        assert dash.default_cost_model({"hardware": {"gpu": gpu}}) == {"kind": "measured"}
-    assert dash.default_cost_model({"hardware": {"gpu": "l4"}}) is None
-    # int4 weights have no measured GEMM table on any GPU
-    assert dash.default_cost_model({"hardware": {"gpu": "h100-sxm"}, "quantization": {"weights": "int4"}}) is None
+def test_a_new_form_is_priced_as_run_prices_it_and_the_note_names_the_model():
+    # no cost_model: the default choice (sim/config/cost_choice.py), the one `servesim run` makes
+    assert "cost_model" not in dash.DEFAULT_BASE
+    assert dash.cost_model_choice(dash.DEFAULT_BASE.get("cost_model")) == dash.BEST
+    raw = {k: v for k, v in dash.DEFAULT_BASE.items()}
+    chosen = validate_scenario(copy.deepcopy(raw)).cost_model_choice
+    assert chosen.startswith("calibrated: shipped whole-step profile h100-sxm/llama-3.1-8b/tp1")
+    assert dash.cost_model_note(raw).endswith(chosen)
+    l4 = {**raw, "hardware": {"gpu": "l4"}, "quantization": {"weights": "fp8"}}
+    assert "learned: learned roofline" in dash.cost_model_note(l4)
 
 
 def test_note_says_when_measured_falls_back():
     base = copy.deepcopy(dash.DEFAULT_BASE)
+    base["cost_model"] = {"kind": "measured"}
     assert dash.cost_model_note(base) is None
     base["hardware"]["gpu"] = "l4"
     note = dash.cost_model_note(base)
@@ -63,7 +68,7 @@ def test_note_says_when_measured_falls_back():
     assert note.endswith("priced with the roofline (catalog efficiencies)")
     base["cost_model"]["on_missing"] = "error"
     assert "will stop with this error" in dash.cost_model_note(base)
-    assert dash.cost_model_note({"hardware": {"gpu": "l4"}}) is None  # roofline asked for: nothing to say
+    assert dash.cost_model_note({"hardware": {"gpu": "l4"}, "cost_model": {"kind": "roofline"}}) is None
 
 
 def test_every_summary_view_names_the_cost_model_that_priced_the_run(tmp_path, capsys):
@@ -93,7 +98,7 @@ def test_label_of_wrapped_models():
     assert cost_model_label(make_cost_model(validate_scenario(small_scenario()))) == "roofline"
 
 
-def test_the_page_starts_on_measured_and_notes_the_fallback_for_a_gpu_without_tables():
+def test_the_page_starts_on_the_best_available_and_notes_a_fallback_for_a_gpu_without_tables():
     pytest.importorskip("streamlit", reason="the dashboard needs the ui extra (streamlit)")
     from pathlib import Path
 
@@ -101,10 +106,14 @@ def test_the_page_starts_on_measured_and_notes_the_fallback_for_a_gpu_without_ta
     at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=120)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
-    assert at.selectbox(key="0.cost_model").value == "measured"
-    assert any(c.value.startswith("cost model: measured (AIConfigurator h100_sxm") for c in at.caption)
-    assert not at.info
+    assert at.selectbox(key="0.cost_model").value == dash.BEST
+    assert any(c.value.startswith("cost model: calibrated + vllm-cudagraph overhead") for c in at.caption)
+    assert any("calibrated: shipped whole-step profile h100-sxm/llama-3.1-8b/tp1" in i.value for i in at.info)
     at.selectbox(key="0.gpu").set_value("l4")
+    at.run()
+    assert not at.exception
+    assert any(c.value.startswith("cost model: learned roofline") for c in at.caption)
+    at.selectbox(key="0.cost_model").set_value("measured")
     at.run()
     assert not at.exception
     assert any("no measured kernel tables for gpu 'l4'" in i.value for i in at.info)
