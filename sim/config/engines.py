@@ -580,6 +580,13 @@ _SGLANG_FLAGS = {
 
 # --- TensorRT-LLM ------------------------------------------------------------------------------------------
 
+# 1.3.x (release candidates only) is accepted on the defaults read for earlier versions, said in a note: its
+# source is not on PyPI (stub sdists), but AIConfigurator 0.12.0 (sdk/backends/trtllm_backend.py), whose trtllm tables
+# are 1.3.0rc20-rc23's, prices it with the same KV fraction and token budget.
+TRTLLM_NEWEST = (1, 3, 0)
+TRTLLM_UNREAD_SINCE = (1, 3, 0)
+
+
 def _derive_trtllm(ctx: Context) -> PresetResult:
     """tensorrt_llm/commands/serve.py get_llm_args and tensorrt_llm/llmapi/llm_args.py (KvCacheConfig
     free_gpu_memory_fraction 0.9, SchedulerConfig capacity_scheduler_policy GUARANTEED_NO_EVICT, chunked prefill
@@ -597,6 +604,11 @@ def _derive_trtllm(ctx: Context) -> PresetResult:
         "kv_cache.free_memory_fraction": flags.get("kv_cache_free_gpu_memory_fraction", 0.9),
     }
     notes = ["TensorRT-LLM: defaults read at commits other than the version named"]
+    if ctx.version >= TRTLLM_UNREAD_SINCE:
+        notes.append(f"TensorRT-LLM {ctx.version_text}: no source of it could be read here (PyPI has stubs only); "
+                     "the defaults above assumed, which AIConfigurator 0.12.0's trtllm backend, modelling 1.3.0rc20 "
+                     "to rc23, states alike: free_gpu_memory_fraction 0.9, \"not version-dependent\", and "
+                     "max_num_tokens 8192")
     values.update(_engine_terms(ctx, "trtllm", notes))
     if "cuda_graph_batch_sizes" in flags:
         values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
@@ -716,7 +728,7 @@ PRESETS: dict[str, EnginePreset] = {
                          _VLLM_FLAGS, _derive_vllm),
     "sglang": EnginePreset("sglang", "SGLang", (0, 3, 0), SGLANG_NEWEST, "python/sglang/srt/server_args.py",
                            _SGLANG_FLAGS, _derive_sglang),
-    "trtllm": EnginePreset("trtllm", "TensorRT-LLM", (0, 14, 0), (1, 2, 0), "tensorrt_llm/llmapi/llm_args.py",
+    "trtllm": EnginePreset("trtllm", "TensorRT-LLM", (0, 14, 0), TRTLLM_NEWEST, "tensorrt_llm/llmapi/llm_args.py",
                            _TRTLLM_FLAGS, _derive_trtllm),
     "lmdeploy": EnginePreset("lmdeploy", "LMDeploy (TurboMind)", (0, 1, 0), (0, 1, 0),
                              "src/turbomind/models/llama/LlamaBatch.cc, triton_backend/llama/LlamaTritonModel.cc",

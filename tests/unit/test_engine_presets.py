@@ -255,6 +255,17 @@ def test_trtllm_reserves_whole_sequences_and_sizes_its_cache_from_free_memory():
     assert loose.scheduler.rule().cuda_graph_batch_sizes == (1, 4, 8)
 
 
+def test_trtllm_13_release_candidates_take_the_read_defaults_and_say_so():
+    # no 1.3 source on PyPI (stubs); AIConfigurator 0.12.0's trtllm backend states the same fraction and budget
+    sc = scenario({"name": "trtllm", "version": "1.3.0rc20"})
+    assert (sc.kv_cache.free_memory_fraction, sc.scheduler.max_num_batched_tokens) == (0.9, 8192)
+    assert any("1.3.0rc20: no source of it could be read here" in n for n in sc.engine.notes)
+    assert not any("could be read here" in n for n in scenario({"name": "trtllm", "version": "1.2.0"}).engine.notes)
+    with pytest.raises(ConfigError, match="'1.4.0rc1' is not a trtllm version the preset knows; allowed: 0.14.0 to "
+                                          "1.3.x"):
+        scenario({"name": "trtllm", "version": "1.4.0rc1"})
+
+
 def test_the_free_memory_fraction_scales_the_kv_left_after_weights_and_activations():
     from sim.config.deployment import resolve
     full = resolve(validate_scenario({**BASE, "kv_cache": {"free_memory_fraction": 1.0}}))
