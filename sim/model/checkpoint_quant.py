@@ -109,4 +109,7 @@ def checkpoint_quantization(config: Any) -> CheckpointQuantization | None:
         if q.get("load_in_8bit"):
             return CheckpointQuantization(method=method, weights="int8")
         return _unread(method, "neither load_in_4bit nor load_in_8bit")
+    if method == "mxfp4":  # gpt-oss: its experts' weights; modules_to_not_convert (attention, router) stay 16-bit
+        return _unread(method, "4-bit float weights with an 8-bit scale per 32, a format ServeSim has no dtype for; "
+                               "int4 (4-bit weights, 16-bit products) prices about the same bytes")
     return _unread(method or "(no quant_method)", "a format ServeSim has no dtype for")

@@ -2,12 +2,12 @@
 
 Handled architectures (by `model_type`, else by `architectures[0]`): Llama, Mistral, Mixtral, Qwen2 /
 Qwen2.5, Qwen3 (dense and MoE), DeepSeek-V2 / V3 (MLA, routed + shared experts, leading dense layers),
-Gemma / Gemma 2 / Gemma 3 (text), OPT. Each reader takes the keys that architecture's
+gpt-oss (MoE on every layer), Gemma / Gemma 2 / Gemma 3 (text), OPT. Each reader takes the keys that architecture's
 `transformers` config class defines, with that class's defaults where a file leaves a key out.
 
 What a ModelSpec cannot express is said, not silently approximated: an MoE layer pattern other than
-"the first k layers dense, the rest MoE" is refused. Interleaved local/global attention (Gemma 2/3)
-is read as full attention on every layer, which overstates their KV bytes (noted in `IGNORED`).
+"the first k layers dense, the rest MoE" is refused. Interleaved local/global attention (Gemma 2/3,
+gpt-oss) is read as full attention on every layer, which overstates their KV bytes (noted in `IGNORED`).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ IGNORED: dict[str, str] = {
     "qwen3": "per-head q/k RMSNorm weights are not counted (2 * head_dim per layer)",
     "qwen3_moe": "per-head q/k RMSNorm weights are not counted (2 * head_dim per layer)",
     "deepseek_v3": "the multi-token-prediction layer (num_nextn_predict_layers) and router score biases are not counted",
+    "gpt_oss": "sliding-window layers (layer_types 'sliding_attention', every other one) are read as global, so the KV "
+               "and the attention are overstated; attention sinks and the experts' biases are not counted",
 }
 
 
@@ -164,6 +166,20 @@ def _qwen3_moe(r: _Reader) -> dict:
     }
 
 
+def _gpt_oss(r: _Reader) -> dict:
+    """gpt-oss (transformers GptOssConfig): every layer a mixture of num_local_experts SwiGLU experts of
+    intermediate_size, num_experts_per_tok of them per token, no shared expert; biased attention projections with
+    an explicit head_dim (64 on a 2880-wide model)."""
+    kinds = r.data.get("layer_types")
+    if kinds is not None and (not isinstance(kinds, list)
+                              or not set(kinds) <= {"sliding_attention", "full_attention"}):
+        raise r._fail("layer_types", kinds, "a list of 'sliding_attention' and 'full_attention'")
+    return _dense_fields(r, tie_default=False, attention_bias=r.bool("attention_bias", True)) | {
+        "num_experts": r.int("num_local_experts"),
+        "num_experts_per_token": r.int("num_experts_per_tok", r.int("experts_per_token", 4)),
+    }
+
+
 def _deepseek(r: _Reader) -> dict:
     """DeepSeek-V2/V3: multi-head latent attention; routed + shared experts after k dense layers."""
     fields = _dense_fields(r, tie_default=False)
@@ -235,6 +251,7 @@ READERS: dict[str, Callable[[_Reader], dict]] = {
     "qwen3_moe": _qwen3_moe,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "gpt_oss": _gpt_oss,
     "gemma": _gemma,
     "gemma2": _gemma,
     "gemma3_text": _gemma,
@@ -245,6 +262,7 @@ ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
+    "GptOssForCausalLM": "gpt_oss",
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
     "OPTForCausalLM": "opt",
 }

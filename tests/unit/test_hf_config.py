@@ -107,6 +107,27 @@ def test_moe_qwen3():
     assert active_param_count(spec) + embeddings == pytest.approx(3.3e9, rel=0.03)
 
 
+@pytest.mark.parametrize("layers, experts, total, active", [(36, 128, 117e9, 5.1e9), (24, 32, 21e9, 3.6e9)])
+def test_gpt_oss(layers, experts, total, active):
+    # openai/gpt-oss-120b and -20b config.json (as aiconfigurator-core 0.12.0 ships them in model_configs/); OpenAI's
+    # model card: 117B parameters with 5.1B active, 21B with 3.6B active
+    cfg = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": True,
+           "experts_per_token": 4, "head_dim": 64, "hidden_size": 2880, "intermediate_size": 2880,
+           "layer_types": ["sliding_attention", "full_attention"] * (layers // 2), "max_position_embeddings": 131072,
+           "num_attention_heads": 64, "num_experts_per_tok": 4, "num_hidden_layers": layers,
+           "num_key_value_heads": 8, "num_local_experts": experts, "sliding_window": 128,
+           "tie_word_embeddings": False, "vocab_size": 201088,
+           "quantization_config": {"quant_method": "mxfp4"}}
+    spec = spec_from_config(cfg, "gpt-oss")
+    assert (spec.num_experts, spec.num_experts_per_token, spec.attention_bias, spec.sliding_window) == (
+        experts, 4, True, None)  # sliding layers read as global: IGNORED says so
+    assert param_count(spec) == pytest.approx(total, rel=0.01)
+    assert active_param_count(spec) == pytest.approx(active, rel=0.01)
+    assert kv_bytes_per_token(spec) == layers * 2 * 8 * 64 * 2
+    with pytest.raises(ConfigError, match="layer_types = 'all' is not allowed"):
+        spec_from_config({**cfg, "layer_types": "all"}, "gpt-oss")
+
+
 def _write(tmp_path: Path, content, name="config.json") -> Path:
     path = tmp_path / name
     path.write_text(content if isinstance(content, str) else json.dumps(content))
