@@ -109,15 +109,17 @@ FIT_RUNS: dict[tuple[str, str], tuple[str, ...]] = {
     ("vllm", "0.11.0"): ("qwen3-8b h100 c1", "qwen3-14b h100 2k burst"),
     ("vllm", "0.9.2"): ("gpustack-quant qwen3-8b h100 vllm 0.9.2 bf16 sharegpt",),
     ("vllm", "0.19.0"): (),  # kvcached's two stock-vLLM runs (another host than GPUStack's): both held out
+    ("vllm", "0.10.2"): (),  # GPUStack's gpt-oss-120b H100 page: a new architecture and dtype, every run held out
     ("vllm", "0.6.0"): ("sglang-060 llama-3.1-8b a100 vllm 0.6.0 rps 4",
                         "sglang-060 llama-3.1-8b a100 vllm 0.6.0 offline"),
     ("sglang", "0.5.3.post3"): ("qwen3-8b-h100 sglang c4",),
     ("sglang", "0.5.5.post1"): ("qwen3-14b-h100 sglang sharegpt",),
     ("sglang", "0.5.3"): ("deepseek-r1-h200 sglang tp8 sharegpt",),
+    ("sglang", "0.5.3rc0"): (),  # one gpt-oss-120b run: held out
     ("sglang", "0.3.0"): ("sglang-060 llama-3.1-8b a100 sglang 0.3.0 rps 4",  # the same runs as vLLM 0.6.0's
                           "sglang-060 llama-3.1-8b a100 sglang 0.3.0 offline"),
     ("trtllm", "1.2.0rc1"): ("qwen3-8b-h100 trtllm c4", "qwen3-14b-h100 trtllm sharegpt"),
-    ("trtllm", "1.0.0"): (),  # one run (EP8, not simulated): nothing to fit on, it is held out
+    ("trtllm", "1.0.0"): (),  # the H200 EP8 run and the gpt-oss-120b H100 run: both held out
     ("trtllm", "0.17"): ("trtllm 0.17 llama-3.1-8b h100-sxm tp1 fp8 1000/1000 max-throughput",),
     ("trtllm", "0.14.0"): ("trtllm 0.14 llama-3.1-8b h100-sxm tp1 bf16 467/256 qps 2",
                            "trtllm 0.14 llama-3.1-8b h100-sxm tp1 bf16 467/256 qps INF"),
@@ -370,7 +372,7 @@ class PublishedCase:
     pipeline_parallel: int
     expert_parallel: int  # 1: none
     dp_attention: bool
-    weights: str  # bf16, fp16, fp8 (weights and compute), fp8-weights (weight-only FP8)
+    weights: str  # bf16, fp16, fp8 (weights and compute), fp8-weights (weight-only FP8), mxfp4 (priced as int4)
     kv_dtype: str  # bf16, fp16, fp8 (resolved from auto)
     dataset: dict
     kind: str  # latency or throughput
@@ -410,7 +412,10 @@ class Suite:
 # --- loading -------------------------------------------------------------------------------------------
 
 _PINNED = re.compile(r"^https://github\.com/[^/]+/[^/]+/(blob|tree)/[0-9a-f]{40}/")
-_DTYPES = {"bf16", "fp16", "fp8", "fp8-weights"}
+_DTYPES = {"bf16", "fp16", "fp8", "fp8-weights", "mxfp4"}
+# ServeSim has no fp4 dtype: MXFP4 weights (gpt-oss's experts) are priced as int4, 4-bit weights with 16-bit products,
+# what vLLM runs them as on Hopper and Ampere (gpustack_gpt_oss.yaml's header says what that leaves out)
+MXFP4_AS = "int4"
 _KV_DTYPES = {"auto": None, "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 _KINDS = {"latency", "throughput"}
 
@@ -878,6 +883,8 @@ def _quantization(case: PublishedCase) -> dict:
         return {"weights": "fp8", "kv_cache": case.kv_dtype, "fp8_compute": True, **block}
     if case.weights == "fp8-weights":
         return {"weights": "fp8", "kv_cache": case.kv_dtype, "fp8_compute": False, **block}
+    if case.weights == "mxfp4":
+        return {"weights": MXFP4_AS, "kv_cache": case.kv_dtype}
     return {"weights": case.weights, "kv_cache": case.kv_dtype}
 
 
