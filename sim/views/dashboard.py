@@ -236,9 +236,9 @@ def _roofline_choice(efficiencies: str) -> str:
     return ROOFLINE if efficiencies == "catalog" else f"{ROOFLINE} ({efficiencies} efficiencies)"
 
 
-# The kinds the sidebar has inputs for, measured first: those that need no numbers or files (fixed needs step
-# times, calibrated a profile; from a loaded file they are kept and shown as YAML), the roofline once per
-# `efficiencies` value.
+# The choices the sidebar has inputs for: BEST (no section) first, then the kinds that need no numbers or files,
+# measured first (fixed needs step times, calibrated a profile; from a loaded file they are kept and shown as YAML),
+# the roofline once per `efficiencies` value.
 COST_MODEL_CHOICES = (BEST,) + tuple(choice for kind in sorted(_COST_KINDS, key=lambda k: k != MEASURED)
                                      for choice in ((MEASURED,) if kind == MEASURED else
                                                     tuple(_roofline_choice(e) for e in _ROOFLINE_EFFICIENCIES)
@@ -336,7 +336,12 @@ def cost_model_note(base: dict) -> str | None:
     (the run's summary then says "roofline (fallback: ...)" too)."""
     spec = base.get("cost_model") or {}
     if not spec:
+        from sim.config.checkpoint import checkpoint_defaults
         from sim.config.cost_choice import default_cost_model
+        try:
+            base = checkpoint_defaults(base)  # a quantized checkpoint's dtype, as validation sees it
+        except ServeSimError:
+            pass  # the run says why in its own words
         return f"best available for this GPU, model, TP, engine and dtype: {default_cost_model(base)[1]}"
     if spec.get("kind") != MEASURED:
         return None
