@@ -183,18 +183,12 @@ def validate_arrival(raw: Any) -> Arrival:
 
 
 def _shared_cost_tier(raw: dict, variants_raw: dict) -> str | None:
-    """Variants that name no cost model get the same kind of default model (sim/config/cost_choice.py), the best
-    every one of them can have: a comparison must not mix a whole-step profile with kernel tables. None when they
-    would all get the same anyway (or there are no variants)."""
+    """Variants that name no cost model get the same kind of default model (sim/config/cost_choice.py
+    `shared_choice`); None when they would all get the same anyway (or there are no variants)."""
     if not variants_raw:
         return None
-    from sim.config.cost_choice import TIERS, common_tier
-    raws = [deep_merge(raw, v) for v in variants_raw.values() if isinstance(v, dict)]
-    try:
-        tier, differ = common_tier(raws)
-    except Exception:  # noqa: BLE001  (each scenario's validation reports a bad value in its own words)
-        return None
-    return f"{TIERS[tier]}: the tier every variant can have" if differ else None
+    from sim.config.cost_choice import shared_choice
+    return shared_choice([deep_merge(raw, v) for v in variants_raw.values() if isinstance(v, dict)])
 
 
 def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str] | None = None,

@@ -699,6 +699,23 @@ def candidate_raw(raw: dict, cand: Candidate, prefer_calibrated: bool = False) -
     return out
 
 
+def _share_cost_tiers(raws: dict[str, dict], cands: list[Candidate]) -> None:
+    """The policies of one hardware (GPU, TP, PP, EP) that name no cost model get the same kind of default model,
+    as `compare` gives a file's variants (sim/config/cost_choice.py `shared_choice`): a plan must not rank a policy
+    priced by a whole-step profile against one priced by kernel tables on the same GPUs."""
+    from sim.config.cost_choice import shared_choice
+    groups: dict[str, list[str]] = {}
+    for c in cands:
+        key = json.dumps([c.gpu, c.tensor_parallel, c.pipeline_parallel, c.expert_parallel], sort_keys=True,
+                         default=str)
+        groups.setdefault(key, []).append(c.name)
+    for names in groups.values():
+        shared = shared_choice([raws[n] for n in names]) if len(names) > 1 else None
+        for name in names if shared else ():
+            if raws[name].get("cost_model") is None:
+                raws[name]["cost_model_choice"] = shared
+
+
 def candidate_cost_model_label(raw: dict, scenario) -> str:
     """The label every run of this candidate names its cost model by (`sim.run.cost_model_extras`, the one
     definition); a disaggregated candidate's is its decode pool's, as its runs' is."""
@@ -756,6 +773,7 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
 
     cands = candidates(settings)
     raws = {c.name: candidate_raw(raw, c, settings.prefer_calibrated) for c in cands}  # (inline GPUs are dicts)
+    _share_cost_tiers(raws, cands)
     tasks = [CandidateTask(raws[c.name], c, settings) for c in cands]
     outcomes = []
     tick("candidates", 0, len(tasks))

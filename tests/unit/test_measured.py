@@ -229,6 +229,26 @@ def test_a_plan_candidate_gets_the_cost_model_run_would_choose():
     assert sc.cost_model.kind == "measured" and sc.cost_model.tables == "sglang"
 
 
+def test_a_plans_policies_on_one_hardware_share_a_cost_model_tier():
+    # as `compare` gives a file's variants (sim/config/files.py): a speculative policy cannot have the bf16 whole-step
+    # profile, so the plain policy on the same GPU and TP is priced by the kernel tables too, and says why
+    from sim.config.files import validate_scenario
+    from sim.tools.planner import Candidate, _share_cost_tiers, candidate_raw
+    speculation = {"num_speculative_tokens": 3, "draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
+    raw = {"model": "llama-3.1-8b", "workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+                                                 "lengths": {"kind": "fixed", "input_tokens": 200,
+                                                             "output_tokens": 20}},
+           "variants": {"plain": {}, "speculative": {"speculation": speculation}}}
+    cands = [Candidate(gpu, 1, policy) for gpu in ("h100-sxm", "a100-80gb") for policy in ("plain", "speculative")]
+    raws = {c.name: candidate_raw(raw, c, prefer_calibrated=True) for c in cands}
+    alone = validate_scenario(dict(raws["h100-sxm TP1 · plain"])).cost_model.kind
+    _share_cost_tiers(raws, cands)
+    kinds = {name: validate_scenario(r).cost_model for name, r in raws.items()}
+    assert alone == "calibrated" and {cm.kind for cm in kinds.values()} == {"measured"}
+    plain = validate_scenario(raws["h100-sxm TP1 · plain"])
+    assert plain.cost_model_choice.endswith("(the tier every variant can have)")
+
+
 def test_measured_step_times_track_the_measured_h100_whole_steps():
     """Against whole CUDA-graphed llama-3.1-8b steps measured on an H100 (compiled engine, shipped profile
     rows): the kernel sum is within 25% on every prefill, decode and mixed row. Chunked prefills over earlier
