@@ -10,7 +10,6 @@ Steps are the work measure that does not depend on what else shares the machine;
 from __future__ import annotations
 
 import copy
-import math
 import os
 import sys
 import time
@@ -22,7 +21,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import sim.run  # noqa: E402
 from calibrate.fidelity.machine import cpuinfo  # noqa: E402
-from sim.results import REASSOCIATED_SUM_KEYS  # noqa: E402
+from sim.results import same_up_to_reassociation  # noqa: E402
 from sim.tools.planner import plan_settings, run_plan  # noqa: E402
 
 SCENARIO = Path(__file__).resolve().parents[1] / "scenarios" / "capacity_plan.yaml"
@@ -43,20 +42,6 @@ def count_steps() -> dict:
     return counter
 
 
-def same(a, b, key: str = "") -> bool:
-    """Equal as tests/integration/test_planner_speed.py compares the two plans: NaN equal to NaN, and the sums over
-    steps that an early verdict reassociates (REASSOCIATED_SUM_KEYS) to float rounding."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k], k) for k in a)
-    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
-        return len(a) == len(b) and all(same(x, y, key) for x, y in zip(a, b))
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if key in REASSOCIATED_SUM_KEYS and isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-12)
-    return a == b
-
-
 def main(modes: list[str]) -> None:
     raw = yaml.safe_load(SCENARIO.read_text())
     counter = count_steps()
@@ -72,9 +57,10 @@ def main(modes: list[str]) -> None:
         answer = [(o.candidate.name, o.status, o.max_rate_per_replica, o.num_replicas, o.at_target, o.costs)
                   for o in result.outcomes]
         first = first or answer
+        agree = same_up_to_reassociation(answer, first)
         rec = result.recommendation
         print(f"| {mode} | {wall:.1f} | {cpu:.1f} | {counter['simulations']} | {counter['steps']:,} | "
-              f"{rec.num_replicas} × {rec.candidate.name} | {'yes' if same(answer, first) else 'NO'} |", flush=True)
+              f"{rec.num_replicas} × {rec.candidate.name} | {'yes' if agree else 'NO'} |", flush=True)
 
 
 if __name__ == "__main__":

@@ -40,6 +40,21 @@ REASSOCIATED_SUM_KEYS = frozenset({
     "kv_fig2_free_fraction", "kv_shared_bytes_mean"})
 
 
+def same_up_to_reassociation(a, b, key: str = "") -> bool:
+    """Whether two runs' figures agree: equal, NaN equal to NaN (a metric of no requests), recursively through dicts,
+    lists and tuples, the REASSOCIATED_SUM_KEYS to float rounding (the planner's shortcuts and decode runs split the
+    steps differently)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same_up_to_reassociation(a[k], b[k], k) for k in a)
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return len(a) == len(b) and all(same_up_to_reassociation(x, y, key) for x, y in zip(a, b))
+    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
+        return True
+    if key in REASSOCIATED_SUM_KEYS and isinstance(a, float) and isinstance(b, float):
+        return math.isclose(a, b, rel_tol=1e-12)
+    return a == b
+
+
 @dataclass(frozen=True)
 class DecodeRuns:
     """The steps inside the decode runs of a step log (`run.fast_decode`: rows with `num_steps` > 1), run

@@ -824,6 +824,19 @@ class MeasuredFallback(RooflineCostModel):
         return f"{super().__repr__()[:-1]}; measured kernels unavailable: {self.reason})"
 
 
+def measured_refusal(gpu: str, weight_dtype: str, kv_dtype: str, fp8_compute: bool, tables: str, on_missing: str,
+                     unmeasured_dtype: str, root: Path | None = None) -> tuple[str | None, str | None]:
+    """(why the measured model cannot price this setup, None where it can; the one-line error it then stops with,
+    None where it falls back to the roofline instead): `on_missing` decides for a GPU without tables of this
+    framework, `unmeasured_dtype` for a quantization the tables were not measured in. `make_measured_cost_model`
+    acts on it; the dashboard says it before a run."""
+    reason = gpu_unmeasured(gpu, tables, root)
+    if reason is not None:
+        return reason, (f"cost_model: {reason}" if on_missing == "error" else None)
+    reason = quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root)
+    return reason, (reason if reason is not None and unmeasured_dtype != "roofline" else None)
+
+
 def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel: int = 1, weight_dtype: str = "bf16",
                              kv_dtype: str = "bf16", fp8_compute: bool = False, engine: str = "vllm-cudagraph",
                              step_overhead_s: float = 0.0, gpu_data: str | None = None,
@@ -834,19 +847,14 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
     (on_missing 'roofline'), or a one-line ConfigError (on_missing 'error'). A quantization the tables were not
     measured in: a one-line ConfigError naming the field (unmeasured_dtype 'error', the default), or the roofline
     whose repr says why (unmeasured_dtype 'roofline', asked for)."""
-    data = gpu_data or gpu.name
-    reason = gpu_unmeasured(data, tables, root)
-    if reason is not None:
-        if on_missing == "error":
-            raise ConfigError(f"cost_model: {reason}")
-    else:
-        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root)
-        if reason is None:
-            return MeasuredCostModel(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
-                                     kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,
-                                     gpu_data=gpu_data, root=root, tables=tables, fp8_compute=fp8_compute,
-                                     fp8_block=fp8_block, expert_parallel=expert_parallel, moe_routing=moe_routing)
-        if unmeasured_dtype != "roofline":
-            raise ConfigError(reason)
+    reason, refusal = measured_refusal(gpu_data or gpu.name, weight_dtype, kv_dtype, fp8_compute, tables,
+                                       on_missing, unmeasured_dtype, root)
+    if reason is None:
+        return MeasuredCostModel(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
+                                 kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,
+                                 gpu_data=gpu_data, root=root, tables=tables, fp8_compute=fp8_compute,
+                                 fp8_block=fp8_block, expert_parallel=expert_parallel, moe_routing=moe_routing)
+    if refusal is not None:
+        raise ConfigError(refusal)
     return MeasuredFallback(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
                             kv_dtype=kv_dtype, fp8_compute=fp8_compute, reason=reason, expert_parallel=expert_parallel)

@@ -176,7 +176,7 @@ def _gpt_oss(r: _Reader) -> dict:
         raise r._fail("layer_types", kinds, "a list of 'sliding_attention' and 'full_attention'")
     return _dense_fields(r, tie_default=False, attention_bias=r.bool("attention_bias", True)) | {
         "num_experts": r.int("num_local_experts"),
-        "num_experts_per_token": r.int("num_experts_per_tok", r.int("experts_per_token", 4)),
+        "num_experts_per_token": r.int("num_experts_per_tok", None) or r.int("experts_per_token", 4),
     }
 
 

@@ -706,9 +706,7 @@ def _share_cost_tiers(raws: dict[str, dict], cands: list[Candidate]) -> None:
     from sim.config.cost_choice import shared_choice
     groups: dict[str, list[str]] = {}
     for c in cands:
-        key = json.dumps([c.gpu, c.tensor_parallel, c.pipeline_parallel, c.expert_parallel], sort_keys=True,
-                         default=str)
-        groups.setdefault(key, []).append(c.name)
+        groups.setdefault(_hardware_key(c), []).append(c.name)
     for names in groups.values():
         shared = shared_choice([raws[n] for n in names]) if len(names) > 1 else None
         for name in names if shared else ():
@@ -820,11 +818,15 @@ def _run_detail(item: tuple[str, Any]):
     return curves_for(task) if kind == "curves" else repeat_with_seed(task)
 
 
-def _hardware_of(task) -> str:
-    """What a candidate runs on, policy aside: candidates alike in this are neighbours (`search_candidates`)."""
-    c = task.candidate
+def _hardware_key(c: Candidate) -> str:
+    """What a candidate runs on, policy aside: candidates alike in this are neighbours (`search_candidates`) and
+    share a cost-model tier (`_share_cost_tiers`)."""
     return json.dumps([c.gpu, c.tensor_parallel, c.pipeline_parallel, c.expert_parallel], sort_keys=True,
                       default=str)
+
+
+def _hardware_of(task) -> str:
+    return _hardware_key(task.candidate)
 
 
 def _neighbour_groups(tasks: list, key: Callable) -> list[tuple]:

@@ -318,22 +318,10 @@ def _gpu_name(gpu: str | dict | None) -> str:
     return str(gpu.get("name", "")) if isinstance(gpu, dict) else str(gpu or "h100-sxm")
 
 
-def measured_fallback_reason(base: dict) -> str | None:
-    """Why the measured cost model cannot price this base scenario's GPU and dtypes (None if it can)."""
-    from sim.cost.measured import measured_unsupported
-    q = base.get("quantization") or {}
-    weights = q.get("weights", "bf16")
-    if q.get("fp8_compute") and weights != "fp8":
-        return "fp8_compute without fp8 weights is not measured"
-    gpu_data = (base.get("cost_model") or {}).get("gpu_data")
-    return measured_unsupported(gpu_data or _gpu_name((base.get("hardware") or {}).get("gpu")), weights,
-                                q.get("kv_cache", "bf16"))
-
-
 def cost_model_note(base: dict) -> str | None:
     """A line for the page: which model BEST picks for this scenario, and why (sim/config/cost_choice.py, the
-    choice a run then makes and names); or, when a `measured` choice will be priced by the roofline instead, that
-    (the run's summary then says "roofline (fallback: ...)" too)."""
+    choice a run then makes and names); or, where a `measured` choice cannot price it, whether the run stops or is
+    priced by the roofline (`measured_refusal`, the decision the run's measured model makes)."""
     spec = base.get("cost_model") or {}
     if not spec:
         from sim.config.checkpoint import checkpoint_defaults
@@ -345,10 +333,17 @@ def cost_model_note(base: dict) -> str | None:
         return f"best available for this GPU, model, TP, engine and dtype: {default_cost_model(base)[1]}"
     if spec.get("kind") != MEASURED:
         return None
-    reason = measured_fallback_reason(base)
+    from sim.cost.measured import measured_refusal
+    from sim.model.memory import FP8_COMPUTE_DEFAULT
+    q = base.get("quantization") or {}
+    default = {key: MeasuredCostSpec.model_fields[key].default for key in ("on_missing", "unmeasured_dtype")}
+    reason, refusal = measured_refusal(
+        spec.get("gpu_data") or _gpu_name((base.get("hardware") or {}).get("gpu")), q.get("weights", "bf16"),
+        q.get("kv_cache", "bf16"), q.get("fp8_compute", FP8_COMPUTE_DEFAULT), spec.get("tables", "vllm"),
+        spec.get("on_missing", default["on_missing"]), spec.get("unmeasured_dtype", default["unmeasured_dtype"]))
     if reason is None:
         return None
-    if spec.get("on_missing") == "error":
+    if refusal is not None:
         return f"measured kernels unavailable ({reason}): the run will stop with this error"
     return f"measured kernels unavailable ({reason}): priced with the roofline (catalog efficiencies)"
 

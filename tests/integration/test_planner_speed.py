@@ -4,12 +4,11 @@ same plan as the exhaustive planner, which runs every simulation to its end from
 from __future__ import annotations
 
 import copy
-import math
 
 import pytest
 from helpers import PLAN_LENGTHS, PLAN_SLO, small_scenario
 
-from sim.results import REASSOCIATED_SUM_KEYS
+from sim.results import same_up_to_reassociation as _same
 from sim.tools.planner import plan_settings, run_plan
 
 # One GPU, two TP degrees, two policies, the roofline: a plan of a few seconds that still has failing probes
@@ -26,19 +25,6 @@ PLAN = small_scenario({'name': 'plan-speed',
                        'variants': {'paged': {},
                                     'chunked': {'scheduler': {'chunked_prefill': True,
                                                               'max_num_batched_tokens': 2048}}}})
-
-
-def _same(a, b, key: str = "") -> bool:
-    """Equal, NaN equal to NaN (a metric of no requests), recursively through dicts and lists. The summary's
-    sums over steps (REASSOCIATED_SUM_KEYS) to float rounding: an early-verdict check ends a decode run
-    (`run.fast_decode`) at the step it looks after, so the shortcut plan's rows split the steps differently."""
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(_same(a[k], b[k], k) for k in a)
-    if isinstance(a, float) and isinstance(b, float) and math.isnan(a) and math.isnan(b):
-        return True
-    if key in REASSOCIATED_SUM_KEYS and isinstance(a, float) and isinstance(b, float):
-        return math.isclose(a, b, rel_tol=1e-12)
-    return a == b
 
 
 @pytest.fixture(scope="module")

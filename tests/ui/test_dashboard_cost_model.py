@@ -69,6 +69,14 @@ def test_note_says_when_measured_falls_back():
     base["cost_model"]["on_missing"] = "error"
     assert "will stop with this error" in dash.cost_model_note(base)
     assert dash.cost_model_note({"hardware": {"gpu": "l4"}, "cost_model": {"kind": "roofline"}}) is None
+    # a dtype the tables were not measured in: the measured model stops (unmeasured_dtype 'error', its default),
+    # as the run does, unless the roofline is asked for (sim/cost/measured.py measured_refusal decides both)
+    fp8 = {"hardware": {"gpu": "h100-sxm"}, "quantization": {"weights": "fp8"}, "cost_model": {"kind": "measured"}}
+    assert "weight-only fp8" in dash.cost_model_note(fp8) and "will stop" in dash.cost_model_note(fp8)
+    with pytest.raises(ConfigError, match="weight-only fp8"):
+        simulate(validate_scenario(small_scenario(fp8)))
+    fp8["cost_model"]["unmeasured_dtype"] = "roofline"
+    assert dash.cost_model_note(fp8).endswith("priced with the roofline (catalog efficiencies)")
 
 
 def test_every_summary_view_names_the_cost_model_that_priced_the_run(tmp_path, capsys):
