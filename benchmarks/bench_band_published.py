@@ -4,8 +4,9 @@ For every held-out published run (benchmarks/published/, the held-out protocol o
 each engine version's CPU and front-end terms fitted on its FIT_RUNS only), the run is simulated with a band
 (`run.band: 90`, replications: a published run is short) over each set of sources, and each quoted figure
 (throughput, TTFT, TPOT/ITL: published_suite.measure, the same quantities the suite's error table compares) is
-checked against its band. Printed per engine and per cost model: how many figures the band holds, and the median
-half-width (half the band over the point figure). Goal (issue 31): 80-95% for each cost model.
+checked against its band. Printed per engine, per kind of cost model, and per cost model with its engine terms: how
+many figures the band holds, and the median half-width (half the band over the point figure). Goal (issue 31): 80-95%
+for each cost model.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_band_published.py [--engine vllm] [--sources step_time,engine_terms]
 """
@@ -82,6 +83,9 @@ def main(argv=None) -> int:
     groups = defaultdict(list)
     for row in rows:
         groups[("engine", row[0])].append(row)
+        # the kind of cost model (roofline, learned roofline, measured, calibrated: `cost_model_label`'s first words)
+        groups[("cost model kind", row[1].split(" + ")[0].split(" (")[0])].append(row)
+    for row in rows:  # each cost model with the engine terms it ran with: one or a few runs each
         groups[("cost model", row[1])].append(row)
     groups[("all", "")] = rows
     for (kind, name), members in groups.items():

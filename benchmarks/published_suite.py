@@ -372,7 +372,7 @@ class PublishedCase:
     pipeline_parallel: int
     expert_parallel: int  # 1: none
     dp_attention: bool
-    weights: str  # bf16, fp16, fp8 (weights and compute), fp8-weights (weight-only FP8), mxfp4 (priced as int4)
+    weights: str  # bf16, fp16, fp8 (weights and compute), fp8-weights (weight-only FP8), mxfp4 (the experts)
     kv_dtype: str  # bf16, fp16, fp8 (resolved from auto)
     dataset: dict
     kind: str  # latency or throughput
@@ -413,9 +413,6 @@ class Suite:
 
 _PINNED = re.compile(r"^https://github\.com/[^/]+/[^/]+/(blob|tree)/[0-9a-f]{40}/")
 _DTYPES = {"bf16", "fp16", "fp8", "fp8-weights", "mxfp4"}
-# ServeSim has no fp4 dtype: MXFP4 weights (gpt-oss's experts) are priced as int4, 4-bit weights with 16-bit products,
-# what vLLM runs them as on Hopper and Ampere (gpustack_gpt_oss.yaml's header says what that leaves out)
-MXFP4_AS = "int4"
 _KV_DTYPES = {"auto": None, "bf16": "bf16", "fp16": "fp16", "fp8": "fp8", "fp8_e4m3": "fp8", "fp8_e5m2": "fp8"}
 _KINDS = {"latency", "throughput"}
 
@@ -883,8 +880,6 @@ def _quantization(case: PublishedCase) -> dict:
         return {"weights": "fp8", "kv_cache": case.kv_dtype, "fp8_compute": True, **block}
     if case.weights == "fp8-weights":
         return {"weights": "fp8", "kv_cache": case.kv_dtype, "fp8_compute": False, **block}
-    if case.weights == "mxfp4":
-        return {"weights": MXFP4_AS, "kv_cache": case.kv_dtype}
     return {"weights": case.weights, "kv_cache": case.kv_dtype}
 
 

@@ -31,7 +31,8 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
 - allreduce.parquet: backend (graph = under CUDA graphs, eager), num_gpus, message_elements (bf16
   elements: AIConfigurator's `message_size` is an element count: one decode token of llama-3.1-8b at
   tp 2 queries 4096), latency_ms
-- moe.parquet: dtype (bf16; fp8 = per-tensor W8A8, fp8_block = block-scaled W8A8, where measured), num_tokens,
+- moe.parquet: dtype (bf16; fp8 = per-tensor W8A8, fp8_block = block-scaled W8A8, mxfp4 = MXFP4 experts with
+  16-bit activations, gpt-oss's shapes; each where measured), num_tokens,
   distribution (the routing: balanced, power_law_1.01 or power_law_1.2, each where measured;
   `cost_model.moe_routing` picks one), hidden_size, inter_size, topk, num_experts, moe_tp_size, moe_ep_size,
   latency_ms (expert parallelism 1, or up to `MAX_EP_GPUS` GPUs in all; num_tokens are the layer's tokens before
@@ -81,6 +82,8 @@ FRAMEWORK = "vllm"  # the default: its tables stay at calibrate/measured/<gpu>/
 PACKAGE = "aiconfigurator-core"
 _DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 _WEIGHT_DTYPES = {**_DTYPES, "fp8_block": "fp8_block"}  # GEMM and MoE rows: per-tensor and block-scaled fp8
+# MoE rows also: MXFP4 experts with 16-bit activations (gpt-oss's checkpoints; `quantization.weights: mxfp4`).
+_MOE_DTYPES = {**_WEIGHT_DTYPES, "w4a16_mxfp4": "mxfp4"}
 
 
 def _data_root() -> Path:
@@ -207,7 +210,7 @@ def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",)) -> tuple[pd.
     keep, kernels = [], {}
     for distribution in dists:
         picked, found = _main_rows(df[df["distribution"] == distribution], "moe_dtype",
-                                   {d: _WEIGHT_DTYPES[d] for d in dtypes})
+                                   {d: _MOE_DTYPES[d] for d in dtypes})
         kernels = kernels or found
         keep += [pd.DataFrame({"dtype": dtype, "distribution": distribution, "num_tokens": rows["num_tokens"],
                                "hidden_size": rows["hidden_size"], "inter_size": rows["inter_size"],
@@ -241,13 +244,15 @@ TABLES = {
     "context_mla": ("mla", "context_mla_perf.parquet", lambda d: _mla(d, False)),
     "generation_mla": ("mla", "generation_mla_perf.parquet", lambda d: _mla(d, True)),
 }
-# Per framework, the MoE dtypes kept (fp8 = per-tensor W8A8 experts, fp8_block = block-scaled). TensorRT-LLM
-# measures both with its default kernel (moe_torch_flow_cutlass); SGLang only block-scaled fp8; vLLM's per-tensor
-# fp8 rows are one checkpoint format's kernel (ModelOpt, FlashInfer CUTLASS), so they are left out (its bf16 rows
-# are as imported for issue 12). Where no fp8 MoE row of the kind is kept, fp8 experts are priced from the bf16
-# rows' ratio at the fp8 roofline (sim/cost/measured.py).
-MOE_DTYPES = {"vllm": ("bfloat16", "fp8_block"), "sglang": ("bfloat16", "fp8_block"),
-              "trtllm": ("bfloat16", "fp8", "fp8_block")}
+# Per framework, the MoE dtypes kept (fp8 = per-tensor W8A8 experts, fp8_block = block-scaled, w4a16_mxfp4 = MXFP4
+# experts). TensorRT-LLM measures both fp8 kinds with its default kernel (moe_torch_flow_cutlass); SGLang only
+# block-scaled fp8; vLLM's per-tensor fp8 rows are one checkpoint format's kernel (ModelOpt, FlashInfer CUTLASS), so
+# they are left out (its bf16 rows are as imported for issue 12). Where no fp8 MoE row of the kind is kept, fp8
+# experts are priced from the bf16 rows' ratio at the fp8 roofline (sim/cost/measured.py). MXFP4 rows are measured
+# at gpt-oss's expert shapes only, each engine's gpt-oss kernel the main one (vLLM on Hopper: OpenAI's Triton
+# kernels; SGLang: its fused Triton MoE; TensorRT-LLM: its PyTorch flow); no other dtype's rows ever price them.
+MOE_DTYPES = {"vllm": ("bfloat16", "fp8_block", "w4a16_mxfp4"), "sglang": ("bfloat16", "fp8_block", "w4a16_mxfp4"),
+              "trtllm": ("bfloat16", "fp8", "fp8_block", "w4a16_mxfp4")}
 # GEMM rows left out, and why (meta.json records it): vLLM's block-scaled fp8 rows (DeepGEMM and FlashInfer kernels)
 # take a flat ~60-90 us at every m from 1 to ~2k (H200, n 1536, k 7168: 57-95 us, where its per-tensor fp8 kernel
 # takes 11-17 us and the weights' bytes 2.3 us; B200: 175-276 us against 10-27 us): host time of eager calls, not
@@ -290,7 +295,7 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
     if missing:
         raise LookupError(f"no {fw} {', '.join(missing)} table under {system_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)
-    tables, device, dtypes = {}, None, {}
+    tables, device = {}, None
     for name, (op, fname, convert) in TABLES.items():
         if found[name] is None:
             note = f"no {fw} {fname} for {system}"

@@ -310,7 +310,8 @@ class KVCacheSpec(_Strict):
 
 class QuantizationSpec(_Strict):
     weights: Literal[WEIGHT_DTYPES] = Field(
-        "bf16", description="how the weights are stored; absent: a `model: {hf_config}` checkpoint's own "
+        "bf16", description="how the weights are stored (mxfp4: a mixture of experts' routed experts in MXFP4, the "
+        "rest 16-bit, as gpt-oss's checkpoints); absent: a `model: {hf_config}` checkpoint's own "
         "quantization_config (sim/config/checkpoint.py, with its block scales and fp8 activations), else bf16")
     kv_cache: Literal["bf16", "fp16", "fp8", "int8"] = "bf16"
     fp8_compute: bool = Field(FP8_COMPUTE_DEFAULT, description="matrix products run at the GPU's fp8 rate")
@@ -325,6 +326,9 @@ class QuantizationSpec(_Strict):
         if self.fp8_block_scales and self.weights != "fp8":
             raise ValueError(f"fp8_block_scales: true with weights {self.weights!r}; allowed: weights 'fp8', or "
                              "fp8_block_scales false")
+        if self.fp8_compute and self.weights == "mxfp4":
+            raise ValueError("fp8_compute: true with weights 'mxfp4' (whose experts' products run in 16 bits here, "
+                             "its attention's in bf16); allowed: fp8_compute false")
         return self
 
 

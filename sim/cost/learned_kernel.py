@@ -28,11 +28,7 @@ import math
 import numpy as np
 
 from sim.cost.roofline_kernel import (
-    M_EXPERTS_PER_TOKEN,
-    M_IN,
     M_NUM_EXPERTS,
-    M_OUT,
-    M_PER_TOKEN,
     M_WEIGHT,
     P_ATTN_FLOPS_PER_PAIR,
     P_FFN_PER_GPU,
@@ -44,12 +40,11 @@ from sim.cost.roofline_kernel import (
     P_Q_BYTES_PER_TOKEN,
     P_SLIDING_WINDOW,
     P_TP,
-    P_WEIGHT_BYTES_PER_PARAM,
     chunk_pairs,
     layer_allreduce_s,
     layer_elementwise_bytes,
-    linear_flops_bytes,
     linear_row,
+    lm_head_flops_bytes,
     op_time,
     window_context,
 )
@@ -159,12 +154,11 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     if not elem_s > launches_s:
         elem_s = launches_s
     ar_s = layer_allreduce_s(n, price[P_HIDDEN], price[P_TP], s[K_AR_LATENCY_S], s[K_AR_BYTES_PER_S])
-    wbpp = price[P_WEIGHT_BYTES_PER_PARAM]
     for g in range(grp_layers.shape[0]):
         num_layers = grp_layers[g]
         layer_s = attn_s + elem_s + ar_s
         for k in range(grp_start[g], grp_start[g + 1]):
-            f, b = linear_row(mm, k, n, wbpp)
+            f, b = linear_row(mm, k, n)
             layer_s += _gemm_s(gemm_eff[k], r_edges, f, b, peak_flops, peak_bytes, min_kernel_s)
             flops_total += num_layers * f
             bytes_total += num_layers * b
@@ -172,8 +166,7 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     # The LM head: every sampled row, and each verified draft token of a decoding sequence (its time only).
     rows = num_sampled + num_decode_seqs * (query_tokens - 1)
     if rows:
-        f, b = linear_flops_bytes(lm_head[M_WEIGHT], lm_head[M_PER_TOKEN], lm_head[M_NUM_EXPERTS],
-                                  lm_head[M_EXPERTS_PER_TOKEN], lm_head[M_IN], lm_head[M_OUT], rows, wbpp)
+        f, b = lm_head_flops_bytes(lm_head, rows)
         time_s += _gemm_s(head_eff, r_edges, f, b, peak_flops, peak_bytes, min_kernel_s)
     if swap_tokens:
         # Each GPU moves its own shard of the KV over its own host link.

@@ -10,9 +10,10 @@ Dtypes are priced only where measured (`quantization_unmeasured`): fp8 weights w
 (W8A8) from the fp8 GEMM rows, block-scaled ones (`quantization.fp8_block_scales`) from the fp8_block rows (the
 per-tensor ones, noted, where a framework has none usable; and the fused-MoE rows of that kind where the tables
 have any, else the bf16 ones' ratio at the fp8 roofline), an fp8 KV cache from the fp8-KV attention rows; bf16
-and fp16 (same element size and tensor-core rate on every catalog GPU) from the bf16 rows. Anything else
-(int8/int4 weights, an int8 KV cache, weight-only fp8, fp8 on a GPU or engine whose tables lack it) is refused
-with one line naming the field, unless the scenario asks for the roofline instead
+and fp16 (same element size and tensor-core rate on every catalog GPU) from the bf16 rows; MXFP4 experts (gpt-oss's
+checkpoints, `quantization.weights: mxfp4`) from the fused-MoE table's MXFP4 rows, the rest from the bf16 rows.
+Anything else (int8/int4 weights, an int8 KV cache, weight-only fp8, fp8 or MXFP4 on a GPU or engine whose tables
+lack it) is refused with one line naming the field, unless the scenario asks for the roofline instead
 (`cost_model.unmeasured_dtype: roofline`); `on_missing` covers only a GPU without tables. A dtype is never priced
 from another dtype's rows.
 
@@ -74,6 +75,9 @@ TABLES = ("vllm", "sglang", "trtllm")
 # Scenario dtype -> the table rows that price it. fp16 takes the bf16 rows: the same element size and the same
 # tensor-core rate on every catalog GPU (NVIDIA's A100/H100/H200/L40S datasheets list one "FP16/BF16" figure).
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}  # scenario weights -> table dtype
+# mxfp4 (gpt-oss's checkpoints): the routed experts from the fused-MoE table's MXFP4 rows, every other matrix (16-bit
+# in those checkpoints) from the bf16 GEMM rows.
+MXFP4 = "mxfp4"
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 _DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1}  # (a 128 x 128 block's scale: 4 bytes in 16 KiB, left out)
 
@@ -82,8 +86,14 @@ def gemm_dtype(weight_dtype: str, fp8_block: bool = False) -> str | None:
     """The table rows asked for to price these weights: fp8 with 128 x 128 weight-block scales (`fp8_block_scales`,
     as DeepSeek-V3/R1's and Qwen's FP8 checkpoints) the block-scaled rows. (Where a framework's tables lack
     block-scaled GEMM rows, `MeasuredCostModel` takes the per-tensor fp8 ones and notes it.)"""
-    dtype = _GEMM_DTYPE.get(weight_dtype)
+    dtype = _GEMM_DTYPE.get("bf16" if weight_dtype == MXFP4 else weight_dtype)
     return "fp8_block" if fp8_block and dtype == "fp8" else dtype
+
+
+def moe_dtype(weight_dtype: str, fp8_block: bool = False) -> str | None:
+    """The fused-MoE table rows asked for to price the routed experts: MXFP4 experts their own rows, any other
+    weights the rows of their GEMM dtype."""
+    return MXFP4 if weight_dtype == MXFP4 else gemm_dtype(weight_dtype, fp8_block)
 
 
 # The MLA sizes AIConfigurator's MLA tables were measured at, DeepSeek-V3's (qk_nope_head_dim, qk_rope_head_dim,
@@ -136,8 +146,12 @@ def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str 
     escape = "or cost_model.unmeasured_dtype: roofline"
     weights = [w + (" (with fp8_compute: true)" if w == "fp8" else "") for w, d in _GEMM_DTYPE.items()
                if d in t.gemm_dtypes]
+    weights += [MXFP4] if MXFP4 in t.moe_dtypes else []
     kv = [k for k, d in _KV_DTYPE.items() if d in t.kv_dtypes]
-    if _GEMM_DTYPE.get(weight_dtype) not in t.gemm_dtypes:
+    if weight_dtype == MXFP4 and MXFP4 not in t.moe_dtypes:
+        return (f"quantization.weights: 'mxfp4' is not measured {where} (no MXFP4 fused-MoE rows); allowed: "
+                f"{', '.join(weights)}, {escape}")
+    if weight_dtype != MXFP4 and _GEMM_DTYPE.get(weight_dtype) not in t.gemm_dtypes:
         return (f"quantization.weights: {weight_dtype!r} is not measured {where}; allowed: {', '.join(weights)}, "
                 f"{escape}")
     if weight_dtype == "fp8" and fp8_compute is False:
@@ -203,6 +217,11 @@ class MeasuredTables:
     @property
     def framework(self) -> str:
         return str(self.meta.get("framework", "vllm"))
+
+    @property
+    def moe_dtypes(self) -> frozenset:
+        """The expert dtypes the fused-MoE table measured (meta.json)."""
+        return frozenset(self.meta["tables"].get("moe", {}).get("dtypes", ()))
 
     def attention_dtype(self, kv_dtype: str) -> str:
         """The dtype context attention computes in with this KV dtype (meta.json; bf16 where unrecorded)."""
@@ -636,7 +655,7 @@ class MeasuredCostModel(PackedCostModel):
         m, t = self.model, self.tables
         if not m.is_moe:
             return None
-        gd = gemm_dtype(self.weight_dtype, self.fp8_block)
+        gd = moe_dtype(self.weight_dtype, self.fp8_block)
         all_rows, routing = t.moe_rows(self.moe_routing)
         if all_rows is not None and routing != self.moe_routing:
             self.notes[f"moe: no {self.moe_routing} routing in these tables; their {routing} rows"] += 1
@@ -644,7 +663,12 @@ class MeasuredCostModel(PackedCostModel):
             self.notes[f"moe: {routing} routing"] += 1
         moe = None if all_rows is None else all_rows[all_rows["dtype"] == gd]
         # The roofline this model's experts take (kind) and the one the rows' ratios are taken against (rows_kind).
-        kind = rows_kind = measured_kernel.SHAPE_MOE if gd == "bf16" else measured_kernel.SHAPE_MOE_FP8
+        kind = rows_kind = {"bf16": measured_kernel.SHAPE_MOE,
+                            MXFP4: measured_kernel.SHAPE_MOE_MXFP4}.get(gd, measured_kernel.SHAPE_MOE_FP8)
+        if gd == MXFP4 and (moe is None or moe.empty or not m.gated_mlp):  # never from another dtype's rows
+            raise ConfigError(f"quantization.weights: 'mxfp4' is not measured in the {t.framework} tables of "
+                              f"{t.meta['gpu']} for {m.name} (no MXFP4 fused-MoE rows under {routing} routing for "
+                              "its gated experts); allowed: cost_model.unmeasured_dtype: roofline")
         if (moe is None or moe.empty) and gd != "bf16" and all_rows is not None and m.gated_mlp:
             # No FP8 fused-MoE rows: the bf16 rows' ratio to their roofline, applied to this model's FP8 roofline.
             # Held out on the tables that hold both dtypes (TensorRT-LLM's H100, H200 and B200, 7,452 points), this

@@ -19,7 +19,7 @@ from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
 from sim.model.attention_io import ATTENTION_KERNELS, ELEMENTWISE_PASSES, math_sdpa_terms
 from sim.model.attention_io import heads_per_gpu as attention_heads_per_gpu
-from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token
+from sim.model.memory import DTYPE_BYTES, check_weight_dtype, kv_bytes_per_token, param_bytes
 from sim.model.shapes import GpuLinear, gpu_layer_groups, gpu_linear, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
@@ -47,6 +47,7 @@ class _Matmul:
     experts_per_token: float
     in_features: int
     out_features: int
+    bytes_per_param: float  # what a product reads per weight param (`sim.model.memory.param_bytes`)
 
 
 class RooflineCostModel(PackedCostModel):
@@ -80,7 +81,6 @@ class RooflineCostModel(PackedCostModel):
         self.bytes_per_s = gpu.hbm_bytes_per_s * (memory_efficiency or gpu.memory_efficiency)
         self.link_bytes_per_s = gpu.interconnect_bytes_per_s * gpu.interconnect_efficiency
         self.step_overhead_s = gpu.step_overhead_s if step_overhead_s is None else step_overhead_s
-        self.weight_bytes_per_param = DTYPE_BYTES[weight_dtype]
         self.kv_bytes_per_token_layer = kv_bytes_per_token(model, kv_dtype, tensor_parallel) / model.num_layers
         heads_per_gpu = attention_heads_per_gpu(model, tensor_parallel)
         if model.attention == "mla":
@@ -111,9 +111,10 @@ class RooflineCostModel(PackedCostModel):
                               f"{', '.join(ELEMENTWISE_PASSES)}")
         self.materialized_passes = [(units[unit], nbytes, flops, elements * own_s.get(op, 0.0))
                                     for op, unit, nbytes, flops, elements in passes]
-        self.groups = [(n, [self._matmul(g) for g in gpu_shapes])
+        check_weight_dtype(model, weight_dtype)
+        self.groups = [(n, [self._matmul(g, weight_dtype) for g in gpu_shapes])
                        for n, gpu_shapes in gpu_layer_groups(model, tensor_parallel, expert_parallel)]
-        self.lm_head = self._matmul(gpu_linear(lm_head_shape(model), tensor_parallel))
+        self.lm_head = self._matmul(gpu_linear(lm_head_shape(model), tensor_parallel), weight_dtype)
         self.hidden = model.hidden_size
         self.ffn_per_gpu = model.ffn_size / tensor_parallel
         self.include_lm_head = True  # False for a pipeline stage before the last: the LM head runs on the last
@@ -122,7 +123,7 @@ class RooflineCostModel(PackedCostModel):
         return roofline_kernel.pack(self)
 
     @staticmethod
-    def _matmul(g: GpuLinear) -> _Matmul:
+    def _matmul(g: GpuLinear, weight_dtype: str) -> _Matmul:
         # Under expert parallelism a GPU holds count / EP whole experts and a token routes to active / EP of them in
         # expectation: under uniform routing its FLOPs and weight bytes equal tensor parallelism's at the same
         # number of GPUs (tests/unit/test_expert_parallel.py), its kernels (measured tables) do not.
@@ -130,7 +131,7 @@ class RooflineCostModel(PackedCostModel):
         # token's output, a row-split one reads in / split of its input (`GpuLinear`).
         params = g.shape.in_features * g.shape.out_features / g.split
         return _Matmul(params * g.count, params * g.active_per_token, g.count, g.active_per_token,
-                       g.in_features, g.out_features)
+                       g.in_features, g.out_features, param_bytes(g.shape, weight_dtype))
 
     def __repr__(self) -> str:
         # The kernel is named only when it is not the default, so that a flash run's records read as before.

@@ -19,10 +19,10 @@ from sim.model.attention_io import MATH_SDPA_MATMULS, MATH_SDPA_PASSES
 
 # Indices into the float64 array `params[0]`.
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_OVERHEAD_S, P_ATTN_FLOPS_PER_PAIR, P_KV_BYTES_PER_TOKEN_LAYER, P_Q_BYTES_PER_TOKEN,
- P_HIDDEN, P_FFN_PER_GPU, P_TP, P_LINK_BYTES_PER_S, P_ALLREDUCE_LATENCY_S, P_WEIGHT_BYTES_PER_PARAM,
+ P_HIDDEN, P_FFN_PER_GPU, P_TP, P_LINK_BYTES_PER_S, P_ALLREDUCE_LATENCY_S,
  P_SLIDING_WINDOW, P_LM_HEAD, P_NUM_LAYERS, P_HOST_LINK_BYTES_PER_S, P_MATERIALIZED, P_SCORE_BYTES_PER_PAIR,
  P_CACHE_BYTES, P_CACHE_BYTES_PER_S, P_FIRST_TOUCH_BYTES_PER_S, P_FLASH_KEY_BLOCK, P_FRESH_PER_PAIR, P_FRESH_PER_QUERY,
- P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_NUM_PASSES, P_PASSES) = range(28)
+ P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_NUM_PASSES, P_PASSES) = range(27)
 # The materialized kernel's passes other than its matmuls (`attention_io.math_sdpa_terms`), from P_PASSES on, a row
 # of PASS_COLUMNS each: the unit it runs over (U_PAIR: a query row against a key, U_QUERY, U_KEY: a token), bytes
 # per unit, FLOPs per unit, and the device's own seconds per unit for it (`GPUSpec.pass_s_per_element`; 0: none).
@@ -31,8 +31,10 @@ PASS_COLUMNS = 4
 MAX_PASSES = len(MATH_SDPA_PASSES) - len(MATH_SDPA_MATMULS)  # every pass a dtype can run, less the matmuls
 NUM_PRICE = P_PASSES + PASS_COLUMNS * MAX_PASSES
 # Columns of a matmul row (`mm`, `lm_head`): weight params (all experts), params per token, experts, experts each
-# token routes to, in features, out features.
-M_WEIGHT, M_PER_TOKEN, M_NUM_EXPERTS, M_EXPERTS_PER_TOKEN, M_IN, M_OUT = range(6)
+# token routes to, in features, out features, bytes read per weight param (`sim.model.memory.param_bytes`: the
+# matrix's own dtype, which under one scheme differs from matrix to matrix).
+M_WEIGHT, M_PER_TOKEN, M_NUM_EXPERTS, M_EXPERTS_PER_TOKEN, M_IN, M_OUT, M_BYTES_PER_PARAM = range(7)
+MATMUL_COLUMNS = 7
 NUM_NUMBERS = 5  # the pack's first arrays hold the model's numbers; the rest are its memos
 ACT_BYTES = 2  # activations are bf16/fp16
 # Token counts below this have their matmul terms remembered (the pack's memo arrays): a step's matmuls depend on
@@ -52,7 +54,6 @@ def pack(model) -> tuple:
     scalars[P_HIDDEN], scalars[P_FFN_PER_GPU], scalars[P_TP] = model.hidden, model.ffn_per_gpu, model.tp
     scalars[P_LINK_BYTES_PER_S] = model.link_bytes_per_s
     scalars[P_ALLREDUCE_LATENCY_S] = model.gpu.allreduce_latency_s
-    scalars[P_WEIGHT_BYTES_PER_PARAM] = model.weight_bytes_per_param
     scalars[P_SLIDING_WINDOW] = model.model.sliding_window or 0
     scalars[P_LM_HEAD] = 1.0 if model.include_lm_head else 0.0
     scalars[P_NUM_LAYERS] = model.model.num_layers
@@ -74,14 +75,14 @@ def pack(model) -> tuple:
     layers = np.array([n for n, _ in model.groups], dtype=np.float64)
     starts = np.cumsum([0] + [len(mms) for _, mms in model.groups]).astype(np.int64)
     rows = [_row(mm) for _, mms in model.groups for mm in mms]
-    return (scalars, layers, starts, np.array(rows, dtype=np.float64).reshape(-1, 6),
+    return (scalars, layers, starts, np.array(rows, dtype=np.float64).reshape(-1, MATMUL_COLUMNS),
             np.array(_row(model.lm_head), dtype=np.float64),
             np.full((len(layers), MEMO_TOKENS, 3), np.nan), np.full((MEMO_TOKENS, 3), np.nan))
 
 
 def _row(mm) -> list[float]:
     return [mm.weight_params, mm.params_per_token, mm.num_experts, mm.experts_per_token, mm.in_features,
-            mm.out_features]
+            mm.out_features, mm.bytes_per_param]
 
 
 @njit(cache=True)
@@ -116,19 +117,26 @@ def linear_flops_bytes(weight_params, params_per_token, experts, experts_per_tok
 
 
 @njit(cache=True, inline="always")
-def linear_row(mm, k, num_tokens, wbpp):
+def linear_row(mm, k, num_tokens):
     return linear_flops_bytes(mm[k, M_WEIGHT], mm[k, M_PER_TOKEN], mm[k, M_NUM_EXPERTS], mm[k, M_EXPERTS_PER_TOKEN],
-                   mm[k, M_IN], mm[k, M_OUT], num_tokens, wbpp)
+                              mm[k, M_IN], mm[k, M_OUT], num_tokens, mm[k, M_BYTES_PER_PARAM])
+
+
+@njit(cache=True, inline="always")
+def lm_head_flops_bytes(lm_head, rows):
+    return linear_flops_bytes(lm_head[M_WEIGHT], lm_head[M_PER_TOKEN], lm_head[M_NUM_EXPERTS],
+                              lm_head[M_EXPERTS_PER_TOKEN], lm_head[M_IN], lm_head[M_OUT], rows,
+                              lm_head[M_BYTES_PER_PARAM])
 
 
 @njit(cache=True)
-def _matmuls(mm, first, end, num_tokens, wbpp, fps, bps):
+def _matmuls(mm, first, end, num_tokens, fps, bps):
     """One layer's matmul rows first..end-1 at `num_tokens`: (time, FLOPs, bytes)."""
     layer_s = 0.0
     layer_flops = 0.0
     layer_bytes = 0.0
     for k in range(first, end):
-        f, b = linear_row(mm, k, num_tokens, wbpp)
+        f, b = linear_row(mm, k, num_tokens)
         layer_s += op_time(f, b, fps, bps)
         layer_flops += f
         layer_bytes += b
@@ -291,7 +299,6 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     elementwise_bytes = layer_elementwise_bytes(num_tokens, price[P_HIDDEN], price[P_FFN_PER_GPU])
     allreduce_s = layer_allreduce_s(num_tokens, price[P_HIDDEN], price[P_TP], price[P_ALLREDUCE_LATENCY_S],
                                     price[P_LINK_BYTES_PER_S])
-    wbpp = price[P_WEIGHT_BYTES_PER_PARAM]
     time_s = 0.0
     flops_total = 0.0
     bytes_total = 0.0
@@ -300,8 +307,7 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
             layer_s, layer_flops, layer_bytes = (mm_memo[g, num_tokens, 0], mm_memo[g, num_tokens, 1],
                                                  mm_memo[g, num_tokens, 2])
         else:
-            layer_s, layer_flops, layer_bytes = _matmuls(mm, grp_start[g], grp_start[g + 1], num_tokens, wbpp,
-                                                         fps, bps)
+            layer_s, layer_flops, layer_bytes = _matmuls(mm, grp_start[g], grp_start[g + 1], num_tokens, fps, bps)
             if num_tokens < MEMO_TOKENS:
                 mm_memo[g, num_tokens, 0], mm_memo[g, num_tokens, 1] = layer_s, layer_flops
                 mm_memo[g, num_tokens, 2] = layer_bytes
@@ -325,8 +331,7 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
         if rows < MEMO_TOKENS and not math.isnan(head_memo[rows, 0]):
             head_s, f, b = head_memo[rows, 0], head_memo[rows, 1], head_memo[rows, 2]
         else:
-            f, b = linear_flops_bytes(lm_head[M_WEIGHT], lm_head[M_PER_TOKEN], lm_head[M_NUM_EXPERTS],
-                           lm_head[M_EXPERTS_PER_TOKEN], lm_head[M_IN], lm_head[M_OUT], rows, wbpp)
+            f, b = lm_head_flops_bytes(lm_head, rows)
             head_s = op_time(f, b, fps, bps)
             if rows < MEMO_TOKENS:
                 head_memo[rows, 0], head_memo[rows, 1], head_memo[rows, 2] = head_s, f, b

@@ -13,8 +13,9 @@ doubles the weights' bytes. The formats read, as their writers spell them:
 - `quant_method: modelopt` (NVIDIA ModelOpt) with `quant_algo: FP8`: fp8 weights and activations, per tensor.
 - `quant_method: awq | gptq` with `bits` 4 or 8, and bitsandbytes' `load_in_4bit` / `load_in_8bit`: int4 / int8
   weights only.
+- `quant_method: mxfp4` (gpt-oss): the routed experts' weights in MXFP4, the rest 16-bit.
 
-Anything else (NVFP4, MXFP4, mixed groups, ...) is not a ServeSim dtype: it is reported as unread, and the scenario
+Anything else (NVFP4, mixed groups, ...) is not a ServeSim dtype: it is reported as unread, and the scenario
 must then say how the weights are stored (`quantization.weights`), never silently bf16.
 """
 
@@ -29,7 +30,7 @@ class CheckpointQuantization:
     """A checkpoint's quantization as ServeSim prices it; `weights` None: the config's method is not read (`why`)."""
 
     method: str  # quant_method as the config spells it
-    weights: str | None = None  # fp8, int8, int4
+    weights: str | None = None  # fp8, int8, int4, mxfp4
     fp8_block_scales: bool = False
     fp8_activations: bool = False  # W8A8: the engines run fp8 matrix products where the GPU has them
     why: str = ""
@@ -110,6 +111,5 @@ def checkpoint_quantization(config: Any) -> CheckpointQuantization | None:
             return CheckpointQuantization(method=method, weights="int8")
         return _unread(method, "neither load_in_4bit nor load_in_8bit")
     if method == "mxfp4":  # gpt-oss: its experts' weights; modules_to_not_convert (attention, router) stay 16-bit
-        return _unread(method, "4-bit float weights with an 8-bit scale per 32, a format ServeSim has no dtype for; "
-                               "int4 (4-bit weights, 16-bit products) prices about the same bytes")
+        return CheckpointQuantization(method=method, weights="mxfp4")
     return _unread(method or "(no quant_method)", "a format ServeSim has no dtype for")

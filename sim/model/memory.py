@@ -14,14 +14,21 @@ from sim.model.shapes import (
     GpuLinear,
     block_scale_problem,
     gpu_layer_groups,
+    is_routed_expert,
     kv_heads_per_gpu,
     lm_head_shape,
     norm_param_count,
 )
 from sim.model.specs import GPUSpec, LinearShape, ModelSpec
 
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5}
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4")
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "mxfp4": 0.5}
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4")
+# MXFP4 (the OCP Microscaling format's FP4, gpt-oss's checkpoints): the routed experts' weights as 4-bit floats with
+# one 8-bit (E8M0) scale per block of 32; the rest (attention, router, embeddings, LM head) stays 16-bit, the
+# checkpoint's `modules_to_not_convert`. The rooflines price its products in 16 bits (w4a16, as Hopper and Ampere
+# run them; a B200's FP4 rate is not used); the measured tables, as each engine's kernel ran them.
+MXFP4_BLOCK = 32
+MXFP4_PARAM_BYTES = DTYPE_BYTES["mxfp4"] + 1 / MXFP4_BLOCK  # with its 1-byte scale per block
 # quantization.fp8_compute when a scenario (or its checkpoint) does not say: fp8 weights with 16-bit matrix products
 # (weight-only fp8). The schema's default and the default cost-model choice both read it.
 FP8_COMPUTE_DEFAULT = False
@@ -127,8 +134,36 @@ def kv_bytes_for_sequence(
     return kept * kv_bytes_per_token(model, kv_dtype, tensor_parallel)
 
 
+def matrix_dtype(shape: LinearShape, weight_dtype: str) -> str:
+    """The dtype one weight matrix is stored in under `quantization.weights`: the LM head stays 16-bit under every
+    scheme (as the embeddings, norms and biases), and under mxfp4 only the routed experts are 4-bit."""
+    if shape.name == "lm_head" or (weight_dtype == "mxfp4" and not is_routed_expert(shape)):
+        return "bf16"
+    return weight_dtype
+
+
+def param_bytes(shape: LinearShape, weight_dtype: str) -> float:
+    """Bytes a matrix product reads per parameter of this matrix: its element size (MXFP4's with its scale per 32;
+    the integer formats' group scales are left out, as they always were in the step prices)."""
+    dtype = matrix_dtype(shape, weight_dtype)
+    return MXFP4_PARAM_BYTES if dtype == "mxfp4" else DTYPE_BYTES[dtype]
+
+
+def weight_dtypes_for(model: ModelSpec) -> tuple[str, ...]:
+    """The weight dtypes this model can be stored in: mxfp4 is a mixture-of-experts checkpoint's format."""
+    return tuple(d for d in WEIGHT_DTYPES if d != "mxfp4" or model.is_moe)
+
+
+def check_weight_dtype(model: ModelSpec, weight_dtype: str) -> None:
+    """mxfp4 is a mixture-of-experts checkpoint's format (its experts' weights): refused for a model without them."""
+    if weight_dtype not in weight_dtypes_for(model):
+        raise ConfigError(f"quantization.weights: {weight_dtype!r} stores a mixture of experts' routed experts "
+                          f"(gpt-oss), and {model.name} has none; allowed: {', '.join(weight_dtypes_for(model))}")
+
+
 def _matrix_bytes(shape: LinearShape, weight_dtype: str, group_size: int) -> float:
-    nbytes = shape.in_features * shape.out_features * DTYPE_BYTES[weight_dtype]
+    weight_dtype = matrix_dtype(shape, weight_dtype)
+    nbytes = shape.in_features * shape.out_features * param_bytes(shape, weight_dtype)
     if weight_dtype in _QUANTIZED:
         groups = shape.out_features * math.ceil(shape.in_features / group_size)
         nbytes += groups * (_SCALE_BYTES + (_ZERO_POINT_BYTES if weight_dtype == "int4" else 0))
@@ -148,6 +183,7 @@ def weight_bytes_per_gpu(
     lm_head are divided by tensor_parallel; replicated matrices, norms and positions are not."""
     check_tensor_parallel(model, tensor_parallel)
     _dtype_bytes(weight_dtype, WEIGHT_DTYPES, "weight_dtype")
+    check_weight_dtype(model, weight_dtype)
     _positive_int(group_size, "group_size")
     total = 0.0
     # Expert parallelism leaves these bytes as they are: a GPU holds 1 / tp of the experts' weights either way.
@@ -290,6 +326,7 @@ def stage_weight_bytes_per_gpu(model: ModelSpec, stage: int, pipeline_parallel: 
     does (its Llama builds `embed_tokens` on the first rank and, when tied, on the last rank too)."""
     check_tensor_parallel(model, tensor_parallel)
     _dtype_bytes(weight_dtype, WEIGHT_DTYPES, "weight_dtype")
+    check_weight_dtype(model, weight_dtype)
     _positive_int(group_size, "group_size")
     layers = pipeline_stage_layers(model.num_layers, pipeline_parallel)
     if not 0 <= stage < pipeline_parallel:

@@ -53,7 +53,7 @@ def test_formats_read_as_the_engines_load_them(config, expected):
 
 
 @pytest.mark.parametrize("config, why", [
-    ({"quant_method": "mxfp4"}, "a format ServeSim has no dtype for"),
+    ({"quant_method": "hqq"}, "a format ServeSim has no dtype for"),
     (NVFP4, "weights of 4 bits of type 'float'"),
     ({**W4A16, "config_groups": {**W4A16["config_groups"], **{"group_1": FP8_DYNAMIC["config_groups"]["group_0"]}}},
      "its config groups store weights differently"),
@@ -140,11 +140,25 @@ def test_what_the_scenario_says_wins(tmp_path):
 
 def test_an_unread_quantization_needs_the_weights_said(tmp_path):
     with pytest.raises(ConfigError) as err:
-        validate_scenario(_scenario(tmp_path, {"quant_method": "mxfp4"}))
+        validate_scenario(_scenario(tmp_path, NVFP4))
     message = str(err.value)
-    assert "\n" not in message and message.startswith("model.hf_config: the checkpoint's quantization_config 'mxfp4'")
-    assert "allowed: say how its weights are stored with quantization.weights (bf16, fp16, fp8, int8, int4)" in message
-    assert _quant(_scenario(tmp_path, {"quant_method": "mxfp4"}, quantization={"weights": "int4"}))[0] == "int4"
+    assert "\n" not in message and message.startswith("model.hf_config: the checkpoint's quantization_config "
+                                                      "'compressed-tensors'")
+    assert ("allowed: say how its weights are stored with quantization.weights (bf16, fp16, fp8, int8, int4, "
+            "mxfp4)") in message
+    assert _quant(_scenario(tmp_path, NVFP4, quantization={"weights": "int4"}))[0] == "int4"
+
+
+def test_mxfp4_is_a_mixture_of_experts_format(tmp_path):
+    # gpt-oss's checkpoints store their routed experts in MXFP4; on a dense model the dtype is refused in one line
+    with pytest.raises(ConfigError) as err:
+        validate_scenario(_scenario(tmp_path, None, quantization={"weights": "mxfp4"}))
+    message = str(err.value)
+    assert "\n" not in message and message.startswith("quantization.weights: 'mxfp4' stores a mixture of experts'")
+    assert message.endswith("allowed: bf16, fp16, fp8, int8, int4")
+    with pytest.raises(ConfigError, match="fp8_compute: true with weights 'mxfp4'"):
+        validate_scenario({**_scenario(tmp_path, None), "model": "mixtral-8x7b",
+                           "quantization": {"weights": "mxfp4", "fp8_compute": True}})
 
 
 def test_the_dumped_scenario_reads_back_equal(tmp_path):
@@ -161,7 +175,7 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
 
 def test_cli_refuses_an_unread_quantization_in_one_line_and_writes_nothing(tmp_path):
     path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(_scenario(tmp_path, {"quant_method": "mxfp4"})))
+    path.write_text(yaml.safe_dump(_scenario(tmp_path, NVFP4)))
     result = _cli("run", str(path), "--out", str(tmp_path / "out"), cwd=tmp_path)
     assert result.returncode == 2 and "Traceback" not in result.stderr
     assert len(result.stderr.strip().splitlines()) == 1 and "quantization.weights" in result.stderr

@@ -5,7 +5,7 @@ import pytest
 from sim.core.step_plan import StepPlan
 from sim.cost.roofline import RooflineCostModel
 from sim.model.catalog import get_gpu, get_model
-from sim.model.memory import kv_bytes_per_token, weight_bytes_per_gpu
+from sim.model.memory import DTYPE_BYTES, kv_bytes_per_token, weight_bytes_per_gpu
 from sim.model.shapes import param_count
 
 
@@ -79,7 +79,7 @@ def test_each_gpu_moves_only_its_shards_activations():
     from sim.cost.roofline_kernel import _matmuls
     pack = roof._pack()
     n = 1000
-    _, _, layer_bytes = _matmuls(pack[3], 0, 4, n, 2.0, 1e15, 1e12)
+    _, _, layer_bytes = _matmuls(pack[3], 0, 4, n, 1e15, 1e12)
     weights = 4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096  # the whole layer's, half on each GPU
     activations = (4096 + 3072) + (2048 + 4096) + (4096 + 14336) + (7168 + 4096)
     assert layer_bytes == pytest.approx(weights / 2 * 2.0 + n * activations * ACT_BYTES, rel=1e-12)
@@ -116,3 +116,18 @@ def test_overhead_and_repr():
     b = RooflineCostModel(model, gpu, step_overhead_s=0.004)
     assert b.step_time(decode_plan(4, 100)) - a.step_time(decode_plan(4, 100)) == pytest.approx(0.004)
     assert "llama-3.1-8b" in repr(a) and "h100" in repr(a).lower()
+
+
+def test_each_matrix_is_read_at_its_own_dtypes_width():
+    from sim.cost.roofline_kernel import M_BYTES_PER_PARAM
+    from sim.model.memory import MXFP4_PARAM_BYTES
+    gpu = get_gpu("h100-sxm")
+    # mxfp4: the routed experts at 4 bits and a byte per 32 weights, attention and router at 16 bits
+    [(_, mms)] = RooflineCostModel(get_model("mixtral-8x7b"), gpu, weight_dtype="mxfp4").groups
+    assert {m.bytes_per_param for m in mms if m.num_experts > 1} == {MXFP4_PARAM_BYTES} == {0.53125}
+    assert {m.bytes_per_param for m in mms if m.num_experts == 1} == {2.0}
+    # the LM head stays 16-bit under every scheme (as vLLM and ModelOpt leave it): one sampled row reads it whole
+    for dtype in ("fp8", "int4"):
+        llama = RooflineCostModel(get_model("llama-3.1-8b"), gpu, weight_dtype=dtype)
+        assert llama._pack()[4][M_BYTES_PER_PARAM] == 2.0
+        assert {m.bytes_per_param for _, mms in llama.groups for m in mms} == {DTYPE_BYTES[dtype]}

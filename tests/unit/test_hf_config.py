@@ -16,8 +16,9 @@ import yaml
 from sim.config.files import load_scenario_set, validate_scenario
 from sim.errors import ConfigError
 from sim.model.catalog import MODELS
+from sim.model.checkpoint_quant import checkpoint_quantization
 from sim.model.hf_config import load_hf_config, spec_from_config
-from sim.model.memory import kv_bytes_per_token
+from sim.model.memory import kv_bytes_per_token, weight_bytes
 from sim.model.shapes import active_param_count, param_count
 from sim.model.specs import ModelSpec
 
@@ -107,10 +108,12 @@ def test_moe_qwen3():
     assert active_param_count(spec) + embeddings == pytest.approx(3.3e9, rel=0.03)
 
 
-@pytest.mark.parametrize("layers, experts, total, active", [(36, 128, 117e9, 5.1e9), (24, 32, 21e9, 3.6e9)])
-def test_gpt_oss(layers, experts, total, active):
+@pytest.mark.parametrize("layers, experts, total, active, checkpoint_gib",
+                         [(36, 128, 117e9, 5.1e9, 60.8), (24, 32, 21e9, 3.6e9, 12.8)])
+def test_gpt_oss(layers, experts, total, active, checkpoint_gib):
     # openai/gpt-oss-120b and -20b config.json (as aiconfigurator-core 0.12.0 ships them in model_configs/); OpenAI's
-    # model card: 117B parameters with 5.1B active, 21B with 3.6B active
+    # model card (arXiv 2508.10925): 117B parameters with 5.1B active, 21B with 3.6B active, checkpoints of 60.8 and
+    # 12.8 GiB (MXFP4 experts, the rest bf16)
     cfg = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "attention_bias": True,
            "experts_per_token": 4, "head_dim": 64, "hidden_size": 2880, "intermediate_size": 2880,
            "layer_types": ["sliding_attention", "full_attention"] * (layers // 2), "max_position_embeddings": 131072,
@@ -124,6 +127,8 @@ def test_gpt_oss(layers, experts, total, active):
     assert param_count(spec) == pytest.approx(total, rel=0.01)
     assert active_param_count(spec) == pytest.approx(active, rel=0.01)
     assert kv_bytes_per_token(spec) == layers * 2 * 8 * 64 * 2
+    assert checkpoint_quantization(cfg).weights == "mxfp4"
+    assert weight_bytes(spec, "mxfp4") / 2**30 == pytest.approx(checkpoint_gib, rel=0.005)
     with pytest.raises(ConfigError, match="layer_types = 'all' is not allowed"):
         spec_from_config({**cfg, "layer_types": "all"}, "gpt-oss")
 

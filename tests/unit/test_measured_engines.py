@@ -311,7 +311,7 @@ def test_vllms_host_bound_block_gemm_rows_are_left_out_of_the_import(tmp_path):
      "or cost_model.unmeasured_dtype: roofline"),
     ({"weight_dtype": "int4"},
      "quantization.weights: 'int4' is not measured in the vllm tables of h100-sxm; allowed: bf16, fp16, "
-     "fp8 (with fp8_compute: true), or cost_model.unmeasured_dtype: roofline"),
+     "fp8 (with fp8_compute: true), mxfp4, or cost_model.unmeasured_dtype: roofline"),
     ({"kv_dtype": "int8", "tables": "trtllm"},
      "quantization.kv_cache: 'int8' is not measured in the trtllm tables of h100-sxm; allowed: bf16, fp16, fp8, "
      "or cost_model.unmeasured_dtype: roofline"),
@@ -493,3 +493,42 @@ def test_a_routing_the_tables_lack_is_said_or_refused_in_one_line():
         fewer.moe_rows("power_law_1.2")
     assert str(err.value) == ("cost_model.moe_routing: 'power_law_1.2' was not measured in the vllm tables of "
                               "h100-sxm; allowed: balanced, power_law_1.01")
+
+
+# --- MXFP4 experts (gpt-oss) ---------------------------------------------------------------------------------
+
+def _gpt_oss():
+    from sim.model.hf_config import load_hf_config
+    return load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-120b.json")
+
+
+@pytest.mark.parametrize("tables", ["vllm", "sglang"])
+def test_mxfp4_experts_come_from_each_engines_own_mxfp4_rows_and_the_rest_from_its_bf16_gemms(tables):
+    from sim.cost.measured_kernel import SHAPE_MOE_MXFP4
+    oss = _gpt_oss()
+    cost = MeasuredCostModel(oss, H100, weight_dtype="mxfp4", tables=tables, moe_routing="balanced")
+    assert cost._moe.shape.kind == SHAPE_MOE_MXFP4 and cost.gemm_rows == "bf16"
+    assert not any("fused-MoE" in n for n in cost.notes)  # gpt-oss's own configuration, measured
+    rows, _ = cost.tables.moe_rows("balanced")
+    rows = rows[(rows.dtype == "mxfp4") & (rows.hidden_size == 2880) & (rows.num_experts == 128)
+                & (rows.moe_tp_size == 1) & (rows.moe_ep_size == 1)]
+    assert len(rows) > 10
+    for n, ms in zip(rows["num_tokens"], rows["latency_ms"]):
+        assert cost._moe(float(n)) == pytest.approx(ms * 1e-3, rel=1e-9)
+    # the attention projections are priced as the bf16 GEMMs they are, not at 4 bits
+    bf16 = MeasuredCostModel(oss, H100, tables=tables, moe_routing="balanced")
+    plan = StepPlan(num_decode_seqs=8, decode_context_tokens=8 * 1000, num_sampled_seqs=8)
+    assert [lin.curve(8.0) for lin in bf16._groups[0][1]] == [lin.curve(8.0) for lin in cost._groups[0][1]]
+    assert cost.step_time(plan) != bf16.step_time(plan)
+
+
+def test_mxfp4_is_refused_where_the_tables_hold_no_mxfp4_rows_and_never_priced_from_another_dtype():
+    oss = _gpt_oss()
+    why = measured_unsupported("a100-80gb", "mxfp4", tables="vllm")
+    assert why.startswith("quantization.weights: 'mxfp4' is not measured in the vllm tables of a100-80gb (no MXFP4 "
+                          "fused-MoE rows); allowed: bf16, fp16")
+    assert why.endswith("cost_model.unmeasured_dtype: roofline") and "\n" not in why
+    assert measured_unsupported("h100-sxm", "mxfp4", tables="trtllm") is None
+    with pytest.raises(ConfigError, match="^quantization.weights: 'mxfp4' is not measured"):
+        MeasuredCostModel(oss, get_gpu("a100-80gb"), weight_dtype="mxfp4")
+    assert "mxfp4" in measured_unsupported("h100-sxm", "int8").split("allowed: ")[1]  # listed where measured

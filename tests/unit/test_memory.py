@@ -5,7 +5,6 @@ from hypothesis import strategies as st
 from sim.errors import ConfigError, DoesNotFitError
 from sim.model.catalog import GPUS, MODELS
 from sim.model.memory import (
-    WEIGHT_DTYPES,
     activation_bytes,
     check_tensor_parallel,
     kv_bytes_for_sequence,
@@ -13,6 +12,7 @@ from sim.model.memory import (
     kv_capacity,
     weight_bytes,
     weight_bytes_per_gpu,
+    weight_dtypes_for,
 )
 from sim.model.shapes import param_count
 from sim.model.specs import ModelSpec
@@ -151,9 +151,10 @@ def test_replicated_mla_latent_projection_stays_whole_on_each_rank():
 
 
 @settings(max_examples=60, deadline=None)
-@given(key=st.sampled_from(list(MODELS)), dtype=st.sampled_from(WEIGHT_DTYPES), data=st.data())
-def test_weight_share_bounds(key, dtype, data):
+@given(key=st.sampled_from(list(MODELS)), data=st.data())
+def test_weight_share_bounds(key, data):
     model = MODELS[key]
+    dtype = data.draw(st.sampled_from(weight_dtypes_for(model)))
     tp = data.draw(st.sampled_from(allowed_tp(model)))
     total = weight_bytes(model, dtype)
     share = weight_bytes_per_gpu(model, dtype, tp)
@@ -214,12 +215,12 @@ def test_llama_70b_bf16_does_not_fit_one_h100():
 @given(
     key=st.sampled_from(list(MODELS)),
     gpu=st.sampled_from(list(GPUS)),
-    dtype=st.sampled_from(WEIGHT_DTYPES),
     utilization=st.floats(0.05, 1.0),
     data=st.data(),
 )
-def test_kv_capacity_never_exceeds_usable_memory(key, gpu, dtype, utilization, data):
+def test_kv_capacity_never_exceeds_usable_memory(key, gpu, utilization, data):
     model = MODELS[key]
+    dtype = data.draw(st.sampled_from(weight_dtypes_for(model)))
     tp = data.draw(st.sampled_from(allowed_tp(model)))
     try:
         cap = kv_capacity(model, GPUS[gpu], tensor_parallel=tp, weight_dtype=dtype,

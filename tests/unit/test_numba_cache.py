@@ -1,9 +1,10 @@
 """`sim.numba_cache`: the compiled core's numba caches go when any of its sources changes (numba itself
 checks only the source of the module that defines a function, not of the modules it calls into)."""
 
+import re
 from pathlib import Path
 
-from sim.numba_cache import CORE_MODULES, ROOT, purge_stale_caches, sources_digest
+from sim.numba_cache import COMPILED_IN, CORE_MODULES, NUMBA_MODULES, ROOT, purge_stale_caches, sources_digest
 
 MODULES = ("pkg/a.py", "pkg/b.py")
 STAMP = "pkg/__pycache__/stamp.sha256"
@@ -39,9 +40,12 @@ def test_caches_go_when_any_core_source_changes_and_stay_while_none_does(tmp_pat
     assert not any(f.exists() for f in files)
 
 
-def test_the_stamp_covers_every_module_with_compiled_core_functions():
+def test_the_stamp_covers_every_module_with_compiled_core_functions_and_the_constants_they_compile_in():
     numba_modules = {str(p.relative_to(ROOT)) for p in (ROOT / "sim").rglob("*.py") if "@njit" in p.read_text()}
-    assert numba_modules == set(CORE_MODULES)
+    assert numba_modules == set(NUMBA_MODULES) and set(CORE_MODULES) == numba_modules | set(COMPILED_IN)
+    imported = {m.replace(".", "/") + ".py" for name in NUMBA_MODULES
+                for m in re.findall(r"^from (sim\.[\w.]+) import", (ROOT / name).read_text(), re.M)}
+    assert set(COMPILED_IN) <= imported  # each is there because a numba module reads its constants
 
 
 def test_the_digest_changes_with_any_module_and_only_then(tmp_path):
