@@ -83,7 +83,7 @@ def main(argv=None) -> int:
     groups = defaultdict(list)
     for row in rows:
         groups[("engine", row[0])].append(row)
-        # the kind of cost model (roofline, learned roofline, measured, calibrated: `cost_model_label`'s first words)
+    for row in rows:  # the kind of cost model (roofline, learned roofline, measured, calibrated: the label's start)
         groups[("cost model kind", row[1].split(" + ")[0].split(" (")[0])].append(row)
     for row in rows:  # each cost model with the engine terms it ran with: one or a few runs each
         groups[("cost model", row[1])].append(row)
