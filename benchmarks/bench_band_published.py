@@ -36,7 +36,6 @@ def band_of_case(case, fitted: dict, sources: list[str]):
     from sim.bands import band_runs
     from sim.config.files import validate_scenario
     from sim.errors import ConfigError
-    from sim.run import simulate
     try:
         raw = ps.scenario(case, ps.COST_MODELS[ps.DEFAULT_COST_MODEL], fitted)
         raw["run"].update({"band": 90, "band_sources": sources, "band_method": "replications"})
