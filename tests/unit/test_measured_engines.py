@@ -532,3 +532,26 @@ def test_mxfp4_is_refused_where_the_tables_hold_no_mxfp4_rows_and_never_priced_f
     with pytest.raises(ConfigError, match="^quantization.weights: 'mxfp4' is not measured"):
         MeasuredCostModel(oss, get_gpu("a100-80gb"), weight_dtype="mxfp4")
     assert "mxfp4" in measured_unsupported("h100-sxm", "int8").split("allowed: ")[1]  # listed where measured
+
+
+@pytest.mark.parametrize("tables", ["vllm", "roofline"])
+def test_the_compiled_core_prices_mxfp4_experts_as_the_python_engine_does(tables):
+    pytest.importorskip("numba")
+    from sim.config.files import validate_scenario
+    from sim.run import simulate
+    oss = str(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-120b.json")
+    cost_model = {"kind": "measured", "tables": "vllm"} if tables == "vllm" else {"kind": "roofline"}
+    results = []
+    for compiled in (False, True):
+        raw = small_scenario(model={"hf_config": oss}, cost_model=cost_model,  # mxfp4: the checkpoint's own
+                             workload={"arrival": {"kind": "poisson", "rate_per_s": 40},
+                                       "lengths": {"kind": "lognormal", "input_mean": 300, "input_sigma": 1.0,
+                                                   "output_mean": 60, "output_sigma": 1.0}},
+                             run={"num_requests": 80, "compiled_core": compiled})
+        spec = validate_scenario(raw)
+        assert spec.quantization.weights == "mxfp4"
+        results.append(simulate(spec))
+    python, compiled = results
+    assert compiled.extras["engine_core"] == "compiled"
+    pd.testing.assert_frame_equal(python.steps, compiled.steps, check_exact=True)
+    pd.testing.assert_frame_equal(python.requests, compiled.requests, check_exact=True)
