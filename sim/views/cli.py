@@ -59,6 +59,8 @@ def _simulate_with_progress(scenario, workload, label: str, quiet: bool, workloa
     simulate = partial(simulate_with_band, workloads=workloads)  # the run, and its band when run.band asks for one
     if quiet:
         return simulate(scenario, workload)
+    from sim.run import make_cost_model
+    make_cost_model(scenario)  # a cost model that refuses the scenario does so here, in one line, before any progress
     total = workload.num_requests
     with Progress(TextColumn(f"[bold]{label}[/bold]"), TextColumn("{task.description}"), BarColumn(),
                   TextColumn("{task.completed:,}/{task.total:,} requests done"), TimeElapsedColumn(),

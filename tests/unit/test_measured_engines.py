@@ -435,6 +435,9 @@ def test_servesim_run_with_an_unmeasured_dtype_exits_2_with_one_line(tmp_path, c
     path.write_text(yaml.safe_dump(small_scenario(changes), sort_keys=False))
     line = one_error_line(servesim("run", path, "-q", cwd=tmp_path))
     assert line.startswith(want), line
+    # with its progress bar too: the refusal comes before the bar's first line
+    assert one_error_line(servesim("run", path, "--out", tmp_path / "out", cwd=tmp_path)) == line
+    assert not (tmp_path / "out").exists()
 
 
 # --- routing: balanced or skewed fused-MoE rows ----------------------------------------------------------------------
