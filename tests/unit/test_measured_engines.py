@@ -461,6 +461,24 @@ def test_the_import_keeps_every_routing_each_as_measured(converted):
         assert list(mine["latency_ms"]) == pytest.approx(list(medians["latency"]), rel=5e-3)
 
 
+def test_the_import_keeps_each_engines_mxfp4_expert_rows_as_measured(converted):
+    fw, out, meta = converted
+    moe = pd.read_parquet(out / "moe.parquet")
+    raw = _raw(fw, "moe/moe_perf.parquet")
+    kernel = meta["tables"]["moe"]["kernels"]["mxfp4"]  # the engine's gpt-oss kernel
+    assert "mxfp4" in meta["tables"]["moe"]["dtypes"] and kernel == {"sglang": "sglang_fused_moe_triton",
+                                                                      "trtllm": "moe_torch_flow"}[fw]
+    assert meta["measured_dtypes"]["weights"] == ["bf16", "fp8", "fp8_block"]  # GEMM dtypes: no MXFP4 GEMM rows
+    keys = ["distribution", "num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size",
+            "moe_ep_size"]
+    kept = (raw["moe_ep_size"] == 1) | (raw["moe_ep_size"] * raw["moe_tp_size"] <= MAX_EP_GPUS)
+    src = raw[kept & (raw["moe_dtype"] == "w4a16_mxfp4") & (raw["kernel_source"] == kernel)]
+    medians = src.groupby(keys, as_index=False)["latency"].median().sort_values(keys)
+    mine = moe[moe["dtype"] == "mxfp4"].sort_values(keys)
+    assert len(mine) == len(medians) > 0 and set(mine["hidden_size"]) == {2880}
+    assert list(mine["latency_ms"]) == pytest.approx(list(medians["latency"]), rel=5e-3)  # 3 significant digits
+
+
 def test_auto_routing_is_aiconfigurators_own_and_each_routing_prices_from_its_rows():
     from sim.cost.measured import moe_routing_of
     mixtral = get_model("mixtral-8x7b")
