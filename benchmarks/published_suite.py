@@ -116,6 +116,7 @@ FIT_RUNS: dict[tuple[str, str], tuple[str, ...]] = {
     ("sglang", "0.5.5.post1"): ("qwen3-14b-h100 sglang sharegpt",),
     ("sglang", "0.5.3"): ("deepseek-r1-h200 sglang tp8 sharegpt",),
     ("sglang", "0.5.3rc0"): (),  # one gpt-oss-120b run: held out
+    ("sglang", "0.5.4.post2"): (),  # GPUStack's gpt-oss-20b pages, added to check the MXFP4 pricing: held out
     ("sglang", "0.3.0"): ("sglang-060 llama-3.1-8b a100 sglang 0.3.0 rps 4",  # the same runs as vLLM 0.6.0's
                           "sglang-060 llama-3.1-8b a100 sglang 0.3.0 offline"),
     ("trtllm", "1.2.0rc1"): ("qwen3-8b-h100 trtllm c4", "qwen3-14b-h100 trtllm sharegpt"),
