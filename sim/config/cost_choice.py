@@ -115,9 +115,21 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
         return spec, (f"measured: {tables} kernel tables of {gpu.lower()} + {terms['engine']} CPU terms (no shipped "
                       "whole-step profile for this setup)" if floor == 0 else
                       f"measured: {tables} kernel tables of {gpu.lower()} + {terms['engine']} CPU terms")
-    detail = f" (no whole-step profile; measured tables: {why_not})" if why_not else ""
+    detail = f" (no whole-step profile; {_MEASURED_REFUSED}{why_not})" if why_not else ""
     return ({"kind": "roofline", "efficiencies": "learned", "overhead": terms},
             f"learned: learned roofline + {terms['engine']} CPU terms{detail}")
+
+
+_MEASURED_REFUSED = "measured tables: "  # what a choice below the measured tier says of them
+
+
+def measured_refused(choice) -> str | None:
+    """Why a `cost_model_choice` did not take the measured tables (None: it took them, or a better source, or never
+    asked them): what the CLI notes beside a run priced by the learned roofline."""
+    text = choice if isinstance(choice, str) else ""
+    if _MEASURED_REFUSED not in text or not text.endswith(")"):
+        return None
+    return text.split(_MEASURED_REFUSED, 1)[1][:-1]
 
 
 def _whole_step_profile(gpu: str, model: str, tp: int) -> bool:

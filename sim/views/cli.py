@@ -92,6 +92,7 @@ def _summary_table(results) -> Table:
 def _clipping_notes(results, differences=None):
     """One line per result whose generated lengths were cut to fit the model: its numbers are for shorter requests.
     Returns the verdict printed first (`differences`: the band of each difference, sim/bands.py)."""
+    from sim.config.cost_choice import measured_refused
     from sim.views.report import band_note
     from sim.views.verdict import verdict_of  # first, the verdict under the summary table (issue 32)
     verdict = verdict_of(results, differences=differences)
@@ -104,6 +105,10 @@ def _clipping_notes(results, differences=None):
             console.print(f"note: {r.name}: {r.summary['window_note']}", markup=False, highlight=False)
         for line in r.extras.get("engine_notes", ()):  # what the engine preset approximates
             console.print(f"note: {r.name}: engine {r.extras['engine']}: {line}", markup=False, highlight=False)
+        refused = measured_refused(r.extras.get("cost_model_choice"))
+        if refused:  # a default below the measured tables: why not them
+            console.print(f"note: {r.name}: default cost model: not the measured kernel tables: {refused}",
+                          markup=False, highlight=False)
         clipped = r.summary.get("num_requests_clipped") or 0
         if clipped:
             console.print(f"note: {r.name}: {clipped:,} of {r.summary.get('num_requests', 0):,} requests were longer "

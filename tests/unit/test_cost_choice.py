@@ -100,3 +100,19 @@ def test_a_disaggregated_run_names_the_chosen_model_as_a_colocated_one_does():
         extras = simulate(scenario).extras
         assert extras["cost_model_label"].endswith(" (default)"), (name, extras["cost_model_label"])
         assert extras["cost_model_choice"] == scenario.cost_model_choice
+
+
+def test_why_the_measured_tables_were_not_taken_is_said_by_the_cli(tmp_path):
+    from helpers import servesim
+    from sim.config.cost_choice import measured_refused
+    _, why = chosen(quantization={"weights": "fp8"})  # weight-only fp8: the tables hold W8A8 rows only
+    assert measured_refused(why).startswith("quantization.fp8_compute: false with weights 'fp8'")
+    assert measured_refused(chosen()[1]) is None and measured_refused(None) is None  # a profile: nothing refused
+    assert measured_refused(chosen(hardware={"gpu": "h100-sxm", "tensor_parallel": 2})[1]) is None  # the tables
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "quantization": {"weights": "fp8"}}))
+    out = servesim("run", path, "-q", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    printed = " ".join(out.stdout.split())  # (the narrow test console wraps long lines)
+    note = f"note: scenario: default cost model: not the measured kernel tables: {measured_refused(why)}"
+    assert " ".join(note.split()) in printed and printed.count("default cost model") == 1
