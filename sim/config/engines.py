@@ -917,7 +917,7 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
         raise ConfigError(f"engine: {spec!r} is not allowed; allowed: a mapping with name, version and the "
                           "engine's flags")
     name = spec.get("name")
-    if name not in PRESETS:
+    if not isinstance(name, str) or name not in PRESETS:  # (a list or a mapping is not hashable)
         given = "missing" if name is None else f"{name!r} is not an engine preset"
         raise ConfigError(f"engine.name: {given}; allowed: {', '.join(PRESETS)}")
     preset = PRESETS[name]

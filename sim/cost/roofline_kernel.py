@@ -34,7 +34,7 @@ NUM_PRICE = P_PASSES + PASS_COLUMNS * MAX_PASSES
 # token routes to, in features, out features, bytes read per weight param (`sim.model.memory.param_bytes`: the
 # matrix's own dtype, which under one scheme differs from matrix to matrix).
 M_WEIGHT, M_PER_TOKEN, M_NUM_EXPERTS, M_EXPERTS_PER_TOKEN, M_IN, M_OUT, M_BYTES_PER_PARAM = range(7)
-MATMUL_COLUMNS = 7
+MATMUL_COLUMNS = M_BYTES_PER_PARAM + 1
 NUM_NUMBERS = 5  # the pack's first arrays hold the model's numbers; the rest are its memos
 ACT_BYTES = 2  # activations are bf16/fp16
 # Token counts below this have their matmul terms remembered (the pack's memo arrays): a step's matmuls depend on

@@ -162,11 +162,11 @@ def check_weight_dtype(model: ModelSpec, weight_dtype: str) -> None:
 
 
 def _matrix_bytes(shape: LinearShape, weight_dtype: str, group_size: int) -> float:
-    weight_dtype = matrix_dtype(shape, weight_dtype)
     nbytes = shape.in_features * shape.out_features * param_bytes(shape, weight_dtype)
-    if weight_dtype in _QUANTIZED:
+    dtype = matrix_dtype(shape, weight_dtype)
+    if dtype in _QUANTIZED:
         groups = shape.out_features * math.ceil(shape.in_features / group_size)
-        nbytes += groups * (_SCALE_BYTES + (_ZERO_POINT_BYTES if weight_dtype == "int4" else 0))
+        nbytes += groups * (_SCALE_BYTES + (_ZERO_POINT_BYTES if dtype == "int4" else 0))
     if shape.has_bias:
         nbytes += shape.out_features * _UNQUANTIZED_BYTES
     return nbytes * shape.count

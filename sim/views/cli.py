@@ -59,14 +59,28 @@ def _simulate_with_progress(scenario, workload, label: str, quiet: bool, workloa
     simulate = partial(simulate_with_band, workloads=workloads)  # the run, and its band when run.band asks for one
     if quiet:
         return simulate(scenario, workload)
-    from sim.run import make_cost_model
-    make_cost_model(scenario)  # a cost model that refuses the scenario does so here, in one line, before any progress
-    total = workload.num_requests
-    with Progress(TextColumn(f"[bold]{label}[/bold]"), TextColumn("{task.description}"), BarColumn(),
-                  TextColumn("{task.completed:,}/{task.total:,} requests done"), TimeElapsedColumn(),
-                  console=err_console, transient=False) as progress:
-        task = progress.add_task("starting", total=total)
-        return simulate(scenario, workload, progress=_progress_callback(progress, task))
+    progress = Progress(TextColumn(f"[bold]{label}[/bold]"), TextColumn("{task.description}"), BarColumn(),
+                        TextColumn("{task.completed:,}/{task.total:,} requests done"), TimeElapsedColumn(),
+                        console=err_console, transient=False)
+    update = _progress_callback(progress, progress.add_task("starting", total=workload.num_requests))
+    started = []
+
+    def update_shown(now_s: float, num_done: int) -> None:
+        # The bar shows from the run's first progress on: a scenario its cost model refuses stops before it, and
+        # its one error line is all that is printed.
+        if not started:
+            progress.start()
+            started.append(True)
+        update(now_s, num_done)
+    try:
+        result = simulate(scenario, workload, progress=update_shown)
+    finally:
+        if started:
+            progress.stop()
+    if not started:  # a run too short to report progress: its bar once, as it ended
+        progress.start()
+        progress.stop()
+    return result
 
 
 def _summary_table(results) -> Table:

@@ -398,6 +398,14 @@ def test_bad_engine_input_is_one_line(engine, sections, words):
         scenario(engine, **sections)
 
 
+@pytest.mark.parametrize("name", [[], {"vllm": 1}, 3])
+def test_an_engine_name_that_is_not_text_is_refused_in_one_line(name):
+    # (a list or a mapping is not hashable: looked up among the presets as it was, it raised a TypeError)
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": name, "version": "0.11.0"})
+    assert str(err.value) == f"engine.name: {name!r} is not an engine preset; allowed: vllm, sglang, trtllm, lmdeploy"
+
+
 def test_the_cli_refuses_an_unknown_engine_version_in_one_line_and_writes_nothing(tmp_path):
     import yaml
     path = tmp_path / "s.yaml"
