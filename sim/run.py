@@ -214,8 +214,11 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
         if num_blocks < 1:
             raise ConfigError(f"kv_cache.block_size: {kv_spec.block_size} is larger than the KV capacity "
                               f"of {tokens} tokens")
+        window_bytes = deployment.window_kv_bytes_per_token_per_gpu
         kv = PagedKVManager(num_blocks, kv_spec.block_size, enable_prefix_caching=kv_spec.enable_prefix_caching,
-                            sliding_window=deployment.model.sliding_window)
+                            sliding_window=deployment.model.sliding_window,
+                            window_bytes_per_slot=(window_bytes, deployment.kv_bytes_per_token_per_gpu)
+                            if window_bytes else None)
     else:
         kv = ContiguousKVManager(tokens, kv_spec.reserve, max_len, kv_spec.placement or "first_fit")
     if deployment.pipeline_parallel > 1:
@@ -487,7 +490,7 @@ def disaggregated_simulation(scenario: Scenario, workload: Workload, dd=None, *,
     run = scenario.run
     horizon = horizon_s(run)
     return DisaggregatedSimulation(prefill, decode, make_router(scenario.hardware.router, run.seed), link=link,
-                                   kv_bytes_per_token=dd.kv_transfer_bytes_per_token,
+                                   kv_transfer_bytes=dd.kv_transfer_bytes,
                                    arrival_s=workload.arrival_s, input_tokens=workload.input_tokens,
                                    output_tokens=workload.output_tokens, horizon_s=horizon, seed=run.seed,
                                    progress=progress)

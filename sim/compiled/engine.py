@@ -4,7 +4,8 @@
 In scope: one replica or several behind a round-robin or least-outstanding router, open arrivals (any horizon),
 `ContinuousScheduler` with the plain decode tracker and last-admitted recompute preemption, under any engine's
 scheduling rule (sim/sched/rules.py), one sequence per request, `PagedKVManager` with or without automatic prefix
-caching (sim/compiled/prefix_cache.py), without forks or a sliding window, a stop rule the core can ask itself
+caching (sim/compiled/prefix_cache.py) and a hybrid model's window blocks, without forks or a sliding window on every
+layer, a stop rule the core can ask itself
 (`compiled_params()`, as the planner's `SLOMissRule`) or none, and a cost model with a compiled form
 (`compiled_params()`: the roofline, a whole-step profile, `StepProfileCostModel`, the measured kernels,
 `MeasuredCostModel`, or the learned roofline, `LearnedRooflineCostModel`, each with or without the engine's
@@ -81,7 +82,7 @@ def _scope(sim) -> tuple[str, tuple | None]:
             return gap, None
         a, b = replica.scheduler, first.scheduler
         if (type(replica.cost_model) is not type(first.cost_model) or a.kv.num_blocks != b.kv.num_blocks
-                or a.kv.block_size != b.kv.block_size
+                or a.kv.block_size != b.kv.block_size or a.kv.window_bytes_per_slot != b.kv.window_bytes_per_slot
                 or (a.max_num_seqs, a.max_num_batched_tokens, a.chunked_prefill, a.max_model_len, a.rule)
                 != (b.max_num_seqs, b.max_num_batched_tokens, b.chunked_prefill, b.max_model_len, b.rule)):
             return "replicas configured differently", None
@@ -196,6 +197,9 @@ def run_compiled(sim) -> bool:
     cfg[k.C_ROUTER] = k.ROUTER_ROUND_ROBIN if type(sim.router) is RoundRobinRouter else k.ROUTER_LEAST_OUTSTANDING
     pc = _prefix_cache_state(sim, kv, scheduler, num_replicas)
     cfg[k.C_PREFIX_CACHING], cfg[k.C_PREFIX_UNIT] = kv.prefix_cache is not None, sim.prefix_unit_tokens
+    if kv.window_bytes_per_slot:  # a hybrid model's window blocks (every replica's manager alike: _scope)
+        cfg[k.C_WINDOW_SPAN] = kv.window_blocks_span
+        cfg[k.C_WINDOW_BYTES], cfg[k.C_SLOT_BYTES] = kv.window_bytes_per_slot
 
     out, preemptions = req[k.Q_OUT], req[k.Q_PREEMPTIONS]
     anchor, rep, state = req[k.Q_ANCHOR], req[k.Q_REP], req[k.Q_STATE]

@@ -58,13 +58,14 @@ NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 (I_CLOCK, I_ALLOC_CLOCK, I_MEMBERS, I_TOKEN_SUM, I_PF_SUM, I_FREE_BLOCKS, I_RUNNING, I_RUN_HEAD, I_RUN_TAIL,
  I_PF_HEAD, I_PF_TAIL, I_W_HEAD, I_W_COUNT, I_HEAP_SIZE, I_OUTSTANDING, I_BUSY, I_NUM_PF, I_NUM_DECODE,
  I_NUM_WAITING, I_NUM_PREFILL_TOKENS, I_NUM_PREEMPTED, I_NUM_STEPS, I_GROUP_LEFT, I_RESERVED, I_RATIO_RESET,
- I_NUM_PADDING, I_STEPS_DRAWN) = range(27)
-NUM_SI = 27
+ I_NUM_PADDING, I_STEPS_DRAWN, I_WINDOW) = range(28)
+NUM_SI = 28
 # I_GROUP_LEFT: decode steps left in the current group (scheduler rule decode_steps_per_schedule); I_RESERVED: the
 # blocks of every running request's whole sequence (whole_output_reservation); I_RATIO_RESET: the decode clock at
 # the last preemption (new_token_ratio); I_NUM_PADDING: the step in flight's CUDA-graph padding sequences;
 # I_STEPS_DRAWN: the steps the replica started (a run's every step), the step-time draws' counter
-# (sim/cost/draws.py; the SimPy engine counts its steps alike).
+# (sim/cost/draws.py; the SimPy engine counts its steps alike); I_WINDOW: the window blocks the running requests of a
+# hybrid model hold.
 # Indices into the float64 per-replica array `fr[r]`: the step in flight.
 R_START, R_END, R_DURATION, R_FLOPS, R_BYTES = range(5)
 NUM_FR = 5
@@ -87,12 +88,14 @@ NUM_S = 8
 # Indices into the int64 configuration array `cfg`.
 (C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE,
  C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT, C_PREFILL_ONLY,
- C_WHOLE_PROMPT, C_PREFIX_CACHING, C_PREFIX_UNIT) = range(18)
-NUM_CFG = 18
+ C_WHOLE_PROMPT, C_PREFIX_CACHING, C_PREFIX_UNIT, C_WINDOW_SPAN, C_WINDOW_BYTES, C_SLOT_BYTES) = range(21)
+NUM_CFG = 21
 # C_MIXED .. C_WHOLE_PROMPT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
 # per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, whether a
 # step may be prefill-only (`prefill_only_steps`), and whole-prompt admission. C_PREFIX_CACHING: automatic prefix
-# caching (sim/compiled/prefix_cache.py), C_PREFIX_UNIT the tokens of a content id. Past NUM_CFG: the sorted
+# caching (sim/compiled/prefix_cache.py), C_PREFIX_UNIT the tokens of a content id. C_WINDOW_*: a hybrid model's
+# window blocks (`PagedKVManager.window_blocks`: the most blocks a window touches, a token's bytes in the sliding
+# layers, a token slot's; bytes 0: none). Past NUM_CFG: the sorted
 # CUDA-graph batch sizes (none: no padding).
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
@@ -175,10 +178,20 @@ def _blocks_for(tokens, bs):
 
 
 @njit(cache=True)
-def _reserved_blocks(req, rid, bs):
+def _reserved_blocks(req, rid, bs, cfg):
     """The blocks a whole-output reservation holds for a request: its final KV tokens (prompt + output - 1), as
-    `Request.num_final_kv_tokens` counts them."""
-    return _blocks_for(req[Q_PROMPT, rid] + req[Q_MAX_OUT, rid] - 1, bs)
+    `Request.num_final_kv_tokens` counts them, and its window blocks (`PagedKVManager.blocks_for_sequence`)."""
+    return _blocks_for(req[Q_PROMPT, rid] + req[Q_MAX_OUT, rid] - 1, bs) + _window_blocks(req, rid, bs, cfg)
+
+
+@njit(cache=True, inline="always")
+def _window_blocks(req, rid, bs, cfg):
+    """The blocks a hybrid model's request holds for its sliding layers while it holds any (0 for any other model):
+    `PagedKVManager.window_blocks` of its final KV tokens."""
+    if cfg[C_WINDOW_BYTES] == 0:
+        return 0
+    n = min(_blocks_for(req[Q_PROMPT, rid] + req[Q_MAX_OUT, rid] - 1, bs), cfg[C_WINDOW_SPAN])
+    return -(-n * cfg[C_WINDOW_BYTES] // cfg[C_SLOT_BYTES])
 
 
 @njit(cache=True, inline="always")
@@ -313,7 +326,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
         if with_decodes:
             # Room for the decodes' next tokens; preempt (last admitted first) until there is.
             while bucket_all[r, clock % bs] > sr[r, I_FREE_BLOCKS]:
-                victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, cfg[C_WHOLE], pc)
+                victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, cfg[C_WHOLE], pc, cfg)
                 if victim < 0:
                     return DIVERGED
                 num_preempted += 1
@@ -469,7 +482,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
                 req[Q_BLOCKS, rid] += need
                 added = True
                 break
-            victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc)
+            victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc, cfg)
             if victim < 0:
                 return num_pf, num_new, num_preempted, num_sampled, DIVERGED
             num_preempted += 1
@@ -507,7 +520,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         rid = waiting_all[r, sr[r, I_W_HEAD]]
         reserve = 0
         if whole:
-            reserve = _reserved_blocks(req, rid, bs)
+            reserve = _reserved_blocks(req, rid, bs, cfg)
             if not reservation_fits(sr[r, I_RESERVED], reserve, cfg[C_NUM_BLOCKS]):
                 break
         prompt = req[Q_PROMPT, rid] + req[Q_OUT, rid] - req[Q_COMPUTED, rid]
@@ -526,13 +539,14 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         if context:
             step_need = context_pass_chunk(step_need)  # the context pass: but the last
         chunk = min(step_need, budget)
-        if not admission_fits(chunked, cfg[C_WHOLE_PROMPT] != 0, chunk, step_need, _blocks_for(need_tokens, bs),
-                              sr[r, I_FREE_BLOCKS]):
+        window = _window_blocks(req, rid, bs, cfg)
+        if not admission_fits(chunked, cfg[C_WHOLE_PROMPT] != 0, chunk, step_need,
+                              _blocks_for(need_tokens, bs) + window, sr[r, I_FREE_BLOCKS]):
             break
         claimed = cached // bs
         revived = prefix_cache.num_revived(pc, r, slot, claimed) if caching else 0
         need = _blocks_for(cached + chunk, bs) - claimed
-        if need > sr[r, I_FREE_BLOCKS] - revived:
+        if need + window > sr[r, I_FREE_BLOCKS] - revived:
             break
         if ratio_on:
             admitted += ratio_admitted_tokens(prompt, chunk, remaining_out, clip)
@@ -541,6 +555,9 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
             prefix_cache.claim(pc, r, slot, req[Q_PROMPT, rid], claimed, bs)
             sr[r, I_FREE_BLOCKS] -= revived
         _take(pc, sr, r, need, caching)
+        if window:  # PagedKVManager._take_window: after the table's blocks
+            _take(pc, sr, r, window, caching)
+            sr[r, I_WINDOW] += window
         if caching:
             prefix_cache.register(pc, r, slot, req[Q_PROMPT, rid], cached + chunk, bs)
             req[Q_SLOT, rid] = slot
@@ -592,7 +609,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             run_dur[s0 + k] = run_tmp[r, k]
         sg[G_RUN_STEPS] = s0 + num_steps
         r0 = sg[G_RUN_KV]
-        first_tokens = sr[r, I_TOKEN_SUM] + sr[r, I_PF_SUM] + num_decode - shared
+        first_tokens = sr[r, I_TOKEN_SUM] + sr[r, I_PF_SUM] + num_decode - shared + sr[r, I_WINDOW] * bs
         allocated = (num_blocks - sr[r, I_FREE_BLOCKS]) * bs
         for k in range(num_steps - 1):
             tokens = first_tokens + k * num_decode
@@ -623,7 +640,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             if _stale(req, rid, fclock):
                 continue  # stale
             held = _tracker_remove(sr, r, req, bucket_all, rid, bs)
-            _finish(sr, r, sg, req, reqf, rid, end, held, whole, bs, pc)
+            _finish(sr, r, sg, req, reqf, rid, end, held, whole, bs, pc, cfg)
             n_fin += 1
     clock = sr[r, I_CLOCK]
     for j in range(num_pf):
@@ -640,7 +657,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             reqf[QF_FIRST_TOK, rid] = end
         reqf[QF_LAST_TOK, rid] = end
         if req[Q_OUT, rid] >= req[Q_MAX_OUT, rid]:
-            _finish(sr, r, sg, req, reqf, rid, end, req[Q_BLOCKS, rid], whole, bs, pc)
+            _finish(sr, r, sg, req, reqf, rid, end, req[Q_BLOCKS, rid], whole, bs, pc, cfg)
             n_fin += 1
         else:
             # tracker.add: decodes from the next step; its blocks follow from its counters from now on
@@ -654,7 +671,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
 
     # ---- the step's row ---------------------------------------------------------------------------
     shared = pc[0][r, prefix_index.S_SAVED] * bs if caching else 0  # (the step's admissions and finishes moved it)
-    tokens = sr[r, I_TOKEN_SUM] + sr[r, I_PF_SUM] - shared
+    tokens = sr[r, I_TOKEN_SUM] + sr[r, I_PF_SUM] - shared + sr[r, I_WINDOW] * bs  # PagedKVManager.usage
     allocated = (num_blocks - sr[r, I_FREE_BLOCKS]) * bs
     w = sg[G_ROWS]
     row_i[ROW_REPLICA, w] = r
@@ -731,11 +748,11 @@ def _tracker_remove(sr, r, req, bucket_all, rid, bs):
 
 
 @njit(cache=True, inline="always")
-def _finish(sr, r, sg, req, reqf, rid, now, held, whole, bs, pc):
-    """ContinuousScheduler._finish: the request leaves, its `held` blocks go back to the pool (and, `whole`, its
-    reservation is released)."""
+def _finish(sr, r, sg, req, reqf, rid, now, held, whole, bs, pc, cfg):
+    """ContinuousScheduler._finish: the request leaves, its `held` blocks and its window blocks go back to the pool
+    (and, `whole`, its reservation is released)."""
     if whole:
-        sr[r, I_RESERVED] -= _reserved_blocks(req, rid, bs)
+        sr[r, I_RESERVED] -= _reserved_blocks(req, rid, bs, cfg)
     req[Q_STATE, rid] = FINISHED
     req[Q_FIN_ORDER, sg[G_NUM_FINISHED]] = rid
     sg[G_NUM_FINISHED] += 1
@@ -743,6 +760,9 @@ def _finish(sr, r, sg, req, reqf, rid, now, held, whole, bs, pc):
     reqf[QF_FINISH, rid] = now
     _list_remove(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_RUN_HEAD, I_RUN_TAIL, rid)
     sr[r, I_RUNNING] -= 1
+    window = _window_blocks(req, rid, bs, cfg)
+    sr[r, I_FREE_BLOCKS] += window  # PagedKVManager.free: the window's blocks first, then the table's
+    sr[r, I_WINDOW] -= window
     sr[r, I_FREE_BLOCKS] += _released(pc, r, req, rid, held)
     req[Q_BLOCKS, rid] = 0
 
@@ -768,7 +788,7 @@ def _released(pc, r, req, rid, held):
 
 
 @njit(cache=True)
-def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc):
+def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc, cfg):
     """ContinuousScheduler._preempt with the last-admitted policy and recompute. -1: no candidate."""
     victim = sr[r, I_RUN_TAIL]
     while victim >= 0 and req[Q_STAMP, victim] == step_id:
@@ -784,9 +804,12 @@ def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc):
         _list_remove(req, Q_PF_PREV, Q_PF_NEXT, sr, r, I_PF_HEAD, I_PF_TAIL, victim)
         sr[r, I_PF_SUM] -= req[Q_COMPUTED, victim]
         held = req[Q_BLOCKS, victim]
+    window = _window_blocks(req, victim, bs, cfg)
+    sr[r, I_FREE_BLOCKS] += window
+    sr[r, I_WINDOW] -= window
     sr[r, I_FREE_BLOCKS] += _released(pc, r, req, victim, held)
     if whole:
-        sr[r, I_RESERVED] -= _reserved_blocks(req, victim, bs)
+        sr[r, I_RESERVED] -= _reserved_blocks(req, victim, bs, cfg)
     sr[r, I_RATIO_RESET] = sr[r, I_CLOCK]  # SGLang resets its new-token ratio on a retraction
     req[Q_BLOCKS, victim] = 0
     req[Q_COMPUTED, victim] = 0
@@ -857,7 +880,8 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting):
         p, m = req[Q_PROMPT, i], req[Q_MAX_OUT, i]
         # SchedulerBase / ContinuousScheduler.rejection_reason (sim.compiled.engine words the reason)
         one_prefill = p if cfg[C_WHOLE] != 0 else p + m - 1  # no recompute when the whole sequence is reserved
-        if p + m > max_model_len or _blocks_for(p + m - 1, bs) > num_blocks or (
+        sequence_blocks = _blocks_for(p + m - 1, bs) + _window_blocks(req, i, bs, cfg)  # blocks_for_sequence
+        if p + m > max_model_len or sequence_blocks > num_blocks or (
                 not chunked and one_prefill > max_batched):
             req[Q_STATE, i] = REJECTED
             sg[G_NUM_DONE] += 1

@@ -23,9 +23,12 @@ from sim.model.memory import (
     check_tensor_parallel,
     kv_bytes_per_token,
     kv_capacity,
+    kv_slot_bytes,
     pipeline_kv_capacity,
     pipeline_stage_layers,
+    sequence_slots,
     weight_bytes_per_gpu,
+    window_kv_bytes_per_token,
 )
 from sim.model.specs import GPUSpec, ModelSpec
 
@@ -39,8 +42,9 @@ class Deployment:
     tensor_parallel: int
     draft_model: ModelSpec | None  # speculative decoding's draft, sharing the GPUs; None without one
     kv_capacity_tokens: int  # KV token slots per replica (the scenario's pin, or the memory arithmetic)
-    kv_bytes_per_token_per_gpu: int  # one token's KV on each GPU of a replica, the draft's included (summed over
-    # the pipeline stages: each stage's GPUs hold their layers' share)
+    kv_bytes_per_token_per_gpu: int  # one token slot's KV on each GPU of a replica (`kv_slot_bytes`: a hybrid
+    # model's sliding layers apart), the draft's included (summed over the pipeline stages: each stage's GPUs hold
+    # their layers' share)
     max_model_len: int  # longest sequence (prompt + output) the engine accepts
     max_num_batched_tokens: int  # token budget of one step
     sequences_per_request: int  # parallel samples or beam width
@@ -52,6 +56,7 @@ class Deployment:
     max_prompt_tokens_materialized: int | None = None  # materialized: the longest prompt whose unchunked prefill's
     # scores (and its own KV) fit this replica's GPUs (`longest_prompt_tokens`); None with flash
     expert_parallel: int = 1  # GPUs of the tensor-parallel group holding whole routed experts (`hardware`)
+    window_kv_bytes_per_token_per_gpu: int = 0  # a hybrid model's sliding layers: one token's KV on each GPU
 
     @property
     def num_gpus(self) -> int:
@@ -68,8 +73,15 @@ class Deployment:
 
     @property
     def kv_bytes_per_token(self) -> int:
-        """One token's KV across the whole tensor-parallel group."""
+        """One token slot's KV across the whole tensor-parallel group."""
         return self.kv_bytes_per_token_per_gpu * self.tensor_parallel
+
+    def kv_bytes_for_tokens(self, num_tokens: int) -> int:
+        """The KV of one sequence of `num_tokens` across the whole tensor-parallel group: every token's in the layers
+        that grow, and a hybrid model's last window in its sliding layers."""
+        windowed = min(num_tokens, self.model.sliding_window or 0) if self.window_kv_bytes_per_token_per_gpu else 0
+        return (num_tokens * self.kv_bytes_per_token_per_gpu
+                + windowed * self.window_kv_bytes_per_token_per_gpu) * self.tensor_parallel
 
 
 def model_spec(scenario: Scenario) -> ModelSpec:
@@ -116,6 +128,10 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
                           "which needs kv_cache.layout 'paged' and scheduler.batching 'continuous'")
     if scenario.kv_cache.enable_prefix_caching and scenario.kv_cache.layout != "paged":
         raise ConfigError("kv_cache.enable_prefix_caching: needs layout 'paged'")
+    if model.hybrid_window and scenario.kv_cache.layout != "paged":
+        raise ConfigError(f"kv_cache.layout: {scenario.kv_cache.layout!r} is not modelled for {model.name}, whose "
+                          f"{model.num_window_layers} of {model.num_layers} layers slide (a region holds one KV size "
+                          "per token); allowed: 'paged'")
     if scenario.speculation is not None:
         if s.batching != "continuous":
             raise ConfigError("speculation: needs scheduler.batching 'continuous'")
@@ -217,7 +233,9 @@ def _score_bytes(scenario: Scenario, model: ModelSpec, draft: ModelSpec | None, 
     out = 0
     for m in (model, draft):
         if m is not None:
-            keys = min(max_len, m.sliding_window + min(rows, max_len)) if m.sliding_window else max_len
+            # A hybrid model's layers without the window attend every key: the largest scores are theirs.
+            windowed = m.sliding_window and not m.hybrid_window
+            keys = min(max_len, m.sliding_window + min(rows, max_len)) if windowed else max_len
             out = max(out, score_activation_bytes(kernel, m, rows, keys, tp))
     return out
 
@@ -228,7 +246,7 @@ def _room_for(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSp
     one `max_len` sequence (a pin on the KV capacity does not move the weights and scores: the arithmetic is asked
     without it)."""
     scores = _score_bytes(scenario, model, draft, rows, max_len)
-    kept = min(max_len, model.sliding_window) if model.sliding_window else max_len
+    kept = sequence_slots(model, max_len, scenario.quantization.kv_cache, scenario.hardware.tensor_parallel)
     try:
         return _kv_capacity_tokens(scenario, model, gpu, draft, token_budget, scores, pinned=False) >= kept
     except DoesNotFitError:
@@ -336,7 +354,7 @@ def resolve(scenario: Scenario) -> Deployment:
     except DoesNotFitError as err:
         raise ConfigError(f"hardware: {err}") from None
     q = scenario.quantization
-    per_token = kv_bytes_per_token(model, q.kv_cache, tp) + (kv_bytes_per_token(draft, q.kv_cache, tp) if draft else 0)
+    per_token = kv_slot_bytes(model, q.kv_cache, tp) + (kv_bytes_per_token(draft, q.kv_cache, tp) if draft else 0)
     profile_dir = None
     if scenario.cost_model.kind == "calibrated":
         from sim.cost.profiles import (  # per-op or whole-step
@@ -356,4 +374,5 @@ def resolve(scenario: Scenario) -> Deployment:
                       sequences_per_request=max(scenario.workload.samples_per_prompt, scenario.workload.beam_width),
                       profile_dir=profile_dir, pipeline_parallel=scenario.hardware.pipeline_parallel,
                       stage_layers=pipeline_stage_layers(model.num_layers, scenario.hardware.pipeline_parallel),
-                      attention_kernel=kernel, score_bytes_per_gpu=scores, max_prompt_tokens_materialized=longest)
+                      attention_kernel=kernel, score_bytes_per_gpu=scores, max_prompt_tokens_materialized=longest,
+                      window_kv_bytes_per_token_per_gpu=window_kv_bytes_per_token(model, q.kv_cache, tp))

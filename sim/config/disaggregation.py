@@ -29,10 +29,10 @@ class DisaggregatedDeployment:
     link: Interconnect
     overlap: str  # "none" or "layerwise"
 
-    @property
-    def kv_transfer_bytes_per_token(self) -> int:
-        """Bytes one prompt token's KV occupies, all layers, the whole tensor-parallel group: what crosses the link."""
-        return self.prefill.kv_bytes_per_token
+    def kv_transfer_bytes(self, num_prompt_tokens: int) -> int:
+        """Bytes a prompt's KV occupies, all layers, the whole tensor-parallel group: what crosses the link (a hybrid
+        model's sliding layers send their last window only)."""
+        return self.prefill.kv_bytes_for_tokens(num_prompt_tokens)
 
     @property
     def num_parallel_links(self) -> int:

@@ -680,10 +680,11 @@ def _derive_lmdeploy(ctx: Context) -> PresetResult:
     if entries >= 1:
         blocks = int(entries)
     elif model is not None:
-        # [2, layers, local kv heads, block_len, head_dim] per GPU, in the scenario's KV dtype (fp16: quant_policy 0)
-        from sim.model.memory import kv_bytes_per_token
+        # [2, layers, local kv heads, block_len, head_dim] per GPU, in the scenario's KV dtype (fp16: quant_policy 0),
+        # counted in the cache's token slots (a hybrid model's sliding layers apart: `kv_slot_bytes`)
+        from sim.model.memory import kv_slot_bytes
         q = ctx.raw.get("quantization") or {}
-        block_bytes = kv_bytes_per_token(model, q.get("kv_cache") or "bf16", ctx.tensor_parallel) * block_len
+        block_bytes = kv_slot_bytes(model, q.get("kv_cache") or "bf16", ctx.tensor_parallel) * block_len
         blocks = int(ctx.gpu.hbm_bytes * entries) // block_bytes
     if blocks is not None:
         values["kv_cache.capacity_tokens"] = blocks * block_len

@@ -10,9 +10,9 @@ Then its KV cache moves to a decode replica, which decodes the rest:
    the blocks for its prompt KV, which are claimed before anything is sent (`decode_reserved_s`; the wait
    `decode_reserved_s - first_token_s` is the decode-block wait). Replicas are tried fewest outstanding
    requests first (ties: lowest index); while the head of the queue fits nowhere, the requests behind it wait.
-3. **Transfer** of `prompt_tokens x kv_bytes_per_token` bytes over the link of its prefill replica, which
-   sends one transfer at a time (FIFO): it starts at `transfer_start_s` = max(blocks reserved, link free)
-   and takes
+3. **Transfer** of the prompt's KV (`prompt_tokens x kv_bytes_per_token`; a hybrid model's sliding layers send their
+   last window) over the link of its prefill replica, which sends one transfer at a time (FIFO): it starts at
+   `transfer_start_s` = max(blocks reserved, link free) and takes
    - overlap "none": latency + bytes / bandwidth;
    - overlap "layerwise", when the transfer starts the moment the prefill step ends (blocks free and link
      idle): each layer's share (bytes / L) is sent as soon as that layer has been computed, so after the
@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -91,14 +92,14 @@ class DisaggregatedSimulation(Simulation):
     replicas' take prefilled requests (`DecodeRole`)."""
 
     def __init__(self, prefill_replicas: list[Replica], decode_replicas: list[Replica], router, *,
-                 link: KVTransferLink, kv_bytes_per_token: float, **kwargs):
+                 link: KVTransferLink, kv_transfer_bytes: Callable[[int], float], **kwargs):
         kwargs["fast_decode"] = False
         super().__init__(prefill_replicas + decode_replicas, router, **kwargs)
         self.prefill_replicas = prefill_replicas
         self.decode_replicas = decode_replicas
         self.num_prefill_replicas = len(prefill_replicas)
         self.link = link
-        self.kv_bytes_per_token = kv_bytes_per_token
+        self.kv_transfer_bytes = kv_transfer_bytes  # a prompt's tokens -> the bytes of its KV
         self.requests = DisaggregatedRequestLog(self.num_requests)
         self._live: dict[int, Request] = {}  # arrived, neither finished nor rejected
         self._proxies: dict[int, Request] = {}  # request id -> what its prefill replica runs
@@ -183,7 +184,7 @@ class DisaggregatedSimulation(Simulation):
         now, i = self.env.now, request.request_id
         prefill_index = request.replica
         start = max(now, self._link_free_s[prefill_index])
-        num_bytes = request.num_prompt_tokens * self.kv_bytes_per_token
+        num_bytes = self.kv_transfer_bytes(request.num_prompt_tokens)
         step_s = self._prefill_step_s.pop(i)
         overlapped = start == request.first_token_s  # blocks were free and the link idle as the prefill ended
         end = start + self.link.transfer_s(num_bytes, step_s, overlapped=overlapped)

@@ -434,7 +434,15 @@ class CalibratedCostModel:
         return per_group
 
     def _attention_s(self, plan: StepPlan) -> float:
-        window = self.model.sliding_window
+        """One layer's attention; a hybrid model's mean layer: its sliding layers' share through the window, the
+        rest without it."""
+        window, share = self.model.sliding_window, self.model.window_layer_share
+        attn_s = self._layer_attention_s(plan, window)
+        if window and share != 1.0:
+            attn_s = share * attn_s + (1.0 - share) * self._layer_attention_s(plan, None)
+        return attn_s
+
+    def _layer_attention_s(self, plan: StepPlan, window: int | None) -> float:
         attn_s = 0.0
         for chunk, context in zip(plan.prefill_chunk_tokens, plan.prefill_context_tokens):
             attn_s += self._prefill(chunk, min(context, window) if window else context)
@@ -478,15 +486,18 @@ class CalibratedCostModel:
             if len(self._decode_cache) < 65536:
                 self._decode_cache[n] = cached
         layers, per_group, head_s, swap_s, overhead_s, decode = cached
-        window = self.model.sliding_window
+        window, share = self.model.sliding_window, self.model.window_layer_share
         out = []
         ctx = context_tokens
         for c in counts:
             mean_ctx = ctx / n
+            whole_ctx = mean_ctx
             if window:
                 mean_ctx = min(mean_ctx, window)
             attn_s = 0.0
             attn_s += decode(max(mean_ctx, 1.0))
+            if window and share != 1.0:  # as `_attention_s`
+                attn_s = share * attn_s + (1.0 - share) * (0.0 + decode(max(whole_ctx, 1.0)))
             time_s = sum(k * (layer_s + attn_s) for k, layer_s in zip(layers, per_group))
             time_s += head_s
             time_s += swap_s

@@ -40,6 +40,7 @@ from sim.cost.roofline_kernel import (
     P_Q_BYTES_PER_TOKEN,
     P_SLIDING_WINDOW,
     P_TP,
+    P_WINDOW_SHARE,
     chunk_pairs,
     layer_allreduce_s,
     layer_elementwise_bytes,
@@ -107,6 +108,36 @@ def _gemm_s(eff_by_bin, r_edges, flops, nbytes, peak_flops, peak_bytes, min_kern
     return min_kernel_s + op_time(flops, nbytes, peak_flops, peak_bytes) / eff
 
 
+@njit(cache=True, inline="always")
+def _attention(price, s, pf_edges, pf_eff, dc_edges, dc_eff, window, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
+               decode_ctx, query_tokens):
+    """One layer's attention through a sliding `window` (0: none): (seconds, FLOPs, bytes)."""
+    peak_flops, peak_bytes, min_kernel_s = s[K_PEAK_FLOPS], s[K_PEAK_BYTES], s[K_MIN_KERNEL_S]
+    kvb, afpp, q_bytes = price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_ATTN_FLOPS_PER_PAIR], price[P_Q_BYTES_PER_TOKEN]
+    attn_s = 0.0
+    flops = 0.0
+    nbytes = 0.0
+    for j in range(num_pf):
+        chunk = pf_chunk[j]
+        context = pf_ctx[j]
+        pairs, kv_tokens = chunk_pairs(chunk, context, window)
+        f = pairs * afpp
+        b = kv_tokens * kvb + chunk * q_bytes
+        eff = by_size(pf_edges, pf_eff, chunk * (context + chunk))
+        attn_s += min_kernel_s + op_time(f, b, peak_flops, peak_bytes) / eff
+        flops += f
+        nbytes += b
+    if num_decode_seqs:
+        ctx = window_context(decode_ctx * 1.0, num_decode_seqs, window)
+        f = ctx * query_tokens * afpp
+        b = ctx * kvb + num_decode_seqs * query_tokens * q_bytes
+        eff = by_size(dc_edges, dc_eff, ctx)
+        attn_s += min_kernel_s + op_time(f, b, peak_flops, peak_bytes) / eff
+        flops += f
+        nbytes += b
+    return attn_s, flops, nbytes
+
+
 # Inlined into `compiled_pricing.price_parts`: a call would pass each array of the packs as several machine words
 # (and, where numba counts references, take and drop one for each).
 @njit(cache=True, inline="always")
@@ -121,32 +152,21 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     if n == 0:
         return price[P_OVERHEAD_S], 0.0, 0.0
     peak_flops, peak_bytes, min_kernel_s = s[K_PEAK_FLOPS], s[K_PEAK_BYTES], s[K_MIN_KERNEL_S]
-    window = price[P_SLIDING_WINDOW]
-    kvb, afpp, q_bytes = price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_ATTN_FLOPS_PER_PAIR], price[P_Q_BYTES_PER_TOKEN]
-    model_layers = price[P_NUM_LAYERS]
-    flops_total = 0.0
-    bytes_total = 0.0
+    window, share = price[P_SLIDING_WINDOW], price[P_WINDOW_SHARE]
+    kvb, model_layers = price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_NUM_LAYERS]
     time_s = 0.0
-    attn_s = 0.0
-    # Attention, one kernel per prefill chunk (causal, against its context) and one for the decodes; every layer.
-    for j in range(num_pf):
-        chunk = pf_chunk[j]
-        context = pf_ctx[j]
-        pairs, kv_tokens = chunk_pairs(chunk, context, window)
-        f = pairs * afpp
-        b = kv_tokens * kvb + chunk * q_bytes
-        eff = by_size(pf_edges, pf_eff, chunk * (context + chunk))
-        attn_s += min_kernel_s + op_time(f, b, peak_flops, peak_bytes) / eff
-        flops_total += f * model_layers
-        bytes_total += b * model_layers
-    if num_decode_seqs:
-        ctx = window_context(decode_ctx * 1.0, num_decode_seqs, window)
-        f = ctx * query_tokens * afpp
-        b = ctx * kvb + num_decode_seqs * query_tokens * q_bytes
-        eff = by_size(dc_edges, dc_eff, ctx)
-        attn_s += min_kernel_s + op_time(f, b, peak_flops, peak_bytes) / eff
-        flops_total += f * model_layers
-        bytes_total += b * model_layers
+    # Attention, one kernel per prefill chunk (causal, against its context) and one for the decodes; every layer (a
+    # hybrid model's mean layer: its sliding layers' share through the window, the rest without it).
+    attn_s, f, b = _attention(price, s, pf_edges, pf_eff, dc_edges, dc_eff, window, pf_chunk, pf_ctx, num_pf,
+                              num_decode_seqs, decode_ctx, query_tokens)
+    if window and share != 1.0:
+        whole_s, whole_f, whole_b = _attention(price, s, pf_edges, pf_eff, dc_edges, dc_eff, 0.0, pf_chunk, pf_ctx,
+                                               num_pf, num_decode_seqs, decode_ctx, query_tokens)
+        attn_s = share * attn_s + (1.0 - share) * whole_s
+        f = share * f + (1.0 - share) * whole_f
+        b = share * b + (1.0 - share) * whole_b
+    flops_total = f * model_layers
+    bytes_total = b * model_layers
     # Per layer: the elementwise kernels (norms, residual adds, rotary, activation) and two all-reduces under TP.
     elem_b = layer_elementwise_bytes(n, price[P_HIDDEN], price[P_FFN_PER_GPU])
     launches_s = 3 * min_kernel_s

@@ -31,8 +31,8 @@ from sim.model.memory import MXFP4_PARAM_BYTES
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_MIN_KERNEL_S, P_OVERHEAD_S, P_ALLREDUCE, P_AR_LINK_BYTES_PER_S, P_AR_LATENCY_S,
  P_TP, P_HIDDEN, P_PF_KIND, P_PF_A, P_PF_B, P_PF_C, P_PF_D, P_DC_KIND, P_DC_A, P_DC_B, P_DC_C, P_DC_D,
  P_ELEMENTWISE_0, P_ELEMENTWISE_1, P_ELEMENTWISE_2, P_LM_HEAD, P_AR_CURVE, P_SLIDING_WINDOW, P_MLA,
- P_MLA_FLOPS_PER_PAIR, P_MLA_KV_BYTES, P_SWAP_S_PER_TOKEN) = range(29)
-NUM_MEASURED_PARAMS = 29
+ P_MLA_FLOPS_PER_PAIR, P_MLA_KV_BYTES, P_SWAP_S_PER_TOKEN, P_WINDOW_SHARE) = range(30)
+NUM_MEASURED_PARAMS = 30
 ALLREDUCE_NONE, ALLREDUCE_CURVE, ALLREDUCE_CATALOG = 0, 1, 2
 # Columns of a curve row: first grid index, grid length, shape kind, four shape numbers.
 C_START, C_LEN, C_KIND, C_A, C_B, C_C, C_D = range(7)
@@ -76,6 +76,7 @@ def pack(cost_model) -> tuple[tuple, list]:
     s[P_TP], s[P_HIDDEN] = m.tp, m.model.hidden_size
     s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2] = m._elementwise_bytes
     s[P_SLIDING_WINDOW] = m.model.sliding_window or 0
+    s[P_WINDOW_SHARE] = m.model.window_layer_share
     s[P_SWAP_S_PER_TOKEN] = m._swap_s_per_token
     if m.mla_by_roofline:
         s[P_MLA], s[P_MLA_FLOPS_PER_PAIR], s[P_MLA_KV_BYTES] = 1.0, m.mla_flops_per_pair, m.mla_kv_bytes
@@ -259,10 +260,24 @@ def _mla_attention(s, num_pf, pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, que
 @njit(cache=True, inline="always")
 def _attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, num_pf, pf_chunk, pf_ctx, num_decode_seqs,
                decode_ctx, query_tokens):
-    """One layer's attention: prefill chunks grouped by (chunk, context) in first-seen order, each the largest of
-    its causal share of a fresh prompt, the chunk alone and one read of its KV; then the decodes at their mean
-    context (each query token a row). NaN: the note log is full."""
-    window = s[P_SLIDING_WINDOW]
+    """One layer's attention (`_layer_attention`); a hybrid model's mean layer: its sliding layers' share through
+    the window, the rest without it. NaN: the note log is full."""
+    window, share = s[P_SLIDING_WINDOW], s[P_WINDOW_SHARE]
+    attn = _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, window, num_pf, pf_chunk, pf_ctx,
+                            num_decode_seqs, decode_ctx, query_tokens)
+    if not window or share == 1.0:
+        return attn
+    whole = _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, 0.0, num_pf, pf_chunk, pf_ctx,
+                             num_decode_seqs, decode_ctx, query_tokens)
+    return share * attn + (1.0 - share) * whole
+
+
+@njit(cache=True, inline="always")
+def _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, window, num_pf, pf_chunk, pf_ctx,
+                     num_decode_seqs, decode_ctx, query_tokens):
+    """One layer's attention through a sliding `window` (0: none): prefill chunks grouped by (chunk, context) in
+    first-seen order, each the largest of its causal share of a fresh prompt, the chunk alone and one read of its KV;
+    then the decodes at their mean context (each query token a row). NaN: the note log is full."""
     attn = 0.0
     for j in range(num_pf):
         chunk, context = pf_chunk[j], pf_ctx[j]
@@ -400,19 +415,28 @@ def note_decode_points(params, num_seqs, first_ctx, num_steps):
     if s[P_MLA] != 0.0:
         return True  # no table: nothing to note
     window = s[P_SLIDING_WINDOW]
+    # A hybrid model's layers without the window read the whole context: `step_time` notes each step's windowed
+    # point, then its whole one.
+    hybrid = window != 0.0 and s[P_WINDOW_SHARE] != 1.0
     out_a = bracket(dc_ga, math.log1p(num_seqs))[2]
     first, last = first_ctx / num_seqs, (first_ctx + (num_steps - 1) * num_seqs) / num_seqs
-    if window:
-        first, last = min(first, window), min(last, window)
     lo, hi = (first if not 1.0 > first else 1.0), (last if not 1.0 > last else 1.0)
+    if window:
+        lo_w, hi_w = min(lo, window), min(hi, window)
+        lo, hi = (lo_w, hi_w) if not hybrid else (min(lo, lo_w), max(hi, hi_w))
     if not out_a and not bracket(dc_gb, math.log1p(lo))[2] and not bracket(dc_gb, math.log1p(hi))[2]:
         return True  # the mean context only grows: every point lies between two inside the grid
     for j in range(num_steps):
         mean_ctx = (first_ctx + j * num_seqs) / num_seqs
+        whole = mean_ctx if not 1.0 > mean_ctx else 1.0
+        y = whole
         if window:
             mean_ctx = min(mean_ctx, window)
-        y = mean_ctx if not 1.0 > mean_ctx else 1.0
+            y = mean_ctx if not 1.0 > mean_ctx else 1.0
         if (out_a or bracket(dc_gb, math.log1p(y))[2]) and not _note(note_log, note_count, NOTE_DECODE, 0,
                                                                       num_seqs, y):
+            return False
+        if hybrid and (out_a or bracket(dc_gb, math.log1p(whole))[2]) and not _note(
+                note_log, note_count, NOTE_DECODE, 0, num_seqs, whole):
             return False
     return True

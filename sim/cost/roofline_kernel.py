@@ -22,7 +22,7 @@ from sim.model.attention_io import MATH_SDPA_MATMULS, MATH_SDPA_PASSES
  P_HIDDEN, P_FFN_PER_GPU, P_TP, P_LINK_BYTES_PER_S, P_ALLREDUCE_LATENCY_S,
  P_SLIDING_WINDOW, P_LM_HEAD, P_NUM_LAYERS, P_HOST_LINK_BYTES_PER_S, P_MATERIALIZED, P_SCORE_BYTES_PER_PAIR,
  P_CACHE_BYTES, P_CACHE_BYTES_PER_S, P_FIRST_TOUCH_BYTES_PER_S, P_FLASH_KEY_BLOCK, P_FRESH_PER_PAIR, P_FRESH_PER_QUERY,
- P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_NUM_PASSES, P_PASSES) = range(27)
+ P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_WINDOW_SHARE, P_NUM_PASSES, P_PASSES) = range(28)
 # The materialized kernel's passes other than its matmuls (`attention_io.math_sdpa_terms`), from P_PASSES on, a row
 # of PASS_COLUMNS each: the unit it runs over (U_PAIR: a query row against a key, U_QUERY, U_KEY: a token), bytes
 # per unit, FLOPs per unit, and the device's own seconds per unit for it (`GPUSpec.pass_s_per_element`; 0: none).
@@ -55,6 +55,7 @@ def pack(model) -> tuple:
     scalars[P_LINK_BYTES_PER_S] = model.link_bytes_per_s
     scalars[P_ALLREDUCE_LATENCY_S] = model.gpu.allreduce_latency_s
     scalars[P_SLIDING_WINDOW] = model.model.sliding_window or 0
+    scalars[P_WINDOW_SHARE] = model.model.window_layer_share
     scalars[P_LM_HEAD] = 1.0 if model.include_lm_head else 0.0
     scalars[P_NUM_LAYERS] = model.model.num_layers
     scalars[P_HOST_LINK_BYTES_PER_S] = model.gpu.host_link_bytes_per_s
@@ -234,7 +235,26 @@ def layer_allreduce_s(num_tokens, hidden, tp, latency_s, link_bytes_per_s):
 
 @njit(cache=True, inline="always")
 def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, query_tokens):
-    """One layer's attention: (time, FLOPs, bytes) of the prefill chunks, then of the decodes.
+    """One layer's attention: (time, FLOPs, bytes) of the prefill chunks, then of the decodes (`layer_attention`). A
+    hybrid model's mean layer: its sliding layers' share of layers through the window, the rest without it (each
+    layer's attention is its own kernels, so the layers' sum is the share-weighted sum)."""
+    window, share = price[P_SLIDING_WINDOW], price[P_WINDOW_SHARE]
+    a = layer_attention(price, window, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
+                        query_tokens)
+    if not window or share == 1.0:
+        return a
+    b = layer_attention(price, 0.0, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
+                        query_tokens)
+    rest = 1.0 - share
+    return (share * a[0] + rest * b[0], share * a[1] + rest * b[1], share * a[2] + rest * b[2],
+            share * a[3] + rest * b[3], share * a[4] + rest * b[4], share * a[5] + rest * b[5])
+
+
+@njit(cache=True, inline="always")
+def layer_attention(price, window, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
+                    query_tokens):
+    """One layer's attention through a sliding `window` (0: none): (time, FLOPs, bytes) of the prefill chunks, then
+    of the decodes.
 
     FlashAttention (P_MATERIALIZED 0): prefill chunks against their context, causal (the masked half is skipped;
     on a device with a flash key block, each row's whole diagonal block is computed: `tiled_causal_pairs`; not
@@ -245,7 +265,6 @@ def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     tokens (1, or γ+1 when verifying drafts), through the same passes (a mask included)."""
     fps, bps = price[P_FLOPS_PER_S], price[P_BYTES_PER_S]
     afpp, kvb, qb = price[P_ATTN_FLOPS_PER_PAIR], price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_Q_BYTES_PER_TOKEN]
-    window = price[P_SLIDING_WINDOW]
     materialized = price[P_MATERIALIZED] != 0.0
     key_block = price[P_FLASH_KEY_BLOCK]
     # Attention: prefill chunks against their context (causal), decodes reading their KV.

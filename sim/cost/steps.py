@@ -267,6 +267,7 @@ class StepPhysics:
         tp, eb = tensor_parallel, elem_bytes
         self.eb, self.num_layers = eb, model.num_layers
         self.window = model.sliding_window
+        self.window_layers = model.num_window_layers
         self.hq, self.hkv, self.d = shard["num_heads"], shard["num_kv_heads"], shard["head_dim"]
         # Per layer group: (layers, [(in, out, experts, experts each token routes to)]) per GPU.
         self.groups = [(n, [(g.in_features, g.out_features, g.count, g.active_per_token) for g in gpu_shapes])
@@ -279,9 +280,9 @@ class StepPhysics:
         self.scalars = np.zeros(steps_kernel.NUM_PHYSICS)
         k = steps_kernel
         self.scalars[[k.Q_HQ, k.Q_HKV, k.Q_HEAD_DIM, k.Q_ELEM_BYTES, k.Q_NUM_LAYERS, k.Q_ELEMENTWISE_BYTES,
-                      k.Q_HEAD_IN, k.Q_HEAD_OUT, k.Q_SLIDING_WINDOW]] = (
+                      k.Q_HEAD_IN, k.Q_HEAD_OUT, k.Q_SLIDING_WINDOW, k.Q_WINDOW_LAYERS]] = (
             self.hq, self.hkv, self.d, eb, self.num_layers, self.elementwise_bytes, self.head_in, self.head_out,
-            self.window or 0)
+            self.window or 0, self.window_layers)
         self.linear = np.array([[n, k_in, m, experts, active] for n, mats in self.groups
                                 for k_in, m, experts, active in mats], dtype=np.float64).reshape(-1, 5)
 
@@ -535,7 +536,8 @@ def check_step_matches(profile: StepProfile, model: ModelSpec, tensor_parallel: 
         if have["linear"].get(name) != shape:
             raise ConfigError(f"{prefix} (linear layer {name} at {have['linear'].get(name)} per GPU), but "
                               f"{model.name} at tensor_parallel {tensor_parallel} needs {shape}")
-    for key in ("num_layers", "sliding_window", "num_experts", "num_experts_per_token", "num_dense_layers"):
+    for key in ("num_layers", "sliding_window", "num_window_layers", "num_experts", "num_experts_per_token",
+                "num_dense_layers"):
         if getattr(have_model, key) != getattr(model, key):
             raise ConfigError(f"{prefix} ({key} {getattr(have_model, key)}), but {model.name} has {key} "
                               f"{getattr(model, key)}; a whole-step profile times every layer")

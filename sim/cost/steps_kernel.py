@@ -22,8 +22,8 @@ from sim.cost.roofline_kernel import chunk_pairs, window_context
 
 # Indices into a physics scalars array (`StepPhysics.scalars`).
 (Q_HQ, Q_HKV, Q_HEAD_DIM, Q_ELEM_BYTES, Q_NUM_LAYERS, Q_ELEMENTWISE_BYTES, Q_HEAD_IN, Q_HEAD_OUT,
- Q_SLIDING_WINDOW) = range(9)
-NUM_PHYSICS = 9
+ Q_SLIDING_WINDOW, Q_WINDOW_LAYERS) = range(10)
+NUM_PHYSICS = 10
 # Columns of a linear-layer row (`StepPhysics.linear`): layers of its group, in and out features per GPU,
 # experts, experts each token routes to.
 L_LAYERS, L_IN, L_OUT, L_EXPERTS, L_ACTIVE = range(5)
@@ -85,19 +85,27 @@ def _head_op(head_in, head_out, eb, rows, which):
 
 
 @njit(cache=True)
-def _prefill_attention(hq, hkv, d, eb, num_layers, window, chunk, context):
+def _prefill_attention(hq, hkv, d, eb, num_layers, window_layers, window, chunk, context):
+    """All layers': `window_layers` of them through the sliding `window` (0: none), the others without it."""
     pairs, kv_tokens = chunk_pairs(chunk, context, window)
+    pairs, kv_tokens = window_layers * pairs, window_layers * kv_tokens
+    if window_layers < num_layers:
+        whole_pairs, whole_tokens = chunk_pairs(chunk, context, 0.0)
+        pairs += (num_layers - window_layers) * whole_pairs
+        kv_tokens += (num_layers - window_layers) * whole_tokens
     flops = 4.0 * hq * d * pairs
-    nbytes = (kv_tokens * 2 * hkv * d + 2 * chunk * hq * d) * eb
-    return num_layers * flops, num_layers * nbytes
+    nbytes = (kv_tokens * 2 * hkv * d + num_layers * 2 * chunk * hq * d) * eb
+    return flops, nbytes
 
 
 @njit(cache=True)
-def _decode_attention(hq, hkv, d, eb, num_layers, window, batch, context_tokens, query_tokens):
-    context_tokens = window_context(context_tokens, batch, window)
-    flops = 4.0 * hq * d * query_tokens * context_tokens
-    nbytes = (context_tokens * 2 * hkv * d + 2 * batch * query_tokens * hq * d) * eb
-    return num_layers * flops, num_layers * nbytes
+def _decode_attention(hq, hkv, d, eb, num_layers, window_layers, window, batch, context_tokens, query_tokens):
+    """All layers': `window_layers` of them through the sliding `window` (0: none), the others without it."""
+    read = (window_layers * window_context(context_tokens, batch, window)
+            + (num_layers - window_layers) * context_tokens)
+    flops = 4.0 * hq * d * query_tokens * read
+    nbytes = (read * 2 * hkv * d + num_layers * 2 * batch * query_tokens * hq * d) * eb
+    return flops, nbytes
 
 
 @njit(cache=True)
@@ -105,7 +113,7 @@ def prefill_attention(phys, chunk, context):
     """(FLOPs, bytes) of causal attention of a chunk after `context` cached tokens, all layers (a sliding window
     caps the context)."""
     return _prefill_attention(phys[Q_HQ], phys[Q_HKV], phys[Q_HEAD_DIM], phys[Q_ELEM_BYTES], phys[Q_NUM_LAYERS],
-                              phys[Q_SLIDING_WINDOW], chunk, context)
+                              phys[Q_WINDOW_LAYERS], phys[Q_SLIDING_WINDOW], chunk, context)
 
 
 @njit(cache=True)
@@ -113,7 +121,7 @@ def decode_attention(phys, batch, context_tokens, query_tokens):
     """(FLOPs, bytes) of `batch` sequences, `query_tokens` each, reading `context_tokens` cached tokens in all,
     all layers (a sliding window caps each sequence's context)."""
     return _decode_attention(phys[Q_HQ], phys[Q_HKV], phys[Q_HEAD_DIM], phys[Q_ELEM_BYTES], phys[Q_NUM_LAYERS],
-                             phys[Q_SLIDING_WINDOW], batch, context_tokens, query_tokens)
+                             phys[Q_WINDOW_LAYERS], phys[Q_SLIDING_WINDOW], batch, context_tokens, query_tokens)
 
 
 @njit(cache=True)
@@ -191,18 +199,19 @@ def fit_parts(phys, linear, fps, bps, tok_u, tok_v, pf_u, pf_v, dc_u, dc_v, num_
     rows = num_sampled + num_decode_seqs * (query_tokens - 1)
     token = rho_t * body_s(phys, linear, fps, bps, t, rows)
     hq, hkv, d, eb = phys[Q_HQ], phys[Q_HKV], phys[Q_HEAD_DIM], phys[Q_ELEM_BYTES]
-    num_layers, window = phys[Q_NUM_LAYERS], phys[Q_SLIDING_WINDOW]
+    num_layers, window, window_layers = phys[Q_NUM_LAYERS], phys[Q_SLIDING_WINDOW], phys[Q_WINDOW_LAYERS]
     prefill = 0.0
     for j in range(num_pf):
         chunk = pf_chunk[j]
         if chunk:
             rho = log_ratio(pf_u, pf_v, chunk) if pf_u.shape[0] else rho_t
-            f, b = _prefill_attention(hq, hkv, d, eb, num_layers, window, chunk, pf_ctx[j])
+            f, b = _prefill_attention(hq, hkv, d, eb, num_layers, window_layers, window, chunk, pf_ctx[j])
             prefill += rho * rate_time(f, b, fps, bps)
     decode = 0.0
     if num_decode_seqs:
         rho = log_ratio(dc_u, dc_v, num_decode_seqs) if dc_u.shape[0] else rho_t
-        f, b = _decode_attention(hq, hkv, d, eb, num_layers, window, num_decode_seqs, decode_ctx, query_tokens)
+        f, b = _decode_attention(hq, hkv, d, eb, num_layers, window_layers, window, num_decode_seqs, decode_ctx,
+                                 query_tokens)
         decode = rho * rate_time(f, b, fps, bps)
     return token, prefill, decode
 

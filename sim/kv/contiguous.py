@@ -213,6 +213,9 @@ class ContiguousKVManager:
         """No blocks: a region is reserved whole at admission, so nothing is allocated per block later."""
         return 0
 
+    def blocks_for_sequence(self, num_tokens: int) -> int:
+        return 0
+
     def append_one_block_each(self, request_ids: Iterable[int]) -> None:
         if request_ids:
             raise RuntimeError("a contiguous KV cache has no blocks to append")

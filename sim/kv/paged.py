@@ -49,11 +49,27 @@ class PagedKVManager:
     """
 
     def __init__(self, num_blocks: int, block_size: int, *, enable_prefix_caching: bool = False,
-                 sliding_window: int | None = None):
+                 sliding_window: int | None = None, window_bytes_per_slot: tuple[int, int] | None = None):
         if num_blocks <= 0 or block_size <= 0:
             raise ValueError("num_blocks and block_size must be positive")
         if sliding_window is not None and sliding_window <= 0:
             raise ValueError("sliding_window must be positive")
+        if window_bytes_per_slot is not None and (sliding_window is None or min(window_bytes_per_slot) <= 0):
+            raise ValueError("window_bytes_per_slot needs a sliding_window and two positive byte counts")
+        # A hybrid model (gpt-oss, Gemma 2 and 3): only some layers slide. A block holds `block_size` tokens of the
+        # layers that attend to everything, and each request also holds the blocks its sliding layers need at its
+        # longest, its last window's (`window_blocks`), taken with its first blocks and given back with them:
+        # vLLM's hybrid allocator takes them as the window fills and frees those that fall out of it, from the same
+        # memory (the same peak per request; earlier here while a request is shorter than the window).
+        # `window_bytes_per_slot`: (a token's KV in the sliding layers, a token slot's bytes). A forked sequence shares
+        # its parent's table and takes its own window blocks only if it allocates through `allocate_slots`.
+        self.window_bytes_per_slot = window_bytes_per_slot
+        # the most blocks a window touches: ceil((window - 1) / block) + 1
+        self.window_blocks_span = -(-(sliding_window - 1) // block_size) + 1 if window_bytes_per_slot else 0
+        self._window_held: dict[int, list[int]] = {}  # request id -> the blocks its sliding layers hold
+        self._window_total = 0  # blocks in _window_held
+        if window_bytes_per_slot:
+            sliding_window = None  # no block of a request's table falls out: its layers attend to everything
         # Sliding-window attention (Mistral): a token attends to the last `sliding_window` tokens only, so a
         # block wholly before the window of the next token to compute goes back to the pool (vLLM's
         # SlidingWindowManager). Its table entry becomes DROPPED, keeping the table's length equal to
@@ -78,6 +94,8 @@ class PagedKVManager:
         extra = ", enable_prefix_caching=True" if self.enable_prefix_caching else ""
         if self.sliding_window:
             extra += f", sliding_window={self.sliding_window}"
+        if self.window_bytes_per_slot:
+            extra += f", window_blocks={self.window_blocks_span} x {self.window_bytes_per_slot}"
         return f"PagedKVManager(num_blocks={self.num_blocks}, block_size={self.block_size}{extra})"
 
     @property
@@ -109,14 +127,40 @@ class PagedKVManager:
     def blocks_for(self, num_tokens: int) -> int:
         return -(-num_tokens // self.block_size)
 
+    def window_blocks(self, num_tokens: int) -> int:
+        """Blocks a hybrid model's sliding layers hold for a sequence of `num_tokens` at its longest: the blocks its
+        last window touches, in those layers' bytes (0 for any other model)."""
+        if not self.window_bytes_per_slot:
+            return 0
+        window_bytes, slot_bytes = self.window_bytes_per_slot
+        return -(-min(self.blocks_for(num_tokens), self.window_blocks_span) * window_bytes // slot_bytes)
+
+    def blocks_for_sequence(self, num_tokens: int) -> int:
+        """Blocks one sequence of `num_tokens` holds at its longest: its tokens' and its sliding layers' window."""
+        return self.blocks_for(num_tokens) + self.window_blocks(num_tokens)
+
     def held_slots(self, request_id: int) -> int:
         """Token slots in the request's block table (a shared block counted for each holder)."""
         return len(self.block_tables.get(request_id, ())) * self.block_size
 
     def num_new_blocks(self, request: Request, num_new_tokens: int) -> int:
+        """Blocks to allocate for `num_new_tokens` more (a hybrid model's window blocks with a request's first)."""
         table = self.block_tables.get(request.request_id)
         have = len(table) if table else 0
-        return max(0, self.blocks_for(request.num_computed_tokens + num_new_tokens) - have)
+        return max(0, self.blocks_for(request.num_computed_tokens + num_new_tokens) - have) + self._window_need(request)
+
+    def _window_need(self, request: Request) -> int:
+        """The window blocks a hybrid model's request takes with its first blocks (0 once it holds them)."""
+        if not self.window_bytes_per_slot or request.request_id in self._window_held:
+            return 0
+        return self.window_blocks(request.num_final_kv_tokens)
+
+    def _take_window(self, request: Request) -> None:
+        """A hybrid model's request takes its window blocks, if it holds none yet (caller checked room)."""
+        need = self._window_need(request)
+        if need:
+            self._window_held[request.request_id] = self._take_blocks(need)
+            self._window_total += need
 
     # --- the scheduler's calls ----------------------------------------------------------------------
     def admit(self, request: Request, max_new_tokens: int, *, chunked: bool,
@@ -153,6 +197,9 @@ class PagedKVManager:
         need = self.num_new_blocks(request, num_new_tokens)
         if need > len(self.pool.free_block_ids):
             return None
+        if self.window_bytes_per_slot:
+            need -= self._window_need(request)
+            self._take_window(request)
         new_blocks = self.pool.pop_free(need)
         self.block_tables.setdefault(request.request_id, []).extend(new_blocks)
         if self.sliding_window:
@@ -215,6 +262,13 @@ class PagedKVManager:
     def free(self, request: Request) -> None:
         rid = request.request_id
         table = self.block_tables.pop(rid, None)
+        window = self._window_held.pop(rid, None) if self._window_held else None
+        if window:
+            self._window_total -= len(window)
+            if self.sharing:
+                self._release(window)
+            else:
+                self.pool.push_free(window)
         if not self.sharing:
             if table:
                 dropped = self._dropped.pop(rid, 0) if self._dropped else 0
@@ -228,7 +282,7 @@ class PagedKVManager:
             self._release(table)
 
     def can_ever_fit(self, num_tokens: int) -> bool:
-        return self.blocks_for(num_tokens) <= self.num_blocks
+        return self.blocks_for_sequence(num_tokens) <= self.num_blocks
 
     def num_allocated_slots(self) -> int:
         return (self.num_blocks - self.num_free_blocks) * self.block_size
@@ -236,7 +290,7 @@ class PagedKVManager:
     @property
     def usage_in_bulk(self) -> bool:
         """Whether `run_usage` can count a decode run's states (no sharing, no sliding window: the split
-        then depends on the token count and the allocated blocks alone)."""
+        then depends on the token count and the allocated blocks alone; a hybrid model's window blocks stay)."""
         return not self.sharing and not self.sliding_window
 
     def run_usage(self, first_token_slots: int, tokens_per_step: int, allocated_slots: int,
@@ -245,6 +299,7 @@ class PagedKVManager:
         `first_token_slots + k * tokens_per_step` tokens and the slots allocated before the run plus the
         blocks taken after steps 0..k-1 (`new_blocks`). Columns token, reserved, internal, external, shared."""
         num_steps, bs = len(new_blocks), self.block_size
+        first_token_slots += self._window_total * bs  # as `usage` counts them
         tokens = [first_token_slots + k * tokens_per_step for k in range(num_steps)]
         internal = [0] * num_steps
         allocated = allocated_slots
@@ -257,12 +312,14 @@ class PagedKVManager:
     def usage(self, num_token_slots: int) -> KVUsage:
         """`num_token_slots`: the requests' computed tokens summed (a shared block counted per sharer)."""
         allocated = self.num_allocated_slots()
+        # A hybrid model's window blocks hold token states (of its sliding layers), in slots of the pool.
+        window = self._window_total * self.block_size
         if not self.sharing:
             # Tokens whose blocks fell out of a sliding window are no longer stored.
-            tokens = num_token_slots - self._dropped_total * self.block_size
+            tokens = num_token_slots - self._dropped_total * self.block_size + window
             return KVUsage(self.capacity_slots, tokens, 0, allocated - tokens, 0)
         shared = self.pool.shared_slots
-        tokens = num_token_slots - shared
+        tokens = num_token_slots - shared + window
         return KVUsage(self.capacity_slots, tokens, 0, allocated - tokens, 0,
                        len(self.evictable) * self.block_size, shared)
 
@@ -324,7 +381,7 @@ class PagedKVManager:
             claimed = cache.claimable(request) if request.num_computed_tokens and cache else []
             revived = sum(1 for block in claimed if not ref[block])
             need = self.blocks_for(end) - len(claimed)
-            if need > self.num_free_blocks - revived:
+            if need + self._window_need(request) > self.num_free_blocks - revived:
                 return None
             if cache:  # before allocating, which may evict
                 cache.count_query(request, len(claimed))
@@ -333,6 +390,7 @@ class PagedKVManager:
                     cache.unpark(block)
                 pool.incref(block)
             new_blocks = self._take_blocks(need)
+            self._take_window(request)
             table = self.block_tables[rid] = claimed + new_blocks
             if cache:
                 cache.num_keyed[rid] = len(claimed)
@@ -340,9 +398,10 @@ class PagedKVManager:
             if num_new_tokens > 0 and rid in self.forks.pending and table[-1] in pool.partial_fill:
                 raise _write_into_shared_block(rid, table[-1])
             need = max(0, self.blocks_for(end) - len(table))
-            if need > self.num_free_blocks:
+            if need + self._window_need(request) > self.num_free_blocks:
                 return None
             new_blocks = self._take_blocks(need)
+            self._take_window(request)
             table.extend(new_blocks)
         if cache:
             cache.register(request, table, end)
@@ -379,6 +438,9 @@ class PagedKVManager:
         reference counts match the block tables; the cache index matches the block keys."""
         free, evictable = list(self.pool.free_block_ids), list(self.evictable)
         held = [block for table in self.block_tables.values() for block in table if block != DROPPED]
+        held += [block for window in self._window_held.values() for block in window]
+        assert self._window_held.keys() <= self.block_tables.keys()
+        assert self._window_total == sum(map(len, self._window_held.values()))
         assert self._dropped_total == sum(self._dropped.values())
         for rid, dropped in self._dropped.items():
             table = self.block_tables[rid]

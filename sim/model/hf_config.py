@@ -6,8 +6,9 @@ gpt-oss (MoE on every layer), Gemma / Gemma 2 / Gemma 3 (text), OPT. Each reader
 `transformers` config class defines, with that class's defaults where a file leaves a key out.
 
 What a ModelSpec cannot express is said, not silently approximated: an MoE layer pattern other than
-"the first k layers dense, the rest MoE" is refused. Interleaved local/global attention (Gemma 2/3,
-gpt-oss) is read as full attention on every layer, which overstates their KV bytes (noted in `IGNORED`).
+"the first k layers dense, the rest MoE" is refused. Interleaved local/global attention (Gemma 2/3, gpt-oss) is read
+as how many layers slide (`sliding_window_layers`, from `layer_types` or the class's own pattern); which layers they
+are does not change a step's price or its KV.
 """
 
 from __future__ import annotations
@@ -28,13 +29,12 @@ MAX_CONFIG_BYTES = 1 << 20  # a config.json is a few KB; anything larger is not 
 
 # What the import does not model, per model_type (printed by `servesim catalog import`).
 IGNORED: dict[str, str] = {
-    "gemma2": "local/global attention layers alternate; every layer is read as global (KV overstated)",
-    "gemma3_text": "local/global attention layers alternate; every layer is read as global (KV overstated)",
+    "gemma2": "the logits' soft-capping and the extra pre/post-feed-forward norms are not priced",
+    "gemma3_text": "per-head q/k RMSNorm weights and the extra pre/post-feed-forward norms are not counted",
     "qwen3": "per-head q/k RMSNorm weights are not counted (2 * head_dim per layer)",
     "qwen3_moe": "per-head q/k RMSNorm weights are not counted (2 * head_dim per layer)",
     "deepseek_v3": "the multi-token-prediction layer (num_nextn_predict_layers) and router score biases are not counted",
-    "gpt_oss": "sliding-window layers (layer_types 'sliding_attention', every other one) are read as global, so the KV "
-               "and the attention are overstated; attention sinks and the experts' biases are not counted",
+    "gpt_oss": "attention sinks and the experts' biases are not counted",
 }
 
 
@@ -166,18 +166,33 @@ def _qwen3_moe(r: _Reader) -> dict:
     }
 
 
+def _window_layers(r: _Reader, window_default: int, every: int) -> dict:
+    """`sliding_window` and `sliding_window_layers` of a model whose layers alternate between a sliding window and
+    full attention: `layer_types` where the file lists them, else the class's own pattern (transformers: layer i
+    slides unless (i + 1) % `every` == 0). No sliding layer: no window; every layer: a window on all of them."""
+    num_layers = r.int("num_hidden_layers")
+    kinds = r.data.get("layer_types")
+    if kinds is None:
+        kinds = ["full_attention" if (i + 1) % every == 0 else "sliding_attention" for i in range(num_layers)]
+    elif (not isinstance(kinds, list) or len(kinds) != num_layers
+          or not set(kinds) <= {"sliding_attention", "full_attention"}):
+        raise r._fail("layer_types", kinds, f"a list of num_hidden_layers ({num_layers}) 'sliding_attention' and "
+                      "'full_attention'")
+    sliding = kinds.count("sliding_attention")
+    if sliding == 0:
+        return {}
+    window = r.int("sliding_window", window_default)
+    return {"sliding_window": window, "sliding_window_layers": None if sliding == num_layers else sliding}
+
+
 def _gpt_oss(r: _Reader) -> dict:
     """gpt-oss (transformers GptOssConfig): every layer a mixture of num_local_experts SwiGLU experts of
     intermediate_size, num_experts_per_tok of them per token, no shared expert; biased attention projections with
-    an explicit head_dim (64 on a 2880-wide model)."""
-    kinds = r.data.get("layer_types")
-    if kinds is not None and (not isinstance(kinds, list)
-                              or not set(kinds) <= {"sliding_attention", "full_attention"}):
-        raise r._fail("layer_types", kinds, "a list of 'sliding_attention' and 'full_attention'")
+    an explicit head_dim (64 on a 2880-wide model); every other layer slides over 128 tokens."""
     return _dense_fields(r, tie_default=False, attention_bias=r.bool("attention_bias", True)) | {
         "num_experts": r.int("num_local_experts"),
         "num_experts_per_token": r.int("num_experts_per_tok", None) or r.int("experts_per_token", 4),
-    }
+    } | _window_layers(r, 128, 2)
 
 
 def _deepseek(r: _Reader) -> dict:
@@ -218,6 +233,16 @@ def _gemma(r: _Reader) -> dict:
     return _dense_fields(r, tie_default=True)
 
 
+def _gemma2(r: _Reader) -> dict:
+    """Gemma 2 (transformers Gemma2Config): as Gemma, with every other layer sliding over 4,096 tokens."""
+    return _gemma(r) | _window_layers(r, 4096, 2)
+
+
+def _gemma3(r: _Reader) -> dict:
+    """Gemma 3 text (Gemma3TextConfig): as Gemma, five of every sliding_window_pattern (6) layers sliding."""
+    return _gemma(r) | _window_layers(r, 4096, r.int("sliding_window_pattern", 6))
+
+
 def _opt(r: _Reader) -> dict:
     hidden = r.int("hidden_size")
     if r.int("word_embed_proj_dim", hidden) != hidden:
@@ -253,8 +278,8 @@ READERS: dict[str, Callable[[_Reader], dict]] = {
     "deepseek_v3": _deepseek,
     "gpt_oss": _gpt_oss,
     "gemma": _gemma,
-    "gemma2": _gemma,
-    "gemma3_text": _gemma,
+    "gemma2": _gemma2,
+    "gemma3_text": _gemma3,
     "opt": _opt,
 }
 # `architectures[0]` -> model_type, for configs without a model_type.

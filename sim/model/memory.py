@@ -112,26 +112,65 @@ def check_block_scales(model: ModelSpec, tp: int, ep: int = 1, field: str = "har
                           f"engines refuse it); allowed: {allowed}{by_ep}, or quantization.fp8_block_scales false")
 
 
-def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> int:
-    """KV-cache bytes one token occupies on each GPU of a tensor-parallel group."""
+def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1, *,
+                       layers: int | None = None) -> int:
+    """KV-cache bytes one token occupies on each GPU of a tensor-parallel group, in every layer (or in `layers` of
+    them: every layer keeps the same bytes per token)."""
     check_tensor_parallel(model, tensor_parallel)
     nbytes = _dtype_bytes(kv_dtype, tuple(DTYPE_BYTES), "kv_dtype")
+    layers = model.num_layers if layers is None else layers
     if model.attention == "mla":
         # One compressed latent plus the shared rope key per layer; every rank keeps all of it.
-        elements = model.num_layers * (model.kv_lora_rank + model.qk_rope_head_dim)
+        elements = layers * (model.kv_lora_rank + model.qk_rope_head_dim)
     else:
-        elements = 2 * model.num_layers * kv_heads_per_gpu(model, tensor_parallel) * model.head_dim
+        elements = 2 * layers * kv_heads_per_gpu(model, tensor_parallel) * model.head_dim
     return math.ceil(elements * nbytes)
+
+
+def kv_slot_bytes(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> int:
+    """Bytes per GPU of one token slot of the KV cache: the token's KV in the layers whose KV grows with the context.
+    That is every layer, except a hybrid model's sliding layers (`ModelSpec.hybrid_window`): theirs stops at the
+    window, so each request holds it apart (`window_kv_bytes_per_token`), out of the same memory."""
+    layers = model.num_layers - model.num_window_layers if model.hybrid_window else None
+    return kv_bytes_per_token(model, kv_dtype, tensor_parallel, layers=layers)
+
+
+def window_kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> int:
+    """Bytes per GPU of one token's KV in a hybrid model's sliding layers (0 for any other model)."""
+    if not model.hybrid_window:
+        return 0
+    return kv_bytes_per_token(model, kv_dtype, tensor_parallel, layers=model.num_window_layers)
+
+
+def window_slots(model: ModelSpec, num_tokens: int, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> float:
+    """The token slots (`kv_slot_bytes` each) a hybrid model's sliding layers take for one sequence of `num_tokens`:
+    its last window's KV in those layers (0 for any other model). Fractional: the paged cache rounds it to blocks."""
+    if not model.hybrid_window:
+        return 0.0
+    kept = min(num_tokens, model.sliding_window)
+    return (kept * window_kv_bytes_per_token(model, kv_dtype, tensor_parallel)
+            / kv_slot_bytes(model, kv_dtype, tensor_parallel))
+
+
+def sequence_slots(model: ModelSpec, num_tokens: int, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> int:
+    """The token slots one sequence of `num_tokens` takes: every token; a sliding window on every layer, the last
+    window's; a hybrid model, every token plus its sliding layers' window (`window_slots`, rounded up)."""
+    if model.hybrid_window:
+        return num_tokens + math.ceil(window_slots(model, num_tokens, kv_dtype, tensor_parallel))
+    return min(num_tokens, model.sliding_window) if model.sliding_window else num_tokens
 
 
 def kv_bytes_for_sequence(
     model: ModelSpec, num_tokens: int, kv_dtype: str = "bf16", tensor_parallel: int = 1
 ) -> int:
-    """KV bytes per GPU for one sequence of `num_tokens`; a sliding window caps the tokens kept."""
+    """KV bytes per GPU for one sequence of `num_tokens`; a sliding window caps the tokens its layers keep."""
     if num_tokens < 0:
         raise ConfigError(f"num_tokens: {num_tokens!r} is not allowed; allowed: an integer >= 0")
-    kept = min(num_tokens, model.sliding_window) if model.sliding_window else num_tokens
-    return kept * kv_bytes_per_token(model, kv_dtype, tensor_parallel)
+    windowed = min(num_tokens, model.sliding_window) if model.sliding_window else num_tokens
+    if model.hybrid_window:
+        return (num_tokens * kv_slot_bytes(model, kv_dtype, tensor_parallel)
+                + windowed * window_kv_bytes_per_token(model, kv_dtype, tensor_parallel))
+    return windowed * kv_bytes_per_token(model, kv_dtype, tensor_parallel)
 
 
 def matrix_dtype(shape: LinearShape, weight_dtype: str) -> str:
@@ -243,12 +282,13 @@ class KVCapacity:
     activation_bytes: int  # peak activations of the largest step
     reserve_bytes: int  # held back by the user (CUDA graphs, fragmentation, other processes)
     kv_bytes: int  # what is left for the KV cache
-    kv_bytes_per_token: int  # this GPU's share of one token's KV
+    kv_bytes_per_token: int  # this GPU's share of one token slot's KV (`kv_slot_bytes`)
     score_bytes: int = 0  # materialized attention's score matrices at the largest step (0 with FlashAttention)
 
     @property
     def num_tokens(self) -> int:
-        """Tokens the replica's KV cache can hold (each GPU holds its share of every token)."""
+        """Token slots the replica's KV cache holds (each GPU holds its share of every token): tokens, but for a
+        hybrid model, whose requests also hold their sliding layers' window out of them."""
         return self.kv_bytes // self.kv_bytes_per_token
 
     def num_blocks(self, block_size: int) -> int:
@@ -289,7 +329,7 @@ def kv_capacity(
     usable = usable_bytes(gpu, gpu_memory_utilization, reserve_bytes)
     weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel)
     activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel)
-    per_token = kv_bytes_per_token(model, kv_dtype, tensor_parallel)
+    per_token = kv_slot_bytes(model, kv_dtype, tensor_parallel)
     needed = weights + activations + score_bytes + reserve_bytes
     if usable - needed <= 0:
         raise DoesNotFitError(
@@ -358,9 +398,10 @@ def stage_weight_bytes_per_gpu(model: ModelSpec, stage: int, pipeline_parallel: 
 
 def stage_kv_bytes_per_token(model: ModelSpec, stage_layers: int, kv_dtype: str = "bf16",
                              tensor_parallel: int = 1) -> int:
-    """One token's KV on each GPU of a stage holding `stage_layers` layers (every layer keeps the same bytes
-    per token, so the full model's bytes divide evenly by its layers)."""
-    return kv_bytes_per_token(model, kv_dtype, tensor_parallel) // model.num_layers * stage_layers
+    """One token slot's KV on each GPU of a stage holding `stage_layers` layers (every layer keeps the same bytes
+    per token, so the full model's bytes divide evenly by its layers; a hybrid model's stages, each its share of the
+    layers that grow)."""
+    return kv_slot_bytes(model, kv_dtype, tensor_parallel) * stage_layers // model.num_layers
 
 
 def pipeline_kv_capacity(

@@ -41,6 +41,9 @@ class ModelSpec(BaseModel):
     gated_mlp: bool = Field(True, description="SwiGLU-style gate/up/down (3 matrices) vs plain fc1/fc2 (2)")
     sliding_window: int | None = Field(None, gt=0, le=MAX_MODEL_DIM,
                                        description="attention window in tokens; caps KV per sequence")
+    sliding_window_layers: int | None = Field(
+        None, gt=0, le=MAX_MODEL_DIM, description="how many layers attend through the window, the others to the "
+        "whole context (gpt-oss: every other one; Gemma 3: five in six); None: every layer (Mistral)")
     tie_word_embeddings: bool = False
     attention_bias: bool = Field(False, description="biases on Q/K/V projections")
     linear_bias: bool = Field(False, description="biases on every linear layer (OPT)")
@@ -75,6 +78,12 @@ class ModelSpec(BaseModel):
             raise ValueError("attention 'mqa' needs num_kv_heads == 1")
         if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_head_dim):
             raise ValueError("attention 'mla' needs kv_lora_rank and qk_rope_head_dim")
+        if self.sliding_window_layers is not None:
+            if self.sliding_window is None:
+                raise ValueError("sliding_window_layers needs a sliding_window")
+            if self.sliding_window_layers > self.num_layers:
+                raise ValueError(f"sliding_window_layers={self.sliding_window_layers} is more than "
+                                 f"num_layers={self.num_layers}")
         if self.num_experts and not (0 < self.num_experts_per_token <= self.num_experts):
             raise ValueError("num_experts_per_token must be between 1 and num_experts")
         return self
@@ -82,6 +91,24 @@ class ModelSpec(BaseModel):
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def num_window_layers(self) -> int:
+        """Layers that attend through the sliding window (0: none has one)."""
+        if self.sliding_window is None:
+            return 0
+        return self.num_layers if self.sliding_window_layers is None else self.sliding_window_layers
+
+    @property
+    def hybrid_window(self) -> bool:
+        """Some layers slide and the others attend to everything (gpt-oss, Gemma 2 and 3): the sliding layers'
+        KV stops growing at the window while the others' grows with the context."""
+        return 0 < self.num_window_layers < self.num_layers
+
+    @property
+    def window_layer_share(self) -> float:
+        """The fraction of layers whose attention the window caps (1: every layer, as Mistral; 0: no window)."""
+        return self.num_window_layers / self.num_layers
 
 
 class GPUSpec(BaseModel):

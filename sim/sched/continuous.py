@@ -128,7 +128,7 @@ class ContinuousScheduler(SchedulerBase):
             reason = (f"needs up to {one_prefill} tokens in one prefill but "
                       f"max_num_batched_tokens is {self.max_num_batched_tokens} (enable chunked_prefill)")
         if not reason and self.rule.whole_output_reservation:
-            need = self.kv.blocks_for(request.num_final_kv_tokens)
+            need = self.kv.blocks_for_sequence(request.num_final_kv_tokens)
             if need > self.kv.num_blocks:
                 reason = (f"needs {need} KV blocks reserved for its whole sequence but the cache has "
                           f"{self.kv.num_blocks}")
@@ -266,7 +266,7 @@ class ContinuousScheduler(SchedulerBase):
                 break  # its sequences will fork once its prompt is computed: keep room for all of them
             reserve = 0
             if rule.whole_output_reservation:
-                reserve = kv.blocks_for(request.num_final_kv_tokens)
+                reserve = kv.blocks_for_sequence(request.num_final_kv_tokens)
                 if not reservation_fits(self._reserved_blocks, reserve, kv.num_blocks):
                     break
             if rule.new_token_ratio is not None:

@@ -47,7 +47,7 @@ class StaticScheduler(SchedulerBase):
         blocks_left = kv.num_free_blocks
         while self.waiting and len(self.batch) < self.max_batch_size:
             request = self.waiting[0]
-            blocks = kv.blocks_for(request.num_final_kv_tokens)
+            blocks = kv.blocks_for_sequence(request.num_final_kv_tokens)
             if blocks > blocks_left:
                 break
             blocks_left -= blocks

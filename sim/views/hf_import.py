@@ -5,7 +5,7 @@ from __future__ import annotations
 import yaml
 
 from sim.model.hf_config import IGNORED, read_hf_config
-from sim.model.memory import kv_bytes_per_token
+from sim.model.memory import kv_bytes_per_token, kv_slot_bytes, window_kv_bytes_per_token
 from sim.model.shapes import active_param_count, param_count
 
 
@@ -14,11 +14,18 @@ def import_text(path: str, name: str | None = None) -> str:
     spec, model_type, quant = read_hf_config(path, name, field="catalog import")
     total, active = param_count(spec), active_param_count(spec)
     kv = kv_bytes_per_token(spec)
+    if spec.hybrid_window:
+        full, sliding = kv_slot_bytes(spec), window_kv_bytes_per_token(spec)
+        kv_line = (f"# KV cache, on one GPU in bf16: {full:,} bytes per token ({full / 1024:.1f} KiB) in the "
+                   f"{spec.num_layers - spec.num_window_layers} full-attention layers, and {sliding:,} per token of "
+                   f"the last {spec.sliding_window:,} in the {spec.num_window_layers} sliding-window layers")
+    else:
+        kv_line = (f"# KV cache: {kv:,} bytes per token in bf16 ({kv / 1024:.1f} KiB), on one GPU"
+                   + (f"; sliding window {spec.sliding_window:,} tokens" if spec.sliding_window else ""))
     lines = [f"# {spec.name}: read from {path} (model_type {model_type})",
              f"# parameters: {total:,} ({total / 1e9:.2f} B)"
              + (f"; active per token: {active:,} ({active / 1e9:.2f} B)" if spec.is_moe else ""),
-             f"# KV cache: {kv:,} bytes per token in bf16 ({kv / 1024:.1f} KiB), on one GPU"
-             + (f"; sliding window {spec.sliding_window:,} tokens" if spec.sliding_window else "")]
+             kv_line]
     if model_type in IGNORED:
         lines.append(f"# not modelled: {IGNORED[model_type]}")
     section = {"model": spec.model_dump(mode="json", exclude_defaults=True) | {"name": spec.name}}

@@ -18,7 +18,13 @@ from sim.errors import ConfigError
 from sim.model.catalog import MODELS
 from sim.model.checkpoint_quant import checkpoint_quantization
 from sim.model.hf_config import load_hf_config, spec_from_config
-from sim.model.memory import kv_bytes_per_token, weight_bytes
+from sim.model.memory import (
+    kv_bytes_for_sequence,
+    kv_bytes_per_token,
+    kv_slot_bytes,
+    weight_bytes,
+    window_kv_bytes_per_token,
+)
 from sim.model.shapes import active_param_count, param_count
 from sim.model.specs import ModelSpec
 
@@ -122,15 +128,44 @@ def test_gpt_oss(layers, experts, total, active, checkpoint_gib):
            "tie_word_embeddings": False, "vocab_size": 201088,
            "quantization_config": {"quant_method": "mxfp4"}}
     spec = spec_from_config(cfg, "gpt-oss")
-    assert (spec.num_experts, spec.num_experts_per_token, spec.attention_bias, spec.sliding_window) == (
-        experts, 4, True, None)  # sliding layers read as global: IGNORED says so
+    assert (spec.num_experts, spec.num_experts_per_token, spec.attention_bias) == (experts, 4, True)
+    # Every other layer slides over the last 128 tokens: half the layers' KV stops there.
+    assert (spec.sliding_window, spec.sliding_window_layers, spec.hybrid_window) == (128, layers // 2, True)
     assert param_count(spec) == pytest.approx(total, rel=0.01)
     assert active_param_count(spec) == pytest.approx(active, rel=0.01)
     assert kv_bytes_per_token(spec) == layers * 2 * 8 * 64 * 2
+    assert kv_slot_bytes(spec) == window_kv_bytes_per_token(spec) == layers // 2 * 2 * 8 * 64 * 2
+    # A 1,000-token sequence: 1,000 tokens in the full layers, 128 in the sliding ones.
+    assert kv_bytes_for_sequence(spec, 1000) == (1000 + 128) * layers // 2 * 2 * 8 * 64 * 2
     assert checkpoint_quantization(cfg).weights == "mxfp4"
     assert weight_bytes(spec, "mxfp4") / 2**30 == pytest.approx(checkpoint_gib, rel=0.005)
     with pytest.raises(ConfigError, match="layer_types = 'all' is not allowed"):
         spec_from_config({**cfg, "layer_types": "all"}, "gpt-oss")
+
+
+@pytest.mark.parametrize("model_type, layers, pattern, types, sliding", [
+    # google/gemma-2-9b config.json: 42 layers, no layer_types; transformers' Gemma2Config: even layers slide
+    ("gemma2", 42, None, None, 21),
+    # google/gemma-3-27b-it text_config: 62 layers, sliding_window_pattern 6: layers 5, 11, ..., 59 are global
+    ("gemma3_text", 62, 6, None, 52),
+    # a file that lists its layers is read as it lists them
+    ("gemma3_text", 4, None, ["full_attention", "sliding_attention", "sliding_attention", "full_attention"], 2),
+    ("gemma2", 4, None, ["full_attention"] * 4, 0),
+    ("gemma2", 4, None, ["sliding_attention"] * 4, 4),
+])
+def test_gemma_local_and_global_layers(model_type, layers, pattern, types, sliding):
+    cfg = {"model_type": model_type, "hidden_size": 3584, "intermediate_size": 14336, "num_hidden_layers": layers,
+           "num_attention_heads": 16, "num_key_value_heads": 8, "head_dim": 256, "vocab_size": 256000,
+           "max_position_embeddings": 8192, "sliding_window": 4096}
+    cfg |= {"sliding_window_pattern": pattern} if pattern else {}
+    cfg |= {"layer_types": types} if types else {}
+    spec = spec_from_config(cfg, "gemma")
+    assert spec.num_window_layers == sliding
+    assert spec.sliding_window == (4096 if sliding else None)
+    assert spec.sliding_window_layers == (sliding if 0 < sliding < layers else None)
+    assert spec.hybrid_window == (0 < sliding < layers)
+    with pytest.raises(ConfigError, match="layer_types"):
+        spec_from_config({**cfg, "layer_types": ["sliding_attention"] * (layers + 1)}, "gemma")
 
 
 def _write(tmp_path: Path, content, name="config.json") -> Path:
