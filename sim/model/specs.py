@@ -64,6 +64,8 @@ class ModelSpec(BaseModel):
     qk_nope_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)
     v_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)
     published_params: float | None = Field(None, gt=0, description="published parameter count, for checking")
+    not_modelled: str | None = Field(None, description="what the simulation leaves out of this architecture (the "
+                                     "Hugging Face reader's `IGNORED`), shown beside every run of it")
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":

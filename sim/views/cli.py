@@ -119,6 +119,10 @@ def _clipping_notes(results, differences=None):
             console.print(f"note: {r.name}: {r.summary['window_note']}", markup=False, highlight=False)
         for line in r.extras.get("engine_notes", ()):  # what the engine preset approximates
             console.print(f"note: {r.name}: engine {r.extras['engine']}: {line}", markup=False, highlight=False)
+        left_out = getattr(r.scenario.model, "not_modelled", None)
+        if left_out:  # what the config.json reader leaves out of the architecture
+            console.print(f"note: {r.name}: model {r.scenario.model.name}: not modelled: {left_out}", markup=False,
+                          highlight=False)
         refused = measured_refused(r.extras.get("cost_model_choice"))
         if refused:  # a default below the measured tables: why not them
             console.print(f"note: {r.name}: default cost model: not the measured kernel tables: {refused}",

@@ -28,7 +28,9 @@ def import_text(path: str, name: str | None = None) -> str:
              kv_line]
     if model_type in IGNORED:
         lines.append(f"# not modelled: {IGNORED[model_type]}")
-    section = {"model": spec.model_dump(mode="json", exclude_defaults=True) | {"name": spec.name}}
+    # (what is not modelled is the comment above; a pasted model need not carry it)
+    section = {"model": spec.model_dump(mode="json", exclude_defaults=True, exclude={"not_modelled"})
+               | {"name": spec.name}}
     if quant is not None:
         lines.append(f"# checkpoint: {quant.describe()}")
         if quant.fp8_activations:

@@ -293,3 +293,22 @@ def test_catalog_import_bad_file_is_one_line(tmp_path):
     assert str(path) in result.stderr and "'rwkv' is not a handled architecture" in result.stderr
     missing = _cli("catalog", "import")
     assert missing.returncode == 2 and "missing the config.json path" in missing.stderr
+
+
+def test_what_the_reader_leaves_out_is_said_beside_each_run(tmp_path):
+    from helpers import servesim
+    from sim.model.hf_config import IGNORED
+    cfg = {"architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 1024,
+           "intermediate_size": 3072, "num_hidden_layers": 4, "num_attention_heads": 16, "num_key_value_heads": 8,
+           "head_dim": 128, "vocab_size": 151936, "max_position_embeddings": 40960}
+    spec = spec_from_config(cfg, "small-qwen3")
+    assert spec.not_modelled == IGNORED["qwen3"]
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({**BASE, "model": {"hf_config": "config.json"}}))
+    out = servesim("run", tmp_path / "s.yaml", "-q", "--out", tmp_path / "out", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    printed = " ".join(out.stdout.split())  # (the narrow test console wraps long lines)
+    assert f"not modelled: {IGNORED['qwen3']}" in printed
+    # the written scenario keeps it, so that a run of the outputs says it too; a catalog model says nothing
+    assert yaml.safe_load((tmp_path / "out" / "scenario.yaml").read_text())["model"]["not_modelled"] == IGNORED["qwen3"]
+    assert all(m.not_modelled is None for m in MODELS.values())
