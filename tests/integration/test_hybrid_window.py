@@ -122,6 +122,7 @@ def test_a_hybrid_layer_is_the_share_weighted_mean_of_a_windowed_and_a_whole_one
     {"kv_cache": {"capacity_tokens": 12_000}},  # preemptions: window blocks given back and taken again
     {"engine": {"name": "trtllm", "version": "1.2.0rc1"}},  # the whole sequence reserved, window included
     {"engine": {"name": "sglang", "version": "0.5.3.post3"}},  # the new-token ratio's admission
+    {"cost_model": {"kind": "measured"}},  # the tables' notes of points priced outside them, windowed and whole
 ])
 def test_the_compiled_core_holds_the_window_blocks_as_the_python_engine_does(changes):
     pytest.importorskip("numba")
