@@ -1,8 +1,8 @@
 """Any Hugging Face model: a `config.json` read into a ModelSpec.
 
 Handled architectures (by `model_type`, else by `architectures[0]`): Llama, Mistral, Mixtral, Qwen2 /
-Qwen2.5, Qwen3 (dense and MoE), DeepSeek-V2 / V3 (MLA, routed + shared experts, leading dense layers),
-gpt-oss (MoE on every layer), Gemma / Gemma 2 / Gemma 3 (text), OPT. Each reader takes the keys that architecture's
+Qwen2.5, Qwen3 (dense and MoE; Qwen3-VL's language model), DeepSeek-V2 / V3 (MLA, routed + shared experts, leading dense
+layers), gpt-oss (MoE on every layer), MiniMax-M2, Gemma / Gemma 2 / Gemma 3 (text), OPT. Each reader takes the keys that architecture's
 `transformers` config class defines, with that class's defaults where a file leaves a key out.
 
 What a ModelSpec cannot express is said, not silently approximated: an MoE layer pattern other than
@@ -33,6 +33,10 @@ IGNORED: dict[str, str] = {
     "gemma3_text": "per-head q/k RMSNorm weights and the extra pre/post-feed-forward norms are not counted",
     "qwen3": "per-head q/k RMSNorm weights are not counted (2 * head_dim per layer)",
     "qwen3_moe": "per-head q/k RMSNorm weights are not counted (2 * head_dim per layer)",
+    "qwen3_vl_text": "the vision encoder and image tokens (requests are text only); per-head q/k RMSNorm weights",
+    "qwen3_vl_moe_text": "the vision encoder and image tokens (requests are text only); per-head q/k RMSNorm weights",
+    "minimax_m2": "the multi-token-prediction modules (use_mtp), the q/k RMSNorm weights and the router's score biases "
+                  "are not counted",
     "deepseek_v3": "the multi-token-prediction layer (num_nextn_predict_layers) and router score biases are not counted",
     "gpt_oss": "attention sinks and the experts' biases are not counted",
 }
@@ -195,6 +199,23 @@ def _gpt_oss(r: _Reader) -> dict:
     } | _window_layers(r, 128, 2)
 
 
+def _minimax_m2(r: _Reader) -> dict:
+    """MiniMax-M2 (its own MiniMaxM2Config): num_local_experts SwiGLU experts of intermediate_size on every layer,
+    num_experts_per_tok of them per token; softmax attention on every layer (attn_type_list all 1: MiniMax-M1's
+    lightning-attention layers, 0, are not modelled)."""
+    kinds = r.data.get("attn_type_list")
+    if kinds is not None and (not isinstance(kinds, list) or set(kinds) != {1}):
+        raise r._fail("attn_type_list", kinds, "1 on every layer (softmax attention; linear attention layers are not "
+                      "modelled)")
+    if r.int("shared_intermediate_size", 0, minimum=0):
+        raise r._fail("shared_intermediate_size", r.data["shared_intermediate_size"],
+                      "0 (a shared expert of its own width is not modelled)")
+    return _dense_fields(r, tie_default=False) | {
+        "num_experts": r.int("num_local_experts"),
+        "num_experts_per_token": r.int("num_experts_per_tok"),
+    }
+
+
 def _deepseek(r: _Reader) -> dict:
     """DeepSeek-V2/V3: multi-head latent attention; routed + shared experts after k dense layers."""
     fields = _dense_fields(r, tie_default=False)
@@ -274,6 +295,9 @@ READERS: dict[str, Callable[[_Reader], dict]] = {
     "qwen2": _qwen2,
     "qwen3": _qwen3,
     "qwen3_moe": _qwen3_moe,
+    "qwen3_vl_text": _qwen3,  # Qwen3-VL's language model (its text_config): Qwen3's
+    "qwen3_vl_moe_text": _qwen3_moe,
+    "minimax_m2": _minimax_m2,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
     "gpt_oss": _gpt_oss,
@@ -289,7 +313,7 @@ ARCHITECTURES: dict[str, str] = {
     "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
     "GptOssForCausalLM": "gpt_oss",
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
-    "OPTForCausalLM": "opt",
+    "OPTForCausalLM": "opt", "MiniMaxM2ForCausalLM": "minimax_m2",
 }
 
 

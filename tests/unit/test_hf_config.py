@@ -143,6 +143,32 @@ def test_gpt_oss(layers, experts, total, active, checkpoint_gib):
         spec_from_config({**cfg, "layer_types": "all"}, "gpt-oss")
 
 
+def test_minimax_m2_and_qwen3_vl_language_models():
+    # MiniMaxAI/MiniMax-M2.5 config.json (aiconfigurator-core 0.12.0's copy); MiniMax-M2's model card: 230B total
+    # parameters, 10B active
+    cfg = {"architectures": ["MiniMaxM2ForCausalLM"], "model_type": "minimax_m2", "num_hidden_layers": 62,
+           "hidden_size": 3072, "num_attention_heads": 48, "num_key_value_heads": 8, "head_dim": 128,
+           "intermediate_size": 1536, "vocab_size": 200064, "num_experts_per_tok": 8, "num_local_experts": 256,
+           "max_position_embeddings": 196608, "tie_word_embeddings": False, "shared_intermediate_size": 0,
+           "attn_type_list": [1] * 62}
+    spec = spec_from_config(cfg, "minimax-m2")
+    assert (spec.num_experts, spec.num_experts_per_token, spec.num_shared_experts) == (256, 8, 0)
+    assert param_count(spec) == pytest.approx(230e9, rel=0.01)
+    assert active_param_count(spec) == pytest.approx(10e9, rel=0.05)
+    with pytest.raises(ConfigError, match="attn_type_list"):  # MiniMax-M1's lightning-attention layers
+        spec_from_config({**cfg, "attn_type_list": [0, 1] * 31}, "minimax-m1")
+    with pytest.raises(ConfigError, match="shared_intermediate_size"):
+        spec_from_config({**cfg, "shared_intermediate_size": 512}, "minimax")
+    # Qwen/Qwen3-VL-8B-Instruct: the language model (text_config) is Qwen3's; the vision tower is left out and said
+    text = {"model_type": "qwen3_vl_text", "hidden_size": 4096, "intermediate_size": 12288, "num_hidden_layers": 36,
+            "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
+            "max_position_embeddings": 262144}
+    vl = spec_from_config({"model_type": "qwen3_vl", "text_config": text}, "qwen3-vl-8b")
+    assert vl.model_copy(update={"not_modelled": None}) == spec_from_config(
+        {**text, "model_type": "qwen3"}, "qwen3-vl-8b").model_copy(update={"not_modelled": None})
+    assert "vision encoder" in vl.not_modelled
+
+
 @pytest.mark.parametrize("model_type, layers, pattern, types, sliding", [
     # google/gemma-2-9b config.json: 42 layers, no layer_types; transformers' Gemma2Config: even layers slide
     ("gemma2", 42, None, None, 21),
