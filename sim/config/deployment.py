@@ -128,10 +128,10 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
                           "which needs kv_cache.layout 'paged' and scheduler.batching 'continuous'")
     if scenario.kv_cache.enable_prefix_caching and scenario.kv_cache.layout != "paged":
         raise ConfigError("kv_cache.enable_prefix_caching: needs layout 'paged'")
-    if model.hybrid_window and scenario.kv_cache.layout != "paged":
+    if model.hybrid_window and scenario.kv_cache.layout != "paged" and scenario.kv_cache.window_memory != "every_token":
         raise ConfigError(f"kv_cache.layout: {scenario.kv_cache.layout!r} is not modelled for {model.name}, whose "
                           f"{model.num_window_layers} of {model.num_layers} layers slide (a region holds one KV size "
-                          "per token); allowed: 'paged'")
+                          "per token); allowed: 'paged', or kv_cache.window_memory: 'every_token'")
     if scenario.speculation is not None:
         if s.batching != "continuous":
             raise ConfigError("speculation: needs scheduler.batching 'continuous'")
@@ -165,6 +165,13 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
                               "speculation: 1")
 
 
+def _window_memory(scenario: Scenario) -> dict:
+    """Where the engine keeps a hybrid model's sliding layers' KV (`kv_cache.window_memory`), as the memory
+    arithmetic takes it."""
+    kv = scenario.kv_cache
+    return {"window_memory": kv.window_memory, "window_pool_ratio": kv.window_pool_ratio}
+
+
 def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,
                         token_budget: int, score_bytes: int = 0, pinned: bool = True) -> int:
     """KV token slots per replica: from the memory arithmetic (after `score_bytes` of materialized attention scores
@@ -185,13 +192,13 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
             model, gpu, pipeline_parallel=scenario.hardware.pipeline_parallel, tensor_parallel=tp,
             weight_dtype=q.weights, kv_dtype=q.kv_cache, gpu_memory_utilization=utilization,
             reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
-            max_num_seqs=s.max_num_seqs, score_bytes=score_bytes)
+            max_num_seqs=s.max_num_seqs, score_bytes=score_bytes, **_window_memory(scenario))
         return min(of_free(c).num_tokens for c in stages)
     cap = of_free(kv_capacity(model, gpu, tensor_parallel=tp, weight_dtype=q.weights, kv_dtype=q.kv_cache,
                               gpu_memory_utilization=utilization, reserve_bytes=scenario.kv_cache.reserve_bytes,
                               max_num_batched_tokens=token_budget,
                               max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
-                              score_bytes=score_bytes))
+                              score_bytes=score_bytes, **_window_memory(scenario)))
     if draft is None:
         return cap.num_tokens
     # The draft model's weights share the GPU, and every token also keeps the draft's KV.
@@ -246,7 +253,8 @@ def _room_for(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSp
     one `max_len` sequence (a pin on the KV capacity does not move the weights and scores: the arithmetic is asked
     without it)."""
     scores = _score_bytes(scenario, model, draft, rows, max_len)
-    kept = sequence_slots(model, max_len, scenario.quantization.kv_cache, scenario.hardware.tensor_parallel)
+    kept = sequence_slots(model, max_len, scenario.quantization.kv_cache, scenario.hardware.tensor_parallel,
+                          window_memory=scenario.kv_cache.window_memory)
     try:
         return _kv_capacity_tokens(scenario, model, gpu, draft, token_budget, scores, pinned=False) >= kept
     except DoesNotFitError:
@@ -354,7 +362,8 @@ def resolve(scenario: Scenario) -> Deployment:
     except DoesNotFitError as err:
         raise ConfigError(f"hardware: {err}") from None
     q = scenario.quantization
-    per_token = kv_slot_bytes(model, q.kv_cache, tp) + (kv_bytes_per_token(draft, q.kv_cache, tp) if draft else 0)
+    per_token = (kv_slot_bytes(model, q.kv_cache, tp, **_window_memory(scenario))
+                 + (kv_bytes_per_token(draft, q.kv_cache, tp) if draft else 0))
     profile_dir = None
     if scenario.cost_model.kind == "calibrated":
         from sim.cost.profiles import (  # per-op or whole-step
@@ -375,4 +384,5 @@ def resolve(scenario: Scenario) -> Deployment:
                       profile_dir=profile_dir, pipeline_parallel=scenario.hardware.pipeline_parallel,
                       stage_layers=pipeline_stage_layers(model.num_layers, scenario.hardware.pipeline_parallel),
                       attention_kernel=kernel, score_bytes_per_gpu=scores, max_prompt_tokens_materialized=longest,
-                      window_kv_bytes_per_token_per_gpu=window_kv_bytes_per_token(model, q.kv_cache, tp))
+                      window_kv_bytes_per_token_per_gpu=window_kv_bytes_per_token(
+                          model, q.kv_cache, tp, window_memory=scenario.kv_cache.window_memory))

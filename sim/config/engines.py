@@ -188,6 +188,26 @@ def _vllm_mla_block_size(ctx: Context) -> tuple[int, str] | None:
     return 128, "CUTLASS MLA's block size, forced on Blackwell"
 
 
+# vLLM V1's hybrid KV cache manager (vllm/v1/core/kv_cache_coordinator.py) keeps a hybrid model's sliding layers in
+# groups of their own in the one block pool, each request's blocks outside its window freed: from 0.10.0 (assumed: the
+# release it came with, not read here); before it, and with --disable-hybrid-kv-cache-manager, every layer keeps every
+# token's KV.
+VLLM_HYBRID_KV_SINCE = (0, 10, 0)
+
+
+def _vllm_window_memory(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """Where vLLM keeps a hybrid model's sliding layers' KV (`kv_cache.window_memory`)."""
+    model = ctx.model
+    if model is None or not model.hybrid_window:
+        return {}
+    if ctx.flags.get("disable_hybrid_kv_cache_manager") or ctx.version < VLLM_HYBRID_KV_SINCE:
+        why = ("--disable-hybrid-kv-cache-manager" if ctx.flags.get("disable_hybrid_kv_cache_manager")
+               else f"vLLM {ctx.version_text} predates the hybrid KV cache manager, assumed from 0.10.0")
+        notes.append(f"vLLM: {model.name}'s sliding layers keep every token's KV ({why})")
+        return {"kv_cache.window_memory": "every_token"}
+    return {"kv_cache.window_memory": "shared_pool"}
+
+
 def _derive_vllm(ctx: Context) -> PresetResult:
     """vLLM V1 (0.8+) as vllm/engine/arg_utils.py, vllm/config and vllm/platforms/cuda.py derive it, read in the PyPI
     sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0): chunked prefill with decodes and prefill chunks
@@ -237,6 +257,7 @@ def _derive_vllm(ctx: Context) -> PresetResult:
                          "graphs (profiled from v0.20.0) is not taken from the KV budget")
     else:
         values.update(_vllm_v0_schedule(ctx, notes))
+    values.update(_vllm_window_memory(ctx, notes))
     values.update(_engine_terms(ctx, "vllm", notes))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
@@ -348,6 +369,8 @@ _VLLM_FLAGS = {
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),
     "tensor_parallel_size": Flag("hardware.tensor_parallel", int, "--tensor-parallel-size"),
     "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
+    "disable_hybrid_kv_cache_manager": Flag(None, bool, "--disable-hybrid-kv-cache-manager: a hybrid model's sliding "
+                                            "layers keep every token's KV", since=VLLM_HYBRID_KV_SINCE),
     "async_scheduling": Flag(None, bool, "--async-scheduling (0.10+; the default from 0.14, --no-async-scheduling "
                                          "turns it off): the CPU terms overlap the GPU's step"),
     # vllm/model_executor/layers/fused_moe/layer.py (0.8.0): ep_size = tp_size x dp_size, moe tp 1, the output
@@ -412,6 +435,9 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
         running = slots[0] - 1 if slots[1] is None else min(slots[1] // 2, slots[0] - 1)
     values["scheduler.max_num_seqs"] = running
     values.update(_engine_terms(ctx, "sglang", notes))
+    if ctx.model is not None and ctx.model.hybrid_window:  # no hybrid SWA memory before 0.5
+        values["kv_cache.window_memory"] = "every_token"
+        notes.append(f"SGLang {ctx.version_text}: {ctx.model.name}'s sliding layers keep every token's KV")
     return PresetResult(values, {}, notes)
 
 
@@ -437,10 +463,11 @@ def _sglang_batches(flags: dict, chunk: int) -> dict[str, Any]:
 
 
 def _sglang_request_slots(ctx: Context, fraction: float, token_budget: int, cap: int,
-                          notes: list[str]) -> tuple[int, int | None]:
+                          notes: list[str], window: dict | None = None) -> tuple[int, int | None]:
     """(max_num_reqs, KV tokens) as model_runner.py sizes its request pool: min(max(KV tokens / context_len x 512,
-    2048), cap), the cap 5120 in 0.3.0 and 4096 in 0.5.x; (cap, None) when the model is not resolved (said)."""
-    kv_tokens = _kv_tokens(ctx, fraction, token_budget, cap)
+    2048), cap), the cap 5120 in 0.3.0 and 4096 in 0.5.x; (cap, None) when the model is not resolved (said).
+    `window`: where a hybrid model's sliding layers are kept (`_sglang_window_memory`)."""
+    kv_tokens = _kv_tokens(ctx, fraction, token_budget, cap, window)
     context_len = ctx.max_model_len()
     if kv_tokens is None or context_len is None:
         notes.append(f"SGLang max_num_reqs: {cap} (its upper clip) taken: the model was not resolved")
@@ -461,6 +488,39 @@ SGLANG_SMALL_TIER_BEFORE_0_5_20 = (2048, 24, 80)
 # version), speculative decoding (to 0.5.13), and for MLA models in 0.5.15-0.5.17.
 SGLANG_PREFILL_GRAPH_SINCE = (0, 5, 10)
 SGLANG_PREFILL_GRAPH_MIB_PER_SIZE, SGLANG_PREFILL_GRAPH_MLA_MIB = 8, 1536
+
+
+# SGLang keeps a hybrid model's sliding layers in a pool of their own (SWATokenToKVPoolAllocator) holding
+# --swa-full-tokens-ratio (0.8) tokens per token of the full-attention pool, both sized out of the same memory
+# (model_runner set_num_token_hybrid), unless disable_hybrid_swa_memory is set, which server_args.py sets for Gemma
+# 2/3 in every release here, and for gpt-oss in 0.5.3-0.5.7 (0.5.8-0.5.9: with the trtllm_mha attention backend, the
+# default on SM100, or speculative decoding; read in the PyPI sdists and wheels of 0.5.3.post3 to 0.5.23).
+SGLANG_SWA_GEMMA = ("gemma2", "gemma3_text")
+SGLANG_SWA_GPT_OSS_SINCE, SGLANG_SWA_GPT_OSS_SM100_SINCE = (0, 5, 8), (0, 5, 10)
+
+
+def _sglang_window_memory(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """Where SGLang keeps a hybrid model's sliding layers' KV: its own SWA pool, or every token of them in the one pool
+    where the version turns the hybrid SWA memory off for the architecture (or --disable-hybrid-swa-memory)."""
+    model, flags = ctx.model, ctx.flags
+    values: dict[str, Any] = {"kv_cache.window_memory": "own_pool"}
+    if model is None or not model.hybrid_window:
+        return values
+    why = None
+    sm100 = ctx.gpu.compute_capability is not None and ctx.gpu.compute_capability[0] == 10
+    if flags.get("disable_hybrid_swa_memory"):
+        why = "--disable-hybrid-swa-memory"
+    elif model.model_type in SGLANG_SWA_GEMMA:
+        why = f"SGLang {ctx.version_text} turns it off for Gemma 2/3"
+    elif model.model_type == "gpt_oss" and (
+            ctx.version < SGLANG_SWA_GPT_OSS_SINCE
+            or (ctx.version < SGLANG_SWA_GPT_OSS_SM100_SINCE and (sm100 or ctx.raw.get("speculation") is not None))):
+        why = f"SGLang {ctx.version_text} turns it off for gpt-oss" + (
+            "" if ctx.version < SGLANG_SWA_GPT_OSS_SINCE else " with trtllm_mha attention or speculative decoding")
+    if why:
+        values["kv_cache.window_memory"] = "every_token"
+        notes.append(f"SGLang hybrid SWA memory off ({why}): {model.name}'s sliding layers keep every token's KV")
+    return values
 
 
 def _sglang_prefill_graph_sizes(max_tokens: int) -> int:
@@ -541,7 +601,11 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     init = min(SGLANG_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
     values["scheduler.new_token_ratio"] = {"init": init, "min": min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0),
                                            "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
-    slots, kv_tokens = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes)
+    values.update(_sglang_window_memory(ctx, notes))
+    window = {"window_memory": values["kv_cache.window_memory"],
+              "window_pool_ratio": flags.get("swa_full_tokens_ratio", 0.8)}
+    slots, kv_tokens = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes,
+                                             window)
     running = flags.get("max_running_requests")
     if running is None:
         values["scheduler.max_num_seqs"] = min(slots, kv_tokens // 2) if kv_tokens is not None else slots
@@ -567,6 +631,9 @@ _SGLANG_FLAGS = {
                                   "radix cache (on in SGLang unless --disable-radix-cache)"),
     "tp_size": Flag("hardware.tensor_parallel", int, "--tp-size"),
     "disable_radix_cache": Flag(None, bool, "--disable-radix-cache (no prefix caching)"),
+    "disable_hybrid_swa_memory": Flag(None, bool, "--disable-hybrid-swa-memory: a hybrid model's sliding layers keep "
+                                      "every token's KV"),
+    "swa_full_tokens_ratio": Flag("kv_cache.window_pool_ratio", (int, float), "--swa-full-tokens-ratio"),
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
     # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.1 to 0.5.x); from 0.5.0
     # --ep-size alone splits the experts (moe tp = tp_size / ep_size); without --enable-dp-attention the MoE output
@@ -612,6 +679,9 @@ def _derive_trtllm(ctx: Context) -> PresetResult:
     values.update(_engine_terms(ctx, "trtllm", notes))
     if "cuda_graph_batch_sizes" in flags:
         values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
+    if ctx.model is not None and ctx.model.hybrid_window:
+        notes.append(f"TensorRT-LLM: {ctx.model.name}'s sliding layers' KV read as each request's last window in the "
+                     "one pool (its per-window pools are not read)")
     return PresetResult(values, {}, notes)
 
 
@@ -705,6 +775,9 @@ def _derive_lmdeploy(ctx: Context) -> PresetResult:
             session_len = model.max_context
         values["scheduler.max_model_len"] = session_len
     values.update(_engine_terms(ctx, "lmdeploy", notes))
+    if ctx.model is not None and ctx.model.hybrid_window:
+        notes.append(f"LMDeploy: {ctx.model.name}'s sliding layers' KV read as each request's last window in the one "
+                     "pool (not read in its source)")
     return PresetResult(values, {}, notes)
 
 
@@ -858,8 +931,10 @@ def _engine_terms(ctx: Context, name: str, notes: list[str]) -> dict:
     return values
 
 
-def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs: int) -> int | None:
-    """KV token slots at this memory fraction, or None when the model is not resolved or does not fit."""
+def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs: int,
+               window: dict | None = None) -> int | None:
+    """KV token slots at this memory fraction (a hybrid model's sliding layers kept as `window` says: `window_memory`,
+    `window_pool_ratio`), or None when the model is not resolved or does not fit."""
     if ctx.model is None:
         return None
     from sim.model.memory import kv_capacity
@@ -868,7 +943,7 @@ def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs
         cap = kv_capacity(ctx.model, ctx.gpu, tensor_parallel=ctx.tensor_parallel,
                           weight_dtype=q.get("weights", "bf16"), kv_dtype=q.get("kv_cache", "bf16"),
                           gpu_memory_utilization=utilization, max_num_batched_tokens=token_budget,
-                          max_num_seqs=max_num_seqs)
+                          max_num_seqs=max_num_seqs, **(window or {}))
     except Exception:  # noqa: BLE001  (validation reports a model that does not fit, in its own words)
         return None
     return cap.num_tokens

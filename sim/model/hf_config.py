@@ -357,7 +357,8 @@ def _convert(config: Any, name: str | None, source: str) -> tuple[ModelSpec, str
     model_type = model_type_of(config, source)
     fields = READERS[model_type](_Reader(config, source))
     try:
-        return ModelSpec(name=name or default_name(config), not_modelled=IGNORED.get(model_type), **fields), model_type
+        return ModelSpec(name=name or default_name(config), not_modelled=IGNORED.get(model_type),
+                         model_type=model_type, **fields), model_type
     except ValidationError as err:
         first = err.errors()[0]
         where = ".".join(str(p) for p in first["loc"])

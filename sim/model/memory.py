@@ -127,36 +127,56 @@ def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel
     return math.ceil(elements * nbytes)
 
 
-def kv_slot_bytes(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> int:
+# Where an engine keeps a hybrid model's sliding layers' KV (`kv_cache.window_memory`): each request's last window in
+# the one pool (vLLM's hybrid KV cache manager), a pool of their own holding `window_pool_ratio` tokens for each
+# token slot of the others (SGLang's SWA pool, --swa-full-tokens-ratio), or every token, as the other layers' (an
+# engine that does not tell the layers apart: SGLang's disable_hybrid_swa_memory).
+WINDOW_MEMORY = ("shared_pool", "own_pool", "every_token")
+
+
+def kv_slot_bytes(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1, *,
+                  window_memory: str = "shared_pool", window_pool_ratio: float = 0.8) -> int:
     """Bytes per GPU of one token slot of the KV cache: the token's KV in the layers whose KV grows with the context.
     That is every layer, except a hybrid model's sliding layers (`ModelSpec.hybrid_window`): theirs stops at the
-    window, so each request holds it apart (`window_kv_bytes_per_token`), out of the same memory."""
-    layers = model.num_layers - model.num_window_layers if model.hybrid_window else None
-    return kv_bytes_per_token(model, kv_dtype, tensor_parallel, layers=layers)
+    window, so each request holds it apart (`window_kv_bytes_per_token`), out of the same memory; in a pool of their
+    own, each slot pays for `window_pool_ratio` tokens of it; kept for every token, as any other layer's."""
+    if not model.hybrid_window or window_memory == "every_token":
+        return kv_bytes_per_token(model, kv_dtype, tensor_parallel)
+    full = kv_bytes_per_token(model, kv_dtype, tensor_parallel, layers=model.num_layers - model.num_window_layers)
+    if window_memory == "own_pool":
+        sliding = kv_bytes_per_token(model, kv_dtype, tensor_parallel, layers=model.num_window_layers)
+        return math.ceil(full + window_pool_ratio * sliding)
+    return full
 
 
-def window_kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> int:
-    """Bytes per GPU of one token's KV in a hybrid model's sliding layers (0 for any other model)."""
-    if not model.hybrid_window:
+def window_kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1, *,
+                              window_memory: str = "shared_pool") -> int:
+    """Bytes per GPU of one token's KV in a hybrid model's sliding layers, where each request holds its last window out
+    of the one pool (0 for any other model, or where the engine keeps them otherwise: `WINDOW_MEMORY`)."""
+    if not model.hybrid_window or window_memory != "shared_pool":
         return 0
     return kv_bytes_per_token(model, kv_dtype, tensor_parallel, layers=model.num_window_layers)
 
 
-def window_slots(model: ModelSpec, num_tokens: int, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> float:
-    """The token slots (`kv_slot_bytes` each) a hybrid model's sliding layers take for one sequence of `num_tokens`:
-    its last window's KV in those layers (0 for any other model). Fractional: the paged cache rounds it to blocks."""
-    if not model.hybrid_window:
+def window_slots(model: ModelSpec, num_tokens: int, kv_dtype: str = "bf16", tensor_parallel: int = 1, *,
+                 window_memory: str = "shared_pool") -> float:
+    """The token slots (`kv_slot_bytes` each) a hybrid model's sliding layers take for one sequence of `num_tokens`
+    out of the one pool: its last window's KV in those layers (0 for any other model, or another `window_memory`).
+    Fractional: the paged cache rounds it to blocks."""
+    window_bytes = window_kv_bytes_per_token(model, kv_dtype, tensor_parallel, window_memory=window_memory)
+    if not window_bytes:
         return 0.0
-    kept = min(num_tokens, model.sliding_window)
-    return (kept * window_kv_bytes_per_token(model, kv_dtype, tensor_parallel)
-            / kv_slot_bytes(model, kv_dtype, tensor_parallel))
+    return min(num_tokens, model.sliding_window) * window_bytes / kv_slot_bytes(model, kv_dtype, tensor_parallel)
 
 
-def sequence_slots(model: ModelSpec, num_tokens: int, kv_dtype: str = "bf16", tensor_parallel: int = 1) -> int:
+def sequence_slots(model: ModelSpec, num_tokens: int, kv_dtype: str = "bf16", tensor_parallel: int = 1, *,
+                   window_memory: str = "shared_pool") -> int:
     """The token slots one sequence of `num_tokens` takes: every token; a sliding window on every layer, the last
-    window's; a hybrid model, every token plus its sliding layers' window (`window_slots`, rounded up)."""
+    window's; a hybrid model, every token plus its sliding layers' window where they share the pool (`window_slots`,
+    rounded up)."""
     if model.hybrid_window:
-        return num_tokens + math.ceil(window_slots(model, num_tokens, kv_dtype, tensor_parallel))
+        return num_tokens + math.ceil(window_slots(model, num_tokens, kv_dtype, tensor_parallel,
+                                                   window_memory=window_memory))
     return min(num_tokens, model.sliding_window) if model.sliding_window else num_tokens
 
 
@@ -320,16 +340,20 @@ def kv_capacity(
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
     score_bytes: int = 0,
+    window_memory: str = "shared_pool",
+    window_pool_ratio: float = 0.8,
 ) -> KVCapacity:
     """The memory left for KV cache on each GPU after weights, activations (with `score_bytes` of materialized
-    attention scores, `sim.model.attention_io.score_activation_bytes`) and a reserve.
+    attention scores, `sim.model.attention_io.score_activation_bytes`) and a reserve, in token slots of
+    `kv_slot_bytes` (a hybrid model's sliding layers kept as `window_memory` says).
 
     Raises DoesNotFitError when nothing is left.
     """
     usable = usable_bytes(gpu, gpu_memory_utilization, reserve_bytes)
     weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel)
     activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel)
-    per_token = kv_slot_bytes(model, kv_dtype, tensor_parallel)
+    per_token = kv_slot_bytes(model, kv_dtype, tensor_parallel, window_memory=window_memory,
+                              window_pool_ratio=window_pool_ratio)
     needed = weights + activations + score_bytes + reserve_bytes
     if usable - needed <= 0:
         raise DoesNotFitError(
@@ -397,11 +421,14 @@ def stage_weight_bytes_per_gpu(model: ModelSpec, stage: int, pipeline_parallel: 
 
 
 def stage_kv_bytes_per_token(model: ModelSpec, stage_layers: int, kv_dtype: str = "bf16",
-                             tensor_parallel: int = 1) -> int:
+                             tensor_parallel: int = 1, *, window_memory: str = "shared_pool",
+                             window_pool_ratio: float = 0.8) -> int:
     """One token slot's KV on each GPU of a stage holding `stage_layers` layers (every layer keeps the same bytes
     per token, so the full model's bytes divide evenly by its layers; a hybrid model's stages, each its share of the
     layers that grow)."""
-    return kv_slot_bytes(model, kv_dtype, tensor_parallel) * stage_layers // model.num_layers
+    slot = kv_slot_bytes(model, kv_dtype, tensor_parallel, window_memory=window_memory,
+                         window_pool_ratio=window_pool_ratio)
+    return slot * stage_layers // model.num_layers
 
 
 def pipeline_kv_capacity(
@@ -417,6 +444,8 @@ def pipeline_kv_capacity(
     max_num_batched_tokens: int = 8192,
     max_num_seqs: int = 256,
     score_bytes: int = 0,
+    window_memory: str = "shared_pool",
+    window_pool_ratio: float = 0.8,
 ) -> list[KVCapacity]:
     """`kv_capacity` for each pipeline stage's GPUs. Every stage keeps its own layers' KV for every token in
     flight, so the replica holds as many tokens as its tightest stage: min(c.num_tokens for c in the list).
@@ -436,5 +465,7 @@ def pipeline_kv_capacity(
                 f"{tensor_parallel}) needs {needed:,} bytes per GPU but {gpu.name} offers {usable:,}; "
                 "try more pipeline stages, a larger tensor_parallel or lower-precision weights")
         out.append(KVCapacity(usable, weights, activations, reserve_bytes, usable - needed,
-                              stage_kv_bytes_per_token(model, layers, kv_dtype, tensor_parallel), score_bytes))
+                              stage_kv_bytes_per_token(model, layers, kv_dtype, tensor_parallel,
+                                                       window_memory=window_memory,
+                                                       window_pool_ratio=window_pool_ratio), score_bytes))
     return out

@@ -66,6 +66,8 @@ class ModelSpec(BaseModel):
     published_params: float | None = Field(None, gt=0, description="published parameter count, for checking")
     not_modelled: str | None = Field(None, description="what the simulation leaves out of this architecture (the "
                                      "Hugging Face reader's `IGNORED`), shown beside every run of it")
+    model_type: str | None = Field(None, description="the Hugging Face model_type it was read as (gpt_oss, gemma2, "
+                                   "...): engine presets key some rules on the architecture")
 
     @model_validator(mode="after")
     def _consistent(self) -> "ModelSpec":

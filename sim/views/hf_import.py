@@ -29,7 +29,7 @@ def import_text(path: str, name: str | None = None) -> str:
     if model_type in IGNORED:
         lines.append(f"# not modelled: {IGNORED[model_type]}")
     # (what is not modelled is the comment above; a pasted model need not carry it)
-    section = {"model": spec.model_dump(mode="json", exclude_defaults=True, exclude={"not_modelled"})
+    section = {"model": spec.model_dump(mode="json", exclude_defaults=True, exclude={"not_modelled", "model_type"})
                | {"name": spec.name}}
     if quant is not None:
         lines.append(f"# checkpoint: {quant.describe()}")

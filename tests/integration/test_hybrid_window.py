@@ -157,3 +157,40 @@ def test_a_hybrid_run_is_deterministic_and_its_window_blocks_show_as_token_state
     # slots); after its last step, nothing.
     alone = steps[(steps["num_seqs"] == 1) & (steps["num_decode_seqs"] == 1) & (steps["kv_token_slots"] > 0)]
     assert len(alone) > 100 and alone["kv_token_slots"].between(1501 + 144, 1563 + 144).all()
+
+
+def test_where_the_engine_keeps_the_sliding_layers_sets_the_slot():
+    m = _model()
+    assert kv_slot_bytes(m, window_memory="every_token") == 24 * LAYER_BYTES
+    # SGLang's own pool of 0.8 sliding-layer tokens per token slot: each slot pays for them (set_num_token_hybrid)
+    assert kv_slot_bytes(m, window_memory="own_pool", window_pool_ratio=0.8) == math.ceil(1.8 * 12 * LAYER_BYTES)
+    assert window_kv_bytes_per_token(m, window_memory="own_pool") == 0  # no window taken out of the one pool
+    assert sequence_slots(m, 5000, window_memory="every_token") == sequence_slots(m, 5000, window_memory="own_pool")
+    slots = {}
+    for memory in ("shared_pool", "own_pool", "every_token"):
+        d = deployment_of(validate_scenario(small_scenario({"model": GPT_OSS_LIKE,
+                                                            "kv_cache": {"window_memory": memory}})))
+        slots[memory] = d.kv_capacity_tokens
+        assert (d.window_kv_bytes_per_token_per_gpu != 0) == (memory == "shared_pool")
+    assert slots["shared_pool"] == pytest.approx(1.8 * slots["own_pool"], rel=1e-4)
+    assert slots["shared_pool"] == pytest.approx(2 * slots["every_token"], rel=1e-4)
+    # every token kept: a contiguous region per request is a size again
+    deployment_of(validate_scenario(small_scenario({"model": GPT_OSS_LIKE, "kv_cache": {
+        "layout": "contiguous", "window_memory": "every_token"}})))
+
+
+@pytest.mark.parametrize("engine, model_type, memory", [
+    ({"name": "vllm", "version": "0.11.0"}, "gpt_oss", "shared_pool"),
+    ({"name": "vllm", "version": "0.9.2"}, "gemma2", "every_token"),  # before the hybrid KV cache manager
+    ({"name": "vllm", "version": "0.11.0", "disable_hybrid_kv_cache_manager": True}, "gpt_oss", "every_token"),
+    ({"name": "sglang", "version": "0.5.3.post3"}, "gpt_oss", "every_token"),  # server_args: off for gpt-oss
+    ({"name": "sglang", "version": "0.5.10"}, "gpt_oss", "own_pool"),
+    ({"name": "sglang", "version": "0.5.23"}, "gemma3_text", "every_token"),  # off for Gemma 2/3 in every release
+    ({"name": "sglang", "version": "0.5.23", "disable_hybrid_swa_memory": True}, "gpt_oss", "every_token"),
+])
+def test_each_engine_keeps_the_sliding_layers_as_its_source_does(engine, model_type, memory):
+    raw = small_scenario({"model": GPT_OSS_LIKE | {"model_type": model_type}, "engine": engine})
+    scenario = validate_scenario(raw)
+    assert scenario.kv_cache.window_memory == memory
+    if memory == "every_token":
+        assert any("every token's KV" in note for note in scenario.engine.notes)

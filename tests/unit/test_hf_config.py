@@ -45,8 +45,11 @@ def test_catalog_models_from_their_config_fields(key):
     for tp in (2, 8):
         if catalog.num_attention_heads % tp == 0:
             assert kv_bytes_per_token(spec, "fp8", tp) == kv_bytes_per_token(catalog, "fp8", tp)
-    # Field by field too: the catalog's published_params is the only thing a config.json cannot say.
-    assert spec.model_dump(exclude={"published_params"}) == catalog.model_dump(exclude={"published_params"})
+    # Field by field too: the catalog's published_params is the only thing a config.json cannot say (and the reader
+    # records where it read the model from: its model_type, and what it leaves out).
+    provenance = {"published_params", "model_type", "not_modelled"}
+    assert spec.model_dump(exclude=provenance) == catalog.model_dump(exclude=provenance)
+    assert spec.model_type == json.loads((FIXTURES / f"{key}.json").read_text())["model_type"]
 
 
 def test_name_comes_from_name_or_path_else_the_file(tmp_path):
@@ -164,8 +167,9 @@ def test_minimax_m2_and_qwen3_vl_language_models():
             "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128, "vocab_size": 151936,
             "max_position_embeddings": 262144}
     vl = spec_from_config({"model_type": "qwen3_vl", "text_config": text}, "qwen3-vl-8b")
-    assert vl.model_copy(update={"not_modelled": None}) == spec_from_config(
-        {**text, "model_type": "qwen3"}, "qwen3-vl-8b").model_copy(update={"not_modelled": None})
+    provenance = {"not_modelled", "model_type"}
+    assert vl.model_dump(exclude=provenance) == spec_from_config(
+        {**text, "model_type": "qwen3"}, "qwen3-vl-8b").model_dump(exclude=provenance)
     assert "vision encoder" in vl.not_modelled
 
 
@@ -269,7 +273,8 @@ def test_scenario_hf_config_is_relative_to_the_scenario_file(tmp_path, monkeypat
     monkeypatch.chdir(REPO)  # not the scenario's folder
     scenario = load_scenario_set(tmp_path / "s.yaml").base
     assert isinstance(scenario.model, ModelSpec)
-    assert scenario.model == MODELS["mistral-7b-v0.1"].model_copy(update={"name": "m", "published_params": None})
+    assert scenario.model == MODELS["mistral-7b-v0.1"].model_copy(update={"name": "m", "published_params": None,
+                                                                          "model_type": "mistral"})
     # The written scenario is self-contained: the inline architecture, no path.
     again = validate_scenario(yaml.safe_load(scenario.to_yaml()))
     assert again.model == scenario.model
@@ -291,7 +296,7 @@ def test_draft_model_from_hf_config():
            "speculation": {"draft_model": {"hf_config": str(FIXTURES / "llama-3.1-8b.json"), "name": "draft"}}}
     scenario = validate_scenario(raw)
     assert scenario.speculation.draft_spec() == MODELS["llama-3.1-8b"].model_copy(
-        update={"name": "draft", "published_params": None})
+        update={"name": "draft", "published_params": None, "model_type": "llama"})
 
 
 def _cli(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
