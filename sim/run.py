@@ -214,9 +214,11 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
         if num_blocks < 1:
             raise ConfigError(f"kv_cache.block_size: {kv_spec.block_size} is larger than the KV capacity "
                               f"of {tokens} tokens")
-        window_bytes = deployment.window_kv_bytes_per_token_per_gpu
+        # A hybrid model's sliding layers: their windows out of this pool (shared_pool), or not here at all (its own
+        # pool, every token: the slots count them); a window on every layer frees the blocks out of it.
+        model, window_bytes = deployment.model, deployment.window_kv_bytes_per_token_per_gpu
         kv = PagedKVManager(num_blocks, kv_spec.block_size, enable_prefix_caching=kv_spec.enable_prefix_caching,
-                            sliding_window=deployment.model.sliding_window,
+                            sliding_window=None if model.hybrid_window and not window_bytes else model.sliding_window,
                             window_bytes_per_slot=(window_bytes, deployment.kv_bytes_per_token_per_gpu)
                             if window_bytes else None)
     else:
@@ -260,7 +262,8 @@ def replica_counters(scenario: Scenario, replica: Replica, deployment: Deploymen
     speculative = scenario.speculation is not None
     return ReplicaCounters(
         kv_capacity_tokens=scheduler.kv.capacity_slots, kv_layout=scenario.kv_cache.layout,
-        window_freed_blocks=getattr(scheduler.kv, "num_window_freed_blocks", 0) if deployment.model.sliding_window
+        window_freed_blocks=getattr(scheduler.kv, "num_window_freed_blocks", 0)
+        if deployment.model.sliding_window and not deployment.model.hybrid_window
         else None,
         prefix_cache=scheduler.kv.prefix_cache_stats() if scenario.kv_cache.enable_prefix_caching else None,
         num_drafted=scheduler.tracker.num_drafted if speculative else None,

@@ -121,7 +121,8 @@ def test_a_hybrid_layer_is_the_share_weighted_mean_of_a_windowed_and_a_whole_one
      "workload": {"prefix": {"kind": "shared_system_prompt", "tokens": 512, "fraction": 0.8, "num_prompts": 2}}},
     {"kv_cache": {"capacity_tokens": 12_000}},  # preemptions: window blocks given back and taken again
     {"engine": {"name": "trtllm", "version": "1.2.0rc1"}},  # the whole sequence reserved, window included
-    {"engine": {"name": "sglang", "version": "0.5.3.post3"}},  # the new-token ratio's admission
+    {"engine": {"name": "sglang", "version": "0.5.3.post3"},  # the new-token ratio's admission
+     "kv_cache": {"window_memory": "shared_pool"}},  # (SGLang keeps them apart: the windows asked for here)
     {"cost_model": {"kind": "measured"}},  # the tables' notes of points priced outside them, windowed and whole
 ])
 def test_the_compiled_core_holds_the_window_blocks_as_the_python_engine_does(changes):
@@ -172,6 +173,10 @@ def test_where_the_engine_keeps_the_sliding_layers_sets_the_slot():
                                                             "kv_cache": {"window_memory": memory}})))
         slots[memory] = d.kv_capacity_tokens
         assert (d.window_kv_bytes_per_token_per_gpu != 0) == (memory == "shared_pool")
+        kv = make_scheduler(validate_scenario(small_scenario({"model": GPT_OSS_LIKE,
+                                                              "kv_cache": {"window_memory": memory}}))).kv
+        # no block of a request falls out of a window: its full-attention layers keep every token
+        assert kv.sliding_window is None and (kv.window_bytes_per_slot is not None) == (memory == "shared_pool")
     assert slots["shared_pool"] == pytest.approx(1.8 * slots["own_pool"], rel=1e-4)
     assert slots["shared_pool"] == pytest.approx(2 * slots["every_token"], rel=1e-4)
     # every token kept: a contiguous region per request is a size again
