@@ -2,8 +2,8 @@
 
 Handled architectures (by `model_type`, else by `architectures[0]`): Llama, Mistral, Mixtral, Qwen2 /
 Qwen2.5, Qwen3 (dense and MoE; Qwen3-VL's language model), DeepSeek-V2 / V3 (MLA, routed + shared experts, leading dense
-layers), gpt-oss (MoE on every layer), MiniMax-M2, Gemma / Gemma 2 / Gemma 3 (text), OPT. Each reader takes the keys that architecture's
-`transformers` config class defines, with that class's defaults where a file leaves a key out.
+layers), gpt-oss (MoE on every layer), MiniMax-M2, Gemma / Gemma 2 / Gemma 3 (text), OPT. Each reader takes the keys
+that architecture's `transformers` config class defines, with that class's defaults where a file leaves a key out.
 
 What a ModelSpec cannot express is said, not silently approximated: an MoE layer pattern other than
 "the first k layers dense, the rest MoE" is refused. Interleaved local/global attention (Gemma 2/3, gpt-oss) is read
