@@ -602,8 +602,9 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     values["scheduler.new_token_ratio"] = {"init": init, "min": min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0),
                                            "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
     values.update(_sglang_window_memory(ctx, notes))
+    from sim.model.memory import WINDOW_POOL_RATIO
     window = {"window_memory": values["kv_cache.window_memory"],
-              "window_pool_ratio": flags.get("swa_full_tokens_ratio", 0.8)}
+              "window_pool_ratio": flags.get("swa_full_tokens_ratio", WINDOW_POOL_RATIO)}
     slots, kv_tokens = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes,
                                              window)
     running = flags.get("max_running_requests")
@@ -679,9 +680,7 @@ def _derive_trtllm(ctx: Context) -> PresetResult:
     values.update(_engine_terms(ctx, "trtllm", notes))
     if "cuda_graph_batch_sizes" in flags:
         values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
-    if ctx.model is not None and ctx.model.hybrid_window:
-        notes.append(f"TensorRT-LLM: {ctx.model.name}'s sliding layers' KV read as each request's last window in the "
-                     "one pool (its per-window pools are not read)")
+    _window_memory_not_read(ctx, "TensorRT-LLM", notes)
     return PresetResult(values, {}, notes)
 
 
@@ -775,9 +774,7 @@ def _derive_lmdeploy(ctx: Context) -> PresetResult:
             session_len = model.max_context
         values["scheduler.max_model_len"] = session_len
     values.update(_engine_terms(ctx, "lmdeploy", notes))
-    if ctx.model is not None and ctx.model.hybrid_window:
-        notes.append(f"LMDeploy: {ctx.model.name}'s sliding layers' KV read as each request's last window in the one "
-                     "pool (not read in its source)")
+    _window_memory_not_read(ctx, "LMDeploy", notes)
     return PresetResult(values, {}, notes)
 
 
@@ -929,6 +926,14 @@ def _engine_terms(ctx: Context, name: str, notes: list[str]) -> dict:
             notes.append(FRONTEND_CAPACITY_NOTE)
     values["cost_model.overhead"] = overhead
     return values
+
+
+def _window_memory_not_read(ctx: Context, engine: str, notes: list[str]) -> None:
+    """Say that a hybrid model's sliding layers are kept as vLLM keeps them (`kv_cache.window_memory` shared_pool, the
+    default) under an engine whose own rule was not read in its source."""
+    if ctx.model is not None and ctx.model.hybrid_window:
+        notes.append(f"{engine}: {ctx.model.name}'s sliding layers' KV read as each request's last window in the one "
+                     "pool, as vLLM keeps it (the engine's own rule is not read in its source)")
 
 
 def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs: int,

@@ -33,7 +33,7 @@ from sim.errors import ConfigError
 from sim.model.catalog import get_model
 from sim.model.hf_config import read_model_ref
 from sim.model.interconnects import INTERCONNECTS
-from sim.model.memory import FP8_COMPUTE_DEFAULT, WEIGHT_DTYPES
+from sim.model.memory import FP8_COMPUTE_DEFAULT, WEIGHT_DTYPES, WINDOW_MEMORY, WINDOW_POOL_RATIO
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
 from sim.workload.arrivals import MAX_RATE_PER_S
@@ -294,11 +294,11 @@ class KVCacheSpec(_Strict):
         "gpu_memory_utilization decides")
     enable_prefix_caching: bool = Field(False, description="paged: reuse cached blocks of shared prompt prefixes "
                                         "(hash-chained blocks, reference counts, LRU eviction)")
-    window_memory: Literal["shared_pool", "own_pool", "every_token"] = Field(
+    window_memory: Literal[WINDOW_MEMORY] = Field(
         "shared_pool", description="a hybrid model's sliding layers (gpt-oss, Gemma 2/3): each request's last window "
         "in the one pool (vLLM's hybrid KV cache manager), a pool of their own of window_pool_ratio tokens per token "
         "slot (SGLang's SWA pool), or every token, as the other layers' (SGLang's disable_hybrid_swa_memory)")
-    window_pool_ratio: float = Field(0.8, gt=0, le=16, description="own_pool: the sliding layers' tokens per token "
+    window_pool_ratio: float = Field(WINDOW_POOL_RATIO, gt=0, le=16, description="own_pool: the sliding layers' tokens per token "
                                      "slot of the others (SGLang's --swa-full-tokens-ratio)")
     preemption: Literal["recompute", "swap"] | None = Field(
         None, description="deprecated: use scheduler.preemption.mode")

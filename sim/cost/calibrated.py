@@ -29,7 +29,7 @@ from sim.core.step_plan import StepPlan
 from sim.cost import interpolation
 from sim.cost.profile_meta import read_meta
 from sim.cost.roofline import RooflineCostModel, StepCost
-from sim.cost.roofline_kernel import touched_experts
+from sim.cost.roofline_kernel import hybrid_layer_mean, touched_experts
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu
 from sim.model.shapes import gpu_layer_groups, kv_heads_per_gpu, lm_head_shape
@@ -434,12 +434,11 @@ class CalibratedCostModel:
         return per_group
 
     def _attention_s(self, plan: StepPlan) -> float:
-        """One layer's attention; a hybrid model's mean layer: its sliding layers' share through the window, the
-        rest without it."""
+        """One layer's attention; a hybrid model's mean layer (`hybrid_layer_mean`)."""
         window, share = self.model.sliding_window, self.model.window_layer_share
         attn_s = self._layer_attention_s(plan, window)
         if window and share != 1.0:
-            attn_s = share * attn_s + (1.0 - share) * self._layer_attention_s(plan, None)
+            attn_s = hybrid_layer_mean(share, attn_s, self._layer_attention_s(plan, None))
         return attn_s
 
     def _layer_attention_s(self, plan: StepPlan, window: int | None) -> float:
@@ -497,7 +496,7 @@ class CalibratedCostModel:
             attn_s = 0.0
             attn_s += decode(max(mean_ctx, 1.0))
             if window and share != 1.0:  # as `_attention_s`
-                attn_s = share * attn_s + (1.0 - share) * (0.0 + decode(max(whole_ctx, 1.0)))
+                attn_s = hybrid_layer_mean(share, attn_s, 0.0 + decode(max(whole_ctx, 1.0)))
             time_s = sum(k * (layer_s + attn_s) for k, layer_s in zip(layers, per_group))
             time_s += head_s
             time_s += swap_s

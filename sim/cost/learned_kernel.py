@@ -42,6 +42,7 @@ from sim.cost.roofline_kernel import (
     P_TP,
     P_WINDOW_SHARE,
     chunk_pairs,
+    hybrid_layer_mean,
     layer_allreduce_s,
     layer_elementwise_bytes,
     linear_row,
@@ -156,15 +157,15 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     kvb, model_layers = price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_NUM_LAYERS]
     time_s = 0.0
     # Attention, one kernel per prefill chunk (causal, against its context) and one for the decodes; every layer (a
-    # hybrid model's mean layer: its sliding layers' share through the window, the rest without it).
+    # hybrid model's mean layer: `hybrid_layer_mean`).
     attn_s, f, b = _attention(price, s, pf_edges, pf_eff, dc_edges, dc_eff, window, pf_chunk, pf_ctx, num_pf,
                               num_decode_seqs, decode_ctx, query_tokens)
     if window and share != 1.0:
         whole_s, whole_f, whole_b = _attention(price, s, pf_edges, pf_eff, dc_edges, dc_eff, 0.0, pf_chunk, pf_ctx,
                                                num_pf, num_decode_seqs, decode_ctx, query_tokens)
-        attn_s = share * attn_s + (1.0 - share) * whole_s
-        f = share * f + (1.0 - share) * whole_f
-        b = share * b + (1.0 - share) * whole_b
+        attn_s = hybrid_layer_mean(share, attn_s, whole_s)
+        f = hybrid_layer_mean(share, f, whole_f)
+        b = hybrid_layer_mean(share, b, whole_b)
     flops_total = f * model_layers
     bytes_total = b * model_layers
     # Per layer: the elementwise kernels (norms, residual adds, rotary, activation) and two all-reduces under TP.

@@ -23,7 +23,7 @@ import numpy as np
 
 from sim.cost.interpolation import bracket, log_ratio_1d, log_ratio_2d
 from sim.jit import njit
-from sim.cost.roofline_kernel import ACT_BYTES, layer_allreduce_s, op_time, touched_experts
+from sim.cost.roofline_kernel import ACT_BYTES, hybrid_layer_mean, layer_allreduce_s, op_time, touched_experts
 from sim.model.memory import MXFP4_PARAM_BYTES
 
 # Indices into the float64 array `params[0]`.
@@ -260,8 +260,8 @@ def _mla_attention(s, num_pf, pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, que
 @njit(cache=True, inline="always")
 def _attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, num_pf, pf_chunk, pf_ctx, num_decode_seqs,
                decode_ctx, query_tokens):
-    """One layer's attention (`_layer_attention`); a hybrid model's mean layer: its sliding layers' share through
-    the window, the rest without it. NaN: the note log is full."""
+    """One layer's attention (`_layer_attention`); a hybrid model's mean layer (`hybrid_layer_mean`). NaN: the note
+    log is full."""
     window, share = s[P_SLIDING_WINDOW], s[P_WINDOW_SHARE]
     attn = _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, window, num_pf, pf_chunk, pf_ctx,
                             num_decode_seqs, decode_ctx, query_tokens)
@@ -269,7 +269,7 @@ def _attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, num_pf, pf
         return attn
     whole = _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, 0.0, num_pf, pf_chunk, pf_ctx,
                              num_decode_seqs, decode_ctx, query_tokens)
-    return share * attn + (1.0 - share) * whole
+    return hybrid_layer_mean(share, attn, whole)
 
 
 @njit(cache=True, inline="always")

@@ -234,10 +234,17 @@ def layer_allreduce_s(num_tokens, hidden, tp, latency_s, link_bytes_per_s):
 
 
 @njit(cache=True, inline="always")
+def hybrid_layer_mean(share, windowed, whole):
+    """A hybrid model's mean layer of some attention term: `share` of the layers attend through the sliding window
+    (`windowed`), the rest to the whole context (`whole`). Each layer's attention is its own kernels, so the layers'
+    sum is this share-weighted sum; every cost model prices a hybrid layer by it."""
+    return share * windowed + (1.0 - share) * whole
+
+
+@njit(cache=True, inline="always")
 def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, query_tokens):
-    """One layer's attention: (time, FLOPs, bytes) of the prefill chunks, then of the decodes (`layer_attention`). A
-    hybrid model's mean layer: its sliding layers' share of layers through the window, the rest without it (each
-    layer's attention is its own kernels, so the layers' sum is the share-weighted sum)."""
+    """One layer's attention: (time, FLOPs, bytes) of the prefill chunks, then of the decodes (`layer_attention`); a
+    hybrid model's mean layer (`hybrid_layer_mean`)."""
     window, share = price[P_SLIDING_WINDOW], price[P_WINDOW_SHARE]
     a = layer_attention(price, window, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
                         query_tokens)
@@ -245,9 +252,9 @@ def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
         return a
     b = layer_attention(price, 0.0, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
                         query_tokens)
-    rest = 1.0 - share
-    return (share * a[0] + rest * b[0], share * a[1] + rest * b[1], share * a[2] + rest * b[2],
-            share * a[3] + rest * b[3], share * a[4] + rest * b[4], share * a[5] + rest * b[5])
+    return (hybrid_layer_mean(share, a[0], b[0]), hybrid_layer_mean(share, a[1], b[1]),
+            hybrid_layer_mean(share, a[2], b[2]), hybrid_layer_mean(share, a[3], b[3]),
+            hybrid_layer_mean(share, a[4], b[4]), hybrid_layer_mean(share, a[5], b[5]))
 
 
 @njit(cache=True, inline="always")

@@ -132,10 +132,11 @@ def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel
 # token slot of the others (SGLang's SWA pool, --swa-full-tokens-ratio), or every token, as the other layers' (an
 # engine that does not tell the layers apart: SGLang's disable_hybrid_swa_memory).
 WINDOW_MEMORY = ("shared_pool", "own_pool", "every_token")
+WINDOW_POOL_RATIO = 0.8  # SGLang's --swa-full-tokens-ratio default (server_args.py, 0.5.3 to 0.5.23)
 
 
 def kv_slot_bytes(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1, *,
-                  window_memory: str = "shared_pool", window_pool_ratio: float = 0.8) -> int:
+                  window_memory: str = "shared_pool", window_pool_ratio: float = WINDOW_POOL_RATIO) -> int:
     """Bytes per GPU of one token slot of the KV cache: the token's KV in the layers whose KV grows with the context.
     That is every layer, except a hybrid model's sliding layers (`ModelSpec.hybrid_window`): theirs stops at the
     window, so each request holds it apart (`window_kv_bytes_per_token`), out of the same memory; in a pool of their
@@ -158,26 +159,16 @@ def window_kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_p
     return kv_bytes_per_token(model, kv_dtype, tensor_parallel, layers=model.num_window_layers)
 
 
-def window_slots(model: ModelSpec, num_tokens: int, kv_dtype: str = "bf16", tensor_parallel: int = 1, *,
-                 window_memory: str = "shared_pool") -> float:
-    """The token slots (`kv_slot_bytes` each) a hybrid model's sliding layers take for one sequence of `num_tokens`
-    out of the one pool: its last window's KV in those layers (0 for any other model, or another `window_memory`).
-    Fractional: the paged cache rounds it to blocks."""
-    window_bytes = window_kv_bytes_per_token(model, kv_dtype, tensor_parallel, window_memory=window_memory)
-    if not window_bytes:
-        return 0.0
-    return min(num_tokens, model.sliding_window) * window_bytes / kv_slot_bytes(model, kv_dtype, tensor_parallel)
-
-
 def sequence_slots(model: ModelSpec, num_tokens: int, kv_dtype: str = "bf16", tensor_parallel: int = 1, *,
                    window_memory: str = "shared_pool") -> int:
     """The token slots one sequence of `num_tokens` takes: every token; a sliding window on every layer, the last
-    window's; a hybrid model, every token plus its sliding layers' window where they share the pool (`window_slots`,
-    rounded up)."""
-    if model.hybrid_window:
-        return num_tokens + math.ceil(window_slots(model, num_tokens, kv_dtype, tensor_parallel,
-                                                   window_memory=window_memory))
-    return min(num_tokens, model.sliding_window) if model.sliding_window else num_tokens
+    window's; a hybrid model, every token plus, where its sliding layers share the pool, their last window's KV in
+    slots (rounded up; the paged cache rounds it to blocks: `PagedKVManager.window_blocks`)."""
+    if not model.hybrid_window:
+        return min(num_tokens, model.sliding_window) if model.sliding_window else num_tokens
+    window_bytes = window_kv_bytes_per_token(model, kv_dtype, tensor_parallel, window_memory=window_memory)
+    kept = min(num_tokens, model.sliding_window)
+    return num_tokens + -(-kept * window_bytes // kv_slot_bytes(model, kv_dtype, tensor_parallel))
 
 
 def kv_bytes_for_sequence(
@@ -341,7 +332,7 @@ def kv_capacity(
     max_num_seqs: int = 256,
     score_bytes: int = 0,
     window_memory: str = "shared_pool",
-    window_pool_ratio: float = 0.8,
+    window_pool_ratio: float = WINDOW_POOL_RATIO,
 ) -> KVCapacity:
     """The memory left for KV cache on each GPU after weights, activations (with `score_bytes` of materialized
     attention scores, `sim.model.attention_io.score_activation_bytes`) and a reserve, in token slots of
@@ -422,7 +413,7 @@ def stage_weight_bytes_per_gpu(model: ModelSpec, stage: int, pipeline_parallel: 
 
 def stage_kv_bytes_per_token(model: ModelSpec, stage_layers: int, kv_dtype: str = "bf16",
                              tensor_parallel: int = 1, *, window_memory: str = "shared_pool",
-                             window_pool_ratio: float = 0.8) -> int:
+                             window_pool_ratio: float = WINDOW_POOL_RATIO) -> int:
     """One token slot's KV on each GPU of a stage holding `stage_layers` layers (every layer keeps the same bytes
     per token, so the full model's bytes divide evenly by its layers; a hybrid model's stages, each its share of the
     layers that grow)."""
@@ -445,7 +436,7 @@ def pipeline_kv_capacity(
     max_num_seqs: int = 256,
     score_bytes: int = 0,
     window_memory: str = "shared_pool",
-    window_pool_ratio: float = 0.8,
+    window_pool_ratio: float = WINDOW_POOL_RATIO,
 ) -> list[KVCapacity]:
     """`kv_capacity` for each pipeline stage's GPUs. Every stage keeps its own layers' KV for every token in
     flight, so the replica holds as many tokens as its tightest stage: min(c.num_tokens for c in the list).

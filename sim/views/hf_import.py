@@ -28,9 +28,8 @@ def import_text(path: str, name: str | None = None) -> str:
              kv_line]
     if model_type in IGNORED:
         lines.append(f"# not modelled: {IGNORED[model_type]}")
-    # (what is not modelled is the comment above; a pasted model need not carry it)
-    section = {"model": spec.model_dump(mode="json", exclude_defaults=True, exclude={"not_modelled", "model_type"})
-               | {"name": spec.name}}
+    # (the model carries its model_type, which engine presets key rules on, and what is not modelled, said at each run)
+    section = {"model": spec.model_dump(mode="json", exclude_defaults=True) | {"name": spec.name}}
     if quant is not None:
         lines.append(f"# checkpoint: {quant.describe()}")
         if quant.fp8_activations:

@@ -313,7 +313,8 @@ def test_catalog_import_prints_a_pasteable_model_and_its_numbers():
     assert f"active per token: {active_param_count(catalog):,}" in result.stdout
     assert f"KV cache: {kv_bytes_per_token(catalog):,} bytes per token" in result.stdout
     pasted = validate_scenario({**BASE, **yaml.safe_load(result.stdout)}, resolve=False)
-    assert pasted.model == catalog.model_copy(update={"name": "dsv2", "published_params": None})
+    assert pasted.model == catalog.model_copy(update={"name": "dsv2", "published_params": None,
+                                                      "model_type": "deepseek_v2"})
 
 
 def test_catalog_import_bad_file_is_one_line(tmp_path):
@@ -343,3 +344,18 @@ def test_what_the_reader_leaves_out_is_said_beside_each_run(tmp_path):
     # the written scenario keeps it, so that a run of the outputs says it too; a catalog model says nothing
     assert yaml.safe_load((tmp_path / "out" / "scenario.yaml").read_text())["model"]["not_modelled"] == IGNORED["qwen3"]
     assert all(m.not_modelled is None for m in MODELS.values())
+
+
+def test_a_pasted_import_keeps_the_architecture_engine_presets_key_on(tmp_path):
+    # `catalog import` prints the model to paste; its model_type stays, so SGLang's preset still knows gpt-oss
+    from sim.views.hf_import import import_text
+    cfg = {"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss", "head_dim": 64, "hidden_size": 2880,
+           "intermediate_size": 2880, "layer_types": ["sliding_attention", "full_attention"] * 12,
+           "max_position_embeddings": 131072, "num_attention_heads": 64, "num_experts_per_tok": 4,
+           "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32, "sliding_window": 128,
+           "vocab_size": 201088}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    pasted = yaml.safe_load(import_text(str(tmp_path / "config.json"), name="oss"))["model"]
+    assert pasted["model_type"] == "gpt_oss" and pasted["sliding_window_layers"] == 12
+    scenario = validate_scenario({**BASE, "model": pasted, "engine": {"name": "sglang", "version": "0.5.4.post2"}})
+    assert scenario.kv_cache.window_memory == "every_token"  # SGLang 0.5.4 keeps every token of gpt-oss's
