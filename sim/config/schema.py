@@ -298,8 +298,8 @@ class KVCacheSpec(_Strict):
         "shared_pool", description="a hybrid model's sliding layers (gpt-oss, Gemma 2/3): each request's last window "
         "in the one pool (vLLM's hybrid KV cache manager), a pool of their own of window_pool_ratio tokens per token "
         "slot (SGLang's SWA pool), or every token, as the other layers' (SGLang's disable_hybrid_swa_memory)")
-    window_pool_ratio: float = Field(WINDOW_POOL_RATIO, gt=0, le=16, description="own_pool: the sliding layers' tokens per token "
-                                     "slot of the others (SGLang's --swa-full-tokens-ratio)")
+    window_pool_ratio: float = Field(WINDOW_POOL_RATIO, gt=0, le=16, description="own_pool: the sliding layers' "
+                                     "tokens per token slot of the others (SGLang's --swa-full-tokens-ratio)")
     preemption: Literal["recompute", "swap"] | None = Field(
         None, description="deprecated: use scheduler.preemption.mode")
     swap_space_bytes: int | None = Field(None, ge=0, description="deprecated: use scheduler.preemption.swap_space_bytes")
