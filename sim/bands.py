@@ -103,13 +103,19 @@ def _residuals(path: str) -> dict:
 
 def residual_key(cost_model) -> str:
     """Which residuals describe `cost_model`'s error: the kernel model's inside an engine overhead or speculative
-    wrapper (the wrapper's own terms are estimates with no residuals yet: issue 31's source c)."""
+    wrapper (the wrapper's own terms are estimates with no residuals yet: issue 31's source c), and a pipeline's
+    stages' model."""
     from sim.cost.calibrated import CalibratedCostModel
     from sim.cost.learned import LearnedRooflineCostModel
     from sim.cost.measured import MeasuredCostModel, MeasuredFallback
     from sim.cost.overhead import EngineOverheadCostModel
     from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCostModel
     from sim.cost.steps import StepProfileCostModel
+    from sim.cost.pipeline import LayerShareCostModel, PipelineCostModel
+    if isinstance(cost_model, PipelineCostModel):  # its stages are one kind of model, each a share of the layers
+        cost_model = cost_model.stages[0]
+    if isinstance(cost_model, LayerShareCostModel):
+        cost_model = cost_model.whole
     while isinstance(cost_model, (EngineOverheadCostModel, SpeculativeCostModel)):
         cost_model = cost_model.kernels if isinstance(cost_model, EngineOverheadCostModel) else cost_model.target
     if isinstance(cost_model, MeasuredCostModel):

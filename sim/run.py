@@ -320,13 +320,10 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     `step_draws`: a perturbed run's step-time draw pack (`sim.cost.draws.draw_pack`, issue 31: bands): every
     priced step time is scaled by its draw, in either engine alike. None: the times as priced. A band
     (`run.band`) is `sim.bands.simulate_with_band`'s: it runs this function once per replication."""
-    if step_draws is not None and (scenario.hardware.disaggregation is not None
-                                   or scenario.hardware.pipeline_parallel > 1):
-        # Their step loops (sim/core/disaggregated.py's two pools, sim/core/pipeline.py's stages) do not draw yet.
-        which = "hardware.disaggregation" if scenario.hardware.disaggregation is not None else \
-            f"hardware.pipeline_parallel: {scenario.hardware.pipeline_parallel}"
-        raise ConfigError(f"{which}: step-time draws (run.band_sources: step_time) are not supported there yet; "
-                          "allowed: run.band_sources: [workload]")
+    if step_draws is not None and scenario.hardware.disaggregation is not None:
+        # Its step loops (sim/core/disaggregated.py's two pools) do not draw yet.
+        raise ConfigError("hardware.disaggregation: step-time draws (run.band_sources: step_time) are not supported "
+                          "there yet; allowed: run.band_sources: [workload]")
     if scenario.hardware.disaggregation is not None:
         return simulate_disaggregated(scenario, workload, progress=progress)
     deployment = deployment_of(scenario)

@@ -29,6 +29,7 @@ class PipelineReplica(Replica):
         super().__init__(index, scheduler, cost_model)
         self.stage_busy_s = [0.0] * cost_model.num_stages  # time each stage computed (transfers excluded)
         self.num_micro_batches = 0
+        self.num_scheduled = 0  # micro-batches scheduled: a perturbed run's draw counter
 
     def engine_processes(self, sim: Simulation, env: simpy.Environment) -> list:
         driver = simpy.Resource(env, capacity=1)
@@ -42,6 +43,8 @@ class PipelineReplica(Replica):
     def _slot_loop(self, sim: Simulation, env: simpy.Environment, slot, driver: simpy.Resource,
                    stages: list[simpy.Resource]):
         cost_model = self.cost_model
+        draws = sim.step_draws  # a perturbed run's (sim/cost/draws.py): one draw per micro-batch, keyed on its count
+        perturb = sim.draw_functions[0] if draws is not None else None
         while True:
             cpu = driver.request()
             yield cpu
@@ -54,11 +57,19 @@ class PipelineReplica(Replica):
                 yield self.wakeup  # an arrival, or another slot's step freeing KV blocks
                 continue
             num_waiting = self.scheduler.num_waiting
-            driver_s = cost_model.driver_s(plan)
+            # The micro-batch's whole priced time (the driver's CPU and each stage's) scaled by one draw, as the plain
+            # engine scales a step's; counted in the order micro-batches are scheduled on this replica.
+            factor = 1.0
+            if draws is not None:
+                factor = perturb(draws, 1.0, self.index, self.num_scheduled, plan.num_prefill_tokens > 0)
+            self.num_scheduled += 1
+            driver_s = cost_model.driver_s(plan) * factor
             if driver_s:
                 yield env.timeout(driver_s)
             driver.release(cpu)
             costs = cost_model.stage_costs(plan)
+            if factor != 1.0:
+                costs = [c._replace(time_s=c.time_s * factor) for c in costs]
             transfer_s = cost_model.transfer_s(plan) if len(costs) > 1 else 0.0
             for i, cost in enumerate(costs):
                 if i:

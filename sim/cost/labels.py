@@ -11,7 +11,8 @@ from sim.cost.calibrated import CalibratedCostModel
 from sim.cost.engine_steps import EngineStepCostModel
 from sim.cost.learned import LearnedRooflineCostModel
 from sim.cost.measured import MeasuredCostModel, MeasuredFallback
-from sim.cost.overhead import EngineOverheadCostModel
+from sim.cost.overhead import EngineOverhead, EngineOverheadCostModel
+from sim.cost.pipeline import LayerShareCostModel, PipelineCostModel
 from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCostModel
 from sim.cost.steps import StepProfileCostModel
 
@@ -34,6 +35,8 @@ def cost_model_label(cost_model) -> str:
     gpu 'l4'; ...)', 'learned roofline + vllm-cudagraph overhead'."""
     if isinstance(cost_model, SpeculativeCostModel):
         return cost_model_label(cost_model.target) + " (speculative)"
+    if isinstance(cost_model, PipelineCostModel):
+        return f"{_stage_label(cost_model)} over {cost_model.num_stages} pipeline stages"
     if isinstance(cost_model, EngineOverheadCostModel):
         overhead = cost_model.overhead
         given = {**overhead.terms(), "overlap": overhead.overlap}
@@ -55,3 +58,17 @@ def cost_model_label(cost_model) -> str:
     if isinstance(cost_model, FixedCostModel):
         return "fixed"
     return type(cost_model).__name__
+
+
+def _stage_label(pipeline: PipelineCostModel) -> str:
+    """What prices a pipeline's stages: the whole model's cost model each stage takes its share of, or the roofline
+    of its own layers with the driver's CPU terms (`sim.run._pipeline_cost_model`)."""
+    stage = pipeline.stages[0]
+    if isinstance(stage, LayerShareCostModel):
+        return cost_model_label(stage.whole)
+    kernels = stage.kernels if isinstance(stage, EngineOverheadCostModel) else stage
+    driver = pipeline.driver
+    if isinstance(driver, EngineOverhead):
+        given = {**driver.terms(), "overlap": driver.overlap}
+        return f"{cost_model_label(kernels)} + {overhead_label(driver.engine, given)}"
+    return cost_model_label(kernels)

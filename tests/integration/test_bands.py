@@ -138,7 +138,27 @@ def test_residual_keys_of_the_cost_models():
         assert m["held_out_steps"]["prefill"] > 20 and m["held_out_steps"]["decode"] > 20 and m["source"]
 
 
-def test_step_time_draws_are_refused_where_the_loop_does_not_draw():
-    spec = small_scenario({"hardware": {"gpu": "h100-sxm", "tensor_parallel": 1, "pipeline_parallel": 2}})
-    with pytest.raises(ConfigError, match="pipeline_parallel: 2: step-time draws"):
-        simulate(validate_scenario(spec), step_draws=draw_pack(1, 0.1, 0.1, 0.1))
+def test_a_pipelines_micro_batches_take_the_draws_and_disaggregation_refuses_them():
+    spec = validate_scenario(small_scenario({"hardware": {"gpu": "h100-sxm", "tensor_parallel": 1,
+                                                          "pipeline_parallel": 2}, "run": {"num_requests": 1}}))
+    doubling = draw_pack(1, 0.0, 0.0, 0.0)
+    doubling[DRAW_BIAS] = math.log(2)  # every micro-batch's priced time (driver and stages) twice as long
+    plain, doubled = simulate(spec), simulate(spec, step_draws=doubling)
+    assert len(doubled.steps) == len(plain.steps) > 2  # one request: the same micro-batches
+    for stage in (0, 1):
+        busy = [r.summary[f"pipeline_stage{stage}_busy_fraction"] * r.summary["elapsed_s"] for r in (plain, doubled)]
+        assert busy[1] == pytest.approx(2 * busy[0], rel=1e-9)
+    noisy = draw_pack(3, 0.1, 0.2, 0.2)  # per-micro-batch noise: the same pack, the same records
+    assert simulate(spec, step_draws=noisy).steps.equals(simulate(spec, step_draws=noisy).steps)
+    assert not simulate(spec, step_draws=noisy).steps.equals(plain.steps)
+    split = small_scenario(hardware={"disaggregation": {}}, run={"num_requests": 4})
+    with pytest.raises(ConfigError, match="hardware.disaggregation: step-time draws"):
+        simulate(validate_scenario(split), step_draws=draw_pack(1, 0.1, 0.1, 0.1))
+
+
+def test_a_pipelines_residuals_are_its_stages_model():
+    staged = {"hardware": {"gpu": "h100-sxm", "tensor_parallel": 1, "pipeline_parallel": 2}}
+    assert bands.residual_key(make_cost_model(validate_scenario(small_scenario(
+        staged | {"cost_model": {"kind": "roofline", "overhead": {"engine": "vllm-cudagraph"}}})))) == "roofline"
+    assert bands.residual_key(make_cost_model(validate_scenario(small_scenario(
+        staged | {"cost_model": {"kind": "calibrated", "engine": "fused"}})))) == "steps"

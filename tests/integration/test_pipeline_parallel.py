@@ -95,6 +95,18 @@ def test_kv_per_gpu_and_capacity_follow_the_tightest_stage():
 
 # --- stage costs -------------------------------------------------------------------------------------
 
+@pytest.mark.parametrize("cost_model, label", [
+    ({"kind": "roofline"}, "roofline over 2 pipeline stages"),
+    ({"kind": "roofline", "overhead": {"engine": "vllm-cudagraph", "per_step_s": 0.002}},
+     "roofline + vllm-cudagraph overhead (per_step_s 2 ms) over 2 pipeline stages"),
+    ({"kind": "calibrated", "engine": "fused"}, "calibrated over 2 pipeline stages"),
+])
+def test_a_pipelines_label_names_what_prices_its_stages(cost_model, label):
+    from sim.cost.labels import cost_model_label
+    staged = make_cost_model(scenario(hardware={"pipeline_parallel": 2}, cost_model=cost_model))
+    assert cost_model_label(staged) == label
+
+
 def test_roofline_stages_add_up_to_the_whole_step():
     """Each stage prices its own layers, the LM head only on the last; the engine's fixed step time is the
     driver's, once per micro-batch: together exactly the unpipelined step at the same tensor parallelism."""
