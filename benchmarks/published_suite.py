@@ -935,8 +935,9 @@ def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
                               "build sizes it from the dataset; value unstated)")
         from sim.config.engines import preset_notes
         model = {"hf_config": str(DATA_DIR / case.model)} if case.model_is_file else case.model
-        approx += preset_notes({"engine": engine, "model": model,
+        approx += preset_notes({"engine": engine, "model": model, "quantization": _quantization(case),
                                 "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel,
+                                             "pipeline_parallel": case.pipeline_parallel,
                                              "expert_parallel": case.expert_parallel}})
         return {"engine": engine}, approx
     raise NotSimulated(f"no engine preset for {e.key}")
@@ -1036,7 +1037,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         "name": case.name,
         "model": model,
         "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel,
-                     "expert_parallel": case.expert_parallel},
+                     "pipeline_parallel": case.pipeline_parallel, "expert_parallel": case.expert_parallel},
         "workload": {"arrival": arrival,
                      "lengths": w.lengths or {"kind": "fixed", "input_tokens": w.input_tokens,
                                               "output_tokens": w.output_tokens}},

@@ -111,6 +111,9 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
     check_expert_parallel(model, tp, ep)
     if scenario.quantization.fp8_block_scales:
         check_block_scales(model, tp, ep)
+    if scenario.quantization.expert_padding is not None and not model.is_moe:
+        raise ConfigError(f"quantization.expert_padding: {model.name} has no routed experts to pad; allowed: leave "
+                          "it out")
     if ep > 1 and scenario.cost_model.kind == "calibrated":
         raise ConfigError(f"hardware.expert_parallel: {ep} is not allowed with cost_model calibrated (its profiles "
                           "time experts split by tensor parallelism); allowed: 1, or cost_model measured or roofline")
@@ -172,6 +175,12 @@ def _window_memory(scenario: Scenario) -> dict:
     return {"window_memory": kv.window_memory, "window_pool_ratio": kv.window_pool_ratio}
 
 
+def expert_padding(scenario: Scenario) -> tuple[int, int] | None:
+    """(hidden, intermediate) multiples the engine pads the routed experts to, as the memory arithmetic takes them."""
+    pad = scenario.quantization.expert_padding
+    return None if pad is None else (pad.hidden, pad.intermediate)
+
+
 def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,
                         token_budget: int, score_bytes: int = 0, pinned: bool = True) -> int:
     """KV token slots per replica: from the memory arithmetic (after `score_bytes` of materialized attention scores
@@ -192,13 +201,15 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
             model, gpu, pipeline_parallel=scenario.hardware.pipeline_parallel, tensor_parallel=tp,
             weight_dtype=q.weights, kv_dtype=q.kv_cache, gpu_memory_utilization=utilization,
             reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
-            max_num_seqs=s.max_num_seqs, score_bytes=score_bytes, **_window_memory(scenario))
+            max_num_seqs=s.max_num_seqs, score_bytes=score_bytes, expert_padding=expert_padding(scenario),
+            **_window_memory(scenario))
         return min(of_free(c).num_tokens for c in stages)
     cap = of_free(kv_capacity(model, gpu, tensor_parallel=tp, weight_dtype=q.weights, kv_dtype=q.kv_cache,
                               gpu_memory_utilization=utilization, reserve_bytes=scenario.kv_cache.reserve_bytes,
                               max_num_batched_tokens=token_budget,
                               max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
-                              score_bytes=score_bytes, **_window_memory(scenario)))
+                              score_bytes=score_bytes, expert_padding=expert_padding(scenario),
+                              **_window_memory(scenario)))
     if draft is None:
         return cap.num_tokens
     # The draft model's weights share the GPU, and every token also keeps the draft's KV.

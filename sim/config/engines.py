@@ -208,6 +208,40 @@ def _vllm_window_memory(ctx: Context, notes: list[str]) -> dict[str, Any]:
     return {"kv_cache.window_memory": "shared_pool"}
 
 
+# vLLM's MXFP4 MoE kernels (vllm/model_executor/layers/quantization/mxfp4.py, read in the 0.10.2, 0.11.0 and 0.12.0
+# wheels; from 0.19.0 fused_moe/oracle/mxfp4.py): Marlin wherever the GPU is older than sm_90, and before 0.12.0 on
+# every GPU (its wheels neither require nor ship `triton_kernels`; 0.12.0 bundles them in vllm/third_party), which
+# pads each expert's hidden size to 256 and each GPU's share of its intermediate size to 128 ("n % 256 == 0 and k %
+# 128 == 0"). gpt-oss-120b on one GPU: 60.7 GiB checkpoint, 65.8 GiB padded; vLLM 0.10.1's log on an H100 says "Model
+# loading took 65.9651 GiB" (vllm-project/vllm#23278). From 0.12.0 Hopper and Blackwell run the Triton kernels, whose
+# Hopper layout pads these shapes by less than 1% (not modelled); 0.19.0 prefers FlashInfer's TRT-LLM kernel on sm_100
+# (hidden and intermediate to 256).
+VLLM_MXFP4_TRITON_SINCE = (0, 12, 0)
+VLLM_MXFP4_FLASHINFER_SINCE = (0, 19, 0)
+VLLM_MARLIN_EXPERT_PADDING = {"hidden": 256, "intermediate": 128}
+VLLM_FLASHINFER_EXPERT_PADDING = {"hidden": 256, "intermediate": 256}
+
+
+def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """How vLLM's MXFP4 MoE kernel pads the routed experts (`quantization.expert_padding`), for an mxfp4 model."""
+    q = ctx.raw.get("quantization")
+    if ctx.model is None or not isinstance(q, dict) or q.get("weights") != "mxfp4":
+        return {}
+    capability = ctx.gpu.compute_capability or (0, 0)
+    if capability < (9, 0) or ctx.version < VLLM_MXFP4_TRITON_SINCE:
+        why = (f"sm_{capability[0]}{capability[1]} has no FP4" if capability < (9, 0) else
+               "its wheel ships no triton_kernels; with them installed it runs its Triton kernel, which pads "
+               "nothing here: quantization.expert_padding: null")
+        notes.append(f"vLLM {ctx.version_text}: MXFP4 experts run by Marlin ({why}), stored padded to hidden 256 "
+                     "and each GPU's intermediate to 128")
+        return {"quantization.expert_padding": dict(VLLM_MARLIN_EXPERT_PADDING)}
+    if ctx.version >= VLLM_MXFP4_FLASHINFER_SINCE and (10, 0) <= capability < (11, 0):
+        notes.append(f"vLLM {ctx.version_text}: MXFP4 experts run by FlashInfer's TRT-LLM kernel on sm_100, stored "
+                     "padded to hidden 256 and each GPU's intermediate to 256")
+        return {"quantization.expert_padding": dict(VLLM_FLASHINFER_EXPERT_PADDING)}
+    return {}
+
+
 def _derive_vllm(ctx: Context) -> PresetResult:
     """vLLM V1 (0.8+) as vllm/engine/arg_utils.py, vllm/config and vllm/platforms/cuda.py derive it, read in the PyPI
     sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0): chunked prefill with decodes and prefill chunks
@@ -258,6 +292,7 @@ def _derive_vllm(ctx: Context) -> PresetResult:
     else:
         values.update(_vllm_v0_schedule(ctx, notes))
     values.update(_vllm_window_memory(ctx, notes))
+    values.update(_vllm_expert_padding(ctx, notes))
     values.update(_engine_terms(ctx, "vllm", notes))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
@@ -945,10 +980,12 @@ def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs
     from sim.model.memory import kv_capacity
     q = ctx.raw.get("quantization") or {}
     try:
+        pad = q.get("expert_padding")
         cap = kv_capacity(ctx.model, ctx.gpu, tensor_parallel=ctx.tensor_parallel,
                           weight_dtype=q.get("weights", "bf16"), kv_dtype=q.get("kv_cache", "bf16"),
                           gpu_memory_utilization=utilization, max_num_batched_tokens=token_budget,
-                          max_num_seqs=max_num_seqs, **(window or {}))
+                          max_num_seqs=max_num_seqs, **(window or {}),
+                          expert_padding=(pad["hidden"], pad["intermediate"]) if isinstance(pad, dict) else None)
     except Exception:  # noqa: BLE001  (validation reports a model that does not fit, in its own words)
         return None
     return cap.num_tokens

@@ -314,6 +314,20 @@ class KVCacheSpec(_Strict):
         return placement
 
 
+# The largest tile an expert padding may round to: well above any MoE kernel's (vLLM's: 64 to 256).
+MAX_EXPERT_PADDING = 4096
+
+
+class ExpertPaddingSpec(_Strict):
+    """How the engine's MoE kernel stores each routed expert: the hidden size and each GPU's share of the intermediate
+    size rounded up to these multiples (vLLM's `mxfp4_round_up_hidden_size_and_intermediate_size`). It counts in the
+    memory the weights take; the cost models price the checkpoint's shapes."""
+
+    hidden: int = Field(ge=1, le=MAX_EXPERT_PADDING, description="multiple the hidden size is rounded up to")
+    intermediate: int = Field(ge=1, le=MAX_EXPERT_PADDING, description="multiple each GPU's share of an expert's "
+                              "intermediate size is rounded up to")
+
+
 class QuantizationSpec(_Strict):
     weights: Literal[WEIGHT_DTYPES] = Field(
         "bf16", description="how the weights are stored (mxfp4: a mixture of experts' routed experts in MXFP4, the "
@@ -321,6 +335,9 @@ class QuantizationSpec(_Strict):
         "quantization_config (sim/config/checkpoint.py, with its block scales and fp8 activations), else bf16")
     kv_cache: Literal["bf16", "fp16", "fp8", "int8"] = "bf16"
     fp8_compute: bool = Field(FP8_COMPUTE_DEFAULT, description="matrix products run at the GPU's fp8 rate")
+    expert_padding: ExpertPaddingSpec | None = Field(None, description="routed experts stored padded to the MoE "
+                                                     "kernel's tiles (an engine preset sets it where its kernel pads: "
+                                                     "vLLM's Marlin MXFP4); absent: the checkpoint's shapes")
     fp8_block_scales: bool = Field(False, description="fp8 weights scaled per 128 x 128 block (a checkpoint whose "
                                    "config.json quantization_config has weight_block_size [128, 128]: DeepSeek-V3/R1, "
                                    "Qwen's -FP8 releases), run by block-scaled GEMM and MoE kernels; the measured "

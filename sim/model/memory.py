@@ -7,7 +7,7 @@ argument is taken, because that is the budget that decides whether a replica fit
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from sim.errors import ConfigError, DoesNotFitError
 from sim.model.shapes import (
@@ -222,15 +222,43 @@ def _matrix_bytes(shape: LinearShape, weight_dtype: str, group_size: int) -> flo
     return nbytes * shape.count
 
 
-def _gpu_matrix_bytes(g: GpuLinear, num_layers: int, weight_dtype: str, group_size: int) -> float:
-    return num_layers * _matrix_bytes(g.shape, weight_dtype, group_size) / g.split * (g.count / g.shape.count)
+# (hidden multiple, intermediate multiple) an engine's MoE kernel rounds each routed expert up to, the intermediate
+# size as each GPU holds its share (`quantization.expert_padding`, which the engine presets set); None: the
+# checkpoint's shapes.
+ExpertPadding = tuple[int, int]
+
+
+def _round_up(n: int, multiple: int) -> int:
+    return -(-n // multiple) * multiple
+
+
+def _padded_expert(shape: LinearShape, split: int, padding: ExpertPadding) -> LinearShape:
+    """A routed expert's matrix as the engine stores it, each GPU's share (of `split`) padded: the first matrix
+    (gate_up, fc1) takes the hidden size in and gives the intermediate (twice, gated) out; the second the reverse."""
+    hidden, intermediate = padding
+    first = shape.tp_split == "column"
+    gates = 2 if first and shape.name.endswith("gate_up") else 1
+    share = (shape.out_features if first else shape.in_features) // split // gates
+    inner = gates * _round_up(share, intermediate) * split
+    outer = _round_up(shape.in_features if first else shape.out_features, hidden)
+    return replace(shape, in_features=outer if first else inner, out_features=inner if first else outer)
+
+
+def _gpu_matrix_bytes(g: GpuLinear, num_layers: int, weight_dtype: str, group_size: int,
+                      expert_padding: ExpertPadding | None = None) -> float:
+    shape = g.shape
+    if expert_padding is not None and is_routed_expert(shape):
+        shape = _padded_expert(shape, g.split, expert_padding)
+    return num_layers * _matrix_bytes(shape, weight_dtype, group_size) / g.split * (g.count / g.shape.count)
 
 
 def weight_bytes_per_gpu(
-    model: ModelSpec, weight_dtype: str = "bf16", tensor_parallel: int = 1, group_size: int = 128
+    model: ModelSpec, weight_dtype: str = "bf16", tensor_parallel: int = 1, group_size: int = 128,
+    expert_padding: ExpertPadding | None = None,
 ) -> int:
     """Weight bytes on each GPU: column/row-split matrices and the (vocab-parallel) embeddings and
-    lm_head are divided by tensor_parallel; replicated matrices, norms and positions are not."""
+    lm_head are divided by tensor_parallel; replicated matrices, norms and positions are not. The routed experts
+    are stored padded where the engine pads them (`expert_padding`)."""
     check_tensor_parallel(model, tensor_parallel)
     _dtype_bytes(weight_dtype, WEIGHT_DTYPES, "weight_dtype")
     check_weight_dtype(model, weight_dtype)
@@ -239,7 +267,7 @@ def weight_bytes_per_gpu(
     # Expert parallelism leaves these bytes as they are: a GPU holds 1 / tp of the experts' weights either way.
     for num_layers, gpu_shapes in gpu_layer_groups(model, tensor_parallel):
         for g in gpu_shapes:
-            total += _gpu_matrix_bytes(g, num_layers, weight_dtype, group_size)
+            total += _gpu_matrix_bytes(g, num_layers, weight_dtype, group_size, expert_padding)
     head = lm_head_shape(model)
     vocab_tables = 1 if model.tie_word_embeddings else 2  # input embedding (+ separate lm_head)
     total += vocab_tables * head.in_features * head.out_features * _UNQUANTIZED_BYTES / tensor_parallel
@@ -333,6 +361,7 @@ def kv_capacity(
     score_bytes: int = 0,
     window_memory: str = "shared_pool",
     window_pool_ratio: float = WINDOW_POOL_RATIO,
+    expert_padding: ExpertPadding | None = None,
 ) -> KVCapacity:
     """The memory left for KV cache on each GPU after weights, activations (with `score_bytes` of materialized
     attention scores, `sim.model.attention_io.score_activation_bytes`) and a reserve, in token slots of
@@ -341,7 +370,7 @@ def kv_capacity(
     Raises DoesNotFitError when nothing is left.
     """
     usable = usable_bytes(gpu, gpu_memory_utilization, reserve_bytes)
-    weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel)
+    weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel, expert_padding=expert_padding)
     activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel)
     per_token = kv_slot_bytes(model, kv_dtype, tensor_parallel, window_memory=window_memory,
                               window_pool_ratio=window_pool_ratio)
@@ -374,7 +403,8 @@ def pipeline_stage_layers(num_layers: int, pipeline_parallel: int) -> tuple[int,
 
 
 def stage_weight_bytes_per_gpu(model: ModelSpec, stage: int, pipeline_parallel: int, weight_dtype: str = "bf16",
-                               tensor_parallel: int = 1, group_size: int = 128) -> int:
+                               tensor_parallel: int = 1, group_size: int = 128,
+                               expert_padding: ExpertPadding | None = None) -> int:
     """Weight bytes on each GPU of pipeline stage `stage` (0-based): its layers' matrices and norms, the input
     embedding (and learned positions) on the first stage, the LM head and final norm on the last. With tied
     embeddings and more than one stage the last stage keeps its own copy of the table for the LM head, as vLLM
@@ -396,7 +426,7 @@ def stage_weight_bytes_per_gpu(model: ModelSpec, stage: int, pipeline_parallel: 
         here = max(0, min(end, group_start + num_layers) - max(start, group_start))
         group_start += num_layers
         for g in gpu_shapes:
-            total += _gpu_matrix_bytes(g, here, weight_dtype, group_size)
+            total += _gpu_matrix_bytes(g, here, weight_dtype, group_size, expert_padding)
     head = lm_head_shape(model)
     table = head.in_features * head.out_features * _UNQUANTIZED_BYTES / tensor_parallel
     if pipeline_parallel == 1:
@@ -437,6 +467,7 @@ def pipeline_kv_capacity(
     score_bytes: int = 0,
     window_memory: str = "shared_pool",
     window_pool_ratio: float = WINDOW_POOL_RATIO,
+    expert_padding: ExpertPadding | None = None,
 ) -> list[KVCapacity]:
     """`kv_capacity` for each pipeline stage's GPUs. Every stage keeps its own layers' KV for every token in
     flight, so the replica holds as many tokens as its tightest stage: min(c.num_tokens for c in the list).
@@ -448,7 +479,8 @@ def pipeline_kv_capacity(
     activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel)
     out = []
     for stage, layers in enumerate(pipeline_stage_layers(model.num_layers, pipeline_parallel)):
-        weights = stage_weight_bytes_per_gpu(model, stage, pipeline_parallel, weight_dtype, tensor_parallel)
+        weights = stage_weight_bytes_per_gpu(model, stage, pipeline_parallel, weight_dtype, tensor_parallel,
+                                             expert_padding=expert_padding)
         needed = weights + activations + score_bytes + reserve_bytes  # every stage runs whole layers' attention
         if usable - needed <= 0:
             raise DoesNotFitError(

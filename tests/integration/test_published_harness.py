@@ -117,6 +117,18 @@ def test_each_engine_gets_a_valid_scenario_with_its_own_defaults(suite):
     assert scheds["lmdeploy"].max_num_seqs in (128, 256) and not scheds["lmdeploy"].chunked_prefill
 
 
+def test_every_case_is_simulated_on_the_gpus_its_source_ran(suite):
+    # A pipeline-parallel run simulated on one GPU's memory was a different deployment (it was, until 11-29).
+    staged = [c for c in suite.cases if c.pipeline_parallel > 1]
+    assert staged
+    for c in suite.cases:
+        if ps.unsupported(c, ps.COST_MODELS["roofline"]) is not None:
+            continue
+        s = validate_scenario(ps.scenario(c, ps.COST_MODELS["roofline"]))
+        assert (s.hardware.tensor_parallel, s.hardware.pipeline_parallel, s.hardware.expert_parallel) == (
+            c.tensor_parallel, c.pipeline_parallel, c.expert_parallel), c.name
+
+
 def test_cases_servesim_cannot_express_are_listed_with_their_reason(suite):
     dp = next(c for c in suite.cases if c.dp_attention)
     r = ps.run_case(dp, "roofline")
