@@ -210,12 +210,12 @@ def _vllm_window_memory(ctx: Context, notes: list[str]) -> dict[str, Any]:
 
 # vLLM's MXFP4 MoE kernels (vllm/model_executor/layers/quantization/mxfp4.py, read in the 0.10.2, 0.11.0 and 0.12.0
 # wheels; from 0.19.0 fused_moe/oracle/mxfp4.py): Marlin wherever the GPU is older than sm_90, and before 0.12.0 on
-# every GPU (its wheels neither require nor ship `triton_kernels`; 0.12.0 bundles them in vllm/third_party), which
-# pads each expert's hidden size to 256 and each GPU's share of its intermediate size to 128 ("n % 256 == 0 and k %
-# 128 == 0"). gpt-oss-120b on one GPU: 60.7 GiB checkpoint, 65.8 GiB padded; vLLM 0.10.1's log on an H100 says "Model
-# loading took 65.9651 GiB" (vllm-project/vllm#23278). From 0.12.0 Hopper and Blackwell run the Triton kernels, whose
-# Hopper layout pads these shapes by less than 1% (not modelled); 0.19.0 prefers FlashInfer's TRT-LLM kernel on sm_100
-# (hidden and intermediate to 256).
+# every GPU (its wheels neither require nor ship `triton_kernels`; 0.12.0 bundles them in vllm/third_party), which pads
+# each expert's hidden size to 256 and each GPU's share of its intermediate size to 128 ("n % 256 == 0 and k % 128 ==
+# 0"). gpt-oss-120b on one GPU: 60.7 GiB checkpoint, 65.8 GiB padded; a vLLM log on an H100 PCIe running Marlin
+# (vllm-project/vllm#23278, PyTorch 2.7.1: vLLM 0.10.1) says "Model loading took 65.9651 GiB". From 0.12.0 Hopper and
+# Blackwell run the Triton kernels, whose Hopper layout pads these shapes by less than 1% (not modelled); 0.19.0 prefers
+# FlashInfer's TRT-LLM kernel on sm_100 (hidden and intermediate to 256).
 VLLM_MXFP4_TRITON_SINCE = (0, 12, 0)
 VLLM_MXFP4_FLASHINFER_SINCE = (0, 19, 0)
 VLLM_MARLIN_EXPERT_PADDING = {"hidden": 256, "intermediate": 128}

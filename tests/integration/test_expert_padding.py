@@ -41,8 +41,8 @@ def test_the_padded_experts_take_the_bytes_of_their_padded_shapes(tp, share):
 
 
 def test_gpt_oss_120b_padded_as_marlin_pads_it_weighs_what_vllm_logs():
-    # vLLM 0.10.1 on one H100, Marlin: "Model loading took 65.9651 GiB" (vllm-project/vllm#23278); the checkpoint's
-    # shapes give 60.7 GiB. The rest of the log's figure is buffers the model builds beside its weights.
+    # A vLLM log on one H100 PCIe running Marlin (vllm-project/vllm#23278, PyTorch 2.7.1: vLLM 0.10.1): "Model loading
+    # took 65.9651 GiB"; the checkpoint's shapes give 60.7 GiB. The 0.15 GiB between the two is not accounted for here.
     oss = load_hf_config(GPT_OSS_120B)
     gib = 1 << 30
     assert weight_bytes_per_gpu(oss, "mxfp4") / gib == pytest.approx(60.69, abs=0.01)
