@@ -202,14 +202,14 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
             weight_dtype=q.weights, kv_dtype=q.kv_cache, gpu_memory_utilization=utilization,
             reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
             max_num_seqs=s.max_num_seqs, score_bytes=score_bytes, expert_padding=expert_padding(scenario),
-            **_window_memory(scenario))
+            logit_bytes=scenario.kv_cache.sampler_bytes_per_logit, **_window_memory(scenario))
         return min(of_free(c).num_tokens for c in stages)
     cap = of_free(kv_capacity(model, gpu, tensor_parallel=tp, weight_dtype=q.weights, kv_dtype=q.kv_cache,
                               gpu_memory_utilization=utilization, reserve_bytes=scenario.kv_cache.reserve_bytes,
                               max_num_batched_tokens=token_budget,
                               max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
                               score_bytes=score_bytes, expert_padding=expert_padding(scenario),
-                              **_window_memory(scenario)))
+                              logit_bytes=scenario.kv_cache.sampler_bytes_per_logit, **_window_memory(scenario)))
     if draft is None:
         return cap.num_tokens
     # The draft model's weights share the GPU, and every token also keeps the draft's KV.

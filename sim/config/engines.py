@@ -216,6 +216,14 @@ def _vllm_window_memory(ctx: Context, notes: list[str]) -> dict[str, Any]:
 # (vllm-project/vllm#23278, PyTorch 2.7.1: vLLM 0.10.1) says "Model loading took 65.9651 GiB". From 0.12.0 Hopper and
 # Blackwell run the Triton kernels, whose Hopper layout pads these shapes by less than 1% (not modelled); 0.19.0 prefers
 # FlashInfer's TRT-LLM kernel on sm_100 (hidden and intermediate to 256).
+# vLLM V1's memory profile (vllm/v1/worker/gpu_model_runner.py profile_run, read in the 0.10.2 and 0.11.0 wheels) ends
+# with `_dummy_sampler_run`: max_num_seqs rows of logits through its sampler with top-k and top-p set, "to profile the
+# worst case". With FlashInfer (vLLM's Docker images ship it), at the peak it holds the bf16 logits (2 bytes each), their
+# fp32 copy (4), FlashInfer's top-k-masked copy (4) and its softmax (4): 14 bytes a logit, vllm/v1/sample/sampler.py
+# and ops/topk_topp_sampler.py `flashinfer_sample` -> flashinfer.sampling.top_k_top_p_sampling_from_logits. Without
+# FlashInfer (a pip install before 0.19 without the flashinfer extra) PyTorch's path sorts them (values and int64
+# indices) and holds about 28: set kv_cache.sampler_bytes_per_logit to it. gpt-oss-120b at 1,024 rows: 2.7 GiB.
+VLLM_SAMPLER_BYTES_PER_LOGIT = 14.0
 VLLM_MXFP4_TRITON_SINCE = (0, 12, 0)
 VLLM_MXFP4_FLASHINFER_SINCE = (0, 19, 0)
 VLLM_MARLIN_EXPERT_PADDING = {"hidden": 256, "intermediate": 128}
@@ -255,6 +263,10 @@ def _derive_vllm(ctx: Context) -> PresetResult:
     notes: list[str] = []
     v1 = v >= (0, 8)
     if v1:
+        values["kv_cache.sampler_bytes_per_logit"] = VLLM_SAMPLER_BYTES_PER_LOGIT  # its profiling run's sampler
+        notes.append(f"vLLM {ctx.version_text}: its memory profile's sampler holds {VLLM_SAMPLER_BYTES_PER_LOGIT:g} "
+                     "bytes a logit over max_num_seqs rows, FlashInfer's path as vLLM's Docker images ship it "
+                     "(PyTorch's, without FlashInfer: about 28, kv_cache.sampler_bytes_per_logit)")
         # V1 (the default engine from 0.8.0): chunked prefill always on, decodes and prefill chunks share a step.
         if flags.get("num_scheduler_steps", 1) != 1:
             raise ConfigError(f"engine.num_scheduler_steps: {flags['num_scheduler_steps']} is not a flag of vLLM "
@@ -981,11 +993,13 @@ def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs
     q = ctx.raw.get("quantization") or {}
     try:
         pad = q.get("expert_padding")
+        logit_bytes = _get(ctx.raw, "kv_cache.sampler_bytes_per_logit")
         cap = kv_capacity(ctx.model, ctx.gpu, tensor_parallel=ctx.tensor_parallel,
                           weight_dtype=q.get("weights", "bf16"), kv_dtype=q.get("kv_cache", "bf16"),
                           gpu_memory_utilization=utilization, max_num_batched_tokens=token_budget,
                           max_num_seqs=max_num_seqs, **(window or {}),
-                          expert_padding=(pad["hidden"], pad["intermediate"]) if isinstance(pad, dict) else None)
+                          expert_padding=(pad["hidden"], pad["intermediate"]) if isinstance(pad, dict) else None,
+                          **({} if logit_bytes is None else {"logit_bytes": logit_bytes}))
     except Exception:  # noqa: BLE001  (validation reports a model that does not fit, in its own words)
         return None
     return cap.num_tokens

@@ -33,7 +33,7 @@ from sim.errors import ConfigError
 from sim.model.catalog import get_model
 from sim.model.hf_config import read_model_ref
 from sim.model.interconnects import INTERCONNECTS
-from sim.model.memory import FP8_COMPUTE_DEFAULT, WEIGHT_DTYPES, WINDOW_MEMORY, WINDOW_POOL_RATIO
+from sim.model.memory import FP8_COMPUTE_DEFAULT, LOGIT_BYTES, WEIGHT_DTYPES, WINDOW_MEMORY, WINDOW_POOL_RATIO
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
 from sim.workload.arrivals import MAX_RATE_PER_S
@@ -287,6 +287,10 @@ class KVCacheSpec(_Strict):
         "hole that fits, or power-of-two buddy blocks")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="fraction of HBM the engine may use")
     reserve_bytes: int = Field(0, ge=0, description="extra bytes per GPU kept free")
+    sampler_bytes_per_logit: float = Field(LOGIT_BYTES, gt=0, le=64, description=(
+        "bytes per sampled row and vocabulary entry the engine's memory profile holds at its sampler's peak (its "
+        f"copies of the logits), taken from the KV budget for max_num_seqs rows; default {LOGIT_BYTES:g}: one fp32 "
+        "copy. The vLLM preset sets its own (sim/config/engines.py VLLM_SAMPLER_BYTES_PER_LOGIT)"))
     capacity_tokens: int | None = Field(None, ge=1, description="override the computed KV capacity (tokens)")
     free_memory_fraction: float | None = Field(
         None, gt=0, le=1, description="the KV cache takes this fraction of the memory left after the weights and "

@@ -39,7 +39,7 @@ _ZERO_POINT_BYTES = 0.5  # int4 (GPTQ/AWQ-style asymmetric) also stores a 4-bit 
 # Quantization schemes leave embeddings, lm_head, norms and biases in 16 bits.
 _UNQUANTIZED_BYTES = DTYPE_BYTES["bf16"]
 _ACTIVATION_BYTES = DTYPE_BYTES["bf16"]
-_LOGIT_BYTES = DTYPE_BYTES["fp32"]  # samplers upcast logits to fp32
+LOGIT_BYTES = DTYPE_BYTES["fp32"]  # samplers upcast the logits to fp32: one copy (kv_cache.sampler_bytes_per_logit)
 
 
 def _dtype_bytes(dtype: str, allowed: tuple[str, ...], field: str) -> float:
@@ -282,7 +282,8 @@ def weight_bytes(model: ModelSpec, weight_dtype: str = "bf16", group_size: int =
 
 
 def activation_bytes(
-    model: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tensor_parallel: int = 1
+    model: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tensor_parallel: int = 1,
+    logit_bytes: float = LOGIT_BYTES,
 ) -> int:
     """Estimated peak activation bytes per GPU of one forward pass over a full batch.
 
@@ -290,7 +291,9 @@ def activation_bytes(
     the residual stream and the current layer's input ([tokens, hidden] each, bf16), plus the widest
     intermediate output of any weight matrix on this GPU (e.g. gate_up: [tokens, 2*ffn/tp]; for MoE
     each token's copy for each of its active experts), plus fp32 logits over the full vocabulary for
-    the sampled rows (at most one per sequence). Attention scores are not counted here: FlashAttention never
+    the sampled rows (at most one per sequence), `logit_bytes` per row and vocabulary entry (an engine's sampler
+    may hold several copies of them at once: `kv_cache.sampler_bytes_per_logit`). Attention scores are not counted
+    here: FlashAttention never
     forms them, and a kernel that materializes them reserves their bytes apart
     (`sim.model.attention_io.score_activation_bytes`, the `score_bytes` of `kv_capacity`). Like vLLM's profiling
     run, this sizes the worst step the scheduler may plan.
@@ -308,7 +311,9 @@ def activation_bytes(
     )
     hidden = (2 * tokens * model.hidden_size + tokens * widest) * _ACTIVATION_BYTES
     sampled_rows = min(max_num_seqs, tokens)
-    logits = sampled_rows * model.vocab_size * _LOGIT_BYTES
+    if not logit_bytes > 0:
+        raise ConfigError(f"logit_bytes: {logit_bytes!r} is not allowed; allowed: a number > 0")
+    logits = sampled_rows * model.vocab_size * logit_bytes
     return math.ceil(hidden + logits)
 
 
@@ -362,6 +367,7 @@ def kv_capacity(
     window_memory: str = "shared_pool",
     window_pool_ratio: float = WINDOW_POOL_RATIO,
     expert_padding: ExpertPadding | None = None,
+    logit_bytes: float = LOGIT_BYTES,
 ) -> KVCapacity:
     """The memory left for KV cache on each GPU after weights, activations (with `score_bytes` of materialized
     attention scores, `sim.model.attention_io.score_activation_bytes`) and a reserve, in token slots of
@@ -371,7 +377,7 @@ def kv_capacity(
     """
     usable = usable_bytes(gpu, gpu_memory_utilization, reserve_bytes)
     weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel, expert_padding=expert_padding)
-    activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel)
+    activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel, logit_bytes)
     per_token = kv_slot_bytes(model, kv_dtype, tensor_parallel, window_memory=window_memory,
                               window_pool_ratio=window_pool_ratio)
     needed = weights + activations + score_bytes + reserve_bytes
@@ -468,6 +474,7 @@ def pipeline_kv_capacity(
     window_memory: str = "shared_pool",
     window_pool_ratio: float = WINDOW_POOL_RATIO,
     expert_padding: ExpertPadding | None = None,
+    logit_bytes: float = LOGIT_BYTES,
 ) -> list[KVCapacity]:
     """`kv_capacity` for each pipeline stage's GPUs. Every stage keeps its own layers' KV for every token in
     flight, so the replica holds as many tokens as its tightest stage: min(c.num_tokens for c in the list).
@@ -476,7 +483,7 @@ def pipeline_kv_capacity(
     stage; only the last computes logits, so this over-counts the others' by the logits buffer, conservative).
     """
     usable = usable_bytes(gpu, gpu_memory_utilization, reserve_bytes)
-    activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel)
+    activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel, logit_bytes)
     out = []
     for stage, layers in enumerate(pipeline_stage_layers(model.num_layers, pipeline_parallel)):
         weights = stage_weight_bytes_per_gpu(model, stage, pipeline_parallel, weight_dtype, tensor_parallel,

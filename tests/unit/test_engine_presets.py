@@ -467,3 +467,24 @@ def test_a_preset_whose_front_end_does_not_queue_says_so_unless_the_user_adds_wo
                 "latency_s": 0.03}
     own = scenario(engine, frontend=frontend)
     assert own.frontend.per_request_s == 0.004 and FRONTEND_CAPACITY_NOTE not in own.engine.notes
+
+
+def test_vllm_v1s_memory_profile_holds_its_samplers_copies_of_the_logits():
+    # vLLM V1's profiling run samples max_num_seqs rows with top-k and top-p set; FlashInfer's path holds the bf16
+    # logits, their fp32 copy, the top-k-masked copy and its softmax: 2 + 4 + 4 + 4 bytes a logit
+    from sim.model.memory import LOGIT_BYTES, activation_bytes
+    from sim.run import deployment_of
+    v1 = scenario({"name": "vllm", "version": "0.11.0"})
+    assert v1.kv_cache.sampler_bytes_per_logit == 14 and any("14 bytes a logit" in n for n in v1.engine.notes)
+    assert scenario({"name": "vllm", "version": "0.6.0"}).kv_cache.sampler_bytes_per_logit == LOGIT_BYTES  # V0: not read
+    own = scenario({"name": "vllm", "version": "0.11.0"}, kv_cache={"sampler_bytes_per_logit": 28})
+    assert own.kv_cache.sampler_bytes_per_logit == 28  # a user's own (PyTorch's sort-based path) wins
+    model = get_model("llama-3.1-8b")
+    rows = v1.scheduler.max_num_seqs  # 1,024 on an H100, below the 8,192-token budget
+    extra = activation_bytes(model, 8192, rows, logit_bytes=14) - activation_bytes(model, 8192, rows)
+    assert extra == pytest.approx(10 * rows * model.vocab_size, abs=1)
+    plain = scenario({"name": "vllm", "version": "0.11.0"}, kv_cache={"sampler_bytes_per_logit": LOGIT_BYTES})
+    d, p = deployment_of(v1), deployment_of(plain)
+    assert p.kv_capacity_tokens - d.kv_capacity_tokens == pytest.approx(extra / d.kv_bytes_per_token_per_gpu, abs=2)
+    with pytest.raises(ConfigError):
+        activation_bytes(model, 8192, rows, logit_bytes=0)
