@@ -208,6 +208,17 @@ def _vllm_window_memory(ctx: Context, notes: list[str]) -> dict[str, Any]:
     return {"kv_cache.window_memory": "shared_pool"}
 
 
+# vLLM V1's memory profile (vllm/v1/worker/gpu_model_runner.py profile_run, read in the 0.10.2 and 0.11.0 wheels) ends
+# with `_dummy_sampler_run`: max_num_seqs rows of logits through its sampler with top-k and top-p set, "to profile the
+# worst case". With FlashInfer (vLLM's Docker images ship it: docker/Dockerfile's vllm-base stage installs it on
+# x86_64), at the peak it holds the bf16 logits (2 bytes each), their fp32 copy (4), FlashInfer's top-k-masked copy (4)
+# and its softmax (4): 14 bytes a logit, vllm/v1/sample/sampler.py and ops/topk_topp_sampler.py `flashinfer_sample` ->
+# flashinfer.sampling.top_k_top_p_sampling_from_logits. Without FlashInfer (a pip install before 0.19 without the
+# flashinfer extra) PyTorch's path sorts them (values and int64 indices) and holds about 28: set
+# kv_cache.sampler_bytes_per_logit to it. gpt-oss-120b at 1,024 rows: 2.7 GiB.
+VLLM_SAMPLER_BYTES_PER_LOGIT = 14.0
+
+
 # vLLM's MXFP4 MoE kernels (vllm/model_executor/layers/quantization/mxfp4.py, read in the 0.10.2, 0.11.0 and 0.12.0
 # wheels; from 0.19.0 fused_moe/oracle/mxfp4.py): Marlin wherever the GPU is older than sm_90, and before 0.12.0 on
 # every GPU (its wheels neither require nor ship `triton_kernels`; 0.12.0 bundles them in vllm/third_party), which pads
@@ -216,14 +227,6 @@ def _vllm_window_memory(ctx: Context, notes: list[str]) -> dict[str, Any]:
 # (vllm-project/vllm#23278, PyTorch 2.7.1: vLLM 0.10.1) says "Model loading took 65.9651 GiB". From 0.12.0 Hopper and
 # Blackwell run the Triton kernels, whose Hopper layout pads these shapes by less than 1% (not modelled); 0.19.0 prefers
 # FlashInfer's TRT-LLM kernel on sm_100 (hidden and intermediate to 256).
-# vLLM V1's memory profile (vllm/v1/worker/gpu_model_runner.py profile_run, read in the 0.10.2 and 0.11.0 wheels) ends
-# with `_dummy_sampler_run`: max_num_seqs rows of logits through its sampler with top-k and top-p set, "to profile the
-# worst case". With FlashInfer (vLLM's Docker images ship it), at the peak it holds the bf16 logits (2 bytes each), their
-# fp32 copy (4), FlashInfer's top-k-masked copy (4) and its softmax (4): 14 bytes a logit, vllm/v1/sample/sampler.py
-# and ops/topk_topp_sampler.py `flashinfer_sample` -> flashinfer.sampling.top_k_top_p_sampling_from_logits. Without
-# FlashInfer (a pip install before 0.19 without the flashinfer extra) PyTorch's path sorts them (values and int64
-# indices) and holds about 28: set kv_cache.sampler_bytes_per_logit to it. gpt-oss-120b at 1,024 rows: 2.7 GiB.
-VLLM_SAMPLER_BYTES_PER_LOGIT = 14.0
 VLLM_MXFP4_TRITON_SINCE = (0, 12, 0)
 VLLM_MXFP4_FLASHINFER_SINCE = (0, 19, 0)
 VLLM_MARLIN_EXPERT_PADDING = {"hidden": 256, "intermediate": 128}

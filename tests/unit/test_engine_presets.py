@@ -476,7 +476,8 @@ def test_vllm_v1s_memory_profile_holds_its_samplers_copies_of_the_logits():
     from sim.run import deployment_of
     v1 = scenario({"name": "vllm", "version": "0.11.0"})
     assert v1.kv_cache.sampler_bytes_per_logit == 14 and any("14 bytes a logit" in n for n in v1.engine.notes)
-    assert scenario({"name": "vllm", "version": "0.6.0"}).kv_cache.sampler_bytes_per_logit == LOGIT_BYTES  # V0: not read
+    v0 = scenario({"name": "vllm", "version": "0.6.0"})
+    assert v0.kv_cache.sampler_bytes_per_logit == LOGIT_BYTES  # V0's profile: not read
     own = scenario({"name": "vllm", "version": "0.11.0"}, kv_cache={"sampler_bytes_per_logit": 28})
     assert own.kv_cache.sampler_bytes_per_logit == 28  # a user's own (PyTorch's sort-based path) wins
     model = get_model("llama-3.1-8b")
