@@ -111,11 +111,9 @@ def residual_key(cost_model) -> str:
     from sim.cost.overhead import EngineOverheadCostModel
     from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCostModel
     from sim.cost.steps import StepProfileCostModel
-    from sim.cost.pipeline import LayerShareCostModel, PipelineCostModel
-    if isinstance(cost_model, PipelineCostModel):  # its stages are one kind of model, each a share of the layers
-        cost_model = cost_model.stages[0]
-    if isinstance(cost_model, LayerShareCostModel):
-        cost_model = cost_model.whole
+    from sim.cost.pipeline import PipelineCostModel
+    if isinstance(cost_model, PipelineCostModel):
+        cost_model = cost_model.stage_model
     while isinstance(cost_model, (EngineOverheadCostModel, SpeculativeCostModel)):
         cost_model = cost_model.kernels if isinstance(cost_model, EngineOverheadCostModel) else cost_model.target
     if isinstance(cost_model, MeasuredCostModel):

@@ -175,10 +175,12 @@ def _window_memory(scenario: Scenario) -> dict:
     return {"window_memory": kv.window_memory, "window_pool_ratio": kv.window_pool_ratio}
 
 
-def expert_padding(scenario: Scenario) -> tuple[int, int] | None:
-    """(hidden, intermediate) multiples the engine pads the routed experts to, as the memory arithmetic takes them."""
+def _engine_memory(scenario: Scenario) -> dict:
+    """How the engine's own memory differs from the checkpoint's arithmetic, as `kv_capacity` takes it: where it keeps
+    a hybrid model's sliding layers, how it pads the routed experts, what its profile's sampler holds per logit."""
     pad = scenario.quantization.expert_padding
-    return None if pad is None else (pad.hidden, pad.intermediate)
+    return {**_window_memory(scenario), "expert_padding": None if pad is None else (pad.hidden, pad.intermediate),
+            "logit_bytes": scenario.kv_cache.sampler_bytes_per_logit}
 
 
 def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,
@@ -201,15 +203,13 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
             model, gpu, pipeline_parallel=scenario.hardware.pipeline_parallel, tensor_parallel=tp,
             weight_dtype=q.weights, kv_dtype=q.kv_cache, gpu_memory_utilization=utilization,
             reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
-            max_num_seqs=s.max_num_seqs, score_bytes=score_bytes, expert_padding=expert_padding(scenario),
-            logit_bytes=scenario.kv_cache.sampler_bytes_per_logit, **_window_memory(scenario))
+            max_num_seqs=s.max_num_seqs, score_bytes=score_bytes, **_engine_memory(scenario))
         return min(of_free(c).num_tokens for c in stages)
     cap = of_free(kv_capacity(model, gpu, tensor_parallel=tp, weight_dtype=q.weights, kv_dtype=q.kv_cache,
                               gpu_memory_utilization=utilization, reserve_bytes=scenario.kv_cache.reserve_bytes,
                               max_num_batched_tokens=token_budget,
                               max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
-                              score_bytes=score_bytes, expert_padding=expert_padding(scenario),
-                              logit_bytes=scenario.kv_cache.sampler_bytes_per_logit, **_window_memory(scenario)))
+                              score_bytes=score_bytes, **_engine_memory(scenario)))
     if draft is None:
         return cap.num_tokens
     # The draft model's weights share the GPU, and every token also keeps the draft's KV.

@@ -243,14 +243,14 @@ def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
         why = (f"sm_{capability[0]}{capability[1]} has no FP4" if capability < (9, 0) else
                "its wheel ships no triton_kernels; with them installed it runs its Triton kernel, which pads "
                "nothing here: quantization.expert_padding: null")
-        notes.append(f"vLLM {ctx.version_text}: MXFP4 experts run by Marlin ({why}), stored padded to hidden 256 "
-                     "and each GPU's intermediate to 128")
-        return {"quantization.expert_padding": dict(VLLM_MARLIN_EXPERT_PADDING)}
-    if ctx.version >= VLLM_MXFP4_FLASHINFER_SINCE and (10, 0) <= capability < (11, 0):
-        notes.append(f"vLLM {ctx.version_text}: MXFP4 experts run by FlashInfer's TRT-LLM kernel on sm_100, stored "
-                     "padded to hidden 256 and each GPU's intermediate to 256")
-        return {"quantization.expert_padding": dict(VLLM_FLASHINFER_EXPERT_PADDING)}
-    return {}
+        kernel, pad = f"Marlin ({why})", VLLM_MARLIN_EXPERT_PADDING
+    elif ctx.version >= VLLM_MXFP4_FLASHINFER_SINCE and (10, 0) <= capability < (11, 0):
+        kernel, pad = "FlashInfer's TRT-LLM kernel on sm_100", VLLM_FLASHINFER_EXPERT_PADDING
+    else:
+        return {}
+    notes.append(f"vLLM {ctx.version_text}: MXFP4 experts run by {kernel}, stored padded to hidden {pad['hidden']} "
+                 f"and each GPU's intermediate to {pad['intermediate']}")
+    return {"quantization.expert_padding": dict(pad)}
 
 
 def _derive_vllm(ctx: Context) -> PresetResult:

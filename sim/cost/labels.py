@@ -61,11 +61,11 @@ def cost_model_label(cost_model) -> str:
 
 
 def _stage_label(pipeline: PipelineCostModel) -> str:
-    """What prices a pipeline's stages: the whole model's cost model each stage takes its share of, or the roofline
-    of its own layers with the driver's CPU terms (`sim.run._pipeline_cost_model`)."""
-    stage = pipeline.stages[0]
-    if isinstance(stage, LayerShareCostModel):
-        return cost_model_label(stage.whole)
+    """What prices a pipeline's stages (`PipelineCostModel.stage_model`): the whole model's cost model, or the roofline
+    of each stage's own layers with the driver's CPU terms (`sim.run._pipeline_cost_model`)."""
+    stage = pipeline.stage_model
+    if isinstance(pipeline.stages[0], LayerShareCostModel):
+        return cost_model_label(stage)
     kernels = stage.kernels if isinstance(stage, EngineOverheadCostModel) else stage
     driver = pipeline.driver
     if isinstance(driver, EngineOverhead):

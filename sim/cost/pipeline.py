@@ -95,6 +95,13 @@ class PipelineCostModel:
     def num_stages(self) -> int:
         return len(self.stages)
 
+    @property
+    def stage_model(self):
+        """What prices the stages (all alike): the whole model's cost model each takes its share of, or the first
+        stage's own model of its layers."""
+        stage = self.stages[0]
+        return stage.whole if isinstance(stage, LayerShareCostModel) else stage
+
     def __repr__(self) -> str:
         driver = f"; driver {self.driver!r}" if self.driver is not None else ""
         return (f"PipelineCostModel({self.num_stages} stages: {', '.join(map(repr, self.stages))}; "
