@@ -177,10 +177,12 @@ def _window_memory(scenario: Scenario) -> dict:
 
 def _engine_memory(scenario: Scenario) -> dict:
     """How the engine's own memory differs from the checkpoint's arithmetic, as `kv_capacity` takes it: where it keeps
-    a hybrid model's sliding layers, how it pads the routed experts, what its profile's sampler holds per logit."""
+    a hybrid model's sliding layers, how it pads the routed experts, what its profile's sampler holds per logit,
+    whether its KV budget leaves out the activations."""
     pad = scenario.quantization.expert_padding
     return {**_window_memory(scenario), "expert_padding": None if pad is None else (pad.hidden, pad.intermediate),
-            "logit_bytes": scenario.kv_cache.sampler_bytes_per_logit}
+            "logit_bytes": scenario.kv_cache.sampler_bytes_per_logit,
+            "profiled_activations": scenario.kv_cache.profile_activations}
 
 
 def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,

@@ -478,6 +478,7 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
     if fraction is None:
         fraction = next(f for tp, f in SGLANG_030_MEM_FRACTION_BY_TP if ctx.tensor_parallel >= tp)
     values["kv_cache.gpu_memory_utilization"] = fraction
+    values.update(_sglang_memory_rule(ctx, notes))
     running = flags.get("max_running_requests")
     if running is None:
         slots = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"],
@@ -512,12 +513,35 @@ def _sglang_batches(flags: dict, chunk: int) -> dict[str, Any]:
     return values
 
 
+# SGLang sizes its KV pool as the memory free once the weights are loaded, less (1 - mem_fraction_static) of the
+# GPU's (model_runner.py profile_max_num_token: rest_memory = available_gpu_memory - total_gpu_memory x (1 -
+# mem_fraction_static), read in the 0.3.0, 0.5.3.post3 and, as kv_cache_configurator.py _profile_available_bytes,
+# 0.5.23 wheels): no forward pass is profiled, and the activations run in the memory mem_fraction_static leaves out
+# (its reserved memory: 1.5 x the chunk and the CUDA graphs' batch, `_derive_sglang`).
+SGLANG_PROFILES_ACTIVATIONS = False
+
+
+def _sglang_profiles_activations(ctx: Context) -> bool:
+    """`kv_cache.profile_activations` as a scenario sets it, else SGLang's (SGLANG_PROFILES_ACTIVATIONS)."""
+    given = _get(ctx.raw, "kv_cache.profile_activations")
+    return SGLANG_PROFILES_ACTIVATIONS if given is None else bool(given)
+
+
+def _sglang_memory_rule(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """The preset's value of kv_cache.profile_activations and its note (none where the scenario profiles them)."""
+    if not _sglang_profiles_activations(ctx):
+        notes.append(f"SGLang {ctx.version_text}: its KV pool is mem_fraction_static of the GPU less the weights, the "
+                     "activations left to the rest (model_runner.py profile_max_num_token; "
+                     "kv_cache.profile_activations: false)")
+    return {"kv_cache.profile_activations": SGLANG_PROFILES_ACTIVATIONS}
+
+
 def _sglang_request_slots(ctx: Context, fraction: float, token_budget: int, cap: int,
                           notes: list[str], window: dict | None = None) -> tuple[int, int | None]:
     """(max_num_reqs, KV tokens) as model_runner.py sizes its request pool: min(max(KV tokens / context_len x 512,
     2048), cap), the cap 5120 in 0.3.0 and 4096 in 0.5.x; (cap, None) when the model is not resolved (said).
     `window`: where a hybrid model's sliding layers are kept (`_sglang_window_memory`)."""
-    kv_tokens = _kv_tokens(ctx, fraction, token_budget, cap, window)
+    kv_tokens = _kv_tokens(ctx, fraction, token_budget, cap, window, _sglang_profiles_activations(ctx))
     context_len = ctx.max_model_len()
     if kv_tokens is None or context_len is None:
         notes.append(f"SGLang max_num_reqs: {cap} (its upper clip) taken: the model was not resolved")
@@ -647,6 +671,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
             reserved = max(reserved, 10 * 1024)
         fraction = round((gpu_mib - reserved) / gpu_mib, 3)
     values["kv_cache.gpu_memory_utilization"] = fraction
+    values.update(_sglang_memory_rule(ctx, notes))
     conservativeness = flags.get("schedule_conservativeness", 1.0)
     init = min(SGLANG_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
     values["scheduler.new_token_ratio"] = {"init": init, "min": min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0),
@@ -987,9 +1012,10 @@ def _window_memory_not_read(ctx: Context, engine: str, notes: list[str]) -> None
 
 
 def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs: int,
-               window: dict | None = None) -> int | None:
+               window: dict | None = None, profiled_activations: bool = True) -> int | None:
     """KV token slots at this memory fraction (a hybrid model's sliding layers kept as `window` says: `window_memory`,
-    `window_pool_ratio`), or None when the model is not resolved or does not fit."""
+    `window_pool_ratio`; the activations left out of the budget or not: `kv_cache.profile_activations`), or None
+    when the model is not resolved or does not fit."""
     if ctx.model is None:
         return None
     from sim.model.memory import kv_capacity
@@ -1002,6 +1028,7 @@ def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs
                           gpu_memory_utilization=utilization, max_num_batched_tokens=token_budget,
                           max_num_seqs=max_num_seqs, **(window or {}),
                           expert_padding=(pad["hidden"], pad["intermediate"]) if isinstance(pad, dict) else None,
+                          profiled_activations=profiled_activations,
                           **({} if logit_bytes is None else {"logit_bytes": logit_bytes}))
     except Exception:  # noqa: BLE001  (validation reports a model that does not fit, in its own words)
         return None

@@ -291,6 +291,11 @@ class KVCacheSpec(_Strict):
         "bytes per sampled row and vocabulary entry the engine's memory profile holds at its sampler's peak (its "
         f"copies of the logits), taken from the KV budget for max_num_seqs rows; default {LOGIT_BYTES:g}: one fp32 "
         "copy. The vLLM preset sets its own (sim/config/engines.py VLLM_SAMPLER_BYTES_PER_LOGIT)"))
+    profile_activations: bool = Field(True, description=(
+        "the KV budget is what gpu_memory_utilization leaves after the weights and the largest step's peak "
+        "activations, as an engine that profiles a forward pass before sizing its cache has it (vLLM, TensorRT-LLM); "
+        "false: after the weights alone, the activations living in the memory outside the fraction, as SGLang's "
+        "mem_fraction_static has it (its preset sets false)"))
     capacity_tokens: int | None = Field(None, ge=1, description="override the computed KV capacity (tokens)")
     free_memory_fraction: float | None = Field(
         None, gt=0, le=1, description="the KV cache takes this fraction of the memory left after the weights and "

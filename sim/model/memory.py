@@ -285,18 +285,20 @@ def activation_bytes(
     model: ModelSpec, max_num_batched_tokens: int, max_num_seqs: int, tensor_parallel: int = 1,
     logit_bytes: float = LOGIT_BYTES,
 ) -> int:
-    """Estimated peak activation bytes per GPU of one forward pass over a full batch.
+    """Estimated peak activation bytes per GPU of one step over a full batch: its forward pass, then its sampling.
 
-    Layers run one after another and their buffers are reused, so the peak is one layer's worth:
+    Layers run one after another and their buffers are reused, so the forward's peak is one layer's worth:
     the residual stream and the current layer's input ([tokens, hidden] each, bf16), plus the widest
     intermediate output of any weight matrix on this GPU (e.g. gate_up: [tokens, 2*ffn/tp]; for MoE
-    each token's copy for each of its active experts), plus fp32 logits over the full vocabulary for
-    the sampled rows (at most one per sequence), `logit_bytes` per row and vocabulary entry (an engine's sampler
-    may hold several copies of them at once: `kv_cache.sampler_bytes_per_logit`). Attention scores are not counted
-    here: FlashAttention never
-    forms them, and a kernel that materializes them reserves their bytes apart
-    (`sim.model.attention_io.score_activation_bytes`, the `score_bytes` of `kv_capacity`). Like vLLM's profiling
-    run, this sizes the worst step the scheduler may plan.
+    each token's copy for each of its active experts). Those buffers are freed when the forward returns; the
+    sampler then holds the forward's output ([tokens, hidden]) and the logits over the full vocabulary for the
+    sampled rows (at most one per sequence), `logit_bytes` per row and vocabulary entry (fp32 by default; an
+    engine's sampler may hold several copies at once: `kv_cache.sampler_bytes_per_logit`). The peak is the larger
+    of the two phases, as vLLM V1's profiling run measures it (`profile_run`: `_dummy_run`, whose output it keeps,
+    then `_dummy_sampler_run`, one peak over both; vllm/v1/worker/gpu_model_runner.py, read in the 0.11.0 wheel).
+    Attention scores are not counted here: FlashAttention never forms them, and a kernel that materializes them
+    reserves their bytes apart (`sim.model.attention_io.score_activation_bytes`, the `score_bytes` of
+    `kv_capacity`). Like vLLM's profiling run, this sizes the worst step the scheduler may plan.
     """
     check_tensor_parallel(model, tensor_parallel)
     _positive_int(max_num_batched_tokens, "max_num_batched_tokens")
@@ -309,12 +311,12 @@ def activation_bytes(
         for _, gpu_shapes in gpu_layer_groups(model, tensor_parallel)
         for g in gpu_shapes
     )
-    hidden = (2 * tokens * model.hidden_size + tokens * widest) * _ACTIVATION_BYTES
+    forward = (2 * tokens * model.hidden_size + tokens * widest) * _ACTIVATION_BYTES
     sampled_rows = min(max_num_seqs, tokens)
     if not logit_bytes > 0:
         raise ConfigError(f"logit_bytes: {logit_bytes!r} is not allowed; allowed: a number > 0")
-    logits = sampled_rows * model.vocab_size * logit_bytes
-    return math.ceil(hidden + logits)
+    sampling = tokens * model.hidden_size * _ACTIVATION_BYTES + sampled_rows * model.vocab_size * logit_bytes
+    return math.ceil(max(forward, sampling))
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,16 +370,20 @@ def kv_capacity(
     window_pool_ratio: float = WINDOW_POOL_RATIO,
     expert_padding: ExpertPadding | None = None,
     logit_bytes: float = LOGIT_BYTES,
+    profiled_activations: bool = True,
 ) -> KVCapacity:
     """The memory left for KV cache on each GPU after weights, activations (with `score_bytes` of materialized
     attention scores, `sim.model.attention_io.score_activation_bytes`) and a reserve, in token slots of
-    `kv_slot_bytes` (a hybrid model's sliding layers kept as `window_memory` says).
+    `kv_slot_bytes` (a hybrid model's sliding layers kept as `window_memory` says). `profiled_activations` False:
+    the utilization's share is taken after the weights alone, the activations living in the memory outside it
+    (SGLang's mem_fraction_static; `kv_cache.profile_activations`).
 
     Raises DoesNotFitError when nothing is left.
     """
     usable = usable_bytes(gpu, gpu_memory_utilization, reserve_bytes)
     weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel, expert_padding=expert_padding)
-    activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel, logit_bytes)
+    activations = (activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel, logit_bytes)
+                   if profiled_activations else 0)
     per_token = kv_slot_bytes(model, kv_dtype, tensor_parallel, window_memory=window_memory,
                               window_pool_ratio=window_pool_ratio)
     needed = weights + activations + score_bytes + reserve_bytes
@@ -475,6 +481,7 @@ def pipeline_kv_capacity(
     window_pool_ratio: float = WINDOW_POOL_RATIO,
     expert_padding: ExpertPadding | None = None,
     logit_bytes: float = LOGIT_BYTES,
+    profiled_activations: bool = True,
 ) -> list[KVCapacity]:
     """`kv_capacity` for each pipeline stage's GPUs. Every stage keeps its own layers' KV for every token in
     flight, so the replica holds as many tokens as its tightest stage: min(c.num_tokens for c in the list).
@@ -483,7 +490,8 @@ def pipeline_kv_capacity(
     stage; only the last computes logits, so this over-counts the others' by the logits buffer, conservative).
     """
     usable = usable_bytes(gpu, gpu_memory_utilization, reserve_bytes)
-    activations = activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel, logit_bytes)
+    activations = (activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel, logit_bytes)
+                   if profiled_activations else 0)
     out = []
     for stage, layers in enumerate(pipeline_stage_layers(model.num_layers, pipeline_parallel)):
         weights = stage_weight_bytes_per_gpu(model, stage, pipeline_parallel, weight_dtype, tensor_parallel,

@@ -84,12 +84,14 @@ def test_kv_per_gpu_and_capacity_follow_the_tightest_stage():
     # the replica's whole token (swapped bytes) is all 80 layers on both ranks.
     assert d.kv_bytes_per_token_per_stage_gpu == 20 * 2 * 4 * 128 * 2
     assert d.kv_bytes_per_token == 80 * 2 * 8 * 128 * 2
-    # The first and last stages hold a vocabulary table more than the middle ones, so they bound the replica.
+    # The first and last stages hold a vocabulary table more than the middle ones, and the last its final norm too
+    # (8,192 bf16 weights), so the last bounds the replica.
     usable = int(d.gpu.hbm_bytes * 0.9)
     from sim.model.memory import activation_bytes
     act = activation_bytes(model, d.max_num_batched_tokens, 256, 2)
-    tightest = usable - stage_weight_bytes_per_gpu(model, 0, 4, "bf16", 2) - act
-    assert stage_weight_bytes_per_gpu(model, 0, 4, "bf16", 2) > stage_weight_bytes_per_gpu(model, 1, 4, "bf16", 2)
+    first, middle, last = (stage_weight_bytes_per_gpu(model, stage, 4, "bf16", 2) for stage in (0, 1, 3))
+    assert first > middle and last - first == 8192 * 2
+    tightest = usable - last - act
     assert d.kv_capacity_tokens == tightest // stage_kv_bytes_per_token(model, 20, "bf16", 2)
 
 

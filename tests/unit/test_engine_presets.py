@@ -483,9 +483,35 @@ def test_vllm_v1s_memory_profile_holds_its_samplers_copies_of_the_logits():
     model = get_model("llama-3.1-8b")
     rows = v1.scheduler.max_num_seqs  # 1,024 on an H100, below the 8,192-token budget
     extra = activation_bytes(model, 8192, rows, logit_bytes=14) - activation_bytes(model, 8192, rows)
-    assert extra == pytest.approx(10 * rows * model.vocab_size, abs=1)
+    # 14 bytes a logit put the sampling phase (the forward's output and the logits) above the forward's peak, which
+    # 4 bytes a logit leave it under: the extra is the sampling phase's excess over the forward
+    forward = (2 * 8192 * model.hidden_size + 8192 * 2 * model.ffn_size) * 2
+    sampling = 8192 * model.hidden_size * 2 + rows * model.vocab_size * 14
+    assert sampling > forward > 8192 * model.hidden_size * 2 + rows * model.vocab_size * 4
+    assert extra == sampling - forward
     plain = scenario({"name": "vllm", "version": "0.11.0"}, kv_cache={"sampler_bytes_per_logit": LOGIT_BYTES})
     d, p = deployment_of(v1), deployment_of(plain)
     assert p.kv_capacity_tokens - d.kv_capacity_tokens == pytest.approx(extra / d.kv_bytes_per_token_per_gpu, abs=2)
     with pytest.raises(ConfigError):
         activation_bytes(model, 8192, rows, logit_bytes=0)
+
+
+def test_sglang_sizes_its_kv_pool_after_the_weights_alone():
+    # SGLang's KV pool: the memory free once the weights are loaded, less (1 - mem_fraction_static) of the GPU
+    # (model_runner.py profile_max_num_token); its activations run in that remainder, so none come out of the pool
+    from sim.model.memory import kv_slot_bytes, weight_bytes_per_gpu
+    from sim.run import deployment_of
+    model, gpu = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
+    for version in ("0.5.3.post3", "0.3.0"):
+        s = scenario({"name": "sglang", "version": version})
+        assert s.kv_cache.profile_activations is False
+        assert any("profile_max_num_token" in n for n in s.engine.notes)
+        pool = int(gpu.hbm_bytes * s.kv_cache.gpu_memory_utilization) - weight_bytes_per_gpu(model, "bf16", 1)
+        assert deployment_of(s).kv_capacity_tokens == pool // kv_slot_bytes(model, "bf16", 1)
+    own = scenario({"name": "sglang", "version": "0.5.3.post3"}, kv_cache={"profile_activations": True})
+    assert own.kv_cache.profile_activations is True  # a user's own wins, and the preset says nothing of it
+    assert not any("profile_max_num_token" in n for n in own.engine.notes)
+    default = scenario({"name": "sglang", "version": "0.5.3.post3"})
+    assert deployment_of(own).kv_capacity_tokens < deployment_of(default).kv_capacity_tokens
+    # vLLM profiles a forward pass and its sampler before sizing its cache: the activations come out of its budget
+    assert scenario({"name": "vllm", "version": "0.11.0"}).kv_cache.profile_activations is True

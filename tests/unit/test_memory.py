@@ -167,8 +167,19 @@ def test_activations_grow_with_tokens_and_shrink_with_tp():
     large = activation_bytes(llama, 8192, 256)
     assert 0 < small < large
     assert activation_bytes(llama, 8192, 256, tensor_parallel=4) < large
-    # fp32 logits for every sampled row are part of the peak.
-    assert activation_bytes(llama, 8192, 512) - large == 256 * llama.vocab_size * 4
+
+
+def test_activation_peak_is_the_larger_of_the_forward_and_the_sampling():
+    # Llama 3.1 8B, 8,192 tokens: the forward's peak holds the residual, the layer's input and gate_up's output
+    # (2 x 14,336 wide), bf16; the sampler then holds the forward's output and fp32 logits of the sampled rows.
+    llama = MODELS["llama-3.1-8b"]
+    forward = (2 * 8192 * 4096 + 8192 * 28672) * 2  # 604 MB
+    assert activation_bytes(llama, 8192, 256) == forward  # 67 MB + 256 rows x 128,256 x 4 = 198 MB: the forward
+    sampling = 8192 * 4096 * 2 + 2048 * 128256 * 4  # 1.12 GB
+    assert activation_bytes(llama, 8192, 2048) == sampling
+    # Below the forward's peak, more rows cost nothing; above it, each row costs its logits.
+    assert activation_bytes(llama, 8192, 300) == forward
+    assert activation_bytes(llama, 8192, 2049) - sampling == 128256 * 4
 
 
 def test_kv_capacity_llama_8b_on_h100():
@@ -182,6 +193,15 @@ def test_kv_capacity_llama_8b_on_h100():
     # Roughly 60 GB of an 80 GB card is left for KV after 16 GB of weights: hundreds of thousands of tokens.
     assert 1e5 < cap.num_tokens < 1e6
     assert cap.num_blocks(16) == cap.num_tokens // 16
+
+
+def test_kv_capacity_without_profiled_activations_is_the_fraction_less_the_weights():
+    llama, h100 = MODELS["llama-3.1-8b"], GPUS["h100-sxm"]
+    cap = kv_capacity(llama, h100, gpu_memory_utilization=0.835, profiled_activations=False)
+    assert cap.activation_bytes == 0
+    assert cap.kv_bytes == int(h100.hbm_bytes * 0.835) - weight_bytes(llama)
+    assert kv_capacity(llama, h100, gpu_memory_utilization=0.835).kv_bytes == cap.kv_bytes - activation_bytes(
+        llama, 8192, 256)
 
 
 def test_kv_capacity_responds_to_settings():
