@@ -175,14 +175,26 @@ def _window_memory(scenario: Scenario) -> dict:
     return {"window_memory": kv.window_memory, "window_pool_ratio": kv.window_pool_ratio}
 
 
+# kv_capacity's keyword for each scenario field that says how the engine's own memory differs from the checkpoint's
+# arithmetic: where it keeps a hybrid model's sliding layers, what its profile's sampler holds per logit, whether its
+# KV budget leaves out the activations (and, apart, how it pads the routed experts: `engine_memory`).
+_KV_CACHE_MEMORY_FIELDS = {"window_memory": "window_memory", "window_pool_ratio": "window_pool_ratio",
+                           "sampler_bytes_per_logit": "logit_bytes", "profile_activations": "profiled_activations"}
+
+
+def engine_memory(kv_cache: dict, quantization: dict) -> dict:
+    """kv_capacity's keyword arguments for the engine's own memory, from a scenario's kv_cache and quantization
+    sections as dicts, validated or raw (an engine preset sizes its limits before validation): a field left out
+    keeps kv_capacity's default. The one translation both the deployment and the presets use."""
+    out = {arg: kv_cache[name] for name, arg in _KV_CACHE_MEMORY_FIELDS.items() if kv_cache.get(name) is not None}
+    pad = quantization.get("expert_padding")
+    out["expert_padding"] = (pad["hidden"], pad["intermediate"]) if isinstance(pad, dict) else None
+    return out
+
+
 def _engine_memory(scenario: Scenario) -> dict:
-    """How the engine's own memory differs from the checkpoint's arithmetic, as `kv_capacity` takes it: where it keeps
-    a hybrid model's sliding layers, how it pads the routed experts, what its profile's sampler holds per logit,
-    whether its KV budget leaves out the activations."""
-    pad = scenario.quantization.expert_padding
-    return {**_window_memory(scenario), "expert_padding": None if pad is None else (pad.hidden, pad.intermediate),
-            "logit_bytes": scenario.kv_cache.sampler_bytes_per_logit,
-            "profiled_activations": scenario.kv_cache.profile_activations}
+    """`engine_memory` of a validated scenario."""
+    return engine_memory(scenario.kv_cache.model_dump(), scenario.quantization.model_dump())
 
 
 def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,

@@ -213,9 +213,9 @@ def _vllm_window_memory(ctx: Context, notes: list[str]) -> dict[str, Any]:
 # worst case". With FlashInfer (vLLM's Docker images ship it: docker/Dockerfile's vllm-base stage installs it on
 # x86_64), at the peak it holds the bf16 logits (2 bytes each), their fp32 copy (4), FlashInfer's top-k-masked copy (4)
 # and its softmax (4): 14 bytes a logit, vllm/v1/sample/sampler.py and ops/topk_topp_sampler.py `flashinfer_sample` ->
-# flashinfer.sampling.top_k_top_p_sampling_from_logits. Without FlashInfer (a pip install before 0.19 without the
-# flashinfer extra) PyTorch's path sorts them (values and int64 indices) and holds about 28: set
-# kv_cache.sampler_bytes_per_logit to it. gpt-oss-120b at 1,024 rows: 2.7 GiB.
+# flashinfer.sampling.top_k_top_p_sampling_from_logits. Without FlashInfer (a pip install before 0.12.0 without the
+# flashinfer extra: 0.12.0's METADATA requires flashinfer-python) PyTorch's path sorts them (values and int64
+# indices) and holds about 28: set kv_cache.sampler_bytes_per_logit to it. gpt-oss-120b at 1,024 rows: 2.7 GiB.
 VLLM_SAMPLER_BYTES_PER_LOGIT = 14.0
 
 
@@ -1018,18 +1018,17 @@ def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs
     when the model is not resolved or does not fit."""
     if ctx.model is None:
         return None
+    from sim.config.deployment import engine_memory
     from sim.model.memory import kv_capacity
     q = ctx.raw.get("quantization") or {}
-    try:
-        pad = q.get("expert_padding")
-        logit_bytes = _get(ctx.raw, "kv_cache.sampler_bytes_per_logit")
+    kv = ctx.raw.get("kv_cache") or {}
+    try:  # (a malformed section is validation's to report, in its own words)
+        memory = {**engine_memory(kv if isinstance(kv, dict) else {}, q if isinstance(q, dict) else {}),
+                  **(window or {}), "profiled_activations": profiled_activations}
         cap = kv_capacity(ctx.model, ctx.gpu, tensor_parallel=ctx.tensor_parallel,
                           weight_dtype=q.get("weights", "bf16"), kv_dtype=q.get("kv_cache", "bf16"),
                           gpu_memory_utilization=utilization, max_num_batched_tokens=token_budget,
-                          max_num_seqs=max_num_seqs, **(window or {}),
-                          expert_padding=(pad["hidden"], pad["intermediate"]) if isinstance(pad, dict) else None,
-                          profiled_activations=profiled_activations,
-                          **({} if logit_bytes is None else {"logit_bytes": logit_bytes}))
+                          max_num_seqs=max_num_seqs, **memory)
     except Exception:  # noqa: BLE001  (validation reports a model that does not fit, in its own words)
         return None
     return cap.num_tokens
