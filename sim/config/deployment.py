@@ -21,6 +21,7 @@ from sim.model.memory import (
     check_block_scales,
     check_expert_parallel,
     check_tensor_parallel,
+    engine_memory,
     kv_bytes_per_token,
     kv_capacity,
     kv_slot_bytes,
@@ -173,23 +174,6 @@ def _window_memory(scenario: Scenario) -> dict:
     arithmetic takes it."""
     kv = scenario.kv_cache
     return {"window_memory": kv.window_memory, "window_pool_ratio": kv.window_pool_ratio}
-
-
-# kv_capacity's keyword for each scenario field that says how the engine's own memory differs from the checkpoint's
-# arithmetic: where it keeps a hybrid model's sliding layers, what its profile's sampler holds per logit, whether its
-# KV budget leaves out the activations (and, apart, how it pads the routed experts: `engine_memory`).
-_KV_CACHE_MEMORY_FIELDS = {"window_memory": "window_memory", "window_pool_ratio": "window_pool_ratio",
-                           "sampler_bytes_per_logit": "logit_bytes", "profile_activations": "profiled_activations"}
-
-
-def engine_memory(kv_cache: dict, quantization: dict) -> dict:
-    """kv_capacity's keyword arguments for the engine's own memory, from a scenario's kv_cache and quantization
-    sections as dicts, validated or raw (an engine preset sizes its limits before validation): a field left out
-    keeps kv_capacity's default. The one translation both the deployment and the presets use."""
-    out = {arg: kv_cache[name] for name, arg in _KV_CACHE_MEMORY_FIELDS.items() if kv_cache.get(name) is not None}
-    pad = quantization.get("expert_padding")
-    out["expert_padding"] = (pad["hidden"], pad["intermediate"]) if isinstance(pad, dict) else None
-    return out
 
 
 def _engine_memory(scenario: Scenario) -> dict:

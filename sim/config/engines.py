@@ -1018,8 +1018,7 @@ def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs
     when the model is not resolved or does not fit."""
     if ctx.model is None:
         return None
-    from sim.config.deployment import engine_memory
-    from sim.model.memory import kv_capacity
+    from sim.model.memory import engine_memory, kv_capacity
     q = ctx.raw.get("quantization") or {}
     kv = ctx.raw.get("kv_cache") or {}
     try:  # (a malformed section is validation's to report, in its own words)

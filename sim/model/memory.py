@@ -354,6 +354,23 @@ def usable_bytes(gpu: GPUSpec, gpu_memory_utilization: float, reserve_bytes: int
     return int(gpu.hbm_bytes * gpu_memory_utilization)
 
 
+# kv_capacity's keyword for each scenario field that says how the engine's own memory differs from the checkpoint's
+# arithmetic: where it keeps a hybrid model's sliding layers, what its profile's sampler holds per logit, whether its
+# KV budget leaves out the activations (and, apart, how it pads the routed experts: `engine_memory`).
+_KV_CACHE_MEMORY_FIELDS = {"window_memory": "window_memory", "window_pool_ratio": "window_pool_ratio",
+                           "sampler_bytes_per_logit": "logit_bytes", "profile_activations": "profiled_activations"}
+
+
+def engine_memory(kv_cache: dict, quantization: dict) -> dict:
+    """kv_capacity's keyword arguments for the engine's own memory, from a scenario's kv_cache and quantization
+    sections as dicts, validated or raw (an engine preset sizes its limits before validation: sim/config/engines.py):
+    a field left out keeps kv_capacity's default. The one translation sim/config's deployment and presets both use."""
+    out = {arg: kv_cache[name] for name, arg in _KV_CACHE_MEMORY_FIELDS.items() if kv_cache.get(name) is not None}
+    pad = quantization.get("expert_padding")
+    out["expert_padding"] = (pad["hidden"], pad["intermediate"]) if isinstance(pad, dict) else None
+    return out
+
+
 def kv_capacity(
     model: ModelSpec,
     gpu: GPUSpec,
