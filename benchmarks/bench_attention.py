@@ -25,6 +25,14 @@ pricing without the CPU's terms (no cache, no first touch, no key block: what a 
 
     taskset -c 1 .venv/bin/python benchmarks/bench_attention.py [--threads 1] [--heads 2] [--head-dim 128] [lengths...]
 
+On a GPU (`--device cuda`): bf16, 8 heads × d 128 (a TP-4 shard's query heads of an 8B model, one KV head per query
+head: the math backend would repeat grouped KV heads, a pass the model does not have), each kernel one CUDA graph
+replayed (`time_prefill`); the device constants are a bf16 8192³ matrix product and a 2 GiB device-to-device copy,
+measured beside each length. Two prices: the simulator's roofline on a device of those measured rates (efficiencies
+1), and on the catalog GPU named by `--gpu` as every simulation prices it. `--csv` writes the rows.
+
+    python3 benchmarks/bench_attention.py --device cuda --gpu h200 [--csv rows.csv]
+
 Prints the machine, the rates and one Markdown row per length (benchmarks/results/attention.md holds the last run).
 """
 
@@ -243,14 +251,112 @@ def measure(n: int, heads: int, d: int, rounds: int) -> tuple[dict, dict, float]
     return {k: med[k] for k in p}, {k: med[k] for k in calls}, fault_mib
 
 
+# --- on a GPU ------------------------------------------------------------------------------------------
+
+GPU_HEADS = 8
+
+
+def _gpu_cost(device: GPUSpec, heads: int, d: int, n: int, kernel: str) -> RooflineCostModel:
+    model = ModelSpec(name=f"bench-{heads}x{d}", num_layers=1, hidden_size=heads * d, num_attention_heads=heads,
+                      num_kv_heads=heads, head_dim=d, ffn_size=1, vocab_size=1, max_context=max(n, 1), attention="mha")
+    return RooflineCostModel(model, device, kv_dtype="bf16", attention_dtype="bf16", attention_kernel=kernel)
+
+
+def gpu_simulated_s(device: GPUSpec, heads: int, d: int, n: int, kernel: str) -> float:
+    """The simulator's price of one layer's causal bf16 prefill attention of N tokens (no context) on `device`."""
+    chunk, context = np.array([n], dtype=np.int64), np.zeros(1, dtype=np.int64)
+    return rk.attention_parts(_gpu_cost(device, heads, d, n, kernel)._pack()[0], n, chunk, context, 1, 0, 0, 1)[0]
+
+
+def gpu_rates(device: str) -> dict:
+    """A bf16 8192³ matrix product (FLOP/s) and a 2 GiB device-to-device copy (bytes read + written per second),
+    each as one CUDA graph replayed (eagerly timed on a CPU: a dry run of this code)."""
+    from calibrate.timing import time_cpu, time_cuda_graph
+    timer = (lambda fn: time_cuda_graph(fn, budget_s=0.3)) if device == "cuda" else (lambda fn: time_cpu(fn, 0.05))
+    size = 8192 if device == "cuda" else 256
+    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
+    b, c = torch.randn_like(a), torch.empty_like(a)
+    rates = {"matmul": 2 * size ** 3 / timer(lambda: torch.mm(a, b, out=c)).median_s}
+    elements = (1 << 30) if device == "cuda" else (1 << 22)  # bf16: 2 GiB on a GPU
+    src, dst = torch.empty(elements, device=device, dtype=torch.bfloat16).fill_(1.0), torch.empty(
+        elements, device=device, dtype=torch.bfloat16)
+    rates["copy"] = 2 * 2 * elements / timer(lambda: dst.copy_(src)).median_s
+    return rates  # its buffers go with it; the caller empties the CUDA cache
+
+
+def gpu_main(args) -> None:
+    from calibrate.kernels.attention_backends import describe, time_prefill
+    from sim.model.catalog import get_gpu
+    device, h, d = args.device, args.heads or GPU_HEADS, args.head_dim
+    catalog = get_gpu(args.gpu, "--gpu")
+    name = torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or "cpu"
+    cuda = f"cuda {torch.version.cuda}, driver {_driver()}" if device == "cuda" else "no CUDA (a dry run)"
+    print(f"machine: {name}, {cuda}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M')} UTC; one layer, "
+          f"{h} heads x d {d} (MHA), bf16, causal, no context; flash: {describe('flash', device)}; materialized: "
+          f"{describe('materialized', device)}; catalog GPU {catalog.name}")
+    rows, csv = [], ["tokens,flash_s,materialized_s,measured_ratio,simulated_ratio_measured_rates,"
+                     "simulated_ratio_catalog,flash_sim_s,materialized_sim_s,flash_catalog_s,materialized_catalog_s,"
+                     "matmul_flops_per_s,copy_bytes_per_s"]
+    for n in args.lengths:
+        r = gpu_rates(device)
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        t = {k: time_prefill(k, heads=h, kv_heads=h, head_dim=d, tokens=n, dtype=torch.bfloat16, device=device,
+                             budget_s=0.5).median_s for k in ("flash", "materialized")}
+        if device == "cuda":
+            torch.cuda.empty_cache()
+        rated = catalog.model_copy(update=dict(name="measured-rates", bf16_flops_per_s=r["matmul"],
+                                               hbm_bytes_per_s=r["copy"], compute_efficiency=1, memory_efficiency=1))
+        sim = {k: gpu_simulated_s(rated, h, d, n, k) for k in t}
+        cat = {k: gpu_simulated_s(catalog, h, d, n, k) for k in t}
+        measured = t["flash"] / t["materialized"]
+        modelled, by_catalog = sim["flash"] / sim["materialized"], cat["flash"] / cat["materialized"]
+        err = modelled / measured - 1
+        rows.append(f"| {n:,} | {t['flash'] * 1e3:.3f} | {sim['flash'] * 1e3:.3f} | {cat['flash'] * 1e3:.3f} | "
+                    f"{t['materialized'] * 1e3:.3f} | {sim['materialized'] * 1e3:.3f} | "
+                    f"{cat['materialized'] * 1e3:.3f} | {measured:.3f} | **{modelled:.3f}** | {err:+.1%} | "
+                    f"{'yes' if abs(err) <= GOAL else 'no'} | {by_catalog:.3f} ({by_catalog / measured - 1:+.1%}) | "
+                    f"{r['matmul'] / 1e12:.0f} | {r['copy'] / 1e12:.2f} |")
+        csv.append(",".join(str(v) for v in (n, t["flash"], t["materialized"], measured, modelled, by_catalog,
+                                             sim["flash"], sim["materialized"], cat["flash"], cat["materialized"],
+                                             r["matmul"], r["copy"])))
+        print(rows[-1], flush=True)
+    print("\n| prompt tokens | flash ms measured | flash ms simulated (measured rates) | flash ms simulated "
+          "(catalog) | materialized ms measured | materialized ms simulated (measured rates) | materialized ms "
+          "simulated "
+          "(catalog) | measured flash/mat | simulated flash/mat | simulated / measured | within 15% | catalog "
+          "flash/mat (vs measured) | matmul TFLOP/s | copy TB/s |")
+    print("| --- " * 14 + "|")
+    print("\n".join(rows))
+    if args.csv:
+        Path(args.csv).write_text("\n".join(csv) + "\n")
+
+
+def _driver() -> str:
+    try:
+        import subprocess
+        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
+                             capture_output=True, text=True, timeout=30)
+        return out.stdout.strip() or "?"
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("lengths", nargs="*", type=int, default=list(LENGTHS))
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--heads", type=int, default=2)
+    ap.add_argument("--heads", type=int, default=0, help="query heads (default: 2 on a CPU, 8 on a GPU)")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="cuda: the GPU mode (bf16, CUDA graphs)")
+    ap.add_argument("--gpu", default="h200", help="--device cuda: the catalog GPU the simulation prices by default")
+    ap.add_argument("--gpu-dry-run", action="store_true", help="the GPU mode's code on this CPU, tiny sizes")
+    ap.add_argument("--csv", default="", help="--device cuda: write the rows here")
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5, help="samples of each rate and kernel per length")
     args = ap.parse_args()
+    if args.device == "cuda" or args.gpu_dry_run:
+        return gpu_main(args)
+    args.heads = args.heads or 2
     if os.environ.get("MALLOC_MMAP_THRESHOLD_") != _MMAP_THRESHOLD:  # glibc reads it at start: run again with it
         env = {**os.environ, "MALLOC_MMAP_THRESHOLD_": _MMAP_THRESHOLD}
         os.execve(sys.executable, [sys.executable, *sys.argv], env)

@@ -9,7 +9,10 @@ The shipped whole-step profiles under calibrate/profiles/h100-sxm/ were measured
 - mixed steps and chunked prefills predicted from a profile fitted on the PURE rows only (prefill without
   context, decode), i.e. on rows that never mix;
 and, across sources, our unfused/fused profiles against the two tables in ../shared/gpu/ (the same model on
-another H100 machine, unfused and torch.compile'd).
+another H100 machine, unfused and torch.compile'd). Then the tables measured on an H200 on 11-30
+(`H200_NEW_TABLES`: W8A8 fp8 steps, `calibrate steps --weights fp8`, and the unfused and TP-2 shards): each
+against its own leave-one-out fit, the roofline and AIConfigurator's vLLM tables, fp8 priced as fp8 (weights and
+matrix products); and the fp8 step's time over the bf16 step's at each shape, measured and as each model prices it.
 
     .venv/bin/python benchmarks/bench_gpu_profiles.py [--shared ../shared/gpu]
 """
@@ -37,6 +40,10 @@ from sim.model.catalog import get_model  # noqa: E402
 PROFILES = REPO / "calibrate" / "profiles" / "h100-sxm"
 H200_TABLES = [("llama-3.1-8b", 1, "fused"), ("llama-3.1-8b", 1, "unfused"), ("qwen2.5-7b", 1, "fused"),
                ("llama-3.1-70b", 4, "fused"), ("llama-3.1-70b", 8, "fused")]
+# Measured on one H200 on 11-30 (calibrate/gpu_run.sh): "-fp8" engines ran W8A8 GEMMs
+H200_NEW_TABLES = [("llama-3.1-8b", 1, "fused-fp8"), ("llama-3.1-8b", 1, "unfused-fp8"), ("qwen2.5-7b", 1, "fused-fp8"),
+                   ("llama-3.1-70b", 4, "fused-fp8"), ("qwen2.5-7b", 1, "unfused"), ("llama-3.1-70b", 2, "fused"),
+                   ("llama-3.1-70b", 4, "unfused"), ("llama-3.1-70b", 8, "unfused")]
 TABLES = [("llama-3.1-8b", 1, "fused"), ("llama-3.1-8b", 1, "unfused"), ("llama-3.1-8b", 1, "compiled"),
           ("llama-3.1-8b", 1, "fused-paged"), ("llama-3.1-70b", 2, "fused"),
           ("qwen2.5-7b", 1, "fused"), ("qwen2.5-7b", 1, "unfused"),
@@ -55,6 +62,67 @@ def stat(x: np.ndarray) -> str:
 def target(path_or_roofline: str, model=None, tp=None, kv="dense", gpu="h100-sxm"):
     return make_target(path_or_roofline, model=model, tensor_parallel=tp,
                        gpu_name=gpu if path_or_roofline in ("roofline", "measured") else None, kv_layout=kv)
+
+
+def quantized_target(kind: str, model, tp: int, gpu_name: str, fp8: bool):
+    """The roofline or the measured (AIConfigurator vLLM) model of one GPU's shard, fp8 weights and fp8 matrix
+    products where `fp8` (as a W8A8 scenario builds them), communication off."""
+    from calibrate.stepcheck import COMMUNICATION_NOTE, Target, no_communication
+    from sim.cost.measured import MeasuredCostModel
+    from sim.cost.roofline import RooflineCostModel
+    from sim.model.catalog import get_gpu
+    gpu = no_communication(get_gpu(gpu_name))
+    q = dict(weight_dtype="fp8", fp8_compute=True) if fp8 else {}
+    cost = (RooflineCostModel(model, gpu, tensor_parallel=tp, **q) if kind == "roofline" else
+            MeasuredCostModel(model, gpu, tensor_parallel=tp, communication=False, **q))
+    return Target(kind, cost, [repr(cost), COMMUNICATION_NOTE], model, tp)
+
+
+_KEY = ["kind", "prefill_tokens", "prefill_context", "decode_batch", "decode_context"]
+
+
+def _key(row) -> tuple:
+    return tuple(row[c] if c == "kind" else int(row[c]) for c in _KEY)
+
+
+def h200_new_tables() -> None:
+    folder = PROFILES.parent / "h200"
+    print("### Measured on an H200 on 11-30: W8A8 fp8 steps, unfused and TP-2 shards\n")
+    print("| table (rows) | whole-step held out (LOO) | measured kernels (AIC vLLM): median / max, mean signed | "
+          "roofline: median / max, mean signed |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, tp, engine in H200_NEW_TABLES:
+        path = folder / name / f"tp{tp}" / "steps" / engine
+        table, model, fp8 = path / "steps.csv", get_model(name), engine.endswith("-fp8")
+        loo = check_rows(target(str(path)), table, loo=True)
+        cells = []
+        for kind in ("measured", "roofline"):
+            rep = check_rows(quantized_target(kind, model, tp, "h200", fp8), table)
+            signed = np.array([r["error_pct"] for r in rep["rows"]])
+            cells.append(f"{stat(errors(rep))}, {signed.mean():+.1f}%")
+        print(f"| {name} tp{tp} {engine} ({len(pd.read_csv(table))}) | {stat(errors(loo, 'loo_error_pct'))} | "
+              + " | ".join(cells) + " |")
+    print("\nfp8 step / bf16 step at the same shape (fused engine, H200), median (range) over the shapes both "
+          "measured, by kind of step: measured, and as each model prices it\n")
+    print("| model | kind (shapes) | measured | measured kernels (AIC) | roofline |")
+    print("| --- | --- | ---: | ---: | ---: |")
+    for name, tp in (("llama-3.1-8b", 1), ("qwen2.5-7b", 1), ("llama-3.1-70b", 4)):
+        base = folder / name / f"tp{tp}" / "steps"
+        both = pd.read_csv(base / "fused" / "steps.csv").merge(pd.read_csv(base / "fused-fp8" / "steps.csv"), on=_KEY,
+                                                                suffixes=("_bf16", "_fp8"))
+        model, priced = get_model(name), {}
+        for kind in ("measured", "roofline"):
+            for quant in ("bf16", "fp8"):
+                rep = check_rows(quantized_target(kind, model, tp, "h200", quant == "fp8"),
+                                 base / ("fused-fp8" if quant == "fp8" else "fused") / "steps.csv")
+                priced[kind, quant] = {_key(r): r["predicted_s"] for r in rep["rows"]}
+        for kind_of_step, rows in both.groupby("kind"):
+            shapes = [_key(r) for _, r in rows.iterrows()]
+            cells = [rows["step_s_fp8"] / rows["step_s_bf16"]]
+            cells += [pd.Series([priced[k, "fp8"][s] / priced[k, "bf16"][s] for s in shapes])
+                      for k in ("measured", "roofline")]
+            print(f"| {name} tp{tp} | {kind_of_step} ({len(rows)}) | " + " | ".join(
+                f"{c.median():.2f} ({c.min():.2f}-{c.max():.2f})" for c in cells) + " |")
 
 
 def main() -> None:
@@ -131,6 +199,8 @@ def main() -> None:
                     rep = check_rows(tgt, args.shared / table)
                     signed = np.array([r["error_pct"] for r in rep["rows"]])
                     print(f"| {label} | {table} | {stat(errors(rep))} | {signed.mean():+.1f}% |")
+    print()
+    h200_new_tables()
 
 
 if __name__ == "__main__":

@@ -205,6 +205,8 @@ def steps(model: str = typer.Option(..., "--model", help="catalog model name, or
           kv: str = typer.Option("dense", "--kv", help="decode KV layout: dense | paged"),
           attention: str = typer.Option("flash", "--attention", help="flash (tiled SDPA backends) | materialized "
                                         "(torch's math backend: the scores written and read back)"),
+          weights: str = typer.Option("", "--weights", help="GEMM weights: fp8 (W8A8, per-tensor scales, as vLLM "
+                                      "runs an fp8 checkpoint); absent: the --dtype"),
           block_size: int = typer.Option(16, "--block-size", help="paged KV: tokens per block"),
           grid: str = typer.Option("quick", "--grid", help="quick (CPU, CI) | full (GPU)"),
           layers: int = typer.Option(0, "--layers", help="decoder layers to run (0: the model's own count)"),
@@ -215,7 +217,7 @@ def steps(model: str = typer.Option(..., "--model", help="catalog model name, or
     """Time whole engine steps of the model's per-GPU shard (CUDA-graph replays on a GPU) and write a steps profile."""
     from sim.model.attention_io import ATTENTION_KERNELS
 
-    from .steps import ENGINE_DESCRIPTIONS, ENGINES, KV_LAYOUTS, STEP_GRIDS
+    from .steps import ENGINE_DESCRIPTIONS, ENGINES, FP8_INPUT_SCALE, KV_LAYOUTS, STEP_GRIDS
     _choice("--dtype", dtype, DTYPES)
     _choice("--device", device, DEVICES)
     _choice("--engine", engine, ENGINES)
@@ -237,8 +239,11 @@ def steps(model: str = typer.Option(..., "--model", help="catalog model name, or
     from .steps import ShardModel, StepsWriter, measure_steps, step_grid
     started = time.perf_counter()
     shapes = step_grid(grid, spec.max_context)
+    if weights:
+        from .steps import WEIGHT_FORMATS
+        _choice("--weights", weights, WEIGHT_FORMATS)
     the_model = ShardModel(spec, tp, dtype=dtype, device=device, engine=engine, kv_layout=kv, block_size=block_size,
-                           num_layers=layers or None, attention=attention)
+                           num_layers=layers or None, attention=attention, weights=weights or None)
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     method = (f"the whole step captured as ONE CUDA graph per shape after 2 warm-up steps on a side stream, replayed "
               f"{reps} times back to back, each replay timed with CUDA events; median, p20, p80"
@@ -256,10 +261,15 @@ def steps(model: str = typer.Option(..., "--model", help="catalog model name, or
         "kv_layout": kv, "block_size": block_size if kv == "paged" else None, "grid": grid,
         # The kernel attention ran with: a cost model built from this profile prices only it (sim/cost/attention_support.py).
         "attention_kernel": attention,
+        # What a scenario's quantization must be to use this profile (sim/cost/profile_meta.py check_profile_dtypes).
+        **({"weight_dtype": "fp8", "fp8_compute": True, "activation_scales": f"static, per tensor: "
+            f"{FP8_INPUT_SCALE:.6g} (inputs within ±8 kept, beyond saturated)"} if weights == "fp8" else {}),
         "weights": ("distinct weights per layer" if the_model.distinct_weights
                     else "one set of weights shared by every layer (each still run as its own layer call)"),
         "columns": "step_s, p20_s, p80_s: seconds of one step; decode_context counts the new token",
     }
+    meta["source"] += f" on {meta['device_name']}"  # a shipped profile names its GPU (test_step_profile.py)
+
     writer = StepsWriter(out, meta)
     todo = [s for s in shapes if not writer.has(s)]
     skipped: list[dict] = []

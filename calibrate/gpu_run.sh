@@ -8,6 +8,8 @@
 #   env       nvidia-smi, python, torch, triton versions
 #   selftest  every Triton kernel and fused op against float64 references at real shapes (`calibrate selftest`)
 #   paged     flash-decoding paged attention vs dense SDPA on the decode grid, llama-3.1-8b shapes (`paged-bench`)
+#   attention the flash / materialized prefill ratio, measured and simulated (benchmarks/bench_attention.py
+#             --device cuda; issue 33), 512-16k tokens
 #   steps     whole-step profiles (`calibrate steps`, one CUDA graph per step, dense KV):
 #             llama-3.1-8b and qwen2.5-7b tp1 (unfused and fused), llama-3.1-70b tp4 and tp8 (fused)
 #   ops       per-op profiles (`calibrate run`, CUDA-graph timer) of llama-3.1-8b and qwen2.5-7b tp1
@@ -17,10 +19,11 @@
 # (one line per stage: exit status and seconds).
 #
 # Environment (all optional):
-#   STAGES="env selftest paged steps ops"   the stages to run, in this order (e.g. STAGES="env selftest paged"
+#   STAGES="env selftest paged attention steps ops"   the stages to run, in this order (e.g. STAGES="env selftest paged"
 #                                            for a first smoke run of about 3 minutes)
 #   STEP_RUNS="llama-3.1-8b:1:unfused,fused qwen2.5-7b:1:unfused,fused llama-3.1-70b:4:fused llama-3.1-70b:8:fused"
-#                                            model:tp:engines for the steps stage (engines: unfused, fused,
+#                                            model:tp:engines[:fp8] for the steps stage (:fp8: W8A8 GEMMs,
+#                                            `--weights fp8`, into steps/<engine>-fp8; engines: unfused, fused,
 #                                            compiled; compiled adds ~75 s for an 8B model: one inductor compile
 #                                            per grid shape, measured 50 s for the full grid on an H100)
 #   OPS_RUNS="llama-3.1-8b:1 qwen2.5-7b:1"   model:tp for the ops stage
@@ -30,16 +33,23 @@
 #   DEVDIR=h100-sxm  device folder name under profiles/
 #   LAYERS=0       decoder layers per step (0: the model's own count; a dry run uses fewer)
 #   SELFTEST_MODEL=llama-3.1-8b  PAGED_MODEL=llama-3.1-8b  PY=python3
+#   ATTENTION_GPU=h100-sxm     the catalog GPU the attention stage also prices with (as a simulation does)
+#   DEADLINE_S=0               seconds the whole script may take (0: no limit): each stage's timeout is cut to
+#                              what is left less 30 s for the archive, and a stage with under 45 s left is skipped
+#                              (logged), so the results come back from a lease of fixed length
 #   WHEELS=path    a folder of wheels to install first (no index) into a private folder on PYTHONPATH, for a
 #                  machine whose python lacks a package the project needs (e.g. pydantic)
 #
 # Wall time measured on an H100 80GB HBM3 (torch 2.11+cu130, triton 3.6) on 2026-11-23, stage by stage:
 # env 9 s, selftest 22 s, paged 24 s, steps 214 s (8B and 7B: 28-36 s per engine; 70B tp4 48 s, tp8 36 s),
 # ops 160 s (82 + 78): about 7.3 minutes in all, under the 9-minute budget. The timeouts are 2-7x those times.
+# On an H200 (torch 2.11.0+cu130, 2026-11-30): env 7 s, selftest 22 s, attention 13 s, steps: 8B fp8 fused 27 s and
+# unfused 35 s, qwen2.5-7b unfused 31 s and fp8 fused 24 s, 70B tp4 unfused 63 s, tp8 unfused 48 s, tp2 fused 75 s,
+# tp4 fp8 fused 41 s (each stage's Python start and imports included).
 set -u
 
 OUT=${OUT:?set OUT to the folder that receives the results}
-STAGES=${STAGES:-"env selftest paged steps ops"}
+STAGES=${STAGES:-"env selftest paged attention steps ops"}
 STEP_RUNS=${STEP_RUNS:-"llama-3.1-8b:1:unfused,fused qwen2.5-7b:1:unfused,fused llama-3.1-70b:4:fused llama-3.1-70b:8:fused"}
 OPS_RUNS=${OPS_RUNS:-"llama-3.1-8b:1 qwen2.5-7b:1"}
 GRID=${GRID:-full}
@@ -52,6 +62,8 @@ LAYERS=${LAYERS:-0}
 SELFTEST_MODEL=${SELFTEST_MODEL:-llama-3.1-8b}
 PAGED_MODEL=${PAGED_MODEL:-llama-3.1-8b}
 PY=${PY:-python3}
+ATTENTION_GPU=${ATTENTION_GPU:-h100-sxm}
+DEADLINE_S=${DEADLINE_S:-0}
 
 mkdir -p "$OUT/profiles/$DEVDIR"
 LOG="$OUT/gpu_run.log"
@@ -80,6 +92,15 @@ run_stage() {
   shift 2
   local start rc
   start=$(date +%s)
+  if [ "$DEADLINE_S" -gt 0 ]; then
+    local left=$((DEADLINE_S - (start - SCRIPT_START) - 30))
+    if [ "$left" -lt 45 ]; then
+      log "=== [$name] skipped: ${left}s left before the deadline"
+      echo "$name skipped (deadline)" >>"$SUMMARY"
+      return
+    fi
+    [ "$left" -lt "$limit" ] && limit=$left
+  fi
   log "=== [$name] start $(date -u +%H:%M:%S) (timeout ${limit}s): $*"
   timeout --kill-after=15 "$limit" "$@" 2>&1 | tee -a "$LOG"
   rc=${PIPESTATUS[0]}
@@ -114,16 +135,26 @@ if wants paged; then
     --grid "$paged_grid" --out "$OUT/profiles/$DEVDIR/paged_vs_dense_$(model_dir "$PAGED_MODEL").csv"
 fi
 
+if wants attention; then
+  attention_lengths="512 1024 2048 4096 8192 16384"
+  [ "$DEVICE" = cpu ] && attention_lengths="64 128"
+  attention_mode="--device cuda"
+  [ "$DEVICE" = cpu ] && attention_mode="--gpu-dry-run"
+  run_stage attention 240 "$PY" benchmarks/bench_attention.py $attention_mode --gpu "$ATTENTION_GPU" \
+    --csv "$OUT/profiles/$DEVDIR/attention_flash_vs_materialized.csv" $attention_lengths
+fi
+
 if wants steps; then
   for run in $STEP_RUNS; do
-    IFS=: read -r model tp engines <<<"$run"
+    IFS=: read -r model tp engines weights <<<"$run"
     for engine in ${engines//,/ }; do
       # The 70B shards take longer (80 layers, 8192-token prefills of ~0.5 s): a longer limit.
       limit=240
       case "$model" in *70b*) limit=420 ;; esac
-      run_stage "steps $model tp$tp $engine" "$limit" "$PY" -m calibrate steps --device "$DEVICE" --model "$model" \
-        --tp "$tp" --dtype bf16 --engine "$engine" --kv "$KV" --grid "$GRID" --reps "$REPS" --layers "$LAYERS" -q \
-        --out "$OUT/profiles/$DEVDIR/$(model_dir "$model")/tp$tp/steps/$engine"
+      run_stage "steps $model tp$tp $engine${weights:+ $weights}" "$limit" "$PY" -m calibrate steps --device "$DEVICE" \
+        --model "$model" --tp "$tp" --dtype bf16 ${weights:+--weights "$weights"} --engine "$engine" --kv "$KV" \
+        --grid "$GRID" --reps "$REPS" --layers "$LAYERS" -q \
+        --out "$OUT/profiles/$DEVDIR/$(model_dir "$model")/tp$tp/steps/$engine${weights:+-$weights}"
     done
   done
 fi

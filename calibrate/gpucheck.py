@@ -101,6 +101,24 @@ def selftest(spec, tp: int, dtype: str, device: str, block_size: int = 16) -> li
             record("triton paged attention", f"B{batch} ctx {min(lens)}..{max(lens)} block {bs}", out,
                    ref.paged_decode(q, k_cache, v_cache, table, lens_t))
 
+    if device == "cuda":
+        # fp8 GEMM inputs: the Triton quantizer against its torch fallback (both round to nearest even), and an fp8
+        # layer GEMM (torch._scaled_mm) against float64 on the same fp8 operands. (Triton's CPU interpreter does not
+        # round to fp8 as the GPU does: neither is checked there.)
+        for n in rows:
+            x, inv = randn(n, hidden) * 4, torch.tensor(7.0, device=device)
+            record("triton static_fp8_quant", f"{n}x{hidden}", fused.static_fp8_quant(x, inv).float(),
+                   fused.static_fp8_quant_torch(x, inv).float(), 1e-6)
+        model = ShardModel(spec, tp, dtype=dtype, device=device, engine="fused", num_layers=1, seed=3, weights="fp8")
+        w = model.layers[0]
+        x = randn(rows[-1], hidden)
+        xq = fused.static_fp8_quant(x, model.inv_input_scale)
+        expected = (xq.double() * model.input_scale.double()) @ (w.qkv.double() * w.scales["qkv"].double()).T
+        if w.qkv_bias is not None:
+            expected = expected + w.qkv_bias.double()
+        record("fp8 GEMM (torch._scaled_mm) vs float64", f"{rows[-1]}x{hidden} @ {tuple(w.qkv.shape)}",
+               model.linear(x, w.qkv, w.qkv_bias, w.scales["qkv"]), expected)
+
     # One fused layer against the unfused layer, same weights and inputs.
     shape = StepShape("mixed", 48, 80, 4, 200) if device == "cuda" else StepShape("mixed", 5, 7, 2, 20)
     layer_out = {}

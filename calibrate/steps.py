@@ -16,6 +16,13 @@ fusion, ../shared/gpu/README.md):
 - `compiled`: the layer pieces on either side of attention through `torch.compile(dynamic=False,
   fullgraph=True)`, attention left out of the compiled graph as vLLM's piecewise compilation does.
 
+FP8 (`weights="fp8"`): the four GEMMs of each layer in W8A8 as vLLM runs an fp8 checkpoint with static
+activation scales (Llama 3.1 8B Instruct FP8 and the like): e4m3 weights with one scale per tensor, each GEMM's
+input quantized with a static per-tensor scale (in float32, clamped to ±448, then cast: `static_fp8_quant`, one
+Triton launch in the fused engine, four torch ops unfused) and the product through `torch._scaled_mm` (cuBLASLt
+fp8, bf16 out). The embedding, the LM head, the norms and attention stay in the activation dtype, as such
+checkpoints keep them.
+
 Attention: one prefill chunk of P tokens with X tokens of earlier context (causal, bottom-right aligned)
 through SDPA; B decoding sequences of one new token each attending to C tokens (its own included)
 through SDPA over a dense KV cache, or with `kv_layout="paged"` through the paged decode kernel
@@ -30,7 +37,7 @@ import json
 import math
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass, fields
 from typing import Callable
 
 import numpy as np
@@ -52,6 +59,11 @@ STEP_GRIDS = ("quick", "full")
 STEP_COLUMNS = ("kind", "prefill_tokens", "prefill_context", "decode_batch", "decode_context", "step_s", "p20_s",
                 "p80_s")
 TORCH_DTYPES = {"fp32": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+# How the GEMM weights are stored: None (the activation dtype) or fp8 (W8A8, per-tensor scales; compiled: not yet)
+WEIGHT_FORMATS = ("fp8",)
+# The static scale of every GEMM input (fp8 = x / scale): the activations here are O(1) (normed, random weights
+# scaled by fan-in), so |x| up to 8 is kept and larger values saturate, as a calibrated checkpoint's scale would.
+FP8_INPUT_SCALE = 8.0 / 448.0
 _EPS = 1e-6
 # Share of device memory the KV caches of one grid point may take (the weights and activations need the rest).
 KV_MEMORY_SHARE = 0.6
@@ -130,9 +142,13 @@ class LayerWeights:
     attn_out_bias: torch.Tensor | None = None
     up_bias: torch.Tensor | None = None
     down_bias: torch.Tensor | None = None
+    # fp8 weights: each GEMM's per-tensor weight scale (float32 scalars), by field name; None in 16 bits
+    scales: dict | None = None
 
     def nbytes(self) -> int:
-        return sum(t.numel() * t.element_size() for t in asdict(self).values() if isinstance(t, torch.Tensor))
+        # fields(), not asdict(): asdict deep-copies every tensor
+        values = [getattr(self, f.name) for f in fields(self)]
+        return sum(t.numel() * t.element_size() for t in values if isinstance(t, torch.Tensor))
 
 
 @dataclass
@@ -164,7 +180,13 @@ class ShardModel:
     def __init__(self, spec: ModelSpec, tp: int, *, dtype: str = "bf16", device: str = "cpu",
                  engine: str = "unfused", kv_layout: str = "dense", block_size: int = 16,
                  num_layers: int | None = None, kernels: str | None = None, seed: int = 0,
-                 distinct_weights: bool | None = None, attention: str = "flash"):
+                 distinct_weights: bool | None = None, attention: str = "flash", weights: str | None = None):
+        if weights is not None and weights not in WEIGHT_FORMATS:
+            raise ConfigError(f"--weights: {weights!r} is not allowed; allowed: {', '.join(WEIGHT_FORMATS)} (absent: "
+                              "the --dtype)")
+        if weights == "fp8" and engine == "compiled":
+            raise ConfigError("--weights: 'fp8' with --engine compiled is not supported yet; allowed: --engine "
+                              "unfused or fused")
         if attention not in ATTENTION_KERNELS:
             raise ConfigError(f"--attention: {attention!r} is not allowed; allowed: {', '.join(ATTENTION_KERNELS)}")
         if engine not in ENGINES:
@@ -176,6 +198,13 @@ class ShardModel:
                               "support yet; allowed: dense models")
         self.spec, self.tp, self.device, self.engine = spec, tp, device, engine
         self.dtype_name, self.dtype = dtype, TORCH_DTYPES[dtype]
+        self.weight_format = weights or dtype
+        self.fp8 = weights == "fp8"
+        if self.fp8:
+            from .kernels.fused import FP8_DTYPE
+            self.fp8_dtype = FP8_DTYPE
+            self.input_scale = torch.tensor(FP8_INPUT_SCALE, dtype=torch.float32, device=device)
+            self.inv_input_scale = torch.tensor(1.0 / FP8_INPUT_SCALE, dtype=torch.float32, device=device)
         self.kv_layout, self.block_size = kv_layout, block_size
         self.attention_kernel = attention  # which SDPA backends attention runs under (meta.json attention_kernel)
         self.shard = shard_shapes(spec, tp)
@@ -229,7 +258,7 @@ class ShardModel:
         up_name, down_name = ("gate_up", "down") if self.gated else ("fc1", "fc2")
         (up_in, up_out), (down_in, down_out) = s["linear"][up_name], s["linear"][down_name]
         lb = spec.linear_bias
-        return LayerWeights(
+        weights = LayerWeights(
             input_norm=self._norm_weight(),
             qkv=self._randn(qkv_out, qkv_in, scale=qkv_in ** -0.5),
             qkv_bias=self._bias(qkv_out, spec.attention_bias or lb),
@@ -237,6 +266,31 @@ class ShardModel:
             post_norm=self._norm_weight(),
             up=self._randn(up_out, up_in, scale=up_in ** -0.5), up_bias=self._bias(up_out, lb),
             down=self._randn(down_out, down_in, scale=down_in ** -0.5), down_bias=self._bias(down_out, lb))
+        if self.fp8:
+            weights.scales = {}
+            for name in ("qkv", "attn_out", "up", "down"):
+                fp8, weights.scales[name] = self._to_fp8(getattr(weights, name))
+                setattr(weights, name, fp8)
+        return weights
+
+    def _to_fp8(self, w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A weight in e4m3 with its per-tensor scale (amax / 448), as an fp8 checkpoint stores it."""
+        from .kernels.fused import FP8_MAX
+        scale = (w.abs().amax().float() / FP8_MAX).clamp_(min=1e-12)
+        return (w.float() / scale).to(self.fp8_dtype), scale
+
+    def linear(self, x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+               w_scale: torch.Tensor | None = None) -> torch.Tensor:
+        """x @ w.T + bias: F.linear in 16 bits; with an fp8 weight, x quantized with the static input scale and
+        the product through torch._scaled_mm (bf16 out)."""
+        if w_scale is None:
+            return F.linear(x, w, bias)
+        if self.engine == "fused":
+            xq = self.fused.static_fp8_quant(x, self.inv_input_scale)
+        else:  # unfused: float32, multiply, clamp, cast to fp8 as four torch ops (the fused kernel's fallback)
+            from .kernels.fused import static_fp8_quant_torch
+            xq = static_fp8_quant_torch(x, self.inv_input_scale)
+        return torch._scaled_mm(xq, w.t(), scale_a=self.input_scale, scale_b=w_scale, bias=bias, out_dtype=self.dtype)
 
     def _cos_sin_cache(self) -> torch.Tensor:
         from .kernels.fused import rotary_cos_sin_cache
@@ -290,7 +344,8 @@ class ShardModel:
 
     # --- one layer, in three pieces (attention in the middle stays outside torch.compile) ----------------
     def _pre_layer(self, h: torch.Tensor, residual: torch.Tensor | None, w_norm: torch.Tensor, w_qkv: torch.Tensor,
-                   b_qkv: torch.Tensor | None, positions: torch.Tensor, cos_sin: torch.Tensor):
+                   b_qkv: torch.Tensor | None, positions: torch.Tensor, cos_sin: torch.Tensor,
+                   s_qkv: torch.Tensor | None = None):
         """Input norm (with the residual add), QKV GEMM, rotary. Returns (q, k, v, residual)."""
         T, hq, hkv, d = h.shape[0], self.hq, self.hkv, self.d
         if self.engine == "fused":
@@ -301,7 +356,7 @@ class ShardModel:
         else:
             residual = h if residual is None else h + residual
             x = ops.rms_norm(residual, w_norm, _EPS)
-        qkv = F.linear(x, w_qkv, b_qkv)
+        qkv = self.linear(x, w_qkv, b_qkv, s_qkv)
         q = qkv[:, :hq * d].view(T, hq, d)
         k = qkv[:, hq * d:(hq + hkv) * d].view(T, hkv, d)
         v = qkv[:, (hq + hkv) * d:].view(T, hkv, d)
@@ -313,22 +368,23 @@ class ShardModel:
             q, k = ops.apply_rotary(q, cos, sin), ops.apply_rotary(k, cos, sin)
         return q, k, v, residual
 
-    def _post_layer(self, attn: torch.Tensor, residual: torch.Tensor, w_o, b_o, w_norm, w_up, b_up, w_down, b_down):
+    def _post_layer(self, attn: torch.Tensor, residual: torch.Tensor, w_o, b_o, w_norm, w_up, b_up, w_down, b_down,
+                    s_o=None, s_up=None, s_down=None):
         """Output GEMM, residual add and norm, MLP. Returns (h, residual): the layer's output is their sum."""
-        o = F.linear(attn, w_o, b_o)
+        o = self.linear(attn, w_o, b_o, s_o)
         if self.engine == "fused":
             x = self.fused.fused_add_rms_norm(o, residual, w_norm, _EPS)
         else:
             residual = o + residual
             x = ops.rms_norm(residual, w_norm, _EPS)
-        up = F.linear(x, w_up, b_up)
+        up = self.linear(x, w_up, b_up, s_up)
         if not self.gated:
             act = F.relu(up)
         elif self.engine == "fused":
             act = self.fused.silu_and_mul(up)
         else:
             act = ops.silu_and_mul(up)
-        return F.linear(act, w_down, b_down), residual
+        return self.linear(act, w_down, b_down, s_down), residual
 
     def attention(self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, inputs: StepInputs) -> torch.Tensor:
         """Write the new tokens' K/V into the layer's caches, attend. Returns [tokens, q_heads · head_dim]."""
@@ -368,10 +424,12 @@ class ShardModel:
     def layer(self, i: int, h: torch.Tensor, residual: torch.Tensor | None, inputs: StepInputs):
         """Decoder layer i as its own call. Returns (h, residual); the layer's output is h + residual."""
         w = self.layers[i]
-        q, k, v, residual = self._pre(h, residual, w.input_norm, w.qkv, w.qkv_bias, inputs.positions, self.cos_sin)
+        s = w.scales or {}
+        q, k, v, residual = self._pre(h, residual, w.input_norm, w.qkv, w.qkv_bias, inputs.positions, self.cos_sin,
+                                      s.get("qkv"))
         attn = self.attention(i, q, k, v, inputs)
         return self._post(attn, residual, w.attn_out, w.attn_out_bias, w.post_norm, w.up, w.up_bias, w.down,
-                          w.down_bias)
+                          w.down_bias, s.get("attn_out"), s.get("up"), s.get("down"))
 
     def step(self, inputs: StepInputs) -> torch.Tensor:
         """One engine step: embedding, every layer, final norm, LM head on the sampled rows, argmax."""
@@ -387,6 +445,13 @@ class ShardModel:
 
     def op_impls(self) -> dict[str, str]:
         gemm = "torch F.linear (cuBLAS)" if self.device == "cuda" else "torch F.linear (CPU BLAS)"
+        layer_gemms = gemm
+        if self.fp8:
+            quant = (self.fused.impls["fp8_quant"] if self.engine == "fused"
+                     else "torch eager: to float32, multiply, clamp to ±448, cast to fp8 (four launches)")
+            layer_gemms = (f"W8A8 fp8 e4m3, per-tensor weight scales, static per-tensor input scale; the input "
+                           f"quantized by {quant}; torch._scaled_mm "
+                           f"({'cuBLASLt' if self.device == 'cuda' else 'CPU'}), {self.dtype_name} out")
         from .kernels.attention_backends import describe
         sdpa = describe(self.attention_kernel, self.device)
         if self.engine == "fused":
@@ -405,7 +470,7 @@ class ShardModel:
         paged = ("triton flash-decoding paged attention (calibrate/kernels/paged_attention.py)"
                  if self.device == "cuda" and self.attention_kernel == "flash"
                  else f"torch gather of each sequence's blocks by block id, then {sdpa}")
-        return {"linear": gemm, "embedding": "torch F.embedding", **elementwise,
+        return {"linear": layer_gemms, "embedding": "torch F.embedding", **elementwise,
                 "prefill_attention": sdpa + ", bottom-right causal",
                 "decode_attention": paged if self.kv_layout == "paged" else sdpa + " over a dense KV cache",
                 "kv_write": "in place: copy_ into the dense cache" if self.kv_layout == "dense"
@@ -474,7 +539,7 @@ def measure_steps(model: ShardModel, shapes: list[StepShape], reps: int,
 
 # meta.json keys that must match for a rerun to resume into an existing folder.
 _RESUME_KEYS = ("profile_kind", "device", "dtype", "engine", "kv_layout", "tensor_parallel", "shard", "layers",
-                "block_size", "grid", "attention_kernel")
+                "block_size", "grid", "attention_kernel", "weight_dtype")
 
 
 class StepsWriter:

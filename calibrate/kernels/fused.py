@@ -4,7 +4,9 @@
   in place, and the output is the RMS norm of that sum: one read of each, one write of each);
 - `rotary_inplace`: neox rotary embedding of q and k in one launch, in place, from the token positions
   and a [max_position, head_dim] cos|sin cache (vLLM `rotary_embedding`);
-- `silu_and_mul`: SiLU(gate) × up from the fused gate/up GEMM's output.
+- `silu_and_mul`: SiLU(gate) × up from the fused gate/up GEMM's output;
+- `static_fp8_quant`: an activation to fp8 (e4m3) with a static per-tensor scale, saturated at ±448, before an fp8
+  GEMM (vLLM `static_scaled_fp8_quant`, one launch).
 
 Each has a torch fallback (`*_torch`) with the same semantics, used on the CPU (the Triton kernels run
 on a CPU only under TRITON_INTERPRET=1: right for checking, far too slow to time). `fused_ops(device)`
@@ -189,6 +191,40 @@ def silu_and_mul_torch(x, out=None):
     return y if out is None else out.copy_(y)
 
 
+# --- static per-tensor fp8 quantization -------------------------------------------------------------
+
+FP8_DTYPE = torch.float8_e4m3fn
+FP8_MAX = 448.0  # the largest finite e4m3fn value: vLLM saturates to it
+
+
+@triton.jit
+def _static_fp8_quant_kernel(x_ptr, out_ptr, inv_scale_ptr, stride_x, stride_out, width, fp8_max,
+                             BLOCK: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = cols < width
+    x = tl.load(x_ptr + row * stride_x + cols, mask=ok, other=0.0).to(tl.float32)
+    y = tl.clamp(x * tl.load(inv_scale_ptr), -fp8_max, fp8_max)
+    tl.store(out_ptr + row * stride_out + cols, y.to(out_ptr.dtype.element_ty), mask=ok)
+
+
+def static_fp8_quant(x: torch.Tensor, inv_scale: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """x: [tokens, features] -> fp8 e4m3 of clamp(x · inv_scale, ±448); inv_scale: a float32 scalar tensor."""
+    rows, width = x.shape
+    out = torch.empty(rows, width, dtype=FP8_DTYPE, device=x.device) if out is None else out
+    _check_rows("static_fp8_quant", x, out)
+    block = min(triton.next_power_of_2(width), 1024)
+    if rows:
+        _static_fp8_quant_kernel[(rows, triton.cdiv(width, block))](x, out, inv_scale, x.stride(0), out.stride(0),
+                                                                     width, FP8_MAX, BLOCK=block)
+    return out
+
+
+def static_fp8_quant_torch(x, inv_scale, out=None):
+    y = (x.float() * inv_scale).clamp_(-FP8_MAX, FP8_MAX).to(FP8_DTYPE)
+    return y if out is None else out.copy_(y)
+
+
 # --- the set a device runs ---------------------------------------------------------------------------
 
 @dataclass(frozen=True)
@@ -199,19 +235,23 @@ class FusedOps:
     fused_add_rms_norm: Callable
     rotary_inplace: Callable
     silu_and_mul: Callable
+    static_fp8_quant: Callable
     impls: dict  # op -> implementation, in words
 
 
 def fused_ops(device: str) -> FusedOps:
     if device == "cuda":
-        return FusedOps(rms_norm, fused_add_rms_norm, rotary_inplace, silu_and_mul, {
+        return FusedOps(rms_norm, fused_add_rms_norm, rotary_inplace, silu_and_mul, static_fp8_quant, {
             "rmsnorm": f"triton rms_norm / fused_add_rms_norm ({IMPL_FILE})",
             "rotary": f"triton rotary_inplace, q and k in one launch ({IMPL_FILE})",
             "silu_mul": f"triton silu_and_mul ({IMPL_FILE})",
+            "fp8_quant": f"triton static_fp8_quant ({IMPL_FILE})",
         })
-    return FusedOps(rms_norm_torch, fused_add_rms_norm_torch, rotary_inplace_torch, silu_and_mul_torch, {
+    return FusedOps(rms_norm_torch, fused_add_rms_norm_torch, rotary_inplace_torch, silu_and_mul_torch,
+                    static_fp8_quant_torch, {
         "rmsnorm": f"torch fallback of fused_add_rms_norm ({IMPL_FILE}; Triton runs on CPU only interpreted)",
         "rotary": f"torch fallback of rotary_inplace ({IMPL_FILE})",
         "silu_mul": f"torch fallback of silu_and_mul ({IMPL_FILE})",
+        "fp8_quant": f"torch fallback of static_fp8_quant ({IMPL_FILE})",
     })
 

@@ -82,16 +82,21 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
     disaggregation = hardware.get("disaggregation")
     # A whole-step profile is of one catalog model on one GPU and TP; the kernel tables price any model's shapes.
     # (nor of experts split by expert parallelism: `hardware.expert_parallel` refuses a profile)
-    if (isinstance(model, str) and pp == 1 and raw.get("speculation") is None and weights == "bf16" and kv == "bf16"
-            and disaggregation is None and floor == 0 and hardware.get("expert_parallel", 1) == 1
-            and _whole_step_profile(gpu, model, tp)):
-        return {"kind": "calibrated", "overhead": terms}, (
-            f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "
-            "terms (the most accurate source available)")
     from sim.cost.measured import measured_unsupported
     from sim.model.memory import FP8_COMPUTE_DEFAULT
     # absent, the schema's default (weight-only fp8), to which the measured model then holds the scenario
     fp8_compute = quant.get("fp8_compute", FP8_COMPUTE_DEFAULT)
+    measured_in = dict(weight_dtype=weights, kv_dtype=kv, fp8_compute=fp8_compute,
+                       fp8_block=quant.get("fp8_block_scales", False))
+    # bf16 only. A W8A8 profile (`calibrate steps --weights fp8`) runs cuBLASLt's fp8 GEMM (torch._scaled_mm), not
+    # the engines' own (vLLM: CUTLASS, whose time jumps past powers of two in AIConfigurator's rows;
+    # results/gpu-steps.md, "H200 tables of 11-30"): `cost_model: {kind: calibrated}` takes it, the default does not.
+    if (isinstance(model, str) and pp == 1 and raw.get("speculation") is None and weights == "bf16" and kv == "bf16"
+            and disaggregation is None and floor == 0 and hardware.get("expert_parallel", 1) == 1
+            and _whole_step_profile(gpu, model, tp, measured_in)):
+        return {"kind": "calibrated", "overhead": terms}, (
+            f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "
+            "terms (the most accurate source available)")
     why_not = None
     if engine in ("sglang", "trtllm"):  # the engine's own tables where they hold this GPU and dtype
         why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=engine)
@@ -132,10 +137,10 @@ def measured_refused(choice) -> str | None:
     return text.split(_MEASURED_REFUSED, 1)[1][:-1]
 
 
-def _whole_step_profile(gpu: str, model: str, tp: int) -> bool:
+def _whole_step_profile(gpu: str, model: str, tp: int, measured_in: dict) -> bool:
+    """A shipped whole-step profile of (gpu, model, tp) measured in the scenario's quantization."""
     from sim.atomic_files import plain_name
     if not (plain_name(gpu) and plain_name(model)):
         return False
-    from sim.cost.calibrated import shipped_engines
-    engines = shipped_engines(gpu, model, tp)
-    return any(name != "ops" for name in engines)
+    from sim.cost.calibrated import shipped_step_profile_fits
+    return shipped_step_profile_fits(gpu, model, tp, measured_in)

@@ -317,9 +317,11 @@ def shipped_engines(device: str, model_name: str, tensor_parallel: int) -> dict[
 
 
 def resolve_profile_dir(profile: str | None, device: str, model_name: str, tensor_parallel: int,
-                        engine: str | None = None) -> Path:
+                        engine: str | None = None, quantization: dict | None = None) -> Path:
     """A profile folder: the given path, or the shipped one named by (device, model, tp, engine);
-    without an engine, the first shipped of fused, compiled, unfused, ops (then any other engine)."""
+    without an engine, the first shipped of fused, compiled, unfused, ops (then any other engine) measured in the
+    `quantization` (`profile_meta.profile_fits` keywords: a W8A8 scenario takes `steps/fused-fp8`), else the first
+    of the same weights, else the first (whose refusal then says why)."""
     if profile is not None:
         return Path(profile).expanduser()
     from sim.atomic_files import plain_name
@@ -333,11 +335,31 @@ def resolve_profile_dir(profile: str | None, device: str, model_name: str, tenso
         raise ConfigError(f"cost_model: no shipped profile for {name}; "
                           f"give cost_model.profile: PATH or one of: {shipped}")
     if engine is None:
-        return next(iter(engines.values()))
+        fitting = (path for path in engines.values() if _measured_in(path, quantization))
+        # none fits: one of the same weights, whose refusal then names what else differs (fp8_compute, say)
+        same_weights = (path for path in engines.values() if _weights_of(path) == (quantization or {}).get(
+            "weight_dtype", "bf16"))
+        return next(fitting, next(same_weights, next(iter(engines.values()))))
     if engine not in engines:
         raise ConfigError(f"cost_model.engine: {engine!r} has no shipped profile for {name}; "
                           f"allowed: {', '.join(engines)}")
     return engines[engine]
+
+
+def _weights_of(path: Path) -> str:
+    from sim.cost.profile_meta import profile_dtypes, read_meta
+    return profile_dtypes(read_meta(path))[0]
+
+
+def _measured_in(path: Path, quantization: dict | None) -> bool:
+    from sim.cost.profile_meta import profile_fits, read_meta
+    return profile_fits(read_meta(path), **(quantization or {}))
+
+
+def shipped_step_profile_fits(device: str, model_name: str, tensor_parallel: int, quantization: dict) -> bool:
+    """Whether a shipped whole-step profile of (device, model, tp) was measured in `quantization`."""
+    return any(name != "ops" and _measured_in(path, quantization)
+               for name, path in shipped_engines(device, model_name, tensor_parallel).items())
 
 
 # --- the cost model --------------------------------------------------------------------------------

@@ -65,9 +65,22 @@ def check_profile_dtypes(meta: dict, path: str | Path, weight_dtype: str = "bf16
                           f"{allowed(weights)}, {escape}")
     if fp8_compute and weights != "fp8":
         raise ConfigError(f"quantization.fp8_compute: true is not measured {where}; allowed: false, {escape}")
+    if weights == "fp8" and meta.get("fp8_compute") and not fp8_compute:
+        raise ConfigError(f"quantization.fp8_compute: false is not measured {where}, whose matrix products ran in "
+                          f"fp8; allowed: true, {escape}")
     if fp8_block and not meta.get("fp8_block_scales"):
         raise ConfigError(f"quantization.fp8_block_scales: true is not measured {where} (per-tensor scales); allowed: "
                           f"false, {escape}")
     if not fits(kv_dtype, kv):
         raise ConfigError(f"quantization.kv_cache: {kv_dtype!r} is not measured {where}; allowed: {allowed(kv)}, "
                           f"{escape}")
+
+
+def profile_fits(meta: dict, weight_dtype: str = "bf16", kv_dtype: str = "bf16", fp8_compute: bool = False,
+                 fp8_block: bool = False) -> bool:
+    """Whether a scenario of this quantization may use the profile (`check_profile_dtypes` passes)."""
+    try:
+        check_profile_dtypes(meta, "", weight_dtype, kv_dtype, fp8_compute, fp8_block)
+    except ConfigError:
+        return False
+    return True

@@ -229,6 +229,59 @@ def test_an_interrupted_steps_run_resumes_where_it_stopped(tmp_path):
     assert "--out:" in line and "engine" in line
 
 
+def test_an_fp8_gemm_is_the_product_of_its_fp8_operands():
+    """W8A8: e4m3 weights with a per-tensor scale; the input quantized with the static scale, saturated at ±448."""
+    model = _model(dtype="bf16", weights="fp8", spec=_spec(attention_bias=True))
+    w = model.layers[0]
+    assert w.qkv.dtype == torch.float8_e4m3fn and w.down.dtype == torch.float8_e4m3fn
+    assert w.input_norm.dtype == torch.bfloat16 and model.lm_head.dtype == torch.bfloat16  # kept in 16 bits
+    assert float(w.qkv.float().abs().max()) == 448.0  # the scale is the weight's amax / 448
+    gen = torch.Generator().manual_seed(5)
+    x = (torch.randn(6, model.hidden, generator=gen) * 4).to(torch.bfloat16)
+    x[0, 0] = 1000.0  # beyond the static range: saturates, never inf or NaN
+    scale = steps_mod.FP8_INPUT_SCALE
+    xq = (x.double() / scale).clamp(-448, 448).to(torch.float8_e4m3fn).double() * scale
+    expected = xq @ (w.qkv.double() * w.scales["qkv"].double()).T + w.qkv_bias.double()
+    for engine in ("unfused", "fused"):  # three torch ops, or the fused quantizer (its torch fallback on a CPU)
+        model.engine = engine
+        out = model.linear(x, w.qkv, w.qkv_bias, w.scales["qkv"])
+        assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
+        assert ref.relative_error(out.double(), expected) < 1e-2
+
+
+@pytest.mark.parametrize("engine", ["unfused", "fused"])
+def test_an_fp8_layer_stays_within_fp8_rounding_of_the_bf16_layer(engine):
+    """Same seed, same weights before quantization: the fp8 layer differs from the bf16 one by fp8's rounding
+    (3 mantissa bits), not more; and the whole fp8 step runs."""
+    outputs = {}
+    for weights in (None, "fp8"):
+        model = _model(engine=engine, dtype="bf16", weights=weights)
+        inputs = model.make_inputs(MIXED)
+        h, residual = _layer_input(model, MIXED.num_tokens)
+        with torch.no_grad():
+            out_h, out_residual = model.layer(1, h, residual, inputs)
+            assert model.step(inputs).shape == (MIXED.sampled_rows,)
+        outputs[weights] = out_h.double() + out_residual.double()
+    error = ref.relative_error(outputs["fp8"], outputs[None])
+    assert 1e-3 < error < 0.1  # fp8 did change the GEMMs, by about its rounding
+
+
+def test_steps_cli_writes_an_fp8_profile_that_says_so(tmp_path):
+    out = tmp_path / "prof"
+    result = run_cli("calibrate", "steps", "--model", str(_arch_file(tmp_path)), "--engine", "fused", "--weights",
+                     "fp8", "--reps", "2", "--layers", "1", "--out", str(out), "-q", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    meta = json.loads((out / "meta.json").read_text())
+    assert meta["dtype"] == "bf16" and meta["weight_dtype"] == "fp8" and meta["fp8_compute"] is True
+    assert "static" in meta["activation_scales"] and "_scaled_mm" in meta["op_impls"]["linear"]
+    assert "_scaled_mm" not in meta["op_impls"]["lm_head"]
+    assert len(pd.read_csv(out / "steps.csv")) == len(step_grid("quick", TINY["max_context"]))
+    # The same folder in 16 bits: refused (a rerun resumes only the same measurement), one line.
+    line = one_error_line(run_cli("calibrate", "steps", "--model", str(_arch_file(tmp_path)), "--engine", "fused",
+                                  "--reps", "2", "--layers", "1", "--out", str(out), "-q", cwd=tmp_path))
+    assert "--out:" in line and "weight_dtype" in line
+
+
 STEPS_BAD_ARGS = [
     ("bad-engine", ["--engine", "turbo"], ["--engine:", "'turbo'", "unfused, fused, compiled"]),
     ("bad-kv", ["--kv", "sparse"], ["--kv:", "'sparse'", "dense, paged"]),
@@ -238,6 +291,9 @@ STEPS_BAD_ARGS = [
     ("bad-tp", ["--tp", "3"], ["--tp:", "3"]),
     ("moe", ["--model", "mixtral-8x7b"], ["--model:", "mixtral-8x7b", "mixture-of-experts", "dense"]),
     ("cuda-without-cuda", ["--device", "cuda"], ["--device:", "'cuda'", "allowed here: cpu"]),
+    ("bad-weights", ["--weights", "int4"], ["--weights:", "'int4'", "fp8"]),
+    ("fp8-compiled", ["--weights", "fp8", "--engine", "compiled"], ["--weights:", "'fp8'", "compiled",
+                                                                    "unfused or fused"]),
 ]
 
 

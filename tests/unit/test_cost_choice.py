@@ -116,3 +116,47 @@ def test_why_the_measured_tables_were_not_taken_is_said_by_the_cli(tmp_path):
     printed = " ".join(out.stdout.split())  # (the narrow test console wraps long lines)
     note = f"note: scenario: default cost model: not the measured kernel tables: {measured_refused(why)}"
     assert " ".join(note.split()) in printed and printed.count("default cost model") == 1
+
+
+def test_an_fp8_scenario_takes_a_whole_step_profile_measured_in_fp8_and_only_that(tmp_path, monkeypatch):
+    """`calibrate steps --weights fp8` writes a W8A8 profile (steps/<engine>-fp8): a W8A8 scenario that asks for a
+    calibrated model is priced from it, a bf16 one from the bf16 profile beside it, weight-only fp8 from neither; the
+    default for W8A8 stays the measured tables (the engines' own fp8 GEMM kernel, not cuBLASLt's)."""
+    import json
+    import shutil
+
+    from sim.config.deployment import calibrated_profile_dir, gpu_spec, model_spec
+    from sim.cost import calibrated
+    from sim.cost.profile_meta import check_profile_dtypes
+    from sim.errors import ConfigError
+    shipped = calibrated.PROFILES_DIR / "h200" / "llama-3.1-8b" / "tp1" / "steps" / "fused"
+    base = tmp_path / "h200" / "llama-3.1-8b" / "tp1" / "steps"
+    shutil.copytree(shipped, base / "fused")
+    shutil.copytree(shipped, base / "fused-fp8")
+    meta = json.loads((base / "fused-fp8" / "meta.json").read_text())
+    meta.update(weight_dtype="fp8", fp8_compute=True)
+    (base / "fused-fp8" / "meta.json").write_text(json.dumps(meta))
+    monkeypatch.setattr(calibrated, "PROFILES_DIR", tmp_path)
+
+    def profile_of(**sections):
+        sc = validate_scenario({**BASE, "hardware": {"gpu": "h200"}, **sections})
+        if sc.cost_model.kind != "calibrated":
+            return sc, None
+        return sc, calibrated_profile_dir(sc, model_spec(sc), gpu_spec(sc))
+
+    sc, folder = profile_of()
+    assert sc.cost_model.kind == "calibrated" and folder.name == "fused"
+    w8a8 = {"weights": "fp8", "fp8_compute": True}
+    sc, folder = profile_of(quantization=w8a8)
+    assert sc.cost_model.kind == "measured" and folder is None
+    sc, folder = profile_of(quantization=w8a8, cost_model={"kind": "calibrated"})
+    assert folder.name == "fused-fp8"
+    make_cost_model(sc)  # builds from the fp8 profile
+    sc = validate_scenario({**BASE, "hardware": {"gpu": "h200"}, "quantization": {"weights": "fp8"},
+                            "cost_model": {"kind": "calibrated"}})  # weight-only: its GEMMs are not W8A8's
+    with pytest.raises(ConfigError, match=r"^quantization.fp8_compute: false is not measured"):
+        make_cost_model(sc)
+    with pytest.raises(ConfigError, match=r"^quantization.fp8_compute: false is not measured .*allowed: true"):
+        check_profile_dtypes(meta, base / "fused-fp8", "fp8", "bf16", fp8_compute=False)
+    with pytest.raises(ConfigError, match=r"^quantization.weights: 'bf16' is not measured .*allowed: fp8"):
+        check_profile_dtypes(meta, base / "fused-fp8", "bf16", "bf16")
