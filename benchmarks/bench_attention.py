@@ -201,17 +201,17 @@ def this_cpu(r: dict, l3_bytes: int, terms: bool = True, own_work: bool = True) 
                    step_overhead_s=0, **extra)
 
 
-def _cost(device: GPUSpec, heads: int, d: int, n: int, kernel: str) -> RooflineCostModel:
-    """The simulator's roofline for one layer of `heads` heads x d, fp32, on `device`."""
+def _cost(device: GPUSpec, heads: int, d: int, n: int, kernel: str, dtype: str = "fp32") -> RooflineCostModel:
+    """The simulator's roofline for one layer of `heads` heads x d in `dtype` on `device`."""
     model = ModelSpec(name=f"bench-{heads}x{d}", num_layers=1, hidden_size=heads * d, num_attention_heads=heads,
                       num_kv_heads=heads, head_dim=d, ffn_size=1, vocab_size=1, max_context=max(n, 1), attention="mha")
-    return RooflineCostModel(model, device, kv_dtype="fp32", attention_dtype="fp32", attention_kernel=kernel)
+    return RooflineCostModel(model, device, kv_dtype=dtype, attention_dtype=dtype, attention_kernel=kernel)
 
 
-def simulated_s(device: GPUSpec, heads: int, d: int, n: int, kernel: str) -> float:
-    """The simulator's price of one layer's causal prefill attention of N tokens (no context) on `device`, fp32."""
+def simulated_s(device: GPUSpec, heads: int, d: int, n: int, kernel: str, dtype: str = "fp32") -> float:
+    """The simulator's price of one layer's causal prefill attention of N tokens (no context) on `device`."""
     chunk, context = np.array([n], dtype=np.int64), np.zeros(1, dtype=np.int64)
-    return rk.attention_parts(_cost(device, heads, d, n, kernel)._pack()[0], n, chunk, context, 1, 0, 0, 1)[0]
+    return rk.attention_parts(_cost(device, heads, d, n, kernel, dtype)._pack()[0], n, chunk, context, 1, 0, 0, 1)[0]
 
 
 def simulated_fresh_bytes(device: GPUSpec, heads: int, d: int, n: int) -> float:
@@ -256,18 +256,6 @@ def measure(n: int, heads: int, d: int, rounds: int) -> tuple[dict, dict, float]
 GPU_HEADS = 8
 
 
-def _gpu_cost(device: GPUSpec, heads: int, d: int, n: int, kernel: str) -> RooflineCostModel:
-    model = ModelSpec(name=f"bench-{heads}x{d}", num_layers=1, hidden_size=heads * d, num_attention_heads=heads,
-                      num_kv_heads=heads, head_dim=d, ffn_size=1, vocab_size=1, max_context=max(n, 1), attention="mha")
-    return RooflineCostModel(model, device, kv_dtype="bf16", attention_dtype="bf16", attention_kernel=kernel)
-
-
-def gpu_simulated_s(device: GPUSpec, heads: int, d: int, n: int, kernel: str) -> float:
-    """The simulator's price of one layer's causal bf16 prefill attention of N tokens (no context) on `device`."""
-    chunk, context = np.array([n], dtype=np.int64), np.zeros(1, dtype=np.int64)
-    return rk.attention_parts(_gpu_cost(device, heads, d, n, kernel)._pack()[0], n, chunk, context, 1, 0, 0, 1)[0]
-
-
 def gpu_rates(device: str) -> dict:
     """A bf16 8192³ matrix product (FLOP/s) and a 2 GiB device-to-device copy (bytes read + written per second),
     each as one CUDA graph replayed (eagerly timed on a CPU: a dry run of this code)."""
@@ -307,8 +295,8 @@ def gpu_main(args) -> None:
             torch.cuda.empty_cache()
         rated = catalog.model_copy(update=dict(name="measured-rates", bf16_flops_per_s=r["matmul"],
                                                hbm_bytes_per_s=r["copy"], compute_efficiency=1, memory_efficiency=1))
-        sim = {k: gpu_simulated_s(rated, h, d, n, k) for k in t}
-        cat = {k: gpu_simulated_s(catalog, h, d, n, k) for k in t}
+        sim = {k: simulated_s(rated, h, d, n, k, "bf16") for k in t}
+        cat = {k: simulated_s(catalog, h, d, n, k, "bf16") for k in t}
         measured = t["flash"] / t["materialized"]
         modelled, by_catalog = sim["flash"] / sim["materialized"], cat["flash"] / cat["materialized"]
         err = modelled / measured - 1

@@ -198,7 +198,6 @@ class ShardModel:
                               "support yet; allowed: dense models")
         self.spec, self.tp, self.device, self.engine = spec, tp, device, engine
         self.dtype_name, self.dtype = dtype, TORCH_DTYPES[dtype]
-        self.weight_format = weights or dtype
         self.fp8 = weights == "fp8"
         if self.fp8:
             from .kernels.fused import FP8_DTYPE

@@ -109,3 +109,27 @@ def test_the_benchmark_probes_each_elementwise_pass_torch_runs_and_gives_the_dev
     assert module.this_cpu(rates, 64 << 20).pass_s_per_element == seconds
     assert module.this_cpu(rates, 64 << 20, own_work=False).pass_s_per_element is None
     assert module.this_cpu(rates, 64 << 20, terms=False).pass_s_per_element is None
+
+
+def test_the_gpu_mode_of_the_attention_benchmark_runs_its_code_on_a_cpu(tmp_path, capsys):
+    """`bench_attention.py --gpu-dry-run`: the GPU mode's code (bf16, both kernels timed, the device constants, the
+    simulator's two prices) on this CPU at tiny sizes; its CSV holds one row per length, each ratio its parts'."""
+    import argparse
+    import importlib.util
+
+    import pandas as pd
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention.py"
+    spec = importlib.util.spec_from_file_location("bench_attention", bench)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    out = tmp_path / "rows.csv"
+    module.gpu_main(argparse.Namespace(device="cpu", heads=2, head_dim=64, gpu="h200", csv=str(out), lengths=[32, 64]))
+    rows = pd.read_csv(out)
+    assert list(rows["tokens"]) == [32, 64]
+    assert (rows[["flash_s", "materialized_s", "flash_sim_s", "materialized_sim_s", "flash_catalog_s"]] > 0).all().all()
+    assert rows["measured_ratio"].tolist() == pytest.approx((rows["flash_s"] / rows["materialized_s"]).tolist())
+    assert rows["simulated_ratio_measured_rates"].tolist() == pytest.approx(
+        (rows["flash_sim_s"] / rows["materialized_sim_s"]).tolist())
+    # the materialized kernel moves the scores: the simulator prices it slower than flash on any device
+    assert (rows["simulated_ratio_catalog"] < 1).all() and (rows["simulated_ratio_measured_rates"] < 1).all()
+    assert "| 64 |" in capsys.readouterr().out
