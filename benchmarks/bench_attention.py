@@ -276,9 +276,14 @@ def gpu_main(args) -> None:
     from calibrate.kernels.attention_backends import describe, time_prefill
     from sim.model.catalog import get_gpu
     device, h, d = args.device, args.heads or GPU_HEADS, args.head_dim
+    if args.csv and Path(args.csv).exists():  # checked before the long work; never overwritten
+        print(f"--csv: '{args.csv}' exists; allowed: a path that does not exist yet", file=sys.stderr)
+        sys.exit(2)
     catalog = get_gpu(args.gpu, "--gpu")
     name = torch.cuda.get_device_name(0) if device == "cuda" else platform.processor() or "cpu"
-    cuda = f"cuda {torch.version.cuda}, driver {_driver()}" if device == "cuda" else "no CUDA (a dry run)"
+    from calibrate.cli import device_info
+    cuda = (f"cuda {torch.version.cuda}, driver {device_info(torch, device)['driver']}" if device == "cuda"
+            else "no CUDA (a dry run)")
     print(f"machine: {name}, {cuda}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M')} UTC; one layer, "
           f"{h} heads x d {d} (MHA), bf16, causal, no context; flash: {describe('flash', device)}; materialized: "
           f"{describe('materialized', device)}; catalog GPU {catalog.name}")
@@ -317,17 +322,8 @@ def gpu_main(args) -> None:
     print("| --- " * 14 + "|")
     print("\n".join(rows))
     if args.csv:
-        Path(args.csv).write_text("\n".join(csv) + "\n")
-
-
-def _driver() -> str:
-    try:
-        import subprocess
-        out = subprocess.run(["nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader"],
-                             capture_output=True, text=True, timeout=30)
-        return out.stdout.strip() or "?"
-    except (OSError, subprocess.SubprocessError):
-        return "?"
+        with open(args.csv, "x") as f:  # "x": a file that appeared meanwhile is not overwritten either
+            f.write("\n".join(csv) + "\n")
 
 
 def main() -> None:

@@ -59,23 +59,9 @@ def stat(x: np.ndarray) -> str:
     return f"{np.median(x):.1f}% / {x.max():.1f}%" if len(x) else "n/a"
 
 
-def target(path_or_roofline: str, model=None, tp=None, kv="dense", gpu="h100-sxm"):
+def target(path_or_roofline: str, model=None, tp=None, kv="dense", gpu="h100-sxm", fp8=False):
     return make_target(path_or_roofline, model=model, tensor_parallel=tp,
-                       gpu_name=gpu if path_or_roofline in ("roofline", "measured") else None, kv_layout=kv)
-
-
-def quantized_target(kind: str, model, tp: int, gpu_name: str, fp8: bool):
-    """The roofline or the measured (AIConfigurator vLLM) model of one GPU's shard, fp8 weights and fp8 matrix
-    products where `fp8` (as a W8A8 scenario builds them), communication off."""
-    from calibrate.stepcheck import COMMUNICATION_NOTE, Target, no_communication
-    from sim.cost.measured import MeasuredCostModel
-    from sim.cost.roofline import RooflineCostModel
-    from sim.model.catalog import get_gpu
-    gpu = no_communication(get_gpu(gpu_name))
-    q = dict(weight_dtype="fp8", fp8_compute=True) if fp8 else {}
-    cost = (RooflineCostModel(model, gpu, tensor_parallel=tp, **q) if kind == "roofline" else
-            MeasuredCostModel(model, gpu, tensor_parallel=tp, communication=False, **q))
-    return Target(kind, cost, [repr(cost), COMMUNICATION_NOTE], model, tp)
+                       gpu_name=gpu if path_or_roofline in ("roofline", "measured") else None, kv_layout=kv, fp8=fp8)
 
 
 _KEY = ["kind", "prefill_tokens", "prefill_context", "decode_batch", "decode_context"]
@@ -97,7 +83,7 @@ def h200_new_tables() -> None:
         loo = check_rows(target(str(path)), table, loo=True)
         cells = []
         for kind in ("measured", "roofline"):
-            rep = check_rows(quantized_target(kind, model, tp, "h200", fp8), table)
+            rep = check_rows(target(kind, model, tp, gpu="h200", fp8=fp8), table)
             signed = np.array([r["error_pct"] for r in rep["rows"]])
             cells.append(f"{stat(errors(rep))}, {signed.mean():+.1f}%")
         print(f"| {name} tp{tp} {engine} ({len(pd.read_csv(table))}) | {stat(errors(loo, 'loo_error_pct'))} | "
@@ -113,7 +99,7 @@ def h200_new_tables() -> None:
         model, priced = get_model(name), {}
         for kind in ("measured", "roofline"):
             for quant in ("bf16", "fp8"):
-                rep = check_rows(quantized_target(kind, model, tp, "h200", quant == "fp8"),
+                rep = check_rows(target(kind, model, tp, gpu="h200", fp8=quant == "fp8"),
                                  base / ("fused-fp8" if quant == "fp8" else "fused") / "steps.csv")
                 priced[kind, quant] = {_key(r): r["predicted_s"] for r in rep["rows"]}
         for kind_of_step, rows in both.groupby("kind"):

@@ -57,7 +57,7 @@ def _version(package: str) -> str | None:
         return None
 
 
-def _device_info(torch, device: str) -> dict:
+def device_info(torch, device: str) -> dict:
     if device == "cuda":
         props = torch.cuda.get_device_properties(0)
         driver = None
@@ -109,7 +109,7 @@ def _measure(torch, spec, model, tp, dtype, device, threads, block_size, grid, o
     started = time.perf_counter()
     now = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     meta = {
-        "device": device, **_device_info(torch, device),
+        "device": device, **device_info(torch, device),
         "torch_version": torch.__version__, "triton_version": _version("triton"),
         "dtype": dtype, "threads": threads, "date": now, "started": now,
         "grad_mode": ("torch.inference_mode, as vLLM's execute_model" if device == "cpu" else "default (autograd on)"),
@@ -252,7 +252,7 @@ def steps(model: str = typer.Option(..., "--model", help="catalog model name, or
     meta = {
         "model": spec.model_dump(mode="json"), "tensor_parallel": tp, "shard": the_model.shard,
         "layers": the_model.num_layers,
-        "device": device, **_device_info(torch, device),
+        "device": device, **device_info(torch, device),
         "torch_version": torch.__version__, "triton_version": _version("triton"),
         "dtype": dtype, "threads": threads, "date": now, "started": now,
         "grad_mode": ("torch.inference_mode, as vLLM's execute_model" if device == "cpu" else "default (autograd on)"),

@@ -65,6 +65,14 @@ PY=${PY:-python3}
 ATTENTION_GPU=${ATTENTION_GPU:-h100-sxm}
 DEADLINE_S=${DEADLINE_S:-0}
 
+# What this script writes in $OUT (and, for profiles/, archives and removes): refused if any is there already, so
+# nothing it did not create is overwritten or deleted.
+for name in profiles profiles.tgz gpu_run.log summary.txt; do
+  if [ -e "$OUT/$name" ]; then
+    echo "OUT: '$OUT' already holds $name; allowed: a folder without profiles, profiles.tgz, gpu_run.log, summary.txt" >&2
+    exit 2
+  fi
+done
 mkdir -p "$OUT/profiles/$DEVDIR"
 LOG="$OUT/gpu_run.log"
 SUMMARY="$OUT/summary.txt"

@@ -115,7 +115,9 @@ def no_communication(gpu):
 
 
 def make_target(target: str, *, model: ModelSpec | None, tensor_parallel: int | None, gpu_name: str | None,
-                kv_layout: str) -> Target:
+                kv_layout: str, fp8: bool = False) -> Target:
+    """What `check` prices a table with. `fp8`: the roofline and measured models with fp8 weights and fp8 matrix
+    products (W8A8), as a scenario quantized `{weights: fp8, fp8_compute: true}` builds them."""
     from sim.cost.roofline import RooflineCostModel
     from sim.model.catalog import get_gpu
     if target in ("roofline", "measured"):
@@ -124,13 +126,14 @@ def make_target(target: str, *, model: ModelSpec | None, tensor_parallel: int | 
                               f"check {target} --gpu h100-sxm --model llama-3.1-8b --against TABLE.csv")
         tp = tensor_parallel or 1
         gpu = get_gpu(gpu_name, "--gpu")
+        quant = dict(weight_dtype="fp8", fp8_compute=True) if fp8 else {}
         if target == "roofline":
-            cost = RooflineCostModel(model, no_communication(gpu), tensor_parallel=tp)
-            described = (f"roofline of {gpu.name} (catalog), {model.name} tp{tp}, bf16, "
+            cost = RooflineCostModel(model, no_communication(gpu), tensor_parallel=tp, **quant)
+            described = (f"roofline of {gpu.name} (catalog), {model.name} tp{tp}, {'W8A8 fp8' if fp8 else 'bf16'}, "
                          f"step overhead {cost.step_overhead_s * 1e3:g} ms, as a scenario builds it")
         else:
             from sim.cost.measured import MeasuredCostModel
-            cost = MeasuredCostModel(model, gpu, tensor_parallel=tp, communication=False)
+            cost = MeasuredCostModel(model, gpu, tensor_parallel=tp, communication=False, **quant)
             described = repr(cost)
         return Target(target, cost, [f"cost model: {described}", COMMUNICATION_NOTE], model, tp)
     path = Path(target).expanduser()

@@ -86,14 +86,12 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
     from sim.model.memory import FP8_COMPUTE_DEFAULT
     # absent, the schema's default (weight-only fp8), to which the measured model then holds the scenario
     fp8_compute = quant.get("fp8_compute", FP8_COMPUTE_DEFAULT)
-    measured_in = dict(weight_dtype=weights, kv_dtype=kv, fp8_compute=fp8_compute,
-                       fp8_block=quant.get("fp8_block_scales", False))
     # bf16 only. A W8A8 profile (`calibrate steps --weights fp8`) runs cuBLASLt's fp8 GEMM (torch._scaled_mm), not
     # the engines' own (vLLM: CUTLASS, whose time jumps past powers of two in AIConfigurator's rows;
     # results/gpu-steps.md, "H200 tables of 11-30"): `cost_model: {kind: calibrated}` takes it, the default does not.
     if (isinstance(model, str) and pp == 1 and raw.get("speculation") is None and weights == "bf16" and kv == "bf16"
             and disaggregation is None and floor == 0 and hardware.get("expert_parallel", 1) == 1
-            and _whole_step_profile(gpu, model, tp, measured_in)):
+            and _whole_step_profile(gpu, model, tp, quant)):
         return {"kind": "calibrated", "overhead": terms}, (
             f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "
             "terms (the most accurate source available)")
@@ -137,10 +135,11 @@ def measured_refused(choice) -> str | None:
     return text.split(_MEASURED_REFUSED, 1)[1][:-1]
 
 
-def _whole_step_profile(gpu: str, model: str, tp: int, measured_in: dict) -> bool:
-    """A shipped whole-step profile of (gpu, model, tp) measured in the scenario's quantization."""
+def _whole_step_profile(gpu: str, model: str, tp: int, quantization: dict) -> bool:
+    """A shipped whole-step profile of (gpu, model, tp) measured in the scenario's (raw) quantization section."""
     from sim.atomic_files import plain_name
     if not (plain_name(gpu) and plain_name(model)):
         return False
     from sim.cost.calibrated import shipped_step_profile_fits
-    return shipped_step_profile_fits(gpu, model, tp, measured_in)
+    from sim.cost.profile_meta import measured_in
+    return shipped_step_profile_fits(gpu, model, tp, measured_in(quantization))

@@ -349,11 +349,9 @@ def calibrated_profile_dir(scenario: Scenario, model: ModelSpec, gpu: GPUSpec) -
     )
     spec = scenario.cost_model
     device = spec.profile_device or gpu.name
-    q = scenario.quantization
-    measured_in = dict(weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
-                       fp8_block=q.fp8_block_scales)
+    from sim.cost.profile_meta import measured_in
     return resolve_profile_dir(spec.profile, device, model.name, scenario.hardware.tensor_parallel, spec.engine,
-                               measured_in)
+                               measured_in(scenario.quantization.model_dump()))
 
 
 def resolve(scenario: Scenario) -> Deployment:

@@ -76,6 +76,15 @@ def check_profile_dtypes(meta: dict, path: str | Path, weight_dtype: str = "bf16
                           f"{escape}")
 
 
+def measured_in(quantization: dict) -> dict:
+    """A scenario's `quantization` section (validated and dumped, or raw) as `check_profile_dtypes` / `profile_fits`
+    keywords, the schema's defaults where a key is absent."""
+    from sim.model.memory import FP8_COMPUTE_DEFAULT
+    return dict(weight_dtype=quantization.get("weights", "bf16"), kv_dtype=quantization.get("kv_cache", "bf16"),
+                fp8_compute=quantization.get("fp8_compute", FP8_COMPUTE_DEFAULT),
+                fp8_block=quantization.get("fp8_block_scales", False))
+
+
 def profile_fits(meta: dict, weight_dtype: str = "bf16", kv_dtype: str = "bf16", fp8_compute: bool = False,
                  fp8_block: bool = False) -> bool:
     """Whether a scenario of this quantization may use the profile (`check_profile_dtypes` passes)."""

@@ -61,7 +61,7 @@ def make_calibrated_cost_model(path: str | Path, model: ModelSpec, *, tensor_par
     if profile_kind(path) == "steps":
         from sim.cost.steps import StepProfileCostModel
         return StepProfileCostModel(path, model, tensor_parallel=tensor_parallel, gpu=gpu, kv_layout=kv_layout,
-                                    weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+                                    weight_dtype=weight_dtype, kv_dtype=kv_dtype, fp8_compute=fp8_compute)
     from sim.cost.calibrated import CalibratedCostModel
     return CalibratedCostModel(path, model, tensor_parallel=tensor_parallel, kv_layout=kv_layout,
                                block_size=block_size, gpu=gpu, weight_dtype=weight_dtype, kv_dtype=kv_dtype)

@@ -556,7 +556,8 @@ class StepProfileCostModel(PackedCostModel):
 
     def __init__(self, profile_dir: str | Path, model: ModelSpec, *, tensor_parallel: int = 1,
                  gpu: GPUSpec | None = None, communication: bool = True, kv_layout: str | None = None,
-                 weight_dtype: str = "bf16", kv_dtype: str = "bf16", fit: StepFit | None = None):
+                 weight_dtype: str = "bf16", kv_dtype: str = "bf16", fit: StepFit | None = None,
+                 fp8_compute: bool = False):
         self.profile = load_step_profile(profile_dir)
         check_step_matches(self.profile, model, tensor_parallel)
         self.model, self.tp, self.kv_layout = model, tensor_parallel, kv_layout
@@ -564,7 +565,7 @@ class StepProfileCostModel(PackedCostModel):
         self.gpu = gpu or get_gpu("h100-sxm")
         self.communication = communication and tensor_parallel > 1
         self.roofline = RooflineCostModel(model, self.gpu, tensor_parallel=tensor_parallel,
-                                          weight_dtype=weight_dtype, kv_dtype=kv_dtype)
+                                          weight_dtype=weight_dtype, kv_dtype=kv_dtype, fp8_compute=fp8_compute)
         link = self.gpu.interconnect_bytes_per_s * self.gpu.interconnect_efficiency
         self._allreduce_s_per_token = 2.0 * (tensor_parallel - 1) / tensor_parallel * model.hidden_size * 2 / link
         self._swap_s_per_token = kv_bytes_per_token(model, kv_dtype, tensor_parallel) / self.gpu.host_link_bytes_per_s
@@ -578,7 +579,8 @@ class StepProfileCostModel(PackedCostModel):
               if self.kv_layout and layout and {layout, self.kv_layout} not in ({"dense", "contiguous"},) and
               layout != self.kv_layout else "")
         return (f"StepProfileCostModel({self.model.name} x{self.tp}, whole steps '{self.profile.path}', engine "
-                f"{meta.get('engine')}, measured on {meta.get('device_name')} in {meta.get('dtype')}, "
+                f"{meta.get('engine')}, measured on {meta.get('device_name')} in {meta.get('dtype')}"
+                f"{', fp8 weights' if meta.get('weight_dtype') == 'fp8' else ''}, "
                 f"{len(self.profile.rows)} rows; {comm}{kv})")
 
     def _build_pack(self) -> tuple:

@@ -133,3 +133,7 @@ def test_the_gpu_mode_of_the_attention_benchmark_runs_its_code_on_a_cpu(tmp_path
     # the materialized kernel moves the scores: the simulator prices it slower than flash on any device
     assert (rows["simulated_ratio_catalog"] < 1).all() and (rows["simulated_ratio_measured_rates"] < 1).all()
     assert "| 64 |" in capsys.readouterr().out
+    before = out.read_bytes()  # a second run into the same CSV: refused, before any work, the file kept
+    with pytest.raises(SystemExit) as stop:
+        module.gpu_main(argparse.Namespace(device="cpu", heads=2, head_dim=64, gpu="h200", csv=str(out), lengths=[32]))
+    assert stop.value.code == 2 and "--csv:" in capsys.readouterr().err and out.read_bytes() == before

@@ -38,6 +38,17 @@ def test_an_fp8_entry_measures_w8a8_steps_into_its_own_folder(tmp_path):
     assert (tmp_path / "out" / "profiles.tgz").is_file()
 
 
+def test_an_out_folder_holding_what_the_script_writes_is_refused_untouched(tmp_path):
+    out = tmp_path / "out"
+    (out / "profiles").mkdir(parents=True)
+    (out / "profiles" / "mine.txt").write_text("a user's file")
+    done = subprocess.run(["bash", str(SCRIPT)], cwd=SCRIPT.parents[1], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "OUT": str(out), "PY": "false", "STAGES": "steps"})
+    assert done.returncode == 2 and done.stderr.strip().count("\n") == 0
+    assert "OUT:" in done.stderr and "profiles" in done.stderr
+    assert sorted(p.name for p in out.rglob("*")) == ["mine.txt", "profiles"]
+
+
 def test_a_deadline_cuts_each_stage_and_skips_what_it_cannot_fit(tmp_path):
     _, summary, log = run(tmp_path / "a", STEP_RUNS="llama-3.1-8b:1:fused", DEADLINE_S="100")
     assert re.search(r"\(timeout (69|70)s\)", log), log  # 100 s less the 30 s kept for the archive
