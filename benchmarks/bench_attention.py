@@ -27,11 +27,14 @@ pricing without the CPU's terms (no cache, no first touch, no key block: what a 
 
 On a GPU (`--device cuda`): bf16, 8 heads × d 128 (a TP-4 shard's query heads of an 8B model, one KV head per query
 head: the math backend would repeat grouped KV heads, a pass the model does not have), each kernel one CUDA graph
-replayed (`time_prefill`); the device constants are a bf16 8192³ matrix product and a 2 GiB device-to-device copy,
-measured beside each length. Two prices: the simulator's roofline on a device of those measured rates (efficiencies
-1), and on the catalog GPU named by `--gpu` as every simulation prices it. `--csv` writes the rows.
+replayed (`time_prefill`); the device constants are a bf16 and an fp32 8192³ matrix product (the materialized
+kernel computes in fp32: `GPUSpec.fp32_flops_per_s`) and a 2 GiB device-to-device copy, measured beside each length.
+Two prices: the simulator's roofline on a device of those measured rates (efficiencies 1), and on the catalog GPU
+named by `--gpu` as every simulation prices it. `--csv` writes the rows; `--reprice` prices a written CSV's rows again
+with today's simulator, on any machine (a stored run without the fp32 rate takes the catalog's peak for it).
 
     python3 benchmarks/bench_attention.py --device cuda --gpu h200 [--csv rows.csv]
+    .venv/bin/python benchmarks/bench_attention.py --reprice benchmarks/results/attention_h200_flash_vs_materialized.csv
 
 Prints the machine, the rates and one Markdown row per length (benchmarks/results/attention.md holds the last run).
 """
@@ -195,10 +198,11 @@ def this_cpu(r: dict, l3_bytes: int, terms: bool = True, own_work: bool = True) 
         extra.update(cache_bytes=l3_bytes, cache_bytes_per_s=r["cache_copy"])
     if terms and own_work:
         extra.update(pass_s_per_element={op: r[f"pass {op}"] for op in ELEMENTWISE_PASSES if f"pass {op}" in r})
-    return GPUSpec(name="this-cpu", bf16_flops_per_s=r["matmul"], hbm_bytes=os.sysconf("SC_PHYS_PAGES")
-                   * os.sysconf("SC_PAGE_SIZE"), hbm_bytes_per_s=r["dram_copy"], interconnect_bytes_per_s=1e9,
-                   host_link_bytes_per_s=1e9, price_per_hour=0, compute_efficiency=1, memory_efficiency=1,
-                   step_overhead_s=0, **extra)
+    # One measured matmul rate, fp32: the benchmark's inputs are fp32, so both kernels compute in it.
+    return GPUSpec(name="this-cpu", bf16_flops_per_s=r["matmul"], fp32_flops_per_s=r["matmul"],
+                   hbm_bytes=os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"), hbm_bytes_per_s=r["dram_copy"],
+                   interconnect_bytes_per_s=1e9, host_link_bytes_per_s=1e9, price_per_hour=0, compute_efficiency=1,
+                   memory_efficiency=1, step_overhead_s=0, **extra)
 
 
 def _cost(device: GPUSpec, heads: int, d: int, n: int, kernel: str, dtype: str = "fp32") -> RooflineCostModel:
@@ -257,19 +261,92 @@ GPU_HEADS = 8
 
 
 def gpu_rates(device: str) -> dict:
-    """A bf16 8192³ matrix product (FLOP/s) and a 2 GiB device-to-device copy (bytes read + written per second),
+    """A bf16 and an fp32 8192³ matrix product (FLOP/s; fp32 as torch runs it by default, TF32 not allowed: what the
+    materialized kernel's fp32 matmuls reach) and a 2 GiB device-to-device copy (bytes read + written per second),
     each as one CUDA graph replayed (eagerly timed on a CPU: a dry run of this code)."""
     from calibrate.timing import time_cpu, time_cuda_graph
     timer = (lambda fn: time_cuda_graph(fn, budget_s=0.3)) if device == "cuda" else (lambda fn: time_cpu(fn, 0.05))
     size = 8192 if device == "cuda" else 256
-    a = torch.randn(size, size, device=device, dtype=torch.bfloat16)
-    b, c = torch.randn_like(a), torch.empty_like(a)
-    rates = {"matmul": 2 * size ** 3 / timer(lambda: torch.mm(a, b, out=c)).median_s}
+    rates = {}
+    for key, dtype in (("matmul", torch.bfloat16), ("matmul_fp32", torch.float32)):
+        a = torch.randn(size, size, device=device, dtype=dtype)
+        b, c = torch.randn_like(a), torch.empty_like(a)
+        rates[key] = 2 * size ** 3 / timer(lambda: torch.mm(a, b, out=c)).median_s
+        del a, b, c
     elements = (1 << 30) if device == "cuda" else (1 << 22)  # bf16: 2 GiB on a GPU
     src, dst = torch.empty(elements, device=device, dtype=torch.bfloat16).fill_(1.0), torch.empty(
         elements, device=device, dtype=torch.bfloat16)
     rates["copy"] = 2 * 2 * elements / timer(lambda: dst.copy_(src)).median_s
     return rates  # its buffers go with it; the caller empties the CUDA cache
+
+
+CSV_COLUMNS = ("tokens,flash_s,materialized_s,measured_ratio,simulated_ratio_measured_rates,simulated_ratio_catalog,"
+               "flash_sim_s,materialized_sim_s,flash_catalog_s,materialized_catalog_s,matmul_flops_per_s,"
+               "copy_bytes_per_s,fp32_matmul_flops_per_s")
+
+
+def gpu_row(n: int, t: dict, r: dict, catalog: GPUSpec, h: int, d: int) -> tuple[str, list]:
+    """One length's Markdown row and CSV values: the measured kernel times `t` against the simulator's prices on a
+    device of the measured rates `r` (efficiencies 1; the fp32 rate, where `r` lacks it, the catalog's peak) and on
+    the catalog GPU."""
+    fp32 = r.get("matmul_fp32") or catalog.fp32_flops_per_s
+    rated = catalog.model_copy(update=dict(name="measured-rates", bf16_flops_per_s=r["matmul"], fp32_flops_per_s=fp32,
+                                           hbm_bytes_per_s=r["copy"], compute_efficiency=1, memory_efficiency=1))
+    sim = {k: simulated_s(rated, h, d, n, k, "bf16") for k in t}
+    cat = {k: simulated_s(catalog, h, d, n, k, "bf16") for k in t}
+    measured = t["flash"] / t["materialized"]
+    modelled, by_catalog = sim["flash"] / sim["materialized"], cat["flash"] / cat["materialized"]
+    err = modelled / measured - 1
+    fp32_text = f"{r['matmul_fp32'] / 1e12:.1f}" if r.get("matmul_fp32") else f"({fp32 / 1e12:.0f}: catalog)"
+    row = (f"| {n:,} | {t['flash'] * 1e3:.3f} | {sim['flash'] * 1e3:.3f} | {cat['flash'] * 1e3:.3f} | "
+           f"{t['materialized'] * 1e3:.3f} | {sim['materialized'] * 1e3:.3f} | {cat['materialized'] * 1e3:.3f} | "
+           f"{measured:.3f} | **{modelled:.3f}** | {err:+.1%} | {'yes' if abs(err) <= GOAL else 'no'} | "
+           f"{by_catalog:.3f} ({by_catalog / measured - 1:+.1%}) | {r['matmul'] / 1e12:.0f} | {fp32_text} | "
+           f"{r['copy'] / 1e12:.2f} |")
+    values = [n, t["flash"], t["materialized"], measured, modelled, by_catalog, sim["flash"], sim["materialized"],
+              cat["flash"], cat["materialized"], r["matmul"], r["copy"], r.get("matmul_fp32", "")]
+    return row, values
+
+
+def print_gpu_table(rows: list[str]) -> None:
+    print("\n| prompt tokens | flash ms measured | flash ms simulated (measured rates) | flash ms simulated "
+          "(catalog) | materialized ms measured | materialized ms simulated (measured rates) | materialized ms "
+          "simulated (catalog) | measured flash/mat | simulated flash/mat | simulated / measured | within 15% | "
+          "catalog flash/mat (vs measured) | bf16 matmul TFLOP/s | fp32 matmul TFLOP/s | copy TB/s |")
+    print("| --- " * 15 + "|")
+    print("\n".join(rows))
+
+
+def reprice(args) -> None:
+    """The rows of a stored `--csv` (a GPU run's kernel times and device constants) priced again by today's
+    simulator: a change to the model re-checked without a GPU. Nothing is measured here."""
+    import pandas as pd
+    from sim.model.catalog import get_gpu
+    catalog = get_gpu(args.gpu, "--gpu")
+    try:
+        stored = pd.read_csv(args.reprice)
+    except (OSError, ValueError) as e:
+        print(f"--reprice: '{args.reprice}' is not a readable CSV ({e}); allowed: a file bench_attention.py --csv "
+              f"wrote", file=sys.stderr)
+        sys.exit(2)
+    needed = {"tokens", "flash_s", "materialized_s", "matmul_flops_per_s", "copy_bytes_per_s"}
+    if not needed <= set(stored.columns):
+        print(f"--reprice: '{args.reprice}' lacks columns {sorted(needed - set(stored.columns))}; allowed: a file "
+              f"bench_attention.py --csv wrote", file=sys.stderr)
+        sys.exit(2)
+    h, d = args.heads or GPU_HEADS, args.head_dim
+    print(f"re-priced: {args.reprice} ({len(stored)} rows, kernels and constants as measured there); one layer, {h} "
+          f"heads x d {d} (MHA), bf16, causal, no context; catalog GPU {catalog.name}; "
+          f"{time.strftime('%Y-%m-%d %H:%M')} UTC")
+    rows = []
+    for rec in stored.itertuples():
+        fp32 = getattr(rec, "fp32_matmul_flops_per_s", None)
+        r = {"matmul": rec.matmul_flops_per_s, "copy": rec.copy_bytes_per_s}
+        if fp32 is not None and fp32 == fp32:  # present and not NaN
+            r["matmul_fp32"] = float(fp32)
+        rows.append(gpu_row(int(rec.tokens), {"flash": rec.flash_s, "materialized": rec.materialized_s}, r, catalog,
+                            h, d)[0])
+    print_gpu_table(rows)
 
 
 def gpu_main(args) -> None:
@@ -286,10 +363,9 @@ def gpu_main(args) -> None:
             else "no CUDA (a dry run)")
     print(f"machine: {name}, {cuda}, torch {torch.__version__}, {time.strftime('%Y-%m-%d %H:%M')} UTC; one layer, "
           f"{h} heads x d {d} (MHA), bf16, causal, no context; flash: {describe('flash', device)}; materialized: "
-          f"{describe('materialized', device)}; catalog GPU {catalog.name}")
-    rows, csv = [], ["tokens,flash_s,materialized_s,measured_ratio,simulated_ratio_measured_rates,"
-                     "simulated_ratio_catalog,flash_sim_s,materialized_sim_s,flash_catalog_s,materialized_catalog_s,"
-                     "matmul_flops_per_s,copy_bytes_per_s"]
+          f"{describe('materialized', device)}; TF32 matmuls allowed: {torch.backends.cuda.matmul.allow_tf32}; "
+          f"catalog GPU {catalog.name}")
+    rows, csv = [], [CSV_COLUMNS]
     for n in args.lengths:
         r = gpu_rates(device)
         if device == "cuda":
@@ -298,29 +374,11 @@ def gpu_main(args) -> None:
                              budget_s=0.5).median_s for k in ("flash", "materialized")}
         if device == "cuda":
             torch.cuda.empty_cache()
-        rated = catalog.model_copy(update=dict(name="measured-rates", bf16_flops_per_s=r["matmul"],
-                                               hbm_bytes_per_s=r["copy"], compute_efficiency=1, memory_efficiency=1))
-        sim = {k: simulated_s(rated, h, d, n, k, "bf16") for k in t}
-        cat = {k: simulated_s(catalog, h, d, n, k, "bf16") for k in t}
-        measured = t["flash"] / t["materialized"]
-        modelled, by_catalog = sim["flash"] / sim["materialized"], cat["flash"] / cat["materialized"]
-        err = modelled / measured - 1
-        rows.append(f"| {n:,} | {t['flash'] * 1e3:.3f} | {sim['flash'] * 1e3:.3f} | {cat['flash'] * 1e3:.3f} | "
-                    f"{t['materialized'] * 1e3:.3f} | {sim['materialized'] * 1e3:.3f} | "
-                    f"{cat['materialized'] * 1e3:.3f} | {measured:.3f} | **{modelled:.3f}** | {err:+.1%} | "
-                    f"{'yes' if abs(err) <= GOAL else 'no'} | {by_catalog:.3f} ({by_catalog / measured - 1:+.1%}) | "
-                    f"{r['matmul'] / 1e12:.0f} | {r['copy'] / 1e12:.2f} |")
-        csv.append(",".join(str(v) for v in (n, t["flash"], t["materialized"], measured, modelled, by_catalog,
-                                             sim["flash"], sim["materialized"], cat["flash"], cat["materialized"],
-                                             r["matmul"], r["copy"])))
-        print(rows[-1], flush=True)
-    print("\n| prompt tokens | flash ms measured | flash ms simulated (measured rates) | flash ms simulated "
-          "(catalog) | materialized ms measured | materialized ms simulated (measured rates) | materialized ms "
-          "simulated "
-          "(catalog) | measured flash/mat | simulated flash/mat | simulated / measured | within 15% | catalog "
-          "flash/mat (vs measured) | matmul TFLOP/s | copy TB/s |")
-    print("| --- " * 14 + "|")
-    print("\n".join(rows))
+        row, values = gpu_row(n, t, r, catalog, h, d)
+        rows.append(row)
+        csv.append(",".join(str(v) for v in values))
+        print(row, flush=True)
+    print_gpu_table(rows)
     if args.csv:
         with open(args.csv, "x") as f:  # "x": a file that appeared meanwhile is not overwritten either
             f.write("\n".join(csv) + "\n")
@@ -335,9 +393,12 @@ def main() -> None:
     ap.add_argument("--gpu", default="h200", help="--device cuda: the catalog GPU the simulation prices by default")
     ap.add_argument("--gpu-dry-run", action="store_true", help="the GPU mode's code on this CPU, tiny sizes")
     ap.add_argument("--csv", default="", help="--device cuda: write the rows here")
+    ap.add_argument("--reprice", default="", help="a CSV --csv wrote: price its measured rows again (no GPU needed)")
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5, help="samples of each rate and kernel per length")
     args = ap.parse_args()
+    if args.reprice:
+        return reprice(args)
     if args.device == "cuda" or args.gpu_dry_run:
         return gpu_main(args)
     args.heads = args.heads or 2

@@ -102,21 +102,26 @@ def _calibrated(scenario: Scenario, deployment: Deployment):
     from sim.cost.profiles import (
         make_calibrated_cost_model,  # per-op or whole-step, as the profile says
     )
-    q, kv = scenario.quantization, scenario.kv_cache
+    kv = scenario.kv_cache
     return make_calibrated_cost_model(deployment.profile_dir, deployment.model,
                                       tensor_parallel=deployment.tensor_parallel, kv_layout=kv.layout,
-                                      block_size=kv.block_size, gpu=deployment.gpu, weight_dtype=q.weights,
-                                      kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute, fp8_block=q.fp8_block_scales)
+                                      block_size=kv.block_size, gpu=deployment.gpu, **_dtypes(scenario))
+
+
+def _dtypes(scenario: Scenario) -> dict:
+    """The scenario's quantization as the measured cost models take it: what their measurements must match
+    (`sim.cost.profile_meta.measured_in`, the one translation the profile choice uses too)."""
+    from sim.cost.profile_meta import measured_in
+    return measured_in(scenario.quantization.model_dump())
 
 
 def _measured(scenario: Scenario, deployment: Deployment):
     from sim.cost.measured import make_measured_cost_model
-    spec, q = scenario.cost_model, scenario.quantization
+    spec = scenario.cost_model
     return make_measured_cost_model(deployment.model, deployment.gpu, tensor_parallel=deployment.tensor_parallel,
-                                    weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
                                     engine=spec.engine, step_overhead_s=spec.step_overhead_s,
                                     gpu_data=spec.gpu_data, on_missing=spec.on_missing, tables=spec.tables,
-                                    unmeasured_dtype=spec.unmeasured_dtype, fp8_block=q.fp8_block_scales,
+                                    unmeasured_dtype=spec.unmeasured_dtype, **_dtypes(scenario),
                                     expert_parallel=deployment.expert_parallel, moe_routing=spec.moe_routing)
 
 

@@ -97,9 +97,11 @@ class RooflineCostModel(PackedCostModel):
         self.flash_fresh_bytes_per_query = heads_per_gpu * v_dim * attn_bytes
         # Materialized scores (`roofline_kernel.materialized_parts`): torch's math SDPA's passes for inputs of
         # `attn_bytes` (`attention_io.MATH_SDPA_PASSES`: fp32 scores whatever the inputs), per (query, key) pair of
-        # every head on this GPU, per query and per key token. Its matmuls are priced at this device's matmul rate
-        # (on a GPU the bf16 tensor cores'); torch runs them in fp32 (on a GPU's CUDA cores unless TF32 is allowed),
-        # which this leaves out.
+        # every head on this GPU, per query and per key token. Its ops run in fp32 whatever the inputs (torch casts
+        # bf16/fp16 Q, K and V to fp32 first), so they are priced at the device's fp32 rate: on a GPU its CUDA cores',
+        # as torch runs an fp32 matmul unless TF32 is allowed (`GPUSpec.fp32_flops_per_s`; not known: the bf16 rate).
+        fp32_peak = gpu.fp32_flops_per_s or gpu.bf16_flops_per_s
+        self.score_flops_per_s = fp32_peak * (compute_efficiency or gpu.compute_efficiency)
         self.score_bytes_per_pair, passes, self.fresh_bytes = math_sdpa_terms(heads_per_gpu, qk_dim, v_dim, attn_bytes)
         units = {"pair": roofline_kernel.U_PAIR, "query": roofline_kernel.U_QUERY, "key": roofline_kernel.U_KEY}
         # A device that does each pass's own work on top of its memory time (a CPU core: `GPUSpec.pass_s_per_element`)
@@ -136,6 +138,8 @@ class RooflineCostModel(PackedCostModel):
     def __repr__(self) -> str:
         # The kernel is named only when it is not the default, so that a flash run's records read as before.
         attention = "" if self.attention_kernel == "flash" else f", attention={self.attention_kernel}"
+        if self.attention_kernel == "materialized" and self.gpu.fp32_flops_per_s is None:
+            attention += " (its fp32 matmuls at the bf16 rate: the GPU gives no fp32_flops_per_s)"
         ep = f" ep{self.ep}" if self.ep > 1 else ""
         return (f"RooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}{ep}, "
                 f"weights={self.weight_dtype}, kv={self.kv_dtype}{attention})")

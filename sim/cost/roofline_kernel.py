@@ -22,7 +22,7 @@ from sim.model.attention_io import MATH_SDPA_MATMULS, MATH_SDPA_PASSES
  P_HIDDEN, P_FFN_PER_GPU, P_TP, P_LINK_BYTES_PER_S, P_ALLREDUCE_LATENCY_S,
  P_SLIDING_WINDOW, P_LM_HEAD, P_NUM_LAYERS, P_HOST_LINK_BYTES_PER_S, P_MATERIALIZED, P_SCORE_BYTES_PER_PAIR,
  P_CACHE_BYTES, P_CACHE_BYTES_PER_S, P_FIRST_TOUCH_BYTES_PER_S, P_FLASH_KEY_BLOCK, P_FRESH_PER_PAIR, P_FRESH_PER_QUERY,
- P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_WINDOW_SHARE, P_NUM_PASSES, P_PASSES) = range(28)
+ P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_WINDOW_SHARE, P_SCORE_FLOPS_PER_S, P_NUM_PASSES, P_PASSES) = range(29)
 # The materialized kernel's passes other than its matmuls (`attention_io.math_sdpa_terms`), from P_PASSES on, a row
 # of PASS_COLUMNS each: the unit it runs over (U_PAIR: a query row against a key, U_QUERY, U_KEY: a token), bytes
 # per unit, FLOPs per unit, and the device's own seconds per unit for it (`GPUSpec.pass_s_per_element`; 0: none).
@@ -69,6 +69,7 @@ def pack(model) -> tuple:
     if model.attention_kernel == "materialized":
         scalars[P_MATERIALIZED] = 1.0
         scalars[P_SCORE_BYTES_PER_PAIR] = model.score_bytes_per_pair
+        scalars[P_SCORE_FLOPS_PER_S] = model.score_flops_per_s
         scalars[P_FRESH_PER_PAIR], scalars[P_FRESH_PER_QUERY], scalars[P_FRESH_PER_KEY] = model.fresh_bytes
         scalars[P_NUM_PASSES] = len(model.materialized_passes)
         for k, row in enumerate(model.materialized_passes):
@@ -172,12 +173,13 @@ def materialized_parts(price, pairs, queries, keys, mm_f, io_b):
     """(time, FLOPs, bytes) of the materialized kernel (`attention_io.MATH_SDPA_PASSES`, packed by
     `attention_io.math_sdpa_terms`) over `pairs` (query row, key) pairs of `queries` query tokens against `keys` key
     tokens: its two matmuls as one op (FLOPs `mm_f`, the Q, K, V and O traffic `io_b`, S written and P read), then
-    each other pass as an op; an op moving at most the device's cache runs at the cache's bandwidth. A pass the device
+    each other pass as an op, every op at the device's fp32 rate (the kernel computes in fp32 whatever its inputs);
+    an op moving at most the device's cache runs at the cache's bandwidth. A pass the device
     gives its own time per element (a CPU core's vector work, measured with the data in cache) pays it on top: one
     core does not hide that work behind its memory traffic (benchmarks/results/attention.md, "Each pass's own work").
     Then the first touch of every new buffer, where the device pays one (time only: the page zeroing is not counted
     in bytes)."""
-    fps, bps = price[P_FLOPS_PER_S], price[P_BYTES_PER_S]
+    fps, bps = price[P_SCORE_FLOPS_PER_S], price[P_BYTES_PER_S]
     cache, cache_bps = price[P_CACHE_BYTES], price[P_CACHE_BYTES_PER_S]
     mm_b = io_b + pairs * price[P_SCORE_BYTES_PER_PAIR]
     time_s = op_time(mm_f, mm_b, fps, _bandwidth(mm_b, bps, cache, cache_bps))

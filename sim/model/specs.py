@@ -123,6 +123,10 @@ class GPUSpec(BaseModel):
     name: str
     bf16_flops_per_s: float = Field(gt=0, description="dense (no sparsity) bf16 tensor-core peak")
     fp8_flops_per_s: float | None = Field(None, gt=0, description="dense fp8 peak; None where unsupported")
+    fp32_flops_per_s: float | None = Field(
+        None, gt=0, description="fp32 peak without tensor cores (a GPU's CUDA cores): what torch runs an fp32 "
+        "matrix product on unless TF32 is allowed, so what the materialized attention kernel's fp32 matmuls reach "
+        "(`sim.model.attention_io.MATH_SDPA_PASSES`); None: not known, and that kernel is priced at the bf16 rate")
     hbm_bytes: int = Field(gt=0, description="device memory")
     hbm_bytes_per_s: float = Field(gt=0)
     interconnect_bytes_per_s: float = Field(gt=0, description="GPU-to-GPU bandwidth per direction")

@@ -87,3 +87,41 @@ def test_the_catalog_gpus_have_none_of_the_terms_and_a_cache_needs_its_bandwidth
         CPU.model_validate({**CPU.model_dump(), "cache_bytes_per_s": None})
     with pytest.raises(ConfigError, match="attention_dtype: 'int8' is not allowed; allowed: bf16, fp16, fp32"):
         RooflineCostModel(TINY, CPU, attention_dtype="int8")
+
+
+# A GPU of round rates: bf16 tensor cores 1 PFLOP/s, fp32 1 TFLOP/s, memory so fast that every op is compute-bound.
+ROUND_GPU = GPUSpec(name="round", bf16_flops_per_s=1e15, fp32_flops_per_s=1e12, hbm_bytes=1 << 36, hbm_bytes_per_s=1e20,
+                    interconnect_bytes_per_s=1e9, host_link_bytes_per_s=1e9, price_per_hour=0, compute_efficiency=1,
+                    memory_efficiency=1)
+
+
+def bf16_prefill_s(gpu, kernel, n):
+    cost = RooflineCostModel(TINY, gpu, attention_kernel=kernel)  # bf16 Q, K, V: torch casts them to fp32
+    return rk.attention_parts(cost._pack()[0], n, np.array([n]), np.array([0]), 1, 0, 0, 1)[0]
+
+
+def test_the_materialized_kernel_computes_in_fp32_and_is_priced_at_the_fp32_rate():
+    """torch's math SDPA casts bf16 inputs to fp32 (`_scaled_dot_product_attention_math`), so its matmuls and
+    softmax run at the device's fp32 rate. By hand, 512 tokens, 2 heads x d 128: QK^T and PV over the whole 512 x 512
+    rectangle (the mask is applied, not skipped), 2 FLOPs per multiply-add, and the softmax's 5 FLOPs per score."""
+    pairs = 512 * 512
+    flops = pairs * 2 * 2 * (128 + 128) + 5 * 2 * pairs
+    assert bf16_prefill_s(ROUND_GPU, "materialized", 512) == pytest.approx(flops / 1e12, rel=1e-6)
+    # the bf16 rate does not enter it; flash runs on the tensor cores, whatever the fp32 rate
+    faster_tensor = ROUND_GPU.model_copy(update={"bf16_flops_per_s": 2e15})
+    assert bf16_prefill_s(faster_tensor, "materialized", 512) == bf16_prefill_s(ROUND_GPU, "materialized", 512)
+    slower_fp32 = ROUND_GPU.model_copy(update={"fp32_flops_per_s": 5e11})
+    assert bf16_prefill_s(slower_fp32, "flash", 512) == bf16_prefill_s(ROUND_GPU, "flash", 512)
+    # a GPU that gives no fp32 rate: the bf16 rate, said in the cost model's repr
+    unknown = ROUND_GPU.model_copy(update={"fp32_flops_per_s": None})
+    assert bf16_prefill_s(unknown, "materialized", 512) == pytest.approx(flops / 1e15, rel=1e-3)
+    assert "at the bf16 rate" in repr(RooflineCostModel(TINY, unknown, attention_kernel="materialized"))
+    assert "bf16 rate" not in repr(RooflineCostModel(TINY, ROUND_GPU, attention_kernel="materialized"))
+
+
+def test_every_catalog_gpu_but_the_a10g_names_its_fp32_rate_below_its_bf16_tensor_rate():
+    for name, gpu in GPUS.items():
+        if name == "a10g":  # no NVIDIA datasheet
+            assert gpu.fp32_flops_per_s is None
+        else:
+            assert 0 < gpu.fp32_flops_per_s < gpu.bf16_flops_per_s / 3, name
