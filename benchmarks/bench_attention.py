@@ -272,7 +272,6 @@ def gpu_rates(device: str) -> dict:
         a = torch.randn(size, size, device=device, dtype=dtype)
         b, c = torch.randn_like(a), torch.empty_like(a)
         rates[key] = 2 * size ** 3 / timer(lambda: torch.mm(a, b, out=c)).median_s
-        del a, b, c
     elements = (1 << 30) if device == "cuda" else (1 << 22)  # bf16: 2 GiB on a GPU
     src, dst = torch.empty(elements, device=device, dtype=torch.bfloat16).fill_(1.0), torch.empty(
         elements, device=device, dtype=torch.bfloat16)
@@ -297,7 +296,8 @@ def gpu_row(n: int, t: dict, r: dict, catalog: GPUSpec, h: int, d: int) -> tuple
     measured = t["flash"] / t["materialized"]
     modelled, by_catalog = sim["flash"] / sim["materialized"], cat["flash"] / cat["materialized"]
     err = modelled / measured - 1
-    fp32_text = f"{r['matmul_fp32'] / 1e12:.1f}" if r.get("matmul_fp32") else f"({fp32 / 1e12:.0f}: catalog)"
+    fp32_text = (f"{r['matmul_fp32'] / 1e12:.1f}" if r.get("matmul_fp32") else
+                 f"({fp32 / 1e12:.0f}: catalog)" if fp32 else "(none: the bf16 rate)")
     row = (f"| {n:,} | {t['flash'] * 1e3:.3f} | {sim['flash'] * 1e3:.3f} | {cat['flash'] * 1e3:.3f} | "
            f"{t['materialized'] * 1e3:.3f} | {sim['materialized'] * 1e3:.3f} | {cat['materialized'] * 1e3:.3f} | "
            f"{measured:.3f} | **{modelled:.3f}** | {err:+.1%} | {'yes' if abs(err) <= GOAL else 'no'} | "

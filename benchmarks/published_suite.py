@@ -79,7 +79,7 @@ PRESET_FLAGS = {
     "sglang": {"--context-length": "context_length", "--chunked-prefill-size": "chunked_prefill_size",
                "--mem-fraction-static": "mem_fraction_static", "--mem-frac": "mem_fraction_static",
                "--max-running-requests": "max_running_requests", "--disable-radix-cache": "disable_radix_cache",
-               "--enable-torch-compile": "enable_torch_compile"},
+               "--enable-torch-compile": "enable_torch_compile", "--dp-size": "dp_size", "--dp": "dp_size"},
     "trtllm": {"--max_seq_len": "max_seq_len", "--enable_chunked_prefill": "enable_chunked_prefill",
                "--max_batch_size": "max_batch_size", "--max_num_tokens": "max_num_tokens",
                "--kv_cache_free_gpu_memory_fraction": "kv_cache_free_gpu_memory_fraction"},
@@ -911,6 +911,8 @@ def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
             name = PRESET_FLAGS[e.key].get(flag)
             if name is not None:  # others (-tp, --kv-cache-dtype) are the case's TP and dtypes
                 engine[name] = _typed(value)
+        if case.dp_attention:  # SGLang's --enable-dp-attention (`unsupported` refuses it elsewhere)
+            engine["enable_dp_attention"] = True
         if e.key == "trtllm":
             if e.version.startswith("0.17") and "kv_cache_free_gpu_memory_fraction" not in engine:
                 engine["kv_cache_free_gpu_memory_fraction"] = 0.95
@@ -980,8 +982,8 @@ def trtllm_bench_build(case: PublishedCase) -> tuple[int, int]:
 
 def unsupported(case: PublishedCase, cost_model: dict) -> str | None:
     """Why ServeSim cannot simulate this case with this cost model (None if it can): one line."""
-    if case.dp_attention:
-        return "data-parallel attention (--enable-dp-attention) is not modelled"
+    if case.dp_attention and case.engine.key != "sglang":
+        return "data-parallel attention (--enable-dp-attention) is modelled for SGLang's flags only"
     if case.workload.input_tokens < 1 or case.workload.output_tokens < 1:
         return "the per-request lengths are unknown (no totals, no fixed lengths, nothing to borrow)"
     if case.weights == "fp8-weights" and cost_model.get("kind") == "measured":

@@ -640,6 +640,35 @@ def _sglang_given_running_cap(version: tuple[int, ...], slots: int, kv_tokens: i
     return None
 
 
+# --enable-dp-attention, read in the PyPI releases 0.5.3 to 0.5.13 (python/sglang/srt/server_args.py): ServerArgs
+# runs _handle_gpu_memory_settings, whose memory rule reserves cuda_graph_max_bs x dp_size x 3 MiB more for it (and x
+# 1.5 more above a graph batch of 300), before _handle_data_parallelism, which turns it off when dp_size is 1 (no
+# --dp given: its default). So `--tp N --enable-dp-attention` alone runs tensor-parallel attention with that much
+# less KV memory. dp_size > 1 (attention data-parallel over the TP group) is not modelled; 0.5.14 and later resolve
+# the flags another way (arg_groups), not read here.
+SGLANG_DP_ATTENTION_READ = ((0, 5, 3), (0, 5, 13))
+
+
+def _sglang_dp_attention(ctx: Context, notes: list[str]) -> Callable[[int], float]:
+    """The MiB SGLang's memory rule reserves for --enable-dp-attention, as a function of the decode graphs' batch
+    (above); ConfigError where the flags ask for what is not modelled."""
+    dp = ctx.flags.get("dp_size", 1)
+    if dp != 1:
+        raise ConfigError(f"engine.dp_size: {dp} is not modelled; allowed: 1 (SGLang's data-parallel workers and its "
+                          "attention data parallelism are not simulated)")
+    if not ctx.flags.get("enable_dp_attention", False):
+        return lambda graph_bs: 0.0
+    first, last = SGLANG_DP_ATTENTION_READ
+    if not first <= ctx.version[:3] <= last:
+        raise ConfigError(f"engine.enable_dp_attention: true is not modelled for SGLang {ctx.version_text}; allowed: "
+                          f"SGLang {_dotted(first)} to {_dotted(last)}, where it was read")
+    reserved = "" if "mem_fraction_static" in ctx.flags else (
+        ", after its memory rule reserved 3 MiB per decode graph batch slot for it (4.5 above 300): less KV")
+    notes.append(f"SGLang {ctx.version_text}: --enable-dp-attention without --dp (dp_size 1) is turned off "
+                 f"(server_args.py _handle_data_parallelism), attention stays tensor-parallel{reserved}")
+    return lambda graph_bs: graph_bs * dp * 3 + (graph_bs * dp * 1.5 if graph_bs > 300 else 0.0)
+
+
 def _derive_sglang(ctx: Context) -> PresetResult:
     """python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings and model_runner.py (max_num_reqs),
     read in the PyPI wheels of every release from 0.5.3 to 0.5.23: chunked_prefill_size and the decode cuda-graph
@@ -653,6 +682,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
         return _derive_sglang_030(ctx)
     flags, gpu = ctx.flags, ctx.gpu
     notes: list[str] = []
+    dp_attention_mib = _sglang_dp_attention(ctx, notes)
     gpu_mib = gpu.hbm_bytes / 2**20
     tier_chunk, graph_bs = _sglang_memory_tier(ctx, gpu_mib)
     chunk = flags.get("chunked_prefill_size", tier_chunk)
@@ -666,7 +696,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
         if why_not:
             notes.append(f"SGLang {ctx.version_text}: no prefill CUDA graph memory reserved ({why_not})")
         reserved = (512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + ctx.tensor_parallel * ctx.pipeline_parallel / 8 * 1024
-                    + graph_mib)
+                    + graph_mib + dp_attention_mib(graph_bs))
         if gpu_mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
         fraction = round((gpu_mib - reserved) / gpu_mib, 3)
@@ -718,6 +748,9 @@ _SGLANG_FLAGS = {
                           since=(0, 4, 1)),
     "ep_size": Flag("hardware.expert_parallel", int, "--ep-size: GPUs of the TP group holding whole experts",
                     since=(0, 5, 0)),
+    "enable_dp_attention": Flag(None, bool, "--enable-dp-attention: without --dp, turned off after reserving memory "
+                                "(SGLANG_DP_ATTENTION_READ)", since=(0, 5, 3)),
+    "dp_size": Flag(None, int, "--dp-size: data-parallel workers (1 only: more are not modelled)", since=(0, 5, 3)),
 }
 
 

@@ -130,8 +130,14 @@ def test_every_case_is_simulated_on_the_gpus_its_source_ran(suite):
 
 
 def test_cases_servesim_cannot_express_are_listed_with_their_reason(suite):
+    from dataclasses import replace
     dp = next(c for c in suite.cases if c.dp_attention)
-    r = ps.run_case(dp, "roofline")
+    # SGLang's --enable-dp-attention without --dp: its preset turns it off as SGLang 0.5.3 does, with less KV memory
+    s = validate_scenario(ps.scenario(dp, ps.COST_MODELS["roofline"]))
+    assert s.engine.enable_dp_attention and s.kv_cache.gpu_memory_utilization == 0.881
+    # the flag under another engine's name is not modelled: listed with its reason, never simulated
+    other = replace(dp, engine=replace(dp.engine, key="vllm"))
+    r = ps.run_case(other, "roofline")
     assert r.status == "not simulated" and "data-parallel attention" in r.reason
     a100_fp8 = next(c for c in suite.cases if c.weights == "fp8-weights")
     assert "measured kernels" in ps.unsupported(a100_fp8, ps.COST_MODELS["measured kernels"])

@@ -196,6 +196,27 @@ def test_sglang_takes_its_chunk_and_memory_share_from_the_gpus_memory_tier(versi
     assert (sc.scheduler.max_num_batched_tokens, sc.kv_cache.gpu_memory_utilization) == (chunk, fraction)
 
 
+def test_sglang_dp_attention_without_dp_is_turned_off_after_reserving_its_memory():
+    # server_args.py (0.5.3 .. 0.5.13): _handle_gpu_memory_settings reserves cuda_graph_max_bs x dp_size x 3 MiB, and
+    # x 1.5 more above 300, then _handle_data_parallelism turns dp attention off at dp_size 1. H200 at TP 8 (graph
+    # batch 512): 14,848 + 1,536 + 768 = 17,152 of 143,771 MiB -> 0.881 (0.897 without the flag).
+    h200 = {"model": "llama-3.1-70b", "hardware": {"gpu": "h200", "tensor_parallel": 8}}
+    plain = scenario({"name": "sglang", "version": "0.5.3"}, **h200)
+    flagged = scenario({"name": "sglang", "version": "0.5.3", "enable_dp_attention": True}, **h200)
+    assert plain.kv_cache.gpu_memory_utilization == 0.897
+    assert flagged.kv_cache.gpu_memory_utilization == round((143771 - 17152) / 143771, 3) == 0.881
+    assert any("turned off" in n and "less KV" in n for n in flagged.engine.notes)
+    # otherwise the same engine: its chunk, batches and ratio are untouched (dp attention never took effect)
+    assert flagged.scheduler == plain.scheduler
+    # H100 at TP 1 (graph batch 256, not above 300), 0.5.13 (58 prefill graphs x 8 MiB from 0.5.10):
+    # 13,440 + 464 + 768 = 14,672 of 81,559 MiB
+    one = scenario({"name": "sglang", "version": "0.5.13", "enable_dp_attention": True, "dp_size": 1})
+    assert one.kv_cache.gpu_memory_utilization == round((81559 - 14672) / 81559, 3) == 0.82
+    given = scenario({"name": "sglang", "version": "0.5.3", "enable_dp_attention": True, "mem_fraction_static": 0.8})
+    assert given.kv_cache.gpu_memory_utilization == 0.8
+    assert not any("less KV" in n for n in given.engine.notes)
+
+
 def test_sglang_small_gpus_tier_and_the_prefill_graphs_exceptions():
     l4 = {"hardware": {"gpu": "l4"}, "model": "llama-2-7b"}  # 23,034 MiB: the 20-35 GiB tier
     assert scenario({"name": "sglang", "version": "0.5.19"}, **l4).scheduler.max_num_batched_tokens == 2048
@@ -392,6 +413,11 @@ def test_a_dumped_scenario_validates_to_itself():
      "engine.disable_radix_cache: true contradicts engine.enable_prefix_caching: true"),
     ({"name": "sglang", "version": "0.5.3"}, {"scheduler": {"batching": "static"}},
      "scheduler.batching: 'static' contradicts engine sglang"),
+    ({"name": "sglang", "version": "0.5.3", "enable_dp_attention": True, "dp_size": 8}, {},
+     "engine.dp_size: 8 is not modelled; allowed: 1"),
+    ({"name": "sglang", "version": "0.5.16", "enable_dp_attention": True}, {},
+     "engine.enable_dp_attention: true is not modelled for SGLang 0.5.16; allowed: SGLang 0.5.3 to 0.5.13"),
+    ({"name": "sglang", "version": "0.3.0", "enable_dp_attention": True}, {}, "engine.enable_dp_attention"),
 ])
 def test_bad_engine_input_is_one_line(engine, sections, words):
     with pytest.raises(ConfigError, match=words.replace(".", r"\.").replace("(", r"\(")):
