@@ -308,13 +308,23 @@ def gpu_row(n: int, t: dict, r: dict, catalog: GPUSpec, h: int, d: int) -> tuple
     return row, values
 
 
-def print_gpu_table(rows: list[str]) -> None:
-    print("\n| prompt tokens | flash ms measured | flash ms simulated (measured rates) | flash ms simulated "
-          "(catalog) | materialized ms measured | materialized ms simulated (measured rates) | materialized ms "
-          "simulated (catalog) | measured flash/mat | simulated flash/mat | simulated / measured | within 15% | "
-          "catalog flash/mat (vs measured) | bf16 matmul TFLOP/s | fp32 matmul TFLOP/s | copy TB/s |")
-    print("| --- " * 15 + "|")
+def print_table(columns: list[str], rows: list[str]) -> None:
+    """A Markdown table: its header, the separator and the rows (each already a `| ... |` line)."""
+    print("| " + " | ".join(columns) + " |")
+    print("| --- " * len(columns) + "|")
     print("\n".join(rows))
+
+
+GPU_COLUMNS = ["prompt tokens", "flash ms measured", "flash ms simulated (measured rates)",
+               "flash ms simulated (catalog)", "materialized ms measured", "materialized ms simulated (measured rates)",
+               "materialized ms simulated (catalog)", "measured flash/mat", "simulated flash/mat",
+               "simulated / measured", "within 15%", "catalog flash/mat (vs measured)", "bf16 matmul TFLOP/s",
+               "fp32 matmul TFLOP/s", "copy TB/s"]
+
+
+def print_gpu_table(rows: list[str]) -> None:
+    print()
+    print_table(GPU_COLUMNS, rows)
 
 
 def reprice(args) -> None:
@@ -437,20 +447,17 @@ def main() -> None:
                          f"{r['dram_copy'] / 1e9:.0f} | {r['first_touch'] / 1e9:.2f} | {reached // _MIB} | "
                          f"{args.rounds} | {_load()} |")
         print(rows[-1], flush=True)
-    print("\n| prompt tokens | flash ms measured | flash ms simulated | materialized ms measured | materialized ms "
-          "simulated | measured flash/mat | simulated flash/mat | simulated / measured | within 15% | simulated / "
-          "measured with sysfs's L3 as the cache | simulated / measured without the passes' own work | simulated "
-          "without the CPU's terms | pages first touched per materialized call, MiB: measured / modelled |")
-    print("| --- " * 13 + "|")
-    print("\n".join(rows))
+    print()
+    print_table(["prompt tokens", "flash ms measured", "flash ms simulated", "materialized ms measured",
+                 "materialized ms simulated", "measured flash/mat", "simulated flash/mat", "simulated / measured",
+                 "within 15%", "simulated / measured with sysfs's L3 as the cache",
+                 "simulated / measured without the passes' own work", "simulated without the CPU's terms",
+                 "pages first touched per materialized call, MiB: measured / modelled"], rows)
     print("\nDevice constants measured beside each length (medians; GFLOP/s, GB/s):\n")
-    print("| tokens | matmul | L3 copy | DRAM copy | first touch | cache reached, MiB | rounds | after |")
-    print("| --- " * 8 + "|")
-    print("\n".join(rate_rows))
+    print_table(["tokens", "matmul", "L3 copy", "DRAM copy", "first touch", "cache reached, MiB", "rounds", "after"],
+                rate_rows)
     print("\nEach pass's own work, ns per element, its operands in cache (medians, measured beside each length):\n")
-    print("| tokens | " + " | ".join(FP32_PASSES) + " |")
-    print("| --- " * (len(FP32_PASSES) + 1) + "|")
-    print("\n".join(pass_rows))
+    print_table(["tokens", *FP32_PASSES], pass_rows)
 
 
 if __name__ == "__main__":
