@@ -28,7 +28,8 @@ pricing without the CPU's terms (no cache, no first touch, no key block: what a 
 On a GPU (`--device cuda`): bf16, 8 heads × d 128 (a TP-4 shard's query heads of an 8B model, one KV head per query
 head: the math backend would repeat grouped KV heads, a pass the model does not have), each kernel one CUDA graph
 replayed (`time_prefill`); the device constants are a bf16 and an fp32 8192³ matrix product (the materialized
-kernel computes in fp32: `GPUSpec.fp32_flops_per_s`) and a 2 GiB device-to-device copy, measured beside each length.
+kernel computes in fp32: `GPUSpec.fp32_flops_per_s`) and a 2 GiB device-to-device copy, measured beside each length,
+and the time per kernel of a run of tiny ones in one graph (a launch's fixed cost: recorded, not priced yet).
 Two prices: the simulator's roofline on a device of those measured rates (efficiencies 1), and on the catalog GPU
 named by `--gpu` as every simulation prices it. `--csv` writes the rows; `--reprice` prices a written CSV's rows again
 with today's simulator, on any machine (a stored run without the fp32 rate takes the catalog's peak for it).
@@ -260,10 +261,14 @@ def measure(n: int, heads: int, d: int, rounds: int) -> tuple[dict, dict, float]
 GPU_HEADS = 8
 
 
+KERNEL_RUN = 100
+
+
 def gpu_rates(device: str) -> dict:
     """A bf16 and an fp32 8192³ matrix product (FLOP/s; fp32 as torch runs it by default, TF32 not allowed: what the
-    materialized kernel's fp32 matmuls reach) and a 2 GiB device-to-device copy (bytes read + written per second),
-    each as one CUDA graph replayed (eagerly timed on a CPU: a dry run of this code)."""
+    materialized kernel's fp32 matmuls reach), a 2 GiB device-to-device copy (bytes read + written per second) and
+    the time per kernel of a run of tiny ones, each as one CUDA graph replayed (eagerly timed on a CPU: a dry run of
+    this code)."""
     from calibrate.timing import time_cpu, time_cuda_graph
     timer = (lambda fn: time_cuda_graph(fn, budget_s=0.3)) if device == "cuda" else (lambda fn: time_cpu(fn, 0.05))
     size = 8192 if device == "cuda" else 256
@@ -276,12 +281,16 @@ def gpu_rates(device: str) -> dict:
     src, dst = torch.empty(elements, device=device, dtype=torch.bfloat16).fill_(1.0), torch.empty(
         elements, device=device, dtype=torch.bfloat16)
     rates["copy"] = 2 * 2 * elements / timer(lambda: dst.copy_(src)).median_s
+    # Seconds per kernel of a run of tiny ones (a one-element add, KERNEL_RUN of them in one graph): the fixed cost
+    # of a launch inside a CUDA graph, which no rate above has. Recorded beside the rows; no price uses it yet.
+    one = torch.zeros(1, device=device)
+    rates["kernel_s"] = timer(lambda: [one.add_(1.0) for _ in range(KERNEL_RUN)]).median_s / KERNEL_RUN
     return rates  # its buffers go with it; the caller empties the CUDA cache
 
 
 CSV_COLUMNS = ("tokens,flash_s,materialized_s,measured_ratio,simulated_ratio_measured_rates,simulated_ratio_catalog,"
                "flash_sim_s,materialized_sim_s,flash_catalog_s,materialized_catalog_s,matmul_flops_per_s,"
-               "copy_bytes_per_s,fp32_matmul_flops_per_s")
+               "copy_bytes_per_s,fp32_matmul_flops_per_s,kernel_s")
 
 
 def gpu_row(n: int, t: dict, r: dict, catalog: GPUSpec, h: int, d: int) -> tuple[str, list]:
@@ -304,7 +313,8 @@ def gpu_row(n: int, t: dict, r: dict, catalog: GPUSpec, h: int, d: int) -> tuple
            f"{by_catalog:.3f} ({by_catalog / measured - 1:+.1%}) | {r['matmul'] / 1e12:.0f} | {fp32_text} | "
            f"{r['copy'] / 1e12:.2f} |")
     values = [n, t["flash"], t["materialized"], measured, modelled, by_catalog, sim["flash"], sim["materialized"],
-              cat["flash"], cat["materialized"], r["matmul"], r["copy"], r.get("matmul_fp32", "")]
+              cat["flash"], cat["materialized"], r["matmul"], r["copy"], r.get("matmul_fp32", ""),
+              r.get("kernel_s", "")]
     return row, values
 
 

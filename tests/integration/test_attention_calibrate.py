@@ -134,6 +134,7 @@ def test_the_gpu_mode_of_the_attention_benchmark_runs_its_code_on_a_cpu(tmp_path
     # this CPU the bf16 rate that prices flash may be far below the fp32 rate that prices the materialized kernel)
     assert (rows["simulated_ratio_catalog"] < 1).all()
     assert (rows["fp32_matmul_flops_per_s"] > 0).all() and (rows["matmul_flops_per_s"] > 0).all()
+    assert (rows["kernel_s"] > 0).all()  # a launch's fixed cost, recorded beside the rows
     assert "| 64 |" in capsys.readouterr().out
     # --reprice prices the stored rows again, measuring nothing: the same simulated ratios
     module.reprice(argparse.Namespace(reprice=str(out), gpu="h200", heads=2, head_dim=64))
