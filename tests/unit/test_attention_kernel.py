@@ -54,12 +54,15 @@ def test_a_materialized_prefill_computes_the_whole_rectangle_through_torch_s_pas
     tokens = chunk + (context + chunk)  # query tokens, key tokens
     assert m.bytes - f.bytes == pytest.approx(LAYERS * (rect * (MM_PER_PAIR + PASSES_PER_PAIR) + tokens * PER_TOKEN),
                                               rel=1e-12)
-    # The time: the matmuls with S's write and P's read as one op, then each pass, memory-bound on an H100 (no
-    # cache level, no first touch in the catalog), in place of FlashAttention's one fused op.
+    # The time: the matmuls with S's write and P's read as one op, at the H100's fp32 rate (torch casts the bf16
+    # inputs to fp32: 67 TFLOP/s on its CUDA cores, where flash runs on the bf16 tensor cores), then each pass,
+    # memory-bound (no cache level, no first touch in the catalog), in place of FlashAttention's one fused op.
     fps, bps = H100.bf16_flops_per_s * H100.compute_efficiency, H100.hbm_bytes_per_s * H100.memory_efficiency
+    fp32 = 67e12 * H100.compute_efficiency
     qkv = (context + chunk) * flash.kv_bytes_per_token_layer + chunk * flash.q_bytes_per_token
     old = _op(causal * afpp, qkv, fps, bps)
-    new = _op(rect * afpp, qkv + MM_PER_PAIR * rect, fps, bps) + (PASSES_PER_PAIR * rect + tokens * PER_TOKEN) / bps
+    new = _op(rect * afpp, qkv + MM_PER_PAIR * rect, fp32, bps) + (PASSES_PER_PAIR * rect + tokens * PER_TOKEN) / bps
+    assert rect * afpp / fp32 > (qkv + MM_PER_PAIR * rect) / bps  # at the fp32 rate the matmuls are compute-bound
     assert m.time_s - f.time_s == pytest.approx(LAYERS * (new - old), rel=1e-9)
     assert m.time_s > f.time_s
 
