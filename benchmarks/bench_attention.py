@@ -362,7 +362,7 @@ def reprice(args) -> None:
     for rec in stored.itertuples():
         fp32 = getattr(rec, "fp32_matmul_flops_per_s", None)
         r = {"matmul": rec.matmul_flops_per_s, "copy": rec.copy_bytes_per_s}
-        if fp32 is not None and fp32 == fp32:  # present and not NaN
+        if fp32 is not None and pd.notna(fp32):  # a run before the column, or a blank cell: the catalog's
             r["matmul_fp32"] = float(fp32)
         rows.append(gpu_row(int(rec.tokens), {"flash": rec.flash_s, "materialized": rec.materialized_s}, r, catalog,
                             h, d)[0])

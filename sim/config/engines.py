@@ -649,15 +649,15 @@ def _sglang_given_running_cap(version: tuple[int, ...], slots: int, kv_tokens: i
 SGLANG_DP_ATTENTION_READ = ((0, 5, 3), (0, 5, 13))
 
 
-def _sglang_dp_attention(ctx: Context, notes: list[str]) -> Callable[[int], float]:
-    """The MiB SGLang's memory rule reserves for --enable-dp-attention, as a function of the decode graphs' batch
-    (above); ConfigError where the flags ask for what is not modelled."""
+def _sglang_dp_attention_mib(ctx: Context, graph_bs: int, notes: list[str]) -> float:
+    """The MiB SGLang's memory rule reserves for --enable-dp-attention (above) at a decode graph batch of `graph_bs`,
+    0 without the flag; ConfigError where the flags ask for what is not modelled."""
     dp = ctx.flags.get("dp_size", 1)
     if dp != 1:
         raise ConfigError(f"engine.dp_size: {dp} is not modelled; allowed: 1 (SGLang's data-parallel workers and its "
                           "attention data parallelism are not simulated)")
     if not ctx.flags.get("enable_dp_attention", False):
-        return lambda graph_bs: 0.0
+        return 0.0
     first, last = SGLANG_DP_ATTENTION_READ
     if not first <= ctx.version[:3] <= last:
         raise ConfigError(f"engine.enable_dp_attention: true is not modelled for SGLang {ctx.version_text}; allowed: "
@@ -666,7 +666,7 @@ def _sglang_dp_attention(ctx: Context, notes: list[str]) -> Callable[[int], floa
         ", after its memory rule reserved 3 MiB per decode graph batch slot for it (4.5 above 300): less KV")
     notes.append(f"SGLang {ctx.version_text}: --enable-dp-attention without --dp (dp_size 1) is turned off "
                  f"(server_args.py _handle_data_parallelism), attention stays tensor-parallel{reserved}")
-    return lambda graph_bs: graph_bs * dp * 3 + (graph_bs * dp * 1.5 if graph_bs > 300 else 0.0)
+    return graph_bs * 3 + (graph_bs * 1.5 if graph_bs > 300 else 0.0)  # x dp_size, which is 1 here
 
 
 def _derive_sglang(ctx: Context) -> PresetResult:
@@ -682,9 +682,9 @@ def _derive_sglang(ctx: Context) -> PresetResult:
         return _derive_sglang_030(ctx)
     flags, gpu = ctx.flags, ctx.gpu
     notes: list[str] = []
-    dp_attention_mib = _sglang_dp_attention(ctx, notes)
     gpu_mib = gpu.hbm_bytes / 2**20
     tier_chunk, graph_bs = _sglang_memory_tier(ctx, gpu_mib)
+    dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the tier's graph batch, as SGLang reserves it
     chunk = flags.get("chunked_prefill_size", tier_chunk)
     values = _sglang_batches(flags, chunk)
     fraction = flags.get("mem_fraction_static")
@@ -696,7 +696,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
         if why_not:
             notes.append(f"SGLang {ctx.version_text}: no prefill CUDA graph memory reserved ({why_not})")
         reserved = (512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + ctx.tensor_parallel * ctx.pipeline_parallel / 8 * 1024
-                    + graph_mib + dp_attention_mib(graph_bs))
+                    + graph_mib + dp_attention_mib)
         if gpu_mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
         fraction = round((gpu_mib - reserved) / gpu_mib, 3)

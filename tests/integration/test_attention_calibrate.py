@@ -90,12 +90,18 @@ def test_a_steps_profile_records_its_kernel_and_its_cost_model_refuses_the_other
         update={"kernel": "materialized"})}), Deployed)
 
 
-def test_the_benchmark_probes_each_elementwise_pass_torch_runs_and_gives_the_device_their_times():
+def _bench_attention():
+    """benchmarks/bench_attention.py as a module (benchmarks/ is not a package)."""
     import importlib.util
     bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention.py"
     spec = importlib.util.spec_from_file_location("bench_attention", bench)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
+    return module
+
+
+def test_the_benchmark_probes_each_elementwise_pass_torch_runs_and_gives_the_device_their_times():
+    module = _bench_attention()
     from sim.model.attention_io import ELEMENTWISE_PASSES, math_sdpa_passes
     probes = module.pass_probes()
     # every pass fp32 inputs run but the matmuls (the casts run only for bf16/fp16 inputs)
@@ -115,13 +121,9 @@ def test_the_gpu_mode_of_the_attention_benchmark_runs_its_code_on_a_cpu(tmp_path
     """`bench_attention.py --gpu-dry-run`: the GPU mode's code (bf16, both kernels timed, the device constants, the
     simulator's two prices) on this CPU at tiny sizes; its CSV holds one row per length, each ratio its parts'."""
     import argparse
-    import importlib.util
 
     import pandas as pd
-    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention.py"
-    spec = importlib.util.spec_from_file_location("bench_attention", bench)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = _bench_attention()
     out = tmp_path / "rows.csv"
     module.gpu_main(argparse.Namespace(device="cpu", heads=2, head_dim=64, gpu="h200", csv=str(out), lengths=[32, 64]))
     rows = pd.read_csv(out)
@@ -149,11 +151,8 @@ def test_the_gpu_mode_of_the_attention_benchmark_runs_its_code_on_a_cpu(tmp_path
 
 def test_reprice_refuses_a_file_that_is_not_a_benchmark_csv_in_one_line(tmp_path, capsys):
     import argparse
-    import importlib.util
-    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention.py"
-    spec = importlib.util.spec_from_file_location("bench_attention", bench)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+
+    module = _bench_attention()
     other = tmp_path / "other.csv"
     other.write_text("tokens,flash_s\n512,1e-5\n")
     for path in (other, tmp_path / "missing.csv"):
