@@ -116,26 +116,52 @@ def print_rows(results, which: str, title: str) -> None:
                   f"{_err(r.errors[m.group])} |")
 
 
+def _summary_cells(e: dict) -> str:
+    cells = ["-" if not e[g]["n"] else f"{e[g]['median']:.0%} / {e[g]['max']:.0%} (n={e[g]['n']})"
+             for g in ps.HEADLINE]
+    return f"{e['runs']} | {e['simulated']} | " + " | ".join(cells)
+
+
 def print_summary(results, which: str = "held-out") -> None:
     s = ps.summarize(results, which)
     print(f"\n## Per engine, {which} runs only: median / max |error| (n = runs with that metric)\n")
     print("| engine | runs | simulated | throughput | TTFT | TPOT/ITL |\n| --- | ---: | ---: | ---: | ---: | ---: |")
     for key in ("vllm", "sglang", "trtllm", "lmdeploy"):
-        if key not in s:
-            continue
-        e = s[key]
-        cells = []
-        for g in ps.HEADLINE:
-            d = e[g]
-            cells.append("-" if not d["n"] else f"{d['median']:.0%} / {d['max']:.0%} (n={d['n']})")
-        print(f"| {ps.ENGINE_LABELS[key]} | {e['runs']} | {e['simulated']} | " + " | ".join(cells) + " |")
+        if key in s:
+            print(f"| {ps.ENGINE_LABELS[key]} | {_summary_cells(s[key])} |")
     print("Goal (issue 30): median |error| <= 10% and max <= 25% on each metric, per engine, held-out runs.")
+
+
+def cost_model_kind(label: str) -> str:
+    """The kind of cost model a run's label names: "calibrated", "learned roofline", "measured: sglang tables"
+    (whose tables; their GPU and version are in the CSV's cost_model_label)."""
+    head = label.split(" + ", 1)[0]
+    words = head.split()
+    if head.startswith("measured (AIConfigurator ") and len(words) > 3:
+        return f"measured: {words[3].rstrip(',)')} tables"
+    return head.split(" (", 1)[0] or "-"
+
+
+def print_breakdown(results, which: str = "held-out") -> None:
+    """Where the error sits: the same medians per source and GPU, and per cost model the runs were priced by."""
+    by_source = ps.summarize(results, which, key=lambda r: (ps.source_repo(r.case), r.case.gpu))
+    print(f"\n## Per source and GPU, {which} runs only: median / max |error| (every engine)\n")
+    print("| source | GPU | runs | simulated | throughput | TTFT | TPOT/ITL |\n"
+          "| --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for (source, gpu), e in sorted(by_source.items()):
+        print(f"| {source} | {gpu} | {_summary_cells(e)} |")
+    by_model = ps.summarize(results, which, key=lambda r: cost_model_kind(r.label))
+    print(f"\n## Per cost model (the best available for each run), {which} runs only\n")
+    print("| cost model | runs | simulated | throughput | TTFT | TPOT/ITL |\n"
+          "| --- | ---: | ---: | ---: | ---: | ---: |")
+    for kind, e in sorted(by_model.items(), key=lambda kv: (-kv[1]["runs"], kv[0])):
+        print(f"| {kind} | {_summary_cells(e)} |")
 
 
 def write_csv(path: Path, results, cost_model: str) -> None:
     fields = ["file", "case", "engine", "version", "gpu", "tp", "weights", "kv_dtype", "kind", "role", "status",
               "reason", "metric", "quoted_key", "unit", "measured", "simulated", "error", "servesim_quantity",
-              "definition", "cost_model", "url", "assumptions", "approximations", "notes"]
+              "definition", "cost_model", "cost_model_label", "url", "assumptions", "approximations", "notes"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -144,7 +170,8 @@ def write_csv(path: Path, results, cost_model: str) -> None:
             c = r.case
             base = {"file": c.file, "case": c.name, "engine": c.engine.key, "version": c.engine.version, "gpu": c.gpu,
                     "tp": c.tensor_parallel, "weights": c.weights, "kv_dtype": c.kv_dtype, "kind": c.kind,
-                    "role": r.role, "status": r.status, "reason": r.reason, "cost_model": cost_model, "url": c.url,
+                    "role": r.role, "status": r.status, "reason": r.reason, "cost_model": cost_model,
+                    "cost_model_label": r.label, "url": c.url,
                     "assumptions": "; ".join(c.assumptions), "approximations": "; ".join(r.approximations),
                     "notes": r.notes}
             for m in c.metrics:
@@ -203,6 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     print_rows(results, "fit", "Fitted runs (FIT_RUNS)")
     print_rows(results, "held-out", "Held-out runs")
     print_summary(results, "held-out")
+    print_breakdown(results, "held-out")
     not_sim = [r for r in results if r.status != "simulated"]
     if not_sim:
         print(f"\nNot simulated ({len(not_sim)}):")

@@ -1243,13 +1243,15 @@ def run_suite(cases: list[PublishedCase], cost_model_name: str = DEFAULT_COST_MO
     return [done[c.name] for c in list(cases) + extra], fitted_all
 
 
-def summarize(results: list[CaseResult], which: str = "held-out") -> dict[str, dict]:
-    """Per engine: for each headline metric, n, median and max |error| over the `which` runs simulated."""
-    out: dict[str, dict] = {}
+def summarize(results: list[CaseResult], which: str = "held-out",
+              key: Callable[[CaseResult], Any] = lambda r: r.case.engine.key) -> dict[Any, dict]:
+    """Per `key` of a run (default: its engine): for each headline metric, n, median and max |error| over the
+    `which` runs simulated."""
+    out: dict[Any, dict] = {}
     for r in results:
         if r.role != which:
             continue
-        e = out.setdefault(r.case.engine.key, {"runs": 0, "simulated": 0, **{g: [] for g in HEADLINE}})
+        e = out.setdefault(key(r), {"runs": 0, "simulated": 0, **{g: [] for g in HEADLINE}})
         e["runs"] += 1
         if r.status != "simulated":
             continue
@@ -1265,17 +1267,20 @@ def summarize(results: list[CaseResult], which: str = "held-out") -> dict[str, d
     return out
 
 
+def source_repo(case: PublishedCase) -> str:
+    """The repository a case's pinned page is in (owner/name): its source."""
+    m = re.match(r"https://github\.com/([^/]+/[^/]+)/", case.url)
+    return m.group(1) if m else case.url
+
+
 def counts(cases: list[PublishedCase]) -> dict[str, Counter]:
     """Case counts per engine, GPU, TP, dtype and kind (and per source repository)."""
-    def repo(url: str) -> str:
-        m = re.match(r"https://github\.com/([^/]+/[^/]+)/", url)
-        return m.group(1) if m else url
     return {
         "engine": Counter(c.engine.label for c in cases),
         "gpu": Counter(c.gpu for c in cases),
         "tp": Counter(c.tensor_parallel for c in cases),
         "dtype": Counter(c.weights for c in cases),
         "kind": Counter(c.kind for c in cases),
-        "source": Counter(repo(c.url) for c in cases),
+        "source": Counter(source_repo(c) for c in cases),
         "file": Counter(c.file for c in cases),
     }

@@ -166,6 +166,9 @@ def test_a_tiny_subset_runs_end_to_end_with_measured_simulated_and_error(suite, 
     rows = list(csv.DictReader(out.open()))
     assert {r["case"] for r in rows} == set(names)
     assert all(r["measured"] and r["simulated"] and r["error"] for r in rows if r["metric"] in ps.HEADLINE)
+    # each row names the model that priced it, not only the harness's option
+    assert {r["cost_model"] for r in rows} == {"roofline"}
+    assert all(r["cost_model_label"].startswith("roofline") for r in rows), {r["cost_model_label"] for r in rows}
 
 
 def test_the_fit_hook_sees_only_the_fitted_runs():
@@ -180,6 +183,22 @@ def test_the_fit_hook_sees_only_the_fitted_runs():
     assert ps.fit_preset("vllm", "0.11.0", [], "roofline") == {}  # no engine terms to fit yet
     summary = ps.summarize(results, "held-out")
     assert summary["lmdeploy"]["runs"] == 1
+    by_source = ps.summarize(results, "held-out", key=lambda r: (ps.source_repo(r.case), r.case.gpu))
+    assert list(by_source) == [("InternLM/lmdeploy", "a100-80gb")]
+    fits = ps.summarize(results, "fit", key=lambda r: r.case.name)
+    assert set(fits) == fit_names and all(e["runs"] == 1 and e["simulated"] == 1 for e in fits.values())
+    one = fits[sorted(fit_names)[0]]
+    assert one["throughput"]["median"] == one["throughput"]["max"]  # one run: its own |error|
+
+
+def test_a_runs_cost_model_kind_is_read_from_its_label():
+    kind = bench_published.cost_model_kind
+    assert kind("measured (AIConfigurator h100_sxm sglang 0.5.14, power_law_1.2 MoE routing) + vllm-cudagraph "
+                "overhead (per_step_s 0.356 ms)") == "measured: sglang tables"
+    assert kind("measured (AIConfigurator a100_sxm vllm 0.14.0) + vllm-cudagraph overhead (default)") == (
+        "measured: vllm tables")
+    assert kind("learned roofline + vllm-cudagraph overhead (per_step_s 1.44 ms)") == "learned roofline"
+    assert kind("") == "-"
 
 
 def test_the_command_prints_counts_and_the_table(capsys, tmp_path):
@@ -193,6 +212,7 @@ def test_the_command_prints_counts_and_the_table(capsys, tmp_path):
     # the other lmdeploy fitted run comes along: the fit takes every FIT_RUN of the version
     assert "## Fitted runs (FIT_RUNS): 2 runs, 2 simulated" in out and "## Held-out runs: 0 runs" in out
     assert "| lmdeploy llama2-7b tp1 static batch 1 128/2048 | LMDeploy 0.1.0a1 |" in out
+    assert "## Per source and GPU, held-out runs only" in out and "## Per cost model" in out
     assert csv_out.is_file()
 
 
