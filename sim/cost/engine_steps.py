@@ -124,39 +124,14 @@ def feature_matrix(plans: list[StepPlan], names: tuple[str, ...]) -> np.ndarray:
     return np.array([[FEATURES[n][0](p) for n in names] for p in plans], dtype=float).reshape(len(plans), len(names))
 
 
-def nnls(a: np.ndarray, b: np.ndarray, max_iter: int | None = None) -> np.ndarray:
-    """argmin ‖a x − b‖₂ subject to x >= 0 (Lawson and Hanson's active-set method, 1974, ch. 23)."""
-    m, n = a.shape
-    x = np.zeros(n)
-    passive = np.zeros(n, dtype=bool)
-    tol = 10 * np.finfo(float).eps * np.linalg.norm(a, 1) * max(m, n)
-    for _ in range(max_iter or 3 * n + 10):
-        w = a.T @ (b - a @ x)
-        if passive.all() or (w[~passive] <= tol).all():
-            break
-        j = int(np.argmax(np.where(passive, -np.inf, w)))
-        passive[j] = True
-        while True:
-            z = np.zeros(n)
-            z[passive] = np.linalg.lstsq(a[:, passive], b, rcond=None)[0]
-            if (z[passive] > 0).all():
-                x = z
-                break
-            neg = passive & (z <= 0)
-            alpha = np.min(x[neg] / (x[neg] - z[neg]))
-            x = x + alpha * (z - x)
-            passive &= x > tol
-            x[~passive] = 0.0
-    return x
-
-
 def fit_relative(x: np.ndarray, y: np.ndarray) -> np.ndarray:
     """Non-negative coefficients minimising Σ ((x β − y) / y)²: relative error, so short and long
     steps weigh alike. Columns are scaled to unit norm for the solve and the scale undone after."""
     a = x / y[:, None]
     scale = np.linalg.norm(a, axis=0)
     scale[scale == 0] = 1.0
-    return nnls(a / scale, np.ones(len(y))) / scale
+    from scipy.optimize import nnls  # Lawson and Hanson's active-set method
+    return nnls(a / scale, np.ones(len(y)))[0] / scale
 
 
 @dataclass(frozen=True)

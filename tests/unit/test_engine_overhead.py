@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import yaml
 
-from calibrate.engine_fit import TERMS, fit_engine, fitted_scenario_yaml, nnls, read_measurements
+from calibrate.engine_fit import TERMS, fit_engine, fitted_scenario_yaml, read_measurements
 from sim.config.files import load_scenario_set
 from sim.config.schema import Scenario
 from sim.core.step_plan import StepPlan
@@ -78,14 +78,30 @@ def test_roofline_overhead_replaces_the_fixed_step_overhead_unless_given():
     assert fixed.step_time(plan) - none.step_time(plan) == pytest.approx(fixed.step_overhead_s)
 
 
-def test_nnls_is_non_negative_and_exact_on_a_known_answer():
-    rng = np.random.default_rng(3)
-    a = np.column_stack([np.ones(50), rng.integers(1, 30, 50), rng.integers(0, 500, 50)]).astype(float)
-    truth = np.array([2e-3, 5e-5, 0.0])
-    assert nnls(a, a @ truth) == pytest.approx(truth, abs=1e-12)
-    # A negative best unconstrained coefficient is held at 0, not returned negative.
-    x = nnls(a, a @ np.array([2e-3, -5e-5, 1e-6]))
-    assert (x >= 0).all()
+def test_fit_steps_recovers_known_terms_from_steps_priced_by_hand():
+    """Recorded steps whose times are a flat 1 ms kernel plus known terms (per step, per sequence, per prompt
+    token): the non-negative least squares gives those terms back; a term the times say is negative is held at 0."""
+    from calibrate.engine_fit import Measurements, fit_steps
+    from calibrate.fidelity.overhead import step_plan
+
+    steps = read_measurements(FIX / "calib").frames[0]
+    plans = [step_plan(r) for r in steps.itertuples()]
+    seqs = np.array([p.num_seqs for p in plans], float)
+    tokens = np.array([p.num_prefill_tokens for p in plans], float)
+    assert len(set(seqs)) > 2 and len(set(tokens)) > 2  # the recorded counts vary: every term is identified
+    kernels = FixedCostModel(prefill_s=1e-3, decode_s=1e-3)
+    start = EngineOverhead("none")
+
+    def fitted(per_step_s, per_seq_s, per_token_s):
+        timed = steps.assign(end_s=steps["start_s"] + 1e-3 + per_step_s + per_seq_s * seqs + per_token_s * tokens)
+        return fit_steps(Measurements("steps", [FIX / "calib" / "steps.csv"], [timed]), kernels, start, 1)
+
+    terms, info = fitted(2e-3, 5e-5, 1e-6)
+    assert (terms.per_step_s, terms.per_seq_s, terms.per_prefill_token_s) == pytest.approx((2e-3, 5e-5, 1e-6),
+                                                                                           rel=1e-6)
+    assert info["method"] == "nnls" and info["step_error_after"]["median_abs"] < 1e-9
+    terms, _ = fitted(2e-3, -5e-6, 1e-6)
+    assert terms.per_seq_s == 0.0 and terms.per_step_s > 0 and terms.per_prefill_token_s > 0
 
 
 def test_measurements_refused_in_one_line(tmp_path):

@@ -30,21 +30,26 @@ MODEL = ModelSpec.model_validate(yaml.safe_load(
 
 # --- engine-steps model ---------------------------------------------------------------------------
 
-def test_nnls_matches_the_best_nonnegative_subset():
+def test_fit_relative_is_the_best_nonnegative_fit_of_the_relative_errors():
+    """fit_relative minimises sum(((x b - y) / y)^2) over b >= 0: checked against least squares on every subset of
+    its columns (brute force), and exact where the step times are a non-negative combination of the features."""
     rng = np.random.default_rng(3)
-    a = rng.normal(size=(40, 4))
-    b = a @ np.array([1.0, -2.0, 0.5, 0.0]) + rng.normal(scale=0.1, size=40)
-    x = es.nnls(a, b)
-    assert (x >= 0).all() and x[1] == 0.0  # the negative coefficient is held at the bound
+    x = rng.uniform(0.5, 2.0, size=(40, 4)) * np.array([1.0, 10.0, 100.0, 1000.0])  # columns of unlike scales
+    truth = np.array([1e-3, 2e-4, 0.0, 1e-6])
+    assert es.fit_relative(x, x @ truth) == pytest.approx(truth, rel=1e-9, abs=1e-15)
+    y = (x @ np.array([1e-3, -2e-4, 3e-5, 1e-6]) + 0.5) * rng.uniform(0.9, 1.1, size=40)
+    b = es.fit_relative(x, y)
+    assert (b >= 0).all()
+    a, ones = x / y[:, None], np.ones(len(y))
     best = np.inf
-    for k in range(5):  # brute force: least squares on every subset, kept where all >= 0
+    for k in range(5):
         for cols in itertools.combinations(range(4), k):
             z = np.zeros(4)
             if cols:
-                z[list(cols)] = np.linalg.lstsq(a[:, cols], b, rcond=None)[0]
+                z[list(cols)] = np.linalg.lstsq(a[:, cols], ones, rcond=None)[0]
             if (z >= 0).all():
-                best = min(best, float(np.linalg.norm(a @ z - b)))
-    assert np.linalg.norm(a @ x - b) == pytest.approx(best, rel=1e-9)
+                best = min(best, float(np.linalg.norm(a @ z - ones)))
+    assert np.linalg.norm(a @ b - ones) == pytest.approx(best, rel=1e-9)
 
 
 def _decode_plans(rng, n):
