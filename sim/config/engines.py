@@ -763,6 +763,17 @@ TRTLLM_NEWEST = (1, 3, 0)
 TRTLLM_UNREAD_SINCE = (1, 3, 0)
 
 
+# A hybrid model's sliding layers under TensorRT-LLM's PyTorch backend: KVCacheManager
+# (tensorrt_llm/_torch/pyexecutor/resource_manager.py, read at 001541ba and in an earlier stored version) gives every
+# layer the window max_seq_len when KvCacheConfig.max_attention_window is None, its default, so the sliding layers
+# keep every token's KV (the window only masks attention); no code path read sets the windows from the model's
+# config for gpt-oss
+# (_torch/models/modeling_gpt_oss.py at 7924c7f1 and 050b6cb9 passes the window to attention only;
+# pyexecutor/py_executor_creator.py at bab0f2e6 only reads max_attention_window; NVIDIA's own gpt-oss accuracy test
+# sets [128, 32768] by hand). A user's `--extra_llm_api_options` with per-layer windows: `kv_cache.window_memory`.
+TRTLLM_WINDOW_MEMORY = "every_token"
+
+
 def _derive_trtllm(ctx: Context) -> PresetResult:
     """tensorrt_llm/commands/serve.py get_llm_args and tensorrt_llm/llmapi/llm_args.py (KvCacheConfig
     free_gpu_memory_fraction 0.9, SchedulerConfig capacity_scheduler_policy GUARANTEED_NO_EVICT, chunked prefill
@@ -788,7 +799,9 @@ def _derive_trtllm(ctx: Context) -> PresetResult:
     values.update(_engine_terms(ctx, "trtllm", notes))
     if "cuda_graph_batch_sizes" in flags:
         values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
-    _window_memory_not_read(ctx, "TensorRT-LLM", notes)
+    if ctx.model is not None and ctx.model.hybrid_window:
+        values["kv_cache.window_memory"] = TRTLLM_WINDOW_MEMORY
+        notes.append(f"TensorRT-LLM: {ctx.model.name}'s sliding layers keep every token's KV (TRTLLM_WINDOW_MEMORY)")
     return PresetResult(values, {}, notes)
 
 

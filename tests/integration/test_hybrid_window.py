@@ -192,6 +192,8 @@ def test_where_the_engine_keeps_the_sliding_layers_sets_the_slot():
     ({"name": "sglang", "version": "0.5.10"}, "gpt_oss", "own_pool"),
     ({"name": "sglang", "version": "0.5.23"}, "gemma3_text", "every_token"),  # off for Gemma 2/3 in every release
     ({"name": "sglang", "version": "0.5.23", "disable_hybrid_swa_memory": True}, "gpt_oss", "every_token"),
+    ({"name": "trtllm", "version": "1.0.0"}, "gpt_oss", "every_token"),  # max_attention_window None: every layer
+    ({"name": "trtllm", "version": "1.2.0rc1"}, "gemma2", "every_token"),
 ])
 def test_each_engine_keeps_the_sliding_layers_as_its_source_does(engine, model_type, memory):
     raw = small_scenario({"model": GPT_OSS_LIKE | {"model_type": model_type}, "engine": engine})
