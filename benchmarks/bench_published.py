@@ -143,13 +143,19 @@ def cost_model_kind(label: str) -> str:
 
 
 def print_breakdown(results, which: str = "held-out") -> None:
-    """Where the error sits: the same medians per source and GPU, and per cost model the runs were priced by."""
+    """Where the error sits: the same medians per source and GPU, per kind of run, and per kind of cost model the runs
+    were priced by."""
     by_source = ps.summarize(results, which, key=lambda r: (ps.source_repo(r.case), r.case.gpu))
     print(f"\n## Per source and GPU, {which} runs only: median / max |error| (every engine)\n")
     print("| source | GPU | runs | simulated | throughput | TTFT | TPOT/ITL |\n"
           "| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for (source, gpu), e in sorted(by_source.items()):
         print(f"| {source} | {gpu} | {_summary_cells(e)} |")
+    by_kind = ps.summarize(results, which, key=lambda r: r.case.kind)
+    print(f"\n## Per kind of run (each case's `kind`), {which} runs only\n")
+    print("| kind | runs | simulated | throughput | TTFT | TPOT/ITL |\n| --- | ---: | ---: | ---: | ---: | ---: |")
+    for kind, e in sorted(by_kind.items()):
+        print(f"| {kind} | {_summary_cells(e)} |")
     by_model = ps.summarize(results, which, key=lambda r: cost_model_kind(r.label))
     print(f"\n## Per cost model (the best available for each run), {which} runs only\n")
     print("| cost model | runs | simulated | throughput | TTFT | TPOT/ITL |\n"

@@ -213,6 +213,7 @@ def test_the_command_prints_counts_and_the_table(capsys, tmp_path):
     assert "## Fitted runs (FIT_RUNS): 2 runs, 2 simulated" in out and "## Held-out runs: 0 runs" in out
     assert "| lmdeploy llama2-7b tp1 static batch 1 128/2048 | LMDeploy 0.1.0a1 |" in out
     assert "## Per source and GPU, held-out runs only" in out and "## Per cost model" in out
+    assert "## Per kind of run" in out
     assert csv_out.is_file()
 
 
