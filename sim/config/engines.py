@@ -766,11 +766,11 @@ TRTLLM_UNREAD_SINCE = (1, 3, 0)
 # A hybrid model's sliding layers under TensorRT-LLM's PyTorch backend: KVCacheManager
 # (tensorrt_llm/_torch/pyexecutor/resource_manager.py, read at 001541ba and in an earlier stored version) gives every
 # layer the window max_seq_len when KvCacheConfig.max_attention_window is None, its default, so the sliding layers
-# keep every token's KV (the window only masks attention); no code path read sets the windows from the model's
-# config for gpt-oss
-# (_torch/models/modeling_gpt_oss.py at 7924c7f1 and 050b6cb9 passes the window to attention only;
-# pyexecutor/py_executor_creator.py at bab0f2e6 only reads max_attention_window; NVIDIA's own gpt-oss accuracy test
-# sets [128, 32768] by hand). A user's `--extra_llm_api_options` with per-layer windows: `kv_cache.window_memory`.
+# keep every token's KV (the window only masks attention). No code path read sets the windows from the model's
+# config for gpt-oss: _torch/models/modeling_gpt_oss.py (7924c7f1, 050b6cb9) passes the window to attention only,
+# pyexecutor/py_executor_creator.py (bab0f2e6) only reads max_attention_window, and NVIDIA's own gpt-oss accuracy test
+# sets [128, 32768] by hand. The TensorRT flow of the 0.x versions was not read: the same rule is assumed there. A
+# deployment that sets per-layer windows (`--extra_llm_api_options`) overrides `kv_cache.window_memory`.
 TRTLLM_WINDOW_MEMORY = "every_token"
 
 
