@@ -199,7 +199,11 @@ def _allreduce(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     return out.groupby(["backend", "num_gpus", "message_elements"], as_index=False)["latency_ms"].median(), kernels
 
 
-def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",)) -> tuple[pd.DataFrame, dict]:
+def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",),
+         also: dict[str, tuple[str, str]] | None = None) -> tuple[pd.DataFrame, dict]:
+    """The fused-MoE rows of `dtypes`, each dtype's main kernel; `also`: {source dtype: (a kernel's name part, the
+    table dtype)} keeps a second kernel's rows of that dtype under a dtype of their own, where it is not the main one
+    (MOE_ALSO)."""
     ep, tp = df["moe_ep_size"], df["moe_tp_size"]
     df = df[df["moe_dtype"].isin(list(dtypes)) & ((ep == 1) | (ep * tp <= MAX_EP_GPUS))]
     if df.empty:
@@ -211,6 +215,16 @@ def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",)) -> tuple[pd.
     for distribution in dists:
         picked, found = _main_rows(df[df["distribution"] == distribution], "moe_dtype",
                                    {d: _MOE_DTYPES[d] for d in dtypes})
+        by_dist = df[df["distribution"] == distribution]
+        for src_dtype, (part, dtype) in (also or {}).items():
+            main = found.get(_MOE_DTYPES[src_dtype], "")
+            rows = by_dist[(by_dist["moe_dtype"] == src_dtype)
+                           & by_dist["kernel_source"].str.contains(part, regex=False)]
+            if part in main or rows.empty:
+                continue
+            kernel = _main_kernel(rows)
+            found[dtype] = kernel
+            picked.append((dtype, rows[rows["kernel_source"] == kernel]))
         kernels = kernels or found
         keep += [pd.DataFrame({"dtype": dtype, "distribution": distribution, "num_tokens": rows["num_tokens"],
                                "hidden_size": rows["hidden_size"], "inter_size": rows["inter_size"],
@@ -253,6 +267,12 @@ TABLES = {
 # kernels; SGLang: its fused Triton MoE; TensorRT-LLM: its PyTorch flow); no other dtype's rows ever price them.
 MOE_DTYPES = {"vllm": ("bfloat16", "fp8_block", "w4a16_mxfp4"), "sglang": ("bfloat16", "fp8_block", "w4a16_mxfp4"),
               "trtllm": ("bfloat16", "fp8", "fp8_block", "w4a16_mxfp4")}
+# A second MoE kernel kept where an engine version runs it instead of the main one: vLLM's Marlin MXFP4 experts
+# (`vllm_..._marlin_marlinexperts...`), which vLLM runs below sm_90 and before 0.12.0 on every GPU
+# (sim/config/engines.py `_vllm_expert_padding`), as dtype mxfp4_marlin; `quantization.moe_kernel: marlin` prices
+# from them. AIConfigurator measured them at another model's expert shapes than gpt-oss's (on H100, H200 and B200:
+# 896 experts, top 16, hidden 3584, intermediate 3072): the measured model scales the nearest shape by the roofline.
+MOE_ALSO = {"vllm": {"w4a16_mxfp4": ("marlin", "mxfp4_marlin")}}
 # GEMM rows left out, and why (meta.json records it): vLLM's block-scaled fp8 rows (DeepGEMM and FlashInfer kernels)
 # take a flat ~60-90 us at every m from 1 to ~2k (H200, n 1536, k 7168: 57-95 us, where its per-tensor fp8 kernel
 # takes 11-17 us and the weights' bytes 2.3 us; B200: 175-276 us against 10-27 us): host time of eager calls, not
@@ -306,7 +326,7 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
         path, version = found[name]
         raw = pd.read_parquet(path)
         device = device or str(raw["device"].iloc[0])
-        df, kernels = _moe(raw, MOE_DTYPES[framework]) if name == "moe" else convert(raw)
+        df, kernels = _moe(raw, MOE_DTYPES[framework], MOE_ALSO.get(framework)) if name == "moe" else convert(raw)
         dropped = DROPPED_GEMM_DTYPES.get(framework, {}) if name == "gemm" else {}
         if dropped:
             df = df[~df["dtype"].isin(list(dropped))].reset_index(drop=True)

@@ -122,7 +122,8 @@ def _measured(scenario: Scenario, deployment: Deployment):
                                     engine=spec.engine, step_overhead_s=spec.step_overhead_s,
                                     gpu_data=spec.gpu_data, on_missing=spec.on_missing, tables=spec.tables,
                                     unmeasured_dtype=spec.unmeasured_dtype, **_dtypes(scenario),
-                                    expert_parallel=deployment.expert_parallel, moe_routing=spec.moe_routing)
+                                    expert_parallel=deployment.expert_parallel, moe_routing=spec.moe_routing,
+                                    moe_kernel=scenario.quantization.moe_kernel)
 
 
 def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):

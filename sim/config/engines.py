@@ -234,7 +234,8 @@ VLLM_FLASHINFER_EXPERT_PADDING = {"hidden": 256, "intermediate": 256}
 
 
 def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
-    """How vLLM's MXFP4 MoE kernel pads the routed experts (`quantization.expert_padding`), for an mxfp4 model."""
+    """How vLLM's MXFP4 MoE kernel pads the routed experts (`quantization.expert_padding`), and which kernel it is
+    where the measured tables' main one is another (`quantization.moe_kernel`: Marlin), for an mxfp4 model."""
     q = ctx.raw.get("quantization")
     if ctx.model is None or not isinstance(q, dict) or q.get("weights") != "mxfp4":
         return {}
@@ -242,7 +243,7 @@ def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
     if capability < (9, 0) or ctx.version < VLLM_MXFP4_TRITON_SINCE:
         why = (f"sm_{capability[0]}{capability[1]} has no FP4" if capability < (9, 0) else
                "its wheel ships no triton_kernels; with them installed it runs its Triton kernel, which pads "
-               "nothing here: quantization.expert_padding: null")
+               "nothing here: quantization.expert_padding: null, moe_kernel: null")
         kernel, pad = f"Marlin ({why})", VLLM_MARLIN_EXPERT_PADDING
     elif ctx.version >= VLLM_MXFP4_FLASHINFER_SINCE and (10, 0) <= capability < (11, 0):
         kernel, pad = "FlashInfer's TRT-LLM kernel on sm_100", VLLM_FLASHINFER_EXPERT_PADDING
@@ -250,7 +251,10 @@ def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
         return {}
     notes.append(f"vLLM {ctx.version_text}: MXFP4 experts run by {kernel}, stored padded to hidden {pad['hidden']} "
                  f"and each GPU's intermediate to {pad['intermediate']}")
-    return {"quantization.expert_padding": dict(pad)}
+    values: dict[str, Any] = {"quantization.expert_padding": dict(pad)}
+    if pad is VLLM_MARLIN_EXPERT_PADDING:
+        values["quantization.moe_kernel"] = "marlin"  # priced from the tables' Marlin rows (sim/cost/measured.py)
+    return values
 
 
 def _derive_vllm(ctx: Context) -> PresetResult:

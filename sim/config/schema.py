@@ -347,6 +347,10 @@ class QuantizationSpec(_Strict):
     expert_padding: ExpertPaddingSpec | None = Field(None, description="routed experts stored padded to the MoE "
                                                      "kernel's tiles (an engine preset sets it where its kernel pads: "
                                                      "vLLM's Marlin MXFP4); absent: the checkpoint's shapes")
+    moe_kernel: Literal["marlin"] | None = Field(None, description="the routed experts' kernel where an engine preset "
+                                                  "knows it is not the measured tables' main one (vLLM's Marlin for "
+                                                  "MXFP4 experts: the tables' Marlin rows price them); absent: the "
+                                                  "tables' main kernel")
     fp8_block_scales: bool = Field(False, description="fp8 weights scaled per 128 x 128 block (a checkpoint whose "
                                    "config.json quantization_config has weight_block_size [128, 128]: DeepSeek-V3/R1, "
                                    "Qwen's -FP8 releases), run by block-scaled GEMM and MoE kernels; the measured "

@@ -78,6 +78,9 @@ _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}  # scenario weights
 # mxfp4 (gpt-oss's checkpoints): the routed experts from the fused-MoE table's MXFP4 rows, every other matrix (16-bit
 # in those checkpoints) from the bf16 GEMM rows.
 MXFP4 = "mxfp4"
+# `quantization.moe_kernel: marlin` (vLLM's Marlin MXFP4 experts): the MXFP4 rows of Marlin's kernel, where the tables'
+# main MXFP4 kernel is another (calibrate/aic_import.py MOE_ALSO).
+MARLIN, MXFP4_MARLIN = "marlin", "mxfp4_marlin"
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 _DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1}  # (a 128 x 128 block's scale: 4 bytes in 16 KiB, left out)
 
@@ -508,7 +511,7 @@ class MeasuredCostModel(PackedCostModel):
                  kv_dtype: str = "bf16", engine: str = "vllm-cudagraph", step_overhead_s: float = 0.0,
                  gpu_data: str | None = None, root: Path | None = None, communication: bool = True,
                  tables: str = "vllm", fp8_compute: bool | None = None, fp8_block: bool = False,
-                 expert_parallel: int = 1, moe_routing: str = "auto"):
+                 expert_parallel: int = 1, moe_routing: str = "auto", moe_kernel: str | None = None):
         if engine not in ENGINES:
             raise ConfigError(f"cost_model.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
         data = gpu_data or gpu.name
@@ -523,6 +526,7 @@ class MeasuredCostModel(PackedCostModel):
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.step_overhead_s = step_overhead_s
         self.moe_routing = moe_routing_of(model, moe_routing)
+        self.moe_kernel = moe_kernel  # the routed experts' kernel where the engine's is known (quantization.moe_kernel)
         self.moe_rows_routing: str | None = None  # the routing of the fused-MoE rows in use (None: none in use)
         # False prices one GPU's shard alone (no all-reduce), to compare with steps measured on one GPU.
         self.communication = communication
@@ -662,6 +666,8 @@ class MeasuredCostModel(PackedCostModel):
         elif routing != "balanced":
             self.notes[f"moe: {routing} routing"] += 1
         moe = None if all_rows is None else all_rows[all_rows["dtype"] == gd]
+        if gd == MXFP4 and self.moe_kernel == MARLIN and all_rows is not None:
+            moe = self._marlin_mxfp4_rows(all_rows, moe)
         # The roofline this model's experts take (kind) and the one the rows' ratios are taken against (rows_kind).
         kind = rows_kind = {"bf16": measured_kernel.SHAPE_MOE,
                             MXFP4: measured_kernel.SHAPE_MOE_MXFP4}.get(gd, measured_kernel.SHAPE_MOE_FP8)
@@ -707,6 +713,22 @@ class MeasuredCostModel(PackedCostModel):
         e, k = m.num_experts / ep, m.num_experts_per_token / ep
         self.moe_rows_routing = routing
         return Curve(list(rows["num_tokens"]), lr, Shape(kind, (e, k, h, ffn), self.roof), "fused MoE", self.notes)
+
+    def _marlin_mxfp4_rows(self, all_rows: pd.DataFrame, main: pd.DataFrame) -> pd.DataFrame:
+        """The MXFP4 fused-MoE rows of Marlin's kernel, which the engine runs (`quantization.moe_kernel: marlin`):
+        the tables' own MXFP4 rows where Marlin is their main kernel, else their Marlin rows (MXFP4_MARLIN); where
+        they hold none, their main kernel's, said."""
+        t = self.tables
+        main_kernel = str(t.meta["tables"].get("moe", {}).get("kernels", {}).get(MXFP4, ""))
+        if MARLIN in main_kernel:
+            return main
+        marlin = all_rows[all_rows["dtype"] == MXFP4_MARLIN]
+        if marlin.empty:
+            self.notes[f"moe: Marlin's MXFP4 kernel is not in the {t.framework} tables of {t.meta['gpu']}; their "
+                       f"{main_kernel or 'MXFP4'} rows price it"] += 1
+            return main
+        self.notes["moe: MXFP4 experts from the Marlin kernel's rows (quantization.moe_kernel: marlin)"] += 1
+        return marlin
 
     def _allreduce_curve(self) -> Curve | None:
         """The time of one all-reduce by the elements it reduces (a step's tokens × hidden size)."""
@@ -866,7 +888,7 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
                              step_overhead_s: float = 0.0, gpu_data: str | None = None,
                              on_missing: str = "roofline", root: Path | None = None, tables: str = "vllm",
                              unmeasured_dtype: str = "error", fp8_block: bool = False, expert_parallel: int = 1,
-                             moe_routing: str = "auto"):
+                             moe_routing: str = "auto", moe_kernel: str | None = None):
     """The measured cost model. A GPU without tables of this framework: the roofline whose repr says why
     (on_missing 'roofline'), or a one-line ConfigError (on_missing 'error'). A quantization the tables were not
     measured in: a one-line ConfigError naming the field (unmeasured_dtype 'error', the default), or the roofline
@@ -877,7 +899,8 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
         return MeasuredCostModel(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
                                  kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,
                                  gpu_data=gpu_data, root=root, tables=tables, fp8_compute=fp8_compute,
-                                 fp8_block=fp8_block, expert_parallel=expert_parallel, moe_routing=moe_routing)
+                                 fp8_block=fp8_block, expert_parallel=expert_parallel, moe_routing=moe_routing,
+                                 moe_kernel=moe_kernel)
     if refusal is not None:
         raise ConfigError(refusal)
     return MeasuredFallback(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,

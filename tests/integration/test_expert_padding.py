@@ -70,6 +70,8 @@ def test_vllm_pads_the_experts_as_its_mxfp4_kernel_does(version, gpu, padding):
     pad = s.quantization.expert_padding
     assert (None if pad is None else (pad.hidden, pad.intermediate)) == padding
     assert any("MXFP4 experts" in note for note in s.engine.notes) == (padding is not None)
+    # where vLLM runs Marlin, the measured tables price the experts from Marlin's rows
+    assert s.quantization.moe_kernel == ("marlin" if padding == (256, 128) else None)
 
 
 def test_the_padding_costs_kv_slots_and_a_user_can_turn_it_off():

@@ -543,6 +543,48 @@ def test_mxfp4_experts_come_from_each_engines_own_mxfp4_rows_and_the_rest_from_i
     assert cost.step_time(plan) != bf16.step_time(plan)
 
 
+def test_marlin_mxfp4_experts_come_from_the_marlin_kernels_rows_where_the_engine_runs_it():
+    """`quantization.moe_kernel: marlin` (vLLM before 0.12.0): vLLM's H100 tables keep OpenAI's Triton MXFP4 kernel as
+    their main one and Marlin's rows beside it (measured at another model's expert shapes): the experts come from
+    Marlin's rows, scaled to gpt-oss's shapes by the roofline, and the model says so. Tables without Marlin rows price
+    the experts from their own MXFP4 kernel and say that."""
+    oss = _gpt_oss()
+    rows, _ = load_tables(tables_dir("h100-sxm", "vllm")).moe_rows("balanced")
+    marlin_rows = rows[rows.dtype == "mxfp4_marlin"]
+    assert len(marlin_rows) > 10 and 2880 not in set(marlin_rows.hidden_size)  # not measured at gpt-oss's shapes
+    triton = MeasuredCostModel(oss, H100, weight_dtype="mxfp4", moe_routing="balanced")
+    marlin = MeasuredCostModel(oss, H100, weight_dtype="mxfp4", moe_routing="balanced", moe_kernel="marlin")
+    assert "moe: MXFP4 experts from the Marlin kernel's rows (quantization.moe_kernel: marlin)" in marlin.notes
+    assert any("scaled by the roofline" in n for n in marlin.notes) and not any("Marlin" in n for n in triton.notes)
+    for n in (1.0, 64.0, 8192.0):
+        assert marlin._moe(n) != triton._moe(n)
+    plan = StepPlan(num_decode_seqs=64, decode_context_tokens=64 * 1000, num_sampled_seqs=64)
+    assert marlin.step_time(plan) != triton.step_time(plan)
+    # SGLang's tables keep no Marlin rows apart: their own MXFP4 kernel prices the experts, said
+    sglang = MeasuredCostModel(oss, H100, weight_dtype="mxfp4", tables="sglang", moe_routing="balanced",
+                               moe_kernel="marlin")
+    assert any(n.startswith("moe: Marlin's MXFP4 kernel is not in the sglang tables of h100-sxm") for n in sglang.notes)
+    plain = MeasuredCostModel(oss, H100, weight_dtype="mxfp4", tables="sglang", moe_routing="balanced")
+    assert sglang._moe(64.0) == plain._moe(64.0)
+
+
+def test_the_import_keeps_a_second_moe_kernel_apart_only_where_it_is_not_the_main_one():
+    from calibrate.aic_import import _moe
+    def rows(kernel, n, latency):
+        return {"moe_dtype": "w4a16_mxfp4", "kernel_source": kernel, "distribution": "balanced", "num_tokens": n,
+                "hidden_size": 2880, "inter_size": 2880, "topk": 4, "num_experts": 32, "moe_tp_size": 1,
+                "moe_ep_size": 1, "latency": latency}
+    raw = pd.DataFrame([rows("oai_triton", n, 0.1 * n) for n in (1, 2, 4)] + [rows("x_marlin_y", n, 0.3 * n)
+                                                                             for n in (1, 2)])
+    df, kernels = _moe(raw, ("w4a16_mxfp4",), {"w4a16_mxfp4": ("marlin", "mxfp4_marlin")})
+    assert kernels["mxfp4"] == "oai_triton" and kernels["mxfp4_marlin"] == "x_marlin_y"
+    assert sorted(df[df.dtype == "mxfp4_marlin"].latency_ms) == pytest.approx([0.3, 0.6])
+    assert len(df[df.dtype == "mxfp4"]) == 3
+    main_is_marlin = raw[raw.kernel_source == "x_marlin_y"]
+    df, kernels = _moe(main_is_marlin, ("w4a16_mxfp4",), {"w4a16_mxfp4": ("marlin", "mxfp4_marlin")})
+    assert set(df.dtype) == {"mxfp4"} and "mxfp4_marlin" not in kernels
+
+
 def test_mxfp4_is_refused_where_the_tables_hold_no_mxfp4_rows_and_never_priced_from_another_dtype():
     oss = _gpt_oss()
     why = measured_unsupported("a100-80gb", "mxfp4", tables="vllm")
