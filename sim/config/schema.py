@@ -365,6 +365,9 @@ class QuantizationSpec(_Strict):
         if self.fp8_compute and self.weights == "mxfp4":
             raise ValueError("fp8_compute: true with weights 'mxfp4' (whose experts' products run in 16 bits here, "
                              "its attention's in bf16); allowed: fp8_compute false")
+        if self.moe_kernel is not None and self.weights != "mxfp4":
+            raise ValueError(f"moe_kernel: {self.moe_kernel!r} with weights {self.weights!r} (the tables keep Marlin's "
+                             "rows of MXFP4 experts only); allowed: weights 'mxfp4', or moe_kernel null")
         return self
 
 

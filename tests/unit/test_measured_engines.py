@@ -429,6 +429,9 @@ def test_the_compiled_core_prices_an_engines_fp8_tables_as_the_python_engine_doe
     ({"quantization": {"weights": "bf16", "fp8_block_scales": True}},
      "error: quantization: fp8_block_scales: true with weights 'bf16'; allowed: weights 'fp8', or fp8_block_scales "
      "false"),
+    ({"quantization": {"weights": "bf16", "moe_kernel": "marlin"}},
+     "error: quantization: moe_kernel: 'marlin' with weights 'bf16' (the tables keep Marlin's rows of MXFP4 experts "
+     "only); allowed: weights 'mxfp4', or moe_kernel null"),
 ])
 def test_servesim_run_with_an_unmeasured_dtype_exits_2_with_one_line(tmp_path, changes, want):
     path = tmp_path / "scenario.yaml"
