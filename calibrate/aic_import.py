@@ -32,7 +32,8 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
   elements: AIConfigurator's `message_size` is an element count: one decode token of llama-3.1-8b at
   tp 2 queries 4096), latency_ms
 - moe.parquet: dtype (bf16; fp8 = per-tensor W8A8, fp8_block = block-scaled W8A8, mxfp4 = MXFP4 experts with
-  16-bit activations, gpt-oss's shapes; each where measured), num_tokens,
+  16-bit activations, gpt-oss's shapes; mxfp4_marlin = vLLM's Marlin MXFP4 kernel, `MOE_ALSO`; each where measured),
+  num_tokens,
   distribution (the routing: balanced, power_law_1.01 or power_law_1.2, each where measured;
   `cost_model.moe_routing` picks one), hidden_size, inter_size, topk, num_experts, moe_tp_size, moe_ep_size,
   latency_ms (expert parallelism 1, or up to `MAX_EP_GPUS` GPUs in all; num_tokens are the layer's tokens before
