@@ -69,6 +69,9 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from sim.cost.measured import MXFP4_MARLIN
+from sim.model.memory import MARLIN
+
 # ServeSim catalog GPU (sim/model/catalog.py GPUS) -> AIConfigurator system.
 SYSTEMS = {
     "h100-sxm": "h100_sxm",  # device "NVIDIA H100 80GB HBM3"
@@ -273,7 +276,7 @@ MOE_DTYPES = {"vllm": ("bfloat16", "fp8_block", "w4a16_mxfp4"), "sglang": ("bflo
 # (sim/config/engines.py `_vllm_expert_padding`), as dtype mxfp4_marlin; `quantization.moe_kernel: marlin` prices
 # from them. AIConfigurator measured them at another model's expert shapes than gpt-oss's (on H100, H200 and B200:
 # 896 experts, top 16, hidden 3584, intermediate 3072): the measured model scales the nearest shape by the roofline.
-MOE_ALSO = {"vllm": {"w4a16_mxfp4": ("marlin", "mxfp4_marlin")}}
+MOE_ALSO = {"vllm": {"w4a16_mxfp4": (MARLIN, MXFP4_MARLIN)}}
 # GEMM rows left out, and why (meta.json records it): vLLM's block-scaled fp8 rows (DeepGEMM and FlashInfer kernels)
 # take a flat ~60-90 us at every m from 1 to ~2k (H200, n 1536, k 7168: 57-95 us, where its per-tensor fp8 kernel
 # takes 11-17 us and the weights' bytes 2.3 us; B200: 175-276 us against 10-27 us): host time of eager calls, not

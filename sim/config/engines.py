@@ -239,22 +239,22 @@ def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
     q = ctx.raw.get("quantization")
     if ctx.model is None or not isinstance(q, dict) or q.get("weights") != "mxfp4":
         return {}
+    from sim.model.memory import MARLIN
     capability = ctx.gpu.compute_capability or (0, 0)
+    values: dict[str, Any] = {}
     if capability < (9, 0) or ctx.version < VLLM_MXFP4_TRITON_SINCE:
         why = (f"sm_{capability[0]}{capability[1]} has no FP4" if capability < (9, 0) else
                "its wheel ships no triton_kernels; with them installed it runs its Triton kernel, which pads "
                "nothing here: quantization.expert_padding: null, moe_kernel: null")
         kernel, pad = f"Marlin ({why})", VLLM_MARLIN_EXPERT_PADDING
+        values["quantization.moe_kernel"] = MARLIN  # priced from the tables' Marlin rows (sim/cost/measured.py)
     elif ctx.version >= VLLM_MXFP4_FLASHINFER_SINCE and (10, 0) <= capability < (11, 0):
         kernel, pad = "FlashInfer's TRT-LLM kernel on sm_100", VLLM_FLASHINFER_EXPERT_PADDING
     else:
         return {}
     notes.append(f"vLLM {ctx.version_text}: MXFP4 experts run by {kernel}, stored padded to hidden {pad['hidden']} "
                  f"and each GPU's intermediate to {pad['intermediate']}")
-    values: dict[str, Any] = {"quantization.expert_padding": dict(pad)}
-    if pad is VLLM_MARLIN_EXPERT_PADDING:
-        values["quantization.moe_kernel"] = "marlin"  # priced from the tables' Marlin rows (sim/cost/measured.py)
-    return values
+    return {**values, "quantization.expert_padding": dict(pad)}
 
 
 def _derive_vllm(ctx: Context) -> PresetResult:

@@ -33,7 +33,8 @@ from sim.errors import ConfigError
 from sim.model.catalog import get_model
 from sim.model.hf_config import read_model_ref
 from sim.model.interconnects import INTERCONNECTS
-from sim.model.memory import FP8_COMPUTE_DEFAULT, LOGIT_BYTES, WEIGHT_DTYPES, WINDOW_MEMORY, WINDOW_POOL_RATIO
+from sim.model.memory import (FP8_COMPUTE_DEFAULT, LOGIT_BYTES, MOE_KERNELS, WEIGHT_DTYPES, WINDOW_MEMORY,
+                              WINDOW_POOL_RATIO)
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
 from sim.workload.arrivals import MAX_RATE_PER_S
@@ -347,10 +348,9 @@ class QuantizationSpec(_Strict):
     expert_padding: ExpertPaddingSpec | None = Field(None, description="routed experts stored padded to the MoE "
                                                      "kernel's tiles (an engine preset sets it where its kernel pads: "
                                                      "vLLM's Marlin MXFP4); absent: the checkpoint's shapes")
-    moe_kernel: Literal["marlin"] | None = Field(None, description="the routed experts' kernel where an engine preset "
-                                                  "knows it is not the measured tables' main one (vLLM's Marlin for "
-                                                  "MXFP4 experts: the tables' Marlin rows price them); absent: the "
-                                                  "tables' main kernel")
+    moe_kernel: Literal[MOE_KERNELS] | None = Field(
+        None, description="the routed experts' kernel where an engine preset knows it is not the measured tables' main "
+        "one (vLLM's Marlin for MXFP4 experts: the tables' Marlin rows price them); absent: the tables' main kernel")
     fp8_block_scales: bool = Field(False, description="fp8 weights scaled per 128 x 128 block (a checkpoint whose "
                                    "config.json quantization_config has weight_block_size [128, 128]: DeepSeek-V3/R1, "
                                    "Qwen's -FP8 releases), run by block-scaled GEMM and MoE kernels; the measured "

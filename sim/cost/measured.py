@@ -61,7 +61,7 @@ from sim.cost.roofline_kernel import ACT_BYTES, op_time
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
-from sim.model.memory import kv_bytes_per_token
+from sim.model.memory import MARLIN, kv_bytes_per_token
 from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
@@ -80,7 +80,7 @@ _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}  # scenario weights
 MXFP4 = "mxfp4"
 # `quantization.moe_kernel: marlin` (vLLM's Marlin MXFP4 experts): the MXFP4 rows of Marlin's kernel, where the tables'
 # main MXFP4 kernel is another (calibrate/aic_import.py MOE_ALSO).
-MARLIN, MXFP4_MARLIN = "marlin", "mxfp4_marlin"
+MXFP4_MARLIN = "mxfp4_marlin"
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 _DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1}  # (a 128 x 128 block's scale: 4 bytes in 16 KiB, left out)
 

@@ -134,6 +134,11 @@ def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel
 WINDOW_MEMORY = ("shared_pool", "own_pool", "every_token")
 WINDOW_POOL_RATIO = 0.8  # SGLang's --swa-full-tokens-ratio default (server_args.py, 0.5.3 to 0.5.23)
 
+# The routed experts' kernel where an engine preset knows it is not the measured tables' main one
+# (`quantization.moe_kernel`): vLLM's Marlin for MXFP4 experts (sim/config/engines.py `_vllm_expert_padding`).
+MARLIN = "marlin"
+MOE_KERNELS = (MARLIN,)
+
 
 def kv_slot_bytes(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1, *,
                   window_memory: str = "shared_pool", window_pool_ratio: float = WINDOW_POOL_RATIO) -> int:
