@@ -47,6 +47,11 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
 - meta.json: source package and version, system, framework and version of each table (and any fallback
   to another version), the kernel each table keeps, the dtypes measured, the device name, units.
 
+and once per GPU, for every framework:
+
+    calibrate/measured/<gpu>/nccl/       NCCL's all-reduce (`convert_nccl`): allreduce.parquet, as above with
+                                         backend nccl, and meta.json (the NCCL version, the source file)
+
 The all-reduce backends: vLLM and SGLang measure their custom all-reduce under CUDA graphs (`graph`) and
 eagerly (`eager`); TensorRT-LLM's table has one curve (its own all-reduce kernel, `implementation trtllm`),
 kept as `graph` since its PyTorch flow captures decode steps in CUDA graphs.
@@ -70,6 +75,7 @@ import pandas as pd
 import yaml
 
 from sim.cost.measured import MXFP4_MARLIN
+from sim.model.interconnects import NCCL_ALL_REDUCE
 from sim.model.memory import MARLIN
 
 # ServeSim catalog GPU (sim/model/catalog.py GPUS) -> AIConfigurator system.
@@ -309,6 +315,40 @@ def _write(df: pd.DataFrame, path: Path, framework: str) -> None:
     df.to_parquet(path, index=False, compression="zstd", compression_level=19)
 
 
+# NCCL's all-reduce, once per GPU for every framework (calibrate/measured/<gpu>/nccl/): what an engine runs where it
+# does not run its own kernel (`hardware.all_reduce: nccl`: LMDeploy's TurboMind; vLLM and SGLang with
+# --disable-custom-all-reduce, past two PCIe-only GPUs, or at a TP their kernel does not support). AIConfigurator's
+# comm/nccl tables at the NCCL version its system file names (`misc.nccl_version`), the fp16 ("half") rows: the same
+# element size as bf16, which NCCL reduces alike.
+NCCL = NCCL_ALL_REDUCE  # the folder's name is the setting's value
+
+
+def convert_nccl(systems_root: Path, system: str, out_dir: Path, gpu: str, package_version: str) -> dict:
+    """Write one GPU's NCCL all-reduce table and its meta.json into out_dir (raises LookupError without one)."""
+    config = yaml.safe_load((systems_root / f"{system}.yaml").read_text())
+    version = str((config.get("misc") or {}).get("nccl_version", ""))
+    path = systems_root / "data" / system / "comm" / NCCL / version / "nccl_perf.parquet"
+    if not version or not path.is_file():
+        raise LookupError(f"no NCCL all-reduce table at NCCL {version or '(unnamed)'} for {system}")
+    raw = pd.read_parquet(path)
+    rows = raw[(raw["op_name"] == "all_reduce") & (raw["nccl_dtype"] == "half")]
+    out = pd.DataFrame({"backend": NCCL, "num_gpus": rows["num_gpus"], "message_elements": rows["message_size"],
+                        "latency_ms": rows["latency"]})
+    out = out.groupby(["backend", "num_gpus", "message_elements"], as_index=False)["latency_ms"].median()
+    out_dir.mkdir(parents=True, exist_ok=True)
+    out.to_parquet(out_dir / "allreduce.parquet", index=False, compression="zstd")
+    meta = {"format_version": 1,
+            "source": {"package": PACKAGE, "version": package_version, "license": "Apache-2.0",
+                       "path": "aiconfigurator_core/systems/data"},
+            "gpu": gpu, "system": system, "device_name": str(raw["device"].iloc[0]), "library": NCCL,
+            "nccl_version": version, "source_file": str(path.relative_to(systems_root)),
+            "rows": len(out), "dtype": "fp16 (nccl_dtype half), priced for bf16 alike",
+            "units": {"message_elements": "elements reduced (AIConfigurator's message_size)",
+                      "latency_ms": "milliseconds per call"}}
+    (out_dir / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
+    return meta
+
+
 def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, system: str,
                    package_version: str, framework: str = FRAMEWORK) -> dict:
     """Convert one system's tables of one framework into out_dir; returns its meta (raises LookupError if it has
@@ -395,6 +435,13 @@ def main(argv: list[str] | None = None) -> int:
     missing = json.loads(missing_path.read_text()) if missing_path.is_file() else {}
     for gpu in gpus:
         system = SYSTEMS[gpu]
+        missing.pop(f"{gpu}/{NCCL}", None)
+        try:
+            nccl = convert_nccl(root, system, out / gpu / NCCL, gpu, metadata.version(PACKAGE))
+            print(f"{gpu}/{NCCL}: {nccl['device_name']}, NCCL {nccl['nccl_version']} all-reduce, {nccl['rows']} rows")
+        except LookupError as err:
+            missing[f"{gpu}/{NCCL}"] = {"system": system, "framework": NCCL, "reason": str(err)}
+            print(f"{gpu}/{NCCL}: skipped ({err})")
         for framework in frameworks:
             current = versions.get("overrides", {}).get(system, {}).get(framework, {}).get("current") \
                 or versions["defaults"][framework]["current"]

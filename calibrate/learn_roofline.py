@@ -16,9 +16,9 @@ import json
 import numpy as np
 import pandas as pd
 
-from sim.cost.learned import interconnect_class
-from sim.cost.measured import MEASURED_DIR, load_tables, measured_gpus
+from sim.cost.measured import MEASURED_DIR, load_tables, measured_gpus, nccl_allreduce
 from sim.model.catalog import get_gpu
+from sim.model.interconnects import NCCL_ALL_REDUCE, interconnect_class
 
 # GEMMs are binned by how compute-bound they are ON THIS GPU, log2(ideal compute time / ideal memory time), not by
 # token count: the ridge point differs 3x between the GPUs (A100 153, L40S 419 FLOP/byte), so a token-count bin
@@ -64,18 +64,20 @@ def _gpu_frames(gpu: str) -> dict[str, pd.DataFrame]:
     ideal = np.maximum(4 * hq * d * b * x / pf, (b * x * 2 * hkv * d * 2 + 2 * b * hq * d * 2) / pb)
     gen = pd.DataFrame({"bin": _binned(b * x, ATTN_EDGES), "eff": eff(ideal, e["latency_ms"].to_numpy(float))})
     ar = t.allreduce[t.allreduce["backend"] == "graph"] if t.allreduce is not None else None
-    return {"gemm": gemm, "ctx": ctx, "gen": gen, "ar": ar, "spec": spec,
+    has_nccl = (MEASURED_DIR / gpu / NCCL_ALL_REDUCE / "meta.json").is_file()
+    ar_nccl = nccl_allreduce(MEASURED_DIR / gpu)[0] if has_nccl else None
+    return {"gemm": gemm, "ctx": ctx, "gen": gen, "ar": ar, NCCL_ALL_REDUCE: ar_nccl, "spec": spec,
             "min_kernel_s": t0}
 
 
-def _fit_allreduce(frames: list[dict]) -> dict:
+def _fit_allreduce(frames: list[dict], key: str = "ar") -> dict:
     """Per interconnect class and GPU count: latency (fastest message) and bus bandwidth as a fraction of the catalog
     link, medians over the class's GPUs. Classes and counts are kept apart because they scale differently: NVLink
     bus bandwidth holds from 2 to 8 GPUs, while PCIe peers share the host's root complex and their bus bandwidth
     falls as GPUs are added (L40S: 19 GB/s at 2 GPUs, 2 GB/s at 8, in the measured table)."""
     by_class: dict[str, dict[int, list[tuple[float, float]]]] = {}
     for f in frames:
-        ar = f["ar"]
+        ar = f[key]
         if ar is None or ar.empty:
             continue
         spec = f["spec"]
@@ -109,7 +111,7 @@ def fit(gpus: list[str]) -> dict:
     return {
         "format_version": 2,
         "source": "median over GPUs of ideal (catalog peak) / measured time, AIConfigurator vLLM tables in "
-                  "calibrate/measured/ (python -m calibrate.learn_roofline)",
+                  "calibrate/measured/ (python -m calibrate.learn_roofline); allreduce_nccl: their nccl/ tables",
         "fitted_on": list(gpus),
         "min_kernel_s": float(np.median([f["min_kernel_s"] for f in frames])),
         "gemm": {"r_edges": R_EDGES, "w_edges": W_EDGES, "eff": gm.to_numpy(float).round(4).tolist()},
@@ -117,6 +119,8 @@ def fit(gpus: list[str]) -> dict:
         "decode_attention": {"edges": ATTN_EDGES, "eff": gen.to_numpy(float).round(4).tolist()},
         "elementwise_bytes_efficiency": float(round(gen.iloc[-1], 4)),
         "allreduce": allreduce,
+        # NCCL's all-reduce (`hardware.all_reduce: nccl`), learned alike from the GPUs' nccl/ tables
+        "allreduce_nccl": _fit_allreduce(frames, NCCL_ALL_REDUCE),
     }
 
 

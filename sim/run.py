@@ -62,7 +62,8 @@ def _roofline(scenario: Scenario, deployment: Deployment, model):
         given = _roofline_step_overhead(spec)
         return LearnedRooflineCostModel(model, deployment.gpu, tensor_parallel=deployment.tensor_parallel,
                                         weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
-                                        step_overhead_s=0.0 if given is None else given, expert_parallel=ep)
+                                        step_overhead_s=0.0 if given is None else given, expert_parallel=ep,
+                                        all_reduce=scenario.hardware.all_reduce)
     return RooflineCostModel(model, deployment.gpu, tensor_parallel=deployment.tensor_parallel, expert_parallel=ep,
                              weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
                              # A calibrated target's draft model: the roofline at the GPU's defaults.
@@ -123,7 +124,8 @@ def _measured(scenario: Scenario, deployment: Deployment):
                                     gpu_data=spec.gpu_data, on_missing=spec.on_missing, tables=spec.tables,
                                     unmeasured_dtype=spec.unmeasured_dtype, **_dtypes(scenario),
                                     expert_parallel=deployment.expert_parallel, moe_routing=spec.moe_routing,
-                                    moe_kernel=scenario.quantization.moe_kernel)
+                                    moe_kernel=scenario.quantization.moe_kernel,
+                                    all_reduce=scenario.hardware.all_reduce)
 
 
 def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):

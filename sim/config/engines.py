@@ -27,6 +27,7 @@ from typing import Any, Callable
 
 from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
+from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE, interconnect_class
 
 GIB = 1 << 30
 # The presets' fitted numbers (the engine's CPU time per step, the front-end's latency), per engine and version, with
@@ -257,13 +258,36 @@ def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
     return {**values, "quantization.expert_padding": dict(pad)}
 
 
+# vLLM's custom all-reduce (vllm/distributed/device_communicators/custom_all_reduce.py, CustomAllreduce, read in the
+# stored vLLM source): _SUPPORTED_WORLD_SIZES [2, 4, 6, 8]; off on more than two GPUs that NVLink does not join all
+# together ("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs"); off with
+# --disable-custom-all-reduce. Its all-reduces are then NCCL's. SGLang's copy (python/sglang/srt/distributed/
+# device_communicators/custom_all_reduce.py, "Adapted from" vLLM v0.6.4's) keeps the sizes, and its should_custom_ar
+# runs the kernel only on 2 GPUs or full NVLink.
+CUSTOM_ALL_REDUCE_WORLD_SIZES = (2, 4, 6, 8)
+
+
+def _custom_all_reduce(ctx: Context, engine: str) -> dict[str, Any]:
+    """`hardware.all_reduce` nccl where vLLM's custom all-reduce (or SGLang's copy) turns itself off or is turned
+    off (the flag `disable_custom_all_reduce`); {} where it runs (the default, custom)."""
+    tp, off = ctx.tensor_parallel, ctx.flags.get("disable_custom_all_reduce")
+    if off and _get(ctx.raw, "hardware.all_reduce") == CUSTOM_ALL_REDUCE:
+        raise ConfigError(f"engine.disable_custom_all_reduce: true contradicts hardware.all_reduce 'custom'; allowed: "
+                          f"give one of them, or hardware.all_reduce '{NCCL_ALL_REDUCE}' ({engine})")
+    pcie_only = interconnect_class(ctx.gpu) == "pcie" if ctx.gpu is not None else False
+    if off or (tp > 1 and tp not in CUSTOM_ALL_REDUCE_WORLD_SIZES) or (tp > 2 and pcie_only):
+        return {"hardware.all_reduce": NCCL_ALL_REDUCE}
+    return {}
+
+
 def _derive_vllm(ctx: Context) -> PresetResult:
     """vLLM V1 (0.8+) as vllm/engine/arg_utils.py, vllm/config and vllm/platforms/cuda.py derive it, read in the PyPI
     sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0): chunked prefill with decodes and prefill chunks
     in one step, the OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`), 16-token KV blocks (an MLA
     model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9 (0.92 from 0.20), async scheduling by
     default from 0.14; V0 (0.6-0.7) as each release does (`_vllm_v0_schedule`): prefill-only steps unless chunked
-    (on by default above a 32k context), multi-step decoding."""
+    (on by default above a 32k context), multi-step decoding; NCCL's all-reduce where its own turns off
+    (`_custom_all_reduce`)."""
     v, flags = ctx.version, ctx.flags
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
                               "kv_cache.block_size": 16, "kv_cache.gpu_memory_utilization": 0.9}
@@ -313,6 +337,7 @@ def _derive_vllm(ctx: Context) -> PresetResult:
     values.update(_vllm_window_memory(ctx, notes))
     values.update(_vllm_expert_padding(ctx, notes))
     values.update(_engine_terms(ctx, "vllm", notes))
+    values.update(_custom_all_reduce(ctx, "vLLM"))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
     asked = flags.get("async_scheduling")
@@ -423,6 +448,8 @@ _VLLM_FLAGS = {
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),
     "tensor_parallel_size": Flag("hardware.tensor_parallel", int, "--tensor-parallel-size"),
     "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
+    "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
+                                      "(hardware.all_reduce nccl)"),
     "disable_hybrid_kv_cache_manager": Flag(None, bool, "--disable-hybrid-kv-cache-manager: a hybrid model's sliding "
                                             "layers keep every token's KV", since=VLLM_HYBRID_KV_SINCE),
     "async_scheduling": Flag(None, bool, "--async-scheduling (0.10+; the default from 0.14, --no-async-scheduling "
@@ -490,6 +517,7 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
         running = slots[0] - 1 if slots[1] is None else min(slots[1] // 2, slots[0] - 1)
     values["scheduler.max_num_seqs"] = running
     values.update(_engine_terms(ctx, "sglang", notes))
+    values.update(_custom_all_reduce(ctx, "SGLang"))
     if ctx.model is not None and ctx.model.hybrid_window:  # no hybrid SWA memory before 0.5
         values["kv_cache.window_memory"] = "every_token"
         notes.append(f"SGLang {ctx.version_text}: {ctx.model.name}'s sliding layers keep every token's KV")
@@ -680,8 +708,8 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     a B200), mem_fraction_static = (memory - reserved) / memory with reserved = 512 + 1.5 x chunk + 2 x graph batch +
     tp x pp / 8 x 1024 MiB + the prefill graphs' memory (from 0.5.10), at least 10240 MiB on a GPU over 60 GiB;
     max_running_requests = min(max(kv_tokens / context_len x 512, 2048), 4096, kv_tokens // 2), page_size 1; separate
-    prefill and decode batches (enable_mixed_chunk off), SGLang's new-token ratio for admission. SGLang 0.3.x:
-    `_derive_sglang_030`."""
+    prefill and decode batches (enable_mixed_chunk off), SGLang's new-token ratio for admission; NCCL's all-reduce
+    where its own turns off (`_custom_all_reduce`). SGLang 0.3.x: `_derive_sglang_030`."""
     if ctx.version[:2] == (0, 3):
         return _derive_sglang_030(ctx)
     flags, gpu = ctx.flags, ctx.gpu
@@ -725,6 +753,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
             notes.append(f"SGLang {ctx.version_text}: --max-running-requests {running} is above the {cap} the engine "
                          "allows here (model_runner's request pool); the value given is simulated")
     values.update(_engine_terms(ctx, "sglang", notes))
+    values.update(_custom_all_reduce(ctx, "SGLang"))
     return PresetResult(values, {}, notes)
 
 
@@ -740,6 +769,8 @@ _SGLANG_FLAGS = {
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool,
                                   "radix cache (on in SGLang unless --disable-radix-cache)"),
     "tp_size": Flag("hardware.tensor_parallel", int, "--tp-size"),
+    "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
+                                      "(hardware.all_reduce nccl)"),
     "disable_radix_cache": Flag(None, bool, "--disable-radix-cache (no prefix caching)"),
     "disable_hybrid_swa_memory": Flag(None, bool, "--disable-hybrid-swa-memory: a hybrid model's sliding layers keep "
                                       "every token's KV"),
@@ -899,6 +930,12 @@ def _derive_lmdeploy(ctx: Context) -> PresetResult:
             session_len = model.max_context
         values["scheduler.max_model_len"] = session_len
     values.update(_engine_terms(ctx, "lmdeploy", notes))
+    # TurboMind all-reduces with NCCL only (src/turbomind/models/llama/LlamaFfnLayer.cc and the attention layers:
+    # ftNcclAllReduceSum under an NcclGuard; read at 620236d3, a 2023 commit of the v0.1 line, not at v0.1.0a1's own)
+    values["hardware.all_reduce"] = NCCL_ALL_REDUCE
+    if ctx.tensor_parallel > 1:
+        notes.append("LMDeploy: NCCL's all-reduce priced from the NCCL version AIConfigurator measured (the GPU's "
+                     "calibrate/measured/<gpu>/nccl/), not the one its build linked (unstated)")
     _window_memory_not_read(ctx, "LMDeploy", notes)
     return PresetResult(values, {}, notes)
 

@@ -32,7 +32,7 @@ from sim.config.words import allowed_words, annotation_members, model_class, sho
 from sim.errors import ConfigError
 from sim.model.catalog import get_model
 from sim.model.hf_config import read_model_ref
-from sim.model.interconnects import INTERCONNECTS
+from sim.model.interconnects import ALL_REDUCES, CUSTOM_ALL_REDUCE, INTERCONNECTS
 from sim.model.memory import (FP8_COMPUTE_DEFAULT, LOGIT_BYTES, MOE_KERNELS, WEIGHT_DTYPES, WINDOW_MEMORY,
                               WINDOW_POOL_RATIO)
 from sim.model.specs import GPUSpec, ModelSpec
@@ -176,6 +176,11 @@ class HardwareSpec(_Strict):
                                  "holding whole routed experts (a mixture of experts), each expert split over the "
                                  "other tensor_parallel / expert_parallel GPUs; 1: every expert split over all of "
                                  "them. The engines' expert parallelism without data-parallel attention")
+    all_reduce: Literal[ALL_REDUCES] = Field(
+        CUSTOM_ALL_REDUCE, description="how each tensor-parallel group all-reduces: custom (the engine's own kernel "
+        "over NVLink peer memory, vLLM's, SGLang's and TensorRT-LLM's default) or nccl (NCCL's collectives: LMDeploy's "
+        "TurboMind, --disable-custom-all-reduce). The measured tables and the learned roofline price each from its "
+        "own measurements; the catalog roofline and whole-step profiles price both alike")
     num_replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
     disaggregation: DisaggregationSpec | None = Field(

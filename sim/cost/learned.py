@@ -11,8 +11,10 @@ its leave-one-GPU-out error):
 - prefill attention per log2(batch × prompt tokens), decode attention per log2(batch × context tokens);
 - norms/activations at the decode-attention byte efficiency of the largest cell;
 - all-reduce: a fixed latency plus the message at a fraction of the catalog interconnect bandwidth, both per
-  interconnect class (`interconnect_class`: NVLink or PCIe) and GPU count. A class no measured GPU belongs to
-  falls back to the catalog's all-reduce (the GPU's interconnect_efficiency and allreduce_latency_s).
+  interconnect class (`interconnect_class`: NVLink or PCIe) and GPU count, learned from the engines' own kernel
+  (vLLM's custom all-reduce under CUDA graphs) or, with `hardware.all_reduce: nccl`, from NCCL's tables. A class
+  no measured GPU belongs to falls back to the catalog's all-reduce (the GPU's interconnect_efficiency and
+  allreduce_latency_s).
 
 No step overhead: the tables are kernel times (compose with `overhead:` for the engine's time outside kernels).
 Efficiencies are fractions of the catalog's peaks, so the model applies to a GPU without measured tables.
@@ -36,14 +38,9 @@ from sim.cost.roofline import RooflineCostModel, StepCost, decode_run_costs
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
-from sim.model.specs import GPUSpec
+from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE, interconnect_class
 
 LEARNED_PATH = Path(__file__).resolve().parents[2] / "calibrate" / "measured" / "learned_roofline.json"
-
-
-def interconnect_class(gpu: GPUSpec) -> str:
-    """'pcie' when peers talk over a link no faster than the host's PCIe link (L40S, L4, A10G), else 'nvlink'."""
-    return "pcie" if gpu.interconnect_bytes_per_s <= gpu.host_link_bytes_per_s else "nvlink"
 
 
 def load_learned(path: Path | None = None) -> dict:
@@ -55,7 +52,7 @@ def load_learned(path: Path | None = None) -> dict:
 
 
 class LearnedRooflineCostModel(RooflineCostModel):
-    def __init__(self, *args, learned: dict | None = None, **kwargs):
+    def __init__(self, *args, learned: dict | None = None, all_reduce: str = CUSTOM_ALL_REDUCE, **kwargs):
         kwargs.setdefault("step_overhead_s", 0.0)
         super().__init__(*args, **kwargs)
         self.learned = learned or load_learned()
@@ -68,16 +65,23 @@ class LearnedRooflineCostModel(RooflineCostModel):
             raise ConfigError(f"cost_model.efficiencies: 'learned' reads format_version 2, got "
                               f"{L.get('format_version')!r}; rerun `python -m calibrate.learn_roofline`")
         self.interconnect = interconnect_class(g)
-        by_count = L["allreduce"].get(self.interconnect)
+        self.all_reduce = all_reduce
+        nccl = all_reduce == NCCL_ALL_REDUCE
+        if nccl and "allreduce_nccl" not in L:
+            raise ConfigError("hardware.all_reduce: 'nccl' is not in this learned_roofline.json (written before NCCL's "
+                              "tables were learned); allowed: custom, or rerun `python -m calibrate.learn_roofline`")
+        by_count = L["allreduce_nccl" if nccl else "allreduce"].get(self.interconnect)
+        which = "NCCL all-reduce" if nccl else "all-reduce"
         if by_count:
             # The measured GPU count nearest in log2 (TP 16 reads 8, TP 3 reads 2 or 4).
             n = min(by_count, key=lambda c: (abs(math.log2(int(c)) - math.log2(max(self.tp, 2))), int(c)))
             ar = by_count[n]
             self.ar_latency_s, self.ar_bw = ar["latency_s"], g.interconnect_bytes_per_s * ar["bandwidth_fraction"]
-            self.ar_source = f"{self.interconnect} all-reduce learned at {n} GPUs"
+            self.ar_source = f"{self.interconnect} {which} learned at {n} GPUs"
         else:
             self.ar_latency_s, self.ar_bw = g.allreduce_latency_s, g.interconnect_bytes_per_s * g.interconnect_efficiency
-            self.ar_source = f"no measured {self.interconnect} GPU: catalog all-reduce"
+            alike = " (nccl alike)" if nccl else ""
+            self.ar_source = f"no measured {self.interconnect} GPU: catalog all-reduce{alike}"
 
     def __repr__(self) -> str:
         return (f"LearnedRooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}, weights={self.weight_dtype}, "

@@ -21,7 +21,8 @@ A step is priced the way vLLM runs it, per layer: every linear layer at its per-
 table at m = the step's tokens), the fused MoE experts (MoE table: its own configuration, else the nearest measured
 one scaled by the roofline; without rows of the dtype, expert GEMMs in one fused launch), prefill attention
 per chunk, decode attention for the batch at its mean context, two all-reduces of the step's hidden
-states under tensor parallelism, and the norms/activation/rotary streams; then the LM head for the
+states under tensor parallelism (the engine's own kernel, or NCCL's where `hardware.all_reduce` says nccl: the GPU's
+nccl/ table, measured once for every engine), and the norms/activation/rotary streams; then the LM head for the
 sampled rows. Between measured shapes a time is interpolated in log space, like sim/cost/calibrated.py:
 log(measured / roofline) bilinear on log axes, where the roofline is the device's own (the fastest FLOP
 rate and byte rate any measured GEMM reached). Outside the grid that ratio is held at the nearest edge,
@@ -61,6 +62,7 @@ from sim.cost.roofline_kernel import ACT_BYTES, op_time
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
+from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE
 from sim.model.memory import MARLIN, kv_bytes_per_token
 from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
@@ -233,6 +235,23 @@ class MeasuredTables:
 
 
 _CACHE: dict[str, MeasuredTables] = {}
+
+
+def nccl_allreduce(gpu_dir: Path) -> tuple[pd.DataFrame, dict]:
+    """(NCCL's all-reduce rows of one GPU, their meta.json): `calibrate.aic_import.convert_nccl`'s table under the
+    GPU's folder, for every framework. A GPU without one is refused in one line."""
+    folder = Path(gpu_dir) / NCCL_ALL_REDUCE
+    key = str(folder.resolve())
+    if key not in _NCCL_CACHE:
+        if not (folder / "meta.json").is_file():
+            raise ConfigError(f"hardware.all_reduce: 'nccl' is not measured for {Path(gpu_dir).name!r} (no "
+                              f"{folder}/); allowed: custom")
+        _NCCL_CACHE[key] = (pd.read_parquet(folder / "allreduce.parquet"),
+                            json.loads((folder / "meta.json").read_text()))
+    return _NCCL_CACHE[key]
+
+
+_NCCL_CACHE: dict[str, tuple[pd.DataFrame, dict]] = {}
 
 
 def load_tables(path: str | Path, field: str = "cost_model.gpu_data") -> MeasuredTables:
@@ -511,7 +530,8 @@ class MeasuredCostModel(PackedCostModel):
                  kv_dtype: str = "bf16", engine: str = "vllm-cudagraph", step_overhead_s: float = 0.0,
                  gpu_data: str | None = None, root: Path | None = None, communication: bool = True,
                  tables: str = "vllm", fp8_compute: bool | None = None, fp8_block: bool = False,
-                 expert_parallel: int = 1, moe_routing: str = "auto", moe_kernel: str | None = None):
+                 expert_parallel: int = 1, moe_routing: str = "auto", moe_kernel: str | None = None,
+                 all_reduce: str = CUSTOM_ALL_REDUCE):
         if engine not in ENGINES:
             raise ConfigError(f"cost_model.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
         data = gpu_data or gpu.name
@@ -527,6 +547,8 @@ class MeasuredCostModel(PackedCostModel):
         self.step_overhead_s = step_overhead_s
         self.moe_routing = moe_routing_of(model, moe_routing)
         self.moe_kernel = moe_kernel  # the routed experts' kernel where the engine's is known (quantization.moe_kernel)
+        self.all_reduce = all_reduce  # the engine's own all-reduce kernel, or NCCL's (hardware.all_reduce)
+        self._data_dir = tables_dir(data, "vllm", root)  # the GPU's folder: NCCL's table is in it, for every framework
         self.moe_rows_routing: str | None = None  # the routing of the fused-MoE rows in use (None: none in use)
         # False prices one GPU's shard alone (no all-reduce), to compare with steps measured on one GPU.
         self.communication = communication
@@ -730,9 +752,14 @@ class MeasuredCostModel(PackedCostModel):
         self.notes["moe: MXFP4 experts from the Marlin kernel's rows (quantization.moe_kernel: marlin)"] += 1
         return marlin
 
-    def _allreduce_curve(self) -> Curve | None:
-        """The time of one all-reduce by the elements it reduces (a step's tokens × hidden size)."""
-        t, tp = self.tables, self.tp
+    def _allreduce_rows(self) -> pd.DataFrame | None:
+        """The measured all-reduce rows of this engine's kernel (`engine`: under CUDA graphs or eager) or of NCCL's
+        (`all_reduce` nccl, the GPU's nccl/ table), None without a table (the catalog's interconnect then prices it)."""
+        t = self.tables
+        if self.all_reduce == NCCL_ALL_REDUCE:
+            ar, meta = nccl_allreduce(self._data_dir)
+            self.notes[f"all-reduce: NCCL's, measured at NCCL {meta['nccl_version']} (hardware.all_reduce nccl)"] += 1
+            return ar
         if t.allreduce is None:
             self.notes["all-reduce: no measured table; priced by the GPU catalog's interconnect"] += 1
             return None
@@ -743,6 +770,14 @@ class MeasuredCostModel(PackedCostModel):
             allowed = ", ".join(e for e in ENGINES if ("graph" if e == "vllm-cudagraph" else "eager") in have)
             raise ConfigError(f"cost_model.engine: {self.engine!r} has no {backend} all-reduce in the "
                               f"{t.framework} tables of {self.tables.meta['gpu']}; allowed: {allowed}")
+        return ar
+
+    def _allreduce_curve(self) -> Curve | None:
+        """The time of one all-reduce by the elements it reduces (a step's tokens × hidden size)."""
+        tp = self.tp
+        ar = self._allreduce_rows()
+        if ar is None:
+            return None
         counts = sorted(set(ar["num_gpus"]))
         i, w, outside = _bracket([math.log(c) for c in counts], math.log(tp))
         if outside or w not in (0.0, 1.0):
@@ -784,6 +819,7 @@ class MeasuredCostModel(PackedCostModel):
         notes = "; ".join(f"{n}" + (f" (x{c})" if c > 1 else "") for n, c in sorted(self.notes.items()))
         ep = f" ep{self.ep}" if self.ep > 1 else ""
         return (f"MeasuredCostModel({self.model.name} on {self.gpu.name} x{self.tp}{ep}, {self.engine}, "
+                + (f"all-reduce {self.all_reduce}, " if self.all_reduce != CUSTOM_ALL_REDUCE else "") +
                 f"weights={self.weight_dtype}, kv={self.kv_dtype}, kernels: {self.source} "
                 f"({self.tables.meta['device_name']}), step overhead {self.step_overhead_s * 1e3:g} ms"
                 + (f"; notes: {notes}" if notes else "") + ")")
@@ -888,7 +924,8 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
                              step_overhead_s: float = 0.0, gpu_data: str | None = None,
                              on_missing: str = "roofline", root: Path | None = None, tables: str = "vllm",
                              unmeasured_dtype: str = "error", fp8_block: bool = False, expert_parallel: int = 1,
-                             moe_routing: str = "auto", moe_kernel: str | None = None):
+                             moe_routing: str = "auto", moe_kernel: str | None = None,
+                             all_reduce: str = CUSTOM_ALL_REDUCE):
     """The measured cost model. A GPU without tables of this framework: the roofline whose repr says why
     (on_missing 'roofline'), or a one-line ConfigError (on_missing 'error'). A quantization the tables were not
     measured in: a one-line ConfigError naming the field (unmeasured_dtype 'error', the default), or the roofline
@@ -900,7 +937,7 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
                                  kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,
                                  gpu_data=gpu_data, root=root, tables=tables, fp8_compute=fp8_compute,
                                  fp8_block=fp8_block, expert_parallel=expert_parallel, moe_routing=moe_routing,
-                                 moe_kernel=moe_kernel)
+                                 moe_kernel=moe_kernel, all_reduce=all_reduce)
     if refusal is not None:
         raise ConfigError(refusal)
     return MeasuredFallback(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,

@@ -14,6 +14,20 @@ from dataclasses import dataclass
 from sim.errors import ConfigError
 
 
+# How a tensor-parallel group all-reduces (`hardware.all_reduce`): "custom", the engine's own kernel over peer memory
+# (vLLM's and SGLang's custom all-reduce, TensorRT-LLM's), as the engines run it by default on NVLink; or "nccl", NCCL's
+# collectives (LMDeploy's TurboMind; vLLM and SGLang with --disable-custom-all-reduce, or where their kernel turns
+# itself off: sim/config/engines.py).
+CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE = "custom", "nccl"
+ALL_REDUCES = (CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE)
+
+
+def interconnect_class(gpu) -> str:
+    """'pcie' when a GPU's peers talk over a link no faster than the host's PCIe link (L40S, L4, A10G), else
+    'nvlink' (a `GPUSpec`)."""
+    return "pcie" if gpu.interconnect_bytes_per_s <= gpu.host_link_bytes_per_s else "nvlink"
+
+
 @dataclass(frozen=True, slots=True)
 class Interconnect:
     name: str

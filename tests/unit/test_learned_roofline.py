@@ -52,7 +52,7 @@ def test_learned_roofline_prices_a_gpu_without_tables_and_grows_with_work():
 
 
 def test_allreduce_is_learned_per_interconnect_class_and_falls_back_without_one():
-    from sim.cost.learned import interconnect_class
+    from sim.model.interconnects import interconnect_class
     assert interconnect_class(get_gpu("h100-sxm")) == "nvlink" and interconnect_class(get_gpu("l40s")) == "pcie"
     nvlink_only = fit(["h100-sxm", "a100-80gb", "h200"])
     assert set(nvlink_only["allreduce"]) == {"nvlink"}
