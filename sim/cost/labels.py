@@ -15,6 +15,7 @@ from sim.cost.overhead import EngineOverhead, EngineOverheadCostModel
 from sim.cost.pipeline import LayerShareCostModel, PipelineCostModel
 from sim.cost.roofline import FixedCostModel, RooflineCostModel, SpeculativeCostModel
 from sim.cost.steps import StepProfileCostModel
+from sim.model.interconnects import NCCL_ALL_REDUCE
 
 
 def overhead_label(engine: str, given: dict) -> str:
@@ -45,12 +46,13 @@ def cost_model_label(cost_model) -> str:
         meta = cost_model.tables.meta
         # a mixture of experts names the routing its fused-MoE rows were measured under
         routing = f", {cost_model.moe_rows_routing} MoE routing" if cost_model.moe_rows_routing else ""
+        nccl = ", NCCL all-reduce" if _nccl(cost_model) else ""
         return (f"measured (AIConfigurator {meta['system']} {meta['framework']} {meta['framework_version']}"
-                f"{routing})")
+                f"{routing}{nccl})")
     if isinstance(cost_model, MeasuredFallback):
         return f"roofline (fallback: {cost_model.reason})"
     if isinstance(cost_model, LearnedRooflineCostModel):
-        return "learned roofline"
+        return "learned roofline" + (" (NCCL all-reduce)" if _nccl(cost_model) else "")
     if isinstance(cost_model, RooflineCostModel):
         return "roofline"
     if isinstance(cost_model, (CalibratedCostModel, EngineStepCostModel, StepProfileCostModel)):
@@ -58,6 +60,11 @@ def cost_model_label(cost_model) -> str:
     if isinstance(cost_model, FixedCostModel):
         return "fixed"
     return type(cost_model).__name__
+
+
+def _nccl(cost_model) -> bool:
+    """NCCL's all-reduce prices this model's tensor-parallel steps (`hardware.all_reduce: nccl`, TP above 1)."""
+    return cost_model.all_reduce == NCCL_ALL_REDUCE and cost_model.tp > 1
 
 
 def _stage_label(pipeline: PipelineCostModel) -> str:

@@ -8,7 +8,8 @@ its leave-one-GPU-out error):
 - GEMMs: efficiency per (log2 compute-time / memory-time on this GPU, log2 weight elements) cell, the median over
   the measured GPUs of ideal / (measured − launch) time, plus a launch (`min_kernel_s`, the fastest measured
   GEMM);
-- prefill attention per log2(batch × prompt tokens), decode attention per log2(batch × context tokens);
+- prefill attention per log2(batch × prompt tokens), decode attention per log2(batch × context tokens), each a
+  launch of its own (the kind's fastest measured call, median over the GPUs) plus its ideal time at that efficiency;
 - norms/activations at the decode-attention byte efficiency of the largest cell;
 - all-reduce: a fixed latency plus the message at a fraction of the catalog interconnect bandwidth, both per
   interconnect class (`interconnect_class`: NVLink or PCIe) and GPU count, learned from the engines' own kernel
@@ -41,6 +42,9 @@ from sim.jit import HAVE_NUMBA
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE, interconnect_class
 
 LEARNED_PATH = Path(__file__).resolve().parents[2] / "calibrate" / "measured" / "learned_roofline.json"
+# 3: each attention kind's own launch floor (`min_kernel_s` of prefill_attention and decode_attention), its
+# efficiencies learned on the time beyond it (2: beyond a GEMM's launch)
+LEARNED_FORMAT_VERSION = 3
 
 
 def load_learned(path: Path | None = None) -> dict:
@@ -61,8 +65,10 @@ class LearnedRooflineCostModel(RooflineCostModel):
         self.peak_flops, self.peak_bytes = peak, g.hbm_bytes_per_s
         L = self.learned
         self.min_kernel_s = L["min_kernel_s"]
-        if L.get("format_version") != 2:
-            raise ConfigError(f"cost_model.efficiencies: 'learned' reads format_version 2, got "
+        self.prefill_min_s = L["prefill_attention"]["min_kernel_s"]
+        self.decode_min_s = L["decode_attention"]["min_kernel_s"]
+        if L.get("format_version") != LEARNED_FORMAT_VERSION:
+            raise ConfigError(f"cost_model.efficiencies: 'learned' reads format_version {LEARNED_FORMAT_VERSION}, got "
                               f"{L.get('format_version')!r}; rerun `python -m calibrate.learn_roofline`")
         self.interconnect = interconnect_class(g)
         self.all_reduce = all_reduce

@@ -2,14 +2,14 @@
 and the compiled engine core (`sim.compiled`) both call `step_cost` below, through
 `sim.cost.compiled_pricing.price_parts` (kind `KIND_LEARNED`).
 
-Each kernel's time is a launch (`min_kernel_s`) plus its ideal time at the catalog's peaks divided by an efficiency
-learned from the measured GPUs (the tables of calibrate/measured/learned_roofline.json; `sim.cost.learned` says
-how): GEMMs by (log2 compute time / memory time, log2 weight elements), prefill attention by log2(batch × prompt
-tokens), decode attention by log2(batch × context), the elementwise ops at one byte efficiency, and the all-reduces
-at a learned latency and bandwidth. The model's numbers (attention FLOPs and bytes per pair, the linear layers'
-rows, the LM head's row, layers per group, the step overhead) are its roofline pack's (`roofline_kernel.pack`),
-and the roofline's terms are `roofline_kernel`'s functions: the linear layers' FLOPs and bytes
-(`linear_flops_bytes`), a prefill chunk's pairs and KV tokens and the decodes' context under a sliding window
+Each kernel's time is a launch (`min_kernel_s`; attention's own, per kind) plus its ideal time at the catalog's peaks
+divided by an efficiency learned from the measured GPUs (the tables of calibrate/measured/learned_roofline.json;
+`sim.cost.learned` says how): GEMMs by (log2 compute time / memory time, log2 weight elements), prefill attention by
+log2(batch × prompt tokens), decode attention by log2(batch × context), the elementwise ops at one byte efficiency,
+and the all-reduces at a learned latency and bandwidth. The model's numbers (attention FLOPs and bytes per pair, the
+linear layers' rows, the LM head's row, layers per group, the step overhead) are its roofline pack's
+(`roofline_kernel.pack`), and the roofline's terms are `roofline_kernel`'s functions: the linear layers' FLOPs and
+bytes (`linear_flops_bytes`), a prefill chunk's pairs and KV tokens and the decodes' context under a sliding window
 (`chunk_pairs`, `window_context`), the elementwise bytes (`layer_elementwise_bytes`) and the all-reduces
 (`layer_allreduce_s`, at the learned latency and bandwidth). Its FLOPs and bytes are its own sums (the attention's
 first, then each linear layer's; the LM head's are not counted), as the Python model always reported.
@@ -53,8 +53,9 @@ from sim.cost.roofline_kernel import (
 from sim.jit import njit
 
 # Indices into the pack's scalars (its first array).
-(K_PEAK_FLOPS, K_PEAK_BYTES, K_MIN_KERNEL_S, K_ELEMENTWISE_BYTES_PER_S, K_AR_LATENCY_S, K_AR_BYTES_PER_S) = range(6)
-NUM_SCALARS = 6
+(K_PEAK_FLOPS, K_PEAK_BYTES, K_MIN_KERNEL_S, K_ELEMENTWISE_BYTES_PER_S, K_AR_LATENCY_S, K_AR_BYTES_PER_S,
+ K_PREFILL_MIN_S, K_DECODE_MIN_S) = range(8)
+NUM_SCALARS = 8
 
 
 def pack(model, roofline: tuple) -> tuple:
@@ -67,6 +68,7 @@ def pack(model, roofline: tuple) -> tuple:
     s[K_PEAK_FLOPS], s[K_PEAK_BYTES], s[K_MIN_KERNEL_S] = model.peak_flops, model.peak_bytes, model.min_kernel_s
     s[K_ELEMENTWISE_BYTES_PER_S] = model.peak_bytes * learned["elementwise_bytes_efficiency"]
     s[K_AR_LATENCY_S], s[K_AR_BYTES_PER_S] = model.ar_latency_s, model.ar_bw
+    s[K_PREFILL_MIN_S], s[K_DECODE_MIN_S] = model.prefill_min_s, model.decode_min_s
 
     def floats(values) -> np.ndarray:
         return np.array(values, dtype=np.float64)
@@ -113,7 +115,7 @@ def _gemm_s(eff_by_bin, r_edges, flops, nbytes, peak_flops, peak_bytes, min_kern
 def _attention(price, s, pf_edges, pf_eff, dc_edges, dc_eff, window, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
                decode_ctx, query_tokens):
     """One layer's attention through a sliding `window` (0: none): (seconds, FLOPs, bytes)."""
-    peak_flops, peak_bytes, min_kernel_s = s[K_PEAK_FLOPS], s[K_PEAK_BYTES], s[K_MIN_KERNEL_S]
+    peak_flops, peak_bytes = s[K_PEAK_FLOPS], s[K_PEAK_BYTES]
     kvb, afpp, q_bytes = price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_ATTN_FLOPS_PER_PAIR], price[P_Q_BYTES_PER_TOKEN]
     attn_s = 0.0
     flops = 0.0
@@ -125,7 +127,7 @@ def _attention(price, s, pf_edges, pf_eff, dc_edges, dc_eff, window, pf_chunk, p
         f = pairs * afpp
         b = kv_tokens * kvb + chunk * q_bytes
         eff = by_size(pf_edges, pf_eff, chunk * (context + chunk))
-        attn_s += min_kernel_s + op_time(f, b, peak_flops, peak_bytes) / eff
+        attn_s += s[K_PREFILL_MIN_S] + op_time(f, b, peak_flops, peak_bytes) / eff
         flops += f
         nbytes += b
     if num_decode_seqs:
@@ -133,7 +135,7 @@ def _attention(price, s, pf_edges, pf_eff, dc_edges, dc_eff, window, pf_chunk, p
         f = ctx * query_tokens * afpp
         b = ctx * kvb + num_decode_seqs * query_tokens * q_bytes
         eff = by_size(dc_edges, dc_eff, ctx)
-        attn_s += min_kernel_s + op_time(f, b, peak_flops, peak_bytes) / eff
+        attn_s += s[K_DECODE_MIN_S] + op_time(f, b, peak_flops, peak_bytes) / eff
         flops += f
         nbytes += b
     return attn_s, flops, nbytes

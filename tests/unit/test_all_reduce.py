@@ -156,3 +156,15 @@ def test_the_lmdeploy_preset_runs_its_tp4_steps_with_nccls_all_reduce():
     from sim.run import make_cost_model
     assert "all-reduce: NCCL's" in repr(make_cost_model(sc))
     assert any("NCCL's all-reduce priced from the NCCL version AIConfigurator measured" in n for n in sc.engine.notes)
+
+
+def test_the_label_names_nccls_all_reduce_where_it_prices_a_step():
+    from sim.cost.labels import cost_model_label
+    nccl = MeasuredCostModel(LLAMA_70B, A100, tensor_parallel=4, all_reduce=NCCL_ALL_REDUCE)
+    assert cost_model_label(nccl) == "measured (AIConfigurator a100_sxm vllm 0.14.0, NCCL all-reduce)"
+    assert cost_model_label(MeasuredCostModel(LLAMA_70B, A100, tensor_parallel=4)) == \
+        "measured (AIConfigurator a100_sxm vllm 0.14.0)"
+    learned = LearnedRooflineCostModel(LLAMA_70B, A100, tensor_parallel=4, all_reduce=NCCL_ALL_REDUCE)
+    assert cost_model_label(learned) == "learned roofline (NCCL all-reduce)"
+    one = LearnedRooflineCostModel(get_model("llama-3.1-8b"), A100, all_reduce=NCCL_ALL_REDUCE)
+    assert cost_model_label(one) == "learned roofline"  # one GPU: no all-reduce to name

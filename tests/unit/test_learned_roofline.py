@@ -131,3 +131,30 @@ def test_without_the_jit_the_same_function_gives_the_same_prices():
                              capture_output=True, text=True, check=True)
         return json.loads(out.stdout)
     assert prices(True) == prices(False)
+
+
+def test_decode_attention_pays_its_own_launch_once_and_scales_only_its_work():
+    # Two batch-1 decode steps in one bin of log2(batch x context) (600 and 1000 tokens: [2^8, 2^10)): everything but
+    # the attention's KV read is the same, so they differ by layers x the extra KV bytes at the bin's efficiency; the
+    # attention's launch floor (decode_attention.min_kernel_s) is in both, not scaled by the KV bytes.
+    learned = json.loads(LEARNED_PATH.read_text())
+    model, gpu = get_model("llama-2-7b"), get_gpu("a100-80gb")  # multi-head: 4x the KV bytes of the tables' GQA rows
+    cost = LearnedRooflineCostModel(model, gpu, learned=learned)
+
+    def decode(context: int) -> float:
+        return cost.step_time(StepPlan(num_decode_seqs=1, decode_context_tokens=context, num_sampled_seqs=1))
+    kv_bytes = 2 * model.num_kv_heads * model.head_dim * 2  # per token per layer, bf16
+    eff = learned["decode_attention"]["eff"][1]
+    expected = model.num_layers * 400 * kv_bytes / gpu.hbm_bytes_per_s / eff
+    assert decode(1000) - decode(600) == pytest.approx(expected, rel=1e-9)
+    floor = learned["decode_attention"]["min_kernel_s"]
+    assert 5e-6 < floor < 15e-6 and floor > learned["min_kernel_s"]  # an attention call's floor, above a GEMM's
+
+
+def test_a_learned_file_of_another_format_is_refused_in_one_line():
+    old = {**json.loads(LEARNED_PATH.read_text()), "format_version": 2}
+    from sim.errors import ConfigError
+    with pytest.raises(ConfigError) as err:
+        LearnedRooflineCostModel(get_model("llama-3.1-8b"), get_gpu("h100-sxm"), learned=old)
+    assert str(err.value) == ("cost_model.efficiencies: 'learned' reads format_version 3, got 2; rerun "
+                              "`python -m calibrate.learn_roofline`")
