@@ -74,7 +74,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from sim.cost.measured import MXFP4_MARLIN
+from sim.cost.measured import MEASURED_FORMAT_VERSION, MXFP4_MARLIN
 from sim.model.interconnects import NCCL_ALL_REDUCE
 from sim.model.memory import MARLIN
 
@@ -337,7 +337,7 @@ def convert_nccl(systems_root: Path, system: str, out_dir: Path, gpu: str, packa
     out = out.groupby(["backend", "num_gpus", "message_elements"], as_index=False)["latency_ms"].median()
     out_dir.mkdir(parents=True, exist_ok=True)
     out.to_parquet(out_dir / "allreduce.parquet", index=False, compression="zstd")
-    meta = {"format_version": 1,
+    meta = {"format_version": MEASURED_FORMAT_VERSION,
             "source": {"package": PACKAGE, "version": package_version, "license": "Apache-2.0",
                        "path": "aiconfigurator_core/systems/data"},
             "gpu": gpu, "system": system, "device_name": str(raw["device"].iloc[0]), "library": NCCL,

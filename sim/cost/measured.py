@@ -246,8 +246,11 @@ def nccl_allreduce(gpu_dir: Path) -> tuple[pd.DataFrame, dict]:
         if not (folder / "meta.json").is_file():
             raise ConfigError(f"hardware.all_reduce: 'nccl' is not measured for {Path(gpu_dir).name!r} (no "
                               f"{folder}/); allowed: custom")
-        _NCCL_CACHE[key] = (pd.read_parquet(folder / "allreduce.parquet"),
-                            json.loads((folder / "meta.json").read_text()))
+        meta = json.loads((folder / "meta.json").read_text())
+        if meta.get("format_version") != MEASURED_FORMAT_VERSION:
+            raise ConfigError(f"hardware.all_reduce: '{folder / 'meta.json'}' has format_version "
+                              f"{meta.get('format_version')}; allowed: {MEASURED_FORMAT_VERSION}")
+        _NCCL_CACHE[key] = (pd.read_parquet(folder / "allreduce.parquet"), meta)
     return _NCCL_CACHE[key]
 
 

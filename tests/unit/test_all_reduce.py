@@ -168,3 +168,12 @@ def test_the_label_names_nccls_all_reduce_where_it_prices_a_step():
     assert cost_model_label(learned) == "learned roofline (NCCL all-reduce)"
     one = LearnedRooflineCostModel(get_model("llama-3.1-8b"), A100, all_reduce=NCCL_ALL_REDUCE)
     assert cost_model_label(one) == "learned roofline"  # one GPU: no all-reduce to name
+
+
+def test_an_nccl_table_of_another_format_is_refused_in_one_line(tmp_path):
+    shutil.copytree(MEASURED_DIR / "a100-80gb", tmp_path / "a100-80gb")
+    meta_path = tmp_path / "a100-80gb" / "nccl" / "meta.json"
+    meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "format_version": 9}))
+    with pytest.raises(ConfigError) as err:
+        nccl_allreduce(tmp_path / "a100-80gb")
+    assert str(err.value) == f"hardware.all_reduce: '{meta_path}' has format_version 9; allowed: 1"
