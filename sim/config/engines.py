@@ -933,7 +933,7 @@ def _derive_lmdeploy(ctx: Context) -> PresetResult:
     # TurboMind all-reduces with NCCL only (src/turbomind/models/llama/LlamaFfnLayer.cc and the attention layers:
     # ftNcclAllReduceSum under an NcclGuard; read at 620236d3, a 2023 commit of the v0.1 line, not at v0.1.0a1's own)
     values["hardware.all_reduce"] = NCCL_ALL_REDUCE
-    if ctx.tensor_parallel > 1:
+    if ctx.tensor_parallel > 1 and _get(ctx.raw, "hardware.all_reduce") in (None, NCCL_ALL_REDUCE):
         notes.append("LMDeploy: NCCL's all-reduce priced from the NCCL version AIConfigurator measured (the GPU's "
                      "calibrate/measured/<gpu>/nccl/), not the one its build linked (unstated)")
     _window_memory_not_read(ctx, "LMDeploy", notes)

@@ -131,8 +131,9 @@ def test_the_presets_choose_the_all_reduce_their_engine_runs(engine, gpu, tp, ex
 def test_a_scenarios_own_all_reduce_wins_over_the_engines_rule():
     assert _scenario({"name": "vllm", "version": "0.11.0"}, "l40s", 4, all_reduce="custom").hardware.all_reduce \
         == "custom"
-    assert _scenario({"name": "lmdeploy", "version": "0.1.0a1"}, "a100-80gb", 4,
-                     all_reduce="custom").hardware.all_reduce == "custom"
+    custom = _scenario({"name": "lmdeploy", "version": "0.1.0a1"}, "a100-80gb", 4, all_reduce="custom")
+    assert custom.hardware.all_reduce == "custom"
+    assert not any("NCCL" in note for note in custom.engine.notes)  # the preset's note goes with its value only
 
 
 def test_a_flag_that_contradicts_the_scenarios_all_reduce_is_one_line(tmp_path):
