@@ -320,27 +320,26 @@ def _write(df: pd.DataFrame, path: Path, framework: str) -> None:
 # --disable-custom-all-reduce, past two PCIe-only GPUs, or at a TP their kernel does not support). AIConfigurator's
 # comm/nccl tables at the NCCL version its system file names (`misc.nccl_version`), the fp16 ("half") rows: the same
 # element size as bf16, which NCCL reduces alike.
-NCCL = NCCL_ALL_REDUCE  # the folder's name is the setting's value
 
 
 def convert_nccl(systems_root: Path, system: str, out_dir: Path, gpu: str, package_version: str) -> dict:
     """Write one GPU's NCCL all-reduce table and its meta.json into out_dir (raises LookupError without one)."""
     config = yaml.safe_load((systems_root / f"{system}.yaml").read_text())
     version = str((config.get("misc") or {}).get("nccl_version", ""))
-    path = systems_root / "data" / system / "comm" / NCCL / version / "nccl_perf.parquet"
+    path = systems_root / "data" / system / "comm" / NCCL_ALL_REDUCE / version / "nccl_perf.parquet"
     if not version or not path.is_file():
         raise LookupError(f"no NCCL all-reduce table at NCCL {version or '(unnamed)'} for {system}")
     raw = pd.read_parquet(path)
     rows = raw[(raw["op_name"] == "all_reduce") & (raw["nccl_dtype"] == "half")]
-    out = pd.DataFrame({"backend": NCCL, "num_gpus": rows["num_gpus"], "message_elements": rows["message_size"],
-                        "latency_ms": rows["latency"]})
+    out = pd.DataFrame({"backend": NCCL_ALL_REDUCE, "num_gpus": rows["num_gpus"],
+                        "message_elements": rows["message_size"], "latency_ms": rows["latency"]})
     out = out.groupby(["backend", "num_gpus", "message_elements"], as_index=False)["latency_ms"].median()
     out_dir.mkdir(parents=True, exist_ok=True)
     out.to_parquet(out_dir / "allreduce.parquet", index=False, compression="zstd")
     meta = {"format_version": MEASURED_FORMAT_VERSION,
             "source": {"package": PACKAGE, "version": package_version, "license": "Apache-2.0",
                        "path": "aiconfigurator_core/systems/data"},
-            "gpu": gpu, "system": system, "device_name": str(raw["device"].iloc[0]), "library": NCCL,
+            "gpu": gpu, "system": system, "device_name": str(raw["device"].iloc[0]), "library": NCCL_ALL_REDUCE,
             "nccl_version": version, "source_file": str(path.relative_to(systems_root)),
             "rows": len(out), "dtype": "fp16 (nccl_dtype half), priced for bf16 alike",
             "units": {"message_elements": "elements reduced (AIConfigurator's message_size)",
@@ -435,13 +434,14 @@ def main(argv: list[str] | None = None) -> int:
     missing = json.loads(missing_path.read_text()) if missing_path.is_file() else {}
     for gpu in gpus:
         system = SYSTEMS[gpu]
-        missing.pop(f"{gpu}/{NCCL}", None)
+        missing.pop(f"{gpu}/{NCCL_ALL_REDUCE}", None)
         try:
-            nccl = convert_nccl(root, system, out / gpu / NCCL, gpu, metadata.version(PACKAGE))
-            print(f"{gpu}/{NCCL}: {nccl['device_name']}, NCCL {nccl['nccl_version']} all-reduce, {nccl['rows']} rows")
+            nccl = convert_nccl(root, system, out / gpu / NCCL_ALL_REDUCE, gpu, metadata.version(PACKAGE))
+            print(f"{gpu}/{NCCL_ALL_REDUCE}: {nccl['device_name']}, NCCL {nccl['nccl_version']} all-reduce, "
+                  f"{nccl['rows']} rows")
         except LookupError as err:
-            missing[f"{gpu}/{NCCL}"] = {"system": system, "framework": NCCL, "reason": str(err)}
-            print(f"{gpu}/{NCCL}: skipped ({err})")
+            missing[f"{gpu}/{NCCL_ALL_REDUCE}"] = {"system": system, "framework": NCCL_ALL_REDUCE, "reason": str(err)}
+            print(f"{gpu}/{NCCL_ALL_REDUCE}: skipped ({err})")
         for framework in frameworks:
             current = versions.get("overrides", {}).get(system, {}).get(framework, {}).get("current") \
                 or versions["defaults"][framework]["current"]

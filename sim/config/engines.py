@@ -274,7 +274,7 @@ def _custom_all_reduce(ctx: Context, engine: str) -> dict[str, Any]:
     if off and _get(ctx.raw, "hardware.all_reduce") == CUSTOM_ALL_REDUCE:
         raise ConfigError(f"engine.disable_custom_all_reduce: true contradicts hardware.all_reduce 'custom'; allowed: "
                           f"give one of them, or hardware.all_reduce '{NCCL_ALL_REDUCE}' ({engine})")
-    pcie_only = interconnect_class(ctx.gpu) == "pcie" if ctx.gpu is not None else False
+    pcie_only = interconnect_class(ctx.gpu) == "pcie"
     if off or (tp > 1 and tp not in CUSTOM_ALL_REDUCE_WORLD_SIZES) or (tp > 2 and pcie_only):
         return {"hardware.all_reduce": NCCL_ALL_REDUCE}
     return {}
