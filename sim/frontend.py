@@ -117,13 +117,20 @@ class FrontendCosts:
         """Each request's inbound work (seconds on one process)."""
         return self.per_request_s + self.per_prompt_token_s * np.asarray(prompt_tokens, dtype=np.float64)
 
+    @property
+    def client_gaps_are_engine_steps(self) -> bool:
+        """Whether the client sees each token as the engine made it, the same delay later: one token a chunk and no
+        outbound work that could queue (a latency alone shifts every chunk alike). Then the gaps between a
+        request's chunks are its decode steps' (`sim.results.client_itl`)."""
+        return self.tokens_per_chunk == 1 and not (self.per_output_chunk_s or self.per_output_token_s)
+
     def chunk_work_s(self, output_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Per request: (chunks, first chunk's work, the middle chunks' work together, last chunk's work), in
-        seconds. `output_tokens` 0: no chunk; 1: the first chunk only; else 1 + ceil((tokens - 1) /
-        tokens_per_chunk) chunks."""
+        seconds, over the chunks `sim.results.stream_chunks` counts."""
+        from sim.results import stream_chunks
         out = np.asarray(output_tokens, dtype=np.int64)
         k = self.tokens_per_chunk
-        chunks = np.where(out > 0, 1 + (np.maximum(out, 1) - 1 + k - 1) // k, 0)
+        chunks = stream_chunks(out, k)
         middle = np.maximum(chunks - 2, 0)
         last_tokens = np.where(chunks >= 2, out - 1 - k * middle, 0)
         c, t = self.per_output_chunk_s, self.per_output_token_s

@@ -488,7 +488,11 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
     s.update(kv_memory(steps, replicas, kv_bytes_per_token, decode_runs))
     s.update(speculation_metrics(replicas))
     if frontend is not None:
+        engine_itl = {key: s[key] for key in ITL_KEYS}
+        if not frontend.client_gaps_are_engine_steps:
+            s.update(client_itl(fin, frontend.tokens_per_chunk))
         s.update(frontend_metrics(fin, frontend, elapsed))
+        s.update({f"engine_{key}": value for key, value in engine_itl.items()})
     s.update(limits(steps, num_clipped, max_model_len))
     if window is not None:
         s.update(window_metrics(requests, steps, *window, runs=decode_runs))
@@ -652,6 +656,39 @@ def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: Deco
     return s
 
 
+ITL_KEYS = ("itl_mean", *(f"itl_p{p}" for p in PERCENTILES))
+
+
+def stream_chunks(output_tokens: np.ndarray, tokens_per_chunk: int) -> np.ndarray:
+    """The chunks each request's reply streams in: none without an output token; the first token alone, then one
+    chunk per `tokens_per_chunk` tokens, the last one what remains: 1 + ceil((tokens - 1) / tokens_per_chunk).
+    The one rule for the front-end's work (sim/frontend.py `FrontendCosts.chunk_work_s`) and the client's gaps
+    (`client_itl`)."""
+    out = np.asarray(output_tokens, dtype=np.int64)
+    return np.where(out > 0, 1 + (np.maximum(out, 1) - 1 + tokens_per_chunk - 1) // tokens_per_chunk, 0)
+
+
+def client_itl(fin: Table | pd.DataFrame, tokens_per_chunk: int) -> dict:
+    """The inter-token latency as a streaming benchmark client measures it (`vllm bench serve`,
+    `sglang.bench_serving`: one gap per streamed chunk after the first, pooled over every request), from the
+    finished requests' client-side first and last chunk times: a request of n output tokens streams
+    `stream_chunks` chunks (the first token alone, then `tokens_per_chunk` a chunk), and its gaps add up to its
+    last chunk's time less its first's. So the mean is exact: the requests' spans summed over their gaps summed.
+    The percentiles take each request's gaps as equal (the front-end's even-spacing assumption, sim/frontend.py):
+    the gap-weighted percentiles of span / gaps."""
+    fin = as_requests(fin)
+    gaps = stream_chunks(np.asarray(fin["output_tokens"], dtype=np.int64), tokens_per_chunk) - 1
+    span = _floats(fin, "client_last_token_s") - _floats(fin, "client_first_token_s")
+    has = (gaps > 0) & np.isfinite(span)
+    gaps, span = gaps[has], span[has]
+    if not len(gaps):
+        return {key: math.nan for key in ITL_KEYS}
+    out = {"itl_mean": float(span.sum() / gaps.sum())}
+    for p, value in zip(PERCENTILES, weighted_percentiles(span / gaps, gaps, PERCENTILES)):
+        out[f"itl_p{p}"] = value
+    return out
+
+
 def slo_metrics(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, slo, elapsed: float, *,
                 all_done: bool, known: dict | None = None) -> dict:
     """SLOs: goodput counts requests that meet every limit; attainment checks the chosen percentile.
@@ -787,6 +824,8 @@ class FrontendCounters:
     num_processes: int  # server processes
     busy_s: float  # inbound and outbound work, summed over the processes (seconds)
     end_s: float  # when its last work ended (after a horizon, when one cut a backlog)
+    tokens_per_chunk: int = 1  # output tokens per streamed chunk after the first
+    client_gaps_are_engine_steps: bool = True  # FrontendCosts.client_gaps_are_engine_steps
 
 
 def frontend_metrics(fin: Table | pd.DataFrame, frontend: FrontendCounters, elapsed: float) -> dict:
@@ -794,7 +833,9 @@ def frontend_metrics(fin: Table | pd.DataFrame, frontend: FrontendCounters, elap
     the client's headline keys, the front-end's share of them (mean and percentiles over the finished
     requests: `frontend_in_s` send -> engine arrival, `frontend_out_first_s` / `frontend_out_last_s` engine
     first / last token -> client) and its busy share: work / (processes x elapsed), or x the front-end's own end
-    when a horizon cut it short (it works on after the horizon)."""
+    when a horizon cut it short (it works on after the horizon). `summarize` adds the engine's per-step ITL
+    (`engine_itl_*`) after these: the headline `itl_*` are then the client's gaps between chunks (`client_itl`),
+    the same numbers where the client sees every token as the engine made it."""
     fin = as_requests(fin)
     s: dict = {"latency_measured_at": "client", "frontend_num_processes": int(frontend.num_processes),
                "frontend_busy_fraction": frontend.busy_s / (frontend.num_processes * max(elapsed, frontend.end_s))}

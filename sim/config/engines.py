@@ -412,6 +412,11 @@ def _vllm_v0_schedule(ctx: Context, notes: list[str]) -> dict[str, Any]:
                           "enable_chunked_prefill false, or pipeline_parallel 1")
     values: dict[str, Any] = {"scheduler.chunked_prefill": chunked, "scheduler.mixed_batches": chunked,
                               "scheduler.max_num_seqs": 256, "scheduler.decode_steps_per_schedule": steps}
+    if steps > 1:
+        # vllm/engine/llm_engine.py LLMEngine.step (read in the 0.6.0 wheel): while a multi-step run has steps left
+        # (`_has_remaining_steps`) no output is processed; its tokens go out together after its last step, so a
+        # client gets a prompt's first token alone (a prefill runs one step), then one chunk per run
+        values[STREAM_CHUNK_KEY] = steps
     if chunked and steps == 1:
         values["scheduler.max_num_batched_tokens"] = 2048 if v >= VLLM_V0_CHUNK_BUDGET_2048_SINCE else 512
     elif max_len is not None:
@@ -1202,6 +1207,8 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
         if problem:
             raise ConfigError(problem)
     for dotted, value in result.values.items():
+        if dotted == STREAM_CHUNK_KEY:
+            continue  # placed below, once the scenario's front-end is known
         if _has(raw, dotted):
             given = _get(raw, dotted)
             flag = result.from_flags.get(dotted)
@@ -1214,7 +1221,21 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
         _set(raw, dotted, value)
     overhead = result.values.get("cost_model.overhead")
     _apply_cost_terms(raw, overhead)
+    _place_stream_chunks(raw, result.values.get(STREAM_CHUNK_KEY))
     return raw, overhead, result.notes
+
+
+# How many output tokens the engine hands its front-end at once (after a prompt's first token): a value a preset
+# derives for the scenario's front-end, which it only has with a `frontend:` section (`_place_stream_chunks`).
+STREAM_CHUNK_KEY = "frontend.tokens_per_chunk"
+
+
+def _place_stream_chunks(raw: dict, tokens: int | None) -> None:
+    """The engine's streamed chunk size into the scenario's front-end (the preset's or its own) where it has one and
+    does not give its own: without a front-end nothing is streamed to a client, so nothing is set."""
+    front = raw.get("frontend")
+    if tokens is not None and isinstance(front, dict) and "tokens_per_chunk" not in front:
+        front["tokens_per_chunk"] = tokens
 
 
 def preset_notes(raw: dict) -> list[str]:

@@ -326,8 +326,8 @@ def test_a_result_files_requests_are_replayed_in_order_and_counted_as_its_client
     the client did: no tokens for it, and a TTFT of 0 in the mean where the file has 0."""
     case = next(c for c in suite.cases if c.name == "lambda llama-3.1-8b-fp8 h100 tp1 10 prompts")
     assert case.tool == "vllm benchmark_serving.py" and case.client_side
-    # ITL is per streamed chunk of 10 tokens there, per step here: not compared
-    assert [m.group for m in case.metrics] == ["throughput", "ttft", "tpot_itl", "duration"]
+    # ITL is per streamed chunk of 10 tokens there, and so is the client-side ITL the preset's front-end streams
+    assert [m.group for m in case.metrics] == ["throughput", "ttft", "tpot_itl", "itl", "duration"]
     req = case.workload.requests
     assert req.output_lens == (120, 1, 1, 194, 0, 40, 0, 0, 6, 80) and sum(req.input_lens) == 1369
     assert req.zero_ttft == tuple(o == 0 for o in req.output_lens)

@@ -1,0 +1,91 @@
+"""The inter-token latency as a streaming client measures it: one gap per streamed chunk (sim/results.py
+`client_itl`, sim/frontend.py `stream_chunks`), and vLLM V0's multi-step runs streamed as vLLM streams them."""
+
+import math
+
+import numpy as np
+import pytest
+from helpers import small_scenario
+
+from sim.config.files import validate_scenario
+from sim.frontend import FrontendCosts
+from sim.results import client_itl, stream_chunks
+from sim.run import simulate
+from sim.table import Table
+
+
+def test_a_reply_streams_its_first_token_alone_then_whole_chunks_and_the_rest():
+    # 0 tokens: nothing; 1: the first chunk; 2..11 with 10 a chunk: one more; 12: two more (10, then 1)
+    got = stream_chunks(np.array([0, 1, 2, 11, 12, 21, 22]), 10)
+    assert got.tolist() == [0, 1, 2, 2, 3, 3, 4]
+    assert stream_chunks(np.array([0, 1, 5]), 1).tolist() == [0, 1, 5]
+    # the front-end's work counts the same chunks
+    costs = FrontendCosts(1, 0.0, 0.0, 1e-3, tokens_per_chunk=10)
+    chunks, first, middle, last = costs.chunk_work_s(np.array([12]))
+    assert chunks.tolist() == [3] and middle.tolist() == [pytest.approx(1e-3)]
+
+
+def test_the_clients_mean_gap_is_the_spans_over_the_gaps_and_its_percentiles_weigh_each_requests_gaps():
+    fin = Table({"output_tokens": np.array([21, 11, 1, 0]),
+                 "client_first_token_s": np.array([1.0, 0.0, 2.0, math.nan]),
+                 "client_last_token_s": np.array([3.0, 0.5, 2.0, math.nan])})
+    # 10 a chunk: 3 and 2 chunks -> 2 gaps of 1.0 s and 1 of 0.5 s; a one-token reply has no gap
+    got = client_itl(fin, 10)
+    assert got["itl_mean"] == pytest.approx(2.5 / 3)
+    assert got["itl_p50"] == pytest.approx(1.0) and got["itl_p99"] == pytest.approx(1.0)
+    # one token a chunk: 20 gaps of 0.1 s and 10 of 0.05 s
+    every = client_itl(fin, 1)
+    assert every["itl_mean"] == pytest.approx(2.5 / 30) and every["itl_p50"] == pytest.approx(0.1)
+    assert every["itl_p90"] == pytest.approx(0.1)
+    none = client_itl(Table({"output_tokens": np.array([1]), "client_first_token_s": np.array([1.0]),
+                             "client_last_token_s": np.array([1.0])}), 4)
+    assert all(math.isnan(v) for v in none.values())
+
+
+SPARSE = {"workload": {"arrival": {"kind": "constant", "rate_per_s": 0.5},
+                       "lengths": {"kind": "fixed", "input_tokens": 300, "output_tokens": 21}},
+          "run": {"num_requests": 6}}
+
+
+def test_with_chunks_of_several_tokens_the_headline_itl_is_the_clients_and_the_engines_stays_beside_it():
+    # each request alone: 21 tokens stream in 1 + 2 chunks of 10, so the client's gap is 10 of the engine's steps
+    fe = {"per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0, "latency_s": 0.01}
+    per_token = simulate(validate_scenario(small_scenario(SPARSE, frontend=fe))).summary
+    chunked = simulate(validate_scenario(small_scenario(SPARSE, frontend={**fe, "tokens_per_chunk": 10})))
+    s, req = chunked.summary, chunked.requests
+    span = (req["client_last_token_s"] - req["client_first_token_s"]).sum()
+    assert s["itl_mean"] == pytest.approx(span / (2 * len(req)), rel=1e-12)
+    assert s["itl_mean"] == pytest.approx(10 * s["engine_itl_mean"], rel=0.02)  # decode steps barely grow here
+    assert s["engine_itl_mean"] == per_token["engine_itl_mean"] == per_token["itl_mean"]
+    # the engine and the other client-side latencies do not depend on how the reply is cut up
+    for key in ("tpot_s_mean", "ttft_s_mean", "engine_itl_p50"):
+        assert s[key] == per_token[key], key
+
+
+def test_one_token_a_chunk_sent_as_the_engine_made_it_keeps_the_engines_gaps():
+    fe = {"per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0, "latency_s": 0.05}
+    on = simulate(validate_scenario(small_scenario(SPARSE, frontend=fe))).summary
+    off = simulate(validate_scenario(small_scenario(SPARSE))).summary
+    for key in ("itl_mean", "itl_p50", "itl_p90", "itl_p99"):
+        assert on[key] == on[f"engine_{key}"] == off[key], key
+    assert "engine_itl_mean" not in off  # no front-end: the summary's ITL is the engine's, under its own name
+
+
+def preset(engine: dict, **sections):
+    base = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+                         "lengths": {"kind": "fixed", "input_tokens": 500, "output_tokens": 100}},
+            "run": {"num_requests": 20}}
+    return validate_scenario({**base, **sections, "engine": engine})
+
+
+def test_vllm_v0_multi_step_streams_one_chunk_per_run_where_the_scenario_has_a_front_end():
+    # vllm/engine/llm_engine.py LLMEngine.step (0.6.0): a multi-step run's outputs go out after its last step
+    engine = {"name": "vllm", "version": "0.6.0", "num_scheduler_steps": 10, "max_model_len": 4096}
+    fe = {"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}
+    assert preset(engine, frontend=fe).frontend.tokens_per_chunk == 10
+    assert preset(engine).frontend.tokens_per_chunk == 10  # the preset's own front-end (its fitted latency)
+    assert preset(engine, frontend={**fe, "tokens_per_chunk": 4}).frontend.tokens_per_chunk == 4  # the user's
+    assert preset(engine, frontend=None).frontend is None  # no front-end: nothing streams to a client
+    single = {"name": "vllm", "version": "0.6.0", "max_model_len": 4096}
+    assert preset(single, frontend=fe).frontend.tokens_per_chunk == 1
+    assert preset({"name": "vllm", "version": "0.11.0"}, frontend=fe).frontend.tokens_per_chunk == 1
