@@ -48,6 +48,11 @@ class Flag:
     since: tuple[int, ...] | None = None  # the first version of the engine that has it (None: every version known)
 
 
+# How many output tokens the engine hands its front-end at once (after a prompt's first token): a value a preset
+# derives for the scenario's front-end, which it only has with a `frontend:` section (`_place_stream_chunks`).
+STREAM_CHUNK_KEY = "frontend.tokens_per_chunk"
+
+
 @dataclass
 class PresetResult:
     values: dict[str, Any]  # dotted scenario key -> the preset's default
@@ -791,6 +796,11 @@ _SGLANG_FLAGS = {
     "enable_dp_attention": Flag(None, bool, "--enable-dp-attention: without --dp, turned off after reserving memory "
                                 "(SGLANG_DP_ATTENTION_READ)", since=(0, 5, 3)),
     "dp_size": Flag(None, int, "--dp-size: data-parallel workers (1 only: more are not modelled)", since=(0, 5, 3)),
+    # python/sglang/srt/managers/scheduler_output_processor_mixin.py (0.5.3.post3): a streaming request's output goes
+    # out when len(output_ids) % stream_interval == 1, and at its end: the first token alone, then chunks of N;
+    # 0.3.0's tp_worker.py: its first token, then every N-th decode step of the batch
+    "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
+                            "first (frontend.tokens_per_chunk)"),
 }
 
 
@@ -1221,21 +1231,30 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
         _set(raw, dotted, value)
     overhead = result.values.get("cost_model.overhead")
     _apply_cost_terms(raw, overhead)
-    _place_stream_chunks(raw, result.values.get(STREAM_CHUNK_KEY))
+    _place_stream_chunks(raw, result.values.get(STREAM_CHUNK_KEY), result.from_flags.get(STREAM_CHUNK_KEY),
+                         result.notes)
     return raw, overhead, result.notes
 
 
-# How many output tokens the engine hands its front-end at once (after a prompt's first token): a value a preset
-# derives for the scenario's front-end, which it only has with a `frontend:` section (`_place_stream_chunks`).
-STREAM_CHUNK_KEY = "frontend.tokens_per_chunk"
-
-
-def _place_stream_chunks(raw: dict, tokens: int | None) -> None:
+def _place_stream_chunks(raw: dict, tokens: int | None, flag: str | None, notes: list[str]) -> None:
     """The engine's streamed chunk size into the scenario's front-end (the preset's or its own) where it has one and
-    does not give its own: without a front-end nothing is streamed to a client, so nothing is set."""
+    does not give its own; the engine's flag for it (`flag`, e.g. SGLang's stream_interval) and a different
+    frontend.tokens_per_chunk of the scenario's contradict each other. Without a front-end nothing streams to a
+    client: nothing is set (a flag that asked for it is noted)."""
+    if tokens is None:
+        return
     front = raw.get("frontend")
-    if tokens is not None and isinstance(front, dict) and "tokens_per_chunk" not in front:
+    if not isinstance(front, dict):
+        if flag is not None and front is None:
+            notes.append(f"engine.{flag} {tokens}: the scenario has no front-end, so no client sees its chunks "
+                         "(add a frontend: section to model one)")
+        return
+    given = front.get("tokens_per_chunk")
+    if given is None:
         front["tokens_per_chunk"] = tokens
+    elif flag is not None and given != tokens:
+        raise ConfigError(f"engine.{flag}: {tokens!r} contradicts frontend.tokens_per_chunk {given!r}; allowed: give "
+                          "one of them, or the same value")
 
 
 def preset_notes(raw: dict) -> list[str]:

@@ -8,6 +8,7 @@ import pytest
 from helpers import small_scenario
 
 from sim.config.files import validate_scenario
+from sim.errors import ConfigError
 from sim.frontend import FrontendCosts
 from sim.results import client_itl, stream_chunks
 from sim.run import simulate
@@ -89,3 +90,25 @@ def test_vllm_v0_multi_step_streams_one_chunk_per_run_where_the_scenario_has_a_f
     single = {"name": "vllm", "version": "0.6.0", "max_model_len": 4096}
     assert preset(single, frontend=fe).frontend.tokens_per_chunk == 1
     assert preset({"name": "vllm", "version": "0.11.0"}, frontend=fe).frontend.tokens_per_chunk == 1
+
+
+FRONT = {"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}
+
+
+def test_sglangs_stream_interval_sets_the_chunks_and_a_different_own_value_is_refused():
+    # scheduler_output_processor_mixin.py (0.5.3.post3): output at len(output_ids) % N == 1 and at the end
+    engine = {"name": "sglang", "version": "0.5.3.post3", "stream_interval": 8}
+    assert preset(engine, frontend=FRONT).frontend.tokens_per_chunk == 8
+    assert preset(engine, frontend={**FRONT, "tokens_per_chunk": 8}).frontend.tokens_per_chunk == 8
+    assert preset({"name": "sglang", "version": "0.3.0", "stream_interval": 4}, frontend=FRONT
+                  ).frontend.tokens_per_chunk == 4
+    silent = preset(engine, frontend=None)
+    assert silent.frontend is None and any("stream_interval 8: the scenario has no front-end" in n
+                                           for n in silent.engine.notes)
+    with pytest.raises(ConfigError) as err:
+        preset(engine, frontend={**FRONT, "tokens_per_chunk": 4})
+    assert str(err.value) == ("engine.stream_interval: 8 contradicts frontend.tokens_per_chunk 4; allowed: give one "
+                              "of them, or the same value")
+    with pytest.raises(ConfigError) as err:
+        preset({**engine, "stream_interval": 0}, frontend=FRONT)
+    assert "engine.stream_interval" in str(err.value) and "\n" not in str(err.value)
