@@ -153,6 +153,9 @@ VLLM_MLA_BLOCK_FROM_BACKEND_SINCE = (0, 18, 0)  # platforms/cuda.py no longer fo
 # --async-scheduling: experimental from v0.10.0 (SchedulerConfig.async_scheduling: bool = False through v0.13.0), on
 # by default from v0.14.0 (Field(default=None), resolved by VllmConfig.__post_init__: `_vllm_async_default`).
 VLLM_ASYNC_SCHEDULING_SINCE = (0, 10, 0)
+# --stream-interval (vllm/config/scheduler.py, in the 0.11.1 and 0.11.2 wheels, not 0.11.0's): the output processor
+# (v1/engine/output_processor.py) sends a request's first token, then whenever N more have come, and its end
+VLLM_STREAM_INTERVAL_SINCE = (0, 11, 1)
 VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14, 0)
 VLLM_ASYNC_WITH_PIPELINE_SINCE = (0, 15, 0)  # __post_init__ no longer turns it off for PP > 1 (v0.16.0; 0.15 as 0.16)
 VLLM_ASYNC_WITH_DRAFT_MODEL_SINCE = (0, 28, 0)  # ... nor for a draft model
@@ -464,6 +467,8 @@ _VLLM_FLAGS = {
                                             "layers keep every token's KV", since=VLLM_HYBRID_KV_SINCE),
     "async_scheduling": Flag(None, bool, "--async-scheduling (0.10+; the default from 0.14, --no-async-scheduling "
                                          "turns it off): the CPU terms overlap the GPU's step"),
+    "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
+                            "first (frontend.tokens_per_chunk)", since=VLLM_STREAM_INTERVAL_SINCE),
     # vllm/model_executor/layers/fused_moe/layer.py (0.8.0): ep_size = tp_size x dp_size, moe tp 1, the output
     # all-reduced over the TP group as without it (data parallelism is not modelled: EP = TP)
     "enable_expert_parallel": Flag("hardware.expert_parallel", bool, "--enable-expert-parallel: each GPU of the TP "

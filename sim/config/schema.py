@@ -588,8 +588,9 @@ class FrontendSpec(_Strict):
     tokens_per_chunk: int = Field(1, ge=1, le=MAX_TOKENS_PER_CHUNK, description=(
         "output tokens per streamed chunk after the first (the first token goes alone); default 1: vLLM streams "
         "each step's new token as it comes (vllm/entrypoints/openai/serving_chat.py); the vLLM preset with "
-        "num_scheduler_steps N (V0) sets N, one chunk per multi-step run, the SGLang preset its stream_interval. The "
-        "summary's itl_* are then the client's gaps between chunks, engine_itl_* the engine's per step"))
+        "num_scheduler_steps N (V0) sets N, one chunk per multi-step run; SGLang's and vLLM's (0.11.1+) their "
+        "stream_interval. The summary's itl_* are then the client's gaps between chunks, engine_itl_* the engine's "
+        "per step"))
     discipline: Literal["fifo", "processor_sharing"] = Field("fifo", description=(
         "how a process serves the requests it has taken in: fifo, one at a time in the order sent; "
         "processor_sharing, all at once at equal shares, as an asyncio server's coroutines take turns between "

@@ -112,3 +112,12 @@ def test_sglangs_stream_interval_sets_the_chunks_and_a_different_own_value_is_re
     with pytest.raises(ConfigError) as err:
         preset({**engine, "stream_interval": 0}, frontend=FRONT)
     assert "engine.stream_interval" in str(err.value) and "\n" not in str(err.value)
+
+
+def test_vllms_stream_interval_from_0_11_1_sets_the_chunks():
+    # vllm/v1/engine/output_processor.py (0.11.2): the first token, then whenever stream_interval more have come
+    assert preset({"name": "vllm", "version": "0.11.1", "stream_interval": 10}, frontend=FRONT
+                  ).frontend.tokens_per_chunk == 10
+    with pytest.raises(ConfigError) as err:
+        preset({"name": "vllm", "version": "0.11.0", "stream_interval": 10}, frontend=FRONT)
+    assert str(err.value).startswith("engine.stream_interval: not a flag of vllm 0.11.0 (it came in 0.11.1)")
