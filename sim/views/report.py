@@ -97,8 +97,8 @@ DISAGGREGATION_ROWS = [
 ]
 
 
-# The API front-end (`frontend:`): shown only when a result has one; with it the TTFT, TPOT and E2E rows above are
-# the client's (as `vllm bench serve` measures them), and these rows give the engine's and the front-end's shares.
+# The API front-end (`frontend:`): shown only when a result has one; with it the TTFT, TPOT, E2E and ITL rows above
+# are the client's (as `vllm bench serve` measures them), and these rows give the engine's and the front-end's shares.
 FRONTEND_ROWS = [
     ("latency_measured_at", "TTFT, TPOT, E2E measured at"),
     ("frontend_num_processes", "front-end processes"), ("frontend_busy_fraction", "front-end busy share"),
@@ -108,6 +108,7 @@ FRONTEND_ROWS = [
     ("frontend_out_last_s_mean", "front-end out: last token mean (s)"),
     ("engine_ttft_s_p50", "engine TTFT p50 (s)"), ("engine_ttft_s_p99", "engine TTFT p99 (s)"),
     ("engine_tpot_s_p50", "engine TPOT p50 (s)"), ("engine_e2e_s_p50", "engine E2E p50 (s)"),
+    ("engine_itl_p99", "engine ITL p99 (s)"),
 ]
 
 
