@@ -460,6 +460,7 @@ _VLLM_FLAGS = {
     "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)"),
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),
     "tensor_parallel_size": Flag("hardware.tensor_parallel", int, "--tensor-parallel-size"),
+    "pipeline_parallel_size": Flag("hardware.pipeline_parallel", int, "--pipeline-parallel-size"),
     "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
     "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
                                       "(hardware.all_reduce nccl)"),
@@ -784,6 +785,8 @@ _SGLANG_FLAGS = {
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool,
                                   "radix cache (on in SGLang unless --disable-radix-cache)"),
     "tp_size": Flag("hardware.tensor_parallel", int, "--tp-size"),
+    # server_args.py: --pp-size from 0.4.6.post2 (not in 0.4.6 or .post1; the preset reads a post release as its base)
+    "pp_size": Flag("hardware.pipeline_parallel", int, "--pp-size", since=(0, 4, 6)),
     "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
                                       "(hardware.all_reduce nccl)"),
     "disable_radix_cache": Flag(None, bool, "--disable-radix-cache (no prefix caching)"),
@@ -877,6 +880,7 @@ _TRTLLM_FLAGS = {
     "scheduler_policy": Flag(None, str, "capacity_scheduler_policy", _policy),
     "cuda_graph_batch_sizes": Flag(None, list, "cuda_graph_config.batch_sizes with enable_padding"),
     "tp_size": Flag("hardware.tensor_parallel", int, "--tp_size"),
+    "pp_size": Flag("hardware.pipeline_parallel", int, "--pp_size"),
     "ep_size": Flag("hardware.expert_parallel", int, "--ep_size (moe_expert_parallel_size; moe tp = tp_size / "
                     "ep_size, without attention data parallelism)"),
 }
@@ -1283,7 +1287,8 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
     hardware = raw.get("hardware") or {}
     tp_flag = next((key for key, flag in preset.flags.items() if flag.target == "hardware.tensor_parallel"), None)
     tp = flags.get(tp_flag, hardware.get("tensor_parallel", 1) if isinstance(hardware, dict) else 1)
-    pp = hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1
+    pp_flag = next((key for key, flag in preset.flags.items() if flag.target == "hardware.pipeline_parallel"), None)
+    pp = flags.get(pp_flag, hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1)
     length_flag = next((key for key, flag in preset.flags.items() if flag.target == "scheduler.max_model_len"), None)
     length = flags.get(length_flag)
     ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,

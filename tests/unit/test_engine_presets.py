@@ -541,3 +541,27 @@ def test_sglang_sizes_its_kv_pool_after_the_weights_alone():
     assert deployment_of(own).kv_capacity_tokens < deployment_of(default).kv_capacity_tokens
     # vLLM profiles a forward pass and its sampler before sizing its cache: the activations come out of its budget
     assert scenario({"name": "vllm", "version": "0.11.0"}).kv_cache.profile_activations is True
+
+
+@pytest.mark.parametrize("engine, flag", [
+    ({"name": "vllm", "version": "0.14.1"}, "pipeline_parallel_size"),  # async scheduling off with PP in 0.14.x
+    ({"name": "sglang", "version": "0.5.23"}, "pp_size"),  # no prefill CUDA graphs with PP
+    ({"name": "trtllm", "version": "1.2.0rc1"}, "pp_size"),
+])
+def test_the_engines_pipeline_flag_derives_as_the_scenarios_pipeline_parallel(engine, flag):
+    base = {**BASE, "model": "llama-3.1-70b"}
+    by_key = validate_scenario({**base, "hardware": {"tensor_parallel": 2, "pipeline_parallel": 2}, "engine": engine})
+    by_flag = validate_scenario({**base, "hardware": {"tensor_parallel": 2}, "engine": {**engine, flag: 2}})
+    assert by_flag.hardware.pipeline_parallel == 2
+    assert by_flag.model_dump(exclude={"engine"}) == by_key.model_dump(exclude={"engine"})
+    assert by_flag.engine.notes == by_key.engine.notes
+    with pytest.raises(ConfigError) as err:
+        validate_scenario({**base, "hardware": {"tensor_parallel": 2, "pipeline_parallel": 4},
+                           "engine": {**engine, flag: 2}})
+    assert str(err.value).startswith(f"engine.{flag}: 2 contradicts hardware.pipeline_parallel 4")
+
+
+def test_sglangs_pp_size_is_refused_before_it_existed():
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "sglang", "version": "0.3.0", "pp_size": 2})
+    assert str(err.value).startswith("engine.pp_size: not a flag of sglang 0.3.0 (it came in 0.4.6)")
