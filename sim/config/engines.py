@@ -48,6 +48,18 @@ class Flag:
     since: tuple[int, ...] | None = None  # the first version of the engine that has it (None: every version known)
 
 
+def _kv_cache_dtype(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
+    """An engine's --kv-cache-dtype as `quantization.kv_cache`: auto (the model's own dtype) sets nothing, an fp8 kind
+    fp8 (e4m3 and e5m2 take the same bytes), bfloat16 bf16; another value is refused in one line."""
+    def convert(value: str) -> str | None:
+        if value not in allowed:
+            raise ConfigError(f"engine.kv_cache_dtype: {value!r} is not allowed; allowed: {', '.join(allowed)}")
+        if value == "auto":
+            return None
+        return "fp8" if value.startswith("fp8") else "bf16"
+    return convert
+
+
 # How many output tokens the engine hands its front-end at once (after a prompt's first token): a value a preset
 # derives for the scenario's front-end, which it only has with a `frontend:` section (`_place_stream_chunks`).
 STREAM_CHUNK_KEY = "frontend.tokens_per_chunk"
@@ -461,6 +473,11 @@ _VLLM_FLAGS = {
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),
     "tensor_parallel_size": Flag("hardware.tensor_parallel", int, "--tensor-parallel-size"),
     "pipeline_parallel_size": Flag("hardware.pipeline_parallel", int, "--pipeline-parallel-size"),
+    # vllm/engine/arg_utils.py (0.6.0: auto, fp8, fp8_e5m2, fp8_e4m3) and vllm/config/cache.py CacheDType (0.11.0 adds
+    # bfloat16)
+    "kv_cache_dtype": Flag("quantization.kv_cache", str, "--kv-cache-dtype: auto (the model's dtype), fp8, fp8_e4m3, "
+                           "fp8_e5m2 or bfloat16",
+                           _kv_cache_dtype(("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"))),
     "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
     "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
                                       "(hardware.all_reduce nccl)"),
@@ -787,6 +804,9 @@ _SGLANG_FLAGS = {
     "tp_size": Flag("hardware.tensor_parallel", int, "--tp-size"),
     # server_args.py: --pp-size from 0.4.6.post2 (not in 0.4.6 or .post1; the preset reads a post release as its base)
     "pp_size": Flag("hardware.pipeline_parallel", int, "--pp-size", since=(0, 4, 6)),
+    # server_args.py --kv-cache-dtype choices: auto, fp8_e5m2, fp8_e4m3 (0.5.3.post3; 0.3.0: auto, fp8_e5m2)
+    "kv_cache_dtype": Flag("quantization.kv_cache", str, "--kv-cache-dtype: auto (the model's dtype), fp8_e4m3 or "
+                           "fp8_e5m2", _kv_cache_dtype(("auto", "fp8_e4m3", "fp8_e5m2"))),
     "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
                                       "(hardware.all_reduce nccl)"),
     "disable_radix_cache": Flag(None, bool, "--disable-radix-cache (no prefix caching)"),
@@ -1291,11 +1311,14 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
     pp = flags.get(pp_flag, hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1)
     length_flag = next((key for key, flag in preset.flags.items() if flag.target == "scheduler.max_model_len"), None)
     length = flags.get(length_flag)
+    kv_flag = next((key for key, flag in preset.flags.items() if flag.target == "quantization.kv_cache"), None)
+    if flags.get(kv_flag) is not None and not _has(raw, "quantization.kv_cache"):
+        _set(raw, "quantization.kv_cache", flags[kv_flag])  # the KV bytes the derivation sizes memory with
     ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
                   pp if isinstance(pp, int) else 1, model, raw, length if isinstance(length, int) else None)
     result = preset.derive(ctx)
     for key, flag in preset.flags.items():
-        if flag.target is not None and key in flags:
+        if flag.target is not None and key in flags and flags[key] is not None:  # None: the engine's "auto"
             value = flags[key]
             if flag.target == "hardware.expert_parallel" and isinstance(value, bool):
                 if not value:

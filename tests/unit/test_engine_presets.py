@@ -565,3 +565,22 @@ def test_sglangs_pp_size_is_refused_before_it_existed():
     with pytest.raises(ConfigError) as err:
         scenario({"name": "sglang", "version": "0.3.0", "pp_size": 2})
     assert str(err.value).startswith("engine.pp_size: not a flag of sglang 0.3.0 (it came in 0.4.6)")
+
+
+@pytest.mark.parametrize("engine, fp8", [({"name": "vllm", "version": "0.11.0"}, "fp8_e4m3"),
+                                         ({"name": "sglang", "version": "0.5.3.post3"}, "fp8_e5m2")])
+def test_the_engines_kv_cache_dtype_flag_sets_the_kv_bytes_the_preset_sizes_memory_with(engine, fp8):
+    by_key = scenario(engine, quantization={"kv_cache": "fp8"})
+    by_flag = scenario({**engine, "kv_cache_dtype": fp8})
+    assert by_flag.quantization.kv_cache == "fp8"
+    assert by_flag.model_dump(exclude={"engine"}) == by_key.model_dump(exclude={"engine"})
+    if engine["name"] == "sglang":  # its request slots follow the KV tokens (8B, H100: 2048 in bf16, 3299 in fp8)
+        assert by_flag.scheduler.max_num_seqs > scenario(engine).scheduler.max_num_seqs
+    auto = scenario({**engine, "kv_cache_dtype": "auto"})  # the model's own dtype: nothing set
+    assert auto.model_dump(exclude={"engine"}) == scenario(engine).model_dump(exclude={"engine"})
+    with pytest.raises(ConfigError) as err:
+        scenario({**engine, "kv_cache_dtype": fp8}, quantization={"kv_cache": "bf16"})
+    assert str(err.value).startswith("engine.kv_cache_dtype: 'fp8' contradicts quantization.kv_cache 'bf16'")
+    with pytest.raises(ConfigError) as err:
+        scenario({**engine, "kv_cache_dtype": "int4"})
+    assert str(err.value).startswith("engine.kv_cache_dtype: 'int4' is not allowed; allowed: auto, ")
