@@ -61,7 +61,8 @@ def _kv_cache_dtype(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
 
 
 # How many output tokens the engine hands its front-end at once (after a prompt's first token): a value a preset
-# derives for the scenario's front-end, which it only has with a `frontend:` section (`_place_stream_chunks`).
+# derives for the scenario's front-end, which it only has with a `frontend:` section (`_place_frontend_value`, as
+# every `frontend.` key a preset sets).
 STREAM_CHUNK_KEY = "frontend.tokens_per_chunk"
 
 
@@ -487,6 +488,9 @@ _VLLM_FLAGS = {
                                          "turns it off): the CPU terms overlap the GPU's step"),
     "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
                             "first (frontend.tokens_per_chunk)", since=VLLM_STREAM_INTERVAL_SINCE),
+    # vllm/entrypoints/cli/serve.py run_multi_api_server (0.9.1 on; not in 0.9.0): N API server processes, V1 only
+    "api_server_count": Flag("frontend.num_processes", int, "--api-server-count: API server processes "
+                             "(frontend.num_processes)", since=(0, 9, 1)),
     # vllm/model_executor/layers/fused_moe/layer.py (0.8.0): ep_size = tp_size x dp_size, moe tp 1, the output
     # all-reduced over the TP group as without it (data parallelism is not modelled: EP = TP)
     "enable_expert_parallel": Flag("hardware.expert_parallel", bool, "--enable-expert-parallel: each GPU of the TP "
@@ -1125,8 +1129,9 @@ def _engine_terms(ctx: Context, name: str, notes: list[str]) -> dict:
         terms, where = found
         overhead.update({k: v for k, v in terms.items() if k in ("per_step_s", "per_seq_s", "per_prefill_token_s")})
         if "latency_s" in terms:
-            values["frontend"] = {"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0,
-                                  "per_output_chunk_s": 0.0, "latency_s": terms["latency_s"]}
+            # num_processes left to the engine's flag (api_server_count) or the default, one: vLLM's single API server
+            values["frontend"] = {"per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0,
+                                  "latency_s": terms["latency_s"]}
         notes.append(f"{name}: CPU terms and front-end latency {where}")
         if "latency_s" in terms and not any(_get(ctx.raw, f"frontend.{t}") for t in QUEUEING_FRONTEND_TERMS):
             notes.append(FRONTEND_CAPACITY_NOTE)
@@ -1246,7 +1251,7 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
         if problem:
             raise ConfigError(problem)
     for dotted, value in result.values.items():
-        if dotted == STREAM_CHUNK_KEY:
+        if dotted.startswith("frontend."):
             continue  # placed below, once the scenario's front-end is known
         if _has(raw, dotted):
             given = _get(raw, dotted)
@@ -1260,30 +1265,30 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
         _set(raw, dotted, value)
     overhead = result.values.get("cost_model.overhead")
     _apply_cost_terms(raw, overhead)
-    _place_stream_chunks(raw, result.values.get(STREAM_CHUNK_KEY), result.from_flags.get(STREAM_CHUNK_KEY),
-                         result.notes)
+    for dotted, value in result.values.items():
+        if dotted.startswith("frontend."):
+            _place_frontend_value(raw, dotted, value, result.from_flags.get(dotted), result.notes)
     return raw, overhead, result.notes
 
 
-def _place_stream_chunks(raw: dict, tokens: int | None, flag: str | None, notes: list[str]) -> None:
-    """The engine's streamed chunk size into the scenario's front-end (the preset's or its own) where it has one and
-    does not give its own; the engine's flag for it (`flag`, e.g. SGLang's stream_interval) and a different
-    frontend.tokens_per_chunk of the scenario's contradict each other. Without a front-end nothing streams to a
-    client: nothing is set (a flag that asked for it is noted)."""
-    if tokens is None:
-        return
+def _place_frontend_value(raw: dict, dotted: str, value, flag: str | None, notes: list[str]) -> None:
+    """A front-end value of the preset's (`frontend.<key>`: the engine's streamed chunk size, its API server count)
+    into the scenario's front-end (the preset's or its own) where it has one and does not give its own; the engine's
+    flag for it (`flag`, e.g. SGLang's stream_interval) and a different value of the scenario's contradict each
+    other. Without a front-end nothing reaches a client through one: nothing is set (a flag that asked is noted)."""
     front = raw.get("frontend")
+    key = dotted.split(".", 1)[1]
     if not isinstance(front, dict):
         if flag is not None and front is None:
-            notes.append(f"engine.{flag} {tokens}: the scenario has no front-end, so no client sees its chunks "
-                         "(add a frontend: section to model one)")
+            notes.append(f"engine.{flag} {value}: the scenario has no front-end, so it changes nothing (add a "
+                         "frontend: section to model one)")
         return
-    given = front.get("tokens_per_chunk")
+    given = front.get(key)
     if given is None:
-        front["tokens_per_chunk"] = tokens
-    elif flag is not None and given != tokens:
-        raise ConfigError(f"engine.{flag}: {tokens!r} contradicts frontend.tokens_per_chunk {given!r}; allowed: give "
-                          "one of them, or the same value")
+        front[key] = value
+    elif flag is not None and given != value:
+        raise ConfigError(f"engine.{flag}: {value!r} contradicts {dotted} {given!r}; allowed: give one of them, or "
+                          "the same value")
 
 
 def preset_notes(raw: dict) -> list[str]:

@@ -121,3 +121,17 @@ def test_vllms_stream_interval_from_0_11_1_sets_the_chunks():
     with pytest.raises(ConfigError) as err:
         preset({"name": "vllm", "version": "0.11.0", "stream_interval": 10}, frontend=FRONT)
     assert str(err.value).startswith("engine.stream_interval: not a flag of vllm 0.11.0 (it came in 0.11.1)")
+
+
+def test_vllms_api_server_count_sets_the_front_ends_processes():
+    # vllm/entrypoints/cli/serve.py run_multi_api_server: from 0.9.1
+    own = {k: v for k, v in FRONT.items() if k != "num_processes"}
+    assert preset({"name": "vllm", "version": "0.11.0", "api_server_count": 4}, frontend=own
+                  ).frontend.num_processes == 4
+    assert preset({"name": "vllm", "version": "0.11.0", "api_server_count": 4}).frontend.num_processes == 4
+    with pytest.raises(ConfigError) as err:
+        preset({"name": "vllm", "version": "0.11.0", "api_server_count": 4}, frontend={**FRONT, "num_processes": 2})
+    assert str(err.value).startswith("engine.api_server_count: 4 contradicts frontend.num_processes 2")
+    with pytest.raises(ConfigError) as err:
+        preset({"name": "vllm", "version": "0.9.0", "api_server_count": 4})
+    assert str(err.value).startswith("engine.api_server_count: not a flag of vllm 0.9.0 (it came in 0.9.1)")
