@@ -49,8 +49,9 @@ class Flag:
 
 
 def _kv_cache_dtype(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
-    """An engine's --kv-cache-dtype as `quantization.kv_cache`: auto (the model's own dtype) sets nothing, an fp8 kind
-    fp8 (e4m3 and e5m2 take the same bytes), bfloat16 bf16; another value is refused in one line."""
+    """An engine's --kv-cache-dtype as `quantization.kv_cache`: auto (the model's own dtype) sets nothing; fp8,
+    fp8_e4m3 and fp8_e5m2 set fp8 (the same bytes a value); bfloat16 sets bf16; another value is refused in one
+    line."""
     def convert(value: str) -> str | None:
         if value not in allowed:
             raise ConfigError(f"engine.kv_cache_dtype: {value!r} is not allowed; allowed: {', '.join(allowed)}")
@@ -1255,10 +1256,7 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
             continue  # placed below, once the scenario's front-end is known
         if _has(raw, dotted):
             given = _get(raw, dotted)
-            flag = result.from_flags.get(dotted)
-            if flag is not None and given != value:
-                raise ConfigError(f"engine.{flag}: {value!r} contradicts {dotted} {given!r}; allowed: give one of "
-                                  "them, or the same value")
+            _check_flag_agrees(result.from_flags.get(dotted), dotted, value, given)
             continue  # the scenario's own value wins over the preset's default
         if dotted.startswith("cost_model."):
             continue  # handled below: only a cost model that takes engine terms gets them
@@ -1286,7 +1284,14 @@ def _place_frontend_value(raw: dict, dotted: str, value, flag: str | None, notes
     given = front.get(key)
     if given is None:
         front[key] = value
-    elif flag is not None and given != value:
+    else:
+        _check_flag_agrees(flag, dotted, value, given)
+
+
+def _check_flag_agrees(flag: str | None, dotted: str, value, given) -> None:
+    """The value an engine flag (`flag`; None: a preset default, which the scenario's own overrides) set for `dotted`
+    and the scenario's own `given` there: different, they contradict each other, refused in one line."""
+    if flag is not None and given != value:
         raise ConfigError(f"engine.{flag}: {value!r} contradicts {dotted} {given!r}; allowed: give one of them, or "
                           "the same value")
 
@@ -1306,19 +1311,23 @@ def preset_notes(raw: dict) -> list[str]:
     return _derive(copy.deepcopy(raw), spec["name"], preset, version, str(spec["version"]), flags).notes
 
 
+# Scenario keys the derivation reads (the GPUs a model is split over, the KV bytes memory is sized with): an engine
+# flag that sets one is written into the scenario before deriving, where the scenario gives none (a different own
+# value is a contradiction, refused after the derivation).
+DERIVATION_INPUTS = ("hardware.tensor_parallel", "hardware.pipeline_parallel", "quantization.kv_cache")
+
+
 def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,
             flags: dict) -> PresetResult:
     gpu, model = _resolve_gpu_and_model(raw)
+    for key, flag in preset.flags.items():
+        if flag.target in DERIVATION_INPUTS and flags.get(key) is not None and not _has(raw, flag.target):
+            _set(raw, flag.target, flags[key])
     hardware = raw.get("hardware") or {}
-    tp_flag = next((key for key, flag in preset.flags.items() if flag.target == "hardware.tensor_parallel"), None)
-    tp = flags.get(tp_flag, hardware.get("tensor_parallel", 1) if isinstance(hardware, dict) else 1)
-    pp_flag = next((key for key, flag in preset.flags.items() if flag.target == "hardware.pipeline_parallel"), None)
-    pp = flags.get(pp_flag, hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1)
+    tp = hardware.get("tensor_parallel", 1) if isinstance(hardware, dict) else 1
+    pp = hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1
     length_flag = next((key for key, flag in preset.flags.items() if flag.target == "scheduler.max_model_len"), None)
     length = flags.get(length_flag)
-    kv_flag = next((key for key, flag in preset.flags.items() if flag.target == "quantization.kv_cache"), None)
-    if flags.get(kv_flag) is not None and not _has(raw, "quantization.kv_cache"):
-        _set(raw, "quantization.kv_cache", flags[kv_flag])  # the KV bytes the derivation sizes memory with
     ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
                   pp if isinstance(pp, int) else 1, model, raw, length if isinstance(length, int) else None)
     result = preset.derive(ctx)

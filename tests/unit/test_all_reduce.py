@@ -14,7 +14,7 @@ from calibrate.aic_import import convert_nccl
 from sim.config.files import validate_scenario
 from sim.core.step_plan import StepPlan
 from sim.cost.learned import LearnedRooflineCostModel, load_learned
-from sim.cost.measured import MEASURED_DIR, MeasuredCostModel, nccl_allreduce
+from sim.cost.measured import MEASURED_DIR, MEASURED_FORMAT_VERSION, MeasuredCostModel, nccl_allreduce
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
 from sim.model.interconnects import NCCL_ALL_REDUCE
@@ -177,4 +177,5 @@ def test_an_nccl_table_of_another_format_is_refused_in_one_line(tmp_path):
     meta_path.write_text(json.dumps({**json.loads(meta_path.read_text()), "format_version": 9}))
     with pytest.raises(ConfigError) as err:
         nccl_allreduce(tmp_path / "a100-80gb")
-    assert str(err.value) == f"hardware.all_reduce: '{meta_path}' has format_version 9; allowed: 1"
+    assert str(err.value) == (f"hardware.all_reduce: '{meta_path}' has format_version 9; allowed: "
+                              f"{MEASURED_FORMAT_VERSION}")

@@ -149,6 +149,12 @@ def test_decode_attention_pays_its_own_launch_once_and_scales_only_its_work():
     assert decode(1000) - decode(600) == pytest.approx(expected, rel=1e-9)
     floor = learned["decode_attention"]["min_kernel_s"]
     assert 5e-6 < floor < 15e-6 and floor > learned["min_kernel_s"]  # an attention call's floor, above a GEMM's
+    # the floor itself is paid once a layer: 1 us more of it is layers x 1 us more a step, whatever the context
+    later = {**learned, "decode_attention": {**learned["decode_attention"], "min_kernel_s": floor + 1e-6}}
+    slower = LearnedRooflineCostModel(model, gpu, learned=later)
+    for context in (600, 1000):
+        plan = StepPlan(num_decode_seqs=1, decode_context_tokens=context, num_sampled_seqs=1)
+        assert slower.step_time(plan) - cost.step_time(plan) == pytest.approx(model.num_layers * 1e-6, rel=1e-6)
 
 
 def test_a_learned_file_of_another_format_is_refused_in_one_line():
