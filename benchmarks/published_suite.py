@@ -388,6 +388,7 @@ class PublishedCase:
     assumptions: tuple[str, ...]
     note: str | None = None
     tool: str = "vllm bench serve"  # the benchmark tool (METRIC_DEFINITIONS' keys)
+    endpoint: str = "completions"  # the OpenAI endpoint its client called: completions or chat (`_endpoint`)
     fp8_scaling: str = "tensor"  # an fp8 checkpoint's weight scales: per tensor, or per 128 x 128 block
 
     @property
@@ -567,6 +568,14 @@ def _request_lengths(r: _Reader, q: dict, n: int) -> RequestLengths | None:
             raise r.fail("requests", f"the completed requests' lengths sum to {sum(lens)}, not the quoted {total} "
                          f"{q[total]}")
     return done
+
+
+def _endpoint(raw: dict) -> str:
+    """The endpoint the benchmark command calls: chat for `--backend openai-chat` or `--endpoint
+    /v1/chat/completions`, else completions (every tool's default here: vllm bench serve's `openai`, SGLang's and the
+    older script's `vllm` backend; trtllm-bench and LMDeploy's profilers call no HTTP endpoint)."""
+    bench = str(raw.get("benchmark_command") or raw.get("command") or "")
+    return "chat" if "openai-chat" in bench or "/chat/completions" in bench else "completions"
 
 
 def _tool(raw: dict) -> str:
@@ -750,7 +759,8 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
         model=model, model_is_file=model_is_file, gpu=gpu, tensor_parallel=tp, pipeline_parallel=pp,
         expert_parallel=ep, dp_attention=dp_attention, weights=dtype, kv_dtype=kv_dtype, dataset=dict(dataset),
         kind=kind, workload=workload, flags=dict(flags), quoted=dict(q), metrics=tuple(metrics), unstated=unstated,
-        assumptions=tuple(assumptions), note=raw.get("note"), tool=tool, fp8_scaling=fp8_scaling)
+        assumptions=tuple(assumptions), note=raw.get("note"), tool=tool, fp8_scaling=fp8_scaling,
+        endpoint=_endpoint(raw))
 
 
 def data_files(data_dir: Path = DATA_DIR) -> list[Path]:
@@ -941,6 +951,7 @@ def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
         from sim.config.engines import preset_notes
         model = {"hf_config": str(DATA_DIR / case.model)} if case.model_is_file else case.model
         approx += preset_notes({"engine": engine, "model": model, "quantization": _quantization(case),
+                                "workload": {"endpoint": case.endpoint, "arrival": {"kind": case.workload.arrival}},
                                 "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel,
                                              "pipeline_parallel": case.pipeline_parallel,
                                              "expert_parallel": case.expert_parallel}})
@@ -1043,7 +1054,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         "model": model,
         "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel,
                      "pipeline_parallel": case.pipeline_parallel, "expert_parallel": case.expert_parallel},
-        "workload": {"arrival": arrival,
+        "workload": {"arrival": arrival, "endpoint": case.endpoint,
                      "lengths": w.lengths or {"kind": "fixed", "input_tokens": w.input_tokens,
                                               "output_tokens": w.output_tokens}},
         "quantization": _quantization(case),
@@ -1071,9 +1082,11 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     front = {k: fitted[k] for k in FRONTEND_TERMS if k in fitted}
     if not case.client_side:
         raw["frontend"] = None  # measured in the engine's own process: no front-end, not even the preset's
-    elif front:
-        raw["frontend"] = {"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0,
-                           "per_output_chunk_s": 0.0, **front}
+    elif front:  # the preset's front-end (its version's work that queues, sim/config/engines.py), the fit's terms
+        from sim.config.engines import preset_frontend
+        raw["frontend"] = {**(preset_frontend(raw) or {"num_processes": 1, "per_request_s": 0.0,
+                                                       "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}),
+                           **front}
     return raw
 
 

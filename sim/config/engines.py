@@ -358,7 +358,7 @@ def _derive_vllm(ctx: Context) -> PresetResult:
         values.update(_vllm_v0_schedule(ctx, notes))
     values.update(_vllm_window_memory(ctx, notes))
     values.update(_vllm_expert_padding(ctx, notes))
-    values.update(_engine_terms(ctx, "vllm", notes))
+    values.update(_engine_terms(ctx, "vllm", notes, _vllm_inbound_work(ctx, notes)))
     values.update(_custom_all_reduce(ctx, "vLLM"))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
@@ -1113,7 +1113,78 @@ FRONTEND_CAPACITY_NOTE = ("front-end: a fitted delay that does not queue, so the
 QUEUEING_FRONTEND_TERMS = ("per_request_s", "per_prompt_token_s", "per_output_chunk_s")  # a user's own: no note
 
 
-def _engine_terms(ctx: Context, name: str, notes: list[str]) -> dict:
+@dataclass(frozen=True)
+class TemplateParse:
+    """vLLM versions whose API server parses the chat template's source anew for every chat request."""
+
+    since: tuple[int, ...]  # the first version that does
+    until: tuple[int, ...]  # the first that no longer does
+    work_s: float  # one request's parse (seconds of the API server's event loop)
+    what: str  # what it runs, as the source names it
+
+
+# vLLM's OpenAI server renders a /v1/chat/completions request's messages through the model's Jinja chat template,
+# synchronously in its event loop: work that queues on the API server process. The render itself is cheap
+# (transformers caches the compiled template), but two version ranges also parse the template's source again per
+# request, read in vllm/entrypoints/chat_utils.py of 22 releases (PyPI sdists and wheels: 0.6.0, 0.6.3, 0.6.4, 0.6.6,
+# 0.7.0, 0.7.3, 0.8.0-0.8.5, 0.9.0-0.9.2, 0.10.0-0.10.2, 0.11.0, 0.11.1, 0.12.0): 0.8.2 to 0.9.1 through
+# resolve_chat_template_content_format (cached to 0.8.1, cached again in 0.9.2 by pull request 20065, "6-8 seconds
+# delay" for 1,000 requests), and 0.11.0 through resolve_chat_template_kwargs (absent to 0.10.2, cached from 0.11.1).
+# Each costs what benchmarks/bench_chat_template.py measured for Qwen3's chat template (4,169 characters) on the
+# development machine (AMD EPYC KVM guest, AVX2, CPython 3.11.7, jinja2 3.1.6, 11-30 13:35): the minimum over 3
+# processes x 7 rounds (an unloaded core; the median was 12.0 and 33.8 ms); its spread,
+# ESTIMATE_RANGES["per_request_s"].
+TEMPLATE_PARSES = (
+    TemplateParse((0, 8, 2), (0, 9, 2), 7.5e-3, "_detect_content_format: the template parsed, its loops walked"),
+    TemplateParse((0, 11, 0), (0, 11, 1), 17.9e-3,
+                  "resolve_chat_template_kwargs: the template parsed in a new environment, its undeclared variables "
+                  "found"),
+)
+# gpt-oss's chat requests go through openai_harmony instead of the Jinja template (serving_chat.py use_harmony)
+HARMONY_MODEL_TYPES = ("gpt_oss",)
+
+
+def chat_template_parse(version: tuple[int, ...], model_type: str | None, endpoint: str) -> TemplateParse | None:
+    """The per-request template parse a vLLM version's API server does for this model and endpoint, or None: only
+    chat requests are rendered through a template, and a harmony model's are not."""
+    if endpoint != "chat" or model_type in HARMONY_MODEL_TYPES:
+        return None
+    return next((p for p in TEMPLATE_PARSES if p.since <= version < p.until), None)
+
+
+def _vllm_inbound_work(ctx: Context, notes: list[str]) -> tuple[dict, str]:
+    """The front-end work of this vLLM version's chat requests that queues (`chat_template_parse`), as front-end
+    keys for the preset's own front-end, and the note that says so; ({}, "") where there is none."""
+    model_type = ctx.model.model_type if ctx.model is not None else None
+    endpoint = _get(ctx.raw, "workload.endpoint") or "completions"
+    parse = chat_template_parse(ctx.version, model_type, endpoint)
+    if parse is None:
+        harmony = endpoint == "chat" and model_type in HARMONY_MODEL_TYPES
+        if harmony and chat_template_parse(ctx.version, None, endpoint):
+            notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests are rendered by openai_harmony, not "
+                         "its Jinja template: no template parse per request")
+        return {}, ""
+    open_arrivals = _get(ctx.raw, "workload.arrival.kind") != "closed_loop"
+    note = (f"vLLM {ctx.version_text}: its API server parses the chat template again for every chat request "
+            f"({parse.what}; vllm/entrypoints/chat_utils.py, {_dotted(parse.since)} to before "
+            f"{_dotted(parse.until)}): {parse.work_s * 1e3:.1f} ms a request that queues on the API server "
+            "(frontend.per_request_s, measured for Qwen3's template: benchmarks/bench_chat_template.py), "
+            + ("its requests served in turn (frontend.discipline: processor_sharing, as its event loop takes them "
+               "between awaits)" if open_arrivals else "first come, first served in a closed loop (the one "
+               "discipline modelled there)"))
+    return {"per_request_s": parse.work_s, "discipline": "processor_sharing" if open_arrivals else "fifo"}, note
+
+
+def preset_frontend(raw: dict) -> dict | None:
+    """The front-end an engine preset gives a raw scenario without one of its own (the fitted latency and the
+    version's queueing work), or None where it gives none."""
+    if raw.get("engine") is None:
+        return None
+    out, _, _ = apply_engine_preset({k: v for k, v in raw.items() if k != "frontend"})
+    return out.get("frontend")
+
+
+def _engine_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict, str] = ({}, "")) -> dict:
     """The preset's CPU terms and front-end, fitted where the suite fitted them (`fitted_terms`).
 
     The CPU time is priced serially (kernels + CPU), also for the engines that overlap it with the GPU (SGLang's
@@ -1122,6 +1193,7 @@ def _engine_terms(ctx: Context, name: str, notes: list[str]) -> dict:
     ShareGPT +107% against +4%; TensorRT-LLM ShareGPT +137% against +108%; 11-25), so the fitted per-step term is the
     CPU time the overlap leaves exposed."""
     values: dict[str, Any] = {}
+    work, work_note = inbound
     found = fitted_terms(name, ctx.version)
     overhead: dict[str, Any] = {"engine": "vllm-cudagraph"}
     if found is None:
@@ -1132,9 +1204,12 @@ def _engine_terms(ctx: Context, name: str, notes: list[str]) -> dict:
         if "latency_s" in terms:
             # num_processes left to the engine's flag (api_server_count) or the default, one: vLLM's single API server
             values["frontend"] = {"per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0,
-                                  "latency_s": terms["latency_s"]}
+                                  "latency_s": terms["latency_s"], **work}
         notes.append(f"{name}: CPU terms and front-end latency {where}")
-        if "latency_s" in terms and not any(_get(ctx.raw, f"frontend.{t}") for t in QUEUEING_FRONTEND_TERMS):
+        own = ctx.raw.get("frontend", values.get("frontend"))  # the scenario's own front-end wins over the preset's
+        if work and isinstance(own, dict) and own.get("per_request_s") == work["per_request_s"]:
+            notes.append(work_note)  # only where the scenario's front-end does this version's work
+        elif "latency_s" in terms and not any(_get(ctx.raw, f"frontend.{t}") for t in QUEUEING_FRONTEND_TERMS):
             notes.append(FRONTEND_CAPACITY_NOTE)
     values["cost_model.overhead"] = overhead
     return values
@@ -1364,7 +1439,8 @@ def _apply_cost_terms(raw: dict, overhead: dict | None) -> None:
 
 Z90 = 1.6448536269514722  # the standard normal's 95th percentile: a 90% range is value x/÷ exp(Z90 x sigma_log)
 _OVERHEAD_TERMS = ("per_step_s", "per_seq_s", "per_prefill_token_s", "launch_per_layer_s")
-_FIELDS = {**{t: f"cost_model.overhead.{t}" for t in _OVERHEAD_TERMS}, "latency_s": "frontend.latency_s"}
+_FIELDS = {**{t: f"cost_model.overhead.{t}" for t in _OVERHEAD_TERMS}, "latency_s": "frontend.latency_s",
+           "per_request_s": "frontend.per_request_s"}
 
 
 def _sigma_of_factor(factor: float) -> float:
@@ -1383,6 +1459,10 @@ ESTIMATE_RANGES: dict[str, tuple[float, str]] = {
                            "layer at ~5 us each): 2.5-10 us a kernel, a factor of 2 either way"),
     "per_step_s": (3.0, "the engine has no fitted CPU term: vLLM's estimate (sim/cost/overhead.py 0.5 ms); the "
                    "terms fitted on 8B runs span 0.67-2.4 ms (engine_terms.json): a factor of 3 either way"),
+    "per_request_s": (2.0, "vLLM's chat-template parse per request (TEMPLATE_PARSES), measured for one template "
+                      "(Qwen3's, 4,169 characters) on one CPU (the development machine's AMD EPYC guest, where the "
+                      "same call's median over rounds ran up to 1.9x its minimum): another host's CPU and another "
+                      "model's template, a factor of 2 either way"),
 }
 # A term taken from another version's fit (the version has none of its own): the fit's sigma and, in quadrature, how
 # far one engine's terms move between versions: TensorRT-LLM's fits at 0.14.0 and 1.2.0rc1 (both terms inside
@@ -1461,10 +1541,10 @@ def engine_term_spread(scenario) -> list[TermSpread]:
     What a preset writes that is not drawn, and why:
     - a term the scenario sets to another value than the preset's: the user's value is theirs (only a value the
       preset wrote, equal to it, is drawn);
-    - frontend.per_request_s, per_prompt_token_s, per_output_chunk_s: 0 by construction, the preset's front-end is
-      one delay that does not queue (latency_s: vLLM's TTFT is 59 ms at concurrency 1 and 64 ms at 2, not the
-      ~110 ms a serial per-request cost would give, benchmarks/published_suite.py CPU_TERMS); its spread is
-      latency_s's;
+    - frontend.per_prompt_token_s, per_output_chunk_s, and per_request_s save a vLLM version's chat-template parse
+      (TEMPLATE_PARSES, drawn with ESTIMATE_RANGES' spread): 0 by construction, the preset's front-end is one delay
+      that does not queue (latency_s: vLLM's TTFT is 59 ms at concurrency 1 and 64 ms at 2, not the ~110 ms a
+      serial per-request cost would give, benchmarks/published_suite.py CPU_TERMS); its spread is latency_s's;
     - cost_model.overhead.per_prefill_token_s and any other estimate at 0 (sim/cost/overhead.py): a per-token CPU
       cost the published runs cannot separate from the kernels' prefill time; a log-normal draw of 0 is 0;
     - frontend.num_processes, the scheduler and KV defaults: the engine's own defaults read from its source at a
@@ -1500,6 +1580,10 @@ def engine_term_spread(scenario) -> list[TermSpread]:
             source += (f", and x/÷ {OTHER_VERSION_FACTORS[term]:g} for {engine.name} {engine.version}, "
                        f"{_why_borrowed(engine.name, version, (term,))} (sim/config/engines.py OTHER_VERSION_FACTORS)")
         out.append(_spread(term, fit.value, sigma, kind, source, bounds))
+    parse = _scenario_template_parse(scenario, version)
+    if parse is not None and scenario.frontend.per_request_s == parse.work_s:  # the preset's, not the user's own
+        factor, why = ESTIMATE_RANGES["per_request_s"]
+        out.append(_spread("per_request_s", parse.work_s, _sigma_of_factor(factor), "estimate", why, bounds))
     if overhead is not None and overhead.engine in ("vllm-cudagraph", "vllm-eager"):
         from sim.cost.overhead import ENGINE_DEFAULTS
         defaults = ENGINE_DEFAULTS[overhead.engine]
@@ -1510,6 +1594,14 @@ def engine_term_spread(scenario) -> list[TermSpread]:
             factor, why = ESTIMATE_RANGES[term]
             out.append(_spread(term, point, _sigma_of_factor(factor), "estimate", why, bounds))
     return out
+
+
+def _scenario_template_parse(scenario, version: tuple[int, ...]) -> TemplateParse | None:
+    """The chat-template parse a validated scenario's vLLM preset prices on its front-end, or None."""
+    if scenario.engine.name != "vllm" or scenario.frontend is None:
+        return None
+    from sim.config.deployment import model_spec
+    return chat_template_parse(version, model_spec(scenario).model_type, scenario.workload.endpoint)
 
 
 def _spread(term: str, point: float, sigma: float, kind: str, source: str, bounds: dict) -> TermSpread:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -54,6 +55,10 @@ class WorkloadSpec(StrictSpec):
     prefix: Prefix | None = Field(None, description="prompts that share prefixes (prefix caching)")
     samples_per_prompt: int = Field(1, ge=1, description="parallel sampling: n outputs per prompt")
     beam_width: int = Field(1, ge=1, description="beam search: w beams per prompt (re-ranking not modelled)")
+    endpoint: Literal["completions", "chat"] = Field("completions", description=(
+        "the OpenAI endpoint the clients call: completions (a prompt as text; `vllm bench serve`'s default backend) "
+        "or chat (messages the API server renders through the model's chat template; an engine preset prices the "
+        "template work its version does per request, sim/config/engines.py TEMPLATE_PARSES)"))
 
     @model_validator(mode="after")
     def _lengths_fit_arrival(self) -> "WorkloadSpec":

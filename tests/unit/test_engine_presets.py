@@ -2,6 +2,8 @@
 that must be refused in one line (an unknown engine or version, a flag the preset does not know, a flag that
 contradicts the preset or the scenario)."""
 
+from pathlib import Path
+
 import pytest
 from helpers import one_error_line, servesim
 
@@ -584,3 +586,53 @@ def test_the_engines_kv_cache_dtype_flag_sets_the_kv_bytes_the_preset_sizes_memo
     with pytest.raises(ConfigError) as err:
         scenario({**engine, "kv_cache_dtype": "int4"})
     assert str(err.value).startswith("engine.kv_cache_dtype: 'int4' is not allowed; allowed: auto, ")
+
+
+@pytest.mark.parametrize("version, parse_ms", [
+    ("0.8.1", None), ("0.8.2", 7.5), ("0.9.1", 7.5), ("0.9.2", None), ("0.10.2", None), ("0.11.0", 17.9),
+    ("0.11.1", None), ("0.6.0", None),
+])
+def test_vllm_parses_the_chat_template_per_request_only_in_the_versions_that_do(version, parse_ms):
+    # vllm/entrypoints/chat_utils.py of each release: resolve_chat_template_content_format uncached 0.8.2-0.9.1,
+    # resolve_chat_template_kwargs uncached in 0.11.0 only (benchmarks/bench_chat_template.py)
+    from sim.config.engines import _parse_version, chat_template_parse
+    parse = chat_template_parse(_parse_version(version), "qwen3", "chat")
+    assert (parse.work_s * 1e3 if parse else None) == (pytest.approx(parse_ms) if parse_ms else None)
+    assert chat_template_parse(_parse_version(version), "qwen3", "completions") is None  # no template rendered
+    assert chat_template_parse(_parse_version(version), "gpt_oss", "chat") is None  # openai_harmony renders it
+
+
+GPT_OSS_20B = str(Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
+
+
+def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
+    from sim.config.engines import TEMPLATE_PARSES
+    parse = TEMPLATE_PARSES[-1]
+    chat = {**BASE["workload"], "endpoint": "chat"}
+    burst = scenario({"name": "vllm", "version": "0.11.0"}, workload={**chat, "arrival": {"kind": "burst"}})
+    assert burst.frontend.per_request_s == parse.work_s and burst.frontend.discipline == "processor_sharing"
+    assert any("parses the chat template again" in n for n in burst.engine.notes)
+    closed = scenario({"name": "vllm", "version": "0.11.0"},
+                      workload={**chat, "arrival": {"kind": "closed_loop", "num_users": 4, "think_time_s": 0.0}})
+    assert closed.frontend.per_request_s == parse.work_s and closed.frontend.discipline == "fifo"
+    for plain in (scenario({"name": "vllm", "version": "0.11.0"}),  # completions, the default endpoint
+                  scenario({"name": "vllm", "version": "0.10.2"}, workload=chat),
+                  scenario({"name": "vllm", "version": "0.11.0"}, workload=chat, model={"hf_config": GPT_OSS_20B})):
+        assert plain.frontend.per_request_s == 0 and plain.frontend.discipline == "fifo"
+    assert any("rendered by openai_harmony" in n for n in plain.engine.notes)  # the last: gpt-oss
+    frontend = {"num_processes": 1, "per_request_s": 0.004, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}
+    own = scenario({"name": "vllm", "version": "0.11.0"}, workload=chat, frontend=frontend)
+    assert own.frontend.per_request_s == 0.004  # the user's own front-end wins
+    assert not any("parses the chat template again" in n for n in own.engine.notes)
+
+
+def test_a_burst_of_chat_requests_reaches_vllm_0110_together_after_all_their_parses():
+    # processor sharing of n equal pieces of work that arrive together: every one ends at n x the work
+    from sim.config.engines import TEMPLATE_PARSES
+    from sim.run import simulate
+    n = 20
+    sc = scenario({"name": "vllm", "version": "0.11.0"},
+                  workload={**BASE["workload"], "endpoint": "chat", "arrival": {"kind": "burst"}})
+    records = simulate(sc).requests
+    assert records["arrival_s"].to_numpy() == pytest.approx([n * TEMPLATE_PARSES[-1].work_s] * n, rel=1e-9)
+    assert (records["client_send_s"] == 0).all()

@@ -251,3 +251,21 @@ def test_a_term_whose_90_percent_range_passes_its_bound_is_not_pinned_and_not_us
     assert nearest["latency_s"] == engines.NearestFit("0.5.3", 0.014, True)
     _, where = engines.fitted_terms("sglang", (0, 5, 5))
     assert "taken for sglang 0.5.5, whose own fit did not pin it (its 90% range reaches past the fit's bound)" in where
+
+
+def test_vllms_chat_template_parse_is_drawn_as_an_estimate_and_a_users_own_is_not():
+    chat = {**BASE["workload"], "endpoint": "chat"}
+    sc = scenario({"name": "vllm", "version": "0.11.0"}, workload=chat)
+    spreads = {s.key: s for s in engine_term_spread(sc)}
+    parse = spreads["frontend.per_request_s"]
+    assert (parse.kind, parse.point) == ("estimate", engines.TEMPLATE_PARSES[-1].work_s)
+    assert parse.range90() == pytest.approx((parse.point / ESTIMATE_RANGES["per_request_s"][0],
+                                             parse.point * ESTIMATE_RANGES["per_request_s"][0]))
+    drawn = with_engine_terms_drawn(sc, {"frontend.per_request_s": 1.0})
+    assert drawn.frontend.per_request_s == pytest.approx(parse.point * math.exp(parse.sigma_log))
+    assert drawn.frontend.latency_s == sc.frontend.latency_s
+    assert "frontend.per_request_s" not in {s.key for s in engine_term_spread(
+        scenario({"name": "vllm", "version": "0.11.0"}))}  # completions: nothing parsed
+    own = scenario({"name": "vllm", "version": "0.11.0"}, workload=chat,
+                   frontend={"per_request_s": 0.01, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0})
+    assert "frontend.per_request_s" not in {s.key for s in engine_term_spread(own)}
