@@ -372,6 +372,15 @@ class _PointSimulator:
                 "per_request_s": float(self.frontend_base["per_request_s"]),
                 "per_output_chunk_s": float(self.frontend_base["per_output_chunk_s"])}
 
+    @staticmethod
+    def _frontend(d: dict, frontend: dict) -> dict:
+        """The front-end a point runs with: a closed loop's processes serve first come, first served, the one
+        discipline modelled there (a scenario of open arrivals may share its requests: a vLLM preset's
+        chat-template parse)."""
+        if d["workload"]["arrival"]["kind"] == "closed_loop" and frontend.get("discipline") == "processor_sharing":
+            return frontend | {"discipline": "fifo"}
+        return frontend
+
     def _point_dict(self, point) -> dict:
         d = self.scenario.model_dump(mode="json", exclude_none=True)
         d.pop("variants", None)
@@ -392,7 +401,9 @@ class _PointSimulator:
         else:
             lengths = {"kind": "fixed", "input_tokens": max(1, round(point.mean_input_tokens)),
                        "output_tokens": max(1, round(point.mean_output_tokens))}
-        d["workload"] = {"arrival": arrival, "lengths": lengths}
+        d["workload"] = {"arrival": arrival, "lengths": lengths, "endpoint": self.scenario.workload.endpoint}
+        if d.get("frontend"):
+            d["frontend"] = self._frontend(d, d["frontend"])
         run = {k: v for k, v in d.get("run", {}).items() if k not in ("duration_s", "horizon_s", "warmup_s", "cooldown_s")}
         d["run"] = run | {"num_requests": max(n, point.concurrency or 1)}
         return d
@@ -417,8 +428,8 @@ class _PointSimulator:
         from sim.run import simulate
 
         d, workload, client = self._workload(index, point)
-        d = d | {"frontend": self.frontend_base | {"per_request_s": terms["per_request_s"],
-                                                   "per_output_chunk_s": terms["per_output_chunk_s"]}}
+        d = d | {"frontend": self._frontend(d, self.frontend_base | {"per_request_s": terms["per_request_s"],
+                                                                    "per_output_chunk_s": terms["per_output_chunk_s"]})}
         overhead = replace(self.start_overhead, engine="fitted", per_step_s=terms["per_step_s"],
                            per_seq_s=terms["per_seq_s"])
         self.simulations += 1

@@ -1171,7 +1171,7 @@ def _vllm_inbound_work(ctx: Context, notes: list[str]) -> tuple[dict, str]:
             "(frontend.per_request_s, measured for Qwen3's template: benchmarks/bench_chat_template.py), "
             + ("its requests served in turn (frontend.discipline: processor_sharing, as its event loop takes them "
                "between awaits)" if open_arrivals else "first come, first served in a closed loop (the one "
-               "discipline modelled there)"))
+               "discipline modelled there)") + "; the rest of the front-end is the fitted delay, which does not queue")
     return {"per_request_s": parse.work_s, "discipline": "processor_sharing" if open_arrivals else "fifo"}, note
 
 
@@ -1541,9 +1541,9 @@ def engine_term_spread(scenario) -> list[TermSpread]:
     What a preset writes that is not drawn, and why:
     - a term the scenario sets to another value than the preset's: the user's value is theirs (only a value the
       preset wrote, equal to it, is drawn);
-    - frontend.per_prompt_token_s, per_output_chunk_s, and per_request_s save a vLLM version's chat-template parse
-      (TEMPLATE_PARSES, drawn with ESTIMATE_RANGES' spread): 0 by construction, the preset's front-end is one delay
-      that does not queue (latency_s: vLLM's TTFT is 59 ms at concurrency 1 and 64 ms at 2, not the ~110 ms a
+    - frontend.per_prompt_token_s, per_output_chunk_s and per_request_s (but for a vLLM version's chat-template
+      parse, TEMPLATE_PARSES, drawn with ESTIMATE_RANGES' spread): 0 by construction, the preset's front-end is one
+      delay that does not queue (latency_s: vLLM's TTFT is 59 ms at concurrency 1 and 64 ms at 2, not the ~110 ms a
       serial per-request cost would give, benchmarks/published_suite.py CPU_TERMS); its spread is latency_s's;
     - cost_model.overhead.per_prefill_token_s and any other estimate at 0 (sim/cost/overhead.py): a per-token CPU
       cost the published runs cannot separate from the kernels' prefill time; a log-normal draw of 0 is 0;
