@@ -1600,8 +1600,9 @@ def _scenario_template_parse(scenario, version: tuple[int, ...]) -> TemplatePars
     """The chat-template parse a validated scenario's vLLM preset prices on its front-end, or None."""
     if scenario.engine.name != "vllm" or scenario.frontend is None:
         return None
-    from sim.config.deployment import model_spec
-    return chat_template_parse(version, model_spec(scenario).model_type, scenario.workload.endpoint)
+    from sim.model.catalog import get_model  # (sim.config.deployment.model_spec would import this module back)
+    model = get_model(scenario.model, "model") if isinstance(scenario.model, str) else scenario.model
+    return chat_template_parse(version, model.model_type, scenario.workload.endpoint)
 
 
 def _spread(term: str, point: float, sigma: float, kind: str, source: str, bounds: dict) -> TermSpread:
