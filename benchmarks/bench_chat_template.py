@@ -71,8 +71,9 @@ def parse_and_variables(template: str) -> set:
 
 
 def parse_and_walk(environment, template: str) -> bool:
-    """vLLM 0.8.2-0.9.1, per chat request: the template parsed in the (cached) compiled template's environment and
-    its loops walked for a loop over a message's content (`_detect_content_format`)."""
+    """vLLM 0.8.2-0.9.1, per chat request (`_detect_content_format`): the template parsed in the (cached) compiled
+    template's environment, then its loops walked. vLLM tests each loop for one over a message's content; the test
+    here is simpler, the parse (most of the time) the same."""
     import jinja2.nodes
     ast = environment.parse(template)
     return any(isinstance(loop.iter, jinja2.nodes.Getattr) or isinstance(loop.iter, jinja2.nodes.Getitem)

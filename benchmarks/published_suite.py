@@ -1070,22 +1070,22 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     # (sim/config/engines.py `_nearest_fits`): the run gets the preset's own value instead, as a user's scenario would.
     fitted = usable_terms(fitted or {}, fitted or {})
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}
+    front = {k: fitted[k] for k in FRONTEND_TERMS if k in fitted}
+    if cpu or front:  # the preset as this run has it: its CPU terms (overlap included) and its own front-end
+        from sim.config.engines import apply_engine_preset
+        preset_raw, preset_terms, _ = apply_engine_preset(raw)
     if not cm and cpu:  # the best available model, materialized so that the fitted terms can go into it
         from sim.config.cost_choice import default_cost_model
-        from sim.config.engines import apply_engine_preset
-        _, preset_terms, _ = apply_engine_preset(raw)  # the preset's CPU terms (overlap included)
         cm, _ = default_cost_model(raw, preset_terms)
     if cpu and cm.get("kind") != "fixed":
         cm["overhead"] = {**cm.get("overhead", {"engine": "vllm-cudagraph"}), **cpu}
     if cm:
         raw["cost_model"] = cm
-    front = {k: fitted[k] for k in FRONTEND_TERMS if k in fitted}
     if not case.client_side:
         raw["frontend"] = None  # measured in the engine's own process: no front-end, not even the preset's
     elif front:  # the preset's front-end (its version's work that queues, sim/config/engines.py), the fit's terms
-        from sim.config.engines import preset_frontend
-        raw["frontend"] = {**(preset_frontend(raw) or {"num_processes": 1, "per_request_s": 0.0,
-                                                       "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}),
+        raw["frontend"] = {**(preset_raw.get("frontend") or {"num_processes": 1, "per_request_s": 0.0,
+                                                            "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}),
                            **front}
     return raw
 

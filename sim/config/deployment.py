@@ -16,7 +16,7 @@ from pathlib import Path
 from sim.config.schema import Scenario
 from sim.errors import ConfigError, DoesNotFitError
 from sim.model.attention_io import SCORE_BUFFERS, heads_per_gpu, score_activation_bytes
-from sim.model.catalog import get_gpu, get_model
+from sim.model.catalog import get_gpu, resolve_model
 from sim.model.memory import (
     check_block_scales,
     check_expert_parallel,
@@ -86,7 +86,7 @@ class Deployment:
 
 
 def model_spec(scenario: Scenario) -> ModelSpec:
-    return scenario.model if isinstance(scenario.model, ModelSpec) else get_model(scenario.model, "model")
+    return resolve_model(scenario.model)
 
 
 def gpu_spec(scenario: Scenario) -> GPUSpec:

@@ -1175,16 +1175,7 @@ def _vllm_inbound_work(ctx: Context, notes: list[str]) -> tuple[dict, str]:
     return {"per_request_s": parse.work_s, "discipline": "processor_sharing" if open_arrivals else "fifo"}, note
 
 
-def preset_frontend(raw: dict) -> dict | None:
-    """The front-end an engine preset gives a raw scenario without one of its own (the fitted latency and the
-    version's queueing work), or None where it gives none."""
-    if raw.get("engine") is None:
-        return None
-    out, _, _ = apply_engine_preset({k: v for k, v in raw.items() if k != "frontend"})
-    return out.get("frontend")
-
-
-def _engine_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict, str] = ({}, "")) -> dict:
+def _engine_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict, str] | None = None) -> dict:
     """The preset's CPU terms and front-end, fitted where the suite fitted them (`fitted_terms`).
 
     The CPU time is priced serially (kernels + CPU), also for the engines that overlap it with the GPU (SGLang's
@@ -1193,7 +1184,7 @@ def _engine_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict
     ShareGPT +107% against +4%; TensorRT-LLM ShareGPT +137% against +108%; 11-25), so the fitted per-step term is the
     CPU time the overlap leaves exposed."""
     values: dict[str, Any] = {}
-    work, work_note = inbound
+    work, work_note = inbound or ({}, "")
     found = fitted_terms(name, ctx.version)
     overhead: dict[str, Any] = {"engine": "vllm-cudagraph"}
     if found is None:
@@ -1600,9 +1591,8 @@ def _scenario_template_parse(scenario, version: tuple[int, ...]) -> TemplatePars
     """The chat-template parse a validated scenario's vLLM preset prices on its front-end, or None."""
     if scenario.engine.name != "vllm" or scenario.frontend is None:
         return None
-    from sim.model.catalog import get_model  # (sim.config.deployment.model_spec would import this module back)
-    model = get_model(scenario.model, "model") if isinstance(scenario.model, str) else scenario.model
-    return chat_template_parse(version, model.model_type, scenario.workload.endpoint)
+    from sim.model.catalog import resolve_model
+    return chat_template_parse(version, resolve_model(scenario.model).model_type, scenario.workload.endpoint)
 
 
 def _spread(term: str, point: float, sigma: float, kind: str, source: str, bounds: dict) -> TermSpread:

@@ -295,6 +295,11 @@ def get_gpu(name: str, field: str = "hardware.gpu") -> GPUSpec:
         raise ConfigError(f"{field}: unknown gpu {name!r}; allowed: {', '.join(GPUS)}") from None
 
 
+def resolve_model(value: str | ModelSpec, field: str = "model") -> ModelSpec:
+    """A validated scenario's model: a ModelSpec as it is, a catalog name looked up."""
+    return value if isinstance(value, ModelSpec) else get_model(value, field)
+
+
 def resolve_gpu(value: str | dict | GPUSpec, field: str = "hardware.gpu") -> GPUSpec:
     """A raw scenario's GPU: a catalog name, an inline mapping (validated as a GPUSpec) or a GPUSpec."""
     if isinstance(value, GPUSpec):
