@@ -16,6 +16,7 @@ from pathlib import Path
 import streamlit as st
 import yaml
 
+from sim.config.engines import preset_notes
 from sim.config.files import get_path, parse_yaml, set_path, validate_scenario
 from sim.errors import ServeSimError
 from sim.model.catalog import GPUS, MODELS
@@ -98,7 +99,7 @@ def handle_upload() -> None:
         st.session_state.upload_error = str(err)
         return
     st.session_state.pop("upload_error", None)
-    st.session_state.upload_notes = notes
+    st.session_state.form_notes = notes
     reload_form(form)
 
 
@@ -248,6 +249,63 @@ def cost_model_input(base: dict, new: dict) -> None:
         st.sidebar.info(note)
 
 
+def engine_inputs(new: dict) -> None:
+    """The serving engine a user names (sim/config/engines.py): its preset sets the scheduler, KV, CPU terms and
+    front-end as that engine runs. A new engine or version starts the form again from it (`reload_form`), so the
+    variant columns show the engine's defaults, not the ones before it."""
+    st.sidebar.header("Engine")
+    name, version = dash.engine_of(new)
+    if name not in dash.ENGINE_CHOICES:  # validation names the problem
+        st.sidebar.caption(f"engine `{name}` from the loaded file (edit it in the YAML)")
+        return
+    choice = st.sidebar.selectbox(
+        "serving engine", dash.ENGINE_CHOICES, index=dash.ENGINE_CHOICES.index(name), format_func=dash.engine_label,
+        key=key("engine.name"), help="an engine's preset runs the scenario as that engine does: its scheduling "
+        "rule, its defaults for this GPU, its kernel tables, its CPU time per step and its API front-end")
+    if choice != name:
+        engine_changed(new, choice, None)
+    if choice == dash.NO_ENGINE:
+        return
+    typed = st.sidebar.text_input("version", version, key=key("engine.version"),
+                                  help=f"{dash.engine_label(choice)} {dash.PRESETS[choice].known_versions()}; "
+                                  "CPU terms fitted for " + ", ".join(dash.fitted_versions(choice))).strip()
+    if typed and typed != version:
+        engine_changed(new, choice, typed)
+    flags = {k: v for k, v in new["engine"].items() if k not in ("name", "version")}
+    if flags:
+        st.sidebar.caption("engine flags from the loaded file (edit them in the YAML): "
+                           + ", ".join(f"`{k}: {v}`" for k, v in flags.items()))
+    endpoint = get_path(new, "workload.endpoint", dash.ENDPOINTS[0])
+    if endpoint in dash.ENDPOINTS:
+        endpoint = st.sidebar.radio(
+            "clients call", dash.ENDPOINTS, index=dash.ENDPOINTS.index(endpoint), horizontal=True,
+            key=key("workload.endpoint"), help="workload.endpoint: /v1/completions, or /v1/chat/completions, whose "
+            "messages the API server renders through the chat template (vLLM 0.8.2-0.9.1 and 0.11.0 parse it "
+            "again for every request)")
+        set_form_key(new, "workload.endpoint", None if endpoint == dash.ENDPOINTS[0] else endpoint)
+    with st.sidebar.expander("what the preset approximates"):
+        try:
+            notes = preset_notes(new)
+        except ServeSimError as err:  # the run names it too
+            notes = [str(err)]
+        for note in notes:
+            st.caption(note)
+
+
+def engine_changed(new: dict, name: str, version: str | None) -> None:
+    """Start the form again from this engine choice (its defaults in the variant columns), saying which of the
+    form's own values its defaults replaced."""
+    try:
+        base, dropped = dash.with_engine(new, name, version)
+    except ServeSimError as err:
+        st.sidebar.error(str(err))
+        return
+    if dropped:
+        st.session_state.form_notes = [f"{dash.engine_label(name)}'s own defaults replace the form's "
+                                         + ", ".join(dropped)]
+    reload_form(dash.Form(base, st.session_state.form.variants))
+
+
 def sidebar(base: dict) -> dict:
     """The base scenario: model, hardware, workload, SLOs, run size."""
     new = copy.deepcopy(base)
@@ -273,6 +331,8 @@ def sidebar(base: dict) -> dict:
         router = get_path(base, "hardware.router", "round_robin")
         set_form_key(new, "hardware.router", st.sidebar.selectbox("router", routers, index=routers.index(router),
                                                                    key=key("router")))
+
+    engine_inputs(new)
 
     st.sidebar.header("Workload")
     arrival = arrival_inputs(get_path(base, "workload.arrival", {"kind": "poisson", "rate_per_s": 20.0}))
@@ -476,7 +536,7 @@ def main() -> None:
     handle_upload()
     if st.session_state.get("upload_error"):
         st.error(f"Could not load the scenario: {st.session_state.upload_error}")
-    for note in st.session_state.pop("upload_notes", []):
+    for note in st.session_state.pop("form_notes", []):
         st.warning(note)
 
     form: dash.Form = st.session_state.form

@@ -1377,6 +1377,28 @@ def preset_notes(raw: dict) -> list[str]:
     return _derive(copy.deepcopy(raw), spec["name"], preset, version, str(spec["version"]), flags).notes
 
 
+def preset_keys(raw: dict) -> set[str]:
+    """The scenario keys (dotted) the preset of a raw scenario's engine sets: where the scenario's own value would
+    win over the engine's default (the dashboard drops its form's defaults there when an engine is chosen); empty
+    without an engine, or with a name or version the preset refuses (validation says why)."""
+    spec = raw.get("engine")
+    if not isinstance(spec, dict) or spec.get("name") not in PRESETS:
+        return set()
+    version = _parse_version(str(spec.get("version", "")))
+    if version is None:
+        return set()
+    flags = {k: v for k, v in spec.items() if k not in ("name", "version")}
+    return set(_derive(copy.deepcopy(raw), spec["name"], PRESETS[spec["name"]], version, str(spec["version"]),
+                       flags).values)
+
+
+def fitted_versions(name: str) -> list[str]:
+    """The versions of an engine with CPU terms of their own fitted on published runs (engine_terms.json), oldest
+    first."""
+    table = _fitted_table().get("engines", {}).get(name, {})
+    return sorted((v for v in table if _parse_version(v) is not None), key=_parse_version)
+
+
 # Scenario keys the derivation reads (the GPUs a model is split over, the KV bytes memory is sized with): an engine
 # flag that sets one is written into the scenario before deriving, where the scenario gives none (a different own
 # value is a contradiction, refused after the derivation).

@@ -15,6 +15,9 @@
   new forms start on `BEST`, no cost_model section, so the page prices a scenario by the model `servesim run`
   would (sim/config/cost_choice.py), and `cost_model_note` names it, or says when a `measured` choice falls back;
   for a mixture of experts, the measured model's MoE routing (`MOE_ROUTINGS`, `with_moe_routing`).
+- The engine (`ENGINE_CHOICES`: none or a preset of sim/config/engines.py): `with_engine` names it in the base at
+  a version (`default_engine_version`) and drops the form's own scheduler and KV values where its preset sets
+  them (`preset_keys`), so the variant columns start from the engine's defaults.
 - `verdict_markdown` is what the page opens with (sim/views/verdict.py: the report's and the CLI's verdict);
   `summary_table` puts variants side by side with deltas against the first; `sweep_figure` plots a
   load sweep. Latency, time-series and KV figures come from `sim.views.report.figures` (with a band, also the
@@ -49,6 +52,7 @@ from sim.config.files import (
     MAX_SCENARIO_BYTES,
     build_scenario_set,
     deep_merge,
+    get_path,
     parse_yaml,
     validate_scenario,
 )
@@ -64,6 +68,7 @@ from sim.config.schema import (
     literal_choices,
     union_kinds,
 )
+from sim.config.engines import PRESETS, fitted_versions, preset_keys
 from sim.errors import ConfigError, ServeSimError
 from sim.model.interconnects import INTERCONNECTS
 from sim.results import Result
@@ -78,6 +83,7 @@ from sim.views.report import (
 )
 from sim.views.verdict import as_number, verdict_of
 from sim.workload.arrivals import ARRIVAL_KINDS, ARRIVAL_SPECS, RATE_KINDS
+from sim.workload.generate import WorkloadSpec
 from sim.workload.lengths import Lengths, PresetLengths
 
 MAX_VARIANTS = 4
@@ -346,6 +352,62 @@ def cost_model_note(base: dict) -> str | None:
     if refusal is not None:
         return f"measured kernels unavailable ({reason}): the run will stop with this error"
     return f"measured kernels unavailable ({reason}): priced with the roofline (catalog efficiencies)"
+
+
+# --------------------------------------------------------------------------------------------------
+# The engine: a preset (sim/config/engines.py) that sets the scheduler, KV, CPU terms and front-end as it runs
+
+NO_ENGINE = "none"  # no engine section: ServeSim's own defaults, no front-end
+ENGINE_CHOICES = (NO_ENGINE, *PRESETS)
+ENDPOINTS = literal_choices(WorkloadSpec, "endpoint")
+# The sections whose keys in the form's base an engine's own defaults replace: the policy a variant column shows.
+ENGINE_DECIDES = ("scheduler.", "kv_cache.")
+
+
+def engine_label(name: str) -> str:
+    return "none: ServeSim's own defaults" if name == NO_ENGINE else PRESETS[name].label
+
+
+def engine_of(base: dict) -> tuple[str, str | None]:
+    """The engine a form's base names and its version (NO_ENGINE, None without one)."""
+    spec = base.get("engine")
+    if not isinstance(spec, dict):
+        return NO_ENGINE, None
+    version = spec.get("version")
+    return str(spec.get("name")), None if version is None else str(version)
+
+
+def default_engine_version(name: str) -> str:
+    """The version a new engine choice starts at: the newest with CPU terms of its own fitted on published runs,
+    else the newest the preset knows."""
+    fitted = fitted_versions(name)
+    return fitted[-1] if fitted else ".".join(map(str, PRESETS[name].newest))
+
+
+def with_engine(base: dict, name: str, version: str | None = None) -> tuple[dict, list[str]]:
+    """(the base for this engine choice, the form's keys it dropped). NO_ENGINE removes the section; the same
+    engine keeps its flags, another starts without. Where the preset sets a scheduler or KV key the base also
+    gives (the form's defaults, or a loaded file's), the base's is dropped, so the engine's own default applies,
+    as a run of `--engine` alone would; a variant column can set it again."""
+    out = copy.deepcopy(base)
+    if name == NO_ENGINE:
+        out.pop("engine", None)
+        return out, []
+    if name not in PRESETS:
+        raise ConfigError(f"engine.name: {name!r} is not an engine preset; allowed: {', '.join(PRESETS)}")
+    old_name, _ = engine_of(base)
+    flags = {k: v for k, v in base["engine"].items() if k not in ("name", "version")} if old_name == name else {}
+    out["engine"] = {"name": name, "version": version or default_engine_version(name), **flags}
+    dropped = []
+    for dotted in sorted(preset_keys(out)):
+        given = get_path(out, dotted, _MISSING)
+        if dotted.startswith(ENGINE_DECIDES) and given is not _MISSING:
+            dropped.append(f"{dotted} {given!r}")
+            out = _without(out, tuple(dotted.split(".")))
+    return out, dropped
+
+
+_MISSING = object()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import yaml
 pytest.importorskip("streamlit", reason="the dashboard needs the ui extra (streamlit)")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
+from sim.config.files import build_scenario_set  # noqa: E402
 from sim.results import Result  # noqa: E402
 from sim.views import dashboard as dash  # noqa: E402
 from sim.views.cli import main as servesim  # noqa: E402
@@ -238,12 +239,42 @@ def test_the_moe_routing_of_measured_kernels_is_a_sidebar_setting_for_mixtures_o
     assert "1.cost_model.moe_routing" not in [e.key for e in dense.selectbox]
 
 
+def test_an_engine_named_in_the_sidebar_runs_with_its_own_defaults_and_its_clients_endpoint(tmp_path):
+    at = started()
+    at.number_input(key="0.run.requests").set_value(300)
+    at.run()
+    at.selectbox(key="0.engine.name").set_value("vllm")
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    notes = [w.value for w in at.warning]
+    assert any("vLLM's own defaults replace the form's" in n and "scheduler.max_num_seqs 256" in n for n in notes)
+    raw = yaml.safe_load(at.code[0].value)
+    assert raw["engine"] == {"name": "vllm", "version": dash.default_engine_version("vllm")}
+    assert "max_num_seqs" not in raw["scheduler"] and "endpoint" not in raw["workload"]
+    # the variant columns now show what the engine derives (not the form's 256), and write no override for it
+    derived = build_scenario_set(raw).variants[list(raw["variants"])[0]].scheduler
+    assert at.number_input(key="1.v0.max_num_seqs").value == derived.max_num_seqs != 256
+    assert raw["variants"][list(raw["variants"])[0]] == {}
+    completions_ttft = float(at.table[0].value.iloc[:, 0].loc["TTFT p99 (s)"])
+
+    # vLLM 0.11.0's API server parses the chat template for every chat request: work that queues before the engine
+    at.radio(key="1.workload.endpoint").set_value("chat")
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert yaml.safe_load(at.code[0].value)["workload"]["endpoint"] == "chat"
+    assert float(at.table[0].value.iloc[:, 0].loc["TTFT p99 (s)"]) > completions_ttft
+
+    at.text_input(key="1.engine.version").set_value("9.9")  # not a version the preset knows: one line, no traceback
+    at.run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and errors[0].startswith("engine.version: '9.9' is not a vllm version"), errors
+
+
 @pytest.mark.parametrize("name", ["quickstart", "speculative", "prefix_caching", "swap", "quantization",
-                                  "llama70b_tp4", "pipeline_parallel"])
+                                  "llama70b_tp4", "pipeline_parallel", "engines"])
 def test_a_shipped_scenario_survives_upload_and_download_unchanged(name):
     """The form must not change what it was given: every widget starts from the file's value."""
-    from sim.config.files import build_scenario_set
-
     raw = yaml.safe_load((Path(APP).parent / "scenarios" / f"{name}.yaml").read_text())
     raw["run"]["num_requests"] = 40  # the round trip is about settings; keep the simulations small
     at = upload(started(), f"{name}.yaml", yaml.safe_dump(raw, sort_keys=False).encode())

@@ -302,3 +302,38 @@ def test_the_draft_menu_offers_only_models_with_the_targets_vocabulary():
     assert all(MODELS[name].vocab_size == MODELS["llama-2-13b"].vocab_size for name in choices)
     assert dash.draft_choices({"vocab_size": MODELS["llama-3.1-8b"].vocab_size}) == [
         name for name, spec in MODELS.items() if spec.vocab_size == MODELS["llama-3.1-8b"].vocab_size]
+
+
+# --- the engine a form names (the sidebar's engine choice) ---------------------------------------------------------
+
+def test_choosing_an_engine_drops_the_forms_policy_defaults_so_the_engines_own_apply():
+    base, dropped = dash.with_engine(dash.DEFAULT_BASE, "vllm")
+    assert base["engine"] == {"name": "vllm", "version": dash.default_engine_version("vllm")}
+    assert "scheduler.max_num_seqs 256" in dropped and "max_num_seqs" not in base["scheduler"]
+    assert base["scheduler"]["max_model_len"] == dash.DEFAULT_BASE["scheduler"]["max_model_len"]  # no preset key
+    assert dash.DEFAULT_BASE["scheduler"]["max_num_seqs"] == 256  # the form's default itself is untouched
+    chosen = validate_scenario(base)
+    alone = validate_scenario({k: v for k, v in base.items() if k not in ("scheduler", "kv_cache")})
+    # what a run naming the engine alone derives for this GPU and model, not the form's 256 sequences
+    assert chosen.scheduler.max_num_seqs == alone.scheduler.max_num_seqs != 256
+    assert chosen.kv_cache.model_dump() == alone.kv_cache.model_dump()
+
+
+def test_the_same_engine_keeps_its_flags_another_starts_without_and_none_removes_the_section():
+    base = {**dash.DEFAULT_BASE, "engine": {"name": "vllm", "version": "0.6.3", "num_scheduler_steps": 8}}
+    again, _ = dash.with_engine(base, "vllm", "0.6.6")
+    assert again["engine"] == {"name": "vllm", "version": "0.6.6", "num_scheduler_steps": 8}
+    other, _ = dash.with_engine(base, "sglang")
+    assert other["engine"] == {"name": "sglang", "version": dash.default_engine_version("sglang")}
+    assert "engine" not in dash.with_engine(base, dash.NO_ENGINE)[0]
+    assert dash.engine_of(base) == ("vllm", "0.6.3") and dash.engine_of(dash.DEFAULT_BASE) == (dash.NO_ENGINE, None)
+    with pytest.raises(ConfigError, match="engine.name: 'vllmm' is not an engine preset; allowed: vllm, sglang"):
+        dash.with_engine(base, "vllmm")
+
+
+@pytest.mark.parametrize("name", [n for n in dash.ENGINE_CHOICES if n != dash.NO_ENGINE])
+def test_an_engines_starting_version_is_its_newest_with_fitted_terms(name):
+    from sim.config.engines import fitted_versions
+    version = dash.default_engine_version(name)
+    assert version == fitted_versions(name)[-1]
+    assert validate_scenario(dash.with_engine(dash.DEFAULT_BASE, name)[0]).engine.version == version  # known to it
