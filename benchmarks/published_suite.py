@@ -67,25 +67,27 @@ ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "
 # source file and version cited there).
 PRESET_ENGINES = tuple(PRESETS)
 
-# How a run's command-line flags are spelled for its engine's preset (the preset's flag names, sim/config/engines.py).
-PRESET_FLAGS = {
-    # vLLM's argument parser takes underscores for dashes (FlexibleArgumentParser): --max_model_len is --max-model-len
-    "vllm": {"--max-model-len": "max_model_len", "--max_model_len": "max_model_len",
-             "--max-num-batched-tokens": "max_num_batched_tokens",
-             "--max-num-seqs": "max_num_seqs", "--gpu-memory-utilization": "gpu_memory_utilization",
-             "--num-scheduler-steps": "num_scheduler_steps", "--async-scheduling": "async_scheduling",
-             "--enforce-eager": "enforce_eager", "--enable-prefix-caching": "enable_prefix_caching"},
-    # argparse takes an unambiguous prefix: --mem-frac is --mem-fraction-static (the SGLang page's TP 4 offline run)
-    "sglang": {"--context-length": "context_length", "--chunked-prefill-size": "chunked_prefill_size",
-               "--mem-fraction-static": "mem_fraction_static", "--mem-frac": "mem_fraction_static",
-               "--max-running-requests": "max_running_requests", "--disable-radix-cache": "disable_radix_cache",
-               "--enable-torch-compile": "enable_torch_compile", "--dp-size": "dp_size", "--dp": "dp_size"},
-    "trtllm": {"--max_seq_len": "max_seq_len", "--enable_chunked_prefill": "enable_chunked_prefill",
-               "--max_batch_size": "max_batch_size", "--max_num_tokens": "max_num_tokens",
-               "--kv_cache_free_gpu_memory_fraction": "kv_cache_free_gpu_memory_fraction"},
-    # LMDeploy's run scripts write TurboMind's config.ini keys, which the preset spells the same way
-    "lmdeploy": {k: k for k, flag in PRESETS["lmdeploy"].flags.items() if flag.target != "hardware.tensor_parallel"},
-}
+# The scenario keys a case states itself (its TP, PP, EP and KV dtype): the options that set them are the case's.
+CASE_STATED = ("hardware.tensor_parallel", "hardware.pipeline_parallel", "hardware.expert_parallel",
+               "quantization.kv_cache")
+
+
+def preset_flag_name(engine: str, option: str) -> str | None:
+    """The preset's name of a run's command-line option, read from the preset's own flags (sim/config/engines.py:
+    each flag's spelling, `Flag.option`); None where the preset has none or the option sets what the case states
+    itself (CASE_STATED). vLLM's parser takes underscores for dashes (FlexibleArgumentParser: --max_model_len is
+    --max-model-len), and argparse an unambiguous prefix (--mem-frac is SGLang's --mem-fraction-static); LMDeploy's
+    run scripts write TurboMind's config.ini keys, which the preset spells the same way."""
+    flags = {name: flag for name, flag in PRESETS[engine].flags.items() if flag.target not in CASE_STATED}
+    if engine == "lmdeploy":
+        return option if option in flags else None
+    if engine == "vllm" and option.startswith("--"):
+        option = "--" + option[2:].replace("_", "-")
+    spelled = {flag.option: name for name, flag in flags.items() if flag.option}
+    if option in spelled:
+        return spelled[option]
+    prefixed = [name for spelling, name in spelled.items() if spelling.startswith(option)]
+    return prefixed[0] if len(prefixed) == 1 else None
 
 
 # The cost models a run can be priced with (`--cost-model NAME`); the first is today's default.
@@ -921,7 +923,7 @@ def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
     if e.key in PRESET_ENGINES:
         engine: dict[str, Any] = {"name": e.key, "version": e.version}
         for flag, value in case.flags.items():
-            name = PRESET_FLAGS[e.key].get(flag)
+            name = preset_flag_name(e.key, flag)
             if name is not None:  # others (-tp, --kv-cache-dtype) are the case's TP and dtypes
                 engine[name] = _typed(value)
         if case.dp_attention:  # SGLang's --enable-dp-attention (`unsupported` refuses it elsewhere)

@@ -47,6 +47,13 @@ class Flag:
     convert: Callable[[Any], Any] = lambda value: value
     since: tuple[int, ...] | None = None  # the first version of the engine that has it (None: every version known)
 
+    @property
+    def option(self) -> str | None:
+        """The engine's own command-line spelling of the flag: `doc` starts with it (`--max-num-seqs`); None where
+        the doc names a config key instead (LMDeploy's config.ini, TensorRT-LLM's YAML options)."""
+        head = self.doc.split(maxsplit=1)[0].rstrip(":")
+        return head if head.startswith("--") else None
+
 
 def _kv_cache_dtype(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
     """An engine's --kv-cache-dtype as `quantization.kv_cache`: auto (the model's own dtype) sets nothing; fp8,

@@ -376,3 +376,21 @@ def test_a_chat_clients_runs_take_the_presets_template_work_with_the_fits_latenc
     assert s.frontend.per_request_s == TEMPLATE_PARSES[-1].work_s and s.frontend.discipline == "processor_sharing"
     plain = validate_scenario(ps.scenario(completions, ps.COST_MODELS["roofline"], fitted))
     assert plain.workload.endpoint == "completions" and plain.frontend.per_request_s == 0
+
+
+def test_a_runs_command_line_options_are_read_by_the_presets_own_spelling_of_each_flag():
+    from sim.config.engines import PRESETS
+    for engine, preset in PRESETS.items():
+        for name, flag in preset.flags.items():
+            spelled = name if engine == "lmdeploy" else flag.option  # LMDeploy's config.ini keys: the preset's names
+            if spelled is None:  # no command-line option (SGLang's radix cache is on unless --disable-radix-cache)
+                continue
+            expected = None if flag.target in ps.CASE_STATED else name
+            assert ps.preset_flag_name(engine, spelled) == expected, (engine, spelled)
+    assert PRESETS["vllm"].flags["max_num_seqs"].option == "--max-num-seqs"
+    assert PRESETS["trtllm"].flags["tokens_per_block"].option is None  # a YAML option: no command-line spelling
+    assert ps.preset_flag_name("vllm", "--max_model_len") == "max_model_len"  # vLLM takes underscores for dashes
+    assert ps.preset_flag_name("sglang", "--mem-frac") == "mem_fraction_static"  # argparse's unambiguous prefix
+    assert ps.preset_flag_name("sglang", "--enable") is None  # ambiguous: several options start so
+    assert ps.preset_flag_name("vllm", "-tp") is None and ps.preset_flag_name("vllm", "--tensor") is None  # the case's
+    assert ps.preset_flag_name("vllm", "--disable-log-requests") is None  # no preset flag: not the engine's model
