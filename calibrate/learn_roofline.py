@@ -49,7 +49,7 @@ def _gpu_frames(gpu: str) -> dict[str, pd.DataFrame]:
     # A kernel costs a launch (the GPU's fastest GEMM, ~2.4 µs on A100/H100, 1.6 µs on L40S) PLUS its work at some
     # efficiency, learned on the time beyond the launch. Folding the launch into the efficiency (format 1) ties a
     # fixed cost to the GPU's peak: it transferred worse in leave-one-GPU-out (benchmarks/RESULTS.md).
-    t0 = float(t.gemm["latency_ms"].min()) * 1e-3
+    t0 = t.launch_floor_s
 
     def eff(ideal: np.ndarray, latency_ms: np.ndarray, floor_s: float = t0) -> np.ndarray:
         # Capped at 1: cells no longer than a launch say nothing about the work's efficiency.

@@ -198,6 +198,12 @@ class MeasuredTables:
     generation_mla: pd.DataFrame | None = None
     moe_by_routing: dict | None = None  # {routing distribution: its fused-MoE rows}; `moe` is the default's
 
+    @property
+    def launch_floor_s(self) -> float:
+        """The fastest kernel the GEMM table holds: a floor for any kernel launch inside a step (the measured model's
+        and the learned roofline's launch)."""
+        return float(self.gemm["latency_ms"].min()) * 1e-3
+
     def moe_rows(self, routing: str) -> tuple[pd.DataFrame | None, str]:
         """(the fused-MoE rows measured under `routing`, the routing they were measured under). Balanced where the
         tables hold none: their mildest skew (A100's tables measured only power-law routing), which the caller
@@ -561,8 +567,7 @@ class MeasuredCostModel(PackedCostModel):
                 self.notes[f"{field} fp16 priced from the bf16 rows (same element size and tensor-core rate)"] += 1
         tp, t = tensor_parallel, self.tables
         self.roof = device_roofline(t.gemm)
-        # The fastest kernel the GEMM table holds: a floor for any kernel launch inside a step.
-        self.min_kernel_s = float(t.gemm["latency_ms"].min()) * 1e-3
+        self.min_kernel_s = t.launch_floor_s
         self.roofline = RooflineCostModel(model, gpu, tensor_parallel=tp, weight_dtype=weight_dtype,
                                           kv_dtype=kv_dtype, fp8_compute=weight_dtype == "fp8",
                                           expert_parallel=expert_parallel)
