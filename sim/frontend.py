@@ -1,7 +1,11 @@
 """The API front-end as a stage of the event model (issue 30): client -> front-end -> engine -> front-end -> client.
 
-The front-end is `num_processes` server processes in front of the replicas (vLLM's API server processes:
-HTTP, the chat template, tokenization on the way in; detokenization and streaming on the way out). Its
+The front-end is `num_processes` server processes in front of each replica (vLLM's API server processes:
+HTTP, the chat template, tokenization on the way in; detokenization and streaming on the way out). Each replica is a
+server of its own (a `vllm serve`, with its own API server), so a run has num_processes x num_replicas of them;
+the passes pool them, a request taking the one free soonest, before the engine's router picks its replica (the
+router runs in the engine loop, after the inbound pass): with one replica exact, with several what a router that
+spreads the load evenly approaches (a router that does not leaves some servers busier than pooled ones). Its
 arithmetic is written once, here, as numba functions over arrays, and runs outside the engine loop: one pass
 before it and one after. Both engines (the SimPy engine and the compiled core) are handed the same arrival
 times and write the same records, so neither loop changes, and their records stay identical.
@@ -498,8 +502,9 @@ class FrontendStage:
     """The front-end around one run: `engine_workload` (the inbound pass's arrivals, in the engine's order) goes
     to the engine; `client_side(requests)` adds the outbound pass's client-side columns to its records."""
 
-    def __init__(self, spec, workload):
-        self.costs = FrontendCosts.of(spec)
+    def __init__(self, spec, workload, num_replicas: int = 1):
+        # every replica's own processes, pooled (module docstring)
+        self.costs = dataclasses.replace(FrontendCosts.of(spec), num_processes=spec.num_processes * num_replicas)
         self.workload = workload
         self.outbound: Outbound | None = None
         # A closed loop: the engine runs the front-end in its loop (`in_loop`, given to sim.core.engine.Simulation);

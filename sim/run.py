@@ -339,7 +339,7 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     frontend = None
     if scenario.frontend is not None:
         from sim.frontend import FrontendStage
-        frontend = FrontendStage(scenario.frontend, workload)
+        frontend = FrontendStage(scenario.frontend, workload, scenario.hardware.num_replicas)
         # The engine gets the requests as they leave the front-end. The early-stop rule reads the engine's records
         # (a client-side TPOT may be below the engine's), so it is not asked.
         workload, stop_when = frontend.engine_workload, None

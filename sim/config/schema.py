@@ -569,14 +569,15 @@ MAX_TOKENS_PER_CHUNK = 1 << 30
 
 
 class FrontendSpec(_Strict):
-    """The API front-end between the client and the engine (sim/frontend.py): `num_processes` server processes
-    that take each request in (HTTP, chat template, tokenization) and stream its output back (detokenization, one
-    event per chunk). Absent: no front-end, the engine's own times are the client's. The costs have no defaults:
-    they depend on the engine, its version and the host CPU (the engine presets will supply them)."""
+    """The API front-end between the client and the engine (sim/frontend.py): `num_processes` server processes per
+    replica that take each request in (HTTP, chat template, tokenization) and stream its output back
+    (detokenization, one event per chunk). Absent: no front-end, the engine's own times are the client's. The costs
+    have no defaults: they depend on the engine, its version and the host CPU (the engine presets supply them)."""
 
     num_processes: int = Field(1, ge=1, le=MAX_FRONTEND_PROCESSES, description=(
-        "server processes, each doing one piece of work at a time; default 1: vLLM's single API server "
-        f"(`vllm serve` without --api-server-count, vllm/entrypoints/cli/serve.py); at most {MAX_FRONTEND_PROCESSES}"))
+        "server processes per replica (each replica is a server with its own front-end), each doing one piece of "
+        "work at a time; default 1: vLLM's single API server (`vllm serve` without --api-server-count, "
+        f"vllm/entrypoints/cli/serve.py); at most {MAX_FRONTEND_PROCESSES}"))
     per_request_s: float = Field(ge=0, description="inbound work once per request: HTTP, parsing, the chat template")
     per_prompt_token_s: float = Field(ge=0, description="inbound work per prompt token: tokenization")
     per_output_chunk_s: float = Field(ge=0, description="outbound work per streamed chunk: one server-sent event")

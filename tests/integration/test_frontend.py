@@ -126,16 +126,18 @@ def test_concurrency_one_adds_the_front_end_work_to_ttft():
     assert on.summary["latency_measured_at"] == "client"
 
 
-@pytest.mark.parametrize("num_processes", [1, 2])
-def test_a_saturated_front_end_caps_the_client_rate(num_processes):
+@pytest.mark.parametrize("num_processes, num_replicas", [(1, 1), (2, 1), (1, 2), (2, 3)])
+def test_a_saturated_front_end_caps_the_client_rate(num_processes, num_replicas):
     # 400 requests at once; each costs the front-end 10 ms in and 4 x 1 ms out: the clients receive complete
-    # replies at num_processes / 14 ms at most, and (the engine being far faster) close to it
+    # replies at num_processes / 14 ms at most per replica (each replica a server with its own front-end), and (the
+    # engine being far faster) close to it
     burst = {"workload": {"arrival": {"kind": "burst"},
                           "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 4}},
-             "run": {"num_requests": 400}}
+             "hardware": {"num_replicas": num_replicas}, "run": {"num_requests": 400}}
     r = run(burst, frontend={"num_processes": num_processes, "per_request_s": 0.01, "per_prompt_token_s": 0,
                              "per_output_chunk_s": 0.001})
-    cap = num_processes / 0.014
+    cap = num_processes * num_replicas / 0.014
+    assert r.summary["frontend_num_processes"] == num_processes * num_replicas
     assert r.summary["num_finished"] == 400
     assert r.summary["throughput_rps"] <= cap * (1 + 1e-9)
     assert r.summary["throughput_rps"] == pytest.approx(cap, rel=0.02)
