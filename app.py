@@ -472,6 +472,9 @@ def results_section(results: list[Result]) -> None:
                + ", ".join(f"{r.name}: {'yes' if r.summary.get('slo_met') else 'no'}" for r in results
                            if r.summary.get("slo_met") is not None))
     st.caption(dash.cost_model_caption(results))
+    measured_at = dash.measured_at_caption(results)
+    if measured_at:
+        st.caption(measured_at)
     st.table(dash.summary_table(results))
     attention_section(results)
     for _, fig in figures(results):

@@ -76,6 +76,7 @@ from sim.views.report import (
     COLORS,
     COST_MODEL_LABEL,
     DISAGGREGATION_ROWS,
+    FRONTEND_ROWS,
     PERCENT_KEYS,
     SUMMARY_ROWS,
     cost_model_labels,
@@ -745,8 +746,11 @@ def confined_form(form: Form, uploads: Uploads) -> Form:
 # --------------------------------------------------------------------------------------------------
 # Results side by side
 
-# One list of rows for every view; deltas are against the first variant. Rows no result has are not shown.
-SUMMARY_METRICS = SUMMARY_ROWS + DISAGGREGATION_ROWS
+# One list of rows for every view; deltas are against the first variant. Rows no result has are not shown. The
+# front-end's rows are numbers but the first, which says where TTFT, TPOT and E2E are measured: the caption says it
+# (`measured_at_caption`), the table holds numbers only.
+MEASURED_AT = FRONTEND_ROWS[0]
+SUMMARY_METRICS = SUMMARY_ROWS + [row for row in FRONTEND_ROWS if row != MEASURED_AT] + DISAGGREGATION_ROWS
 _KEY_OF_LABEL = {label: key for key, label in SUMMARY_METRICS}
 
 
@@ -789,6 +793,17 @@ def summary_table(results: list[Result]) -> pd.DataFrame:
                                     for k, v, ref in zip(keys, numbers[column], numbers[first])]
     table.index.name = "metric"
     return table
+
+
+def measured_at_caption(results: list[Result]) -> str | None:
+    """A line above the summary table where a variant's front-end runs (an engine preset's, or its own
+    `frontend:`): its TTFT, TPOT and E2E are then the client's, and the front-end rows split them."""
+    key, _ = MEASURED_AT
+    at_client = [r.name for r in results if r.summary.get(key) == "client"]
+    if not at_client:
+        return None
+    return (f"TTFT, TPOT and E2E as the client measures them (send to streamed token, through the API front-end) for "
+            f"{', '.join(at_client)}; the front-end and engine rows below split them")
 
 
 def cost_model_caption(results: list[Result]) -> str:

@@ -255,7 +255,12 @@ def test_an_engine_named_in_the_sidebar_runs_with_its_own_defaults_and_its_clien
     derived = build_scenario_set(raw).variants[list(raw["variants"])[0]].scheduler
     assert at.number_input(key="1.v0.max_num_seqs").value == derived.max_num_seqs != 256
     assert raw["variants"][list(raw["variants"])[0]] == {}
-    completions_ttft = float(at.table[0].value.iloc[:, 0].loc["TTFT p99 (s)"])
+    table = at.table[0].value
+    completions_ttft = float(table.iloc[:, 0].loc["TTFT p99 (s)"])
+    # the preset's front-end runs: TTFT is the client's, and the front-end's and the engine's rows split it
+    assert "front-end busy share" in table.index and "engine TTFT p50 (s)" in table.index
+    assert "TTFT, TPOT, E2E measured at" not in table.index  # a word, not a number: the caption says it
+    assert any(c.value.startswith("TTFT, TPOT and E2E as the client measures them") for c in at.caption)
 
     # vLLM 0.11.0's API server parses the chat template for every chat request: work that queues before the engine
     at.radio(key="1.workload.endpoint").set_value("chat")
