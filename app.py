@@ -307,7 +307,7 @@ def engine_changed(new: dict, name: str, version: str | None) -> None:
 
 
 def sidebar(base: dict) -> dict:
-    """The base scenario: model, hardware, workload, SLOs, run size."""
+    """The base scenario: model, hardware, engine, workload, SLOs, run size."""
     new = copy.deepcopy(base)
     st.sidebar.header("Model and hardware")
     new["model"] = catalog_or_custom("Model", base.get("model", "llama-3.1-8b"), MODELS, "model")

@@ -502,7 +502,7 @@ class FrontendStage:
     """The front-end around one run: `engine_workload` (the inbound pass's arrivals, in the engine's order) goes
     to the engine; `client_side(requests)` adds the outbound pass's client-side columns to its records."""
 
-    def __init__(self, spec, workload, num_replicas: int = 1):
+    def __init__(self, spec, workload, num_replicas: int):
         # every replica's own processes, pooled (module docstring)
         self.costs = dataclasses.replace(FrontendCosts.of(spec), num_processes=spec.num_processes * num_replicas)
         self.workload = workload

@@ -47,6 +47,7 @@ import plotly.graph_objects as go
 import yaml
 from plotly.subplots import make_subplots
 
+from sim.config.engines import PRESETS, fitted_versions, preset_keys
 from sim.config.file_access import confine_file_fields
 from sim.config.files import (
     MAX_SCENARIO_BYTES,
@@ -68,7 +69,6 @@ from sim.config.schema import (
     literal_choices,
     union_kinds,
 )
-from sim.config.engines import PRESETS, fitted_versions, preset_keys
 from sim.errors import ConfigError, ServeSimError
 from sim.model.interconnects import INTERCONNECTS
 from sim.results import Result
@@ -77,6 +77,7 @@ from sim.views.report import (
     COST_MODEL_LABEL,
     DISAGGREGATION_ROWS,
     FRONTEND_ROWS,
+    MEASURED_AT_KEY,
     PERCENT_KEYS,
     SUMMARY_ROWS,
     cost_model_labels,
@@ -749,8 +750,7 @@ def confined_form(form: Form, uploads: Uploads) -> Form:
 # One list of rows for every view; deltas are against the first variant. Rows no result has are not shown. The
 # front-end's rows are numbers but the first, which says where TTFT, TPOT and E2E are measured: the caption says it
 # (`measured_at_caption`), the table holds numbers only.
-MEASURED_AT = FRONTEND_ROWS[0]
-SUMMARY_METRICS = SUMMARY_ROWS + [row for row in FRONTEND_ROWS if row != MEASURED_AT] + DISAGGREGATION_ROWS
+SUMMARY_METRICS = SUMMARY_ROWS + [row for row in FRONTEND_ROWS if row[0] != MEASURED_AT_KEY] + DISAGGREGATION_ROWS
 _KEY_OF_LABEL = {label: key for key, label in SUMMARY_METRICS}
 
 
@@ -798,8 +798,7 @@ def summary_table(results: list[Result]) -> pd.DataFrame:
 def measured_at_caption(results: list[Result]) -> str | None:
     """A line above the summary table where a variant's front-end runs (an engine preset's, or its own
     `frontend:`): its TTFT, TPOT and E2E are then the client's, and the front-end rows split them."""
-    key, _ = MEASURED_AT
-    at_client = [r.name for r in results if r.summary.get(key) == "client"]
+    at_client = [r.name for r in results if r.summary.get(MEASURED_AT_KEY) == "client"]
     if not at_client:
         return None
     return (f"TTFT, TPOT and E2E as the client measures them (send to streamed token, through the API front-end) for "

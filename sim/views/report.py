@@ -99,8 +99,9 @@ DISAGGREGATION_ROWS = [
 
 # The API front-end (`frontend:`): shown only when a result has one; with it the TTFT, TPOT, E2E and ITL rows above
 # are the client's (as `vllm bench serve` measures them), and these rows give the engine's and the front-end's shares.
+MEASURED_AT_KEY = "latency_measured_at"  # "client" where a front-end runs: a word, not a number
 FRONTEND_ROWS = [
-    ("latency_measured_at", "TTFT, TPOT, E2E measured at"),
+    (MEASURED_AT_KEY, "TTFT, TPOT, E2E measured at"),
     ("frontend_num_processes", "front-end processes"), ("frontend_busy_fraction", "front-end busy share"),
     ("frontend_in_s_mean", "front-end in: send to engine mean (s)"),
     ("frontend_in_s_p99", "front-end in: send to engine p99 (s)"),
