@@ -516,10 +516,11 @@ def schema():
 
 
 @app.command()
-def catalog(kind: str = typer.Argument(..., help="models, gpus, or import (with a config.json)"),
+def catalog(kind: str = typer.Argument(..., help="models, gpus, engines, or import (with a config.json)"),
             config: Optional[str] = typer.Argument(None, help="import: a Hugging Face config.json"),
             name: Optional[str] = typer.Option(None, "--name", help="import: the model's name")):
-    """Print the model or GPU catalog as a table; `catalog import config.json` prints a Hugging Face model."""
+    """Print the model, GPU or engine-preset catalog as a table; `catalog import config.json` prints a Hugging Face
+    model."""
     if kind == "import":
         from sim.views.hf_import import import_text
         if config is None:
@@ -527,16 +528,17 @@ def catalog(kind: str = typer.Argument(..., help="models, gpus, or import (with 
                                 "config.json [--name NAME]")
         print(import_text(config, name), end="")
         return
-    from sim.views.tables import gpus_table, models_table
-    tables = {"models": models_table, "gpus": gpus_table}
+    from sim.views.tables import engines_table, gpus_table, models_table
+    tables = {"models": models_table, "gpus": gpus_table, "engines": engines_table}
     if kind not in tables:
-        raise ServeSimError(f"catalog: {kind!r} is not a catalog; allowed: models, gpus, import")
+        raise ServeSimError(f"catalog: {kind!r} is not a catalog; allowed: {', '.join(tables)}, import")
     if config is not None or name is not None:
         raise ServeSimError(f"catalog {kind}: takes no config.json or --name (only `catalog import` does)")
+    import pandas as pd
     df = tables[kind]()
     table = Table(title=f"{kind} catalog")
-    for col in df.columns:
-        table.add_column(str(col), justify="left" if df[col].dtype == object else "right")
+    for col in df.columns:  # words to the left, numbers to the right
+        table.add_column(str(col), justify="right" if pd.api.types.is_numeric_dtype(df[col]) else "left")
     from sim.views.report import format_value
     for row in df.itertuples(index=False):
         table.add_row(*[format_value(v) if not isinstance(v, str) else v for v in row])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
+from sim.config.engines import PRESETS, fitted_versions
 from sim.model.catalog import GPUS, MODELS
 from sim.model.memory import kv_bytes_per_token
 from sim.model.shapes import active_param_count, param_count
@@ -51,3 +52,20 @@ def gpus_table() -> pd.DataFrame:
         for key, g in GPUS.items()
     ]
     return pd.DataFrame(rows)
+
+
+def engines_table() -> pd.DataFrame:
+    """One row per engine preset, for `servesim catalog engines`: the versions it knows, those with CPU terms of
+    their own fitted on published runs (engine_terms.json; other versions take the nearest fit, and say so), the
+    flags it takes (as `engine: {name, version, <flag>: value}` spells them), and the source it follows."""
+    return pd.DataFrame([
+        {
+            "engine": key,
+            "label": preset.label,
+            "versions": preset.known_versions(),
+            "cpu_terms_fitted_for": ", ".join(fitted_versions(key)) or "-",
+            "flags": ", ".join(preset.flags),
+            "source": preset.source,
+        }
+        for key, preset in PRESETS.items()
+    ])

@@ -337,3 +337,15 @@ def test_an_engines_starting_version_is_its_newest_with_fitted_terms(name):
     version = dash.default_engine_version(name)
     assert version == fitted_versions(name)[-1]
     assert validate_scenario(dash.with_engine(dash.DEFAULT_BASE, name)[0]).engine.version == version  # known to it
+
+
+def test_the_engine_catalog_lists_every_preset_its_versions_and_flags():
+    from sim.config.engines import PRESETS, fitted_versions
+    from sim.views.tables import engines_table
+    table = engines_table().set_index("engine")
+    assert list(table.index) == list(PRESETS)
+    for name, preset in PRESETS.items():
+        row = table.loc[name]
+        assert row["versions"] == preset.known_versions() and row["flags"].split(", ") == list(preset.flags)
+        assert row["cpu_terms_fitted_for"] == (", ".join(fitted_versions(name)) or "-")
+    assert dash.default_engine_version("vllm") in table.loc["vllm", "cpu_terms_fitted_for"].split(", ")
