@@ -268,7 +268,7 @@ def engine_inputs(new: dict) -> None:
         return
     typed = st.sidebar.text_input("version", version, key=key("engine.version"),
                                   help=f"{dash.engine_label(choice)} {dash.PRESETS[choice].known_versions()}; "
-                                  "CPU terms fitted for " + ", ".join(dash.fitted_versions(choice))).strip()
+                                  "fitted on published runs: " + ", ".join(dash.fitted_versions(choice))).strip()
     if typed and typed != version:
         engine_changed(new, choice, typed)
     flags = {k: v for k, v in new["engine"].items() if k not in ("name", "version")}

@@ -572,16 +572,20 @@ def _request_lengths(r: _Reader, q: dict, n: int) -> RequestLengths | None:
     return done
 
 
+def _bench_command(raw: dict) -> str:
+    return str(raw.get("benchmark_command") or raw.get("command") or "")
+
+
 def _endpoint(raw: dict) -> str:
     """The endpoint the benchmark command calls: chat for `--backend openai-chat` or `--endpoint
     /v1/chat/completions`, else completions (every tool's default here: vllm bench serve's `openai`, SGLang's and the
     older script's `vllm` backend; trtllm-bench and LMDeploy's profilers call no HTTP endpoint)."""
-    bench = str(raw.get("benchmark_command") or raw.get("command") or "")
+    bench = _bench_command(raw)
     return "chat" if "openai-chat" in bench or "/chat/completions" in bench else "completions"
 
 
 def _tool(raw: dict) -> str:
-    bench = str(raw.get("benchmark_command") or raw.get("command") or "")
+    bench = _bench_command(raw)
     if bench.startswith("vllm bench serve"):
         return "vllm bench serve"
     if "benchmark_serving.py" in bench:

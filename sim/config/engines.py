@@ -1369,39 +1369,38 @@ def _check_flag_agrees(flag: str | None, dotted: str, value, given) -> None:
                           "the same value")
 
 
+def _unvalidated_derivation(raw: dict) -> PresetResult | None:
+    """The preset's derivation for a raw scenario that is not validated, or None without an engine, or with a name
+    or version the preset refuses (validation says why)."""
+    spec = raw.get("engine")
+    if not isinstance(spec, dict) or spec.get("name") not in PRESETS:
+        return None
+    version = _parse_version(str(spec.get("version", "")))
+    if version is None:
+        return None
+    flags = {k: v for k, v in spec.items() if k not in ("name", "version")}
+    return _derive(copy.deepcopy(raw), spec["name"], PRESETS[spec["name"]], version, str(spec["version"]), flags)
+
+
 def preset_notes(raw: dict) -> list[str]:
     """What the preset of a raw scenario's engine approximates (a default read at another version than the one
     named, a term not yet fitted), one line each; [] without an engine. For a raw scenario that is not validated
     (the published suite's cases); a validated scenario keeps the notes of its one derivation: `EngineSpec.notes`."""
-    spec = raw.get("engine")
-    if not isinstance(spec, dict) or spec.get("name") not in PRESETS:
-        return []
-    preset = PRESETS[spec["name"]]
-    version = _parse_version(str(spec.get("version", "")))
-    if version is None:
-        return []
-    flags = {k: v for k, v in spec.items() if k not in ("name", "version")}
-    return _derive(copy.deepcopy(raw), spec["name"], preset, version, str(spec["version"]), flags).notes
+    result = _unvalidated_derivation(raw)
+    return result.notes if result is not None else []
 
 
 def preset_keys(raw: dict) -> set[str]:
     """The scenario keys (dotted) the preset of a raw scenario's engine sets: where the scenario's own value would
     win over the engine's default (the dashboard drops its form's defaults there when an engine is chosen); empty
-    without an engine, or with a name or version the preset refuses (validation says why)."""
-    spec = raw.get("engine")
-    if not isinstance(spec, dict) or spec.get("name") not in PRESETS:
-        return set()
-    version = _parse_version(str(spec.get("version", "")))
-    if version is None:
-        return set()
-    flags = {k: v for k, v in spec.items() if k not in ("name", "version")}
-    return set(_derive(copy.deepcopy(raw), spec["name"], PRESETS[spec["name"]], version, str(spec["version"]),
-                       flags).values)
+    without an engine, or with a name or version the preset refuses."""
+    result = _unvalidated_derivation(raw)
+    return set(result.values) if result is not None else set()
 
 
 def fitted_versions(name: str) -> list[str]:
-    """The versions of an engine with CPU terms of their own fitted on published runs (engine_terms.json), oldest
-    first."""
+    """The versions of an engine with a fit of their own on published runs (engine_terms.json), oldest first. A term
+    such a fit left at a bound or did not pin is not used (`usable_terms`): the preset's notes say which."""
     table = _fitted_table().get("engines", {}).get(name, {})
     return sorted((v for v in table if _parse_version(v) is not None), key=_parse_version)
 

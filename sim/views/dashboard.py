@@ -380,17 +380,20 @@ def engine_of(base: dict) -> tuple[str, str | None]:
 
 
 def default_engine_version(name: str) -> str:
-    """The version a new engine choice starts at: the newest with CPU terms of its own fitted on published runs,
-    else the newest the preset knows."""
+    """The version a new engine choice starts at: the newest with a fit of its own on published runs
+    (`fitted_versions`), else the newest the preset knows."""
     fitted = fitted_versions(name)
     return fitted[-1] if fitted else ".".join(map(str, PRESETS[name].newest))
+
+
+_MISSING = object()
 
 
 def with_engine(base: dict, name: str, version: str | None = None) -> tuple[dict, list[str]]:
     """(the base for this engine choice, the form's keys it dropped). NO_ENGINE removes the section; the same
     engine keeps its flags, another starts without. Where the preset sets a scheduler or KV key the base also
     gives (the form's defaults, or a loaded file's), the base's is dropped, so the engine's own default applies,
-    as a run of `--engine` alone would; a variant column can set it again."""
+    as in a scenario that names the engine alone; a variant column can set it again."""
     out = copy.deepcopy(base)
     if name == NO_ENGINE:
         out.pop("engine", None)
@@ -407,9 +410,6 @@ def with_engine(base: dict, name: str, version: str | None = None) -> tuple[dict
             dropped.append(f"{dotted} {given!r}")
             out = _without(out, tuple(dotted.split(".")))
     return out, dropped
-
-
-_MISSING = object()
 
 
 # --------------------------------------------------------------------------------------------------

@@ -55,15 +55,16 @@ def gpus_table() -> pd.DataFrame:
 
 
 def engines_table() -> pd.DataFrame:
-    """One row per engine preset, for `servesim catalog engines`: the versions it knows, those with CPU terms of
-    their own fitted on published runs (engine_terms.json; other versions take the nearest fit, and say so), the
-    flags it takes (as `engine: {name, version, <flag>: value}` spells them), and the source it follows."""
+    """One row per engine preset, for `servesim catalog engines`: the versions it knows, those with a fit of their
+    own on published runs (engine_terms.json, `fitted_versions`; other versions take the nearest fit, and a term a
+    fit did not pin is not used: the preset's notes say so), the flags it takes (as `engine: {name, version, <flag>:
+    value}` spells them), and the source it follows."""
     return pd.DataFrame([
         {
             "engine": key,
             "label": preset.label,
             "versions": preset.known_versions(),
-            "cpu_terms_fitted_for": ", ".join(fitted_versions(key)) or "-",
+            "fitted_on_published_runs": ", ".join(fitted_versions(key)) or "-",
             "flags": ", ".join(preset.flags),
             "source": preset.source,
         }

@@ -347,5 +347,5 @@ def test_the_engine_catalog_lists_every_preset_its_versions_and_flags():
     for name, preset in PRESETS.items():
         row = table.loc[name]
         assert row["versions"] == preset.known_versions() and row["flags"].split(", ") == list(preset.flags)
-        assert row["cpu_terms_fitted_for"] == (", ".join(fitted_versions(name)) or "-")
-    assert dash.default_engine_version("vllm") in table.loc["vllm", "cpu_terms_fitted_for"].split(", ")
+        assert row["fitted_on_published_runs"] == (", ".join(fitted_versions(name)) or "-")
+    assert dash.default_engine_version("vllm") in table.loc["vllm", "fitted_on_published_runs"].split(", ")
