@@ -29,7 +29,7 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from calibrate.bench_results import ClientCounts, replayed_outputs
-from sim.config.schema import Scenario
+from sim.config.schema import SHARED_DISCIPLINES, Scenario
 from sim.cost.overhead import TERMS, EngineOverhead, EngineOverheadCostModel, engine_overhead
 from sim.errors import ConfigError
 from sim.workload.lengths import sharegpt_bench_lengths
@@ -377,7 +377,7 @@ class _PointSimulator:
         """The front-end a point runs with: a closed loop's processes serve first come, first served, the one
         discipline modelled there (a scenario of open arrivals may share its requests: a vLLM preset's
         chat-template parse)."""
-        if d["workload"]["arrival"]["kind"] == "closed_loop" and frontend.get("discipline") == "processor_sharing":
+        if d["workload"]["arrival"]["kind"] == "closed_loop" and frontend.get("discipline") in SHARED_DISCIPLINES:
             return frontend | {"discipline": "fifo"}
         return frontend
 

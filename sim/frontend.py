@@ -20,9 +20,14 @@ the order they leave the front-end, and the records keep the workload's request 
 `processor_sharing` serves every request on the process at once, each at an equal share of it, as an asyncio
 server's coroutines take turns between their awaits when many are in flight (`shared_departures`): a burst of n
 equal requests then reaches the engine together after n x their work, where first come, first served hands the
-first one over after one request's work. The process a request takes, and so each process's busy periods, are the
-same under both (the work a process has left does not depend on the order it serves it in), so the outbound pass
-below is unchanged. Open arrivals only: a closed loop's front-end decides each request's arrival when it is sent.
+first one over after one request's work; a shorter request overtakes a longer one (a burst of mixed prompts
+reaches the engine shortest first). `event_loop` shares the process the same way, but no request leaves it
+before one sent to it earlier (each leaves at its shared finish or when the one sent before it left, the later):
+an asyncio server takes each request's steps in turn, and a step (a long prompt's tokenization) is done whole,
+not shared, so a later, shorter request does not overtake an earlier one. The process a request takes, and so
+each process's busy periods, are the same under all three (the work a process has left does not depend on the
+order it serves it in), so the outbound pass below is unchanged. Open arrivals only: a closed loop's front-end
+decides each request's arrival when it is sent.
 
 **Outbound** (`outbound`): a request's response streams back through the process that took it in (its HTTP
 connection and detokenizer state live there). The first chunk carries the first token alone and is ready at
@@ -89,6 +94,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sim.config.schema import SHARED_DISCIPLINES
 from sim.jit import njit
 
 
@@ -103,7 +109,7 @@ class FrontendCosts:
     per_output_token_s: float = 0.0  # outbound, per output token: detokenization
     tokens_per_chunk: int = 1  # output tokens per streamed chunk after the first (the first is the first token alone)
     latency_s: float = 0.0  # once per request, occupying no process: the network, the event loop's awaits
-    discipline: str = "fifo"  # how a process serves its inbound work: fifo, or processor_sharing (module docstring)
+    discipline: str = "fifo"  # how a process serves its inbound work: fifo, processor_sharing, event_loop (docstring)
 
     @classmethod
     def of(cls, spec) -> FrontendCosts:
@@ -416,11 +422,16 @@ def inbound(send_s: np.ndarray, prompt_tokens: np.ndarray, costs: FrontendCosts)
     start_o, end_o, server_o = fifo_servers(send_s[order], work[order], costs.num_processes)
     start, end, server = (np.empty_like(a) for a in (start_o, end_o, server_o))
     start[order], end[order], server[order] = start_o, end_o, server_o
-    if costs.discipline != "processor_sharing":
+    if costs.discipline not in SHARED_DISCIPLINES:
         return Inbound(send_s, start, end, server, work, costs.num_processes)
     by_process, offsets = _grouped(server, send_s, np.arange(len(send_s)), costs.num_processes)
     departure = np.empty(len(send_s))
     shared_departures(send_s, work, by_process, offsets, departure)
+    if costs.discipline == "event_loop":  # no request leaves its process before one sent to it earlier
+        in_order = departure[by_process]
+        for lo, hi in zip(offsets[:-1], offsets[1:]):
+            np.maximum.accumulate(in_order[lo:hi], out=in_order[lo:hi])
+        departure[by_process] = in_order
     return Inbound(send_s, send_s.copy(), departure, server, work, costs.num_processes, start, end)
 
 

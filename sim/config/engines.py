@@ -1111,9 +1111,10 @@ def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
     return out
 
 
-# The preset's front-end is one fitted delay: nothing in it queues, so a burst of short prompts is never front-end
-# bound here, as published ones were. No term that queues is fitted: the published runs disagree on how the work
-# queues and leave the host's CPU unstated (benchmarks/results/published-e2e.md, "A fifth source").
+# The preset's front-end is one fitted delay, and, where a version's API-server work was measured
+# (`vllm_frontend_work`), that work, which queues; elsewhere nothing in it queues, so a burst of short prompts is
+# never front-end bound there, as published ones were. No term that queues is fitted: the published runs disagree on
+# how the work queues and leave the host's CPU unstated (benchmarks/results/published-e2e.md, "A fifth source").
 FRONTEND_CAPACITY_NOTE = ("front-end: a fitted delay that does not queue, so the API server's capacity is not modelled "
                           "(bursts of short prompts can be front-end bound); frontend.per_request_s adds work that "
                           "queues")
@@ -1159,27 +1160,82 @@ def chat_template_parse(version: tuple[int, ...], model_type: str | None, endpoi
     return next((p for p in TEMPLATE_PARSES if p.since <= version < p.until), None)
 
 
+@dataclass(frozen=True)
+class ApiServerWork:
+    """A vLLM version's API-server work that queues, measured by running that version's own server code."""
+
+    since: tuple[int, ...]  # the first version measured to do it
+    until: tuple[int, ...]  # the first version not measured (another front-end, or not run)
+    per_request_s: float  # a request's intake: HTTP, the request model, the request log, the RPC send
+    per_prompt_token_s: float  # and per prompt token: tokenization, the logged token ids, their pickling
+    per_output_chunk_s: float  # one streamed chunk: the RPC receive, the response model, its JSON, the SSE write
+
+
+# vLLM 0.6.0's OpenAI server with its multiprocessing front-end (the default in 0.6.0: AsyncEngineRPCClient, one
+# new inproc socket and a cloudpickled RPCGenerateRequest per request, every RequestOutput pickled back), request
+# logging on (no --disable-log-requests), run for real from its PyPI wheel on the development machine against a
+# stand-in engine (benchmarks/bench_vllm_api_server.py; "AMD EPYC" KVM guest, 2 vCPUs, AVX-512, CPython 3.11.7,
+# the API server alone on one core, 11-30 19:05): bursts of 40, 160 and 320 /v1/completions requests of 16 and 900
+# prompt tokens (Llama 3's tokenizer), 5 repeats, each request's intake the time the burst's last request reached
+# the engine over the burst's size (its requests reach it together, in turn between awaits: processor sharing); the
+# medians per cell fitted as per request + per prompt token; a streamed chunk from the API server's CPU time per
+# chunk (bursts of 160 streaming 1 and 41 tokens, 3 repeats). No other version's front-end was run: none has work
+# that queues here. Spread: ESTIMATE_RANGES.
+API_SERVER_WORK = (ApiServerWork((0, 6, 0), (0, 6, 1), 1.24e-3, 1.69e-6, 162e-6),)
+
+
+def api_server_work(version: tuple[int, ...]) -> ApiServerWork | None:
+    """The measured API-server work of this vLLM version (`API_SERVER_WORK`), or None where none was measured."""
+    return next((w for w in API_SERVER_WORK if w.since <= version < w.until), None)
+
+
+def vllm_frontend_work(version: tuple[int, ...], model_type: str | None, endpoint: str) -> dict[str, float]:
+    """The front-end work that queues on a vLLM version's API server, as front-end keys: its measured intake and
+    streaming (`api_server_work`, on either endpoint: a chat request's cached template render is not measured) plus
+    the chat-template parse of the versions that parse per request (`chat_template_parse`); {} where there is none."""
+    intake = api_server_work(version)
+    parse = chat_template_parse(version, model_type, endpoint)
+    work: dict[str, float] = {}
+    if intake is not None:
+        work = {"per_request_s": intake.per_request_s, "per_prompt_token_s": intake.per_prompt_token_s,
+                "per_output_chunk_s": intake.per_output_chunk_s}
+    if parse is not None:
+        work["per_request_s"] = work.get("per_request_s", 0.0) + parse.work_s
+    return work
+
+
 def _vllm_inbound_work(ctx: Context, notes: list[str]) -> tuple[dict, str]:
-    """The front-end work of this vLLM version's chat requests that queues (`chat_template_parse`), as front-end
-    keys for the preset's own front-end, and the note that says so; ({}, "") where there is none."""
+    """The front-end work of this vLLM version that queues (`vllm_frontend_work`), as front-end keys for the
+    preset's own front-end, and the note that says so; ({}, "") where there is none."""
     model_type = ctx.model.model_type if ctx.model is not None else None
     endpoint = _get(ctx.raw, "workload.endpoint") or "completions"
+    work = vllm_frontend_work(ctx.version, model_type, endpoint)
     parse = chat_template_parse(ctx.version, model_type, endpoint)
-    if parse is None:
-        harmony = endpoint == "chat" and model_type in HARMONY_MODEL_TYPES
-        if harmony and chat_template_parse(ctx.version, None, endpoint):
-            notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests are rendered by openai_harmony, not "
-                         "its Jinja template: no template parse per request")
+    if endpoint == "chat" and model_type in HARMONY_MODEL_TYPES and chat_template_parse(ctx.version, None, endpoint):
+        notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests are rendered by openai_harmony, not "
+                     "its Jinja template: no template parse per request")
+    if not work:
         return {}, ""
     open_arrivals = _get(ctx.raw, "workload.arrival.kind") != "closed_loop"
-    note = (f"vLLM {ctx.version_text}: its API server parses the chat template again for every chat request "
-            f"({parse.what}; vllm/entrypoints/chat_utils.py, {_dotted(parse.since)} to before "
-            f"{_dotted(parse.until)}): {parse.work_s * 1e3:.1f} ms a request that queues on the API server "
-            "(frontend.per_request_s, measured for Qwen3's template: benchmarks/bench_chat_template.py), "
-            + ("its requests served in turn (frontend.discipline: processor_sharing, as its event loop takes them "
-               "between awaits)" if open_arrivals else "first come, first served in a closed loop (the one "
-               "discipline modelled there)") + "; the rest of the front-end is the fitted delay, which does not queue")
-    return {"per_request_s": parse.work_s, "discipline": "processor_sharing" if open_arrivals else "fifo"}, note
+    said = []
+    intake = api_server_work(ctx.version)
+    if intake is not None:
+        said.append(f"its API server's own work, measured by running vLLM {ctx.version_text}'s server code "
+                    f"(benchmarks/bench_vllm_api_server.py): {intake.per_request_s * 1e3:.2f} ms a request + "
+                    f"{intake.per_prompt_token_s * 1e6:.2f} us a prompt token on the way in (frontend.per_request_s, "
+                    f"per_prompt_token_s), {intake.per_output_chunk_s * 1e6:.0f} us a streamed chunk on the way out "
+                    "(per_output_chunk_s)")
+    if parse is not None:
+        said.append(f"it parses the chat template again for every chat request ({parse.what}; "
+                    f"vllm/entrypoints/chat_utils.py, {_dotted(parse.since)} to before {_dotted(parse.until)}): "
+                    f"{parse.work_s * 1e3:.1f} ms a request (frontend.per_request_s, measured for Qwen3's template: "
+                    "benchmarks/bench_chat_template.py)")
+    note = (f"vLLM {ctx.version_text}: " + "; ".join(said) + ", work that queues on the API server, "
+            + ("its requests served in turn (frontend.discipline: event_loop, as its event loop takes them between "
+               "awaits, none overtaking one sent before it)" if open_arrivals
+               else "first come, first served in a closed loop (the one discipline modelled there)")
+            + "; the rest of the front-end is the fitted delay, which does not queue")
+    return {**work, "discipline": "event_loop" if open_arrivals else "fifo"}, note
 
 
 def _engine_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict, str] | None = None) -> dict:
@@ -1459,7 +1515,7 @@ def _apply_cost_terms(raw: dict, overhead: dict | None) -> None:
 Z90 = 1.6448536269514722  # the standard normal's 95th percentile: a 90% range is value x/÷ exp(Z90 x sigma_log)
 _OVERHEAD_TERMS = ("per_step_s", "per_seq_s", "per_prefill_token_s", "launch_per_layer_s")
 _FIELDS = {**{t: f"cost_model.overhead.{t}" for t in _OVERHEAD_TERMS}, "latency_s": "frontend.latency_s",
-           "per_request_s": "frontend.per_request_s"}
+           **{t: f"frontend.{t}" for t in QUEUEING_FRONTEND_TERMS}}
 
 
 def _sigma_of_factor(factor: float) -> float:
@@ -1478,10 +1534,16 @@ ESTIMATE_RANGES: dict[str, tuple[float, str]] = {
                            "layer at ~5 us each): 2.5-10 us a kernel, a factor of 2 either way"),
     "per_step_s": (3.0, "the engine has no fitted CPU term: vLLM's estimate (sim/cost/overhead.py 0.5 ms); the "
                    "terms fitted on 8B runs span 0.67-2.4 ms (engine_terms.json): a factor of 3 either way"),
-    "per_request_s": (2.0, "vLLM's chat-template parse per request (TEMPLATE_PARSES), measured for one template "
-                      "(Qwen3's, 4,169 characters) on one CPU (the development machine's AMD EPYC guest, where the "
-                      "same call's median over rounds ran up to 1.9x its minimum): another host's CPU and another "
-                      "model's template, a factor of 2 either way"),
+    "per_request_s": (2.0, "vLLM's API-server work per request (API_SERVER_WORK, TEMPLATE_PARSES: its intake, its "
+                      "chat-template parse), measured on one CPU (the development machine's AMD EPYC guest, where a "
+                      "burst's intake at 16 prompt tokens ran 0.9-2.3 ms a request over 15 bursts, once 5.2, and the "
+                      "template parse's median over rounds up to 1.9x its minimum), for one tokenizer and one "
+                      "template: another host's CPU and another model's, a factor of 2 either way"),
+    "per_prompt_token_s": (2.0, "vLLM's API-server work per prompt token (API_SERVER_WORK): tokenization and the "
+                           "logged token ids, measured on one CPU for Llama 3's tokenizer: another host, another "
+                           "tokenizer and other text, a factor of 2 either way"),
+    "per_output_chunk_s": (2.0, "vLLM's API-server work per streamed chunk (API_SERVER_WORK), measured on one CPU: "
+                           "another host's, a factor of 2 either way"),
 }
 # A term taken from another version's fit (the version has none of its own): the fit's sigma and, in quadrature, how
 # far one engine's terms move between versions: TensorRT-LLM's fits at 0.14.0 and 1.2.0rc1 (both terms inside
@@ -1560,10 +1622,11 @@ def engine_term_spread(scenario) -> list[TermSpread]:
     What a preset writes that is not drawn, and why:
     - a term the scenario sets to another value than the preset's: the user's value is theirs (only a value the
       preset wrote, equal to it, is drawn);
-    - frontend.per_prompt_token_s, per_output_chunk_s and per_request_s (but for a vLLM version's chat-template
-      parse, TEMPLATE_PARSES, drawn with ESTIMATE_RANGES' spread): 0 by construction, the preset's front-end is one
-      delay that does not queue (latency_s: vLLM's TTFT is 59 ms at concurrency 1 and 64 ms at 2, not the ~110 ms a
-      serial per-request cost would give, benchmarks/published_suite.py CPU_TERMS); its spread is latency_s's;
+    - frontend.per_prompt_token_s, per_output_chunk_s and per_request_s (but for the vLLM versions whose API-server
+      work was measured, API_SERVER_WORK and TEMPLATE_PARSES, drawn with ESTIMATE_RANGES' spread): 0 by
+      construction, the preset's front-end is one delay that does not queue (latency_s: vLLM's TTFT is 59 ms at
+      concurrency 1 and 64 ms at 2, not the ~110 ms a serial per-request cost would give,
+      benchmarks/published_suite.py CPU_TERMS); its spread is latency_s's;
     - cost_model.overhead.per_prefill_token_s and any other estimate at 0 (sim/cost/overhead.py): a per-token CPU
       cost the published runs cannot separate from the kernels' prefill time; a log-normal draw of 0 is 0;
     - frontend.num_processes, the scheduler and KV defaults: the engine's own defaults read from its source at a
@@ -1599,10 +1662,12 @@ def engine_term_spread(scenario) -> list[TermSpread]:
             source += (f", and x/÷ {OTHER_VERSION_FACTORS[term]:g} for {engine.name} {engine.version}, "
                        f"{_why_borrowed(engine.name, version, (term,))} (sim/config/engines.py OTHER_VERSION_FACTORS)")
         out.append(_spread(term, fit.value, sigma, kind, source, bounds))
-    parse = _scenario_template_parse(scenario, version)
-    if parse is not None and scenario.frontend.per_request_s == parse.work_s:  # the preset's, not the user's own
-        factor, why = ESTIMATE_RANGES["per_request_s"]
-        out.append(_spread("per_request_s", parse.work_s, _sigma_of_factor(factor), "estimate", why, bounds))
+    work = _scenario_frontend_work(scenario, version)
+    for term in QUEUEING_FRONTEND_TERMS:
+        point = work.get(term)
+        if point and getattr(scenario.frontend, term) == point:  # the preset's, not the user's own
+            factor, why = ESTIMATE_RANGES[term]
+            out.append(_spread(term, point, _sigma_of_factor(factor), "estimate", why, bounds))
     if overhead is not None and overhead.engine in ("vllm-cudagraph", "vllm-eager"):
         from sim.cost.overhead import ENGINE_DEFAULTS
         defaults = ENGINE_DEFAULTS[overhead.engine]
@@ -1615,12 +1680,12 @@ def engine_term_spread(scenario) -> list[TermSpread]:
     return out
 
 
-def _scenario_template_parse(scenario, version: tuple[int, ...]) -> TemplateParse | None:
-    """The chat-template parse a validated scenario's vLLM preset prices on its front-end, or None."""
+def _scenario_frontend_work(scenario, version: tuple[int, ...]) -> dict[str, float]:
+    """The front-end work that queues a validated scenario's vLLM preset prices (`vllm_frontend_work`), or {}."""
     if scenario.engine.name != "vllm" or scenario.frontend is None:
-        return None
+        return {}
     from sim.model.catalog import resolve_model
-    return chat_template_parse(version, resolve_model(scenario.model).model_type, scenario.workload.endpoint)
+    return vllm_frontend_work(version, resolve_model(scenario.model).model_type, scenario.workload.endpoint)
 
 
 def _spread(term: str, point: float, sigma: float, kind: str, source: str, bounds: dict) -> TermSpread:

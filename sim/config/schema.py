@@ -568,6 +568,10 @@ MAX_FRONTEND_PROCESSES = 1024
 MAX_TOKENS_PER_CHUNK = 1 << 30
 
 
+# the front-end disciplines that share a process among the requests in it (sim/frontend.py `inbound`)
+SHARED_DISCIPLINES = ("processor_sharing", "event_loop")
+
+
 class FrontendSpec(_Strict):
     """The API front-end between the client and the engine (sim/frontend.py): `num_processes` server processes per
     replica that take each request in (HTTP, chat template, tokenization) and stream its output back
@@ -592,11 +596,13 @@ class FrontendSpec(_Strict):
         "num_scheduler_steps N (V0) sets N, one chunk per multi-step run; SGLang's and vLLM's (0.11.1+) their "
         "stream_interval. The summary's itl_* are then the client's gaps between chunks, engine_itl_* the engine's "
         "per step"))
-    discipline: Literal["fifo", "processor_sharing"] = Field("fifo", description=(
+    discipline: Literal["fifo", "processor_sharing", "event_loop"] = Field("fifo", description=(
         "how a process serves the requests it has taken in: fifo, one at a time in the order sent; "
-        "processor_sharing, all at once at equal shares, as an asyncio server's coroutines take turns between "
-        "awaits (a burst of n equal requests reaches the engine together after n x their work). Open arrivals "
-        "only (sim/frontend.py)"))
+        "processor_sharing, all at once at equal shares (a burst of n equal requests reaches the engine together "
+        "after n x their work; a shorter request overtakes a longer one); event_loop, shared as processor_sharing "
+        "but none leaving before a request sent earlier, as an asyncio server takes each request's steps in turn "
+        "(a long prompt's tokenization is one step, not shared). The sharing ones for open arrivals only "
+        "(sim/frontend.py)"))
 
 
 class RunSpec(_Strict):
@@ -759,10 +765,10 @@ class Scenario(_Strict):
         if self.hardware.disaggregation is not None:
             raise ConfigError("frontend: not allowed with hardware.disaggregation (not modelled yet); allowed: a "
                               "colocated deployment")
-        if self.frontend.discipline == "processor_sharing" and self.workload.arrival.kind == "closed_loop":
-            raise ConfigError("frontend.discipline: 'processor_sharing' is modelled for open arrivals only (a closed "
-                              "loop's front-end decides each arrival when the request is sent); allowed with "
-                              "workload.arrival.kind closed_loop: fifo")
+        if self.frontend.discipline in SHARED_DISCIPLINES and self.workload.arrival.kind == "closed_loop":
+            raise ConfigError(f"frontend.discipline: {self.frontend.discipline!r} is modelled for open arrivals only "
+                              "(a closed loop's front-end decides each arrival when the request is sent); allowed "
+                              "with workload.arrival.kind closed_loop: fifo")
         return self
 
     @model_validator(mode="after")

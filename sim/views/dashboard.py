@@ -72,8 +72,8 @@ from sim.config.schema import (
 from sim.errors import ConfigError, ServeSimError
 from sim.model.interconnects import INTERCONNECTS
 from sim.results import Result
+from sim.views.charts import COLORS
 from sim.views.report import (
-    COLORS,
     COST_MODEL_LABEL,
     DISAGGREGATION_ROWS,
     FRONTEND_ROWS,

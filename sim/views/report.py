@@ -25,7 +25,6 @@ from sim.band_curves import (
 )
 from sim.results import Result
 from sim.views.charts import (
-    COLORS,  # re-exported: the plan report and the dashboard import it from here
     TEMPLATE,
     axis_type,
     band_legend,

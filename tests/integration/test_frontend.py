@@ -209,7 +209,7 @@ BAD = [
     ({"tokens_per_chunk": 0}, ["frontend.tokens_per_chunk", "0", ">= 1"]),
     ({"per_output_chunk_s": None}, ["frontend.per_output_chunk_s"]),
     ({"num_procs": 2}, ["frontend.num_procs", "unknown key", "num_processes"]),
-    ({"discipline": "lifo"}, ["frontend.discipline", "lifo", "fifo", "processor_sharing"]),
+    ({"discipline": "lifo"}, ["frontend.discipline", "lifo", "fifo", "processor_sharing", "event_loop"]),
 ]
 
 
@@ -249,6 +249,9 @@ def test_bad_values_exit_2_with_one_line(tmp_path, capsys, changes, needles):
     ({"discipline": "processor_sharing"},
      {"workload": {"arrival": {"kind": "closed_loop", "num_users": 4, "think_time_s": 0.0}}},
      ["frontend.discipline", "'processor_sharing'", "open arrivals only", "closed_loop: fifo"]),
+    ({"discipline": "event_loop"},
+     {"workload": {"arrival": {"kind": "closed_loop", "num_users": 4, "think_time_s": 0.0}}},
+     ["frontend.discipline", "'event_loop'", "open arrivals only", "closed_loop: fifo"]),
 ])
 def test_outside_the_model_exit_2_with_one_line(tmp_path, capsys, frontend_changes, sections, needles):
     line = _one_error_line(["run", _bad_scenario_file(tmp_path, frontend_changes, **sections), "-q", "--out",

@@ -610,7 +610,7 @@ def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
     parse = TEMPLATE_PARSES[-1]
     chat = {**BASE["workload"], "endpoint": "chat"}
     burst = scenario({"name": "vllm", "version": "0.11.0"}, workload={**chat, "arrival": {"kind": "burst"}})
-    assert burst.frontend.per_request_s == parse.work_s and burst.frontend.discipline == "processor_sharing"
+    assert burst.frontend.per_request_s == parse.work_s and burst.frontend.discipline == "event_loop"
     assert any("parses the chat template again" in n for n in burst.engine.notes)
     closed = scenario({"name": "vllm", "version": "0.11.0"},
                       workload={**chat, "arrival": {"kind": "closed_loop", "num_users": 4, "think_time_s": 0.0}})
@@ -624,6 +624,42 @@ def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
     own = scenario({"name": "vllm", "version": "0.11.0"}, workload=chat, frontend=frontend)
     assert own.frontend.per_request_s == 0.004  # the user's own front-end wins
     assert not any("parses the chat template again" in n for n in own.engine.notes)
+
+
+def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_other_versions_have_none():
+    # benchmarks/bench_vllm_api_server.py ran 0.6.0's own API server and RPC path; no other version's was run
+    from sim.config.engines import API_SERVER_WORK
+    work = API_SERVER_WORK[0]
+    burst = scenario({"name": "vllm", "version": "0.6.0"}, workload={**BASE["workload"], "arrival": {"kind": "burst"}})
+    fe = burst.frontend
+    assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s, fe.discipline) == (
+        work.per_request_s, work.per_prompt_token_s, work.per_output_chunk_s, "event_loop")
+    assert any("its API server's own work, measured" in n for n in burst.engine.notes)
+    assert not any(n.startswith("front-end: a fitted delay that does not queue") for n in burst.engine.notes)
+    chat = scenario({"name": "vllm", "version": "0.6.0"}, workload={**BASE["workload"], "endpoint": "chat"})
+    assert chat.frontend.per_request_s == work.per_request_s  # no per-request template parse in 0.6.0
+    closed = scenario({"name": "vllm", "version": "0.6.0"},
+                      workload={**BASE["workload"], "arrival": {"kind": "closed_loop", "num_users": 4,
+                                                                "think_time_s": 0.0}})
+    assert closed.frontend.per_request_s == work.per_request_s and closed.frontend.discipline == "fifo"
+    for other in ("0.6.3", "0.11.0"):
+        fe = scenario({"name": "vllm", "version": other}).frontend
+        assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s) == (0, 0, 0)
+    own = scenario({"name": "vllm", "version": "0.6.0"},
+                   frontend={"per_request_s": 0.004, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0})
+    assert (own.frontend.per_request_s, own.frontend.per_output_chunk_s) == (0.004, 0.0)  # the user's own wins
+    assert not any("its API server's own work" in n for n in own.engine.notes)
+
+
+def test_a_burst_reaches_vllm_060_together_after_every_requests_intake():
+    # processor sharing of n pieces of work that arrive together, a + b x L each: every one ends at n x (a + b x L)
+    from sim.config.engines import API_SERVER_WORK
+    from sim.run import simulate
+    work, n, prompt = API_SERVER_WORK[0], 20, 500
+    sc = scenario({"name": "vllm", "version": "0.6.0"}, workload={**BASE["workload"], "arrival": {"kind": "burst"}})
+    records = simulate(sc).requests
+    each = work.per_request_s + work.per_prompt_token_s * prompt
+    assert records["arrival_s"].to_numpy() == pytest.approx([n * each] * n, rel=1e-9)
 
 
 def test_a_burst_of_chat_requests_reaches_vllm_0110_together_after_all_their_parses():

@@ -269,3 +269,20 @@ def test_vllms_chat_template_parse_is_drawn_as_an_estimate_and_a_users_own_is_no
     own = scenario({"name": "vllm", "version": "0.11.0"}, workload=chat,
                    frontend={"per_request_s": 0.01, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0})
     assert "frontend.per_request_s" not in {s.key for s in engine_term_spread(own)}
+
+
+def test_vllm_060s_measured_api_server_work_is_drawn_as_estimates():
+    work = engines.API_SERVER_WORK[0]
+    sc = scenario({"name": "vllm", "version": "0.6.0"})
+    spreads = {s.key: s for s in engine_term_spread(sc)}
+    for term in ("per_request_s", "per_prompt_token_s", "per_output_chunk_s"):
+        spread = spreads[f"frontend.{term}"]
+        assert (spread.kind, spread.point) == ("estimate", getattr(work, term))
+        factor = ESTIMATE_RANGES[term][0]
+        assert spread.range90() == pytest.approx((spread.point / factor, spread.point * factor))
+    drawn = with_engine_terms_drawn(sc, {"frontend.per_output_chunk_s": -1.0})
+    assert drawn.frontend.per_output_chunk_s == pytest.approx(
+        work.per_output_chunk_s * math.exp(-spreads["frontend.per_output_chunk_s"].sigma_log))
+    assert drawn.frontend.per_request_s == work.per_request_s
+    assert not {f"frontend.{t}" for t in ("per_prompt_token_s", "per_output_chunk_s")} & {
+        s.key for s in engine_term_spread(scenario({"name": "vllm", "version": "0.11.0"}))}

@@ -294,16 +294,16 @@ def test_an_unknown_dataset_is_refused_in_one_line(tmp_path, capsys):
 
 
 def test_a_chat_scenarios_points_keep_its_endpoint_and_a_closed_loop_serves_in_order(tmp_path):
-    # a vLLM 0.11.0 chat scenario of open arrivals shares its template parse (processor_sharing), which a closed
+    # a vLLM 0.11.0 chat scenario of open arrivals shares its template parse (event_loop), which a closed
     # loop does not model: its concurrency points run first come, first served, the parse kept
     from sim.config.engines import TEMPLATE_PARSES
     chat = validate_scenario(small_scenario({"engine": {"name": "vllm", "version": "0.11.0"},
                                              "workload": {"endpoint": "chat"}}))
-    assert chat.frontend.discipline == "processor_sharing"
+    assert chat.frontend.discipline == "event_loop"
     sim = _PointSimulator(chat)
     closed = BenchPoint("-", "vllm bench serve", None, 4, math.inf, 20, 512, 96, {"ttft_mean_s": 1.0})
     burst = replace(closed, concurrency=None)
-    for point, discipline in ((closed, "fifo"), (burst, "processor_sharing")):
+    for point, discipline in ((closed, "fifo"), (burst, "event_loop")):
         d = sim._point_dict(point)
         assert d["workload"]["endpoint"] == "chat" and d["frontend"]["discipline"] == discipline
         assert d["frontend"]["per_request_s"] == TEMPLATE_PARSES[-1].work_s

@@ -294,6 +294,33 @@ def test_processor_sharing_departures_by_hand():
     np.testing.assert_allclose(fifo.arrival_s, [2.0, 2.5], rtol=0, atol=1e-12)
 
 
+def in_turn(num_processes=1, **kw) -> FrontendCosts:
+    import dataclasses
+    return dataclasses.replace(costs(num_processes, **kw), discipline="event_loop")
+
+
+def test_event_loop_shares_as_processor_sharing_but_no_request_overtakes_one_sent_before_it():
+    # the case above: b (sent later, shorter) would leave at 2.0 under sharing; in turn it waits for a, at 2.5
+    inb = inbound(np.array([0.0, 1.0]), np.array([2000, 500]), in_turn(per_prompt_token_s=1e-3))
+    np.testing.assert_allclose(inb.arrival_s, [2.5, 2.5], rtol=0, atol=1e-12)
+    # sent in the other order, sharing already hands them over in order: the same times as processor sharing
+    inb = inbound(np.array([0.0, 1.0]), np.array([500, 2000]), in_turn(per_prompt_token_s=1e-3))
+    np.testing.assert_allclose(inb.arrival_s, [0.5, 3.0], rtol=0, atol=1e-12)
+    # a burst of mixed work: everyone behind the longest leaves with it; equal work: processor sharing exactly
+    tokens = np.array([100, 300, 200, 100])  # 0.1, 0.3, 0.2, 0.1 s: sharing ends them at 0.4, 0.7, 0.6, 0.4
+    np.testing.assert_allclose(inbound(np.zeros(4), tokens, shared(per_prompt_token_s=1e-3)).arrival_s,
+                               [0.4, 0.7, 0.6, 0.4], rtol=0, atol=1e-12)
+    np.testing.assert_allclose(inbound(np.zeros(4), tokens, in_turn(per_prompt_token_s=1e-3)).arrival_s,
+                               [0.4, 0.7, 0.7, 0.7], rtol=0, atol=1e-12)
+    equal = np.zeros(5, dtype=np.int64)
+    assert (inbound(np.zeros(5), equal, in_turn(per_request_s=0.25)).arrival_s.tolist()
+            == inbound(np.zeros(5), equal, shared(per_request_s=0.25)).arrival_s.tolist() == [1.25] * 5)
+    # two processes: each keeps the order of its own requests only
+    two = inbound(np.zeros(4), np.array([300, 300, 100, 100]), in_turn(2, per_prompt_token_s=1e-3))
+    assert two.process.tolist() == [0, 1, 0, 1]
+    np.testing.assert_allclose(two.arrival_s, [0.4, 0.4, 0.4, 0.4], rtol=0, atol=1e-12)
+
+
 def test_each_process_shares_only_its_own_requests_and_keeps_first_come_first_served_choice():
     send = np.array([0.0, 0.0, 0.0, 0.0])
     fifo = inbound(send, np.zeros(4, dtype=np.int64), costs(2, per_request_s=1.0))

@@ -1,0 +1,380 @@
+"""What vLLM 0.6.0's API server spends per request and per streamed chunk (issue 30): the numbers behind
+`sim/config/engines.py` API_SERVER_WORK, measured by running that version's own server code on this machine's CPU.
+
+Three processes, as `vllm serve` 0.6.0 runs them by default (its multiprocessing front-end):
+
+- the **API server**: vLLM 0.6.0's FastAPI app (`vllm.entrypoints.openai.api_server.init_app`) under uvicorn, in
+  `asyncio.run` as 0.6.0's `vllm serve` runs it, request logging on (no --disable-log-requests), talking to the
+  engine process through 0.6.0's `AsyncEngineRPCClient` (one new inproc socket and a cloudpickled
+  RPCGenerateRequest per request, every RequestOutput unpickled);
+- the **engine process**: 0.6.0's `AsyncEngineRPCServer` (uvloop), whose engine is a stand-in: `generate()` notes
+  when a request reached it and streams its tokens at once, one RequestOutput each (no GPU, no scheduler);
+- the **client**: as `benchmark_serving.py`'s `async_request_openai_completions` (aiohttp, one session per request,
+  streaming /v1/completions), every request of a burst sent at once.
+
+The API server runs alone on core 0, the engine process and the client on core 1. For each burst it records when
+each request entered the completion handler and reached the engine, and the API server's CPU time over the burst.
+
+- **Intake** (per request + per prompt token): bursts of 40, 160 and 320 requests of 16 and 900 prompt tokens, one
+  output token each; a request's intake is the time the burst's last request reached the engine over the burst's
+  size (the requests reach it together: the server's event loop takes them in turn between awaits, processor
+  sharing). The median over repeats per cell, then least squares of intake = per request + per token x tokens.
+- **Per streamed chunk**: bursts of 160 requests of 16 prompt tokens streaming 1 and 41 tokens (a chunk each);
+  the API server's extra CPU time over the extra chunks. Each chunk's RequestOutput carries the prompt's token ids
+  and the output so far (as 0.6.0's do), here short ones: longer prompts and outputs pickle more.
+
+Not measured: the real engine's own per-request work (add_request, the scheduler), the chat endpoint (a cached
+template render), other vLLM versions (0.6.2 replaced the RPC path; V1 moved detokenization into the API server).
+
+Setup (a venv of its own: vLLM 0.6.0's Python code from its PyPI wheel, without its CUDA extensions, which the
+API server does not call; transformers and pydantic at 0.6.0's era; Llama 3's tokenizer from Meta's llama-models
+package, converted as transformers converts it):
+
+    python3 -m venv /tmp/v060/venv && cd /tmp/v060
+    venv/bin/pip install torch==2.13.0
+    venv/bin/pip install transformers==4.44.2 huggingface-hub==0.24.6 tokenizers fastapi 'uvicorn[standard]' \
+        pydantic==2.8.2 pyzmq cloudpickle msgspec aiohttp openai prometheus-client prometheus-fastapi-instrumentator \
+        psutil py-cpuinfo 'numpy<2' sentencepiece tiktoken pillow gguf==0.9.1 partial-json-parser pyyaml requests \
+        mistral-common==1.3.4 lm-format-enforcer==0.10.6 outlines==0.0.46 datasets==2.21.0 pyarrow==17.0.0
+    venv/bin/pip download --no-deps --only-binary :all: vllm==0.6.0 llama-models==0.3.0 -d dl
+    unzip -q dl/vllm-0.6.0-*.whl -x '*.so' && unzip -q dl/llama_models-0.3.0-*.whl 'llama_models/llama3/*' -d dl
+    # outlines 0.0.46 imports pyairports, whose PyPI release is empty; guided decoding is not used here
+    site=venv/lib/python3.11/site-packages && mkdir -p $site/pyairports && touch $site/pyairports/__init__.py
+    echo 'AIRPORT_LIST = []' > $site/pyairports/airports.py
+    venv/bin/python /work/main/benchmarks/bench_vllm_api_server.py tokenizer --llama-models dl --out llama3
+    venv/bin/python /work/main/benchmarks/bench_vllm_api_server.py run --model llama3 [--repeats 5]
+
+(run from the folder holding vLLM's unpacked `vllm/`, so that `import vllm` finds it). Prints the machine, each
+cell's medians and the fitted numbers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import base64
+import json
+import multiprocessing
+import os
+import platform
+import re
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+INTAKE_BURSTS = (40, 160, 320)
+INTAKE_PROMPT_TOKENS = (16, 900)
+CHUNK_BURST = 160
+CHUNK_TOKENS = (1, 41)
+MAX_MODEL_LEN = 2048
+LLAMA_3_8B_CONFIG = {  # Hugging Face meta-llama/Llama-3.1-8B's config.json: what vLLM's ModelConfig reads
+    "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
+    "rope_theta": 500000.0, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                             "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "vocab_size": 128256, "torch_dtype": "bfloat16", "bos_token_id": 128000, "eos_token_id": [128001, 128008, 128009],
+    "rms_norm_eps": 1e-05, "tie_word_embeddings": False}
+
+
+def build_tokenizer(llama_models: Path, out: Path) -> None:
+    """Llama 3's tokenizer as a Hugging Face fast tokenizer: Meta's tiktoken BPE file (llama-models' llama3/
+    tokenizer.model) through transformers' TikTokenConverter, with Meta's split pattern and special tokens, the
+    beginning-of-text token added as Llama 3's tokenizer.json adds it."""
+    from tokenizers import AddedToken, processors
+    from transformers import PreTrainedTokenizerFast
+    from transformers.convert_slow_tokenizer import TikTokenConverter
+    import tiktoken.load
+
+    def load_bpe(path, expected_hash=None):  # tiktoken reads local files through blobfile; the file is plain text
+        lines = Path(path).read_bytes().splitlines()
+        return {base64.b64decode(token): int(rank) for token, rank in (line.split() for line in lines if line)}
+    tiktoken.load.load_tiktoken_bpe = load_bpe
+    source = (llama_models / "llama_models" / "llama3" / "tokenizer.py").read_text()
+    pattern = re.search(r'pat_str = r"(.*)"  # noqa', source).group(1)
+    tok = TikTokenConverter(vocab_file=str(llama_models / "llama_models" / "llama3" / "tokenizer.model"),
+                            pattern=pattern).converted()
+    base = tok.get_vocab_size()
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>",
+                "<|end_header_id|>", "<|eom_id|>", "<|eot_id|>", "<|python_tag|>"]
+    specials += [f"<|reserved_special_token_{2 + i}|>" for i in range(256 - len(specials))]
+    tok.add_special_tokens([AddedToken(s, special=True) for s in specials])
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(trim_offsets=False),
+        processors.TemplateProcessing(single="<|begin_of_text|> $A", pair="<|begin_of_text|> $A <|begin_of_text|> $B:1",
+                                      special_tokens=[("<|begin_of_text|>", base)])])
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
+                                   model_max_length=131072)
+    fast.save_pretrained(out)
+    (out / "config.json").write_text(json.dumps(LLAMA_3_8B_CONFIG))
+    ids = fast("Hello world").input_ids
+    assert ids == [128000, 9906, 1917], ids  # Llama 3's own ids for these words
+    print(f"tokenizer: {out} ({len(fast)} tokens)")
+
+
+class StandInEngine:
+    """What AsyncEngineRPCServer calls on AsyncLLMEngine, answering at once: no model, no scheduler."""
+
+    def __init__(self, config, out_tokens: int, arrivals: list):
+        self.config = config
+        self.out_tokens = out_tokens
+        self.arrivals = arrivals
+
+    async def get_model_config(self):
+        return self.config.model_config
+
+    async def get_decoding_config(self):
+        return self.config.decoding_config
+
+    async def get_lora_config(self):
+        return self.config.lora_config
+
+    async def get_scheduler_config(self):
+        return self.config.scheduler_config
+
+    async def get_parallel_config(self):
+        return self.config.parallel_config
+
+    async def is_tracing_enabled(self):
+        return False
+
+    async def do_log_stats(self):
+        pass
+
+    async def check_health(self):
+        pass
+
+    async def abort(self, request_id):
+        pass
+
+    def shutdown_background_loop(self):
+        pass
+
+    async def generate(self, inputs, sampling_params, request_id, **_):
+        from vllm.outputs import CompletionOutput, RequestOutput
+        self.arrivals.append(time.monotonic())
+        token_ids: list[int] = []
+        for i in range(self.out_tokens):
+            token_ids.append(1000 + i)
+            done = i == self.out_tokens - 1
+            yield RequestOutput(request_id, None, inputs["prompt_token_ids"], None,
+                                [CompletionOutput(0, " tok" * len(token_ids), list(token_ids), None, None,
+                                                  "length" if done else None)], done)
+            await asyncio.sleep(0)
+
+
+def _engine_args(model: str):
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    return AsyncEngineArgs(model=model, max_model_len=MAX_MODEL_LEN, device="cpu")
+
+
+def engine_process(model: str, rpc_path: str, out_tokens: int, dump_to: str) -> None:
+    import uvloop
+    import zmq
+    import zmq.asyncio
+    from vllm.entrypoints.openai.rpc import server as rpc_server
+    config = _engine_args(model).create_engine_config()
+    arrivals: list[float] = []
+
+    class Server(rpc_server.AsyncEngineRPCServer):
+        def __init__(self):  # the original's, with the stand-in for AsyncLLMEngine.from_engine_args
+            self.engine = StandInEngine(config, out_tokens, arrivals)
+            self.context = zmq.asyncio.Context()
+            self.socket = self.context.socket(zmq.constants.DEALER)
+            self.socket.set_hwm(rpc_server.VLLM_RPC_ZMQ_HWM)
+            self.socket.connect(rpc_path)
+
+    def dump(*_):
+        Path(dump_to).write_text(json.dumps(arrivals))
+        os._exit(0)
+    signal.signal(signal.SIGUSR1, dump)
+    uvloop.run(rpc_server.run_server(Server()))
+
+
+def api_server_process(model: str, rpc_path: str, port: int, log_file: str, dump_to: str) -> None:
+    sys.stdout = open(log_file, "w", buffering=1)  # vLLM's request log, as a server's log pipe takes it
+    sys.stderr = sys.stdout
+    import uvicorn
+    from vllm.entrypoints.openai import api_server
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+    from vllm.entrypoints.openai.rpc.client import AsyncEngineRPCClient
+    from vllm.utils import FlexibleArgumentParser
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(
+        ["--model", model, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port)])
+    entries: list[float] = []
+
+    async def serve():  # 0.6.0's run_server, with the RPC client made here and the handler's entry noted
+        client = AsyncEngineRPCClient(rpc_path)
+        await client.setup()
+        api_server.async_engine_client = client
+        api_server.engine_args = _engine_args(model)
+        app = await api_server.init_app(client, args)
+        serving = api_server.openai_serving_completion
+        handler = serving.create_completion
+
+        async def noted(request, raw_request):
+            entries.append(time.monotonic())
+            return await handler(request, raw_request)
+        serving.create_completion = noted
+        signal.signal(signal.SIGUSR2, lambda *_: Path(dump_to).write_text(json.dumps(entries)))
+        config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="info",
+                                timeout_keep_alive=api_server.TIMEOUT_KEEP_ALIVE)
+        await uvicorn.Server(config).serve()
+    asyncio.run(serve())  # as 0.6.0's `vllm serve` runs it (vllm/scripts.py), not uvloop.run
+
+
+async def _one_request(url: str, model: str, prompt: str, max_tokens: int) -> float:
+    import aiohttp
+    payload = {"model": model, "prompt": prompt, "temperature": 0.0, "best_of": 1, "max_tokens": max_tokens,
+               "stream": True}
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as session:
+        async with session.post(url, json=payload) as response:
+            assert response.status == 200, response.status
+            async for _ in response.content:
+                pass
+    return time.monotonic()
+
+
+async def _burst(url: str, model: str, prompts: list[str], max_tokens: int) -> list[float]:
+    return await asyncio.gather(*(_one_request(url, model, p, max_tokens) for p in prompts))
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _prompts(tokenizer, tokens: int, count: int) -> list[str]:
+    """`count` different prompts of `tokens` tokens each (with the beginning-of-text token), cut from English text
+    (the standard library's sources: words, identifiers and punctuation)."""
+    words = []
+    for path in sorted(Path(os.__file__).parent.glob("*.py"))[:80]:
+        words += path.read_text(encoding="utf-8", errors="replace").split()
+    out, position = [], 0
+    for _ in range(count):
+        text = " ".join(words[position:position + 2 * tokens + 10])
+        position = (position + 2 * tokens + 10) % (len(words) - 4 * tokens - 20)
+        out.append(tokenizer.decode(tokenizer(text, add_special_tokens=False).input_ids[:tokens - 1]))
+    return out
+
+
+def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: Path) -> dict:
+    """One burst against fresh server processes (after a warm-up burst of 5): when its last request entered the
+    handler and reached the engine, and the API server's CPU seconds over it."""
+    from transformers import AutoTokenizer
+    ctx = multiprocessing.get_context("spawn")
+    rpc_path = f"ipc://{work}/rpc"
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    engine = ctx.Process(target=engine_process, args=(model, rpc_path, out_tokens, str(work / "arrivals.json")))
+    engine.start()
+    server = ctx.Process(target=api_server_process,
+                         args=(model, rpc_path, port, str(work / "api.log"), str(work / "entries.json")))
+    server.start()
+    subprocess.run(["taskset", "-pc", "0", str(server.pid)], capture_output=True, check=True)
+    subprocess.run(["taskset", "-pc", "1", str(engine.pid)], capture_output=True, check=True)
+    try:
+        for _ in range(600):
+            if not server.is_alive() or not engine.is_alive():
+                raise SystemExit(f"a server process died: see {work / 'api.log'}")
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.2)
+        prompts = _prompts(AutoTokenizer.from_pretrained(model), prompt_tokens, size + 5)
+        url = f"http://127.0.0.1:{port}/v1/completions"
+        asyncio.run(_burst(url, model, prompts[:5], out_tokens))  # warm-up: first-call imports and caches
+        time.sleep(1.0)
+        cpu_before = _cpu_s(server.pid)
+        sent = time.monotonic()
+        asyncio.run(_burst(url, model, prompts[5:], out_tokens))
+        cpu = _cpu_s(server.pid) - cpu_before
+        time.sleep(0.5)
+        os.kill(server.pid, signal.SIGUSR2)
+        time.sleep(0.5)
+        os.kill(engine.pid, signal.SIGUSR1)
+        engine.join(10)
+        arrivals = sorted(json.loads((work / "arrivals.json").read_text()))[5:]
+        entries = sorted(json.loads((work / "entries.json").read_text()))[5:]
+    finally:
+        for process in (server, engine):
+            if process.is_alive():
+                process.terminate()
+            process.join(10)
+    assert len(arrivals) == size and len(entries) == size, (len(arrivals), len(entries))
+    return {"last_entry_s": entries[-1] - sent, "first_arrival_s": arrivals[0] - sent,
+            "last_arrival_s": arrivals[-1] - sent, "api_cpu_s": cpu}
+
+
+def _machine() -> str:
+    cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                if line.startswith("model name")), platform.processor())
+    flags = Path("/proc/cpuinfo").read_text()
+    isa = "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else "no AVX2"
+    import vllm
+    return (f"{cpu}, {os.cpu_count()} CPUs, {isa}, Python {platform.python_version()}, vLLM {vllm.__version__}, "
+            f"{time.strftime('%Y-%m-%d %H:%M')}")
+
+
+def run(model: str, repeats: int) -> None:
+    os.sched_setaffinity(0, {1})
+    print(f"# vLLM API server work per request and per chunk: {_machine()}")
+    cells: dict[tuple[int, int], list[float]] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for repeat in range(repeats):
+            for tokens in INTAKE_PROMPT_TOKENS:
+                for size in INTAKE_BURSTS:
+                    r = one_burst(model, size, tokens, 1, Path(tmp))
+                    cells.setdefault((size, tokens), []).append(r["last_arrival_s"] / size)
+        chunk_cpu: dict[int, list[float]] = {}
+        for repeat in range(max(3, repeats // 2)):
+            for out_tokens in CHUNK_TOKENS:
+                chunk_cpu.setdefault(out_tokens, []).append(
+                    one_burst(model, CHUNK_BURST, INTAKE_PROMPT_TOKENS[0], out_tokens, Path(tmp))["api_cpu_s"])
+    print("\n| burst | prompt tokens | intake per request, each repeat (ms) | median (ms) |")
+    print("| ---: | ---: | --- | ---: |")
+    medians = {}
+    for (size, tokens), values in sorted(cells.items()):
+        medians[(size, tokens)] = statistics.median(values)
+        print(f"| {size} | {tokens} | {', '.join(f'{v * 1e3:.2f}' for v in values)} | "
+              f"{medians[(size, tokens)] * 1e3:.2f} |")
+    # least squares of intake = a + b x tokens over the cells' medians
+    xs = [tokens for (_, tokens) in medians]
+    ys = list(medians.values())
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    b = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
+    a = mean_y - b * mean_x
+    low, high = (statistics.median(chunk_cpu[k]) for k in CHUNK_TOKENS)
+    per_chunk = (high - low) / (CHUNK_BURST * (CHUNK_TOKENS[1] - CHUNK_TOKENS[0]))
+    print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")
+    print(f"per streamed chunk {per_chunk * 1e6:.0f} us (API server CPU, {CHUNK_BURST} requests streaming "
+          f"{CHUNK_TOKENS[1]} against {CHUNK_TOKENS[0]} tokens: {[round(v, 3) for v in chunk_cpu[CHUNK_TOKENS[1]]]} "
+          f"against {[round(v, 3) for v in chunk_cpu[CHUNK_TOKENS[0]]]} s)")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    tok = sub.add_parser("tokenizer", help="build Llama 3's tokenizer folder from llama-models' tiktoken file")
+    tok.add_argument("--llama-models", type=Path, required=True, help="where llama-models' wheel was unpacked")
+    tok.add_argument("--out", type=Path, required=True)
+    go = sub.add_parser("run", help="the bursts")
+    go.add_argument("--model", required=True, help="the tokenizer folder `tokenizer` wrote")
+    go.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    sys.path.insert(0, os.getcwd())  # vLLM 0.6.0's unpacked `vllm/` (see the setup above)
+    if args.command == "tokenizer":
+        build_tokenizer(args.llama_models, args.out)
+    else:
+        run(str(Path(args.model).resolve()), args.repeats)
+
+
+if __name__ == "__main__":
+    main()
