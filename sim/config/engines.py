@@ -1179,8 +1179,8 @@ class ApiServerWork:
 # prompt tokens (Llama 3's tokenizer), 5 repeats, each request's intake the time the burst's last request reached
 # the engine over the burst's size (its requests reach it together, in turn between awaits: processor sharing); the
 # medians per cell fitted as per request + per prompt token; a streamed chunk from the API server's CPU time per
-# chunk (bursts of 160 streaming 1 and 41 tokens, 3 repeats). No other version's front-end was run: none has work
-# that queues here. Spread: ESTIMATE_RANGES.
+# chunk (bursts of 160 streaming 1 and 41 tokens, 3 repeats). vLLM 0.11.0's was measured too and is not used yet
+# (benchmarks/results/published-e2e.md); no other version has work that queues here. Spread: ESTIMATE_RANGES.
 API_SERVER_WORK = (ApiServerWork((0, 6, 0), (0, 6, 1), 1.24e-3, 1.69e-6, 162e-6),)
 
 

@@ -627,7 +627,7 @@ def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
 
 
 def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_other_versions_have_none():
-    # benchmarks/bench_vllm_api_server.py ran 0.6.0's own API server and RPC path; no other version's was run
+    # benchmarks/bench_vllm_api_server.py ran 0.6.0's own API server and RPC path; no other version's work is used
     from sim.config.engines import API_SERVER_WORK
     work = API_SERVER_WORK[0]
     burst = scenario({"name": "vllm", "version": "0.6.0"}, workload={**BASE["workload"], "arrival": {"kind": "burst"}})
