@@ -18,7 +18,7 @@ hop to the engine core is not measured). Its defaults: no request log, uvloop. T
 the two runs is read from the vLLM on the path.
 
 The API server runs alone on core 0, the engine process and the client on core 1. For each burst it records when
-each request entered the completion handler and reached the engine, and the API server's CPU time over the burst.
+each request reached the engine, and the API server's CPU time over the burst.
 
 - **Intake** (per request + per prompt token): bursts of 40, 160 and 320 requests of 16 and 900 prompt tokens, one
   output token each; a request's intake is the time the burst's last request reached the engine over the burst's
@@ -205,7 +205,7 @@ def engine_process(model: str, rpc_path: str, out_tokens: int, dump_to: str) -> 
     uvloop.run(rpc_server.run_server(Server()))
 
 
-def api_server_process(model: str, rpc_path: str, port: int, log_file: str, dump_to: str) -> None:
+def api_server_process(model: str, rpc_path: str, port: int, log_file: str) -> None:
     sys.stdout = open(log_file, "w", buffering=1)  # vLLM's request log, as a server's log pipe takes it
     sys.stderr = sys.stdout
     import uvicorn
@@ -215,22 +215,13 @@ def api_server_process(model: str, rpc_path: str, port: int, log_file: str, dump
     from vllm.utils import FlexibleArgumentParser
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(
         ["--model", model, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port)])
-    entries: list[float] = []
 
-    async def serve():  # 0.6.0's run_server, with the RPC client made here and the handler's entry noted
+    async def serve():  # 0.6.0's run_server, with the RPC client made here
         client = AsyncEngineRPCClient(rpc_path)
         await client.setup()
         api_server.async_engine_client = client
         api_server.engine_args = _engine_args(model)
         app = await api_server.init_app(client, args)
-        serving = api_server.openai_serving_completion
-        handler = serving.create_completion
-
-        async def noted(request, raw_request):
-            entries.append(time.monotonic())
-            return await handler(request, raw_request)
-        serving.create_completion = noted
-        signal.signal(signal.SIGUSR2, lambda *_: Path(dump_to).write_text(json.dumps(entries)))
         config = uvicorn.Config(app, host="127.0.0.1", port=port, log_level="info",
                                 timeout_keep_alive=api_server.TIMEOUT_KEEP_ALIVE)
         await uvicorn.Server(config).serve()
@@ -268,7 +259,6 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
     from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason, core_client
     from vllm.v1.engine.async_llm import AsyncLLM
     arrivals: list[float] = []
-    entries: list[float] = []
 
     class StandInCore:
         engine_ranks_managed = [0]
@@ -304,7 +294,7 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(
         ["--model", model, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port)])
 
-    async def serve():  # 0.11.0's run_server_worker, with the AsyncLLM made here and the handler's entry noted
+    async def serve():  # 0.11.0's run_server_worker, with the AsyncLLM made here
         engine_args = AsyncEngineArgs.from_cli_args(args)
         config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
         client = AsyncLLM.from_vllm_config(vllm_config=config, usage_context=UsageContext.OPENAI_API_SERVER,
@@ -312,18 +302,7 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
                                            disable_log_stats=engine_args.disable_log_stats)
         app = api_server.build_app(args)
         await api_server.init_app_state(client, config, app.state, args)
-        serving = app.state.openai_serving_completion
-        handler = serving.create_completion
-
-        async def noted(request, raw_request=None):
-            entries.append(time.monotonic())
-            return await handler(request, raw_request)
-        serving.create_completion = noted
-
-        def dump(*_):
-            Path(dump_to).write_text(json.dumps(entries))
-            Path(dump_to).with_name("arrivals.json").write_text(json.dumps(arrivals))
-        signal.signal(signal.SIGUSR2, dump)
+        signal.signal(signal.SIGUSR2, lambda *_: Path(dump_to).write_text(json.dumps(arrivals)))
         await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="info")).serve()
     uvloop.run(serve())  # as 0.11.0's `vllm serve` runs it (vllm/entrypoints/cli/serve.py)
 
@@ -364,8 +343,8 @@ def _prompts(tokenizer, tokens: int, count: int) -> list[str]:
 
 
 def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: Path) -> dict:
-    """One burst against fresh server processes (after a warm-up burst of 5): when its last request entered the
-    handler and reached the engine, and the API server's CPU seconds over it."""
+    """One burst against fresh server processes (after a warm-up burst of 5): when its first and last request
+    reached the engine, and the API server's CPU seconds over it."""
     from transformers import AutoTokenizer
     ctx = multiprocessing.get_context("spawn")
     rpc_path = f"ipc://{work}/rpc"
@@ -377,11 +356,11 @@ def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: 
                                          args=(model, rpc_path, out_tokens, str(work / "arrivals.json")))
     if v1:
         server = ctx.Process(target=v1_api_server_process,
-                             args=(model, port, str(work / "api.log"), str(work / "entries.json"), out_tokens))
+                             args=(model, port, str(work / "api.log"), str(work / "arrivals.json"), out_tokens))
     else:
         engine.start()
         server = ctx.Process(target=api_server_process,
-                             args=(model, rpc_path, port, str(work / "api.log"), str(work / "entries.json")))
+                             args=(model, rpc_path, port, str(work / "api.log")))
     server.start()
     subprocess.run(["taskset", "-pc", "0", str(server.pid)], capture_output=True, check=True)
     if engine is not None:
@@ -405,21 +384,20 @@ def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: 
         asyncio.run(_burst(url, model, prompts[5:], out_tokens))
         cpu = _cpu_s(server.pid) - cpu_before
         time.sleep(0.5)
-        os.kill(server.pid, signal.SIGUSR2)
-        time.sleep(0.5)
-        if engine is not None:
+        if engine is None:  # 0.11.0: the stand-in core is in the API server process
+            os.kill(server.pid, signal.SIGUSR2)
+            time.sleep(0.5)
+        else:
             os.kill(engine.pid, signal.SIGUSR1)
             engine.join(10)
         arrivals = sorted(json.loads((work / "arrivals.json").read_text()))[5:]
-        entries = sorted(json.loads((work / "entries.json").read_text()))[5:]
     finally:
         for process in processes:
             if process.is_alive():
                 process.terminate()
             process.join(10)
-    assert len(arrivals) == size and len(entries) == size, (len(arrivals), len(entries))
-    return {"last_entry_s": entries[-1] - sent, "first_arrival_s": arrivals[0] - sent,
-            "last_arrival_s": arrivals[-1] - sent, "api_cpu_s": cpu}
+    assert len(arrivals) == size, (len(arrivals), size)
+    return {"first_arrival_s": arrivals[0] - sent, "last_arrival_s": arrivals[-1] - sent, "api_cpu_s": cpu}
 
 
 def _machine() -> str:

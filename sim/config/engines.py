@@ -1193,8 +1193,11 @@ def vllm_frontend_work(version: tuple[int, ...], model_type: str | None, endpoin
     """The front-end work that queues on a vLLM version's API server, as front-end keys: its measured intake and
     streaming (`api_server_work`, on either endpoint: a chat request's cached template render is not measured) plus
     the chat-template parse of the versions that parse per request (`chat_template_parse`); {} where there is none."""
-    intake = api_server_work(version)
-    parse = chat_template_parse(version, model_type, endpoint)
+    return _work_keys(api_server_work(version), chat_template_parse(version, model_type, endpoint))
+
+
+def _work_keys(intake: ApiServerWork | None, parse: TemplateParse | None) -> dict[str, float]:
+    """The front-end keys of a version's measured intake and its template parse (both add to per_request_s)."""
     work: dict[str, float] = {}
     if intake is not None:
         work = {"per_request_s": intake.per_request_s, "per_prompt_token_s": intake.per_prompt_token_s,
@@ -1209,16 +1212,15 @@ def _vllm_inbound_work(ctx: Context, notes: list[str]) -> tuple[dict, str]:
     preset's own front-end, and the note that says so; ({}, "") where there is none."""
     model_type = ctx.model.model_type if ctx.model is not None else None
     endpoint = _get(ctx.raw, "workload.endpoint") or "completions"
-    work = vllm_frontend_work(ctx.version, model_type, endpoint)
-    parse = chat_template_parse(ctx.version, model_type, endpoint)
+    intake, parse = api_server_work(ctx.version), chat_template_parse(ctx.version, model_type, endpoint)
     if endpoint == "chat" and model_type in HARMONY_MODEL_TYPES and chat_template_parse(ctx.version, None, endpoint):
         notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests are rendered by openai_harmony, not "
                      "its Jinja template: no template parse per request")
+    work = _work_keys(intake, parse)
     if not work:
         return {}, ""
     open_arrivals = _get(ctx.raw, "workload.arrival.kind") != "closed_loop"
     said = []
-    intake = api_server_work(ctx.version)
     if intake is not None:
         said.append(f"its API server's own work, measured by running vLLM {ctx.version_text}'s server code "
                     f"(benchmarks/bench_vllm_api_server.py): {intake.per_request_s * 1e3:.2f} ms a request + "
