@@ -14,6 +14,12 @@ when each further expert costs its roofline alone. The same held out for the ske
 1.2, `cost_model.moe_routing`), beside those rows predicted from the same configuration's balanced ones (how much
 routing moves a kernel). Nothing is fitted.
 
+Where aiconfigurator-core 0.12.0 is on the path (`pip install aiconfigurator-core==0.12.0`, or its wheel unpacked on
+PYTHONPATH), also the rows vLLM's A100 tables borrow (calibrate/aic_import.py `MOE_BORROWED`): vLLM's Marlin MXFP4
+fused-MoE rows, on every GPU where AIConfigurator measured them (H100, H200, L40S: at gpt-oss's own shapes on the
+L40S), predicted from SGLang's Marlin MoE rows with int4 weights on the same GPU, the nearest configuration scaled by
+the MXFP4 roofline, without expert parallelism (the A100 runs' split) and with it.
+
     PYTHONPATH=. .venv/bin/python benchmarks/bench_moe.py
 """
 
@@ -230,8 +236,55 @@ def study_routing():
     return errors
 
 
+# vLLM's Marlin MXFP4 rows from SGLang's Marlin int4 rows of the same GPU (AIConfigurator's raw tables): per GPU, the
+# SGLang version whose int4 Marlin rows are compared (0.5.14 where it measured them, as the import queries it; A100's
+# borrowed rows are 0.5.10's, the only version there: compared on H100 too).
+BORROWED_MARLIN = (("l40s", "l40s", "0.5.14"), ("h100_sxm", "h100-sxm", "0.5.14"), ("h200_sxm", "h200", "0.5.14"),
+                   ("h100_sxm", "h100-sxm", "0.5.10"))
+
+
+def study_borrowed_marlin():
+    """Each measured point of vLLM's Marlin MXFP4 rows predicted from SGLang's Marlin int4 rows on the same GPU (as
+    vLLM's A100 tables price gpt-oss's experts); {} where aiconfigurator-core is not installed."""
+    try:
+        import aiconfigurator_core
+    except ImportError:
+        print("(vLLM's Marlin MXFP4 rows from SGLang's int4 ones: skipped, aiconfigurator-core 0.12.0 is not "
+              "installed)")
+        return {}
+    import pandas as pd
+    data = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+
+    def marlin_rows(system, framework, version, dtype):
+        raw = pd.read_parquet(data / system / "moe" / framework / version / "moe_perf.parquet")
+        raw = raw[(raw["moe_dtype"] == dtype) & raw["kernel_source"].str.contains("marlin", regex=False)]
+        raw = raw[raw["kernel_source"] == raw["kernel_source"].value_counts().idxmax()]
+        return raw.assign(latency_ms=raw["latency"])
+
+    errors = {}
+    for system, gpu, version in BORROWED_MARLIN:
+        roof = device_roofline(load_tables(tables_dir(gpu)).gemm)
+        lender = marlin_rows(system, "sglang", version, "int4_wo")
+        target = marlin_rows(system, "vllm", "0.24.0", "w4a16_mxfp4")
+        for split in ("no expert parallelism", "expert parallelism"):
+            way = f"vLLM's Marlin MXFP4 from SGLang {version}'s Marlin int4, {gpu}, {split}"
+            errors[way] = []
+            for distribution in sorted(set(target["distribution"]) & set(lender["distribution"])):
+                lent = lender[lender["distribution"] == distribution]
+                own = target[target["distribution"] == distribution]
+                own = own[(own["moe_ep_size"] == 1) == (split == "no expert parallelism")]
+                for config in [tuple(int(v) for v in c) for c in own[KEYS].drop_duplicates().itertuples(index=False)]:
+                    near, near_rows = nearest(lent, config)
+                    for n, seconds in seconds_by_tokens(own[of_config(own, config)]).items():
+                        if n in near_rows:
+                            kind = mk.SHAPE_MOE_MXFP4
+                            pred = moe_shape(config, roof, n, kind) * near_rows[n] / moe_shape(near, roof, n, kind)
+                            errors[way].append(math.log(pred / seconds))
+    return errors
+
+
 def main() -> int:
-    errors = {**study(), **study_fp8(), **study_ep(), **study_routing()}
+    errors = {**study(), **study_fp8(), **study_ep(), **study_routing(), **study_borrowed_marlin()}
     print("| way | points | predicted / measured, median | mean abs log error |")
     print("| --- | ---: | ---: | ---: |")
     for way, e in errors.items():

@@ -1013,7 +1013,8 @@ def unsupported(case: PublishedCase, cost_model: dict) -> str | None:
         from sim.model.memory import FP8_COMPUTE_DEFAULT
         q = _quantization(case)
         why = measured_unsupported(case.gpu, q["weights"], q["kv_cache"],
-                                   fp8_compute=q.get("fp8_compute", FP8_COMPUTE_DEFAULT), tables=own_tables(case))
+                                   fp8_compute=q.get("fp8_compute", FP8_COMPUTE_DEFAULT), tables=own_tables(case),
+                                   moe_kernel=q.get("moe_kernel"))
         if why:
             return f"measured kernels: {why}"
     return None
@@ -1082,7 +1083,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         preset_raw, preset_terms, _ = apply_engine_preset(raw)
     if not cm and cpu:  # the best available model, materialized so that the fitted terms can go into it
         from sim.config.cost_choice import default_cost_model
-        cm, _ = default_cost_model(raw, preset_terms)
+        cm, _ = default_cost_model(preset_raw, preset_terms)  # as validation chooses: on the preset's values
     if cpu and cm.get("kind") != "fixed":
         cm["overhead"] = {**cm.get("overhead", {"engine": "vllm-cudagraph"}), **cpu}
     if cm:

@@ -32,7 +32,8 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
   elements: AIConfigurator's `message_size` is an element count: one decode token of llama-3.1-8b at
   tp 2 queries 4096), latency_ms
 - moe.parquet: dtype (bf16; fp8 = per-tensor W8A8, fp8_block = block-scaled W8A8, mxfp4 = MXFP4 experts with
-  16-bit activations, gpt-oss's shapes; mxfp4_marlin = vLLM's Marlin MXFP4 kernel, `MOE_ALSO`; each where measured),
+  16-bit activations, gpt-oss's shapes; mxfp4_marlin = vLLM's Marlin MXFP4 kernel, `MOE_ALSO`, or on A100, where
+  it was not measured, SGLang's Marlin MoE kernel with int4 weights, `MOE_BORROWED`; each where measured),
   num_tokens,
   distribution (the routing: balanced, power_law_1.01 or power_law_1.2, each where measured;
   `cost_model.moe_routing` picks one), hidden_size, inter_size, topk, num_experts, moe_tp_size, moe_ep_size,
@@ -74,7 +75,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from sim.cost.measured import MEASURED_FORMAT_VERSION, MXFP4_MARLIN
+from sim.cost.measured import MEASURED_FORMAT_VERSION, MXFP4, MXFP4_MARLIN
 from sim.model.interconnects import NCCL_ALL_REDUCE
 from sim.model.memory import MARLIN
 
@@ -244,6 +245,41 @@ def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",),
     return _medians(keep), {**kernels, "distribution": dists[0], "distributions": dists}
 
 
+def _borrow_moe(df: pd.DataFrame, kernels: dict, system_dir: Path, framework: str,
+                lenders: dict[str, str]) -> tuple[pd.DataFrame, dict, dict]:
+    """The fused-MoE table with `MOE_BORROWED`'s rows added where the framework's own hold none of that kernel:
+    (the table, its kernels, {table dtype: where the rows came from}). `lenders`: {framework: the version queried}.
+    Only the routings the framework's own rows were measured under are kept (all where it has none)."""
+    borrowed = {}
+    for dtype, (stands_for, lender, src_dtype, part) in MOE_BORROWED.get(framework, {}).items():
+        if dtype in kernels or part in str(kernels.get(stands_for, "")) or lender not in lenders:
+            continue
+        found = _pick(system_dir, "moe", "moe_perf.parquet", lenders[lender], lender)
+        if found is None:
+            continue
+        raw = pd.read_parquet(found[0])
+        ep, tp = raw["moe_ep_size"], raw["moe_tp_size"]
+        rows = raw[(raw["moe_dtype"] == src_dtype) & raw["kernel_source"].str.contains(part, regex=False)
+                   & ((ep == 1) | (ep * tp <= MAX_EP_GPUS))]
+        if not df.empty:
+            rows = rows[rows["distribution"].isin(set(df["distribution"]))]
+        if rows.empty:
+            continue
+        kernel = _main_kernel(rows)
+        rows = rows[rows["kernel_source"] == kernel]
+        lent = pd.DataFrame({"dtype": dtype, "distribution": rows["distribution"], "num_tokens": rows["num_tokens"],
+                             "hidden_size": rows["hidden_size"], "inter_size": rows["inter_size"],
+                             "topk": rows["topk"], "num_experts": rows["num_experts"],
+                             "moe_tp_size": rows["moe_tp_size"], "moe_ep_size": rows["moe_ep_size"],
+                             "latency_ms": rows["latency"]})
+        df = _medians([df, lent]) if not df.empty else _medians([lent])
+        kernels = {**kernels, dtype: kernel}
+        borrowed[dtype] = {"framework": lender, "framework_version": found[1], "moe_dtype": src_dtype,
+                           "kernel": kernel, "source_file": str(found[0].relative_to(system_dir.parent.parent)),
+                           "stands_for": f"{_NAMES[framework]}'s {stands_for} experts run by this kernel family"}
+    return df, kernels, borrowed
+
+
 def _mla(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
     picked, kernels = _main_rows(df[df["mla_dtype"] == "bfloat16"], "kv_cache_dtype", _DTYPES)
     keep = []
@@ -283,6 +319,16 @@ MOE_DTYPES = {"vllm": ("bfloat16", "fp8_block", "w4a16_mxfp4"), "sglang": ("bflo
 # from them. AIConfigurator measured them at another model's expert shapes than gpt-oss's (on H100, H200 and B200:
 # 896 experts, top 16, hidden 3584, intermediate 3072): the measured model scales the nearest shape by the roofline.
 MOE_ALSO = {"vllm": {"w4a16_mxfp4": (MARLIN, MXFP4_MARLIN)}}
+# MoE rows of a kernel a framework runs, borrowed from another framework's table of the same GPU where its own hold
+# none: {framework: {table dtype: (the dtype it stands for, the lender, the lender's moe_dtype, a kernel's name
+# part)}}. vLLM runs gpt-oss's MXFP4 experts with Marlin below sm_90, and AIConfigurator measured vLLM's Marlin MXFP4
+# kernel on H100, H200, B200 and L40S, not on A100; there it measured SGLang's Marlin MoE kernel (sgl-kernel's
+# moe_wna16_marlin_gemm, vLLM's kernel ported), with int4 weights (4.125 bits a weight with their scales, MXFP4
+# 4.25). Held out where both were measured, without expert parallelism (the A100 runs' split), SGLang's int4 rows
+# predict vLLM's Marlin MXFP4 rows to a median 0.96 on the L40S (at gpt-oss's own shapes; mean |log error| 0.35),
+# 0.90 on the H100 (0.5.10's rows, the A100's version: 0.92) and 0.80 on the H200 (benchmarks/bench_moe.py
+# `study_borrowed_marlin`). meta.json names what was borrowed; the measured model says so where it prices from it.
+MOE_BORROWED = {"vllm": {MXFP4_MARLIN: (MXFP4, "sglang", "int4_wo", MARLIN)}}
 # GEMM rows left out, and why (meta.json records it): vLLM's block-scaled fp8 rows (DeepGEMM and FlashInfer kernels)
 # take a flat ~60-90 us at every m from 1 to ~2k (H200, n 1536, k 7168: 57-95 us, where its per-tensor fp8 kernel
 # takes 11-17 us and the weights' bytes 2.3 us; B200: 175-276 us against 10-27 us): host time of eager calls, not
@@ -349,9 +395,10 @@ def convert_nccl(systems_root: Path, system: str, out_dir: Path, gpu: str, packa
 
 
 def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, system: str,
-                   package_version: str, framework: str = FRAMEWORK) -> dict:
+                   package_version: str, framework: str = FRAMEWORK, lenders: dict[str, str] | None = None) -> dict:
     """Convert one system's tables of one framework into out_dir; returns its meta (raises LookupError if it has
-    no data)."""
+    no data). `lenders`: {another framework: its version queried on this system}, whose MoE rows may fill a
+    kernel this framework's lack (`MOE_BORROWED`)."""
     fw = _NAMES[framework]
     found = {name: _pick(system_dir, op, fname, current, framework) for name, (op, fname, _) in TABLES.items()}
     missing = [n for n in REQUIRED if found[n] is None]
@@ -370,6 +417,9 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
         raw = pd.read_parquet(path)
         device = device or str(raw["device"].iloc[0])
         df, kernels = _moe(raw, MOE_DTYPES[framework], MOE_ALSO.get(framework)) if name == "moe" else convert(raw)
+        borrowed = {}
+        if name == "moe":
+            df, kernels, borrowed = _borrow_moe(df, kernels, system_dir, framework, lenders or {})
         dropped = DROPPED_GEMM_DTYPES.get(framework, {}) if name == "gemm" else {}
         if dropped:
             df = df[~df["dtype"].isin(list(dropped))].reset_index(drop=True)
@@ -385,6 +435,8 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
             entry["dtypes"] = sorted(set(df["dtype" if "dtype" in df.columns else "kv_dtype"]))
         if dropped:
             entry["dropped"] = dict(dropped)
+        if borrowed:
+            entry["borrowed"] = borrowed
         if version != current:
             entry["note"] = f"{fw} {current} lacks {fname} for {system}; taken from {fw} {version}"
         tables[name] = entry
@@ -442,15 +494,17 @@ def main(argv: list[str] | None = None) -> int:
         except LookupError as err:
             missing[f"{gpu}/{NCCL_ALL_REDUCE}"] = {"system": system, "framework": NCCL_ALL_REDUCE, "reason": str(err)}
             print(f"{gpu}/{NCCL_ALL_REDUCE}: skipped ({err})")
+        queried = {fw: versions.get("overrides", {}).get(system, {}).get(fw, {}).get("current")
+                   or versions["defaults"][fw]["current"] for fw in FRAMEWORKS}
         for framework in frameworks:
-            current = versions.get("overrides", {}).get(system, {}).get(framework, {}).get("current") \
-                or versions["defaults"][framework]["current"]
+            current = queried[framework]
             key = gpu if framework == FRAMEWORK else f"{gpu}/{framework}"
             missing.pop(key, None)
             dest = framework_dir(out / gpu, framework)
             try:
                 meta = convert_system(root / "data" / system, current, dest, gpu, system,
-                                      metadata.version(PACKAGE), framework)
+                                      metadata.version(PACKAGE), framework,
+                                      {fw: v for fw, v in queried.items() if fw != framework})
             except LookupError as err:
                 missing[key] = {"system": system, "framework": framework,
                                 "reason": str(err).replace(str(root), "aiconfigurator_core/systems")}

@@ -86,6 +86,7 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
     from sim.model.memory import FP8_COMPUTE_DEFAULT
     # absent, the schema's default (weight-only fp8), to which the measured model then holds the scenario
     fp8_compute = quant.get("fp8_compute", FP8_COMPUTE_DEFAULT)
+    moe_kernel = quant.get("moe_kernel")  # the engine preset's where it knows it (vLLM's Marlin MXFP4 experts)
     # bf16 only. A W8A8 profile (`calibrate steps --weights fp8`) runs cuBLASLt's fp8 GEMM (torch._scaled_mm), not
     # the engines' own (vLLM: CUTLASS, whose time jumps past powers of two in AIConfigurator's rows;
     # results/gpu-steps.md, "H200 tables of 11-30"): `cost_model: {kind: calibrated}` takes it, the default does not.
@@ -97,10 +98,12 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
             "terms (the most accurate source available)")
     why_not = None
     if engine in ("sglang", "trtllm"):  # the engine's own tables where they hold this GPU and dtype
-        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=engine)
+        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=engine,
+                                       moe_kernel=moe_kernel)
     tables = engine if engine in ("sglang", "trtllm") and why_not is None else "vllm"
     if tables == "vllm":
-        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=tables)
+        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=tables,
+                                       moe_kernel=moe_kernel)
     if why_not is None and isinstance(disaggregation, dict):  # every pool's GPU must be measured
         for pool in ("prefill", "decode"):
             section = disaggregation.get(pool)
@@ -108,7 +111,8 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
             if not isinstance(pool_gpu, str):
                 why_not = f"the {pool} pool's GPU is inline"
                 break
-            why_not = measured_unsupported(pool_gpu, weights, kv, fp8_compute=fp8_compute, tables=tables)
+            why_not = measured_unsupported(pool_gpu, weights, kv, fp8_compute=fp8_compute, tables=tables,
+                                           moe_kernel=moe_kernel)
             if why_not is not None:
                 break
     if why_not is None and floor <= 1:

@@ -142,10 +142,11 @@ def gpu_unmeasured(gpu: str, tables: str = "vllm", root: Path | None = None) -> 
 
 def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                             fp8_compute: bool | None = None, tables: str = "vllm",
-                            root: Path | None = None) -> str | None:
+                            root: Path | None = None, moe_kernel: str | None = None) -> str | None:
     """Why this GPU's tables of this framework cannot price the quantization (None: they can): one line naming the
     field, its value and what is allowed. `fp8_compute` None is not checked: fp8 weights are taken as W8A8, for
-    callers that do not know (a direct `MeasuredCostModel`)."""
+    callers that do not know (a direct `MeasuredCostModel`). `moe_kernel` (`quantization.moe_kernel`): tables that
+    hold Marlin's MXFP4 rows alone (A100's, borrowed) price MXFP4 experts only where Marlin runs them."""
     t = load_tables(tables_dir(gpu, tables, root))
     where = f"in the {tables} tables of {_canonical(gpu)}"
     escape = "or cost_model.unmeasured_dtype: roofline"
@@ -153,9 +154,12 @@ def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str 
                if d in t.gemm_dtypes]
     weights += [MXFP4] if MXFP4 in t.moe_dtypes else []
     kv = [k for k, d in _KV_DTYPE.items() if d in t.kv_dtypes]
-    if weight_dtype == MXFP4 and MXFP4 not in t.moe_dtypes:
-        return (f"quantization.weights: 'mxfp4' is not measured {where} (no MXFP4 fused-MoE rows); allowed: "
-                f"{', '.join(weights)}, {escape}")
+    marlin_only = MXFP4 not in t.moe_dtypes and MXFP4_MARLIN in t.moe_dtypes  # (A100's: borrowed, meta.json)
+    if weight_dtype == MXFP4 and MXFP4 not in t.moe_dtypes and not (marlin_only and moe_kernel == MARLIN):
+        rows = "only Marlin's MXFP4 fused-MoE rows" if marlin_only else "no MXFP4 fused-MoE rows"
+        also = "quantization.moe_kernel: marlin, " if marlin_only else ""
+        return (f"quantization.weights: 'mxfp4' is not measured {where} ({rows}); allowed: "
+                f"{', '.join(weights)}, {also}{escape}")
     if weight_dtype != MXFP4 and _GEMM_DTYPE.get(weight_dtype) not in t.gemm_dtypes:
         return (f"quantization.weights: {weight_dtype!r} is not measured {where}; allowed: {', '.join(weights)}, "
                 f"{escape}")
@@ -174,11 +178,11 @@ def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str 
 
 def measured_unsupported(gpu: str, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                          root: Path | None = None, *, fp8_compute: bool | None = None,
-                         tables: str = "vllm") -> str | None:
+                         tables: str = "vllm", moe_kernel: str | None = None) -> str | None:
     """Why the measured cost model cannot price this setup (None if it can): one line. A missing GPU first
     (`gpu_unmeasured`), then the quantization (`quantization_unmeasured`)."""
     return (gpu_unmeasured(gpu, tables, root)
-            or quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root))
+            or quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root, moe_kernel))
 
 
 # --- tables ----------------------------------------------------------------------------------------
@@ -547,7 +551,7 @@ class MeasuredCostModel(PackedCostModel):
         reason = gpu_unmeasured(data, tables, root)
         if reason:
             raise ConfigError(f"cost_model: {reason}")
-        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root)
+        reason = quantization_unmeasured(data, weight_dtype, kv_dtype, fp8_compute, tables, root, moe_kernel)
         if reason:
             raise ConfigError(reason)
         self.tables = load_tables(tables_dir(data, tables, root))
@@ -757,7 +761,14 @@ class MeasuredCostModel(PackedCostModel):
             self.notes[f"moe: Marlin's MXFP4 kernel is not in the {t.framework} tables of {t.meta['gpu']}; their "
                        f"{main_kernel or 'MXFP4'} rows price it"] += 1
             return main
-        self.notes["moe: MXFP4 experts from the Marlin kernel's rows (quantization.moe_kernel: marlin)"] += 1
+        lent = t.meta["tables"].get("moe", {}).get("borrowed", {}).get(MXFP4_MARLIN)
+        if lent:  # another engine's Marlin rows, where this one's were not measured (calibrate/aic_import.py)
+            self.notes[f"moe: MXFP4 experts from {lent['framework']} {lent['framework_version']}'s Marlin fused-MoE "
+                       f"rows ({lent['kernel']}, {lent['moe_dtype']} weights: the same kernel family; "
+                       f"{t.framework}'s own Marlin MXFP4 kernel was not measured on {t.meta['gpu']}; "
+                       "quantization.moe_kernel: marlin)"] += 1
+        else:
+            self.notes["moe: MXFP4 experts from the Marlin kernel's rows (quantization.moe_kernel: marlin)"] += 1
         return marlin
 
     def _allreduce_rows(self) -> pd.DataFrame | None:
@@ -915,7 +926,8 @@ class MeasuredFallback(RooflineCostModel):
 
 
 def measured_refusal(gpu: str, weight_dtype: str, kv_dtype: str, fp8_compute: bool, tables: str, on_missing: str,
-                     unmeasured_dtype: str, root: Path | None = None) -> tuple[str | None, str | None]:
+                     unmeasured_dtype: str, root: Path | None = None,
+                     moe_kernel: str | None = None) -> tuple[str | None, str | None]:
     """(why the measured model cannot price this setup, None where it can; the one-line error it then stops with,
     None where it falls back to the roofline instead): `on_missing` decides for a GPU without tables of this
     framework, `unmeasured_dtype` for a quantization the tables were not measured in. `make_measured_cost_model`
@@ -923,7 +935,7 @@ def measured_refusal(gpu: str, weight_dtype: str, kv_dtype: str, fp8_compute: bo
     reason = gpu_unmeasured(gpu, tables, root)
     if reason is not None:
         return reason, (f"cost_model: {reason}" if on_missing == "error" else None)
-    reason = quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root)
+    reason = quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root, moe_kernel)
     return reason, (reason if reason is not None and unmeasured_dtype != "roofline" else None)
 
 
@@ -939,7 +951,7 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
     measured in: a one-line ConfigError naming the field (unmeasured_dtype 'error', the default), or the roofline
     whose repr says why (unmeasured_dtype 'roofline', asked for)."""
     reason, refusal = measured_refusal(gpu_data or gpu.name, weight_dtype, kv_dtype, fp8_compute, tables,
-                                       on_missing, unmeasured_dtype, root)
+                                       on_missing, unmeasured_dtype, root, moe_kernel)
     if reason is None:
         return MeasuredCostModel(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
                                  kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,

@@ -331,14 +331,17 @@ def cost_model_note(base: dict) -> str | None:
     choice a run then makes and names); or, where a `measured` choice cannot price it, whether the run stops or is
     priced by the roofline (`measured_refusal`, the decision the run's measured model makes)."""
     spec = base.get("cost_model") or {}
+    from sim.config.checkpoint import checkpoint_defaults
+    from sim.config.engines import apply_engine_preset
+    overhead = None
+    try:  # as validation sees the scenario: a quantized checkpoint's dtype, then the engine preset's values
+        base = checkpoint_defaults(base)
+        base, overhead, _ = apply_engine_preset(base)
+    except ServeSimError:
+        pass  # the run says why in its own words
     if not spec:
-        from sim.config.checkpoint import checkpoint_defaults
         from sim.config.cost_choice import default_cost_model
-        try:
-            base = checkpoint_defaults(base)  # a quantized checkpoint's dtype, as validation sees it
-        except ServeSimError:
-            pass  # the run says why in its own words
-        return f"best available for this GPU, model, TP, engine and dtype: {default_cost_model(base)[1]}"
+        return f"best available for this GPU, model, TP, engine and dtype: {default_cost_model(base, overhead)[1]}"
     if spec.get("kind") != MEASURED:
         return None
     from sim.cost.measured import measured_refusal
@@ -348,7 +351,8 @@ def cost_model_note(base: dict) -> str | None:
     reason, refusal = measured_refusal(
         spec.get("gpu_data") or _gpu_name((base.get("hardware") or {}).get("gpu")), q.get("weights", "bf16"),
         q.get("kv_cache", "bf16"), q.get("fp8_compute", FP8_COMPUTE_DEFAULT), spec.get("tables", "vllm"),
-        spec.get("on_missing", default["on_missing"]), spec.get("unmeasured_dtype", default["unmeasured_dtype"]))
+        spec.get("on_missing", default["on_missing"]), spec.get("unmeasured_dtype", default["unmeasured_dtype"]),
+        moe_kernel=q.get("moe_kernel"))
     if reason is None:
         return None
     if refusal is not None:

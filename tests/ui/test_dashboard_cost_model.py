@@ -58,6 +58,20 @@ def test_a_new_form_is_priced_as_run_prices_it_and_the_note_names_the_model():
     assert "learned: learned roofline" in dash.cost_model_note(l4)
 
 
+def test_the_note_names_the_runs_choice_with_the_engine_presets_values():
+    # the preset's own values (vLLM's Marlin MXFP4 experts on an A100) decide the choice, as validation applies them
+    from pathlib import Path
+    oss = str(Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
+    raw = {**copy.deepcopy(dash.DEFAULT_BASE), "model": {"hf_config": oss}, "hardware": {"gpu": "a100-80gb"},
+           "engine": {"name": "vllm", "version": "0.11.0"}}
+    chosen = validate_scenario(copy.deepcopy(raw)).cost_model_choice
+    assert chosen.startswith("measured: vllm kernel tables of a100-80gb")
+    assert dash.cost_model_note(raw).endswith(chosen)
+    measured = {**raw, "cost_model": {"kind": "measured"}}  # Marlin's rows price it: nothing to say
+    assert dash.cost_model_note(measured) is None
+    assert "only Marlin's MXFP4" in dash.cost_model_note({**measured, "engine": None})
+
+
 def test_note_says_when_measured_falls_back():
     base = copy.deepcopy(dash.DEFAULT_BASE)
     base["cost_model"] = {"kind": "measured"}

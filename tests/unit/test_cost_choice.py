@@ -160,3 +160,18 @@ def test_an_fp8_scenario_takes_a_whole_step_profile_measured_in_fp8_and_only_tha
         check_profile_dtypes(meta, base / "fused-fp8", "fp8", "bf16", fp8_compute=False)
     with pytest.raises(ConfigError, match=r"^quantization.weights: 'bf16' is not measured .*allowed: fp8"):
         check_profile_dtypes(meta, base / "fused-fp8", "bf16", "bf16")
+
+
+def test_gpt_oss_on_an_a100_gets_vllms_tables_where_vllm_runs_marlin_and_the_learned_roofline_elsewhere():
+    # vLLM runs gpt-oss's MXFP4 experts with Marlin on an A100 (its preset says quantization.moe_kernel: marlin),
+    # which its A100 tables price from the Marlin rows they hold (borrowed from SGLang's, meta.json); SGLang runs
+    # another kernel there, measured nowhere, and a scenario without an engine names no kernel
+    from pathlib import Path
+    oss = str(Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
+    on_a100 = {"model": {"hf_config": oss}, "hardware": {"gpu": "a100-80gb"}}
+    cm, why = chosen(**on_a100, engine={"name": "vllm", "version": "0.11.0"})
+    assert cm.kind == "measured" and why.startswith("measured: vllm kernel tables of a100-80gb")
+    cm, why = chosen(**on_a100, engine={"name": "sglang", "version": "0.5.4.post2"})
+    assert cm.kind == "roofline" and cm.efficiencies == "learned" and "only Marlin's MXFP4" in why
+    cm, why = chosen(**on_a100)
+    assert cm.kind == "roofline" and cm.efficiencies == "learned"

@@ -590,11 +590,18 @@ def test_the_import_keeps_a_second_moe_kernel_apart_only_where_it_is_not_the_mai
 
 def test_mxfp4_is_refused_where_the_tables_hold_no_mxfp4_rows_and_never_priced_from_another_dtype():
     oss = _gpt_oss()
-    why = measured_unsupported("a100-80gb", "mxfp4", tables="vllm")
-    assert why.startswith("quantization.weights: 'mxfp4' is not measured in the vllm tables of a100-80gb (no MXFP4 "
+    why = measured_unsupported("a100-80gb", "mxfp4", tables="sglang")
+    assert why.startswith("quantization.weights: 'mxfp4' is not measured in the sglang tables of a100-80gb (no MXFP4 "
                           "fused-MoE rows); allowed: bf16, fp16")
     assert why.endswith("cost_model.unmeasured_dtype: roofline") and "\n" not in why
     assert measured_unsupported("h100-sxm", "mxfp4", tables="trtllm") is None
+    with pytest.raises(ConfigError, match="^quantization.weights: 'mxfp4' is not measured"):
+        MeasuredCostModel(oss, get_gpu("a100-80gb"), weight_dtype="mxfp4", tables="sglang", moe_kernel="marlin")
+    # vLLM's A100 tables hold Marlin's rows alone (borrowed, below): MXFP4 experts only where Marlin runs them
+    why = measured_unsupported("a100-80gb", "mxfp4", tables="vllm")
+    assert why.startswith("quantization.weights: 'mxfp4' is not measured in the vllm tables of a100-80gb (only "
+                          "Marlin's MXFP4 fused-MoE rows); allowed: bf16, fp16, quantization.moe_kernel: marlin, ")
+    assert measured_unsupported("a100-80gb", "mxfp4", tables="vllm", moe_kernel="marlin") is None
     with pytest.raises(ConfigError, match="^quantization.weights: 'mxfp4' is not measured"):
         MeasuredCostModel(oss, get_gpu("a100-80gb"), weight_dtype="mxfp4")
     assert "mxfp4" in measured_unsupported("h100-sxm", "int8").split("allowed: ")[1]  # listed where measured
@@ -621,3 +628,56 @@ def test_the_compiled_core_prices_mxfp4_experts_as_the_python_engine_does(tables
     assert compiled.extras["engine_core"] == "compiled"
     pd.testing.assert_frame_equal(python.steps, compiled.steps, check_exact=True)
     pd.testing.assert_frame_equal(python.requests, compiled.requests, check_exact=True)
+
+
+def test_vllms_a100_marlin_experts_come_from_sglangs_marlin_rows_borrowed_and_said():
+    """AIConfigurator measured no Marlin MXFP4 kernel for vLLM on A100, where vLLM runs gpt-oss's experts with it:
+    the import borrows SGLang's A100 Marlin MoE rows (int4 weights, the same kernel family), meta.json names them,
+    and the measured model prices from them only with `moe_kernel: marlin`, saying whose rows they are."""
+    oss = _gpt_oss()
+    tables = load_tables(tables_dir("a100-80gb", "vllm"))
+    lent = tables.meta["tables"]["moe"]["borrowed"]["mxfp4_marlin"]
+    assert (lent["framework"], lent["moe_dtype"]) == ("sglang", "int4_wo") and "marlin" in lent["kernel"]
+    assert tables.meta["tables"]["moe"]["kernels"]["mxfp4_marlin"] == lent["kernel"]
+    rows, routing = tables.moe_rows("power_law_1.2")
+    assert routing == "power_law_1.2" and len(rows[rows.dtype == "mxfp4_marlin"]) > 100
+    marlin = MeasuredCostModel(oss, get_gpu("a100-80gb"), weight_dtype="mxfp4", moe_kernel="marlin",
+                               moe_routing="power_law_1.2")
+    assert any(n.startswith(f"moe: MXFP4 experts from sglang {lent['framework_version']}'s Marlin fused-MoE rows")
+               for n in marlin.notes)
+    assert any("scaled by the roofline" in n for n in marlin.notes)  # gpt-oss's shapes were not measured there
+    # Marlin at a prefill chunk's tokens runs well under the roofline the experts' bytes and FLOPs give
+    roof = marlin._moe.shape
+    assert marlin._moe(2048.0) > 2 * roof(2048.0)
+
+
+def _moe_raw(dtype, kernel, distribution, n, latency, hidden=2048):
+    return {"moe_dtype": dtype, "kernel_source": kernel, "distribution": distribution, "num_tokens": n,
+            "hidden_size": hidden, "inter_size": 768, "topk": 8, "num_experts": 128, "moe_tp_size": 1,
+            "moe_ep_size": 1, "latency": latency, "device": "X", "op_name": "moe", "framework": "f",
+            "version": "v"}
+
+
+def test_the_import_borrows_another_engines_marlin_rows_only_where_its_own_hold_no_marlin_kernel(tmp_path):
+    from calibrate.aic_import import _borrow_moe, _moe
+    system = tmp_path / "data" / "a100_sxm"
+    own = pd.DataFrame([_moe_raw("bfloat16", "own_fused", "power_law_1.01", n, 0.1 * n) for n in (1, 2)])
+    lender = pd.DataFrame([_moe_raw("int4_wo", "sglang_marlin_moe", d, n, 0.5 * n)
+                           for d in ("balanced", "power_law_1.01") for n in (1, 2)]
+                          + [_moe_raw("int4_wo", "other_int4", "power_law_1.01", 1, 9.0)]
+                          + [_moe_raw("bfloat16", "sglang_fused", "power_law_1.01", 1, 7.0)])
+    (system / "moe" / "sglang" / "0.5.10").mkdir(parents=True)
+    lender.to_parquet(system / "moe" / "sglang" / "0.5.10" / "moe_perf.parquet")
+    df, kernels = _moe(own, ("bfloat16", "w4a16_mxfp4"), {"w4a16_mxfp4": ("marlin", "mxfp4_marlin")})
+    out, kernels, borrowed = _borrow_moe(df, kernels, system, "vllm", {"sglang": "0.5.10", "trtllm": "1.0.0"})
+    lent = out[out.dtype == "mxfp4_marlin"]
+    # the lender's Marlin int4 rows, under the routing the engine's own rows were measured with only
+    assert sorted(lent.latency_ms) == pytest.approx([0.5, 1.0]) and set(lent.distribution) == {"power_law_1.01"}
+    assert len(out[out.dtype == "bf16"]) == 2 and kernels["mxfp4_marlin"] == "sglang_marlin_moe"
+    assert borrowed["mxfp4_marlin"]["framework"] == "sglang" and borrowed["mxfp4_marlin"]["framework_version"] == (
+        "0.5.10")
+    # none borrowed where the engine's own tables hold a Marlin MXFP4 kernel, or from a framework not lending
+    for own_kernels in ({**kernels, "mxfp4": "x_marlin_y"}, {"mxfp4_marlin": "own_marlin"}):
+        assert _borrow_moe(df, {k: v for k, v in own_kernels.items()}, system, "vllm", {"sglang": "0.5.10"})[2] == {}
+    assert _borrow_moe(df, {"bf16": "own_fused"}, system, "vllm", {"trtllm": "1.0.0"})[2] == {}
+    assert _borrow_moe(df, {"bf16": "own_fused"}, system, "sglang", {"vllm": "0.14.0"})[2] == {}
