@@ -47,7 +47,7 @@ import plotly.graph_objects as go
 import yaml
 from plotly.subplots import make_subplots
 
-from sim.config.engines import PRESETS, fitted_versions, preset_keys
+from sim.config.engines import PRESETS, apply_engine_preset, fitted_versions, preset_keys
 from sim.config.file_access import confine_file_fields
 from sim.config.files import (
     MAX_SCENARIO_BYTES,
@@ -332,7 +332,6 @@ def cost_model_note(base: dict) -> str | None:
     priced by the roofline (`measured_refusal`, the decision the run's measured model makes)."""
     spec = base.get("cost_model") or {}
     from sim.config.checkpoint import checkpoint_defaults
-    from sim.config.engines import apply_engine_preset
     overhead = None
     try:  # as validation sees the scenario: a quantized checkpoint's dtype, then the engine preset's values
         base = checkpoint_defaults(base)
