@@ -340,12 +340,20 @@ def test_an_engines_starting_version_is_its_newest_with_fitted_terms(name):
 
 
 def test_the_engine_catalog_lists_every_preset_its_versions_and_flags():
-    from sim.config.engines import PRESETS, fitted_versions
+    """Known answers, not the table's own inputs recomputed: the four presets, flags as each engine spells them
+    (issue 30's examples), the oldest version each knows, the versions fitted on published runs (RESULTS.md names
+    their fit runs), and that a flag the catalog does not list is refused by validation, naming the listed ones."""
     from sim.views.tables import engines_table
     table = engines_table().set_index("engine")
-    assert list(table.index) == list(PRESETS)
-    for name, preset in PRESETS.items():
-        row = table.loc[name]
-        assert row["versions"] == preset.known_versions() and row["flags"].split(", ") == list(preset.flags)
-        assert row["fitted_on_published_runs"] == (", ".join(fitted_versions(name)) or "-")
+    assert list(table.index) == ["vllm", "sglang", "trtllm", "lmdeploy"]
+    flags = {name: table.loc[name, "flags"].split(", ") for name in table.index}
+    assert "num_scheduler_steps" in flags["vllm"] and "max_running_requests" in flags["sglang"]
+    assert "max_batch_size" in flags["trtllm"] and "cache_max_entry_count" in flags["lmdeploy"]
+    assert [table.loc[n, "versions"].split(" to ")[0] for n in table.index] == ["0.6.0", "0.3.0", "0.14.0", "0.1.0"]
+    for name, version in (("vllm", "0.11.0"), ("sglang", "0.5.3.post3"), ("trtllm", "1.2.0rc1"),
+                          ("lmdeploy", "0.1.0a1")):
+        assert version in table.loc[name, "fitted_on_published_runs"].split(", ")
     assert dash.default_engine_version("vllm") in table.loc["vllm", "fitted_on_published_runs"].split(", ")
+    with pytest.raises(ConfigError) as err:
+        validate_scenario(small_scenario(engine={"name": "sglang", "version": "0.5.3.post3", "max_num_seqs": 8}))
+    assert "max_num_seqs" in str(err.value) and all(flag in str(err.value) for flag in flags["sglang"])
