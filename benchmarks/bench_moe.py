@@ -277,8 +277,8 @@ def study_borrowed_marlin():
                     near, near_rows = nearest(lent, config)
                     for n, seconds in seconds_by_tokens(own[of_config(own, config)]).items():
                         if n in near_rows:
-                            kind = mk.SHAPE_MOE_MXFP4
-                            pred = moe_shape(config, roof, n, kind) * near_rows[n] / moe_shape(near, roof, n, kind)
+                            mx = mk.SHAPE_MOE_MXFP4
+                            pred = moe_shape(config, roof, n, mx) * near_rows[n] / moe_shape(near, roof, n, mx)
                             errors[way].append(math.log(pred / seconds))
     return errors
 

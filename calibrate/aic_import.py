@@ -210,6 +210,14 @@ def _allreduce(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
     return out.groupby(["backend", "num_gpus", "message_elements"], as_index=False)["latency_ms"].median(), kernels
 
 
+def _moe_table(dtype: str, rows: pd.DataFrame) -> pd.DataFrame:
+    """AIConfigurator's fused-MoE rows as moe.parquet keeps them, under one table dtype."""
+    return pd.DataFrame({"dtype": dtype, "distribution": rows["distribution"], "num_tokens": rows["num_tokens"],
+                         "hidden_size": rows["hidden_size"], "inter_size": rows["inter_size"], "topk": rows["topk"],
+                         "num_experts": rows["num_experts"], "moe_tp_size": rows["moe_tp_size"],
+                         "moe_ep_size": rows["moe_ep_size"], "latency_ms": rows["latency"]})
+
+
 def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",),
          also: dict[str, tuple[str, str]] | None = None) -> tuple[pd.DataFrame, dict]:
     """The fused-MoE rows of `dtypes`, each dtype's main kernel; `also`: {source dtype: (a kernel's name part, the
@@ -237,11 +245,7 @@ def _moe(df: pd.DataFrame, dtypes: tuple[str, ...] = ("bfloat16",),
             found[dtype] = kernel
             picked.append((dtype, rows[rows["kernel_source"] == kernel]))
         kernels = kernels or found
-        keep += [pd.DataFrame({"dtype": dtype, "distribution": distribution, "num_tokens": rows["num_tokens"],
-                               "hidden_size": rows["hidden_size"], "inter_size": rows["inter_size"],
-                               "topk": rows["topk"], "num_experts": rows["num_experts"],
-                               "moe_tp_size": rows["moe_tp_size"], "moe_ep_size": rows["moe_ep_size"],
-                               "latency_ms": rows["latency"]}) for dtype, rows in picked]
+        keep += [_moe_table(dtype, rows) for dtype, rows in picked]
     return _medians(keep), {**kernels, "distribution": dists[0], "distributions": dists}
 
 
@@ -267,11 +271,7 @@ def _borrow_moe(df: pd.DataFrame, kernels: dict, system_dir: Path, framework: st
             continue
         kernel = _main_kernel(rows)
         rows = rows[rows["kernel_source"] == kernel]
-        lent = pd.DataFrame({"dtype": dtype, "distribution": rows["distribution"], "num_tokens": rows["num_tokens"],
-                             "hidden_size": rows["hidden_size"], "inter_size": rows["inter_size"],
-                             "topk": rows["topk"], "num_experts": rows["num_experts"],
-                             "moe_tp_size": rows["moe_tp_size"], "moe_ep_size": rows["moe_ep_size"],
-                             "latency_ms": rows["latency"]})
+        lent = _moe_table(dtype, rows)
         df = _medians([df, lent]) if not df.empty else _medians([lent])
         kernels = {**kernels, dtype: kernel}
         borrowed[dtype] = {"framework": lender, "framework_version": found[1], "moe_dtype": src_dtype,
