@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import csv
 import math
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -166,6 +167,24 @@ def print_breakdown(results, which: str = "held-out") -> None:
         print(f"| {kind} | {_summary_cells(e)} |")
 
 
+def print_peak(results, which: str = "held-out") -> None:
+    """The peak output rate beside the headline (not in the goals): the engine's speed at its fullest second, apart
+    from how long the run's tail lasts; signed, per source, GPU and engine."""
+    by: dict[tuple[str, str, str], list[float]] = {}
+    for r in results:
+        err = r.errors.get("peak", math.nan)
+        if r.role == which and r.status == "simulated" and math.isfinite(err):
+            by.setdefault((ps.source_repo(r.case), r.case.gpu, r.case.engine.key), []).append(err)
+    if not by:
+        return
+    print(f"\n## Peak output rate (`vllm bench serve`'s peak output token throughput), {which} runs only: "
+          "simulated / measured - 1, beside the headline, not in it\n")
+    print("| source | GPU | engine | runs | median | min | max |\n| --- | --- | --- | ---: | ---: | ---: | ---: |")
+    for (source, gpu, engine), errs in sorted(by.items()):
+        print(f"| {source} | {gpu} | {ps.ENGINE_LABELS[engine]} | {len(errs)} | {statistics.median(errs):+.0%} | {min(errs):+.0%} | "
+              f"{max(errs):+.0%} |")
+
+
 def write_csv(path: Path, results, cost_model: str) -> None:
     fields = ["file", "case", "engine", "version", "gpu", "tp", "weights", "kv_dtype", "kind", "role", "status",
               "reason", "metric", "quoted_key", "unit", "measured", "simulated", "error", "servesim_quantity",
@@ -239,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     print_rows(results, "held-out", "Held-out runs")
     print_summary(results, "held-out")
     print_breakdown(results, "held-out")
+    print_peak(results, "held-out")
     not_sim = [r for r in results if r.status != "simulated"]
     if not_sim:
         print(f"\nNot simulated ({len(not_sim)}):")

@@ -561,20 +561,39 @@ def window_metrics(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, 
     return s
 
 
-def _tokens_ending_in(steps: Table, runs: DecodeRuns | None, start_s: float, end_s: float) -> int:
-    """Output tokens of the steps that end in [start_s, end_s); with `runs`, a decode run's steps each count
-    at their own end (each samples the run's tokens over its steps), else all at the run's end."""
+def _step_ends_and_tokens(steps: Table, runs: DecodeRuns | None) -> tuple[np.ndarray, np.ndarray]:
+    """(end time, output tokens) of every engine step: with `runs`, each step of a decode run at its own end with
+    its share of the run's tokens (every step of a run samples the same ones); without, a run at the run's end."""
     tokens = np.asarray(steps["num_output_tokens"])
     end = _floats(steps, "end_s")
     layout = _run_layout(steps, runs)
     if layout is None:
-        return int(tokens[(end >= start_s) & (end < end_s)].sum())
+        return end, tokens
     single = np.ones(len(steps), dtype=bool)
     single[layout.rows] = False
-    in_window = single & (end >= start_s) & (end < end_s)
     step_end = _run_step_starts_s(steps, runs, layout) + runs.step_duration_s
     per_step = np.repeat(tokens[layout.rows] // layout.num_steps, layout.num_steps)
-    return int(tokens[in_window].sum()) + int(per_step[(step_end >= start_s) & (step_end < end_s)].sum())
+    return np.concatenate([end[single], step_end]), np.concatenate([tokens[single], per_step])
+
+
+def _tokens_ending_in(steps: Table, runs: DecodeRuns | None, start_s: float, end_s: float) -> int:
+    """Output tokens of the steps that end in [start_s, end_s) (`_step_ends_and_tokens`)."""
+    end, tokens = _step_ends_and_tokens(steps, runs)
+    return int(tokens[(end >= start_s) & (end < end_s)].sum())
+
+
+def peak_output_tok_s(steps: Table | pd.DataFrame, runs: DecodeRuns | None, origin_s: float) -> float:
+    """The most output tokens made in one whole second counted from `origin_s` (the first request sent), as
+    `vllm bench serve` reports its peak output token throughput: every token counted in the second bucket
+    int(its time - the first start time), the largest bucket. Here a token's time is the end of the engine step
+    that made it (`_step_ends_and_tokens`); a front-end's delay on the way out, which shifts the buckets, is not
+    added. NaN without steps."""
+    end, tokens = _step_ends_and_tokens(as_table(steps), runs)
+    keep = np.isfinite(end) & (end >= origin_s)
+    if not keep.any():
+        return math.nan
+    buckets = np.floor(end[keep] - origin_s).astype(np.int64)
+    return float(np.bincount(buckets, weights=tokens[keep].astype(float)).max())
 
 
 def limits(steps: Table | pd.DataFrame, num_clipped: int, max_model_len: int | None) -> dict:

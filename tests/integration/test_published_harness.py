@@ -395,3 +395,14 @@ def test_a_runs_command_line_options_are_read_by_the_presets_own_spelling_of_eac
     assert ps.preset_flag_name("sglang", "--enable") is None  # ambiguous: several options start so
     assert ps.preset_flag_name("vllm", "-tp") is None and ps.preset_flag_name("vllm", "--tensor") is None  # the case's
     assert ps.preset_flag_name("vllm", "--disable-log-requests") is None  # no preset flag: not the engine's model
+
+
+def test_a_quoted_peak_output_rate_is_compared_beside_the_headline(suite):
+    """GPUStack's pages print `vllm bench serve`'s peak output token throughput: it is compared (group `peak`, never
+    in the goals' HEADLINE) with the most tokens the simulated engine made in one whole second."""
+    case = next(c for c in suite.cases if c.name == "qwen3-14b-h100 vllm sharegpt")
+    peak = [m for m in case.metrics if m.group == "peak"]
+    assert len(peak) == 1 and "peak" not in ps.HEADLINE
+    assert (peak[0].quoted_key, peak[0].measured, peak[0].sim) == (
+        "peak_output_token_throughput_tok_s", 8890.0, "peak_output_tok_s")
+    assert not any(m.group == "peak" for c in suite.cases if c.tool == "trtllm-bench" for m in c.metrics)
