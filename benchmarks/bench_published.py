@@ -181,8 +181,8 @@ def print_peak(results, which: str = "held-out") -> None:
           "simulated / measured - 1, beside the headline, not in it\n")
     print("| source | GPU | engine | runs | median | min | max |\n| --- | --- | --- | ---: | ---: | ---: | ---: |")
     for (source, gpu, engine), errs in sorted(by.items()):
-        print(f"| {source} | {gpu} | {ps.ENGINE_LABELS[engine]} | {len(errs)} | {statistics.median(errs):+.0%} | {min(errs):+.0%} | "
-              f"{max(errs):+.0%} |")
+        print(f"| {source} | {gpu} | {ps.ENGINE_LABELS[engine]} | {len(errs)} | {statistics.median(errs):+.0%} | "
+              f"{min(errs):+.0%} | {max(errs):+.0%} |")
 
 
 def write_csv(path: Path, results, cost_model: str) -> None:
