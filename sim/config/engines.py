@@ -1179,9 +1179,14 @@ class ApiServerWork:
 # prompt tokens (Llama 3's tokenizer), 5 repeats, each request's intake the time the burst's last request reached
 # the engine over the burst's size (its requests reach it together, in turn between awaits: processor sharing); the
 # medians per cell fitted as per request + per prompt token; a streamed chunk from the API server's CPU time per
-# chunk (bursts of 160 streaming 1 and 41 tokens, 3 repeats). vLLM 0.11.0's was measured too and is not used yet
-# (benchmarks/results/published-e2e.md); no other version has work that queues here. Spread: ESTIMATE_RANGES.
-API_SERVER_WORK = (ApiServerWork((0, 6, 0), (0, 6, 1), 1.24e-3, 1.69e-6, 162e-6),)
+# chunk (bursts of 160 streaming 1 and 41 tokens, 3 repeats). vLLM 0.11.0's V1 server the same way (11-30 20:07;
+# its AsyncLLM tokenizes and detokenizes in the API server process; the stand-in engine core in that process, the
+# ZMQ hop to the real one not measured; its defaults: no request log, uvloop). V1's requests do not all reach the
+# engine at the end of a burst as event_loop has them: in six bursts of 320 (12-01 00:12) the first arrived at 21-62%
+# of the last one's time, after 0.5-1.3 ms a request shared by all (results/published-e2e.md): event_loop hands a
+# burst's first requests over late. No other version has work that queues here. Spread: ESTIMATE_RANGES.
+API_SERVER_WORK = (ApiServerWork((0, 6, 0), (0, 6, 1), 1.24e-3, 1.69e-6, 162e-6),
+                   ApiServerWork((0, 11, 0), (0, 11, 1), 1.57e-3, 2.18e-6, 20e-6))
 
 
 def api_server_work(version: tuple[int, ...]) -> ApiServerWork | None:

@@ -484,7 +484,7 @@ def test_a_preset_refuses_a_gpu_it_cannot_read_in_one_line(gpu, message):
         scenario({"name": "vllm", "version": "0.11.0"}, hardware={"gpu": gpu})
 
 
-@pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.11.0"}, {"name": "sglang", "version": "0.5.3.post3"},
+@pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.10.2"}, {"name": "sglang", "version": "0.5.3.post3"},
                                     {"name": "trtllm", "version": "1.2.0rc1"}])
 def test_a_preset_whose_front_end_does_not_queue_says_so_unless_the_user_adds_work_that_queues(engine):
     from sim.config.engines import FRONTEND_CAPACITY_NOTE
@@ -495,6 +495,20 @@ def test_a_preset_whose_front_end_does_not_queue_says_so_unless_the_user_adds_wo
                 "latency_s": 0.03}
     own = scenario(engine, frontend=frontend)
     assert own.frontend.per_request_s == 0.004 and FRONTEND_CAPACITY_NOTE not in own.engine.notes
+
+
+def test_vllm_0_11_0s_api_server_does_its_measured_work_in_turn():
+    """vLLM 0.11.0's V1 API server, run for real (benchmarks/bench_vllm_api_server.py): 1.57 ms a request and 2.18 us a
+    prompt token in, 20 us a streamed chunk out, on its one process in event-loop order; the fitted delay beside it."""
+    from sim.config.engines import FRONTEND_CAPACITY_NOTE
+    preset = scenario({"name": "vllm", "version": "0.11.0"})
+    fe = preset.frontend
+    assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s) == (1.57e-3, 2.18e-6, 20e-6)
+    assert fe.discipline == "event_loop" and fe.num_processes == 1 and fe.latency_s > 0
+    assert FRONTEND_CAPACITY_NOTE not in preset.engine.notes
+    assert any("measured by running vLLM 0.11.0's server code" in n for n in preset.engine.notes)
+    for version in ("0.10.2", "0.11.1"):  # measured for 0.11.0 alone
+        assert scenario({"name": "vllm", "version": version}).frontend.per_request_s == 0.0
 
 
 def test_vllm_v1s_memory_profile_holds_its_samplers_copies_of_the_logits():
@@ -606,19 +620,22 @@ GPT_OSS_20B = str(Path(__file__).resolve().parents[2] / "benchmarks" / "publishe
 
 
 def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
-    from sim.config.engines import TEMPLATE_PARSES
-    parse = TEMPLATE_PARSES[-1]
+    from sim.config.engines import API_SERVER_WORK, TEMPLATE_PARSES
+    parse, intake = TEMPLATE_PARSES[-1], API_SERVER_WORK[1].per_request_s  # 17.9 ms, 1.57 ms (0.11.0's intake)
     chat = {**BASE["workload"], "endpoint": "chat"}
     burst = scenario({"name": "vllm", "version": "0.11.0"}, workload={**chat, "arrival": {"kind": "burst"}})
-    assert burst.frontend.per_request_s == parse.work_s and burst.frontend.discipline == "event_loop"
+    assert burst.frontend.per_request_s == intake + parse.work_s and burst.frontend.discipline == "event_loop"
     assert any("parses the chat template again" in n for n in burst.engine.notes)
     closed = scenario({"name": "vllm", "version": "0.11.0"},
                       workload={**chat, "arrival": {"kind": "closed_loop", "num_users": 4, "think_time_s": 0.0}})
-    assert closed.frontend.per_request_s == parse.work_s and closed.frontend.discipline == "fifo"
-    for plain in (scenario({"name": "vllm", "version": "0.11.0"}),  # completions, the default endpoint
-                  scenario({"name": "vllm", "version": "0.10.2"}, workload=chat),
-                  scenario({"name": "vllm", "version": "0.11.0"}, workload=chat, model={"hf_config": GPT_OSS_20B})):
-        assert plain.frontend.per_request_s == 0 and plain.frontend.discipline == "fifo"
+    assert closed.frontend.per_request_s == intake + parse.work_s and closed.frontend.discipline == "fifo"
+    # no parse: completions (the default endpoint), 0.10.2's chat, gpt-oss's chat (0.11.0's intake alone)
+    for plain, work in ((scenario({"name": "vllm", "version": "0.11.0"}), intake),
+                        (scenario({"name": "vllm", "version": "0.10.2"}, workload=chat), 0.0),
+                        (scenario({"name": "vllm", "version": "0.11.0"}, workload=chat,
+                                  model={"hf_config": GPT_OSS_20B}), intake)):
+        assert plain.frontend.per_request_s == work
+        assert not any("parses the chat template again" in n for n in plain.engine.notes)
     assert any("rendered by openai_harmony" in n for n in plain.engine.notes)  # the last: gpt-oss
     frontend = {"num_processes": 1, "per_request_s": 0.004, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}
     own = scenario({"name": "vllm", "version": "0.11.0"}, workload=chat, frontend=frontend)
@@ -626,8 +643,8 @@ def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
     assert not any("parses the chat template again" in n for n in own.engine.notes)
 
 
-def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_other_versions_have_none():
-    # benchmarks/bench_vllm_api_server.py ran 0.6.0's own API server and RPC path; no other version's work is used
+def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_unmeasured_versions_have_none():
+    # benchmarks/bench_vllm_api_server.py ran 0.6.0's own API server and RPC path (and 0.11.0's V1 server)
     from sim.config.engines import API_SERVER_WORK
     work = API_SERVER_WORK[0]
     burst = scenario({"name": "vllm", "version": "0.6.0"}, workload={**BASE["workload"], "arrival": {"kind": "burst"}})
@@ -642,7 +659,7 @@ def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_other_ve
                       workload={**BASE["workload"], "arrival": {"kind": "closed_loop", "num_users": 4,
                                                                 "think_time_s": 0.0}})
     assert closed.frontend.per_request_s == work.per_request_s and closed.frontend.discipline == "fifo"
-    for other in ("0.6.3", "0.11.0"):
+    for other in ("0.6.3", "0.10.2", "0.11.1"):  # measured for 0.6.0 and 0.11.0 alone
         fe = scenario({"name": "vllm", "version": other}).frontend
         assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s) == (0, 0, 0)
     own = scenario({"name": "vllm", "version": "0.6.0"},
@@ -663,12 +680,12 @@ def test_a_burst_reaches_vllm_060_together_after_every_requests_intake():
 
 
 def test_a_burst_of_chat_requests_reaches_vllm_0110_together_after_all_their_parses():
-    # processor sharing of n equal pieces of work that arrive together: every one ends at n x the work
-    from sim.config.engines import TEMPLATE_PARSES
+    # processor sharing of n equal pieces of work that arrive together: every one ends at n x the work, here
+    # 0.11.0's intake of a 500-token prompt and its template parse: 1.57 ms + 500 x 2.18 us + 17.9 ms = 20.56 ms
     from sim.run import simulate
     n = 20
     sc = scenario({"name": "vllm", "version": "0.11.0"},
                   workload={**BASE["workload"], "endpoint": "chat", "arrival": {"kind": "burst"}})
     records = simulate(sc).requests
-    assert records["arrival_s"].to_numpy() == pytest.approx([n * TEMPLATE_PARSES[-1].work_s] * n, rel=1e-9)
+    assert records["arrival_s"].to_numpy() == pytest.approx([n * 20.56e-3] * n, rel=1e-9)
     assert (records["client_send_s"] == 0).all()

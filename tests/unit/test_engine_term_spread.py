@@ -29,6 +29,8 @@ BASE = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
         "run": {"num_requests": 20}}
 TABLE = json.loads(engines.TERMS_PATH.read_text())
 STEP, LATENCY, PER_SEQ = "cost_model.overhead.per_step_s", "frontend.latency_s", "cost_model.overhead.per_seq_s"
+# vLLM 0.11.0's measured API-server work (API_SERVER_WORK), drawn as estimates
+INTAKE = ["frontend.per_request_s", "frontend.per_prompt_token_s", "frontend.per_output_chunk_s"]
 
 
 def scenario(engine: dict | None, **sections):
@@ -141,7 +143,7 @@ def test_a_fitted_preset_spreads_its_fitted_terms_with_the_fits_sigma_and_its_es
     sc = scenario({"name": "vllm", "version": "0.11.0"})
     entry = TABLE["engines"]["vllm"]["0.11.0"]
     spreads = {s.key: s for s in engine_term_spread(sc)}
-    assert list(spreads) == [STEP, LATENCY, PER_SEQ]
+    assert list(spreads) == [STEP, LATENCY, *INTAKE, PER_SEQ]
     step, latency, per_seq = spreads[STEP], spreads[LATENCY], spreads[PER_SEQ]
     assert (step.point, step.sigma_log, step.kind) == (entry["terms"]["per_step_s"], entry["sigma_log"]["per_step_s"],
                                                       "fitted")
@@ -181,7 +183,7 @@ def test_each_term_comes_from_the_nearest_version_whose_fit_identified_it(monkey
 
 def test_eager_adds_the_launch_estimate_and_an_engine_without_a_fit_spreads_vllms_estimate(monkeypatch):
     eager = [s.key for s in engine_term_spread(scenario({"name": "vllm", "version": "0.11.0", "enforce_eager": True}))]
-    assert eager == [STEP, LATENCY, PER_SEQ, "cost_model.overhead.launch_per_layer_s"]
+    assert eager == [STEP, LATENCY, *INTAKE, PER_SEQ, "cost_model.overhead.launch_per_layer_s"]
     monkeypatch.setattr(engines, "_fitted_table", lambda: {})
     spreads = engine_term_spread(scenario({"name": "sglang", "version": "0.5.3.post3"}))
     assert [(s.key, s.kind, s.point) for s in spreads] == [(STEP, "estimate", 5e-4), (PER_SEQ, "estimate", 10e-6)]
@@ -198,10 +200,10 @@ def test_no_engine_preset_means_no_spread_and_a_users_value_is_theirs():
     assert engine_term_spread(own) == []
     only_step = scenario({"name": "vllm", "version": "0.11.0"},
                          cost_model={"kind": "roofline", "overhead": {"engine": "vllm-cudagraph", "per_step_s": 2e-3}})
-    assert [s.key for s in engine_term_spread(only_step)] == [LATENCY, PER_SEQ]
+    assert [s.key for s in engine_term_spread(only_step)] == [LATENCY, *INTAKE, PER_SEQ]
     no_overhead = scenario({"name": "vllm", "version": "0.11.0"}, cost_model={"kind": "fixed", "prefill_s": 0.01,
                                                                               "decode_s": 0.01})
-    assert [s.key for s in engine_term_spread(no_overhead)] == [LATENCY]
+    assert [s.key for s in engine_term_spread(no_overhead)] == [LATENCY, *INTAKE]
 
 
 def test_a_draw_changes_only_the_uncertain_fields_and_z_zero_is_the_point():
@@ -257,15 +259,15 @@ def test_vllms_chat_template_parse_is_drawn_as_an_estimate_and_a_users_own_is_no
     chat = {**BASE["workload"], "endpoint": "chat"}
     sc = scenario({"name": "vllm", "version": "0.11.0"}, workload=chat)
     spreads = {s.key: s for s in engine_term_spread(sc)}
-    parse = spreads["frontend.per_request_s"]
-    assert (parse.kind, parse.point) == ("estimate", engines.TEMPLATE_PARSES[-1].work_s)
+    parse = spreads["frontend.per_request_s"]  # 0.11.0's measured intake and its template parse
+    assert (parse.kind, parse.point) == ("estimate", 1.57e-3 + engines.TEMPLATE_PARSES[-1].work_s)
     assert parse.range90() == pytest.approx((parse.point / ESTIMATE_RANGES["per_request_s"][0],
                                              parse.point * ESTIMATE_RANGES["per_request_s"][0]))
     drawn = with_engine_terms_drawn(sc, {"frontend.per_request_s": 1.0})
     assert drawn.frontend.per_request_s == pytest.approx(parse.point * math.exp(parse.sigma_log))
     assert drawn.frontend.latency_s == sc.frontend.latency_s
-    assert "frontend.per_request_s" not in {s.key for s in engine_term_spread(
-        scenario({"name": "vllm", "version": "0.11.0"}))}  # completions: nothing parsed
+    assert {s.key: s.point for s in engine_term_spread(scenario({"name": "vllm", "version": "0.11.0"}))}[
+        "frontend.per_request_s"] == 1.57e-3  # completions: the intake alone, nothing parsed
     own = scenario({"name": "vllm", "version": "0.11.0"}, workload=chat,
                    frontend={"per_request_s": 0.01, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0})
     assert "frontend.per_request_s" not in {s.key for s in engine_term_spread(own)}
@@ -285,4 +287,4 @@ def test_vllm_060s_measured_api_server_work_is_drawn_as_estimates():
         work.per_output_chunk_s * math.exp(-spreads["frontend.per_output_chunk_s"].sigma_log))
     assert drawn.frontend.per_request_s == work.per_request_s
     assert not {f"frontend.{t}" for t in ("per_prompt_token_s", "per_output_chunk_s")} & {
-        s.key for s in engine_term_spread(scenario({"name": "vllm", "version": "0.11.0"}))}
+        s.key for s in engine_term_spread(scenario({"name": "vllm", "version": "0.10.2"}))}  # none measured
