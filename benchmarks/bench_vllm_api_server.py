@@ -24,6 +24,8 @@ each request reached the engine, and the API server's CPU time over the burst.
   output token each; a request's intake is the time the burst's last request reached the engine over the burst's
   size (the requests reach it together: the server's event loop takes them in turn between awaits, processor
   sharing). The median over repeats per cell, then least squares of intake = per request + per token x tokens.
+- **The order**: the burst's first request's arrival at the engine over its last one's, per cell (1.0: all together,
+  as processor sharing hands equal work over; vLLM 0.11.0's V1 server gave 0.21-0.62 in six bursts of 320).
 - **Per streamed chunk**: bursts of 160 requests of 16 prompt tokens streaming 1 and 41 tokens (a chunk each);
   the API server's extra CPU time over the extra chunks. Each chunk's RequestOutput carries the prompt's token ids
   and the output so far (as 0.6.0's do), here short ones: longer prompts and outputs pickle more.
@@ -414,12 +416,14 @@ def run(model: str, repeats: int) -> None:
     os.sched_setaffinity(0, {1})
     print(f"# vLLM API server work per request and per chunk: {_machine()}")
     cells: dict[tuple[int, int], list[float]] = {}
+    first_shares: dict[tuple[int, int], list[float]] = {}  # when the burst's first request reached the engine
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(repeats):
             for tokens in INTAKE_PROMPT_TOKENS:
                 for size in INTAKE_BURSTS:
                     r = one_burst(model, size, tokens, 1, Path(tmp))
                     cells.setdefault((size, tokens), []).append(r["last_arrival_s"] / size)
+                    first_shares.setdefault((size, tokens), []).append(r["first_arrival_s"] / r["last_arrival_s"])
         chunk_cpu: dict[int, list[float]] = {}
         for repeat in range(max(3, repeats // 2)):
             for out_tokens in CHUNK_TOKENS:
@@ -432,6 +436,11 @@ def run(model: str, repeats: int) -> None:
         medians[(size, tokens)] = statistics.median(values)
         print(f"| {size} | {tokens} | {', '.join(f'{v * 1e3:.2f}' for v in values)} | "
               f"{medians[(size, tokens)] * 1e3:.2f} |")
+    # the order: 1.0 where every request reaches the engine at the end of the burst (processor sharing, event_loop)
+    print("\n| burst | prompt tokens | first request's arrival / last one's, each repeat | median |")
+    print("| ---: | ---: | --- | ---: |")
+    for (size, tokens), shares in sorted(first_shares.items()):
+        print(f"| {size} | {tokens} | {', '.join(f'{v:.2f}' for v in shares)} | {statistics.median(shares):.2f} |")
     # least squares of intake = a + b x tokens over the cells' medians
     xs = [tokens for (_, tokens) in medians]
     ys = list(medians.values())
