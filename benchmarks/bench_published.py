@@ -13,9 +13,12 @@ the scenarios and the held-out protocol; this file prints the table:
 2. the fitted runs (FIT_RUNS: the runs each engine version's preset may be fitted on) and, separately, the
    held-out runs: measured vs simulated throughput, TTFT and TPOT/ITL with the signed error (simulated / measured
    - 1); the cases ServeSim cannot express yet, each with its reason;
-3. per engine, over the held-out runs only: the median and max |error| of each of the three metrics;
+3. per engine, over the held-out runs only: the median and max |error| of each of the three metrics, then, beside
+   them and not in the goals, of the median TPOT, the ITL and the peak output rate where a source quotes them;
 4. the same medians per source and GPU, per kind of run and per kind of cost model (where the error sits); the CSV
-   names each run's cost model (`cost_model_label`).
+   names each run's cost model (`cost_model_label`);
+5. the peak output rate's signed error per source, GPU and engine: the engine's speed at its fullest second, apart
+   from how long a run's tail lasts.
 
 `--cost-model` picks one of COST_MODELS (default: "default", the model ServeSim picks when a scenario names none). `--cases` is a glob on the
 case names or on the data files' names (`--cases vllm_e2e.yaml`); `--only` a substring of the case names.
