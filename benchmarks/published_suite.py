@@ -221,6 +221,11 @@ METRIC_DEFINITIONS = {
         "ttft": "client-side time to first token (includes the HTTP front end, tokenization, queueing)",
         "tpot": "per request (latency - TTFT) / (output tokens - 1), the first token excluded; mean over requests",
         "itl": "every gap between streamed chunks, mean over all gaps",
+        "tpot_median": "per request (latency - TTFT) / (output tokens - 1), the first token excluded; median over "
+                       "requests",
+        # its "Peak output token throughput (tok/s)" (vllm/benchmarks/serve.py calculate_metrics)
+        "peak": "the most tokens in one whole second: each streamed token's client time (start + TTFT + its ITLs) "
+                "bucketed as int(time - the first request's start), the largest bucket",
     },
     "trtllm-bench": {"throughput": "output tokens / total latency (the page's sample report: 3000 x 128 / 16.406 s)"},
     "sglang.bench_serving": {
@@ -245,6 +250,8 @@ METRIC_DEFINITIONS = {
         "ttft": "first-token latency in-process (no HTTP), mean over requests",
     },
 }
+
+VLLM_BENCH = METRIC_DEFINITIONS["vllm bench serve"]  # the definitions a tool that does not state its own takes
 
 # vllm bench serve's predecessor (benchmarks/benchmark_serving.py, vLLM 0.4-0.7) prints the same figures; its TTFT
 # clock starts at the first chunk with text, so a request that completed with none averages in a 0
@@ -271,10 +278,6 @@ SIM_QUANTITIES = {
     "peak_output_tok_s": "the most output tokens whose engine steps ended in one whole second counted from the first "
                          "request sent (sim/results.py peak_output_tok_s; the front-end's delay out not added)",
 }
-
-# vllm bench serve's "Peak output token throughput (tok/s)" (vllm/benchmarks/serve.py calculate_metrics)
-PEAK_DEFINITION = ("the most tokens in one whole second: each streamed token's client time (start + TTFT + its ITLs) "
-                   "bucketed as int(time - the first request's start), the largest bucket")
 
 HEADLINE = ("throughput", "ttft", "tpot_itl")  # the three metrics of the goals, in this order
 BESIDE = ("tpot_median", "itl", "peak")  # compared where quoted, reported beside the headline, not in the goals
@@ -526,7 +529,7 @@ def _metrics(r: _Reader, q: dict, tool: str) -> tuple[list[Metric], list[str]]:
             add("itl", "mean_itl_ms", q["mean_itl_ms"] / 1e3, "s", "itl_mean", d.get("itl", tpot_def))
         if "median_tpot_ms" in q:
             add("tpot_median", "median_tpot_ms", q["median_tpot_ms"] / 1e3, "s", "tpot_p50",
-                tpot_def.replace("mean over requests", "median over requests"))
+                d.get("tpot_median", VLLM_BENCH["tpot_median"]))
     elif "mean_itl_ms" in q:
         add("tpot_itl", "mean_itl_ms", q["mean_itl_ms"] / 1e3, "s", "itl_mean", d["itl"])
     elif "token_latency_p50_s" in q:
@@ -544,7 +547,7 @@ def _metrics(r: _Reader, q: dict, tool: str) -> tuple[list[Metric], list[str]]:
             "first request sent to last response")
     if "peak_output_token_throughput_tok_s" in q:
         add("peak", "peak_output_token_throughput_tok_s", q["peak_output_token_throughput_tok_s"], "tok/s",
-            "peak_output_tok_s", d.get("peak", PEAK_DEFINITION))
+            "peak_output_tok_s", d.get("peak", VLLM_BENCH["peak"]))
     if not any(m.group in HEADLINE for m in out):
         raise r.fail("quoted", "no throughput, TTFT or TPOT/ITL number the harness knows "
                      "(output_token_throughput_tok_s, token_throughput_tok_s, throughput_out_tok_s, throughput_tok_s, "
