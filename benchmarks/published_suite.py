@@ -268,9 +268,10 @@ SIM_QUANTITIES = {
     "ttft_p50": "median ttft_s",
     "tpot_mean": "mean tpot_s = (last token - first token) / (output tokens - 1)",
     "tpot_p50": "median tpot_s (requests of 2 or more output tokens)",
-    "itl_mean": "summary itl_mean: the client's gaps between streamed chunks, their mean (sim/results.py client_itl; "
-                "each decode token's gap = its step's duration, token-weighted, where every chunk is one token "
-                "sent as the engine made it, or without a front-end)",
+    "itl_mean": "summary itl_mean: the client's gaps between streamed chunks, their mean: every finished request's "
+                "last chunk less its first, summed, over its gaps, summed (sim/results.py client_itl; on the "
+                "engine's times where every chunk is one token sent as the engine made it, or without a "
+                "front-end: sim/results.py latencies)",
     "itl_p50": "summary itl_p50: their median (requests' gaps taken as even; the step durations' token-weighted "
                "median where every chunk is one token sent as the engine made it, or without a front-end)",
     "duration_s": "last response received - first request sent (with a front-end, the client's times; else the "

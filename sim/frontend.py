@@ -131,7 +131,7 @@ class FrontendCosts:
     def client_gaps_are_engine_steps(self) -> bool:
         """Whether the client sees each token as the engine made it, the same delay later: one token a chunk and no
         outbound work that could queue (a latency alone shifts every chunk alike). Then the gaps between a
-        request's chunks are its decode steps' (`sim.results.client_itl`)."""
+        request's chunks are the engine's (`sim.results.latencies`)."""
         return self.tokens_per_chunk == 1 and not (self.per_output_chunk_s or self.per_output_token_s)
 
     def chunk_work_s(self, output_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:

@@ -474,7 +474,8 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
     elapsed = max(elapsed_s, 1e-12)
     s = request_counts(requests, fin, elapsed_s, num_generated)
     s.update(throughput(requests, fin, steps, elapsed))
-    s.update(latencies(fin, steps, decode_runs, lean=bool(lean)))
+    s.update(latencies(fin, steps, decode_runs, lean=bool(lean),
+                       speculative=any(r.num_drafted is not None for r in replicas)))
     s["preemptions"] = int(requests["preemptions"].sum())
     s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0 and s["num_rejected"] == 0,
                          known=s if lean else None))
@@ -658,18 +659,26 @@ def _step_durations_and_decodes(steps: Table, runs: DecodeRuns | None) -> tuple[
 
 
 def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: DecodeRuns | None = None, *,
-              lean: bool = False) -> dict:
-    """Mean and percentiles of the finished requests' latencies, and the inter-token latency. `lean`: only
-    LEAN_LATENCIES, no inter-token latency."""
+              lean: bool = False, speculative: bool = False) -> dict:
+    """Mean and percentiles of the finished requests' latencies, and the engine's inter-token latency. `lean`:
+    only LEAN_LATENCIES, no inter-token latency.
+
+    The inter-token latency's percentiles take a decoding token's gap as its step's duration, token-weighted. Its
+    mean is exact (`mean_gap_s`): every finished request's last token less its first, summed, over its gaps
+    summed, so a gap that spans steps the request sat out (a prefill-only batch, a preemption) counts whole; the
+    step durations would leave those steps out. `speculative`: a step streams each request's accepted tokens in
+    one gap, which the records do not count, so the mean is the step durations' too."""
     fin, steps = as_requests(fin), as_table(steps)
     s: dict = {}
     for col in LEAN_LATENCIES if lean else LATENCIES:
         s.update(_stats(_floats(fin, col), col))
     if lean:
         return s
-    # Inter-token latency: a decoding token's gap is its step's duration (decodes run every step).
     durations, real_decodes = _step_durations_and_decodes(steps, runs)
-    s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
+    if speculative:
+        s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
+    else:
+        s["itl_mean"] = mean_gap_s(fin, "first_token_s", "last_token_s", 1)
     for p, value in zip(PERCENTILES, weighted_percentiles(durations, real_decodes, PERCENTILES)):
         s[f"itl_p{p}"] = value
     return s
@@ -695,17 +704,29 @@ def client_itl(fin: Table | pd.DataFrame, tokens_per_chunk: int) -> dict:
     last chunk's time less its first's. So the mean is exact: the requests' spans summed over their gaps summed.
     The percentiles take each request's gaps as equal (the front-end's even-spacing assumption, sim/frontend.py):
     the gap-weighted percentiles of span / gaps."""
-    fin = as_requests(fin)
-    gaps = stream_chunks(np.asarray(fin["output_tokens"], dtype=np.int64), tokens_per_chunk) - 1
-    span = _floats(fin, "client_last_token_s") - _floats(fin, "client_first_token_s")
-    has = (gaps > 0) & np.isfinite(span)
-    gaps, span = gaps[has], span[has]
+    gaps, span = _spans_and_gaps(as_requests(fin), "client_first_token_s", "client_last_token_s", tokens_per_chunk)
     if not len(gaps):
         return {key: math.nan for key in ITL_KEYS}
     out = {"itl_mean": float(span.sum() / gaps.sum())}
     for p, value in zip(PERCENTILES, weighted_percentiles(span / gaps, gaps, PERCENTILES)):
         out[f"itl_p{p}"] = value
     return out
+
+
+def _spans_and_gaps(fin: Table, first: str, last: str, tokens_per_chunk: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per finished request with a gap: its gaps between chunks (`stream_chunks` less one) and its span, column
+    `last` less column `first`."""
+    gaps = stream_chunks(np.asarray(fin["output_tokens"], dtype=np.int64), tokens_per_chunk) - 1
+    span = _floats(fin, last) - _floats(fin, first)
+    has = (gaps > 0) & np.isfinite(span)
+    return gaps[has], span[has]
+
+
+def mean_gap_s(fin: Table | pd.DataFrame, first: str, last: str, tokens_per_chunk: int) -> float:
+    """The mean gap between streamed chunks, pooled over every finished request: the spans (`last` less `first`)
+    summed over the gaps summed (`_spans_and_gaps`). NaN: no request has a gap."""
+    gaps, span = _spans_and_gaps(as_requests(fin), first, last, tokens_per_chunk)
+    return float(span.sum() / gaps.sum()) if len(gaps) else math.nan
 
 
 def slo_metrics(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, slo, elapsed: float, *,

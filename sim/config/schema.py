@@ -595,7 +595,7 @@ class FrontendSpec(_Strict):
         "each step's new token as it comes (vllm/entrypoints/openai/serving_chat.py); the vLLM preset with "
         "num_scheduler_steps N (V0) sets N, one chunk per multi-step run; SGLang's and vLLM's (0.11.1+) their "
         "stream_interval. The summary's itl_* are then the client's gaps between chunks, engine_itl_* the engine's "
-        "per step"))
+        "between tokens"))
     discipline: Literal["fifo", "processor_sharing", "event_loop"] = Field("fifo", description=(
         "how a process serves the requests it has taken in: fifo, one at a time in the order sent; "
         "processor_sharing, all at once at equal shares (a burst of n equal requests reaches the engine together "

@@ -10,7 +10,7 @@ from helpers import small_scenario
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.frontend import FrontendCosts
-from sim.results import client_itl, stream_chunks
+from sim.results import client_itl, latencies, stream_chunks
 from sim.run import simulate
 from sim.table import Table
 
@@ -41,6 +41,47 @@ def test_the_clients_mean_gap_is_the_spans_over_the_gaps_and_its_percentiles_wei
     none = client_itl(Table({"output_tokens": np.array([1]), "client_first_token_s": np.array([1.0]),
                              "client_last_token_s": np.array([1.0])}), 4)
     assert all(math.isnan(v) for v in none.values())
+
+
+def _records(first_token_s, last_token_s, output_tokens):
+    n = len(output_tokens)
+    fin = Table({"output_tokens": np.array(output_tokens), "first_token_s": np.array(first_token_s),
+                 "last_token_s": np.array(last_token_s),
+                 **{col: np.zeros(n) for col in ("ttft_s", "tpot_s", "e2e_s", "queueing_s", "normalized_latency_s")}})
+    return fin
+
+
+# A decodes alone to 1.1 s, B's prompt runs in a prefill-only step (1.1-1.6 s, A sits it out), then both decode
+# twice (0.1 s each): A streams 4 tokens from 1.0 to 1.8 s (3 gaps: 0.1, 0.6, 0.1), B 3 from 1.6 to 1.8 s (2 gaps).
+STEPS_WITH_A_PREFILL_ONLY_BATCH = Table({"duration_s": np.array([0.1, 0.5, 0.1, 0.1]),
+                                         "num_decode_seqs": np.array([1, 0, 2, 2]),
+                                         "num_padding_seqs": np.zeros(4, dtype=np.int64)})
+
+
+def test_the_engines_mean_gap_counts_the_steps_a_request_sat_out():
+    fin = _records([1.0, 1.6], [1.8, 1.8], [4, 3])
+    got = latencies(fin, STEPS_WITH_A_PREFILL_ONLY_BATCH)
+    assert got["itl_mean"] == pytest.approx((0.8 + 0.2) / 5)  # the 0.6 s gap counted whole
+    assert got["itl_p50"] == pytest.approx(0.1)  # the percentiles stay the decode steps' durations
+    # speculative: a step's accepted tokens stream in one gap the records do not count: the steps' mean
+    assert latencies(fin, STEPS_WITH_A_PREFILL_ONLY_BATCH, speculative=True)["itl_mean"] == pytest.approx(0.1)
+    assert math.isnan(latencies(_records([1.0], [1.0], [1]), STEPS_WITH_A_PREFILL_ONLY_BATCH)["itl_mean"])
+
+
+def test_sglangs_separate_prefill_batches_lengthen_the_gaps_of_the_requests_decoding():
+    # SGLang runs new prompts in batches of their own: every request decoding waits them out
+    scenario = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 20.0},
+                             "lengths": {"kind": "fixed", "input_tokens": 2000, "output_tokens": 50}},
+                "run": {"num_requests": 40, "seed": 3}, "engine": {"name": "sglang", "version": "0.5.3.post3"},
+                "frontend": None}
+    result = simulate(validate_scenario(small_scenario(scenario)))
+    req, steps = result.requests, result.steps
+    assert ((steps["num_prefill_tokens"] > 0) & (steps["num_decode_seqs"] == 0)).any()
+    spans = (req["last_token_s"] - req["first_token_s"]).sum()
+    assert result.summary["itl_mean"] == pytest.approx(spans / (req["output_tokens"] - 1).sum(), rel=1e-12)
+    decoding = steps["num_decode_seqs"] - steps["num_padding_seqs"]  # a decode run's row: each of its steps
+    step_mean = (steps["duration_s"] * decoding).sum() / (decoding * steps["num_steps"]).sum()
+    assert result.summary["itl_mean"] > 1.05 * step_mean
 
 
 SPARSE = {"workload": {"arrival": {"kind": "constant", "rate_per_s": 0.5},
