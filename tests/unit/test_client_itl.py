@@ -45,10 +45,9 @@ def test_the_clients_mean_gap_is_the_spans_over_the_gaps_and_its_percentiles_wei
 
 def _records(first_token_s, last_token_s, output_tokens):
     n = len(output_tokens)
-    fin = Table({"output_tokens": np.array(output_tokens), "first_token_s": np.array(first_token_s),
-                 "last_token_s": np.array(last_token_s),
-                 **{col: np.zeros(n) for col in ("ttft_s", "tpot_s", "e2e_s", "queueing_s", "normalized_latency_s")}})
-    return fin
+    return Table({"output_tokens": np.array(output_tokens), "first_token_s": np.array(first_token_s),
+                  "last_token_s": np.array(last_token_s),
+                  **{col: np.zeros(n) for col in ("ttft_s", "tpot_s", "e2e_s", "queueing_s", "normalized_latency_s")}})
 
 
 # A decodes alone to 1.1 s, B's prompt runs in a prefill-only step (1.1-1.6 s, A sits it out), then both decode
