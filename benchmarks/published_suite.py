@@ -272,8 +272,9 @@ SIM_QUANTITIES = {
                 "last chunk less its first, summed, over its gaps, summed (sim/results.py client_itl; on the "
                 "engine's times where every chunk is one token sent as the engine made it, or without a "
                 "front-end: sim/results.py latencies)",
-    "itl_p50": "summary itl_p50: their median (requests' gaps taken as even; the step durations' token-weighted "
-               "median where every chunk is one token sent as the engine made it, or without a front-end)",
+    "itl_p50": "summary itl_p50: their median (requests' gaps taken as even; where every chunk is one token sent "
+               "as the engine made it, or without a front-end, the median of the gaps the step log shows: each "
+               "decoding step's duration plus the steps its requests sat out, sim/results.py decode_gaps)",
     "duration_s": "last response received - first request sent (with a front-end, the client's times; else the "
                   "engine's last finish - first arrival)",
     "peak_output_tok_s": "the most output tokens whose engine steps ended in one whole second counted from the first "

@@ -658,28 +658,84 @@ def _step_durations_and_decodes(steps: Table, runs: DecodeRuns | None) -> tuple[
     return durations, real_decodes
 
 
+def decode_gaps(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The gaps between a request's tokens, as (gap, how many), one for every request each engine step decodes:
+    the step's duration plus the time its replica spent, since the request's previous token, on steps the request
+    sat out (SGLang's prefill-only batches, vLLM V0's prefill steps). A request that decoded in the replica's
+    previous decoding step waited from there; one whose first token came from a step without decodes waited from
+    that step on (the latest such steps first, as many as the step decodes). A replica's steps run back to back,
+    each from the previous one's end, so the wait is read from their starts: overlapping steps (pipeline stages)
+    add none. Not seen: a preempted request's wait in the queue, and a request that joins a decode replica after
+    its KV moved (as if it had decoded there). A decode run (`num_steps` > 1) is one row whose steps after the
+    first are decode steps back to back: each its own duration with `runs`, else the run's mean."""
+    steps = as_table(steps)
+    counts = np.asarray(steps["num_steps"], dtype=np.int64) if "num_steps" in steps else np.ones(len(steps), np.int64)
+    row_s = _floats(steps, "duration_s")
+    decodes = np.asarray(steps["num_decode_seqs"] - steps["num_padding_seqs"], dtype=np.int64)
+    first_s = row_s / counts
+    layout = _run_layout(steps, runs)
+    if layout is None:
+        inner_s, inner_n = np.repeat(first_s, counts - 1), np.repeat(decodes, counts - 1)
+    else:  # every row of more than one step is a run
+        first_s[layout.rows] = runs.step_duration_s[layout.first]
+        inner = np.ones(len(runs.step_duration_s), dtype=bool)
+        inner[layout.first] = False
+        inner_s, inner_n = runs.step_duration_s[inner], np.repeat(decodes[layout.rows], layout.num_steps - 1)
+    start, tokens = _floats(steps, "start_s"), np.asarray(steps["num_output_tokens"], dtype=np.int64)
+    n = len(start)
+    replica_first, replica_end = 0, n
+    replica = np.asarray(steps["replica"], dtype=np.int64) if "replica" in steps else None
+    if replica is not None and n and replica.min() != replica.max():
+        order = np.argsort(replica, kind="stable")  # each replica's rows, in the order they ran
+        start, first_s, decodes, tokens, replica = (x[order] for x in (start, first_s, decodes, tokens, replica))
+        replica_first = np.searchsorted(replica, replica, side="left")
+        replica_end = np.searchsorted(replica, replica, side="right")
+    at = np.flatnonzero(decodes > 0)  # the decoding rows
+    values, stayed = first_s[at], decodes[at]
+    # a decoding row after rows without decodes: its requests waited from the row after the replica's previous
+    # decoding row (none before it in its replica: nothing to wait from)
+    after = np.flatnonzero(np.diff(at) > 1) + 1
+    after = after[at[after - 1] >= (replica_first if np.isscalar(replica_first) else replica_first[at[after]])]
+    values[after] += start[at[after]] - start[at[after - 1] + 1]
+    # first tokens of rows without decodes join the replica's next decoding row, the latest rows first, as many as
+    # it decodes (each k's group runs latest to earliest once reversed)
+    p = np.flatnonzero((decodes == 0) & (tokens > 0))
+    j = np.searchsorted(at, p)  # the next decoding row's place in `at`
+    keep = j < len(at)
+    p, j = p[keep], j[keep]
+    keep = at[j] < (replica_end if np.isscalar(replica_end) else replica_end[p])
+    p, j = p[keep][::-1], j[keep][::-1]
+    f = tokens[p]
+    cum = np.cumsum(f)
+    group_first = np.maximum.accumulate(np.where(np.r_[True, j[1:] != j[:-1]], np.arange(len(j)), 0))
+    joined = np.clip(decodes[at[j]] - (cum - f - (cum[group_first] - f[group_first])), 0, f)
+    stayed -= np.bincount(j, weights=joined, minlength=len(at)).astype(np.int64)
+    values = np.concatenate([values, first_s[at[j]] + (start[at[j]] - start[p + 1]), inner_s])
+    return values, np.concatenate([stayed, joined, inner_n])
+
+
 def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: DecodeRuns | None = None, *,
               lean: bool = False, speculative: bool = False) -> dict:
     """Mean and percentiles of the finished requests' latencies, and the engine's inter-token latency. `lean`:
     only LEAN_LATENCIES, no inter-token latency.
 
-    The inter-token latency's percentiles take a decoding token's gap as its step's duration, token-weighted. Its
-    mean is exact (`mean_gap_s`): every finished request's last token less its first, summed, over its gaps
-    summed, so a gap that spans steps the request sat out (a prefill-only batch, a preemption) counts whole; the
-    step durations would leave those steps out. `speculative`: a step streams each request's accepted tokens in
-    one gap, which the records do not count, so the mean is the step durations' too."""
+    The inter-token latency's percentiles are those of the gaps `decode_gaps` finds in the step log. Its mean is
+    exact (`mean_gap_s`): every finished request's last token less its first, summed, over its gaps summed, so a
+    gap that spans steps the request sat out (a prefill-only batch, a preemption) counts whole. `speculative`: a
+    step streams each request's accepted tokens in one gap, which the records do not count, so the mean is the
+    decode steps' durations, token-weighted."""
     fin, steps = as_requests(fin), as_table(steps)
     s: dict = {}
     for col in LEAN_LATENCIES if lean else LATENCIES:
         s.update(_stats(_floats(fin, col), col))
     if lean:
         return s
-    durations, real_decodes = _step_durations_and_decodes(steps, runs)
     if speculative:
+        durations, real_decodes = _step_durations_and_decodes(steps, runs)
         s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
     else:
         s["itl_mean"] = mean_gap_s(fin, "first_token_s", "last_token_s", 1)
-    for p, value in zip(PERCENTILES, weighted_percentiles(durations, real_decodes, PERCENTILES)):
+    for p, value in zip(PERCENTILES, weighted_percentiles(*decode_gaps(steps, runs), PERCENTILES)):
         s[f"itl_p{p}"] = value
     return s
 

@@ -10,7 +10,7 @@ from helpers import small_scenario
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.frontend import FrontendCosts
-from sim.results import client_itl, latencies, stream_chunks
+from sim.results import client_itl, decode_gaps, latencies, stream_chunks
 from sim.run import simulate
 from sim.table import Table
 
@@ -50,21 +50,47 @@ def _records(first_token_s, last_token_s, output_tokens):
                   **{col: np.zeros(n) for col in ("ttft_s", "tpot_s", "e2e_s", "queueing_s", "normalized_latency_s")}})
 
 
-# A decodes alone to 1.1 s, B's prompt runs in a prefill-only step (1.1-1.6 s, A sits it out), then both decode
+# A decodes alone (1.0-1.1 s), B's prompt runs in a prefill-only step (1.1-1.6 s, A sits it out), then both decode
 # twice (0.1 s each): A streams 4 tokens from 1.0 to 1.8 s (3 gaps: 0.1, 0.6, 0.1), B 3 from 1.6 to 1.8 s (2 gaps).
-STEPS_WITH_A_PREFILL_ONLY_BATCH = Table({"duration_s": np.array([0.1, 0.5, 0.1, 0.1]),
-                                         "num_decode_seqs": np.array([1, 0, 2, 2]),
-                                         "num_padding_seqs": np.zeros(4, dtype=np.int64)})
+def _steps(start_s, duration_s, decodes, tokens, replica=None):
+    n = len(start_s)
+    return Table({"start_s": np.array(start_s), "duration_s": np.array(duration_s),
+                  "num_decode_seqs": np.array(decodes), "num_padding_seqs": np.zeros(n, dtype=np.int64),
+                  "num_output_tokens": np.array(tokens),
+                  "replica": np.array(replica if replica is not None else [0] * n)})
+
+
+STEPS_WITH_A_PREFILL_ONLY_BATCH = _steps([1.0, 1.1, 1.6, 1.7], [0.1, 0.5, 0.1, 0.1], [1, 0, 2, 2], [1, 1, 2, 2])
 
 
 def test_the_engines_mean_gap_counts_the_steps_a_request_sat_out():
     fin = _records([1.0, 1.6], [1.8, 1.8], [4, 3])
     got = latencies(fin, STEPS_WITH_A_PREFILL_ONLY_BATCH)
     assert got["itl_mean"] == pytest.approx((0.8 + 0.2) / 5)  # the 0.6 s gap counted whole
-    assert got["itl_p50"] == pytest.approx(0.1)  # the percentiles stay the decode steps' durations
     # speculative: a step's accepted tokens stream in one gap the records do not count: the steps' mean
     assert latencies(fin, STEPS_WITH_A_PREFILL_ONLY_BATCH, speculative=True)["itl_mean"] == pytest.approx(0.1)
     assert math.isnan(latencies(_records([1.0], [1.0], [1]), STEPS_WITH_A_PREFILL_ONLY_BATCH)["itl_mean"])
+
+
+def test_the_gaps_between_tokens_span_the_steps_a_request_sat_out():
+    values, counts = decode_gaps(STEPS_WITH_A_PREFILL_ONLY_BATCH)
+    gaps = sorted(np.repeat(values, counts).round(12).tolist())
+    assert gaps == [0.1, 0.1, 0.1, 0.1, 0.6]  # A: 0.1, 0.6, 0.1; B: 0.1, 0.1
+    got = latencies(_records([1.0, 1.6], [1.8, 1.8], [4, 3]), STEPS_WITH_A_PREFILL_ONLY_BATCH)
+    assert got["itl_p50"] == pytest.approx(0.1) and got["itl_p90"] == pytest.approx(0.6)
+    # two prefill-only steps (ending at 1.3 and 1.6 s) between A's steps: their requests wait from their own
+    # step's end, A from its previous step's; where the step decodes fewer, the latest prompts are the ones taken
+    two_prefills = ([1.0, 1.1, 1.3, 1.6], [0.1, 0.2, 0.3, 0.1], [1, 0, 0, 3], [1, 1, 1, 3])
+    values, counts = decode_gaps(_steps(*two_prefills))
+    assert sorted(np.repeat(values, counts).round(12).tolist()) == [0.1, 0.1, 0.4, 0.6]
+    values, counts = decode_gaps(_steps(*two_prefills[:2], [1, 0, 0, 1], two_prefills[3]))
+    assert sorted(np.repeat(values, counts).round(12).tolist()) == [0.1, 0.1]
+    # each replica's steps follow their own: replica 1's prefill is not replica 0's wait
+    values, counts = decode_gaps(_steps([1.0, 1.05, 1.1], [0.1, 0.5, 0.1], [1, 0, 1], [1, 1, 1], [0, 1, 0]))
+    assert sorted(np.repeat(values, counts).round(12).tolist()) == [0.1, 0.1]
+    # overlapping steps (pipeline stages in flight together) add no wait
+    values, counts = decode_gaps(_steps([0.0, 0.05, 0.1], [0.2, 0.2, 0.2], [2, 2, 2], [2, 2, 2]))
+    assert np.repeat(values, counts).tolist() == [0.2] * 6
 
 
 def test_sglangs_separate_prefill_batches_lengthen_the_gaps_of_the_requests_decoding():
@@ -81,6 +107,9 @@ def test_sglangs_separate_prefill_batches_lengthen_the_gaps_of_the_requests_deco
     decoding = steps["num_decode_seqs"] - steps["num_padding_seqs"]  # a decode run's row: each of its steps
     step_mean = (steps["duration_s"] * decoding).sum() / (decoding * steps["num_steps"]).sum()
     assert result.summary["itl_mean"] > 1.05 * step_mean
+    # the slowest gaps span a prefill-only batch or more
+    prefill_only = steps[(steps["num_prefill_tokens"] > 0) & (steps["num_decode_seqs"] == 0)]
+    assert result.summary["itl_p99"] > prefill_only["duration_s"].max()
 
 
 SPARSE = {"workload": {"arrival": {"kind": "constant", "rate_per_s": 0.5},
