@@ -107,6 +107,9 @@ def test_sglangs_separate_prefill_batches_lengthen_the_gaps_of_the_requests_deco
     decoding = steps["num_decode_seqs"] - steps["num_padding_seqs"]  # a decode run's row: each of its steps
     step_mean = (steps["duration_s"] * decoding).sum() / (decoding * steps["num_steps"]).sum()
     assert result.summary["itl_mean"] > 1.05 * step_mean
+    # the step log's gaps account for the requests' spans, every gap once
+    values, counts = decode_gaps(steps, result.decode_runs)
+    assert counts.sum() == (req["output_tokens"] - 1).sum() and (values * counts).sum() == pytest.approx(spans)
     # the slowest gaps span a prefill-only batch or more
     prefill_only = steps[(steps["num_prefill_tokens"] > 0) & (steps["num_decode_seqs"] == 0)]
     assert result.summary["itl_p99"] > prefill_only["duration_s"].max()
