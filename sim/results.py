@@ -638,26 +638,6 @@ def throughput(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, steps:
     return s
 
 
-def _step_durations_and_decodes(steps: Table, runs: DecodeRuns | None) -> tuple[np.ndarray, np.ndarray]:
-    """Per engine step: its duration and its real (not padding) decodes. With `runs`, a decode run's steps
-    each with their own duration (single steps first, then the runs' steps: the order does not matter to
-    the sums and percentiles taken from them); without, a run's row once, at its mean step time, weighted
-    by its steps' decodes."""
-    # Whole numbers (weighted_percentiles's bucketed search needs integer weights to find the full sort's values).
-    real_decodes = np.asarray(steps["num_decode_seqs"] - steps["num_padding_seqs"], dtype=np.int64)
-    durations = _floats(steps, "duration_s")
-    layout = _run_layout(steps, runs)
-    if layout is not None:
-        single = np.ones(len(steps), dtype=bool)
-        single[layout.rows] = False
-        return (np.concatenate([durations[single], runs.step_duration_s]),
-                np.concatenate([real_decodes[single], np.repeat(real_decodes[layout.rows], layout.num_steps)]))
-    if "num_steps" in steps:
-        counts = np.asarray(steps["num_steps"], dtype=np.int64)
-        return durations / counts, real_decodes * counts
-    return durations, real_decodes
-
-
 def decode_gaps(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The gaps between a request's tokens, as (gap, how many), one for every request each engine step decodes:
     the step's duration plus the time its replica spent, since the request's previous token, on steps the request
@@ -723,19 +703,19 @@ def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: Deco
     exact (`mean_gap_s`): every finished request's last token less its first, summed, over its gaps summed, so a
     gap that spans steps the request sat out (a prefill-only batch, a preemption) counts whole. `speculative`: a
     step streams each request's accepted tokens in one gap, which the records do not count, so the mean is the
-    decode steps' durations, token-weighted."""
+    step log's gaps' (`decode_gaps`)."""
     fin, steps = as_requests(fin), as_table(steps)
     s: dict = {}
     for col in LEAN_LATENCIES if lean else LATENCIES:
         s.update(_stats(_floats(fin, col), col))
     if lean:
         return s
+    gaps, counts = decode_gaps(steps, runs)
     if speculative:
-        durations, real_decodes = _step_durations_and_decodes(steps, runs)
-        s["itl_mean"] = float((durations * real_decodes).sum() / real_decodes.sum()) if real_decodes.sum() else math.nan
+        s["itl_mean"] = float((gaps * counts).sum() / counts.sum()) if counts.sum() else math.nan
     else:
         s["itl_mean"] = mean_gap_s(fin, "first_token_s", "last_token_s", 1)
-    for p, value in zip(PERCENTILES, weighted_percentiles(*decode_gaps(steps, runs), PERCENTILES)):
+    for p, value in zip(PERCENTILES, weighted_percentiles(gaps, counts, PERCENTILES)):
         s[f"itl_p{p}"] = value
     return s
 

@@ -74,7 +74,7 @@ def test_a_decode_run_weights_each_step_by_its_own_duration_and_state(fast):
     s = utilization(steps, 8.0, GPU, runs=runs)
     assert s["kv_token_fraction"] == 66 / 512 and s["kv_internal_fraction"] == 18 / 512
     assert s["kv_free_fraction"] == (512 - 84) / 512 and s["mean_batch_size"] == 2.0
-    # speculative: the mean too is the steps' (otherwise it is the requests' spans, and there are none here)
+    # speculative: the mean too is the step log's gaps' (otherwise the requests' spans, and there are none here)
     itl = latencies(steps.iloc[:0].assign(ttft_s=[], tpot_s=[], e2e_s=[], queueing_s=[], normalized_latency_s=[]),
                     steps, runs, speculative=True)
     assert itl["itl_mean"] == 1.5 and itl["itl_p50"] == 1.5 and itl["itl_p90"] == 2.0 and itl["itl_p99"] == 2.0
