@@ -662,20 +662,19 @@ def decode_gaps(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> 
         inner[layout.first] = False
         inner_s, inner_n = runs.step_duration_s[inner], np.repeat(decodes[layout.rows], layout.num_steps - 1)
     start, tokens = _floats(steps, "start_s"), np.asarray(steps["num_output_tokens"], dtype=np.int64)
-    n = len(start)
-    replica_first, replica_end = 0, n
     replica = np.asarray(steps["replica"], dtype=np.int64) if "replica" in steps else None
-    if replica is not None and n and replica.min() != replica.max():
+    if replica is not None and len(replica) and replica.min() != replica.max():
         order = np.argsort(replica, kind="stable")  # each replica's rows, in the order they ran
         start, first_s, decodes, tokens, replica = (x[order] for x in (start, first_s, decodes, tokens, replica))
-        replica_first = np.searchsorted(replica, replica, side="left")
-        replica_end = np.searchsorted(replica, replica, side="right")
+    else:
+        replica = None  # one replica: every row is in it
     at = np.flatnonzero(decodes > 0)  # the decoding rows
     values, stayed = first_s[at], decodes[at]
     # a decoding row after rows without decodes: its requests waited from the row after the replica's previous
     # decoding row (none before it in its replica: nothing to wait from)
     after = np.flatnonzero(np.diff(at) > 1) + 1
-    after = after[at[after - 1] >= (replica_first if np.isscalar(replica_first) else replica_first[at[after]])]
+    if replica is not None:
+        after = after[replica[at[after - 1]] == replica[at[after]]]
     values[after] += start[at[after]] - start[at[after - 1] + 1]
     # first tokens of rows without decodes join the replica's next decoding row, the latest rows first, as many as
     # it decodes (each k's group runs latest to earliest once reversed)
@@ -683,13 +682,16 @@ def decode_gaps(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> 
     j = np.searchsorted(at, p)  # the next decoding row's place in `at`
     keep = j < len(at)
     p, j = p[keep], j[keep]
-    keep = at[j] < (replica_end if np.isscalar(replica_end) else replica_end[p])
-    p, j = p[keep][::-1], j[keep][::-1]
+    if replica is not None:
+        keep = replica[at[j]] == replica[p]
+        p, j = p[keep], j[keep]
+    p, j = p[::-1], j[::-1]
     f = tokens[p]
     cum = np.cumsum(f)
     group_first = np.maximum.accumulate(np.where(np.r_[True, j[1:] != j[:-1]], np.arange(len(j)), 0))
     joined = np.clip(decodes[at[j]] - (cum - f - (cum[group_first] - f[group_first])), 0, f)
     stayed -= np.bincount(j, weights=joined, minlength=len(at)).astype(np.int64)
+    # whole-number counts: weighted_percentiles's bucketed search needs them to find the full sort's values
     values = np.concatenate([values, first_s[at[j]] + (start[at[j]] - start[p + 1]), inner_s])
     return values, np.concatenate([stayed, joined, inner_n])
 
