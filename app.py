@@ -210,6 +210,18 @@ def lengths_inputs(lengths: dict | None, is_trace: bool) -> dict | None:
             out[field] = number(field.replace("_", " "), float(same.get(field, default)), f"lengths.{field}",
                                 min_value=0.0)
         return out
+    if kind == "dataset":
+        datasets = list(dash.LENGTH_DATASETS)
+        name = st.sidebar.selectbox("dataset", datasets, index=datasets.index(same.get("name", datasets[0])),
+                                    key=key("lengths.dataset"))
+        own = dash.dataset_means(name)  # the table's own kept means: unscaled
+        out = {"kind": "dataset", "name": name}
+        for field, default in zip(("input_mean", "output_mean"), own):
+            value = number(f"{field.replace('_', ' ')} (another tokenizer's counts)",
+                           float(same.get(field) or round(default, 1)), f"lengths.{field}", min_value=1.0)
+            if abs(value - default) >= 0.05:  # the table's own mean as shown (rounded): left unscaled
+                out[field] = value
+        return out
     if kind == "trace":
         return {"kind": "trace"}
     st.sidebar.caption(f"`{kind}` lengths from the loaded file (edit them in the YAML).")

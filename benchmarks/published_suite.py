@@ -12,7 +12,7 @@ What this module does, in order:
    field (it never stops the run). Normalized: the engine (`vllm`, `sglang`, `trtllm`, `lmdeploy` + its version),
    the GPU (a `servesim catalog gpus` name), the model (a catalog name or a config.json beside the data), TP,
    weight and KV dtypes, the workload (a result file's every request where the case lists them, `requests`, replayed
-   in order and counted as its client counted them; otherwise a ShareGPT sample drawn as the clients draw it around
+   in order and counted as its client counted them; otherwise a ShareGPT sample drawn as the clients draw it, scaled to
    the quoted means, `sharegpt_bench_lengths`, and any other dataset fixed at the quoted means), the
    arrival (below) and the quoted metrics, each mapped to the ServeSim quantity it is compared with and to the
    benchmark tool's definition of it (`METRIC_DEFINITIONS`).
@@ -329,11 +329,12 @@ class Metric:
 # quoted means.
 # Fixed lengths at the means (what the suite used before 11-28) finish every request of a burst together, where a
 # real sample's longest outputs run on alone after the rest.
-SHAREGPT_ASSUMPTION = ("ShareGPT per-request lengths not given: drawn from lognormals with the `sharegpt` length "
-                       "preset's sigmas (assumed), kept as the client's sampler keeps them (prompt and output >= "
+SHAREGPT_ASSUMPTION = ("ShareGPT per-request lengths not given: the dataset's own first-turn pairs (the first 17,671 "
+                       "conversations of ShareGPT_V3_unfiltered_cleaned_split.json, Llama 3's token counts: "
+                       "sim/workload/data/README.md), kept as the client's sampler keeps them (prompt and output >= "
                        f"{SHAREGPT_BENCH_FILTER['min_tokens']} tokens, prompt <= {SHAREGPT_BENCH_FILTER['input_max']}, "
-                       f"both <= {SHAREGPT_BENCH_FILTER['total_max']}), with kept means {{mean_in:.1f}}/{{mean_out:.1f}} "
-                       "(the quoted ones)")
+                       f"both <= {SHAREGPT_BENCH_FILTER['total_max']}), drawn without replacement, every length scaled "
+                       "to kept means {mean_in:.1f}/{mean_out:.1f} (the quoted ones; the run's tokenizer's counts)")
 
 
 @dataclass(frozen=True)
@@ -346,7 +347,7 @@ class Workload:
     request_rate: float | None
     num_prompts: int
     # The scenario's `workload.lengths`: None = fixed at input_tokens/output_tokens; for a ShareGPT sample, a
-    # lognormal filtered as the client's sampler filters, its kept means the quoted ones (sharegpt_bench_lengths);
+    # the dataset's own pairs kept as the client's sampler keeps them, scaled to the quoted means (sharegpt_bench_lengths);
     # where the source lists every request, those (`requests.lengths()`)
     lengths: dict | None = None
     # Where the source publishes every request (a `--save-result` file): how its client counted them (`measure`)

@@ -86,7 +86,7 @@ from sim.views.report import (
 from sim.views.verdict import as_number, verdict_of
 from sim.workload.arrivals import ARRIVAL_KINDS, ARRIVAL_SPECS, RATE_KINDS
 from sim.workload.generate import WorkloadSpec
-from sim.workload.lengths import Lengths, PresetLengths
+from sim.workload.lengths import DatasetLengths, Lengths, PresetLengths, sharegpt_bench_pairs
 
 MAX_VARIANTS = 4
 MAX_UPLOAD_YAML_BYTES = MAX_SCENARIO_BYTES  # the CLI's limit for scenario files (1 MiB)
@@ -105,6 +105,7 @@ KV_LAYOUTS = literal_choices(KVCacheSpec, "layout")
 RESERVE_RULES = literal_choices(KVCacheSpec, "reserve")
 PREEMPTION_MODES = literal_choices(KVCacheSpec, "preemption")
 LENGTH_PRESETS = literal_choices(PresetLengths, "name")
+LENGTH_DATASETS = literal_choices(DatasetLengths, "name")
 # Arrival kinds the sidebar has inputs for: a request rate (rate_per_s, and gamma's cv) or a trace upload.
 # Other kinds from a loaded file are shown as YAML.
 FORM_ARRIVAL_KINDS = tuple(kind for kind, spec in zip(ARRIVAL_KINDS, ARRIVAL_SPECS)
@@ -112,6 +113,14 @@ FORM_ARRIVAL_KINDS = tuple(kind for kind, spec in zip(ARRIVAL_KINDS, ARRIVAL_SPE
 # Length kinds the sidebar has inputs for: all but empirical (a file of lengths) and listed (every request's
 # lengths), both shown as YAML.
 FORM_LENGTH_KINDS = tuple(kind for kind in union_kinds(Lengths) if kind not in ("empirical", "listed"))
+
+
+def dataset_means(name: str) -> tuple[float, float]:
+    """A `dataset` lengths table's own kept means (prompt, output): what it draws unscaled (sharegpt: the one)."""
+    inputs, outputs = sharegpt_bench_pairs()
+    return float(inputs.mean()), float(outputs.mean())
+
+
 DEFAULT_BASE: dict = {
     "name": "dashboard",
     "description": "What-if comparison from the ServeSim dashboard.",

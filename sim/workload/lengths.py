@@ -1,9 +1,11 @@
-"""Prompt and output lengths: fixed, uniform, lognormal, empirical, listed, published presets, from a trace."""
+"""Prompt and output lengths: fixed, uniform, lognormal, a published dataset's pairs, empirical, listed, published
+presets, from a trace."""
 
 from __future__ import annotations
 
 import functools
 import math
+from pathlib import Path
 from statistics import NormalDist
 from typing import Annotated, Literal, Union
 
@@ -79,6 +81,23 @@ class LognormalLengths(StrictSpec):
         return self
 
 
+class DatasetLengths(StrictSpec):
+    """A published dataset's (prompt, completion) pairs as benchmark clients sample it: `sharegpt` is ShareGPT's
+    first two turns (`SHAREGPT_FIRST_TURNS`, Llama 3's token counts) kept by SHAREGPT_BENCH_FILTER, drawn without
+    replacement as a client walks its shuffled dataset (a new shuffle each time the draws pass the table's size).
+    With `input_mean` / `output_mean`, every drawn length is scaled by the asked mean over the kept table's (another
+    tokenizer counts the same text differently) and rounded: the kept requests' means are the asked ones in
+    expectation (a draw of the whole table: to within rounding), and the filter is the table's counts' (a scaled
+    length may cross its bounds by the scale)."""
+
+    kind: Literal["dataset"] = "dataset"
+    name: Literal["sharegpt"] = "sharegpt"
+    input_mean: float | None = Field(None, gt=0, le=MAX_TRACE_TOKENS,
+                                     description="the kept prompts' mean in tokens; default the table's own")
+    output_mean: float | None = Field(None, gt=0, le=MAX_TRACE_TOKENS,
+                                      description="the kept outputs' mean in tokens; default the table's own")
+
+
 class EmpiricalLengths(StrictSpec):
     """(input, output) pairs resampled with replacement from two columns of a CSV/JSONL file."""
 
@@ -125,8 +144,8 @@ class TraceLengths(StrictSpec):
 
 
 Lengths = Annotated[
-    Union[FixedLengths, UniformLengths, LognormalLengths, EmpiricalLengths, ListedLengths, PresetLengths,
-          TraceLengths],
+    Union[FixedLengths, UniformLengths, LognormalLengths, DatasetLengths, EmpiricalLengths, ListedLengths,
+          PresetLengths, TraceLengths],
     Field(discriminator="kind"),
 ]
 
@@ -135,6 +154,8 @@ Lengths = Annotated[
 # (vllm-project/vllm, vllm/benchmarks/datasets.py `is_valid_sequence`, at f2e97ddaf5902a9727f48b70d001b6117b8b8b12;
 # LMDeploy 0.1.0's benchmark/profile_throughput.py filters the same, benchmarks/published/lmdeploy_a100.yaml).
 SHAREGPT_BENCH_FILTER = {"min_tokens": 4, "input_max": 1024, "total_max": 2048}
+# Every ShareGPT conversation's first two turns, in tokens (data/README.md: the source, the tokenizer, the count)
+SHAREGPT_FIRST_TURNS = Path(__file__).parent / "data" / "sharegpt_v3_first_turns.csv"
 
 # --------------------------------------------------------------------------------------------------
 # Length sampling
@@ -151,6 +172,8 @@ def sample_lengths(spec, seq: np.random.SeedSequence, n: int) -> tuple[np.ndarra
             input_rng.integers(spec.input_min, spec.input_max, n, endpoint=True),
             output_rng.integers(spec.output_min, spec.output_max, n, endpoint=True),
         )
+    if isinstance(spec, DatasetLengths):
+        return _dataset_pairs(spec, input_rng, n)
     if isinstance(spec, LognormalLengths) and spec.filtered:
         return _kept_lognormal(input_rng, output_rng, spec, n)
     if isinstance(spec, LognormalLengths):
@@ -260,6 +283,32 @@ def _solve_kept_mus(input_mean, input_sigma, output_mean, output_sigma, min_toke
         "means well inside the filter's bounds")
 
 
+@functools.lru_cache(maxsize=1)
+def sharegpt_bench_pairs() -> tuple[np.ndarray, np.ndarray]:
+    """ShareGPT's first-turn pairs that a benchmark client keeps (SHAREGPT_BENCH_FILTER), in the table's order."""
+    table = np.loadtxt(SHAREGPT_FIRST_TURNS, dtype=np.int64, delimiter=",", skiprows=1, ndmin=2)
+    inputs, outputs = table[:, 0], table[:, 1]
+    keep = (np.minimum(inputs, outputs) >= SHAREGPT_BENCH_FILTER["min_tokens"]) & (
+        inputs <= SHAREGPT_BENCH_FILTER["input_max"]) & (inputs + outputs <= SHAREGPT_BENCH_FILTER["total_max"])
+    kept = inputs[keep], outputs[keep]
+    for column in kept:
+        column.flags.writeable = False  # shared by every draw
+    return kept
+
+
+def _dataset_pairs(spec: DatasetLengths, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
+    inputs, outputs = sharegpt_bench_pairs()
+    passes = -(-n // len(inputs))
+    rows = np.concatenate([rng.permutation(len(inputs)) for _ in range(passes)])[:n]
+    return _scaled(inputs[rows], spec.input_mean, inputs), _scaled(outputs[rows], spec.output_mean, outputs)
+
+
+def _scaled(drawn: np.ndarray, mean: float | None, table: np.ndarray) -> np.ndarray:
+    if mean is None:
+        return drawn
+    return np.maximum(1, np.rint(drawn * (mean / table.mean()))).astype(np.int64)
+
+
 def _cached_empirical(spec: EmpiricalLengths) -> Trace:
     columns = TraceColumns(input=spec.input_column, output=spec.output_column)
     return cached_trace(spec.path, "auto", columns, "workload.lengths.path")
@@ -272,29 +321,22 @@ def _cached_empirical(spec: EmpiricalLengths) -> Trace:
 # Model Serving with PagedAttention", SOSP 2023), Fig. 11: ShareGPT mean input 161.31 / output 337.99
 # tokens, Alpaca 19.31 / 58.45. The lognormal shape and its sigmas are OUR ASSUMPTION, not published:
 # they give heavy right tails with medians of roughly 0.4-0.9x the mean, as the paper's histograms show.
-# `sharegpt_bench` is ShareGPT as the benchmark clients sample it (SHAREGPT_BENCH_FILTER): its kept means are a
-# published client's token totals over its 1,000 prompts, 217,393 in / 201,648 out (GPUStack's Qwen3-14B H100 runs,
-# Qwen3 tokenizer; benchmarks/published/gpustack_engines.yaml), with the `sharegpt` preset's sigmas (assumed).
+# `sharegpt_bench` is ShareGPT as the benchmark clients sample it: the dataset's own first-turn pairs, kept by
+# SHAREGPT_BENCH_FILTER (DatasetLengths; data/README.md), as Llama 3's tokenizer counts them.
 _SHAREGPT = LognormalLengths(input_mean=161.31, input_sigma=1.0, output_mean=337.99, output_sigma=0.9)
-_PRESETS: dict[str, LognormalLengths] = {
+_PRESETS: dict[str, LognormalLengths | DatasetLengths] = {
     "sharegpt": _SHAREGPT,
     "alpaca": LognormalLengths(input_mean=19.31, input_sigma=0.5, output_mean=58.45, output_sigma=0.8),
-    # built unvalidated: validating solves its mus (~45 ms) on every import of the simulator; the first draw solves
-    # them, and tests/unit/test_workload.py validates the preset
-    "sharegpt_bench": LognormalLengths.model_construct(input_mean=217.393, input_sigma=_SHAREGPT.input_sigma,
-                                                       output_mean=201.648, output_sigma=_SHAREGPT.output_sigma,
-                                                       **SHAREGPT_BENCH_FILTER),
+    "sharegpt_bench": DatasetLengths(name="sharegpt"),
 }
 
 
-def preset_lengths(name: str) -> LognormalLengths:
+def preset_lengths(name: str) -> LognormalLengths | DatasetLengths:
     return _PRESETS[name]
 
 
 def sharegpt_bench_lengths(input_mean: float, output_mean: float) -> dict:
     """A scenario's `workload.lengths` for a ShareGPT sample a benchmark client drew (SHAREGPT_BENCH_FILTER) whose
-    means are known and its per-request lengths not (a result with token totals only): `sharegpt_bench`'s shape
-    with these kept means."""
-    shape = _PRESETS["sharegpt_bench"]
-    return {"kind": "lognormal", "input_mean": float(input_mean), "input_sigma": shape.input_sigma,
-            "output_mean": float(output_mean), "output_sigma": shape.output_sigma, **SHAREGPT_BENCH_FILTER}
+    means are known and its per-request lengths not (a result with token totals only): the dataset's own pairs,
+    scaled to these kept means (DatasetLengths)."""
+    return {"kind": "dataset", "name": "sharegpt", "input_mean": float(input_mean), "output_mean": float(output_mean)}

@@ -203,6 +203,21 @@ def test_a_trace_upload_replays_it(tmp_path, monkeypatch):
     assert len(list(tmp_path.glob("*.csv"))) == 1
 
 
+def test_sharegpt_as_the_clients_draw_it_is_a_sidebar_setting_scaled_to_the_asked_means():
+    at = started()
+    at.number_input(key="0.run.requests").set_value(200)
+    at.selectbox(key="0.lengths.kind").set_value("dataset")
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    lengths = yaml.safe_load(at.code[0].value)["workload"]["lengths"]
+    assert lengths == {"kind": "dataset", "name": "sharegpt"}  # the table's own means shown: drawn unscaled
+    at.number_input(key="0.lengths.input_mean").set_value(400.0)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert yaml.safe_load(at.code[0].value)["workload"]["lengths"] == {"kind": "dataset", "name": "sharegpt",
+                                                                       "input_mean": 400.0}
+
+
 def test_expert_parallelism_is_a_sidebar_setting_that_reaches_the_scenario():
     raw = {"name": "ep", "model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "tensor_parallel": 2},
            "workload": {"arrival": {"kind": "poisson", "rate_per_s": 5},

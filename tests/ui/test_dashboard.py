@@ -275,7 +275,7 @@ def test_choice_lists_come_from_the_schema():
     assert dash.PREEMPTION_MODES == literal_choices(KVCacheSpec, "preemption") and "swap" in dash.PREEMPTION_MODES
     assert dash.ROUTERS == ("round_robin", "least_outstanding", "random")
     assert dash.FORM_ARRIVAL_KINDS == ("poisson", "gamma", "constant", "trace")
-    assert dash.FORM_LENGTH_KINDS == ("fixed", "uniform", "lognormal", "preset", "trace")
+    assert dash.FORM_LENGTH_KINDS == ("fixed", "uniform", "lognormal", "dataset", "preset", "trace")
     assert dash.LENGTH_PRESETS == ("sharegpt", "alpaca", "sharegpt_bench")
     with pytest.raises(TypeError, match="block_size is not a Literal field"):
         literal_choices(KVCacheSpec, "block_size")

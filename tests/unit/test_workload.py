@@ -14,7 +14,8 @@ from pydantic import ValidationError
 from sim.errors import ConfigError, TraceError
 from sim.workload.arrivals import ClosedLoopArrival
 from sim.workload.generate import Workload, WorkloadSpec, generate_workload, summarize
-from sim.workload.lengths import SHAREGPT_BENCH_FILTER, LognormalLengths, kept_lognormal_mus, preset_lengths
+from sim.workload.lengths import (SHAREGPT_BENCH_FILTER, SHAREGPT_FIRST_TURNS, LognormalLengths, kept_lognormal_mus,
+                                  sharegpt_bench_pairs)
 
 TRACES = Path(__file__).parents[3] / "shared" / "traces"
 FIXED = {"kind": "fixed", "input_tokens": 100, "output_tokens": 10}
@@ -166,18 +167,20 @@ def test_preset_means_match_the_vllm_paper(name, means):
     assert w.output_tokens.mean() == pytest.approx(means[1], rel=0.02)
 
 
+# A ShareGPT-like lognormal kept by the benchmark client's filter, at a published client's kept means
+SHAREGPT_LIKE = {"kind": "lognormal", "input_mean": 217.393, "input_sigma": 1.0, "output_mean": 201.648,
+                 "output_sigma": 0.9, **SHAREGPT_BENCH_FILTER}
+
+
 def test_a_filtered_lognormal_keeps_only_what_the_client_keeps_at_the_asked_means():
     # vLLM's ShareGPT sampler keeps prompt and output >= 4 tokens, prompt <= 1024, both <= 2048 (SHAREGPT_BENCH_FILTER)
-    w = generate(spec({"kind": "poisson", "rate_per_s": 1}, {"kind": "preset", "name": "sharegpt_bench"}),
-                 num_requests=400_000)
+    w = generate(spec({"kind": "poisson", "rate_per_s": 1}, SHAREGPT_LIKE), num_requests=400_000)
     x, y = w.input_tokens, w.output_tokens
     assert x.min() >= 4 and y.min() >= 4 and x.max() <= 1024 and (x + y).max() <= 2048
     assert x.max() > 900 and (x + y).max() > 1900  # the filter's bounds are reached, not a narrower shape
     assert x.mean() == pytest.approx(217.393, rel=0.01) and y.mean() == pytest.approx(201.648, rel=0.01)
     # the means are solved for: the lognormals at the asked means keep requests 13% / 2% shorter on average
-    shape = preset_lengths("sharegpt_bench")
-    assert LognormalLengths.model_validate(shape.model_dump()) == shape  # built unvalidated at import: it validates
-    mu_in, mu_out, kept_share = kept_lognormal_mus(shape)
+    mu_in, mu_out, kept_share = kept_lognormal_mus(LognormalLengths.model_validate(SHAREGPT_LIKE))
     assert mu_in > math.log(217.393) - 1.0**2 / 2 + 0.1 and mu_out > math.log(201.648) - 0.9**2 / 2 + 0.01
     assert 0.9 < kept_share < 1.0
 
@@ -205,12 +208,53 @@ def test_a_sigma_of_minus_zero_is_a_sigma_of_zero():
 
 
 def test_a_filtered_lognormal_is_the_same_for_the_same_seed():
-    s = spec({"kind": "poisson", "rate_per_s": 1}, {"kind": "preset", "name": "sharegpt_bench"})
+    s = spec({"kind": "poisson", "rate_per_s": 1}, SHAREGPT_LIKE)
     a, b, c = generate(s, seed=3, num_requests=5000), generate(s, seed=3, num_requests=5000), generate(
         s, seed=4, num_requests=5000)
     np.testing.assert_array_equal(a.input_tokens, b.input_tokens)
     np.testing.assert_array_equal(a.output_tokens, b.output_tokens)
     assert not np.array_equal(a.output_tokens, c.output_tokens)
+
+
+def _table() -> tuple[np.ndarray, np.ndarray]:
+    table = np.loadtxt(SHAREGPT_FIRST_TURNS, dtype=np.int64, delimiter=",", skiprows=1)
+    return table[:, 0], table[:, 1]
+
+
+def test_sharegpt_bench_draws_the_datasets_own_pairs_that_the_client_keeps():
+    # Known answer: a draw of as many requests as the filter keeps is the kept table itself, shuffled, pairs intact
+    x, y = _table()
+    keep = (x >= 4) & (y >= 4) & (x <= 1024) & (x + y <= 2048)
+    assert (len(x), keep.sum()) == (17_400, 15_822)  # the table data/README.md describes
+    for lengths in ({"kind": "preset", "name": "sharegpt_bench"}, {"kind": "dataset", "name": "sharegpt"}):
+        w = generate(spec({"kind": "poisson", "rate_per_s": 1}, lengths), num_requests=int(keep.sum()))
+        drawn = sorted(zip(w.input_tokens.tolist(), w.output_tokens.tolist()))
+        assert drawn == sorted(zip(x[keep].tolist(), y[keep].tolist()))
+        assert not np.array_equal(w.input_tokens, x[keep])  # shuffled, not the file's order
+    # twice the table: each kept pair exactly twice (a new shuffle for the second pass)
+    w = generate(spec({"kind": "poisson", "rate_per_s": 1}, {"kind": "dataset"}), num_requests=2 * int(keep.sum()))
+    pairs, counts = np.unique(np.stack([w.input_tokens, w.output_tokens]), axis=1, return_counts=True)
+    kept_pairs, kept_counts = np.unique(np.stack([x[keep], y[keep]]), axis=1, return_counts=True)
+    np.testing.assert_array_equal(pairs, kept_pairs)
+    np.testing.assert_array_equal(counts, 2 * kept_counts)
+
+
+def test_a_dataset_scaled_to_other_means_keeps_its_shape_at_those_means():
+    x, y = (column for column in sharegpt_bench_pairs())
+    n = len(x)
+    lengths = {"kind": "dataset", "name": "sharegpt", "input_mean": 2 * x.mean(), "output_mean": y.mean() / 2}
+    w = generate(spec({"kind": "poisson", "rate_per_s": 1}, lengths), seed=5, num_requests=n)
+    # every length doubled (exact) or halved (rounded to even, at least 1): the whole table at exactly those means
+    assert sorted(w.input_tokens.tolist()) == sorted((2 * x).tolist())
+    assert sorted(w.output_tokens.tolist()) == sorted(np.maximum(1, np.rint(y / 2)).astype(int).tolist())
+    assert w.input_tokens.mean() == pytest.approx(2 * x.mean(), rel=1e-12)
+    assert abs(w.output_tokens.mean() - y.mean() / 2) < 0.5
+    a = generate(spec({"kind": "poisson", "rate_per_s": 1}, lengths), seed=5, num_requests=100)
+    b = generate(spec({"kind": "poisson", "rate_per_s": 1}, lengths), seed=6, num_requests=100)
+    np.testing.assert_array_equal(a.input_tokens, w.input_tokens[:100])  # the same seed, the same draws
+    assert not np.array_equal(a.input_tokens, b.input_tokens)
+    with pytest.raises(ValidationError, match="input_mean"):
+        spec({"kind": "poisson", "rate_per_s": 1}, {"kind": "dataset", "input_mean": 0})
 
 
 @pytest.mark.parametrize("means", [(900, 900), (5, 5), (1000, 50)])
