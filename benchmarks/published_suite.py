@@ -324,9 +324,8 @@ class Metric:
 
 # A ShareGPT run's per-request lengths are never published, only their totals. The sample is drawn as the clients
 # draw it (vllm bench serve and LMDeploy's profile_throughput keep a ShareGPT pair only inside
-# SHAREGPT_BENCH_FILTER): from lognormals with the `sharegpt` length preset's sigmas (an assumption, stated in
-# sim/workload/lengths.py, set on 11-22, before the first of these runs was simulated), whose kept requests have the
-# quoted means.
+# SHAREGPT_BENCH_FILTER): the dataset's own first-turn pairs (sim/workload/data/README.md), scaled to the quoted
+# means (since 12-01; before, lognormals with assumed sigmas at those means).
 # Fixed lengths at the means (what the suite used before 11-28) finish every request of a burst together, where a
 # real sample's longest outputs run on alone after the rest.
 SHAREGPT_ASSUMPTION = ("ShareGPT per-request lengths not given: the dataset's own first-turn pairs (the first 17,671 "
