@@ -345,8 +345,8 @@ class Workload:
     concurrency: int | None
     request_rate: float | None
     num_prompts: int
-    # The scenario's `workload.lengths`: None = fixed at input_tokens/output_tokens; for a ShareGPT sample, a
-    # the dataset's own pairs kept as the client's sampler keeps them, scaled to the quoted means (sharegpt_bench_lengths);
+    # The scenario's `workload.lengths`: None = fixed at input_tokens/output_tokens; for a ShareGPT sample, the
+    # dataset's own pairs kept as the client's sampler keeps them, scaled to the quoted means (sharegpt_bench_lengths);
     # where the source lists every request, those (`requests.lengths()`)
     lengths: dict | None = None
     # Where the source publishes every request (a `--save-result` file): how its client counted them (`measure`)
