@@ -202,15 +202,17 @@ def _lognormal_tokens(rng: np.random.Generator, mu: float, sigma: float, n: int)
     return np.rint(np.minimum(rng.lognormal(mu, sigma + 0.0, n), MAX_TRACE_TOKENS + 1.0)).astype(np.int64)
 
 
-def _kept(spec: LognormalLengths, inputs: np.ndarray, outputs: np.ndarray) -> np.ndarray:
-    """Which (input, output) pairs the spec's filter keeps; broadcasts."""
+def _kept(inputs: np.ndarray, outputs: np.ndarray, min_tokens: int | None = None, input_max: int | None = None,
+          total_max: int | None = None) -> np.ndarray:
+    """Which (input, output) pairs a client's filter keeps (SHAREGPT_BENCH_FILTER's keys; None: no bound);
+    broadcasts."""
     keep = np.ones(np.broadcast_shapes(inputs.shape, outputs.shape), bool)
-    if spec.min_tokens is not None:
-        keep &= (inputs >= spec.min_tokens) & (outputs >= spec.min_tokens)
-    if spec.input_max is not None:
-        keep &= inputs <= spec.input_max
-    if spec.total_max is not None:
-        keep &= inputs + outputs <= spec.total_max
+    if min_tokens is not None:
+        keep &= (inputs >= min_tokens) & (outputs >= min_tokens)
+    if input_max is not None:
+        keep &= inputs <= input_max
+    if total_max is not None:
+        keep &= inputs + outputs <= total_max
     return keep
 
 
@@ -223,7 +225,7 @@ def _kept_lognormal(input_rng: np.random.Generator, output_rng: np.random.Genera
         draws = int((n - count) / kept_share * 1.1) + 64
         x = _lognormal_tokens(input_rng, mu_in, spec.input_sigma, draws)
         y = _lognormal_tokens(output_rng, mu_out, spec.output_sigma, draws)
-        keep = _kept(spec, x, y)
+        keep = _kept(x, y, spec.min_tokens, spec.input_max, spec.total_max)
         inputs.append(x[keep])
         outputs.append(y[keep])
         count += int(keep.sum())
@@ -288,8 +290,7 @@ def sharegpt_bench_pairs() -> tuple[np.ndarray, np.ndarray]:
     """ShareGPT's first-turn pairs that a benchmark client keeps (SHAREGPT_BENCH_FILTER), in the table's order."""
     table = np.loadtxt(SHAREGPT_FIRST_TURNS, dtype=np.int64, delimiter=",", skiprows=1, ndmin=2)
     inputs, outputs = table[:, 0], table[:, 1]
-    keep = (np.minimum(inputs, outputs) >= SHAREGPT_BENCH_FILTER["min_tokens"]) & (
-        inputs <= SHAREGPT_BENCH_FILTER["input_max"]) & (inputs + outputs <= SHAREGPT_BENCH_FILTER["total_max"])
+    keep = _kept(inputs, outputs, **SHAREGPT_BENCH_FILTER)
     kept = inputs[keep], outputs[keep]
     for column in kept:
         column.flags.writeable = False  # shared by every draw
