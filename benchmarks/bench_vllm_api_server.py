@@ -12,10 +12,10 @@ vLLM 0.6.0 (the RPC path), three processes as its `vllm serve` runs them by defa
 - the **client**: as `benchmark_serving.py`'s `async_request_openai_completions` (aiohttp, one session per request,
   streaming /v1/completions), every request of a burst sent at once.
 
-vLLM 0.11.0 (V1; `v1_api_server_process`), the API server alone: its AsyncLLM tokenizes (Processor) and detokenizes
+vLLM 0.10.2 and 0.11.0 (V1; `v1_api_server_process`), the API server alone: its AsyncLLM tokenizes (Processor) and detokenizes
 (OutputProcessor) in the API server process; the engine-core client is a stand-in in that process (the ZMQ/msgpack
-hop to the engine core is not measured). Its defaults: no request log, uvloop. The same client and bursts. Which of
-the two runs is read from the vLLM on the path.
+hop to the engine core is not measured). Its defaults: no request log, uvloop. The same client and bursts. Which
+path runs is read from the vLLM on the path (`V1_VERSIONS`).
 
 The API server runs alone on core 0, the engine process and the client on core 1. For each burst it records when
 each request reached the engine, and the API server's CPU time over the burst.
@@ -55,8 +55,10 @@ package, converted as transformers converts it):
 its own the same way (python3 -m venv; torch==2.13.0; the wheel vllm==0.11.0 unpacked without '*.so'; its
 requirements at transformers==4.57.1, lm-format-enforcer==0.11.3, outlines_core==0.2.11, diskcache==5.6.3,
 lark==1.2.2, mistral_common, openai-harmony, fastapi[standard], uvloop, msgspec, pyzmq, cbor2, pybase64, blake3,
-setproctitle, einops, gguf, scipy), and the same tokenizer folder. Prints the machine, each cell's medians and the
-fitted numbers.
+setproctitle, einops, gguf, scipy), and the same tokenizer folder. For vLLM 0.10.2, that venv with
+compressed-tensors==0.11.0 and frozendict added (`pip install --no-deps`: its model registry imports them), the
+wheel vllm==0.10.2 unpacked the same way in a folder of its own, run with `PYTHONPATH` at that folder. Prints the
+machine, each cell's medians and the fitted numbers.
 """
 
 from __future__ import annotations
@@ -230,14 +232,22 @@ def api_server_process(model: str, rpc_path: str, port: int, log_file: str) -> N
     asyncio.run(serve())  # as 0.6.0's `vllm serve` runs it (vllm/scripts.py), not uvloop.run
 
 
+# The V1 versions whose server this bench was read for: AsyncLLM.from_vllm_config, api_server.build_app and
+# init_app_state, EngineCoreClient.make_async_mp_client and EngineCoreOutput(s) as v1_api_server_process calls them
+# (read in each release's wheel)
+V1_VERSIONS = ("0.10.2", "0.11.0")
+
+
 def _v1() -> bool:
-    """Whether the vLLM on the path is 0.11.0 (V1: AsyncLLM in the API server) rather than 0.6.0 (the RPC path)."""
+    """Whether the vLLM on the path is a V1 one (AsyncLLM in the API server: V1_VERSIONS) rather than 0.6.0 (the RPC
+    path)."""
     import vllm
     if vllm.__version__.startswith("0.6.0"):
         return False
-    if vllm.__version__.startswith("0.11.0"):
+    if vllm.__version__ in V1_VERSIONS:
         return True
-    raise SystemExit(f"vLLM {vllm.__version__}: this bench runs vLLM 0.6.0 or 0.11.0 (the versions it was read for)")
+    raise SystemExit(f"vLLM {vllm.__version__}: this bench runs vLLM 0.6.0 or {', '.join(V1_VERSIONS)} (the versions "
+                     "it was read for)")
 
 
 def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, out_tokens: int) -> None:

@@ -1184,8 +1184,11 @@ class ApiServerWork:
 # ZMQ hop to the real one not measured; its defaults: no request log, uvloop). V1's requests do not all reach the
 # engine at the end of a burst as event_loop has them: in six bursts of 320 (12-01 00:12) the first arrived at 21-62%
 # of the last one's time, after 0.5-1.3 ms a request shared by all (results/published-e2e.md): event_loop hands a
-# burst's first requests over late. No other version has work that queues here. Spread: ESTIMATE_RANGES.
+# burst's first requests over late. vLLM 0.10.2's V1 server the same way (12-01 05:08-05:19, the same machine; in
+# bursts of 160 and 320 its first request arrived at 20-48% of the last one's time). No other version has work that
+# queues here. Spread: ESTIMATE_RANGES.
 API_SERVER_WORK = (ApiServerWork((0, 6, 0), (0, 6, 1), 1.24e-3, 1.69e-6, 162e-6),
+                   ApiServerWork((0, 10, 2), (0, 10, 3), 1.57e-3, 1.99e-6, 23e-6),
                    ApiServerWork((0, 11, 0), (0, 11, 1), 1.57e-3, 2.18e-6, 20e-6))
 
 

@@ -365,7 +365,7 @@ def test_a_result_files_requests_are_replayed_in_order_and_counted_as_its_client
 
 
 def test_a_chat_clients_runs_take_the_presets_template_work_with_the_fits_latency(suite):
-    from sim.config.engines import API_SERVER_WORK, TEMPLATE_PARSES
+    from sim.config.engines import TEMPLATE_PARSES, api_server_work
     by_name = {c.name: c for c in suite.cases}
     chat = by_name["qwen3-14b-h100 vllm sharegpt"]
     completions = by_name["lambda llama-3.1-70b-instruct-fp8 a100 tp1 10 prompts"]
@@ -374,14 +374,14 @@ def test_a_chat_clients_runs_take_the_presets_template_work_with_the_fits_latenc
     s = validate_scenario(ps.scenario(chat, ps.COST_MODELS["roofline"], fitted))
     assert s.workload.endpoint == "chat" and s.frontend.latency_s == 0.02  # the fit's, over the preset's
     # vLLM 0.11.0 on chat: its measured intake (1.57 ms + 2.18 us a prompt token, 20 us a chunk) plus the parse
-    intake = API_SERVER_WORK[1]
+    intake = api_server_work((0, 11, 0))
     assert (intake.since, intake.per_request_s, intake.per_prompt_token_s) == ((0, 11, 0), 1.57e-3, 2.18e-6)
     assert s.frontend.per_request_s == intake.per_request_s + TEMPLATE_PARSES[-1].work_s
     assert (s.frontend.per_prompt_token_s, s.frontend.per_output_chunk_s) == (2.18e-6, 20e-6)
     assert s.frontend.discipline == "event_loop"
     plain = validate_scenario(ps.scenario(completions, ps.COST_MODELS["roofline"], fitted))
     # vLLM 0.6.0 on completions: its measured intake, no template parse
-    assert plain.workload.endpoint == "completions" and plain.frontend.per_request_s == API_SERVER_WORK[0].per_request_s
+    assert plain.workload.endpoint == "completions" and plain.frontend.per_request_s == api_server_work((0, 6, 0)).per_request_s
 
 
 def test_a_runs_command_line_options_are_read_by_the_presets_own_spelling_of_each_flag():

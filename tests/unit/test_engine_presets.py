@@ -484,7 +484,7 @@ def test_a_preset_refuses_a_gpu_it_cannot_read_in_one_line(gpu, message):
         scenario({"name": "vllm", "version": "0.11.0"}, hardware={"gpu": gpu})
 
 
-@pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.10.2"}, {"name": "sglang", "version": "0.5.3.post3"},
+@pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.10.1"}, {"name": "sglang", "version": "0.5.3.post3"},
                                     {"name": "trtllm", "version": "1.2.0rc1"}])
 def test_a_preset_whose_front_end_does_not_queue_says_so_unless_the_user_adds_work_that_queues(engine):
     from sim.config.engines import FRONTEND_CAPACITY_NOTE
@@ -507,7 +507,7 @@ def test_vllm_0_11_0s_api_server_does_its_measured_work_in_turn():
     assert fe.discipline == "event_loop" and fe.num_processes == 1 and fe.latency_s > 0
     assert FRONTEND_CAPACITY_NOTE not in preset.engine.notes
     assert any("measured by running vLLM 0.11.0's server code" in n for n in preset.engine.notes)
-    for version in ("0.10.2", "0.11.1"):  # measured for 0.11.0 alone
+    for version in ("0.10.1", "0.11.1"):  # measured for 0.10.2 and 0.11.0 alone among the V1 versions
         assert scenario({"name": "vllm", "version": version}).frontend.per_request_s == 0.0
 
 
@@ -620,8 +620,8 @@ GPT_OSS_20B = str(Path(__file__).resolve().parents[2] / "benchmarks" / "publishe
 
 
 def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
-    from sim.config.engines import API_SERVER_WORK, TEMPLATE_PARSES
-    parse, intake = TEMPLATE_PARSES[-1], API_SERVER_WORK[1].per_request_s  # 17.9 ms, 1.57 ms (0.11.0's intake)
+    from sim.config.engines import TEMPLATE_PARSES, api_server_work
+    parse, intake = TEMPLATE_PARSES[-1], api_server_work((0, 11, 0)).per_request_s  # 17.9 ms, 1.57 ms (0.11.0's)
     chat = {**BASE["workload"], "endpoint": "chat"}
     burst = scenario({"name": "vllm", "version": "0.11.0"}, workload={**chat, "arrival": {"kind": "burst"}})
     assert burst.frontend.per_request_s == intake + parse.work_s and burst.frontend.discipline == "event_loop"
@@ -629,9 +629,10 @@ def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
     closed = scenario({"name": "vllm", "version": "0.11.0"},
                       workload={**chat, "arrival": {"kind": "closed_loop", "num_users": 4, "think_time_s": 0.0}})
     assert closed.frontend.per_request_s == intake + parse.work_s and closed.frontend.discipline == "fifo"
-    # no parse: completions (the default endpoint), 0.10.2's chat, gpt-oss's chat (0.11.0's intake alone)
+    # no parse: completions (the default endpoint), 0.10.2's chat (its own intake alone), gpt-oss's chat (0.11.0's)
     for plain, work in ((scenario({"name": "vllm", "version": "0.11.0"}), intake),
-                        (scenario({"name": "vllm", "version": "0.10.2"}, workload=chat), 0.0),
+                        (scenario({"name": "vllm", "version": "0.10.2"}, workload=chat),
+                         api_server_work((0, 10, 2)).per_request_s),
                         (scenario({"name": "vllm", "version": "0.11.0"}, workload=chat,
                                   model={"hf_config": GPT_OSS_20B}), intake)):
         assert plain.frontend.per_request_s == work
@@ -644,9 +645,9 @@ def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
 
 
 def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_unmeasured_versions_have_none():
-    # benchmarks/bench_vllm_api_server.py ran 0.6.0's own API server and RPC path (and 0.11.0's V1 server)
-    from sim.config.engines import API_SERVER_WORK
-    work = API_SERVER_WORK[0]
+    # benchmarks/bench_vllm_api_server.py ran 0.6.0's own API server and RPC path (and 0.10.2's and 0.11.0's V1 server)
+    from sim.config.engines import api_server_work
+    work = api_server_work((0, 6, 0))
     burst = scenario({"name": "vllm", "version": "0.6.0"}, workload={**BASE["workload"], "arrival": {"kind": "burst"}})
     fe = burst.frontend
     assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s, fe.discipline) == (
@@ -659,9 +660,12 @@ def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_unmeasur
                       workload={**BASE["workload"], "arrival": {"kind": "closed_loop", "num_users": 4,
                                                                 "think_time_s": 0.0}})
     assert closed.frontend.per_request_s == work.per_request_s and closed.frontend.discipline == "fifo"
-    for other in ("0.6.3", "0.10.2", "0.11.1"):  # measured for 0.6.0 and 0.11.0 alone
+    for other in ("0.6.3", "0.10.1", "0.11.1"):  # measured for 0.6.0, 0.10.2 and 0.11.0 alone
         fe = scenario({"name": "vllm", "version": other}).frontend
         assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s) == (0, 0, 0)
+    v0102 = scenario({"name": "vllm", "version": "0.10.2"}, workload={**BASE["workload"], "arrival": {"kind": "burst"}})
+    assert (v0102.frontend.per_request_s, v0102.frontend.per_prompt_token_s, v0102.frontend.per_output_chunk_s,
+            v0102.frontend.discipline) == (1.57e-3, 1.99e-6, 23e-6, "event_loop")
     own = scenario({"name": "vllm", "version": "0.6.0"},
                    frontend={"per_request_s": 0.004, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0})
     assert (own.frontend.per_request_s, own.frontend.per_output_chunk_s) == (0.004, 0.0)  # the user's own wins
@@ -670,9 +674,9 @@ def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_unmeasur
 
 def test_a_burst_reaches_vllm_060_together_after_every_requests_intake():
     # processor sharing of n pieces of work that arrive together, a + b x L each: every one ends at n x (a + b x L)
-    from sim.config.engines import API_SERVER_WORK
+    from sim.config.engines import api_server_work
     from sim.run import simulate
-    work, n, prompt = API_SERVER_WORK[0], 20, 500
+    work, n, prompt = api_server_work((0, 6, 0)), 20, 500
     sc = scenario({"name": "vllm", "version": "0.6.0"}, workload={**BASE["workload"], "arrival": {"kind": "burst"}})
     records = simulate(sc).requests
     each = work.per_request_s + work.per_prompt_token_s * prompt

@@ -275,7 +275,7 @@ def test_vllms_chat_template_parse_is_drawn_as_an_estimate_and_a_users_own_is_no
 
 
 def test_vllm_060s_measured_api_server_work_is_drawn_as_estimates():
-    work = engines.API_SERVER_WORK[0]
+    work = engines.api_server_work((0, 6, 0))
     sc = scenario({"name": "vllm", "version": "0.6.0"})
     spreads = {s.key: s for s in engine_term_spread(sc)}
     for term in ("per_request_s", "per_prompt_token_s", "per_output_chunk_s"):
@@ -288,4 +288,4 @@ def test_vllm_060s_measured_api_server_work_is_drawn_as_estimates():
         work.per_output_chunk_s * math.exp(-spreads["frontend.per_output_chunk_s"].sigma_log))
     assert drawn.frontend.per_request_s == work.per_request_s
     assert not {f"frontend.{t}" for t in ("per_prompt_token_s", "per_output_chunk_s")} & {
-        s.key for s in engine_term_spread(scenario({"name": "vllm", "version": "0.10.2"}))}  # none measured
+        s.key for s in engine_term_spread(scenario({"name": "vllm", "version": "0.10.1"}))}  # none measured
