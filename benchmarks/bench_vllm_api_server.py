@@ -12,10 +12,10 @@ vLLM 0.6.0 (the RPC path), three processes as its `vllm serve` runs them by defa
 - the **client**: as `benchmark_serving.py`'s `async_request_openai_completions` (aiohttp, one session per request,
   streaming /v1/completions), every request of a burst sent at once.
 
-vLLM 0.10.2 and 0.11.0 (V1; `v1_api_server_process`), the API server alone: its AsyncLLM tokenizes (Processor) and detokenizes
-(OutputProcessor) in the API server process; the engine-core client is a stand-in in that process (the ZMQ/msgpack
-hop to the engine core is not measured). Its defaults: no request log, uvloop. The same client and bursts. Which
-path runs is read from the vLLM on the path (`V1_VERSIONS`).
+vLLM 0.10.2 and 0.11.0 (V1; `v1_api_server_process`), the API server alone: its AsyncLLM tokenizes (Processor) and
+detokenizes (OutputProcessor) in the API server process; the engine-core client is a stand-in in that process (the
+ZMQ/msgpack hop to the engine core is not measured). Its defaults: no request log, uvloop. The same client and
+bursts. Which path runs is read from the vLLM on the path (`V1_VERSIONS`).
 
 The API server runs alone on core 0, the engine process and the client on core 1. For each burst it records when
 each request reached the engine, and the API server's CPU time over the burst.

@@ -381,7 +381,8 @@ def test_a_chat_clients_runs_take_the_presets_template_work_with_the_fits_latenc
     assert s.frontend.discipline == "event_loop"
     plain = validate_scenario(ps.scenario(completions, ps.COST_MODELS["roofline"], fitted))
     # vLLM 0.6.0 on completions: its measured intake, no template parse
-    assert plain.workload.endpoint == "completions" and plain.frontend.per_request_s == api_server_work((0, 6, 0)).per_request_s
+    assert plain.workload.endpoint == "completions"
+    assert plain.frontend.per_request_s == api_server_work((0, 6, 0)).per_request_s
 
 
 def test_a_runs_command_line_options_are_read_by_the_presets_own_spelling_of_each_flag():
