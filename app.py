@@ -217,9 +217,10 @@ def lengths_inputs(lengths: dict | None, is_trace: bool) -> dict | None:
         own = dash.dataset_means(name)  # the table's own kept means: unscaled
         out = {"kind": "dataset", "name": name}
         for field, default in zip(("input_mean", "output_mean"), own):
+            shown = round(default, 1)  # the table's own mean as shown: left unscaled
             value = number(f"{field.replace('_', ' ')} (another tokenizer's counts)",
-                           float(same.get(field) or round(default, 1)), f"lengths.{field}", min_value=1.0)
-            if abs(value - default) >= 0.05:  # the table's own mean as shown (rounded): left unscaled
+                           float(same.get(field) or shown), f"lengths.{field}", min_value=1.0)
+            if value != shown:
                 out[field] = value
         return out
     if kind == "trace":

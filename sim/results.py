@@ -745,7 +745,7 @@ def client_itl(fin: Table | pd.DataFrame, tokens_per_chunk: int) -> dict:
     gaps, span = _spans_and_gaps(as_requests(fin), "client_first_token_s", "client_last_token_s", tokens_per_chunk)
     if not len(gaps):
         return {key: math.nan for key in ITL_KEYS}
-    out = {"itl_mean": float(span.sum() / gaps.sum())}
+    out = {"itl_mean": _pooled_mean(gaps, span)}
     for p, value in zip(PERCENTILES, weighted_percentiles(span / gaps, gaps, PERCENTILES)):
         out[f"itl_p{p}"] = value
     return out
@@ -764,7 +764,12 @@ def mean_gap_s(fin: Table | pd.DataFrame, first: str, last: str, tokens_per_chun
     """The mean gap between streamed chunks, pooled over every finished request: the spans (`last` less `first`)
     summed over the gaps summed (`_spans_and_gaps`). NaN: no request has a gap."""
     gaps, span = _spans_and_gaps(as_requests(fin), first, last, tokens_per_chunk)
-    return float(span.sum() / gaps.sum()) if len(gaps) else math.nan
+    return _pooled_mean(gaps, span) if len(gaps) else math.nan
+
+
+def _pooled_mean(gaps: np.ndarray, span: np.ndarray) -> float:
+    """The mean gap of requests pooled: their spans summed over their gaps summed."""
+    return float(span.sum() / gaps.sum())
 
 
 def slo_metrics(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, slo, elapsed: float, *,

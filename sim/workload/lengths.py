@@ -156,6 +156,8 @@ Lengths = Annotated[
 SHAREGPT_BENCH_FILTER = {"min_tokens": 4, "input_max": 1024, "total_max": 2048}
 # Every ShareGPT conversation's first two turns, in tokens (data/README.md: the source, the tokenizer, the count)
 SHAREGPT_FIRST_TURNS = Path(__file__).parent / "data" / "sharegpt_v3_first_turns.csv"
+# A `dataset` lengths spec's name: its table of (prompt, completion) pairs and the filter its clients keep them by
+DATASET_TABLES = {"sharegpt": (SHAREGPT_FIRST_TURNS, SHAREGPT_BENCH_FILTER)}
 
 # --------------------------------------------------------------------------------------------------
 # Length sampling
@@ -285,12 +287,14 @@ def _solve_kept_mus(input_mean, input_sigma, output_mean, output_sigma, min_toke
         "means well inside the filter's bounds")
 
 
-@functools.lru_cache(maxsize=1)
-def sharegpt_bench_pairs() -> tuple[np.ndarray, np.ndarray]:
-    """ShareGPT's first-turn pairs that a benchmark client keeps (SHAREGPT_BENCH_FILTER), in the table's order."""
-    table = np.loadtxt(SHAREGPT_FIRST_TURNS, dtype=np.int64, delimiter=",", skiprows=1, ndmin=2)
+@functools.lru_cache(maxsize=len(DATASET_TABLES))
+def kept_pairs(name: str) -> tuple[np.ndarray, np.ndarray]:
+    """A dataset's (prompt, completion) pairs that its benchmark clients keep (DATASET_TABLES), in the table's
+    order."""
+    path, client_filter = DATASET_TABLES[name]
+    table = np.loadtxt(path, dtype=np.int64, delimiter=",", skiprows=1, ndmin=2)
     inputs, outputs = table[:, 0], table[:, 1]
-    keep = _kept(inputs, outputs, **SHAREGPT_BENCH_FILTER)
+    keep = _kept(inputs, outputs, **client_filter)
     kept = inputs[keep], outputs[keep]
     for column in kept:
         column.flags.writeable = False  # shared by every draw
@@ -298,7 +302,7 @@ def sharegpt_bench_pairs() -> tuple[np.ndarray, np.ndarray]:
 
 
 def _dataset_pairs(spec: DatasetLengths, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
-    inputs, outputs = sharegpt_bench_pairs()
+    inputs, outputs = kept_pairs(spec.name)
     passes = -(-n // len(inputs))
     rows = np.concatenate([rng.permutation(len(inputs)) for _ in range(passes)])[:n]
     return _scaled(inputs[rows], spec.input_mean, inputs), _scaled(outputs[rows], spec.output_mean, outputs)

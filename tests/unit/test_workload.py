@@ -15,7 +15,7 @@ from sim.errors import ConfigError, TraceError
 from sim.workload.arrivals import ClosedLoopArrival
 from sim.workload.generate import Workload, WorkloadSpec, generate_workload, summarize
 from sim.workload.lengths import (SHAREGPT_BENCH_FILTER, SHAREGPT_FIRST_TURNS, LognormalLengths, kept_lognormal_mus,
-                                  sharegpt_bench_pairs)
+                                  kept_pairs)
 
 TRACES = Path(__file__).parents[3] / "shared" / "traces"
 FIXED = {"kind": "fixed", "input_tokens": 100, "output_tokens": 10}
@@ -240,7 +240,7 @@ def test_sharegpt_bench_draws_the_datasets_own_pairs_that_the_client_keeps():
 
 
 def test_a_dataset_scaled_to_other_means_keeps_its_shape_at_those_means():
-    x, y = (column for column in sharegpt_bench_pairs())
+    x, y = kept_pairs("sharegpt")
     n = len(x)
     lengths = {"kind": "dataset", "name": "sharegpt", "input_mean": 2 * x.mean(), "output_mean": y.mean() / 2}
     w = generate(spec({"kind": "poisson", "rate_per_s": 1}, lengths), seed=5, num_requests=n)
