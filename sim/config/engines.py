@@ -1538,8 +1538,9 @@ def _sigma_of_factor(factor: float) -> float:
 ESTIMATE_RANGES: dict[str, tuple[float, str]] = {
     "per_seq_s": (3.0, "ServeSim's estimate for vLLM V1 (sim/cost/overhead.py: 10 us per scheduled sequence), which "
                   "no preset fits (a per-sequence term fitted on the suite's one or two runs absorbed the kernels' "
-                  "error at large batches, benchmarks/published_suite.py CPU_TERMS); no published number gives it: "
-                  "3.3-30 us, a factor of 3 either way"),
+                  "error at large batches, benchmarks/published_suite.py CPU_TERMS); no published number gives it, "
+                  "and vLLM V1's scheduler alone measured 8-15 us on one CPU (benchmarks/bench_vllm_engine_core.py, "
+                  "the worker's share not measured): 3.3-30 us, a factor of 3 either way"),
     "launch_per_layer_s": (2.0, "--enforce-eager's kernel launches, an estimate (sim/cost/overhead.py: ~12 kernels a "
                            "layer at ~5 us each): 2.5-10 us a kernel, a factor of 2 either way"),
     "per_step_s": (3.0, "the engine has no fitted CPU term: vLLM's estimate (sim/cost/overhead.py 0.5 ms); the "
