@@ -15,7 +15,8 @@ Python whatever the GPU: the engine core's step as `EngineCore.step` runs it, wi
   `MsgpackEncoder` the core's output thread uses.
 - **Cells**: batches of 1 to 1,024 requests decoding together, prompts of 200-215 tokens (staggered, so that their
   block boundaries spread over the steps as a real batch's do), no stop; from the first step where every
-  request decodes, the mean over 48 steps; 3 repeats, the median per cell. Least squares over the cells: step = a + b x batch.
+  request decodes, the mean over 48 steps; 3 repeats, the median per cell. Least squares over the cells:
+  step = a + b x batch.
 
 Not measured: the worker's per-step work (GPUModelRunner's `_update_states`, `_prepare_inputs`, the sampler's
 bookkeeping: it needs the GPU), the ZMQ send, request intake (the API server's: bench_vllm_api_server.py) and
