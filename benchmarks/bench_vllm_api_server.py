@@ -412,14 +412,18 @@ def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: 
     return {"first_arrival_s": arrivals[0] - sent, "last_arrival_s": arrivals[-1] - sent, "api_cpu_s": cpu}
 
 
-def _machine() -> str:
+def _machine_cpu() -> str:
+    """The CPU, its count, its widest vector ISA and Python's version (what every figure here is named with)."""
     cpu = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
                 if line.startswith("model name")), platform.processor())
     flags = Path("/proc/cpuinfo").read_text()
     isa = "AVX-512" if " avx512f" in flags else "AVX2" if " avx2" in flags else "no AVX2"
+    return f"{cpu}, {os.cpu_count()} CPUs, {isa}, Python {platform.python_version()}"
+
+
+def _machine() -> str:
     import vllm
-    return (f"{cpu}, {os.cpu_count()} CPUs, {isa}, Python {platform.python_version()}, vLLM {vllm.__version__}, "
-            f"{time.strftime('%Y-%m-%d %H:%M')}")
+    return f"{_machine_cpu()}, vLLM {vllm.__version__}, {time.strftime('%Y-%m-%d %H:%M')}"
 
 
 def run(model: str, repeats: int) -> None:

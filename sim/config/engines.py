@@ -365,7 +365,7 @@ def _derive_vllm(ctx: Context) -> PresetResult:
         values.update(_vllm_v0_schedule(ctx, notes))
     values.update(_vllm_window_memory(ctx, notes))
     values.update(_vllm_expert_padding(ctx, notes))
-    values.update(_engine_terms(ctx, "vllm", notes, _vllm_inbound_work(ctx, notes)))
+    values.update(_engine_terms(ctx, "vllm", notes, _inbound_work(ctx, "vllm", notes)))
     values.update(_custom_all_reduce(ctx, "vLLM"))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
@@ -797,7 +797,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
         if cap is not None and running > cap:
             notes.append(f"SGLang {ctx.version_text}: --max-running-requests {running} is above the {cap} the engine "
                          "allows here (model_runner's request pool); the value given is simulated")
-    values.update(_engine_terms(ctx, "sglang", notes))
+    values.update(_engine_terms(ctx, "sglang", notes, _inbound_work(ctx, "sglang", notes)))
     values.update(_custom_all_reduce(ctx, "SGLang"))
     return PresetResult(values, {}, notes)
 
@@ -1112,7 +1112,7 @@ def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
 
 
 # The preset's front-end is one fitted delay, and, where a version's API-server work was measured
-# (`vllm_frontend_work`), that work, which queues; elsewhere nothing in it queues, so a burst of short prompts is
+# (`frontend_work`), that work, which queues; elsewhere nothing in it queues, so a burst of short prompts is
 # never front-end bound there, as published ones were. No term that queues is fitted: the published runs disagree on
 # how the work queues and leave the host's CPU unstated (benchmarks/results/published-e2e.md, "A fifth source").
 FRONTEND_CAPACITY_NOTE = ("front-end: a fitted delay that does not queue, so the API server's capacity is not modelled "
@@ -1162,13 +1162,16 @@ def chat_template_parse(version: tuple[int, ...], model_type: str | None, endpoi
 
 @dataclass(frozen=True)
 class ApiServerWork:
-    """A vLLM version's API-server work that queues, measured by running that version's own server code."""
+    """An engine version's HTTP front-end work that queues, measured by running that version's own server code."""
 
+    engine: str  # the preset: vllm, sglang
     since: tuple[int, ...]  # the first version measured to do it
     until: tuple[int, ...]  # the first version not measured (another front-end, or not run)
     per_request_s: float  # a request's intake: HTTP, the request model, the request log, the RPC send
     per_prompt_token_s: float  # and per prompt token: tokenization, the logged token ids, their pickling
-    per_output_chunk_s: float  # one streamed chunk: the RPC receive, the response model, its JSON, the SSE write
+    per_output_chunk_s: float | None  # one streamed chunk: the response model, its JSON, the SSE write (None: not run)
+    discipline: str  # how its process serves a burst of open arrivals (sim/frontend.py): event_loop, fifo
+    bench: str  # what measured it
 
 
 # vLLM 0.6.0's OpenAI server with its multiprocessing front-end (the default in 0.6.0: AsyncEngineRPCClient, one
@@ -1185,67 +1188,96 @@ class ApiServerWork:
 # engine at the end of a burst as event_loop has them: in six bursts of 320 (12-01 00:12) the first arrived at 21-62%
 # of the last one's time, after 0.5-1.3 ms a request shared by all (results/published-e2e.md): event_loop hands a
 # burst's first requests over late. vLLM 0.10.2's V1 server the same way (12-01 05:08-05:19, the same machine; in
-# bursts of 160 and 320 its first request arrived at 20-48% of the last one's time). No other version has work that
-# queues here. Spread: ESTIMATE_RANGES.
-API_SERVER_WORK = (ApiServerWork((0, 6, 0), (0, 6, 1), 1.24e-3, 1.69e-6, 162e-6),
-                   ApiServerWork((0, 10, 2), (0, 10, 3), 1.57e-3, 1.99e-6, 23e-6),
-                   ApiServerWork((0, 11, 0), (0, 11, 1), 1.57e-3, 2.18e-6, 20e-6))
+# bursts of 160 and 320 its first request arrived at 20-48% of the last one's time).
+# SGLang 0.5.5.post1's HTTP front-end the same way (benchmarks/bench_sglang_tokenizer_manager.py, 12-01 06:33-06:40,
+# the same machine): its own `launch_server`, whose main process serves HTTP and runs the TokenizerManager (the
+# request model, tokenization, the ZMQ send), with its real detokenizer and a stand-in scheduler; bursts of 40, 160
+# and 320 /v1/completions requests of 16 and 900 prompt tokens, 3 repeats, fitted as vLLM's; its streaming not run.
+# Its requests reach the scheduler one by one as each is tokenized, though not one request's work apart: a burst's
+# first arrived at 13-35% of the last one's time (medians per cell), where first come, first served hands it over
+# after one request's work and event_loop at the end: fifo, the nearer. No other version has work that queues here.
+# Spread: ESTIMATE_RANGES.
+_VLLM_BENCH = "benchmarks/bench_vllm_api_server.py"
+API_SERVER_WORK = (
+    ApiServerWork("vllm", (0, 6, 0), (0, 6, 1), 1.24e-3, 1.69e-6, 162e-6, "event_loop", _VLLM_BENCH),
+    ApiServerWork("vllm", (0, 10, 2), (0, 10, 3), 1.57e-3, 1.99e-6, 23e-6, "event_loop", _VLLM_BENCH),
+    ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 1.57e-3, 2.18e-6, 20e-6, "event_loop", _VLLM_BENCH),
+    ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 1.21e-3, 1.85e-6, None, "fifo",
+                  "benchmarks/bench_sglang_tokenizer_manager.py"),
+)
 
 
-def api_server_work(version: tuple[int, ...]) -> ApiServerWork | None:
-    """The measured API-server work of this vLLM version (`API_SERVER_WORK`), or None where none was measured."""
-    return next((w for w in API_SERVER_WORK if w.since <= version < w.until), None)
+def api_server_work(version: tuple[int, ...], engine: str = "vllm") -> ApiServerWork | None:
+    """The measured front-end work of this engine version (`API_SERVER_WORK`), or None where none was measured."""
+    return next((w for w in API_SERVER_WORK if w.engine == engine and w.since <= version < w.until), None)
 
 
-def vllm_frontend_work(version: tuple[int, ...], model_type: str | None, endpoint: str) -> dict[str, float]:
-    """The front-end work that queues on a vLLM version's API server, as front-end keys: its measured intake and
-    streaming (`api_server_work`, on either endpoint: a chat request's cached template render is not measured) plus
-    the chat-template parse of the versions that parse per request (`chat_template_parse`); {} where there is none."""
-    return _work_keys(api_server_work(version), chat_template_parse(version, model_type, endpoint))
+def frontend_work(engine: str, version: tuple[int, ...], model_type: str | None, endpoint: str) -> dict[str, float]:
+    """The front-end work that queues on an engine version's HTTP server, as front-end keys: its measured intake and
+    streaming (`api_server_work`, on either endpoint: a chat request's cached template render is not measured) plus,
+    for vLLM, the chat-template parse of the versions that parse per request (`chat_template_parse`); {} where there
+    is none."""
+    parse = chat_template_parse(version, model_type, endpoint) if engine == "vllm" else None
+    return _work_keys(api_server_work(version, engine), parse)
 
 
 def _work_keys(intake: ApiServerWork | None, parse: TemplateParse | None) -> dict[str, float]:
     """The front-end keys of a version's measured intake and its template parse (both add to per_request_s)."""
     work: dict[str, float] = {}
     if intake is not None:
-        work = {"per_request_s": intake.per_request_s, "per_prompt_token_s": intake.per_prompt_token_s,
-                "per_output_chunk_s": intake.per_output_chunk_s}
+        work = {"per_request_s": intake.per_request_s, "per_prompt_token_s": intake.per_prompt_token_s}
+        if intake.per_output_chunk_s is not None:
+            work["per_output_chunk_s"] = intake.per_output_chunk_s
     if parse is not None:
         work["per_request_s"] = work.get("per_request_s", 0.0) + parse.work_s
     return work
 
 
-def _vllm_inbound_work(ctx: Context, notes: list[str]) -> tuple[dict, str]:
-    """The front-end work of this vLLM version that queues (`vllm_frontend_work`), as front-end keys for the
-    preset's own front-end, and the note that says so; ({}, "") where there is none."""
+_SERVER_NAMES = {"vllm": ("vLLM", "API server"), "sglang": ("SGLang", "HTTP front-end (its TokenizerManager)")}
+# How each discipline serves a burst, as the notes say it
+_DISCIPLINE_NOTES = {
+    "event_loop": "its requests served in turn (frontend.discipline: event_loop, as its event loop takes them between "
+                  "awaits, none overtaking one sent before it)",
+    "fifo": "its requests served first come, first served (frontend.discipline: fifo, each sent on to the scheduler "
+            "once tokenized)",
+}
+
+
+def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, str]:
+    """The front-end work of this engine version that queues (`frontend_work`), as front-end keys for the preset's
+    own front-end, and the note that says so; ({}, "") where there is none."""
     model_type = ctx.model.model_type if ctx.model is not None else None
     endpoint = _get(ctx.raw, "workload.endpoint") or "completions"
-    intake, parse = api_server_work(ctx.version), chat_template_parse(ctx.version, model_type, endpoint)
-    if endpoint == "chat" and model_type in HARMONY_MODEL_TYPES and chat_template_parse(ctx.version, None, endpoint):
+    intake = api_server_work(ctx.version, engine)
+    parse = chat_template_parse(ctx.version, model_type, endpoint) if engine == "vllm" else None
+    if (engine == "vllm" and endpoint == "chat" and model_type in HARMONY_MODEL_TYPES
+            and chat_template_parse(ctx.version, None, endpoint)):
         notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests are rendered by openai_harmony, not "
                      "its Jinja template: no template parse per request")
     work = _work_keys(intake, parse)
     if not work:
         return {}, ""
+    label, server = _SERVER_NAMES[engine]
     open_arrivals = _get(ctx.raw, "workload.arrival.kind") != "closed_loop"
     said = []
     if intake is not None:
-        said.append(f"its API server's own work, measured by running vLLM {ctx.version_text}'s server code "
-                    f"(benchmarks/bench_vllm_api_server.py): {intake.per_request_s * 1e3:.2f} ms a request + "
+        chunk = ("its streaming not run (no per_output_chunk_s)" if intake.per_output_chunk_s is None else
+                 f"{intake.per_output_chunk_s * 1e6:.0f} us a streamed chunk on the way out (per_output_chunk_s)")
+        said.append(f"its {server}'s own work, measured by running {label} {ctx.version_text}'s server code "
+                    f"({intake.bench}): {intake.per_request_s * 1e3:.2f} ms a request + "
                     f"{intake.per_prompt_token_s * 1e6:.2f} us a prompt token on the way in (frontend.per_request_s, "
-                    f"per_prompt_token_s), {intake.per_output_chunk_s * 1e6:.0f} us a streamed chunk on the way out "
-                    "(per_output_chunk_s)")
+                    f"per_prompt_token_s), {chunk}")
     if parse is not None:
         said.append(f"it parses the chat template again for every chat request ({parse.what}; "
                     f"vllm/entrypoints/chat_utils.py, {_dotted(parse.since)} to before {_dotted(parse.until)}): "
                     f"{parse.work_s * 1e3:.1f} ms a request (frontend.per_request_s, measured for Qwen3's template: "
                     "benchmarks/bench_chat_template.py)")
-    note = (f"vLLM {ctx.version_text}: " + "; ".join(said) + ", work that queues on the API server, "
-            + ("its requests served in turn (frontend.discipline: event_loop, as its event loop takes them between "
-               "awaits, none overtaking one sent before it)" if open_arrivals
+    discipline = intake.discipline if intake is not None and open_arrivals else "fifo"
+    note = (f"{label} {ctx.version_text}: " + "; ".join(said) + f", work that queues on the {server.split(' (')[0]}, "
+            + (_DISCIPLINE_NOTES[discipline] if open_arrivals
                else "first come, first served in a closed loop (the one discipline modelled there)")
             + "; the rest of the front-end is the fitted delay, which does not queue")
-    return {**work, "discipline": "event_loop" if open_arrivals else "fifo"}, note
+    return {**work, "discipline": discipline}, note
 
 
 def _engine_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict, str] | None = None) -> dict:
@@ -1545,14 +1577,15 @@ ESTIMATE_RANGES: dict[str, tuple[float, str]] = {
                            "layer at ~5 us each): 2.5-10 us a kernel, a factor of 2 either way"),
     "per_step_s": (3.0, "the engine has no fitted CPU term: vLLM's estimate (sim/cost/overhead.py 0.5 ms); the "
                    "terms fitted on 8B runs span 0.67-2.4 ms (engine_terms.json): a factor of 3 either way"),
-    "per_request_s": (2.0, "vLLM's API-server work per request (API_SERVER_WORK, TEMPLATE_PARSES: its intake, its "
-                      "chat-template parse), measured on one CPU (the development machine's AMD EPYC guest, where a "
-                      "burst's intake at 16 prompt tokens ran 0.9-2.3 ms a request over 15 bursts, once 5.2, and the "
-                      "template parse's median over rounds up to 1.9x its minimum), for one tokenizer and one "
-                      "template: another host's CPU and another model's, a factor of 2 either way"),
-    "per_prompt_token_s": (2.0, "vLLM's API-server work per prompt token (API_SERVER_WORK): tokenization and the "
-                           "logged token ids, measured on one CPU for Llama 3's tokenizer: another host, another "
-                           "tokenizer and other text, a factor of 2 either way"),
+    "per_request_s": (2.0, "an engine's HTTP front-end work per request (API_SERVER_WORK, vLLM's and SGLang's; "
+                      "TEMPLATE_PARSES: its intake, vLLM's chat-template parse), measured on one CPU (the development "
+                      "machine's AMD EPYC guest, where a burst's intake at 16 prompt tokens ran 0.9-2.3 ms a request "
+                      "over 15 bursts, once 5.2, and the template parse's median over rounds up to 1.9x its "
+                      "minimum), for one tokenizer and one template: another host's CPU and another model's, a factor "
+                      "of 2 either way"),
+    "per_prompt_token_s": (2.0, "an engine's HTTP front-end work per prompt token (API_SERVER_WORK): tokenization "
+                           "and the logged token ids, measured on one CPU for Llama 3's tokenizer: another host, "
+                           "another tokenizer and other text, a factor of 2 either way"),
     "per_output_chunk_s": (2.0, "vLLM's API-server work per streamed chunk (API_SERVER_WORK), measured on one CPU: "
                            "another host's, a factor of 2 either way"),
 }
@@ -1633,7 +1666,7 @@ def engine_term_spread(scenario) -> list[TermSpread]:
     What a preset writes that is not drawn, and why:
     - a term the scenario sets to another value than the preset's: the user's value is theirs (only a value the
       preset wrote, equal to it, is drawn);
-    - frontend.per_prompt_token_s, per_output_chunk_s and per_request_s (but for the vLLM versions whose API-server
+    - frontend.per_prompt_token_s, per_output_chunk_s and per_request_s (but for the engine versions whose front-end
       work was measured, API_SERVER_WORK and TEMPLATE_PARSES, drawn with ESTIMATE_RANGES' spread): 0 by
       construction, the preset's front-end is one delay that does not queue (latency_s: vLLM's TTFT is 59 ms at
       concurrency 1 and 64 ms at 2, not the ~110 ms a serial per-request cost would give,
@@ -1692,11 +1725,12 @@ def engine_term_spread(scenario) -> list[TermSpread]:
 
 
 def _scenario_frontend_work(scenario, version: tuple[int, ...]) -> dict[str, float]:
-    """The front-end work that queues a validated scenario's vLLM preset prices (`vllm_frontend_work`), or {}."""
-    if scenario.engine.name != "vllm" or scenario.frontend is None:
+    """The front-end work that queues a validated scenario's engine preset prices (`frontend_work`), or {}."""
+    if scenario.frontend is None:
         return {}
     from sim.model.catalog import resolve_model
-    return vllm_frontend_work(version, resolve_model(scenario.model).model_type, scenario.workload.endpoint)
+    return frontend_work(scenario.engine.name, version, resolve_model(scenario.model).model_type,
+                         scenario.workload.endpoint)
 
 
 def _spread(term: str, point: float, sigma: float, kind: str, source: str, bounds: dict) -> TermSpread:

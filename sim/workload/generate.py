@@ -58,7 +58,7 @@ class WorkloadSpec(StrictSpec):
     endpoint: Literal["completions", "chat"] = Field("completions", description=(
         "the OpenAI endpoint the clients call: completions (a prompt as text; `vllm bench serve`'s default backend) "
         "or chat (messages the API server renders through the model's chat template; an engine preset prices the "
-        "template work its version does per request, sim/config/engines.py vllm_frontend_work)"))
+        "template work its version does per request, sim/config/engines.py frontend_work)"))
 
     @model_validator(mode="after")
     def _lengths_fit_arrival(self) -> "WorkloadSpec":

@@ -672,6 +672,39 @@ def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_unmeasur
     assert not any("its API server's own work" in n for n in own.engine.notes)
 
 
+def test_sglang_0555s_measured_front_end_work_queues_first_come_first_served_and_other_versions_have_none():
+    # benchmarks/bench_sglang_tokenizer_manager.py ran SGLang 0.5.5.post1's own launch_server (its TokenizerManager)
+    from sim.config.engines import api_server_work, engine_term_spread
+    work = api_server_work((0, 5, 5), "sglang")
+    assert work.per_output_chunk_s is None and api_server_work((0, 5, 5)) is None  # no streaming run; not vLLM's
+    burst = scenario({"name": "sglang", "version": "0.5.5.post1"},
+                     workload={**BASE["workload"], "arrival": {"kind": "burst"}})
+    fe = burst.frontend
+    assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s, fe.discipline) == (
+        work.per_request_s, work.per_prompt_token_s, 0.0, "fifo")
+    assert any(n.startswith("SGLang 0.5.5.post1: its HTTP front-end (its TokenizerManager)'s own work, measured")
+               and "its streaming not run" in n for n in burst.engine.notes)
+    for other in ("0.5.3.post3", "0.5.4.post2", "0.5.6"):  # measured for 0.5.5.post1 alone
+        fe = scenario({"name": "sglang", "version": other}).frontend
+        assert fe is None or (fe.per_request_s, fe.per_prompt_token_s) == (0, 0)
+    spreads = {s.key: s for s in engine_term_spread(scenario({"name": "sglang", "version": "0.5.5.post1"}))}
+    assert spreads["frontend.per_request_s"].point == work.per_request_s
+    assert "frontend.per_output_chunk_s" not in spreads  # nothing measured, nothing drawn
+
+
+def test_a_burst_reaches_sglang_0555_one_request_after_another():
+    # first come, first served of n pieces of work that arrive together, a + b x L each: the k-th leaves at
+    # k x (a + b x L)
+    from sim.config.engines import api_server_work
+    from sim.run import simulate
+    work, n, prompt = api_server_work((0, 5, 5), "sglang"), 20, 500
+    sc = scenario({"name": "sglang", "version": "0.5.5.post1"},
+                  workload={**BASE["workload"], "arrival": {"kind": "burst"}})
+    records = simulate(sc).requests.sort_values("arrival_s")
+    each = work.per_request_s + work.per_prompt_token_s * prompt
+    assert records["arrival_s"].to_numpy() == pytest.approx([k * each for k in range(1, n + 1)], rel=1e-9)
+
+
 def test_a_burst_reaches_vllm_060_together_after_every_requests_intake():
     # processor sharing of n pieces of work that arrive together, a + b x L each: every one ends at n x (a + b x L)
     from sim.config.engines import api_server_work
