@@ -1233,7 +1233,9 @@ def _work_keys(intake: ApiServerWork | None, parse: TemplateParse | None) -> dic
     return work
 
 
-_SERVER_NAMES = {"vllm": ("vLLM", "API server"), "sglang": ("SGLang", "HTTP front-end (its TokenizerManager)")}
+# Per engine: its name, its HTTP server's, and where that work runs
+_SERVER_NAMES = {"vllm": ("vLLM", "API server", ""),
+                 "sglang": ("SGLang", "HTTP front-end", " (the TokenizerManager in its main process)")}
 # How each discipline serves a burst, as the notes say it
 _DISCIPLINE_NOTES = {
     "event_loop": "its requests served in turn (frontend.discipline: event_loop, as its event loop takes them between "
@@ -1257,13 +1259,13 @@ def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, st
     work = _work_keys(intake, parse)
     if not work:
         return {}, ""
-    label, server = _SERVER_NAMES[engine]
+    label, server, where = _SERVER_NAMES[engine]
     open_arrivals = _get(ctx.raw, "workload.arrival.kind") != "closed_loop"
     said = []
     if intake is not None:
         chunk = ("its streaming not run (no per_output_chunk_s)" if intake.per_output_chunk_s is None else
                  f"{intake.per_output_chunk_s * 1e6:.0f} us a streamed chunk on the way out (per_output_chunk_s)")
-        said.append(f"its {server}'s own work, measured by running {label} {ctx.version_text}'s server code "
+        said.append(f"its {server}'s own work{where}, measured by running {label} {ctx.version_text}'s server code "
                     f"({intake.bench}): {intake.per_request_s * 1e3:.2f} ms a request + "
                     f"{intake.per_prompt_token_s * 1e6:.2f} us a prompt token on the way in (frontend.per_request_s, "
                     f"per_prompt_token_s), {chunk}")
@@ -1273,7 +1275,7 @@ def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, st
                     f"{parse.work_s * 1e3:.1f} ms a request (frontend.per_request_s, measured for Qwen3's template: "
                     "benchmarks/bench_chat_template.py)")
     discipline = intake.discipline if intake is not None and open_arrivals else "fifo"
-    note = (f"{label} {ctx.version_text}: " + "; ".join(said) + f", work that queues on the {server.split(' (')[0]}, "
+    note = (f"{label} {ctx.version_text}: " + "; ".join(said) + f", work that queues on the {server}, "
             + (_DISCIPLINE_NOTES[discipline] if open_arrivals
                else "first come, first served in a closed loop (the one discipline modelled there)")
             + "; the rest of the front-end is the fitted delay, which does not queue")
