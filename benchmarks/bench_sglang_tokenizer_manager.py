@@ -45,7 +45,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -53,7 +52,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_vllm_api_server import INTAKE_BURSTS, INTAKE_PROMPT_TOKENS, _burst, _prompts  # noqa: E402
+from bench_vllm_api_server import (INTAKE_BURSTS, INTAKE_PROMPT_TOKENS, _burst, _prompts,  # noqa: E402
+                                   print_intake)
 
 SGLANG_VERSIONS = ("0.5.5.post1",)  # the versions whose launch path and scheduler messages this bench was read for
 
@@ -223,18 +223,7 @@ def run(model: str, repeats: int) -> None:
                     cells.setdefault((size, tokens), []).append(r["last_arrival_s"] / size)
                     first_shares.setdefault((size, tokens), []).append(r["first_arrival_s"] / r["last_arrival_s"])
                     print(f"  burst {size} x {tokens} tokens: {r}", flush=True)
-    print("\n| burst | prompt tokens | intake per request, each repeat (ms) | median (ms) | first / last, median |")
-    print("| ---: | ---: | --- | ---: | ---: |")
-    medians = {}
-    for (size, tokens), values in sorted(cells.items()):
-        medians[(size, tokens)] = statistics.median(values)
-        print(f"| {size} | {tokens} | {', '.join(f'{v * 1e3:.2f}' for v in values)} | "
-              f"{medians[(size, tokens)] * 1e3:.2f} | {statistics.median(first_shares[(size, tokens)]):.2f} |")
-    xs = [tokens for (_, tokens) in medians]
-    ys = list(medians.values())
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    b = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
-    a = mean_y - b * mean_x
+    a, b = print_intake(cells, first_shares)
     print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")
 
 

@@ -426,6 +426,26 @@ def _machine() -> str:
     return f"{_machine_cpu()}, vLLM {vllm.__version__}, {time.strftime('%Y-%m-%d %H:%M')}"
 
 
+def print_intake(cells: dict[tuple[int, int], list[float]],
+                 first_shares: dict[tuple[int, int], list[float]]) -> tuple[float, float]:
+    """Print each (burst, prompt tokens) cell's intake per request and its order (the burst's first arrival over its
+    last one's, each repeat), and return (per request, per prompt token): least squares over the cells' medians."""
+    print("\n| burst | prompt tokens | intake per request, each repeat (ms) | median (ms) |")
+    print("| ---: | ---: | --- | ---: |")
+    medians = {}
+    for (size, tokens), values in sorted(cells.items()):
+        medians[(size, tokens)] = statistics.median(values)
+        print(f"| {size} | {tokens} | {', '.join(f'{v * 1e3:.2f}' for v in values)} | "
+              f"{medians[(size, tokens)] * 1e3:.2f} |")
+    # the order: 1.0 where every request reaches the engine at the end of the burst (processor sharing, event_loop)
+    print("\n| burst | prompt tokens | first request's arrival / last one's, each repeat | median |")
+    print("| ---: | ---: | --- | ---: |")
+    for (size, tokens), shares in sorted(first_shares.items()):
+        print(f"| {size} | {tokens} | {', '.join(f'{v:.2f}' for v in shares)} | {statistics.median(shares):.2f} |")
+    per_token, per_request = statistics.linear_regression([tokens for (_, tokens) in medians], list(medians.values()))
+    return per_request, per_token
+
+
 def run(model: str, repeats: int) -> None:
     os.sched_setaffinity(0, {1})
     print(f"# vLLM API server work per request and per chunk: {_machine()}")
@@ -443,24 +463,7 @@ def run(model: str, repeats: int) -> None:
             for out_tokens in CHUNK_TOKENS:
                 chunk_cpu.setdefault(out_tokens, []).append(
                     one_burst(model, CHUNK_BURST, INTAKE_PROMPT_TOKENS[0], out_tokens, Path(tmp))["api_cpu_s"])
-    print("\n| burst | prompt tokens | intake per request, each repeat (ms) | median (ms) |")
-    print("| ---: | ---: | --- | ---: |")
-    medians = {}
-    for (size, tokens), values in sorted(cells.items()):
-        medians[(size, tokens)] = statistics.median(values)
-        print(f"| {size} | {tokens} | {', '.join(f'{v * 1e3:.2f}' for v in values)} | "
-              f"{medians[(size, tokens)] * 1e3:.2f} |")
-    # the order: 1.0 where every request reaches the engine at the end of the burst (processor sharing, event_loop)
-    print("\n| burst | prompt tokens | first request's arrival / last one's, each repeat | median |")
-    print("| ---: | ---: | --- | ---: |")
-    for (size, tokens), shares in sorted(first_shares.items()):
-        print(f"| {size} | {tokens} | {', '.join(f'{v:.2f}' for v in shares)} | {statistics.median(shares):.2f} |")
-    # least squares of intake = a + b x tokens over the cells' medians
-    xs = [tokens for (_, tokens) in medians]
-    ys = list(medians.values())
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    b = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
-    a = mean_y - b * mean_x
+    a, b = print_intake(cells, first_shares)
     low, high = (statistics.median(chunk_cpu[k]) for k in CHUNK_TOKENS)
     per_chunk = (high - low) / (CHUNK_BURST * (CHUNK_TOKENS[1] - CHUNK_TOKENS[0]))
     print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")

@@ -133,10 +133,7 @@ def run(model: str, repeats: int) -> None:
         print(f"| {batch} | {parts[0] * 1e3:.3f} | {parts[1] * 1e3:.3f} | {parts[2] * 1e3:.3f} | "
               f"{', '.join(f'{s * 1e3:.2f}' for s in steps)} | {medians[batch] * 1e3:.2f} | "
               f"{medians[batch] / batch * 1e6:.1f} |", flush=True)
-    xs, ys = list(medians), list(medians.values())
-    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
-    b = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys)) / sum((x - mean_x) ** 2 for x in xs)
-    a = mean_y - b * mean_x
+    b, a = statistics.linear_regression(list(medians), list(medians.values()))
     print(f"\nper step {a * 1e3:.3f} ms + per sequence {b * 1e6:.2f} us (least squares over the cells' medians)")
 
 
