@@ -24,6 +24,7 @@ from sim.results import Result
 from sim.bands import simulate_with_band as simulate  # the run, and its band when run.band asks for one
 from sim.views import dashboard as dash
 from sim.views.report import figures
+from sim.workload.lengths import kept_means
 
 # Uploaded traces are kept by content hash, so a downloaded scenario can still point at them. A scenario on the
 # page opens only files uploaded in this session (st.session_state.uploads), never another file of the server.
@@ -214,7 +215,7 @@ def lengths_inputs(lengths: dict | None, is_trace: bool) -> dict | None:
         datasets = list(dash.LENGTH_DATASETS)
         name = st.sidebar.selectbox("dataset", datasets, index=datasets.index(same.get("name", datasets[0])),
                                     key=key("lengths.dataset"))
-        own = dash.dataset_means(name)  # the table's own kept means: unscaled
+        own = kept_means(name)  # the table's own kept means: unscaled
         out = {"kind": "dataset", "name": name}
         for field, default in zip(("input_mean", "output_mean"), own):
             shown = round(default, 1)  # the table's own mean as shown: left unscaled

@@ -103,8 +103,14 @@ sys.meta_path.insert(0, _Finder())
 
 
 def write_standin(site_packages: Path) -> None:
-    (site_packages / "sgl_kernel_standin.py").write_text(STANDIN)
-    (site_packages / "sgl_kernel_standin.pth").write_text("import sgl_kernel_standin\n")
+    """Write the stand-in module and the .pth that imports it; refuses to replace a file of other content."""
+    files = {site_packages / "sgl_kernel_standin.py": STANDIN,
+             site_packages / "sgl_kernel_standin.pth": "import sgl_kernel_standin\n"}
+    for path, text in files.items():
+        if path.exists() and path.read_text() != text:
+            raise SystemExit(f"{path}: exists with other content; not replaced (remove it first)")
+    for path, text in files.items():
+        path.write_text(text)
 
 
 def standin_scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank, pipe_writer):

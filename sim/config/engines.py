@@ -1212,13 +1212,19 @@ def api_server_work(version: tuple[int, ...], engine: str = "vllm") -> ApiServer
     return next((w for w in API_SERVER_WORK if w.engine == engine and w.since <= version < w.until), None)
 
 
-def frontend_work(engine: str, version: tuple[int, ...], model_type: str | None, endpoint: str) -> dict[str, float]:
-    """The front-end work that queues on an engine version's HTTP server, as front-end keys: its measured intake and
-    streaming (`api_server_work`, on either endpoint: a chat request's cached template render is not measured) plus,
-    for vLLM, the chat-template parse of the versions that parse per request (`chat_template_parse`); {} where there
-    is none."""
+def measured_work(engine: str, version: tuple[int, ...], model_type: str | None,
+                  endpoint: str) -> tuple[ApiServerWork | None, TemplateParse | None]:
+    """An engine version's measured front-end work: its intake and streaming (`api_server_work`, on either endpoint:
+    a chat request's cached template render is not measured) and, for vLLM, the chat-template parse of the versions
+    that parse per request (`chat_template_parse`); None where there is none."""
     parse = chat_template_parse(version, model_type, endpoint) if engine == "vllm" else None
-    return _work_keys(api_server_work(version, engine), parse)
+    return api_server_work(version, engine), parse
+
+
+def frontend_work(engine: str, version: tuple[int, ...], model_type: str | None, endpoint: str) -> dict[str, float]:
+    """The front-end work that queues on an engine version's HTTP server (`measured_work`), as front-end keys; {}
+    where there is none."""
+    return _work_keys(*measured_work(engine, version, model_type, endpoint))
 
 
 def _work_keys(intake: ApiServerWork | None, parse: TemplateParse | None) -> dict[str, float]:
@@ -1250,8 +1256,7 @@ def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, st
     own front-end, and the note that says so; ({}, "") where there is none."""
     model_type = ctx.model.model_type if ctx.model is not None else None
     endpoint = _get(ctx.raw, "workload.endpoint") or "completions"
-    intake = api_server_work(ctx.version, engine)
-    parse = chat_template_parse(ctx.version, model_type, endpoint) if engine == "vllm" else None
+    intake, parse = measured_work(engine, ctx.version, model_type, endpoint)
     if (engine == "vllm" and endpoint == "chat" and model_type in HARMONY_MODEL_TYPES
             and chat_template_parse(ctx.version, None, endpoint)):
         notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests are rendered by openai_harmony, not "

@@ -86,7 +86,7 @@ from sim.views.report import (
 from sim.views.verdict import as_number, verdict_of
 from sim.workload.arrivals import ARRIVAL_KINDS, ARRIVAL_SPECS, RATE_KINDS
 from sim.workload.generate import WorkloadSpec
-from sim.workload.lengths import DatasetLengths, Lengths, PresetLengths, kept_pairs
+from sim.workload.lengths import DatasetLengths, Lengths, PresetLengths
 
 MAX_VARIANTS = 4
 MAX_UPLOAD_YAML_BYTES = MAX_SCENARIO_BYTES  # the CLI's limit for scenario files (1 MiB)
@@ -113,12 +113,6 @@ FORM_ARRIVAL_KINDS = tuple(kind for kind, spec in zip(ARRIVAL_KINDS, ARRIVAL_SPE
 # Length kinds the sidebar has inputs for: all but empirical (a file of lengths) and listed (every request's
 # lengths), both shown as YAML.
 FORM_LENGTH_KINDS = tuple(kind for kind in union_kinds(Lengths) if kind not in ("empirical", "listed"))
-
-
-def dataset_means(name: str) -> tuple[float, float]:
-    """A `dataset` lengths table's own kept means (prompt, output): what it draws unscaled."""
-    inputs, outputs = kept_pairs(name)
-    return float(inputs.mean()), float(outputs.mean())
 
 
 DEFAULT_BASE: dict = {

@@ -301,17 +301,24 @@ def kept_pairs(name: str) -> tuple[np.ndarray, np.ndarray]:
     return kept
 
 
+def kept_means(name: str) -> tuple[float, float]:
+    """A dataset's kept pairs' own means (prompt, completion): what a `dataset` spec draws unscaled."""
+    inputs, outputs = kept_pairs(name)
+    return float(inputs.mean()), float(outputs.mean())
+
+
 def _dataset_pairs(spec: DatasetLengths, rng: np.random.Generator, n: int) -> tuple[np.ndarray, np.ndarray]:
     inputs, outputs = kept_pairs(spec.name)
+    own_in, own_out = kept_means(spec.name)
     passes = -(-n // len(inputs))
     rows = np.concatenate([rng.permutation(len(inputs)) for _ in range(passes)])[:n]
-    return _scaled(inputs[rows], spec.input_mean, inputs), _scaled(outputs[rows], spec.output_mean, outputs)
+    return _scaled(inputs[rows], spec.input_mean, own_in), _scaled(outputs[rows], spec.output_mean, own_out)
 
 
-def _scaled(drawn: np.ndarray, mean: float | None, table: np.ndarray) -> np.ndarray:
+def _scaled(drawn: np.ndarray, mean: float | None, own_mean: float) -> np.ndarray:
     if mean is None:
         return drawn
-    return np.maximum(1, np.rint(drawn * (mean / table.mean()))).astype(np.int64)
+    return np.maximum(1, np.rint(drawn * (mean / own_mean))).astype(np.int64)
 
 
 def _cached_empirical(spec: EmpiricalLengths) -> Trace:
