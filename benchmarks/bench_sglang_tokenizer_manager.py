@@ -1,39 +1,55 @@
-"""What SGLang's HTTP front-end spends per request before its scheduler sees it (issue 30), measured by running the
-version's own server code on this machine's CPU, as bench_vllm_api_server.py does for vLLM.
+"""What SGLang's HTTP front-end spends per request before its scheduler sees it, and per streamed chunk (issue 30),
+measured by running the version's own server code on this machine's CPU, as bench_vllm_api_server.py does for vLLM.
 
-SGLang serves HTTP in its main process: FastAPI, the OpenAI request's validation, tokenization and the ZMQ send to the
-scheduler all run there, in the `TokenizerManager`'s event loop (python/sglang/srt/managers/tokenizer_manager.py);
-the scheduler and the detokenizer are processes of their own. Here:
+SGLang serves HTTP in its main process: FastAPI, the OpenAI request's validation, the chat template, tokenization and
+the ZMQ send to the scheduler all run there, in the `TokenizerManager`'s event loop
+(python/sglang/srt/managers/tokenizer_manager.py), and so does every streamed chunk's response; the scheduler and the
+detokenizer are processes of their own. Here:
 
 - the **server**: SGLang's own `launch_server` (sglang/srt/entrypoints/http_server.py), with its real
-  `TokenizerManager` and `DetokenizerManager`, no server warm-up (`--skip-server-warmup`);
+  `TokenizerManager` and `DetokenizerManager`, no server warm-up (`--skip-server-warmup`), `--chat-template` given;
 - the **scheduler**: a stand-in in the scheduler's process slot (`run_scheduler_process` replaced), which binds the
-  scheduler's input socket, says it is ready as the scheduler does, notes when each tokenized request reached it and
-  finishes it at once with one output token (a `BatchTokenIDOutput` to the detokenizer, as the scheduler sends it);
-- the **client**: bench_vllm_api_server.py's (aiohttp, streaming /v1/completions, every request of a burst at once).
+  scheduler's input socket, says it is ready as the scheduler does and notes when each tokenized request reached it.
+  For the intake it finishes each request at once with one output token (a `BatchTokenIDOutput` to the detokenizer,
+  as the scheduler sends it); to stream, it runs a decode step every STEP_S seconds, one message with a token for
+  every running request, as the scheduler's stream_output does at stream_interval 1;
+- the **client**: `vllm bench serve`'s requests (aiohttp, streaming; backend openai on /v1/completions, openai-chat
+  on /v1/chat/completions), every request of a burst at once, counting the chunks it receives.
 
-The main process runs alone on core 0, the scheduler, the detokenizer and the client on core 1. Bursts of 40, 160 and
-320 requests of 16 and 900 prompt tokens; a request's intake is the time the burst's last request reached the
-scheduler over the burst's size; the median over repeats per cell, then least squares of intake = per request + per
-prompt token x tokens. The order: the burst's first request's arrival over its last one's.
+The main process runs alone on core 0, the scheduler, the detokenizer and the client on core 1.
 
-Not measured: the chat endpoint (its template render, cached), streaming many tokens (the per-chunk work), the real
-scheduler's own per-request work, other SGLang versions.
+- **Intake**: bursts of 40, 160 and 320 requests of 16 and 900 prompt tokens; a request's intake is the time the
+  burst's last request reached the scheduler over the burst's size; the median over repeats per cell, then least
+  squares of intake = per request + per prompt token x tokens. The order: the burst's first request's arrival over
+  its last one's.
+- **Per streamed chunk**: bursts of 160 requests of 16 prompt tokens streaming 1 and 41 tokens; the main process's
+  extra CPU time over the extra chunks its clients received (a request whose tokens came faster than the main process
+  sent them gets them merged into fewer chunks).
 
-Setup (a venv of its own, reusing bench_vllm_api_server.py's vLLM 0.11.0 venv for torch 2.13.0+cpu and transformers
-4.57.1, which SGLang 0.5.5.post1 pins; sgl-kernel's CUDA extension replaced by a stand-in module that imports and
-never runs, as the vLLM bench unpacks vLLM without its `.so` files):
+Not measured: the real scheduler's own per-request work, the detokenizer's (its own process), other SGLang versions.
 
-    mkdir /tmp/sgl && cd /tmp/sgl && python3 -m venv venv
-    echo /tmp/v011/venv/lib/python3.11/site-packages > venv/lib/python3.11/site-packages/zz_v011.pth
-    venv/bin/pip install ipython orjson triton dill
+Setup (a venv of its own: torch 2.13.0+cpu and transformers 4.57.1, which SGLang 0.5.5.post1 pins, and the server's
+imports; sgl-kernel's CUDA extension replaced by a stand-in module that imports and never runs, as the vLLM bench
+unpacks vLLM without its `.so` files; Llama 3's tokenizer built by bench_vllm_api_server.py):
+
+    mkdir /tmp/sgl && cd /tmp/sgl && python3 -m venv venv && echo torch==2.13.0 > c.txt
+    venv/bin/pip install torch==2.13.0
+    venv/bin/pip install -c c.txt transformers==4.57.1 'fastapi[standard]' uvloop msgspec pyzmq orjson dill ipython \
+        aiohttp psutil requests prometheus-client partial-json-parser pillow 'numpy<2.3' sentencepiece tiktoken \
+        py-cpuinfo pybase64 setproctitle einops openai openai-harmony blake3 scipy interegular outlines_core cbor2 \
+        compressed-tensors pynvml tqdm hf_transfer triton gguf jsonschema
     venv/bin/pip download --no-deps sglang==0.5.5.post1 -d dl && unzip -q dl/sglang-0.5.5.post1-*.whl
-    venv/bin/python /work/main/benchmarks/bench_sglang_tokenizer_manager.py standin \\
+    venv/bin/pip download --no-deps --only-binary :all: llama-models==0.3.0 -d dl
+    unzip -q dl/llama_models-0.3.0-*.whl 'llama_models/llama3/*' -d dl
+    venv/bin/python /work/main/benchmarks/bench_vllm_api_server.py tokenizer --llama-models dl --out llama3
+    venv/bin/python /work/main/benchmarks/bench_sglang_tokenizer_manager.py standin \
         --out venv/lib/python3.11/site-packages
-    venv/bin/python /work/main/benchmarks/bench_sglang_tokenizer_manager.py run --model /tmp/v060/llama3
+    venv/bin/python /work/main/benchmarks/bench_sglang_tokenizer_manager.py run --model llama3 \
+        [--endpoint chat --chat-template TEMPLATE.jinja] [--phases intake,stream] [--repeats 3]
 
-(run from the folder holding SGLang's unpacked `sglang/`; the model folder is bench_vllm_api_server.py's Llama 3
-tokenizer and config).
+(run from the folder holding SGLang's unpacked `sglang/`). The chat endpoint needs a template (the tokenizer folder
+has none): RESULTS.md's figures used Qwen3's, 4,169 characters, the model's own (e.g. the `chat_template` of its
+tokenizer_config.json, written out as a file).
 """
 
 from __future__ import annotations
@@ -45,6 +61,7 @@ import multiprocessing
 import os
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -52,10 +69,11 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_vllm_api_server import (INTAKE_BURSTS, INTAKE_PROMPT_TOKENS, _burst, _prompts,  # noqa: E402
-                                   print_intake)
+from bench_vllm_api_server import (CHUNK_BURST, CHUNK_TOKENS, INTAKE_BURSTS, INTAKE_PROMPT_TOKENS,  # noqa: E402
+                                   _prompts, print_intake)
 
 SGLANG_VERSIONS = ("0.5.5.post1",)  # the versions whose launch path and scheduler messages this bench was read for
+STEP_S = 0.05  # the stand-in's decode step when it streams: long enough for the main process to keep up
 
 STANDIN = '''"""Stand-in for sgl-kernel's CUDA extension and its submodules (imported, never run): any attribute,
 call or index gives another stand-in, so that import-time uses (scalar types, decorators) pass."""
@@ -113,50 +131,89 @@ def write_standin(site_packages: Path) -> None:
         path.write_text(text)
 
 
+def _token_output(finished, rows):
+    """A `BatchTokenIDOutput` as the scheduler's stream_output_generation builds it, one row per request:
+    (rid, http_worker_ipc, prompt tokens, decode ids, read offset, new token, completion tokens)."""
+    from sglang.srt.managers.io_struct import BatchTokenIDOutput
+    n = len(rows)
+    return BatchTokenIDOutput(
+        spec_verify_ct=[], spec_accepted_tokens=[], queue_time=[0.0] * n, forward_entry_time=[time.monotonic()] * n,
+        prefill_delay=[None] * n, prefill_latency=[None] * n, finished_reasons=finished,
+        decoded_texts=[""] * n, decode_ids=[r[3] for r in rows], read_offsets=[r[4] for r in rows],
+        output_ids=[[r[5]] for r in rows], skip_special_tokens=[True] * n, spaces_between_special_tokens=[True] * n,
+        no_stop_trim=[False] * n, prompt_tokens=[r[2] for r in rows], completion_tokens=[r[6] for r in rows],
+        cached_tokens=[0] * n, input_token_logprobs_val=[], input_token_logprobs_idx=[],
+        output_token_logprobs_val=[], output_token_logprobs_idx=[], input_top_logprobs_val=[],
+        input_top_logprobs_idx=[], output_top_logprobs_val=[], output_top_logprobs_idx=[],
+        input_token_ids_logprobs_val=[], input_token_ids_logprobs_idx=[], output_token_ids_logprobs_val=[],
+        output_token_ids_logprobs_idx=[], output_token_entropy_val=None, output_hidden_states=None,
+        rids=[r[0] for r in rows], http_worker_ipcs=[r[1] for r in rows], placeholder_tokens_idx=None,
+        placeholder_tokens_val=None, retraction_counts=[0] * n)
+
+
 def standin_scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank, pipe_writer):
     """The scheduler's process slot: its sockets (scheduler.py init_sockets), its ready message, and every generate
-    request finished at once with one token (scheduler_output_processor_mixin.py stream_output_generation's message),
-    each request's arrival noted; SIGUSR1 writes the arrivals to $SGLANG_BENCH_ARRIVALS."""
+    request's arrival noted; SIGUSR1 writes the arrivals to $SGLANG_BENCH_ARRIVALS. With $SGLANG_BENCH_OUT_TOKENS 1
+    each request is finished at once with one token; with more, it runs decode steps every STEP_S seconds, each one
+    message to the detokenizer with a token for every running request (as scheduler_output_processor_mixin.py
+    stream_output_generation sends a step's outputs at stream_interval 1), until each has its tokens."""
     import zmq
-    from sglang.srt.managers.io_struct import BatchTokenIDOutput, TokenizedGenerateReqInput
+    from sglang.srt.managers.io_struct import TokenizedGenerateReqInput
     from sglang.srt.utils import get_zmq_socket
     context = zmq.Context(2)
     receive = get_zmq_socket(context, zmq.PULL, port_args.scheduler_input_ipc_name, False)
     to_detokenizer = get_zmq_socket(context, zmq.PUSH, port_args.detokenizer_ipc_name, False)
+    out_tokens = int(os.environ.get("SGLANG_BENCH_OUT_TOKENS", "1"))
     arrivals: list[float] = []
     signal.signal(signal.SIGUSR1, lambda *_: Path(os.environ["SGLANG_BENCH_ARRIVALS"]).write_text(json.dumps(arrivals)))
     pipe_writer.send({"status": "ready", "max_total_num_tokens": 10**6, "max_req_input_len": 8192})
+    running: dict[str, list] = {}  # rid -> [http_worker_ipc, prompt ids, tokens sent]
+    next_step = time.monotonic() + STEP_S
     while True:
-        message = receive.recv_pyobj()
-        if not isinstance(message, TokenizedGenerateReqInput):
+        wait_ms = None if not running else max(0.0, next_step - time.monotonic()) * 1e3  # None: until one comes
+        if out_tokens == 1 or receive.poll(wait_ms):
+            message = receive.recv_pyobj()
+            if isinstance(message, TokenizedGenerateReqInput):
+                arrivals.append(time.monotonic())
+                if out_tokens == 1:
+                    n = len(message.input_ids)
+                    to_detokenizer.send_pyobj(_token_output([{"type": "length", "length": 1}],
+                                                            [(message.rid, message.http_worker_ipc, n, [1000], 0,
+                                                              1000, 1)]))
+                else:
+                    if not running:
+                        next_step = time.monotonic() + STEP_S
+                    running[message.rid] = [message.http_worker_ipc, list(message.input_ids), 0]
             continue
-        now = time.monotonic()
-        arrivals.append(now)
-        to_detokenizer.send_pyobj(BatchTokenIDOutput(
-            spec_verify_ct=[], spec_accepted_tokens=[], queue_time=[0.0], forward_entry_time=[now],
-            prefill_delay=[None], prefill_latency=[None], finished_reasons=[{"type": "length", "length": 1}],
-            decoded_texts=[""], decode_ids=[[1000]], read_offsets=[0], output_ids=[[1000]],
-            skip_special_tokens=[True], spaces_between_special_tokens=[True], no_stop_trim=[False],
-            prompt_tokens=[len(message.input_ids)], completion_tokens=[1], cached_tokens=[0],
-            input_token_logprobs_val=[], input_token_logprobs_idx=[], output_token_logprobs_val=[],
-            output_token_logprobs_idx=[], input_top_logprobs_val=[], input_top_logprobs_idx=[],
-            output_top_logprobs_val=[], output_top_logprobs_idx=[], input_token_ids_logprobs_val=[],
-            input_token_ids_logprobs_idx=[], output_token_ids_logprobs_val=[], output_token_ids_logprobs_idx=[],
-            output_token_entropy_val=None, output_hidden_states=None, rids=[message.rid],
-            http_worker_ipcs=[message.http_worker_ipc], placeholder_tokens_idx=None, placeholder_tokens_val=None,
-            retraction_counts=[0]))
+        rows, finished = [], []
+        for rid, state in list(running.items()):
+            ipc, prompt, sent = state
+            token = 1000 + sent % 50  # ordinary word pieces of Llama 3's vocabulary
+            if sent == 0:  # schedule_batch.py init_incremental_detokenize: the prompt's last 5 tokens lead
+                tail = prompt[-5:]
+                rows.append((rid, ipc, len(prompt), tail + [token], len(tail), token, 1))
+            else:
+                rows.append((rid, ipc, len(prompt), [token], 0, token, sent + 1))
+            state[2] = sent + 1
+            done = state[2] == out_tokens
+            finished.append({"type": "length", "length": out_tokens} if done else None)
+            if done:
+                del running[rid]
+        to_detokenizer.send_pyobj(_token_output(finished, rows))
+        next_step += STEP_S
 
 
-def server_process(model: str, port: int, log_file: str) -> None:
-    """SGLang's `launch_server` as `python -m sglang.launch_server --model-path MODEL` runs it, the scheduler's process
-    replaced by `standin_scheduler`."""
+def server_process(model: str, port: int, log_file: str, chat_template: str | None) -> None:
+    """SGLang's `launch_server` as `python -m sglang.launch_server --model-path MODEL [--chat-template FILE]` runs
+    it, the scheduler's process replaced by `standin_scheduler`."""
     sys.stdout = open(log_file, "w", buffering=1)
     sys.stderr = sys.stdout
     from sglang.srt.entrypoints import engine
     from sglang.srt.entrypoints.http_server import launch_server
     from sglang.srt.server_args import ServerArgs
     engine.run_scheduler_process = standin_scheduler
-    launch_server(ServerArgs(model_path=model, port=port, device="cpu", skip_server_warmup=True))
+    launch_server(ServerArgs(model_path=model, port=port, device="cpu", skip_server_warmup=True,
+                             chat_template=chat_template))
 
 
 def _children(pid: int) -> list[int]:
@@ -164,9 +221,34 @@ def _children(pid: int) -> list[int]:
     return [int(p) for p in found]
 
 
-def one_burst(model: str, size: int, prompt_tokens: int, work: Path) -> dict:
+async def _one_request(url: str, model: str, prompt: str, max_tokens: int) -> int:
+    """One streamed request as `vllm bench serve` sends it (backend openai for /v1/completions, openai-chat for
+    /v1/chat/completions); the number of server-sent events with a choice in them."""
+    import aiohttp
+    if url.endswith("/chat/completions"):
+        payload = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
+                   "max_completion_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+    else:
+        payload = {"model": model, "prompt": prompt, "temperature": 0.0, "best_of": 1, "max_tokens": max_tokens,
+                   "stream": True}
+    chunks = 0
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as session:
+        async with session.post(url, json=payload) as response:
+            assert response.status == 200, response.status
+            async for line in response.content:
+                chunks += line.startswith(b"data: {") and b'"choices":[{' in line
+    return chunks
+
+
+async def _burst(url: str, model: str, prompts: list[str], max_tokens: int) -> list[int]:
+    return await asyncio.gather(*(_one_request(url, model, p, max_tokens) for p in prompts))
+
+
+def one_burst(model: str, size: int, prompt_tokens: int, work: Path, endpoint: str = "completions",
+              out_tokens: int = 1, chat_template: str | None = None) -> dict:
     """One burst against a fresh server (after a warm-up burst of 5): when its first and last request reached the
-    scheduler."""
+    scheduler, the main process's CPU seconds over it and the chunks its clients received."""
+    from bench_vllm_api_server import _cpu_s
     from transformers import AutoTokenizer
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
@@ -174,8 +256,9 @@ def one_burst(model: str, size: int, prompt_tokens: int, work: Path) -> dict:
     arrivals_file = work / "arrivals.json"
     arrivals_file.unlink(missing_ok=True)
     os.environ["SGLANG_BENCH_ARRIVALS"] = str(arrivals_file)
-    server = multiprocessing.get_context("spawn").Process(target=server_process,
-                                                           args=(model, port, str(work / "server.log")))
+    os.environ["SGLANG_BENCH_OUT_TOKENS"] = str(out_tokens)
+    server = multiprocessing.get_context("spawn").Process(
+        target=server_process, args=(model, port, str(work / "server.log"), chat_template))
     server.start()
     try:
         for _ in range(900):
@@ -191,11 +274,13 @@ def one_burst(model: str, size: int, prompt_tokens: int, work: Path) -> dict:
         for child in children:  # the scheduler stand-in and the detokenizer
             subprocess.run(["taskset", "-pc", "1", str(child)], capture_output=True, check=False)
         prompts = _prompts(AutoTokenizer.from_pretrained(model), prompt_tokens, size + 5)
-        url = f"http://127.0.0.1:{port}/v1/completions"
-        asyncio.run(_burst(url, model, prompts[:5], 1))  # warm-up: first-call imports and caches
+        url = f"http://127.0.0.1:{port}/v1/{'chat/completions' if endpoint == 'chat' else 'completions'}"
+        asyncio.run(_burst(url, model, prompts[:5], out_tokens))  # warm-up: first-call imports and caches
         time.sleep(1.0)
+        cpu_before = _cpu_s(server.pid)
         sent = time.monotonic()
-        asyncio.run(_burst(url, model, prompts[5:], 1))
+        chunks = asyncio.run(_burst(url, model, prompts[5:], out_tokens))
+        cpu = _cpu_s(server.pid) - cpu_before
         time.sleep(0.5)
         for child in children:  # the stand-in writes its arrivals; the others are killed below anyway
             os.kill(child, signal.SIGUSR1)
@@ -207,31 +292,50 @@ def one_burst(model: str, size: int, prompt_tokens: int, work: Path) -> dict:
         server.kill()
         server.join(10)
     assert len(arrivals) == size, (len(arrivals), size)
-    return {"first_arrival_s": arrivals[0] - sent, "last_arrival_s": arrivals[-1] - sent}
+    return {"first_arrival_s": arrivals[0] - sent, "last_arrival_s": arrivals[-1] - sent, "main_cpu_s": cpu,
+            "chunks": sum(chunks)}
 
 
-def run(model: str, repeats: int) -> None:
+def run(model: str, repeats: int, endpoint: str, chat_template: str | None, phases: tuple[str, ...]) -> None:
     import sglang
     if sglang.__version__ not in SGLANG_VERSIONS:
         raise SystemExit(f"SGLang {sglang.__version__}: this bench runs {', '.join(SGLANG_VERSIONS)} (the versions it "
                          "was read for)")
     from bench_vllm_api_server import _machine_cpu
     os.sched_setaffinity(0, {1})
-    print(f"# SGLang front-end work per request: {_machine_cpu()}, SGLang {sglang.__version__}, "
-          f"{time.strftime('%Y-%m-%d %H:%M')}")
+    template = f", chat template {chat_template}" if chat_template else ""
+    print(f"# SGLang front-end work per request and per chunk, /v1/{endpoint}{template}: {_machine_cpu()}, "
+          f"SGLang {sglang.__version__}, {time.strftime('%Y-%m-%d %H:%M')}")
     cells: dict[tuple[int, int], list[float]] = {}
     first_shares: dict[tuple[int, int], list[float]] = {}
+    streams: dict[int, list[tuple[float, int]]] = {}  # tokens a request -> (main process CPU s, chunks), each repeat
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(repeats):
+        for _ in range(repeats if "intake" in phases else 0):
             for tokens in INTAKE_PROMPT_TOKENS:
                 for size in INTAKE_BURSTS:
-                    r = one_burst(model, size, tokens, Path(tmp))
+                    r = one_burst(model, size, tokens, Path(tmp), endpoint, 1, chat_template)
                     cells.setdefault((size, tokens), []).append(r["last_arrival_s"] / size)
                     first_shares.setdefault((size, tokens), []).append(r["first_arrival_s"] / r["last_arrival_s"])
                     print(f"  burst {size} x {tokens} tokens: {r}", flush=True)
-    a, b = print_intake(cells, first_shares)
-    print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")
-
+        for _ in range(repeats if "stream" in phases else 0):
+            for out_tokens in CHUNK_TOKENS:
+                r = one_burst(model, CHUNK_BURST, INTAKE_PROMPT_TOKENS[0], Path(tmp), endpoint, out_tokens,
+                              chat_template)
+                streams.setdefault(out_tokens, []).append((r["main_cpu_s"], r["chunks"]))
+                print(f"  burst {CHUNK_BURST} streaming {out_tokens} tokens: {r}", flush=True)
+    if cells:
+        a, b = print_intake(cells, first_shares)
+        print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")
+    if streams:
+        # the chunks the clients received, not the tokens: where the main process fell behind a step, a request's
+        # tokens since its last chunk go out as one (tokenizer_manager.py _wait_one_response sends the latest state)
+        (cpu_low, chunks_low), (cpu_high, chunks_high) = (
+            (statistics.median(c for c, _ in streams[k]), statistics.median(n for _, n in streams[k]))
+            for k in CHUNK_TOKENS)
+        per_chunk = (cpu_high - cpu_low) / (chunks_high - chunks_low)
+        print(f"per streamed chunk {per_chunk * 1e6:.0f} us (the main process's CPU, {CHUNK_BURST} requests streaming "
+              f"{CHUNK_TOKENS[1]} against {CHUNK_TOKENS[0]} tokens, a decode step every {STEP_S * 1e3:.0f} ms; "
+              f"CPU s, chunks: {streams[CHUNK_TOKENS[1]]} against {streams[CHUNK_TOKENS[0]]})")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -241,12 +345,20 @@ def main() -> None:
     go = sub.add_parser("run", help="the bursts")
     go.add_argument("--model", required=True, help="bench_vllm_api_server.py's tokenizer folder")
     go.add_argument("--repeats", type=int, default=3)
+    go.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    go.add_argument("--phases", default="intake,stream", help="intake, stream or both (comma-separated)")
+    go.add_argument("--chat-template", help="a .jinja chat template for the chat endpoint (SGLang's --chat-template)")
     args = parser.parse_args()
     sys.path.insert(0, os.getcwd())  # SGLang's unpacked `sglang/` (see the setup above)
     if args.command == "standin":
         write_standin(args.out)
     else:
-        run(args.model, args.repeats)
+        phases = tuple(args.phases.split(","))
+        if not phases or not set(phases) <= {"intake", "stream"}:
+            parser.error(f"--phases {args.phases!r}: allowed intake, stream or intake,stream")
+        if args.endpoint == "chat" and not args.chat_template:
+            parser.error("--endpoint chat needs --chat-template (the Llama 3 tokenizer folder has none)")
+        run(args.model, args.repeats, args.endpoint, args.chat_template, phases)
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ def build_tokenizer(llama_models: Path, out: Path) -> None:
     source = (llama_models / "llama_models" / "llama3" / "tokenizer.py").read_text()
     pattern = re.search(r'pat_str = r"(.*)"  # noqa', source).group(1)
     tok = TikTokenConverter(vocab_file=str(llama_models / "llama_models" / "llama3" / "tokenizer.model"),
-                            pattern=pattern).converted()
+                            pattern=pattern, additional_special_tokens=[]).converted()  # added below
     base = tok.get_vocab_size()
     specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
                 "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>",

@@ -1172,6 +1172,9 @@ class ApiServerWork:
     per_output_chunk_s: float | None  # one streamed chunk: the response model, its JSON, the SSE write (None: not run)
     discipline: str  # how its process serves a burst of open arrivals (sim/frontend.py): event_loop, fifo
     bench: str  # what measured it
+    # the workload endpoints it is taken for: vLLM's, measured on /v1/completions, serve both (a chat request's
+    # cached template render is not measured there); SGLang's were measured on each
+    endpoints: tuple[str, ...] = ("completions", "chat")
 
 
 # vLLM 0.6.0's OpenAI server with its multiprocessing front-end (the default in 0.6.0: AsyncEngineRPCClient, one
@@ -1192,33 +1195,45 @@ class ApiServerWork:
 # SGLang 0.5.5.post1's HTTP front-end the same way (benchmarks/bench_sglang_tokenizer_manager.py, 12-01 06:33-06:40,
 # the same machine): its own `launch_server`, whose main process serves HTTP and runs the TokenizerManager (the
 # request model, tokenization, the ZMQ send), with its real detokenizer and a stand-in scheduler; bursts of 40, 160
-# and 320 /v1/completions requests of 16 and 900 prompt tokens, 3 repeats, fitted as vLLM's; its streaming not run.
+# and 320 /v1/completions requests of 16 and 900 prompt tokens, 3 repeats, fitted as vLLM's.
 # Its requests reach the scheduler one by one as each is tokenized, though not one request's work apart: a burst's
 # first arrived at 13-35% of the last one's time (medians per cell), where first come, first served hands it over
-# after one request's work and event_loop at the end: fifo, the nearer. No other version has work that queues here.
+# after one request's work and event_loop at the end: fifo, the nearer. Its chat endpoint the same way (12-01
+# 10:02-10:17, the same machine): /v1/chat/completions requests as `vllm bench serve --backend openai-chat` sends
+# them, rendered through Qwen3's chat template (4,169 characters) and tokenized in the main process; its first
+# arrivals at 7-31% of the last (fifo). Its streaming on each endpoint (the chat one 10:14-10:17, /v1/completions
+# 10:17-10:21): bursts of 160 requests of 16 prompt tokens streaming 1 and 41
+# tokens, the stand-in scheduler sending a decode step's tokens every 50 ms (one message for all running requests,
+# as its stream_output does), the main process's extra CPU time over the extra chunks its clients received
+# (the detokenizer, a process of its own, not counted). No other version has work that queues here.
 # Spread: ESTIMATE_RANGES.
 _VLLM_BENCH = "benchmarks/bench_vllm_api_server.py"
+_SGLANG_BENCH = "benchmarks/bench_sglang_tokenizer_manager.py"
 API_SERVER_WORK = (
     ApiServerWork("vllm", (0, 6, 0), (0, 6, 1), 1.24e-3, 1.69e-6, 162e-6, "event_loop", _VLLM_BENCH),
     ApiServerWork("vllm", (0, 10, 2), (0, 10, 3), 1.57e-3, 1.99e-6, 23e-6, "event_loop", _VLLM_BENCH),
     ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 1.57e-3, 2.18e-6, 20e-6, "event_loop", _VLLM_BENCH),
-    ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 1.21e-3, 1.85e-6, None, "fifo",
-                  "benchmarks/bench_sglang_tokenizer_manager.py"),
+    ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 1.21e-3, 1.85e-6, 82e-6, "fifo", _SGLANG_BENCH,
+                  ("completions",)),
+    ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 2.42e-3, 2.07e-6, 121e-6, "fifo", _SGLANG_BENCH, ("chat",)),
 )
 
 
-def api_server_work(version: tuple[int, ...], engine: str = "vllm") -> ApiServerWork | None:
-    """The measured front-end work of this engine version (`API_SERVER_WORK`), or None where none was measured."""
-    return next((w for w in API_SERVER_WORK if w.engine == engine and w.since <= version < w.until), None)
+def api_server_work(version: tuple[int, ...], engine: str = "vllm",
+                    endpoint: str = "completions") -> ApiServerWork | None:
+    """The measured front-end work of this engine version on this endpoint (`API_SERVER_WORK`), or None where none
+    was measured."""
+    return next((w for w in API_SERVER_WORK
+                 if w.engine == engine and w.since <= version < w.until and endpoint in w.endpoints), None)
 
 
 def measured_work(engine: str, version: tuple[int, ...], model_type: str | None,
                   endpoint: str) -> tuple[ApiServerWork | None, TemplateParse | None]:
-    """An engine version's measured front-end work: its intake and streaming (`api_server_work`, on either endpoint:
-    a chat request's cached template render is not measured) and, for vLLM, the chat-template parse of the versions
-    that parse per request (`chat_template_parse`); None where there is none."""
+    """An engine version's measured front-end work: its intake and streaming on the endpoint (`api_server_work`)
+    and, for vLLM, the chat-template parse of the versions that parse per request (`chat_template_parse`); None where
+    there is none."""
     parse = chat_template_parse(version, model_type, endpoint) if engine == "vllm" else None
-    return api_server_work(version, engine), parse
+    return api_server_work(version, engine, endpoint), parse
 
 
 def frontend_work(engine: str, version: tuple[int, ...], model_type: str | None, endpoint: str) -> dict[str, float]:
@@ -1242,6 +1257,9 @@ def _work_keys(intake: ApiServerWork | None, parse: TemplateParse | None) -> dic
 # Per engine: its name, its HTTP server's, and where that work runs
 _SERVER_NAMES = {"vllm": ("vLLM", "API server", ""),
                  "sglang": ("SGLang", "HTTP front-end", " (the TokenizerManager in its main process)")}
+# Where a row measured on one endpoint says so (vLLM's, measured on /v1/completions, are taken for both)
+_MEASURED_ON = {("completions",): " on /v1/completions",
+                ("chat",): " on /v1/chat/completions, Qwen3's chat template rendered"}
 # How each discipline serves a burst, as the notes say it
 _DISCIPLINE_NOTES = {
     "event_loop": "its requests served in turn (frontend.discipline: event_loop, as its event loop takes them between "
@@ -1270,8 +1288,9 @@ def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, st
     if intake is not None:
         chunk = ("its streaming not run (no per_output_chunk_s)" if intake.per_output_chunk_s is None else
                  f"{intake.per_output_chunk_s * 1e6:.0f} us a streamed chunk on the way out (per_output_chunk_s)")
+        on = _MEASURED_ON.get(intake.endpoints, "")
         said.append(f"its {server}'s own work{where}, measured by running {label} {ctx.version_text}'s server code "
-                    f"({intake.bench}): {intake.per_request_s * 1e3:.2f} ms a request + "
+                    f"({intake.bench}){on}: {intake.per_request_s * 1e3:.2f} ms a request + "
                     f"{intake.per_prompt_token_s * 1e6:.2f} us a prompt token on the way in (frontend.per_request_s, "
                     f"per_prompt_token_s), {chunk}")
     if parse is not None:
@@ -1593,8 +1612,8 @@ ESTIMATE_RANGES: dict[str, tuple[float, str]] = {
     "per_prompt_token_s": (2.0, "an engine's HTTP front-end work per prompt token (API_SERVER_WORK): tokenization "
                            "and the logged token ids, measured on one CPU for Llama 3's tokenizer: another host, "
                            "another tokenizer and other text, a factor of 2 either way"),
-    "per_output_chunk_s": (2.0, "vLLM's API-server work per streamed chunk (API_SERVER_WORK), measured on one CPU: "
-                           "another host's, a factor of 2 either way"),
+    "per_output_chunk_s": (2.0, "an engine's HTTP front-end work per streamed chunk (API_SERVER_WORK, vLLM's and "
+                           "SGLang's), measured on one CPU: another host's, a factor of 2 either way"),
 }
 # A term taken from another version's fit (the version has none of its own): the fit's sigma and, in quadrature, how
 # far one engine's terms move between versions: TensorRT-LLM's fits at 0.14.0 and 1.2.0rc1 (both terms inside

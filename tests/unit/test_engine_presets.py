@@ -674,22 +674,26 @@ def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_unmeasur
 
 def test_sglang_0555s_measured_front_end_work_queues_first_come_first_served_and_other_versions_have_none():
     # benchmarks/bench_sglang_tokenizer_manager.py ran SGLang 0.5.5.post1's own launch_server (its TokenizerManager)
+    # on each endpoint: a chat request's work is its own row, not the completions one's
     from sim.config.engines import api_server_work, engine_term_spread
-    work = api_server_work((0, 5, 5), "sglang")
-    assert work.per_output_chunk_s is None and api_server_work((0, 5, 5)) is None  # no streaming run; not vLLM's
-    burst = scenario({"name": "sglang", "version": "0.5.5.post1"},
-                     workload={**BASE["workload"], "arrival": {"kind": "burst"}})
-    fe = burst.frontend
-    assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s, fe.discipline) == (
-        work.per_request_s, work.per_prompt_token_s, 0.0, "fifo")
-    assert any(n.startswith("SGLang 0.5.5.post1: its HTTP front-end's own work (the TokenizerManager")
-               and "its streaming not run" in n for n in burst.engine.notes)
+    completions, chat = api_server_work((0, 5, 5), "sglang"), api_server_work((0, 5, 5), "sglang", "chat")
+    assert api_server_work((0, 5, 5)) is None  # not vLLM's
+    assert chat.per_request_s > completions.per_request_s  # the chat request model and the template render
+    for endpoint, work in (("completions", completions), ("chat", chat)):
+        burst = scenario({"name": "sglang", "version": "0.5.5.post1"},
+                         workload={**BASE["workload"], "endpoint": endpoint, "arrival": {"kind": "burst"}})
+        fe = burst.frontend
+        assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s, fe.discipline) == (
+            work.per_request_s, work.per_prompt_token_s, work.per_output_chunk_s, "fifo")
+        said = {"completions": "on /v1/completions:", "chat": "on /v1/chat/completions, Qwen3's chat template"}
+        assert any(n.startswith("SGLang 0.5.5.post1: its HTTP front-end's own work (the TokenizerManager")
+                   and said[endpoint] in n and "us a streamed chunk on the way out" in n for n in burst.engine.notes)
     for other in ("0.5.3.post3", "0.5.4.post2", "0.5.6"):  # measured for 0.5.5.post1 alone
         fe = scenario({"name": "sglang", "version": other}).frontend
         assert fe is None or (fe.per_request_s, fe.per_prompt_token_s) == (0, 0)
     spreads = {s.key: s for s in engine_term_spread(scenario({"name": "sglang", "version": "0.5.5.post1"}))}
-    assert spreads["frontend.per_request_s"].point == work.per_request_s
-    assert "frontend.per_output_chunk_s" not in spreads  # nothing measured, nothing drawn
+    assert spreads["frontend.per_request_s"].point == completions.per_request_s
+    assert spreads["frontend.per_output_chunk_s"].point == completions.per_output_chunk_s
 
 
 def test_a_burst_reaches_sglang_0555_one_request_after_another():
