@@ -1199,13 +1199,13 @@ class ApiServerWork:
 # Its requests reach the scheduler one by one as each is tokenized, though not one request's work apart: a burst's
 # first arrived at 13-35% of the last one's time (medians per cell), where first come, first served hands it over
 # after one request's work and event_loop at the end: fifo, the nearer. Its chat endpoint the same way (12-01
-# 10:02-10:17, the same machine): /v1/chat/completions requests as `vllm bench serve --backend openai-chat` sends
-# them, rendered through Qwen3's chat template (4,169 characters) and tokenized in the main process; its first
-# arrivals at 7-31% of the last (fifo). Its streaming on each endpoint (the chat one 10:14-10:17, /v1/completions
-# 10:17-10:21): bursts of 160 requests of 16 prompt tokens streaming 1 and 41
-# tokens, the stand-in scheduler sending a decode step's tokens every 50 ms (one message for all running requests,
-# as its stream_output does), the main process's extra CPU time over the extra chunks its clients received
-# (the detokenizer, a process of its own, not counted). No other version has work that queues here.
+# 10:02-10:14, another "AMD EPYC" guest, 2 vCPUs, AVX2 where the first had AVX-512): /v1/chat/completions requests as
+# `vllm bench serve --backend openai-chat` sends them, rendered through Qwen3's chat template (4,169 characters) and
+# tokenized in the main process; its first arrivals at 7-31% of the last (fifo). Its streaming on each endpoint (that
+# AVX2 guest, the chat one 10:14-10:17, /v1/completions 10:17-10:21): bursts of 160 requests of 16 prompt tokens
+# streaming 1 and 41 tokens, the stand-in scheduler sending a decode step's tokens every 50 ms (one message for all
+# running requests, as its stream_output does), the main process's extra CPU time over the extra chunks its clients
+# received (the detokenizer, a process of its own, not counted). No other version has work that queues here.
 # Spread: ESTIMATE_RANGES.
 _VLLM_BENCH = "benchmarks/bench_vllm_api_server.py"
 _SGLANG_BENCH = "benchmarks/bench_sglang_tokenizer_manager.py"
