@@ -70,10 +70,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_vllm_api_server import (CHUNK_BURST, CHUNK_TOKENS, INTAKE_BURSTS, INTAKE_PROMPT_TOKENS,  # noqa: E402
-                                   _prompts, print_intake)
+                                   _burst, _prompts, print_intake, step_s)
 
 SGLANG_VERSIONS = ("0.5.5.post1",)  # the versions whose launch path and scheduler messages this bench was read for
-STEP_S = 0.05  # the stand-in's decode step when it streams: long enough for the main process to keep up
 
 STANDIN = '''"""Stand-in for sgl-kernel's CUDA extension and its submodules (imported, never run): any attribute,
 call or index gives another stand-in, so that import-time uses (scalar types, decorators) pass."""
@@ -154,7 +153,7 @@ def _token_output(finished, rows):
 def standin_scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_rank, dp_rank, pipe_writer):
     """The scheduler's process slot: its sockets (scheduler.py init_sockets), its ready message, and every generate
     request's arrival noted; SIGUSR1 writes the arrivals to $SGLANG_BENCH_ARRIVALS. With $SGLANG_BENCH_OUT_TOKENS 1
-    each request is finished at once with one token; with more, it runs decode steps every STEP_S seconds, each one
+    each request is finished at once with one token; with more, it runs decode steps every step_s() seconds, each one
     message to the detokenizer with a token for every running request (as scheduler_output_processor_mixin.py
     stream_output_generation sends a step's outputs at stream_interval 1), until each has its tokens."""
     import zmq
@@ -164,11 +163,12 @@ def standin_scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_r
     receive = get_zmq_socket(context, zmq.PULL, port_args.scheduler_input_ipc_name, False)
     to_detokenizer = get_zmq_socket(context, zmq.PUSH, port_args.detokenizer_ipc_name, False)
     out_tokens = int(os.environ.get("SGLANG_BENCH_OUT_TOKENS", "1"))
+    step = step_s()
     arrivals: list[float] = []
     signal.signal(signal.SIGUSR1, lambda *_: Path(os.environ["SGLANG_BENCH_ARRIVALS"]).write_text(json.dumps(arrivals)))
     pipe_writer.send({"status": "ready", "max_total_num_tokens": 10**6, "max_req_input_len": 8192})
     running: dict[str, list] = {}  # rid -> [http_worker_ipc, prompt ids, tokens sent]
-    next_step = time.monotonic() + STEP_S
+    next_step = time.monotonic() + step
     while True:
         wait_ms = None if not running else max(0.0, next_step - time.monotonic()) * 1e3  # None: until one comes
         if out_tokens == 1 or receive.poll(wait_ms):
@@ -182,7 +182,7 @@ def standin_scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_r
                                                               1000, 1)]))
                 else:
                     if not running:
-                        next_step = time.monotonic() + STEP_S
+                        next_step = time.monotonic() + step
                     running[message.rid] = [message.http_worker_ipc, list(message.input_ids), 0]
             continue
         rows, finished = [], []
@@ -200,7 +200,7 @@ def standin_scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_r
             if done:
                 del running[rid]
         to_detokenizer.send_pyobj(_token_output(finished, rows))
-        next_step += STEP_S
+        next_step += step
 
 
 def server_process(model: str, port: int, log_file: str, chat_template: str | None) -> None:
@@ -219,29 +219,6 @@ def server_process(model: str, port: int, log_file: str, chat_template: str | No
 def _children(pid: int) -> list[int]:
     found = subprocess.run(["pgrep", "-P", str(pid)], capture_output=True, text=True).stdout.split()
     return [int(p) for p in found]
-
-
-async def _one_request(url: str, model: str, prompt: str, max_tokens: int) -> int:
-    """One streamed request as `vllm bench serve` sends it (backend openai for /v1/completions, openai-chat for
-    /v1/chat/completions); the number of server-sent events with a choice in them."""
-    import aiohttp
-    if url.endswith("/chat/completions"):
-        payload = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
-                   "max_completion_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
-    else:
-        payload = {"model": model, "prompt": prompt, "temperature": 0.0, "best_of": 1, "max_tokens": max_tokens,
-                   "stream": True}
-    chunks = 0
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as session:
-        async with session.post(url, json=payload) as response:
-            assert response.status == 200, response.status
-            async for line in response.content:
-                chunks += line.startswith(b"data: {") and b'"choices":[{' in line
-    return chunks
-
-
-async def _burst(url: str, model: str, prompts: list[str], max_tokens: int) -> list[int]:
-    return await asyncio.gather(*(_one_request(url, model, p, max_tokens) for p in prompts))
 
 
 def one_burst(model: str, size: int, prompt_tokens: int, work: Path, endpoint: str = "completions",
@@ -333,8 +310,10 @@ def run(model: str, repeats: int, endpoint: str, chat_template: str | None, phas
             (statistics.median(c for c, _ in streams[k]), statistics.median(n for _, n in streams[k]))
             for k in CHUNK_TOKENS)
         per_chunk = (cpu_high - cpu_low) / (chunks_high - chunks_low)
-        print(f"per streamed chunk {per_chunk * 1e6:.0f} us (the main process's CPU, {CHUNK_BURST} requests streaming "
-              f"{CHUNK_TOKENS[1]} against {CHUNK_TOKENS[0]} tokens, a decode step every {STEP_S * 1e3:.0f} ms; "
+        per_token = (cpu_high - cpu_low) / (CHUNK_BURST * (CHUNK_TOKENS[1] - CHUNK_TOKENS[0]))
+        print(f"per streamed chunk {per_chunk * 1e6:.0f} us, per streamed token {per_token * 1e6:.0f} us (the main "
+              f"process's CPU, {CHUNK_BURST} requests streaming {CHUNK_TOKENS[1]} against {CHUNK_TOKENS[0]} tokens, a "
+              f"decode step every {step_s() * 1e3:g} ms; "
               f"CPU s, chunks: {streams[CHUNK_TOKENS[1]]} against {streams[CHUNK_TOKENS[0]]})")
 
 def main() -> None:
@@ -348,6 +327,7 @@ def main() -> None:
     go.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
     go.add_argument("--phases", default="intake,stream", help="intake, stream or both (comma-separated)")
     go.add_argument("--chat-template", help="a .jinja chat template for the chat endpoint (SGLang's --chat-template)")
+    go.add_argument("--step-ms", type=float, help="the stand-in scheduler's decode step (default 50)")
     args = parser.parse_args()
     sys.path.insert(0, os.getcwd())  # SGLang's unpacked `sglang/` (see the setup above)
     if args.command == "standin":
@@ -358,6 +338,8 @@ def main() -> None:
             parser.error(f"--phases {args.phases!r}: allowed intake, stream or intake,stream")
         if args.endpoint == "chat" and not args.chat_template:
             parser.error("--endpoint chat needs --chat-template (the Llama 3 tokenizer folder has none)")
+        if args.step_ms is not None:
+            os.environ["BENCH_STEP_S"] = str(args.step_ms / 1e3)  # read by the spawned scheduler stand-in
         run(args.model, args.repeats, args.endpoint, args.chat_template, phases)
 
 

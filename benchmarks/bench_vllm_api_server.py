@@ -26,12 +26,18 @@ each request reached the engine, and the API server's CPU time over the burst.
   sharing). The median over repeats per cell, then least squares of intake = per request + per token x tokens.
 - **The order**: the burst's first request's arrival at the engine over its last one's, per cell (1.0: all together,
   as processor sharing hands equal work over; vLLM 0.11.0's V1 server gave 0.21-0.62 in six bursts of 320).
-- **Per streamed chunk**: bursts of 160 requests of 16 prompt tokens streaming 1 and 41 tokens (a chunk each);
-  the API server's extra CPU time over the extra chunks. Each chunk's RequestOutput carries the prompt's token ids
-  and the output so far (as 0.6.0's do), here short ones: longer prompts and outputs pickle more.
+- **Per streamed chunk**: bursts of 160 requests of 16 prompt tokens streaming 1 and 41 tokens; the API server's
+  extra CPU time over the extra chunks its clients received, and over the extra tokens. 0.6.0's stand-in engine
+  streams a request's tokens at once, a chunk each (its streams do not merge); each chunk's RequestOutput carries the
+  prompt's token ids and the output so far (as 0.6.0's do), here short ones: longer prompts and outputs pickle more.
+  V1's stand-in core runs a decode step every `--step-ms` (50 by default: a chunk a token; a short step gets the
+  tokens ahead of the server, which merges a request's pending ones into one chunk: the cost a token of a loaded
+  server).
+- **The chat endpoint** (V1, `--endpoint chat --chat-template FILE`): /v1/chat/completions requests as `vllm bench
+  serve --backend openai-chat` sends them, the template rendered by the server; 0.11.0's per-request parse of the
+  template is cached, as 0.11.1 caches it (TEMPLATE_PARSES prices it: bench_chat_template.py).
 
-Not measured: the real engine's own per-request work (add_request, the scheduler), the chat endpoint (a cached
-template render), other vLLM versions.
+Not measured: the real engine's own per-request work (add_request, the scheduler), other vLLM versions.
 
 Setup (a venv of its own: vLLM 0.6.0's Python code from its PyPI wheel, without its CUDA extensions, which the
 API server does not call; transformers and pydantic at 0.6.0's era; Llama 3's tokenizer from Meta's llama-models
@@ -85,6 +91,14 @@ INTAKE_PROMPT_TOKENS = (16, 900)
 CHUNK_BURST = 160
 CHUNK_TOKENS = (1, 41)
 MAX_MODEL_LEN = 2048
+STEP_S = 0.05  # a stand-in engine's decode step when it streams: long enough for the server to keep up
+
+
+def step_s() -> float:
+    """The stand-in's decode step: STEP_S, or --step-ms (BENCH_STEP_S in the spawned servers). A short one gets the
+    tokens ahead of the server, which then merges a request's pending tokens into one chunk, as V1's
+    RequestOutputCollector and SGLang's _wait_one_response do: the CPU per token of a server that is behind."""
+    return float(os.environ.get("BENCH_STEP_S", STEP_S))
 LLAMA_3_8B_CONFIG = {  # Hugging Face meta-llama/Llama-3.1-8B's config.json: what vLLM's ModelConfig reads
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
     "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
@@ -250,11 +264,14 @@ def _v1() -> bool:
                      "it was read for)")
 
 
-def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, out_tokens: int) -> None:
+def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, out_tokens: int,
+                          chat_template: str | None = None) -> None:
     """vLLM 0.11.0's OpenAI server as `vllm serve` runs it (uvloop): AsyncLLM, whose Processor tokenizes and whose
     OutputProcessor detokenizes in this process, with a stand-in for the engine-core client: add_request_async notes
-    when a request reached it and queues its tokens at once, each token of each request in an EngineCoreOutputs of
-    its own (the real core sends one per step for every request: more handler passes here than there)."""
+    when a request reached it; with one output token it is queued at once, with more the stand-in runs a decode step
+    every STEP_S seconds, one EngineCoreOutputs with a token for every running request, as the core sends a step's.
+    With a chat template (`--chat-template`), 0.11.0's per-request template parse (resolve_chat_template_kwargs) is
+    cached per template, as 0.11.1 caches it: TEMPLATE_PARSES prices that parse apart (bench_chat_template.py)."""
     sys.stdout = open(log_file, "w", buffering=1)
     sys.stderr = sys.stdout
     import types
@@ -271,6 +288,24 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
     from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason, core_client
     from vllm.v1.engine.async_llm import AsyncLLM
     arrivals: list[float] = []
+    step = step_s()
+    if chat_template is not None:
+        import functools
+        import jinja2.ext
+        import jinja2.meta
+        import jinja2.sandbox
+        from vllm.entrypoints import chat_utils
+        parse = functools.lru_cache(maxsize=8)(lambda template: jinja2.meta.find_undeclared_variables(
+            jinja2.sandbox.ImmutableSandboxedEnvironment(
+                trim_blocks=True, lstrip_blocks=True,
+                extensions=[chat_utils.AssistantTracker, jinja2.ext.loopcontrols]).parse(template)))
+
+        def resolve_chat_template_kwargs(tokenizer, chat_template, chat_template_kwargs):  # 0.11.0's, parse cached
+            fn_kw = {k for k in chat_template_kwargs
+                     if chat_utils.supports_kw(tokenizer.apply_chat_template, k, allow_var_kwargs=False)}
+            accept_vars = (fn_kw | parse(chat_template)) - {"chat_template"}
+            return {k: v for k, v in chat_template_kwargs.items() if k in accept_vars}
+        chat_utils.resolve_chat_template_kwargs = resolve_chat_template_kwargs
 
     class StandInCore:
         engine_ranks_managed = [0]
@@ -278,20 +313,39 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
         def __init__(self):
             self.queue: asyncio.Queue = asyncio.Queue()
             self.resources = types.SimpleNamespace(engine_dead=False)
+            self.running: dict[str, int] = {}  # request id -> tokens sent
+            self.next_step = 0.0
 
         async def get_supported_tasks_async(self):
             return ("generate",)
 
         async def add_request_async(self, request):
             arrivals.append(time.monotonic())
-            for i in range(out_tokens):
-                done = i == out_tokens - 1
+            if out_tokens == 1:
                 self.queue.put_nowait(EngineCoreOutputs(outputs=[EngineCoreOutput(
-                    request_id=request.request_id, new_token_ids=[1000 + i],
-                    finish_reason=FinishReason.LENGTH if done else None)], timestamp=time.monotonic()))
+                    request_id=request.request_id, new_token_ids=[1000], finish_reason=FinishReason.LENGTH)],
+                    timestamp=time.monotonic()))
+            else:
+                if not self.running:
+                    self.next_step = time.monotonic() + step
+                self.running[request.request_id] = 0
 
         async def get_output_async(self):
-            return await self.queue.get()
+            if out_tokens == 1:
+                return await self.queue.get()
+            while not self.running or time.monotonic() < self.next_step:
+                await asyncio.sleep(max(0.0, self.next_step - time.monotonic()) if self.running else step)
+            self.next_step += step
+            outputs = []
+            for request_id, sent in list(self.running.items()):
+                done = sent + 1 == out_tokens
+                outputs.append(EngineCoreOutput(request_id=request_id, new_token_ids=[1000 + sent % 50],
+                                                finish_reason=FinishReason.LENGTH if done else None))
+                if done:
+                    del self.running[request_id]
+                else:
+                    self.running[request_id] = sent + 1
+            return EngineCoreOutputs(outputs=outputs, timestamp=time.monotonic())
 
         async def abort_requests_async(self, request_ids):
             pass
@@ -304,7 +358,8 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
 
     core_client.EngineCoreClient.make_async_mp_client = staticmethod(lambda *args, **kwargs: StandInCore())
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(
-        ["--model", model, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port)])
+        ["--model", model, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port)]
+        + (["--chat-template", chat_template] if chat_template else []))
 
     async def serve():  # 0.11.0's run_server_worker, with the AsyncLLM made here
         engine_args = AsyncEngineArgs.from_cli_args(args)
@@ -319,19 +374,26 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
     uvloop.run(serve())  # as 0.11.0's `vllm serve` runs it (vllm/entrypoints/cli/serve.py)
 
 
-async def _one_request(url: str, model: str, prompt: str, max_tokens: int) -> float:
+async def _one_request(url: str, model: str, prompt: str, max_tokens: int) -> int:
+    """One streamed request as `vllm bench serve` sends it (backend openai for /v1/completions, openai-chat for
+    /v1/chat/completions); the number of server-sent events with a choice in them."""
     import aiohttp
-    payload = {"model": model, "prompt": prompt, "temperature": 0.0, "best_of": 1, "max_tokens": max_tokens,
-               "stream": True}
+    if url.endswith("/chat/completions"):
+        payload = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
+                   "max_completion_tokens": max_tokens, "stream": True, "stream_options": {"include_usage": True}}
+    else:
+        payload = {"model": model, "prompt": prompt, "temperature": 0.0, "best_of": 1, "max_tokens": max_tokens,
+                   "stream": True}
+    chunks = 0
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as session:
         async with session.post(url, json=payload) as response:
             assert response.status == 200, response.status
-            async for _ in response.content:
-                pass
-    return time.monotonic()
+            async for line in response.content:
+                chunks += line.startswith(b"data: {") and b'"choices":[{' in line
+    return chunks
 
 
-async def _burst(url: str, model: str, prompts: list[str], max_tokens: int) -> list[float]:
+async def _burst(url: str, model: str, prompts: list[str], max_tokens: int) -> list[int]:
     return await asyncio.gather(*(_one_request(url, model, p, max_tokens) for p in prompts))
 
 
@@ -354,9 +416,10 @@ def _prompts(tokenizer, tokens: int, count: int) -> list[str]:
     return out
 
 
-def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: Path) -> dict:
+def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: Path, endpoint: str = "completions",
+              chat_template: str | None = None) -> dict:
     """One burst against fresh server processes (after a warm-up burst of 5): when its first and last request
-    reached the engine, and the API server's CPU seconds over it."""
+    reached the engine, the API server's CPU seconds over it and the chunks its clients received."""
     from transformers import AutoTokenizer
     ctx = multiprocessing.get_context("spawn")
     rpc_path = f"ipc://{work}/rpc"
@@ -368,7 +431,8 @@ def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: 
                                          args=(model, rpc_path, out_tokens, str(work / "arrivals.json")))
     if v1:
         server = ctx.Process(target=v1_api_server_process,
-                             args=(model, port, str(work / "api.log"), str(work / "arrivals.json"), out_tokens))
+                             args=(model, port, str(work / "api.log"), str(work / "arrivals.json"), out_tokens,
+                                   chat_template))
     else:
         engine.start()
         server = ctx.Process(target=api_server_process,
@@ -388,12 +452,12 @@ def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: 
             except OSError:
                 time.sleep(0.2)
         prompts = _prompts(AutoTokenizer.from_pretrained(model), prompt_tokens, size + 5)
-        url = f"http://127.0.0.1:{port}/v1/completions"
+        url = f"http://127.0.0.1:{port}/v1/{'chat/completions' if endpoint == 'chat' else 'completions'}"
         asyncio.run(_burst(url, model, prompts[:5], out_tokens))  # warm-up: first-call imports and caches
         time.sleep(1.0)
         cpu_before = _cpu_s(server.pid)
         sent = time.monotonic()
-        asyncio.run(_burst(url, model, prompts[5:], out_tokens))
+        chunks = asyncio.run(_burst(url, model, prompts[5:], out_tokens))
         cpu = _cpu_s(server.pid) - cpu_before
         time.sleep(0.5)
         if engine is None:  # 0.11.0: the stand-in core is in the API server process
@@ -409,7 +473,8 @@ def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: 
                 process.terminate()
             process.join(10)
     assert len(arrivals) == size, (len(arrivals), size)
-    return {"first_arrival_s": arrivals[0] - sent, "last_arrival_s": arrivals[-1] - sent, "api_cpu_s": cpu}
+    return {"first_arrival_s": arrivals[0] - sent, "last_arrival_s": arrivals[-1] - sent, "api_cpu_s": cpu,
+            "chunks": sum(chunks)}
 
 
 def _machine_cpu() -> str:
@@ -446,30 +511,44 @@ def print_intake(cells: dict[tuple[int, int], list[float]],
     return per_request, per_token
 
 
-def run(model: str, repeats: int) -> None:
+def run(model: str, repeats: int, endpoint: str = "completions", chat_template: str | None = None,
+        phases: tuple[str, ...] = ("intake", "stream")) -> None:
+    if (endpoint == "chat" or "intake" not in phases) and not _v1():
+        raise SystemExit("the chat endpoint and --phases stream alone: vLLM's V1 server only (0.6.0 was run whole, on "
+                         "/v1/completions)")
     os.sched_setaffinity(0, {1})
-    print(f"# vLLM API server work per request and per chunk: {_machine()}")
+    template = f", chat template {chat_template}" if chat_template else ""
+    print(f"# vLLM API server work per request and per chunk, /v1/{endpoint}{template}: {_machine()}")
     cells: dict[tuple[int, int], list[float]] = {}
     first_shares: dict[tuple[int, int], list[float]] = {}  # when the burst's first request reached the engine
+    streams: dict[int, list[tuple[float, int]]] = {}  # tokens a request -> (API server CPU s, chunks), each repeat
     with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(repeats):
+        for repeat in range(repeats if "intake" in phases else 0):
             for tokens in INTAKE_PROMPT_TOKENS:
                 for size in INTAKE_BURSTS:
-                    r = one_burst(model, size, tokens, 1, Path(tmp))
+                    r = one_burst(model, size, tokens, 1, Path(tmp), endpoint, chat_template)
                     cells.setdefault((size, tokens), []).append(r["last_arrival_s"] / size)
                     first_shares.setdefault((size, tokens), []).append(r["first_arrival_s"] / r["last_arrival_s"])
-        chunk_cpu: dict[int, list[float]] = {}
-        for repeat in range(max(3, repeats // 2)):
+        for repeat in range(max(3, repeats // 2) if "stream" in phases else 0):
             for out_tokens in CHUNK_TOKENS:
-                chunk_cpu.setdefault(out_tokens, []).append(
-                    one_burst(model, CHUNK_BURST, INTAKE_PROMPT_TOKENS[0], out_tokens, Path(tmp))["api_cpu_s"])
-    a, b = print_intake(cells, first_shares)
-    low, high = (statistics.median(chunk_cpu[k]) for k in CHUNK_TOKENS)
-    per_chunk = (high - low) / (CHUNK_BURST * (CHUNK_TOKENS[1] - CHUNK_TOKENS[0]))
-    print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")
-    print(f"per streamed chunk {per_chunk * 1e6:.0f} us (API server CPU, {CHUNK_BURST} requests streaming "
-          f"{CHUNK_TOKENS[1]} against {CHUNK_TOKENS[0]} tokens: {[round(v, 3) for v in chunk_cpu[CHUNK_TOKENS[1]]]} "
-          f"against {[round(v, 3) for v in chunk_cpu[CHUNK_TOKENS[0]]]} s)")
+                r = one_burst(model, CHUNK_BURST, INTAKE_PROMPT_TOKENS[0], out_tokens, Path(tmp), endpoint,
+                              chat_template)
+                streams.setdefault(out_tokens, []).append((r["api_cpu_s"], r["chunks"]))
+                print(f"  burst {CHUNK_BURST} streaming {out_tokens} tokens: {r}", flush=True)
+    if cells:
+        a, b = print_intake(cells, first_shares)
+        print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")
+    if streams:
+        (cpu_low, chunks_low), (cpu_high, chunks_high) = (
+            (statistics.median(c for c, _ in streams[k]), statistics.median(n for _, n in streams[k]))
+            for k in CHUNK_TOKENS)
+        per_chunk = (cpu_high - cpu_low) / (chunks_high - chunks_low)
+        # 0.6.0's stand-in engine streams a request's tokens at once; V1's, a decode step every step_s()
+        per_token = (cpu_high - cpu_low) / (CHUNK_BURST * (CHUNK_TOKENS[1] - CHUNK_TOKENS[0]))
+        print(f"per streamed chunk {per_chunk * 1e6:.0f} us, per streamed token {per_token * 1e6:.0f} us (API server "
+              f"CPU, {CHUNK_BURST} requests streaming {CHUNK_TOKENS[1]} against {CHUNK_TOKENS[0]} tokens, the chunks "
+              f"its clients received, a decode step every {step_s() * 1e3:g} ms (V1); CPU s, chunks: "
+              f"{streams[CHUNK_TOKENS[1]]} against {streams[CHUNK_TOKENS[0]]})")
 
 
 def main() -> None:
@@ -481,12 +560,23 @@ def main() -> None:
     go = sub.add_parser("run", help="the bursts")
     go.add_argument("--model", required=True, help="the tokenizer folder `tokenizer` wrote")
     go.add_argument("--repeats", type=int, default=5)
+    go.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    go.add_argument("--phases", default="intake,stream", help="intake, stream or both (comma-separated)")
+    go.add_argument("--chat-template", help="a .jinja chat template for the chat endpoint (vLLM's --chat-template)")
+    go.add_argument("--step-ms", type=float, help=f"the stand-in's decode step (default {STEP_S * 1e3:g})")
     args = parser.parse_args()
     sys.path.insert(0, os.getcwd())  # vLLM 0.6.0's unpacked `vllm/` (see the setup above)
     if args.command == "tokenizer":
         build_tokenizer(args.llama_models, args.out)
     else:
-        run(str(Path(args.model).resolve()), args.repeats)
+        phases = tuple(args.phases.split(","))
+        if not phases or not set(phases) <= {"intake", "stream"}:
+            parser.error(f"--phases {args.phases!r}: allowed intake, stream or intake,stream")
+        if args.endpoint == "chat" and not args.chat_template:
+            parser.error("--endpoint chat needs --chat-template (the Llama 3 tokenizer folder has none)")
+        if args.step_ms is not None:
+            os.environ["BENCH_STEP_S"] = str(args.step_ms / 1e3)  # read by the spawned servers
+        run(str(Path(args.model).resolve()), args.repeats, args.endpoint, args.chat_template, phases)
 
 
 if __name__ == "__main__":

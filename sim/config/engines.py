@@ -1169,11 +1169,15 @@ class ApiServerWork:
     until: tuple[int, ...]  # the first version not measured (another front-end, or not run)
     per_request_s: float  # a request's intake: HTTP, the request model, the request log, the RPC send
     per_prompt_token_s: float  # and per prompt token: tokenization, the logged token ids, their pickling
-    per_output_chunk_s: float | None  # one streamed chunk: the response model, its JSON, the SSE write (None: not run)
+    # one streamed chunk: the response model, its JSON, the SSE write (None: not run). The model streams a chunk a
+    # token; V1's and SGLang's servers merge a request's pending tokens into one chunk when behind, so what a loaded
+    # server spends a token is what counts: measured with the tokens ahead of the server (0.6.0, whose streams do not
+    # merge: a chunk a token)
+    per_output_chunk_s: float | None
     discipline: str  # how its process serves a burst of open arrivals (sim/frontend.py): event_loop, fifo
     bench: str  # what measured it
-    # the workload endpoints it is taken for: vLLM's, measured on /v1/completions, serve both (a chat request's
-    # cached template render is not measured there); SGLang's were measured on each
+    # the workload endpoints it is taken for: a row measured on /v1/completions alone serves both (a chat request's
+    # own work is not measured there); vLLM 0.11.0's and SGLang 0.5.5.post1's were measured on each
     endpoints: tuple[str, ...] = ("completions", "chat")
 
 
@@ -1191,7 +1195,16 @@ class ApiServerWork:
 # engine at the end of a burst as event_loop has them: in six bursts of 320 (12-01 00:12) the first arrived at 21-62%
 # of the last one's time, after 0.5-1.3 ms a request shared by all (results/published-e2e.md): event_loop hands a
 # burst's first requests over late. vLLM 0.10.2's V1 server the same way (12-01 05:08-05:19, the same machine; in
-# bursts of 160 and 320 its first request arrived at 20-48% of the last one's time).
+# bursts of 160 and 320 its first request arrived at 20-48% of the last one's time). Their stand-in core queued a
+# request's tokens at once, so the server, behind, merged them (RequestOutputCollector): 20 and 23 us are the CPU per
+# token of a loaded server. A chunk a token costs more (12-01 10:55-11:03, another "AMD EPYC" guest, 2 vCPUs, AVX2,
+# the stand-in stepping every 50 ms, one EngineCoreOutputs for every running request; the CPU over the chunks the
+# clients received, one a token): 136 us (0.11.0) and 106 us (0.10.2) a chunk, which only a server that keeps up
+# pays. vLLM 0.11.0's chat endpoint (10:44-10:55, that guest): /v1/chat/completions requests as `vllm bench serve
+# --backend openai-chat` sends them, rendered through Qwen3's chat template with 0.11.0's per-request parse cached
+# (as 0.11.1 caches it: TEMPLATE_PARSES prices it), fitted as above. Its streaming was not run with the tokens all
+# ahead of the server: it takes the completions row's 20 us a token (the two endpoints agreed within the noise
+# where both ran: 119 against 136 us a chunk at a step of 50 ms, 80 against 72 us a token at 1 ms).
 # SGLang 0.5.5.post1's HTTP front-end the same way (benchmarks/bench_sglang_tokenizer_manager.py, 12-01 06:33-06:40,
 # the same machine): its own `launch_server`, whose main process serves HTTP and runs the TokenizerManager (the
 # request model, tokenization, the ZMQ send), with its real detokenizer and a stand-in scheduler; bursts of 40, 160
@@ -1205,17 +1218,22 @@ class ApiServerWork:
 # AVX2 guest, the chat one 10:14-10:17, /v1/completions 10:17-10:21): bursts of 160 requests of 16 prompt tokens
 # streaming 1 and 41 tokens, the stand-in scheduler sending a decode step's tokens every 50 ms (one message for all
 # running requests, as its stream_output does), the main process's extra CPU time over the extra chunks its clients
-# received (the detokenizer, a process of its own, not counted). No other version has work that queues here.
+# received (the detokenizer, a process of its own, not counted): a chunk a token costs 121 us (chat) and 82 us
+# (completions) at a step of 50 ms; at 1 ms (11:07-11:17) the main process falls behind and merges ~1.8 tokens a
+# chunk: 67 us (chat) and 59 us (completions) a token, the rows' figures (a step of 0.01 ms merged no further). No
+# other version has work that queues here.
 # Spread: ESTIMATE_RANGES.
 _VLLM_BENCH = "benchmarks/bench_vllm_api_server.py"
 _SGLANG_BENCH = "benchmarks/bench_sglang_tokenizer_manager.py"
 API_SERVER_WORK = (
     ApiServerWork("vllm", (0, 6, 0), (0, 6, 1), 1.24e-3, 1.69e-6, 162e-6, "event_loop", _VLLM_BENCH),
     ApiServerWork("vllm", (0, 10, 2), (0, 10, 3), 1.57e-3, 1.99e-6, 23e-6, "event_loop", _VLLM_BENCH),
-    ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 1.57e-3, 2.18e-6, 20e-6, "event_loop", _VLLM_BENCH),
-    ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 1.21e-3, 1.85e-6, 82e-6, "fifo", _SGLANG_BENCH,
+    ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 1.57e-3, 2.18e-6, 20e-6, "event_loop", _VLLM_BENCH,
                   ("completions",)),
-    ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 2.42e-3, 2.07e-6, 121e-6, "fifo", _SGLANG_BENCH, ("chat",)),
+    ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 3.30e-3, 3.52e-6, 20e-6, "event_loop", _VLLM_BENCH, ("chat",)),
+    ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 1.21e-3, 1.85e-6, 59e-6, "fifo", _SGLANG_BENCH,
+                  ("completions",)),
+    ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 2.42e-3, 2.07e-6, 67e-6, "fifo", _SGLANG_BENCH, ("chat",)),
 )
 
 
@@ -1231,8 +1249,11 @@ def measured_work(engine: str, version: tuple[int, ...], model_type: str | None,
                   endpoint: str) -> tuple[ApiServerWork | None, TemplateParse | None]:
     """An engine version's measured front-end work: its intake and streaming on the endpoint (`api_server_work`)
     and, for vLLM, the chat-template parse of the versions that parse per request (`chat_template_parse`); None where
-    there is none."""
+    there is none. vLLM's chat requests of a harmony model take the /v1/completions row: openai_harmony renders and
+    parses them, where the chat rows were measured through a Jinja template."""
     parse = chat_template_parse(version, model_type, endpoint) if engine == "vllm" else None
+    if engine == "vllm" and endpoint == "chat" and model_type in HARMONY_MODEL_TYPES:
+        endpoint = "completions"
     return api_server_work(version, engine, endpoint), parse
 
 
@@ -1279,6 +1300,10 @@ def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, st
             and chat_template_parse(ctx.version, None, endpoint)):
         notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests are rendered by openai_harmony, not "
                      "its Jinja template: no template parse per request")
+    if (engine == "vllm" and endpoint == "chat" and model_type in HARMONY_MODEL_TYPES
+            and api_server_work(ctx.version, engine, "chat") is not api_server_work(ctx.version, engine)):
+        notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests (openai_harmony's) take the API server's "
+                     "work measured on /v1/completions; its chat endpoint was measured through a Jinja template")
     work = _work_keys(intake, parse)
     if not work:
         return {}, ""

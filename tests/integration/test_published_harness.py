@@ -373,11 +373,12 @@ def test_a_chat_clients_runs_take_the_presets_template_work_with_the_fits_latenc
     fitted = {"latency_s": 0.02, "per_step_s": 1e-3}
     s = validate_scenario(ps.scenario(chat, ps.COST_MODELS["roofline"], fitted))
     assert s.workload.endpoint == "chat" and s.frontend.latency_s == 0.02  # the fit's, over the preset's
-    # vLLM 0.11.0 on chat: its measured intake (1.57 ms + 2.18 us a prompt token, 20 us a chunk) plus the parse
-    intake = api_server_work((0, 11, 0))
-    assert (intake.since, intake.per_request_s, intake.per_prompt_token_s) == ((0, 11, 0), 1.57e-3, 2.18e-6)
+    # vLLM 0.11.0 on chat: its chat endpoint's measured intake (3.30 ms + 3.52 us a prompt token; 20 us a streamed
+    # token, the completions row's) plus the parse
+    intake = api_server_work((0, 11, 0), "vllm", "chat")
+    assert (intake.since, intake.per_request_s, intake.per_prompt_token_s) == ((0, 11, 0), 3.30e-3, 3.52e-6)
     assert s.frontend.per_request_s == intake.per_request_s + TEMPLATE_PARSES[-1].work_s
-    assert (s.frontend.per_prompt_token_s, s.frontend.per_output_chunk_s) == (2.18e-6, 20e-6)
+    assert (s.frontend.per_prompt_token_s, s.frontend.per_output_chunk_s) == (3.52e-6, 20e-6)
     assert s.frontend.discipline == "event_loop"
     plain = validate_scenario(ps.scenario(completions, ps.COST_MODELS["roofline"], fitted))
     # vLLM 0.6.0 on completions: its measured intake, no template parse

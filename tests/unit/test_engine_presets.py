@@ -498,15 +498,21 @@ def test_a_preset_whose_front_end_does_not_queue_says_so_unless_the_user_adds_wo
 
 
 def test_vllm_0_11_0s_api_server_does_its_measured_work_in_turn():
-    """vLLM 0.11.0's V1 API server, run for real (benchmarks/bench_vllm_api_server.py): 1.57 ms a request and 2.18 us a
-    prompt token in, 20 us a streamed chunk out, on its one process in event-loop order; the fitted delay beside it."""
+    """vLLM 0.11.0's V1 API server, run for real (benchmarks/bench_vllm_api_server.py), on each endpoint: 1.57 ms a
+    request and 2.18 us a prompt token in on /v1/completions, 3.30 ms and 3.52 us on /v1/chat/completions (its
+    template parse apart), 20 us a streamed token out (a loaded server's, its tokens merged into fewer chunks); on its
+    one process in event-loop order, the fitted delay beside it."""
     from sim.config.engines import FRONTEND_CAPACITY_NOTE
     preset = scenario({"name": "vllm", "version": "0.11.0"})
     fe = preset.frontend
     assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s) == (1.57e-3, 2.18e-6, 20e-6)
     assert fe.discipline == "event_loop" and fe.num_processes == 1 and fe.latency_s > 0
     assert FRONTEND_CAPACITY_NOTE not in preset.engine.notes
-    assert any("measured by running vLLM 0.11.0's server code" in n for n in preset.engine.notes)
+    assert any("measured by running vLLM 0.11.0's server code (benchmarks/bench_vllm_api_server.py) on "
+               "/v1/completions" in n for n in preset.engine.notes)
+    chat = scenario({"name": "vllm", "version": "0.11.0"}, workload={**BASE["workload"], "endpoint": "chat"})
+    assert (chat.frontend.per_prompt_token_s, chat.frontend.per_output_chunk_s) == (3.52e-6, 20e-6)
+    assert any("on /v1/chat/completions, Qwen3's chat template rendered" in n for n in chat.engine.notes)
     for version in ("0.10.1", "0.11.1"):  # measured for 0.10.2 and 0.11.0 alone among the V1 versions
         assert scenario({"name": "vllm", "version": version}).frontend.per_request_s == 0.0
 
@@ -621,7 +627,9 @@ GPT_OSS_20B = str(Path(__file__).resolve().parents[2] / "benchmarks" / "publishe
 
 def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
     from sim.config.engines import TEMPLATE_PARSES, api_server_work
-    parse, intake = TEMPLATE_PARSES[-1], api_server_work((0, 11, 0)).per_request_s  # 17.9 ms, 1.57 ms (0.11.0's)
+    parse = TEMPLATE_PARSES[-1]  # 17.9 ms
+    intake = api_server_work((0, 11, 0), "vllm", "chat").per_request_s  # 3.30 ms: 0.11.0's chat endpoint
+    completions = api_server_work((0, 11, 0)).per_request_s  # 1.57 ms
     chat = {**BASE["workload"], "endpoint": "chat"}
     burst = scenario({"name": "vllm", "version": "0.11.0"}, workload={**chat, "arrival": {"kind": "burst"}})
     assert burst.frontend.per_request_s == intake + parse.work_s and burst.frontend.discipline == "event_loop"
@@ -629,15 +637,17 @@ def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
     closed = scenario({"name": "vllm", "version": "0.11.0"},
                       workload={**chat, "arrival": {"kind": "closed_loop", "num_users": 4, "think_time_s": 0.0}})
     assert closed.frontend.per_request_s == intake + parse.work_s and closed.frontend.discipline == "fifo"
-    # no parse: completions (the default endpoint), 0.10.2's chat (its own intake alone), gpt-oss's chat (0.11.0's)
-    for plain, work in ((scenario({"name": "vllm", "version": "0.11.0"}), intake),
+    # no parse: completions (the default endpoint), 0.10.2's chat (its own intake alone), gpt-oss's chat (0.11.0's
+    # completions row: openai_harmony renders it, where the chat row was measured through a Jinja template)
+    for plain, work in ((scenario({"name": "vllm", "version": "0.11.0"}), completions),
                         (scenario({"name": "vllm", "version": "0.10.2"}, workload=chat),
                          api_server_work((0, 10, 2)).per_request_s),
                         (scenario({"name": "vllm", "version": "0.11.0"}, workload=chat,
-                                  model={"hf_config": GPT_OSS_20B}), intake)):
+                                  model={"hf_config": GPT_OSS_20B}), completions)):
         assert plain.frontend.per_request_s == work
         assert not any("parses the chat template again" in n for n in plain.engine.notes)
     assert any("rendered by openai_harmony" in n for n in plain.engine.notes)  # the last: gpt-oss
+    assert any("take the API server's work measured on /v1/completions" in n for n in plain.engine.notes)
     frontend = {"num_processes": 1, "per_request_s": 0.004, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}
     own = scenario({"name": "vllm", "version": "0.11.0"}, workload=chat, frontend=frontend)
     assert own.frontend.per_request_s == 0.004  # the user's own front-end wins
@@ -722,11 +732,11 @@ def test_a_burst_reaches_vllm_060_together_after_every_requests_intake():
 
 def test_a_burst_of_chat_requests_reaches_vllm_0110_together_after_all_their_parses():
     # processor sharing of n equal pieces of work that arrive together: every one ends at n x the work, here
-    # 0.11.0's intake of a 500-token prompt and its template parse: 1.57 ms + 500 x 2.18 us + 17.9 ms = 20.56 ms
+    # 0.11.0's chat intake of a 500-token prompt and its template parse: 3.30 ms + 500 x 3.52 us + 17.9 ms = 22.96 ms
     from sim.run import simulate
     n = 20
     sc = scenario({"name": "vllm", "version": "0.11.0"},
                   workload={**BASE["workload"], "endpoint": "chat", "arrival": {"kind": "burst"}})
     records = simulate(sc).requests
-    assert records["arrival_s"].to_numpy() == pytest.approx([n * 20.56e-3] * n, rel=1e-9)
+    assert records["arrival_s"].to_numpy() == pytest.approx([n * 22.96e-3] * n, rel=1e-9)
     assert (records["client_send_s"] == 0).all()

@@ -297,7 +297,7 @@ def test_a_chat_scenarios_points_keep_its_endpoint_and_a_closed_loop_serves_in_o
     # a vLLM 0.11.0 chat scenario of open arrivals shares its template parse (event_loop), which a closed
     # loop does not model: its concurrency points run first come, first served, the parse kept
     from sim.config.engines import TEMPLATE_PARSES, api_server_work
-    work = api_server_work((0, 11, 0)).per_request_s + TEMPLATE_PARSES[-1].work_s  # 0.11.0's intake and its parse
+    work = api_server_work((0, 11, 0), "vllm", "chat").per_request_s + TEMPLATE_PARSES[-1].work_s  # chat's, its parse
     chat = validate_scenario(small_scenario({"engine": {"name": "vllm", "version": "0.11.0"},
                                              "workload": {"endpoint": "chat"}}))
     assert chat.frontend.discipline == "event_loop"
