@@ -61,7 +61,6 @@ import multiprocessing
 import os
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,7 +69,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_vllm_api_server import (CHUNK_BURST, CHUNK_TOKENS, INTAKE_BURSTS, INTAKE_PROMPT_TOKENS,  # noqa: E402
-                                   _burst, _prompts, print_intake, step_s)
+                                   _burst, _prompts, print_intake, print_streaming, step_s)
 
 SGLANG_VERSIONS = ("0.5.5.post1",)  # the versions whose launch path and scheduler messages this bench was read for
 
@@ -304,17 +303,8 @@ def run(model: str, repeats: int, endpoint: str, chat_template: str | None, phas
         a, b = print_intake(cells, first_shares)
         print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")
     if streams:
-        # the chunks the clients received, not the tokens: where the main process fell behind a step, a request's
-        # tokens since its last chunk go out as one (tokenizer_manager.py _wait_one_response sends the latest state)
-        (cpu_low, chunks_low), (cpu_high, chunks_high) = (
-            (statistics.median(c for c, _ in streams[k]), statistics.median(n for _, n in streams[k]))
-            for k in CHUNK_TOKENS)
-        per_chunk = (cpu_high - cpu_low) / (chunks_high - chunks_low)
-        per_token = (cpu_high - cpu_low) / (CHUNK_BURST * (CHUNK_TOKENS[1] - CHUNK_TOKENS[0]))
-        print(f"per streamed chunk {per_chunk * 1e6:.0f} us, per streamed token {per_token * 1e6:.0f} us (the main "
-              f"process's CPU, {CHUNK_BURST} requests streaming {CHUNK_TOKENS[1]} against {CHUNK_TOKENS[0]} tokens, a "
-              f"decode step every {step_s() * 1e3:g} ms; "
-              f"CPU s, chunks: {streams[CHUNK_TOKENS[1]]} against {streams[CHUNK_TOKENS[0]]})")
+        print_streaming(streams, "the main process's CPU")
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])

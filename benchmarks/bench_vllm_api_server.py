@@ -511,6 +511,22 @@ def print_intake(cells: dict[tuple[int, int], list[float]],
     return per_request, per_token
 
 
+def print_streaming(streams: dict[int, list[tuple[float, int]]], whose: str) -> None:
+    """Print a streamed chunk's and a streamed token's CPU: the longer streams' extra CPU (medians over the repeats)
+    over the extra chunks their clients received, and over the extra tokens. Where the server fell behind the stand-in's
+    steps, a request's pending tokens went out as one chunk (V1's RequestOutputCollector, SGLang's
+    _wait_one_response): fewer chunks than tokens, each costing more than a token."""
+    (cpu_low, chunks_low), (cpu_high, chunks_high) = (
+        (statistics.median(c for c, _ in streams[k]), statistics.median(n for _, n in streams[k]))
+        for k in CHUNK_TOKENS)
+    per_chunk = (cpu_high - cpu_low) / (chunks_high - chunks_low)
+    per_token = (cpu_high - cpu_low) / (CHUNK_BURST * (CHUNK_TOKENS[1] - CHUNK_TOKENS[0]))
+    print(f"per streamed chunk {per_chunk * 1e6:.0f} us, per streamed token {per_token * 1e6:.0f} us ({whose}, "
+          f"{CHUNK_BURST} requests streaming {CHUNK_TOKENS[1]} against {CHUNK_TOKENS[0]} tokens, a stepping stand-in's "
+          f"decode step every {step_s() * 1e3:g} ms; CPU s, chunks: {streams[CHUNK_TOKENS[1]]} against "
+          f"{streams[CHUNK_TOKENS[0]]})")
+
+
 def run(model: str, repeats: int, endpoint: str = "completions", chat_template: str | None = None,
         phases: tuple[str, ...] = ("intake", "stream")) -> None:
     if (endpoint == "chat" or "intake" not in phases) and not _v1():
@@ -539,17 +555,7 @@ def run(model: str, repeats: int, endpoint: str = "completions", chat_template: 
         a, b = print_intake(cells, first_shares)
         print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")
     if streams:
-        (cpu_low, chunks_low), (cpu_high, chunks_high) = (
-            (statistics.median(c for c, _ in streams[k]), statistics.median(n for _, n in streams[k]))
-            for k in CHUNK_TOKENS)
-        per_chunk = (cpu_high - cpu_low) / (chunks_high - chunks_low)
-        # 0.6.0's stand-in engine streams a request's tokens at once; V1's, a decode step every step_s()
-        per_token = (cpu_high - cpu_low) / (CHUNK_BURST * (CHUNK_TOKENS[1] - CHUNK_TOKENS[0]))
-        print(f"per streamed chunk {per_chunk * 1e6:.0f} us, per streamed token {per_token * 1e6:.0f} us (API server "
-              f"CPU, {CHUNK_BURST} requests streaming {CHUNK_TOKENS[1]} against {CHUNK_TOKENS[0]} tokens, the chunks "
-              f"its clients received, a decode step every {step_s() * 1e3:g} ms (V1); CPU s, chunks: "
-              f"{streams[CHUNK_TOKENS[1]]} against {streams[CHUNK_TOKENS[0]]})")
-
+        print_streaming(streams, "the API server's CPU")
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
