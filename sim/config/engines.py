@@ -1637,8 +1637,11 @@ ESTIMATE_RANGES: dict[str, tuple[float, str]] = {
     "per_prompt_token_s": (2.0, "an engine's HTTP front-end work per prompt token (API_SERVER_WORK): tokenization "
                            "and the logged token ids, measured on one CPU for Llama 3's tokenizer: another host, "
                            "another tokenizer and other text, a factor of 2 either way"),
-    "per_output_chunk_s": (2.0, "an engine's HTTP front-end work per streamed chunk (API_SERVER_WORK, vLLM's and "
-                           "SGLang's), measured on one CPU: another host's, a factor of 2 either way"),
+    "per_output_chunk_s": (2.0, "an engine's HTTP front-end work per streamed token of a loaded server "
+                           "(API_SERVER_WORK, vLLM's and SGLang's, their tokens merged into fewer chunks), measured on "
+                           "one CPU: another host's, a factor of 2 either way; not the cost of a chunk a token, which "
+                           "a server that keeps up pays (vLLM V1 106-136 us, SGLang 82-121 us) and the model, which "
+                           "does not merge, leaves out"),
 }
 # A term taken from another version's fit (the version has none of its own): the fit's sigma and, in quadrature, how
 # far one engine's terms move between versions: TensorRT-LLM's fits at 0.14.0 and 1.2.0rc1 (both terms inside
