@@ -1220,8 +1220,8 @@ class ApiServerWork:
 # running requests, as its stream_output does), the main process's extra CPU time over the extra chunks its clients
 # received (the detokenizer, a process of its own, not counted): a chunk a token costs 121 us (chat) and 82 us
 # (completions) at a step of 50 ms; at 1 ms (11:07-11:17) the main process falls behind and merges ~1.8 tokens a
-# chunk: 67 us (chat) and 59 us (completions) a token, the rows' figures (a step of 0.01 ms merged no further). No
-# other version has work that queues here.
+# chunk: 67 us (chat) and 59 us (completions) a token, the rows' figures (the chat endpoint at a step of 0.01 ms
+# merged no further). No other version has work that queues here.
 # Spread: ESTIMATE_RANGES.
 _VLLM_BENCH = "benchmarks/bench_vllm_api_server.py"
 _SGLANG_BENCH = "benchmarks/bench_sglang_tokenizer_manager.py"
@@ -1300,8 +1300,7 @@ def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, st
             and chat_template_parse(ctx.version, None, endpoint)):
         notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests are rendered by openai_harmony, not "
                      "its Jinja template: no template parse per request")
-    if (engine == "vllm" and endpoint == "chat" and model_type in HARMONY_MODEL_TYPES
-            and api_server_work(ctx.version, engine, "chat") is not api_server_work(ctx.version, engine)):
+    if endpoint == "chat" and intake is not None and "chat" not in intake.endpoints:  # measured_work's choice
         notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests (openai_harmony's) take the API server's "
                      "work measured on /v1/completions; its chat endpoint was measured through a Jinja template")
     work = _work_keys(intake, parse)
