@@ -1109,10 +1109,27 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     if not case.client_side:
         raw["frontend"] = None  # measured in the engine's own process: no front-end, not even the preset's
     elif front:  # the preset's front-end (its version's work that queues, sim/config/engines.py), the fit's terms
-        raw["frontend"] = {**(preset_raw.get("frontend") or {"num_processes": 1, "per_request_s": 0.0,
-                                                            "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}),
-                           **front}
+        raw["frontend"] = {**(preset_raw.get("frontend") or NO_FRONTEND_WORK), **front}
+    client = measuring_client(case)
+    if client is not None:  # the client that timed the run, beside the server's front-end (the preset's or the fit's)
+        if "frontend" not in raw:
+            from sim.config.engines import apply_engine_preset
+            raw["frontend"] = apply_engine_preset(raw)[0].get("frontend") or NO_FRONTEND_WORK
+        raw["frontend"] = {**raw["frontend"], "client": client.section()}
     return raw
+
+
+NO_FRONTEND_WORK = {"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}
+
+
+def measuring_client(case: PublishedCase):
+    """The benchmark client whose own work is modelled for this run (sim/config/bench_clients.py): the one its tool
+    measured on its endpoint, for open arrivals (a closed loop's client work is in the fitted latency, which does
+    not queue); None otherwise."""
+    from sim.config.bench_clients import bench_client
+    if not case.client_side or case.workload.arrival == "closed_loop":
+        return None
+    return bench_client(case.tool, case.endpoint)
 
 
 SPREAD_METHOD = (
@@ -1213,6 +1230,13 @@ def run_case(case: PublishedCase, cost_model_name: str, fitted: dict | None = No
     cm = COST_MODELS[cost_model_name]
     try:
         _, approx = engine_settings(case)
+        client = measuring_client(case)
+        if client is not None:
+            from sim.config.bench_clients import BENCH_CLIENT_SOURCE
+            approx = [*approx, f"{case.tool}: the client's own work, {client.per_request_s * 1e3:.2f} ms a request "
+                      f"and {client.per_event_s * 1e6:.1f} us a streamed event on /v1/{case.endpoint} "
+                      f"(frontend.client), measured by {BENCH_CLIENT_SOURCE} on the development machine; which "
+                      "version's client ran, and on what CPU, unstated"]
         res.approximations = tuple(approx)
         spec = validate_scenario(scenario(case, cm, fitted, num_requests))
     except NotSimulated as err:

@@ -84,6 +84,16 @@ the think time). Inside the loop each decision is taken when it happens, which c
   chunk is not used for it, even if an earlier stream left it unused).
 
 The records and the summary's client-side metrics are the open loop's (`FrontendStage.client_side`).
+
+**The benchmark client** (`client`, open arrivals only): the tool that sends the requests and times the replies
+is a process too (`vllm bench serve`: one asyncio process), and the client-side times are when it gets round to each
+event. It is modelled as one more front-end of one process on either side of the server's: its inbound pass
+(`per_request_s` each, its `discipline`) turns the send times into the times the server gets the requests, and its
+outbound pass (`per_event_s` a chunk, the server's chunks, first come first served in the time its sending leaves
+free: inbound first again, as an asyncio client that starts every request of a burst at once sends them before it
+reads) turns the server's chunk times into the client's. TTFT is still counted from the send time: the client
+starts its clock before it sends (vllm/benchmarks/lib/endpoint_request_func.py). The client's work is not the
+front-end's: `busy_s` and the summary's front-end figures are the server's.
 """
 
 from __future__ import annotations
@@ -116,6 +126,15 @@ class FrontendCosts:
         """From the validated `FrontendSpec`."""
         return cls(spec.num_processes, spec.per_request_s, spec.per_prompt_token_s, spec.per_output_chunk_s,
                    spec.per_output_token_s, spec.tokens_per_chunk, spec.latency_s, spec.discipline)
+
+    @classmethod
+    def client_of(cls, spec) -> FrontendCosts | None:
+        """The benchmark client (`spec.client`) as a front-end of one process: its work per request in, per event
+        out (a chunk of the server's `tokens_per_chunk`). None without one."""
+        c = spec.client
+        if c is None:
+            return None
+        return cls(1, c.per_request_s, 0.0, c.per_event_s, 0.0, spec.tokens_per_chunk, 0.0, c.discipline)
 
     @property
     def does_no_work(self) -> bool:
@@ -516,8 +535,11 @@ class FrontendStage:
     def __init__(self, spec, workload, num_replicas: int):
         # every replica's own processes, pooled (module docstring)
         self.costs = dataclasses.replace(FrontendCosts.of(spec), num_processes=spec.num_processes * num_replicas)
+        self.client_costs = FrontendCosts.client_of(spec)  # the benchmark client's, one process (None: no work)
         self.workload = workload
         self.outbound: Outbound | None = None
+        self.client_inbound: Inbound | None = None
+        self.received: Outbound | None = None  # the client's times: its own pass's, else the server's
         # A closed loop: the engine runs the front-end in its loop (`in_loop`, given to sim.core.engine.Simulation);
         # the engine numbers the requests as the workload does.
         self.in_loop: ClosedLoopFrontend | None = None
@@ -526,7 +548,11 @@ class FrontendStage:
             self.engine_workload, self.order = workload, np.arange(workload.num_requests)
             self.inbound = None
             return
-        self.inbound = inbound(workload.arrival_s, workload.input_tokens, self.costs)
+        sent = workload.arrival_s
+        if self.client_costs is not None:  # the client's own sending first: the server gets each request after it
+            self.client_inbound = inbound(sent, np.zeros(len(sent), dtype=np.int64), self.client_costs)
+            sent = self.client_inbound.arrival_s
+        self.inbound = inbound(sent, workload.input_tokens, self.costs)
         order = self.inbound.engine_order()
         self.order = order  # engine request id -> the workload's request id
         identity = bool(np.array_equal(order, np.arange(len(order))))
@@ -552,15 +578,26 @@ class FrontendStage:
             last[ids] = requests["last_token_s"]
             out[ids] = requests["output_tokens"]
             self.outbound = outbound(self.inbound, first, last, out, self.costs)
+        self.received, sent = self.outbound, self.inbound.send_s
+        if self.client_inbound is not None:  # the client reads the server's chunks: its own times
+            self.received = outbound(self.client_inbound, self.outbound.client_first_token_s,
+                                     self.outbound.client_last_token_s, out, self.client_costs)
+            sent = self.client_inbound.send_s
         return with_client_side(requests, ids, {
-            "client_send_s": self.inbound.send_s[ids], "frontend_process": self.inbound.process[ids],
-            "client_first_token_s": self.outbound.client_first_token_s[ids],
-            "client_last_token_s": self.outbound.client_last_token_s[ids]})
+            "client_send_s": sent[ids], "frontend_process": self.inbound.process[ids],
+            "client_first_token_s": self.received.client_first_token_s[ids],
+            "client_last_token_s": self.received.client_last_token_s[ids]})
+
+    @property
+    def client_gaps_are_engine_steps(self) -> bool:
+        """`FrontendCosts.client_gaps_are_engine_steps`, with a benchmark client that reads events for free."""
+        reads_free = self.client_costs is None or not self.client_costs.per_output_chunk_s
+        return self.costs.client_gaps_are_engine_steps and reads_free
 
     @property
     def last_receive_s(self) -> float:
         """When the client received the run's last chunk (the run's end as the client sees it); 0 without any."""
-        last = self.outbound.client_last_token_s if self.outbound is not None else np.empty(0)
+        last = self.received.client_last_token_s if self.received is not None else np.empty(0)
         last = last[np.isfinite(last)]
         return float(last.max()) if len(last) else 0.0
 
@@ -577,11 +614,13 @@ class FrontendStage:
         return (float(self.inbound.work_s.sum()) if self.inbound is not None else 0.0) + out
 
     def __repr__(self) -> str:
-        c = self.costs
+        c, b = self.costs, self.client_costs
+        client = (f"; client {b.per_request_s:g} s/request + {b.per_output_chunk_s:g} s/event, {b.discipline}"
+                  if b is not None else "")
         return (f"Frontend({c.num_processes} processes, {c.latency_s:g} s latency + {c.per_request_s:g} s/request + "
                 f"{c.per_prompt_token_s:g} "
                 f"s/prompt token in, {c.per_output_chunk_s:g} s/chunk + {c.per_output_token_s:g} s/token out, "
-                f"{c.tokens_per_chunk} tokens/chunk)")
+                f"{c.tokens_per_chunk} tokens/chunk{client})")
 
 
 def _reordered(items: list | None, order: np.ndarray, identity: bool) -> list | None:

@@ -234,7 +234,8 @@ def with_client_side(table: RequestTable, request_ids: np.ndarray, client: dict[
     `client` (aligned with `table`'s rows: client_send_s, frontend_process, client_first_token_s,
     client_last_token_s) is added with the front-end's share of each latency:
 
-    - frontend_in_s: client send -> engine arrival (waiting for a process, then the inbound work);
+    - frontend_in_s: client send -> engine arrival (the benchmark client's own sending where modelled, waiting for
+      a process, then the inbound work);
     - frontend_out_first_s / frontend_out_last_s: the engine's first / last token -> the client's.
 
     The latencies become what the client measures, as `vllm bench serve` does: ttft_s from send to the first

@@ -394,7 +394,7 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                         window=steady_window(requests, run), decode_runs=decode_runs, lean=lean_summary,
                         frontend=FrontendCounters(frontend.costs.num_processes, frontend.busy_s, frontend.end_s,
                                                   frontend.costs.tokens_per_chunk,
-                                                  frontend.costs.client_gaps_are_engine_steps)
+                                                  frontend.client_gaps_are_engine_steps)
                         if frontend else None)
     if sim.stopped_early_s is not None:
         summary["slo_met"] = False  # certain for the full run; the cut-off run's own records may not show it

@@ -572,6 +572,22 @@ MAX_TOKENS_PER_CHUNK = 1 << 30
 SHARED_DISCIPLINES = ("processor_sharing", "event_loop")
 
 
+class BenchClientSpec(_Strict):
+    """The benchmark client that sends the requests and times the replies, as one process (`vllm bench serve`: one
+    asyncio process, vllm/benchmarks/serve.py): its own work per request sent and per streamed event read queues on
+    it, and the client-side times are when it gets round to each event (sim/frontend.py, "The benchmark client").
+    Open arrivals only. The costs depend on the tool, its version and the host CPU (benchmarks/bench_serve_client.py
+    measures `vllm bench serve`'s)."""
+
+    per_request_s: float = Field(ge=0, description="work per request sent: the HTTP request, its connection, the "
+                                 "reply's end")
+    per_event_s: float = Field(ge=0, description="work per streamed chunk read: one server-sent event parsed and "
+                               "timestamped")
+    discipline: Literal["fifo", "processor_sharing", "event_loop"] = Field("event_loop", description=(
+        "how the client's process serves the requests it sends, as frontend.discipline; default event_loop: an "
+        "asyncio client takes each request's steps in turn"))
+
+
 class FrontendSpec(_Strict):
     """The API front-end between the client and the engine (sim/frontend.py): `num_processes` server processes per
     replica that take each request in (HTTP, chat template, tokenization) and stream its output back
@@ -603,6 +619,9 @@ class FrontendSpec(_Strict):
         "but none leaving before a request sent earlier, as an asyncio server takes each request's steps in turn "
         "(a long prompt's tokenization is one step, not shared). The sharing ones for open arrivals only "
         "(sim/frontend.py)"))
+    client: BenchClientSpec | None = Field(None, description=(
+        "the benchmark client's own work (one process; open arrivals only); absent: a client that takes no time, the "
+        "front-end's chunks being the client's times"))
 
 
 class RunSpec(_Strict):
@@ -769,6 +788,9 @@ class Scenario(_Strict):
             raise ConfigError(f"frontend.discipline: {self.frontend.discipline!r} is modelled for open arrivals only "
                               "(a closed loop's front-end decides each arrival when the request is sent); allowed "
                               "with workload.arrival.kind closed_loop: fifo")
+        if self.frontend.client is not None and self.workload.arrival.kind == "closed_loop":
+            raise ConfigError("frontend.client: modelled for open arrivals only (a closed loop's front-end runs in "
+                              "the engine's loop); allowed with workload.arrival.kind closed_loop: null")
         return self
 
     @model_validator(mode="after")

@@ -126,6 +126,62 @@ def test_concurrency_one_adds_the_front_end_work_to_ttft():
     assert on.summary["latency_measured_at"] == "client"
 
 
+CLIENT = {"per_request_s": 0.0015, "per_event_s": 1e-4}
+
+
+def test_a_benchmark_client_adds_its_send_and_one_event_to_a_request_alone():
+    # one request every 2 s, each alone: the client's sending delays the server by its per-request work, and reading
+    # the first and the last chunk adds one event's work to each; the gaps between them stay the same
+    sparse = {"workload": {"arrival": {"kind": "constant", "rate_per_s": 0.5},
+                           "lengths": {"kind": "fixed", "input_tokens": 300, "output_tokens": 20}},
+              "run": {"num_requests": 8}}
+    fe = {"per_request_s": 0.03, "per_prompt_token_s": 4e-5, "per_output_chunk_s": 2e-4}
+    server, client = run(sparse, frontend=fe), run(sparse, frontend=fe | {"client": CLIENT})
+    a, b = server.requests, client.requests
+    np.testing.assert_allclose(b["ttft_s"] - a["ttft_s"], 0.0015 + 1e-4, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(b["e2e_s"] - a["e2e_s"], 0.0015 + 1e-4, rtol=0, atol=1e-9)
+    np.testing.assert_allclose(b["tpot_s"], a["tpot_s"], rtol=1e-9)
+    np.testing.assert_allclose(b["frontend_in_s"], 0.0015 + 0.03 + 300 * 4e-5, rtol=0, atol=1e-12)
+    np.testing.assert_array_equal(b["client_send_s"], a["client_send_s"])  # TTFT still counts from the send
+    np.testing.assert_allclose(b["engine_ttft_s"], a["engine_ttft_s"], rtol=1e-9)
+    assert "client 0.0015 s/request + 0.0001 s/event, event_loop" in client.extras["frontend"]
+
+
+@pytest.mark.parametrize("discipline", ["event_loop", "fifo"])
+def test_a_burst_leaves_the_client_as_its_discipline_says_and_both_engines_agree(discipline):
+    # 40 requests at once, 0.01 s of the client's work each, a server that does no work: shared (event_loop), all
+    # reach the engine at 40 x 0.01 = 0.4 s; first come, first served at 0.01, 0.02, ... 0.4 s
+    burst = {"workload": {"arrival": {"kind": "burst"},
+                          "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 8}},
+             "run": {"num_requests": 40}}
+    fe = {"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0,
+          "client": {"per_request_s": 0.01, "per_event_s": 2e-4, "discipline": discipline}}
+    python, compiled = (run(burst, frontend=fe, run={"num_requests": 40, "compiled_core": c}) for c in (False, True))
+    r = python.requests
+    want = np.full(40, 0.4) if discipline == "event_loop" else 0.01 * np.arange(1, 41)
+    np.testing.assert_allclose(np.sort(r["arrival_s"]), want, rtol=1e-12)
+    assert (r["client_first_token_s"] >= r["first_token_s"] + 2e-4 * (1 - 1e-12)).all()
+    pd.testing.assert_frame_equal(python.requests, compiled.requests, check_exact=True)
+
+
+def test_a_saturated_client_caps_what_it_reads():
+    # 200 requests of 50 tokens at once; the client spends 1 ms an event, the engine and the server far less: the
+    # client reads its 10,000 events one after another after sending the requests (2 s), so the last one is read
+    # at 2 s + 10 s at the earliest, and, the client never idle once the first token is out, close to it
+    burst = {"workload": {"arrival": {"kind": "burst"},
+                          "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 50}},
+             "run": {"num_requests": 200}}
+    fe = {"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0,
+          "client": {"per_request_s": 0.01, "per_event_s": 1e-3}}
+    r = run(burst, frontend=fe)
+    work = 200 * 0.01 + 200 * 50 * 1e-3
+    last = r.requests["client_last_token_s"].max()
+    assert last >= work * (1 - 1e-12)
+    assert last == pytest.approx(work + r.requests["first_token_s"].min() - 2.0, rel=0.02)
+    assert r.summary["elapsed_s"] == pytest.approx(last, rel=1e-12)
+    assert r.summary["tpot_s_p50"] > 5 * r.summary["engine_tpot_s_p50"]  # the client's queue shows in its TPOT
+
+
 @pytest.mark.parametrize("num_processes, num_replicas", [(1, 1), (2, 1), (1, 2), (2, 3)])
 def test_a_saturated_front_end_caps_the_client_rate(num_processes, num_replicas):
     # 400 requests at once; each costs the front-end 10 ms in and 4 x 1 ms out: the clients receive complete
@@ -210,6 +266,9 @@ BAD = [
     ({"per_output_chunk_s": None}, ["frontend.per_output_chunk_s"]),
     ({"num_procs": 2}, ["frontend.num_procs", "unknown key", "num_processes"]),
     ({"discipline": "lifo"}, ["frontend.discipline", "lifo", "fifo", "processor_sharing", "event_loop"]),
+    ({"client": {"per_request_s": 0.001, "per_event_s": -1e-5}}, ["frontend.client.per_event_s", "-1e-05", ">= 0"]),
+    ({"client": {"per_request_s": 0.001}}, ["frontend.client.per_event_s"]),
+    ({"client": {"per_request_s": 0.001, "per_event_s": 0, "threads": 2}}, ["frontend.client.threads", "unknown key"]),
 ]
 
 
@@ -252,6 +311,8 @@ def test_bad_values_exit_2_with_one_line(tmp_path, capsys, changes, needles):
     ({"discipline": "event_loop"},
      {"workload": {"arrival": {"kind": "closed_loop", "num_users": 4, "think_time_s": 0.0}}},
      ["frontend.discipline", "'event_loop'", "open arrivals only", "closed_loop: fifo"]),
+    ({"client": CLIENT}, {"workload": {"arrival": {"kind": "closed_loop", "num_users": 4, "think_time_s": 0.0}}},
+     ["frontend.client", "open arrivals only", "closed_loop: null"]),
 ])
 def test_outside_the_model_exit_2_with_one_line(tmp_path, capsys, frontend_changes, sections, needles):
     line = _one_error_line(["run", _bad_scenario_file(tmp_path, frontend_changes, **sections), "-q", "--out",

@@ -386,6 +386,25 @@ def test_a_chat_clients_runs_take_the_presets_template_work_with_the_fits_latenc
     assert plain.frontend.per_request_s == api_server_work((0, 6, 0)).per_request_s
 
 
+def test_an_open_vllm_bench_serve_run_models_the_client_that_timed_it(suite):
+    from sim.config.bench_clients import bench_client
+    by_name = {c.name: c for c in suite.cases}
+    burst = by_name["qwen3-14b-h100 vllm sharegpt"]  # vllm bench serve --backend openai-chat, every prompt at once
+    closed = by_name["qwen3-8b h100 c1"]  # --max-concurrency 1: a closed loop
+    other_tool = next(c for c in suite.cases
+                      if c.tool == "sglang.bench_serving" and c.workload.arrival != "closed_loop")
+    fitted = {"latency_s": 0.02, "per_step_s": 1e-3}
+    s = validate_scenario(ps.scenario(burst, ps.COST_MODELS["roofline"], fitted))
+    chat = bench_client("vllm bench serve", "chat")
+    assert (s.frontend.client.per_request_s, s.frontend.client.per_event_s) == (chat.per_request_s, chat.per_event_s)
+    assert s.frontend.client.discipline == "event_loop"
+    assert s.frontend.latency_s == 0.02 and s.frontend.per_output_chunk_s == 20e-6  # the server's front-end kept
+    assert validate_scenario(ps.scenario(closed, ps.COST_MODELS["roofline"], fitted)).frontend.client is None
+    assert validate_scenario(ps.scenario(other_tool, ps.COST_MODELS["roofline"], fitted)).frontend.client is None
+    completions = bench_client("vllm bench serve", "completions")
+    assert completions is not chat and bench_client("sglang.bench_serving", "chat") is None
+
+
 def test_a_runs_command_line_options_are_read_by_the_presets_own_spelling_of_each_flag():
     from sim.config.engines import PRESETS
     for engine, preset in PRESETS.items():
