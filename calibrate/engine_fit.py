@@ -376,8 +376,12 @@ class _PointSimulator:
     def _frontend(d: dict, frontend: dict) -> dict:
         """The front-end a point runs with: a closed loop's processes serve first come, first served, the one
         discipline modelled there (a scenario of open arrivals may share its requests: a vLLM preset's
-        chat-template parse)."""
-        if d["workload"]["arrival"]["kind"] == "closed_loop" and frontend.get("discipline") in SHARED_DISCIPLINES:
+        chat-template parse), and without the scenario's benchmark client (`frontend.client`, modelled for open
+        arrivals only: a closed loop's client work goes into the fitted terms)."""
+        if d["workload"]["arrival"]["kind"] != "closed_loop":
+            return frontend
+        frontend = {k: v for k, v in frontend.items() if k != "client"}
+        if frontend.get("discipline") in SHARED_DISCIPLINES:
             return frontend | {"discipline": "fifo"}
         return frontend
 

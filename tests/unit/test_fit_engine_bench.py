@@ -311,3 +311,21 @@ def test_a_chat_scenarios_points_keep_its_endpoint_and_a_closed_loop_serves_in_o
     terms = sim.start()
     assert terms["per_request_s"] == work  # the fit starts from the preset's intake and parse
     assert sim.metrics(0, closed, terms)["ttft_mean_s"] > 0  # runs: no closed loop with processor sharing
+
+
+def test_a_scenarios_benchmark_client_runs_with_its_open_points_only(tmp_path):
+    # frontend.client is modelled for open arrivals: a concurrency point runs without it (and runs), a burst with it
+    client = {"per_request_s": 1.5e-3, "per_event_s": 3e-5}
+    fe = {"num_processes": 1, "per_request_s": 1e-3, "per_prompt_token_s": 0.0, "per_output_chunk_s": 2e-5,
+          "client": client}
+    sim = _PointSimulator(validate_scenario(small_scenario(frontend=fe)))
+    closed = BenchPoint("-", "vllm bench serve", None, 4, math.inf, 20, 512, 96, {"ttft_mean_s": 1.0})
+    burst = replace(closed, concurrency=None)
+    assert "client" not in sim._point_dict(closed)["frontend"]
+    assert sim._point_dict(burst)["frontend"]["client"] == client | {"discipline": "event_loop"}
+    terms = sim.start()
+    assert sim.metrics(0, closed, terms)["ttft_mean_s"] > 0
+    with_client = sim.metrics(1, burst, terms)["ttft_mean_s"]
+    no_client = _PointSimulator(validate_scenario(small_scenario(frontend={k: v for k, v in fe.items()
+                                                                          if k != "client"})))
+    assert with_client > no_client.metrics(1, burst, terms)["ttft_mean_s"]  # a burst waits for the client's sends
