@@ -45,6 +45,11 @@ BENCH_CLIENTS = (
     BenchClientWork("vllm bench serve", "completions", 1.505e-3, 31.5e-6, "event_loop"),
     BenchClientWork("vllm bench serve", "chat", 0.992e-3, 35.8e-6, "event_loop"),
 )
+# How far a row holds for a published run (a band draws it x/÷ this, sim/config/engines.py bench_client_spread).
+BENCH_CLIENT_RANGE = (2.0, "the benchmark client's own work (sim/config/bench_clients.py), measured on one CPU (the "
+                      "development machine's AMD EPYC guest, where reruns gave 1.44-1.72 ms a request and, behind "
+                      "the server, 20-31.5 us an event) for one version's client: another host's CPU, a factor of 2 "
+                      "either way")
 BENCH_CLIENT_SOURCE = "benchmarks/bench_serve_client.py (vLLM 0.19.0's request functions)"
 
 

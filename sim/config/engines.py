@@ -1713,8 +1713,8 @@ def _pooled_misfit(fits: dict) -> tuple[float, int, int]:
 def engine_term_spread(scenario) -> list[TermSpread]:
     """The uncertain numbers the scenario's engine preset put into it (a validated `Scenario`), in a fixed order:
     the fitted CPU term and front-end latency with their fit's sigma (engine_terms.json), widened for a version
-    that borrows another's fit (OTHER_VERSION_FACTORS), and the CPU estimates in effect (ESTIMATE_RANGES). [] without
-    an engine preset.
+    that borrows another's fit (OTHER_VERSION_FACTORS), and the CPU estimates in effect (ESTIMATE_RANGES); then the
+    benchmark client's measured costs (`bench_client_spread`, with or without a preset). [] without either.
 
     What a preset writes that is not drawn, and why:
     - a term the scenario sets to another value than the preset's: the user's value is theirs (only a value the
@@ -1728,6 +1728,28 @@ def engine_term_spread(scenario) -> list[TermSpread]:
       cost the published runs cannot separate from the kernels' prefill time; a log-normal draw of 0 is 0;
     - frontend.num_processes, the scheduler and KV defaults: the engine's own defaults read from its source at a
       named version (a default read at another version is a preset note): settings, not estimates."""
+    return _preset_term_spread(scenario) + bench_client_spread(scenario)
+
+
+def bench_client_spread(scenario) -> list[TermSpread]:
+    """The benchmark client's costs (`frontend.client`) where they are a measured row of sim/config/bench_clients.py
+    for the scenario's endpoint (a client of the user's own numbers is theirs: not drawn), each drawn x/÷
+    `BENCH_CLIENT_RANGE`."""
+    client = scenario.frontend.client if scenario.frontend is not None else None
+    if client is None:
+        return []
+    from sim.config.bench_clients import BENCH_CLIENT_RANGE, BENCH_CLIENTS
+    measured = (client.per_request_s, client.per_event_s)
+    if not any(row.endpoint == scenario.workload.endpoint and (row.per_request_s, row.per_event_s) == measured
+               for row in BENCH_CLIENTS):
+        return []
+    factor, why = BENCH_CLIENT_RANGE
+    return [TermSpread(f"frontend.client.{term}", float(value), _sigma_of_factor(factor), "estimate", why, None, "")
+            for term, value in zip(("per_request_s", "per_event_s"), measured) if value > 0]
+
+
+def _preset_term_spread(scenario) -> list[TermSpread]:
+    """`engine_term_spread`'s numbers from the engine preset."""
     engine = scenario.engine
     if engine is None or engine.name not in PRESETS:
         return []
@@ -1798,19 +1820,21 @@ def with_engine_terms_drawn(scenario, z: dict[str, float]):
     z[key] (a `model_copy`: nothing else changes). A term missing from z, or at z = 0, keeps its value exactly;
     a z for a key this scenario has no spread for is ignored (every variant of a comparison can take the same
     draws)."""
-    overhead_update: dict[str, float] = {}
-    frontend_update: dict[str, float] = {}
+    updates: dict[str, dict[str, float]] = {"cost_model.overhead": {}, "frontend": {}, "frontend.client": {}}
     for spread in engine_term_spread(scenario):
         zk = float(z.get(spread.key, 0.0))
         if zk == 0.0:
             continue
         section, term = spread.key.rsplit(".", 1)
-        (frontend_update if section == "frontend" else overhead_update)[term] = spread.drawn(zk)
+        updates[section][term] = spread.drawn(zk)
     update: dict[str, Any] = {}
-    if overhead_update:
+    if updates["cost_model.overhead"]:
         cost_model = scenario.cost_model
         update["cost_model"] = cost_model.model_copy(
-            update={"overhead": cost_model.overhead.model_copy(update=overhead_update)})
+            update={"overhead": cost_model.overhead.model_copy(update=updates["cost_model.overhead"])})
+    frontend_update: dict[str, Any] = dict(updates["frontend"])
+    if updates["frontend.client"]:
+        frontend_update["client"] = scenario.frontend.client.model_copy(update=updates["frontend.client"])
     if frontend_update:
         update["frontend"] = scenario.frontend.model_copy(update=frontend_update)
     return scenario.model_copy(update=update) if update else scenario

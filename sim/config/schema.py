@@ -650,8 +650,9 @@ class RunSpec(_Strict):
         "draws anew: `workload` (another workload seed, the same for every variant of a comparison), `step_time` "
         "(the cost model's error, drawn from its measured residuals, calibrate/residuals.json), `engine_terms` (an "
         "engine preset's CPU and front-end terms, from their fit's spread or their stated range, "
-        "sim/config/engines.py engine_term_spread) and `engine_model` (an engine preset's misfit on its fit runs, "
-        "engine_model_misfit: a further shared bias); the last two do nothing without a preset")
+        "sim/config/engines.py engine_term_spread, and a measured benchmark client's costs: nothing without either) "
+        "and `engine_model` (an engine preset's misfit on its fit runs, engine_model_misfit: a further shared bias; "
+        "nothing without a preset)")
     band_replications: int | None = Field(None, ge=2, le=199, description="replications behind a band; default: "
                                           "the fewest whose outermost runs bound the level (19 for 90%, 39 for 95%)")
     band_method: Literal["auto", "replications", "edges"] = Field(

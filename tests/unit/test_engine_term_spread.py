@@ -289,3 +289,30 @@ def test_vllm_060s_measured_api_server_work_is_drawn_as_estimates():
     assert drawn.frontend.per_request_s == work.per_request_s
     assert not {f"frontend.{t}" for t in ("per_prompt_token_s", "per_output_chunk_s")} & {
         s.key for s in engine_term_spread(scenario({"name": "vllm", "version": "0.10.1"}))}  # none measured
+
+
+def test_a_measured_benchmark_client_is_drawn_with_or_without_a_preset_and_a_users_own_is_not():
+    from sim.config.bench_clients import BENCH_CLIENT_RANGE, bench_client
+    row = bench_client("vllm bench serve", "completions")
+    client = row.section()
+    fe = {"per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}
+    keys = ["frontend.client.per_request_s", "frontend.client.per_event_s"]
+    alone = scenario(None, frontend=fe | {"client": client})
+    spreads = engine_term_spread(alone)
+    assert [s.key for s in spreads] == keys
+    sigma = math.log(BENCH_CLIENT_RANGE[0]) / Z90
+    assert [(s.point, s.sigma_log, s.kind) for s in spreads] == [(row.per_request_s, sigma, "estimate"),
+                                                                 (row.per_event_s, sigma, "estimate")]
+    own = scenario(None, frontend=fe | {"client": client | {"per_event_s": 5e-5}})
+    assert engine_term_spread(own) == []  # the user's own numbers
+    chat = scenario(None, frontend=fe | {"client": client}, workload=BASE["workload"] | {"endpoint": "chat"})
+    assert engine_term_spread(chat) == []  # completions' row on a chat run: not the measured client of its endpoint
+    preset = scenario({"name": "vllm", "version": "0.11.0"})
+    with_client = scenario({"name": "vllm", "version": "0.11.0"},
+                           frontend=preset.frontend.model_dump(exclude={"client"}) | {"client": client})
+    assert [s.key for s in engine_term_spread(with_client)] == [s.key for s in engine_term_spread(preset)] + keys
+    drawn = with_engine_terms_drawn(alone, {keys[0]: 1.0, keys[1]: -2.0})
+    assert drawn.frontend.client.per_request_s == row.per_request_s * math.exp(sigma)
+    assert drawn.frontend.client.per_event_s == row.per_event_s * math.exp(-2.0 * sigma)
+    assert drawn.frontend.client.discipline == "event_loop" and drawn.frontend.per_request_s == 0.0
+    assert with_engine_terms_drawn(alone, {keys[0]: 0.0}) == alone
