@@ -68,8 +68,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
-from bench_vllm_api_server import (CHUNK_BURST, CHUNK_TOKENS, INTAKE_BURSTS, INTAKE_PROMPT_TOKENS,  # noqa: E402
-                                   _burst, _prompts, print_intake, print_streaming, step_s)
+from bench_vllm_api_server import (_burst, _machine_cpu, _prompts, add_run_options, run_phases,  # noqa: E402
+                                   run_phases_of, step_s)
 
 SGLANG_VERSIONS = ("0.5.5.post1",)  # the versions whose launch path and scheduler messages this bench was read for
 
@@ -277,33 +277,14 @@ def run(model: str, repeats: int, endpoint: str, chat_template: str | None, phas
     if sglang.__version__ not in SGLANG_VERSIONS:
         raise SystemExit(f"SGLang {sglang.__version__}: this bench runs {', '.join(SGLANG_VERSIONS)} (the versions it "
                          "was read for)")
-    from bench_vllm_api_server import _machine_cpu
     os.sched_setaffinity(0, {1})
     template = f", chat template {chat_template}" if chat_template else ""
     print(f"# SGLang front-end work per request and per chunk, /v1/{endpoint}{template}: {_machine_cpu()}, "
           f"SGLang {sglang.__version__}, {time.strftime('%Y-%m-%d %H:%M')}")
-    cells: dict[tuple[int, int], list[float]] = {}
-    first_shares: dict[tuple[int, int], list[float]] = {}
-    streams: dict[int, list[tuple[float, int]]] = {}  # tokens a request -> (main process CPU s, chunks), each repeat
     with tempfile.TemporaryDirectory() as tmp:
-        for _ in range(repeats if "intake" in phases else 0):
-            for tokens in INTAKE_PROMPT_TOKENS:
-                for size in INTAKE_BURSTS:
-                    r = one_burst(model, size, tokens, Path(tmp), endpoint, 1, chat_template)
-                    cells.setdefault((size, tokens), []).append(r["last_arrival_s"] / size)
-                    first_shares.setdefault((size, tokens), []).append(r["first_arrival_s"] / r["last_arrival_s"])
-                    print(f"  burst {size} x {tokens} tokens: {r}", flush=True)
-        for _ in range(repeats if "stream" in phases else 0):
-            for out_tokens in CHUNK_TOKENS:
-                r = one_burst(model, CHUNK_BURST, INTAKE_PROMPT_TOKENS[0], Path(tmp), endpoint, out_tokens,
-                              chat_template)
-                streams.setdefault(out_tokens, []).append((r["main_cpu_s"], r["chunks"]))
-                print(f"  burst {CHUNK_BURST} streaming {out_tokens} tokens: {r}", flush=True)
-    if cells:
-        a, b = print_intake(cells, first_shares)
-        print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")
-    if streams:
-        print_streaming(streams, "the main process's CPU")
+        run_phases(lambda size, tokens, out_tokens: one_burst(model, size, tokens, Path(tmp), endpoint, out_tokens,
+                                                              chat_template),
+                   phases, repeats, repeats, "main_cpu_s", "the main process's CPU")
 
 
 def main() -> None:
@@ -313,24 +294,13 @@ def main() -> None:
     stand.add_argument("--out", type=Path, required=True)
     go = sub.add_parser("run", help="the bursts")
     go.add_argument("--model", required=True, help="bench_vllm_api_server.py's tokenizer folder")
-    go.add_argument("--repeats", type=int, default=3)
-    go.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
-    go.add_argument("--phases", default="intake,stream", help="intake, stream or both (comma-separated)")
-    go.add_argument("--chat-template", help="a .jinja chat template for the chat endpoint (SGLang's --chat-template)")
-    go.add_argument("--step-ms", type=float, help="the stand-in scheduler's decode step (default 50)")
+    add_run_options(go, repeats=3, server="SGLang")
     args = parser.parse_args()
     sys.path.insert(0, os.getcwd())  # SGLang's unpacked `sglang/` (see the setup above)
     if args.command == "standin":
         write_standin(args.out)
     else:
-        phases = tuple(args.phases.split(","))
-        if not phases or not set(phases) <= {"intake", "stream"}:
-            parser.error(f"--phases {args.phases!r}: allowed intake, stream or intake,stream")
-        if args.endpoint == "chat" and not args.chat_template:
-            parser.error("--endpoint chat needs --chat-template (the Llama 3 tokenizer folder has none)")
-        if args.step_ms is not None:
-            os.environ["BENCH_STEP_S"] = str(args.step_ms / 1e3)  # read by the spawned scheduler stand-in
-        run(args.model, args.repeats, args.endpoint, args.chat_template, phases)
+        run(args.model, args.repeats, args.endpoint, args.chat_template, run_phases_of(parser, args))
 
 
 if __name__ == "__main__":

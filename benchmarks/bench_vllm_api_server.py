@@ -535,27 +535,39 @@ def run(model: str, repeats: int, endpoint: str = "completions", chat_template: 
     os.sched_setaffinity(0, {1})
     template = f", chat template {chat_template}" if chat_template else ""
     print(f"# vLLM API server work per request and per chunk, /v1/{endpoint}{template}: {_machine()}")
+    with tempfile.TemporaryDirectory() as tmp:
+        run_phases(lambda size, tokens, out_tokens: one_burst(model, size, tokens, out_tokens, Path(tmp), endpoint,
+                                                              chat_template),
+                   phases, repeats, max(3, repeats // 2), "api_cpu_s", "the API server's CPU")
+
+
+def run_phases(burst, phases: tuple[str, ...], intake_repeats: int, stream_repeats: int, cpu_key: str,
+               cpu_label: str) -> None:
+    """The front-end benches' two phases (this one's and bench_sglang_tokenizer_manager.py's), printed:
+    `burst(size, prompt tokens, output tokens)` runs one burst and returns its first and last arrival and the
+    server's CPU seconds (`cpu_key`) and chunks. Intake: INTAKE_BURSTS x INTAKE_PROMPT_TOKENS of one output token,
+    fitted as per request + per prompt token; streaming: CHUNK_BURST requests of CHUNK_TOKENS tokens each."""
     cells: dict[tuple[int, int], list[float]] = {}
     first_shares: dict[tuple[int, int], list[float]] = {}  # when the burst's first request reached the engine
-    streams: dict[int, list[tuple[float, int]]] = {}  # tokens a request -> (API server CPU s, chunks), each repeat
-    with tempfile.TemporaryDirectory() as tmp:
-        for repeat in range(repeats if "intake" in phases else 0):
-            for tokens in INTAKE_PROMPT_TOKENS:
-                for size in INTAKE_BURSTS:
-                    r = one_burst(model, size, tokens, 1, Path(tmp), endpoint, chat_template)
-                    cells.setdefault((size, tokens), []).append(r["last_arrival_s"] / size)
-                    first_shares.setdefault((size, tokens), []).append(r["first_arrival_s"] / r["last_arrival_s"])
-        for repeat in range(max(3, repeats // 2) if "stream" in phases else 0):
-            for out_tokens in CHUNK_TOKENS:
-                r = one_burst(model, CHUNK_BURST, INTAKE_PROMPT_TOKENS[0], out_tokens, Path(tmp), endpoint,
-                              chat_template)
-                streams.setdefault(out_tokens, []).append((r["api_cpu_s"], r["chunks"]))
-                print(f"  burst {CHUNK_BURST} streaming {out_tokens} tokens: {r}", flush=True)
+    streams: dict[int, list[tuple[float, int]]] = {}  # tokens a request -> (server CPU s, chunks), each repeat
+    for _ in range(intake_repeats if "intake" in phases else 0):
+        for tokens in INTAKE_PROMPT_TOKENS:
+            for size in INTAKE_BURSTS:
+                r = burst(size, tokens, 1)
+                cells.setdefault((size, tokens), []).append(r["last_arrival_s"] / size)
+                first_shares.setdefault((size, tokens), []).append(r["first_arrival_s"] / r["last_arrival_s"])
+                print(f"  burst {size} x {tokens} tokens: {r}", flush=True)
+    for _ in range(stream_repeats if "stream" in phases else 0):
+        for out_tokens in CHUNK_TOKENS:
+            r = burst(CHUNK_BURST, INTAKE_PROMPT_TOKENS[0], out_tokens)
+            streams.setdefault(out_tokens, []).append((r[cpu_key], r["chunks"]))
+            print(f"  burst {CHUNK_BURST} streaming {out_tokens} tokens: {r}", flush=True)
     if cells:
         a, b = print_intake(cells, first_shares)
         print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")
     if streams:
-        print_streaming(streams, "the API server's CPU")
+        print_streaming(streams, cpu_label)
+
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -565,24 +577,36 @@ def main() -> None:
     tok.add_argument("--out", type=Path, required=True)
     go = sub.add_parser("run", help="the bursts")
     go.add_argument("--model", required=True, help="the tokenizer folder `tokenizer` wrote")
-    go.add_argument("--repeats", type=int, default=5)
-    go.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
-    go.add_argument("--phases", default="intake,stream", help="intake, stream or both (comma-separated)")
-    go.add_argument("--chat-template", help="a .jinja chat template for the chat endpoint (vLLM's --chat-template)")
-    go.add_argument("--step-ms", type=float, help=f"the stand-in's decode step (default {STEP_S * 1e3:g})")
+    add_run_options(go, repeats=5, server="vLLM")
     args = parser.parse_args()
     sys.path.insert(0, os.getcwd())  # vLLM 0.6.0's unpacked `vllm/` (see the setup above)
     if args.command == "tokenizer":
         build_tokenizer(args.llama_models, args.out)
     else:
-        phases = tuple(args.phases.split(","))
-        if not phases or not set(phases) <= {"intake", "stream"}:
-            parser.error(f"--phases {args.phases!r}: allowed intake, stream or intake,stream")
-        if args.endpoint == "chat" and not args.chat_template:
-            parser.error("--endpoint chat needs --chat-template (the Llama 3 tokenizer folder has none)")
-        if args.step_ms is not None:
-            os.environ["BENCH_STEP_S"] = str(args.step_ms / 1e3)  # read by the spawned servers
-        run(str(Path(args.model).resolve()), args.repeats, args.endpoint, args.chat_template, phases)
+        run(str(Path(args.model).resolve()), args.repeats, args.endpoint, args.chat_template,
+            run_phases_of(parser, args))
+
+
+def add_run_options(run_parser, repeats: int, server: str) -> None:
+    """The `run` options of both front-end benches (this one's and bench_sglang_tokenizer_manager.py's)."""
+    run_parser.add_argument("--repeats", type=int, default=repeats)
+    run_parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    run_parser.add_argument("--phases", default="intake,stream", help="intake, stream or both (comma-separated)")
+    run_parser.add_argument("--chat-template", help=f"a .jinja chat template for the chat endpoint ({server}'s "
+                            "--chat-template)")
+    run_parser.add_argument("--step-ms", type=float, help=f"the stand-in's decode step (default {STEP_S * 1e3:g})")
+
+
+def run_phases_of(parser, args) -> tuple[str, ...]:
+    """`add_run_options`' phases, checked with the endpoint; --step-ms put where the spawned servers read it."""
+    phases = tuple(args.phases.split(","))
+    if not phases or not set(phases) <= {"intake", "stream"}:
+        parser.error(f"--phases {args.phases!r}: allowed intake, stream or intake,stream")
+    if args.endpoint == "chat" and not args.chat_template:
+        parser.error("--endpoint chat needs --chat-template (the Llama 3 tokenizer folder has none)")
+    if args.step_ms is not None:
+        os.environ["BENCH_STEP_S"] = str(args.step_ms / 1e3)  # read by the spawned servers (step_s)
+    return phases
 
 
 if __name__ == "__main__":
