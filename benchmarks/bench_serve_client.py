@@ -1,6 +1,6 @@
-"""What the benchmark client itself spends (issue 30): `vllm bench serve`'s own request functions, run on this machine's
-CPU against a stand-in server, per request sent and per streamed event received. The numbers behind
-`sim/config/bench_clients.py` BENCH_CLIENTS.
+"""What the benchmark client itself spends (issue 30): a benchmark tool's own request functions (`vllm bench serve`'s,
+vLLM's older `benchmark_serving.py`'s, `sglang.bench_serving`'s), run on this machine's CPU against a stand-in server,
+per request sent and per streamed event received. The numbers behind `sim/config/bench_clients.py` BENCH_CLIENTS.
 
 `vllm bench serve` is one asyncio process (`asyncio.run`, vllm/benchmarks/serve.py): it sends every request, reads
 every server-sent event of every stream, parses each one's JSON and timestamps it. Its TTFT and ITL are taken when it
@@ -9,10 +9,14 @@ gets round to an event, so when it falls behind, its own queue shows in the figu
 - **The client**: vLLM's `async_request_openai_completions` / `async_request_openai_chat_completions`, loaded from the
   `vllm/benchmarks/lib/endpoint_request_func.py` given (`--request-funcs`), with the aiohttp session `serve.py` makes
   for a run without --max-concurrency (TCPConnector limit 0, keep-alive), every request of a burst started at once
-  (request rate inf), as `serve.py` starts them. Pinned to core 0.
+  (request rate inf), as `serve.py` starts them. Pinned to core 0. The older tools (`--tool`; `TOOLS`) are loaded
+  the same way from their own files, each request opening its own aiohttp session (so its own connection, and for a
+  host name its own lookup) to the tool's default host, as their functions do; completions only, the endpoint their
+  published runs used.
 - **The stand-in server** (core 1, uvloop, HTTP/1.1 chunked): a decode step every `step_ms`, one event for every
   running stream, in the JSON vLLM's OpenAI server writes (chat: the role event first, as vLLM sends it with the
-  first token), then the usage event and `[DONE]`.
+  first token), then the usage event (where the tool's era's server sends one: `vllm bench serve` asks for it) and
+  `[DONE]`.
 
 Measured: the client's CPU seconds over the burst (`time.process_time` in its process), the events it parsed, the
 mean TTFT and TPOT it recorded (the TPOT against the server's step), and when the server read the burst's first and
@@ -31,12 +35,23 @@ Setup (a venv with aiohttp, regex, tqdm and uvloop; vLLM's request functions fro
     pip download --no-deps --only-binary :all: vllm==0.19.0 -d dl
     unzip -j dl/vllm-0.19.0-*.whl vllm/benchmarks/lib/endpoint_request_func.py -d vllm-0.19.0
     python benchmarks/bench_serve_client.py --request-funcs vllm-0.19.0/endpoint_request_func.py [--endpoint chat]
+
+vLLM's `benchmark_serving.py` (the Lambda runs' client): benchmarks/backend_request_func.py of vllm-project/vllm at
+011841309828ee36ff4c125eb2390b56e1c1bbad (its 0.6-era copy: a new `aiohttp.ClientSession` a request, Python 3.8
+syntax), saved as a file; `sglang.bench_serving` (the SGLang v0.3.0 / vLLM v0.6.0 page's client) from SGLang 0.3.0's
+wheel. Their tokenizer imports (transformers, huggingface_hub, requests, numpy) are stubbed, never called:
+
+    python benchmarks/bench_serve_client.py --tool "vllm benchmark_serving.py" --request-funcs backend_request_func.py
+    pip download --no-deps --only-binary :all: sglang==0.3.0 -d dl
+    unzip -j dl/sglang-0.3.0-*.whl sglang/bench_serving.py -d sglang-0.3.0
+    python benchmarks/bench_serve_client.py --tool sglang.bench_serving --request-funcs sglang-0.3.0/bench_serving.py
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
 import importlib.util
 import json
 import multiprocessing
@@ -46,6 +61,7 @@ import socket
 import statistics
 import subprocess
 import time
+from dataclasses import dataclass
 
 COMPLETION_EVENT = {"id": "cmpl-0123456789abcdef0123456789abcdef", "object": "text_completion",
                     "created": 1764590000, "model": "Qwen/Qwen3-0.6B",
@@ -68,11 +84,22 @@ def _sse(event) -> bytes:
     return b"%x\r\n" % len(data) + data + b"\r\n"
 
 
-def server_process(port: int, step_s: float, chat: bool) -> None:
-    """The stand-in server: reads each request (keep-alive), then streams `max_tokens` events, one a step."""
+def most_files() -> None:
+    """Raise this process's open-file limit to its hard limit: a burst holds a connection a request (as
+    sglang.bench_serving's set_ulimit does for itself)."""
+    import resource
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def server_process(port: int, step_s: float, chat: bool, usage_event: bool = True) -> None:
+    """The stand-in server: reads each request (keep-alive), then streams `max_tokens` events, one a step (then the
+    usage event where its era's server sends one, and [DONE])."""
     import uvloop
+    most_files()
     token, role, usage, done = (_sse(CHAT_EVENT if chat else COMPLETION_EVENT), _sse(CHAT_ROLE_EVENT),
-                                _sse(USAGE_EVENT), _sse("[DONE]") + b"0\r\n\r\n")
+                                _sse(USAGE_EVENT) if usage_event else b"",
+                                _sse("[DONE]") + b"0\r\n\r\n")
     running: dict[int, list] = {}  # stream -> [writer, tokens left, finished future, tokens sent]
     arrivals: list[float] = []  # when each request was read (time.monotonic: one clock for both processes)
 
@@ -113,19 +140,67 @@ def server_process(port: int, step_s: float, chat: bool) -> None:
 
     async def main():
         asyncio.get_running_loop().create_task(stepper())
-        server = await asyncio.start_server(handle, "127.0.0.1", port, backlog=8192)
+        server = await asyncio.start_server(handle, None, port, backlog=8192)  # every interface: any tool's host
         await server.serve_forever()
     uvloop.run(main())
 
 
-def client_process(port: int, size: int, out_tokens: int, request_funcs: str, chat: bool, result) -> None:
-    """One burst of `size` requests through vLLM's request function, as `vllm bench serve` sends them."""
-    spec = importlib.util.spec_from_file_location("endpoint_request_func", request_funcs)
+@dataclass(frozen=True)
+class Tool:
+    """A benchmark tool's client, as the bench runs it."""
+
+    name: str  # as sim/config/bench_clients.py names it
+    own_session: bool  # each request opens its own aiohttp session (and connection), as the tool's function does
+    host: str  # the tool's default host (a name is resolved again by every new session)
+    usage_event: bool  # the server of its era sends a usage event before [DONE] (vLLM's include_usage)
+    stub_modules: tuple[str, ...] = ()  # imported at the file's top, never used by its request functions
+
+
+TOOLS = {
+    # vLLM's `vllm bench serve` (vllm/benchmarks/lib/endpoint_request_func.py): one session for the run, which
+    # serve.py makes and passes to every request.
+    "vllm bench serve": Tool("vllm bench serve", False, "127.0.0.1", True),
+    # vLLM's benchmarks/benchmark_serving.py before `vllm bench serve` (benchmarks/backend_request_func.py): a new
+    # session a request, to http://localhost:8000 by default.
+    "vllm benchmark_serving.py": Tool("vllm benchmark_serving.py", True, "localhost", False,
+                                      ("huggingface_hub", "huggingface_hub.constants", "transformers")),
+    # SGLang's python -m sglang.bench_serving (python/sglang/bench_serving.py): a new session a request, to
+    # http://0.0.0.0:<port> by default; its functions read the module's global `args`.
+    "sglang.bench_serving": Tool("sglang.bench_serving", True, "0.0.0.0", False,
+                                 ("numpy", "requests", "transformers")),
+}
+
+
+def load_request_funcs(path: str, tool: Tool):
+    """The tool's request functions from its own file; the modules it imports only for its tokenizer helpers are
+    stubbed (the request functions never touch them)."""
+    import sys
+    import types
+    for name in tool.stub_modules:
+        if name not in sys.modules:
+            stub = types.ModuleType(name)
+            for attr in ("AutoTokenizer", "PreTrainedTokenizer", "PreTrainedTokenizerBase",
+                         "PreTrainedTokenizerFast"):
+                setattr(stub, attr, object)
+            sys.modules[name] = stub
+    spec = importlib.util.spec_from_file_location("request_funcs", path)
     funcs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(funcs)
+    if tool.name == "sglang.bench_serving":  # its functions read the command line's stream and ignore_eos flags
+        funcs.args = argparse.Namespace(disable_stream=False, disable_ignore_eos=False)
+    return funcs
+
+
+def client_process(port: int, size: int, out_tokens: int, request_funcs: str, chat: bool, tool_name: str,
+                   result) -> None:
+    """One burst of `size` requests through the tool's request function, as the tool sends them."""
+    tool = TOOLS[tool_name]
+    most_files()
+    funcs = load_request_funcs(request_funcs, tool)
     import aiohttp
     request = funcs.async_request_openai_chat_completions if chat else funcs.async_request_openai_completions
-    url = f"http://127.0.0.1:{port}/v1/{'chat/completions' if chat else 'completions'}"
+    url = f"http://{tool.host}:{port}/v1/{'chat/completions' if chat else 'completions'}"
+    fields = {f.name for f in dataclasses.fields(funcs.RequestFuncInput)}
 
     async def burst():
         connector = aiohttp.TCPConnector(limit=0, limit_per_host=0, ttl_dns_cache=300, use_dns_cache=True,
@@ -135,11 +210,15 @@ def client_process(port: int, size: int, out_tokens: int, request_funcs: str, ch
                                         timeout=aiohttp.ClientTimeout(total=6 * 60 * 60))
 
         def one():
-            return funcs.RequestFuncInput(prompt="hello " * 500, api_url=url, prompt_len=512,
-                                          output_len=out_tokens, model="Qwen/Qwen3-0.6B")
-        await request(one(), session)  # warm-up: first-call imports, the first connection
+            given = {"prompt": "hello " * 500, "api_url": url, "prompt_len": 512, "output_len": out_tokens,
+                     "model": "Qwen/Qwen3-0.6B", "extra_request_body": {}}
+            return funcs.RequestFuncInput(**{k: v for k, v in given.items() if k in fields})
+
+        def send():
+            return request(one()) if tool.own_session else request(one(), session)
+        await send()  # warm-up: first-call imports, the first connection (the tools' own test request)
         cpu, sent, start = time.process_time(), time.perf_counter(), time.monotonic()
-        outputs = await asyncio.gather(*(request(one(), session) for _ in range(size)))
+        outputs = await asyncio.gather(*(send() for _ in range(size)))
         cpu, wall = time.process_time() - cpu, time.perf_counter() - sent
         async with session.get(f"http://127.0.0.1:{port}/arrivals") as response:
             arrivals = (await response.json())[1:]  # the burst's (after the warm-up's)
@@ -155,12 +234,13 @@ def client_process(port: int, size: int, out_tokens: int, request_funcs: str, ch
     asyncio.run(burst())  # as serve.py runs it
 
 
-def one_burst(size: int, out_tokens: int, step_ms: float, request_funcs: str, chat: bool) -> dict:
+def one_burst(size: int, out_tokens: int, step_ms: float, request_funcs: str, chat: bool,
+              tool: str = "vllm bench serve") -> dict:
     ctx = multiprocessing.get_context("spawn")
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = ctx.Process(target=server_process, args=(port, step_ms / 1e3, chat))
+    server = ctx.Process(target=server_process, args=(port, step_ms / 1e3, chat, TOOLS[tool].usage_event))
     server.start()
     subprocess.run(["taskset", "-pc", "1", str(server.pid)], capture_output=True, check=True)
     try:
@@ -171,7 +251,8 @@ def one_burst(size: int, out_tokens: int, step_ms: float, request_funcs: str, ch
             except OSError:
                 time.sleep(0.1)
         result = ctx.Queue()
-        client = ctx.Process(target=client_process, args=(port, size, out_tokens, request_funcs, chat, result))
+        client = ctx.Process(target=client_process, args=(port, size, out_tokens, request_funcs, chat, tool,
+                                                                result))
         client.start()
         subprocess.run(["taskset", "-pc", "0", str(client.pid)], capture_output=True, check=True)
         out = result.get(timeout=900)
@@ -198,17 +279,20 @@ def machine() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--request-funcs", required=True, help="vLLM's vllm/benchmarks/lib/endpoint_request_func.py")
+    ap.add_argument("--request-funcs", required=True, help="the tool's file of request functions (module docstring)")
+    ap.add_argument("--tool", choices=sorted(TOOLS), default="vllm bench serve")
     ap.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
     ap.add_argument("--repeats", type=int, default=3)
     args = ap.parse_args(argv)
     chat = args.endpoint == "chat"
+    if chat and TOOLS[args.tool].own_session:
+        ap.error(f"--endpoint chat: {args.tool}'s runs here are /v1/completions ones; only completions is measured")
     import aiohttp
     print(f"{machine()}, aiohttp {aiohttp.__version__}, {time.strftime('%Y-%m-%d %H:%M')}; client on core 0, "
-          f"stand-in server on core 1; /v1/{'chat/completions' if chat else 'completions'}")
+          f"stand-in server on core 1; {args.tool}, /v1/{'chat/completions' if chat else 'completions'}")
 
     def median_cell(size, out_tokens, step_ms):
-        runs = [one_burst(size, out_tokens, step_ms, args.request_funcs, chat) for _ in range(args.repeats)]
+        runs = [one_burst(size, out_tokens, step_ms, args.request_funcs, chat, args.tool) for _ in range(args.repeats)]
         return {k: statistics.median(r[k] for r in runs) for k in runs[0]}
 
     per_request = []

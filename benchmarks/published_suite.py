@@ -1232,11 +1232,10 @@ def run_case(case: PublishedCase, cost_model_name: str, fitted: dict | None = No
         _, approx = engine_settings(case)
         client = measuring_client(case)
         if client is not None:
-            from sim.config.bench_clients import BENCH_CLIENT_SOURCE
             approx = [*approx, f"{case.tool}: the client's own work, {client.per_request_s * 1e3:.2f} ms a request "
                       f"and {client.per_event_s * 1e6:.1f} us a streamed event on /v1/{case.endpoint} "
-                      f"(frontend.client), measured by {BENCH_CLIENT_SOURCE} on the development machine; which "
-                      "version's client ran, and on what CPU, unstated"]
+                      f"(frontend.client), measured by benchmarks/bench_serve_client.py ({client.source}) on the "
+                      "development machine; which version's client ran, and on what CPU, unstated"]
         res.approximations = tuple(approx)
         spec = validate_scenario(scenario(case, cm, fitted, num_requests))
     except NotSimulated as err:

@@ -54,9 +54,10 @@ times, not every token's, so:
   num_processes / (inbound + outbound work per request), as in the real front-end.
 
 **Latency** (`latency_s`): a delay per request that occupies no process and so never queues (the network, the
-server's event-loop awaits, the client's own parsing): added to every client-side time of the reply, the first and
-the last chunk's (`with_latency`), so a closed loop's user sends again that much later. Only its sum over the
-request's way in and out shows in the client's metrics, so it is applied once, on the way out.
+server's event-loop awaits, the client's own parsing where `client` below does not model it as work that queues):
+added to every client-side time of the reply, the first and the last chunk's (`with_latency`), so a closed loop's
+user sends again that much later. Only its sum over the request's way in and out shows in the client's metrics, so it
+is applied once, on the way out.
 
 Client-side times: `client_first_token_s` / `client_last_token_s` are when the first / last chunk leaves the
 front-end (the network between front-end and client is not modelled). TTFT as `vllm bench serve` measures it is

@@ -17,6 +17,7 @@ class BenchClientWork:
     per_request_s: float  # a request sent and its reply's end: the connection, the POST, the usage event, [DONE]
     per_event_s: float  # a streamed event read: parsed and timestamped (the model reads a chunk an event)
     discipline: str  # how its one process serves a burst's requests (sim/frontend.py)
+    source: str  # the request functions benchmarks/bench_serve_client.py ran
 
     def section(self) -> dict:
         """The scenario's `frontend.client`."""
@@ -41,16 +42,31 @@ class BenchClientWork:
 # figure is the median of the cells where the client fell behind (completions 31.5 us, chat 35.8 us): a loaded
 # client's, as the engine presets take a loaded server's (sim/config/engines.py API_SERVER_WORK). Which vLLM's
 # client a published run used, and its host's CPU, are mostly unstated.
+#
+# vLLM's older `benchmarks/benchmark_serving.py` and SGLang's `sglang.bench_serving` (12-01 15:37 and 15:39, the same
+# machine and bench, 3 repeats a cell, medians; /v1/completions, the endpoint of every published run they timed): each
+# request opens its own aiohttp session (so its own connection; vLLM's to its default host, localhost, looked up
+# again by every session), and the server of their era sends no usage event. vLLM's copy of
+# benchmarks/backend_request_func.py at vllm-project/vllm 01184130 (the 0.6 era's; which copy Lambda's runs used is
+# unstated): 1.18 ms a request (0.89-1.39 over the three burst sizes), first arrivals at 76-91% of the last (so
+# event_loop), 32.2 us an event behind the server (23-53 us at steps of 20-1 ms; 78 us at 50 ms, keeping up).
+# SGLang 0.3.0's python/sglang/bench_serving.py (from its wheel; the page's client commit is unstated): 1.02 ms a
+# request (0.90-1.13), first arrivals at 89-93% of the last (event_loop), 32.2 us an event behind (16-55 us; 98 us
+# keeping up). The rule for each figure is the one above, chosen before these ran.
+_VLLM_SERVE = "vLLM 0.19.0's request functions"
 BENCH_CLIENTS = (
-    BenchClientWork("vllm bench serve", "completions", 1.505e-3, 31.5e-6, "event_loop"),
-    BenchClientWork("vllm bench serve", "chat", 0.992e-3, 35.8e-6, "event_loop"),
+    BenchClientWork("vllm bench serve", "completions", 1.505e-3, 31.5e-6, "event_loop", _VLLM_SERVE),
+    BenchClientWork("vllm bench serve", "chat", 0.992e-3, 35.8e-6, "event_loop", _VLLM_SERVE),
+    BenchClientWork("vllm benchmark_serving.py", "completions", 1.177e-3, 32.2e-6, "event_loop",
+                    "benchmarks/backend_request_func.py at vllm-project/vllm 01184130"),
+    BenchClientWork("sglang.bench_serving", "completions", 1.020e-3, 32.2e-6, "event_loop",
+                    "SGLang 0.3.0's python/sglang/bench_serving.py"),
 )
 # How far a row holds for a published run (a band draws it x/÷ this, sim/config/engines.py bench_client_spread).
 BENCH_CLIENT_RANGE = (2.0, "the benchmark client's own work (sim/config/bench_clients.py), measured on one CPU (the "
                       "development machine's AMD EPYC guest, where reruns gave 1.44-1.72 ms a request and, behind "
                       "the server, 20-31.5 us an event) for one version's client: another host's CPU, a factor of 2 "
                       "either way")
-BENCH_CLIENT_SOURCE = "benchmarks/bench_serve_client.py (vLLM 0.19.0's request functions)"
 
 
 def bench_client(tool: str, endpoint: str) -> BenchClientWork | None:

@@ -391,8 +391,11 @@ def test_an_open_vllm_bench_serve_run_models_the_client_that_timed_it(suite):
     by_name = {c.name: c for c in suite.cases}
     burst = by_name["qwen3-14b-h100 vllm sharegpt"]  # vllm bench serve --backend openai-chat, every prompt at once
     closed = by_name["qwen3-8b h100 c1"]  # --max-concurrency 1: a closed loop
-    other_tool = next(c for c in suite.cases
-                      if c.tool == "sglang.bench_serving" and c.workload.arrival != "closed_loop")
+    sglang_client = next(c for c in suite.cases
+                         if c.tool == "sglang.bench_serving" and c.workload.arrival != "closed_loop")
+    lambda_burst = by_name["lambda llama-3.1-8b-fp8 h100 tp1 320 prompts"]  # vLLM's old benchmark_serving.py
+    unmeasured = next(c for c in suite.cases
+                      if c.tool == "triton online (unstated)" and c.workload.arrival != "closed_loop")
     fitted = {"latency_s": 0.02, "per_step_s": 1e-3}
     s = validate_scenario(ps.scenario(burst, ps.COST_MODELS["roofline"], fitted))
     chat = bench_client("vllm bench serve", "chat")
@@ -400,7 +403,11 @@ def test_an_open_vllm_bench_serve_run_models_the_client_that_timed_it(suite):
     assert s.frontend.client.discipline == "event_loop"
     assert s.frontend.latency_s == 0.02 and s.frontend.per_output_chunk_s == 20e-6  # the server's front-end kept
     assert validate_scenario(ps.scenario(closed, ps.COST_MODELS["roofline"], fitted)).frontend.client is None
-    assert validate_scenario(ps.scenario(other_tool, ps.COST_MODELS["roofline"], fitted)).frontend.client is None
+    for case, tool in ((sglang_client, "sglang.bench_serving"), (lambda_burst, "vllm benchmark_serving.py")):
+        client = validate_scenario(ps.scenario(case, ps.COST_MODELS["roofline"], fitted)).frontend.client
+        row = bench_client(tool, "completions")
+        assert case.tool == tool and (client.per_request_s, client.per_event_s) == (row.per_request_s, row.per_event_s)
+    assert validate_scenario(ps.scenario(unmeasured, ps.COST_MODELS["roofline"], fitted)).frontend.client is None
     completions = bench_client("vllm bench serve", "completions")
     assert completions is not chat and bench_client("sglang.bench_serving", "chat") is None
 
