@@ -251,8 +251,8 @@ def one_burst(size: int, out_tokens: int, step_ms: float, request_funcs: str, ch
             except OSError:
                 time.sleep(0.1)
         result = ctx.Queue()
-        client = ctx.Process(target=client_process, args=(port, size, out_tokens, request_funcs, chat, tool,
-                                                                result))
+        client = ctx.Process(target=client_process,
+                             args=(port, size, out_tokens, request_funcs, chat, tool, result))
         client.start()
         subprocess.run(["taskset", "-pc", "0", str(client.pid)], capture_output=True, check=True)
         out = result.get(timeout=900)
