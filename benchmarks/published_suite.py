@@ -1115,7 +1115,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         if "frontend" not in raw:
             from sim.config.engines import apply_engine_preset
             raw["frontend"] = apply_engine_preset(raw)[0].get("frontend") or NO_FRONTEND_WORK
-        raw["frontend"] = {**raw["frontend"], "client": client.section()}
+        raw["frontend"] = {**raw["frontend"], "client": {"tool": client.tool}}  # its measured row (bench_clients)
     return raw
 
 

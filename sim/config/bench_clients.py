@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sim.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class BenchClientWork:
@@ -72,3 +74,28 @@ BENCH_CLIENT_RANGE = (2.0, "the benchmark client's own work (sim/config/bench_cl
 def bench_client(tool: str, endpoint: str) -> BenchClientWork | None:
     """The measured client of `tool` on `endpoint`; None where none was measured."""
     return next((c for c in BENCH_CLIENTS if c.tool == tool and c.endpoint == endpoint), None)
+
+
+def measured_client_defaults(data: dict) -> dict:
+    """A raw scenario whose `frontend.client` names a `tool`: the tool's measured row on the scenario's endpoint
+    (workload.endpoint, default completions) under the scenario's own numbers. An unmeasured tool or endpoint is a
+    ConfigError naming what was measured."""
+    frontend = data.get("frontend")
+    client = frontend.get("client") if isinstance(frontend, dict) else None
+    if not isinstance(client, dict) or client.get("tool") is None:
+        return data
+    tool = client["tool"]
+    tools = sorted({c.tool for c in BENCH_CLIENTS})
+    if tool not in tools:
+        raise ConfigError(f"frontend.client.tool: {tool!r} is not a measured benchmark client; allowed: "
+                          f"{', '.join(repr(t) for t in tools)}")
+    workload = data.get("workload")
+    endpoint = (workload.get("endpoint") if isinstance(workload, dict) else getattr(workload, "endpoint", None)) \
+        or "completions"  # the workload's default
+    row = bench_client(tool, endpoint)
+    if row is None:
+        measured = sorted(c.endpoint for c in BENCH_CLIENTS if c.tool == tool)
+        raise ConfigError(f"frontend.client.tool: {tool!r} was measured on workload.endpoint "
+                          f"{', '.join(repr(e) for e in measured)}, not {endpoint!r}; allowed here: its numbers "
+                          "given (per_request_s, per_event_s) without a tool")
+    return {**data, "frontend": {**frontend, "client": {**row.section(), **client}}}

@@ -577,8 +577,12 @@ class BenchClientSpec(_Strict):
     asyncio process, vllm/benchmarks/serve.py): its own work per request sent and per streamed event read queues on
     it, and the client-side times are when it gets round to each event (sim/frontend.py, "The benchmark client").
     Open arrivals only. The costs depend on the tool, its version and the host CPU (benchmarks/bench_serve_client.py
-    measures `vllm bench serve`'s)."""
+    measures a tool's; `tool` takes its measured row, sim/config/bench_clients.py)."""
 
+    tool: str | None = Field(None, description=(
+        "a measured benchmark tool ('vllm bench serve', 'vllm benchmark_serving.py', 'sglang.bench_serving'): its "
+        "measured costs on workload.endpoint (sim/config/bench_clients.py) where per_request_s, per_event_s or "
+        "discipline is not given"))
     per_request_s: float = Field(ge=0, description="work per request sent: the HTTP request, its connection, the "
                                  "reply's end")
     per_event_s: float = Field(ge=0, description="work per streamed chunk read: one server-sent event parsed and "
@@ -752,6 +756,8 @@ class Scenario(_Strict):
         if data.get("engine") is not None:
             from sim.config.engines import apply_engine_preset
             data, overhead, notes = apply_engine_preset(data, field_value_problem)
+        from sim.config.bench_clients import measured_client_defaults
+        data = measured_client_defaults(data)
         choice = data.get("cost_model_choice")
         given = data.get("cost_model")
         if given is None or choice:

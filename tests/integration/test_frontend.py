@@ -147,6 +147,35 @@ def test_a_benchmark_client_adds_its_send_and_one_event_to_a_request_alone():
     assert "client 0.0015 s/request + 0.0001 s/event, event_loop" in client.extras["frontend"]
 
 
+def test_a_named_client_takes_its_measured_row_on_the_scenarios_endpoint_under_the_scenarios_own_numbers():
+    from sim.config.bench_clients import bench_client
+    from sim.config.schema import Scenario
+    fe = {"num_processes": 1, "per_request_s": 0.001, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}
+    for endpoint in ("completions", "chat"):
+        row = bench_client("vllm bench serve", endpoint)
+        s = Scenario.model_validate(small_scenario(frontend=fe | {"client": {"tool": "vllm bench serve"}},
+                                                   workload={"endpoint": endpoint}))
+        c = s.frontend.client
+        assert (c.tool, c.per_request_s, c.per_event_s, c.discipline) == (
+            "vllm bench serve", row.per_request_s, row.per_event_s, row.discipline)
+        assert Scenario.model_validate(s.model_dump(mode="json")) == s  # a dumped scenario reads back equal
+    own = Scenario.model_validate(small_scenario(frontend=fe | {"client": {"tool": "sglang.bench_serving",
+                                                                           "per_event_s": 5e-5,
+                                                                           "discipline": "fifo"}}))
+    row = bench_client("sglang.bench_serving", "completions")
+    assert (own.frontend.client.per_request_s, own.frontend.client.per_event_s, own.frontend.client.discipline) == (
+        row.per_request_s, 5e-5, "fifo")
+
+
+def test_a_named_client_not_measured_on_the_scenarios_endpoint_exits_2_with_one_line(tmp_path, capsys):
+    path = _bad_scenario_file(tmp_path, {"client": {"tool": "sglang.bench_serving"}},
+                              workload={"endpoint": "chat"})
+    line = _one_error_line(["run", path, "-q", "--out", str(tmp_path / "o")], capsys)
+    for needle in ("frontend.client.tool", "'sglang.bench_serving'", "'completions'", "not 'chat'"):
+        assert needle in line, (needle, line)
+    assert not (tmp_path / "o").exists()
+
+
 @pytest.mark.parametrize("discipline", ["event_loop", "fifo"])
 def test_a_burst_leaves_the_client_as_its_discipline_says_and_both_engines_agree(discipline):
     # 40 requests at once, 0.01 s of the client's work each, a server that does no work: shared (event_loop), all
@@ -269,6 +298,7 @@ BAD = [
     ({"client": {"per_request_s": 0.001, "per_event_s": -1e-5}}, ["frontend.client.per_event_s", "-1e-05", ">= 0"]),
     ({"client": {"per_request_s": 0.001}}, ["frontend.client.per_event_s"]),
     ({"client": {"per_request_s": 0.001, "per_event_s": 0, "threads": 2}}, ["frontend.client.threads", "unknown key"]),
+    ({"client": {"tool": "genai-perf"}}, ["frontend.client.tool", "'genai-perf'", "allowed", "'vllm bench serve'"]),
 ]
 
 
