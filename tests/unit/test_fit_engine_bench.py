@@ -329,3 +329,17 @@ def test_a_scenarios_benchmark_client_runs_with_its_open_points_only(tmp_path):
     no_client = _PointSimulator(validate_scenario(small_scenario(frontend={k: v for k, v in fe.items()
                                                                           if k != "client"})))
     assert with_client > no_client.metrics(1, burst, terms)["ttft_mean_s"]  # a burst waits for the client's sends
+
+
+def test_a_benchmark_client_named_by_its_tool_keeps_its_measured_row_in_the_fits_points():
+    # the scenario dumped for each point reads back with the tool and its row; a concurrency point still drops it
+    from sim.config.bench_clients import bench_client
+    row = bench_client("vllm bench serve", "completions")
+    fe = {"num_processes": 1, "per_request_s": 1e-3, "per_prompt_token_s": 0.0, "per_output_chunk_s": 2e-5,
+          "client": {"tool": "vllm bench serve"}}
+    sim = _PointSimulator(validate_scenario(small_scenario(frontend=fe)))
+    closed = BenchPoint("-", "vllm bench serve", None, 4, math.inf, 20, 512, 96, {"ttft_mean_s": 1.0})
+    burst = replace(closed, concurrency=None)
+    assert "client" not in sim._point_dict(closed)["frontend"]
+    assert sim._point_dict(burst)["frontend"]["client"] == {"tool": "vllm bench serve", **row.section()}
+    assert sim.metrics(1, burst, sim.start())["ttft_mean_s"] > 0
