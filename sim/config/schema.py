@@ -580,9 +580,8 @@ class BenchClientSpec(_Strict):
     measures a tool's; `tool` takes its measured row, sim/config/bench_clients.py)."""
 
     tool: str | None = Field(None, description=(
-        "a measured benchmark tool ('vllm bench serve', 'vllm benchmark_serving.py', 'sglang.bench_serving'): its "
-        "measured costs on workload.endpoint (sim/config/bench_clients.py) where per_request_s, per_event_s or "
-        "discipline is not given"))
+        "a measured benchmark tool, as sim/config/bench_clients.py names it (e.g. 'vllm bench serve'): its measured "
+        "costs on workload.endpoint where per_request_s, per_event_s or discipline is not given"))
     per_request_s: float = Field(ge=0, description="work per request sent: the HTTP request, its connection, the "
                                  "reply's end")
     per_event_s: float = Field(ge=0, description="work per streamed chunk read: one server-sent event parsed and "
