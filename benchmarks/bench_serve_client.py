@@ -154,6 +154,7 @@ class Tool:
     host: str  # the tool's default host (a name is resolved again by every new session)
     usage_event: bool  # the server of its era sends a usage event before [DONE] (vLLM's include_usage)
     stub_modules: tuple[str, ...] = ()  # imported at the file's top, never used by its request functions
+    reads_args: bool = False  # its functions read the module's global `args` (the command line's stream flags)
 
 
 TOOLS = {
@@ -167,7 +168,7 @@ TOOLS = {
     # SGLang's python -m sglang.bench_serving (python/sglang/bench_serving.py): a new session a request, to
     # http://0.0.0.0:<port> by default; its functions read the module's global `args`.
     "sglang.bench_serving": Tool("sglang.bench_serving", True, "0.0.0.0", False,
-                                 ("numpy", "requests", "transformers")),
+                                 ("numpy", "requests", "transformers"), reads_args=True),
 }
 
 
@@ -186,7 +187,7 @@ def load_request_funcs(path: str, tool: Tool):
     spec = importlib.util.spec_from_file_location("request_funcs", path)
     funcs = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(funcs)
-    if tool.name == "sglang.bench_serving":  # its functions read the command line's stream and ignore_eos flags
+    if tool.reads_args:  # streaming on, ignore_eos on: the tool's defaults
         funcs.args = argparse.Namespace(disable_stream=False, disable_ignore_eos=False)
     return funcs
 

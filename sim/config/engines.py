@@ -1732,16 +1732,16 @@ def engine_term_spread(scenario) -> list[TermSpread]:
 
 
 def bench_client_spread(scenario) -> list[TermSpread]:
-    """The benchmark client's costs (`frontend.client`) where they are a measured row of sim/config/bench_clients.py
-    for the scenario's endpoint (a client of the user's own numbers is theirs: not drawn), each drawn x/÷
-    `BENCH_CLIENT_RANGE`."""
+    """The benchmark client's costs (`frontend.client`) where it names its `tool` and keeps that tool's measured row
+    for the scenario's endpoint (sim/config/bench_clients.py), each drawn x/÷ `BENCH_CLIENT_RANGE`; numbers of the
+    user's own (given without a tool, or over its row) are theirs: not drawn."""
     client = scenario.frontend.client if scenario.frontend is not None else None
-    if client is None:
+    if client is None or client.tool is None:
         return []
-    from sim.config.bench_clients import BENCH_CLIENT_RANGE, BENCH_CLIENTS
+    from sim.config.bench_clients import BENCH_CLIENT_RANGE, bench_client
+    row = bench_client(client.tool, scenario.workload.endpoint)
     measured = (client.per_request_s, client.per_event_s)
-    if not any(row.endpoint == scenario.workload.endpoint and (row.per_request_s, row.per_event_s) == measured
-               for row in BENCH_CLIENTS):
+    if row is None or (row.per_request_s, row.per_event_s) != measured:
         return []
     factor, why = BENCH_CLIENT_RANGE
     return [TermSpread(f"frontend.client.{term}", float(value), _sigma_of_factor(factor), "estimate", why, None, "")

@@ -294,7 +294,7 @@ def test_vllm_060s_measured_api_server_work_is_drawn_as_estimates():
 def test_a_measured_benchmark_client_is_drawn_with_or_without_a_preset_and_a_users_own_is_not():
     from sim.config.bench_clients import BENCH_CLIENT_RANGE, bench_client
     row = bench_client("vllm bench serve", "completions")
-    client = row.section()
+    client = {"tool": "vllm bench serve"}
     fe = {"per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}
     keys = ["frontend.client.per_request_s", "frontend.client.per_event_s"]
     alone = scenario(None, frontend=fe | {"client": client})
@@ -305,8 +305,10 @@ def test_a_measured_benchmark_client_is_drawn_with_or_without_a_preset_and_a_use
                                                                  (row.per_event_s, sigma, "estimate")]
     own = scenario(None, frontend=fe | {"client": client | {"per_event_s": 5e-5}})
     assert engine_term_spread(own) == []  # the user's own numbers
+    assert engine_term_spread(scenario(None, frontend=fe | {"client": row.section()})) == []  # numbers, no tool
     chat = scenario(None, frontend=fe | {"client": client}, workload=BASE["workload"] | {"endpoint": "chat"})
-    assert engine_term_spread(chat) == []  # completions' row on a chat run: not the measured client of its endpoint
+    chat_row = bench_client("vllm bench serve", "chat")  # the tool's row for the run's own endpoint, drawn
+    assert [s.point for s in engine_term_spread(chat)] == [chat_row.per_request_s, chat_row.per_event_s]
     preset = scenario({"name": "vllm", "version": "0.11.0"})
     with_client = scenario({"name": "vllm", "version": "0.11.0"},
                            frontend=preset.frontend.model_dump(exclude={"client"}) | {"client": client})
