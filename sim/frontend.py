@@ -12,7 +12,8 @@ times and write the same records, so neither loop changes, and their records sta
 
 **Inbound** (`inbound`): requests in the order the client sends them (ties: the workload's order) each take
 the process that is free soonest (several free: the one idle longest, then the lowest number), wait for it,
-and occupy it for `per_request_s + per_prompt_token_s x prompt tokens`. The engine sees the request when that
+and occupy it for `per_request_s + per_prompt_token_s x prompt tokens` (the prompt as sent: a chat template's
+tokens are in the work per request, `Workload.sent_tokens`). The engine sees the request when that
 work ends. With several processes a short request may overtake a long one: the engine gets the requests in
 the order they leave the front-end, and the records keep the workload's request ids.
 
@@ -545,7 +546,7 @@ class FrontendStage:
         # the engine numbers the requests as the workload does.
         self.in_loop: ClosedLoopFrontend | None = None
         if workload.closed_loop is not None:
-            self.in_loop = ClosedLoopFrontend(self.costs, workload.input_tokens)
+            self.in_loop = ClosedLoopFrontend(self.costs, workload.sent_tokens)
             self.engine_workload, self.order = workload, np.arange(workload.num_requests)
             self.inbound = None
             return
@@ -553,7 +554,7 @@ class FrontendStage:
         if self.client_costs is not None:  # the client's own sending first: the server gets each request after it
             self.client_inbound = inbound(sent, np.zeros(len(sent), dtype=np.int64), self.client_costs)
             sent = self.client_inbound.arrival_s
-        self.inbound = inbound(sent, workload.input_tokens, self.costs)
+        self.inbound = inbound(sent, workload.sent_tokens, self.costs)
         order = self.inbound.engine_order()
         self.order = order  # engine request id -> the workload's request id
         identity = bool(np.array_equal(order, np.arange(len(order))))

@@ -337,7 +337,10 @@ def _derive_vllm(ctx: Context) -> PresetResult:
                               "chunks prefills); allowed: true, or vLLM 0.6.0 to 0.7.x")
         mnbt, seqs = _vllm_batch_defaults(ctx.gpu, v)
         values.update({"scheduler.chunked_prefill": True, "scheduler.mixed_batches": True,
-                       "scheduler.max_num_batched_tokens": mnbt, "scheduler.max_num_seqs": seqs})
+                       "scheduler.max_num_batched_tokens": mnbt, "scheduler.max_num_seqs": seqs,
+                       # V1 caches prefixes unless told not to (--no-enable-prefix-caching): prompts that share
+                       # content ids (a chat template's lead, a shared system prompt) reuse its blocks
+                       "kv_cache.enable_prefix_caching": _caches_prefixes(ctx, notes, f"vLLM {ctx.version_text}")})
         if v < (0, 11):
             notes.append(f"vLLM {ctx.version_text}: v0.11.0's batch defaults assumed")
         if v[:2] == (0, 15):
@@ -546,6 +549,8 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
                      "CUDA graphs without it)")
     chunk = flags.get("chunked_prefill_size", 8192)
     values = _sglang_batches(flags, chunk)
+    if not flags.get("disable_radix_cache"):  # the radix cache, on unless --disable-radix-cache
+        values["kv_cache.enable_prefix_caching"] = _caches_prefixes(ctx, notes, f"SGLang {ctx.version_text}")
     init = SGLANG_030_INIT_NEW_TOKEN_RATIO
     floor = min(SGLANG_030_BASE_MIN_NEW_TOKEN_RATIO * flags.get("schedule_conservativeness", 1.0), 1.0, init)
     values["scheduler.new_token_ratio"] = {"init": init, "min": floor,
@@ -567,6 +572,18 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
         values["kv_cache.window_memory"] = "every_token"
         notes.append(f"SGLang {ctx.version_text}: {ctx.model.name}'s sliding layers keep every token's KV")
     return PresetResult(values, {}, notes)
+
+
+def _caches_prefixes(ctx: Context, notes: list[str], engine: str) -> bool:
+    """Whether the preset turns on `kv_cache.enable_prefix_caching`, as an engine that caches prefixes by default:
+    yes, but for a model whose every layer slides, where ServeSim keeps a sequence's windowed blocks under prefix
+    caching (docs/scenarios.md, sliding windows) that the engine frees: there the window's freeing is kept, noted."""
+    model = ctx.model
+    if model is not None and model.sliding_window is not None and not model.hybrid_window:
+        notes.append(f"{engine}: prefix caching left off for {model.name}, whose every layer slides (ServeSim frees "
+                     "no windowed blocks under prefix caching); kv_cache.enable_prefix_caching turns it on")
+        return False
+    return True
 
 
 def _sglang_batches(flags: dict, chunk: int) -> dict[str, Any]:
@@ -764,6 +781,8 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the tier's graph batch, as SGLang reserves it
     chunk = flags.get("chunked_prefill_size", tier_chunk)
     values = _sglang_batches(flags, chunk)
+    if not flags.get("disable_radix_cache"):  # the radix cache, on unless --disable-radix-cache
+        values["kv_cache.enable_prefix_caching"] = _caches_prefixes(ctx, notes, f"SGLang {ctx.version_text}")
     fraction = flags.get("mem_fraction_static")
     if fraction is None:
         running_flag = flags.get("max_running_requests")
@@ -881,6 +900,10 @@ def _derive_trtllm(ctx: Context) -> PresetResult:
         "kv_cache.free_memory_fraction": flags.get("kv_cache_free_gpu_memory_fraction", 0.9),
     }
     notes = ["TensorRT-LLM: defaults read at commits other than the version named"]
+    if ctx.version >= (1, 0):
+        # KvCacheConfig.enable_block_reuse, True by default in the 1.x PyTorch flow's llm_args.py (as read in a
+        # secondary description, not at the commits above); the 0.x TensorRT flow is left without it
+        values["kv_cache.enable_prefix_caching"] = _caches_prefixes(ctx, notes, f"TensorRT-LLM {ctx.version_text}")
     if ctx.version >= TRTLLM_UNREAD_SINCE:
         notes.append(f"TensorRT-LLM {ctx.version_text}: no source of it could be read here (PyPI has stubs only); "
                      "the defaults above assumed, which AIConfigurator 0.12.0's trtllm backend, modelling 1.3.0rc20 "
@@ -1392,9 +1415,8 @@ def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs
 
 
 def _resolve_gpu_and_model(raw: dict):
-    from sim.model.catalog import get_model, resolve_gpu
-    from sim.model.hf_config import read_model_ref
-    from sim.model.specs import GPUSpec, ModelSpec
+    from sim.model.catalog import resolve_gpu
+    from sim.model.specs import GPUSpec
     from pydantic import ValidationError
     hardware = raw.get("hardware") or {}
     given = hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm"
@@ -1411,14 +1433,20 @@ def _resolve_gpu_and_model(raw: dict):
         allowed = allowed_words(first, field.annotation) if field is not None else None
         raise ConfigError(f"hardware.gpu.{where}: {shown(first.get('input'))} is not allowed; allowed: "
                           f"{allowed or first['msg']}") from None
-    model = None
+    return gpu, model_of_raw(raw)
+
+
+def model_of_raw(raw: dict):
+    """The ModelSpec a raw scenario names, or None where it cannot be read yet (validation then reports it)."""
+    from sim.model.catalog import get_model
+    from sim.model.hf_config import read_model_ref
+    from sim.model.specs import ModelSpec
     try:
         value = read_model_ref(raw.get("model", "llama-3.1-8b"))
-        model = value if isinstance(value, ModelSpec) else (
+        return value if isinstance(value, ModelSpec) else (
             ModelSpec.model_validate(value) if isinstance(value, dict) else get_model(value, "model"))
     except Exception:  # noqa: BLE001  (validation reports a bad model in its own words)
-        model = None
-    return gpu, model
+        return None
 
 
 def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str | None] | None = None

@@ -757,6 +757,10 @@ class Scenario(_Strict):
             data, overhead, notes = apply_engine_preset(data, field_value_problem)
         from sim.config.bench_clients import measured_client_defaults
         data = measured_client_defaults(data)
+        from sim.config.chat_template import chat_template_defaults
+        data, template_note = chat_template_defaults(data)
+        if template_note is not None and notes is not None:
+            notes = [*notes, template_note]
         choice = data.get("cost_model_choice")
         given = data.get("cost_model")
         if given is None or choice:

@@ -43,8 +43,21 @@ from sim.workload.prefixes import (
     system_prompt_ids,
     system_prompts,
 )
-from sim.workload.traces import Trace
+from sim.workload.traces import MAX_TRACE_TOKENS, Trace
 
+
+class ChatTemplate(StrictSpec):
+    """The tokens the server's chat template adds to every prompt on the chat endpoint (sim/model/chat_templates.py:
+    each model's, counted with its tokenizer). The engine prefills them; the client's counts leave them out."""
+
+    lead_tokens: int = Field(ge=0, le=MAX_TRACE_TOKENS, description=(
+        "before the user's message, the same for every request: shared as a prefix where the engine caches "
+        "prefixes (kv_cache.enable_prefix_caching) and the workload has no prefix of its own"))
+    trail_tokens: int = Field(ge=0, le=MAX_TRACE_TOKENS, description="after it: the generation prompt")
+
+    @property
+    def tokens(self) -> int:
+        return self.lead_tokens + self.trail_tokens
 
 
 class WorkloadSpec(StrictSpec):
@@ -59,6 +72,10 @@ class WorkloadSpec(StrictSpec):
         "the OpenAI endpoint the clients call: completions (a prompt as text; `vllm bench serve`'s default backend) "
         "or chat (messages the API server renders through the model's chat template; an engine preset prices the "
         "template work its version does per request, sim/config/engines.py frontend_work)"))
+    chat_template: ChatTemplate | None = Field(None, description=(
+        "endpoint chat: the tokens the model's chat template adds to each prompt (the engine's prompt is the sampled "
+        "one plus these); absent: the model's own where counted (sim/model/chat_templates.py), else none; not added "
+        "to multi_turn conversations"))
 
     @model_validator(mode="after")
     def _lengths_fit_arrival(self) -> "WorkloadSpec":
@@ -73,6 +90,12 @@ class WorkloadSpec(StrictSpec):
                 f"workload.lengths: kind 'trace' needs workload.arrival.kind 'trace', "
                 f"but arrival kind is {self.arrival.kind!r}"
             )
+        if self.chat_template is not None and self.endpoint != "chat":
+            raise ConfigError(f"workload.chat_template: not allowed with workload.endpoint {self.endpoint!r}; "
+                              "allowed: with endpoint 'chat' only (a completions prompt is sent as it is)")
+        if self.chat_template is not None and isinstance(self.prefix, MultiTurn):
+            raise ConfigError("workload.chat_template: not allowed with workload.prefix.kind 'multi_turn' (a "
+                              "conversation's turns are not rendered one by one); allowed: null")
         if isinstance(self.prefix, MultiTurn) and isinstance(self.arrival, (TraceArrival, ClosedLoopArrival)):
             raise ConfigError(
                 f"workload.prefix: kind 'multi_turn' needs a synthetic arrival process (its arrivals start "
@@ -131,6 +154,15 @@ class Workload:
     prefix_unit_tokens: int = 0  # tokens per content id (16 synthetic, 512 Mooncake); 0 without ids
     conversation_ids: np.ndarray | None = None  # int64 per request, multi_turn only (numbered by start)
     num_clipped: int = 0  # requests whose sampled prompt or output was cut to fit max_context
+    chat_template_tokens: int = 0  # of each input_tokens, the chat template's (workload.chat_template)
+
+    @property
+    def sent_tokens(self) -> np.ndarray:
+        """Each prompt as the client sent it, without the chat template's tokens: what an API front-end's measured
+        work per prompt token was measured on (the template's own work is in its work per request)."""
+        if not self.chat_template_tokens:
+            return self.input_tokens
+        return np.maximum(self.input_tokens - self.chat_template_tokens, 0)
 
     @property
     def num_requests(self) -> int:
@@ -207,6 +239,12 @@ def generate_workload(
     if isinstance(spec.prefix, SharedSystemPrompt):
         system = system_prompts(spec.prefix, prefix_seq, len(inputs), max_context)
         inputs = inputs + np.where(system >= 0, spec.prefix.tokens, 0)
+    template_lead = None  # the chat template's lead as one system prompt every request starts with
+    template = spec.chat_template
+    if template is not None and template.tokens:
+        if spec.prefix is None and hash_ids is None and template.lead_tokens >= SYNTHETIC_PREFIX_UNIT_TOKENS:
+            template_lead = SharedSystemPrompt(tokens=template.lead_tokens, fraction=1.0)
+        inputs = inputs + template.tokens
 
     # Prompt first, then the output gets what the context has left: a request must fit the model.
     wanted_inputs, wanted_outputs = inputs, outputs
@@ -218,8 +256,12 @@ def generate_workload(
         prefix_ids, unit = hash_ids, MOONCAKE_PREFIX_UNIT_TOKENS
     elif system is not None:
         prefix_ids, unit = system_prompt_ids(spec.prefix, system, inputs), SYNTHETIC_PREFIX_UNIT_TOKENS
+    elif template_lead is not None:
+        every = np.zeros(len(inputs), dtype=np.int64)
+        prefix_ids, unit = system_prompt_ids(template_lead, every, inputs), SYNTHETIC_PREFIX_UNIT_TOKENS
     return Workload(np.asarray(arrival_s, dtype=np.float64), inputs, outputs, hash_ids, closed_loop,
-                    prefix_ids, unit, num_clipped=num_clipped)
+                    prefix_ids, unit, num_clipped=num_clipped,
+                    chat_template_tokens=template.tokens if template is not None else 0)
 
 
 def _multi_turn(spec: WorkloadSpec, arrivals_seq, lengths_seq, prefix_seq, num_requests: int | None,
