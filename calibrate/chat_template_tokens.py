@@ -14,6 +14,15 @@ The renderings, each as the named source writes it for one user message, nothing
   `'<|im_start|>assistant\\n'` (no system turn unless the request sends one; thinking on by default, so no empty
   `<think>` block). Tokenizer: Qwen's BPE, `qwen.tiktoken` as the PyPI package dashscope ships it (151,643 tokens,
   the vocabulary Qwen2 and Qwen3 keep), its special tokens `<|im_start|>` 151644 and `<|im_end|>` 151645.
+- Qwen2.5 (Instruct): the same turns after its default system turn, `'<|im_start|>system\\nYou are Qwen, created by
+  Alibaba Cloud. You are a helpful assistant.<|im_end|>\\n'`, which its template writes when the request sends none.
+- Llama 3.1 (Instruct): its template's `{{- bos_token }}`, the system header it always writes
+  (`'<|start_header_id|>system<|end_header_id|>\\n\\n'`, `'Cutting Knowledge Date: December 2023\\n'`,
+  `'Today Date: 26 Jul 2024\\n\\n'`, its default date, then `'<|eot_id|>'`), the user turn
+  `'<|start_header_id|>user<|end_header_id|>\\n\\n' + content | trim + '<|eot_id|>'` and the generation prompt
+  `'<|start_header_id|>assistant<|end_header_id|>\\n\\n'`. Tokenizer: Llama 3's `tokenizer.model` as the PyPI package
+  llama-models 0.3.0 ships it, with its split pattern and special tokens (llama_models/llama3/tokenizer.py). The
+  client's count already holds the BOS.
 - DeepSeek-R1: its template's `{{bos_token}}`, `'<｜User｜>' + content` and generation prompt
   `'<｜Assistant｜><think>\\n'`; tokenizer: DeepSeek-V3's `tokenizer.json` as the PyPI package litellm ships it
   (R1 keeps V3's). The client's count already holds the BOS (its tokenizer adds one).
@@ -31,10 +40,12 @@ The renderings, each as the named source writes it for one user message, nothing
 Nothing here is fitted. Needs, in its own venv: openai-harmony, tiktoken, tokenizers; the three files named above.
 
     venv/bin/pip install openai-harmony tiktoken tokenizers
-    pip download --no-deps litellm dashscope   # unzip: litellm/litellm_core_utils/tokenizers/, dashscope/resources/
+    pip download --no-deps litellm dashscope llama-models==0.3.0   # unzip: litellm/litellm_core_utils/tokenizers/,
+                                                 # dashscope/resources/, llama_models/llama3/tokenizer.model
     mkdir enc && cp .../tokenizers/fb374d419588a4632f3f557e76b4b70aebbca790 enc/o200k_base.tiktoken
     TIKTOKEN_ENCODINGS_BASE=enc venv/bin/python calibrate/chat_template_tokens.py \
-        --qwen .../dashscope/resources/qwen.tiktoken --deepseek .../tokenizers/deepseek_tokenizer.json
+        --qwen .../dashscope/resources/qwen.tiktoken --deepseek .../tokenizers/deepseek_tokenizer.json \
+        --llama3 .../llama_models/llama3/tokenizer.model
 """
 
 from __future__ import annotations
@@ -60,21 +71,49 @@ def split(rendered: list[int], message: list[int]) -> tuple[int, int]:
     raise SystemExit(f"the message's tokens are not whole in the rendering: {message} in {rendered}")
 
 
-def qwen3(path: str) -> list[tuple[int, int]]:
-    import tiktoken
+def _ranks(path: str) -> dict[bytes, int]:
     ranks = {}
     with open(path, "rb") as f:
         for line in f:
             token, rank = line.split()
             ranks[base64.b64decode(token)] = int(rank)
+    return ranks
+
+
+QWEN_DEFAULT_SYSTEM = ("<|im_start|>system\nYou are Qwen, created by Alibaba Cloud. You are a helpful "
+                       "assistant.<|im_end|>\n")
+
+
+def qwen(path: str, system: str = "") -> list[tuple[int, int]]:
+    import tiktoken
     pattern = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
                r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-    enc = tiktoken.Encoding("qwen", pat_str=pattern, mergeable_ranks=ranks,
+    enc = tiktoken.Encoding("qwen", pat_str=pattern, mergeable_ranks=_ranks(path),
                             special_tokens={"<|endoftext|>": 151643, "<|im_start|>": 151644, "<|im_end|>": 151645})
     out = []
     for text in MESSAGES:
-        rendered = f"<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
+        rendered = f"{system}<|im_start|>user\n{text}<|im_end|>\n<|im_start|>assistant\n"
         out.append(split(enc.encode(rendered, allowed_special="all"), enc.encode(text)))
+    return out
+
+
+def llama3(path: str) -> list[tuple[int, int]]:
+    import tiktoken
+    pattern = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*"
+               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
+    ranks = _ranks(path)
+    names = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>", "<|reserved_special_token_1|>",
+             "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>", "<|end_header_id|>", "<|eom_id|>",
+             "<|eot_id|>"]
+    enc = tiktoken.Encoding("llama3", pat_str=pattern, mergeable_ranks=ranks,
+                            special_tokens={name: len(ranks) + i for i, name in enumerate(names)})
+    out = []
+    for text in MESSAGES:
+        rendered = ("<|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\nCutting Knowledge Date: December "
+                    "2023\nToday Date: 26 Jul 2024\n\n<|eot_id|><|start_header_id|>user<|end_header_id|>\n\n"
+                    f"{text.strip()}<|eot_id|><|start_header_id|>assistant<|end_header_id|>\n\n")
+        lead, trail = split(enc.encode(rendered, allowed_special="all"), enc.encode(text.strip()))
+        out.append((lead - 1, trail))  # the client counted the BOS already
     return out
 
 
@@ -125,8 +164,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--qwen", required=True, help="qwen.tiktoken")
     parser.add_argument("--deepseek", required=True, help="DeepSeek-V3's tokenizer.json")
+    parser.add_argument("--llama3", required=True, help="Llama 3's tokenizer.model")
     args = parser.parse_args()
-    rows = [("qwen3", "jinja", qwen3(args.qwen)), ("deepseek_v3 (R1)", "jinja", deepseek_r1(args.deepseek))]
+    rows = [("qwen3", "jinja", qwen(args.qwen)), ("qwen2.5", "jinja", qwen(args.qwen, QWEN_DEFAULT_SYSTEM)),
+            ("llama 3.1", "jinja", llama3(args.llama3)), ("deepseek_v3 (R1)", "jinja", deepseek_r1(args.deepseek))]
     rows += [("gpt_oss", renderer, gpt_oss(renderer)) for renderer in ("vllm", "trtllm", "jinja")]
     print("| model | renderer | lead | trail | the same for every message |")
     print("| --- | --- | ---: | ---: | --- |")

@@ -22,10 +22,11 @@ def chat_template_defaults(data: dict) -> tuple[dict, str | None]:
     engine = data.get("engine")
     engine_name = engine.get("name") if isinstance(engine, dict) else getattr(engine, "name", None)
     model_type = model.model_type if model is not None else None
-    counted = chat_template_tokens(model_type, engine_name)
+    counted = chat_template_tokens(model_type, engine_name, model.name if model is not None else None)
     if counted is None:
-        return data, (f"chat template: {model_type or 'this model'}'s not counted (sim/model/chat_templates.py): the "
-                      "engine's prompts are the sampled ones; workload.chat_template gives its tokens")
+        named = model_type or (model.name if model is not None else "this model")
+        return data, (f"chat template: {named}'s not counted (sim/model/chat_templates.py): the engine's prompts are "
+                      "the sampled ones; workload.chat_template gives its tokens")
     note = (f"chat template: {counted.lead_tokens} tokens before each prompt, the same for every request, and "
             f"{counted.trail_tokens} after it, in the engine's prompt (the client's counts leave them out): "
             f"{counted.source} (sim/model/chat_templates.py)")

@@ -47,9 +47,23 @@ CHAT_TEMPLATES: dict[str, dict[str, ChatTemplateTokens]] = {
 }
 
 
-def chat_template_tokens(model_type: str | None, engine: str | None) -> ChatTemplateTokens | None:
-    """What the model's chat template adds, as `engine` renders it; None where it was not counted."""
+# The catalog's models (sim/model/catalog.py), which carry no model_type, by name: their Instruct releases' templates,
+# the ones a chat endpoint serves.
+_QWEN25 = ChatTemplateTokens(24, 5, "Qwen2.5-Instruct's template: its default system turn ('You are Qwen, created by "
+                                    "Alibaba Cloud. You are a helpful assistant.'), then Qwen3's turns")
+_LLAMA31 = ChatTemplateTokens(29, 5, "Llama 3.1 Instruct's template: the system header it always writes (cutting "
+                                     "knowledge date, its default date 26 Jul 2024) after the BOS the client counts, "
+                                     "the user header, then the assistant header")
+CATALOG_CHAT_TEMPLATES: dict[str, ChatTemplateTokens] = {
+    "llama-3.1-8b": _LLAMA31, "llama-3.1-70b": _LLAMA31, "qwen2.5-7b": _QWEN25, "qwen2.5-72b": _QWEN25,
+}
+
+
+def chat_template_tokens(model_type: str | None, engine: str | None, name: str | None = None
+                         ) -> ChatTemplateTokens | None:
+    """What the model's chat template adds, as `engine` renders it: by its Hugging Face `model_type`, else by its
+    catalog `name`; None where it was not counted."""
     renderings = CHAT_TEMPLATES.get(model_type or "")
     if renderings is None:
-        return None
+        return CATALOG_CHAT_TEMPLATES.get(name or "")
     return renderings.get(engine or "", renderings[""])

@@ -35,6 +35,10 @@ def test_each_model_and_renderer_takes_its_own_count():
     assert chat_template_tokens("gpt_oss", "sglang").lead_tokens == 78
     assert chat_template_tokens("gpt_oss", "trtllm").lead_tokens == 68
     assert chat_template_tokens("llama", "vllm") is None and chat_template_tokens(None, None) is None
+    # the catalog's models, without a model_type, by name
+    assert chat_template_tokens(None, "sglang", "llama-3.1-70b").section() == {"lead_tokens": 29, "trail_tokens": 5}
+    assert chat_template_tokens(None, None, "qwen2.5-7b").lead_tokens == 24
+    assert chat_template_tokens(None, None, "mistral-7b-v0.1") is None
 
 
 def test_the_engine_prefills_the_template_and_the_front_end_tokenizes_what_was_sent():
@@ -72,9 +76,10 @@ def test_a_scenario_without_an_engine_or_on_completions_or_with_its_own_count():
     assert make_workload(own).input_tokens.tolist() == [142] * 4
     assert validate_scenario(own.model_dump(mode="json", exclude_none=True)) == own  # reads back equal
     catalog = {**chat("qwen3-8b", {"name": "vllm", "version": "0.11.0"}), "model": "llama-3.1-8b"}
-    uncounted = validate_scenario(catalog)  # a catalog model: no model_type, no count
+    assert validate_scenario(catalog).workload.chat_template.lead_tokens == 29  # a catalog model, by its name
+    uncounted = validate_scenario({**catalog, "model": "mistral-7b-v0.1"})  # a base model: no chat template counted
     assert uncounted.workload.chat_template is None
-    assert any("chat template: this model's not counted" in n for n in uncounted.engine.notes)
+    assert any("chat template: mistral-7b-v0.1's not counted" in n for n in uncounted.engine.notes)
 
 
 @pytest.mark.parametrize("workload, message", [
