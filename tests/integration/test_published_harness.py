@@ -384,6 +384,13 @@ def test_a_chat_clients_runs_take_the_presets_template_work_with_the_fits_latenc
     # vLLM 0.6.0 on completions: its measured intake, no template parse
     assert plain.workload.endpoint == "completions"
     assert plain.frontend.per_request_s == api_server_work((0, 6, 0)).per_request_s
+    # the engine prefills Qwen3's template around each message (sim/model/chat_templates.py); completions, nothing
+    assert s.workload.chat_template.model_dump() == {"lead_tokens": 3, "trail_tokens": 5}
+    assert plain.workload.chat_template is None
+    gpt_oss = validate_scenario(ps.scenario(by_name["gpt-oss-20b-h100 sglang sharegpt"], ps.COST_MODELS["roofline"],
+                                            fitted))
+    assert gpt_oss.workload.chat_template.lead_tokens == 78  # SGLang's Jinja rendering, not vLLM's harmony one
+    assert gpt_oss.kv_cache.enable_prefix_caching  # the radix cache shares that lead
 
 
 def test_an_open_vllm_bench_serve_run_models_the_client_that_timed_it(suite):
