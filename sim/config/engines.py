@@ -901,8 +901,9 @@ def _derive_trtllm(ctx: Context) -> PresetResult:
     }
     notes = ["TensorRT-LLM: defaults read at commits other than the version named"]
     if ctx.version >= (1, 0):
-        # KvCacheConfig.enable_block_reuse, True by default in the 1.x PyTorch flow's llm_args.py (as read in a
-        # secondary description, not at the commits above); the 0.x TensorRT flow is left without it
+        # KvCacheConfig.enable_block_reuse, default=True in tensorrt_llm/llmapi/llm_args.py (read in six stored
+        # versions of the file, whose commits the index does not name; not at the commits above); the 0.x TensorRT
+        # flow is left without it
         values["kv_cache.enable_prefix_caching"] = _caches_prefixes(ctx, notes, f"TensorRT-LLM {ctx.version_text}")
     if ctx.version >= TRTLLM_UNREAD_SINCE:
         notes.append(f"TensorRT-LLM {ctx.version_text}: no source of it could be read here (PyPI has stubs only); "
