@@ -94,9 +94,9 @@ def overhead_of(spec):
     """The engine overhead a scenario's `cost_model.overhead` section asks for: its engine's defaults, with each
     term it gives in their place."""
     from sim.cost.overhead import engine_overhead
-    return engine_overhead(spec.engine, per_step_s=spec.per_step_s, per_seq_s=spec.per_seq_s,
-                           per_prefill_token_s=spec.per_prefill_token_s, launch_per_layer_s=spec.launch_per_layer_s,
-                           overlap=spec.overlap)
+    return engine_overhead(spec.engine, fitted_for=spec.fitted_for, per_step_s=spec.per_step_s,
+                           per_seq_s=spec.per_seq_s, per_prefill_token_s=spec.per_prefill_token_s,
+                           launch_per_layer_s=spec.launch_per_layer_s, overlap=spec.overlap)
 
 
 def _calibrated(scenario: Scenario, deployment: Deployment):

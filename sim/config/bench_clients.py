@@ -89,9 +89,8 @@ def measured_client_defaults(data: dict) -> dict:
     if tool not in tools:
         raise ConfigError(f"frontend.client.tool: {tool!r} is not a measured benchmark client; allowed: "
                           f"{', '.join(repr(t) for t in tools)}")
-    workload = data.get("workload")
-    endpoint = (workload.get("endpoint") if isinstance(workload, dict) else getattr(workload, "endpoint", None)) \
-        or "completions"  # the workload's default
+    from sim.workload.generate import endpoint_of
+    endpoint = endpoint_of(data.get("workload"))
     row = bench_client(tool, endpoint)
     if row is None:
         measured = sorted(c.endpoint for c in BENCH_CLIENTS if c.tool == tool)

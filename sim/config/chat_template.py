@@ -6,13 +6,14 @@ back equal."""
 from __future__ import annotations
 
 from sim.model.chat_templates import chat_template_tokens
+from sim.workload.generate import endpoint_of
 
 
 def chat_template_defaults(data: dict) -> tuple[dict, str | None]:
     """(the raw scenario with `workload.chat_template` set where its endpoint is chat, it gives none and the model's
     template was counted, a line saying what was taken or that nothing was)."""
     workload = data.get("workload")
-    if not isinstance(workload, dict) or workload.get("endpoint") != "chat" or "chat_template" in workload:
+    if not isinstance(workload, dict) or endpoint_of(workload) != "chat" or "chat_template" in workload:
         return data, None
     prefix = workload.get("prefix")
     if isinstance(prefix, dict) and prefix.get("kind") == "multi_turn":

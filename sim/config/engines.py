@@ -28,6 +28,7 @@ from typing import Any, Callable
 from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE, interconnect_class
+from sim.workload.generate import endpoint_of
 
 GIB = 1 << 30
 # The presets' fitted numbers (the engine's CPU time per step, the front-end's latency), per engine and version, with
@@ -1318,7 +1319,7 @@ def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, st
     """The front-end work of this engine version that queues (`frontend_work`), as front-end keys for the preset's
     own front-end, and the note that says so; ({}, "") where there is none."""
     model_type = ctx.model.model_type if ctx.model is not None else None
-    endpoint = _get(ctx.raw, "workload.endpoint") or "completions"
+    endpoint = endpoint_of(ctx.raw.get("workload"))
     intake, parse = measured_work(engine, ctx.version, model_type, endpoint)
     if (engine == "vllm" and endpoint == "chat" and model_type in HARMONY_MODEL_TYPES
             and chat_template_parse(ctx.version, None, endpoint)):
@@ -1371,6 +1372,9 @@ def _engine_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict
     else:
         terms, where = found
         overhead.update({k: v for k, v in terms.items() if k in ("per_step_s", "per_seq_s", "per_prefill_token_s")})
+        cpu_fits = sorted({fit.version for term, fit in _nearest_fits(name, ctx.version).items() if term in overhead})
+        if cpu_fits:  # the label names whose fit they are (`overhead.engine` names only the defaults they replace)
+            overhead["fitted_for"] = f"{PRESETS[name].label} {', '.join(cpu_fits)}"
         if "latency_s" in terms:
             # num_processes left to the engine's flag (api_server_count) or the default, one: vLLM's single API server
             values["frontend"] = {"per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0,

@@ -389,6 +389,10 @@ class OverheadSpec(_Strict):
     overlap: bool | None = Field(None, description="the CPU terms run while the GPU runs the previous step (SGLang's "
                                  "overlap scheduler, vLLM's async scheduling): a step takes the longer of the two; "
                                  "default: the engine's (false for vLLM's estimates)")
+    fitted_for: str | None = Field(None, max_length=200, description=(
+        "the engine version(s) whose fit gave these terms, named in the cost model's label and repr (the engine "
+        "presets set it, e.g. 'SGLang 0.5.5.post1', or the version a preset borrows from); prices nothing. Absent: "
+        "the engine's defaults or your own numbers"))
 
 
 class AttentionSpec(_Strict):

@@ -78,6 +78,7 @@ class EngineOverhead:
     launch_per_layer_s: float = 0.0  # eager: host time to launch one layer's kernels (overlaps the kernels)
     source: str = ""  # where the values came from: defaults (estimates, see module docstring) or a fit
     overlap: bool = False  # the CPU terms run while the GPU runs the previous step (a step: the longer of the two)
+    fitted_for: str = ""  # the engine version(s) whose fit gave the terms, for labels and the repr: prices nothing
 
     def __post_init__(self):
         for name in TERMS:
@@ -123,8 +124,9 @@ ENGINE_DEFAULTS: dict[str, EngineOverhead] = {
 }
 
 
-def engine_overhead(engine: str, **overrides: float | bool | None) -> EngineOverhead:
-    """An engine's default terms, with any given term (or `overlap`) replaced (the repr then names it as given)."""
+def engine_overhead(engine: str, fitted_for: str | None = None, **overrides: float | bool | None) -> EngineOverhead:
+    """An engine's default terms, with any given term (or `overlap`) replaced (the repr then names it as given);
+    `fitted_for`: whose fitted terms the given ones are (named in the repr and the label)."""
     if engine not in ENGINE_DEFAULTS:
         raise ConfigError(f"cost_model.overhead.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINE_DEFAULTS)}")
     given = {k: v for k, v in overrides.items() if v is not None}
@@ -132,10 +134,12 @@ def engine_overhead(engine: str, **overrides: float | bool | None) -> EngineOver
     if unknown:
         raise ConfigError(f"cost_model.overhead: {unknown[0]!r} is not a term; allowed: {', '.join(TERMS)}")
     base = ENGINE_DEFAULTS[engine]
-    if not given:
+    if not given and not fitted_for:
         return base
-    source = base.source + "; given: " + ", ".join(sorted(given))
-    return replace(base, source=source, **given)
+    source = base.source + ("; given: " + ", ".join(sorted(given)) if given else "")
+    if fitted_for:
+        source += f"; fit: {fitted_for}"
+    return replace(base, source=source, fitted_for=fitted_for or "", **given)
 
 
 class EngineOverheadCostModel:

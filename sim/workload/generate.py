@@ -108,6 +108,13 @@ class WorkloadSpec(StrictSpec):
         return self.lengths if self.lengths is not None else TraceLengths()
 
 
+def endpoint_of(workload) -> str:
+    """The endpoint a `workload:` section asks for, raw (a mapping, before validation) or a WorkloadSpec: its own,
+    else WorkloadSpec's default."""
+    value = workload.get("endpoint") if isinstance(workload, dict) else getattr(workload, "endpoint", None)
+    return value or WorkloadSpec.model_fields["endpoint"].default
+
+
 def check_run_size(spec: WorkloadSpec, num_requests: int | None, duration_s: float | None) -> None:
     """Refuse, before anything is sampled, a run of more than MAX_NUM_REQUESTS requests: a count above it, or,
     with a duration and no count, an expected count (rate x duration, x turns per conversation) above it. A

@@ -82,6 +82,18 @@ def test_a_scenario_without_an_engine_or_on_completions_or_with_its_own_count():
     assert any("chat template: mistral-7b-v0.1's not counted" in n for n in uncounted.engine.notes)
 
 
+def test_every_raw_reader_of_the_endpoint_takes_the_workloads_default():
+    # the chat template, the presets' front-end rows and a named benchmark client read `workload.endpoint` before
+    # validation, through one helper whose default is WorkloadSpec's
+    from sim.workload.generate import WorkloadSpec, endpoint_of
+    assert endpoint_of({}) == endpoint_of(None) == WorkloadSpec.model_fields["endpoint"].default == "completions"
+    assert endpoint_of({"endpoint": "chat"}) == endpoint_of(validate_scenario(chat("qwen3-8b")).workload) == "chat"
+    plain = chat("qwen3-8b", {"name": "vllm", "version": "0.11.0"})
+    del plain["workload"]["endpoint"]  # no endpoint: completions everywhere, no template, the completions row
+    sc = validate_scenario(plain)
+    assert sc.workload.chat_template is None and sc.frontend.per_request_s == 1.57e-3
+
+
 @pytest.mark.parametrize("workload, message", [
     ({"endpoint": "completions", "chat_template": {"lead_tokens": 3, "trail_tokens": 5}},
      "workload.chat_template: not allowed with workload.endpoint 'completions'"),
