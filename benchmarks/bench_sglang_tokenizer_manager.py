@@ -300,7 +300,10 @@ def main() -> None:
     if args.command == "standin":
         write_standin(args.out)
     else:
-        run(args.model, args.repeats, args.endpoint, args.chat_template, run_phases_of(parser, args))
+        phases = run_phases_of(parser, args)
+        if "during" in phases:
+            parser.error("--phases during: vLLM's V1 server only (its stand-in core notes when it sent each token)")
+        run(args.model, args.repeats, args.endpoint, args.chat_template, phases)
 
 
 if __name__ == "__main__":

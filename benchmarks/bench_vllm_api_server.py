@@ -33,6 +33,12 @@ each request reached the engine, and the API server's CPU time over the burst.
   V1's stand-in core runs a decode step every `--step-ms` (50 by default: a chunk a token; a short step gets the
   tokens ahead of the server, which merges a request's pending ones into one chunk: the cost a token of a loaded
   server).
+- **Streams during the intake** (V1, `--phases during`): a burst of 320 requests of 16 prompt tokens streaming 21
+  tokens, the stand-in stepping every `--step-ms`, so that its first steps come while the burst is still coming in.
+  The stand-in notes when it sent each request's first and last token, the clients when they read them; per repeat,
+  how many first tokens were sent before the burst's last request arrived, how many of those their clients had
+  before then, and how long they took (`print_during`): whether the server serves its intake first or takes its
+  streams in turn with it.
 - **The chat endpoint** (V1, `--endpoint chat --chat-template FILE`): /v1/chat/completions requests as `vllm bench
   serve --backend openai-chat` sends them, the template rendered by the server; 0.11.0's per-request parse of the
   template is cached, as 0.11.1 caches it (TEMPLATE_PARSES prices it: bench_chat_template.py).
@@ -73,6 +79,7 @@ import argparse
 import asyncio
 import base64
 import json
+import math
 import multiprocessing
 import os
 import platform
@@ -90,6 +97,8 @@ INTAKE_BURSTS = (40, 160, 320)
 INTAKE_PROMPT_TOKENS = (16, 900)
 CHUNK_BURST = 160
 CHUNK_TOKENS = (1, 41)
+DURING_BURST = 320  # the streams during a burst's intake: this many requests of 16 tokens, streaming DURING_TOKENS
+DURING_TOKENS = 21
 MAX_MODEL_LEN = 2048
 STEP_S = 0.05  # a stand-in engine's decode step when it streams: long enough for the server to keep up
 
@@ -288,6 +297,7 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
     from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason, core_client
     from vllm.v1.engine.async_llm import AsyncLLM
     arrivals: list[float] = []
+    emitted: dict[str, list[float]] = {"first": [], "last": []}  # when the stand-in sent a request's first/last token
     step = step_s()
     if chat_template is not None:
         import functools
@@ -337,8 +347,13 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
                 await asyncio.sleep(max(0.0, self.next_step - time.monotonic()) if self.running else step)
             self.next_step += step
             outputs = []
+            now = time.monotonic()
             for request_id, sent in list(self.running.items()):
                 done = sent + 1 == out_tokens
+                if sent == 0:
+                    emitted["first"].append(now)
+                if done:
+                    emitted["last"].append(now)
                 outputs.append(EngineCoreOutput(request_id=request_id, new_token_ids=[1000 + sent % 50],
                                                 finish_reason=FinishReason.LENGTH if done else None))
                 if done:
@@ -369,14 +384,16 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
                                            disable_log_stats=engine_args.disable_log_stats)
         app = api_server.build_app(args)
         await api_server.init_app_state(client, config, app.state, args)
-        signal.signal(signal.SIGUSR2, lambda *_: Path(dump_to).write_text(json.dumps(arrivals)))
+        signal.signal(signal.SIGUSR2, lambda *_: Path(dump_to).write_text(json.dumps({"arrivals": arrivals,
+                                                                                       **emitted})))
         await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="info")).serve()
     uvloop.run(serve())  # as 0.11.0's `vllm serve` runs it (vllm/entrypoints/cli/serve.py)
 
 
-async def _one_request(url: str, model: str, prompt: str, max_tokens: int) -> int:
+async def _one_request(url: str, model: str, prompt: str, max_tokens: int, received: list | None = None) -> int:
     """One streamed request as `vllm bench serve` sends it (backend openai for /v1/completions, openai-chat for
-    /v1/chat/completions); the number of server-sent events with a choice in them."""
+    /v1/chat/completions); the number of server-sent events with a choice in them. `received`: where to append
+    (when its first such event was read, when its last was), time.monotonic (one clock for every process)."""
     import aiohttp
     if url.endswith("/chat/completions"):
         payload = {"model": model, "messages": [{"role": "user", "content": prompt}], "temperature": 0.0,
@@ -385,16 +402,22 @@ async def _one_request(url: str, model: str, prompt: str, max_tokens: int) -> in
         payload = {"model": model, "prompt": prompt, "temperature": 0.0, "best_of": 1, "max_tokens": max_tokens,
                    "stream": True}
     chunks = 0
+    first = last = math.nan
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=3600)) as session:
         async with session.post(url, json=payload) as response:
             assert response.status == 200, response.status
             async for line in response.content:
-                chunks += line.startswith(b"data: {") and b'"choices":[{' in line
+                if line.startswith(b"data: {") and b'"choices":[{' in line:
+                    chunks += 1
+                    last = time.monotonic()
+                    first = last if chunks == 1 else first
+    if received is not None:
+        received.append((first, last))
     return chunks
 
 
-async def _burst(url: str, model: str, prompts: list[str], max_tokens: int) -> list[int]:
-    return await asyncio.gather(*(_one_request(url, model, p, max_tokens) for p in prompts))
+async def _burst(url: str, model: str, prompts: list[str], max_tokens: int, received: list | None = None) -> list[int]:
+    return await asyncio.gather(*(_one_request(url, model, p, max_tokens, received) for p in prompts))
 
 
 def _cpu_s(pid: int) -> float:
@@ -456,8 +479,9 @@ def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: 
         asyncio.run(_burst(url, model, prompts[:5], out_tokens))  # warm-up: first-call imports and caches
         time.sleep(1.0)
         cpu_before = _cpu_s(server.pid)
+        received: list[tuple[float, float]] = []
         sent = time.monotonic()
-        chunks = asyncio.run(_burst(url, model, prompts[5:], out_tokens))
+        chunks = asyncio.run(_burst(url, model, prompts[5:], out_tokens, received))
         cpu = _cpu_s(server.pid) - cpu_before
         time.sleep(0.5)
         if engine is None:  # 0.11.0: the stand-in core is in the API server process
@@ -466,7 +490,12 @@ def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: 
         else:
             os.kill(engine.pid, signal.SIGUSR1)
             engine.join(10)
-        arrivals = sorted(json.loads((work / "arrivals.json").read_text()))[5:]
+        dumped = json.loads((work / "arrivals.json").read_text())
+        if isinstance(dumped, list):  # 0.6.0's engine process: its arrivals alone
+            dumped = {"arrivals": dumped, "first": [], "last": []}
+        # after the warm-up's five, which ended before the burst was sent
+        arrivals, first_emits, last_emits = (sorted(t for t in dumped[key] if t >= sent)
+                                              for key in ("arrivals", "first", "last"))
     finally:
         for process in processes:
             if process.is_alive():
@@ -474,7 +503,11 @@ def one_burst(model: str, size: int, prompt_tokens: int, out_tokens: int, work: 
             process.join(10)
     assert len(arrivals) == size, (len(arrivals), size)
     return {"first_arrival_s": arrivals[0] - sent, "last_arrival_s": arrivals[-1] - sent, "api_cpu_s": cpu,
-            "chunks": sum(chunks)}
+            "chunks": sum(chunks), "timeline": {  # seconds from the send, each sorted (`print_during`)
+                "arrival_s": [t - sent for t in arrivals], "first_emit_s": [t - sent for t in first_emits],
+                "last_emit_s": [t - sent for t in last_emits],
+                "first_received_s": sorted(f - sent for f, _ in received),
+                "last_received_s": sorted(last - sent for _, last in received)}}
 
 
 def _machine_cpu() -> str:
@@ -556,17 +589,57 @@ def run_phases(burst, phases: tuple[str, ...], intake_repeats: int, stream_repea
                 r = burst(size, tokens, 1)
                 cells.setdefault((size, tokens), []).append(r["last_arrival_s"] / size)
                 first_shares.setdefault((size, tokens), []).append(r["first_arrival_s"] / r["last_arrival_s"])
-                print(f"  burst {size} x {tokens} tokens: {r}", flush=True)
+                print(f"  burst {size} x {tokens} tokens: {_shown(r)}", flush=True)
     for _ in range(stream_repeats if "stream" in phases else 0):
         for out_tokens in CHUNK_TOKENS:
             r = burst(CHUNK_BURST, INTAKE_PROMPT_TOKENS[0], out_tokens)
             streams.setdefault(out_tokens, []).append((r[cpu_key], r["chunks"]))
-            print(f"  burst {CHUNK_BURST} streaming {out_tokens} tokens: {r}", flush=True)
+            print(f"  burst {CHUNK_BURST} streaming {out_tokens} tokens: {_shown(r)}", flush=True)
+    timelines = []
+    for _ in range(stream_repeats if "during" in phases else 0):
+        r = burst(DURING_BURST, INTAKE_PROMPT_TOKENS[0], DURING_TOKENS)
+        if "timeline" not in r:
+            raise SystemExit("--phases during: vLLM's V1 server only (its stand-in core notes when it sent each token)")
+        timelines.append(r["timeline"])
+        print(f"  burst {DURING_BURST} streaming {DURING_TOKENS} tokens during its intake: {_shown(r)}", flush=True)
     if cells:
         a, b = print_intake(cells, first_shares)
         print(f"\nper request {a * 1e3:.2f} ms, per prompt token {b * 1e6:.2f} us (intake = a + b x prompt tokens)")
     if streams:
         print_streaming(streams, cpu_label)
+    if timelines:
+        print_during(timelines)
+
+
+def _shown(r: dict) -> dict:
+    """A burst's result as printed: without its timeline."""
+    return {k: v for k, v in r.items() if k != "timeline"}
+
+
+def print_during(timelines: list[dict]) -> None:
+    """How the server streams while a burst is still coming in: per repeat, the tokens the stand-in sent before the
+    burst's last request reached it and how long each took to reach its client, against those sent after. Streams
+    and their clients are matched by rank (the k-th first token sent with the k-th first chunk received: requests
+    keep their order through a server that serves them in turn). A server that served its intake first (the
+    model's rule until 12-02 kept inbound work ahead of streaming) would deliver none of the first group before the
+    last arrival; one that takes work in the order it becomes ready, most of them."""
+    print("\n| repeat | intake (s) | first tokens sent during it | delivered before it ended | delay during, median / "
+          "max (ms) | delay after, median (ms) | client TPOT of the first 10%, median (ms) |")
+    print("| ---: | --- | ---: | ---: | --- | ---: | ---: |")
+    for i, t in enumerate(timelines, 1):
+        end = t["arrival_s"][-1]
+        sent, got = t["first_emit_s"], t["first_received_s"]
+        n = min(len(sent), len(got))
+        during = [k for k in range(n) if sent[k] < end]
+        after = [k for k in range(n) if sent[k] >= end]
+        delays = [got[k] - sent[k] for k in during]
+        early = max(1, n // 10)
+        tpot = [(t["last_received_s"][k] - got[k]) / (DURING_TOKENS - 1) for k in range(early)]
+        during_cell = f"{statistics.median(delays) * 1e3:.1f} / {max(delays) * 1e3:.1f}" if delays else "-"
+        after_cell = f"{statistics.median(got[k] - sent[k] for k in after) * 1e3:.1f}" if after else "-"
+        print(f"| {i} | {t['arrival_s'][0]:.3f}-{end:.3f} | {len(during)} | {sum(got[k] < end for k in during)} | "
+              f"{during_cell} | {after_cell} | {statistics.median(tpot) * 1e3:.1f} |")
+    print(f"(the stand-in's decode step: {step_s() * 1e3:g} ms)")
 
 
 def main() -> None:
@@ -591,7 +664,8 @@ def add_run_options(run_parser, repeats: int, server: str) -> None:
     """The `run` options of both front-end benches (this one's and bench_sglang_tokenizer_manager.py's)."""
     run_parser.add_argument("--repeats", type=int, default=repeats)
     run_parser.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
-    run_parser.add_argument("--phases", default="intake,stream", help="intake, stream or both (comma-separated)")
+    run_parser.add_argument("--phases", default="intake,stream", help="intake, stream, during (the streams while a "
+                            "burst comes in; vLLM's V1 server only), comma-separated")
     run_parser.add_argument("--chat-template", help=f"a .jinja chat template for the chat endpoint ({server}'s "
                             "--chat-template)")
     run_parser.add_argument("--step-ms", type=float, help=f"the stand-in's decode step (default {STEP_S * 1e3:g})")
@@ -600,8 +674,8 @@ def add_run_options(run_parser, repeats: int, server: str) -> None:
 def run_phases_of(parser, args) -> tuple[str, ...]:
     """`add_run_options`' phases, checked with the endpoint; --step-ms put where the spawned servers read it."""
     phases = tuple(args.phases.split(","))
-    if not phases or not set(phases) <= {"intake", "stream"}:
-        parser.error(f"--phases {args.phases!r}: allowed intake, stream or intake,stream")
+    if not phases or not set(phases) <= {"intake", "stream", "during"}:
+        parser.error(f"--phases {args.phases!r}: allowed intake, stream, during (comma-separated)")
     if args.endpoint == "chat" and not args.chat_template:
         parser.error("--endpoint chat needs --chat-template (the Llama 3 tokenizer folder has none)")
     if args.step_ms is not None:
