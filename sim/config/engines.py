@@ -549,9 +549,7 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
         notes.append("SGLang --enable-torch-compile: torch.compile of small decode batches not modelled (priced as "
                      "CUDA graphs without it)")
     chunk = flags.get("chunked_prefill_size", 8192)
-    values = _sglang_batches(flags, chunk)
-    if not flags.get("disable_radix_cache"):  # the radix cache, on unless --disable-radix-cache
-        values["kv_cache.enable_prefix_caching"] = _caches_prefixes(ctx, notes, f"SGLang {ctx.version_text}")
+    values = _sglang_batches(ctx, flags, chunk, notes)
     init = SGLANG_030_INIT_NEW_TOKEN_RATIO
     floor = min(SGLANG_030_BASE_MIN_NEW_TOKEN_RATIO * flags.get("schedule_conservativeness", 1.0), 1.0, init)
     values["scheduler.new_token_ratio"] = {"init": init, "min": floor,
@@ -587,10 +585,11 @@ def _caches_prefixes(ctx: Context, notes: list[str], engine: str) -> bool:
     return True
 
 
-def _sglang_batches(flags: dict, chunk: int) -> dict[str, Any]:
+def _sglang_batches(ctx: Context, flags: dict, chunk: int, notes: list[str]) -> dict[str, Any]:
     """What every SGLang version here shares: token-paged KV, separate prefill and decode batches unless
     --enable-mixed-chunk, the chunk (-1 or less: a prompt is one prefill under max_prefill_tokens) and the radix cache
-    flag. Each version sets its own new-token ratio and request limit."""
+    (SGLang's prefix cache: on unless --disable-radix-cache). Each version sets its own new-token ratio and request
+    limit."""
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
                               "kv_cache.block_size": 1,
                               "scheduler.mixed_batches": bool(flags.get("enable_mixed_chunk", False))}
@@ -605,6 +604,8 @@ def _sglang_batches(flags: dict, chunk: int) -> dict[str, Any]:
             raise ConfigError("engine.disable_radix_cache: true contradicts engine.enable_prefix_caching: true (the "
                               "radix cache is SGLang's prefix cache); allowed: one of the two")
         values["kv_cache.enable_prefix_caching"] = False
+    else:
+        values["kv_cache.enable_prefix_caching"] = _caches_prefixes(ctx, notes, f"SGLang {ctx.version_text}")
     return values
 
 
@@ -781,9 +782,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     tier_chunk, graph_bs = _sglang_memory_tier(ctx, gpu_mib)
     dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the tier's graph batch, as SGLang reserves it
     chunk = flags.get("chunked_prefill_size", tier_chunk)
-    values = _sglang_batches(flags, chunk)
-    if not flags.get("disable_radix_cache"):  # the radix cache, on unless --disable-radix-cache
-        values["kv_cache.enable_prefix_caching"] = _caches_prefixes(ctx, notes, f"SGLang {ctx.version_text}")
+    values = _sglang_batches(ctx, flags, chunk, notes)
     fraction = flags.get("mem_fraction_static")
     if fraction is None:
         running_flag = flags.get("max_running_requests")

@@ -91,7 +91,9 @@ def test_every_raw_reader_of_the_endpoint_takes_the_workloads_default():
     plain = chat("qwen3-8b", {"name": "vllm", "version": "0.11.0"})
     del plain["workload"]["endpoint"]  # no endpoint: completions everywhere, no template, the completions row
     sc = validate_scenario(plain)
-    assert sc.workload.chat_template is None and sc.frontend.per_request_s == 1.57e-3
+    from sim.config.engines import api_server_work
+    assert sc.workload.chat_template is None
+    assert sc.frontend.per_request_s == api_server_work((0, 11, 0), "vllm", "completions").per_request_s
 
 
 @pytest.mark.parametrize("workload, message", [
