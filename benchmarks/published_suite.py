@@ -1103,9 +1103,9 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         from sim.config.cost_choice import default_cost_model
         cm, _ = default_cost_model(preset_raw, preset_terms)  # as validation chooses: on the preset's values
     if cpu and cm.get("kind") != "fixed":
-        from sim.config.engines import PRESETS  # the label names whose fit, as a preset's own terms say it
+        from sim.config.engines import fit_name  # the label names whose fit, as a preset's own terms say it
         cm["overhead"] = {**cm.get("overhead", {"engine": "vllm-cudagraph"}), **cpu,
-                          "fitted_for": f"{PRESETS[case.engine.key].label} {case.engine.version}"}
+                          "fitted_for": fit_name(case.engine.key, [case.engine.version])}
     if cm:
         raw["cost_model"] = cm
     if not case.client_side:

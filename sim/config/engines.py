@@ -1078,6 +1078,11 @@ def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None
     return {term: fit.value for term, fit in nearest.items()}, "; ".join(parts)
 
 
+def fit_name(name: str, versions) -> str:
+    """How a cost model's label names the fit of an engine's versions (`cost_model.overhead.fitted_for`)."""
+    return f"{PRESETS[name].label} {', '.join(versions)}"
+
+
 def _why_borrowed(name: str, version: tuple[int, ...], terms=()) -> str:
     """Why a version takes `terms` from another version's fit: it has none, or its own did not pin them (left them
     at a bound, or with a 90% range reaching past the bound: `calibrate.engine_fit.not_pinned`)."""
@@ -1373,7 +1378,7 @@ def _engine_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict
         overhead.update({k: v for k, v in terms.items() if k in ("per_step_s", "per_seq_s", "per_prefill_token_s")})
         cpu_fits = sorted({fit.version for term, fit in _nearest_fits(name, ctx.version).items() if term in overhead})
         if cpu_fits:  # the label names whose fit they are (`overhead.engine` names only the defaults they replace)
-            overhead["fitted_for"] = f"{PRESETS[name].label} {', '.join(cpu_fits)}"
+            overhead["fitted_for"] = fit_name(name, cpu_fits)
         if "latency_s" in terms:
             # num_processes left to the engine's flag (api_server_count) or the default, one: vLLM's single API server
             values["frontend"] = {"per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0,
