@@ -12,10 +12,10 @@ vLLM 0.6.0 (the RPC path), three processes as its `vllm serve` runs them by defa
 - the **client**: as `benchmark_serving.py`'s `async_request_openai_completions` (aiohttp, one session per request,
   streaming /v1/completions), every request of a burst sent at once.
 
-vLLM 0.10.2 and 0.11.0 (V1; `v1_api_server_process`), the API server alone: its AsyncLLM tokenizes (Processor) and
-detokenizes (OutputProcessor) in the API server process; the engine-core client is a stand-in in that process (the
-ZMQ/msgpack hop to the engine core is not measured). Its defaults: no request log, uvloop. The same client and
-bursts. Which path runs is read from the vLLM on the path (`V1_VERSIONS`).
+vLLM 0.10.2, 0.11.0 and 0.19.0 (V1; `v1_api_server_process`), the API server alone: its AsyncLLM tokenizes
+(Processor; 0.19.0's InputProcessor) and detokenizes (OutputProcessor) in the API server process; the engine-core
+client is a stand-in in that process (the ZMQ/msgpack hop to the engine core is not measured). Its defaults: no
+request log, uvloop. The same client and bursts. Which path runs is read from the vLLM on the path (`V1_VERSIONS`).
 
 The API server runs alone on core 0, the engine process and the client on core 1. For each burst it records when
 each request reached the engine, and the API server's CPU time over the burst.
@@ -69,8 +69,14 @@ requirements at transformers==4.57.1, lm-format-enforcer==0.11.3, outlines_core=
 lark==1.2.2, mistral_common, openai-harmony, fastapi[standard], uvloop, msgspec, pyzmq, cbor2, pybase64, blake3,
 setproctitle, einops, gguf, scipy), and the same tokenizer folder. For vLLM 0.10.2, that venv with
 compressed-tensors==0.11.0 and frozendict added (`pip install --no-deps`: its model registry imports them), the
-wheel vllm==0.10.2 unpacked the same way in a folder of its own, run with `PYTHONPATH` at that folder. Prints the
-machine, each cell's medians and the fitted numbers.
+wheel vllm==0.10.2 unpacked the same way in a folder of its own, run with `PYTHONPATH` at that folder. For vLLM
+0.19.0, a copy of that venv with what 0.19.0's server imports added (`python -m pip install -c <(echo
+torch==2.13.0)` llguidance<1.4 anthropic mcp model-hosting-container-standards opentelemetry-sdk
+opentelemetry-exporter-otlp opentelemetry-semantic-conventions-ai ijson gguf mistral_common[image]
+apache-tvm-ffi; with --no-deps compressed-tensors==0.14.0.1 depyf==0.20.0 xgrammar), the whole wheel unpacked
+without '*.so' in a folder of its own (its vllm/third_party included), run from that folder. Its loaded server's
+token: `run --phases stream --step-ms 0.01`, in turn with 0.11.0's (sim/config/engines.py V0190_OVER_V0110).
+Prints the machine, each cell's medians and the fitted numbers.
 """
 
 from __future__ import annotations
@@ -258,7 +264,7 @@ def api_server_process(model: str, rpc_path: str, port: int, log_file: str) -> N
 # The V1 versions whose server this bench was read for: AsyncLLM.from_vllm_config, api_server.build_app and
 # init_app_state, EngineCoreClient.make_async_mp_client and EngineCoreOutput(s) as v1_api_server_process calls them
 # (read in each release's wheel)
-V1_VERSIONS = ("0.10.2", "0.11.0")
+V1_VERSIONS = ("0.10.2", "0.11.0", "0.19.0")
 
 
 def _v1() -> bool:
@@ -293,7 +299,10 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
     from vllm.entrypoints.openai import api_server
     from vllm.entrypoints.openai.cli_args import make_arg_parser
     from vllm.usage.usage_lib import UsageContext
-    from vllm.utils import FlexibleArgumentParser
+    try:
+        from vllm.utils import FlexibleArgumentParser
+    except ImportError:  # 0.19.0 moved it
+        from vllm.utils.argparse_utils import FlexibleArgumentParser
     from vllm.v1.engine import EngineCoreOutput, EngineCoreOutputs, FinishReason, core_client
     from vllm.v1.engine.async_llm import AsyncLLM
     arrivals: list[float] = []
@@ -382,8 +391,13 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
         client = AsyncLLM.from_vllm_config(vllm_config=config, usage_context=UsageContext.OPENAI_API_SERVER,
                                            enable_log_requests=engine_args.enable_log_requests,
                                            disable_log_stats=engine_args.disable_log_stats)
-        app = api_server.build_app(args)
-        await api_server.init_app_state(client, config, app.state, args)
+        if vllm.__version__ == "0.19.0":  # its build_and_serve: the app built for the engine's tasks
+            tasks = await client.get_supported_tasks()
+            app = api_server.build_app(args, tasks, client.model_config)
+            await api_server.init_app_state(client, app.state, args, tasks)
+        else:
+            app = api_server.build_app(args)
+            await api_server.init_app_state(client, config, app.state, args)
         signal.signal(signal.SIGUSR2, lambda *_: Path(dump_to).write_text(json.dumps({"arrivals": arrivals,
                                                                                        **emitted})))
         await uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="info")).serve()
@@ -552,9 +566,10 @@ def print_streaming(streams: dict[int, list[tuple[float, int]]], whose: str) -> 
     (cpu_low, chunks_low), (cpu_high, chunks_high) = (
         (statistics.median(c for c, _ in streams[k]), statistics.median(n for _, n in streams[k]))
         for k in CHUNK_TOKENS)
-    per_chunk = (cpu_high - cpu_low) / (chunks_high - chunks_low)
     per_token = (cpu_high - cpu_low) / (CHUNK_BURST * (CHUNK_TOKENS[1] - CHUNK_TOKENS[0]))
-    print(f"per streamed chunk {per_chunk * 1e6:.0f} us, per streamed token {per_token * 1e6:.0f} us ({whose}, "
+    # every stream merged into as many chunks as the one-token streams sent (a stand-in far ahead): no chunk's own cost
+    per_chunk = "-" if chunks_high == chunks_low else f"{(cpu_high - cpu_low) / (chunks_high - chunks_low) * 1e6:.0f}"
+    print(f"per streamed chunk {per_chunk} us, per streamed token {per_token * 1e6:.0f} us ({whose}, "
           f"{CHUNK_BURST} requests streaming {CHUNK_TOKENS[1]} against {CHUNK_TOKENS[0]} tokens, a stepping stand-in's "
           f"decode step every {step_s() * 1e3:g} ms; CPU s, chunks: {streams[CHUNK_TOKENS[1]]} against "
           f"{streams[CHUNK_TOKENS[0]]})")
@@ -620,8 +635,8 @@ def print_during(timelines: list[dict]) -> None:
     """How the server streams while a burst is still coming in: per repeat, the tokens the stand-in sent before the
     burst's last request reached it and how long each took to reach its client, against those sent after. Streams
     and their clients are matched by rank (the k-th first token sent with the k-th first chunk received: requests
-    keep their order through a server that serves them in turn). A server that served its intake first (the
-    model's rule until 12-02 kept inbound work ahead of streaming) would deliver none of the first group before the
+    keep their order through a server that serves them in turn). A server that served its intake first (as the
+    model's open-loop passes keep inbound work ahead of streaming) would deliver none of the first group before the
     last arrival; one that takes work in the order it becomes ready, most of them."""
     print("\n| repeat | intake (s) | first tokens sent during it | delivered before it ended | delay during, median / "
           "max (ms) | delay after, median (ms) | client TPOT of the first 10%, median (ms) |")

@@ -17,6 +17,7 @@ approximation (a default read at another version than the one named).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import math
 import re
@@ -1208,6 +1209,9 @@ class ApiServerWork:
     # the workload endpoints it is taken for: a row measured on /v1/completions alone serves both (a chat request's
     # own work is not measured there); vLLM 0.11.0's and SGLang 0.5.5.post1's were measured on each
     endpoints: tuple[str, ...] = ("completions", "chat")
+    # where the figures are another row's times ratios measured in turn with it on one host (seconds measured in
+    # another window do not compare): which, said in the preset's note; "" where the row is its own measurement
+    scaled_from: str = ""
 
 
 # vLLM 0.6.0's OpenAI server with its multiprocessing front-end (the default in 0.6.0: AsyncEngineRPCClient, one
@@ -1250,16 +1254,33 @@ class ApiServerWork:
 # received (the detokenizer, a process of its own, not counted): a chunk a token costs 121 us (chat) and 82 us
 # (completions) at a step of 50 ms; at 1 ms (11:07-11:17) the main process falls behind and merges ~1.8 tokens a
 # chunk: 67 us (chat) and 59 us (completions) a token, the rows' figures (the chat endpoint at a step of 0.01 ms
-# merged no further). No other version has work that queues here.
-# Spread: ESTIMATE_RANGES.
+# merged no further).
+#
+# vLLM 0.19.0's V1 server the same way (its build_app and init_app_state as its build_and_serve calls them), side by
+# side with 0.11.0's on one host in one window (12-01 23:18 to 12-02 00:03, the development machine: "AMD EPYC" KVM
+# guest, 2 vCPUs, AVX2, CPython 3.11.7, whose speed that evening gave 0.11.0's intake 4.02 ms a request where 0.11.0's
+# row took 1.57 on 11-30: seconds from another window do not compare, so 0.19.0's row is 0.11.0's /v1/completions row
+# times the ratios of the two versions in this window, `V0190_OVER_V0110`): intake 4.42 ms + 5.81 us a prompt token (5
+# repeats) against 4.02 ms + 4.61 us (3 repeats); a loaded server's token (the stand-in stepping every 0.01 ms, far
+# ahead: each stream merged into one chunk) 76.6 against 53.1 us (9 repeats each, three runs in turn, the medians'
+# difference); a chunk a token at a step of 50 ms 138 against 158 us (3 repeats each; not in the row: a loaded server's
+# token is). Its first requests reached the engine at 16-43% of the last one's time (medians per cell; 0.11.0 22-66% in
+# the same window): event_loop, as 0.11.0's. It serves both endpoints, as 0.10.2's (its chat render was not run).
+# Repeats of one cell spread by up to 2x. No other version has work that queues here. Spread: ESTIMATE_RANGES.
+V0190_OVER_V0110 = {"per_request_s": 4.42 / 4.02, "per_prompt_token_s": 5.81 / 4.61,
+                    "per_output_chunk_s": 76.6 / 53.1}
 _VLLM_BENCH = "benchmarks/bench_vllm_api_server.py"
 _SGLANG_BENCH = "benchmarks/bench_sglang_tokenizer_manager.py"
+_VLLM_0110 = ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 1.57e-3, 2.18e-6, 20e-6, "event_loop", _VLLM_BENCH,
+                           ("completions",))
 API_SERVER_WORK = (
     ApiServerWork("vllm", (0, 6, 0), (0, 6, 1), 1.24e-3, 1.69e-6, 162e-6, "event_loop", _VLLM_BENCH),
     ApiServerWork("vllm", (0, 10, 2), (0, 10, 3), 1.57e-3, 1.99e-6, 23e-6, "event_loop", _VLLM_BENCH),
-    ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 1.57e-3, 2.18e-6, 20e-6, "event_loop", _VLLM_BENCH,
-                  ("completions",)),
+    _VLLM_0110,
     ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 3.30e-3, 3.52e-6, 20e-6, "event_loop", _VLLM_BENCH, ("chat",)),
+    dataclasses.replace(_VLLM_0110, since=(0, 19, 0), until=(0, 19, 1), endpoints=("completions", "chat"),
+                        scaled_from="0.11.0's /v1/completions row times 0.19.0's ratios to it, measured in turn",
+                        **{k: getattr(_VLLM_0110, k) * r for k, r in V0190_OVER_V0110.items()}),
     ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 1.21e-3, 1.85e-6, 59e-6, "fifo", _SGLANG_BENCH,
                   ("completions",)),
     ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 2.42e-3, 2.07e-6, 67e-6, "fifo", _SGLANG_BENCH, ("chat",)),
@@ -1343,7 +1364,8 @@ def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, st
                  f"{intake.per_output_chunk_s * 1e6:.0f} us a streamed chunk on the way out (per_output_chunk_s)")
         on = _MEASURED_ON.get(intake.endpoints, "")
         said.append(f"its {server}'s own work{where}, measured by running {label} {ctx.version_text}'s server code "
-                    f"({intake.bench}){on}: {intake.per_request_s * 1e3:.2f} ms a request + "
+                    f"({intake.bench}){on}{f' as {intake.scaled_from}' if intake.scaled_from else ''}: "
+                    f"{intake.per_request_s * 1e3:.2f} ms a request + "
                     f"{intake.per_prompt_token_s * 1e6:.2f} us a prompt token on the way in (frontend.per_request_s, "
                     f"per_prompt_token_s), {chunk}")
     if parse is not None:

@@ -670,7 +670,7 @@ def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_unmeasur
                       workload={**BASE["workload"], "arrival": {"kind": "closed_loop", "num_users": 4,
                                                                 "think_time_s": 0.0}})
     assert closed.frontend.per_request_s == work.per_request_s and closed.frontend.discipline == "fifo"
-    for other in ("0.6.3", "0.10.1", "0.11.1"):  # measured for 0.6.0, 0.10.2 and 0.11.0 alone
+    for other in ("0.6.3", "0.10.1", "0.11.1"):  # measured for 0.6.0, 0.10.2, 0.11.0 and 0.19.0 alone
         fe = scenario({"name": "vllm", "version": other}).frontend
         assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s) == (0, 0, 0)
     v0102 = scenario({"name": "vllm", "version": "0.10.2"}, workload={**BASE["workload"], "arrival": {"kind": "burst"}})
@@ -680,6 +680,26 @@ def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_unmeasur
                    frontend={"per_request_s": 0.004, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0})
     assert (own.frontend.per_request_s, own.frontend.per_output_chunk_s) == (0.004, 0.0)  # the user's own wins
     assert not any("its API server's own work" in n for n in own.engine.notes)
+
+
+def test_vllm_0190s_api_server_work_is_0110s_times_the_ratios_measured_side_by_side_and_queues_on_both_endpoints():
+    # benchmarks/bench_vllm_api_server.py ran 0.19.0's server in one window with 0.11.0's: its row is 0.11.0's
+    # /v1/completions row scaled term by term, for 0.19.x alone, and serves the chat endpoint too (as 0.10.2's)
+    from sim.config.engines import V0190_OVER_V0110, api_server_work
+    base, work = api_server_work((0, 11, 0)), api_server_work((0, 19, 0))
+    for term, ratio in V0190_OVER_V0110.items():
+        assert getattr(work, term) == pytest.approx(getattr(base, term) * ratio, rel=1e-12) and ratio != 1.0
+    assert work.discipline == "event_loop" and api_server_work((0, 19, 0), "vllm", "chat") == work
+    for other in ((0, 18, 0), (0, 19, 1), (0, 20, 0)):
+        assert api_server_work(other) is None
+    for endpoint in ("completions", "chat"):
+        sc = scenario({"name": "vllm", "version": "0.19.0"},
+                      workload={**BASE["workload"], "arrival": {"kind": "burst"}, "endpoint": endpoint})
+        fe = sc.frontend
+        assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s, fe.discipline) == (
+            work.per_request_s, work.per_prompt_token_s, work.per_output_chunk_s, "event_loop")
+        assert any(f"as {work.scaled_from}:" in n for n in sc.engine.notes)  # the note says how it was derived
+    assert work.scaled_from and not base.scaled_from
 
 
 def test_sglang_0555s_measured_front_end_work_queues_first_come_first_served_and_other_versions_have_none():
