@@ -300,10 +300,7 @@ def main() -> None:
     if args.command == "standin":
         write_standin(args.out)
     else:
-        phases = run_phases_of(parser, args)
-        if "during" in phases:
-            parser.error("--phases during: vLLM's V1 server only (its stand-in core notes when it sent each token)")
-        run(args.model, args.repeats, args.endpoint, args.chat_template, phases)
+        run(args.model, args.repeats, args.endpoint, args.chat_template, run_phases_of(parser, args, during=False))
 
 
 if __name__ == "__main__":

@@ -686,11 +686,14 @@ def add_run_options(run_parser, repeats: int, server: str) -> None:
     run_parser.add_argument("--step-ms", type=float, help=f"the stand-in's decode step (default {STEP_S * 1e3:g})")
 
 
-def run_phases_of(parser, args) -> tuple[str, ...]:
-    """`add_run_options`' phases, checked with the endpoint; --step-ms put where the spawned servers read it."""
+def run_phases_of(parser, args, during: bool = True) -> tuple[str, ...]:
+    """`add_run_options`' phases, checked with the endpoint (`during`: whether this bench's stand-in notes when it
+    sent each token); --step-ms put where the spawned servers read it."""
     phases = tuple(args.phases.split(","))
     if not phases or not set(phases) <= {"intake", "stream", "during"}:
         parser.error(f"--phases {args.phases!r}: allowed intake, stream, during (comma-separated)")
+    if "during" in phases and not during:
+        parser.error("--phases during: vLLM's V1 server only (its stand-in core notes when it sent each token)")
     if args.endpoint == "chat" and not args.chat_template:
         parser.error("--endpoint chat needs --chat-template (the Llama 3 tokenizer folder has none)")
     if args.step_ms is not None:
