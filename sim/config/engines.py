@@ -124,10 +124,12 @@ def _dotted(version: tuple[int, ...]) -> str:
 
 
 def _parse_version(text: str) -> tuple[int, ...] | None:
-    match = re.fullmatch(r"v?(\d+)\.(\d+)(?:\.(\d+))?(?:[.\-+]?(?:post|rc|dev|a|b)\d*)*", text.strip())
+    """The release numbers of a version string, at least two ("0.10.1.1", vLLM's fourth-number releases, keeps all
+    four); a pre-, post- or dev-release suffix names the same release (0.5.3.post3 is 0.5.3)."""
+    match = re.fullmatch(r"v?(\d+(?:\.\d+)+)(?:[.\-+]?(?:post|rc|dev|a|b)\d*)*", text.strip())
     if not match:
         return None
-    return tuple(int(part) for part in match.groups() if part is not None)
+    return tuple(int(part) for part in match.group(1).split("."))
 
 
 _ABSENT = object()
@@ -1097,8 +1099,8 @@ def _why_borrowed(name: str, version: tuple[int, ...], terms=()) -> str:
 
 
 def _is_version(parsed: tuple[int, ...] | None, version: tuple[int, ...]) -> bool:
-    """Whether a fitted version's parsed text is this version (a shorter text, "0.9", names every 0.9.x)."""
-    return parsed is not None and (parsed == version or parsed[:len(version)] == version)
+    """Whether a fitted version's parsed text is this version (a shorter text, "0.17", names every 0.17.x)."""
+    return parsed is not None and version[:len(parsed)] == parsed
 
 
 def usable_terms(terms: dict, flags) -> dict:
@@ -1123,12 +1125,18 @@ def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
     identified that term (a term the fit left at a bound, or whose 90% range reaches past the bound, was not
     identified by its runs: never used as if it had been); empty when the engine has none. Per term, so that a
     version whose own fit pinned only its CPU time still takes its front-end latency from the nearest version that
-    pinned one, not from none."""
+    pinned one, not from none.
+
+    A fit that left any term at a bound is lent to no other version: the model could not reproduce its runs, and its
+    other terms took up what that one could not (vLLM 0.9.2's and SGLang 0.5.5.post1's single GPUStack H100 runs
+    pushed the front-end latency to its 1 s bound and the fixed CPU time per step to 9.9 and 17 ms, where fits of
+    runs the model reproduced gave 1.24 and 0.36 ms: benchmarks/RESULTS.md). Its own version still uses them."""
     table = _fitted_table().get("engines", {}).get(name, {})
     usable = {v: usable_terms(e.get("terms", {}), [*e.get("at_bound", []), *e.get("not_pinned", [])])
               for v, e in table.items()}
     candidates = [(v, _parse_version(v)) for v in usable]
-    candidates = [(text, parsed) for text, parsed in candidates if parsed is not None]
+    candidates = [(text, parsed) for text, parsed in candidates
+                  if parsed is not None and (not table[text].get("at_bound") or _is_version(parsed, version))]
 
     def distance(parsed):
         return tuple(abs(a - b) for a, b in zip(parsed + (0, 0, 0), version + (0, 0, 0)))

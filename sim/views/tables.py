@@ -56,9 +56,9 @@ def gpus_table() -> pd.DataFrame:
 
 def engines_table() -> pd.DataFrame:
     """One row per engine preset, for `servesim catalog engines`: the versions it knows, those with a fit of their
-    own on published runs (engine_terms.json, `fitted_versions`; other versions take the nearest fit, and a term a
-    fit did not pin is not used: the preset's notes say so), the flags it takes (as `engine: {name, version, <flag>:
-    value}` spells them), and the source it follows."""
+    own on published runs (engine_terms.json, `fitted_versions`; other versions take the nearest fit that left no
+    term at a bound, and a term a fit did not pin is not used: the preset's notes say so), the flags it takes (as
+    `engine: {name, version, <flag>: value}` spells them), and the source it follows."""
     return pd.DataFrame([
         {
             "engine": key,

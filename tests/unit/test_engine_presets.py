@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 from helpers import one_error_line, servesim
 
+from sim.config import engines
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
@@ -64,6 +65,30 @@ def test_vllm_forces_its_mla_kernels_block_size_by_gpu_architecture(version, gpu
 def test_vllm_015_is_read_as_016_and_says_so():
     notes = scenario({"name": "vllm", "version": "0.15.1"}).engine.notes
     assert any("v0.16.0's defaults assumed (PyPI has no 0.15 sdist" in n for n in notes)
+
+
+def test_a_four_number_release_is_its_own_version_and_is_derived_as_its_release_line():
+    # vLLM published 0.9.0.1 and 0.10.1.1 (PyPI): the preset takes them as the versions they are, not refuses them
+    point = scenario({"name": "vllm", "version": "0.10.1.1"})
+    assert point.engine.version == "0.10.1.1"
+    plain = scenario({"name": "vllm", "version": "0.10.1"})
+    assert (point.scheduler.max_num_seqs, point.scheduler.max_num_batched_tokens, point.cost_model.overhead) == (
+        plain.scheduler.max_num_seqs, plain.scheduler.max_num_batched_tokens, plain.cost_model.overhead)
+    with pytest.raises(ConfigError, match="'0.10.x' is not a vllm version the preset knows"):
+        scenario({"name": "vllm", "version": "0.10.x"})
+
+
+def test_a_fit_left_at_a_bound_serves_only_its_own_version():
+    # engine_terms.json: vLLM 0.9.2's one GPUStack run left its latency at the bound; its CPU time per step is its
+    # own version's, and the versions around it take the nearest fit that reproduced its runs
+    table = engines._fitted_table()["engines"]["vllm"]
+    assert table["0.9.2"]["at_bound"] and not table["0.11.0"]["at_bound"]
+    own = scenario({"name": "vllm", "version": "0.9.2"}).cost_model.overhead.per_step_s
+    assert own == pytest.approx(table["0.9.2"]["terms"]["per_step_s"])
+    for version in ("0.10.2", "0.10.1.1", "0.9.1"):
+        fits = engines._nearest_fits("vllm", engines._parse_version(version))
+        assert fits["per_step_s"].version != "0.9.2" and fits["per_step_s"].borrowed, version
+        assert scenario({"name": "vllm", "version": version}).cost_model.overhead.per_step_s != own
 
 
 @pytest.mark.parametrize("version", ["0.8.0", "0.11.0", "0.18.0", "0.19.0", "0.33.0", "0.6.0"])

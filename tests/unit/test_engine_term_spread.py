@@ -174,8 +174,14 @@ def test_each_term_comes_from_the_nearest_version_whose_fit_identified_it(monkey
     own = engines._nearest_fits("vllm", (0, 9, 2))
     assert own["per_step_s"] == engines.NearestFit("0.9.2", 6e-3, False)  # its own fit
     assert own["latency_s"] == engines.NearestFit("0.11.0", 0.05, True)  # its own is at a bound: the nearest's
+    # A fit that left a term at a bound serves its own version only: 0.6.3 takes neither 0.9.2's nor 0.5.0's,
+    # though both are nearer than 0.11.0 (|6-9|, |6-5| < |6-11|)
     older = engines._nearest_fits("vllm", (0, 6, 3))
-    assert older["per_step_s"].version == "0.9.2" and older["latency_s"].version == "0.5.0"  # |6-9| > |6-5|
+    assert older == {"per_step_s": engines.NearestFit("0.11.0", 1e-3, True),
+                     "latency_s": engines.NearestFit("0.11.0", 0.05, True)}
+    table["engines"]["vllm"]["0.9.2"]["at_bound"] = []  # without its bound, 0.9.2's fit is the nearest, and lent
+    assert engines._nearest_fits("vllm", (0, 6, 3))["per_step_s"] == engines.NearestFit("0.9.2", 6e-3, True)
+    table["engines"]["vllm"]["0.9.2"]["at_bound"] = ["latency_s at bound"]
     terms, where = engines.fitted_terms("vllm", (0, 9, 2))
     assert terms == {"latency_s": 0.05, "per_step_s": 6e-3}
     assert "latency_s fitted on" in where and "taken for vllm 0.9.2, whose own fit left it at a bound" in where
