@@ -1128,9 +1128,8 @@ def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
     pinned one, not from none.
 
     A fit that left any term at a bound is lent to no other version: the model could not reproduce its runs, and its
-    other terms took up what that one could not (vLLM 0.9.2's and SGLang 0.5.5.post1's single GPUStack H100 runs
-    pushed the front-end latency to its 1 s bound and the fixed CPU time per step to 9.9 and 17 ms, where fits of
-    runs the model reproduced gave 1.24 and 0.36 ms: benchmarks/RESULTS.md). Its own version still uses them."""
+    other terms took up what that one could not (the fits it has happened to, and what they gave: benchmarks/
+    RESULTS.md, "A fit left at a bound serves its own version only"). Its own version still uses them."""
     table = _fitted_table().get("engines", {}).get(name, {})
     usable = {v: usable_terms(e.get("terms", {}), [*e.get("at_bound", []), *e.get("not_pinned", [])])
               for v, e in table.items()}
