@@ -1098,6 +1098,22 @@ def _why_borrowed(name: str, version: tuple[int, ...], terms=()) -> str:
     return "whose own fit left it at a bound"
 
 
+def release_distance(other: tuple[int, ...], version: tuple[int, ...]) -> tuple[int, ...]:
+    """How far `other` lies from `version` in release order, as a sort key (smaller is nearer). The same release is
+    nearest; then one that shares more leading numbers (0.5.6 is nearer 0.5.3 than 0.4.9 is); then the one whose
+    first differing number is closer (for 0.4.6, 0.5.x before 0.7.x; for 1.0.0, 0.11.0 before 0.6.0); then a later
+    release before an earlier one (a convention: for 0.4.6, 0.5.x before 0.3.x); then, of releases on one side, the
+    one closer in order (for 0.4.6, 0.5.3 before 0.5.5; for 0.6.0, 0.5.5 before 0.5.3)."""
+    width = max(len(other), len(version))
+    a, b = other + (0,) * (width - len(other)), version + (0,) * (width - len(version))
+    if a == b:
+        return (0,)
+    first = next(i for i in range(width) if a[i] != b[i])
+    later = a > b
+    rest = a[first + 1:] if later else tuple(-n for n in a[first + 1:])
+    return (1, -first, abs(a[first] - b[first]), int(not later), *rest)
+
+
 def _is_version(parsed: tuple[int, ...] | None, version: tuple[int, ...]) -> bool:
     """Whether a fitted version's parsed text is this version (a shorter text, "0.17", names every 0.17.x)."""
     return parsed is not None and version[:len(parsed)] == parsed
@@ -1137,13 +1153,10 @@ def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
     candidates = [(text, parsed) for text, parsed in candidates
                   if parsed is not None and (not table[text].get("at_bound") or _is_version(parsed, version))]
 
-    def distance(parsed):
-        return tuple(abs(a - b) for a, b in zip(parsed + (0, 0, 0), version + (0, 0, 0)))
-
     out: dict[str, NearestFit] = {}
     for term in sorted({t for text, _ in candidates for t in usable[text]}):
         having = [(text, parsed) for text, parsed in candidates if term in usable[text]]
-        text, parsed = min(having, key=lambda c: (distance(c[1]), c[0]))
+        text, parsed = min(having, key=lambda c: (release_distance(c[1], version), c[0]))
         out[term] = NearestFit(text, float(usable[text][term]), not _is_version(parsed, version))
     return out
 

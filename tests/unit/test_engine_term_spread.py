@@ -188,6 +188,24 @@ def test_each_term_comes_from_the_nearest_version_whose_fit_identified_it(monkey
     assert "taken for vllm 0.6.3, which has no fit of its own" in engines.fitted_terms("vllm", (0, 6, 3))[1]
 
 
+def test_the_nearest_fit_is_nearest_in_release_order_not_number_by_number(monkeypatch):
+    order = lambda version, fits: sorted(fits, key=lambda f: engines.release_distance(f, version))  # noqa: E731
+    # the same release; then more shared leading numbers; then the closer first differing number
+    assert order((0, 9, 2), [(0, 11, 0), (0, 9, 0), (0, 9, 2, 0)]) == [(0, 9, 2, 0), (0, 9, 0), (0, 11, 0)]
+    # a new major line is nearer the latest minor release, not the one whose number is smaller (|1-0|, then 6 < 11)
+    assert order((1, 0, 0), [(0, 6, 0), (0, 11, 0)]) == [(0, 11, 0), (0, 6, 0)]
+    # of releases on one side, the one closer in order: 0.5.3 came after 0.4.6 before 0.5.5 did (|6-5| < |6-3|)
+    assert order((0, 4, 6), [(0, 5, 5), (0, 5, 3)]) == [(0, 5, 3), (0, 5, 5)]
+    assert order((0, 6, 0), [(0, 5, 3), (0, 5, 5)]) == [(0, 5, 5), (0, 5, 3)]
+    assert order((0, 4, 6), [(0, 3, 0), (0, 5, 3)]) == [(0, 5, 3), (0, 3, 0)]  # a tie across sides: the later
+    table = {"engines": {"vllm": {
+        "0.6.0": {"terms": {"per_step_s": 2e-3}, "at_bound": []},
+        "0.11.0": {"terms": {"per_step_s": 1e-3}, "at_bound": []}}}}
+    monkeypatch.setattr(engines, "_fitted_table", lambda: table)
+    assert engines._nearest_fits("vllm", (1, 0, 0))["per_step_s"] == engines.NearestFit("0.11.0", 1e-3, True)
+    assert engines._nearest_fits("vllm", (0, 8, 5))["per_step_s"] == engines.NearestFit("0.6.0", 2e-3, True)
+
+
 def test_eager_adds_the_launch_estimate_and_an_engine_without_a_fit_spreads_vllms_estimate(monkeypatch):
     eager = [s.key for s in engine_term_spread(scenario({"name": "vllm", "version": "0.11.0", "enforce_eager": True}))]
     assert eager == [STEP, LATENCY, *INTAKE, PER_SEQ, "cost_model.overhead.launch_per_layer_s"]
