@@ -378,6 +378,41 @@ def test_lmdeploy_sizes_its_blocks_from_the_gpus_total_memory_and_cuts_session_l
     assert small.max_model_len == 1280 and small.max_num_batched_tokens == 64 * 1280
 
 
+@pytest.mark.parametrize("gpu, batch", [("h100-sxm", 1024), ("h200", 1024), ("a100-80gb", 384), ("a100-40gb", 384),
+                                        ("l40s", 128), ("b200", 128)])
+def test_lmdeploy_one_pass_turbomind_takes_its_batch_from_the_gpus_name_and_its_budget_from_it(gpu, batch):
+    # lmdeploy/utils.py get_max_batch_size (v0.10.0-v0.16.0): a100/a800 384, h100/h800/l20y/h200 1024, else 128;
+    # turbomind.cc: a pass's tokens max_prefill_token_num 8192 + max_batch_size
+    s = scenario({"name": "lmdeploy", "version": "0.16.0"}, hardware={"gpu": gpu}).scheduler
+    assert (s.max_num_seqs, s.max_num_batched_tokens) == (batch, 8192 + batch)
+    assert s.chunked_prefill and s.mixed_batches and s.admission == "whole_prompt" and s.rule().is_default
+    assert s.preemption.victim == "last_admitted" and s.preemption.mode == "recompute"  # the latest arrivals yield
+    own = scenario({"name": "lmdeploy", "version": "0.12.0", "max_batch_size": 100, "max_prefill_token_num": 1001,
+                    "tp": 4}, model="llama-3.1-70b", hardware={"gpu": gpu}).scheduler
+    assert (own.max_num_seqs, own.max_num_batched_tokens) == (100, 1104)  # 1101 rounded up to a multiple of TP 4
+
+
+def test_lmdeploy_one_pass_turbomind_sizes_its_cache_from_the_memory_free_after_the_weights():
+    # turbomind.cc: cache_max_entry_count (0.8) x cudaMemGetInfo's free bytes once the weights are loaded, before the
+    # activations: 0.8 x (HBM - weights) in 64-token blocks
+    from sim.model.memory import kv_slot_bytes, weight_bytes_per_gpu
+    from sim.run import deployment_of
+    model, gpu = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
+    sc = scenario({"name": "lmdeploy", "version": "0.16.0"})
+    assert (sc.kv_cache.block_size, sc.kv_cache.free_memory_fraction) == (64, 0.8)
+    free = gpu.hbm_bytes - weight_bytes_per_gpu(model, "bf16", 1)
+    slots = int(free * 0.8) // kv_slot_bytes(model, "bf16", 1)
+    assert abs(deployment_of(sc).kv_capacity_tokens - slots) <= 64  # whole blocks
+    half = scenario({"name": "lmdeploy", "version": "0.16.0", "cache_max_entry_count": 0.4})
+    assert deployment_of(half).kv_capacity_tokens == pytest.approx(slots / 2, abs=64)
+    # to v0.14.x a count >= 1 is a number of blocks
+    blocks = scenario({"name": "lmdeploy", "version": "0.14.0", "cache_max_entry_count": 1000})
+    assert blocks.kv_cache.capacity_tokens == 64_000
+    int8 = scenario({"name": "lmdeploy", "version": "0.16.0", "quant_policy": 8, "communicator": "cuda-ipc"})
+    assert int8.quantization.kv_cache == "int8" and int8.hardware.all_reduce == "custom"
+    assert scenario({"name": "lmdeploy", "version": "0.16.0"}).hardware.all_reduce == "nccl"
+
+
 def test_a_dumped_scenario_validates_to_itself():
     sc = scenario({"name": "sglang", "version": "0.5.3.post3"})
     again = validate_scenario(sc.model_dump(mode="json"))
@@ -389,7 +424,24 @@ def test_a_dumped_scenario_validates_to_itself():
                                                                 "preset"),
     ({"name": "lmdeploy", "version": "0.1.0"}, {}, "is not a TurboMind scheduler the lmdeploy preset models"),
     ({"name": "lmdeploy", "version": "0.1.0a2"}, {}, "v0.1.0a2 unified the prefill and decode passes"),
-    ({"name": "lmdeploy", "version": "0.2.0"}, {}, "engine.version: '0.2.0' is not a lmdeploy version"),
+    ({"name": "lmdeploy", "version": "0.2.0"}, {}, "engine.version: '0.2.0' is not a TurboMind scheduler the "
+     "lmdeploy preset models; allowed: 0.1.0a0, 0.1.0a1, 0.12.0 to 0.16.x"),
+    ({"name": "lmdeploy", "version": "0.17.0"}, {}, "engine.version: '0.17.0' is not a lmdeploy version the preset "
+     "knows; allowed: 0.1.0 to 0.16.x"),
+    ({"name": "lmdeploy", "version": "0.16.0", "step_length": 1}, {},
+     "engine.step_length: not a flag of lmdeploy 0.16.0 (a config.ini key of 0.1.0a"),
+    ({"name": "lmdeploy", "version": "0.1.0a1", "quant_policy": 8}, {},
+     "engine.quant_policy: not a config.ini key of lmdeploy 0.1.0a1"),
+    ({"name": "lmdeploy", "version": "0.15.0", "cache_max_entry_count": 1000}, {},
+     "engine.cache_max_entry_count: 1000 is not allowed by lmdeploy 0.15.0; allowed: a fraction of the free GPU "
+     "memory in (0, 1"),
+    ({"name": "lmdeploy", "version": "0.16.0", "quant_policy": 4}, {}, "engine.quant_policy: 4 is not modelled"),
+    ({"name": "lmdeploy", "version": "0.16.0"}, {"quantization": {"kv_cache": "fp8"}},
+     "quantization.kv_cache: 'fp8' contradicts engine lmdeploy"),
+    ({"name": "lmdeploy", "version": "0.16.0", "quant_policy": 8}, {"quantization": {"kv_cache": "bf16"}},
+     "engine.quant_policy: 'int8' contradicts quantization.kv_cache 'bf16'"),
+    ({"name": "lmdeploy", "version": "0.16.0", "communicator": "mpi"}, {},
+     "engine.communicator: 'mpi' is not allowed; allowed: nccl, cuda-ipc, native"),
     ({"name": "lmdeploy", "version": "0.1.0a1", "step_length": 2}, {}, "engine.step_length: 2 is not modelled"),
     ({"name": "lmdeploy", "version": "0.1.0a1", "cache_max_entry_count": 0}, {},
      "engine.cache_max_entry_count: 0 is not allowed"),
