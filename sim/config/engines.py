@@ -92,9 +92,10 @@ class EnginePreset:
     source: str
     flags: dict[str, Flag]
     derive: Callable[["Context"], PresetResult]
+    versions: str | None = None  # the versions modelled, where not every one from oldest to newest is
 
     def known_versions(self) -> str:
-        return f"{_dotted(self.oldest)} to {_dotted(self.newest[:2])}.x"
+        return self.versions or f"{_dotted(self.oldest)} to {_dotted(self.newest[:2])}.x"
 
 
 @dataclass
@@ -984,9 +985,8 @@ def _derive_lmdeploy(ctx: Context) -> PresetResult:
                                   f"0.1.0a); allowed: leave it out, or engine.version 0.1.0a1")
         return _derive_turbomind_one_pass(ctx)
     raise ConfigError(f"engine.version: {ctx.version_text!r} is not a TurboMind scheduler the lmdeploy preset "
-                      f"models; allowed: {', '.join(LMDEPLOY_SCHEDULER_VERSIONS)}, {_dotted(LMDEPLOY_ONE_PASS_SINCE)} "
-                      f"to {_dotted(LMDEPLOY_NEWEST[:2])}.x (v0.1.0a2 unified the prefill and decode passes, "
-                      "InternLM/lmdeploy#775; to v0.11.x an iteration's prompts ran in several passes)")
+                      f"models; allowed: {PRESETS['lmdeploy'].known_versions()} (v0.1.0a2 unified the prefill and "
+                      "decode passes, InternLM/lmdeploy#775; to v0.11.x an iteration's prompts ran in several passes)")
 
 
 def lmdeploy_max_batch_size(gpu_name: str) -> int:
@@ -1173,7 +1173,9 @@ PRESETS: dict[str, EnginePreset] = {
                            _TRTLLM_FLAGS, _derive_trtllm),
     "lmdeploy": EnginePreset("lmdeploy", "LMDeploy (TurboMind)", (0, 1, 0), LMDEPLOY_NEWEST,
                              "src/turbomind/models/llama/LlamaBatch.cc (0.1.0a), src/turbomind/engine/scheduler.cc",
-                             _LMDEPLOY_FLAGS, _derive_lmdeploy),
+                             _LMDEPLOY_FLAGS, _derive_lmdeploy,
+                             f"{', '.join(LMDEPLOY_SCHEDULER_VERSIONS)}, {_dotted(LMDEPLOY_ONE_PASS_SINCE)} to "
+                             f"{_dotted(LMDEPLOY_NEWEST[:2])}.x"),
 }
 
 

@@ -427,7 +427,7 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"name": "lmdeploy", "version": "0.2.0"}, {}, "engine.version: '0.2.0' is not a TurboMind scheduler the "
      "lmdeploy preset models; allowed: 0.1.0a0, 0.1.0a1, 0.12.0 to 0.16.x"),
     ({"name": "lmdeploy", "version": "0.17.0"}, {}, "engine.version: '0.17.0' is not a lmdeploy version the preset "
-     "knows; allowed: 0.1.0 to 0.16.x"),
+     "knows; allowed: 0.1.0a0, 0.1.0a1, 0.12.0 to 0.16.x"),
     ({"name": "lmdeploy", "version": "0.16.0", "step_length": 1}, {},
      "engine.step_length: not a flag of lmdeploy 0.16.0 (a config.ini key of 0.1.0a"),
     ({"name": "lmdeploy", "version": "0.1.0a1", "quant_policy": 8}, {},
