@@ -36,6 +36,8 @@ from sim.kv.admission import admission_fits
 from sim.sched.rules import (
     SGLANG_CLIP_MAX_NEW_TOKENS,
     clipped_output,
+    context_charge,
+    context_fits,
     context_pass_chunk,
     group_steps_left_after,
     new_token_ratio,
@@ -88,14 +90,16 @@ NUM_S = 8
 # Indices into the int64 configuration array `cfg`.
 (C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE,
  C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT, C_PREFILL_ONLY,
- C_WHOLE_PROMPT, C_PREFIX_CACHING, C_PREFIX_UNIT, C_WINDOW_SPAN, C_WINDOW_BYTES, C_SLOT_BYTES) = range(21)
-NUM_CFG = 21
+ C_WHOLE_PROMPT, C_PREFIX_CACHING, C_PREFIX_UNIT, C_WINDOW_SPAN, C_WINDOW_BYTES, C_SLOT_BYTES,
+ C_PREFILL_CONTEXT) = range(22)
+NUM_CFG = 22
 # C_MIXED .. C_WHOLE_PROMPT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
 # per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, whether a
 # step may be prefill-only (`prefill_only_steps`), and whole-prompt admission. C_PREFIX_CACHING: automatic prefix
 # caching (sim/compiled/prefix_cache.py), C_PREFIX_UNIT the tokens of a content id. C_WINDOW_*: a hybrid model's
 # window blocks (`PagedKVManager.window_blocks`: the most blocks a window touches, a token's bytes in the sliding
-# layers, a token slot's; bytes 0: none). Past NUM_CFG: the sorted
+# layers, a token slot's; bytes 0: none). C_PREFILL_CONTEXT: the rule's prefill_context_tokens (0: none). Past
+# NUM_CFG: the sorted
 # CUDA-graph batch sizes (none: no padding).
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
@@ -453,6 +457,8 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
     chunked, whole, ratio_on = cfg[C_CHUNKED] != 0, cfg[C_WHOLE], cfg[C_RATIO] != 0
     context = cfg[C_CONTEXT] != 0
     caching = cfg[C_PREFIX_CACHING] != 0
+    limit = cfg[C_PREFILL_CONTEXT]
+    context_used = 0
     num_pf = 0
     num_new = 0
     num_preempted = 0
@@ -469,6 +475,9 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         if req[Q_STATE, rid] != RUNNING or budget <= 0:
             continue  # preempted while making room for an earlier one, or no budget left
         chunk = min(req[Q_PROMPT, rid] + req[Q_OUT, rid] - req[Q_COMPUTED, rid], budget)
+        charge = context_charge(req[Q_PROMPT, rid] + req[Q_OUT, rid], chunk, False)
+        if not context_fits(context_used, charge, limit):
+            continue
         added = False
         while True:
             need = _blocks_for(req[Q_COMPUTED, rid] + chunk, bs) - req[Q_BLOCKS, rid]
@@ -497,6 +506,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
             if req[Q_COMPUTED, rid] + chunk == req[Q_PROMPT, rid] + req[Q_OUT, rid]:
                 num_sampled += 1
             budget -= chunk
+            context_used += charge
     # The new-token ratio's state (SGLang): the ratio now, the running requests' expected future tokens.
     ratio = 0.0
     running_future = 0.0
@@ -523,6 +533,8 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
             reserve = _reserved_blocks(req, rid, bs, cfg)
             if not reservation_fits(sr[r, I_RESERVED], reserve, cfg[C_NUM_BLOCKS]):
                 break
+        if not context_fits(context_used, req[Q_PROMPT, rid] + req[Q_OUT, rid], limit):
+            break
         prompt = req[Q_PROMPT, rid] + req[Q_OUT, rid] - req[Q_COMPUTED, rid]
         remaining_out = req[Q_MAX_OUT, rid] - req[Q_OUT, rid]
         if ratio_on:
@@ -581,6 +593,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         if cached + chunk == need_tokens:
             num_sampled += 1
         budget -= chunk
+        context_used += need_tokens
     return num_pf, num_new, num_preempted, num_sampled, 0
 
 

@@ -1006,7 +1006,9 @@ def _derive_turbomind_one_pass(ctx: Context) -> PresetResult:
     loaded, before the activations), src/turbomind/engine/engine.cc (at most max_batch_size requests in the engine)
     and scheduler.cc (every iteration one pass over the requests in arrival order: decodes and prompt chunks share
     it, each taking what is left of the budget; a prompt's blocks all taken when it starts, a decode's as it grows;
-    out of blocks, the latest arrivals give theirs up and recompute)."""
+    out of blocks, the latest arrivals give theirs up and recompute) and models/llama/context_token_resource.h (the
+    prompts prefilling in a pass hold at most max_context_token_num, session_len, tokens of context together:
+    `scheduler.prefill_context_tokens`)."""
     flags, model = ctx.flags, ctx.model
     notes: list[str] = []
     block_len = flags.get("cache_block_seq_len", 64)
@@ -1057,14 +1059,20 @@ def _derive_turbomind_one_pass(ctx: Context) -> PresetResult:
         session_len = model.max_context
     if session_len is not None:
         values["scheduler.max_model_len"] = session_len
+    context_limit = session_len if session_len is not None else (model.max_context if model is not None else None)
+    if context_limit is not None:
+        # turbomind.cc: max_context_token_num (not in the Python config: 0) becomes session_len, times session_len
+        # where that is at most max_batch_size
+        values["scheduler.prefill_context_tokens"] = (context_limit * context_limit if context_limit <= max_batch
+                                                      else context_limit)
     notes.append(f"LMDeploy {ctx.version_text}: max_batch_size {max_batch}"
                  f"{'' if 'max_batch_size' in flags else ' (get_max_batch_size for ' + ctx.gpu.name + ')'}, "
                  f"{budget} tokens a pass, "
                  + (f"{int(entries)} k/v blocks" if entries >= 1 else f"k/v cache {entries:g} of the memory free after "
                     "the weights (cudaMemGetInfo's free memory also lacks the CUDA context, not counted here)"))
-    notes.append("LMDeploy: not modelled: max_context_token_num (session_len), the prompts prefilling in one pass "
-                 "holding at most that many tokens of context together (binds where long prompts prefill side by "
-                 "side); the prompt chunks cut to whole blocks (from v0.15.0); the async pipeline's one-iteration "
+    notes.append("LMDeploy: not modelled: the prompt chunks cut to whole blocks (from v0.15.0); a prompt past the "
+                 "context limit (session_len) stopping the pass from v0.15.0 (here only the prompts behind it wait, as "
+                 "to v0.14.x); the async pipeline's one-iteration "
                  "delay of each step's tokens; TurboMind runs without CUDA graphs, and its kernels are priced as "
                  "vLLM's (AIConfigurator measured none of TurboMind's)")
     if flags.get("cache_chunk_size", -1) != -1:

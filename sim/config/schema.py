@@ -256,6 +256,10 @@ class SchedulerSpec(_Strict):
     context_pass: bool = Field(False, description="continuous, unchunked, mixed: a step that admits prompts "
                                "computes all their tokens but the last alone (prefill-only), and the next step runs "
                                "every decode with those last tokens (LMDeploy TurboMind 0.1's context decode)")
+    prefill_context_tokens: int | None = Field(None, ge=1, description=(
+        "continuous: the prompts that compute more than one token in a step, and those the step starts or resumes, "
+        "hold at most this many tokens of context together, each counted whole (prompt and output so far); the "
+        "step's first always runs (LMDeploy TurboMind 0.12+'s max_context_token_num: session_len); absent: no limit"))
 
     @model_validator(mode="after")
     def _consistent(self) -> "SchedulerSpec":
@@ -263,7 +267,8 @@ class SchedulerSpec(_Strict):
             raise ValueError("chunked_prefill needs batching 'continuous'")
         if self.batching == "static" and not self.rule().is_default:
             raise ValueError("mixed_batches, decode_steps_per_schedule, kv_reservation, cuda_graph_batch_sizes, "
-                             "new_token_ratio, context_pass and admission need batching 'continuous'")
+                             "new_token_ratio, context_pass, admission and prefill_context_tokens need batching "
+                             "'continuous'")
         if self.admission == "first_chunk" and not self.chunked_prefill:
             raise ValueError("admission 'first_chunk' needs chunked_prefill true (unchunked, a prompt is admitted "
                              "whole or not at all)")
@@ -281,7 +286,8 @@ class SchedulerSpec(_Strict):
             whole_output_reservation=self.kv_reservation == "whole_output",
             cuda_graph_batch_sizes=tuple(sorted(set(self.cuda_graph_batch_sizes or ()))),
             new_token_ratio=None if ratio is None else NewTokenRatio(ratio.init, ratio.min, ratio.decay_steps),
-            context_pass=self.context_pass, whole_prompt_admission=self.admission == "whole_prompt")
+            context_pass=self.context_pass, whole_prompt_admission=self.admission == "whole_prompt",
+            prefill_context_tokens=self.prefill_context_tokens or 0)
 
 
 class KVCacheSpec(_Strict):

@@ -23,6 +23,8 @@ from sim.sched.rules import (
     SGLANG_CLIP_MAX_NEW_TOKENS,
     SchedulingRule,
     clipped_output,
+    context_charge,
+    context_fits,
     context_pass_chunk,
     group_steps_left_after,
     new_token_ratio,
@@ -241,18 +243,23 @@ class ContinuousScheduler(SchedulerBase):
     def _schedule_prefills(self, plan: StepPlan, budget: int, now: float, admit: bool = True) -> None:
         """Running requests' prefill chunks, then (if `admit`) waiting requests in arrival order while
         `max_num_seqs`, the token budget, the KV cache (and the rule's admission test) allow."""
-        kv = self.kv
+        kv, limit = self.kv, self.rule.prefill_context_tokens
+        context_used = 0
         for rid in list(self.prefilling):
             request = self.prefilling.get(rid)
             if request is None or budget <= 0:
                 continue  # preempted while making room for an earlier one, or no budget left
             chunk = min(request.num_tokens - request.num_computed_tokens, budget)
+            charge = context_charge(request.num_tokens, chunk, False)
+            if not context_fits(context_used, charge, limit):
+                continue
             while kv.allocate_slots(request, chunk) is None:
                 if self._preempt(plan) is request:
                     break
             else:
                 self._add_prefill(plan, request, chunk)
                 budget -= chunk
+                context_used += charge
 
         rule = self.rule
         ratio = running_future = admitted = 0.0
@@ -269,6 +276,8 @@ class ContinuousScheduler(SchedulerBase):
                 reserve = kv.blocks_for_sequence(request.num_final_kv_tokens)
                 if not reservation_fits(self._reserved_blocks, reserve, kv.num_blocks):
                     break
+            if not context_fits(context_used, request.num_tokens, limit):
+                break
             if rule.new_token_ratio is not None:
                 free_tokens = kv.num_free_blocks * kv.block_size
                 remaining_out = request.max_output_tokens - request.num_output_tokens
@@ -296,6 +305,7 @@ class ContinuousScheduler(SchedulerBase):
             plan.new_request_ids.append(request.request_id)
             self._add_prefill(plan, request, chunk)
             budget -= chunk
+            context_used += request.num_tokens
 
     def _ratio_state(self) -> tuple[float, float]:
         """SGLang's current new-token ratio and the running requests' future tokens it reserves (each request's

@@ -12,6 +12,7 @@ by setting these fields (the scenario's `scheduler:` section names each, and the
 | `cuda_graph_batch_sizes` | () | () | () | padded decode batches when given | () |
 | `new_token_ratio` | None | None | SGLang's admission reserve | None | None |
 | `context_pass` | False | False | False | False | True: a prompt's context decode is its own pass (`context_pass_chunk`) |
+| `prefill_context_tokens` | 0 | 0 | 0 | 0 | 0 (0.12+: session_len, `context_fits`) |
 
 Each decision is a numba function here (the design in docs/design.md: one definition, called by the SimPy engine's
 scheduler and inside the compiled core's loop, which runs every rule).
@@ -70,6 +71,11 @@ class SchedulingRule:
     # V1 to v0.18, vllm/v1/core/sched/scheduler.py: `allocate_slots(request, num_new_tokens, ...)` for the chunk
     # alone, read at v0.11.0): its later chunks then take blocks as they come, preempting the last admitted.
     whole_prompt_admission: bool = True
+    # LMDeploy TurboMind 0.12+ (src/turbomind/models/llama/context_token_resource.h, read at v0.16.0; the same check
+    # as `temp_len` in SequenceManager.cc at v0.12.0-v0.14.0): the prompts that compute more than one token in a
+    # step, and those it starts or resumes, hold at most this many tokens of context together, each counted whole
+    # (`context_fits`); 0: no such limit.
+    prefill_context_tokens: int = 0
 
     @property
     def is_default(self) -> bool:
@@ -97,6 +103,9 @@ class SchedulingRule:
             parts.append("a context-decode pass in each iteration that admits prompts")
         if not self.whole_prompt_admission:
             parts.append("a chunked prompt admitted when its first chunk's blocks are free")
+        if self.prefill_context_tokens:
+            parts.append(f"the prompts prefilling in a step hold at most {self.prefill_context_tokens} tokens of "
+                         "context")
         return ", ".join(parts) or "vLLM V1"
 
     def graph_sizes(self) -> np.ndarray:
@@ -121,6 +130,22 @@ def context_pass_chunk(remaining_tokens):
     no context decode there; here it computes that token in the context pass (an approximation for 1-token
     prompts only)."""
     return remaining_tokens - 1 if remaining_tokens > 1 else remaining_tokens
+
+
+@njit(cache=True)
+def context_charge(context_tokens, chunk_tokens, starts):
+    """The context a prompt charges against `prefill_context_tokens` in a step: all its tokens (prompt and output
+    so far) when it computes more than one or starts (or resumes) in this step, else none (TurboMind's
+    ContextTokenResource TempLen: `input_len > 1 || !s.is_active`)."""
+    return context_tokens if chunk_tokens > 1 or starts else 0
+
+
+@njit(cache=True)
+def context_fits(used_tokens, charge_tokens, limit_tokens):
+    """Whether one more prompt's context charge fits beside the step's others under `prefill_context_tokens` (0:
+    no limit). A prompt that is the step's first always fits: TurboMind's session_len, the limit, already bounds
+    any one sequence, and a request above it would otherwise wait forever."""
+    return limit_tokens <= 0 or used_tokens == 0 or used_tokens + charge_tokens <= limit_tokens
 
 
 @njit(cache=True)

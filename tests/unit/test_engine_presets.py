@@ -385,11 +385,20 @@ def test_lmdeploy_one_pass_turbomind_takes_its_batch_from_the_gpus_name_and_its_
     # turbomind.cc: a pass's tokens max_prefill_token_num 8192 + max_batch_size
     s = scenario({"name": "lmdeploy", "version": "0.16.0"}, hardware={"gpu": gpu}).scheduler
     assert (s.max_num_seqs, s.max_num_batched_tokens) == (batch, 8192 + batch)
-    assert s.chunked_prefill and s.mixed_batches and s.admission == "whole_prompt" and s.rule().is_default
+    assert s.chunked_prefill and s.mixed_batches and s.admission == "whole_prompt"
     assert s.preemption.victim == "last_admitted" and s.preemption.mode == "recompute"  # the latest arrivals yield
+    assert s.prefill_context_tokens == 131072  # session_len: Llama-3.1-8B's context (context_token_resource.h)
+    short = scheduler_of({"name": "lmdeploy", "version": "0.16.0", "session_len": 4096}, gpu)
+    assert (short.max_model_len, short.prefill_context_tokens) == (4096, 4096)
+    tiny = scheduler_of({"name": "lmdeploy", "version": "0.16.0", "session_len": 100, "max_batch_size": 128}, gpu)
+    assert tiny.prefill_context_tokens == 100 * 100  # turbomind.cc: session_len <= max_batch_size is squared
     own = scenario({"name": "lmdeploy", "version": "0.12.0", "max_batch_size": 100, "max_prefill_token_num": 1001,
                     "tp": 4}, model="llama-3.1-70b", hardware={"gpu": gpu}).scheduler
     assert (own.max_num_seqs, own.max_num_batched_tokens) == (100, 1104)  # 1101 rounded up to a multiple of TP 4
+
+
+def scheduler_of(engine: dict, gpu: str):
+    return scenario(engine, hardware={"gpu": gpu}).scheduler
 
 
 def test_lmdeploy_one_pass_turbomind_sizes_its_cache_from_the_memory_free_after_the_weights():

@@ -326,3 +326,39 @@ def test_a_step_may_be_prefill_only_without_mixed_batches_or_with_the_context_pa
     assert SchedulingRule(mixed_batches=False).prefill_only_steps  # SGLang, vLLM V0 without chunked prefill
     assert SchedulingRule(context_pass=True).prefill_only_steps  # TurboMind 0.1's context pass
     assert not SchedulingRule(decode_steps_per_schedule=8, whole_output_reservation=True).prefill_only_steps
+
+
+# --- TurboMind 0.12+'s context limit (context_token_resource.h: max_context_token_num, session_len) -----------
+
+def test_the_prompts_prefilling_in_a_step_hold_at_most_the_context_limit_each_counted_whole():
+    from sim.sched.rules import context_charge, context_fits
+    assert [context_charge(40, chunk, starts) for chunk, starts in ((1, False), (2, False), (1, True))] == [0, 40, 40]
+    assert context_fits(0, 500, 100) and context_fits(60, 40, 100) and not context_fits(61, 40, 100)
+    assert context_fits(10_000, 10_000, 0)  # 0: no limit
+    # limit 40 tokens of context; budget 64, chunked. a: 30 prompt tokens, b: 20, c: 8.
+    sched = scheduler(PagedKVManager(64, 4), SchedulingRule(prefill_context_tokens=40), budget=64)
+    a, b, c = make_request(30, 3), make_request(20, 3), make_request(8, 3)
+    for r in (a, b, c):
+        sched.add_request(r)
+    p = step(sched, 0.0)  # a charges 30; b's 20 would make 50: b waits, and c behind it (arrival order)
+    assert p.new_request_ids == [a.request_id] and p.prefill_chunk_tokens == [30]
+    p = step(sched, 1.0)  # a decodes (charges nothing); b (20) and c (8) start: 28
+    assert p.new_request_ids == [b.request_id, c.request_id] and p.num_decode_seqs == 1
+    # without the limit all three start at once
+    free = scheduler(PagedKVManager(64, 4), SchedulingRule(), budget=64)
+    for r in (make_request(30, 3), make_request(20, 3), make_request(8, 3)):
+        free.add_request(r)
+    assert len(step(free, 0.0).new_request_ids) == 3
+
+
+def test_a_prompt_longer_than_the_context_limit_still_runs_alone_and_its_chunks_charge_it_whole():
+    # limit 40; a: 100 prompt tokens in chunks of the budget 32 (each chunk charges all 100: the step's first always
+    # runs); b (10 tokens) waits until a's prompt is done, then starts beside a's decode
+    sched = scheduler(PagedKVManager(64, 4), SchedulingRule(prefill_context_tokens=40), budget=32)
+    a, b = make_request(100, 3), make_request(10, 3)
+    sched.add_request(a)
+    sched.add_request(b)
+    chunks = [step(sched, float(t)).prefill_chunk_tokens for t in range(4)]
+    assert chunks == [[32], [32], [32], [4]]
+    p = step(sched, 4.0)
+    assert p.new_request_ids == [b.request_id] and p.num_decode_seqs == 1
