@@ -1058,8 +1058,8 @@ def _derive_turbomind_one_pass(ctx: Context) -> PresetResult:
                      f"{model.max_context}")
         session_len = model.max_context
     if session_len is not None:
-        values["scheduler.max_model_len"] = session_len
-    context_limit = session_len if session_len is not None else (model.max_context if model is not None else None)
+        values["scheduler.max_model_len"], from_flags["scheduler.max_model_len"] = session_len, "session_len"
+    context_limit = session_len if session_len is not None else ctx.max_model_len()  # the scenario's, or the model's
     if context_limit is not None:
         # turbomind.cc: max_context_token_num (not in the Python config: 0) becomes session_len, times session_len
         # where that is at most max_batch_size

@@ -392,6 +392,8 @@ def test_lmdeploy_one_pass_turbomind_takes_its_batch_from_the_gpus_name_and_its_
     assert (short.max_model_len, short.prefill_context_tokens) == (4096, 4096)
     tiny = scheduler_of({"name": "lmdeploy", "version": "0.16.0", "session_len": 100, "max_batch_size": 128}, gpu)
     assert tiny.prefill_context_tokens == 100 * 100  # turbomind.cc: session_len <= max_batch_size is squared
+    own = scenario({"name": "lmdeploy", "version": "0.16.0"}, hardware={"gpu": gpu}, scheduler={"max_model_len": 8192})
+    assert own.scheduler.prefill_context_tokens == 8192  # the scenario's own length is the session's
     own = scenario({"name": "lmdeploy", "version": "0.12.0", "max_batch_size": 100, "max_prefill_token_num": 1001,
                     "tp": 4}, model="llama-3.1-70b", hardware={"gpu": gpu}).scheduler
     assert (own.max_num_seqs, own.max_num_batched_tokens) == (100, 1104)  # 1101 rounded up to a multiple of TP 4
@@ -449,6 +451,8 @@ def test_a_dumped_scenario_validates_to_itself():
      "quantization.kv_cache: 'fp8' contradicts engine lmdeploy"),
     ({"name": "lmdeploy", "version": "0.16.0", "quant_policy": 8}, {"quantization": {"kv_cache": "bf16"}},
      "engine.quant_policy: 'int8' contradicts quantization.kv_cache 'bf16'"),
+    ({"name": "lmdeploy", "version": "0.16.0", "session_len": 4096}, {"scheduler": {"max_model_len": 2048}},
+     "engine.session_len: 4096 contradicts scheduler.max_model_len 2048"),
     ({"name": "lmdeploy", "version": "0.16.0", "communicator": "mpi"}, {},
      "engine.communicator: 'mpi' is not allowed; allowed: nccl, cuda-ipc, native"),
     ({"name": "lmdeploy", "version": "0.1.0a1", "step_length": 2}, {}, "engine.step_length: 2 is not modelled"),
