@@ -349,7 +349,9 @@ def test_the_engine_catalog_lists_every_preset_its_versions_and_flags():
     flags = {name: table.loc[name, "flags"].split(", ") for name in table.index}
     assert "num_scheduler_steps" in flags["vllm"] and "max_running_requests" in flags["sglang"]
     assert "max_batch_size" in flags["trtllm"] and "cache_max_entry_count" in flags["lmdeploy"]
-    assert [table.loc[n, "versions"].split(" to ")[0] for n in table.index] == ["0.6.0", "0.3.0", "0.14.0", "0.1.0"]
+    assert [table.loc[n, "versions"].split(" to ")[0] for n in table.index] == ["0.6.0", "0.3.0", "0.14.0",
+                                                                                 "0.1.0a0, 0.1.0a1, 0.12.0"]
+    assert table.loc["lmdeploy", "versions"] == "0.1.0a0, 0.1.0a1, 0.12.0 to 0.16.x"  # 0.1.0a2-0.11.x not modelled
     for name, version in (("vllm", "0.11.0"), ("sglang", "0.5.3.post3"), ("trtllm", "1.2.0rc1"),
                           ("lmdeploy", "0.1.0a1")):
         assert version in table.loc[name, "fitted_on_published_runs"].split(", ")
