@@ -978,7 +978,7 @@ def _derive_lmdeploy(ctx: Context) -> PresetResult:
                 raise ConfigError(f"engine.{key}: not a config.ini key of lmdeploy {ctx.version_text}; allowed: "
                                   f"leave it out, or engine.version {_dotted(LMDEPLOY_ONE_PASS_SINCE)} or later")
         return _derive_turbomind_context_pass(ctx)
-    if LMDEPLOY_ONE_PASS_SINCE <= ctx.version < LMDEPLOY_NEWEST[:2] + (1 << 30,):
+    if ctx.version >= LMDEPLOY_ONE_PASS_SINCE:  # (above the newest: refused by apply_engine_preset)
         for key in _LMDEPLOY_CONFIG_INI_ONLY:
             if key in ctx.flags:
                 raise ConfigError(f"engine.{key}: not a flag of lmdeploy {ctx.version_text} (a config.ini key of "
@@ -1033,25 +1033,10 @@ def _derive_turbomind_one_pass(ctx: Context) -> PresetResult:
         values["kv_cache.capacity_tokens"] = int(entries) * block_len
     else:
         values.update({"kv_cache.free_memory_fraction": entries, "kv_cache.profile_activations": False})
-    policy = flags.get("quant_policy", 0)
-    kv_given = _get(ctx.raw, "quantization.kv_cache")
-    if policy == 8:
-        values["quantization.kv_cache"], from_flags["quantization.kv_cache"] = "int8", "quant_policy"
-    elif policy != 0:
-        raise ConfigError(f"engine.quant_policy: {policy!r} is not modelled; allowed: 0 (the model's dtype), 8 (int8 "
-                          "k/v; 4, int4 k/v, is not)")
-    elif kv_given == "fp8":
+    if _get(ctx.raw, "quantization.kv_cache") == "fp8":  # (quant_policy 8, written in before the derivation: int8)
         raise ConfigError("quantization.kv_cache: 'fp8' contradicts engine lmdeploy (TurboMind refuses an FP8 k/v "
                           "cache, lmdeploy/messages.py); allowed: bf16, fp16, or int8 with engine.quant_policy 8")
-    communicator = flags.get("communicator", "nccl")
-    if communicator not in ("nccl", "cuda-ipc", "native"):
-        raise ConfigError(f"engine.communicator: {communicator!r} is not allowed; allowed: nccl, cuda-ipc, native")
-    values["hardware.all_reduce"] = NCCL_ALL_REDUCE if communicator == "nccl" else CUSTOM_ALL_REDUCE
-    if "communicator" in flags:
-        from_flags["hardware.all_reduce"] = "communicator"
-    if "enable_prefix_caching" in flags:
-        values["kv_cache.enable_prefix_caching"] = flags["enable_prefix_caching"]
-        from_flags["kv_cache.enable_prefix_caching"] = "enable_prefix_caching"
+    values["hardware.all_reduce"] = NCCL_ALL_REDUCE  # communicator's default, nccl
     session_len = flags.get("session_len")
     if session_len is not None and model is not None and session_len > model.max_context:
         notes.append(f"LMDeploy session_len {session_len}: ServeSim's max_model_len is {model.name}'s context "
@@ -1147,6 +1132,22 @@ def _derive_turbomind_context_pass(ctx: Context) -> PresetResult:
     return PresetResult(values, {}, notes)
 
 
+def _quant_policy(policy: int) -> str | None:
+    """TurboMind's --quant-policy as `quantization.kv_cache`: 0 (the model's dtype) sets nothing, 8 int8 k/v."""
+    if policy not in (0, 8):
+        raise ConfigError(f"engine.quant_policy: {policy!r} is not modelled; allowed: 0 (the model's dtype), 8 (int8 "
+                          "k/v; 4, int4 k/v, is not)")
+    return "int8" if policy == 8 else None
+
+
+def _communicator(name: str) -> str:
+    """TurboMind's --communicator as `hardware.all_reduce`: nccl, or its own CUDA-IPC kernel (native is cuda-ipc's
+    older name)."""
+    if name not in ("nccl", "cuda-ipc", "native"):
+        raise ConfigError(f"engine.communicator: {name!r} is not allowed; allowed: nccl, cuda-ipc, native")
+    return NCCL_ALL_REDUCE if name == "nccl" else CUSTOM_ALL_REDUCE
+
+
 _LMDEPLOY_FLAGS = {  # config.ini keys of v0.1.0a; TurbomindEngineConfig fields (--max-batch-size ...) of v0.12.0+
     "max_batch_size": Flag("scheduler.max_num_seqs", int, "config.ini max_batch_size / --max-batch-size: requests "
                            "in the batch (v0.12.0+ default: by GPU, get_max_batch_size)"),
@@ -1164,10 +1165,11 @@ _LMDEPLOY_FLAGS = {  # config.ini keys of v0.1.0a; TurbomindEngineConfig fields 
     "step_length": Flag(None, int, "config.ini step_length (v0.1.0a): decode steps per iteration (1 only)"),
     "max_prefill_token_num": Flag(None, int, "--max-prefill-token-num (v0.12.0+): a pass's tokens, with "
                                   "max_batch_size more"),
-    "enable_prefix_caching": Flag(None, bool, "--enable-prefix-caching (v0.12.0+)"),
-    "quant_policy": Flag(None, int, "--quant-policy (v0.12.0+): 0 the model's dtype, 8 int8 k/v"),
-    "communicator": Flag(None, str, "--communicator (v0.12.0+): nccl, or cuda-ipc (native) for TurboMind's own "
-                         "all-reduce"),
+    "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching (v0.12.0+)"),
+    "quant_policy": Flag("quantization.kv_cache", int, "--quant-policy (v0.12.0+): 0 the model's dtype, 8 int8 k/v",
+                         _quant_policy),
+    "communicator": Flag("hardware.all_reduce", str, "--communicator (v0.12.0+): nccl, or cuda-ipc (native) for "
+                         "TurboMind's own all-reduce", _communicator),
     "tp": Flag("hardware.tensor_parallel", int, "lmdeploy convert --tp / --tp"),
 }
 
