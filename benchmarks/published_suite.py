@@ -50,7 +50,7 @@ from typing import Any, Callable
 
 import yaml
 
-from sim.config.engines import PRESETS, usable_terms
+from sim.config.engines import PRESETS, option_flag_name, usable_terms
 from sim.workload.lengths import SHAREGPT_BENCH_FILTER, sharegpt_bench_lengths
 
 HERE = Path(__file__).resolve().parent
@@ -73,21 +73,17 @@ CASE_STATED = ("hardware.tensor_parallel", "hardware.pipeline_parallel", "hardwa
 
 
 def preset_flag_name(engine: str, option: str) -> str | None:
-    """The preset's name of a run's command-line option, read from the preset's own flags (sim/config/engines.py:
-    each flag's spelling, `Flag.option`); None where the preset has none or the option sets what the case states
-    itself (CASE_STATED). vLLM's parser takes underscores for dashes (FlexibleArgumentParser: --max_model_len is
-    --max-model-len), and argparse an unambiguous prefix (--mem-frac is SGLang's --mem-fraction-static); LMDeploy's
-    run scripts write TurboMind's config.ini keys, which the preset spells the same way."""
-    flags = {name: flag for name, flag in PRESETS[engine].flags.items() if flag.target not in CASE_STATED}
-    if engine == "lmdeploy":
-        return option if option in flags else None
-    if engine == "vllm" and option.startswith("--"):
-        option = "--" + option[2:].replace("_", "-")
-    spelled = {flag.option: name for name, flag in flags.items() if flag.option}
-    if option in spelled:
-        return spelled[option]
-    prefixed = [name for spelling, name in spelled.items() if spelling.startswith(option)]
-    return prefixed[0] if len(prefixed) == 1 else None
+    """The preset's name of a run's command-line option, read as `engine.command` reads it
+    (sim/config/engines.py `option_flag_name`: the preset's own spelling of each flag, its aliases, vLLM's
+    underscores for dashes, argparse's unambiguous prefix: --mem-frac is SGLang's --mem-fraction-static); None where
+    the preset has none or the option sets what the case states itself (CASE_STATED). LMDeploy 0.1.0a's run scripts
+    write TurboMind's config.ini keys, which the preset spells the same way."""
+    flags = PRESETS[engine].flags
+    if engine == "lmdeploy" and option in flags:
+        name = option
+    else:
+        name = option_flag_name(engine, option)
+    return name if name is not None and flags[name].target not in CASE_STATED else None
 
 
 # The cost models a run can be priced with (`--cost-model NAME`); the first is today's default.

@@ -26,6 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+from sim.config.engine_command import (CommandSyntax, InertOption, command_notes, read_command,
+                                      resolve_option)
 from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE, interconnect_class
@@ -48,6 +50,7 @@ class Flag:
     doc: str
     convert: Callable[[Any], Any] = lambda value: value
     since: tuple[int, ...] | None = None  # the first version of the engine that has it (None: every version known)
+    aliases: tuple[str, ...] = ()  # the option's other spellings on the engine's command line (vLLM's -tp)
 
     @property
     def option(self) -> str | None:
@@ -67,6 +70,17 @@ def _kv_cache_dtype(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
         if value == "auto":
             return None
         return "fp8" if value.startswith("fp8") else "bf16"
+    return convert
+
+
+def _sixteen_bit(allowed: tuple[str, ...]) -> Callable[[str], str]:
+    """An engine's --dtype: the 16-bit activation dtypes every price here assumes are accepted (the weights priced
+    are the scenario's `quantization.weights`); float32 and others are refused in one line."""
+    def convert(value: str) -> str:
+        if value not in allowed:
+            raise ConfigError(f"engine.dtype: {value!r} is not modelled; allowed: {', '.join(allowed)} (16-bit "
+                              "activations, as priced)")
+        return value
     return convert
 
 
@@ -93,9 +107,19 @@ class EnginePreset:
     flags: dict[str, Flag]
     derive: Callable[["Context"], PresetResult]
     versions: str | None = None  # the versions modelled, where not every one from oldest to newest is
+    inert: tuple[InertOption, ...] = ()  # options `engine.command` accepts without effect (engine_command.py)
+    syntax: CommandSyntax = CommandSyntax()  # how the engine's parser reads its command line
 
     def known_versions(self) -> str:
         return self.versions or f"{_dotted(self.oldest)} to {_dotted(self.newest[:2])}.x"
+
+    def options(self) -> dict[str, tuple[str, Any]]:
+        """Each command-line spelling of a flag's option (`Flag.option`, `Flag.aliases`) -> (the flag, its kind)."""
+        return {spelled: (name, flag.kind) for name, flag in self.flags.items()
+                for spelled in ((flag.option,) if flag.option else ()) + flag.aliases}
+
+    def inert_options(self) -> dict[str, InertOption]:
+        return {option.option: option for option in self.inert}
 
 
 @dataclass
@@ -488,8 +512,8 @@ _VLLM_FLAGS = {
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
     "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)"),
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),
-    "tensor_parallel_size": Flag("hardware.tensor_parallel", int, "--tensor-parallel-size"),
-    "pipeline_parallel_size": Flag("hardware.pipeline_parallel", int, "--pipeline-parallel-size"),
+    "tensor_parallel_size": Flag("hardware.tensor_parallel", int, "--tensor-parallel-size", aliases=("-tp",)),
+    "pipeline_parallel_size": Flag("hardware.pipeline_parallel", int, "--pipeline-parallel-size", aliases=("-pp",)),
     # vllm/engine/arg_utils.py (0.6.0: auto, fp8, fp8_e5m2, fp8_e4m3) and vllm/config/cache.py CacheDType (0.11.0 adds
     # bfloat16)
     "kv_cache_dtype": Flag("quantization.kv_cache", str, "--kv-cache-dtype: auto (the model's dtype), fp8, fp8_e4m3, "
@@ -511,7 +535,42 @@ _VLLM_FLAGS = {
     # all-reduced over the TP group as without it (data parallelism is not modelled: EP = TP)
     "enable_expert_parallel": Flag("hardware.expert_parallel", bool, "--enable-expert-parallel: each GPU of the TP "
                                    "group holds whole experts", since=(0, 8, 0)),
+    "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16", _sixteen_bit(("auto", "half", "float16",
+                                                                                       "bfloat16"))),
 }
+
+# What each group of options accepted without effect sets (`engine.command`'s note names them).
+SERVER_ADDRESS = "the server's address, HTTP and access settings"
+MODEL_FILES = "where the model's files come from and what it is called: the scenario's model is priced"
+LOGGING = "logging, whose cost is not modelled"
+PARSING = "chat-template and tool-call parsing settings"
+SEED = "the sampler's seed (run.seed draws the workload)"
+
+
+def _inert(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
+    return tuple(InertOption(option, takes, about) for option in options)
+
+
+# vLLM's options that change nothing simulated, read in the parsers of 0.10.2, 0.11.0 and 0.19.0 (make_arg_parser
+# run from their wheels: each option's nargs; --disable-log-requests is 0.10.2's and 0.11.0's, gone in 0.19.0, where
+# request logging is off unless --enable-log-requests, an option that adds work and is not accepted here). Turning
+# logging off (--disable-log-requests, --disable-log-stats) is not modelled: vLLM 0.6.0's API server work was
+# measured with its request log on (API_SERVER_WORK).
+_VLLM_INERT = (
+    _inert(SERVER_ADDRESS, "one", "--host", "--port", "--uvicorn-log-level", "--root-path", "--ssl-keyfile",
+           "--ssl-certfile", "--allowed-origins", "--allowed-methods", "--allowed-headers")
+    + _inert(SERVER_ADDRESS, "many", "--api-key")
+    + _inert(SERVER_ADDRESS, "none", "--allow-credentials", "--disable-uvicorn-access-log", "--disable-fastapi-docs")
+    + _inert(MODEL_FILES, "one", "--model", "--tokenizer", "--revision", "--tokenizer-revision", "--code-revision",
+             "--download-dir", "--load-format", "--tokenizer-mode", "--config-format", "--generation-config")
+    + _inert(MODEL_FILES, "many", "--served-model-name")
+    + _inert(MODEL_FILES, "optional", "--hf-token")
+    + _inert(MODEL_FILES, "none", "--trust-remote-code")
+    + _inert(LOGGING, "none", "--disable-log-stats", "--disable-log-requests")
+    + _inert(LOGGING, "one", "--max-log-len")
+    + _inert(PARSING, "one", "--chat-template", "--response-role", "--tool-call-parser", "--reasoning-parser")
+    + _inert(PARSING, "none", "--enable-auto-tool-choice")
+    + _inert(SEED, "one", "--seed"))
 
 
 # --- SGLang ----------------------------------------------------------------------------------------------
@@ -836,7 +895,7 @@ _SGLANG_FLAGS = {
     "schedule_conservativeness": Flag(None, (int, float), "--schedule-conservativeness"),
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool,
                                   "radix cache (on in SGLang unless --disable-radix-cache)"),
-    "tp_size": Flag("hardware.tensor_parallel", int, "--tp-size"),
+    "tp_size": Flag("hardware.tensor_parallel", int, "--tp-size", aliases=("--tensor-parallel-size",)),
     # server_args.py: --pp-size from 0.4.6.post2 (not in 0.4.6 or .post1; the preset reads a post release as its base)
     "pp_size": Flag("hardware.pipeline_parallel", int, "--pp-size", since=(0, 4, 6)),
     # server_args.py --kv-cache-dtype choices: auto, fp8_e5m2, fp8_e4m3 (0.5.3.post3; 0.3.0: auto, fp8_e5m2)
@@ -855,7 +914,7 @@ _SGLANG_FLAGS = {
     "enable_ep_moe": Flag("hardware.expert_parallel", bool, "--enable-ep-moe: experts split over all tp_size GPUs",
                           since=(0, 4, 1)),
     "ep_size": Flag("hardware.expert_parallel", int, "--ep-size: GPUs of the TP group holding whole experts",
-                    since=(0, 5, 0)),
+                    since=(0, 5, 0), aliases=("--ep",)),
     "enable_dp_attention": Flag(None, bool, "--enable-dp-attention: without --dp, turned off after reserving memory "
                                 "(SGLANG_DP_ATTENTION_READ)", since=(0, 5, 3)),
     "dp_size": Flag(None, int, "--dp-size: data-parallel workers (1 only: more are not modelled)", since=(0, 5, 3)),
@@ -864,7 +923,21 @@ _SGLANG_FLAGS = {
     # 0.3.0's tp_worker.py: its first token, then every N-th decode step of the batch
     "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
                             "first (frontend.tokens_per_chunk)"),
+    "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16", _sixteen_bit(("auto", "half", "float16",
+                                                                                       "bfloat16"))),
 }
+
+# SGLang's options that change nothing simulated, read in 0.5.5.post1's ServerArgs.add_cli_args (run from its wheel).
+# --log-requests and --enable-metrics add work and are not accepted here.
+_SGLANG_INERT = (
+    _inert(SERVER_ADDRESS, "one", "--host", "--port", "--api-key", "--log-level-http")
+    + _inert(SERVER_ADDRESS, "none", "--skip-server-warmup")
+    + _inert(MODEL_FILES, "one", "--model-path", "--model", "--tokenizer-path", "--load-format", "--revision",
+             "--download-dir", "--served-model-name", "--tokenizer-mode")
+    + _inert(MODEL_FILES, "none", "--trust-remote-code")
+    + _inert(LOGGING, "one", "--log-level")
+    + _inert(PARSING, "one", "--chat-template", "--tool-call-parser", "--reasoning-parser")
+    + _inert(SEED, "one", "--random-seed"))
 
 
 # --- TensorRT-LLM ------------------------------------------------------------------------------------------
@@ -934,16 +1007,26 @@ _TRTLLM_FLAGS = {
     "max_batch_size": Flag("scheduler.max_num_seqs", int, "--max_batch_size"),
     "max_num_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max_num_tokens"),
     "max_seq_len": Flag("scheduler.max_model_len", int, "--max_seq_len"),
-    "kv_cache_free_gpu_memory_fraction": Flag(None, (int, float), "--kv_cache_free_gpu_memory_fraction"),
+    "kv_cache_free_gpu_memory_fraction": Flag(None, (int, float), "--kv_cache_free_gpu_memory_fraction",
+                                              aliases=("--free_gpu_memory_fraction",)),
     "tokens_per_block": Flag("kv_cache.block_size", int, "tokens_per_block"),
     "enable_chunked_prefill": Flag(None, bool, "--enable_chunked_prefill"),
     "scheduler_policy": Flag(None, str, "capacity_scheduler_policy", _policy),
     "cuda_graph_batch_sizes": Flag(None, list, "cuda_graph_config.batch_sizes with enable_padding"),
-    "tp_size": Flag("hardware.tensor_parallel", int, "--tp_size"),
-    "pp_size": Flag("hardware.pipeline_parallel", int, "--pp_size"),
+    "tp_size": Flag("hardware.tensor_parallel", int, "--tp_size", aliases=("--tensor_parallel_size",)),
+    "pp_size": Flag("hardware.pipeline_parallel", int, "--pp_size", aliases=("--pipeline_parallel_size",)),
     "ep_size": Flag("hardware.expert_parallel", int, "--ep_size (moe_expert_parallel_size; moe tp = tp_size / "
-                    "ep_size, without attention data parallelism)"),
+                    "ep_size, without attention data parallelism)", aliases=("--moe_expert_parallel_size",)),
 }
+
+# trtllm-serve's options that change nothing simulated, read in tensorrt_llm/commands/serve.py at NVIDIA/TensorRT-LLM
+# 00209af1 (click: exact spellings).
+_TRTLLM_INERT = (
+    _inert(SERVER_ADDRESS, "one", "--host", "--port")
+    + _inert(MODEL_FILES, "one", "--tokenizer", "--revision", "--gpus_per_node")
+    + _inert(MODEL_FILES, "none", "--trust_remote_code")
+    + _inert(LOGGING, "one", "--log_level")
+    + _inert(PARSING, "one", "--chat_template", "--tool_parser", "--reasoning_parser"))
 
 
 # --- LMDeploy (TurboMind) ---------------------------------------------------------------------------------
@@ -965,7 +1048,8 @@ LMDEPLOY_MAX_BATCH_BY_GPU = (("a100", 384), ("a800", 384), ("h100", 1024), ("h80
 LMDEPLOY_OTHER_GPU_MAX_BATCH = 128
 # The flags of one line only: config.ini keys of v0.1.0a, TurbomindEngineConfig fields of v0.12.0+
 _LMDEPLOY_CONFIG_INI_ONLY = ("max_context_token_num", "step_length")
-_LMDEPLOY_ENGINE_CONFIG_ONLY = ("max_prefill_token_num", "enable_prefix_caching", "quant_policy", "communicator")
+_LMDEPLOY_ENGINE_CONFIG_ONLY = ("max_prefill_token_num", "enable_prefix_caching", "quant_policy", "communicator",
+                                "backend", "dtype")
 
 
 def _derive_lmdeploy(ctx: Context) -> PresetResult:
@@ -1089,6 +1173,7 @@ def _derive_turbomind_context_pass(ctx: Context) -> PresetResult:
     if entries <= 0:
         raise ConfigError(f"engine.cache_max_entry_count: {entries!r} is not allowed; allowed: a fraction of the GPU's "
                           "memory in (0, 1), or a number of k/v blocks >= 1")
+    from_flags: dict[str, str] = {}
     values: dict[str, Any] = {"scheduler.batching": "continuous", "scheduler.chunked_prefill": False,
                               "scheduler.mixed_batches": True, "scheduler.context_pass": True,
                               "scheduler.max_num_seqs": max_batch, "kv_cache.layout": "paged",
@@ -1121,6 +1206,8 @@ def _derive_turbomind_context_pass(ctx: Context) -> PresetResult:
                          f"{model.max_context}")
             session_len = model.max_context
         values["scheduler.max_model_len"] = session_len
+        if flags.get("session_len") is not None:  # the flag's: a scenario's different max_model_len contradicts it
+            from_flags["scheduler.max_model_len"] = "session_len"
     values.update(_engine_terms(ctx, "lmdeploy", notes))
     # TurboMind all-reduces with NCCL only (src/turbomind/models/llama/LlamaFfnLayer.cc and the attention layers:
     # ftNcclAllReduceSum under an NcclGuard; read at 620236d3, a 2023 commit of the v0.1 line, not at v0.1.0a1's own)
@@ -1129,7 +1216,14 @@ def _derive_turbomind_context_pass(ctx: Context) -> PresetResult:
         notes.append("LMDeploy: NCCL's all-reduce priced from the NCCL version AIConfigurator measured (the GPU's "
                      "calibrate/measured/<gpu>/nccl/), not the one its build linked (unstated)")
     _window_memory_not_read(ctx, "LMDeploy", notes)
-    return PresetResult(values, {}, notes)
+    return PresetResult(values, from_flags, notes)
+
+
+def _turbomind_only(backend: str) -> str:
+    if backend != "turbomind":
+        raise ConfigError(f"engine.backend: {backend!r} is not modelled; allowed: turbomind (the preset models "
+                          "LMDeploy's TurboMind engine)")
+    return backend
 
 
 def _quant_policy(policy: int) -> str | None:
@@ -1150,13 +1244,16 @@ def _communicator(name: str) -> str:
 
 _LMDEPLOY_FLAGS = {  # config.ini keys of v0.1.0a; TurbomindEngineConfig fields (--max-batch-size ...) of v0.12.0+
     "max_batch_size": Flag("scheduler.max_num_seqs", int, "config.ini max_batch_size / --max-batch-size: requests "
-                           "in the batch (v0.12.0+ default: by GPU, get_max_batch_size)"),
+                           "in the batch (v0.12.0+ default: by GPU, get_max_batch_size)",
+                           aliases=("--max-batch-size",)),
     "cache_max_entry_count": Flag(None, (int, float), "config.ini cache_max_entry_count / --cache-max-entry-count: "
                                   "< 1 a fraction of the GPU's memory (v0.1.0a: total; v0.12.0+: free after the "
-                                  "weights) for k/v blocks, else the number of blocks (refused from v0.15.0)"),
+                                  "weights) for k/v blocks, else the number of blocks (refused from v0.15.0)",
+                                  aliases=("--cache-max-entry-count",)),
     "cache_block_seq_len": Flag("kv_cache.block_size", int, "config.ini cache_block_seq_len / "
-                                "--cache-block-seq-len: tokens per k/v block"),
-    "session_len": Flag(None, int, "config.ini session_len / --session-len: the longest sequence"),
+                                "--cache-block-seq-len: tokens per k/v block", aliases=("--cache-block-seq-len",)),
+    "session_len": Flag(None, int, "config.ini session_len / --session-len: the longest sequence",
+                        aliases=("--session-len",)),
     "max_context_token_num": Flag(None, int, "config.ini max_context_token_num (v0.1.0a): tokens per "
                                   "context-decode sub-batch (x session_len when <= max_batch_size); its sub-batches "
                                   "are priced as one pass"),
@@ -1170,22 +1267,38 @@ _LMDEPLOY_FLAGS = {  # config.ini keys of v0.1.0a; TurbomindEngineConfig fields 
                          _quant_policy),
     "communicator": Flag("hardware.all_reduce", str, "--communicator (v0.12.0+): nccl, or cuda-ipc (native) for "
                          "TurboMind's own all-reduce", _communicator),
-    "tp": Flag("hardware.tensor_parallel", int, "lmdeploy convert --tp / --tp"),
+    "tp": Flag("hardware.tensor_parallel", int, "lmdeploy convert --tp / --tp", aliases=("--tp",)),
+    "backend": Flag(None, str, "--backend: turbomind (its PyTorch engine is not modelled)", _turbomind_only),
+    "dtype": Flag(None, str, "--dtype (v0.12.0+): auto, float16 or bfloat16", _sixteen_bit(("auto", "float16",
+                                                                                           "bfloat16"))),
 }
+
+# `lmdeploy serve api_server`'s options that change nothing simulated, read in lmdeploy/cli/serve.py and
+# lmdeploy/cli/utils.py at v0.16.0. Its argparse takes unambiguous prefixes.
+_LMDEPLOY_INERT = (
+    _inert(SERVER_ADDRESS, "one", "--server-name", "--server-port", "--proxy-url")
+    + _inert(SERVER_ADDRESS, "many", "--allow-origins", "--allow-methods", "--allow-headers", "--api-keys")
+    + _inert(SERVER_ADDRESS, "none", "--allow-credentials", "--ssl", "--disable-fastapi-docs")
+    + _inert(MODEL_FILES, "one", "--model-name", "--revision", "--download-dir")
+    + _inert(MODEL_FILES, "none", "--trust-remote-code")
+    + _inert(LOGGING, "one", "--log-level", "--max-log-len")
+    + _inert(PARSING, "one", "--chat-template", "--tool-call-parser", "--reasoning-parser"))
 
 
 PRESETS: dict[str, EnginePreset] = {
     "vllm": EnginePreset("vllm", "vLLM", (0, 6, 0), VLLM_NEWEST, "vllm/engine/arg_utils.py, vllm/config.py",
-                         _VLLM_FLAGS, _derive_vllm),
+                         _VLLM_FLAGS, _derive_vllm, inert=_VLLM_INERT,
+                         syntax=CommandSyntax(underscores=True, prefixes=True, negation=True)),
     "sglang": EnginePreset("sglang", "SGLang", (0, 3, 0), SGLANG_NEWEST, "python/sglang/srt/server_args.py",
-                           _SGLANG_FLAGS, _derive_sglang),
+                           _SGLANG_FLAGS, _derive_sglang, inert=_SGLANG_INERT, syntax=CommandSyntax(prefixes=True)),
     "trtllm": EnginePreset("trtllm", "TensorRT-LLM", (0, 14, 0), TRTLLM_NEWEST, "tensorrt_llm/llmapi/llm_args.py",
-                           _TRTLLM_FLAGS, _derive_trtllm),
+                           _TRTLLM_FLAGS, _derive_trtllm, inert=_TRTLLM_INERT),
     "lmdeploy": EnginePreset("lmdeploy", "LMDeploy (TurboMind)", (0, 1, 0), LMDEPLOY_NEWEST,
                              "src/turbomind/models/llama/LlamaBatch.cc (0.1.0a), src/turbomind/engine/scheduler.cc",
                              _LMDEPLOY_FLAGS, _derive_lmdeploy,
                              f"{', '.join(LMDEPLOY_SCHEDULER_VERSIONS)}, {_dotted(LMDEPLOY_ONE_PASS_SINCE)} to "
-                             f"{_dotted(LMDEPLOY_NEWEST[:2])}.x"),
+                             f"{_dotted(LMDEPLOY_NEWEST[:2])}.x", inert=_LMDEPLOY_INERT,
+                             syntax=CommandSyntax(prefixes=True)),
 }
 
 
@@ -1664,10 +1777,17 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     if version is None or not (preset.oldest <= version < preset.newest[:2] + (1 << 30,)):
         raise ConfigError(f"engine.version: {version_text!r} is not a {name} version the preset knows; allowed: "
                           f"{preset.known_versions()}")
+    given = {key: value for key, value in spec.items() if key not in ("name", "version", "command")}
+    command = None
+    if "command" in spec:
+        command = read_command(spec["command"], name, preset.options(), preset.inert_options(), preset.syntax)
+        for key, value in command.flags.items():
+            if key in given and given[key] != value:
+                raise ConfigError(f"engine.command: {key} {value!r} contradicts engine.{key} {given[key]!r}; "
+                                  "allowed: give one of them, or the same value")
+            given[key] = value
     flags = {}
-    for key, value in spec.items():
-        if key in ("name", "version"):
-            continue
+    for key, value in given.items():
         flag = preset.flags.get(key)
         if flag is None:
             raise ConfigError(f"engine.{key}: not a flag of the {name} preset; allowed: "
@@ -1698,12 +1818,27 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
         if dotted.startswith("cost_model."):
             continue  # handled below: only a cost model that takes engine terms gets them
         _set(raw, dotted, value)
+    if command is not None:
+        result.notes.extend(command_notes(command))
     overhead = result.values.get("cost_model.overhead")
     _apply_cost_terms(raw, overhead)
     for dotted, value in result.values.items():
         if dotted.startswith("frontend."):
             _place_frontend_value(raw, dotted, value, result.from_flags.get(dotted), result.notes)
     return raw, overhead, result.notes
+
+
+def option_flag_name(engine: str, option: str) -> str | None:
+    """The preset flag a command-line option sets, spelled as the engine's parser reads it (`engine.command`: its
+    aliases, vLLM's underscores, argparse's unambiguous prefixes), or None where it sets none (an option accepted
+    without effect, an ambiguous prefix, one the preset does not know)."""
+    preset = PRESETS[engine]
+    options = preset.options()
+    try:
+        spelled, _ = resolve_option(option.partition("=")[0], options, preset.inert_options(), preset.syntax)
+    except ConfigError:
+        return None
+    return options[spelled][0] if spelled in options else None
 
 
 def _place_frontend_value(raw: dict, dotted: str, value, flag: str | None, notes: list[str]) -> None:
@@ -1742,7 +1877,7 @@ def _unvalidated_derivation(raw: dict) -> PresetResult | None:
     version = _parse_version(str(spec.get("version", "")))
     if version is None:
         return None
-    flags = {k: v for k, v in spec.items() if k not in ("name", "version")}
+    flags = {k: v for k, v in spec.items() if k not in ("name", "version", "command")}
     return _derive(copy.deepcopy(raw), spec["name"], PRESETS[spec["name"]], version, str(spec["version"]), flags)
 
 

@@ -437,6 +437,34 @@ def test_a_runs_command_line_options_are_read_by_the_presets_own_spelling_of_eac
     assert ps.preset_flag_name("vllm", "--disable-log-requests") is None  # no preset flag: not the engine's model
 
 
+# The programs that launch an engine's server: a published run's `command` that starts one is what a user would give
+# as `engine.command` (the others build an engine, trtllm-bench, or run a script, LMDeploy's benchmark_*.sh).
+SERVER_LAUNCHES = ("vllm serve", "vllm.entrypoints.openai.api_server", "sglang.launch_server", "trtllm-serve")
+
+
+def test_every_quoted_server_command_reads_as_engine_command_to_the_flags_its_case_quotes(suite):
+    # `engine.command` (sim/config/engine_command.py) on the servers' commands as the sources print them: every
+    # option is read or accepted, the flags it sets are those the case's `flags:` give (the harness's reading), and
+    # the tensor parallelism it sets is the case's.
+    from sim.config.engine_command import read_command
+    from sim.config.engines import PRESETS
+    checked = 0
+    for case in suite.cases:
+        command, key = case.engine.command, case.engine.key
+        if not command or not any(launch in command for launch in SERVER_LAUNCHES):
+            continue
+        preset = PRESETS[key]
+        read = read_command(command, key, preset.options(), preset.inert_options(), preset.syntax)
+        quoted = {ps.preset_flag_name(key, option): ps._typed(value) for option, value in case.flags.items()}
+        quoted.pop(None, None)
+        stated = {name for name, flag in preset.flags.items() if flag.target in ps.CASE_STATED}
+        assert {k: v for k, v in read.flags.items() if k not in stated} == quoted, case.name
+        tp = [v for k, v in read.flags.items() if preset.flags[k].target == "hardware.tensor_parallel"]
+        assert tp in ([], [case.tensor_parallel]), case.name
+        checked += 1
+    assert checked >= 100
+
+
 def test_a_quoted_peak_output_rate_and_median_tpot_are_compared_beside_the_headline(suite):
     """GPUStack's pages print `vllm bench serve`'s peak output token throughput and median TPOT beside the means: they
     are compared (groups `peak` and `tpot_median`, never in the goals' HEADLINE) with the most tokens the simulated

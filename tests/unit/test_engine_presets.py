@@ -455,6 +455,8 @@ def test_a_dumped_scenario_validates_to_itself():
      "engine.session_len: 4096 contradicts scheduler.max_model_len 2048"),
     ({"name": "lmdeploy", "version": "0.16.0", "communicator": "mpi"}, {},
      "engine.communicator: 'mpi' is not allowed; allowed: nccl, cuda-ipc, native"),
+    ({"name": "lmdeploy", "version": "0.1.0a1", "session_len": 2048}, {"scheduler": {"max_model_len": 1024}},
+     "engine.session_len: 2048 contradicts scheduler.max_model_len 1024"),
     ({"name": "lmdeploy", "version": "0.1.0a1", "step_length": 2}, {}, "engine.step_length: 2 is not modelled"),
     ({"name": "lmdeploy", "version": "0.1.0a1", "cache_max_entry_count": 0}, {},
      "engine.cache_max_entry_count: 0 is not allowed"),

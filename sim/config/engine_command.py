@@ -1,0 +1,195 @@
+"""An engine's own launch command (`engine.command`), read into the preset's flags as the engine's parser reads it.
+
+A user has the command their deployment runs (`vllm serve Qwen/Qwen3-8B -tp 2 --max-num-seqs 256 --port 8000`); the
+scenario may name it whole instead of restating its flags one by one. Each option is one of:
+
+- **an option of a preset flag** (`Flag.option` and `Flag.aliases`, sim/config/engines.py): its value becomes that
+  flag's, checked and applied exactly as `engine.<flag>` is (a flag given both ways must agree);
+- **an option the preset accepts without effect** (`InertOption`, per engine beside its flags): the server's address
+  and HTTP settings, where the model's files come from, logging, chat and tool-call parsing, the sampler's seed.
+  None of these changes a number ServeSim computes; the run's notes list the ones given;
+- anything else: refused in one line naming the option (never dropped: an option left out could change the engine).
+
+Positional words (the program, `serve`, the model; `python -m <module>` before them) are not read: the scenario's
+`model` is the one priced, and the note says so. How each engine's parser spells options (`CommandSyntax`): vLLM's
+FlexibleArgumentParser takes underscores for dashes; argparse (vLLM, SGLang, LMDeploy) takes an unambiguous prefix
+of a long option, here among the options the preset knows (the engine's own parser sees all of its options, so a
+prefix this accepts may be ambiguous there); BooleanOptionalAction (vLLM) turns a switch off as `--no-<option>`;
+click (TensorRT-LLM's trtllm-serve) takes exact spellings only. `--option=value` and `--option value` are the same.
+A switch may be followed by true or false (vLLM 0.6's `--enable-chunked-prefill True`).
+"""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+from sim.config.words import type_words
+from sim.errors import ConfigError
+
+PYTHON = re.compile(r"python(\d+(\.\d+)?)?")
+TRUE_WORDS = ("true", "True", "TRUE", "1")
+FALSE_WORDS = ("false", "False", "FALSE", "0")
+
+
+@dataclass(frozen=True)
+class InertOption:
+    """An engine option that changes nothing ServeSim computes, accepted in `engine.command` and noted."""
+
+    option: str  # as the engine spells it, e.g. --port
+    takes: str  # "none" (a switch), "one" value, "optional" (zero or one), "many" (one or more: nargs '+')
+    about: str  # what it sets, in a few words: the note groups the given options by it
+
+
+@dataclass(frozen=True)
+class CommandSyntax:
+    """How an engine's command-line parser reads options."""
+
+    underscores: bool = False  # --max_model_len is --max-model-len (vLLM's FlexibleArgumentParser)
+    prefixes: bool = False  # an unambiguous prefix of a long option (argparse's allow_abbrev)
+    negation: bool = False  # --no-<switch> turns it off (argparse's BooleanOptionalAction)
+
+
+@dataclass(frozen=True)
+class CommandFlags:
+    """What a command gave: the preset flags' values (by flag name), the options accepted without effect (as
+    written), and the positional words not read."""
+
+    flags: dict[str, Any]
+    inert: list[tuple[str, str]]  # (the option with its values as written, what it sets)
+    not_read: list[str]
+
+
+def _value(text: str, kind, shown: str) -> Any:
+    """A command-line word as a flag of `kind` takes it (an int, a float, a word, a switch's true/false)."""
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if bool in kinds:
+        if text in TRUE_WORDS or text in FALSE_WORDS:
+            return text in TRUE_WORDS
+    elif int in kinds or float in kinds:
+        try:
+            return int(text)
+        except ValueError:
+            if float in kinds:
+                try:
+                    return float(text)
+                except ValueError:
+                    pass
+    elif str in kinds:
+        return text
+    raise ConfigError(f"engine.command: {shown!r} is not allowed; allowed: {type_words(kinds)}")
+
+
+def read_command(text: Any, engine: str, options: dict[str, tuple[str, Any]], inert: dict[str, InertOption],
+                 syntax: CommandSyntax) -> CommandFlags:
+    """`text`, an engine's launch command, as its preset's flags. `options`: each spelling of a preset flag's
+    option -> (the flag's name, its kind); `inert`: the options accepted without effect, by spelling. Refused in one
+    line: a command that is not a string or does not split into words, an option the preset neither reads nor
+    accepts, an ambiguous prefix, a value missing or of the wrong kind."""
+    if not isinstance(text, str):
+        raise ConfigError(f"engine.command: {text!r} is not allowed; allowed: the engine's launch command as one "
+                          f"string (e.g. \"{engine} ... --max-num-seqs 256\")")
+    try:
+        words = shlex.split(text)
+    except ValueError as err:
+        raise ConfigError(f"engine.command: {text!r} does not split into words ({err}); allowed: a command line "
+                          "with balanced quotes") from None
+    flags: dict[str, Any] = {}
+    given_inert: list[tuple[str, str]] = []
+    not_read: list[str] = []
+    i = 0
+    if len(words) >= 3 and PYTHON.fullmatch(words[0].rsplit("/", 1)[-1]) and words[1] == "-m":
+        not_read, i = words[:3], 3  # python -m sglang.launch_server: the interpreter's options are not the engine's
+    while i < len(words):
+        word = words[i]
+        i += 1
+        if not word.startswith("-") or word == "-":
+            not_read.append(word)
+            continue
+        spelled, _, attached = word.partition("=")
+        has_attached = "=" in word
+        spelled, negated = resolve_option(spelled, options, inert, syntax)
+        if spelled in options:
+            name, kind = options[spelled]
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            if bool in kinds:
+                if negated or has_attached:
+                    value = (not negated) if not has_attached else _value(attached, bool, word)
+                elif i < len(words) and (words[i] in TRUE_WORDS or words[i] in FALSE_WORDS):
+                    value = words[i] in TRUE_WORDS  # vLLM 0.6's --enable-chunked-prefill True
+                    i += 1
+                else:
+                    value = True
+            else:
+                if not has_attached:
+                    if i >= len(words):
+                        raise ConfigError(f"engine.command: {word!r} needs a value; allowed: {word} "
+                                          f"<{type_words(kinds)}>")
+                    attached = words[i]
+                    i += 1
+                value = _value(attached, kind, f"{word} {attached}" if not has_attached else word)
+            flags[name] = value
+            continue
+        if spelled in inert:
+            option = inert[spelled]
+            shown = [word]
+            if not has_attached and option.takes in ("one", "many"):
+                if i >= len(words):
+                    raise ConfigError(f"engine.command: {word!r} needs a value; allowed: {word} <value>")
+                shown.append(words[i])
+                i += 1
+                while option.takes == "many" and i < len(words) and not words[i].startswith("-"):
+                    shown.append(words[i])
+                    i += 1
+            elif not has_attached and option.takes == "optional" and i < len(words) and not words[i].startswith("-"):
+                shown.append(words[i])
+                i += 1
+            given_inert.append((" ".join(shown), option.about))
+            continue
+        raise ConfigError(f"engine.command: {word!r} is not an option the {engine} preset reads; allowed: "
+                          f"{', '.join(sorted(options))}, or one it accepts without effect: "
+                          f"{', '.join(sorted(inert))}")
+    return CommandFlags(flags, given_inert, not_read)
+
+
+def resolve_option(spelled: str, options: dict[str, tuple[str, Any]], inert: dict[str, InertOption],
+                   syntax: CommandSyntax) -> tuple[str | None, bool]:
+    """(the full spelling, among `options` and `inert`, of an option as written without its `=value`, or None where
+    it is neither; whether it was written `--no-<switch>`). An ambiguous prefix is refused in one line."""
+    written = spelled
+    if syntax.underscores and spelled.startswith("--"):
+        spelled = "--" + spelled[2:].replace("_", "-")
+    if spelled in options or spelled in inert:
+        return spelled, False
+    if syntax.negation and spelled.startswith("--no-") and _is_switch("--" + spelled[5:], options, inert):
+        return "--" + spelled[5:], True
+    if syntax.prefixes and spelled.startswith("--"):
+        matches = sorted(option for option in set(options) | set(inert) if option.startswith(spelled))
+        if len(matches) > 1:
+            raise ConfigError(f"engine.command: {written!r} is ambiguous ({', '.join(matches)}); allowed: one of "
+                              "them in full")
+        if matches:
+            return matches[0], False
+    return None, False
+
+
+def _is_switch(option: str, options: dict[str, tuple[str, Any]], inert: dict[str, InertOption]) -> bool:
+    if option in options:
+        kind = options[option][1]
+        return bool in (kind if isinstance(kind, tuple) else (kind,))
+    return option in inert and inert[option].takes == "none"
+
+
+def command_notes(read: CommandFlags) -> list[str]:
+    """The run's notes on what a command gave that changes nothing simulated, one line each."""
+    notes = []
+    if read.inert:
+        abouts = list(dict.fromkeys(about for _, about in read.inert))
+        notes.append(f"engine.command: {', '.join(shown for shown, _ in read.inert)}: accepted, no effect on what "
+                     f"is simulated ({'; '.join(abouts)})")
+    if read.not_read:
+        notes.append(f"engine.command: {' '.join(read.not_read)!r} not read (the program and the model it names: "
+                     "the scenario's model is the one priced)")
+    return notes

@@ -1,0 +1,128 @@
+"""`engine.command` (sim/config/engine_command.py): an engine's launch command read into its preset's flags as the
+engine's own parser reads it, the options that change nothing simulated accepted and noted, and everything else
+refused in one line."""
+
+import pytest
+from helpers import one_error_line, servesim
+
+from sim.config.files import validate_scenario
+from sim.errors import ConfigError
+
+BASE = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+                     "lengths": {"kind": "fixed", "input_tokens": 500, "output_tokens": 100}},
+        "run": {"num_requests": 20}}
+
+
+def scenario(engine: dict, **sections):
+    return validate_scenario({**BASE, **sections, "engine": engine})
+
+
+def without_engine(sc) -> dict:
+    dumped = sc.model_dump(mode="json")
+    dumped.pop("engine")
+    return dumped
+
+
+def test_a_vllm_command_gives_the_scenario_its_flags_give_one_by_one():
+    command = ("vllm serve meta-llama/Llama-3.1-8B-Instruct -tp 2 --max-num-seqs 128 --max_model_len=4096 "
+               "--no-enable-prefix-caching --gpu-mem 0.85 --port 8000 --host 0.0.0.0 --served-model-name a b "
+               "--trust-remote-code --disable-log-requests --dtype bfloat16")
+    from_command = scenario({"name": "vllm", "version": "0.11.0", "command": command})
+    one_by_one = scenario({"name": "vllm", "version": "0.11.0", "tensor_parallel_size": 2, "max_num_seqs": 128,
+                           "max_model_len": 4096, "enable_prefix_caching": False, "gpu_memory_utilization": 0.85})
+    assert without_engine(from_command) == without_engine(one_by_one)
+    assert from_command.hardware.tensor_parallel == 2 and from_command.scheduler.max_num_seqs == 128
+    assert from_command.kv_cache.enable_prefix_caching is False and from_command.scheduler.max_model_len == 4096
+    notes = from_command.engine.notes
+    accepted = next(n for n in notes if "accepted, no effect" in n)
+    assert "--port 8000" in accepted and "--served-model-name a b" in accepted and "--dtype" not in accepted
+    assert any("'vllm serve meta-llama/Llama-3.1-8B-Instruct' not read" in n for n in notes)
+
+
+def test_a_command_and_its_flag_given_apart_must_agree():
+    same = scenario({"name": "vllm", "version": "0.11.0", "command": "vllm serve m --max-num-seqs 64",
+                     "max_num_seqs": 64})
+    assert same.scheduler.max_num_seqs == 64
+    with pytest.raises(ConfigError, match=r"engine\.command: max_num_seqs 64 contradicts engine\.max_num_seqs 128"):
+        scenario({"name": "vllm", "version": "0.11.0", "command": "vllm serve m --max-num-seqs 64",
+                  "max_num_seqs": 128})
+    with pytest.raises(ConfigError, match=r"engine\.tensor_parallel_size: 2 contradicts hardware\.tensor_parallel 4"):
+        scenario({"name": "vllm", "version": "0.11.0", "command": "vllm serve m -tp 2"},
+                 hardware={"gpu": "h100-sxm", "tensor_parallel": 4})
+
+
+def test_vllm_060s_switch_with_a_value_and_its_v0_flags():
+    sc = scenario({"name": "vllm", "version": "0.6.3",
+                   "command": "python3 -m vllm.entrypoints.openai.api_server --model m --max-model-len 4096 "
+                              "--enable-chunked-prefill True --num-scheduler-steps 8"})
+    assert sc.scheduler.chunked_prefill is True and sc.scheduler.decode_steps_per_schedule == 8
+
+
+def test_sglang_reads_prefixes_and_its_aliases():
+    sc = scenario({"name": "sglang", "version": "0.5.5",
+                   "command": "python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2 --mem-frac 0.8 "
+                              "--disable-radix-cache --max-running-requests 64 --random-seed 1"})
+    assert sc.hardware.tensor_parallel == 2 and sc.scheduler.max_num_seqs == 64
+    assert sc.kv_cache.enable_prefix_caching is False
+    again = scenario({"name": "sglang", "version": "0.5.5", "command": "sglang --tensor-parallel-size 2"})
+    assert again.hardware.tensor_parallel == 2
+
+
+def test_trtllm_serve_takes_exact_spellings_only():
+    sc = scenario({"name": "trtllm", "version": "1.2.0rc1",
+                   "command": "trtllm-serve Qwen/Qwen3-8B --max_batch_size 64 --free_gpu_memory_fraction 0.8 "
+                              "--tensor_parallel_size 2 --enable_chunked_prefill --port 8000"})
+    assert sc.hardware.tensor_parallel == 2 and sc.scheduler.max_num_seqs == 64
+    assert sc.scheduler.chunked_prefill is True
+    with pytest.raises(ConfigError, match=r"engine\.command: '--tp' is not an option the trtllm preset reads"):
+        scenario({"name": "trtllm", "version": "1.2.0rc1", "command": "trtllm-serve m --tp 2"})
+
+
+def test_lmdeploy_api_server_command():
+    sc = scenario({"name": "lmdeploy", "version": "0.16.0",
+                   "command": "lmdeploy serve api_server internlm/internlm2_5-7b-chat --backend turbomind --tp 2 "
+                              "--max-batch-size 256 --session-len 4096 --server-port 23333 --log-level INFO"},
+                  model="llama-3.1-8b")
+    assert sc.hardware.tensor_parallel == 2 and sc.scheduler.max_num_seqs == 256
+    assert sc.scheduler.max_model_len == 4096
+    with pytest.raises(ConfigError, match=r"engine\.backend: 'pytorch' is not modelled; allowed: turbomind"):
+        scenario({"name": "lmdeploy", "version": "0.16.0", "command": "lmdeploy serve api_server m --backend pytorch"})
+
+
+@pytest.mark.parametrize("command, words", [
+    (["vllm", "serve"], "engine.command: ['vllm', 'serve'] is not allowed; allowed: the engine's launch command as "
+                        "one string"),
+    ("vllm serve 'm", "does not split into words (No closing quotation)"),
+    ("vllm serve m --foo 3", "engine.command: '--foo' is not an option the vllm preset reads; allowed: "
+                             "--api-server-count"),
+    ("vllm serve m --enable-log-requests", "'--enable-log-requests' is not an option"),  # adds work: not accepted
+    ("vllm serve m --max-num-seqs", "engine.command: '--max-num-seqs' needs a value; allowed: --max-num-seqs <an "
+                                    "integer>"),
+    ("vllm serve m --max-num-seqs many", "engine.command: '--max-num-seqs many' is not allowed; allowed: an integer"),
+    ("vllm serve m --enable", "engine.command: '--enable' is ambiguous (--enable-auto-tool-choice, "
+                              "--enable-chunked-prefill, --enable-expert-parallel, --enable-prefix-caching)"),
+    ("vllm serve m --port", "engine.command: '--port' needs a value"),
+    ("vllm serve m --dtype float32", "engine.dtype: 'float32' is not modelled; allowed: auto, half, float16, "
+                                     "bfloat16"),
+    ("vllm serve m --async-scheduling", "engine.async_scheduling: true is not a flag of vLLM 0.9.2"),
+])
+def test_a_bad_command_is_one_line(command, words):
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "vllm", "version": "0.9.2", "command": command})
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
+def test_a_scenario_with_a_command_dumps_and_reads_back_to_itself():
+    sc = scenario({"name": "sglang", "version": "0.5.5", "command": "sglang --max-running-requests 32 --port 1"})
+    assert validate_scenario(sc.model_dump(mode="json")) == sc
+
+
+def test_the_cli_refuses_a_bad_command_in_one_line_and_writes_nothing(tmp_path):
+    import yaml
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump({**BASE, "engine": {"name": "vllm", "version": "0.11.0",
+                                                       "command": "vllm serve m --speculative-config {}"}}))
+    out = tmp_path / "out"
+    line = one_error_line(servesim("run", path, "--out", out))
+    assert "engine.command" in line and "--speculative-config" in line
+    assert not out.exists()
