@@ -67,9 +67,10 @@ ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "
 # source file and version cited there).
 PRESET_ENGINES = tuple(PRESETS)
 
-# The scenario keys a case states itself (its TP, PP, EP and KV dtype): the options that set them are the case's.
+# The scenario keys a case states itself (its TP, PP, EP, weight and KV dtypes): the options that set them are the
+# case's.
 CASE_STATED = ("hardware.tensor_parallel", "hardware.pipeline_parallel", "hardware.expert_parallel",
-               "quantization.kv_cache")
+               "quantization.weights", "quantization.kv_cache")
 
 
 def preset_flag_name(engine: str, option: str) -> str | None:

@@ -84,6 +84,18 @@ def _sixteen_bit(allowed: tuple[str, ...]) -> Callable[[str], str]:
     return convert
 
 
+def _weights_quantization(methods: dict[str, str]) -> Callable[[str], str]:
+    """An engine's --quantization as `quantization.weights` (the methods it names that ServeSim prices: fp8 as the
+    engine's W8A8 where the GPU has an fp8 rate, `_derive` sets fp8_compute so, weight-only elsewhere); another
+    method is refused in one line, never priced as 16-bit."""
+    def convert(value: str) -> str:
+        if value not in methods:
+            raise ConfigError(f"engine.quantization: {value!r} is not modelled; allowed: {', '.join(methods)} (or "
+                              "leave it out and set quantization.weights)")
+        return methods[value]
+    return convert
+
+
 # How many output tokens the engine hands its front-end at once (after a prompt's first token): a value a preset
 # derives for the scenario's front-end, which it only has with a `frontend:` section (`_place_frontend_value`, as
 # every `frontend.` key a preset sets).
@@ -537,6 +549,9 @@ _VLLM_FLAGS = {
                                    "group holds whole experts", since=(0, 8, 0)),
     "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16", _sixteen_bit(("auto", "half", "float16",
                                                                                        "bfloat16"))),
+    # vllm/model_executor/layers/quantization/fp8.py Fp8LinearMethod: W8A8 on sm_89+, weight-only Marlin below
+    "quantization": Flag("quantization.weights", str, "--quantization: fp8 or mxfp4 (quantization.weights)",
+                         _weights_quantization({"fp8": "fp8", "mxfp4": "mxfp4"}), aliases=("-q",)),
 }
 
 # What each group of options accepted without effect sets (`engine.command`'s note names them).
@@ -925,6 +940,8 @@ _SGLANG_FLAGS = {
                             "first (frontend.tokens_per_chunk)"),
     "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16", _sixteen_bit(("auto", "half", "float16",
                                                                                        "bfloat16"))),
+    "quantization": Flag("quantization.weights", str, "--quantization: fp8, w8a8_fp8 or mxfp4 (quantization.weights)",
+                         _weights_quantization({"fp8": "fp8", "w8a8_fp8": "fp8", "mxfp4": "mxfp4"})),
 }
 
 # SGLang's options that change nothing simulated, read in 0.5.5.post1's ServerArgs.add_cli_args (run from its wheel).
@@ -1933,6 +1950,9 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
                 value = ctx.tensor_parallel  # the engine splits the experts over its whole TP group
             result.values[flag.target] = value
             result.from_flags[flag.target] = key
+    if result.from_flags.get("quantization.weights") and result.values["quantization.weights"] == "fp8" \
+            and not _has(raw, "quantization.fp8_compute"):
+        result.values["quantization.fp8_compute"] = gpu.fp8_flops_per_s is not None  # W8A8 where the GPU has fp8
     return result
 
 

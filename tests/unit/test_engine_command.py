@@ -89,6 +89,20 @@ def test_lmdeploy_api_server_command():
         scenario({"name": "lmdeploy", "version": "0.16.0", "command": "lmdeploy serve api_server m --backend pytorch"})
 
 
+def test_quantization_fp8_is_w8a8_where_the_gpu_has_fp8_and_weight_only_elsewhere():
+    # vLLM's Fp8LinearMethod: fp8 matrix products on sm_89+, weight-only Marlin below (an A100)
+    h100 = scenario({"name": "vllm", "version": "0.11.0", "command": "vllm serve m --quantization fp8"})
+    assert (h100.quantization.weights, h100.quantization.fp8_compute) == ("fp8", True)
+    a100 = scenario({"name": "vllm", "version": "0.11.0", "command": "vllm serve m -q fp8"},
+                    hardware={"gpu": "a100-80gb"})
+    assert (a100.quantization.weights, a100.quantization.fp8_compute) == ("fp8", False)
+    own = scenario({"name": "sglang", "version": "0.5.5", "quantization": "w8a8_fp8"},
+                   quantization={"fp8_compute": False})
+    assert (own.quantization.weights, own.quantization.fp8_compute) == ("fp8", False)  # the scenario's own wins
+    with pytest.raises(ConfigError, match=r"engine\.quantization: 'fp8' contradicts quantization\.weights 'bf16'"):
+        scenario({"name": "vllm", "version": "0.11.0", "quantization": "fp8"}, quantization={"weights": "bf16"})
+
+
 @pytest.mark.parametrize("command, words", [
     (["vllm", "serve"], "engine.command: ['vllm', 'serve'] is not allowed; allowed: the engine's launch command as "
                         "one string"),
@@ -105,6 +119,8 @@ def test_lmdeploy_api_server_command():
     ("vllm serve m --dtype float32", "engine.dtype: 'float32' is not modelled; allowed: auto, half, float16, "
                                      "bfloat16"),
     ("vllm serve m --async-scheduling", "engine.async_scheduling: true is not a flag of vLLM 0.9.2"),
+    ("vllm serve m -q awq", "engine.quantization: 'awq' is not modelled; allowed: fp8, mxfp4 (or leave it out and "
+                            "set quantization.weights)"),
 ])
 def test_a_bad_command_is_one_line(command, words):
     with pytest.raises(ConfigError) as err:
