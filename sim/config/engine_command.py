@@ -58,6 +58,7 @@ class CommandFlags:
     written), and the positional words not read."""
 
     flags: dict[str, Any]
+    written: dict[str, str]  # each flag's option and value as the command wrote them ('-tp 2')
     inert: list[tuple[str, str]]  # (the option with its values as written, what it sets)
     not_read: list[str]
 
@@ -97,6 +98,7 @@ def read_command(text: Any, engine: str, options: dict[str, tuple[str, Any]], in
         raise ConfigError(f"engine.command: {text!r} does not split into words ({err}); allowed: a command line "
                           "with balanced quotes") from None
     flags: dict[str, Any] = {}
+    written: dict[str, str] = {}
     given_inert: list[tuple[str, str]] = []
     not_read: list[str] = []
     i = 0
@@ -114,11 +116,13 @@ def read_command(text: Any, engine: str, options: dict[str, tuple[str, Any]], in
         if spelled in options:
             name, kind = options[spelled]
             kinds = kind if isinstance(kind, tuple) else (kind,)
+            shown = word
             if bool in kinds:
                 if negated or has_attached:
                     value = (not negated) if not has_attached else _value(attached, bool, word)
                 elif i < len(words) and (words[i] in TRUE_WORDS or words[i] in FALSE_WORDS):
                     value = words[i] in TRUE_WORDS  # vLLM 0.6's --enable-chunked-prefill True
+                    shown = f"{word} {words[i]}"
                     i += 1
                 else:
                     value = True
@@ -129,29 +133,30 @@ def read_command(text: Any, engine: str, options: dict[str, tuple[str, Any]], in
                                           f"<{type_words(kinds)}>")
                     attached = words[i]
                     i += 1
-                value = _value(attached, kind, f"{word} {attached}" if not has_attached else word)
-            flags[name] = value
+                    shown = f"{word} {attached}"
+                value = _value(attached, kind, shown)
+            flags[name], written[name] = value, shown
             continue
         if spelled in inert:
             option = inert[spelled]
-            shown = [word]
+            parts = [word]
             if not has_attached and option.takes in ("one", "many"):
                 if i >= len(words):
                     raise ConfigError(f"engine.command: {word!r} needs a value; allowed: {word} <value>")
-                shown.append(words[i])
+                parts.append(words[i])
                 i += 1
                 while option.takes == "many" and i < len(words) and not words[i].startswith("-"):
-                    shown.append(words[i])
+                    parts.append(words[i])
                     i += 1
             elif not has_attached and option.takes == "optional" and i < len(words) and not words[i].startswith("-"):
-                shown.append(words[i])
+                parts.append(words[i])
                 i += 1
-            given_inert.append((" ".join(shown), option.about))
+            given_inert.append((" ".join(parts), option.about))
             continue
         raise ConfigError(f"engine.command: {word!r} is not an option the {engine} preset reads; allowed: "
                           f"{', '.join(sorted(options))}, or one it accepts without effect: "
                           f"{', '.join(sorted(inert))}")
-    return CommandFlags(flags, given_inert, not_read)
+    return CommandFlags(flags, written, given_inert, not_read)
 
 
 def resolve_option(spelled: str, options: dict[str, tuple[str, Any]], inert: dict[str, InertOption],
@@ -180,6 +185,17 @@ def _is_switch(option: str, options: dict[str, tuple[str, Any]], inert: dict[str
         kind = options[option][1]
         return bool in (kind if isinstance(kind, tuple) else (kind,))
     return option in inert and inert[option].takes == "none"
+
+
+def as_command_error(err: ConfigError, read: CommandFlags, given_apart: set[str]) -> ConfigError:
+    """An error about a flag the command gave (`engine.<flag>: ...`, from the checks every flag goes through) as
+    one about the option the user wrote: `engine.command '-tp 2': ...`; other errors as they are."""
+    text = str(err)
+    for name, shown in read.written.items():
+        prefix = f"engine.{name}:"
+        if name not in given_apart and text.startswith(prefix):
+            return ConfigError(f"engine.command {shown!r}:{text[len(prefix):]}")
+    return err
 
 
 def command_notes(read: CommandFlags) -> list[str]:

@@ -26,7 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from sim.config.engine_command import (CommandSyntax, InertOption, command_notes, read_command,
+from sim.config.engine_command import (CommandSyntax, InertOption, as_command_error, command_notes, read_command,
                                       resolve_option)
 from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
@@ -1795,14 +1795,25 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
         raise ConfigError(f"engine.version: {version_text!r} is not a {name} version the preset knows; allowed: "
                           f"{preset.known_versions()}")
     given = {key: value for key, value in spec.items() if key not in ("name", "version", "command")}
-    command = None
-    if "command" in spec:
-        command = read_command(spec["command"], name, preset.options(), preset.inert_options(), preset.syntax)
-        for key, value in command.flags.items():
-            if key in given and given[key] != value:
-                raise ConfigError(f"engine.command: {key} {value!r} contradicts engine.{key} {given[key]!r}; "
-                                  "allowed: give one of them, or the same value")
-            given[key] = value
+    if "command" not in spec:
+        return _apply_flags(raw, name, preset, version, version_text, given, value_problem)
+    command = read_command(spec["command"], name, preset.options(), preset.inert_options(), preset.syntax)
+    apart = set(given)
+    for key, value in command.flags.items():
+        if key in given and given[key] != value:
+            raise ConfigError(f"engine.command {command.written[key]!r}: contradicts engine.{key} {given[key]!r}; "
+                              "allowed: give one of them, or the same value")
+        given[key] = value
+    try:
+        raw, overhead, notes = _apply_flags(raw, name, preset, version, version_text, given, value_problem)
+    except ConfigError as err:
+        raise as_command_error(err, command, apart) from None
+    return raw, overhead, notes + command_notes(command)
+
+
+def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,
+                 given: dict, value_problem) -> tuple[dict, dict | None, list[str]]:
+    """apply_engine_preset once the engine's name, version and flags (`given`) are known."""
     flags = {}
     for key, value in given.items():
         flag = preset.flags.get(key)
@@ -1835,8 +1846,6 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
         if dotted.startswith("cost_model."):
             continue  # handled below: only a cost model that takes engine terms gets them
         _set(raw, dotted, value)
-    if command is not None:
-        result.notes.extend(command_notes(command))
     overhead = result.values.get("cost_model.overhead")
     _apply_cost_terms(raw, overhead)
     for dotted, value in result.values.items():
