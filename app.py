@@ -285,7 +285,15 @@ def engine_inputs(new: dict) -> None:
                                   "fitted on published runs: " + ", ".join(dash.fitted_versions(choice))).strip()
     if typed and typed != version:
         engine_changed(new, choice, typed)
-    flags = {k: v for k, v in new["engine"].items() if k not in ("name", "version")}
+    given = str(new["engine"].get("command", ""))
+    command = st.sidebar.text_input(
+        "launch command (optional)", given, key=key("engine.command"),
+        help="the engine's own launch command, e.g. `vllm serve MODEL -tp 2 --max-num-seqs 256`, read as the "
+        "engine reads it (engine.command: docs/scenarios.md); options that change nothing simulated (--port ...) "
+        "are accepted, others refused").strip()
+    if command != given:
+        command_changed(new, command)
+    flags = {k: v for k, v in new["engine"].items() if k not in ("name", "version", "command")}
     if flags:
         st.sidebar.caption("engine flags from the loaded file (edit them in the YAML): "
                            + ", ".join(f"`{k}: {v}`" for k, v in flags.items()))
@@ -317,6 +325,18 @@ def engine_changed(new: dict, name: str, version: str | None) -> None:
     if dropped:
         st.session_state.form_notes = [f"{dash.engine_label(name)}'s own defaults replace the form's "
                                          + ", ".join(dropped)]
+    reload_form(dash.Form(base, st.session_state.form.variants))
+
+
+def command_changed(new: dict, command: str) -> None:
+    """Start the form again from this launch command (its flags' values in place of the form's)."""
+    try:
+        base, dropped = dash.with_command(new, command)
+    except ServeSimError as err:
+        st.sidebar.error(str(err))
+        return
+    if dropped:
+        st.session_state.form_notes = ["the launch command's values replace the form's " + ", ".join(dropped)]
     reload_form(dash.Form(base, st.session_state.form.variants))
 
 

@@ -1895,16 +1895,28 @@ def _check_flag_agrees(flag: str | None, dotted: str, value, given) -> None:
 
 
 def _unvalidated_derivation(raw: dict) -> PresetResult | None:
-    """The preset's derivation for a raw scenario that is not validated, or None without an engine, or with a name
-    or version the preset refuses (validation says why)."""
+    """The preset's derivation for a raw scenario that is not validated, or None without an engine, or with a name,
+    version or command the preset refuses (validation says why)."""
     spec = raw.get("engine")
     if not isinstance(spec, dict) or spec.get("name") not in PRESETS:
         return None
     version = _parse_version(str(spec.get("version", "")))
     if version is None:
         return None
+    preset = PRESETS[spec["name"]]
     flags = {k: v for k, v in spec.items() if k not in ("name", "version", "command")}
-    return _derive(copy.deepcopy(raw), spec["name"], PRESETS[spec["name"]], version, str(spec["version"]), flags)
+    command = None
+    if "command" in spec:
+        try:
+            command = read_command(spec["command"], spec["name"], preset.options(), preset.inert_options(),
+                                   preset.syntax)
+        except ConfigError:
+            return None
+        flags = {**command.flags, **flags}
+    result = _derive(copy.deepcopy(raw), spec["name"], preset, version, str(spec["version"]), flags)
+    if command is not None:
+        result.notes.extend(command_notes(command))
+    return result
 
 
 def preset_notes(raw: dict) -> list[str]:

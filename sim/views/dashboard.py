@@ -418,6 +418,19 @@ def with_engine(base: dict, name: str, version: str | None = None) -> tuple[dict
     return out, dropped
 
 
+def with_command(base: dict, command: str) -> tuple[dict, list[str]]:
+    """(the base with this launch command as its engine's `engine.command`, the form's keys it dropped); an empty
+    command removes it. The keys the command's flags set drop out of the form as an engine choice's do
+    (`with_engine`), so the command's values apply."""
+    out = copy.deepcopy(base)
+    name, version = engine_of(out)
+    if command:
+        out["engine"]["command"] = command
+    else:
+        out["engine"].pop("command", None)
+    return with_engine(out, name, version)
+
+
 # --------------------------------------------------------------------------------------------------
 # Policies: what a variant column edits
 

@@ -284,7 +284,23 @@ def test_an_engine_named_in_the_sidebar_runs_with_its_own_defaults_and_its_clien
     assert yaml.safe_load(at.code[0].value)["workload"]["endpoint"] == "chat"
     assert float(at.table[0].value.iloc[:, 0].loc["TTFT p99 (s)"]) > completions_ttft
 
-    at.text_input(key="1.engine.version").set_value("9.9")  # not a version the preset knows: one line, no traceback
+    # the engine's own launch command: its flags' values replace the form's, its other options are accepted
+    at.text_input(key="1.engine.command").set_value("vllm serve m --gpu-memory-utilization 0.8 --port 8000")
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    raw = yaml.safe_load(at.code[0].value)
+    assert raw["engine"]["command"] == "vllm serve m --gpu-memory-utilization 0.8 --port 8000"
+    assert all(v.kv_cache.gpu_memory_utilization == 0.8 for v in build_scenario_set(raw).variants.values())
+    at.text_input(key="2.engine.command").set_value("vllm serve m --foo 1")  # refused: one line, no traceback
+    at.run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and errors[0].startswith("engine.command: '--foo' is not an option"), errors
+    at.text_input(key="3.engine.command").set_value("")
+    at.run()
+    assert "command" not in yaml.safe_load(at.code[0].value)["engine"]
+
+    at.text_input(key="4.engine.version").set_value("9.9")  # not a version the preset knows: one line, no traceback
     at.run()
     assert not at.exception
     errors = [e.value for e in at.error]

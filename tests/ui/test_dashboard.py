@@ -331,6 +331,17 @@ def test_the_same_engine_keeps_its_flags_another_starts_without_and_none_removes
         dash.with_engine(base, "vllmm")
 
 
+def test_a_launch_command_replaces_the_forms_values_its_flags_set_and_an_empty_one_removes_it():
+    from sim.config.engines import preset_notes
+    engine, _ = dash.with_engine(dash.DEFAULT_BASE, "vllm", "0.11.0")
+    engine["scheduler"]["max_num_seqs"] = 256  # a value the form set again after the engine choice
+    base, dropped = dash.with_command(engine, "vllm serve m --max-num-seqs 64 --port 8000")
+    assert base["engine"]["command"] == "vllm serve m --max-num-seqs 64 --port 8000"
+    assert dropped == ["scheduler.max_num_seqs 256"] and validate_scenario(base).scheduler.max_num_seqs == 64
+    assert any("--port 8000: accepted, no effect" in note for note in preset_notes(base))
+    assert "command" not in dash.with_command(base, "")[0]["engine"]
+
+
 @pytest.mark.parametrize("name", [n for n in dash.ENGINE_CHOICES if n != dash.NO_ENGINE])
 def test_an_engines_starting_version_is_its_newest_with_fitted_terms(name):
     from sim.config.engines import fitted_versions
