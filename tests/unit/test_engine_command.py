@@ -4,7 +4,11 @@ refused in one line."""
 
 import pytest
 from helpers import one_error_line, servesim
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from sim.config.engine_command import read_command
+from sim.config.engines import PRESETS
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 
@@ -144,3 +148,46 @@ def test_the_cli_refuses_a_bad_command_in_one_line_and_writes_nothing(tmp_path):
     line = one_error_line(servesim("run", path, "--out", out))
     assert "engine.command" in line and "--speculative-config" in line
     assert not out.exists()
+
+
+# --- any command the preset's flags can spell reads back to those flags ----------------------------------------------
+
+
+@st.composite
+def spelled_commands(draw):
+    """(engine, a command line, the flags it should read to): some of the preset's flags that have an option, each
+    in one of its spellings, `=` or a separate value, among some of its accepted options and their values."""
+    engine = draw(st.sampled_from(sorted(PRESETS)))
+    preset = PRESETS[engine]
+    words, expected = [f"{engine}-launcher", "some/model"], {}
+    spellings = {}
+    for spelled, (name, kind) in preset.options().items():
+        kinds = kind if isinstance(kind, tuple) else (kind,)
+        if str not in kinds:  # a word flag takes only its listed values; numbers and switches are drawn here
+            spellings.setdefault(name, []).append((spelled, kinds))
+    for name in draw(st.lists(st.sampled_from(sorted(spellings)), unique=True, max_size=6)):
+        spelled, kinds = draw(st.sampled_from(spellings[name]))
+        if preset.syntax.underscores and spelled.startswith("--") and draw(st.booleans()):
+            spelled = "--" + spelled[2:].replace("-", "_")
+        if bool in kinds:
+            value = draw(st.booleans()) if preset.syntax.negation else True
+            words.append(spelled if value else "--no-" + spelled[2:])
+        else:
+            value = draw(st.integers(1, 10**6) if float not in kinds else
+                         st.floats(0.01, 0.99, allow_nan=False).map(lambda x: round(x, 3)))
+            words += [f"{spelled}={value}"] if draw(st.booleans()) else [spelled, str(value)]
+        expected[name] = value
+        if preset.inert and draw(st.booleans()):
+            inert = draw(st.sampled_from(preset.inert))
+            words += [inert.option] + (["x"] if inert.takes in ("one", "many") else [])
+    return engine, " ".join(words), expected
+
+
+@settings(max_examples=300, deadline=None)
+@given(spelled_commands())
+def test_any_command_the_presets_flags_spell_reads_back_to_them(drawn):
+    engine, command, expected = drawn
+    preset = PRESETS[engine]
+    read = read_command(command, engine, preset.options(), preset.inert_options(), preset.syntax)
+    assert read.flags == expected, command
+    assert read.not_read == [f"{engine}-launcher", "some/model"]
