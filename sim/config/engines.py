@@ -26,8 +26,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
-from sim.config.engine_command import (CommandSyntax, InertOption, as_command_error, command_notes, read_command,
-                                      resolve_option)
+from sim.config.engine_command import (CommandFlags, CommandSyntax, InertOption, as_command_error, command_notes,
+                                      read_command, resolve_option)
 from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE, interconnect_class
@@ -132,6 +132,10 @@ class EnginePreset:
 
     def inert_options(self) -> dict[str, InertOption]:
         return {option.option: option for option in self.inert}
+
+    def read_command(self, text: Any) -> CommandFlags:
+        """`engine.command`, the engine's launch command, read into this preset's flags (engine_command.py)."""
+        return read_command(text, self.name, self.options(), self.inert_options(), self.syntax)
 
 
 @dataclass
@@ -1797,7 +1801,7 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     given = {key: value for key, value in spec.items() if key not in ("name", "version", "command")}
     if "command" not in spec:
         return _apply_flags(raw, name, preset, version, version_text, given, value_problem)
-    command = read_command(spec["command"], name, preset.options(), preset.inert_options(), preset.syntax)
+    command = preset.read_command(spec["command"])
     apart = set(given)
     for key, value in command.flags.items():
         if key in given and given[key] != value:
@@ -1908,8 +1912,7 @@ def _unvalidated_derivation(raw: dict) -> PresetResult | None:
     command = None
     if "command" in spec:
         try:
-            command = read_command(spec["command"], spec["name"], preset.options(), preset.inert_options(),
-                                   preset.syntax)
+            command = preset.read_command(spec["command"])
         except ConfigError:
             return None
         flags = {**command.flags, **flags}

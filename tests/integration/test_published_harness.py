@@ -446,7 +446,6 @@ def test_every_quoted_server_command_reads_as_engine_command_to_the_flags_its_ca
     # `engine.command` (sim/config/engine_command.py) on the servers' commands as the sources print them: every
     # option is read or accepted, the flags it sets are those the case's `flags:` give (the harness's reading), and
     # the tensor parallelism it sets is the case's.
-    from sim.config.engine_command import read_command
     from sim.config.engines import PRESETS
     checked = 0
     for case in suite.cases:
@@ -454,7 +453,7 @@ def test_every_quoted_server_command_reads_as_engine_command_to_the_flags_its_ca
         if not command or not any(launch in command for launch in SERVER_LAUNCHES):
             continue
         preset = PRESETS[key]
-        read = read_command(command, key, preset.options(), preset.inert_options(), preset.syntax)
+        read = preset.read_command(command)
         quoted = {ps.preset_flag_name(key, option): ps._typed(value) for option, value in case.flags.items()}
         quoted.pop(None, None)
         stated = {name for name, flag in preset.flags.items() if flag.target in ps.CASE_STATED}

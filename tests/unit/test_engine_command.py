@@ -7,7 +7,6 @@ from helpers import one_error_line, servesim
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from sim.config.engine_command import read_command
 from sim.config.engines import PRESETS
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
@@ -188,6 +187,6 @@ def spelled_commands(draw):
 def test_any_command_the_presets_flags_spell_reads_back_to_them(drawn):
     engine, command, expected = drawn
     preset = PRESETS[engine]
-    read = read_command(command, engine, preset.options(), preset.inert_options(), preset.syntax)
+    read = preset.read_command(command)
     assert read.flags == expected, command
     assert read.not_read == [f"{engine}-launcher", "some/model"]
