@@ -13,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 
+from sim.config.engines import PRESETS
 from sim.config.schema import Scenario
 from sim.errors import ConfigError, DoesNotFitError
 from sim.model.attention_io import SCORE_BUFFERS, heads_per_gpu, score_activation_bytes
@@ -121,7 +122,10 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
     if max_len > model.max_context:
         raise ConfigError(f"scheduler.max_model_len: {max_len} exceeds {model.name}'s max_context "
                           f"{model.max_context}")
-    if s.batching == "continuous" and token_budget < s.max_num_seqs:
+    # The scheduler runs every running decode each step; an engine that cuts a step's decodes to its token budget
+    # (vLLM, the default; TensorRT-LLM) needs the budget to hold them all (`EnginePreset.decodes_within_budget`).
+    cuts = scenario.engine is None or PRESETS[scenario.engine.name].decodes_within_budget
+    if s.batching == "continuous" and token_budget < s.max_num_seqs and cuts:
         raise ConfigError(f"scheduler.max_num_batched_tokens: {token_budget} must be "
                           f">= max_num_seqs ({s.max_num_seqs}) so every running decode fits a step")
     w = scenario.workload

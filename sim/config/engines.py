@@ -121,6 +121,11 @@ class EnginePreset:
     versions: str | None = None  # the versions modelled, where not every one from oldest to newest is
     inert: tuple[InertOption, ...] = ()  # options `engine.command` accepts without effect (engine_command.py)
     syntax: CommandSyntax = CommandSyntax()  # how the engine's parser reads its command line
+    # whether the engine cuts a step's running decodes to its token budget (vLLM V1's scheduler, and its
+    # SchedulerConfig refuses max_num_batched_tokens < max_num_seqs; TensorRT-LLM's MicroBatchScheduler), which the
+    # scheduler here does not model, so the budget must hold them all; SGLang's decode batches hold every running
+    # request (its max_running_requests may exceed chunked_prefill_size: 4096 against 2048 on two 24 GB GPUs)
+    decodes_within_budget: bool = True
 
     def known_versions(self) -> str:
         return self.versions or f"{_dotted(self.oldest)} to {_dotted(self.newest[:2])}.x"
@@ -1311,7 +1316,8 @@ PRESETS: dict[str, EnginePreset] = {
                          _VLLM_FLAGS, _derive_vllm, inert=_VLLM_INERT,
                          syntax=CommandSyntax(underscores=True, prefixes=True, negation=True)),
     "sglang": EnginePreset("sglang", "SGLang", (0, 3, 0), SGLANG_NEWEST, "python/sglang/srt/server_args.py",
-                           _SGLANG_FLAGS, _derive_sglang, inert=_SGLANG_INERT, syntax=CommandSyntax(prefixes=True)),
+                           _SGLANG_FLAGS, _derive_sglang, inert=_SGLANG_INERT, syntax=CommandSyntax(prefixes=True),
+                           decodes_within_budget=False),
     "trtllm": EnginePreset("trtllm", "TensorRT-LLM", (0, 14, 0), TRTLLM_NEWEST, "tensorrt_llm/llmapi/llm_args.py",
                            _TRTLLM_FLAGS, _derive_trtllm, inert=_TRTLLM_INERT),
     "lmdeploy": EnginePreset("lmdeploy", "LMDeploy (TurboMind)", (0, 1, 0), LMDEPLOY_NEWEST,

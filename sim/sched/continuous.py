@@ -83,8 +83,6 @@ class ContinuousScheduler(SchedulerBase):
         # Swap preemption: a victim's KV goes to host memory (up to this many tokens) instead of being
         # recomputed; it comes back when the victim is re-admitted. 0: always recompute.
         self.swap = swap_space(swap_capacity_tokens)
-        if max_num_batched_tokens < max_num_seqs:
-            raise ValueError("max_num_batched_tokens must be >= max_num_seqs so every decode fits a step")
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.chunked_prefill = chunked_prefill

@@ -356,10 +356,10 @@ def test_several_replicas_run_compiled_and_agree(router):
 def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_same_records(
         mixed, group_steps, whole, graph_sizes, ratio, overhead, whole_steps, replicas, rate, capacity, block_size,
         chunked, budget, max_num_seqs, horizon, fast_decode, seed, context, first_chunk, context_limit):
-    if budget is not None and budget < max_num_seqs:
-        budget = max_num_seqs
     if context:  # TurboMind's context pass: unchunked, its decode pass mixed (sim/config/schema.py)
         mixed, chunked = True, False
+    if budget is not None and budget < max_num_seqs:  # no engine: vLLM's bound (sim/config/deployment.py)
+        budget = max_num_seqs
     first_chunk = first_chunk and chunked  # unchunked, a prompt is admitted whole (sim/config/schema.py)
     cost_model = dict(whole_steps or {"kind": "roofline"})
     if overhead is not None:
@@ -389,6 +389,24 @@ PREFIXES = st.one_of(
               st.integers(1, 700), st.floats(0.1, 1.0), st.integers(1, 4)),
     st.builds(lambda turns, think: {"kind": "multi_turn", "turns_mean": turns, "think_time_s": think},
               st.floats(1.0, 4.0), st.floats(0.0, 3.0)))
+
+
+@pytest.mark.parametrize("mixed", [False, True])
+def test_sglangs_decode_batches_beyond_its_chunk_run_compiled_with_the_same_records(mixed):
+    # SGLang's running requests may exceed its chunk (sim/config/engines.py decodes_within_budget): its decode
+    # batches (apart) hold every running request; mixed, a prompt joins only where the chunk has room beside the
+    # running decodes (SGLang's PrefillAdder), so they never outgrow it
+    spec = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
+            "engine": {"name": "sglang", "version": "0.5.3.post3", "chunked_prefill_size": 256,
+                       "max_running_requests": 1024, "enable_mixed_chunk": mixed},
+            "workload": {"arrival": {"kind": "burst"}, "lengths": {"kind": "lognormal", "input_mean": 40,
+                                                                   "input_sigma": 0.5, "output_mean": 50,
+                                                                   "output_sigma": 0.5}},
+            "run": {"num_requests": 700, "seed": 1}}
+    python, compiled = both(spec)
+    assert compiled.extras["engine_core"] == "compiled"
+    assert (python.steps["num_decode_seqs"].max() > 256) is not mixed
+    assert_identical(python, compiled)
 
 
 def both_with_prefix_stats(spec: dict):
@@ -425,10 +443,10 @@ def test_prefix_caching_runs_compiled_with_the_same_records(prefix, capacity, bl
                                                              max_num_seqs, mixed, whole, context, first_chunk, ratio,
                                                              whole_steps, replicas, router, rate, horizon, fast_decode,
                                                              seed, context_limit):
-    if budget is not None and budget < max_num_seqs:
-        budget = max_num_seqs
     if context:  # TurboMind's context pass: unchunked, its decode pass mixed (sim/config/schema.py)
         mixed, chunked = True, False
+    if budget is not None and budget < max_num_seqs:  # no engine: vLLM's bound (sim/config/deployment.py)
+        budget = max_num_seqs
     first_chunk = first_chunk and chunked
     spec = spec_for(arrival={"kind": "poisson", "rate_per_s": rate}, capacity=capacity, block_size=block_size,
                     chunked=chunked, budget=budget, max_num_seqs=max_num_seqs, horizon=horizon,

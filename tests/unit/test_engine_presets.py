@@ -244,6 +244,29 @@ def test_sglang_dp_attention_without_dp_is_turned_off_after_reserving_its_memory
     assert not any("less KV" in n for n in given.engine.notes)
 
 
+def test_sglangs_running_requests_may_exceed_its_chunk_as_its_decode_batches_run_apart():
+    # Two L4s (the 20-35 GiB tier's 2048-token chunk): max_running_requests = min(max(kv_tokens / 4096 x 512, 2048),
+    # 4096, kv_tokens // 2) = 4096, which SGLang runs (its decode batches are not cut by the chunk). It was refused
+    # here as "max_num_batched_tokens must be >= max_num_seqs", a bound of mixed steps and of vLLM's SchedulerConfig.
+    from sim.run import simulate
+    pair = scenario({"name": "sglang", "version": "0.5.3.post3"}, model="llama-2-7b",
+                    hardware={"gpu": "l4", "tensor_parallel": 2})
+    assert (pair.scheduler.max_num_seqs, pair.scheduler.max_num_batched_tokens) == (4096, 2048)
+    assert not pair.scheduler.rule().mixed_batches
+    assert len(simulate(pair).requests) == BASE["run"]["num_requests"]
+    # mixed chunks too: a prefill joins only where the chunk has room beside the running decodes, as SGLang's
+    # PrefillAdder leaves it (the chunk less the running requests)
+    mixed = scenario({"name": "sglang", "version": "0.5.3.post3", "enable_mixed_chunk": True}, model="llama-2-7b",
+                     hardware={"gpu": "l4", "tensor_parallel": 2})
+    assert mixed.scheduler.rule().mixed_batches and mixed.scheduler.max_num_seqs == 4096
+    # vLLM cuts a step's decodes to its budget and refuses a budget below max_num_seqs (SchedulerConfig)
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens: 200 must be >= max_num_seqs \(256\)"):
+        scenario({"name": "vllm", "version": "0.6.0", "max_num_batched_tokens": 200}, model="llama-2-7b")
+    with pytest.raises(ConfigError, match=r"max_num_batched_tokens: 200 must be >= max_num_seqs \(256\)"):
+        validate_scenario({**BASE, "scheduler": {"max_num_batched_tokens": 200, "max_num_seqs": 256,
+                                                 "mixed_batches": False}})  # no engine: vLLM V1's scheduler
+
+
 def test_sglang_small_gpus_tier_and_the_prefill_graphs_exceptions():
     l4 = {"hardware": {"gpu": "l4"}, "model": "llama-2-7b"}  # 23,034 MiB: the 20-35 GiB tier
     assert scenario({"name": "sglang", "version": "0.5.19"}, **l4).scheduler.max_num_batched_tokens == 2048
