@@ -122,9 +122,11 @@ class EnginePreset:
     inert: tuple[InertOption, ...] = ()  # options `engine.command` accepts without effect (engine_command.py)
     syntax: CommandSyntax = CommandSyntax()  # how the engine's parser reads its command line
     # whether the engine cuts a step's running decodes to its token budget (vLLM V1's scheduler, and its
-    # SchedulerConfig refuses max_num_batched_tokens < max_num_seqs; TensorRT-LLM's MicroBatchScheduler), which the
-    # scheduler here does not model, so the budget must hold them all; SGLang's decode batches hold every running
-    # request (its max_running_requests may exceed chunked_prefill_size: 4096 against 2048 on two 24 GB GPUs)
+    # SchedulerConfig refuses max_num_batched_tokens < max_num_seqs; TensorRT-LLM's MicroBatchScheduler stops at the
+    # first generation request past max_num_tokens: cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp at
+    # 0a949d31), which the scheduler here does not model, so the budget must hold them all; SGLang's decode batches
+    # hold every running request (its max_running_requests may exceed chunked_prefill_size: 4096 against 2048 on two
+    # 24 GB GPUs)
     decodes_within_budget: bool = True
 
     def known_versions(self) -> str:
