@@ -958,12 +958,13 @@ _SGLANG_FLAGS = {
 # SGLang's options that change nothing simulated, read in 0.5.5.post1's ServerArgs.add_cli_args (run from its wheel).
 # --log-requests and --enable-metrics add work and are not accepted here.
 _SGLANG_INERT = (
-    _inert(SERVER_ADDRESS, "one", "--host", "--port", "--api-key", "--log-level-http")
+    _inert(SERVER_ADDRESS, "one", "--host", "--port", "--api-key", "--log-level-http", "--watchdog-timeout",
+           "--dist-timeout")
     + _inert(SERVER_ADDRESS, "none", "--skip-server-warmup")
     + _inert(MODEL_FILES, "one", "--model-path", "--model", "--tokenizer-path", "--load-format", "--revision",
              "--download-dir", "--served-model-name", "--tokenizer-mode")
     + _inert(MODEL_FILES, "none", "--trust-remote-code")
-    + _inert(LOGGING, "one", "--log-level")
+    + _inert(LOGGING, "one", "--log-level", "--decode-log-interval")
     + _inert(PARSING, "one", "--chat-template", "--tool-call-parser", "--reasoning-parser")
     + _inert(SEED, "one", "--random-seed"))
 
