@@ -290,12 +290,31 @@ def _name_html(name: str, color: str) -> str:
 
 
 def _run_cells(results) -> list[tuple[str, list[str]]]:
-    """The "run" rows: which cost model priced each variant and which engine core ran it."""
-    rows = [(COST_MODEL_LABEL, cost_model_labels(results))]
+    """The "run" rows: the serving engine each variant names (its preset), which cost model priced it and which
+    engine core ran it."""
+    rows = []
+    named = [str(r.extras.get("engine", "-")) for r in results]
+    if any(e != "-" for e in named):
+        rows.append(("serving engine", named))
+    rows.append((COST_MODEL_LABEL, cost_model_labels(results)))
     engines = [str(r.extras.get("engine_core", "-")) for r in results]
     if any(e != "-" for e in engines):
         rows.append(("engine core", engines))
     return rows
+
+
+def engine_notes_html(results) -> str:
+    """What each named engine's preset approximates (its notes, one line each, as the CLI prints them), once per
+    engine the variants name; '' where none names one."""
+    by_engine: dict[str, list[str]] = {}
+    for r in results:
+        if "engine" in r.extras:
+            by_engine.setdefault(str(r.extras["engine"]), list(r.extras.get("engine_notes", ())))
+    if not by_engine:
+        return ""
+    blocks = "".join(f"<h3>{html.escape(engine)}</h3><ul>{''.join(f'<li>{html.escape(n)}</li>' for n in notes)}</ul>"
+                     for engine, notes in by_engine.items())
+    return f'<section id="engine-notes"><h2>What the engine preset approximates</h2>{blocks}</section>'
 
 
 def summary_table_html(results: list[Result]) -> str:
@@ -612,6 +631,6 @@ def render_report(results: list[Result], title: str, scenario_yaml: str = "", ba
 <body><h1>{html.escape(title)}</h1>
 {verdict_of(results, bands, differences).html()}
 <section id="summary"><h2>Summary</h2><p>ServeSim {__version__}. {what}</p>{summary_table_html(results)}</section>{attention_section_html(results)}
-{''.join(parts)}
+{''.join(parts)}{engine_notes_html(results)}
 <section id="scenario"><h2>Scenario</h2><pre>{html.escape(scenario_yaml)}</pre></section>
 </body></html>"""

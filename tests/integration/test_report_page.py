@@ -4,6 +4,7 @@ variant, and tables grouped with the deciding metrics first. (The browser test c
 
 from __future__ import annotations
 
+import html
 import json
 import re
 from html.parser import HTMLParser
@@ -133,3 +134,21 @@ def test_the_report_embeds_each_figure_once_with_fixed_ids(quickstart):
     calls = re.findall(r'Plotly\.newPlot\(\s*"plot-latency",\s*(\[.*?\]),\s*\{', page, re.S)
     assert calls and '"type":"log"' in page
     assert json.loads(calls[0])[0]["name"] == "static+contiguous"
+
+
+def test_a_variant_naming_an_engine_shows_it_and_what_its_preset_approximates():
+    from sim.config.files import validate_scenario
+    raw = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
+           "engine": {"name": "vllm", "version": "0.9.2", "command": "vllm serve m --port 8000"},
+           "workload": {"arrival": {"kind": "poisson", "rate_per_s": 5.0},
+                        "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 20}},
+           "run": {"num_requests": 30}}
+    sc = validate_scenario(raw)
+    page = render_report([simulate(sc, make_workload(sc))], "engine", "")
+    parsed = _Page()
+    parsed.feed(page)
+    assert "engine-notes" in parsed.sections
+    assert "<th>serving engine</th><td>vllm 0.9.2</td>" in page
+    for note in sc.engine.notes:  # every note, escaped, once
+        assert page.count(f"<li>{html.escape(note)}</li>") == 1
+    assert any("--port 8000: accepted, no effect" in n for n in sc.engine.notes)
