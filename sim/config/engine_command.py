@@ -90,8 +90,8 @@ def read_command(text: Any, engine: str, options: dict[str, tuple[str, Any]], in
     line: a command that is not a string or does not split into words, an option the preset neither reads nor
     accepts, an ambiguous prefix, a value missing or of the wrong kind."""
     if not isinstance(text, str):
-        raise ConfigError(f"engine.command: {text!r} is not allowed; allowed: the engine's launch command as one "
-                          f"string (e.g. \"{engine} ... --max-num-seqs 256\")")
+        raise ConfigError(f"engine.command: {text!r} is not allowed; allowed: the {engine} launch command as one "
+                          "string, as a shell would take it")
     try:
         words = shlex.split(text)
     except ValueError as err:

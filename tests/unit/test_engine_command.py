@@ -108,7 +108,7 @@ def test_quantization_fp8_is_w8a8_where_the_gpu_has_fp8_and_weight_only_elsewher
 
 
 @pytest.mark.parametrize("command, words", [
-    (["vllm", "serve"], "engine.command: ['vllm', 'serve'] is not allowed; allowed: the engine's launch command as "
+    (["vllm", "serve"], "engine.command: ['vllm', 'serve'] is not allowed; allowed: the vllm launch command as "
                         "one string"),
     ("vllm serve 'm", "does not split into words (No closing quotation)"),
     ("vllm serve m --foo 3", "engine.command: '--foo' is not an option the vllm preset reads; allowed: "
