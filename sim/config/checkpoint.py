@@ -17,12 +17,18 @@ from sim.model.hf_config import read_model_and_quantization
 from sim.model.memory import WEIGHT_DTYPES
 
 
+def runs_fp8_products(gpu) -> bool:
+    """Whether fp8 weights' matrix products run in fp8 on this GPU: where it has an fp8 rate (the engines run a W8A8
+    checkpoint's, or vLLM's --quantization fp8, in fp8 there, and dequantize the weights elsewhere: vLLM's
+    Fp8LinearMethod falls back to weight-only Marlin below sm_89)."""
+    return gpu.fp8_flops_per_s is not None
+
+
 def _gpu_has_fp8(hardware: Any) -> bool:
-    """Whether the scenario's GPU has an fp8 rate (the engines run a W8A8 checkpoint's matrix products in fp8 there,
-    and dequantize its weights elsewhere: vLLM's Fp8LinearMethod falls back to weight-only Marlin below sm_89)."""
+    """`runs_fp8_products` for the scenario's raw `hardware` section (False where its GPU cannot be read yet)."""
     try:
-        return resolve_gpu(hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm"
-                           ).fp8_flops_per_s is not None
+        return runs_fp8_products(resolve_gpu(hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict)
+                                             else "h100-sxm"))
     except (ConfigError, ValidationError, TypeError):
         return False  # validation names a bad GPU in its own words
 

@@ -28,6 +28,7 @@ from typing import Any, Callable
 
 from sim.config.engine_command import (CommandFlags, CommandSyntax, InertOption, as_command_error, command_notes,
                                       read_command, resolve_option)
+from sim.config.checkpoint import runs_fp8_products
 from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE, interconnect_class
@@ -1807,21 +1808,29 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     if version is None or not (preset.oldest <= version < preset.newest[:2] + (1 << 30,)):
         raise ConfigError(f"engine.version: {version_text!r} is not a {name} version the preset knows; allowed: "
                           f"{preset.known_versions()}")
+    given, command = _given_flags(spec, preset)
+    if command is None:
+        return _apply_flags(raw, name, preset, version, version_text, given, value_problem)
+    try:
+        raw, overhead, notes = _apply_flags(raw, name, preset, version, version_text, given, value_problem)
+    except ConfigError as err:
+        raise as_command_error(err, command, set(spec) - {"name", "version", "command"}) from None
+    return raw, overhead, notes + command_notes(command)
+
+
+def _given_flags(spec: dict, preset: EnginePreset) -> tuple[dict, CommandFlags | None]:
+    """(the flags an engine section gives: its `engine.<flag>` keys and its command's, the command as read, or None
+    without one). A flag given both ways must agree; refused in one line otherwise."""
     given = {key: value for key, value in spec.items() if key not in ("name", "version", "command")}
     if "command" not in spec:
-        return _apply_flags(raw, name, preset, version, version_text, given, value_problem)
+        return given, None
     command = preset.read_command(spec["command"])
-    apart = set(given)
     for key, value in command.flags.items():
         if key in given and given[key] != value:
             raise ConfigError(f"engine.command {command.written[key]!r}: contradicts engine.{key} {given[key]!r}; "
                               "allowed: give one of them, or the same value")
         given[key] = value
-    try:
-        raw, overhead, notes = _apply_flags(raw, name, preset, version, version_text, given, value_problem)
-    except ConfigError as err:
-        raise as_command_error(err, command, apart) from None
-    return raw, overhead, notes + command_notes(command)
+    return given, command
 
 
 def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,
@@ -1917,14 +1926,10 @@ def _unvalidated_derivation(raw: dict) -> PresetResult | None:
     if version is None:
         return None
     preset = PRESETS[spec["name"]]
-    flags = {k: v for k, v in spec.items() if k not in ("name", "version", "command")}
-    command = None
-    if "command" in spec:
-        try:
-            command = preset.read_command(spec["command"])
-        except ConfigError:
-            return None
-        flags = {**command.flags, **flags}
+    try:
+        flags, command = _given_flags(spec, preset)
+    except ConfigError:
+        return None
     result = _derive(copy.deepcopy(raw), spec["name"], preset, version, str(spec["version"]), flags)
     if command is not None:
         result.notes.extend(command_notes(command))
@@ -1985,7 +1990,7 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
             result.from_flags[flag.target] = key
     if result.from_flags.get("quantization.weights") and result.values["quantization.weights"] == "fp8" \
             and not _has(raw, "quantization.fp8_compute"):
-        result.values["quantization.fp8_compute"] = gpu.fp8_flops_per_s is not None  # W8A8 where the GPU has fp8
+        result.values["quantization.fp8_compute"] = runs_fp8_products(gpu)
     return result
 
 

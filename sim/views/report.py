@@ -305,15 +305,18 @@ def _run_cells(results) -> list[tuple[str, list[str]]]:
 
 def engine_notes_html(results) -> str:
     """What each named engine's preset approximates (its notes, one line each, as the CLI prints them), once per
-    engine the variants name; '' where none names one."""
-    by_engine: dict[str, list[str]] = {}
+    engine and set of notes, headed by the variants they are for (variants of one engine with other flags have
+    other notes); '' where none names one."""
+    groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for r in results:
         if "engine" in r.extras:
-            by_engine.setdefault(str(r.extras["engine"]), list(r.extras.get("engine_notes", ())))
-    if not by_engine:
+            key = (str(r.extras["engine"]), tuple(r.extras.get("engine_notes", ())))
+            groups.setdefault(key, []).append(r.name)
+    if not groups:
         return ""
-    blocks = "".join(f"<h3>{html.escape(engine)}</h3><ul>{''.join(f'<li>{html.escape(n)}</li>' for n in notes)}</ul>"
-                     for engine, notes in by_engine.items())
+    blocks = "".join(f"<h3>{html.escape(engine)}: {html.escape(', '.join(names))}</h3>"
+                     f"<ul>{''.join(f'<li>{html.escape(n)}</li>' for n in notes)}</ul>"
+                     for (engine, notes), names in groups.items())
     return f'<section id="engine-notes"><h2>What the engine preset approximates</h2>{blocks}</section>'
 
 

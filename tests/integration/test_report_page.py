@@ -144,11 +144,17 @@ def test_a_variant_naming_an_engine_shows_it_and_what_its_preset_approximates():
                         "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 20}},
            "run": {"num_requests": 30}}
     sc = validate_scenario(raw)
-    page = render_report([simulate(sc, make_workload(sc))], "engine", "")
+    other = validate_scenario({**raw, "engine": {"name": "vllm", "version": "0.9.2", "command": "vllm serve m"}})
+    results = [simulate(sc, make_workload(sc)), simulate(other, make_workload(other))]
+    results[1].name = "other"
+    page = render_report(results, "engine", "")
     parsed = _Page()
     parsed.feed(page)
     assert "engine-notes" in parsed.sections
     assert "<th>serving engine</th><td>vllm 0.9.2</td>" in page
-    for note in sc.engine.notes:  # every note, escaped, once
-        assert page.count(f"<li>{html.escape(note)}</li>") == 1
+    for note in sc.engine.notes:  # every note, escaped, once per variant whose notes differ
+        shared = note in other.engine.notes
+        assert page.count(f"<li>{html.escape(note)}</li>") == (2 if shared else 1), note
     assert any("--port 8000: accepted, no effect" in n for n in sc.engine.notes)
+    assert not any("--port 8000" in n for n in other.engine.notes)  # its own notes, under its own heading
+    assert f"<h3>vllm 0.9.2: {html.escape(results[0].name)}</h3>" in page and "<h3>vllm 0.9.2: other</h3>" in page
