@@ -50,6 +50,7 @@ from typing import Any, Callable
 
 import yaml
 
+from sim.config.engine_command import option_value
 from sim.config.engines import PRESETS, option_flag_name, usable_terms
 from sim.workload.lengths import SHAREGPT_BENCH_FILTER, sharegpt_bench_lengths
 
@@ -918,22 +919,6 @@ def _quantization(case: PublishedCase) -> dict:
     return {"weights": case.weights, "kv_cache": case.kv_dtype}
 
 
-def _typed(value):
-    """A flag value as the command line spelled it ('40960', 'true') -> the number or bool the preset takes."""
-    if isinstance(value, str):
-        low = value.strip().lower()
-        if low in ("true", "false"):
-            return low == "true"
-        try:
-            return int(low)
-        except ValueError:
-            try:
-                return float(low)
-            except ValueError:
-                return value
-    return value
-
-
 def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
     """(the scenario sections that say how the run's engine was set up, approximations). An engine with a preset
     gets `engine: {name, version, <its flags>}` (sim/config/engines.py derives the rest for the GPU)."""
@@ -944,7 +929,7 @@ def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
         for flag, value in case.flags.items():
             name = preset_flag_name(e.key, flag)
             if name is not None:  # others (-tp, --kv-cache-dtype) are the case's TP and dtypes
-                engine[name] = _typed(value)
+                engine[name] = option_value(str(value), PRESETS[e.key].flags[name].kind, f"{flag} {value}")
         if case.dp_attention:  # SGLang's --enable-dp-attention (`unsupported` refuses it elsewhere)
             engine["enable_dp_attention"] = True
         if e.key == "trtllm":

@@ -63,8 +63,10 @@ class CommandFlags:
     not_read: list[str]
 
 
-def _value(text: str, kind, shown: str) -> Any:
-    """A command-line word as a flag of `kind` takes it (an int, a float, a word, a switch's true/false)."""
+def option_value(text: str, kind, shown: str | None = None) -> Any:
+    """A command-line word as a flag of `kind` takes it (an int, a float, a word, a switch's true/false); refused in
+    one line naming `shown` (the option as written; default: the word) otherwise."""
+    shown = text if shown is None else shown
     kinds = kind if isinstance(kind, tuple) else (kind,)
     if bool in kinds:
         if text in TRUE_WORDS or text in FALSE_WORDS:
@@ -119,7 +121,7 @@ def read_command(text: Any, engine: str, options: dict[str, tuple[str, Any]], in
             shown = word
             if bool in kinds:
                 if negated or has_attached:
-                    value = (not negated) if not has_attached else _value(attached, bool, word)
+                    value = (not negated) if not has_attached else option_value(attached, bool, word)
                 elif i < len(words) and (words[i] in TRUE_WORDS or words[i] in FALSE_WORDS):
                     value = words[i] in TRUE_WORDS  # vLLM 0.6's --enable-chunked-prefill True
                     shown = f"{word} {words[i]}"
@@ -134,7 +136,7 @@ def read_command(text: Any, engine: str, options: dict[str, tuple[str, Any]], in
                     attached = words[i]
                     i += 1
                     shown = f"{word} {attached}"
-                value = _value(attached, kind, shown)
+                value = option_value(attached, kind, shown)
             flags[name], written[name] = value, shown
             continue
         if spelled in inert:

@@ -446,6 +446,7 @@ def test_every_quoted_server_command_reads_as_engine_command_to_the_flags_its_ca
     # `engine.command` (sim/config/engine_command.py) on the servers' commands as the sources print them: every
     # option is read or accepted, the flags it sets are those the case's `flags:` give (the harness's reading), and
     # the tensor parallelism it sets is the case's.
+    from sim.config.engine_command import option_value
     from sim.config.engines import PRESETS
     checked = 0
     for case in suite.cases:
@@ -454,8 +455,9 @@ def test_every_quoted_server_command_reads_as_engine_command_to_the_flags_its_ca
             continue
         preset = PRESETS[key]
         read = preset.read_command(command)
-        quoted = {ps.preset_flag_name(key, option): ps._typed(value) for option, value in case.flags.items()}
-        quoted.pop(None, None)
+        names = {option: ps.preset_flag_name(key, option) for option in case.flags}
+        quoted = {name: option_value(str(case.flags[option]), preset.flags[name].kind)
+                  for option, name in names.items() if name is not None}
         stated = {name for name, flag in preset.flags.items() if flag.target in ps.CASE_STATED}
         assert {k: v for k, v in read.flags.items() if k not in stated} == quoted, case.name
         tp = [v for k, v in read.flags.items() if preset.flags[k].target == "hardware.tensor_parallel"]
