@@ -409,13 +409,13 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler),
                           # which cost model priced the run, in a few words: every summary table shows it
                           **cost_model_extras(scenario, replicas[0].cost_model),
-                          **_engine_extras(scenario),
+                          **engine_extras(scenario),
                           "engine_core": sim.engine_core,
                           **({"frontend": repr(frontend)} if frontend is not None else {})},
                   decode_runs=decode_runs)
 
 
-def _engine_extras(scenario: Scenario) -> dict:
+def engine_extras(scenario: Scenario) -> dict:
     """The engine preset a run used and what its preset approximates (kept from the preset's run when the scenario
     was validated: `EngineSpec.notes`), for the outputs."""
     if scenario.engine is None:

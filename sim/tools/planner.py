@@ -115,6 +115,8 @@ class CandidateOutcome:
     costs: dict = field(default_factory=dict)
     evaluations: list[Evaluation] = field(default_factory=list)
     cost_model: str = ""  # which step-time model priced this candidate
+    engine: str = ""  # the serving engine its preset names ("vllm 0.11.0"); "" without one
+    engine_notes: tuple[str, ...] = ()  # what that preset approximates for this candidate (its GPU, TP, flags)
     # With a band (run.band, issue 31): the band at the chosen replicas (at the target), and where the verdict
     # flips inside it, one phrase ("3 replicas meet the SLOs at the point figures, not at the band's pessimistic
     # edge (...); 4 do"); "" where it does not flip.
@@ -433,6 +435,7 @@ def search_candidate(task: CandidateTask, neighbour: CandidateOutcome | None = N
     """Phase 1 for one candidate: max rate per replica, then the fewest replicas at the target. `neighbour`: the
     outcome of a candidate with the same GPU, TP and PP, whose rate bracket may settle this one's search."""
     from sim.config.files import validate_scenario
+    from sim.run import engine_extras
     try:
         scenario = validate_scenario(copy.deepcopy(task.raw))  # cannot hold the model, bad TP split, ...
         label = candidate_cost_model_label(task.raw, scenario)  # a cost model that cannot price it: excluded
@@ -440,6 +443,8 @@ def search_candidate(task: CandidateTask, neighbour: CandidateOutcome | None = N
         return CandidateOutcome(task.candidate, "excluded", str(err))
     outcome = _search_rates(task, neighbour)
     outcome.cost_model = label
+    engine = engine_extras(scenario)
+    outcome.engine, outcome.engine_notes = engine.get("engine", ""), tuple(engine.get("engine_notes", ()))
     return outcome
 
 

@@ -404,6 +404,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     from sim.tools.planner import plan_settings, run_plan
     from sim.views.plan_report import (
         candidates_frame,
+        engine_groups,
         recommendation_text,
         seed_summary,
         write_plan_outputs,
@@ -460,6 +461,11 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     for o in result.outcomes:  # where the verdict flips inside the band (issue 31)
         if o.band_flip:
             console.print(f"band: {o.candidate.name}: {o.band_flip}", markup=False, highlight=False)
+    for engine, names, notes in engine_groups(result):  # what the engine preset approximates, as `run` says it
+        whose = ("every candidate" if len(names) == len(result.outcomes) else ", ".join(names) if len(names) <= 2
+                 else f"{len(names)} candidates (named in plan.md)")
+        for line in notes:
+            console.print(f"note: {whose}: engine {engine}: {line}", markup=False, highlight=False)
     spread = seed_summary(result)
     if spread:
         from sim.views.plan_report import band_caveat

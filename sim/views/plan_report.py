@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from sim.tools.planner import PlanResult
 from sim.views.charts import COLORS, TEMPLATE, figure_html, plotly_script
-from sim.views.report import STYLE, format_value
+from sim.views.report import STYLE, engine_note_groups, engine_notes_section_html, format_value
 from sim.views.verdict import plan_verdict
 
 _LIMITS = (("ttft", "ttft_s", "TTFT"), ("tpot", "tpot_s", "TPOT"), ("e2e", "e2e_s", "E2E"))
@@ -42,7 +42,10 @@ def candidates_frame(result: PlanResult) -> pd.DataFrame:
             "tensor_parallel": c.tensor_parallel,
             # only where the plan searched over it: a plan without EP degrees writes the columns it always did
             **({"expert_parallel": c.expert_parallel} if result.settings.expert_parallel else {}),
-            "policy": c.policy or "", "cost_model": o.cost_model,
+            "policy": c.policy or "",
+            # only where a candidate names a serving engine: a plan without one writes the columns it always did
+            **({"engine": o.engine} if any(x.engine for x in result.outcomes) else {}),
+            "cost_model": o.cost_model,
             "status": o.status, "reason": o.reason,
             "num_replicas": o.num_replicas, "num_gpus": o.costs.get("num_gpus"),
             "cost_per_hour": o.costs.get("cost_per_hour"),
@@ -383,6 +386,19 @@ def _settings_text(result: PlanResult) -> str:
             f"of arrivals; base seed {s.base_seed}; prices {s.prices or 'from the catalog'}.")
 
 
+def engine_groups(result: PlanResult) -> list[tuple[str, list[str], tuple[str, ...]]]:
+    """What each candidate's engine preset approximates, once per engine and set of notes (`engine_note_groups`):
+    a preset's notes can differ by GPU and TP (the defaults it derives for them)."""
+    return engine_note_groups((o.candidate.name, o.engine, o.engine_notes) for o in result.outcomes if o.engine)
+
+
+def _engine_notes_markdown(result: PlanResult) -> list[str]:
+    lines = []
+    for engine, names, notes in engine_groups(result):
+        lines += [f"### {engine}: {', '.join(names)}", ""] + [f"- {n}" for n in notes] + [""]
+    return ["## What the engine preset approximates", ""] + lines if lines else []
+
+
 def render_markdown(result: PlanResult) -> str:
     verdict = plan_verdict(result)
     lines = ["# ServeSim capacity plan", "", "## Verdict", ""]
@@ -406,6 +422,7 @@ def render_markdown(result: PlanResult) -> str:
     seeds = _seeds_frame(result)
     if len(seeds):
         lines += [_markdown_table(seeds), ""]
+    lines += _engine_notes_markdown(result)
     lines += ["## Reproduce", "", _settings_text(result), "", f"    {result.command}", "",
               "Versions: " + ", ".join(f"{k} {v}" for k, v in result.versions.items()), ""]
     return "\n".join(lines)
@@ -452,6 +469,7 @@ background:#f6f8fb;border-left:4px solid #1f77b4;padding:.6em 1em}}</style>{plot
 {band_section}
 <section id="uncertainty"><h2>Uncertainty over seeds</h2><p>{html.escape(_spread_text(result))}</p>{_table_html(seeds) if len(seeds) else ''}</section>
 {charts}
+{engine_notes_section_html(engine_groups(result))}
 <section id="reproduce"><h2>Reproduce</h2><p>{html.escape(_settings_text(result))}</p>
 <pre>{html.escape(result.command)}</pre><p>Versions: {versions}</p>
 <h3>Scenario</h3><pre>{html.escape(result.scenario_yaml)}</pre></section>

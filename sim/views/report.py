@@ -303,21 +303,32 @@ def _run_cells(results) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def engine_notes_html(results) -> str:
-    """What each named engine's preset approximates (its notes, one line each, as the CLI prints them), once per
-    engine and set of notes, headed by the variants they are for (variants of one engine with other flags have
-    other notes); '' where none names one."""
+def engine_note_groups(items) -> list[tuple[str, list[str], tuple[str, ...]]]:
+    """`items`: (variant or candidate name, engine label, its preset's notes) for each that names an engine. One
+    group per engine and set of notes, in first-seen order: (engine, the names it is for, the notes); variants of
+    one engine with other flags, or on another GPU, have other notes."""
     groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
-    for r in results:
-        if "engine" in r.extras:
-            key = (str(r.extras["engine"]), tuple(r.extras.get("engine_notes", ())))
-            groups.setdefault(key, []).append(r.name)
+    for name, engine, notes in items:
+        groups.setdefault((engine, tuple(notes)), []).append(name)
+    return [(engine, names, notes) for (engine, notes), names in groups.items()]
+
+
+def engine_notes_section_html(groups) -> str:
+    """The "What the engine preset approximates" section of a report: each group of `engine_note_groups`, headed
+    by its engine and the names it is for; '' for none."""
     if not groups:
         return ""
     blocks = "".join(f"<h3>{html.escape(engine)}: {html.escape(', '.join(names))}</h3>"
                      f"<ul>{''.join(f'<li>{html.escape(n)}</li>' for n in notes)}</ul>"
-                     for (engine, notes), names in groups.items())
+                     for engine, names, notes in groups)
     return f'<section id="engine-notes"><h2>What the engine preset approximates</h2>{blocks}</section>'
+
+
+def engine_notes_html(results) -> str:
+    """What each named engine's preset approximates (its notes, one line each, as the CLI prints them), once per
+    engine and set of notes, headed by the variants they are for; '' where none names one."""
+    return engine_notes_section_html(engine_note_groups(
+        (r.name, str(r.extras["engine"]), r.extras.get("engine_notes", ())) for r in results if "engine" in r.extras))
 
 
 def summary_table_html(results: list[Result]) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import html
 import json
 import math
 import re
@@ -279,6 +280,7 @@ def test_markdown_and_tables_agree_with_the_result(plan_result):
     assert md.split("\n## ")[1].startswith("Verdict\n") and "Winner: " in md
     df = candidates_frame(result)
     assert len(df) == 2 * 2 * 2
+    assert "engine" not in df.columns and "engine preset" not in md  # no candidate names a serving engine
     assert df.iloc[0]["candidate"] == result.recommendation.candidate.name
     assert df.iloc[0]["rank"] == 1
 
@@ -357,12 +359,32 @@ def test_a_candidate_is_priced_by_the_model_its_run_would_get_and_named_as_its_r
     for o in result.outcomes:
         run = simulate(validate_scenario(candidate_raw(raw, o.candidate, True)))
         assert run.extras["cost_model_label"] == o.cost_model
+        # and says what its engine preset approximates, as its run does
+        assert (o.engine, o.engine_notes) == (run.extras["engine"], tuple(run.extras["engine_notes"]))
+        assert o.engine == "sglang 0.5.3.post3" and o.engine_notes
+    _engine_notes_are_in_every_output(result)
     raw["search"]["prefer_calibrated"] = False
     off = run_plan(raw, plan_settings(raw), backend="serial")
     assert all(o.cost_model.startswith("roofline + ") for o in off.outcomes)
     best = {o.candidate.gpu_name: o.max_rate_per_replica for o in result.outcomes}
     roofline = {o.candidate.gpu_name: o.max_rate_per_replica for o in off.outcomes}
     assert roofline["h100-sxm"] != pytest.approx(best["h100-sxm"], rel=0.02)  # the profile priced the first plan
+
+
+def _engine_notes_are_in_every_output(result):
+    """Each candidate's engine in the candidates table; each of its preset's notes in plan.md and the report under
+    a heading naming its engine and that candidate, once per set of notes."""
+    assert list(candidates_frame(result)["engine"]) == [o.engine for o in result.outcomes]
+    md, page = render_markdown(result), render_html(result)
+    section = md.split("## What the engine preset approximates\n")[1].split("\n## ")[0]
+    blocks = section.split("### ")[1:]
+    assert len(blocks) == len({(o.engine, o.engine_notes) for o in result.outcomes})
+    for o in result.outcomes:
+        mine = [b for b in blocks if b.startswith(o.engine + ": ") and o.candidate.name in b.split("\n")[0]]
+        assert len(mine) == 1 and [line[2:] for line in mine[0].splitlines() if line.startswith("- ")] == \
+            list(o.engine_notes)
+        for note in o.engine_notes:
+            assert html.escape(note) in page.split('id="engine-notes"')[1]
 
 
 def test_expert_parallel_degrees_are_searched_with_the_tp_degrees_they_divide(tmp_path):
