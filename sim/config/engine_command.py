@@ -41,6 +41,7 @@ class InertOption:
     option: str  # as the engine spells it, e.g. --port
     takes: str  # "none" (a switch), "one" value, "optional" (zero or one), "many" (one or more: nargs '+')
     about: str  # what it sets, in a few words: the note groups the given options by it
+    until: tuple[int, ...] | None = None  # the first version whose parser no longer has it (None: every version)
 
 
 @dataclass(frozen=True)
@@ -59,7 +60,7 @@ class CommandFlags:
 
     flags: dict[str, Any]
     written: dict[str, str]  # each flag's option and value as the command wrote them ('-tp 2')
-    inert: list[tuple[str, str]]  # (the option with its values as written, what it sets)
+    inert: list[tuple[str, InertOption]]  # (the option with its values as written, the option)
     not_read: list[str]
 
 
@@ -101,7 +102,7 @@ def read_command(text: Any, engine: str, options: dict[str, tuple[str, Any]], in
                           "with balanced quotes") from None
     flags: dict[str, Any] = {}
     written: dict[str, str] = {}
-    given_inert: list[tuple[str, str]] = []
+    given_inert: list[tuple[str, InertOption]] = []
     not_read: list[str] = []
     i = 0
     if len(words) >= 3 and PYTHON.fullmatch(words[0].rsplit("/", 1)[-1]) and words[1] == "-m":
@@ -153,7 +154,7 @@ def read_command(text: Any, engine: str, options: dict[str, tuple[str, Any]], in
             elif not has_attached and option.takes == "optional" and i < len(words) and not words[i].startswith("-"):
                 parts.append(words[i])
                 i += 1
-            given_inert.append((" ".join(parts), option.about))
+            given_inert.append((" ".join(parts), option))
             continue
         raise ConfigError(f"engine.command: {word!r} is not an option the {engine} preset reads; allowed: "
                           f"{', '.join(sorted(options))}, or one it accepts without effect: "
@@ -204,7 +205,7 @@ def command_notes(read: CommandFlags) -> list[str]:
     """The run's notes on what a command gave that changes nothing simulated, one line each."""
     notes = []
     if read.inert:
-        abouts = list(dict.fromkeys(about for _, about in read.inert))
+        abouts = list(dict.fromkeys(option.about for _, option in read.inert))
         notes.append(f"engine.command: {', '.join(shown for shown, _ in read.inert)}: accepted, no effect on what "
                      f"is simulated ({'; '.join(abouts)})")
     if read.not_read:

@@ -579,10 +579,18 @@ def _inert(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
 
 
 # vLLM's options that change nothing simulated, read in the parsers of 0.10.2, 0.11.0 and 0.19.0 (make_arg_parser
-# run from their wheels: each option's nargs; --disable-log-requests is 0.10.2's and 0.11.0's, gone in 0.19.0, where
-# request logging is off unless --enable-log-requests, an option that adds work and is not accepted here). Turning
-# logging off (--disable-log-requests, --disable-log-stats) is not modelled: vLLM 0.6.0's API server work was
-# measured with its request log on (API_SERVER_WORK).
+# run from their wheels: each option's nargs). --disable-log-requests is 0.10.2's and 0.11.0's and gone in 0.19.0
+# (request logging is off unless --enable-log-requests, an option that adds work and is not accepted here): removed
+# by vllm-project/vllm#29402 for 0.12.0 (as kvcached's scripts, ovg-project/kvcached#270, and ai-dynamo/dynamo#4659
+# say; 0.12.0-0.18.x not read here). Turning logging off (--disable-log-requests, --disable-log-stats) is not
+# modelled: vLLM 0.6.0's API server work was measured with its request log on (API_SERVER_WORK).
+# --swap-space is CPU memory for swapping out KV, which a single-sequence request's preemption does not use: V0
+# recomputes it (vllm/core/scheduler.py _preempt: RECOMPUTE where get_max_num_running_seqs() == 1, SWAP only for
+# beam search and n > 1, which ServeSim does not model), V1 allocates no CPU blocks (vllm-project/vllm#27984; the
+# option was removed by #36216). Gone from EngineArgs in 0.18.0: present in 0.15.0-0.17.1, absent in 0.18.0-0.29.0
+# (every release installed and its EngineArgs signature read: unslothai/unsloth-zoo#1210).
+VLLM_DISABLE_LOG_REQUESTS_UNTIL = (0, 12, 0)
+VLLM_SWAP_SPACE_UNTIL = (0, 18, 0)
 _VLLM_INERT = (
     _inert(SERVER_ADDRESS, "one", "--host", "--port", "--uvicorn-log-level", "--root-path", "--ssl-keyfile",
            "--ssl-certfile", "--allowed-origins", "--allowed-methods", "--allowed-headers")
@@ -593,7 +601,10 @@ _VLLM_INERT = (
     + _inert(MODEL_FILES, "many", "--served-model-name")
     + _inert(MODEL_FILES, "optional", "--hf-token")
     + _inert(MODEL_FILES, "none", "--trust-remote-code")
-    + _inert(LOGGING, "none", "--disable-log-stats", "--disable-log-requests")
+    + _inert(LOGGING, "none", "--disable-log-stats")
+    + (InertOption("--disable-log-requests", "none", LOGGING, until=VLLM_DISABLE_LOG_REQUESTS_UNTIL),
+       InertOption("--swap-space", "one", "CPU swap space, which a single-sequence request's preemption does not "
+                   "use (V0 recomputes it, V1 does not swap)", until=VLLM_SWAP_SPACE_UNTIL))
     + _inert(LOGGING, "one", "--max-log-len")
     + _inert(PARSING, "one", "--chat-template", "--response-role", "--tool-call-parser", "--reasoning-parser")
     + _inert(PARSING, "none", "--enable-auto-tool-choice")
@@ -1808,7 +1819,7 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     if version is None or not (preset.oldest <= version < preset.newest[:2] + (1 << 30,)):
         raise ConfigError(f"engine.version: {version_text!r} is not a {name} version the preset knows; allowed: "
                           f"{preset.known_versions()}")
-    given, command = _given_flags(spec, preset)
+    given, command = _given_flags(spec, preset, version, version_text)
     if command is None:
         return _apply_flags(raw, name, preset, version, version_text, given, value_problem)
     try:
@@ -1818,13 +1829,20 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     return raw, overhead, notes + command_notes(command)
 
 
-def _given_flags(spec: dict, preset: EnginePreset) -> tuple[dict, CommandFlags | None]:
+def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
+                 version_text: str) -> tuple[dict, CommandFlags | None]:
     """(the flags an engine section gives: its `engine.<flag>` keys and its command's, the command as read, or None
-    without one). A flag given both ways must agree; refused in one line otherwise."""
+    without one). A flag given both ways must agree, and an option accepted without effect must be one the
+    version's parser still has; refused in one line otherwise."""
     given = {key: value for key, value in spec.items() if key not in ("name", "version", "command")}
     if "command" not in spec:
         return given, None
     command = preset.read_command(spec["command"])
+    for shown, option in command.inert:
+        if option.until is not None and version >= option.until:
+            raise ConfigError(f"engine.command {shown!r}: not an option of {preset.name} {version_text} (its parser "
+                              f"dropped it in {_dotted(option.until)}); allowed: leave it out, or engine.version "
+                              f"before {_dotted(option.until)}")
     for key, value in command.flags.items():
         if key in given and given[key] != value:
             raise ConfigError(f"engine.command {command.written[key]!r}: contradicts engine.{key} {given[key]!r}; "
@@ -1927,7 +1945,7 @@ def _unvalidated_derivation(raw: dict) -> PresetResult | None:
         return None
     preset = PRESETS[spec["name"]]
     try:
-        flags, command = _given_flags(spec, preset)
+        flags, command = _given_flags(spec, preset, version, str(spec["version"]))
     except ConfigError:
         return None
     result = _derive(copy.deepcopy(raw), spec["name"], preset, version, str(spec["version"]), flags)

@@ -54,6 +54,21 @@ def test_a_command_and_its_flag_given_apart_must_agree():
                  hardware={"gpu": "h100-sxm", "tensor_parallel": 4})
 
 
+@pytest.mark.parametrize("option, last, gone", [("--disable-log-requests", "0.11.0", "0.12.0"),
+                                                 ("--swap-space 16", "0.17.1", "0.18.0")])
+def test_an_option_accepted_without_effect_is_refused_where_the_versions_parser_dropped_it(option, last, gone):
+    """vLLM's parser refuses an option it no longer has (`vllm: error: unrecognized arguments`): so does the
+    command, in one line naming it and the version that dropped it; older versions accept it and say so."""
+    for version in ("0.6.0", last):
+        sc = scenario({"name": "vllm", "version": version, "command": f"vllm serve m {option}"})
+        assert any(option in n and "accepted, no effect" in n for n in sc.engine.notes)
+    for version in (gone, "0.19.0"):
+        with pytest.raises(ConfigError) as err:
+            scenario({"name": "vllm", "version": version, "command": f"vllm serve m {option}"})
+        assert str(err.value) == (f"engine.command {option!r}: not an option of vllm {version} (its parser dropped "
+                                  f"it in {gone}); allowed: leave it out, or engine.version before {gone}")
+
+
 def test_vllm_060s_switch_with_a_value_and_its_v0_flags():
     sc = scenario({"name": "vllm", "version": "0.6.3",
                    "command": "python3 -m vllm.entrypoints.openai.api_server --model m --max-model-len 4096 "
