@@ -43,6 +43,9 @@ each request reached the engine, and the API server's CPU time over the burst.
   serve --backend openai-chat` sends them, the template rendered by the server; 0.11.0's per-request parse of the
   template is cached, as 0.11.1 caches it (TEMPLATE_PARSES prices it: bench_chat_template.py).
 
+- **The request log** (0.6.0): `--server-options=--disable-log-requests` starts the API server without it; run in
+  turn with and without (12-02: the same work within the noise, sim/config/engines.py API_SERVER_WORK).
+
 Not measured: the real engine's own per-request work (add_request, the scheduler), other vLLM versions.
 
 Setup (a venv of its own: vLLM 0.6.0's Python code from its PyPI wheel, without its CUDA extensions, which the
@@ -61,7 +64,8 @@ package, converted as transformers converts it):
     site=venv/lib/python3.11/site-packages && mkdir -p $site/pyairports && touch $site/pyairports/__init__.py
     echo 'AIRPORT_LIST = []' > $site/pyairports/airports.py
     venv/bin/python /work/main/benchmarks/bench_vllm_api_server.py tokenizer --llama-models dl --out llama3
-    venv/bin/python /work/main/benchmarks/bench_vllm_api_server.py run --model llama3 [--repeats 5]
+    venv/bin/python /work/main/benchmarks/bench_vllm_api_server.py run --model llama3 [--repeats 5] \
+        [--server-options=--disable-log-requests]
 
 (run from the folder holding vLLM's unpacked `vllm/`, so that `import vllm` finds it). For vLLM 0.11.0, a venv of
 its own the same way (python3 -m venv; torch==2.13.0; the wheel vllm==0.11.0 unpacked without '*.so'; its
@@ -84,6 +88,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import base64
+import inspect
 import json
 import math
 import multiprocessing
@@ -114,6 +119,12 @@ def step_s() -> float:
     tokens ahead of the server, which then merges a request's pending tokens into one chunk, as V1's
     RequestOutputCollector and SGLang's _wait_one_response do: the CPU per token of a server that is behind."""
     return float(os.environ.get("BENCH_STEP_S", STEP_S))
+
+
+def server_options() -> list[str]:
+    """The options the API server is started with beyond the model's (--server-options, BENCH_SERVER_OPTIONS in the
+    spawned servers): e.g. 0.6.0's --disable-log-requests, whose request log is on by default."""
+    return os.environ.get("BENCH_SERVER_OPTIONS", "").split()
 LLAMA_3_8B_CONFIG = {  # Hugging Face meta-llama/Llama-3.1-8B's config.json: what vLLM's ModelConfig reads
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
     "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,
@@ -138,8 +149,11 @@ def build_tokenizer(llama_models: Path, out: Path) -> None:
     tiktoken.load.load_tiktoken_bpe = load_bpe
     source = (llama_models / "llama_models" / "llama3" / "tokenizer.py").read_text()
     pattern = re.search(r'pat_str = r"(.*)"  # noqa', source).group(1)
+    # the special tokens are added below (transformers 4.44's converter adds none and takes no such argument)
+    empty = {"additional_special_tokens": []} if "additional_special_tokens" in inspect.signature(
+        TikTokenConverter.__init__).parameters else {}
     tok = TikTokenConverter(vocab_file=str(llama_models / "llama_models" / "llama3" / "tokenizer.model"),
-                            pattern=pattern, additional_special_tokens=[]).converted()  # added below
+                            pattern=pattern, **empty).converted()
     base = tok.get_vocab_size()
     specials = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
                 "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>", "<|step_id|>", "<|start_header_id|>",
@@ -153,6 +167,10 @@ def build_tokenizer(llama_models: Path, out: Path) -> None:
     fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<|begin_of_text|>", eos_token="<|eot_id|>",
                                    model_max_length=131072)
     fast.save_pretrained(out)
+    # transformers 5 names its own class (TokenizersBackend), which the servers' older transformers do not know
+    settings = json.loads((out / "tokenizer_config.json").read_text())
+    settings["tokenizer_class"] = "PreTrainedTokenizerFast"
+    (out / "tokenizer_config.json").write_text(json.dumps(settings, indent=2))
     (out / "config.json").write_text(json.dumps(LLAMA_3_8B_CONFIG))
     ids = fast("Hello world").input_ids
     assert ids == [128000, 9906, 1917], ids  # Llama 3's own ids for these words
@@ -247,7 +265,7 @@ def api_server_process(model: str, rpc_path: str, port: int, log_file: str) -> N
     from vllm.entrypoints.openai.rpc.client import AsyncEngineRPCClient
     from vllm.utils import FlexibleArgumentParser
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(
-        ["--model", model, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port)])
+        ["--model", model, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port)] + server_options())
 
     async def serve():  # 0.6.0's run_server, with the RPC client made here
         client = AsyncEngineRPCClient(rpc_path)
@@ -383,7 +401,7 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
     core_client.EngineCoreClient.make_async_mp_client = staticmethod(lambda *args, **kwargs: StandInCore())
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(
         ["--model", model, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port)]
-        + (["--chat-template", chat_template] if chat_template else []))
+        + (["--chat-template", chat_template] if chat_template else []) + server_options())
 
     async def serve():  # 0.11.0's run_server_worker, with the AsyncLLM made here
         engine_args = AsyncEngineArgs.from_cli_args(args)
@@ -582,7 +600,8 @@ def run(model: str, repeats: int, endpoint: str = "completions", chat_template: 
                          "/v1/completions)")
     os.sched_setaffinity(0, {1})
     template = f", chat template {chat_template}" if chat_template else ""
-    print(f"# vLLM API server work per request and per chunk, /v1/{endpoint}{template}: {_machine()}")
+    options = f", server options {' '.join(server_options())}" if server_options() else ""
+    print(f"# vLLM API server work per request and per chunk, /v1/{endpoint}{template}{options}: {_machine()}")
     with tempfile.TemporaryDirectory() as tmp:
         run_phases(lambda size, tokens, out_tokens: one_burst(model, size, tokens, out_tokens, Path(tmp), endpoint,
                                                               chat_template),
@@ -666,7 +685,10 @@ def main() -> None:
     go = sub.add_parser("run", help="the bursts")
     go.add_argument("--model", required=True, help="the tokenizer folder `tokenizer` wrote")
     add_run_options(go, repeats=5, server="vLLM")
+    go.add_argument("--server-options", default="", help="more options for the API server, as one string (vLLM "
+                    "0.6.0: --disable-log-requests; its request log is on by default)")
     args = parser.parse_args()
+    os.environ["BENCH_SERVER_OPTIONS"] = getattr(args, "server_options", "")  # read by the spawned servers
     sys.path.insert(0, os.getcwd())  # vLLM 0.6.0's unpacked `vllm/` (see the setup above)
     if args.command == "tokenizer":
         build_tokenizer(args.llama_models, args.out)

@@ -582,8 +582,9 @@ def _inert(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
 # run from their wheels: each option's nargs). --disable-log-requests is 0.10.2's and 0.11.0's and gone in 0.19.0
 # (request logging is off unless --enable-log-requests, an option that adds work and is not accepted here): removed
 # by vllm-project/vllm#29402 for 0.12.0 (as kvcached's scripts, ovg-project/kvcached#270, and ai-dynamo/dynamo#4659
-# say; 0.12.0-0.18.x not read here). Turning logging off (--disable-log-requests, --disable-log-stats) is not
-# modelled: vLLM 0.6.0's API server work was measured with its request log on (API_SERVER_WORK).
+# say; 0.12.0-0.18.x not read here). vLLM 0.6.0's API server (its request log on by default) was measured with the
+# log on and off in turn and did the same work within the noise (API_SERVER_WORK): its row serves both. The cost of
+# --disable-log-stats is not modelled.
 # --swap-space is CPU memory for swapping out KV, which a single-sequence request's preemption does not use: V0
 # recomputes it (vllm/core/scheduler.py _preempt: RECOMPUTE where get_max_num_running_seqs() == 1, SWAP only for
 # beam search and n > 1, which ServeSim does not model), V1 allocates no CPU blocks (vllm-project/vllm#27984; the
@@ -602,7 +603,8 @@ _VLLM_INERT = (
     + _inert(MODEL_FILES, "optional", "--hf-token")
     + _inert(MODEL_FILES, "none", "--trust-remote-code")
     + _inert(LOGGING, "none", "--disable-log-stats")
-    + (InertOption("--disable-log-requests", "none", LOGGING, until=VLLM_DISABLE_LOG_REQUESTS_UNTIL),
+    + (InertOption("--disable-log-requests", "none", "request logging off: vLLM 0.6.0's API server measured the "
+                   "same with its log on and off (API_SERVER_WORK)", until=VLLM_DISABLE_LOG_REQUESTS_UNTIL),
        InertOption("--swap-space", "one", "CPU swap space, which a single-sequence request's preemption does not "
                    "use (V0 recomputes it, V1 does not swap)", until=VLLM_SWAP_SPACE_UNTIL))
     + _inert(LOGGING, "one", "--max-log-len")
@@ -1579,6 +1581,13 @@ class ApiServerWork:
 # token is). Its first requests reached the engine at 16-43% of the last one's time (medians per cell; 0.11.0 22-66% in
 # the same window): event_loop, as 0.11.0's. It serves both endpoints, as 0.10.2's (its chat render was not run).
 # Repeats of one cell spread by up to 2x. No other version has work that queues here. Spread: ESTIMATE_RANGES.
+#
+# vLLM 0.6.0 with its request log off (--disable-log-requests, as the SGLang page's 0.6.0 runs served; the row above
+# has it on, 0.6.0's default), in turn with it on (12-02 11:58-12:14, another "AMD EPYC" guest, 2 vCPUs, AVX-512,
+# CPython 3.11.7; five alternations of one intake repeat and three streaming pairs each; the medians per cell
+# fitted as above): off 1.305 ms a request + 1.061 us a prompt token, 127 us a chunk; on 1.311 ms + 1.096 us, 136 us
+# (ratios 0.995, 0.968, 0.931), where single runs of one setting spread from 1.00 to 1.68 ms a request. No difference
+# beyond the noise: the row serves both, and --disable-log-requests is accepted without effect.
 V0190_OVER_V0110 = {"per_request_s": 4.42 / 4.02, "per_prompt_token_s": 5.81 / 4.61,
                     "per_output_chunk_s": 76.6 / 53.1}
 _VLLM_BENCH = "benchmarks/bench_vllm_api_server.py"
@@ -1838,9 +1847,9 @@ def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
     if "command" not in spec:
         return given, None
     command = preset.read_command(spec["command"])
-    for shown, option in command.inert:
+    for written, option in command.inert:
         if option.until is not None and version >= option.until:
-            raise ConfigError(f"engine.command {shown!r}: not an option of {preset.name} {version_text} (its parser "
+            raise ConfigError(f"engine.command {written!r}: not an option of {preset.name} {version_text} (its parser "
                               f"dropped it in {_dotted(option.until)}); allowed: leave it out, or engine.version "
                               f"before {_dotted(option.until)}")
     for key, value in command.flags.items():
