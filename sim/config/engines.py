@@ -590,8 +590,14 @@ def _inert(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
 # beam search and n > 1, which ServeSim does not model), V1 allocates no CPU blocks (vllm-project/vllm#27984; the
 # option was removed by #36216). Gone from EngineArgs in 0.18.0: present in 0.15.0-0.17.1, absent in 0.18.0-0.29.0
 # (every release installed and its EngineArgs signature read: unslothai/unsloth-zoo#1210).
+# --use-v2-block-manager (V0), read in the PyPI sdists of 0.6.0-0.6.6, 0.7.0, 0.7.3, 0.8.0, 0.8.5, 0.9.0 and 0.10.0
+# (vllm/engine/arg_utils.py): 0.6.0-0.6.2 use block manager v1 unless it is given (or multi-step turns v2 on), 0.6.3
+# makes v2 the default, 0.6.4-0.9.x keep the option as a no-op ("[DEPRECATED] block manager v1 has been removed"),
+# 0.10.0 has no such option. Both managers hand out the same 16-token blocks of the same profiled pool; what their
+# CPU time differs by is in the version's fitted terms.
 VLLM_DISABLE_LOG_REQUESTS_UNTIL = (0, 12, 0)
 VLLM_SWAP_SPACE_UNTIL = (0, 18, 0)
+VLLM_V2_BLOCK_MANAGER_UNTIL = (0, 10, 0)
 _VLLM_INERT = (
     _inert(SERVER_ADDRESS, "one", "--host", "--port", "--uvicorn-log-level", "--root-path", "--ssl-keyfile",
            "--ssl-certfile", "--allowed-origins", "--allowed-methods", "--allowed-headers")
@@ -606,7 +612,9 @@ _VLLM_INERT = (
     + (InertOption("--disable-log-requests", "none", "request logging off: vLLM 0.6.0's API server measured the "
                    "same with its log on and off (API_SERVER_WORK)", until=VLLM_DISABLE_LOG_REQUESTS_UNTIL),
        InertOption("--swap-space", "one", "CPU swap space, which a single-sequence request's preemption does not "
-                   "use (V0 recomputes it, V1 does not swap)", until=VLLM_SWAP_SPACE_UNTIL))
+                   "use (V0 recomputes it, V1 does not swap)", until=VLLM_SWAP_SPACE_UNTIL),
+       InertOption("--use-v2-block-manager", "none", "V0's block manager v2, which hands out the same blocks as v1 "
+                   "(the default from 0.6.3, a no-op from 0.6.4)", until=VLLM_V2_BLOCK_MANAGER_UNTIL))
     + _inert(LOGGING, "one", "--max-log-len")
     + _inert(PARSING, "one", "--chat-template", "--response-role", "--tool-call-parser", "--reasoning-parser")
     + _inert(PARSING, "none", "--enable-auto-tool-choice")

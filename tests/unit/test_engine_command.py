@@ -55,7 +55,8 @@ def test_a_command_and_its_flag_given_apart_must_agree():
 
 
 @pytest.mark.parametrize("option, last, gone", [("--disable-log-requests", "0.11.0", "0.12.0"),
-                                                 ("--swap-space 16", "0.17.1", "0.18.0")])
+                                                 ("--swap-space 16", "0.17.1", "0.18.0"),
+                                                 ("--use-v2-block-manager", "0.9.2", "0.10.0")])
 def test_an_option_accepted_without_effect_is_refused_where_the_versions_parser_dropped_it(option, last, gone):
     """vLLM's parser refuses an option it no longer has (`vllm: error: unrecognized arguments`): so does the
     command, in one line naming it and the version that dropped it; older versions accept it and say so."""
