@@ -598,7 +598,12 @@ def _inert(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
 VLLM_DISABLE_LOG_REQUESTS_UNTIL = (0, 12, 0)
 VLLM_SWAP_SPACE_UNTIL = (0, 18, 0)
 VLLM_V2_BLOCK_MANAGER_UNTIL = (0, 10, 0)
-_VLLM_INERT = (
+# The options above that came in after 0.6.0, read in the PyPI sdists of every release from 0.6.0 to 0.8.5, 0.9.0
+# and 0.10.0 (vllm/engine/arg_utils.py, vllm/entrypoints/openai/cli_args.py): the first release that has each.
+_VLLM_INERT_SINCE = {"--config-format": (0, 6, 1), "--disable-fastapi-docs": (0, 6, 2),
+                     "--generation-config": (0, 6, 6), "--reasoning-parser": (0, 7, 1),
+                     "--disable-uvicorn-access-log": (0, 8, 2), "--hf-token": (0, 8, 4)}
+_VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(option.option)) for option in (
     _inert(SERVER_ADDRESS, "one", "--host", "--port", "--uvicorn-log-level", "--root-path", "--ssl-keyfile",
            "--ssl-certfile", "--allowed-origins", "--allowed-methods", "--allowed-headers")
     + _inert(SERVER_ADDRESS, "many", "--api-key")
@@ -618,7 +623,7 @@ _VLLM_INERT = (
     + _inert(LOGGING, "one", "--max-log-len")
     + _inert(PARSING, "one", "--chat-template", "--response-role", "--tool-call-parser", "--reasoning-parser")
     + _inert(PARSING, "none", "--enable-auto-tool-choice")
-    + _inert(SEED, "one", "--seed"))
+    + _inert(SEED, "one", "--seed")))
 
 
 # --- SGLang ----------------------------------------------------------------------------------------------
@@ -1860,6 +1865,10 @@ def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
             raise ConfigError(f"engine.command {written!r}: not an option of {preset.name} {version_text} (its parser "
                               f"dropped it in {_dotted(option.until)}); allowed: leave it out, or engine.version "
                               f"before {_dotted(option.until)}")
+        if option.since is not None and version < option.since:
+            raise ConfigError(f"engine.command {written!r}: not an option of {preset.name} {version_text} (it came "
+                              f"in {_dotted(option.since)}); allowed: leave it out, or engine.version "
+                              f"{_dotted(option.since)} or later")
     for key, value in command.flags.items():
         if key in given and given[key] != value:
             raise ConfigError(f"engine.command {command.written[key]!r}: contradicts engine.{key} {given[key]!r}; "

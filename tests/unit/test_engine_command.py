@@ -206,3 +206,14 @@ def test_any_command_the_presets_flags_spell_reads_back_to_them(drawn):
     read = preset.read_command(command)
     assert read.flags == expected, command
     assert read.not_read == [f"{engine}-launcher", "some/model"]
+
+
+@pytest.mark.parametrize("option, first", [("--reasoning-parser qwen3", "0.7.1"), ("--hf-token", "0.8.4"),
+                                           ("--disable-uvicorn-access-log", "0.8.2")])
+def test_an_option_accepted_without_effect_is_refused_before_the_version_that_brought_it(option, first):
+    sc = scenario({"name": "vllm", "version": first, "command": f"vllm serve m {option}"})
+    assert any(option in n and "accepted, no effect" in n for n in sc.engine.notes)
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "vllm", "version": "0.6.0", "command": f"vllm serve m {option}"})
+    assert str(err.value) == (f"engine.command {option!r}: not an option of vllm 0.6.0 (it came in {first}); "
+                              f"allowed: leave it out, or engine.version {first} or later")
