@@ -52,6 +52,7 @@ class Flag:
     convert: Callable[[Any], Any] = lambda value: value
     since: tuple[int, ...] | None = None  # the first version of the engine that has it (None: every version known)
     aliases: tuple[str, ...] = ()  # the option's other spellings on the engine's command line (vLLM's -tp)
+    until: tuple[int, ...] | None = None  # the first release whose parser refuses it (None: none known)
 
     @property
     def option(self) -> str | None:
@@ -964,8 +965,11 @@ _SGLANG_FLAGS = {
     # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.1 to 0.5.x); from 0.5.0
     # --ep-size alone splits the experts (moe tp = tp_size / ep_size); without --enable-dp-attention the MoE output
     # is all-reduced over the TP group
-    "enable_ep_moe": Flag("hardware.expert_parallel", bool, "--enable-ep-moe: experts split over all tp_size GPUs",
-                          since=(0, 4, 1)),
+    # --enable-ep-moe: a switch from 0.4.1 to 0.5.3rc0; from 0.5.3 a DeprecatedAction that raises ("Please set
+    # `--ep-size` to the same value as `--tp-size` instead"), gone by 0.5.13 (server_args.py in the PyPI wheels of
+    # 0.4.6-0.4.10, 0.5.1, 0.5.2, 0.5.2rc2, 0.5.3rc0, 0.5.3, 0.5.5.post1, 0.5.13)
+    "enable_ep_moe": Flag("hardware.expert_parallel", bool, "--enable-ep-moe: experts split over all tp_size GPUs "
+                          "(before 0.5.3; then --ep-size)", since=(0, 4, 1), until=(0, 5, 3)),
     "ep_size": Flag("hardware.expert_parallel", int, "--ep-size: GPUs of the TP group holding whole experts",
                     since=(0, 5, 0), aliases=("--ep",)),
     "enable_dp_attention": Flag(None, bool, "--enable-dp-attention: without --dp, turned off after reserving memory "
@@ -1851,6 +1855,15 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     return raw, overhead, notes + command_notes(command)
 
 
+def _released_before(version: tuple[int, ...], version_text: str, bound: tuple[int, ...]) -> bool:
+    """Whether a release comes before `bound`: a lower version, or a pre-release of the bound itself (0.5.3rc0 is
+    parsed as 0.5.3 but came out before it)."""
+    return version < bound or (version[:len(bound)] == bound and _PRE_RELEASE.search(version_text) is not None)
+
+
+_PRE_RELEASE = re.compile(r"\d(rc|a|b|dev)\d*$")
+
+
 def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
                  version_text: str) -> tuple[dict, CommandFlags | None]:
     """(the flags an engine section gives: its `engine.<flag>` keys and its command's, the command as read, or None
@@ -1861,7 +1874,7 @@ def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
         return given, None
     command = preset.read_command(spec["command"])
     for written, option in command.inert:
-        if option.until is not None and version >= option.until:
+        if option.until is not None and not _released_before(version, version_text, option.until):
             raise ConfigError(f"engine.command {written!r}: not an option of {preset.name} {version_text} (its parser "
                               f"dropped it in {_dotted(option.until)}); allowed: leave it out, or engine.version "
                               f"before {_dotted(option.until)}")
@@ -1892,6 +1905,10 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
         if flag.since is not None and version < flag.since:
             raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} (it came in {_dotted(flag.since)}); "
                               f"allowed: leave it out, or engine.version {_dotted(flag.since)} or later")
+        if flag.until is not None and not _released_before(version, version_text, flag.until):
+            raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} (its parser refuses it from "
+                              f"{_dotted(flag.until)}); allowed: leave it out, or engine.version before "
+                              f"{_dotted(flag.until)}")
         flags[key] = flag.convert(value)
     if _get(raw, "scheduler.batching") == "static":
         raise ConfigError(f"scheduler.batching: 'static' contradicts engine {name} (it batches continuously); "

@@ -142,6 +142,7 @@ def test_a_whole_step_or_per_op_profile_refuses_expert_parallelism():
     ({"name": "vllm", "version": "0.11.0", "enable_expert_parallel": False}, 1),
     ({"name": "sglang", "version": "0.5.3", "ep_size": 4}, 4),
     ({"name": "sglang", "version": "0.4.9", "enable_ep_moe": True}, 8),  # ep_size = tp_size
+    ({"name": "sglang", "version": "0.5.3rc0", "enable_ep_moe": True}, 8),  # the last release that takes it
     ({"name": "trtllm", "version": "1.0.0", "ep_size": 8}, 8),
 ])
 def test_engine_flags_set_expert_parallelism_as_the_engine_does(engine, expected):
@@ -154,6 +155,9 @@ def test_engine_flags_set_expert_parallelism_as_the_engine_does(engine, expected
      r"^engine\.enable_expert_parallel: not a flag of vllm 0\.7\.3 \(it came in 0\.8\.0\); allowed: leave it out, or "
      r"engine\.version 0\.8\.0 or later$"),
     ({"name": "sglang", "version": "0.4.9", "ep_size": 4}, {}, r"^engine\.ep_size: not a flag of sglang 0\.4\.9"),
+    ({"name": "sglang", "version": "0.5.3", "enable_ep_moe": True}, {},  # SGLang raises on it from 0.5.3
+     r"^engine\.enable_ep_moe: not a flag of sglang 0\.5\.3 \(its parser refuses it from 0\.5\.3\); allowed: leave "
+     r"it out, or engine\.version before 0\.5\.3$"),
     ({"name": "vllm", "version": "0.11.0", "enable_expert_parallel": True}, {"expert_parallel": 2},
      r"^engine\.enable_expert_parallel: 8 contradicts hardware\.expert_parallel 2; allowed: give one of them"),
 ])
