@@ -943,7 +943,9 @@ _SGLANG_FLAGS = {
     "chunked_prefill_size": Flag(None, int, "--chunked-prefill-size (-1: no chunking)"),
     "max_prefill_tokens": Flag(None, int, "--max-prefill-tokens"),
     "mem_fraction_static": Flag(None, (int, float), "--mem-fraction-static"),
-    "page_size": Flag("kv_cache.block_size", int, "--page-size"),
+    # since: the first wheel whose server_args.py has the option (a post release read as its base): --page-size
+    # 0.4.4, --disable-hybrid-swa-memory and --swa-full-tokens-ratio 0.4.9.post3
+    "page_size": Flag("kv_cache.block_size", int, "--page-size", since=(0, 4, 4)),
     "context_length": Flag("scheduler.max_model_len", int, "--context-length"),
     "enable_mixed_chunk": Flag(None, bool, "--enable-mixed-chunk"),
     "schedule_conservativeness": Flag(None, (int, float), "--schedule-conservativeness"),
@@ -959,8 +961,9 @@ _SGLANG_FLAGS = {
                                       "(hardware.all_reduce nccl)"),
     "disable_radix_cache": Flag(None, bool, "--disable-radix-cache (no prefix caching)"),
     "disable_hybrid_swa_memory": Flag(None, bool, "--disable-hybrid-swa-memory: a hybrid model's sliding layers keep "
-                                      "every token's KV"),
-    "swa_full_tokens_ratio": Flag("kv_cache.window_pool_ratio", (int, float), "--swa-full-tokens-ratio"),
+                                      "every token's KV", since=(0, 4, 9)),
+    "swa_full_tokens_ratio": Flag("kv_cache.window_pool_ratio", (int, float), "--swa-full-tokens-ratio",
+                                  since=(0, 4, 9)),
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
     # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.1 to 0.5.x); from 0.5.0
     # --ep-size alone splits the experts (moe tp = tp_size / ep_size); without --enable-dp-attention the MoE output
@@ -988,7 +991,13 @@ _SGLANG_FLAGS = {
 
 # SGLang's options that change nothing simulated, read in 0.5.5.post1's ServerArgs.add_cli_args (run from its wheel).
 # --log-requests and --enable-metrics add work and are not accepted here.
-_SGLANG_INERT = (
+# The options above that came in after 0.3.0, read in server_args.py of every PyPI wheel from 0.3.0 to 0.5.3: the
+# first release that has each, a post release read as its base (as the preset reads a version).
+_SGLANG_INERT_SINCE = {"--watchdog-timeout": (0, 3, 5), "--decode-log-interval": (0, 3, 5),
+                       "--download-dir": (0, 3, 5), "--revision": (0, 4, 0), "--tool-call-parser": (0, 4, 2),
+                       "--dist-timeout": (0, 4, 3), "--reasoning-parser": (0, 4, 3), "--model": (0, 4, 8),
+                       "--skip-server-warmup": (0, 4, 9)}
+_SGLANG_INERT = tuple(dataclasses.replace(option, since=_SGLANG_INERT_SINCE.get(option.option)) for option in (
     _inert(SERVER_ADDRESS, "one", "--host", "--port", "--api-key", "--log-level-http", "--watchdog-timeout",
            "--dist-timeout")
     + _inert(SERVER_ADDRESS, "none", "--skip-server-warmup")
@@ -997,7 +1006,7 @@ _SGLANG_INERT = (
     + _inert(MODEL_FILES, "none", "--trust-remote-code")
     + _inert(LOGGING, "one", "--log-level", "--decode-log-interval")
     + _inert(PARSING, "one", "--chat-template", "--tool-call-parser", "--reasoning-parser")
-    + _inert(SEED, "one", "--random-seed"))
+    + _inert(SEED, "one", "--random-seed")))
 
 
 # --- TensorRT-LLM ------------------------------------------------------------------------------------------

@@ -217,3 +217,15 @@ def test_an_option_accepted_without_effect_is_refused_before_the_version_that_br
         scenario({"name": "vllm", "version": "0.6.0", "command": f"vllm serve m {option}"})
     assert str(err.value) == (f"engine.command {option!r}: not an option of vllm 0.6.0 (it came in {first}); "
                               f"allowed: leave it out, or engine.version {first} or later")
+
+
+def test_sglang_options_are_read_as_the_named_versions_parser_has_them():
+    """SGLang 0.3.0's parser has neither --page-size nor --model (--model-path only); 0.4.8 has both."""
+    sc = scenario({"name": "sglang", "version": "0.4.8", "command": "sglang --model m --page-size 16"})
+    assert sc.kv_cache.block_size == 16
+    with pytest.raises(ConfigError, match=r"^engine\.command '--model m': not an option of sglang 0\.3\.0 \(it came in "
+                                          r"0\.4\.8\)"):
+        scenario({"name": "sglang", "version": "0.3.0", "command": "sglang --model m"})
+    with pytest.raises(ConfigError, match=r"^engine\.command '--page-size 16': not a flag of sglang 0\.3\.0 \(it "
+                                          r"came in 0\.4\.4\)"):
+        scenario({"name": "sglang", "version": "0.3.0", "command": "sglang --page-size 16"})
