@@ -965,7 +965,7 @@ _SGLANG_FLAGS = {
     "swa_full_tokens_ratio": Flag("kv_cache.window_pool_ratio", (int, float), "--swa-full-tokens-ratio",
                                   since=(0, 4, 9)),
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
-    # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.1 to 0.5.x); from 0.5.0
+    # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.1 to 0.5.3rc0); from 0.5.0
     # --ep-size alone splits the experts (moe tp = tp_size / ep_size); without --enable-dp-attention the MoE output
     # is all-reduced over the TP group
     # --enable-ep-moe: a switch from 0.4.1 to 0.5.3rc0; from 0.5.3 a DeprecatedAction that raises ("Please set
