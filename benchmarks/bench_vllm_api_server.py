@@ -125,6 +125,8 @@ def server_options() -> list[str]:
     """The options the API server is started with beyond the model's (--server-options, BENCH_SERVER_OPTIONS in the
     spawned servers): e.g. 0.6.0's --disable-log-requests, whose request log is on by default."""
     return os.environ.get("BENCH_SERVER_OPTIONS", "").split()
+
+
 LLAMA_3_8B_CONFIG = {  # Hugging Face meta-llama/Llama-3.1-8B's config.json: what vLLM's ModelConfig reads
     "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336,
     "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "max_position_embeddings": 131072,

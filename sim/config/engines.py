@@ -173,13 +173,35 @@ def _dotted(version: tuple[int, ...]) -> str:
     return ".".join(str(v) for v in version)
 
 
+_VERSION = re.compile(r"v?(\d+(?:\.\d+)+)((?:[.\-+]?(?:post|rc|dev|a|b)\d*)*)")
+
+
 def _parse_version(text: str) -> tuple[int, ...] | None:
     """The release numbers of a version string, at least two ("0.10.1.1", vLLM's fourth-number releases, keeps all
     four); a pre-, post- or dev-release suffix names the same release (0.5.3.post3 is 0.5.3)."""
-    match = re.fullmatch(r"v?(\d+(?:\.\d+)+)(?:[.\-+]?(?:post|rc|dev|a|b)\d*)*", text.strip())
+    match = _VERSION.fullmatch(text.strip())
     if not match:
         return None
     return tuple(int(part) for part in match.group(1).split("."))
+
+
+def _released_before(version: tuple[int, ...], version_text: str, bound: tuple[int, ...]) -> bool:
+    """Whether a release came out before `bound`: a lower version, or a pre- or dev-release of the bound itself
+    (0.5.3rc0, which `_parse_version` reads as 0.5.3)."""
+    match = _VERSION.fullmatch(version_text.strip())
+    pre = match is not None and re.search(r"rc|dev|a|b", match.group(2)) is not None
+    return version < bound or (version[:len(bound)] == bound and pre)
+
+
+def _outside_versions(version: tuple[int, ...], version_text: str, since: tuple[int, ...] | None,
+                      until: tuple[int, ...] | None) -> tuple[str, str] | None:
+    """Why a flag or option is not one of this release's (`since`: the first release that has it; `until`: the first
+    whose parser refuses it), and the versions allowed instead; None where it is."""
+    if since is not None and version < since:
+        return f"it came in {_dotted(since)}", f"engine.version {_dotted(since)} or later"
+    if until is not None and not _released_before(version, version_text, until):
+        return f"its parser refuses it from {_dotted(until)}", f"engine.version before {_dotted(until)}"
+    return None
 
 
 _ABSENT = object()
@@ -1864,15 +1886,6 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     return raw, overhead, notes + command_notes(command)
 
 
-def _released_before(version: tuple[int, ...], version_text: str, bound: tuple[int, ...]) -> bool:
-    """Whether a release comes before `bound`: a lower version, or a pre-release of the bound itself (0.5.3rc0 is
-    parsed as 0.5.3 but came out before it)."""
-    return version < bound or (version[:len(bound)] == bound and _PRE_RELEASE.search(version_text) is not None)
-
-
-_PRE_RELEASE = re.compile(r"\d(rc|a|b|dev)\d*$")
-
-
 def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
                  version_text: str) -> tuple[dict, CommandFlags | None]:
     """(the flags an engine section gives: its `engine.<flag>` keys and its command's, the command as read, or None
@@ -1883,14 +1896,10 @@ def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
         return given, None
     command = preset.read_command(spec["command"])
     for written, option in command.inert:
-        if option.until is not None and not _released_before(version, version_text, option.until):
-            raise ConfigError(f"engine.command {written!r}: not an option of {preset.name} {version_text} (its parser "
-                              f"dropped it in {_dotted(option.until)}); allowed: leave it out, or engine.version "
-                              f"before {_dotted(option.until)}")
-        if option.since is not None and version < option.since:
-            raise ConfigError(f"engine.command {written!r}: not an option of {preset.name} {version_text} (it came "
-                              f"in {_dotted(option.since)}); allowed: leave it out, or engine.version "
-                              f"{_dotted(option.since)} or later")
+        outside = _outside_versions(version, version_text, option.since, option.until)
+        if outside:
+            raise ConfigError(f"engine.command {written!r}: not an option of {preset.name} {version_text} "
+                              f"({outside[0]}); allowed: leave it out, or {outside[1]}")
     for key, value in command.flags.items():
         if key in given and given[key] != value:
             raise ConfigError(f"engine.command {command.written[key]!r}: contradicts engine.{key} {given[key]!r}; "
@@ -1911,13 +1920,10 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
         kinds = flag.kind if isinstance(flag.kind, tuple) else (flag.kind,)
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
             raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: {type_words(kinds)}")
-        if flag.since is not None and version < flag.since:
-            raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} (it came in {_dotted(flag.since)}); "
-                              f"allowed: leave it out, or engine.version {_dotted(flag.since)} or later")
-        if flag.until is not None and not _released_before(version, version_text, flag.until):
-            raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} (its parser refuses it from "
-                              f"{_dotted(flag.until)}); allowed: leave it out, or engine.version before "
-                              f"{_dotted(flag.until)}")
+        outside = _outside_versions(version, version_text, flag.since, flag.until)
+        if outside:
+            raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} ({outside[0]}); allowed: leave it "
+                              f"out, or {outside[1]}")
         flags[key] = flag.convert(value)
     if _get(raw, "scheduler.batching") == "static":
         raise ConfigError(f"scheduler.batching: 'static' contradicts engine {name} (it batches continuously); "

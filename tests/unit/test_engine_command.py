@@ -66,8 +66,8 @@ def test_an_option_accepted_without_effect_is_refused_where_the_versions_parser_
     for version in (gone, "0.19.0"):
         with pytest.raises(ConfigError) as err:
             scenario({"name": "vllm", "version": version, "command": f"vllm serve m {option}"})
-        assert str(err.value) == (f"engine.command {option!r}: not an option of vllm {version} (its parser dropped "
-                                  f"it in {gone}); allowed: leave it out, or engine.version before {gone}")
+        assert str(err.value) == (f"engine.command {option!r}: not an option of vllm {version} (its parser refuses "
+                                  f"it from {gone}); allowed: leave it out, or engine.version before {gone}")
 
 
 def test_vllm_060s_switch_with_a_value_and_its_v0_flags():
