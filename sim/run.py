@@ -96,7 +96,8 @@ def overhead_of(spec):
     from sim.cost.overhead import engine_overhead
     return engine_overhead(spec.engine, fitted_for=spec.fitted_for, per_step_s=spec.per_step_s,
                            per_seq_s=spec.per_seq_s, per_prefill_token_s=spec.per_prefill_token_s,
-                           launch_per_layer_s=spec.launch_per_layer_s, overlap=spec.overlap)
+                           launch_per_layer_s=spec.launch_per_layer_s, overlap=spec.overlap,
+                           graph_max_seqs=spec.graph_max_seqs, graph_prefill=spec.graph_prefill)
 
 
 def _calibrated(scenario: Scenario, deployment: Deployment):

@@ -75,6 +75,15 @@ def _kv_cache_dtype(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
     return convert
 
 
+def _at_least_one(name: str) -> Callable[[int], int]:
+    """An engine flag's count that must be 1 or more, refused in one line otherwise."""
+    def convert(value: int) -> int:
+        if value < 1:
+            raise ConfigError(f"engine.{name}: {value!r} is not allowed; allowed: a whole number >= 1")
+        return value
+    return convert
+
+
 def _sixteen_bit(allowed: tuple[str, ...]) -> Callable[[str], str]:
     """An engine's --dtype: the 16-bit activation dtypes every price here assumes are accepted (the weights priced
     are the scenario's `quantization.weights`); float32 and others are refused in one line."""
@@ -705,6 +714,7 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
         running = slots[0] - 1 if slots[1] is None else min(slots[1] // 2, slots[0] - 1)
     values["scheduler.max_num_seqs"] = running
     values.update(_engine_terms(ctx, "sglang", notes))
+    values["cost_model.overhead"].update(_sglang_graphs(ctx, SGLANG_030_GRAPH_MAX_BS, False, notes))
     values.update(_custom_all_reduce(ctx, "SGLang"))
     if ctx.model is not None and ctx.model.hybrid_window:  # no hybrid SWA memory before 0.5
         values["kv_cache.window_memory"] = "every_token"
@@ -798,6 +808,18 @@ SGLANG_SMALL_TIER_BEFORE_0_5_20 = (2048, 24, 80)
 SGLANG_PREFILL_GRAPH_SINCE = (0, 5, 10)
 SGLANG_PREFILL_GRAPH_MIB_PER_SIZE, SGLANG_PREFILL_GRAPH_MLA_MIB = 8, 1536
 
+# SGLang's CUDA graphs and its two options for them, read in the PyPI wheels of 0.3.0, 0.4.0-0.4.10 and every release
+# 0.5.1-0.5.23. A decode batch above the largest captured one runs without a graph (cuda_graph_runner.py `can_run`),
+# and so does every step with prompt tokens before the prefill graphs (SGLANG_PREFILL_GRAPH_SINCE): the eager launch
+# term (sim/cost/overhead.py, an estimate). 0.3.x captures decode batches up to 160 (model_runner.py
+# init_cuda_graphs); from 0.4.0 --cuda-graph-max-bs sets the largest (the memory tier's by default), an alias of
+# --cuda-graph-max-bs-decode from 0.5.14 and gone in 0.5.20 (its parser then reads it as an ambiguous prefix of
+# --cuda-graph-max-bs-decode and --cuda-graph-max-bs-prefill). --disable-cuda-graph turns off the decode graphs; the
+# prefill graphs too from 0.5.14 (0.5.10-0.5.13's _handle_piecewise_cuda_graph does not read it). The memory rule
+# still reserves the decode graphs' 2 MiB a batch slot with it up to 0.5.14 and the prefill graphs' to 0.5.13.
+SGLANG_030_GRAPH_MAX_BS = 160
+SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE, SGLANG_DISABLE_GRAPH_FREES_DECODE_SINCE = (0, 5, 14), (0, 5, 15)
+
 
 # SGLang keeps a hybrid model's sliding layers in a pool of their own (SWATokenToKVPoolAllocator) holding
 # --swa-full-tokens-ratio (0.8) tokens per token of the full-attention pool, both sized out of the same memory
@@ -847,6 +869,8 @@ def _sglang_prefill_graph_mib(ctx: Context, chunk: int) -> tuple[float, str | No
         return 0.0, None
     if ctx.pipeline_parallel > 1:
         return 0.0, "off with pipeline parallelism"
+    if ctx.flags.get("disable_cuda_graph") and v >= SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE:
+        return 0.0, f"off with --disable-cuda-graph from {_dotted(SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE)}"
     if ctx.raw.get("speculation") is not None and v < (0, 5, 14):
         return 0.0, "off with speculative decoding before 0.5.14"
     if mla and (0, 5, 15) <= v < (0, 5, 18):
@@ -862,6 +886,31 @@ def _sglang_memory_tier(ctx: Context, gpu_mib: float) -> tuple[int, int]:
     if below == 35 * 1024 and ctx.version < (0, 5, 20):
         chunk, small_tp, large_tp = SGLANG_SMALL_TIER_BEFORE_0_5_20
     return chunk, small_tp if ctx.tensor_parallel < 4 else large_tp
+
+
+def _sglang_given_graph_bs(flags: dict) -> int | None:
+    """The decode CUDA graphs' largest batch a command gave (--cuda-graph-max-bs, --cuda-graph-max-bs-decode: one
+    value, set by either), or None."""
+    old, new = flags.get("cuda_graph_max_bs"), flags.get("cuda_graph_max_bs_decode")
+    if old is not None and new is not None and old != new:
+        raise ConfigError(f"engine.cuda_graph_max_bs: {old} contradicts engine.cuda_graph_max_bs_decode {new} (one "
+                          "setting, its old and new spelling); allowed: give one of them, or the same value")
+    return new if new is not None else old
+
+
+def _sglang_graphs(ctx: Context, graph_bs: int, prefill_graphs: bool, notes: list[str]) -> dict[str, Any]:
+    """The overhead terms for SGLang's CUDA graphs (as read: the comment above SGLANG_030_GRAPH_MAX_BS): the eager
+    launch term (an estimate) for the steps that run without one: decode batches above `graph_bs`, and steps with
+    prompt tokens unless `prefill_graphs`."""
+    from sim.cost.overhead import ENGINE_DEFAULTS
+    disabled = bool(ctx.flags.get("disable_cuda_graph"))
+    if disabled:
+        steps = "decode and prefill" if ctx.version >= SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE else "decode"
+        kept = " (its prefill CUDA graphs stay, as the version keeps them)" if prefill_graphs else ""
+        notes.append(f"SGLang {ctx.version_text} --disable-cuda-graph: its {steps} steps run without CUDA "
+                     f"graphs{kept}: the eager launch term (cost_model.overhead.launch_per_layer_s, an estimate)")
+    return {"launch_per_layer_s": ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s,
+            "graph_max_seqs": 0 if disabled else graph_bs, "graph_prefill": prefill_graphs}
 
 
 def _sglang_given_running_cap(version: tuple[int, ...], slots: int, kv_tokens: int | None) -> int | None:
@@ -919,19 +968,25 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     notes: list[str] = []
     gpu_mib = gpu.hbm_bytes / 2**20
     tier_chunk, graph_bs = _sglang_memory_tier(ctx, gpu_mib)
-    dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the tier's graph batch, as SGLang reserves it
+    given_graph_bs = _sglang_given_graph_bs(flags)
+    if given_graph_bs is not None:
+        graph_bs = given_graph_bs
+    dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the decode graphs' batch, as SGLang reserves it
     chunk = flags.get("chunked_prefill_size", tier_chunk)
     values = _sglang_batches(ctx, flags, chunk, notes)
+    running_flag = flags.get("max_running_requests")
+    if given_graph_bs is None and running_flag is not None and ctx.version >= (0, 5, 22):
+        graph_bs = min(graph_bs, running_flag)  # 0.5.22: the default decode graphs stop at the running limit
+    graph_mib, why_not = _sglang_prefill_graph_mib(ctx, chunk)
     fraction = flags.get("mem_fraction_static")
     if fraction is None:
-        running_flag = flags.get("max_running_requests")
-        if running_flag is not None and ctx.version >= (0, 5, 22):
-            graph_bs = min(graph_bs, running_flag)  # 0.5.22: the decode graphs stop at the running limit
-        graph_mib, why_not = _sglang_prefill_graph_mib(ctx, chunk)
         if why_not:
             notes.append(f"SGLang {ctx.version_text}: no prefill CUDA graph memory reserved ({why_not})")
-        reserved = (512 + max(chunk, 2048) * 1.5 + graph_bs * 2 + ctx.tensor_parallel * ctx.pipeline_parallel / 8 * 1024
-                    + graph_mib + dp_attention_mib)
+        decode_graph_mib = graph_bs * 2
+        if flags.get("disable_cuda_graph") and ctx.version >= SGLANG_DISABLE_GRAPH_FREES_DECODE_SINCE:
+            decode_graph_mib = 0
+        reserved = (512 + max(chunk, 2048) * 1.5 + decode_graph_mib
+                    + ctx.tensor_parallel * ctx.pipeline_parallel / 8 * 1024 + graph_mib + dp_attention_mib)
         if gpu_mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
         fraction = round((gpu_mib - reserved) / gpu_mib, 3)
@@ -956,6 +1011,8 @@ def _derive_sglang(ctx: Context) -> PresetResult:
             notes.append(f"SGLang {ctx.version_text}: --max-running-requests {running} is above the {cap} the engine "
                          "allows here (model_runner's request pool); the value given is simulated")
     values.update(_engine_terms(ctx, "sglang", notes, _inbound_work(ctx, "sglang", notes)))
+    prefill_graphs = ctx.version >= SGLANG_PREFILL_GRAPH_SINCE and why_not is None
+    values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, prefill_graphs, notes))
     values.update(_custom_all_reduce(ctx, "SGLang"))
     return PresetResult(values, {}, notes)
 
@@ -987,6 +1044,13 @@ _SGLANG_FLAGS = {
     "swa_full_tokens_ratio": Flag("kv_cache.window_pool_ratio", (int, float), "--swa-full-tokens-ratio",
                                   since=(0, 4, 9)),
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
+    "cuda_graph_max_bs": Flag(None, int, "--cuda-graph-max-bs: the largest decode batch run as a CUDA graph (above "
+                              "it: the eager launch term); reserves 2 MiB a batch", _at_least_one("cuda_graph_max_bs"),
+                              since=(0, 4, 0), until=(0, 5, 20)),
+    "cuda_graph_max_bs_decode": Flag(None, int, "--cuda-graph-max-bs-decode: --cuda-graph-max-bs's spelling from "
+                                     "0.5.14", _at_least_one("cuda_graph_max_bs_decode"), since=(0, 5, 14)),
+    "disable_cuda_graph": Flag(None, bool, "--disable-cuda-graph: decode steps (from 0.5.14 prefill steps too) run "
+                               "without CUDA graphs: the eager launch term"),
     # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.1 to 0.5.3rc0); from 0.5.0
     # --ep-size alone splits the experts (moe tp = tp_size / ep_size); without --enable-dp-attention the MoE output
     # is all-reduced over the TP group
@@ -2275,9 +2339,12 @@ def _preset_term_spread(scenario) -> list[TermSpread]:
     if overhead is not None and overhead.engine in ("vllm-cudagraph", "vllm-eager"):
         from sim.cost.overhead import ENGINE_DEFAULTS
         defaults = ENGINE_DEFAULTS[overhead.engine]
+        eager_launch_s = ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s
         for term in ("per_step_s", "per_seq_s", "launch_per_layer_s"):
             point = getattr(defaults, term)
-            if present.get(term) is not None or point <= 0:
+            if term == "launch_per_layer_s" and present.get(term) == eager_launch_s:
+                point = eager_launch_s  # the eager estimate a preset wrote (SGLang's steps outside its CUDA graphs)
+            elif present.get(term) is not None or point <= 0:
                 continue  # set (fitted above, or the user's), or a zero that has no spread (see the docstring)
             factor, why = ESTIMATE_RANGES[term]
             out.append(_spread(term, point, _sigma_of_factor(factor), "estimate", why, bounds))

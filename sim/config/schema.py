@@ -392,6 +392,11 @@ class OverheadSpec(_Strict):
     per_prefill_token_s: float | None = Field(None, ge=0, description="CPU time per prompt token scheduled")
     launch_per_layer_s: float | None = Field(None, ge=0, description="eager: kernel-launch time per layer "
                                              "(overlaps the kernels)")
+    graph_max_seqs: int | None = Field(None, ge=0, description="decode-only steps of at most this many sequences "
+                                       "replay a CUDA graph and pay no launch term (SGLang's --cuda-graph-max-bs); "
+                                       "default 0: every step pays it")
+    graph_prefill: bool | None = Field(None, description="steps with prompt tokens replay CUDA graphs too and pay no "
+                                       "launch term (SGLang's prefill graphs, 0.5.10 on); default false")
     overlap: bool | None = Field(None, description="the CPU terms run while the GPU runs the previous step (SGLang's "
                                  "overlap scheduler, vLLM's async scheduling): a step takes the longer of the two; "
                                  "default: the engine's (false for vLLM's estimates)")

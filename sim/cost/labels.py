@@ -18,17 +18,20 @@ from sim.cost.steps import StepProfileCostModel
 from sim.model.interconnects import NCCL_ALL_REDUCE
 
 
-def overhead_label(engine: str, given: dict, fitted_for: str = "") -> str:
+def overhead_label(engine: str, given: dict, fitted_for: str = "", graphs: str = "") -> str:
     """The overhead part of a label: its defaults' name, and each term given apart from them (a preset's fitted
     CPU term, a user's own), e.g. 'vllm-cudagraph overhead (per_step_s 1.43 ms)'; with `fitted_for`, whose fit
     they are: 'vllm-cudagraph overhead (per_step_s 17.1 ms; fit: SGLang 0.5.5.post1)'. `given`: term ->
-    value, as the scenario's `cost_model.overhead` section holds it (None: not given)."""
+    value, as the scenario's `cost_model.overhead` section holds it (None: not given); `graphs`: which steps skip
+    the launch term (`EngineOverhead.graphs_described`), e.g. 'CUDA graphs for decode batches up to 256'."""
     from sim.cost.overhead import ENGINE_DEFAULTS, TERMS
     base = ENGINE_DEFAULTS.get(engine)
     apart = [f"{term} {value * 1e3:.3g} ms" for term in TERMS if (value := given.get(term)) is not None
              and (base is None or value != getattr(base, term))]
     if given.get("overlap"):
         apart.append("overlapped")
+    if graphs:
+        apart.append(graphs)
     said = "; ".join(part for part in (", ".join(apart), f"fit: {fitted_for}" if fitted_for else "") if part)
     return f"{engine} overhead" + (f" ({said})" if said else "")
 
@@ -44,7 +47,7 @@ def cost_model_label(cost_model) -> str:
         overhead = cost_model.overhead
         given = {**overhead.terms(), "overlap": overhead.overlap}
         return (f"{cost_model_label(cost_model.kernels)} + "
-                f"{overhead_label(overhead.engine, given, overhead.fitted_for)}")
+                f"{overhead_label(overhead.engine, given, overhead.fitted_for, overhead.graphs_described())}")
     if isinstance(cost_model, MeasuredCostModel):
         meta = cost_model.tables.meta
         # a mixture of experts names the routing its fused-MoE rows were measured under
@@ -80,5 +83,6 @@ def _stage_label(pipeline: PipelineCostModel) -> str:
     driver = pipeline.driver
     if isinstance(driver, EngineOverhead):
         given = {**driver.terms(), "overlap": driver.overlap}
-        return f"{cost_model_label(kernels)} + {overhead_label(driver.engine, given, driver.fitted_for)}"
+        label = overhead_label(driver.engine, given, driver.fitted_for, driver.graphs_described())
+        return f"{cost_model_label(kernels)} + {label}"
     return cost_model_label(kernels)

@@ -11,6 +11,11 @@ kernel from Python one by one. `EngineOverhead` prices this with named, linear t
 The launch term overlaps the kernels (the CPU enqueues kernels asynchronously: a step is launch-bound
 only when enqueueing them takes longer than running them); the other terms are serial CPU work between
 steps (vLLM V1 overlaps some of it with async scheduling; the terms then come out smaller when fitted).
+A step an engine replays as a CUDA graph launches once, so it has no launch term: a decode-only step of at
+most `graph_max_seqs` sequences, and a step with prompt tokens where `graph_prefill` (0 and false, the
+defaults: every step launches its kernels). SGLang captures its decode batches up to `--cuda-graph-max-bs`
+and runs larger ones eagerly (model_executor/cuda_graph_runner.py `can_run`), its prefill steps too before
+its prefill graphs (0.5.10); its preset sets these.
 
 Defaults per engine, and where they come from (none of them is a measurement of this project's engine;
 fit your own with `python -m calibrate fit-engine`):
@@ -46,8 +51,9 @@ from sim.jit import njit
 
 TERMS = ("per_step_s", "per_seq_s", "per_prefill_token_s", "launch_per_layer_s")
 # The pack the compiled form carries (`EngineOverhead.pack`): these four numbers, the launch term already times
-# the layers, then 1.0 where the engine overlaps its CPU work with the GPU (`overlap`).
-O_PER_STEP, O_PER_SEQ, O_PER_PREFILL_TOKEN, O_LAUNCH, O_OVERLAP = range(5)
+# the layers, then 1.0 where the engine overlaps its CPU work with the GPU (`overlap`), the largest decode batch
+# replayed as a CUDA graph (`graph_max_seqs`), and 1.0 where steps with prompt tokens are too (`graph_prefill`).
+O_PER_STEP, O_PER_SEQ, O_PER_PREFILL_TOKEN, O_LAUNCH, O_OVERLAP, O_GRAPH_MAX_SEQS, O_GRAPH_PREFILL = range(7)
 
 
 @njit(cache=True, inline="always")
@@ -58,6 +64,8 @@ def with_overhead(terms, kernels_s, num_seqs, num_prefill_tokens, num_tokens):
     if terms.shape[0] == 0 or num_tokens == 0:
         return kernels_s
     launch_s = terms[O_LAUNCH]
+    if (num_seqs <= terms[O_GRAPH_MAX_SEQS]) if num_prefill_tokens == 0 else (terms[O_GRAPH_PREFILL] != 0.0):
+        launch_s = 0.0  # a step replayed as one CUDA graph launches once
     busy_s = kernels_s if kernels_s >= launch_s or kernels_s != kernels_s else launch_s  # NaN stays NaN
     serial_s = terms[O_PER_STEP] + terms[O_PER_SEQ] * num_seqs + terms[O_PER_PREFILL_TOKEN] * num_prefill_tokens
     if terms[O_OVERLAP] != 0.0:
@@ -76,6 +84,8 @@ class EngineOverhead:
     per_seq_s: float = 0.0  # input preparation, sampling and output processing per scheduled sequence
     per_prefill_token_s: float = 0.0  # input preparation per prompt token scheduled (positions, slot mapping)
     launch_per_layer_s: float = 0.0  # eager: host time to launch one layer's kernels (overlaps the kernels)
+    graph_max_seqs: int = 0  # decode-only steps of at most this many sequences replay a CUDA graph: no launch term
+    graph_prefill: bool = False  # steps with prompt tokens replay CUDA graphs too: no launch term
     source: str = ""  # where the values came from: defaults (estimates, see module docstring) or a fit
     overlap: bool = False  # the CPU terms run while the GPU runs the previous step (a step: the longer of the two)
     fitted_for: str = ""  # the engine version(s) whose fit gave the terms, for labels and the repr: prices nothing
@@ -85,6 +95,9 @@ class EngineOverhead:
             value = getattr(self, name)
             if not value >= 0.0:  # also refuses NaN
                 raise ConfigError(f"cost_model.overhead.{name}: {value!r} is not allowed; allowed: a number >= 0")
+        if isinstance(self.graph_max_seqs, bool) or not isinstance(self.graph_max_seqs, int) or self.graph_max_seqs < 0:
+            raise ConfigError(f"cost_model.overhead.graph_max_seqs: {self.graph_max_seqs!r} is not allowed; allowed: "
+                              "a whole number >= 0")
 
     def terms(self) -> dict[str, float]:
         return {name: getattr(self, name) for name in TERMS}
@@ -92,14 +105,23 @@ class EngineOverhead:
     def describe(self) -> str:
         parts = [f"{name}={value * 1e6:g}us" for name, value in self.terms().items() if value]
         parts += ["overlapped with the GPU"] if self.overlap else []
+        parts += [graphs] if (graphs := self.graphs_described()) else []
         return f"overhead {self.engine}: " + (", ".join(parts) or "none") + (f" [{self.source}]" if self.source else "")
+
+    def graphs_described(self) -> str:
+        """Which steps skip the launch term, in a few words ('' where every step pays it, or none has one)."""
+        if not self.launch_per_layer_s or not (self.graph_max_seqs or self.graph_prefill):
+            return ""
+        decode = f"decode batches up to {self.graph_max_seqs}" if self.graph_max_seqs else ""
+        return "CUDA graphs for " + " and ".join(part for part in (decode, "prefill" * self.graph_prefill) if part)
 
     def pack(self, num_layers: int) -> np.ndarray:
         """The terms as `with_overhead` takes them."""
-        terms = np.zeros(5)
+        terms = np.zeros(7)
         terms[O_PER_STEP], terms[O_PER_SEQ] = self.per_step_s, self.per_seq_s
         terms[O_PER_PREFILL_TOKEN], terms[O_LAUNCH] = self.per_prefill_token_s, self.launch_per_layer_s * num_layers
         terms[O_OVERLAP] = 1.0 if self.overlap else 0.0
+        terms[O_GRAPH_MAX_SEQS], terms[O_GRAPH_PREFILL] = self.graph_max_seqs, 1.0 if self.graph_prefill else 0.0
         return terms
 
     @cached_property
@@ -125,12 +147,13 @@ ENGINE_DEFAULTS: dict[str, EngineOverhead] = {
 
 
 def engine_overhead(engine: str, fitted_for: str | None = None, **overrides: float | bool | None) -> EngineOverhead:
-    """An engine's default terms, with any given term (or `overlap`) replaced (the repr then names it as given);
+    """An engine's default terms, with any given term (or `overlap`, `graph_max_seqs`, `graph_prefill`) replaced
+    (the repr then names it as given);
     `fitted_for`: whose fitted terms the given ones are (named in the repr and the label)."""
     if engine not in ENGINE_DEFAULTS:
         raise ConfigError(f"cost_model.overhead.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINE_DEFAULTS)}")
     given = {k: v for k, v in overrides.items() if v is not None}
-    unknown = sorted(set(given) - set(TERMS) - {"overlap"})
+    unknown = sorted(set(given) - set(TERMS) - {"overlap", "graph_max_seqs", "graph_prefill"})
     if unknown:
         raise ConfigError(f"cost_model.overhead: {unknown[0]!r} is not a term; allowed: {', '.join(TERMS)}")
     base = ENGINE_DEFAULTS[engine]

@@ -157,3 +157,37 @@ def test_an_overlapping_engine_takes_the_longer_of_its_kernels_and_its_cpu_work(
     assert overlapped.step_time(3e-3, plan, 32) == 3e-3
     assert "overlapped with the GPU" in overlapped.describe()
 
+
+
+def test_steps_replayed_as_cuda_graphs_pay_no_launch_term():
+    # 10 layers x 0.1 ms of launches = 1 ms, above the kernels' 0.2 ms: a launch-bound step where it launches
+    o = EngineOverhead("x", per_step_s=1e-3, launch_per_layer_s=1e-4, graph_max_seqs=4)
+    assert o.step_time(2e-4, _plan(decodes=4), num_layers=10) == pytest.approx(2e-4 + 1e-3, rel=1e-12)  # a graph
+    assert o.step_time(2e-4, _plan(decodes=5), num_layers=10) == pytest.approx(1e-3 + 1e-3, rel=1e-12)  # above it
+    assert o.step_time(2e-4, _plan(decodes=1, chunk=8), num_layers=10) == pytest.approx(2e-3, rel=1e-12)  # prefill
+    with_prefill = EngineOverhead("x", per_step_s=1e-3, launch_per_layer_s=1e-4, graph_max_seqs=4, graph_prefill=True)
+    assert with_prefill.step_time(2e-4, _plan(decodes=1, chunk=8), num_layers=10) == pytest.approx(1.2e-3, rel=1e-12)
+    assert with_prefill.step_time(2e-4, _plan(decodes=9), num_layers=10) == pytest.approx(2e-3, rel=1e-12)
+    # the defaults (0, false): every step launches, as --enforce-eager's terms always did
+    eager = engine_overhead("vllm-eager")
+    assert eager.step_time(0.0, _plan(decodes=1), num_layers=10) == pytest.approx(600e-6 + 500e-6 + 10e-6)
+    assert with_prefill.describe().endswith("CUDA graphs for decode batches up to 4 and prefill")
+    assert o.graphs_described() == "CUDA graphs for decode batches up to 4"
+    assert eager.graphs_described() == ""
+    for bad in (-1, 1.5, True):
+        with pytest.raises(ConfigError, match=r"^cost_model.overhead.graph_max_seqs: .* allowed: a whole number >= 0$"):
+            EngineOverhead("x", graph_max_seqs=bad)
+
+
+def test_a_scenario_names_its_cuda_graphs_and_the_compiled_pack_carries_them():
+    scenario = Scenario.model_validate({
+        "name": "g", "model": "llama-3.1-8b", "workload": WORKLOAD, "cost_model": {
+            "kind": "roofline", "overhead": {"engine": "vllm-cudagraph", "launch_per_layer_s": 1e-4,
+                                             "graph_max_seqs": 8, "graph_prefill": True}}})
+    cost = make_cost_model(scenario)
+    assert cost.overhead.graph_max_seqs == 8 and cost.overhead.graph_prefill
+    terms = cost.overhead.pack(32)
+    from sim.cost.overhead import O_GRAPH_MAX_SEQS, O_GRAPH_PREFILL, O_LAUNCH
+    assert (terms[O_LAUNCH], terms[O_GRAPH_MAX_SEQS], terms[O_GRAPH_PREFILL]) == pytest.approx((32e-4, 8.0, 1.0))
+    from sim.cost.labels import cost_model_label
+    assert "CUDA graphs for decode batches up to 8 and prefill" in cost_model_label(cost)

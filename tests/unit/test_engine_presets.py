@@ -9,6 +9,7 @@ from helpers import one_error_line, servesim
 
 from sim.config import engines
 from sim.config.files import validate_scenario
+from sim.cost.overhead import ENGINE_DEFAULTS
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
 
@@ -285,6 +286,64 @@ def test_sglang_small_gpus_tier_and_the_prefill_graphs_exceptions():
     cautious = scenario({"name": "sglang", "version": "0.5.23", "schedule_conservativeness": 0.5})
     ratio = cautious.scheduler.new_token_ratio
     assert (ratio.init, ratio.min) == (0.35, pytest.approx(0.049))
+
+
+@pytest.mark.parametrize("version, flags, fraction, graph_max_seqs, graph_prefill", [
+    # H100 (81,559 MiB), TP 1: reserved = 512 + 1.5 x 8192 + 2 x graph batch (the tier's 256) + 128 (+ 58 prefill
+    # graphs x 8 = 464 from 0.5.10), fraction = (81,559 - reserved) / 81,559 to 3 places
+    ("0.5.3", {}, 0.835, 256, False),  # 13,440; prefill steps run eagerly
+    ("0.5.3", {"cuda_graph_max_bs": 64}, 0.840, 64, False),  # 13,056
+    ("0.5.3", {"cuda_graph_max_bs": 1024}, 0.816, 1024, False),  # 14,976
+    ("0.5.10", {}, 0.830, 256, True),  # 13,904
+    ("0.5.13", {"disable_cuda_graph": True}, 0.830, 0, True),  # nothing freed; the prefill graphs stay
+    ("0.5.14", {"disable_cuda_graph": True}, 0.835, 0, False),  # the prefill graphs' 464 freed, the decode's kept
+    ("0.5.15", {"disable_cuda_graph": True}, 0.841, 0, False),  # 12,928: neither reserved
+    ("0.5.16", {"cuda_graph_max_bs_decode": 64}, 0.834, 64, True),  # 13,520
+    ("0.5.19", {"cuda_graph_max_bs": 64, "cuda_graph_max_bs_decode": 64}, 0.834, 64, True),  # one setting, twice
+    ("0.5.22", {"max_running_requests": 100}, 0.833, 100, True),  # 13,592: the default graphs stop at the limit
+    ("0.5.22", {"max_running_requests": 100, "cuda_graph_max_bs_decode": 300}, 0.828, 300, True),  # 13,992
+])
+def test_sglangs_cuda_graphs_set_its_memory_and_which_steps_launch_eagerly(version, flags, fraction, graph_max_seqs,
+                                                                           graph_prefill):
+    # server_args.py _handle_gpu_memory_settings (0.5.3-0.5.17), arg_groups/memory_hook.py reserve_for_graph_mb
+    # (0.5.18-0.5.23), cuda_graph_runner.py can_run (a decode batch above the largest graph runs eagerly)
+    sc = scenario({"name": "sglang", "version": version, **flags})
+    overhead = sc.cost_model.overhead
+    assert sc.kv_cache.gpu_memory_utilization == fraction
+    assert (overhead.graph_max_seqs, overhead.graph_prefill) == (graph_max_seqs, graph_prefill)
+    assert overhead.launch_per_layer_s == ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s  # the eager estimate
+
+
+def test_sglangs_cuda_graph_options_are_read_as_each_version_reads_them():
+    old = scenario({"name": "sglang", "version": "0.3.0", "disable_cuda_graph": True})
+    assert old.cost_model.overhead.graph_max_seqs == 0
+    assert any("--disable-cuda-graph: its decode steps run without CUDA graphs" in n for n in old.engine.notes)
+    assert scenario({"name": "sglang", "version": "0.3.0"}).cost_model.overhead.graph_max_seqs == 160
+    cases = [
+        ({"name": "sglang", "version": "0.3.0", "cuda_graph_max_bs": 64},
+         "engine.cuda_graph_max_bs: not a flag of sglang 0.3.0 (it came in 0.4.0); allowed: leave it out, or "
+         "engine.version 0.4.0 or later"),
+        ({"name": "sglang", "version": "0.5.20", "command": "sglang serve --cuda-graph-max-bs 64"},
+         "engine.command '--cuda-graph-max-bs 64': not a flag of sglang 0.5.20 (its parser refuses it from 0.5.20); "
+         "allowed: leave it out, or engine.version before 0.5.20"),
+        ({"name": "sglang", "version": "0.5.13", "command": "sglang serve --cuda-graph-max-bs-decode 64"},
+         "engine.command '--cuda-graph-max-bs-decode 64': not a flag of sglang 0.5.13 (it came in 0.5.14); allowed: "
+         "leave it out, or engine.version 0.5.14 or later"),
+        ({"name": "sglang", "version": "0.5.16", "cuda_graph_max_bs": 64, "cuda_graph_max_bs_decode": 32},
+         "engine.cuda_graph_max_bs: 64 contradicts engine.cuda_graph_max_bs_decode 32 (one setting, its old and new "
+         "spelling); allowed: give one of them, or the same value"),
+        ({"name": "sglang", "version": "0.5.16", "command": "sglang serve --cuda-graph-max-bs=0"},
+         "engine.command '--cuda-graph-max-bs=0': 0 is not allowed; allowed: a whole number >= 1"),
+    ]
+    for engine, message in cases:
+        with pytest.raises(ConfigError) as err:
+            scenario(engine)
+        assert str(err.value) == message
+    given = scenario({"name": "sglang", "version": "0.5.5.post1",
+                      "command": "python -m sglang.launch_server --model-path m --cuda-graph-max-bs 32 "
+                                 "--disable-cuda-graph"})
+    # 512 + 12,288 + 2 x 32 + 128 = 12,992 MiB: 0.5.5 reserves the decode graphs it does not run
+    assert given.cost_model.overhead.graph_max_seqs == 0 and given.kv_cache.gpu_memory_utilization == 0.841
 
 
 def test_sglang_030_takes_its_memory_fraction_from_tp_and_caps_running_requests_by_half_the_kv():
