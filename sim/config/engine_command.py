@@ -41,8 +41,8 @@ class InertOption:
     option: str  # as the engine spells it, e.g. --port
     takes: str  # "none" (a switch), "one" value, "optional" (zero or one), "many" (one or more: nargs '+')
     about: str  # what it sets, in a few words: the note groups the given options by it
-    since: tuple[int, ...] | None = None  # the first version whose parser has it (None: every version known)
-    until: tuple[int, ...] | None = None  # the first version whose parser refuses it (None: none known)
+    since: tuple[int, ...] | str | None = None  # the first version whose parser has it ("0.4.3.post3"; None: all)
+    until: tuple[int, ...] | str | None = None  # the first version whose parser refuses it (None: none known)
 
 
 @dataclass(frozen=True)

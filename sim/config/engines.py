@@ -50,9 +50,9 @@ class Flag:
     kind: type | tuple  # the Python type(s) accepted (bool is not an int here)
     doc: str
     convert: Callable[[Any], Any] = lambda value: value
-    since: tuple[int, ...] | None = None  # the first version of the engine that has it (None: every version known)
+    since: tuple[int, ...] | str | None = None  # the first version that has it ("0.4.6.post2"; None: every one known)
     aliases: tuple[str, ...] = ()  # the option's other spellings on the engine's command line (vLLM's -tp)
-    until: tuple[int, ...] | None = None  # the first release whose parser refuses it (None: none known)
+    until: tuple[int, ...] | str | None = None  # the first release whose parser refuses it (None: none known)
 
     @property
     def option(self) -> str | None:
@@ -178,8 +178,8 @@ class Context:
         return self.model.max_context if self.model is not None else None
 
 
-def _dotted(version: tuple[int, ...]) -> str:
-    return ".".join(str(v) for v in version)
+def _dotted(version: tuple[int, ...] | str) -> str:
+    return version if isinstance(version, str) else ".".join(str(v) for v in version)
 
 
 _VERSION = re.compile(r"v?(\d+(?:\.\d+)+)((?:[.\-+]?(?:post|rc|dev|a|b)\d*)*)")
@@ -194,19 +194,33 @@ def _parse_version(text: str) -> tuple[int, ...] | None:
     return tuple(int(part) for part in match.group(1).split("."))
 
 
-def _released_before(version: tuple[int, ...], version_text: str, bound: tuple[int, ...]) -> bool:
-    """Whether a release came out before `bound`: a lower version, or a pre- or dev-release of the bound itself
-    (0.5.3rc0, which `_parse_version` reads as 0.5.3)."""
+def _suffix(version_text: str) -> tuple[bool, int]:
+    """(whether a version string names a pre- or dev-release, its post-release number or -1)."""
     match = _VERSION.fullmatch(version_text.strip())
-    pre = match is not None and re.search(r"rc|dev|a|b", match.group(2)) is not None
-    return version < bound or (version[:len(bound)] == bound and pre)
+    suffix = match.group(2) if match is not None else ""
+    post = re.search(r"post(\d+)", suffix)
+    return re.search(r"rc|dev|a|b", suffix) is not None, int(post.group(1)) if post else -1
 
 
-def _outside_versions(version: tuple[int, ...], version_text: str, since: tuple[int, ...] | None,
-                      until: tuple[int, ...] | None) -> tuple[str, str] | None:
-    """Why a flag or option is not one of this release's (`since`: the first release that has it; `until`: the first
-    whose parser refuses it), and the versions allowed instead; None where it is."""
-    if since is not None and version < since:
+def _released_before(version: tuple[int, ...], version_text: str, bound: tuple[int, ...] | str,
+                     pre_before: bool = True) -> bool:
+    """Whether a release came out before `bound`, the release numbers of a final release or a version string that
+    may name a post release ("0.4.6.post2": 0.4.6 and 0.4.6.post1 come before it): a lower version; a post release
+    before the bound's; with `pre_before`, a pre- or dev-release of the bound itself (0.5.3rc0, which
+    `_parse_version` reads as 0.5.3)."""
+    numbers = _parse_version(bound) if isinstance(bound, str) else bound
+    if version[:len(numbers)] != numbers:
+        return version < numbers
+    pre, post = _suffix(version_text)
+    return (pre_before and pre) or post < (_suffix(bound)[1] if isinstance(bound, str) else -1)
+
+
+def _outside_versions(version: tuple[int, ...], version_text: str, since: tuple[int, ...] | str | None,
+                      until: tuple[int, ...] | str | None) -> tuple[str, str] | None:
+    """Why a flag or option is not one of this release's (`since`: the first release that has it, a pre-release of
+    it counted as it; `until`: the first whose parser refuses it; either may name a post release, "0.4.6.post2"),
+    and the versions allowed instead; None where it is."""
+    if since is not None and _released_before(version, version_text, since, pre_before=False):
         return f"it came in {_dotted(since)}", f"engine.version {_dotted(since)} or later"
     if until is not None and not _released_before(version, version_text, until):
         return f"its parser refuses it from {_dotted(until)}", f"engine.version before {_dotted(until)}"
@@ -714,7 +728,9 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
         running = slots[0] - 1 if slots[1] is None else min(slots[1] // 2, slots[0] - 1)
     values["scheduler.max_num_seqs"] = running
     values.update(_engine_terms(ctx, "sglang", notes))
-    values["cost_model.overhead"].update(_sglang_graphs(ctx, SGLANG_030_GRAPH_MAX_BS, False, notes))
+    graph_bs = _sglang_given_graph_bs(flags)
+    graph_bs = SGLANG_030_GRAPH_MAX_BS if graph_bs is None else graph_bs
+    values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, False, notes))
     values.update(_custom_all_reduce(ctx, "SGLang"))
     if ctx.model is not None and ctx.model.hybrid_window:  # no hybrid SWA memory before 0.5
         values["kv_cache.window_memory"] = "every_token"
@@ -808,11 +824,12 @@ SGLANG_SMALL_TIER_BEFORE_0_5_20 = (2048, 24, 80)
 SGLANG_PREFILL_GRAPH_SINCE = (0, 5, 10)
 SGLANG_PREFILL_GRAPH_MIB_PER_SIZE, SGLANG_PREFILL_GRAPH_MLA_MIB = 8, 1536
 
-# SGLang's CUDA graphs and its two options for them, read in the PyPI wheels of 0.3.0, 0.4.0-0.4.10 and every release
-# 0.5.1-0.5.23. A decode batch above the largest captured one runs without a graph (cuda_graph_runner.py `can_run`),
-# and so does every step with prompt tokens before the prefill graphs (SGLANG_PREFILL_GRAPH_SINCE): the eager launch
-# term (sim/cost/overhead.py, an estimate). 0.3.x captures decode batches up to 160 (model_runner.py
-# init_cuda_graphs); from 0.4.0 --cuda-graph-max-bs sets the largest (the memory tier's by default), an alias of
+# SGLang's CUDA graphs and its two options for them, read in the PyPI wheels of 0.3.0, 0.3.4-0.4.10.post2 and every
+# release 0.5.1-0.5.23. A decode batch above the largest captured one runs without a graph (cuda_graph_runner.py
+# `can_run`), and so does every step with prompt tokens before the prefill graphs (SGLANG_PREFILL_GRAPH_SINCE): the
+# eager launch term (sim/cost/overhead.py, an estimate). 0.3.0 captures decode batches up to 160 (model_runner.py
+# init_cuda_graphs); from 0.3.5 --cuda-graph-max-bs sets the largest (160 by default to 0.3.x; from 0.4 the memory
+# tier's, which the preset takes for 0.4.x as 0.5.3 sets it), an alias of
 # --cuda-graph-max-bs-decode from 0.5.14 and gone in 0.5.20 (its parser then reads it as an ambiguous prefix of
 # --cuda-graph-max-bs-decode and --cuda-graph-max-bs-prefill). --disable-cuda-graph turns off the decode graphs; the
 # prefill graphs too from 0.5.14 (0.5.10-0.5.13's _handle_piecewise_cuda_graph does not read it). The memory rule
@@ -1022,8 +1039,8 @@ _SGLANG_FLAGS = {
     "chunked_prefill_size": Flag(None, int, "--chunked-prefill-size (-1: no chunking)"),
     "max_prefill_tokens": Flag(None, int, "--max-prefill-tokens"),
     "mem_fraction_static": Flag(None, (int, float), "--mem-fraction-static"),
-    # since: the first wheel whose server_args.py has the option (a post release read as its base): --page-size
-    # 0.4.4, --disable-hybrid-swa-memory and --swa-full-tokens-ratio 0.4.9.post3
+    # since: the first wheel whose server_args.py has the option, read in the PyPI wheels of 0.3.0, every release
+    # 0.3.4-0.4.10.post2 (post releases too, 0.4.4's posts not) and 0.5.1-0.5.23
     "page_size": Flag("kv_cache.block_size", int, "--page-size", since=(0, 4, 4)),
     "context_length": Flag("scheduler.max_model_len", int, "--context-length"),
     "enable_mixed_chunk": Flag(None, bool, "--enable-mixed-chunk"),
@@ -1031,8 +1048,7 @@ _SGLANG_FLAGS = {
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool,
                                   "radix cache (on in SGLang unless --disable-radix-cache)"),
     "tp_size": Flag("hardware.tensor_parallel", int, "--tp-size", aliases=("--tensor-parallel-size",)),
-    # server_args.py: --pp-size from 0.4.6.post2 (not in 0.4.6 or .post1; the preset reads a post release as its base)
-    "pp_size": Flag("hardware.pipeline_parallel", int, "--pp-size", since=(0, 4, 6)),
+    "pp_size": Flag("hardware.pipeline_parallel", int, "--pp-size", since="0.4.6.post2"),
     # server_args.py --kv-cache-dtype choices: auto, fp8_e5m2, fp8_e4m3 (0.5.3.post3; 0.3.0: auto, fp8_e5m2)
     "kv_cache_dtype": Flag("quantization.kv_cache", str, "--kv-cache-dtype: auto (the model's dtype), fp8_e4m3 or "
                            "fp8_e5m2", _kv_cache_dtype(("auto", "fp8_e4m3", "fp8_e5m2"))),
@@ -1040,25 +1056,25 @@ _SGLANG_FLAGS = {
                                       "(hardware.all_reduce nccl)"),
     "disable_radix_cache": Flag(None, bool, "--disable-radix-cache (no prefix caching)"),
     "disable_hybrid_swa_memory": Flag(None, bool, "--disable-hybrid-swa-memory: a hybrid model's sliding layers keep "
-                                      "every token's KV", since=(0, 4, 9)),
+                                      "every token's KV", since="0.4.9.post3"),
     "swa_full_tokens_ratio": Flag("kv_cache.window_pool_ratio", (int, float), "--swa-full-tokens-ratio",
-                                  since=(0, 4, 9)),
+                                  since="0.4.9.post3"),
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
     "cuda_graph_max_bs": Flag(None, int, "--cuda-graph-max-bs: the largest decode batch run as a CUDA graph (above "
                               "it: the eager launch term); reserves 2 MiB a batch", _at_least_one("cuda_graph_max_bs"),
-                              since=(0, 4, 0), until=(0, 5, 20)),
+                              since=(0, 3, 5), until=(0, 5, 20)),
     "cuda_graph_max_bs_decode": Flag(None, int, "--cuda-graph-max-bs-decode: --cuda-graph-max-bs's spelling from "
                                      "0.5.14", _at_least_one("cuda_graph_max_bs_decode"), since=(0, 5, 14)),
     "disable_cuda_graph": Flag(None, bool, "--disable-cuda-graph: decode steps (from 0.5.14 prefill steps too) run "
                                "without CUDA graphs: the eager launch term"),
-    # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.1 to 0.5.3rc0); from 0.5.0
+    # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.0.post1 to 0.5.3rc0); from 0.5.0
     # --ep-size alone splits the experts (moe tp = tp_size / ep_size); without --enable-dp-attention the MoE output
     # is all-reduced over the TP group
-    # --enable-ep-moe: a switch from 0.4.1 to 0.5.3rc0; from 0.5.3 a DeprecatedAction that raises ("Please set
+    # --enable-ep-moe: a switch from 0.4.0.post1 to 0.5.3rc0; from 0.5.3 a DeprecatedAction that raises ("Please set
     # `--ep-size` to the same value as `--tp-size` instead"), gone by 0.5.13 (server_args.py in the PyPI wheels of
     # 0.4.6-0.4.10, 0.5.1, 0.5.2, 0.5.2rc2, 0.5.3rc0, 0.5.3, 0.5.5.post1, 0.5.13)
     "enable_ep_moe": Flag("hardware.expert_parallel", bool, "--enable-ep-moe: experts split over all tp_size GPUs "
-                          "(before 0.5.3; then --ep-size)", since=(0, 4, 1), until=(0, 5, 3)),
+                          "(before 0.5.3; then --ep-size)", since="0.4.0.post1", until=(0, 5, 3)),
     "ep_size": Flag("hardware.expert_parallel", int, "--ep-size: GPUs of the TP group holding whole experts",
                     since=(0, 5, 0), aliases=("--ep",)),
     "enable_dp_attention": Flag(None, bool, "--enable-dp-attention: without --dp, turned off after reserving memory "
@@ -1077,11 +1093,11 @@ _SGLANG_FLAGS = {
 
 # SGLang's options that change nothing simulated, read in 0.5.5.post1's ServerArgs.add_cli_args (run from its wheel).
 # --log-requests and --enable-metrics add work and are not accepted here.
-# The options above that came in after 0.3.0, read in server_args.py of every PyPI wheel from 0.3.0 to 0.5.3: the
-# first release that has each, a post release read as its base (as the preset reads a version).
+# The options above that came in after 0.3.0: the first release whose server_args.py has each, read in the PyPI
+# wheels of 0.3.0, every release 0.3.4-0.4.10.post2 (post releases too, 0.4.4's posts not) and 0.5.1-0.5.3.
 _SGLANG_INERT_SINCE = {"--watchdog-timeout": (0, 3, 5), "--decode-log-interval": (0, 3, 5),
-                       "--download-dir": (0, 3, 5), "--revision": (0, 4, 0), "--tool-call-parser": (0, 4, 2),
-                       "--dist-timeout": (0, 4, 3), "--reasoning-parser": (0, 4, 3), "--model": (0, 4, 8),
+                       "--download-dir": (0, 3, 6), "--revision": (0, 4, 0), "--tool-call-parser": (0, 4, 2),
+                       "--dist-timeout": "0.4.3.post3", "--reasoning-parser": "0.4.3.post3", "--model": "0.4.8.post1",
                        "--skip-server-warmup": (0, 4, 9)}
 _SGLANG_INERT = tuple(dataclasses.replace(option, since=_SGLANG_INERT_SINCE.get(option.option)) for option in (
     _inert(SERVER_ADDRESS, "one", "--host", "--port", "--api-key", "--log-level-http", "--watchdog-timeout",

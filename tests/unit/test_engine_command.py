@@ -220,12 +220,22 @@ def test_an_option_accepted_without_effect_is_refused_before_the_version_that_br
 
 
 def test_sglang_options_are_read_as_the_named_versions_parser_has_them():
-    """SGLang 0.3.0's parser has neither --page-size nor --model (--model-path only); 0.4.8 has both."""
-    sc = scenario({"name": "sglang", "version": "0.4.8", "command": "sglang --model m --page-size 16"})
+    """SGLang 0.3.0's parser has neither --page-size nor --model (--model-path only); 0.4.8.post1 has both, 0.4.8
+    --page-size only (a post release's options are its own: read in each wheel's server_args.py)."""
+    sc = scenario({"name": "sglang", "version": "0.4.8.post1", "command": "sglang --model m --page-size 16"})
     assert sc.kv_cache.block_size == 16
-    with pytest.raises(ConfigError, match=r"^engine\.command '--model m': not an option of sglang 0\.3\.0 \(it came in "
-                                          r"0\.4\.8\)"):
-        scenario({"name": "sglang", "version": "0.3.0", "command": "sglang --model m"})
+    with pytest.raises(ConfigError, match=r"^engine\.command '--model m': not an option of sglang 0\.4\.8 \(it came in "
+                                          r"0\.4\.8\.post1\); allowed: leave it out, or engine\.version 0\.4\.8\.post1 or "
+                                          r"later$"):
+        scenario({"name": "sglang", "version": "0.4.8", "command": "sglang --model m"})
+    with pytest.raises(ConfigError, match=r"^engine\.command '--download-dir d': not an option of sglang 0\.3\.5 "):
+        scenario({"name": "sglang", "version": "0.3.5", "command": "sglang --download-dir d"})
+    assert scenario({"name": "sglang", "version": "0.4.0.post1", "command": "sglang --enable-ep-moe --tp 2"},
+                    model="mixtral-8x7b").hardware.expert_parallel
+    with pytest.raises(ConfigError, match=r"^engine\.command '--enable-ep-moe': not a flag of sglang 0\.4\.0 \(it came "
+                                          r"in 0\.4\.0\.post1\)"):
+        scenario({"name": "sglang", "version": "0.4.0", "command": "sglang --enable-ep-moe --tp 2"},
+                 model="mixtral-8x7b")
     with pytest.raises(ConfigError, match=r"^engine\.command '--page-size 16': not a flag of sglang 0\.3\.0 \(it "
                                           r"came in 0\.4\.4\)"):
         scenario({"name": "sglang", "version": "0.3.0", "command": "sglang --page-size 16"})

@@ -319,10 +319,12 @@ def test_sglangs_cuda_graph_options_are_read_as_each_version_reads_them():
     assert old.cost_model.overhead.graph_max_seqs == 0
     assert any("--disable-cuda-graph: its decode steps run without CUDA graphs" in n for n in old.engine.notes)
     assert scenario({"name": "sglang", "version": "0.3.0"}).cost_model.overhead.graph_max_seqs == 160
+    assert scenario({"name": "sglang", "version": "0.3.6", "cuda_graph_max_bs": 32}).cost_model.overhead.graph_max_seqs \
+        == 32
     cases = [
-        ({"name": "sglang", "version": "0.3.0", "cuda_graph_max_bs": 64},
-         "engine.cuda_graph_max_bs: not a flag of sglang 0.3.0 (it came in 0.4.0); allowed: leave it out, or "
-         "engine.version 0.4.0 or later"),
+        ({"name": "sglang", "version": "0.3.4.post2", "cuda_graph_max_bs": 64},
+         "engine.cuda_graph_max_bs: not a flag of sglang 0.3.4.post2 (it came in 0.3.5); allowed: leave it out, or "
+         "engine.version 0.3.5 or later"),
         ({"name": "sglang", "version": "0.5.20", "command": "sglang serve --cuda-graph-max-bs 64"},
          "engine.command '--cuda-graph-max-bs 64': not a flag of sglang 0.5.20 (its parser refuses it from 0.5.20); "
          "allowed: leave it out, or engine.version before 0.5.20"),
@@ -760,7 +762,13 @@ def test_the_engines_pipeline_flag_derives_as_the_scenarios_pipeline_parallel(en
 def test_sglangs_pp_size_is_refused_before_it_existed():
     with pytest.raises(ConfigError) as err:
         scenario({"name": "sglang", "version": "0.3.0", "pp_size": 2})
-    assert str(err.value).startswith("engine.pp_size: not a flag of sglang 0.3.0 (it came in 0.4.6)")
+    assert str(err.value).startswith("engine.pp_size: not a flag of sglang 0.3.0 (it came in 0.4.6.post2)")
+    # a post release counts: server_args.py has --pp-size from 0.4.6.post2, not in 0.4.6 or 0.4.6.post1
+    with pytest.raises(ConfigError, match=r"^engine.pp_size: not a flag of sglang 0.4.6.post1 \(it came in "):
+        scenario({"name": "sglang", "version": "0.4.6.post1", "pp_size": 2}, model="llama-3.1-70b",
+                 hardware={"pipeline_parallel": 2})
+    assert scenario({"name": "sglang", "version": "0.4.6.post2", "pp_size": 2}, model="llama-3.1-70b",
+                    hardware={"pipeline_parallel": 2}).hardware.pipeline_parallel == 2
 
 
 @pytest.mark.parametrize("engine, fp8", [({"name": "vllm", "version": "0.11.0"}, "fp8_e4m3"),
