@@ -225,8 +225,8 @@ def test_sglang_options_are_read_as_the_named_versions_parser_has_them():
     sc = scenario({"name": "sglang", "version": "0.4.8.post1", "command": "sglang --model m --page-size 16"})
     assert sc.kv_cache.block_size == 16
     with pytest.raises(ConfigError, match=r"^engine\.command '--model m': not an option of sglang 0\.4\.8 \(it came in "
-                                          r"0\.4\.8\.post1\); allowed: leave it out, or engine\.version 0\.4\.8\.post1 or "
-                                          r"later$"):
+                                          r"0\.4\.8\.post1\); allowed: leave it out, or engine\.version "
+                                          r"0\.4\.8\.post1 or later$"):
         scenario({"name": "sglang", "version": "0.4.8", "command": "sglang --model m"})
     with pytest.raises(ConfigError, match=r"^engine\.command '--download-dir d': not an option of sglang 0\.3\.5 "):
         scenario({"name": "sglang", "version": "0.3.5", "command": "sglang --download-dir d"})

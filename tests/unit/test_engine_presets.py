@@ -319,8 +319,8 @@ def test_sglangs_cuda_graph_options_are_read_as_each_version_reads_them():
     assert old.cost_model.overhead.graph_max_seqs == 0
     assert any("--disable-cuda-graph: its decode steps run without CUDA graphs" in n for n in old.engine.notes)
     assert scenario({"name": "sglang", "version": "0.3.0"}).cost_model.overhead.graph_max_seqs == 160
-    assert scenario({"name": "sglang", "version": "0.3.6", "cuda_graph_max_bs": 32}).cost_model.overhead.graph_max_seqs \
-        == 32
+    given = scenario({"name": "sglang", "version": "0.3.6", "cuda_graph_max_bs": 32})
+    assert given.cost_model.overhead.graph_max_seqs == 32
     cases = [
         ({"name": "sglang", "version": "0.3.4.post2", "cuda_graph_max_bs": 64},
          "engine.cuda_graph_max_bs: not a flag of sglang 0.3.4.post2 (it came in 0.3.5); allowed: leave it out, or "
