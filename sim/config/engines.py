@@ -722,9 +722,13 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
     values["kv_cache.gpu_memory_utilization"] = fraction
     values.update(_sglang_memory_rule(ctx, notes))
     running = flags.get("max_running_requests")
+    slots = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], SGLANG_030_MAX_NUM_REQS,
+                                  notes)
+    capped = _sglang_token_cap(ctx, slots[1], notes)
+    if capped is not None:
+        values["kv_cache.capacity_tokens"] = capped
+        slots = (_sglang_pool_slots(ctx, capped, SGLANG_030_MAX_NUM_REQS), capped)  # 0.3.0 sizes it after the cap
     if running is None:
-        slots = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"],
-                                      SGLANG_030_MAX_NUM_REQS, notes)
         running = slots[0] - 1 if slots[1] is None else min(slots[1] // 2, slots[0] - 1)
     values["scheduler.max_num_seqs"] = running
     values.update(_engine_terms(ctx, "sglang", notes))
@@ -803,11 +807,16 @@ def _sglang_request_slots(ctx: Context, fraction: float, token_budget: int, cap:
     2048), cap), the cap 5120 in 0.3.0 and 4096 in 0.5.x; (cap, None) when the model is not resolved (said).
     `window`: where a hybrid model's sliding layers are kept (`_sglang_window_memory`)."""
     kv_tokens = _kv_tokens(ctx, fraction, token_budget, cap, window, _sglang_profiles_activations(ctx))
-    context_len = ctx.max_model_len()
-    if kv_tokens is None or context_len is None:
+    if kv_tokens is None or ctx.max_model_len() is None:
         notes.append(f"SGLang max_num_reqs: {cap} (its upper clip) taken: the model was not resolved")
         return cap, None
-    return min(max(int(kv_tokens / context_len * 512), 2048), cap), kv_tokens
+    return _sglang_pool_slots(ctx, kv_tokens, cap), kv_tokens
+
+
+def _sglang_pool_slots(ctx: Context, kv_tokens: int, cap: int) -> int:
+    """model_runner.py's max_num_reqs for `kv_tokens`: min(max(kv_tokens / context_len x 512, 2048), cap)."""
+    context_len = ctx.max_model_len()
+    return cap if context_len is None else min(max(int(kv_tokens / context_len * 512), 2048), cap)
 
 
 # SGLang 0.4-0.5.x, read in the PyPI wheels of every release from 0.5.3 to 0.5.23 (python/sglang/srt/server_args.py
@@ -905,6 +914,37 @@ def _sglang_memory_tier(ctx: Context, gpu_mib: float) -> tuple[int, int]:
     return chunk, small_tp if ctx.tensor_parallel < 4 else large_tp
 
 
+# --max-total-tokens caps SGLang's KV pool at that many tokens and never raises it (model_runner.py init_memory_pool,
+# from 0.5.10 _resolve_token_capacity / _apply_token_constraints: min(profiled, given), with a warning where the given
+# is larger; page-aligned), read in the wheels of 0.3.0, 0.4.0, 0.4.6-0.5.23. Its request pool (max_num_reqs) is sized
+# from the capped tokens in 0.3.0, 0.4.0 and from 0.5.10, from the profiled ones in 0.4.6-0.5.9 (0.4.1-0.4.5 not read:
+# taken as 0.4.6); the prefill CUDA graphs stop at it (0.5.10-0.5.23: min(chunked_prefill_size, max_total_tokens)).
+SGLANG_REQS_FROM_PROFILED = ((0, 4, 1), (0, 5, 10))
+
+
+def _sglang_token_cap(ctx: Context, kv_tokens: int | None, notes: list[str]) -> int | None:
+    """The KV pool's tokens after --max-total-tokens (`kv_cache.capacity_tokens`), or None without it."""
+    given = ctx.flags.get("max_total_tokens")
+    if given is None:
+        return None
+    if kv_tokens is None:
+        notes.append(f"SGLang --max-total-tokens {given}: taken as the KV pool's size (the memory it would profile "
+                     "is not known here: the model was not resolved)")
+        return given
+    page = ctx.flags.get("page_size", 1)
+    capped = min(kv_tokens, given) // page * page
+    if given > kv_tokens:
+        notes.append(f"SGLang --max-total-tokens {given}: above the {kv_tokens:,} KV tokens the memory holds, so the "
+                     "profiled value is used, as SGLang does (with a warning)")
+    return capped
+
+
+def _sglang_reqs_from_capped(ctx: Context) -> bool:
+    """Whether SGLang sizes its request pool from the KV tokens after --max-total-tokens (SGLANG_REQS_FROM_PROFILED)."""
+    first, last = SGLANG_REQS_FROM_PROFILED
+    return not first <= ctx.version < last
+
+
 def _sglang_given_graph_bs(flags: dict) -> int | None:
     """The decode CUDA graphs' largest batch a command gave (--cuda-graph-max-bs, --cuda-graph-max-bs-decode: one
     value, set by either), or None."""
@@ -994,7 +1034,8 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     running_flag = flags.get("max_running_requests")
     if given_graph_bs is None and running_flag is not None and ctx.version >= (0, 5, 22):
         graph_bs = min(graph_bs, running_flag)  # 0.5.22: the default decode graphs stop at the running limit
-    graph_mib, why_not = _sglang_prefill_graph_mib(ctx, chunk)
+    token_cap = flags.get("max_total_tokens")
+    graph_mib, why_not = _sglang_prefill_graph_mib(ctx, chunk if token_cap is None else min(chunk, token_cap))
     fraction = flags.get("mem_fraction_static")
     if fraction is None:
         if why_not:
@@ -1017,8 +1058,18 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     from sim.model.memory import WINDOW_POOL_RATIO
     window = {"window_memory": values["kv_cache.window_memory"],
               "window_pool_ratio": flags.get("swa_full_tokens_ratio", WINDOW_POOL_RATIO)}
+    if token_cap is not None and window["window_memory"] == "own_pool" and ctx.model is not None \
+            and ctx.model.hybrid_window:
+        raise ConfigError(f"engine.max_total_tokens: {token_cap} is not modelled for {ctx.model.name}'s own "
+                          "sliding-window pool (SGLang splits the cap between its two pools); allowed: leave it out, "
+                          "or kv_cache.capacity_tokens")
     slots, kv_tokens = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes,
                                              window)
+    capped = _sglang_token_cap(ctx, kv_tokens, notes)
+    if capped is not None:
+        values["kv_cache.capacity_tokens"] = kv_tokens = capped
+        if _sglang_reqs_from_capped(ctx):
+            slots = _sglang_pool_slots(ctx, capped, 4096)
     running = flags.get("max_running_requests")
     if running is None:
         values["scheduler.max_num_seqs"] = min(slots, kv_tokens // 2) if kv_tokens is not None else slots
@@ -1060,6 +1111,8 @@ _SGLANG_FLAGS = {
     "swa_full_tokens_ratio": Flag("kv_cache.window_pool_ratio", (int, float), "--swa-full-tokens-ratio",
                                   since="0.4.9.post3"),
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
+    "max_total_tokens": Flag(None, int, "--max-total-tokens: caps the KV pool at that many tokens (never raises it; "
+                             "kv_cache.capacity_tokens)", _at_least_one("max_total_tokens")),
     "cuda_graph_max_bs": Flag(None, int, "--cuda-graph-max-bs: the largest decode batch run as a CUDA graph (above "
                               "it: the eager launch term); reserves 2 MiB a batch", _at_least_one("cuda_graph_max_bs"),
                               since=(0, 3, 5), until=(0, 5, 20)),

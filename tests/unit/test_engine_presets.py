@@ -348,6 +348,39 @@ def test_sglangs_cuda_graph_options_are_read_as_each_version_reads_them():
     assert given.cost_model.overhead.graph_max_seqs == 0 and given.kv_cache.gpu_memory_utilization == 0.841
 
 
+def test_sglangs_max_total_tokens_caps_its_kv_pool_and_its_request_pool_as_each_version_sizes_them():
+    # model_runner.py: capacity = min(profiled, given), page-aligned; max_running_requests = min(capacity // 2,
+    # max_num_reqs), max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096 (0.3.0: 5120)) of the capped
+    # tokens in 0.3.0 and from 0.5.10, of the profiled ones in 0.4.6-0.5.9
+    profiled = scenario({"name": "sglang", "version": "0.5.5.post1"}, model="llama-2-7b").kv_cache.capacity_tokens
+    assert profiled is None  # no cap: the pool is what the memory holds
+    mid = scenario({"name": "sglang", "version": "0.5.5.post1", "max_total_tokens": 20000}, model="llama-2-7b")
+    new = scenario({"name": "sglang", "version": "0.5.13", "max_total_tokens": 20000}, model="llama-2-7b")
+    old = scenario({"name": "sglang", "version": "0.3.0", "max_total_tokens": 20000}, model="llama-2-7b")
+    assert mid.kv_cache.capacity_tokens == new.kv_cache.capacity_tokens == old.kv_cache.capacity_tokens == 20000
+    # Llama 2's 4,096-token context: the profiled ~100k tokens give max_num_reqs 4096; 20,000 give 2,500
+    assert mid.scheduler.max_num_seqs == 4096  # min(4096, 10,000): sized before the cap
+    assert new.scheduler.max_num_seqs == 2500  # min(2500, 10,000)
+    assert old.scheduler.max_num_seqs == 2499  # min(10,000, 2500 - 1)
+    tight = scenario({"name": "sglang", "version": "0.5.5.post1", "max_total_tokens": 3000}, model="llama-2-7b")
+    assert tight.scheduler.max_num_seqs == 1500  # half the capped tokens
+    paged = scenario({"name": "sglang", "version": "0.5.13", "max_total_tokens": 100_001, "page_size": 16})
+    assert paged.kv_cache.capacity_tokens == 100_000
+    huge = scenario({"name": "sglang", "version": "0.5.13", "max_total_tokens": 10**8})
+    assert 300_000 < huge.kv_cache.capacity_tokens < 10**8  # never raised: the profiled value
+    assert any("above the" in n and "the profiled value is used" in n for n in huge.engine.notes)
+    # the prefill CUDA graphs stop at it (0.5.10+): 38 sizes up to 1,024 tokens, 304 MiB instead of 58's 464
+    graphs = scenario({"name": "sglang", "version": "0.5.13", "max_total_tokens": 1024})
+    assert graphs.kv_cache.gpu_memory_utilization == round((81559 - 13440 - 304) / 81559, 3) == 0.831
+    with pytest.raises(ConfigError, match=r"^engine.max_total_tokens: 0 is not allowed; allowed: a whole number >= 1$"):
+        scenario({"name": "sglang", "version": "0.5.13", "max_total_tokens": 0})
+    gpt_oss = {"hf_config": str(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")}
+    with pytest.raises(ConfigError, match=r"^engine.max_total_tokens: 50000 is not modelled for .*own sliding-window "
+                                          r"pool"):
+        scenario({"name": "sglang", "version": "0.5.13", "max_total_tokens": 50000}, model=gpt_oss,
+                 quantization={"weights": "mxfp4"})
+
+
 def test_sglang_030_takes_its_memory_fraction_from_tp_and_caps_running_requests_by_half_the_kv():
     # the sglang==0.3.0 wheel: server_args.py mem_fraction_static 0.88 (TP 1), 0.87 (2), 0.85 (4), 0.83 (8);
     # tp_worker.py max_running_requests = min(KV tokens // 2, max_num_reqs - 1); model_runner.py max_num_reqs =
