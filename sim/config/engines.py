@@ -484,7 +484,27 @@ def _derive_vllm(ctx: Context) -> PresetResult:
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "overlap": True}
         named = "--async-scheduling" if flags.get("async_scheduling") else "async scheduling"
         notes.append(f"vLLM {named}: the CPU terms (fitted on runs without it) overlap the GPU's step")
+    values.update(_vllm_blocks_override(ctx, values["kv_cache.block_size"], notes))
     return PresetResult(values, {}, notes)
+
+
+def _vllm_blocks_override(ctx: Context, preset_block: int, notes: list[str]) -> dict[str, Any]:
+    """--num-gpu-blocks-override: the KV cache holds that many blocks, whatever the memory would hold (V0's
+    llm_engine.py _initialize_kv_caches, V1's v1/core/kv_cache_utils.py may_override_num_blocks: "Overriding
+    num_gpu_blocks=%d with num_gpu_blocks_override=%d"; read in 0.6.0, 0.11.0, 0.19.0 and 0.33.0), as
+    `kv_cache.capacity_tokens` (the blocks x the block size); refused for a model with sliding-window layers, whose
+    blocks vLLM shares between its KV cache groups."""
+    blocks = ctx.flags.get("num_gpu_blocks_override")
+    if blocks is None:
+        return {}
+    if ctx.model is not None and ctx.model.hybrid_window:
+        raise ConfigError(f"engine.num_gpu_blocks_override: {blocks} is not modelled for {ctx.model.name}'s "
+                          "sliding-window layers (vLLM shares the blocks between its KV cache groups); allowed: leave "
+                          "it out, or kv_cache.capacity_tokens")
+    block = ctx.flags.get("block_size") or _get(ctx.raw, "kv_cache.block_size") or preset_block
+    notes.append(f"vLLM --num-gpu-blocks-override {blocks}: {blocks * block:,} KV tokens ({block}-token blocks), "
+                 "whatever the memory would hold")
+    return {"kv_cache.capacity_tokens": blocks * block}
 
 
 # vLLM V0 (0.6.0-0.7.x), read in the PyPI sdists of 0.6.0-0.6.6, 0.7.0 and 0.7.3: vllm/engine/arg_utils.py
@@ -579,6 +599,8 @@ _VLLM_FLAGS = {
     "max_model_len": Flag("scheduler.max_model_len", int, "--max-model-len"),
     "gpu_memory_utilization": Flag("kv_cache.gpu_memory_utilization", (int, float), "--gpu-memory-utilization"),
     "block_size": Flag("kv_cache.block_size", int, "--block-size"),
+    "num_gpu_blocks_override": Flag(None, int, "--num-gpu-blocks-override: the KV cache's blocks, as given "
+                                    "(kv_cache.capacity_tokens)", _at_least_one("num_gpu_blocks_override")),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
     "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)"),
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),

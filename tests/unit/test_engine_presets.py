@@ -348,6 +348,26 @@ def test_sglangs_cuda_graph_options_are_read_as_each_version_reads_them():
     assert given.cost_model.overhead.graph_max_seqs == 0 and given.kv_cache.gpu_memory_utilization == 0.841
 
 
+def test_vllms_num_gpu_blocks_override_sets_its_kv_blocks_whatever_the_memory_holds():
+    # V0 llm_engine.py _initialize_kv_caches, V1 kv_cache_utils.py may_override_num_blocks: num_blocks = the override
+    from sim.run import simulate
+    assert scenario({"name": "vllm", "version": "0.11.0"}).kv_cache.capacity_tokens is None
+    v1 = scenario({"name": "vllm", "version": "0.11.0", "num_gpu_blocks_override": 100})
+    v0 = scenario({"name": "vllm", "version": "0.6.0", "command": "vllm serve m --num-gpu-blocks-override 100"})
+    wide = scenario({"name": "vllm", "version": "0.19.0", "num_gpu_blocks_override": 100, "block_size": 32})
+    assert (v1.kv_cache.capacity_tokens, v0.kv_cache.capacity_tokens, wide.kv_cache.capacity_tokens) == (1600, 1600,
+                                                                                                          3200)
+    assert any("--num-gpu-blocks-override 100: 1,600 KV tokens" in n for n in v1.engine.notes)
+    # 1,600 tokens hold two of the base workload's 600-token requests: they outgrow it and preempt, where the
+    # memory's own pool (hundreds of thousands of tokens) never does
+    assert simulate(v1).summary["preemptions"] > 0
+    assert simulate(scenario({"name": "vllm", "version": "0.11.0"})).summary["preemptions"] == 0
+    gpt_oss = {"hf_config": str(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")}
+    with pytest.raises(ConfigError, match=r"^engine.num_gpu_blocks_override: 100 is not modelled for .*sliding-window"):
+        scenario({"name": "vllm", "version": "0.11.0", "num_gpu_blocks_override": 100}, model=gpt_oss,
+                 quantization={"weights": "mxfp4"})
+
+
 def test_sglangs_max_total_tokens_caps_its_kv_pool_and_its_request_pool_as_each_version_sizes_them():
     # model_runner.py: capacity = min(profiled, given), page-aligned; max_running_requests = min(capacity // 2,
     # max_num_reqs), max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096 (0.3.0: 5120)) of the capped
