@@ -754,8 +754,7 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
         running = slots[0] - 1 if slots[1] is None else min(slots[1] // 2, slots[0] - 1)
     values["scheduler.max_num_seqs"] = running
     values.update(_engine_terms(ctx, "sglang", notes))
-    graph_bs = _sglang_given_graph_bs(flags)
-    graph_bs = SGLANG_030_GRAPH_MAX_BS if graph_bs is None else graph_bs
+    graph_bs = min(_sglang_given_graph_bs(flags) or SGLANG_030_GRAPH_MAX_BS, SGLANG_030_GRAPH_MAX_BS)  # its list's end
     values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, False, notes))
     values.update(_custom_all_reduce(ctx, "SGLang"))
     if ctx.model is not None and ctx.model.hybrid_window:  # no hybrid SWA memory before 0.5
@@ -859,8 +858,8 @@ SGLANG_PREFILL_GRAPH_MIB_PER_SIZE, SGLANG_PREFILL_GRAPH_MLA_MIB = 8, 1536
 # release 0.5.1-0.5.23. A decode batch above the largest captured one runs without a graph (cuda_graph_runner.py
 # `can_run`), and so does every step with prompt tokens before the prefill graphs (SGLANG_PREFILL_GRAPH_SINCE): the
 # eager launch term (sim/cost/overhead.py, an estimate). 0.3.0 captures decode batches up to 160 (model_runner.py
-# init_cuda_graphs); from 0.3.5 --cuda-graph-max-bs sets the largest (160 by default to 0.3.x; from 0.4 the memory
-# tier's, which the preset takes for 0.4.x as 0.5.3 sets it), an alias of
+# init_cuda_graphs); from 0.3.5 --cuda-graph-max-bs cuts that list (SGLANG_TP_FRACTIONS' comment for 0.4.0-0.5.3rc0);
+# from 0.5.3 it sets the largest (the memory tier's by default), an alias of
 # --cuda-graph-max-bs-decode from 0.5.14 and gone in 0.5.20 (its parser then reads it as an ambiguous prefix of
 # --cuda-graph-max-bs-decode and --cuda-graph-max-bs-prefill). --disable-cuda-graph turns off the decode graphs; the
 # prefill graphs too from 0.5.14 (0.5.10-0.5.13's _handle_piecewise_cuda_graph does not read it). The memory rule
@@ -934,6 +933,60 @@ def _sglang_memory_tier(ctx: Context, gpu_mib: float) -> tuple[int, int]:
     if below == 35 * 1024 and ctx.version < (0, 5, 20):
         chunk, small_tp, large_tp = SGLANG_SMALL_TIER_BEFORE_0_5_20
     return chunk, small_tp if ctx.tensor_parallel < 4 else large_tp
+
+
+# SGLang before 0.5.3 sized its memory by other rules (server_args.py ServerArgs.__post_init__; the decode graphs in
+# model_executor/cuda_graph_runner.py get_batch_sizes_to_capture), read in every PyPI wheel 0.4.0-0.4.10.post2 (post
+# releases too), 0.5.1, 0.5.2rc2, 0.5.2 and 0.5.3rc0; gpu_mem is nvidia-smi's MiB:
+# - to 0.4.7: mem_fraction_static by TP (SGLANG_TP_FRACTIONS); from 0.4.5.post3 a GPU above 81,920 MiB takes
+#   (memory - 13 GiB) / memory instead; from 0.4.6.post2 by TP x PP, 0.88 above 81,920 MiB, then above 96 GiB
+#   min(f + 48 GiB x (1 - f) / memory, (memory - 18 GiB) / memory), and in 0.4.7 0.79 above 180,000 MiB; chunked
+#   prefill 2048 tokens below 25,000 MiB, else 8192 (0.4.7: 16384 above 180,000);
+# - 0.4.7.post1 to 0.5.3rc0: (memory - reserved) / memory to 3 places, reserved by GPU memory and TP x PP
+#   (SGLANG_RESERVED_TIERS); chunked prefill 2048 below 35 GiB, 8192 below 160 GiB, else 16384;
+# - the decode graphs: batches up to 160, 256 on a larger GPU (above 81,920 MiB from 0.4.5.post3, 96 GiB from
+#   0.4.6.post2, 90 GiB from 0.4.7.post1), 512 above 180,000 MiB (0.4.7) or 160,000 (0.4.7.post1+); on a small GPU
+#   (the chunk's 2048 tier) cuda_graph_max_bs 8, 80 at TP >= 4 (from 0.4.0.post1); a given --cuda-graph-max-bs cuts
+#   that list, never extends it.
+SGLANG_TP_FRACTIONS = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
+SGLANG_RESERVED_TIERS = ((20 * 1024, 2.8, 0.1), (35 * 1024, 2.8, 0.1), (90 * 1024, 9.5, 0.5), (100 * 1024, 12, 0.5),
+                         (160 * 1024, 12, 0.5), (math.inf, 32, 0.0))  # (below MiB, GiB, + GiB per GPU of TP x PP)
+
+
+def _sglang_before_053(ctx: Context, gpu_mib: float, given_graph_bs: int | None) -> tuple[float, int, int]:
+    """(mem_fraction_static, chunked_prefill_size, the largest decode graph) by SGLang 0.4.0-0.5.3rc0's own rules
+    (the comment above SGLANG_TP_FRACTIONS)."""
+    def before(bound) -> bool:
+        return _released_before(ctx.version, ctx.version_text, bound)
+
+    parallel = ctx.tensor_parallel * ctx.pipeline_parallel
+    def by_size(size: int) -> float:
+        return next(f for at_least, f in SGLANG_TP_FRACTIONS if size >= at_least)
+
+    if before("0.4.7.post1"):
+        small = gpu_mib < 25_000
+        chunk = 16384 if not before((0, 4, 7)) and gpu_mib > 180_000 else 2048 if small else 8192
+        if before("0.4.5.post3"):
+            fraction = by_size(ctx.tensor_parallel)
+        elif before("0.4.6.post2"):
+            fraction = by_size(ctx.tensor_parallel) if gpu_mib <= 81920 else (gpu_mib - 13 * 1024) / gpu_mib
+        else:
+            fraction = by_size(parallel) if gpu_mib <= 81920 else 0.88
+            if not before((0, 4, 7)) and gpu_mib > 180_000:
+                fraction = 0.79
+            elif gpu_mib > 96 * 1024:
+                fraction = min(fraction + 48 * 1024 * (1 - fraction) / gpu_mib, (gpu_mib - 18 * 1024) / gpu_mib)
+        larger = (256 if not before("0.4.5.post3") and gpu_mib > (81920 if before("0.4.6.post2") else 96 * 1024)
+                  else 160)
+        graphs = 512 if not before((0, 4, 7)) and gpu_mib > 180_000 else larger
+    else:
+        small = gpu_mib < 35 * 1024
+        below, gib, per_gpu = next(t for t in SGLANG_RESERVED_TIERS if gpu_mib < t[0])
+        fraction = round((gpu_mib - (gib + parallel * per_gpu) * 1024) / gpu_mib, 3)
+        chunk = 2048 if small else 8192 if gpu_mib < 160 * 1024 else 16384
+        graphs = 512 if gpu_mib > 160_000 else 256 if gpu_mib > 90 * 1024 else 160
+    default = (80 if ctx.tensor_parallel >= 4 and not before("0.4.0.post1") else 8) if small else graphs
+    return fraction, chunk, min(default if given_graph_bs is None else given_graph_bs, graphs)
 
 
 # --max-total-tokens caps SGLang's KV pool at that many tokens and never raises it (model_runner.py init_memory_pool,
@@ -1040,7 +1093,8 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     tp x pp / 8 x 1024 MiB + the prefill graphs' memory (from 0.5.10), at least 10240 MiB on a GPU over 60 GiB;
     max_running_requests = min(max(kv_tokens / context_len x 512, 2048), 4096, kv_tokens // 2), page_size 1; separate
     prefill and decode batches (enable_mixed_chunk off), SGLang's new-token ratio for admission; NCCL's all-reduce
-    where its own turns off (`_custom_all_reduce`). SGLang 0.3.x: `_derive_sglang_030`."""
+    where its own turns off (`_custom_all_reduce`). SGLang 0.4.0-0.5.3rc0: their own memory, chunk and graph rules
+    (`_sglang_before_053`); 0.3.x: `_derive_sglang_030`."""
     if ctx.version[:2] == (0, 3):
         return _derive_sglang_030(ctx)
     flags, gpu = ctx.flags, ctx.gpu
@@ -1050,6 +1104,9 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     given_graph_bs = _sglang_given_graph_bs(flags)
     if given_graph_bs is not None:
         graph_bs = given_graph_bs
+    old_rules = _released_before(ctx.version, ctx.version_text, (0, 5, 3))
+    if old_rules:  # 0.4.0-0.5.3rc0: the memory and graphs by their own rules, no reservation formula
+        old_fraction, tier_chunk, graph_bs = _sglang_before_053(ctx, gpu_mib, given_graph_bs)
     dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the decode graphs' batch, as SGLang reserves it
     chunk = flags.get("chunked_prefill_size", tier_chunk)
     values = _sglang_batches(ctx, flags, chunk, notes)
@@ -1059,7 +1116,9 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     token_cap = flags.get("max_total_tokens")
     graph_mib, why_not = _sglang_prefill_graph_mib(ctx, chunk if token_cap is None else min(chunk, token_cap))
     fraction = flags.get("mem_fraction_static")
-    if fraction is None:
+    if fraction is None and old_rules:
+        fraction = old_fraction
+    elif fraction is None:
         if why_not:
             notes.append(f"SGLang {ctx.version_text}: no prefill CUDA graph memory reserved ({why_not})")
         decode_graph_mib = graph_bs * 2

@@ -288,6 +288,45 @@ def test_sglang_small_gpus_tier_and_the_prefill_graphs_exceptions():
     assert (ratio.init, ratio.min) == (0.35, pytest.approx(0.049))
 
 
+@pytest.mark.parametrize("version, gpu, tp, fraction, chunk, graphs", [
+    # server_args.py __post_init__ and cuda_graph_runner.py get_batch_sizes_to_capture of each wheel; nvidia-smi MiB:
+    # H100 81,559, H200 143,771, L4 23,034
+    ("0.4.0", "h100-sxm", 1, 0.88, 8192, 160),  # by TP
+    ("0.4.0", "h100-sxm", 4, 0.85, 8192, 160),
+    ("0.4.0", "l4", 4, 0.85, 2048, 8),  # below 25,000 MiB; 80 at TP >= 4 only from 0.4.0.post1
+    ("0.4.0.post1", "l4", 4, 0.85, 2048, 80),
+    ("0.4.5.post2", "h200", 1, 0.88, 8192, 160),
+    ("0.4.5.post3", "h200", 1, (143771 - 13 * 1024) / 143771, 8192, 256),  # above 81,920: memory less 13 GiB
+    # from 0.4.6.post2: 0.88, then above 96 GiB min(0.88 + 48 GiB x 0.12 / memory, (memory - 18 GiB) / memory)
+    ("0.4.6.post2", "h200", 1, (143771 - 18 * 1024) / 143771, 8192, 256),
+    # 0.4.7.post1 to 0.5.3rc0: reserved (9.5 + TP x PP / 2) GiB below 90 GiB, (12 + ...) below 160 GiB, 2.8 + TP / 10
+    # below 35 GiB; fraction to 3 places
+    ("0.4.7.post1", "h100-sxm", 1, 0.874, 8192, 160),  # 10,240 MiB
+    ("0.5.2", "h100-sxm", 4, 0.856, 8192, 160),  # 11,776 MiB
+    ("0.5.3rc0", "h200", 1, 0.911, 8192, 256),  # 12,800 MiB (a pre-release of 0.5.3: the rule before it)
+    ("0.5.2", "l4", 1, 0.871, 2048, 8),  # 2,969.6 MiB
+    ("0.5.3", "h100-sxm", 1, 0.835, 8192, 256),  # 0.5.3's own rule
+])
+def test_sglang_before_053_sizes_its_memory_chunk_and_graphs_by_its_own_rules(version, gpu, tp, fraction, chunk,
+                                                                              graphs):
+    sc = scenario({"name": "sglang", "version": version}, model="llama-2-7b",
+                  hardware={"gpu": gpu, "tensor_parallel": tp})
+    assert sc.kv_cache.gpu_memory_utilization == pytest.approx(fraction, abs=1e-12)
+    assert (sc.scheduler.max_num_batched_tokens, sc.cost_model.overhead.graph_max_seqs) == (chunk, graphs)
+
+
+def test_sglang_before_053_cuts_its_graph_list_by_a_given_size_and_never_extends_it():
+    # 0.4.x-0.5.3rc0 capture a fixed list (to 160 on an H100) and keep the sizes <= --cuda-graph-max-bs
+    assert scenario({"name": "sglang", "version": "0.5.2", "cuda_graph_max_bs": 64}).cost_model.overhead \
+        .graph_max_seqs == 64
+    assert scenario({"name": "sglang", "version": "0.5.2", "cuda_graph_max_bs": 512}).cost_model.overhead \
+        .graph_max_seqs == 160
+    assert scenario({"name": "sglang", "version": "0.5.3", "cuda_graph_max_bs": 512}).cost_model.overhead \
+        .graph_max_seqs == 512  # 0.5.3 generates its list up to the given size
+    assert scenario({"name": "sglang", "version": "0.3.6", "cuda_graph_max_bs": 512}).cost_model.overhead \
+        .graph_max_seqs == 160  # 0.3.x's list ends at 160 too
+
+
 @pytest.mark.parametrize("version, flags, fraction, graph_max_seqs, graph_prefill", [
     # H100 (81,559 MiB), TP 1: reserved = 512 + 1.5 x 8192 + 2 x graph batch (the tier's 256) + 128 (+ 58 prefill
     # graphs x 8 = 464 from 0.5.10), fraction = (81,559 - reserved) / 81,559 to 3 places
