@@ -981,7 +981,7 @@ def _sglang_before_053(ctx: Context, gpu_mib: float, given_graph_bs: int | None)
         graphs = 512 if not before((0, 4, 7)) and gpu_mib > 180_000 else larger
     else:
         small = gpu_mib < 35 * 1024
-        below, gib, per_gpu = next(t for t in SGLANG_RESERVED_TIERS if gpu_mib < t[0])
+        _, gib, per_gpu = next(t for t in SGLANG_RESERVED_TIERS if gpu_mib < t[0])
         fraction = round((gpu_mib - (gib + parallel * per_gpu) * 1024) / gpu_mib, 3)
         chunk = 2048 if small else 8192 if gpu_mib < 160 * 1024 else 16384
         graphs = 512 if gpu_mib > 160_000 else 256 if gpu_mib > 90 * 1024 else 160
