@@ -647,12 +647,16 @@ def _inert(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
 
 
 # vLLM's options that change nothing simulated, read in the parsers of 0.10.2, 0.11.0 and 0.19.0 (make_arg_parser
-# run from their wheels: each option's nargs). --disable-log-requests is 0.10.2's and 0.11.0's and gone in 0.19.0
-# (request logging is off unless --enable-log-requests, an option that adds work and is not accepted here): removed
-# by vllm-project/vllm#29402 for 0.12.0 (as kvcached's scripts, ovg-project/kvcached#270, and ai-dynamo/dynamo#4659
-# say; 0.12.0-0.18.x not read here). vLLM 0.6.0's API server (its request log on by default) was measured with the
-# log on and off in turn and did the same work within the noise (API_SERVER_WORK): its row serves both. The cost of
-# --disable-log-stats is not modelled.
+# run from their wheels: each option's nargs). --disable-log-requests: from 0.10.1 a deprecated BooleanOptionalAction
+# beside --enable-log-requests (request logging is off unless that option, which adds work, is given: not accepted
+# here), still parsed in 0.16.0 and gone in 0.17.0 (vllm/engine/arg_utils.py of every PyPI sdist 0.10.1-0.33.0; the
+# 0.12.0 cited by vllm-project/vllm#29402's downstream readers is when it was meant to go). vLLM 0.6.0's API server
+# (its request log on by default) was measured with the log on and off in turn and did the same work within the noise
+# (API_SERVER_WORK): its row serves both. The cost of --disable-log-stats is not modelled.
+# --max-logprobs and --guided-decoding-backend bound what a request may ask (logprobs, structured output), which the
+# workload does not; --max-parallel-loading-workers loads the weights; --calculate-kv-scales computes an fp8 KV
+# cache's scales on the first pass (its bytes are priced by the dtype). Their first and last releases: every sdist
+# 0.6.0-0.33.0 (vllm/engine/arg_utils.py).
 # --swap-space is CPU memory for swapping out KV, which a single-sequence request's preemption does not use: V0
 # recomputes it (vllm/core/scheduler.py _preempt: RECOMPUTE where get_max_num_running_seqs() == 1, SWAP only for
 # beam search and n > 1, which ServeSim does not model), V1 allocates no CPU blocks (vllm-project/vllm#27984; the
@@ -663,7 +667,10 @@ def _inert(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
 # makes v2 the default, 0.6.4-0.9.x keep the option as a no-op ("[DEPRECATED] block manager v1 has been removed"),
 # 0.10.0 has no such option. Both managers hand out the same 16-token blocks of the same profiled pool; what their
 # CPU time differs by is in the version's fitted terms.
-VLLM_DISABLE_LOG_REQUESTS_UNTIL = (0, 12, 0)
+VLLM_DISABLE_LOG_REQUESTS_UNTIL = (0, 17, 0)
+VLLM_CALCULATE_KV_SCALES = ((0, 7, 0), (0, 28, 0))  # (the first release that has it, the first that refuses it)
+VLLM_GUIDED_DECODING_BACKEND_UNTIL = (0, 12, 0)
+REQUEST_LIMITS = "limits on what a request may ask (logprobs, structured output), which the workload does not ask"
 VLLM_SWAP_SPACE_UNTIL = (0, 18, 0)
 VLLM_V2_BLOCK_MANAGER_UNTIL = (0, 10, 0)
 # The options above that came in after 0.6.0, read in the PyPI sdists of every release from 0.6.0 to 0.8.5, 0.9.0
@@ -671,7 +678,8 @@ VLLM_V2_BLOCK_MANAGER_UNTIL = (0, 10, 0)
 _VLLM_INERT_SINCE = {"--config-format": (0, 6, 1), "--disable-fastapi-docs": (0, 6, 2),
                      "--generation-config": (0, 6, 6), "--reasoning-parser": (0, 7, 1),
                      "--disable-uvicorn-access-log": (0, 8, 2), "--hf-token": (0, 8, 4)}
-_VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(option.option)) for option in (
+_VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(option.option, option.since))
+                    for option in (
     _inert(SERVER_ADDRESS, "one", "--host", "--port", "--uvicorn-log-level", "--root-path", "--ssl-keyfile",
            "--ssl-certfile", "--allowed-origins", "--allowed-methods", "--allowed-headers")
     + _inert(SERVER_ADDRESS, "many", "--api-key")
@@ -689,6 +697,11 @@ _VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(opti
        InertOption("--use-v2-block-manager", "none", "V0's block manager v2, which hands out the same blocks as v1 "
                    "(the default from 0.6.3, a no-op from 0.6.4)", until=VLLM_V2_BLOCK_MANAGER_UNTIL))
     + _inert(LOGGING, "one", "--max-log-len")
+    + _inert(REQUEST_LIMITS, "one", "--max-logprobs")
+    + (InertOption("--guided-decoding-backend", "one", REQUEST_LIMITS, until=VLLM_GUIDED_DECODING_BACKEND_UNTIL),
+       InertOption("--calculate-kv-scales", "none", "an fp8 KV cache's scales computed on the first pass (its bytes "
+                   "are priced by the dtype)", since=VLLM_CALCULATE_KV_SCALES[0], until=VLLM_CALCULATE_KV_SCALES[1]))
+    + _inert(MODEL_FILES, "one", "--max-parallel-loading-workers")
     + _inert(PARSING, "one", "--chat-template", "--response-role", "--tool-call-parser", "--reasoning-parser")
     + _inert(PARSING, "none", "--enable-auto-tool-choice")
     + _inert(SEED, "one", "--seed")))

@@ -54,7 +54,8 @@ def test_a_command_and_its_flag_given_apart_must_agree():
                  hardware={"gpu": "h100-sxm", "tensor_parallel": 4})
 
 
-@pytest.mark.parametrize("option, last, gone", [("--disable-log-requests", "0.11.0", "0.12.0"),
+@pytest.mark.parametrize("option, last, gone", [("--disable-log-requests", "0.16.0", "0.17.0"),
+                                                 ("--guided-decoding-backend xgrammar", "0.11.2", "0.12.0"),
                                                  ("--swap-space 16", "0.17.1", "0.18.0"),
                                                  ("--use-v2-block-manager", "0.9.2", "0.10.0")])
 def test_an_option_accepted_without_effect_is_refused_where_the_versions_parser_dropped_it(option, last, gone):
@@ -68,6 +69,20 @@ def test_an_option_accepted_without_effect_is_refused_where_the_versions_parser_
             scenario({"name": "vllm", "version": version, "command": f"vllm serve m {option}"})
         assert str(err.value) == (f"engine.command {option!r}: not an option of vllm {version} (its parser refuses "
                                   f"it from {gone}); allowed: leave it out, or engine.version before {gone}")
+
+
+def test_an_option_accepted_without_effect_in_the_releases_whose_parser_has_it():
+    """vLLM's --calculate-kv-scales: in vllm/engine/arg_utils.py of 0.7.0 to 0.27.1 (every sdist 0.6.0-0.33.0 read);
+    --max-logprobs and --max-parallel-loading-workers in every one."""
+    for version in ("0.7.0", "0.27.1"):
+        command = "vllm serve m --calculate-kv-scales --max-logprobs 5 --max-parallel-loading-workers 2"
+        sc = scenario({"name": "vllm", "version": version, "command": command})
+        assert any("--calculate-kv-scales, --max-logprobs 5, --max-parallel-loading-workers 2: accepted" in n
+                   for n in sc.engine.notes)
+    for version, why in (("0.6.6", "it came in 0.7.0"), ("0.28.0", "its parser refuses it from 0.28.0")):
+        with pytest.raises(ConfigError, match=rf"^engine\.command '--calculate-kv-scales': not an option of vllm "
+                                              rf"{version} \({why}\)"):
+            scenario({"name": "vllm", "version": version, "command": "vllm serve m --calculate-kv-scales"})
 
 
 def test_vllm_060s_switch_with_a_value_and_its_v0_flags():
