@@ -602,7 +602,9 @@ _VLLM_FLAGS = {
     "num_gpu_blocks_override": Flag(None, int, "--num-gpu-blocks-override: the KV cache's blocks, as given "
                                     "(kv_cache.capacity_tokens)", _at_least_one("num_gpu_blocks_override")),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
-    "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)"),
+    # in vllm/engine/arg_utils.py to 0.10.0, gone in 0.10.1 (every sdist 0.6.0-0.33.0)
+    "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)",
+                                until=(0, 10, 1)),
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),
     "tensor_parallel_size": Flag("hardware.tensor_parallel", int, "--tensor-parallel-size", aliases=("-tp",)),
     "pipeline_parallel_size": Flag("hardware.pipeline_parallel", int, "--pipeline-parallel-size", aliases=("-pp",)),
