@@ -1115,13 +1115,13 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     flags, gpu = ctx.flags, ctx.gpu
     notes: list[str] = []
     gpu_mib = gpu.hbm_bytes / 2**20
-    tier_chunk, graph_bs = _sglang_memory_tier(ctx, gpu_mib)
     given_graph_bs = _sglang_given_graph_bs(flags)
-    if given_graph_bs is not None:
-        graph_bs = given_graph_bs
     old_rules = _released_before(ctx.version, ctx.version_text, (0, 5, 3))
     if old_rules:  # 0.4.0-0.5.3rc0: the memory and graphs by their own rules, no reservation formula
         old_fraction, tier_chunk, graph_bs = _sglang_before_053(ctx, gpu_mib, given_graph_bs)
+    else:
+        tier_chunk, graph_bs = _sglang_memory_tier(ctx, gpu_mib)
+        graph_bs = graph_bs if given_graph_bs is None else given_graph_bs
     dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the decode graphs' batch, as SGLang reserves it
     chunk = flags.get("chunked_prefill_size", tier_chunk)
     values = _sglang_batches(ctx, flags, chunk, notes)
