@@ -642,6 +642,7 @@ MODEL_FILES = "where the model's files come from and what it is called: the scen
 LOGGING = "logging, whose cost is not modelled"
 PARSING = "chat-template and tool-call parsing settings"
 SEED = "the sampler's seed (run.seed draws the workload)"
+USAGE_REPORTS = "what the responses and endpoints report (token usage, load counters): not priced"
 
 
 def _inert(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
@@ -675,15 +676,31 @@ VLLM_GUIDED_DECODING_BACKEND_UNTIL = (0, 12, 0)
 REQUEST_LIMITS = "limits on what a request may ask (logprobs, structured output), which the workload does not ask"
 VLLM_SWAP_SPACE_UNTIL = (0, 18, 0)
 VLLM_V2_BLOCK_MANAGER_UNTIL = (0, 10, 0)
-# The options above that came in after 0.6.0, read in the PyPI sdists of every release from 0.6.0 to 0.8.5, 0.9.0
-# and 0.10.0 (vllm/engine/arg_utils.py, vllm/entrypoints/openai/cli_args.py): the first release that has each.
+# The options above and below that came in after 0.6.0: the first release that has each, read in the PyPI sdist of
+# every release from 0.6.0 to 0.33.0 (vllm/engine/arg_utils.py; the API server's options in
+# vllm/entrypoints/openai/cli_args.py, from 0.10 the fields of its FrontendArgs dataclass, whose file moved to
+# entrypoints/launchers/cli_args.py in 0.29.0 and entrypoints/common/cli_args.py in 0.33.0). Every option below is
+# in each release from its first to 0.33.0.
 _VLLM_INERT_SINCE = {"--config-format": (0, 6, 1), "--disable-fastapi-docs": (0, 6, 2),
                      "--generation-config": (0, 6, 6), "--reasoning-parser": (0, 7, 1),
-                     "--disable-uvicorn-access-log": (0, 8, 2), "--hf-token": (0, 8, 4)}
+                     "--disable-uvicorn-access-log": (0, 8, 2), "--hf-token": (0, 8, 4),
+                     "--tool-parser-plugin": (0, 6, 3), "--enable-prompt-tokens-details": (0, 6, 4),
+                     "--chat-template-content-format": (0, 6, 5), "--enable-request-id-headers": (0, 6, 6),
+                     "--enable-ssl-refresh": (0, 8, 0), "--enable-server-load-tracking": (0, 8, 0),
+                     "--log-config-file": (0, 10, 0), "--enable-tokenizer-info-endpoint": (0, 10, 0),
+                     "--enable-force-include-usage": (0, 10, 0), "--uds": (0, 10, 1),
+                     "--exclude-tools-when-tool-choice-none": (0, 10, 1),
+                     "--h11-max-incomplete-event-size": (0, 10, 1, 1), "--h11-max-header-count": (0, 10, 1, 1),
+                     "--log-error-stack": (0, 10, 2), "--trust-request-chat-template": (0, 11, 0),
+                     "--enable-offline-docs": (0, 14, 0), "--ssl-ciphers": (0, 16, 0),
+                     "--disable-access-log-for-endpoints": (0, 16, 0)}
 _VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(option.option, option.since))
                     for option in (
     _inert(SERVER_ADDRESS, "one", "--host", "--port", "--uvicorn-log-level", "--root-path", "--ssl-keyfile",
-           "--ssl-certfile", "--allowed-origins", "--allowed-methods", "--allowed-headers")
+           "--ssl-certfile", "--allowed-origins", "--allowed-methods", "--allowed-headers", "--uds", "--ssl-ca-certs",
+           "--ssl-cert-reqs", "--ssl-ciphers", "--h11-max-incomplete-event-size", "--h11-max-header-count",
+           "--disable-access-log-for-endpoints")
+    + _inert(SERVER_ADDRESS, "none", "--enable-ssl-refresh", "--enable-request-id-headers", "--enable-offline-docs")
     + _inert(SERVER_ADDRESS, "many", "--api-key")
     + _inert(SERVER_ADDRESS, "none", "--allow-credentials", "--disable-uvicorn-access-log", "--disable-fastapi-docs")
     + _inert(MODEL_FILES, "one", "--model", "--tokenizer", "--revision", "--tokenizer-revision", "--code-revision",
@@ -698,14 +715,21 @@ _VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(opti
                    "use (V0 recomputes it, V1 does not swap)", until=VLLM_SWAP_SPACE_UNTIL),
        InertOption("--use-v2-block-manager", "none", "V0's block manager v2, which hands out the same blocks as v1 "
                    "(the default from 0.6.3, a no-op from 0.6.4)", until=VLLM_V2_BLOCK_MANAGER_UNTIL))
-    + _inert(LOGGING, "one", "--max-log-len")
+    + _inert(LOGGING, "one", "--max-log-len", "--log-config-file")
+    + _inert(LOGGING, "none", "--log-error-stack")
+    # token usage in a reply: at most one more chunk a request with --enable-force-include-usage (`vllm bench serve`
+    # asks for it anyway: stream_options include_usage)
+    + _inert(USAGE_REPORTS, "none", "--enable-prompt-tokens-details", "--enable-server-load-tracking",
+             "--enable-tokenizer-info-endpoint", "--enable-force-include-usage")
     + _inert(REQUEST_LIMITS, "one", "--max-logprobs")
     + (InertOption("--guided-decoding-backend", "one", REQUEST_LIMITS, until=VLLM_GUIDED_DECODING_BACKEND_UNTIL),
        InertOption("--calculate-kv-scales", "none", "an fp8 KV cache's scales computed on the first pass (its bytes "
                    "are priced by the dtype)", since=VLLM_CALCULATE_KV_SCALES[0], until=VLLM_CALCULATE_KV_SCALES[1]))
     + _inert(MODEL_FILES, "one", "--max-parallel-loading-workers")
-    + _inert(PARSING, "one", "--chat-template", "--response-role", "--tool-call-parser", "--reasoning-parser")
-    + _inert(PARSING, "none", "--enable-auto-tool-choice")
+    + _inert(PARSING, "one", "--chat-template", "--response-role", "--tool-call-parser", "--reasoning-parser",
+             "--chat-template-content-format", "--tool-parser-plugin")
+    + _inert(PARSING, "none", "--enable-auto-tool-choice", "--exclude-tools-when-tool-choice-none",
+             "--trust-request-chat-template")
     + _inert(SEED, "one", "--seed")))
 
 

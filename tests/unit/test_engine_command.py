@@ -149,7 +149,7 @@ def test_quantization_fp8_is_w8a8_where_the_gpu_has_fp8_and_weight_only_elsewher
                                     "integer>"),
     ("vllm serve m --max-num-seqs many", "engine.command: '--max-num-seqs many' is not allowed; allowed: an integer"),
     ("vllm serve m --enable", "engine.command: '--enable' is ambiguous (--enable-auto-tool-choice, "
-                              "--enable-chunked-prefill, --enable-expert-parallel, --enable-prefix-caching)"),
+                              "--enable-chunked-prefill, --enable-expert-parallel, --enable-force-include-usage, "),
     ("vllm serve m --port", "engine.command: '--port' needs a value"),
     # an error the flag's own checks raise names the option as written
     ("vllm serve m --dtype float32", "engine.command '--dtype float32': 'float32' is not modelled; allowed: auto, "
@@ -224,7 +224,10 @@ def test_any_command_the_presets_flags_spell_reads_back_to_them(drawn):
 
 
 @pytest.mark.parametrize("option, first", [("--reasoning-parser qwen3", "0.7.1"), ("--hf-token", "0.8.4"),
-                                           ("--disable-uvicorn-access-log", "0.8.2")])
+                                           ("--disable-uvicorn-access-log", "0.8.2"), ("--uds /tmp/vllm.sock", "0.10.1"),
+                                           ("--h11-max-header-count 64", "0.10.1.1"),
+                                           ("--enable-force-include-usage", "0.10.0"),
+                                           ("--disable-access-log-for-endpoints /health,/metrics", "0.16.0")])
 def test_an_option_accepted_without_effect_is_refused_before_the_version_that_brought_it(option, first):
     sc = scenario({"name": "vllm", "version": first, "command": f"vllm serve m {option}"})
     assert any(option in n and "accepted, no effect" in n for n in sc.engine.notes)
@@ -232,6 +235,23 @@ def test_an_option_accepted_without_effect_is_refused_before_the_version_that_br
         scenario({"name": "vllm", "version": "0.6.0", "command": f"vllm serve m {option}"})
     assert str(err.value) == (f"engine.command {option!r}: not an option of vllm 0.6.0 (it came in {first}); "
                               f"allowed: leave it out, or engine.version {first} or later")
+
+
+def test_vllms_api_server_options_are_accepted_to_the_last_release_read():
+    """The API server's options without effect, read in every sdist to 0.33.0 (FrontendArgs, whose file moved twice):
+    accepted there, and the note names each group once."""
+    command = ("vllm serve m --host 0.0.0.0 --uds /tmp/s --ssl-ca-certs ca.pem --enable-ssl-refresh "
+               "--log-config-file log.json --log-error-stack --enable-prompt-tokens-details --enable-server-load-tracking "
+               "--chat-template-content-format openai --tool-parser-plugin p.py --trust-request-chat-template")
+    note = next(n for n in scenario({"name": "vllm", "version": "0.33.0", "command": command}).engine.notes
+                if "accepted, no effect" in n)
+    assert "--uds /tmp/s" in note and "--trust-request-chat-template" in note
+    for about in ("the server's address", "logging, whose cost", "what the responses and endpoints report",
+                  "chat-template and tool-call parsing"):
+        assert note.count(about) == 1, about
+    # it logs every reply (work not priced): refused
+    with pytest.raises(ConfigError, match=r"^engine\.command: '--enable-log-outputs' is not an option the vllm preset "):
+        scenario({"name": "vllm", "version": "0.33.0", "command": "vllm serve m --enable-log-outputs"})
 
 
 def test_sglang_options_are_read_as_the_named_versions_parser_has_them():
