@@ -224,7 +224,7 @@ def test_any_command_the_presets_flags_spell_reads_back_to_them(drawn):
 
 
 @pytest.mark.parametrize("option, first", [("--reasoning-parser qwen3", "0.7.1"), ("--hf-token", "0.8.4"),
-                                           ("--disable-uvicorn-access-log", "0.8.2"), ("--uds /tmp/vllm.sock", "0.10.1"),
+                                           ("--disable-uvicorn-access-log", "0.8.2"), ("--uds /tmp/s.sock", "0.10.1"),
                                            ("--h11-max-header-count 64", "0.10.1.1"),
                                            ("--enable-force-include-usage", "0.10.0"),
                                            ("--disable-access-log-for-endpoints /health,/metrics", "0.16.0")])
@@ -241,7 +241,8 @@ def test_vllms_api_server_options_are_accepted_to_the_last_release_read():
     """The API server's options without effect, read in every sdist to 0.33.0 (FrontendArgs, whose file moved twice):
     accepted there, and the note names each group once."""
     command = ("vllm serve m --host 0.0.0.0 --uds /tmp/s --ssl-ca-certs ca.pem --enable-ssl-refresh "
-               "--log-config-file log.json --log-error-stack --enable-prompt-tokens-details --enable-server-load-tracking "
+               "--log-config-file log.json --log-error-stack --enable-prompt-tokens-details "
+               "--enable-server-load-tracking "
                "--chat-template-content-format openai --tool-parser-plugin p.py --trust-request-chat-template")
     note = next(n for n in scenario({"name": "vllm", "version": "0.33.0", "command": command}).engine.notes
                 if "accepted, no effect" in n)
@@ -250,7 +251,7 @@ def test_vllms_api_server_options_are_accepted_to_the_last_release_read():
                   "chat-template and tool-call parsing"):
         assert note.count(about) == 1, about
     # it logs every reply (work not priced): refused
-    with pytest.raises(ConfigError, match=r"^engine\.command: '--enable-log-outputs' is not an option the vllm preset "):
+    with pytest.raises(ConfigError, match=r"^engine\.command: '--enable-log-outputs' is not an option the vllm "):
         scenario({"name": "vllm", "version": "0.33.0", "command": "vllm serve m --enable-log-outputs"})
 
 
