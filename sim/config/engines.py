@@ -95,6 +95,17 @@ def _sixteen_bit(allowed: tuple[str, ...]) -> Callable[[str], str]:
     return convert
 
 
+def _only_default(name: str, default: str) -> Callable[[str], str]:
+    """An engine option accepted at its default value only (the engine as modelled), another value refused in one
+    line."""
+    def convert(value: str) -> str:
+        if value != default:
+            raise ConfigError(f"engine.{name}: {value!r} is not modelled; allowed: {default} (the default), or leave "
+                              "it out")
+        return value
+    return convert
+
+
 def _weights_quantization(methods: dict[str, str]) -> Callable[[str], str]:
     """An engine's --quantization as `quantization.weights` (the methods it names that ServeSim prices: fp8 as the
     engine's W8A8 where the GPU has an fp8 rate, `_derive` sets fp8_compute so, weight-only elsewhere); another
@@ -471,6 +482,7 @@ def _derive_vllm(ctx: Context) -> PresetResult:
     values.update(_custom_all_reduce(ctx, "vLLM"))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
+    _vllm_executor_backend(ctx)
     asked = flags.get("async_scheduling")
     if asked and v < VLLM_ASYNC_SCHEDULING_SINCE:
         raise ConfigError(f"engine.async_scheduling: true is not a flag of vLLM {ctx.version_text}; allowed: "
@@ -486,6 +498,28 @@ def _derive_vllm(ctx: Context) -> PresetResult:
         notes.append(f"vLLM {named}: the CPU terms (fitted on runs without it) overlap the GPU's step")
     values.update(_vllm_blocks_override(ctx, values["kv_cache.block_size"], notes))
     return PresetResult(values, {}, notes)
+
+
+# vLLM's executors (ParallelConfig.__post_init__ in vllm/config.py to 0.10.2, vllm/config/parallel.py from 0.11.0, read
+# in the PyPI sdist of every release 0.6.0-0.33.0): on one node `mp` (a worker process per GPU) where TP x PP > 1,
+# else `uni` (the worker in the engine's process; 0.6.x: its GPU executor, no name); ray only when asked for or
+# inside a ray placement group. The CPU terms were fitted on runs of those defaults.
+VLLM_UNI_EXECUTOR_SINCE = (0, 7, 0)  # `uni` a value of --distributed-executor-backend (0.6.x: ray, mp)
+
+
+def _vllm_executor_backend(ctx: Context) -> None:
+    """--distributed-executor-backend accepted where it names the default executor for the deployment's GPUs;
+    another value (ray, mp on one GPU, external_launcher) is refused in one line."""
+    given = ctx.flags.get("distributed_executor_backend")
+    if given is None:
+        return
+    gpus = ctx.tensor_parallel * ctx.pipeline_parallel
+    default = "mp" if gpus > 1 else ("uni" if ctx.version >= VLLM_UNI_EXECUTOR_SINCE else None)
+    if given != default:
+        allowed = f"{default} (the default for {gpus} GPU{'s' if gpus > 1 else ''})" if default else "leave it out"
+        raise ConfigError(f"engine.distributed_executor_backend: {given!r} is not modelled for vLLM "
+                          f"{ctx.version_text} on {gpus} GPU{'s' if gpus > 1 else ''} (the CPU terms are the default "
+                          f"executor's); allowed: {allowed}{', or leave it out' if default else ''}")
 
 
 def _vllm_blocks_override(ctx: Context, preset_block: int, notes: list[str]) -> dict[str, Any]:
@@ -614,6 +648,13 @@ _VLLM_FLAGS = {
                            "fp8_e5m2 or bfloat16",
                            _kv_cache_dtype(("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"))),
     "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
+    "distributed_executor_backend": Flag(None, str, "--distributed-executor-backend: the default for the GPUs "
+                                         "(mp for several, uni for one), the executor the CPU terms were fitted with"),
+    # vllm/engine/arg_utils.py: fcfs (the default of every release that has it) or priority, which orders by a
+    # request's priority field, which the workload does not set
+    "scheduling_policy": Flag(None, str, "--scheduling-policy: fcfs, the default", _only_default("scheduling_policy",
+                                                                                              "fcfs"),
+                              since=(0, 6, 3)),
     "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
                                       "(hardware.all_reduce nccl)"),
     "disable_hybrid_kv_cache_manager": Flag(None, bool, "--disable-hybrid-kv-cache-manager: a hybrid model's sliding "
@@ -730,7 +771,9 @@ _VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(opti
              "--chat-template-content-format", "--tool-parser-plugin")
     + _inert(PARSING, "none", "--enable-auto-tool-choice", "--exclude-tools-when-tool-choice-none",
              "--trust-request-chat-template")
-    + _inert(SEED, "one", "--seed")))
+    + _inert(SEED, "one", "--seed")
+    + (InertOption("--disable-cascade-attn", "none", "cascade attention off, as priced (vLLM uses it only when every "
+                   "running request shares a long prefix)", since=(0, 8, 2)),)))
 
 
 # --- SGLang ----------------------------------------------------------------------------------------------

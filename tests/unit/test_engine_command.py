@@ -227,7 +227,8 @@ def test_any_command_the_presets_flags_spell_reads_back_to_them(drawn):
                                            ("--disable-uvicorn-access-log", "0.8.2"), ("--uds /tmp/s.sock", "0.10.1"),
                                            ("--h11-max-header-count 64", "0.10.1.1"),
                                            ("--enable-force-include-usage", "0.10.0"),
-                                           ("--disable-access-log-for-endpoints /health,/metrics", "0.16.0")])
+                                           ("--disable-access-log-for-endpoints /health,/metrics", "0.16.0"),
+                                           ("--disable-cascade-attn", "0.8.2")])
 def test_an_option_accepted_without_effect_is_refused_before_the_version_that_brought_it(option, first):
     sc = scenario({"name": "vllm", "version": first, "command": f"vllm serve m {option}"})
     assert any(option in n and "accepted, no effect" in n for n in sc.engine.notes)
@@ -253,6 +254,34 @@ def test_vllms_api_server_options_are_accepted_to_the_last_release_read():
     # it logs every reply (work not priced): refused
     with pytest.raises(ConfigError, match=r"^engine\.command: '--enable-log-outputs' is not an option the vllm "):
         scenario({"name": "vllm", "version": "0.33.0", "command": "vllm serve m --enable-log-outputs"})
+
+
+@pytest.mark.parametrize("version, tp, given, default", [
+    ("0.11.0", 2, "mp", "mp"), ("0.33.0", 1, "uni", "uni"), ("0.7.0", 1, "uni", "uni"), ("0.6.0", 4, "mp", "mp"),
+    ("0.11.0", 2, "ray", "mp"), ("0.11.0", 1, "mp", "uni"), ("0.19.0", 8, "external_launcher", "mp"),
+    ("0.6.6", 1, "mp", None), ("0.6.0", 1, "uni", None)])
+def test_vllms_executor_is_accepted_where_it_names_the_default_for_the_gpus(version, tp, given, default):
+    """ParallelConfig's default on one node (every sdist 0.6.0-0.33.0): mp for several GPUs, uni for one (0.6.x: no
+    name, its GPU executor); the CPU terms are those executors', so any other is refused in one line."""
+    command = f"vllm serve m -tp {tp} --distributed-executor-backend {given}"
+    if given == default:
+        assert scenario({"name": "vllm", "version": version, "command": command}).hardware.tensor_parallel == tp
+        return
+    gpus = f"{tp} GPU{'s' if tp > 1 else ''}"
+    allowed = f"{default} (the default for {gpus}), or leave it out" if default else "leave it out"
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "vllm", "version": version, "command": command})
+    assert str(err.value) == (f"engine.command '--distributed-executor-backend {given}': {given!r} is not modelled for "
+                              f"vLLM {version} on {gpus} (the CPU terms are the default executor's); allowed: {allowed}")
+
+
+def test_vllms_scheduling_policy_is_accepted_at_its_default():
+    assert scenario({"name": "vllm", "version": "0.6.3", "command": "vllm serve m --scheduling-policy fcfs"})
+    with pytest.raises(ConfigError, match=r"^engine\.command '--scheduling-policy priority': 'priority' is not "
+                                          r"modelled; allowed: fcfs \(the default\), or leave it out$"):
+        scenario({"name": "vllm", "version": "0.19.0", "command": "vllm serve m --scheduling-policy priority"})
+    with pytest.raises(ConfigError, match=r"\(it came in 0\.6\.3\)"):
+        scenario({"name": "vllm", "version": "0.6.2", "command": "vllm serve m --scheduling-policy fcfs"})
 
 
 def test_sglang_options_are_read_as_the_named_versions_parser_has_them():
