@@ -272,7 +272,8 @@ def test_vllms_executor_is_accepted_where_it_names_the_default_for_the_gpus(vers
     with pytest.raises(ConfigError) as err:
         scenario({"name": "vllm", "version": version, "command": command})
     assert str(err.value) == (f"engine.command '--distributed-executor-backend {given}': {given!r} is not modelled for "
-                              f"vLLM {version} on {gpus} (the CPU terms are the default executor's); allowed: {allowed}")
+                              f"vLLM {version} on {gpus} (the CPU terms are the default executor's); "
+                              f"allowed: {allowed}")
 
 
 def test_vllms_scheduling_policy_is_accepted_at_its_default():
