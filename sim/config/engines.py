@@ -1692,10 +1692,13 @@ PRESETS: dict[str, EnginePreset] = {
 
 @lru_cache(maxsize=1)
 def _fitted_table() -> dict:
+    """The shipped fits (TERMS_PATH). Unreadable is an install without its data (pyproject.toml's package-data), not
+    "no fits": refused in one line rather than priced with the estimates."""
     try:
         return json.loads(TERMS_PATH.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError(f"engine presets: their fitted terms, {TERMS_PATH}, cannot be read ({type(err).__name__}); "
+                          "allowed: an install that ships them (the repository, or a wheel built from it)") from None
 
 
 def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None:

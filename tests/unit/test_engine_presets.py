@@ -1037,3 +1037,15 @@ def test_a_burst_of_chat_requests_reaches_vllm_0110_together_after_all_their_par
     records = simulate(sc).requests
     assert records["arrival_s"].to_numpy() == pytest.approx([n * 22.96e-3] * n, rel=1e-9)
     assert (records["client_send_s"] == 0).all()
+
+
+def test_an_install_without_the_fitted_terms_is_refused_not_priced_with_estimates(monkeypatch, tmp_path):
+    """The shipped fits unreadable (an install without its data: tests/unit/test_packaging.py) fail in one line."""
+    monkeypatch.setattr(engines, "TERMS_PATH", tmp_path / "engine_terms.json")
+    engines._fitted_table.cache_clear()
+    try:
+        with pytest.raises(ConfigError, match=r"^engine presets: their fitted terms, .*engine_terms\.json, cannot be "
+                                              r"read \(FileNotFoundError\); allowed: an install that ships them"):
+            scenario({"name": "vllm", "version": "0.11.0"})
+    finally:
+        engines._fitted_table.cache_clear()
