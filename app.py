@@ -264,7 +264,7 @@ def cost_model_input(base: dict, new: dict) -> None:
 
 
 def engine_inputs(new: dict) -> None:
-    """The serving engine a user names (sim/config/engines.py): its preset sets the scheduler, KV, CPU terms and
+    """The serving engine a user names (sim/config/engines/): its preset sets the scheduler, KV, CPU terms and
     front-end as that engine runs. A new engine or version starts the form again from it (`reload_form`), so the
     variant columns show the engine's defaults, not the ones before it."""
     st.sidebar.header("Engine")

@@ -1,5 +1,5 @@
 """What one chat request costs vLLM's API server in the versions that parse the chat template anew per request
-(issue 30): the number behind `sim/config/engines.py` CHAT_TEMPLATE_PARSE_S.
+(issue 30): the number behind `sim/config/engines/engine_work.py` TEMPLATE_PARSES.
 
 vLLM's OpenAI server renders a /v1/chat/completions request's messages through the model's Jinja chat template in its
 event loop, synchronously. Rendering a compiled template is cheap (transformers caches the compiled template). Two

@@ -6,7 +6,7 @@ about 80% of the sustainable rate (with the roofline). Run:
         [counts...]
 --cost-model: roofline (default), measured, calibrated (the shipped H100 whole-step profile), or learned.
 --python: the SimPy engine even where the compiled core (sim/compiled, numba) could run it (run.compiled_core).
---engine: an engine preset (sim/config/engines.py, e.g. sglang:0.5.3.post3): its scheduling rule, CPU terms and
+--engine: an engine preset (sim/config/engines/, e.g. sglang:0.5.3.post3): its scheduling rule, CPU terms and
 front-end (the fitted latency, where its version has one), over the same workload and cost model.
 The compiled core's first call in a fresh checkout compiles it (~10 s, cached under __pycache__ after): one
 warm-up run of 1,000 requests comes first and is not reported.

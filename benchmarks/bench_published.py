@@ -280,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         for a in approx:
             n = sum(a in r.approximations for r in results)
             print(f"  [{n} runs] {a}")
-    print("\nEngine presets applied (sim/config/engines.py: each engine's own defaults for the GPU and version):")
+    print("\nEngine presets applied (sim/config/engines/: each engine's own defaults for the GPU and version):")
     from sim.config.engines import PRESETS
     for key in sorted({r.case.engine.key for r in results}):
         preset = PRESETS[key]

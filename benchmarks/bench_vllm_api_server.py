@@ -1,5 +1,6 @@
 """What vLLM's API server spends per request and per streamed chunk (issue 30): the numbers behind
-`sim/config/engines.py` API_SERVER_WORK, measured by running the version's own server code on this machine's CPU.
+`sim/config/engines/engine_work.py` API_SERVER_WORK, measured by running the version's own server code on this
+machine's CPU.
 
 vLLM 0.6.0 (the RPC path), three processes as its `vllm serve` runs them by default (its multiprocessing front-end):
 
@@ -44,7 +45,7 @@ each request reached the engine, and the API server's CPU time over the burst.
   template is cached, as 0.11.1 caches it (TEMPLATE_PARSES prices it: bench_chat_template.py).
 
 - **The request log** (0.6.0): `--server-options=--disable-log-requests` starts the API server without it; run in
-  turn with and without (12-02: the same work within the noise, sim/config/engines.py API_SERVER_WORK).
+  turn with and without (12-02: the same work within the noise, sim/config/engines/engine_work.py API_SERVER_WORK).
 
 Not measured: the real engine's own per-request work (add_request, the scheduler), other vLLM versions.
 
@@ -79,7 +80,7 @@ torch==2.13.0)` llguidance<1.4 anthropic mcp model-hosting-container-standards o
 opentelemetry-exporter-otlp opentelemetry-semantic-conventions-ai ijson gguf mistral_common[image]
 apache-tvm-ffi; with --no-deps compressed-tensors==0.14.0.1 depyf==0.20.0 xgrammar), the whole wheel unpacked
 without '*.so' in a folder of its own (its vllm/third_party included), run from that folder. Its loaded server's
-token: `run --phases stream --step-ms 0.01`, in turn with 0.11.0's (sim/config/engines.py V0190_OVER_V0110).
+token: `run --phases stream --step-ms 0.01`, in turn with 0.11.0's (sim/config/engines/engine_work.py V0190_OVER_V0110).
 Prints the machine, each cell's medians and the fitted numbers.
 """
 

@@ -18,7 +18,7 @@ What this module does, in order:
    benchmark tool's definition of it (`METRIC_DEFINITIONS`).
    Every assumption a case needs (a number the source does not give) is written into `PublishedCase.assumptions`.
 2. `scenario` builds a case's ServeSim scenario: its engine preset (`engine: {name, version, flags}`, which
-   sim/config/engines.py turns into that engine's defaults for the GPU and version). A case ServeSim cannot express yet raises `NotSimulated(reason)`: it is
+   sim/config/engines/ turns into that engine's defaults for the GPU and version). A case ServeSim cannot express yet raises `NotSimulated(reason)`: it is
    listed, never dropped.
 3. The held-out protocol: `FIT_RUNS` names, per engine and version, the runs a preset's free numbers may be
    fitted on; every other run is held out. `fit_preset` fits them (the engine's CPU terms per_step_s and
@@ -64,7 +64,7 @@ ENGINE_KEYS = {"vllm": "vllm", "sglang": "sglang", "tensorrt-llm": "trtllm", "tr
                "lmdeploy-turbomind": "lmdeploy", "lmdeploy": "lmdeploy"}
 ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "lmdeploy": "LMDeploy"}
 
-# The engines with a preset (sim/config/engines.py: each engine's own defaults for the GPU and version, with the
+# The engines with a preset (sim/config/engines/: each engine's own defaults for the GPU and version, with the
 # source file and version cited there).
 PRESET_ENGINES = tuple(PRESETS)
 
@@ -76,7 +76,7 @@ CASE_STATED = ("hardware.tensor_parallel", "hardware.pipeline_parallel", "hardwa
 
 def preset_flag_name(engine: str, option: str) -> str | None:
     """The preset's name of a run's command-line option, read as `engine.command` reads it
-    (sim/config/engines.py `option_flag_name`: the preset's own spelling of each flag, its aliases, vLLM's
+    (sim/config/engines/presets.py `option_flag_name`: the preset's own spelling of each flag, its aliases, vLLM's
     underscores for dashes, argparse's unambiguous prefix: --mem-frac is SGLang's --mem-fraction-static); None where
     the preset has none or the option sets what the case states itself (CASE_STATED). LMDeploy 0.1.0a's run scripts
     write TurboMind's config.ini keys, which the preset spells the same way."""
@@ -921,7 +921,7 @@ def _quantization(case: PublishedCase) -> dict:
 
 def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
     """(the scenario sections that say how the run's engine was set up, approximations). An engine with a preset
-    gets `engine: {name, version, <its flags>}` (sim/config/engines.py derives the rest for the GPU)."""
+    gets `engine: {name, version, <its flags>}` (sim/config/engines/ derives the rest for the GPU)."""
     e = case.engine
     approx: list[str] = []
     if e.key in PRESET_ENGINES:
@@ -1074,7 +1074,8 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     if cm.get("kind") == "measured" and own_tables(case) != "vllm":
         cm["tables"] = own_tables(case)
     # A term the fit left at a bound, or did not pin (`not_pinned`), is what the preset never uses
-    # (sim/config/engines.py `_nearest_fits`): the run gets the preset's own value instead, as a user's scenario would.
+    # (sim/config/engines/fitted.py `_nearest_fits`): the run gets the preset's own value instead, as a user's scenario
+    # would.
     fitted = usable_terms(fitted or {}, fitted or {})
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}
     front = {k: fitted[k] for k in FRONTEND_TERMS if k in fitted}
@@ -1092,7 +1093,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         raw["cost_model"] = cm
     if not case.client_side:
         raw["frontend"] = None  # measured in the engine's own process: no front-end, not even the preset's
-    elif front:  # the preset's front-end (its version's work that queues, sim/config/engines.py), the fit's terms
+    elif front:  # the preset's front-end (its version's work that queues, sim/config/engines/), the fit's terms
         raw["frontend"] = {**(preset_raw.get("frontend") or NO_FRONTEND_WORK), **front}
     client = measuring_client(case)
     if client is not None:  # the client that timed the run, beside the server's front-end (the preset's or the fit's)

@@ -315,7 +315,7 @@ MOE_DTYPES = {"vllm": ("bfloat16", "fp8_block", "w4a16_mxfp4"), "sglang": ("bflo
               "trtllm": ("bfloat16", "fp8", "fp8_block", "w4a16_mxfp4")}
 # A second MoE kernel kept where an engine version runs it instead of the main one: vLLM's Marlin MXFP4 experts
 # (`vllm_..._marlin_marlinexperts...`), which vLLM runs below sm_90 and before 0.12.0 on every GPU
-# (sim/config/engines.py `_vllm_expert_padding`), as dtype mxfp4_marlin; `quantization.moe_kernel: marlin` prices
+# (sim/config/engines/vllm.py `_vllm_expert_padding`), as dtype mxfp4_marlin; `quantization.moe_kernel: marlin` prices
 # from them. AIConfigurator measured them at another model's expert shapes than gpt-oss's (on H100, H200 and B200:
 # 896 experts, top 16, hidden 3584, intermediate 3072): the measured model scales the nearest shape by the roofline.
 MOE_ALSO = {"vllm": {"w4a16_mxfp4": (MARLIN, MXFP4_MARLIN)}}

@@ -382,7 +382,7 @@ TERMS_REPLICA = -2  # the key (draw seed, TERMS_REPLICA, crc32 of the term's sce
 
 
 def term_spreads(scenario, sources) -> list:
-    """The engine terms a band draws (sim/config/engines.py `engine_term_spread`): [] unless `engine_terms` is a
+    """The engine terms a band draws (sim/config/engines/spread.py `engine_term_spread`): [] unless `engine_terms` is a
     source and the scenario's engine preset put uncertain terms into it."""
     if "engine_terms" not in sources:
         return []
@@ -391,7 +391,7 @@ def term_spreads(scenario, sources) -> list:
 
 
 def engine_misfit(scenario, sources) -> tuple[float, str] | None:
-    """(sigma_log, source) of the engine preset's model error beyond its terms (sim/config/engines.py
+    """(sigma_log, source) of the engine preset's model error beyond its terms (sim/config/engines/spread.py
     `engine_model_misfit`), drawn with the step-time bias when `engine_model` is a source; None otherwise."""
     if "engine_model" not in sources:
         return None

@@ -42,8 +42,8 @@ class BenchClientWork:
 # time; behind the server (CPU >= 95%: 20 ms and shorter, its recorded TPOT 7.7-28 ms against steps of 1-20 ms) it
 # reads several at once and an event costs 16-56 us. The model reads a chunk an event and does not merge, so the
 # figure is the median of the cells where the client fell behind (completions 31.5 us, chat 35.8 us): a loaded
-# client's, as the engine presets take a loaded server's (sim/config/engines.py API_SERVER_WORK). Which vLLM's
-# client a published run used, and its host's CPU, are mostly unstated.
+# client's, as the engine presets take a loaded server's (sim/config/engines/engine_work.py API_SERVER_WORK). Which
+# vLLM's client a published run used, and its host's CPU, are mostly unstated.
 #
 # vLLM's older `benchmarks/benchmark_serving.py` and SGLang's `sglang.bench_serving` (12-01 15:37 and 15:39, the same
 # machine and bench, 3 repeats a cell, medians; /v1/completions, the endpoint of every published run they timed): each
@@ -64,7 +64,7 @@ BENCH_CLIENTS = (
     BenchClientWork("sglang.bench_serving", "completions", 1.020e-3, 32.2e-6, "event_loop",
                     "SGLang 0.3.0's python/sglang/bench_serving.py"),
 )
-# How far a row holds for a published run (a band draws it x/÷ this, sim/config/engines.py bench_client_spread).
+# How far a row holds for a published run (a band draws it x/÷ this, sim/config/engines/spread.py bench_client_spread).
 BENCH_CLIENT_RANGE = (2.0, "the benchmark client's own work (sim/config/bench_clients.py), measured on one CPU (the "
                       "development machine's AMD EPYC guest, where reruns gave 1.44-1.72 ms a request and, behind "
                       "the server, 20-31.5 us an event) for one version's client: another host's CPU, a factor of 2 "

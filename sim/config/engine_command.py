@@ -3,7 +3,7 @@
 A user has the command their deployment runs (`vllm serve Qwen/Qwen3-8B -tp 2 --max-num-seqs 256 --port 8000`); the
 scenario may name it whole instead of restating its flags one by one. Each option is one of:
 
-- **an option of a preset flag** (`Flag.option` and `Flag.aliases`, sim/config/engines.py): its value becomes that
+- **an option of a preset flag** (`Flag.option` and `Flag.aliases`, sim/config/engines/): its value becomes that
   flag's, checked and applied exactly as `engine.<flag>` is (a flag given both ways must agree);
 - **an option the preset accepts without effect** (`InertOption`, per engine beside its flags): the server's address
   and HTTP settings, where the model's files come from, logging, chat and tool-call parsing, the sampler's seed.

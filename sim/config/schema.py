@@ -302,7 +302,7 @@ class KVCacheSpec(_Strict):
     sampler_bytes_per_logit: float = Field(LOGIT_BYTES, gt=0, le=64, description=(
         "bytes per sampled row and vocabulary entry the engine's memory profile holds at its sampler's peak (its "
         f"copies of the logits), taken from the KV budget for max_num_seqs rows; default {LOGIT_BYTES:g}: one fp32 "
-        "copy. The vLLM preset sets its own (sim/config/engines.py VLLM_SAMPLER_BYTES_PER_LOGIT)"))
+        "copy. The vLLM preset sets its own (sim/config/engines/vllm.py VLLM_SAMPLER_BYTES_PER_LOGIT)"))
     profile_activations: bool = Field(True, description=(
         "the KV budget is what gpu_memory_utilization leaves after the weights and the largest step's peak "
         "activations, as an engine that profiles a forward pass before sizing its cache has it (vLLM, TensorRT-LLM); "
@@ -668,7 +668,8 @@ class RunSpec(_Strict):
         "draws anew: `workload` (another workload seed, the same for every variant of a comparison), `step_time` "
         "(the cost model's error, drawn from its measured residuals, calibrate/residuals.json), `engine_terms` (an "
         "engine preset's CPU and front-end terms, from their fit's spread or their stated range, "
-        "sim/config/engines.py engine_term_spread, and a measured benchmark client's costs: nothing without either) "
+        "sim/config/engines/spread.py engine_term_spread, and a measured benchmark client's costs: nothing without "
+        "either) "
         "and `engine_model` (an engine preset's misfit on its fit runs, engine_model_misfit: a further shared bias; "
         "nothing without a preset)")
     band_replications: int | None = Field(None, ge=2, le=199, description="replications behind a band; default: "
@@ -707,7 +708,7 @@ class RunSpec(_Strict):
 
 
 class EngineSpec(BaseModel):
-    """The engine a scenario names (sim/config/engines.py): its preset already wrote its values into the other
+    """The engine a scenario names (sim/config/engines/): its preset already wrote its values into the other
     sections, under the scenario's own, before validation; its flags were checked there."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
@@ -724,7 +725,7 @@ class EngineSpec(BaseModel):
 
     @property
     def notes(self) -> list[str]:
-        """What the preset approximates (sim/config/engines.py `apply_engine_preset`), kept from the scenario's
+        """What the preset approximates (sim/config/engines/presets.py `apply_engine_preset`), kept from the scenario's
         validation, where the preset ran; not part of the dumped scenario."""
         return list(self._notes)
 
@@ -751,7 +752,7 @@ class Scenario(_Strict):
                                           "none (latencies are the engine's)")
     engine: EngineSpec | None = Field(None, description="the serving engine, {name: vllm|sglang|trtllm, version, "
                                       "<its flags>}: its preset derives the scheduler, KV and CPU-term defaults "
-                                      "(sim/config/engines.py); any scenario key overrides them; absent: vLLM V1's "
+                                      "(sim/config/engines/); any scenario key overrides them; absent: vLLM V1's "
                                       "scheduling and ServeSim's defaults")
 
     cost_model_choice: str | None = Field(None, description="set by ServeSim when the scenario names no cost_model: "

@@ -17,7 +17,7 @@ from sim.errors import ConfigError
 # How a tensor-parallel group all-reduces (`hardware.all_reduce`): "custom", the engine's own kernel over peer memory
 # (vLLM's and SGLang's custom all-reduce, TensorRT-LLM's), as the engines run it by default on NVLink; or "nccl", NCCL's
 # collectives (LMDeploy's TurboMind; vLLM and SGLang with --disable-custom-all-reduce, or where their kernel turns
-# itself off: sim/config/engines.py).
+# itself off: sim/config/engines/base.py).
 CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE = "custom", "nccl"
 ALL_REDUCES = (CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE)
 

@@ -135,7 +135,7 @@ WINDOW_MEMORY = ("shared_pool", "own_pool", "every_token")
 WINDOW_POOL_RATIO = 0.8  # SGLang's --swa-full-tokens-ratio default (server_args.py, 0.5.3 to 0.5.23)
 
 # The routed experts' kernel where an engine preset knows it is not the measured tables' main one
-# (`quantization.moe_kernel`): vLLM's Marlin for MXFP4 experts (sim/config/engines.py `_vllm_expert_padding`).
+# (`quantization.moe_kernel`): vLLM's Marlin for MXFP4 experts (sim/config/engines/vllm.py `_vllm_expert_padding`).
 MARLIN = "marlin"
 MOE_KERNELS = (MARLIN,)
 
@@ -368,7 +368,7 @@ _KV_CACHE_MEMORY_FIELDS = {"window_memory": "window_memory", "window_pool_ratio"
 
 def engine_memory(kv_cache: dict, quantization: dict) -> dict:
     """kv_capacity's keyword arguments for the engine's own memory, from a scenario's kv_cache and quantization
-    sections as dicts, validated or raw (an engine preset sizes its limits before validation: sim/config/engines.py):
+    sections as dicts, validated or raw (an engine preset sizes its limits before validation: sim/config/engines/):
     a field left out keeps kv_capacity's default. The one translation sim/config's deployment and presets both use."""
     out = {arg: kv_cache[name] for name, arg in _KV_CACHE_MEMORY_FIELDS.items() if kv_cache.get(name) is not None}
     pad = quantization.get("expert_padding")

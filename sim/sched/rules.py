@@ -1,6 +1,6 @@
 """What differs between engines' schedulers, as data (`SchedulingRule`) and small decisions over counts.
 
-`ContinuousScheduler` is vLLM V1's policy; an engine preset (sim/config/engines.py) gives it another engine's rule
+`ContinuousScheduler` is vLLM V1's policy; an engine preset (sim/config/engines/) gives it another engine's rule
 by setting these fields (the scenario's `scheduler:` section names each, and the preset fills them):
 
 | field | vLLM V1 (default) | vLLM V0 | SGLang | TensorRT-LLM | LMDeploy TurboMind 0.1 |
@@ -43,7 +43,7 @@ class NewTokenRatio:
     SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1), new_token_ratio_decay = (init - min) /
     SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS) and schedule_policy.py PrefillAdder (rem_total_tokens), sglang 0.5.x; the
     same rule in 0.3.0 (managers/tp_worker.py, policy_scheduler.py, global_config.py: init 0.7, min 0.1, decay 0.001
-    a decode step). The three values are sim/config/engines.py's (SGLANG_*), from which the sglang preset and the
+    a decode step). The three values are sim/config/engines/sglang.py's (SGLANG_*), from which the sglang preset and the
     scenario's defaults (`scheduler.new_token_ratio`) fill these fields."""
 
     init: float

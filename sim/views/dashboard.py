@@ -15,7 +15,7 @@
   new forms start on `BEST`, no cost_model section, so the page prices a scenario by the model `servesim run`
   would (sim/config/cost_choice.py), and `cost_model_note` names it, or says when a `measured` choice falls back;
   for a mixture of experts, the measured model's MoE routing (`MOE_ROUTINGS`, `with_moe_routing`).
-- The engine (`ENGINE_CHOICES`: none or a preset of sim/config/engines.py): `with_engine` names it in the base at
+- The engine (`ENGINE_CHOICES`: none or a preset of sim/config/engines/): `with_engine` names it in the base at
   a version (`default_engine_version`) and drops the form's own scheduler and KV values where its preset sets
   them (`preset_keys`), so the variant columns start from the engine's defaults.
 - `verdict_markdown` is what the page opens with (sim/views/verdict.py: the report's and the CLI's verdict);
@@ -363,7 +363,7 @@ def cost_model_note(base: dict) -> str | None:
 
 
 # --------------------------------------------------------------------------------------------------
-# The engine: a preset (sim/config/engines.py) that sets the scheduler, KV, CPU terms and front-end as it runs
+# The engine: a preset (sim/config/engines/) that sets the scheduler, KV, CPU terms and front-end as it runs
 
 NO_ENGINE = "none"  # no engine section: ServeSim's own defaults, no front-end
 ENGINE_CHOICES = (NO_ENGINE, *PRESETS)

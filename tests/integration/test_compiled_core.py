@@ -395,7 +395,7 @@ PREFIXES = st.one_of(
 
 @pytest.mark.parametrize("mixed", [False, True])
 def test_sglangs_decode_batches_beyond_its_chunk_run_compiled_with_the_same_records(mixed):
-    # SGLang's running requests may exceed its chunk (sim/config/engines.py decodes_within_budget): its decode
+    # SGLang's running requests may exceed its chunk (sim/config/engines/base.py decodes_within_budget): its decode
     # batches (apart) hold every running request; mixed, a prompt joins only where the chunk has room beside the
     # running decodes (SGLang's PrefillAdder), so they never outgrow it
     spec = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},

@@ -2,7 +2,7 @@
 scenario runs, or it is refused in one line; nothing else escapes (no traceback, no multi-line message).
 
 A draw of the sweep run by hand on 12-02 (20,000 scenarios, then 8,000 after the fix; 0 crashes), which found
-SGLang refused on two 24 GB GPUs (its max_running_requests above its chunk: sim/config/engines.py
+SGLang refused on two 24 GB GPUs (its max_running_requests above its chunk: sim/config/engines/base.py
 decodes_within_budget)."""
 
 from __future__ import annotations

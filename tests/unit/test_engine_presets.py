@@ -1,4 +1,4 @@
-"""Engine presets (sim/config/engines.py): the defaults each engine derives for a GPU, overrides, and the bad input
+"""Engine presets (sim/config/engines/): the defaults each engine derives for a GPU, overrides, and the bad input
 that must be refused in one line (an unknown engine or version, a flag the preset does not know, a flag that
 contradicts the preset or the scenario)."""
 
@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 from helpers import one_error_line, servesim
 
-from sim.config import engines
+from sim.config.engines import fitted
+from sim.config.engines.base import _parse_version
 from sim.config.files import validate_scenario
 from sim.cost.overhead import ENGINE_DEFAULTS
 from sim.errors import ConfigError
@@ -83,12 +84,12 @@ def test_a_four_number_release_is_its_own_version_and_is_derived_as_its_release_
 def test_a_fit_left_at_a_bound_serves_only_its_own_version():
     # engine_terms.json: vLLM 0.9.2's one GPUStack run left its latency at the bound; its CPU time per step is its
     # own version's, and the versions around it take the nearest fit that reproduced its runs
-    table = engines._fitted_table()["engines"]["vllm"]
+    table = fitted._fitted_table()["engines"]["vllm"]
     assert table["0.9.2"]["at_bound"] and not table["0.11.0"]["at_bound"]
     own = scenario({"name": "vllm", "version": "0.9.2"}).cost_model.overhead.per_step_s
     assert own == pytest.approx(table["0.9.2"]["terms"]["per_step_s"])
     for version in ("0.10.2", "0.10.1.1", "0.9.1"):
-        fits = engines._nearest_fits("vllm", engines._parse_version(version))
+        fits = fitted._nearest_fits("vllm", _parse_version(version))
         assert fits["per_step_s"].version != "0.9.2" and fits["per_step_s"].borrowed, version
         assert scenario({"name": "vllm", "version": version}).cost_model.overhead.per_step_s != own
 
@@ -96,7 +97,7 @@ def test_a_fit_left_at_a_bound_serves_only_its_own_version():
 @pytest.mark.parametrize("version", ["0.8.0", "0.11.0", "0.18.0", "0.19.0", "0.33.0", "0.6.0"])
 def test_vllm_admits_on_the_whole_prompt_and_says_where_that_stands_in(version):
     # v0.19.0's scheduler_reserve_full_isl; to v0.18 V1 admits on the first chunk's blocks, a rule the scenario can
-    # ask for (`scheduler.admission: first_chunk`), which the preset does not take (sim/config/engines.py says why)
+    # ask for (`scheduler.admission: first_chunk`), which the preset does not take (sim/config/engines/ says why)
     sc = scenario({"name": "vllm", "version": version})
     assert sc.scheduler.admission == "whole_prompt" and sc.scheduler.rule().whole_prompt_admission
     stand_in = any("whole prompt's KV blocks" in n for n in sc.engine.notes)
@@ -727,7 +728,7 @@ def test_a_run_names_its_engine_and_what_the_preset_approximates():
 def test_a_run_reads_the_notes_kept_when_the_preset_was_applied_and_the_dump_leaves_them_out(monkeypatch):
     import yaml
 
-    import sim.config.engines as engines
+    from sim.config.engines import presets
     from sim.run import simulate
     sc = scenario({"name": "vllm", "version": "0.9.2"})
     assert any("v0.11.0's batch defaults assumed" in n for n in sc.engine.notes)
@@ -738,7 +739,7 @@ def test_a_run_reads_the_notes_kept_when_the_preset_was_applied_and_the_dump_lea
     def derive_again(*args, **kwargs):
         raise AssertionError("the preset was derived again")
 
-    monkeypatch.setattr(engines, "_derive", derive_again)
+    monkeypatch.setattr(presets, "_derive", derive_again)
     assert simulate(sc).extras["engine_notes"] == sc.engine.notes
 
 
@@ -892,7 +893,7 @@ def test_the_engines_kv_cache_dtype_flag_sets_the_kv_bytes_the_preset_sizes_memo
 def test_vllm_parses_the_chat_template_per_request_only_in_the_versions_that_do(version, parse_ms):
     # vllm/entrypoints/chat_utils.py of each release: resolve_chat_template_content_format uncached 0.8.2-0.9.1,
     # resolve_chat_template_kwargs uncached in 0.11.0 only (benchmarks/bench_chat_template.py)
-    from sim.config.engines import _parse_version, chat_template_parse
+    from sim.config.engines import chat_template_parse
     parse = chat_template_parse(_parse_version(version), "qwen3", "chat")
     assert (parse.work_s * 1e3 if parse else None) == (pytest.approx(parse_ms) if parse_ms else None)
     assert chat_template_parse(_parse_version(version), "qwen3", "completions") is None  # no template rendered
@@ -1041,11 +1042,11 @@ def test_a_burst_of_chat_requests_reaches_vllm_0110_together_after_all_their_par
 
 def test_an_install_without_the_fitted_terms_is_refused_not_priced_with_estimates(monkeypatch, tmp_path):
     """The shipped fits unreadable (an install without its data: tests/unit/test_packaging.py) fail in one line."""
-    monkeypatch.setattr(engines, "TERMS_PATH", tmp_path / "engine_terms.json")
-    engines._fitted_table.cache_clear()
+    monkeypatch.setattr(fitted, "TERMS_PATH", tmp_path / "engine_terms.json")
+    fitted._fitted_table.cache_clear()
     try:
         with pytest.raises(ConfigError, match=r"^engine presets: their fitted terms, .*engine_terms\.json, cannot be "
                                               r"read \(FileNotFoundError\); allowed: an install that ships them"):
             scenario({"name": "vllm", "version": "0.11.0"})
     finally:
-        engines._fitted_table.cache_clear()
+        fitted._fitted_table.cache_clear()

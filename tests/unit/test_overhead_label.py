@@ -35,8 +35,8 @@ def test_a_preset_run_and_the_planner_label_its_fitted_term_alike():
 
 
 def test_a_preset_that_borrows_its_terms_names_the_version_whose_fit_they_are():
-    # vLLM 0.10.2 has no fit of its own for its CPU time: it takes 0.11.0's (sim/config/engines.py fitted_terms; the
-    # nearer 0.9.2's fit left a term at a bound, so it is 0.9.2's own)
+    # vLLM 0.10.2 has no fit of its own for its CPU time: it takes 0.11.0's (sim/config/engines/fitted.py fitted_terms;
+    # the nearer 0.9.2's fit left a term at a bound, so it is 0.9.2's own)
     spec = small_scenario({"engine": {"name": "vllm", "version": "0.10.2"}})
     spec.pop("cost_model")
     label = simulate(validate_scenario(spec)).extras["cost_model_label"]

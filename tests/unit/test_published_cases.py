@@ -32,7 +32,7 @@ def test_each_case_is_a_valid_scenario_with_vllm_defaults_and_the_quoted_mean_le
     data = yaml.safe_load(CASES.read_text())
     for case in data["cases"]:
         raw = scenario(case, COST_MODELS["measured + overhead"])
-        assert raw["engine"]["name"] == "vllm"  # the engine preset (sim/config/engines.py) derives its defaults
+        assert raw["engine"]["name"] == "vllm"  # the engine preset (sim/config/engines/) derives its defaults
         s = validate_scenario(raw)
         n = case["num_prompts"]
         lengths = s.workload.lengths

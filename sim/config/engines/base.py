@@ -1,0 +1,297 @@
+"""What every engine preset is made of: its flag and option types, the version arithmetic, the raw scenario's
+helpers, the groups of options accepted without effect, and the rules several engines share (the custom
+all-reduce, prefix caching).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+from sim.config.engine_command import CommandFlags, CommandSyntax, InertOption, read_command
+from sim.errors import ConfigError
+from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE, interconnect_class
+
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Flag:
+    """One engine flag: the scenario key it sets (None: the preset reads it itself) and the values it takes."""
+
+    target: str | None
+    kind: type | tuple  # the Python type(s) accepted (bool is not an int here)
+    doc: str
+    convert: Callable[[Any], Any] = lambda value: value
+    since: tuple[int, ...] | str | None = None  # the first version that has it ("0.4.6.post2"; None: every one known)
+    aliases: tuple[str, ...] = ()  # the option's other spellings on the engine's command line (vLLM's -tp)
+    until: tuple[int, ...] | str | None = None  # the first release whose parser refuses it (None: none known)
+
+    @property
+    def option(self) -> str | None:
+        """The engine's own command-line spelling of the flag: `doc` starts with it (`--max-num-seqs`); None where
+        the doc names a config key instead (LMDeploy's config.ini, TensorRT-LLM's YAML options)."""
+        head = self.doc.split(maxsplit=1)[0].rstrip(":")
+        return head if head.startswith("--") else None
+
+
+def _kv_cache_dtype(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
+    """An engine's --kv-cache-dtype as `quantization.kv_cache`: auto (the model's own dtype) sets nothing; fp8,
+    fp8_e4m3 and fp8_e5m2 set fp8 (the same bytes a value); bfloat16 sets bf16; another value is refused in one
+    line."""
+    def convert(value: str) -> str | None:
+        if value not in allowed:
+            raise ConfigError(f"engine.kv_cache_dtype: {value!r} is not allowed; allowed: {', '.join(allowed)}")
+        if value == "auto":
+            return None
+        return "fp8" if value.startswith("fp8") else "bf16"
+    return convert
+
+
+def _at_least_one(name: str) -> Callable[[int], int]:
+    """An engine flag's count that must be 1 or more, refused in one line otherwise."""
+    def convert(value: int) -> int:
+        if value < 1:
+            raise ConfigError(f"engine.{name}: {value!r} is not allowed; allowed: a whole number >= 1")
+        return value
+    return convert
+
+
+def _sixteen_bit(allowed: tuple[str, ...]) -> Callable[[str], str]:
+    """An engine's --dtype: the 16-bit activation dtypes every price here assumes are accepted (the weights priced
+    are the scenario's `quantization.weights`); float32 and others are refused in one line."""
+    def convert(value: str) -> str:
+        if value not in allowed:
+            raise ConfigError(f"engine.dtype: {value!r} is not modelled; allowed: {', '.join(allowed)} (16-bit "
+                              "activations, as priced)")
+        return value
+    return convert
+
+
+def _only_default(name: str, default: str) -> Callable[[str], str]:
+    """An engine option accepted at its default value only (the engine as modelled), another value refused in one
+    line."""
+    def convert(value: str) -> str:
+        if value != default:
+            raise ConfigError(f"engine.{name}: {value!r} is not modelled; allowed: {default} (the default), or leave "
+                              "it out")
+        return value
+    return convert
+
+
+def _weights_quantization(methods: dict[str, str]) -> Callable[[str], str]:
+    """An engine's --quantization as `quantization.weights` (the methods it names that ServeSim prices: fp8 as the
+    engine's W8A8 where the GPU has an fp8 rate, `_derive` sets fp8_compute so, weight-only elsewhere); another
+    method is refused in one line, never priced as 16-bit."""
+    def convert(value: str) -> str:
+        if value not in methods:
+            raise ConfigError(f"engine.quantization: {value!r} is not modelled; allowed: {', '.join(methods)} (or "
+                              "leave it out and set quantization.weights)")
+        return methods[value]
+    return convert
+
+
+# How many output tokens the engine hands its front-end at once (after a prompt's first token): a value a preset
+# derives for the scenario's front-end, which it only has with a `frontend:` section (`_place_frontend_value`, as
+# every `frontend.` key a preset sets).
+STREAM_CHUNK_KEY = "frontend.tokens_per_chunk"
+
+
+@dataclass
+class PresetResult:
+    values: dict[str, Any]  # dotted scenario key -> the preset's default
+    from_flags: dict[str, str]  # dotted scenario key -> the flag that set it
+    notes: list[str] = field(default_factory=list)
+
+
+# Each preset's name as its labels and messages show it (`EnginePreset.label`; the fitted terms' names use it too).
+ENGINE_LABELS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM", "lmdeploy": "LMDeploy (TurboMind)"}
+
+
+@dataclass(frozen=True)
+class EnginePreset:
+    name: str
+    label: str
+    oldest: tuple[int, ...]
+    newest: tuple[int, ...]  # newest minor version known; its patch releases are accepted
+    source: str
+    flags: dict[str, Flag]
+    derive: Callable[["Context"], PresetResult]
+    versions: str | None = None  # the versions modelled, where not every one from oldest to newest is
+    inert: tuple[InertOption, ...] = ()  # options `engine.command` accepts without effect (engine_command.py)
+    syntax: CommandSyntax = CommandSyntax()  # how the engine's parser reads its command line
+    # whether the engine cuts a step's running decodes to its token budget (vLLM V1's scheduler, and its
+    # SchedulerConfig refuses max_num_batched_tokens < max_num_seqs; TensorRT-LLM's MicroBatchScheduler stops at the
+    # first generation request past max_num_tokens: cpp/tensorrt_llm/batch_manager/microBatchScheduler.cpp at
+    # 0a949d31), which the scheduler here does not model, so the budget must hold them all; SGLang's decode batches
+    # hold every running request (its max_running_requests may exceed chunked_prefill_size: 4096 against 2048 on two
+    # 24 GB GPUs)
+    decodes_within_budget: bool = True
+
+    def known_versions(self) -> str:
+        return self.versions or f"{_dotted(self.oldest)} to {_dotted(self.newest[:2])}.x"
+
+    def options(self) -> dict[str, tuple[str, Any]]:
+        """Each command-line spelling of a flag's option (`Flag.option`, `Flag.aliases`) -> (the flag, its kind)."""
+        return {spelled: (name, flag.kind) for name, flag in self.flags.items()
+                for spelled in ((flag.option,) if flag.option else ()) + flag.aliases}
+
+    def inert_options(self) -> dict[str, InertOption]:
+        return {option.option: option for option in self.inert}
+
+    def read_command(self, text: Any) -> CommandFlags:
+        """`engine.command`, the engine's launch command, read into this preset's flags (engine_command.py)."""
+        return read_command(text, self.name, self.options(), self.inert_options(), self.syntax)
+
+
+@dataclass
+class Context:
+    """What a derivation reads: the version, the flags given, the GPU, TP, the model (None if unresolved)."""
+
+    version: tuple[int, ...]
+    version_text: str
+    flags: dict[str, Any]
+    gpu: Any
+    tensor_parallel: int
+    pipeline_parallel: int
+    model: Any
+    raw: dict
+
+    max_model_len_flag: int | None = None  # the engine flag that sets scheduler.max_model_len, when given
+
+    def max_model_len(self) -> int | None:
+        given = self.max_model_len_flag or _get(self.raw, "scheduler.max_model_len")
+        if given is not None:
+            return given
+        return self.model.max_context if self.model is not None else None
+
+
+def _dotted(version: tuple[int, ...] | str) -> str:
+    return version if isinstance(version, str) else ".".join(str(v) for v in version)
+
+
+_VERSION = re.compile(r"v?(\d+(?:\.\d+)+)((?:[.\-+]?(?:post|rc|dev|a|b)\d*)*)")
+
+
+def _parse_version(text: str) -> tuple[int, ...] | None:
+    """The release numbers of a version string, at least two ("0.10.1.1", vLLM's fourth-number releases, keeps all
+    four); a pre-, post- or dev-release suffix names the same release (0.5.3.post3 is 0.5.3)."""
+    match = _VERSION.fullmatch(text.strip())
+    if not match:
+        return None
+    return tuple(int(part) for part in match.group(1).split("."))
+
+
+def _suffix(version_text: str) -> tuple[bool, int]:
+    """(whether a version string names a pre- or dev-release, its post-release number or -1)."""
+    match = _VERSION.fullmatch(version_text.strip())
+    suffix = match.group(2) if match is not None else ""
+    post = re.search(r"post(\d+)", suffix)
+    return re.search(r"rc|dev|a|b", suffix) is not None, int(post.group(1)) if post else -1
+
+
+def _released_before(version: tuple[int, ...], version_text: str, bound: tuple[int, ...] | str,
+                     pre_before: bool = True) -> bool:
+    """Whether a release came out before `bound`, the release numbers of a final release or a version string that
+    may name a post release ("0.4.6.post2": 0.4.6 and 0.4.6.post1 come before it): a lower version; a post release
+    before the bound's; with `pre_before`, a pre- or dev-release of the bound itself (0.5.3rc0, which
+    `_parse_version` reads as 0.5.3)."""
+    numbers = _parse_version(bound) if isinstance(bound, str) else bound
+    if version[:len(numbers)] != numbers:
+        return version < numbers
+    pre, post = _suffix(version_text)
+    return (pre_before and pre) or post < (_suffix(bound)[1] if isinstance(bound, str) else -1)
+
+
+def _outside_versions(version: tuple[int, ...], version_text: str, since: tuple[int, ...] | str | None,
+                      until: tuple[int, ...] | str | None) -> tuple[str, str] | None:
+    """Why a flag or option is not one of this release's (`since`: the first release that has it, a pre-release of
+    it counted as it; `until`: the first whose parser refuses it; either may name a post release, "0.4.6.post2"),
+    and the versions allowed instead; None where it is."""
+    if since is not None and _released_before(version, version_text, since, pre_before=False):
+        return f"it came in {_dotted(since)}", f"engine.version {_dotted(since)} or later"
+    if until is not None and not _released_before(version, version_text, until):
+        return f"its parser refuses it from {_dotted(until)}", f"engine.version before {_dotted(until)}"
+    return None
+
+
+_ABSENT = object()
+
+
+def _lookup(raw: dict, dotted: str):
+    """The value at a dotted key of a raw scenario, or _ABSENT."""
+    node = raw
+    for key in dotted.split("."):
+        if not isinstance(node, dict) or key not in node:
+            return _ABSENT
+        node = node[key]
+    return node
+
+
+def _get(raw: dict, dotted: str):
+    value = _lookup(raw, dotted)
+    return None if value is _ABSENT else value
+
+
+def _has(raw: dict, dotted: str) -> bool:
+    return _lookup(raw, dotted) is not _ABSENT
+
+
+def _set(raw: dict, dotted: str, value) -> None:
+    node = raw
+    keys = dotted.split(".")
+    for key in keys[:-1]:
+        if node.get(key) is None:
+            node[key] = {}
+        node = node[key]
+        if not isinstance(node, dict):
+            return  # a malformed section: validation reports it
+    node[keys[-1]] = value
+
+
+# vLLM's custom all-reduce (vllm/distributed/device_communicators/custom_all_reduce.py, CustomAllreduce, read in the
+# stored vLLM source): _SUPPORTED_WORLD_SIZES [2, 4, 6, 8]; off on more than two GPUs that NVLink does not join all
+# together ("Custom allreduce is disabled because it's not supported on more than two PCIe-only GPUs"); off with
+# --disable-custom-all-reduce. Its all-reduces are then NCCL's. SGLang's copy (python/sglang/srt/distributed/
+# device_communicators/custom_all_reduce.py, "Adapted from" vLLM v0.6.4's) keeps the sizes, and its should_custom_ar
+# runs the kernel only on 2 GPUs or full NVLink.
+CUSTOM_ALL_REDUCE_WORLD_SIZES = (2, 4, 6, 8)
+
+
+def _custom_all_reduce(ctx: Context, engine: str) -> dict[str, Any]:
+    """`hardware.all_reduce` nccl where vLLM's custom all-reduce (or SGLang's copy) turns itself off or is turned
+    off (the flag `disable_custom_all_reduce`); {} where it runs (the default, custom)."""
+    tp, off = ctx.tensor_parallel, ctx.flags.get("disable_custom_all_reduce")
+    if off and _get(ctx.raw, "hardware.all_reduce") == CUSTOM_ALL_REDUCE:
+        raise ConfigError(f"engine.disable_custom_all_reduce: true contradicts hardware.all_reduce 'custom'; allowed: "
+                          f"give one of them, or hardware.all_reduce '{NCCL_ALL_REDUCE}' ({engine})")
+    pcie_only = interconnect_class(ctx.gpu) == "pcie"
+    if off or (tp > 1 and tp not in CUSTOM_ALL_REDUCE_WORLD_SIZES) or (tp > 2 and pcie_only):
+        return {"hardware.all_reduce": NCCL_ALL_REDUCE}
+    return {}
+
+# What each group of options accepted without effect sets (`engine.command`'s note names them).
+SERVER_ADDRESS = "the server's address, HTTP and access settings"
+MODEL_FILES = "where the model's files come from and what it is called: the scenario's model is priced"
+LOGGING = "logging, whose cost is not modelled"
+PARSING = "chat-template and tool-call parsing settings"
+SEED = "the sampler's seed (run.seed draws the workload)"
+USAGE_REPORTS = "what the responses and endpoints report (token usage, load counters): not priced"
+
+
+def _inert(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
+    return tuple(InertOption(option, takes, about) for option in options)
+
+
+def _caches_prefixes(ctx: Context, notes: list[str], engine: str) -> bool:
+    """Whether the preset turns on `kv_cache.enable_prefix_caching`, as an engine that caches prefixes by default:
+    yes, but for a model whose every layer slides, where ServeSim keeps a sequence's windowed blocks under prefix
+    caching (docs/scenarios.md, sliding windows) that the engine frees: there the window's freeing is kept, noted."""
+    model = ctx.model
+    if model is not None and model.sliding_window is not None and not model.hybrid_window:
+        notes.append(f"{engine}: prefix caching left off for {model.name}, whose every layer slides (ServeSim frees "
+                     "no windowed blocks under prefix caching); kv_cache.enable_prefix_caching turns it on")
+        return False
+    return True

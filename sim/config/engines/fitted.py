@@ -1,0 +1,132 @@
+"""The presets' fitted numbers (engine_terms.json): each engine version's CPU terms and front-end latency, the
+nearest fitted version where a version has none, and how far apart two releases are.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from sim.config.engines.base import ENGINE_LABELS, _dotted, _parse_version
+from sim.errors import ConfigError
+
+
+# The presets' fitted numbers (the engine's CPU time per step, the front-end's latency), per engine and version, with
+# the runs they were fitted on: written by `benchmarks/bench_published.py --write-terms` (the published suite's
+# held-out protocol, benchmarks/published_suite.py fit_preset), read here. Absent for a version: the nearest
+# fitted version of the engine, and the preset says so; none at all: the estimates of sim/cost/overhead.py.
+TERMS_PATH = Path(__file__).resolve().parents[1] / "engine_terms.json"
+
+
+@lru_cache(maxsize=1)
+def _fitted_table() -> dict:
+    """The shipped fits (TERMS_PATH). Unreadable is an install without its data (pyproject.toml's package-data), not
+    "no fits": refused in one line rather than priced with the estimates."""
+    try:
+        return json.loads(TERMS_PATH.read_text())
+    except (OSError, json.JSONDecodeError) as err:
+        raise ConfigError(f"engine presets: their fitted terms, {TERMS_PATH}, cannot be read ({type(err).__name__}); "
+                          "allowed: an install that ships them (the repository, or a wheel built from it)") from None
+
+
+def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None:
+    """(the fitted numbers, where they come from) for this engine version: each term from its own fit, else from
+    the nearest version whose fit identified it (said in the source); None when the engine has none."""
+    nearest = _nearest_fits(name, version)
+    if not nearest:
+        return None
+    by_version: dict[tuple[str, bool], list[str]] = {}
+    for term, fit in nearest.items():
+        by_version.setdefault((fit.version, fit.borrowed), []).append(term)
+    parts = []
+    for (text, borrowed), terms in by_version.items():
+        entry = _fitted_table()["engines"][name][text]
+        part = f"fitted on {', '.join(entry.get('fitted_on', [])) or 'no run'} ({name} {text})"
+        if len(by_version) > 1:
+            part = f"{', '.join(terms)} {part}"
+        if borrowed:
+            part += f", taken for {name} {_dotted(version)}, {_why_borrowed(name, version, terms)}"
+        parts.append(part)
+    return {term: fit.value for term, fit in nearest.items()}, "; ".join(parts)
+
+
+def fit_name(name: str, versions) -> str:
+    """How a cost model's label names the fit of an engine's versions (`cost_model.overhead.fitted_for`)."""
+    return f"{ENGINE_LABELS[name]} {', '.join(versions)}"
+
+
+def _why_borrowed(name: str, version: tuple[int, ...], terms=()) -> str:
+    """Why a version takes `terms` from another version's fit: it has none, or its own did not pin them (left them
+    at a bound, or with a 90% range reaching past the bound: `calibrate.engine_fit.not_pinned`)."""
+    table = _fitted_table().get("engines", {}).get(name, {})
+    own = [entry for v, entry in table.items() if _is_version(_parse_version(v), version)]
+    if not own:
+        return "which has no fit of its own"
+    if any(f"{t} not pinned" in own[0].get("not_pinned", []) for t in terms):
+        return "whose own fit did not pin it (its 90% range reaches past the fit's bound)"
+    return "whose own fit left it at a bound"
+
+
+def release_distance(other: tuple[int, ...], version: tuple[int, ...]) -> tuple[int, ...]:
+    """How far `other` lies from `version` in release order, as a sort key (smaller is nearer). The same release is
+    nearest; then one that shares more leading numbers (0.5.6 is nearer 0.5.3 than 0.4.9 is); then the one whose
+    first differing number is closer (for 0.4.6, 0.5.x before 0.7.x; for 1.0.0, 0.11.0 before 0.6.0); then a later
+    release before an earlier one (a convention: for 0.4.6, 0.5.x before 0.3.x); then, of releases on one side, the
+    one closer in order (for 0.4.6, 0.5.3 before 0.5.5; for 0.6.0, 0.5.5 before 0.5.3)."""
+    width = max(len(other), len(version))
+    a, b = other + (0,) * (width - len(other)), version + (0,) * (width - len(version))
+    if a == b:
+        return (0,)
+    first = next(i for i in range(width) if a[i] != b[i])
+    later = a > b
+    rest = a[first + 1:] if later else tuple(-n for n in a[first + 1:])
+    return (1, -first, abs(a[first] - b[first]), int(not later), *rest)
+
+
+def _is_version(parsed: tuple[int, ...] | None, version: tuple[int, ...]) -> bool:
+    """Whether a fitted version's parsed text is this version (a shorter text, "0.17", names every 0.17.x)."""
+    return parsed is not None and version[:len(parsed)] == parsed
+
+
+def usable_terms(terms: dict, flags) -> dict:
+    """The fitted terms a preset may use: every one but those `flags` name "<term> at bound" or "<term> not pinned"
+    (`calibrate.engine_fit.not_pinned`): their runs did not identify them. The one rule for engine_terms.json's
+    entries (`at_bound`, `not_pinned` lists) and the published suite's fits (the same names as keys)."""
+    flagged = set(flags)
+    return {k: v for k, v in terms.items() if f"{k} at bound" not in flagged and f"{k} not pinned" not in flagged}
+
+
+@dataclass(frozen=True)
+class NearestFit:
+    """One fitted term as a version's preset takes it: from `version`'s fit (`borrowed`: another version's)."""
+
+    version: str
+    value: float
+    borrowed: bool
+
+
+def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
+    """Per term, its fit for this engine version: the version's own, else the nearest fitted version's whose fit
+    identified that term (a term the fit left at a bound, or whose 90% range reaches past the bound, was not
+    identified by its runs: never used as if it had been); empty when the engine has none. Per term, so that a
+    version whose own fit pinned only its CPU time still takes its front-end latency from the nearest version that
+    pinned one, not from none.
+
+    A fit that left any term at a bound is lent to no other version: the model could not reproduce its runs, and its
+    other terms took up what that one could not (the fits it has happened to, and what they gave: benchmarks/
+    RESULTS.md, "A fit left at a bound serves its own version only"). Its own version still uses them."""
+    table = _fitted_table().get("engines", {}).get(name, {})
+    usable = {v: usable_terms(e.get("terms", {}), [*e.get("at_bound", []), *e.get("not_pinned", [])])
+              for v, e in table.items()}
+    candidates = [(v, _parse_version(v)) for v in usable]
+    candidates = [(text, parsed) for text, parsed in candidates
+                  if parsed is not None and (not table[text].get("at_bound") or _is_version(parsed, version))]
+
+    out: dict[str, NearestFit] = {}
+    for term in sorted({t for text, _ in candidates for t in usable[text]}):
+        having = [(text, parsed) for text, parsed in candidates if term in usable[text]]
+        text, parsed = min(having, key=lambda c: (release_distance(c[1], version), c[0]))
+        out[term] = NearestFit(text, float(usable[text][term]), not _is_version(parsed, version))
+    return out

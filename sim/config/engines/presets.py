@@ -1,0 +1,309 @@
+"""The presets by engine name (`PRESETS`) and how a raw scenario gets its preset's values (`apply_engine_preset`):
+the command line and flags read, each derived value written under what the scenario says.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any, Callable
+
+import sim.config.engines.fitted as fitted
+from sim.config.checkpoint import runs_fp8_products
+from sim.config.engine_command import CommandFlags, CommandSyntax, as_command_error, command_notes, resolve_option
+from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, PresetResult, _dotted, _get, _has,
+                                     _outside_versions, _parse_version, _set)
+from sim.config.engines.lmdeploy import (LMDEPLOY_NEWEST, LMDEPLOY_VERSIONS, _LMDEPLOY_FLAGS, _LMDEPLOY_INERT,
+                                         _derive_lmdeploy)
+from sim.config.engines.sglang import SGLANG_NEWEST, _SGLANG_FLAGS, _SGLANG_INERT, _derive_sglang
+from sim.config.engines.trtllm import TRTLLM_NEWEST, _TRTLLM_FLAGS, _TRTLLM_INERT, _derive_trtllm
+from sim.config.engines.vllm import VLLM_NEWEST, _VLLM_FLAGS, _VLLM_INERT, _derive_vllm
+from sim.config.words import allowed_words, shown, type_words
+from sim.errors import ConfigError
+
+
+PRESETS: dict[str, EnginePreset] = {
+    "vllm": EnginePreset("vllm", ENGINE_LABELS["vllm"], (0, 6, 0), VLLM_NEWEST,
+                         "vllm/engine/arg_utils.py, vllm/config.py",
+                         _VLLM_FLAGS, _derive_vllm, inert=_VLLM_INERT,
+                         syntax=CommandSyntax(underscores=True, prefixes=True, negation=True)),
+    "sglang": EnginePreset("sglang", ENGINE_LABELS["sglang"], (0, 3, 0), SGLANG_NEWEST,
+                           "python/sglang/srt/server_args.py",
+                           _SGLANG_FLAGS, _derive_sglang, inert=_SGLANG_INERT, syntax=CommandSyntax(prefixes=True),
+                           decodes_within_budget=False),
+    "trtllm": EnginePreset("trtllm", ENGINE_LABELS["trtllm"], (0, 14, 0), TRTLLM_NEWEST,
+                           "tensorrt_llm/llmapi/llm_args.py",
+                           _TRTLLM_FLAGS, _derive_trtllm, inert=_TRTLLM_INERT),
+    "lmdeploy": EnginePreset("lmdeploy", ENGINE_LABELS["lmdeploy"], (0, 1, 0), LMDEPLOY_NEWEST,
+                             "src/turbomind/models/llama/LlamaBatch.cc (0.1.0a), src/turbomind/engine/scheduler.cc",
+                             _LMDEPLOY_FLAGS, _derive_lmdeploy, LMDEPLOY_VERSIONS, inert=_LMDEPLOY_INERT,
+                             syntax=CommandSyntax(prefixes=True)),
+}
+
+
+def _resolve_gpu_and_model(raw: dict):
+    from sim.model.catalog import resolve_gpu
+    from sim.model.specs import GPUSpec
+    from pydantic import ValidationError
+    hardware = raw.get("hardware") or {}
+    given = hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm"
+    if not isinstance(given, (str, dict)):  # the preset derives from the GPU: it must be readable first
+        raise ConfigError(f"hardware.gpu: {given!r} is not allowed; allowed: a catalog GPU name or an inline GPU")
+    try:
+        gpu = resolve_gpu(given)
+    except ValidationError as err:  # (sim.config.messages imports the schema, which imports this module)
+        first = err.errors(include_url=False)[0]
+        where = ".".join(str(p) for p in first["loc"])
+        if first["type"] == "missing":
+            raise ConfigError(f"hardware.gpu.{where}: missing; it is required") from None
+        field = GPUSpec.model_fields.get(str(first["loc"][0])) if first["loc"] else None
+        allowed = allowed_words(first, field.annotation) if field is not None else None
+        raise ConfigError(f"hardware.gpu.{where}: {shown(first.get('input'))} is not allowed; allowed: "
+                          f"{allowed or first['msg']}") from None
+    return gpu, model_of_raw(raw)
+
+
+def model_of_raw(raw: dict):
+    """The ModelSpec a raw scenario names, or None where it cannot be read yet (validation then reports it)."""
+    from sim.model.catalog import get_model
+    from sim.model.hf_config import read_model_ref
+    from sim.model.specs import ModelSpec
+    try:
+        value = read_model_ref(raw.get("model", "llama-3.1-8b"))
+        return value if isinstance(value, ModelSpec) else (
+            ModelSpec.model_validate(value) if isinstance(value, dict) else get_model(value, "model"))
+    except Exception:  # noqa: BLE001  (validation reports a bad model in its own words)
+        return None
+
+
+def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str | None] | None = None
+                        ) -> tuple[dict, dict | None, list[str]]:
+    """(the raw scenario with the engine preset's values written under the scenario's own (a copy), the preset's
+    CPU terms: the `overhead` section it gives a cost model, which `sim.config.cost_choice` uses when the scenario
+    names no cost model, what the preset approximates (`PresetResult.notes`, one line each), which the validated
+    scenario keeps on its engine: `EngineSpec.notes`). `value_problem(scenario key, value, flag)` (the schema's
+    `field_value_problem`) says in one line when a flag's value is not allowed in the key it sets."""
+    spec = raw.get("engine")
+    if spec is None:
+        return raw, None, []
+    if not isinstance(spec, dict):
+        raise ConfigError(f"engine: {spec!r} is not allowed; allowed: a mapping with name, version and the "
+                          "engine's flags")
+    name = spec.get("name")
+    if not isinstance(name, str) or name not in PRESETS:  # (a list or a mapping is not hashable)
+        given = "missing" if name is None else f"{name!r} is not an engine preset"
+        raise ConfigError(f"engine.name: {given}; allowed: {', '.join(PRESETS)}")
+    preset = PRESETS[name]
+    version_text = spec.get("version")
+    if not isinstance(version_text, str):
+        given = "missing" if version_text is None else f"{version_text!r} is not allowed"
+        raise ConfigError(f"engine.version: {given}; allowed: a quoted version string of "
+                          f"{name}, {preset.known_versions()} (e.g. \"{_dotted(preset.newest)}\")")
+    version = _parse_version(version_text)
+    if version is None or not (preset.oldest <= version < preset.newest[:2] + (1 << 30,)):
+        raise ConfigError(f"engine.version: {version_text!r} is not a {name} version the preset knows; allowed: "
+                          f"{preset.known_versions()}")
+    given, command = _given_flags(spec, preset, version, version_text)
+    if command is None:
+        return _apply_flags(raw, name, preset, version, version_text, given, value_problem)
+    try:
+        raw, overhead, notes = _apply_flags(raw, name, preset, version, version_text, given, value_problem)
+    except ConfigError as err:
+        raise as_command_error(err, command, set(spec) - {"name", "version", "command"}) from None
+    return raw, overhead, notes + command_notes(command)
+
+
+def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
+                 version_text: str) -> tuple[dict, CommandFlags | None]:
+    """(the flags an engine section gives: its `engine.<flag>` keys and its command's, the command as read, or None
+    without one). A flag given both ways must agree, and an option accepted without effect must be one the
+    version's parser still has; refused in one line otherwise."""
+    given = {key: value for key, value in spec.items() if key not in ("name", "version", "command")}
+    if "command" not in spec:
+        return given, None
+    command = preset.read_command(spec["command"])
+    for written, option in command.inert:
+        outside = _outside_versions(version, version_text, option.since, option.until)
+        if outside:
+            raise ConfigError(f"engine.command {written!r}: not an option of {preset.name} {version_text} "
+                              f"({outside[0]}); allowed: leave it out, or {outside[1]}")
+    for key, value in command.flags.items():
+        if key in given and given[key] != value:
+            raise ConfigError(f"engine.command {command.written[key]!r}: contradicts engine.{key} {given[key]!r}; "
+                              "allowed: give one of them, or the same value")
+        given[key] = value
+    return given, command
+
+
+def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,
+                 given: dict, value_problem) -> tuple[dict, dict | None, list[str]]:
+    """apply_engine_preset once the engine's name, version and flags (`given`) are known."""
+    flags = {}
+    for key, value in given.items():
+        flag = preset.flags.get(key)
+        if flag is None:
+            raise ConfigError(f"engine.{key}: not a flag of the {name} preset; allowed: "
+                              f"{', '.join(sorted(preset.flags))}")
+        kinds = flag.kind if isinstance(flag.kind, tuple) else (flag.kind,)
+        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+            raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: {type_words(kinds)}")
+        outside = _outside_versions(version, version_text, flag.since, flag.until)
+        if outside:
+            raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} ({outside[0]}); allowed: leave it "
+                              f"out, or {outside[1]}")
+        flags[key] = flag.convert(value)
+    if _get(raw, "scheduler.batching") == "static":
+        raise ConfigError(f"scheduler.batching: 'static' contradicts engine {name} (it batches continuously); "
+                          "allowed: continuous, or leave engine out")
+    raw = copy.deepcopy(raw)
+    result = _derive(raw, name, preset, version, version_text, flags)
+    for dotted, flag in result.from_flags.items():  # a flag's value is checked as the user's, before any contradiction
+        problem = value_problem(dotted, result.values[dotted], f"engine.{flag}") if value_problem else None
+        if problem:
+            raise ConfigError(problem)
+    for dotted, value in result.values.items():
+        if dotted.startswith("frontend."):
+            continue  # placed below, once the scenario's front-end is known
+        if _has(raw, dotted):
+            given = _get(raw, dotted)
+            _check_flag_agrees(result.from_flags.get(dotted), dotted, value, given)
+            continue  # the scenario's own value wins over the preset's default
+        if dotted.startswith("cost_model."):
+            continue  # handled below: only a cost model that takes engine terms gets them
+        _set(raw, dotted, value)
+    overhead = result.values.get("cost_model.overhead")
+    _apply_cost_terms(raw, overhead)
+    for dotted, value in result.values.items():
+        if dotted.startswith("frontend."):
+            _place_frontend_value(raw, dotted, value, result.from_flags.get(dotted), result.notes)
+    return raw, overhead, result.notes
+
+
+def option_flag_name(engine: str, option: str) -> str | None:
+    """The preset flag a command-line option sets, spelled as the engine's parser reads it (`engine.command`: its
+    aliases, vLLM's underscores, argparse's unambiguous prefixes), or None where it sets none (an option accepted
+    without effect, an ambiguous prefix, one the preset does not know)."""
+    preset = PRESETS[engine]
+    options = preset.options()
+    try:
+        spelled, _ = resolve_option(option.partition("=")[0], options, preset.inert_options(), preset.syntax)
+    except ConfigError:
+        return None
+    return options[spelled][0] if spelled in options else None
+
+
+def _place_frontend_value(raw: dict, dotted: str, value, flag: str | None, notes: list[str]) -> None:
+    """A front-end value of the preset's (`frontend.<key>`: the engine's streamed chunk size, its API server count)
+    into the scenario's front-end (the preset's or its own) where it has one and does not give its own; the engine's
+    flag for it (`flag`, e.g. SGLang's stream_interval) and a different value of the scenario's contradict each
+    other. Without a front-end nothing reaches a client through one: nothing is set (a flag that asked is noted)."""
+    front = raw.get("frontend")
+    key = dotted.split(".", 1)[1]
+    if not isinstance(front, dict):
+        if flag is not None and front is None:
+            notes.append(f"engine.{flag} {value}: the scenario has no front-end, so it changes nothing (add a "
+                         "frontend: section to model one)")
+        return
+    given = front.get(key)
+    if given is None:
+        front[key] = value
+    else:
+        _check_flag_agrees(flag, dotted, value, given)
+
+
+def _check_flag_agrees(flag: str | None, dotted: str, value, given) -> None:
+    """The value an engine flag (`flag`; None: a preset default, which the scenario's own overrides) set for `dotted`
+    and the scenario's own `given` there: different, they contradict each other, refused in one line."""
+    if flag is not None and given != value:
+        raise ConfigError(f"engine.{flag}: {value!r} contradicts {dotted} {given!r}; allowed: give one of them, or "
+                          "the same value")
+
+
+def _unvalidated_derivation(raw: dict) -> PresetResult | None:
+    """The preset's derivation for a raw scenario that is not validated, or None without an engine, or with a name,
+    version or command the preset refuses (validation says why)."""
+    spec = raw.get("engine")
+    if not isinstance(spec, dict) or spec.get("name") not in PRESETS:
+        return None
+    version = _parse_version(str(spec.get("version", "")))
+    if version is None:
+        return None
+    preset = PRESETS[spec["name"]]
+    try:
+        flags, command = _given_flags(spec, preset, version, str(spec["version"]))
+    except ConfigError:
+        return None
+    result = _derive(copy.deepcopy(raw), spec["name"], preset, version, str(spec["version"]), flags)
+    if command is not None:
+        result.notes.extend(command_notes(command))
+    return result
+
+
+def preset_notes(raw: dict) -> list[str]:
+    """What the preset of a raw scenario's engine approximates (a default read at another version than the one
+    named, a term not yet fitted), one line each; [] without an engine. For a raw scenario that is not validated
+    (the published suite's cases); a validated scenario keeps the notes of its one derivation: `EngineSpec.notes`."""
+    result = _unvalidated_derivation(raw)
+    return result.notes if result is not None else []
+
+
+def preset_keys(raw: dict) -> set[str]:
+    """The scenario keys (dotted) the preset of a raw scenario's engine sets: where the scenario's own value would
+    win over the engine's default (the dashboard drops its form's defaults there when an engine is chosen); empty
+    without an engine, or with a name or version the preset refuses."""
+    result = _unvalidated_derivation(raw)
+    return set(result.values) if result is not None else set()
+
+
+def fitted_versions(name: str) -> list[str]:
+    """The versions of an engine with a fit of their own on published runs (engine_terms.json), oldest first. A term
+    such a fit left at a bound or did not pin is not used (`usable_terms`): the preset's notes say which."""
+    table = fitted._fitted_table().get("engines", {}).get(name, {})
+    return sorted((v for v in table if _parse_version(v) is not None), key=_parse_version)
+
+
+# Scenario keys the derivation reads (the GPUs a model is split over, the KV bytes memory is sized with): an engine
+# flag that sets one is written into the scenario before deriving, where the scenario gives none (a different own
+# value is a contradiction, refused after the derivation).
+DERIVATION_INPUTS = ("hardware.tensor_parallel", "hardware.pipeline_parallel", "quantization.kv_cache")
+
+
+def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,
+            flags: dict) -> PresetResult:
+    gpu, model = _resolve_gpu_and_model(raw)
+    for key, flag in preset.flags.items():
+        if flag.target in DERIVATION_INPUTS and flags.get(key) is not None and not _has(raw, flag.target):
+            _set(raw, flag.target, flags[key])
+    hardware = raw.get("hardware") or {}
+    tp = hardware.get("tensor_parallel", 1) if isinstance(hardware, dict) else 1
+    pp = hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1
+    length_flag = next((key for key, flag in preset.flags.items() if flag.target == "scheduler.max_model_len"), None)
+    length = flags.get(length_flag)
+    ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
+                  pp if isinstance(pp, int) else 1, model, raw, length if isinstance(length, int) else None)
+    result = preset.derive(ctx)
+    for key, flag in preset.flags.items():
+        if flag.target is not None and key in flags and flags[key] is not None:  # None: the engine's "auto"
+            value = flags[key]
+            if flag.target == "hardware.expert_parallel" and isinstance(value, bool):
+                if not value:
+                    continue
+                value = ctx.tensor_parallel  # the engine splits the experts over its whole TP group
+            result.values[flag.target] = value
+            result.from_flags[flag.target] = key
+    if result.from_flags.get("quantization.weights") and result.values["quantization.weights"] == "fp8" \
+            and not _has(raw, "quantization.fp8_compute"):
+        result.values["quantization.fp8_compute"] = runs_fp8_products(gpu)
+    return result
+
+
+def _apply_cost_terms(raw: dict, overhead: dict | None) -> None:
+    """The preset's CPU terms go to the scenario's cost model where it prices kernels only, unless it says its own
+    (`overhead:`, or the roofline's fixed `step_overhead_s`). No cost model: `sim.config.cost_choice` picks one."""
+    cost_model = raw.get("cost_model")
+    if overhead is None or cost_model is None:
+        return
+    if not isinstance(cost_model, dict) or cost_model.get("kind", "roofline") == "fixed":
+        return
+    if "overhead" in cost_model or "step_overhead_s" in cost_model:
+        return
+    cost_model["overhead"] = dict(overhead)

@@ -1,0 +1,551 @@
+"""SGLang's preset (0.3.0-0.5.23): its memory, batch and CUDA-graph rules by version and GPU, flags and options."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED, SERVER_ADDRESS,
+                                     STREAM_CHUNK_KEY, _at_least_one, _caches_prefixes, _custom_all_reduce, _dotted,
+                                     _get, _inert, _kv_cache_dtype, _released_before, _sixteen_bit,
+                                     _weights_quantization)
+from sim.config.engines.engine_work import _engine_terms, _inbound_work, _kv_tokens
+from sim.errors import ConfigError
+
+
+# SGLang's new-token ratio (python/sglang/srt/managers/scheduler.py, sglang 0.5.x; what it does: sim/sched/rules.py
+# NewTokenRatio): it starts at SGLANG_INIT_NEW_TOKEN_RATIO x --schedule-conservativeness and decays, over
+# SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS decode steps, to SGLANG_INIT_NEW_TOKEN_RATIO x SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR.
+# The preset below and the scenario's defaults (sim/config/schema.py NewTokenRatioSpec) read these.
+SGLANG_INIT_NEW_TOKEN_RATIO = 0.7
+SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR = 0.14
+SGLANG_MIN_NEW_TOKEN_RATIO = SGLANG_INIT_NEW_TOKEN_RATIO * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR  # 0.098
+SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 600
+
+
+# SGLang 0.3.0's defaults (the PyPI wheel sglang==0.3.0): python/sglang/srt/server_args.py ServerArgs.__post_init__
+# (mem_fraction_static by TP size; chunked_prefill_size 8192 and max_prefill_tokens 16384 on every GPU),
+# managers/tp_worker.py ModelTpServer.__init__ (max_running_requests = min(max_total_num_tokens // 2, max_num_reqs - 1))
+# and model_executor/model_runner.py init_memory_pool (max_num_reqs = min(max(kv tokens / context_len x 512, 2048),
+# 5120)). Its scheduler (tp_worker.py forward_step: a prefill batch whenever one can be formed, else decode steps,
+# one at a time with streaming clients; policy_scheduler.py PrefillAdder) is the 0.5.x rule below, new-token ratio
+# included; it has no overlap scheduler (its CPU terms are its own fit's, engine_terms.json).
+SGLANG_030_MEM_FRACTION_BY_TP = ((16, 0.79), (8, 0.83), (4, 0.85), (2, 0.87), (1, 0.88))
+SGLANG_030_MAX_NUM_REQS = 5120
+# 0.3.0's new-token ratio (global_config.py, tp_worker.py): it starts at 0.7 whatever --schedule-conservativeness,
+# falls by 0.001 a decode step to 0.1 x schedule_conservativeness (at most 1).
+SGLANG_030_INIT_NEW_TOKEN_RATIO, SGLANG_030_BASE_MIN_NEW_TOKEN_RATIO, SGLANG_030_RATIO_DECAY = 0.7, 0.1, 0.001
+
+
+def _derive_sglang_030(ctx: Context) -> PresetResult:
+    """SGLang 0.3.x, as the 0.3.0 wheel's python/sglang/srt/server_args.py, managers/tp_worker.py and
+    model_executor/model_runner.py derive it (SGLANG_030_*): mem_fraction_static 0.88 at TP 1 down to 0.79 at TP 16,
+    chunked prefill of 8192 tokens on any GPU, max_running_requests = min(KV tokens // 2, max_num_reqs - 1); separate
+    prefill and decode batches (enable_mixed_chunk off) and SGLang's new-token ratio for admission."""
+    flags = ctx.flags
+    notes: list[str] = []
+    if ctx.version[:3] != (0, 3, 0):
+        notes.append(f"SGLang {ctx.version_text}: 0.3.0's defaults and scheduling assumed (read in the 0.3.0 wheel)")
+    if flags.get("enable_torch_compile"):
+        notes.append("SGLang --enable-torch-compile: torch.compile of small decode batches not modelled (priced as "
+                     "CUDA graphs without it)")
+    chunk = flags.get("chunked_prefill_size", 8192)
+    values = _sglang_batches(ctx, flags, chunk, notes)
+    init = SGLANG_030_INIT_NEW_TOKEN_RATIO
+    floor = min(SGLANG_030_BASE_MIN_NEW_TOKEN_RATIO * flags.get("schedule_conservativeness", 1.0), 1.0, init)
+    values["scheduler.new_token_ratio"] = {"init": init, "min": floor,
+                                           "decay_steps": max(round((init - floor) / SGLANG_030_RATIO_DECAY), 1)}
+    fraction = flags.get("mem_fraction_static")
+    if fraction is None:
+        fraction = next(f for tp, f in SGLANG_030_MEM_FRACTION_BY_TP if ctx.tensor_parallel >= tp)
+    values["kv_cache.gpu_memory_utilization"] = fraction
+    values.update(_sglang_memory_rule(ctx, notes))
+    running = flags.get("max_running_requests")
+    slots = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], SGLANG_030_MAX_NUM_REQS,
+                                  notes)
+    capped = _sglang_token_cap(ctx, slots[1], notes)
+    if capped is not None:
+        values["kv_cache.capacity_tokens"] = capped
+        slots = (_sglang_pool_slots(ctx, capped, SGLANG_030_MAX_NUM_REQS), capped)  # 0.3.0 sizes it after the cap
+    if running is None:
+        running = slots[0] - 1 if slots[1] is None else min(slots[1] // 2, slots[0] - 1)
+    values["scheduler.max_num_seqs"] = running
+    values.update(_engine_terms(ctx, "sglang", notes))
+    graph_bs = min(_sglang_given_graph_bs(flags) or SGLANG_030_GRAPH_MAX_BS, SGLANG_030_GRAPH_MAX_BS)  # its list's end
+    values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, False, notes))
+    values.update(_custom_all_reduce(ctx, "SGLang"))
+    if ctx.model is not None and ctx.model.hybrid_window:  # no hybrid SWA memory before 0.5
+        values["kv_cache.window_memory"] = "every_token"
+        notes.append(f"SGLang {ctx.version_text}: {ctx.model.name}'s sliding layers keep every token's KV")
+    return PresetResult(values, {}, notes)
+
+
+def _sglang_batches(ctx: Context, flags: dict, chunk: int, notes: list[str]) -> dict[str, Any]:
+    """What every SGLang version here shares: token-paged KV, separate prefill and decode batches unless
+    --enable-mixed-chunk, the chunk (-1 or less: a prompt is one prefill under max_prefill_tokens) and the radix cache
+    (SGLang's prefix cache: on unless --disable-radix-cache). Each version sets its own new-token ratio and request
+    limit."""
+    values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
+                              "kv_cache.block_size": 1,
+                              "scheduler.mixed_batches": bool(flags.get("enable_mixed_chunk", False))}
+    if chunk <= 0:  # chunking disabled: a prompt is one prefill, under max_prefill_tokens
+        values["scheduler.chunked_prefill"] = False
+        values["scheduler.max_num_batched_tokens"] = flags.get("max_prefill_tokens", 16384)
+    else:
+        values["scheduler.chunked_prefill"] = True
+        values["scheduler.max_num_batched_tokens"] = chunk
+    if flags.get("disable_radix_cache"):
+        if flags.get("enable_prefix_caching"):
+            raise ConfigError("engine.disable_radix_cache: true contradicts engine.enable_prefix_caching: true (the "
+                              "radix cache is SGLang's prefix cache); allowed: one of the two")
+        values["kv_cache.enable_prefix_caching"] = False
+    else:
+        values["kv_cache.enable_prefix_caching"] = _caches_prefixes(ctx, notes, f"SGLang {ctx.version_text}")
+    return values
+
+
+# SGLang sizes its KV pool as the memory free once the weights are loaded, less (1 - mem_fraction_static) of the
+# GPU's (model_runner.py profile_max_num_token: rest_memory = available_gpu_memory - total_gpu_memory x (1 -
+# mem_fraction_static), read in the 0.3.0, 0.5.3.post3 and, as kv_cache_configurator.py _profile_available_bytes,
+# 0.5.23 wheels): no forward pass is profiled, and the activations run in the memory mem_fraction_static leaves out
+# (its reserved memory: 1.5 x the chunk and the CUDA graphs' batch, `_derive_sglang`).
+SGLANG_PROFILES_ACTIVATIONS = False
+
+
+def _sglang_profiles_activations(ctx: Context) -> bool:
+    """`kv_cache.profile_activations` as a scenario sets it, else SGLang's (SGLANG_PROFILES_ACTIVATIONS)."""
+    given = _get(ctx.raw, "kv_cache.profile_activations")
+    return SGLANG_PROFILES_ACTIVATIONS if given is None else bool(given)
+
+
+def _sglang_memory_rule(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """The preset's value of kv_cache.profile_activations and its note (none where the scenario profiles them)."""
+    if not _sglang_profiles_activations(ctx):
+        notes.append(f"SGLang {ctx.version_text}: its KV pool is mem_fraction_static of the GPU less the weights, the "
+                     "activations left to the rest (model_runner.py profile_max_num_token; "
+                     "kv_cache.profile_activations: false)")
+    return {"kv_cache.profile_activations": SGLANG_PROFILES_ACTIVATIONS}
+
+
+def _sglang_request_slots(ctx: Context, fraction: float, token_budget: int, cap: int,
+                          notes: list[str], window: dict | None = None) -> tuple[int, int | None]:
+    """(max_num_reqs, KV tokens) as model_runner.py sizes its request pool: min(max(KV tokens / context_len x 512,
+    2048), cap), the cap 5120 in 0.3.0 and 4096 in 0.5.x; (cap, None) when the model is not resolved (said).
+    `window`: where a hybrid model's sliding layers are kept (`_sglang_window_memory`)."""
+    kv_tokens = _kv_tokens(ctx, fraction, token_budget, cap, window, _sglang_profiles_activations(ctx))
+    if kv_tokens is None or ctx.max_model_len() is None:
+        notes.append(f"SGLang max_num_reqs: {cap} (its upper clip) taken: the model was not resolved")
+        return cap, None
+    return _sglang_pool_slots(ctx, kv_tokens, cap), kv_tokens
+
+
+def _sglang_pool_slots(ctx: Context, kv_tokens: int, cap: int) -> int:
+    """model_runner.py's max_num_reqs for `kv_tokens`: min(max(kv_tokens / context_len x 512, 2048), cap)."""
+    context_len = ctx.max_model_len()
+    return cap if context_len is None else min(max(int(kv_tokens / context_len * 512), 2048), cap)
+
+
+# SGLang 0.4-0.5.x, read in the PyPI wheels of every release from 0.5.3 to 0.5.23 (python/sglang/srt/server_args.py
+# _handle_gpu_memory_settings; from 0.5.19 arg_groups/memory_hook.py handle_gpu_memory_settings). By the GPU's
+# nvidia-smi memory (MiB), in order: (below this many MiB, chunked_prefill_size, cuda-graph max batch at TP < 4, at
+# TP >= 4). The 20-35 GiB tier is 0.5.20's (before: 2048 tokens, 24 / 80).
+SGLANG_NEWEST = (0, 5, 23)
+SGLANG_MEMORY_TIERS = ((20 * 1024, 2048, 8, 8), (35 * 1024, 4096, 48, 160), (60 * 1024, 4096, 32, 160),
+                       (160 * 1024, 8192, 256, 512), (math.inf, 16384, 512, 512))
+SGLANG_SMALL_TIER_BEFORE_0_5_20 = (2048, 24, 80)
+# From 0.5.10rc0 a prefill CUDA graph is captured by default ("piecewise"; "breakable" on CUDA from 0.5.15): its
+# memory, 8 MiB per captured size (1.5 GiB for an MLA model), is reserved too. Off with pipeline parallelism (every
+# version), speculative decoding (to 0.5.13), and for MLA models in 0.5.15-0.5.17.
+SGLANG_PREFILL_GRAPH_SINCE = (0, 5, 10)
+SGLANG_PREFILL_GRAPH_MIB_PER_SIZE, SGLANG_PREFILL_GRAPH_MLA_MIB = 8, 1536
+
+# SGLang's CUDA graphs and its two options for them, read in the PyPI wheels of 0.3.0, 0.3.4-0.4.10.post2 and every
+# release 0.5.1-0.5.23. A decode batch above the largest captured one runs without a graph (cuda_graph_runner.py
+# `can_run`), and so does every step with prompt tokens before the prefill graphs (SGLANG_PREFILL_GRAPH_SINCE): the
+# eager launch term (sim/cost/overhead.py, an estimate). 0.3.0 captures decode batches up to 160 (model_runner.py
+# init_cuda_graphs); from 0.3.5 --cuda-graph-max-bs cuts that list (SGLANG_TP_FRACTIONS' comment for 0.4.0-0.5.3rc0);
+# from 0.5.3 it sets the largest (the memory tier's by default), an alias of
+# --cuda-graph-max-bs-decode from 0.5.14 and gone in 0.5.20 (its parser then reads it as an ambiguous prefix of
+# --cuda-graph-max-bs-decode and --cuda-graph-max-bs-prefill). --disable-cuda-graph turns off the decode graphs; the
+# prefill graphs too from 0.5.14 (0.5.10-0.5.13's _handle_piecewise_cuda_graph does not read it). The memory rule
+# still reserves the decode graphs' 2 MiB a batch slot with it up to 0.5.14 and the prefill graphs' to 0.5.13.
+SGLANG_030_GRAPH_MAX_BS = 160
+SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE, SGLANG_DISABLE_GRAPH_FREES_DECODE_SINCE = (0, 5, 14), (0, 5, 15)
+
+
+# SGLang keeps a hybrid model's sliding layers in a pool of their own (SWATokenToKVPoolAllocator) holding
+# --swa-full-tokens-ratio (0.8) tokens per token of the full-attention pool, both sized out of the same memory
+# (model_runner set_num_token_hybrid), unless disable_hybrid_swa_memory is set, which server_args.py sets for Gemma
+# 2/3 in every release here, and for gpt-oss in 0.5.3-0.5.7 (0.5.8-0.5.9: with the trtllm_mha attention backend, the
+# default on SM100, or speculative decoding; read in the PyPI sdists and wheels of 0.5.3.post3 to 0.5.23).
+SGLANG_SWA_GEMMA = ("gemma2", "gemma3_text")
+SGLANG_SWA_GPT_OSS_SINCE, SGLANG_SWA_GPT_OSS_SM100_SINCE = (0, 5, 8), (0, 5, 10)
+
+
+def _sglang_window_memory(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """Where SGLang keeps a hybrid model's sliding layers' KV: its own SWA pool, or every token of them in the one pool
+    where the version turns the hybrid SWA memory off for the architecture (or --disable-hybrid-swa-memory)."""
+    model, flags = ctx.model, ctx.flags
+    values: dict[str, Any] = {"kv_cache.window_memory": "own_pool"}
+    if model is None or not model.hybrid_window:
+        return values
+    why = None
+    sm100 = ctx.gpu.compute_capability is not None and ctx.gpu.compute_capability[0] == 10
+    if flags.get("disable_hybrid_swa_memory"):
+        why = "--disable-hybrid-swa-memory"
+    elif model.model_type in SGLANG_SWA_GEMMA:
+        why = f"SGLang {ctx.version_text} turns it off for Gemma 2/3"
+    elif model.model_type == "gpt_oss" and (
+            ctx.version < SGLANG_SWA_GPT_OSS_SINCE
+            or (ctx.version < SGLANG_SWA_GPT_OSS_SM100_SINCE and (sm100 or ctx.raw.get("speculation") is not None))):
+        why = f"SGLang {ctx.version_text} turns it off for gpt-oss" + (
+            "" if ctx.version < SGLANG_SWA_GPT_OSS_SINCE else " with trtllm_mha attention or speculative decoding")
+    if why:
+        values["kv_cache.window_memory"] = "every_token"
+        notes.append(f"SGLang hybrid SWA memory off ({why}): {model.name}'s sliding layers keep every token's KV")
+    return values
+
+
+def _sglang_prefill_graph_sizes(max_tokens: int) -> int:
+    """How many prefill CUDA graphs SGLang captures up to `max_tokens` (generate_prefill_cuda_graph_batch_sizes,
+    0.5.9-0.5.23: 4-32 by 4, 48-256 by 16, 288-512 by 32, 576-1024 by 64, 1280-4096 by 256, then by 512)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, 4097, 256), *range(4608, max_tokens + 1, 512)]
+    return sum(1 for size in sizes if size <= max_tokens)
+
+
+def _sglang_prefill_graph_mib(ctx: Context, chunk: int) -> tuple[float, str | None]:
+    """The memory SGLang reserves for its prefill CUDA graphs (MiB), and why none where it captures none."""
+    v, mla = ctx.version, ctx.model is not None and ctx.model.attention == "mla"
+    if v < SGLANG_PREFILL_GRAPH_SINCE:
+        return 0.0, None
+    if ctx.pipeline_parallel > 1:
+        return 0.0, "off with pipeline parallelism"
+    if ctx.flags.get("disable_cuda_graph") and v >= SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE:
+        return 0.0, f"off with --disable-cuda-graph from {_dotted(SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE)}"
+    if ctx.raw.get("speculation") is not None and v < (0, 5, 14):
+        return 0.0, "off with speculative decoding before 0.5.14"
+    if mla and (0, 5, 15) <= v < (0, 5, 18):
+        return 0.0, "off for MLA models in 0.5.15-0.5.17"
+    if mla:
+        return SGLANG_PREFILL_GRAPH_MLA_MIB, None
+    return _sglang_prefill_graph_sizes(chunk) * SGLANG_PREFILL_GRAPH_MIB_PER_SIZE, None
+
+
+def _sglang_memory_tier(ctx: Context, gpu_mib: float) -> tuple[int, int]:
+    """(chunked_prefill_size, cuda-graph max batch) for the GPU's memory (nvidia-smi MiB) and TP."""
+    below, chunk, small_tp, large_tp = next(t for t in SGLANG_MEMORY_TIERS if gpu_mib < t[0])
+    if below == 35 * 1024 and ctx.version < (0, 5, 20):
+        chunk, small_tp, large_tp = SGLANG_SMALL_TIER_BEFORE_0_5_20
+    return chunk, small_tp if ctx.tensor_parallel < 4 else large_tp
+
+
+# SGLang before 0.5.3 sized its memory by other rules (server_args.py ServerArgs.__post_init__; the decode graphs in
+# model_executor/cuda_graph_runner.py get_batch_sizes_to_capture), read in every PyPI wheel 0.4.0-0.4.10.post2 (post
+# releases too), 0.5.1, 0.5.2rc2, 0.5.2 and 0.5.3rc0; gpu_mem is nvidia-smi's MiB:
+# - to 0.4.7: mem_fraction_static by TP (SGLANG_TP_FRACTIONS); from 0.4.5.post3 a GPU above 81,920 MiB takes
+#   (memory - 13 GiB) / memory instead; from 0.4.6.post2 by TP x PP, 0.88 above 81,920 MiB, then above 96 GiB
+#   min(f + 48 GiB x (1 - f) / memory, (memory - 18 GiB) / memory), and in 0.4.7 0.79 above 180,000 MiB; chunked
+#   prefill 2048 tokens below 25,000 MiB, else 8192 (0.4.7: 16384 above 180,000);
+# - 0.4.7.post1 to 0.5.3rc0: (memory - reserved) / memory to 3 places, reserved by GPU memory and TP x PP
+#   (SGLANG_RESERVED_TIERS); chunked prefill 2048 below 35 GiB, 8192 below 160 GiB, else 16384;
+# - the decode graphs: batches up to 160, 256 on a larger GPU (above 81,920 MiB from 0.4.5.post3, 96 GiB from
+#   0.4.6.post2, 90 GiB from 0.4.7.post1), 512 above 180,000 MiB (0.4.7) or 160,000 (0.4.7.post1+); on a small GPU
+#   (the chunk's 2048 tier) cuda_graph_max_bs 8, 80 at TP >= 4 (from 0.4.0.post1); a given --cuda-graph-max-bs cuts
+#   that list, never extends it.
+SGLANG_TP_FRACTIONS = ((16, 0.79), (8, 0.81), (4, 0.85), (2, 0.87), (1, 0.88))
+SGLANG_RESERVED_TIERS = ((20 * 1024, 2.8, 0.1), (35 * 1024, 2.8, 0.1), (90 * 1024, 9.5, 0.5), (100 * 1024, 12, 0.5),
+                         (160 * 1024, 12, 0.5), (math.inf, 32, 0.0))  # (below MiB, GiB, + GiB per GPU of TP x PP)
+
+
+def _sglang_before_053(ctx: Context, gpu_mib: float, given_graph_bs: int | None) -> tuple[float, int, int]:
+    """(mem_fraction_static, chunked_prefill_size, the largest decode graph) by SGLang 0.4.0-0.5.3rc0's own rules
+    (the comment above SGLANG_TP_FRACTIONS)."""
+    def before(bound) -> bool:
+        return _released_before(ctx.version, ctx.version_text, bound)
+
+    parallel = ctx.tensor_parallel * ctx.pipeline_parallel
+    def by_size(size: int) -> float:
+        return next(f for at_least, f in SGLANG_TP_FRACTIONS if size >= at_least)
+
+    if before("0.4.7.post1"):
+        small = gpu_mib < 25_000
+        chunk = 16384 if not before((0, 4, 7)) and gpu_mib > 180_000 else 2048 if small else 8192
+        if before("0.4.5.post3"):
+            fraction = by_size(ctx.tensor_parallel)
+        elif before("0.4.6.post2"):
+            fraction = by_size(ctx.tensor_parallel) if gpu_mib <= 81920 else (gpu_mib - 13 * 1024) / gpu_mib
+        else:
+            fraction = by_size(parallel) if gpu_mib <= 81920 else 0.88
+            if not before((0, 4, 7)) and gpu_mib > 180_000:
+                fraction = 0.79
+            elif gpu_mib > 96 * 1024:
+                fraction = min(fraction + 48 * 1024 * (1 - fraction) / gpu_mib, (gpu_mib - 18 * 1024) / gpu_mib)
+        larger = (256 if not before("0.4.5.post3") and gpu_mib > (81920 if before("0.4.6.post2") else 96 * 1024)
+                  else 160)
+        graphs = 512 if not before((0, 4, 7)) and gpu_mib > 180_000 else larger
+    else:
+        small = gpu_mib < 35 * 1024
+        _, gib, per_gpu = next(t for t in SGLANG_RESERVED_TIERS if gpu_mib < t[0])
+        fraction = round((gpu_mib - (gib + parallel * per_gpu) * 1024) / gpu_mib, 3)
+        chunk = 2048 if small else 8192 if gpu_mib < 160 * 1024 else 16384
+        graphs = 512 if gpu_mib > 160_000 else 256 if gpu_mib > 90 * 1024 else 160
+    default = (80 if ctx.tensor_parallel >= 4 and not before("0.4.0.post1") else 8) if small else graphs
+    return fraction, chunk, min(default if given_graph_bs is None else given_graph_bs, graphs)
+
+
+# --max-total-tokens caps SGLang's KV pool at that many tokens and never raises it (model_runner.py init_memory_pool,
+# from 0.5.10 _resolve_token_capacity / _apply_token_constraints: min(profiled, given), with a warning where the given
+# is larger; page-aligned), read in the wheels of 0.3.0, 0.4.0, 0.4.6-0.5.23. Its request pool (max_num_reqs) is sized
+# from the capped tokens in 0.3.0, 0.4.0 and from 0.5.10, from the profiled ones in 0.4.6-0.5.9 (0.4.1-0.4.5 not read:
+# taken as 0.4.6); the prefill CUDA graphs stop at it (0.5.10-0.5.23: min(chunked_prefill_size, max_total_tokens)).
+SGLANG_REQS_FROM_PROFILED = ((0, 4, 1), (0, 5, 10))
+
+
+def _sglang_token_cap(ctx: Context, kv_tokens: int | None, notes: list[str]) -> int | None:
+    """The KV pool's tokens after --max-total-tokens (`kv_cache.capacity_tokens`), or None without it."""
+    given = ctx.flags.get("max_total_tokens")
+    if given is None:
+        return None
+    if kv_tokens is None:
+        notes.append(f"SGLang --max-total-tokens {given}: taken as the KV pool's size (the memory it would profile "
+                     "is not known here: the model was not resolved)")
+        return given
+    page = ctx.flags.get("page_size", 1)
+    capped = min(kv_tokens, given) // page * page
+    if given > kv_tokens:
+        notes.append(f"SGLang --max-total-tokens {given}: above the {kv_tokens:,} KV tokens the memory holds, so the "
+                     "profiled value is used, as SGLang does (with a warning)")
+    return capped
+
+
+def _sglang_reqs_from_capped(ctx: Context) -> bool:
+    """Whether SGLang sizes its request pool from the KV tokens after --max-total-tokens (SGLANG_REQS_FROM_PROFILED)."""
+    first, last = SGLANG_REQS_FROM_PROFILED
+    return not first <= ctx.version < last
+
+
+def _sglang_given_graph_bs(flags: dict) -> int | None:
+    """The decode CUDA graphs' largest batch a command gave (--cuda-graph-max-bs, --cuda-graph-max-bs-decode: one
+    value, set by either), or None."""
+    old, new = flags.get("cuda_graph_max_bs"), flags.get("cuda_graph_max_bs_decode")
+    if old is not None and new is not None and old != new:
+        raise ConfigError(f"engine.cuda_graph_max_bs: {old} contradicts engine.cuda_graph_max_bs_decode {new} (one "
+                          "setting, its old and new spelling); allowed: give one of them, or the same value")
+    return new if new is not None else old
+
+
+def _sglang_graphs(ctx: Context, graph_bs: int, prefill_graphs: bool, notes: list[str]) -> dict[str, Any]:
+    """The overhead terms for SGLang's CUDA graphs (as read: the comment above SGLANG_030_GRAPH_MAX_BS): the eager
+    launch term (an estimate) for the steps that run without one: decode batches above `graph_bs`, and steps with
+    prompt tokens unless `prefill_graphs`."""
+    from sim.cost.overhead import ENGINE_DEFAULTS
+    disabled = bool(ctx.flags.get("disable_cuda_graph"))
+    if disabled:
+        steps = "decode and prefill" if ctx.version >= SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE else "decode"
+        kept = " (its prefill CUDA graphs stay, as the version keeps them)" if prefill_graphs else ""
+        notes.append(f"SGLang {ctx.version_text} --disable-cuda-graph: its {steps} steps run without CUDA "
+                     f"graphs{kept}: the eager launch term (cost_model.overhead.launch_per_layer_s, an estimate)")
+    return {"launch_per_layer_s": ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s,
+            "graph_max_seqs": 0 if disabled else graph_bs, "graph_prefill": prefill_graphs}
+
+
+def _sglang_given_running_cap(version: tuple[int, ...], slots: int, kv_tokens: int | None) -> int | None:
+    """The most running requests SGLang allows when --max-running-requests is given (model_runner's
+    _resolve_max_num_reqs): none to 0.5.9, the request pool's default size in 0.5.10-0.5.13, half the KV tokens from
+    0.5.14; None where it sets none (or the KV tokens are not known)."""
+    if (0, 5, 10) <= version < (0, 5, 14):
+        return slots
+    if version >= (0, 5, 14) and kv_tokens is not None:
+        return kv_tokens // 2
+    return None
+
+
+# --enable-dp-attention, read in the PyPI releases 0.5.3 to 0.5.13 (python/sglang/srt/server_args.py): ServerArgs
+# runs _handle_gpu_memory_settings, whose memory rule reserves cuda_graph_max_bs x dp_size x 3 MiB more for it (and x
+# 1.5 more above a graph batch of 300), before _handle_data_parallelism, which turns it off when dp_size is 1 (no
+# --dp given: its default). So `--tp N --enable-dp-attention` alone runs tensor-parallel attention with that much
+# less KV memory. dp_size > 1 (attention data-parallel over the TP group) is not modelled; 0.5.14 and later resolve
+# the flags another way (arg_groups), not read here.
+SGLANG_DP_ATTENTION_READ = ((0, 5, 3), (0, 5, 13))
+
+
+def _sglang_dp_attention_mib(ctx: Context, graph_bs: int, notes: list[str]) -> float:
+    """The MiB SGLang's memory rule reserves for --enable-dp-attention (above) at a decode graph batch of `graph_bs`,
+    0 without the flag; ConfigError where the flags ask for what is not modelled."""
+    dp = ctx.flags.get("dp_size", 1)
+    if dp != 1:
+        raise ConfigError(f"engine.dp_size: {dp} is not modelled; allowed: 1 (SGLang's data-parallel workers and its "
+                          "attention data parallelism are not simulated)")
+    if not ctx.flags.get("enable_dp_attention", False):
+        return 0.0
+    first, last = SGLANG_DP_ATTENTION_READ
+    if not first <= ctx.version[:3] <= last:
+        raise ConfigError(f"engine.enable_dp_attention: true is not modelled for SGLang {ctx.version_text}; allowed: "
+                          f"SGLang {_dotted(first)} to {_dotted(last)}, where it was read")
+    reserved = "" if "mem_fraction_static" in ctx.flags else (
+        ", after its memory rule reserved 3 MiB per decode graph batch slot for it (4.5 above 300): less KV")
+    notes.append(f"SGLang {ctx.version_text}: --enable-dp-attention without --dp (dp_size 1) is turned off "
+                 f"(server_args.py _handle_data_parallelism), attention stays tensor-parallel{reserved}")
+    return graph_bs * 3 + (graph_bs * 1.5 if graph_bs > 300 else 0.0)  # x dp_size, which is 1 here
+
+
+def _derive_sglang(ctx: Context) -> PresetResult:
+    """python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings and model_runner.py (max_num_reqs),
+    read in the PyPI wheels of every release from 0.5.3 to 0.5.23: chunked_prefill_size and the decode cuda-graph
+    batch by GPU memory (SGLANG_MEMORY_TIERS: 8192 and 256 at TP < 4, else 512, on a 60-160 GiB GPU; 16384 and 512 on
+    a B200), mem_fraction_static = (memory - reserved) / memory with reserved = 512 + 1.5 x chunk + 2 x graph batch +
+    tp x pp / 8 x 1024 MiB + the prefill graphs' memory (from 0.5.10), at least 10240 MiB on a GPU over 60 GiB;
+    max_running_requests = min(max(kv_tokens / context_len x 512, 2048), 4096, kv_tokens // 2), page_size 1; separate
+    prefill and decode batches (enable_mixed_chunk off), SGLang's new-token ratio for admission; NCCL's all-reduce
+    where its own turns off (`_custom_all_reduce`). SGLang 0.4.0-0.5.3rc0: their own memory, chunk and graph rules
+    (`_sglang_before_053`); 0.3.x: `_derive_sglang_030`."""
+    if ctx.version[:2] == (0, 3):
+        return _derive_sglang_030(ctx)
+    flags, gpu = ctx.flags, ctx.gpu
+    notes: list[str] = []
+    gpu_mib = gpu.hbm_bytes / 2**20
+    given_graph_bs = _sglang_given_graph_bs(flags)
+    old_rules = _released_before(ctx.version, ctx.version_text, (0, 5, 3))
+    if old_rules:  # 0.4.0-0.5.3rc0: the memory and graphs by their own rules, no reservation formula
+        old_fraction, tier_chunk, graph_bs = _sglang_before_053(ctx, gpu_mib, given_graph_bs)
+    else:
+        tier_chunk, graph_bs = _sglang_memory_tier(ctx, gpu_mib)
+        graph_bs = graph_bs if given_graph_bs is None else given_graph_bs
+    dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the decode graphs' batch, as SGLang reserves it
+    chunk = flags.get("chunked_prefill_size", tier_chunk)
+    values = _sglang_batches(ctx, flags, chunk, notes)
+    running_flag = flags.get("max_running_requests")
+    if given_graph_bs is None and running_flag is not None and ctx.version >= (0, 5, 22):
+        graph_bs = min(graph_bs, running_flag)  # 0.5.22: the default decode graphs stop at the running limit
+    token_cap = flags.get("max_total_tokens")
+    graph_mib, why_not = _sglang_prefill_graph_mib(ctx, chunk if token_cap is None else min(chunk, token_cap))
+    fraction = flags.get("mem_fraction_static")
+    if fraction is None and old_rules:
+        fraction = old_fraction
+    elif fraction is None:
+        if why_not:
+            notes.append(f"SGLang {ctx.version_text}: no prefill CUDA graph memory reserved ({why_not})")
+        decode_graph_mib = graph_bs * 2
+        if flags.get("disable_cuda_graph") and ctx.version >= SGLANG_DISABLE_GRAPH_FREES_DECODE_SINCE:
+            decode_graph_mib = 0
+        reserved = (512 + max(chunk, 2048) * 1.5 + decode_graph_mib
+                    + ctx.tensor_parallel * ctx.pipeline_parallel / 8 * 1024 + graph_mib + dp_attention_mib)
+        if gpu_mib > 60 * 1024:
+            reserved = max(reserved, 10 * 1024)
+        fraction = round((gpu_mib - reserved) / gpu_mib, 3)
+    values["kv_cache.gpu_memory_utilization"] = fraction
+    values.update(_sglang_memory_rule(ctx, notes))
+    conservativeness = flags.get("schedule_conservativeness", 1.0)
+    init = min(SGLANG_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
+    values["scheduler.new_token_ratio"] = {"init": init, "min": min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0),
+                                           "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
+    values.update(_sglang_window_memory(ctx, notes))
+    from sim.model.memory import WINDOW_POOL_RATIO
+    window = {"window_memory": values["kv_cache.window_memory"],
+              "window_pool_ratio": flags.get("swa_full_tokens_ratio", WINDOW_POOL_RATIO)}
+    if token_cap is not None and window["window_memory"] == "own_pool" and ctx.model is not None \
+            and ctx.model.hybrid_window:
+        raise ConfigError(f"engine.max_total_tokens: {token_cap} is not modelled for {ctx.model.name}'s own "
+                          "sliding-window pool (SGLang splits the cap between its two pools); allowed: leave it out, "
+                          "or kv_cache.capacity_tokens")
+    slots, kv_tokens = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes,
+                                             window)
+    capped = _sglang_token_cap(ctx, kv_tokens, notes)
+    if capped is not None:
+        values["kv_cache.capacity_tokens"] = kv_tokens = capped
+        if _sglang_reqs_from_capped(ctx):
+            slots = _sglang_pool_slots(ctx, capped, 4096)
+    running = flags.get("max_running_requests")
+    if running is None:
+        values["scheduler.max_num_seqs"] = min(slots, kv_tokens // 2) if kv_tokens is not None else slots
+    else:
+        cap = _sglang_given_running_cap(ctx.version, slots, kv_tokens)
+        if cap is not None and running > cap:
+            notes.append(f"SGLang {ctx.version_text}: --max-running-requests {running} is above the {cap} the engine "
+                         "allows here (model_runner's request pool); the value given is simulated")
+    values.update(_engine_terms(ctx, "sglang", notes, _inbound_work(ctx, "sglang", notes)))
+    prefill_graphs = ctx.version >= SGLANG_PREFILL_GRAPH_SINCE and why_not is None
+    values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, prefill_graphs, notes))
+    values.update(_custom_all_reduce(ctx, "SGLang"))
+    return PresetResult(values, {}, notes)
+
+
+_SGLANG_FLAGS = {
+    "max_running_requests": Flag("scheduler.max_num_seqs", int, "--max-running-requests"),
+    "chunked_prefill_size": Flag(None, int, "--chunked-prefill-size (-1: no chunking)"),
+    "max_prefill_tokens": Flag(None, int, "--max-prefill-tokens"),
+    "mem_fraction_static": Flag(None, (int, float), "--mem-fraction-static"),
+    # since: the first wheel whose server_args.py has the option, read in the PyPI wheels of 0.3.0, every release
+    # 0.3.4-0.4.10.post2 (post releases too, 0.4.4's posts not) and 0.5.1-0.5.23
+    "page_size": Flag("kv_cache.block_size", int, "--page-size", since=(0, 4, 4)),
+    "context_length": Flag("scheduler.max_model_len", int, "--context-length"),
+    "enable_mixed_chunk": Flag(None, bool, "--enable-mixed-chunk"),
+    "schedule_conservativeness": Flag(None, (int, float), "--schedule-conservativeness"),
+    "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool,
+                                  "radix cache (on in SGLang unless --disable-radix-cache)"),
+    "tp_size": Flag("hardware.tensor_parallel", int, "--tp-size", aliases=("--tensor-parallel-size",)),
+    "pp_size": Flag("hardware.pipeline_parallel", int, "--pp-size", since="0.4.6.post2"),
+    # server_args.py --kv-cache-dtype choices: auto, fp8_e5m2, fp8_e4m3 (0.5.3.post3; 0.3.0: auto, fp8_e5m2)
+    "kv_cache_dtype": Flag("quantization.kv_cache", str, "--kv-cache-dtype: auto (the model's dtype), fp8_e4m3 or "
+                           "fp8_e5m2", _kv_cache_dtype(("auto", "fp8_e4m3", "fp8_e5m2"))),
+    "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
+                                      "(hardware.all_reduce nccl)"),
+    "disable_radix_cache": Flag(None, bool, "--disable-radix-cache (no prefix caching)"),
+    "disable_hybrid_swa_memory": Flag(None, bool, "--disable-hybrid-swa-memory: a hybrid model's sliding layers keep "
+                                      "every token's KV", since="0.4.9.post3"),
+    "swa_full_tokens_ratio": Flag("kv_cache.window_pool_ratio", (int, float), "--swa-full-tokens-ratio",
+                                  since="0.4.9.post3"),
+    "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
+    "max_total_tokens": Flag(None, int, "--max-total-tokens: caps the KV pool at that many tokens (never raises it; "
+                             "kv_cache.capacity_tokens)", _at_least_one("max_total_tokens")),
+    "cuda_graph_max_bs": Flag(None, int, "--cuda-graph-max-bs: the largest decode batch run as a CUDA graph (above "
+                              "it: the eager launch term); reserves 2 MiB a batch", _at_least_one("cuda_graph_max_bs"),
+                              since=(0, 3, 5), until=(0, 5, 20)),
+    "cuda_graph_max_bs_decode": Flag(None, int, "--cuda-graph-max-bs-decode: --cuda-graph-max-bs's spelling from "
+                                     "0.5.14", _at_least_one("cuda_graph_max_bs_decode"), since=(0, 5, 14)),
+    "disable_cuda_graph": Flag(None, bool, "--disable-cuda-graph: decode steps (from 0.5.14 prefill steps too) run "
+                               "without CUDA graphs: the eager launch term"),
+    # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.0.post1 to 0.5.3rc0); from 0.5.0
+    # --ep-size alone splits the experts (moe tp = tp_size / ep_size); without --enable-dp-attention the MoE output
+    # is all-reduced over the TP group
+    # --enable-ep-moe: a switch from 0.4.0.post1 to 0.5.3rc0; from 0.5.3 a DeprecatedAction that raises ("Please set
+    # `--ep-size` to the same value as `--tp-size` instead"), gone by 0.5.13 (server_args.py in the PyPI wheels of
+    # 0.4.6-0.4.10, 0.5.1, 0.5.2, 0.5.2rc2, 0.5.3rc0, 0.5.3, 0.5.5.post1, 0.5.13)
+    "enable_ep_moe": Flag("hardware.expert_parallel", bool, "--enable-ep-moe: experts split over all tp_size GPUs "
+                          "(before 0.5.3; then --ep-size)", since="0.4.0.post1", until=(0, 5, 3)),
+    "ep_size": Flag("hardware.expert_parallel", int, "--ep-size: GPUs of the TP group holding whole experts",
+                    since=(0, 5, 0), aliases=("--ep",)),
+    "enable_dp_attention": Flag(None, bool, "--enable-dp-attention: without --dp, turned off after reserving memory "
+                                "(SGLANG_DP_ATTENTION_READ)", since=(0, 5, 3)),
+    "dp_size": Flag(None, int, "--dp-size: data-parallel workers (1 only: more are not modelled)", since=(0, 5, 3)),
+    # python/sglang/srt/managers/scheduler_output_processor_mixin.py (0.5.3.post3): a streaming request's output goes
+    # out when len(output_ids) % stream_interval == 1, and at its end: the first token alone, then chunks of N;
+    # 0.3.0's tp_worker.py: its first token, then every N-th decode step of the batch
+    "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
+                            "first (frontend.tokens_per_chunk)"),
+    "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16", _sixteen_bit(("auto", "half", "float16",
+                                                                                       "bfloat16"))),
+    "quantization": Flag("quantization.weights", str, "--quantization: fp8, w8a8_fp8 or mxfp4 (quantization.weights)",
+                         _weights_quantization({"fp8": "fp8", "w8a8_fp8": "fp8", "mxfp4": "mxfp4"})),
+}
+
+# SGLang's options that change nothing simulated, read in 0.5.5.post1's ServerArgs.add_cli_args (run from its wheel).
+# --log-requests and --enable-metrics add work and are not accepted here.
+# The options above that came in after 0.3.0: the first release whose server_args.py has each, read in the PyPI
+# wheels of 0.3.0, every release 0.3.4-0.4.10.post2 (post releases too, 0.4.4's posts not) and 0.5.1-0.5.3.
+_SGLANG_INERT_SINCE = {"--watchdog-timeout": (0, 3, 5), "--decode-log-interval": (0, 3, 5),
+                       "--download-dir": (0, 3, 6), "--revision": (0, 4, 0), "--tool-call-parser": (0, 4, 2),
+                       "--dist-timeout": "0.4.3.post3", "--reasoning-parser": "0.4.3.post3", "--model": "0.4.8.post1",
+                       "--skip-server-warmup": (0, 4, 9)}
+_SGLANG_INERT = tuple(dataclasses.replace(option, since=_SGLANG_INERT_SINCE.get(option.option)) for option in (
+    _inert(SERVER_ADDRESS, "one", "--host", "--port", "--api-key", "--log-level-http", "--watchdog-timeout",
+           "--dist-timeout")
+    + _inert(SERVER_ADDRESS, "none", "--skip-server-warmup")
+    + _inert(MODEL_FILES, "one", "--model-path", "--model", "--tokenizer-path", "--load-format", "--revision",
+             "--download-dir", "--served-model-name", "--tokenizer-mode")
+    + _inert(MODEL_FILES, "none", "--trust-remote-code")
+    + _inert(LOGGING, "one", "--log-level", "--decode-log-interval")
+    + _inert(PARSING, "one", "--chat-template", "--tool-call-parser", "--reasoning-parser")
+    + _inert(SEED, "one", "--random-seed")))

@@ -1,0 +1,97 @@
+"""TensorRT-LLM's preset (0.14-1.3): trtllm-serve's defaults, its capacity scheduler, flags and options."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SERVER_ADDRESS,
+                                     _caches_prefixes, _inert)
+from sim.config.engines.engine_work import _engine_terms
+from sim.errors import ConfigError
+
+
+# 1.3.x (release candidates only) is accepted on the defaults read for earlier versions, said in a note: its
+# source is not on PyPI (stub sdists), but AIConfigurator 0.12.0 (sdk/backends/trtllm_backend.py), whose trtllm tables
+# are 1.3.0rc20-rc23's, prices it with the same KV fraction and token budget.
+TRTLLM_NEWEST = (1, 3, 0)
+TRTLLM_UNREAD_SINCE = (1, 3, 0)
+
+
+# A hybrid model's sliding layers under TensorRT-LLM's PyTorch backend: KVCacheManager
+# (tensorrt_llm/_torch/pyexecutor/resource_manager.py, read at 001541ba and in an earlier stored version) gives every
+# layer the window max_seq_len when KvCacheConfig.max_attention_window is None, its default, so the sliding layers
+# keep every token's KV (the window only masks attention). No code path read sets the windows from the model's
+# config for gpt-oss: _torch/models/modeling_gpt_oss.py (7924c7f1, 050b6cb9) passes the window to attention only,
+# pyexecutor/py_executor_creator.py (bab0f2e6) only reads max_attention_window, and NVIDIA's own gpt-oss accuracy test
+# sets [128, 32768] by hand. The TensorRT flow of the 0.x versions was not read: the same rule is assumed there. A
+# deployment that sets per-layer windows (`--extra_llm_api_options`) overrides `kv_cache.window_memory`.
+TRTLLM_WINDOW_MEMORY = "every_token"
+
+
+def _derive_trtllm(ctx: Context) -> PresetResult:
+    """tensorrt_llm/commands/serve.py get_llm_args and tensorrt_llm/llmapi/llm_args.py (KvCacheConfig
+    free_gpu_memory_fraction 0.9, SchedulerConfig capacity_scheduler_policy GUARANTEED_NO_EVICT, chunked prefill
+    off) and BuildConfig (max_batch_size 2048, max_num_tokens 8192), read at stored commits of NVIDIA/TensorRT-LLM
+    (00209af1, 008b2b8d); 32 tokens per KV block (tokens_per_block). In-flight batching mixes context and
+    generation requests in one step."""
+    flags = ctx.flags
+    policy = flags.get("scheduler_policy", "GUARANTEED_NO_EVICT")
+    values: dict[str, Any] = {
+        "scheduler.batching": "continuous", "scheduler.mixed_batches": True,
+        "scheduler.chunked_prefill": bool(flags.get("enable_chunked_prefill", False)),
+        "scheduler.max_num_seqs": 2048, "scheduler.max_num_batched_tokens": 8192,
+        "scheduler.kv_reservation": "whole_output" if policy == "GUARANTEED_NO_EVICT" else "on_demand",
+        "kv_cache.layout": "paged", "kv_cache.block_size": 32,
+        "kv_cache.free_memory_fraction": flags.get("kv_cache_free_gpu_memory_fraction", 0.9),
+    }
+    notes = ["TensorRT-LLM: defaults read at commits other than the version named"]
+    if ctx.version >= (1, 0):
+        # KvCacheConfig.enable_block_reuse, default=True in tensorrt_llm/llmapi/llm_args.py (read in six stored
+        # versions of the file, whose commits the index does not name; not at the commits above); the 0.x TensorRT
+        # flow is left without it
+        values["kv_cache.enable_prefix_caching"] = _caches_prefixes(ctx, notes, f"TensorRT-LLM {ctx.version_text}")
+    if ctx.version >= TRTLLM_UNREAD_SINCE:
+        notes.append(f"TensorRT-LLM {ctx.version_text}: no source of it could be read here (PyPI has stubs only); "
+                     "the defaults above assumed, which AIConfigurator 0.12.0's trtllm backend, modelling 1.3.0rc20 "
+                     "to rc23, states alike: free_gpu_memory_fraction 0.9, \"not version-dependent\", and "
+                     "max_num_tokens 8192")
+    values.update(_engine_terms(ctx, "trtllm", notes))
+    if "cuda_graph_batch_sizes" in flags:
+        values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
+    if ctx.model is not None and ctx.model.hybrid_window:
+        values["kv_cache.window_memory"] = TRTLLM_WINDOW_MEMORY
+        notes.append(f"TensorRT-LLM: {ctx.model.name}'s sliding layers keep every token's KV (TRTLLM_WINDOW_MEMORY)")
+    return PresetResult(values, {}, notes)
+
+
+def _policy(value):
+    if value not in ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION"):
+        raise ConfigError(f"engine.scheduler_policy: {value!r} is not allowed; allowed: GUARANTEED_NO_EVICT, "
+                          "MAX_UTILIZATION")
+    return value
+
+
+_TRTLLM_FLAGS = {
+    "max_batch_size": Flag("scheduler.max_num_seqs", int, "--max_batch_size"),
+    "max_num_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max_num_tokens"),
+    "max_seq_len": Flag("scheduler.max_model_len", int, "--max_seq_len"),
+    "kv_cache_free_gpu_memory_fraction": Flag(None, (int, float), "--kv_cache_free_gpu_memory_fraction",
+                                              aliases=("--free_gpu_memory_fraction",)),
+    "tokens_per_block": Flag("kv_cache.block_size", int, "tokens_per_block"),
+    "enable_chunked_prefill": Flag(None, bool, "--enable_chunked_prefill"),
+    "scheduler_policy": Flag(None, str, "capacity_scheduler_policy", _policy),
+    "cuda_graph_batch_sizes": Flag(None, list, "cuda_graph_config.batch_sizes with enable_padding"),
+    "tp_size": Flag("hardware.tensor_parallel", int, "--tp_size", aliases=("--tensor_parallel_size",)),
+    "pp_size": Flag("hardware.pipeline_parallel", int, "--pp_size", aliases=("--pipeline_parallel_size",)),
+    "ep_size": Flag("hardware.expert_parallel", int, "--ep_size (moe_expert_parallel_size; moe tp = tp_size / "
+                    "ep_size, without attention data parallelism)", aliases=("--moe_expert_parallel_size",)),
+}
+
+# trtllm-serve's options that change nothing simulated, read in tensorrt_llm/commands/serve.py at NVIDIA/TensorRT-LLM
+# 00209af1 (click: exact spellings).
+_TRTLLM_INERT = (
+    _inert(SERVER_ADDRESS, "one", "--host", "--port")
+    + _inert(MODEL_FILES, "one", "--tokenizer", "--revision", "--gpus_per_node")
+    + _inert(MODEL_FILES, "none", "--trust_remote_code")
+    + _inert(LOGGING, "one", "--log_level")
+    + _inert(PARSING, "one", "--chat_template", "--tool_parser", "--reasoning_parser"))

@@ -1,0 +1,482 @@
+"""vLLM's preset (0.6.0-0.33.x): its V1 and V0 rules, defaults by GPU and version, flags and options."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from sim.config.engine_command import InertOption
+from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED,
+                                     SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, _at_least_one, _caches_prefixes,
+                                     _custom_all_reduce, _dotted, _get, _inert, _kv_cache_dtype, _only_default,
+                                     _sixteen_bit, _weights_quantization)
+from sim.config.engines.engine_work import _engine_terms, _inbound_work
+from sim.errors import ConfigError
+
+
+# What the vLLM preset reads, and where (each in the PyPI sdists of every release from 0.11.0 to 0.33.0 but 0.15.x,
+# which PyPI has as wheels only: 0.15.x is taken as 0.16.0, and a preset note says so).
+VLLM_NEWEST = (0, 33, 0)
+VLLM_BATCH_TIER_160_GIB_SINCE = (0, 28, 0)  # get_batch_defaults: >= 160 GiB -> 16384 / 1024 (B200, B300)
+VLLM_MEMORY_UTILIZATION_092_SINCE = (0, 20, 0)  # CacheConfig.gpu_memory_utilization 0.9 -> 0.92
+VLLM_FULL_PROMPT_ADMISSION_SINCE = (0, 19, 0)  # SchedulerConfig.scheduler_reserve_full_isl = True
+VLLM_MLA_BLOCK_FROM_BACKEND_SINCE = (0, 18, 0)  # platforms/cuda.py no longer forces FlashMLA's 64 / CUTLASS's 128
+# --async-scheduling: experimental from v0.10.0 (SchedulerConfig.async_scheduling: bool = False through v0.13.0), on
+# by default from v0.14.0 (Field(default=None), resolved by VllmConfig.__post_init__: `_vllm_async_default`).
+VLLM_ASYNC_SCHEDULING_SINCE = (0, 10, 0)
+# --stream-interval (vllm/config/scheduler.py, in the 0.11.1 and 0.11.2 wheels, not 0.11.0's): the output processor
+# (v1/engine/output_processor.py) sends a request's first token, then whenever N more have come, and its end
+VLLM_STREAM_INTERVAL_SINCE = (0, 11, 1)
+VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14, 0)
+VLLM_ASYNC_WITH_PIPELINE_SINCE = (0, 15, 0)  # __post_init__ no longer turns it off for PP > 1 (v0.16.0; 0.15 as 0.16)
+VLLM_ASYNC_WITH_DRAFT_MODEL_SINCE = (0, 28, 0)  # ... nor for a draft model
+
+
+def _vllm_batch_defaults(gpu, version: tuple[int, ...]) -> tuple[int, int]:
+    """(max_num_batched_tokens, max_num_seqs) of vLLM's OpenAI server: vllm/engine/arg_utils.py
+    EngineArgs.get_batch_defaults (v0.11.0: inline in _set_default_args; pinned by tests/engine/test_arg_utils.py):
+    a GPU with >= 70 GiB (total memory, 2^30 bytes) that is not an A100 gets 8192 / 1024, any other 2048 / 256; from
+    v0.28.0 one with >= 160 GiB gets 16384 / 1024 first, whatever its name (v0.33.0 also keeps the GB10, compute
+    capability 12.1, on the small tier)."""
+    if version >= VLLM_BATCH_TIER_160_GIB_SINCE and gpu.hbm_bytes >= 160 * GIB:
+        return 16384, 1024
+    big = gpu.hbm_bytes >= 70 * GIB and "a100" not in gpu.name.lower()
+    if version >= (0, 33) and gpu.compute_capability == (12, 1):
+        big = False
+    return (8192, 1024) if big else (2048, 256)
+
+
+def _vllm_mla_block_size(ctx: Context) -> tuple[int, str] | None:
+    """The KV block size vLLM forces for an MLA model (DeepSeek-V2/V3/R1) on CUDA, with why; None where it keeps 16
+    (vllm/platforms/cuda.py CudaPlatformBase.check_and_update_config): to v0.17.x, FlashMLA's 64 on Hopper (compute
+    capability 9.x; from v0.11.1 the backend chosen is FlashAttention-MLA, which takes any multiple of 16, but the
+    FlashMLA branch still forces 64); on Blackwell (10.x) CUTLASS MLA's 128 to v0.14.x, then (v0.16.0) FlashInfer MLA's
+    64 where qk_nope_head_dim is 128, else CUTLASS's 128. From v0.18.0 the block size is the backend's preferred one:
+    16 for FlashAttention-MLA on Hopper, 32 (the smallest FlashInfer MLA takes) on Blackwell. Other GPUs: 16."""
+    model, cc = ctx.model, ctx.gpu.compute_capability
+    if model is None or model.attention != "mla" or cc is None:
+        return None
+    v = ctx.version
+    if cc[0] == 9 and v < VLLM_MLA_BLOCK_FROM_BACKEND_SINCE:
+        return 64, "FlashMLA's block size, forced on Hopper"
+    if cc[0] != 10:
+        return None
+    if v >= VLLM_MLA_BLOCK_FROM_BACKEND_SINCE:
+        return 32, "FlashInfer MLA's smallest block size on Blackwell"
+    if v >= (0, 15) and model.qk_nope_head_dim == 128:
+        return 64, "FlashInfer MLA's block size, forced on Blackwell"
+    return 128, "CUTLASS MLA's block size, forced on Blackwell"
+
+
+# vLLM V1's hybrid KV cache manager (vllm/v1/core/kv_cache_coordinator.py) keeps a hybrid model's sliding layers in
+# groups of their own in the one block pool, each request's blocks outside its window freed: from 0.10.0 (assumed: the
+# release it came with, not read here); before it, and with --disable-hybrid-kv-cache-manager, every layer keeps every
+# token's KV.
+VLLM_HYBRID_KV_SINCE = (0, 10, 0)
+
+
+def _vllm_window_memory(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """Where vLLM keeps a hybrid model's sliding layers' KV (`kv_cache.window_memory`)."""
+    model = ctx.model
+    if model is None or not model.hybrid_window:
+        return {}
+    if ctx.flags.get("disable_hybrid_kv_cache_manager") or ctx.version < VLLM_HYBRID_KV_SINCE:
+        why = ("--disable-hybrid-kv-cache-manager" if ctx.flags.get("disable_hybrid_kv_cache_manager")
+               else f"vLLM {ctx.version_text} predates the hybrid KV cache manager, assumed from 0.10.0")
+        notes.append(f"vLLM: {model.name}'s sliding layers keep every token's KV ({why})")
+        return {"kv_cache.window_memory": "every_token"}
+    return {"kv_cache.window_memory": "shared_pool"}
+
+
+# vLLM V1's memory profile (vllm/v1/worker/gpu_model_runner.py profile_run, read in the 0.10.2 and 0.11.0 wheels) ends
+# with `_dummy_sampler_run`: max_num_seqs rows of logits through its sampler with top-k and top-p set, "to profile the
+# worst case". With FlashInfer (vLLM's Docker images ship it: docker/Dockerfile's vllm-base stage installs it on
+# x86_64), at the peak it holds the bf16 logits (2 bytes each), their fp32 copy (4), FlashInfer's top-k-masked copy (4)
+# and its softmax (4): 14 bytes a logit, vllm/v1/sample/sampler.py and ops/topk_topp_sampler.py `flashinfer_sample` ->
+# flashinfer.sampling.top_k_top_p_sampling_from_logits. Without FlashInfer (a pip install before 0.12.0 without the
+# flashinfer extra: 0.12.0's METADATA requires flashinfer-python) PyTorch's path sorts them (values and int64
+# indices) and holds about 28: set kv_cache.sampler_bytes_per_logit to it. gpt-oss-120b at 1,024 rows: 2.7 GiB.
+VLLM_SAMPLER_BYTES_PER_LOGIT = 14.0
+
+
+# vLLM's MXFP4 MoE kernels (vllm/model_executor/layers/quantization/mxfp4.py, read in the 0.10.2, 0.11.0 and 0.12.0
+# wheels; from 0.19.0 fused_moe/oracle/mxfp4.py): Marlin wherever the GPU is older than sm_90, and before 0.12.0 on
+# every GPU (its wheels neither require nor ship `triton_kernels`; 0.12.0 bundles them in vllm/third_party), which pads
+# each expert's hidden size to 256 and each GPU's share of its intermediate size to 128 ("n % 256 == 0 and k % 128 ==
+# 0"). gpt-oss-120b on one GPU: 60.7 GiB checkpoint, 65.8 GiB padded; a vLLM log on an H100 PCIe running Marlin
+# (vllm-project/vllm#23278, PyTorch 2.7.1: vLLM 0.10.1) says "Model loading took 65.9651 GiB". From 0.12.0 Hopper and
+# Blackwell run the Triton kernels, whose Hopper layout pads these shapes by less than 1% (not modelled); 0.19.0 prefers
+# FlashInfer's TRT-LLM kernel on sm_100 (hidden and intermediate to 256).
+VLLM_MXFP4_TRITON_SINCE = (0, 12, 0)
+VLLM_MXFP4_FLASHINFER_SINCE = (0, 19, 0)
+VLLM_MARLIN_EXPERT_PADDING = {"hidden": 256, "intermediate": 128}
+VLLM_FLASHINFER_EXPERT_PADDING = {"hidden": 256, "intermediate": 256}
+
+
+def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """How vLLM's MXFP4 MoE kernel pads the routed experts (`quantization.expert_padding`), and which kernel it is
+    where the measured tables' main one is another (`quantization.moe_kernel`: Marlin), for an mxfp4 model."""
+    q = ctx.raw.get("quantization")
+    if ctx.model is None or not isinstance(q, dict) or q.get("weights") != "mxfp4":
+        return {}
+    from sim.model.memory import MARLIN
+    capability = ctx.gpu.compute_capability or (0, 0)
+    values: dict[str, Any] = {}
+    if capability < (9, 0) or ctx.version < VLLM_MXFP4_TRITON_SINCE:
+        why = (f"sm_{capability[0]}{capability[1]} has no FP4" if capability < (9, 0) else
+               "its wheel ships no triton_kernels; with them installed it runs its Triton kernel, which pads "
+               "nothing here: quantization.expert_padding: null, moe_kernel: null")
+        kernel, pad = f"Marlin ({why})", VLLM_MARLIN_EXPERT_PADDING
+        values["quantization.moe_kernel"] = MARLIN  # priced from the tables' Marlin rows (sim/cost/measured.py)
+    elif ctx.version >= VLLM_MXFP4_FLASHINFER_SINCE and (10, 0) <= capability < (11, 0):
+        kernel, pad = "FlashInfer's TRT-LLM kernel on sm_100", VLLM_FLASHINFER_EXPERT_PADDING
+    else:
+        return {}
+    notes.append(f"vLLM {ctx.version_text}: MXFP4 experts run by {kernel}, stored padded to hidden {pad['hidden']} "
+                 f"and each GPU's intermediate to {pad['intermediate']}")
+    return {**values, "quantization.expert_padding": dict(pad)}
+
+
+def _derive_vllm(ctx: Context) -> PresetResult:
+    """vLLM V1 (0.8+) as vllm/engine/arg_utils.py, vllm/config and vllm/platforms/cuda.py derive it, read in the PyPI
+    sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0): chunked prefill with decodes and prefill chunks
+    in one step, the OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`), 16-token KV blocks (an MLA
+    model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9 (0.92 from 0.20), async scheduling by
+    default from 0.14; V0 (0.6-0.7) as each release does (`_vllm_v0_schedule`): prefill-only steps unless chunked
+    (on by default above a 32k context), multi-step decoding; NCCL's all-reduce where its own turns off
+    (`_custom_all_reduce`)."""
+    v, flags = ctx.version, ctx.flags
+    values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
+                              "kv_cache.block_size": 16, "kv_cache.gpu_memory_utilization": 0.9}
+    notes: list[str] = []
+    v1 = v >= (0, 8)
+    if v1:
+        values["kv_cache.sampler_bytes_per_logit"] = VLLM_SAMPLER_BYTES_PER_LOGIT  # its profiling run's sampler
+        notes.append(f"vLLM {ctx.version_text}: its memory profile's sampler holds {VLLM_SAMPLER_BYTES_PER_LOGIT:g} "
+                     "bytes a logit over max_num_seqs rows, FlashInfer's path as vLLM's Docker images ship it "
+                     "(PyTorch's, without FlashInfer: about 28, kv_cache.sampler_bytes_per_logit)")
+        # V1 (the default engine from 0.8.0): chunked prefill always on, decodes and prefill chunks share a step.
+        if flags.get("num_scheduler_steps", 1) != 1:
+            raise ConfigError(f"engine.num_scheduler_steps: {flags['num_scheduler_steps']} is not a flag of vLLM "
+                              f"{ctx.version_text} (V1 has no multi-step scheduling); allowed: vLLM 0.6.0 to 0.7.x, "
+                              "or leave it out")
+        if flags.get("enable_chunked_prefill") is False:
+            raise ConfigError(f"engine.enable_chunked_prefill: false contradicts vLLM {ctx.version_text} (V1 always "
+                              "chunks prefills); allowed: true, or vLLM 0.6.0 to 0.7.x")
+        mnbt, seqs = _vllm_batch_defaults(ctx.gpu, v)
+        values.update({"scheduler.chunked_prefill": True, "scheduler.mixed_batches": True,
+                       "scheduler.max_num_batched_tokens": mnbt, "scheduler.max_num_seqs": seqs,
+                       # V1 caches prefixes unless told not to (--no-enable-prefix-caching): prompts that share
+                       # content ids (a chat template's lead, a shared system prompt) reuse its blocks
+                       "kv_cache.enable_prefix_caching": _caches_prefixes(ctx, notes, f"vLLM {ctx.version_text}")})
+        if v < (0, 11):
+            notes.append(f"vLLM {ctx.version_text}: v0.11.0's batch defaults assumed")
+        if v[:2] == (0, 15):
+            notes.append(f"vLLM {ctx.version_text}: v0.16.0's defaults assumed (PyPI has no 0.15 sdist to read)")
+        if v < VLLM_FULL_PROMPT_ADMISSION_SINCE:
+            # vllm/v1/core/sched/scheduler.py (read at v0.11.0) admits on the blocks of the chunk a prompt computes
+            # this step (`scheduler.admission: first_chunk`); its later chunks then preempt the last admitted, and
+            # vLLM's default prefix caching gives a preempted request back its blocks still cached. ServeSim keys
+            # no blocks of a prompt without content ids, so every preemption would recompute all: whole-prompt
+            # admission stands in (its effect on the published suite: benchmarks/results/published-e2e.md).
+            notes.append(f"vLLM {ctx.version_text}: a prompt is admitted when its whole prompt's KV blocks are "
+                         "free, as v0.19.0's scheduler_reserve_full_isl does (earlier versions check its first "
+                         "chunk only: `scheduler.admission: first_chunk`, without the prefix-cache hits that make "
+                         "their preemptions cheap)")
+        mla = _vllm_mla_block_size(ctx)
+        if mla is not None:
+            values["kv_cache.block_size"] = mla[0]
+            notes.append(f"vLLM {ctx.version_text}: KV block size {mla[0]} for an MLA model on {ctx.gpu.name} "
+                         f"({mla[1]}; vllm/platforms/cuda.py)")
+        if v >= VLLM_MEMORY_UTILIZATION_092_SINCE:
+            values["kv_cache.gpu_memory_utilization"] = 0.92
+            notes.append(f"vLLM {ctx.version_text}: gpu_memory_utilization 0.92; the memory vLLM sets aside for CUDA "
+                         "graphs (profiled from v0.20.0) is not taken from the KV budget")
+    else:
+        values.update(_vllm_v0_schedule(ctx, notes))
+    values.update(_vllm_window_memory(ctx, notes))
+    values.update(_vllm_expert_padding(ctx, notes))
+    values.update(_engine_terms(ctx, "vllm", notes, _inbound_work(ctx, "vllm", notes)))
+    values.update(_custom_all_reduce(ctx, "vLLM"))
+    if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
+        values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
+    _vllm_executor_backend(ctx)
+    asked = flags.get("async_scheduling")
+    if asked and v < VLLM_ASYNC_SCHEDULING_SINCE:
+        raise ConfigError(f"engine.async_scheduling: true is not a flag of vLLM {ctx.version_text}; allowed: "
+                          f"vLLM {_dotted(VLLM_ASYNC_SCHEDULING_SINCE)} or later, or leave it out")
+    if asked is None and v >= VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE:
+        asked, why = _vllm_async_default(ctx)
+        notes.append(f"vLLM {ctx.version_text}: async scheduling {why} (vllm/config/vllm.py)")
+    if asked:
+        # the engine core schedules step N + 1 while the GPU runs step N (vllm/v1/engine/core.py
+        # step_with_batch_queue): a step takes the longer of its kernels and the CPU terms (sim/cost/overhead.py)
+        values["cost_model.overhead"] = {**values["cost_model.overhead"], "overlap": True}
+        named = "--async-scheduling" if flags.get("async_scheduling") else "async scheduling"
+        notes.append(f"vLLM {named}: the CPU terms (fitted on runs without it) overlap the GPU's step")
+    values.update(_vllm_blocks_override(ctx, values["kv_cache.block_size"], notes))
+    return PresetResult(values, {}, notes)
+
+
+# vLLM's executors (ParallelConfig.__post_init__ in vllm/config.py to 0.10.2, vllm/config/parallel.py from 0.11.0, read
+# in the PyPI sdist of every release 0.6.0-0.33.0): on one node `mp` (a worker process per GPU) where TP x PP > 1,
+# else `uni` (the worker in the engine's process; 0.6.x: its GPU executor, no name); ray only when asked for or
+# inside a ray placement group. The CPU terms were fitted on runs of those defaults.
+VLLM_UNI_EXECUTOR_SINCE = (0, 7, 0)  # `uni` a value of --distributed-executor-backend (0.6.x: ray, mp)
+
+
+def _vllm_executor_backend(ctx: Context) -> None:
+    """--distributed-executor-backend accepted where it names the default executor for the deployment's GPUs;
+    another value (ray, mp on one GPU, external_launcher) is refused in one line."""
+    given = ctx.flags.get("distributed_executor_backend")
+    if given is None:
+        return
+    gpus = ctx.tensor_parallel * ctx.pipeline_parallel
+    default = "mp" if gpus > 1 else ("uni" if ctx.version >= VLLM_UNI_EXECUTOR_SINCE else None)
+    if given != default:
+        allowed = f"{default} (the default for {gpus} GPU{'s' if gpus > 1 else ''})" if default else "leave it out"
+        raise ConfigError(f"engine.distributed_executor_backend: {given!r} is not modelled for vLLM "
+                          f"{ctx.version_text} on {gpus} GPU{'s' if gpus > 1 else ''} (the CPU terms are the default "
+                          f"executor's); allowed: {allowed}{', or leave it out' if default else ''}")
+
+
+def _vllm_blocks_override(ctx: Context, preset_block: int, notes: list[str]) -> dict[str, Any]:
+    """--num-gpu-blocks-override: the KV cache holds that many blocks, whatever the memory would hold (V0's
+    llm_engine.py _initialize_kv_caches, V1's v1/core/kv_cache_utils.py may_override_num_blocks: "Overriding
+    num_gpu_blocks=%d with num_gpu_blocks_override=%d"; read in 0.6.0, 0.11.0, 0.19.0 and 0.33.0), as
+    `kv_cache.capacity_tokens` (the blocks x the block size); refused for a model with sliding-window layers, whose
+    blocks vLLM shares between its KV cache groups."""
+    blocks = ctx.flags.get("num_gpu_blocks_override")
+    if blocks is None:
+        return {}
+    if ctx.model is not None and ctx.model.hybrid_window:
+        raise ConfigError(f"engine.num_gpu_blocks_override: {blocks} is not modelled for {ctx.model.name}'s "
+                          "sliding-window layers (vLLM shares the blocks between its KV cache groups); allowed: leave "
+                          "it out, or kv_cache.capacity_tokens")
+    block = ctx.flags.get("block_size") or _get(ctx.raw, "kv_cache.block_size") or preset_block
+    notes.append(f"vLLM --num-gpu-blocks-override {blocks}: {blocks * block:,} KV tokens ({block}-token blocks), "
+                 "whatever the memory would hold")
+    return {"kv_cache.capacity_tokens": blocks * block}
+
+
+# vLLM V0 (0.6.0-0.7.x), read in the PyPI sdists of 0.6.0-0.6.6, 0.7.0 and 0.7.3: vllm/engine/arg_utils.py
+# create_engine_config and vllm/config.py SchedulerConfig.
+VLLM_V0_SDISTS_READ = {(0, 6, patch) for patch in range(7)} | {(0, 7, 0), (0, 7, 3)}
+VLLM_V0_LONG_CONTEXT = 32768  # use_long_context = max_model_len > 32768: chunked prefill on unless told
+VLLM_V0_MULTI_STEP_CHUNKED_SINCE = (0, 6, 3)  # before: "Chunked prefill is not supported with multi-step"
+VLLM_V0_CHUNK_BUDGET_2048_SINCE = (0, 6, 5)  # SchedulerConfig's chunked budget: 512 to v0.6.4, then 2048
+
+
+def _vllm_v0_long_context_chunking(ctx: Context) -> str | None:
+    """Why vLLM V0 chunks prefills when not told, or None where it does not: create_engine_config turns it on for a
+    max_model_len above 32768 (Llama 3.1's 131072 unless --max-model-len is given) on a GPU, for a model without a
+    sliding window, without speculative decoding (nor LoRA, prompt adapters or a multimodal model, which ServeSim
+    does not model), and in v0.6.0 only without prefix caching (ServeSim's GPUs are taken as CUDA; v0.6.5 on
+    leaves ROCm out)."""
+    max_len = ctx.max_model_len()
+    if max_len is None or max_len <= VLLM_V0_LONG_CONTEXT:
+        return None
+    if ctx.model is not None and ctx.model.sliding_window is not None:
+        return None
+    if ctx.raw.get("speculation") is not None:
+        return None
+    caching = ctx.flags.get("enable_prefix_caching", _get(ctx.raw, "kv_cache.enable_prefix_caching"))
+    if ctx.version[:3] == (0, 6, 0) and caching:
+        return None
+    return (f"chunked prefill on: max_model_len {max_len} is above {VLLM_V0_LONG_CONTEXT} "
+            "(vllm/engine/arg_utils.py create_engine_config; --max-model-len or --enable-chunked-prefill "
+            "false turn it off)")
+
+
+def _vllm_v0_schedule(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """vLLM V0's scheduler settings: without chunked prefill a step is prefill-only or decode-only
+    (vllm/core/scheduler.py _schedule_default: prefills first) under a token budget of max(max_model_len, 2048);
+    with it, decodes and chunks share a step under 512 tokens (2048 from v0.6.5), or, with multi-step (from
+    v0.6.3, not with pipeline parallelism), max(max_model_len, 2048): "Multi-step Chunked-Prefill doesn't allow
+    prompt-chunking" (SchedulerConfig)."""
+    v, text = ctx.version, ctx.version_text
+    given = ctx.flags.get("enable_chunked_prefill", _get(ctx.raw, "scheduler.chunked_prefill"))
+    why = _vllm_v0_long_context_chunking(ctx)
+    chunked = bool(given) if given is not None else why is not None
+    steps = ctx.flags.get("num_scheduler_steps", 1)
+    max_len = ctx.max_model_len()
+    if chunked and steps > 1 and v < VLLM_V0_MULTI_STEP_CHUNKED_SINCE:
+        if given is not None:
+            raise ConfigError(f"engine.num_scheduler_steps: {steps} with enable_chunked_prefill is not supported by "
+                              f"vLLM {text}; allowed: vLLM 0.6.3 or later, or one of the two")
+        raise ConfigError(f"engine.num_scheduler_steps: {steps} is refused by vLLM {text} with max_model_len "
+                          f"{max_len} (above {VLLM_V0_LONG_CONTEXT} it turns chunked prefill on, which it does not "
+                          f"run with multi-step); allowed: engine.max_model_len of at most {VLLM_V0_LONG_CONTEXT}, "
+                          "engine.enable_chunked_prefill: false, or vLLM 0.6.3 or later")
+    if chunked and steps > 1 and ctx.pipeline_parallel > 1:
+        raise ConfigError(f"engine.num_scheduler_steps: {steps} with chunked prefill and pipeline_parallel "
+                          f"{ctx.pipeline_parallel} is not supported by vLLM {text} (\"Multi-Step Chunked-Prefill is "
+                          "not supported for pipeline-parallel-size > 1\"); allowed: num_scheduler_steps 1, "
+                          "enable_chunked_prefill false, or pipeline_parallel 1")
+    values: dict[str, Any] = {"scheduler.chunked_prefill": chunked, "scheduler.mixed_batches": chunked,
+                              "scheduler.max_num_seqs": 256, "scheduler.decode_steps_per_schedule": steps}
+    if steps > 1:
+        # vllm/engine/llm_engine.py LLMEngine.step (read in the 0.6.0 wheel): while a multi-step run has steps left
+        # (`_has_remaining_steps`) no output is processed; its tokens go out together after its last step, so a
+        # client gets a prompt's first token alone (a prefill runs one step), then one chunk per run
+        values[STREAM_CHUNK_KEY] = steps
+    if chunked and steps == 1:
+        values["scheduler.max_num_batched_tokens"] = 2048 if v >= VLLM_V0_CHUNK_BUDGET_2048_SINCE else 512
+    elif max_len is not None:
+        values["scheduler.max_num_batched_tokens"] = max(max_len, 2048)
+    if chunked and why is not None:  # also when given: the scenario written back (to_yaml) keeps the same notes
+        notes.append(f"vLLM {text}: {why}")
+    read_in = "its own PyPI sdist" if v[:3] in VLLM_V0_SDISTS_READ else "the 0.7.0 and 0.7.3 sdists, which agree"
+    notes.append(f"vLLM {text} (V0): defaults read in {read_in} (vllm/engine/arg_utils.py, vllm/config.py)")
+    return values
+
+
+def _vllm_async_default(ctx: Context) -> tuple[bool, str]:
+    """Whether vLLM >= 0.14 schedules asynchronously when not told (vllm/config/vllm.py VllmConfig.__post_init__):
+    yes, unless pipeline parallelism (v0.14.x only; from v0.31.0 again, but only on the V1 model runner, which the
+    V2 runner replaced as the default for nearly every model in v0.29.0), or speculative decoding by a draft model
+    (ServeSim's speculation) before v0.28.0. An executor other than mp/uni also turns it off; ServeSim models one
+    node's."""
+    v = ctx.version
+    if ctx.pipeline_parallel > 1 and v < VLLM_ASYNC_WITH_PIPELINE_SINCE:
+        return False, "off (not with pipeline_parallel_size > 1 in v0.14.x)"
+    if ctx.raw.get("speculation") is not None and v < VLLM_ASYNC_WITH_DRAFT_MODEL_SINCE:
+        return False, "off (not with draft-model speculative decoding before v0.28.0)"
+    return True, "on by default"
+
+
+_VLLM_FLAGS = {
+    "max_num_seqs": Flag("scheduler.max_num_seqs", int, "--max-num-seqs"),
+    "max_num_batched_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max-num-batched-tokens"),
+    "max_model_len": Flag("scheduler.max_model_len", int, "--max-model-len"),
+    "gpu_memory_utilization": Flag("kv_cache.gpu_memory_utilization", (int, float), "--gpu-memory-utilization"),
+    "block_size": Flag("kv_cache.block_size", int, "--block-size"),
+    "num_gpu_blocks_override": Flag(None, int, "--num-gpu-blocks-override: the KV cache's blocks, as given "
+                                    "(kv_cache.capacity_tokens)", _at_least_one("num_gpu_blocks_override")),
+    "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
+    # in vllm/engine/arg_utils.py to 0.10.0, gone in 0.10.1 (every sdist 0.6.0-0.33.0)
+    "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)",
+                                until=(0, 10, 1)),
+    "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),
+    "tensor_parallel_size": Flag("hardware.tensor_parallel", int, "--tensor-parallel-size", aliases=("-tp",)),
+    "pipeline_parallel_size": Flag("hardware.pipeline_parallel", int, "--pipeline-parallel-size", aliases=("-pp",)),
+    # vllm/engine/arg_utils.py (0.6.0: auto, fp8, fp8_e5m2, fp8_e4m3) and vllm/config/cache.py CacheDType (0.11.0 adds
+    # bfloat16)
+    "kv_cache_dtype": Flag("quantization.kv_cache", str, "--kv-cache-dtype: auto (the model's dtype), fp8, fp8_e4m3, "
+                           "fp8_e5m2 or bfloat16",
+                           _kv_cache_dtype(("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"))),
+    "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
+    "distributed_executor_backend": Flag(None, str, "--distributed-executor-backend: the default for the GPUs "
+                                         "(mp for several, uni for one), the executor the CPU terms were fitted with"),
+    # vllm/engine/arg_utils.py: fcfs (the default of every release that has it) or priority, which orders by a
+    # request's priority field, which the workload does not set
+    "scheduling_policy": Flag(None, str, "--scheduling-policy: fcfs, the default", _only_default("scheduling_policy",
+                                                                                              "fcfs"),
+                              since=(0, 6, 3)),
+    "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
+                                      "(hardware.all_reduce nccl)"),
+    "disable_hybrid_kv_cache_manager": Flag(None, bool, "--disable-hybrid-kv-cache-manager: a hybrid model's sliding "
+                                            "layers keep every token's KV", since=VLLM_HYBRID_KV_SINCE),
+    "async_scheduling": Flag(None, bool, "--async-scheduling (0.10+; the default from 0.14, --no-async-scheduling "
+                                         "turns it off): the CPU terms overlap the GPU's step"),
+    "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
+                            "first (frontend.tokens_per_chunk)", since=VLLM_STREAM_INTERVAL_SINCE),
+    # vllm/entrypoints/cli/serve.py run_multi_api_server (0.9.1 on; not in 0.9.0): N API server processes, V1 only
+    "api_server_count": Flag("frontend.num_processes", int, "--api-server-count: API server processes "
+                             "(frontend.num_processes)", since=(0, 9, 1)),
+    # vllm/model_executor/layers/fused_moe/layer.py (0.8.0): ep_size = tp_size x dp_size, moe tp 1, the output
+    # all-reduced over the TP group as without it (data parallelism is not modelled: EP = TP)
+    "enable_expert_parallel": Flag("hardware.expert_parallel", bool, "--enable-expert-parallel: each GPU of the TP "
+                                   "group holds whole experts", since=(0, 8, 0)),
+    "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16", _sixteen_bit(("auto", "half", "float16",
+                                                                                       "bfloat16"))),
+    # vllm/model_executor/layers/quantization/fp8.py Fp8LinearMethod: W8A8 on sm_89+, weight-only Marlin below
+    "quantization": Flag("quantization.weights", str, "--quantization: fp8 or mxfp4 (quantization.weights)",
+                         _weights_quantization({"fp8": "fp8", "mxfp4": "mxfp4"}), aliases=("-q",)),
+}
+
+
+# vLLM's options that change nothing simulated, read in the parsers of 0.10.2, 0.11.0 and 0.19.0 (make_arg_parser
+# run from their wheels: each option's nargs). --disable-log-requests: from 0.10.1 a deprecated BooleanOptionalAction
+# beside --enable-log-requests (request logging is off unless that option, which adds work, is given: not accepted
+# here), still parsed in 0.16.0 and gone in 0.17.0 (vllm/engine/arg_utils.py of every PyPI sdist 0.10.1-0.33.0; the
+# 0.12.0 cited by vllm-project/vllm#29402's downstream readers is when it was meant to go). vLLM 0.6.0's API server
+# (its request log on by default) was measured with the log on and off in turn and did the same work within the noise
+# (API_SERVER_WORK): its row serves both. The cost of --disable-log-stats is not modelled.
+# --max-logprobs and --guided-decoding-backend bound what a request may ask (logprobs, structured output), which the
+# workload does not; --max-parallel-loading-workers loads the weights; --calculate-kv-scales computes an fp8 KV
+# cache's scales on the first pass (its bytes are priced by the dtype). Their first and last releases: every sdist
+# 0.6.0-0.33.0 (vllm/engine/arg_utils.py).
+# --swap-space is CPU memory for swapping out KV, which a single-sequence request's preemption does not use: V0
+# recomputes it (vllm/core/scheduler.py _preempt: RECOMPUTE where get_max_num_running_seqs() == 1, SWAP only for
+# beam search and n > 1, which ServeSim does not model), V1 allocates no CPU blocks (vllm-project/vllm#27984; the
+# option was removed by #36216). Gone from EngineArgs in 0.18.0: present in 0.15.0-0.17.1, absent in 0.18.0-0.29.0
+# (every release installed and its EngineArgs signature read: unslothai/unsloth-zoo#1210).
+# --use-v2-block-manager (V0), read in the PyPI sdists of 0.6.0-0.6.6, 0.7.0, 0.7.3, 0.8.0, 0.8.5, 0.9.0 and 0.10.0
+# (vllm/engine/arg_utils.py): 0.6.0-0.6.2 use block manager v1 unless it is given (or multi-step turns v2 on), 0.6.3
+# makes v2 the default, 0.6.4-0.9.x keep the option as a no-op ("[DEPRECATED] block manager v1 has been removed"),
+# 0.10.0 has no such option. Both managers hand out the same 16-token blocks of the same profiled pool; what their
+# CPU time differs by is in the version's fitted terms.
+VLLM_DISABLE_LOG_REQUESTS_UNTIL = (0, 17, 0)
+VLLM_CALCULATE_KV_SCALES = ((0, 7, 0), (0, 28, 0))  # (the first release that has it, the first that refuses it)
+VLLM_GUIDED_DECODING_BACKEND_UNTIL = (0, 12, 0)
+REQUEST_LIMITS = "limits on what a request may ask (logprobs, structured output), which the workload does not ask"
+VLLM_SWAP_SPACE_UNTIL = (0, 18, 0)
+VLLM_V2_BLOCK_MANAGER_UNTIL = (0, 10, 0)
+# The options above and below that came in after 0.6.0: the first release that has each, read in the PyPI sdist of
+# every release from 0.6.0 to 0.33.0 (vllm/engine/arg_utils.py; the API server's options in
+# vllm/entrypoints/openai/cli_args.py, from 0.10 the fields of its FrontendArgs dataclass, whose file moved to
+# entrypoints/launchers/cli_args.py in 0.29.0 and entrypoints/common/cli_args.py in 0.33.0). Every option below is
+# in each release from its first to 0.33.0.
+_VLLM_INERT_SINCE = {"--config-format": (0, 6, 1), "--disable-fastapi-docs": (0, 6, 2),
+                     "--generation-config": (0, 6, 6), "--reasoning-parser": (0, 7, 1),
+                     "--disable-uvicorn-access-log": (0, 8, 2), "--hf-token": (0, 8, 4),
+                     "--tool-parser-plugin": (0, 6, 3), "--enable-prompt-tokens-details": (0, 6, 4),
+                     "--chat-template-content-format": (0, 6, 5), "--enable-request-id-headers": (0, 6, 6),
+                     "--enable-ssl-refresh": (0, 8, 0), "--enable-server-load-tracking": (0, 8, 0),
+                     "--log-config-file": (0, 10, 0), "--enable-tokenizer-info-endpoint": (0, 10, 0),
+                     "--enable-force-include-usage": (0, 10, 0), "--uds": (0, 10, 1),
+                     "--exclude-tools-when-tool-choice-none": (0, 10, 1),
+                     "--h11-max-incomplete-event-size": (0, 10, 1, 1), "--h11-max-header-count": (0, 10, 1, 1),
+                     "--log-error-stack": (0, 10, 2), "--trust-request-chat-template": (0, 11, 0),
+                     "--enable-offline-docs": (0, 14, 0), "--ssl-ciphers": (0, 16, 0),
+                     "--disable-access-log-for-endpoints": (0, 16, 0)}
+_VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(option.option, option.since))
+                    for option in (
+    _inert(SERVER_ADDRESS, "one", "--host", "--port", "--uvicorn-log-level", "--root-path", "--ssl-keyfile",
+           "--ssl-certfile", "--allowed-origins", "--allowed-methods", "--allowed-headers", "--uds", "--ssl-ca-certs",
+           "--ssl-cert-reqs", "--ssl-ciphers", "--h11-max-incomplete-event-size", "--h11-max-header-count",
+           "--disable-access-log-for-endpoints")
+    + _inert(SERVER_ADDRESS, "none", "--enable-ssl-refresh", "--enable-request-id-headers", "--enable-offline-docs")
+    + _inert(SERVER_ADDRESS, "many", "--api-key")
+    + _inert(SERVER_ADDRESS, "none", "--allow-credentials", "--disable-uvicorn-access-log", "--disable-fastapi-docs")
+    + _inert(MODEL_FILES, "one", "--model", "--tokenizer", "--revision", "--tokenizer-revision", "--code-revision",
+             "--download-dir", "--load-format", "--tokenizer-mode", "--config-format", "--generation-config")
+    + _inert(MODEL_FILES, "many", "--served-model-name")
+    + _inert(MODEL_FILES, "optional", "--hf-token")
+    + _inert(MODEL_FILES, "none", "--trust-remote-code")
+    + _inert(LOGGING, "none", "--disable-log-stats")
+    + (InertOption("--disable-log-requests", "none", "request logging off: vLLM 0.6.0's API server measured the "
+                   "same with its log on and off (API_SERVER_WORK)", until=VLLM_DISABLE_LOG_REQUESTS_UNTIL),
+       InertOption("--swap-space", "one", "CPU swap space, which a single-sequence request's preemption does not "
+                   "use (V0 recomputes it, V1 does not swap)", until=VLLM_SWAP_SPACE_UNTIL),
+       InertOption("--use-v2-block-manager", "none", "V0's block manager v2, which hands out the same blocks as v1 "
+                   "(the default from 0.6.3, a no-op from 0.6.4)", until=VLLM_V2_BLOCK_MANAGER_UNTIL))
+    + _inert(LOGGING, "one", "--max-log-len", "--log-config-file")
+    + _inert(LOGGING, "none", "--log-error-stack")
+    # token usage in a reply: at most one more chunk a request with --enable-force-include-usage (`vllm bench serve`
+    # asks for it anyway: stream_options include_usage)
+    + _inert(USAGE_REPORTS, "none", "--enable-prompt-tokens-details", "--enable-server-load-tracking",
+             "--enable-tokenizer-info-endpoint", "--enable-force-include-usage")
+    + _inert(REQUEST_LIMITS, "one", "--max-logprobs")
+    + (InertOption("--guided-decoding-backend", "one", REQUEST_LIMITS, until=VLLM_GUIDED_DECODING_BACKEND_UNTIL),
+       InertOption("--calculate-kv-scales", "none", "an fp8 KV cache's scales computed on the first pass (its bytes "
+                   "are priced by the dtype)", since=VLLM_CALCULATE_KV_SCALES[0], until=VLLM_CALCULATE_KV_SCALES[1]))
+    + _inert(MODEL_FILES, "one", "--max-parallel-loading-workers")
+    + _inert(PARSING, "one", "--chat-template", "--response-role", "--tool-call-parser", "--reasoning-parser",
+             "--chat-template-content-format", "--tool-parser-plugin")
+    + _inert(PARSING, "none", "--enable-auto-tool-choice", "--exclude-tools-when-tool-choice-none",
+             "--trust-request-chat-template")
+    + _inert(SEED, "one", "--seed")
+    + (InertOption("--disable-cascade-attn", "none", "cascade attention off, as priced (vLLM uses it only when every "
+                   "running request shares a long prefix)", since=(0, 8, 2)),)))
