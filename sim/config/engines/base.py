@@ -272,6 +272,7 @@ def _custom_all_reduce(ctx: Context, engine: str) -> dict[str, Any]:
         return {"hardware.all_reduce": NCCL_ALL_REDUCE}
     return {}
 
+
 # What each group of options accepted without effect sets (`engine.command`'s note names them).
 SERVER_ADDRESS = "the server's address, HTTP and access settings"
 MODEL_FILES = "where the model's files come from and what it is called: the scenario's model is priced"

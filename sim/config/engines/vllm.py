@@ -370,9 +370,8 @@ _VLLM_FLAGS = {
                                          "(mp for several, uni for one), the executor the CPU terms were fitted with"),
     # vllm/engine/arg_utils.py: fcfs (the default of every release that has it) or priority, which orders by a
     # request's priority field, which the workload does not set
-    "scheduling_policy": Flag(None, str, "--scheduling-policy: fcfs, the default", _only_default("scheduling_policy",
-                                                                                              "fcfs"),
-                              since=(0, 6, 3)),
+    "scheduling_policy": Flag(None, str, "--scheduling-policy: fcfs, the default",
+                              _only_default("scheduling_policy", "fcfs"), since=(0, 6, 3)),
     "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
                                       "(hardware.all_reduce nccl)"),
     "disable_hybrid_kv_cache_manager": Flag(None, bool, "--disable-hybrid-kv-cache-manager: a hybrid model's sliding "
