@@ -1074,7 +1074,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     if cm.get("kind") == "measured" and own_tables(case) != "vllm":
         cm["tables"] = own_tables(case)
     # A term the fit left at a bound, or did not pin (`not_pinned`), is what the preset never uses
-    # (sim/config/engines/fitted.py `_nearest_fits`): the run gets the preset's own value instead, as a user's scenario
+    # (sim/config/engines/fitted.py `nearest_fits`): the run gets the preset's own value instead, as a user's scenario
     # would.
     fitted = usable_terms(fitted or {}, fitted or {})
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}

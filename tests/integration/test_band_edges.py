@@ -177,13 +177,13 @@ def test_the_engine_model_misfit_is_the_engines_pooled_unbiased_residual_sigma(m
     other = {"1.0": {"terms": {"per_step_s": 1e-3}, "fit_error": {"rms_log": 1.5, "residuals": 5}}}
     from sim.config import engines
     from sim.config.engines import fitted
-    monkeypatch.setattr(fitted, "_fitted_table", lambda: {"engines": {"vllm": vllm, "sglang": other}})
+    monkeypatch.setattr(fitted, "fitted_table", lambda: {"engines": {"vllm": vllm, "sglang": other}})
     sigma, source = engines.engine_model_misfit(_preset("replications", ["engine_model"]))
     # another engine's poor fit does not enter vLLM's
     assert sigma == pytest.approx(math.sqrt((6 * 0.3 ** 2 + 3 * 0.5 ** 2) / ((6 - 2) + (3 - 1))))
     assert "the vllm preset's misfit" in source and "2 fitted versions (6 degrees of freedom" in source
     # an engine with no version to spare takes every engine's pool, and says so
-    monkeypatch.setattr(fitted, "_fitted_table", lambda: {"engines": {"vllm": {"3.0.0": vllm["3.0.0"]},
+    monkeypatch.setattr(fitted, "fitted_table", lambda: {"engines": {"vllm": {"3.0.0": vllm["3.0.0"]},
                                                                        "sglang": other}})
     sigma, source = engines.engine_model_misfit(_preset("replications", ["engine_model"]))
     assert sigma == pytest.approx(math.sqrt(5 * 1.5 ** 2 / (5 - 1)))

@@ -1,6 +1,6 @@
 """The tensor-parallel all-reduce (`hardware.all_reduce`): the engine's own kernel or NCCL's, NCCL's table imported
 once per GPU (calibrate/aic_import.py convert_nccl), priced by the measured model and the learned roofline, and set by
-the engine presets where the engine runs NCCL (sim/config/engines/base.py `_custom_all_reduce`, LMDeploy)."""
+the engine presets where the engine runs NCCL (sim/config/engines/base.py `custom_all_reduce`, LMDeploy)."""
 
 import json
 import shutil

@@ -9,7 +9,7 @@ import pytest
 from helpers import one_error_line, servesim
 
 from sim.config.engines import fitted
-from sim.config.engines.base import _parse_version
+from sim.config.engines.base import parse_version
 from sim.config.files import validate_scenario
 from sim.cost.overhead import ENGINE_DEFAULTS
 from sim.errors import ConfigError
@@ -84,12 +84,12 @@ def test_a_four_number_release_is_its_own_version_and_is_derived_as_its_release_
 def test_a_fit_left_at_a_bound_serves_only_its_own_version():
     # engine_terms.json: vLLM 0.9.2's one GPUStack run left its latency at the bound; its CPU time per step is its
     # own version's, and the versions around it take the nearest fit that reproduced its runs
-    table = fitted._fitted_table()["engines"]["vllm"]
+    table = fitted.fitted_table()["engines"]["vllm"]
     assert table["0.9.2"]["at_bound"] and not table["0.11.0"]["at_bound"]
     own = scenario({"name": "vllm", "version": "0.9.2"}).cost_model.overhead.per_step_s
     assert own == pytest.approx(table["0.9.2"]["terms"]["per_step_s"])
     for version in ("0.10.2", "0.10.1.1", "0.9.1"):
-        fits = fitted._nearest_fits("vllm", _parse_version(version))
+        fits = fitted.nearest_fits("vllm", parse_version(version))
         assert fits["per_step_s"].version != "0.9.2" and fits["per_step_s"].borrowed, version
         assert scenario({"name": "vllm", "version": version}).cost_model.overhead.per_step_s != own
 
@@ -894,10 +894,10 @@ def test_vllm_parses_the_chat_template_per_request_only_in_the_versions_that_do(
     # vllm/entrypoints/chat_utils.py of each release: resolve_chat_template_content_format uncached 0.8.2-0.9.1,
     # resolve_chat_template_kwargs uncached in 0.11.0 only (benchmarks/bench_chat_template.py)
     from sim.config.engines import chat_template_parse
-    parse = chat_template_parse(_parse_version(version), "qwen3", "chat")
+    parse = chat_template_parse(parse_version(version), "qwen3", "chat")
     assert (parse.work_s * 1e3 if parse else None) == (pytest.approx(parse_ms) if parse_ms else None)
-    assert chat_template_parse(_parse_version(version), "qwen3", "completions") is None  # no template rendered
-    assert chat_template_parse(_parse_version(version), "gpt_oss", "chat") is None  # openai_harmony renders it
+    assert chat_template_parse(parse_version(version), "qwen3", "completions") is None  # no template rendered
+    assert chat_template_parse(parse_version(version), "gpt_oss", "chat") is None  # openai_harmony renders it
 
 
 GPT_OSS_20B = str(Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
@@ -1043,10 +1043,10 @@ def test_a_burst_of_chat_requests_reaches_vllm_0110_together_after_all_their_par
 def test_an_install_without_the_fitted_terms_is_refused_not_priced_with_estimates(monkeypatch, tmp_path):
     """The shipped fits unreadable (an install without its data: tests/unit/test_packaging.py) fail in one line."""
     monkeypatch.setattr(fitted, "TERMS_PATH", tmp_path / "engine_terms.json")
-    fitted._fitted_table.cache_clear()
+    fitted.fitted_table.cache_clear()
     try:
         with pytest.raises(ConfigError, match=r"^engine presets: their fitted terms, .*engine_terms\.json, cannot be "
                                               r"read \(FileNotFoundError\); allowed: an install that ships them"):
             scenario({"name": "vllm", "version": "0.11.0"})
     finally:
-        fitted._fitted_table.cache_clear()
+        fitted.fitted_table.cache_clear()

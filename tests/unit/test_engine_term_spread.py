@@ -158,7 +158,7 @@ def test_a_fitted_preset_spreads_its_fitted_terms_with_the_fits_sigma_and_its_es
 
 def test_a_version_without_its_own_fit_widens_the_borrowed_sigma_by_the_stated_factor():
     spreads = {s.key: s for s in engine_term_spread(scenario({"name": "vllm", "version": "0.6.3"}))}
-    nearest = fitted._nearest_fits("vllm", (0, 6, 3))  # per term, the nearest version whose fit identified it
+    nearest = fitted.nearest_fits("vllm", (0, 6, 3))  # per term, the nearest version whose fit identified it
     for key, term in ((STEP, "per_step_s"), (LATENCY, "latency_s")):
         fit = nearest[term]
         assert fit.borrowed and spreads[key].kind == "other version" and spreads[key].point == fit.value
@@ -171,17 +171,17 @@ def test_each_term_comes_from_the_nearest_version_whose_fit_identified_it(monkey
         "0.11.0": {"terms": {"per_step_s": 1e-3, "latency_s": 0.05}, "at_bound": []},
         "0.9.2": {"terms": {"per_step_s": 6e-3, "latency_s": 1.0}, "at_bound": ["latency_s at bound"]},
         "0.5.0": {"terms": {"per_step_s": 0.05, "latency_s": 0.02}, "at_bound": ["per_step_s at bound"]}}}}
-    monkeypatch.setattr(fitted, "_fitted_table", lambda: table)
-    own = fitted._nearest_fits("vllm", (0, 9, 2))
+    monkeypatch.setattr(fitted, "fitted_table", lambda: table)
+    own = fitted.nearest_fits("vllm", (0, 9, 2))
     assert own["per_step_s"] == engines.NearestFit("0.9.2", 6e-3, False)  # its own fit
     assert own["latency_s"] == engines.NearestFit("0.11.0", 0.05, True)  # its own is at a bound: the nearest's
     # A fit that left a term at a bound serves its own version only: 0.6.3 takes neither 0.9.2's nor 0.5.0's,
     # though both are nearer than 0.11.0 (|6-9|, |6-5| < |6-11|)
-    older = fitted._nearest_fits("vllm", (0, 6, 3))
+    older = fitted.nearest_fits("vllm", (0, 6, 3))
     assert older == {"per_step_s": engines.NearestFit("0.11.0", 1e-3, True),
                      "latency_s": engines.NearestFit("0.11.0", 0.05, True)}
     table["engines"]["vllm"]["0.9.2"]["at_bound"] = []  # without its bound, 0.9.2's fit is the nearest, and lent
-    assert fitted._nearest_fits("vllm", (0, 6, 3))["per_step_s"] == engines.NearestFit("0.9.2", 6e-3, True)
+    assert fitted.nearest_fits("vllm", (0, 6, 3))["per_step_s"] == engines.NearestFit("0.9.2", 6e-3, True)
     table["engines"]["vllm"]["0.9.2"]["at_bound"] = ["latency_s at bound"]
     terms, where = engines.fitted_terms("vllm", (0, 9, 2))
     assert terms == {"latency_s": 0.05, "per_step_s": 6e-3}
@@ -202,15 +202,15 @@ def test_the_nearest_fit_is_nearest_in_release_order_not_number_by_number(monkey
     table = {"engines": {"vllm": {
         "0.6.0": {"terms": {"per_step_s": 2e-3}, "at_bound": []},
         "0.11.0": {"terms": {"per_step_s": 1e-3}, "at_bound": []}}}}
-    monkeypatch.setattr(fitted, "_fitted_table", lambda: table)
-    assert fitted._nearest_fits("vllm", (1, 0, 0))["per_step_s"] == engines.NearestFit("0.11.0", 1e-3, True)
-    assert fitted._nearest_fits("vllm", (0, 8, 5))["per_step_s"] == engines.NearestFit("0.6.0", 2e-3, True)
+    monkeypatch.setattr(fitted, "fitted_table", lambda: table)
+    assert fitted.nearest_fits("vllm", (1, 0, 0))["per_step_s"] == engines.NearestFit("0.11.0", 1e-3, True)
+    assert fitted.nearest_fits("vllm", (0, 8, 5))["per_step_s"] == engines.NearestFit("0.6.0", 2e-3, True)
 
 
 def test_eager_adds_the_launch_estimate_and_an_engine_without_a_fit_spreads_vllms_estimate(monkeypatch):
     eager = [s.key for s in engine_term_spread(scenario({"name": "vllm", "version": "0.11.0", "enforce_eager": True}))]
     assert eager == [STEP, LATENCY, *INTAKE, PER_SEQ, "cost_model.overhead.launch_per_layer_s"]
-    monkeypatch.setattr(fitted, "_fitted_table", lambda: {})
+    monkeypatch.setattr(fitted, "fitted_table", lambda: {})
     spreads = engine_term_spread(scenario({"name": "sglang", "version": "0.5.3.post3"}))
     # SGLang's steps outside its CUDA graphs (decode batches above 256, prefill before 0.5.10) launch eagerly
     assert [(s.key, s.kind, s.point) for s in spreads] == [(STEP, "estimate", 5e-4), (PER_SEQ, "estimate", 10e-6),
@@ -275,8 +275,8 @@ def test_a_term_whose_90_percent_range_passes_its_bound_is_not_pinned_and_not_us
         "0.5.3": {"terms": {"per_step_s": 4e-4, "latency_s": 0.014}, "at_bound": [], "not_pinned": []},
         "0.5.5": {"terms": {"per_step_s": 0.016, "latency_s": 0.74}, "at_bound": [],
                   "not_pinned": ["latency_s not pinned"]}}}}
-    monkeypatch.setattr(fitted, "_fitted_table", lambda: table)
-    nearest = fitted._nearest_fits("sglang", (0, 5, 5))
+    monkeypatch.setattr(fitted, "fitted_table", lambda: table)
+    nearest = fitted.nearest_fits("sglang", (0, 5, 5))
     assert nearest["per_step_s"] == engines.NearestFit("0.5.5", 0.016, False)
     assert nearest["latency_s"] == engines.NearestFit("0.5.3", 0.014, True)
     _, where = engines.fitted_terms("sglang", (0, 5, 5))

@@ -37,7 +37,7 @@ class Flag:
         return head if head.startswith("--") else None
 
 
-def _kv_cache_dtype(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
+def kv_cache_dtype_flag(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
     """An engine's --kv-cache-dtype as `quantization.kv_cache`: auto (the model's own dtype) sets nothing; fp8,
     fp8_e4m3 and fp8_e5m2 set fp8 (the same bytes a value); bfloat16 sets bf16; another value is refused in one
     line."""
@@ -50,7 +50,7 @@ def _kv_cache_dtype(allowed: tuple[str, ...]) -> Callable[[str], str | None]:
     return convert
 
 
-def _at_least_one(name: str) -> Callable[[int], int]:
+def at_least_one(name: str) -> Callable[[int], int]:
     """An engine flag's count that must be 1 or more, refused in one line otherwise."""
     def convert(value: int) -> int:
         if value < 1:
@@ -59,7 +59,7 @@ def _at_least_one(name: str) -> Callable[[int], int]:
     return convert
 
 
-def _sixteen_bit(allowed: tuple[str, ...]) -> Callable[[str], str]:
+def sixteen_bit_dtype(allowed: tuple[str, ...]) -> Callable[[str], str]:
     """An engine's --dtype: the 16-bit activation dtypes every price here assumes are accepted (the weights priced
     are the scenario's `quantization.weights`); float32 and others are refused in one line."""
     def convert(value: str) -> str:
@@ -70,7 +70,7 @@ def _sixteen_bit(allowed: tuple[str, ...]) -> Callable[[str], str]:
     return convert
 
 
-def _only_default(name: str, default: str) -> Callable[[str], str]:
+def only_default(name: str, default: str) -> Callable[[str], str]:
     """An engine option accepted at its default value only (the engine as modelled), another value refused in one
     line."""
     def convert(value: str) -> str:
@@ -81,7 +81,7 @@ def _only_default(name: str, default: str) -> Callable[[str], str]:
     return convert
 
 
-def _weights_quantization(methods: dict[str, str]) -> Callable[[str], str]:
+def weights_quantization(methods: dict[str, str]) -> Callable[[str], str]:
     """An engine's --quantization as `quantization.weights` (the methods it names that ServeSim prices: fp8 as the
     engine's W8A8 where the GPU has an fp8 rate, `_derive` sets fp8_compute so, weight-only elsewhere); another
     method is refused in one line, never priced as 16-bit."""
@@ -131,7 +131,7 @@ class EnginePreset:
     decodes_within_budget: bool = True
 
     def known_versions(self) -> str:
-        return self.versions or f"{_dotted(self.oldest)} to {_dotted(self.newest[:2])}.x"
+        return self.versions or f"{dotted_version(self.oldest)} to {dotted_version(self.newest[:2])}.x"
 
     def options(self) -> dict[str, tuple[str, Any]]:
         """Each command-line spelling of a flag's option (`Flag.option`, `Flag.aliases`) -> (the flag, its kind)."""
@@ -162,20 +162,20 @@ class Context:
     max_model_len_flag: int | None = None  # the engine flag that sets scheduler.max_model_len, when given
 
     def max_model_len(self) -> int | None:
-        given = self.max_model_len_flag or _get(self.raw, "scheduler.max_model_len")
+        given = self.max_model_len_flag or get_key(self.raw, "scheduler.max_model_len")
         if given is not None:
             return given
         return self.model.max_context if self.model is not None else None
 
 
-def _dotted(version: tuple[int, ...] | str) -> str:
+def dotted_version(version: tuple[int, ...] | str) -> str:
     return version if isinstance(version, str) else ".".join(str(v) for v in version)
 
 
 _VERSION = re.compile(r"v?(\d+(?:\.\d+)+)((?:[.\-+]?(?:post|rc|dev|a|b)\d*)*)")
 
 
-def _parse_version(text: str) -> tuple[int, ...] | None:
+def parse_version(text: str) -> tuple[int, ...] | None:
     """The release numbers of a version string, at least two ("0.10.1.1", vLLM's fourth-number releases, keeps all
     four); a pre-, post- or dev-release suffix names the same release (0.5.3.post3 is 0.5.3)."""
     match = _VERSION.fullmatch(text.strip())
@@ -192,28 +192,28 @@ def _suffix(version_text: str) -> tuple[bool, int]:
     return re.search(r"rc|dev|a|b", suffix) is not None, int(post.group(1)) if post else -1
 
 
-def _released_before(version: tuple[int, ...], version_text: str, bound: tuple[int, ...] | str,
-                     pre_before: bool = True) -> bool:
+def released_before(version: tuple[int, ...], version_text: str, bound: tuple[int, ...] | str,
+                    pre_before: bool = True) -> bool:
     """Whether a release came out before `bound`, the release numbers of a final release or a version string that
     may name a post release ("0.4.6.post2": 0.4.6 and 0.4.6.post1 come before it): a lower version; a post release
     before the bound's; with `pre_before`, a pre- or dev-release of the bound itself (0.5.3rc0, which
-    `_parse_version` reads as 0.5.3)."""
-    numbers = _parse_version(bound) if isinstance(bound, str) else bound
+    `parse_version` reads as 0.5.3)."""
+    numbers = parse_version(bound) if isinstance(bound, str) else bound
     if version[:len(numbers)] != numbers:
         return version < numbers
     pre, post = _suffix(version_text)
     return (pre_before and pre) or post < (_suffix(bound)[1] if isinstance(bound, str) else -1)
 
 
-def _outside_versions(version: tuple[int, ...], version_text: str, since: tuple[int, ...] | str | None,
-                      until: tuple[int, ...] | str | None) -> tuple[str, str] | None:
+def outside_versions(version: tuple[int, ...], version_text: str, since: tuple[int, ...] | str | None,
+                     until: tuple[int, ...] | str | None) -> tuple[str, str] | None:
     """Why a flag or option is not one of this release's (`since`: the first release that has it, a pre-release of
     it counted as it; `until`: the first whose parser refuses it; either may name a post release, "0.4.6.post2"),
     and the versions allowed instead; None where it is."""
-    if since is not None and _released_before(version, version_text, since, pre_before=False):
-        return f"it came in {_dotted(since)}", f"engine.version {_dotted(since)} or later"
-    if until is not None and not _released_before(version, version_text, until):
-        return f"its parser refuses it from {_dotted(until)}", f"engine.version before {_dotted(until)}"
+    if since is not None and released_before(version, version_text, since, pre_before=False):
+        return f"it came in {dotted_version(since)}", f"engine.version {dotted_version(since)} or later"
+    if until is not None and not released_before(version, version_text, until):
+        return f"its parser refuses it from {dotted_version(until)}", f"engine.version before {dotted_version(until)}"
     return None
 
 
@@ -230,16 +230,16 @@ def _lookup(raw: dict, dotted: str):
     return node
 
 
-def _get(raw: dict, dotted: str):
+def get_key(raw: dict, dotted: str):
     value = _lookup(raw, dotted)
     return None if value is _ABSENT else value
 
 
-def _has(raw: dict, dotted: str) -> bool:
+def has_key(raw: dict, dotted: str) -> bool:
     return _lookup(raw, dotted) is not _ABSENT
 
 
-def _set(raw: dict, dotted: str, value) -> None:
+def set_key(raw: dict, dotted: str, value) -> None:
     node = raw
     keys = dotted.split(".")
     for key in keys[:-1]:
@@ -260,11 +260,11 @@ def _set(raw: dict, dotted: str, value) -> None:
 CUSTOM_ALL_REDUCE_WORLD_SIZES = (2, 4, 6, 8)
 
 
-def _custom_all_reduce(ctx: Context, engine: str) -> dict[str, Any]:
+def custom_all_reduce(ctx: Context, engine: str) -> dict[str, Any]:
     """`hardware.all_reduce` nccl where vLLM's custom all-reduce (or SGLang's copy) turns itself off or is turned
     off (the flag `disable_custom_all_reduce`); {} where it runs (the default, custom)."""
     tp, off = ctx.tensor_parallel, ctx.flags.get("disable_custom_all_reduce")
-    if off and _get(ctx.raw, "hardware.all_reduce") == CUSTOM_ALL_REDUCE:
+    if off and get_key(ctx.raw, "hardware.all_reduce") == CUSTOM_ALL_REDUCE:
         raise ConfigError(f"engine.disable_custom_all_reduce: true contradicts hardware.all_reduce 'custom'; allowed: "
                           f"give one of them, or hardware.all_reduce '{NCCL_ALL_REDUCE}' ({engine})")
     pcie_only = interconnect_class(ctx.gpu) == "pcie"
@@ -282,11 +282,11 @@ SEED = "the sampler's seed (run.seed draws the workload)"
 USAGE_REPORTS = "what the responses and endpoints report (token usage, load counters): not priced"
 
 
-def _inert(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
+def inert_group(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
     return tuple(InertOption(option, takes, about) for option in options)
 
 
-def _caches_prefixes(ctx: Context, notes: list[str], engine: str) -> bool:
+def caches_prefixes(ctx: Context, notes: list[str], engine: str) -> bool:
     """Whether the preset turns on `kv_cache.enable_prefix_caching`, as an engine that caches prefixes by default:
     yes, but for a model whose every layer slides, where ServeSim keeps a sequence's windowed blocks under prefix
     caching (docs/scenarios.md, sliding windows) that the engine frees: there the window's freeing is kept, noted."""

@@ -8,8 +8,8 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from sim.config.engines.base import Context, _dotted, _get
-from sim.config.engines.fitted import _nearest_fits, fit_name, fitted_terms
+from sim.config.engines.base import Context, dotted_version, get_key
+from sim.config.engines.fitted import fit_name, fitted_terms, nearest_fits
 from sim.workload.generate import endpoint_of
 
 
@@ -219,7 +219,7 @@ _DISCIPLINE_NOTES = {
 }
 
 
-def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, str]:
+def inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, str]:
     """The front-end work of this engine version that queues (`frontend_work`), as front-end keys for the preset's
     own front-end, and the note that says so; ({}, "") where there is none."""
     model_type = ctx.model.model_type if ctx.model is not None else None
@@ -236,7 +236,7 @@ def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, st
     if not work:
         return {}, ""
     label, server, where = _SERVER_NAMES[engine]
-    open_arrivals = _get(ctx.raw, "workload.arrival.kind") != "closed_loop"
+    open_arrivals = get_key(ctx.raw, "workload.arrival.kind") != "closed_loop"
     said = []
     if intake is not None:
         chunk = ("its streaming not run (no per_output_chunk_s)" if intake.per_output_chunk_s is None else
@@ -249,7 +249,8 @@ def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, st
                     f"per_prompt_token_s), {chunk}")
     if parse is not None:
         said.append(f"it parses the chat template again for every chat request ({parse.what}; "
-                    f"vllm/entrypoints/chat_utils.py, {_dotted(parse.since)} to before {_dotted(parse.until)}): "
+                    f"vllm/entrypoints/chat_utils.py, {dotted_version(parse.since)} to before "
+                    f"{dotted_version(parse.until)}): "
                     f"{parse.work_s * 1e3:.1f} ms a request (frontend.per_request_s, measured for Qwen3's template: "
                     "benchmarks/bench_chat_template.py)")
     discipline = intake.discipline if intake is not None and open_arrivals else "fifo"
@@ -260,7 +261,7 @@ def _inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, st
     return {**work, "discipline": discipline}, note
 
 
-def _engine_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict, str] | None = None) -> dict:
+def preset_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict, str] | None = None) -> dict:
     """The preset's CPU terms and front-end, fitted where the suite fitted them (`fitted_terms`).
 
     The CPU time is priced serially (kernels + CPU), also for the engines that overlap it with the GPU (SGLang's
@@ -277,7 +278,7 @@ def _engine_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict
     else:
         terms, where = found
         overhead.update({k: v for k, v in terms.items() if k in ("per_step_s", "per_seq_s", "per_prefill_token_s")})
-        cpu_fits = sorted({fit.version for term, fit in _nearest_fits(name, ctx.version).items() if term in overhead})
+        cpu_fits = sorted({fit.version for term, fit in nearest_fits(name, ctx.version).items() if term in overhead})
         if cpu_fits:  # the label names whose fit they are (`overhead.engine` names only the defaults they replace)
             overhead["fitted_for"] = fit_name(name, cpu_fits)
         if "latency_s" in terms:
@@ -288,13 +289,13 @@ def _engine_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict
         own = ctx.raw.get("frontend", values.get("frontend"))  # the scenario's own front-end wins over the preset's
         if work and isinstance(own, dict) and own.get("per_request_s") == work["per_request_s"]:
             notes.append(work_note)  # only where the scenario's front-end does this version's work
-        elif "latency_s" in terms and not any(_get(ctx.raw, f"frontend.{t}") for t in QUEUEING_FRONTEND_TERMS):
+        elif "latency_s" in terms and not any(get_key(ctx.raw, f"frontend.{t}") for t in QUEUEING_FRONTEND_TERMS):
             notes.append(FRONTEND_CAPACITY_NOTE)
     values["cost_model.overhead"] = overhead
     return values
 
 
-def _window_memory_not_read(ctx: Context, engine: str, notes: list[str]) -> None:
+def window_memory_not_read(ctx: Context, engine: str, notes: list[str]) -> None:
     """Say that a hybrid model's sliding layers are kept as vLLM keeps them (`kv_cache.window_memory` shared_pool, the
     default) under an engine whose own rule was not read in its source."""
     if ctx.model is not None and ctx.model.hybrid_window:
@@ -302,8 +303,8 @@ def _window_memory_not_read(ctx: Context, engine: str, notes: list[str]) -> None
                      "pool, as vLLM keeps it (the engine's own rule is not read in its source)")
 
 
-def _kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs: int,
-               window: dict | None = None, profiled_activations: bool = True) -> int | None:
+def preset_kv_tokens(ctx: Context, utilization: float, token_budget: int, max_num_seqs: int,
+                     window: dict | None = None, profiled_activations: bool = True) -> int | None:
     """KV token slots at this memory fraction (a hybrid model's sliding layers kept as `window` says: `window_memory`,
     `window_pool_ratio`; the activations left out of the budget or not: `kv_cache.profile_activations`), or None
     when the model is not resolved or does not fit."""

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from sim.config.engines.base import ENGINE_LABELS, _dotted, _parse_version
+from sim.config.engines.base import ENGINE_LABELS, dotted_version, parse_version
 from sim.errors import ConfigError
 
 
@@ -21,7 +21,7 @@ TERMS_PATH = Path(__file__).resolve().parents[1] / "engine_terms.json"
 
 
 @lru_cache(maxsize=1)
-def _fitted_table() -> dict:
+def fitted_table() -> dict:
     """The shipped fits (TERMS_PATH). Unreadable is an install without its data (pyproject.toml's package-data), not
     "no fits": refused in one line rather than priced with the estimates."""
     try:
@@ -34,7 +34,7 @@ def _fitted_table() -> dict:
 def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None:
     """(the fitted numbers, where they come from) for this engine version: each term from its own fit, else from
     the nearest version whose fit identified it (said in the source); None when the engine has none."""
-    nearest = _nearest_fits(name, version)
+    nearest = nearest_fits(name, version)
     if not nearest:
         return None
     by_version: dict[tuple[str, bool], list[str]] = {}
@@ -42,12 +42,12 @@ def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None
         by_version.setdefault((fit.version, fit.borrowed), []).append(term)
     parts = []
     for (text, borrowed), terms in by_version.items():
-        entry = _fitted_table()["engines"][name][text]
+        entry = fitted_table()["engines"][name][text]
         part = f"fitted on {', '.join(entry.get('fitted_on', [])) or 'no run'} ({name} {text})"
         if len(by_version) > 1:
             part = f"{', '.join(terms)} {part}"
         if borrowed:
-            part += f", taken for {name} {_dotted(version)}, {_why_borrowed(name, version, terms)}"
+            part += f", taken for {name} {dotted_version(version)}, {why_borrowed(name, version, terms)}"
         parts.append(part)
     return {term: fit.value for term, fit in nearest.items()}, "; ".join(parts)
 
@@ -57,11 +57,11 @@ def fit_name(name: str, versions) -> str:
     return f"{ENGINE_LABELS[name]} {', '.join(versions)}"
 
 
-def _why_borrowed(name: str, version: tuple[int, ...], terms=()) -> str:
+def why_borrowed(name: str, version: tuple[int, ...], terms=()) -> str:
     """Why a version takes `terms` from another version's fit: it has none, or its own did not pin them (left them
     at a bound, or with a 90% range reaching past the bound: `calibrate.engine_fit.not_pinned`)."""
-    table = _fitted_table().get("engines", {}).get(name, {})
-    own = [entry for v, entry in table.items() if _is_version(_parse_version(v), version)]
+    table = fitted_table().get("engines", {}).get(name, {})
+    own = [entry for v, entry in table.items() if _is_version(parse_version(v), version)]
     if not own:
         return "which has no fit of its own"
     if any(f"{t} not pinned" in own[0].get("not_pinned", []) for t in terms):
@@ -107,7 +107,7 @@ class NearestFit:
     borrowed: bool
 
 
-def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
+def nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
     """Per term, its fit for this engine version: the version's own, else the nearest fitted version's whose fit
     identified that term (a term the fit left at a bound, or whose 90% range reaches past the bound, was not
     identified by its runs: never used as if it had been); empty when the engine has none. Per term, so that a
@@ -117,10 +117,10 @@ def _nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
     A fit that left any term at a bound is lent to no other version: the model could not reproduce its runs, and its
     other terms took up what that one could not (the fits it has happened to, and what they gave: benchmarks/
     RESULTS.md, "A fit left at a bound serves its own version only"). Its own version still uses them."""
-    table = _fitted_table().get("engines", {}).get(name, {})
+    table = fitted_table().get("engines", {}).get(name, {})
     usable = {v: usable_terms(e.get("terms", {}), [*e.get("at_bound", []), *e.get("not_pinned", [])])
               for v, e in table.items()}
-    candidates = [(v, _parse_version(v)) for v in usable]
+    candidates = [(v, parse_version(v)) for v in usable]
     candidates = [(text, parsed) for text, parsed in candidates
                   if parsed is not None and (not table[text].get("at_bound") or _is_version(parsed, version))]
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SERVER_ADDRESS,
-                                     _dotted, _get, _inert, _sixteen_bit)
-from sim.config.engines.engine_work import _engine_terms, _window_memory_not_read
+                                     dotted_version, get_key, inert_group, sixteen_bit_dtype)
+from sim.config.engines.engine_work import preset_terms, window_memory_not_read
 from sim.errors import ConfigError
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE
 
@@ -21,8 +21,8 @@ LMDEPLOY_SCHEDULER_VERSIONS = ("0.1.0a0", "0.1.0a1")
 # passes (LlamaBatch.cc's mini-batches) under a budget that moved with the waiting prompts: not modelled.
 LMDEPLOY_ONE_PASS_SINCE = (0, 12, 0)
 LMDEPLOY_NEWEST = (0, 16, 0)
-LMDEPLOY_VERSIONS = (f"{', '.join(LMDEPLOY_SCHEDULER_VERSIONS)}, {_dotted(LMDEPLOY_ONE_PASS_SINCE)} to "
-                     f"{_dotted(LMDEPLOY_NEWEST[:2])}.x")  # the versions the preset models
+LMDEPLOY_VERSIONS = (f"{', '.join(LMDEPLOY_SCHEDULER_VERSIONS)}, {dotted_version(LMDEPLOY_ONE_PASS_SINCE)} to "
+                     f"{dotted_version(LMDEPLOY_NEWEST[:2])}.x")  # the versions the preset models
 LMDEPLOY_BLOCK_COUNT_UNTIL = (0, 15, 0)  # cache_max_entry_count >= 1: a number of blocks until then, refused since
 # lmdeploy/utils.py get_max_batch_size (v0.10.0-v0.16.0): matched in torch's lower-cased device name, else 128
 LMDEPLOY_MAX_BATCH_BY_GPU = (("a100", 384), ("a800", 384), ("h100", 1024), ("h800", 1024), ("l20y", 1024),
@@ -34,7 +34,7 @@ _LMDEPLOY_ENGINE_CONFIG_ONLY = ("max_prefill_token_num", "enable_prefix_caching"
                                 "backend", "dtype")
 
 
-def _derive_lmdeploy(ctx: Context) -> PresetResult:
+def derive_lmdeploy(ctx: Context) -> PresetResult:
     """LMDeploy's TurboMind engine: its v0.1.0a0-a1 scheduler (`_derive_turbomind_context_pass`) or its one-pass
     engine of v0.12.0-v0.16.x (`_derive_turbomind_one_pass`); the versions between are refused in one line."""
     text = ctx.version_text.strip().lstrip("v")
@@ -42,7 +42,7 @@ def _derive_lmdeploy(ctx: Context) -> PresetResult:
         for key in _LMDEPLOY_ENGINE_CONFIG_ONLY:
             if key in ctx.flags:
                 raise ConfigError(f"engine.{key}: not a config.ini key of lmdeploy {ctx.version_text}; allowed: "
-                                  f"leave it out, or engine.version {_dotted(LMDEPLOY_ONE_PASS_SINCE)} or later")
+                                  f"leave it out, or engine.version {dotted_version(LMDEPLOY_ONE_PASS_SINCE)} or later")
         return _derive_turbomind_context_pass(ctx)
     if ctx.version >= LMDEPLOY_ONE_PASS_SINCE:  # (above the newest: refused by apply_engine_preset)
         for key in _LMDEPLOY_CONFIG_INI_ONLY:
@@ -99,7 +99,7 @@ def _derive_turbomind_one_pass(ctx: Context) -> PresetResult:
         values["kv_cache.capacity_tokens"] = int(entries) * block_len
     else:
         values.update({"kv_cache.free_memory_fraction": entries, "kv_cache.profile_activations": False})
-    if _get(ctx.raw, "quantization.kv_cache") == "fp8":  # (quant_policy 8, written in before the derivation: int8)
+    if get_key(ctx.raw, "quantization.kv_cache") == "fp8":  # (quant_policy 8, written in before the derivation: int8)
         raise ConfigError("quantization.kv_cache: 'fp8' contradicts engine lmdeploy (TurboMind refuses an FP8 k/v "
                           "cache, lmdeploy/messages.py); allowed: bf16, fp16, or int8 with engine.quant_policy 8")
     values["hardware.all_reduce"] = NCCL_ALL_REDUCE  # communicator's default, nccl
@@ -128,8 +128,8 @@ def _derive_turbomind_one_pass(ctx: Context) -> PresetResult:
                  "vLLM's (AIConfigurator measured none of TurboMind's)")
     if flags.get("cache_chunk_size", -1) != -1:
         notes.append("LMDeploy cache_chunk_size: no effect on the schedule (blocks are taken as needed)")
-    values.update(_engine_terms(ctx, "lmdeploy", notes))
-    _window_memory_not_read(ctx, "LMDeploy", notes)
+    values.update(preset_terms(ctx, "lmdeploy", notes))
+    window_memory_not_read(ctx, "LMDeploy", notes)
     return PresetResult(values, from_flags, notes)
 
 
@@ -190,14 +190,14 @@ def _derive_turbomind_context_pass(ctx: Context) -> PresetResult:
         values["scheduler.max_model_len"] = session_len
         if flags.get("session_len") is not None:  # the flag's: a scenario's different max_model_len contradicts it
             from_flags["scheduler.max_model_len"] = "session_len"
-    values.update(_engine_terms(ctx, "lmdeploy", notes))
+    values.update(preset_terms(ctx, "lmdeploy", notes))
     # TurboMind all-reduces with NCCL only (src/turbomind/models/llama/LlamaFfnLayer.cc and the attention layers:
     # ftNcclAllReduceSum under an NcclGuard; read at 620236d3, a 2023 commit of the v0.1 line, not at v0.1.0a1's own)
     values["hardware.all_reduce"] = NCCL_ALL_REDUCE
-    if ctx.tensor_parallel > 1 and _get(ctx.raw, "hardware.all_reduce") in (None, NCCL_ALL_REDUCE):
+    if ctx.tensor_parallel > 1 and get_key(ctx.raw, "hardware.all_reduce") in (None, NCCL_ALL_REDUCE):
         notes.append("LMDeploy: NCCL's all-reduce priced from the NCCL version AIConfigurator measured (the GPU's "
                      "calibrate/measured/<gpu>/nccl/), not the one its build linked (unstated)")
-    _window_memory_not_read(ctx, "LMDeploy", notes)
+    window_memory_not_read(ctx, "LMDeploy", notes)
     return PresetResult(values, from_flags, notes)
 
 
@@ -224,7 +224,7 @@ def _communicator(name: str) -> str:
     return NCCL_ALL_REDUCE if name == "nccl" else CUSTOM_ALL_REDUCE
 
 
-_LMDEPLOY_FLAGS = {  # config.ini keys of v0.1.0a; TurbomindEngineConfig fields (--max-batch-size ...) of v0.12.0+
+LMDEPLOY_FLAGS = {  # config.ini keys of v0.1.0a; TurbomindEngineConfig fields (--max-batch-size ...) of v0.12.0+
     "max_batch_size": Flag("scheduler.max_num_seqs", int, "config.ini max_batch_size / --max-batch-size: requests "
                            "in the batch (v0.12.0+ default: by GPU, get_max_batch_size)",
                            aliases=("--max-batch-size",)),
@@ -251,17 +251,17 @@ _LMDEPLOY_FLAGS = {  # config.ini keys of v0.1.0a; TurbomindEngineConfig fields 
                          "TurboMind's own all-reduce", _communicator),
     "tp": Flag("hardware.tensor_parallel", int, "lmdeploy convert --tp / --tp", aliases=("--tp",)),
     "backend": Flag(None, str, "--backend: turbomind (its PyTorch engine is not modelled)", _turbomind_only),
-    "dtype": Flag(None, str, "--dtype (v0.12.0+): auto, float16 or bfloat16", _sixteen_bit(("auto", "float16",
-                                                                                           "bfloat16"))),
+    "dtype": Flag(None, str, "--dtype (v0.12.0+): auto, float16 or bfloat16",
+                  sixteen_bit_dtype(("auto", "float16", "bfloat16"))),
 }
 
 # `lmdeploy serve api_server`'s options that change nothing simulated, read in lmdeploy/cli/serve.py and
 # lmdeploy/cli/utils.py at v0.16.0. Its argparse takes unambiguous prefixes.
-_LMDEPLOY_INERT = (
-    _inert(SERVER_ADDRESS, "one", "--server-name", "--server-port", "--proxy-url")
-    + _inert(SERVER_ADDRESS, "many", "--allow-origins", "--allow-methods", "--allow-headers", "--api-keys")
-    + _inert(SERVER_ADDRESS, "none", "--allow-credentials", "--ssl", "--disable-fastapi-docs")
-    + _inert(MODEL_FILES, "one", "--model-name", "--revision", "--download-dir")
-    + _inert(MODEL_FILES, "none", "--trust-remote-code")
-    + _inert(LOGGING, "one", "--log-level", "--max-log-len")
-    + _inert(PARSING, "one", "--chat-template", "--tool-call-parser", "--reasoning-parser"))
+LMDEPLOY_INERT = (
+    inert_group(SERVER_ADDRESS, "one", "--server-name", "--server-port", "--proxy-url")
+    + inert_group(SERVER_ADDRESS, "many", "--allow-origins", "--allow-methods", "--allow-headers", "--api-keys")
+    + inert_group(SERVER_ADDRESS, "none", "--allow-credentials", "--ssl", "--disable-fastapi-docs")
+    + inert_group(MODEL_FILES, "one", "--model-name", "--revision", "--download-dir")
+    + inert_group(MODEL_FILES, "none", "--trust-remote-code")
+    + inert_group(LOGGING, "one", "--log-level", "--max-log-len")
+    + inert_group(PARSING, "one", "--chat-template", "--tool-call-parser", "--reasoning-parser"))

@@ -10,13 +10,13 @@ from typing import Any, Callable
 import sim.config.engines.fitted as fitted
 from sim.config.checkpoint import runs_fp8_products
 from sim.config.engine_command import CommandFlags, CommandSyntax, as_command_error, command_notes, resolve_option
-from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, PresetResult, _dotted, _get, _has,
-                                     _outside_versions, _parse_version, _set)
-from sim.config.engines.lmdeploy import (LMDEPLOY_NEWEST, LMDEPLOY_VERSIONS, _LMDEPLOY_FLAGS, _LMDEPLOY_INERT,
-                                         _derive_lmdeploy)
-from sim.config.engines.sglang import SGLANG_NEWEST, _SGLANG_FLAGS, _SGLANG_INERT, _derive_sglang
-from sim.config.engines.trtllm import TRTLLM_NEWEST, _TRTLLM_FLAGS, _TRTLLM_INERT, _derive_trtllm
-from sim.config.engines.vllm import VLLM_NEWEST, _VLLM_FLAGS, _VLLM_INERT, _derive_vllm
+from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, PresetResult, dotted_version, get_key,
+                                     has_key, outside_versions, parse_version, set_key)
+from sim.config.engines.lmdeploy import (LMDEPLOY_FLAGS, LMDEPLOY_INERT, LMDEPLOY_NEWEST, LMDEPLOY_VERSIONS,
+                                         derive_lmdeploy)
+from sim.config.engines.sglang import SGLANG_FLAGS, SGLANG_INERT, SGLANG_NEWEST, derive_sglang
+from sim.config.engines.trtllm import TRTLLM_FLAGS, TRTLLM_INERT, TRTLLM_NEWEST, derive_trtllm
+from sim.config.engines.vllm import VLLM_FLAGS, VLLM_INERT, VLLM_NEWEST, derive_vllm
 from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
 
@@ -24,18 +24,18 @@ from sim.errors import ConfigError
 PRESETS: dict[str, EnginePreset] = {
     "vllm": EnginePreset("vllm", ENGINE_LABELS["vllm"], (0, 6, 0), VLLM_NEWEST,
                          "vllm/engine/arg_utils.py, vllm/config.py",
-                         _VLLM_FLAGS, _derive_vllm, inert=_VLLM_INERT,
+                         VLLM_FLAGS, derive_vllm, inert=VLLM_INERT,
                          syntax=CommandSyntax(underscores=True, prefixes=True, negation=True)),
     "sglang": EnginePreset("sglang", ENGINE_LABELS["sglang"], (0, 3, 0), SGLANG_NEWEST,
                            "python/sglang/srt/server_args.py",
-                           _SGLANG_FLAGS, _derive_sglang, inert=_SGLANG_INERT, syntax=CommandSyntax(prefixes=True),
+                           SGLANG_FLAGS, derive_sglang, inert=SGLANG_INERT, syntax=CommandSyntax(prefixes=True),
                            decodes_within_budget=False),
     "trtllm": EnginePreset("trtllm", ENGINE_LABELS["trtllm"], (0, 14, 0), TRTLLM_NEWEST,
                            "tensorrt_llm/llmapi/llm_args.py",
-                           _TRTLLM_FLAGS, _derive_trtllm, inert=_TRTLLM_INERT),
+                           TRTLLM_FLAGS, derive_trtllm, inert=TRTLLM_INERT),
     "lmdeploy": EnginePreset("lmdeploy", ENGINE_LABELS["lmdeploy"], (0, 1, 0), LMDEPLOY_NEWEST,
                              "src/turbomind/models/llama/LlamaBatch.cc (0.1.0a), src/turbomind/engine/scheduler.cc",
-                             _LMDEPLOY_FLAGS, _derive_lmdeploy, LMDEPLOY_VERSIONS, inert=_LMDEPLOY_INERT,
+                             LMDEPLOY_FLAGS, derive_lmdeploy, LMDEPLOY_VERSIONS, inert=LMDEPLOY_INERT,
                              syntax=CommandSyntax(prefixes=True)),
 }
 
@@ -97,8 +97,8 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     if not isinstance(version_text, str):
         given = "missing" if version_text is None else f"{version_text!r} is not allowed"
         raise ConfigError(f"engine.version: {given}; allowed: a quoted version string of "
-                          f"{name}, {preset.known_versions()} (e.g. \"{_dotted(preset.newest)}\")")
-    version = _parse_version(version_text)
+                          f"{name}, {preset.known_versions()} (e.g. \"{dotted_version(preset.newest)}\")")
+    version = parse_version(version_text)
     if version is None or not (preset.oldest <= version < preset.newest[:2] + (1 << 30,)):
         raise ConfigError(f"engine.version: {version_text!r} is not a {name} version the preset knows; allowed: "
                           f"{preset.known_versions()}")
@@ -122,7 +122,7 @@ def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
         return given, None
     command = preset.read_command(spec["command"])
     for written, option in command.inert:
-        outside = _outside_versions(version, version_text, option.since, option.until)
+        outside = outside_versions(version, version_text, option.since, option.until)
         if outside:
             raise ConfigError(f"engine.command {written!r}: not an option of {preset.name} {version_text} "
                               f"({outside[0]}); allowed: leave it out, or {outside[1]}")
@@ -146,12 +146,12 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
         kinds = flag.kind if isinstance(flag.kind, tuple) else (flag.kind,)
         if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
             raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: {type_words(kinds)}")
-        outside = _outside_versions(version, version_text, flag.since, flag.until)
+        outside = outside_versions(version, version_text, flag.since, flag.until)
         if outside:
             raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} ({outside[0]}); allowed: leave it "
                               f"out, or {outside[1]}")
         flags[key] = flag.convert(value)
-    if _get(raw, "scheduler.batching") == "static":
+    if get_key(raw, "scheduler.batching") == "static":
         raise ConfigError(f"scheduler.batching: 'static' contradicts engine {name} (it batches continuously); "
                           "allowed: continuous, or leave engine out")
     raw = copy.deepcopy(raw)
@@ -163,13 +163,13 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
     for dotted, value in result.values.items():
         if dotted.startswith("frontend."):
             continue  # placed below, once the scenario's front-end is known
-        if _has(raw, dotted):
-            given = _get(raw, dotted)
+        if has_key(raw, dotted):
+            given = get_key(raw, dotted)
             _check_flag_agrees(result.from_flags.get(dotted), dotted, value, given)
             continue  # the scenario's own value wins over the preset's default
         if dotted.startswith("cost_model."):
             continue  # handled below: only a cost model that takes engine terms gets them
-        _set(raw, dotted, value)
+        set_key(raw, dotted, value)
     overhead = result.values.get("cost_model.overhead")
     _apply_cost_terms(raw, overhead)
     for dotted, value in result.values.items():
@@ -224,7 +224,7 @@ def _unvalidated_derivation(raw: dict) -> PresetResult | None:
     spec = raw.get("engine")
     if not isinstance(spec, dict) or spec.get("name") not in PRESETS:
         return None
-    version = _parse_version(str(spec.get("version", "")))
+    version = parse_version(str(spec.get("version", "")))
     if version is None:
         return None
     preset = PRESETS[spec["name"]]
@@ -257,8 +257,8 @@ def preset_keys(raw: dict) -> set[str]:
 def fitted_versions(name: str) -> list[str]:
     """The versions of an engine with a fit of their own on published runs (engine_terms.json), oldest first. A term
     such a fit left at a bound or did not pin is not used (`usable_terms`): the preset's notes say which."""
-    table = fitted._fitted_table().get("engines", {}).get(name, {})
-    return sorted((v for v in table if _parse_version(v) is not None), key=_parse_version)
+    table = fitted.fitted_table().get("engines", {}).get(name, {})
+    return sorted((v for v in table if parse_version(v) is not None), key=parse_version)
 
 
 # Scenario keys the derivation reads (the GPUs a model is split over, the KV bytes memory is sized with): an engine
@@ -271,8 +271,8 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
             flags: dict) -> PresetResult:
     gpu, model = _resolve_gpu_and_model(raw)
     for key, flag in preset.flags.items():
-        if flag.target in DERIVATION_INPUTS and flags.get(key) is not None and not _has(raw, flag.target):
-            _set(raw, flag.target, flags[key])
+        if flag.target in DERIVATION_INPUTS and flags.get(key) is not None and not has_key(raw, flag.target):
+            set_key(raw, flag.target, flags[key])
     hardware = raw.get("hardware") or {}
     tp = hardware.get("tensor_parallel", 1) if isinstance(hardware, dict) else 1
     pp = hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1
@@ -291,7 +291,7 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
             result.values[flag.target] = value
             result.from_flags[flag.target] = key
     if result.from_flags.get("quantization.weights") and result.values["quantization.weights"] == "fp8" \
-            and not _has(raw, "quantization.fp8_compute"):
+            and not has_key(raw, "quantization.fp8_compute"):
         result.values["quantization.fp8_compute"] = runs_fp8_products(gpu)
     return result
 

@@ -7,10 +7,10 @@ import math
 from typing import Any
 
 from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED, SERVER_ADDRESS,
-                                     STREAM_CHUNK_KEY, _at_least_one, _caches_prefixes, _custom_all_reduce, _dotted,
-                                     _get, _inert, _kv_cache_dtype, _released_before, _sixteen_bit,
-                                     _weights_quantization)
-from sim.config.engines.engine_work import _engine_terms, _inbound_work, _kv_tokens
+                                     STREAM_CHUNK_KEY, at_least_one, caches_prefixes, custom_all_reduce, dotted_version,
+                                     get_key, inert_group, kv_cache_dtype_flag, released_before, sixteen_bit_dtype,
+                                     weights_quantization)
+from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
 from sim.errors import ConfigError
 
 
@@ -71,10 +71,10 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
     if running is None:
         running = slots[0] - 1 if slots[1] is None else min(slots[1] // 2, slots[0] - 1)
     values["scheduler.max_num_seqs"] = running
-    values.update(_engine_terms(ctx, "sglang", notes))
+    values.update(preset_terms(ctx, "sglang", notes))
     graph_bs = min(_sglang_given_graph_bs(flags) or SGLANG_030_GRAPH_MAX_BS, SGLANG_030_GRAPH_MAX_BS)  # its list's end
     values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, False, notes))
-    values.update(_custom_all_reduce(ctx, "SGLang"))
+    values.update(custom_all_reduce(ctx, "SGLang"))
     if ctx.model is not None and ctx.model.hybrid_window:  # no hybrid SWA memory before 0.5
         values["kv_cache.window_memory"] = "every_token"
         notes.append(f"SGLang {ctx.version_text}: {ctx.model.name}'s sliding layers keep every token's KV")
@@ -101,7 +101,7 @@ def _sglang_batches(ctx: Context, flags: dict, chunk: int, notes: list[str]) -> 
                               "radix cache is SGLang's prefix cache); allowed: one of the two")
         values["kv_cache.enable_prefix_caching"] = False
     else:
-        values["kv_cache.enable_prefix_caching"] = _caches_prefixes(ctx, notes, f"SGLang {ctx.version_text}")
+        values["kv_cache.enable_prefix_caching"] = caches_prefixes(ctx, notes, f"SGLang {ctx.version_text}")
     return values
 
 
@@ -109,13 +109,13 @@ def _sglang_batches(ctx: Context, flags: dict, chunk: int, notes: list[str]) -> 
 # GPU's (model_runner.py profile_max_num_token: rest_memory = available_gpu_memory - total_gpu_memory x (1 -
 # mem_fraction_static), read in the 0.3.0, 0.5.3.post3 and, as kv_cache_configurator.py _profile_available_bytes,
 # 0.5.23 wheels): no forward pass is profiled, and the activations run in the memory mem_fraction_static leaves out
-# (its reserved memory: 1.5 x the chunk and the CUDA graphs' batch, `_derive_sglang`).
+# (its reserved memory: 1.5 x the chunk and the CUDA graphs' batch, `derive_sglang`).
 SGLANG_PROFILES_ACTIVATIONS = False
 
 
 def _sglang_profiles_activations(ctx: Context) -> bool:
     """`kv_cache.profile_activations` as a scenario sets it, else SGLang's (SGLANG_PROFILES_ACTIVATIONS)."""
-    given = _get(ctx.raw, "kv_cache.profile_activations")
+    given = get_key(ctx.raw, "kv_cache.profile_activations")
     return SGLANG_PROFILES_ACTIVATIONS if given is None else bool(given)
 
 
@@ -133,7 +133,7 @@ def _sglang_request_slots(ctx: Context, fraction: float, token_budget: int, cap:
     """(max_num_reqs, KV tokens) as model_runner.py sizes its request pool: min(max(KV tokens / context_len x 512,
     2048), cap), the cap 5120 in 0.3.0 and 4096 in 0.5.x; (cap, None) when the model is not resolved (said).
     `window`: where a hybrid model's sliding layers are kept (`_sglang_window_memory`)."""
-    kv_tokens = _kv_tokens(ctx, fraction, token_budget, cap, window, _sglang_profiles_activations(ctx))
+    kv_tokens = preset_kv_tokens(ctx, fraction, token_budget, cap, window, _sglang_profiles_activations(ctx))
     if kv_tokens is None or ctx.max_model_len() is None:
         notes.append(f"SGLang max_num_reqs: {cap} (its upper clip) taken: the model was not resolved")
         return cap, None
@@ -223,7 +223,7 @@ def _sglang_prefill_graph_mib(ctx: Context, chunk: int) -> tuple[float, str | No
     if ctx.pipeline_parallel > 1:
         return 0.0, "off with pipeline parallelism"
     if ctx.flags.get("disable_cuda_graph") and v >= SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE:
-        return 0.0, f"off with --disable-cuda-graph from {_dotted(SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE)}"
+        return 0.0, f"off with --disable-cuda-graph from {dotted_version(SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE)}"
     if ctx.raw.get("speculation") is not None and v < (0, 5, 14):
         return 0.0, "off with speculative decoding before 0.5.14"
     if mla and (0, 5, 15) <= v < (0, 5, 18):
@@ -263,7 +263,7 @@ def _sglang_before_053(ctx: Context, gpu_mib: float, given_graph_bs: int | None)
     """(mem_fraction_static, chunked_prefill_size, the largest decode graph) by SGLang 0.4.0-0.5.3rc0's own rules
     (the comment above SGLANG_TP_FRACTIONS)."""
     def before(bound) -> bool:
-        return _released_before(ctx.version, ctx.version_text, bound)
+        return released_before(ctx.version, ctx.version_text, bound)
 
     parallel = ctx.tensor_parallel * ctx.pipeline_parallel
     def by_size(size: int) -> float:
@@ -383,7 +383,7 @@ def _sglang_dp_attention_mib(ctx: Context, graph_bs: int, notes: list[str]) -> f
     first, last = SGLANG_DP_ATTENTION_READ
     if not first <= ctx.version[:3] <= last:
         raise ConfigError(f"engine.enable_dp_attention: true is not modelled for SGLang {ctx.version_text}; allowed: "
-                          f"SGLang {_dotted(first)} to {_dotted(last)}, where it was read")
+                          f"SGLang {dotted_version(first)} to {dotted_version(last)}, where it was read")
     reserved = "" if "mem_fraction_static" in ctx.flags else (
         ", after its memory rule reserved 3 MiB per decode graph batch slot for it (4.5 above 300): less KV")
     notes.append(f"SGLang {ctx.version_text}: --enable-dp-attention without --dp (dp_size 1) is turned off "
@@ -391,7 +391,7 @@ def _sglang_dp_attention_mib(ctx: Context, graph_bs: int, notes: list[str]) -> f
     return graph_bs * 3 + (graph_bs * 1.5 if graph_bs > 300 else 0.0)  # x dp_size, which is 1 here
 
 
-def _derive_sglang(ctx: Context) -> PresetResult:
+def derive_sglang(ctx: Context) -> PresetResult:
     """python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings and model_runner.py (max_num_reqs),
     read in the PyPI wheels of every release from 0.5.3 to 0.5.23: chunked_prefill_size and the decode cuda-graph
     batch by GPU memory (SGLANG_MEMORY_TIERS: 8192 and 256 at TP < 4, else 512, on a 60-160 GiB GPU; 16384 and 512 on
@@ -399,7 +399,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     tp x pp / 8 x 1024 MiB + the prefill graphs' memory (from 0.5.10), at least 10240 MiB on a GPU over 60 GiB;
     max_running_requests = min(max(kv_tokens / context_len x 512, 2048), 4096, kv_tokens // 2), page_size 1; separate
     prefill and decode batches (enable_mixed_chunk off), SGLang's new-token ratio for admission; NCCL's all-reduce
-    where its own turns off (`_custom_all_reduce`). SGLang 0.4.0-0.5.3rc0: their own memory, chunk and graph rules
+    where its own turns off (`custom_all_reduce`). SGLang 0.4.0-0.5.3rc0: their own memory, chunk and graph rules
     (`_sglang_before_053`); 0.3.x: `_derive_sglang_030`."""
     if ctx.version[:2] == (0, 3):
         return _derive_sglang_030(ctx)
@@ -407,7 +407,7 @@ def _derive_sglang(ctx: Context) -> PresetResult:
     notes: list[str] = []
     gpu_mib = gpu.hbm_bytes / 2**20
     given_graph_bs = _sglang_given_graph_bs(flags)
-    old_rules = _released_before(ctx.version, ctx.version_text, (0, 5, 3))
+    old_rules = released_before(ctx.version, ctx.version_text, (0, 5, 3))
     if old_rules:  # 0.4.0-0.5.3rc0: the memory and graphs by their own rules, no reservation formula
         old_fraction, tier_chunk, graph_bs = _sglang_before_053(ctx, gpu_mib, given_graph_bs)
     else:
@@ -465,14 +465,14 @@ def _derive_sglang(ctx: Context) -> PresetResult:
         if cap is not None and running > cap:
             notes.append(f"SGLang {ctx.version_text}: --max-running-requests {running} is above the {cap} the engine "
                          "allows here (model_runner's request pool); the value given is simulated")
-    values.update(_engine_terms(ctx, "sglang", notes, _inbound_work(ctx, "sglang", notes)))
+    values.update(preset_terms(ctx, "sglang", notes, inbound_work(ctx, "sglang", notes)))
     prefill_graphs = ctx.version >= SGLANG_PREFILL_GRAPH_SINCE and why_not is None
     values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, prefill_graphs, notes))
-    values.update(_custom_all_reduce(ctx, "SGLang"))
+    values.update(custom_all_reduce(ctx, "SGLang"))
     return PresetResult(values, {}, notes)
 
 
-_SGLANG_FLAGS = {
+SGLANG_FLAGS = {
     "max_running_requests": Flag("scheduler.max_num_seqs", int, "--max-running-requests"),
     "chunked_prefill_size": Flag(None, int, "--chunked-prefill-size (-1: no chunking)"),
     "max_prefill_tokens": Flag(None, int, "--max-prefill-tokens"),
@@ -489,7 +489,7 @@ _SGLANG_FLAGS = {
     "pp_size": Flag("hardware.pipeline_parallel", int, "--pp-size", since="0.4.6.post2"),
     # server_args.py --kv-cache-dtype choices: auto, fp8_e5m2, fp8_e4m3 (0.5.3.post3; 0.3.0: auto, fp8_e5m2)
     "kv_cache_dtype": Flag("quantization.kv_cache", str, "--kv-cache-dtype: auto (the model's dtype), fp8_e4m3 or "
-                           "fp8_e5m2", _kv_cache_dtype(("auto", "fp8_e4m3", "fp8_e5m2"))),
+                           "fp8_e5m2", kv_cache_dtype_flag(("auto", "fp8_e4m3", "fp8_e5m2"))),
     "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
                                       "(hardware.all_reduce nccl)"),
     "disable_radix_cache": Flag(None, bool, "--disable-radix-cache (no prefix caching)"),
@@ -499,12 +499,12 @@ _SGLANG_FLAGS = {
                                   since="0.4.9.post3"),
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
     "max_total_tokens": Flag(None, int, "--max-total-tokens: caps the KV pool at that many tokens (never raises it; "
-                             "kv_cache.capacity_tokens)", _at_least_one("max_total_tokens")),
+                             "kv_cache.capacity_tokens)", at_least_one("max_total_tokens")),
     "cuda_graph_max_bs": Flag(None, int, "--cuda-graph-max-bs: the largest decode batch run as a CUDA graph (above "
-                              "it: the eager launch term); reserves 2 MiB a batch", _at_least_one("cuda_graph_max_bs"),
+                              "it: the eager launch term); reserves 2 MiB a batch", at_least_one("cuda_graph_max_bs"),
                               since=(0, 3, 5), until=(0, 5, 20)),
     "cuda_graph_max_bs_decode": Flag(None, int, "--cuda-graph-max-bs-decode: --cuda-graph-max-bs's spelling from "
-                                     "0.5.14", _at_least_one("cuda_graph_max_bs_decode"), since=(0, 5, 14)),
+                                     "0.5.14", at_least_one("cuda_graph_max_bs_decode"), since=(0, 5, 14)),
     "disable_cuda_graph": Flag(None, bool, "--disable-cuda-graph: decode steps (from 0.5.14 prefill steps too) run "
                                "without CUDA graphs: the eager launch term"),
     # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.0.post1 to 0.5.3rc0); from 0.5.0
@@ -525,10 +525,10 @@ _SGLANG_FLAGS = {
     # 0.3.0's tp_worker.py: its first token, then every N-th decode step of the batch
     "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
                             "first (frontend.tokens_per_chunk)"),
-    "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16", _sixteen_bit(("auto", "half", "float16",
-                                                                                       "bfloat16"))),
+    "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16",
+                  sixteen_bit_dtype(("auto", "half", "float16", "bfloat16"))),
     "quantization": Flag("quantization.weights", str, "--quantization: fp8, w8a8_fp8 or mxfp4 (quantization.weights)",
-                         _weights_quantization({"fp8": "fp8", "w8a8_fp8": "fp8", "mxfp4": "mxfp4"})),
+                         weights_quantization({"fp8": "fp8", "w8a8_fp8": "fp8", "mxfp4": "mxfp4"})),
 }
 
 # SGLang's options that change nothing simulated, read in 0.5.5.post1's ServerArgs.add_cli_args (run from its wheel).
@@ -539,13 +539,13 @@ _SGLANG_INERT_SINCE = {"--watchdog-timeout": (0, 3, 5), "--decode-log-interval":
                        "--download-dir": (0, 3, 6), "--revision": (0, 4, 0), "--tool-call-parser": (0, 4, 2),
                        "--dist-timeout": "0.4.3.post3", "--reasoning-parser": "0.4.3.post3", "--model": "0.4.8.post1",
                        "--skip-server-warmup": (0, 4, 9)}
-_SGLANG_INERT = tuple(dataclasses.replace(option, since=_SGLANG_INERT_SINCE.get(option.option)) for option in (
-    _inert(SERVER_ADDRESS, "one", "--host", "--port", "--api-key", "--log-level-http", "--watchdog-timeout",
-           "--dist-timeout")
-    + _inert(SERVER_ADDRESS, "none", "--skip-server-warmup")
-    + _inert(MODEL_FILES, "one", "--model-path", "--model", "--tokenizer-path", "--load-format", "--revision",
-             "--download-dir", "--served-model-name", "--tokenizer-mode")
-    + _inert(MODEL_FILES, "none", "--trust-remote-code")
-    + _inert(LOGGING, "one", "--log-level", "--decode-log-interval")
-    + _inert(PARSING, "one", "--chat-template", "--tool-call-parser", "--reasoning-parser")
-    + _inert(SEED, "one", "--random-seed")))
+SGLANG_INERT = tuple(dataclasses.replace(option, since=_SGLANG_INERT_SINCE.get(option.option)) for option in (
+    inert_group(SERVER_ADDRESS, "one", "--host", "--port", "--api-key", "--log-level-http", "--watchdog-timeout",
+                "--dist-timeout")
+    + inert_group(SERVER_ADDRESS, "none", "--skip-server-warmup")
+    + inert_group(MODEL_FILES, "one", "--model-path", "--model", "--tokenizer-path", "--load-format", "--revision",
+                  "--download-dir", "--served-model-name", "--tokenizer-mode")
+    + inert_group(MODEL_FILES, "none", "--trust-remote-code")
+    + inert_group(LOGGING, "one", "--log-level", "--decode-log-interval")
+    + inert_group(PARSING, "one", "--chat-template", "--tool-call-parser", "--reasoning-parser")
+    + inert_group(SEED, "one", "--random-seed")))

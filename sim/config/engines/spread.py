@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from typing import Any
 
 import sim.config.engines.fitted as fitted
-from sim.config.engines.base import _parse_version
+from sim.config.engines.base import parse_version
 from sim.config.engines.engine_work import QUEUEING_FRONTEND_TERMS, frontend_work
-from sim.config.engines.fitted import _nearest_fits, _why_borrowed
+from sim.config.engines.fitted import nearest_fits, why_borrowed
 from sim.config.engines.presets import PRESETS
 
 
@@ -100,7 +100,7 @@ def engine_model_misfit(scenario) -> tuple[float, str] | None:
     preset or without fits."""
     if getattr(scenario, "engine", None) is None or scenario.engine.name not in PRESETS:
         return None
-    fits = fitted._fitted_table().get("engines", {})
+    fits = fitted.fitted_table().get("engines", {})
     whose = f"the {scenario.engine.name} preset's"
     sigma, dof, versions = _pooled_misfit({scenario.engine.name: fits.get(scenario.engine.name, {})})
     if not dof:
@@ -169,12 +169,12 @@ def _preset_term_spread(scenario) -> list[TermSpread]:
     engine = scenario.engine
     if engine is None or engine.name not in PRESETS:
         return []
-    version = _parse_version(engine.version)
+    version = parse_version(engine.version)
     if version is None:
         return []
-    table = fitted._fitted_table()
+    table = fitted.fitted_table()
     bounds = table.get("uncertainty", {}).get("bounds_s", {})
-    nearest = _nearest_fits(engine.name, version)
+    nearest = nearest_fits(engine.name, version)
     overhead = getattr(scenario.cost_model, "overhead", None)
     present: dict[str, float | None] = {}
     if overhead is not None:
@@ -195,7 +195,7 @@ def _preset_term_spread(scenario) -> list[TermSpread]:
             extra = _sigma_of_factor(OTHER_VERSION_FACTORS[term])
             sigma, kind = math.hypot(sigma, extra), "other version"
             source += (f", and x/÷ {OTHER_VERSION_FACTORS[term]:g} for {engine.name} {engine.version}, "
-                       f"{_why_borrowed(engine.name, version, (term,))} "
+                       f"{why_borrowed(engine.name, version, (term,))} "
                        "(sim/config/engines/spread.py OTHER_VERSION_FACTORS)")
         out.append(_spread(term, fit.value, sigma, kind, source, bounds))
     work = _scenario_frontend_work(scenario, version)

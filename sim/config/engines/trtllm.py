@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SERVER_ADDRESS,
-                                     _caches_prefixes, _inert)
-from sim.config.engines.engine_work import _engine_terms
+                                     caches_prefixes, inert_group)
+from sim.config.engines.engine_work import preset_terms
 from sim.errors import ConfigError
 
 
@@ -28,7 +28,7 @@ TRTLLM_UNREAD_SINCE = (1, 3, 0)
 TRTLLM_WINDOW_MEMORY = "every_token"
 
 
-def _derive_trtllm(ctx: Context) -> PresetResult:
+def derive_trtllm(ctx: Context) -> PresetResult:
     """tensorrt_llm/commands/serve.py get_llm_args and tensorrt_llm/llmapi/llm_args.py (KvCacheConfig
     free_gpu_memory_fraction 0.9, SchedulerConfig capacity_scheduler_policy GUARANTEED_NO_EVICT, chunked prefill
     off) and BuildConfig (max_batch_size 2048, max_num_tokens 8192), read at stored commits of NVIDIA/TensorRT-LLM
@@ -49,13 +49,13 @@ def _derive_trtllm(ctx: Context) -> PresetResult:
         # KvCacheConfig.enable_block_reuse, default=True in tensorrt_llm/llmapi/llm_args.py (read in six stored
         # versions of the file, whose commits the index does not name; not at the commits above); the 0.x TensorRT
         # flow is left without it
-        values["kv_cache.enable_prefix_caching"] = _caches_prefixes(ctx, notes, f"TensorRT-LLM {ctx.version_text}")
+        values["kv_cache.enable_prefix_caching"] = caches_prefixes(ctx, notes, f"TensorRT-LLM {ctx.version_text}")
     if ctx.version >= TRTLLM_UNREAD_SINCE:
         notes.append(f"TensorRT-LLM {ctx.version_text}: no source of it could be read here (PyPI has stubs only); "
                      "the defaults above assumed, which AIConfigurator 0.12.0's trtllm backend, modelling 1.3.0rc20 "
                      "to rc23, states alike: free_gpu_memory_fraction 0.9, \"not version-dependent\", and "
                      "max_num_tokens 8192")
-    values.update(_engine_terms(ctx, "trtllm", notes))
+    values.update(preset_terms(ctx, "trtllm", notes))
     if "cuda_graph_batch_sizes" in flags:
         values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
     if ctx.model is not None and ctx.model.hybrid_window:
@@ -71,7 +71,7 @@ def _policy(value):
     return value
 
 
-_TRTLLM_FLAGS = {
+TRTLLM_FLAGS = {
     "max_batch_size": Flag("scheduler.max_num_seqs", int, "--max_batch_size"),
     "max_num_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max_num_tokens"),
     "max_seq_len": Flag("scheduler.max_model_len", int, "--max_seq_len"),
@@ -89,9 +89,9 @@ _TRTLLM_FLAGS = {
 
 # trtllm-serve's options that change nothing simulated, read in tensorrt_llm/commands/serve.py at NVIDIA/TensorRT-LLM
 # 00209af1 (click: exact spellings).
-_TRTLLM_INERT = (
-    _inert(SERVER_ADDRESS, "one", "--host", "--port")
-    + _inert(MODEL_FILES, "one", "--tokenizer", "--revision", "--gpus_per_node")
-    + _inert(MODEL_FILES, "none", "--trust_remote_code")
-    + _inert(LOGGING, "one", "--log_level")
-    + _inert(PARSING, "one", "--chat_template", "--tool_parser", "--reasoning_parser"))
+TRTLLM_INERT = (
+    inert_group(SERVER_ADDRESS, "one", "--host", "--port")
+    + inert_group(MODEL_FILES, "one", "--tokenizer", "--revision", "--gpus_per_node")
+    + inert_group(MODEL_FILES, "none", "--trust_remote_code")
+    + inert_group(LOGGING, "one", "--log_level")
+    + inert_group(PARSING, "one", "--chat_template", "--tool_parser", "--reasoning_parser"))

@@ -7,10 +7,10 @@ from typing import Any
 
 from sim.config.engine_command import InertOption
 from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED,
-                                     SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, _at_least_one, _caches_prefixes,
-                                     _custom_all_reduce, _dotted, _get, _inert, _kv_cache_dtype, _only_default,
-                                     _sixteen_bit, _weights_quantization)
-from sim.config.engines.engine_work import _engine_terms, _inbound_work
+                                     SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least_one, caches_prefixes,
+                                     custom_all_reduce, dotted_version, get_key, inert_group, kv_cache_dtype_flag,
+                                     only_default, sixteen_bit_dtype, weights_quantization)
+from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.errors import ConfigError
 
 
@@ -137,14 +137,14 @@ def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
     return {**values, "quantization.expert_padding": dict(pad)}
 
 
-def _derive_vllm(ctx: Context) -> PresetResult:
+def derive_vllm(ctx: Context) -> PresetResult:
     """vLLM V1 (0.8+) as vllm/engine/arg_utils.py, vllm/config and vllm/platforms/cuda.py derive it, read in the PyPI
     sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0): chunked prefill with decodes and prefill chunks
     in one step, the OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`), 16-token KV blocks (an MLA
     model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9 (0.92 from 0.20), async scheduling by
     default from 0.14; V0 (0.6-0.7) as each release does (`_vllm_v0_schedule`): prefill-only steps unless chunked
     (on by default above a 32k context), multi-step decoding; NCCL's all-reduce where its own turns off
-    (`_custom_all_reduce`)."""
+    (`custom_all_reduce`)."""
     v, flags = ctx.version, ctx.flags
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
                               "kv_cache.block_size": 16, "kv_cache.gpu_memory_utilization": 0.9}
@@ -168,7 +168,7 @@ def _derive_vllm(ctx: Context) -> PresetResult:
                        "scheduler.max_num_batched_tokens": mnbt, "scheduler.max_num_seqs": seqs,
                        # V1 caches prefixes unless told not to (--no-enable-prefix-caching): prompts that share
                        # content ids (a chat template's lead, a shared system prompt) reuse its blocks
-                       "kv_cache.enable_prefix_caching": _caches_prefixes(ctx, notes, f"vLLM {ctx.version_text}")})
+                       "kv_cache.enable_prefix_caching": caches_prefixes(ctx, notes, f"vLLM {ctx.version_text}")})
         if v < (0, 11):
             notes.append(f"vLLM {ctx.version_text}: v0.11.0's batch defaults assumed")
         if v[:2] == (0, 15):
@@ -196,15 +196,15 @@ def _derive_vllm(ctx: Context) -> PresetResult:
         values.update(_vllm_v0_schedule(ctx, notes))
     values.update(_vllm_window_memory(ctx, notes))
     values.update(_vllm_expert_padding(ctx, notes))
-    values.update(_engine_terms(ctx, "vllm", notes, _inbound_work(ctx, "vllm", notes)))
-    values.update(_custom_all_reduce(ctx, "vLLM"))
+    values.update(preset_terms(ctx, "vllm", notes, inbound_work(ctx, "vllm", notes)))
+    values.update(custom_all_reduce(ctx, "vLLM"))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
         values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
     _vllm_executor_backend(ctx)
     asked = flags.get("async_scheduling")
     if asked and v < VLLM_ASYNC_SCHEDULING_SINCE:
         raise ConfigError(f"engine.async_scheduling: true is not a flag of vLLM {ctx.version_text}; allowed: "
-                          f"vLLM {_dotted(VLLM_ASYNC_SCHEDULING_SINCE)} or later, or leave it out")
+                          f"vLLM {dotted_version(VLLM_ASYNC_SCHEDULING_SINCE)} or later, or leave it out")
     if asked is None and v >= VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE:
         asked, why = _vllm_async_default(ctx)
         notes.append(f"vLLM {ctx.version_text}: async scheduling {why} (vllm/config/vllm.py)")
@@ -253,7 +253,7 @@ def _vllm_blocks_override(ctx: Context, preset_block: int, notes: list[str]) -> 
         raise ConfigError(f"engine.num_gpu_blocks_override: {blocks} is not modelled for {ctx.model.name}'s "
                           "sliding-window layers (vLLM shares the blocks between its KV cache groups); allowed: leave "
                           "it out, or kv_cache.capacity_tokens")
-    block = ctx.flags.get("block_size") or _get(ctx.raw, "kv_cache.block_size") or preset_block
+    block = ctx.flags.get("block_size") or get_key(ctx.raw, "kv_cache.block_size") or preset_block
     notes.append(f"vLLM --num-gpu-blocks-override {blocks}: {blocks * block:,} KV tokens ({block}-token blocks), "
                  "whatever the memory would hold")
     return {"kv_cache.capacity_tokens": blocks * block}
@@ -280,7 +280,7 @@ def _vllm_v0_long_context_chunking(ctx: Context) -> str | None:
         return None
     if ctx.raw.get("speculation") is not None:
         return None
-    caching = ctx.flags.get("enable_prefix_caching", _get(ctx.raw, "kv_cache.enable_prefix_caching"))
+    caching = ctx.flags.get("enable_prefix_caching", get_key(ctx.raw, "kv_cache.enable_prefix_caching"))
     if ctx.version[:3] == (0, 6, 0) and caching:
         return None
     return (f"chunked prefill on: max_model_len {max_len} is above {VLLM_V0_LONG_CONTEXT} "
@@ -295,7 +295,7 @@ def _vllm_v0_schedule(ctx: Context, notes: list[str]) -> dict[str, Any]:
     v0.6.3, not with pipeline parallelism), max(max_model_len, 2048): "Multi-step Chunked-Prefill doesn't allow
     prompt-chunking" (SchedulerConfig)."""
     v, text = ctx.version, ctx.version_text
-    given = ctx.flags.get("enable_chunked_prefill", _get(ctx.raw, "scheduler.chunked_prefill"))
+    given = ctx.flags.get("enable_chunked_prefill", get_key(ctx.raw, "scheduler.chunked_prefill"))
     why = _vllm_v0_long_context_chunking(ctx)
     chunked = bool(given) if given is not None else why is not None
     steps = ctx.flags.get("num_scheduler_steps", 1)
@@ -345,14 +345,14 @@ def _vllm_async_default(ctx: Context) -> tuple[bool, str]:
     return True, "on by default"
 
 
-_VLLM_FLAGS = {
+VLLM_FLAGS = {
     "max_num_seqs": Flag("scheduler.max_num_seqs", int, "--max-num-seqs"),
     "max_num_batched_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max-num-batched-tokens"),
     "max_model_len": Flag("scheduler.max_model_len", int, "--max-model-len"),
     "gpu_memory_utilization": Flag("kv_cache.gpu_memory_utilization", (int, float), "--gpu-memory-utilization"),
     "block_size": Flag("kv_cache.block_size", int, "--block-size"),
     "num_gpu_blocks_override": Flag(None, int, "--num-gpu-blocks-override: the KV cache's blocks, as given "
-                                    "(kv_cache.capacity_tokens)", _at_least_one("num_gpu_blocks_override")),
+                                    "(kv_cache.capacity_tokens)", at_least_one("num_gpu_blocks_override")),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
     # in vllm/engine/arg_utils.py to 0.10.0, gone in 0.10.1 (every sdist 0.6.0-0.33.0)
     "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)",
@@ -364,14 +364,14 @@ _VLLM_FLAGS = {
     # bfloat16)
     "kv_cache_dtype": Flag("quantization.kv_cache", str, "--kv-cache-dtype: auto (the model's dtype), fp8, fp8_e4m3, "
                            "fp8_e5m2 or bfloat16",
-                           _kv_cache_dtype(("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"))),
+                           kv_cache_dtype_flag(("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"))),
     "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
     "distributed_executor_backend": Flag(None, str, "--distributed-executor-backend: the default for the GPUs "
                                          "(mp for several, uni for one), the executor the CPU terms were fitted with"),
     # vllm/engine/arg_utils.py: fcfs (the default of every release that has it) or priority, which orders by a
     # request's priority field, which the workload does not set
     "scheduling_policy": Flag(None, str, "--scheduling-policy: fcfs, the default",
-                              _only_default("scheduling_policy", "fcfs"), since=(0, 6, 3)),
+                              only_default("scheduling_policy", "fcfs"), since=(0, 6, 3)),
     "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
                                       "(hardware.all_reduce nccl)"),
     "disable_hybrid_kv_cache_manager": Flag(None, bool, "--disable-hybrid-kv-cache-manager: a hybrid model's sliding "
@@ -387,11 +387,11 @@ _VLLM_FLAGS = {
     # all-reduced over the TP group as without it (data parallelism is not modelled: EP = TP)
     "enable_expert_parallel": Flag("hardware.expert_parallel", bool, "--enable-expert-parallel: each GPU of the TP "
                                    "group holds whole experts", since=(0, 8, 0)),
-    "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16", _sixteen_bit(("auto", "half", "float16",
-                                                                                       "bfloat16"))),
+    "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16",
+                  sixteen_bit_dtype(("auto", "half", "float16", "bfloat16"))),
     # vllm/model_executor/layers/quantization/fp8.py Fp8LinearMethod: W8A8 on sm_89+, weight-only Marlin below
     "quantization": Flag("quantization.weights", str, "--quantization: fp8 or mxfp4 (quantization.weights)",
-                         _weights_quantization({"fp8": "fp8", "mxfp4": "mxfp4"}), aliases=("-q",)),
+                         weights_quantization({"fp8": "fp8", "mxfp4": "mxfp4"}), aliases=("-q",)),
 }
 
 
@@ -440,42 +440,44 @@ _VLLM_INERT_SINCE = {"--config-format": (0, 6, 1), "--disable-fastapi-docs": (0,
                      "--log-error-stack": (0, 10, 2), "--trust-request-chat-template": (0, 11, 0),
                      "--enable-offline-docs": (0, 14, 0), "--ssl-ciphers": (0, 16, 0),
                      "--disable-access-log-for-endpoints": (0, 16, 0)}
-_VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(option.option, option.since))
-                    for option in (
-    _inert(SERVER_ADDRESS, "one", "--host", "--port", "--uvicorn-log-level", "--root-path", "--ssl-keyfile",
-           "--ssl-certfile", "--allowed-origins", "--allowed-methods", "--allowed-headers", "--uds", "--ssl-ca-certs",
-           "--ssl-cert-reqs", "--ssl-ciphers", "--h11-max-incomplete-event-size", "--h11-max-header-count",
-           "--disable-access-log-for-endpoints")
-    + _inert(SERVER_ADDRESS, "none", "--enable-ssl-refresh", "--enable-request-id-headers", "--enable-offline-docs")
-    + _inert(SERVER_ADDRESS, "many", "--api-key")
-    + _inert(SERVER_ADDRESS, "none", "--allow-credentials", "--disable-uvicorn-access-log", "--disable-fastapi-docs")
-    + _inert(MODEL_FILES, "one", "--model", "--tokenizer", "--revision", "--tokenizer-revision", "--code-revision",
-             "--download-dir", "--load-format", "--tokenizer-mode", "--config-format", "--generation-config")
-    + _inert(MODEL_FILES, "many", "--served-model-name")
-    + _inert(MODEL_FILES, "optional", "--hf-token")
-    + _inert(MODEL_FILES, "none", "--trust-remote-code")
-    + _inert(LOGGING, "none", "--disable-log-stats")
+VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(option.option, option.since))
+                   for option in (
+    inert_group(SERVER_ADDRESS, "one", "--host", "--port", "--uvicorn-log-level", "--root-path", "--ssl-keyfile",
+                "--ssl-certfile", "--allowed-origins", "--allowed-methods", "--allowed-headers", "--uds",
+                "--ssl-ca-certs", "--ssl-cert-reqs", "--ssl-ciphers", "--h11-max-incomplete-event-size",
+                "--h11-max-header-count", "--disable-access-log-for-endpoints")
+    + inert_group(SERVER_ADDRESS, "none", "--enable-ssl-refresh", "--enable-request-id-headers",
+                  "--enable-offline-docs")
+    + inert_group(SERVER_ADDRESS, "many", "--api-key")
+    + inert_group(SERVER_ADDRESS, "none", "--allow-credentials", "--disable-uvicorn-access-log",
+                  "--disable-fastapi-docs")
+    + inert_group(MODEL_FILES, "one", "--model", "--tokenizer", "--revision", "--tokenizer-revision", "--code-revision",
+                  "--download-dir", "--load-format", "--tokenizer-mode", "--config-format", "--generation-config")
+    + inert_group(MODEL_FILES, "many", "--served-model-name")
+    + inert_group(MODEL_FILES, "optional", "--hf-token")
+    + inert_group(MODEL_FILES, "none", "--trust-remote-code")
+    + inert_group(LOGGING, "none", "--disable-log-stats")
     + (InertOption("--disable-log-requests", "none", "request logging off: vLLM 0.6.0's API server measured the "
                    "same with its log on and off (API_SERVER_WORK)", until=VLLM_DISABLE_LOG_REQUESTS_UNTIL),
        InertOption("--swap-space", "one", "CPU swap space, which a single-sequence request's preemption does not "
                    "use (V0 recomputes it, V1 does not swap)", until=VLLM_SWAP_SPACE_UNTIL),
        InertOption("--use-v2-block-manager", "none", "V0's block manager v2, which hands out the same blocks as v1 "
                    "(the default from 0.6.3, a no-op from 0.6.4)", until=VLLM_V2_BLOCK_MANAGER_UNTIL))
-    + _inert(LOGGING, "one", "--max-log-len", "--log-config-file")
-    + _inert(LOGGING, "none", "--log-error-stack")
+    + inert_group(LOGGING, "one", "--max-log-len", "--log-config-file")
+    + inert_group(LOGGING, "none", "--log-error-stack")
     # token usage in a reply: at most one more chunk a request with --enable-force-include-usage (`vllm bench serve`
     # asks for it anyway: stream_options include_usage)
-    + _inert(USAGE_REPORTS, "none", "--enable-prompt-tokens-details", "--enable-server-load-tracking",
-             "--enable-tokenizer-info-endpoint", "--enable-force-include-usage")
-    + _inert(REQUEST_LIMITS, "one", "--max-logprobs")
+    + inert_group(USAGE_REPORTS, "none", "--enable-prompt-tokens-details", "--enable-server-load-tracking",
+                  "--enable-tokenizer-info-endpoint", "--enable-force-include-usage")
+    + inert_group(REQUEST_LIMITS, "one", "--max-logprobs")
     + (InertOption("--guided-decoding-backend", "one", REQUEST_LIMITS, until=VLLM_GUIDED_DECODING_BACKEND_UNTIL),
        InertOption("--calculate-kv-scales", "none", "an fp8 KV cache's scales computed on the first pass (its bytes "
                    "are priced by the dtype)", since=VLLM_CALCULATE_KV_SCALES[0], until=VLLM_CALCULATE_KV_SCALES[1]))
-    + _inert(MODEL_FILES, "one", "--max-parallel-loading-workers")
-    + _inert(PARSING, "one", "--chat-template", "--response-role", "--tool-call-parser", "--reasoning-parser",
-             "--chat-template-content-format", "--tool-parser-plugin")
-    + _inert(PARSING, "none", "--enable-auto-tool-choice", "--exclude-tools-when-tool-choice-none",
-             "--trust-request-chat-template")
-    + _inert(SEED, "one", "--seed")
+    + inert_group(MODEL_FILES, "one", "--max-parallel-loading-workers")
+    + inert_group(PARSING, "one", "--chat-template", "--response-role", "--tool-call-parser", "--reasoning-parser",
+                  "--chat-template-content-format", "--tool-parser-plugin")
+    + inert_group(PARSING, "none", "--enable-auto-tool-choice", "--exclude-tools-when-tool-choice-none",
+                  "--trust-request-chat-template")
+    + inert_group(SEED, "one", "--seed")
     + (InertOption("--disable-cascade-attn", "none", "cascade attention off, as priced (vLLM uses it only when every "
                    "running request shares a long prefix)", since=(0, 8, 2)),)))
