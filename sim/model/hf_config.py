@@ -2,7 +2,8 @@
 
 Handled architectures (by `model_type`, else by `architectures[0]`): Llama, Mistral, Mixtral, Qwen2 /
 Qwen2.5, Qwen3 (dense and MoE; Qwen3-VL's language model), DeepSeek-V2 / V3 (MLA, routed + shared experts, leading dense
-layers), gpt-oss (MoE on every layer), MiniMax-M2, Gemma / Gemma 2 / Gemma 3 (text), OPT. Each reader takes the keys
+layers), GLM-4.5 / 4.6 (GQA, DeepSeek-V3's experts), gpt-oss (MoE on every layer), MiniMax-M2, Gemma / Gemma 2 /
+Gemma 3 (text), OPT. Each reader takes the keys
 that architecture's `transformers` config class defines, with that class's defaults where a file leaves a key out.
 
 What a ModelSpec cannot express is said, not silently approximated: an MoE layer pattern other than
@@ -39,6 +40,9 @@ IGNORED: dict[str, str] = {
                   "are not counted",
     "deepseek_v3": "the multi-token-prediction layer (num_nextn_predict_layers) and router score biases are not counted",
     "gpt_oss": "attention sinks and the experts' biases are not counted",
+    "glm4_moe": "the multi-token-prediction layer (num_nextn_predict_layers), the q/k RMSNorm weights (use_qk_norm) "
+                "and the router's score biases are not counted; the rotary embedding's share of each head "
+                "(partial_rotary_factor) prices nothing",
 }
 
 
@@ -232,6 +236,13 @@ def _deepseek(r: _Reader) -> dict:
     experts = r.int("n_routed_experts", 0, minimum=0)
     if experts == 0:
         return fields  # a dense DeepSeek: intermediate_size on every layer
+    return fields | _routed_and_shared_experts(r, fields, experts)
+
+
+def _routed_and_shared_experts(r: _Reader, fields: dict, experts: int) -> dict:
+    """DeepSeek-V2/V3's MoE layout, which GLM-4.5's keeps: `first_k_dense_replace` dense layers of
+    intermediate_size, then on every layer `n_routed_experts` routed experts (`num_experts_per_tok` of them a
+    token) and `n_shared_experts` shared ones, each of moe_intermediate_size."""
     if r.int("moe_layer_freq", 1) != 1:
         raise r._fail("moe_layer_freq", r.data["moe_layer_freq"],
                       "1 (MoE on every layer after first_k_dense_replace; other patterns are not modelled)")
@@ -239,7 +250,7 @@ def _deepseek(r: _Reader) -> dict:
     if dense_layers >= fields["num_layers"]:
         raise r._fail("first_k_dense_replace", dense_layers, f"an integer below num_hidden_layers "
                       f"({fields['num_layers']})")
-    return fields | {
+    return {
         "dense_ffn_size": fields["ffn_size"],  # intermediate_size: the leading dense layers' MLP
         "ffn_size": r.int("moe_intermediate_size"),  # per expert, routed and shared
         "num_experts": experts,
@@ -247,6 +258,14 @@ def _deepseek(r: _Reader) -> dict:
         "num_shared_experts": r.int("n_shared_experts", 0, minimum=0),
         "num_dense_layers": dense_layers,
     }
+
+
+def _glm4_moe(r: _Reader) -> dict:
+    """GLM-4.5, GLM-4.5-Air and GLM-4.6 (transformers' Glm4MoeConfig): grouped-query attention with an explicit
+    head_dim and biased q/k/v projections (`attention_bias`), and DeepSeek-V3's MoE layout (routed and shared
+    experts after `first_k_dense_replace` dense layers)."""
+    fields = _dense_fields(r, tie_default=False)
+    return fields | _routed_and_shared_experts(r, fields, r.int("n_routed_experts"))
 
 
 def _gemma(r: _Reader) -> dict:
@@ -300,6 +319,7 @@ READERS: dict[str, Callable[[_Reader], dict]] = {
     "minimax_m2": _minimax_m2,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "glm4_moe": _glm4_moe,
     "gpt_oss": _gpt_oss,
     "gemma": _gemma,
     "gemma2": _gemma2,
@@ -310,7 +330,7 @@ READERS: dict[str, Callable[[_Reader], dict]] = {
 ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
-    "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3", "Glm4MoeForCausalLM": "glm4_moe",
     "GptOssForCausalLM": "gpt_oss",
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
     "OPTForCausalLM": "opt", "MiniMaxM2ForCausalLM": "minimax_m2",

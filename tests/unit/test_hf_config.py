@@ -83,6 +83,24 @@ def test_deepseek_v3_mla_with_query_compression_and_three_dense_layers():
     assert active_param_count(spec) == pytest.approx(37e9, rel=0.05)  # 37B activated per token
 
 
+def test_glm45_air_grouped_query_attention_with_deepseeks_experts():
+    # zai-org/GLM-4.5-Air config.json (Glm4MoeConfig, transformers 4.54.1), the fields that price it
+    cfg = {"architectures": ["Glm4MoeForCausalLM"], "model_type": "glm4_moe", "attention_bias": True,
+           "first_k_dense_replace": 1, "head_dim": 128, "hidden_size": 4096, "intermediate_size": 10944,
+           "max_position_embeddings": 131072, "moe_intermediate_size": 1408, "n_routed_experts": 128,
+           "n_shared_experts": 1, "num_attention_heads": 96, "num_experts_per_tok": 8, "num_hidden_layers": 46,
+           "num_key_value_heads": 8, "num_nextn_predict_layers": 1, "partial_rotary_factor": 0.5,
+           "tie_word_embeddings": False, "use_qk_norm": False, "vocab_size": 151552}
+    spec = spec_from_config(cfg, "glm-4.5-air")
+    assert (spec.attention, spec.head_dim, spec.attention_bias) == ("gqa", 128, True)
+    assert (spec.num_dense_layers, spec.dense_ffn_size, spec.ffn_size) == (1, 10944, 1408)
+    assert (spec.num_experts, spec.num_experts_per_token, spec.num_shared_experts) == (128, 8, 1)
+    assert kv_bytes_per_token(spec) == 46 * 2 * 8 * 128 * 2  # K and V of 8 heads of 128 a layer, bf16
+    assert param_count(spec) == pytest.approx(106e9, rel=0.01)  # its model card: 106B total (MTP layer excluded)
+    assert active_param_count(spec) == pytest.approx(12e9, rel=0.08)  # "12B active", rounded (12.8B here)
+    assert spec_from_config({k: v for k, v in cfg.items() if k != "model_type"}, "g") == spec_from_config(cfg, "g")
+
+
 def test_gemma_explicit_head_dim_and_tied_embeddings():
     # google/gemma-7b config.json: head_dim 256 although hidden_size / heads = 192; no tie_word_embeddings key
     cfg = {"architectures": ["GemmaForCausalLM"], "model_type": "gemma", "hidden_size": 3072,
