@@ -3,8 +3,8 @@
 Handled architectures (by `model_type`, else by `architectures[0]`): Llama, Mistral, Mixtral, Qwen2 /
 Qwen2.5, Qwen3 (dense and MoE; Qwen3-VL's language model), DeepSeek-V2 / V3 (MLA, routed + shared experts, leading dense
 layers), GLM-4.5 / 4.6 (GQA, DeepSeek-V3's experts), gpt-oss (MoE on every layer), MiniMax-M2, Gemma / Gemma 2 /
-Gemma 3 (text), OPT. Each reader takes the keys
-that architecture's `transformers` config class defines, with that class's defaults where a file leaves a key out.
+Gemma 3 (text), OPT. Each reader takes the keys that architecture's `transformers` config class defines, with that
+class's defaults where a file leaves a key out.
 
 What a ModelSpec cannot express is said, not silently approximated: an MoE layer pattern other than
 "the first k layers dense, the rest MoE" is refused. Interleaved local/global attention (Gemma 2/3, gpt-oss) is read
@@ -239,23 +239,25 @@ def _deepseek(r: _Reader) -> dict:
     return fields | _routed_and_shared_experts(r, fields, experts)
 
 
-def _routed_and_shared_experts(r: _Reader, fields: dict, experts: int) -> dict:
+def _routed_and_shared_experts(r: _Reader, fields: dict, experts: int, defaults: dict | None = None) -> dict:
     """DeepSeek-V2/V3's MoE layout, which GLM-4.5's keeps: `first_k_dense_replace` dense layers of
     intermediate_size, then on every layer `n_routed_experts` routed experts (`num_experts_per_tok` of them a
-    token) and `n_shared_experts` shared ones, each of moe_intermediate_size."""
+    token) and `n_shared_experts` shared ones, each of moe_intermediate_size. `defaults`: the config class's own
+    for keys a file leaves out (none: the dense layers and shared experts 0, the other two required)."""
+    default = defaults or {}
     if r.int("moe_layer_freq", 1) != 1:
         raise r._fail("moe_layer_freq", r.data["moe_layer_freq"],
                       "1 (MoE on every layer after first_k_dense_replace; other patterns are not modelled)")
-    dense_layers = r.int("first_k_dense_replace", 0, minimum=0)
+    dense_layers = r.int("first_k_dense_replace", default.get("first_k_dense_replace", 0), minimum=0)
     if dense_layers >= fields["num_layers"]:
         raise r._fail("first_k_dense_replace", dense_layers, f"an integer below num_hidden_layers "
                       f"({fields['num_layers']})")
     return {
         "dense_ffn_size": fields["ffn_size"],  # intermediate_size: the leading dense layers' MLP
-        "ffn_size": r.int("moe_intermediate_size"),  # per expert, routed and shared
+        "ffn_size": r.int("moe_intermediate_size", default.get("moe_intermediate_size", ...)),  # routed and shared
         "num_experts": experts,
-        "num_experts_per_token": r.int("num_experts_per_tok"),
-        "num_shared_experts": r.int("n_shared_experts", 0, minimum=0),
+        "num_experts_per_token": r.int("num_experts_per_tok", default.get("num_experts_per_tok", ...)),
+        "num_shared_experts": r.int("n_shared_experts", default.get("n_shared_experts", 0), minimum=0),
         "num_dense_layers": dense_layers,
     }
 
@@ -265,7 +267,10 @@ def _glm4_moe(r: _Reader) -> dict:
     head_dim and biased q/k/v projections (`attention_bias`), and DeepSeek-V3's MoE layout (routed and shared
     experts after `first_k_dense_replace` dense layers)."""
     fields = _dense_fields(r, tie_default=False)
-    return fields | _routed_and_shared_experts(r, fields, r.int("n_routed_experts"))
+    # Glm4MoeConfig's defaults (transformers' models/glm4_moe): GLM-4.5-Air's layout
+    defaults = {"first_k_dense_replace": 1, "n_shared_experts": 1, "moe_intermediate_size": 1408,
+                "num_experts_per_tok": 8}
+    return fields | _routed_and_shared_experts(r, fields, r.int("n_routed_experts", 128), defaults)
 
 
 def _gemma(r: _Reader) -> dict:

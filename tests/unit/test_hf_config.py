@@ -99,6 +99,10 @@ def test_glm45_air_grouped_query_attention_with_deepseeks_experts():
     assert param_count(spec) == pytest.approx(106e9, rel=0.01)  # its model card: 106B total (MTP layer excluded)
     assert active_param_count(spec) == pytest.approx(12e9, rel=0.08)  # "12B active", rounded (12.8B here)
     assert spec_from_config({k: v for k, v in cfg.items() if k != "model_type"}, "g") == spec_from_config(cfg, "g")
+    # Glm4MoeConfig's defaults are GLM-4.5-Air's layout: a file without the expert keys reads the same
+    moe_keys = ("first_k_dense_replace", "moe_intermediate_size", "n_routed_experts", "n_shared_experts",
+                "num_experts_per_tok")
+    assert spec_from_config({k: v for k, v in cfg.items() if k not in moe_keys}, "g") == spec_from_config(cfg, "g")
 
 
 def test_gemma_explicit_head_dim_and_tied_embeddings():
