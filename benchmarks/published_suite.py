@@ -18,8 +18,8 @@ What this module does, in order:
    benchmark tool's definition of it (`METRIC_DEFINITIONS`).
    Every assumption a case needs (a number the source does not give) is written into `PublishedCase.assumptions`.
 2. `scenario` builds a case's ServeSim scenario: its engine preset (`engine: {name, version, flags}`, which
-   sim/config/engines/ turns into that engine's defaults for the GPU and version). A case ServeSim cannot express yet raises `NotSimulated(reason)`: it is
-   listed, never dropped.
+   sim/config/engines/ turns into that engine's defaults for the GPU and version). A case ServeSim cannot express
+   yet raises `NotSimulated(reason)`: it is listed, never dropped.
 3. The held-out protocol: `FIT_RUNS` names, per engine and version, the runs a preset's free numbers may be
    fitted on; every other run is held out. `fit_preset` fits them (the engine's CPU terms per_step_s and
    per_seq_s, and the API front-end's per_request_s and per_output_chunk_s where a fit run was measured at an HTTP
