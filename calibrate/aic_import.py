@@ -92,7 +92,8 @@ FRAMEWORKS = ("vllm", "sglang", "trtllm")
 FRAMEWORK = "vllm"  # the default: its tables stay at calibrate/measured/<gpu>/
 PACKAGE = "aiconfigurator-core"
 _DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
-_WEIGHT_DTYPES = {**_DTYPES, "fp8_block": "fp8_block"}  # GEMM and MoE rows: per-tensor and block-scaled fp8
+# GEMM and MoE rows: per-tensor and block-scaled fp8, and NVFP4 (W4A4 with FP8 scales per 16; on the B200 only).
+_WEIGHT_DTYPES = {**_DTYPES, "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 # MoE rows also: MXFP4 experts with 16-bit activations (gpt-oss's checkpoints; `quantization.weights: mxfp4`).
 _MOE_DTYPES = {**_WEIGHT_DTYPES, "w4a16_mxfp4": "mxfp4"}
 
@@ -311,8 +312,9 @@ TABLES = {
 # experts are priced from the bf16 rows' ratio at the fp8 roofline (sim/cost/measured.py). MXFP4 rows are measured
 # at gpt-oss's expert shapes only, each engine's gpt-oss kernel the main one (vLLM on Hopper: OpenAI's Triton
 # kernels; SGLang: its fused Triton MoE; TensorRT-LLM: its PyTorch flow); no other dtype's rows ever price them.
-MOE_DTYPES = {"vllm": ("bfloat16", "fp8_block", "w4a16_mxfp4"), "sglang": ("bfloat16", "fp8_block", "w4a16_mxfp4"),
-              "trtllm": ("bfloat16", "fp8", "fp8_block", "w4a16_mxfp4")}
+MOE_DTYPES = {"vllm": ("bfloat16", "fp8_block", "w4a16_mxfp4", "nvfp4"),
+              "sglang": ("bfloat16", "fp8_block", "w4a16_mxfp4", "nvfp4"),
+              "trtllm": ("bfloat16", "fp8", "fp8_block", "w4a16_mxfp4", "nvfp4")}
 # A second MoE kernel kept where an engine version runs it instead of the main one: vLLM's Marlin MXFP4 experts
 # (`vllm_..._marlin_marlinexperts...`), which vLLM runs below sm_90 and before 0.12.0 on every GPU
 # (sim/config/engines/vllm.py `_vllm_expert_padding`), as dtype mxfp4_marlin; `quantization.moe_kernel: marlin` prices
