@@ -352,7 +352,8 @@ class ExpertPaddingSpec(_Strict):
 class QuantizationSpec(_Strict):
     weights: Literal[WEIGHT_DTYPES] = Field(
         "bf16", description="how the weights are stored (mxfp4: a mixture of experts' routed experts in MXFP4, the "
-        "rest 16-bit, as gpt-oss's checkpoints); absent: a `model: {hf_config}` checkpoint's own "
+        "rest 16-bit, as gpt-oss's checkpoints; nvfp4: every linear layer but the LM head and the router in NVFP4, "
+        "run as W4A4 products on FP4 tensor cores, Blackwell's); absent: a `model: {hf_config}` checkpoint's own "
         "quantization_config (sim/config/checkpoint.py, with its block scales and fp8 activations), else bf16")
     kv_cache: Literal["bf16", "fp16", "fp8", "int8"] = "bf16"
     fp8_compute: bool = Field(FP8_COMPUTE_DEFAULT, description="matrix products run at the GPU's fp8 rate")
@@ -376,6 +377,9 @@ class QuantizationSpec(_Strict):
         if self.fp8_compute and self.weights == "mxfp4":
             raise ValueError("fp8_compute: true with weights 'mxfp4' (whose experts' products run in 16 bits here, "
                              "its attention's in bf16); allowed: fp8_compute false")
+        if self.fp8_compute and self.weights == "nvfp4":
+            raise ValueError("fp8_compute: true with weights 'nvfp4' (whose products run in FP4); allowed: "
+                             "fp8_compute false")
         if self.moe_kernel is not None and self.weights != "mxfp4":
             raise ValueError(f"moe_kernel: {self.moe_kernel!r} with weights {self.weights!r} (the tables keep Marlin's "
                              "rows of MXFP4 experts only); allowed: weights 'mxfp4', or moe_kernel null")

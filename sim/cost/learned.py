@@ -35,7 +35,7 @@ from pathlib import Path
 from sim.core.step_plan import StepPlan
 from sim.cost import compiled_pricing, learned_kernel, roofline_kernel
 from sim.cost.compiled_pricing import KIND_LEARNED
-from sim.cost.roofline import RooflineCostModel, StepCost, decode_run_costs
+from sim.cost.roofline import RooflineCostModel, StepCost, decode_run_costs, matmul_peak_flops
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
@@ -61,7 +61,7 @@ class LearnedRooflineCostModel(RooflineCostModel):
         super().__init__(*args, **kwargs)
         self.learned = learned or load_learned()
         g = self.gpu
-        peak = g.fp8_flops_per_s if (kwargs.get("fp8_compute") and g.fp8_flops_per_s) else g.bf16_flops_per_s
+        peak = matmul_peak_flops(g, self.weight_dtype, kwargs.get("fp8_compute", False))
         self.peak_flops, self.peak_bytes = peak, g.hbm_bytes_per_s
         L = self.learned
         self.min_kernel_s = L["min_kernel_s"]

@@ -63,7 +63,7 @@ from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE
-from sim.model.memory import MARLIN, kv_bytes_per_token
+from sim.model.memory import MARLIN, NVFP4_PARAM_BYTES, kv_bytes_per_token, matrix_dtype
 from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
@@ -76,7 +76,8 @@ ENGINES = ("vllm-cudagraph", "vllm-eager")  # which all-reduce curve: under CUDA
 TABLES = ("vllm", "sglang", "trtllm")
 # Scenario dtype -> the table rows that price it. fp16 takes the bf16 rows: the same element size and the same
 # tensor-core rate on every catalog GPU (NVIDIA's A100/H100/H200/L40S datasheets list one "FP16/BF16" figure).
-_GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}  # scenario weights -> table dtype
+# nvfp4: NVFP4 W4A4 products (`quantization.weights: nvfp4`), from the nvfp4 rows (the B200's tables only).
+_GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}  # scenario weights -> table dtype
 # mxfp4 (gpt-oss's checkpoints): the routed experts from the fused-MoE table's MXFP4 rows, every other matrix (16-bit
 # in those checkpoints) from the bf16 GEMM rows.
 MXFP4 = "mxfp4"
@@ -84,7 +85,8 @@ MXFP4 = "mxfp4"
 # main MXFP4 kernel is another (calibrate/aic_import.py MOE_ALSO).
 MXFP4_MARLIN = "mxfp4_marlin"
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
-_DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1}  # (a 128 x 128 block's scale: 4 bytes in 16 KiB, left out)
+# (a 128 x 128 block's scale: 4 bytes in 16 KiB, left out; NVFP4's 1-byte scale per 16 weights, counted)
+_DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1, "nvfp4": NVFP4_PARAM_BYTES}
 
 
 def gemm_dtype(weight_dtype: str, fp8_block: bool = False) -> str | None:
@@ -598,7 +600,10 @@ class MeasuredCostModel(PackedCostModel):
             for g in gpu_shapes:
                 if is_routed_expert(g.shape) and self._moe is not None:
                     continue  # the fused MoE table prices the layer's routed experts
-                mats.append(_Linear(linear(g.in_features, g.out_features, g.shape.name), g.count, g.active_per_token))
+                # a matrix the scheme keeps 16-bit (nvfp4's MoE router) from the bf16 rows
+                rows = gd if matrix_dtype(g.shape, weight_dtype) == weight_dtype else "bf16"
+                mats.append(_Linear(linear(g.in_features, g.out_features, g.shape.name, rows), g.count,
+                                    g.active_per_token))
             self._groups.append((n_layers, mats, any(is_routed_expert(g.shape) for g in gpu_shapes)))
         head = lm_head_shape(model)
         # The LM head stays 16-bit in fp8 deployments: vLLM's Fp8Config quantizes LinearBase layers only, and its
@@ -703,8 +708,8 @@ class MeasuredCostModel(PackedCostModel):
         if gd == MXFP4 and self.moe_kernel == MARLIN and all_rows is not None:
             moe = self._marlin_mxfp4_rows(all_rows, moe)
         # The roofline this model's experts take (kind) and the one the rows' ratios are taken against (rows_kind).
-        kind = rows_kind = {"bf16": measured_kernel.SHAPE_MOE,
-                            MXFP4: measured_kernel.SHAPE_MOE_MXFP4}.get(gd, measured_kernel.SHAPE_MOE_FP8)
+        kind = rows_kind = {"bf16": measured_kernel.SHAPE_MOE, MXFP4: measured_kernel.SHAPE_MOE_MXFP4,
+                            "nvfp4": measured_kernel.SHAPE_MOE_NVFP4}.get(gd, measured_kernel.SHAPE_MOE_FP8)
         if gd == MXFP4 and (moe is None or moe.empty or not m.gated_mlp):  # never from another dtype's rows
             raise ConfigError(f"quantization.weights: 'mxfp4' is not measured in the {t.framework} tables of "
                               f"{t.meta['gpu']} for {m.name} (no MXFP4 fused-MoE rows under {routing} routing for "
@@ -716,7 +721,7 @@ class MeasuredCostModel(PackedCostModel):
             # in one fused launch gave 4.77 and 1.68 (benchmarks/bench_moe.py, 11-29).
             moe, rows_kind = all_rows[all_rows["dtype"] == "bf16"], measured_kernel.SHAPE_MOE
             self.notes[f"moe: no {gd} fused-MoE rows; the bf16 fused-MoE rows' ratio to their roofline, applied to "
-                       "the fp8 roofline"] += 1
+                       f"the {'fp8' if gd.startswith('fp8') else gd} roofline"] += 1
         if moe is None or moe.empty or not m.gated_mlp:
             self.notes[f"moe: no {gd} fused-MoE table for this setup; experts priced from the {gd} GEMM rows as one "
                        "fused kernel"] += 1

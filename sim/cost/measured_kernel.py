@@ -24,7 +24,7 @@ import numpy as np
 from sim.cost.interpolation import bracket, log_ratio_1d, log_ratio_2d
 from sim.jit import njit
 from sim.cost.roofline_kernel import ACT_BYTES, hybrid_layer_mean, layer_allreduce_s, op_time, touched_experts
-from sim.model.memory import MXFP4_PARAM_BYTES
+from sim.model.memory import MXFP4_PARAM_BYTES, NVFP4_PARAM_BYTES
 
 # Indices into the float64 array `params[0]`.
 # The attention grids' roofline shapes: prefill's kind and four numbers (P_PF_*), decode's (P_DC_*).
@@ -47,9 +47,10 @@ L_CURVE, L_EXPERTS, L_ACTIVE = range(3)
 # run absorbed, every head attending over the shared latent (heads, latent + rotary size read as keys, latent size
 # read as values, KV bytes per element) by (batch, context).
 SHAPE_GEMM, SHAPE_ALLREDUCE, SHAPE_MOE, SHAPE_PREFILL, SHAPE_DECODE, SHAPE_MOE_FP8, SHAPE_MLA_PREFILL, \
-    SHAPE_MLA_DECODE, SHAPE_MOE_MXFP4 = range(9)
+    SHAPE_MLA_DECODE, SHAPE_MOE_MXFP4, SHAPE_MOE_NVFP4 = range(10)
 # SHAPE_MOE_MXFP4: the fused MoE layer with MXFP4 experts (the same numbers as SHAPE_MOE): MXFP4_PARAM_BYTES a
-# weight, products at the bf16 rate `fps` (16-bit activations).
+# weight, products at the bf16 rate `fps` (16-bit activations). SHAPE_MOE_NVFP4: NVFP4 experts, NVFP4_PARAM_BYTES a
+# weight, W4A4 products at four times the bf16 rate (the B200 datasheet's FP4 / BF16 ratio).
 # Token counts below this have their per-layer terms and LM head remembered (the pack's two memo arrays; -1: not
 # computed yet): they depend on the count alone. The layer memo has one more column, SCRATCH, where a larger count's
 # terms are worked out each time (the compiled core allocates nothing: sim/compiled/kernel.py `run`).
@@ -150,11 +151,17 @@ def shape_at(kind, a, b, c, d, fps, bps, x, y):
         return op_time(2.0 * x * a * b, a * b * c + x * (a + b) * ACT_BYTES, fps, bps)
     if kind == SHAPE_ALLREDUCE:
         return a + 2 * (b - 1) / b * x * 2 / c
-    if kind == SHAPE_MOE or kind == SHAPE_MOE_FP8 or kind == SHAPE_MOE_MXFP4:
+    if kind == SHAPE_MOE or kind == SHAPE_MOE_FP8 or kind == SHAPE_MOE_MXFP4 or kind == SHAPE_MOE_NVFP4:
         # bf16: two bytes a weight; FP8: one, at twice the bf16 tensor-core rate `fps` (the datasheets' ratio), so
-        # half the FLOPs at `fps`; MXFP4: its bytes, at the bf16 rate
-        weight_bytes = 2.0 if kind == SHAPE_MOE else (1.0 if kind == SHAPE_MOE_FP8 else MXFP4_PARAM_BYTES)
-        flops_per_weight = 1.0 if kind == SHAPE_MOE_FP8 else 2.0
+        # half the FLOPs at `fps`; MXFP4: its bytes, at the bf16 rate; NVFP4: its bytes, at four times the rate
+        if kind == SHAPE_MOE:
+            weight_bytes, flops_per_weight = 2.0, 2.0
+        elif kind == SHAPE_MOE_FP8:
+            weight_bytes, flops_per_weight = 1.0, 1.0
+        elif kind == SHAPE_MOE_MXFP4:
+            weight_bytes, flops_per_weight = MXFP4_PARAM_BYTES, 2.0
+        else:
+            weight_bytes, flops_per_weight = NVFP4_PARAM_BYTES, 0.5
         weights = 3 * c * d  # one expert's gate, up and down matrices
         return op_time(flops_per_weight * x * b * weights,
                        touched_experts(a, b, x) * weights * weight_bytes + x * b * (2 * c + 3 * d) * 2, fps, bps)

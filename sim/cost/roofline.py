@@ -19,7 +19,7 @@ from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
 from sim.model.attention_io import ATTENTION_KERNELS, ELEMENTWISE_PASSES, math_sdpa_terms
 from sim.model.attention_io import heads_per_gpu as attention_heads_per_gpu
-from sim.model.memory import DTYPE_BYTES, check_weight_dtype, kv_bytes_per_token, param_bytes
+from sim.model.memory import DTYPE_BYTES, check_fp4_products, check_weight_dtype, kv_bytes_per_token, param_bytes
 from sim.model.shapes import GpuLinear, gpu_layer_groups, gpu_linear, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
@@ -50,6 +50,16 @@ class _Matmul:
     bytes_per_param: float  # what a product reads per weight param (`sim.model.memory.param_bytes`)
 
 
+def matmul_peak_flops(gpu: GPUSpec, weight_dtype: str, fp8_compute: bool) -> float:
+    """The tensor-core peak a model's matrix products run at, every one of them (the 16-bit LM head too, a small
+    share): FP4's for nvfp4 weights (W4A4; refused on a GPU without it), fp8's under fp8_compute where the GPU has
+    an fp8 rate, else bf16's."""
+    check_fp4_products(gpu, weight_dtype)
+    if weight_dtype == "nvfp4":
+        return gpu.fp4_flops_per_s
+    return gpu.fp8_flops_per_s if (fp8_compute and gpu.fp8_flops_per_s) else gpu.bf16_flops_per_s
+
+
 class RooflineCostModel(PackedCostModel):
     """Analytical roofline per op: max(FLOPs / (peak × efficiency), bytes / (bandwidth × efficiency)).
 
@@ -76,7 +86,7 @@ class RooflineCostModel(PackedCostModel):
         self.model, self.gpu, self.tp, self.ep = model, gpu, tensor_parallel, expert_parallel
         self.attention_kernel = attention_kernel
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
-        peak = gpu.fp8_flops_per_s if (fp8_compute and gpu.fp8_flops_per_s) else gpu.bf16_flops_per_s
+        peak = matmul_peak_flops(gpu, weight_dtype, fp8_compute)
         self.flops_per_s = peak * (compute_efficiency or gpu.compute_efficiency)
         self.bytes_per_s = gpu.hbm_bytes_per_s * (memory_efficiency or gpu.memory_efficiency)
         self.link_bytes_per_s = gpu.interconnect_bytes_per_s * gpu.interconnect_efficiency

@@ -226,6 +226,7 @@ GPUS: dict[str, GPUSpec] = {
         name="b200",
         bf16_flops_per_s=2250e12,  # NVIDIA Blackwell datasheet, HGX B200 BF16 Tensor Core (dense), per GPU
         fp8_flops_per_s=4500e12,  # NVIDIA Blackwell datasheet, HGX B200 FP8 Tensor Core (dense), per GPU
+        fp4_flops_per_s=9000e12,  # NVIDIA Blackwell datasheet, HGX B200 FP4 Tensor Core 144 PFLOPS (sparse) / 8 / 2
         fp32_flops_per_s=75e12,  # NVIDIA Blackwell datasheet, HGX B200 FP32, per GPU
         hbm_bytes=183359 * _MIB,  # nvidia-smi total memory, "NVIDIA B200" (NVIDIA/TensorRT-LLM issue #10278)
         hbm_bytes_per_s=7.7e12,  # aiconfigurator-core 0.12.0 systems/b200_sxm.yaml mem_bw (pytorch/ao#4002: 7.67 TB/s)

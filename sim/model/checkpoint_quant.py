@@ -14,8 +14,14 @@ doubles the weights' bytes. The formats read, as their writers spell them:
 - `quant_method: awq | gptq` with `bits` 4 or 8, and bitsandbytes' `load_in_4bit` / `load_in_8bit`: int4 / int8
   weights only.
 - `quant_method: mxfp4` (gpt-oss): the routed experts' weights in MXFP4, the rest 16-bit.
+- NVFP4 (`quant_method: modelopt` with `quant_algo: NVFP4`, or compressed-tensors groups of 4-bit float weights and
+  activations in groups of 16): nvfp4, where the modules it leaves unquantized (`exclude_modules`, `ignore`) are at
+  most the LM head, the MoE router gates, the embeddings and what is not simulated (multi-token-prediction layers, a
+  vision encoder), as ModelOpt's NVFP4 recipe leaves them.
+  A checkpoint that also keeps attention or other layers in 16 bits (NVIDIA's DeepSeek-V3.1 and MiniMax-M2.5 NVFP4
+  releases) is not read: nvfp4 would price those layers 4-bit.
 
-Anything else (NVFP4, mixed groups, ...) is not a ServeSim dtype: it is reported as unread, and the scenario
+Anything else (mixed groups, ...) is not a ServeSim dtype: it is reported as unread, and the scenario
 must then say how the weights are stored (`quantization.weights`), never silently bf16.
 """
 
@@ -30,7 +36,7 @@ class CheckpointQuantization:
     """A checkpoint's quantization as ServeSim prices it; `weights` None: the config's method is not read (`why`)."""
 
     method: str  # quant_method as the config spells it
-    weights: str | None = None  # fp8, int8, int4, mxfp4
+    weights: str | None = None  # fp8, int8, int4, mxfp4, nvfp4
     fp8_block_scales: bool = False
     fp8_activations: bool = False  # W8A8: the engines run fp8 matrix products where the GPU has them
     why: str = ""
@@ -57,6 +63,33 @@ def _int_weights(method: str, bits: Any) -> CheckpointQuantization:
     return _unread(method, f"bits {bits!r}; read: 4 or 8")
 
 
+# Module names an NVFP4 checkpoint may leave unquantized and still be nvfp4 as ServeSim prices it (a pattern's last
+# dotted part, its wildcards and layer numbers dropped): the LM head, the MoE router gates (Qwen3-MoE's and
+# DeepSeek's `mlp.gate`, Mixtral's and MiniMax's `block_sparse_moe.gate`), the embeddings (never quantized here);
+# and any pattern naming a multi-token-prediction layer (`mtp`) or a vision encoder, neither of which is simulated.
+NVFP4_KEPT_16BIT = ("lm_head", "gate", "shared_expert_gate", "embed_tokens")
+_NOT_SIMULATED = ("mtp", "vision", "visual")
+
+
+def _nvfp4(method: str, excluded: Any) -> CheckpointQuantization:
+    """nvfp4, unless the checkpoint keeps more than NVFP4_KEPT_16BIT in 16 bits (then not read, naming one)."""
+    if not isinstance(excluded, list):
+        excluded = []
+    for pattern in excluded:
+        parts = [p for p in str(pattern).replace("*", "").split(".") if p and not p.isdigit()]
+        if parts and parts[-1] not in NVFP4_KEPT_16BIT and not any(w in p for p in parts for w in _NOT_SIMULATED):
+            return _unread(method, f"NVFP4 that keeps {pattern!r} unquantized; read: NVFP4 with at most the LM head, "
+                                   "router gates, embeddings, MTP layers and a vision encoder unquantized")
+    return CheckpointQuantization(method=method, weights="nvfp4")
+
+
+def _is_nvfp4_group(group: dict) -> bool:
+    """A compressed-tensors config group of NVFP4: 4-bit float weights and input activations in groups of 16."""
+    w, a = group.get("weights"), group.get("input_activations")
+    return all(isinstance(x, dict) and x.get("type") == "float" and x.get("num_bits") == 4 and x.get("group_size") == 16
+               for x in (w, a))
+
+
 def _compressed_tensors(q: dict) -> CheckpointQuantization:
     method = "compressed-tensors"
     groups = q.get("config_groups")
@@ -69,16 +102,20 @@ def _compressed_tensors(q: dict) -> CheckpointQuantization:
             return _unread(method, "a config group without weights")
         a = group.get("input_activations")
         fp8_in = isinstance(a, dict) and a.get("type") == "float" and a.get("num_bits") == 8
-        if w.get("type") == "float" and w.get("num_bits") == 8:
+        if _is_nvfp4_group(group):
+            read.add(("nvfp4", False, False))
+        elif w.get("type") == "float" and w.get("num_bits") == 8:
             read.add(("fp8", w.get("strategy") == "block", fp8_in))
         elif w.get("type") == "int" and w.get("num_bits") in (4, 8):
             read.add((f"int{w['num_bits']}", False, False))
         else:
             return _unread(method, f"weights of {w.get('num_bits')!r} bits of type {w.get('type')!r}; read: "
-                                   "8-bit float, 4- or 8-bit int")
+                                   "8-bit float, 4- or 8-bit int, NVFP4")
     if len(read) > 1:
         return _unread(method, "its config groups store weights differently")
     weights, block, fp8_in = read.pop()
+    if weights == "nvfp4":
+        return _nvfp4(method, q.get("ignore"))
     return CheckpointQuantization(method=method, weights=weights, fp8_block_scales=block, fp8_activations=fp8_in)
 
 
@@ -101,7 +138,11 @@ def checkpoint_quantization(config: Any) -> CheckpointQuantization | None:
         algo = str(q.get("quant_algo", "")).upper()
         if algo == "FP8":
             return CheckpointQuantization(method=method, weights="fp8", fp8_activations=True)
-        return _unread(method, f"quant_algo {q.get('quant_algo')!r}; read: FP8")
+        if algo == "NVFP4":
+            if q.get("config_groups") is not None:  # ModelOpt's newer exports: compressed-tensors' groups as well
+                return _compressed_tensors({**q, "ignore": q.get("ignore", q.get("exclude_modules"))})
+            return _nvfp4(method, q.get("exclude_modules", q.get("ignore")))
+        return _unread(method, f"quant_algo {q.get('quant_algo')!r}; read: FP8, NVFP4")
     if method in ("awq", "gptq"):
         return _int_weights(method, q.get("bits", q.get("w_bit")))
     if method == "bitsandbytes":

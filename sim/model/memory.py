@@ -21,14 +21,23 @@ from sim.model.shapes import (
 )
 from sim.model.specs import GPUSpec, LinearShape, ModelSpec
 
-DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "mxfp4": 0.5}
-WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4")
+DTYPE_BYTES: dict[str, float] = {"fp32": 4, "fp16": 2, "bf16": 2, "fp8": 1, "int8": 1, "int4": 0.5, "mxfp4": 0.5,
+                                 "nvfp4": 0.5}
+WEIGHT_DTYPES = ("bf16", "fp16", "fp8", "int8", "int4", "mxfp4", "nvfp4")
 # MXFP4 (the OCP Microscaling format's FP4, gpt-oss's checkpoints): the routed experts' weights as 4-bit floats with
 # one 8-bit (E8M0) scale per block of 32; the rest (attention, router, embeddings, LM head) stays 16-bit, the
 # checkpoint's `modules_to_not_convert`. The rooflines price its products in 16 bits (w4a16, as Hopper and Ampere
 # run them; a B200's FP4 rate is not used); the measured tables, as each engine's kernel ran them.
 MXFP4_BLOCK = 32
 MXFP4_PARAM_BYTES = DTYPE_BYTES["mxfp4"] + 1 / MXFP4_BLOCK  # with its 1-byte scale per block
+# NVFP4 (NVIDIA's FP4, ModelOpt's and llm-compressor's NVFP4 checkpoints): 4-bit floats (E2M1) with one FP8 (E4M3)
+# scale per block of 16 and one fp32 scale per tensor (left out: 4 bytes a matrix); the activations are quantized to
+# NVFP4 as they run, so the products are W4A4, on the FP4 tensor cores of a GPU that has them
+# (`GPUSpec.fp4_flops_per_s`: Blackwell), refused elsewhere (`check_fp4_products`). Every linear layer but the LM head
+# and the MoE router is 4-bit, as ModelOpt's NVFP4 recipe leaves them (a checkpoint that keeps more in 16 bits is
+# not read as nvfp4: `sim.model.checkpoint_quant`).
+NVFP4_BLOCK = 16
+NVFP4_PARAM_BYTES = DTYPE_BYTES["nvfp4"] + 1 / NVFP4_BLOCK  # with its 1-byte scale per block
 # quantization.fp8_compute when a scenario (or its checkpoint) does not say: fp8 weights with 16-bit matrix products
 # (weight-only fp8). The schema's default and the default cost-model choice both read it.
 FP8_COMPUTE_DEFAULT = False
@@ -191,22 +200,34 @@ def kv_bytes_for_sequence(
 
 def matrix_dtype(shape: LinearShape, weight_dtype: str) -> str:
     """The dtype one weight matrix is stored in under `quantization.weights`: the LM head stays 16-bit under every
-    scheme (as the embeddings, norms and biases), and under mxfp4 only the routed experts are 4-bit."""
-    if shape.name == "lm_head" or (weight_dtype == "mxfp4" and not is_routed_expert(shape)):
+    scheme (as the embeddings, norms and biases), under mxfp4 only the routed experts are 4-bit, and under nvfp4 the
+    MoE router stays 16-bit too."""
+    if (shape.name == "lm_head" or (weight_dtype == "mxfp4" and not is_routed_expert(shape))
+            or (weight_dtype == "nvfp4" and shape.name == "router")):
         return "bf16"
     return weight_dtype
 
 
 def param_bytes(shape: LinearShape, weight_dtype: str) -> float:
-    """Bytes a matrix product reads per parameter of this matrix: its element size (MXFP4's with its scale per 32;
-    the integer formats' group scales are left out, as they always were in the step prices)."""
+    """Bytes a matrix product reads per parameter of this matrix: its element size (MXFP4's and NVFP4's with their
+    block scales; the integer formats' group scales are left out, as they always were in the step prices)."""
     dtype = matrix_dtype(shape, weight_dtype)
-    return MXFP4_PARAM_BYTES if dtype == "mxfp4" else DTYPE_BYTES[dtype]
+    return {"mxfp4": MXFP4_PARAM_BYTES, "nvfp4": NVFP4_PARAM_BYTES}.get(dtype, DTYPE_BYTES[dtype])
 
 
 def weight_dtypes_for(model: ModelSpec) -> tuple[str, ...]:
     """The weight dtypes this model can be stored in: mxfp4 is a mixture-of-experts checkpoint's format."""
     return tuple(d for d in WEIGHT_DTYPES if d != "mxfp4" or model.is_moe)
+
+
+def check_fp4_products(gpu: GPUSpec, weight_dtype: str) -> None:
+    """nvfp4 weights run W4A4 products on FP4 tensor cores: refused on a GPU without an FP4 rate (the engines'
+    weight-only fallbacks there, such as vLLM's Marlin NVFP4 kernel, are not modelled)."""
+    if weight_dtype == "nvfp4" and gpu.fp4_flops_per_s is None:
+        raise ConfigError(f"quantization.weights: 'nvfp4' runs its products on FP4 tensor cores, which {gpu.name} "
+                          "lacks (hardware.gpu.fp4_flops_per_s is none; the engines' weight-only NVFP4 fallbacks are "
+                          "not modelled); allowed: a GPU with an FP4 rate (b200), or weights "
+                          f"{', '.join(d for d in WEIGHT_DTYPES if d != 'nvfp4')}")
 
 
 def check_weight_dtype(model: ModelSpec, weight_dtype: str) -> None:

@@ -123,6 +123,8 @@ class GPUSpec(BaseModel):
     name: str
     bf16_flops_per_s: float = Field(gt=0, description="dense (no sparsity) bf16 tensor-core peak")
     fp8_flops_per_s: float | None = Field(None, gt=0, description="dense fp8 peak; None where unsupported")
+    fp4_flops_per_s: float | None = Field(None, gt=0, description="dense FP4 peak (Blackwell's tensor cores, which run "
+                                          "NVFP4 products); None where unsupported")
     fp32_flops_per_s: float | None = Field(
         None, gt=0, description="fp32 peak without tensor cores (a GPU's CUDA cores): what torch runs an fp32 "
         "matrix product on unless TF32 is allowed, so what the materialized attention kernel's fp32 matmuls reach "

@@ -43,6 +43,7 @@ def gpus_table() -> pd.DataFrame:
             "gpu": key,
             "bf16_tflops": g.bf16_flops_per_s / 1e12,
             "fp8_tflops": g.fp8_flops_per_s / 1e12 if g.fp8_flops_per_s else None,
+            "fp4_tflops": g.fp4_flops_per_s / 1e12 if g.fp4_flops_per_s else None,
             "memory_gb": round(g.hbm_bytes / 1e9, 1),
             "memory_gb_per_s": g.hbm_bytes_per_s / 1e9,
             "interconnect_gb_per_s": g.interconnect_bytes_per_s / 1e9,

@@ -31,7 +31,11 @@ FP8_DYNAMIC = {"quant_method": "compressed-tensors", "format": "float-quantized"
 W4A16 = {"quant_method": "compressed-tensors", "format": "pack-quantized", "config_groups": {"group_0": _group(
     {"num_bits": 4, "type": "int", "strategy": "group", "group_size": 128}, None)}}
 NVFP4 = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized", "config_groups": {"group_0": _group(
-    {"num_bits": 4, "type": "float", "strategy": "tensor_group"}, None)}}
+    {"num_bits": 4, "type": "float", "strategy": "tensor_group"}, None)}}  # weight-only FP4: not nvfp4 (W4A4)
+_FP4_16 = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}
+NVFP4_W4A4 = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
+              "config_groups": {"group_0": _group(_FP4_16, {**_FP4_16, "dynamic": "local"})},
+              "ignore": ["lm_head", "model.embed_tokens", "model.visual.blocks.0.attn.qkv", "mtp.layers.0*"]}
 
 
 @pytest.mark.parametrize("config, expected", [
@@ -43,6 +47,9 @@ NVFP4 = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",
      ("fp8", True, False)),
     (W4A16, ("int4", False, False)),
     ({"quant_method": "modelopt", "quant_algo": "FP8"}, ("fp8", False, True)),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": ["lm_head", "model.layers.3.mlp.gate"]},
+     ("nvfp4", False, False)),
+    (NVFP4_W4A4, ("nvfp4", False, False)),
     ({"quant_method": "awq", "bits": 4, "group_size": 128}, ("int4", False, False)),
     ({"quant_method": "gptq", "bits": 8}, ("int8", False, False)),
     ({"quant_method": "bitsandbytes", "load_in_4bit": True}, ("int4", False, False)),
@@ -57,7 +64,11 @@ def test_formats_read_as_the_engines_load_them(config, expected):
     (NVFP4, "weights of 4 bits of type 'float'"),
     ({**W4A16, "config_groups": {**W4A16["config_groups"], **{"group_1": FP8_DYNAMIC["config_groups"]["group_0"]}}},
      "its config groups store weights differently"),
-    ({"quant_method": "modelopt", "quant_algo": "NVFP4"}, "quant_algo 'NVFP4'"),
+    ({"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"}, "quant_algo 'MIXED_PRECISION'"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": ["lm_head", "model.layers.0.self_attn*"]},
+     "NVFP4 that keeps 'model.layers.0.self_attn*' unquantized"),
+    ({**NVFP4_W4A4, "ignore": ["lm_head", "model.layers.0.mlp.shared_expert.down_proj"]},
+     "NVFP4 that keeps 'model.layers.0.mlp.shared_expert.down_proj' unquantized"),
     ({"quant_method": "gptq", "bits": 3}, "bits 3"),
 ])
 def test_formats_without_a_servesim_dtype_are_unread_and_say_why(config, why):
@@ -145,7 +156,7 @@ def test_an_unread_quantization_needs_the_weights_said(tmp_path):
     assert "\n" not in message and message.startswith("model.hf_config: the checkpoint's quantization_config "
                                                       "'compressed-tensors'")
     assert ("allowed: say how its weights are stored with quantization.weights (bf16, fp16, fp8, int8, int4, "
-            "mxfp4)") in message
+            "mxfp4, nvfp4)") in message
     assert _quant(_scenario(tmp_path, NVFP4, quantization={"weights": "int4"}))[0] == "int4"
 
 
@@ -155,7 +166,7 @@ def test_mxfp4_is_a_mixture_of_experts_format(tmp_path):
         validate_scenario(_scenario(tmp_path, None, quantization={"weights": "mxfp4"}))
     message = str(err.value)
     assert "\n" not in message and message.startswith("quantization.weights: 'mxfp4' stores a mixture of experts'")
-    assert message.endswith("allowed: bf16, fp16, fp8, int8, int4")
+    assert message.endswith("allowed: bf16, fp16, fp8, int8, int4, nvfp4")
     with pytest.raises(ConfigError, match="fp8_compute: true with weights 'mxfp4'"):
         validate_scenario({**_scenario(tmp_path, None), "model": "mixtral-8x7b",
                            "quantization": {"weights": "mxfp4", "fp8_compute": True}})

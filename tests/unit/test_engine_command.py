@@ -155,8 +155,8 @@ def test_quantization_fp8_is_w8a8_where_the_gpu_has_fp8_and_weight_only_elsewher
     ("vllm serve m --dtype float32", "engine.command '--dtype float32': 'float32' is not modelled; allowed: auto, "
                                      "half, float16, bfloat16"),
     ("vllm serve m --async-scheduling", "engine.command '--async-scheduling': true is not a flag of vLLM 0.9.2"),
-    ("vllm serve m -q awq", "engine.command '-q awq': 'awq' is not modelled; allowed: fp8, mxfp4 (or leave it out "
-                            "and set quantization.weights)"),
+    ("vllm serve m -q awq", "engine.command '-q awq': 'awq' is not modelled; allowed: fp8, mxfp4, modelopt_fp4, "
+                            "nvfp4 (or leave it out and set quantization.weights)"),
 ])
 def test_a_bad_command_is_one_line(command, words):
     with pytest.raises(ConfigError) as err:

@@ -112,7 +112,8 @@ def test_shipped_tables_of_every_engine_cover_the_five_gpus_and_name_their_sourc
         # SGLang's and TensorRT-LLM's where measured (not SGLang's L40S); vLLM's rows are dropped (host-bound).
         fp8 = ["bf16", "fp8"] if gpu != "a100-80gb" else ["bf16"]
         block = ["fp8_block"] if gpu != "a100-80gb" and fw != "vllm" and (fw, gpu) != ("sglang", "l40s") else []
-        assert meta["measured_dtypes"] == {"weights": fp8 + block, "kv_cache": fp8}
+        nvfp4 = ["nvfp4"] if gpu == "b200" else []  # NVFP4 GEMMs: on Blackwell only
+        assert meta["measured_dtypes"] == {"weights": fp8 + block + nvfp4, "kv_cache": fp8}
 
 
 def test_the_added_engine_tables_stay_small():

@@ -28,6 +28,8 @@ class Flag:
     since: tuple[int, ...] | str | None = None  # the first version that has it ("0.4.6.post2"; None: every one known)
     aliases: tuple[str, ...] = ()  # the option's other spellings on the engine's command line (vLLM's -tp)
     until: tuple[int, ...] | str | None = None  # the first release whose parser refuses it (None: none known)
+    # values the engine's parser takes only in some releases: {value: (since, until)}, as `since` and `until` above
+    value_versions: dict[str, tuple] = field(default_factory=dict)
 
     @property
     def option(self) -> str | None:

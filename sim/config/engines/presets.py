@@ -150,6 +150,11 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
         if outside:
             raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} ({outside[0]}); allowed: leave it "
                               f"out, or {outside[1]}")
+        by_value = flag.value_versions.get(value) if isinstance(value, str) else None
+        outside = by_value and outside_versions(version, version_text, *by_value)
+        if outside:
+            raise ConfigError(f"engine.{key}: {value!r} is not a value of {name} {version_text}'s {flag.option or key} "
+                              f"({outside[0]}); allowed: another value, or {outside[1]}")
         flags[key] = flag.convert(value)
     if get_key(raw, "scheduler.batching") == "static":
         raise ConfigError(f"scheduler.batching: 'static' contradicts engine {name} (it batches continuously); "

@@ -527,8 +527,13 @@ SGLANG_FLAGS = {
                             "first (frontend.tokens_per_chunk)"),
     "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16",
                   sixteen_bit_dtype(("auto", "half", "float16", "bfloat16"))),
-    "quantization": Flag("quantization.weights", str, "--quantization: fp8, w8a8_fp8 or mxfp4 (quantization.weights)",
-                         weights_quantization({"fp8": "fp8", "w8a8_fp8": "fp8", "mxfp4": "mxfp4"})),
+    # modelopt_fp4 (NVFP4): in server_args.py's --quantization choices from 0.4.5.post1 (not 0.4.5; read in the PyPI
+    # wheels of 0.4.5, 0.4.5.post1, 0.4.5.post3, 0.4.6, 0.5.3, 0.5.5.post1, 0.5.9, 0.5.14 and 0.5.23)
+    "quantization": Flag("quantization.weights", str, "--quantization: fp8, w8a8_fp8, mxfp4 or modelopt_fp4 "
+                         "(quantization.weights)",
+                         weights_quantization({"fp8": "fp8", "w8a8_fp8": "fp8", "mxfp4": "mxfp4",
+                                               "modelopt_fp4": "nvfp4"}),
+                         value_versions={"modelopt_fp4": ("0.4.5.post1", None)}),
 }
 
 # SGLang's options that change nothing simulated, read in 0.5.5.post1's ServerArgs.add_cli_args (run from its wheel).

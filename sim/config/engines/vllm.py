@@ -390,8 +390,13 @@ VLLM_FLAGS = {
     "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16",
                   sixteen_bit_dtype(("auto", "half", "float16", "bfloat16"))),
     # vllm/model_executor/layers/quantization/fp8.py Fp8LinearMethod: W8A8 on sm_89+, weight-only Marlin below
-    "quantization": Flag("quantization.weights", str, "--quantization: fp8 or mxfp4 (quantization.weights)",
-                         weights_quantization({"fp8": "fp8", "mxfp4": "mxfp4"}), aliases=("-q",)),
+    # NVFP4 (ModelOptNvFp4Config): "nvfp4" in vllm/model_executor/layers/quantization/__init__.py of 0.8.0-0.8.5,
+    # "modelopt_fp4" from 0.9.0 (read in the PyPI sdists of 0.7.3, 0.8.0, 0.8.2-0.8.5, 0.9.0 and 0.11.0)
+    "quantization": Flag("quantization.weights", str, "--quantization: fp8, mxfp4 or modelopt_fp4 (0.8.x: nvfp4) "
+                         "(quantization.weights)",
+                         weights_quantization({"fp8": "fp8", "mxfp4": "mxfp4", "modelopt_fp4": "nvfp4",
+                                               "nvfp4": "nvfp4"}), aliases=("-q",),
+                         value_versions={"nvfp4": ((0, 8, 0), (0, 9, 0)), "modelopt_fp4": ((0, 9, 0), None)}),
 }
 
 
