@@ -18,7 +18,8 @@ Where aiconfigurator-core 0.12.0 is on the path (`pip install aiconfigurator-cor
 PYTHONPATH), also the rows vLLM's A100 tables borrow (calibrate/aic_import.py `MOE_BORROWED`): vLLM's Marlin MXFP4
 fused-MoE rows, on every GPU where AIConfigurator measured them (H100, H200, L40S: at gpt-oss's own shapes on the
 L40S), predicted from SGLang's Marlin MoE rows with int4 weights on the same GPU, the nearest configuration scaled by
-the MXFP4 roofline, without expert parallelism (the A100 runs' split) and with it.
+the MXFP4 roofline, without expert parallelism (the A100 runs' split) and with it. The B200's NVFP4 fused-MoE rows
+apart, each configuration held out, at the NVFP4 roofline (`study_nvfp4`).
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_moe.py
 """
@@ -57,6 +58,7 @@ EP_WAYS = ("EP: nearest measured configuration at the same split (used where the
 # Skewed routing (`cost_model.moe_routing`, the power-law rows, every split), each configuration held out: from the
 # nearest other configuration's rows of the same routing and split (what a model outside the tables gets), and, to
 # show how much the routing matters, from the same configuration's balanced rows (skew ignored).
+NVFP4_WAY = "NVFP4 (B200): nearest measured NVFP4 configuration at the NVFP4 roofline"
 ROUTING_WAYS = ("skewed routing: nearest measured configuration, same routing and split",
                 "skewed routing priced from the same configuration's balanced rows")
 
@@ -104,7 +106,7 @@ def study_ep():
             if t.moe is None or "moe_ep_size" not in t.moe.columns:
                 continue
             roof = device_roofline(t.gemm)
-            for dtype in sorted(t.moe["dtype"].unique()):
+            for dtype in sorted(set(t.moe["dtype"].unique()) - {"nvfp4"}):  # NVFP4's: `study_nvfp4`
                 rows = t.moe[t.moe["dtype"] == dtype]
                 ep_rows = rows[rows["moe_ep_size"] > 1]
                 configs = ep_rows[KEYS].drop_duplicates().itertuples(index=False)
@@ -173,7 +175,7 @@ def study():
             launch_s = float(t.gemm["latency_ms"].min()) * 1e-3
             gemm_dtypes = set(t.gemm["dtype"])
             moe = tensor_parallel_only(t.moe)
-            for dtype in sorted(moe["dtype"].unique()):
+            for dtype in sorted(set(moe["dtype"].unique()) - {"nvfp4"}):  # NVFP4's: `study_nvfp4`, at its roofline
                 rows = moe[moe["dtype"] == dtype]
                 configs = [tuple(int(v) for v in c) for c in rows[KEYS].drop_duplicates().itertuples(index=False)]
                 for config in configs:
@@ -207,6 +209,29 @@ def study():
     return errors
 
 
+def study_nvfp4():
+    """The B200's NVFP4 fused-MoE rows (each engine's), each configuration held out (tensor parallelism, the default
+    routing's rows): the nearest other NVFP4 configuration's ratio to the NVFP4 roofline (SHAPE_MOE_NVFP4), applied
+    to this one's, as `_moe_curve` prices an NVFP4 model outside the tables."""
+    errors = {NVFP4_WAY: []}
+    for tables in ("vllm", "sglang", "trtllm"):
+        for gpu in measured_gpus(tables=tables):
+            t = load_tables(tables_dir(gpu, tables))
+            if t.moe is None or "nvfp4" not in set(t.moe["dtype"]):
+                continue
+            roof = device_roofline(t.gemm)
+            moe = tensor_parallel_only(t.moe)
+            rows = moe[moe["dtype"] == "nvfp4"]
+            for config in [tuple(int(v) for v in c) for c in rows[KEYS].drop_duplicates().itertuples(index=False)]:
+                near, near_rows = nearest(rows[~of_config(rows, config)], config)
+                for n, seconds in seconds_by_tokens(rows[of_config(rows, config)]).items():
+                    if n in near_rows:
+                        pred = (moe_shape(config, roof, n, mk.SHAPE_MOE_NVFP4) * near_rows[n]
+                                / moe_shape(near, roof, n, mk.SHAPE_MOE_NVFP4))
+                        errors[NVFP4_WAY].append(math.log(pred / seconds))
+    return errors
+
+
 def study_routing():
     errors = {w: [] for w in ROUTING_WAYS}
     for tables in ("vllm", "sglang", "trtllm"):
@@ -220,7 +245,7 @@ def study_routing():
                 if routing == "balanced":
                     continue
                 balanced = by_routing["balanced"]
-                for dtype in sorted(moe["dtype"].unique()):
+                for dtype in sorted(set(moe["dtype"].unique()) - {"nvfp4"}):  # NVFP4's: `study_nvfp4`
                     rows, plain = moe[moe["dtype"] == dtype], balanced[balanced["dtype"] == dtype]
                     configs = rows[KEYS].drop_duplicates().itertuples(index=False)
                     for config in [tuple(int(v) for v in c) for c in configs]:
@@ -284,7 +309,7 @@ def study_borrowed_marlin():
 
 
 def main() -> int:
-    errors = {**study(), **study_fp8(), **study_ep(), **study_routing(), **study_borrowed_marlin()}
+    errors = {**study(), **study_fp8(), **study_ep(), **study_routing(), **study_nvfp4(), **study_borrowed_marlin()}
     print("| way | points | predicted / measured, median | mean abs log error |")
     print("| --- | ---: | ---: | ---: |")
     for way, e in errors.items():
