@@ -10,7 +10,8 @@ doubles the weights' bytes. The formats read, as their writers spell them:
   `weight_block_size` is given; `activation_scheme` dynamic or static: fp8 activations (W8A8).
 - `quant_method: compressed-tensors` (llm-compressor): each of `config_groups`' `weights` (`num_bits`, `type`,
   `strategy`: `block` for block scales) and `input_activations`; every group must agree.
-- `quant_method: modelopt` (NVIDIA ModelOpt) with `quant_algo: FP8`: fp8 weights and activations, per tensor.
+- `quant_method: modelopt` (NVIDIA ModelOpt) with `quant_algo: FP8`: fp8 weights and activations, per tensor (also
+  read from a ModelOpt `hf_quant_config.json` beside a config that declares none: `sim.model.hf_config`).
 - `quant_method: awq | gptq` with `bits` 4 or 8, and bitsandbytes' `load_in_4bit` / `load_in_8bit`: int4 / int8
   weights only.
 - `quant_method: mxfp4` (gpt-oss): the routed experts' weights in MXFP4, the rest 16-bit.

@@ -413,7 +413,33 @@ def read_hf_config(path: str | Path, name: str | None = None,
         raise ConfigError(f"{where} cannot be read ({err.strerror or err})") from None
     if isinstance(config, dict) and name is None:
         name = default_name(config, p)
-    return (*_convert(config, name, where), checkpoint_quantization(config))
+    return (*_convert(config, name, where), checkpoint_quantization(_with_modelopt_file(config, p, field)))
+
+
+# NVIDIA's ModelOpt exports may keep their quantization beside config.json, in hf_quant_config.json
+# ({"quantization": {"quant_algo": "FP8" | "NVFP4", "exclude_modules": [...]}}), which TensorRT-LLM and vLLM's
+# ModelOpt methods read (vLLM's ModelOptFp8Config.get_config_filenames); without it the weights would read as bf16.
+MODELOPT_FILE = "hf_quant_config.json"
+
+
+def _with_modelopt_file(config: Any, path: Path, field: str) -> Any:
+    """The config, with the quantization of a ModelOpt `hf_quant_config.json` beside it as its `quantization_config`
+    (quant_method modelopt) where the config declares none."""
+    beside = path.parent / MODELOPT_FILE
+    if not isinstance(config, dict) or config.get("quantization_config") is not None or not beside.is_file():
+        return config
+    where = f"{field}: '{beside}'"
+    if beside.stat().st_size > MAX_CONFIG_BYTES:
+        raise ConfigError(f"{where} is larger than {MAX_CONFIG_BYTES} bytes; allowed: a ModelOpt {MODELOPT_FILE}")
+    try:
+        quant = json.loads(beside.read_text(encoding="utf-8")).get("quantization")
+    except (UnicodeDecodeError, json.JSONDecodeError, AttributeError, OSError):
+        raise ConfigError(f"{where} is not a ModelOpt {MODELOPT_FILE} (a JSON object with a 'quantization' object); "
+                          "allowed: that, or no such file beside the config") from None
+    if not isinstance(quant, dict):
+        raise ConfigError(f"{where} has no 'quantization' object; allowed: a ModelOpt {MODELOPT_FILE}, or no such "
+                          "file beside the config")
+    return {**config, "quantization_config": {"quant_method": "modelopt", **quant}}
 
 
 def load_hf_config(path: str | Path, name: str | None = None, field: str = "hf_config") -> ModelSpec:

@@ -203,3 +203,38 @@ def test_catalog_import_pastes_the_checkpoint_quantization(tmp_path):
     assert pasted["quantization"] == {"weights": "fp8", "fp8_block_scales": True, "fp8_compute": True}
     raw = _scenario(tmp_path, BLOCK_FP8)
     assert validate_scenario({**raw, **pasted}).quantization == validate_scenario(raw).quantization
+
+
+def _modelopt_checkpoint(tmp_path: Path, quant_file: str | None) -> dict:
+    (tmp_path / "config.json").write_text(json.dumps(LLAMA))  # no quantization_config in it
+    if quant_file is not None:
+        (tmp_path / "hf_quant_config.json").write_text(quant_file)
+    return {**_scenario(tmp_path, None), "model": {"hf_config": str(tmp_path / "config.json")}}
+
+
+@pytest.mark.parametrize("quantization, expected", [
+    ({"quant_algo": "FP8", "kv_cache_quant_algo": "FP8", "exclude_modules": ["lm_head"]}, ("fp8", False, True)),
+    ({"quant_algo": "NVFP4", "group_size": 16, "exclude_modules": ["lm_head", "model.layers.*.mlp.gate"]},
+     ("nvfp4", False, False)),
+])
+def test_a_modelopt_hf_quant_config_beside_the_config_is_read(tmp_path, quantization, expected):
+    # NVIDIA's ModelOpt exports (nvidia/Llama-3.1-70B-Instruct-FP8, nvidia/Qwen3-235B-A22B-NVFP4 ...) keep their
+    # quantization in hf_quant_config.json, not config.json: read as bf16 before, they are priced as stored
+    raw = _modelopt_checkpoint(tmp_path, json.dumps({"producer": {"name": "modelopt"}, "quantization": quantization}))
+    gpu = "b200" if expected[0] == "nvfp4" else "h100-sxm"
+    assert _quant({**raw, "hardware": {"gpu": gpu}}) == expected
+
+
+def test_a_modelopt_file_that_keeps_attention_16_bit_or_is_malformed_is_one_line(tmp_path):
+    raw = _modelopt_checkpoint(tmp_path, json.dumps({"quantization": {
+        "quant_algo": "NVFP4", "exclude_modules": ["lm_head", "model.layers.0.self_attn*"]}}))
+    with pytest.raises(ConfigError) as err:
+        validate_scenario(raw)
+    assert "\n" not in str(err.value) and "NVFP4 that keeps 'model.layers.0.self_attn*' unquantized" in str(err.value)
+    assert _quant({**raw, "quantization": {"weights": "fp8", "fp8_compute": True}})[0] == "fp8"  # said: priced so
+    raw = _modelopt_checkpoint(tmp_path, "{not json")
+    with pytest.raises(ConfigError) as err:
+        validate_scenario(raw)
+    assert str(err.value) == (f"model.hf_config: '{tmp_path / 'hf_quant_config.json'}' is not a ModelOpt "
+                              "hf_quant_config.json (a JSON object with a 'quantization' object); allowed: that, or no "
+                              "such file beside the config")
