@@ -409,6 +409,38 @@ def test_vllms_num_gpu_blocks_override_sets_its_kv_blocks_whatever_the_memory_ho
                  quantization={"weights": "mxfp4"})
 
 
+@pytest.mark.parametrize("gpu, engine, result", [
+    ("h100-sxm", {"version": "0.5.5.post1", "attention_backend": "fa3"}, "fa3"),
+    ("h200", {"version": "0.5.5.post1", "command": "python3 -m sglang.launch_server --attention-backend=fa3"}, "fa3"),
+    ("b200", {"version": "0.5.14", "attention_backend": "trtllm_mha"}, "trtllm_mha"),
+    ("l40s", {"version": "0.3.6", "attention_backend": "flashinfer"}, "flashinfer"),
+    ("h100-sxm", {"version": "0.5.5.post1", "attention_backend": "triton"},
+     "engine.attention_backend: 'triton' is not modelled (the SGLang tables of h100-sxm measured fa3 attention); "
+     "allowed: fa3, or leave it out"),
+    ("a100-80gb", {"version": "0.5.5.post1", "attention_backend": "flashinfer"},
+     "engine.attention_backend: 'flashinfer' is not modelled (no SGLang attention kernel is measured on a100-80gb); "
+     "allowed: leave it out"),
+    ("h100-sxm", {"version": "0.4.3", "command": "python3 -m sglang.launch_server --attention-backend fa3"},
+     "engine.command '--attention-backend fa3': 'fa3' is not a value of sglang 0.4.3's --attention-backend (it came "
+     "in 0.4.4.post2); allowed: another value, or engine.version 0.4.4.post2 or later"),
+    ("h100-sxm", {"version": "0.3.0", "attention_backend": "fa3"},
+     "engine.attention_backend: not a flag of sglang 0.3.0 (it came in 0.3.1); allowed: leave it out, or "
+     "engine.version 0.3.1 or later"),
+])
+def test_sglangs_attention_backend_is_the_kernel_its_tables_measured_or_refused(gpu, engine, result):
+    import json
+    from sim.cost.measured import tables_dir
+    if result in ("fa3", "trtllm_mha", "flashinfer"):
+        notes = scenario({"name": "sglang", **engine}, hardware={"gpu": gpu}).engine.notes
+        assert any(f"--attention-backend {result}, the kernel the SGLang tables of {gpu} measured" in n for n in notes)
+        meta = json.loads((tables_dir(gpu, "sglang") / "meta.json").read_text())["tables"]
+        assert meta["context_attention"]["kernels"]["bf16"] == meta["generation_attention"]["kernels"]["bf16"] == result
+    else:
+        with pytest.raises(ConfigError) as err:
+            scenario({"name": "sglang", **engine}, hardware={"gpu": gpu})
+        assert str(err.value) == result
+
+
 def test_sglangs_max_total_tokens_caps_its_kv_pool_and_its_request_pool_as_each_version_sizes_them():
     # model_runner.py: capacity = min(profiled, given), page-aligned; max_running_requests = min(capacity // 2,
     # max_num_reqs), max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096 (0.3.0: 5120)) of the capped

@@ -391,6 +391,41 @@ def _sglang_dp_attention_mib(ctx: Context, graph_bs: int, notes: list[str]) -> f
     return graph_bs * 3 + (graph_bs * 1.5 if graph_bs > 300 else 0.0)  # x dp_size, which is 1 here
 
 
+# SGLang's --attention-backend names a measured table's kernel may have (AIConfigurator's kernel_source for SGLang's
+# attention: fa3 on H100 and H200, trtllm_mha on B200, flashinfer on L40S; the A100's flash_attention is none of them).
+SGLANG_ATTENTION_BACKENDS = ("fa3", "trtllm_mha", "flashinfer", "triton")
+
+
+def _sglang_tables_attention(gpu_name: str) -> str | None:
+    """The SGLang attention backend the SGLang tables of this GPU measured (context and decode alike, bf16 KV), or None
+    where there are no such tables or their kernel is not a backend SGLang's --attention-backend names."""
+    import json
+    from sim.cost.measured import gpu_unmeasured, tables_dir
+    if gpu_unmeasured(gpu_name, "sglang"):
+        return None
+    tables = json.loads((tables_dir(gpu_name, "sglang") / "meta.json").read_text())["tables"]
+    kernels = {tables.get(t, {}).get("kernels", {}).get("bf16") for t in ("context_attention", "generation_attention")}
+    kernel = kernels.pop() if len(kernels) == 1 else None
+    return kernel if kernel in SGLANG_ATTENTION_BACKENDS else None
+
+
+def _sglang_attention_backend(ctx: Context) -> str | None:
+    """--attention-backend, accepted where it names the kernel the SGLang tables of the GPU measured, so that the
+    measured model prices the kernel asked for (a note says so); refused elsewhere in one line: no other SGLang
+    attention kernel is measured (the roofline's attention is no particular kernel). None: not given."""
+    backend = ctx.flags.get("attention_backend")
+    if backend is None:
+        return None
+    measured = _sglang_tables_attention(ctx.gpu.name)
+    if backend != measured:
+        why = (f"the SGLang tables of {ctx.gpu.name} measured {measured} attention" if measured
+               else f"no SGLang attention kernel is measured on {ctx.gpu.name}")
+        allowed = f"{measured}, or leave it out" if measured else "leave it out"
+        raise ConfigError(f"engine.attention_backend: {backend!r} is not modelled ({why}); allowed: {allowed}")
+    return (f"SGLang {ctx.version_text}: --attention-backend {backend}, the kernel the SGLang tables of {ctx.gpu.name} "
+            "measured")
+
+
 def derive_sglang(ctx: Context) -> PresetResult:
     """python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings and model_runner.py (max_num_reqs),
     read in the PyPI wheels of every release from 0.5.3 to 0.5.23: chunked_prefill_size and the decode cuda-graph
@@ -401,10 +436,13 @@ def derive_sglang(ctx: Context) -> PresetResult:
     prefill and decode batches (enable_mixed_chunk off), SGLang's new-token ratio for admission; NCCL's all-reduce
     where its own turns off (`custom_all_reduce`). SGLang 0.4.0-0.5.3rc0: their own memory, chunk and graph rules
     (`_sglang_before_053`); 0.3.x: `_derive_sglang_030`."""
+    backend_note = _sglang_attention_backend(ctx)
     if ctx.version[:2] == (0, 3):
-        return _derive_sglang_030(ctx)
+        result = _derive_sglang_030(ctx)
+        result.notes.extend([backend_note] if backend_note else [])
+        return result
     flags, gpu = ctx.flags, ctx.gpu
-    notes: list[str] = []
+    notes: list[str] = [backend_note] if backend_note else []
     gpu_mib = gpu.hbm_bytes / 2**20
     given_graph_bs = _sglang_given_graph_bs(flags)
     old_rules = released_before(ctx.version, ctx.version_text, (0, 5, 3))
@@ -497,6 +535,13 @@ SGLANG_FLAGS = {
                                       "every token's KV", since="0.4.9.post3"),
     "swa_full_tokens_ratio": Flag("kv_cache.window_pool_ratio", (int, float), "--swa-full-tokens-ratio",
                                   since="0.4.9.post3"),
+    # --attention-backend: in server_args.py from 0.3.1 (not 0.3.0); its choices gained fa3 in 0.4.4.post2 and
+    # trtllm_mha in 0.5.0rc0 (read in the PyPI wheels of 0.3.0-0.3.6, 0.4.0, 0.4.1, 0.4.3, 0.4.4-0.4.4.post3, 0.4.5,
+    # 0.4.5.post1, 0.4.5.post3, 0.4.6-0.4.10.post2 (0.4.10's posts), 0.5.0rc0, 0.5.1-0.5.3, 0.5.5.post1, 0.5.9, 0.5.14
+    # and 0.5.23)
+    "attention_backend": Flag(None, str, "--attention-backend: the kernel the SGLang tables of the GPU measured (fa3 on "
+                              "H100 and H200, trtllm_mha on B200, flashinfer on L40S)", since=(0, 3, 1),
+                              value_versions={"fa3": ("0.4.4.post2", None), "trtllm_mha": ("0.5.0rc0", None)}),
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
     "max_total_tokens": Flag(None, int, "--max-total-tokens: caps the KV pool at that many tokens (never raises it; "
                              "kv_cache.capacity_tokens)", at_least_one("max_total_tokens")),
