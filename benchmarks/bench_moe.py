@@ -59,6 +59,7 @@ EP_WAYS = ("EP: nearest measured configuration at the same split (used where the
 # nearest other configuration's rows of the same routing and split (what a model outside the tables gets), and, to
 # show how much the routing matters, from the same configuration's balanced rows (skew ignored).
 NVFP4_WAY = "NVFP4 (B200): nearest measured NVFP4 configuration at the NVFP4 roofline"
+APART = {"nvfp4"}  # dtypes held out on their own roofline (`study_nvfp4`), kept out of the other studies' rows
 ROUTING_WAYS = ("skewed routing: nearest measured configuration, same routing and split",
                 "skewed routing priced from the same configuration's balanced rows")
 
@@ -106,7 +107,7 @@ def study_ep():
             if t.moe is None or "moe_ep_size" not in t.moe.columns:
                 continue
             roof = device_roofline(t.gemm)
-            for dtype in sorted(set(t.moe["dtype"].unique()) - {"nvfp4"}):  # NVFP4's: `study_nvfp4`
+            for dtype in sorted(set(t.moe["dtype"].unique()) - APART):
                 rows = t.moe[t.moe["dtype"] == dtype]
                 ep_rows = rows[rows["moe_ep_size"] > 1]
                 configs = ep_rows[KEYS].drop_duplicates().itertuples(index=False)
@@ -175,7 +176,7 @@ def study():
             launch_s = float(t.gemm["latency_ms"].min()) * 1e-3
             gemm_dtypes = set(t.gemm["dtype"])
             moe = tensor_parallel_only(t.moe)
-            for dtype in sorted(set(moe["dtype"].unique()) - {"nvfp4"}):  # NVFP4's: `study_nvfp4`, at its roofline
+            for dtype in sorted(set(moe["dtype"].unique()) - APART):
                 rows = moe[moe["dtype"] == dtype]
                 configs = [tuple(int(v) for v in c) for c in rows[KEYS].drop_duplicates().itertuples(index=False)]
                 for config in configs:
@@ -245,7 +246,7 @@ def study_routing():
                 if routing == "balanced":
                     continue
                 balanced = by_routing["balanced"]
-                for dtype in sorted(set(moe["dtype"].unique()) - {"nvfp4"}):  # NVFP4's: `study_nvfp4`
+                for dtype in sorted(set(moe["dtype"].unique()) - APART):
                     rows, plain = moe[moe["dtype"] == dtype], balanced[balanced["dtype"] == dtype]
                     configs = rows[KEYS].drop_duplicates().itertuples(index=False)
                     for config in [tuple(int(v) for v in c) for c in configs]:

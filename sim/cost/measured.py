@@ -178,6 +178,16 @@ def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str 
     return None
 
 
+def attention_kernel(gpu: str, tables: str = "vllm", root: Path | None = None) -> str | None:
+    """The attention kernel this GPU's tables of this framework measured (context and decode alike, bf16 KV: the
+    kernel_source meta.json records), or None where there are no such tables or the two differ."""
+    if gpu_unmeasured(gpu, tables, root):
+        return None
+    meta = json.loads((tables_dir(gpu, tables, root) / "meta.json").read_text())["tables"]
+    kernels = {meta.get(t, {}).get("kernels", {}).get("bf16") for t in ("context_attention", "generation_attention")}
+    return kernels.pop() if len(kernels) == 1 else None
+
+
 def measured_unsupported(gpu: str, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                          root: Path | None = None, *, fp8_compute: bool | None = None,
                          tables: str = "vllm", moe_kernel: str | None = None) -> str | None:

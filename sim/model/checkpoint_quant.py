@@ -91,8 +91,7 @@ def _is_nvfp4_group(group: dict) -> bool:
                for x in (w, a))
 
 
-def _compressed_tensors(q: dict) -> CheckpointQuantization:
-    method = "compressed-tensors"
+def _compressed_tensors(q: dict, method: str = "compressed-tensors") -> CheckpointQuantization:
     groups = q.get("config_groups")
     if not isinstance(groups, dict) or not groups:
         return _unread(method, "no config_groups")
@@ -141,7 +140,7 @@ def checkpoint_quantization(config: Any) -> CheckpointQuantization | None:
             return CheckpointQuantization(method=method, weights="fp8", fp8_activations=True)
         if algo == "NVFP4":
             if q.get("config_groups") is not None:  # ModelOpt's newer exports: compressed-tensors' groups as well
-                return _compressed_tensors({**q, "ignore": q.get("ignore", q.get("exclude_modules"))})
+                return _compressed_tensors({**q, "ignore": q.get("ignore", q.get("exclude_modules"))}, method)
             return _nvfp4(method, q.get("exclude_modules", q.get("ignore")))
         return _unread(method, f"quant_algo {q.get('quant_algo')!r}; read: FP8, NVFP4")
     if method in ("awq", "gptq"):

@@ -67,6 +67,8 @@ def test_formats_read_as_the_engines_load_them(config, expected):
     ({"quant_method": "modelopt", "quant_algo": "MIXED_PRECISION"}, "quant_algo 'MIXED_PRECISION'"),
     ({"quant_method": "modelopt", "quant_algo": "NVFP4", "exclude_modules": ["lm_head", "model.layers.0.self_attn*"]},
      "NVFP4 that keeps 'model.layers.0.self_attn*' unquantized"),
+    ({"quant_method": "modelopt", "quant_algo": "NVFP4", "config_groups": NVFP4_W4A4["config_groups"],
+      "ignore": ["lm_head", "model.layers.0.self_attn*"]}, "quantization_config 'modelopt' not read (NVFP4 that keeps"),
     ({**NVFP4_W4A4, "ignore": ["lm_head", "model.layers.0.mlp.shared_expert.down_proj"]},
      "NVFP4 that keeps 'model.layers.0.mlp.shared_expert.down_proj' unquantized"),
     ({"quant_method": "gptq", "bits": 3}, "bits 3"),

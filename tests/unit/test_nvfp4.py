@@ -16,14 +16,14 @@ from helpers import one_error_line, servesim
 from sim.config.cost_choice import default_cost_model
 from sim.config.files import validate_scenario
 from sim.core.step_plan import StepPlan
-from sim.cost.measured import MeasuredCostModel, gemm_curve, load_tables, quantization_unmeasured, tables_dir
+from sim.cost.measured import MeasuredCostModel, load_tables, quantization_unmeasured, tables_dir
 from sim.cost.measured_kernel import SHAPE_MOE_NVFP4
 from sim.cost.roofline import RooflineCostModel
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
 from sim.model.hf_config import load_hf_config
 from sim.model.memory import NVFP4_PARAM_BYTES, weight_bytes
-from sim.model.shapes import layer_groups, lm_head_shape
+from sim.model.shapes import layer_groups
 
 REPO = Path(__file__).resolve().parents[2]
 B200, H100 = get_gpu("b200"), get_gpu("h100-sxm")
@@ -50,7 +50,6 @@ def test_a_weight_takes_half_a_byte_and_its_share_of_one_fp8_scale_per_16():
     # head (a dense model has no router); embeddings, norms and the LM head stay 16-bit.
     linear = sum(n * s.in_features * s.out_features * s.count for n, shapes in layer_groups(LLAMA_70B)
                  for s in shapes)
-    assert lm_head_shape(LLAMA_70B).name == "lm_head"
     expected = weight_bytes(LLAMA_70B, "bf16") - linear * (2 - NVFP4_PARAM_BYTES)
     assert weight_bytes(LLAMA_70B, "nvfp4") == pytest.approx(expected, rel=1e-12)
 
@@ -97,12 +96,14 @@ def test_the_b200_tables_price_nvfp4_gemms_from_their_own_rows(fw):
     cost = MeasuredCostModel(LLAMA_70B, B200, weight_dtype="nvfp4", tables=fw)
     assert cost.gemm_rows == "nvfp4"
     gemm = cost.tables.gemm
-    rows = gemm[gemm.dtype == "nvfp4"]
-    n, k = rows.iloc[0]["n"], rows.iloc[0]["k"]
-    grid = rows[(rows.n == n) & (rows.k == k)]
-    curve = gemm_curve(gemm, "nvfp4", int(n), int(k), cost.roof, cost.notes, "test")
-    for m, ms in zip(grid.m, grid.latency_ms):  # a measured shape: every grid m gives its row
-        assert curve(float(m)) == pytest.approx(ms * 1e-3, rel=1e-9)
+    # Llama-3.1-70B's fused QKV projection (n 10240, k 8192) is a measured NVFP4 shape: every grid m gives its row,
+    # in the model's own curve and not the fp8 or bf16 rows'
+    grid = gemm[(gemm.dtype == "nvfp4") & (gemm.n == 10240) & (gemm.k == 8192)]
+    other = gemm[(gemm.dtype == "fp8") & (gemm.n == 10240) & (gemm.k == 8192)].set_index("m")["latency_ms"]
+    assert len(grid) > 10
+    for m, ms in zip(grid.m, grid.latency_ms):
+        assert cost._curves[(10240, 8192, "nvfp4")](float(m)) == pytest.approx(ms * 1e-3, rel=1e-9)
+        assert m not in other.index or other[m] != ms
     # the LM head stays 16-bit: priced from the bf16 rows, as under fp8
     assert any(key[2] == "bf16" for key in cost._curves) and any(key[2] == "nvfp4" for key in cost._curves)
     bf16 = MeasuredCostModel(LLAMA_70B, B200, tables=fw)

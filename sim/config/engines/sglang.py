@@ -392,21 +392,9 @@ def _sglang_dp_attention_mib(ctx: Context, graph_bs: int, notes: list[str]) -> f
 
 
 # SGLang's --attention-backend names a measured table's kernel may have (AIConfigurator's kernel_source for SGLang's
-# attention: fa3 on H100 and H200, trtllm_mha on B200, flashinfer on L40S; the A100's flash_attention is none of them).
+# attention, `sim.cost.measured.attention_kernel`: fa3 on H100 and H200, trtllm_mha on B200, flashinfer on L40S; the
+# A100's flash_attention is none of them).
 SGLANG_ATTENTION_BACKENDS = ("fa3", "trtllm_mha", "flashinfer", "triton")
-
-
-def _sglang_tables_attention(gpu_name: str) -> str | None:
-    """The SGLang attention backend the SGLang tables of this GPU measured (context and decode alike, bf16 KV), or None
-    where there are no such tables or their kernel is not a backend SGLang's --attention-backend names."""
-    import json
-    from sim.cost.measured import gpu_unmeasured, tables_dir
-    if gpu_unmeasured(gpu_name, "sglang"):
-        return None
-    tables = json.loads((tables_dir(gpu_name, "sglang") / "meta.json").read_text())["tables"]
-    kernels = {tables.get(t, {}).get("kernels", {}).get("bf16") for t in ("context_attention", "generation_attention")}
-    kernel = kernels.pop() if len(kernels) == 1 else None
-    return kernel if kernel in SGLANG_ATTENTION_BACKENDS else None
 
 
 def _sglang_attention_backend(ctx: Context) -> str | None:
@@ -416,7 +404,9 @@ def _sglang_attention_backend(ctx: Context) -> str | None:
     backend = ctx.flags.get("attention_backend")
     if backend is None:
         return None
-    measured = _sglang_tables_attention(ctx.gpu.name)
+    from sim.cost.measured import attention_kernel
+    measured = attention_kernel(ctx.gpu.name, "sglang")
+    measured = measured if measured in SGLANG_ATTENTION_BACKENDS else None
     if backend != measured:
         why = (f"the SGLang tables of {ctx.gpu.name} measured {measured} attention" if measured
                else f"no SGLang attention kernel is measured on {ctx.gpu.name}")
