@@ -87,6 +87,10 @@ SYSTEMS = {
     "a100-80gb": "a100_sxm",  # device "NVIDIA A100-SXM4-80GB"
     "l40s": "l40s",
     "l4": "l4",  # AIConfigurator 0.12.0 ships an empty l4 folder: reported in missing.json
+    "b300": "b300_sxm",  # device "NVIDIA B300 SXM6 AC"
+    "gb200": "gb200",  # device "NVIDIA GB200"
+    "gb300": "gb300",  # device "NVIDIA GB300"
+    "rtx-pro-6000": "rtx_pro_6000_server",  # device "NVIDIA RTX PRO 6000 Blackwell Server Edition"
 }
 FRAMEWORKS = ("vllm", "sglang", "trtllm")
 FRAMEWORK = "vllm"  # the default: its tables stay at calibrate/measured/<gpu>/

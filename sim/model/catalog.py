@@ -236,6 +236,45 @@ GPUS: dict[str, GPUSpec] = {
         # price); set at 1.33x the H200's estimate
         compute_capability=(10, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
+    # The Blackwell parts below have NVIDIA's kernel tables (aiconfigurator-core 0.12.0, calibrate/measured/); their
+    # rates are that package's systems/<system>.yaml, which cites NVIDIA's datasheets (the Blackwell datasheet for the
+    # GB200, the Blackwell Ultra datasheet for the B300 and GB300); fp32 there is not given: None.
+    "b300": GPUSpec(
+        name="b300",
+        bf16_flops_per_s=2250e12,  # aiconfigurator-core 0.12.0 systems/b300_sxm.yaml bfloat16_tc_flops (4.5 PF / 2)
+        fp8_flops_per_s=4500e12,  # same file, fp8_tc_flops (9 PFLOPS sparse / 2)
+        fp4_flops_per_s=14000e12,  # same file, fp4_tc_flops ("14 PFLOPS dense")
+        hbm_bytes=275040 * _MIB,  # same file, mem_capacity: "275040MiB reported by nvidia-smi"
+        hbm_bytes_per_s=7.75e12,  # same file, mem_bw ("Total mem_bw: 62TB/s / 8 GPUs")
+        interconnect_bytes_per_s=900e9,  # same file, intra_node_bw (NVLink 5, 1.8 TB/s bidirectional / 2)
+        host_link_bytes_per_s=128e9,  # same file, pcie_bw (PCIe Gen6, 256 GB/s bidirectional / 2)
+        price_per_hour=21.6,  # estimate, edit it: no on-demand list price checked; set at 1.2x the B200's estimate
+        compute_capability=(10, 3),  # same file, sm_version 103
+    ),
+    "gb200": GPUSpec(
+        name="gb200",  # one Blackwell GPU of a GB200 superchip (an NVL72 rack: 72 GPUs on one NVLink domain)
+        bf16_flops_per_s=2500e12,  # aiconfigurator-core 0.12.0 systems/gb200.yaml bfloat16_tc_flops
+        fp8_flops_per_s=5000e12,  # same file, fp8_tc_flops
+        fp4_flops_per_s=10000e12,  # same file, fp4_tc_flops
+        hbm_bytes=189471 * _MIB,  # same file, mem_capacity: "189471MiB reported by nvidia-smi"
+        hbm_bytes_per_s=8.0e12,  # same file, mem_bw
+        interconnect_bytes_per_s=900e9,  # same file, intra_node_bw and inter_node_bw (NVLink 5 through the rack)
+        host_link_bytes_per_s=64e9,  # same file, pcie_bw (its NVLink-C2C link to the Grace CPU is not modelled)
+        price_per_hour=20.0,  # estimate, edit it: no on-demand list price checked; set at 1.1x the B200's estimate
+        compute_capability=(10, 0),  # same file, sm_version 100
+    ),
+    "gb300": GPUSpec(
+        name="gb300",  # one Blackwell Ultra GPU of a GB300 superchip (an NVL72 rack)
+        bf16_flops_per_s=2500e12,  # aiconfigurator-core 0.12.0 systems/gb300.yaml bfloat16_tc_flops
+        fp8_flops_per_s=5000e12,  # same file, fp8_tc_flops
+        fp4_flops_per_s=15000e12,  # same file, fp4_tc_flops
+        hbm_bytes=284208 * _MIB,  # same file, mem_capacity: "284208MiB reported by nvidia-smi"
+        hbm_bytes_per_s=8.0e12,  # same file, mem_bw
+        interconnect_bytes_per_s=900e9,  # same file, intra_node_bw and inter_node_bw (NVLink 5 through the rack)
+        host_link_bytes_per_s=64e9,  # same file, pcie_bw (its NVLink-C2C link to the Grace CPU is not modelled)
+        price_per_hour=24.0,  # estimate, edit it: no on-demand list price checked; set at 1.2x the GB200's estimate
+        compute_capability=(10, 3),  # same file, sm_version 103
+    ),
     "l40s": GPUSpec(
         name="l40s",
         bf16_flops_per_s=362.05e12,  # NVIDIA L40S datasheet, BF16 Tensor Core (dense)
@@ -247,6 +286,19 @@ GPUS: dict[str, GPUSpec] = {
         host_link_bytes_per_s=32e9,  # NVIDIA L40S datasheet, PCIe Gen4 x16 64 GB/s bidirectional
         price_per_hour=1.861,  # approximate: AWS g6e.xlarge on-demand (1 GPU)
         compute_capability=(8, 9),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
+    ),
+    "rtx-pro-6000": GPUSpec(
+        name="rtx-pro-6000",  # the RTX PRO 6000 Blackwell Server Edition (600 W), as NVIDIA's tables measured it
+        bf16_flops_per_s=467.8e12,  # aiconfigurator-core 0.12.0 systems/rtx_pro_6000_server.yaml ("467.8 TFLOPS dense,
+        # scaled to 2430 MHz")
+        fp8_flops_per_s=935.6e12,  # same file, fp8_tc_flops
+        fp4_flops_per_s=1871.2e12,  # same file, fp4_tc_flops
+        hbm_bytes=97887 * _MIB,  # same file, mem_capacity: "97887 MiB reported by nvidia-smi" (GDDR7)
+        hbm_bytes_per_s=1.792e12,  # same file, mem_bw
+        interconnect_bytes_per_s=64e9,  # no NVLink: peers talk over PCIe Gen5 x16 (same file, intra_node_bw)
+        host_link_bytes_per_s=64e9,  # same file, pcie_bw (PCIe Gen5 x16)
+        price_per_hour=3.0,  # estimate, edit it: no on-demand list price checked
+        compute_capability=(12, 0),  # same file, sm_version 120
     ),
     "l4": GPUSpec(
         name="l4",

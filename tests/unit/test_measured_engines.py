@@ -101,18 +101,21 @@ def test_vllm_keeps_its_folder_and_exact_values(tmp_path):
 # --- the shipped tables -------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("fw", TABLES)
-def test_shipped_tables_of_every_engine_cover_the_five_gpus_and_name_their_source(fw):
-    assert set(measured_gpus(tables=fw)) == {"h100-sxm", "h200", "b200", "a100-80gb", "l40s"}
+def test_shipped_tables_of_every_engine_cover_the_nine_gpus_and_name_their_source(fw):
+    assert set(measured_gpus(tables=fw)) == {"h100-sxm", "h200", "b200", "a100-80gb", "l40s", "b300", "gb200", "gb300",
+                                              "rtx-pro-6000"}
     for gpu in measured_gpus(tables=fw):
         meta = load_tables(tables_dir(gpu, fw)).meta
         assert meta["framework"] == fw and meta["source"] == {
             "package": "aiconfigurator-core", "version": "0.12.0", "license": "Apache-2.0",
             "path": "aiconfigurator_core/systems/data"}
         # A100s (Ampere) have no fp8 tensor cores: AIConfigurator measured no fp8 there. Block-scaled fp8 GEMMs:
-        # SGLang's and TensorRT-LLM's where measured (not SGLang's L40S); vLLM's rows are dropped (host-bound).
+        # SGLang's and TensorRT-LLM's where measured (not SGLang's L40S and RTX PRO 6000); vLLM's rows are dropped
+        # (host-bound).
         fp8 = ["bf16", "fp8"] if gpu != "a100-80gb" else ["bf16"]
-        block = ["fp8_block"] if gpu != "a100-80gb" and fw != "vllm" and (fw, gpu) != ("sglang", "l40s") else []
-        nvfp4 = ["nvfp4"] if gpu == "b200" else []  # NVFP4 GEMMs: on Blackwell only
+        block = ["fp8_block"] if gpu != "a100-80gb" and fw != "vllm" and (fw, gpu) not in (
+            ("sglang", "l40s"), ("sglang", "rtx-pro-6000")) else []
+        nvfp4 = ["nvfp4"] if get_gpu(gpu).fp4_flops_per_s else []  # NVFP4 GEMMs: on Blackwell only
         assert meta["measured_dtypes"] == {"weights": fp8 + block + nvfp4, "kv_cache": fp8}
 
 
@@ -338,8 +341,8 @@ def test_a_dtype_the_tables_lack_is_refused_with_one_line_never_priced_as_bf16(k
 
 def test_a_gpu_without_an_engines_tables_follows_on_missing():
     fallback = make_measured_cost_model(LLAMA, get_gpu("l4"), tables="trtllm")
-    assert ("no measured trtllm kernel tables for gpu 'l4'; measured: a100-80gb, b200, h100-sxm, h200, l40s"
-            in repr(fallback))
+    assert ("no measured trtllm kernel tables for gpu 'l4'; measured: a100-80gb, b200, b300, gb200, gb300, h100-sxm, "
+            "h200, l40s, rtx-pro-6000" in repr(fallback))
     with pytest.raises(ConfigError, match="^cost_model: no measured trtllm kernel tables for gpu 'l4'"):
         make_measured_cost_model(LLAMA, get_gpu("l4"), tables="trtllm", on_missing="error")
     with pytest.raises(ConfigError, match="^cost_model.tables: 'tgi' is not allowed; allowed: vllm, sglang, trtllm$"):
