@@ -2,7 +2,8 @@
 
 The front-end is `num_processes` server processes in front of each replica (vLLM's API server processes:
 HTTP, the chat template, tokenization on the way in; detokenization and streaming on the way out). Each replica is a
-server of its own (a `vllm serve`, with its own API server), so a run has num_processes x num_replicas of them;
+server of its own (a `vllm serve`, with its own API server), so a run has num_processes x num_replicas of them
+(an engine's data-parallel workers behind one server share its processes: `replicas_per_server`, fewer of them);
 the passes pool them, a request taking the one free soonest, before the engine's router picks its replica (the
 router runs in the engine loop, after the inbound pass): with one replica exact, with several what a router that
 spreads the load evenly approaches (a router that does not leaves some servers busier than pooled ones). Its
@@ -535,8 +536,9 @@ class FrontendStage:
     to the engine; `client_side(requests)` adds the outbound pass's client-side columns to its records."""
 
     def __init__(self, spec, workload, num_replicas: int):
-        # every replica's own processes, pooled (module docstring)
-        self.costs = dataclasses.replace(FrontendCosts.of(spec), num_processes=spec.num_processes * num_replicas)
+        # every server's own processes, pooled (module docstring)
+        servers = num_replicas // spec.replicas_per_server
+        self.costs = dataclasses.replace(FrontendCosts.of(spec), num_processes=spec.num_processes * servers)
         self.client_costs = FrontendCosts.client_of(spec)  # the benchmark client's, one process (None: no work)
         self.workload = workload
         self.outbound: Outbound | None = None

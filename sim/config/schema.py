@@ -620,6 +620,10 @@ class FrontendSpec(_Strict):
         "server processes per replica (each replica is a server with its own front-end), each doing one piece of "
         "work at a time; default 1: vLLM's single API server (`vllm serve` without --api-server-count, "
         f"vllm/entrypoints/cli/serve.py); at most {MAX_FRONTEND_PROCESSES}"))
+    replicas_per_server: int = Field(1, ge=1, le=MAX_REPLICAS, description=(
+        "engine replicas behind each server, sharing its front-end processes: an engine's data-parallel workers "
+        "(SGLang's --dp-size, whose one TokenizerManager feeds them all); the run has num_processes x num_replicas / "
+        "replicas_per_server processes, so hardware.num_replicas must be a multiple of it"))
     per_request_s: float = Field(ge=0, description="inbound work once per request: HTTP, parsing, the chat template")
     per_prompt_token_s: float = Field(ge=0, description="inbound work per prompt token: tokenization")
     per_output_chunk_s: float = Field(ge=0, description="outbound work per streamed chunk: one server-sent event")
@@ -821,6 +825,10 @@ class Scenario(_Strict):
         if self.frontend.client is not None and self.workload.arrival.kind == "closed_loop":
             raise ConfigError("frontend.client: modelled for open arrivals only (a closed loop's front-end runs in "
                               "the engine's loop); allowed with workload.arrival.kind closed_loop: null")
+        shared, replicas = self.frontend.replicas_per_server, self.hardware.num_replicas
+        if replicas % shared:
+            raise ConfigError(f"frontend.replicas_per_server: {shared} does not divide hardware.num_replicas "
+                              f"{replicas}; allowed: a divisor of it (each server feeds that many replicas)")
         return self
 
     @model_validator(mode="after")

@@ -629,6 +629,11 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
                 raise ConfigError(f"{option}: {value} is not allowed; allowed: 1 to {limit}")
     base = build_scenario_set(copy.deepcopy(raw), resolve=False).base
     search = base.search or SearchSpec()
+    from sim.config.engines.presets import preset_keys
+    if "hardware.num_replicas" in preset_keys(raw):  # an engine's data-parallel workers (SGLang's --dp-size)
+        raise ConfigError(f"engine: its flags set hardware.num_replicas ({base.hardware.num_replicas}), which the "
+                          "planner sizes itself; allowed: leave the engine's data-parallel flag out (each replica the "
+                          "plan counts is then one server)")
     if not base.slo.has_limits():
         raise ConfigError("slo: planning needs at least one limit (slo.ttft_s, slo.tpot_s or slo.e2e_s)")
     variants = list((raw.get("variants") or {}).keys())

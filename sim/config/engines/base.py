@@ -83,6 +83,16 @@ def only_default(name: str, default: str) -> Callable[[str], str]:
     return convert
 
 
+def only_one_of(name: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
+    """An engine option accepted at the values modelled only, another refused in one line."""
+    def convert(value: str) -> str:
+        if value not in allowed:
+            raise ConfigError(f"engine.{name}: {value!r} is not modelled; allowed: {', '.join(allowed)}, or leave it "
+                              "out")
+        return value
+    return convert
+
+
 def weights_quantization(methods: dict[str, str]) -> Callable[[str], str]:
     """An engine's --quantization as `quantization.weights` (the methods it names that ServeSim prices: fp8 as the
     engine's W8A8 where the GPU has an fp8 rate, `_derive` sets fp8_compute so, weight-only elsewhere); another

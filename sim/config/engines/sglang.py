@@ -8,8 +8,8 @@ from typing import Any
 
 from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED, SERVER_ADDRESS,
                                      STREAM_CHUNK_KEY, at_least_one, caches_prefixes, custom_all_reduce, dotted_version,
-                                     get_key, inert_group, kv_cache_dtype_flag, released_before, sixteen_bit_dtype,
-                                     weights_quantization)
+                                     get_key, inert_group, kv_cache_dtype_flag, only_one_of, released_before,
+                                     sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
 from sim.errors import ConfigError
 
@@ -375,9 +375,10 @@ def _sglang_dp_attention_mib(ctx: Context, graph_bs: int, notes: list[str]) -> f
     """The MiB SGLang's memory rule reserves for --enable-dp-attention (above) at a decode graph batch of `graph_bs`,
     0 without the flag; ConfigError where the flags ask for what is not modelled."""
     dp = ctx.flags.get("dp_size", 1)
-    if dp != 1:
-        raise ConfigError(f"engine.dp_size: {dp} is not modelled; allowed: 1 (SGLang's data-parallel workers and its "
-                          "attention data parallelism are not simulated)")
+    if dp != 1 and ctx.flags.get("enable_dp_attention", False):
+        raise ConfigError(f"engine.dp_size: {dp} with --enable-dp-attention is not modelled; allowed: 1, or leave "
+                          "--enable-dp-attention out (attention data-parallel over the TP group, the experts over "
+                          "all of it, is not simulated; without it the workers are independent replicas)")
     if not ctx.flags.get("enable_dp_attention", False):
         return 0.0
     first, last = SGLANG_DP_ATTENTION_READ
@@ -389,6 +390,32 @@ def _sglang_dp_attention_mib(ctx: Context, graph_bs: int, notes: list[str]) -> f
     notes.append(f"SGLang {ctx.version_text}: --enable-dp-attention without --dp (dp_size 1) is turned off "
                  f"(server_args.py _handle_data_parallelism), attention stays tensor-parallel{reserved}")
     return graph_bs * 3 + (graph_bs * 1.5 if graph_bs > 300 else 0.0)  # x dp_size, which is 1 here
+
+
+# --dp-size D without --enable-dp-attention, read in the PyPI wheels of 0.4.0, 0.4.6, 0.5.3, 0.5.9 and 0.5.14
+# (python/sglang/srt/managers/data_parallel_controller.py launch_dp_schedulers): D schedulers, each a TP group on GPUs
+# of its own (base_gpu_id += tp x pp), sharing only the main process's TokenizerManager (and the detokenizer), which
+# deals the requests out in turn (round_robin_scheduler; load_balance_method's default, "auto" resolving to it outside
+# PD disaggregation from 0.5.9). server_args.py derives each worker's memory, chunk and graphs as with one: dp_size
+# enters them only with --enable-dp-attention (_handle_gpu_memory_settings, _handle_data_parallelism).
+SGLANG_DATA_PARALLEL_SINCE = (0, 4, 0)
+SGLANG_LOAD_BALANCE = ("round_robin", "auto")  # the methods modelled: the default (auto from 0.5.9, read there)
+
+
+def _sglang_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(values, the flags that set them) for SGLang's data-parallel workers: `hardware.num_replicas` D (the flag's own
+    target), dealt round robin, one front-end for them all (`frontend.replicas_per_server`)."""
+    dp = ctx.flags.get("dp_size", 1)
+    method = ctx.flags.get("load_balance_method")
+    if dp == 1:
+        if method is not None:
+            notes.append(f"SGLang --load-balance-method {method}: one data-parallel worker, nothing to balance")
+        return {}, {}
+    notes.append(f"SGLang {ctx.version_text} --dp-size {dp}: {dp} independent workers of {ctx.tensor_parallel} GPU(s) "
+                 f"each (hardware.num_replicas {dp}), requests dealt to them in turn (load_balance_method round_robin) "
+                 "by one TokenizerManager: one front-end for all of them (frontend.replicas_per_server)")
+    return ({"hardware.router": "round_robin", "frontend.replicas_per_server": dp},
+            {"frontend.replicas_per_server": "dp_size"})
 
 
 # SGLang's --attention-backend names a measured table's kernel may have (AIConfigurator's kernel_source for SGLang's
@@ -497,7 +524,9 @@ def derive_sglang(ctx: Context) -> PresetResult:
     prefill_graphs = ctx.version >= SGLANG_PREFILL_GRAPH_SINCE and why_not is None
     values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, prefill_graphs, notes))
     values.update(custom_all_reduce(ctx, "SGLang"))
-    return PresetResult(values, {}, notes)
+    parallel, from_flags = _sglang_data_parallel(ctx, notes)
+    values.update(parallel)
+    return PresetResult(values, from_flags, notes)
 
 
 SGLANG_FLAGS = {
@@ -554,7 +583,12 @@ SGLANG_FLAGS = {
                     since=(0, 5, 0), aliases=("--ep",)),
     "enable_dp_attention": Flag(None, bool, "--enable-dp-attention: without --dp, turned off after reserving memory "
                                 "(SGLANG_DP_ATTENTION_READ)", since=(0, 5, 3)),
-    "dp_size": Flag(None, int, "--dp-size: data-parallel workers (1 only: more are not modelled)", since=(0, 5, 3)),
+    "dp_size": Flag("hardware.num_replicas", int, "--dp-size: data-parallel workers, each a replica of tp_size "
+                    "GPUs behind the one server (SGLANG_DATA_PARALLEL_SINCE; not with --enable-dp-attention)",
+                    at_least_one("dp_size"), since=SGLANG_DATA_PARALLEL_SINCE, aliases=("--data-parallel-size",)),
+    "load_balance_method": Flag(None, str, "--load-balance-method: round_robin (auto from 0.5.9); the others are "
+                                "not modelled", only_one_of("load_balance_method", SGLANG_LOAD_BALANCE),
+                                since=SGLANG_DATA_PARALLEL_SINCE, value_versions={"auto": ((0, 5, 9), None)}),
     # python/sglang/srt/managers/scheduler_output_processor_mixin.py (0.5.3.post3): a streaming request's output goes
     # out when len(output_ids) % stream_interval == 1, and at its end: the first token alone, then chunks of N;
     # 0.3.0's tp_worker.py: its first token, then every N-th decode step of the batch

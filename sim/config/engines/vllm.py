@@ -345,6 +345,15 @@ def _vllm_async_default(ctx: Context) -> tuple[bool, str]:
     return True, "on by default"
 
 
+def _vllm_one_rank(value: int) -> int:
+    """vLLM's --data-parallel-size: 1 only (above)."""
+    if value != 1:
+        raise ConfigError(f"engine.data_parallel_size: {value} is not modelled; allowed: 1 (vLLM's data-parallel ranks "
+                          "synchronise, from 0.11 each step padded to the busiest rank's tokens; for independent "
+                          "servers set hardware.num_replicas)")
+    return value
+
+
 VLLM_FLAGS = {
     "max_num_seqs": Flag("scheduler.max_num_seqs", int, "--max-num-seqs"),
     "max_num_batched_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max-num-batched-tokens"),
@@ -383,6 +392,14 @@ VLLM_FLAGS = {
     # vllm/entrypoints/cli/serve.py run_multi_api_server (0.9.1 on; not in 0.9.0): N API server processes, V1 only
     "api_server_count": Flag("frontend.num_processes", int, "--api-server-count: API server processes "
                              "(frontend.num_processes)", since=(0, 9, 1)),
+    # --data-parallel-size (0.8.3 on; -dp from 0.8.4, accepted here from 0.8.3): vLLM V1's data-parallel engines
+    # synchronise, dense models too: an idle rank runs dummy batches while any runs (vllm/v1/engine/core.py
+    # DPEngineCoreProc.run_busy_loop, an all-reduce every 24 steps in 0.8.5 and 0.9.0, 32 in 0.11.0), and in 0.11.0
+    # every step all-reduces each rank's token count and pads every rank to the most (vllm/v1/worker/
+    # gpu_model_runner.py get_dp_padding; not in 0.9.0's). Not modelled: only 1 is taken.
+    "data_parallel_size": Flag(None, int, "--data-parallel-size: 1 (vLLM's data-parallel ranks synchronise with "
+                               "one another: not modelled)", _vllm_one_rank,
+                               since=(0, 8, 3), aliases=("-dp",)),
     # vllm/model_executor/layers/fused_moe/layer.py (0.8.0): ep_size = tp_size x dp_size, moe tp 1, the output
     # all-reduced over the TP group as without it (data parallelism is not modelled: EP = TP)
     "enable_expert_parallel": Flag("hardware.expert_parallel", bool, "--enable-expert-parallel: each GPU of the TP "
