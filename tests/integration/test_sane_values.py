@@ -313,9 +313,9 @@ def test_a_nan_price_in_the_scenario_is_refused(small_file, capsys, where, value
 
 
 def test_an_unknown_gpu_in_plan_gpus_is_one_line_listing_the_catalog(tmp_path, small_file, capsys):
-    line = refused(["plan", small_file, "--gpus", "h100-sxm,b300", "-q", "--backend", "serial",
+    line = refused(["plan", small_file, "--gpus", "h100-sxm,mi300x", "-q", "--backend", "serial",
                     "--out", str(tmp_path / "p")], capsys)
-    assert line == f"error: --gpus: unknown gpu 'b300'; allowed: {', '.join(GPUS)}"
+    assert line == f"error: --gpus: unknown gpu 'mi300x'; allowed: {', '.join(GPUS)}"
 
 
 def test_an_unknown_gpu_in_search_gpus_is_refused_too():

@@ -61,36 +61,25 @@ def at_least_one(name: str) -> Callable[[int], int]:
     return convert
 
 
+def only_one_of(name: str, allowed: tuple[str, ...], after: str = ", or leave it out") -> Callable[[str], str]:
+    """An engine option accepted at the values modelled only, another refused in one line (`after` ends it)."""
+    def convert(value: str) -> str:
+        if value not in allowed:
+            raise ConfigError(f"engine.{name}: {value!r} is not modelled; allowed: {', '.join(allowed)}{after}")
+        return value
+    return convert
+
+
 def sixteen_bit_dtype(allowed: tuple[str, ...]) -> Callable[[str], str]:
     """An engine's --dtype: the 16-bit activation dtypes every price here assumes are accepted (the weights priced
     are the scenario's `quantization.weights`); float32 and others are refused in one line."""
-    def convert(value: str) -> str:
-        if value not in allowed:
-            raise ConfigError(f"engine.dtype: {value!r} is not modelled; allowed: {', '.join(allowed)} (16-bit "
-                              "activations, as priced)")
-        return value
-    return convert
+    return only_one_of("dtype", allowed, " (16-bit activations, as priced)")
 
 
 def only_default(name: str, default: str) -> Callable[[str], str]:
     """An engine option accepted at its default value only (the engine as modelled), another value refused in one
     line."""
-    def convert(value: str) -> str:
-        if value != default:
-            raise ConfigError(f"engine.{name}: {value!r} is not modelled; allowed: {default} (the default), or leave "
-                              "it out")
-        return value
-    return convert
-
-
-def only_one_of(name: str, allowed: tuple[str, ...]) -> Callable[[str], str]:
-    """An engine option accepted at the values modelled only, another refused in one line."""
-    def convert(value: str) -> str:
-        if value not in allowed:
-            raise ConfigError(f"engine.{name}: {value!r} is not modelled; allowed: {', '.join(allowed)}, or leave it "
-                              "out")
-        return value
-    return convert
+    return only_one_of(name, (default,), " (the default), or leave it out")
 
 
 def weights_quantization(methods: dict[str, str]) -> Callable[[str], str]:
