@@ -37,7 +37,11 @@ def models_table() -> pd.DataFrame:
 
 
 def gpus_table() -> pd.DataFrame:
-    """One row per catalog GPU, for `servesim catalog gpus`."""
+    """One row per catalog GPU, for `servesim catalog gpus`: its catalog rates and price, and the engines whose
+    measured kernel tables ship for it (what a scenario without a cost model is priced by, absent a whole-step
+    profile: sim/config/cost_choice.py)."""
+    from sim.cost.measured import TABLES, measured_gpus
+    measured = {fw: set(measured_gpus(tables=fw)) for fw in TABLES}
     rows = [
         {
             "gpu": key,
@@ -49,6 +53,7 @@ def gpus_table() -> pd.DataFrame:
             "interconnect_gb_per_s": g.interconnect_bytes_per_s / 1e9,
             "host_link_gb_per_s": g.host_link_bytes_per_s / 1e9,
             "usd_per_hour": g.price_per_hour,
+            "measured_tables": ", ".join(fw for fw in TABLES if key in measured[fw]) or "-",
         }
         for key, g in GPUS.items()
     ]

@@ -100,6 +100,9 @@ def test_catalog_and_workload_commands_print_tables():
     assert models.returncode == 0 and "llama-3.1-8b" in models.stdout and "deepseek-v2-lite" in models.stdout
     gpus = servesim("catalog", "gpus")
     assert gpus.returncode == 0 and "h100-sxm" in gpus.stdout
+    from sim.views.tables import gpus_table
+    table = gpus_table().set_index("gpu")["measured_tables"]
+    assert table["b300"] == "vllm, sglang, trtllm" and table["l4"] == "-" and table["a10g"] == "-"
     engines = servesim("catalog", "engines")
     assert engines.returncode == 0 and "TensorRT-LLM" in engines.stdout and "num_scheduler_steps" in engines.stdout
     wl = servesim("workload", "scenarios/quickstart.yaml")
