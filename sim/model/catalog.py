@@ -241,7 +241,8 @@ GPUS: dict[str, GPUSpec] = {
     # GB200, the Blackwell Ultra datasheet for the B300 and GB300); fp32 there is not given: None.
     "b300": GPUSpec(
         name="b300",
-        bf16_flops_per_s=2250e12,  # aiconfigurator-core 0.12.0 systems/b300_sxm.yaml bfloat16_tc_flops (4.5 PF / 2)
+        bf16_flops_per_s=2250e12,  # aiconfigurator-core 0.12.0 systems/b300_sxm.yaml bfloat16_tc_flops
+        # ("4.5 PFLOPS sparse / 2")
         fp8_flops_per_s=4500e12,  # same file, fp8_tc_flops (9 PFLOPS sparse / 2)
         fp4_flops_per_s=14000e12,  # same file, fp4_tc_flops ("14 PFLOPS dense")
         hbm_bytes=275040 * _MIB,  # same file, mem_capacity: "275040MiB reported by nvidia-smi"
