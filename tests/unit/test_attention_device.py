@@ -120,7 +120,8 @@ def test_the_materialized_kernel_computes_in_fp32_and_is_priced_at_the_fp32_rate
 
 
 def test_every_catalog_gpu_with_an_fp32_source_names_its_rate_below_its_bf16_tensor_rate():
-    # no NVIDIA datasheet for the a10g; the four Blackwell parts' rates are aiconfigurator's system files, which give none
+    # no NVIDIA datasheet for the a10g; the four Blackwell parts' rates are aiconfigurator's system files, which give
+    # no fp32 rate
     for name, gpu in GPUS.items():
         if name in ("a10g", "b300", "gb200", "gb300", "rtx-pro-6000"):
             assert gpu.fp32_flops_per_s is None
