@@ -110,11 +110,16 @@ def expected_winners(summaries: dict[str, dict], tolerance: float = 0.02) -> lis
 REPO = Path(__file__).resolve().parents[1]
 
 
+# How long a test waits on a `servesim` subprocess: a guard against a hang, not a speed check (the first process of
+# a fresh checkout compiles and caches the numba kernels it runs, which on a slow shared host can take minutes).
+SUBPROCESS_TIMEOUT_S = 600
+
+
 def servesim(*args, cwd: Path = REPO) -> subprocess.CompletedProcess:
     """`servesim ARGS` in a fresh process, on a narrow console: an error must stay on one line however wide."""
     env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "sim.views.cli", *map(str, args)], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=300)
+                          capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
 
 
 def one_error_line(result: subprocess.CompletedProcess) -> str:

@@ -17,6 +17,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from helpers import SUBPROCESS_TIMEOUT_S
 from sim.config.deployment import model_spec, resolve
 from sim.config.files import build_scenario_set, load_scenario_set
 from sim.core.step_plan import StepPlan
@@ -371,6 +372,6 @@ def test_sim_imports_and_simulates_without_torch(tmp_path):
             "assert 'torch' not in {m.split('.')[0] for m in sys.modules if sys.modules[m] is not None}\n"
             "print('ok')\n")
     result = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(REPO)},
-                            capture_output=True, text=True, timeout=120)
+                            capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip() == "ok"

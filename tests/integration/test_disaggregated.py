@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from helpers import small_scenario
+from helpers import SUBPROCESS_TIMEOUT_S, small_scenario
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -164,7 +164,7 @@ def test_unknown_link_on_the_command_line_exits_2_with_one_line(tmp_path):
     path.write_text(yaml.safe_dump(small_scenario(hardware={"disaggregation": {"link": "tin-can"}})))
     env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(REPO)}
     done = subprocess.run([sys.executable, "-m", "sim.views.cli", "run", str(path)], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120, check=False)
+                          capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, check=False)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     (line,) = done.stderr.splitlines()
     assert line.startswith("error: hardware.disaggregation.link:") and "'tin-can'" in line and "nvlink4" in line
@@ -303,7 +303,7 @@ def test_plan_pools_on_the_command_line(tmp_path):
 
     def servesim(*args):
         return subprocess.run([sys.executable, "-m", "sim.views.cli", "plan-pools", str(path), *args], cwd=tmp_path,
-                              env=env, capture_output=True, text=True, timeout=120, check=False)
+                              env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S, check=False)
     done = servesim("--gpus", "2", "-q")
     assert done.returncode == 0, done.stderr
     assert "colocated x2" in done.stdout and "1P+1D" in done.stdout and "recommended: " in done.stdout

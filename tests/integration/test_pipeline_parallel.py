@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers import small_scenario
+from helpers import SUBPROCESS_TIMEOUT_S, small_scenario
 
 from sim.config.deployment import resolve
 from sim.config.files import validate_scenario
@@ -241,7 +241,8 @@ def test_cli_exit_2_with_one_line(tmp_path, value, expect):
     path.write_text(yaml.safe_dump(small_scenario()))
     result = subprocess.run([sys.executable, "-m", "sim.views.cli", "run", str(path), "--quiet", "--set",
                              f"hardware.pipeline_parallel={value}"], check=False, cwd=tmp_path, capture_output=True, text=True,
-                            env={"PYTHONPATH": str(REPO), "COLUMNS": "40", "PATH": "/usr/bin:/bin"}, timeout=120)
+                            env={"PYTHONPATH": str(REPO), "COLUMNS": "40", "PATH": "/usr/bin:/bin"},
+                            timeout=SUBPROCESS_TIMEOUT_S)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and all(x in lines[0] for x in expect), result.stderr
@@ -337,7 +338,7 @@ def test_plan_pp_option_overrides_the_search_and_refuses_bad_depths(tmp_path):
     result = subprocess.run([sys.executable, "-m", "sim.views.cli", "plan", str(path), "-q", "--backend", "serial",
                              "--out", str(tmp_path / "o"), "--pp", "1,two"], check=False, cwd=tmp_path,
                             capture_output=True, text=True, env={"PYTHONPATH": str(REPO), "COLUMNS": "40",
-                                                                 "PATH": "/usr/bin:/bin"}, timeout=120)
+                                                                 "PATH": "/usr/bin:/bin"}, timeout=SUBPROCESS_TIMEOUT_S)
     assert result.returncode == 2 and "Traceback" not in result.stderr, result.stderr
     lines = result.stderr.splitlines()
     assert len(lines) == 1 and "--pp: '1,two' is not a comma-separated list of int" in lines[0]

@@ -14,6 +14,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from helpers import SUBPROCESS_TIMEOUT_S
 from sim.config.deployment import resolve
 from sim.config.files import (
     apply_overrides,
@@ -54,7 +55,7 @@ def raw(**extra) -> dict:
 def servesim(*args: str, cwd: Path = REPO) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "sim.views.cli", *args], cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
 
 
 # --------------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ import yaml
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from helpers import small_scenario
+from helpers import SUBPROCESS_TIMEOUT_S, small_scenario
 from sim.errors import ConfigError
 from sim.tools.sweep import (
     journal_line,
@@ -615,7 +615,7 @@ def test_a_sweep_killed_many_times_resumes_to_each_point_once(tmp_path):
         target = None if wait is None else lines + wait if wait != "last" else 60 - _rows_in(out)
         alive_when_killed.append(kill_at_a_random_moment(proc, journal, rng, target))
     assert sum(alive_when_killed) >= 7, alive_when_killed
-    final = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120)
+    final = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
     assert final.returncode == 0 and "Traceback" not in final.stderr, final.stderr
     table = read_back(out)
     assert table["point_id"].is_unique and len(table) == 60

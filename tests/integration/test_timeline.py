@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from helpers import SUBPROCESS_TIMEOUT_S
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.run import simulate
@@ -206,7 +207,7 @@ def test_options_are_checked_before_simulating(tmp_path):
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "COLUMNS": "40", "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "sim.views.cli", *args], check=False, cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
 
 
 def test_cli_writes_the_timeline_and_says_its_size(tmp_path):
