@@ -630,7 +630,8 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
     base = build_scenario_set(copy.deepcopy(raw), resolve=False).base
     search = base.search or SearchSpec()
     from sim.config.engines.presets import preset_keys
-    if "hardware.num_replicas" in preset_keys(raw):  # an engine's data-parallel workers (SGLang's --dp-size)
+    # an engine's data-parallel workers (SGLang's --dp-size above 1) fix the replicas each candidate would size
+    if base.hardware.num_replicas != 1 and "hardware.num_replicas" in preset_keys(raw):
         raise ConfigError(f"engine: its flags set hardware.num_replicas ({base.hardware.num_replicas}), which the "
                           "planner sizes itself; allowed: leave the engine's data-parallel flag out (each replica the "
                           "plan counts is then one server)")

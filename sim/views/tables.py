@@ -5,6 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sim.config.engines import PRESETS, fitted_versions
+from sim.cost.measured import TABLES, measured_gpus
 from sim.model.catalog import GPUS, MODELS
 from sim.model.memory import kv_bytes_per_token
 from sim.model.shapes import active_param_count, param_count
@@ -40,7 +41,6 @@ def gpus_table() -> pd.DataFrame:
     """One row per catalog GPU, for `servesim catalog gpus`: its catalog rates and price, and the engines whose
     measured kernel tables ship for it (what a scenario without a cost model is priced by, absent a whole-step
     profile: sim/config/cost_choice.py)."""
-    from sim.cost.measured import TABLES, measured_gpus
     measured = {fw: set(measured_gpus(tables=fw)) for fw in TABLES}
     rows = [
         {

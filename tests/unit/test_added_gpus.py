@@ -6,6 +6,7 @@ import pytest
 from sim.config.files import validate_scenario
 from sim.core.step_plan import StepPlan
 from sim.cost.measured import MeasuredCostModel, attention_kernel, load_tables, tables_dir
+from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
 from sim.model.interconnects import interconnect_class
 
@@ -64,13 +65,19 @@ def test_sglangs_attention_backend_is_the_kernel_its_tables_measured():
         sc = validate_scenario({**BASE, "hardware": {"gpu": gpu},
                                 "engine": {"name": "sglang", "version": "0.5.14", "attention_backend": backend}})
         assert any(f"--attention-backend {backend}" in note for note in sc.engine.notes)
-    with pytest.raises(Exception, match="attention_backend"):
+    with pytest.raises(ConfigError, match="^engine.attention_backend"):
         validate_scenario({**BASE, "hardware": {"gpu": "rtx-pro-6000"},
                            "engine": {"name": "sglang", "version": "0.5.14", "attention_backend": "trtllm_mha"}})
 
 
-def test_nvfp4_runs_on_each_added_gpu_from_its_fp4_rows():
+@pytest.mark.parametrize("tables", ["vllm", "sglang", "trtllm"])
+def test_nvfp4_runs_on_each_added_gpu_from_its_fp4_rows(tables):
     for gpu in ADDED:
         sc = validate_scenario({**BASE, "model": "llama-3.1-70b", "hardware": {"gpu": gpu, "tensor_parallel": 2},
                                 "quantization": {"weights": "nvfp4"}})
         assert sc.cost_model.kind == "measured", sc.cost_model_choice
+        # a mixture of experts: its GEMMs and its fused experts from the GPU's own NVFP4 rows, no fallback noted
+        cost = MeasuredCostModel(get_model("mixtral-8x7b"), get_gpu(gpu), tensor_parallel=2, weight_dtype="nvfp4",
+                                 tables=tables)
+        assert cost.gemm_rows == "nvfp4" and cost.step_time(PREFILL) > 0
+        assert not [note for note in cost.notes if "no nvfp4" in note], dict(cost.notes)

@@ -117,3 +117,9 @@ def test_vllms_data_parallel_ranks_are_refused_in_one_line(flags, message):
         validate_scenario(raw)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
     assert validate_scenario({**raw, "engine": {"name": "vllm", "version": "0.11.0", "data_parallel_size": 1}})
+
+
+def test_the_planner_takes_dp_size_one():
+    from sim.tools.planner import plan_settings
+    raw = {**sglang(dp_size=1), "slo": {"ttft_s": 2.0}, "search": {"max_replicas": 2, "num_seeds": 1}}
+    assert plan_settings(raw).max_replicas == 2
