@@ -23,7 +23,7 @@ from sim.model.catalog import GPUS, MODELS
 from sim.results import Result
 from sim.bands import simulate_with_band as simulate  # the run, and its band when run.band asks for one
 from sim.views import dashboard as dash
-from sim.views.report import figures
+from sim.views.report import cost_model_note_groups, figures
 from sim.workload.lengths import kept_means
 
 # Uploaded traces are kept by content hash, so a downloaded scenario can still point at them. A scenario on the
@@ -506,6 +506,13 @@ def results_section(results: list[Result]) -> None:
                + ", ".join(f"{r.name}: {'yes' if r.summary.get('slo_met') else 'no'}" for r in results
                            if r.summary.get("slo_met") is not None))
     st.caption(dash.cost_model_caption(results))
+    notes = cost_model_note_groups(results)  # what the cost model approximated, as the CLI and the report say
+    if notes:
+        with st.expander("what the cost model approximates"):
+            for label, names, lines in notes:
+                st.caption(f"{label}: {', '.join(names)}")
+                for line in lines:
+                    st.caption(line)
     measured_at = dash.measured_at_caption(results)
     if measured_at:
         st.caption(measured_at)

@@ -430,12 +430,16 @@ def decode_runs_of(log) -> DecodeRuns | None:
     return DecodeRuns.from_arrays(arrays) if len(arrays["step_duration_s"]) else None
 
 
-def cost_model_extras(scenario: Scenario, cost_model, prefix: str = "") -> dict:
+def cost_model_extras(scenario: Scenario, cost_model, prefix: str = "", others=()) -> dict:
     """`cost_model_label` (and `cost_model_choice`) of a run's extras: the label "(default)" where the scenario
-    named no cost model and the best available was chosen for it (sim/config/cost_choice.py)."""
-    from sim.cost.labels import cost_model_label  # imports every cost model: only when a run ends
+    named no cost model and the best available was chosen for it (sim/config/cost_choice.py); and
+    `cost_model_notes`, what it approximated in the run (with `others`, the other replicas' models of its kind:
+    each notes the points it priced)."""
+    from sim.cost.labels import cost_model_label, cost_model_notes  # imports every cost model: when a run ends
     choice = scenario.cost_model_choice
-    out = {f"{prefix}cost_model_label": cost_model_label(cost_model) + (" (default)" if choice else "")}
+    out = {f"{prefix}cost_model_label": cost_model_label(cost_model) + (" (default)" if choice else ""),
+           f"{prefix}cost_model_notes": tuple(sorted({note for m in (cost_model, *others)
+                                                       for note in cost_model_notes(m)}))}
     if choice and not prefix:
         out["cost_model_choice"] = choice
     return out
@@ -472,8 +476,10 @@ def simulate_disaggregated(scenario: Scenario, workload: Workload | None = None,
     summary["decode_kv_capacity_tokens"] = dd.decode.kv_capacity_tokens
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(decode[0].cost_model), "scheduler": repr(decode[0].scheduler),
-                          **cost_model_extras(scenario, decode[0].cost_model),
-                          **cost_model_extras(scenario, prefill[0].cost_model, prefix="prefill_"),
+                          **cost_model_extras(scenario, decode[0].cost_model,
+                                              others=[r.cost_model for r in decode[1:]]),
+                          **cost_model_extras(scenario, prefill[0].cost_model, prefix="prefill_",
+                                              others=[r.cost_model for r in prefill[1:]]),
                           "prefill_cost_model": repr(prefill[0].cost_model),
                           "prefill_scheduler": repr(prefill[0].scheduler),
                           "kv_link": f"{dd.link.name}: {dd.link.bandwidth_bytes_per_s:g} B/s per GPU x "

@@ -2,10 +2,17 @@
 
 `cost_model_label(cost_model)` reads the cost-model object a run used (not the scenario's request), so a
 `measured` scenario on a GPU without measured tables says "roofline (fallback: ...)", not "measured". The full
-`repr` stays in `Result.extras["cost_model"]` and the run's meta.json; this label is what the summary tables show.
+`repr` stays in `Result.extras["cost_model"]`; this label is what the summary tables show.
+
+`cost_model_notes(cost_model)`: what that cost model approximated in the run, one line each, which the CLI and the
+report print beside the engine preset's notes: a configuration the tables did not measure and the nearest one they
+did, another kernel's or engine's rows, GPU counts the all-reduce was not measured at, points priced past the
+measured range.
 """
 
 from __future__ import annotations
+
+import re
 
 from sim.cost.calibrated import CalibratedCostModel
 from sim.cost.engine_steps import EngineStepCostModel
@@ -66,6 +73,51 @@ def cost_model_label(cost_model) -> str:
     if isinstance(cost_model, FixedCostModel):
         return "fixed"
     return type(cost_model).__name__
+
+
+def cost_model_notes(cost_model) -> tuple[str, ...]:
+    """What `cost_model` approximated, as it stands after a run (its notes gain the points it priced past the
+    measured range while it runs), one line each, sorted; () for a model that keeps none. A curve's or grid's points
+    past the measured range are one line per curve: how many, the range, the first and last of them in order."""
+    if isinstance(cost_model, SpeculativeCostModel):
+        return cost_model_notes(cost_model.target)
+    if isinstance(cost_model, PipelineCostModel):
+        stages = [getattr(stage, "whole", stage) for stage in cost_model.stages]
+        return tuple(sorted({note for stage in stages for note in cost_model_notes(stage)}))
+    if isinstance(cost_model, EngineOverheadCostModel):
+        return cost_model_notes(cost_model.kernels)
+    if isinstance(cost_model, MeasuredCostModel):
+        return _collapse_outside(cost_model.notes)
+    return ()
+
+
+# A point priced past a curve's or grid's measured range (sim/cost/measured.py `Curve.outside_note`,
+# `Grid2D.outside_note`): "<name> at <point> outside measured <range>".
+HELD = "the nearest edge's ratio to the roofline held"  # how a point past the range is priced
+_OUTSIDE = re.compile(r"^(?P<name>.+) at (?P<point>\(.+?\)|\S+) outside measured (?P<range>.+)$")
+
+
+def _collapse_outside(notes) -> tuple[str, ...]:
+    """The notes, sorted, each curve's points past its measured range collapsed into one line."""
+    lines, outside = set(), {}
+    for note in notes:
+        m = _OUTSIDE.match(note)
+        if m:
+            outside.setdefault((m["name"], m["range"]), []).append(m["point"])
+        else:
+            lines.add(note)
+    for (name, measured), points in outside.items():
+        if len(points) == 1:
+            lines.add(f"{name} at {points[0]} outside measured {measured} ({HELD})")
+            continue
+        shown = sorted(points, key=_point_key)
+        lines.add(f"{name}: {len(points)} points outside measured {measured}, from {shown[0]} to {shown[-1]} ({HELD})")
+    return tuple(sorted(lines))
+
+
+def _point_key(point: str) -> tuple[float, ...]:
+    """A noted point's coordinates, for ordering ('37' or '(37, 2048)')."""
+    return tuple(float(v) for v in point.strip("()").split(","))
 
 
 def _nccl(cost_model) -> bool:

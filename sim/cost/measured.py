@@ -814,7 +814,11 @@ class MeasuredCostModel(PackedCostModel):
             return None
         counts = sorted(set(ar["num_gpus"]))
         i, w, outside = _bracket([math.log(c) for c in counts], math.log(tp))
-        if outside or w not in (0.0, 1.0):
+        if outside:  # the nearest measured count's ratios to the ring shape, held at tp (a GPU count past them)
+            near = counts[min(i + 1, len(counts) - 1)] if w >= 1.0 else counts[i]
+            self.notes[f"all-reduce: {tp} GPUs not measured (measured {counts}); the {near}-GPU rows' ratio to the "
+                       f"ring all-reduce's shape, held at {tp} GPUs"] += 1
+        elif w not in (0.0, 1.0):
             self.notes[f"all-reduce: {tp} GPUs not measured (measured {counts}); interpolated in log GPUs"] += 1
         lat0 = float(ar["latency_ms"].min()) * 1e-3
         busbw = max(2 * (g - 1) / g * e * 2 / (x * 1e-3) for g, e, x in

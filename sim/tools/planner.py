@@ -117,6 +117,9 @@ class CandidateOutcome:
     cost_model: str = ""  # which step-time model priced this candidate
     engine: str = ""  # the serving engine its preset names ("vllm 0.11.0"); "" without one
     engine_notes: tuple[str, ...] = ()  # what that preset approximates for this candidate (its GPU, TP, flags)
+    # what its cost model approximates for it, as built (sim/cost/labels.py cost_model_notes; the points its runs
+    # priced past the measured range are not among them)
+    cost_model_notes: tuple[str, ...] = ()
     # With a band (run.band, issue 31): the band at the chosen replicas (at the target), and where the verdict
     # flips inside it, one phrase ("3 replicas meet the SLOs at the point figures, not at the band's pessimistic
     # edge (...); 4 do"); "" where it does not flip.
@@ -438,11 +441,11 @@ def search_candidate(task: CandidateTask, neighbour: CandidateOutcome | None = N
     from sim.run import engine_extras
     try:
         scenario = validate_scenario(copy.deepcopy(task.raw))  # cannot hold the model, bad TP split, ...
-        label = candidate_cost_model_label(task.raw, scenario)  # a cost model that cannot price it: excluded
+        cost = candidate_cost_model_extras(task.raw, scenario)  # a cost model that cannot price it: excluded
     except ServeSimError as err:
         return CandidateOutcome(task.candidate, "excluded", str(err))
     outcome = _search_rates(task, neighbour)
-    outcome.cost_model = label
+    outcome.cost_model, outcome.cost_model_notes = cost["cost_model_label"], cost["cost_model_notes"]
     engine = engine_extras(scenario)
     outcome.engine, outcome.engine_notes = engine.get("engine", ""), tuple(engine.get("engine_notes", ()))
     return outcome
@@ -728,12 +731,18 @@ def _share_cost_tiers(raws: dict[str, dict], cands: list[Candidate]) -> None:
 def candidate_cost_model_label(raw: dict, scenario) -> str:
     """The label every run of this candidate names its cost model by (`sim.run.cost_model_extras`, the one
     definition); a disaggregated candidate's is its decode pool's, as its runs' is."""
+    return candidate_cost_model_extras(raw, scenario)["cost_model_label"]
+
+
+def candidate_cost_model_extras(raw: dict, scenario) -> dict:
+    """The cost-model extras of this candidate's runs (`sim.run.cost_model_extras`): its label and its notes as
+    built (a disaggregated candidate's: its decode pool's)."""
     from sim.run import cost_model_extras, make_cost_model
     if scenario.hardware.disaggregation is None:
-        return cost_model_extras(scenario, shared_cost_model(raw, scenario))["cost_model_label"]
+        return cost_model_extras(scenario, shared_cost_model(raw, scenario))
     from sim.config.disaggregation import pool_scenario, resolve_disaggregated
     decode = make_cost_model(pool_scenario(scenario, "decode"), resolve_disaggregated(scenario).decode)
-    return cost_model_extras(scenario, decode)["cost_model_label"]
+    return cost_model_extras(scenario, decode)
 
 
 def candidates(settings: PlanSettings) -> list[Candidate]:

@@ -119,6 +119,9 @@ def _clipping_notes(results, differences=None):
             console.print(f"note: {r.name}: {r.summary['window_note']}", markup=False, highlight=False)
         for line in r.extras.get("engine_notes", ()):  # what the engine preset approximates
             console.print(f"note: {r.name}: engine {r.extras['engine']}: {line}", markup=False, highlight=False)
+        for key, pool in (("cost_model_notes", ""), ("prefill_cost_model_notes", "prefill ")):
+            for line in r.extras.get(key, ()):  # what the cost model approximated (sim/cost/labels.py)
+                console.print(f"note: {r.name}: {pool}cost model: {line}", markup=False, highlight=False)
         left_out = getattr(r.scenario.model, "not_modelled", None)
         if left_out:  # what the config.json reader leaves out of the architecture
             console.print(f"note: {r.name}: model {r.scenario.model.name}: not modelled: {left_out}", markup=False,
@@ -404,6 +407,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     from sim.tools.planner import plan_settings, run_plan
     from sim.views.plan_report import (
         candidates_frame,
+        cost_model_groups,
         engine_groups,
         recommendation_text,
         seed_summary,
@@ -461,11 +465,14 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     for o in result.outcomes:  # where the verdict flips inside the band (issue 31)
         if o.band_flip:
             console.print(f"band: {o.candidate.name}: {o.band_flip}", markup=False, highlight=False)
-    for engine, names, notes in engine_groups(result):  # what the engine preset approximates, as `run` says it
-        whose = ("every candidate" if len(names) == len(result.outcomes) else ", ".join(names) if len(names) <= 2
-                 else f"{len(names)} candidates (named in plan.md)")
-        for line in notes:
-            console.print(f"note: {whose}: engine {engine}: {line}", markup=False, highlight=False)
+    # what the engine preset and the cost model approximate, as `run` says it
+    for kind, groups in (("engine", engine_groups(result)), ("cost model", cost_model_groups(result))):
+        for of, names, notes in groups:
+            whose = ("every candidate" if len(names) == len(result.outcomes) else ", ".join(names)
+                     if len(names) <= 2 else f"{len(names)} candidates (named in plan.md)")
+            what = f"engine {of}" if kind == "engine" else "cost model"  # (its label: the candidates table's)
+            for line in notes:
+                console.print(f"note: {whose}: {what}: {line}", markup=False, highlight=False)
     spread = seed_summary(result)
     if spread:
         from sim.views.plan_report import band_caveat

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from sim.tools.planner import PlanResult
 from sim.views.charts import COLORS, TEMPLATE, figure_html, plotly_script
-from sim.views.report import STYLE, engine_note_groups, engine_notes_section_html, format_value
+from sim.views.report import STYLE, engine_note_groups, engine_notes_section_html, format_value, notes_section_html
 from sim.views.verdict import plan_verdict
 
 _LIMITS = (("ttft", "ttft_s", "TTFT"), ("tpot", "tpot_s", "TPOT"), ("e2e", "e2e_s", "E2E"))
@@ -392,11 +392,22 @@ def engine_groups(result: PlanResult) -> list[tuple[str, list[str], tuple[str, .
     return engine_note_groups((o.candidate.name, o.engine, o.engine_notes) for o in result.outcomes if o.engine)
 
 
+def cost_model_groups(result: PlanResult) -> list[tuple[str, list[str], tuple[str, ...]]]:
+    """What each candidate's cost model approximates as built (`CandidateOutcome.cost_model_notes`), once per cost
+    model and set of notes; the candidates whose model notes nothing are left out."""
+    return engine_note_groups((o.candidate.name, o.cost_model, o.cost_model_notes) for o in result.outcomes
+                              if o.cost_model_notes)
+
+
 def _engine_notes_markdown(result: PlanResult) -> list[str]:
-    lines = []
-    for engine, names, notes in engine_groups(result):
-        lines += [f"### {engine}: {', '.join(names)}", ""] + [f"- {n}" for n in notes] + [""]
-    return ["## What the engine preset approximates", ""] + lines if lines else []
+    out = []
+    for title, groups in (("What the engine preset approximates", engine_groups(result)),
+                          ("What the cost model approximates", cost_model_groups(result))):
+        lines = []
+        for of, names, notes in groups:
+            lines += [f"### {of}: {', '.join(names)}", ""] + [f"- {n}" for n in notes] + [""]
+        out += [f"## {title}", ""] + lines if lines else []
+    return out
 
 
 def render_markdown(result: PlanResult) -> str:
@@ -470,6 +481,7 @@ background:#f6f8fb;border-left:4px solid #1f77b4;padding:.6em 1em}}</style>{plot
 <section id="uncertainty"><h2>Uncertainty over seeds</h2><p>{html.escape(_spread_text(result))}</p>{_table_html(seeds) if len(seeds) else ''}</section>
 {charts}
 {engine_notes_section_html(engine_groups(result))}
+{notes_section_html("cost-model-notes", "What the cost model approximates", cost_model_groups(result))}
 <section id="reproduce"><h2>Reproduce</h2><p>{html.escape(_settings_text(result))}</p>
 <pre>{html.escape(result.command)}</pre><p>Versions: {versions}</p>
 <h3>Scenario</h3><pre>{html.escape(result.scenario_yaml)}</pre></section>

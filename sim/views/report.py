@@ -316,12 +316,37 @@ def engine_note_groups(items) -> list[tuple[str, list[str], tuple[str, ...]]]:
 def engine_notes_section_html(groups) -> str:
     """The "What the engine preset approximates" section of a report: each group of `engine_note_groups`, headed
     by its engine and the names it is for; '' for none."""
+    return notes_section_html("engine-notes", "What the engine preset approximates", groups)
+
+
+def notes_section_html(section_id: str, title: str, groups) -> str:
+    """A report section of notes: each group (what they are of, the names they are for, the notes) headed by the
+    first two, its notes one item each; '' for no group with notes."""
+    groups = [g for g in groups if g[2]]
     if not groups:
         return ""
-    blocks = "".join(f"<h3>{html.escape(engine)}: {html.escape(', '.join(names))}</h3>"
+    blocks = "".join(f"<h3>{html.escape(of)}: {html.escape(', '.join(names))}</h3>"
                      f"<ul>{''.join(f'<li>{html.escape(n)}</li>' for n in notes)}</ul>"
-                     for engine, names, notes in groups)
-    return f'<section id="engine-notes"><h2>What the engine preset approximates</h2>{blocks}</section>'
+                     for of, names, notes in groups)
+    return f'<section id="{section_id}"><h2>{html.escape(title)}</h2>{blocks}</section>'
+
+
+def cost_model_note_groups(results) -> list[tuple[str, list[str], tuple[str, ...]]]:
+    """What each run's cost model approximated (its notes, as the CLI prints them: sim/cost/labels.py
+    `cost_model_notes`), once per cost model and set of notes: (its label, the variants they are for, the notes);
+    a disaggregated run's prefill pool apart; the runs whose model noted nothing left out."""
+    items = []
+    for r in results:
+        items.append((r.name, str(r.extras.get("cost_model_label", "-")), r.extras.get("cost_model_notes", ())))
+        if r.extras.get("prefill_cost_model_notes"):
+            items.append((f"{r.name} (prefill pool)", str(r.extras.get("prefill_cost_model_label", "-")),
+                          r.extras["prefill_cost_model_notes"]))
+    return [g for g in engine_note_groups(items) if g[2]]
+
+
+def cost_model_notes_html(results) -> str:
+    """The report's "What the cost model approximates" (`cost_model_note_groups`); '' where none has notes."""
+    return notes_section_html("cost-model-notes", "What the cost model approximates", cost_model_note_groups(results))
 
 
 def engine_notes_html(results) -> str:
@@ -645,6 +670,6 @@ def render_report(results: list[Result], title: str, scenario_yaml: str = "", ba
 <body><h1>{html.escape(title)}</h1>
 {verdict_of(results, bands, differences).html()}
 <section id="summary"><h2>Summary</h2><p>ServeSim {__version__}. {what}</p>{summary_table_html(results)}</section>{attention_section_html(results)}
-{''.join(parts)}{engine_notes_html(results)}
+{''.join(parts)}{engine_notes_html(results)}{cost_model_notes_html(results)}
 <section id="scenario"><h2>Scenario</h2><pre>{html.escape(scenario_yaml)}</pre></section>
 </body></html>"""

@@ -362,7 +362,18 @@ def test_a_candidate_is_priced_by_the_model_its_run_would_get_and_named_as_its_r
         # and says what its engine preset approximates, as its run does
         assert (o.engine, o.engine_notes) == (run.extras["engine"], tuple(run.extras["engine_notes"]))
         assert o.engine == "sglang 0.5.3.post3" and o.engine_notes
+        # and what its cost model approximates as built: the run's notes, less the points its steps priced past
+        # the measured range
+        assert set(o.cost_model_notes) <= set(run.extras["cost_model_notes"])
+        assert not {n for n in run.extras["cost_model_notes"] if n not in o.cost_model_notes
+                    and "outside measured" not in n}
     _engine_notes_are_in_every_output(result)
+    a100 = next(o for o in result.outcomes if o.candidate.gpu_name == "a100-80gb")
+    assert a100.cost_model_notes  # the measured tables note what they lack
+    cost_section = render_markdown(result).split("## What the cost model approximates\n")[1].split("\n## ")[0]
+    page = render_html(result).split('id="cost-model-notes"')[1]
+    for note in a100.cost_model_notes:
+        assert f"- {note}" in cost_section and html.escape(note) in page
     raw["search"]["prefer_calibrated"] = False
     off = run_plan(raw, plan_settings(raw), backend="serial")
     assert all(o.cost_model.startswith("roofline + ") for o in off.outcomes)

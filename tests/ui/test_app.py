@@ -320,3 +320,17 @@ def test_a_shipped_scenario_survives_upload_and_download_unchanged(name):
     assert list(downloaded) == list(given)[:dash.MAX_VARIANTS]
     for variant, scenario in downloaded.items():
         assert scenario.model_dump(mode="json") == given[variant].model_dump(mode="json"), variant
+
+
+def test_what_the_cost_model_approximated_is_listed_under_the_summary():
+    """A GB200 at TP 8 (its vLLM all-reduce rows stop at 4 GPUs): the page says so, as the CLI and the report do."""
+    raw = {"name": "gb200", "model": "llama-3.1-70b", "hardware": {"gpu": "gb200", "tensor_parallel": 8},
+           "cost_model": {"kind": "measured"},
+           "workload": {"arrival": {"kind": "poisson", "rate_per_s": 2},
+                        "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 20}},
+           "run": {"seed": 0, "num_requests": 20}}
+    at = upload(started(), "gb200.yaml", yaml.safe_dump(raw).encode())
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert "what the cost model approximates" in [e.label for e in at.expander]
+    captions = [str(e.value) for e in at.caption]
+    assert any(c.startswith("all-reduce: 8 GPUs not measured (measured [2, 4])") for c in captions), captions
