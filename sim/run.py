@@ -409,7 +409,7 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(replicas[0].cost_model), "scheduler": repr(replicas[0].scheduler),
                           # which cost model priced the run, in a few words: every summary table shows it
-                          **cost_model_extras(scenario, replicas[0].cost_model),
+                          **cost_model_extras(scenario, replicas[0].cost_model, steps=steps),
                           **engine_extras(scenario),
                           "engine_core": sim.engine_core,
                           **({"frontend": repr(frontend)} if frontend is not None else {})},
@@ -430,16 +430,16 @@ def decode_runs_of(log) -> DecodeRuns | None:
     return DecodeRuns.from_arrays(arrays) if len(arrays["step_duration_s"]) else None
 
 
-def cost_model_extras(scenario: Scenario, cost_model, prefix: str = "", others=()) -> dict:
+def cost_model_extras(scenario: Scenario, cost_model, prefix: str = "", others=(), steps=None) -> dict:
     """`cost_model_label` (and `cost_model_choice`) of a run's extras: the label "(default)" where the scenario
     named no cost model and the best available was chosen for it (sim/config/cost_choice.py); and
     `cost_model_notes`, what it approximated in the run (with `others`, the other replicas' models of its kind:
-    each notes the points it priced)."""
+    each notes the points it priced; `steps`, the steps it priced: sim/cost/labels.py `cost_model_notes`)."""
     from sim.cost.labels import cost_model_label, cost_model_notes  # imports every cost model: when a run ends
     choice = scenario.cost_model_choice
     out = {f"{prefix}cost_model_label": cost_model_label(cost_model) + (" (default)" if choice else ""),
            f"{prefix}cost_model_notes": tuple(sorted({note for m in (cost_model, *others)
-                                                       for note in cost_model_notes(m)}))}
+                                                       for note in cost_model_notes(m, steps)}))}
     if choice and not prefix:
         out["cost_model_choice"] = choice
     return out
@@ -477,9 +477,11 @@ def simulate_disaggregated(scenario: Scenario, workload: Workload | None = None,
     return Result(scenario.name, scenario, requests, steps, summary,
                   extras={"cost_model": repr(decode[0].cost_model), "scheduler": repr(decode[0].scheduler),
                           **cost_model_extras(scenario, decode[0].cost_model,
-                                              others=[r.cost_model for r in decode[1:]]),
+                                              others=[r.cost_model for r in decode[1:]],
+                                              steps=steps[steps["replica"] >= dd.num_prefill_replicas]),
                           **cost_model_extras(scenario, prefill[0].cost_model, prefix="prefill_",
-                                              others=[r.cost_model for r in prefill[1:]]),
+                                              others=[r.cost_model for r in prefill[1:]],
+                                              steps=steps[steps["replica"] < dd.num_prefill_replicas]),
                           "prefill_cost_model": repr(prefill[0].cost_model),
                           "prefill_scheduler": repr(prefill[0].scheduler),
                           "kv_link": f"{dd.link.name}: {dd.link.bandwidth_bytes_per_s:g} B/s per GPU x "

@@ -93,3 +93,25 @@ def test_the_cli_prints_the_cost_models_notes(tmp_path):
     assert proc.returncode == 0, proc.stderr
     printed = " ".join(proc.stdout.split())  # rich wraps long lines
     assert "note: gb200-tp8: cost model: all-reduce: 8 GPUs not measured (measured [2, 4])" in printed
+
+
+def test_a_whole_step_profile_says_where_the_run_went_past_the_batches_and_tokens_it_measured():
+    """The H100 Llama-3.1-8B profile (the default there) measured decode batches up to 256 and steps up to 8,192
+    tokens: a burst at 512 sequences and a 16,384-token budget goes past both, and says by how much; the same burst
+    within them says nothing of the sort."""
+    raw = {"name": "past", "model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
+           "scheduler": {"max_num_seqs": 512, "chunked_prefill": True, "max_num_batched_tokens": 16384},
+           "workload": {"arrival": {"kind": "burst"}, "lengths": {"kind": "fixed", "input_tokens": 100,
+                                                                 "output_tokens": 50}},
+           "run": {"num_requests": 600}}
+    sc = validate_scenario(raw)
+    assert sc.cost_model.kind == "calibrated", sc.cost_model_choice
+    notes = simulate(sc, make_workload(sc)).extras["cost_model_notes"]
+    assert any(n.startswith("whole-step profile: decode batches measured up to 256; this run's reached 512 in ")
+               for n in notes), notes
+    assert "whole-step profile: steps measured up to 8,192 tokens; this run's reached 16,384 (the nearest measured " \
+           "ratio held)" in notes
+    within = validate_scenario({**raw, "scheduler": {"max_num_seqs": 256, "chunked_prefill": True,
+                                                     "max_num_batched_tokens": 8192}})
+    assert not any(n.startswith("whole-step profile:") for n in
+                   simulate(within, make_workload(within)).extras["cost_model_notes"])
