@@ -28,6 +28,45 @@ TRTLLM_UNREAD_SINCE = (1, 3, 0)
 TRTLLM_WINDOW_MEMORY = "every_token"
 
 
+# TensorRT-LLM's MoE kernel for MXFP4 experts (gpt-oss), moe_config.backend (--extra_llm_api_options): 'CUTLASS' by
+# default up to 1.2 (MoeConfig in tensorrt_llm/llmapi/llm_args.py, read in stored versions of the file; the 1.2.0rc2.post2
+# gpt-oss deployment guide: "The default moe backend is CUTLASS"), which runs them on Hopper as W4A16 (its
+# WFP4A16FusedMoEMethod, sm_90 only); 'AUTO' in 1.3 (the 1.3.0rc27 API reference; added by NVIDIA/TensorRT-LLM#11074,
+# merged 2026-01-30; which 1.3.0 candidate first had it was not read), which ModelConfig.resolve_moe_backend resolves for
+# gpt-oss to TRITON on sm_90-99 and TRTLLM on sm_100-119, else CUTLASS. The TensorRT-LLM tables' MXFP4 fused-MoE rows are
+# those of the kernel AIConfigurator's collector ran (collector/trtllm/collect_moe.py: triton on Hopper, trtllm on
+# Blackwell); CUTLASS's MXFP4 rows were not measured.
+TRTLLM_MOE_BACKENDS = ("AUTO", "CUTLASS", "TRITON", "TRTLLM", "CUTEDSL", "WIDEEP", "DEEPGEMM", "VANILLA")
+TRTLLM_MOE_AUTO_SINCE = (1, 3)
+
+
+def _trtllm_mxfp4_moe_kernel(ctx: Context, notes: list[str]) -> None:
+    """Note which kernel runs an MXFP4 model's experts and whether the tables measured it (they price it either way:
+    no other kernel's MXFP4 rows are measured)."""
+    q = ctx.raw.get("quantization")
+    if ctx.model is None or not isinstance(q, dict) or q.get("weights") != "mxfp4":
+        return
+    given = ctx.flags.get("moe_backend")
+    backend = given or ("AUTO" if ctx.version >= TRTLLM_MOE_AUTO_SINCE else "CUTLASS")
+    capability = ctx.gpu.compute_capability or (0, 0)
+    measured = "TRITON" if (9, 0) <= capability < (10, 0) else "TRTLLM" if (10, 0) <= capability < (12, 0) else None
+    whose = "moe_config.backend" if given else "its default moe_config.backend"
+    if backend == "AUTO":
+        gpt_oss = ctx.model.model_type in (None, "gpt_oss")  # (a catalog model names none)
+        backend = measured if measured and gpt_oss else "CUTLASS"
+        whose += " AUTO"
+    if measured is None:
+        notes.append(f"TensorRT-LLM {ctx.version_text}: MXFP4 experts run by {backend} ({whose}); no MXFP4 "
+                     f"fused-MoE kernel of TensorRT-LLM's is measured on {ctx.gpu.name}")
+    elif backend == measured:
+        notes.append(f"TensorRT-LLM {ctx.version_text}: MXFP4 experts run by {backend} ({whose}), the kernel "
+                     f"the TensorRT-LLM tables of {ctx.gpu.name} measured")
+    else:
+        notes.append(f"TensorRT-LLM {ctx.version_text}: MXFP4 experts run by {backend} ({whose}; 'AUTO', from 1.3, "
+                     f"picks {measured} here); its MXFP4 rows were not measured: the tables' {measured} rows price "
+                     f"them (set moe_backend: {measured} for the kernel they measured)")
+
+
 def derive_trtllm(ctx: Context) -> PresetResult:
     """tensorrt_llm/commands/serve.py get_llm_args and tensorrt_llm/llmapi/llm_args.py (KvCacheConfig
     free_gpu_memory_fraction 0.9, SchedulerConfig capacity_scheduler_policy GUARANTEED_NO_EVICT, chunked prefill
@@ -55,6 +94,7 @@ def derive_trtllm(ctx: Context) -> PresetResult:
                      "the defaults above assumed, which AIConfigurator 0.12.0's trtllm backend, modelling 1.3.0rc20 "
                      "to rc23, states alike: free_gpu_memory_fraction 0.9, \"not version-dependent\", and "
                      "max_num_tokens 8192")
+    _trtllm_mxfp4_moe_kernel(ctx, notes)
     values.update(preset_terms(ctx, "trtllm", notes))
     if "cuda_graph_batch_sizes" in flags:
         values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
@@ -62,6 +102,12 @@ def derive_trtllm(ctx: Context) -> PresetResult:
         values["kv_cache.window_memory"] = TRTLLM_WINDOW_MEMORY
         notes.append(f"TensorRT-LLM: {ctx.model.name}'s sliding layers keep every token's KV (TRTLLM_WINDOW_MEMORY)")
     return PresetResult(values, {}, notes)
+
+
+def _moe_backend(value):
+    if value not in TRTLLM_MOE_BACKENDS:
+        raise ConfigError(f"engine.moe_backend: {value!r} is not allowed; allowed: {', '.join(TRTLLM_MOE_BACKENDS)}")
+    return value
 
 
 def _policy(value):
@@ -81,6 +127,9 @@ TRTLLM_FLAGS = {
     "enable_chunked_prefill": Flag(None, bool, "--enable_chunked_prefill"),
     "scheduler_policy": Flag(None, str, "capacity_scheduler_policy", _policy),
     "cuda_graph_batch_sizes": Flag(None, list, "cuda_graph_config.batch_sizes with enable_padding"),
+    "moe_backend": Flag(None, str, "moe_config.backend: the MoE kernel (noted for MXFP4 experts, whose measured rows "
+                        "are TRITON's on Hopper and TRTLLM's on Blackwell)", _moe_backend, since=(1, 0),
+                        value_versions={"AUTO": (TRTLLM_MOE_AUTO_SINCE, None)}),
     "tp_size": Flag("hardware.tensor_parallel", int, "--tp_size", aliases=("--tensor_parallel_size",)),
     "pp_size": Flag("hardware.pipeline_parallel", int, "--pp_size", aliases=("--pipeline_parallel_size",)),
     "ep_size": Flag("hardware.expert_parallel", int, "--ep_size (moe_expert_parallel_size; moe tp = tp_size / "
