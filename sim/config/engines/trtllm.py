@@ -29,13 +29,13 @@ TRTLLM_WINDOW_MEMORY = "every_token"
 
 
 # TensorRT-LLM's MoE kernel for MXFP4 experts (gpt-oss), moe_config.backend (--extra_llm_api_options): 'CUTLASS' by
-# default up to 1.2 (MoeConfig in tensorrt_llm/llmapi/llm_args.py, read in stored versions of the file; the 1.2.0rc2.post2
-# gpt-oss deployment guide: "The default moe backend is CUTLASS"), which runs them on Hopper as W4A16 (its
-# WFP4A16FusedMoEMethod, sm_90 only); 'AUTO' in 1.3 (the 1.3.0rc27 API reference; added by NVIDIA/TensorRT-LLM#11074,
-# merged 2026-01-30; which 1.3.0 candidate first had it was not read), which ModelConfig.resolve_moe_backend resolves for
-# gpt-oss to TRITON on sm_90-99 and TRTLLM on sm_100-119, else CUTLASS. The TensorRT-LLM tables' MXFP4 fused-MoE rows are
-# those of the kernel AIConfigurator's collector ran (collector/trtllm/collect_moe.py: triton on Hopper, trtllm on
-# Blackwell); CUTLASS's MXFP4 rows were not measured.
+# default up to 1.2 (MoeConfig in tensorrt_llm/llmapi/llm_args.py, read in stored versions of the file; the
+# 1.2.0rc2.post2 gpt-oss deployment guide: "The default moe backend is CUTLASS"), which runs them on Hopper as W4A16
+# (its WFP4A16FusedMoEMethod, sm_90 only); 'AUTO' in 1.3 (the 1.3.0rc27 API reference; added by
+# NVIDIA/TensorRT-LLM#11074, merged 2026-01-30; which 1.3.0 candidate first had it was not read), which
+# ModelConfig.resolve_moe_backend resolves for gpt-oss to TRITON on sm_90-99 and TRTLLM on sm_100-119, else CUTLASS.
+# The TensorRT-LLM tables' MXFP4 fused-MoE rows are those of the kernel AIConfigurator's collector ran
+# (collector/trtllm/collect_moe.py: triton on Hopper, trtllm on Blackwell); CUTLASS's MXFP4 rows were not measured.
 TRTLLM_MOE_BACKENDS = ("AUTO", "CUTLASS", "TRITON", "TRTLLM", "CUTEDSL", "WIDEEP", "DEEPGEMM", "VANILLA")
 TRTLLM_MOE_AUTO_SINCE = (1, 3)
 
