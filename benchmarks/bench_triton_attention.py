@@ -1,0 +1,69 @@
+"""vLLM's Triton attention against its FlashAttention-2, where AIConfigurator measured both on one GPU.
+
+vLLM 0.10.x-0.11.x run the Triton attention backend on sm_80+ GPUs other than sm_90 for a model with attention sinks
+(gpt-oss) and, from 0.11.0, for an fp8 KV cache (vllm/platforms/cuda.py, read in the 0.10.2 and 0.11.0 sdists). The
+A100's vLLM tables measured FlashAttention-2 only, so a measured run there prices Triton's attention with FA2's rows
+(the vLLM preset's notes say so: sim/config/engines/vllm.py `_vllm_triton_attention`). How far apart the two kernels
+are is measured on the two GPUs whose vLLM 0.24.0 tables hold both, the L40S (sm_89) and the RTX PRO 6000 Blackwell
+Server Edition (sm_120): the ratio Triton / FA2 at each shape both measured (batch, prompt or context tokens, query
+heads, KV heads, head size), by prompt length (the median over the other axes), and how well one GPU's ratio
+predicts the other's (median and p90 |log difference| over the shared shapes). Caveat, said in the output: Triton's
+rows were measured with an fp8 KV cache and FA2's with a bf16 one (the kernels vLLM 0.24.0 picks for each), which
+halves the KV bytes Triton reads: decode attention (bytes-bound) is confounded by it, prefill attention
+(compute-bound at long prompts) much less. Nothing is fitted.
+
+Needs aiconfigurator-core 0.12.0 on the path (`pip install aiconfigurator-core==0.12.0`, or its wheel unpacked on
+PYTHONPATH):
+
+    PYTHONPATH=.:/path/to/unpacked/wheel .venv/bin/python benchmarks/bench_triton_attention.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+GPUS = {"l40s": "L40S", "rtx_pro_6000_server": "RTX PRO 6000"}  # AIConfigurator system -> name in the output
+VERSION = "0.24.0"
+TRITON, FA2 = "vllm_triton_attn", "vllm_flash_attn_fa2"
+SHAPE = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step"]
+
+
+def ratios(data: Path, system: str, kind: str) -> pd.Series:
+    """Triton / FA2 latency at every shape both kernels were measured at on this GPU (`kind`: context or
+    generation attention)."""
+    rows = pd.read_parquet(data / system / "attention" / "vllm" / VERSION / f"{kind}_attention_perf.parquet")
+    by_kernel = {k: rows[rows["kernel_source"] == k].groupby(SHAPE)["latency"].median() for k in (TRITON, FA2)}
+    return (by_kernel[TRITON] / by_kernel[FA2]).dropna()
+
+
+def main() -> int:
+    try:
+        import aiconfigurator_core
+    except ImportError:
+        print("aiconfigurator-core 0.12.0 is not on the path; allowed: pip install aiconfigurator-core==0.12.0, "
+              "or its wheel unpacked on PYTHONPATH", file=sys.stderr)
+        return 2
+    data = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
+    print(f"vLLM {VERSION} tables of aiconfigurator-core: Triton ({TRITON}, fp8 KV) / FlashAttention-2 ({FA2}, bf16 "
+          "KV), latency ratio at the shapes both measured")
+    for kind, axis in (("context", "isl"), ("generation", "batch_size")):
+        per_gpu = {name: ratios(data, system, kind) for system, name in GPUS.items()}
+        for name, r in per_gpu.items():
+            print(f"  {kind} attention, {name}: {len(r)} shapes, median {r.median():.2f}, "
+                  f"p10 {r.quantile(0.1):.2f}, p90 {r.quantile(0.9):.2f}")
+        both = pd.concat(per_gpu, axis=1).dropna()
+        diff = np.log(both.iloc[:, 0] / both.iloc[:, 1]).abs()
+        print(f"  {kind}: one GPU's ratio against the other's at {len(both)} shared shapes: median |log difference| "
+              f"{diff.median():.3f}, p90 {diff.quantile(0.9):.3f}")
+        table = both.reset_index().groupby(axis)[list(per_gpu)].median()
+        print(f"  {kind}: median ratio by {axis}\n" + table.round(2).T.to_string())
+    print("  caveat: fp8 KV (Triton) against bf16 KV (FA2): the decode ratios are confounded by half the KV bytes")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
