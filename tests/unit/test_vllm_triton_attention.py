@@ -21,7 +21,9 @@ def triton_notes(raw: dict, gpu: str, version: str) -> list[str]:
 
 
 @pytest.mark.parametrize("gpu, sm, kernel", [("a100-80gb", "sm_80", "vllm_flash_attn"),
-                                             ("l40s", "sm_89", "vllm_flash_attn_fa2")])
+                                             ("l40s", "sm_89", "vllm_flash_attn_fa2"),
+                                             ("b300", "sm_103", "vllm_flashinfer_trtllmprefill (prefill) and "
+                                              "vllm_flashinfer_trtllmdecode (decode)")])  # sm_103: not sm_100's branch
 @pytest.mark.parametrize("version", ["0.10.2", "0.11.0"])
 def test_gpt_oss_off_hopper_runs_triton_attention_priced_by_the_measured_kernels_rows(gpu, sm, kernel, version):
     (note,) = triton_notes(GPT_OSS, gpu, version)
@@ -30,7 +32,7 @@ def test_gpt_oss_off_hopper_runs_triton_attention_priced_by_the_measured_kernels
 
 
 @pytest.mark.parametrize("gpu, version", [("h100-sxm", "0.11.0"),  # sm_90: FlashAttention 3, which has sinks
-                                          ("b200", "0.11.0"),  # sm_100: FlashInfer first
+                                          ("b200", "0.11.0"),  # sm_100 exactly: FlashInfer first
                                           ("a100-80gb", "0.12.0")])  # a priority list from 0.12.0, not read here
 def test_no_note_where_the_rule_does_not_apply_or_was_not_read(gpu, version):
     assert triton_notes(GPT_OSS, gpu, version) == []

@@ -153,7 +153,7 @@ def _vllm_triton_attention(ctx: Context, notes: list[str]) -> None:
     if ctx.model is None or not VLLM_TRITON_ATTENTION[0] <= ctx.version[:2] < VLLM_TRITON_ATTENTION[1]:
         return
     capability = ctx.gpu.compute_capability or (0, 0)
-    if capability < (8, 0) or capability[0] in (9, 10):  # sm_90: FlashAttention 3; sm_100: FlashInfer first
+    if capability < (8, 0) or capability in ((9, 0), (10, 0)):  # sm_90: FlashAttention 3; sm_100: FlashInfer first
         return
     q = ctx.raw.get("quantization")
     fp8_kv = isinstance(q, dict) and q.get("kv_cache") == "fp8" and ctx.version >= (0, 11)
