@@ -12,10 +12,6 @@ measured range.
 
 from __future__ import annotations
 
-import re
-
-import numpy as np
-
 from sim.cost.calibrated import CalibratedCostModel
 from sim.cost.engine_steps import EngineStepCostModel
 from sim.cost.learned import LearnedRooflineCostModel
@@ -78,11 +74,9 @@ def cost_model_label(cost_model) -> str:
 
 
 def cost_model_notes(cost_model, steps=None) -> tuple[str, ...]:
-    """What `cost_model` approximated, as it stands after a run (its notes gain the points it priced past the
-    measured range while it runs), one line each, sorted; () for a model that keeps none. A curve's or grid's points
-    past the measured range are one line per curve: how many, the range, the first and last of them in order.
-    `steps` (the run's step log: `num_decode_seqs`, `num_prefill_tokens`) lets a whole-step profile, which keeps no
-    notes while it prices, say where the run went past the batches and tokens it measured."""
+    """What `cost_model` approximated, as it stands after a run, one line each, sorted: each model's own
+    `note_lines(steps)` (sim/cost/measured.py, sim/cost/steps.py), through the models that wrap one; () for a model
+    that keeps none. `steps`: the run's step log, for a model that keeps no notes while it prices."""
     if isinstance(cost_model, SpeculativeCostModel):
         return cost_model_notes(cost_model.target, steps)
     if isinstance(cost_model, PipelineCostModel):
@@ -90,65 +84,8 @@ def cost_model_notes(cost_model, steps=None) -> tuple[str, ...]:
         return tuple(sorted({note for stage in stages for note in cost_model_notes(stage, steps)}))
     if isinstance(cost_model, EngineOverheadCostModel):
         return cost_model_notes(cost_model.kernels, steps)
-    if isinstance(cost_model, MeasuredCostModel):
-        return _collapse_outside(cost_model.notes)
-    if isinstance(cost_model, StepProfileCostModel):
-        return tuple(sorted(_step_profile_notes(cost_model, steps)))
-    return ()
-
-
-def _step_profile_notes(cost_model: StepProfileCostModel, steps) -> list[str]:
-    """A whole-step profile's fit notes; the all-reduces it adds from the catalog; and, given the run's steps, the
-    decode batches and step tokens past what it measured (its ratios are held past its edges: sim/cost/steps.py)."""
-    notes = [f"whole-step profile fit: {n}" for n in cost_model.fit.notes]
-    if cost_model.communication:
-        notes.append(f"all-reduce: not in the one-GPU profile; two a layer from the {cost_model.gpu.name} catalog "
-                     "entry's interconnect")
-    if steps is None or not len(steps["num_decode_seqs"]):
-        return notes
-    rows = cost_model.profile.rows
-    batch, tokens = np.asarray(steps["num_decode_seqs"]), np.asarray(steps["num_prefill_tokens"])
-    measured_batch = int(rows["decode_batch"].max())
-    measured_tokens = int((rows["prefill_tokens"] + rows["decode_batch"]).max())
-    if batch.max() > measured_batch:
-        # (a row of the log is one step, or a run of decode steps: `num_steps`)
-        runs = np.asarray(steps["num_steps"]) if "num_steps" in steps else np.ones(len(batch))
-        notes.append(f"whole-step profile: decode batches measured up to {measured_batch:,}; this run's reached "
-                     f"{int(batch.max()):,} in {int(runs[batch > measured_batch].sum()):,} steps (the largest "
-                     "measured batch's ratio held)")
-    if (batch + tokens).max() > measured_tokens:
-        notes.append(f"whole-step profile: steps measured up to {measured_tokens:,} tokens; this run's reached "
-                     f"{int((batch + tokens).max()):,} (the nearest measured ratio held)")
-    return notes
-
-
-# A point priced past a curve's or grid's measured range (sim/cost/measured.py `Curve.outside_note`,
-# `Grid2D.outside_note`): "<name> at <point> outside measured <range>".
-HELD = "the nearest edge's ratio to the roofline held"  # how a point past the range is priced
-_OUTSIDE = re.compile(r"^(?P<name>.+) at (?P<point>\(.+?\)|\S+) outside measured (?P<range>.+)$")
-
-
-def _collapse_outside(notes) -> tuple[str, ...]:
-    """The notes, sorted, each curve's points past its measured range collapsed into one line."""
-    lines, outside = set(), {}
-    for note in notes:
-        m = _OUTSIDE.match(note)
-        if m:
-            outside.setdefault((m["name"], m["range"]), []).append(m["point"])
-        else:
-            lines.add(note)
-    for (name, measured), points in outside.items():
-        if len(points) == 1:
-            lines.add(f"{name} at {points[0]} outside measured {measured} ({HELD})")
-            continue
-        shown = sorted(points, key=_point_key)
-        lines.add(f"{name}: {len(points)} points outside measured {measured}, from {shown[0]} to {shown[-1]} ({HELD})")
-    return tuple(sorted(lines))
-
-
-def _point_key(point: str) -> tuple[float, ...]:
-    """A noted point's coordinates, for ordering ('37' or '(37, 2048)')."""
-    return tuple(float(v) for v in point.strip("()").split(","))
+    lines = getattr(cost_model, "note_lines", None)
+    return tuple(lines(steps)) if lines is not None else ()
 
 
 def _nccl(cost_model) -> bool:

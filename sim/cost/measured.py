@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
@@ -371,6 +372,34 @@ def note_outside(notes: Counter, message: str) -> None:
     notes[message] = 1
 
 
+def outside_message(name: str, point: str, measured: str) -> str:
+    """The note of a point priced past a curve's or grid's measured range (`OUTSIDE` reads it back)."""
+    return f"{name} at {point} outside measured {measured}"
+
+
+OUTSIDE = re.compile(r"^(?P<name>.+) at (?P<point>\(.+?\)|\S+) outside measured (?P<measured>.+)$")
+HELD = "the nearest edge's ratio to the roofline held"  # how a point past the measured range is priced
+
+
+def note_lines(notes) -> tuple[str, ...]:
+    """A measured model's notes for a reader, sorted: each curve's or grid's points past its measured range
+    collapsed into one line (how many, the first and last in order), the rest as they are."""
+    lines, outside = set(), {}
+    for note in notes:
+        m = OUTSIDE.match(note)
+        if m:
+            outside.setdefault((m["name"], m["measured"]), []).append(m["point"])
+        else:
+            lines.add(note)
+    for (name, measured), points in outside.items():
+        if len(points) == 1:
+            lines.add(f"{outside_message(name, points[0], measured)} ({HELD})")
+            continue
+        shown = sorted(points, key=lambda point: tuple(float(v) for v in point.strip("()").split(",")))
+        lines.add(f"{name}: {len(points)} points outside measured {measured}, from {shown[0]} to {shown[-1]} ({HELD})")
+    return tuple(sorted(lines))
+
+
 class Curve:
     """A time along one axis: shape(x) · exp(log ratio interpolated on log1p(x)), held past the ends."""
 
@@ -382,7 +411,7 @@ class Curve:
         self.shape, self.name, self.notes = shape, name, notes
 
     def outside_note(self, x: float) -> str:
-        return f"{self.name} at {x:g} outside measured {self.xs[0]:g}..{self.xs[-1]:g}"
+        return outside_message(self.name, f"{x:g}", f"{self.xs[0]:g}..{self.xs[-1]:g}")
 
     def __call__(self, x: float) -> float:
         shape = self.shape
@@ -411,8 +440,8 @@ class Grid2D:
             notes[f"{name}: {self.filled} unmeasured grid cells take the nearest measured ratio"] += 1
 
     def outside_note(self, x: float, y: float) -> str:
-        return (f"{self.name} at ({x:g}, {y:g}) outside measured "
-                f"{self.xs[0]:g}..{self.xs[-1]:g} x {self.ys[0]:g}..{self.ys[-1]:g}")
+        return outside_message(self.name, f"({x:g}, {y:g})",
+                               f"{self.xs[0]:g}..{self.xs[-1]:g} x {self.ys[0]:g}..{self.ys[-1]:g}")
 
     def __call__(self, x: float, y: float) -> float:
         shape = self.shape
@@ -926,6 +955,11 @@ class MeasuredCostModel(PackedCostModel):
         roofline, measured, _ = self._pack()
         measured[-1][0] = 0
         return compiled_pricing.pricer(roofline, measured_params=measured)
+
+    def note_lines(self, steps=None) -> tuple[str, ...]:
+        """What this model approximated so far, one line each (`note_lines`; `steps` unused: its notes gain the
+        points past the tables as it prices them)."""
+        return note_lines(self.notes)
 
     def note_compiled_outside(self, points) -> None:
         """Note the points priced outside the tables (rows of a `measured_kernel` note log: kind, curve row, x,

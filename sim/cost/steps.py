@@ -587,6 +587,32 @@ class StepProfileCostModel(PackedCostModel):
         """(the roofline's pack, for the FLOPs and bytes; this model's, for the time)."""
         return self.roofline._pack(), steps_kernel.pack(self)
 
+    def note_lines(self, steps=None) -> tuple[str, ...]:
+        """What this profile approximates, one line each, sorted: its fit's notes; the all-reduces it adds from the
+        catalog; and, given a run's step log (`num_decode_seqs`, `num_prefill_tokens`, `num_steps`), the decode
+        batches and step tokens past what it measured (its ratios are held past its edges). It keeps no notes while
+        it prices, so the run's steps say where it went."""
+        notes = [f"whole-step profile fit: {n}" for n in self.fit.notes]
+        if self.communication:
+            notes.append(f"all-reduce: not in the one-GPU profile; two a layer from the {self.gpu.name} catalog "
+                         "entry's interconnect")
+        if steps is None or not len(steps["num_decode_seqs"]):
+            return tuple(sorted(notes))
+        rows = self.profile.rows
+        batch, tokens = np.asarray(steps["num_decode_seqs"]), np.asarray(steps["num_prefill_tokens"])
+        measured_batch = int(rows["decode_batch"].max())
+        measured_tokens = int((rows["prefill_tokens"] + rows["decode_batch"]).max())
+        if batch.max() > measured_batch:
+            # (a row of the log is one step, or a run of decode steps: `num_steps`)
+            runs = np.asarray(steps["num_steps"]) if "num_steps" in steps else np.ones(len(batch))
+            notes.append(f"whole-step profile: decode batches measured up to {measured_batch:,}; this run's "
+                         f"reached {int(batch.max()):,} in {int(runs[batch > measured_batch].sum()):,} steps (the "
+                         "largest measured batch's ratio held)")
+        if (batch + tokens).max() > measured_tokens:
+            notes.append(f"whole-step profile: steps measured up to {measured_tokens:,} tokens; this run's reached "
+                         f"{int((batch + tokens).max()):,} (the nearest measured ratio held)")
+        return tuple(sorted(notes))
+
     def allreduce_s(self, num_tokens: int) -> float:
         """The two all-reduces per layer of a step of `num_tokens` tokens (0 without communication)."""
         return steps_kernel.allreduce_s(self._pack()[1][0], num_tokens)

@@ -13,7 +13,7 @@ from plotly.subplots import make_subplots
 
 from sim.tools.planner import PlanResult
 from sim.views.charts import COLORS, TEMPLATE, figure_html, plotly_script
-from sim.views.report import STYLE, engine_note_groups, engine_notes_section_html, format_value, notes_section_html
+from sim.views.report import STYLE, engine_notes_section_html, format_value, note_groups, notes_section_html
 from sim.views.verdict import plan_verdict
 
 _LIMITS = (("ttft", "ttft_s", "TTFT"), ("tpot", "tpot_s", "TPOT"), ("e2e", "e2e_s", "E2E"))
@@ -387,15 +387,15 @@ def _settings_text(result: PlanResult) -> str:
 
 
 def engine_groups(result: PlanResult) -> list[tuple[str, list[str], tuple[str, ...]]]:
-    """What each candidate's engine preset approximates, once per engine and set of notes (`engine_note_groups`):
+    """What each candidate's engine preset approximates, once per engine and set of notes (`note_groups`):
     a preset's notes can differ by GPU and TP (the defaults it derives for them)."""
-    return engine_note_groups((o.candidate.name, o.engine, o.engine_notes) for o in result.outcomes if o.engine)
+    return note_groups((o.candidate.name, o.engine, o.engine_notes) for o in result.outcomes if o.engine)
 
 
 def cost_model_groups(result: PlanResult) -> list[tuple[str, list[str], tuple[str, ...]]]:
     """What each candidate's cost model approximates as built (`CandidateOutcome.cost_model_notes`), once per cost
     model and set of notes; the candidates whose model notes nothing are left out."""
-    return engine_note_groups((o.candidate.name, o.cost_model, o.cost_model_notes) for o in result.outcomes
+    return note_groups((o.candidate.name, o.cost_model, o.cost_model_notes) for o in result.outcomes
                               if o.cost_model_notes)
 
 

@@ -303,9 +303,9 @@ def _run_cells(results) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def engine_note_groups(items) -> list[tuple[str, list[str], tuple[str, ...]]]:
-    """`items`: (variant or candidate name, engine label, its preset's notes) for each that names an engine. One
-    group per engine and set of notes, in first-seen order: (engine, the names it is for, the notes); variants of
+def note_groups(items) -> list[tuple[str, list[str], tuple[str, ...]]]:
+    """`items`: (variant or candidate name, what the notes are of (an engine, a cost model's label), its notes).
+    One group per what and set of notes, in first-seen order: (what, the names it is for, the notes); variants of
     one engine with other flags, or on another GPU, have other notes."""
     groups: dict[tuple[str, tuple[str, ...]], list[str]] = {}
     for name, engine, notes in items:
@@ -314,7 +314,7 @@ def engine_note_groups(items) -> list[tuple[str, list[str], tuple[str, ...]]]:
 
 
 def engine_notes_section_html(groups) -> str:
-    """The "What the engine preset approximates" section of a report: each group of `engine_note_groups`, headed
+    """The "What the engine preset approximates" section of a report: each group of `note_groups`, headed
     by its engine and the names it is for; '' for none."""
     return notes_section_html("engine-notes", "What the engine preset approximates", groups)
 
@@ -341,7 +341,7 @@ def cost_model_note_groups(results) -> list[tuple[str, list[str], tuple[str, ...
         if r.extras.get("prefill_cost_model_notes"):
             items.append((f"{r.name} (prefill pool)", str(r.extras.get("prefill_cost_model_label", "-")),
                           r.extras["prefill_cost_model_notes"]))
-    return [g for g in engine_note_groups(items) if g[2]]
+    return [g for g in note_groups(items) if g[2]]
 
 
 def cost_model_notes_html(results) -> str:
@@ -352,7 +352,7 @@ def cost_model_notes_html(results) -> str:
 def engine_notes_html(results) -> str:
     """What each named engine's preset approximates (its notes, one line each, as the CLI prints them), once per
     engine and set of notes, headed by the variants they are for; '' where none names one."""
-    return engine_notes_section_html(engine_note_groups(
+    return engine_notes_section_html(note_groups(
         (r.name, str(r.extras["engine"]), r.extras.get("engine_notes", ())) for r in results if "engine" in r.extras))
 
 

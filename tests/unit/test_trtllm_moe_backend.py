@@ -69,3 +69,11 @@ def test_a_backend_the_version_does_not_have_is_refused_in_one_line(version, val
     with pytest.raises(ConfigError) as err:
         moe_notes("h100-sxm", version, moe_backend=value)
     assert str(err.value).startswith(words) and "\n" not in str(err.value)
+
+
+def test_auto_for_another_mxfp4_architecture_says_its_choice_was_not_read():
+    sc = validate_scenario({**GPT_OSS, "model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "tensor_parallel": 2},
+                            "engine": {"name": "trtllm", "version": "1.3.0rc20"}})
+    (note,) = [n for n in sc.engine.notes if "MXFP4 experts" in n]
+    assert note == ("TensorRT-LLM 1.3.0rc20: MXFP4 experts run by what its default moe_config.backend AUTO picks for "
+                    "mixtral-8x7b (not read); the tables' MXFP4 rows price them")

@@ -51,10 +51,12 @@ def _trtllm_mxfp4_moe_kernel(ctx: Context, notes: list[str]) -> None:
     capability = ctx.gpu.compute_capability or (0, 0)
     measured = "TRITON" if (9, 0) <= capability < (10, 0) else "TRTLLM" if (10, 0) <= capability < (12, 0) else None
     whose = "moe_config.backend" if given else "its default moe_config.backend"
+    if backend == "AUTO" and ctx.model.model_type != "gpt_oss":  # resolve_moe_backend's rule read for gpt-oss only
+        notes.append(f"TensorRT-LLM {ctx.version_text}: MXFP4 experts run by what {whose} AUTO picks for "
+                     f"{ctx.model.model_type or ctx.model.name} (not read); the tables' MXFP4 rows price them")
+        return
     if backend == "AUTO":
-        gpt_oss = ctx.model.model_type in (None, "gpt_oss")  # (a catalog model names none)
-        backend = measured if measured and gpt_oss else "CUTLASS"
-        whose += " AUTO"
+        backend, whose = measured or "CUTLASS", whose + " AUTO"
     if measured is None:
         notes.append(f"TensorRT-LLM {ctx.version_text}: MXFP4 experts run by {backend} ({whose}); no MXFP4 "
                      f"fused-MoE kernel of TensorRT-LLM's is measured on {ctx.gpu.name}")
