@@ -2,15 +2,16 @@
 
 vLLM 0.10.x-0.11.x run the Triton attention backend on sm_80+ GPUs other than sm_90 for a model with attention sinks
 (gpt-oss) and, from 0.11.0, for an fp8 KV cache (vllm/platforms/cuda.py, read in the 0.10.2 and 0.11.0 sdists). The
-A100's vLLM tables measured FlashAttention-2 only, so a measured run there prices Triton's attention with FA2's rows
-(the vLLM preset's notes say so: sim/config/engines/vllm.py `_vllm_triton_attention`). How far apart the two kernels
-are is measured on the two GPUs whose vLLM 0.24.0 tables hold both, the L40S (sm_89) and the RTX PRO 6000 Blackwell
-Server Edition (sm_120): the ratio Triton / FA2 at each shape both measured (batch, prompt or context tokens, query
-heads, KV heads, head size), by prompt length (the median over the other axes), and how well one GPU's ratio
-predicts the other's (median and p90 |log difference| over the shared shapes). Caveat, said in the output: Triton's
-rows were measured with an fp8 KV cache and FA2's with a bf16 one (the kernels vLLM 0.24.0 picks for each), which
-halves the KV bytes Triton reads: decode attention (bytes-bound) is confounded by it, prefill attention
-(compute-bound at long prompts) much less. Nothing is fitted.
+A100's vLLM tables measured FlashAttention-2 only, so a measured run there prices Triton's context attention as FA2's
+rows times the Triton / FA2 ratio by prompt length shipped in calibrate/measured/vllm_triton_prefill.json (the
+vLLM preset's `attention.backend: triton`, sim/cost/measured.py). This checks that ratio where it comes from: the
+two GPUs whose vLLM 0.24.0 tables hold both kernels, the L40S (sm_89) and the RTX PRO 6000 Blackwell Server Edition
+(sm_120): the ratio Triton / FA2 at each full-attention shape both measured (batch, prompt or context tokens, query
+heads, KV heads, head size; window_size 0), by prompt length (the median over the other axes), and how well one
+GPU's ratio predicts the other's (median and p90 |log difference| over the shared shapes), the spread a third GPU
+(the A100) may be off by. Caveat, said in the output: Triton's rows were measured with an fp8 KV cache and FA2's
+with a bf16 one (the kernels vLLM 0.24.0 picks for each), which halves the KV bytes Triton reads: decode attention
+(bytes-bound) is confounded by it, prefill attention (compute-bound at long prompts) much less. Nothing is fitted.
 
 Needs aiconfigurator-core 0.12.0 on the path (`pip install aiconfigurator-core==0.12.0`, or its wheel unpacked on
 PYTHONPATH):
@@ -26,18 +27,18 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from calibrate.aic_import import kernel_ratios
+from sim.cost.measured import FA2_ATTENTION, TRITON_ATTENTION
+
 GPUS = {"l40s": "L40S", "rtx_pro_6000_server": "RTX PRO 6000"}  # AIConfigurator system -> name in the output
 VERSION = "0.24.0"
-TRITON, FA2 = "vllm_triton_attn", "vllm_flash_attn_fa2"
-SHAPE = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step"]
 
 
 def ratios(data: Path, system: str, kind: str) -> pd.Series:
-    """Triton / FA2 latency at every shape both kernels were measured at on this GPU (`kind`: context or
-    generation attention)."""
+    """Triton / FA2 latency at every full-attention shape both kernels were measured at on this GPU (`kind`: context
+    or generation attention): calibrate/aic_import.py `kernel_ratios`, which ships the context ratio."""
     rows = pd.read_parquet(data / system / "attention" / "vllm" / VERSION / f"{kind}_attention_perf.parquet")
-    by_kernel = {k: rows[rows["kernel_source"] == k].groupby(SHAPE)["latency"].median() for k in (TRITON, FA2)}
-    return (by_kernel[TRITON] / by_kernel[FA2]).dropna()
+    return kernel_ratios(rows, TRITON_ATTENTION, FA2_ATTENTION)
 
 
 def main() -> int:
@@ -48,8 +49,8 @@ def main() -> int:
               "or its wheel unpacked on PYTHONPATH", file=sys.stderr)
         return 2
     data = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
-    print(f"vLLM {VERSION} tables of aiconfigurator-core: Triton ({TRITON}, fp8 KV) / FlashAttention-2 ({FA2}, bf16 "
-          "KV), latency ratio at the shapes both measured")
+    print(f"vLLM {VERSION} tables of aiconfigurator-core: Triton ({TRITON_ATTENTION}, fp8 KV) / FlashAttention-2 "
+          f"({FA2_ATTENTION}, bf16 KV), latency ratio at the full-attention shapes both measured")
     for kind, axis in (("context", "isl"), ("generation", "batch_size")):
         per_gpu = {name: ratios(data, system, kind) for system, name in GPUS.items()}
         for name, r in per_gpu.items():

@@ -53,6 +53,11 @@ and once per GPU, for every framework:
     calibrate/measured/<gpu>/nccl/       NCCL's all-reduce (`convert_nccl`): allreduce.parquet, as above with
                                          backend nccl, and meta.json (the NCCL version, the source file)
 
+and once for all GPUs, `TRITON_PREFILL_FILE` (calibrate/measured/vllm_triton_prefill.json, `triton_prefill_ratio`):
+vLLM's Triton attention over its FlashAttention-2 in context attention, by prompt length, on each GPU whose vLLM
+tables measured both (the L40S and RTX PRO 6000 at vLLM 0.24.0), which prices Triton where only FA2 was measured
+(`attention.backend: triton`, sim/cost/measured.py).
+
 The all-reduce backends: vLLM and SGLang measure their custom all-reduce under CUDA graphs (`graph`) and
 eagerly (`eager`); TensorRT-LLM's table has one curve (its own all-reduce kernel, `implementation trtllm`),
 kept as `graph` since its PyTorch flow captures decode steps in CUDA graphs.
@@ -75,7 +80,14 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from sim.cost.measured import MEASURED_FORMAT_VERSION, MXFP4, MXFP4_MARLIN
+from sim.cost.measured import (
+    FA2_ATTENTION,
+    MEASURED_FORMAT_VERSION,
+    MXFP4,
+    MXFP4_MARLIN,
+    TRITON_ATTENTION,
+    TRITON_PREFILL_FILE,
+)
 from sim.model.interconnects import NCCL_ALL_REDUCE
 from sim.model.memory import MARLIN
 
@@ -201,6 +213,50 @@ def _attention(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
                     head_dim=rows["head_dim"], latency_ms=rows["latency"])
         keep.append(pd.DataFrame(cols))
     return _medians(keep), {**kernels, "attention_dtypes": attn_dtypes}
+
+
+# vLLM's Triton attention against its FlashAttention-2 (`TRITON_PREFILL_FILE`): vLLM 0.10.x-0.11.x run Triton on GPUs
+# whose vLLM tables measured only FA2 (the A100's), so those rows price it times the ratio measured where both were.
+ATTENTION_SHAPE = ["batch_size", "isl", "num_heads", "num_key_value_heads", "head_dim", "step"]
+
+
+def kernel_ratios(rows: pd.DataFrame, kernel: str, against: str) -> pd.Series:
+    """`kernel`'s latency over `against`'s at every full-attention shape (window_size 0, ATTENTION_SHAPE) one GPU's
+    attention table measured both at (each kernel's median where a shape repeats)."""
+    if "window_size" in rows.columns:
+        rows = rows[rows["window_size"] == 0]
+    mine, theirs = (rows[rows["kernel_source"] == k].groupby(ATTENTION_SHAPE)["latency"].median()
+                    for k in (kernel, against))
+    return (mine / theirs).dropna()
+
+
+def triton_prefill_ratio(data_root: Path, versions: dict, package_version: str) -> dict:
+    """The Triton / FA2 context-attention ratio by prompt length on every system whose vLLM tables (at the version
+    AIConfigurator queries there) measured both kernels: the median over the other axes (batch, heads, KV heads,
+    head size) at each prompt length. Triton's rows are fp8-KV and FA2's bf16-KV (the kernels vLLM picks for each);
+    prefill attention at long prompts is compute-bound, so the KV bytes matter little there."""
+    gpus = {}
+    for gpu, system in SYSTEMS.items():
+        version = (versions.get("overrides", {}).get(system, {}).get(FRAMEWORK, {}).get("current")
+                   or versions["defaults"][FRAMEWORK]["current"])
+        path = data_root / system / "attention" / FRAMEWORK / version / "context_attention_perf.parquet"
+        if not path.is_file():
+            continue
+        ratios = kernel_ratios(pd.read_parquet(path), TRITON_ATTENTION, FA2_ATTENTION)
+        if ratios.empty:
+            continue
+        by_isl = ratios.groupby(level="isl").median()
+        gpus[gpu] = {"system": system, "framework_version": version, "shapes": len(ratios),
+                     "source_file": str(path.relative_to(data_root.parent)),
+                     "isl": [int(x) for x in by_isl.index], "ratio": [round(float(r), 4) for r in by_isl]}
+    return {"format_version": MEASURED_FORMAT_VERSION,
+            "source": {"package": PACKAGE, "version": package_version, "license": "Apache-2.0",
+                       "path": "aiconfigurator_core/systems/data"},
+            "framework": FRAMEWORK, "kernel": TRITON_ATTENTION, "against": FA2_ATTENTION,
+            "kv_dtypes": {TRITON_ATTENTION: "fp8", FA2_ATTENTION: "bf16"},
+            "ratio": "median over batch, heads, KV heads and head size of kernel / against latency at each prompt "
+                     "length (isl, empty cache), full attention (window_size 0), at the shapes both measured",
+            "gpus": gpus}
 
 
 def _allreduce(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
@@ -521,6 +577,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{key}: {meta['device_name']}, {_NAMES[framework]} {current}, {rows} rows, "
                   f"dtypes {meta['measured_dtypes']}, {size / 1e6:.2f} MB")
     missing_path.write_text(json.dumps(dict(sorted(missing.items())), indent=2) + "\n")
+    if FRAMEWORK in frameworks:
+        triton = triton_prefill_ratio(root / "data", versions, metadata.version(PACKAGE))
+        (out / TRITON_PREFILL_FILE).write_text(json.dumps(triton, indent=2) + "\n")
+        print(f"{TRITON_PREFILL_FILE}: Triton / FA2 context attention on {', '.join(triton['gpus']) or 'no GPU'}")
     return 0
 
 

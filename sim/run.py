@@ -126,7 +126,8 @@ def _measured(scenario: Scenario, deployment: Deployment):
                                     unmeasured_dtype=spec.unmeasured_dtype, **_dtypes(scenario),
                                     expert_parallel=deployment.expert_parallel, moe_routing=spec.moe_routing,
                                     moe_kernel=scenario.quantization.moe_kernel,
-                                    all_reduce=scenario.hardware.all_reduce)
+                                    all_reduce=scenario.hardware.all_reduce,
+                                    attention_backend=scenario.attention.backend)
 
 
 def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):

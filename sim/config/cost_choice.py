@@ -90,8 +90,10 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
     # bf16 only. A W8A8 profile (`calibrate steps --weights fp8`) runs cuBLASLt's fp8 GEMM (torch._scaled_mm), not
     # the engines' own (vLLM: CUTLASS, whose time jumps past powers of two in AIConfigurator's rows;
     # results/gpu-steps.md, "H200 tables of 11-30"): `cost_model: {kind: calibrated}` takes it, the default does not.
+    # (nor of another attention backend: `attention.backend`, which the measured tables price)
+    backend = _section(raw, "attention").get("backend")
     if (isinstance(model, str) and pp == 1 and raw.get("speculation") is None and weights == "bf16" and kv == "bf16"
-            and disaggregation is None and floor == 0 and hardware.get("expert_parallel", 1) == 1
+            and disaggregation is None and floor == 0 and hardware.get("expert_parallel", 1) == 1 and backend is None
             and _whole_step_profile(gpu, model, tp, quant)):
         return {"kind": "calibrated", "overhead": terms}, (
             f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "

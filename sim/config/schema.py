@@ -419,6 +419,18 @@ class AttentionSpec(_Strict):
         "flash", description="flash: tiled, scores never in HBM (vLLM's default); materialized: the score and "
         "probability matrices are written and read back (torch's math SDPA, an eager engine), priced by the roofline "
         "and their memory reserved out of the KV budget")
+    backend: Literal["triton"] | None = Field(
+        None, description="the engine's attention backend where it is not the one the measured tables ran: triton "
+        "(vLLM's Triton backend, which vLLM 0.10-0.11 run for gpt-oss, or an fp8 KV cache, on sm_80+ GPUs but sm_90 "
+        "and sm_100: the vLLM preset sets it), priced from FlashAttention-2's context rows times the Triton / FA2 "
+        "ratio measured where both were (calibrate/measured/vllm_triton_prefill.json); null: the tables' own kernel")
+
+    @model_validator(mode="after")
+    def _backend_is_tiled(self):
+        if self.backend is not None and self.kernel != "flash":
+            raise ValueError(f"backend: {self.backend!r} with kernel {self.kernel!r} (a backend's kernel is tiled); "
+                             "allowed: kernel 'flash', or backend null")
+        return self
 
 
 class RooflineSpec(_Strict):

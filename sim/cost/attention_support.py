@@ -29,9 +29,13 @@ def profile_attention_kernel(profile_dir: str | Path) -> str:
 
 def check_attention_kernel(scenario, deployment) -> None:
     """ConfigError, one line, when the scenario's cost model was measured with another attention kernel than
-    `attention.kernel`."""
+    `attention.kernel`, or is a profile and `attention.backend` names one."""
     kernel = scenario.attention.kernel
     spec = scenario.cost_model
+    backend = scenario.attention.backend  # priced by the measured model (sim/cost/measured.py); a profile ran its own
+    if backend is not None and spec.kind == "calibrated" and deployment.profile_dir is not None:
+        raise ConfigError(f"attention.backend: {backend!r} is not the backend profile {deployment.profile_dir} was "
+                          "measured with; allowed: null, or cost_model.kind 'measured' (which prices it)")
     if spec.kind == "calibrated" and deployment.profile_dir is not None:
         measured_with, what = profile_attention_kernel(deployment.profile_dir), f"profile {deployment.profile_dir}"
     elif spec.kind == "measured":

@@ -63,6 +63,8 @@ from sim.cost.roofline_kernel import ACT_BYTES, op_time
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
+from sim.model.attention_io import TRITON_BACKEND as TRITON
+from sim.model.catalog import get_gpu
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE
 from sim.model.memory import MARLIN, NVFP4_PARAM_BYTES, kv_bytes_per_token, matrix_dtype
 from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
@@ -85,6 +87,14 @@ MXFP4 = "mxfp4"
 # `quantization.moe_kernel: marlin` (vLLM's Marlin MXFP4 experts): the MXFP4 rows of Marlin's kernel, where the tables'
 # main MXFP4 kernel is another (calibrate/aic_import.py MOE_ALSO).
 MXFP4_MARLIN = "mxfp4_marlin"
+# `attention.backend: triton` (vLLM's Triton attention backend): its own rows where a GPU's tables keep them, else
+# FlashAttention-2's context rows times the Triton / FA2 ratio by prompt length measured where both were
+# (TRITON_PREFILL_FILE, written by calibrate/aic_import.py `triton_prefill_ratio`).
+TRITON_ATTENTION, FA2_ATTENTION = "vllm_triton_attn", "vllm_flash_attn_fa2"  # AIConfigurator's kernel_source names
+TRITON_PREFILL_FILE = "vllm_triton_prefill.json"
+# vLLM's own FlashAttention fork (`vllm_flash_attn`, the A100's tables at vLLM 0.14.0) runs FA2 below sm_90 (FA3 needs
+# Hopper): FA2 rows under another name there.
+VLLM_FLASH_ATTN, FA3_SINCE = "vllm_flash_attn", (9, 0)
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 # (a 128 x 128 block's scale: 4 bytes in 16 KiB, left out; NVFP4's 1-byte scale per 16 weights, counted)
 _DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1, "nvfp4": NVFP4_PARAM_BYTES}
@@ -196,6 +206,19 @@ def attention_kernels(gpu: str, tables: str = "vllm", root: Path | None = None,
     prefill, decode = (meta.get(t, {}).get("kernels", {}).get(kv_dtype)
                        for t in ("context_attention", "generation_attention"))
     return prefill, decode
+
+
+def triton_prefill_ratio(root: Path | None = None) -> tuple[np.ndarray, np.ndarray, dict]:
+    """(prompt lengths, log of vLLM's Triton / FA2 context-attention ratio there, the file read): the mean over the
+    GPUs that measured both of each one's log median ratio (TRITON_PREFILL_FILE)."""
+    data = json.loads(((root or MEASURED_DIR) / TRITON_PREFILL_FILE).read_text())
+    by_gpu = [dict(zip(g["isl"], g["ratio"])) for g in data["gpus"].values()]
+    if not by_gpu:
+        raise ConfigError(f"attention.backend: {TRITON!r} has no ratio to price it: {TRITON_PREFILL_FILE} holds no GPU "
+                          "that measured both kernels; allowed: null")
+    isl = sorted(set.intersection(*(set(g) for g in by_gpu)))
+    log_ratio = [sum(math.log(g[x]) for g in by_gpu) / len(by_gpu) for x in isl]
+    return np.array(isl, dtype=np.float64), np.array(log_ratio, dtype=np.float64), data
 
 
 def measured_unsupported(gpu: str, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
@@ -594,7 +617,7 @@ class MeasuredCostModel(PackedCostModel):
                  gpu_data: str | None = None, root: Path | None = None, communication: bool = True,
                  tables: str = "vllm", fp8_compute: bool | None = None, fp8_block: bool = False,
                  expert_parallel: int = 1, moe_routing: str = "auto", moe_kernel: str | None = None,
-                 all_reduce: str = CUSTOM_ALL_REDUCE):
+                 all_reduce: str = CUSTOM_ALL_REDUCE, attention_backend: str | None = None):
         if engine not in ENGINES:
             raise ConfigError(f"cost_model.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
         data = gpu_data or gpu.name
@@ -611,7 +634,15 @@ class MeasuredCostModel(PackedCostModel):
         self.moe_routing = moe_routing_of(model, moe_routing)
         self.moe_kernel = moe_kernel  # the routed experts' kernel where the engine's is known (quantization.moe_kernel)
         self.all_reduce = all_reduce  # the engine's own all-reduce kernel, or NCCL's (hardware.all_reduce)
+        if attention_backend not in (None, TRITON):
+            raise ConfigError(f"attention.backend: {attention_backend!r} is not allowed; allowed: {TRITON!r}, or null")
+        if attention_backend == TRITON and tables != "vllm":
+            raise ConfigError(f"attention.backend: {TRITON!r} (vLLM's Triton backend) is priced from vLLM's tables "
+                              f"only, not cost_model.tables {tables!r}; allowed: cost_model.tables 'vllm', or null")
+        self.attention_backend = attention_backend  # the engine's attention backend where not the tables' own
+        self.triton_prefill_ratio = False  # True: context attention priced as FA2's rows x Triton / FA2
         self._data_dir = tables_dir(data, "vllm", root)  # the GPU's folder: NCCL's table is in it, for every framework
+        self._measured_root = root
         self.moe_rows_routing: str | None = None  # the routing of the fused-MoE rows in use (None: none in use)
         # False prices one GPU's shard alone (no all-reduce), to compare with steps measured on one GPU.
         self.communication = communication
@@ -700,6 +731,36 @@ class MeasuredCostModel(PackedCostModel):
                           "decode attention (batch, context)", self.notes)
         ctx_grid.shape, gen_grid.shape = prefill_shape(hq, hkv, d), decode_shape(hq, hkv, d)
         self._prefill, self._decode = ctx_grid, gen_grid
+        if self.attention_backend == TRITON:
+            self._price_triton_prefill(ctx_grid, kvd)
+
+    def _price_triton_prefill(self, grid: Grid2D, kvd: str) -> None:
+        """vLLM's Triton attention where the tables measured FlashAttention-2 only: each context-attention column
+        (prompt length) times the Triton / FA2 ratio measured there on the GPUs that ran both (interpolated in log
+        prompt length, held past their ends); decode attention stays FA2's (Triton's decode rows are fp8-KV, FA2's
+        bf16-KV: their ratio is not the kernels'). Tables of another kernel price it with their own rows, said."""
+        t = self.tables
+        kernel = t.meta["tables"]["context_attention"].get("kernels", {}).get(kvd)
+        if kernel == TRITON_ATTENTION:
+            return
+        capability = get_gpu(t.meta["gpu"]).compute_capability or (0, 0)
+        if kernel != FA2_ATTENTION and not (kernel == VLLM_FLASH_ATTN and capability < FA3_SINCE):
+            self.notes[f"attention.backend {TRITON}: the vLLM tables of {t.meta['gpu']} measured {kernel} at {kvd} "
+                       "KV, not FlashAttention-2 (Triton's ratio was measured against FA2): its rows price Triton's "
+                       "attention"] += 1
+            return
+        isl, log_ratio, data = triton_prefill_ratio(self._measured_root)
+        at = np.interp(np.log(np.maximum(grid.ys, 1.0)), np.log(isl), log_ratio)
+        grid.r = np.ascontiguousarray(grid.r + at[None, :])
+        self.triton_prefill_ratio = True
+        ratio = np.exp(log_ratio)
+        gpus = " and ".join(data["gpus"])
+        versions = ", ".join(sorted({g["framework_version"] for g in data["gpus"].values()}))
+        self.notes[f"attention.backend {TRITON}: context attention priced as {kernel}'s rows (FlashAttention-2) x "
+                   f"vLLM's Triton / FA2 ratio by prompt length, {ratio.min():.2f}-{ratio.max():.2f}x "
+                   f"({ratio[-1]:.2f}x at {isl[-1]:,.0f} tokens, held past), measured on {gpus} (vLLM {versions}; "
+                   f"Triton's rows at fp8 KV, FA2's at bf16; the GPUs' log mean); decode attention from {kernel}'s "
+                   "rows"] += 1
 
     def _setup_mla(self) -> bool:
         """MLA attention from the engine's MLA tables: True if they price it; else a note says why not (the caller
@@ -884,7 +945,8 @@ class MeasuredCostModel(PackedCostModel):
         dtype, the KV dtype of the attention rows and the dtype that attention computes in."""
         t, kvd = self.tables, _KV_DTYPE[self.kv_dtype]
         if self.model.attention != "mla":
-            attention = f"attention {kvd}-KV rows computed in {t.attention_dtype(kvd)}"
+            attention = f"attention {kvd}-KV rows computed in {t.attention_dtype(kvd)}" + (
+                " (context x Triton / FA2)" if self.triton_prefill_ratio else "")
         # (the MLA tables hold bf16 computation only: calibrate/aic_import.py keeps mla_dtype bfloat16)
         else:
             attention = "MLA attention by the device roofline" if self.mla_by_roofline else \
@@ -1007,7 +1069,7 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
                              on_missing: str = "roofline", root: Path | None = None, tables: str = "vllm",
                              unmeasured_dtype: str = "error", fp8_block: bool = False, expert_parallel: int = 1,
                              moe_routing: str = "auto", moe_kernel: str | None = None,
-                             all_reduce: str = CUSTOM_ALL_REDUCE):
+                             all_reduce: str = CUSTOM_ALL_REDUCE, attention_backend: str | None = None):
     """The measured cost model. A GPU without tables of this framework: the roofline whose repr says why
     (on_missing 'roofline'), or a one-line ConfigError (on_missing 'error'). A quantization the tables were not
     measured in: a one-line ConfigError naming the field (unmeasured_dtype 'error', the default), or the roofline
@@ -1019,7 +1081,7 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
                                  kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,
                                  gpu_data=gpu_data, root=root, tables=tables, fp8_compute=fp8_compute,
                                  fp8_block=fp8_block, expert_parallel=expert_parallel, moe_routing=moe_routing,
-                                 moe_kernel=moe_kernel, all_reduce=all_reduce)
+                                 moe_kernel=moe_kernel, all_reduce=all_reduce, attention_backend=attention_backend)
     if refusal is not None:
         raise ConfigError(refusal)
     return MeasuredFallback(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,

@@ -24,6 +24,7 @@ from sim.errors import ConfigError
 from sim.model.specs import ModelSpec
 
 ATTENTION_KERNELS = ("flash", "materialized")  # the schema's `attention.kernel` values, default first
+TRITON_BACKEND = "triton"  # the schema's `attention.backend` value: vLLM's Triton backend (sim/cost/measured.py)
 # The materialized kernel is torch's math SDPA (`_scaled_dot_product_attention_math`, torch >= 2.5, on a CPU and on a
 # GPU alike: it is a composite of ATen ops with no device-specific path), what `F.scaled_dot_product_attention` runs
 # when no fused kernel is allowed or takes the shapes, and what the calibration and the benchmark measure

@@ -12,6 +12,7 @@ from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, P
                                      only_default, sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.errors import ConfigError
+from sim.model.attention_io import TRITON_BACKEND
 
 
 # What the vLLM preset reads, and where (each in the PyPI sdists of every release from 0.11.0 to 0.33.0 but 0.15.x,
@@ -137,39 +138,31 @@ def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
     return {**values, "quantization.expert_padding": dict(pad)}
 
 
-# vLLM's attention backend where its tables measured another (vllm/platforms/cuda.py get_attn_backend_cls, read in
-# the 0.10.2 and 0.11.0 sdists): on an sm_80+ GPU other than sm_90, a model with attention sinks (gpt-oss), and from
-# 0.11.0 an fp8 KV cache too, runs the Triton backend (sm_100 takes FlashInfer first where it imports). The vLLM tables
-# of those GPUs measured FlashAttention(-2) (A100, L40S) or FlashInfer: their rows price it. From 0.12.0 a priority
-# list checked against each backend's features replaces the rule (not read further here). Where AIConfigurator measured
-# both (its vLLM 0.24.0 tables of the L40S and the RTX PRO 6000, fp8-KV Triton against bf16-KV FlashAttention-2),
-# Triton's prefill attention took a median 1.8-2.6x FlashAttention-2's at 1,024-16,384-token prompts
-# (benchmarks/bench_triton_attention.py).
+# vLLM's attention backend (vllm/platforms/cuda.py get_attn_backend_cls, read in the 0.10.2 and 0.11.0 sdists): on an
+# sm_80+ GPU other than sm_90, a model with attention sinks (gpt-oss), and from 0.11.0 an fp8 KV cache too, runs the
+# Triton backend (sm_100 takes FlashInfer first where it imports). The preset says so in `attention.backend`, which
+# the measured model prices (sim/cost/measured.py: FlashAttention-2's rows times Triton's measured ratio to them).
+# From 0.12.0 a priority list checked against each backend's features replaces the rule (not read further here).
 VLLM_TRITON_ATTENTION = ((0, 10), (0, 12))  # the releases read to take it: 0.10.x and 0.11.x
 
 
-def _vllm_triton_attention(ctx: Context, notes: list[str]) -> None:
-    """Note where vLLM runs its Triton attention backend and the tables price it with another kernel's rows."""
+def _vllm_triton_attention(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """`attention.backend: triton` where vLLM runs its Triton attention backend, and a note why."""
     if ctx.model is None or not VLLM_TRITON_ATTENTION[0] <= ctx.version[:2] < VLLM_TRITON_ATTENTION[1]:
-        return
+        return {}
+    if ctx.model.attention == "mla":  # an MLA model takes one of the MLA backends, chosen before this rule
+        return {}
     capability = ctx.gpu.compute_capability or (0, 0)
     if capability < (8, 0) or capability in ((9, 0), (10, 0)):  # sm_90: FlashAttention 3; sm_100: FlashInfer first
-        return
+        return {}
     q = ctx.raw.get("quantization")
     fp8_kv = isinstance(q, dict) and q.get("kv_cache") == "fp8" and ctx.version >= (0, 11)
     why = ("its attention sinks" if ctx.model.model_type == "gpt_oss" else "an fp8 KV cache" if fp8_kv else None)
     if why is None:
-        return
-    from sim.cost.measured import attention_kernels
-    kv = "fp8" if fp8_kv else "bf16"
-    prefill, decode = attention_kernels(ctx.gpu.name, "vllm", kv_dtype=kv)
-    if prefill is None or decode is None:  # no such rows: the measured model refuses; another model, said, prices it
-        return
-    measured = prefill if prefill == decode else f"{prefill} (prefill) and {decode} (decode)"
+        return {}
     notes.append(f"vLLM {ctx.version_text}: attention run by its Triton backend ({why}, on sm_{capability[0]}"
-                 f"{capability[1]}: vllm/platforms/cuda.py); the vLLM tables of {ctx.gpu.name} measured {measured} "
-                 f"at {kv} KV, whose rows price it (Triton's prefill attention measured 1.8-2.6x FlashAttention-2's "
-                 "at 1k-16k-token prompts on the L40S and RTX PRO 6000)")
+                 f"{capability[1]}: vllm/platforms/cuda.py): attention.backend {TRITON_BACKEND}")
+    return {"attention.backend": TRITON_BACKEND}
 
 
 def derive_vllm(ctx: Context) -> PresetResult:
@@ -231,7 +224,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
         values.update(_vllm_v0_schedule(ctx, notes))
     values.update(_vllm_window_memory(ctx, notes))
     values.update(_vllm_expert_padding(ctx, notes))
-    _vllm_triton_attention(ctx, notes)
+    values.update(_vllm_triton_attention(ctx, notes))
     values.update(preset_terms(ctx, "vllm", notes, inbound_work(ctx, "vllm", notes)))
     values.update(custom_all_reduce(ctx, "vLLM"))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
