@@ -39,29 +39,44 @@ def preset(raw: dict, gpu: str, version: str):
 
 # --- the preset -----------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("gpu, sm", [("a100-80gb", "sm_80"), ("l40s", "sm_89"),
-                                     ("b300", "sm_103")])  # sm_103: not sm_100's FlashInfer branch
-@pytest.mark.parametrize("version", ["0.10.2", "0.11.0"])
-def test_gpt_oss_off_hopper_runs_the_triton_backend(gpu, sm, version):
+@pytest.mark.parametrize("gpu, sm", [("a100-80gb", "sm_80"), ("l40s", "sm_89"), ("rtx-pro-6000", "sm_120")])
+@pytest.mark.parametrize("version", ["0.10.2", "0.11.0", "0.12.0", "0.14.0", "0.24.0"])
+def test_gpt_oss_off_hopper_and_blackwell_dc_runs_the_triton_backend(gpu, sm, version):
     sc, (note,) = preset(GPT_OSS, gpu, version)
     assert sc.attention.backend == "triton"
     assert note == (f"vLLM {version}: attention run by its Triton backend (its attention sinks, on {sm}: "
                     "vllm/platforms/cuda.py): attention.backend triton")
 
 
+def test_an_sm_103_gpu_takes_triton_until_flashinfer_gains_sinks_on_every_sm_10x_at_0_13():
+    for version in ("0.10.2", "0.11.0", "0.12.0"):  # FlashInfer's TRT-LLM kernels on sm_100 exactly
+        assert preset(GPT_OSS, "b300", version)[0].attention.backend == "triton"
+    for version in ("0.13.0", "0.14.0"):
+        assert preset(GPT_OSS, "b300", version)[0].attention.backend is None
+
+
+def test_a_release_past_the_newest_read_keeps_its_rule_and_says_so():
+    sc, (note,) = preset(GPT_OSS, "a100-80gb", "0.30.0")
+    assert sc.attention.backend == "triton"
+    assert "vllm/platforms/cuda.py; read to 0.24.0, taken for 0.30.0)" in note
+
+
 @pytest.mark.parametrize("gpu, version", [("h100-sxm", "0.11.0"),  # sm_90: FlashAttention 3, which has sinks
+                                          ("h100-sxm", "0.24.0"),
                                           ("b200", "0.11.0"),  # sm_100 exactly: FlashInfer first
-                                          ("a100-80gb", "0.12.0")])  # a priority list from 0.12.0, not read here
+                                          ("b200", "0.24.0"),
+                                          ("a100-80gb", "0.9.2")])  # before the releases read
 def test_no_triton_backend_where_the_rule_does_not_apply_or_was_not_read(gpu, version):
     sc, notes = preset(GPT_OSS, gpu, version)
     assert sc.attention.backend is None and notes == []
 
 
-def test_an_fp8_kv_cache_takes_triton_from_0_11_only():
+def test_an_fp8_kv_cache_takes_triton_in_0_11_only():
     llama = {"model": "llama-3.1-8b", "quantization": {"kv_cache": "fp8"}, "workload": WORKLOAD}
     sc, (note,) = preset(llama, "l40s", "0.11.0")
     assert sc.attention.backend == "triton" and "(an fp8 KV cache, on sm_89: " in note
     assert preset(llama, "l40s", "0.10.2")[0].attention.backend is None  # 0.10.2 takes Triton for sinks only
+    assert preset(llama, "l40s", "0.12.0")[0].attention.backend is None  # 0.12.0: FlashInfer first
     assert preset({**llama, "quantization": {"kv_cache": "bf16"}}, "l40s", "0.11.0")[0].attention.backend is None
 
 

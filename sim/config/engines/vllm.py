@@ -138,30 +138,42 @@ def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
     return {**values, "quantization.expert_padding": dict(pad)}
 
 
-# vLLM's attention backend (vllm/platforms/cuda.py get_attn_backend_cls, read in the 0.10.2 and 0.11.0 sdists): on an
-# sm_80+ GPU other than sm_90, a model with attention sinks (gpt-oss), and from 0.11.0 an fp8 KV cache too, runs the
-# Triton backend (sm_100 takes FlashInfer first where it imports). The preset says so in `attention.backend`, which
-# the measured model prices (sim/cost/measured.py: FlashAttention-2's rows times Triton's measured ratio to them).
-# From 0.12.0 a priority list checked against each backend's features replaces the rule (not read further here).
-VLLM_TRITON_ATTENTION = ((0, 10), (0, 12))  # the releases read to take it: 0.10.x and 0.11.x
+# vLLM's attention backend where it is not the one its tables measured on the GPU (vllm/platforms/cuda.py
+# get_attn_backend_cls, read in the 0.10.2, 0.11.0, 0.12.0, 0.13.0, 0.14.0, 0.19.0 and 0.24.0 sdists). A model with
+# attention sinks (gpt-oss) runs the Triton backend on every sm_80+ GPU but sm_90 (FlashAttention 3, which has sinks)
+# and sm_100 (FlashInfer's TRT-LLM kernels, where the official images ship them): to 0.11.x by an explicit rule, from
+# 0.12.0 by a priority list (FlashAttention, FlashInfer, Triton; FlashInfer first on sm_10x) checked against each
+# backend's features, where FlashAttention-2 has no sinks and FlashInfer has them only through its TRT-LLM kernels,
+# on sm_100 exactly to 0.12.x and on every sm_10x from 0.13.0. 0.11.x's rule sent an fp8 KV cache to Triton too (not
+# on sm_90 or sm_100); from 0.12.0 FlashInfer takes it first, whose rows the tables keep. An MLA model takes one of
+# the MLA backends, chosen before all this. The preset says so in `attention.backend`, which the measured model
+# prices (sim/cost/measured.py: FlashAttention-2's rows times Triton's measured ratio to them).
+VLLM_TRITON_ATTENTION_SINCE = (0, 10)
+VLLM_TRITON_FP8_KV = ((0, 11), (0, 12))  # the releases whose rule sent an fp8 KV cache to Triton
+VLLM_SINKS_FLASHINFER_SM10X_SINCE = (0, 13)  # FlashInfer's TRT-LLM kernels on every sm_10x, not sm_100 alone
+VLLM_BACKENDS_READ_UNTIL = (0, 24)  # the newest release read; later ones are taken to keep its rule
 
 
 def _vllm_triton_attention(ctx: Context, notes: list[str]) -> dict[str, Any]:
     """`attention.backend: triton` where vLLM runs its Triton attention backend, and a note why."""
-    if ctx.model is None or not VLLM_TRITON_ATTENTION[0] <= ctx.version[:2] < VLLM_TRITON_ATTENTION[1]:
-        return {}
-    if ctx.model.attention == "mla":  # an MLA model takes one of the MLA backends, chosen before this rule
+    v = ctx.version[:2]
+    if ctx.model is None or v < VLLM_TRITON_ATTENTION_SINCE or ctx.model.attention == "mla":
         return {}
     capability = ctx.gpu.compute_capability or (0, 0)
-    if capability < (8, 0) or capability in ((9, 0), (10, 0)):  # sm_90: FlashAttention 3; sm_100: FlashInfer first
+    if capability < (8, 0) or capability == (9, 0):
         return {}
+    flashinfer_sinks = capability == (10, 0) or (capability[0] == 10 and v >= VLLM_SINKS_FLASHINFER_SM10X_SINCE)
     q = ctx.raw.get("quantization")
-    fp8_kv = isinstance(q, dict) and q.get("kv_cache") == "fp8" and ctx.version >= (0, 11)
-    why = ("its attention sinks" if ctx.model.model_type == "gpt_oss" else "an fp8 KV cache" if fp8_kv else None)
+    fp8_kv = (isinstance(q, dict) and q.get("kv_cache") == "fp8" and VLLM_TRITON_FP8_KV[0] <= v < VLLM_TRITON_FP8_KV[1]
+              and capability != (10, 0))
+    why = ("its attention sinks" if ctx.model.model_type == "gpt_oss" and not flashinfer_sinks
+           else "an fp8 KV cache" if fp8_kv else None)
     if why is None:
         return {}
+    taken = (f"; read to {dotted_version(VLLM_BACKENDS_READ_UNTIL)}.0, taken for {ctx.version_text}"
+             if v > VLLM_BACKENDS_READ_UNTIL else "")
     notes.append(f"vLLM {ctx.version_text}: attention run by its Triton backend ({why}, on sm_{capability[0]}"
-                 f"{capability[1]}: vllm/platforms/cuda.py): attention.backend {TRITON_BACKEND}")
+                 f"{capability[1]}: vllm/platforms/cuda.py{taken}): attention.backend {TRITON_BACKEND}")
     return {"attention.backend": TRITON_BACKEND}
 
 
