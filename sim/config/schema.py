@@ -422,9 +422,9 @@ class AttentionSpec(_Strict):
     backend: Literal["triton"] | None = Field(
         None, description="the engine's attention backend where it is not the one the measured tables ran: triton "
         "(vLLM's Triton backend, which vLLM 0.10+ run for gpt-oss's attention sinks on sm_80+ GPUs but sm_90 and "
-        "sm_10x, and 0.11.x for an fp8 KV cache: the vLLM preset sets it), priced from FlashAttention-2's context "
-        "rows times the Triton / FA2 ratio measured where both were (calibrate/measured/vllm_triton_prefill.json); "
-        "null: the tables' own kernel")
+        "sm_100 (every sm_10x from 0.13), and 0.11.x for an fp8 KV cache: the vLLM preset sets it), priced from "
+        "FlashAttention-2's context rows times the Triton / FA2 ratio measured where both were "
+        "(calibrate/measured/vllm_triton_prefill.json); null: the tables' own kernel")
 
     @model_validator(mode="after")
     def _backend_is_tiled(self):
