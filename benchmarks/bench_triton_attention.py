@@ -1,17 +1,18 @@
 """vLLM's Triton attention against its FlashAttention-2, where AIConfigurator measured both on one GPU.
 
-vLLM 0.10.x-0.11.x run the Triton attention backend on sm_80+ GPUs other than sm_90 for a model with attention sinks
-(gpt-oss) and, from 0.11.0, for an fp8 KV cache (vllm/platforms/cuda.py, read in the 0.10.2 and 0.11.0 sdists). The
-A100's vLLM tables measured FlashAttention-2 only, so a measured run there prices Triton's context attention as FA2's
-rows times the Triton / FA2 ratio by prompt length shipped in calibrate/measured/vllm_triton_prefill.json (the
-vLLM preset's `attention.backend: triton`, sim/cost/measured.py). This checks that ratio where it comes from: the
-two GPUs whose vLLM 0.24.0 tables hold both kernels, the L40S (sm_89) and the RTX PRO 6000 Blackwell Server Edition
-(sm_120): the ratio Triton / FA2 at each full-attention shape both measured (batch, prompt or context tokens, query
-heads, KV heads, head size; window_size 0), by prompt length (the median over the other axes), and how well one
-GPU's ratio predicts the other's (median and p90 |log difference| over the shared shapes), the spread a third GPU
-(the A100) may be off by. Caveat, said in the output: Triton's rows were measured with an fp8 KV cache and FA2's
-with a bf16 one (the kernels vLLM 0.24.0 picks for each), which halves the KV bytes Triton reads: decode attention
-(bytes-bound) is confounded by it, prefill attention (compute-bound at long prompts) much less. Nothing is fitted.
+vLLM runs its Triton attention backend for a model with attention sinks (gpt-oss) on sm_80+ GPUs other than sm_90 and
+sm_100 (every sm_10x from 0.13.0), and in 0.11.x for an fp8 KV cache (vllm/platforms/cuda.py, read in the sdists of
+0.10.2 to 0.24.0: sim/config/engines/vllm.py `_vllm_triton_attention`). The A100's vLLM tables measured FlashAttention-2 only, so a measured run there prices Triton's context attention as FA2's
+rows times the Triton / FA2 ratio by prompt length shipped in calibrate/measured/vllm_triton_prefill.json (the vLLM
+preset's `attention.backend: triton`, sim/cost/measured.py). This checks that ratio where it comes from: the two GPUs
+whose vLLM 0.24.0 tables hold both kernels, the L40S (sm_89) and the RTX PRO 6000 Blackwell Server Edition (sm_120):
+the ratio Triton / FA2 at each full-attention shape both measured (batch, prompt or context tokens, query heads, KV
+heads, head size; window_size 0), by prompt length (the median over the other axes), and how well one GPU's ratio
+predicts the other's (median and p90 |log difference| over the shared shapes), the spread a third GPU (the A100) may
+be off by. Caveat, said in the output: Triton's rows were measured with an fp8 KV cache and FA2's with a bf16 one (the
+kernels vLLM 0.24.0 picks for each), which halves the KV bytes Triton reads: decode attention (bytes-bound) is
+confounded by it, prefill attention (compute-bound at long prompts) much less. Nothing is fitted. Last, it checks that
+the shipped ratio file is what these tables give (exit 1 where it is not: rerun `python -m calibrate.aic_import`).
 
 Needs aiconfigurator-core 0.12.0 on the path (`pip install aiconfigurator-core==0.12.0`, or its wheel unpacked on
 PYTHONPATH):
@@ -21,14 +22,17 @@ PYTHONPATH):
 
 from __future__ import annotations
 
+import json
 import sys
+from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import yaml
 
-from calibrate.aic_import import kernel_ratios
-from sim.cost.measured import FA2_ATTENTION, TRITON_ATTENTION
+from calibrate.aic_import import kernel_ratios, triton_prefill_ratio
+from sim.cost.measured import FA2_ATTENTION, MEASURED_DIR, TRITON_ATTENTION, TRITON_PREFILL_FILE
 
 GPUS = {"l40s": "L40S", "rtx_pro_6000_server": "RTX PRO 6000"}  # AIConfigurator system -> name in the output
 VERSION = "0.24.0"
@@ -63,7 +67,14 @@ def main() -> int:
         table = both.reset_index().groupby(axis)[list(per_gpu)].median()
         print(f"  {kind}: median ratio by {axis}\n" + table.round(2).T.to_string())
     print("  caveat: fp8 KV (Triton) against bf16 KV (FA2): the decode ratios are confounded by half the KV bytes")
-    return 0
+    shipped = json.loads((MEASURED_DIR / TRITON_PREFILL_FILE).read_text())["gpus"]
+    versions = yaml.safe_load((data.parent / "query_versions.yaml").read_text())
+    now = triton_prefill_ratio(data, versions, metadata.version("aiconfigurator-core"))["gpus"]
+    same = {gpu: (g["isl"], g["ratio"]) for gpu, g in shipped.items()} == {
+        gpu: (g["isl"], g["ratio"]) for gpu, g in now.items()}
+    print(f"  the shipped {TRITON_PREFILL_FILE} (what the measured model prices Triton with) "
+          f"{'matches' if same else 'DIFFERS FROM'} these tables' ratios by prompt length")
+    return 0 if same else 1
 
 
 if __name__ == "__main__":
