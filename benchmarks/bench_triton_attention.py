@@ -2,17 +2,18 @@
 
 vLLM runs its Triton attention backend for a model with attention sinks (gpt-oss) on sm_80+ GPUs other than sm_90 and
 sm_100 (every sm_10x from 0.13.0), and in 0.11.x for an fp8 KV cache (vllm/platforms/cuda.py, read in the sdists of
-0.10.2 to 0.24.0: sim/config/engines/vllm.py `_vllm_triton_attention`). The A100's vLLM tables measured FlashAttention-2 only, so a measured run there prices Triton's context attention as FA2's
-rows times the Triton / FA2 ratio by prompt length shipped in calibrate/measured/vllm_triton_prefill.json (the vLLM
-preset's `attention.backend: triton`, sim/cost/measured.py). This checks that ratio where it comes from: the two GPUs
-whose vLLM 0.24.0 tables hold both kernels, the L40S (sm_89) and the RTX PRO 6000 Blackwell Server Edition (sm_120):
-the ratio Triton / FA2 at each full-attention shape both measured (batch, prompt or context tokens, query heads, KV
-heads, head size; window_size 0), by prompt length (the median over the other axes), and how well one GPU's ratio
-predicts the other's (median and p90 |log difference| over the shared shapes), the spread a third GPU (the A100) may
-be off by. Caveat, said in the output: Triton's rows were measured with an fp8 KV cache and FA2's with a bf16 one (the
-kernels vLLM 0.24.0 picks for each), which halves the KV bytes Triton reads: decode attention (bytes-bound) is
-confounded by it, prefill attention (compute-bound at long prompts) much less. Nothing is fitted. Last, it checks that
-the shipped ratio file is what these tables give (exit 1 where it is not: rerun `python -m calibrate.aic_import`).
+0.10.2 to 0.24.0: sim/config/engines/vllm.py `_vllm_triton_attention`). The A100's vLLM tables measured
+FlashAttention-2 only, so a measured run there prices Triton's context attention as FA2's rows times the Triton / FA2
+ratio by prompt length shipped in calibrate/measured/vllm_triton_prefill.json (the vLLM preset's `attention.backend:
+triton`, sim/cost/measured.py). This checks that ratio where it comes from: the two GPUs whose vLLM 0.24.0 tables hold
+both kernels, the L40S (sm_89) and the RTX PRO 6000 Blackwell Server Edition (sm_120): the ratio Triton / FA2 at each
+full-attention shape both measured (batch, prompt or context tokens, query heads, KV heads, head size; window_size 0),
+by prompt length (the median over the other axes), and how well one GPU's ratio predicts the other's (median and p90
+|log difference| over the shared shapes), the spread a third GPU (the A100) may be off by. Caveat, said in the output:
+Triton's rows were measured with an fp8 KV cache and FA2's with a bf16 one (the kernels vLLM 0.24.0 picks for each),
+which halves the KV bytes Triton reads: decode attention (bytes-bound) is confounded by it, prefill attention
+(compute-bound at long prompts) much less. Nothing is fitted. Last, it checks that the shipped ratio file is what
+these tables give (exit 1 where it is not: rerun `python -m calibrate.aic_import`).
 
 Needs aiconfigurator-core 0.12.0 on the path (`pip install aiconfigurator-core==0.12.0`, or its wheel unpacked on
 PYTHONPATH):
