@@ -182,14 +182,17 @@ def derive_vllm(ctx: Context) -> PresetResult:
     sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0): chunked prefill with decodes and prefill chunks
     in one step, the OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`), 16-token KV blocks (an MLA
     model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9 (0.92 from 0.20), async scheduling by
-    default from 0.14; V0 (0.6-0.7) as each release does (`_vllm_v0_schedule`): prefill-only steps unless chunked
-    (on by default above a 32k context), multi-step decoding; NCCL's all-reduce where its own turns off
-    (`custom_all_reduce`)."""
+    default from 0.14; V0 (0.6-0.7, and 0.8-0.10 where V1 falls back to it: `_vllm_v0_fallback`) as each release
+    does (`_vllm_v0_schedule`): prefill-only steps unless chunked (on by default above a 32k context), multi-step
+    decoding; NCCL's all-reduce where its own turns off (`custom_all_reduce`)."""
     v, flags = ctx.version, ctx.flags
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
                               "kv_cache.block_size": 16, "kv_cache.gpu_memory_utilization": 0.9}
     notes: list[str] = []
-    v1 = v >= (0, 8)
+    fallback = _vllm_v0_fallback(ctx)
+    if fallback is not None:
+        notes.append(fallback)
+    v1 = v >= (0, 8) and fallback is None
     if v1:
         values["kv_cache.sampler_bytes_per_logit"] = VLLM_SAMPLER_BYTES_PER_LOGIT  # its profiling run's sampler
         notes.append(f"vLLM {ctx.version_text}: its memory profile's sampler holds {VLLM_SAMPLER_BYTES_PER_LOGIT:g} "
@@ -300,6 +303,41 @@ def _vllm_blocks_override(ctx: Context, preset_block: int, notes: list[str]) -> 
     return {"kv_cache.capacity_tokens": blocks * block}
 
 
+# vLLM V1 (0.8.0-0.10.x) falls back to the V0 engine for what it does not support yet (vllm/engine/arg_utils.py
+# _is_v1_supported_oracle: "--kv-cache-dtype is not supported by the V1 Engine. Falling back to V0."), read in the
+# sdists of 0.8.0-0.8.5, 0.9.0-0.9.2 and 0.10.0-0.10.2: an fp8 KV cache, in 0.8.0-0.8.1 on every GPU, from 0.8.2 where
+# V1's FlashAttention cannot hold one (FlashAttention 3 on sm_9x only: fa_utils.flash_attn_supports_fp8), from 0.10.0
+# not on sm_100 either (platforms/cuda.py is_kv_cache_dtype_supported: "All Blackwell backends support fp8"), and in
+# 0.10.2 not for an MLA model (FlashMLA's). V0 then runs as its own defaults say (`_set_default_args_v0`, the same in
+# every one of those sdists: chunked prefill only past a 32k context and not for an MLA model, 256 sequences, no
+# prefix caching). 0.11.0 has no V0 engine.
+VLLM_V0_FALLBACK = ((0, 8), (0, 11))
+VLLM_V1_FA3_FP8_SINCE = (0, 8, 2)  # before: any --kv-cache-dtype falls back
+VLLM_V1_SM100_FP8_SINCE = (0, 10, 0)
+VLLM_V1_MLA_FP8_SINCE = (0, 10, 2)
+
+
+def _vllm_v0_fallback(ctx: Context) -> str | None:
+    """Why this V1 release runs its V0 engine instead (a note), or None where it runs V1."""
+    v = ctx.version
+    if not VLLM_V0_FALLBACK[0] <= v[:2] < VLLM_V0_FALLBACK[1] or get_key(ctx.raw, "quantization.kv_cache") != "fp8":
+        return None
+    capability = ctx.gpu.compute_capability or (0, 0)
+    mla = ctx.model is not None and ctx.model.attention == "mla"
+    if v >= VLLM_V1_FA3_FP8_SINCE and capability[0] == 9:
+        return None
+    if v >= VLLM_V1_SM100_FP8_SINCE and capability == (10, 0):
+        return None
+    if v >= VLLM_V1_MLA_FP8_SINCE and mla:
+        return None
+    where = ("on any GPU" if v < VLLM_V1_FA3_FP8_SINCE
+             else f"off sm_9x{' and sm_100' if v >= VLLM_V1_SM100_FP8_SINCE else ''}, where V1's FlashAttention "
+             "holds none")
+    return (f"vLLM {ctx.version_text}: an fp8 KV cache {where}: V1 falls back to the V0 engine (\"--kv-cache-dtype is "
+            "not supported by the V1 Engine. Falling back to V0.\", vllm/engine/arg_utils.py), which runs with V0's "
+            "defaults; the CPU terms and front-end are still this version's")
+
+
 # vLLM V0 (0.6.0-0.7.x), read in the PyPI sdists of 0.6.0-0.6.6, 0.7.0 and 0.7.3: vllm/engine/arg_utils.py
 # create_engine_config and vllm/config.py SchedulerConfig.
 VLLM_V0_SDISTS_READ = {(0, 6, patch) for patch in range(7)} | {(0, 7, 0), (0, 7, 3)}
@@ -321,6 +359,8 @@ def _vllm_v0_long_context_chunking(ctx: Context) -> str | None:
         return None
     if ctx.raw.get("speculation") is not None:
         return None
+    if ctx.version >= (0, 8) and ctx.model is not None and ctx.model.attention == "mla":
+        return None  # 0.8+: "Chunked prefill not supported for Multimodal or MLA in V0" (_set_default_args_v0)
     caching = ctx.flags.get("enable_prefix_caching", get_key(ctx.raw, "kv_cache.enable_prefix_caching"))
     if ctx.version[:3] == (0, 6, 0) and caching:
         return None
@@ -367,7 +407,9 @@ def _vllm_v0_schedule(ctx: Context, notes: list[str]) -> dict[str, Any]:
         values["scheduler.max_num_batched_tokens"] = max(max_len, 2048)
     if chunked and why is not None:  # also when given: the scenario written back (to_yaml) keeps the same notes
         notes.append(f"vLLM {text}: {why}")
-    read_in = "its own PyPI sdist" if v[:3] in VLLM_V0_SDISTS_READ else "the 0.7.0 and 0.7.3 sdists, which agree"
+    read_in = ("its own PyPI sdist" if v[:3] in VLLM_V0_SDISTS_READ
+               else "the 0.8.0-0.10.2 sdists, which agree" if v >= (0, 8)
+               else "the 0.7.0 and 0.7.3 sdists, which agree")
     notes.append(f"vLLM {text} (V0): defaults read in {read_in} (vllm/engine/arg_utils.py, vllm/config.py)")
     return values
 

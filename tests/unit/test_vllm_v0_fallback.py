@@ -1,0 +1,56 @@
+"""vLLM 0.8.0-0.10.x fall back to their V0 engine for an fp8 KV cache V1 cannot hold (vllm/engine/arg_utils.py
+_is_v1_supported_oracle), and V0 then runs with its own defaults (sim/config/engines/vllm.py `_vllm_v0_fallback`)."""
+
+from pathlib import Path
+
+import pytest
+
+from sim.config.files import validate_scenario
+
+ROOT = Path(__file__).resolve().parents[2]
+WORKLOAD = {"arrival": {"kind": "poisson", "rate_per_s": 1.0},
+            "lengths": {"kind": "fixed", "input_tokens": 100, "output_tokens": 10}}
+
+
+def vllm(version: str, gpu: str, kv: str = "fp8", model="llama-3.1-8b", tp: int = 1, **flags):
+    return validate_scenario({"model": model, "quantization": {"kv_cache": kv}, "workload": WORKLOAD,
+                              "hardware": {"gpu": gpu, "tensor_parallel": tp}, "cost_model": {"kind": "roofline"},
+                              "engine": {"name": "vllm", "version": version, **flags}})
+
+
+def runs_v0(sc) -> bool:
+    return any("V1 falls back to the V0 engine" in n for n in sc.engine.notes)
+
+
+@pytest.mark.parametrize("version, gpu, v0", [
+    ("0.8.0", "h100-sxm", True),  # 0.8.0-0.8.1: any --kv-cache-dtype
+    ("0.8.5", "h100-sxm", False),  # from 0.8.2: FlashAttention 3 holds fp8 on sm_9x
+    ("0.9.2", "a100-80gb", True), ("0.9.2", "l40s", True),
+    ("0.9.2", "b200", True),  # FlashAttention's check alone before 0.10.0
+    ("0.10.0", "b200", False),  # "All Blackwell backends support fp8": sm_100 exactly
+    ("0.10.2", "b300", True),  # sm_103 is not sm_100
+    ("0.11.0", "a100-80gb", False),  # no V0 engine
+])
+def test_an_fp8_kv_cache_v1_cannot_hold_runs_v0(version, gpu, v0):
+    assert runs_v0(vllm(version, gpu)) is v0
+    assert not runs_v0(vllm(version, gpu, kv="bf16"))
+
+
+def test_v0_runs_with_its_own_defaults_not_v1s():
+    v1, v0 = vllm("0.9.2", "h100-sxm"), vllm("0.9.2", "a100-80gb", max_model_len=8192)
+    assert (v1.scheduler.mixed_batches, v1.kv_cache.enable_prefix_caching) == (True, True)
+    # V0 at a context of 8,192: no chunked prefill, prefill-only steps of up to max(max_model_len, 2048) tokens,
+    # 256 sequences, no prefix caching
+    assert (v0.scheduler.chunked_prefill, v0.scheduler.mixed_batches) == (False, False)
+    assert (v0.scheduler.max_num_batched_tokens, v0.scheduler.max_num_seqs) == (8192, 256)
+    assert not v0.kv_cache.enable_prefix_caching
+    long = vllm("0.9.2", "a100-80gb")  # Llama 3.1's 131,072-token context: V0 chunks, 2,048 tokens a step
+    assert (long.scheduler.chunked_prefill, long.scheduler.max_num_batched_tokens) == (True, 2048)
+    assert any("(V0): defaults read in the 0.8.0-0.10.2 sdists" in n for n in v0.engine.notes)
+
+
+def test_an_mla_model_keeps_v1_from_0_10_2_and_v0_does_not_chunk_it():
+    deepseek = {"hf_config": str(ROOT / "benchmarks" / "published" / "deepseek-r1.json")}
+    assert not runs_v0(vllm("0.10.2", "b300", model=deepseek, tp=8))  # FlashMLA holds fp8
+    v0 = vllm("0.10.1", "b300", model=deepseek, tp=8)
+    assert runs_v0(v0) and v0.scheduler.chunked_prefill is False  # "not supported for ... MLA in V0"
