@@ -731,6 +731,11 @@ class MeasuredCostModel(PackedCostModel):
                           "decode attention (batch, context)", self.notes)
         ctx_grid.shape, gen_grid.shape = prefill_shape(hq, hkv, d), decode_shape(hq, hkv, d)
         self._prefill, self._decode = ctx_grid, gen_grid
+        if m.sliding_window:  # `measured_kernel._layer_attention`: the window caps the context, not the chunk
+            self.notes[f"attention: a sliding-window layer's prefill chunk priced as full causal attention over the "
+                       f"chunk and up to {m.sliding_window:,} tokens before it, from the full-attention rows (the "
+                       "tables' sliding-window rows are not imported): too slow once a chunk is longer than the "
+                       "window"] += 1
         if self.attention_backend == TRITON:
             self._price_triton_prefill(ctx_grid, kvd)
 

@@ -269,3 +269,12 @@ def _plan_from_row(r) -> StepPlan:
     from sim.cost.steps import plan_for_row  # the same step the whole-step check prices: prefill, decode or both
     return plan_for_row(r.kind, int(r.prefill_tokens), int(r.prefill_context), int(r.decode_batch),
                         int(r.decode_context))
+
+def test_a_sliding_window_models_prefill_approximation_is_said():
+    from sim.model.hf_config import load_hf_config
+    gpt_oss = load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
+    said = [n for n in MeasuredCostModel(gpt_oss, get_gpu("h100-sxm"), weight_dtype="mxfp4").note_lines()
+            if n.startswith("attention: a sliding-window layer's prefill chunk")]
+    assert said and "up to 128 tokens before it" in said[0]
+    assert not any(n.startswith("attention: a sliding-window") for n in
+                   MeasuredCostModel(get_model("llama-3.1-8b"), get_gpu("h100-sxm")).note_lines())
