@@ -163,8 +163,7 @@ def _vllm_triton_attention(ctx: Context, notes: list[str]) -> dict[str, Any]:
     if capability < (8, 0) or capability == (9, 0):
         return {}
     flashinfer_sinks = capability == (10, 0) or (capability[0] == 10 and v >= VLLM_SINKS_FLASHINFER_SM10X_SINCE)
-    q = ctx.raw.get("quantization")
-    fp8_kv = (isinstance(q, dict) and q.get("kv_cache") == "fp8" and VLLM_TRITON_FP8_KV[0] <= v < VLLM_TRITON_FP8_KV[1]
+    fp8_kv = (get_key(ctx.raw, "quantization.kv_cache") == "fp8" and VLLM_TRITON_FP8_KV[0] <= v < VLLM_TRITON_FP8_KV[1]
               and capability != (10, 0))
     why = ("its attention sinks" if ctx.model.model_type == "gpt_oss" and not flashinfer_sinks
            else "an fp8 KV cache" if fp8_kv else None)
@@ -239,7 +238,8 @@ def derive_vllm(ctx: Context) -> PresetResult:
         values.update(_vllm_v0_schedule(ctx, notes))
     values.update(_vllm_window_memory(ctx, notes))
     values.update(_vllm_expert_padding(ctx, notes))
-    values.update(_vllm_triton_attention(ctx, notes))
+    if v1:  # (V0 runs no model with attention sinks)
+        values.update(_vllm_triton_attention(ctx, notes))
     values.update(preset_terms(ctx, "vllm", notes, inbound_work(ctx, "vllm", notes)))
     values.update(custom_all_reduce(ctx, "vLLM"))
     if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
