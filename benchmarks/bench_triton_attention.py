@@ -32,7 +32,7 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from calibrate.aic_import import kernel_ratios, triton_prefill_ratio
+from calibrate.aic_import import kernel_ratios, triton_prefill_ratio_from_tables
 from sim.cost.measured import FA2_ATTENTION, MEASURED_DIR, TRITON_ATTENTION, TRITON_PREFILL_FILE
 
 GPUS = {"l40s": "L40S", "rtx_pro_6000_server": "RTX PRO 6000"}  # AIConfigurator system -> name in the output
@@ -70,7 +70,7 @@ def main() -> int:
     print("  caveat: fp8 KV (Triton) against bf16 KV (FA2): the decode ratios are confounded by half the KV bytes")
     shipped = json.loads((MEASURED_DIR / TRITON_PREFILL_FILE).read_text())["gpus"]
     versions = yaml.safe_load((data.parent / "query_versions.yaml").read_text())
-    now = triton_prefill_ratio(data, versions, metadata.version("aiconfigurator-core"))["gpus"]
+    now = triton_prefill_ratio_from_tables(data, versions, metadata.version("aiconfigurator-core"))["gpus"]
     same = {gpu: (g["isl"], g["ratio"]) for gpu, g in shipped.items()} == {
         gpu: (g["isl"], g["ratio"]) for gpu, g in now.items()}
     print(f"  the shipped {TRITON_PREFILL_FILE} (what the measured model prices Triton with) "

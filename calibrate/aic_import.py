@@ -53,10 +53,10 @@ and once per GPU, for every framework:
     calibrate/measured/<gpu>/nccl/       NCCL's all-reduce (`convert_nccl`): allreduce.parquet, as above with
                                          backend nccl, and meta.json (the NCCL version, the source file)
 
-and once for all GPUs, `TRITON_PREFILL_FILE` (calibrate/measured/vllm_triton_prefill.json, `triton_prefill_ratio`):
-vLLM's Triton attention over its FlashAttention-2 in context attention, by prompt length, on each GPU whose vLLM
-tables measured both (the L40S and RTX PRO 6000 at vLLM 0.24.0), which prices Triton where only FA2 was measured
-(`attention.backend: triton`, sim/cost/measured.py).
+and once for all GPUs, `TRITON_PREFILL_FILE` (calibrate/measured/vllm_triton_prefill.json,
+`triton_prefill_ratio_from_tables`): vLLM's Triton attention over its FlashAttention-2 in context attention, by prompt
+length, on each GPU whose vLLM tables measured both (the L40S and RTX PRO 6000 at vLLM 0.24.0), which prices Triton
+where only FA2 was measured (`attention.backend: triton`, sim/cost/measured.py).
 
 The all-reduce backends: vLLM and SGLang measure their custom all-reduce under CUDA graphs (`graph`) and
 eagerly (`eager`); TensorRT-LLM's table has one curve (its own all-reduce kernel, `implementation trtllm`),
@@ -230,7 +230,7 @@ def kernel_ratios(rows: pd.DataFrame, kernel: str, against: str) -> pd.Series:
     return (mine / theirs).dropna()
 
 
-def triton_prefill_ratio(data_root: Path, versions: dict, package_version: str) -> dict:
+def triton_prefill_ratio_from_tables(data_root: Path, versions: dict, package_version: str) -> dict:
     """The Triton / FA2 context-attention ratio by prompt length on every system whose vLLM tables (at the version
     AIConfigurator queries there) measured both kernels: the median over the other axes (batch, heads, KV heads,
     head size) at each prompt length. Triton's rows are fp8-KV and FA2's bf16-KV (the kernels vLLM picks for each);
@@ -578,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"dtypes {meta['measured_dtypes']}, {size / 1e6:.2f} MB")
     missing_path.write_text(json.dumps(dict(sorted(missing.items())), indent=2) + "\n")
     if FRAMEWORK in frameworks:
-        triton = triton_prefill_ratio(root / "data", versions, metadata.version(PACKAGE))
+        triton = triton_prefill_ratio_from_tables(root / "data", versions, metadata.version(PACKAGE))
         (out / TRITON_PREFILL_FILE).write_text(json.dumps(triton, indent=2) + "\n")
         print(f"{TRITON_PREFILL_FILE}: Triton / FA2 context attention on {', '.join(triton['gpus']) or 'no GPU'}")
     return 0

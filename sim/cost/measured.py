@@ -89,7 +89,7 @@ MXFP4 = "mxfp4"
 MXFP4_MARLIN = "mxfp4_marlin"
 # `attention.backend: triton` (vLLM's Triton attention backend): its own rows where a GPU's tables keep them, else
 # FlashAttention-2's context rows times the Triton / FA2 ratio by prompt length measured where both were
-# (TRITON_PREFILL_FILE, written by calibrate/aic_import.py `triton_prefill_ratio`).
+# (TRITON_PREFILL_FILE, written by calibrate/aic_import.py `triton_prefill_ratio_from_tables`).
 TRITON_ATTENTION, FA2_ATTENTION = "vllm_triton_attn", "vllm_flash_attn_fa2"  # AIConfigurator's kernel_source names
 TRITON_PREFILL_FILE = "vllm_triton_prefill.json"
 # vLLM's own FlashAttention fork (`vllm_flash_attn`, the A100's tables at vLLM 0.14.0) runs FA2 below sm_90 (FA3 needs
@@ -640,7 +640,7 @@ class MeasuredCostModel(PackedCostModel):
             raise ConfigError(f"attention.backend: {TRITON!r} (vLLM's Triton backend) is priced from vLLM's tables "
                               f"only, not cost_model.tables {tables!r}; allowed: cost_model.tables 'vllm', or null")
         self.attention_backend = attention_backend  # the engine's attention backend where not the tables' own
-        self.triton_prefill_ratio = False  # True: context attention priced as FA2's rows x Triton / FA2
+        self.triton_priced = False  # True: context attention priced as FA2's rows x Triton / FA2
         self._data_dir = tables_dir(data, "vllm", root)  # the GPU's folder: NCCL's table is in it, for every framework
         self._measured_root = root
         self.moe_rows_routing: str | None = None  # the routing of the fused-MoE rows in use (None: none in use)
@@ -757,7 +757,7 @@ class MeasuredCostModel(PackedCostModel):
         isl, log_ratio, data = triton_prefill_ratio(self._measured_root)
         at = np.interp(np.log(np.maximum(grid.ys, 1.0)), np.log(isl), log_ratio)
         grid.r = np.ascontiguousarray(grid.r + at[None, :])
-        self.triton_prefill_ratio = True
+        self.triton_priced = True
         ratio = np.exp(log_ratio)
         gpus = " and ".join(data["gpus"])
         versions = ", ".join(sorted({g["framework_version"] for g in data["gpus"].values()}))
@@ -951,7 +951,7 @@ class MeasuredCostModel(PackedCostModel):
         t, kvd = self.tables, _KV_DTYPE[self.kv_dtype]
         if self.model.attention != "mla":
             attention = f"attention {kvd}-KV rows computed in {t.attention_dtype(kvd)}" + (
-                " (context x Triton / FA2)" if self.triton_prefill_ratio else "")
+                " (context x Triton / FA2)" if self.triton_priced else "")
         # (the MLA tables hold bf16 computation only: calibrate/aic_import.py keeps mla_dtype bfloat16)
         else:
             attention = "MLA attention by the device roofline" if self.mla_by_roofline else \
