@@ -731,11 +731,11 @@ class MeasuredCostModel(PackedCostModel):
                           "decode attention (batch, context)", self.notes)
         ctx_grid.shape, gen_grid.shape = prefill_shape(hq, hkv, d), decode_shape(hq, hkv, d)
         self._prefill, self._decode = ctx_grid, gen_grid
-        if m.sliding_window:  # `measured_kernel._layer_attention`: the window caps the context, not the chunk
-            self.notes[f"attention: a sliding-window layer's prefill chunk priced as full causal attention over the "
-                       f"chunk and up to {m.sliding_window:,} tokens before it, from the full-attention rows (the "
-                       "tables' sliding-window rows are not imported): too slow once a chunk is longer than the "
-                       "window"] += 1
+        if m.sliding_window:  # `measured_kernel._windowed_chunk`
+            self.notes[f"attention: a sliding-window layer's prefill chunk longer than its {m.sliding_window:,}-token "
+                       "window priced from the full-attention rows as a batch of prompts two windows long, one per "
+                       "window, at their time per query-key pair (the tables' window rows are not imported; against "
+                       "AIConfigurator's, a median 17-33% low, benchmarks/bench_window_attention.py)"] += 1
         if self.attention_backend == TRITON:
             self._price_triton_prefill(ctx_grid, kvd)
 

@@ -23,7 +23,14 @@ import numpy as np
 
 from sim.cost.interpolation import bracket, log_ratio_1d, log_ratio_2d
 from sim.jit import njit
-from sim.cost.roofline_kernel import ACT_BYTES, hybrid_layer_mean, layer_allreduce_s, op_time, touched_experts
+from sim.cost.roofline_kernel import (
+    ACT_BYTES,
+    chunk_pairs,
+    hybrid_layer_mean,
+    layer_allreduce_s,
+    op_time,
+    touched_experts,
+)
 from sim.model.memory import MXFP4_PARAM_BYTES, NVFP4_PARAM_BYTES
 
 # Indices into the float64 array `params[0]`.
@@ -280,11 +287,26 @@ def _attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, num_pf, pf
 
 
 @njit(cache=True, inline="always")
+def _windowed_chunk(s, pf_ga, pf_gb, pf_r, log, count, same, chunk, context, window):
+    """`same` prefill chunks longer than the sliding window, each after `context` tokens (at most the window): a
+    batch of fresh prompts two windows long, one per window the chunk and its context span, at that batch's time per
+    query-key pair, times the chunk's windowed pairs (`chunk_pairs`). The tables' full-attention rows price it (their
+    sliding-window rows are not imported); AIConfigurator's H100 window-128 rows: benchmarks/bench_window_attention.py.
+    NaN: the note log is full."""
+    span = 2.0 * window
+    blocks = same * (context + chunk) / window
+    pairs, _ = chunk_pairs(chunk, context, window)
+    block = _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, NOTE_PREFILL, blocks, span)
+    return block * same * pairs / (blocks * span * (span + 1.0) / 2.0)
+
+
+@njit(cache=True, inline="always")
 def _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, window, num_pf, pf_chunk, pf_ctx,
                      num_decode_seqs, decode_ctx, query_tokens):
     """One layer's attention through a sliding `window` (0: none): prefill chunks grouped by (chunk, context) in
     first-seen order, each the largest of its causal share of a fresh prompt, the chunk alone and one read of its KV;
-    then the decodes at their mean context (each query token a row). NaN: the note log is full."""
+    a chunk longer than the window instead the larger of its windows (`_windowed_chunk`) and that read; then the
+    decodes at their mean context (each query token a row). NaN: the note log is full."""
     attn = 0.0
     for j in range(num_pf):
         chunk, context = pf_chunk[j], pf_ctx[j]
@@ -303,9 +325,15 @@ def _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, wind
             context = min(context, window)
         total = context + chunk
         share = chunk * (context + (chunk + 1) / 2) / (total * (total + 1) / 2)
+        read = _attention_grid(s, dc_ga, dc_gb, dc_r, log, count, NOTE_DECODE, same, total)
+        if window and chunk > window:
+            windows = _windowed_chunk(s, pf_ga, pf_gb, pf_r, log, count, same, chunk, context, window)
+            if math.isnan(windows) or math.isnan(read):
+                return math.nan
+            attn += windows if windows > read else read
+            continue
         whole = _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, NOTE_PREFILL, same, total) * share
         alone = _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, NOTE_PREFILL, same, chunk)
-        read = _attention_grid(s, dc_ga, dc_gb, dc_r, log, count, NOTE_DECODE, same, total)
         if math.isnan(whole) or math.isnan(alone) or math.isnan(read):
             return math.nan  # the largest of three would drop a NaN
         attn += _max3(whole, alone, read)

@@ -275,6 +275,26 @@ def test_a_sliding_window_models_prefill_approximation_is_said():
     gpt_oss = load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
     said = [n for n in MeasuredCostModel(gpt_oss, get_gpu("h100-sxm"), weight_dtype="mxfp4").note_lines()
             if n.startswith("attention: a sliding-window layer's prefill chunk")]
-    assert said and "up to 128 tokens before it" in said[0]
+    assert said and "longer than its 128-token window priced from the full-attention rows" in said[0]
     assert not any(n.startswith("attention: a sliding-window") for n in
                    MeasuredCostModel(get_model("llama-3.1-8b"), get_gpu("h100-sxm")).note_lines())
+
+
+def test_a_chunk_longer_than_the_window_is_priced_as_a_batch_of_two_window_prompts():
+    from sim.cost import measured_kernel as mk
+    from sim.model.hf_config import load_hf_config
+    gpt_oss = load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
+    cm = MeasuredCostModel(gpt_oss, get_gpu("h100-sxm"), weight_dtype="mxfp4")
+    packed, _ = mk.pack(cm)
+    s, pf_ga, pf_gb, pf_r, log, count = packed[0], *packed[7:10], packed[-2], packed[-1]
+    window = gpt_oss.sliding_window
+    assert window == 128
+    for same, chunk, context in ((1, 8192, 0), (2, 2048, 128), (1, 4096, 100)):
+        blocks = same * (context + chunk) / window
+        pairs = chunk * min(context + (chunk + 1) / 2, window)
+        want = cm._prefill(blocks, 2 * window) * same * pairs / (blocks * 2 * window * (2 * window + 1) / 2)
+        got = mk._windowed_chunk(s, pf_ga, pf_gb, pf_r, log, count, float(same), float(chunk), float(context),
+                                 float(window))
+        assert got == pytest.approx(want, rel=1e-9)
+        # far below full causal attention over the chunk, the price before (2-14x AIConfigurator's window rows)
+        assert got < 0.5 * cm._prefill(same, chunk + min(context, window))

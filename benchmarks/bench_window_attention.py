@@ -1,0 +1,90 @@
+"""Sliding-window prefill attention: how the measured model prices it against AIConfigurator's own window rows.
+
+The measured model's tables keep full-attention rows only (calibrate/aic_import.py drops `window_size` > 0), so a
+sliding-window layer's prefill chunk longer than the window is priced from them (sim/cost/measured_kernel.py
+`_windowed_chunk`): a batch of fresh prompts two windows long, one per window the chunk spans, at that batch's time
+per query-key pair, times the chunk's windowed pairs. Before 12-03 it was priced as full causal attention over the
+chunk. AIConfigurator's vLLM tables measured the window rows too (gpt-oss's 128, and 1,024 and 8,192 at some
+shapes): this compares both prices with them, at every shape measured with a window and the full-attention rows
+the estimate needs (batch 1, a prompt longer than two windows, bf16 KV; the batch-of-windows rows at batch
+prompt / window and two windows' length, both measured exactly, so nothing is interpolated). Nothing is fitted:
+the rows it checks against are not the rows it prices from.
+
+Needs aiconfigurator-core 0.12.0 on the path (`pip install aiconfigurator-core==0.12.0`, or its wheel unpacked on
+PYTHONPATH):
+
+    PYTHONPATH=.:/path/to/unpacked/wheel .venv/bin/python benchmarks/bench_window_attention.py
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import yaml
+
+from calibrate.aic_import import FRAMEWORK, SYSTEMS
+
+HEADS = ["num_heads", "num_key_value_heads", "head_dim"]
+
+
+def compare(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per window-row shape: measured, the batch-of-windows estimate, and full causal attention over the prompt."""
+    rows = rows[rows["kv_cache_dtype"] == "bfloat16"]
+    full = rows[rows["window_size"] == 0].groupby(["batch_size", "isl", *HEADS])["latency"].median()
+    windowed = rows[(rows["window_size"] > 0) & (rows["batch_size"] == 1)]
+    windowed = windowed.groupby(["window_size", "isl", *HEADS])["latency"].median()
+    out = []
+    for (window, isl, *heads), measured in windowed.items():
+        span, blocks = 2 * window, isl // window
+        if isl <= span or isl % window:
+            continue
+        block, whole = full.get((blocks, span, *heads)), full.get((1, isl, *heads))
+        if block is None or whole is None:
+            continue
+        pairs = isl * min((isl + 1) / 2, window)  # sim/cost/roofline_kernel.py chunk_pairs, no context
+        estimate = block * pairs / (blocks * span * (span + 1) / 2)
+        out.append({"window": window, "isl": isl, "measured": measured, "estimate": estimate, "full": whole})
+    return pd.DataFrame(out)
+
+
+def main() -> int:
+    try:
+        import aiconfigurator_core
+    except ImportError:
+        print("aiconfigurator-core 0.12.0 is not on the path; allowed: pip install aiconfigurator-core==0.12.0, "
+              "or its wheel unpacked on PYTHONPATH", file=sys.stderr)
+        return 2
+    systems = Path(aiconfigurator_core.__file__).parent / "systems"
+    versions = yaml.safe_load((systems / "query_versions.yaml").read_text())
+    print("AIConfigurator's vLLM context-attention rows with a sliding window (batch 1, bf16 KV) against the measured "
+          "model's price from the full-attention rows: |log(price / measured)|, median and p90")
+    for gpu, system in SYSTEMS.items():
+        version = (versions.get("overrides", {}).get(system, {}).get(FRAMEWORK, {}).get("current")
+                   or versions["defaults"][FRAMEWORK]["current"])
+        path = systems / "data" / system / "attention" / FRAMEWORK / version / "context_attention_perf.parquet"
+        if not path.is_file():
+            continue
+        rows = pd.read_parquet(path)
+        if "window_size" not in rows.columns:
+            print(f"  {gpu} (vLLM {version}): no window rows")
+            continue
+        table = compare(rows)
+        if table.empty:
+            print(f"  {gpu} (vLLM {version}): no window rows with the full-attention rows the estimate needs")
+            continue
+        for name in ("estimate", "full"):
+            err = np.log(table[name] / table["measured"])
+            label = "batch of windows (now)" if name == "estimate" else "full causal (before)"
+            print(f"  {gpu} (vLLM {version}), {label}: {len(table)} shapes, median |log| {err.abs().median():.3f}, "
+                  f"p90 {err.abs().quantile(0.9):.3f}, median signed {err.median():+.3f}")
+        by_isl = table.assign(now=table["estimate"] / table["measured"], before=table["full"] / table["measured"])
+        print("    price / measured by prompt length (median over shapes and windows):\n"
+              + by_isl.groupby("isl")[["now", "before"]].median().round(2).T.to_string())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
