@@ -32,7 +32,12 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from calibrate.aic_import import kernel_ratios, triton_prefill_ratio_from_tables
+from calibrate.aic_import import (
+    NOT_INSTALLED,
+    kernel_ratios,
+    systems_root,
+    triton_prefill_ratio_from_tables,
+)
 from sim.cost.measured import FA2_ATTENTION, MEASURED_DIR, TRITON_ATTENTION, TRITON_PREFILL_FILE
 
 GPUS = {"l40s": "L40S", "rtx_pro_6000_server": "RTX PRO 6000"}  # AIConfigurator system -> name in the output
@@ -48,12 +53,10 @@ def ratios(data: Path, system: str, kind: str) -> pd.Series:
 
 def main() -> int:
     try:
-        import aiconfigurator_core
+        data = systems_root() / "data"
     except ImportError:
-        print("aiconfigurator-core 0.12.0 is not on the path; allowed: pip install aiconfigurator-core==0.12.0, "
-              "or its wheel unpacked on PYTHONPATH", file=sys.stderr)
+        print(NOT_INSTALLED, file=sys.stderr)
         return 2
-    data = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
     print(f"vLLM {VERSION} tables of aiconfigurator-core: Triton ({TRITON_ATTENTION}, fp8 KV) / FlashAttention-2 "
           f"({FA2_ATTENTION}, bf16 KV), latency ratio at the full-attention shapes both measured")
     for kind, axis in (("context", "isl"), ("generation", "batch_size")):

@@ -19,13 +19,12 @@ PYTHONPATH):
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import yaml
 
-from calibrate.aic_import import FRAMEWORK, SYSTEMS
+from calibrate.aic_import import FRAMEWORK, NOT_INSTALLED, SYSTEMS, systems_root
 
 HEADS = ["num_heads", "num_key_value_heads", "head_dim"]
 
@@ -52,12 +51,10 @@ def compare(rows: pd.DataFrame) -> pd.DataFrame:
 
 def main() -> int:
     try:
-        import aiconfigurator_core
+        systems = systems_root()
     except ImportError:
-        print("aiconfigurator-core 0.12.0 is not on the path; allowed: pip install aiconfigurator-core==0.12.0, "
-              "or its wheel unpacked on PYTHONPATH", file=sys.stderr)
+        print(NOT_INSTALLED, file=sys.stderr)
         return 2
-    systems = Path(aiconfigurator_core.__file__).parent / "systems"
     versions = yaml.safe_load((systems / "query_versions.yaml").read_text())
     print("AIConfigurator's vLLM context-attention rows with a sliding window (batch 1, bf16 KV) against the measured "
           "model's price from the full-attention rows: |log(price / measured)|, median and p90")

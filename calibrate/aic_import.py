@@ -114,7 +114,13 @@ _WEIGHT_DTYPES = {**_DTYPES, "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 _MOE_DTYPES = {**_WEIGHT_DTYPES, "w4a16_mxfp4": "mxfp4"}
 
 
-def _data_root() -> Path:
+# What a command that reads AIConfigurator's tables says where the package is not importable (exit 2).
+NOT_INSTALLED = (f"{PACKAGE} 0.12.0 is not on the path; allowed: pip install {PACKAGE}==0.12.0, or its wheel "
+                 "unpacked on PYTHONPATH")
+
+
+def systems_root() -> Path:
+    """aiconfigurator_core/systems of the installed package (ImportError without it)."""
     import aiconfigurator_core
     return Path(aiconfigurator_core.__file__).parent / "systems"
 
@@ -538,9 +544,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"--frameworks: {bad[0]!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}", file=sys.stderr)
         return 2
     try:
-        root = _data_root()
+        root = systems_root()
     except ImportError:
-        print(f"{PACKAGE} is not installed in this Python; allowed: a venv with {PACKAGE}==0.12.0", file=sys.stderr)
+        print(NOT_INSTALLED, file=sys.stderr)
         return 2
     versions = yaml.safe_load((root / "query_versions.yaml").read_text())
     out = Path(args.out)
