@@ -291,7 +291,7 @@ def _windowed_chunk(s, pf_ga, pf_gb, pf_r, log, count, same, chunk, context, win
     """`same` prefill chunks longer than the sliding window, each after `context` tokens (at most the window): a
     batch of fresh prompts two windows long, one per window the chunk and its context span, at that batch's time per
     query-key pair, times the chunk's windowed pairs (`chunk_pairs`). The tables' full-attention rows price it (their
-    sliding-window rows are not imported); AIConfigurator's H100 window-128 rows: benchmarks/bench_window_attention.py.
+    sliding-window rows are not imported); against those rows: benchmarks/bench_window_attention.py.
     NaN: the note log is full."""
     span = 2.0 * window
     blocks = same * (context + chunk) / window
