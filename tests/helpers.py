@@ -113,6 +113,11 @@ REPO = Path(__file__).resolve().parents[1]
 # How long a test waits on a `servesim` subprocess: a guard against a hang, not a speed check (the first process of
 # a fresh checkout compiles and caches the numba kernels it runs, which on a slow shared host can take minutes).
 SUBPROCESS_TIMEOUT_S = 600
+# How long a test waits on one run of the dashboard's script (Streamlit's AppTest; its own default is 3 s): the same
+# kind of guard. The suite compiles the engine core even on a cold numba cache (tests/conftest.py), and the first
+# page a worker renders may be the one that compiles it: 306 s for the quickstart page on a cold cache, alone, on the
+# 2-vCPU development machine (12-03), where 120 s failed a fresh checkout's suite.
+APP_RUN_TIMEOUT_S = 900
 
 
 def servesim(*args, cwd: Path = REPO) -> subprocess.CompletedProcess:

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from helpers import small_scenario
+from helpers import APP_RUN_TIMEOUT_S, small_scenario
 
 from sim.config.files import validate_scenario
 from sim.run import make_workload, simulate
@@ -147,7 +147,7 @@ def test_the_upload_widgets_show_their_real_limits():
     from streamlit.testing.v1 import AppTest
 
     from sim.views import dashboard as dash
-    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(REPO / "app.py"), default_timeout=APP_RUN_TIMEOUT_S)
     at.run()
     assert not at.exception
     scenario = at.file_uploader(key="scenario_upload").proto

@@ -15,10 +15,9 @@ from sim.config.files import build_scenario_set  # noqa: E402
 from sim.results import Result  # noqa: E402
 from sim.views import dashboard as dash  # noqa: E402
 from sim.views.cli import main as servesim  # noqa: E402
-from helpers import small_scenario
+from helpers import APP_RUN_TIMEOUT_S, small_scenario
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
-TIMEOUT_S = 120  # AppTest's own limit on one script run (default 3 s); a generous bound, not an assertion
 
 SMALL = small_scenario({'name': 'uploaded',
                         'workload': {'arrival': {'rate_per_s': 12}, 'lengths': {'input_tokens': 256, 'output_tokens': 64}},
@@ -30,7 +29,7 @@ SMALL = small_scenario({'name': 'uploaded',
 
 
 def started() -> AppTest:
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
+    at = AppTest.from_file(APP, default_timeout=APP_RUN_TIMEOUT_S)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at

@@ -12,10 +12,9 @@ import yaml
 pytest.importorskip("streamlit", reason="the dashboard needs the ui extra (streamlit)")
 from streamlit.testing.v1 import AppTest  # noqa: E402
 
-from helpers import small_scenario  # noqa: E402
+from helpers import APP_RUN_TIMEOUT_S, small_scenario  # noqa: E402
 
 APP = str(Path(__file__).resolve().parents[2] / "app.py")
-TIMEOUT_S = 120  # AppTest's own limit on one script run, not an assertion
 AZURE = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
          + "".join(f"2023-11-16 18:15:{s:02d}.5000000,{200 + s},{10 + s}\n" for s in range(40))).encode()
 SMALL = small_scenario({"name": "uploaded", "run": {"num_requests": 40}})
@@ -23,7 +22,7 @@ SMALL = small_scenario({"name": "uploaded", "run": {"num_requests": 40}})
 
 def started(monkeypatch, uploads: Path) -> AppTest:
     monkeypatch.setenv("SERVESIM_UPLOAD_DIR", str(uploads))
-    at = AppTest.from_file(APP, default_timeout=TIMEOUT_S)
+    at = AppTest.from_file(APP, default_timeout=APP_RUN_TIMEOUT_S)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     return at

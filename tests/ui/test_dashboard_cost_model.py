@@ -6,7 +6,7 @@ import copy
 import json
 
 import pytest
-from helpers import small_scenario
+from helpers import APP_RUN_TIMEOUT_S, small_scenario
 
 from sim.config.files import validate_scenario
 from sim.config.schema import MeasuredCostSpec, RooflineSpec, Scenario, literal_choices, union_kinds
@@ -125,7 +125,7 @@ def test_the_page_starts_on_the_best_available_and_notes_a_fallback_for_a_gpu_wi
     from pathlib import Path
 
     from streamlit.testing.v1 import AppTest
-    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=120)
+    at = AppTest.from_file(str(Path(__file__).resolve().parents[2] / "app.py"), default_timeout=APP_RUN_TIMEOUT_S)
     at.run()
     assert not at.exception, [e.value for e in at.exception]
     assert at.selectbox(key="0.cost_model").value == dash.BEST

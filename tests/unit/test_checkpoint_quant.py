@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import SUBPROCESS_TIMEOUT_S
 
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
@@ -183,7 +184,7 @@ def test_the_dumped_scenario_reads_back_equal(tmp_path):
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     return subprocess.run([sys.executable, "-m", "sim.views.cli", *args], check=False, cwd=cwd, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=SUBPROCESS_TIMEOUT_S)
 
 
 def test_cli_refuses_an_unread_quantization_in_one_line_and_writes_nothing(tmp_path):
