@@ -33,9 +33,8 @@ import pandas as pd
 import yaml
 
 from calibrate.aic_import import (
-    NOT_INSTALLED,
     kernel_ratios,
-    systems_root,
+    installed_systems_root,
     triton_prefill_ratio_from_tables,
 )
 from sim.cost.measured import FA2_ATTENTION, MEASURED_DIR, TRITON_ATTENTION, TRITON_PREFILL_FILE
@@ -52,11 +51,10 @@ def ratios(data: Path, system: str, kind: str) -> pd.Series:
 
 
 def main() -> int:
-    try:
-        data = systems_root() / "data"
-    except ImportError:
-        print(NOT_INSTALLED, file=sys.stderr)
+    systems = installed_systems_root()
+    if systems is None:
         return 2
+    data = systems / "data"
     print(f"vLLM {VERSION} tables of aiconfigurator-core: Triton ({TRITON_ATTENTION}, fp8 KV) / FlashAttention-2 "
           f"({FA2_ATTENTION}, bf16 KV), latency ratio at the full-attention shapes both measured")
     for kind, axis in (("context", "isl"), ("generation", "batch_size")):

@@ -2,7 +2,7 @@
 
 The measured model's tables keep full-attention rows only (calibrate/aic_import.py drops `window_size` > 0), so a
 sliding-window layer's prefill chunk longer than the window is priced from them (sim/cost/measured_kernel.py
-`_windowed_chunk`): a batch of fresh prompts two windows long, one per window the chunk spans, at that batch's time
+`windowed_chunks`): a batch of fresh prompts two windows long, one per window the chunk spans, at that batch's time
 per query-key pair, times the chunk's windowed pairs. Before 12-03 it was priced as full causal attention over the
 chunk. AIConfigurator's vLLM tables measured the window rows too (gpt-oss's 128, and 1,024 and 8,192 at some
 shapes): this compares both prices with them, at every shape measured with a window and the full-attention rows
@@ -24,7 +24,8 @@ import numpy as np
 import pandas as pd
 import yaml
 
-from calibrate.aic_import import FRAMEWORK, NOT_INSTALLED, SYSTEMS, systems_root
+from calibrate.aic_import import FRAMEWORK, SYSTEMS, installed_systems_root
+from sim.cost.measured_kernel import windowed_chunks
 
 HEADS = ["num_heads", "num_key_value_heads", "head_dim"]
 
@@ -37,23 +38,19 @@ def compare(rows: pd.DataFrame) -> pd.DataFrame:
     windowed = windowed.groupby(["window_size", "isl", *HEADS])["latency"].median()
     out = []
     for (window, isl, *heads), measured in windowed.items():
-        span, blocks = 2 * window, isl // window
-        if isl <= span or isl % window:
+        if isl <= 2 * window or isl % window:
             continue
-        block, whole = full.get((blocks, span, *heads)), full.get((1, isl, *heads))
+        blocks, span, factor = windowed_chunks(1.0, float(isl), 0.0, float(window))  # one fresh prompt
+        block, whole = full.get((int(blocks), int(span), *heads)), full.get((1, isl, *heads))
         if block is None or whole is None:
             continue
-        pairs = isl * min((isl + 1) / 2, window)  # sim/cost/roofline_kernel.py chunk_pairs, no context
-        estimate = block * pairs / (blocks * span * (span + 1) / 2)
-        out.append({"window": window, "isl": isl, "measured": measured, "estimate": estimate, "full": whole})
+        out.append({"window": window, "isl": isl, "measured": measured, "estimate": block * factor, "full": whole})
     return pd.DataFrame(out)
 
 
 def main() -> int:
-    try:
-        systems = systems_root()
-    except ImportError:
-        print(NOT_INSTALLED, file=sys.stderr)
+    systems = installed_systems_root()
+    if systems is None:
         return 2
     versions = yaml.safe_load((systems / "query_versions.yaml").read_text())
     print("AIConfigurator's vLLM context-attention rows with a sliding window (batch 1, bf16 KV) against the measured "

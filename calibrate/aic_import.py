@@ -119,9 +119,14 @@ NOT_INSTALLED = (f"{PACKAGE} 0.12.0 is not on the path; allowed: pip install {PA
                  "unpacked on PYTHONPATH")
 
 
-def systems_root() -> Path:
-    """aiconfigurator_core/systems of the installed package (ImportError without it)."""
-    import aiconfigurator_core
+def installed_systems_root() -> Path | None:
+    """aiconfigurator_core/systems of the installed package; None, said in one line on stderr, without it (the
+    caller exits 2)."""
+    try:
+        import aiconfigurator_core
+    except ImportError:
+        print(NOT_INSTALLED, file=sys.stderr)
+        return None
     return Path(aiconfigurator_core.__file__).parent / "systems"
 
 
@@ -543,10 +548,8 @@ def main(argv: list[str] | None = None) -> int:
     if bad:
         print(f"--frameworks: {bad[0]!r} is not allowed; allowed: {', '.join(FRAMEWORKS)}", file=sys.stderr)
         return 2
-    try:
-        root = systems_root()
-    except ImportError:
-        print(NOT_INSTALLED, file=sys.stderr)
+    root = installed_systems_root()
+    if root is None:
         return 2
     versions = yaml.safe_load((root / "query_versions.yaml").read_text())
     out = Path(args.out)

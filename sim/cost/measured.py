@@ -192,20 +192,11 @@ def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str 
 def attention_kernel(gpu: str, tables: str = "vllm", root: Path | None = None) -> str | None:
     """The attention kernel this GPU's tables of this framework measured (context and decode alike, bf16 KV: the
     kernel_source meta.json records), or None where there are no such tables or the two differ."""
-    kernels = set(attention_kernels(gpu, tables, root))
-    return kernels.pop() if len(kernels) == 1 else None
-
-
-def attention_kernels(gpu: str, tables: str = "vllm", root: Path | None = None,
-                      kv_dtype: str = "bf16") -> tuple[str | None, str | None]:
-    """The (prefill, decode) attention kernels this GPU's tables of this framework measured at this KV dtype (the
-    kernel_source meta.json records); None for each where there are no such tables or rows."""
     if gpu_unmeasured(gpu, tables, root):
-        return None, None
+        return None
     meta = json.loads((tables_dir(gpu, tables, root) / "meta.json").read_text())["tables"]
-    prefill, decode = (meta.get(t, {}).get("kernels", {}).get(kv_dtype)
-                       for t in ("context_attention", "generation_attention"))
-    return prefill, decode
+    kernels = {meta.get(t, {}).get("kernels", {}).get("bf16") for t in ("context_attention", "generation_attention")}
+    return kernels.pop() if len(kernels) == 1 else None
 
 
 def triton_prefill_ratio(root: Path | None = None) -> tuple[np.ndarray, np.ndarray, dict]:

@@ -287,17 +287,24 @@ def _attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, num_pf, pf
 
 
 @njit(cache=True, inline="always")
-def _windowed_chunk(s, pf_ga, pf_gb, pf_r, log, count, same, chunk, context, window):
-    """`same` prefill chunks longer than the sliding window, each after `context` tokens (at most the window): a
-    batch of fresh prompts two windows long, one per window the chunk and its context span, at that batch's time per
-    query-key pair, times the chunk's windowed pairs (`chunk_pairs`). The tables' full-attention rows price it (their
-    sliding-window rows are not imported); against those rows: benchmarks/bench_window_attention.py.
-    NaN: the note log is full."""
+def windowed_chunks(same, chunk, context, window):
+    """How `same` prefill chunks longer than the sliding window, each after `context` tokens (at most the window),
+    are priced from full-attention rows: (a batch of fresh prompts two windows long, one per window the chunks and
+    their context span; that length; the factor on the batch's time: the chunks' windowed pairs (`chunk_pairs`) over
+    the batch's causal pairs, i.e. at the batch's time per query-key pair). `_windowed_chunk` prices with it, and
+    benchmarks/bench_window_attention.py checks it against AIConfigurator's own sliding-window rows."""
     span = 2.0 * window
     blocks = same * (context + chunk) / window
     pairs, _ = chunk_pairs(chunk, context, window)
-    block = _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, NOTE_PREFILL, blocks, span)
-    return block * same * pairs / (blocks * span * (span + 1.0) / 2.0)
+    return blocks, span, same * pairs / (blocks * span * (span + 1.0) / 2.0)
+
+
+@njit(cache=True, inline="always")
+def _windowed_chunk(s, pf_ga, pf_gb, pf_r, log, count, same, chunk, context, window):
+    """`same` prefill chunks longer than the sliding window (`windowed_chunks`), from the prefill grid (the tables'
+    full-attention rows: their sliding-window rows are not imported). NaN: the note log is full."""
+    blocks, span, factor = windowed_chunks(same, chunk, context, window)
+    return _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, NOTE_PREFILL, blocks, span) * factor
 
 
 @njit(cache=True, inline="always")
@@ -324,7 +331,6 @@ def _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, wind
         if window:
             context = min(context, window)
         total = context + chunk
-        share = chunk * (context + (chunk + 1) / 2) / (total * (total + 1) / 2)
         read = _attention_grid(s, dc_ga, dc_gb, dc_r, log, count, NOTE_DECODE, same, total)
         if window and chunk > window:
             windows = _windowed_chunk(s, pf_ga, pf_gb, pf_r, log, count, same, chunk, context, window)
@@ -332,6 +338,7 @@ def _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, wind
                 return math.nan
             attn += windows if windows > read else read
             continue
+        share = chunk * (context + (chunk + 1) / 2) / (total * (total + 1) / 2)
         whole = _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, NOTE_PREFILL, same, total) * share
         alone = _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, NOTE_PREFILL, same, chunk)
         if math.isnan(whole) or math.isnan(alone) or math.isnan(read):

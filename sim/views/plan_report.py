@@ -396,7 +396,7 @@ def cost_model_groups(result: PlanResult) -> list[tuple[str, list[str], tuple[st
     """What each candidate's cost model approximates as built (`CandidateOutcome.cost_model_notes`), once per cost
     model and set of notes; the candidates whose model notes nothing are left out."""
     return note_groups((o.candidate.name, o.cost_model, o.cost_model_notes) for o in result.outcomes
-                              if o.cost_model_notes)
+                       if o.cost_model_notes)
 
 
 def _engine_notes_markdown(result: PlanResult) -> list[str]:
