@@ -13,7 +13,7 @@ from sim.errors import ConfigError
 
 # What the measurements behind each measured cost model ran:
 # - `measured`: NVIDIA AIConfigurator's vLLM tables time vLLM's attention backends (FlashAttention / FlashInfer),
-#   which never materialize the scores (calibrate/measured/README.md names the tables);
+#   which never materialize the scores (each GPU's calibrate/measured/<gpu>/meta.json `tables` names them);
 # - `roofline` with `efficiencies: learned`: efficiencies fitted to those same tables (calibrate/learn_roofline.py);
 # - `calibrated`: the profile's meta.json `attention_kernel`, written by `calibrate steps --attention`; a profile
 #   without the key was measured before the option existed, with torch SDPA choosing flash or memory-efficient

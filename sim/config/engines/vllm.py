@@ -152,6 +152,12 @@ VLLM_TRITON_ATTENTION_SINCE = (0, 10)
 VLLM_TRITON_FP8_KV = ((0, 11), (0, 12))  # the releases whose rule sent an fp8 KV cache to Triton
 VLLM_SINKS_FLASHINFER_SM10X_SINCE = (0, 13)  # FlashInfer's TRT-LLM kernels on every sm_10x, not sm_100 alone
 VLLM_BACKENDS_READ_UNTIL = (0, 24)  # the newest release read; later ones are taken to keep its rule
+# Models with attention sinks. V0's attention implementations take none (their __init__ has no `sinks` argument, read
+# in the 0.10.1 and 0.10.2 sdists), so a V0 fallback for one is refused (`derive_vllm`).
+VLLM_SINKS_MODEL_TYPES = ("gpt_oss",)
+# The first release whose model registry (vllm/model_executor/models/registry.py) has a model type, where it is later
+# than the versions the preset knows: GptOssForCausalLM is in 0.10.1's sdist, not in 0.10.0's.
+VLLM_MODEL_TYPE_SINCE = {"gpt_oss": (0, 10, 1)}
 
 
 def _vllm_triton_attention(ctx: Context, notes: list[str]) -> dict[str, Any]:
@@ -165,7 +171,7 @@ def _vllm_triton_attention(ctx: Context, notes: list[str]) -> dict[str, Any]:
     flashinfer_sinks = capability == (10, 0) or (capability[0] == 10 and v >= VLLM_SINKS_FLASHINFER_SM10X_SINCE)
     fp8_kv = (get_key(ctx.raw, "quantization.kv_cache") == "fp8" and VLLM_TRITON_FP8_KV[0] <= v < VLLM_TRITON_FP8_KV[1]
               and capability != (10, 0))
-    why = ("its attention sinks" if ctx.model.model_type == "gpt_oss" and not flashinfer_sinks
+    why = ("its attention sinks" if ctx.model.model_type in VLLM_SINKS_MODEL_TYPES and not flashinfer_sinks
            else "an fp8 KV cache" if fp8_kv else None)
     if why is None:
         return {}
@@ -188,8 +194,17 @@ def derive_vllm(ctx: Context) -> PresetResult:
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
                               "kv_cache.block_size": 16, "kv_cache.gpu_memory_utilization": 0.9}
     notes: list[str] = []
+    since = VLLM_MODEL_TYPE_SINCE.get(ctx.model.model_type) if ctx.model is not None else None
+    if since is not None and v < since:
+        raise ConfigError(f"engine.version: {ctx.version_text!r} has no {ctx.model.model_type} model (its registry "
+                          f"gained it in {dotted_version(since)}); allowed: {dotted_version(since)} or later")
     fallback = _vllm_v0_fallback(ctx)
     if fallback is not None:
+        if ctx.model is not None and ctx.model.model_type in VLLM_SINKS_MODEL_TYPES:
+            raise ConfigError(f"quantization.kv_cache: 'fp8' with {ctx.model.model_type} on {ctx.gpu.name} is not "
+                              f"run by vLLM {ctx.version_text}: V1 falls back to V0 for it, whose attention takes no "
+                              "sinks (vllm/attention/backends/flash_attn.py and xformers.py), so the model does not "
+                              "load; allowed: bf16 (or leave it out), an sm_9x or sm_100 GPU, or vLLM 0.11.0 or later")
         notes.append(fallback)
     v1 = v >= (0, 8) and fallback is None
     if v1:
