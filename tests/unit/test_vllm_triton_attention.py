@@ -64,9 +64,9 @@ def test_a_release_past_the_newest_read_keeps_its_rule_and_says_so():
 @pytest.mark.parametrize("gpu, version", [("h100-sxm", "0.11.0"),  # sm_90: FlashAttention 3, which has sinks
                                           ("h100-sxm", "0.24.0"),
                                           ("b200", "0.11.0"),  # sm_100 exactly: FlashInfer first
-                                          ("b200", "0.24.0"),
-                                          ("a100-80gb", "0.9.2")])  # before the releases read
-def test_no_triton_backend_where_the_rule_does_not_apply_or_was_not_read(gpu, version):
+                                          ("b200", "0.24.0")])
+def test_no_triton_backend_where_the_rule_does_not_apply(gpu, version):
+    """(Before 0.10.1 vLLM has no gpt-oss, which it refuses: tests/unit/test_vllm_v0_fallback.py.)"""
     sc, notes = preset(GPT_OSS, gpu, version)
     assert sc.attention.backend is None and notes == []
 
