@@ -155,6 +155,16 @@ def cost_model_kind(label: str) -> str:
     return head.split(" (", 1)[0] or "-"
 
 
+# Where a run counts as compute-bound in the breakdown: its simulation's MFU at or above this. A split for reading
+# the table, not a model parameter (12-03: 0.25 to 0.5 give the same picture).
+COMPUTE_BOUND_MFU = 0.3
+
+
+def _bound(mfu: float) -> str:
+    return "-" if not math.isfinite(mfu) else (f">= {COMPUTE_BOUND_MFU:.0%}" if mfu >= COMPUTE_BOUND_MFU
+                                               else f"< {COMPUTE_BOUND_MFU:.0%}")
+
+
 def print_breakdown(results, which: str = "held-out") -> None:
     """Where the error sits: the same medians per source and GPU, per kind of run, and per kind of cost model the runs
     were priced by."""
@@ -164,6 +174,14 @@ def print_breakdown(results, which: str = "held-out") -> None:
           "| --- | --- | ---: | ---: | ---: | ---: | ---: |")
     for (source, gpu), e in sorted(by_source.items()):
         print(f"| {source} | {gpu} | {_summary_cells(e)} |")
+    by_bound = ps.summarize(results, which, key=lambda r: (ps.source_repo(r.case), r.case.gpu,
+                                                           _bound(r.mfu)))
+    print(f"\n## Per source, GPU and how compute-bound the simulated run is (its MFU against "
+          f"{COMPUTE_BOUND_MFU:.0%}), {which} runs only\n")
+    print("| source | GPU | simulated MFU | runs | simulated | throughput | TTFT | TPOT/ITL |\n"
+          "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: |")
+    for (source, gpu, bound), e in sorted(by_bound.items()):
+        print(f"| {source} | {gpu} | {bound} | {_summary_cells(e)} |")
     by_kind = ps.summarize(results, which, key=lambda r: r.case.kind)
     print(f"\n## Per kind of run (each case's `kind`), {which} runs only\n")
     print("| kind | runs | simulated | throughput | TTFT | TPOT/ITL |\n| --- | ---: | ---: | ---: | ---: | ---: |")
@@ -198,7 +216,8 @@ def print_peak(results, which: str = "held-out") -> None:
 def write_csv(path: Path, results, cost_model: str) -> None:
     fields = ["file", "case", "engine", "version", "gpu", "tp", "weights", "kv_dtype", "kind", "role", "status",
               "reason", "metric", "quoted_key", "unit", "measured", "simulated", "error", "servesim_quantity",
-              "definition", "cost_model", "cost_model_label", "url", "assumptions", "approximations", "notes"]
+              "definition", "cost_model", "cost_model_label", "simulated_mfu", "url", "assumptions", "approximations",
+              "notes"]
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=fields)
@@ -208,7 +227,7 @@ def write_csv(path: Path, results, cost_model: str) -> None:
             base = {"file": c.file, "case": c.name, "engine": c.engine.key, "version": c.engine.version, "gpu": c.gpu,
                     "tp": c.tensor_parallel, "weights": c.weights, "kv_dtype": c.kv_dtype, "kind": c.kind,
                     "role": r.role, "status": r.status, "reason": r.reason, "cost_model": cost_model,
-                    "cost_model_label": r.label, "url": c.url,
+                    "cost_model_label": r.label, "simulated_mfu": r.mfu, "url": c.url,
                     "assumptions": "; ".join(c.assumptions), "approximations": "; ".join(r.approximations),
                     "notes": r.notes}
             for m in c.metrics:

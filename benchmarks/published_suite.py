@@ -1165,6 +1165,7 @@ class CaseResult:
     fitted: dict = field(default_factory=dict)
     notes: str = ""
     wall_s: float = 0.0
+    mfu: float = math.nan  # the simulated run's model FLOPs utilization (the summary's `mfu`)
 
 
 def measure(result, requests: RequestLengths | None = None) -> dict:
@@ -1242,6 +1243,7 @@ def run_case(case: PublishedCase, cost_model_name: str, fitted: dict | None = No
         res.simulated[m.group] = value
         res.errors[m.group] = value / m.measured - 1 if math.isfinite(value) and m.measured else math.nan
     s = result.summary
+    res.mfu = float(s.get("mfu", math.nan))
     unfinished = int(s.get("num_unfinished", 0)) + int(s.get("num_rejected", 0))
     res.notes = f"KV {s.get('kv_capacity_tokens', 0):,} tokens, {s.get('preemptions', 0)} preemptions"
     if unfinished:

@@ -43,8 +43,12 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
   latent sizes; AIConfigurator's `ContextMLA` / `GenerationMLA`, which its DeepSeek model puts between the
   q/kv projections and o_proj), kv_dtype, batch_size, isl (context: prompt tokens, empty cache) or kv_tokens
   (generation: step + 1), num_heads (per GPU), latency_ms; computed in bf16 (the only `mla_dtype` of these
-  tables). vLLM's tables hold MLA only as whole modules (`mla_*_module_perf`: the projections inside), which
-  ServeSim, pricing the projections from the GEMM rows, cannot use: vLLM's MLA stays on the device roofline.
+  tables). vLLM's tables hold MLA only as whole modules (`mla_*_module_perf`: the projections inside):
+- context_mla_module.parquet, generation_mla_module.parquet (vLLM only): vLLM's whole MLA attention module
+  (`_mla_module`), kv_dtype, gemm_dtype (its projections' dtype: bf16, fp8_block, nvfp4), batch_size, isl (context,
+  empty cache) or kv_tokens (generation: AIConfigurator's `step`, which here counts the new token), num_heads (per
+  GPU), latency_ms; DeepSeek-V3's sizes. The measured model prices vLLM's MLA attention as these less its own prices
+  of the module's projections.
 - meta.json: source package and version, system, framework and version of each table (and any fallback
   to another version), the kernel each table keeps, the dtypes measured, the device name, units.
 
@@ -366,6 +370,48 @@ def _mla(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
     return (_medians(keep) if keep else pd.DataFrame()), kernels
 
 
+# vLLM's MLA, which AIConfigurator measures only as whole modules (vLLM's DeepseekV2MLAAttention forward under CUDA
+# graphs: the fused q_a/kv_a projection, q_b, the attention with its norms, rotary and cache write, o_proj), at
+# DeepSeek-V3's sizes with 1-128 heads (collector/vllm/collect_mla_module.py). Kept as measured, per KV dtype and
+# GEMM dtype; the measured model takes its own prices of the projections off them (sim/cost/measured.py
+# `_vllm_mla_rows`). Its `step` is the decode's whole context, the new token included ("seq_len includes the
+# current token"); context rows start from an empty cache (prefix 0). A context row's kernel is vLLM's prefill
+# backend, or its decode backend where vLLM ran a short prompt as a decode (FLASH_ATTN_MLA to 512 tokens on the
+# H100); where two prefill backends measured the same point (the B200's TRTLLM_RAGGED beside FLASH_ATTN, fp8 KV),
+# `MLA_PREFILL_BACKEND`'s, which vLLM 0.24.0's selector ranks first (the collector says so of sm_100).
+MLA_MODULE_MODEL = "deepseek-ai/DeepSeek-V3"
+MLA_PREFILL_BACKEND = "FLASH_ATTN"
+
+
+def _mla_module(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
+    rows = df[(df["model"] == MLA_MODULE_MODEL) & (df["mla_dtype"] == "bfloat16")]
+    if not generation:
+        rows = rows[rows["step"] == 0]
+    keep, kernels = [], {}
+    for src_kv, kv in _DTYPES.items():
+        for src_gemm, gemm in _WEIGHT_DTYPES.items():
+            part = rows[(rows["kv_cache_dtype"] == src_kv) & (rows["gemm_type"] == src_gemm)]
+            if part.empty:
+                continue
+            if generation:
+                used = [_main_kernel(part)]
+            else:  # every backend vLLM ran, one per point: the prefill backend's where several measured it
+                used = sorted(set(part["kernel_source"]), key=lambda k: (k != MLA_PREFILL_BACKEND, k))
+                part = part.assign(rank=[used.index(k) for k in part["kernel_source"]])
+                part = part.sort_values("rank").drop_duplicates(["num_heads", "batch_size", "isl"])
+                used = [k for k in used if k in set(part["kernel_source"])]
+            part = part[part["kernel_source"].isin(used)]
+            kernels.setdefault(kv, {})[gemm] = ", ".join(used)
+            cols = {"kv_dtype": kv, "gemm_dtype": gemm, "batch_size": part["batch_size"]}
+            if generation:
+                cols["kv_tokens"] = part["step"]
+            else:
+                cols["isl"] = part["isl"]
+            cols.update(num_heads=part["num_heads"], latency_ms=part["latency"])
+            keep.append(pd.DataFrame(cols))
+    return (_medians(keep) if keep else pd.DataFrame()), kernels
+
+
 TABLES = {
     # name: (AIConfigurator op folder, file, converter)
     "gemm": ("gemm", "gemm_perf.parquet", _gemm),
@@ -375,7 +421,11 @@ TABLES = {
     "moe": ("moe", "moe_perf.parquet", _moe),
     "context_mla": ("mla", "context_mla_perf.parquet", lambda d: _mla(d, False)),
     "generation_mla": ("mla", "generation_mla_perf.parquet", lambda d: _mla(d, True)),
+    "context_mla_module": ("mla", "mla_context_module_perf.parquet", lambda d: _mla_module(d, False)),
+    "generation_mla_module": ("mla", "mla_generation_module_perf.parquet", lambda d: _mla_module(d, True)),
 }
+# Tables imported for some frameworks only: the others price MLA from their attention-alone tables.
+ONLY_FOR = {"context_mla_module": ("vllm",), "generation_mla_module": ("vllm",)}
 # Per framework, the MoE dtypes kept (fp8 = per-tensor W8A8 experts, fp8_block = block-scaled, w4a16_mxfp4 = MXFP4
 # experts). TensorRT-LLM measures both fp8 kinds with its default kernel (moe_torch_flow_cutlass); SGLang only
 # block-scaled fp8; vLLM's per-tensor fp8 rows are one checkpoint format's kernel (ModelOpt, FlashInfer CUTLASS), so
@@ -473,17 +523,20 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
     no data). `lenders`: {another framework: its version queried on this system}, whose MoE rows may fill a
     kernel this framework's lack (`MOE_BORROWED`)."""
     fw = _NAMES[framework]
-    found = {name: _pick(system_dir, op, fname, current, framework) for name, (op, fname, _) in TABLES.items()}
+    found = {name: _pick(system_dir, op, fname, current, framework) for name, (op, fname, _) in TABLES.items()
+             if framework in ONLY_FOR.get(name, (framework,))}
     missing = [n for n in REQUIRED if found[n] is None]
     if missing:
         raise LookupError(f"no {fw} {', '.join(missing)} table under {system_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)
     tables, device = {}, None
     for name, (op, fname, convert) in TABLES.items():
+        if name not in found:
+            continue
         if found[name] is None:
             note = f"no {fw} {fname} for {system}"
-            if op == "mla" and (system_dir / op / framework).is_dir():
-                note += " (MLA measured only as whole modules, the projections inside: mla_*_module_perf)"
+            if name in ("context_mla", "generation_mla") and found.get("context_mla_module") is not None:
+                note += " (MLA measured only as whole modules, the projections inside: *_mla_module)"
             tables[name] = {"status": "absent", "note": note}
             continue
         path, version = found[name]
@@ -504,6 +557,8 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
         entry = {"status": "ok", "framework": framework, "framework_version": version,
                  "source_file": str(path.relative_to(system_dir.parent.parent)), "rows": len(df),
                  "kernels": kernels}
+        if "gemm_dtype" in df.columns:
+            entry["gemm_dtypes"] = sorted(set(df["gemm_dtype"]))
         if "dtype" in df.columns or "kv_dtype" in df.columns:
             entry["dtypes"] = sorted(set(df["dtype" if "dtype" in df.columns else "kv_dtype"]))
         if dropped:

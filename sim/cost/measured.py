@@ -32,9 +32,14 @@ point once (`note_outside`). Grid points are reproduced exactly.
 MLA attention comes from the MLA tables where the engine's tables have them (SGLang, TensorRT-LLM: the attention
 alone, DeepSeek-V3's latent sizes, by heads per GPU; the projections around it are GEMMs like any other).
 
+vLLM's MLA AIConfigurator measures only as whole modules (projections, attention, norms, rotary, cache write, under
+CUDA graphs; DeepSeek-V3's sizes): its attention is each module row less this model's own prices of the module's
+projections, so the block costs the module's measured time at every measured point (`_vllm_mla_rows`); other sizes,
+heads per GPU not measured, or modules measured at or below the GEMM rows' price of their projections (the B200's
+fp8 ones), take the device roofline, said.
+
 What the tables do not hold: elementwise ops (priced at the GEMM table's byte rate, at least the
-fastest measured kernel), vLLM's MLA attention (AIConfigurator measures it only as whole modules, projections
-inside: the device roofline), swap copies (the host link), and
+fastest measured kernel), swap copies (the host link), and
 the engine's CPU time per step (`step_overhead_s`, default 0: AIConfigurator's estimator, a pure
 kernel sum, is within ~6% median of whole CUDA-graphed steps measured on an H100).
 
@@ -117,6 +122,11 @@ def moe_dtype(weight_dtype: str, fp8_block: bool = False) -> str | None:
 # The MLA sizes AIConfigurator's MLA tables were measured at, DeepSeek-V3's (qk_nope_head_dim, qk_rope_head_dim,
 # v_head_dim, kv_lora_rank; its sdk/models/deepseek.py): DeepSeek-V2, V2-Lite, V3 and R1 share them.
 MLA_MEASURED_DIMS = (128, 64, 128, 512)
+# vLLM's whole MLA modules were measured at DeepSeek-V3's sizes, projections included (hidden_size, q_lora_rank, and
+# MLA_MEASURED_DIMS); DeepSeek-R1 shares them. The module's projections as `sim.model.shapes` names them: the model
+# prices these from the GEMM rows and takes them off the module's time (`_vllm_mla_rows`).
+MLA_MODULE_DIMS = (7168, 1536, *MLA_MEASURED_DIMS)
+MLA_MODULE_PROJECTIONS = ("q_a_proj", "kv_a_proj", "q_b_proj", "kv_b_proj", "attn_out")
 
 
 def _canonical(name: str) -> str:
@@ -237,6 +247,8 @@ class MeasuredTables:
     context_mla: pd.DataFrame | None = None  # MLA attention alone (SGLang's and TensorRT-LLM's tables)
     generation_mla: pd.DataFrame | None = None
     moe_by_routing: dict | None = None  # {routing distribution: its fused-MoE rows}; `moe` is the default's
+    context_mla_module: pd.DataFrame | None = None  # vLLM's whole MLA module, projections inside (`_vllm_mla_rows`)
+    generation_mla_module: pd.DataFrame | None = None
 
     @property
     def launch_floor_s(self) -> float:
@@ -337,7 +349,8 @@ def load_tables(path: str | Path, field: str = "cost_model.gpu_data") -> Measure
     tables = MeasuredTables(p, meta, gemm, ctx, gen, read("allreduce", False), moe,
                             frozenset(gemm["dtype"].unique()),
                             frozenset(ctx["kv_dtype"].unique()) & frozenset(gen["kv_dtype"].unique()),
-                            read("context_mla", False), read("generation_mla", False), moe_by_routing)
+                            read("context_mla", False), read("generation_mla", False), moe_by_routing,
+                            read("context_mla_module", False), read("generation_mla_module", False))
     _CACHE[key] = tables
     return tables
 
@@ -427,11 +440,13 @@ class Curve:
     def outside_note(self, x: float) -> str:
         return outside_message(self.name, f"{x:g}", f"{self.xs[0]:g}..{self.xs[-1]:g}")
 
-    def __call__(self, x: float) -> float:
+    def __call__(self, x: float, note: bool = True) -> float:
+        """The time at x; a point past the measured range is noted unless `note` is False (a price taken while the
+        model is built, not one a step asked for)."""
         shape = self.shape
         value, outside = measured_kernel.curve_at(self.grid, self.lr, shape.kind, *shape.numbers,
                                                   shape.roof.flops_per_s, shape.roof.bytes_per_s, x)
-        if outside:
+        if outside and note:
             note_outside(self.notes, self.outside_note(x))
         return value
 
@@ -665,6 +680,7 @@ class MeasuredCostModel(PackedCostModel):
 
         self._moe = self._moe_curve()
         self._groups = []
+        self._linear_by_name: dict[str, Curve] = {}  # a layer's dense matrices' curves (the same in every group)
         for n_layers, gpu_shapes in gpu_layer_groups(model, tp, expert_parallel):
             mats = []
             for g in gpu_shapes:
@@ -672,8 +688,10 @@ class MeasuredCostModel(PackedCostModel):
                     continue  # the fused MoE table prices the layer's routed experts
                 # a matrix the scheme keeps 16-bit (nvfp4's MoE router) from the bf16 rows
                 rows = gd if matrix_dtype(g.shape, weight_dtype) == weight_dtype else "bf16"
-                mats.append(_Linear(linear(g.in_features, g.out_features, g.shape.name, rows), g.count,
-                                    g.active_per_token))
+                curve = linear(g.in_features, g.out_features, g.shape.name, rows)
+                mats.append(_Linear(curve, g.count, g.active_per_token))
+                if g.count == 1:
+                    self._linear_by_name.setdefault(g.shape.name, curve)
             self._groups.append((n_layers, mats, any(is_routed_expert(g.shape) for g in gpu_shapes)))
         head = lm_head_shape(model)
         # The LM head stays 16-bit in fp8 deployments: vLLM's Fp8Config quantizes LinearBase layers only, and its
@@ -759,15 +777,20 @@ class MeasuredCostModel(PackedCostModel):
                    "rows"] += 1
 
     def _setup_mla(self) -> bool:
-        """MLA attention from the engine's MLA tables: True if they price it; else a note says why not (the caller
-        prices it by the device roofline)."""
+        """MLA attention from the engine's MLA tables (vLLM's: its whole-module rows, `_vllm_mla_rows`): True if they
+        price it; else a note says why not (the caller prices it by the device roofline)."""
         m, t, kvd = self.model, self.tables, _KV_DTYPE[self.kv_dtype]
         where = f"the {t.framework} tables of {t.meta['gpu']}"
-        if t.context_mla is None or t.generation_mla is None:
-            why = " (measured only as whole modules)" if t.framework == "vllm" else ""
-            self.notes[f"attention: MLA is not in {where}{why}; priced by the device roofline"] += 1
-            return False
-        ctx, gen = (df[df["kv_dtype"] == kvd] for df in (t.context_mla, t.generation_mla))
+        if t.framework == "vllm":
+            found = self._vllm_mla_rows(where, kvd)
+            if found is None:
+                return False
+            ctx, gen = found
+        else:
+            if t.context_mla is None or t.generation_mla is None:
+                self.notes[f"attention: MLA is not in {where}; priced by the device roofline"] += 1
+                return False
+            ctx, gen = (df[df["kv_dtype"] == kvd] for df in (t.context_mla, t.generation_mla))
         if ctx.empty or gen.empty:
             self.notes[f"attention: MLA with a {kvd} KV cache is not in {where}; priced by the device roofline"] += 1
             return False
@@ -798,6 +821,47 @@ class MeasuredCostModel(PackedCostModel):
         self._prefill.shape = prefill_shape(heads, m.qk_nope_head_dim + m.qk_rope_head_dim, m.v_head_dim)
         self._decode.shape = decode_shape(heads, m.kv_lora_rank, m.qk_rope_head_dim)
         return True
+
+    def _vllm_mla_rows(self, where: str, kvd: str) -> tuple[pd.DataFrame, pd.DataFrame] | None:
+        """vLLM's MLA attention as attention-alone rows: each whole-module row (AIConfigurator's, under CUDA graphs)
+        less this model's own prices of the module's projections (`MLA_MODULE_PROJECTIONS`, from the GEMM rows) at
+        the module's tokens (decode: the batch; context: batch x prompt tokens). What is left is the attention kernel
+        with its norms, rotary embedding and cache write, and the projections' measured time beyond this model's
+        price of them; a step's MLA block then costs the module's measured time at every measured point. None (a note
+        says why) where the tables or the model's sizes do not allow it."""
+        m, t = self.model, self.tables
+        if t.context_mla_module is None or t.generation_mla_module is None:
+            self.notes[f"attention: MLA is not in {where}; priced by the device roofline"] += 1
+            return None
+        dims = (m.hidden_size, m.q_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank)
+        if dims != MLA_MODULE_DIMS:
+            self.notes[f"attention: vLLM's MLA modules in {where} were measured at DeepSeek-V3's sizes (hidden, "
+                       f"q_lora, nope, rope, v, kv_lora) {MLA_MODULE_DIMS}, not {dims}; priced by the device "
+                       "roofline"] += 1
+            return None
+        gd, heads = gemm_dtype(self.weight_dtype, self.fp8_block), m.num_attention_heads // self.tp
+        rows = [df[(df["kv_dtype"] == kvd) & (df["gemm_dtype"] == gd) & (df["num_heads"] == heads)]
+                for df in (t.context_mla_module, t.generation_mla_module)]
+        if any(r.empty for r in rows):
+            self.notes[f"attention: vLLM's MLA modules with {heads} heads per GPU, {gd} projections and a {kvd} KV "
+                       f"cache are not in {where}; priced by the device roofline"] += 1
+            return None
+        curves = [self._linear_by_name[name] for name in MLA_MODULE_PROJECTIONS]
+        derived, disagree = [], 0
+        for df, tokens in ((rows[0], rows[0]["batch_size"] * rows[0]["isl"]), (rows[1], rows[1]["batch_size"])):
+            projections_ms = np.array([sum(c(float(n), note=False) for c in curves) for n in tokens]) * 1e3
+            rest = df["latency_ms"].to_numpy(float) - projections_ms
+            disagree += int((rest <= 0).sum())
+            derived.append(df.assign(latency_ms=rest))
+        if disagree:  # the GEMM rows price the projections above the whole module: neither is taken over the other
+            self.notes[f"attention: {disagree} of vLLM's {len(rows[0]) + len(rows[1])} MLA module rows in {where} "
+                       f"({gd} projections, {heads} heads, {kvd} KV) measured at or below this model's price of their "
+                       "projections (the GEMM rows and the modules disagree); priced by the device roofline"] += 1
+            return None
+        kernels = t.meta["tables"]["generation_mla_module"]["kernels"][kvd][gd]
+        self.notes[f"attention: vLLM's MLA ({kernels}) from its whole-module rows in {where} (projections, attention, "
+                   f"norms, rotary, cache write; {gd} projections) less this model's prices of the projections"] += 1
+        return derived[0], derived[1]
 
     def _moe_curve(self) -> Curve | None:
         m, t = self.model, self.tables
@@ -944,9 +1008,11 @@ class MeasuredCostModel(PackedCostModel):
             attention = f"attention {kvd}-KV rows computed in {t.attention_dtype(kvd)}" + (
                 " (context x Triton / FA2)" if self.triton_priced else "")
         # (the MLA tables hold bf16 computation only: calibrate/aic_import.py keeps mla_dtype bfloat16)
+        elif self.mla_by_roofline:
+            attention = "MLA attention by the device roofline"
         else:
-            attention = "MLA attention by the device roofline" if self.mla_by_roofline else \
-                f"MLA attention {kvd}-KV rows computed in bf16"
+            attention = f"MLA attention {kvd}-KV rows computed in bf16" + (
+                " (whole modules less their projections)" if t.framework == "vllm" else "")
         return f"{t.source}: gemm {self.gemm_rows} rows, {attention}"
 
     def __repr__(self) -> str:

@@ -9,6 +9,7 @@ for it.
 
 import math
 import os
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -274,10 +275,15 @@ def test_a_run_handed_back_to_the_python_engine_gets_its_stop_rule_as_it_was(mon
     assert_identical(python, compiled)
 
 
-@pytest.mark.parametrize(("model", "tp"), [("mixtral-8x7b", 2), ("deepseek-v2-lite", 1)])
-def test_mixtures_of_experts_and_mla_run_compiled_with_measured_kernels(model, tp):
-    # Priced from the fused-MoE table (Mixtral) or the device roofline (MLA attention), both in the one definition.
-    spec = spec_for(model=model, tp=tp, arrival={"kind": "poisson", "rate_per_s": 30.0}, num_requests=300,
+DEEPSEEK_R1 = {"hf_config": str(Path(__file__).parents[2] / "benchmarks" / "published" / "deepseek-r1.json")}
+
+
+@pytest.mark.parametrize(("model", "gpu", "tp"), [("mixtral-8x7b", "h100-sxm", 2), ("deepseek-v2-lite", "h100-sxm", 1),
+                                                  (DEEPSEEK_R1, "h200", 8)])
+def test_mixtures_of_experts_and_mla_run_compiled_with_measured_kernels(model, gpu, tp):
+    # Priced from the fused-MoE table (Mixtral), the device roofline (DeepSeek-V2-Lite's MLA attention) or vLLM's
+    # whole MLA modules (DeepSeek-R1's), each in the one definition.
+    spec = spec_for(model=model, gpu=gpu, tp=tp, arrival={"kind": "poisson", "rate_per_s": 30.0}, num_requests=300,
                     chunked=True, budget=2048, capacity=40_000, cost_model={"kind": "measured"})
     python, compiled = both(spec)
     assert compiled.extras["engine_core"] == "compiled"

@@ -32,6 +32,7 @@ from sim.cost.profile_meta import check_profile_dtypes, profile_dtypes
 from sim.cost.profiles import make_calibrated_cost_model
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
+from sim.model.hf_config import load_hf_config
 
 FIXTURE = Path(__file__).parents[1] / "fixtures" / "aic" / "h100_sxm"
 VERSIONS = {"sglang": "0.5.14", "trtllm": "1.3.0rc20"}  # systems/query_versions.yaml of aiconfigurator-core 0.12.0
@@ -41,7 +42,7 @@ PROFILE = Path(__file__).parents[2] / "calibrate" / "profiles" / "h100-sxm" / "l
 
 def _raw(framework: str, rel: str) -> pd.DataFrame:
     op, name = rel.split("/")
-    return pd.read_parquet(FIXTURE / op / framework / VERSIONS[framework] / name)
+    return pd.read_parquet(FIXTURE / op / framework / {"vllm": "0.24.0", **VERSIONS}[framework] / name)
 
 
 @pytest.fixture(scope="module", params=["sglang", "trtllm"])
@@ -198,7 +199,8 @@ def test_fp8_experts_come_from_trtllms_fused_moe_rows_else_from_the_bf16_rows_at
 
 # --- MLA from the engines' own MLA tables ---------------------------------------------------------------------------
 
-def test_mla_attention_alone_is_imported_for_sglang_and_trtllm_and_vllms_modules_are_left(converted, tmp_path):
+def test_mla_attention_alone_is_imported_for_sglang_and_trtllm_and_vllms_whole_modules_as_measured(converted,
+                                                                                                  tmp_path):
     fw, out, meta = converted
     for name, axis in (("context_mla", "isl"), ("generation_mla", "kv_tokens")):
         assert meta["tables"][name]["status"] == "ok" and meta["tables"][name]["dtypes"] == ["bf16", "fp8"]
@@ -211,11 +213,31 @@ def test_mla_attention_alone_is_imported_for_sglang_and_trtllm_and_vllms_modules
         row = got[(got.kv_dtype == "fp8") & (got.num_heads == 16) & (got.batch_size == 8) & (got[axis] == 1024)]
         # (a point measured more than once: the median, as for the other tables)
         assert len(want) >= 1 and row["latency_ms"].tolist() == [float(f"{want.median():.3g}")]
+    assert "context_mla_module" not in meta["tables"]  # (their attention-alone rows price it)
     vllm = convert_system(FIXTURE, "0.24.0", tmp_path / "h100-sxm", "h100-sxm", "h100_sxm", "0.12.0")
     assert vllm["tables"]["context_mla"] == {
         "status": "absent", "note": "no vLLM context_mla_perf.parquet for h100_sxm (MLA measured only as whole "
-                                    "modules, the projections inside: mla_*_module_perf)"}
+                                    "modules, the projections inside: *_mla_module)"}
     assert not (tmp_path / "h100-sxm" / "context_mla.parquet").exists()
+    # vLLM's whole modules as measured, by KV and GEMM dtype; a decode's `step` already counts the new token
+    gen = pd.read_parquet(tmp_path / "h100-sxm" / "generation_mla_module.parquet")
+    raw = _raw("vllm", "mla/mla_generation_module_perf.parquet")
+    assert list(gen.columns) == ["kv_dtype", "gemm_dtype", "batch_size", "kv_tokens", "num_heads", "latency_ms"]
+    assert len(gen) == len(raw) and sorted(set(gen["kv_tokens"])) == [128, 1024]
+    want = raw[(raw.kv_cache_dtype == "fp8") & (raw.gemm_type == "fp8_block") & (raw.batch_size == 8)
+               & (raw.step == 1024)]["latency"]
+    got = gen[(gen.kv_dtype == "fp8") & (gen.gemm_dtype == "fp8_block") & (gen.batch_size == 8)
+              & (gen.kv_tokens == 1024)]["latency_ms"]
+    assert got.tolist() == want.tolist()
+    assert vllm["tables"]["generation_mla_module"]["kernels"] == {
+        "bf16": {"bf16": "FLASH_ATTN_MLA", "fp8_block": "FLASH_ATTN_MLA"},
+        "fp8": {"bf16": "FLASHMLA", "fp8_block": "FLASHMLA"}}
+    # context: every backend vLLM ran, one row per point (a short prompt run as a decode, FLASH_ATTN_MLA)
+    ctx = pd.read_parquet(tmp_path / "h100-sxm" / "context_mla_module.parquet")
+    raw = _raw("vllm", "mla/mla_context_module_perf.parquet")
+    assert len(ctx) == len(raw[raw.step == 0])
+    assert not ctx.duplicated(["kv_dtype", "gemm_dtype", "batch_size", "isl", "num_heads"]).any()
+    assert vllm["tables"]["context_mla_module"]["kernels"]["bf16"]["bf16"] == "FLASH_ATTN, FLASH_ATTN_MLA"
 
 
 DSV2_LITE, H200 = get_model("deepseek-v2-lite"), get_gpu("h200")  # 16 heads; DeepSeek-V3's latent sizes
@@ -241,11 +263,64 @@ def test_mla_attention_is_the_engines_mla_rows_and_a_decode_step_moves_by_exactl
     assert step[4096] - step[1024] == pytest.approx(want, rel=1e-9)
 
 
-def test_vllms_mla_stays_on_the_roofline_and_says_why():
-    cost = MeasuredCostModel(DSV2_LITE, H200, tensor_parallel=2)
+def test_vllms_mla_modules_price_only_deepseek_v3s_sizes_and_say_why_not():
+    cost = MeasuredCostModel(DSV2_LITE, H200, tensor_parallel=2)  # hidden 2048, no q_lora: not the modules' model
     assert cost.mla_by_roofline and "MLA attention by the device roofline" in cost.source
-    assert ("attention: MLA is not in the vllm tables of h200 (measured only as whole modules); priced by the device "
-            "roofline") in repr(cost)
+    assert ("attention: vLLM's MLA modules in the vllm tables of h200 were measured at DeepSeek-V3's sizes (hidden, "
+            "q_lora, nope, rope, v, kv_lora) (7168, 1536, 128, 64, 128, 512), not (2048, 0, 128, 64, 128, 512); priced "
+            "by the device roofline") in repr(cost)
+    a100 = MeasuredCostModel(DEEPSEEK_R1, get_gpu("a100-80gb"), tensor_parallel=8)  # no module rows there
+    assert a100.mla_by_roofline and "attention: MLA is not in the vllm tables of a100-80gb" in repr(a100)
+
+
+DEEPSEEK_R1 = load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "deepseek-r1.json")
+
+
+@pytest.mark.parametrize(("weights", "block", "kv"), [("bf16", False, "bf16"), ("fp8", True, "bf16"),
+                                                      ("fp8", True, "fp8")])
+def test_vllms_mla_block_costs_its_measured_module_at_every_measured_point(weights, block, kv):
+    """Known answer: vLLM's MLA attention is its whole-module rows less this model's own prices of the module's
+    projections, so at a measured point the projections plus the attention are the module's measured time."""
+    from sim.cost.measured import MLA_MODULE_PROJECTIONS
+    cost = MeasuredCostModel(DEEPSEEK_R1, H200, tensor_parallel=8, weight_dtype=weights, fp8_block=block,
+                             kv_dtype=kv)
+    assert not cost.mla_by_roofline and "whole-module rows" in repr(cost)
+    gemm = "fp8_block" if block else "bf16"
+    projections = lambda tokens: sum(cost._linear_by_name[p](tokens) for p in MLA_MODULE_PROJECTIONS)  # noqa: E731
+    t = cost.tables
+    gen = t.generation_mla_module
+    gen = gen[(gen.kv_dtype == kv) & (gen.gemm_dtype == gemm) & (gen.num_heads == 16)]
+    for batch, tokens in ((1, 131072), (4, 16384), (256, 1024)):
+        want = gen[(gen.batch_size == batch) & (gen.kv_tokens == tokens)]["latency_ms"].iloc[0] * 1e-3
+        assert projections(batch) + cost._decode(batch, tokens) == pytest.approx(want, rel=1e-12)
+    ctx = t.context_mla_module
+    ctx = ctx[(ctx.kv_dtype == kv) & (ctx.gemm_dtype == gemm) & (ctx.num_heads == 16)]
+    for batch, isl in ((4, 2048), (64, 1536)):
+        want = ctx[(ctx.batch_size == batch) & (ctx.isl == isl)]["latency_ms"].iloc[0] * 1e-3
+        assert projections(batch * isl) + cost._prefill(batch, isl) == pytest.approx(want, rel=1e-12)
+    # Decode steps of the same batch differ only in attention: by the layers x the two modules' difference.
+    step = {k: cost.step_time(StepPlan(num_decode_seqs=4, decode_context_tokens=4 * k, num_sampled_seqs=4))
+            for k in (1024, 16384)}
+    row = {k: gen[(gen.batch_size == 4) & (gen.kv_tokens == k)]["latency_ms"].iloc[0] * 1e-3 for k in (1024, 16384)}
+    assert step[16384] - step[1024] == pytest.approx(DEEPSEEK_R1.num_layers * (row[16384] - row[1024]), rel=1e-9)
+
+
+def test_vllms_mla_modules_measured_below_their_projections_price_are_not_taken_over_the_gemm_rows():
+    """The B200's fp8 GEMM rows price the projections above many of its fp8 modules' whole time (113 of 306 at 16
+    heads): no attention is left to derive, so the device roofline prices it, said, rather than a clamp."""
+    cost = MeasuredCostModel(DEEPSEEK_R1, get_gpu("b200"), tensor_parallel=8, weight_dtype="fp8", fp8_block=True)
+    assert cost.mla_by_roofline
+    assert ("attention: 113 of vLLM's 306 MLA module rows in the vllm tables of b200 (fp8_block projections, 16 heads, "
+            "bf16 KV) measured at or below this model's price of their projections (the GEMM rows and the modules "
+            "disagree); priced by the device roofline") in repr(cost)
+
+
+def test_vllms_mla_modules_at_heads_they_lack_fall_back_to_the_roofline():
+    wide = DEEPSEEK_R1.model_copy(update={"num_attention_heads": 96})  # 12 per GPU at TP8: not measured
+    cost = MeasuredCostModel(wide, H200, tensor_parallel=8)
+    assert cost.mla_by_roofline
+    assert ("attention: vLLM's MLA modules with 12 heads per GPU, bf16 projections and a bf16 KV cache are not in "
+            "the vllm tables of h200; priced by the device roofline") in repr(cost)
 
 
 def test_mla_heads_the_tables_lack_take_the_nearest_measured_heads_scaled_by_the_roofline():
