@@ -12,7 +12,12 @@ every GPU whose shipped vLLM tables hold the modules, this prints: the modules' 
 module (decode points), and a decode step before and after. It reads the shipped tables only; before = the same
 tables without the module files (a temporary copy). Nothing is fitted.
 
-    .venv/bin/python benchmarks/bench_mla_module.py
+A held-out check of the composition, where aiconfigurator-core 0.12.0 is on the path: TensorRT-LLM's tables hold both
+its MLA attention alone (which the measured model prices TensorRT-LLM's MLA from) and its whole modules (which it does
+not read). The model's TensorRT-LLM block (its attention-alone price plus its projections' GEMM price) against those
+modules, on the H100 and H200, by projection and KV dtype.
+
+    .venv/bin/python benchmarks/bench_mla_module.py        # PYTHONPATH=.:/path/to/unpacked/wheel for the check
 """
 
 from __future__ import annotations
@@ -77,7 +82,45 @@ def main() -> int:
             kernel = t.meta["tables"]["generation_mla_module"]["kernels"]["bf16"]["fp8_block"]
             print(f"| {gpu} | {kernel} | {np.median(share_gen):.0%} / {np.median(share_ctx):.0%} | "
                   f"{np.median(ratios):.2f} ({ratios.min():.2f}-{ratios.max():.2f}) | {steps} |")
+    trtllm_check()
     return 0
+
+
+def trtllm_check() -> None:
+    """TensorRT-LLM's MLA block as the measured model composes it (attention-alone rows + projection GEMMs) over
+    TensorRT-LLM's own whole-module rows (AIConfigurator's, not shipped: read from the installed package)."""
+    import pandas as pd
+
+    from calibrate.aic_import import SYSTEMS, installed_systems_root
+    root = installed_systems_root()
+    if root is None:
+        return
+    version = "1.3.0rc20"  # the TensorRT-LLM version the shipped H100 and H200 tables were imported at
+    print(f"\nTensorRT-LLM {version}: its composed MLA block (attention alone + projections) / its measured whole "
+          f"module, DeepSeek-R1 at TP{TP} ({HEADS} heads a GPU); median (p10-p90)")
+    print("| GPU | projections | KV | decode | context |\n| --- | --- | --- | --- | --- |")
+    for gpu in ("h100-sxm", "h200"):
+        folder = root / "data" / SYSTEMS[gpu] / "mla" / "trtllm" / version
+        gen = pd.read_parquet(folder / "mla_generation_module_perf.parquet")
+        ctx = pd.read_parquet(folder / "mla_context_module_perf.parquet")
+        for weights, block, gemm in (("fp8", True, "fp8_block"), ("bf16", False, "bfloat16")):
+            for kv, raw_kv in (("bf16", "bfloat16"), ("fp8", "fp8")):
+                cost = MeasuredCostModel(MODEL, get_gpu(gpu), tensor_parallel=TP, weight_dtype=weights,
+                                         fp8_block=block, kv_dtype=kv, tables="trtllm")
+
+                def projections(n: float) -> float:
+                    return sum(cost._linear_by_name[p](n, note=False) for p in MLA_MODULE_PROJECTIONS)
+                pick = {"num_heads": HEADS, "gemm_type": gemm, "kv_cache_dtype": raw_kv}
+                g = gen[(gen[list(pick)] == pd.Series(pick)).all(axis=1)]
+                c = ctx[(ctx[list(pick)] == pd.Series(pick)).all(axis=1) & (ctx["step"] == 0)]
+                # (TensorRT-LLM's generation `step` is the context before the new token, as its attention tables')
+                dec = np.array([(projections(b) + cost._decode(b, s + 1)) * 1e3 / ms
+                                for b, s, ms in zip(g["batch_size"], g["step"], g["latency"])])
+                pre = np.array([(projections(b * s) + cost._prefill(b, s)) * 1e3 / ms
+                                for b, s, ms in zip(c["batch_size"], c["isl"], c["latency"])])
+                cells = [f"{np.median(x):.2f} ({np.percentile(x, 10):.2f}-{np.percentile(x, 90):.2f}), {len(x)} points"
+                         for x in (dec, pre)]
+                print(f"| {gpu} | {gemm} | {kv} | {cells[0]} | {cells[1]} |")
 
 
 if __name__ == "__main__":
