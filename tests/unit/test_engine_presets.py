@@ -1082,3 +1082,18 @@ def test_an_install_without_the_fitted_terms_is_refused_not_priced_with_estimate
             scenario({"name": "vllm", "version": "0.11.0"})
     finally:
         fitted.fitted_table.cache_clear()
+
+
+@pytest.mark.parametrize(("engine", "version", "first"), [("sglang", "0.4.10.post2", "0.5.0"),
+                                                           ("vllm", "0.10.0", "0.10.1")])
+def test_a_release_before_its_engine_ran_gpt_oss_refuses_it(engine, version, first):
+    """SGLang's models folder gained gpt_oss.py in 0.5.0rc0 (not in 0.4.10.post2's wheel); vLLM's registry in 0.10.1."""
+    gpt_oss = {"hf_config": str(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")}
+    raw = {"model": gpt_oss, "hardware": {"gpu": "h100-sxm"}, "engine": {"name": engine, "version": version},
+           "workload": {"arrival": {"kind": "poisson", "rate_per_s": 1.0},
+                        "lengths": {"kind": "fixed", "input_tokens": 100, "output_tokens": 10}}}
+    with pytest.raises(ConfigError, match=rf"^engine.version: \w+ {version} has no gpt_oss model \(its .+ gained it in "
+                                          rf"{first}\); allowed: {first} or later$"):
+        validate_scenario(raw)
+    raw["engine"]["version"] = "0.5.0rc0" if engine == "sglang" else first
+    assert validate_scenario(raw).engine.name == engine

@@ -218,6 +218,15 @@ def outside_versions(version: tuple[int, ...], version_text: str, since: tuple[i
     return None
 
 
+def refuse_model_before(ctx: "Context", since: dict[str, tuple[int, ...]], engine: str, where: str) -> None:
+    """One-line ConfigError where the engine release predates its support of the model's type: `since` maps a model
+    type to the first release whose `where` (the engine's model registry) has it, a pre-release of it counted as it."""
+    first = since.get(ctx.model.model_type) if ctx.model is not None else None
+    if first is not None and released_before(ctx.version, ctx.version_text, first, pre_before=False):
+        raise ConfigError(f"engine.version: {engine} {ctx.version_text} has no {ctx.model.model_type} model (its "
+                          f"{where} gained it in {dotted_version(first)}); allowed: {dotted_version(first)} or later")
+
+
 _ABSENT = object()
 
 

@@ -8,8 +8,8 @@ from typing import Any
 
 from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED, SERVER_ADDRESS,
                                      STREAM_CHUNK_KEY, at_least_one, caches_prefixes, custom_all_reduce, dotted_version,
-                                     get_key, inert_group, kv_cache_dtype_flag, only_one_of, released_before,
-                                     sixteen_bit_dtype, weights_quantization)
+                                     get_key, inert_group, kv_cache_dtype_flag, only_one_of, refuse_model_before,
+                                     released_before, sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
 from sim.errors import ConfigError
 
@@ -443,6 +443,11 @@ def _sglang_attention_backend(ctx: Context) -> str | None:
             "measured")
 
 
+# The first release whose model registry (python/sglang/srt/models/) has a model type, where it is later than the
+# releases the preset knows: gpt_oss.py is in the 0.5.0rc0 wheel, not in 0.4.10.post2's.
+SGLANG_MODEL_TYPE_SINCE = {"gpt_oss": (0, 5, 0)}
+
+
 def derive_sglang(ctx: Context) -> PresetResult:
     """python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings and model_runner.py (max_num_reqs),
     read in the PyPI wheels of every release from 0.5.3 to 0.5.23: chunked_prefill_size and the decode cuda-graph
@@ -453,6 +458,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
     prefill and decode batches (enable_mixed_chunk off), SGLang's new-token ratio for admission; NCCL's all-reduce
     where its own turns off (`custom_all_reduce`). SGLang 0.4.0-0.5.3rc0: their own memory, chunk and graph rules
     (`_sglang_before_053`); 0.3.x: `_derive_sglang_030`."""
+    refuse_model_before(ctx, SGLANG_MODEL_TYPE_SINCE, "SGLang", "python/sglang/srt/models")
     backend_note = _sglang_attention_backend(ctx)
     if ctx.version[:2] == (0, 3):
         result = _derive_sglang_030(ctx)

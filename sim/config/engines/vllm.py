@@ -9,7 +9,7 @@ from sim.config.engine_command import InertOption
 from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED,
                                      SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least_one, caches_prefixes,
                                      custom_all_reduce, dotted_version, get_key, inert_group, kv_cache_dtype_flag,
-                                     only_default, sixteen_bit_dtype, weights_quantization)
+                                     only_default, refuse_model_before, sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.errors import ConfigError
 from sim.model.attention_io import TRITON_BACKEND
@@ -194,10 +194,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
                               "kv_cache.block_size": 16, "kv_cache.gpu_memory_utilization": 0.9}
     notes: list[str] = []
-    since = VLLM_MODEL_TYPE_SINCE.get(ctx.model.model_type) if ctx.model is not None else None
-    if since is not None and v < since:
-        raise ConfigError(f"engine.version: {ctx.version_text!r} has no {ctx.model.model_type} model (its registry "
-                          f"gained it in {dotted_version(since)}); allowed: {dotted_version(since)} or later")
+    refuse_model_before(ctx, VLLM_MODEL_TYPE_SINCE, "vLLM", "vllm/model_executor/models/registry.py")
     fallback = _vllm_v0_fallback(ctx)
     if fallback is not None:
         if ctx.model is not None and ctx.model.model_type in VLLM_SINKS_MODEL_TYPES:
