@@ -858,9 +858,10 @@ class MeasuredCostModel(PackedCostModel):
                        f"({gd} projections, {heads} heads, {kvd} KV) measured at or below this model's price of their "
                        "projections (the GEMM rows and the modules disagree); priced by the device roofline"] += 1
             return None
-        kernels = t.meta["tables"]["generation_mla_module"]["kernels"][kvd][gd]
-        self.notes[f"attention: vLLM's MLA ({kernels}) from its whole-module rows in {where} (projections, attention, "
-                   f"norms, rotary, cache write; {gd} projections) less this model's prices of the projections"] += 1
+        kernels = [t.meta["tables"][f"{phase}_mla_module"]["kernels"][kvd][gd] for phase in ("generation", "context")]
+        self.notes[f"attention: vLLM's MLA (decode {kernels[0]}, prefill {kernels[1]}) from its whole-module rows in "
+                   f"{where} (projections, attention, norms, rotary, cache write; {gd} projections) less this model's "
+                   "prices of the projections"] += 1
         return derived[0], derived[1]
 
     def _moe_curve(self) -> Curve | None:
