@@ -74,6 +74,7 @@ def test_a_vllm_release_without_gpt_oss_refuses_it(version):
     """GptOssForCausalLM joined vLLM's model registry in 0.10.1 (absent from 0.10.0's sdist)."""
     from sim.errors import ConfigError
     gpt_oss = {"hf_config": str(ROOT / "benchmarks" / "published" / "gpt-oss-20b.json")}
-    with pytest.raises(ConfigError, match=rf"^engine.version: vLLM {version} has no gpt_oss model .*0\.10\.1 or later$"):
+    want = rf"^engine.version: vLLM {version} has no gpt_oss model .*0\.10\.1 or later$"
+    with pytest.raises(ConfigError, match=want):
         vllm(version, "h100-sxm", model=gpt_oss, kv="bf16")
     assert vllm("0.10.1", "h100-sxm", model=gpt_oss, kv="bf16").engine.name == "vllm"
