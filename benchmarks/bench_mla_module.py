@@ -40,6 +40,11 @@ MODULE_FILES = ("context_mla_module.parquet", "generation_mla_module.parquet")
 STEP_BATCHES = (4, 64, 256)
 
 
+def projections_s(cost: MeasuredCostModel, tokens: float) -> float:
+    """The model's price of the MLA module's projections at `tokens` (what `_vllm_mla_rows` takes off a module)."""
+    return sum(cost._linear_by_name[p](tokens, note=False) for p in MLA_MODULE_PROJECTIONS)
+
+
 def step_ms(cost: MeasuredCostModel, batch: int, context: int = 1024) -> float:
     return cost.step_time(StepPlan(num_decode_seqs=batch, decode_context_tokens=batch * context,
                                    num_sampled_seqs=batch)) * 1e3
@@ -63,13 +68,11 @@ def main() -> int:
                 print(f"| {gpu} | (not priced from the modules: {'; '.join(n for n in now.notes if 'MLA' in n)}) |")
                 continue
             t = now.tables
-            def projections(n: float) -> float:
-                return sum(now._linear_by_name[p](n, note=False) for p in MLA_MODULE_PROJECTIONS)
             gen, ctx = t.generation_mla_module, t.context_mla_module
             gen = gen[(gen.kv_dtype == "bf16") & (gen.gemm_dtype == "fp8_block") & (gen.num_heads == HEADS)]
             ctx = ctx[(ctx.kv_dtype == "bf16") & (ctx.gemm_dtype == "fp8_block") & (ctx.num_heads == HEADS)]
-            share_gen = 1 - np.array([projections(b) for b in gen.batch_size]) * 1e3 / gen.latency_ms.to_numpy()
-            share_ctx = 1 - np.array([projections(b * s) for b, s in zip(ctx.batch_size, ctx.isl)]) * 1e3 \
+            share_gen = 1 - np.array([projections_s(now, b) for b in gen.batch_size]) * 1e3 / gen.latency_ms.to_numpy()
+            share_ctx = 1 - np.array([projections_s(now, b * s) for b, s in zip(ctx.batch_size, ctx.isl)]) * 1e3 \
                 / ctx.latency_ms.to_numpy()
             # Steps differ only in attention: the roofline block = module + (before - now) / layers.
             ratios = []
@@ -95,11 +98,12 @@ def trtllm_check() -> None:
     root = installed_systems_root()
     if root is None:
         return
-    version = "1.3.0rc20"  # the TensorRT-LLM version the shipped H100 and H200 tables were imported at
-    print(f"\nTensorRT-LLM {version}: its composed MLA block (attention alone + projections) / its measured whole "
-          f"module, DeepSeek-R1 at TP{TP} ({HEADS} heads a GPU); median (p10-p90)")
+    print(f"\nTensorRT-LLM: its composed MLA block (attention alone + projections) / its measured whole module, at the "
+          f"shipped tables' version, DeepSeek-R1 at TP{TP} ({HEADS} heads a GPU); median (p10-p90)")
     print("| GPU | projections | KV | decode | context |\n| --- | --- | --- | --- | --- |")
     for gpu in ("h100-sxm", "h200"):
+        version = MeasuredCostModel(MODEL, get_gpu(gpu), tensor_parallel=TP, tables="trtllm").tables.meta[
+            "tables"]["generation_mla"]["framework_version"]  # the version its MLA rows were imported at
         folder = root / "data" / SYSTEMS[gpu] / "mla" / "trtllm" / version
         gen = pd.read_parquet(folder / "mla_generation_module_perf.parquet")
         ctx = pd.read_parquet(folder / "mla_context_module_perf.parquet")
@@ -107,20 +111,17 @@ def trtllm_check() -> None:
             for kv, raw_kv in (("bf16", "bfloat16"), ("fp8", "fp8")):
                 cost = MeasuredCostModel(MODEL, get_gpu(gpu), tensor_parallel=TP, weight_dtype=weights,
                                          fp8_block=block, kv_dtype=kv, tables="trtllm")
-
-                def projections(n: float) -> float:
-                    return sum(cost._linear_by_name[p](n, note=False) for p in MLA_MODULE_PROJECTIONS)
                 pick = {"num_heads": HEADS, "gemm_type": gemm, "kv_cache_dtype": raw_kv}
                 g = gen[(gen[list(pick)] == pd.Series(pick)).all(axis=1)]
                 c = ctx[(ctx[list(pick)] == pd.Series(pick)).all(axis=1) & (ctx["step"] == 0)]
                 # (TensorRT-LLM's generation `step` is the context before the new token, as its attention tables')
-                dec = np.array([(projections(b) + cost._decode(b, s + 1)) * 1e3 / ms
+                dec = np.array([(projections_s(cost, b) + cost._decode(b, s + 1)) * 1e3 / ms
                                 for b, s, ms in zip(g["batch_size"], g["step"], g["latency"])])
-                pre = np.array([(projections(b * s) + cost._prefill(b, s)) * 1e3 / ms
+                pre = np.array([(projections_s(cost, b * s) + cost._prefill(b, s)) * 1e3 / ms
                                 for b, s, ms in zip(c["batch_size"], c["isl"], c["latency"])])
                 cells = [f"{np.median(x):.2f} ({np.percentile(x, 10):.2f}-{np.percentile(x, 90):.2f}), {len(x)} points"
                          for x in (dec, pre)]
-                print(f"| {gpu} | {gemm} | {kv} | {cells[0]} | {cells[1]} |")
+                print(f"| {gpu} ({version}) | {gemm} | {kv} | {cells[0]} | {cells[1]} |")
 
 
 if __name__ == "__main__":

@@ -849,7 +849,8 @@ class MeasuredCostModel(PackedCostModel):
         curves = [self._linear_by_name[name] for name in MLA_MODULE_PROJECTIONS]
         derived, disagree = [], 0
         for df, tokens in ((rows[0], rows[0]["batch_size"] * rows[0]["isl"]), (rows[1], rows[1]["batch_size"])):
-            projections_ms = np.array([sum(c(float(n), note=False) for c in curves) for n in tokens]) * 1e3
+            counts, at = np.unique(tokens.to_numpy(float), return_inverse=True)  # each token count priced once
+            projections_ms = np.array([sum(c(n, note=False) for c in curves) for n in counts])[at] * 1e3
             rest = df["latency_ms"].to_numpy(float) - projections_ms
             disagree += int((rest <= 0).sum())
             derived.append(df.assign(latency_ms=rest))
