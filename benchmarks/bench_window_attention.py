@@ -1,14 +1,22 @@
-"""Sliding-window prefill attention: how the measured model prices it against AIConfigurator's own window rows.
+"""Sliding-window attention: the measured model's price from full-attention rows against AIConfigurator's window rows.
 
-The measured model's tables keep full-attention rows only (calibrate/aic_import.py drops `window_size` > 0), so a
-sliding-window layer's prefill chunk longer than the window is priced from them (sim/cost/measured_kernel.py
-`windowed_chunks`): a batch of fresh prompts two windows long, one per window the chunk spans, at that batch's time
-per query-key pair, times the chunk's windowed pairs. Before 12-03 it was priced as full causal attention over the
-chunk. AIConfigurator's vLLM tables measured the window rows too (gpt-oss's 128, and 1,024 and 8,192 at some
-shapes): this compares both prices with them, at every shape measured with a window and the full-attention rows
-the estimate needs (batch 1, a prompt longer than two windows, bf16 KV; the batch-of-windows rows at batch
-prompt / window and two windows' length, both measured exactly, so nothing is interpolated). Nothing is fitted:
-the rows it checks against are not the rows it prices from.
+Since 12-03 (sixty-seventh session) the measured model prices a sliding-window layer from the engine's own window
+rows where its tables measured the model's window (calibrate/aic_import.py keeps them apart,
+`*_window_attention.parquet`; sim/cost/measured_kernel.py `_window_layer_attention`). Where they did not (the A100's
+tables, which measured no window; a window the tables lack) it prices the layer from the full-attention rows
+(`_layer_attention` with the window): a prefill chunk longer than the window as a batch of fresh prompts two windows
+long, one per window the chunk spans, at that batch's time per query-key pair, times the chunk's windowed pairs
+(`windowed_chunks`; before 12-03 full causal attention over the chunk), and a decode as full attention at the
+context the window caps. This checks that fallback against the window rows of every GPU whose vLLM tables measured
+them:
+
+- prefill: every shape measured with a window and the full-attention rows the estimate needs (batch 1, a prompt
+  longer than two windows, bf16 KV; the batch-of-windows rows at batch prompt / window and two windows' length, both
+  measured exactly, so nothing is interpolated);
+- decode: every window row at a context past the window (bf16 KV) against the full-attention row of its batch and
+  heads at the window's own context (AIConfigurator's step window - 1: the window's tokens, the new one included).
+
+Nothing is fitted: the rows it checks against are not the rows it prices from.
 
 Needs aiconfigurator-core 0.12.0 on the path (`pip install aiconfigurator-core==0.12.0`, or its wheel unpacked on
 PYTHONPATH):
@@ -48,13 +56,28 @@ def compare(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(out)
 
 
+def compare_decode(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per decode window-row shape past the window: measured, and the full-attention row at the window's context."""
+    rows = rows[rows["kv_cache_dtype"] == "bfloat16"]
+    full = rows[rows["window_size"] == 0].groupby(["batch_size", "step", *HEADS])["latency"].median()
+    windowed = rows[(rows["window_size"] > 0) & (rows["step"] >= rows["window_size"])]
+    windowed = windowed.groupby(["window_size", "batch_size", "step", *HEADS])["latency"].median()
+    out = []
+    for (window, batch, step, *heads), measured in windowed.items():
+        capped = full.get((batch, window - 1, *heads))
+        if capped is not None:
+            out.append({"window": window, "batch": batch, "context": step + 1, "measured": measured,
+                        "capped": capped})
+    return pd.DataFrame(out)
+
+
 def main() -> int:
     systems = installed_systems_root()
     if systems is None:
         return 2
     versions = yaml.safe_load((systems / "query_versions.yaml").read_text())
-    print("AIConfigurator's vLLM context-attention rows with a sliding window (batch 1, bf16 KV) against the measured "
-          "model's price from the full-attention rows: |log(price / measured)|, median and p90")
+    print("AIConfigurator's vLLM attention rows with a sliding window (bf16 KV) against the measured model's price "
+          "from the full-attention rows, its fallback: |log(price / measured)|, median and p90")
     for gpu, system in SYSTEMS.items():
         version = (versions.get("overrides", {}).get(system, {}).get(FRAMEWORK, {}).get("current")
                    or versions["defaults"][FRAMEWORK]["current"])
@@ -77,6 +100,16 @@ def main() -> int:
         by_isl = table.assign(now=table["estimate"] / table["measured"], before=table["full"] / table["measured"])
         print("    price / measured by prompt length (median over shapes and windows):\n"
               + by_isl.groupby("isl")[["now", "before"]].median().round(2).T.to_string())
+        gen_path = path.with_name("generation_attention_perf.parquet")
+        decode = compare_decode(pd.read_parquet(gen_path)) if gen_path.is_file() else pd.DataFrame()
+        if decode.empty:
+            continue
+        err = np.log(decode["capped"] / decode["measured"])
+        print(f"  {gpu} (vLLM {version}), decode at the capped context: {len(decode)} shapes, median |log| "
+              f"{err.abs().median():.3f}, p90 {err.abs().quantile(0.9):.3f}, median signed {err.median():+.3f}; "
+              "price / measured by window: " + ", ".join(
+                  f"{w:,} {r:.2f}" for w, r in (decode["capped"] / decode["measured"]).groupby(decode["window"])
+                  .median().items()))
     return 0
 
 

@@ -28,6 +28,9 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
   (L40S) in bf16; meta.json's `attention_dtypes` says which.
 - generation_attention.parquet: kv_dtype, batch_size, kv_tokens (step + 1: AIConfigurator's `step` is the
   context before the new token), num_heads, num_kv_heads, head_dim, latency_ms
+- context_window_attention.parquet, generation_window_attention.parquet: the same, a `window` column (the sliding
+  window, tokens) after kv_dtype, from the rows with window_size > 0 of the kernel and attention dtype the
+  full-attention table keeps (`WINDOW_TABLES`; none on the A100, whose tables measured no window)
 - allreduce.parquet: backend (graph = under CUDA graphs, eager), num_gpus, message_elements (bf16
   elements: AIConfigurator's `message_size` is an element count: one decode token of llama-3.1-8b at
   tp 2 queries 4096), latency_ms
@@ -201,13 +204,14 @@ def _gemm(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
                                    "latency_ms": rows["latency"]}) for dtype, rows in picked]), kernels
 
 
-def _attention(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
-    if "window_size" in df.columns:
-        df = df[df["window_size"] == 0]
-    df = df[df["attn_dtype"].isin(list(_DTYPES))]
+def _attention(df: pd.DataFrame, generation: bool, windowed: bool = False) -> tuple[pd.DataFrame, dict]:
+    """Full-attention rows (window_size 0), or with `windowed` the sliding-window rows (window_size > 0, a `window`
+    column) of the same kernel and attention dtype per KV dtype, chosen on the full-attention rows."""
+    window = df["window_size"] if "window_size" in df.columns else pd.Series(0, index=df.index)
+    full, slid = df[window == 0], df[window > 0]
     keep, kernels, attn_dtypes = [], {}, {}
     for src_dtype, dtype in _DTYPES.items():
-        rows = df[df["kv_cache_dtype"] == src_dtype]
+        rows = full[(full["kv_cache_dtype"] == src_dtype) & full["attn_dtype"].isin(list(_DTYPES))]
         if rows.empty:
             continue
         # The kernel with the most rows (the framework's default for this KV dtype: SGLang h100 fp8 KV -> FA3, 13,703
@@ -216,10 +220,17 @@ def _attention(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
         kernel = _main_kernel(rows)
         rows = rows[rows["kernel_source"] == kernel]
         attn = src_dtype if (rows["attn_dtype"] == src_dtype).any() else "bfloat16"
+        if windowed:
+            rows = slid[(slid["kv_cache_dtype"] == src_dtype) & (slid["kernel_source"] == kernel)]
         rows = rows[rows["attn_dtype"] == attn]
+        if rows.empty:
+            continue
         kernels[dtype] = str(kernel)
         attn_dtypes[dtype] = _DTYPES[attn]
-        cols = {"kv_dtype": dtype, "batch_size": rows["batch_size"]}
+        cols = {"kv_dtype": dtype}
+        if windowed:
+            cols["window"] = rows["window_size"]
+        cols["batch_size"] = rows["batch_size"]
         if generation:
             cols["kv_tokens"] = rows["step"] + 1
         else:
@@ -227,7 +238,12 @@ def _attention(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
         cols.update(num_heads=rows["num_heads"], num_kv_heads=rows["num_key_value_heads"],
                     head_dim=rows["head_dim"], latency_ms=rows["latency"])
         keep.append(pd.DataFrame(cols))
-    return _medians(keep), {**kernels, "attention_dtypes": attn_dtypes}
+    if not keep:
+        return pd.DataFrame(), {}
+    out = {**kernels, "attention_dtypes": attn_dtypes}
+    if windowed:
+        out["windows"] = sorted(int(w) for w in set(pd.concat(keep)["window"]))
+    return _medians(keep), out
 
 
 # vLLM's Triton attention against its FlashAttention-2 (`TRITON_PREFILL_FILE`): vLLM 0.10.x-0.11.x run Triton on GPUs
@@ -418,6 +434,9 @@ TABLES = {
     "gemm": ("gemm", "gemm_perf.parquet", _gemm),
     "context_attention": ("attention", "context_attention_perf.parquet", lambda d: _attention(d, False)),
     "generation_attention": ("attention", "generation_attention_perf.parquet", lambda d: _attention(d, True)),
+    "context_window_attention": ("attention", "context_attention_perf.parquet", lambda d: _attention(d, False, True)),
+    "generation_window_attention": ("attention", "generation_attention_perf.parquet",
+                                    lambda d: _attention(d, True, True)),
     "allreduce": ("comm", "custom_allreduce_perf.parquet", _allreduce),
     "moe": ("moe", "moe_perf.parquet", _moe),
     "context_mla": ("mla", "context_mla_perf.parquet", lambda d: _mla(d, False)),
@@ -425,6 +444,10 @@ TABLES = {
     "context_mla_module": ("mla", "mla_context_module_perf.parquet", lambda d: _mla_module(d, False)),
     "generation_mla_module": ("mla", "mla_generation_module_perf.parquet", lambda d: _mla_module(d, True)),
 }
+# Sliding-window attention (window_size > 0 in AIConfigurator's attention tables: windows of 128, 512, 1024 and 8192
+# tokens where measured): the full-attention table's kernel and attention dtype, a `window` column more. The measured
+# model prices a sliding layer from them where its window and KV dtype were measured (sim/cost/measured.py).
+WINDOW_TABLES = ("context_window_attention", "generation_window_attention")
 # Tables imported for some frameworks only: the others price MLA from their attention-alone tables.
 ONLY_FOR = {"context_mla_module": ("vllm",), "generation_mla_module": ("vllm",)}
 # Per framework, the MoE dtypes kept (fp8 = per-tensor W8A8 experts, fp8_block = block-scaled, w4a16_mxfp4 = MXFP4
@@ -474,10 +497,12 @@ _NAMES = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 # (4.9 MB unrounded, 3.1 MB at 4 digits). vLLM's tables keep issue 12's exact values: their shipped files stay
 # byte for byte as they were.
 LATENCY_DIGITS = {"vllm": None, "sglang": 3, "trtllm": 3}
+# The window tables, new in every framework, are rounded alike (vLLM's too: 2.2 MB -> 1.4 MB for all of them).
+WINDOW_LATENCY_DIGITS = 3
 
 
-def _write(df: pd.DataFrame, path: Path, framework: str) -> None:
-    digits = LATENCY_DIGITS[framework]
+def _write(df: pd.DataFrame, path: Path, framework: str, name: str = "") -> None:
+    digits = WINDOW_LATENCY_DIGITS if name in WINDOW_TABLES else LATENCY_DIGITS[framework]
     if digits is None:
         df.to_parquet(path, index=False, compression="zstd")
         return
@@ -552,9 +577,11 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
             df = df[~df["dtype"].isin(list(dropped))].reset_index(drop=True)
             kernels = {k: v for k, v in kernels.items() if k not in dropped}
         if df.empty:
-            tables[name] = {"status": "absent", "note": f"{fname} has no bf16 rows usable here"}
+            what = ("sliding-window rows of the full-attention kernels kept" if name in WINDOW_TABLES
+                    else "bf16 rows usable here")
+            tables[name] = {"status": "absent", "note": f"{fname} has no {what}"}
             continue
-        _write(df, out_dir / f"{name}.parquet", framework)
+        _write(df, out_dir / f"{name}.parquet", framework, name)
         entry = {"status": "ok", "framework": framework, "framework_version": version,
                  "source_file": str(path.relative_to(system_dir.parent.parent)), "rows": len(df),
                  "kernels": kernels}
@@ -562,6 +589,8 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
             entry["gemm_dtypes"] = sorted(set(df["gemm_dtype"]))
         if "dtype" in df.columns or "kv_dtype" in df.columns:
             entry["dtypes"] = sorted(set(df["dtype" if "dtype" in df.columns else "kv_dtype"]))
+        if name in WINDOW_TABLES:
+            entry["latency_digits"] = WINDOW_LATENCY_DIGITS
         if dropped:
             entry["dropped"] = dict(dropped)
         if borrowed:

@@ -29,6 +29,10 @@ rate and byte rate any measured GEMM reached). Outside the grid that ratio is he
 so a time follows the roofline's shape; every such extrapolation is listed in `notes` and the repr, each
 point once (`note_outside`). Grid points are reproduced exactly.
 
+A sliding-window layer's attention comes from the tables' own rows at the model's window where they measured it
+(`*_window_attention`: gpt-oss's 128 tokens and others, on every GPU but the A100); elsewhere from the full-attention
+rows, the window capping the context (said in the notes).
+
 MLA attention comes from the MLA tables where the engine's tables have them (SGLang, TensorRT-LLM: the attention
 alone, DeepSeek-V3's latent sizes, by heads per GPU; the projections around it are GEMMs like any other).
 
@@ -249,6 +253,8 @@ class MeasuredTables:
     moe_by_routing: dict | None = None  # {routing distribution: its fused-MoE rows}; `moe` is the default's
     context_mla_module: pd.DataFrame | None = None  # vLLM's whole MLA module, projections inside (`_vllm_mla_rows`)
     generation_mla_module: pd.DataFrame | None = None
+    context_window: pd.DataFrame | None = None  # sliding-window attention (a `window` column), where measured
+    generation_window: pd.DataFrame | None = None
 
     @property
     def launch_floor_s(self) -> float:
@@ -350,7 +356,8 @@ def load_tables(path: str | Path, field: str = "cost_model.gpu_data") -> Measure
                             frozenset(gemm["dtype"].unique()),
                             frozenset(ctx["kv_dtype"].unique()) & frozenset(gen["kv_dtype"].unique()),
                             read("context_mla", False), read("generation_mla", False), moe_by_routing,
-                            read("context_mla_module", False), read("generation_mla_module", False))
+                            read("context_mla_module", False), read("generation_mla_module", False),
+                            read("context_window_attention", False), read("generation_window_attention", False))
     _CACHE[key] = tables
     return tables
 
@@ -709,6 +716,7 @@ class MeasuredCostModel(PackedCostModel):
     def _setup_attention(self) -> None:
         m, tp, t = self.model, self.tp, self.tables
         self.mla_by_roofline = False
+        self._window_prefill = self._window_decode = None
         if m.attention == "mla":
             if self._setup_mla():
                 return
@@ -740,13 +748,52 @@ class MeasuredCostModel(PackedCostModel):
                           "decode attention (batch, context)", self.notes)
         ctx_grid.shape, gen_grid.shape = prefill_shape(hq, hkv, d), decode_shape(hq, hkv, d)
         self._prefill, self._decode = ctx_grid, gen_grid
-        if m.sliding_window:  # `measured_kernel._windowed_chunk`
-            self.notes[f"attention: a sliding-window layer's prefill chunk longer than its {m.sliding_window:,}-token "
-                       "window priced from the full-attention rows as a batch of prompts two windows long, one per "
-                       "window, at their time per query-key pair (the tables' window rows are not imported; against "
-                       "AIConfigurator's, a median 17-33% low, benchmarks/bench_window_attention.py)"] += 1
         if self.attention_backend == TRITON:
             self._price_triton_prefill(ctx_grid, kvd)
+        if m.sliding_window:
+            self._setup_window(hq, hkv, d, kvd, kvb)
+
+    def _setup_window(self, hq: int, hkv: int, d: int, kvd: str, kvb: float) -> None:
+        """A sliding-window layer's attention from the tables' rows at the model's window, where they measured it at
+        this KV dtype (`measured_kernel._window_layer_attention`; heads as the full-attention rows pick them); else
+        from the full-attention rows, the window capping the context (`measured_kernel._windowed_chunk`), said."""
+        t, window = self.tables, self.model.sliding_window
+        where = f"the {t.framework} tables of {t.meta['gpu']}"
+        why = None
+        if t.context_window is None or t.generation_window is None:
+            why = f"{where} measured no sliding window"
+        elif self.triton_priced:
+            kernel = t.meta["tables"]["context_attention"]["kernels"][kvd]
+            why = f"{where} measured the window with {kernel}, not Triton"
+        else:
+            ctx, gen = ((df[(df["window"] == window) & (df["kv_dtype"] == kvd)]) for df in (t.context_window,
+                                                                                            t.generation_window))
+            if ctx.empty or gen.empty:
+                measured = sorted(set(t.context_window["window"]) & set(t.generation_window["window"]))
+                why = (f"{where} measured windows of {', '.join(f'{w:,}' for w in measured)} tokens at "
+                       f"{', '.join(sorted(set(t.context_window['kv_dtype'])))} KV, not {window:,} at {kvd}")
+        if why is not None:
+            self.notes[f"attention: a sliding-window layer priced from the full-attention rows, the window capping "
+                       f"its context ({why}); a prefill chunk longer than the {window:,}-token window as a batch of "
+                       "prompts two windows long, one per window, at their time per query-key pair (against "
+                       "AIConfigurator's window rows where measured, medians by GPU: prefill 17-33% low, decode 1-21% "
+                       "low, benchmarks/bench_window_attention.py)"] += 1
+            return
+
+        def shape(kind: int, hq: int, hkv: int, d: int) -> Shape:
+            return Shape(kind, (hq, window, d, 2 * hkv * d * kvb), self.roof)
+
+        ctx = _select_heads(ctx.drop(columns="window"), hq, hkv, d, "sliding-window context attention", self.notes)
+        gen = _select_heads(gen.drop(columns="window"), hq, hkv, d, "sliding-window decode attention", self.notes)
+        pf, dc = measured_kernel.SHAPE_WINDOW_PREFILL, measured_kernel.SHAPE_WINDOW_DECODE
+        self._window_prefill = Grid2D(ctx, "batch_size", "isl", shape(pf, *_heads_shape(ctx)),
+                                      "sliding-window context attention (batch, tokens)", self.notes)
+        self._window_decode = Grid2D(gen, "batch_size", "kv_tokens", shape(dc, *_heads_shape(gen)),
+                                     "sliding-window decode attention (batch, context)", self.notes)
+        self._window_prefill.shape, self._window_decode.shape = shape(pf, hq, hkv, d), shape(dc, hq, hkv, d)
+        kernels = t.meta["tables"]["context_window_attention"]["kernels"]
+        self.notes[f"attention: sliding-window layers ({window:,} tokens) priced from the window rows of {where} "
+                   f"({kernels[kvd]}, {kvd} KV)"] += 1
 
     def _price_triton_prefill(self, grid: Grid2D, kvd: str) -> None:
         """vLLM's Triton attention where the tables measured FlashAttention-2 only: each context-attention column
@@ -1090,13 +1137,14 @@ class MeasuredCostModel(PackedCostModel):
     def note_compiled_outside(self, points) -> None:
         """Note the points priced outside the tables (rows of a `measured_kernel` note log: kind, curve row, x,
         y), each once."""
-        from sim.cost.measured_kernel import NOTE_CURVE, NOTE_PREFILL
+        from sim.cost.measured_kernel import NOTE_CURVE, NOTE_DECODE, NOTE_PREFILL, NOTE_WINDOW_PREFILL
         curves = self._pack_curves
+        grids = {NOTE_PREFILL: "_prefill", NOTE_DECODE: "_decode", NOTE_WINDOW_PREFILL: "_window_prefill"}
         for kind, row, x, y in sorted(set(map(tuple, points.tolist()))):
             if kind == NOTE_CURVE:
                 message = curves[int(row)].outside_note(x)
             else:
-                message = (self._prefill if kind == NOTE_PREFILL else self._decode).outside_note(x, y)
+                message = getattr(self, grids.get(int(kind), "_window_decode")).outside_note(x, y)
             note_outside(self.notes, message)
 
 

@@ -6,7 +6,8 @@
 which the compiled engine core (`sim.compiled`) inlines. `MeasuredCostModel._build_pack` packs the model with
 `pack` (the layout below). Every term is here: linear layers (experts: from the fused-MoE table, else expert
 GEMMs run as one fused kernel), attention (MLA from its own tables where the engine's have them, else by the device
-roofline; a sliding window caps the context), norms
+roofline; a sliding-window layer from the tables' own window rows where they measured its window, else the
+full-attention rows with the window capping the context), norms
 and activations, all-reduces, the LM head, swap copies, the step overhead.
 
 A point outside the measured tables is priced with the ratio held at the nearest edge and written to the
@@ -38,8 +39,11 @@ from sim.model.memory import MXFP4_PARAM_BYTES, NVFP4_PARAM_BYTES
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_MIN_KERNEL_S, P_OVERHEAD_S, P_ALLREDUCE, P_AR_LINK_BYTES_PER_S, P_AR_LATENCY_S,
  P_TP, P_HIDDEN, P_PF_KIND, P_PF_A, P_PF_B, P_PF_C, P_PF_D, P_DC_KIND, P_DC_A, P_DC_B, P_DC_C, P_DC_D,
  P_ELEMENTWISE_0, P_ELEMENTWISE_1, P_ELEMENTWISE_2, P_LM_HEAD, P_AR_CURVE, P_SLIDING_WINDOW, P_MLA,
- P_MLA_FLOPS_PER_PAIR, P_MLA_KV_BYTES, P_SWAP_S_PER_TOKEN, P_WINDOW_SHARE) = range(30)
-NUM_MEASURED_PARAMS = 30
+ P_MLA_FLOPS_PER_PAIR, P_MLA_KV_BYTES, P_SWAP_S_PER_TOKEN, P_WINDOW_SHARE, P_WINDOW_GRIDS, P_WPF_KIND, P_WPF_A,
+ P_WPF_B, P_WPF_C, P_WPF_D, P_WDC_KIND, P_WDC_A, P_WDC_B, P_WDC_C, P_WDC_D) = range(41)
+NUM_MEASURED_PARAMS = 41
+# P_WINDOW_GRIDS: 1 where a sliding-window layer is priced from the window grids (the tables' rows at the model's
+# window: prefill by (batch, prompt tokens), decode by (batch, context)), whose shapes are P_WPF_* and P_WDC_*.
 ALLREDUCE_NONE, ALLREDUCE_CURVE, ALLREDUCE_CATALOG = 0, 1, 2
 # Columns of a curve row: first grid index, grid length, shape kind, four shape numbers.
 C_START, C_LEN, C_KIND, C_A, C_B, C_C, C_D = range(7)
@@ -54,7 +58,10 @@ L_CURVE, L_EXPERTS, L_ACTIVE = range(3)
 # run absorbed, every head attending over the shared latent (heads, latent + rotary size read as keys, latent size
 # read as values, KV bytes per element) by (batch, context).
 SHAPE_GEMM, SHAPE_ALLREDUCE, SHAPE_MOE, SHAPE_PREFILL, SHAPE_DECODE, SHAPE_MOE_FP8, SHAPE_MLA_PREFILL, \
-    SHAPE_MLA_DECODE, SHAPE_MOE_MXFP4, SHAPE_MOE_NVFP4 = range(10)
+    SHAPE_MLA_DECODE, SHAPE_MOE_MXFP4, SHAPE_MOE_NVFP4, SHAPE_WINDOW_PREFILL, SHAPE_WINDOW_DECODE = range(12)
+# SHAPE_WINDOW_PREFILL and SHAPE_WINDOW_DECODE: attention through a sliding window (query heads, window tokens, head
+# size, KV bytes a token: keys and values of every KV head) by (batch, prompt tokens) and (batch, context): each
+# query's keys capped by the window (`chunk_pairs`), each sequence's KV read at most a window.
 # SHAPE_MOE_MXFP4: the fused MoE layer with MXFP4 experts (the same numbers as SHAPE_MOE): MXFP4_PARAM_BYTES a
 # weight, products at the bf16 rate `fps` (16-bit activations). SHAPE_MOE_NVFP4: NVFP4 experts, NVFP4_PARAM_BYTES a
 # weight, W4A4 products at four times the bf16 rate (the B200 datasheet's FP4 / BF16 ratio).
@@ -66,15 +73,16 @@ SCRATCH = MEMO_TOKENS
 # The note log (the pack's last two arrays): one row per point priced outside the tables (kind, curve row, x, y),
 # a point repeated on consecutive rows written once; and the number of rows written.
 NOTE_CAP = 1 << 16
-NOTE_CURVE, NOTE_PREFILL, NOTE_DECODE = 0, 1, 2
-NUM_NUMBERS = 13  # the pack's first arrays hold the model's numbers; then its memos and note log
+NOTE_CURVE, NOTE_PREFILL, NOTE_DECODE, NOTE_WINDOW_PREFILL, NOTE_WINDOW_DECODE = 0, 1, 2, 3, 4
+NUM_NUMBERS = 19  # the pack's first arrays hold the model's numbers; then its memos and note log
 LAYER_MEMO = NUM_NUMBERS  # the index of the memo of each group's per-layer token terms
 
 
 def pack(cost_model) -> tuple[tuple, list]:
     """The pack, and its curves in row order (for the notes' words): (scalars, curves, curve grids (log1p x),
     curve log ratios, layers per group, first linear-layer row of each group (and the end), linear-layer rows (a
-    fused-MoE layer is one, priced like a dense layer), prefill grid (ga, gb, r), decode grid (ga, gb, r), memo of
+    fused-MoE layer is one, priced like a dense layer), prefill grid (ga, gb, r), decode grid (ga, gb, r), the
+    sliding-window prefill and decode grids (the same; one-point zeros without them), memo of
     each group's per-layer token terms by token count, memo of the LM head by sampled rows, note log, its
     length)."""
     m = cost_model
@@ -86,6 +94,12 @@ def pack(cost_model) -> tuple[tuple, list]:
     s[P_SLIDING_WINDOW] = m.model.sliding_window or 0
     s[P_WINDOW_SHARE] = m.model.window_layer_share
     s[P_SWAP_S_PER_TOKEN] = m._swap_s_per_token
+    windowed = (m._window_prefill, m._window_decode)
+    if windowed[0] is not None:
+        s[P_WINDOW_GRIDS] = 1.0
+        for first, grid in zip((P_WPF_KIND, P_WDC_KIND), windowed):
+            s[first] = grid.shape.kind
+            s[first + 1:first + 5] = grid.shape.numbers
     if m.mla_by_roofline:
         s[P_MLA], s[P_MLA_FLOPS_PER_PAIR], s[P_MLA_KV_BYTES] = 1.0, m.mla_flops_per_pair, m.mla_kv_bytes
     else:
@@ -119,8 +133,8 @@ def pack(cost_model) -> tuple[tuple, list]:
             s[P_AR_LINK_BYTES_PER_S] = m.gpu.interconnect_bytes_per_s * m.gpu.interconnect_efficiency
             s[P_AR_LATENCY_S] = m.gpu.allreduce_latency_s
     grid = []
-    for g2 in ((m._prefill, m._decode) if not m.mla_by_roofline else (None, None)):
-        if g2 is None:  # MLA attention without a table is priced by the device roofline
+    for g2 in ((m._prefill, m._decode) if not m.mla_by_roofline else (None, None)) + windowed:
+        if g2 is None:  # MLA attention without a table (the device roofline); no window grids
             grid += [np.zeros(1), np.zeros(1), np.zeros((1, 1))]
         else:  # copies: a read-only table array would give the pack another numba type (another core compile)
             grid += [np.array(g2.ga, dtype=np.float64), np.array(g2.gb, dtype=np.float64),
@@ -143,7 +157,7 @@ def empty() -> tuple:
     """A pack of the same types for pricers of another kind (never read)."""
     z, zi, z2 = np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, 0))
     return (np.zeros(NUM_MEASURED_PARAMS), np.zeros((0, 7)), z, z, z, zi, z2.reshape(0, 3), z, z, z2, z, z, z2,
-            z2, z, z2, zi)
+            z, z, z2, z, z, z2, z2, z, z2, zi)
 
 
 # --- shapes, curves, grids -------------------------------------------------------------------------------
@@ -180,6 +194,12 @@ def shape_at(kind, a, b, c, d, fps, bps, x, y):
         return op_time(2.0 * a * (b + c) * pairs, x * y * a * 2 * (b + c) * ACT_BYTES, fps, bps)
     if kind == SHAPE_MLA_DECODE:
         return op_time(2.0 * a * (b + c) * x * y, x * y * b * d + x * a * (b + c) * ACT_BYTES, fps, bps)
+    if kind == SHAPE_WINDOW_PREFILL:
+        pairs, _ = chunk_pairs(y, 0.0, b)
+        return op_time(4.0 * a * c * x * pairs, x * y * (d + 2 * a * c * ACT_BYTES), fps, bps)
+    if kind == SHAPE_WINDOW_DECODE:
+        kv = y if y < b else b
+        return op_time(4.0 * a * c * x * kv, x * kv * d + 2 * x * a * c * ACT_BYTES, fps, bps)
     return op_time(4.0 * a * c * x * y, x * y * 2 * b * c * d + 2 * x * a * c * ACT_BYTES, fps, bps)
 
 
@@ -229,9 +249,10 @@ def _curve(s, curves, grids, ratios, log, count, c, x):
 
 @njit(cache=True)
 def _attention_grid(s, ga, gb, r, log, count, kind, x, y):
-    """Prefill (kind NOTE_PREFILL) or decode attention (NOTE_DECODE) of this model at (x, y) from its grid; a
-    point outside the grid is noted (NaN: the log is full)."""
-    f = P_PF_KIND if kind == NOTE_PREFILL else P_DC_KIND
+    """Prefill (kind NOTE_PREFILL), decode (NOTE_DECODE) or a sliding-window layer's (NOTE_WINDOW_*) attention of this
+    model at (x, y) from its grid; a point outside the grid is noted (NaN: the log is full)."""
+    f = (P_PF_KIND if kind == NOTE_PREFILL else P_DC_KIND if kind == NOTE_DECODE
+         else P_WPF_KIND if kind == NOTE_WINDOW_PREFILL else P_WDC_KIND)
     value, outside = grid_at(ga, gb, r, s[f], s[f + 1], s[f + 2], s[f + 3], s[f + 4], s[P_FLOPS_PER_S],
                              s[P_BYTES_PER_S], x, y)
     if outside and not _note(log, count, kind, 0, x, y):
@@ -272,13 +293,18 @@ def _mla_attention(s, num_pf, pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, que
 
 
 @njit(cache=True, inline="always")
-def _attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, num_pf, pf_chunk, pf_ctx, num_decode_seqs,
-               decode_ctx, query_tokens):
-    """One layer's attention (`_layer_attention`); a hybrid model's mean layer (`hybrid_layer_mean`). NaN: the note
-    log is full."""
+def _attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, wpf_ga, wpf_gb, wpf_r, wdc_ga, wdc_gb, wdc_r, log, count,
+               num_pf, pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, query_tokens):
+    """One layer's attention (`_layer_attention`; a sliding-window layer's from the window grids where the pack has
+    them, `_window_layer_attention`); a hybrid model's mean layer (`hybrid_layer_mean`). NaN: the note log is
+    full."""
     window, share = s[P_SLIDING_WINDOW], s[P_WINDOW_SHARE]
-    attn = _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, window, num_pf, pf_chunk, pf_ctx,
-                            num_decode_seqs, decode_ctx, query_tokens)
+    if window and s[P_WINDOW_GRIDS] != 0.0:
+        attn = _window_layer_attention(s, wpf_ga, wpf_gb, wpf_r, wdc_ga, wdc_gb, wdc_r, log, count, window, num_pf,
+                                       pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, query_tokens)
+    else:
+        attn = _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, window, num_pf, pf_chunk,
+                                pf_ctx, num_decode_seqs, decode_ctx, query_tokens)
     if not window or share == 1.0:
         return attn
     whole = _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, 0.0, num_pf, pf_chunk, pf_ctx,
@@ -354,6 +380,44 @@ def _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, wind
 
 
 @njit(cache=True, inline="always")
+def _window_layer_attention(s, wpf_ga, wpf_gb, wpf_r, wdc_ga, wdc_gb, wdc_r, log, count, window, num_pf, pf_chunk,
+                            pf_ctx, num_decode_seqs, decode_ctx, query_tokens):
+    """One sliding-window layer's attention from the tables' own rows at its window (fresh prompts by (batch, prompt
+    tokens); decodes by (batch, context)): prefill chunks grouped as `_layer_attention` groups them, each the largest
+    of its windowed share of a fresh prompt (the context it sees, at most a window, then the chunk), the chunk alone
+    and one read of its KV; then the decodes at their mean context, which the grid's rows measured uncapped.
+    NaN: the note log is full."""
+    attn = 0.0
+    for j in range(num_pf):
+        chunk, context = pf_chunk[j], pf_ctx[j]
+        seen = False
+        for q in range(j):
+            if pf_chunk[q] == chunk and pf_ctx[q] == context:
+                seen = True
+                break
+        if seen:
+            continue
+        same = 1
+        for q in range(j + 1, num_pf):
+            if pf_chunk[q] == chunk and pf_ctx[q] == context:
+                same += 1
+        context = min(context, window)
+        total = context + chunk
+        share = chunk_pairs(chunk, context, window)[0] / chunk_pairs(total, 0.0, window)[0]
+        whole = _attention_grid(s, wpf_ga, wpf_gb, wpf_r, log, count, NOTE_WINDOW_PREFILL, same, total) * share
+        alone = _attention_grid(s, wpf_ga, wpf_gb, wpf_r, log, count, NOTE_WINDOW_PREFILL, same, chunk)
+        read = _attention_grid(s, wdc_ga, wdc_gb, wdc_r, log, count, NOTE_WINDOW_DECODE, same, total)
+        if math.isnan(whole) or math.isnan(alone) or math.isnan(read):
+            return math.nan
+        attn += _max3(whole, alone, read)
+    if num_decode_seqs:
+        mean_ctx = decode_ctx / num_decode_seqs
+        attn += _attention_grid(s, wdc_ga, wdc_gb, wdc_r, log, count, NOTE_WINDOW_DECODE,
+                                num_decode_seqs * query_tokens, mean_ctx if not 1.0 > mean_ctx else 1.0)
+    return attn
+
+
+@njit(cache=True, inline="always")
 def fused_experts_s(one_s, roofline_s, touched, launch_s):
     """`touched` experts' GEMMs in one fused launch: the first as measured (`one_s`), each further one its time above a
     launch (`launch_s`, the table's fastest kernel), never less than its roofline (`roofline_s`)."""
@@ -407,16 +471,16 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
               query_tokens, swap_tokens):
     """The step's time (`sim.cost.step_args` lists the arguments): per layer its token-count terms and its
     attention, then the LM head, swaps, the step overhead. NaN: the note log is full."""
-    (s, curves, grids, ratios, layers, starts, linear, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, layer_memo,
-     head_memo, note_log, note_count) = params
+    (s, curves, grids, ratios, layers, starts, linear, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, wpf_ga, wpf_gb, wpf_r,
+     wdc_ga, wdc_gb, wdc_r, layer_memo, head_memo, note_log, note_count) = params
     t = num_prefill_tokens + num_decode_seqs * query_tokens
     if t == 0:
         return s[P_OVERHEAD_S]
     if s[P_MLA] != 0.0:
         attn = _mla_attention(s, num_pf, pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, query_tokens)
     else:
-        attn = _attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, note_log, note_count, num_pf, pf_chunk, pf_ctx,
-                          num_decode_seqs, decode_ctx, query_tokens)
+        attn = _attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, wpf_ga, wpf_gb, wpf_r, wdc_ga, wdc_gb, wdc_r,
+                          note_log, note_count, num_pf, pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, query_tokens)
     if math.isnan(attn):
         return math.nan
     # (The memo is read element by element: a view of it would take and drop a reference where numba counts them.)
@@ -449,36 +513,45 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
 
 
 @njit(cache=True)
+def _note_decode_run(ga, gb, note_log, note_count, kind, num_seqs, first_ctx, num_steps, cap):
+    """Note the points one decode grid prices over a run of decode-only steps (`note_decode_points`), each step's
+    mean context capped at `cap` (0: none). False: the note log is full."""
+    out_a = bracket(ga, math.log1p(num_seqs))[2]
+    first, last = first_ctx / num_seqs, (first_ctx + (num_steps - 1) * num_seqs) / num_seqs
+    if cap:
+        first, last = min(first, cap), min(last, cap)
+    lo, hi = (first if not 1.0 > first else 1.0), (last if not 1.0 > last else 1.0)
+    if not out_a and not bracket(gb, math.log1p(lo))[2] and not bracket(gb, math.log1p(hi))[2]:
+        return True  # the mean context only grows: every point lies between two inside the grid
+    for j in range(num_steps):
+        mean_ctx = (first_ctx + j * num_seqs) / num_seqs
+        if cap:
+            mean_ctx = min(mean_ctx, cap)
+        y = mean_ctx if not 1.0 > mean_ctx else 1.0
+        if (out_a or bracket(gb, math.log1p(y))[2]) and not _note(note_log, note_count, kind, 0, num_seqs, y):
+            return False
+    return True
+
+
+@njit(cache=True)
 def note_decode_points(params, num_seqs, first_ctx, num_steps):
     """Note the decode-attention points of `num_steps` decode-only steps of `num_seqs` sequences whose contexts
     start at `first_ctx` and grow by `num_seqs` a step, as `step_time` of each would note them (their other terms
     depend on the batch size alone and were priced with the run's first step). False: the note log is full."""
-    s, dc_ga, dc_gb, note_log, note_count = params[0], params[10], params[11], params[15], params[16]
+    s, dc_ga, dc_gb, wdc_ga, wdc_gb = params[0], params[10], params[11], params[16], params[17]
+    note_log, note_count = params[-2], params[-1]
     if s[P_MLA] != 0.0:
         return True  # no table: nothing to note
     window = s[P_SLIDING_WINDOW]
-    # A hybrid model's layers without the window read the whole context: `step_time` notes each step's windowed
-    # point, then its whole one.
-    hybrid = window != 0.0 and s[P_WINDOW_SHARE] != 1.0
-    out_a = bracket(dc_ga, math.log1p(num_seqs))[2]
-    first, last = first_ctx / num_seqs, (first_ctx + (num_steps - 1) * num_seqs) / num_seqs
-    lo, hi = (first if not 1.0 > first else 1.0), (last if not 1.0 > last else 1.0)
-    if window:
-        lo_w, hi_w = min(lo, window), min(hi, window)
-        lo, hi = (lo_w, hi_w) if not hybrid else (min(lo, lo_w), max(hi, hi_w))
-    if not out_a and not bracket(dc_gb, math.log1p(lo))[2] and not bracket(dc_gb, math.log1p(hi))[2]:
-        return True  # the mean context only grows: every point lies between two inside the grid
-    for j in range(num_steps):
-        mean_ctx = (first_ctx + j * num_seqs) / num_seqs
-        whole = mean_ctx if not 1.0 > mean_ctx else 1.0
-        y = whole
-        if window:
-            mean_ctx = min(mean_ctx, window)
-            y = mean_ctx if not 1.0 > mean_ctx else 1.0
-        if (out_a or bracket(dc_gb, math.log1p(y))[2]) and not _note(note_log, note_count, NOTE_DECODE, 0,
-                                                                      num_seqs, y):
-            return False
-        if hybrid and (out_a or bracket(dc_gb, math.log1p(whole))[2]) and not _note(
-                note_log, note_count, NOTE_DECODE, 0, num_seqs, whole):
-            return False
-    return True
+    if not window:
+        return _note_decode_run(dc_ga, dc_gb, note_log, note_count, NOTE_DECODE, num_seqs, first_ctx, num_steps, 0.0)
+    if s[P_WINDOW_GRIDS] != 0.0:  # the window layers from their own grid, at the whole context
+        done = _note_decode_run(wdc_ga, wdc_gb, note_log, note_count, NOTE_WINDOW_DECODE, num_seqs, first_ctx,
+                                num_steps, 0.0)
+    else:  # from the decode grid, at the context the window caps
+        done = _note_decode_run(dc_ga, dc_gb, note_log, note_count, NOTE_DECODE, num_seqs, first_ctx, num_steps,
+                                window)
+    # A hybrid model's layers without the window read the whole context.
+    if done and s[P_WINDOW_SHARE] != 1.0:
+        done = _note_decode_run(dc_ga, dc_gb, note_log, note_count, NOTE_DECODE, num_seqs, first_ctx, num_steps, 0.0)
+    return done

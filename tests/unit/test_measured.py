@@ -10,6 +10,7 @@ import math
 from collections import Counter
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -58,7 +59,7 @@ def test_conversion_keeps_one_kernel_per_dtype_and_records_its_source(converted)
                               "path": "aiconfigurator_core/systems/data"}
     assert (meta["framework"], meta["framework_version"], meta["system"]) == ("vllm", "0.24.0", "h100_sxm")
     assert meta["device_name"] == "NVIDIA H100 80GB HBM3"
-    # Sliding-window rows are dropped; AIConfigurator's decode `step` is the context before the new token.
+    # Sliding-window rows are kept apart; AIConfigurator's decode `step` is the context before the new token.
     gen = pd.read_parquet(out / "generation_attention.parquet")
     raw_gen = _raw("attention/vllm/0.24.0/generation_attention_perf.parquet")
     assert len(raw_gen[raw_gen.window_size == 128]) > 0
@@ -67,6 +68,18 @@ def test_conversion_keeps_one_kernel_per_dtype_and_records_its_source(converted)
                   & (raw_gen.step == 1023)]
     got = gen[(gen.kv_dtype == "bf16") & (gen.batch_size == 8) & (gen.kv_tokens == 1024)]
     assert got["latency_ms"].iloc[0] == row["latency"].iloc[0]
+    for name, raw_name in (("generation", "generation"), ("context", "context")):
+        window = pd.read_parquet(out / f"{name}_window_attention.parquet")
+        raw = _raw(f"attention/vllm/0.24.0/{raw_name}_attention_perf.parquet")
+        raw = raw[raw.window_size > 0]
+        assert len(window) == len(raw) and set(window["window"]) == {128}
+        entry = meta["tables"][f"{name}_window_attention"]
+        assert entry["kernels"]["bf16"] == meta["tables"][f"{name}_attention"]["kernels"]["bf16"]
+        assert entry["kernels"]["windows"] == [128] and entry["latency_digits"] == 3
+        r = raw[raw.kv_cache_dtype == "bfloat16"].iloc[0]
+        key = ("kv_tokens", r.step + 1) if name == "generation" else ("isl", r.isl)
+        got = window[(window.kv_dtype == "bf16") & (window.batch_size == r.batch_size) & (window[key[0]] == key[1])]
+        assert got["latency_ms"].iloc[0] == float(f"{r.latency:.3g}")
     ar = pd.read_parquet(out / "allreduce.parquet")
     assert set(ar["backend"]) == {"graph", "eager"} and set(ar["num_gpus"]) == {2, 4, 8}
 
@@ -112,7 +125,7 @@ def test_attention_grid_points_are_reproduced(converted):
 def test_shipped_tables_cover_the_catalog_gpus_and_load_fast_enough_to_ship():
     assert {"h100-sxm", "h200", "a100-80gb", "l40s"} <= set(measured_gpus())
     total = sum(f.stat().st_size for f in MEASURED_DIR.rglob("*") if f.is_file())
-    assert total < 15e6
+    assert total < 16.5e6  # 14.7 MB before the sliding-window rows (12-03), 16.1 MB with them
     for gpu in measured_gpus():
         meta = load_tables(MEASURED_DIR / gpu).meta
         assert meta["source"]["package"] == "aiconfigurator-core" and meta["framework"] == "vllm"
@@ -271,21 +284,64 @@ def _plan_from_row(r) -> StepPlan:
     return plan_for_row(r.kind, int(r.prefill_tokens), int(r.prefill_context), int(r.decode_batch),
                         int(r.decode_context))
 
-def test_a_sliding_window_models_prefill_approximation_is_said():
+def _gpt_oss_20b():
     from sim.model.hf_config import load_hf_config
-    gpt_oss = load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
-    said = [n for n in MeasuredCostModel(gpt_oss, get_gpu("h100-sxm"), weight_dtype="mxfp4").note_lines()
-            if n.startswith("attention: a sliding-window layer's prefill chunk")]
-    assert said and "longer than its 128-token window priced from the full-attention rows" in said[0]
-    assert not any(n.startswith("attention: a sliding-window") for n in
+    return load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
+
+
+def test_a_sliding_window_layer_is_priced_from_the_window_rows_where_measured_and_said_where_not():
+    gpt_oss = _gpt_oss_20b()
+    on_h100 = MeasuredCostModel(gpt_oss, get_gpu("h100-sxm"), weight_dtype="mxfp4")
+    assert on_h100._window_prefill is not None and on_h100._window_decode is not None
+    assert any(n.startswith("attention: sliding-window layers (128 tokens) priced from the window rows of the vllm "
+                            "tables of h100-sxm")
+               for n in on_h100.note_lines())
+    on_a100 = MeasuredCostModel(gpt_oss, get_gpu("a100-80gb"), weight_dtype="mxfp4", moe_kernel="marlin")
+    said = [n for n in on_a100.note_lines() if n.startswith("attention: a sliding-window layer priced from the full")]
+    assert on_a100._window_prefill is None and said
+    assert "the vllm tables of a100-80gb measured no sliding window" in said[0]
+    assert not any(n.startswith(("attention: a sliding-window", "attention: sliding-window")) for n in
                    MeasuredCostModel(get_model("llama-3.1-8b"), get_gpu("h100-sxm")).note_lines())
 
 
-def test_a_chunk_longer_than_the_window_is_priced_as_a_batch_of_two_window_prompts():
+def test_window_grids_reproduce_the_window_rows_and_a_step_prices_its_window_layers_from_them():
+    """Known answers: at every window row measured at gpt-oss-20b's heads the grids give the row's time, and a decode
+    step's attention is the layers' share-weighted mean of the window row and the full-attention row."""
     from sim.cost import measured_kernel as mk
-    from sim.model.hf_config import load_hf_config
-    gpt_oss = load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
+    gpt_oss = _gpt_oss_20b()
     cm = MeasuredCostModel(gpt_oss, get_gpu("h100-sxm"), weight_dtype="mxfp4")
+    tables = load_tables(MEASURED_DIR / "h100-sxm")
+    heads = dict(num_heads=64, num_kv_heads=8, head_dim=64)
+    for df, grid, axis in ((tables.context_window, cm._window_prefill, "isl"),
+                           (tables.generation_window, cm._window_decode, "kv_tokens")):
+        rows = df[(df.window == 128) & (df.kv_dtype == "bf16")]
+        rows = rows[(rows[list(heads)] == pd.Series(heads)).all(axis=1)]
+        assert len(rows) > 100
+        for r in rows.itertuples():
+            assert grid(r.batch_size, getattr(r, axis)) == pytest.approx(r.latency_ms * 1e-3, rel=1e-12)
+    packed, _ = mk.pack(cm)
+    s, log, count = packed[0], packed[-2], packed[-1]
+    full, window = packed[7:13], packed[13:19]
+    assert s[mk.P_WINDOW_GRIDS] == 1.0 and gpt_oss.window_layer_share == 0.5
+    none = np.zeros(1)
+    for batch, context in ((64, 1024), (256, 512), (8, 32768)):
+        got = mk._attention(s, *full, *window, log, count, 0, none, none, batch, float(batch * context), 1.0)
+        want = 0.5 * cm._window_decode(batch, context) + 0.5 * cm._decode(batch, context)
+        assert got == pytest.approx(want, rel=1e-12)
+        # the window layer: more than the full-attention row at the window's context (the rows measured it so)
+        assert cm._window_decode(batch, context) > cm._decode(batch, 128)
+    # a fresh prompt of a batch: its window rows (the chunk alone; its KV's one read is cheaper)
+    chunk = np.array([2048.0, 2048.0])
+    got = mk._window_layer_attention(s, *window, log, count, 128.0, 2, chunk, np.zeros(2), 0, 0.0, 1.0)
+    assert got == pytest.approx(cm._window_prefill(2, 2048), rel=1e-12)
+    assert count[0] == 0
+
+
+def test_a_chunk_longer_than_the_window_is_priced_as_a_batch_of_two_window_prompts():
+    """Without window rows (the A100's tables), a sliding layer's long chunk from the full-attention rows."""
+    from sim.cost import measured_kernel as mk
+    gpt_oss = _gpt_oss_20b()
+    cm = MeasuredCostModel(gpt_oss, get_gpu("a100-80gb"), weight_dtype="mxfp4", moe_kernel="marlin")
     packed, _ = mk.pack(cm)
     s, pf_ga, pf_gb, pf_r, log, count = packed[0], *packed[7:10], packed[-2], packed[-1]
     window = gpt_oss.sliding_window

@@ -123,7 +123,8 @@ def test_shipped_tables_of_every_engine_cover_the_nine_gpus_and_name_their_sourc
 def test_the_added_engine_tables_stay_small():
     folders = [d for fw in ("sglang", "trtllm") for d in MEASURED_DIR.glob(f"*/{fw}") if d.is_dir()]
     added = sum(f.stat().st_size for d in folders for f in d.iterdir() if f.is_file())
-    assert 0 < added < 0.4e6 * len(folders)  # at most 0.4 MB per GPU and engine (ten folders: 2.9 MB)
+    # at most 0.45 MB per GPU and engine (ten folders: 2.9 MB; eighteen with their sliding-window rows: 7.4 MB)
+    assert 0 < added < 0.45e6 * len(folders)
 
 
 def test_each_engines_tables_price_a_step_and_the_repr_names_framework_version_and_dtypes():
