@@ -5,6 +5,7 @@ both engines on whole runs, in tests/integration/test_compiled_core.py."""
 
 import math
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -17,6 +18,7 @@ from sim.cost.measured import MeasuredCostModel, measured_gpus
 from sim.cost.measured_kernel import LAYER_MEMO, MEMO_TOKENS
 from sim.cost.step_args import step_args
 from sim.model.catalog import get_gpu, get_model
+from sim.model.hf_config import load_hf_config
 
 # Dense models on every GPU with shipped tables, one GPU and several (all-reduce from a table or the catalog),
 # mixtures of experts (a fused-MoE table on the H100; expert GEMMs on the L40S), MLA, a sliding window.
@@ -26,13 +28,17 @@ SETUPS += [("llama-3.1-70b", "h100-sxm", 4), ("qwen2.5-7b", "h200", 1), ("llama-
            ("mixtral-8x7b", "h100-sxm", 2, "fp8", "bf16"),
            ("mixtral-8x7b", "l40s", 2), ("deepseek-v2-lite", "h100-sxm", 1), ("mistral-7b-v0.1", "h100-sxm", 1),
            ("deepseek-v2-lite", "h200", 2, "bf16", "fp8", "trtllm"), ("deepseek-v2-lite", "h100-sxm", 1, "bf16", "bf16",
-                                                                     "sglang")]  # (MLA from its own tables)
+                                                                     "sglang"),  # (MLA from its own tables)
+           # sliding-window layers from the tables' window rows (mistral's 4,096-token window: from the full rows)
+           ("gpt-oss-20b", "h100-sxm", 1, "mxfp4", "bf16"), ("gpt-oss-20b", "h200", 2, "mxfp4", "fp8", "sglang")]
 SETUPS = [s for s in SETUPS if s[1] in measured_gpus()]
+HF_MODELS = {"gpt-oss-20b": Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json"}
 
 
 def model_for(name: str, gpu: str, tp: int, weights: str = "bf16", kv: str = "bf16", tables: str = "vllm",
               overhead_s: float = 0.0):
-    return MeasuredCostModel(get_model(name), get_gpu(gpu), tensor_parallel=tp, weight_dtype=weights, kv_dtype=kv,
+    model = load_hf_config(HF_MODELS[name]) if name in HF_MODELS else get_model(name)
+    return MeasuredCostModel(model, get_gpu(gpu), tensor_parallel=tp, weight_dtype=weights, kv_dtype=kv,
                              step_overhead_s=overhead_s, tables=tables)
 
 
@@ -149,6 +155,27 @@ def test_a_decode_runs_unpriced_steps_note_the_attention_points_the_python_model
         assert note_unpriced_decode_steps(pack[0], pack[3], batch, first_ctx, steps)
         assert set(core_notes(core, pack)) == want
         assert len(want) == outside  # the mean contexts past the grid's last (one of 5 lies on it)
+
+
+def test_a_decode_run_of_a_sliding_window_model_notes_both_grids_points_as_the_python_model_does():
+    # gpt-oss: half its layers from the window rows' decode grid, half from the full rows', each at the whole context
+    setup = ("gpt-oss-20b", "h100-sxm", 1, "mxfp4")
+    probe = model_for(*setup)
+    grids = (probe._window_decode, probe._decode)
+    top_batch = int(max(g.xs[-1] for g in grids))
+    top_ctx = int(min(g.ys[-1] for g in grids))
+    for batch, first_ctx, steps, outside in ((64, 64 * 200, 6, False), (16, 16 * (top_ctx - 2), 5, True),
+                                             (top_batch + 8, 100, 3, True)):
+        python, core = model_for(*setup), model_for(*setup)
+        python.notes.clear()
+        python.decode_step_costs(batch, first_ctx, steps)
+        want = {n for n in python.notes if "decode attention" in n}
+        pack = core.compiled_params()
+        assert note_unpriced_decode_steps(pack[0], pack[3], batch, first_ctx, steps)
+        assert set(core_notes(core, pack)) == want
+        # inside both grids; past their last context or batch, each grid's points
+        assert {n.split(" (")[0] for n in want} == ({"decode attention", "sliding-window decode attention"}
+                                                    if outside else set())
 
 
 def test_notes_list_each_point_once_however_often_it_is_priced():
