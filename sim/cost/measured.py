@@ -554,8 +554,9 @@ def gemm_curve(gemm: pd.DataFrame, dtype: str, n: int, k: int, roof: DeviceRoofl
     return Curve(ms, lr, shape_nk(n, k), f"{name} tokens", notes)
 
 
-def _select_heads(df: pd.DataFrame, hq: int, hkv: int, d: int, name: str, notes: Counter) -> pd.DataFrame:
-    """Rows measured at this head configuration, else the nearest one (scaled by the roofline shape)."""
+def _select_heads(df: pd.DataFrame, hq: int, hkv: int, d: int, name: str, notes: Counter,
+                  how: str = "scaled by the roofline") -> pd.DataFrame:
+    """Rows measured at this head configuration, else the nearest one (`how` the caller carries them over)."""
     rows = df[(df["num_heads"] == hq) & (df["num_kv_heads"] == hkv) & (df["head_dim"] == d)]
     if not rows.empty:
         return rows
@@ -566,7 +567,7 @@ def _select_heads(df: pd.DataFrame, hq: int, hkv: int, d: int, name: str, notes:
                 + 2 * abs(math.log(c.head_dim / d)))
     near = min(configs, key=dist)
     notes[f"{name}: heads {hq}/{hkv}/{d} (q/kv/dim) not measured; nearest {near.num_heads}/"
-          f"{near.num_kv_heads}/{near.head_dim} scaled by the roofline"] += 1
+          f"{near.num_kv_heads}/{near.head_dim} {how}"] += 1
     return df[(df["num_heads"] == near.num_heads) & (df["num_kv_heads"] == near.num_kv_heads)
               & (df["head_dim"] == near.head_dim)]
 
@@ -590,6 +591,23 @@ def _nearest_moe_config(moe: pd.DataFrame, config: tuple) -> tuple:
 
 def _moe_split(config: tuple) -> str:
     return f"tp {config[4]}" + (f" ep {config[5]}" if config[5] > 1 else "")
+
+
+# How decode attention measured at other heads is carried over (`decode_rows_for_heads`); against taking the nearest
+# configuration's ratio to its roofline (the rule before 12-03 15:40), each configuration predicted from its nearest
+# other one (benchmarks/bench_attention_heads.py): median |log error| where the KV heads or head size differ 0.026
+# against 0.243 on the H100, 0.233 against 0.488 on the A100, 0.078 against 0.320 on the B200.
+KV_BYTES_MATCH = "KV heads x head size"
+
+
+def decode_rows_for_heads(rows: pd.DataFrame, hkv: int, d: int) -> pd.DataFrame:
+    """Decode-attention rows of one measured head configuration, for a model with `hkv` KV heads of `d` each: each row
+    at the context that reads the same KV bytes per sequence (kv_tokens x measured KV heads x head size / this
+    model's), its time as measured; the rows themselves where the configuration is the model's."""
+    _, mkv, md = _heads_shape(rows)
+    if (mkv, md) == (hkv, d):
+        return rows
+    return rows.assign(kv_tokens=rows["kv_tokens"] * (mkv * md / (hkv * d)))
 
 
 def _heads_shape(rows: pd.DataFrame) -> tuple[int, int, int]:
@@ -738,15 +756,17 @@ class MeasuredCostModel(PackedCostModel):
 
         ctx = _select_heads(t.context[t.context["kv_dtype"] == kvd], hq, hkv, d, "context attention", self.notes)
         gen = _select_heads(t.generation[t.generation["kv_dtype"] == kvd], hq, hkv, d, "decode attention",
-                            self.notes)
-        # Ratios are taken against the measured configuration's roofline and applied to this model's.
+                            self.notes, f"at the context whose KV bytes per sequence match ({KV_BYTES_MATCH})")
+        # Context attention: ratios are taken against the measured configuration's roofline and applied to this
+        # model's. Decode attention reads the KV cache: another configuration's rows are taken at the context that
+        # reads as many KV bytes per sequence (`decode_rows_for_heads`), which keeps a short context's launch-bound
+        # time as measured, where a roofline ratio would scale it by the bytes.
         cq, ckv, cd = _heads_shape(ctx)
-        gq, gkv, gd = _heads_shape(gen)
         ctx_grid = Grid2D(ctx, "batch_size", "isl", prefill_shape(cq, ckv, cd), "context attention (batch, tokens)",
                           self.notes)
-        gen_grid = Grid2D(gen, "batch_size", "kv_tokens", decode_shape(gq, gkv, gd),
+        gen_grid = Grid2D(decode_rows_for_heads(gen, hkv, d), "batch_size", "kv_tokens", decode_shape(hq, hkv, d),
                           "decode attention (batch, context)", self.notes)
-        ctx_grid.shape, gen_grid.shape = prefill_shape(hq, hkv, d), decode_shape(hq, hkv, d)
+        ctx_grid.shape = prefill_shape(hq, hkv, d)
         self._prefill, self._decode = ctx_grid, gen_grid
         if self.attention_backend == TRITON:
             self._price_triton_prefill(ctx_grid, kvd)

@@ -355,3 +355,22 @@ def test_a_chunk_longer_than_the_window_is_priced_as_a_batch_of_two_window_promp
         assert got == pytest.approx(want, rel=1e-9)
         # far below full causal attention over the chunk, the price before (2-14x AIConfigurator's window rows)
         assert got < 0.5 * cm._prefill(same, chunk + min(context, window))
+
+
+def test_decode_attention_at_unmeasured_heads_is_the_nearest_rows_at_the_context_of_equal_kv_bytes():
+    """Known answer: llama-2-7b's 32 KV heads of 128 (multi-head) were not measured in the A100's tables; its decode
+    attention at context c is the nearest configuration's (32 query heads, 8 KV heads of 128) measured at 4c, the
+    context that reads as many KV bytes per sequence, at every measured point."""
+    cm = MeasuredCostModel(get_model("llama-2-7b"), get_gpu("a100-80gb"), weight_dtype="fp16", kv_dtype="fp16")
+    gen = load_tables(MEASURED_DIR / "a100-80gb").generation
+    assert gen[(gen.num_kv_heads == 32)].empty
+    rows = gen[(gen.kv_dtype == "bf16") & (gen.num_heads == 32) & (gen.num_kv_heads == 8) & (gen.head_dim == 128)]
+    assert len(rows) > 100
+    for r in rows.itertuples():
+        assert cm._decode(r.batch_size, r.kv_tokens / 4) == pytest.approx(r.latency_ms * 1e-3, rel=1e-12)
+    assert any(n.startswith("decode attention: heads 32/32/128 (q/kv/dim) not measured; nearest 32/8/128 at the "
+                            "context whose KV bytes per sequence match") for n in cm.note_lines())
+    # a launch-bound decode (one sequence, 256 tokens) costs about what the kernel measured at 32/8/128 with 1,024:
+    # the roofline ratio carried over before priced it at 3.6x that
+    measured = rows[(rows.batch_size == 1) & (rows.kv_tokens == 1024)].latency_ms.iloc[0] * 1e-3
+    assert cm._decode(1, 256) == pytest.approx(measured, rel=1e-12)
