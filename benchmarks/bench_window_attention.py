@@ -2,8 +2,8 @@
 
 Since 12-03 (sixty-seventh session) the measured model prices a sliding-window layer from the engine's own window
 rows where its tables measured the model's window (calibrate/aic_import.py keeps them apart,
-`*_window_attention.parquet`; sim/cost/measured_kernel.py `_window_layer_attention`). Where they did not (the A100's
-tables, which measured no window; a window the tables lack) it prices the layer from the full-attention rows
+`*_window_attention.parquet`; sim/cost/measured_kernel.py `_layer_attention` with them). Where they did not (the
+A100's tables, which measured no window; a window the tables lack) it prices the layer from the full-attention rows
 (`_layer_attention` with the window): a prefill chunk longer than the window as a batch of fresh prompts two windows
 long, one per window the chunk spans, at that batch's time per query-key pair, times the chunk's windowed pairs
 (`windowed_chunks`; before 12-03 full causal attention over the chunk), and a decode as full attention at the

@@ -775,8 +775,8 @@ class MeasuredCostModel(PackedCostModel):
 
     def _setup_window(self, hq: int, hkv: int, d: int, kvd: str, kvb: float) -> None:
         """A sliding-window layer's attention from the tables' rows at the model's window, where they measured it at
-        this KV dtype (`measured_kernel._window_layer_attention`; heads as the full-attention rows pick them); else
-        from the full-attention rows, the window capping the context (`measured_kernel._windowed_chunk`), said."""
+        this KV dtype (`measured_kernel._layer_attention` with its window rows; heads as the full-attention rows pick
+        them); else from the full-attention rows, the window capping the context (`_windowed_chunk`), said."""
         t, window = self.tables, self.model.sliding_window
         where = f"the {t.framework} tables of {t.meta['gpu']}"
         why = None

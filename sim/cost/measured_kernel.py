@@ -296,19 +296,18 @@ def _mla_attention(s, num_pf, pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, que
 def _attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, wpf_ga, wpf_gb, wpf_r, wdc_ga, wdc_gb, wdc_r, log, count,
                num_pf, pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, query_tokens):
     """One layer's attention (`_layer_attention`; a sliding-window layer's from the window grids where the pack has
-    them, `_window_layer_attention`); a hybrid model's mean layer (`hybrid_layer_mean`). NaN: the note log is
-    full."""
+    them); a hybrid model's mean layer (`hybrid_layer_mean`). NaN: the note log is full."""
     window, share = s[P_SLIDING_WINDOW], s[P_WINDOW_SHARE]
     if window and s[P_WINDOW_GRIDS] != 0.0:
-        attn = _window_layer_attention(s, wpf_ga, wpf_gb, wpf_r, wdc_ga, wdc_gb, wdc_r, log, count, window, num_pf,
-                                       pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, query_tokens)
+        attn = _layer_attention(s, wpf_ga, wpf_gb, wpf_r, wdc_ga, wdc_gb, wdc_r, log, count, window, True, num_pf,
+                                pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, query_tokens)
     else:
-        attn = _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, window, num_pf, pf_chunk,
-                                pf_ctx, num_decode_seqs, decode_ctx, query_tokens)
+        attn = _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, window, False, num_pf,
+                                pf_chunk, pf_ctx, num_decode_seqs, decode_ctx, query_tokens)
     if not window or share == 1.0:
         return attn
-    whole = _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, 0.0, num_pf, pf_chunk, pf_ctx,
-                             num_decode_seqs, decode_ctx, query_tokens)
+    whole = _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, 0.0, False, num_pf, pf_chunk,
+                             pf_ctx, num_decode_seqs, decode_ctx, query_tokens)
     return hybrid_layer_mean(share, attn, whole)
 
 
@@ -334,86 +333,62 @@ def _windowed_chunk(s, pf_ga, pf_gb, pf_r, log, count, same, chunk, context, win
 
 
 @njit(cache=True, inline="always")
-def _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, window, num_pf, pf_chunk, pf_ctx,
-                     num_decode_seqs, decode_ctx, query_tokens):
+def _same_chunks(j, num_pf, pf_chunk, pf_ctx):
+    """How many of the step's prefill chunks share chunk j's (chunk, context), counted at the first of them; 0 at the
+    others (the group is priced once, at its first chunk)."""
+    chunk, context = pf_chunk[j], pf_ctx[j]
+    for q in range(j):
+        if pf_chunk[q] == chunk and pf_ctx[q] == context:
+            return 0
+    same = 1
+    for q in range(j + 1, num_pf):
+        if pf_chunk[q] == chunk and pf_ctx[q] == context:
+            same += 1
+    return same
+
+
+@njit(cache=True, inline="always")
+def _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, window, window_rows, num_pf, pf_chunk,
+                     pf_ctx, num_decode_seqs, decode_ctx, query_tokens):
     """One layer's attention through a sliding `window` (0: none): prefill chunks grouped by (chunk, context) in
-    first-seen order, each the largest of its causal share of a fresh prompt, the chunk alone and one read of its KV;
-    a chunk longer than the window instead the larger of its windows (`_windowed_chunk`) and that read; then the
-    decodes at their mean context (each query token a row). NaN: the note log is full."""
+    first-seen order (`_same_chunks`), each the largest of its causal share of a fresh prompt (the context it sees, at
+    most a window, then the chunk), the chunk alone and one read of its KV; then the decodes at their mean context
+    (each query token a row). With `window_rows` the grids are the tables' rows at the window (fresh prompts and
+    decodes measured through it: the share is the windowed one, the decodes' context uncapped); without, the
+    full-attention rows, the window capping the context, a chunk longer than the window the larger of its windows
+    (`_windowed_chunk`) and that read. NaN: the note log is full."""
+    pf_kind, dc_kind = (NOTE_WINDOW_PREFILL, NOTE_WINDOW_DECODE) if window_rows else (NOTE_PREFILL, NOTE_DECODE)
     attn = 0.0
     for j in range(num_pf):
         chunk, context = pf_chunk[j], pf_ctx[j]
-        seen = False
-        for q in range(j):
-            if pf_chunk[q] == chunk and pf_ctx[q] == context:
-                seen = True
-                break
-        if seen:
+        same = _same_chunks(j, num_pf, pf_chunk, pf_ctx)
+        if not same:
             continue
-        same = 1
-        for q in range(j + 1, num_pf):
-            if pf_chunk[q] == chunk and pf_ctx[q] == context:
-                same += 1
         if window:
             context = min(context, window)
         total = context + chunk
-        read = _attention_grid(s, dc_ga, dc_gb, dc_r, log, count, NOTE_DECODE, same, total)
-        if window and chunk > window:
+        read = _attention_grid(s, dc_ga, dc_gb, dc_r, log, count, dc_kind, same, total)
+        if window and not window_rows and chunk > window:
             windows = _windowed_chunk(s, pf_ga, pf_gb, pf_r, log, count, same, chunk, context, window)
             if math.isnan(windows) or math.isnan(read):
                 return math.nan
             attn += windows if windows > read else read
             continue
-        share = chunk * (context + (chunk + 1) / 2) / (total * (total + 1) / 2)
-        whole = _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, NOTE_PREFILL, same, total) * share
-        alone = _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, NOTE_PREFILL, same, chunk)
+        if window_rows:
+            share = chunk_pairs(chunk, context, window)[0] / chunk_pairs(total, 0.0, window)[0]
+        else:
+            share = chunk * (context + (chunk + 1) / 2) / (total * (total + 1) / 2)
+        whole = _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, pf_kind, same, total) * share
+        alone = _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, pf_kind, same, chunk)
         if math.isnan(whole) or math.isnan(alone) or math.isnan(read):
             return math.nan  # the largest of three would drop a NaN
         attn += _max3(whole, alone, read)
     if num_decode_seqs:
         mean_ctx = decode_ctx / num_decode_seqs
-        if window:
+        if window and not window_rows:
             mean_ctx = min(mean_ctx, window)
-        attn += _attention_grid(s, dc_ga, dc_gb, dc_r, log, count, NOTE_DECODE, num_decode_seqs * query_tokens,
+        attn += _attention_grid(s, dc_ga, dc_gb, dc_r, log, count, dc_kind, num_decode_seqs * query_tokens,
                                 mean_ctx if not 1.0 > mean_ctx else 1.0)
-    return attn
-
-
-@njit(cache=True, inline="always")
-def _window_layer_attention(s, wpf_ga, wpf_gb, wpf_r, wdc_ga, wdc_gb, wdc_r, log, count, window, num_pf, pf_chunk,
-                            pf_ctx, num_decode_seqs, decode_ctx, query_tokens):
-    """One sliding-window layer's attention from the tables' own rows at its window (fresh prompts by (batch, prompt
-    tokens); decodes by (batch, context)): prefill chunks grouped as `_layer_attention` groups them, each the largest
-    of its windowed share of a fresh prompt (the context it sees, at most a window, then the chunk), the chunk alone
-    and one read of its KV; then the decodes at their mean context, which the grid's rows measured uncapped.
-    NaN: the note log is full."""
-    attn = 0.0
-    for j in range(num_pf):
-        chunk, context = pf_chunk[j], pf_ctx[j]
-        seen = False
-        for q in range(j):
-            if pf_chunk[q] == chunk and pf_ctx[q] == context:
-                seen = True
-                break
-        if seen:
-            continue
-        same = 1
-        for q in range(j + 1, num_pf):
-            if pf_chunk[q] == chunk and pf_ctx[q] == context:
-                same += 1
-        context = min(context, window)
-        total = context + chunk
-        share = chunk_pairs(chunk, context, window)[0] / chunk_pairs(total, 0.0, window)[0]
-        whole = _attention_grid(s, wpf_ga, wpf_gb, wpf_r, log, count, NOTE_WINDOW_PREFILL, same, total) * share
-        alone = _attention_grid(s, wpf_ga, wpf_gb, wpf_r, log, count, NOTE_WINDOW_PREFILL, same, chunk)
-        read = _attention_grid(s, wdc_ga, wdc_gb, wdc_r, log, count, NOTE_WINDOW_DECODE, same, total)
-        if math.isnan(whole) or math.isnan(alone) or math.isnan(read):
-            return math.nan
-        attn += _max3(whole, alone, read)
-    if num_decode_seqs:
-        mean_ctx = decode_ctx / num_decode_seqs
-        attn += _attention_grid(s, wdc_ga, wdc_gb, wdc_r, log, count, NOTE_WINDOW_DECODE,
-                                num_decode_seqs * query_tokens, mean_ctx if not 1.0 > mean_ctx else 1.0)
     return attn
 
 

@@ -332,7 +332,7 @@ def test_window_grids_reproduce_the_window_rows_and_a_step_prices_its_window_lay
         assert cm._window_decode(batch, context) > cm._decode(batch, 128)
     # a fresh prompt of a batch: its window rows (the chunk alone; its KV's one read is cheaper)
     chunk = np.array([2048.0, 2048.0])
-    got = mk._window_layer_attention(s, *window, log, count, 128.0, 2, chunk, np.zeros(2), 0, 0.0, 1.0)
+    got = mk._layer_attention(s, *window, log, count, 128.0, True, 2, chunk, np.zeros(2), 0, 0.0, 1.0)
     assert got == pytest.approx(cm._window_prefill(2, 2048), rel=1e-12)
     assert count[0] == 0
 
