@@ -18,7 +18,6 @@ import math
 import sys
 from collections import Counter
 
-import numpy as np
 import pandas as pd
 
 from sim.cost import measured_kernel
@@ -27,22 +26,14 @@ from sim.cost.measured import (
     Shape,
     decode_rows_for_heads,
     device_roofline,
+    heads_rows,
     load_tables,
     measured_gpus,
+    nearest_heads,
     tables_dir,
 )
 
 HEADS = ["num_heads", "num_kv_heads", "head_dim"]
-
-
-def distance(c: tuple, h: tuple) -> float:
-    """`_select_heads`'s distance between head configurations."""
-    return abs(math.log(c[0] / h[0])) + abs(math.log(c[1] / h[1])) + 2 * abs(math.log(c[2] / h[2]))
-
-
-def at(gen: pd.DataFrame, c: tuple) -> pd.DataFrame:
-    """The rows of head configuration `c`."""
-    return gen[(gen["num_heads"] == c[0]) & (gen["num_kv_heads"] == c[1]) & (gen["head_dim"] == c[2])]
 
 
 def held_out(gen: pd.DataFrame, roof) -> pd.DataFrame:
@@ -50,11 +41,11 @@ def held_out(gen: pd.DataFrame, roof) -> pd.DataFrame:
     configs = sorted(set(map(tuple, gen[HEADS].to_numpy())))
     out = []
     for h in configs:
-        others = [c for c in configs if c != h]
-        if not others:
+        others = gen.drop(heads_rows(gen, h).index)
+        if others.empty:
             continue
-        near = min(others, key=lambda c: distance(c, h))
-        rows, mine = at(gen, near), at(gen, h)
+        near = nearest_heads(others, *h)  # the measured model's own choice, this configuration left out
+        rows, mine = heads_rows(gen, near), heads_rows(gen, h)
 
         def shape(c: tuple) -> Shape:
             return Shape(measured_kernel.SHAPE_DECODE, (*c, 2), roof)
@@ -98,5 +89,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    np.seterr(all="ignore")
     sys.exit(main())

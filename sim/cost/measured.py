@@ -554,22 +554,34 @@ def gemm_curve(gemm: pd.DataFrame, dtype: str, n: int, k: int, roof: DeviceRoofl
     return Curve(ms, lr, shape_nk(n, k), f"{name} tokens", notes)
 
 
-def _select_heads(df: pd.DataFrame, hq: int, hkv: int, d: int, name: str, notes: Counter,
-                  how: str = "scaled by the roofline") -> pd.DataFrame:
-    """Rows measured at this head configuration, else the nearest one (`how` the caller carries them over)."""
-    rows = df[(df["num_heads"] == hq) & (df["num_kv_heads"] == hkv) & (df["head_dim"] == d)]
-    if not rows.empty:
-        return rows
+def nearest_heads(df: pd.DataFrame, hq: int, hkv: int, d: int) -> tuple[int, int, int]:
+    """The head configuration (query heads, KV heads, head size) among `df`'s rows nearest this one: the least sum of
+    |log ratio| of query heads, KV heads and twice the head size."""
     configs = df[["num_heads", "num_kv_heads", "head_dim"]].drop_duplicates().itertuples(index=False)
 
     def dist(c) -> float:
         return (abs(math.log(c.num_heads / hq)) + abs(math.log(c.num_kv_heads / hkv))
                 + 2 * abs(math.log(c.head_dim / d)))
     near = min(configs, key=dist)
-    notes[f"{name}: heads {hq}/{hkv}/{d} (q/kv/dim) not measured; nearest {near.num_heads}/"
-          f"{near.num_kv_heads}/{near.head_dim} {how}"] += 1
-    return df[(df["num_heads"] == near.num_heads) & (df["num_kv_heads"] == near.num_kv_heads)
-              & (df["head_dim"] == near.head_dim)]
+    return int(near.num_heads), int(near.num_kv_heads), int(near.head_dim)
+
+
+def heads_rows(df: pd.DataFrame, heads: tuple[int, int, int]) -> pd.DataFrame:
+    """`df`'s rows at one head configuration (query heads, KV heads, head size)."""
+    hq, hkv, d = heads
+    return df[(df["num_heads"] == hq) & (df["num_kv_heads"] == hkv) & (df["head_dim"] == d)]
+
+
+def _select_heads(df: pd.DataFrame, hq: int, hkv: int, d: int, name: str, notes: Counter,
+                  how: str = "scaled by the roofline") -> pd.DataFrame:
+    """Rows measured at this head configuration, else the nearest one (`nearest_heads`; `how` the caller carries
+    them over)."""
+    rows = heads_rows(df, (hq, hkv, d))
+    if not rows.empty:
+        return rows
+    near = nearest_heads(df, hq, hkv, d)
+    notes[f"{name}: heads {hq}/{hkv}/{d} (q/kv/dim) not measured; nearest {near[0]}/{near[1]}/{near[2]} {how}"] += 1
+    return heads_rows(df, near)
 
 
 def _nearest_moe_config(moe: pd.DataFrame, config: tuple) -> tuple:
@@ -734,7 +746,7 @@ class MeasuredCostModel(PackedCostModel):
     def _setup_attention(self) -> None:
         m, tp, t = self.model, self.tp, self.tables
         self.mla_by_roofline = False
-        self._window_prefill = self._window_decode = None
+        self._prefill = self._decode = self._window_prefill = self._window_decode = None  # (MLA by the roofline: none)
         if m.attention == "mla":
             if self._setup_mla():
                 return
@@ -1157,14 +1169,16 @@ class MeasuredCostModel(PackedCostModel):
     def note_compiled_outside(self, points) -> None:
         """Note the points priced outside the tables (rows of a `measured_kernel` note log: kind, curve row, x,
         y), each once."""
-        from sim.cost.measured_kernel import NOTE_CURVE, NOTE_DECODE, NOTE_PREFILL, NOTE_WINDOW_PREFILL
+        from sim.cost.measured_kernel import (NOTE_CURVE, NOTE_DECODE, NOTE_PREFILL, NOTE_WINDOW_DECODE,
+                                              NOTE_WINDOW_PREFILL)
         curves = self._pack_curves
-        grids = {NOTE_PREFILL: "_prefill", NOTE_DECODE: "_decode", NOTE_WINDOW_PREFILL: "_window_prefill"}
+        grids = {NOTE_PREFILL: self._prefill, NOTE_DECODE: self._decode, NOTE_WINDOW_PREFILL: self._window_prefill,
+                 NOTE_WINDOW_DECODE: self._window_decode}
         for kind, row, x, y in sorted(set(map(tuple, points.tolist()))):
             if kind == NOTE_CURVE:
                 message = curves[int(row)].outside_note(x)
             else:
-                message = getattr(self, grids.get(int(kind), "_window_decode")).outside_note(x, y)
+                message = grids[int(kind)].outside_note(x, y)
             note_outside(self.notes, message)
 
 
