@@ -4,7 +4,8 @@ AIConfigurator's tables hold fused-MoE kernels measured for some configurations 
 top-k, experts, TP, EP) per dtype. A model outside them is priced one of two ways (sim/cost/measured.py):
 
 - the tables hold fused-MoE rows of its dtype: the nearest measured configuration's ratio to the fused-MoE roofline,
-  applied to this model's roofline (`_nearest_moe_config`, as attention heads are scaled);
+  at the token count that gives this model's touched experts as many tokens each, applied to this model's roofline
+  (`_nearest_moe_config`, `carried_moe_curve`; at the same token count before 12-03, shown beside it);
 - they hold none: the experts' GEMM rows, run as one fused kernel (`measured_kernel.fused_experts_s`: one launch,
   each further expert its GEMM time above a launch, never under its roofline).
 
@@ -37,14 +38,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.cost import measured_kernel as mk  # noqa: E402
 from sim.cost.roofline_kernel import touched_experts  # noqa: E402
-from sim.cost.measured import (_nearest_moe_config, device_roofline, gemm_curve, load_tables,  # noqa: E402
-                               measured_gpus, tables_dir)
+from sim.cost.measured import (_nearest_moe_config, carried_moe_curve, device_roofline, gemm_curve,  # noqa: E402
+                               load_tables, measured_gpus, tables_dir)
 
 KEYS = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
 WAYS = ("nearest measured configuration (used where the dtype has rows)",
         "expert GEMMs in one fused launch (used where it has none)",
         "expert GEMMs, one launch each (before 11-28)",
-        "expert GEMMs, further experts at their roofline")
+        "expert GEMMs, further experts at their roofline",
+        "nearest measured configuration at the same token count (before 12-03)")
+# The two ways of carrying the nearest configuration's rows, on the points where the top-k or the experts differ (the
+# only points where they can differ).
+CARRY_WAYS = ("top-k or experts differ: at as many tokens per touched expert (used)",
+              "top-k or experts differ: at the same token count (before 12-03)")
 # FP8 fused-MoE rows predicted without any FP8 fused-MoE row: from the bf16 rows (the nearest bf16 configuration's
 # ratio to its bf16 roofline, applied to this configuration's FP8 roofline, SHAPE_MOE_FP8), against the FP8 GEMM
 # rows in one fused launch, on the same points (the tables that hold both dtypes' fused-MoE rows).
@@ -80,19 +86,22 @@ def moe_shape(config, roof, n, kind=mk.SHAPE_MOE):
     return mk.shape_at(kind, e / ep, k / ep, h, inter / tp, roof.flops_per_s, roof.bytes_per_s, float(n), 0.0)
 
 
-def fp8_shape(config, roof, n):
-    return moe_shape(config, roof, n, mk.SHAPE_MOE_FP8)
-
-
 def nearest(others, config):
     """The configuration of `others` nearest `config` (None where there are none) and its seconds by token count."""
     near = _nearest_moe_config(others, config) if len(others) else None
     return near, ({} if near is None else seconds_by_tokens(others[of_config(others, near)]))
 
 
-def scaled(config, near, near_seconds, roof, n):
-    """`config`'s time at n tokens from `near`'s measured time, by the ratio of their rooflines."""
+def same_tokens(config, near, near_seconds, roof, n):
+    """`config`'s time at n tokens from `near`'s measured time at n, by the ratio of their rooflines (before 12-03)."""
     return moe_shape(config, roof, n) * near_seconds / moe_shape(near, roof, n)
+
+
+def carried(config, near, rows, roof, kind=mk.SHAPE_MOE, rows_kind=None):
+    """`config`'s fused-MoE curve from `near`'s rows (`rows`: a table's, `near`'s among them), as the measured model
+    carries them: at the `kind` roofline, from the rows' ratios to the `rows_kind` one (`kind` by default)."""
+    near_rows = rows[of_config(rows, near)]
+    return carried_moe_curve(near_rows, near, config, kind, kind if rows_kind is None else rows_kind, roof, Counter())
 
 
 def tensor_parallel_only(moe):
@@ -119,12 +128,13 @@ def study_ep():
                     if near is not None and near[4:] != config[4:]:
                         near = None  # no other configuration at this split
                     near_rows = {} if near is None else seconds_by_tokens(others[of_config(others, near)])
+                    curve = None if near is None else carried(config, near, others, roof)
                     as_tp = (h, inter, k, e, tp * ep, 1)
                     tp_rows = seconds_by_tokens(rows[of_config(rows, as_tp)])
                     for n, seconds in measured.items():
                         if n not in near_rows or n not in tp_rows:
                             continue  # the same points for both ways
-                        pred = moe_shape(config, roof, n) * near_rows[n] / moe_shape(near, roof, n)
+                        pred = curve(n, note=False)
                         errors[EP_WAYS[0]].append(math.log(pred / seconds))
                         pred = moe_shape(config, roof, n) * tp_rows[n] / moe_shape(as_tp, roof, n)
                         errors[EP_WAYS[1]].append(math.log(pred / seconds))
@@ -148,6 +158,7 @@ def study_fp8():
                 h, inter, k, e, tp, _ = config
                 near = _nearest_moe_config(bf16, config)
                 near_rows = seconds_by_tokens(bf16[of_config(bf16, near)])
+                curve = carried(config, near, bf16, roof, mk.SHAPE_MOE_FP8, mk.SHAPE_MOE)
                 curves = None
                 if "fp8" in set(t.gemm["dtype"]) and inter % tp == 0:
                     notes, key = Counter(), f"{gpu}{tables}fp8"
@@ -156,7 +167,7 @@ def study_fp8():
                 for n, seconds in seconds_by_tokens(fp8[of_config(fp8, config)]).items():
                     if n not in near_rows or curves is None:
                         continue  # the same points for both ways
-                    pred = fp8_shape(config, roof, n) * near_rows[n] / moe_shape(near, roof, n)
+                    pred = curve(n, note=False)
                     errors[FP8_WAYS[0]].append(math.log(pred / seconds))
                     touched = touched_experts(e, k, n)
                     m = n * k / touched
@@ -166,7 +177,7 @@ def study_fp8():
 
 
 def study():
-    errors = {w: [] for w in WAYS}
+    errors = {w: [] for w in WAYS + CARRY_WAYS}
     for tables in ("vllm", "sglang", "trtllm"):
         for gpu in measured_gpus(tables=tables):
             t = load_tables(tables_dir(gpu, tables))
@@ -184,6 +195,8 @@ def study():
                     measured = seconds_by_tokens(rows[of_config(rows, config)])
                     near = _nearest_moe_config(others, config) if len(others) else None
                     near_rows = {} if near is None else seconds_by_tokens(others[of_config(others, near)])
+                    carry = None if near is None else carried(config, near, others, roof)
+                    differ = near is not None and (near[2], near[3]) != (config[2], config[3])
                     h, inter, k, e, tp, _ = config
                     curves = None
                     if dtype in gemm_dtypes and inter % tp == 0:
@@ -193,8 +206,13 @@ def study():
                                   gemm_curve(t.gemm, dtype, h, inter // tp, roof, notes, "down", key))
                     for n, seconds in measured.items():
                         if n in near_rows:
-                            pred = moe_shape(config, roof, n) * near_rows[n] / moe_shape(near, roof, n)
+                            pred = carry(n, note=False)
                             errors[WAYS[0]].append(math.log(pred / seconds))
+                            before = same_tokens(config, near, near_rows[n], roof, n)
+                            errors[WAYS[4]].append(math.log(before / seconds))
+                            if differ:
+                                errors[CARRY_WAYS[0]].append(math.log(pred / seconds))
+                                errors[CARRY_WAYS[1]].append(math.log(before / seconds))
                         if curves is None:
                             continue
                         touched = touched_experts(e, k, n)
@@ -205,7 +223,7 @@ def study():
                             fused += mk.fused_experts_s(one, r, touched, launch_s)
                             own += touched * one
                             roofline += one + (touched - 1.0) * r
-                        for way, pred in zip(WAYS[1:], (fused, own, roofline)):
+                        for way, pred in zip(WAYS[1:4], (fused, own, roofline)):
                             errors[way].append(math.log(pred / seconds))
     return errors
 
@@ -224,12 +242,12 @@ def study_nvfp4():
             moe = tensor_parallel_only(t.moe)
             rows = moe[moe["dtype"] == "nvfp4"]
             for config in [tuple(int(v) for v in c) for c in rows[KEYS].drop_duplicates().itertuples(index=False)]:
-                near, near_rows = nearest(rows[~of_config(rows, config)], config)
+                others = rows[~of_config(rows, config)]
+                near, near_rows = nearest(others, config)
+                curve = carried(config, near, others, roof, mk.SHAPE_MOE_NVFP4)
                 for n, seconds in seconds_by_tokens(rows[of_config(rows, config)]).items():
                     if n in near_rows:
-                        pred = (moe_shape(config, roof, n, mk.SHAPE_MOE_NVFP4) * near_rows[n]
-                                / moe_shape(near, roof, n, mk.SHAPE_MOE_NVFP4))
-                        errors[NVFP4_WAY].append(math.log(pred / seconds))
+                        errors[NVFP4_WAY].append(math.log(curve(n, note=False) / seconds))
     return errors
 
 
@@ -252,11 +270,13 @@ def study_routing():
                     for config in [tuple(int(v) for v in c) for c in configs]:
                         measured = seconds_by_tokens(rows[of_config(rows, config)])
                         split = rows[(rows["moe_tp_size"] == config[4]) & (rows["moe_ep_size"] == config[5])]
-                        near, near_rows = nearest(split[~of_config(split, config)], config)
+                        others = split[~of_config(split, config)]
+                        near, near_rows = nearest(others, config)
+                        curve = None if near is None else carried(config, near, others, roof)
                         plain_rows = seconds_by_tokens(plain[of_config(plain, config)])
                         for n, seconds in measured.items():
                             if n in near_rows and n in plain_rows:  # the same points for both ways
-                                pred = scaled(config, near, near_rows[n], roof, n)
+                                pred = curve(n, note=False)
                                 errors[ROUTING_WAYS[0]].append(math.log(pred / seconds))
                                 errors[ROUTING_WAYS[1]].append(math.log(plain_rows[n] / seconds))
     return errors
@@ -301,10 +321,10 @@ def study_borrowed_marlin():
                 own = own[(own["moe_ep_size"] == 1) == (split == "no expert parallelism")]
                 for config in [tuple(int(v) for v in c) for c in own[KEYS].drop_duplicates().itertuples(index=False)]:
                     near, near_rows = nearest(lent, config)
+                    curve = carried(config, near, lent, roof, mk.SHAPE_MOE_MXFP4)
                     for n, seconds in seconds_by_tokens(own[of_config(own, config)]).items():
                         if n in near_rows:
-                            mx = mk.SHAPE_MOE_MXFP4
-                            pred = moe_shape(config, roof, n, mx) * near_rows[n] / moe_shape(near, roof, n, mx)
+                            pred = curve(n, note=False)
                             errors[way].append(math.log(pred / seconds))
     return errors
 

@@ -68,7 +68,7 @@ from sim.cost import compiled_pricing, interpolation, measured_kernel
 from sim.cost.compiled_pricing import KIND_MEASURED
 from sim.cost.packed import PackedCostModel
 from sim.cost.roofline import RooflineCostModel, StepCost, step_costs
-from sim.cost.roofline_kernel import ACT_BYTES, op_time
+from sim.cost.roofline_kernel import ACT_BYTES, op_time, touched_experts
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
@@ -328,7 +328,8 @@ def load_tables(path: str | Path, field: str = "cost_model.gpu_data") -> Measure
         return _CACHE[key]
     meta_path = p / "meta.json"
     if not meta_path.is_file():
-        raise ConfigError(f"{field}: '{p}' has no meta.json; allowed: a folder written by `python -m calibrate.aic_import`")
+        raise ConfigError(f"{field}: '{p}' has no meta.json; allowed: a folder written by "
+                          "`python -m calibrate.aic_import`")
     meta = json.loads(meta_path.read_text())
     if meta.get("format_version") != MEASURED_FORMAT_VERSION:
         raise ConfigError(f"{field}: '{meta_path}' has format_version {meta.get('format_version')}; "
@@ -603,6 +604,43 @@ def _nearest_moe_config(moe: pd.DataFrame, config: tuple) -> tuple:
 
 def _moe_split(config: tuple) -> str:
     return f"tp {config[4]}" + (f" ep {config[5]}" if config[5] > 1 else "")
+
+
+# How a fused-MoE configuration's rows are carried to another one (`_moe_curve`): each row's ratio to its roofline at
+# the token count that gives the other configuration's touched experts as many tokens each (`expert_load`), where it
+# was taken at the same token count before 12-03 18:13. Each configuration predicted from its nearest other one where
+# their top-k or experts differ (benchmarks/bench_moe.py, every table, 7,818 points): mean |log error| 0.132 against
+# 0.162; per table better in all but vLLM's H200 (0.188 against 0.187); vLLM's A100 (its Marlin MXFP4 and bf16 rows)
+# 0.047 against 0.108.
+def expert_load(experts: float, experts_per_token: float, num_tokens: float) -> float:
+    """The tokens each touched expert gets, in expectation under uniform routing: num_tokens x top-k / touched."""
+    return num_tokens * experts_per_token / touched_experts(experts, experts_per_token, num_tokens)
+
+
+def tokens_at_expert_load(experts: float, experts_per_token: float, load: float) -> float:
+    """The token count at which `expert_load` is `load` (it rises with the tokens: 1 at one token), by bisection."""
+    lo, hi = 1e-9, 1e12
+    for _ in range(100):  # past the precision of a double
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if expert_load(experts, experts_per_token, mid) < load else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def carried_moe_curve(rows: pd.DataFrame, near: tuple, config: tuple, kind: int, rows_kind: int, roof: DeviceRoofline,
+                      notes: Counter) -> Curve:
+    """The fused-MoE curve of `config` (hidden, intermediate, top-k, experts, moe TP, moe EP) from the rows of
+    `near` (itself where measured): each row's ratio to `near`'s roofline (`rows_kind`), at the token count that gives
+    `config`'s touched experts as many tokens each as the row gave `near`'s, applied to `config`'s roofline (`kind`).
+    Each roofline is one GPU's: its experts (count / ep), the experts a token routes to among them (top-k / ep, in
+    expectation) and each expert's intermediate width (split by moe TP), at the layer's tokens."""
+    near_e, near_k = near[3] / near[5], near[2] / near[5]
+    measured = Shape(rows_kind, (near_e, near_k, near[0], near[1] / near[4]), roof)
+    lr = [math.log(x * 1e-3 / measured(n)) for n, x in zip(rows["num_tokens"], rows["latency_ms"])]
+    e, k = config[3] / config[5], config[2] / config[5]
+    tokens = list(rows["num_tokens"])
+    if (near_e, near_k) != (e, k):
+        tokens = [tokens_at_expert_load(e, k, expert_load(near_e, near_k, n)) for n in tokens]
+    return Curve(tokens, lr, Shape(kind, (e, k, config[0], config[1] // config[4]), roof), "fused MoE", notes)
 
 
 # How decode attention measured at other heads is carried over (`decode_rows_for_heads`); against taking the nearest
@@ -984,7 +1022,8 @@ class MeasuredCostModel(PackedCostModel):
         if near != config:
             self.notes[f"moe: ({m.hidden_size}, {m.ffn_size}, top{m.num_experts_per_token} of {m.num_experts}, "
                        f"{_moe_split(config)}) not in the fused-MoE table; nearest measured ({near[0]}, {near[1]}, "
-                       f"top{near[2]} of {near[3]}, {_moe_split(near)}) scaled by the roofline"] += 1
+                       f"top{near[2]} of {near[3]}, {_moe_split(near)}) scaled by the roofline, at as many tokens per "
+                       "touched expert"] += 1
         rows = moe[(moe["hidden_size"] == near[0]) & (moe["inter_size"] == near[1]) & (moe["topk"] == near[2])
                    & (moe["num_experts"] == near[3]) & (moe["moe_tp_size"] == near[4])
                    & (moe["moe_ep_size"] == near[5])]
@@ -996,12 +1035,8 @@ class MeasuredCostModel(PackedCostModel):
         # (benchmarks/bench_moe.py, 11-29).
         # Each roofline is one GPU's: its experts (count / ep), the experts a token routes to among them (top-k / ep,
         # in expectation) and each expert's intermediate width (split by moe_tp), at the layer's tokens.
-        measured = Shape(rows_kind, (near[3] / near[5], near[2] / near[5], near[0], near[1] / near[4]), self.roof)
-        lr = [math.log(x * 1e-3 / measured(n)) for n, x in zip(rows["num_tokens"], rows["latency_ms"])]
-        h, ffn = m.hidden_size, m.ffn_size // (self.tp // ep)
-        e, k = m.num_experts / ep, m.num_experts_per_token / ep
         self.moe_rows_routing = routing
-        return Curve(list(rows["num_tokens"]), lr, Shape(kind, (e, k, h, ffn), self.roof), "fused MoE", self.notes)
+        return carried_moe_curve(rows, near, config, kind, rows_kind, self.roof, self.notes)
 
     def _marlin_mxfp4_rows(self, all_rows: pd.DataFrame, main: pd.DataFrame) -> pd.DataFrame:
         """The MXFP4 fused-MoE rows of Marlin's kernel, which the engine runs (`quantization.moe_kernel: marlin`):

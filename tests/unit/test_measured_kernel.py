@@ -218,10 +218,12 @@ def test_experts_without_a_fused_table_run_in_one_launch():
 
 def test_a_moe_configuration_outside_the_table_takes_the_nearest_measured_ones_ratio():
     """DeepSeek-V2-Lite (hidden 2048, 64 experts of 1408, top 6) on the H100's TensorRT-LLM fp8 fused-MoE rows: its
-    configuration is not measured, so its fused-MoE time at a measured token count is this model's roofline times
-    the nearest configuration's measured / roofline ratio, and the model says which configuration it took."""
+    configuration is not measured, so its fused-MoE time is this model's roofline times the nearest configuration's
+    measured / roofline ratio at a measured row, taken at the token count where this model's touched experts get as
+    many tokens each as that row's did, and the model says which configuration it took."""
     from sim.cost import measured_kernel as mk
-    from sim.cost.measured import _nearest_moe_config, device_roofline, load_tables, tables_dir
+    from sim.cost.measured import (_nearest_moe_config, device_roofline, expert_load, load_tables, tables_dir,
+                                   tokens_at_expert_load)
     if "h100-sxm" not in measured_gpus(tables="trtllm"):
         pytest.skip("no TensorRT-LLM tables for the H100")
     model = get_model("deepseek-v2-lite")
@@ -235,10 +237,27 @@ def test_a_moe_configuration_outside_the_table_takes_the_nearest_measured_ones_r
     assert near != config and any("nearest measured" in n and "fused-MoE" in n for n in cm.notes)
     rows = moe[(moe["hidden_size"] == near[0]) & (moe["inter_size"] == near[1]) & (moe["topk"] == near[2])
                & (moe["num_experts"] == near[3]) & (moe["moe_tp_size"] == near[4]) & (moe["moe_ep_size"] == 1)]
-    n, seconds = float(rows["num_tokens"].iloc[3]), float(rows["latency_ms"].iloc[3]) * 1e-3
     roof = device_roofline(t.gemm)
 
-    def shape(c):
+    def shape(c, n):
         return mk.shape_at(mk.SHAPE_MOE, c[3], c[2], c[0], c[1] / c[4], roof.flops_per_s, roof.bytes_per_s, n, 0.0)
-    assert cm._moe(n) == pytest.approx(shape(config) * seconds / shape(near), rel=1e-9)
+    assert (near[2], near[3]) != (config[2], config[3])  # the case the load matters in
+    for i in (3, 9):
+        n, seconds = float(rows["num_tokens"].iloc[i]), float(rows["latency_ms"].iloc[i]) * 1e-3
+        tokens = tokens_at_expert_load(config[3], config[2], expert_load(near[3], near[2], n))
+        assert expert_load(config[3], config[2], tokens) == pytest.approx(expert_load(near[3], near[2], n), rel=1e-9)
+        assert cm._moe(tokens) == pytest.approx(shape(config, tokens) * seconds / shape(near, n), rel=1e-9)
     assert _nearest_moe_config(moe, near) == near  # a measured configuration is its own nearest
+
+
+@pytest.mark.parametrize("experts, top_k", [(128, 4), (64, 6), (8, 2), (256, 8), (16, 16)])
+def test_tokens_per_touched_expert_is_one_at_one_token_and_its_inverse_finds_the_tokens(experts, top_k):
+    """One token touches top-k experts, one token each; the load rises with the tokens toward tokens x top-k /
+    experts, and `tokens_at_expert_load` inverts it."""
+    from sim.cost.measured import expert_load, tokens_at_expert_load
+    assert expert_load(experts, top_k, 1.0) == pytest.approx(1.0, rel=1e-12)
+    loads = [expert_load(experts, top_k, n) for n in (1.0, 2.0, 16.0, 256.0, 65536.0)]
+    assert loads == sorted(loads)
+    assert loads[-1] == pytest.approx(65536.0 * top_k / experts, rel=1e-9)
+    for n in (1.0, 3.0, 100.0, 5000.0):
+        assert tokens_at_expert_load(experts, top_k, expert_load(experts, top_k, n)) == pytest.approx(n, rel=1e-9)
