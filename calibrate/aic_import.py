@@ -556,6 +556,7 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
         raise LookupError(f"no {fw} {', '.join(missing)} table under {system_dir}")
     out_dir.mkdir(parents=True, exist_ok=True)
     tables, device = {}, None
+    raws: dict[Path, pd.DataFrame] = {}  # a raw file read once: the full and window attention tables share theirs
     for name, (op, fname, convert) in TABLES.items():
         if name not in found:
             continue
@@ -566,7 +567,9 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
             tables[name] = {"status": "absent", "note": note}
             continue
         path, version = found[name]
-        raw = pd.read_parquet(path)
+        if path not in raws:
+            raws[path] = pd.read_parquet(path)
+        raw = raws[path]
         device = device or str(raw["device"].iloc[0])
         df, kernels = _moe(raw, MOE_DTYPES[framework], MOE_ALSO.get(framework)) if name == "moe" else convert(raw)
         borrowed = {}
