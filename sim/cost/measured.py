@@ -1028,13 +1028,11 @@ class MeasuredCostModel(PackedCostModel):
                    & (moe["num_experts"] == near[3]) & (moe["moe_tp_size"] == near[4])
                    & (moe["moe_ep_size"] == near[5])]
         # Ratios are taken against the measured configuration's roofline and applied to this model's (as for
-        # attention heads): held out one configuration at a time, this predicts the tables' 57,790 tensor-parallel
-        # fused-MoE times to a median ratio of 0.99 and a mean |log error| of 0.17, where pricing each expert as its
-        # own GEMM launch gave 2.25 and 1.11; their 27,910 expert-parallel times from the nearest configuration at
-        # the same split 1.00 and 0.16, where pricing EP as TP over as many GPUs gave 0.99 and 0.25
-        # (benchmarks/bench_moe.py, 11-29).
-        # Each roofline is one GPU's: its experts (count / ep), the experts a token routes to among them (top-k / ep,
-        # in expectation) and each expert's intermediate width (split by moe_tp), at the layer's tokens.
+        # attention heads; `carried_moe_curve`): held out one configuration at a time, every shipped table's 115,063
+        # fused-MoE times at a median ratio of 0.98 and a mean |log error| of 0.16, where pricing each expert as its
+        # own GEMM launch gave 2.75 and 1.24; their 55,510 expert-parallel times from the nearest configuration at
+        # the same split 1.00 and 0.16, where pricing EP as TP over as many GPUs gave 1.00 and 0.24
+        # (benchmarks/bench_moe.py, 12-03 18:15).
         self.moe_rows_routing = routing
         return carried_moe_curve(rows, near, config, kind, rows_kind, self.roof, self.notes)
 
