@@ -37,7 +37,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.cost import measured_kernel as mk  # noqa: E402
-from sim.cost.roofline_kernel import touched_experts  # noqa: E402
+from sim.cost.roofline_kernel import expert_load, touched_experts  # noqa: E402
 from sim.cost.measured import (_nearest_moe_config, carried_moe_curve, device_roofline, gemm_curve,  # noqa: E402
                                load_tables, measured_gpus, tables_dir)
 
@@ -170,7 +170,7 @@ def study_fp8():
                     pred = curve(n, note=False)
                     errors[FP8_WAYS[0]].append(math.log(pred / seconds))
                     touched = touched_experts(e, k, n)
-                    m = n * k / touched
+                    m = expert_load(e, k, n)
                     fused = sum(mk.fused_experts_s(c(m), c.shape(m), touched, launch_s) for c in curves)
                     errors[FP8_WAYS[1]].append(math.log(fused / seconds))
     return errors
@@ -216,7 +216,7 @@ def study():
                         if curves is None:
                             continue
                         touched = touched_experts(e, k, n)
-                        m = n * k / touched
+                        m = expert_load(e, k, n)
                         fused = own = roofline = 0.0
                         for curve in curves:
                             one, r = curve(m), curve.shape(m)

@@ -29,7 +29,7 @@ from sim.core.step_plan import StepPlan
 from sim.cost import interpolation
 from sim.cost.profile_meta import read_meta
 from sim.cost.roofline import RooflineCostModel, StepCost
-from sim.cost.roofline_kernel import hybrid_layer_mean, touched_experts
+from sim.cost.roofline_kernel import expert_load, hybrid_layer_mean, touched_experts
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu
 from sim.model.shapes import gpu_layer_groups, kv_heads_per_gpu, lm_head_shape
@@ -446,8 +446,8 @@ class CalibratedCostModel:
             for f, experts, active in matmuls:
                 if active < experts:  # routed: a token passes through some of them (expert parallelism: maybe of 1)
                     # The experts some token routes to, each a measured matmul of its share of the tokens.
-                    touched = touched_experts(experts, active, num_tokens)
-                    layer_s += touched * f(num_tokens * active / touched)
+                    layer_s += touched_experts(experts, active, num_tokens) * f(expert_load(experts, active,
+                                                                                               num_tokens))
                 else:
                     layer_s += f(num_tokens)
             per_group.append(layer_s)

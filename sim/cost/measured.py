@@ -68,7 +68,7 @@ from sim.cost import compiled_pricing, interpolation, measured_kernel
 from sim.cost.compiled_pricing import KIND_MEASURED
 from sim.cost.packed import PackedCostModel
 from sim.cost.roofline import RooflineCostModel, StepCost, step_costs
-from sim.cost.roofline_kernel import ACT_BYTES, op_time, touched_experts
+from sim.cost.roofline_kernel import ACT_BYTES, expert_load, op_time
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
@@ -606,17 +606,12 @@ def _moe_split(config: tuple) -> str:
     return f"tp {config[4]}" + (f" ep {config[5]}" if config[5] > 1 else "")
 
 
-# How a fused-MoE configuration's rows are carried to another one (`_moe_curve`): each row's ratio to its roofline at
-# the token count that gives the other configuration's touched experts as many tokens each (`expert_load`), where it
-# was taken at the same token count before 12-03 18:13. Each configuration predicted from its nearest other one where
-# their top-k or experts differ (benchmarks/bench_moe.py, every table, 7,818 points): mean |log error| 0.132 against
-# 0.162; per table better in all but vLLM's H200 (0.188 against 0.187); vLLM's A100 (its Marlin MXFP4 and bf16 rows)
-# 0.047 against 0.108.
-def expert_load(experts: float, experts_per_token: float, num_tokens: float) -> float:
-    """The tokens each touched expert gets, in expectation under uniform routing: num_tokens x top-k / touched."""
-    return num_tokens * experts_per_token / touched_experts(experts, experts_per_token, num_tokens)
-
-
+# How a fused-MoE configuration's rows are carried to another one (`carried_moe_curve`): each row's ratio to its
+# roofline at the token count that gives the other configuration's touched experts as many tokens each
+# (`roofline_kernel.expert_load`), where it was taken at the same token count before 12-03 18:13. Each configuration
+# predicted from its nearest other one where their top-k or experts differ (benchmarks/bench_moe.py, every table, 7,818
+# points): mean |log error| 0.132 against 0.162; per table better in all but vLLM's H200 (0.188 against 0.187); vLLM's
+# A100 (its Marlin MXFP4 and bf16 rows) 0.047 against 0.108.
 def tokens_at_expert_load(experts: float, experts_per_token: float, load: float) -> float:
     """The token count at which `expert_load` is `load` (it rises with the tokens: 1 at one token), by bisection."""
     lo, hi = 1e-9, 1e12

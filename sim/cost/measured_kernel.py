@@ -27,6 +27,7 @@ from sim.jit import njit
 from sim.cost.roofline_kernel import (
     ACT_BYTES,
     chunk_pairs,
+    expert_load,
     hybrid_layer_mean,
     layer_allreduce_s,
     op_time,
@@ -425,7 +426,7 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
                 # fused-MoE times this is 1.53x them (median; mean |log error| 0.85), where one launch per expert
                 # was 2.25x (1.11) (benchmarks/bench_moe.py, 11-29).
                 touched = touched_experts(experts, active, t)
-                m = t * active / touched
+                m = expert_load(experts, active, t)
                 one = _curve(s, curves, grids, ratios, log, count, c, m)
                 roof = shape_at(curves[c, C_KIND], curves[c, C_A], curves[c, C_B], curves[c, C_C], curves[c, C_D],
                                 s[P_FLOPS_PER_S], bps, m, 0.0)

@@ -102,6 +102,13 @@ def touched_experts(experts, experts_per_token, num_tokens):
     return experts * (1.0 - (1.0 - experts_per_token / experts) ** float(num_tokens))
 
 
+@njit(cache=True, inline="always")
+def expert_load(experts, experts_per_token, num_tokens):
+    """The tokens each touched expert gets, in expectation under uniform routing (num_tokens x top-k / the touched
+    experts; 1 at one token): the batch a fused mixture-of-experts kernel runs each touched expert's GEMM at."""
+    return num_tokens * experts_per_token / touched_experts(experts, experts_per_token, num_tokens)
+
+
 # The helpers take numbers, not a matmul row: a call that passes an array takes and drops a reference to it
 # (atomic operations) wherever numba counts references (the Python cost models' calls; the compiled core counts
 # none, sim/compiled/kernel.py `run`), which there cost more than the arithmetic.

@@ -222,8 +222,8 @@ def test_a_moe_configuration_outside_the_table_takes_the_nearest_measured_ones_r
     measured / roofline ratio at a measured row, taken at the token count where this model's touched experts get as
     many tokens each as that row's did, and the model says which configuration it took."""
     from sim.cost import measured_kernel as mk
-    from sim.cost.measured import (_nearest_moe_config, device_roofline, expert_load, load_tables, tables_dir,
-                                   tokens_at_expert_load)
+    from sim.cost.measured import _nearest_moe_config, device_roofline, load_tables, tables_dir, tokens_at_expert_load
+    from sim.cost.roofline_kernel import expert_load
     if "h100-sxm" not in measured_gpus(tables="trtllm"):
         pytest.skip("no TensorRT-LLM tables for the H100")
     model = get_model("deepseek-v2-lite")
@@ -254,7 +254,8 @@ def test_a_moe_configuration_outside_the_table_takes_the_nearest_measured_ones_r
 def test_tokens_per_touched_expert_is_one_at_one_token_and_its_inverse_finds_the_tokens(experts, top_k):
     """One token touches top-k experts, one token each; the load rises with the tokens toward tokens x top-k /
     experts, and `tokens_at_expert_load` inverts it."""
-    from sim.cost.measured import expert_load, tokens_at_expert_load
+    from sim.cost.measured import tokens_at_expert_load
+    from sim.cost.roofline_kernel import expert_load
     assert expert_load(experts, top_k, 1.0) == pytest.approx(1.0, rel=1e-12)
     loads = [expert_load(experts, top_k, n) for n in (1.0, 2.0, 16.0, 256.0, 65536.0)]
     assert loads == sorted(loads)
