@@ -238,8 +238,9 @@ class SchedulerSpec(_Strict):
                                 "false: a step is prefill-only whenever a prefill can run, else decode-only (SGLang, "
                                 "vLLM V0 without chunked prefill)")
     decode_steps_per_schedule: int = Field(1, ge=1, le=MAX_DECODE_STEPS_PER_SCHEDULE, description=(
-        "continuous: decode steps run as one group that no new prompt joins (vLLM V0 --num-scheduler-steps); with "
-        "mixed_batches a step's prefills open a group too (0.6.3+ with chunked prefill)"))
+        "continuous: decode steps run as one group that no new prompt joins (vLLM V0 --num-scheduler-steps), and a "
+        "request whose last token comes inside the group returns at its end; with mixed_batches a step's prefills "
+        "open a group too (0.6.3+ with chunked prefill)"))
     kv_reservation: Literal["on_demand", "whole_output"] = Field(
         "on_demand", description="continuous, paged: on_demand takes blocks as tokens come and preempts when none "
         "is free (vLLM, SGLang); whole_output admits a request only when its whole sequence's blocks are free beside "

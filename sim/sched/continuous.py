@@ -71,6 +71,7 @@ class ContinuousScheduler(SchedulerBase):
             raise ValueError("a whole-output reservation or a new-token ratio needs paged KV")
         self._graph_sizes = rule.graph_sizes()
         self._group_steps_left = 0  # decode steps left in the current group (decode_steps_per_schedule > 1)
+        self._held: list[Request] = []  # finished inside a group, returned at its end (`update_from_output`)
         self._reserved_blocks = 0  # whole_output_reservation: the blocks of every running request's whole sequence
         self._reservations: dict[int, int] = {}
         self._ratio_reset_clock = 0  # new_token_ratio: the decode clock at the last retraction
@@ -338,6 +339,8 @@ class ContinuousScheduler(SchedulerBase):
             if self._group_steps_left == 0:
                 return 1
             group_cap = min(max_steps, self._group_steps_left + 1)
+        if self._held:
+            group_cap = min(group_cap, self._group_steps_left + 1)  # they return at the group's end
         to_finish = tracker.steps_to_first_finish()
         limit = group_cap if to_finish is None else min(to_finish, group_cap)
         if tracker.block_size:
@@ -374,11 +377,12 @@ class ContinuousScheduler(SchedulerBase):
 
     def update_from_output(self, plan: StepPlan, now: float) -> StepOutcome:
         outcome = StepOutcome()
+        held_before = len(self._held)
         if plan.num_decode_seqs or not self.rule.prefill_only_steps:
             # a prefill-only step (a context pass) leaves the decodes waiting
             finished, outcome.num_output_tokens = self.tracker.advance()
             for request in finished:
-                self._finish(request, now, outcome)
+                self._finish(request, now)
         for rid, chunk in zip(plan.prefill_request_ids, plan.prefill_chunk_tokens):
             request = self.running[rid]
             request.num_computed_tokens += chunk
@@ -391,7 +395,7 @@ class ContinuousScheduler(SchedulerBase):
                 request.first_token_s = now
             request.last_token_s = now
             if request.num_output_tokens >= request.max_output_tokens:
-                self._finish(request, now, outcome)
+                self._finish(request, now)
             else:
                 self.tracker.add(request)
                 forked = self.sampling.fork(request)
@@ -400,9 +404,22 @@ class ContinuousScheduler(SchedulerBase):
                         self.running[sequence.request_id] = sequence
                         self.tracker.add(sequence)
                     outcome.num_output_tokens += len(forked)
+        if self._held and not (self._group_steps_left > 0 and len(self.tracker)):
+            # The group ends with this step (or has no decode left to run): what finished inside it returns now.
+            for request in self._held[:held_before]:
+                request.last_token_s = request.finish_s = now
+            outcome.finished += self._held
+            self._held = []
         return outcome
 
-    def _finish(self, request: Request, now: float, outcome: StepOutcome) -> None:
+    def _finish(self, request: Request, now: float) -> None:
+        """The request leaves the batch and frees its KV. It returns (`outcome.finished`) now, or, inside a group
+        of decode steps (vLLM V0's `--num-scheduler-steps`), at the group's end: vLLM 0.6 processes a multi-step
+        run's outputs after its last step (vllm/engine/async_llm_engine.py step_async: `_process_model_outputs`
+        only once `_has_remaining_steps` is false), so a sequence whose last token comes earlier in the run is
+        found finished, and streamed its last tokens, then. Not modelled: vLLM keeps such a sequence in the batch
+        (computing, holding its KV) for the run's remaining steps, and runs them when every sequence has finished;
+        here it leaves at its last token, and returns at once when no decode is left."""
         request.status = RequestStatus.FINISHED
         request.last_token_s = request.finish_s = now
         del self.running[request.request_id]
@@ -413,7 +430,7 @@ class ContinuousScheduler(SchedulerBase):
             self.kv.free(request)
         returned = self.sampling.finish(request, now)
         if returned is not None:
-            outcome.finished.append(returned)
+            self._held.append(returned)
 
     def kv_token_slots(self) -> int:
         """The requests' computed tokens, summed: what `kv.usage` is asked about."""
@@ -433,5 +450,6 @@ class ContinuousScheduler(SchedulerBase):
             self.tracker.add(request)
 
     def running_requests(self) -> list[Request]:
-        """Requests in flight, each once: forked sequences stand for their request."""
-        return self.sampling.requests_of(self.running.values())
+        """Requests in flight, each once: forked sequences stand for their request; those finished inside a group
+        of decode steps that has not ended are still in flight."""
+        return self.sampling.requests_of(self.running.values()) + self._held

@@ -6,7 +6,7 @@ by setting these fields (the scenario's `scheduler:` section names each, and the
 | field | vLLM V1 (default) | vLLM V0 | SGLang | TensorRT-LLM | LMDeploy TurboMind 0.1 |
 | --- | --- | --- | --- | --- | --- |
 | `mixed_batches` | True: decodes and prefill chunks share a step | False without chunked prefill | False (mixed chunks off) | True | True |
-| `decode_steps_per_schedule` | 1 | `--num-scheduler-steps` (any step opens a group) | 1 | 1 | 1 |
+| `decode_steps_per_schedule` | 1 | `--num-scheduler-steps` (any step opens a group; a request finished inside it returns at its end) | 1 | 1 | 1 |
 | `whole_output_reservation` | False: blocks on demand, preemption | False | False | True (GUARANTEED_NO_EVICT) | False |
 | `whole_prompt_admission` | True (vLLM's own to 0.18: False, not the preset's) | True | True | True | True |
 | `cuda_graph_batch_sizes` | () | () | () | padded decode batches when given | () |

@@ -77,6 +77,44 @@ def test_a_group_of_decode_steps_keeps_a_new_prompt_waiting():
     assert kinds == ["decode", "decode", "decode", "prefill", "decode"]
 
 
+def test_a_request_that_finishes_inside_a_group_returns_at_the_groups_end():
+    # vLLM 0.6 multi-step processes a run's outputs after its last step: a (3 output tokens) and b (12) prefill in
+    # step 0, ending at t=1 (a's and b's first tokens); the group of 4 decode steps ends at t=2, 3, 4, 5. a samples
+    # its last token in the group's second step (t=3) but returns with its fourth (t=5); b returns with its own last
+    # token (t=12, the third group's third step): no decode is left to run the group on (see the next test).
+    sched = scheduler(PagedKVManager(64, 4), SchedulingRule(mixed_batches=False, decode_steps_per_schedule=4))
+    a, b = make_request(4, 3), make_request(4, 12)
+    sched.add_request(a)
+    sched.add_request(b)
+    returned = {}
+    for t in range(12):
+        plan = sched.schedule(float(t))
+        for request in sched.update_from_output(plan, t + 1.0).finished:
+            returned[request.request_id] = t + 1.0
+    assert returned == {a.request_id: 5.0, b.request_id: 12.0}
+    assert (a.first_token_s, a.last_token_s, a.finish_s) == (1.0, 5.0, 5.0)
+    assert a.num_output_tokens == 3 and b.num_output_tokens == 12
+    # without groups a returns with its last token
+    sched = scheduler(PagedKVManager(64, 4), SchedulingRule(mixed_batches=False))
+    a = make_request(4, 3)
+    sched.add_request(a)
+    finished_at = [t + 1.0 for t in range(3) if sched.update_from_output(sched.schedule(float(t)), t + 1.0).finished]
+    assert finished_at == [3.0] and a.last_token_s == 3.0
+
+
+def test_a_group_whose_last_decode_finishes_returns_its_held_requests_at_once():
+    # a (2 output tokens) finishes in the group's first step and waits; b (3) finishes in its second, leaving no
+    # decode: both return then (vLLM would run the group's two remaining steps; not modelled, see `_finish`).
+    sched = scheduler(PagedKVManager(64, 4), SchedulingRule(mixed_batches=False, decode_steps_per_schedule=4))
+    a, b = make_request(4, 2), make_request(4, 3)
+    sched.add_request(a)
+    sched.add_request(b)
+    finished = [[r.request_id for r in sched.update_from_output(sched.schedule(float(t)), t + 1.0).finished]
+                for t in range(3)]
+    assert finished == [[], [], [a.request_id, b.request_id]]
+    assert a.finish_s == b.finish_s == 3.0 and sched.schedule(3.0) is None
+
+
 def test_with_mixed_batches_a_prompts_step_opens_the_group_it_then_decodes_in():
     # vLLM 0.6.3+ multi-step with chunked prefill (vllm/sequence.py init_multi_step_from_lookahead_slots): a prompt
     # scheduled beside the decodes runs num_scheduler_steps steps, its first token in the first, so the group's

@@ -411,7 +411,8 @@ def _vllm_v0_schedule(ctx: Context, notes: list[str]) -> dict[str, Any]:
     if steps > 1:
         # vllm/engine/llm_engine.py LLMEngine.step (read in the 0.6.0 wheel): while a multi-step run has steps left
         # (`_has_remaining_steps`) no output is processed; its tokens go out together after its last step, so a
-        # client gets a prompt's first token alone (a prefill runs one step), then one chunk per run
+        # client gets a prompt's first token alone (a prefill runs one step), then one chunk per run; a sequence
+        # whose last token comes inside a run is found finished after the run (sim/sched/continuous.py `_finish`)
         values[STREAM_CHUNK_KEY] = steps
     if chunked and steps == 1:
         values["scheduler.max_num_batched_tokens"] = 2048 if v >= VLLM_V0_CHUNK_BUDGET_2048_SINCE else 512
