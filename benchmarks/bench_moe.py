@@ -5,7 +5,7 @@ top-k, experts, TP, EP) per dtype. A model outside them is priced one of two way
 
 - the tables hold fused-MoE rows of its dtype: the nearest measured configuration's ratio to the fused-MoE roofline,
   at the token count that gives this model's touched experts as many tokens each, applied to this model's roofline
-  (`_nearest_moe_config`, `carried_moe_curve`; at the same token count before 12-03, shown beside it);
+  (`nearest_moe_config`, `carried_moe_curve`; at the same token count before 12-03, shown beside it);
 - they hold none: the experts' GEMM rows, run as one fused kernel (`measured_kernel.fused_experts_s`: one launch,
   each further expert its GEMM time above a launch, never under its roofline).
 
@@ -38,8 +38,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.cost import measured_kernel as mk  # noqa: E402
 from sim.cost.roofline_kernel import expert_load, touched_experts  # noqa: E402
-from sim.cost.measured import (_nearest_moe_config, carried_moe_curve, device_roofline, gemm_curve,  # noqa: E402
-                               load_tables, measured_gpus, tables_dir)
+from sim.cost.measured import (carried_moe_curve, device_roofline, gemm_curve, load_tables,  # noqa: E402
+                               measured_gpus, nearest_moe_config, tables_dir)
 
 KEYS = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
 WAYS = ("nearest measured configuration (used where the dtype has rows)",
@@ -88,7 +88,7 @@ def moe_shape(config, roof, n, kind=mk.SHAPE_MOE):
 
 def nearest(others, config):
     """The configuration of `others` nearest `config` (None where there are none) and its seconds by token count."""
-    near = _nearest_moe_config(others, config) if len(others) else None
+    near = nearest_moe_config(others, config) if len(others) else None
     return near, ({} if near is None else seconds_by_tokens(others[of_config(others, near)]))
 
 
@@ -124,7 +124,7 @@ def study_ep():
                     h, inter, k, e, tp, ep = config
                     measured = seconds_by_tokens(rows[of_config(rows, config)])
                     others = ep_rows[~of_config(ep_rows, config)]
-                    near = _nearest_moe_config(others, config) if len(others) else None
+                    near = nearest_moe_config(others, config) if len(others) else None
                     if near is not None and near[4:] != config[4:]:
                         near = None  # no other configuration at this split
                     near_rows = {} if near is None else seconds_by_tokens(others[of_config(others, near)])
@@ -156,7 +156,7 @@ def study_fp8():
             bf16, fp8 = moe[moe["dtype"] == "bf16"], moe[moe["dtype"] == "fp8"]
             for config in [tuple(int(v) for v in c) for c in fp8[KEYS].drop_duplicates().itertuples(index=False)]:
                 h, inter, k, e, tp, _ = config
-                near = _nearest_moe_config(bf16, config)
+                near = nearest_moe_config(bf16, config)
                 near_rows = seconds_by_tokens(bf16[of_config(bf16, near)])
                 curve = carried(config, near, bf16, roof, mk.SHAPE_MOE_FP8, mk.SHAPE_MOE)
                 curves = None
@@ -193,7 +193,7 @@ def study():
                 for config in configs:
                     others = rows[~of_config(rows, config)]
                     measured = seconds_by_tokens(rows[of_config(rows, config)])
-                    near = _nearest_moe_config(others, config) if len(others) else None
+                    near = nearest_moe_config(others, config) if len(others) else None
                     near_rows = {} if near is None else seconds_by_tokens(others[of_config(others, near)])
                     carry = None if near is None else carried(config, near, others, roof)
                     differ = near is not None and (near[2], near[3]) != (config[2], config[3])

@@ -585,7 +585,7 @@ def _select_heads(df: pd.DataFrame, hq: int, hkv: int, d: int, name: str, notes:
     return heads_rows(df, near)
 
 
-def _nearest_moe_config(moe: pd.DataFrame, config: tuple) -> tuple:
+def nearest_moe_config(moe: pd.DataFrame, config: tuple) -> tuple:
     """The fused-MoE table's configuration (hidden, intermediate, top-k, experts, moe TP, moe EP) nearest this one:
     itself where measured, else, among the rows of the same expert parallelism where there are any (its kernels
     differ: vLLM's expert map, other GEMM widths), the least sum of |log ratio| of hidden size, per-GPU intermediate
@@ -1013,7 +1013,7 @@ class MeasuredCostModel(PackedCostModel):
             moe = moe.assign(moe_ep_size=1)
         ep = self.ep
         config = (m.hidden_size, m.ffn_size, m.num_experts_per_token, m.num_experts, self.tp // ep, ep)
-        near = _nearest_moe_config(moe, config)
+        near = nearest_moe_config(moe, config)
         if near != config:
             self.notes[f"moe: ({m.hidden_size}, {m.ffn_size}, top{m.num_experts_per_token} of {m.num_experts}, "
                        f"{_moe_split(config)}) not in the fused-MoE table; nearest measured ({near[0]}, {near[1]}, "

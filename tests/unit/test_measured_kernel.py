@@ -222,7 +222,7 @@ def test_a_moe_configuration_outside_the_table_takes_the_nearest_measured_ones_r
     measured / roofline ratio at a measured row, taken at the token count where this model's touched experts get as
     many tokens each as that row's did, and the model says which configuration it took."""
     from sim.cost import measured_kernel as mk
-    from sim.cost.measured import _nearest_moe_config, device_roofline, load_tables, tables_dir, tokens_at_expert_load
+    from sim.cost.measured import device_roofline, load_tables, nearest_moe_config, tables_dir, tokens_at_expert_load
     from sim.cost.roofline_kernel import expert_load
     if "h100-sxm" not in measured_gpus(tables="trtllm"):
         pytest.skip("no TensorRT-LLM tables for the H100")
@@ -232,7 +232,7 @@ def test_a_moe_configuration_outside_the_table_takes_the_nearest_measured_ones_r
     rows_in_use, _ = t.moe_rows(cm.moe_routing)
     moe = rows_in_use[rows_in_use["dtype"] == "bf16"]
     config = (model.hidden_size, model.ffn_size, model.num_experts_per_token, model.num_experts, 1, 1)
-    near = _nearest_moe_config(moe, config)
+    near = nearest_moe_config(moe, config)
     assert near[5] == 1  # rows of the same expert parallelism (none) where the table has them
     assert near != config and any("nearest measured" in n and "fused-MoE" in n for n in cm.notes)
     rows = moe[(moe["hidden_size"] == near[0]) & (moe["inter_size"] == near[1]) & (moe["topk"] == near[2])
@@ -247,7 +247,7 @@ def test_a_moe_configuration_outside_the_table_takes_the_nearest_measured_ones_r
         tokens = tokens_at_expert_load(config[3], config[2], expert_load(near[3], near[2], n))
         assert expert_load(config[3], config[2], tokens) == pytest.approx(expert_load(near[3], near[2], n), rel=1e-9)
         assert cm._moe(tokens) == pytest.approx(shape(config, tokens) * seconds / shape(near, n), rel=1e-9)
-    assert _nearest_moe_config(moe, near) == near  # a measured configuration is its own nearest
+    assert nearest_moe_config(moe, near) == near  # a measured configuration is its own nearest
 
 
 @pytest.mark.parametrize("experts, top_k", [(128, 4), (64, 6), (8, 2), (256, 8), (16, 16)])
