@@ -167,7 +167,7 @@ def run_compiled(sim) -> bool:
     max_seqs = scheduler.max_num_seqs
 
     sr = np.zeros((num_replicas, k.NUM_SI), dtype=np.int64)
-    sr[:, [k.I_RUN_HEAD, k.I_RUN_TAIL, k.I_PF_HEAD, k.I_PF_TAIL, k.I_HELD_HEAD, k.I_HELD_TAIL]] = -1
+    sr[:, [k.I_RUN_HEAD, k.I_RUN_TAIL, k.I_PF_HEAD, k.I_PF_TAIL, k.I_RETURN_HEAD, k.I_RETURN_TAIL]] = -1
     sr[:, k.I_ALLOC_CLOCK] = -1
     sr[:, k.I_FREE_BLOCKS] = kv.num_blocks
     fr = np.zeros((num_replicas, k.NUM_FR))

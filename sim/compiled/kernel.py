@@ -60,15 +60,15 @@ NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 (I_CLOCK, I_ALLOC_CLOCK, I_MEMBERS, I_TOKEN_SUM, I_PF_SUM, I_FREE_BLOCKS, I_RUNNING, I_RUN_HEAD, I_RUN_TAIL,
  I_PF_HEAD, I_PF_TAIL, I_W_HEAD, I_W_COUNT, I_HEAP_SIZE, I_OUTSTANDING, I_BUSY, I_NUM_PF, I_NUM_DECODE,
  I_NUM_WAITING, I_NUM_PREFILL_TOKENS, I_NUM_PREEMPTED, I_NUM_STEPS, I_GROUP_LEFT, I_RESERVED, I_RATIO_RESET,
- I_NUM_PADDING, I_STEPS_DRAWN, I_WINDOW, I_HELD_HEAD, I_HELD_TAIL) = range(30)
+ I_NUM_PADDING, I_STEPS_DRAWN, I_WINDOW, I_RETURN_HEAD, I_RETURN_TAIL) = range(30)
 NUM_SI = 30
 # I_GROUP_LEFT: decode steps left in the current group (scheduler rule decode_steps_per_schedule); I_RESERVED: the
 # blocks of every running request's whole sequence (whole_output_reservation); I_RATIO_RESET: the decode clock at
 # the last preemption (new_token_ratio); I_NUM_PADDING: the step in flight's CUDA-graph padding sequences;
 # I_STEPS_DRAWN: the steps the replica started (a run's every step), the step-time draws' counter
 # (sim/cost/draws.py; the SimPy engine counts its steps alike); I_WINDOW: the window blocks the running requests of a
-# hybrid model hold; I_HELD_HEAD / I_HELD_TAIL: the requests finished inside a group of decode steps that has not
-# ended, linked through Q_RUN_NEXT / Q_RUN_PREV (ContinuousScheduler._held: they return at the group's end).
+# hybrid model hold; I_RETURN_HEAD / I_RETURN_TAIL: the requests finished inside a group of decode steps that has
+# not ended, linked through Q_RUN_NEXT / Q_RUN_PREV (ContinuousScheduler._returning: they return at its end).
 # Indices into the float64 per-replica array `fr[r]`: the step in flight.
 R_START, R_END, R_DURATION, R_FLOPS, R_BYTES = range(5)
 NUM_FR = 5
@@ -680,9 +680,9 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             _heap_push(heap_all, sr, r, (clock + req[Q_MAX_OUT, rid] - req[Q_OUT, rid]) * key_base + rid)
             bucket_all[r, (clock - req[Q_COMPUTED, rid]) % bs] += 1
     num_output *= num_steps
-    if sr[r, I_HELD_HEAD] >= 0 and not (sr[r, I_GROUP_LEFT] > 0 and sr[r, I_MEMBERS] > 0):
+    if sr[r, I_RETURN_HEAD] >= 0 and not (sr[r, I_GROUP_LEFT] > 0 and sr[r, I_MEMBERS] > 0):
         # update_from_output: the group ends with this step (or has no decode left): what finished in it returns
-        rid = sr[r, I_HELD_HEAD]
+        rid = sr[r, I_RETURN_HEAD]
         while rid >= 0:
             reqf[QF_LAST_TOK, rid] = end
             reqf[QF_FINISH, rid] = end
@@ -693,7 +693,7 @@ def _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap_all, bucket_all, plan_a
             nxt = req[Q_RUN_NEXT, rid]
             req[Q_RUN_PREV, rid] = req[Q_RUN_NEXT, rid] = -1
             rid = nxt
-        sr[r, I_HELD_HEAD] = sr[r, I_HELD_TAIL] = -1
+        sr[r, I_RETURN_HEAD] = sr[r, I_RETURN_TAIL] = -1
 
     # ---- the step's row ---------------------------------------------------------------------------
     shared = pc[0][r, prefix_index.S_SAVED] * bs if caching else 0  # (the step's admissions and finishes moved it)
@@ -776,14 +776,14 @@ def _tracker_remove(sr, r, req, bucket_all, rid, bs):
 @njit(cache=True, inline="always")
 def _finish(sr, r, req, reqf, rid, now, held, whole, bs, pc, cfg):
     """ContinuousScheduler._finish: the request leaves, its `held` blocks and its window blocks go back to the pool
-    (and, `whole`, its reservation is released); it waits in the held list until `_finish_step` returns it (at
-    once, or at the end of its group of decode steps)."""
+    (and, `whole`, its reservation is released); it waits in the return list until `_finish_step` returns it
+    (at once, or at the end of its group of decode steps)."""
     if whole:
         sr[r, I_RESERVED] -= _reserved_blocks(req, rid, bs, cfg)
     reqf[QF_LAST_TOK, rid] = now
     reqf[QF_FINISH, rid] = now
     _list_remove(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_RUN_HEAD, I_RUN_TAIL, rid)
-    _list_append(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_HELD_HEAD, I_HELD_TAIL, rid)
+    _list_append(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_RETURN_HEAD, I_RETURN_TAIL, rid)
     sr[r, I_RUNNING] -= 1
     window = _window_blocks(req, rid, bs, cfg)
     sr[r, I_FREE_BLOCKS] += window  # PagedKVManager.free: the window's blocks first, then the table's
@@ -859,8 +859,8 @@ def _decode_run_limit(sr, r, heap_all, bucket_all, req, max_steps, clock, bs, nu
             return 1
         if sr[r, I_GROUP_LEFT] + 1 < limit:
             limit = sr[r, I_GROUP_LEFT] + 1
-    if sr[r, I_HELD_HEAD] >= 0 and sr[r, I_GROUP_LEFT] + 1 < limit:
-        limit = sr[r, I_GROUP_LEFT] + 1  # the held requests return at the group's end
+    if sr[r, I_RETURN_HEAD] >= 0 and sr[r, I_GROUP_LEFT] + 1 < limit:
+        limit = sr[r, I_GROUP_LEFT] + 1  # the finished requests waiting there return at the group's end
     while sr[r, I_HEAP_SIZE] > 0:
         key = heap_all[r, 0]
         fclock = key // key_base

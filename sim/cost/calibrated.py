@@ -446,8 +446,8 @@ class CalibratedCostModel:
             for f, experts, active in matmuls:
                 if active < experts:  # routed: a token passes through some of them (expert parallelism: maybe of 1)
                     # The experts some token routes to, each a measured matmul of its share of the tokens.
-                    layer_s += touched_experts(experts, active, num_tokens) * f(expert_load(experts, active,
-                                                                                               num_tokens))
+                    touched = touched_experts(experts, active, num_tokens)
+                    layer_s += touched * f(expert_load(experts, active, num_tokens))
                 else:
                     layer_s += f(num_tokens)
             per_group.append(layer_s)

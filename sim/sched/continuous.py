@@ -71,7 +71,7 @@ class ContinuousScheduler(SchedulerBase):
             raise ValueError("a whole-output reservation or a new-token ratio needs paged KV")
         self._graph_sizes = rule.graph_sizes()
         self._group_steps_left = 0  # decode steps left in the current group (decode_steps_per_schedule > 1)
-        self._held: list[Request] = []  # finished inside a group, returned at its end (`update_from_output`)
+        self._returning: list[Request] = []  # finished inside a group, returned at its end (`update_from_output`)
         self._reserved_blocks = 0  # whole_output_reservation: the blocks of every running request's whole sequence
         self._reservations: dict[int, int] = {}
         self._ratio_reset_clock = 0  # new_token_ratio: the decode clock at the last retraction
@@ -339,7 +339,7 @@ class ContinuousScheduler(SchedulerBase):
             if self._group_steps_left == 0:
                 return 1
             group_cap = min(max_steps, self._group_steps_left + 1)
-        if self._held:
+        if self._returning:
             group_cap = min(group_cap, self._group_steps_left + 1)  # they return at the group's end
         to_finish = tracker.steps_to_first_finish()
         limit = group_cap if to_finish is None else min(to_finish, group_cap)
@@ -377,7 +377,7 @@ class ContinuousScheduler(SchedulerBase):
 
     def update_from_output(self, plan: StepPlan, now: float) -> StepOutcome:
         outcome = StepOutcome()
-        held_before = len(self._held)
+        returning_before = len(self._returning)
         if plan.num_decode_seqs or not self.rule.prefill_only_steps:
             # a prefill-only step (a context pass) leaves the decodes waiting
             finished, outcome.num_output_tokens = self.tracker.advance()
@@ -404,12 +404,12 @@ class ContinuousScheduler(SchedulerBase):
                         self.running[sequence.request_id] = sequence
                         self.tracker.add(sequence)
                     outcome.num_output_tokens += len(forked)
-        if self._held and not (self._group_steps_left > 0 and len(self.tracker)):
+        if self._returning and not (self._group_steps_left > 0 and len(self.tracker)):
             # The group ends with this step (or has no decode left to run): what finished inside it returns now.
-            for request in self._held[:held_before]:
+            for request in self._returning[:returning_before]:
                 request.last_token_s = request.finish_s = now
-            outcome.finished += self._held
-            self._held = []
+            outcome.finished += self._returning
+            self._returning = []
         return outcome
 
     def _finish(self, request: Request, now: float) -> None:
@@ -430,7 +430,7 @@ class ContinuousScheduler(SchedulerBase):
             self.kv.free(request)
         returned = self.sampling.finish(request, now)
         if returned is not None:
-            self._held.append(returned)
+            self._returning.append(returned)
 
     def kv_token_slots(self) -> int:
         """The requests' computed tokens, summed: what `kv.usage` is asked about."""
@@ -452,4 +452,4 @@ class ContinuousScheduler(SchedulerBase):
     def running_requests(self) -> list[Request]:
         """Requests in flight, each once: forked sequences stand for their request; those finished inside a group
         of decode steps that has not ended are still in flight."""
-        return self.sampling.requests_of(self.running.values()) + self._held
+        return self.sampling.requests_of(self.running.values()) + self._returning

@@ -102,7 +102,7 @@ def test_a_request_that_finishes_inside_a_group_returns_at_the_groups_end():
     assert finished_at == [3.0] and a.last_token_s == 3.0
 
 
-def test_a_group_whose_last_decode_finishes_returns_its_held_requests_at_once():
+def test_a_group_whose_last_decode_finishes_returns_its_waiting_requests_at_once():
     # a (2 output tokens) finishes in the group's first step and waits; b (3) finishes in its second, leaving no
     # decode: both return then (vLLM would run the group's two remaining steps; not modelled, see `_finish`).
     sched = scheduler(PagedKVManager(64, 4), SchedulingRule(mixed_batches=False, decode_steps_per_schedule=4))
