@@ -22,7 +22,8 @@ the scenarios and the held-out protocol; this file prints the table:
 
 `--cost-model` picks one of COST_MODELS (default: "default", the model ServeSim picks when a scenario names none). `--cases` is a glob on the
 case names or on the data files' names (`--cases vllm_e2e.yaml`); `--only` a substring of the case names.
-`--quick` runs the fitted runs and the first held-out run of each engine version and kind.
+`--quick` runs the fitted runs and the first held-out run of each engine version and kind. Two runs' `--csv` files
+side by side (what moved, per engine and version): benchmarks/published_diff.py.
 """
 
 from __future__ import annotations
