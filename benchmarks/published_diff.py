@@ -96,11 +96,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"published_diff: {e}", file=sys.stderr)
         return 2
     common = before.index.intersection(after.index)
-    changed = moved(before.loc[common, "error"], after.loc[common, "error"])
-    figures = common[changed.to_numpy()]
-    if not args.all_metrics:
-        figures = figures[figures.get_level_values("metric").isin(HEADLINE)]
-    versions = {(before.loc[k, "engine"], before.loc[k, "version"]) for k in common[changed.to_numpy()]}
+    changed = common[moved(before.loc[common, "error"], after.loc[common, "error"]).to_numpy()]
+    figures = changed if args.all_metrics else changed[changed.get_level_values("metric").isin(HEADLINE)]
+    versions = set(before.loc[changed, ["engine", "version"]].itertuples(index=False, name=None))
 
     print(f"# {args.before} -> {args.after}\n\n## Per engine, held-out runs: median / max |error| %\n")
     print_summary(before, after, ["engine"])
@@ -111,15 +109,15 @@ def main(argv: list[str] | None = None) -> int:
         print("none")
     print(f"\n## Figures that moved ({'every metric' if args.all_metrics else 'headline metrics'})\n")
     closer = 0
-    if len(figures):
-        print("| case | role | metric | before | after | closer |\n| --- | --- | --- | ---: | ---: | --- |")
+    print("| case | role | metric | before | after | closer |\n| --- | --- | --- | ---: | ---: | --- |"
+          if len(figures) else "none")
     for case, metric in figures:
         a, b = before.loc[(case, metric), "error"], after.loc[(case, metric), "error"]
         nearer = not math.isnan(b) and (math.isnan(a) or abs(b) < abs(a))
         closer += nearer
         print(f"| {case} | {after.loc[(case, metric), 'role']} | {metric} | {a:+.1%} | {b:+.1%} | "
               f"{'yes' if nearer else 'no'} |")
-    print(f"\n{len(figures)} figures moved, {closer} came closer; {int(changed.sum())} moved in all metrics.")
+    print(f"\n{len(figures)} figures moved, {closer} came closer; {len(changed)} moved in all metrics.")
     only_before, only_after = before.index.difference(after.index), after.index.difference(before.index)
     if len(only_before) or len(only_after):
         print(f"In one file only: {len(only_before)} figures before, {len(only_after)} after (not compared).")
