@@ -1097,3 +1097,56 @@ def test_a_release_before_its_engine_ran_gpt_oss_refuses_it(engine, version, fir
         validate_scenario(raw)
     raw["engine"]["version"] = "0.5.0rc0" if engine == "sglang" else first
     assert validate_scenario(raw).engine.name == engine
+
+
+# fp8 weights on a GPU without fp8 tensor cores (A100): each engine's own rule, read in its releases
+# (sim/config/engines/vllm.py, sglang.py, trtllm.py): None where it runs them weight-only, else words of why not
+@pytest.mark.parametrize(("engine", "version", "model", "block", "refused"), [
+    ("vllm", "0.6.0", "llama-3.1-8b", False, None),  # Marlin below SM89 from 0.6.0
+    ("vllm", "0.8.5", "llama-3.1-8b", True, "takes block-scaled fp8 weights from 0.9.0"),
+    ("vllm", "0.9.0", "llama-3.1-8b", True, None),
+    ("vllm", "0.8.5", "mixtral-8x7b", False, "takes fp8 experts from 0.9.0"),
+    ("vllm", "0.9.0", "mixtral-8x7b", False, None),
+    ("sglang", "0.4.0", "llama-3.1-8b", False, None),  # vLLM's Fp8LinearMethod
+    ("sglang", "0.4.0", "llama-3.1-8b", True, "takes no block-scaled weights"),
+    ("sglang", "0.4.6", "llama-3.1-8b", False, "only with SGLANG_FORCE_FP8_MARLIN=1"),
+    ("sglang", "0.5.1", "llama-3.1-8b", True, None),  # can_auto_enable_marlin_fp8
+    ("sglang", "0.5.5.post1", "mixtral-8x7b", False, "fp8 MoE kernels need SM89"),
+    ("trtllm", "0.14.0", "llama-3.1-8b", False, "FP8 kernels need SM89 or later"),
+    ("trtllm", "1.2.0rc1", "llama-3.1-8b", True, "FP8 kernels need SM89 or later"),
+])
+def test_fp8_weights_on_a_gpu_without_fp8_cores_run_only_where_the_engine_runs_them(engine, version, model, block,
+                                                                                     refused):
+    tp = 2 if model == "mixtral-8x7b" else 1
+    sections = {"model": model, "hardware": {"gpu": "a100-80gb", "tensor_parallel": tp},
+                "quantization": {"weights": "fp8", "fp8_block_scales": block}}
+    if refused is None:
+        spec = scenario({"name": engine, "version": version}, **sections)
+        assert (spec.quantization.weights, spec.quantization.fp8_compute) == ("fp8", False)  # weight-only
+        return
+    kind = "block-scaled " if block else ""
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": engine, "version": version}, **sections)
+    message = str(err.value)
+    assert message.startswith(f"quantization.weights: {kind}fp8 weights on a100-80gb, which has no fp8 tensor cores, "
+                              f"are not run by ")
+    assert refused in message and "\n" not in message
+    assert message.endswith("allowed: bf16 weights, or a GPU with an fp8 rate (h100-sxm, h200, b200, b300, gb200, "
+                            "gb300, l40s, rtx-pro-6000, l4)")
+    # the same weights on a GPU with fp8 tensor cores run (W8A8 where asked)
+    sections["hardware"]["gpu"] = "h100-sxm"
+    assert scenario({"name": engine, "version": version}, **sections).quantization.weights == "fp8"
+
+
+def test_fp8_weights_set_by_an_engine_flag_are_refused_in_that_flags_name_and_the_cli_writes_nothing(tmp_path):
+    import yaml
+    raw = {**BASE, "hardware": {"gpu": "a100-80gb"},
+           "engine": {"name": "sglang", "version": "0.4.6", "command": "python -m sglang.launch_server "
+                      "--model-path x --quantization fp8"}}
+    with pytest.raises(ConfigError, match=r"^engine.command '--quantization fp8': fp8 weights on a100-80gb, which has "
+                                          r"no fp8 tensor cores, are not run by SGLang 0.4.6"):
+        validate_scenario(raw)
+    path, out = tmp_path / "s.yaml", tmp_path / "out"
+    path.write_text(yaml.safe_dump(raw))
+    line = one_error_line(servesim("run", path, "--out", out))
+    assert "not run by SGLang 0.4.6" in line and not out.exists()

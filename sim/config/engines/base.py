@@ -130,6 +130,9 @@ class EnginePreset:
     # hold every running request (its max_running_requests may exceed chunked_prefill_size: 4096 against 2048 on two
     # 24 GB GPUs)
     decodes_within_budget: bool = True
+    # fp8 weights on a GPU without fp8 tensor cores: `(version, block-scaled, MoE) -> None` where the engine runs them
+    # (weight-only) or why it cannot, in one clause, which refuses them (`presets.refuse_unrun_fp8`); None: not read
+    fp8_without_fp8_cores: Callable[[tuple[int, ...], bool, bool], str | None] | None = None
 
     def known_versions(self) -> str:
         return self.versions or f"{dotted_version(self.oldest)} to {dotted_version(self.newest[:2])}.x"

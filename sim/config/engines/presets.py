@@ -14,9 +14,11 @@ from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, Prese
                                      has_key, outside_versions, parse_version, set_key)
 from sim.config.engines.lmdeploy import (LMDEPLOY_FLAGS, LMDEPLOY_INERT, LMDEPLOY_NEWEST, LMDEPLOY_VERSIONS,
                                          derive_lmdeploy)
-from sim.config.engines.sglang import SGLANG_FLAGS, SGLANG_INERT, SGLANG_NEWEST, derive_sglang
-from sim.config.engines.trtllm import TRTLLM_FLAGS, TRTLLM_INERT, TRTLLM_NEWEST, derive_trtllm
-from sim.config.engines.vllm import VLLM_FLAGS, VLLM_INERT, VLLM_NEWEST, derive_vllm
+from sim.config.engines.sglang import (SGLANG_FLAGS, SGLANG_INERT, SGLANG_NEWEST, derive_sglang,
+                                       sglang_fp8_without_fp8_cores)
+from sim.config.engines.trtllm import (TRTLLM_FLAGS, TRTLLM_INERT, TRTLLM_NEWEST, derive_trtllm,
+                                       trtllm_fp8_without_fp8_cores)
+from sim.config.engines.vllm import VLLM_FLAGS, VLLM_INERT, VLLM_NEWEST, derive_vllm, vllm_fp8_without_fp8_cores
 from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
 
@@ -25,14 +27,16 @@ PRESETS: dict[str, EnginePreset] = {
     "vllm": EnginePreset("vllm", ENGINE_LABELS["vllm"], (0, 6, 0), VLLM_NEWEST,
                          "vllm/engine/arg_utils.py, vllm/config.py",
                          VLLM_FLAGS, derive_vllm, inert=VLLM_INERT,
-                         syntax=CommandSyntax(underscores=True, prefixes=True, negation=True)),
+                         syntax=CommandSyntax(underscores=True, prefixes=True, negation=True),
+                         fp8_without_fp8_cores=vllm_fp8_without_fp8_cores),
     "sglang": EnginePreset("sglang", ENGINE_LABELS["sglang"], (0, 3, 0), SGLANG_NEWEST,
                            "python/sglang/srt/server_args.py",
                            SGLANG_FLAGS, derive_sglang, inert=SGLANG_INERT, syntax=CommandSyntax(prefixes=True),
-                           decodes_within_budget=False),
+                           decodes_within_budget=False, fp8_without_fp8_cores=sglang_fp8_without_fp8_cores),
     "trtllm": EnginePreset("trtllm", ENGINE_LABELS["trtllm"], (0, 14, 0), TRTLLM_NEWEST,
                            "tensorrt_llm/llmapi/llm_args.py",
-                           TRTLLM_FLAGS, derive_trtllm, inert=TRTLLM_INERT),
+                           TRTLLM_FLAGS, derive_trtllm, inert=TRTLLM_INERT,
+                           fp8_without_fp8_cores=trtllm_fp8_without_fp8_cores),
     "lmdeploy": EnginePreset("lmdeploy", ENGINE_LABELS["lmdeploy"], (0, 1, 0), LMDEPLOY_NEWEST,
                              "src/turbomind/models/llama/LlamaBatch.cc (0.1.0a), src/turbomind/engine/scheduler.cc",
                              LMDEPLOY_FLAGS, derive_lmdeploy, LMDEPLOY_VERSIONS, inert=LMDEPLOY_INERT,
@@ -175,12 +179,41 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
         if dotted.startswith("cost_model."):
             continue  # handled below: only a cost model that takes engine terms gets them
         set_key(raw, dotted, value)
+    refuse_unrun_fp8(raw, preset, version, version_text, result.from_flags.get("quantization.weights"))
     overhead = result.values.get("cost_model.overhead")
     _apply_cost_terms(raw, overhead)
     for dotted, value in result.values.items():
         if dotted.startswith("frontend."):
             _place_frontend_value(raw, dotted, value, result.from_flags.get(dotted), result.notes)
     return raw, overhead, result.notes
+
+
+def refuse_unrun_fp8(raw: dict, preset: EnginePreset, version: tuple[int, ...], version_text: str,
+                     flag: str | None) -> None:
+    """fp8 weights on a GPU without fp8 tensor cores, refused in one line where this version of the engine does not
+    run them (`EnginePreset.fp8_without_fp8_cores`), never priced as if it did. `flag`: the engine flag that set the
+    weights' dtype, if one did."""
+    rule = preset.fp8_without_fp8_cores
+    if rule is None or get_key(raw, "quantization.weights") != "fp8":
+        return
+    gpu, model = _resolve_gpu_and_model(raw)
+    if runs_fp8_products(gpu):
+        return
+    block_scaled = bool(get_key(raw, "quantization.fp8_block_scales"))
+    why = rule(version, block_scaled, model is not None and model.is_moe)
+    if why is None:
+        return
+    where = f"engine.{flag}" if flag else "quantization.weights"
+    kind = "block-scaled " if block_scaled else ""
+    raise ConfigError(f"{where}: {kind}fp8 weights on {gpu.name}, which has no fp8 tensor cores, are not run by "
+                      f"{preset.label} {version_text}: {why}; allowed: bf16 weights, or a GPU with an fp8 rate "
+                      f"({', '.join(fp8_gpu_names())})")
+
+
+def fp8_gpu_names() -> list[str]:
+    """The catalog's GPUs with an fp8 rate (fp8 tensor cores)."""
+    from sim.model.catalog import GPUS
+    return [name for name, gpu in GPUS.items() if runs_fp8_products(gpu)]
 
 
 def option_flag_name(engine: str, option: str) -> str | None:

@@ -445,6 +445,30 @@ def _sglang_attention_backend(ctx: Context) -> str | None:
 
 # The first release whose model registry (python/sglang/srt/models/) has a model type, where it is later than the
 # releases the preset knows: gpt_oss.py is in the 0.5.0rc0 wheel, not in 0.4.10.post2's.
+# fp8 weights on a GPU without fp8 tensor cores (sm_80/86), read in the sdists of 0.3.0, 0.3.6, 0.4.0-0.4.3, 0.4.6,
+# 0.4.8, 0.4.10, 0.5.0rc0-0.5.3, 0.5.5.post1, 0.5.10 and the 0.5.23 wheel (srt/layers/quantization/): to 0.4.0 "fp8" is
+# vLLM's Fp8Config, whose Fp8LinearMethod runs per-tensor fp8 weight-only by Marlin below SM89; from 0.4.1 SGLang's own
+# Fp8LinearMethod takes Marlin only with SGLANG_FORCE_FP8_MARLIN=1 and never for block-scaled weights (0.4.6-0.5.0rc2:
+# "Marlin doesn't support block-wise fp8"), its default path (torch._scaled_mm, the Triton block kernel) needing SM89;
+# from 0.5.1 it turns Marlin on by itself on SM80-88 (fp8_utils.can_auto_enable_marlin_fp8), block-scaled weights too.
+# Fp8MoEMethod has no such fallback in any version read: fp8 experts need SM89.
+SGLANG_OWN_FP8_SINCE = (0, 4, 1)
+SGLANG_FP8_MARLIN_AUTO_SINCE = (0, 5, 1)
+
+
+def sglang_fp8_without_fp8_cores(version: tuple[int, ...], block_scaled: bool, moe: bool) -> str | None:
+    """None where this SGLang runs fp8 weights on a GPU without fp8 tensor cores (weight-only, by Marlin: 16-bit
+    products, as the cost models price them there), else why not."""
+    if moe:
+        return "its fp8 MoE kernels need SM89 (Fp8MoEMethod has no weight-only fallback)"
+    if version >= SGLANG_FP8_MARLIN_AUTO_SINCE:
+        return None
+    if version >= SGLANG_OWN_FP8_SINCE:
+        return ("before 0.5.1 it runs them weight-only (Marlin) only with SGLANG_FORCE_FP8_MARLIN=1, never "
+                "block-scaled, and its default fp8 path needs SM89")
+    return "its Marlin fallback (vLLM's Fp8LinearMethod) takes no block-scaled weights" if block_scaled else None
+
+
 SGLANG_MODEL_TYPE_SINCE = {"gpt_oss": (0, 5, 0)}
 
 

@@ -28,6 +28,15 @@ TRTLLM_UNREAD_SINCE = (1, 3, 0)
 TRTLLM_WINDOW_MEMORY = "every_token"
 
 
+def trtllm_fp8_without_fp8_cores(version: tuple[int, ...], block_scaled: bool, moe: bool) -> str | None:
+    """TensorRT-LLM runs no fp8 weights on a GPU without fp8 tensor cores, in any version: its support matrix
+    (docs/source/reference/support-matrix.md at 03dad628) lists FP8 for Hopper (SM90) and Ada (SM89) and "FP32, FP16,
+    BF16, INT8, INT4" for Ampere (SM80, SM86), and GPUStack's A100 run of `trtllm-serve Qwen/Qwen3-14B-FP8` (1.2.0rc1,
+    docs/performance-lab/qwen3-14b/a100.md at 10e9444a) ended in "RuntimeError: Unsupported SM version for FP8 block
+    scaling GEMM"."""
+    return "its FP8 kernels need SM89 or later (its support matrix: Ampere runs FP16, BF16, INT8 and INT4)"
+
+
 # TensorRT-LLM's MoE kernel for MXFP4 experts (gpt-oss), moe_config.backend (--extra_llm_api_options): 'CUTLASS' by
 # default up to 1.2 (MoeConfig in tensorrt_llm/llmapi/llm_args.py, read in stored versions of the file; the
 # 1.2.0rc2.post2 gpt-oss deployment guide: "The default moe backend is CUTLASS"), which runs them on Hopper as W4A16

@@ -278,6 +278,25 @@ def derive_vllm(ctx: Context) -> PresetResult:
 # in the PyPI sdist of every release 0.6.0-0.33.0): on one node `mp` (a worker process per GPU) where TP x PP > 1,
 # else `uni` (the worker in the engine's process; 0.6.x: its GPU executor, no name); ray only when asked for or
 # inside a ray placement group. The CPU terms were fitted on runs of those defaults.
+# fp8 weights on a GPU without fp8 tensor cores (sm_80/86), read in the sdists of 0.6.0, 0.6.6, 0.7.0, 0.7.3, 0.8.0,
+# 0.8.5, 0.9.0, 0.9.2, 0.10.0, 0.10.2 and 0.11.0 (model_executor/layers/quantization/fp8.py): Fp8LinearMethod runs
+# them weight-only by Marlin (`use_marlin = not current_platform.has_device_capability(89)`) from 0.6.0, but turns
+# Marlin off for block-scaled weights from 0.6.6 to 0.8.5 ("Marlin doesn't support block-wise fp8"); Fp8MoEMethod has
+# the same fallback from 0.9.0. Without it the Triton kernels need SM89 (vllm-project/vllm issue 12581: DeepSeek-R1 on
+# A100, "fp8e4nv data type is not supported on CUDA arch < 89").
+VLLM_FP8_MARLIN_BLOCK_AND_MOE_SINCE = (0, 9, 0)
+
+
+def vllm_fp8_without_fp8_cores(version: tuple[int, ...], block_scaled: bool, moe: bool) -> str | None:
+    """None where this vLLM runs fp8 weights on a GPU without fp8 tensor cores (weight-only, by Marlin: 16-bit
+    products, as the cost models price them there), else why not."""
+    if version >= VLLM_FP8_MARLIN_BLOCK_AND_MOE_SINCE or not (block_scaled or moe):
+        return None
+    what = "fp8 experts" if moe else "block-scaled fp8 weights"
+    return (f"its Marlin fallback takes {what} from 0.9.0, and before that its Triton kernels need SM89 "
+            "(vllm-project/vllm issue 12581)")
+
+
 VLLM_UNI_EXECUTOR_SINCE = (0, 7, 0)  # `uni` a value of --distributed-executor-backend (0.6.x: ray, mp)
 
 
