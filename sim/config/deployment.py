@@ -136,6 +136,13 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
                           "which needs kv_cache.layout 'paged' and scheduler.batching 'continuous'")
     if scenario.kv_cache.enable_prefix_caching and scenario.kv_cache.layout != "paged":
         raise ConfigError("kv_cache.enable_prefix_caching: needs layout 'paged'")
+    block_rules = [rule for rule, on in (("scheduler.kv_reservation 'whole_output'", s.kv_reservation == "whole_output"),
+                                         ("scheduler.new_token_ratio", s.new_token_ratio is not None)) if on]
+    if block_rules and scenario.kv_cache.layout != "paged":
+        # both count the running requests' future blocks (sim/sched/continuous.py), which a region per request has not
+        by = f" (engine {scenario.engine.name} sets it)" if scenario.engine is not None else ""
+        raise ConfigError(f"kv_cache.layout: {scenario.kv_cache.layout!r} is not modelled with {block_rules[0]}{by}, "
+                          "which reserves blocks; allowed: 'paged'")
     if model.hybrid_window and scenario.kv_cache.layout != "paged" and scenario.kv_cache.window_memory != "every_token":
         raise ConfigError(f"kv_cache.layout: {scenario.kv_cache.layout!r} is not modelled for {model.name}, whose "
                           f"{model.num_window_layers} of {model.num_layers} layers slide (a region holds one KV size "

@@ -1150,3 +1150,21 @@ def test_fp8_weights_set_by_an_engine_flag_are_refused_in_that_flags_name_and_th
     path.write_text(yaml.safe_dump(raw))
     line = one_error_line(servesim("run", path, "--out", out))
     assert "not run by SGLang 0.4.6" in line and not out.exists()
+
+
+@pytest.mark.parametrize(("engine", "sections", "rule"), [
+    ({"name": "trtllm", "version": "0.14.0"}, {}, "scheduler.kv_reservation 'whole_output' (engine trtllm sets it)"),
+    ({"name": "sglang", "version": "0.5.5.post1", "disable_radix_cache": True}, {},
+     "scheduler.new_token_ratio (engine sglang sets it)"),
+    (None, {"scheduler": {"kv_reservation": "whole_output"}}, "scheduler.kv_reservation 'whole_output'"),
+])
+def test_a_rule_that_reserves_blocks_with_a_region_per_request_is_refused_in_one_line(engine, sections, rule):
+    """(it raised a ValueError from the scheduler's constructor, a traceback, when the run started)"""
+    from sim.config.deployment import resolve
+    raw = {**BASE, **sections, "kv_cache": {"layout": "contiguous", "reserve": "max_len"}}
+    if engine is not None:
+        raw["engine"] = engine
+    with pytest.raises(ConfigError) as err:
+        resolve(validate_scenario(raw))
+    assert str(err.value) == (f"kv_cache.layout: 'contiguous' is not modelled with {rule}, which reserves blocks; "
+                              "allowed: 'paged'")
