@@ -443,8 +443,6 @@ def _sglang_attention_backend(ctx: Context) -> str | None:
             "measured")
 
 
-# The first release whose model registry (python/sglang/srt/models/) has a model type, where it is later than the
-# releases the preset knows: gpt_oss.py is in the 0.5.0rc0 wheel, not in 0.4.10.post2's.
 # fp8 weights on a GPU without fp8 tensor cores (sm_80/86), read in the sdists of 0.3.0, 0.3.6, 0.4.0-0.4.3, 0.4.6,
 # 0.4.8, 0.4.10, 0.5.0rc0-0.5.3, 0.5.5.post1, 0.5.10 and the 0.5.23 wheel (srt/layers/quantization/): to 0.4.0 "fp8" is
 # vLLM's Fp8Config, whose Fp8LinearMethod runs per-tensor fp8 weight-only by Marlin below SM89; from 0.4.1 SGLang's own
@@ -469,6 +467,8 @@ def sglang_fp8_without_fp8_cores(version: tuple[int, ...], block_scaled: bool, m
     return "its Marlin fallback (vLLM's Fp8LinearMethod) takes no block-scaled weights" if block_scaled else None
 
 
+# The first release whose model registry (python/sglang/srt/models/) has a model type, where it is later than the
+# releases the preset knows: gpt_oss.py is in the 0.5.0rc0 wheel, not in 0.4.10.post2's.
 SGLANG_MODEL_TYPE_SINCE = {"gpt_oss": (0, 5, 0)}
 
 

@@ -274,10 +274,6 @@ def derive_vllm(ctx: Context) -> PresetResult:
     return PresetResult(values, {}, notes)
 
 
-# vLLM's executors (ParallelConfig.__post_init__ in vllm/config.py to 0.10.2, vllm/config/parallel.py from 0.11.0, read
-# in the PyPI sdist of every release 0.6.0-0.33.0): on one node `mp` (a worker process per GPU) where TP x PP > 1,
-# else `uni` (the worker in the engine's process; 0.6.x: its GPU executor, no name); ray only when asked for or
-# inside a ray placement group. The CPU terms were fitted on runs of those defaults.
 # fp8 weights on a GPU without fp8 tensor cores (sm_80/86), read in the sdists of 0.6.0, 0.6.6, 0.7.0, 0.7.3, 0.8.0,
 # 0.8.5, 0.9.0, 0.9.2, 0.10.0, 0.10.2 and 0.11.0 (model_executor/layers/quantization/fp8.py): Fp8LinearMethod runs
 # them weight-only by Marlin (`use_marlin = not current_platform.has_device_capability(89)`) from 0.6.0, but turns
@@ -297,6 +293,10 @@ def vllm_fp8_without_fp8_cores(version: tuple[int, ...], block_scaled: bool, moe
             "(vllm-project/vllm issue 12581)")
 
 
+# vLLM's executors (ParallelConfig.__post_init__ in vllm/config.py to 0.10.2, vllm/config/parallel.py from 0.11.0, read
+# in the PyPI sdist of every release 0.6.0-0.33.0): on one node `mp` (a worker process per GPU) where TP x PP > 1,
+# else `uni` (the worker in the engine's process; 0.6.x: its GPU executor, no name); ray only when asked for or
+# inside a ray placement group. The CPU terms were fitted on runs of those defaults.
 VLLM_UNI_EXECUTOR_SINCE = (0, 7, 0)  # `uni` a value of --distributed-executor-backend (0.6.x: ray, mp)
 
 
