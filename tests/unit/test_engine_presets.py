@@ -1168,3 +1168,23 @@ def test_a_rule_that_reserves_blocks_with_a_region_per_request_is_refused_in_one
         resolve(validate_scenario(raw))
     assert str(err.value) == (f"kv_cache.layout: 'contiguous' is not modelled with {rule}, which reserves blocks; "
                               "allowed: 'paged'")
+
+
+@pytest.mark.parametrize(("engine", "gpu", "given", "fp8_compute"), [
+    ({"name": "vllm", "version": "0.11.0"}, "h100-sxm", None, True),  # Fp8LinearMethod: W8A8 on SM89+
+    ({"name": "sglang", "version": "0.5.5.post1"}, "l40s", None, True),
+    ({"name": "trtllm", "version": "1.2.0rc1"}, "h100-sxm", None, True),
+    ({"name": "vllm", "version": "0.11.0"}, "a100-80gb", None, False),  # weight-only, by Marlin
+    ({"name": "trtllm", "version": "1.2.0rc1"}, "h100-sxm", False, False),  # the scenario's own value wins
+    ({"name": "lmdeploy", "version": "0.14.0"}, "h100-sxm", None, False),  # TurboMind's fp8 handling not read
+    (None, "h100-sxm", None, False),  # no engine: fp8 weights alone, as asked
+])
+def test_an_engine_runs_the_scenarios_fp8_weights_w8a8_where_the_gpu_has_fp8_cores(engine, gpu, given, fp8_compute):
+    quantization = {"weights": "fp8"} | ({} if given is None else {"fp8_compute": given})
+    raw = {**BASE, "hardware": {"gpu": gpu}, "quantization": quantization}
+    if engine is not None:
+        raw["engine"] = engine
+    spec = validate_scenario(raw)
+    assert spec.quantization.fp8_compute is fp8_compute
+    if engine is not None and engine["name"] != "lmdeploy" and fp8_compute:  # its own FP8 rows price it
+        assert spec.cost_model_choice.startswith(f"measured: {engine['name']} kernel tables of {gpu}")

@@ -131,7 +131,9 @@ class EnginePreset:
     # 24 GB GPUs)
     decodes_within_budget: bool = True
     # fp8 weights on a GPU without fp8 tensor cores: `(version, block-scaled, MoE) -> None` where the engine runs them
-    # (weight-only) or why it cannot, in one clause, which refuses them (`presets.refuse_unrun_fp8`); None: not read
+    # (weight-only) or why it cannot, in one clause, which refuses them (`presets.refuse_unrun_fp8`); None: not read.
+    # A preset that has it runs a scenario's fp8 weights W8A8 on a GPU with fp8 tensor cores (`fp8_compute`), as the
+    # engine's Fp8LinearMethod does, unless the scenario says otherwise
     fp8_without_fp8_cores: Callable[[tuple[int, ...], bool, bool], str | None] | None = None
 
     def known_versions(self) -> str:

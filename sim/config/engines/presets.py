@@ -328,7 +328,12 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
                 value = ctx.tensor_parallel  # the engine splits the experts over its whole TP group
             result.values[flag.target] = value
             result.from_flags[flag.target] = key
-    if result.from_flags.get("quantization.weights") and result.values["quantization.weights"] == "fp8" \
+    # fp8 weights run as the engine runs them: W8A8 where the GPU has fp8 tensor cores, weight-only elsewhere, for
+    # weights its --quantization flag asked for and, where the engine's fp8 handling was read
+    # (`EnginePreset.fp8_without_fp8_cores`), for the scenario's own fp8 weights too; a given fp8_compute wins
+    by_flag = bool(result.from_flags.get("quantization.weights"))
+    weights = result.values["quantization.weights"] if by_flag else get_key(raw, "quantization.weights")
+    if weights == "fp8" and (by_flag or preset.fp8_without_fp8_cores is not None) \
             and not has_key(raw, "quantization.fp8_compute"):
         result.values["quantization.fp8_compute"] = runs_fp8_products(gpu)
     return result
