@@ -1188,3 +1188,19 @@ def test_an_engine_runs_the_scenarios_fp8_weights_w8a8_where_the_gpu_has_fp8_cor
     assert spec.quantization.fp8_compute is fp8_compute
     if engine is not None and engine["name"] != "lmdeploy" and fp8_compute:  # its own FP8 rows price it
         assert spec.cost_model_choice.startswith(f"measured: {engine['name']} kernel tables of {gpu}")
+
+
+@pytest.mark.parametrize(("version", "weights", "allowed"), [
+    ("0.1.0a1", "fp8", "bf16, fp16, int4"), ("0.1.0a1", "int8", "bf16, fp16, int4"),
+    ("0.14.0", "int8", "bf16, fp16, int4, fp8, mxfp4"), ("0.16.0", "nvfp4", "bf16, fp16, int4, fp8, mxfp4"),
+])
+def test_lmdeploy_refuses_weights_its_turbomind_does_not_load(version, weights, allowed):
+    """TurboMind's converter formats (lmdeploy.py LMDEPLOY_WEIGHTS): v0.1.0 fp16, bf16 and AWQ's 4-bit; v0.12-v0.16
+    those, GPTQ, fp8 in 128-wide blocks and mxfp4. The same scenario with 16-bit weights runs."""
+    sections = {"model": "llama-2-7b", "hardware": {"gpu": "h200"}, "quantization": {"weights": weights}}
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "lmdeploy", "version": version}, **sections)
+    assert str(err.value) == (f"quantization.weights: {weights!r} is not a weight format LMDeploy {version}'s "
+                              f"TurboMind loads (its converter's formats); allowed: {allowed}")
+    sections["quantization"] = {"weights": "fp16"}
+    assert scenario({"name": "lmdeploy", "version": version}, **sections).quantization.weights == "fp16"

@@ -34,10 +34,26 @@ _LMDEPLOY_ENGINE_CONFIG_ONLY = ("max_prefill_token_num", "enable_prefix_caching"
                                 "backend", "dtype")
 
 
+# The weights TurboMind loads, by the formats its converter writes or reads: v0.1.0 (the PyPI wheel, sha256
+# 8a998b73..., the release after v0.1.0a0-a1: lmdeploy/turbomind/deploy/target_model registers fp16, bf16 and w4, AWQ's
+# 4-bit) and v0.12.0 / v0.16.0 (the wheels, sha256 22dc5c00... and 0b5b1c79...: deploy/converter.py in v0.12.0,
+# turbomind/converter.py in v0.16.0, model formats hf, awq, gptq, compressed-tensors (4-bit), fp8 in 128-wide blocks
+# and mxfp4). Neither has 8-bit integer or NVFP4 weights.
+LMDEPLOY_WEIGHTS = {"0.1.0a": ("bf16", "fp16", "int4"), "one_pass": ("bf16", "fp16", "int4", "fp8", "mxfp4")}
+
+
+def _refuse_unloaded_weights(ctx: Context, allowed: tuple[str, ...]) -> None:
+    weights = get_key(ctx.raw, "quantization.weights")
+    if weights is not None and weights not in allowed:
+        raise ConfigError(f"quantization.weights: {weights!r} is not a weight format LMDeploy {ctx.version_text}'s "
+                          f"TurboMind loads (its converter's formats); allowed: {', '.join(allowed)}")
+
+
 def derive_lmdeploy(ctx: Context) -> PresetResult:
     """LMDeploy's TurboMind engine: its v0.1.0a0-a1 scheduler (`_derive_turbomind_context_pass`) or its one-pass
     engine of v0.12.0-v0.16.x (`_derive_turbomind_one_pass`); the versions between are refused in one line."""
     text = ctx.version_text.strip().lstrip("v")
+    _refuse_unloaded_weights(ctx, LMDEPLOY_WEIGHTS["0.1.0a" if text in LMDEPLOY_SCHEDULER_VERSIONS else "one_pass"])
     if text in LMDEPLOY_SCHEDULER_VERSIONS:
         for key in _LMDEPLOY_ENGINE_CONFIG_ONLY:
             if key in ctx.flags:
