@@ -1204,3 +1204,11 @@ def test_lmdeploy_refuses_weights_its_turbomind_does_not_load(version, weights, 
                               f"TurboMind loads (its converter's formats); allowed: {allowed}")
     sections["quantization"] = {"weights": "fp16"}
     assert scenario({"name": "lmdeploy", "version": version}, **sections).quantization.weights == "fp16"
+
+
+def test_mxfp4_weights_on_a_dense_model_are_refused_as_the_weights_not_as_the_presets_padding():
+    """(vLLM's preset derived its MXFP4 experts' padding for a model with no experts, and the error named
+    quantization.expert_padding, which the scenario never gave)"""
+    with pytest.raises(ConfigError, match=r"^quantization.weights: 'mxfp4' stores a mixture of experts' routed experts "
+                                          r"\(gpt-oss\), and llama-3.1-8b has none; allowed: "):
+        scenario({"name": "vllm", "version": "0.11.0"}, model="llama-3.1-8b", quantization={"weights": "mxfp4"})

@@ -118,8 +118,8 @@ def _vllm_expert_padding(ctx: Context, notes: list[str]) -> dict[str, Any]:
     """How vLLM's MXFP4 MoE kernel pads the routed experts (`quantization.expert_padding`), and which kernel it is
     where the measured tables' main one is another (`quantization.moe_kernel`: Marlin), for an mxfp4 model."""
     q = ctx.raw.get("quantization")
-    if ctx.model is None or not isinstance(q, dict) or q.get("weights") != "mxfp4":
-        return {}
+    if ctx.model is None or not ctx.model.is_moe or not isinstance(q, dict) or q.get("weights") != "mxfp4":
+        return {}  # (mxfp4 on a dense model: refused as the scenario's weights, not as a padding it never gave)
     from sim.model.memory import MARLIN
     capability = ctx.gpu.compute_capability or (0, 0)
     values: dict[str, Any] = {}
