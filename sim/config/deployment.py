@@ -16,6 +16,7 @@ from pathlib import Path
 from sim.config.engines import PRESETS
 from sim.config.schema import Scenario
 from sim.errors import ConfigError, DoesNotFitError
+from sim.kv.paged import MAX_KV_BLOCKS
 from sim.model.attention_io import SCORE_BUFFERS, heads_per_gpu, score_activation_bytes
 from sim.model.catalog import get_gpu, resolve_model
 from sim.model.memory import (
@@ -190,6 +191,17 @@ def _window_memory(scenario: Scenario) -> dict:
 def _engine_memory(scenario: Scenario) -> dict:
     """`engine_memory` of a validated scenario."""
     return engine_memory(scenario.kv_cache.model_dump(), scenario.quantization.model_dump())
+
+
+def _check_kv_blocks(scenario: Scenario, capacity_tokens: int) -> None:
+    """A paged pool of more than MAX_KV_BLOCKS blocks (a pinned capacity, an engine's block override) is refused in
+    one line, before any array is sized by it."""
+    kv = scenario.kv_cache
+    if kv.layout == "paged" and capacity_tokens // kv.block_size > MAX_KV_BLOCKS:
+        where = "kv_cache.capacity_tokens" if kv.capacity_tokens is not None else "kv_cache"
+        raise ConfigError(f"{where}: {capacity_tokens:,} tokens per replica are {capacity_tokens // kv.block_size:,} "
+                          f"blocks of {kv.block_size}, more than ServeSim holds ({MAX_KV_BLOCKS:,}); allowed: at most "
+                          f"{MAX_KV_BLOCKS * kv.block_size:,} tokens")
 
 
 def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,
@@ -383,6 +395,7 @@ def resolve(scenario: Scenario) -> Deployment:
         capacity = _kv_capacity_tokens(scenario, model, gpu, draft, token_budget, scores)
     except DoesNotFitError as err:
         raise ConfigError(f"hardware: {err}") from None
+    _check_kv_blocks(scenario, capacity)
     q = scenario.quantization
     per_token = (kv_slot_bytes(model, q.kv_cache, tp, **_window_memory(scenario))
                  + (kv_bytes_per_token(draft, q.kv_cache, tp) if draft else 0))

@@ -222,15 +222,19 @@ class NewTokenRatioSpec(_Strict):
         return self
 
 
+# The most sequences a step may hold: the schedulers keep arrays of this size (an engine runs at most thousands).
+MAX_NUM_SEQS = 1 << 20
+
+
 class SchedulerSpec(_Strict):
     batching: Literal["continuous", "static"] = "continuous"
-    max_num_seqs: int = Field(256, ge=1, description="continuous: most sequences in one step")
+    max_num_seqs: int = Field(256, ge=1, le=MAX_NUM_SEQS, description="continuous: most sequences in one step")
     max_num_batched_tokens: int | None = Field(
         None, ge=1, description="continuous: token budget per step; default 2048 with chunked prefill, "
         "else max_model_len + max_num_seqs (a full-length prompt always fits beside a full decode batch)")
     chunked_prefill: bool = Field(False, description="continuous: split prompts to fill the token budget")
     max_model_len: int | None = Field(None, ge=1, description="default: the model's max_context")
-    max_batch_size: int = Field(8, ge=1, description="static: requests per batch")
+    max_batch_size: int = Field(8, ge=1, le=MAX_NUM_SEQS, description="static: requests per batch")
     batch_timeout_s: float = Field(0.0, ge=0, description="static: wait this long for a full batch")
     preemption: PreemptionSpec = PreemptionSpec()
     # The engine's rule (sim/sched/rules.py; an engine preset sets them, defaults: vLLM V1).

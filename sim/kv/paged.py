@@ -18,6 +18,10 @@ from sim.kv.block_pool import BlockPool
 from sim.kv.forking import ForkedBlocks
 from sim.kv.prefix_cache import PrefixCache
 
+# The most blocks a pool may hold: the managers and the prefix cache keep arrays of this size (about 72 bytes a block;
+# the largest real pools are tens of millions of tokens: a small model over eight 288 GB GPUs). Validation refuses more.
+MAX_KV_BLOCKS = 1 << 25
+
 _NO_EVICTABLE = ()
 DROPPED = -1  # a block-table entry whose block fell out of the sliding window and went back to the pool
 

@@ -1212,3 +1212,24 @@ def test_mxfp4_weights_on_a_dense_model_are_refused_as_the_weights_not_as_the_pr
     with pytest.raises(ConfigError, match=r"^quantization.weights: 'mxfp4' stores a mixture of experts' routed experts "
                                           r"\(gpt-oss\), and llama-3.1-8b has none; allowed: "):
         scenario({"name": "vllm", "version": "0.11.0"}, model="llama-3.1-8b", quantization={"weights": "mxfp4"})
+
+
+@pytest.mark.parametrize(("engine", "sections", "message"), [
+    ({"name": "vllm", "version": "0.11.0", "num_gpu_blocks_override": 10**12}, {},
+     "engine.num_gpu_blocks_override: 1000000000000 is not allowed; allowed: a whole number >= 1 and <= 33,554,432"),
+    ({"name": "sglang", "version": "0.5.5.post1", "max_running_requests": 10**12}, {},
+     "engine.max_running_requests: 1000000000000 is not allowed; allowed: <= 1048576"),
+    ({"name": "lmdeploy", "version": "0.14.0", "max_batch_size": 10**12}, {},
+     "engine.max_batch_size: 1000000000000 is not allowed; allowed: <= 1048576"),
+    (None, {"kv_cache": {"capacity_tokens": 10**15}},
+     "kv_cache.capacity_tokens: 1,000,000,000,000,000 tokens per replica are 62,500,000,000,000 blocks of 16, more "
+     "than ServeSim holds (33,554,432); allowed: at most 536,870,912 tokens"),
+])
+def test_a_pool_or_batch_larger_than_the_simulator_holds_is_refused_before_any_array_is_sized(engine, sections,
+                                                                                              message):
+    """(each ran out of memory sizing an array by it: a MemoryError traceback, or the host's OOM killer)"""
+    from sim.config.deployment import resolve
+    raw = {**BASE, **sections} | ({"engine": engine} if engine else {})
+    with pytest.raises(ConfigError) as err:
+        resolve(validate_scenario(raw))
+    assert str(err.value) == message

@@ -52,11 +52,12 @@ def kv_cache_dtype_flag(allowed: tuple[str, ...]) -> Callable[[str], str | None]
     return convert
 
 
-def at_least_one(name: str) -> Callable[[int], int]:
-    """An engine flag's count that must be 1 or more, refused in one line otherwise."""
+def at_least_one(name: str, most: int | None = None) -> Callable[[int], int]:
+    """An engine flag's count that must be 1 or more (and at most `most`), refused in one line otherwise."""
     def convert(value: int) -> int:
-        if value < 1:
-            raise ConfigError(f"engine.{name}: {value!r} is not allowed; allowed: a whole number >= 1")
+        if value < 1 or most is not None and value > most:
+            upper = "" if most is None else f" and <= {most:,}"
+            raise ConfigError(f"engine.{name}: {value!r} is not allowed; allowed: a whole number >= 1{upper}")
         return value
     return convert
 

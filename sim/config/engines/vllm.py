@@ -12,6 +12,7 @@ from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, P
                                      only_default, refuse_model_before, sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.errors import ConfigError
+from sim.kv.paged import MAX_KV_BLOCKS
 from sim.model.attention_io import TRITON_BACKEND
 
 
@@ -476,7 +477,8 @@ VLLM_FLAGS = {
     "gpu_memory_utilization": Flag("kv_cache.gpu_memory_utilization", (int, float), "--gpu-memory-utilization"),
     "block_size": Flag("kv_cache.block_size", int, "--block-size"),
     "num_gpu_blocks_override": Flag(None, int, "--num-gpu-blocks-override: the KV cache's blocks, as given "
-                                    "(kv_cache.capacity_tokens)", at_least_one("num_gpu_blocks_override")),
+                                    "(kv_cache.capacity_tokens)",
+                                    at_least_one("num_gpu_blocks_override", MAX_KV_BLOCKS)),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
     # in vllm/engine/arg_utils.py to 0.10.0, gone in 0.10.1 (every sdist 0.6.0-0.33.0)
     "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)",
