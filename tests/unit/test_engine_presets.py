@@ -1233,3 +1233,17 @@ def test_a_pool_or_batch_larger_than_the_simulator_holds_is_refused_before_any_a
     with pytest.raises(ConfigError) as err:
         resolve(validate_scenario(raw))
     assert str(err.value) == message
+
+
+@pytest.mark.parametrize(("engine", "message"), [
+    ({"name": "sglang", "version": "0.3.0", "tp_size": 0}, "engine.tp_size: 0 is not allowed; allowed: >= 1"),
+    ({"name": "sglang", "version": "0.4.6", "tp_size": 0}, "engine.tp_size: 0 is not allowed; allowed: >= 1"),
+    ({"name": "lmdeploy", "version": "0.14.0", "tp": 0}, "engine.tp: 0 is not allowed; allowed: >= 1"),
+    ({"name": "lmdeploy", "version": "0.1.0a1", "cache_block_seq_len": 0},
+     "engine.cache_block_seq_len: 0 is not allowed; allowed: >= 1"),
+])
+def test_a_flag_value_the_scenario_key_refuses_is_refused_before_the_derivation_reads_it(engine, message):
+    """(the derivations divided by them or looked them up first: a StopIteration or ZeroDivisionError traceback)"""
+    with pytest.raises(ConfigError) as err:
+        scenario(engine)
+    assert str(err.value) == message

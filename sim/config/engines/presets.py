@@ -163,12 +163,17 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
     if get_key(raw, "scheduler.batching") == "static":
         raise ConfigError(f"scheduler.batching: 'static' contradicts engine {name} (it batches continuously); "
                           "allowed: continuous, or leave engine out")
+    # a flag's value is checked as the user's would be: before the derivation reads it (a TP of 0, a block of 0 tokens)
+    # and, as the derivation wrote it, before any contradiction
+    for key, value in flags.items():
+        target = preset.flags[key].target
+        if target is not None and value is not None and not (target == "hardware.expert_parallel"
+                                                             and isinstance(value, bool)):  # (True: the whole TP)
+            _refuse_flag_value(value_problem, target, value, key)
     raw = copy.deepcopy(raw)
     result = _derive(raw, name, preset, version, version_text, flags)
-    for dotted, flag in result.from_flags.items():  # a flag's value is checked as the user's, before any contradiction
-        problem = value_problem(dotted, result.values[dotted], f"engine.{flag}") if value_problem else None
-        if problem:
-            raise ConfigError(problem)
+    for dotted, flag in result.from_flags.items():
+        _refuse_flag_value(value_problem, dotted, result.values[dotted], flag)
     for dotted, value in result.values.items():
         if dotted.startswith("frontend."):
             continue  # placed below, once the scenario's front-end is known
@@ -186,6 +191,13 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
         if dotted.startswith("frontend."):
             _place_frontend_value(raw, dotted, value, result.from_flags.get(dotted), result.notes)
     return raw, overhead, result.notes
+
+
+def _refuse_flag_value(value_problem, dotted: str, value, flag: str) -> None:
+    """`value_problem` (the schema's, in one line) for an engine flag's value in the scenario key it sets."""
+    problem = value_problem(dotted, value, f"engine.{flag}") if value_problem else None
+    if problem:
+        raise ConfigError(problem)
 
 
 def refuse_unrun_fp8(raw: dict, preset: EnginePreset, version: tuple[int, ...], version_text: str,
