@@ -1247,3 +1247,14 @@ def test_a_flag_value_the_scenario_key_refuses_is_refused_before_the_derivation_
     with pytest.raises(ConfigError) as err:
         scenario(engine)
     assert str(err.value) == message
+
+
+def test_an_sglang_chunk_whose_memory_rule_leaves_nothing_is_refused_in_that_flags_name():
+    """(10^12 tokens: the prefill graphs' sizes were listed one by one and ran out of memory; counted, the rule
+    reserves more than the GPU has, as SGLang would fail to start)"""
+    from sim.config.engines.sglang import _sglang_prefill_graph_sizes
+    assert _sglang_prefill_graph_sizes(4096) == 8 + 14 + 8 + 8 + 12  # 4-32/4, 48-256/16, 288-512/32, 576-1024/64, ...
+    assert _sglang_prefill_graph_sizes(8192) == 50 + 8  # ... 1280-4096/256, then 4608-8192 by 512
+    with pytest.raises(ConfigError, match=r"^engine.chunked_prefill_size: SGLang 0.5.20's memory rule reserves "
+                                          r"[\d,]+ MiB of h100-sxm's [\d,]+ \(a 1000000000000-token chunk"):
+        scenario({"name": "sglang", "version": "0.5.20", "chunked_prefill_size": 10**12})

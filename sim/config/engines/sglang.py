@@ -210,9 +210,10 @@ def _sglang_window_memory(ctx: Context, notes: list[str]) -> dict[str, Any]:
 def _sglang_prefill_graph_sizes(max_tokens: int) -> int:
     """How many prefill CUDA graphs SGLang captures up to `max_tokens` (generate_prefill_cuda_graph_batch_sizes,
     0.5.9-0.5.23: 4-32 by 4, 48-256 by 16, 288-512 by 32, 576-1024 by 64, 1280-4096 by 256, then by 512)."""
-    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
-             *range(1280, 4097, 256), *range(4608, max_tokens + 1, 512)]
-    return sum(1 for size in sizes if size <= max_tokens)
+    sizes = (range(4, 33, 4), range(48, 257, 16), range(288, 513, 32), range(576, 1025, 64), range(1280, 4097, 256),
+             range(4608, max_tokens + 1, 512))
+    # counted, not listed: a chunk of any size costs nothing (a list of 10^12 tokens' sizes ran out of memory)
+    return sum(len(range(r.start, min(r.stop, max_tokens + 1), r.step)) for r in sizes)
 
 
 def _sglang_prefill_graph_mib(ctx: Context, chunk: int) -> tuple[float, str | None]:
@@ -520,6 +521,13 @@ def derive_sglang(ctx: Context) -> PresetResult:
         if gpu_mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
         fraction = round((gpu_mib - reserved) / gpu_mib, 3)
+        if fraction <= 0:  # (SGLang would not start: nothing left for the weights)
+            given = next((k for k in ("chunked_prefill_size", "cuda_graph_max_bs", "cuda_graph_max_bs_decode")
+                          if flags.get(k) is not None), None)
+            raise ConfigError(f"engine{'.' + given if given else ''}: SGLang {ctx.version_text}'s memory rule reserves "
+                              f"{reserved:,.0f} MiB of {ctx.gpu.name}'s {gpu_mib:,.0f} (a {chunk}-token chunk, "
+                              f"decode graphs to {graph_bs}, {graph_mib:,.0f} MiB of prefill graphs); allowed: a "
+                              "smaller chunked_prefill_size or cuda_graph_max_bs, or mem_fraction_static")
     values["kv_cache.gpu_memory_utilization"] = fraction
     values.update(_sglang_memory_rule(ctx, notes))
     conservativeness = flags.get("schedule_conservativeness", 1.0)
