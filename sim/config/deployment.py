@@ -136,7 +136,9 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
         raise ConfigError("workload.samples_per_prompt/beam_width: several sequences per prompt share blocks, "
                           "which needs kv_cache.layout 'paged' and scheduler.batching 'continuous'")
     if scenario.kv_cache.enable_prefix_caching and scenario.kv_cache.layout != "paged":
-        raise ConfigError("kv_cache.enable_prefix_caching: needs layout 'paged'")
+        by = f" (on by default in engine {scenario.engine.name})" if scenario.engine is not None else ""
+        raise ConfigError(f"kv_cache.enable_prefix_caching: needs layout 'paged'{by}; allowed: kv_cache.layout "
+                          "'paged', or enable_prefix_caching false")
     block_rules = [rule for rule, on in (("scheduler.kv_reservation 'whole_output'", s.kv_reservation == "whole_output"),
                                          ("scheduler.new_token_ratio", s.new_token_ratio is not None)) if on]
     if block_rules and scenario.kv_cache.layout != "paged":

@@ -1258,3 +1258,15 @@ def test_an_sglang_chunk_whose_memory_rule_leaves_nothing_is_refused_in_that_fla
     with pytest.raises(ConfigError, match=r"^engine.chunked_prefill_size: SGLang 0.5.20's memory rule reserves "
                                           r"[\d,]+ MiB of h100-sxm's [\d,]+ \(a 1000000000000-token chunk"):
         scenario({"name": "sglang", "version": "0.5.20", "chunked_prefill_size": 10**12})
+
+
+def test_prefix_caching_an_engine_turns_on_with_a_contiguous_layout_is_refused_naming_the_engine():
+    from sim.config.deployment import resolve
+    raw = {**BASE, "kv_cache": {"layout": "contiguous", "reserve": "max_len"},
+           "engine": {"name": "vllm", "version": "0.11.0"}}
+    with pytest.raises(ConfigError) as err:
+        resolve(validate_scenario(raw))
+    assert str(err.value) == ("kv_cache.enable_prefix_caching: needs layout 'paged' (on by default in engine vllm); "
+                              "allowed: kv_cache.layout 'paged', or enable_prefix_caching false")
+    raw["kv_cache"]["enable_prefix_caching"] = False  # the engine's flag off: a region per request runs
+    assert resolve(validate_scenario(raw)).kv_capacity_tokens > 0
