@@ -1227,7 +1227,8 @@ def test_mxfp4_weights_on_a_dense_model_are_refused_as_the_weights_not_as_the_pr
 ])
 def test_a_pool_or_batch_larger_than_the_simulator_holds_is_refused_before_any_array_is_sized(engine, sections,
                                                                                               message):
-    """(each ran out of memory sizing an array by it: a MemoryError traceback, or the host's OOM killer)"""
+    """(each ran out of memory sizing an array by it: a MemoryError traceback, or the host's OOM killer; the pinned
+    capacity in the SimPy engine's free list, `sim/kv/block_pool.py`, and with prefix caching the compiled core's)"""
     from sim.config.deployment import resolve
     raw = {**BASE, **sections} | ({"engine": engine} if engine else {})
     with pytest.raises(ConfigError) as err:

@@ -184,7 +184,6 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
         if dotted.startswith("cost_model."):
             continue  # handled below: only a cost model that takes engine terms gets them
         set_key(raw, dotted, value)
-    refuse_unrun_fp8(raw, preset, version, version_text, result.from_flags.get("quantization.weights"))
     overhead = result.values.get("cost_model.overhead")
     _apply_cost_terms(raw, overhead)
     for dotted, value in result.values.items():
@@ -200,25 +199,21 @@ def _refuse_flag_value(value_problem, dotted: str, value, flag: str) -> None:
         raise ConfigError(problem)
 
 
-def refuse_unrun_fp8(raw: dict, preset: EnginePreset, version: tuple[int, ...], version_text: str,
-                     flag: str | None) -> None:
+def refuse_unrun_fp8(ctx: Context, preset: EnginePreset, flag: str | None) -> None:
     """fp8 weights on a GPU without fp8 tensor cores, refused in one line where this version of the engine does not
     run them (`EnginePreset.fp8_without_fp8_cores`), never priced as if it did. `flag`: the engine flag that set the
     weights' dtype, if one did."""
     rule = preset.fp8_without_fp8_cores
-    if rule is None or get_key(raw, "quantization.weights") != "fp8":
+    if rule is None or runs_fp8_products(ctx.gpu):
         return
-    gpu, model = _resolve_gpu_and_model(raw)
-    if runs_fp8_products(gpu):
-        return
-    block_scaled = bool(get_key(raw, "quantization.fp8_block_scales"))
-    why = rule(version, block_scaled, model is not None and model.is_moe)
+    block_scaled = bool(get_key(ctx.raw, "quantization.fp8_block_scales"))
+    why = rule(ctx.version, block_scaled, ctx.model is not None and ctx.model.is_moe)
     if why is None:
         return
     where = f"engine.{flag}" if flag else "quantization.weights"
     kind = "block-scaled " if block_scaled else ""
-    raise ConfigError(f"{where}: {kind}fp8 weights on {gpu.name}, which has no fp8 tensor cores, are not run by "
-                      f"{preset.label} {version_text}: {why}; allowed: bf16 weights, or a GPU with an fp8 rate "
+    raise ConfigError(f"{where}: {kind}fp8 weights on {ctx.gpu.name}, which has no fp8 tensor cores, are not run by "
+                      f"{preset.label} {ctx.version_text}: {why}; allowed: bf16 weights, or a GPU with an fp8 rate "
                       f"({', '.join(fp8_gpu_names())})")
 
 
@@ -340,14 +335,15 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
                 value = ctx.tensor_parallel  # the engine splits the experts over its whole TP group
             result.values[flag.target] = value
             result.from_flags[flag.target] = key
-    # fp8 weights run as the engine runs them: W8A8 where the GPU has fp8 tensor cores, weight-only elsewhere, for
-    # weights its --quantization flag asked for and, where the engine's fp8 handling was read
-    # (`EnginePreset.fp8_without_fp8_cores`), for the scenario's own fp8 weights too; a given fp8_compute wins
-    by_flag = bool(result.from_flags.get("quantization.weights"))
-    weights = result.values["quantization.weights"] if by_flag else get_key(raw, "quantization.weights")
-    if weights == "fp8" and (by_flag or preset.fp8_without_fp8_cores is not None) \
-            and not has_key(raw, "quantization.fp8_compute"):
-        result.values["quantization.fp8_compute"] = runs_fp8_products(gpu)
+    # fp8 weights run as the engine runs them, or are refused where it cannot (`refuse_unrun_fp8`): W8A8 where the GPU
+    # has fp8 tensor cores, weight-only elsewhere, for weights its --quantization flag asked for and, where the
+    # engine's fp8 handling was read (`EnginePreset.fp8_without_fp8_cores`), the scenario's own; its fp8_compute wins
+    flag = result.from_flags.get("quantization.weights")
+    weights = result.values["quantization.weights"] if flag else get_key(raw, "quantization.weights")
+    if weights == "fp8":
+        refuse_unrun_fp8(ctx, preset, flag)
+        if (flag or preset.fp8_without_fp8_cores is not None) and not has_key(raw, "quantization.fp8_compute"):
+            result.values["quantization.fp8_compute"] = runs_fp8_products(gpu)
     return result
 
 
