@@ -18,8 +18,9 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
 
 - gemm.parquet: dtype (bf16, fp8 = per-tensor W8A8, fp8_block = W8A8 with 128 x 128 weight-block scales, as
   DeepSeek-V3/R1's and Qwen's FP8 checkpoints; `quantization.fp8_block_scales`), m (tokens), n (out features),
-  k (in features), latency_ms (the weight-only int rows are dropped: ServeSim's `quantization` has no
-  weight-only mode priced from tables)
+  k (in features), latency_ms; int8 / int4 = weight-only (w8a16 / w4a16: AIConfigurator's int8_wo / int4_wo, the
+  weights dequantized to bf16 before the matrix product), where measured (at the queried versions only TensorRT-LLM's
+  A100 tables: its WeightOnlyQuantMatmul plugin; its SmoothQuant `sq` int8 products are not kept)
 - context_attention.parquet: kv_dtype, batch_size, isl (prompt tokens, empty cache), num_heads,
   num_kv_heads, head_dim, latency_ms  (full attention only: window_size 0). Per KV dtype the kernel with the
   most rows is kept and, within it, attention computed in the KV dtype where measured (AIConfigurator's own
@@ -119,6 +120,8 @@ _DTYPES = {"bfloat16": "bf16", "fp8": "fp8"}
 _WEIGHT_DTYPES = {**_DTYPES, "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 # MoE rows also: MXFP4 experts with 16-bit activations (gpt-oss's checkpoints; `quantization.weights: mxfp4`).
 _MOE_DTYPES = {**_WEIGHT_DTYPES, "w4a16_mxfp4": "mxfp4"}
+# GEMM rows also: weight-only int8 and int4 (16-bit products; `quantization.weights: int8 | int4`), not fused MoE.
+_GEMM_DTYPES = {**_WEIGHT_DTYPES, "int8_wo": "int8", "int4_wo": "int4"}
 
 
 # What a command that reads AIConfigurator's tables says where the package is not importable (exit 2).
@@ -199,7 +202,7 @@ def _medians(frames: list[pd.DataFrame]) -> pd.DataFrame:
 
 
 def _gemm(df: pd.DataFrame) -> tuple[pd.DataFrame, dict]:
-    picked, kernels = _main_rows(df, "gemm_dtype", _WEIGHT_DTYPES)
+    picked, kernels = _main_rows(df, "gemm_dtype", _GEMM_DTYPES)
     return _medians([pd.DataFrame({"dtype": dtype, "m": rows["m"], "n": rows["n"], "k": rows["k"],
                                    "latency_ms": rows["latency"]}) for dtype, rows in picked]), kernels
 

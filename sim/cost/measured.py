@@ -11,9 +11,12 @@ Dtypes are priced only where measured (`quantization_unmeasured`): fp8 weights w
 per-tensor ones, noted, where a framework has none usable; and the fused-MoE rows of that kind where the tables
 have any, else the bf16 ones' ratio at the fp8 roofline), an fp8 KV cache from the fp8-KV attention rows; bf16
 and fp16 (same element size and tensor-core rate on every catalog GPU) from the bf16 rows; MXFP4 experts (gpt-oss's
-checkpoints, `quantization.weights: mxfp4`) from the fused-MoE table's MXFP4 rows, the rest from the bf16 rows.
-Anything else (int8/int4 weights, an int8 KV cache, weight-only fp8, fp8 or MXFP4 on a GPU or engine whose tables
-lack it) is refused with one line naming the field, unless the scenario asks for the roofline instead
+checkpoints, `quantization.weights: mxfp4`) from the fused-MoE table's MXFP4 rows, the rest from the bf16 rows;
+int8 and int4 weights with 16-bit products (weight-only: w8a16, w4a16) from the weight-only GEMM rows where the
+tables have them (TensorRT-LLM's A100 tables; a mixture of experts' routed experts from those GEMM rows as one fused
+kernel, no fused-MoE row having measured these dtypes). Anything else (int8/int4 weights where no weight-only rows
+were measured, an int8 KV cache, weight-only fp8, fp8 or MXFP4 on a GPU or engine whose tables lack it) is refused
+with one line naming the field, unless the scenario asks for the roofline instead
 (`cost_model.unmeasured_dtype: roofline`); `on_missing` covers only a GPU without tables. A dtype is never priced
 from another dtype's rows.
 
@@ -89,7 +92,9 @@ TABLES = ("vllm", "sglang", "trtllm")
 # Scenario dtype -> the table rows that price it. fp16 takes the bf16 rows: the same element size and the same
 # tensor-core rate on every catalog GPU (NVIDIA's A100/H100/H200/L40S datasheets list one "FP16/BF16" figure).
 # nvfp4: NVFP4 W4A4 products (`quantization.weights: nvfp4`), from the nvfp4 rows (the B200's tables only).
-_GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4"}  # scenario weights -> table dtype
+_GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4",  # scenario weights -> table dtype
+               "int8": "int8", "int4": "int4"}  # weight-only (16-bit products): calibrate/aic_import.py _GEMM_DTYPES
+WEIGHT_ONLY_INT = ("int8", "int4")  # GEMM rows only: no fused-MoE row measured these
 # mxfp4 (gpt-oss's checkpoints): the routed experts from the fused-MoE table's MXFP4 rows, every other matrix (16-bit
 # in those checkpoints) from the bf16 GEMM rows.
 MXFP4 = "mxfp4"
@@ -106,7 +111,7 @@ TRITON_PREFILL_FILE = "vllm_triton_prefill.json"
 VLLM_FLASH_ATTN, FA3_SINCE = "vllm_flash_attn", (9, 0)
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 # (a 128 x 128 block's scale: 4 bytes in 16 KiB, left out; NVFP4's 1-byte scale per 16 weights, counted)
-_DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1, "nvfp4": NVFP4_PARAM_BYTES}
+_DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1, "nvfp4": NVFP4_PARAM_BYTES, "int8": 1, "int4": 0.5}
 
 
 def gemm_dtype(weight_dtype: str, fp8_block: bool = False) -> str | None:
@@ -997,7 +1002,9 @@ class MeasuredCostModel(PackedCostModel):
             raise ConfigError(f"quantization.weights: 'mxfp4' is not measured in the {t.framework} tables of "
                               f"{t.meta['gpu']} for {m.name} (no MXFP4 fused-MoE rows under {routing} routing for "
                               "its gated experts); allowed: cost_model.unmeasured_dtype: roofline")
-        if (moe is None or moe.empty) and gd != "bf16" and all_rows is not None and m.gated_mlp:
+        if gd in WEIGHT_ONLY_INT:  # no fused-MoE row of these dtypes: the experts from their own GEMM rows (below)
+            moe = None
+        elif (moe is None or moe.empty) and gd != "bf16" and all_rows is not None and m.gated_mlp:
             # No FP8 fused-MoE rows: the bf16 rows' ratio to their roofline, applied to this model's FP8 roofline.
             # Held out on the tables that hold both dtypes (TensorRT-LLM's H100, H200 and B200, 7,452 points), this
             # gives a median predicted / measured of 0.86 and a mean |log error| of 0.27, where the FP8 expert GEMMs

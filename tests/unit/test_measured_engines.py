@@ -117,7 +117,9 @@ def test_shipped_tables_of_every_engine_cover_the_nine_gpus_and_name_their_sourc
         block = ["fp8_block"] if gpu != "a100-80gb" and fw != "vllm" and (fw, gpu) not in (
             ("sglang", "l40s"), ("sglang", "rtx-pro-6000")) else []
         nvfp4 = ["nvfp4"] if get_gpu(gpu).fp4_flops_per_s else []  # NVFP4 GEMMs: on Blackwell only
-        assert meta["measured_dtypes"] == {"weights": fp8 + block + nvfp4, "kv_cache": fp8}
+        # weight-only int8 / int4 GEMMs: only TensorRT-LLM's A100 tables measured them
+        weight_only = ["int4", "int8"] if (fw, gpu) == ("trtllm", "a100-80gb") else []
+        assert meta["measured_dtypes"] == {"weights": fp8 + block + nvfp4 + weight_only, "kv_cache": fp8}
 
 
 def test_the_added_engine_tables_stay_small():
@@ -166,6 +168,72 @@ def test_an_fp8_gemm_is_the_fp8_rows_value_and_a_step_moves_by_exactly_the_gemm_
     step = {w: m.step_time(plan) for w, m in model.items()}
     assert step["fp8"] - step["bf16"] == pytest.approx(diff, rel=1e-9)
     assert step["fp8"] < step["bf16"]  # at 4096 tokens every engine's fp8 GEMMs are faster (the tables say so)
+
+
+A100 = get_gpu("a100-80gb")
+
+
+@pytest.mark.parametrize("weights", ["int8", "int4"])
+def test_weight_only_int_gemms_are_trtllms_a100_rows_and_a_step_moves_by_exactly_the_gemm_difference(weights):
+    model = {w: MeasuredCostModel(LLAMA, A100, weight_dtype=w, tables="trtllm") for w in ("bf16", weights)}
+    gemm = model[weights].tables.gemm
+    assert load_tables(tables_dir("a100-80gb", "trtllm")).meta["tables"]["gemm"]["kernels"][weights] == (
+        "trt_flow_/weight_only_quant_matmul_L257/PLUGIN_V2_WeightOnlyQuantMatmul_0")
+    # llama-3.1-8b's output projection (n 4096, k 4096) is a measured shape of both dtypes: a grid m gives the row.
+    for dtype in ("bf16", weights):
+        for m in (1, 64, 4096):
+            row = gemm[(gemm.dtype == dtype) & (gemm.n == 4096) & (gemm.k == 4096) & (gemm.m == m)]["latency_ms"]
+            assert model[weights if dtype != "bf16" else "bf16"]._curves[(4096, 4096, dtype)](m) == pytest.approx(
+                row.iloc[0] * 1e-3, rel=1e-12)
+    # Everything but the linear layers is the same (the LM head stays 16-bit): the steps differ by the GEMMs alone.
+    for tokens in (1, 4096):
+        plan = StepPlan(prefill_request_ids=[1], prefill_chunk_tokens=[tokens], prefill_context_tokens=[0],
+                        num_sampled_seqs=1)
+        diff = 0.0
+        for n_layers, mats, _ in model[weights]._groups:
+            for mm in mats:
+                key = next(k for k, c in model[weights]._curves.items() if c is mm.curve)
+                assert key[2] == weights
+                diff += n_layers * (mm.curve(tokens) - model["bf16"]._curves[(key[0], key[1], "bf16")](tokens))
+        step = {w: m.step_time(plan) for w, m in model.items()}
+        assert step[weights] - step["bf16"] == pytest.approx(diff, rel=1e-9)
+    # one token reads the weights: the 8- and 4-bit kernels are faster there, as their rows say
+    one = StepPlan(num_decode_seqs=1, decode_context_tokens=512, num_sampled_seqs=1)
+    assert model[weights].step_time(one) < model["bf16"].step_time(one)
+
+
+def test_weight_only_int_experts_come_from_their_own_gemm_rows_and_elsewhere_int_weights_are_refused():
+    mixtral = MeasuredCostModel(get_model("mixtral-8x7b"), A100, weight_dtype="int4", tables="trtllm")
+    assert mixtral._moe is None and all(key[2] in ("int4", "bf16") for key in mixtral._curves)
+    assert "moe: no int4 fused-MoE table for this setup; experts priced from the int4 GEMM rows as one fused kernel" \
+        in repr(mixtral)
+    for tables in ("vllm", "sglang"):  # their A100 tables measured no weight-only kernel
+        with pytest.raises(ConfigError) as err:
+            make_measured_cost_model(LLAMA, A100, weight_dtype="int8", tables=tables)
+        assert str(err.value) == (f"quantization.weights: 'int8' is not measured in the {tables} tables of a100-80gb; "
+                                  "allowed: bf16, fp16, or cost_model.unmeasured_dtype: roofline")
+    with pytest.raises(ConfigError):  # nor TensorRT-LLM's H100 tables
+        make_measured_cost_model(LLAMA, H100, weight_dtype="int4", tables="trtllm")
+
+
+def test_a_trtllm_a100_int4_scenario_takes_its_tables_by_default_and_the_compiled_core_agrees():
+    pytest.importorskip("numba")
+    from sim.config.files import validate_scenario
+    from sim.run import simulate
+    results = []
+    for compiled in (False, True):
+        raw = small_scenario(engine={"name": "trtllm", "version": "1.2.0rc1"}, quantization={"weights": "int4"},
+                             hardware={"gpu": "a100-80gb", "tensor_parallel": 2},
+                             run={"num_requests": 60, "compiled_core": compiled})
+        raw.pop("cost_model", None)
+        scenario = validate_scenario(raw)
+        assert scenario.cost_model_choice.startswith("measured: trtllm kernel tables of a100-80gb")
+        results.append(simulate(scenario))
+    python, compiled = results
+    assert compiled.extras["engine_core"] == "compiled"
+    assert "trtllm" in python.extras["cost_model_label"] and "weights=int4" in python.extras["cost_model"]
+    pd.testing.assert_frame_equal(python.steps, compiled.steps, check_exact=True)
+    pd.testing.assert_frame_equal(python.requests, compiled.requests, check_exact=True)
 
 
 @pytest.mark.parametrize("fw", ["sglang", "trtllm"])
@@ -384,7 +452,7 @@ def test_vllms_host_bound_block_gemm_rows_are_left_out_of_the_import(tmp_path):
 
 @pytest.mark.parametrize(("kwargs", "line"), [
     ({"gpu": "a100-80gb", "tables": "trtllm", "weight_dtype": "fp8", "fp8_compute": True},
-     "quantization.weights: 'fp8' is not measured in the trtllm tables of a100-80gb; allowed: bf16, fp16, "
+     "quantization.weights: 'fp8' is not measured in the trtllm tables of a100-80gb; allowed: bf16, fp16, int8, int4, "
      "or cost_model.unmeasured_dtype: roofline"),
     ({"gpu": "a100-80gb", "tables": "sglang", "kv_dtype": "fp8"},
      "quantization.kv_cache: 'fp8' is not measured in the sglang tables of a100-80gb; allowed: bf16, fp16, "
@@ -503,7 +571,7 @@ def test_the_compiled_core_prices_an_engines_fp8_tables_as_the_python_engine_doe
     ({"hardware": {"gpu": "a100-80gb"}, "cost_model": {"kind": "measured", "tables": "trtllm"},
       "quantization": {"weights": "fp8", "fp8_compute": True}},
      "error: quantization.weights: 'fp8' is not measured in the trtllm tables of a100-80gb; allowed: bf16, fp16, "
-     "or cost_model.unmeasured_dtype: roofline"),
+     "int8, int4, or cost_model.unmeasured_dtype: roofline"),
     ({"cost_model": {"kind": "calibrated"}, "quantization": {"kv_cache": "fp8"}},
      "error: quantization.kv_cache: 'fp8' is not measured in profile"),
     ({"quantization": {"weights": "bf16", "fp8_block_scales": True}},
