@@ -982,11 +982,18 @@ class MeasuredCostModel(PackedCostModel):
                    "prices of the projections"] += 1
         return derived[0], derived[1]
 
+    def _experts_from_gemm_rows(self, gd: str) -> None:
+        """No fused-MoE curve: the routed experts are priced from the `gd` GEMM rows as one fused kernel (said)."""
+        self.notes[f"moe: no {gd} fused-MoE table for this setup; experts priced from the {gd} GEMM rows as one fused "
+                   "kernel"] += 1
+
     def _moe_curve(self) -> Curve | None:
         m, t = self.model, self.tables
         if not m.is_moe:
             return None
         gd = moe_dtype(self.weight_dtype, self.fp8_block)
+        if gd in WEIGHT_ONLY_INT:  # no fused-MoE row measured these dtypes
+            return self._experts_from_gemm_rows(gd)
         all_rows, routing = t.moe_rows(self.moe_routing)
         if all_rows is not None and routing != self.moe_routing:
             self.notes[f"moe: no {self.moe_routing} routing in these tables; their {routing} rows"] += 1
@@ -1002,9 +1009,7 @@ class MeasuredCostModel(PackedCostModel):
             raise ConfigError(f"quantization.weights: 'mxfp4' is not measured in the {t.framework} tables of "
                               f"{t.meta['gpu']} for {m.name} (no MXFP4 fused-MoE rows under {routing} routing for "
                               "its gated experts); allowed: cost_model.unmeasured_dtype: roofline")
-        if gd in WEIGHT_ONLY_INT:  # no fused-MoE row of these dtypes: the experts from their own GEMM rows (below)
-            moe = None
-        elif (moe is None or moe.empty) and gd != "bf16" and all_rows is not None and m.gated_mlp:
+        if (moe is None or moe.empty) and gd != "bf16" and all_rows is not None and m.gated_mlp:
             # No FP8 fused-MoE rows: the bf16 rows' ratio to their roofline, applied to this model's FP8 roofline.
             # Held out on the tables that hold both dtypes (TensorRT-LLM's H100, H200 and B200, 7,452 points), this
             # gives a median predicted / measured of 0.86 and a mean |log error| of 0.27, where the FP8 expert GEMMs
@@ -1013,9 +1018,7 @@ class MeasuredCostModel(PackedCostModel):
             self.notes[f"moe: no {gd} fused-MoE rows; the bf16 fused-MoE rows' ratio to their roofline, applied to "
                        f"the {'fp8' if gd.startswith('fp8') else gd} roofline"] += 1
         if moe is None or moe.empty or not m.gated_mlp:
-            self.notes[f"moe: no {gd} fused-MoE table for this setup; experts priced from the {gd} GEMM rows as one "
-                       "fused kernel"] += 1
-            return None
+            return self._experts_from_gemm_rows(gd)
         if "moe_ep_size" not in moe.columns:  # tables imported before expert-parallel rows were kept
             moe = moe.assign(moe_ep_size=1)
         ep = self.ep
