@@ -183,8 +183,7 @@ def test_weight_only_int_gemms_are_trtllms_a100_rows_and_a_step_moves_by_exactly
     for dtype in ("bf16", weights):
         for m in (1, 64, 4096):
             row = gemm[(gemm.dtype == dtype) & (gemm.n == 4096) & (gemm.k == 4096) & (gemm.m == m)]["latency_ms"]
-            assert model[weights if dtype != "bf16" else "bf16"]._curves[(4096, 4096, dtype)](m) == pytest.approx(
-                row.iloc[0] * 1e-3, rel=1e-12)
+            assert model[dtype]._curves[(4096, 4096, dtype)](m) == pytest.approx(row.iloc[0] * 1e-3, rel=1e-12)
     # Everything but the linear layers is the same (the LM head stays 16-bit): the steps differ by the GEMMs alone.
     for tokens in (1, 4096):
         plan = StepPlan(prefill_request_ids=[1], prefill_chunk_tokens=[tokens], prefill_context_tokens=[0],
