@@ -95,6 +95,11 @@ TABLES = ("vllm", "sglang", "trtllm")
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4",  # scenario weights -> table dtype
                "int8": "int8", "int4": "int4"}  # weight-only (16-bit products): calibrate/aic_import.py _GEMM_DTYPES
 WEIGHT_ONLY_INT = ("int8", "int4")  # GEMM rows only: no fused-MoE row measured these
+# AIConfigurator's int4 rows are per-channel weight-only (TensorRT-LLM's weight_only_quant_gemm, the kernel its
+# WeightOnlyQuantLinearMethod runs: tensorrt_llm/_torch/modules/linear.py at NVIDIA/TensorRT-LLM 00bbf71e); an AWQ or
+# GPTQ checkpoint's group-wise int4 runs finegrained_mixed_dtype_gemm there (W4A16_AWQ_LinearMethod), not measured.
+INT4_ROWS_NOTE = ("gemm: int4 from the per-channel weight-only rows (weight_only_quant_gemm); group-wise int4 (AWQ, "
+                  "GPTQ) runs another kernel, not measured")
 # mxfp4 (gpt-oss's checkpoints): the routed experts from the fused-MoE table's MXFP4 rows, every other matrix (16-bit
 # in those checkpoints) from the bf16 GEMM rows.
 MXFP4 = "mxfp4"
@@ -743,6 +748,8 @@ class MeasuredCostModel(PackedCostModel):
             gd = "fp8"
             self.notes[f"gemm: no block-scaled fp8 rows in the {t.framework} tables of {t.meta['gpu']}; block-scaled "
                        "GEMMs priced from the per-tensor fp8 rows"] += 1
+        if gd == "int4":  # the scale granularity the rows and the scenario may differ in: said, not silent
+            self.notes[INT4_ROWS_NOTE] += 1
         self.gemm_rows = gd
         self._curves: dict[tuple[int, int, str], Curve] = {}  # (out features, in features, table dtype) -> curve
 

@@ -18,6 +18,7 @@ from calibrate.aic_import import MAX_EP_GPUS, convert_system
 from helpers import one_error_line, servesim, small_scenario
 from sim.core.step_plan import StepPlan
 from sim.cost.measured import (
+    INT4_ROWS_NOTE,
     MEASURED_DIR,
     TABLES,
     MeasuredCostModel,
@@ -199,6 +200,8 @@ def test_weight_only_int_gemms_are_trtllms_a100_rows_and_a_step_moves_by_exactly
     # one token reads the weights: the 8- and 4-bit kernels are faster there, as their rows say
     one = StepPlan(num_decode_seqs=1, decode_context_tokens=512, num_sampled_seqs=1)
     assert model[weights].step_time(one) < model["bf16"].step_time(one)
+    # int4's rows are per-channel: a group-wise checkpoint's kernel was not measured, and the notes say so
+    assert (INT4_ROWS_NOTE in repr(model[weights])) == (weights == "int4")
 
 
 def test_weight_only_int_experts_come_from_their_own_gemm_rows_and_elsewhere_int_weights_are_refused():
