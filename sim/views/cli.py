@@ -529,11 +529,11 @@ def schema():
 
 
 @app.command()
-def catalog(kind: str = typer.Argument(..., help="models, gpus, engines, or import (with a config.json)"),
+def catalog(kind: str = typer.Argument(..., help="models, gpus, engines, tables, or import (with a config.json)"),
             config: Optional[str] = typer.Argument(None, help="import: a Hugging Face config.json"),
             name: Optional[str] = typer.Option(None, "--name", help="import: the model's name")):
-    """Print the model, GPU or engine-preset catalog as a table; `catalog import config.json` prints a Hugging Face
-    model."""
+    """Print the model, GPU or engine-preset catalog as a table, or `tables`: what each GPU's measured kernel tables
+    price, per engine; `catalog import config.json` prints a Hugging Face model."""
     if kind == "import":
         from sim.views.hf_import import import_text
         if config is None:
@@ -541,8 +541,8 @@ def catalog(kind: str = typer.Argument(..., help="models, gpus, engines, or impo
                                 "config.json [--name NAME]")
         print(import_text(config, name), end="")
         return
-    from sim.views.tables import engines_table, gpus_table, models_table
-    tables = {"models": models_table, "gpus": gpus_table, "engines": engines_table}
+    from sim.views.tables import engines_table, gpus_table, measured_tables_table, models_table
+    tables = {"models": models_table, "gpus": gpus_table, "engines": engines_table, "tables": measured_tables_table}
     if kind not in tables:
         raise ServeSimError(f"catalog: {kind!r} is not a catalog; allowed: {', '.join(tables)}, import")
     if config is not None or name is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sim.config.engines import PRESETS, fitted_versions
-from sim.cost.measured import TABLES, measured_gpus
+from sim.cost.measured import TABLES, attention_kernel, load_tables, measured_gpus, tables_dir
 from sim.model.catalog import GPUS, MODELS
 from sim.model.memory import kv_bytes_per_token
 from sim.model.shapes import active_param_count, param_count
@@ -57,6 +57,33 @@ def gpus_table() -> pd.DataFrame:
         }
         for key, g in GPUS.items()
     ]
+    return pd.DataFrame(rows)
+
+
+def measured_tables_table() -> pd.DataFrame:
+    """One row per GPU and engine whose measured kernel tables ship (calibrate/measured/), for `servesim catalog
+    tables`: the engine version AIConfigurator measured, the weight, fused-MoE expert and KV-cache dtypes the tables
+    price from measurements (sim/cost/measured.py prices nothing else: another dtype is refused in one line, or priced
+    by the roofline where a scenario asks), the attention kernel measured, and which extra tables it holds."""
+    rows = []
+    for gpu in GPUS:
+        for fw in TABLES:
+            if gpu not in measured_gpus(tables=fw):
+                continue
+            t = load_tables(tables_dir(gpu, fw))
+            extra = (("sliding-window attention", t.context_window), ("MLA attention", t.context_mla),
+                     ("vLLM MLA modules", t.context_mla_module))
+            held = [name for name, frame in extra if frame is not None and len(frame)]
+            rows.append({
+                "gpu": gpu,
+                "tables": fw,
+                "version": t.meta["framework_version"],
+                "weights": ", ".join(t.meta["measured_dtypes"]["weights"]),
+                "moe_experts": ", ".join(sorted(t.moe_dtypes)) or "-",
+                "kv_cache": ", ".join(t.meta["measured_dtypes"]["kv_cache"]),
+                "attention_kernel": attention_kernel(gpu, fw) or "-",
+                "also": ", ".join(held) or "-",
+            })
     return pd.DataFrame(rows)
 
 

@@ -8,7 +8,7 @@ from sim.model.shapes import (
     lm_head_shape,
     param_count,
 )
-from sim.views.tables import gpus_table, models_table
+from sim.views.tables import gpus_table, measured_tables_table, models_table
 
 
 @pytest.mark.parametrize("key", list(MODELS))
@@ -157,3 +157,25 @@ def test_tables_have_one_row_per_entry():
     gpus = gpus_table()
     assert list(gpus["gpu"]) == list(GPUS)
     assert gpus.set_index("gpu").loc["h100-sxm", "bf16_tflops"] == pytest.approx(989)
+
+
+def test_the_tables_catalog_lists_what_the_measured_model_prices():
+    """`servesim catalog tables`: one row per GPU and engine with shipped tables, and every weight and KV dtype a row
+    lists is one the measured model takes (no claim it would refuse); the dtypes it leaves out it refuses."""
+    from sim.cost.measured import TABLES, measured_gpus, measured_unsupported
+    table = measured_tables_table()
+    assert sorted(zip(table["gpu"], table["tables"])) == sorted(
+        (g, fw) for fw in TABLES for g in measured_gpus(tables=fw))
+    scenario_weights = ("bf16", "fp8", "int8", "int4", "nvfp4")  # table dtypes a scenario names as they are
+    for row in table.itertuples(index=False):
+        listed = row.weights.split(", ")
+        for w in scenario_weights:
+            why = measured_unsupported(row.gpu, w, fp8_compute=w == "fp8", tables=row.tables)
+            assert (why is None) == (w in listed), (row.gpu, row.tables, w, why)
+        for kv in ("bf16", "fp8"):
+            why = measured_unsupported(row.gpu, kv_dtype=kv, tables=row.tables)
+            assert (why is None) == (kv in row.kv_cache.split(", ")), (row.gpu, row.tables, kv, why)
+    by = table.set_index(["gpu", "tables"])
+    assert by.loc[("a100-80gb", "trtllm"), "weights"] == "bf16, int4, int8"
+    assert by.loc[("a100-80gb", "vllm"), "weights"] == "bf16"
+    assert by.loc[("h100-sxm", "sglang"), "attention_kernel"] == "fa3"
