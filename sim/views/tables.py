@@ -5,7 +5,7 @@ from __future__ import annotations
 import pandas as pd
 
 from sim.config.engines import PRESETS, fitted_versions
-from sim.cost.measured import TABLES, attention_kernel, load_tables, measured_gpus, tables_dir
+from sim.cost.measured import MXFP4_MARLIN, TABLES, attention_kernel, load_tables, measured_gpus, tables_dir
 from sim.model.catalog import GPUS, MODELS
 from sim.model.memory import kv_bytes_per_token
 from sim.model.shapes import active_param_count, param_count
@@ -64,7 +64,9 @@ def measured_tables_table() -> pd.DataFrame:
     """One row per GPU and engine whose measured kernel tables ship (calibrate/measured/), for `servesim catalog
     tables`: the engine version AIConfigurator measured, the weight, fused-MoE expert and KV-cache dtypes the tables
     price from measurements (sim/cost/measured.py prices nothing else: another dtype is refused in one line, or priced
-    by the roofline where a scenario asks), the attention kernel measured, and which extra tables it holds."""
+    by the roofline where a scenario asks), the attention kernel measured, and which extra tables it holds. The
+    dtypes as the tables name them: fp8 is W8A8 (`quantization.fp8_compute`), fp8_block its block-scaled form
+    (`fp8_block_scales`), int8 and int4 weight-only; fp16 takes the bf16 rows."""
     rows = []
     for gpu in GPUS:
         for fw in TABLES:
@@ -79,7 +81,8 @@ def measured_tables_table() -> pd.DataFrame:
                 "tables": fw,
                 "version": t.meta["framework_version"],
                 "weights": ", ".join(t.meta["measured_dtypes"]["weights"]),
-                "moe_experts": ", ".join(sorted(t.moe_dtypes)) or "-",
+                "moe_experts": ", ".join("mxfp4 (Marlin's rows)" if d == MXFP4_MARLIN else d
+                                         for d in sorted(t.moe_dtypes)) or "-",
                 "kv_cache": ", ".join(t.meta["measured_dtypes"]["kv_cache"]),
                 "attention_kernel": attention_kernel(gpu, fw) or "-",
                 "also": ", ".join(held) or "-",
