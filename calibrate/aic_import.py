@@ -95,6 +95,7 @@ from sim.cost.measured import (
     MXFP4_MARLIN,
     TRITON_ATTENTION,
     TRITON_PREFILL_FILE,
+    WEIGHT_ONLY_INT,
 )
 from sim.model.interconnects import NCCL_ALL_REDUCE
 from sim.model.memory import MARLIN
@@ -121,7 +122,7 @@ _WEIGHT_DTYPES = {**_DTYPES, "fp8_block": "fp8_block", "nvfp4": "nvfp4"}
 # MoE rows also: MXFP4 experts with 16-bit activations (gpt-oss's checkpoints; `quantization.weights: mxfp4`).
 _MOE_DTYPES = {**_WEIGHT_DTYPES, "w4a16_mxfp4": "mxfp4"}
 # GEMM rows also: weight-only int8 and int4 (16-bit products; `quantization.weights: int8 | int4`), not fused MoE.
-_GEMM_DTYPES = {**_WEIGHT_DTYPES, "int8_wo": "int8", "int4_wo": "int4"}
+_GEMM_DTYPES = {**_WEIGHT_DTYPES, **{f"{d}_wo": d for d in WEIGHT_ONLY_INT}}
 
 
 # What a command that reads AIConfigurator's tables says where the package is not importable (exit 2).

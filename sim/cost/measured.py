@@ -78,7 +78,7 @@ from sim.jit import HAVE_NUMBA
 from sim.model.attention_io import TRITON_BACKEND as TRITON
 from sim.model.catalog import get_gpu
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE
-from sim.model.memory import MARLIN, NVFP4_PARAM_BYTES, kv_bytes_per_token, matrix_dtype
+from sim.model.memory import DTYPE_BYTES, MARLIN, NVFP4_PARAM_BYTES, kv_bytes_per_token, matrix_dtype
 from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
@@ -93,8 +93,8 @@ TABLES = ("vllm", "sglang", "trtllm")
 # tensor-core rate on every catalog GPU (NVIDIA's A100/H100/H200/L40S datasheets list one "FP16/BF16" figure).
 # nvfp4: NVFP4 W4A4 products (`quantization.weights: nvfp4`), from the nvfp4 rows (the B200's tables only).
 _GEMM_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "nvfp4": "nvfp4",  # scenario weights -> table dtype
-               "int8": "int8", "int4": "int4"}  # weight-only (16-bit products): calibrate/aic_import.py _GEMM_DTYPES
-WEIGHT_ONLY_INT = ("int8", "int4")  # GEMM rows only: no fused-MoE row measured these
+               "int8": "int8", "int4": "int4"}  # weight-only (16-bit products): WEIGHT_ONLY_INT
+WEIGHT_ONLY_INT = ("int8", "int4")  # GEMM rows only: no fused-MoE row measured these (AIConfigurator's <d>_wo)
 # AIConfigurator's int4 rows are per-channel weight-only (TensorRT-LLM's weight_only_quant_gemm, the kernel its
 # WeightOnlyQuantLinearMethod runs: tensorrt_llm/_torch/modules/linear.py at NVIDIA/TensorRT-LLM 00bbf71e); an AWQ or
 # GPTQ checkpoint's group-wise int4 runs finegrained_mixed_dtype_gemm there (W4A16_AWQ_LinearMethod), not measured.
@@ -116,7 +116,8 @@ TRITON_PREFILL_FILE = "vllm_triton_prefill.json"
 VLLM_FLASH_ATTN, FA3_SINCE = "vllm_flash_attn", (9, 0)
 _KV_DTYPE = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8"}
 # (a 128 x 128 block's scale: 4 bytes in 16 KiB, left out; NVFP4's 1-byte scale per 16 weights, counted)
-_DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1, "nvfp4": NVFP4_PARAM_BYTES, "int8": 1, "int4": 0.5}
+_DTYPE_BYTES = {"bf16": 2, "fp8": 1, "fp8_block": 1, "nvfp4": NVFP4_PARAM_BYTES,
+                **{d: DTYPE_BYTES[d] for d in WEIGHT_ONLY_INT}}
 
 
 def gemm_dtype(weight_dtype: str, fp8_block: bool = False) -> str | None:
