@@ -34,6 +34,9 @@
 #   LAYERS=0       decoder layers per step (0: the model's own count; a dry run uses fewer)
 #   SELFTEST_MODEL=llama-3.1-8b  PAGED_MODEL=llama-3.1-8b  PY=python3
 #   ATTENTION_GPU=h100-sxm     the catalog GPU the attention stage also prices with (as a simulation does)
+#   ATTENTION_RUNS="8:128:512,1024,2048,4096,8192,16384"   heads:head_dim:lengths for the attention stage, one CSV
+#                              each (8 x 128, issue 33's shape: attention_flash_vs_materialized.csv; another:
+#                              ..._h<heads>_d<head_dim>.csv)
 #   DEADLINE_S=0               seconds the whole script may take (0: no limit): each stage's timeout is cut to
 #                              what is left less 30 s for the archive, and a stage with under 45 s left is skipped
 #                              (logged), so the results come back from a lease of fixed length
@@ -63,6 +66,7 @@ SELFTEST_MODEL=${SELFTEST_MODEL:-llama-3.1-8b}
 PAGED_MODEL=${PAGED_MODEL:-llama-3.1-8b}
 PY=${PY:-python3}
 ATTENTION_GPU=${ATTENTION_GPU:-h100-sxm}
+ATTENTION_RUNS=${ATTENTION_RUNS:-"8:128:512,1024,2048,4096,8192,16384"}
 DEADLINE_S=${DEADLINE_S:-0}
 
 # What this script writes in $OUT (and, for profiles/, archives and removes): refused if any is there already, so
@@ -144,12 +148,18 @@ if wants paged; then
 fi
 
 if wants attention; then
-  attention_lengths="512 1024 2048 4096 8192 16384"
-  [ "$DEVICE" = cpu ] && attention_lengths="64 128"
   attention_mode="--device cuda"
   [ "$DEVICE" = cpu ] && attention_mode="--gpu-dry-run"
-  run_stage attention 240 "$PY" benchmarks/bench_attention.py $attention_mode --gpu "$ATTENTION_GPU" \
-    --csv "$OUT/profiles/$DEVDIR/attention_flash_vs_materialized.csv" $attention_lengths
+  for run in $ATTENTION_RUNS; do
+    IFS=: read -r heads head_dim lengths <<<"$run"
+    [ "$DEVICE" = cpu ] && lengths="64,128"
+    # the issue's shape keeps its file name; another shape's rows go beside it
+    suffix=""
+    [ "$heads:$head_dim" = "8:128" ] || suffix="_h${heads}_d${head_dim}"
+    run_stage "attention ${heads}x${head_dim}" 240 "$PY" benchmarks/bench_attention.py $attention_mode \
+      --gpu "$ATTENTION_GPU" --heads "$heads" --head-dim "$head_dim" \
+      --csv "$OUT/profiles/$DEVDIR/attention_flash_vs_materialized$suffix.csv" ${lengths//,/ }
+  done
 fi
 
 if wants steps; then

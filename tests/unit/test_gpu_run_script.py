@@ -54,3 +54,13 @@ def test_a_deadline_cuts_each_stage_and_skips_what_it_cannot_fit(tmp_path):
     assert re.search(r"\(timeout (69|70)s\)", log), log  # 100 s less the 30 s kept for the archive
     calls, summary, log = run(tmp_path / "b", STEP_RUNS="llama-3.1-8b:1:fused", DEADLINE_S="74")
     assert calls == [] and "skipped (deadline)" in summary and "s left before the deadline" in log
+
+
+def test_each_attention_run_writes_its_own_csv_the_issue_shape_under_its_old_name(tmp_path):
+    calls, summary, _ = run(tmp_path, STAGES="attention", DEVDIR="h200",
+                            ATTENTION_RUNS="8:128:512,16384 32:128:1024")
+    assert len(calls) == 2 and summary.count("attention") == 2
+    assert "--heads 8 --head-dim 128" in calls[0] and calls[0].endswith("512 16384")
+    assert "h200/attention_flash_vs_materialized.csv" in calls[0]
+    assert "--heads 32 --head-dim 128" in calls[1] and calls[1].endswith(" 1024")
+    assert "h200/attention_flash_vs_materialized_h32_d128.csv" in calls[1]
