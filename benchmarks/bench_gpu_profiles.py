@@ -10,7 +10,8 @@ The shipped whole-step profiles under calibrate/profiles/h100-sxm/ were measured
   context, decode), i.e. on rows that never mix;
 and, across sources, our unfused/fused profiles against the two tables in ../shared/gpu/ (the same model on
 another H100 machine, unfused and torch.compile'd). Then the tables measured on an H200 on 11-30
-(`H200_NEW_TABLES`: W8A8 fp8 steps, `calibrate steps --weights fp8`, and the unfused and TP-2 shards): each
+(`H200_NEW_TABLES`: W8A8 fp8 steps, `calibrate steps --weights fp8`, and the unfused and TP-2 shards) and on 12-04
+(`H200_TABLES_1204`: the TP-2 unfused shard, the compiled engine, more fp8 shards): each
 against its own leave-one-out fit, the roofline and AIConfigurator's vLLM tables, fp8 priced as fp8 (weights and
 matrix products); and the fp8 step's time over the bf16 step's at each shape, measured and as each model prices it.
 
@@ -44,6 +45,10 @@ H200_TABLES = [("llama-3.1-8b", 1, "fused"), ("llama-3.1-8b", 1, "unfused"), ("q
 H200_NEW_TABLES = [("llama-3.1-8b", 1, "fused-fp8"), ("llama-3.1-8b", 1, "unfused-fp8"), ("qwen2.5-7b", 1, "fused-fp8"),
                    ("llama-3.1-70b", 4, "fused-fp8"), ("qwen2.5-7b", 1, "unfused"), ("llama-3.1-70b", 2, "fused"),
                    ("llama-3.1-70b", 4, "unfused"), ("llama-3.1-70b", 8, "unfused")]
+# Measured on one H200 on 12-04 (calibrate/gpu_run.sh): the gaps the 11-30 run left
+H200_TABLES_1204 = [("llama-3.1-70b", 2, "unfused"), ("llama-3.1-8b", 1, "compiled"), ("qwen2.5-7b", 1, "unfused-fp8"),
+                    ("llama-3.1-70b", 2, "fused-fp8"), ("llama-3.1-70b", 4, "unfused-fp8"),
+                    ("llama-3.1-70b", 8, "fused-fp8")]
 TABLES = [("llama-3.1-8b", 1, "fused"), ("llama-3.1-8b", 1, "unfused"), ("llama-3.1-8b", 1, "compiled"),
           ("llama-3.1-8b", 1, "fused-paged"), ("llama-3.1-70b", 2, "fused"),
           ("qwen2.5-7b", 1, "fused"), ("qwen2.5-7b", 1, "unfused"),
@@ -71,13 +76,15 @@ def _key(row) -> tuple:
     return tuple(row[c] if c == "kind" else int(row[c]) for c in _KEY)
 
 
-def h200_new_tables() -> None:
+def h200_new_tables(title: str, tables: list, fp8_pairs: tuple) -> None:
+    """Each table against its own leave-one-out fit, the measured kernels and the roofline; then the fp8 step over
+    the bf16 step of the fused engine for `fp8_pairs` ((model, tp), both measured)."""
     folder = PROFILES.parent / "h200"
-    print("### Measured on an H200 on 11-30: W8A8 fp8 steps, unfused and TP-2 shards\n")
+    print(f"### Measured on an H200 on {title}\n")
     print("| table (rows) | whole-step held out (LOO) | measured kernels (AIC vLLM): median / max, mean signed | "
           "roofline: median / max, mean signed |")
     print("| --- | ---: | ---: | ---: |")
-    for name, tp, engine in H200_NEW_TABLES:
+    for name, tp, engine in tables:
         path = folder / name / f"tp{tp}" / "steps" / engine
         table, model, fp8 = path / "steps.csv", get_model(name), engine.endswith("-fp8")
         loo = check_rows(target(str(path)), table, loo=True)
@@ -92,7 +99,7 @@ def h200_new_tables() -> None:
           "measured, by kind of step: measured, and as each model prices it\n")
     print("| model | kind (shapes) | measured | measured kernels (AIC) | roofline |")
     print("| --- | --- | ---: | ---: | ---: |")
-    for name, tp in (("llama-3.1-8b", 1), ("qwen2.5-7b", 1), ("llama-3.1-70b", 4)):
+    for name, tp in fp8_pairs:
         base = folder / name / f"tp{tp}" / "steps"
         both = pd.read_csv(base / "fused" / "steps.csv").merge(pd.read_csv(base / "fused-fp8" / "steps.csv"), on=_KEY,
                                                                 suffixes=("_bf16", "_fp8"))
@@ -186,7 +193,11 @@ def main() -> None:
                     signed = np.array([r["error_pct"] for r in rep["rows"]])
                     print(f"| {label} | {table} | {stat(errors(rep))} | {signed.mean():+.1f}% |")
     print()
-    h200_new_tables()
+    h200_new_tables("11-30: W8A8 fp8 steps, unfused and TP-2 shards", H200_NEW_TABLES,
+                    (("llama-3.1-8b", 1), ("qwen2.5-7b", 1), ("llama-3.1-70b", 4)))
+    print()
+    h200_new_tables("12-04: the TP-2 unfused shard, the compiled engine, more fp8 shards", H200_TABLES_1204,
+                    (("llama-3.1-70b", 2), ("llama-3.1-70b", 8)))
 
 
 if __name__ == "__main__":
