@@ -28,7 +28,7 @@ pricing without the CPU's terms (no cache, no first touch, no key block: what a 
 On a GPU (`--device cuda`): bf16, 8 heads × d 128 (a TP-4 shard's query heads of an 8B model, one KV head per query
 head: the math backend would repeat grouped KV heads, a pass the model does not have), each kernel one CUDA graph
 replayed (`time_prefill`); the device constants are a bf16 and an fp32 8192³ matrix product (the materialized
-kernel computes in fp32: `GPUSpec.fp32_flops_per_s`) and a 2 GiB device-to-device copy, measured beside each length,
+kernel computes in fp32: `GPUSpec.fp32_flops_per_s`) and a 2 GiB copy by a kernel, measured beside each length,
 and the time per kernel of a run of tiny ones in one graph (a launch's fixed cost: recorded, not priced yet).
 Two prices: the simulator's roofline on a device of those measured rates (efficiencies 1), and on the catalog GPU
 named by `--gpu` as every simulation prices it. `--csv` writes the rows; `--reprice` prices a written CSV's rows again
@@ -266,7 +266,7 @@ KERNEL_RUN = 100
 
 def gpu_rates(device: str) -> dict:
     """A bf16 and an fp32 8192³ matrix product (FLOP/s; fp32 as torch runs it by default, TF32 not allowed: what the
-    materialized kernel's fp32 matmuls reach), a 2 GiB device-to-device copy (bytes read + written per second) and
+    materialized kernel's fp32 matmuls reach), a 2 GiB copy by a kernel (bytes read + written per second) and
     the time per kernel of a run of tiny ones, each as one CUDA graph replayed (eagerly timed on a CPU: a dry run of
     this code)."""
     from calibrate.timing import time_cpu, time_cuda_graph
@@ -280,7 +280,10 @@ def gpu_rates(device: str) -> dict:
     elements = (1 << 30) if device == "cuda" else (1 << 22)  # bf16: 2 GiB on a GPU
     src, dst = torch.empty(elements, device=device, dtype=torch.bfloat16).fill_(1.0), torch.empty(
         elements, device=device, dtype=torch.bfloat16)
-    rates["copy"] = 2 * 2 * elements / timer(lambda: dst.copy_(src)).median_s
+    # The copy as a kernel (a multiply by one), the bandwidth the attention kernels' passes meet. A 2 GiB `copy_`
+    # captured in a CUDA graph is a memcpy node: on the H200 of 12-04 it ran at 2.77 TB/s, where this kernel, and
+    # the same copy_ run eagerly or at 512 MiB, reached 4.2-4.3 (results/attention.md).
+    rates["copy"] = 2 * 2 * elements / timer(lambda: torch.mul(src, 1.0, out=dst)).median_s
     # Seconds per kernel of a run of tiny ones (a one-element add, KERNEL_RUN of them in one graph): the fixed cost
     # of a launch inside a CUDA graph, which no rate above has. Recorded beside the rows; no price uses it yet.
     one = torch.zeros(1, device=device)
@@ -355,13 +358,15 @@ def reprice(args) -> None:
               f"bench_attention.py --csv wrote", file=sys.stderr)
         sys.exit(2)
     h, d = args.heads or GPU_HEADS, args.head_dim
-    print(f"re-priced: {args.reprice} ({len(stored)} rows, kernels and constants as measured there); one layer, {h} "
-          f"heads x d {d} (MHA), bf16, causal, no context; catalog GPU {catalog.name}; "
+    copy = f"; the copy rate {args.copy_tb_s} TB/s (--copy-tb-s), not the stored one" if args.copy_tb_s else ""
+    print(f"re-priced: {args.reprice} ({len(stored)} rows, kernels and constants as measured there{copy}); one layer, "
+          f"{h} heads x d {d} (MHA), bf16, causal, no context; catalog GPU {catalog.name}; "
           f"{time.strftime('%Y-%m-%d %H:%M')} UTC")
     rows = []
     for rec in stored.itertuples():
         fp32 = getattr(rec, "fp32_matmul_flops_per_s", None)
-        r = {"matmul": rec.matmul_flops_per_s, "copy": rec.copy_bytes_per_s}
+        copy_rate = args.copy_tb_s * 1e12 if args.copy_tb_s else rec.copy_bytes_per_s
+        r = {"matmul": rec.matmul_flops_per_s, "copy": copy_rate}
         if fp32 is not None and pd.notna(fp32):  # a run before the column, or a blank cell: the catalog's
             r["matmul_fp32"] = float(fp32)
         rows.append(gpu_row(int(rec.tokens), {"flash": rec.flash_s, "materialized": rec.materialized_s}, r, catalog,
@@ -414,6 +419,8 @@ def main() -> None:
     ap.add_argument("--gpu-dry-run", action="store_true", help="the GPU mode's code on this CPU, tiny sizes")
     ap.add_argument("--csv", default="", help="--device cuda: write the rows here")
     ap.add_argument("--reprice", default="", help="a CSV --csv wrote: price its measured rows again (no GPU needed)")
+    ap.add_argument("--copy-tb-s", type=float, default=0.0,
+                    help="--reprice: price with this memory rate (TB/s) in place of the stored copy constant")
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5, help="samples of each rate and kernel per length")
     args = ap.parse_args()

@@ -139,10 +139,17 @@ def test_the_gpu_mode_of_the_attention_benchmark_runs_its_code_on_a_cpu(tmp_path
     assert (rows["kernel_s"] > 0).all()  # a launch's fixed cost, recorded beside the rows
     assert "| 64 |" in capsys.readouterr().out
     # --reprice prices the stored rows again, measuring nothing: the same simulated ratios
-    module.reprice(argparse.Namespace(reprice=str(out), gpu="h200", heads=2, head_dim=64))
+    module.reprice(argparse.Namespace(reprice=str(out), gpu="h200", heads=2, head_dim=64, copy_tb_s=0.0))
     printed = capsys.readouterr().out
     for rec in rows.itertuples():
         assert f"| {rec.tokens} |" in printed and f"**{rec.simulated_ratio_measured_rates:.3f}**" in printed
+    # --copy-tb-s prices with another memory rate, said in the header: a far faster one, a faster materialized price
+    module.reprice(argparse.Namespace(reprice=str(out), gpu="h200", heads=2, head_dim=64, copy_tb_s=1000.0))
+    faster = capsys.readouterr().out
+    assert "the copy rate 1000.0 TB/s (--copy-tb-s)" in faster
+    def materialized_ms(text):  # the 64-token row's "materialized ms simulated (measured rates)"
+        return float(next(line for line in text.splitlines() if line.startswith("| 64 |")).split("|")[6])
+    assert 0 < materialized_ms(faster) < materialized_ms(printed)
     before = out.read_bytes()  # a second run into the same CSV: refused, before any work, the file kept
     with pytest.raises(SystemExit) as stop:
         module.gpu_main(argparse.Namespace(device="cpu", heads=2, head_dim=64, gpu="h200", csv=str(out), lengths=[32]))
@@ -157,6 +164,6 @@ def test_reprice_refuses_a_file_that_is_not_a_benchmark_csv_in_one_line(tmp_path
     other.write_text("tokens,flash_s\n512,1e-5\n")
     for path in (other, tmp_path / "missing.csv"):
         with pytest.raises(SystemExit) as stop:
-            module.reprice(argparse.Namespace(reprice=str(path), gpu="h200", heads=0, head_dim=128))
+            module.reprice(argparse.Namespace(reprice=str(path), gpu="h200", heads=0, head_dim=128, copy_tb_s=0.0))
         err = capsys.readouterr().err
         assert stop.value.code == 2 and err.startswith("--reprice: ") and err.count("\n") == 1
