@@ -116,7 +116,8 @@ def main() -> None:
     for kind in kinds:
         windows = run(kind, device, seconds, args.window_s, read)
         rows += windows
-        print(f"\n| {kind}: t s | rate | SM MHz | W | °C | clock held down by |\n| --- | ---: | ---: | ---: | ---: | --- |")
+        print(f"\n| {kind}: t s | rate | SM MHz | W | °C | clock held down by |")
+        print("| --- | ---: | ---: | ---: | ---: | --- |")
         for w in windows:
             print(f"| {w['t_s']:.1f} | {w['rate']:.3f} {w['unit']} | {w['sm_mhz']} | {w['watts']} | {w['celsius']} | "
                   f"{w['limits']} |")

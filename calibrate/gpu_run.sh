@@ -48,7 +48,9 @@
 # ops 160 s (82 + 78): about 7.3 minutes in all, under the 9-minute budget. The timeouts are 2-7x those times.
 # On an H200 (torch 2.11.0+cu130, 2026-11-30): env 7 s, selftest 22 s, attention 13 s, steps: 8B fp8 fused 27 s and
 # unfused 35 s, qwen2.5-7b unfused 31 s and fp8 fused 24 s, 70B tp4 unfused 63 s, tp8 unfused 48 s, tp2 fused 75 s,
-# tp4 fp8 fused 41 s (each stage's Python start and imports included).
+# tp4 fp8 fused 41 s (each stage's Python start and imports included). On an H200 (12-04): attention 8x128 (six lengths)
+# 15 s, 32x128 and 16x64 13 s each; steps 70B tp2 unfused 86 s, tp2 fp8 fused 54 s, tp4 fp8 unfused 59 s, tp8 fp8
+# fused 28 s, qwen2.5-7b fp8 unfused 27 s, 8B compiled 71 s.
 set -u
 
 OUT=${OUT:?set OUT to the folder that receives the results}

@@ -30,7 +30,8 @@ def test_a_dry_run_writes_one_row_per_window_with_a_positive_rate(tmp_path):
     assert "median of the last third" in done.stdout
 
 
-@pytest.mark.parametrize("args, field", [(("--workloads", "gemm,fft"), "--workloads"), (("--csv", "EXISTING"), "--csv")])
+@pytest.mark.parametrize("args, field", [(("--workloads", "gemm,fft"), "--workloads"),
+                                         (("--csv", "EXISTING"), "--csv")])
 def test_bad_input_is_refused_in_one_line_and_nothing_is_touched(tmp_path, args, field):
     existing = tmp_path / "mine.csv"
     existing.write_text("a user's file\n")
