@@ -36,6 +36,7 @@ with today's simulator, on any machine (a stored run without the fp32 rate takes
 
     python3 benchmarks/bench_attention.py --device cuda --gpu h200 [--csv rows.csv]
     .venv/bin/python benchmarks/bench_attention.py --reprice benchmarks/results/attention_h200_flash_vs_materialized.csv
+    (another shape's CSV: add --heads 32 --head-dim 128; --copy-tb-s 4.30 prices with another memory rate)
 
 Prints the machine, the rates and one Markdown row per length (benchmarks/results/attention.md holds the last run).
 """
