@@ -2,8 +2,9 @@
 its tiles over the GPU's multiprocessors say?
 
 torch's flash SDPA on an H200 (sm_90) runs FlashAttention-2's forward kernel with 128-query tiles and 64-key tiles at
-head dim 128, 128-key tiles at 64 (`Flash_fwd_kernel_traits<Headdim, 128, 64, 4>` / `<64, 128, 128, 4>` in the
-flash_attn copy under aten/src/ATen/native/transformers/cuda/flash_attn/); one thread block per (query tile, head),
+head dim 128, 128-key tiles at 64 (`Flash_fwd_kernel_traits<Headdim, 128, 64, 4>` off sm_8x, `<64, 128, 128, 4>`:
+FlashAttention-2's flash_fwd_launch_template.h as public copies of it have them; torch 2.11's own copy under
+aten/src/ATen/native/transformers/cuda/flash_attn/ was not read); one thread block per (query tile, head),
 launched query tile fastest, each walking its key tiles up to the causal diagonal. The model: `slots` blocks run at
 once (132 multiprocessors x blocks per multiprocessor), each block a key tile at a time at one rate; blocks start in
 launch order on the first free slot; a call costs a fixed time plus the last block's end. Its two numbers (the fixed
