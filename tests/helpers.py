@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import itertools
 import math
 import os
@@ -158,3 +159,11 @@ def set_band_residuals(tmp_path, monkeypatch, bias: float, noise: float) -> None
     sigmas = {"bias_sigma": bias, "sigma_prefill": noise, "sigma_decode": noise}
     path.write_text(json.dumps({"models": {key: sigmas for key in ("roofline", "measured", "steps", "ops")}}))
     monkeypatch.setattr(bands, "RESIDUALS_PATH", path)
+
+
+def load_benchmark(name: str):
+    """benchmarks/<name>.py as a module (benchmarks/ is not a package)."""
+    spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

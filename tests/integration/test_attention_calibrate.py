@@ -91,13 +91,8 @@ def test_a_steps_profile_records_its_kernel_and_its_cost_model_refuses_the_other
 
 
 def _bench_attention():
-    """benchmarks/bench_attention.py as a module (benchmarks/ is not a package)."""
-    import importlib.util
-    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention.py"
-    spec = importlib.util.spec_from_file_location("bench_attention", bench)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    from helpers import load_benchmark
+    return load_benchmark("bench_attention")
 
 
 def test_the_benchmark_probes_each_elementwise_pass_torch_runs_and_gives_the_device_their_times():

@@ -3,20 +3,13 @@ at head dim 128, 128 at 64) up to the diagonal, blocks started in launch order o
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention_fa2_tiles.py"
+from helpers import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def tiles():
-    spec = importlib.util.spec_from_file_location("bench_attention_fa2_tiles", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module.last_block_end_tiles
+    return load_benchmark("bench_attention_fa2_tiles").last_block_end_tiles
 
 
 def test_with_a_slot_for_every_block_the_longest_block_ends_last(tiles):

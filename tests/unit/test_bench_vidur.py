@@ -5,7 +5,6 @@ The benchmark itself needs Vidur in its own venv; these parts need neither Vidur
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import lzma
 import math
@@ -14,18 +13,14 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
+from helpers import load_benchmark
 from sim.config.files import validate_scenario
 from sim.run import make_workload
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_vidur.py"
 
 
 @pytest.fixture(scope="module")
 def bench():
-    spec = importlib.util.spec_from_file_location("bench_vidur", BENCH)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("bench_vidur")
 
 
 @pytest.fixture
