@@ -13,7 +13,8 @@ another H100 machine, unfused and torch.compile'd). Then the tables measured on 
 (`H200_NEW_TABLES`: W8A8 fp8 steps, `calibrate steps --weights fp8`, and the unfused and TP-2 shards) and on 12-04
 (`H200_TABLES_1204`: the TP-2 unfused shard, the compiled engine, more fp8 shards): each
 against its own leave-one-out fit, the roofline and AIConfigurator's vLLM tables, fp8 priced as fp8 (weights and
-matrix products); and the fp8 step's time over the bf16 step's at each shape, measured and as each model prices it.
+matrix products); the fp8 step's time over the bf16 step's at each shape, measured and as each model prices it; and
+one engine's measured step over another's (`ENGINE_PAIRS`: compiled against fused, unfused against fused).
 
     .venv/bin/python benchmarks/bench_gpu_profiles.py [--shared ../shared/gpu]
 """
@@ -118,6 +119,25 @@ def h200_new_tables(title: str, tables: list, fp8_pairs: tuple) -> None:
                 f"{c.median():.2f} ({c.min():.2f}-{c.max():.2f})" for c in cells) + " |")
 
 
+# One engine's step over another's at the same shapes (steps/<engine>/ folders of one GPU, model and TP)
+ENGINE_PAIRS = [("h200", "llama-3.1-8b", 1, "compiled", "fused"), ("h100-sxm", "llama-3.1-8b", 1, "compiled", "fused"),
+                ("h200", "llama-3.1-8b", 1, "compiled", "unfused"), ("h200", "llama-3.1-70b", 2, "unfused", "fused")]
+
+
+def engine_ratios() -> None:
+    print("One engine's measured step over another's at the shapes both measured: median (range), by kind of step\n")
+    print("| GPU | model | engines | all (shapes) | decode | mixed | prefill |")
+    print("| --- | --- | --- | ---: | ---: | ---: | ---: |")
+    for gpu, name, tp, engine, base in ENGINE_PAIRS:
+        steps = PROFILES.parent / gpu / name / f"tp{tp}" / "steps"
+        both = pd.read_csv(steps / engine / "steps.csv").merge(pd.read_csv(steps / base / "steps.csv"), on=_KEY,
+                                                               suffixes=("_a", "_b"))
+        ratio = both["step_s_a"] / both["step_s_b"]
+        cells = [f"{ratio.median():.3f} ({ratio.min():.2f}-{ratio.max():.2f}, {len(ratio)})"]
+        cells += [f"{ratio[both['kind'] == kind].median():.3f}" for kind in ("decode", "mixed", "prefill")]
+        print(f"| {gpu} | {name} tp{tp} | {engine} / {base} | " + " | ".join(cells) + " |")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--shared", type=Path, default=REPO.parent / "shared" / "gpu")
@@ -198,6 +218,8 @@ def main() -> None:
     print()
     h200_new_tables("12-04: the TP-2 unfused shard, the compiled engine, more fp8 shards", H200_TABLES_1204,
                     (("llama-3.1-70b", 2), ("llama-3.1-70b", 8)))
+    print()
+    engine_ratios()
 
 
 if __name__ == "__main__":
