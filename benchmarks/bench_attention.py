@@ -425,6 +425,10 @@ def main() -> None:
     ap.add_argument("--head-dim", type=int, default=128)
     ap.add_argument("--rounds", type=int, default=5, help="samples of each rate and kernel per length")
     args = ap.parse_args()
+    if args.copy_tb_s and not (args.reprice and args.copy_tb_s > 0):
+        print(f"--copy-tb-s: {args.copy_tb_s} {'without --reprice' if not args.reprice else 'is not positive'}; "
+              f"allowed: a positive TB/s with --reprice (a run measures its own copy rate)", file=sys.stderr)
+        sys.exit(2)
     if args.reprice:
         return reprice(args)
     if args.device == "cuda" or args.gpu_dry_run:

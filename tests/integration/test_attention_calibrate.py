@@ -162,3 +162,12 @@ def test_reprice_refuses_a_file_that_is_not_a_benchmark_csv_in_one_line(tmp_path
             module.reprice(argparse.Namespace(reprice=str(path), gpu="h200", heads=0, head_dim=128, copy_tb_s=0.0))
         err = capsys.readouterr().err
         assert stop.value.code == 2 and err.startswith("--reprice: ") and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("args", [["--copy-tb-s", "4.3"], ["--reprice", "x.csv", "--copy-tb-s", "-1"]])
+def test_a_copy_rate_is_taken_only_positive_and_only_by_reprice(args):
+    import subprocess
+    bench = Path(__file__).resolve().parents[2] / "benchmarks" / "bench_attention.py"
+    done = subprocess.run([sys.executable, str(bench), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2 and done.stdout == "" and done.stderr.count("\n") == 1
+    assert done.stderr.startswith("--copy-tb-s: ") and "allowed" in done.stderr
