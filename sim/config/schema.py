@@ -295,6 +295,15 @@ class SchedulerSpec(_Strict):
             prefill_context_tokens=self.prefill_context_tokens or 0)
 
 
+class TransientMarginSpec(_Strict):
+    """Memory an engine that sizes its KV cache after warmup keeps free of the whole device beside its peak
+    activations: the larger of `floor_bytes` and `fraction` x the peak (vLLM 0.34's extensible KV cache: 1 GiB and
+    0.75, vllm/v1/worker/extensible_kv_cache.py; its preset sets them)."""
+
+    floor_bytes: int = Field(ge=0, le=1 << 40, description="bytes kept free at least")
+    fraction: float = Field(ge=0, le=16, description="and at least this fraction of the peak activations")
+
+
 class KVCacheSpec(_Strict):
     layout: Literal["paged", "contiguous"] = "paged"
     block_size: int = Field(16, ge=1, description="paged: tokens per block")
@@ -313,6 +322,9 @@ class KVCacheSpec(_Strict):
         "activations, as an engine that profiles a forward pass before sizing its cache has it (vLLM, TensorRT-LLM); "
         "false: after the weights alone, the activations living in the memory outside the fraction, as SGLang's "
         "mem_fraction_static has it (its preset sets false)"))
+    transient_margin: TransientMarginSpec | None = Field(
+        None, description="the usable memory is at most the device less this margin (an engine that sizes its cache "
+        "from the memory free after warmup, as vLLM 0.34 does with gpu_memory_utilization 1); absent: none")
     capacity_tokens: int | None = Field(None, ge=1, description="override the computed KV capacity (tokens)")
     free_memory_fraction: float | None = Field(
         None, gt=0, le=1, description="the KV cache takes this fraction of the memory left after the weights and "

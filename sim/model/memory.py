@@ -349,7 +349,7 @@ def activation_bytes(
 class KVCapacity:
     """How one GPU's memory divides up; all fields are bytes per GPU except kv_bytes_per_token's unit."""
 
-    usable_bytes: int  # hbm_bytes * gpu_memory_utilization
+    usable_bytes: int  # hbm_bytes * gpu_memory_utilization (at most the device less a transient margin)
     weight_bytes: int  # this GPU's share of the weights
     activation_bytes: int  # peak activations of the largest step
     reserve_bytes: int  # held back by the user (CUDA graphs, fragmentation, other processes)
@@ -380,6 +380,21 @@ def usable_bytes(gpu: GPUSpec, gpu_memory_utilization: float, reserve_bytes: int
     return int(gpu.hbm_bytes * gpu_memory_utilization)
 
 
+# What an engine that sizes its KV cache after warmup keeps free of the whole device beside the peak activations:
+# (floor in bytes, fraction of the peak); the larger of the two (vLLM's extensible KV cache: its preset sets it).
+TransientMargin = tuple[int, float]
+
+
+def margined_usable_bytes(gpu: GPUSpec, usable: int, activations: int, margin: TransientMargin | None) -> int:
+    """`usable` (the utilization's share), but at most the device less the transient margin: max(floor, fraction x
+    the peak activations) kept free as headroom for transients no profile saw (vLLM 0.34's measure_kv_cache_bytes:
+    min(requested - used, free - margin), less the peak). None: no margin."""
+    if margin is None:
+        return usable
+    floor_bytes, fraction = margin
+    return min(usable, gpu.hbm_bytes - max(int(floor_bytes), math.ceil(fraction * activations)))
+
+
 # kv_capacity's keyword for each scenario field that says how the engine's own memory differs from the checkpoint's
 # arithmetic: where it keeps a hybrid model's sliding layers, what its profile's sampler holds per logit, whether its
 # KV budget leaves out the activations (and, apart, how it pads the routed experts: `engine_memory`).
@@ -392,6 +407,9 @@ def engine_memory(kv_cache: dict, quantization: dict) -> dict:
     sections as dicts, validated or raw (an engine preset sizes its limits before validation: sim/config/engines/):
     a field left out keeps kv_capacity's default. The one translation sim/config's deployment and presets both use."""
     out = {arg: kv_cache[name] for name, arg in _KV_CACHE_MEMORY_FIELDS.items() if kv_cache.get(name) is not None}
+    margin = kv_cache.get("transient_margin")
+    if isinstance(margin, dict):
+        out["transient_margin"] = (margin["floor_bytes"], margin["fraction"])
     pad = quantization.get("expert_padding")
     out["expert_padding"] = (pad["hidden"], pad["intermediate"]) if isinstance(pad, dict) else None
     return out
@@ -414,19 +432,22 @@ def kv_capacity(
     expert_padding: ExpertPadding | None = None,
     logit_bytes: float = LOGIT_BYTES,
     profiled_activations: bool = True,
+    transient_margin: TransientMargin | None = None,
 ) -> KVCapacity:
     """The memory left for KV cache on each GPU after weights, activations (with `score_bytes` of materialized
     attention scores, `sim.model.attention_io.score_activation_bytes`) and a reserve, in token slots of
     `kv_slot_bytes` (a hybrid model's sliding layers kept as `window_memory` says). `profiled_activations` False:
     the utilization's share is taken after the weights alone, the activations living in the memory outside it
-    (SGLang's mem_fraction_static; `kv_cache.profile_activations`).
+    (SGLang's mem_fraction_static; `kv_cache.profile_activations`). `transient_margin`: the usable bytes are at most
+    the device less that margin (`margined_usable_bytes`).
 
     Raises DoesNotFitError when nothing is left.
     """
-    usable = usable_bytes(gpu, gpu_memory_utilization, reserve_bytes)
     weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel, expert_padding=expert_padding)
     activations = (activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel, logit_bytes)
                    if profiled_activations else 0)
+    usable = margined_usable_bytes(gpu, usable_bytes(gpu, gpu_memory_utilization, reserve_bytes), activations,
+                                   transient_margin)
     per_token = kv_slot_bytes(model, kv_dtype, tensor_parallel, window_memory=window_memory,
                               window_pool_ratio=window_pool_ratio)
     needed = weights + activations + score_bytes + reserve_bytes
@@ -525,6 +546,7 @@ def pipeline_kv_capacity(
     expert_padding: ExpertPadding | None = None,
     logit_bytes: float = LOGIT_BYTES,
     profiled_activations: bool = True,
+    transient_margin: TransientMargin | None = None,
 ) -> list[KVCapacity]:
     """`kv_capacity` for each pipeline stage's GPUs. Every stage keeps its own layers' KV for every token in
     flight, so the replica holds as many tokens as its tightest stage: min(c.num_tokens for c in the list).
@@ -532,9 +554,10 @@ def pipeline_kv_capacity(
     Activations are sized as for the whole model on every stage (the hidden states of a full batch pass every
     stage; only the last computes logits, so this over-counts the others' by the logits buffer, conservative).
     """
-    usable = usable_bytes(gpu, gpu_memory_utilization, reserve_bytes)
     activations = (activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel, logit_bytes)
                    if profiled_activations else 0)
+    usable = margined_usable_bytes(gpu, usable_bytes(gpu, gpu_memory_utilization, reserve_bytes), activations,
+                                   transient_margin)
     out = []
     for stage, layers in enumerate(pipeline_stage_layers(model.num_layers, pipeline_parallel)):
         weights = stage_weight_bytes_per_gpu(model, stage, pipeline_parallel, weight_dtype, tensor_parallel,

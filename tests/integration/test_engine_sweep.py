@@ -18,7 +18,7 @@ MODELS = ["llama-2-7b", "llama-3.1-8b", "llama-3.1-70b", "qwen2.5-7b", "mixtral-
 GPUS = ["h100-sxm", "h200", "b200", "a100-80gb", "a100-40gb", "l40s", "l4", "a10g"]
 # versions across each preset's range, and options its command line takes (flags and options without effect)
 ENGINES = {
-    "vllm": (["0.6.0", "0.6.3", "0.7.3", "0.8.5", "0.10.2", "0.11.0", "0.14.0", "0.19.0", "0.33.0"],
+    "vllm": (["0.6.0", "0.6.3", "0.7.3", "0.8.5", "0.10.2", "0.11.0", "0.14.0", "0.19.0", "0.33.0", "0.34.0"],
              ["", "--enforce-eager", "--num-scheduler-steps 8", "--enable-chunked-prefill",
               "--async-scheduling --max-num-seqs 64", "--kv-cache-dtype fp8 --quantization fp8",
               "--gpu-memory-utilization 0.5 --max-model-len 2048 --port 1", "--enable-expert-parallel",

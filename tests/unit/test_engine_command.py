@@ -149,7 +149,8 @@ def test_quantization_fp8_is_w8a8_where_the_gpu_has_fp8_and_weight_only_elsewher
                                     "integer>"),
     ("vllm serve m --max-num-seqs many", "engine.command: '--max-num-seqs many' is not allowed; allowed: an integer"),
     ("vllm serve m --enable", "engine.command: '--enable' is ambiguous (--enable-auto-tool-choice, "
-                              "--enable-chunked-prefill, --enable-expert-parallel, --enable-force-include-usage, "),
+                              "--enable-chunked-prefill, --enable-expert-parallel, --enable-extensible-kv-cache, "
+                              "--enable-force-include-usage, "),
     ("vllm serve m --port", "engine.command: '--port' needs a value"),
     # an error the flag's own checks raise names the option as written
     ("vllm serve m --dtype float32", "engine.command '--dtype float32': 'float32' is not modelled; allowed: auto, "
@@ -261,7 +262,7 @@ def test_vllms_api_server_options_are_accepted_to_the_last_release_read():
     ("0.11.0", 2, "ray", "mp"), ("0.11.0", 1, "mp", "uni"), ("0.19.0", 8, "external_launcher", "mp"),
     ("0.6.6", 1, "mp", None), ("0.6.0", 1, "uni", None)])
 def test_vllms_executor_is_accepted_where_it_names_the_default_for_the_gpus(version, tp, given, default):
-    """ParallelConfig's default on one node (every sdist 0.6.0-0.33.0): mp for several GPUs, uni for one (0.6.x: no
+    """ParallelConfig's default on one node (every sdist 0.6.0-0.34.0): mp for several GPUs, uni for one (0.6.x: no
     name, its GPU executor); the CPU terms are those executors', so any other is refused in one line."""
     command = f"vllm serve m -tp {tp} --distributed-executor-backend {given}"
     if given == default:

@@ -65,6 +65,72 @@ def test_vllm_forces_its_mla_kernels_block_size_by_gpu_architecture(version, gpu
     assert given.kv_cache.block_size == 32  # --block-size wins
 
 
+def test_vllm_034_sizes_its_kv_cache_after_warmup_in_blocks_of_64():
+    # vllm/config/cache.py (DEFAULT_BLOCK_SIZE 64, gpu_memory_utilization None -> 1.0 with the extensible KV cache)
+    # and v1/worker/extensible_kv_cache.py (1 GiB, 0.75 x the peak) in the 0.34.0 sdist; 0.33.0: 16 and 0.92
+    new, old = (scenario({"name": "vllm", "version": v}) for v in ("0.34.0", "0.33.0"))
+    assert (new.kv_cache.block_size, new.kv_cache.gpu_memory_utilization) == (64, 1.0)
+    assert (new.kv_cache.transient_margin.floor_bytes, new.kv_cache.transient_margin.fraction) == (1 << 30, 0.75)
+    assert any("extensible KV cache" in n for n in new.engine.notes)
+    assert (old.kv_cache.block_size, old.kv_cache.gpu_memory_utilization, old.kv_cache.transient_margin) == (
+        16, 0.92, None)
+    given = scenario({"name": "vllm", "version": "0.34.0", "gpu_memory_utilization": 0.8, "block_size": 16})
+    assert (given.kv_cache.gpu_memory_utilization, given.kv_cache.block_size) == (0.8, 16)
+    assert given.kv_cache.transient_margin is not None  # vLLM keeps the margin under a given share too
+    for flags in ({"enable_extensible_kv_cache": False}, {"num_gpu_blocks_override": 4096}):
+        off = scenario({"name": "vllm", "version": "0.34.0", **flags})
+        assert (off.kv_cache.gpu_memory_utilization, off.kv_cache.transient_margin) == (0.92, None)
+    for model, gpu in (("deepseek-v2-lite", "h200"), ("deepseek-v2-lite", "b200")):  # the MLA backends take 64
+        assert scenario({"name": "vllm", "version": "0.34.0"}, model=model,
+                        hardware={"gpu": gpu}).kv_cache.block_size == 64
+
+
+def test_vllm_034_holds_more_kv_than_033_by_what_its_sizing_frees():
+    # the same H100 and batch limits: 0.34.0 holds the device less the weights, the peak and its margin; 0.33.0 holds
+    # 0.92 of it less the weights and the peak. The difference in tokens is their difference in bytes.
+    from sim.config.deployment import resolve
+    from sim.model.memory import activation_bytes, kv_slot_bytes
+    new, old = (scenario({"name": "vllm", "version": v, "block_size": 16}) for v in ("0.34.0", "0.33.0"))
+    llama, h100 = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
+    peak = activation_bytes(llama, new.scheduler.max_num_batched_tokens, new.scheduler.max_num_seqs,
+                            logit_bytes=new.kv_cache.sampler_bytes_per_logit)
+    freed = (h100.hbm_bytes - max(1 << 30, 3 * peak // 4)) - int(h100.hbm_bytes * 0.92)
+    per_token = kv_slot_bytes(llama, "bf16", 1)
+    gained = resolve(new).kv_capacity_tokens - resolve(old).kv_capacity_tokens
+    assert abs(gained - freed / per_token) <= 2  # whole tokens of each
+
+
+@pytest.mark.parametrize("version, block, allowed", [
+    ("0.6.3", 64, "8, 16, 32"), ("0.6.4", 64, None), ("0.8.4", 1, "8, 16, 32, 64, 128"), ("0.8.5", 1, None),
+    ("0.11.0", 256, "1, 8, 16, 32, 64, 128"), ("0.11.1", 256, None), ("0.17.1", 48, "1, 8, 16, 32, 64, 128, 256"),
+    ("0.18.0", 48, None), ("0.11.0", 7, "1, 8, 16, 32, 64, 128"),
+])
+def test_vllm_block_size_takes_the_choices_of_the_release_parser(version, block, allowed):
+    # vllm/engine/arg_utils.py --block-size choices, then vllm/config's BlockSize Literal, then (0.18.0) an int
+    engine = {"name": "vllm", "version": version, "block_size": block}
+    if allowed is None:
+        assert scenario(engine).kv_cache.block_size == block
+        return
+    with pytest.raises(ConfigError) as err:
+        scenario(engine)
+    assert str(err.value) == (f"engine.block_size: {block} is not a choice of vLLM {version}'s --block-size; "
+                              f"allowed: {allowed}")
+
+
+def test_vllm_034_options():
+    accepted = scenario({"name": "vllm", "version": "0.34.0", "command": "vllm serve m --checkpoint-prepare-on-startup "
+                         "--cache-aware-admission-window 0 --cache-aware-admission-threshold 0.3"})
+    assert accepted.kv_cache.block_size == 64
+    with pytest.raises(ConfigError, match=r"^engine.cache_aware_admission_window: 4 is not modelled"):
+        scenario({"name": "vllm", "version": "0.34.0", "cache_aware_admission_window": 4})
+    with pytest.raises(ConfigError, match=r"^engine.enable_extensible_kv_cache: not a flag of vllm 0.33.0"):
+        scenario({"name": "vllm", "version": "0.33.0", "enable_extensible_kv_cache": True})
+    with pytest.raises(ConfigError, match=r"^engine.enable_extensible_kv_cache: true contradicts engine."
+                                          r"num_gpu_blocks_override"):
+        scenario({"name": "vllm", "version": "0.34.0", "enable_extensible_kv_cache": True,
+                  "num_gpu_blocks_override": 100})
+
+
 def test_vllm_015_is_read_as_016_and_says_so():
     notes = scenario({"name": "vllm", "version": "0.15.1"}).engine.notes
     assert any("v0.16.0's defaults assumed (PyPI has no 0.15 sdist" in n for n in notes)
@@ -677,8 +743,8 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"name": "lmdeploy", "version": "0.1.0a1"}, {"scheduler": {"chunked_prefill": True}},
      "context_pass needs chunked_prefill false"),
     ({"name": "vllm", "version": "0.3.0"}, {}, "engine.version: '0.3.0' is not a vllm version"),
-    ({"name": "vllm", "version": "0.34.0"}, {}, "engine.version: '0.34.0' is not a vllm version the preset knows; "
-     "allowed: 0.6.0 to 0.33.x"),
+    ({"name": "vllm", "version": "0.35.0"}, {}, "engine.version: '0.35.0' is not a vllm version the preset knows; "
+     "allowed: 0.6.0 to 0.34.x"),
     ({"name": "sglang", "version": "0.2.9"}, {}, "engine.version: '0.2.9' is not a sglang version the preset knows; "
      "allowed: 0.3.0 to 0.5.x"),
     ({"name": "vllm", "version": 0.11}, {}, "engine.version: 0.11 is not allowed"),

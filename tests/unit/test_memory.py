@@ -204,6 +204,25 @@ def test_kv_capacity_without_profiled_activations_is_the_fraction_less_the_weigh
         llama, 8192, 256)
 
 
+@pytest.mark.parametrize("tokens, utilization, binds", [
+    (8192, 1.0, "floor"),  # 0.56 GiB of activations: 0.75 x them is under the 1 GiB floor
+    (131072, 1.0, "fraction"),  # 9 GiB: 0.75 x them, 6.75 GiB, is the margin
+    (8192, 0.9, "utilization"),  # 10% of the device is more than the margin: the share binds, as without one
+])
+def test_a_transient_margin_keeps_the_larger_of_its_floor_and_fraction_free_of_the_device(tokens, utilization, binds):
+    # vLLM 0.34's measure_kv_cache_bytes: min(requested - used, free - max(1 GiB, 0.75 x peak)) - peak
+    llama, h100 = MODELS["llama-3.1-8b"], GPUS["h100-sxm"]
+    peak = activation_bytes(llama, tokens, 256)
+    cap = kv_capacity(llama, h100, gpu_memory_utilization=utilization, max_num_batched_tokens=tokens,
+                      transient_margin=(1 << 30, 0.75))
+    margin = {"floor": 1 << 30, "fraction": 3 * peak // 4}.get(binds)
+    usable = int(h100.hbm_bytes * utilization) if margin is None else h100.hbm_bytes - margin
+    assert cap.usable_bytes == usable
+    assert cap.kv_bytes == usable - weight_bytes(llama) - peak
+    without = kv_capacity(llama, h100, gpu_memory_utilization=utilization, max_num_batched_tokens=tokens)
+    assert (cap.kv_bytes == without.kv_bytes) is (binds == "utilization")
+
+
 def test_kv_capacity_responds_to_settings():
     llama, h100 = MODELS["llama-3.1-8b"], GPUS["h100-sxm"]
     base = kv_capacity(llama, h100)

@@ -1,4 +1,4 @@
-"""vLLM's preset (0.6.0-0.33.x): its V1 and V0 rules, defaults by GPU and version, flags and options."""
+"""vLLM's preset (0.6.0-0.34.x): its V1 and V0 rules, defaults by GPU and version, flags and options."""
 
 from __future__ import annotations
 
@@ -16,13 +16,32 @@ from sim.kv.paged import MAX_KV_BLOCKS
 from sim.model.attention_io import TRITON_BACKEND
 
 
-# What the vLLM preset reads, and where (each in the PyPI sdists of every release from 0.11.0 to 0.33.0 but 0.15.x,
+# What the vLLM preset reads, and where (each in the PyPI sdists of every release from 0.11.0 to 0.34.0 but 0.15.x,
 # which PyPI has as wheels only: 0.15.x is taken as 0.16.0, and a preset note says so).
-VLLM_NEWEST = (0, 33, 0)
+VLLM_NEWEST = (0, 34, 0)
 VLLM_BATCH_TIER_160_GIB_SINCE = (0, 28, 0)  # get_batch_defaults: >= 160 GiB -> 16384 / 1024 (B200, B300)
 VLLM_MEMORY_UTILIZATION_092_SINCE = (0, 20, 0)  # CacheConfig.gpu_memory_utilization 0.9 -> 0.92
 VLLM_FULL_PROMPT_ADMISSION_SINCE = (0, 19, 0)  # SchedulerConfig.scheduler_reserve_full_isl = True
 VLLM_MLA_BLOCK_FROM_BACKEND_SINCE = (0, 18, 0)  # platforms/cuda.py no longer forces FlashMLA's 64 / CUTLASS's 128
+# vllm/config/cache.py in the 0.34.0 sdist: CacheConfig.DEFAULT_BLOCK_SIZE 16 -> 64, which every CUDA attention backend
+# the preset prices takes as its preferred size (platforms/interface.py update_block_size_for_backend: FlashAttention,
+# FlashInfer, Triton and FlashAttention-MLA take multiples of 16, FlashInfer MLA 32 or 64); and the extensible KV cache
+# on by default on CUDA (VllmConfig._resolve_extensible_kv_cache; off where --num-gpu-blocks-override or
+# --kv-cache-memory-bytes sizes the cache): gpu_memory_utilization unset resolves to 1.0 (resolved_gpu_memory_utilization)
+# and the cache is sized from the memory free after warmup and CUDA graph capture, less the transient peak and a
+# margin of max(1 GiB, 0.75 x the peak) (v1/worker/extensible_kv_cache.py measure_kv_cache_bytes,
+# KV_CACHE_MARGIN_FLOOR_BYTES, KV_CACHE_MARGIN_FRACTION).
+VLLM_BLOCK_64_SINCE = (0, 34, 0)
+VLLM_EXTENSIBLE_KV_SINCE = (0, 34, 0)
+VLLM_EXTENSIBLE_KV_MARGIN = {"floor_bytes": 1 << 30, "fraction": 0.75}
+# --block-size's values, as each release's parser takes them (vllm/engine/arg_utils.py choices to 0.8.4, then the
+# BlockSize Literal of vllm/config.py / vllm/config/cache.py turned into choices; read in the sdists of 0.6.0, 0.6.3,
+# 0.6.4, 0.6.6, 0.7.0-0.7.3, 0.8.0-0.8.5, 0.9.0, 0.9.2, 0.10.0, 0.10.2, 0.11.0-0.11.2, 0.12.0-0.14.0, 0.16.0, 0.17.0,
+# 0.17.1, 0.18.0, 0.19.0, 0.33.0, 0.34.0): from 0.18.0 any whole number (an int field; which sizes each attention
+# backend then takes is not modelled). Pairs of (first release, the values).
+VLLM_BLOCK_SIZE_CHOICES = (((0, 6, 0), (8, 16, 32)), ((0, 6, 4), (8, 16, 32, 64, 128)),
+                           ((0, 8, 5), (1, 8, 16, 32, 64, 128)), ((0, 11, 1), (1, 8, 16, 32, 64, 128, 256)),
+                           ((0, 18, 0), None))
 # --async-scheduling: experimental from v0.10.0 (SchedulerConfig.async_scheduling: bool = False through v0.13.0), on
 # by default from v0.14.0 (Field(default=None), resolved by VllmConfig.__post_init__: `_vllm_async_default`).
 VLLM_ASYNC_SCHEDULING_SINCE = (0, 10, 0)
@@ -48,13 +67,20 @@ def _vllm_batch_defaults(gpu, version: tuple[int, ...]) -> tuple[int, int]:
     return (8192, 1024) if big else (2048, 256)
 
 
+def _vllm_default_block_size(version: tuple[int, ...]) -> int:
+    """CacheConfig's default KV block size: 16 tokens, 64 from v0.34.0 (VLLM_BLOCK_64_SINCE)."""
+    return 64 if version >= VLLM_BLOCK_64_SINCE else 16
+
+
 def _vllm_mla_block_size(ctx: Context) -> tuple[int, str] | None:
-    """The KV block size vLLM forces for an MLA model (DeepSeek-V2/V3/R1) on CUDA, with why; None where it keeps 16
-    (vllm/platforms/cuda.py CudaPlatformBase.check_and_update_config): to v0.17.x, FlashMLA's 64 on Hopper (compute
-    capability 9.x; from v0.11.1 the backend chosen is FlashAttention-MLA, which takes any multiple of 16, but the
-    FlashMLA branch still forces 64); on Blackwell (10.x) CUTLASS MLA's 128 to v0.14.x, then (v0.16.0) FlashInfer MLA's
-    64 where qk_nope_head_dim is 128, else CUTLASS's 128. From v0.18.0 the block size is the backend's preferred one:
-    16 for FlashAttention-MLA on Hopper, 32 (the smallest FlashInfer MLA takes) on Blackwell. Other GPUs: 16."""
+    """The KV block size vLLM forces for an MLA model (DeepSeek-V2/V3/R1) on CUDA, with why; None where it keeps its
+    default (`_vllm_default_block_size`; vllm/platforms/cuda.py CudaPlatformBase.check_and_update_config): to v0.17.x,
+    FlashMLA's 64 on Hopper (compute capability 9.x; from v0.11.1 the backend chosen is FlashAttention-MLA, which
+    takes any multiple of 16, but the FlashMLA branch still forces 64); on Blackwell (10.x) CUTLASS MLA's 128 to
+    v0.14.x, then (v0.16.0) FlashInfer MLA's 64 where qk_nope_head_dim is 128, else CUTLASS's 128. From v0.18.0 the
+    block size is the backend's preferred one, the default where it takes it: FlashAttention-MLA on Hopper takes any
+    multiple of 16, FlashInfer MLA on Blackwell 32 or 64 (so 32 while the default is 16, the default 64 from
+    v0.34.0). Other GPUs: the default."""
     model, cc = ctx.model, ctx.gpu.compute_capability
     if model is None or model.attention != "mla" or cc is None:
         return None
@@ -64,6 +90,8 @@ def _vllm_mla_block_size(ctx: Context) -> tuple[int, str] | None:
     if cc[0] != 10:
         return None
     if v >= VLLM_MLA_BLOCK_FROM_BACKEND_SINCE:
+        if _vllm_default_block_size(v) in (32, 64):
+            return None
         return 32, "FlashInfer MLA's smallest block size on Blackwell"
     if v >= (0, 15) and model.qk_nope_head_dim == 128:
         return 64, "FlashInfer MLA's block size, forced on Blackwell"
@@ -183,17 +211,54 @@ def _vllm_triton_attention(ctx: Context, notes: list[str]) -> dict[str, Any]:
     return {"attention.backend": TRITON_BACKEND}
 
 
+def _vllm_block_size_choice(ctx: Context) -> None:
+    """--block-size refused in one line where the release's parser does not take the value (VLLM_BLOCK_SIZE_CHOICES)."""
+    given = ctx.flags.get("block_size")
+    if given is None:
+        return
+    choices = next(c for since, c in reversed(VLLM_BLOCK_SIZE_CHOICES) if ctx.version >= since)
+    if choices is not None and given not in choices:
+        raise ConfigError(f"engine.block_size: {given} is not a choice of vLLM {ctx.version_text}'s --block-size; "
+                          f"allowed: {', '.join(map(str, choices))}")
+
+
+def _vllm_extensible_kv(ctx: Context) -> bool:
+    """Whether vLLM sizes its KV cache after warmup (VLLM_EXTENSIBLE_KV_SINCE): by default from 0.34.0, not where
+    --num-gpu-blocks-override sizes it or --no-enable-extensible-kv-cache turns it off; asked for beside an override,
+    refused in one line, as vLLM refuses it ("Explicitly requesting it where unsupported is an error")."""
+    asked = ctx.flags.get("enable_extensible_kv_cache")
+    if ctx.version < VLLM_EXTENSIBLE_KV_SINCE or asked is False:
+        return False
+    if ctx.flags.get("num_gpu_blocks_override") is not None:
+        if asked:
+            raise ConfigError("engine.enable_extensible_kv_cache: true contradicts engine.num_gpu_blocks_override "
+                              "(vLLM sizes an extensible KV cache from measured memory, which the override replaces); "
+                              "allowed: leave one of them out")
+        return False
+    return True
+
+
+def _vllm_no_admission_window(value: int) -> int:
+    """--cache-aware-admission-window: 0 only, vLLM's default (admission in arrival order)."""
+    if value != 0:
+        raise ConfigError(f"engine.cache_aware_admission_window: {value} is not modelled (vLLM then admits requests "
+                          "whose prefix is cached ahead of others in the window); allowed: 0, or leave it out")
+    return value
+
+
 def derive_vllm(ctx: Context) -> PresetResult:
     """vLLM V1 (0.8+) as vllm/engine/arg_utils.py, vllm/config and vllm/platforms/cuda.py derive it, read in the PyPI
-    sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0): chunked prefill with decodes and prefill chunks
-    in one step, the OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`), 16-token KV blocks (an MLA
-    model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9 (0.92 from 0.20), async scheduling by
-    default from 0.14; V0 (0.6-0.7, and 0.8-0.10 where V1 falls back to it: `_vllm_v0_fallback`) as each release
+    sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0), and 0.34.0's changes to them (VLLM_BLOCK_64_SINCE,
+    VLLM_EXTENSIBLE_KV_SINCE): chunked prefill with decodes and prefill chunks
+    in one step, the OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`), 16-token KV blocks (64 from
+    0.34; an MLA model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9 (0.92 from 0.20; from 0.34
+    the extensible KV cache's sizing after warmup, `_vllm_extensible_kv`), async scheduling by default from 0.14; V0 (0.6-0.7, and 0.8-0.10 where V1 falls back to it: `_vllm_v0_fallback`) as each release
     does (`_vllm_v0_schedule`): prefill-only steps unless chunked (on by default above a 32k context), multi-step
     decoding; NCCL's all-reduce where its own turns off (`custom_all_reduce`)."""
     v, flags = ctx.version, ctx.flags
+    _vllm_block_size_choice(ctx)
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
-                              "kv_cache.block_size": 16, "kv_cache.gpu_memory_utilization": 0.9}
+                              "kv_cache.block_size": _vllm_default_block_size(v), "kv_cache.gpu_memory_utilization": 0.9}
     notes: list[str] = []
     refuse_model_before(ctx, VLLM_MODEL_TYPE_SINCE, "vLLM", "vllm/model_executor/models/registry.py")
     fallback = _vllm_v0_fallback(ctx)
@@ -243,7 +308,17 @@ def derive_vllm(ctx: Context) -> PresetResult:
             values["kv_cache.block_size"] = mla[0]
             notes.append(f"vLLM {ctx.version_text}: KV block size {mla[0]} for an MLA model on {ctx.gpu.name} "
                          f"({mla[1]}; vllm/platforms/cuda.py)")
-        if v >= VLLM_MEMORY_UTILIZATION_092_SINCE:
+        if v >= VLLM_BLOCK_64_SINCE and mla is None:
+            notes.append(f"vLLM {ctx.version_text}: KV blocks of 64 tokens (CacheConfig.DEFAULT_BLOCK_SIZE, which the "
+                         "attention backend takes)")
+        if _vllm_extensible_kv(ctx):
+            values["kv_cache.gpu_memory_utilization"] = 1.0
+            values["kv_cache.transient_margin"] = dict(VLLM_EXTENSIBLE_KV_MARGIN)
+            notes.append(f"vLLM {ctx.version_text}: its extensible KV cache, sized from the memory free after warmup: "
+                         "gpu_memory_utilization 1.0 unless given, the peak activations and max(1 GiB, 0.75 x them) "
+                         "kept free (kv_cache.transient_margin); the CUDA context's and CUDA graphs' memory, which it "
+                         "measures, is not taken from the KV budget")
+        elif v >= VLLM_MEMORY_UTILIZATION_092_SINCE:
             values["kv_cache.gpu_memory_utilization"] = 0.92
             notes.append(f"vLLM {ctx.version_text}: gpu_memory_utilization 0.92; the memory vLLM sets aside for CUDA "
                          "graphs (profiled from v0.20.0) is not taken from the KV budget")
@@ -295,7 +370,7 @@ def vllm_fp8_without_fp8_cores(version: tuple[int, ...], block_scaled: bool, moe
 
 
 # vLLM's executors (ParallelConfig.__post_init__ in vllm/config.py to 0.10.2, vllm/config/parallel.py from 0.11.0, read
-# in the PyPI sdist of every release 0.6.0-0.33.0): on one node `mp` (a worker process per GPU) where TP x PP > 1,
+# in the PyPI sdist of every release 0.6.0-0.34.0): on one node `mp` (a worker process per GPU) where TP x PP > 1,
 # else `uni` (the worker in the engine's process; 0.6.x: its GPU executor, no name); ray only when asked for or
 # inside a ray placement group. The CPU terms were fitted on runs of those defaults.
 VLLM_UNI_EXECUTOR_SINCE = (0, 7, 0)  # `uni` a value of --distributed-executor-backend (0.6.x: ray, mp)
@@ -319,7 +394,8 @@ def _vllm_executor_backend(ctx: Context) -> None:
 def _vllm_blocks_override(ctx: Context, preset_block: int, notes: list[str]) -> dict[str, Any]:
     """--num-gpu-blocks-override: the KV cache holds that many blocks, whatever the memory would hold (V0's
     llm_engine.py _initialize_kv_caches, V1's v1/core/kv_cache_utils.py may_override_num_blocks: "Overriding
-    num_gpu_blocks=%d with num_gpu_blocks_override=%d"; read in 0.6.0, 0.11.0, 0.19.0 and 0.33.0), as
+    num_gpu_blocks=%d with num_gpu_blocks_override=%d"; read in 0.6.0, 0.11.0, 0.19.0 and 0.33.0; v1/core/
+    kv_cache_planning.py in 0.34.0), as
     `kv_cache.capacity_tokens` (the blocks x the block size); refused for a model with sliding-window layers, whose
     blocks vLLM shares between its KV cache groups."""
     blocks = ctx.flags.get("num_gpu_blocks_override")
@@ -480,7 +556,7 @@ VLLM_FLAGS = {
                                     "(kv_cache.capacity_tokens)",
                                     at_least_one("num_gpu_blocks_override", MAX_KV_BLOCKS)),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
-    # in vllm/engine/arg_utils.py to 0.10.0, gone in 0.10.1 (every sdist 0.6.0-0.33.0)
+    # in vllm/engine/arg_utils.py to 0.10.0, gone in 0.10.1 (every sdist 0.6.0-0.34.0)
     "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)",
                                 until=(0, 10, 1)),
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool, "--enable-prefix-caching"),
@@ -492,6 +568,11 @@ VLLM_FLAGS = {
                            "fp8_e5m2 or bfloat16",
                            kv_cache_dtype_flag(("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"))),
     "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
+    "enable_extensible_kv_cache": Flag(None, bool, "--enable-extensible-kv-cache: the KV cache sized from the memory "
+                                       "free after warmup (false: from the memory profile, gpu_memory_utilization "
+                                       "0.92)", since=VLLM_EXTENSIBLE_KV_SINCE),
+    "cache_aware_admission_window": Flag(None, int, "--cache-aware-admission-window: 0 only (admission in arrival "
+                                         "order)", _vllm_no_admission_window, since=(0, 34, 0)),
     "distributed_executor_backend": Flag(None, str, "--distributed-executor-backend: the default for the GPUs "
                                          "(mp for several, uni for one), the executor the CPU terms were fitted with"),
     # vllm/engine/arg_utils.py: fcfs (the default of every release that has it) or priority, which orders by a
@@ -537,14 +618,14 @@ VLLM_FLAGS = {
 # vLLM's options that change nothing simulated, read in the parsers of 0.10.2, 0.11.0 and 0.19.0 (make_arg_parser
 # run from their wheels: each option's nargs). --disable-log-requests: from 0.10.1 a deprecated BooleanOptionalAction
 # beside --enable-log-requests (request logging is off unless that option, which adds work, is given: not accepted
-# here), still parsed in 0.16.0 and gone in 0.17.0 (vllm/engine/arg_utils.py of every PyPI sdist 0.10.1-0.33.0; the
+# here), still parsed in 0.16.0 and gone in 0.17.0 (vllm/engine/arg_utils.py of every PyPI sdist 0.10.1-0.34.0; the
 # 0.12.0 cited by vllm-project/vllm#29402's downstream readers is when it was meant to go). vLLM 0.6.0's API server
 # (its request log on by default) was measured with the log on and off in turn and did the same work within the noise
 # (API_SERVER_WORK): its row serves both. The cost of --disable-log-stats is not modelled.
 # --max-logprobs and --guided-decoding-backend bound what a request may ask (logprobs, structured output), which the
 # workload does not; --max-parallel-loading-workers loads the weights; --calculate-kv-scales computes an fp8 KV
 # cache's scales on the first pass (its bytes are priced by the dtype). Their first and last releases: every sdist
-# 0.6.0-0.33.0 (vllm/engine/arg_utils.py).
+# 0.6.0-0.34.0 (vllm/engine/arg_utils.py).
 # --swap-space is CPU memory for swapping out KV, which a single-sequence request's preemption does not use: V0
 # recomputes it (vllm/core/scheduler.py _preempt: RECOMPUTE where get_max_num_running_seqs() == 1, SWAP only for
 # beam search and n > 1, which ServeSim does not model), V1 allocates no CPU blocks (vllm-project/vllm#27984; the
@@ -564,8 +645,8 @@ VLLM_V2_BLOCK_MANAGER_UNTIL = (0, 10, 0)
 # The options above and below that came in after 0.6.0: the first release that has each, read in the PyPI sdist of
 # every release from 0.6.0 to 0.33.0 (vllm/engine/arg_utils.py; the API server's options in
 # vllm/entrypoints/openai/cli_args.py, from 0.10 the fields of its FrontendArgs dataclass, whose file moved to
-# entrypoints/launchers/cli_args.py in 0.29.0 and entrypoints/common/cli_args.py in 0.33.0). Every option below is
-# in each release from its first to 0.33.0.
+# entrypoints/launchers/cli_args.py in 0.29.0 and entrypoints/common/cli_args.py in 0.33.0), and in 0.34.0's. Every
+# option below is in each release from its first to 0.34.0.
 _VLLM_INERT_SINCE = {"--config-format": (0, 6, 1), "--disable-fastapi-docs": (0, 6, 2),
                      "--generation-config": (0, 6, 6), "--reasoning-parser": (0, 7, 1),
                      "--disable-uvicorn-access-log": (0, 8, 2), "--hf-token": (0, 8, 4),
@@ -619,4 +700,11 @@ VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(optio
                   "--trust-request-chat-template")
     + inert_group(SEED, "one", "--seed")
     + (InertOption("--disable-cascade-attn", "none", "cascade attention off, as priced (vLLM uses it only when every "
-                   "running request shares a long prefix)", since=(0, 8, 2)),)))
+                   "running request shares a long prefix)", since=(0, 8, 2)),
+       # in vllm/engine/arg_utils.py from the 0.34.0 sdist
+       InertOption("--cache-aware-admission-threshold", "one", "the KV usage above which an admission window "
+                   "applies (none is modelled: --cache-aware-admission-window 0)", since=(0, 34, 0)),
+       InertOption("--max-num-inflight-kv-loads", "one", "a KV connector's loads in flight (no connector is "
+                   "modelled)", since=(0, 34, 0)),
+       InertOption("--checkpoint-prepare-on-startup", "none", MODEL_FILES, since=(0, 34, 0)),
+       InertOption("--shuffle-safetensors-files", "none", MODEL_FILES, since=(0, 34, 0)))))
