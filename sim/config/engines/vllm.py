@@ -27,10 +27,10 @@ VLLM_MLA_BLOCK_FROM_BACKEND_SINCE = (0, 18, 0)  # platforms/cuda.py no longer fo
 # the preset prices takes as its preferred size (platforms/interface.py update_block_size_for_backend: FlashAttention,
 # FlashInfer, Triton and FlashAttention-MLA take multiples of 16, FlashInfer MLA 32 or 64); and the extensible KV cache
 # on by default on CUDA (VllmConfig._resolve_extensible_kv_cache; off where --num-gpu-blocks-override or
-# --kv-cache-memory-bytes sizes the cache): gpu_memory_utilization unset resolves to 1.0 (resolved_gpu_memory_utilization)
-# and the cache is sized from the memory free after warmup and CUDA graph capture, less the transient peak and a
-# margin of max(1 GiB, 0.75 x the peak) (v1/worker/extensible_kv_cache.py measure_kv_cache_bytes,
-# KV_CACHE_MARGIN_FLOOR_BYTES, KV_CACHE_MARGIN_FRACTION).
+# --kv-cache-memory-bytes sizes the cache): gpu_memory_utilization unset resolves to 1.0
+# (resolved_gpu_memory_utilization) and the cache is sized from the memory free after warmup and CUDA graph capture,
+# less the transient peak and a margin of max(1 GiB, 0.75 x the peak) (v1/worker/extensible_kv_cache.py
+# measure_kv_cache_bytes, KV_CACHE_MARGIN_FLOOR_BYTES, KV_CACHE_MARGIN_FRACTION).
 VLLM_BLOCK_64_SINCE = (0, 34, 0)
 VLLM_EXTENSIBLE_KV_SINCE = (0, 34, 0)
 VLLM_EXTENSIBLE_KV_MARGIN = {"floor_bytes": 1 << 30, "fraction": 0.75}
@@ -248,17 +248,19 @@ def _vllm_no_admission_window(value: int) -> int:
 
 def derive_vllm(ctx: Context) -> PresetResult:
     """vLLM V1 (0.8+) as vllm/engine/arg_utils.py, vllm/config and vllm/platforms/cuda.py derive it, read in the PyPI
-    sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0), and 0.34.0's changes to them (VLLM_BLOCK_64_SINCE,
-    VLLM_EXTENSIBLE_KV_SINCE): chunked prefill with decodes and prefill chunks
-    in one step, the OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`), 16-token KV blocks (64 from
-    0.34; an MLA model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9 (0.92 from 0.20; from 0.34
-    the extensible KV cache's sizing after warmup, `_vllm_extensible_kv`), async scheduling by default from 0.14; V0 (0.6-0.7, and 0.8-0.10 where V1 falls back to it: `_vllm_v0_fallback`) as each release
-    does (`_vllm_v0_schedule`): prefill-only steps unless chunked (on by default above a 32k context), multi-step
-    decoding; NCCL's all-reduce where its own turns off (`custom_all_reduce`)."""
+    sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0), and 0.34.0's changes to them
+    (VLLM_BLOCK_64_SINCE, VLLM_EXTENSIBLE_KV_SINCE): chunked prefill with decodes and prefill chunks in one step, the
+    OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`), 16-token KV blocks (64 from 0.34; an MLA
+    model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9 (0.92 from 0.20; from 0.34 the extensible
+    KV cache's sizing after warmup, `_vllm_extensible_kv`), async scheduling by default from 0.14; V0 (0.6-0.7, and
+    0.8-0.10 where V1 falls back to it: `_vllm_v0_fallback`) as each release does (`_vllm_v0_schedule`): prefill-only
+    steps unless chunked (on by default above a 32k context), multi-step decoding; NCCL's all-reduce where its own
+    turns off (`custom_all_reduce`)."""
     v, flags = ctx.version, ctx.flags
     _vllm_block_size_choice(ctx)
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
-                              "kv_cache.block_size": _vllm_default_block_size(v), "kv_cache.gpu_memory_utilization": 0.9}
+                              "kv_cache.block_size": _vllm_default_block_size(v),
+                              "kv_cache.gpu_memory_utilization": 0.9}
     notes: list[str] = []
     refuse_model_before(ctx, VLLM_MODEL_TYPE_SINCE, "vLLM", "vllm/model_executor/models/registry.py")
     fallback = _vllm_v0_fallback(ctx)
