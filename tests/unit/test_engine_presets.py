@@ -475,6 +475,30 @@ def test_vllms_num_gpu_blocks_override_sets_its_kv_blocks_whatever_the_memory_ho
                  quantization={"weights": "mxfp4"})
 
 
+def test_vllms_kv_cache_memory_bytes_holds_whole_blocks_of_its_bytes_a_gpu():
+    # V1's gpu_worker.py determine_available_memory returns kv_cache_memory_bytes (0.10.2+): Llama-3.1-8B keeps
+    # 32 layers x 8 KV heads x 128 x 2 (K, V) x 2 bytes = 128 KiB a token, so 20 GiB is 163,840 tokens; an fp8 cache
+    # twice that; two pipeline stages, 16 layers each, twice again; under TP 2 each GPU keeps half a token's KV
+    gib20 = 20 << 30
+    plain = scenario({"name": "vllm", "version": "0.11.0", "kv_cache_memory_bytes": gib20})
+    assert plain.kv_cache.capacity_tokens == 163_840
+    assert any("--kv-cache-memory-bytes 21474836480: 163,840 KV tokens" in n for n in plain.engine.notes)
+    fp8 = scenario({"name": "vllm", "version": "0.11.0", "kv_cache_memory_bytes": gib20, "kv_cache_dtype": "fp8"})
+    staged = scenario({"name": "vllm", "version": "0.11.0", "kv_cache_memory_bytes": gib20,
+                       "pipeline_parallel_size": 2})
+    split = scenario({"name": "vllm", "version": "0.11.0", "kv_cache_memory_bytes": gib20, "tensor_parallel_size": 2})
+    assert (fp8.kv_cache.capacity_tokens, staged.kv_cache.capacity_tokens, split.kv_cache.capacity_tokens) == (
+        2 * 163_840, 2 * 163_840, 2 * 163_840)
+    odd = scenario({"name": "vllm", "version": "0.34.0", "kv_cache_memory_bytes": gib20 + 100})  # 64-token blocks
+    assert odd.kv_cache.capacity_tokens == 163_840 and odd.kv_cache.transient_margin is None
+    both = scenario({"name": "vllm", "version": "0.11.0", "kv_cache_memory_bytes": gib20, "num_gpu_blocks_override": 9})
+    assert both.kv_cache.capacity_tokens == 9 * 16  # the block override is applied last, as vLLM applies it
+    for engine, words in (({"version": "0.10.1.1"}, "not a flag of vllm 0.10.1.1 (it came in 0.10.2)"),
+                          ({"version": "0.11.0", "kv_cache_memory_bytes": 1000}, "1000 holds no 16-token block")):
+        with pytest.raises(ConfigError, match=re.escape(f"engine.kv_cache_memory_bytes: {words}")):
+            scenario({"name": "vllm", "kv_cache_memory_bytes": 10**9, **engine})
+
+
 @pytest.mark.parametrize("gpu, engine, result", [
     ("h100-sxm", {"version": "0.5.5.post1", "attention_backend": "fa3"}, "fa3"),
     ("h200", {"version": "0.5.5.post1", "command": "python3 -m sglang.launch_server --attention-backend=fa3"}, "fa3"),

@@ -14,6 +14,7 @@ from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.errors import ConfigError
 from sim.kv.paged import MAX_KV_BLOCKS
 from sim.model.attention_io import TRITON_BACKEND
+from sim.model.memory import pipeline_stage_layers, stage_kv_bytes_per_token
 
 
 # What the vLLM preset reads, and where (each in the PyPI sdists of every release from 0.11.0 to 0.34.0 but 0.15.x,
@@ -224,16 +225,19 @@ def _vllm_block_size_choice(ctx: Context) -> None:
 
 def _vllm_extensible_kv(ctx: Context) -> bool:
     """Whether vLLM sizes its KV cache after warmup (VLLM_EXTENSIBLE_KV_SINCE): by default from 0.34.0, not where
-    --num-gpu-blocks-override sizes it or --no-enable-extensible-kv-cache turns it off; asked for beside an override,
-    refused in one line, as vLLM refuses it ("Explicitly requesting it where unsupported is an error")."""
+    --num-gpu-blocks-override or --kv-cache-memory-bytes sizes it or --no-enable-extensible-kv-cache turns it off;
+    asked for beside an override, refused in one line, as vLLM refuses it ("Explicitly requesting it where unsupported
+    is an error")."""
     asked = ctx.flags.get("enable_extensible_kv_cache")
     if ctx.version < VLLM_EXTENSIBLE_KV_SINCE or asked is False:
         return False
-    if ctx.flags.get("num_gpu_blocks_override") is not None:
+    for sizing in ("num_gpu_blocks_override", "kv_cache_memory_bytes"):
+        if ctx.flags.get(sizing) is None:
+            continue
         if asked:
-            raise ConfigError("engine.enable_extensible_kv_cache: true contradicts engine.num_gpu_blocks_override "
-                              "(vLLM sizes an extensible KV cache from measured memory, which the override replaces); "
-                              "allowed: leave one of them out")
+            raise ConfigError(f"engine.enable_extensible_kv_cache: true contradicts engine.{sizing} (vLLM sizes an "
+                              "extensible KV cache from measured memory, which that setting replaces); allowed: leave "
+                              "one of them out")
         return False
     return True
 
@@ -349,6 +353,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
         named = "--async-scheduling" if flags.get("async_scheduling") else "async scheduling"
         notes.append(f"vLLM {named}: the CPU terms (fitted on runs without it) overlap the GPU's step")
     values.update(_vllm_blocks_override(ctx, values["kv_cache.block_size"], notes))
+    values.update(_vllm_kv_memory_bytes(ctx, values["kv_cache.block_size"], notes))
     return PresetResult(values, {}, notes)
 
 
@@ -393,6 +398,11 @@ def _vllm_executor_backend(ctx: Context) -> None:
                           f"executor's); allowed: {allowed}{', or leave it out' if default else ''}")
 
 
+def _vllm_block(ctx: Context, preset_block: int) -> int:
+    """The KV block size the run takes: --block-size, else the scenario's kv_cache.block_size, else the preset's."""
+    return ctx.flags.get("block_size") or get_key(ctx.raw, "kv_cache.block_size") or preset_block
+
+
 def _vllm_blocks_override(ctx: Context, preset_block: int, notes: list[str]) -> dict[str, Any]:
     """--num-gpu-blocks-override: the KV cache holds that many blocks, whatever the memory would hold (V0's
     llm_engine.py _initialize_kv_caches, V1's v1/core/kv_cache_utils.py may_override_num_blocks: "Overriding
@@ -407,10 +417,42 @@ def _vllm_blocks_override(ctx: Context, preset_block: int, notes: list[str]) -> 
         raise ConfigError(f"engine.num_gpu_blocks_override: {blocks} is not modelled for {ctx.model.name}'s "
                           "sliding-window layers (vLLM shares the blocks between its KV cache groups); allowed: leave "
                           "it out, or kv_cache.capacity_tokens")
-    block = ctx.flags.get("block_size") or get_key(ctx.raw, "kv_cache.block_size") or preset_block
+    block = _vllm_block(ctx, preset_block)
     notes.append(f"vLLM --num-gpu-blocks-override {blocks}: {blocks * block:,} KV tokens ({block}-token blocks), "
                  "whatever the memory would hold")
     return {"kv_cache.capacity_tokens": blocks * block}
+
+
+# --kv-cache-memory-bytes (CacheConfig.kv_cache_memory_bytes, "Size of KV Cache per GPU in bytes", from 0.10.2: absent
+# from the 0.10.0, 0.10.1 and 0.10.1.1 sdists): V0's worker.py and V1's v1/worker/gpu_worker.py
+# determine_available_memory return it as the KV memory, skipping the profile and gpu_memory_utilization (read in
+# 0.10.2, 0.11.0, 0.19.0 and 0.34.0).
+VLLM_KV_CACHE_MEMORY_BYTES_SINCE = (0, 10, 2)
+
+
+def _vllm_kv_memory_bytes(ctx: Context, preset_block: int, notes: list[str]) -> dict[str, Any]:
+    """--kv-cache-memory-bytes: each GPU's KV cache holds that many bytes, as `kv_cache.capacity_tokens` (whole blocks
+    of one token's KV on the GPU of the pipeline stage with the most layers); --num-gpu-blocks-override wins where both
+    are given, as vLLM overrides the blocks last; refused for a model with sliding-window layers (their KV cache
+    groups), as the blocks override is."""
+    given = ctx.flags.get("kv_cache_memory_bytes")
+    if given is None or ctx.flags.get("num_gpu_blocks_override") is not None or ctx.model is None:
+        return {}
+    if ctx.model.hybrid_window:
+        raise ConfigError(f"engine.kv_cache_memory_bytes: {given} is not modelled for {ctx.model.name}'s "
+                          "sliding-window layers (vLLM shares the blocks between its KV cache groups); allowed: leave "
+                          "it out, or kv_cache.capacity_tokens")
+    block = _vllm_block(ctx, preset_block)
+    kv_dtype = get_key(ctx.raw, "quantization.kv_cache") or "bf16"
+    layers = max(pipeline_stage_layers(ctx.model.num_layers, ctx.pipeline_parallel))
+    per_token = stage_kv_bytes_per_token(ctx.model, layers, kv_dtype, ctx.tensor_parallel)
+    tokens = given // (block * per_token) * block
+    if tokens < 1:
+        raise ConfigError(f"engine.kv_cache_memory_bytes: {given} holds no {block}-token block of "
+                          f"{ctx.model.name}'s KV ({block * per_token:,} bytes a GPU); allowed: at least that")
+    notes.append(f"vLLM --kv-cache-memory-bytes {given}: {tokens:,} KV tokens ({block}-token blocks of "
+                 f"{block * per_token:,} bytes a GPU), whatever the memory would hold")
+    return {"kv_cache.capacity_tokens": tokens}
 
 
 # vLLM V1 (0.8.0-0.10.x) falls back to the V0 engine for what it does not support yet (vllm/engine/arg_utils.py
@@ -557,6 +599,9 @@ VLLM_FLAGS = {
     "num_gpu_blocks_override": Flag(None, int, "--num-gpu-blocks-override: the KV cache's blocks, as given "
                                     "(kv_cache.capacity_tokens)",
                                     at_least_one("num_gpu_blocks_override", MAX_KV_BLOCKS)),
+    "kv_cache_memory_bytes": Flag(None, int, "--kv-cache-memory-bytes: the KV cache's bytes a GPU, as given "
+                                  "(kv_cache.capacity_tokens)", at_least_one("kv_cache_memory_bytes"),
+                                  since=VLLM_KV_CACHE_MEMORY_BYTES_SINCE),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
     # in vllm/engine/arg_utils.py to 0.10.0, gone in 0.10.1 (every sdist 0.6.0-0.34.0)
     "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)",
