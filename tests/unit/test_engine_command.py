@@ -257,6 +257,27 @@ def test_vllms_api_server_options_are_accepted_to_the_last_release_read():
         scenario({"name": "vllm", "version": "0.33.0", "command": "vllm serve m --enable-log-outputs"})
 
 
+@pytest.mark.parametrize("version, command, words", [
+    ("0.11.0", "--task generate --prefix-caching-hash-algo sha256 --limit-mm-per-prompt image=0", None),
+    ("0.34.0", "--prefix-caching-hash-algo xxhash --limit-mm-per-prompt image=0", None),
+    ("0.6.4", "--task auto", None),
+    ("0.6.3", "--task generate", "not a flag of vllm 0.6.3 (it came in 0.6.4)"),
+    ("0.13.0", "--task generate", "not a flag of vllm 0.13.0 (its parser refuses it from 0.13.0)"),
+    ("0.11.0", "--task embed", "'embed' is not modelled; allowed: auto, generate"),
+    ("0.8.2", "--prefix-caching-hash-algo sha256", "not an option of vllm 0.8.2 (it came in 0.8.3)"),
+])
+def test_vllms_task_hash_and_multimodal_options_as_its_sdists_have_them(version, command, words):
+    # --task: ModelConfig.task in 0.6.4-0.12.x; --prefix-caching-hash-algo from 0.8.3; --limit-mm-per-prompt in every
+    # sdist 0.6.0-0.34.0 (the workload is text)
+    engine = {"name": "vllm", "version": version, "command": f"vllm serve m {command}"}
+    if words is None:
+        scenario(engine)
+        return
+    with pytest.raises(ConfigError) as err:
+        scenario(engine)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("version, tp, given, default", [
     ("0.11.0", 2, "mp", "mp"), ("0.33.0", 1, "uni", "uni"), ("0.7.0", 1, "uni", "uni"), ("0.6.0", 4, "mp", "mp"),
     ("0.11.0", 2, "ray", "mp"), ("0.11.0", 1, "mp", "uni"), ("0.19.0", 8, "external_launcher", "mp"),

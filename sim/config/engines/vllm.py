@@ -9,7 +9,8 @@ from sim.config.engine_command import InertOption
 from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED,
                                      SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least_one, caches_prefixes,
                                      custom_all_reduce, dotted_version, get_key, inert_group, kv_cache_dtype_flag,
-                                     only_default, refuse_model_before, sixteen_bit_dtype, weights_quantization)
+                                     only_default, only_one_of, refuse_model_before, sixteen_bit_dtype,
+                                     weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.errors import ConfigError
 from sim.kv.paged import MAX_KV_BLOCKS
@@ -626,6 +627,11 @@ VLLM_FLAGS = {
     # request's priority field, which the workload does not set
     "scheduling_policy": Flag(None, str, "--scheduling-policy: fcfs, the default",
                               only_default("scheduling_policy", "fcfs"), since=(0, 6, 3)),
+    # ModelConfig.task (vllm/engine/arg_utils.py choices from TaskOption): from 0.6.4, deprecated in 0.12.x, gone in
+    # 0.13.0 (the sdists of 0.6.3, 0.6.4, 0.12.0 and 0.13.0); auto picks generate for a generative model
+    "task": Flag(None, str, "--task: auto or generate (a generative model's own task)",
+                 only_one_of("task", ("auto", "generate"), " (a pooling task is not modelled), or leave it out"),
+                 since=(0, 6, 4), until=(0, 13, 0)),
     "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
                                       "(hardware.all_reduce nccl)"),
     "disable_hybrid_kv_cache_manager": Flag(None, bool, "--disable-hybrid-kv-cache-manager: a hybrid model's sliding "
@@ -754,4 +760,10 @@ VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(optio
        InertOption("--max-num-inflight-kv-loads", "one", "a KV connector's loads in flight (no connector is "
                    "modelled)", since=(0, 34, 0)),
        InertOption("--checkpoint-prepare-on-startup", "none", MODEL_FILES, since=(0, 34, 0)),
+       # from 0.8.3 (absent from the 0.8.0-0.8.2 sdists): the hash of a prefix-cache block's tokens, whose CPU time is
+       # in the fitted terms
+       InertOption("--prefix-caching-hash-algo", "one", "the prefix cache's block hash (its CPU time is in the "
+                   "fitted terms)", since=(0, 8, 3)),
+       # every sdist 0.6.0-0.34.0: a multimodal model's inputs a prompt may carry; the workload is text
+       InertOption("--limit-mm-per-prompt", "one", "multimodal inputs a prompt may carry (the workload is text)"),
        InertOption("--shuffle-safetensors-files", "none", MODEL_FILES, since=(0, 34, 0)))))
