@@ -278,6 +278,23 @@ def test_vllms_task_hash_and_multimodal_options_as_its_sdists_have_them(version,
     assert words in str(err.value) and "\n" not in str(err.value)
 
 
+@pytest.mark.parametrize("version, command, words", [
+    ("1.2.0rc1", "--backend pytorch --num_postprocess_workers 2", None),
+    ("1.0.0", "--backend trt", "'trt' is not modelled; allowed: pytorch (the default)"),
+    ("0.17", "--backend pytorch", "not modelled for TensorRT-LLM 0.17 (the preset takes its TensorRT engine flow"),
+])
+def test_trtllm_serves_backend_and_postprocess_workers(version, command, words):
+    # tensorrt_llm/commands/serve.py at 00209af1: --backend pytorch (the default), tensorrt, _autodeploy;
+    # --num_postprocess_workers 0 by default
+    engine = {"name": "trtllm", "version": version, "command": f"trtllm-serve m {command}"}
+    if words is None:
+        assert any("--num_postprocess_workers 2: accepted, no effect" in n for n in scenario(engine).engine.notes)
+        return
+    with pytest.raises(ConfigError) as err:
+        scenario(engine)
+    assert words in str(err.value) and "\n" not in str(err.value)
+
+
 @pytest.mark.parametrize("version, tp, given, default", [
     ("0.11.0", 2, "mp", "mp"), ("0.33.0", 1, "uni", "uni"), ("0.7.0", 1, "uni", "uni"), ("0.6.0", 4, "mp", "mp"),
     ("0.11.0", 2, "ray", "mp"), ("0.11.0", 1, "mp", "uni"), ("0.19.0", 8, "external_launcher", "mp"),

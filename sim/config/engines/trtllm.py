@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from sim.config.engine_command import InertOption
 from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SERVER_ADDRESS,
-                                     caches_prefixes, inert_group)
+                                     caches_prefixes, inert_group, only_default)
 from sim.config.engines.engine_work import preset_terms
 from sim.errors import ConfigError
 
@@ -14,6 +15,7 @@ from sim.errors import ConfigError
 # source is not on PyPI (stub sdists), but AIConfigurator 0.12.0 (sdk/backends/trtllm_backend.py), whose trtllm tables
 # are 1.3.0rc20-rc23's, prices it with the same KV fraction and token budget.
 TRTLLM_NEWEST = (1, 3, 0)
+TRTLLM_PYTORCH_SINCE = (1, 0)  # trtllm-serve's PyTorch flow, which the preset models from here (TRTLLM_FLAGS backend)
 TRTLLM_UNREAD_SINCE = (1, 3, 0)
 
 
@@ -85,6 +87,10 @@ def derive_trtllm(ctx: Context) -> PresetResult:
     (00209af1, 008b2b8d); 32 tokens per KV block (tokens_per_block). In-flight batching mixes context and
     generation requests in one step."""
     flags = ctx.flags
+    if "backend" in flags and ctx.version < TRTLLM_PYTORCH_SINCE:
+        raise ConfigError(f"engine.backend: {flags['backend']!r} is not modelled for TensorRT-LLM {ctx.version_text} "
+                          "(the preset takes its TensorRT engine flow before 1.0); allowed: leave it out, or "
+                          "TensorRT-LLM 1.0 or later")
     policy = flags.get("scheduler_policy", "GUARANTEED_NO_EVICT")
     values: dict[str, Any] = {
         "scheduler.batching": "continuous", "scheduler.mixed_batches": True,
@@ -141,6 +147,10 @@ TRTLLM_FLAGS = {
     "moe_backend": Flag(None, str, "moe_config.backend: the MoE kernel (noted for MXFP4 experts, whose measured rows "
                         "are TRITON's on Hopper and TRTLLM's on Blackwell)", _moe_backend, since=(1, 0),
                         value_versions={"AUTO": (TRTLLM_MOE_AUTO_SINCE, None)}),
+    # trtllm-serve's --backend at 00209af1: pytorch (the default), tensorrt (alias trt) or _autodeploy. The PyTorch
+    # flow is what the preset models from 1.0 (1.0.0rc2's documentation: `from tensorrt_llm import LLM` is the PyTorch
+    # LLM); before 1.0, the TensorRT engines trtllm-bench builds (`derive_trtllm` refuses the option there)
+    "backend": Flag(None, str, "--backend: pytorch, the default", only_default("backend", "pytorch")),
     "tp_size": Flag("hardware.tensor_parallel", int, "--tp_size", aliases=("--tensor_parallel_size",)),
     "pp_size": Flag("hardware.pipeline_parallel", int, "--pp_size", aliases=("--pipeline_parallel_size",)),
     "ep_size": Flag("hardware.expert_parallel", int, "--ep_size (moe_expert_parallel_size; moe tp = tp_size / "
@@ -154,4 +164,6 @@ TRTLLM_INERT = (
     + inert_group(MODEL_FILES, "one", "--tokenizer", "--revision", "--gpus_per_node")
     + inert_group(MODEL_FILES, "none", "--trust_remote_code")
     + inert_group(LOGGING, "one", "--log_level")
-    + inert_group(PARSING, "one", "--chat_template", "--tool_parser", "--reasoning_parser"))
+    + inert_group(PARSING, "one", "--chat_template", "--tool_parser", "--reasoning_parser")
+    + (InertOption("--num_postprocess_workers", "one", "processes that turn responses into OpenAI chunks (the "
+                   "TensorRT-LLM front-end is a fitted delay that does not queue)"),))
