@@ -2,6 +2,8 @@
 engine's own parser reads it, the options that change nothing simulated accepted and noted, and everything else
 refused in one line."""
 
+import re
+
 import pytest
 from helpers import one_error_line, servesim
 from hypothesis import given, settings
@@ -293,6 +295,24 @@ def test_trtllm_serves_backend_and_postprocess_workers(version, command, words):
     with pytest.raises(ConfigError) as err:
         scenario(engine)
     assert words in str(err.value) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("version, command, lpm", [
+    ("0.3.0", "", "its default"), ("0.4.3.post2", "", "its default"), ("0.4.3.post3", "", None),
+    ("0.5.5.post1", "--schedule-policy fcfs", None), ("0.5.5.post1", "--schedule-policy lpm", "--schedule-policy"),
+    ("0.3.0", "--disable-radix-cache", None),  # no prefix cache: LPM is FCFS
+    ("0.5.5.post1", "--schedule-policy random", "'random' is not modelled; allowed: fcfs, lpm"),
+])
+def test_sglangs_schedule_policy_lpm_by_default_to_0_4_3_post2_is_noted_over_a_prefix_cache(version, command, lpm):
+    # server_args.py ServerArgs.schedule_policy: "lpm" to 0.4.3.post2, "fcfs" from 0.4.3.post3 (the PyPI wheels)
+    engine = {"name": "sglang", "version": version, "command": f"python3 -m sglang.launch_server {command}"}
+    if lpm is not None and "not modelled" in lpm:
+        with pytest.raises(ConfigError, match=re.escape(lpm)):
+            scenario(engine)
+        return
+    notes = [n for n in scenario(engine).engine.notes if "LPM" in n]
+    assert (notes == []) is (lpm is None)
+    assert lpm is None or f"LPM ({lpm}) admits the waiting requests with the longest cached prefix first" in notes[0]
 
 
 @pytest.mark.parametrize("version, tp, given, default", [

@@ -102,7 +102,29 @@ def _sglang_batches(ctx: Context, flags: dict, chunk: int, notes: list[str]) -> 
         values["kv_cache.enable_prefix_caching"] = False
     else:
         values["kv_cache.enable_prefix_caching"] = caches_prefixes(ctx, notes, f"SGLang {ctx.version_text}")
+    _sglang_schedule_policy(ctx, flags, values["kv_cache.enable_prefix_caching"], notes)
     return values
+
+
+# --schedule-policy's default (server_args.py ServerArgs.schedule_policy, read in the PyPI wheels of 0.3.0, 0.3.4,
+# 0.3.6, 0.4.0, every release 0.4.3-0.4.5.post3, posts too, 0.4.6, 0.5.3, 0.5.5.post1 and 0.5.10): "lpm" to
+# 0.4.3.post2, "fcfs" from 0.4.3.post3. LPM (managers/policy_scheduler.py in 0.3.0, schedule_policy.py later) sorts the
+# waiting requests by the length of their cached prefix, longest first (a stable sort: arrival order among equals),
+# and from some release falls back to FCFS above 128 waiting (0.5.5.post1's _determine_active_policy); with the radix
+# cache off both give FCFS. ServeSim admits in arrival order: the same as LPM where no waiting prompt has a cached
+# prefix.
+SGLANG_FCFS_DEFAULT_SINCE = "0.4.3.post3"
+
+
+def _sglang_schedule_policy(ctx: Context, flags: dict, prefix_caching: bool, notes: list[str]) -> None:
+    """Note where SGLang's schedule policy is LPM over a prefix cache, whose order ServeSim approximates by arrival
+    (SGLANG_FCFS_DEFAULT_SINCE)."""
+    default = "lpm" if released_before(ctx.version, ctx.version_text, SGLANG_FCFS_DEFAULT_SINCE) else "fcfs"
+    policy = flags.get("schedule_policy", default)
+    if policy == "lpm" and prefix_caching:
+        whose = "its default" if "schedule_policy" not in flags else "--schedule-policy"
+        notes.append(f"SGLang {ctx.version_text}: LPM ({whose}) admits the waiting requests with the longest cached "
+                     "prefix first; ServeSim admits them in arrival order, the same where none has a cached prefix")
 
 
 # SGLang sizes its KV pool as the memory free once the weights are loaded, less (1 - mem_fraction_static) of the
@@ -588,6 +610,9 @@ SGLANG_FLAGS = {
     "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
                                       "(hardware.all_reduce nccl)"),
     "disable_radix_cache": Flag(None, bool, "--disable-radix-cache (no prefix caching)"),
+    # server_args.py choices (0.3.0: lpm, random, fcfs, dfs-weight; 0.5.5.post1 adds lof and priority)
+    "schedule_policy": Flag(None, str, "--schedule-policy: fcfs or lpm (SGLANG_FCFS_DEFAULT_SINCE)",
+                            only_one_of("schedule_policy", ("fcfs", "lpm"), ", or leave it out")),
     "disable_hybrid_swa_memory": Flag(None, bool, "--disable-hybrid-swa-memory: a hybrid model's sliding layers keep "
                                       "every token's KV", since="0.4.9.post3"),
     "swa_full_tokens_ratio": Flag("kv_cache.window_pool_ratio", (int, float), "--swa-full-tokens-ratio",
