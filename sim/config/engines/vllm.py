@@ -315,7 +315,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
             values["kv_cache.block_size"] = mla[0]
             notes.append(f"vLLM {ctx.version_text}: KV block size {mla[0]} for an MLA model on {ctx.gpu.name} "
                          f"({mla[1]}; vllm/platforms/cuda.py)")
-        if v >= VLLM_BLOCK_64_SINCE and mla is None:
+        if v >= VLLM_BLOCK_64_SINCE and mla is None and "block_size" not in flags:
             notes.append(f"vLLM {ctx.version_text}: KV blocks of 64 tokens (CacheConfig.DEFAULT_BLOCK_SIZE, which the "
                          "attention backend takes)")
         if _vllm_extensible_kv(ctx):
