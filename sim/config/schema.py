@@ -297,8 +297,8 @@ class SchedulerSpec(_Strict):
 
 class TransientMarginSpec(_Strict):
     """Memory an engine that sizes its KV cache after warmup keeps free of the whole device beside its peak
-    activations: the larger of `floor_bytes` and `fraction` x the peak (vLLM 0.34's extensible KV cache: 1 GiB and
-    0.75, vllm/v1/worker/extensible_kv_cache.py; its preset sets them)."""
+    activations: the larger of `floor_bytes` and `fraction` x the peak (vLLM 0.34's extensible KV cache: its preset
+    sets them, sim/config/engines/vllm.py VLLM_EXTENSIBLE_KV_MARGIN)."""
 
     floor_bytes: int = Field(ge=0, le=1 << 40, description="bytes kept free at least")
     fraction: float = Field(ge=0, le=16, description="and at least this fraction of the peak activations")

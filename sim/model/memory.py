@@ -454,7 +454,8 @@ def kv_capacity(
     if usable - needed <= 0:
         raise DoesNotFitError(
             f"{model.name} ({weight_dtype} weights, tensor_parallel={tensor_parallel}) needs {needed:,} bytes "
-            f"per GPU but {gpu.name} offers {usable:,} ({gpu_memory_utilization:g} of {gpu.hbm_bytes:,}); "
+            f"per GPU but {gpu.name} offers {usable:,} ({gpu_memory_utilization:g} of {gpu.hbm_bytes:,}"
+            f"{', less the transient margin' if transient_margin is not None else ''}); "
             "try a larger tensor_parallel or lower-precision weights"
         )
     return KVCapacity(usable, weights, activations, reserve_bytes, usable - needed, per_token, score_bytes)

@@ -94,7 +94,7 @@ def test_vllm_034_holds_more_kv_than_033_by_what_its_sizing_frees():
     llama, h100 = get_model("llama-3.1-8b"), get_gpu("h100-sxm")
     peak = activation_bytes(llama, new.scheduler.max_num_batched_tokens, new.scheduler.max_num_seqs,
                             logit_bytes=new.kv_cache.sampler_bytes_per_logit)
-    freed = (h100.hbm_bytes - max(1 << 30, 3 * peak // 4)) - int(h100.hbm_bytes * 0.92)
+    freed = (h100.hbm_bytes - max(1 << 30, -(-3 * peak // 4))) - int(h100.hbm_bytes * 0.92)
     per_token = kv_slot_bytes(llama, "bf16", 1)
     gained = resolve(new).kv_capacity_tokens - resolve(old).kv_capacity_tokens
     assert abs(gained - freed / per_token) <= 2  # whole tokens of each

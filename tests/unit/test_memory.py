@@ -215,7 +215,7 @@ def test_a_transient_margin_keeps_the_larger_of_its_floor_and_fraction_free_of_t
     peak = activation_bytes(llama, tokens, 256)
     cap = kv_capacity(llama, h100, gpu_memory_utilization=utilization, max_num_batched_tokens=tokens,
                       transient_margin=(1 << 30, 0.75))
-    margin = {"floor": 1 << 30, "fraction": 3 * peak // 4}.get(binds)
+    margin = {"floor": 1 << 30, "fraction": -(-3 * peak // 4)}.get(binds)  # the fraction's bytes rounded up
     usable = int(h100.hbm_bytes * utilization) if margin is None else h100.hbm_bytes - margin
     assert cap.usable_bytes == usable
     assert cap.kv_bytes == usable - weight_bytes(llama) - peak

@@ -36,6 +36,9 @@ VLLM_MLA_BLOCK_FROM_BACKEND_SINCE = (0, 18, 0)  # platforms/cuda.py no longer fo
 VLLM_BLOCK_64_SINCE = (0, 34, 0)
 VLLM_EXTENSIBLE_KV_SINCE = (0, 34, 0)
 VLLM_EXTENSIBLE_KV_MARGIN = {"floor_bytes": 1 << 30, "fraction": 0.75}
+# FlashInfer MLA's kernel block sizes (v1/attention/backends/mla/flashinfer_mla.py get_supported_kernel_block_sizes,
+# the 0.34.0 sdist): the default where it is one of them, else the smallest
+VLLM_FLASHINFER_MLA_BLOCK_SIZES = (32, 64)
 # --block-size's values, as each release's parser takes them (vllm/engine/arg_utils.py choices to 0.8.4, then the
 # BlockSize Literal of vllm/config.py / vllm/config/cache.py turned into choices; read in the sdists of 0.6.0, 0.6.3,
 # 0.6.4, 0.6.6, 0.7.0-0.7.3, 0.8.0-0.8.5, 0.9.0, 0.9.2, 0.10.0, 0.10.2, 0.11.0-0.11.2, 0.12.0-0.14.0, 0.16.0, 0.17.0,
@@ -92,9 +95,9 @@ def _vllm_mla_block_size(ctx: Context) -> tuple[int, str] | None:
     if cc[0] != 10:
         return None
     if v >= VLLM_MLA_BLOCK_FROM_BACKEND_SINCE:
-        if _vllm_default_block_size(v) in (32, 64):
+        if _vllm_default_block_size(v) in VLLM_FLASHINFER_MLA_BLOCK_SIZES:
             return None
-        return 32, "FlashInfer MLA's smallest block size on Blackwell"
+        return min(VLLM_FLASHINFER_MLA_BLOCK_SIZES), "FlashInfer MLA's smallest block size on Blackwell"
     if v >= (0, 15) and model.qk_nope_head_dim == 128:
         return 64, "FlashInfer MLA's block size, forced on Blackwell"
     return 128, "CUTLASS MLA's block size, forced on Blackwell"
@@ -321,10 +324,12 @@ def derive_vllm(ctx: Context) -> PresetResult:
         if _vllm_extensible_kv(ctx):
             values["kv_cache.gpu_memory_utilization"] = 1.0
             values["kv_cache.transient_margin"] = dict(VLLM_EXTENSIBLE_KV_MARGIN)
+            margin = VLLM_EXTENSIBLE_KV_MARGIN
             notes.append(f"vLLM {ctx.version_text}: its extensible KV cache, sized from the memory free after warmup: "
-                         "gpu_memory_utilization 1.0 unless given, the peak activations and max(1 GiB, 0.75 x them) "
-                         "kept free (kv_cache.transient_margin); the CUDA context's and CUDA graphs' memory, which it "
-                         "measures, is not taken from the KV budget")
+                         f"gpu_memory_utilization 1.0 unless given, the peak activations and max("
+                         f"{margin['floor_bytes'] / GIB:g} GiB, {margin['fraction']:g} x them) kept free "
+                         "(kv_cache.transient_margin); the CUDA context's and CUDA graphs' memory, which it measures, "
+                         "is not taken from the KV budget")
         elif v >= VLLM_MEMORY_UTILIZATION_092_SINCE:
             values["kv_cache.gpu_memory_utilization"] = 0.92
             notes.append(f"vLLM {ctx.version_text}: gpu_memory_utilization 0.92; the memory vLLM sets aside for CUDA "
