@@ -52,6 +52,7 @@ class CommandSyntax:
     underscores: bool = False  # --max_model_len is --max-model-len (vLLM's FlexibleArgumentParser)
     prefixes: bool = False  # an unambiguous prefix of a long option (argparse's allow_abbrev)
     negation: bool = False  # --no-<switch> turns it off (argparse's BooleanOptionalAction)
+    attached: tuple[str, ...] = ()  # short options whose value may be written on them: -O3, -O=3 (vLLM's -O)
 
 
 @dataclass(frozen=True)
@@ -73,17 +74,15 @@ def option_value(text: str, kind, shown: str | None = None) -> Any:
     if bool in kinds:
         if text in TRUE_WORDS or text in FALSE_WORDS:
             return text in TRUE_WORDS
-    elif int in kinds or float in kinds:
-        try:
-            return int(text)
-        except ValueError:
-            if float in kinds:
+    else:
+        for number in (int, float):
+            if number in kinds:
                 try:
-                    return float(text)
+                    return number(text)
                 except ValueError:
                     pass
-    elif str in kinds:
-        return text
+        if str in kinds:
+            return text
     raise ConfigError(f"engine.command: {shown!r} is not allowed; allowed: {type_words(kinds)}")
 
 
@@ -116,6 +115,10 @@ def read_command(text: Any, engine: str, options: dict[str, tuple[str, Any]], in
             continue
         spelled, _, attached = word.partition("=")
         has_attached = "=" in word
+        short = next((short for short in syntax.attached if word.startswith(short) and len(word) > len(short)
+                      and word[len(short)] not in ".="), None)
+        if short is not None:  # -O3: the value written on the option
+            spelled, attached, has_attached = short, word[len(short):], True
         spelled, negated = resolve_option(spelled, options, inert, syntax)
         if spelled in options:
             name, kind = options[spelled]

@@ -30,6 +30,9 @@ class Flag:
     until: tuple[int, ...] | str | None = None  # the first release whose parser refuses it (None: none known)
     # values the engine's parser takes only in some releases: {value: (since, until)}, as `since` and `until` above
     value_versions: dict[str, tuple] = field(default_factory=dict)
+    # aliases the engine's parser has only in some releases: {alias: (since, until)} (vLLM's -O: --compilation-config
+    # to 0.11.x, --optimization-level from 0.12.0)
+    alias_versions: dict[str, tuple] = field(default_factory=dict)
 
     @property
     def option(self) -> str | None:
@@ -140,17 +143,23 @@ class EnginePreset:
     def known_versions(self) -> str:
         return self.versions or f"{dotted_version(self.oldest)} to {dotted_version(self.newest[:2])}.x"
 
-    def options(self) -> dict[str, tuple[str, Any]]:
-        """Each command-line spelling of a flag's option (`Flag.option`, `Flag.aliases`) -> (the flag, its kind)."""
+    def options(self, version: tuple[int, ...] | None = None) -> dict[str, tuple[str, Any]]:
+        """Each command-line spelling of a flag's option (`Flag.option`, `Flag.aliases`) -> (the flag, its kind);
+        with `version`, only the aliases that release's parser has (`Flag.alias_versions`)."""
+        def spelled_in(flag: Flag, alias: str) -> bool:
+            window = flag.alias_versions.get(alias)
+            return version is None or window is None or outside_versions(version, dotted_version(version),
+                                                                         *window) is None
         return {spelled: (name, flag.kind) for name, flag in self.flags.items()
-                for spelled in ((flag.option,) if flag.option else ()) + flag.aliases}
+                for spelled in ((flag.option,) if flag.option else ()) + flag.aliases if spelled_in(flag, spelled)}
 
     def inert_options(self) -> dict[str, InertOption]:
         return {option.option: option for option in self.inert}
 
-    def read_command(self, text: Any) -> CommandFlags:
-        """`engine.command`, the engine's launch command, read into this preset's flags (engine_command.py)."""
-        return read_command(text, self.name, self.options(), self.inert_options(), self.syntax)
+    def read_command(self, text: Any, version: tuple[int, ...] | None = None) -> CommandFlags:
+        """`engine.command`, the engine's launch command, read into this preset's flags (engine_command.py), with
+        the option spellings of `version`'s parser."""
+        return read_command(text, self.name, self.options(version), self.inert_options(), self.syntax)
 
 
 @dataclass

@@ -27,7 +27,7 @@ PRESETS: dict[str, EnginePreset] = {
     "vllm": EnginePreset("vllm", ENGINE_LABELS["vllm"], (0, 6, 0), VLLM_NEWEST,
                          "vllm/engine/arg_utils.py, vllm/config.py",
                          VLLM_FLAGS, derive_vllm, inert=VLLM_INERT,
-                         syntax=CommandSyntax(underscores=True, prefixes=True, negation=True),
+                         syntax=CommandSyntax(underscores=True, prefixes=True, negation=True, attached=("-O",)),
                          fp8_without_fp8_cores=vllm_fp8_without_fp8_cores),
     "sglang": EnginePreset("sglang", ENGINE_LABELS["sglang"], (0, 3, 0), SGLANG_NEWEST,
                            "python/sglang/srt/server_args.py",
@@ -124,7 +124,7 @@ def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
     given = {key: value for key, value in spec.items() if key not in ("name", "version", "command")}
     if "command" not in spec:
         return given, None
-    command = preset.read_command(spec["command"])
+    command = preset.read_command(spec["command"], version)
     for written, option in command.inert:
         outside = outside_versions(version, version_text, option.since, option.until)
         if outside:

@@ -12,6 +12,9 @@ from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, P
                                      only_default, only_one_of, refuse_model_before, sixteen_bit_dtype,
                                      weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
+from sim.config.engines.vllm_graphs import (VLLM_COMPILATION_CONFIG_SINCE, VLLM_OPTIMIZATION_LEVEL_SINCE,
+                                            read_compilation_config, read_optimization_level, vllm_graph_overhead,
+                                            vllm_v0_compilation)
 from sim.errors import ConfigError
 from sim.kv.paged import MAX_KV_BLOCKS
 from sim.model.attention_io import TRITON_BACKEND
@@ -342,8 +345,14 @@ def derive_vllm(ctx: Context) -> PresetResult:
         values.update(_vllm_triton_attention(ctx, notes))
     values.update(preset_terms(ctx, "vllm", notes, inbound_work(ctx, "vllm", notes)))
     values.update(custom_all_reduce(ctx, "vLLM"))
-    if flags.get("enforce_eager"):  # no CUDA graphs: the eager launch term (sim/cost/overhead.py)
-        values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
+    if v1:  # the steps that leave CUDA graphs pay the eager launch term (sim/cost/overhead.py)
+        max_num_seqs = flags.get("max_num_seqs") or get_key(ctx.raw, "scheduler.max_num_seqs")
+        values["cost_model.overhead"] = vllm_graph_overhead(ctx, values["cost_model.overhead"],
+                                                            max_num_seqs or values["scheduler.max_num_seqs"], notes)
+    else:
+        vllm_v0_compilation(ctx, notes)
+        if flags.get("enforce_eager"):
+            values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
     _vllm_executor_backend(ctx)
     asked = flags.get("async_scheduling")
     if asked and v < VLLM_ASYNC_SCHEDULING_SINCE:
@@ -621,6 +630,16 @@ VLLM_FLAGS = {
                            "fp8_e5m2 or bfloat16",
                            kv_cache_dtype_flag(("auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2"))),
     "enforce_eager": Flag(None, bool, "--enforce-eager: the eager launch term instead of CUDA graphs"),
+    # which steps replay CUDA graphs, as each release resolves it (sim/config/engines/vllm_graphs.py)
+    "compilation_config": Flag(None, (dict, int, str), "--compilation-config: cudagraph_mode, level/mode, "
+                               "use_cudagraph, full_cuda_graph and the capture sizes, as the release reads them "
+                               "(a JSON object on the command line; to 0.11.x also a level 0-3, -O<n>)",
+                               read_compilation_config, since=VLLM_COMPILATION_CONFIG_SINCE, aliases=("-O", "-cc"),
+                               alias_versions={"-O": (VLLM_COMPILATION_CONFIG_SINCE, VLLM_OPTIMIZATION_LEVEL_SINCE),
+                                               "-cc": (VLLM_OPTIMIZATION_LEVEL_SINCE, None)}),
+    "optimization_level": Flag(None, int, "--optimization-level: 0 (no CUDA graphs), 1 (piecewise), 2 (the "
+                               "default) or 3", read_optimization_level, since=VLLM_OPTIMIZATION_LEVEL_SINCE,
+                               aliases=("-O",), alias_versions={"-O": (VLLM_OPTIMIZATION_LEVEL_SINCE, None)}),
     "enable_extensible_kv_cache": Flag(None, bool, "--enable-extensible-kv-cache: the KV cache sized from the memory "
                                        "free after warmup (false: from the memory profile, gpu_memory_utilization "
                                        "0.92)", since=VLLM_EXTENSIBLE_KV_SINCE),
