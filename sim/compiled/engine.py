@@ -188,6 +188,8 @@ def run_compiled(sim) -> bool:
     cfg[k.C_WHOLE], cfg[k.C_CONTEXT] = rule_of.whole_output_reservation, rule_of.context_pass
     cfg[k.C_PREFILL_ONLY], cfg[k.C_WHOLE_PROMPT] = rule_of.prefill_only_steps, rule_of.whole_prompt_admission
     cfg[k.C_PREFILL_CONTEXT] = rule_of.prefill_context_tokens
+    cfg[k.C_PREFILL_CHUNK_CAP] = rule_of.max_prefill_chunk_tokens
+    cfg[k.C_CAP_WHEN_ALONE] = rule_of.prefill_chunk_cap_when_alone
     cfg[k.NUM_CFG:] = rule_of.graph_sizes()
     if rule_of.new_token_ratio is not None:
         cfg[k.C_RATIO], cfg[k.C_RATIO_DECAY] = 1, rule_of.new_token_ratio.decay_steps

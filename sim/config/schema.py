@@ -265,6 +265,12 @@ class SchedulerSpec(_Strict):
         "continuous: the prompts that compute more than one token in a step, and those the step starts or resumes, "
         "hold at most this many tokens of context together, each counted whole (prompt and output so far); the "
         "step's first always runs (LMDeploy TurboMind 0.12+'s max_context_token_num: session_len); absent: no limit"))
+    max_prefill_chunk_tokens: int | None = Field(None, ge=1, description=(
+        "continuous, chunked: a prompt computes at most this many tokens in a step, however much of the token budget "
+        "is left (vLLM V1's --long-prefill-token-threshold, 0.8.3+); absent: up to the budget"))
+    prefill_chunk_cap_when_alone: bool = Field(True, description=(
+        "continuous: max_prefill_chunk_tokens holds also when the prompt's request is the only one running or "
+        "waiting (vLLM to 0.30); false: only beside others (0.31+)"))
 
     @model_validator(mode="after")
     def _consistent(self) -> "SchedulerSpec":
@@ -272,8 +278,10 @@ class SchedulerSpec(_Strict):
             raise ValueError("chunked_prefill needs batching 'continuous'")
         if self.batching == "static" and not self.rule().is_default:
             raise ValueError("mixed_batches, decode_steps_per_schedule, kv_reservation, cuda_graph_batch_sizes, "
-                             "new_token_ratio, context_pass, admission and prefill_context_tokens need batching "
-                             "'continuous'")
+                             "new_token_ratio, context_pass, admission, prefill_context_tokens and "
+                             "max_prefill_chunk_tokens need batching 'continuous'")
+        if self.max_prefill_chunk_tokens is not None and not self.chunked_prefill:
+            raise ValueError("max_prefill_chunk_tokens needs chunked_prefill true (it splits prompts into chunks)")
         if self.admission == "first_chunk" and not self.chunked_prefill:
             raise ValueError("admission 'first_chunk' needs chunked_prefill true (unchunked, a prompt is admitted "
                              "whole or not at all)")
@@ -292,7 +300,9 @@ class SchedulerSpec(_Strict):
             cuda_graph_batch_sizes=tuple(sorted(set(self.cuda_graph_batch_sizes or ()))),
             new_token_ratio=None if ratio is None else NewTokenRatio(ratio.init, ratio.min, ratio.decay_steps),
             context_pass=self.context_pass, whole_prompt_admission=self.admission == "whole_prompt",
-            prefill_context_tokens=self.prefill_context_tokens or 0)
+            prefill_context_tokens=self.prefill_context_tokens or 0,
+            max_prefill_chunk_tokens=self.max_prefill_chunk_tokens or 0,
+            prefill_chunk_cap_when_alone=self.prefill_chunk_cap_when_alone or not self.max_prefill_chunk_tokens)
 
 
 class TransientMarginSpec(_Strict):

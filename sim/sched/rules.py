@@ -13,6 +13,8 @@ by setting these fields (the scenario's `scheduler:` section names each, and the
 | `new_token_ratio` | None | None | SGLang's admission reserve | None | None |
 | `context_pass` | False | False | False | False | True: a prompt's context decode is its own pass (`context_pass_chunk`) |
 | `prefill_context_tokens` | 0 | 0 | 0 | 0 | 0 (0.12+: session_len, `context_fits`) |
+| `max_prefill_chunk_tokens` | 0 (`--long-prefill-token-threshold`, 0.8.3+) | 0 | 0 | 0 | 0 |
+| `prefill_chunk_cap_when_alone` | True (False from 0.31.0) | True | True | True | True |
 
 Each decision is a numba function here (the design in docs/design.md: one definition, called by the SimPy engine's
 scheduler and inside the compiled core's loop, which runs every rule).
@@ -76,6 +78,13 @@ class SchedulingRule:
     # step, and those it starts or resumes, hold at most this many tokens of context together, each counted whole
     # (`context_fits`); 0: no such limit.
     prefill_context_tokens: int = 0
+    # vLLM V1 from 0.8.3 (vllm/v1/core/sched/scheduler.py, `long_prefill_token_threshold`, read in the sdists of
+    # 0.8.0-0.8.5, 0.9.0, 0.10.0, 0.11.0, 0.14.0, 0.20.0, 0.21.0, 0.24.0, 0.26.0 and 0.28.0-0.34.0): a prompt, running
+    # or admitted, computes at most this many tokens in a step (0: up to the token budget); from 0.31.0 only while
+    # more than one request is running or waiting ("When it is the only request there is nobody to starve"):
+    # `prefill_chunk_cap_when_alone` False. `prefill_chunk_limit` applies both.
+    max_prefill_chunk_tokens: int = 0
+    prefill_chunk_cap_when_alone: bool = True
 
     @property
     def is_default(self) -> bool:
@@ -106,6 +115,9 @@ class SchedulingRule:
         if self.prefill_context_tokens:
             parts.append(f"the prompts prefilling in a step hold at most {self.prefill_context_tokens} tokens of "
                          "context")
+        if self.max_prefill_chunk_tokens:
+            alone = "" if self.prefill_chunk_cap_when_alone else " while another request runs or waits"
+            parts.append(f"a prompt computes at most {self.max_prefill_chunk_tokens} tokens a step{alone}")
         return ", ".join(parts) or "vLLM V1"
 
     def graph_sizes(self) -> np.ndarray:
@@ -120,6 +132,16 @@ def padded_batch(sorted_sizes, num_seqs):
         if size >= num_seqs:
             return size
     return num_seqs
+
+
+@njit(cache=True)
+def prefill_chunk_limit(budget, cap, cap_when_alone, num_requests):
+    """The most tokens one prompt computes this step: the step's token budget left, or the rule's
+    `max_prefill_chunk_tokens` (`cap`, 0: none) where smaller, unless the cap holds only beside other requests
+    (`cap_when_alone` false) and `num_requests`, those running or waiting, is 1."""
+    if 0 < cap < budget and (cap_when_alone or num_requests > 1):
+        return cap
+    return budget
 
 
 @njit(cache=True)

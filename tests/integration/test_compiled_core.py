@@ -346,24 +346,34 @@ def test_several_replicas_run_compiled_and_agree(router):
        block_size=st.sampled_from([1, 4, 16]), chunked=st.booleans(), budget=st.sampled_from([None, 64, 512, 4096]),
        max_num_seqs=st.sampled_from([3, 16, 256]), horizon=st.one_of(st.none(), st.floats(0.05, 30.0)),
        fast_decode=st.booleans(), seed=st.integers(0, 10_000), context=st.booleans(), first_chunk=st.booleans(),
-       context_limit=st.sampled_from([None, None, 300, 1500]))
+       context_limit=st.sampled_from([None, None, 300, 1500]), chunk_cap=st.sampled_from([None, None, 48, 300]),
+       cap_when_alone=st.booleans())
 # Found by this property (11-28): under the context pass a request joins the decodes at the end of a step that decoded
 # nothing and so left the clock where it was; preempted before its first decode, the compiled core gave back one
 # block more than it held (its first decode's block counted as taken).
 @example(mixed=False, group_steps=1, whole=False, graph_sizes=None, ratio=None, overhead=None, whole_steps=None,
          replicas=1, rate=4.0, capacity=362, block_size=1, chunked=False, budget=None, max_num_seqs=3, horizon=None,
-         fast_decode=False, seed=14, context=True, first_chunk=False, context_limit=None)
+         fast_decode=False, seed=14, context=True, first_chunk=False, context_limit=None, chunk_cap=None,
+         cap_when_alone=True)
 # vLLM V1's first-chunk admission (to v0.18), under KV pressure: prompts admitted, then preempted by their own chunks.
 @example(mixed=True, group_steps=1, whole=False, graph_sizes=None, ratio=None, overhead=None, whole_steps=None,
          replicas=1, rate=40.0, capacity=400, block_size=4, chunked=True, budget=64, max_num_seqs=16, horizon=None,
-         fast_decode=True, seed=3, context=False, first_chunk=True, context_limit=None)
+         fast_decode=True, seed=3, context=False, first_chunk=True, context_limit=None, chunk_cap=None,
+         cap_when_alone=True)
 # TurboMind 0.12+'s context limit, below the prompts' lengths, under KV pressure and preemptions
 @example(mixed=True, group_steps=1, whole=False, graph_sizes=None, ratio=None, overhead=None, whole_steps=None,
          replicas=1, rate=40.0, capacity=1200, block_size=4, chunked=True, budget=512, max_num_seqs=16, horizon=None,
-         fast_decode=True, seed=5, context=False, first_chunk=False, context_limit=300)
+         fast_decode=True, seed=5, context=False, first_chunk=False, context_limit=300, chunk_cap=None,
+         cap_when_alone=True)
+# vLLM V1's --long-prefill-token-threshold, below the budget, with a lone request (0.31+: uncapped) at times
+@example(mixed=True, group_steps=1, whole=False, graph_sizes=None, ratio=None, overhead=None, whole_steps=None,
+         replicas=1, rate=2.0, capacity=1200, block_size=4, chunked=True, budget=512, max_num_seqs=16, horizon=None,
+         fast_decode=True, seed=5, context=False, first_chunk=False, context_limit=None, chunk_cap=48,
+         cap_when_alone=False)
 def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_same_records(
         mixed, group_steps, whole, graph_sizes, ratio, overhead, whole_steps, replicas, rate, capacity, block_size,
-        chunked, budget, max_num_seqs, horizon, fast_decode, seed, context, first_chunk, context_limit):
+        chunked, budget, max_num_seqs, horizon, fast_decode, seed, context, first_chunk, context_limit, chunk_cap,
+        cap_when_alone):
     if context:  # TurboMind's context pass: unchunked, its decode pass mixed (sim/config/schema.py)
         mixed, chunked = True, False
     if budget is not None and budget < max_num_seqs:  # no engine: vLLM's bound (sim/config/deployment.py)
@@ -379,7 +389,9 @@ def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_sam
                              kv_reservation="whole_output" if whole else "on_demand",
                              cuda_graph_batch_sizes=graph_sizes, new_token_ratio=ratio, context_pass=context,
                              admission="first_chunk" if first_chunk else "whole_prompt",
-                             prefill_context_tokens=context_limit)
+                             prefill_context_tokens=context_limit,
+                             max_prefill_chunk_tokens=chunk_cap if chunked else None,  # (it chunks prompts)
+                             prefill_chunk_cap_when_alone=cap_when_alone)
     python, compiled = both(spec)
     assert compiled.extras["engine_core"] == "compiled" or (
         replicas > 1 and "two events at one time" in compiled.extras["engine_core"])
@@ -446,11 +458,11 @@ def both_with_prefix_stats(spec: dict):
        whole_steps=st.sampled_from([None, LEARNED] + WHOLE_STEP_PROFILES[:1]), replicas=st.sampled_from([1, 1, 2, 3]),
        router=st.sampled_from(["least_outstanding", "round_robin"]), rate=st.floats(1.0, 60.0),
        horizon=st.one_of(st.none(), st.floats(0.05, 30.0)), fast_decode=st.booleans(), seed=st.integers(0, 10_000),
-       context_limit=st.sampled_from([None, None, 300, 1500]))
+       context_limit=st.sampled_from([None, None, 300, 1500]), chunk_cap=st.sampled_from([None, None, 48, 300]))
 def test_prefix_caching_runs_compiled_with_the_same_records(prefix, capacity, block_size, chunked, budget,
                                                              max_num_seqs, mixed, whole, context, first_chunk, ratio,
                                                              whole_steps, replicas, router, rate, horizon, fast_decode,
-                                                             seed, context_limit):
+                                                             seed, context_limit, chunk_cap):
     if context:  # TurboMind's context pass: unchunked, its decode pass mixed (sim/config/schema.py)
         mixed, chunked = True, False
     if budget is not None and budget < max_num_seqs:  # no engine: vLLM's bound (sim/config/deployment.py)
@@ -466,7 +478,8 @@ def test_prefix_caching_runs_compiled_with_the_same_records(prefix, capacity, bl
     spec["scheduler"].update(mixed_batches=mixed, kv_reservation="whole_output" if whole else "on_demand",
                              new_token_ratio=ratio, context_pass=context,
                              admission="first_chunk" if first_chunk else "whole_prompt",
-                             prefill_context_tokens=context_limit)
+                             prefill_context_tokens=context_limit,
+                             max_prefill_chunk_tokens=chunk_cap if chunked else None)
     (python, compiled), stats = both_with_prefix_stats(spec)
     assert compiled.extras["engine_core"] == "compiled" or (
         replicas > 1 and "two events at one time" in compiled.extras["engine_core"])

@@ -1361,3 +1361,29 @@ def test_prefix_caching_an_engine_turns_on_with_a_contiguous_layout_is_refused_n
                               "allowed: kv_cache.layout 'paged', or enable_prefix_caching false")
     raw["kv_cache"]["enable_prefix_caching"] = False  # the engine's flag off: a region per request runs
     assert resolve(validate_scenario(raw)).kv_capacity_tokens > 0
+
+
+def test_vllms_long_prefill_token_threshold_caps_a_prompts_chunk_where_its_v1_scheduler_reads_it():
+    capped = scenario({"name": "vllm", "version": "0.11.0",
+                       "command": "vllm serve m --long-prefill-token-threshold 512"})
+    assert capped.scheduler.max_prefill_chunk_tokens == 512 and capped.scheduler.prefill_chunk_cap_when_alone
+    assert capped.scheduler.rule().describe() == "a prompt computes at most 512 tokens a step"
+    newest = scenario({"name": "vllm", "version": "0.34.0", "long_prefill_token_threshold": 512})
+    assert newest.scheduler.max_prefill_chunk_tokens == 512 and not newest.scheduler.prefill_chunk_cap_when_alone
+    for version in ("0.8.2", "0.6.3"):  # V1 reads it from 0.8.3; V0 only among concurrent partial prefills
+        spec = {"name": "vllm", "version": version, "long_prefill_token_threshold": 512}
+        if version == "0.6.3":
+            with pytest.raises(ConfigError, match=r"engine.long_prefill_token_threshold: not a flag of vllm 0.6.3 "
+                                                  r"\(it came in 0.8.0\)"):
+                scenario(spec)
+            continue
+        sc = scenario(spec)
+        assert sc.scheduler.max_prefill_chunk_tokens is None
+        assert any("no effect (V1's scheduler reads it from 0.8.3)" in note for note in sc.engine.notes)
+    uncapped = scenario({"name": "vllm", "version": "0.11.0", "long_prefill_token_threshold": 0})
+    assert uncapped.scheduler.rule().is_default
+    with pytest.raises(ConfigError, match="contradict"):
+        scenario({"name": "vllm", "version": "0.11.0", "long_prefill_token_threshold": 512},
+                 scheduler={"max_prefill_chunk_tokens": 256, "chunked_prefill": True})
+    with pytest.raises(ConfigError, match="max_prefill_chunk_tokens needs chunked_prefill true"):
+        validate_scenario({**BASE, "scheduler": {"max_prefill_chunk_tokens": 256}})

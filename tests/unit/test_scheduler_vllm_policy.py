@@ -86,3 +86,44 @@ def test_admission_needs_blocks_for_the_whole_prompt_not_just_its_first_chunk():
     assert a.num_preemptions == b.num_preemptions == 0
     assert b.first_scheduled_s == a.finish_s  # admitted in the step right after A's last
     assert kv.num_free_blocks == 8
+
+
+def capped(kv, budget, cap, when_alone=True):
+    from sim.sched.rules import SchedulingRule
+    return ContinuousScheduler(kv, max_num_seqs=8, max_num_batched_tokens=budget, chunked_prefill=True,
+                               max_model_len=4096,
+                               rule=SchedulingRule(max_prefill_chunk_tokens=cap,
+                                                   prefill_chunk_cap_when_alone=when_alone))
+
+
+def test_long_prefill_token_threshold_caps_each_prompts_chunk_running_or_admitted():
+    # vLLM V1's --long-prefill-token-threshold 30 under a 100-token budget: each prompt computes at most 30 tokens a
+    # step, so three prompts of 70 share the budget (30 + 30 + 30) instead of the first taking 70 and the second 30
+    sched = capped(PagedKVManager(256, 4), budget=100, cap=30)
+    a, b, c = (make_request(70, 5) for _ in range(3))
+    for r in (a, b, c):
+        sched.add_request(r)
+    p = step(sched, 0.0)
+    assert p.prefill_request_ids == [a.request_id, b.request_id, c.request_id] and p.prefill_chunk_tokens == [30] * 3
+    p = step(sched, 1.0)  # running first, each capped again: 30, 30, 30 of the 40 each has left
+    assert p.prefill_chunk_tokens == [30] * 3 and p.prefill_context_tokens == [30] * 3
+    p = step(sched, 2.0)  # the last 10 each, and each samples its first token
+    assert p.prefill_chunk_tokens == [10] * 3 and p.num_sampled_seqs == 3
+    uncapped = chunked(PagedKVManager(256, 4), budget=100)
+    for r in (make_request(70, 5) for _ in range(3)):
+        uncapped.add_request(r)
+    assert step(uncapped, 0.0).prefill_chunk_tokens == [70, 30]
+
+
+def test_from_vllm_0_31_the_threshold_leaves_a_lone_request_uncapped():
+    # "When it is the only request there is nobody to starve, so let it use the whole budget" (v0.31.0)
+    lone = capped(PagedKVManager(256, 4), budget=100, cap=30, when_alone=False)
+    lone.add_request(make_request(70, 5))
+    assert step(lone, 0.0).prefill_chunk_tokens == [70]
+    two = capped(PagedKVManager(256, 4), budget=100, cap=30, when_alone=False)
+    for r in (make_request(70, 5), make_request(70, 5)):
+        two.add_request(r)
+    assert step(two, 0.0).prefill_chunk_tokens == [30, 30]
+    always = capped(PagedKVManager(256, 4), budget=100, cap=30)
+    always.add_request(make_request(70, 5))
+    assert step(always, 0.0).prefill_chunk_tokens == [30]

@@ -156,3 +156,21 @@ def test_capture_sizes_are_taken_and_said_to_be_priced_as_by_default():
     sc = scenario("0.20.0", compilation_config={"cudagraph_capture_sizes": [1, 2, 4, 8]})
     assert graphs(sc) == "all"
     assert any("capture sizes" in note for note in sc.engine.notes)
+
+
+@pytest.mark.parametrize("version, command, refused", [
+    ("0.10.2", "--cuda-graph-sizes 1 2 4 8 --max-seq-len-to-capture 8192", None),
+    ("0.12.0", "--cuda-graph-sizes 512 --cudagraph-capture-sizes 1 2 4 --max-cudagraph-capture-size 4", None),
+    ("0.13.0", "--cuda-graph-sizes 512", "its parser refuses it from 0.13.0"),
+    ("0.11.0", "--max-seq-len-to-capture 8192", "its parser refuses it from 0.11.0"),
+    ("0.11.0", "--max-cudagraph-capture-size 4", "it came in 0.11.1"),
+])
+def test_the_capture_size_options_are_taken_where_the_release_has_them(version, command, refused):
+    if refused:
+        with pytest.raises(ConfigError, match=refused):
+            scenario(version, command=f"vllm serve m {command} --port 8000")
+        return
+    sc = scenario(version, command=f"vllm serve m {command} --port 8000")
+    assert graphs(sc) == "all"
+    said = next(note for note in sc.engine.notes if "accepted, no effect" in note)
+    assert "CUDA graph capture sizes" in said and all(word in said for word in command.split() if word[0] == "-")

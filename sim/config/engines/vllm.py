@@ -12,9 +12,9 @@ from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, P
                                      only_default, only_one_of, refuse_model_before, sixteen_bit_dtype,
                                      weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
-from sim.config.engines.vllm_graphs import (VLLM_COMPILATION_CONFIG_SINCE, VLLM_OPTIMIZATION_LEVEL_SINCE,
-                                            read_compilation_config, read_optimization_level, vllm_graph_overhead,
-                                            vllm_v0_compilation)
+from sim.config.engines.vllm_graphs import (CAPTURE_SIZE_OPTIONS, CAPTURE_SIZES, VLLM_COMPILATION_CONFIG_SINCE,
+                                            VLLM_OPTIMIZATION_LEVEL_SINCE, read_compilation_config,
+                                            read_optimization_level, vllm_graph_overhead, vllm_v0_compilation)
 from sim.errors import ConfigError
 from sim.kv.paged import MAX_KV_BLOCKS
 from sim.model.attention_io import TRITON_BACKEND
@@ -369,7 +369,35 @@ def derive_vllm(ctx: Context) -> PresetResult:
         notes.append(f"vLLM {named}: the CPU terms (fitted on runs without it) overlap the GPU's step")
     values.update(_vllm_blocks_override(ctx, values["kv_cache.block_size"], notes))
     values.update(_vllm_kv_memory_bytes(ctx, values["kv_cache.block_size"], notes))
-    return PresetResult(values, {}, notes)
+    capped = _vllm_long_prefill_cap(ctx, v1, notes)
+    values.update(capped)
+    return PresetResult(values, {key: "long_prefill_token_threshold" for key in capped}, notes)
+
+
+# --long-prefill-token-threshold (in vllm/engine/arg_utils.py from 0.8.0): vLLM V1's scheduler caps each prompt's
+# chunk at it from 0.8.3 (0.8.0-0.8.2 parse it and do not read it), from 0.31.0 only while more than one request
+# runs or waits and only with chunked prefill (sim/sched/rules.py `max_prefill_chunk_tokens`, where the files read
+# are named; V1's chunked prefill is always on here); V0 reads it only to count long prompts among concurrent partial prefills (vllm/core/scheduler.py
+# PartialPrefillMetadata), which --max-num-partial-prefills 1, its default, leaves off.
+VLLM_LONG_PREFILL_CAP_SINCE = (0, 8, 3)
+VLLM_LONG_PREFILL_CAP_BESIDE_OTHERS_SINCE = (0, 31, 0)
+
+
+def _vllm_long_prefill_cap(ctx: Context, v1: bool, notes: list[str]) -> dict[str, Any]:
+    """The scheduler keys --long-prefill-token-threshold sets ({} where the release does not apply it, noted)."""
+    threshold = ctx.flags.get("long_prefill_token_threshold")
+    if not threshold:
+        return {}
+    text, given = ctx.version_text, f"--long-prefill-token-threshold {threshold}"
+    if not v1 or ctx.version < VLLM_LONG_PREFILL_CAP_SINCE:
+        why = ("V0 reads it only among concurrent partial prefills, off at --max-num-partial-prefills 1" if not v1
+               else f"V1's scheduler reads it from {dotted_version(VLLM_LONG_PREFILL_CAP_SINCE)}")
+        notes.append(f"vLLM {text} {given}: no effect ({why})")
+        return {}
+    values: dict[str, Any] = {"scheduler.max_prefill_chunk_tokens": threshold}  # (V1 always chunks: derive_vllm)
+    if ctx.version >= VLLM_LONG_PREFILL_CAP_BESIDE_OTHERS_SINCE:
+        values["scheduler.prefill_chunk_cap_when_alone"] = False
+    return values
 
 
 # fp8 weights on a GPU without fp8 tensor cores (sm_80/86), read in the sdists of 0.6.0, 0.6.6, 0.7.0, 0.7.3, 0.8.0,
@@ -596,6 +624,13 @@ def _vllm_async_default(ctx: Context) -> tuple[bool, str]:
     return True, "on by default"
 
 
+def _vllm_no_negative_threshold(value: int) -> int:
+    if value < 0:
+        raise ConfigError(f"engine.long_prefill_token_threshold: {value} is not allowed; allowed: a whole number >= 0 "
+                          "(0: no cap)")
+    return value
+
+
 def _vllm_one_rank(value: int) -> int:
     """vLLM's --data-parallel-size: 1 only (above)."""
     if value != 1:
@@ -618,6 +653,9 @@ VLLM_FLAGS = {
                                   "(kv_cache.capacity_tokens)", at_least_one("kv_cache_memory_bytes"),
                                   since=VLLM_KV_CACHE_MEMORY_BYTES_SINCE),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
+    "long_prefill_token_threshold": Flag(None, int, "--long-prefill-token-threshold: the most tokens a prompt "
+                                         "computes in a step (scheduler.max_prefill_chunk_tokens; 0: none)",
+                                         _vllm_no_negative_threshold, since=(0, 8, 0)),
     # in vllm/engine/arg_utils.py to 0.10.0, gone in 0.10.1 (every sdist 0.6.0-0.34.0)
     "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)",
                                 until=(0, 10, 1)),
@@ -790,4 +828,6 @@ VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(optio
                    "fitted terms)", since=(0, 8, 3)),
        # every sdist 0.6.0-0.34.0: a multimodal model's inputs a prompt may carry; the workload is text
        InertOption("--limit-mm-per-prompt", "one", "multimodal inputs a prompt may carry (the workload is text)"),
-       InertOption("--shuffle-safetensors-files", "none", MODEL_FILES, since=(0, 34, 0)))))
+       InertOption("--shuffle-safetensors-files", "none", MODEL_FILES, since=(0, 34, 0)))
+    + tuple(InertOption(option, takes, CAPTURE_SIZES, since=since, until=until)
+            for option, (takes, since, until) in CAPTURE_SIZE_OPTIONS.items())))

@@ -63,6 +63,16 @@ COMPILATION_KEYS = {"level": (VLLM_COMPILATION_CONFIG_SINCE, (0, 18, 0)),
                     "cudagraph_capture_sizes": (VLLM_COMPILATION_CONFIG_SINCE, None),
                     "max_cudagraph_capture_size": (VLLM_COMPILE_MODE_SINCE, None)}
 OPTIMIZATION_LEVEL_GRAPHS = ("NONE", "PIECEWISE", "FULL_AND_PIECEWISE", "FULL_AND_PIECEWISE")  # by level, 0.12.0 on
+# What the sizes a run captures change here: nothing (the module's docstring), said wherever they are given
+CAPTURE_SIZES = ("CUDA graph capture sizes: a step past the largest runs without a graph in vLLM and is priced as "
+                 "graphed here, as steps past the default largest are")
+# The options that set them, each (the first release whose vllm/engine/arg_utils.py has it, the first without), read
+# in the sdists of 0.6.0-0.34.0: the graphs' batch sizes (SchedulerConfig.cuda_graph_sizes, then the compilation
+# config's) and V0's longest context captured (ModelConfig.max_seq_len_to_capture)
+CAPTURE_SIZE_OPTIONS = {"--cuda-graph-sizes": ("many", (0, 9, 0), (0, 13, 0)),
+                        "--cudagraph-capture-sizes": ("many", VLLM_COMPILE_MODE_SINCE, None),
+                        "--max-cudagraph-capture-size": ("one", VLLM_COMPILE_MODE_SINCE, None),
+                        "--max-seq-len-to-capture": ("one", None, (0, 11, 0))}
 
 
 def read_compilation_config(value: Any) -> dict[str, Any] | int:
@@ -237,8 +247,7 @@ def vllm_graph_overhead(ctx: Context, overhead: dict[str, Any], max_num_seqs: in
     graph_mode, why = vllm_graph_mode(ctx)
     given = ctx.flags.get("compilation_config")
     if isinstance(given, dict) and ({"cudagraph_capture_sizes", "max_cudagraph_capture_size"} & set(given)):
-        notes.append(f"vLLM {ctx.version_text} CUDA graph capture sizes: a step past the largest runs without a "
-                     "graph in vLLM and is priced as graphed here, as steps past the default largest are")
+        notes.append(f"vLLM {ctx.version_text} {CAPTURE_SIZES}")
     if graph_mode == "NONE":
         if why:
             notes.append(f"vLLM {ctx.version_text} {why}: no CUDA graphs (CUDAGraphMode NONE): every step pays the "
