@@ -1387,3 +1387,22 @@ def test_vllms_long_prefill_token_threshold_caps_a_prompts_chunk_where_its_v1_sc
                  scheduler={"max_prefill_chunk_tokens": 256, "chunked_prefill": True})
     with pytest.raises(ConfigError, match="max_prefill_chunk_tokens needs chunked_prefill true"):
         validate_scenario({**BASE, "scheduler": {"max_prefill_chunk_tokens": 256}})
+
+
+@pytest.mark.parametrize("version, flags, refused", [
+    ("0.11.0", {"max_num_partial_prefills": 1, "max_long_partial_prefills": 1}, None),
+    ("0.7.3", {"max_num_partial_prefills": 1}, None),
+    ("0.11.0", {"max_num_partial_prefills": 4}, "engine.max_num_partial_prefills: 4 is not modelled; allowed: 1"),
+    ("0.26.0", {"max_long_partial_prefills": 2}, "engine.max_long_partial_prefills: 2 is not modelled; allowed: 1"),
+    ("0.7.2", {"max_num_partial_prefills": 1}, r"not a flag of vllm 0.7.2 \(it came in 0.7.3\)"),
+    ("0.27.0", {"max_long_partial_prefills": 1}, r"not a flag of vllm 0.27.0 \(its parser refuses it from 0.27.0\)"),
+])
+def test_vllms_partial_prefill_limits_are_taken_at_their_default_only(version, flags, refused):
+    # concurrent partial prefills are V0's; V1 refuses any other value (vllm/engine/arg_utils.py, 0.7.3-0.26.x)
+    if refused is None:
+        default = scenario({"name": "vllm", "version": version})
+        given = scenario({"name": "vllm", "version": version, **flags})
+        assert given.scheduler == default.scheduler and given.cost_model == default.cost_model
+        return
+    with pytest.raises(ConfigError, match=refused):
+        scenario({"name": "vllm", "version": version, **flags})

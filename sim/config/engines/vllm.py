@@ -631,6 +631,21 @@ def _vllm_no_negative_threshold(value: int) -> int:
     return value
 
 
+# --max-num-partial-prefills and --max-long-partial-prefills (vllm/engine/arg_utils.py from 0.7.3, gone in 0.27.0):
+# V0's concurrent partial prefills (vllm/core/scheduler.py PartialPrefillMetadata), not modelled; V1 refuses any value
+# but the default 1 ("No Concurrent Partial Prefills so far": a V0 fallback in 0.8.x-0.10.x, an error from 0.11.0)
+VLLM_PARTIAL_PREFILLS = ((0, 7, 3), (0, 27, 0))
+
+
+def _vllm_one_partial_prefill(name: str):
+    def convert(value: int) -> int:
+        if value != 1:
+            raise ConfigError(f"engine.{name}: {value} is not modelled; allowed: 1, the default (concurrent partial "
+                              "prefills: V0's, which V1 refuses), or leave it out")
+        return value
+    return convert
+
+
 def _vllm_one_rank(value: int) -> int:
     """vLLM's --data-parallel-size: 1 only (above)."""
     if value != 1:
@@ -653,6 +668,12 @@ VLLM_FLAGS = {
                                   "(kv_cache.capacity_tokens)", at_least_one("kv_cache_memory_bytes"),
                                   since=VLLM_KV_CACHE_MEMORY_BYTES_SINCE),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
+    "max_num_partial_prefills": Flag(None, int, "--max-num-partial-prefills: 1, the default",
+                                     _vllm_one_partial_prefill("max_num_partial_prefills"),
+                                     since=VLLM_PARTIAL_PREFILLS[0], until=VLLM_PARTIAL_PREFILLS[1]),
+    "max_long_partial_prefills": Flag(None, int, "--max-long-partial-prefills: 1, the default",
+                                      _vllm_one_partial_prefill("max_long_partial_prefills"),
+                                      since=VLLM_PARTIAL_PREFILLS[0], until=VLLM_PARTIAL_PREFILLS[1]),
     "long_prefill_token_threshold": Flag(None, int, "--long-prefill-token-threshold: the most tokens a prompt "
                                          "computes in a step (scheduler.max_prefill_chunk_tokens; 0: none)",
                                          _vllm_no_negative_threshold, since=(0, 8, 0)),
