@@ -377,8 +377,9 @@ def derive_vllm(ctx: Context) -> PresetResult:
 # --long-prefill-token-threshold (in vllm/engine/arg_utils.py from 0.8.0): vLLM V1's scheduler caps each prompt's
 # chunk at it from 0.8.3 (0.8.0-0.8.2 parse it and do not read it), from 0.31.0 only while more than one request
 # runs or waits and only with chunked prefill (sim/sched/rules.py `max_prefill_chunk_tokens`, where the files read
-# are named; V1's chunked prefill is always on here); V0 reads it only to count long prompts among concurrent partial prefills (vllm/core/scheduler.py
-# PartialPrefillMetadata), which --max-num-partial-prefills 1, its default, leaves off.
+# are named; V1's chunked prefill is always on here); V0 reads it only to count long prompts among concurrent partial
+# prefills (vllm/core/scheduler.py PartialPrefillMetadata), which --max-num-partial-prefills 1, its default, leaves
+# off.
 VLLM_LONG_PREFILL_CAP_SINCE = (0, 8, 3)
 VLLM_LONG_PREFILL_CAP_BESIDE_OTHERS_SINCE = (0, 31, 0)
 
