@@ -186,3 +186,8 @@ def test_the_cli_refuses_a_compilation_option_it_does_not_price_in_one_line_and_
     line = one_error_line(servesim("run", path, "--out", out))
     assert "engine.compilation_config.pass_config: not modelled" in line
     assert not out.exists()
+
+
+def test_a_bad_value_is_refused_beside_enforce_eager_too():
+    with pytest.raises(ConfigError, match="engine.compilation_config.cudagraph_mode: 'SOMETIMES' is not allowed"):
+        scenario("0.20.0", enforce_eager=True, compilation_config={"cudagraph_mode": "SOMETIMES"})

@@ -169,14 +169,13 @@ def vllm_graph_mode(ctx: Context) -> tuple[str, str]:
     given = given or {}
     _checked_keys(ctx, given)
     _capture_sizes(given)
-    eager = bool(flags.get("enforce_eager"))
-    if eager:
-        return "NONE", "--enforce-eager"
-    said = ", ".join(f"{key} {json.dumps(value) if isinstance(value, bool) else value}" for key, value in given.items()
-                     if key in ("level", "mode", "cudagraph_mode", "use_cudagraph", "full_cuda_graph"))
     level, mode = _level(given, "level"), _level(given, "mode")
     use_graphs, full = _switch(given, "use_cudagraph"), _switch(given, "full_cuda_graph")
     graph_mode = _given_graph_mode(given)
+    if flags.get("enforce_eager"):
+        return "NONE", "--enforce-eager"
+    said = ", ".join(f"{key} {json.dumps(value) if isinstance(value, bool) else value}" for key, value in given.items()
+                     if key in ("level", "mode", "cudagraph_mode", "use_cudagraph", "full_cuda_graph"))
     if v < VLLM_CUDAGRAPH_MODE_SINCE:
         if use_graphs is False and v >= VLLM_GRAPH_SWITCHES_FORCED_UNTIL:
             return "NONE", "use_cudagraph false"
