@@ -1406,3 +1406,22 @@ def test_vllms_partial_prefill_limits_are_taken_at_their_default_only(version, f
         return
     with pytest.raises(ConfigError, match=refused):
         scenario({"name": "vllm", "version": version, **flags})
+
+
+def test_vllms_throughput_performance_mode_doubles_the_default_batch_limits_only():
+    # vllm/engine/arg_utils.py (0.17.0-0.34.0): "If throughput mode is set, double max_num_batched_tokens and
+    # max_num_seqs" where neither is given
+    default = scenario({"name": "vllm", "version": "0.20.0"}).scheduler
+    throughput = scenario({"name": "vllm", "version": "0.20.0", "command": "vllm serve m --performance-mode "
+                                                                           "throughput"}).scheduler
+    assert (default.max_num_batched_tokens, default.max_num_seqs) == (8192, 1024)  # an H100's tier
+    assert (throughput.max_num_batched_tokens, throughput.max_num_seqs) == (16384, 2048)
+    given = scenario({"name": "vllm", "version": "0.20.0", "performance_mode": "throughput", "max_num_seqs": 256})
+    assert (given.scheduler.max_num_batched_tokens, given.scheduler.max_num_seqs) == (16384, 256)
+    interactive = scenario({"name": "vllm", "version": "0.34.0", "performance_mode": "interactivity"})
+    assert interactive.scheduler == scenario({"name": "vllm", "version": "0.34.0"}).scheduler
+    assert any("interactivity" in note for note in interactive.engine.notes)
+    with pytest.raises(ConfigError, match=r"engine.performance_mode: not a flag of vllm 0.16.0 \(it came in 0.17.0\)"):
+        scenario({"name": "vllm", "version": "0.16.0", "performance_mode": "throughput"})
+    with pytest.raises(ConfigError, match="engine.performance_mode: 'fast' is not modelled; allowed: balanced"):
+        scenario({"name": "vllm", "version": "0.20.0", "performance_mode": "fast"})

@@ -297,6 +297,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
             raise ConfigError(f"engine.enable_chunked_prefill: false contradicts vLLM {ctx.version_text} (V1 always "
                               "chunks prefills); allowed: true, or vLLM 0.6.0 to 0.7.x")
         mnbt, seqs = _vllm_batch_defaults(ctx.gpu, v)
+        mnbt, seqs = _vllm_performance_mode(ctx, mnbt, seqs, notes)
         values.update({"scheduler.chunked_prefill": True, "scheduler.mixed_batches": True,
                        "scheduler.max_num_batched_tokens": mnbt, "scheduler.max_num_seqs": seqs,
                        # V1 caches prefixes unless told not to (--no-enable-prefix-caching): prompts that share
@@ -638,6 +639,27 @@ def _vllm_no_negative_threshold(value: int) -> int:
 VLLM_PARTIAL_PREFILLS = ((0, 7, 3), (0, 27, 0))
 
 
+# --performance-mode (0.17.0 on; vllm/config/vllm.py PerformanceMode, read in the 0.17.0-0.34.0 sdists, where only
+# config/vllm.py and engine/arg_utils.py read it): throughput doubles the default max_num_batched_tokens and
+# max_num_seqs (EngineArgs._set_default_args: "If throughput mode is set, double ..."), interactivity captures CUDA
+# graphs for every batch of 1 to 32 (VllmConfig._set_cudagraph_sizes), whose padding is not modelled
+VLLM_PERFORMANCE_MODE_SINCE = (0, 17, 0)
+VLLM_PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")
+
+
+def _vllm_performance_mode(ctx: Context, mnbt: int, seqs: int, notes: list[str]) -> tuple[int, int]:
+    """The default batch limits (max_num_batched_tokens, max_num_seqs) under --performance-mode."""
+    mode = ctx.flags.get("performance_mode", "balanced")
+    if mode == "throughput":
+        mnbt, seqs = 2 * mnbt, 2 * seqs
+        notes.append(f"vLLM {ctx.version_text} --performance-mode throughput: twice the default batch limits, {mnbt} "
+                     f"tokens and {seqs} sequences a step (vllm/engine/arg_utils.py)")
+    elif mode == "interactivity":
+        notes.append(f"vLLM {ctx.version_text} --performance-mode interactivity: CUDA graphs for every batch of 1-32 "
+                     "sequences, whose padding is not modelled: priced as the default")
+    return mnbt, seqs
+
+
 def _vllm_one_partial_prefill(name: str):
     def convert(value: int) -> int:
         if value != 1:
@@ -669,6 +691,10 @@ VLLM_FLAGS = {
                                   "(kv_cache.capacity_tokens)", at_least_one("kv_cache_memory_bytes"),
                                   since=VLLM_KV_CACHE_MEMORY_BYTES_SINCE),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
+    "performance_mode": Flag(None, str, "--performance-mode: balanced (the default), interactivity or throughput "
+                             "(twice the default batch limits)",
+                             only_one_of("performance_mode", VLLM_PERFORMANCE_MODES),
+                             since=VLLM_PERFORMANCE_MODE_SINCE),
     "max_num_partial_prefills": Flag(None, int, "--max-num-partial-prefills: 1, the default",
                                      _vllm_one_partial_prefill("max_num_partial_prefills"),
                                      since=VLLM_PARTIAL_PREFILLS[0], until=VLLM_PARTIAL_PREFILLS[1]),
