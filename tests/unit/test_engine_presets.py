@@ -1425,3 +1425,23 @@ def test_vllms_throughput_performance_mode_doubles_the_default_batch_limits_only
         scenario({"name": "vllm", "version": "0.16.0", "performance_mode": "throughput"})
     with pytest.raises(ConfigError, match="engine.performance_mode: 'fast' is not modelled; allowed: balanced"):
         scenario({"name": "vllm", "version": "0.20.0", "performance_mode": "fast"})
+
+
+@pytest.mark.parametrize("version, runs", [("0.7.3", "V0"), ("0.8.5", "V0 fallback"), ("0.9.2", "V0 fallback"),
+                                           ("0.10.0", None), ("0.14.1", None), ("0.16.0", "V1"), ("0.28.0", "V1")])
+def test_vllm_runs_a_draft_models_speculation_as_each_release_does(version, runs):
+    # V1 ran n-gram, EAGLE, Medusa and MTP drafters only: 0.8-0.9 fall back to V0 for a draft model, 0.10-0.14 refuse
+    # it, 0.16 on run it (vllm/engine/arg_utils.py, vllm/v1/spec_decode/draft_model.py)
+    draft = {"num_speculative_tokens": 4, "draft_model": "llama-3.1-8b", "acceptance": {"kind": "fixed", "alpha": 0.7}}
+    sections = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "tensor_parallel": 4}, "speculation": draft}
+    if runs is None:
+        with pytest.raises(ConfigError, match=rf"speculation.draft_model: not run by vLLM {version} "):
+            scenario({"name": "vllm", "version": version}, **sections)
+        ratio = {**draft, "draft_model": None, "draft_cost_ratio": 0.05}  # an EAGLE head, MTP or n-grams: V1
+        drafted = scenario({"name": "vllm", "version": version}, **{**sections, "speculation": ratio})
+        assert drafted.scheduler.mixed_batches and drafted.scheduler.chunked_prefill
+        return
+    sc = scenario({"name": "vllm", "version": version}, **sections)
+    fell_back = any("speculative decoding by a draft model, which V1 does not run" in n for n in sc.engine.notes)
+    assert fell_back is (runs == "V0 fallback")
+    assert sc.scheduler.chunked_prefill is (runs == "V1")  # V0: no chunked prefill with speculation

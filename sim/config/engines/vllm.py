@@ -512,11 +512,34 @@ VLLM_V0_FALLBACK = ((0, 8), (0, 11))
 VLLM_V1_FA3_FP8_SINCE = (0, 8, 2)  # before: any --kv-cache-dtype falls back
 VLLM_V1_SM100_FP8_SINCE = (0, 10, 0)
 VLLM_V1_MLA_FP8_SINCE = (0, 10, 2)
+# Speculative decoding by a draft model (ServeSim's `speculation.draft_model`), read in the same sdists and in 0.11.0,
+# 0.12.0, 0.13.0, 0.14.0 and 0.16.0 (vllm/engine/arg_utils.py, vllm/v1/spec_decode/): V1 runs n-gram (0.8), EAGLE
+# (0.8.5), Medusa and MTP (0.9) drafters only, so 0.8.0-0.9.x fall back to V0 for a draft model ("Speculative
+# Decoding"), 0.10.0-0.14.x refuse it ("Speculative decoding with draft model is not supported yet", a
+# NotImplementedError), and from 0.16.0 V1 runs it (DraftModelProposer; 0.15.x taken as 0.16.0). A drafter given by
+# its cost ratio alone (`draft_cost_ratio`: an EAGLE head, MTP, n-grams) stays on V1.
+VLLM_V1_DRAFT_MODEL_FALLBACK_UNTIL = (0, 10)
+VLLM_V1_DRAFT_MODEL_SINCE = (0, 15)
+
+
+def _vllm_draft_model(ctx: Context) -> bool:
+    """Whether the scenario speculates with a draft model (`speculation.draft_model`)."""
+    speculation = ctx.raw.get("speculation")
+    return isinstance(speculation, dict) and speculation.get("draft_model") is not None
 
 
 def _vllm_v0_fallback(ctx: Context) -> str | None:
     """Why this V1 release runs its V0 engine instead (a note), or None where it runs V1."""
     v = ctx.version
+    if VLLM_V0_FALLBACK[0] <= v[:2] < VLLM_V1_DRAFT_MODEL_FALLBACK_UNTIL and _vllm_draft_model(ctx):
+        return (f"vLLM {ctx.version_text}: speculative decoding by a draft model, which V1 does not run: it falls back "
+                "to the V0 engine (vllm/engine/arg_utils.py _is_v1_supported_oracle, \"Speculative Decoding\"), which "
+                "runs with V0's defaults; the CPU terms and front-end are still this version's")
+    if VLLM_V1_DRAFT_MODEL_FALLBACK_UNTIL <= v[:2] < VLLM_V1_DRAFT_MODEL_SINCE and _vllm_draft_model(ctx):
+        raise ConfigError(f"speculation.draft_model: not run by vLLM {ctx.version_text} (\"Speculative decoding with "
+                          "draft model is not supported yet\", vllm/engine/arg_utils.py); allowed: "
+                          "speculation.draft_cost_ratio for an EAGLE, MTP or n-gram drafter, or vLLM 0.6.0-0.9.x or "
+                          "0.16.0 and later")
     if not VLLM_V0_FALLBACK[0] <= v[:2] < VLLM_V0_FALLBACK[1] or get_key(ctx.raw, "quantization.kv_cache") != "fp8":
         return None
     capability = ctx.gpu.compute_capability or (0, 0)
