@@ -512,8 +512,9 @@ VLLM_V0_FALLBACK = ((0, 8), (0, 11))
 VLLM_V1_FA3_FP8_SINCE = (0, 8, 2)  # before: any --kv-cache-dtype falls back
 VLLM_V1_SM100_FP8_SINCE = (0, 10, 0)
 VLLM_V1_MLA_FP8_SINCE = (0, 10, 2)
-# Speculative decoding by a draft model (ServeSim's `speculation.draft_model`), read in the same sdists and in 0.11.0,
-# 0.12.0, 0.13.0, 0.14.0 and 0.16.0 (vllm/engine/arg_utils.py, vllm/v1/spec_decode/): V1 runs n-gram (0.8), EAGLE
+# Speculative decoding by a draft model (ServeSim's `speculation.draft_model`), read in the sdists of 0.8.0, 0.8.5,
+# 0.9.0, 0.9.2, 0.10.0, 0.10.2, 0.11.0-0.14.0 and 0.16.0 (vllm/engine/arg_utils.py; 0.16.0's vllm/v1/spec_decode/
+# draft_model.py): V1 runs n-gram (0.8), EAGLE
 # (0.8.5), Medusa and MTP (0.9) drafters only, so 0.8.0-0.9.x fall back to V0 for a draft model ("Speculative
 # Decoding"), 0.10.0-0.14.x refuse it ("Speculative decoding with draft model is not supported yet", a
 # NotImplementedError), and from 0.16.0 V1 runs it (DraftModelProposer; 0.15.x taken as 0.16.0). A drafter given by
@@ -658,12 +659,12 @@ def _vllm_no_negative_threshold(value: int) -> int:
 
 # --max-num-partial-prefills and --max-long-partial-prefills (vllm/engine/arg_utils.py from 0.7.3, gone in 0.27.0):
 # V0's concurrent partial prefills (vllm/core/scheduler.py PartialPrefillMetadata), not modelled; V1 refuses any value
-# but the default 1 ("No Concurrent Partial Prefills so far": a V0 fallback in 0.8.x-0.10.x, an error from 0.11.0)
+# but the default 1 ("No Concurrent Partial Prefills so far": a V0 fallback in 0.8.x-0.10.x, an error once V0 is gone)
 VLLM_PARTIAL_PREFILLS = ((0, 7, 3), (0, 27, 0))
 
 
-# --performance-mode (0.17.0 on; vllm/config/vllm.py PerformanceMode, read in the 0.17.0-0.34.0 sdists, where only
-# config/vllm.py and engine/arg_utils.py read it): throughput doubles the default max_num_batched_tokens and
+# --performance-mode (0.17.0 on; vllm/config/vllm.py PerformanceMode, in the arg_utils.py of every sdist 0.17.0-0.34.0;
+# in the whole trees of 0.17.0 and 0.34.0 only config/vllm.py and engine/arg_utils.py read it): throughput doubles the default max_num_batched_tokens and
 # max_num_seqs (EngineArgs._set_default_args: "If throughput mode is set, double ..."), interactivity captures CUDA
 # graphs for every batch of 1 to 32 (VllmConfig._set_cudagraph_sizes), whose padding is not modelled
 VLLM_PERFORMANCE_MODE_SINCE = (0, 17, 0)
