@@ -664,9 +664,10 @@ VLLM_PARTIAL_PREFILLS = ((0, 7, 3), (0, 27, 0))
 
 
 # --performance-mode (0.17.0 on; vllm/config/vllm.py PerformanceMode, in the arg_utils.py of every sdist 0.17.0-0.34.0;
-# in the whole trees of 0.17.0 and 0.34.0 only config/vllm.py and engine/arg_utils.py read it): throughput doubles the default max_num_batched_tokens and
-# max_num_seqs (EngineArgs._set_default_args: "If throughput mode is set, double ..."), interactivity captures CUDA
-# graphs for every batch of 1 to 32 (VllmConfig._set_cudagraph_sizes), whose padding is not modelled
+# in the whole trees of 0.17.0 and 0.34.0 only config/vllm.py and engine/arg_utils.py read it): throughput doubles the
+# default max_num_batched_tokens and max_num_seqs (EngineArgs._set_default_args: "If throughput mode is set, double
+# ..."), interactivity captures CUDA graphs for every batch of 1 to 32 (VllmConfig._set_cudagraph_sizes), whose
+# padding is not modelled
 VLLM_PERFORMANCE_MODE_SINCE = (0, 17, 0)
 VLLM_PERFORMANCE_MODES = ("balanced", "interactivity", "throughput")
 
