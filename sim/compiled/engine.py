@@ -190,6 +190,7 @@ def run_compiled(sim) -> bool:
     cfg[k.C_PREFILL_CONTEXT] = rule_of.prefill_context_tokens
     cfg[k.C_PREFILL_CHUNK_CAP] = rule_of.max_prefill_chunk_tokens
     cfg[k.C_CAP_WHEN_ALONE] = rule_of.prefill_chunk_cap_when_alone
+    cfg[k.C_CAP_FAIR_SHARE] = rule_of.prefill_chunk_cap_fair_share
     cfg[k.NUM_CFG:] = rule_of.graph_sizes()
     if rule_of.new_token_ratio is not None:
         cfg[k.C_RATIO], cfg[k.C_RATIO_DECAY] = 1, rule_of.new_token_ratio.decay_steps

@@ -46,6 +46,7 @@ from sim.sched.rules import (
     ratio_admits,
     ratio_admitted_tokens,
     reservation_fits,
+    step_prefill_chunk_cap,
 )
 
 # Return codes of `run`.
@@ -93,16 +94,16 @@ NUM_S = 8
 (C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE,
  C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT, C_PREFILL_ONLY,
  C_WHOLE_PROMPT, C_PREFIX_CACHING, C_PREFIX_UNIT, C_WINDOW_SPAN, C_WINDOW_BYTES, C_SLOT_BYTES,
- C_PREFILL_CONTEXT, C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE) = range(24)
-NUM_CFG = 24
+ C_PREFILL_CONTEXT, C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE, C_CAP_FAIR_SHARE) = range(25)
+NUM_CFG = 25
 # C_MIXED .. C_WHOLE_PROMPT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
 # per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, whether a
 # step may be prefill-only (`prefill_only_steps`), and whole-prompt admission. C_PREFIX_CACHING: automatic prefix
 # caching (sim/compiled/prefix_cache.py), C_PREFIX_UNIT the tokens of a content id. C_WINDOW_*: a hybrid model's
 # window blocks (`PagedKVManager.window_blocks`: the most blocks a window touches, a token's bytes in the sliding
 # layers, a token slot's; bytes 0: none). C_PREFILL_CONTEXT: the rule's prefill_context_tokens (0: none).
-# C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE: its max_prefill_chunk_tokens (0: none) and prefill_chunk_cap_when_alone. Past
-# NUM_CFG: the sorted
+# C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE, C_CAP_FAIR_SHARE: its max_prefill_chunk_tokens (0: none),
+# prefill_chunk_cap_when_alone and prefill_chunk_cap_fair_share. Past NUM_CFG: the sorted
 # CUDA-graph batch sizes (none: no padding).
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
@@ -461,8 +462,9 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
     context = cfg[C_CONTEXT] != 0
     caching = cfg[C_PREFIX_CACHING] != 0
     limit = cfg[C_PREFILL_CONTEXT]
-    cap, cap_when_alone = cfg[C_PREFILL_CHUNK_CAP], cfg[C_CAP_WHEN_ALONE] != 0
-    num_requests = sr[r, I_RUNNING] + sr[r, I_W_COUNT]  # (admissions move requests from one to the other)
+    # (the requests running or waiting: admissions move requests from one to the other)
+    cap = step_prefill_chunk_cap(cfg[C_PREFILL_CHUNK_CAP], cfg[C_CAP_WHEN_ALONE] != 0, cfg[C_CAP_FAIR_SHARE] != 0,
+                                 sr[r, I_RUNNING] + sr[r, I_W_COUNT], cfg[C_MAX_BATCHED])
     context_used = 0
     num_pf = 0
     num_new = 0
@@ -480,7 +482,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         if req[Q_STATE, rid] != RUNNING or budget <= 0:
             continue  # preempted while making room for an earlier one, or no budget left
         chunk = min(req[Q_PROMPT, rid] + req[Q_OUT, rid] - req[Q_COMPUTED, rid],
-                    prefill_chunk_limit(budget, cap, cap_when_alone, num_requests))
+                    prefill_chunk_limit(budget, cap))
         charge = context_charge(req[Q_PROMPT, rid] + req[Q_OUT, rid], chunk, False)
         if not context_fits(context_used, charge, limit):
             continue
@@ -556,7 +558,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         step_need = need_tokens - cached
         if context:
             step_need = context_pass_chunk(step_need)  # the context pass: but the last
-        chunk = min(step_need, prefill_chunk_limit(budget, cap, cap_when_alone, num_requests))
+        chunk = min(step_need, prefill_chunk_limit(budget, cap))
         window = _window_blocks(req, rid, bs, cfg)
         if not admission_fits(chunked, cfg[C_WHOLE_PROMPT] != 0, chunk, step_need,
                               _blocks_for(need_tokens, bs) + window, sr[r, I_FREE_BLOCKS]):

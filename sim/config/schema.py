@@ -271,6 +271,9 @@ class SchedulerSpec(_Strict):
     prefill_chunk_cap_when_alone: bool = Field(True, description=(
         "continuous: max_prefill_chunk_tokens holds also when the prompt's request is the only one running or "
         "waiting (vLLM to 0.30); false: only beside others (0.31+)"))
+    prefill_chunk_cap_fair_share: bool = Field(False, description=(
+        "continuous: max_prefill_chunk_tokens is floored at max_num_batched_tokens divided by the requests running or "
+        "waiting (vLLM 0.31+'s --long-prefill-token-threshold-adaptive)"))
 
     @model_validator(mode="after")
     def _consistent(self) -> "SchedulerSpec":
@@ -302,7 +305,8 @@ class SchedulerSpec(_Strict):
             context_pass=self.context_pass, whole_prompt_admission=self.admission == "whole_prompt",
             prefill_context_tokens=self.prefill_context_tokens or 0,
             max_prefill_chunk_tokens=self.max_prefill_chunk_tokens or 0,
-            prefill_chunk_cap_when_alone=self.prefill_chunk_cap_when_alone or not self.max_prefill_chunk_tokens)
+            prefill_chunk_cap_when_alone=self.prefill_chunk_cap_when_alone or not self.max_prefill_chunk_tokens,
+            prefill_chunk_cap_fair_share=self.prefill_chunk_cap_fair_share and bool(self.max_prefill_chunk_tokens))
 
 
 class TransientMarginSpec(_Strict):

@@ -30,6 +30,7 @@ from sim.sched.rules import (
     new_token_ratio,
     padded_batch,
     prefill_chunk_limit,
+    step_prefill_chunk_cap,
     ratio_admits,
     ratio_admitted_tokens,
     reservation_fits,
@@ -244,15 +245,17 @@ class ContinuousScheduler(SchedulerBase):
         """Running requests' prefill chunks, then (if `admit`) waiting requests in arrival order while
         `max_num_seqs`, the token budget, the KV cache (and the rule's admission test) allow."""
         kv, limit = self.kv, self.rule.prefill_context_tokens
-        cap, cap_when_alone = self.rule.max_prefill_chunk_tokens, self.rule.prefill_chunk_cap_when_alone
-        num_requests = len(self.running) + len(self.waiting)  # (admissions move requests from one to the other)
+        # (the requests running or waiting: admissions move requests from one to the other)
+        cap = step_prefill_chunk_cap(self.rule.max_prefill_chunk_tokens, self.rule.prefill_chunk_cap_when_alone,
+                                     self.rule.prefill_chunk_cap_fair_share, len(self.running) + len(self.waiting),
+                                     self.max_num_batched_tokens)
         context_used = 0
         for rid in list(self.prefilling):
             request = self.prefilling.get(rid)
             if request is None or budget <= 0:
                 continue  # preempted while making room for an earlier one, or no budget left
             chunk = min(request.num_tokens - request.num_computed_tokens,
-                        prefill_chunk_limit(budget, cap, cap_when_alone, num_requests))
+                        prefill_chunk_limit(budget, cap))
             charge = context_charge(request.num_tokens, chunk, False)
             if not context_fits(context_used, charge, limit):
                 continue
@@ -288,7 +291,7 @@ class ContinuousScheduler(SchedulerBase):
                 if not ratio_admits(free_tokens, running_future, admitted, prompt, remaining_out, ratio,
                                     SGLANG_CLIP_MAX_NEW_TOKENS):
                     break
-            chunk = kv.admit(request, prefill_chunk_limit(budget, cap, cap_when_alone, num_requests),
+            chunk = kv.admit(request, prefill_chunk_limit(budget, cap),
                              chunked=self.chunked_prefill,
                              step_need=context_pass_chunk if rule.context_pass else None,
                              whole_prompt=rule.whole_prompt_admission)

@@ -15,6 +15,7 @@ by setting these fields (the scenario's `scheduler:` section names each, and the
 | `prefill_context_tokens` | 0 | 0 | 0 | 0 | 0 (0.12+: session_len, `context_fits`) |
 | `max_prefill_chunk_tokens` | 0 (`--long-prefill-token-threshold`, 0.8.3+) | 0 | 0 | 0 | 0 |
 | `prefill_chunk_cap_when_alone` | True (False from 0.31.0) | True | True | True | True |
+| `prefill_chunk_cap_fair_share` | False (`--long-prefill-token-threshold-adaptive`, 0.31+) | False | False | False | False |
 
 Each decision is a numba function here (the design in docs/design.md: one definition, called by the SimPy engine's
 scheduler and inside the compiled core's loop, which runs every rule).
@@ -82,9 +83,12 @@ class SchedulingRule:
     # 0.8.0-0.8.5, 0.9.0, 0.10.0, 0.11.0, 0.14.0, 0.20.0, 0.21.0, 0.24.0, 0.26.0 and 0.28.0-0.34.0): a prompt, running
     # or admitted, computes at most this many tokens in a step (0: up to the token budget); from 0.31.0 only while
     # more than one request is running or waiting ("When it is the only request there is nobody to starve"):
-    # `prefill_chunk_cap_when_alone` False. `prefill_chunk_limit` applies both.
+    # `prefill_chunk_cap_when_alone` False; and with --long-prefill-token-threshold-adaptive (0.31.0 on) the cap is
+    # floored at a fair share of the budget, max_num_batched_tokens // the requests running or waiting:
+    # `prefill_chunk_cap_fair_share`. `step_prefill_chunk_cap` and `prefill_chunk_limit` apply them.
     max_prefill_chunk_tokens: int = 0
     prefill_chunk_cap_when_alone: bool = True
+    prefill_chunk_cap_fair_share: bool = False
 
     @property
     def is_default(self) -> bool:
@@ -117,7 +121,8 @@ class SchedulingRule:
                          "context")
         if self.max_prefill_chunk_tokens:
             alone = "" if self.prefill_chunk_cap_when_alone else " while another request runs or waits"
-            parts.append(f"a prompt computes at most {self.max_prefill_chunk_tokens} tokens a step{alone}")
+            share = ", or its fair share of the budget" if self.prefill_chunk_cap_fair_share else ""
+            parts.append(f"a prompt computes at most {self.max_prefill_chunk_tokens} tokens a step{share}{alone}")
         return ", ".join(parts) or "vLLM V1"
 
     def graph_sizes(self) -> np.ndarray:
@@ -135,12 +140,23 @@ def padded_batch(sorted_sizes, num_seqs):
 
 
 @njit(cache=True)
-def prefill_chunk_limit(budget, cap, cap_when_alone, num_requests):
-    """The most tokens one prompt computes this step: the step's token budget left, or the rule's
-    `max_prefill_chunk_tokens` (`cap`, 0: none) where smaller, unless the cap holds only beside other requests
-    (`cap_when_alone` false) and `num_requests`, those running or waiting, is 1."""
-    if 0 < cap < budget and (cap_when_alone or num_requests > 1):
-        return cap
+def step_prefill_chunk_cap(cap, cap_when_alone, fair_share, num_requests, max_num_batched_tokens):
+    """The most tokens one prompt computes in this step (0: no cap), from the rule's `max_prefill_chunk_tokens`
+    (`cap`), `prefill_chunk_cap_when_alone` and `prefill_chunk_cap_fair_share`, and `num_requests`, those running or
+    waiting as the step is scheduled."""
+    if cap <= 0 or (not cap_when_alone and num_requests <= 1):
+        return 0
+    if fair_share and num_requests > 0 and max_num_batched_tokens // num_requests > cap:
+        return max_num_batched_tokens // num_requests
+    return cap
+
+
+@njit(cache=True)
+def prefill_chunk_limit(budget, step_cap):
+    """The most tokens one prompt computes now: the step's token budget left, or `step_cap`
+    (`step_prefill_chunk_cap`, 0: none) where smaller."""
+    if 0 < step_cap < budget:
+        return step_cap
     return budget
 
 

@@ -347,33 +347,33 @@ def test_several_replicas_run_compiled_and_agree(router):
        max_num_seqs=st.sampled_from([3, 16, 256]), horizon=st.one_of(st.none(), st.floats(0.05, 30.0)),
        fast_decode=st.booleans(), seed=st.integers(0, 10_000), context=st.booleans(), first_chunk=st.booleans(),
        context_limit=st.sampled_from([None, None, 300, 1500]), chunk_cap=st.sampled_from([None, None, 48, 300]),
-       cap_when_alone=st.booleans())
+       cap_when_alone=st.booleans(), fair_share=st.booleans())
 # Found by this property (11-28): under the context pass a request joins the decodes at the end of a step that decoded
 # nothing and so left the clock where it was; preempted before its first decode, the compiled core gave back one
 # block more than it held (its first decode's block counted as taken).
 @example(mixed=False, group_steps=1, whole=False, graph_sizes=None, ratio=None, overhead=None, whole_steps=None,
          replicas=1, rate=4.0, capacity=362, block_size=1, chunked=False, budget=None, max_num_seqs=3, horizon=None,
          fast_decode=False, seed=14, context=True, first_chunk=False, context_limit=None, chunk_cap=None,
-         cap_when_alone=True)
+         cap_when_alone=True, fair_share=False)
 # vLLM V1's first-chunk admission (to v0.18), under KV pressure: prompts admitted, then preempted by their own chunks.
 @example(mixed=True, group_steps=1, whole=False, graph_sizes=None, ratio=None, overhead=None, whole_steps=None,
          replicas=1, rate=40.0, capacity=400, block_size=4, chunked=True, budget=64, max_num_seqs=16, horizon=None,
          fast_decode=True, seed=3, context=False, first_chunk=True, context_limit=None, chunk_cap=None,
-         cap_when_alone=True)
+         cap_when_alone=True, fair_share=False)
 # TurboMind 0.12+'s context limit, below the prompts' lengths, under KV pressure and preemptions
 @example(mixed=True, group_steps=1, whole=False, graph_sizes=None, ratio=None, overhead=None, whole_steps=None,
          replicas=1, rate=40.0, capacity=1200, block_size=4, chunked=True, budget=512, max_num_seqs=16, horizon=None,
          fast_decode=True, seed=5, context=False, first_chunk=False, context_limit=300, chunk_cap=None,
-         cap_when_alone=True)
+         cap_when_alone=True, fair_share=False)
 # vLLM V1's --long-prefill-token-threshold, below the budget, with a lone request (0.31+: uncapped) at times
 @example(mixed=True, group_steps=1, whole=False, graph_sizes=None, ratio=None, overhead=None, whole_steps=None,
          replicas=1, rate=2.0, capacity=1200, block_size=4, chunked=True, budget=512, max_num_seqs=16, horizon=None,
          fast_decode=True, seed=5, context=False, first_chunk=False, context_limit=None, chunk_cap=48,
-         cap_when_alone=False)
+         cap_when_alone=False, fair_share=True)
 def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_same_records(
         mixed, group_steps, whole, graph_sizes, ratio, overhead, whole_steps, replicas, rate, capacity, block_size,
         chunked, budget, max_num_seqs, horizon, fast_decode, seed, context, first_chunk, context_limit, chunk_cap,
-        cap_when_alone):
+        cap_when_alone, fair_share):
     if context:  # TurboMind's context pass: unchunked, its decode pass mixed (sim/config/schema.py)
         mixed, chunked = True, False
     if budget is not None and budget < max_num_seqs:  # no engine: vLLM's bound (sim/config/deployment.py)
@@ -391,7 +391,7 @@ def test_every_scheduling_rule_and_the_engine_overhead_run_compiled_with_the_sam
                              admission="first_chunk" if first_chunk else "whole_prompt",
                              prefill_context_tokens=context_limit,
                              max_prefill_chunk_tokens=chunk_cap if chunked else None,  # (it chunks prompts)
-                             prefill_chunk_cap_when_alone=cap_when_alone)
+                             prefill_chunk_cap_when_alone=cap_when_alone, prefill_chunk_cap_fair_share=fair_share)
     python, compiled = both(spec)
     assert compiled.extras["engine_core"] == "compiled" or (
         replicas > 1 and "two events at one time" in compiled.extras["engine_core"])

@@ -1370,6 +1370,12 @@ def test_vllms_long_prefill_token_threshold_caps_a_prompts_chunk_where_its_v1_sc
     assert capped.scheduler.rule().describe() == "a prompt computes at most 512 tokens a step"
     newest = scenario({"name": "vllm", "version": "0.34.0", "long_prefill_token_threshold": 512})
     assert newest.scheduler.max_prefill_chunk_tokens == 512 and not newest.scheduler.prefill_chunk_cap_when_alone
+    assert not newest.scheduler.prefill_chunk_cap_fair_share
+    adaptive = scenario({"name": "vllm", "version": "0.31.0", "command": "vllm serve m --long-prefill-token-threshold "
+                                                                         "512 --long-prefill-token-threshold-adaptive"})
+    assert adaptive.scheduler.rule().prefill_chunk_cap_fair_share
+    with pytest.raises(ConfigError, match=r"not a flag of vllm 0.30.0 \(it came in 0.31.0\)"):
+        scenario({"name": "vllm", "version": "0.30.0", "long_prefill_token_threshold_adaptive": True})
     for version in ("0.8.2", "0.6.3"):  # V1 reads it from 0.8.3; V0 only among concurrent partial prefills
         spec = {"name": "vllm", "version": version, "long_prefill_token_threshold": 512}
         if version == "0.6.3":

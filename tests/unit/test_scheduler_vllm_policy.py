@@ -127,3 +127,21 @@ def test_from_vllm_0_31_the_threshold_leaves_a_lone_request_uncapped():
     always = capped(PagedKVManager(256, 4), budget=100, cap=30)
     always.add_request(make_request(70, 5))
     assert step(always, 0.0).prefill_chunk_tokens == [30]
+
+
+def test_the_adaptive_threshold_floors_the_cap_at_the_budgets_fair_share():
+    # vLLM 0.31+ --long-prefill-token-threshold-adaptive: max(threshold, max_num_batched_tokens // requests running or
+    # waiting): 2 requests under a 100-token budget may compute 50 each, though the threshold says 30
+    from sim.sched.rules import SchedulingRule
+    rule = SchedulingRule(max_prefill_chunk_tokens=30, prefill_chunk_cap_when_alone=False,
+                          prefill_chunk_cap_fair_share=True)
+    sched = ContinuousScheduler(PagedKVManager(256, 4), max_num_seqs=8, max_num_batched_tokens=100,
+                                chunked_prefill=True, max_model_len=4096, rule=rule)
+    for r in (make_request(70, 5), make_request(70, 5)):
+        sched.add_request(r)
+    assert step(sched, 0.0).prefill_chunk_tokens == [50, 50]
+    four = ContinuousScheduler(PagedKVManager(256, 4), max_num_seqs=8, max_num_batched_tokens=100,
+                               chunked_prefill=True, max_model_len=4096, rule=rule)
+    for r in (make_request(70, 5) for _ in range(4)):
+        four.add_request(r)
+    assert step(four, 0.0).prefill_chunk_tokens == [30, 30, 30, 10]  # 100 // 4 = 25 < 30: the threshold holds

@@ -372,12 +372,14 @@ def derive_vllm(ctx: Context) -> PresetResult:
     values.update(_vllm_kv_memory_bytes(ctx, values["kv_cache.block_size"], notes))
     capped = _vllm_long_prefill_cap(ctx, v1, notes)
     values.update(capped)
-    return PresetResult(values, {key: "long_prefill_token_threshold" for key in capped}, notes)
+    return PresetResult(values, {key: "long_prefill_token_threshold_adaptive" if key.endswith("fair_share")
+                                 else "long_prefill_token_threshold" for key in capped}, notes)
 
 
 # --long-prefill-token-threshold (in vllm/engine/arg_utils.py from 0.8.0): vLLM V1's scheduler caps each prompt's
 # chunk at it from 0.8.3 (0.8.0-0.8.2 parse it and do not read it), from 0.31.0 only while more than one request
-# runs or waits and only with chunked prefill (sim/sched/rules.py `max_prefill_chunk_tokens`, where the files read
+# runs or waits (and, with --long-prefill-token-threshold-adaptive, 0.31.0 on, at least max_num_batched_tokens //
+# those requests) and only with chunked prefill (sim/sched/rules.py `max_prefill_chunk_tokens`, where the files read
 # are named; V1's chunked prefill is always on here); V0 reads it only to count long prompts among concurrent partial
 # prefills (vllm/core/scheduler.py PartialPrefillMetadata), which --max-num-partial-prefills 1, its default, leaves
 # off.
@@ -386,9 +388,14 @@ VLLM_LONG_PREFILL_CAP_BESIDE_OTHERS_SINCE = (0, 31, 0)
 
 
 def _vllm_long_prefill_cap(ctx: Context, v1: bool, notes: list[str]) -> dict[str, Any]:
-    """The scheduler keys --long-prefill-token-threshold sets ({} where the release does not apply it, noted)."""
+    """The scheduler keys --long-prefill-token-threshold (and --long-prefill-token-threshold-adaptive) set ({} where
+    the release does not apply it, noted)."""
     threshold = ctx.flags.get("long_prefill_token_threshold")
+    adaptive = ctx.flags.get("long_prefill_token_threshold_adaptive")
     if not threshold:
+        if adaptive:
+            notes.append(f"vLLM {ctx.version_text} --long-prefill-token-threshold-adaptive: no effect without "
+                         "--long-prefill-token-threshold")
         return {}
     text, given = ctx.version_text, f"--long-prefill-token-threshold {threshold}"
     if not v1 or ctx.version < VLLM_LONG_PREFILL_CAP_SINCE:
@@ -399,6 +406,8 @@ def _vllm_long_prefill_cap(ctx: Context, v1: bool, notes: list[str]) -> dict[str
     values: dict[str, Any] = {"scheduler.max_prefill_chunk_tokens": threshold}  # (V1 always chunks: derive_vllm)
     if ctx.version >= VLLM_LONG_PREFILL_CAP_BESIDE_OTHERS_SINCE:
         values["scheduler.prefill_chunk_cap_when_alone"] = False
+    if adaptive:
+        values["scheduler.prefill_chunk_cap_fair_share"] = True
     return values
 
 
@@ -729,6 +738,10 @@ VLLM_FLAGS = {
     "long_prefill_token_threshold": Flag(None, int, "--long-prefill-token-threshold: the most tokens a prompt "
                                          "computes in a step (scheduler.max_prefill_chunk_tokens; 0: none)",
                                          _vllm_no_negative_threshold, since=(0, 8, 0)),
+    "long_prefill_token_threshold_adaptive": Flag(None, bool, "--long-prefill-token-threshold-adaptive: the cap at "
+                                                  "least the budget's fair share "
+                                                  "(scheduler.prefill_chunk_cap_fair_share)",
+                                                  since=VLLM_LONG_PREFILL_CAP_BESIDE_OTHERS_SINCE),
     # in vllm/engine/arg_utils.py to 0.10.0, gone in 0.10.1 (every sdist 0.6.0-0.34.0)
     "num_scheduler_steps": Flag("scheduler.decode_steps_per_schedule", int, "--num-scheduler-steps (V0)",
                                 until=(0, 10, 1)),
