@@ -30,10 +30,10 @@ from sim.sched.rules import (
     new_token_ratio,
     padded_batch,
     prefill_chunk_limit,
-    step_prefill_chunk_cap,
     ratio_admits,
     ratio_admitted_tokens,
     reservation_fits,
+    step_prefill_chunk_cap,
 )
 from sim.sched.sampling_groups import sampling_groups
 from sim.sched.swap_space import swap_space
