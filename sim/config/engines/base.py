@@ -65,11 +65,13 @@ def at_least_one(name: str, most: int | None = None) -> Callable[[int], int]:
     return convert
 
 
-def only_one_of(name: str, allowed: tuple[str, ...], after: str = ", or leave it out") -> Callable[[str], str]:
-    """An engine option accepted at the values modelled only, another refused in one line (`after` ends it)."""
-    def convert(value: str) -> str:
+def only_one_of(name: str, allowed: tuple, after: str = ", or leave it out") -> Callable[[Any], Any]:
+    """An engine option accepted at the values modelled only (words or numbers), another refused in one line
+    (`after` ends it)."""
+    def convert(value):
         if value not in allowed:
-            raise ConfigError(f"engine.{name}: {value!r} is not modelled; allowed: {', '.join(allowed)}{after}")
+            raise ConfigError(f"engine.{name}: {value!r} is not modelled; allowed: "
+                              f"{', '.join(str(v) for v in allowed)}{after}")
         return value
     return convert
 
@@ -80,10 +82,10 @@ def sixteen_bit_dtype(allowed: tuple[str, ...]) -> Callable[[str], str]:
     return only_one_of("dtype", allowed, " (16-bit activations, as priced)")
 
 
-def only_default(name: str, default: str) -> Callable[[str], str]:
+def only_default(name: str, default, why: str = "") -> Callable[[Any], Any]:
     """An engine option accepted at its default value only (the engine as modelled), another value refused in one
-    line."""
-    return only_one_of(name, (default,), " (the default), or leave it out")
+    line (`why`: what another value would run, said after "the default")."""
+    return only_one_of(name, (default,), f" (the default{why}), or leave it out")
 
 
 def weights_quantization(methods: dict[str, str]) -> Callable[[str], str]:

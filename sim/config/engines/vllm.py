@@ -274,6 +274,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
                               "kv_cache.gpu_memory_utilization": 0.9}
     notes: list[str] = []
     refuse_model_before(ctx, VLLM_MODEL_TYPE_SINCE, "vLLM", "vllm/model_executor/models/registry.py")
+    _vllm_refuse_draft_model(ctx)
     fallback = _vllm_v0_fallback(ctx)
     if fallback is not None:
         if ctx.model is not None and ctx.model.model_type in VLLM_SINKS_MODEL_TYPES:
@@ -538,6 +539,15 @@ def _vllm_draft_model(ctx: Context) -> bool:
     return isinstance(speculation, dict) and speculation.get("draft_model") is not None
 
 
+def _vllm_refuse_draft_model(ctx: Context) -> None:
+    """A draft model's speculation refused in one line by the releases that refuse it (above)."""
+    if VLLM_V1_DRAFT_MODEL_FALLBACK_UNTIL <= ctx.version[:2] < VLLM_V1_DRAFT_MODEL_SINCE and _vllm_draft_model(ctx):
+        raise ConfigError(f"speculation.draft_model: not run by vLLM {ctx.version_text} (\"Speculative decoding with "
+                          "draft model is not supported yet\", vllm/engine/arg_utils.py); allowed: "
+                          "speculation.draft_cost_ratio for an EAGLE, MTP or n-gram drafter, or vLLM 0.6.0-0.9.x or "
+                          "0.16.0 and later")
+
+
 def _vllm_v0_fallback(ctx: Context) -> str | None:
     """Why this V1 release runs its V0 engine instead (a note), or None where it runs V1."""
     v = ctx.version
@@ -545,11 +555,6 @@ def _vllm_v0_fallback(ctx: Context) -> str | None:
         return (f"vLLM {ctx.version_text}: speculative decoding by a draft model, which V1 does not run: it falls back "
                 "to the V0 engine (vllm/engine/arg_utils.py _is_v1_supported_oracle, \"Speculative Decoding\"), which "
                 "runs with V0's defaults; the CPU terms and front-end are still this version's")
-    if VLLM_V1_DRAFT_MODEL_FALLBACK_UNTIL <= v[:2] < VLLM_V1_DRAFT_MODEL_SINCE and _vllm_draft_model(ctx):
-        raise ConfigError(f"speculation.draft_model: not run by vLLM {ctx.version_text} (\"Speculative decoding with "
-                          "draft model is not supported yet\", vllm/engine/arg_utils.py); allowed: "
-                          "speculation.draft_cost_ratio for an EAGLE, MTP or n-gram drafter, or vLLM 0.6.0-0.9.x or "
-                          "0.16.0 and later")
     if not VLLM_V0_FALLBACK[0] <= v[:2] < VLLM_V0_FALLBACK[1] or get_key(ctx.raw, "quantization.kv_cache") != "fp8":
         return None
     capability = ctx.gpu.compute_capability or (0, 0)
@@ -693,14 +698,7 @@ def _vllm_performance_mode(ctx: Context, mnbt: int, seqs: int, notes: list[str])
                      "sequences, whose padding is not modelled: priced as the default")
     return mnbt, seqs
 
-
-def _vllm_one_partial_prefill(name: str):
-    def convert(value: int) -> int:
-        if value != 1:
-            raise ConfigError(f"engine.{name}: {value} is not modelled; allowed: 1, the default (concurrent partial "
-                              "prefills: V0's, which V1 refuses), or leave it out")
-        return value
-    return convert
+VLLM_PARTIAL_PREFILLS_WHY = "; concurrent partial prefills are V0's, which V1 refuses"
 
 
 def _vllm_one_rank(value: int) -> int:
@@ -730,10 +728,10 @@ VLLM_FLAGS = {
                              only_one_of("performance_mode", VLLM_PERFORMANCE_MODES),
                              since=VLLM_PERFORMANCE_MODE_SINCE),
     "max_num_partial_prefills": Flag(None, int, "--max-num-partial-prefills: 1, the default",
-                                     _vllm_one_partial_prefill("max_num_partial_prefills"),
+                                     only_default("max_num_partial_prefills", 1, VLLM_PARTIAL_PREFILLS_WHY),
                                      since=VLLM_PARTIAL_PREFILLS[0], until=VLLM_PARTIAL_PREFILLS[1]),
     "max_long_partial_prefills": Flag(None, int, "--max-long-partial-prefills: 1, the default",
-                                      _vllm_one_partial_prefill("max_long_partial_prefills"),
+                                      only_default("max_long_partial_prefills", 1, VLLM_PARTIAL_PREFILLS_WHY),
                                       since=VLLM_PARTIAL_PREFILLS[0], until=VLLM_PARTIAL_PREFILLS[1]),
     "long_prefill_token_threshold": Flag(None, int, "--long-prefill-token-threshold: the most tokens a prompt "
                                          "computes in a step (scheduler.max_prefill_chunk_tokens; 0: none)",
