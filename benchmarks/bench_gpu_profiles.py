@@ -11,7 +11,8 @@ The shipped whole-step profiles under calibrate/profiles/h100-sxm/ were measured
 and, across sources, our unfused/fused profiles against the two tables in ../shared/gpu/ (the same model on
 another H100 machine, unfused and torch.compile'd). Then the tables measured on an H200 on 11-30
 (`H200_NEW_TABLES`: W8A8 fp8 steps, `calibrate steps --weights fp8`, and the unfused and TP-2 shards) and on 12-04
-(`H200_TABLES_1204`: the TP-2 unfused shard, the compiled engine, more fp8 shards): each
+(`H200_TABLES_1204`: the TP-2 unfused shard, the compiled engine, more fp8 shards; `H200_TABLES_1204_EVENING`: the
+unfused fp8 TP-2/TP-8 shards and the paged decode kernel, with the per-op profiles `H200_PER_OP`): each
 against its own leave-one-out fit, the roofline and AIConfigurator's vLLM tables, fp8 priced as fp8 (weights and
 matrix products); the fp8 step's time over the bf16 step's at each shape, measured and as each model prices it; and
 one engine's measured step over another's (`ENGINE_PAIRS`: compiled against fused, unfused against fused).
@@ -50,6 +51,11 @@ H200_NEW_TABLES = [("llama-3.1-8b", 1, "fused-fp8"), ("llama-3.1-8b", 1, "unfuse
 H200_TABLES_1204 = [("llama-3.1-70b", 2, "unfused"), ("llama-3.1-8b", 1, "compiled"), ("qwen2.5-7b", 1, "unfused-fp8"),
                     ("llama-3.1-70b", 2, "fused-fp8"), ("llama-3.1-70b", 4, "unfused-fp8"),
                     ("llama-3.1-70b", 8, "fused-fp8")]
+# Measured on one H200 on 12-04 from 18:40 (calibrate/gpu_run.sh): the unfused fp8 70B shards, the paged decode kernel
+H200_TABLES_1204_EVENING = [("llama-3.1-70b", 2, "unfused-fp8"), ("llama-3.1-70b", 8, "unfused-fp8"),
+                            ("llama-3.1-8b", 1, "fused-paged")]
+# Per-op profiles measured on that H200 (`calibrate run`, tp1/ops/) and the whole-step tables they stand for
+H200_PER_OP = [("llama-3.1-8b", "fused"), ("llama-3.1-8b", "fused-paged"), ("qwen2.5-7b", "fused")]
 TABLES = [("llama-3.1-8b", 1, "fused"), ("llama-3.1-8b", 1, "unfused"), ("llama-3.1-8b", 1, "compiled"),
           ("llama-3.1-8b", 1, "fused-paged"), ("llama-3.1-70b", 2, "fused"),
           ("qwen2.5-7b", 1, "fused"), ("qwen2.5-7b", 1, "unfused"),
@@ -79,7 +85,7 @@ def _key(row) -> tuple:
 
 def h200_new_tables(title: str, tables: list, fp8_pairs: tuple) -> None:
     """Each table against its own leave-one-out fit, the measured kernels and the roofline; then the fp8 step over
-    the bf16 step of the fused engine for `fp8_pairs` ((model, tp), both measured)."""
+    the bf16 step of one engine for `fp8_pairs` ((model, tp, engine), both measured)."""
     folder = PROFILES.parent / "h200"
     print(f"### Measured on an H200 on {title}\n")
     print("| table (rows) | whole-step held out (LOO) | measured kernels (AIC vLLM): median / max, mean signed | "
@@ -96,32 +102,51 @@ def h200_new_tables(title: str, tables: list, fp8_pairs: tuple) -> None:
             cells.append(f"{stat(errors(rep))}, {signed.mean():+.1f}%")
         print(f"| {name} tp{tp} {engine} ({len(pd.read_csv(table))}) | {stat(errors(loo, 'loo_error_pct'))} | "
               + " | ".join(cells) + " |")
-    print("\nfp8 step / bf16 step at the same shape (fused engine, H200), median (range) over the shapes both "
+    print("\nfp8 step / bf16 step at the same shape (one engine, H200), median (range) over the shapes both "
           "measured, by kind of step: measured, and as each model prices it\n")
     print("| model | kind (shapes) | measured | measured kernels (AIC) | roofline |")
     print("| --- | --- | ---: | ---: | ---: |")
-    for name, tp in fp8_pairs:
+    for name, tp, engine in fp8_pairs:
         base = folder / name / f"tp{tp}" / "steps"
-        both = pd.read_csv(base / "fused" / "steps.csv").merge(pd.read_csv(base / "fused-fp8" / "steps.csv"), on=_KEY,
-                                                                suffixes=("_bf16", "_fp8"))
+        both = pd.read_csv(base / engine / "steps.csv").merge(pd.read_csv(base / f"{engine}-fp8" / "steps.csv"),
+                                                               on=_KEY, suffixes=("_bf16", "_fp8"))
         model, priced = get_model(name), {}
         for kind in ("measured", "roofline"):
             for quant in ("bf16", "fp8"):
                 rep = check_rows(target(kind, model, tp, gpu="h200", fp8=quant == "fp8"),
-                                 base / ("fused-fp8" if quant == "fp8" else "fused") / "steps.csv")
+                                 base / (f"{engine}-fp8" if quant == "fp8" else engine) / "steps.csv")
                 priced[kind, quant] = {_key(r): r["predicted_s"] for r in rep["rows"]}
         for kind_of_step, rows in both.groupby("kind"):
             shapes = [_key(r) for _, r in rows.iterrows()]
             cells = [rows["step_s_fp8"] / rows["step_s_bf16"]]
             cells += [pd.Series([priced[k, "fp8"][s] / priced[k, "bf16"][s] for s in shapes])
                       for k in ("measured", "roofline")]
-            print(f"| {name} tp{tp} | {kind_of_step} ({len(rows)}) | " + " | ".join(
+            print(f"| {name} tp{tp} {engine} | {kind_of_step} ({len(rows)}) | " + " | ".join(
                 f"{c.median():.2f} ({c.min():.2f}-{c.max():.2f})" for c in cells) + " |")
 
 
 # One engine's step over another's at the same shapes (steps/<engine>/ folders of one GPU, model and TP)
 ENGINE_PAIRS = [("h200", "llama-3.1-8b", 1, "compiled", "fused"), ("h100-sxm", "llama-3.1-8b", 1, "compiled", "fused"),
-                ("h200", "llama-3.1-8b", 1, "compiled", "unfused"), ("h200", "llama-3.1-70b", 2, "unfused", "fused")]
+                ("h200", "llama-3.1-8b", 1, "compiled", "unfused"), ("h200", "llama-3.1-70b", 2, "unfused", "fused"),
+                ("h200", "llama-3.1-8b", 1, "fused-paged", "fused"),
+                ("h100-sxm", "llama-3.1-8b", 1, "fused-paged", "fused")]
+
+
+def h200_per_op() -> None:
+    """The per-op profiles measured on the H200 against the whole steps of the engine they stand for, with
+    contiguous and paged decode attention (as the H100's per-op columns)."""
+    folder = PROFILES.parent / "h200"
+    print("### The H200's per-op profiles (tp1/ops/, 12-04) against its whole steps\n")
+    print("| per-op profile | table (rows) | per-op contiguous: median / max, mean signed | per-op paged |")
+    print("| --- | --- | ---: | ---: |")
+    for name, engine in H200_PER_OP:
+        ops, table = folder / name / "tp1" / "ops", folder / name / "tp1" / "steps" / engine / "steps.csv"
+        cells = []
+        for kv in ("contiguous", "paged"):
+            rep = check_rows(target(str(ops), kv=kv), table)
+            signed = np.array([r["error_pct"] for r in rep["rows"]])
+            cells.append(f"{stat(errors(rep))}, {signed.mean():+.1f}%")
+        print(f"| {name} tp1/ops | {engine} ({len(pd.read_csv(table))}) | " + " | ".join(cells) + " |")
 
 
 def engine_ratios() -> None:
@@ -214,10 +239,15 @@ def main() -> None:
                     print(f"| {label} | {table} | {stat(errors(rep))} | {signed.mean():+.1f}% |")
     print()
     h200_new_tables("11-30: W8A8 fp8 steps, unfused and TP-2 shards", H200_NEW_TABLES,
-                    (("llama-3.1-8b", 1), ("qwen2.5-7b", 1), ("llama-3.1-70b", 4)))
+                    (("llama-3.1-8b", 1, "fused"), ("qwen2.5-7b", 1, "fused"), ("llama-3.1-70b", 4, "fused")))
     print()
     h200_new_tables("12-04: the TP-2 unfused shard, the compiled engine, more fp8 shards", H200_TABLES_1204,
-                    (("llama-3.1-70b", 2), ("llama-3.1-70b", 8)))
+                    (("llama-3.1-70b", 2, "fused"), ("llama-3.1-70b", 8, "fused")))
+    print()
+    h200_new_tables("12-04 from 18:40: the unfused fp8 70B shards, the paged decode kernel", H200_TABLES_1204_EVENING,
+                    (("llama-3.1-70b", 2, "unfused"), ("llama-3.1-70b", 8, "unfused")))
+    print()
+    h200_per_op()
     print()
     engine_ratios()
 

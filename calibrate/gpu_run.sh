@@ -28,7 +28,7 @@
 #                                            per grid shape, measured 50 s for the full grid on an H100)
 #   OPS_RUNS="llama-3.1-8b:1 qwen2.5-7b:1"   model:tp for the ops stage
 #   GRID=full      steps grid (quick: a tiny grid for a dry run)     OPS_GRID=full   per-op grid
-#   KV=dense       steps decode KV layout (paged: the Triton kernel)  REPS=20         timed replays per step
+#   KV=dense       steps decode KV layout (paged: the Triton kernel, into steps/<engine>-paged)  REPS=20  timed replays
 #   DEVICE=cuda    (cpu: a dry run of this script on a machine without a GPU, with tiny models)
 #   DEVDIR=h100-sxm  device folder name under profiles/
 #   LAYERS=0       decoder layers per step (0: the model's own count; a dry run uses fewer)
@@ -50,7 +50,8 @@
 # unfused 35 s, qwen2.5-7b unfused 31 s and fp8 fused 24 s, 70B tp4 unfused 63 s, tp8 unfused 48 s, tp2 fused 75 s,
 # tp4 fp8 fused 41 s (each stage's Python start and imports included). On an H200 (12-04): attention 8x128 (six lengths)
 # 15 s, 32x128 and 16x64 13 s each; steps 70B tp2 unfused 86 s, tp2 fp8 fused 54 s, tp4 fp8 unfused 59 s, tp8 fp8
-# fused 28 s, qwen2.5-7b fp8 unfused 27 s, 8B compiled 71 s.
+# fused 28 s, qwen2.5-7b fp8 unfused 27 s, 8B compiled 71 s; later that day: 70B tp2 fp8 unfused 83 s, tp8 fp8 unfused
+# 55 s, 8B fused with KV=paged 30 s, ops llama-3.1-8b 85 s and qwen2.5-7b 78 s.
 set -u
 
 OUT=${OUT:?set OUT to the folder that receives the results}
@@ -165,6 +166,9 @@ if wants attention; then
 fi
 
 if wants steps; then
+  # A paged run gets its own folder (fused-paged, as the shipped layout names it), never the dense one's
+  engine_suffix=""
+  [ "$KV" = paged ] && engine_suffix="-paged"
   for run in $STEP_RUNS; do
     IFS=: read -r model tp engines weights <<<"$run"
     for engine in ${engines//,/ }; do
@@ -174,7 +178,7 @@ if wants steps; then
       run_stage "steps $model tp$tp $engine${weights:+ $weights}" "$limit" "$PY" -m calibrate steps --device "$DEVICE" \
         --model "$model" --tp "$tp" --dtype bf16 ${weights:+--weights "$weights"} --engine "$engine" --kv "$KV" \
         --grid "$GRID" --reps "$REPS" --layers "$LAYERS" -q \
-        --out "$OUT/profiles/$DEVDIR/$(model_dir "$model")/tp$tp/steps/$engine${weights:+-$weights}"
+        --out "$OUT/profiles/$DEVDIR/$(model_dir "$model")/tp$tp/steps/$engine$engine_suffix${weights:+-$weights}"
     done
   done
 fi

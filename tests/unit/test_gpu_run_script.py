@@ -1,5 +1,6 @@
 """calibrate/gpu_run.sh on a machine without a GPU, its Python replaced by a stub that records its arguments: the
-steps stage's commands (an fp8 entry runs `--weights fp8` into steps/<engine>-fp8), and DEADLINE_S (each stage's
+steps stage's commands (an fp8 entry runs `--weights fp8` into steps/<engine>-fp8, KV=paged into
+steps/<engine>-paged), and DEADLINE_S (each stage's
 timeout cut to the time left less 30 s for the archive; a stage with under 45 s left skipped and logged)."""
 
 from __future__ import annotations
@@ -36,6 +37,13 @@ def test_an_fp8_entry_measures_w8a8_steps_into_its_own_folder(tmp_path):
     assert "--weights" not in calls[1] and calls[1].endswith("h200/qwen2.5-7b/tp2/steps/unfused")
     assert "timeout 240s" in log  # no deadline: the stage's own limit
     assert (tmp_path / "out" / "profiles.tgz").is_file()
+
+
+def test_a_paged_run_measures_into_the_paged_folder_never_the_dense_ones(tmp_path):
+    calls, _, _ = run(tmp_path, STEP_RUNS="llama-3.1-8b:1:fused,unfused:fp8", DEVDIR="h200", KV="paged")
+    assert len(calls) == 2 and all("--kv paged" in call for call in calls)
+    assert calls[0].endswith("h200/llama-3.1-8b/tp1/steps/fused-paged-fp8")
+    assert calls[1].endswith("h200/llama-3.1-8b/tp1/steps/unfused-paged-fp8")
 
 
 def test_an_out_folder_holding_what_the_script_writes_is_refused_untouched(tmp_path):
