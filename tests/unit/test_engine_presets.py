@@ -193,7 +193,8 @@ def test_vllm_014_schedules_asynchronously_unless_told_or_unable():
     speculation = {"num_speculative_tokens": 3, "draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
     drafted = scenario({"name": "vllm", "version": "0.14.0"}, speculation=speculation)
     assert not drafted.cost_model.overhead.overlap
-    assert any("off (not with draft-model speculative decoding" in n for n in drafted.engine.notes)
+    # a drafter given by its cost alone names no method: a draft model's rule, said (tests/unit/test_vllm_speculative.py)
+    assert any("off (a drafter whose method no --speculative-config names" in n for n in drafted.engine.notes)
     # v0.28.0 keeps a draft model asynchronous too
     assert scenario({"name": "vllm", "version": "0.28.0"}, speculation=speculation).cost_model.overhead.overlap
     for version, overlap in (("0.14.1", False), ("0.15.0", True), ("0.16.0", True), ("0.33.0", True)):
@@ -1451,3 +1452,15 @@ def test_vllm_runs_a_draft_models_speculation_as_each_release_does(version, runs
     fell_back = any("speculative decoding by a draft model, which V1 does not run" in n for n in sc.engine.notes)
     assert fell_back is (runs == "V0 fallback")
     assert sc.scheduler.chunked_prefill is (runs == "V1")  # V0: no chunked prefill with speculation
+
+
+def test_vllm_v1_ignores_disable_frontend_multiprocessing_and_v0_is_refused_it():
+    sc = scenario({"name": "vllm", "version": "0.11.0", "disable_frontend_multiprocessing": True})
+    assert sc.frontend == scenario({"name": "vllm", "version": "0.11.0"}).frontend
+    assert any("--disable-frontend-multiprocessing: ignored by V1" in n for n in sc.engine.notes)
+    for version in ("0.6.0", "0.7.3"):
+        with pytest.raises(ConfigError, match="engine.disable_frontend_multiprocessing: not modelled for vLLM "
+                                              f"{version}'s V0 engine"):
+            scenario({"name": "vllm", "version": version, "disable_frontend_multiprocessing": True})
+    with pytest.raises(ConfigError, match=r"not a flag of vllm 0\.19\.0"):
+        scenario({"name": "vllm", "version": "0.19.0", "disable_frontend_multiprocessing": True})

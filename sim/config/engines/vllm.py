@@ -15,6 +15,8 @@ from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.config.engines.vllm_graphs import (CAPTURE_SIZE_OPTIONS, CAPTURE_SIZES, VLLM_COMPILATION_CONFIG_SINCE,
                                             VLLM_OPTIMIZATION_LEVEL_SINCE, read_compilation_config,
                                             read_optimization_level, vllm_graph_overhead, vllm_v0_compilation)
+from sim.config.engines.vllm_speculative import (VLLM_SPECULATIVE_CONFIG_SINCE, async_with_method,
+                                                  read_speculative_config, speculative_method, speculative_values)
 from sim.errors import ConfigError
 from sim.kv.paged import MAX_KV_BLOCKS
 from sim.model.attention_io import TRITON_BACKEND
@@ -275,6 +277,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
     notes: list[str] = []
     refuse_model_before(ctx, VLLM_MODEL_TYPE_SINCE, "vLLM", "vllm/model_executor/models/registry.py")
     _vllm_refuse_draft_model(ctx)
+    values.update(speculative_values(ctx, notes))
     fallback = _vllm_v0_fallback(ctx)
     if fallback is not None:
         if ctx.model is not None and ctx.model.model_type in VLLM_SINKS_MODEL_TYPES:
@@ -356,12 +359,19 @@ def derive_vllm(ctx: Context) -> PresetResult:
         if flags.get("enforce_eager"):
             values["cost_model.overhead"] = {**values["cost_model.overhead"], "engine": "vllm-eager"}
     _vllm_executor_backend(ctx)
+    _vllm_frontend_in_process(ctx, v1, notes)
     asked = flags.get("async_scheduling")
     if asked and v < VLLM_ASYNC_SCHEDULING_SINCE:
         raise ConfigError(f"engine.async_scheduling: true is not a flag of vLLM {ctx.version_text}; allowed: "
                           f"vLLM {dotted_version(VLLM_ASYNC_SCHEDULING_SINCE)} or later, or leave it out")
+    method = speculative_method(ctx) or ("draft_model" if _vllm_draft_model(ctx) else None)
+    if asked and method is not None and not async_with_method(method, v, asked=True):
+        raise ConfigError(f"engine.async_scheduling: true contradicts engine.speculative_config's method {method!r} "
+                          f"in vLLM {ctx.version_text} (\"Currently, async scheduling is only supported with EAGLE/MTP"
+                          " ... kind of speculative decoding\", vllm/config/vllm.py); allowed: leave it out, or an "
+                          "EAGLE or MTP method")
     if asked is None and v >= VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE:
-        asked, why = _vllm_async_default(ctx)
+        asked, why = _vllm_async_default(ctx, method)
         notes.append(f"vLLM {ctx.version_text}: async scheduling {why} (vllm/config/vllm.py)")
     if asked:
         # the engine core schedules step N + 1 while the GPU runs step N (vllm/v1/engine/core.py
@@ -373,8 +383,10 @@ def derive_vllm(ctx: Context) -> PresetResult:
     values.update(_vllm_kv_memory_bytes(ctx, values["kv_cache.block_size"], notes))
     capped = _vllm_long_prefill_cap(ctx, v1, notes)
     values.update(capped)
-    return PresetResult(values, {key: "long_prefill_token_threshold_adaptive" if key.endswith("fair_share")
-                                 else "long_prefill_token_threshold" for key in capped}, notes)
+    from_flags = {key: "long_prefill_token_threshold_adaptive" if key.endswith("fair_share")
+                  else "long_prefill_token_threshold" for key in capped}
+    from_flags.update({key: "speculative_config" for key in values if key.startswith("speculation.")})
+    return PresetResult(values, from_flags, notes)
 
 
 # --long-prefill-token-threshold (in vllm/engine/arg_utils.py from 0.8.0): vLLM V1's scheduler caps each prompt's
@@ -451,6 +463,25 @@ def _vllm_executor_backend(ctx: Context) -> None:
         raise ConfigError(f"engine.distributed_executor_backend: {given!r} is not modelled for vLLM "
                           f"{ctx.version_text} on {gpus} GPU{'s' if gpus > 1 else ''} (the CPU terms are the default "
                           f"executor's); allowed: {allowed}{', or leave it out' if default else ''}")
+
+
+# --disable-frontend-multiprocessing (vllm/entrypoints/openai/cli_args.py, in the sdists of 0.6.0-0.18.1, gone from
+# 0.19.0; api_server.py build_async_engine_client_from_engine_args): V0 then runs its engine in the API server's own
+# process, whose front-end work the model does not share with the engine's: not modelled; V1 ignores it with a warning
+# ("V1 is enabled, but got --disable-frontend-multiprocessing", 0.8.0-0.18.1)
+VLLM_FRONTEND_MULTIPROCESSING_UNTIL = (0, 19, 0)
+
+
+def _vllm_frontend_in_process(ctx: Context, v1: bool, notes: list[str]) -> None:
+    """--disable-frontend-multiprocessing: noted where V1 ignores it, refused in one line where V0 would take it."""
+    if not ctx.flags.get("disable_frontend_multiprocessing"):
+        return
+    if not v1:
+        raise ConfigError(f"engine.disable_frontend_multiprocessing: not modelled for vLLM {ctx.version_text}'s V0 "
+                          "engine (it runs the engine in the API server's process, whose work the front-end model "
+                          "does not share with the engine's); allowed: leave it out, or a release that runs V1")
+    notes.append(f"vLLM {ctx.version_text} --disable-frontend-multiprocessing: ignored by V1 with a warning "
+                 "(vllm/entrypoints/openai/api_server.py): the front-end stays its own process")
 
 
 def _vllm_block(ctx: Context, preset_block: int) -> int:
@@ -650,17 +681,25 @@ def _vllm_v0_schedule(ctx: Context, notes: list[str]) -> dict[str, Any]:
     return values
 
 
-def _vllm_async_default(ctx: Context) -> tuple[bool, str]:
+def _vllm_async_default(ctx: Context, method: str | None) -> tuple[bool, str]:
     """Whether vLLM >= 0.14 schedules asynchronously when not told (vllm/config/vllm.py VllmConfig.__post_init__):
     yes, unless pipeline parallelism (v0.14.x only; from v0.31.0 again, but only on the V1 model runner, which the
-    V2 runner replaced as the default for nearly every model in v0.29.0), or speculative decoding by a draft model
-    (ServeSim's speculation) before v0.28.0. An executor other than mp/uni also turns it off; ServeSim models one
-    node's."""
+    V2 runner replaced as the default for nearly every model in v0.29.0), or speculative decoding by a method it
+    does not run with (`method`: --speculative-config's, sim/config/engines/vllm_speculative.py, or draft_model for a
+    speculation section's draft model). A drafter given by its cost ratio alone without that flag names no method:
+    taken as a draft model's rule (off before v0.28.0), said in the note.
+    An executor other than mp/uni also turns it off; ServeSim models one node's."""
     v = ctx.version
     if ctx.pipeline_parallel > 1 and v < VLLM_ASYNC_WITH_PIPELINE_SINCE:
         return False, "off (not with pipeline_parallel_size > 1 in v0.14.x)"
-    if ctx.raw.get("speculation") is not None and v < VLLM_ASYNC_WITH_DRAFT_MODEL_SINCE:
-        return False, "off (not with draft-model speculative decoding before v0.28.0)"
+    if method is not None and not async_with_method(method, v, asked=False):
+        return False, f"off (not with {method} speculative decoding in v{ctx.version_text})"
+    if method is None and ctx.raw.get("speculation") is not None:
+        if v < VLLM_ASYNC_WITH_DRAFT_MODEL_SINCE:
+            return False, ("off (a drafter whose method no --speculative-config names, taken as a draft model's: "
+                           "off before v0.28.0; an EAGLE or MTP method keeps it on)")
+        return True, ("on by default (a drafter whose method no --speculative-config names, taken as a draft "
+                      "model's: on from v0.28.0)")
     return True, "on by default"
 
 
@@ -782,6 +821,13 @@ VLLM_FLAGS = {
                                       "(hardware.all_reduce nccl)"),
     "disable_hybrid_kv_cache_manager": Flag(None, bool, "--disable-hybrid-kv-cache-manager: a hybrid model's sliding "
                                             "layers keep every token's KV", since=VLLM_HYBRID_KV_SINCE),
+    "disable_frontend_multiprocessing": Flag(None, bool, "--disable-frontend-multiprocessing: ignored by V1 (V0's "
+                                             "engine in the API server's process is not modelled)",
+                                             until=VLLM_FRONTEND_MULTIPROCESSING_UNTIL),
+    # sim/config/engines/vllm_speculative.py: the method and γ, with the scenario's speculation section
+    "speculative_config": Flag(None, (dict, str), "--speculative-config: method and num_speculative_tokens (with "
+                               "prompt_lookup_max/min), as a JSON object; the drafter's cost and acceptance are the "
+                               "speculation section's", read_speculative_config, since=VLLM_SPECULATIVE_CONFIG_SINCE),
     "async_scheduling": Flag(None, bool, "--async-scheduling (0.10+; the default from 0.14, --no-async-scheduling "
                                          "turns it off): the CPU terms overlap the GPU's step"),
     "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "

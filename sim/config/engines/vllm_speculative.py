@@ -1,0 +1,130 @@
+"""vLLM's `--speculative-config` as ServeSim's speculation, and what its method does to async scheduling.
+
+The flag names a drafting method and how many tokens it drafts; what ServeSim prices is the scenario's `speculation`
+section: its acceptance (no flag gives one: it is a property of the model pair and the traffic) and the drafter's
+cost, `draft_model` for vLLM's draft_model method, `draft_cost_ratio` for every other (an EAGLE or MTP head, n-gram
+or suffix lookups). So the flag needs that section, and a method that contradicts its drafter is refused in one line.
+
+Read in the PyPI sdists of 0.12.0-0.14.0, 0.16.0-0.20.0, 0.24.0-0.34.0 (vllm/config/speculative.py SpeculativeMethod
+and its __post_init__, vllm/config/vllm.py VllmConfig.__post_init__; 0.15.x taken as 0.16.0, as elsewhere):
+
+- methods: ngram, eagle, eagle3, mtp, deepseek_mtp and suffix in every one; medusa to 0.32.x; ngram_gpu from
+  0.18.0; dflash from 0.20.0; draft_model in every one, run by V1 from 0.16.0 (refused before: `vllm.py`). Others
+  (mlp_speculator, extract_hidden_states, custom_class, dspark, a model's own MTP name) are refused in one line.
+- a method left out is inferred from the draft model's name and config, which ServeSim does not read: it must be
+  named, except for `"model": "ngram"` (or "[ngram]"), which vLLM reads as the n-gram method.
+- async scheduling (on by default from 0.14.0): kept on with the EAGLE family (eagle, eagle3, the MTP names,
+  dflash), from 0.18.0 also ngram_gpu, from 0.28.0 also draft_model, and from 0.33.0 with any method; turned off by
+  the others. Asked for (`--async-scheduling`) from 0.12.0 with a method it does not run with, vLLM raises
+  ("Currently, async scheduling is only supported with EAGLE/MTP ... kind of speculative decoding"): so does this.
+  Its explicit check took draft_model from 0.16.0 and ngram_gpu from 0.18.0.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from sim.config.engines.base import Context, dotted_version
+from sim.errors import ConfigError
+
+VLLM_SPECULATIVE_CONFIG_SINCE = (0, 8, 2)  # --speculative-config in vllm/engine/arg_utils.py
+VLLM_SPECULATIVE_CONFIG_READ_SINCE = (0, 12, 0)  # the first release whose rules are read here (above)
+EAGLE_FAMILY = ("eagle", "eagle3", "mtp", "deepseek_mtp", "dflash")
+# method -> (the first release with it, the first without), within the releases read
+METHODS = {"ngram": (None, None), "eagle": (None, None), "eagle3": (None, None), "mtp": (None, None),
+           "deepseek_mtp": (None, None), "suffix": (None, None), "medusa": (None, (0, 33, 0)),
+           "ngram_gpu": ((0, 18, 0), None), "dflash": ((0, 20, 0), None), "draft_model": (None, None)}
+KEYS = ("method", "model", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
+# async scheduling with a method outside the EAGLE family: method -> (explicitly asked from, on by default from)
+ASYNC_WITH = {"ngram_gpu": ((0, 18, 0), (0, 18, 0)), "draft_model": ((0, 15, 0), (0, 28, 0))}
+VLLM_ASYNC_WITH_ANY_METHOD_SINCE = (0, 33, 0)
+
+
+def read_speculative_config(value: Any) -> dict[str, Any]:
+    """--speculative-config as given: a mapping (a JSON object on the command line); anything else refused."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    if not isinstance(value, dict):
+        raise ConfigError(f"engine.speculative_config: {value!r} is not allowed; allowed: a mapping of vLLM's "
+                          "speculative options (a JSON object on the command line)")
+    return value
+
+
+def speculative_method(ctx: Context) -> str | None:
+    """The drafting method `--speculative-config` names (checked, with the scenario's speculation section), or None
+    where the flag is not given."""
+    given = ctx.flags.get("speculative_config")
+    if given is None:
+        return None
+    if ctx.version < VLLM_SPECULATIVE_CONFIG_READ_SINCE:
+        first = dotted_version(VLLM_SPECULATIVE_CONFIG_READ_SINCE)
+        raise ConfigError(f"engine.speculative_config: not read for vLLM {ctx.version_text} (its methods and their "
+                          f"rules are read from {first} on); allowed: vLLM {first} or later, or leave it out and "
+                          "describe the drafter in the speculation section")
+    unknown = sorted(set(given) - set(KEYS))
+    if unknown:
+        raise ConfigError(f"engine.speculative_config.{unknown[0]}: not a key ServeSim reads; allowed: "
+                          f"{', '.join(KEYS)} (the others change the drafter's kernels or layout)")
+    method = given.get("method")
+    if method is None and given.get("model") in ("ngram", "[ngram]"):
+        method = "ngram"
+    if method == "[ngram]":
+        method = "ngram"
+    if method is None:
+        raise ConfigError("engine.speculative_config.method: missing; allowed: name it (vLLM infers it from the draft "
+                          f"model's name and config, which ServeSim does not read): {', '.join(METHODS)}")
+    window = METHODS.get(method)
+    since, until = window or (None, None)
+    if window is None or since is not None and ctx.version < since or until is not None and ctx.version >= until:
+        allowed = [name for name, (first, last) in METHODS.items()
+                   if (first is None or ctx.version >= first) and (last is None or ctx.version < last)]
+        raise ConfigError(f"engine.speculative_config.method: {method!r} is not a method ServeSim models for vLLM "
+                          f"{ctx.version_text}; allowed: {', '.join(allowed)}")
+    _check_drafter(ctx, method)
+    return method
+
+
+def _check_drafter(ctx: Context, method: str) -> None:
+    """The scenario's speculation section must describe the drafter the method runs."""
+    section = ctx.raw.get("speculation")
+    if not isinstance(section, dict):
+        raise ConfigError("engine.speculative_config: needs the scenario's speculation section (its acceptance, and "
+                          "draft_model or draft_cost_ratio: what the drafter costs); allowed: add one, or leave the "
+                          "flag out")
+    drafts_by_model = section.get("draft_model") is not None
+    if (method == "draft_model") != drafts_by_model:
+        needed = "speculation.draft_model" if method == "draft_model" else "speculation.draft_cost_ratio"
+        raise ConfigError(f"engine.speculative_config.method: {method!r} contradicts the speculation section's drafter "
+                          f"({'draft_model' if drafts_by_model else 'draft_cost_ratio'}); allowed: {needed} for this "
+                          "method, or a method that fits the section")
+
+
+def speculative_values(ctx: Context, notes: list[str]) -> dict[str, Any]:
+    """The scenario values `--speculative-config` sets: its num_speculative_tokens (ServeSim's γ)."""
+    method = speculative_method(ctx)
+    if method is None:
+        return {}
+    given = ctx.flags["speculative_config"]
+    tokens = given.get("num_speculative_tokens")
+    if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
+        raise ConfigError(f"engine.speculative_config.num_speculative_tokens: {tokens!r} is not allowed; allowed: a "
+                          "whole number >= 1")
+    lookup = [key for key in ("prompt_lookup_max", "prompt_lookup_min") if key in given]
+    drafter = "speculation.draft_model" if method == "draft_model" else "speculation.draft_cost_ratio"
+    notes.append(f"vLLM {ctx.version_text} --speculative-config method {method}: the drafter priced by {drafter}, "
+                 "its tokens accepted as speculation.acceptance says"
+                 + (f" ({' and '.join(lookup)}: the lookup window, priced as that acceptance)" if lookup else ""))
+    return {} if tokens is None else {"speculation.num_speculative_tokens": tokens}
+
+
+def async_with_method(method: str, version: tuple[int, ...], asked: bool) -> bool:
+    """Whether vLLM `version` schedules asynchronously with this drafting method: `asked` (--async-scheduling
+    given: else it raises) or by default (else it turns async scheduling off)."""
+    if version >= VLLM_ASYNC_WITH_ANY_METHOD_SINCE or method in EAGLE_FAMILY:
+        return True
+    since = ASYNC_WITH.get(method)
+    return since is not None and version >= since[0 if asked else 1]
