@@ -193,7 +193,7 @@ def test_vllm_014_schedules_asynchronously_unless_told_or_unable():
     speculation = {"num_speculative_tokens": 3, "draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
     drafted = scenario({"name": "vllm", "version": "0.14.0"}, speculation=speculation)
     assert not drafted.cost_model.overhead.overlap
-    # a drafter given by its cost alone names no method: a draft model's rule, said (tests/unit/test_vllm_speculative.py)
+    # a drafter given by its cost alone names no method: a draft model's rule, said (test_vllm_speculative.py)
     assert any("off (a drafter whose method no --speculative-config names" in n for n in drafted.engine.notes)
     # v0.28.0 keeps a draft model asynchronous too
     assert scenario({"name": "vllm", "version": "0.28.0"}, speculation=speculation).cost_model.overhead.overlap
@@ -1464,3 +1464,17 @@ def test_vllm_v1_ignores_disable_frontend_multiprocessing_and_v0_is_refused_it()
             scenario({"name": "vllm", "version": version, "disable_frontend_multiprocessing": True})
     with pytest.raises(ConfigError, match=r"not a flag of vllm 0\.19\.0"):
         scenario({"name": "vllm", "version": "0.19.0", "disable_frontend_multiprocessing": True})
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"long_prefill_token_threshold": -1}, "engine.long_prefill_token_threshold: -1 is not allowed; allowed: a whole "
+                                           "number >= 0 (0: no cap)"),
+    ({"version": "0.34.0", "cache_aware_admission_window": 3},
+     "engine.cache_aware_admission_window: 3 is not modelled; allowed: 0 (the default: admission in arrival"),
+    ({"num_gpu_blocks_override": 0}, "engine.num_gpu_blocks_override: 0 is not allowed; allowed: a whole number >= 1 "
+                                     "and <= 33,554,432"),
+])
+def test_vllm_number_flags_out_of_range_are_refused_by_the_shared_checks(flags, message):
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "vllm", "version": "0.20.0", **flags})
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)

@@ -107,8 +107,8 @@ def test_the_planner_sizes_the_replicas_itself_and_refuses_a_dp_flag(tmp_path):
 
 
 @pytest.mark.parametrize("flags, message", [
-    ({"data_parallel_size": 2}, "engine.data_parallel_size: 2 is not modelled; allowed: 1 (vLLM's data-parallel ranks "
-                                "synchronise"),
+    ({"data_parallel_size": 2}, "engine.data_parallel_size: 2 is not modelled; allowed: 1 (the default: vLLM's "
+                                "data-parallel ranks synchronise"),
     ({"command": "vllm serve x -dp 4"}, "engine.command '-dp 4': 4 is not modelled; allowed: 1"),
 ])
 def test_vllms_data_parallel_ranks_are_refused_in_one_line(flags, message):

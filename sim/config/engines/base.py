@@ -55,12 +55,14 @@ def kv_cache_dtype_flag(allowed: tuple[str, ...]) -> Callable[[str], str | None]
     return convert
 
 
-def at_least_one(name: str, most: int | None = None) -> Callable[[int], int]:
-    """An engine flag's count that must be 1 or more (and at most `most`), refused in one line otherwise."""
+def at_least(name: str, least: int = 1, most: int | None = None, meaning: str = "") -> Callable[[int], int]:
+    """An engine flag's whole number that must be `least` or more (and at most `most`), refused in one line
+    otherwise (`meaning`: what a value means, said after the allowed range)."""
     def convert(value: int) -> int:
-        if value < 1 or most is not None and value > most:
+        if value < least or most is not None and value > most:
             upper = "" if most is None else f" and <= {most:,}"
-            raise ConfigError(f"engine.{name}: {value!r} is not allowed; allowed: a whole number >= 1{upper}")
+            raise ConfigError(f"engine.{name}: {value!r} is not allowed; allowed: a whole number >= {least}"
+                              f"{upper}{meaning}")
         return value
     return convert
 

@@ -7,7 +7,7 @@ import math
 from typing import Any
 
 from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED, SERVER_ADDRESS,
-                                     STREAM_CHUNK_KEY, at_least_one, caches_prefixes, custom_all_reduce, dotted_version,
+                                     STREAM_CHUNK_KEY, at_least, caches_prefixes, custom_all_reduce, dotted_version,
                                      get_key, inert_group, kv_cache_dtype_flag, only_one_of, refuse_model_before,
                                      released_before, sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
@@ -290,7 +290,7 @@ def _sglang_before_053(ctx: Context, gpu_mib: float, given_graph_bs: int | None)
 
     parallel = ctx.tensor_parallel * ctx.pipeline_parallel
     def by_size(size: int) -> float:
-        return next(f for at_least, f in SGLANG_TP_FRACTIONS if size >= at_least)
+        return next(f for least, f in SGLANG_TP_FRACTIONS if size >= least)
 
     if before("0.4.7.post1"):
         small = gpu_mib < 25_000
@@ -626,12 +626,12 @@ SGLANG_FLAGS = {
                               value_versions={"fa3": ("0.4.4.post2", None), "trtllm_mha": ("0.5.0rc0", None)}),
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
     "max_total_tokens": Flag(None, int, "--max-total-tokens: caps the KV pool at that many tokens (never raises it; "
-                             "kv_cache.capacity_tokens)", at_least_one("max_total_tokens")),
+                             "kv_cache.capacity_tokens)", at_least("max_total_tokens")),
     "cuda_graph_max_bs": Flag(None, int, "--cuda-graph-max-bs: the largest decode batch run as a CUDA graph (above "
-                              "it: the eager launch term); reserves 2 MiB a batch", at_least_one("cuda_graph_max_bs"),
+                              "it: the eager launch term); reserves 2 MiB a batch", at_least("cuda_graph_max_bs"),
                               since=(0, 3, 5), until=(0, 5, 20)),
     "cuda_graph_max_bs_decode": Flag(None, int, "--cuda-graph-max-bs-decode: --cuda-graph-max-bs's spelling from "
-                                     "0.5.14", at_least_one("cuda_graph_max_bs_decode"), since=(0, 5, 14)),
+                                     "0.5.14", at_least("cuda_graph_max_bs_decode"), since=(0, 5, 14)),
     "disable_cuda_graph": Flag(None, bool, "--disable-cuda-graph: decode steps (from 0.5.14 prefill steps too) run "
                                "without CUDA graphs: the eager launch term"),
     # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.0.post1 to 0.5.3rc0); from 0.5.0
@@ -648,7 +648,7 @@ SGLANG_FLAGS = {
                                 "(SGLANG_DP_ATTENTION_READ)", since=(0, 5, 3)),
     "dp_size": Flag("hardware.num_replicas", int, "--dp-size: data-parallel workers, each a replica of tp_size "
                     "GPUs behind the one server (SGLANG_DATA_PARALLEL_SINCE; not with --enable-dp-attention)",
-                    at_least_one("dp_size"), since=SGLANG_DATA_PARALLEL_SINCE, aliases=("--data-parallel-size",)),
+                    at_least("dp_size"), since=SGLANG_DATA_PARALLEL_SINCE, aliases=("--data-parallel-size",)),
     "load_balance_method": Flag(None, str, "--load-balance-method: round_robin (auto from 0.5.9); the others are "
                                 "not modelled", only_one_of("load_balance_method", SGLANG_LOAD_BALANCE),
                                 since=SGLANG_DATA_PARALLEL_SINCE, value_versions={"auto": ((0, 5, 9), None)}),

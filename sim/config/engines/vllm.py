@@ -7,7 +7,7 @@ from typing import Any
 
 from sim.config.engine_command import InertOption
 from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED,
-                                     SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least_one, caches_prefixes,
+                                     SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
                                      custom_all_reduce, dotted_version, get_key, inert_group, kv_cache_dtype_flag,
                                      only_default, only_one_of, refuse_model_before, sixteen_bit_dtype,
                                      weights_quantization)
@@ -249,14 +249,6 @@ def _vllm_extensible_kv(ctx: Context) -> bool:
                               "one of them out")
         return False
     return True
-
-
-def _vllm_no_admission_window(value: int) -> int:
-    """--cache-aware-admission-window: 0 only, vLLM's default (admission in arrival order)."""
-    if value != 0:
-        raise ConfigError(f"engine.cache_aware_admission_window: {value} is not modelled (vLLM then admits requests "
-                          "whose prefix is cached ahead of others in the window); allowed: 0, or leave it out")
-    return value
 
 
 def derive_vllm(ctx: Context) -> PresetResult:
@@ -703,13 +695,6 @@ def _vllm_async_default(ctx: Context, method: str | None) -> tuple[bool, str]:
     return True, "on by default"
 
 
-def _vllm_no_negative_threshold(value: int) -> int:
-    if value < 0:
-        raise ConfigError(f"engine.long_prefill_token_threshold: {value} is not allowed; allowed: a whole number >= 0 "
-                          "(0: no cap)")
-    return value
-
-
 # --max-num-partial-prefills and --max-long-partial-prefills (vllm/engine/arg_utils.py from 0.7.3, gone in 0.27.0):
 # V0's concurrent partial prefills (vllm/core/scheduler.py PartialPrefillMetadata), not modelled; V1 refuses any value
 # but the default 1 ("No Concurrent Partial Prefills so far": a V0 fallback in 0.8.x-0.10.x, an error once V0 is gone)
@@ -740,15 +725,6 @@ def _vllm_performance_mode(ctx: Context, mnbt: int, seqs: int, notes: list[str])
 VLLM_PARTIAL_PREFILLS_WHY = "; concurrent partial prefills are V0's, which V1 refuses"
 
 
-def _vllm_one_rank(value: int) -> int:
-    """vLLM's --data-parallel-size: 1 only (above)."""
-    if value != 1:
-        raise ConfigError(f"engine.data_parallel_size: {value} is not modelled; allowed: 1 (vLLM's data-parallel ranks "
-                          "synchronise, from 0.11 each step padded to the busiest rank's tokens; for independent "
-                          "servers set hardware.num_replicas)")
-    return value
-
-
 VLLM_FLAGS = {
     "max_num_seqs": Flag("scheduler.max_num_seqs", int, "--max-num-seqs"),
     "max_num_batched_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max-num-batched-tokens"),
@@ -757,9 +733,9 @@ VLLM_FLAGS = {
     "block_size": Flag("kv_cache.block_size", int, "--block-size"),
     "num_gpu_blocks_override": Flag(None, int, "--num-gpu-blocks-override: the KV cache's blocks, as given "
                                     "(kv_cache.capacity_tokens)",
-                                    at_least_one("num_gpu_blocks_override", MAX_KV_BLOCKS)),
+                                    at_least("num_gpu_blocks_override", most=MAX_KV_BLOCKS)),
     "kv_cache_memory_bytes": Flag(None, int, "--kv-cache-memory-bytes: the KV cache's bytes a GPU, as given "
-                                  "(kv_cache.capacity_tokens)", at_least_one("kv_cache_memory_bytes"),
+                                  "(kv_cache.capacity_tokens)", at_least("kv_cache_memory_bytes"),
                                   since=VLLM_KV_CACHE_MEMORY_BYTES_SINCE),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
     "performance_mode": Flag(None, str, "--performance-mode: balanced (the default), interactivity or throughput "
@@ -774,7 +750,8 @@ VLLM_FLAGS = {
                                       since=VLLM_PARTIAL_PREFILLS[0], until=VLLM_PARTIAL_PREFILLS[1]),
     "long_prefill_token_threshold": Flag(None, int, "--long-prefill-token-threshold: the most tokens a prompt "
                                          "computes in a step (scheduler.max_prefill_chunk_tokens; 0: none)",
-                                         _vllm_no_negative_threshold, since=(0, 8, 0)),
+                                         at_least("long_prefill_token_threshold", 0, meaning=" (0: no cap)"),
+                                         since=(0, 8, 0)),
     "long_prefill_token_threshold_adaptive": Flag(None, bool, "--long-prefill-token-threshold-adaptive: the cap at "
                                                   "least the budget's fair share "
                                                   "(scheduler.prefill_chunk_cap_fair_share)",
@@ -805,7 +782,10 @@ VLLM_FLAGS = {
                                        "free after warmup (false: from the memory profile, gpu_memory_utilization "
                                        "0.92)", since=VLLM_EXTENSIBLE_KV_SINCE),
     "cache_aware_admission_window": Flag(None, int, "--cache-aware-admission-window: 0 only (admission in arrival "
-                                         "order)", _vllm_no_admission_window, since=(0, 34, 0)),
+                                         "order)",
+                                         only_default("cache_aware_admission_window", 0, ": admission in arrival "
+                                                      "order; another admits requests whose prefix is cached ahead"),
+                                         since=(0, 34, 0)),
     "distributed_executor_backend": Flag(None, str, "--distributed-executor-backend: the default for the GPUs "
                                          "(mp for several, uni for one), the executor the CPU terms were fitted with"),
     # vllm/engine/arg_utils.py: fcfs (the default of every release that has it) or priority, which orders by a
@@ -841,7 +821,10 @@ VLLM_FLAGS = {
     # every step all-reduces each rank's token count and pads every rank to the most (vllm/v1/worker/
     # gpu_model_runner.py get_dp_padding; not in 0.9.0's). Not modelled: only 1 is taken.
     "data_parallel_size": Flag(None, int, "--data-parallel-size: 1 (vLLM's data-parallel ranks synchronise with "
-                               "one another: not modelled)", _vllm_one_rank,
+                               "one another: not modelled)",
+                               only_default("data_parallel_size", 1, ": vLLM's data-parallel ranks synchronise, from "
+                                            "0.11 each step padded to the busiest rank's tokens; for independent "
+                                            "servers set hardware.num_replicas"),
                                since=(0, 8, 3), aliases=("-dp",)),
     # vllm/model_executor/layers/fused_moe/layer.py (0.8.0): ep_size = tp_size x dp_size, moe tp 1, the output
     # all-reduced over the TP group as without it (data parallelism is not modelled: EP = TP)
