@@ -139,6 +139,17 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
     return line
 
 
+def run_refused(tmp_path: Path, raw: dict) -> str:
+    """`servesim run` of the scenario `raw` (written to tmp_path/s.yaml) refused: its one error line, once checked
+    that nothing was written (tmp_path/out does not exist)."""
+    import yaml
+    path, out = tmp_path / "s.yaml", tmp_path / "out"
+    path.write_text(yaml.safe_dump(raw))
+    line = one_error_line(servesim("run", path, "--out", out))
+    assert not out.exists(), sorted(out.rglob("*"))
+    return line
+
+
 # Plans of a few seconds (tests/integration/test_planner_speed.py, the band tests): lengths and SLOs a small
 # deployment meets near its limit.
 PLAN_LENGTHS = {"kind": "uniform", "input_min": 200, "input_max": 1200, "output_min": 50, "output_max": 300}
