@@ -226,7 +226,8 @@ def test_any_command_the_presets_flags_spell_reads_back_to_them(drawn):
                                            ("--h11-max-header-count 64", "0.10.1.1"),
                                            ("--enable-force-include-usage", "0.10.0"),
                                            ("--disable-access-log-for-endpoints /health,/metrics", "0.16.0"),
-                                           ("--disable-cascade-attn", "0.8.2")])
+                                           ("--disable-cascade-attn", "0.8.2"), ("--enable-sleep-mode", "0.7.0"),
+                                           ("--structured-outputs-config {}", "0.11.0")])
 def test_an_option_accepted_without_effect_is_refused_before_the_version_that_brought_it(option, first):
     sc = scenario({"name": "vllm", "version": first, "command": f"vllm serve m {option}"})
     assert any(option in n and "accepted, no effect" in n for n in sc.engine.notes)

@@ -1469,3 +1469,12 @@ def test_vllm_number_flags_out_of_range_are_refused_by_the_shared_checks(flags, 
     with pytest.raises(ConfigError) as err:
         scenario({"name": "vllm", "version": "0.20.0", **flags})
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_vllm_model_impl_takes_vllms_own_implementation_only():
+    assert scenario({"name": "vllm", "version": "0.20.0", "model_impl": "vllm"}).scheduler == \
+        scenario({"name": "vllm", "version": "0.20.0"}).scheduler
+    with pytest.raises(ConfigError, match="engine.model_impl: 'transformers' is not modelled; allowed: auto, vllm"):
+        scenario({"name": "vllm", "version": "0.20.0", "model_impl": "transformers"})
+    with pytest.raises(ConfigError, match=r"engine.model_impl: not a flag of vllm 0\.7\.1 \(it came in 0\.7\.2\)"):
+        scenario({"name": "vllm", "version": "0.7.1", "model_impl": "auto"})

@@ -794,6 +794,12 @@ VLLM_FLAGS = {
                               only_default("scheduling_policy", "fcfs"), since=(0, 6, 3)),
     # ModelConfig.task (vllm/engine/arg_utils.py choices from TaskOption): from 0.6.4, deprecated in 0.12.x, gone in
     # 0.13.0 (the sdists of 0.6.3, 0.6.4, 0.12.0 and 0.13.0); auto picks generate for a generative model
+    # --model-impl (vllm/engine/arg_utils.py from 0.7.2, every sdist to 0.34.0): auto takes vLLM's own model where it
+    # has one, as it does for every model the preset runs (refuse_model_before); transformers and the others run
+    # another implementation, not priced
+    "model_impl": Flag(None, str, "--model-impl: auto or vllm (vLLM's own model)",
+                       only_one_of("model_impl", ("auto", "vllm"), " (vLLM's own implementation), or leave it out"),
+                       since=(0, 7, 2)),
     "task": Flag(None, str, "--task: auto or generate (a generative model's own task)",
                  only_one_of("task", ("auto", "generate"), " (a pooling task is not modelled), or leave it out"),
                  since=(0, 6, 4), until=(0, 13, 0)),
@@ -941,6 +947,11 @@ VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(optio
                    "fitted terms)", since=(0, 8, 3)),
        # every sdist 0.6.0-0.34.0: a multimodal model's inputs a prompt may carry; the workload is text
        InertOption("--limit-mm-per-prompt", "one", "multimodal inputs a prompt may carry (the workload is text)"),
-       InertOption("--shuffle-safetensors-files", "none", MODEL_FILES, since=(0, 34, 0)))
+       InertOption("--shuffle-safetensors-files", "none", MODEL_FILES, since=(0, 34, 0)),
+       # read in every sdist 0.6.0-0.34.0 (vllm/engine/arg_utils.py): --structured-outputs-config from 0.11.0 (the
+       # structured-output backend, as --guided-decoding-backend before it), --enable-sleep-mode from 0.7.0
+       InertOption("--structured-outputs-config", "one", REQUEST_LIMITS, since=(0, 11, 0)),
+       InertOption("--enable-sleep-mode", "none", "an allocator that can release the weights and KV while the server "
+                   "sleeps (its cost while serving is not modelled)", since=(0, 7, 0)))
     + tuple(InertOption(option, takes, CAPTURE_SIZES, since=since, until=until)
             for option, (takes, since, until) in CAPTURE_SIZE_OPTIONS.items())))
