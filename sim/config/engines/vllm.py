@@ -792,14 +792,14 @@ VLLM_FLAGS = {
     # request's priority field, which the workload does not set
     "scheduling_policy": Flag(None, str, "--scheduling-policy: fcfs, the default",
                               only_default("scheduling_policy", "fcfs"), since=(0, 6, 3)),
-    # ModelConfig.task (vllm/engine/arg_utils.py choices from TaskOption): from 0.6.4, deprecated in 0.12.x, gone in
-    # 0.13.0 (the sdists of 0.6.3, 0.6.4, 0.12.0 and 0.13.0); auto picks generate for a generative model
     # --model-impl (vllm/engine/arg_utils.py from 0.7.2, every sdist to 0.34.0): auto takes vLLM's own model where it
     # has one, as it does for every model the preset runs (refuse_model_before); transformers and the others run
     # another implementation, not priced
     "model_impl": Flag(None, str, "--model-impl: auto or vllm (vLLM's own model)",
                        only_one_of("model_impl", ("auto", "vllm"), " (vLLM's own implementation), or leave it out"),
                        since=(0, 7, 2)),
+    # ModelConfig.task (vllm/engine/arg_utils.py choices from TaskOption): from 0.6.4, deprecated in 0.12.x, gone in
+    # 0.13.0 (the sdists of 0.6.3, 0.6.4, 0.12.0 and 0.13.0); auto picks generate for a generative model
     "task": Flag(None, str, "--task: auto or generate (a generative model's own task)",
                  only_one_of("task", ("auto", "generate"), " (a pooling task is not modelled), or leave it out"),
                  since=(0, 6, 4), until=(0, 13, 0)),
