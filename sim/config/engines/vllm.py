@@ -457,10 +457,11 @@ def _vllm_executor_backend(ctx: Context) -> None:
                           f"executor's); allowed: {allowed}{', or leave it out' if default else ''}")
 
 
-# --disable-frontend-multiprocessing (vllm/entrypoints/openai/cli_args.py, in the sdists of 0.6.0-0.18.1, gone from
-# 0.19.0; api_server.py build_async_engine_client_from_engine_args): V0 then runs its engine in the API server's own
-# process, whose front-end work the model does not share with the engine's: not modelled; V1 ignores it with a warning
-# ("V1 is enabled, but got --disable-frontend-multiprocessing", 0.8.0-0.18.1)
+# --disable-frontend-multiprocessing (vllm/entrypoints/openai/cli_args.py and api_server.py
+# build_async_engine_client_from_engine_args, read in the sdists of 0.6.0, 0.7.3, 0.8.0, 0.8.5, 0.9.0, 0.10.0, 0.11.0,
+# 0.13.0 and 0.17.0-0.18.1, which have it, and 0.19.0-0.21.0, which do not): V0 then runs its engine in the API
+# server's own process, whose front-end work the model does not share with the engine's: not modelled; V1 ignores it
+# with a warning ("V1 is enabled, but got --disable-frontend-multiprocessing")
 VLLM_FRONTEND_MULTIPROCESSING_UNTIL = (0, 19, 0)
 
 
