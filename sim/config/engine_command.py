@@ -195,13 +195,18 @@ def _is_switch(option: str, options: dict[str, tuple[str, Any]], inert: dict[str
 
 
 def as_command_error(err: ConfigError, read: CommandFlags, given_apart: set[str]) -> ConfigError:
-    """An error about a flag the command gave (`engine.<flag>: ...`, from the checks every flag goes through) as
-    one about the option the user wrote: `engine.command '-tp 2': ...`; other errors as they are."""
+    """An error about a flag the command gave (`engine.<flag>: ...`, from the checks every flag goes through, or
+    `engine.<flag>.<key>: ...` about a key of its JSON value) as one about the option the user wrote: `engine.command
+    '-tp 2': ...`, `engine.command '-cc {...}': <key>: ...`; other errors as they are."""
     text = str(err)
     for name, shown in read.written.items():
+        if name in given_apart:
+            continue
         prefix = f"engine.{name}:"
-        if name not in given_apart and text.startswith(prefix):
+        if text.startswith(prefix):
             return ConfigError(f"engine.command {shown!r}:{text[len(prefix):]}")
+        if text.startswith(f"engine.{name}."):
+            return ConfigError(f"engine.command {shown!r}: {text[len(f'engine.{name}.'):]}")
     return err
 
 

@@ -66,6 +66,22 @@ def test_asking_for_async_scheduling_with_a_method_it_does_not_run_with_is_refus
     assert overlapped(scenario("0.16.0", DRAFT_MODEL, speculative_config={"method": "draft_model"},
                                async_scheduling=True))  # asked, a draft model runs async from 0.16.0
     assert overlapped(scenario("0.33.0", speculative_config={"method": "ngram"}, async_scheduling=True))
+    # 0.10.0-0.11.0: EngineArgs refuses async scheduling with any speculation, named by the flag or not
+    with pytest.raises(ConfigError, match="engine.async_scheduling: true contradicts engine.speculative_config's "
+                                          "method 'eagle' in vLLM 0.11.0"):
+        scenario("0.11.0", speculative_config={"method": "eagle"}, async_scheduling=True)
+    with pytest.raises(ConfigError, match="engine.async_scheduling: true contradicts the scenario's speculation in "
+                                          "vLLM 0.10.2"):
+        scenario("0.10.2", async_scheduling=True)
+    assert overlapped(scenario("0.11.1", speculative_config={"method": "eagle"}, async_scheduling=True))
+
+
+def test_the_flag_is_refused_where_vllm_falls_back_to_v0():
+    raw = {**BASE, "hardware": {"gpu": "a100-80gb"}, "quantization": {"kv_cache": "fp8"}, "speculation": HEAD,
+           "engine": {"name": "vllm", "version": "0.10.0", "speculative_config": {"method": "eagle"}}}
+    with pytest.raises(ConfigError, match="engine.speculative_config: not modelled where vLLM 0.10.0 falls back to V0"):
+        validate_scenario(raw)
+    assert scenario("0.10.0", speculative_config={"method": "eagle"}).speculation.draft_cost_ratio == 0.05
 
 
 @pytest.mark.parametrize("version, command, method, tokens", [
@@ -81,7 +97,9 @@ def test_a_launch_command_spells_it_as_a_json_object(version, command, method, t
 
 
 @pytest.mark.parametrize("version, speculation, config, message", [
-    ("0.11.0", HEAD, {"method": "eagle"}, "engine.speculative_config: not read for vLLM 0.11.0"),
+    ("0.9.2", HEAD, {"method": "eagle"}, "engine.speculative_config: not read for vLLM 0.9.2"),
+    ("0.10.2", HEAD, {"method": "mtp"}, "'mtp' is not a method servesim models for vllm 0.10.2"),
+    ("0.11.0", HEAD, {"method": "suffix"}, "'suffix' is not a method servesim models for vllm 0.11.0"),
     ("0.8.0", HEAD, {"method": "eagle"}, "engine.speculative_config: not a flag of vllm 0.8.0 (it came in 0.8.2)"),
     ("0.20.0", None, {"method": "eagle"}, "engine.speculative_config: needs the scenario's speculation section"),
     ("0.20.0", HEAD, {"model": "yuhuili/EAGLE-LLaMA3-Instruct-8B"}, "engine.speculative_config.method: missing"),
@@ -118,3 +136,11 @@ def test_a_scenario_with_the_flag_dumps_and_reads_back_to_itself():
     sc = scenario("0.20.0", command="vllm serve m --speculative-config '{\"method\": \"mtp\", "
                                     "\"num_speculative_tokens\": 2}'")
     assert validate_scenario(sc.model_dump(mode="json")) == sc
+
+
+def test_an_unnamed_method_lists_the_releases_own_methods_and_a_command_names_the_option():
+    with pytest.raises(ConfigError) as err:
+        scenario("0.11.0", command="vllm serve m --speculative-config '{\"num_speculative_tokens\": 3}'")
+    assert str(err.value).startswith("engine.command '--speculative-config {\"num_speculative_tokens\": 3}': method: "
+                                     "missing")
+    assert str(err.value).endswith("ngram, eagle, eagle3, mtp, deepseek_mtp, medusa, draft_model")

@@ -15,8 +15,9 @@ from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.config.engines.vllm_graphs import (CAPTURE_SIZE_OPTIONS, CAPTURE_SIZES, VLLM_COMPILATION_CONFIG_SINCE,
                                             VLLM_OPTIMIZATION_LEVEL_SINCE, read_compilation_config,
                                             read_optimization_level, vllm_graph_overhead, vllm_v0_compilation)
-from sim.config.engines.vllm_speculative import (VLLM_SPECULATIVE_CONFIG_SINCE, async_with_method,
-                                                  read_speculative_config, speculative_method, speculative_values)
+from sim.config.engines.vllm_speculative import (VLLM_ASYNC_WITH_SPECULATION_SINCE, VLLM_SPECULATIVE_CONFIG_SINCE,
+                                                  async_with_method, read_speculative_config, speculative_method,
+                                                  speculative_values)
 from sim.errors import ConfigError
 from sim.kv.paged import MAX_KV_BLOCKS
 from sim.model.attention_io import TRITON_BACKEND
@@ -277,6 +278,10 @@ def derive_vllm(ctx: Context) -> PresetResult:
                               f"run by vLLM {ctx.version_text}: V1 falls back to V0 for it, whose attention takes no "
                               "sinks (vllm/attention/backends/flash_attn.py and xformers.py), so the model does not "
                               "load; allowed: bf16 (or leave it out), an sm_9x or sm_100 GPU, or vLLM 0.11.0 or later")
+        if flags.get("speculative_config") is not None:
+            raise ConfigError(f"engine.speculative_config: not modelled where vLLM {ctx.version_text} falls back to "
+                              "V0 (its speculative decoding is not read); allowed: leave it out, a setup V1 runs, or "
+                              "vLLM 0.11.0 or later")
         notes.append(fallback)
     v1 = v >= (0, 8) and fallback is None
     if v1:
@@ -359,9 +364,13 @@ def derive_vllm(ctx: Context) -> PresetResult:
     method = speculative_method(ctx) or ("draft_model" if _vllm_draft_model(ctx) else None)
     if asked and method is not None and not async_with_method(method, v, asked=True):
         raise ConfigError(f"engine.async_scheduling: true contradicts engine.speculative_config's method {method!r} "
-                          f"in vLLM {ctx.version_text} (\"Currently, async scheduling is only supported with EAGLE/MTP"
-                          " ... kind of speculative decoding\", vllm/config/vllm.py); allowed: leave it out, or an "
-                          "EAGLE or MTP method")
+                          f"in vLLM {ctx.version_text} (vLLM raises: async scheduling runs with EAGLE/MTP methods "
+                          "only, from 0.11.1; vllm/config/vllm.py, vllm/engine/arg_utils.py); allowed: leave it out, "
+                          "or an EAGLE or MTP method from 0.11.1")
+    if asked and ctx.raw.get("speculation") is not None and v < VLLM_ASYNC_WITH_SPECULATION_SINCE:
+        raise ConfigError(f"engine.async_scheduling: true contradicts the scenario's speculation in vLLM "
+                          f"{ctx.version_text} (\"Currently, speculative decoding is not supported with async "
+                          "scheduling\", vllm/engine/arg_utils.py); allowed: leave it out, or vLLM 0.11.1 or later")
     if asked is None and v >= VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE:
         asked, why = _vllm_async_default(ctx, method)
         notes.append(f"vLLM {ctx.version_text}: async scheduling {why} (vllm/config/vllm.py)")

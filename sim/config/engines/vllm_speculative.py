@@ -5,19 +5,22 @@ section: its acceptance (no flag gives one: it is a property of the model pair a
 cost, `draft_model` for vLLM's draft_model method, `draft_cost_ratio` for every other (an EAGLE or MTP head, n-gram
 or suffix lookups). So the flag needs that section, and a method that contradicts its drafter is refused in one line.
 
-Read in the PyPI sdists of 0.12.0-0.14.0, 0.16.0-0.20.0, 0.24.0-0.34.0 (vllm/config/speculative.py SpeculativeMethod
-and its __post_init__, vllm/config/vllm.py VllmConfig.__post_init__; 0.15.x taken as 0.16.0, as elsewhere):
+Read in the PyPI sdists of 0.10.0-0.14.0, 0.16.0-0.20.0, 0.24.0-0.34.0 (vllm/config/speculative.py SpeculativeMethod
+and its __post_init__, before 0.11.0 in vllm/config.py or vllm/config/__init__.py; vllm/config/vllm.py
+VllmConfig.__post_init__; vllm/engine/arg_utils.py; 0.15.x taken as 0.16.0, as elsewhere):
 
-- methods: ngram, eagle, eagle3, mtp, deepseek_mtp and suffix in every one; medusa to 0.32.x; ngram_gpu from
-  0.18.0; dflash from 0.20.0; draft_model in every one, run by V1 from 0.16.0 (refused before: `vllm.py`). Others
-  (mlp_speculator, extract_hidden_states, custom_class, dspark, a model's own MTP name) are refused in one line.
+- methods: ngram, eagle, eagle3, deepseek_mtp and draft_model in every one (a draft model run by V1 from 0.16.0,
+  refused before: `vllm.py`); mtp from 0.11.0; suffix from 0.11.1; medusa to 0.32.x; ngram_gpu from 0.18.0; dflash
+  from 0.20.0. Others (mlp_speculator, extract_hidden_states, custom_class, dspark, a model's own MTP name) are
+  refused in one line, and so is the flag where 0.10.x falls back to V0 (whose speculative decoding is not read).
 - a method left out is inferred from the draft model's name and config, which ServeSim does not read: it must be
   named, except for `"model": "ngram"` (or "[ngram]"), which vLLM reads as the n-gram method.
 - async scheduling (on by default from 0.14.0): kept on with the EAGLE family (eagle, eagle3, the MTP names,
   dflash), from 0.18.0 also ngram_gpu, from 0.28.0 also draft_model, and from 0.33.0 with any method; turned off by
-  the others. Asked for (`--async-scheduling`) from 0.12.0 with a method it does not run with, vLLM raises
+  the others. Asked for (`--async-scheduling`) with any method in 0.10.0-0.11.0, vLLM raises ("Currently, speculative
+  decoding is not supported with async scheduling", EngineArgs), and from 0.11.1 with a method it does not run with
   ("Currently, async scheduling is only supported with EAGLE/MTP ... kind of speculative decoding"): so does this.
-  Its explicit check took draft_model from 0.16.0 and ngram_gpu from 0.18.0.
+  That explicit check took draft_model from 0.16.0 and ngram_gpu from 0.18.0.
 """
 
 from __future__ import annotations
@@ -29,15 +32,16 @@ from sim.config.engines.base import Context, dotted_version
 from sim.errors import ConfigError
 
 VLLM_SPECULATIVE_CONFIG_SINCE = (0, 8, 2)  # --speculative-config in vllm/engine/arg_utils.py
-VLLM_SPECULATIVE_CONFIG_READ_SINCE = (0, 12, 0)  # the first release whose rules are read here (above)
+VLLM_SPECULATIVE_CONFIG_READ_SINCE = (0, 10, 0)  # the first release whose rules are read here (above)
 EAGLE_FAMILY = ("eagle", "eagle3", "mtp", "deepseek_mtp", "dflash")
 # method -> (the first release with it, the first without), within the releases read
-METHODS = {"ngram": (None, None), "eagle": (None, None), "eagle3": (None, None), "mtp": (None, None),
-           "deepseek_mtp": (None, None), "suffix": (None, None), "medusa": (None, (0, 33, 0)),
+METHODS = {"ngram": (None, None), "eagle": (None, None), "eagle3": (None, None), "mtp": ((0, 11, 0), None),
+           "deepseek_mtp": (None, None), "suffix": ((0, 11, 1), None), "medusa": (None, (0, 33, 0)),
            "ngram_gpu": ((0, 18, 0), None), "dflash": ((0, 20, 0), None), "draft_model": (None, None)}
 KEYS = ("method", "model", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
 # async scheduling with a method outside the EAGLE family: method -> (explicitly asked from, on by default from)
 ASYNC_WITH = {"ngram_gpu": ((0, 18, 0), (0, 18, 0)), "draft_model": ((0, 15, 0), (0, 28, 0))}
+VLLM_ASYNC_WITH_SPECULATION_SINCE = (0, 11, 1)  # before: EngineArgs refuses async scheduling with any method
 VLLM_ASYNC_WITH_ANY_METHOD_SINCE = (0, 33, 0)
 
 
@@ -63,8 +67,8 @@ def speculative_method(ctx: Context) -> str | None:
     if ctx.version < VLLM_SPECULATIVE_CONFIG_READ_SINCE:
         first = dotted_version(VLLM_SPECULATIVE_CONFIG_READ_SINCE)
         raise ConfigError(f"engine.speculative_config: not read for vLLM {ctx.version_text} (its methods and their "
-                          f"rules are read from {first} on); allowed: vLLM {first} or later, or leave it out and "
-                          "describe the drafter in the speculation section")
+                          f"rules are read from {first} on, where V1 runs them); allowed: vLLM {first} or later, or "
+                          "leave it out and describe the drafter in the speculation section")
     unknown = sorted(set(given) - set(KEYS))
     if unknown:
         raise ConfigError(f"engine.speculative_config.{unknown[0]}: not a key ServeSim reads; allowed: "
@@ -74,14 +78,12 @@ def speculative_method(ctx: Context) -> str | None:
         method = "ngram"
     if method == "[ngram]":
         method = "ngram"
+    allowed = [name for name, (first, last) in METHODS.items()
+               if (first is None or ctx.version >= first) and (last is None or ctx.version < last)]
     if method is None:
         raise ConfigError("engine.speculative_config.method: missing; allowed: name it (vLLM infers it from the draft "
-                          f"model's name and config, which ServeSim does not read): {', '.join(METHODS)}")
-    window = METHODS.get(method)
-    since, until = window or (None, None)
-    if window is None or since is not None and ctx.version < since or until is not None and ctx.version >= until:
-        allowed = [name for name, (first, last) in METHODS.items()
-                   if (first is None or ctx.version >= first) and (last is None or ctx.version < last)]
+                          f"model's name and config, which ServeSim does not read): {', '.join(allowed)}")
+    if method not in allowed:
         raise ConfigError(f"engine.speculative_config.method: {method!r} is not a method ServeSim models for vLLM "
                           f"{ctx.version_text}; allowed: {', '.join(allowed)}")
     _check_drafter(ctx, method)
@@ -124,6 +126,8 @@ def speculative_values(ctx: Context, notes: list[str]) -> dict[str, Any]:
 def async_with_method(method: str, version: tuple[int, ...], asked: bool) -> bool:
     """Whether vLLM `version` schedules asynchronously with this drafting method: `asked` (--async-scheduling
     given: else it raises) or by default (else it turns async scheduling off)."""
+    if version < VLLM_ASYNC_WITH_SPECULATION_SINCE:
+        return False
     if version >= VLLM_ASYNC_WITH_ANY_METHOD_SINCE or method in EAGLE_FAMILY:
         return True
     since = ASYNC_WITH.get(method)
