@@ -67,8 +67,8 @@ def test_asking_for_async_scheduling_with_a_method_it_does_not_run_with_is_refus
                                async_scheduling=True))  # asked, a draft model runs async from 0.16.0
     assert overlapped(scenario("0.33.0", speculative_config={"method": "ngram"}, async_scheduling=True))
     # 0.10.0-0.11.0: EngineArgs refuses async scheduling with any speculation, named by the flag or not
-    with pytest.raises(ConfigError, match="engine.async_scheduling: true contradicts engine.speculative_config's "
-                                          "method 'eagle' in vLLM 0.11.0"):
+    with pytest.raises(ConfigError, match="engine.async_scheduling: true contradicts the scenario's speculation in "
+                                          "vLLM 0.11.0"):
         scenario("0.11.0", speculative_config={"method": "eagle"}, async_scheduling=True)
     with pytest.raises(ConfigError, match="engine.async_scheduling: true contradicts the scenario's speculation in "
                                           "vLLM 0.10.2"):

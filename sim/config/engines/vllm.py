@@ -15,9 +15,8 @@ from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.config.engines.vllm_graphs import (CAPTURE_SIZE_OPTIONS, CAPTURE_SIZES, VLLM_COMPILATION_CONFIG_SINCE,
                                             VLLM_OPTIMIZATION_LEVEL_SINCE, read_compilation_config,
                                             read_optimization_level, vllm_graph_overhead, vllm_v0_compilation)
-from sim.config.engines.vllm_speculative import (VLLM_ASYNC_WITH_SPECULATION_SINCE, VLLM_SPECULATIVE_CONFIG_SINCE,
-                                                  async_with_method, read_speculative_config, speculative_method,
-                                                  speculative_values)
+from sim.config.engines.vllm_speculative import (VLLM_SPECULATIVE_CONFIG_SINCE, async_with_method,
+                                                  read_speculative_config, refuse_asked_async, speculative_values)
 from sim.errors import ConfigError
 from sim.kv.paged import MAX_KV_BLOCKS
 from sim.model.attention_io import TRITON_BACKEND
@@ -61,7 +60,6 @@ VLLM_ASYNC_SCHEDULING_SINCE = (0, 10, 0)
 VLLM_STREAM_INTERVAL_SINCE = (0, 11, 1)
 VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE = (0, 14, 0)
 VLLM_ASYNC_WITH_PIPELINE_SINCE = (0, 15, 0)  # __post_init__ no longer turns it off for PP > 1 (v0.16.0; 0.15 as 0.16)
-VLLM_ASYNC_WITH_DRAFT_MODEL_SINCE = (0, 28, 0)  # ... nor for a draft model
 
 
 def _vllm_batch_defaults(gpu, version: tuple[int, ...]) -> tuple[int, int]:
@@ -270,7 +268,9 @@ def derive_vllm(ctx: Context) -> PresetResult:
     notes: list[str] = []
     refuse_model_before(ctx, VLLM_MODEL_TYPE_SINCE, "vLLM", "vllm/model_executor/models/registry.py")
     _vllm_refuse_draft_model(ctx)
-    values.update(speculative_values(ctx, notes))
+    method, speculated = speculative_values(ctx, notes)
+    values.update(speculated)
+    method = method or ("draft_model" if _vllm_draft_model(ctx) else None)  # a section's draft model names its own
     fallback = _vllm_v0_fallback(ctx)
     if fallback is not None:
         if ctx.model is not None and ctx.model.model_type in VLLM_SINKS_MODEL_TYPES:
@@ -361,16 +361,8 @@ def derive_vllm(ctx: Context) -> PresetResult:
     if asked and v < VLLM_ASYNC_SCHEDULING_SINCE:
         raise ConfigError(f"engine.async_scheduling: true is not a flag of vLLM {ctx.version_text}; allowed: "
                           f"vLLM {dotted_version(VLLM_ASYNC_SCHEDULING_SINCE)} or later, or leave it out")
-    method = speculative_method(ctx) or ("draft_model" if _vllm_draft_model(ctx) else None)
-    if asked and method is not None and not async_with_method(method, v, asked=True):
-        raise ConfigError(f"engine.async_scheduling: true contradicts engine.speculative_config's method {method!r} "
-                          f"in vLLM {ctx.version_text} (vLLM raises: async scheduling runs with EAGLE/MTP methods "
-                          "only, from 0.11.1; vllm/config/vllm.py, vllm/engine/arg_utils.py); allowed: leave it out, "
-                          "or an EAGLE or MTP method from 0.11.1")
-    if asked and ctx.raw.get("speculation") is not None and v < VLLM_ASYNC_WITH_SPECULATION_SINCE:
-        raise ConfigError(f"engine.async_scheduling: true contradicts the scenario's speculation in vLLM "
-                          f"{ctx.version_text} (\"Currently, speculative decoding is not supported with async "
-                          "scheduling\", vllm/engine/arg_utils.py); allowed: leave it out, or vLLM 0.11.1 or later")
+    if asked:
+        refuse_asked_async(ctx, method)
     if asked is None and v >= VLLM_ASYNC_SCHEDULING_DEFAULT_SINCE:
         asked, why = _vllm_async_default(ctx, method)
         notes.append(f"vLLM {ctx.version_text}: async scheduling {why} (vllm/config/vllm.py)")
@@ -697,7 +689,8 @@ def _vllm_async_default(ctx: Context, method: str | None) -> tuple[bool, str]:
     if method is not None and not async_with_method(method, v, asked=False):
         return False, f"off (not with {method} speculative decoding in v{ctx.version_text})"
     if method is None and ctx.raw.get("speculation") is not None:
-        if v < VLLM_ASYNC_WITH_DRAFT_MODEL_SINCE:
+        # the drafter's method unnamed: a draft model's rule (sim/config/engines/vllm_speculative.py ASYNC_WITH)
+        if not async_with_method("draft_model", v, asked=False):
             return False, ("off (a drafter whose method no --speculative-config names, taken as a draft model's: "
                            "off before v0.28.0; an EAGLE or MTP method keeps it on)")
         return True, ("on by default (a drafter whose method no --speculative-config names, taken as a draft "
@@ -709,6 +702,7 @@ def _vllm_async_default(ctx: Context, method: str | None) -> tuple[bool, str]:
 # V0's concurrent partial prefills (vllm/core/scheduler.py PartialPrefillMetadata), not modelled; V1 refuses any value
 # but the default 1 ("No Concurrent Partial Prefills so far": a V0 fallback in 0.8.x-0.10.x, an error once V0 is gone)
 VLLM_PARTIAL_PREFILLS = ((0, 7, 3), (0, 27, 0))
+VLLM_PARTIAL_PREFILLS_WHY = "; concurrent partial prefills are V0's, which V1 refuses"
 
 
 # --performance-mode (0.17.0 on; vllm/config/vllm.py PerformanceMode, in the arg_utils.py of every sdist 0.17.0-0.34.0;
@@ -731,8 +725,6 @@ def _vllm_performance_mode(ctx: Context, mnbt: int, seqs: int, notes: list[str])
         notes.append(f"vLLM {ctx.version_text} --performance-mode interactivity: CUDA graphs for every batch of 1-32 "
                      "sequences, whose padding is not modelled: priced as the default")
     return mnbt, seqs
-
-VLLM_PARTIAL_PREFILLS_WHY = "; concurrent partial prefills are V0's, which V1 refuses"
 
 
 VLLM_FLAGS = {

@@ -105,11 +105,12 @@ def _check_drafter(ctx: Context, method: str) -> None:
                           "method, or a method that fits the section")
 
 
-def speculative_values(ctx: Context, notes: list[str]) -> dict[str, Any]:
-    """The scenario values `--speculative-config` sets: its num_speculative_tokens (ServeSim's γ)."""
+def speculative_values(ctx: Context, notes: list[str]) -> tuple[str | None, dict[str, Any]]:
+    """The method `--speculative-config` names (`speculative_method`; None without the flag) and the scenario values it
+    sets: its num_speculative_tokens (ServeSim's γ)."""
     method = speculative_method(ctx)
     if method is None:
-        return {}
+        return None, {}
     given = ctx.flags["speculative_config"]
     tokens = given.get("num_speculative_tokens")
     if tokens is not None and (isinstance(tokens, bool) or not isinstance(tokens, int) or tokens < 1):
@@ -120,7 +121,23 @@ def speculative_values(ctx: Context, notes: list[str]) -> dict[str, Any]:
     notes.append(f"vLLM {ctx.version_text} --speculative-config method {method}: the drafter priced by {drafter}, "
                  "its tokens accepted as speculation.acceptance says"
                  + (f" ({' and '.join(lookup)}: the lookup window, priced as that acceptance)" if lookup else ""))
-    return {} if tokens is None else {"speculation.num_speculative_tokens": tokens}
+    return method, {} if tokens is None else {"speculation.num_speculative_tokens": tokens}
+
+
+def refuse_asked_async(ctx: Context, method: str | None) -> None:
+    """--async-scheduling beside speculative decoding refused in one line where vLLM raises (above): any speculation
+    before 0.11.1 (named by the flag or not), then a `method` it does not run with."""
+    if ctx.raw.get("speculation") is None and method is None:
+        return
+    if ctx.version < VLLM_ASYNC_WITH_SPECULATION_SINCE:
+        raise ConfigError(f"engine.async_scheduling: true contradicts the scenario's speculation in vLLM "
+                          f"{ctx.version_text} (\"Currently, speculative decoding is not supported with async "
+                          "scheduling\", vllm/engine/arg_utils.py); allowed: leave it out, or vLLM 0.11.1 or later")
+    if method is not None and not async_with_method(method, ctx.version, asked=True):
+        raise ConfigError(f"engine.async_scheduling: true contradicts engine.speculative_config's method {method!r} "
+                          f"in vLLM {ctx.version_text} (\"Currently, async scheduling is only supported with "
+                          "EAGLE/MTP ... kind of speculative decoding\", vllm/config/vllm.py); allowed: leave it out, "
+                          "or an EAGLE or MTP method")
 
 
 def async_with_method(method: str, version: tuple[int, ...], asked: bool) -> bool:
