@@ -146,7 +146,7 @@ def test_quantization_fp8_is_w8a8_where_the_gpu_has_fp8_and_weight_only_elsewher
     ("vllm serve 'm", "does not split into words (No closing quotation)"),
     ("vllm serve m --foo 3", "engine.command: '--foo' is not an option the vllm preset reads; allowed: "
                              "--api-server-count"),
-    ("vllm serve m --enable-log-requests", "'--enable-log-requests' is not an option"),  # adds work: not accepted
+    ("vllm serve m --enable-log-outputs", "'--enable-log-outputs' is not an option"),  # adds work: not accepted
     ("vllm serve m --max-num-seqs", "engine.command: '--max-num-seqs' needs a value; allowed: --max-num-seqs <an "
                                     "integer>"),
     ("vllm serve m --max-num-seqs many", "engine.command: '--max-num-seqs many' is not allowed; allowed: an integer"),
@@ -227,7 +227,8 @@ def test_any_command_the_presets_flags_spell_reads_back_to_them(drawn):
                                            ("--enable-force-include-usage", "0.10.0"),
                                            ("--disable-access-log-for-endpoints /health,/metrics", "0.16.0"),
                                            ("--disable-cascade-attn", "0.8.2"), ("--enable-sleep-mode", "0.7.0"),
-                                           ("--structured-outputs-config {}", "0.11.0")])
+                                           ("--structured-outputs-config {}", "0.11.0"),
+                                           ("--enable-log-requests", "0.10.1")])
 def test_an_option_accepted_without_effect_is_refused_before_the_version_that_brought_it(option, first):
     sc = scenario({"name": "vllm", "version": first, "command": f"vllm serve m {option}"})
     assert any(option in n and "accepted, no effect" in n for n in sc.engine.notes)
@@ -360,3 +361,42 @@ def test_sglang_options_are_read_as_the_named_versions_parser_has_them():
     with pytest.raises(ConfigError, match=r"^engine\.command '--page-size 16': not a flag of sglang 0\.3\.0 \(it "
                                           r"came in 0\.4\.4\)"):
         scenario({"name": "sglang", "version": "0.3.0", "command": "sglang --page-size 16"})
+
+
+@pytest.mark.parametrize("option, first", [("--enable-p2p-check", "0.3.0"), ("--enable-cache-report", "0.3.4"),
+                                           ("--grammar-backend xgrammar", "0.3.5"),
+                                           ("--constrained-json-whitespace-pattern '[ ]*'", "0.3.1.post1")])
+def test_sglangs_options_without_effect_from_the_wheel_that_brought_them(option, first):
+    """Read in every PyPI wheel 0.3.0-0.5.23: each is in server_args.py from `first` to 0.5.23."""
+    for version in (first, "0.5.23"):
+        sc = scenario({"name": "sglang", "version": version, "command": f"sglang --model-path m {option}"})
+        assert any(option.split()[0] in n and "accepted, no effect" in n for n in sc.engine.notes)
+    if first != "0.3.0":
+        with pytest.raises(ConfigError, match=rf"^engine\.command '{re.escape(option.split()[0])}.*': not an option of "
+                                              rf"sglang 0\.3\.0 \(it came in {re.escape(first)}\)"):
+            scenario({"name": "sglang", "version": "0.3.0", "command": f"sglang --model-path m {option}"})
+
+
+def test_sglangs_continuous_decode_steps_run_only_in_0_3_4_to_0_3_5_post2():
+    """--num-continuous-decode-steps: 0.3.4-0.3.5.post2's scheduler.py runs N decode steps before it receives new
+    requests (not modelled: refused above 1); from 0.3.6 the option is parsed and never read (noted, nothing
+    changes)."""
+    command = "sglang --model-path m --num-continuous-decode-steps 4"
+    plain = scenario({"name": "sglang", "version": "0.5.5.post1", "command": "sglang --model-path m"})
+    for version in ("0.3.6", "0.5.5.post1", "0.5.23"):
+        sc = scenario({"name": "sglang", "version": version, "command": command})
+        assert any("--num-continuous-decode-steps 4 changes nothing (parsed, never read since 0.3.6)" in n
+                   for n in sc.engine.notes)
+    same = scenario({"name": "sglang", "version": "0.5.5.post1", "command": command})
+    assert without_engine(same) == without_engine(plain)
+    for version in ("0.3.4", "0.3.5.post2"):
+        assert scenario({"name": "sglang", "version": version,
+                         "command": "sglang --model-path m --num-continuous-decode-steps 1"}).engine.name == "sglang"
+        with pytest.raises(ConfigError) as err:
+            scenario({"name": "sglang", "version": version, "command": command})
+        assert str(err.value) == (f"engine.command '--num-continuous-decode-steps 4': 4 is not modelled for SGLang "
+                                  f"{version}, whose scheduler runs that many decode steps before receiving requests "
+                                  "(0.3.4-0.3.5.post2); allowed: 1, or leave it out")
+    with pytest.raises(ConfigError, match=r"^engine\.command '--num-continuous-decode-steps 4': not a flag of sglang "
+                                          r"0\.3\.3 \(it came in 0\.3\.4\)"):
+        scenario({"name": "sglang", "version": "0.3.3", "command": command})

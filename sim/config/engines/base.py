@@ -309,6 +309,7 @@ LOGGING = "logging, whose cost is not modelled"
 PARSING = "chat-template and tool-call parsing settings"
 SEED = "the sampler's seed (run.seed draws the workload)"
 USAGE_REPORTS = "what the responses and endpoints report (token usage, load counters): not priced"
+REQUEST_LIMITS = "limits on what a request may ask (logprobs, structured output), which the workload does not ask"
 
 
 def inert_group(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:

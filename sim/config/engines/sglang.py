@@ -6,10 +6,11 @@ import dataclasses
 import math
 from typing import Any
 
-from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED, SERVER_ADDRESS,
-                                     STREAM_CHUNK_KEY, at_least, caches_prefixes, custom_all_reduce, dotted_version,
-                                     get_key, inert_group, kv_cache_dtype_flag, only_one_of, refuse_model_before,
-                                     released_before, sixteen_bit_dtype, weights_quantization)
+from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, REQUEST_LIMITS, SEED,
+                                     SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
+                                     custom_all_reduce, dotted_version, get_key, inert_group, kv_cache_dtype_flag,
+                                     only_one_of, refuse_model_before, released_before, sixteen_bit_dtype,
+                                     weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
 from sim.errors import ConfigError
 
@@ -495,6 +496,27 @@ def sglang_fp8_without_fp8_cores(version: tuple[int, ...], block_scaled: bool, m
 SGLANG_MODEL_TYPE_SINCE = {"gpt_oss": (0, 5, 0)}
 
 
+# --num-continuous-decode-steps (server_args.py from 0.3.4): read only by 0.3.4-0.3.5.post2's scheduler.py (a decode
+# step runs N-1 more before the next request is received: event_loop); from 0.3.6 parsed and never read (grep of the
+# whole wheel: 0.3.6, 0.4.0, 0.4.5, 0.5.0rc0, 0.5.3.post3, 0.5.9, 0.5.14, 0.5.19, 0.5.20, 0.5.23; of managers/ in
+# every PyPI release 0.3.0-0.5.23)
+SGLANG_CONTINUOUS_DECODE_READ = ((0, 3, 4), (0, 3, 6))
+
+
+def _sglang_continuous_decode_steps(ctx: Context) -> str | None:
+    """--num-continuous-decode-steps: refused where the release runs its steps (not modelled), noted where it is
+    parsed and never read."""
+    steps = ctx.flags.get("num_continuous_decode_steps")
+    if steps is None or steps == 1:
+        return None
+    if ctx.version < SGLANG_CONTINUOUS_DECODE_READ[1]:
+        raise ConfigError(f"engine.num_continuous_decode_steps: {steps} is not modelled for SGLang {ctx.version_text}, "
+                          f"whose scheduler runs that many decode steps before receiving requests (0.3.4-0.3.5.post2); "
+                          "allowed: 1, or leave it out")
+    return (f"SGLang {ctx.version_text}: --num-continuous-decode-steps {steps} changes nothing (parsed, never read "
+            "since 0.3.6)")
+
+
 def derive_sglang(ctx: Context) -> PresetResult:
     """python/sglang/srt/server_args.py ServerArgs._handle_gpu_memory_settings and model_runner.py (max_num_reqs),
     read in the PyPI wheels of every release from 0.5.3 to 0.5.23: chunked_prefill_size and the decode cuda-graph
@@ -506,13 +528,13 @@ def derive_sglang(ctx: Context) -> PresetResult:
     where its own turns off (`custom_all_reduce`). SGLang 0.4.0-0.5.3rc0: their own memory, chunk and graph rules
     (`_sglang_before_053`); 0.3.x: `_derive_sglang_030`."""
     refuse_model_before(ctx, SGLANG_MODEL_TYPE_SINCE, "SGLang", "python/sglang/srt/models")
-    backend_note = _sglang_attention_backend(ctx)
+    early_notes = [note for note in (_sglang_attention_backend(ctx), _sglang_continuous_decode_steps(ctx)) if note]
     if ctx.version[:2] == (0, 3):
         result = _derive_sglang_030(ctx)
-        result.notes.extend([backend_note] if backend_note else [])
+        result.notes.extend(early_notes)
         return result
     flags, gpu = ctx.flags, ctx.gpu
-    notes: list[str] = [backend_note] if backend_note else []
+    notes: list[str] = early_notes
     gpu_mib = gpu.hbm_bytes / 2**20
     given_graph_bs = _sglang_given_graph_bs(flags)
     old_rules = released_before(ctx.version, ctx.version_text, (0, 5, 3))
@@ -655,6 +677,10 @@ SGLANG_FLAGS = {
     # python/sglang/srt/managers/scheduler_output_processor_mixin.py (0.5.3.post3): a streaming request's output goes
     # out when len(output_ids) % stream_interval == 1, and at its end: the first token alone, then chunks of N;
     # 0.3.0's tp_worker.py: its first token, then every N-th decode step of the batch
+    "num_continuous_decode_steps": Flag(None, int, "--num-continuous-decode-steps: 1, or any number from 0.3.6, "
+                                        "which parses it and never reads it (SGLANG_CONTINUOUS_DECODE_READ)",
+                                        at_least("num_continuous_decode_steps"),
+                                        since=SGLANG_CONTINUOUS_DECODE_READ[0]),
     "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
                             "first (frontend.tokens_per_chunk)"),
     "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16",
@@ -673,6 +699,8 @@ SGLANG_FLAGS = {
 # The options above that came in after 0.3.0: the first release whose server_args.py has each, read in the PyPI
 # wheels of 0.3.0, every release 0.3.4-0.4.10.post2 (post releases too, 0.4.4's posts not) and 0.5.1-0.5.3.
 _SGLANG_INERT_SINCE = {"--watchdog-timeout": (0, 3, 5), "--decode-log-interval": (0, 3, 5),
+                       "--constrained-json-whitespace-pattern": "0.3.1.post1", "--enable-cache-report": (0, 3, 4),
+                       "--grammar-backend": (0, 3, 5),
                        "--download-dir": (0, 3, 6), "--revision": (0, 4, 0), "--tool-call-parser": (0, 4, 2),
                        "--dist-timeout": "0.4.3.post3", "--reasoning-parser": "0.4.3.post3", "--model": "0.4.8.post1",
                        "--skip-server-warmup": (0, 4, 9)}
@@ -685,4 +713,11 @@ SGLANG_INERT = tuple(dataclasses.replace(option, since=_SGLANG_INERT_SINCE.get(o
     + inert_group(MODEL_FILES, "none", "--trust-remote-code")
     + inert_group(LOGGING, "one", "--log-level", "--decode-log-interval")
     + inert_group(PARSING, "one", "--chat-template", "--tool-call-parser", "--reasoning-parser")
-    + inert_group(SEED, "one", "--random-seed")))
+    + inert_group(SEED, "one", "--random-seed")
+    # read in every PyPI wheel 0.3.0-0.5.23 (server_args.py; from 0.5.20 arg_groups/fields/): the structured-output
+    # backend and its JSON whitespace; cached tokens in the usage reply (the OpenAI endpoints); a P2P check at start-up
+    # (model_runner.py), after which the all-reduce runs as priced
+    + inert_group(REQUEST_LIMITS, "one", "--grammar-backend", "--constrained-json-whitespace-pattern")
+    + inert_group(USAGE_REPORTS, "none", "--enable-cache-report")
+    + inert_group("a start-up check of the GPUs' peer access (the all-reduce is priced as the hardware's)", "none",
+                  "--enable-p2p-check")))

@@ -6,8 +6,8 @@ import dataclasses
 from typing import Any
 
 from sim.config.engine_command import InertOption
-from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, PARSING, PresetResult, SEED,
-                                     SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
+from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, PARSING, PresetResult, REQUEST_LIMITS,
+                                     SEED, SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
                                      custom_all_reduce, dotted_version, get_key, inert_group, kv_cache_dtype_flag,
                                      only_default, only_one_of, refuse_model_before, sixteen_bit_dtype,
                                      weights_quantization)
@@ -875,7 +875,6 @@ VLLM_FLAGS = {
 VLLM_DISABLE_LOG_REQUESTS_UNTIL = (0, 17, 0)
 VLLM_CALCULATE_KV_SCALES = ((0, 7, 0), (0, 28, 0))  # (the first release that has it, the first that refuses it)
 VLLM_GUIDED_DECODING_BACKEND_UNTIL = (0, 12, 0)
-REQUEST_LIMITS = "limits on what a request may ask (logprobs, structured output), which the workload does not ask"
 VLLM_SWAP_SPACE_UNTIL = (0, 18, 0)
 VLLM_V2_BLOCK_MANAGER_UNTIL = (0, 10, 0)
 # The options above and below that came in after 0.6.0: the first release that has each, read in the PyPI sdist of
@@ -915,6 +914,12 @@ VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(optio
     + inert_group(LOGGING, "none", "--disable-log-stats")
     + (InertOption("--disable-log-requests", "none", "request logging off: vLLM 0.6.0's API server measured the "
                    "same with its log on and off (API_SERVER_WORK)", until=VLLM_DISABLE_LOG_REQUESTS_UNTIL),
+       # from 0.10.1 request logging is off unless --enable-log-requests (vllm/engine/arg_utils.py AsyncEngineArgs;
+       # read in the sdists of 0.10.0, 0.10.1, 0.10.1.1, 0.10.2, 0.17.0 and 0.34.0); its logger's cost measured in
+       # 0.6.0 only (engine_work.py), a later release's assumed alike
+       InertOption("--enable-log-requests", "none", "request logging on: vLLM 0.6.0's API server (its log on by "
+                   "default) measured the same with its log on and off (API_SERVER_WORK); no work added",
+                   since=(0, 10, 1)),
        InertOption("--swap-space", "one", "CPU swap space, which a single-sequence request's preemption does not "
                    "use (V0 recomputes it, V1 does not swap)", until=VLLM_SWAP_SPACE_UNTIL),
        InertOption("--use-v2-block-manager", "none", "V0's block manager v2, which hands out the same blocks as v1 "
