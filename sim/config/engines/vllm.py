@@ -15,8 +15,9 @@ from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.config.engines.vllm_graphs import (CAPTURE_SIZE_OPTIONS, CAPTURE_SIZES, VLLM_COMPILATION_CONFIG_SINCE,
                                             VLLM_OPTIMIZATION_LEVEL_SINCE, read_compilation_config,
                                             read_optimization_level, vllm_graph_overhead, vllm_v0_compilation)
-from sim.config.engines.vllm_speculative import (VLLM_SPECULATIVE_CONFIG_SINCE, async_with_method,
-                                                  read_speculative_config, refuse_asked_async, speculative_values)
+from sim.config.engines.vllm_speculative import (VLLM_SPECULATIVE_CONFIG_SINCE, VLLM_V1_DRAFT_MODEL_FALLBACK_UNTIL,
+                                                  VLLM_V1_DRAFT_MODEL_SINCE, async_with_method, read_speculative_config,
+                                                  refuse_asked_async, speculative_values)
 from sim.errors import ConfigError
 from sim.kv.paged import MAX_KV_BLOCKS
 from sim.model.attention_io import TRITON_BACKEND
@@ -547,15 +548,6 @@ VLLM_V0_FALLBACK = ((0, 8), (0, 11))
 VLLM_V1_FA3_FP8_SINCE = (0, 8, 2)  # before: any --kv-cache-dtype falls back
 VLLM_V1_SM100_FP8_SINCE = (0, 10, 0)
 VLLM_V1_MLA_FP8_SINCE = (0, 10, 2)
-# Speculative decoding by a draft model (ServeSim's `speculation.draft_model`), read in the sdists of 0.8.0, 0.8.5,
-# 0.9.0, 0.9.2, 0.10.0, 0.10.2, 0.11.0-0.14.0 and 0.16.0 (vllm/engine/arg_utils.py; 0.16.0's vllm/v1/spec_decode/
-# draft_model.py): V1 runs n-gram (0.8), EAGLE
-# (0.8.5), Medusa and MTP (0.9) drafters only, so 0.8.0-0.9.x fall back to V0 for a draft model ("Speculative
-# Decoding"), 0.10.0-0.14.x refuse it ("Speculative decoding with draft model is not supported yet", a
-# NotImplementedError), and from 0.16.0 V1 runs it (DraftModelProposer; 0.15.x taken as 0.16.0). A drafter given by
-# its cost ratio alone (`draft_cost_ratio`: an EAGLE head, MTP, n-grams) stays on V1.
-VLLM_V1_DRAFT_MODEL_FALLBACK_UNTIL = (0, 10)
-VLLM_V1_DRAFT_MODEL_SINCE = (0, 15)
 
 
 def _vllm_draft_model(ctx: Context) -> bool:

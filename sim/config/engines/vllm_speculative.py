@@ -39,8 +39,18 @@ METHODS = {"ngram": (None, None), "eagle": (None, None), "eagle3": (None, None),
            "deepseek_mtp": (None, None), "suffix": ((0, 11, 1), None), "medusa": (None, (0, 33, 0)),
            "ngram_gpu": ((0, 18, 0), None), "dflash": ((0, 20, 0), None), "draft_model": (None, None)}
 KEYS = ("method", "model", "num_speculative_tokens", "prompt_lookup_max", "prompt_lookup_min")
-# async scheduling with a method outside the EAGLE family: method -> (explicitly asked from, on by default from)
-ASYNC_WITH = {"ngram_gpu": ((0, 18, 0), (0, 18, 0)), "draft_model": ((0, 15, 0), (0, 28, 0))}
+# Speculative decoding by a draft model (ServeSim's `speculation.draft_model`), read in the sdists of 0.8.0, 0.8.5,
+# 0.9.0, 0.9.2, 0.10.0, 0.10.2, 0.11.0-0.14.0 and 0.16.0 (vllm/engine/arg_utils.py; 0.16.0's vllm/v1/spec_decode/
+# draft_model.py): V1 runs n-gram (0.8), EAGLE
+# (0.8.5), Medusa and MTP (0.9) drafters only, so 0.8.0-0.9.x fall back to V0 for a draft model ("Speculative
+# Decoding"), 0.10.0-0.14.x refuse it ("Speculative decoding with draft model is not supported yet", a
+# NotImplementedError), and from 0.16.0 V1 runs it (DraftModelProposer; 0.15.x taken as 0.16.0). A drafter given by
+# its cost ratio alone (`draft_cost_ratio`: an EAGLE head, MTP, n-grams) stays on V1.
+VLLM_V1_DRAFT_MODEL_FALLBACK_UNTIL = (0, 10)
+VLLM_V1_DRAFT_MODEL_SINCE = (0, 15)
+# async scheduling with a method outside the EAGLE family: method -> (explicitly asked from, on by default from); a
+# draft model's asked from the first release whose V1 runs it
+ASYNC_WITH = {"ngram_gpu": ((0, 18, 0), (0, 18, 0)), "draft_model": (VLLM_V1_DRAFT_MODEL_SINCE, (0, 28, 0))}
 VLLM_ASYNC_WITH_SPECULATION_SINCE = (0, 11, 1)  # before: EngineArgs refuses async scheduling with any method
 VLLM_ASYNC_WITH_ANY_METHOD_SINCE = (0, 33, 0)
 
