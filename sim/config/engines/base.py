@@ -33,6 +33,9 @@ class Flag:
     # aliases the engine's parser has only in some releases: {alias: (since, until)} (vLLM's -O: --compilation-config
     # to 0.11.x, --optimization-level from 0.12.0)
     alias_versions: dict[str, tuple] = field(default_factory=dict)
+    # a flag whose value gives other flags (trtllm-serve's --extra_llm_api_options): value -> {flag: (where, value)},
+    # `where` naming the part of the value that gave it; each then checked as if given itself
+    expands: Callable[[Any], dict[str, tuple[str, Any]]] | None = None
 
     @property
     def option(self) -> str | None:

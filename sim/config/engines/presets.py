@@ -142,24 +142,12 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
                  given: dict, value_problem) -> tuple[dict, dict | None, list[str]]:
     """apply_engine_preset once the engine's name, version and flags (`given`) are known."""
     flags = {}
+    given, origins = _expand_flags(given, name, preset, version, version_text)
     for key, value in given.items():
-        flag = preset.flags.get(key)
-        if flag is None:
-            raise ConfigError(f"engine.{key}: not a flag of the {name} preset; allowed: "
-                              f"{', '.join(sorted(preset.flags))}")
-        kinds = flag.kind if isinstance(flag.kind, tuple) else (flag.kind,)
-        if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-            raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: {type_words(kinds)}")
-        outside = outside_versions(version, version_text, flag.since, flag.until)
-        if outside:
-            raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} ({outside[0]}); allowed: leave it "
-                              f"out, or {outside[1]}")
-        by_value = flag.value_versions.get(value) if isinstance(value, str) else None
-        outside = by_value and outside_versions(version, version_text, *by_value)
-        if outside:
-            raise ConfigError(f"engine.{key}: {value!r} is not a value of {name} {version_text}'s {flag.option or key} "
-                              f"({outside[0]}); allowed: another value, or {outside[1]}")
-        flags[key] = flag.convert(value)
+        try:
+            flags[key] = _checked_flag(key, value, name, preset, version, version_text)
+        except ConfigError as err:
+            raise _from_origin(err, origins) from None
     if get_key(raw, "scheduler.batching") == "static":
         raise ConfigError(f"scheduler.batching: 'static' contradicts engine {name} (it batches continuously); "
                           "allowed: continuous, or leave engine out")
@@ -169,11 +157,14 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
         target = preset.flags[key].target
         if target is not None and value is not None and not (target == "hardware.expert_parallel"
                                                              and isinstance(value, bool)):  # (True: the whole TP)
-            _refuse_flag_value(value_problem, target, value, key)
+            _refuse_flag_value(value_problem, target, value, origins.get(key, key))
     raw = copy.deepcopy(raw)
-    result = _derive(raw, name, preset, version, version_text, flags)
+    try:
+        result = _derive(raw, name, preset, version, version_text, flags)
+    except ConfigError as err:
+        raise _from_origin(err, origins) from None
     for dotted, flag in result.from_flags.items():
-        _refuse_flag_value(value_problem, dotted, result.values[dotted], flag)
+        _refuse_flag_value(value_problem, dotted, result.values[dotted], origins.get(flag, flag))
     for dotted, value in result.values.items():
         if dotted.startswith("frontend."):
             continue  # placed below, once the scenario's front-end is known
@@ -190,6 +181,57 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
         if dotted.startswith("frontend."):
             _place_frontend_value(raw, dotted, value, result.from_flags.get(dotted), result.notes)
     return raw, overhead, result.notes
+
+
+def _checked_flag(key: str, value, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str):
+    """A flag's value as its preset takes it (converted), refused in one line where the preset has no such flag, the
+    value is of the wrong kind, or the version does not have the flag or the value."""
+    flag = preset.flags.get(key)
+    if flag is None:
+        raise ConfigError(f"engine.{key}: not a flag of the {name} preset; allowed: {', '.join(sorted(preset.flags))}")
+    kinds = flag.kind if isinstance(flag.kind, tuple) else (flag.kind,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: {type_words(kinds)}")
+    outside = outside_versions(version, version_text, flag.since, flag.until)
+    if outside:
+        raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} ({outside[0]}); allowed: leave it "
+                          f"out, or {outside[1]}")
+    by_value = flag.value_versions.get(value) if isinstance(value, str) else None
+    outside = by_value and outside_versions(version, version_text, *by_value)
+    if outside:
+        raise ConfigError(f"engine.{key}: {value!r} is not a value of {name} {version_text}'s {flag.option or key} "
+                          f"({outside[0]}); allowed: another value, or {outside[1]}")
+    return flag.convert(value)
+
+
+def _expand_flags(given: dict, name: str, preset: EnginePreset, version: tuple[int, ...],
+                  version_text: str) -> tuple[dict, dict[str, str]]:
+    """(`given` with each expanding flag (`Flag.expands`) replaced by the flags its value gives, {such a flag: where
+    it came from, `<expanding flag>.<part>`}). A flag given both ways must agree; refused in one line otherwise."""
+    out, origins = dict(given), {}
+    for key, value in given.items():
+        flag = preset.flags.get(key)
+        if flag is None or flag.expands is None:
+            continue
+        _checked_flag(key, value, name, preset, version, version_text)  # its kind and versions, before its parts
+        del out[key]
+        for sub, (where, sub_value) in flag.expands(value).items():
+            origin = f"{key}.{where}"
+            if sub in out and out[sub] != sub_value:
+                raise ConfigError(f"engine.{origin}: {sub_value!r} contradicts engine.{sub} {out[sub]!r}; allowed: "
+                                  "give one of them, or the same value")
+            out[sub], origins[sub] = sub_value, origin
+    return out, origins
+
+
+def _from_origin(err: ConfigError, origins: dict[str, str]) -> ConfigError:
+    """An error about a flag an expanding flag gave (`engine.<flag>: ...`), as one about the part of its value that
+    gave it; other errors as they are."""
+    text = str(err)
+    for key, origin in origins.items():
+        if text.startswith(f"engine.{key}:"):
+            return ConfigError(f"engine.{origin}:{text[len(f'engine.{key}:'):]}")
+    return err
 
 
 def _refuse_flag_value(value_problem, dotted: str, value, flag: str) -> None:

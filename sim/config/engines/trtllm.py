@@ -6,7 +6,7 @@ from typing import Any
 
 from sim.config.engine_command import InertOption
 from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SERVER_ADDRESS,
-                                     caches_prefixes, inert_group, only_default)
+                                     caches_prefixes, get_key, inert_group, kv_cache_dtype_flag, only_default)
 from sim.config.engines.engine_work import preset_terms
 from sim.errors import ConfigError
 
@@ -112,13 +112,94 @@ def derive_trtllm(ctx: Context) -> PresetResult:
                      "to rc23, states alike: free_gpu_memory_fraction 0.9, \"not version-dependent\", and "
                      "max_num_tokens 8192")
     _trtllm_mxfp4_moe_kernel(ctx, notes)
+    options = get_key(ctx.raw, "engine.extra_llm_api_options")
+    inert = {key: about for key, about in TRTLLM_LLM_API_INERT.items() if isinstance(options, dict) and key in options}
+    if inert:
+        notes.append(f"engine.extra_llm_api_options: {', '.join(inert)}: accepted, no effect on what is simulated "
+                     f"({'; '.join(dict.fromkeys(inert.values()))})")
     values.update(preset_terms(ctx, "trtllm", notes))
     if "cuda_graph_batch_sizes" in flags:
         values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
     if ctx.model is not None and ctx.model.hybrid_window:
         values["kv_cache.window_memory"] = TRTLLM_WINDOW_MEMORY
         notes.append(f"TensorRT-LLM: {ctx.model.name}'s sliding layers keep every token's KV (TRTLLM_WINDOW_MEMORY)")
-    return PresetResult(values, {}, notes)
+    given_fraction = {"kv_cache.free_memory_fraction": "kv_cache_free_gpu_memory_fraction"} \
+        if "kv_cache_free_gpu_memory_fraction" in flags else {}
+    return PresetResult(values, given_fraction, notes)
+
+
+# trtllm-serve --extra_llm_api_options FILE: a YAML mapping of LLM API options (tensorrt_llm/llmapi/llm_args.py
+# TorchLlmArgs, read in stored versions of the file, the oldest with KvCacheConfig.dtype "auto" or "fp8", enable_block_reuse
+# true and free_gpu_memory_fraction None (0.9) by default, and CudaGraphConfig's batch_sizes, max_batch_size and
+# enable_padding). Its keys that a preset flag spells (the flag they give, checked as that flag), and those that change
+# nothing simulated; any other key is refused in one line. ServeSim reads no file: the mapping is given inline.
+TRTLLM_LLM_API_KEYS = {
+    "max_batch_size": "max_batch_size", "max_num_tokens": "max_num_tokens", "max_seq_len": "max_seq_len",
+    "enable_chunked_prefill": "enable_chunked_prefill", "backend": "backend", "tensor_parallel_size": "tp_size",
+    "pipeline_parallel_size": "pp_size", "moe_expert_parallel_size": "ep_size",
+    "kv_cache_config.free_gpu_memory_fraction": "kv_cache_free_gpu_memory_fraction",
+    "kv_cache_config.enable_block_reuse": "enable_block_reuse", "kv_cache_config.dtype": "kv_cache_dtype",
+    "scheduler_config.capacity_scheduler_policy": "scheduler_policy", "moe_config.backend": "moe_backend",
+}
+TRTLLM_LLM_API_INERT = {"print_iter_log": LOGGING, "trust_remote_code": MODEL_FILES}
+TRTLLM_LLM_API_SECTIONS = ("kv_cache_config", "scheduler_config", "moe_config", "cuda_graph_config")
+
+
+def _allowed_api_keys() -> str:
+    return ", ".join([*TRTLLM_LLM_API_KEYS, "cuda_graph_config.batch_sizes with enable_padding true",
+                      *TRTLLM_LLM_API_INERT])
+
+
+def read_llm_api_options(value) -> dict[str, tuple[str, Any]]:
+    """--extra_llm_api_options as the flags it gives ({flag: (its key, value)}), from the mapping given inline; a
+    file name (the command's value) is refused in one line, as are keys the preset does not read
+    (TRTLLM_LLM_API_KEYS) and CUDA-graph settings it does not model."""
+    if not isinstance(value, dict):
+        raise ConfigError(f"engine.extra_llm_api_options: {value!r} is a file, which ServeSim does not read; allowed: "
+                          "its YAML mapping as engine.extra_llm_api_options (and the option left out of "
+                          "engine.command)")
+    flags: dict[str, tuple[str, Any]] = {}
+    for key, given in value.items():
+        if key in TRTLLM_LLM_API_SECTIONS and key != "cuda_graph_config":
+            if not isinstance(given, dict):
+                raise ConfigError(f"engine.extra_llm_api_options.{key}: {given!r} is not allowed; allowed: a mapping")
+            parts = {f"{key}.{sub}": sub_value for sub, sub_value in given.items()}
+        else:
+            parts = {str(key): given}
+        for dotted, part in parts.items():
+            if dotted == "cuda_graph_config":
+                flags["cuda_graph_batch_sizes"] = (dotted, _graph_sizes(part))
+            elif dotted in TRTLLM_LLM_API_KEYS:
+                flags[TRTLLM_LLM_API_KEYS[dotted]] = (dotted, part)
+            elif dotted not in TRTLLM_LLM_API_INERT:
+                raise ConfigError(f"engine.extra_llm_api_options.{dotted}: not modelled; allowed: {_allowed_api_keys()}")
+    return flags
+
+
+def _graph_sizes(config) -> list:
+    """cuda_graph_config's sizes, where the preset models them: batch_sizes, padded (enable_padding true)."""
+    where = "engine.extra_llm_api_options.cuda_graph_config"
+    if not isinstance(config, dict):
+        raise ConfigError(f"{where}: {config!r} is not modelled (without CUDA graphs every decode step pays the "
+                          "launch of its kernels); allowed: a mapping with batch_sizes and enable_padding true")
+    unknown = sorted(set(config) - {"batch_sizes", "max_batch_size", "enable_padding"})
+    if unknown:
+        raise ConfigError(f"{where}.{unknown[0]}: not modelled; allowed: batch_sizes, enable_padding, max_batch_size")
+    sizes = config.get("batch_sizes")
+    if not sizes:
+        raise ConfigError(f"{where}: the sizes generated from max_batch_size (or 128) are not modelled (their rule "
+                          "differs between the versions of llm_args.py read); allowed: batch_sizes")
+    if config.get("enable_padding") is not True:
+        raise ConfigError(f"{where}.enable_padding: {config.get('enable_padding', False)!r} is not modelled (a decode "
+                          "batch between the sizes runs without a graph); allowed: true")
+    if not isinstance(sizes, list) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 1
+                                              for n in sizes):
+        raise ConfigError(f"{where}.batch_sizes: {sizes!r} is not allowed; allowed: a list of whole numbers >= 1")
+    most = config.get("max_batch_size", 0)
+    if most not in (0, max(sizes)):
+        raise ConfigError(f"{where}.max_batch_size: {most!r} differs from max(batch_sizes) {max(sizes)}, which "
+                          "TensorRT-LLM refuses; allowed: leave it out, or the largest size")
+    return sorted(sizes)
 
 
 def _moe_backend(value):
@@ -144,6 +225,13 @@ TRTLLM_FLAGS = {
     "enable_chunked_prefill": Flag(None, bool, "--enable_chunked_prefill"),
     "scheduler_policy": Flag(None, str, "capacity_scheduler_policy", _policy),
     "cuda_graph_batch_sizes": Flag(None, list, "cuda_graph_config.batch_sizes with enable_padding"),
+    "enable_block_reuse": Flag("kv_cache.enable_prefix_caching", bool, "kv_cache_config.enable_block_reuse",
+                               since=TRTLLM_PYTORCH_SINCE),
+    "kv_cache_dtype": Flag("quantization.kv_cache", str, "kv_cache_config.dtype: auto (the model's dtype) or fp8",
+                           kv_cache_dtype_flag(("auto", "fp8")), since=TRTLLM_PYTORCH_SINCE),
+    "extra_llm_api_options": Flag(None, (dict, str), "--extra_llm_api_options: its YAML's options given inline as "
+                                  "a mapping (TRTLLM_LLM_API_KEYS)", since=TRTLLM_PYTORCH_SINCE,
+                                  expands=read_llm_api_options),
     "moe_backend": Flag(None, str, "moe_config.backend: the MoE kernel (noted for MXFP4 experts, whose measured rows "
                         "are TRITON's on Hopper and TRTLLM's on Blackwell)", _moe_backend, since=(1, 0),
                         value_versions={"AUTO": (TRTLLM_MOE_AUTO_SINCE, None)}),
