@@ -26,6 +26,9 @@ The main process runs alone on core 0, the scheduler, the detokenizer and the cl
   extra CPU time over the extra chunks its clients received (a request whose tokens came faster than the main process
   sent them gets them merged into fewer chunks).
 
+- **The request log**: `--server-options=--log-requests` starts the server with it (off by default); run in turn
+  with and without (sim/config/engines/engine_work.py API_SERVER_WORK says what came of it).
+
 Not measured: the real scheduler's own per-request work, the detokenizer's (its own process), other SGLang versions.
 
 Setup (a venv of its own: torch 2.13.0+cpu and transformers 4.57.1, which SGLang 0.5.5.post1 pins, and the server's
@@ -45,7 +48,8 @@ unpacks vLLM without its `.so` files; Llama 3's tokenizer built by bench_vllm_ap
     venv/bin/python /work/main/benchmarks/bench_sglang_tokenizer_manager.py standin \
         --out venv/lib/python3.11/site-packages
     venv/bin/python /work/main/benchmarks/bench_sglang_tokenizer_manager.py run --model llama3 \
-        [--endpoint chat --chat-template TEMPLATE.jinja] [--phases intake,stream] [--repeats 3]
+        [--endpoint chat --chat-template TEMPLATE.jinja] [--phases intake,stream] [--repeats 3] \
+        [--server-options=--log-requests]
 
 (run from the folder holding SGLang's unpacked `sglang/`). The chat endpoint needs a template (the tokenizer folder
 has none): RESULTS.md's figures used Qwen3's, 4,169 characters, the model's own (e.g. the `chat_template` of its
@@ -69,7 +73,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).parent))
 from bench_vllm_api_server import (_burst, _machine_cpu, _prompts, add_run_options, run_phases,  # noqa: E402
-                                   run_phases_of, step_s)
+                                   run_phases_of, server_options, step_s)
 
 SGLANG_VERSIONS = ("0.5.5.post1",)  # the versions whose launch path and scheduler messages this bench was read for
 
@@ -203,16 +207,18 @@ def standin_scheduler(server_args, port_args, gpu_id, tp_rank, moe_ep_rank, pp_r
 
 
 def server_process(model: str, port: int, log_file: str, chat_template: str | None) -> None:
-    """SGLang's `launch_server` as `python -m sglang.launch_server --model-path MODEL [--chat-template FILE]` runs
-    it, the scheduler's process replaced by `standin_scheduler`."""
+    """SGLang's `launch_server` as `python -m sglang.launch_server --model-path MODEL [--chat-template FILE]
+    [--server-options]` runs it (its own argument parsing: prepare_server_args), the scheduler's process replaced by
+    `standin_scheduler`."""
     sys.stdout = open(log_file, "w", buffering=1)
     sys.stderr = sys.stdout
     from sglang.srt.entrypoints import engine
     from sglang.srt.entrypoints.http_server import launch_server
-    from sglang.srt.server_args import ServerArgs
+    from sglang.srt.server_args import prepare_server_args
     engine.run_scheduler_process = standin_scheduler
-    launch_server(ServerArgs(model_path=model, port=port, device="cpu", skip_server_warmup=True,
-                             chat_template=chat_template))
+    argv = ["--model-path", model, "--port", str(port), "--device", "cpu", "--skip-server-warmup"]
+    launch_server(prepare_server_args(argv + (["--chat-template", chat_template] if chat_template else [])
+                                      + server_options()))
 
 
 def _children(pid: int) -> list[int]:
@@ -279,7 +285,8 @@ def run(model: str, repeats: int, endpoint: str, chat_template: str | None, phas
                          "was read for)")
     os.sched_setaffinity(0, {1})
     template = f", chat template {chat_template}" if chat_template else ""
-    print(f"# SGLang front-end work per request and per chunk, /v1/{endpoint}{template}: {_machine_cpu()}, "
+    options = f", server options {' '.join(server_options())}" if server_options() else ""
+    print(f"# SGLang front-end work per request and per chunk, /v1/{endpoint}{template}{options}: {_machine_cpu()}, "
           f"SGLang {sglang.__version__}, {time.strftime('%Y-%m-%d %H:%M')}")
     with tempfile.TemporaryDirectory() as tmp:
         run_phases(lambda size, tokens, out_tokens: one_burst(model, size, tokens, Path(tmp), endpoint, out_tokens,
@@ -295,7 +302,10 @@ def main() -> None:
     go = sub.add_parser("run", help="the bursts")
     go.add_argument("--model", required=True, help="bench_vllm_api_server.py's tokenizer folder")
     add_run_options(go, repeats=3, server="SGLang")
+    go.add_argument("--server-options", default="", help="more options for the server, as one string (e.g. "
+                    "--log-requests, off by default)")
     args = parser.parse_args()
+    os.environ["BENCH_SERVER_OPTIONS"] = getattr(args, "server_options", "")  # read by the spawned servers
     sys.path.insert(0, os.getcwd())  # SGLang's unpacked `sglang/` (see the setup above)
     if args.command == "standin":
         write_standin(args.out)

@@ -400,3 +400,26 @@ def test_sglangs_continuous_decode_steps_run_only_in_0_3_4_to_0_3_5_post2():
     with pytest.raises(ConfigError, match=r"^engine\.command '--num-continuous-decode-steps 4': not a flag of sglang "
                                           r"0\.3\.3 \(it came in 0\.3\.4\)"):
         scenario({"name": "sglang", "version": "0.3.3", "command": command})
+
+
+def test_sglangs_request_log_is_accepted_where_its_measurement_serves_the_release():
+    """--log-requests: 0.5.5.post1's front-end measured alike with it on and off (engine_work.py); accepted from
+    0.5.1, the first final release whose default level (2) is the one measured, at levels 0-2, without changing the
+    scenario."""
+    plain = scenario({"name": "sglang", "version": "0.5.5.post1", "command": "sglang --model-path m"})
+    for level in ("", " --log-requests-level 1"):
+        sc = scenario({"name": "sglang", "version": "0.5.5.post1",
+                       "command": f"sglang --model-path m --log-requests{level}"})
+        assert without_engine(sc) == without_engine(plain)
+        assert any(f"--log-requests (level {level.split()[-1] if level else 2}): no work added" in n
+                   for n in sc.engine.notes)
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "sglang", "version": "0.5.5.post1", "command": "sglang --log-requests --log-requests-level 3"})
+    assert str(err.value) == ("engine.command '--log-requests-level 3': 3 is not modelled; allowed: 0, 1, 2, or leave "
+                              "it out")
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "sglang", "version": "0.4.10", "command": "sglang --log-requests"})
+    assert str(err.value) == ("engine.command '--log-requests': not modelled for SGLang 0.4.10 (the request log was "
+                              "measured in 0.5.5.post1, whose default level is that of the releases from 0.5.1); "
+                              "allowed: leave it out, or SGLang 0.5.1 or later")
+    assert scenario({"name": "sglang", "version": "0.5.1", "command": "sglang --log-requests"}).engine.name == "sglang"

@@ -146,6 +146,15 @@ class ApiServerWork:
 # fitted as above): off 1.305 ms a request + 1.061 us a prompt token, 127 us a chunk; on 1.311 ms + 1.096 us, 136 us
 # (ratios 0.995, 0.968, 0.931), where single runs of one setting spread from 1.00 to 1.68 ms a request. No difference
 # beyond the noise: the row serves both, and --disable-log-requests is accepted without effect.
+#
+# SGLang 0.5.5.post1 with its request log on (--log-requests, at its default level 2: metadata, sampling parameters,
+# input and output cut at 2,048 characters; sglang/srt/managers/tokenizer_manager.py), in turn with it off (12-04
+# 20:43-21:10, "AMD EPYC" KVM guest, 2 vCPUs, AVX-512, CPython 3.11.7; four alternations of one intake repeat and one
+# streaming pair each; the medians per cell fitted as above): off 1.238 ms a request + 2.236 us a prompt token, 47.7 us
+# a chunk; on 1.321 ms + 2.445 us, 57.0 us (ratios 1.067, 1.094, 1.197), where single runs of one setting spread from
+# 1.15 to 1.42 ms a request (on: 1.22 to 1.66) and 44 to 64 us a chunk (on: 36 to 63). No difference beyond the noise
+# (an effect of up to a fifth a chunk is not ruled out): the row serves both, and --log-requests is accepted without
+# effect (sim/config/engines/sglang.py SGLANG_REQUEST_LOG_SINCE).
 V0190_OVER_V0110 = {"per_request_s": 4.42 / 4.02, "per_prompt_token_s": 5.81 / 4.61,
                     "per_output_chunk_s": 76.6 / 53.1}
 _VLLM_BENCH = "benchmarks/bench_vllm_api_server.py"

@@ -501,6 +501,25 @@ SGLANG_MODEL_TYPE_SINCE = {"gpt_oss": (0, 5, 0)}
 # whole wheel: 0.3.6, 0.4.0, 0.4.5, 0.5.0rc0, 0.5.3.post3, 0.5.9, 0.5.14, 0.5.19, 0.5.20, 0.5.23; of managers/ in
 # every PyPI release 0.3.0-0.5.23)
 SGLANG_CONTINUOUS_DECODE_READ = ((0, 3, 4), (0, 3, 6))
+# --log-requests: the front-end logs each request it receives and finishes at --log-requests-level (from 0.4.3.post3;
+# 2 by default from 0.5.0rc1, read in every wheel: input and output cut at 2,048 characters; 3: all of them). Measured
+# in 0.5.5.post1's front-end at level 2, in turn with it off: no difference beyond the noise (engine_work.py, beside
+# API_SERVER_WORK); accepted at levels 0-2 from 0.5.1, the first final release whose default is the level measured.
+SGLANG_REQUEST_LOG_SINCE = (0, 5, 1)
+
+
+def _sglang_request_log(ctx: Context) -> str | None:
+    """--log-requests: noted where its measurement serves the release (SGLANG_REQUEST_LOG_SINCE), refused before."""
+    if not ctx.flags.get("log_requests"):
+        return None
+    if released_before(ctx.version, ctx.version_text, SGLANG_REQUEST_LOG_SINCE):
+        since = dotted_version(SGLANG_REQUEST_LOG_SINCE)
+        raise ConfigError(f"engine.log_requests: not modelled for SGLang {ctx.version_text} (the request log was "
+                          f"measured in 0.5.5.post1, whose default level is that of the releases from {since}); "
+                          f"allowed: leave it out, or SGLang {since} or later")
+    level = ctx.flags.get("log_requests_level", 2)
+    return (f"SGLang {ctx.version_text}: --log-requests (level {level}): no work added (0.5.5.post1's front-end "
+            "measured the same with its log on and off, within the noise: sim/config/engines/engine_work.py)")
 
 
 def _sglang_continuous_decode_steps(ctx: Context) -> str | None:
@@ -528,7 +547,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
     where its own turns off (`custom_all_reduce`). SGLang 0.4.0-0.5.3rc0: their own memory, chunk and graph rules
     (`_sglang_before_053`); 0.3.x: `_derive_sglang_030`."""
     refuse_model_before(ctx, SGLANG_MODEL_TYPE_SINCE, "SGLang", "python/sglang/srt/models")
-    early_notes = [note for note in (_sglang_attention_backend(ctx), _sglang_continuous_decode_steps(ctx)) if note]
+    early_notes = [note for note in (_sglang_attention_backend(ctx), _sglang_continuous_decode_steps(ctx),
+                                     _sglang_request_log(ctx)) if note]
     if ctx.version[:2] == (0, 3):
         result = _derive_sglang_030(ctx)
         result.notes.extend(early_notes)
@@ -677,6 +697,10 @@ SGLANG_FLAGS = {
     # python/sglang/srt/managers/scheduler_output_processor_mixin.py (0.5.3.post3): a streaming request's output goes
     # out when len(output_ids) % stream_interval == 1, and at its end: the first token alone, then chunks of N;
     # 0.3.0's tp_worker.py: its first token, then every N-th decode step of the batch
+    "log_requests": Flag(None, bool, "--log-requests: the request log, no work added (SGLANG_REQUEST_LOG_SINCE)"),
+    "log_requests_level": Flag(None, int, "--log-requests-level: 0, 1 or 2 (3, every input and output whole, is not "
+                               "measured)", only_one_of("log_requests_level", (0, 1, 2), ", or leave it out"),
+                               since="0.4.3.post3"),
     "num_continuous_decode_steps": Flag(None, int, "--num-continuous-decode-steps: 1, or any number from 0.3.6, "
                                         "which parses it and never reads it (SGLANG_CONTINUOUS_DECODE_READ)",
                                         at_least("num_continuous_decode_steps"),
@@ -695,7 +719,7 @@ SGLANG_FLAGS = {
 }
 
 # SGLang's options that change nothing simulated, read in 0.5.5.post1's ServerArgs.add_cli_args (run from its wheel).
-# --log-requests and --enable-metrics add work and are not accepted here.
+# --enable-metrics adds work in the scheduler, not measured, and is not accepted here (--log-requests: a flag above).
 # The options above that came in after 0.3.0: the first release whose server_args.py has each, read in the PyPI
 # wheels of 0.3.0, every release 0.3.4-0.4.10.post2 (post releases too, 0.4.4's posts not) and 0.5.1-0.5.3.
 _SGLANG_INERT_SINCE = {"--watchdog-timeout": (0, 3, 5), "--decode-log-interval": (0, 3, 5),
