@@ -228,7 +228,10 @@ def test_any_command_the_presets_flags_spell_reads_back_to_them(drawn):
                                            ("--disable-access-log-for-endpoints /health,/metrics", "0.16.0"),
                                            ("--disable-cascade-attn", "0.8.2"), ("--enable-sleep-mode", "0.7.0"),
                                            ("--structured-outputs-config {}", "0.11.0"),
-                                           ("--enable-log-requests", "0.10.1")])
+                                           ("--enable-log-requests", "0.10.1"),
+                                           ("--allowed-local-media-path /data", "0.6.4"),
+                                           ("--allowed-media-domains a.org b.org", "0.11.0"),
+                                           ("--mm-processor-cache-gb 0", "0.10.1")])
 def test_an_option_accepted_without_effect_is_refused_before_the_version_that_brought_it(option, first):
     sc = scenario({"name": "vllm", "version": first, "command": f"vllm serve m {option}"})
     assert any(option in n and "accepted, no effect" in n for n in sc.engine.notes)

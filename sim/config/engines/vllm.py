@@ -867,6 +867,7 @@ VLLM_FLAGS = {
 VLLM_DISABLE_LOG_REQUESTS_UNTIL = (0, 17, 0)
 VLLM_CALCULATE_KV_SCALES = ((0, 7, 0), (0, 28, 0))  # (the first release that has it, the first that refuses it)
 VLLM_GUIDED_DECODING_BACKEND_UNTIL = (0, 12, 0)
+MULTIMODAL_INPUTS = "multimodal inputs a prompt may carry (the workload is text)"
 VLLM_SWAP_SPACE_UNTIL = (0, 18, 0)
 VLLM_V2_BLOCK_MANAGER_UNTIL = (0, 10, 0)
 # The options above and below that came in after 0.6.0: the first release that has each, read in the PyPI sdist of
@@ -944,8 +945,15 @@ VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(optio
        # in the fitted terms
        InertOption("--prefix-caching-hash-algo", "one", "the prefix cache's block hash (its CPU time is in the "
                    "fitted terms)", since=(0, 8, 3)),
-       # every sdist 0.6.0-0.34.0: a multimodal model's inputs a prompt may carry; the workload is text
-       InertOption("--limit-mm-per-prompt", "one", "multimodal inputs a prompt may carry (the workload is text)"),
+       # every sdist 0.6.0-0.34.0: a multimodal model's inputs a prompt may carry; the workload is text. Also read in
+       # every one (vllm/engine/arg_utils.py; the API server's options in entrypoints/openai/cli_args.py, from 0.29.0
+       # entrypoints/common/cli_args.py): where such inputs may come from and the cache of their processed form;
+       # logprobs' tokens written as their ids
+       InertOption("--limit-mm-per-prompt", "one", MULTIMODAL_INPUTS),
+       InertOption("--allowed-local-media-path", "one", MULTIMODAL_INPUTS, since=(0, 6, 4)),
+       InertOption("--allowed-media-domains", "many", MULTIMODAL_INPUTS, since=(0, 11, 0)),
+       InertOption("--mm-processor-cache-gb", "one", MULTIMODAL_INPUTS, since=(0, 10, 1)),
+       InertOption("--return-tokens-as-token-ids", "none", USAGE_REPORTS),
        InertOption("--shuffle-safetensors-files", "none", MODEL_FILES, since=(0, 34, 0)),
        # read in every sdist 0.6.0-0.34.0 (vllm/engine/arg_utils.py): --structured-outputs-config from 0.11.0 (the
        # structured-output backend, as --guided-decoding-backend before it), --enable-sleep-mode from 0.7.0
