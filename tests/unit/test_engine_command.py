@@ -426,3 +426,14 @@ def test_sglangs_request_log_is_accepted_where_its_measurement_serves_the_releas
                               "measured in 0.5.5.post1, whose default level is that of the releases from 0.5.1); "
                               "allowed: leave it out, or SGLang 0.5.1 or later")
     assert scenario({"name": "sglang", "version": "0.5.1", "command": "sglang --log-requests"}).engine.name == "sglang"
+
+
+def test_sglangs_tokenizer_workers_are_the_front_ends_processes():
+    """--tokenizer-worker-num (from 0.5.2rc0): uvicorn workers, each with its own TokenizerManager."""
+    sc = scenario({"name": "sglang", "version": "0.5.5.post1", "command": "sglang --tokenizer-worker-num 4"})
+    assert sc.frontend.num_processes == 4 and sc.frontend.per_request_s > 0  # 0.5.5.post1's measured work, in each
+    with pytest.raises(ConfigError, match=r"^engine\.command '--tokenizer-worker-num 4': not a flag of sglang 0\.5\.1 "
+                                          r"\(it came in 0\.5\.2\)"):
+        scenario({"name": "sglang", "version": "0.5.1", "command": "sglang --tokenizer-worker-num 4"})
+    with pytest.raises(ConfigError, match=r"^engine\.command '--tokenizer-worker-num 0': 0 is not allowed"):
+        scenario({"name": "sglang", "version": "0.5.23", "command": "sglang --tokenizer-worker-num 0"})

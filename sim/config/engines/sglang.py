@@ -697,6 +697,12 @@ SGLANG_FLAGS = {
     # python/sglang/srt/managers/scheduler_output_processor_mixin.py (0.5.3.post3): a streaming request's output goes
     # out when len(output_ids) % stream_interval == 1, and at its end: the first token alone, then chunks of N;
     # 0.3.0's tp_worker.py: its first token, then every N-th decode step of the batch
+    # --tokenizer-worker-num (server_args.py from 0.5.2rc0, every wheel to 0.5.23): N uvicorn workers, each an HTTP
+    # server with its own TokenizerManager (entrypoints/http_server.py launch_server, 0.5.5.post1), the detokenizer
+    # routing each output to its worker; each does the work measured of the one process (API_SERVER_WORK)
+    "tokenizer_worker_num": Flag("frontend.num_processes", int, "--tokenizer-worker-num: HTTP front-end processes, "
+                                 "each with its own tokenizer (frontend.num_processes)",
+                                 at_least("tokenizer_worker_num"), since=(0, 5, 2)),
     "log_requests": Flag(None, bool, "--log-requests: the request log, no work added (SGLANG_REQUEST_LOG_SINCE)"),
     "log_requests_level": Flag(None, int, "--log-requests-level: 0, 1 or 2 (3, every input and output whole, is not "
                                "measured)", only_one_of("log_requests_level", (0, 1, 2), ", or leave it out"),
