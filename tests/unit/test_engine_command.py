@@ -417,7 +417,8 @@ def test_sglangs_request_log_is_accepted_where_its_measurement_serves_the_releas
         assert any(f"--log-requests (level {level.split()[-1] if level else 2}): no work added" in n
                    for n in sc.engine.notes)
     with pytest.raises(ConfigError) as err:
-        scenario({"name": "sglang", "version": "0.5.5.post1", "command": "sglang --log-requests --log-requests-level 3"})
+        scenario({"name": "sglang", "version": "0.5.5.post1",
+                  "command": "sglang --log-requests --log-requests-level 3"})
     assert str(err.value) == ("engine.command '--log-requests-level 3': 3 is not modelled; allowed: 0, 1, 2, or leave "
                               "it out")
     with pytest.raises(ConfigError) as err:

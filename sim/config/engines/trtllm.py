@@ -129,10 +129,11 @@ def derive_trtllm(ctx: Context) -> PresetResult:
 
 
 # trtllm-serve --extra_llm_api_options FILE: a YAML mapping of LLM API options (tensorrt_llm/llmapi/llm_args.py
-# TorchLlmArgs, read in stored versions of the file, the oldest with KvCacheConfig.dtype "auto" or "fp8", enable_block_reuse
-# true and free_gpu_memory_fraction None (0.9) by default, and CudaGraphConfig's batch_sizes, max_batch_size and
-# enable_padding). Its keys that a preset flag spells (the flag they give, checked as that flag), and those that change
-# nothing simulated; any other key is refused in one line. ServeSim reads no file: the mapping is given inline.
+# TorchLlmArgs, read in stored versions of the file, the oldest with KvCacheConfig.dtype "auto" or "fp8",
+# enable_block_reuse true and free_gpu_memory_fraction None (0.9) by default, and CudaGraphConfig's batch_sizes,
+# max_batch_size and enable_padding). Its keys that a preset flag spells (the flag they give, checked as that flag),
+# and those that change nothing simulated; any other key is refused in one line. ServeSim reads no file: the mapping
+# is given inline.
 TRTLLM_LLM_API_KEYS = {
     "max_batch_size": "max_batch_size", "max_num_tokens": "max_num_tokens", "max_seq_len": "max_seq_len",
     "enable_chunked_prefill": "enable_chunked_prefill", "backend": "backend", "tensor_parallel_size": "tp_size",
@@ -172,7 +173,8 @@ def read_llm_api_options(value) -> dict[str, tuple[str, Any]]:
             elif dotted in TRTLLM_LLM_API_KEYS:
                 flags[TRTLLM_LLM_API_KEYS[dotted]] = (dotted, part)
             elif dotted not in TRTLLM_LLM_API_INERT:
-                raise ConfigError(f"engine.extra_llm_api_options.{dotted}: not modelled; allowed: {_allowed_api_keys()}")
+                raise ConfigError(f"engine.extra_llm_api_options.{dotted}: not modelled; allowed: "
+                                  f"{_allowed_api_keys()}")
     return flags
 
 
