@@ -694,9 +694,6 @@ SGLANG_FLAGS = {
     "load_balance_method": Flag(None, str, "--load-balance-method: round_robin (auto from 0.5.9); the others are "
                                 "not modelled", only_one_of("load_balance_method", SGLANG_LOAD_BALANCE),
                                 since=SGLANG_DATA_PARALLEL_SINCE, value_versions={"auto": ((0, 5, 9), None)}),
-    # python/sglang/srt/managers/scheduler_output_processor_mixin.py (0.5.3.post3): a streaming request's output goes
-    # out when len(output_ids) % stream_interval == 1, and at its end: the first token alone, then chunks of N;
-    # 0.3.0's tp_worker.py: its first token, then every N-th decode step of the batch
     # --tokenizer-worker-num (server_args.py from 0.5.2rc0, every wheel to 0.5.23): N uvicorn workers, each an HTTP
     # server with its own TokenizerManager (entrypoints/http_server.py launch_server, 0.5.5.post1), the detokenizer
     # routing each output to its worker; each does the work measured of the one process (API_SERVER_WORK)
@@ -711,6 +708,9 @@ SGLANG_FLAGS = {
                                         "which parses it and never reads it (SGLANG_CONTINUOUS_DECODE_READ)",
                                         at_least("num_continuous_decode_steps"),
                                         since=SGLANG_CONTINUOUS_DECODE_READ[0]),
+    # python/sglang/srt/managers/scheduler_output_processor_mixin.py (0.5.3.post3): a streaming request's output goes
+    # out when len(output_ids) % stream_interval == 1, and at its end: the first token alone, then chunks of N;
+    # 0.3.0's tp_worker.py: its first token, then every N-th decode step of the batch
     "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
                             "first (frontend.tokens_per_chunk)"),
     "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16",

@@ -143,7 +143,7 @@ TRTLLM_LLM_API_KEYS = {
     "scheduler_config.capacity_scheduler_policy": "scheduler_policy", "moe_config.backend": "moe_backend",
 }
 TRTLLM_LLM_API_INERT = {"print_iter_log": LOGGING, "trust_remote_code": MODEL_FILES}
-TRTLLM_LLM_API_SECTIONS = ("kv_cache_config", "scheduler_config", "moe_config", "cuda_graph_config")
+TRTLLM_LLM_API_SECTIONS = ("kv_cache_config", "scheduler_config", "moe_config")  # mappings of keys above
 
 
 def _allowed_api_keys() -> str:
@@ -161,7 +161,7 @@ def read_llm_api_options(value) -> dict[str, tuple[str, Any]]:
                           "engine.command)")
     flags: dict[str, tuple[str, Any]] = {}
     for key, given in value.items():
-        if key in TRTLLM_LLM_API_SECTIONS and key != "cuda_graph_config":
+        if key in TRTLLM_LLM_API_SECTIONS:
             if not isinstance(given, dict):
                 raise ConfigError(f"engine.extra_llm_api_options.{key}: {given!r} is not allowed; allowed: a mapping")
             parts = {f"{key}.{sub}": sub_value for sub, sub_value in given.items()}
