@@ -102,3 +102,13 @@ def test_the_cli_refuses_a_key_in_one_line_and_writes_nothing(tmp_path):
 def test_a_scenario_with_the_options_dumps_and_reads_back_to_itself():
     sc = scenario(extra_llm_api_options=OPTIONS)
     assert validate_scenario(sc.model_dump(mode="json")) == sc
+
+
+def test_cuda_graphs_by_default_and_with_padded_sizes():
+    """cuda_graph_config's default (max_batch_size 128, no padding: sizes 1-31, 32, 64, 128) replays decode-only
+    batches of up to 32 sequences; padded batch_sizes up to the largest; every other step pays the launch term. The
+    0.x TensorRT flow is left as it was (no launch term)."""
+    default = scenario().cost_model.overhead
+    assert default.graph_max_seqs == 32 and default.launch_per_layer_s == 60e-6 and not default.graph_prefill
+    assert scenario(extra_llm_api_options=OPTIONS).cost_model.overhead.graph_max_seqs == 512
+    assert not scenario("0.17").cost_model.overhead.launch_per_layer_s  # None: the engine default, none

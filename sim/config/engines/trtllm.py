@@ -80,6 +80,24 @@ def _trtllm_mxfp4_moe_kernel(ctx: Context, notes: list[str]) -> None:
                      f"them (set moe_backend: {measured} for the kernel they measured)")
 
 
+# TorchLlmArgs.cuda_graph_config (tensorrt_llm/llmapi/llm_args.py, every stored version that has it): a CudaGraphConfig
+# by default, max_batch_size 0 -> 128 and enable_padding false, its batch_sizes generated as list(range(1, 32)) + [32,
+# 64, 128] (the powers of 2 from 256 below max_batch_size add none at 128, in every stored version of the generator);
+# graphs for decode-only batches only (the field's description). Unpadded, a decode batch replays a graph only at a
+# captured size: every one up to TRTLLM_DEFAULT_GRAPH_SIZES_TO, and 64 and 128, which the overhead's single bound
+# prices as eager; padded (`cuda_graph_batch_sizes`), every one up to the largest size. The other steps pay the eager
+# launch term (an estimate: sim/cost/overhead.py).
+TRTLLM_DEFAULT_GRAPH_SIZES_TO = 32
+
+
+def _trtllm_graphs(padded_sizes: list | None) -> dict[str, Any]:
+    """The overhead terms for TensorRT-LLM's CUDA graphs (the comment above TRTLLM_DEFAULT_GRAPH_SIZES_TO)."""
+    from sim.cost.overhead import ENGINE_DEFAULTS
+    return {"launch_per_layer_s": ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s,
+            "graph_max_seqs": max(padded_sizes) if padded_sizes else TRTLLM_DEFAULT_GRAPH_SIZES_TO,
+            "graph_prefill": False}
+
+
 def derive_trtllm(ctx: Context) -> PresetResult:
     """tensorrt_llm/commands/serve.py get_llm_args and tensorrt_llm/llmapi/llm_args.py (KvCacheConfig
     free_gpu_memory_fraction 0.9, SchedulerConfig capacity_scheduler_policy GUARANTEED_NO_EVICT, chunked prefill
@@ -120,6 +138,8 @@ def derive_trtllm(ctx: Context) -> PresetResult:
     values.update(preset_terms(ctx, "trtllm", notes))
     if "cuda_graph_batch_sizes" in flags:
         values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
+    if ctx.version >= TRTLLM_PYTORCH_SINCE:
+        values["cost_model.overhead"].update(_trtllm_graphs(flags.get("cuda_graph_batch_sizes")))
     if ctx.model is not None and ctx.model.hybrid_window:
         values["kv_cache.window_memory"] = TRTLLM_WINDOW_MEMORY
         notes.append(f"TensorRT-LLM: {ctx.model.name}'s sliding layers keep every token's KV (TRTLLM_WINDOW_MEMORY)")
