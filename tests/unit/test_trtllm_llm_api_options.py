@@ -62,7 +62,8 @@ def test_the_options_and_the_command_agree_or_are_refused():
     ({"max_batch_size": 0}, "engine.extra_llm_api_options.max_batch_size: 0 is not allowed"),
     ({"scheduler_config": {"capacity_scheduler_policy": "STATIC_BATCH"}},
      "engine.extra_llm_api_options.scheduler_config.capacity_scheduler_policy: 'STATIC_BATCH' is not allowed"),
-    ({"cuda_graph_config": None}, "engine.extra_llm_api_options.cuda_graph_config: None is not modelled"),
+    ({"cuda_graph_config": "off"}, "engine.extra_llm_api_options.cuda_graph_config: 'off' is not allowed; allowed: "
+                                   "null (no CUDA graphs)"),
     ({"cuda_graph_config": {"max_batch_size": 256, "enable_padding": True}},
      "engine.extra_llm_api_options.cuda_graph_config: the sizes generated from max_batch_size (or 128) are not "
      "modelled"),
@@ -111,4 +112,5 @@ def test_cuda_graphs_by_default_and_with_padded_sizes():
     default = scenario().cost_model.overhead
     assert default.graph_max_seqs == 32 and default.launch_per_layer_s == 60e-6 and not default.graph_prefill
     assert scenario(extra_llm_api_options=OPTIONS).cost_model.overhead.graph_max_seqs == 512
+    assert scenario(extra_llm_api_options={"cuda_graph_config": None}).cost_model.overhead.graph_max_seqs == 0
     assert not scenario("0.17").cost_model.overhead.launch_per_layer_s  # None: the engine default, none

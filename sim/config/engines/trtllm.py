@@ -90,11 +90,12 @@ def _trtllm_mxfp4_moe_kernel(ctx: Context, notes: list[str]) -> None:
 TRTLLM_DEFAULT_GRAPH_SIZES_TO = 32
 
 
-def _trtllm_graphs(padded_sizes: list | None) -> dict[str, Any]:
-    """The overhead terms for TensorRT-LLM's CUDA graphs (the comment above TRTLLM_DEFAULT_GRAPH_SIZES_TO)."""
+def _trtllm_graphs(padded_sizes: list | None, on: bool) -> dict[str, Any]:
+    """The overhead terms for TensorRT-LLM's CUDA graphs (the comment above TRTLLM_DEFAULT_GRAPH_SIZES_TO); `on`
+    false: none (cuda_graph_config null), every step eager."""
     from sim.cost.overhead import ENGINE_DEFAULTS
-    return {"launch_per_layer_s": ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s,
-            "graph_max_seqs": max(padded_sizes) if padded_sizes else TRTLLM_DEFAULT_GRAPH_SIZES_TO,
+    most = (max(padded_sizes) if padded_sizes else TRTLLM_DEFAULT_GRAPH_SIZES_TO) if on else 0
+    return {"launch_per_layer_s": ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s, "graph_max_seqs": most,
             "graph_prefill": False}
 
 
@@ -139,7 +140,8 @@ def derive_trtllm(ctx: Context) -> PresetResult:
     if "cuda_graph_batch_sizes" in flags:
         values["scheduler.cuda_graph_batch_sizes"] = list(flags["cuda_graph_batch_sizes"])
     if ctx.version >= TRTLLM_PYTORCH_SINCE:
-        values["cost_model.overhead"].update(_trtllm_graphs(flags.get("cuda_graph_batch_sizes")))
+        values["cost_model.overhead"].update(_trtllm_graphs(flags.get("cuda_graph_batch_sizes"),
+                                                            flags.get("cuda_graphs", True)))
     if ctx.model is not None and ctx.model.hybrid_window:
         values["kv_cache.window_memory"] = TRTLLM_WINDOW_MEMORY
         notes.append(f"TensorRT-LLM: {ctx.model.name}'s sliding layers keep every token's KV (TRTLLM_WINDOW_MEMORY)")
@@ -167,7 +169,7 @@ TRTLLM_LLM_API_SECTIONS = ("kv_cache_config", "scheduler_config", "moe_config") 
 
 
 def _allowed_api_keys() -> str:
-    return ", ".join([*TRTLLM_LLM_API_KEYS, "cuda_graph_config.batch_sizes with enable_padding true",
+    return ", ".join([*TRTLLM_LLM_API_KEYS, "cuda_graph_config: null or batch_sizes with enable_padding true",
                       *TRTLLM_LLM_API_INERT])
 
 
@@ -188,7 +190,9 @@ def read_llm_api_options(value) -> dict[str, tuple[str, Any]]:
         else:
             parts = {str(key): given}
         for dotted, part in parts.items():
-            if dotted == "cuda_graph_config":
+            if dotted == "cuda_graph_config" and part is None:
+                flags["cuda_graphs"] = (dotted, False)
+            elif dotted == "cuda_graph_config":
                 flags["cuda_graph_batch_sizes"] = (dotted, _graph_sizes(part))
             elif dotted in TRTLLM_LLM_API_KEYS:
                 flags[TRTLLM_LLM_API_KEYS[dotted]] = (dotted, part)
@@ -202,8 +206,8 @@ def _graph_sizes(config) -> list:
     """cuda_graph_config's sizes, where the preset models them: batch_sizes, padded (enable_padding true)."""
     where = "engine.extra_llm_api_options.cuda_graph_config"
     if not isinstance(config, dict):
-        raise ConfigError(f"{where}: {config!r} is not modelled (without CUDA graphs every decode step pays the "
-                          "launch of its kernels); allowed: a mapping with batch_sizes and enable_padding true")
+        raise ConfigError(f"{where}: {config!r} is not allowed; allowed: null (no CUDA graphs), or a mapping with "
+                          "batch_sizes and enable_padding true")
     unknown = sorted(set(config) - {"batch_sizes", "max_batch_size", "enable_padding"})
     if unknown:
         raise ConfigError(f"{where}.{unknown[0]}: not modelled; allowed: batch_sizes, enable_padding, max_batch_size")
@@ -247,6 +251,8 @@ TRTLLM_FLAGS = {
     "enable_chunked_prefill": Flag(None, bool, "--enable_chunked_prefill"),
     "scheduler_policy": Flag(None, str, "capacity_scheduler_policy", _policy),
     "cuda_graph_batch_sizes": Flag(None, list, "cuda_graph_config.batch_sizes with enable_padding"),
+    "cuda_graphs": Flag(None, bool, "cuda_graph_config: null (false) runs every step without CUDA graphs",
+                        since=TRTLLM_PYTORCH_SINCE),
     "enable_block_reuse": Flag("kv_cache.enable_prefix_caching", bool, "kv_cache_config.enable_block_reuse",
                                since=TRTLLM_PYTORCH_SINCE),
     "kv_cache_dtype": Flag("quantization.kv_cache", str, "kv_cache_config.dtype: auto (the model's dtype) or fp8",
