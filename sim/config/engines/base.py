@@ -315,6 +315,15 @@ USAGE_REPORTS = "what the responses and endpoints report (token usage, load coun
 REQUEST_LIMITS = "limits on what a request may ask (logprobs, structured output), which the workload does not ask"
 
 
+def graph_terms(graph_max_seqs: int, graph_prefill: bool = False) -> dict[str, Any]:
+    """The overhead terms of an engine that replays CUDA graphs for decode batches of up to `graph_max_seqs` (0: none)
+    and, with `graph_prefill`, for steps with prompt tokens: every other step pays the eager launch term, an estimate
+    (sim/cost/overhead.py `vllm-eager`)."""
+    from sim.cost.overhead import ENGINE_DEFAULTS
+    return {"launch_per_layer_s": ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s, "graph_max_seqs": graph_max_seqs,
+            "graph_prefill": graph_prefill}
+
+
 def inert_group(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:
     return tuple(InertOption(option, takes, about) for option in options)
 

@@ -8,9 +8,9 @@ from typing import Any
 
 from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, REQUEST_LIMITS, SEED,
                                      SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
-                                     custom_all_reduce, dotted_version, get_key, inert_group, kv_cache_dtype_flag,
-                                     only_one_of, refuse_model_before, released_before, sixteen_bit_dtype,
-                                     weights_quantization)
+                                     custom_all_reduce, dotted_version, get_key, graph_terms, inert_group,
+                                     kv_cache_dtype_flag, only_one_of, refuse_model_before, released_before,
+                                     sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
 from sim.errors import ConfigError
 
@@ -364,15 +364,13 @@ def _sglang_graphs(ctx: Context, graph_bs: int, prefill_graphs: bool, notes: lis
     """The overhead terms for SGLang's CUDA graphs (as read: the comment above SGLANG_030_GRAPH_MAX_BS): the eager
     launch term (an estimate) for the steps that run without one: decode batches above `graph_bs`, and steps with
     prompt tokens unless `prefill_graphs`."""
-    from sim.cost.overhead import ENGINE_DEFAULTS
     disabled = bool(ctx.flags.get("disable_cuda_graph"))
     if disabled:
         steps = "decode and prefill" if ctx.version >= SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE else "decode"
         kept = " (its prefill CUDA graphs stay, as the version keeps them)" if prefill_graphs else ""
         notes.append(f"SGLang {ctx.version_text} --disable-cuda-graph: its {steps} steps run without CUDA "
                      f"graphs{kept}: the eager launch term (cost_model.overhead.launch_per_layer_s, an estimate)")
-    return {"launch_per_layer_s": ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s,
-            "graph_max_seqs": 0 if disabled else graph_bs, "graph_prefill": prefill_graphs}
+    return graph_terms(0 if disabled else graph_bs, prefill_graphs)
 
 
 def _sglang_given_running_cap(version: tuple[int, ...], slots: int, kv_tokens: int | None) -> int | None:

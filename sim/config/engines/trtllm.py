@@ -6,7 +6,8 @@ from typing import Any
 
 from sim.config.engine_command import InertOption
 from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, SERVER_ADDRESS,
-                                     caches_prefixes, get_key, inert_group, kv_cache_dtype_flag, only_default)
+                                     caches_prefixes, get_key, graph_terms, inert_group, kv_cache_dtype_flag,
+                                     only_default)
 from sim.config.engines.engine_work import preset_terms
 from sim.errors import ConfigError
 
@@ -93,10 +94,7 @@ TRTLLM_DEFAULT_GRAPH_SIZES_TO = 32
 def _trtllm_graphs(padded_sizes: list | None, on: bool) -> dict[str, Any]:
     """The overhead terms for TensorRT-LLM's CUDA graphs (the comment above TRTLLM_DEFAULT_GRAPH_SIZES_TO); `on`
     false: none (cuda_graph_config null), every step eager."""
-    from sim.cost.overhead import ENGINE_DEFAULTS
-    most = (max(padded_sizes) if padded_sizes else TRTLLM_DEFAULT_GRAPH_SIZES_TO) if on else 0
-    return {"launch_per_layer_s": ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s, "graph_max_seqs": most,
-            "graph_prefill": False}
+    return graph_terms((max(padded_sizes) if padded_sizes else TRTLLM_DEFAULT_GRAPH_SIZES_TO) if on else 0)
 
 
 def derive_trtllm(ctx: Context) -> PresetResult:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from sim.config.engines.base import Context, dotted_version, outside_versions
+from sim.config.engines.base import Context, dotted_version, graph_terms, outside_versions
 from sim.errors import ConfigError
 
 GRAPH_MODES = ("NONE", "PIECEWISE", "FULL", "FULL_DECODE_ONLY", "FULL_AND_PIECEWISE")
@@ -242,7 +242,6 @@ def vllm_graph_overhead(ctx: Context, overhead: dict[str, Any], max_num_seqs: in
     """The preset's overhead section with the launch term where the run's steps leave CUDA graphs
     (`vllm_graph_mode`): the eager estimate for every step under NONE, for the steps with prompt tokens under
     FULL_DECODE_ONLY (decode batches up to `max_num_seqs` replay graphs); unchanged otherwise."""
-    from sim.cost.overhead import ENGINE_DEFAULTS
     graph_mode, why = vllm_graph_mode(ctx)
     given = ctx.flags.get("compilation_config")
     if isinstance(given, dict) and ({"cudagraph_capture_sizes", "max_cudagraph_capture_size"} & set(given)):
@@ -255,8 +254,7 @@ def vllm_graph_overhead(ctx: Context, overhead: dict[str, Any], max_num_seqs: in
     if graph_mode == "FULL_DECODE_ONLY":
         notes.append(f"vLLM {ctx.version_text} {why or 'defaults'}: CUDA graphs for decode-only steps "
                      "(FULL_DECODE_ONLY); steps with prompt tokens pay the eager launch term (an estimate)")
-        return {**overhead, "launch_per_layer_s": ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s,
-                "graph_max_seqs": max_num_seqs, "graph_prefill": False}
+        return {**overhead, **graph_terms(max_num_seqs)}
     if why:
         notes.append(f"vLLM {ctx.version_text} {why}: CUDA graphs for every step ({graph_mode}), as priced by "
                      "default")
