@@ -1070,6 +1070,9 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     }
     if max_len is not None and "engine" not in sections:
         raw.setdefault("scheduler", {})["max_model_len"] = int(max_len)
+    if max_len is None and "engine" in sections and PRESETS[case.engine.key].kv_holds_max_len:
+        # The run started: whatever its max_model_len, its KV cache held one request of it (`started_with_less`)
+        raw.setdefault("scheduler", {})["fit_max_model_len"] = True
     cm = dict(cost_model)
     if cm.get("kind") == "measured" and own_tables(case) != "vllm":
         cm["tables"] = own_tables(case)
@@ -1205,6 +1208,28 @@ def measure(result, requests: RequestLengths | None = None) -> dict:
     }
 
 
+def started_with_less(case: PublishedCase, spec) -> tuple[str, ...]:
+    """The note of a run whose engine checks at start that its KV cache holds one request of max_model_len
+    (`EnginePreset.kv_holds_max_len`) and whose KV cache, as ServeSim's memory arithmetic sizes it, does not hold one
+    of the model's longest: the run started, so the arithmetic leaves too little KV here or the run set a shorter
+    max_model_len than its command shows; simulated with max_model_len cut to what the KV cache holds
+    (`scenario` sets `scheduler.fit_max_model_len`). () otherwise."""
+    from sim.run import deployment_of
+    if not spec.scheduler.fit_max_model_len:
+        return ()
+    deployment = deployment_of(spec)
+    longest = spec.scheduler.max_model_len or deployment.model.max_context
+    if deployment.max_model_len >= longest:
+        return ()
+    return (f"{case.engine.label}: ServeSim's memory arithmetic leaves {deployment.kv_capacity_tokens:,} KV token "
+            f"slots, fewer than one request of the model's {longest:,}-token context takes, which vLLM refuses to "
+            "start with (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory); the run started, so either "
+            "its KV cache was larger (the arithmetic's activations or sampler reserve too large here) or it ran "
+            "with a shorter max_model_len than its command shows (unstated; GPUStack's own serving passes "
+            "--max-model-len 8192 where a model's is longer: gpustack/worker/backends/vllm.py at 47277d79): "
+            f"max_model_len cut to {deployment.max_model_len:,} (scheduler.fit_max_model_len)",)
+
+
 def run_case(case: PublishedCase, cost_model_name: str, fitted: dict | None = None,
              num_requests: int | None = None) -> CaseResult:
     """Simulate one case; a case ServeSim cannot express comes back 'not simulated' with its reason."""
@@ -1235,6 +1260,7 @@ def run_case(case: PublishedCase, cost_model_name: str, fitted: dict | None = No
     except ConfigError as err:
         res.reason = f"simulation refused: {' '.join(str(err).split())}"
         return res
+    res.approximations += started_with_less(case, spec)
     sim = measure(result, case.workload.requests)
     res.status = "simulated"
     res.label = result.extras.get("cost_model_label", "")

@@ -295,6 +295,38 @@ def _room_for(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSp
         return False
 
 
+def _context_in_kv(scenario: Scenario, model: ModelSpec, max_len: int, capacity_tokens: int) -> int:
+    """max_len as the KV cache allows it: cut to the longest one request of which it holds
+    (`scheduler.fit_max_model_len`), or refused in one line where the engine refuses to start a KV cache that cannot
+    hold one request of max_len (`EnginePreset.kv_holds_max_len`); as it is otherwise. A request's need: its token
+    slots (`sequence_slots`), in whole blocks where the cache is paged."""
+    s, kv = scenario.scheduler, scenario.kv_cache
+    engine = scenario.engine
+    rule = PRESETS[engine.name].kv_holds_max_len if engine is not None else None
+    if not s.fit_max_model_len and rule is None:
+        return max_len
+
+    def need(n: int) -> int:
+        slots = sequence_slots(model, n, scenario.quantization.kv_cache, scenario.hardware.tensor_parallel,
+                               window_memory=kv.window_memory)
+        return -(-slots // kv.block_size) * kv.block_size if kv.layout == "paged" else slots
+    held = capacity_tokens // kv.block_size * kv.block_size if kv.layout == "paged" else capacity_tokens
+    if need(max_len) <= held:
+        return max_len
+    longest = _largest(lambda n: need(n) <= held, 1, max_len)
+    if s.fit_max_model_len and longest >= 1:
+        return longest
+    if s.fit_max_model_len:
+        raise ConfigError(f"scheduler.fit_max_model_len: the KV cache holds {held:,} token slots, not one token of a "
+                          "request; allowed: more memory for the KV cache (kv_cache.gpu_memory_utilization, more GPUs)")
+    default = "" if s.max_model_len else f" ({model.name}'s max_context, the default)"
+    engine_text = f"{PRESETS[engine.name].label} {engine.version}"
+    raise ConfigError(f"scheduler.max_model_len: {max_len:,}{default} needs {need(max_len):,} KV token slots for one "
+                      f"request, more than the KV cache's {held:,}, which {engine_text} does not start with ({rule}); "
+                      f"allowed: scheduler.max_model_len <= {longest:,} (the engine's max_model_len flag), "
+                      "scheduler.fit_max_model_len true, or more memory for the KV cache")
+
+
 def _largest(fits, lo: int, hi: int) -> int:
     """The largest n in [lo, hi] with fits(n), for fits true up to some n and false after; lo - 1 if none."""
     if not fits(lo):
@@ -398,6 +430,7 @@ def resolve(scenario: Scenario) -> Deployment:
     except DoesNotFitError as err:
         raise ConfigError(f"hardware: {err}") from None
     _check_kv_blocks(scenario, capacity)
+    max_len = _context_in_kv(scenario, model, max_len, capacity)
     q = scenario.quantization
     per_token = (kv_slot_bytes(model, q.kv_cache, tp, **_window_memory(scenario))
                  + (kv_bytes_per_token(draft, q.kv_cache, tp) if draft else 0))

@@ -234,6 +234,8 @@ class SchedulerSpec(_Strict):
         "else max_model_len + max_num_seqs (a full-length prompt always fits beside a full decode batch)")
     chunked_prefill: bool = Field(False, description="continuous: split prompts to fill the token budget")
     max_model_len: int | None = Field(None, ge=1, description="default: the model's max_context")
+    fit_max_model_len: bool = Field(False, description="max_model_len (as above) cut to the longest one request of "
+                                    "which the KV cache holds (vLLM 0.14+'s --max-model-len auto)")
     max_batch_size: int = Field(8, ge=1, le=MAX_NUM_SEQS, description="static: requests per batch")
     batch_timeout_s: float = Field(0.0, ge=0, description="static: wait this long for a full batch")
     preemption: PreemptionSpec = PreemptionSpec()

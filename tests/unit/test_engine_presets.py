@@ -460,9 +460,12 @@ def test_vllms_num_gpu_blocks_override_sets_its_kv_blocks_whatever_the_memory_ho
     # V0 llm_engine.py _initialize_kv_caches, V1 kv_cache_utils.py may_override_num_blocks: num_blocks = the override
     from sim.run import simulate
     assert scenario({"name": "vllm", "version": "0.11.0"}).kv_cache.capacity_tokens is None
-    v1 = scenario({"name": "vllm", "version": "0.11.0", "num_gpu_blocks_override": 100})
-    v0 = scenario({"name": "vllm", "version": "0.6.0", "command": "vllm serve m --num-gpu-blocks-override 100"})
-    wide = scenario({"name": "vllm", "version": "0.19.0", "num_gpu_blocks_override": 100, "block_size": 32})
+    # (max_model_len 1,024: vLLM does not start with a KV cache that cannot hold one request of max_model_len)
+    v1 = scenario({"name": "vllm", "version": "0.11.0", "num_gpu_blocks_override": 100, "max_model_len": 1024})
+    v0 = scenario({"name": "vllm", "version": "0.6.0", "command": "vllm serve m --num-gpu-blocks-override 100 "
+                   "--max-model-len 1024"})
+    wide = scenario({"name": "vllm", "version": "0.19.0", "num_gpu_blocks_override": 100, "block_size": 32,
+                     "max_model_len": 1024})
     assert (v1.kv_cache.capacity_tokens, v0.kv_cache.capacity_tokens, wide.kv_cache.capacity_tokens) == (1600, 1600,
                                                                                                           3200)
     assert any("--num-gpu-blocks-override 100: 1,600 KV tokens" in n for n in v1.engine.notes)
@@ -492,7 +495,8 @@ def test_vllms_kv_cache_memory_bytes_holds_whole_blocks_of_its_bytes_a_gpu():
         2 * 163_840, 2 * 163_840, 2 * 163_840)
     odd = scenario({"name": "vllm", "version": "0.34.0", "kv_cache_memory_bytes": gib20 + 100})  # 64-token blocks
     assert odd.kv_cache.capacity_tokens == 163_840 and odd.kv_cache.transient_margin is None
-    both = scenario({"name": "vllm", "version": "0.11.0", "kv_cache_memory_bytes": gib20, "num_gpu_blocks_override": 9})
+    both = scenario({"name": "vllm", "version": "0.11.0", "kv_cache_memory_bytes": gib20, "num_gpu_blocks_override": 9,
+                     "max_model_len": 144})
     assert both.kv_cache.capacity_tokens == 9 * 16  # the block override is applied last, as vLLM applies it
     for engine, words in (({"version": "0.10.1.1"}, "not a flag of vllm 0.10.1.1 (it came in 0.10.2)"),
                           ({"version": "0.11.0", "kv_cache_memory_bytes": 1000}, "1000 holds no 16-token block")):

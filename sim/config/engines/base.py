@@ -36,6 +36,10 @@ class Flag:
     # a flag whose value gives other flags (trtllm-serve's --extra_llm_api_options): value -> {flag: (where, value)},
     # `where` naming the part of the value that gave it; each then checked as if given itself
     expands: Callable[[Any], dict[str, tuple[str, Any]]] | None = None
+    # how the release's parser reads the value as written, before its kind is checked: (value, version, version
+    # text) -> the value (vLLM's human-readable numbers, "32k"); None from it: the engine's "auto", which the
+    # derivation reads as given (`Context.flags`) and the flag's target does not get
+    read: Callable[[Any, tuple[int, ...], str], Any] | None = None
 
     @property
     def option(self) -> str | None:
@@ -146,6 +150,9 @@ class EnginePreset:
     # A preset that has it runs a scenario's fp8 weights W8A8 on a GPU with fp8 tensor cores (`fp8_compute`), as the
     # engine's Fp8LinearMethod does, unless the scenario says otherwise
     fp8_without_fp8_cores: Callable[[tuple[int, ...], bool, bool], str | None] | None = None
+    # where the engine refuses to start a KV cache that cannot hold one request of max_model_len: the source of its
+    # check, which sim/config/deployment.py's refusal of such a scenario names; None: it starts
+    kv_holds_max_len: str | None = None
 
     def known_versions(self) -> str:
         return self.versions or f"{dotted_version(self.oldest)} to {dotted_version(self.newest[:2])}.x"
@@ -157,7 +164,7 @@ class EnginePreset:
             window = flag.alias_versions.get(alias)
             return version is None or window is None or outside_versions(version, dotted_version(version),
                                                                          *window) is None
-        return {spelled: (name, flag.kind) for name, flag in self.flags.items()
+        return {spelled: (name, _command_kind(flag)) for name, flag in self.flags.items()
                 for spelled in ((flag.option,) if flag.option else ()) + flag.aliases if spelled_in(flag, spelled)}
 
     def inert_options(self) -> dict[str, InertOption]:
@@ -167,6 +174,12 @@ class EnginePreset:
         """`engine.command`, the engine's launch command, read into this preset's flags (engine_command.py), with
         the option spellings of `version`'s parser."""
         return read_command(text, self.name, self.options(version), self.inert_options(), self.syntax)
+
+
+def _command_kind(flag: Flag) -> type | tuple:
+    """The kinds of a flag's value on the command line: a flag with a `read` takes the word as written too (32k)."""
+    kinds = flag.kind if isinstance(flag.kind, tuple) else (flag.kind,)
+    return kinds if flag.read is None or str in kinds else kinds + (str,)
 
 
 @dataclass

@@ -19,6 +19,7 @@ from sim.config.engines.sglang import (SGLANG_FLAGS, SGLANG_INERT, SGLANG_NEWEST
 from sim.config.engines.trtllm import (TRTLLM_FLAGS, TRTLLM_INERT, TRTLLM_NEWEST, derive_trtllm,
                                        trtllm_fp8_without_fp8_cores)
 from sim.config.engines.vllm import VLLM_FLAGS, VLLM_INERT, VLLM_NEWEST, derive_vllm, vllm_fp8_without_fp8_cores
+from sim.config.engines.vllm_context import KV_HOLDS_MAX_MODEL_LEN
 from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
 
@@ -28,7 +29,7 @@ PRESETS: dict[str, EnginePreset] = {
                          "vllm/engine/arg_utils.py, vllm/config.py",
                          VLLM_FLAGS, derive_vllm, inert=VLLM_INERT,
                          syntax=CommandSyntax(underscores=True, prefixes=True, negation=True, attached=("-O",)),
-                         fp8_without_fp8_cores=vllm_fp8_without_fp8_cores),
+                         fp8_without_fp8_cores=vllm_fp8_without_fp8_cores, kv_holds_max_len=KV_HOLDS_MAX_MODEL_LEN),
     "sglang": EnginePreset("sglang", ENGINE_LABELS["sglang"], (0, 3, 0), SGLANG_NEWEST,
                            "python/sglang/srt/server_args.py",
                            SGLANG_FLAGS, derive_sglang, inert=SGLANG_INERT, syntax=CommandSyntax(prefixes=True),
@@ -189,13 +190,17 @@ def _checked_flag(key: str, value, name: str, preset: EnginePreset, version: tup
     flag = preset.flags.get(key)
     if flag is None:
         raise ConfigError(f"engine.{key}: not a flag of the {name} preset; allowed: {', '.join(sorted(preset.flags))}")
-    kinds = flag.kind if isinstance(flag.kind, tuple) else (flag.kind,)
-    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
-        raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: {type_words(kinds)}")
     outside = outside_versions(version, version_text, flag.since, flag.until)
     if outside:
         raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} ({outside[0]}); allowed: leave it "
                           f"out, or {outside[1]}")
+    if flag.read is not None:
+        value = flag.read(value, version, version_text)
+        if value is None:
+            return None
+    kinds = flag.kind if isinstance(flag.kind, tuple) else (flag.kind,)
+    if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
+        raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: {type_words(kinds)}")
     by_value = flag.value_versions.get(value) if isinstance(value, str) else None
     outside = by_value and outside_versions(version, version_text, *by_value)
     if outside:

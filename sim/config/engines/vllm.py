@@ -12,6 +12,7 @@ from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, P
                                      only_default, only_one_of, refuse_model_before, sixteen_bit_dtype,
                                      weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
+from sim.config.engines.vllm_context import fits_to_kv, readable_number
 from sim.config.engines.vllm_graphs import (CAPTURE_SIZE_OPTIONS, CAPTURE_SIZES, VLLM_COMPILATION_CONFIG_SINCE,
                                             VLLM_OPTIMIZATION_LEVEL_SINCE, read_compilation_config,
                                             read_optimization_level, vllm_graph_overhead, vllm_v0_compilation)
@@ -271,6 +272,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
     _vllm_refuse_draft_model(ctx)
     method, speculated = speculative_values(ctx, notes)
     values.update(speculated)
+    values.update(fits_to_kv(flags, ctx.version_text, notes))
     method = method or ("draft_model" if _vllm_draft_model(ctx) else None)  # a section's draft model names its own
     fallback = _vllm_v0_fallback(ctx)
     if fallback is not None:
@@ -721,8 +723,10 @@ def _vllm_performance_mode(ctx: Context, mnbt: int, seqs: int, notes: list[str])
 
 VLLM_FLAGS = {
     "max_num_seqs": Flag("scheduler.max_num_seqs", int, "--max-num-seqs"),
-    "max_num_batched_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max-num-batched-tokens"),
-    "max_model_len": Flag("scheduler.max_model_len", int, "--max-model-len"),
+    "max_num_batched_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max-num-batched-tokens",
+                                   read=readable_number("max_num_batched_tokens")),
+    "max_model_len": Flag("scheduler.max_model_len", int, "--max-model-len (auto: scheduler.fit_max_model_len)",
+                          read=readable_number("max_model_len")),
     "gpu_memory_utilization": Flag("kv_cache.gpu_memory_utilization", (int, float), "--gpu-memory-utilization"),
     "block_size": Flag("kv_cache.block_size", int, "--block-size"),
     "num_gpu_blocks_override": Flag(None, int, "--num-gpu-blocks-override: the KV cache's blocks, as given "
@@ -730,7 +734,8 @@ VLLM_FLAGS = {
                                     at_least("num_gpu_blocks_override", most=MAX_KV_BLOCKS)),
     "kv_cache_memory_bytes": Flag(None, int, "--kv-cache-memory-bytes: the KV cache's bytes a GPU, as given "
                                   "(kv_cache.capacity_tokens)", at_least("kv_cache_memory_bytes"),
-                                  since=VLLM_KV_CACHE_MEMORY_BYTES_SINCE),
+                                  since=VLLM_KV_CACHE_MEMORY_BYTES_SINCE,
+                                  read=readable_number("kv_cache_memory_bytes")),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
     "performance_mode": Flag(None, str, "--performance-mode: balanced (the default), interactivity or throughput "
                              "(twice the default batch limits)",

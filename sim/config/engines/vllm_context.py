@@ -1,0 +1,95 @@
+"""vLLM's longest context as its releases read and check it: the human-readable numbers its parser takes
+(`--max-model-len 32k`), `--max-model-len auto`, and the check at start-up that the KV cache holds one request of
+max_model_len.
+
+Read in the PyPI sdist of every release from 0.6.0 to 0.34.0 (vllm/engine/arg_utils.py; human_readable_int moved to
+vllm/utils/argparse_utils.py by 0.20.0, read there in 0.20.0 and 0.34.0):
+
+- **Human-readable numbers** (`human_readable_int`): a number with a decimal suffix, k m g (x 10**3, 10**6, 10**9) or
+  a binary one, K M G (x 2**10, 2**20, 2**30), decimals allowed with a decimal suffix only ("25.6k" is 25,600); t and
+  T (10**12, 2**40) from 0.13.0 (before it the pattern takes them and the number is refused). The arguments that take
+  them, each from the first release whose parser reads it so: --max-model-len 0.8.4, --max-num-batched-tokens 0.9.1,
+  --kv-cache-memory-bytes 0.10.2 (its first release).
+- **--max-model-len auto** (or -1, `human_readable_int_or_auto`, 0.14.0 on): the engine's configuration keeps the
+  model's longest context; once the KV cache is sized, max_model_len becomes the longest one request of which it
+  holds, where that is shorter (vllm/v1/core/kv_cache_utils.py `_auto_fit_max_model_len`, kv_cache_planning.py from
+  0.33): `scheduler.fit_max_model_len`.
+- **The start-up check** (`KV_HOLDS_MAX_MODEL_LEN`): every release refuses to start where the KV cache cannot hold
+  one request of max_model_len: V0's vllm/worker/worker.py `raise_if_cache_size_invalid` (0.6.0-0.10.x: "The
+  model's max seq len (...) is larger than the maximum number of tokens that can be stored in KV cache"), V1's
+  `check_enough_kv_cache_memory` (0.8.0 on: "To serve at least one request with the models's max seq len ...").
+  sim/config/deployment.py applies it where a preset has it (`EnginePreset.kv_holds_max_len`), with the request's
+  token slots as ServeSim keeps them (`sequence_slots`: a sliding window's layers hold their window) in whole
+  blocks. Not modelled: V0 with pipeline parallelism checks each of its virtual engines' share of the blocks, and
+  0.34.0 leaves out the null block.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from sim.config.engines.base import dotted_version, released_before
+from sim.errors import ConfigError
+
+# each argument that takes a human-readable number -> the first release whose parser reads it so
+VLLM_READABLE_SINCE = {"max_model_len": (0, 8, 4), "max_num_batched_tokens": (0, 9, 1),
+                       "kv_cache_memory_bytes": (0, 10, 2)}
+VLLM_READABLE_TERA_SINCE = (0, 13, 0)  # t and T
+VLLM_MAX_MODEL_LEN_AUTO_SINCE = (0, 14, 0)  # --max-model-len auto (or -1)
+READABLE = re.compile(r"(\d+(?:\.\d+)?)([kKmMgGtT])")
+DECIMAL = {"k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+BINARY = {"K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+KV_HOLDS_MAX_MODEL_LEN = ("vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory; V0: vllm/worker/worker.py "
+                          "raise_if_cache_size_invalid")
+
+
+def _since(version: tuple[int, ...], version_text: str, first: tuple[int, ...]) -> bool:
+    return not released_before(version, version_text, first, pre_before=False)
+
+
+def readable_number(name: str):
+    """`Flag.read` for a vLLM argument that takes human-readable numbers (`name`: the flag): a word its release's
+    parser reads becomes the number; another word is refused in one line. --max-model-len auto or -1 (0.14.0 on)
+    reads as None: the derivation then fits max_model_len to the KV cache (`fits_to_kv`)."""
+    def read(value: Any, version: tuple[int, ...], version_text: str) -> Any:
+        auto = name == "max_model_len" and _since(version, version_text, VLLM_MAX_MODEL_LEN_AUTO_SINCE)
+        if auto and (value == -1 and not isinstance(value, bool)
+                     or isinstance(value, str) and value.strip().lower() in ("-1", "auto")):
+            return None
+        if not isinstance(value, str):
+            return value
+        since = VLLM_READABLE_SINCE[name]
+        allowed = "a whole number" + (", or one with a suffix (32k, 1.5m, 64K)"
+                                      if _since(version, version_text, since) else "")
+        allowed += ", or auto" if auto else ""
+        text = value.strip()
+        if text.isdigit():
+            return int(text)
+        match = READABLE.fullmatch(text)
+        tera = _since(version, version_text, VLLM_READABLE_TERA_SINCE)
+        if (match and _since(version, version_text, since) and (tera or match.group(2) not in "tT")
+                and not (match.group(2) in BINARY and "." in match.group(1))):
+            number, suffix = match.groups()
+            return int(float(number) * DECIMAL[suffix]) if suffix in DECIMAL else int(number) * BINARY[suffix]
+        later = ""
+        if not _since(version, version_text, since):
+            later = f" (vLLM reads suffixes here from {dotted_version(since)})"
+        elif match and not tera and match.group(2) in "tT":
+            later = f" (t and T from vLLM {dotted_version(VLLM_READABLE_TERA_SINCE)})"
+        elif name == "max_model_len" and text.lower() in ("-1", "auto"):
+            later = f" (auto from vLLM {dotted_version(VLLM_MAX_MODEL_LEN_AUTO_SINCE)})"
+        raise ConfigError(f"engine.{name}: {value!r} is not allowed by vLLM {version_text}; allowed: "
+                          f"{allowed}{later}")
+    return read
+
+
+def fits_to_kv(ctx_flags: dict, version_text: str, notes: list[str]) -> dict[str, Any]:
+    """The scenario values of --max-model-len auto (given: `max_model_len` read as None), noted; {} otherwise."""
+    if "max_model_len" not in ctx_flags or ctx_flags["max_model_len"] is not None:
+        return {}
+    notes.append(f"vLLM {version_text} --max-model-len auto: max_model_len is the longest one request of which the "
+                 "KV cache holds, up to the model's (scheduler.fit_max_model_len; vllm/v1/core/kv_cache_utils.py "
+                 "_auto_fit_max_model_len)")
+    return {"scheduler.fit_max_model_len": True}
