@@ -4,7 +4,8 @@ A user has the command their deployment runs (`vllm serve Qwen/Qwen3-8B -tp 2 --
 scenario may name it whole instead of restating its flags one by one. Each option is one of:
 
 - **an option of a preset flag** (`Flag.option` and `Flag.aliases`, sim/config/engines/): its value becomes that
-  flag's, checked and applied exactly as `engine.<flag>` is (a flag given both ways must agree);
+  flag's, checked and applied exactly as `engine.<flag>` is (a flag given both ways must agree); a flag that takes a
+  list (argparse's nargs '+': SGLang's `--cuda-graph-bs 1 2 4`) takes the words up to the next option;
 - **an option the preset accepts without effect** (`InertOption`, per engine beside its flags): the server's address
   and HTTP settings, where the model's files come from, logging, chat and tool-call parsing, the sampler's seed.
   None of these changes a number ServeSim computes; the run's notes list the ones given;
@@ -124,7 +125,16 @@ def read_command(text: Any, engine: str, options: dict[str, tuple[str, Any]], in
             name, kind = options[spelled]
             kinds = kind if isinstance(kind, tuple) else (kind,)
             shown = word
-            if bool in kinds:
+            if list in kinds:  # nargs '+': the words up to the next option, each an integer
+                parts = [attached] if has_attached else []
+                while i < len(words) and not words[i].startswith("-"):
+                    parts.append(words[i])
+                    i += 1
+                if not parts:
+                    raise ConfigError(f"engine.command: {word!r} needs a value; allowed: {word} <integer> ...")
+                shown = " ".join([word, *(parts[1:] if has_attached else parts)])  # (word holds an attached one)
+                value = [option_value(part, int, shown) for part in parts]
+            elif bool in kinds:
                 if negated or has_attached:
                     value = (not negated) if not has_attached else option_value(attached, bool, word)
                 elif i < len(words) and (words[i] in TRUE_WORDS or words[i] in FALSE_WORDS):

@@ -36,7 +36,8 @@ _EXPECTED = {  # pydantic error type -> what is allowed, in words
     "model_attributes_type": "a mapping of keys",
 }
 
-_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping"}
+_TYPE_WORDS = {int: "an integer", float: "a number", bool: "true or false", str: "a string", dict: "a mapping",
+               list: "a list of integers"}
 
 _BOUNDS = {"greater_than": ("gt", ">"), "greater_than_equal": ("ge", ">="),
            "less_than": ("lt", "<"), "less_than_equal": ("le", "<=")}

@@ -191,7 +191,9 @@ def spelled_commands(draw):
     spellings = {}
     for spelled, (name, kind) in preset.options().items():
         kinds = kind if isinstance(kind, tuple) else (kind,)
-        if str not in kinds:  # a word flag takes only its listed values; numbers and switches are drawn here
+        if preset.flags[name].read is not None:  # (its words as the release reads them: its numbers are drawn here)
+            kinds = tuple(k for k in kinds if k is not str)
+        if str not in kinds:  # a word flag takes only its listed values; numbers, lists and switches are drawn here
             spellings.setdefault(name, []).append((spelled, kinds))
     for name in draw(st.lists(st.sampled_from(sorted(spellings)), unique=True, max_size=6)):
         spelled, kinds = draw(st.sampled_from(spellings[name]))
@@ -200,6 +202,10 @@ def spelled_commands(draw):
         if bool in kinds:
             value = draw(st.booleans()) if preset.syntax.negation else True
             words.append(spelled if value else "--no-" + spelled[2:])
+        elif list in kinds:  # nargs '+'
+            value = draw(st.lists(st.integers(1, 10**6), min_size=1, max_size=4))
+            first = [f"{spelled}={value[0]}"] if draw(st.booleans()) else [spelled, str(value[0])]
+            words += first + [str(v) for v in value[1:]]
         else:
             value = draw(st.integers(1, 10**6) if float not in kinds else
                          st.floats(0.01, 0.99, allow_nan=False).map(lambda x: round(x, 3)))

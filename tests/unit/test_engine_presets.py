@@ -402,6 +402,8 @@ def test_sglang_before_053_cuts_its_graph_list_by_a_given_size_and_never_extends
     ("0.5.3", {}, 0.835, 256, False),  # 13,440; prefill steps run eagerly
     ("0.5.3", {"cuda_graph_max_bs": 64}, 0.840, 64, False),  # 13,056
     ("0.5.3", {"cuda_graph_max_bs": 1024}, 0.816, 1024, False),  # 14,976
+    ("0.5.3", {"cuda_graph_bs": [1, 2, 4, 8, 16, 32, 64]}, 0.840, 64, False),  # cuda_graph_max_bs = max(the list)
+    ("0.5.5", {"cuda_graph_bs": [8, 64], "cuda_graph_max_bs": 512}, 0.840, 64, False),  # the list's max replaces it
     ("0.5.10", {}, 0.830, 256, True),  # 13,904
     ("0.5.13", {"disable_cuda_graph": True}, 0.830, 0, True),  # nothing freed; the prefill graphs stay
     ("0.5.14", {"disable_cuda_graph": True}, 0.835, 0, False),  # the prefill graphs' 464 freed, the decode's kept
@@ -420,6 +422,36 @@ def test_sglangs_cuda_graphs_set_its_memory_and_which_steps_launch_eagerly(versi
     assert sc.kv_cache.gpu_memory_utilization == fraction
     assert (overhead.graph_max_seqs, overhead.graph_prefill) == (graph_max_seqs, graph_prefill)
     assert overhead.launch_per_layer_s == ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s  # the eager estimate
+
+
+def test_sglangs_cuda_graph_list_replaces_its_default_list_as_each_version_reads_it():
+    # cuda_graph_runner.py: the list given is captured, to 0.5.3rc0 each size no larger than cuda_graph_max_bs (160
+    # by default on a large GPU to 0.4.5.post2, none after; 8 on a small GPU; a given one replaces the default)
+    def graphs(version, gpu="h100-sxm", **flags):
+        return scenario({"name": "sglang", "version": version, **flags},
+                        hardware={"gpu": gpu}).cost_model.overhead.graph_max_seqs
+    assert graphs("0.4.3", cuda_graph_bs=[1, 2, 4, 300]) == 160
+    assert graphs("0.4.6", cuda_graph_bs=[1, 2, 4, 300]) == 300  # (the default list ends at 160 on an H100)
+    assert graphs("0.4.6", cuda_graph_bs=[1, 2, 4, 300], cuda_graph_max_bs=100) == 100
+    assert graphs("0.5.2", "l4", cuda_graph_bs=[4, 16]) == 8  # a 23,034 MiB GPU: cuda_graph_max_bs 8
+    from_command = scenario({"name": "sglang", "version": "0.5.5.post1",
+                             "command": "python3 -m sglang.launch_server --cuda-graph-bs 1 2 4 8 --port 30000"})
+    assert from_command.cost_model.overhead.graph_max_seqs == 8
+    assert any("--cuda-graph-bs: decode batches up to 8 run as CUDA graphs" in n for n in from_command.engine.notes)
+    for engine, message in (
+            ({"version": "0.4.1", "cuda_graph_bs": [8]}, "engine.cuda_graph_bs: not a flag of sglang 0.4.1 (it came "
+             "in 0.4.1.post5); allowed: leave it out, or engine.version 0.4.1.post5 or later"),
+            ({"version": "0.5.14", "cuda_graph_bs": [8]}, "engine.cuda_graph_bs: not modelled for SGLang 0.5.14 "
+             "(from 0.5.14 an alias of --cuda-graph-bs-decode in its cuda_graph_config, whose rules were not read); "
+             "allowed: --cuda-graph-max-bs-decode, or a version before 0.5.14"),
+            ({"version": "0.5.20", "cuda_graph_bs": [8]}, "engine.cuda_graph_bs: not a flag of sglang 0.5.20 (its "
+             "parser refuses it from 0.5.20); allowed: leave it out, or engine.version before 0.5.20"),
+            ({"version": "0.5.5", "cuda_graph_bs": [0, 8]}, "engine.cuda_graph_bs: [0, 8] is not allowed; allowed: a "
+             "list of whole numbers >= 1"),
+            ({"version": "0.5.5", "command": "python3 -m sglang.launch_server --cuda-graph-bs --port 1"},
+             "engine.command: '--cuda-graph-bs' needs a value; allowed: --cuda-graph-bs <integer> ...")):
+        with pytest.raises(ConfigError, match="^" + re.escape(message) + "$"):
+            scenario({"name": "sglang", **engine})
 
 
 def test_sglangs_cuda_graph_options_are_read_as_each_version_reads_them():

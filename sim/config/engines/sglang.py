@@ -283,9 +283,11 @@ SGLANG_RESERVED_TIERS = ((20 * 1024, 2.8, 0.1), (35 * 1024, 2.8, 0.1), (90 * 102
                          (160 * 1024, 12, 0.5), (math.inf, 32, 0.0))  # (below MiB, GiB, + GiB per GPU of TP x PP)
 
 
-def _sglang_before_053(ctx: Context, gpu_mib: float, given_graph_bs: int | None) -> tuple[float, int, int]:
+def _sglang_before_053(ctx: Context, gpu_mib: float, given_graph_bs: int | None,
+                       listed: int | None = None) -> tuple[float, int, int]:
     """(mem_fraction_static, chunked_prefill_size, the largest decode graph) by SGLang 0.4.0-0.5.3rc0's own rules
-    (the comment above SGLANG_TP_FRACTIONS)."""
+    (the comment above SGLANG_TP_FRACTIONS); `listed`: the largest batch of a given --cuda-graph-bs, in place of the
+    default list (SGLANG_GRAPH_LIST)."""
     def before(bound) -> bool:
         return released_before(ctx.version, ctx.version_text, bound)
 
@@ -316,6 +318,10 @@ def _sglang_before_053(ctx: Context, gpu_mib: float, given_graph_bs: int | None)
         chunk = 2048 if small else 8192 if gpu_mib < 160 * 1024 else 16384
         graphs = 512 if gpu_mib > 160_000 else 256 if gpu_mib > 90 * 1024 else 160
     default = (80 if ctx.tensor_parallel >= 4 and not before("0.4.0.post1") else 8) if small else graphs
+    if listed is not None:  # the list cut at cuda_graph_max_bs, given or by default (160 on a large GPU to 0.4.5.post2)
+        cut = default if small else 160 if before("0.4.5.post3") else None
+        cut = cut if given_graph_bs is None else given_graph_bs
+        return fraction, chunk, listed if cut is None else min(listed, cut)
     return fraction, chunk, min(default if given_graph_bs is None else given_graph_bs, graphs)
 
 
@@ -348,6 +354,38 @@ def _sglang_reqs_from_capped(ctx: Context) -> bool:
     """Whether SGLang sizes its request pool from the KV tokens after --max-total-tokens (SGLANG_REQS_FROM_PROFILED)."""
     first, last = SGLANG_REQS_FROM_PROFILED
     return not first <= ctx.version < last
+
+
+# --cuda-graph-bs (type int, nargs '+'; python/sglang/srt/server_args.py, read in every PyPI wheel 0.3.0-0.5.23): from
+# 0.4.1.post5; the decode batches captured in place of the default list (model_executor/cuda_graph_runner.py, read in
+# 0.4.1.post5, 0.4.6, 0.5.2, 0.5.3rc0, 0.5.3, 0.5.5.post1, 0.5.13), each no larger than the request pool, and to
+# 0.5.3rc0 no larger than cuda_graph_max_bs (given, or its default: 8, or 80 at TP >= 4, on a GPU under 25,000 MiB
+# (35 GiB from 0.4.7.post1), and 160 on any other to 0.4.5.post2, none after); 0.5.3-0.5.13 set cuda_graph_max_bs
+# to the list's largest (the memory rule reserves for it, a given --cuda-graph-max-bs replaced); from 0.5.14 a
+# deprecated alias of --cuda-graph-bs-decode in a new cuda_graph_config (not read: refused there); gone in 0.5.20.
+# The batches between the captured ones are not modelled: a batch is priced at its own size, as the default list's.
+SGLANG_GRAPH_LIST = ("0.4.1.post5", (0, 5, 14), (0, 5, 20))  # (first, first not read, first refused by the parser)
+SGLANG_GRAPH_LIST_READ = "the largest batch captured, where read: 0.4.1.post5-0.5.13"
+
+
+def _graph_batches(value: list) -> list[int]:
+    """--cuda-graph-bs as given: one or more whole numbers >= 1, refused in one line otherwise."""
+    if not value or not all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value):
+        raise ConfigError(f"engine.cuda_graph_bs: {value!r} is not allowed; allowed: a list of whole numbers >= 1")
+    return value
+
+
+def _sglang_graph_list(ctx: Context) -> int | None:
+    """The largest batch of a given --cuda-graph-bs (None without one), where SGLANG_GRAPH_LIST reads it; from 0.5.14
+    refused in one line."""
+    batches = ctx.flags.get("cuda_graph_bs")
+    if batches is None:
+        return None
+    if not released_before(ctx.version, ctx.version_text, SGLANG_GRAPH_LIST[1]):
+        raise ConfigError(f"engine.cuda_graph_bs: not modelled for SGLang {ctx.version_text} (from 0.5.14 an alias of "
+                          "--cuda-graph-bs-decode in its cuda_graph_config, whose rules were not read); allowed: "
+                          "--cuda-graph-max-bs-decode, or a version before 0.5.14")
+    return max(batches)
 
 
 def _sglang_given_graph_bs(flags: dict) -> int | None:
@@ -555,12 +593,22 @@ def derive_sglang(ctx: Context) -> PresetResult:
     notes: list[str] = early_notes
     gpu_mib = gpu.hbm_bytes / 2**20
     given_graph_bs = _sglang_given_graph_bs(flags)
+    listed = _sglang_graph_list(ctx)
     old_rules = released_before(ctx.version, ctx.version_text, (0, 5, 3))
     if old_rules:  # 0.4.0-0.5.3rc0: the memory and graphs by their own rules, no reservation formula
-        old_fraction, tier_chunk, graph_bs = _sglang_before_053(ctx, gpu_mib, given_graph_bs)
+        old_fraction, tier_chunk, graph_bs = _sglang_before_053(ctx, gpu_mib, given_graph_bs, listed)
     else:
         tier_chunk, graph_bs = _sglang_memory_tier(ctx, gpu_mib)
         graph_bs = graph_bs if given_graph_bs is None else given_graph_bs
+        if listed is not None:  # 0.5.3-0.5.13: cuda_graph_max_bs = max(cuda_graph_bs), whatever was given
+            if given_graph_bs is not None and given_graph_bs != listed:
+                notes.append(f"SGLang {ctx.version_text}: --cuda-graph-max-bs {given_graph_bs} replaced by the "
+                             f"largest --cuda-graph-bs, {listed}, as its server_args.py replaces it")
+            graph_bs = listed
+    if listed is not None:
+        notes.append(f"SGLang {ctx.version_text} --cuda-graph-bs: decode batches up to {graph_bs} run as CUDA graphs "
+                     f"(the largest given: {listed}); those between the sizes given are priced at their own size, as "
+                     "the default list's")
     dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the decode graphs' batch, as SGLang reserves it
     chunk = flags.get("chunked_prefill_size", tier_chunk)
     values = _sglang_batches(ctx, flags, chunk, notes)
@@ -672,6 +720,9 @@ SGLANG_FLAGS = {
                               since=(0, 3, 5), until=(0, 5, 20)),
     "cuda_graph_max_bs_decode": Flag(None, int, "--cuda-graph-max-bs-decode: --cuda-graph-max-bs's spelling from "
                                      "0.5.14", at_least("cuda_graph_max_bs_decode"), since=(0, 5, 14)),
+    "cuda_graph_bs": Flag(None, list, "--cuda-graph-bs: the decode batches captured as CUDA graphs; the largest "
+                          "captured bounds the graphs here (SGLANG_GRAPH_LIST_READ)", _graph_batches,
+                          since=SGLANG_GRAPH_LIST[0], until=SGLANG_GRAPH_LIST[2]),
     "disable_cuda_graph": Flag(None, bool, "--disable-cuda-graph: decode steps (from 0.5.14 prefill steps too) run "
                                "without CUDA graphs: the eager launch term"),
     # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.0.post1 to 0.5.3rc0); from 0.5.0
