@@ -58,7 +58,6 @@ def test_a_command_and_its_flag_given_apart_must_agree():
 
 @pytest.mark.parametrize("option, last, gone", [("--disable-log-requests", "0.16.0", "0.17.0"),
                                                  ("--guided-decoding-backend xgrammar", "0.11.2", "0.12.0"),
-                                                 ("--swap-space 16", "0.17.1", "0.18.0"),
                                                  ("--use-v2-block-manager", "0.9.2", "0.10.0")])
 def test_an_option_accepted_without_effect_is_refused_where_the_versions_parser_dropped_it(option, last, gone):
     """vLLM's parser refuses an option it no longer has (`vllm: error: unrecognized arguments`): so does the
@@ -71,6 +70,31 @@ def test_an_option_accepted_without_effect_is_refused_where_the_versions_parser_
             scenario({"name": "vllm", "version": version, "command": f"vllm serve m {option}"})
         assert str(err.value) == (f"engine.command {option!r}: not an option of vllm {version} (its parser refuses "
                                   f"it from {gone}); allowed: leave it out, or engine.version before {gone}")
+
+
+def test_vllm_v0s_preemption_by_swapping_and_its_swap_space():
+    """--preemption-mode swap (V0, to 0.10.x): a preempted request's KV to the --swap-space GiB a GPU of host memory
+    (vllm/core/scheduler.py _preempt); 0.8.0-0.10.x fall back to V0 wherever the mode is given."""
+    swapped = scenario({"name": "vllm", "version": "0.6.0",
+                        "command": "vllm serve m --preemption-mode swap --swap-space 8"})
+    assert (swapped.scheduler.preemption.mode, swapped.scheduler.preemption.swap_space_bytes) == ("swap", 8 << 30)
+    assert any("--preemption-mode swap: a preempted request's KV goes to the 8 GiB" in n for n in swapped.engine.notes)
+    fallback = scenario({"name": "vllm", "version": "0.9.2", "preemption_mode": "recompute"})
+    assert any("--preemption-mode, which V1 does not take: it falls back to the V0 engine" in n
+               for n in fallback.engine.notes)
+    assert not any("falls back" in n for n in scenario({"name": "vllm", "version": "0.9.2"}).engine.notes)
+    plain = scenario({"name": "vllm", "version": "0.11.0", "command": "vllm serve m --swap-space 16"})
+    assert plain.scheduler.preemption.mode == "recompute"
+    assert any("--swap-space: no effect here" in n for n in plain.engine.notes)
+    for version, command, message in (
+            ("0.11.0", "--preemption-mode swap", "engine.command '--preemption-mode swap': not a flag of vllm 0.11.0 "
+             "(its parser refuses it from 0.11.0); allowed: leave it out, or engine.version before 0.11.0"),
+            ("0.18.0", "--swap-space 16", "engine.command '--swap-space 16': not a flag of vllm 0.18.0 (its parser "
+             "refuses it from 0.18.0); allowed: leave it out, or engine.version before 0.18.0"),
+            ("0.6.0", "--preemption-mode never", "engine.command '--preemption-mode never': 'never' is not modelled; "
+             "allowed: recompute, swap, or leave it out")):
+        with pytest.raises(ConfigError, match="^" + re.escape(message) + "$"):
+            scenario({"name": "vllm", "version": version, "command": f"vllm serve m {command}"})
 
 
 def test_an_option_accepted_without_effect_in_the_releases_whose_parser_has_it():

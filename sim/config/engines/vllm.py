@@ -273,6 +273,14 @@ def derive_vllm(ctx: Context) -> PresetResult:
     method, speculated = speculative_values(ctx, notes)
     values.update(speculated)
     values.update(fits_to_kv(flags, ctx.version_text, notes))
+    if flags.get("preemption_mode") == "swap":
+        space = flags.get("swap_space", 4 * GIB) / GIB
+        notes.append(f"vLLM {ctx.version_text} --preemption-mode swap: a preempted request's KV goes to the {space:g} "
+                     "GiB a GPU of host swap space and back over the host link; where that space is full V0 aborts "
+                     "the request (\"Aborted due to the lack of CPU swap space\"), ServeSim recomputes it")
+    elif flags.get("swap_space") is not None:
+        notes.append(f"vLLM {ctx.version_text} --swap-space: no effect here: a single-sequence request's preemption "
+                     "recomputes (V0 swaps only under --preemption-mode swap; V1 does not swap)")
     method = method or ("draft_model" if _vllm_draft_model(ctx) else None)  # a section's draft model names its own
     fallback = _vllm_v0_fallback(ctx)
     if fallback is not None:
@@ -574,6 +582,10 @@ def _vllm_v0_fallback(ctx: Context) -> str | None:
         return (f"vLLM {ctx.version_text}: speculative decoding by a draft model, which V1 does not run: it falls back "
                 "to the V0 engine (vllm/engine/arg_utils.py _is_v1_supported_oracle, \"Speculative Decoding\"), which "
                 "runs with V0's defaults; the CPU terms and front-end are still this version's")
+    if VLLM_V0_FALLBACK[0] <= v[:2] < VLLM_V0_FALLBACK[1] and ctx.flags.get("preemption_mode") is not None:
+        return (f"vLLM {ctx.version_text}: --preemption-mode, which V1 does not take: it falls back to the V0 engine "
+                "(vllm/engine/arg_utils.py _is_v1_supported_oracle, _raise_or_fallback), which runs with V0's "
+                "defaults; the CPU terms and front-end are still this version's")
     if not VLLM_V0_FALLBACK[0] <= v[:2] < VLLM_V0_FALLBACK[1] or get_key(ctx.raw, "quantization.kv_cache") != "fp8":
         return None
     capability = ctx.gpu.compute_capability or (0, 0)
@@ -721,6 +733,27 @@ def _vllm_performance_mode(ctx: Context, mnbt: int, seqs: int, notes: list[str])
     return mnbt, seqs
 
 
+# --swap-space is CPU memory for swapping out KV (GiB a GPU: scheduler.preemption.swap_space_bytes), which a
+# single-sequence request's preemption uses only under --preemption-mode swap: V0 recomputes it otherwise
+# (vllm/core/scheduler.py _preempt, read in the 0.6.0 sdist: RECOMPUTE where get_max_num_running_seqs() == 1 and no
+# mode is given, SWAP for beam search and n > 1, which ServeSim does not model, and wherever "swap" is given), V1
+# allocates no CPU blocks (vllm-project/vllm#27984; the option was removed by #36216). Gone from EngineArgs in 0.18.0:
+# present in 0.15.0-0.17.1, absent in 0.18.0-0.29.0 (every release installed and its EngineArgs signature read:
+# unslothai/unsloth-zoo#1210). --preemption-mode: in vllm/engine/arg_utils.py of every sdist 0.6.0-0.10.2, gone in
+# 0.11.0; 0.8.0-0.10.x fall back to V0 wherever it is given (_is_v1_supported_oracle: `_raise_or_fallback`).
+# Where V0's swap space is full it aborts the request ("Aborted due to the lack of CPU swap space"); ServeSim
+# recomputes it (noted).
+VLLM_SWAP_SPACE_UNTIL = (0, 18, 0)
+VLLM_PREEMPTION_MODE_UNTIL = (0, 11, 0)
+
+
+def _swap_space_bytes(gib: int | float) -> int:
+    """--swap-space, GiB a GPU, as bytes; a negative size refused in one line."""
+    if gib < 0:
+        raise ConfigError(f"engine.swap_space: {gib!r} is not allowed; allowed: a number of GiB >= 0")
+    return int(gib * GIB)
+
+
 VLLM_FLAGS = {
     "max_num_seqs": Flag("scheduler.max_num_seqs", int, "--max-num-seqs"),
     "max_num_batched_tokens": Flag("scheduler.max_num_batched_tokens", int, "--max-num-batched-tokens",
@@ -737,6 +770,12 @@ VLLM_FLAGS = {
                                   since=VLLM_KV_CACHE_MEMORY_BYTES_SINCE,
                                   read=readable_number("kv_cache_memory_bytes")),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
+    "preemption_mode": Flag("scheduler.preemption.mode", str, "--preemption-mode (V0): recompute, or swap (a preempted "
+                            "request's KV to host memory and back)",
+                            only_one_of("preemption_mode", ("recompute", "swap")), until=VLLM_PREEMPTION_MODE_UNTIL),
+    "swap_space": Flag("scheduler.preemption.swap_space_bytes", (int, float), "--swap-space: GiB of host memory a GPU "
+                       "for swapped KV, used by --preemption-mode swap", _swap_space_bytes,
+                       until=VLLM_SWAP_SPACE_UNTIL),
     "performance_mode": Flag(None, str, "--performance-mode: balanced (the default), interactivity or throughput "
                              "(twice the default batch limits)",
                              only_one_of("performance_mode", VLLM_PERFORMANCE_MODES),
@@ -859,11 +898,6 @@ VLLM_FLAGS = {
 # workload does not; --max-parallel-loading-workers loads the weights; --calculate-kv-scales computes an fp8 KV
 # cache's scales on the first pass (its bytes are priced by the dtype). Their first and last releases: every sdist
 # 0.6.0-0.34.0 (vllm/engine/arg_utils.py).
-# --swap-space is CPU memory for swapping out KV, which a single-sequence request's preemption does not use: V0
-# recomputes it (vllm/core/scheduler.py _preempt: RECOMPUTE where get_max_num_running_seqs() == 1, SWAP only for
-# beam search and n > 1, which ServeSim does not model), V1 allocates no CPU blocks (vllm-project/vllm#27984; the
-# option was removed by #36216). Gone from EngineArgs in 0.18.0: present in 0.15.0-0.17.1, absent in 0.18.0-0.29.0
-# (every release installed and its EngineArgs signature read: unslothai/unsloth-zoo#1210).
 # --use-v2-block-manager (V0), read in the PyPI sdists of 0.6.0-0.6.6, 0.7.0, 0.7.3, 0.8.0, 0.8.5, 0.9.0 and 0.10.0
 # (vllm/engine/arg_utils.py): 0.6.0-0.6.2 use block manager v1 unless it is given (or multi-step turns v2 on), 0.6.3
 # makes v2 the default, 0.6.4-0.9.x keep the option as a no-op ("[DEPRECATED] block manager v1 has been removed"),
@@ -873,7 +907,6 @@ VLLM_DISABLE_LOG_REQUESTS_UNTIL = (0, 17, 0)
 VLLM_CALCULATE_KV_SCALES = ((0, 7, 0), (0, 28, 0))  # (the first release that has it, the first that refuses it)
 VLLM_GUIDED_DECODING_BACKEND_UNTIL = (0, 12, 0)
 MULTIMODAL_INPUTS = "multimodal inputs a prompt may carry (the workload is text)"
-VLLM_SWAP_SPACE_UNTIL = (0, 18, 0)
 VLLM_V2_BLOCK_MANAGER_UNTIL = (0, 10, 0)
 # The options above and below that came in after 0.6.0: the first release that has each, read in the PyPI sdist of
 # every release from 0.6.0 to 0.33.0 (vllm/engine/arg_utils.py; the API server's options in
@@ -918,8 +951,6 @@ VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(optio
        InertOption("--enable-log-requests", "none", "request logging on: vLLM 0.6.0's API server (its log on by "
                    "default) measured the same with its log on and off (API_SERVER_WORK); no work added",
                    since=(0, 10, 1)),
-       InertOption("--swap-space", "one", "CPU swap space, which a single-sequence request's preemption does not "
-                   "use (V0 recomputes it, V1 does not swap)", until=VLLM_SWAP_SPACE_UNTIL),
        InertOption("--use-v2-block-manager", "none", "V0's block manager v2, which hands out the same blocks as v1 "
                    "(the default from 0.6.3, a no-op from 0.6.4)", until=VLLM_V2_BLOCK_MANAGER_UNTIL))
     + inert_group(LOGGING, "one", "--max-log-len", "--log-config-file")
