@@ -120,7 +120,8 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
     if ep > 1 and scenario.cost_model.kind == "calibrated":
         raise ConfigError(f"hardware.expert_parallel: {ep} is not allowed with cost_model calibrated (its profiles "
                           "time experts split by tensor parallelism); allowed: 1, or cost_model measured or roofline")
-    if max_len > model.max_context:
+    engine_context = scenario.engine is not None and PRESETS[scenario.engine.name].context is not None
+    if max_len > model.max_context and not engine_context:  # (an engine's context rule checked it: presets.py)
         raise ConfigError(f"scheduler.max_model_len: {max_len} exceeds {model.name}'s max_context "
                           f"{model.max_context}")
     # The scheduler runs every running decode each step; an engine that cuts a step's decodes to its token budget

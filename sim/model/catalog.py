@@ -8,7 +8,7 @@ layer, parameter counts) is computed in `sim.model.shapes`, so memory math and c
 from __future__ import annotations
 
 from sim.errors import ConfigError
-from sim.model.specs import GPUSpec, ModelSpec
+from sim.model.specs import GPUSpec, ModelSpec, RopeScaling
 
 MODELS: dict[str, ModelSpec] = {
     "opt-13b": ModelSpec(
@@ -76,6 +76,8 @@ MODELS: dict[str, ModelSpec] = {
         ffn_size=14336,  # meta-llama/Llama-3.1-8B config.json intermediate_size
         vocab_size=128256,  # meta-llama/Llama-3.1-8B config.json vocab_size
         max_context=131072,  # meta-llama/Llama-3.1-8B config.json max_position_embeddings
+        # its rope_scaling (llama3's, which no engine's context rule scales by: sim/config/engines/)
+        rope_scaling=(RopeScaling(rope_type="llama3", factor=8.0, original_max_position_embeddings=8192),),
         published_params=8.03e9,  # meta-llama/Llama-3.1-8B safetensors total (8,030,261,248 parameters)
     ),
     "llama-3.1-70b": ModelSpec(

@@ -368,6 +368,35 @@ def default_name(config: dict, path: str | Path | None = None) -> str:
     return "hf-model"
 
 
+def rope_entries(config: dict, source: str, key: str | None = None) -> tuple[dict, ...]:
+    """config.json's RoPE scaling as `ModelSpec.rope_scaling` entries: `rope_scaling`, or transformers v5's
+    `rope_parameters`, flat or one per layer type; the type as `rope_type` (or the older `type`), its factor and
+    YaRN's original_max_position_embeddings (`key`: the one key to read). An entry without a type is refused in one
+    line, as vLLM refuses it (patch_rope_scaling_dict: "rope_scaling should have a 'rope_type' key")."""
+    keys = (key,) if key else ("rope_scaling", "rope_parameters")
+    value = next((config[k] for k in keys if config.get(k) is not None), None)
+    where = next((k for k in keys if config.get(k) is not None), keys[0])
+    if value is None:
+        return ()
+    if not isinstance(value, dict):
+        raise ConfigError(f"{source}: {where}: {_shown(value)} is not allowed; allowed: a mapping of RoPE settings")
+    nested = bool(value) and all(isinstance(v, dict) or v is None for v in value.values())
+    entries = [v for v in value.values() if v is not None] if nested else [value]
+    out = []
+    for entry in entries:
+        rope_type = entry.get("rope_type", entry.get("type"))
+        if not isinstance(rope_type, str):
+            raise ConfigError(f"{source}: {where}: {_shown(entry)} has no rope_type; allowed: a mapping with "
+                              "rope_type (default, linear, dynamic, yarn, llama3, longrope, ...)")
+        factor, original = entry.get("factor"), entry.get("original_max_position_embeddings")
+        for name, number, kind in (("factor", factor, (int, float)), ("original_max_position_embeddings", original,
+                                                                       (int,))):
+            if number is not None and (isinstance(number, bool) or not isinstance(number, kind) or number <= 0):
+                raise ConfigError(f"{source}: {where}.{name}: {_shown(number)} is not allowed; allowed: a number > 0")
+        out.append({"rope_type": rope_type, "factor": factor, "original_max_position_embeddings": original})
+    return tuple(out)
+
+
 def spec_from_config(config: Any, name: str | None = None, source: str = "config.json") -> ModelSpec:
     """A ModelSpec from a parsed config.json mapping; every bad input is one ConfigError line."""
     return _convert(config, name, source)[0]
@@ -381,6 +410,7 @@ def _convert(config: Any, name: str | None, source: str) -> tuple[ModelSpec, str
         return _convert(config["text_config"], name or default_name(config), f"{source} text_config")
     model_type = model_type_of(config, source)
     fields = READERS[model_type](_Reader(config, source))
+    fields["rope_scaling"] = rope_entries(config, source)
     try:
         return ModelSpec(name=name or default_name(config), not_modelled=IGNORED.get(model_type),
                          model_type=model_type, **fields), model_type

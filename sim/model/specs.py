@@ -22,6 +22,17 @@ AttentionKind = Literal["mha", "mqa", "gqa", "mla"]
 MAX_MODEL_DIM = 1 << 24
 
 
+class RopeScaling(BaseModel):
+    """One entry of a model's RoPE scaling (config.json `rope_scaling`, or `rope_parameters`, one per layer type): what
+    the engines' context rules read of it (sim/config/engines/: `EnginePreset.context`). It changes no price."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    rope_type: str
+    factor: float | None = Field(None, gt=0)
+    original_max_position_embeddings: int | None = Field(None, gt=0, le=MAX_MODEL_DIM)
+
+
 class ModelSpec(BaseModel):
     """A decoder-only transformer, described by its architecture (no weights)."""
 
@@ -37,6 +48,8 @@ class ModelSpec(BaseModel):
                           description="MLP intermediate size (per expert for mixture-of-experts)")
     vocab_size: int = Field(gt=0, le=MAX_MODEL_DIM)
     max_context: int = Field(gt=0, le=MAX_MODEL_DIM, description="maximum sequence length in tokens")
+    rope_scaling: tuple[RopeScaling, ...] = Field((), description="config.json's RoPE scaling, which an engine's "
+                                                  "context rule may scale max_context by (empty: none)")
     attention: AttentionKind = "gqa"
     gated_mlp: bool = Field(True, description="SwiGLU-style gate/up/down (3 matrices) vs plain fc1/fc2 (2)")
     sliding_window: int | None = Field(None, gt=0, le=MAX_MODEL_DIM,

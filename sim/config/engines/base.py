@@ -5,6 +5,7 @@ all-reduce, prefix caching).
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -153,6 +154,11 @@ class EnginePreset:
     # where the engine refuses to start a KV cache that cannot hold one request of max_model_len: the source of its
     # check, which sim/config/deployment.py's refusal of such a scenario names; None: it starts
     kv_holds_max_len: str | None = None
+    # the longest context the engine derives from the model's config as it serves it (RoPE scaling, its config
+    # overrides): (tokens, how, in a few words, whether a longer max_model_len is refused); its default max_model_len,
+    # and a longer one refused as the engine refuses it (`presets._derive`). None: the model's max_context, checked by
+    # sim/config/deployment.py
+    context: Callable[["Context"], tuple[int, str, bool]] | None = None
 
     def known_versions(self) -> str:
         return self.versions or f"{dotted_version(self.oldest)} to {dotted_version(self.newest[:2])}.x"
@@ -196,11 +202,14 @@ class Context:
     raw: dict
 
     max_model_len_flag: int | None = None  # the engine flag that sets scheduler.max_model_len, when given
+    derived_context: int | None = None  # the context the engine derives (`EnginePreset.context`), where it has one
 
     def max_model_len(self) -> int | None:
         given = self.max_model_len_flag or get_key(self.raw, "scheduler.max_model_len")
         if given is not None:
             return given
+        if self.derived_context is not None:
+            return self.derived_context
         return self.model.max_context if self.model is not None else None
 
 
@@ -335,6 +344,51 @@ def graph_terms(graph_max_seqs: int, graph_prefill: bool = False) -> dict[str, A
     from sim.cost.overhead import ENGINE_DEFAULTS
     return {"launch_per_layer_s": ENGINE_DEFAULTS["vllm-eager"].launch_per_layer_s, "graph_max_seqs": graph_max_seqs,
             "graph_prefill": graph_prefill}
+
+
+# The config.json keys an engine's override option may set (vLLM's --hf-overrides, SGLang's
+# --json-model-override-args): those that change only the context the engine derives (RoPE's base and scaling, the
+# position count); any other would change the model priced, which the scenario's `model` says.
+CONTEXT_OVERRIDE_KEYS = ("rope_scaling", "rope_parameters", "rope_theta", "max_position_embeddings")
+
+
+def config_overrides(name: str, keys: tuple[str, ...] = CONTEXT_OVERRIDE_KEYS) -> Callable[[Any], dict]:
+    """An engine option that overrides config.json keys (a JSON object on the command line, a mapping in the
+    scenario) as the mapping it gives, each key one of `keys` and its value readable; refused in one line otherwise."""
+    from sim.model.hf_config import rope_entries
+
+    def convert(value: Any) -> dict:
+        if isinstance(value, str):
+            try:
+                value = json.loads(value)
+            except ValueError:
+                pass
+        if not isinstance(value, dict):
+            raise ConfigError(f"engine.{name}: {value!r} is not allowed; allowed: a mapping of config.json keys (a "
+                              "JSON object on the command line)")
+        for key, item in value.items():
+            if key not in keys:
+                raise ConfigError(f"engine.{name}: {key!r} is not modelled (it changes the model priced: the "
+                                  f"scenario's model says it); allowed: {', '.join(keys)}")
+            if key in ("rope_scaling", "rope_parameters") and item is not None:
+                rope_entries({key: item}, f"engine.{name}", key)
+            if key == "max_position_embeddings" and (isinstance(item, bool) or not isinstance(item, int) or item < 1):
+                raise ConfigError(f"engine.{name}.max_position_embeddings: {item!r} is not allowed; allowed: a whole "
+                                  "number >= 1")
+        return value
+    return convert
+
+
+def served_config(ctx: "Context", overrides: dict) -> tuple[int, tuple[dict, ...]]:
+    """(max_position_embeddings, the RoPE scaling entries) of the model's config as the engine serves it, after
+    `overrides` (`config_overrides`'s mapping): an override's rope_scaling (else rope_parameters) replaces the
+    model's."""
+    from sim.model.hf_config import rope_entries
+    positions = overrides.get("max_position_embeddings", ctx.model.max_context)
+    key = next((k for k in ("rope_scaling", "rope_parameters") if k in overrides), None)
+    if key is None:
+        return positions, tuple(entry.model_dump() for entry in ctx.model.rope_scaling)
+    return positions, rope_entries({key: overrides[key]}, "overrides", key) if overrides[key] is not None else ()
 
 
 def inert_group(about: str, takes: str, *options: str) -> tuple[InertOption, ...]:

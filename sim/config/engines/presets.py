@@ -14,12 +14,12 @@ from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, Prese
                                      has_key, outside_versions, parse_version, set_key)
 from sim.config.engines.lmdeploy import (LMDEPLOY_FLAGS, LMDEPLOY_INERT, LMDEPLOY_NEWEST, LMDEPLOY_VERSIONS,
                                          derive_lmdeploy)
-from sim.config.engines.sglang import (SGLANG_FLAGS, SGLANG_INERT, SGLANG_NEWEST, derive_sglang,
+from sim.config.engines.sglang import (SGLANG_FLAGS, SGLANG_INERT, SGLANG_NEWEST, derive_sglang, sglang_context,
                                        sglang_fp8_without_fp8_cores)
 from sim.config.engines.trtllm import (TRTLLM_FLAGS, TRTLLM_INERT, TRTLLM_NEWEST, derive_trtllm,
                                        trtllm_fp8_without_fp8_cores)
 from sim.config.engines.vllm import VLLM_FLAGS, VLLM_INERT, VLLM_NEWEST, derive_vllm, vllm_fp8_without_fp8_cores
-from sim.config.engines.vllm_context import KV_HOLDS_MAX_MODEL_LEN
+from sim.config.engines.vllm_context import KV_HOLDS_MAX_MODEL_LEN, vllm_context
 from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
 
@@ -29,11 +29,13 @@ PRESETS: dict[str, EnginePreset] = {
                          "vllm/engine/arg_utils.py, vllm/config.py",
                          VLLM_FLAGS, derive_vllm, inert=VLLM_INERT,
                          syntax=CommandSyntax(underscores=True, prefixes=True, negation=True, attached=("-O",)),
-                         fp8_without_fp8_cores=vllm_fp8_without_fp8_cores, kv_holds_max_len=KV_HOLDS_MAX_MODEL_LEN),
+                         fp8_without_fp8_cores=vllm_fp8_without_fp8_cores, kv_holds_max_len=KV_HOLDS_MAX_MODEL_LEN,
+                         context=vllm_context),
     "sglang": EnginePreset("sglang", ENGINE_LABELS["sglang"], (0, 3, 0), SGLANG_NEWEST,
                            "python/sglang/srt/server_args.py",
                            SGLANG_FLAGS, derive_sglang, inert=SGLANG_INERT, syntax=CommandSyntax(prefixes=True),
-                           decodes_within_budget=False, fp8_without_fp8_cores=sglang_fp8_without_fp8_cores),
+                           decodes_within_budget=False, fp8_without_fp8_cores=sglang_fp8_without_fp8_cores,
+                           context=sglang_context),
     "trtllm": EnginePreset("trtllm", ENGINE_LABELS["trtllm"], (0, 14, 0), TRTLLM_NEWEST,
                            "tensorrt_llm/llmapi/llm_args.py",
                            TRTLLM_FLAGS, derive_trtllm, inert=TRTLLM_INERT,
@@ -372,7 +374,13 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
     length = flags.get(length_flag)
     ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
                   pp if isinstance(pp, int) else 1, model, raw, length if isinstance(length, int) else None)
+    derived = _derived_context(ctx, preset, length_flag)
     result = preset.derive(ctx)
+    if derived is not None and ctx.max_model_len_flag is None and not has_key(raw, "scheduler.max_model_len") \
+            and ctx.derived_context != model.max_context:
+        result.values["scheduler.max_model_len"] = ctx.derived_context
+        result.notes.append(f"{preset.label} {version_text}: max_model_len {ctx.derived_context:,}, the context it "
+                            f"derives from {model.name}'s config ({derived})")
     for key, flag in preset.flags.items():
         if flag.target is not None and key in flags and flags[key] is not None:  # None: the engine's "auto"
             value = flags[key]
@@ -392,6 +400,24 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
         if (flag or preset.fp8_without_fp8_cores is not None) and not has_key(raw, "quantization.fp8_compute"):
             result.values["quantization.fp8_compute"] = runs_fp8_products(gpu)
     return result
+
+
+def _derived_context(ctx: Context, preset: EnginePreset, length_flag: str | None) -> str | None:
+    """How the engine derives its longest context (`EnginePreset.context`), set on `ctx.derived_context`; None where
+    it has no rule or the model is not resolved. A longer max_model_len is refused in one line, as the engine refuses
+    it (vLLM's _get_and_verify_max_len, SGLang's _derive_context_length: both unless an environment variable allows
+    it, which is not modelled)."""
+    if preset.context is None or ctx.model is None:
+        return None
+    ctx.derived_context, how, refuses = preset.context(ctx)
+    given = ctx.max_model_len_flag or get_key(ctx.raw, "scheduler.max_model_len")
+    if refuses and isinstance(given, int) and not isinstance(given, bool) and given > ctx.derived_context:
+        where = f"engine.{length_flag}" if ctx.max_model_len_flag else "scheduler.max_model_len"
+        raise ConfigError(f"{where}: {given:,} is above the {ctx.derived_context:,} tokens {preset.label} "
+                          f"{ctx.version_text} derives from {ctx.model.name}'s config ({how}), which it refuses; "
+                          f"allowed: at most {ctx.derived_context:,}, or RoPE scaling that extends it (the engine's "
+                          "config overrides)")
+    return how
 
 
 def _apply_cost_terms(raw: dict, overhead: dict | None) -> None:

@@ -8,7 +8,8 @@ from typing import Any
 
 from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, REQUEST_LIMITS, SEED,
                                      SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
-                                     custom_all_reduce, dotted_version, get_key, graph_terms, inert_group,
+                                     config_overrides, custom_all_reduce, dotted_version, get_key, graph_terms,
+                                     inert_group, served_config,
                                      kv_cache_dtype_flag, only_one_of, refuse_model_before, released_before,
                                      sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
@@ -388,6 +389,29 @@ def _sglang_graph_list(ctx: Context) -> int | None:
     return max(batches)
 
 
+# The context SGLang derives (python/sglang/srt/hf_transformers_utils.py get_context_length, utils/hf_transformers/
+# common.py from 0.5.11; the same in every PyPI wheel 0.3.0-0.5.23): max_position_embeddings x the RoPE scaling's
+# factor (1 without one), unless the scaling has original_max_position_embeddings (YaRN's) or is llama3's. A longer
+# --context-length is refused from 0.3.5 (configs/model_config.py: "User-specified context_length ... is greater than
+# the derived context_length", unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN, not modelled) and taken as given
+# before (0.3.0-0.3.4's model_config.py). The config as served: --json-model-override-args (from 0.3.1), the keys that
+# change only the context (`CONTEXT_OVERRIDE_KEYS`).
+SGLANG_CONTEXT_CHECKED_SINCE = (0, 3, 5)
+
+
+def sglang_context(ctx: Context) -> tuple[int, str, bool]:
+    """The context SGLang derives from the model's config as served (the comment above): (tokens, how, whether a
+    longer --context-length is refused)."""
+    positions, entries = served_config(ctx, ctx.flags.get("json_model_override_args") or {})
+    factor = 1.0
+    if entries:  # (get_context_length reads config.rope_scaling: one mapping, the first entry here)
+        entry = entries[0]
+        scaled = entry["original_max_position_embeddings"] is None and entry["rope_type"] != "llama3"
+        factor = entry["factor"] if scaled and entry["factor"] is not None else 1.0
+    how = f"max_position_embeddings {positions:,}" + (f" x its RoPE factor {factor:g}" if factor != 1 else "")
+    return int(factor * positions), how, ctx.version >= SGLANG_CONTEXT_CHECKED_SINCE
+
+
 def _sglang_given_graph_bs(flags: dict) -> int | None:
     """The decode CUDA graphs' largest batch a command gave (--cuda-graph-max-bs, --cuda-graph-max-bs-decode: one
     value, set by either), or None."""
@@ -686,6 +710,9 @@ SGLANG_FLAGS = {
     # 0.3.4-0.4.10.post2 (post releases too, 0.4.4's posts not) and 0.5.1-0.5.23
     "page_size": Flag("kv_cache.block_size", int, "--page-size", since=(0, 4, 4)),
     "context_length": Flag("scheduler.max_model_len", int, "--context-length"),
+    "json_model_override_args": Flag(None, (str, dict), "--json-model-override-args: config.json keys as served (RoPE "
+                                     "scaling, max_position_embeddings: the context SGLang derives)",
+                                     config_overrides("json_model_override_args"), since=(0, 3, 1)),
     "enable_mixed_chunk": Flag(None, bool, "--enable-mixed-chunk"),
     "schedule_conservativeness": Flag(None, (int, float), "--schedule-conservativeness"),
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool,

@@ -8,11 +8,13 @@ from typing import Any
 from sim.config.engine_command import InertOption
 from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, PARSING, PresetResult, REQUEST_LIMITS,
                                      SEED, SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
-                                     custom_all_reduce, dotted_version, get_key, inert_group, kv_cache_dtype_flag,
+                                     config_overrides, custom_all_reduce, dotted_version, get_key, inert_group,
+                                     kv_cache_dtype_flag,
                                      only_default, only_one_of, refuse_model_before, sixteen_bit_dtype,
                                      weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
-from sim.config.engines.vllm_context import fits_to_kv, readable_number
+from sim.config.engines.vllm_context import (VLLM_HF_OVERRIDES_SINCE, VLLM_ROPE_SCALING_UNTIL, fits_to_kv,
+                                             readable_number, rope_scaling_override)
 from sim.config.engines.vllm_graphs import (CAPTURE_SIZE_OPTIONS, CAPTURE_SIZES, VLLM_COMPILATION_CONFIG_SINCE,
                                             VLLM_OPTIMIZATION_LEVEL_SINCE, read_compilation_config,
                                             read_optimization_level, vllm_graph_overhead, vllm_v0_compilation)
@@ -770,6 +772,11 @@ VLLM_FLAGS = {
                                   since=VLLM_KV_CACHE_MEMORY_BYTES_SINCE,
                                   read=readable_number("kv_cache_memory_bytes")),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
+    "hf_overrides": Flag(None, (str, dict), "--hf-overrides: config.json keys as served (RoPE scaling, "
+                         "max_position_embeddings: the context vLLM derives)", config_overrides("hf_overrides"),
+                         since=VLLM_HF_OVERRIDES_SINCE),
+    "rope_scaling": Flag(None, (str, dict), "--rope-scaling: the RoPE scaling served (the context vLLM derives)",
+                         rope_scaling_override, until=VLLM_ROPE_SCALING_UNTIL),
     "preemption_mode": Flag("scheduler.preemption.mode", str, "--preemption-mode (V0): recompute, or swap (a preempted "
                             "request's KV to host memory and back)",
                             only_one_of("preemption_mode", ("recompute", "swap")), until=VLLM_PREEMPTION_MODE_UNTIL),
@@ -951,6 +958,8 @@ VLLM_INERT = tuple(dataclasses.replace(option, since=_VLLM_INERT_SINCE.get(optio
        InertOption("--enable-log-requests", "none", "request logging on: vLLM 0.6.0's API server (its log on by "
                    "default) measured the same with its log on and off (API_SERVER_WORK); no work added",
                    since=(0, 10, 1)),
+       InertOption("--rope-theta", "one", "RoPE's base frequency, which changes no price",
+                   until=VLLM_ROPE_SCALING_UNTIL),
        InertOption("--use-v2-block-manager", "none", "V0's block manager v2, which hands out the same blocks as v1 "
                    "(the default from 0.6.3, a no-op from 0.6.4)", until=VLLM_V2_BLOCK_MANAGER_UNTIL))
     + inert_group(LOGGING, "one", "--max-log-len", "--log-config-file")

@@ -1,10 +1,21 @@
-"""vLLM's longest context as its releases read and check it: the human-readable numbers its parser takes
-(`--max-model-len 32k`), `--max-model-len auto`, and the check at start-up that the KV cache holds one request of
-max_model_len.
+"""vLLM's longest context as its releases derive, read and check it: the context it derives from the model's config
+(RoPE scaling, `--hf-overrides`, `--rope-scaling`), the human-readable numbers its parser takes (`--max-model-len
+32k`), `--max-model-len auto`, and the check at start-up that the KV cache holds one request of max_model_len.
 
 Read in the PyPI sdist of every release from 0.6.0 to 0.34.0 (vllm/engine/arg_utils.py; human_readable_int moved to
 vllm/utils/argparse_utils.py by 0.20.0, read there in 0.20.0 and 0.34.0):
 
+- **The derived context** (`_get_and_verify_max_len`, vllm/config.py, vllm/config/model.py from 0.11): the
+  config's max_position_embeddings, scaled by its RoPE scaling where the type is not su, longrope or llama3 (nor
+  mrope, from 0.6.1), and not for a Gemma 3: by the factor (1 without one); YaRN's from its
+  original_max_position_embeddings, before 0.30.0; from 0.30.0 YaRN (yarn, deepseek_yarn, deepseek_llama_scaling) is
+  taken as already in max_position_embeddings, unscaled. From 0.12.0 rope_parameters may hold one entry per layer
+  type: the factor is the last scaled one's. A longer --max-model-len is refused, as vLLM refuses it unless
+  VLLM_ALLOW_LONG_MAX_MODEL_LEN is set (not modelled), and so is a scenario's longer max_model_len. The config as
+  served: `--hf-overrides` (0.6.4 on; rope_scaling, rope_parameters, rope_theta and max_position_embeddings, the keys
+  that change only the context: `CONTEXT_OVERRIDE_KEYS`), then `--rope-scaling` (0.6.0-0.11.0, merged into the
+  overrides as ModelConfig does). Not read: the tokenizer's model_max_length, which may cut it further, and the
+  config's model_max_length (Command-R), which ServeSim's config reader does not keep.
 - **Human-readable numbers** (`human_readable_int`): a number with a decimal suffix, k m g (x 10**3, 10**6, 10**9) or
   a binary one, K M G (x 2**10, 2**20, 2**30), decimals allowed with a decimal suffix only ("25.6k" is 25,600); t and
   T (10**12, 2**40) from 0.13.0 (before it the pattern takes them and the number is refused). The arguments that take
@@ -26,10 +37,11 @@ vllm/utils/argparse_utils.py by 0.20.0, read there in 0.20.0 and 0.34.0):
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 
-from sim.config.engines.base import dotted_version, released_before
+from sim.config.engines.base import config_overrides, dotted_version, released_before, served_config
 from sim.errors import ConfigError
 
 # each argument that takes a human-readable number -> the first release whose parser reads it so
@@ -93,3 +105,49 @@ def fits_to_kv(ctx_flags: dict, version_text: str, notes: list[str]) -> dict[str
                  "KV cache holds, up to the model's (scheduler.fit_max_model_len; vllm/v1/core/kv_cache_utils.py "
                  "_auto_fit_max_model_len)")
     return {"scheduler.fit_max_model_len": True}
+
+
+# The RoPE types whose factor does not scale vLLM's derived context (`_get_and_verify_max_len`): su, longrope and
+# llama3 in every release, mrope from 0.6.1 (its factor 1; 0.7.0 on patch it to default, without a factor), and from
+# 0.30.0 the YaRN types, taken as already scaled into max_position_embeddings.
+VLLM_UNSCALED_ROPE = ("su", "longrope", "llama3", "mrope")
+VLLM_YARN_ROPE = ("yarn", "deepseek_yarn", "deepseek_llama_scaling")
+VLLM_YARN_UNSCALED_SINCE = (0, 30, 0)
+VLLM_ROPE_SCALING_UNTIL = (0, 11, 1)  # --rope-scaling and --rope-theta: in every sdist 0.6.0-0.11.0, gone in 0.11.1
+VLLM_HF_OVERRIDES_SINCE = (0, 6, 4)
+
+
+def rope_scaling_override(value: Any) -> dict:
+    """--rope-scaling as given (a JSON object on the command line): the RoPE scaling vLLM serves the model with."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    return config_overrides("rope_scaling", ("rope_scaling",))({"rope_scaling": value})["rope_scaling"]
+
+
+def vllm_context(ctx) -> tuple[int, str, bool]:
+    """The context vLLM derives from the model's config as served (the module's docstring): (tokens, how, True: a
+    longer max_model_len is refused)."""
+    overrides = dict(ctx.flags.get("hf_overrides") or {})
+    if ctx.flags.get("rope_scaling") is not None:
+        overrides["rope_scaling"] = ctx.flags["rope_scaling"]
+    positions, entries = served_config(ctx, overrides)
+    yarn_unscaled = _since(ctx.version, ctx.version_text, VLLM_YARN_UNSCALED_SINCE)
+    unscaled = VLLM_UNSCALED_ROPE + (VLLM_YARN_ROPE if yarn_unscaled else ())
+    derived, factor, how = positions, 1.0, f"max_position_embeddings {positions:,}"
+    if "gemma3" not in (ctx.model.model_type or ""):
+        for entry in entries:
+            if entry["rope_type"] in unscaled:
+                continue
+            factor = entry["factor"] if entry["factor"] is not None else factor
+            if entry["rope_type"] == "yarn":
+                original = entry["original_max_position_embeddings"]
+                if original is None:
+                    raise ConfigError("engine: a yarn RoPE scaling without original_max_position_embeddings, which "
+                                      f"vLLM {ctx.version_text} reads (KeyError); allowed: a yarn entry with it")
+                derived, how = original, f"YaRN's original_max_position_embeddings {original:,}"
+    if factor != 1:
+        how += f" x its RoPE factor {factor:g}"
+    return int(derived * factor), how, True
