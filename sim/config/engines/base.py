@@ -352,20 +352,27 @@ def graph_terms(graph_max_seqs: int, graph_prefill: bool = False) -> dict[str, A
 CONTEXT_OVERRIDE_KEYS = ("rope_scaling", "rope_parameters", "rope_theta", "max_position_embeddings")
 
 
+def json_mapping(value: Any, name: str, what: str) -> dict:
+    """An engine option's mapping as given: a mapping in the scenario, a JSON object on the command line; anything
+    else refused in one line (`what`: what its keys are)."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    if not isinstance(value, dict):
+        raise ConfigError(f"engine.{name}: {value!r} is not allowed; allowed: a mapping of {what} (a JSON object on "
+                          "the command line)")
+    return value
+
+
 def config_overrides(name: str, keys: tuple[str, ...] = CONTEXT_OVERRIDE_KEYS) -> Callable[[Any], dict]:
     """An engine option that overrides config.json keys (a JSON object on the command line, a mapping in the
     scenario) as the mapping it gives, each key one of `keys` and its value readable; refused in one line otherwise."""
     from sim.model.hf_config import rope_entries
 
     def convert(value: Any) -> dict:
-        if isinstance(value, str):
-            try:
-                value = json.loads(value)
-            except ValueError:
-                pass
-        if not isinstance(value, dict):
-            raise ConfigError(f"engine.{name}: {value!r} is not allowed; allowed: a mapping of config.json keys (a "
-                              "JSON object on the command line)")
+        value = json_mapping(value, name, "config.json keys")
         for key, item in value.items():
             if key not in keys:
                 raise ConfigError(f"engine.{name}: {key!r} is not modelled (it changes the model priced: the "

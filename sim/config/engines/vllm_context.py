@@ -37,12 +37,12 @@ vllm/utils/argparse_utils.py by 0.20.0, read there in 0.20.0 and 0.34.0):
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
-from sim.config.engines.base import config_overrides, dotted_version, released_before, served_config
+from sim.config.engines.base import dotted_version, json_mapping, released_before, served_config
 from sim.errors import ConfigError
+from sim.model.hf_config import rope_entries
 
 # each argument that takes a human-readable number -> the first release whose parser reads it so
 VLLM_READABLE_SINCE = {"max_model_len": (0, 8, 4), "max_num_batched_tokens": (0, 9, 1),
@@ -119,12 +119,9 @@ VLLM_HF_OVERRIDES_SINCE = (0, 6, 4)
 
 def rope_scaling_override(value: Any) -> dict:
     """--rope-scaling as given (a JSON object on the command line): the RoPE scaling vLLM serves the model with."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            pass
-    return config_overrides("rope_scaling", ("rope_scaling",))({"rope_scaling": value})["rope_scaling"]
+    value = json_mapping(value, "rope_scaling", "RoPE settings")
+    rope_entries({"rope_scaling": value}, "engine.rope_scaling", "rope_scaling")
+    return value
 
 
 def vllm_context(ctx) -> tuple[int, str, bool]:

@@ -25,10 +25,9 @@ VllmConfig.__post_init__; vllm/engine/arg_utils.py; 0.15.x taken as 0.16.0, as e
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-from sim.config.engines.base import Context, dotted_version
+from sim.config.engines.base import Context, dotted_version, json_mapping
 from sim.errors import ConfigError
 
 VLLM_SPECULATIVE_CONFIG_SINCE = (0, 8, 2)  # --speculative-config in vllm/engine/arg_utils.py
@@ -57,15 +56,7 @@ VLLM_ASYNC_WITH_ANY_METHOD_SINCE = (0, 33, 0)
 
 def read_speculative_config(value: Any) -> dict[str, Any]:
     """--speculative-config as given: a mapping (a JSON object on the command line); anything else refused."""
-    if isinstance(value, str):
-        try:
-            value = json.loads(value)
-        except ValueError:
-            pass
-    if not isinstance(value, dict):
-        raise ConfigError(f"engine.speculative_config: {value!r} is not allowed; allowed: a mapping of vLLM's "
-                          "speculative options (a JSON object on the command line)")
-    return value
+    return json_mapping(value, "speculative_config", "vLLM's speculative options")
 
 
 def speculative_method(ctx: Context) -> str | None:
