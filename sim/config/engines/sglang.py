@@ -366,7 +366,6 @@ def _sglang_reqs_from_capped(ctx: Context) -> bool:
 # deprecated alias of --cuda-graph-bs-decode in a new cuda_graph_config (not read: refused there); gone in 0.5.20.
 # The batches between the captured ones are not modelled: a batch is priced at its own size, as the default list's.
 SGLANG_GRAPH_LIST = ("0.4.1.post5", (0, 5, 14), (0, 5, 20))  # (first, first not read, first refused by the parser)
-SGLANG_GRAPH_LIST_READ = "the largest batch captured, where read: 0.4.1.post5-0.5.13"
 
 
 def _graph_batches(value: list) -> list[int]:
@@ -748,8 +747,8 @@ SGLANG_FLAGS = {
     "cuda_graph_max_bs_decode": Flag(None, int, "--cuda-graph-max-bs-decode: --cuda-graph-max-bs's spelling from "
                                      "0.5.14", at_least("cuda_graph_max_bs_decode"), since=(0, 5, 14)),
     "cuda_graph_bs": Flag(None, list, "--cuda-graph-bs: the decode batches captured as CUDA graphs; the largest "
-                          "captured bounds the graphs here (SGLANG_GRAPH_LIST_READ)", _graph_batches,
-                          since=SGLANG_GRAPH_LIST[0], until=SGLANG_GRAPH_LIST[2]),
+                          "captured bounds the graphs here, as each version reads it (SGLANG_GRAPH_LIST)",
+                          _graph_batches, since=SGLANG_GRAPH_LIST[0], until=SGLANG_GRAPH_LIST[2]),
     "disable_cuda_graph": Flag(None, bool, "--disable-cuda-graph: decode steps (from 0.5.14 prefill steps too) run "
                                "without CUDA graphs: the eager launch term"),
     # python/sglang/srt/server_args.py: --enable-ep-moe sets ep_size = tp_size (0.4.0.post1 to 0.5.3rc0); from 0.5.0
