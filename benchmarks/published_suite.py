@@ -1223,11 +1223,10 @@ def started_with_less(case: PublishedCase, spec) -> tuple[str, ...]:
         return ()
     return (f"{case.engine.label}: ServeSim's memory arithmetic leaves {deployment.kv_capacity_tokens:,} KV token "
             f"slots, fewer than one request of the model's {longest:,}-token context takes, which vLLM refuses to "
-            "start with (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory); the run started, so either "
-            "its KV cache was larger (the arithmetic's activations or sampler reserve too large here) or it ran "
-            "with a shorter max_model_len than its command shows (unstated; GPUStack's own serving passes "
-            "--max-model-len 8192 where a model's is longer: gpustack/worker/backends/vllm.py at 47277d79): "
-            f"max_model_len cut to {deployment.max_model_len:,} (scheduler.fit_max_model_len)",)
+            "start with (vllm/v1/core/kv_cache_utils.py check_enough_kv_cache_memory); the run started, so its KV "
+            "cache was larger (the arithmetic's activations or sampler reserve too large here) or it ran with a "
+            f"shorter max_model_len than its command shows: max_model_len cut to {deployment.max_model_len:,} "
+            "(scheduler.fit_max_model_len)",)
 
 
 def run_case(case: PublishedCase, cost_model_name: str, fitted: dict | None = None,
