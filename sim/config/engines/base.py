@@ -12,6 +12,7 @@ from typing import Any, Callable
 
 from sim.config.engine_command import CommandFlags, CommandSyntax, InertOption, read_command
 from sim.errors import ConfigError
+from sim.model.hf_config import rope_entries
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE, interconnect_class
 
 
@@ -204,8 +205,12 @@ class Context:
     max_model_len_flag: int | None = None  # the engine flag that sets scheduler.max_model_len, when given
     derived_context: int | None = None  # the context the engine derives (`EnginePreset.context`), where it has one
 
+    def given_max_model_len(self) -> int | None:
+        """max_model_len as the scenario gives it: the engine's flag, else `scheduler.max_model_len` (None: neither)."""
+        return self.max_model_len_flag or get_key(self.raw, "scheduler.max_model_len")
+
     def max_model_len(self) -> int | None:
-        given = self.max_model_len_flag or get_key(self.raw, "scheduler.max_model_len")
+        given = self.given_max_model_len()
         if given is not None:
             return given
         if self.derived_context is not None:
@@ -369,8 +374,6 @@ def json_mapping(value: Any, name: str, what: str) -> dict:
 def config_overrides(name: str, keys: tuple[str, ...] = CONTEXT_OVERRIDE_KEYS) -> Callable[[Any], dict]:
     """An engine option that overrides config.json keys (a JSON object on the command line, a mapping in the
     scenario) as the mapping it gives, each key one of `keys` and its value readable; refused in one line otherwise."""
-    from sim.model.hf_config import rope_entries
-
     def convert(value: Any) -> dict:
         value = json_mapping(value, name, "config.json keys")
         for key, item in value.items():
@@ -390,7 +393,6 @@ def served_config(ctx: "Context", overrides: dict) -> tuple[int, tuple[dict, ...
     """(max_position_embeddings, the RoPE scaling entries) of the model's config as the engine serves it, after
     `overrides` (`config_overrides`'s mapping): an override's rope_scaling (else rope_parameters) replaces the
     model's."""
-    from sim.model.hf_config import rope_entries
     positions = overrides.get("max_position_embeddings", ctx.model.max_context)
     key = next((k for k in ("rope_scaling", "rope_parameters") if k in overrides), None)
     if key is None:

@@ -374,13 +374,12 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
     length = flags.get(length_flag)
     ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
                   pp if isinstance(pp, int) else 1, model, raw, length if isinstance(length, int) else None)
-    derived = _derived_context(ctx, preset, length_flag)
+    how = _derived_context(ctx, preset, length_flag)
     result = preset.derive(ctx)
-    if derived is not None and ctx.max_model_len_flag is None and not has_key(raw, "scheduler.max_model_len") \
-            and ctx.derived_context != model.max_context:
+    if how is not None and ctx.given_max_model_len() is None and ctx.derived_context != model.max_context:
         result.values["scheduler.max_model_len"] = ctx.derived_context
         result.notes.append(f"{preset.label} {version_text}: max_model_len {ctx.derived_context:,}, the context it "
-                            f"derives from {model.name}'s config ({derived})")
+                            f"derives from {model.name}'s config ({how})")
     for key, flag in preset.flags.items():
         if flag.target is not None and key in flags and flags[key] is not None:  # None: the engine's "auto"
             value = flags[key]
@@ -410,7 +409,7 @@ def _derived_context(ctx: Context, preset: EnginePreset, length_flag: str | None
     if preset.context is None or ctx.model is None:
         return None
     ctx.derived_context, how, refuses = preset.context(ctx)
-    given = ctx.max_model_len_flag or get_key(ctx.raw, "scheduler.max_model_len")
+    given = ctx.given_max_model_len()
     if refuses and isinstance(given, int) and not isinstance(given, bool) and given > ctx.derived_context:
         where = f"engine.{length_flag}" if ctx.max_model_len_flag else "scheduler.max_model_len"
         raise ConfigError(f"{where}: {given:,} is above the {ctx.derived_context:,} tokens {preset.label} "

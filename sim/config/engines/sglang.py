@@ -318,12 +318,13 @@ def _sglang_before_053(ctx: Context, gpu_mib: float, given_graph_bs: int | None,
         fraction = round((gpu_mib - (gib + parallel * per_gpu) * 1024) / gpu_mib, 3)
         chunk = 2048 if small else 8192 if gpu_mib < 160 * 1024 else 16384
         graphs = 512 if gpu_mib > 160_000 else 256 if gpu_mib > 90 * 1024 else 160
-    default = (80 if ctx.tensor_parallel >= 4 and not before("0.4.0.post1") else 8) if small else graphs
-    if listed is not None:  # the list cut at cuda_graph_max_bs, given or by default (160 on a large GPU to 0.4.5.post2)
-        cut = default if small else 160 if before("0.4.5.post3") else None
-        cut = cut if given_graph_bs is None else given_graph_bs
-        return fraction, chunk, listed if cut is None else min(listed, cut)
-    return fraction, chunk, min(default if given_graph_bs is None else given_graph_bs, graphs)
+    # the captured list (the default's largest, or --cuda-graph-bs's) cut at cuda_graph_max_bs: given, or its default,
+    # 8 (80 at TP >= 4) on a small GPU and 160 on a large one to 0.4.5.post2, none after
+    cut = given_graph_bs if given_graph_bs is not None else (
+        (80 if ctx.tensor_parallel >= 4 and not before("0.4.0.post1") else 8) if small
+        else 160 if before("0.4.5.post3") else None)
+    captured = graphs if listed is None else listed
+    return fraction, chunk, captured if cut is None else min(captured, cut)
 
 
 # --max-total-tokens caps SGLang's KV pool at that many tokens and never raises it (model_runner.py init_memory_pool,

@@ -9,9 +9,8 @@ from sim.config.engine_command import InertOption
 from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, PARSING, PresetResult, REQUEST_LIMITS,
                                      SEED, SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
                                      config_overrides, custom_all_reduce, dotted_version, get_key, inert_group,
-                                     kv_cache_dtype_flag,
-                                     only_default, only_one_of, refuse_model_before, sixteen_bit_dtype,
-                                     weights_quantization)
+                                     kv_cache_dtype_flag, only_default, only_one_of, refuse_model_before,
+                                     sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.config.engines.vllm_context import (VLLM_HF_OVERRIDES_SINCE, VLLM_ROPE_SCALING_UNTIL, fits_to_kv,
                                              readable_number, rope_scaling_override)
@@ -275,14 +274,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
     method, speculated = speculative_values(ctx, notes)
     values.update(speculated)
     values.update(fits_to_kv(flags, ctx.version_text, notes))
-    if flags.get("preemption_mode") == "swap":
-        space = flags.get("swap_space", 4 * GIB) / GIB
-        notes.append(f"vLLM {ctx.version_text} --preemption-mode swap: a preempted request's KV goes to the {space:g} "
-                     "GiB a GPU of host swap space and back over the host link; where that space is full V0 aborts "
-                     "the request (\"Aborted due to the lack of CPU swap space\"), ServeSim recomputes it")
-    elif flags.get("swap_space") is not None:
-        notes.append(f"vLLM {ctx.version_text} --swap-space: no effect here: a single-sequence request's preemption "
-                     "recomputes (V0 swaps only under --preemption-mode swap; V1 does not swap)")
+    _vllm_swap_notes(ctx, notes)
     method = method or ("draft_model" if _vllm_draft_model(ctx) else None)  # a section's draft model names its own
     fallback = _vllm_v0_fallback(ctx)
     if fallback is not None:
@@ -747,6 +739,18 @@ def _vllm_performance_mode(ctx: Context, mnbt: int, seqs: int, notes: list[str])
 # recomputes it (noted).
 VLLM_SWAP_SPACE_UNTIL = (0, 18, 0)
 VLLM_PREEMPTION_MODE_UNTIL = (0, 11, 0)
+
+
+def _vllm_swap_notes(ctx: Context, notes: list[str]) -> None:
+    """What --preemption-mode swap and --swap-space do here (the comment above), noted."""
+    if ctx.flags.get("preemption_mode") == "swap":
+        space = ctx.flags.get("swap_space", 4 * GIB) / GIB
+        notes.append(f"vLLM {ctx.version_text} --preemption-mode swap: a preempted request's KV goes to the {space:g} "
+                     "GiB a GPU of host swap space and back over the host link; where that space is full V0 aborts "
+                     "the request (\"Aborted due to the lack of CPU swap space\"), ServeSim recomputes it")
+    elif ctx.flags.get("swap_space") is not None:
+        notes.append(f"vLLM {ctx.version_text} --swap-space: no effect here: a single-sequence request's preemption "
+                     "recomputes (V0 swaps only under --preemption-mode swap; V1 does not swap)")
 
 
 def _swap_space_bytes(gib: int | float) -> int:
