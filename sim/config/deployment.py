@@ -88,7 +88,8 @@ class Deployment:
 
 
 def model_spec(scenario: Scenario) -> ModelSpec:
-    return resolve_model(scenario.model)
+    """The model as the scenario serves it (`attention.sliding_window`)."""
+    return resolve_model(scenario.model).served(scenario.attention.sliding_window)
 
 
 def gpu_spec(scenario: Scenario) -> GPUSpec:
@@ -197,14 +198,23 @@ def _engine_memory(scenario: Scenario) -> dict:
 
 
 def _check_kv_blocks(scenario: Scenario, capacity_tokens: int) -> None:
-    """A paged pool of more than MAX_KV_BLOCKS blocks (a pinned capacity, an engine's block override) is refused in
-    one line, before any array is sized by it."""
+    """Paged pools of more than MAX_KV_BLOCKS blocks in all (a pinned capacity, an engine's block override, many
+    replicas of a large pool: each replica's pool is held in the one run) are refused in one line, before any array is
+    sized by them."""
     kv = scenario.kv_cache
-    if kv.layout == "paged" and capacity_tokens // kv.block_size > MAX_KV_BLOCKS:
-        where = "kv_cache.capacity_tokens" if kv.capacity_tokens is not None else "kv_cache"
-        raise ConfigError(f"{where}: {capacity_tokens:,} tokens per replica are {capacity_tokens // kv.block_size:,} "
-                          f"blocks of {kv.block_size}, more than ServeSim holds ({MAX_KV_BLOCKS:,}); allowed: at most "
-                          f"{MAX_KV_BLOCKS * kv.block_size:,} tokens")
+    replicas = scenario.hardware.num_replicas
+    blocks = capacity_tokens // kv.block_size
+    if kv.layout != "paged" or blocks * replicas <= MAX_KV_BLOCKS:
+        return
+    where = "kv_cache.capacity_tokens" if kv.capacity_tokens is not None else "kv_cache"
+    most = MAX_KV_BLOCKS // replicas * kv.block_size
+    if replicas == 1:
+        raise ConfigError(f"{where}: {capacity_tokens:,} tokens per replica are {blocks:,} blocks of {kv.block_size}, "
+                          f"more than ServeSim holds ({MAX_KV_BLOCKS:,}); allowed: at most {most:,} tokens")
+    raise ConfigError(f"{where}: {capacity_tokens:,} tokens per replica over {replicas} replicas are "
+                      f"{blocks * replicas:,} blocks of {kv.block_size}, more than ServeSim holds in one run "
+                      f"({MAX_KV_BLOCKS:,}); allowed: at most {most:,} tokens per replica at {replicas} replicas "
+                      "(kv_cache.capacity_tokens), or fewer replicas (hardware.num_replicas)")
 
 
 def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,

@@ -459,6 +459,10 @@ class AttentionSpec(_Strict):
         "FlashAttention-2's context rows times the Triton / FA2 ratio measured where both were "
         "(calibrate/measured/vllm_triton_prefill.json); null: the tables' own kernel")
 
+    sliding_window: bool = Field(
+        True, description="false: a model's sliding-window layers attend to, and keep, every token, as its other "
+        "layers do (vLLM's --disable-sliding-window, which the vLLM preset sets); true: as the model's config has them")
+
     @model_validator(mode="after")
     def _backend_is_tiled(self):
         if self.backend is not None and self.kernel != "flash":

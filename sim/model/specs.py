@@ -127,6 +127,14 @@ class ModelSpec(BaseModel):
         """The fraction of layers whose attention the window caps (1: every layer, as Mistral; 0: no window)."""
         return self.num_window_layers / self.num_layers
 
+    def served(self, sliding_window: bool = True) -> "ModelSpec":
+        """The model as an engine serves it: with `sliding_window` false its sliding-window layers attend to, and
+        keep, every token, as the other layers do (vLLM's --disable-sliding-window; the scenario's
+        `attention.sliding_window`)."""
+        if sliding_window or self.sliding_window is None:
+            return self
+        return self.model_copy(update={"sliding_window": None, "sliding_window_layers": None})
+
 
 class GPUSpec(BaseModel):
     """One accelerator: peak rates, memory, links, price, and the efficiencies the roofline applies."""

@@ -787,7 +787,7 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"name": "lmdeploy", "version": "0.16.0"}, {"quantization": {"kv_cache": "fp8"}},
      "quantization.kv_cache: 'fp8' contradicts engine lmdeploy"),
     ({"name": "lmdeploy", "version": "0.16.0", "quant_policy": 8}, {"quantization": {"kv_cache": "bf16"}},
-     "engine.quant_policy: 'int8' contradicts quantization.kv_cache 'bf16'"),
+     "engine.quant_policy: 8 (sets quantization.kv_cache 'int8') contradicts quantization.kv_cache 'bf16'"),
     ({"name": "lmdeploy", "version": "0.16.0", "session_len": 4096}, {"scheduler": {"max_model_len": 2048}},
      "engine.session_len: 4096 contradicts scheduler.max_model_len 2048"),
     ({"name": "lmdeploy", "version": "0.16.0", "communicator": "mpi"}, {},
@@ -1034,7 +1034,8 @@ def test_the_engines_kv_cache_dtype_flag_sets_the_kv_bytes_the_preset_sizes_memo
     assert auto.model_dump(exclude={"engine"}) == scenario(engine).model_dump(exclude={"engine"})
     with pytest.raises(ConfigError) as err:
         scenario({**engine, "kv_cache_dtype": fp8}, quantization={"kv_cache": "bf16"})
-    assert str(err.value).startswith("engine.kv_cache_dtype: 'fp8' contradicts quantization.kv_cache 'bf16'")
+    assert str(err.value).startswith(f"engine.kv_cache_dtype: {fp8!r} (sets quantization.kv_cache 'fp8') contradicts "
+                                     "quantization.kv_cache 'bf16'")
     with pytest.raises(ConfigError) as err:
         scenario({**engine, "kv_cache_dtype": "int4"})
     assert str(err.value).startswith("engine.kv_cache_dtype: 'int4' is not allowed; allowed: auto, ")
@@ -1342,6 +1343,10 @@ def test_mxfp4_weights_on_a_dense_model_are_refused_as_the_weights_not_as_the_pr
     (None, {"kv_cache": {"capacity_tokens": 10**15}},
      "kv_cache.capacity_tokens: 1,000,000,000,000,000 tokens per replica are 62,500,000,000,000 blocks of 16, more "
      "than ServeSim holds (33,554,432); allowed: at most 536,870,912 tokens"),
+    (None, {"kv_cache": {"capacity_tokens": 10_000_000}, "hardware": {"num_replicas": 64}},
+     "kv_cache.capacity_tokens: 10,000,000 tokens per replica over 64 replicas are 40,000,000 blocks of 16, more than "
+     "ServeSim holds in one run (33,554,432); allowed: at most 8,388,608 tokens per replica at 64 replicas "
+     "(kv_cache.capacity_tokens), or fewer replicas (hardware.num_replicas)"),
 ])
 def test_a_pool_or_batch_larger_than_the_simulator_holds_is_refused_before_any_array_is_sized(engine, sections,
                                                                                               message):
@@ -1352,6 +1357,20 @@ def test_a_pool_or_batch_larger_than_the_simulator_holds_is_refused_before_any_a
     with pytest.raises(ConfigError) as err:
         resolve(validate_scenario(raw))
     assert str(err.value) == message
+
+
+def test_data_parallel_pools_larger_than_the_simulator_holds_together_are_refused_before_any_array_is_sized():
+    """(SGLang --dp-size 64 of Llama-3.1-8B over eight B200s each: 64 pools of ~10M one-token pages, each within the
+    bound alone; sizing them took 26 GiB and the host's OOM killer, 12-05)"""
+    from sim.kv.paged import MAX_KV_BLOCKS
+    raw = {**BASE, "model": "llama-3.1-8b", "hardware": {"gpu": "b200", "tensor_parallel": 8},
+           "engine": {"name": "sglang", "version": "0.4.6", "dp_size": 64}}
+    with pytest.raises(ConfigError) as err:
+        validate_scenario(raw)
+    per_replica = int(str(err.value).split(" tokens per replica")[0].split(": ")[1].replace(",", ""))
+    assert per_replica <= MAX_KV_BLOCKS < per_replica * 64  # each pool alone would pass; together they do not
+    assert str(err.value).endswith(f"allowed: at most {MAX_KV_BLOCKS // 64:,} tokens per replica at 64 replicas "
+                                   "(kv_cache.capacity_tokens), or fewer replicas (hardware.num_replicas)")
 
 
 @pytest.mark.parametrize(("engine", "message"), [

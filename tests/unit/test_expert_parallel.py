@@ -159,7 +159,8 @@ def test_engine_flags_set_expert_parallelism_as_the_engine_does(engine, expected
      r"^engine\.enable_ep_moe: not a flag of sglang 0\.5\.3 \(its parser refuses it from 0\.5\.3\); allowed: leave "
      r"it out, or engine\.version before 0\.5\.3$"),
     ({"name": "vllm", "version": "0.11.0", "enable_expert_parallel": True}, {"expert_parallel": 2},
-     r"^engine\.enable_expert_parallel: 8 contradicts hardware\.expert_parallel 2; allowed: give one of them"),
+     r"^engine\.enable_expert_parallel: True \(sets hardware\.expert_parallel 8\) contradicts "
+     r"hardware\.expert_parallel 2; allowed: give one of them"),
 ])
 def test_an_expert_parallel_flag_the_engine_lacks_or_the_scenario_contradicts_is_refused(engine, hardware, message):
     with pytest.raises(ConfigError, match=message):

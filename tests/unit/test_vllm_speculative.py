@@ -116,7 +116,8 @@ def test_a_launch_command_spells_it_as_a_json_object(version, command, method, t
     ("0.20.0", HEAD, {"method": "eagle", "num_speculative_tokens": 0},
      "engine.speculative_config.num_speculative_tokens: 0 is not allowed"),
     ("0.20.0", {**HEAD, "num_speculative_tokens": 4}, {"method": "eagle", "num_speculative_tokens": 3},
-     "engine.speculative_config: 3 contradicts speculation.num_speculative_tokens 4"),
+     "engine.speculative_config: {'method': 'eagle', 'num_speculative_tokens': 3} (sets "
+     "speculation.num_speculative_tokens 3) contradicts speculation.num_speculative_tokens 4"),
     ("0.20.0", HEAD, "{\"method\": ", "engine.speculative_config: '{\"method\": ' is not allowed"),
 ])
 def test_what_the_flag_cannot_say_is_refused_in_one_line(version, speculation, config, message):

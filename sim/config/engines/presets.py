@@ -172,8 +172,8 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
         if dotted.startswith("frontend."):
             continue  # placed below, once the scenario's front-end is known
         if has_key(raw, dotted):
-            given = get_key(raw, dotted)
-            _check_flag_agrees(result.from_flags.get(dotted), dotted, value, given)
+            flag = result.from_flags.get(dotted)
+            _check_flag_agrees(flag, dotted, value, get_key(raw, dotted), given.get(flag, value))
             continue  # the scenario's own value wins over the preset's default
         if dotted.startswith("cost_model."):
             continue  # handled below: only a cost model that takes engine terms gets them
@@ -304,11 +304,16 @@ def _place_frontend_value(raw: dict, dotted: str, value, flag: str | None, notes
         _check_flag_agrees(flag, dotted, value, given)
 
 
-def _check_flag_agrees(flag: str | None, dotted: str, value, given) -> None:
+def _check_flag_agrees(flag: str | None, dotted: str, value, given, as_written=None) -> None:
     """The value an engine flag (`flag`; None: a preset default, which the scenario's own overrides) set for `dotted`
-    and the scenario's own `given` there: different, they contradict each other, refused in one line."""
+    and the scenario's own `given` there: different, they contradict each other, refused in one line naming the flag's
+    value `as_written` and, where it differs, the value it sets (--disable-sliding-window true sets
+    attention.sliding_window false)."""
     if flag is not None and given != value:
-        raise ConfigError(f"engine.{flag}: {value!r} contradicts {dotted} {given!r}; allowed: give one of them, or "
+        shown = repr(value)
+        if as_written is not None and as_written != value:
+            shown = f"{as_written!r} (sets {dotted} {value!r})"
+        raise ConfigError(f"engine.{flag}: {shown} contradicts {dotted} {given!r}; allowed: give one of them, or "
                           "the same value")
 
 
@@ -358,7 +363,8 @@ def fitted_versions(name: str) -> list[str]:
 # Scenario keys the derivation reads (the GPUs a model is split over, the KV bytes memory is sized with): an engine
 # flag that sets one is written into the scenario before deriving, where the scenario gives none (a different own
 # value is a contradiction, refused after the derivation).
-DERIVATION_INPUTS = ("hardware.tensor_parallel", "hardware.pipeline_parallel", "quantization.kv_cache")
+DERIVATION_INPUTS = ("hardware.tensor_parallel", "hardware.pipeline_parallel", "quantization.kv_cache",
+                     "attention.sliding_window")
 
 
 def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,
@@ -372,8 +378,12 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
     pp = hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1
     length_flag = next((key for key, flag in preset.flags.items() if flag.target == "scheduler.max_model_len"), None)
     length = flags.get(length_flag)
+    window_off = get_key(raw, "attention.sliding_window") is False
+    served = model.served(not window_off) if model is not None else None  # the rules read the model as served
     ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
-                  pp if isinstance(pp, int) else 1, model, raw, length if isinstance(length, int) else None)
+                  pp if isinstance(pp, int) else 1, served, raw, length if isinstance(length, int) else None,
+                  configured_window=model.sliding_window if window_off and model is not None else None,
+                  window_off=window_off)
     how = _derived_context(ctx, preset, length_flag)
     result = preset.derive(ctx)
     if how is not None and ctx.given_max_model_len() is None and ctx.derived_context != model.max_context:

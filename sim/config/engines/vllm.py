@@ -854,6 +854,12 @@ VLLM_FLAGS = {
                  since=(0, 6, 4), until=(0, 13, 0)),
     "disable_custom_all_reduce": Flag(None, bool, "--disable-custom-all-reduce: NCCL's all-reduce "
                                       "(hardware.all_reduce nccl)"),
+    # vllm/config.py (vllm/config/model.py from 0.11) ModelConfig: the window off (get_sliding_window None), and
+    # _get_and_verify_max_len caps the derived context at it (vllm_context.py); read in the sdists of 0.6.0, 0.6.3,
+    # 0.6.6, 0.7.3, 0.8.5, 0.9.2, 0.10.2, 0.11.0, 0.12.0, 0.14.0, 0.19.0, 0.25.0, 0.33.0 and 0.34.0
+    "disable_sliding_window": Flag("attention.sliding_window", bool, "--disable-sliding-window: every layer "
+                                   "attends to, and keeps, every token; max_model_len capped at the window",
+                                   lambda value: not value),
     "disable_hybrid_kv_cache_manager": Flag(None, bool, "--disable-hybrid-kv-cache-manager: a hybrid model's sliding "
                                             "layers keep every token's KV", since=VLLM_HYBRID_KV_SINCE),
     "disable_frontend_multiprocessing": Flag(None, bool, "--disable-frontend-multiprocessing: ignored by V1 (V0's "

@@ -14,7 +14,12 @@ vllm/utils/argparse_utils.py by 0.20.0, read there in 0.20.0 and 0.34.0):
   VLLM_ALLOW_LONG_MAX_MODEL_LEN is set (not modelled), and so is a scenario's longer max_model_len. The config as
   served: `--hf-overrides` (0.6.4 on; rope_scaling, rope_parameters, rope_theta and max_position_embeddings, the keys
   that change only the context: `CONTEXT_OVERRIDE_KEYS`), then `--rope-scaling` (0.6.0-0.11.0, merged into the
-  overrides as ModelConfig does). Not read: the tokenizer's model_max_length, which may cut it further, and the
+  overrides as ModelConfig does). With the sliding window off (`--disable-sliding-window`: `attention.sliding_window`
+  false), max_position_embeddings is first capped at the config's window (before any RoPE factor: YaRN's
+  original_max_position_embeddings replaces it, and from 0.30.0 YaRN leaves it); 0.6.0-0.11.x refuse the window off
+  beside RoPE scaling of any type but su, longrope and llama3 (NotImplementedError "Disabling sliding window is not
+  supported for models with rope_scaling"), a model without a window included; not modelled: Gemma 2's window, which
+  0.6.0-0.6.3 turn off themselves. Not read: the tokenizer's model_max_length, which may cut it further, and the
   config's model_max_length (Command-R), which ServeSim's config reader does not keep.
 - **Human-readable numbers** (`human_readable_int`): a number with a decimal suffix, k m g (x 10**3, 10**6, 10**9) or
   a binary one, K M G (x 2**10, 2**20, 2**30), decimals allowed with a decimal suffix only ("25.6k" is 25,600); t and
@@ -115,6 +120,8 @@ VLLM_YARN_ROPE = ("yarn", "deepseek_yarn", "deepseek_llama_scaling")
 VLLM_YARN_UNSCALED_SINCE = (0, 30, 0)
 VLLM_ROPE_SCALING_UNTIL = (0, 11, 1)  # --rope-scaling and --rope-theta: in every sdist 0.6.0-0.11.0, gone in 0.11.1
 VLLM_HF_OVERRIDES_SINCE = (0, 6, 4)
+VLLM_WINDOW_OFF_WITH_ROPE_SINCE = (0, 12, 0)  # before: the window off beside scaled RoPE raises NotImplementedError
+VLLM_WINDOW_OFF_ROPE = ("su", "longrope", "llama3")  # the types 0.6.0-0.11.x take beside the window off
 
 
 def rope_scaling_override(value: Any) -> dict:
@@ -134,6 +141,8 @@ def vllm_context(ctx) -> tuple[int, str, bool]:
     yarn_unscaled = _since(ctx.version, ctx.version_text, VLLM_YARN_UNSCALED_SINCE)
     unscaled = VLLM_UNSCALED_ROPE + (VLLM_YARN_ROPE if yarn_unscaled else ())
     derived, factor, how = positions, 1.0, f"max_position_embeddings {positions:,}"
+    if ctx.window_off:
+        derived, how = _window_capped(ctx, entries, derived, how)
     if "gemma3" not in (ctx.model.model_type or ""):
         for entry in entries:
             if entry["rope_type"] in unscaled:
@@ -148,3 +157,21 @@ def vllm_context(ctx) -> tuple[int, str, bool]:
     if factor != 1:
         how += f" x its RoPE factor {factor:g}"
     return int(derived * factor), how, True
+
+
+def _window_capped(ctx, entries: tuple[dict, ...], positions: int, how: str) -> tuple[int, str]:
+    """The context before RoPE scaling with the sliding window off (the module's docstring): capped at the config's
+    window; refused where the release refuses the window off beside the config's RoPE scaling."""
+    scaled = [e["rope_type"] for e in entries if e["rope_type"] not in VLLM_WINDOW_OFF_ROPE]
+    if (scaled and "gemma3" not in (ctx.model.model_type or "")
+            and not _since(ctx.version, ctx.version_text, VLLM_WINDOW_OFF_WITH_ROPE_SINCE)):
+        flag_given = ctx.flags.get("disable_sliding_window") is False  # (the flag's value as its target takes it)
+        where = "engine.disable_sliding_window: true" if flag_given else "attention.sliding_window: false"
+        raise ConfigError(f"{where} is refused by vLLM {ctx.version_text} beside {ctx.model.name}'s RoPE scaling "
+                          f"({scaled[0]}): \"Disabling sliding window is not supported for models with rope_scaling\" "
+                          f"(_get_and_verify_max_len); allowed: keep the window, or vLLM "
+                          f"{dotted_version(VLLM_WINDOW_OFF_WITH_ROPE_SINCE)} or later")
+    window = ctx.configured_window
+    if window is None or window >= positions:
+        return positions, how
+    return window, f"its sliding window {window:,}, turned off, caps max_position_embeddings {positions:,}"
