@@ -3,11 +3,12 @@
 Continuous batching + paged KV, Llama-3.1-8B on one H100, ShareGPT-like lengths, Poisson arrivals at
 about 80% of the sustainable rate (with the roofline). Run:
     .venv/bin/python benchmarks/bench_engine.py [--exact] [--python] [--cost-model KIND] [--engine NAME:VERSION]
-        [counts...]
+        [--replicas N] [counts...]
 --cost-model: roofline (default), measured, calibrated (the shipped H100 whole-step profile), or learned.
 --python: the SimPy engine even where the compiled core (sim/compiled, numba) could run it (run.compiled_core).
 --engine: an engine preset (sim/config/engines/, e.g. sglang:0.5.3.post3): its scheduling rule, CPU terms and
 front-end (the fitted latency, where its version has one), over the same workload and cost model.
+--replicas: N replicas of it behind the least-outstanding router, at N times the rate.
 The compiled core's first call in a fresh checkout compiles it (~10 s, cached under __pycache__ after): one
 warm-up run of 1,000 requests comes first and is not reported.
 Prints one Markdown row per count (paste into benchmarks/RESULTS.md).
@@ -36,12 +37,13 @@ COST_MODELS = {"roofline": {"kind": "roofline"}, "measured": {"kind": "measured"
 
 
 def scenario(num_requests: int, fast_decode: bool = True, cost_model: str = "roofline", compiled: bool = True,
-             engine: str | None = None):
+             engine: str | None = None, replicas: int = 1):
     raw = {
         "name": f"bench-{num_requests}",
         "model": "llama-3.1-8b",
-        "hardware": {"gpu": "h100-sxm"},
-        "workload": {"arrival": {"kind": "poisson", "rate_per_s": RATE_PER_S},
+        "hardware": {"gpu": "h100-sxm"} | ({"num_replicas": replicas, "router": "least_outstanding"} if replicas > 1
+                                           else {}),
+        "workload": {"arrival": {"kind": "poisson", "rate_per_s": RATE_PER_S * replicas},
                      "lengths": {"kind": "preset", "name": "sharegpt"}},
         "scheduler": {"batching": "continuous", "max_num_seqs": 256, "max_model_len": 4096},
         "kv_cache": {"layout": "paged", "block_size": 16},
@@ -61,17 +63,17 @@ def peak_rss_mib() -> float:
 
 
 def main(counts: list[int], fast_decode: bool = True, cost_model: str = "roofline", compiled: bool = True,
-         engine: str | None = None) -> None:
+         engine: str | None = None, replicas: int = 1) -> None:
     print(f"# {cpuinfo()['cpu_model']}, {os.cpu_count()} hardware threads, Python {platform.python_version()}, "
           f"cost model {cost_model}, {'fast decode runs' if fast_decode else 'exact steps'}"
-          + (f", engine {engine}" if engine else ""))
-    warm = simulate(scenario(1000, fast_decode, cost_model, compiled, engine))  # compiles (or loads) the core
+          + (f", engine {engine}" if engine else "") + (f", {replicas} replicas" if replicas > 1 else ""))
+    warm = simulate(scenario(1000, fast_decode, cost_model, compiled, engine, replicas))  # compiles (or loads) the core
     print(f"# engine: {warm.extras['engine_core']}")
     print("| requests | generate (s) | simulate (s) | steps | simulated req/s of wall time | sim time (s) "
           "| peak RSS (MiB) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in counts:
-        sc = scenario(n, fast_decode, cost_model, compiled, engine)
+        sc = scenario(n, fast_decode, cost_model, compiled, engine, replicas)
         t0 = time.perf_counter()
         workload = make_workload(sc)
         t1 = time.perf_counter()
@@ -95,5 +97,12 @@ if __name__ == "__main__":
         i = args.index("--engine")
         engine = args[i + 1] if i + 1 < len(args) else ""
         del args[i:i + 2]
+    replicas = 1
+    if "--replicas" in args:
+        i = args.index("--replicas")
+        replicas = int(args[i + 1]) if i + 1 < len(args) and args[i + 1].isdigit() else 0
+        if replicas < 1:
+            sys.exit("--replicas: allowed: a whole number >= 1")
+        del args[i:i + 2]
     main([int(x) for x in args] or [10_000, 100_000, 1_000_000], fast_decode="--exact" not in sys.argv, cost_model=cost,
-         compiled="--python" not in sys.argv, engine=engine)
+         compiled="--python" not in sys.argv, engine=engine, replicas=replicas)

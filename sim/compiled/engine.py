@@ -167,7 +167,8 @@ def run_compiled(sim) -> bool:
     max_seqs = scheduler.max_num_seqs
 
     sr = np.zeros((num_replicas, k.NUM_SI), dtype=np.int64)
-    sr[:, [k.I_RUN_HEAD, k.I_RUN_TAIL, k.I_PF_HEAD, k.I_PF_TAIL, k.I_RETURN_HEAD, k.I_RETURN_TAIL]] = -1
+    sr[:, [k.I_RUN_HEAD, k.I_RUN_TAIL, k.I_PF_HEAD, k.I_PF_TAIL, k.I_RETURN_HEAD, k.I_RETURN_TAIL, k.I_W_HEAD,
+           k.I_W_TAIL]] = -1
     sr[:, k.I_ALLOC_CLOCK] = -1
     sr[:, k.I_FREE_BLOCKS] = kv.num_blocks
     fr = np.zeros((num_replicas, k.NUM_FR))
@@ -211,7 +212,7 @@ def run_compiled(sim) -> bool:
     req[[k.Q_RUN_NEXT, k.Q_RUN_PREV, k.Q_PF_NEXT, k.Q_PF_PREV, k.Q_SLOT]] = -1
     first_sched, first_tok = reqf[k.QF_FIRST_SCHED], reqf[k.QF_FIRST_TOK]
     last_tok, finish_s = reqf[k.QF_LAST_TOK], reqf[k.QF_FINISH]
-    waiting = np.zeros((num_replicas, n), dtype=np.int64)
+    waiting = np.full(n, -1, dtype=np.int64)  # the replicas' waiting queues, linked (kernel.py I_W_HEAD)
     heap = np.zeros((num_replicas, n // num_replicas + 2 * max_seqs + 2), dtype=np.int64)
     bucket = np.zeros((num_replicas, kv.block_size), dtype=np.int64)
     plan = np.zeros((3, num_replicas, max_seqs + 1), dtype=np.int64)

@@ -62,8 +62,8 @@ NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 (I_CLOCK, I_ALLOC_CLOCK, I_MEMBERS, I_TOKEN_SUM, I_PF_SUM, I_FREE_BLOCKS, I_RUNNING, I_RUN_HEAD, I_RUN_TAIL,
  I_PF_HEAD, I_PF_TAIL, I_W_HEAD, I_W_COUNT, I_HEAP_SIZE, I_OUTSTANDING, I_BUSY, I_NUM_PF, I_NUM_DECODE,
  I_NUM_WAITING, I_NUM_PREFILL_TOKENS, I_NUM_PREEMPTED, I_NUM_STEPS, I_GROUP_LEFT, I_RESERVED, I_RATIO_RESET,
- I_NUM_PADDING, I_STEPS_DRAWN, I_WINDOW, I_RETURN_HEAD, I_RETURN_TAIL) = range(30)
-NUM_SI = 30
+ I_NUM_PADDING, I_STEPS_DRAWN, I_WINDOW, I_RETURN_HEAD, I_RETURN_TAIL, I_W_TAIL) = range(31)
+NUM_SI = 31
 # I_GROUP_LEFT: decode steps left in the current group (scheduler rule decode_steps_per_schedule); I_RESERVED: the
 # blocks of every running request's whole sequence (whole_output_reservation); I_RATIO_RESET: the decode clock at
 # the last preemption (new_token_ratio); I_NUM_PADDING: the step in flight's CUDA-graph padding sequences;
@@ -71,6 +71,9 @@ NUM_SI = 30
 # (sim/cost/draws.py; the SimPy engine counts its steps alike); I_WINDOW: the window blocks the running requests of a
 # hybrid model hold; I_RETURN_HEAD / I_RETURN_TAIL: the requests finished inside a group of decode steps that has
 # not ended, linked through Q_RUN_NEXT / Q_RUN_PREV (ContinuousScheduler._returning: they return at its end).
+# I_W_HEAD / I_W_TAIL / I_W_COUNT: the waiting queue, its first and last request (-1: empty) and its length, linked
+# through `waiting` (one entry per request: the request after it in its replica's queue), so that the queues of
+# every replica take one array of the requests' size, not one each.
 # Indices into the float64 per-replica array `fr[r]`: the step in flight.
 R_START, R_END, R_DURATION, R_FLOPS, R_BYTES = range(5)
 NUM_FR = 5
@@ -456,7 +459,6 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
     """`ContinuousScheduler._schedule_prefills`: the running prefills' chunks in admission order, then (if `admit`)
     waiting requests in order while a sequence slot, the budget, the KV (and the rule's admission test) allow; the
     step's chunks go to plan_all[:, r] from 0. (chunks, admitted, preempted, sampled, 0 or DIVERGED)."""
-    n_req = req.shape[1]
     max_seqs, bs = cfg[C_MAX_SEQS], cfg[C_BLOCK_SIZE]
     chunked, whole, ratio_on = cfg[C_CHUNKED] != 0, cfg[C_WHOLE], cfg[C_RATIO] != 0
     context = cfg[C_CONTEXT] != 0
@@ -535,7 +537,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
     # Then waiting requests in order while a sequence slot, the budget and the KV allow.
     while (admit and sr[r, I_W_COUNT] > 0 and preempted_before + num_preempted == 0 and budget > 0
            and sr[r, I_RUNNING] < max_seqs):
-        rid = waiting_all[r, sr[r, I_W_HEAD]]
+        rid = sr[r, I_W_HEAD]
         reserve = 0
         if whole:
             reserve = _reserved_blocks(req, rid, bs, cfg)
@@ -584,8 +586,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         req[Q_BLOCKS, rid] = claimed + need
         req[Q_COMPUTED, rid] = cached
         sr[r, I_PF_SUM] += cached
-        sr[r, I_W_HEAD] = (sr[r, I_W_HEAD] + 1) % n_req
-        sr[r, I_W_COUNT] -= 1
+        _waiting_pop(sr, r, waiting_all)
         req[Q_STATE, rid] = RUNNING
         if math.isnan(reqf[QF_FIRST_SCHED, rid]):
             reqf[QF_FIRST_SCHED, rid] = now
@@ -819,6 +820,37 @@ def _released(pc, r, req, rid, held):
     return prefix_cache.release(pc, r, slot, held)
 
 
+@njit(cache=True, inline="always")
+def _waiting_push_back(sr, r, waiting, rid):
+    """Request `rid` joins the end of replica r's waiting queue (linked through `waiting`)."""
+    waiting[rid] = -1
+    if sr[r, I_W_COUNT] == 0:
+        sr[r, I_W_HEAD] = rid
+    else:
+        waiting[sr[r, I_W_TAIL]] = rid
+    sr[r, I_W_TAIL] = rid
+    sr[r, I_W_COUNT] += 1
+
+
+@njit(cache=True, inline="always")
+def _waiting_push_front(sr, r, waiting, rid):
+    """Request `rid` (preempted) goes back to the front of replica r's waiting queue."""
+    waiting[rid] = sr[r, I_W_HEAD] if sr[r, I_W_COUNT] > 0 else -1
+    if sr[r, I_W_COUNT] == 0:
+        sr[r, I_W_TAIL] = rid
+    sr[r, I_W_HEAD] = rid
+    sr[r, I_W_COUNT] += 1
+
+
+@njit(cache=True, inline="always")
+def _waiting_pop(sr, r, waiting):
+    """The first request leaves replica r's waiting queue."""
+    sr[r, I_W_HEAD] = waiting[sr[r, I_W_HEAD]]
+    sr[r, I_W_COUNT] -= 1
+    if sr[r, I_W_COUNT] == 0:
+        sr[r, I_W_HEAD] = sr[r, I_W_TAIL] = -1
+
+
 @njit(cache=True)
 def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc, cfg):
     """ContinuousScheduler._preempt with the last-admitted policy and recompute. -1: no candidate."""
@@ -827,7 +859,6 @@ def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc, cfg):
         victim = req[Q_RUN_PREV, victim]
     if victim < 0:
         return -1
-    n_req = req.shape[1]
     _list_remove(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_RUN_HEAD, I_RUN_TAIL, victim)
     sr[r, I_RUNNING] -= 1
     if req[Q_ANCHOR, victim] >= 0:
@@ -847,9 +878,7 @@ def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc, cfg):
     req[Q_COMPUTED, victim] = 0
     req[Q_PREEMPTIONS, victim] += 1
     req[Q_STATE, victim] = WAITING
-    sr[r, I_W_HEAD] = (sr[r, I_W_HEAD] - 1) % n_req
-    waiting_all[r, sr[r, I_W_HEAD]] = victim
-    sr[r, I_W_COUNT] += 1
+    _waiting_push_front(sr, r, waiting_all, victim)
     return victim
 
 
@@ -926,8 +955,7 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting):
         sf[F_SINCE] = t
         sg[G_IN_SYSTEM] += 1
         sr[r, I_OUTSTANDING] += 1
-        waiting[r, (sr[r, I_W_HEAD] + sr[r, I_W_COUNT]) % n_req] = i
-        sr[r, I_W_COUNT] += 1
+        _waiting_push_back(sr, r, waiting, i)
 
 
 @njit(cache=True)
@@ -941,7 +969,6 @@ def _certain_miss(stop, now, sr, sg, req, reqf, waiting):
         return True  # slo_met needs every request finished
     out, fin_order, run_next = req[Q_OUT], req[Q_FIN_ORDER], req[Q_RUN_NEXT]
     arrival_s, first_tok, last_tok, finish_s = reqf[QF_ARRIVAL], reqf[QF_FIRST_TOK], reqf[QF_LAST_TOK], reqf[QF_FINISH]
-    n_req = req.shape[1]
     ttft_limit, tpot_limit, e2e_limit = stop[S_TTFT], stop[S_TPOT], stop[S_E2E]
     waited_floor = ttft_limit if ttft_limit < e2e_limit else e2e_limit
     for k in range(sg[G_FIN_COUNTED], sg[G_NUM_FINISHED]):
@@ -962,15 +989,14 @@ def _certain_miss(stop, now, sr, sg, req, reqf, waiting):
     pending_bad = 0
     for r in range(sr.shape[0]):
         rid = sr[r, I_RUN_HEAD]
-        k = 0
-        count = sr[r, I_W_COUNT]
+        wid = sr[r, I_W_HEAD]
         while True:  # the running list, then the waiting queue
             if rid >= 0:
                 i = rid
                 rid = run_next[rid]
-            elif k < count:
-                i = waiting[r, (sr[r, I_W_HEAD] + k) % n_req]
-                k += 1
+            elif wid >= 0:
+                i = wid
+                wid = waiting[wid]
             else:
                 break
             waited = now - arrival_s[i]
