@@ -97,3 +97,22 @@ def test_without_the_window_a_long_decode_reads_every_token_and_keeps_them():
     assert full["tpot_s_p50"] > windowed["tpot_s_p50"]
     assert windowed["kv_window_freed_blocks"] > 0
     assert full.get("kv_window_freed_blocks") is None
+
+
+# Gemma 2 9B's shape (config.json: 42 layers, every other one over a 4,096-token window, 8,192 positions)
+GEMMA2_LIKE = {"name": "gemma2-like", "model_type": "gemma2", "num_layers": 42, "hidden_size": 3584,
+               "num_attention_heads": 16, "num_kv_heads": 8, "head_dim": 256, "ffn_size": 14336, "vocab_size": 256000,
+               "max_context": 8192, "sliding_window": 4096, "sliding_window_layers": 21, "tie_word_embeddings": True}
+
+
+@pytest.mark.parametrize("version, off", [("0.6.0", True), ("0.6.3", True), ("0.6.3.post1", False), ("0.11.0", False)])
+def test_vllm_before_0_6_3_post1_turns_gemma_2s_window_off_itself(version, off):
+    sc = validate_scenario({**BASE, "model": GEMMA2_LIKE, "engine": {"name": "vllm", "version": version}})
+    dep = resolve(sc)
+    assert (dep.model.sliding_window is None) == off
+    assert dep.max_model_len == (4096 if off else 8192)
+    assert any("sliding window turned off" in note for note in sc.engine.notes) == off
+    if off:  # the scenario's own word wins over the engine's rule (a what-if)
+        kept = validate_scenario({**BASE, "model": GEMMA2_LIKE, "attention": {"sliding_window": True},
+                                  "engine": {"name": "vllm", "version": version}})
+        assert resolve(kept).model.sliding_window == 4096 and resolve(kept).max_model_len == 8192

@@ -160,6 +160,10 @@ class EnginePreset:
     # and a longer one refused as the engine refuses it (`presets._derive`). None: the model's max_context, checked by
     # sim/config/deployment.py
     context: Callable[["Context"], tuple[int, str, bool]] | None = None
+    # where the engine turns a model's sliding window off itself: (version, version text, model) -> why, in a note, or
+    # None where it keeps it; the model is then served without it (`attention.sliding_window` false) unless the
+    # scenario says otherwise
+    window_off: Callable[[tuple[int, ...], str, Any], str | None] | None = None
 
     def known_versions(self) -> str:
         return self.versions or f"{dotted_version(self.oldest)} to {dotted_version(self.newest[:2])}.x"

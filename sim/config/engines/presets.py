@@ -19,7 +19,7 @@ from sim.config.engines.sglang import (SGLANG_FLAGS, SGLANG_INERT, SGLANG_NEWEST
 from sim.config.engines.trtllm import (TRTLLM_FLAGS, TRTLLM_INERT, TRTLLM_NEWEST, derive_trtllm,
                                        trtllm_fp8_without_fp8_cores)
 from sim.config.engines.vllm import VLLM_FLAGS, VLLM_INERT, VLLM_NEWEST, derive_vllm, vllm_fp8_without_fp8_cores
-from sim.config.engines.vllm_context import KV_HOLDS_MAX_MODEL_LEN, vllm_context
+from sim.config.engines.vllm_context import KV_HOLDS_MAX_MODEL_LEN, vllm_context, vllm_window_off
 from sim.config.words import allowed_words, shown, type_words
 from sim.errors import ConfigError
 
@@ -30,7 +30,7 @@ PRESETS: dict[str, EnginePreset] = {
                          VLLM_FLAGS, derive_vllm, inert=VLLM_INERT,
                          syntax=CommandSyntax(underscores=True, prefixes=True, negation=True, attached=("-O",)),
                          fp8_without_fp8_cores=vllm_fp8_without_fp8_cores, kv_holds_max_len=KV_HOLDS_MAX_MODEL_LEN,
-                         context=vllm_context),
+                         context=vllm_context, window_off=vllm_window_off),
     "sglang": EnginePreset("sglang", ENGINE_LABELS["sglang"], (0, 3, 0), SGLANG_NEWEST,
                            "python/sglang/srt/server_args.py",
                            SGLANG_FLAGS, derive_sglang, inert=SGLANG_INERT, syntax=CommandSyntax(prefixes=True),
@@ -378,7 +378,10 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
     pp = hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1
     length_flag = next((key for key, flag in preset.flags.items() if flag.target == "scheduler.max_model_len"), None)
     length = flags.get(length_flag)
-    window_off = get_key(raw, "attention.sliding_window") is False
+    forced = None  # the engine's own rule turns the window off (`EnginePreset.window_off`), the scenario silent
+    if preset.window_off is not None and model is not None and not has_key(raw, "attention.sliding_window"):
+        forced = preset.window_off(version, version_text, model)
+    window_off = forced is not None or get_key(raw, "attention.sliding_window") is False
     served = model.served(not window_off) if model is not None else None  # the rules read the model as served
     ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
                   pp if isinstance(pp, int) else 1, served, raw, length if isinstance(length, int) else None,
@@ -386,6 +389,9 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
                   window_off=window_off)
     how = _derived_context(ctx, preset, length_flag)
     result = preset.derive(ctx)
+    if forced is not None:
+        result.values["attention.sliding_window"] = False
+        result.notes.append(forced)
     if how is not None and ctx.given_max_model_len() is None and ctx.derived_context != model.max_context:
         result.values["scheduler.max_model_len"] = ctx.derived_context
         result.notes.append(f"{preset.label} {version_text}: max_model_len {ctx.derived_context:,}, the context it "

@@ -18,8 +18,9 @@ vllm/utils/argparse_utils.py by 0.20.0, read there in 0.20.0 and 0.34.0):
   false), max_position_embeddings is first capped at the config's window (before any RoPE factor: YaRN's
   original_max_position_embeddings replaces it, and from 0.30.0 YaRN leaves it); 0.6.0-0.11.x refuse the window off
   beside RoPE scaling of any type but su, longrope and llama3 (NotImplementedError "Disabling sliding window is not
-  supported for models with rope_scaling"), a model without a window included; not modelled: Gemma 2's window, which
-  0.6.0-0.6.3 turn off themselves. Not read: the tokenizer's model_max_length, which may cut it further, and the
+  supported for models with rope_scaling"), a model without a window included. 0.6.0-0.6.3 turn Gemma 2's window off
+  themselves (`vllm_window_off`; from 0.6.3.post1 only where the XFORMERS or FLASHINFER backend is forced on V0, not
+  modelled). Not read: the tokenizer's model_max_length, which may cut it further, and the
   config's model_max_length (Command-R), which ServeSim's config reader does not keep.
 - **Human-readable numbers** (`human_readable_int`): a number with a decimal suffix, k m g (x 10**3, 10**6, 10**9) or
   a binary one, K M G (x 2**10, 2**20, 2**30), decimals allowed with a decimal suffix only ("25.6k" is 25,600); t and
@@ -157,6 +158,20 @@ def vllm_context(ctx) -> tuple[int, str, bool]:
     if factor != 1:
         how += f" x its RoPE factor {factor:g}"
     return int(derived * factor), how, True
+
+
+VLLM_GEMMA2_WINDOW_KEPT_SINCE = "0.6.3.post1"  # before it ModelConfig turns Gemma 2's sliding window off
+
+
+def vllm_window_off(version: tuple[int, ...], version_text: str, model) -> str | None:
+    """`EnginePreset.window_off`: vLLM 0.6.0-0.6.3 turn a Gemma 2's sliding window off and cap max_model_len at it
+    (ModelConfig: "Gemma 2 uses sliding window attention for every odd layer, which is currently not supported by
+    vLLM"); None for any other model or release."""
+    if (model.model_type != "gemma2" or model.sliding_window is None
+            or not released_before(version, version_text, VLLM_GEMMA2_WINDOW_KEPT_SINCE)):
+        return None
+    return (f"vLLM {version_text}: {model.name}'s sliding window turned off, every layer attending to every token "
+            "(attention.sliding_window: false), as ModelConfig turns Gemma 2's off before 0.6.3.post1")
 
 
 def _window_capped(ctx, entries: tuple[dict, ...], positions: int, how: str) -> tuple[int, str]:
