@@ -446,7 +446,8 @@ class OverheadSpec(_Strict):
 class AttentionSpec(_Strict):
     """Which attention kernel the engine runs (sim/model/attention_io.py): FlashAttention (Dao et al. 2022) never
     writes the score matrix to HBM; a materialized ("standard", eager) kernel writes S = QK^T and P = softmax(S)
-    and reads them back, and holds them in memory while a layer runs."""
+    and reads them back, and holds them in memory while a layer runs. And whether the model's sliding window is
+    served (`sliding_window`)."""
 
     kernel: Literal["flash", "materialized"] = Field(
         "flash", description="flash: tiled, scores never in HBM (vLLM's default); materialized: the score and "

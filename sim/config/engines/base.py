@@ -208,10 +208,11 @@ class Context:
 
     max_model_len_flag: int | None = None  # the engine flag that sets scheduler.max_model_len, when given
     derived_context: int | None = None  # the context the engine derives (`EnginePreset.context`), where it has one
-    # the model's sliding window as its config has it, where the scenario turns it off (`attention.sliding_window`:
-    # `model` is then the model as served, without it); None where it is kept
+    # the model's sliding window as its config has it, where it is turned off (the scenario's
+    # `attention.sliding_window` false, or the engine's own rule, `EnginePreset.window_off`: `model` is then the model
+    # as served, without it); None where it is kept
     configured_window: int | None = None
-    window_off: bool = False  # the scenario turns the sliding window off (whether or not the model has one)
+    window_off: bool = False  # the sliding window is turned off so (whether or not the model has one)
 
     def given_max_model_len(self) -> int | None:
         """max_model_len as the scenario gives it: the engine's flag, else `scheduler.max_model_len` (None: neither)."""
