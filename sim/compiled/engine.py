@@ -212,7 +212,6 @@ def run_compiled(sim) -> bool:
     req[[k.Q_RUN_NEXT, k.Q_RUN_PREV, k.Q_PF_NEXT, k.Q_PF_PREV, k.Q_SLOT]] = -1
     first_sched, first_tok = reqf[k.QF_FIRST_SCHED], reqf[k.QF_FIRST_TOK]
     last_tok, finish_s = reqf[k.QF_LAST_TOK], reqf[k.QF_FINISH]
-    waiting = np.full(n, -1, dtype=np.int64)  # the replicas' waiting queues, linked (kernel.py I_W_HEAD)
     heap = np.zeros((num_replicas, n // num_replicas + 2 * max_seqs + 2), dtype=np.int64)
     bucket = np.zeros((num_replicas, kv.block_size), dtype=np.int64)
     plan = np.zeros((3, num_replicas, max_seqs + 1), dtype=np.int64)
@@ -243,7 +242,7 @@ def run_compiled(sim) -> bool:
     while True:
         # The kernel returns after _ROWS_PER_CALL rows (a progress report), or when a buffer is full (FLUSH).
         yield_rows = min(row_i.shape[1], int(sg[k.G_ROWS]) + _ROWS_PER_CALL)
-        code = k.run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan, pf_snap, run_tmp,
+        code = k.run(sr, fr, sg, sf, cfg, price, stop, req, reqf, heap, bucket, plan, pf_snap, run_tmp,
                      row_i, row_f, run_dur, run_i, yield_rows, run_dur.shape[0], draws, pc)
         if code == k.DIVERGED:
             return hand_back("two events at one time: SimPy's event order decides")

@@ -72,8 +72,8 @@ NUM_SI = 31
 # hybrid model hold; I_RETURN_HEAD / I_RETURN_TAIL: the requests finished inside a group of decode steps that has
 # not ended, linked through Q_RUN_NEXT / Q_RUN_PREV (ContinuousScheduler._returning: they return at its end).
 # I_W_HEAD / I_W_TAIL / I_W_COUNT: the waiting queue, its first and last request (-1: empty) and its length, linked
-# through `waiting` (one entry per request: the request after it in its replica's queue), so that the queues of
-# every replica take one array of the requests' size, not one each.
+# through Q_RUN_NEXT / Q_RUN_PREV too: a request is in one of its replica's lists at a time (waiting, running,
+# returning), so the queues of every replica take no array of their own.
 # Indices into the float64 per-replica array `fr[r]`: the step in flight.
 R_START, R_END, R_DURATION, R_FLOPS, R_BYTES = range(5)
 NUM_FR = 5
@@ -218,7 +218,7 @@ def _stale(req, rid, fclock):
 # gave up took and dropped a reference with an atomic operation, and perf found NRT_incref/NRT_decref at 71% of
 # this loop's time (bench_engine 1M, development machine, 11-28: `run` 5.7 s with them, 0.7 s without).
 @njit(cache=True, nogil=True, _nrt=False)
-def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan, pf_snap, run_tmp,
+def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, heap, bucket, plan, pf_snap, run_tmp,
         row_i, row_f, run_dur, run_i, max_rows, max_run_steps, draws, pc):
     """Advance the simulation event by event (arrivals, the replicas' step ends in time order) until every
     request is done (DONE), the output buffers need reading (FLUSH; call again), the SimPy order cannot be
@@ -264,7 +264,7 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
         if t_arr == t_end:
             return DIVERGED  # an arrival at exactly a step's end
         if t_arr < t_end:
-            _admit_arrivals_at(t_arr, sr, fr, sg, sf, cfg, req, reqf, waiting)
+            _admit_arrivals_at(t_arr, sr, fr, sg, sf, cfg, req, reqf)
             sf[F_NOW] = t_arr
             # The idle replicas an arrival woke plan a step now (every arrival at this time is in by then).
             now, r_first, r_stop, woken_only = t_arr, 0, num_replicas, True
@@ -276,7 +276,7 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
             if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:  # the engine asks its stop rule after this step
                 sf[F_CHECK] = t_end + stop[S_EVERY]
                 sg[G_NUM_CHECKS] += 1
-                if _certain_miss(stop, t_end, sr, sg, req, reqf, waiting):
+                if _certain_miss(stop, t_end, sr, sg, req, reqf):
                     sg[G_STOPPED] = 1
                     sf[F_STOPPED_AT] = t_end
             if sg[G_STOPPED] != 0:
@@ -287,13 +287,13 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, waiting, heap, bucket, plan
             if woken_only and (sr[r, I_BUSY] != 0 or sr[r, I_W_COUNT] == 0):
                 continue
             code = _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf,
-                               waiting, heap, bucket, plan, pf_snap, run_tmp, draws, pc)
+                               heap, bucket, plan, pf_snap, run_tmp, draws, pc)
             if code != 0:
                 return code
 
 
 @njit(cache=True, inline="always")
-def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf, waiting_all,
+def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf,
                 heap_all, bucket_all, plan_all, pf_snap, run_tmp, draws, pc):
     """`ContinuousScheduler.schedule(now)` for replica r and the price of its step (a decode run where one
     fits): the replica is busy until fr[r, R_END], or idle when there is nothing to run. 0, DIVERGED or
@@ -328,7 +328,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
             if not mixed or (context and sr[r, I_PF_HEAD] < 0):
                 # a prefill-only step first where one can run (with the context pass: an iteration's first step)
                 num_pf, num_new, added, num_sampled, code = _schedule_prefills(
-                    r, now, max_batched, 0, sr, cfg, sf, req, reqf, waiting_all, bucket_all, plan_all, pf_snap,
+                    r, now, max_batched, 0, sr, cfg, sf, req, reqf, bucket_all, plan_all, pf_snap,
                     step_id, True, pc)
                 if code != 0:
                     return code
@@ -337,7 +337,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
         if with_decodes:
             # Room for the decodes' next tokens; preempt (last admitted first) until there is.
             while bucket_all[r, clock % bs] > sr[r, I_FREE_BLOCKS]:
-                victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, cfg[C_WHOLE], pc, cfg)
+                victim = _preempt(sr, r, req, bucket_all, step_id, bs, cfg[C_WHOLE], pc, cfg)
                 if victim < 0:
                     return DIVERGED
                 num_preempted += 1
@@ -349,7 +349,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                 sr[r, I_ALLOC_CLOCK] = clock
             if mixed and not in_group:
                 num_pf, num_new, added, num_sampled, code = _schedule_prefills(
-                    r, now, max_batched - sr[r, I_MEMBERS], num_preempted, sr, cfg, sf, req, reqf, waiting_all,
+                    r, now, max_batched - sr[r, I_MEMBERS], num_preempted, sr, cfg, sf, req, reqf,
                     bucket_all, plan_all, pf_snap, step_id, not context,  # the context pass's decode pass: no admission
                     pc)
                 if code != 0:
@@ -454,7 +454,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
 
 
 @njit(cache=True)  # a call: inlined at its two call sites it made the core ~5% slower (bench_engine 300k)
-def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf, waiting_all, bucket_all, plan_all,
+def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf, bucket_all, plan_all,
                        pf_snap, step_id, admit, pc):
     """`ContinuousScheduler._schedule_prefills`: the running prefills' chunks in admission order, then (if `admit`)
     waiting requests in order while a sequence slot, the budget, the KV (and the rule's admission test) allow; the
@@ -501,7 +501,7 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
                 req[Q_BLOCKS, rid] += need
                 added = True
                 break
-            victim = _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc, cfg)
+            victim = _preempt(sr, r, req, bucket_all, step_id, bs, whole, pc, cfg)
             if victim < 0:
                 return num_pf, num_new, num_preempted, num_sampled, DIVERGED
             num_preempted += 1
@@ -586,7 +586,8 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         req[Q_BLOCKS, rid] = claimed + need
         req[Q_COMPUTED, rid] = cached
         sr[r, I_PF_SUM] += cached
-        _waiting_pop(sr, r, waiting_all)
+        _list_remove(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_W_HEAD, I_W_TAIL, rid)
+        sr[r, I_W_COUNT] -= 1
         req[Q_STATE, rid] = RUNNING
         if math.isnan(reqf[QF_FIRST_SCHED, rid]):
             reqf[QF_FIRST_SCHED, rid] = now
@@ -753,6 +754,18 @@ def _list_append(req, q_prev, q_next, sr, r, i_head, i_tail, rid):
 
 
 @njit(cache=True, inline="always")
+def _list_prepend(req, q_prev, q_next, sr, r, i_head, i_tail, rid):
+    head = sr[r, i_head]
+    req[q_next, rid] = head
+    req[q_prev, rid] = -1
+    if head >= 0:
+        req[q_prev, head] = rid
+    else:
+        sr[r, i_tail] = rid
+    sr[r, i_head] = rid
+
+
+@njit(cache=True, inline="always")
 def _list_remove(req, q_prev, q_next, sr, r, i_head, i_tail, rid):
     p, q = req[q_prev, rid], req[q_next, rid]
     if p >= 0:
@@ -820,39 +833,8 @@ def _released(pc, r, req, rid, held):
     return prefix_cache.release(pc, r, slot, held)
 
 
-@njit(cache=True, inline="always")
-def _waiting_push_back(sr, r, waiting, rid):
-    """Request `rid` joins the end of replica r's waiting queue (linked through `waiting`)."""
-    waiting[rid] = -1
-    if sr[r, I_W_COUNT] == 0:
-        sr[r, I_W_HEAD] = rid
-    else:
-        waiting[sr[r, I_W_TAIL]] = rid
-    sr[r, I_W_TAIL] = rid
-    sr[r, I_W_COUNT] += 1
-
-
-@njit(cache=True, inline="always")
-def _waiting_push_front(sr, r, waiting, rid):
-    """Request `rid` (preempted) goes back to the front of replica r's waiting queue."""
-    waiting[rid] = sr[r, I_W_HEAD] if sr[r, I_W_COUNT] > 0 else -1
-    if sr[r, I_W_COUNT] == 0:
-        sr[r, I_W_TAIL] = rid
-    sr[r, I_W_HEAD] = rid
-    sr[r, I_W_COUNT] += 1
-
-
-@njit(cache=True, inline="always")
-def _waiting_pop(sr, r, waiting):
-    """The first request leaves replica r's waiting queue."""
-    sr[r, I_W_HEAD] = waiting[sr[r, I_W_HEAD]]
-    sr[r, I_W_COUNT] -= 1
-    if sr[r, I_W_COUNT] == 0:
-        sr[r, I_W_HEAD] = sr[r, I_W_TAIL] = -1
-
-
 @njit(cache=True)
-def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc, cfg):
+def _preempt(sr, r, req, bucket_all, step_id, bs, whole, pc, cfg):
     """ContinuousScheduler._preempt with the last-admitted policy and recompute. -1: no candidate."""
     victim = sr[r, I_RUN_TAIL]
     while victim >= 0 and req[Q_STAMP, victim] == step_id:
@@ -878,7 +860,8 @@ def _preempt(sr, r, req, waiting_all, bucket_all, step_id, bs, whole, pc, cfg):
     req[Q_COMPUTED, victim] = 0
     req[Q_PREEMPTIONS, victim] += 1
     req[Q_STATE, victim] = WAITING
-    _waiting_push_front(sr, r, waiting_all, victim)
+    _list_prepend(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_W_HEAD, I_W_TAIL, victim)
+    sr[r, I_W_COUNT] += 1
     return victim
 
 
@@ -918,7 +901,7 @@ def _decode_run_limit(sr, r, heap_all, bucket_all, req, max_steps, clock, bs, nu
 
 
 @njit(cache=True)
-def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting):
+def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf):
     """Every arrival SimPy fires at time `t` (one callback of the arrivals process): each is routed
     (`Simulation._admit`: round robin, or the fewest outstanding requests, lowest index first), then admitted
     to its replica's queue or rejected."""
@@ -955,11 +938,12 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf, waiting):
         sf[F_SINCE] = t
         sg[G_IN_SYSTEM] += 1
         sr[r, I_OUTSTANDING] += 1
-        _waiting_push_back(sr, r, waiting, i)
+        _list_append(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_W_HEAD, I_W_TAIL, i)
+        sr[r, I_W_COUNT] += 1
 
 
 @njit(cache=True)
-def _certain_miss(stop, now, sr, sg, req, reqf, waiting):
+def _certain_miss(stop, now, sr, sg, req, reqf):
     """`SLOMissRule.certain_miss_of` (sim/tools/early_verdict.py, which explains the rule) on the core's
     arrays, the same comparisons on the same floats; tests/integration/test_compiled_core.py checks that runs
     stop at the same step as in the SimPy engine. The counts are sums over requests, so they are read
@@ -996,7 +980,7 @@ def _certain_miss(stop, now, sr, sg, req, reqf, waiting):
                 rid = run_next[rid]
             elif wid >= 0:
                 i = wid
-                wid = waiting[wid]
+                wid = run_next[wid]
             else:
                 break
             waited = now - arrival_s[i]

@@ -1361,7 +1361,7 @@ def test_a_pool_or_batch_larger_than_the_simulator_holds_is_refused_before_any_a
 
 def test_data_parallel_pools_larger_than_the_simulator_holds_together_are_refused_before_any_array_is_sized():
     """(SGLang --dp-size 64 of Llama-3.1-8B over eight B200s each: 64 pools of ~10M one-token pages, each within the
-    bound alone; sizing them took 26 GiB and the host's OOM killer, 12-05)"""
+    bound alone; one of their arrays alone needed 64 x 410 MiB, a MemoryError traceback under a 12 GB limit, 12-05)"""
     from sim.kv.paged import MAX_KV_BLOCKS
     raw = {**BASE, "model": "llama-3.1-8b", "hardware": {"gpu": "b200", "tensor_parallel": 8},
            "engine": {"name": "sglang", "version": "0.4.6", "dp_size": 64}}

@@ -139,22 +139,23 @@ def vllm_context(ctx) -> tuple[int, str, bool]:
     if ctx.flags.get("rope_scaling") is not None:
         overrides["rope_scaling"] = ctx.flags["rope_scaling"]
     positions, entries = served_config(ctx, overrides)
+    if "gemma3" in (ctx.model.model_type or ""):
+        entries = ()  # its max_position_embeddings is already scaled: vLLM skips the RoPE rule (and the check below)
     yarn_unscaled = _since(ctx.version, ctx.version_text, VLLM_YARN_UNSCALED_SINCE)
     unscaled = VLLM_UNSCALED_ROPE + (VLLM_YARN_ROPE if yarn_unscaled else ())
     derived, factor, how = positions, 1.0, f"max_position_embeddings {positions:,}"
     if ctx.window_off:
         derived, how = _window_capped(ctx, entries, derived, how)
-    if "gemma3" not in (ctx.model.model_type or ""):
-        for entry in entries:
-            if entry["rope_type"] in unscaled:
-                continue
-            factor = entry["factor"] if entry["factor"] is not None else factor
-            if entry["rope_type"] == "yarn":
-                original = entry["original_max_position_embeddings"]
-                if original is None:
-                    raise ConfigError("engine: a yarn RoPE scaling without original_max_position_embeddings, which "
-                                      f"vLLM {ctx.version_text} reads (KeyError); allowed: a yarn entry with it")
-                derived, how = original, f"YaRN's original_max_position_embeddings {original:,}"
+    for entry in entries:
+        if entry["rope_type"] in unscaled:
+            continue
+        factor = entry["factor"] if entry["factor"] is not None else factor
+        if entry["rope_type"] == "yarn":
+            original = entry["original_max_position_embeddings"]
+            if original is None:
+                raise ConfigError("engine: a yarn RoPE scaling without original_max_position_embeddings, which "
+                                  f"vLLM {ctx.version_text} reads (KeyError); allowed: a yarn entry with it")
+            derived, how = original, f"YaRN's original_max_position_embeddings {original:,}"
     if factor != 1:
         how += f" x its RoPE factor {factor:g}"
     return int(derived * factor), how, True
@@ -178,8 +179,7 @@ def _window_capped(ctx, entries: tuple[dict, ...], positions: int, how: str) -> 
     """The context before RoPE scaling with the sliding window off (the module's docstring): capped at the config's
     window; refused where the release refuses the window off beside the config's RoPE scaling."""
     scaled = [e["rope_type"] for e in entries if e["rope_type"] not in VLLM_WINDOW_OFF_ROPE]
-    if (scaled and "gemma3" not in (ctx.model.model_type or "")
-            and not _since(ctx.version, ctx.version_text, VLLM_WINDOW_OFF_WITH_ROPE_SINCE)):
+    if scaled and not _since(ctx.version, ctx.version_text, VLLM_WINDOW_OFF_WITH_ROPE_SINCE):
         flag_given = ctx.flags.get("disable_sliding_window") is False  # (the flag's value as its target takes it)
         where = "engine.disable_sliding_window: true" if flag_given else "attention.sliding_window: false"
         raise ConfigError(f"{where} is refused by vLLM {ctx.version_text} beside {ctx.model.name}'s RoPE scaling "
