@@ -754,18 +754,6 @@ def _list_append(req, q_prev, q_next, sr, r, i_head, i_tail, rid):
 
 
 @njit(cache=True, inline="always")
-def _list_prepend(req, q_prev, q_next, sr, r, i_head, i_tail, rid):
-    head = sr[r, i_head]
-    req[q_next, rid] = head
-    req[q_prev, rid] = -1
-    if head >= 0:
-        req[q_prev, head] = rid
-    else:
-        sr[r, i_tail] = rid
-    sr[r, i_head] = rid
-
-
-@njit(cache=True, inline="always")
 def _list_remove(req, q_prev, q_next, sr, r, i_head, i_tail, rid):
     p, q = req[q_prev, rid], req[q_next, rid]
     if p >= 0:
@@ -860,7 +848,8 @@ def _preempt(sr, r, req, bucket_all, step_id, bs, whole, pc, cfg):
     req[Q_COMPUTED, victim] = 0
     req[Q_PREEMPTIONS, victim] += 1
     req[Q_STATE, victim] = WAITING
-    _list_prepend(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_W_HEAD, I_W_TAIL, victim)
+    # back to the queue's front: appending to the list read backwards (links and ends swapped) is prepending
+    _list_append(req, Q_RUN_NEXT, Q_RUN_PREV, sr, r, I_W_TAIL, I_W_HEAD, victim)
     sr[r, I_W_COUNT] += 1
     return victim
 
