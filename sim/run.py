@@ -82,12 +82,18 @@ def _roofline_step_overhead(spec) -> float | None:
 
 
 def _with_overhead(target, spec, deployment: Deployment):
-    """The kernel model plus the engine's overhead outside its kernels, where the scenario asks for it."""
+    """The kernel model plus the engine's overhead outside its kernels, where the scenario asks for it, and the
+    reads of weights kept in host memory, where it keeps some there (`EngineOverhead.weights_stream_s`)."""
     o = getattr(spec, "overhead", None)
-    if o is None:
+    stream_s = deployment.weights_offloaded_bytes / deployment.gpu.host_link_bytes_per_s
+    if o is None and not stream_s:
         return target
-    from sim.cost.overhead import EngineOverheadCostModel
-    return EngineOverheadCostModel(target, overhead_of(o), deployment.model.num_layers)
+    from sim.cost.overhead import EngineOverheadCostModel, engine_overhead
+    overhead = overhead_of(o) if o is not None else engine_overhead("none")
+    if stream_s:
+        from dataclasses import replace
+        overhead = replace(overhead, weights_stream_s=stream_s)
+    return EngineOverheadCostModel(target, overhead, deployment.model.num_layers)
 
 
 def overhead_of(spec):

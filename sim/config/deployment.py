@@ -27,6 +27,7 @@ from sim.model.memory import (
     kv_bytes_per_token,
     kv_capacity,
     kv_slot_bytes,
+    offloaded_weight_bytes,
     pipeline_kv_capacity,
     pipeline_stage_layers,
     sequence_slots,
@@ -60,6 +61,7 @@ class Deployment:
     # scores (and its own KV) fit this replica's GPUs (`longest_prompt_tokens`); None with flash
     expert_parallel: int = 1  # GPUs of the tensor-parallel group holding whole routed experts (`hardware`)
     window_kv_bytes_per_token_per_gpu: int = 0  # a hybrid model's sliding layers: one token's KV on each GPU
+    weights_offloaded_bytes: int = 0  # each GPU's layer weights kept in host memory (`kv_cache.weights_offload_bytes`)
 
     @property
     def num_gpus(self) -> int:
@@ -466,4 +468,7 @@ def resolve(scenario: Scenario) -> Deployment:
                       stage_layers=pipeline_stage_layers(model.num_layers, scenario.hardware.pipeline_parallel),
                       attention_kernel=kernel, score_bytes_per_gpu=scores, max_prompt_tokens_materialized=longest,
                       window_kv_bytes_per_token_per_gpu=window_kv_bytes_per_token(
-                          model, q.kv_cache, tp, window_memory=scenario.kv_cache.window_memory))
+                          model, q.kv_cache, tp, window_memory=scenario.kv_cache.window_memory),
+                      weights_offloaded_bytes=offloaded_weight_bytes(
+                          model, scenario.kv_cache.weights_offload_bytes or 0, q.weights, tp,
+                          expert_padding=_engine_memory(scenario)["expert_padding"]))

@@ -329,6 +329,11 @@ class KVCacheSpec(_Strict):
         "hole that fits, or power-of-two buddy blocks")
     gpu_memory_utilization: float = Field(0.9, gt=0, le=1, description="fraction of HBM the engine may use")
     reserve_bytes: int = Field(0, ge=0, description="extra bytes per GPU kept free")
+    weights_offload_bytes: int | None = Field(None, ge=0, description=(
+        "bytes of each GPU's decoder-layer weights kept in host memory (pinned) instead, as vLLM's --cpu-offload-gb "
+        "moves them (whole parameters from the first layer on, until at least this many: "
+        "sim/model/memory.py offloaded_weight_bytes): the KV cache gets their room, and every forward pass reads them "
+        "over the host link (PCIe), which each step pays (sim/cost/overhead.py weights_stream_s); absent or 0: none"))
     sampler_bytes_per_logit: float = Field(LOGIT_BYTES, gt=0, le=64, description=(
         "bytes per sampled row and vocabulary entry the engine's memory profile holds at its sampler's peak (its "
         f"copies of the logits), taken from the KV budget for max_num_seqs rows; default {LOGIT_BYTES:g}: one fp32 "
@@ -880,6 +885,21 @@ class Scenario(_Strict):
         if replicas % shared:
             raise ConfigError(f"frontend.replicas_per_server: {shared} does not divide hardware.num_replicas "
                               f"{replicas}; allowed: a divisor of it (each server feeds that many replicas)")
+        return self
+
+    @model_validator(mode="after")
+    def _offload_fits(self) -> "Scenario":
+        """Offloaded weights are modelled for one colocated pipeline stage with no draft model (each stage's, a
+        pool's or a draft's own layers would move as well, as the engine fills its limit)."""
+        if not self.kv_cache.weights_offload_bytes:
+            return self
+        h = self.hardware
+        for clash, given in (("hardware.pipeline_parallel", h.pipeline_parallel > 1),
+                             ("hardware.disaggregation", h.disaggregation is not None),
+                             ("speculation", self.speculation is not None)):
+            if given:
+                raise ConfigError(f"kv_cache.weights_offload_bytes: {self.kv_cache.weights_offload_bytes:,} with "
+                                  f"{clash} is not modelled yet; allowed with it: 0 or absent")
         return self
 
     @model_validator(mode="after")

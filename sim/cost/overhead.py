@@ -5,7 +5,7 @@ the inputs (token ids, positions, slot mappings, block tables: work per schedule
 prompt token), samples and processes the outputs (per sequence), and in eager mode launches every
 kernel from Python one by one. `EngineOverhead` prices this with named, linear terms:
 
-    step = max(kernels, launch_per_layer_s × layers) + per_step_s + per_seq_s × sequences
+    step = max(kernels + weights_stream_s, launch_per_layer_s × layers) + per_step_s + per_seq_s × sequences
            + per_prefill_token_s × prefill tokens
 
 The launch term overlaps the kernels (the CPU enqueues kernels asynchronously: a step is launch-bound
@@ -34,6 +34,14 @@ fit your own with `python -m calibrate fit-engine`):
   down, 2 residual adds), at ~5 µs of PyTorch dispatch + CUDA launch each (typical host cost of one eager op);
   CUDA graphs exist in vLLM to remove exactly this (the design doc above).
 - `none`: all terms 0 (the kernel model alone).
+
+`weights_stream_s` is GPU time, not the engine's CPU: where the deployment keeps some layers' weights in host
+memory (`kv_cache.weights_offload_bytes`, vLLM's --cpu-offload-gb), every forward pass reads them over the host
+link, offloaded bytes / `GPUSpec.host_link_bytes_per_s` a step whatever its tokens. vLLM 0.6-0.7 (and V0 after)
+copy them in before each offloaded layer runs, on the stream its kernels run on; V1 (0.8 on) lets the kernels read
+them from pinned host memory (UVA): either way each byte crosses the link once a pass. Not modelled: a MoE layer's
+kernels under UVA read only the experts some token routes to (fewer bytes: this is their upper bound), and a long
+prefill's GEMM tiles may read a weight more than once (more).
 """
 
 from __future__ import annotations
@@ -52,8 +60,10 @@ from sim.jit import njit
 TERMS = ("per_step_s", "per_seq_s", "per_prefill_token_s", "launch_per_layer_s")
 # The pack the compiled form carries (`EngineOverhead.pack`): these four numbers, the launch term already times
 # the layers, then 1.0 where the engine overlaps its CPU work with the GPU (`overlap`), the largest decode batch
-# replayed as a CUDA graph (`graph_max_seqs`), and 1.0 where steps with prompt tokens are too (`graph_prefill`).
-O_PER_STEP, O_PER_SEQ, O_PER_PREFILL_TOKEN, O_LAUNCH, O_OVERLAP, O_GRAPH_MAX_SEQS, O_GRAPH_PREFILL = range(7)
+# replayed as a CUDA graph (`graph_max_seqs`), 1.0 where steps with prompt tokens are too (`graph_prefill`), and the
+# GPU's time reading weights from host memory (`weights_stream_s`).
+(O_PER_STEP, O_PER_SEQ, O_PER_PREFILL_TOKEN, O_LAUNCH, O_OVERLAP, O_GRAPH_MAX_SEQS, O_GRAPH_PREFILL,
+ O_WEIGHTS_STREAM) = range(8)
 
 
 @njit(cache=True, inline="always")
@@ -66,7 +76,8 @@ def with_overhead(terms, kernels_s, num_seqs, num_prefill_tokens, num_tokens):
     launch_s = terms[O_LAUNCH]
     if (num_seqs <= terms[O_GRAPH_MAX_SEQS]) if num_prefill_tokens == 0 else (terms[O_GRAPH_PREFILL] != 0.0):
         launch_s = 0.0  # a step replayed as one CUDA graph launches once
-    busy_s = kernels_s if kernels_s >= launch_s or kernels_s != kernels_s else launch_s  # NaN stays NaN
+    kernels_s += terms[O_WEIGHTS_STREAM]  # NaN stays NaN
+    busy_s = kernels_s if kernels_s >= launch_s or kernels_s != kernels_s else launch_s
     serial_s = terms[O_PER_STEP] + terms[O_PER_SEQ] * num_seqs + terms[O_PER_PREFILL_TOKEN] * num_prefill_tokens
     if terms[O_OVERLAP] != 0.0:
         # The next step is scheduled and its inputs prepared while the GPU runs this one (SGLang's overlap
@@ -89,12 +100,17 @@ class EngineOverhead:
     source: str = ""  # where the values came from: defaults (estimates, see module docstring) or a fit
     overlap: bool = False  # the CPU terms run while the GPU runs the previous step (a step: the longer of the two)
     fitted_for: str = ""  # the engine version(s) whose fit gave the terms, for labels and the repr: prices nothing
+    # GPU time, not CPU: the weights an engine keeps in host memory (`kv_cache.weights_offload_bytes`), read over the
+    # host link at every forward pass, before the kernels that use them finish; set by the deployment, not a fit
+    weights_stream_s: float = 0.0
 
     def __post_init__(self):
         for name in TERMS:
             value = getattr(self, name)
             if not value >= 0.0:  # also refuses NaN
                 raise ConfigError(f"cost_model.overhead.{name}: {value!r} is not allowed; allowed: a number >= 0")
+        if not self.weights_stream_s >= 0.0:
+            raise ValueError(f"weights_stream_s: {self.weights_stream_s!r}; allowed: a number >= 0")
         if isinstance(self.graph_max_seqs, bool) or not isinstance(self.graph_max_seqs, int) or self.graph_max_seqs < 0:
             raise ConfigError(f"cost_model.overhead.graph_max_seqs: {self.graph_max_seqs!r} is not allowed; allowed: "
                               "a whole number >= 0")
@@ -106,6 +122,8 @@ class EngineOverhead:
         parts = [f"{name}={value * 1e6:g}us" for name, value in self.terms().items() if value]
         parts += ["overlapped with the GPU"] if self.overlap else []
         parts += [graphs] if (graphs := self.graphs_described()) else []
+        parts += [f"weights read from host memory {self.weights_stream_s * 1e3:.3g} ms a step"] \
+            if self.weights_stream_s else []
         return f"overhead {self.engine}: " + (", ".join(parts) or "none") + (f" [{self.source}]" if self.source else "")
 
     def graphs_described(self) -> str:
@@ -117,16 +135,17 @@ class EngineOverhead:
 
     def pack(self, num_layers: int) -> np.ndarray:
         """The terms as `with_overhead` takes them."""
-        terms = np.zeros(7)
+        terms = np.zeros(8)
         terms[O_PER_STEP], terms[O_PER_SEQ] = self.per_step_s, self.per_seq_s
         terms[O_PER_PREFILL_TOKEN], terms[O_LAUNCH] = self.per_prefill_token_s, self.launch_per_layer_s * num_layers
         terms[O_OVERLAP] = 1.0 if self.overlap else 0.0
         terms[O_GRAPH_MAX_SEQS], terms[O_GRAPH_PREFILL] = self.graph_max_seqs, 1.0 if self.graph_prefill else 0.0
+        terms[O_WEIGHTS_STREAM] = self.weights_stream_s
         return terms
 
     @cached_property
     def _serial_terms(self) -> np.ndarray:
-        return replace(self, launch_per_layer_s=0.0, overlap=False).pack(0)
+        return replace(self, launch_per_layer_s=0.0, overlap=False, weights_stream_s=0.0).pack(0)
 
     def serial_s(self, plan: StepPlan) -> float:
         """The CPU time between steps (not overlapped with kernels): a pipelined replica's driver time, per step."""
@@ -169,6 +188,11 @@ class EngineOverheadCostModel:
     """A kernel cost model (measured, calibrated, roofline) plus the engine's overhead outside its kernels."""
 
     def __init__(self, kernels, overhead: EngineOverhead, num_layers: int):
+        if isinstance(kernels, EngineOverheadCostModel) and not any(kernels.overhead.terms().values()):
+            # Kernels that carry only the reads of offloaded weights (`sim.run._with_overhead`; a fit wraps them
+            # with its own terms): one overhead with both, as the compiled form takes one
+            overhead = replace(overhead, weights_stream_s=overhead.weights_stream_s + kernels.overhead.weights_stream_s)
+            kernels = kernels.kernels
         self.kernels, self.overhead, self.num_layers = kernels, overhead, num_layers
         self._terms = overhead.pack(num_layers)
 

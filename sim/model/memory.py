@@ -302,6 +302,31 @@ def weight_bytes_per_gpu(
     return math.ceil(total)
 
 
+def offloaded_weight_bytes(model: ModelSpec, limit_bytes: int, weight_dtype: str = "bf16", tensor_parallel: int = 1,
+                           group_size: int = 128, expert_padding: ExpertPadding | None = None) -> int:
+    """Bytes of each GPU's decoder-layer weights an engine keeps in host memory when told to offload at most
+    `limit_bytes` (`kv_cache.weights_offload_bytes`, vLLM's --cpu-offload-gb): as vLLM's `maybe_offload_to_cpu`
+    (model_executor/models/utils.py, 0.6.0-0.14.x; model_executor/offloader/uva.py from 0.19.0) moves them, layer by
+    layer from the first, whole parameters in each layer's order (its matrices, then its norms), until it has
+    moved at least `limit_bytes`: up to one parameter more, or every layer's when they hold less. A matrix's bias and
+    scales move with it here (apart in the engine: a few bytes either way). The embeddings, the final norm and the LM
+    head stay on the GPU (they are not built as layers)."""
+    if limit_bytes <= 0:
+        return 0
+    norm_bytes = (norm_param_count(model) - (2 if model.linear_bias else 1) * model.hidden_size) \
+        * _UNQUANTIZED_BYTES / model.num_layers  # each layer's two norms (and MLA's latent norms)
+    moved = 0.0
+    for num_layers, gpu_shapes in gpu_layer_groups(model, tensor_parallel):
+        params = [_gpu_matrix_bytes(g, 1, weight_dtype, group_size, expert_padding) for g in gpu_shapes]
+        params.append(norm_bytes)
+        for _ in range(num_layers):
+            for nbytes in params:
+                moved += nbytes
+                if moved >= limit_bytes:
+                    return math.ceil(moved)
+    return math.ceil(moved)
+
+
 def weight_bytes(model: ModelSpec, weight_dtype: str = "bf16", group_size: int = 128) -> int:
     """All weight bytes of the model on one GPU (no tensor parallelism)."""
     return weight_bytes_per_gpu(model, weight_dtype, 1, group_size)
@@ -410,6 +435,8 @@ def engine_memory(kv_cache: dict, quantization: dict) -> dict:
     margin = kv_cache.get("transient_margin")
     if isinstance(margin, dict):
         out["transient_margin"] = (margin["floor_bytes"], margin["fraction"])
+    if kv_cache.get("weights_offload_bytes"):
+        out["weights_offload_bytes"] = kv_cache["weights_offload_bytes"]
     pad = quantization.get("expert_padding")
     out["expert_padding"] = (pad["hidden"], pad["intermediate"]) if isinstance(pad, dict) else None
     return out
@@ -433,17 +460,21 @@ def kv_capacity(
     logit_bytes: float = LOGIT_BYTES,
     profiled_activations: bool = True,
     transient_margin: TransientMargin | None = None,
+    weights_offload_bytes: int = 0,
 ) -> KVCapacity:
     """The memory left for KV cache on each GPU after weights, activations (with `score_bytes` of materialized
     attention scores, `sim.model.attention_io.score_activation_bytes`) and a reserve, in token slots of
     `kv_slot_bytes` (a hybrid model's sliding layers kept as `window_memory` says). `profiled_activations` False:
     the utilization's share is taken after the weights alone, the activations living in the memory outside it
     (SGLang's mem_fraction_static; `kv_cache.profile_activations`). `transient_margin`: the usable bytes are at most
-    the device less that margin (`margined_usable_bytes`).
+    the device less that margin (`margined_usable_bytes`). `weights_offload_bytes`: at most about this many bytes of
+    each GPU's layers are kept in host memory instead (`offloaded_weight_bytes`); `weight_bytes` is what stays.
 
     Raises DoesNotFitError when nothing is left.
     """
     weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel, expert_padding=expert_padding)
+    weights -= offloaded_weight_bytes(model, weights_offload_bytes, weight_dtype, tensor_parallel,
+                                      expert_padding=expert_padding)
     activations = (activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel, logit_bytes)
                    if profiled_activations else 0)
     usable = margined_usable_bytes(gpu, usable_bytes(gpu, gpu_memory_utilization, reserve_bytes), activations,
@@ -453,7 +484,8 @@ def kv_capacity(
     needed = weights + activations + score_bytes + reserve_bytes
     if usable - needed <= 0:
         raise DoesNotFitError(
-            f"{model.name} ({weight_dtype} weights, tensor_parallel={tensor_parallel}) needs {needed:,} bytes "
+            f"{model.name} ({weight_dtype} weights{', some offloaded' if weights_offload_bytes else ''}, "
+            f"tensor_parallel={tensor_parallel}) needs {needed:,} bytes "
             f"per GPU but {gpu.name} offers {usable:,} ({gpu_memory_utilization:g} of {gpu.hbm_bytes:,}"
             f"{', less the transient margin' if transient_margin is not None else ''}); "
             "try a larger tensor_parallel or lower-precision weights"

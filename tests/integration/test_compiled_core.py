@@ -312,6 +312,22 @@ def test_the_measured_model_without_tables_runs_compiled_as_the_roofline_it_is()
     assert_identical(python, compiled)
 
 
+@pytest.mark.parametrize("cost_model", [
+    {"kind": "roofline"},  # no engine overhead: the reads alone
+    {"kind": "calibrated", "engine": "fused", "overhead": {"engine": "vllm-eager", "overlap": True}},
+    {"kind": "measured", "overhead": {"engine": "vllm-cudagraph"}},
+])
+def test_weights_read_from_host_memory_run_compiled_with_the_same_records(cost_model):
+    """`kv_cache.weights_offload_bytes`: the reads every step pays are the overhead pack's, in both engines."""
+    spec = spec_for(arrival={"kind": "poisson", "rate_per_s": 20.0}, num_requests=150, chunked=True, budget=512,
+                    cost_model=cost_model)
+    spec["kv_cache"]["weights_offload_bytes"] = 3 << 30
+    python, compiled = both(spec)
+    assert compiled.extras["engine_core"] == "compiled"
+    assert "weights read from host memory" in compiled.extras["cost_model"]
+    assert_identical(python, compiled)
+
+
 def test_a_stop_rule_the_core_cannot_ask_runs_in_the_python_engine():
     spec = spec_for(num_requests=20)
     result = simulate(validate_scenario(spec), stop_when=lambda sim: False)

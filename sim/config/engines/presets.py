@@ -364,7 +364,7 @@ def fitted_versions(name: str) -> list[str]:
 # flag that sets one is written into the scenario before deriving, where the scenario gives none (a different own
 # value is a contradiction, refused after the derivation).
 DERIVATION_INPUTS = ("hardware.tensor_parallel", "hardware.pipeline_parallel", "quantization.kv_cache",
-                     "attention.sliding_window")
+                     "attention.sliding_window", "kv_cache.weights_offload_bytes")
 
 
 def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,

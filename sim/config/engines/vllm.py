@@ -289,6 +289,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
                               "vLLM 0.11.0 or later")
         notes.append(fallback)
     v1 = v >= (0, 8) and fallback is None
+    _vllm_offload_notes(ctx, v1, notes)
     if v1:
         values["kv_cache.sampler_bytes_per_logit"] = VLLM_SAMPLER_BYTES_PER_LOGIT  # its profiling run's sampler
         notes.append(f"vLLM {ctx.version_text}: its memory profile's sampler holds {VLLM_SAMPLER_BYTES_PER_LOGIT:g} "
@@ -753,11 +754,34 @@ def _vllm_swap_notes(ctx: Context, notes: list[str]) -> None:
                      "recomputes (V0 swaps only under --preemption-mode swap; V1 does not swap)")
 
 
-def _swap_space_bytes(gib: int | float) -> int:
-    """--swap-space, GiB a GPU, as bytes; a negative size refused in one line."""
-    if gib < 0:
-        raise ConfigError(f"engine.swap_space: {gib!r} is not allowed; allowed: a number of GiB >= 0")
-    return int(gib * GIB)
+def _gib_as_bytes(name: str):
+    """A flag of GiB a GPU (--swap-space, --cpu-offload-gb) as bytes, as vLLM converts it (`int(gib * 1024**3)`); a
+    negative size refused in one line."""
+    def convert(gib: int | float) -> int:
+        if gib < 0:
+            raise ConfigError(f"engine.{name}: {gib!r} is not allowed; allowed: a number of GiB >= 0")
+        return int(gib * GIB)
+    return convert
+
+
+# --cpu-offload-gb: GiB of each GPU's decoder-layer weights kept in pinned host memory (kv_cache.weights_offload_bytes;
+# sim/model/memory.py offloaded_weight_bytes says which). In every release 0.6.0-0.34.0 (read: 0.6.0, 0.6.3, 0.6.6,
+# 0.7.3, 0.8.5, 0.9.2, 0.10.2, 0.11.0, 0.12.0, 0.14.0, 0.19.0, 0.25.0, 0.33.0, 0.34.0): model_executor/models/utils.py
+# maybe_offload_to_cpu, which make_layers calls on each decoder layer, to 0.14.x; model_executor/offloader/uva.py
+# UVAOffloader from 0.19.0. V0 copies a layer's offloaded parameters in before it runs (`v.to(device,
+# non_blocking=True)`, functional_call); V1 (0.8.0 on) maps them into the GPU's address space (UVA) and the kernels
+# read them there. Each forward pass reads them over the host link either way (sim/cost/overhead.py
+# weights_stream_s). 0.19.0's other backend, --offload-backend prefetch (--offload-group-size ...), is not modelled
+# (its flags are refused as unknown).
+def _vllm_offload_notes(ctx: Context, v1: bool, notes: list[str]) -> None:
+    """What --cpu-offload-gb does here (the comment above), noted."""
+    given = ctx.flags.get("cpu_offload_gb")
+    if given:
+        how = ("read by the kernels from pinned host memory (V1's UVA)" if v1
+               else "copied to the GPU before each offloaded layer runs (V0)")
+        notes.append(f"vLLM {ctx.version_text} --cpu-offload-gb {given / GIB:g}: that much of each GPU's decoder-layer "
+                     f"weights (whole parameters from the first layer on) lives in host memory, {how}: every "
+                     "forward pass reads it over the host link (PCIe), and the KV cache gets its room")
 
 
 VLLM_FLAGS = {
@@ -775,6 +799,9 @@ VLLM_FLAGS = {
                                   "(kv_cache.capacity_tokens)", at_least("kv_cache_memory_bytes"),
                                   since=VLLM_KV_CACHE_MEMORY_BYTES_SINCE,
                                   read=readable_number("kv_cache_memory_bytes")),
+    "cpu_offload_gb": Flag("kv_cache.weights_offload_bytes", (int, float), "--cpu-offload-gb: GiB of each GPU's "
+                           "decoder-layer weights kept in host memory, read over the host link every forward pass",
+                           _gib_as_bytes("cpu_offload_gb")),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
     "hf_overrides": Flag(None, (str, dict), "--hf-overrides: config.json keys as served (RoPE scaling, "
                          "max_position_embeddings: the context vLLM derives)", config_overrides("hf_overrides"),
@@ -785,7 +812,7 @@ VLLM_FLAGS = {
                             "request's KV to host memory and back)",
                             only_one_of("preemption_mode", ("recompute", "swap")), until=VLLM_PREEMPTION_MODE_UNTIL),
     "swap_space": Flag("scheduler.preemption.swap_space_bytes", (int, float), "--swap-space: GiB of host memory a GPU "
-                       "for swapped KV, used by --preemption-mode swap", _swap_space_bytes,
+                       "for swapped KV, used by --preemption-mode swap", _gib_as_bytes("swap_space"),
                        until=VLLM_SWAP_SPACE_UNTIL),
     "performance_mode": Flag(None, str, "--performance-mode: balanced (the default), interactivity or throughput "
                              "(twice the default batch limits)",
