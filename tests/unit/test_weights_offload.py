@@ -1,8 +1,11 @@
 """Weights kept in host memory (`kv_cache.weights_offload_bytes`, vLLM's --cpu-offload-gb): which bytes move, the KV
 room they leave, the host-link reads every step pays, and the flag as each vLLM release reads it."""
 
+from pathlib import Path
+
 import pytest
 
+from sim.api import load_scenario_set, make_workload
 from sim.config.files import validate_scenario
 from sim.config.deployment import resolve
 from sim.errors import ConfigError
@@ -110,3 +113,17 @@ def test_what_offloading_cannot_be_is_refused_in_one_line(change, message):
     with pytest.raises(ConfigError) as err:
         validate_scenario(raw)
     assert str(err.value) == message
+
+
+def test_the_shipped_scenario_offloading_pays_the_host_link_at_every_step_and_two_gpus_win():
+    """scenarios/cpu_offload.yaml (README's table): each offloading variant's p50 TPOT is at least its reads' time,
+    and the one without reads is an order of magnitude faster."""
+    scenarios = dict(load_scenario_set(Path(__file__).resolve().parents[2] / "scenarios" / "cpu_offload.yaml").items())
+    tpot = {}
+    for name, scenario in scenarios.items():
+        deployment = resolve(scenario)
+        stream_s = deployment.weights_offloaded_bytes / deployment.gpu.host_link_bytes_per_s
+        tpot[name] = simulate(scenario, make_workload(scenario)).summary["tpot_s_p50"]
+        assert tpot[name] > stream_s
+    assert resolve(scenarios["2xh100-tp2"]).weights_offloaded_bytes == 0
+    assert tpot["2xh100-tp2"] * 10 < tpot["h200-offload-20gib"] < tpot["h100-offload-80gib"]
