@@ -127,3 +127,37 @@ def test_the_shipped_scenario_offloading_pays_the_host_link_at_every_step_and_tw
         assert tpot[name] > stream_s
     assert resolve(scenarios["2xh100-tp2"]).weights_offloaded_bytes == 0
     assert tpot["2xh100-tp2"] * 10 < tpot["h200-offload-20gib"] < tpot["h100-offload-80gib"]
+
+
+def _sglang(version: str, **flags) -> dict:
+    return {**_vllm(version), "engine": {"name": "sglang", "version": version, "context_length": 8192, **flags}}
+
+
+@pytest.mark.parametrize("version, prefill_graphs", [("0.4.0", False), ("0.5.11", False), ("0.5.14", False),
+                                                     ("0.5.15", True), ("0.5.23", True)])
+def test_sglang_offloads_as_vllm_v0_and_its_torch_compile_prefill_graphs_go_with_it(version, prefill_graphs):
+    """SGLang's --cpu-offload-gb: whole GiB a GPU, copied in at every pass; 0.5.10-0.5.14's prefill graphs (torch.compile
+    piecewise) are turned off by it, 0.5.15's breakable ones are not (0.4.0 has none)."""
+    scenario = validate_scenario(_sglang(version, cpu_offload_gb=80))
+    assert scenario.kv_cache.weights_offload_bytes == 80 * GIB
+    assert scenario.cost_model.overhead.graph_prefill is prefill_graphs
+    assert any(f"SGLang {version} --cpu-offload-gb 80: " in note and "copied to the GPU" in note
+               for note in scenario.engine.notes)
+    off = [note for note in scenario.engine.notes if "off with weights in host memory before 0.5.15" in note]
+    assert bool(off) is ((0, 5, 10) <= tuple(map(int, version.split("."))) < (0, 5, 15))
+
+
+@pytest.mark.parametrize("flags, message", [
+    ({"version": "0.3.6", "cpu_offload_gb": 80}, "engine.cpu_offload_gb: not a flag of sglang 0.3.6 (it came in "
+     "0.3.6.post1); allowed: leave it out, or engine.version 0.3.6.post1 or later"),
+    ({"version": "0.5.11", "cpu_offload_gb": 80.5}, None),
+])
+def test_sglangs_flag_is_a_whole_number_of_gib_from_0_3_6_post1(flags, message):
+    raw = _sglang(flags.pop("version"), **flags)
+    with pytest.raises(ConfigError) as err:
+        validate_scenario(raw)
+    assert "\n" not in str(err.value)
+    if message is not None:
+        assert str(err.value) == message
+    else:
+        assert str(err.value).startswith("engine.cpu_offload_gb: 80.5")

@@ -64,6 +64,16 @@ def kv_cache_dtype_flag(allowed: tuple[str, ...]) -> Callable[[str], str | None]
     return convert
 
 
+def gib_as_bytes(name: str) -> Callable[[int | float], int]:
+    """A flag of GiB a GPU (vLLM's --swap-space, vLLM's and SGLang's --cpu-offload-gb) as bytes, as both engines
+    convert it (`int(gib * 1024**3)`); a negative size refused in one line."""
+    def convert(gib: int | float) -> int:
+        if gib < 0:
+            raise ConfigError(f"engine.{name}: {gib!r} is not allowed; allowed: a number of GiB >= 0")
+        return int(gib * GIB)
+    return convert
+
+
 def at_least(name: str, least: int = 1, most: int | None = None, meaning: str = "") -> Callable[[int], int]:
     """An engine flag's whole number that must be `least` or more (and at most `most`), refused in one line
     otherwise (`meaning`: what a value means, said after the allowed range)."""

@@ -6,10 +6,10 @@ import dataclasses
 import math
 from typing import Any
 
-from sim.config.engines.base import (Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, REQUEST_LIMITS, SEED,
-                                     SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
-                                     config_overrides, custom_all_reduce, dotted_version, get_key, graph_terms,
-                                     inert_group, served_config,
+from sim.config.engines.base import (GIB, Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, REQUEST_LIMITS,
+                                     SEED, SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
+                                     config_overrides, custom_all_reduce, dotted_version, get_key, gib_as_bytes,
+                                     graph_terms, inert_group, served_config,
                                      kv_cache_dtype_flag, only_one_of, refuse_model_before, released_before,
                                      sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
@@ -251,6 +251,8 @@ def _sglang_prefill_graph_mib(ctx: Context, chunk: int) -> tuple[float, str | No
         return 0.0, f"off with --disable-cuda-graph from {dotted_version(SGLANG_DISABLE_GRAPH_ALL_PHASES_SINCE)}"
     if ctx.raw.get("speculation") is not None and v < (0, 5, 14):
         return 0.0, "off with speculative decoding before 0.5.14"
+    if get_key(ctx.raw, "kv_cache.weights_offload_bytes") and v < SGLANG_OFFLOAD_KEEPS_PREFILL_GRAPHS_SINCE:
+        return 0.0, "off with weights in host memory before 0.5.15: --cpu-offload-gb"
     if mla and (0, 5, 15) <= v < (0, 5, 18):
         return 0.0, "off for MLA models in 0.5.15-0.5.17"
     if mla:
@@ -568,6 +570,28 @@ SGLANG_CONTINUOUS_DECODE_READ = ((0, 3, 4), (0, 3, 6))
 SGLANG_REQUEST_LOG_SINCE = (0, 5, 1)
 
 
+# --cpu-offload-gb (0.3.6.post1 on; a whole number, argparse's type=int; kv_cache.weights_offload_bytes as
+# int(gb * 1024**3)): vLLM V0's maybe_offload_to_cpu, copied (srt/utils.py, then utils/offloader.py OffloaderV1 from
+# 0.5.10): whole parameters of each decoder layer from the first, copied in before each offloaded layer runs
+# (functional_call), read in the PyPI wheels of 0.3.6.post1, 0.4.0, 0.5.11, 0.5.14 and 0.5.19-0.5.23. It turns
+# torch.compile's piecewise prefill graphs off ("CPU offload (breaks dynamo)": _handle_piecewise_cuda_graph in
+# 0.5.10rc0-0.5.13, _disable_tc_piecewise_cudagraph_if_incompatible in 0.5.14-0.5.21; read in every wheel 0.5.10rc0-
+# 0.5.22), the prefill graphs of 0.5.10-0.5.14; 0.5.15's default, the breakable graphs, keep theirs (their rule list
+# has no offload in any release to 0.5.23).
+SGLANG_CPU_OFFLOAD_SINCE = "0.3.6.post1"
+SGLANG_OFFLOAD_KEEPS_PREFILL_GRAPHS_SINCE = (0, 5, 15)
+
+
+def _sglang_offload_note(ctx: Context) -> str | None:
+    """What --cpu-offload-gb does here (the comment above), noted."""
+    given = ctx.flags.get("cpu_offload_gb")
+    if not given:
+        return None
+    return (f"SGLang {ctx.version_text} --cpu-offload-gb {given // GIB}: that much of each GPU's decoder-layer "
+            "weights (whole parameters from the first layer on) lives in host memory, copied to the GPU before each "
+            "offloaded layer runs: every forward pass reads it over the host link (PCIe), and the KV pool gets its room")
+
+
 def _sglang_request_log(ctx: Context) -> str | None:
     """--log-requests: noted where its measurement serves the release (SGLANG_REQUEST_LOG_SINCE), refused before."""
     if not ctx.flags.get("log_requests"):
@@ -608,7 +632,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
     (`_sglang_before_053`); 0.3.x: `_derive_sglang_030`."""
     refuse_model_before(ctx, SGLANG_MODEL_TYPE_SINCE, "SGLang", "python/sglang/srt/models")
     early_notes = [note for note in (_sglang_attention_backend(ctx), _sglang_continuous_decode_steps(ctx),
-                                     _sglang_request_log(ctx)) if note]
+                                     _sglang_request_log(ctx), _sglang_offload_note(ctx)) if note]
     if ctx.version[:2] == (0, 3):
         result = _derive_sglang_030(ctx)
         result.notes.extend(early_notes)
@@ -706,6 +730,9 @@ SGLANG_FLAGS = {
     "chunked_prefill_size": Flag(None, int, "--chunked-prefill-size (-1: no chunking)"),
     "max_prefill_tokens": Flag(None, int, "--max-prefill-tokens"),
     "mem_fraction_static": Flag(None, (int, float), "--mem-fraction-static"),
+    "cpu_offload_gb": Flag("kv_cache.weights_offload_bytes", int, "--cpu-offload-gb: GiB of each GPU's decoder-layer "
+                           "weights kept in host memory, copied in at every forward pass", gib_as_bytes("cpu_offload_gb"),
+                           since=SGLANG_CPU_OFFLOAD_SINCE),
     # since: the first wheel whose server_args.py has the option, read in the PyPI wheels of 0.3.0, every release
     # 0.3.4-0.4.10.post2 (post releases too, 0.4.4's posts not) and 0.5.1-0.5.23
     "page_size": Flag("kv_cache.block_size", int, "--page-size", since=(0, 4, 4)),

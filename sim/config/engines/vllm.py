@@ -8,8 +8,8 @@ from typing import Any
 from sim.config.engine_command import InertOption
 from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, PARSING, PresetResult, REQUEST_LIMITS,
                                      SEED, SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
-                                     config_overrides, custom_all_reduce, dotted_version, get_key, inert_group,
-                                     kv_cache_dtype_flag, only_default, only_one_of, refuse_model_before,
+                                     config_overrides, custom_all_reduce, dotted_version, get_key, gib_as_bytes,
+                                     inert_group, kv_cache_dtype_flag, only_default, only_one_of, refuse_model_before,
                                      sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.config.engines.vllm_context import (VLLM_HF_OVERRIDES_SINCE, VLLM_ROPE_SCALING_UNTIL, fits_to_kv,
@@ -754,16 +754,6 @@ def _vllm_swap_notes(ctx: Context, notes: list[str]) -> None:
                      "recomputes (V0 swaps only under --preemption-mode swap; V1 does not swap)")
 
 
-def _gib_as_bytes(name: str):
-    """A flag of GiB a GPU (--swap-space, --cpu-offload-gb) as bytes, as vLLM converts it (`int(gib * 1024**3)`); a
-    negative size refused in one line."""
-    def convert(gib: int | float) -> int:
-        if gib < 0:
-            raise ConfigError(f"engine.{name}: {gib!r} is not allowed; allowed: a number of GiB >= 0")
-        return int(gib * GIB)
-    return convert
-
-
 # --cpu-offload-gb: GiB of each GPU's decoder-layer weights kept in pinned host memory (kv_cache.weights_offload_bytes;
 # sim/model/memory.py offloaded_weight_bytes says which). In every release 0.6.0-0.34.0 (read: 0.6.0, 0.6.3, 0.6.6,
 # 0.7.3, 0.8.5, 0.9.2, 0.10.2, 0.11.0, 0.12.0, 0.14.0, 0.19.0, 0.25.0, 0.33.0, 0.34.0): model_executor/models/utils.py
@@ -801,7 +791,7 @@ VLLM_FLAGS = {
                                   read=readable_number("kv_cache_memory_bytes")),
     "cpu_offload_gb": Flag("kv_cache.weights_offload_bytes", (int, float), "--cpu-offload-gb: GiB of each GPU's "
                            "decoder-layer weights kept in host memory, read over the host link every forward pass",
-                           _gib_as_bytes("cpu_offload_gb")),
+                           gib_as_bytes("cpu_offload_gb")),
     "enable_chunked_prefill": Flag("scheduler.chunked_prefill", bool, "--enable-chunked-prefill"),
     "hf_overrides": Flag(None, (str, dict), "--hf-overrides: config.json keys as served (RoPE scaling, "
                          "max_position_embeddings: the context vLLM derives)", config_overrides("hf_overrides"),
@@ -812,7 +802,7 @@ VLLM_FLAGS = {
                             "request's KV to host memory and back)",
                             only_one_of("preemption_mode", ("recompute", "swap")), until=VLLM_PREEMPTION_MODE_UNTIL),
     "swap_space": Flag("scheduler.preemption.swap_space_bytes", (int, float), "--swap-space: GiB of host memory a GPU "
-                       "for swapped KV, used by --preemption-mode swap", _gib_as_bytes("swap_space"),
+                       "for swapped KV, used by --preemption-mode swap", gib_as_bytes("swap_space"),
                        until=VLLM_SWAP_SPACE_UNTIL),
     "performance_mode": Flag(None, str, "--performance-mode: balanced (the default), interactivity or throughput "
                              "(twice the default batch limits)",
