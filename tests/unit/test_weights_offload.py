@@ -136,8 +136,8 @@ def _sglang(version: str, **flags) -> dict:
 @pytest.mark.parametrize("version, prefill_graphs", [("0.4.0", False), ("0.5.11", False), ("0.5.14", False),
                                                      ("0.5.15", True), ("0.5.23", True)])
 def test_sglang_offloads_as_vllm_v0_and_its_torch_compile_prefill_graphs_go_with_it(version, prefill_graphs):
-    """SGLang's --cpu-offload-gb: whole GiB a GPU, copied in at every pass; 0.5.10-0.5.14's prefill graphs (torch.compile
-    piecewise) are turned off by it, 0.5.15's breakable ones are not (0.4.0 has none)."""
+    """SGLang's --cpu-offload-gb: whole GiB a GPU, copied in at every pass; 0.5.10-0.5.14's prefill graphs
+    (torch.compile's piecewise ones) are turned off by it, 0.5.15's breakable ones are not (0.4.0 has none)."""
     scenario = validate_scenario(_sglang(version, cpu_offload_gb=80))
     assert scenario.kv_cache.weights_offload_bytes == 80 * GIB
     assert scenario.cost_model.overhead.graph_prefill is prefill_graphs

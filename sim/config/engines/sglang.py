@@ -589,7 +589,8 @@ def _sglang_offload_note(ctx: Context) -> str | None:
         return None
     return (f"SGLang {ctx.version_text} --cpu-offload-gb {given // GIB}: that much of each GPU's decoder-layer "
             "weights (whole parameters from the first layer on) lives in host memory, copied to the GPU before each "
-            "offloaded layer runs: every forward pass reads it over the host link (PCIe), and the KV pool gets its room")
+            "offloaded layer runs: every forward pass reads it over the host link (PCIe), and the KV pool gets its "
+            "room")
 
 
 def _sglang_request_log(ctx: Context) -> str | None:
@@ -731,8 +732,8 @@ SGLANG_FLAGS = {
     "max_prefill_tokens": Flag(None, int, "--max-prefill-tokens"),
     "mem_fraction_static": Flag(None, (int, float), "--mem-fraction-static"),
     "cpu_offload_gb": Flag("kv_cache.weights_offload_bytes", int, "--cpu-offload-gb: GiB of each GPU's decoder-layer "
-                           "weights kept in host memory, copied in at every forward pass", gib_as_bytes("cpu_offload_gb"),
-                           since=SGLANG_CPU_OFFLOAD_SINCE),
+                           "weights kept in host memory, copied in at every forward pass",
+                           gib_as_bytes("cpu_offload_gb"), since=SGLANG_CPU_OFFLOAD_SINCE),
     # since: the first wheel whose server_args.py has the option, read in the PyPI wheels of 0.3.0, every release
     # 0.3.4-0.4.10.post2 (post releases too, 0.4.4's posts not) and 0.5.1-0.5.23
     "page_size": Flag("kv_cache.block_size", int, "--page-size", since=(0, 4, 4)),
