@@ -571,9 +571,10 @@ SGLANG_REQUEST_LOG_SINCE = (0, 5, 1)
 
 
 # --cpu-offload-gb (0.3.6.post1 on; a whole number, argparse's type=int; kv_cache.weights_offload_bytes as
-# int(gb * 1024**3)): vLLM V0's maybe_offload_to_cpu, copied (srt/utils.py, then utils/offloader.py OffloaderV1 from
-# 0.5.10): whole parameters of each decoder layer from the first, copied in before each offloaded layer runs
-# (functional_call), read in the PyPI wheels of 0.3.6.post1, 0.4.0, 0.5.11, 0.5.14 and 0.5.19-0.5.23. It turns
+# model_runner's int(gb * 1024**3)): vLLM V0's maybe_offload_to_cpu, copied: whole parameters of each decoder layer
+# from the first, copied in before each offloaded layer runs (functional_call), read in the PyPI wheels of
+# 0.3.6.post1 and 0.4.0 (srt/utils.py, called by make_layers), 0.5.3 (srt/offloader.py OffloaderV1), 0.5.11 and
+# 0.5.23 (srt/utils/offloader.py). It turns
 # torch.compile's piecewise prefill graphs off ("CPU offload (breaks dynamo)": _handle_piecewise_cuda_graph in
 # 0.5.10rc0-0.5.13, _disable_tc_piecewise_cudagraph_if_incompatible in 0.5.14-0.5.21; read in every wheel 0.5.10rc0-
 # 0.5.22), the prefill graphs of 0.5.10-0.5.14; 0.5.15's default, the breakable graphs, keep theirs (their rule list
