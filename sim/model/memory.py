@@ -305,8 +305,9 @@ def weight_bytes_per_gpu(
 def offloaded_weight_bytes(model: ModelSpec, limit_bytes: int, weight_dtype: str = "bf16", tensor_parallel: int = 1,
                            group_size: int = 128, expert_padding: ExpertPadding | None = None) -> int:
     """Bytes of each GPU's decoder-layer weights an engine keeps in host memory when told to offload at most
-    `limit_bytes` (`kv_cache.weights_offload_bytes`, vLLM's --cpu-offload-gb): as vLLM's `maybe_offload_to_cpu`
-    (model_executor/models/utils.py, 0.6.0-0.14.x; model_executor/offloader/uva.py from 0.19.0) moves them, layer by
+    `limit_bytes` (`kv_cache.weights_offload_bytes`, vLLM's and SGLang's --cpu-offload-gb): as vLLM's
+    `maybe_offload_to_cpu` (model_executor/models/utils.py as read to 0.14.0; model_executor/offloader/uva.py from
+    0.19.0; SGLang's copy of it) moves them, layer by
     layer from the first, whole parameters in each layer's order (its matrices, then its norms), until it has
     moved at least `limit_bytes`: up to one parameter more, or every layer's when they hold less. A matrix's bias and
     scales move with it here (apart in the engine: a few bytes either way). The embeddings, the final norm and the LM

@@ -755,14 +755,15 @@ def _vllm_swap_notes(ctx: Context, notes: list[str]) -> None:
 
 
 # --cpu-offload-gb: GiB of each GPU's decoder-layer weights kept in pinned host memory (kv_cache.weights_offload_bytes;
-# sim/model/memory.py offloaded_weight_bytes says which). In every release 0.6.0-0.34.0 (read: 0.6.0, 0.6.3, 0.6.6,
-# 0.7.3, 0.8.5, 0.9.2, 0.10.2, 0.11.0, 0.12.0, 0.14.0, 0.19.0, 0.25.0, 0.33.0, 0.34.0): model_executor/models/utils.py
-# maybe_offload_to_cpu, which make_layers calls on each decoder layer, to 0.14.x; model_executor/offloader/uva.py
-# UVAOffloader from 0.19.0. V0 copies a layer's offloaded parameters in before it runs (`v.to(device,
-# non_blocking=True)`, functional_call); V1 (0.8.0 on) maps them into the GPU's address space (UVA) and the kernels
-# read them there. Each forward pass reads them over the host link either way (sim/cost/overhead.py
-# weights_stream_s). 0.19.0's other backend, --offload-backend prefetch (--offload-group-size ...), is not modelled
-# (its flags are refused as unknown).
+# sim/model/memory.py offloaded_weight_bytes says which). The option is in engine/arg_utils.py of every sdist read,
+# 0.6.0, 0.6.3, 0.6.6, 0.7.3, 0.8.5, 0.9.2, 0.10.2, 0.11.0, 0.12.0, 0.14.0, 0.19.0, 0.25.0, 0.33.0, 0.34.0; what moves
+# the weights, in 0.6.0-0.14.0's model_executor/models/utils.py (maybe_offload_to_cpu, which make_layers calls on each
+# decoder layer; read in 0.6.0, 0.6.3, 0.6.6, 0.7.3, 0.8.5, 0.9.2, 0.10.2, 0.11.0, 0.12.0, 0.14.0) and
+# model_executor/offloader/uva.py from 0.19.0 (UVAOffloader; read in 0.19.0, 0.25.0, 0.33.0). V0 copies a layer's
+# offloaded parameters in before it runs (`v.to(device, non_blocking=True)`, functional_call); V1 (0.8.0 on) maps them
+# into the GPU's address space (UVA) and the kernels read them there. Each forward pass reads them over the host link
+# either way (sim/cost/overhead.py weights_stream_s). 0.19.0's other backend, --offload-backend prefetch
+# (--offload-group-size ...), is not modelled (its flags are refused as unknown).
 def _vllm_offload_notes(ctx: Context, v1: bool, notes: list[str]) -> None:
     """What --cpu-offload-gb does here (the comment above), noted."""
     given = ctx.flags.get("cpu_offload_gb")
