@@ -489,7 +489,8 @@ def kv_capacity(
             f"tensor_parallel={tensor_parallel}) needs {needed:,} bytes "
             f"per GPU but {gpu.name} offers {usable:,} ({gpu_memory_utilization:g} of {gpu.hbm_bytes:,}"
             f"{', less the transient margin' if transient_margin is not None else ''}); "
-            "try a larger tensor_parallel or lower-precision weights"
+            "try a larger tensor_parallel, lower-precision weights or more of them in host memory "
+            "(kv_cache.weights_offload_bytes)"
         )
     return KVCapacity(usable, weights, activations, reserve_bytes, usable - needed, per_token, score_bytes)
 

@@ -234,6 +234,25 @@ def test_expert_parallelism_is_a_sidebar_setting_that_reaches_the_scenario():
     assert any("hardware.expert_parallel: 3" in e.value for e in at.error), [e.value for e in at.error]
 
 
+def test_weights_in_host_memory_are_a_sidebar_setting_without_which_a_70b_model_does_not_fit_one_h100():
+    raw = {"name": "offload", "model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm"},
+           "scheduler": {"max_model_len": 4096}, "kv_cache": {"weights_offload_bytes": 80 << 30},
+           "workload": {"arrival": {"kind": "poisson", "rate_per_s": 0.5},
+                        "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 5}},
+           "run": {"seed": 0, "num_requests": 4}}
+    at = upload(started(), "offload.yaml", yaml.safe_dump(raw).encode())
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert at.number_input(key="1.offload").value == 80.0
+    at.number_input(key="1.offload").set_value(81.0)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    assert yaml.safe_load(at.code[0].value)["kv_cache"]["weights_offload_bytes"] == 81 << 30
+    at.number_input(key="1.offload").set_value(0.0)  # 141 GB of weights on one H100: the one-line error
+    at.run()
+    assert not at.exception
+    assert any("hardware: llama-3.1-70b" in e.value for e in at.error), [e.value for e in at.error]
+
+
 def test_the_moe_routing_of_measured_kernels_is_a_sidebar_setting_for_mixtures_of_experts_only():
     raw = {"name": "routing", "model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "tensor_parallel": 2},
            "cost_model": {"kind": "measured"},
