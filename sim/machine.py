@@ -3,6 +3,7 @@ the compiled core's output buffers take their memory in ordinary pages."""
 
 from __future__ import annotations
 
+import errno
 import math
 import mmap
 import os
@@ -30,5 +31,12 @@ def plain_pages(shape: tuple[int, ...], dtype) -> np.ndarray:
     generously."""
     count = math.prod(shape)
     itemsize = np.dtype(dtype).itemsize
-    buffer = mmap.mmap(-1, max(count * itemsize, 1))  # anonymous, private, zero-filled on first touch
+    try:
+        buffer = mmap.mmap(-1, max(count * itemsize, 1))  # anonymous, private, zero-filled on first touch
+    except OSError as err:
+        if err.errno != errno.ENOMEM:
+            raise
+        # as numpy says it, so that the command line's one line for a run too large for the machine catches it
+        raise MemoryError(f"Unable to allocate {count * itemsize:,} bytes for an array with shape {shape} and data "
+                          f"type {np.dtype(dtype)}") from None
     return np.frombuffer(buffer, dtype=dtype, count=count).reshape(shape)

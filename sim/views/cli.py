@@ -591,6 +591,16 @@ def run_app(typer_app: typer.Typer, argv: list[str] | None = None) -> int:
     except ServeSimError as err:
         err_console.print(f"error: {err}", markup=False, highlight=False, soft_wrap=True)
         sys.exit(2)
+    except MemoryError as err:
+        # A run larger than the memory this process is granted (its arrays are sized by the replicas, the requests
+        # and the KV pool): one line, as for any input this machine cannot take; each output is written whole
+        # (sim/atomic_files.py), so none is left half-written
+        why = f" ({err})" if str(err) else ""
+        err_console.print(f"error: out of memory: this run needs more memory than the machine grants{why}; allowed: "
+                          "fewer replicas (hardware.num_replicas), requests (run.num_requests) or KV blocks "
+                          "(kv_cache.capacity_tokens, kv_cache.block_size), or more memory",
+                          markup=False, highlight=False, soft_wrap=True)
+        sys.exit(2)
     except typer.Abort:
         err_console.print("aborted", markup=False)
         sys.exit(130)
