@@ -307,11 +307,11 @@ def offloaded_weight_bytes(model: ModelSpec, limit_bytes: int, weight_dtype: str
     """Bytes of each GPU's decoder-layer weights an engine keeps in host memory when told to offload at most
     `limit_bytes` (`kv_cache.weights_offload_bytes`, vLLM's and SGLang's --cpu-offload-gb): as vLLM's
     `maybe_offload_to_cpu` (model_executor/models/utils.py as read to 0.14.0; model_executor/offloader/uva.py from
-    0.19.0; SGLang's copy of it) moves them, layer by
-    layer from the first, whole parameters in each layer's order (its matrices, then its norms), until it has
-    moved at least `limit_bytes`: up to one parameter more, or every layer's when they hold less. A matrix's bias and
-    scales move with it here (apart in the engine: a few bytes either way). The embeddings, the final norm and the LM
-    head stay on the GPU (they are not built as layers)."""
+    0.19.0; SGLang's copy of it) moves them, layer by layer from the first, whole parameters in each layer's order
+    (its matrices, then its norms), until it has moved at least `limit_bytes`: up to one parameter more, or every
+    layer's when they hold less. A matrix's bias and scales move with it here, and a layer's norms together (apart in
+    the engine: a few bytes either way). The embeddings, the final norm and the LM head stay on the GPU (they are not
+    built as layers)."""
     if limit_bytes <= 0:
         return 0
     norm_bytes = (norm_param_count(model) - (2 if model.linear_bias else 1) * model.hidden_size) \
