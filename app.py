@@ -357,9 +357,9 @@ def sidebar(base: dict) -> dict:
                 int(get_path(base, "hardware.expert_parallel", 1)), "ep", min_value=1, max_value=64)
     set_form_key(new, "hardware.expert_parallel", ep if ep > 1 else None)
     # GiB as the engines' --cpu-offload-gb counts them; 0: the key stays out of the YAML
+    offloaded = float((get_path(base, "kv_cache.weights_offload_bytes") or 0) / (1 << 30))
     offload_gib = number("weights in host memory, GiB per GPU (read over PCIe at every step: vLLM's and SGLang's "
-                         "--cpu-offload-gb)", float((get_path(base, "kv_cache.weights_offload_bytes") or 0) / (1 << 30)),
-                         "offload", min_value=0.0, step=1.0)
+                         "--cpu-offload-gb)", offloaded, "offload", min_value=0.0, step=1.0)
     set_form_key(new, "kv_cache.weights_offload_bytes", int(offload_gib * (1 << 30)) if offload_gib > 0 else None)
     cost_model_input(base, new)
     replicas = number("replicas", int(get_path(base, "hardware.num_replicas", 1)), "replicas",
