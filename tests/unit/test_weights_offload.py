@@ -8,10 +8,12 @@ import pytest
 from sim.api import load_scenario_set, make_workload
 from sim.config.files import validate_scenario
 from sim.config.deployment import resolve
+from sim.core.step_plan import StepPlan
+from sim.cost.overhead import O_WEIGHTS_STREAM, EngineOverheadCostModel, engine_overhead
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
 from sim.model.memory import kv_capacity, offloaded_weight_bytes, weight_bytes_per_gpu
-from sim.run import simulate
+from sim.run import make_cost_model, simulate
 
 GIB = 1 << 30
 LLAMA_8B = get_model("llama-3.1-8b")
@@ -158,3 +160,18 @@ def test_sglangs_flag_is_a_whole_number_of_gib_from_0_3_6_post1(flags, message):
     with pytest.raises(ConfigError) as err:
         validate_scenario(raw)
     assert str(err.value) == message
+
+
+def test_a_fit_wrapping_kernels_that_carry_the_reads_prices_one_overhead_with_both():
+    """calibrate fit-engine wraps the scenario's kernels (the reads included, sim/run.py `_with_overhead`) with its own
+    terms: one overhead results, so that the compiled pack, which has one slot, keeps the reads."""
+    scenario = validate_scenario(_one_request(weights_offload_bytes=2 * GIB))
+    kernels = make_cost_model(scenario)
+    assert isinstance(kernels, EngineOverheadCostModel)
+    stream_s = kernels.overhead.weights_stream_s
+    fitted = EngineOverheadCostModel(kernels, engine_overhead("vllm-cudagraph"), 32)
+    assert fitted.kernels is kernels.kernels and fitted.overhead.weights_stream_s == stream_s
+    assert fitted.compiled_params()[4][O_WEIGHTS_STREAM] == stream_s
+    plan = StepPlan(num_decode_seqs=8, decode_context_tokens=8 * 500, num_sampled_seqs=8)
+    roofline_s = kernels.kernels.step_cost(plan).time_s
+    assert fitted.step_cost(plan).time_s == pytest.approx(roofline_s + stream_s + 500e-6 + 8 * 10e-6, rel=1e-12)
