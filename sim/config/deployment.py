@@ -160,10 +160,6 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
         if s.context_pass:
             raise ConfigError("scheduler.context_pass: not modelled with speculation; allowed: "
                               "scheduler.context_pass: false (an engine preset sets it), or no speculation")
-        if s.new_token_ratio is not None:
-            # SGLang's ratio decays with the decode clock of the plain decode batch, which speculation replaces
-            raise ConfigError("scheduler.new_token_ratio: not modelled with speculation; allowed: "
-                              "scheduler.new_token_ratio: null (an engine preset sets it), or no speculation")
         if draft is not None:
             check_tensor_parallel(draft, tp, field="speculation.draft_model")
             if draft.vocab_size != model.vocab_size:

@@ -37,6 +37,7 @@ from sim.model.memory import (FP8_COMPUTE_DEFAULT, LOGIT_BYTES, MOE_KERNELS, WEI
                               WINDOW_POOL_RATIO)
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
+from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS
 from sim.workload.arrivals import MAX_RATE_PER_S
 from sim.workload.generate import MAX_NUM_REQUESTS, WorkloadSpec, check_run_size
 
@@ -559,7 +560,7 @@ class SpeculationSpec(_Strict):
     draft_model: str | ModelSpec | None = Field(
         None, description="catalog name, inline architecture, or {hf_config: path/to/config.json}")
     draft_cost_ratio: float | None = Field(None, gt=0, description="c = draft step time / target step time")
-    num_speculative_tokens: int = Field(4, ge=1, le=MAX_SPECULATIVE_TOKENS,
+    num_speculative_tokens: int = Field(DEFAULT_SPECULATIVE_TOKENS, ge=1, le=MAX_SPECULATIVE_TOKENS,
                                         description=f"γ: tokens drafted per step, at most {MAX_SPECULATIVE_TOKENS}")
     acceptance: FixedAcceptance | BetaAcceptance = Field(FixedAcceptance(alpha=0.7), discriminator="kind")
     ragged: Literal["per_request", "rollback_to_min"] = Field(

@@ -147,7 +147,7 @@ class ContinuousScheduler(SchedulerBase):
             self.prefilling.pop(victim.request_id, None)
         self.kv.free(victim)
         self._release_reservation(victim)
-        if self.rule.new_token_ratio is not None:  # (never with speculation: sim/config/deployment.py)
+        if self.rule.new_token_ratio is not None:
             self._ratio_reset_clock = self.tracker.clock
         plan.swap_out_tokens += self.swap.evict(victim)  # else it is recomputed
         victim.num_preemptions += 1
@@ -323,10 +323,7 @@ class ContinuousScheduler(SchedulerBase):
         future = 0
         clip = SGLANG_CLIP_MAX_NEW_TOKENS
         for request in self.running.values():
-            out = request.num_output_tokens
-            if request.request_id in tracker.members:
-                out += tracker.clock - request.decode_anchor
-            future += clipped_output(request.max_output_tokens - out, clip)
+            future += clipped_output(request.max_output_tokens - tracker.live_output_tokens(request), clip)
         return ratio, float(future)
 
     def _release_reservation(self, request: Request) -> None:

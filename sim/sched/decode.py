@@ -26,6 +26,9 @@ class DecodeBatch(Protocol):
     num_draft_tokens: int  # drafted tokens per member per step (0 without speculation)
     members: dict[int, Request]  # request id -> request, for every decoding request
     token_sum: int  # the members' computed tokens, summed, at the current step
+    clock: int  # decode steps applied so far
+
+    def live_output_tokens(self, request: Request) -> int: ...
 
     def __len__(self) -> int: ...
     def add(self, request: Request) -> None: ...
@@ -70,6 +73,12 @@ class DecodeTracker:
             request.num_computed_tokens += delta
             request.num_output_tokens += delta
             request.decode_anchor = self.clock
+
+    def live_output_tokens(self, request: Request) -> int:
+        """A request's output tokens now, its counters left as they are (a member's lag behind the clock)."""
+        if request.request_id in self.members:
+            return request.num_output_tokens + self.clock - request.decode_anchor
+        return request.num_output_tokens
 
     def remove(self, request: Request) -> None:
         self.sync(request)

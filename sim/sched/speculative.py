@@ -20,6 +20,7 @@ from sim.core.request import Request
 from sim.kv.base import KVManager
 
 Ragged = Literal["per_request", "rollback_to_min"]
+DEFAULT_SPECULATIVE_TOKENS = 4  # γ where a scenario's speculation section does not give it
 
 
 class SpeculativeDecodeBatch:
@@ -44,6 +45,7 @@ class SpeculativeDecodeBatch:
         self._blocks = np.zeros(cap, dtype=np.int64)  # KV blocks each member holds (paged)
         self.num_accepted_drafts = 0
         self.num_drafted = 0
+        self.clock = 0  # verification steps applied so far
 
     def __len__(self) -> int:
         return len(self.members)
@@ -75,6 +77,11 @@ class SpeculativeDecodeBatch:
         slot = self._slot[request.request_id]
         request.num_computed_tokens = int(self._computed[slot])
         request.num_output_tokens = int(self._output[slot])
+
+    def live_output_tokens(self, request: Request) -> int:
+        """A request's output tokens now: a member's from the batch's counters, without syncing it."""
+        slot = self._slot.get(request.request_id)
+        return request.num_output_tokens if slot is None else int(self._output[slot])
 
     def remove(self, request: Request) -> None:
         self.sync(request)
@@ -111,6 +118,7 @@ class SpeculativeDecodeBatch:
         n = len(self.members)
         if not n:
             return [], 0
+        self.clock += 1
         accepted_drafts = np.cumprod(self.rng.random((n, self.gamma)) < self._alpha[:n, None], axis=1).sum(axis=1)
         new_tokens = accepted_drafts + 1
         if self.ragged == "rollback_to_min":

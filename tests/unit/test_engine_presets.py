@@ -666,13 +666,15 @@ def test_the_free_memory_fraction_applies_to_every_pipeline_stage_too():
     assert abs(part.kv_capacity_tokens - full.kv_capacity_tokens / 2) <= 1
 
 
-def test_sglangs_new_token_ratio_with_speculation_is_refused_unless_set_aside():
+def test_sglangs_new_token_ratio_admits_beside_speculation_and_can_be_set_aside():
+    # (SGLang's own speculative rules: tests/unit/test_sglang_speculative.py)
+    from sim.run import simulate
     speculation = {"num_speculative_tokens": 3, "draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
-    from sim.config.deployment import resolve
-    with pytest.raises(ConfigError, match="scheduler.new_token_ratio: not modelled with speculation"):
-        resolve(scenario({"name": "sglang", "version": "0.5.3"}, speculation=speculation))
-    resolve(scenario({"name": "sglang", "version": "0.5.3"}, speculation=speculation,
-                     scheduler={"new_token_ratio": None}))
+    ratio = scenario({"name": "sglang", "version": "0.5.3"}, speculation=speculation)
+    aside = scenario({"name": "sglang", "version": "0.5.3"}, speculation=speculation,
+                     scheduler={"new_token_ratio": None})
+    assert ratio.scheduler.new_token_ratio is not None and aside.scheduler.new_token_ratio is None
+    assert len(simulate(ratio).requests) == len(simulate(aside).requests) == BASE["run"]["num_requests"]
 
 
 def test_a_scenario_key_overrides_the_preset_and_a_flag_sets_its_key():

@@ -13,6 +13,9 @@ from sim.config.engines.base import (GIB, Context, Flag, LOGGING, MODEL_FILES, P
                                      kv_cache_dtype_flag, only_one_of, refuse_model_before, released_before,
                                      sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
+from sim.config.engines.sglang_speculative import (SGLANG_ALGORITHMS, SGLANG_EAGLE_RESERVED_MIB,
+                                                   SGLANG_SPECULATIVE_MAX_RUNNING, SGLangSpeculation,
+                                                   sglang_speculation)
 from sim.errors import ConfigError
 
 
@@ -635,6 +638,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
     refuse_model_before(ctx, SGLANG_MODEL_TYPE_SINCE, "SGLang", "python/sglang/srt/models")
     early_notes = [note for note in (_sglang_attention_backend(ctx), _sglang_continuous_decode_steps(ctx),
                                      _sglang_request_log(ctx), _sglang_offload_note(ctx)) if note]
+    speculation = sglang_speculation(ctx, early_notes)  # (none before 0.5.3: refused there)
     if ctx.version[:2] == (0, 3):
         result = _derive_sglang_030(ctx)
         result.notes.extend(early_notes)
@@ -680,6 +684,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
                     + ctx.tensor_parallel * ctx.pipeline_parallel / 8 * 1024 + graph_mib + dp_attention_mib)
         if gpu_mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
+        if speculation is not None:  # after the floor, as server_args.py adds it
+            reserved += SGLANG_EAGLE_RESERVED_MIB
         fraction = round((gpu_mib - reserved) / gpu_mib, 3)
         if fraction <= 0:  # (SGLang would not start: nothing left for the weights)
             given = next((k for k in ("chunked_prefill_size", "cuda_graph_max_bs", "cuda_graph_max_bs_decode")
@@ -705,13 +711,19 @@ def derive_sglang(ctx: Context) -> PresetResult:
                           "or kv_cache.capacity_tokens")
     slots, kv_tokens = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes,
                                              window)
+    from_flags: dict[str, str] = {}
+    if speculation is not None:
+        values.update(_sglang_speculation_values(ctx, speculation, slots, kv_tokens, window, from_flags, notes))
+        kv_tokens = values.get("kv_cache.capacity_tokens", kv_tokens)
     capped = _sglang_token_cap(ctx, kv_tokens, notes)
     if capped is not None:
         values["kv_cache.capacity_tokens"] = kv_tokens = capped
         if _sglang_reqs_from_capped(ctx):
             slots = _sglang_pool_slots(ctx, capped, 4096)
     running = flags.get("max_running_requests")
-    if running is None:
+    if running is None and speculation is not None:
+        values["scheduler.max_num_seqs"] = SGLANG_SPECULATIVE_MAX_RUNNING
+    elif running is None:
         values["scheduler.max_num_seqs"] = min(slots, kv_tokens // 2) if kv_tokens is not None else slots
     else:
         cap = _sglang_given_running_cap(ctx.version, slots, kv_tokens)
@@ -722,9 +734,27 @@ def derive_sglang(ctx: Context) -> PresetResult:
     prefill_graphs = ctx.version >= SGLANG_PREFILL_GRAPH_SINCE and why_not is None
     values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, prefill_graphs, notes))
     values.update(custom_all_reduce(ctx, "SGLang"))
-    parallel, from_flags = _sglang_data_parallel(ctx, notes)
+    parallel, parallel_flags = _sglang_data_parallel(ctx, notes)
     values.update(parallel)
-    return PresetResult(values, from_flags, notes)
+    return PresetResult(values, {**from_flags, **parallel_flags}, notes)
+
+
+def _sglang_speculation_values(ctx: Context, speculation: SGLangSpeculation, slots: int, kv_tokens: int | None,
+                               window: dict, from_flags: dict[str, str], notes: list[str]) -> dict[str, Any]:
+    """What SGLang's speculative decoding sets (sglang_speculative.py): γ where a flag gives it, mixed chunks off,
+    and the KV pool's headroom for the drafts (max_num_reqs `slots` x steps' and verified tokens + 100)."""
+    values: dict[str, Any] = {"scheduler.mixed_batches": False}
+    if ctx.flags.get("speculative_algorithm") is not None:
+        values["speculation.num_speculative_tokens"] = speculation.num_steps
+        from_flags["speculation.num_speculative_tokens"] = (
+            "speculative_num_steps" if ctx.flags.get("speculative_num_steps") is not None else "speculative_algorithm")
+    own_pool = window["window_memory"] == "own_pool" and ctx.model is not None and ctx.model.hybrid_window
+    if kv_tokens is None or own_pool:
+        why = "the model was not resolved" if kv_tokens is None else "the sliding layers' own pool"
+        notes.append(f"SGLang speculative decoding: the KV pool's headroom for the drafts not added ({why})")
+        return values
+    values["kv_cache.capacity_tokens"] = speculation.pool_tokens(kv_tokens, slots)
+    return values
 
 
 SGLANG_FLAGS = {
@@ -818,6 +848,19 @@ SGLANG_FLAGS = {
     # 0.3.0's tp_worker.py: its first token, then every N-th decode step of the batch
     "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
                             "first (frontend.tokens_per_chunk)"),
+    # --speculative-* (server_args.py from 0.4.1.post4; read, with what each algorithm sets, in sglang_speculative.py
+    # for 0.5.3-0.5.6.post2, where the preset models them: refused in one line elsewhere)
+    "speculative_algorithm": Flag(None, str, "--speculative-algorithm: EAGLE, EAGLE3 or NEXTN, the drafter priced by "
+                                  "speculation.draft_cost_ratio", only_one_of("speculative_algorithm", SGLANG_ALGORITHMS),
+                                  since="0.4.1.post4"),
+    "speculative_num_steps": Flag(None, int, "--speculative-num-steps: draft tokens a step (speculation's γ)",
+                                  at_least("speculative_num_steps"), since="0.4.1.post4"),
+    "speculative_eagle_topk": Flag(None, int, "--speculative-eagle-topk: 1 (a chain; a tree is not modelled)",
+                                   at_least("speculative_eagle_topk"), since="0.4.1.post4"),
+    "speculative_num_draft_tokens": Flag(None, int, "--speculative-num-draft-tokens: num_steps + 1 with topk 1",
+                                         at_least("speculative_num_draft_tokens"), since="0.4.1.post4"),
+    "speculative_draft_model_path": Flag(None, str, "--speculative-draft-model-path: the EAGLE head's weights (priced "
+                                         "by speculation.draft_cost_ratio)", since="0.4.1.post4"),
     "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16",
                   sixteen_bit_dtype(("auto", "half", "float16", "bfloat16"))),
     # modelopt_fp4 (NVFP4): in server_args.py's --quantization choices from 0.4.5.post1 (not 0.4.5; read in the PyPI

@@ -1,0 +1,162 @@
+"""SGLang's speculative decoding (its EAGLE drafters) as ServeSim's speculation section, and what it changes in the
+engine's own defaults.
+
+What ServeSim prices is the scenario's `speculation` section: its acceptance (no flag gives one: it is a property of
+the model pair and the traffic) and the drafter's cost, `draft_cost_ratio` (an EAGLE or EAGLE3 head, or the model's
+own MTP layers for NEXTN). The flags say how many tokens the drafter proposes and set SGLang's rules for them.
+
+Read in the PyPI wheels of every release from 0.5.3 to 0.5.6.post2 (python/sglang/srt/server_args.py
+`_handle_speculative_decoding`, `auto_choose_speculative_params` and `_handle_gpu_memory_settings`), and in the
+model_executor/model_runner.py and managers/scheduler.py of 0.5.3, 0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3,
+0.5.6 and 0.5.6.post2:
+
+- NEXTN is EAGLE; with EAGLE, EAGLE3 or STANDALONE `max_running_requests` is 48 unless given, the overlap scheduler
+  is off (unless the environment's SGLANG_ENABLE_SPEC_V2, from 0.5.5: not modelled) and so are mixed chunks.
+- without --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens must be left out too
+  (an assertion) and the three are chosen by architecture: (3, 1, 4) for DeepSeek V2/V3/V3.2, gpt-oss and Bailing MoE
+  (from 0.5.6.post1 also GLM-4.5 MoE and Mistral Large 3), else (5, 4, 8), a tree of 4 drafts a step. With
+  --speculative-eagle-topk 1 the draft tokens are set to num_steps + 1: one chain, which is what ServeSim's
+  speculation prices (a tree is refused in one line).
+- mem_fraction_static's reserve grows by 2 GiB (EAGLE's draft model and its graphs; 6 GiB for STANDALONE), after the
+  10 GiB floor of a GPU over 60 GiB.
+- the target's KV pool is the profiled tokens + max_num_reqs x (num_steps x topk + num_draft_tokens) + 100, headroom
+  for the drafts and the verification (model_runner.py `draft_runner_cache_size`); the draft's own KV comes out of the
+  reserve.
+- the decode step's memory check wants room for num_draft_tokens + topk x num_steps tokens a request
+  (scheduler.py `decode_mem_cache_buf_multiplier`); ServeSim's verification step takes num_steps + 1 a request and
+  retracts when they do not fit (an approximation, said in the notes).
+
+STANDALONE (a separate draft model, whose memory SGLang takes from its 6 GiB reserve rather than the KV budget
+ServeSim's draft_model arithmetic subtracts it from) and NGRAM (a tree of up to 10 branches by default) are refused.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sim.config.engines.base import Context, dotted_version, released_before
+from sim.errors import ConfigError
+from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS
+
+SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 7))  # (the first release read, the first not read)
+SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")  # server_args.py's choices, 0.5.3-0.5.6.post2
+SGLANG_MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+SPECULATIVE_FLAGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+                     "speculative_num_draft_tokens", "speculative_draft_model_path")
+SGLANG_SPECULATIVE_MAX_RUNNING = 48
+SGLANG_EAGLE_RESERVED_MIB = 2 * 1024
+SGLANG_SPECULATIVE_POOL_BUFFER = 100
+# auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens)
+SGLANG_AUTO_CHAIN, SGLANG_AUTO_TREE = (3, 1, 4), (5, 4, 8)
+SGLANG_CHAIN_MODEL_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "gpt_oss", "bailing_moe"}
+SGLANG_CHAIN_MODEL_TYPES_SINCE = {"glm4_moe": "0.5.6.post1"}
+
+
+@dataclass(frozen=True)
+class SGLangSpeculation:
+    algorithm: str  # as SGLang runs it (NEXTN is EAGLE)
+    num_steps: int  # draft steps a verification: ServeSim's γ
+    topk: int
+    num_draft_tokens: int  # tokens verified a request
+
+    @property
+    def pool_headroom_per_request(self) -> int:
+        """KV tokens the pool grows by per request slot (model_runner.py draft_runner_cache_size)."""
+        return self.num_steps * self.topk + self.num_draft_tokens
+
+    def pool_tokens(self, profiled_tokens: int, request_slots: int) -> int:
+        """The target's KV pool: the profiled tokens and the headroom of every request slot (max_num_reqs)."""
+        return profiled_tokens + request_slots * self.pool_headroom_per_request + SGLANG_SPECULATIVE_POOL_BUFFER
+
+
+def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | None:
+    """The speculation SGLang runs (checked against the scenario's speculation section), or None without it."""
+    flags = ctx.flags
+    given = [name for name in SPECULATIVE_FLAGS if flags.get(name) is not None]
+    section = ctx.raw.get("speculation")
+    if section is None:
+        if given:
+            raise ConfigError(f"engine.{given[0]}: needs the scenario's speculation section (its acceptance, and "
+                              "draft_cost_ratio: what the drafter costs); allowed: add one, or leave the flag out")
+        return None
+    first, end = SGLANG_SPECULATION_READ
+    if released_before(ctx.version, ctx.version_text, first) or ctx.version >= end:
+        raise ConfigError(f"speculation: SGLang {ctx.version_text}'s speculative decoding is not read (its rules are "
+                          f"read for {dotted_version(first)} to 0.5.6.post2); allowed: one of those releases, or no "
+                          "speculation section")
+    if not isinstance(section, dict):
+        return None  # validation reports it
+    algorithm = flags.get("speculative_algorithm")
+    if section.get("draft_model") is not None or algorithm in ("STANDALONE", "NGRAM"):
+        named = f"--speculative-algorithm {algorithm}" if algorithm else "speculation.draft_model"
+        raise ConfigError(f"{'engine.speculative_algorithm' if algorithm else 'speculation.draft_model'}: {named} is "
+                          f"not modelled for SGLang (STANDALONE's draft model lives in a reserve the KV arithmetic "
+                          "does not split; NGRAM drafts a tree); allowed: EAGLE, EAGLE3 or NEXTN with "
+                          "speculation.draft_cost_ratio")
+    steps, topk, draft = (flags.get(name) for name in ("speculative_num_steps", "speculative_eagle_topk",
+                                                       "speculative_num_draft_tokens"))
+    if algorithm is None:
+        if given:
+            raise ConfigError(f"engine.{given[0]}: needs --speculative-algorithm (SGLang speculates only with it); "
+                              f"allowed: {', '.join(SGLANG_MODELLED_ALGORITHMS)}")
+        steps = section.get("num_speculative_tokens", DEFAULT_SPECULATIVE_TOKENS)
+        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+            return None  # validation reports it
+        notes.append(f"SGLang {ctx.version_text}: the speculation section without --speculative-algorithm taken as "
+                     f"EAGLE with --speculative-num-steps {steps} --speculative-eagle-topk 1")
+        return _eagle_rules(ctx, SGLangSpeculation("EAGLE", steps, 1, steps + 1), notes)
+    if steps is None:
+        if topk is not None or draft is not None:
+            named = "speculative_eagle_topk" if topk is not None else "speculative_num_draft_tokens"
+            raise ConfigError(f"engine.{named}: given without --speculative-num-steps, which SGLang "
+                              f"{ctx.version_text} refuses (an assertion); allowed: give --speculative-num-steps too, "
+                              "or none of the three")
+        steps, topk, draft = _auto_params(ctx)
+        if topk > 1:
+            raise ConfigError(f"engine.speculative_algorithm: {algorithm!r} without --speculative-num-steps takes "
+                              f"SGLang {ctx.version_text}'s choice for {_model_name(ctx)}: {steps} steps, topk {topk}, "
+                              f"{draft} draft tokens, a tree of drafts, which is not modelled; allowed: "
+                              "--speculative-num-steps N --speculative-eagle-topk 1")
+        notes.append(f"SGLang {ctx.version_text} --speculative-algorithm {algorithm}: {steps} steps, topk 1, {draft} "
+                     f"draft tokens, its choice for {_model_name(ctx)} (auto_choose_speculative_params)")
+    elif topk is None:
+        raise ConfigError(f"engine.speculative_eagle_topk: missing beside --speculative-num-steps (SGLang "
+                          f"{ctx.version_text} compares it with 1 and fails without it); allowed: 1")
+    elif topk > 1:
+        raise ConfigError(f"engine.speculative_eagle_topk: {topk} drafts a tree, which is not modelled (ServeSim's "
+                          "speculation verifies one chain); allowed: 1")
+    if draft is not None and draft != steps + 1:
+        notes.append(f"SGLang --speculative-num-draft-tokens {draft}: set to num_steps + 1 = {steps + 1} with topk 1, "
+                     "as SGLang sets it")
+    name = "EAGLE" if algorithm == "NEXTN" else algorithm
+    return _eagle_rules(ctx, SGLangSpeculation(name, steps, 1, steps + 1), notes)
+
+
+def _eagle_rules(ctx: Context, spec: SGLangSpeculation, notes: list[str]) -> SGLangSpeculation:
+    mixed = " (--enable-mixed-chunk turned off)" if ctx.flags.get("enable_mixed_chunk") else ""
+    given = ctx.flags.get("max_running_requests")
+    running = (f"max_running_requests {SGLANG_SPECULATIVE_MAX_RUNNING} (its default with speculation)" if given is None
+               else f"max_running_requests {given} as given")
+    notes.append(f"SGLang {ctx.version_text} speculative decoding ({spec.algorithm}, {spec.num_steps} draft tokens a "
+                 f"step): {running}, mixed chunks off{mixed}, the overlap scheduler off (SGLANG_ENABLE_SPEC_V2 not modelled), "
+                 f"{SGLANG_EAGLE_RESERVED_MIB} MiB more reserved, the KV pool larger by max_num_reqs x "
+                 f"{spec.pool_headroom_per_request} + {SGLANG_SPECULATIVE_POOL_BUFFER} tokens; the drafter priced by "
+                 "speculation.draft_cost_ratio; a verification step takes num_steps + 1 KV slots a request (SGLang's "
+                 f"memory check wants {spec.pool_headroom_per_request}: not modelled)")
+    return spec
+
+
+def _model_name(ctx: Context) -> str:
+    return ctx.model.name if ctx.model is not None else "the model"
+
+
+def _auto_params(ctx: Context) -> tuple[int, int, int]:
+    """auto_choose_speculative_params by the model's architecture (a catalog DeepSeek-V2 is deepseek_v2)."""
+    model = ctx.model
+    if model is None:
+        return SGLANG_AUTO_TREE
+    model_type = model.model_type or ("deepseek_v2" if model.name.startswith("deepseek-v2") else None)
+    since = SGLANG_CHAIN_MODEL_TYPES_SINCE.get(model_type)
+    chain = model_type in SGLANG_CHAIN_MODEL_TYPES or (
+        since is not None and not released_before(ctx.version, ctx.version_text, since))
+    return SGLANG_AUTO_CHAIN if chain else SGLANG_AUTO_TREE

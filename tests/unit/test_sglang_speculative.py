@@ -1,0 +1,167 @@
+"""SGLang's speculative decoding (--speculative-algorithm EAGLE, EAGLE3, NEXTN; sim/config/engines/sglang_speculative.py):
+what it sets in SGLang's own defaults, hand-computed, the flags refused in one line, and runs of its new-token-ratio
+admission beside speculation."""
+
+import numpy as np
+import pytest
+
+from sim.config.deployment import resolve
+from sim.config.files import validate_scenario
+from sim.core.request import Request
+from sim.errors import ConfigError
+from sim.kv.paged import PagedKVManager
+from sim.model.catalog import get_gpu
+from sim.run import simulate
+from sim.sched.speculative import SpeculativeDecodeBatch
+
+BASE = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
+        "workload": {"arrival": {"kind": "poisson", "rate_per_s": 20.0},
+                     "lengths": {"kind": "fixed", "input_tokens": 500, "output_tokens": 100}},
+        "run": {"num_requests": 60, "seed": 3}}
+SECTION = {"draft_cost_ratio": 0.05, "acceptance": {"kind": "fixed", "alpha": 0.7}}
+EAGLE = {"speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+         "speculative_num_draft_tokens": 4}
+
+
+def scenario(flags: dict, version: str = "0.5.5.post1", speculation: dict | None = SECTION, **sections):
+    raw = {**BASE, **sections, "engine": {"name": "sglang", "version": version, **flags}}
+    if speculation is not None:
+        raw["speculation"] = speculation
+    return validate_scenario(raw)
+
+
+def test_eagle_takes_48_running_requests_2_gib_more_reserve_and_a_pool_grown_by_each_slots_drafts():
+    # server_args.py (0.5.5.post1) on an H100 (81,559 MiB), TP 1: reserved 512 + 8,192 x 1.5 + 256 x 2 + 1,024 / 8 =
+    # 13,440 MiB (above the 10 GiB floor), + 2,048 with EAGLE; model_runner.py: max_num_reqs 2,048 (Llama-3.1-8B's
+    # 131,072-token context), the pool + 2,048 x (3 x 1 + 4) + 100 tokens
+    gpu_mib = get_gpu("h100-sxm").hbm_bytes / 2**20
+    plain = scenario({}, speculation=None)
+    assert plain.kv_cache.gpu_memory_utilization == round((gpu_mib - 13440) / gpu_mib, 3)
+    eagle = scenario(EAGLE)
+    fraction = round((gpu_mib - 13440 - 2048) / gpu_mib, 3)
+    assert eagle.kv_cache.gpu_memory_utilization == fraction
+    assert eagle.scheduler.max_num_seqs == 48 and plain.scheduler.max_num_seqs == 2048
+    assert eagle.speculation.num_speculative_tokens == 3 and not eagle.scheduler.mixed_batches
+    profiled = resolve(scenario({"mem_fraction_static": fraction}, speculation=None)).kv_capacity_tokens
+    assert profiled > 300_000
+    assert eagle.kv_cache.capacity_tokens == resolve(eagle).kv_capacity_tokens == profiled + 2048 * 7 + 100
+
+
+def test_a_given_running_limit_and_memory_fraction_are_kept_and_mixed_chunks_are_turned_off():
+    sc = scenario({**EAGLE, "max_running_requests": 96, "mem_fraction_static": 0.8, "enable_mixed_chunk": True})
+    assert (sc.scheduler.max_num_seqs, sc.kv_cache.gpu_memory_utilization, sc.scheduler.mixed_batches) == (96, 0.8,
+                                                                                                          False)
+    assert any("--enable-mixed-chunk turned off" in note for note in sc.engine.notes)
+
+
+def test_the_draft_tokens_follow_the_steps_with_topk_1_and_nextn_is_eagle():
+    sc = scenario({**EAGLE, "speculative_algorithm": "NEXTN", "speculative_num_steps": 2,
+                   "speculative_num_draft_tokens": 8})
+    assert sc.speculation.num_speculative_tokens == 2
+    assert any("set to num_steps + 1 = 3" in note for note in sc.engine.notes)
+    assert any("(EAGLE, 2 draft tokens a step)" in note for note in sc.engine.notes)
+
+
+def test_without_the_steps_sglang_chooses_by_architecture_a_chain_for_deepseek_and_a_tree_otherwise():
+    deepseek = scenario({"speculative_algorithm": "NEXTN"}, model="deepseek-v2-lite")
+    assert deepseek.speculation.num_speculative_tokens == 3  # auto_choose_speculative_params: (3, 1, 4)
+    with pytest.raises(ConfigError, match=r"^engine.speculative_algorithm: 'EAGLE' without --speculative-num-steps "
+                                          r"takes SGLang 0.5.5.post1's choice for llama-3.1-8b: 5 steps, topk 4, 8 draft "
+                                          r"tokens, a tree of drafts, which is not modelled; allowed: "):
+        scenario({"speculative_algorithm": "EAGLE"})
+
+
+def test_the_section_alone_is_speculation_as_eagle_with_its_own_gamma():
+    sc = scenario({}, speculation={**SECTION, "num_speculative_tokens": 5})
+    assert sc.speculation.num_speculative_tokens == 5 and sc.scheduler.max_num_seqs == 48
+    assert sc.kv_cache.capacity_tokens is not None  # the pool's headroom: 2,048 x (5 + 6) + 100 tokens more
+    default = scenario({}, speculation=SECTION)  # the section's own default, 4 tokens
+    assert default.speculation.num_speculative_tokens == 4 and default.scheduler.max_num_seqs == 48
+
+
+@pytest.mark.parametrize("flags, speculation, version, message", [
+    (EAGLE, None, "0.5.5.post1", "engine.speculative_algorithm: needs the scenario's speculation section"),
+    ({**EAGLE, "speculative_eagle_topk": 2}, SECTION, "0.5.5.post1",
+     "engine.speculative_eagle_topk: 2 drafts a tree, which is not modelled"),
+    ({"speculative_algorithm": "EAGLE", "speculative_num_steps": 3}, SECTION, "0.5.5.post1",
+     "engine.speculative_eagle_topk: missing beside --speculative-num-steps"),
+    ({"speculative_algorithm": "EAGLE", "speculative_eagle_topk": 1}, SECTION, "0.5.5.post1",
+     "engine.speculative_eagle_topk: given without --speculative-num-steps"),
+    ({"speculative_num_steps": 3, "speculative_eagle_topk": 1}, SECTION, "0.5.5.post1",
+     "engine.speculative_num_steps: needs --speculative-algorithm"),
+    ({**EAGLE, "speculative_algorithm": "STANDALONE"}, SECTION, "0.5.5.post1",
+     "engine.speculative_algorithm: --speculative-algorithm STANDALONE is not modelled for SGLang"),
+    ({**EAGLE, "speculative_algorithm": "NGRAM"}, SECTION, "0.5.5.post1",
+     "engine.speculative_algorithm: --speculative-algorithm NGRAM is not modelled"),
+    ({**EAGLE, "speculative_algorithm": "LOOKAHEAD"}, SECTION, "0.5.5.post1",
+     "engine.speculative_algorithm: 'LOOKAHEAD' is not modelled; allowed: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM"),
+    ({}, {"draft_model": "llama-3.1-8b", "acceptance": {"kind": "fixed", "alpha": 0.7}}, "0.5.5.post1",
+     "speculation.draft_model: speculation.draft_model is not modelled for SGLang"),
+    (EAGLE, SECTION, "0.5.7", "speculation: SGLang 0.5.7's speculative decoding is not read"),
+    ({}, SECTION, "0.5.3rc0", "speculation: SGLang 0.5.3rc0's speculative decoding is not read"),
+    ({}, SECTION, "0.3.0", "speculation: SGLang 0.3.0's speculative decoding is not read"),
+    (EAGLE, SECTION, "0.4.1.post3", "engine.speculative_algorithm: not a flag of sglang 0.4.1.post3"),
+    ({**EAGLE, "speculative_num_steps": 0}, SECTION, "0.5.5.post1",
+     "engine.speculative_num_steps: 0 is not allowed; allowed: a whole number >= 1"),
+    (EAGLE, {**SECTION, "num_speculative_tokens": 5}, "0.5.5.post1",
+     "engine.speculative_num_steps: 3 contradicts speculation.num_speculative_tokens 5"),
+])
+def test_what_is_not_modelled_or_not_sglangs_is_refused_in_one_line(flags, speculation, version, message):
+    with pytest.raises(ConfigError) as err:
+        scenario(flags, version=version, speculation=speculation)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_the_launch_command_gives_the_same_scenario_as_the_flags():
+    command = ("python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm "
+               "EAGLE --speculative-draft-model-path jamesliu1/sglang-EAGLE-Llama-3.1-Instruct-8B "
+               "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4")
+    by_command = scenario({"command": command})
+    by_flags = scenario(EAGLE)
+    assert by_command.scheduler == by_flags.scheduler and by_command.kv_cache == by_flags.kv_cache
+    assert by_command.speculation == by_flags.speculation
+
+
+def test_the_speculative_batch_counts_its_steps_and_reads_live_outputs_for_the_ratio():
+    kv = PagedKVManager(num_blocks=100, block_size=1)
+    batch = SpeculativeDecodeBatch(num_speculative_tokens=3, alpha_sampler=lambda rng: 1.0, ragged="per_request",
+                                   rng=np.random.default_rng(0), kv=kv)
+    request = Request(request_id=7, arrival_s=0.0, num_prompt_tokens=10, max_output_tokens=20)
+    request.num_computed_tokens, request.num_output_tokens = 10, 1
+    kv.allocate_slots(request, 10)
+    batch.add(request)
+    batch.allocate_new_blocks()
+    batch.advance()  # α = 1: every draft accepted, 4 tokens
+    assert batch.clock == 1 and batch.live_output_tokens(request) == 5 and request.num_output_tokens == 1
+    batch.remove(request)
+    assert batch.live_output_tokens(request) == request.num_output_tokens == 5
+    batch.advance()  # no member: no step
+    assert batch.clock == 1
+
+
+def test_sglang_speculation_runs_admit_by_the_ratio_retract_when_short_and_repeat_byte_for_byte():
+    # 1,500-token outputs: the new-token ratio falls as the steps go by (0.7 to 0.098 over 600), admits more than the
+    # 4,000-token pool holds once they all write, and SGLang retracts
+    short = scenario({**EAGLE, "max_total_tokens": 4000, "max_running_requests": 16},
+                     workload={"arrival": {"kind": "poisson", "rate_per_s": 20.0},
+                               "lengths": {"kind": "fixed", "input_tokens": 100, "output_tokens": 1500}},
+                     run={"num_requests": 30, "seed": 3})
+    first, again = simulate(short), simulate(short)
+    assert len(first.requests) == 30 and first.requests["output_tokens"].eq(1500).all()
+    assert first.summary["preemptions"] > 0
+    assert first.requests.equals(again.requests) and first.summary == again.summary
+    roomy = simulate(scenario(EAGLE))
+    assert roomy.summary["preemptions"] == 0 and len(roomy.requests) == BASE["run"]["num_requests"]
+
+
+def test_the_shipped_scenario_halves_the_tpot_at_low_load_and_queues_at_48_running_requests():
+    """scenarios/sglang_eagle.yaml (README's table): what it says of EAGLE at 2 and 30 req/s."""
+    from pathlib import Path
+
+    from sim.api import load_scenario_set
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "sglang_eagle.yaml"
+    summary = {name: simulate(sc).summary for name, sc in load_scenario_set(path).items()}
+    assert summary["low-load/eagle"]["tpot_s_p50"] < 0.6 * summary["low-load/off"]["tpot_s_p50"]
+    assert summary["busy/eagle"]["ttft_s_p50"] > 10 * summary["busy/off"]["ttft_s_p50"]
+    assert summary["busy/eagle-256-running"]["ttft_s_p50"] < 1.0
+    assert summary["busy/eagle-256-running"]["tpot_s_p50"] < summary["busy/off"]["tpot_s_p50"]
