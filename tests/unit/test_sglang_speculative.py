@@ -1,6 +1,6 @@
-"""SGLang's speculative decoding (--speculative-algorithm EAGLE, EAGLE3, NEXTN; sim/config/engines/sglang_speculative.py):
-what it sets in SGLang's own defaults, hand-computed, the flags refused in one line, and runs of its new-token-ratio
-admission beside speculation."""
+"""SGLang's speculative decoding (--speculative-algorithm EAGLE, EAGLE3, NEXTN; sim/config/engines/
+sglang_speculative.py): what it sets in SGLang's own defaults, hand-computed, the flags refused in one line, and runs
+of its new-token-ratio admission beside speculation."""
 
 import numpy as np
 import pytest
@@ -47,6 +47,28 @@ def test_eagle_takes_48_running_requests_2_gib_more_reserve_and_a_pool_grown_by_
     assert eagle.kv_cache.capacity_tokens == resolve(eagle).kv_capacity_tokens == profiled + 2048 * 7 + 100
 
 
+@pytest.mark.parametrize("version, reserved_mib, grows", [("0.5.6.post2", 2048, True), ("0.5.7", 2048, False),
+                                                         ("0.5.9", 2048, False), ("0.5.10rc0", 4096, False),
+                                                         ("0.5.10.post1", 4096, False)])
+def test_the_reserve_and_the_pools_headroom_follow_the_release(version, reserved_mib, grows):
+    # 13,440 MiB (above) + 2 GiB to 0.5.9, 4 GiB from 0.5.10 (0.5.10rc0 too), whose prefill graphs speculation turns
+    # off (to 0.5.13); the pool's headroom to 0.5.6.post2 (from 0.5.7 model_runner_kv_cache_mixin.py keeps the
+    # profiled tokens)
+    gpu_mib = get_gpu("h100-sxm").hbm_bytes / 2**20
+    eagle = scenario(EAGLE, version=version)
+    assert eagle.kv_cache.gpu_memory_utilization == round((gpu_mib - 13440 - reserved_mib) / gpu_mib, 3)
+    assert (eagle.kv_cache.capacity_tokens is not None) is grows
+
+
+def test_sglang_0_5_8_chooses_a_chain_for_every_architecture_but_llamas():
+    qwen = {"model": "qwen2.5-7b"}
+    with pytest.raises(ConfigError, match="5 steps, topk 4, 8 draft tokens, a tree of drafts"):
+        scenario({"speculative_algorithm": "EAGLE"}, version="0.5.7", **qwen)
+    assert scenario({"speculative_algorithm": "EAGLE"}, version="0.5.8", **qwen).speculation.num_speculative_tokens == 3
+    with pytest.raises(ConfigError, match="5 steps, topk 4, 8 draft tokens, a tree of drafts"):
+        scenario({"speculative_algorithm": "EAGLE"}, version="0.5.10")
+
+
 def test_a_given_running_limit_and_memory_fraction_are_kept_and_mixed_chunks_are_turned_off():
     sc = scenario({**EAGLE, "max_running_requests": 96, "mem_fraction_static": 0.8, "enable_mixed_chunk": True})
     assert (sc.scheduler.max_num_seqs, sc.kv_cache.gpu_memory_utilization, sc.scheduler.mixed_batches) == (96, 0.8,
@@ -66,8 +88,8 @@ def test_without_the_steps_sglang_chooses_by_architecture_a_chain_for_deepseek_a
     deepseek = scenario({"speculative_algorithm": "NEXTN"}, model="deepseek-v2-lite")
     assert deepseek.speculation.num_speculative_tokens == 3  # auto_choose_speculative_params: (3, 1, 4)
     with pytest.raises(ConfigError, match=r"^engine.speculative_algorithm: 'EAGLE' without --speculative-num-steps "
-                                          r"takes SGLang 0.5.5.post1's choice for llama-3.1-8b: 5 steps, topk 4, 8 draft "
-                                          r"tokens, a tree of drafts, which is not modelled; allowed: "):
+                                          r"takes SGLang 0.5.5.post1's choice for llama-3.1-8b: 5 steps, topk 4, 8 "
+                                          r"draft tokens, a tree of drafts, which is not modelled; allowed: "):
         scenario({"speculative_algorithm": "EAGLE"})
 
 
@@ -97,7 +119,7 @@ def test_the_section_alone_is_speculation_as_eagle_with_its_own_gamma():
      "engine.speculative_algorithm: 'LOOKAHEAD' is not modelled; allowed: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM"),
     ({}, {"draft_model": "llama-3.1-8b", "acceptance": {"kind": "fixed", "alpha": 0.7}}, "0.5.5.post1",
      "speculation.draft_model: speculation.draft_model is not modelled for SGLang"),
-    (EAGLE, SECTION, "0.5.7", "speculation: SGLang 0.5.7's speculative decoding is not read"),
+    (EAGLE, SECTION, "0.5.11", "speculation: SGLang 0.5.11's speculative decoding is not read"),
     ({}, SECTION, "0.5.3rc0", "speculation: SGLang 0.5.3rc0's speculative decoding is not read"),
     ({}, SECTION, "0.3.0", "speculation: SGLang 0.3.0's speculative decoding is not read"),
     (EAGLE, SECTION, "0.4.1.post3", "engine.speculative_algorithm: not a flag of sglang 0.4.1.post3"),

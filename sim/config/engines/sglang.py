@@ -13,9 +13,8 @@ from sim.config.engines.base import (GIB, Context, Flag, LOGGING, MODEL_FILES, P
                                      kv_cache_dtype_flag, only_one_of, refuse_model_before, released_before,
                                      sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
-from sim.config.engines.sglang_speculative import (SGLANG_ALGORITHMS, SGLANG_EAGLE_RESERVED_MIB,
-                                                   SGLANG_SPECULATIVE_MAX_RUNNING, SGLangSpeculation,
-                                                   sglang_speculation)
+from sim.config.engines.sglang_speculative import (SGLANG_ALGORITHMS, SGLANG_SPECULATIVE_MAX_RUNNING,
+                                                   SGLangSpeculation, sglang_speculation)
 from sim.errors import ConfigError
 
 
@@ -685,7 +684,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
         if gpu_mib > 60 * 1024:
             reserved = max(reserved, 10 * 1024)
         if speculation is not None:  # after the floor, as server_args.py adds it
-            reserved += SGLANG_EAGLE_RESERVED_MIB
+            reserved += speculation.reserved_mib
         fraction = round((gpu_mib - reserved) / gpu_mib, 3)
         if fraction <= 0:  # (SGLang would not start: nothing left for the weights)
             given = next((k for k in ("chunked_prefill_size", "cuda_graph_max_bs", "cuda_graph_max_bs_decode")
@@ -742,13 +741,16 @@ def derive_sglang(ctx: Context) -> PresetResult:
 def _sglang_speculation_values(ctx: Context, speculation: SGLangSpeculation, slots: int, kv_tokens: int | None,
                                window: dict, from_flags: dict[str, str], notes: list[str]) -> dict[str, Any]:
     """What SGLang's speculative decoding sets (sglang_speculative.py): γ where a flag gives it, mixed chunks off,
-    and the KV pool's headroom for the drafts (max_num_reqs `slots` x steps' and verified tokens + 100)."""
+    and, to 0.5.6.post2, the KV pool's headroom for the drafts (max_num_reqs `slots` x steps' and verified tokens +
+    100)."""
     values: dict[str, Any] = {"scheduler.mixed_batches": False}
     if ctx.flags.get("speculative_algorithm") is not None:
         values["speculation.num_speculative_tokens"] = speculation.num_steps
         from_flags["speculation.num_speculative_tokens"] = (
             "speculative_num_steps" if ctx.flags.get("speculative_num_steps") is not None else "speculative_algorithm")
     own_pool = window["window_memory"] == "own_pool" and ctx.model is not None and ctx.model.hybrid_window
+    if not speculation.grows_pool:
+        return values
     if kv_tokens is None or own_pool:
         why = "the model was not resolved" if kv_tokens is None else "the sliding layers' own pool"
         notes.append(f"SGLang speculative decoding: the KV pool's headroom for the drafts not added ({why})")
@@ -849,10 +851,10 @@ SGLANG_FLAGS = {
     "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
                             "first (frontend.tokens_per_chunk)"),
     # --speculative-* (server_args.py from 0.4.1.post4; read, with what each algorithm sets, in sglang_speculative.py
-    # for 0.5.3-0.5.6.post2, where the preset models them: refused in one line elsewhere)
+    # for 0.5.3-0.5.10.post1, where the preset models them: refused in one line elsewhere)
     "speculative_algorithm": Flag(None, str, "--speculative-algorithm: EAGLE, EAGLE3 or NEXTN, the drafter priced by "
-                                  "speculation.draft_cost_ratio", only_one_of("speculative_algorithm", SGLANG_ALGORITHMS),
-                                  since="0.4.1.post4"),
+                                  "speculation.draft_cost_ratio",
+                                  only_one_of("speculative_algorithm", SGLANG_ALGORITHMS), since="0.4.1.post4"),
     "speculative_num_steps": Flag(None, int, "--speculative-num-steps: draft tokens a step (speculation's γ)",
                                   at_least("speculative_num_steps"), since="0.4.1.post4"),
     "speculative_eagle_topk": Flag(None, int, "--speculative-eagle-topk: 1 (a chain; a tree is not modelled)",

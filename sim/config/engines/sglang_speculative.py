@@ -5,23 +5,24 @@ What ServeSim prices is the scenario's `speculation` section: its acceptance (no
 the model pair and the traffic) and the drafter's cost, `draft_cost_ratio` (an EAGLE or EAGLE3 head, or the model's
 own MTP layers for NEXTN). The flags say how many tokens the drafter proposes and set SGLang's rules for them.
 
-Read in the PyPI wheels of every release from 0.5.3 to 0.5.6.post2 (python/sglang/srt/server_args.py
+Read in the PyPI wheels of every release from 0.5.3 to 0.5.10.post1 (python/sglang/srt/server_args.py
 `_handle_speculative_decoding`, `auto_choose_speculative_params` and `_handle_gpu_memory_settings`), and in the
-model_executor/model_runner.py and managers/scheduler.py of 0.5.3, 0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3,
-0.5.6 and 0.5.6.post2:
+model_executor/ and managers/scheduler.py of 0.5.3, 0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.5.6,
+0.5.6.post2, 0.5.7, 0.5.8, 0.5.8.post1, 0.5.9, 0.5.10rc0, 0.5.10 and 0.5.10.post1:
 
 - NEXTN is EAGLE; with EAGLE, EAGLE3 or STANDALONE `max_running_requests` is 48 unless given, the overlap scheduler
   is off (unless the environment's SGLANG_ENABLE_SPEC_V2, from 0.5.5: not modelled) and so are mixed chunks.
 - without --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens must be left out too
-  (an assertion) and the three are chosen by architecture: (3, 1, 4) for DeepSeek V2/V3/V3.2, gpt-oss and Bailing MoE
-  (from 0.5.6.post1 also GLM-4.5 MoE and Mistral Large 3), else (5, 4, 8), a tree of 4 drafts a step. With
+  (an assertion) and the three are chosen by architecture: (5, 4, 8), a tree of 4 drafts a step, for Llama; (3, 1, 4)
+  for DeepSeek V2/V3/V3.2, gpt-oss and Bailing MoE (from 0.5.6.post1 also GLM-4.5 MoE and Mistral Large 3); for the
+  others (5, 4, 8) to 0.5.7, (3, 1, 4) from 0.5.8. With
   --speculative-eagle-topk 1 the draft tokens are set to num_steps + 1: one chain, which is what ServeSim's
   speculation prices (a tree is refused in one line).
-- mem_fraction_static's reserve grows by 2 GiB (EAGLE's draft model and its graphs; 6 GiB for STANDALONE), after the
-  10 GiB floor of a GPU over 60 GiB.
-- the target's KV pool is the profiled tokens + max_num_reqs x (num_steps x topk + num_draft_tokens) + 100, headroom
-  for the drafts and the verification (model_runner.py `draft_runner_cache_size`); the draft's own KV comes out of the
-  reserve.
+- mem_fraction_static's reserve grows by 2 GiB, from 0.5.10 (0.5.10rc0) 4 GiB (EAGLE's draft model and its graphs;
+  6 GiB for STANDALONE), after the 10 GiB floor of a GPU over 60 GiB.
+- to 0.5.6.post2 the target's KV pool is the profiled tokens + max_num_reqs x (num_steps x topk + num_draft_tokens) +
+  100, headroom for the drafts and the verification (model_runner.py `draft_runner_cache_size`); from 0.5.7
+  (model_runner_kv_cache_mixin.py) the profiled tokens alone. The draft's own KV comes out of the reserve.
 - the decode step's memory check wants room for num_draft_tokens + topk x num_steps tokens a request
   (scheduler.py `decode_mem_cache_buf_multiplier`); ServeSim's verification step takes num_steps + 1 a request and
   retracts when they do not fit (an approximation, said in the notes).
@@ -38,18 +39,20 @@ from sim.config.engines.base import Context, dotted_version, released_before
 from sim.errors import ConfigError
 from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS
 
-SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 7))  # (the first release read, the first not read)
-SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")  # server_args.py's choices, 0.5.3-0.5.6.post2
+SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 11))  # (the first release read, the first not read)
+SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")  # server_args.py's choices, 0.5.3-0.5.10.post1
 SGLANG_MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 SPECULATIVE_FLAGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                      "speculative_num_draft_tokens", "speculative_draft_model_path")
 SGLANG_SPECULATIVE_MAX_RUNNING = 48
-SGLANG_EAGLE_RESERVED_MIB = 2 * 1024
+SGLANG_EAGLE_RESERVED_MIB = ((0, 5, 10), 2 * 1024, 4 * 1024)  # (from this release, before it, from it)
+SGLANG_SPECULATIVE_POOL_HEADROOM_UNTIL = (0, 5, 7)
 SGLANG_SPECULATIVE_POOL_BUFFER = 100
 # auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens)
 SGLANG_AUTO_CHAIN, SGLANG_AUTO_TREE = (3, 1, 4), (5, 4, 8)
 SGLANG_CHAIN_MODEL_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "gpt_oss", "bailing_moe"}
 SGLANG_CHAIN_MODEL_TYPES_SINCE = {"glm4_moe": "0.5.6.post1"}
+SGLANG_AUTO_CHAIN_FOR_OTHERS_SINCE = (0, 5, 8)  # every architecture but Llama's
 
 
 @dataclass(frozen=True)
@@ -58,15 +61,20 @@ class SGLangSpeculation:
     num_steps: int  # draft steps a verification: ServeSim's γ
     topk: int
     num_draft_tokens: int  # tokens verified a request
+    reserved_mib: int  # added to mem_fraction_static's reserve
+    grows_pool: bool  # whether the target's KV pool gets the drafts' headroom (to 0.5.6.post2)
 
     @property
-    def pool_headroom_per_request(self) -> int:
-        """KV tokens the pool grows by per request slot (model_runner.py draft_runner_cache_size)."""
+    def memory_check_tokens(self) -> int:
+        """Tokens a request the decode memory check wants free, and the pool's headroom a request slot."""
         return self.num_steps * self.topk + self.num_draft_tokens
 
     def pool_tokens(self, profiled_tokens: int, request_slots: int) -> int:
-        """The target's KV pool: the profiled tokens and the headroom of every request slot (max_num_reqs)."""
-        return profiled_tokens + request_slots * self.pool_headroom_per_request + SGLANG_SPECULATIVE_POOL_BUFFER
+        """The target's KV pool: the profiled tokens and, where SGLang adds it, the headroom of every request slot
+        (max_num_reqs)."""
+        if not self.grows_pool:
+            return profiled_tokens
+        return profiled_tokens + request_slots * self.memory_check_tokens + SGLANG_SPECULATIVE_POOL_BUFFER
 
 
 def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | None:
@@ -82,7 +90,7 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
     first, end = SGLANG_SPECULATION_READ
     if released_before(ctx.version, ctx.version_text, first) or ctx.version >= end:
         raise ConfigError(f"speculation: SGLang {ctx.version_text}'s speculative decoding is not read (its rules are "
-                          f"read for {dotted_version(first)} to 0.5.6.post2); allowed: one of those releases, or no "
+                          f"read for {dotted_version(first)} to 0.5.10.post1); allowed: one of those releases, or no "
                           "speculation section")
     if not isinstance(section, dict):
         return None  # validation reports it
@@ -104,7 +112,7 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
             return None  # validation reports it
         notes.append(f"SGLang {ctx.version_text}: the speculation section without --speculative-algorithm taken as "
                      f"EAGLE with --speculative-num-steps {steps} --speculative-eagle-topk 1")
-        return _eagle_rules(ctx, SGLangSpeculation("EAGLE", steps, 1, steps + 1), notes)
+        return _eagle_rules(ctx, "EAGLE", steps, notes)
     if steps is None:
         if topk is not None or draft is not None:
             named = "speculative_eagle_topk" if topk is not None else "speculative_num_draft_tokens"
@@ -128,21 +136,25 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
     if draft is not None and draft != steps + 1:
         notes.append(f"SGLang --speculative-num-draft-tokens {draft}: set to num_steps + 1 = {steps + 1} with topk 1, "
                      "as SGLang sets it")
-    name = "EAGLE" if algorithm == "NEXTN" else algorithm
-    return _eagle_rules(ctx, SGLangSpeculation(name, steps, 1, steps + 1), notes)
+    return _eagle_rules(ctx, "EAGLE" if algorithm == "NEXTN" else algorithm, steps, notes)
 
 
-def _eagle_rules(ctx: Context, spec: SGLangSpeculation, notes: list[str]) -> SGLangSpeculation:
+def _eagle_rules(ctx: Context, algorithm: str, steps: int, notes: list[str]) -> SGLangSpeculation:
+    """A chain of `steps` drafts (topk 1) with what this release sets for it, said in the notes."""
+    since, before, after = SGLANG_EAGLE_RESERVED_MIB
+    spec = SGLangSpeculation(algorithm, steps, 1, steps + 1, reserved_mib=after if ctx.version >= since else before,
+                             grows_pool=ctx.version < SGLANG_SPECULATIVE_POOL_HEADROOM_UNTIL)
     mixed = " (--enable-mixed-chunk turned off)" if ctx.flags.get("enable_mixed_chunk") else ""
     given = ctx.flags.get("max_running_requests")
     running = (f"max_running_requests {SGLANG_SPECULATIVE_MAX_RUNNING} (its default with speculation)" if given is None
                else f"max_running_requests {given} as given")
-    notes.append(f"SGLang {ctx.version_text} speculative decoding ({spec.algorithm}, {spec.num_steps} draft tokens a "
-                 f"step): {running}, mixed chunks off{mixed}, the overlap scheduler off (SGLANG_ENABLE_SPEC_V2 not modelled), "
-                 f"{SGLANG_EAGLE_RESERVED_MIB} MiB more reserved, the KV pool larger by max_num_reqs x "
-                 f"{spec.pool_headroom_per_request} + {SGLANG_SPECULATIVE_POOL_BUFFER} tokens; the drafter priced by "
+    pool = (f"the KV pool larger by max_num_reqs x {spec.memory_check_tokens} + {SGLANG_SPECULATIVE_POOL_BUFFER} "
+            "tokens" if spec.grows_pool else "the KV pool as profiled")
+    notes.append(f"SGLang {ctx.version_text} speculative decoding ({algorithm}, {steps} draft tokens a step): "
+                 f"{running}, mixed chunks off{mixed}, the overlap scheduler off (SGLANG_ENABLE_SPEC_V2 not "
+                 f"modelled), {spec.reserved_mib} MiB more reserved, {pool}; the drafter priced by "
                  "speculation.draft_cost_ratio; a verification step takes num_steps + 1 KV slots a request (SGLang's "
-                 f"memory check wants {spec.pool_headroom_per_request}: not modelled)")
+                 f"memory check wants {spec.memory_check_tokens}: not modelled)")
     return spec
 
 
@@ -151,12 +163,16 @@ def _model_name(ctx: Context) -> str:
 
 
 def _auto_params(ctx: Context) -> tuple[int, int, int]:
-    """auto_choose_speculative_params by the model's architecture (a catalog DeepSeek-V2 is deepseek_v2)."""
+    """auto_choose_speculative_params by the model's architecture (the catalog's Llama and DeepSeek-V2 models carry no
+    model_type: by name)."""
     model = ctx.model
     if model is None:
         return SGLANG_AUTO_TREE
-    model_type = model.model_type or ("deepseek_v2" if model.name.startswith("deepseek-v2") else None)
+    by_name = (("llama-", "llama"), ("deepseek-v2", "deepseek_v2"))
+    model_type = model.model_type or next((kind for prefix, kind in by_name if model.name.startswith(prefix)), None)
+    if model_type == "llama":
+        return SGLANG_AUTO_TREE
     since = SGLANG_CHAIN_MODEL_TYPES_SINCE.get(model_type)
-    chain = model_type in SGLANG_CHAIN_MODEL_TYPES or (
-        since is not None and not released_before(ctx.version, ctx.version_text, since))
+    chain = (model_type in SGLANG_CHAIN_MODEL_TYPES or ctx.version >= SGLANG_AUTO_CHAIN_FOR_OTHERS_SINCE
+             or (since is not None and not released_before(ctx.version, ctx.version_text, since)))
     return SGLANG_AUTO_CHAIN if chain else SGLANG_AUTO_TREE
