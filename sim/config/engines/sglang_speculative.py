@@ -6,9 +6,11 @@ the model pair and the traffic) and the drafter's cost, `draft_cost_ratio` (an E
 own MTP layers for NEXTN). The flags say how many tokens the drafter proposes and set SGLang's rules for them.
 
 Read in the PyPI wheels of every release from 0.5.3 to 0.5.10.post1 (python/sglang/srt/server_args.py
-`_handle_speculative_decoding`, `auto_choose_speculative_params` and `_handle_gpu_memory_settings`), and in the
-model_executor/ and managers/scheduler.py of 0.5.3, 0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.5.6,
-0.5.6.post2, 0.5.7, 0.5.8, 0.5.8.post1, 0.5.9, 0.5.10rc0, 0.5.10 and 0.5.10.post1:
+`_handle_speculative_decoding`, `auto_choose_speculative_params` and `_handle_gpu_memory_settings`), in the
+model_executor/ of 0.5.3, 0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.5.6, 0.5.6.post2, 0.5.7, 0.5.8,
+0.5.8.post1, 0.5.9, 0.5.10rc0, 0.5.10 and 0.5.10.post1, and in the decode memory check of 0.5.3, 0.5.3.post3,
+0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.5.6, 0.5.7, 0.5.8 and 0.5.8.post1 (managers/scheduler.py), 0.5.9 and 0.5.10
+(managers/schedule_batch.py):
 
 - NEXTN is EAGLE; with EAGLE, EAGLE3 or STANDALONE `max_running_requests` is 48 unless given, the overlap scheduler
   is off (unless the environment's SGLANG_ENABLE_SPEC_V2, from 0.5.5: not modelled) and so are mixed chunks.
@@ -23,9 +25,11 @@ model_executor/ and managers/scheduler.py of 0.5.3, 0.5.3.post3, 0.5.4.post2, 0.
 - to 0.5.6.post2 the target's KV pool is the profiled tokens + max_num_reqs x (num_steps x topk + num_draft_tokens) +
   100, headroom for the drafts and the verification (model_runner.py `draft_runner_cache_size`); from 0.5.7
   (model_runner_kv_cache_mixin.py) the profiled tokens alone. The draft's own KV comes out of the reserve.
-- the decode step's memory check wants room for num_draft_tokens + topk x num_steps tokens a request
-  (scheduler.py `decode_mem_cache_buf_multiplier`); ServeSim's verification step takes num_steps + 1 a request and
-  retracts when they do not fit (an approximation, said in the notes).
+- the decode step's memory check wants room for num_draft_tokens + topk x num_steps tokens a request to 0.5.8.post1
+  (scheduler.py `decode_mem_cache_buf_multiplier`), from 0.5.9 max(topk x num_steps, num_draft_tokens)
+  (schedule_batch.py `new_tokens_required_next_decode`, page size 1): num_steps + 1 with topk 1. ServeSim's
+  verification step takes num_steps + 1 a request and retracts when they do not fit (to 0.5.8.post1 an
+  approximation, said in the notes).
 
 STANDALONE (a separate draft model, whose memory SGLang takes from its 6 GiB reserve rather than the KV budget
 ServeSim's draft_model arithmetic subtracts it from) and NGRAM (a tree of up to 10 branches by default) are refused.
@@ -53,6 +57,7 @@ SGLANG_AUTO_CHAIN, SGLANG_AUTO_TREE = (3, 1, 4), (5, 4, 8)
 SGLANG_CHAIN_MODEL_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "gpt_oss", "bailing_moe"}
 SGLANG_CHAIN_MODEL_TYPES_SINCE = {"glm4_moe": "0.5.6.post1"}
 SGLANG_AUTO_CHAIN_FOR_OTHERS_SINCE = (0, 5, 8)  # every architecture but Llama's
+SGLANG_MEMORY_CHECK_MAX_SINCE = (0, 5, 9)  # the decode memory check: the larger of drafts and verified tokens
 
 
 @dataclass(frozen=True)
@@ -63,10 +68,11 @@ class SGLangSpeculation:
     num_draft_tokens: int  # tokens verified a request
     reserved_mib: int  # added to mem_fraction_static's reserve
     grows_pool: bool  # whether the target's KV pool gets the drafts' headroom (to 0.5.6.post2)
+    memory_check_tokens: int  # KV tokens a request the decode step's memory check wants free
 
     @property
-    def memory_check_tokens(self) -> int:
-        """Tokens a request the decode memory check wants free, and the pool's headroom a request slot."""
+    def pool_headroom_per_request(self) -> int:
+        """KV tokens the pool grows by a request slot (model_runner.py draft_runner_cache_size, to 0.5.6.post2)."""
         return self.num_steps * self.topk + self.num_draft_tokens
 
     def pool_tokens(self, profiled_tokens: int, request_slots: int) -> int:
@@ -74,7 +80,7 @@ class SGLangSpeculation:
         (max_num_reqs)."""
         if not self.grows_pool:
             return profiled_tokens
-        return profiled_tokens + request_slots * self.memory_check_tokens + SGLANG_SPECULATIVE_POOL_BUFFER
+        return profiled_tokens + request_slots * self.pool_headroom_per_request + SGLANG_SPECULATIVE_POOL_BUFFER
 
 
 def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | None:
@@ -142,19 +148,22 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
 def _eagle_rules(ctx: Context, algorithm: str, steps: int, notes: list[str]) -> SGLangSpeculation:
     """A chain of `steps` drafts (topk 1) with what this release sets for it, said in the notes."""
     since, before, after = SGLANG_EAGLE_RESERVED_MIB
-    spec = SGLangSpeculation(algorithm, steps, 1, steps + 1, reserved_mib=after if ctx.version >= since else before,
-                             grows_pool=ctx.version < SGLANG_SPECULATIVE_POOL_HEADROOM_UNTIL)
+    drafts, verified = steps, steps + 1  # topk 1
+    check = max(drafts, verified) if ctx.version >= SGLANG_MEMORY_CHECK_MAX_SINCE else drafts + verified
+    spec = SGLangSpeculation(algorithm, steps, 1, verified, reserved_mib=after if ctx.version >= since else before,
+                             grows_pool=ctx.version < SGLANG_SPECULATIVE_POOL_HEADROOM_UNTIL, memory_check_tokens=check)
     mixed = " (--enable-mixed-chunk turned off)" if ctx.flags.get("enable_mixed_chunk") else ""
     given = ctx.flags.get("max_running_requests")
     running = (f"max_running_requests {SGLANG_SPECULATIVE_MAX_RUNNING} (its default with speculation)" if given is None
                else f"max_running_requests {given} as given")
-    pool = (f"the KV pool larger by max_num_reqs x {spec.memory_check_tokens} + {SGLANG_SPECULATIVE_POOL_BUFFER} "
-            "tokens" if spec.grows_pool else "the KV pool as profiled")
+    pool = (f"the KV pool larger by max_num_reqs x {spec.pool_headroom_per_request} + "
+            f"{SGLANG_SPECULATIVE_POOL_BUFFER} tokens" if spec.grows_pool else "the KV pool as profiled")
+    check = ("" if spec.memory_check_tokens == verified else
+             f" (SGLang's memory check wants {spec.memory_check_tokens}: not modelled)")
     notes.append(f"SGLang {ctx.version_text} speculative decoding ({algorithm}, {steps} draft tokens a step): "
                  f"{running}, mixed chunks off{mixed}, the overlap scheduler off (SGLANG_ENABLE_SPEC_V2 not "
                  f"modelled), {spec.reserved_mib} MiB more reserved, {pool}; the drafter priced by "
-                 "speculation.draft_cost_ratio; a verification step takes num_steps + 1 KV slots a request (SGLang's "
-                 f"memory check wants {spec.memory_check_tokens}: not modelled)")
+                 f"speculation.draft_cost_ratio; a verification step takes num_steps + 1 KV slots a request{check}")
     return spec
 
 
