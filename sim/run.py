@@ -162,9 +162,11 @@ def make_cost_model(scenario: Scenario, deployment: Deployment | None = None):
         # The draft's steps carry no fixed engine overhead of their own: they run inside the target's step.
         draft_cost = _roofline(scenario, deployment, draft)
         draft_cost.step_overhead_s = 0.0
-        return SpeculativeCostModel(target, draft=draft_cost, sync_overhead_fraction=spec_dec.sync_overhead_fraction)
+        return SpeculativeCostModel(target, draft=draft_cost, sync_overhead_fraction=spec_dec.sync_overhead_fraction,
+                                    draft_tree_width=spec_dec.draft_tree_width)
     return SpeculativeCostModel(target, draft_cost_ratio=spec_dec.draft_cost_ratio,
-                                sync_overhead_fraction=spec_dec.sync_overhead_fraction)
+                                sync_overhead_fraction=spec_dec.sync_overhead_fraction,
+                                draft_tree_width=spec_dec.draft_tree_width)
 
 
 def _pipeline_cost_model(scenario: Scenario, deployment: Deployment, whole):
@@ -217,7 +219,7 @@ def _speculative_batch(scenario: Scenario, kv, replica_index: int):
         sampler = lambda rng: rng.beta(a, b)  # noqa: E731
     rng = np.random.default_rng(np.random.SeedSequence([scenario.run.seed, 13, replica_index]))
     return SpeculativeDecodeBatch(num_speculative_tokens=spec.num_speculative_tokens, alpha_sampler=sampler,
-                                  ragged=spec.ragged, rng=rng, kv=kv)
+                                  ragged=spec.ragged, rng=rng, kv=kv, num_verified_tokens=spec.verified_tokens())
 
 
 def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deployment | None = None):

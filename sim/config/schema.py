@@ -554,6 +554,7 @@ class BetaAcceptance(_Strict):
 # draws (sequences x g) acceptances and verifies g + 1 tokens per sequence, so 100,000 is a typo that slows a
 # run to a crawl.
 MAX_SPECULATIVE_TOKENS = 64
+MAX_DRAFT_TREE_WIDTH = 64  # SGLang's --speculative-eagle-topk: its docs' trees branch 1 to 10 ways
 
 
 class SpeculationSpec(_Strict):
@@ -562,6 +563,12 @@ class SpeculationSpec(_Strict):
     draft_cost_ratio: float | None = Field(None, gt=0, description="c = draft step time / target step time")
     num_speculative_tokens: int = Field(DEFAULT_SPECULATIVE_TOKENS, ge=1, le=MAX_SPECULATIVE_TOKENS,
                                         description=f"γ: tokens drafted per step, at most {MAX_SPECULATIVE_TOKENS}")
+    draft_tree_width: int = Field(
+        1, ge=1, le=MAX_DRAFT_TREE_WIDTH, description="drafts each draft step after the first proposes a request, "
+        "a tree's branching (SGLang's --speculative-eagle-topk); 1: one chain")
+    num_verified_tokens: int | None = Field(
+        None, ge=2, description="tokens the target verifies a request a step: γ + 1 for a chain (the default); for a "
+        "tree, the nodes chosen from its drafts (SGLang's --speculative-num-draft-tokens), γ + 1 or more")
     acceptance: FixedAcceptance | BetaAcceptance = Field(FixedAcceptance(alpha=0.7), discriminator="kind")
     ragged: Literal["per_request", "rollback_to_min"] = Field(
         "per_request", description="per_request: each request keeps its own accepted tokens (vLLM); "
@@ -578,6 +585,26 @@ class SpeculationSpec(_Strict):
         if (self.draft_model is None) == (self.draft_cost_ratio is None):
             raise ValueError("give exactly one of draft_model and draft_cost_ratio")
         return self
+
+    @model_validator(mode="after")
+    def _verified_tokens(self) -> "SpeculationSpec":
+        """A chain verifies its γ drafts and one token more; a tree at least as many and at most as many as its
+        drafts hold (SGLang's candidates: w after the first step, w x w after each later one, and the root)."""
+        verified, gamma, width = self.num_verified_tokens, self.num_speculative_tokens, self.draft_tree_width
+        if verified is None:
+            return self
+        if width == 1 and verified != gamma + 1:
+            raise ConfigError(f"speculation.num_verified_tokens: {verified} with a chain of {gamma} drafts "
+                              f"(draft_tree_width 1); allowed: {gamma + 1}, or leave it out")
+        most = 1 + width + (gamma - 1) * width * width
+        if not gamma + 1 <= verified <= most:
+            raise ConfigError(f"speculation.num_verified_tokens: {verified} is not allowed with {gamma} draft steps "
+                              f"of width {width}; allowed: {gamma + 1} to {most}")
+        return self
+
+    def verified_tokens(self) -> int:
+        """Tokens the target verifies a request a step."""
+        return self.num_speculative_tokens + 1 if self.num_verified_tokens is None else self.num_verified_tokens
 
     def draft_spec(self) -> ModelSpec | None:
         if self.draft_model is None or isinstance(self.draft_model, ModelSpec):

@@ -219,26 +219,30 @@ class SpeculativeCostModel:
     """
 
     def __init__(self, target, *, draft=None, draft_cost_ratio: float | None = None,
-                 sync_overhead_fraction: float = 0.0):
+                 sync_overhead_fraction: float = 0.0, draft_tree_width: int = 1):
         if (draft is None) == (draft_cost_ratio is None):
             raise ValueError("give exactly one of draft and draft_cost_ratio")
         self.target, self.draft, self.ratio = target, draft, draft_cost_ratio
         self.sync_overhead_fraction = sync_overhead_fraction
+        self.draft_tree_width = draft_tree_width  # drafts a request each draft step after the first computes
 
     def __repr__(self) -> str:
         draft = repr(self.draft) if self.draft is not None else f"c={self.ratio}"
         return f"SpeculativeCostModel(target={self.target!r}, draft={draft})"
 
     def _draft_cost(self, plan: StepPlan) -> StepCost:
-        """The draft's prefill of this step's chunks plus its γ single-token decode steps."""
-        gamma = plan.num_draft_tokens
+        """The draft's prefill of this step's chunks plus its γ decode steps: one token a request, then, for a tree
+        of width w, w tokens a request each step (each branch a sequence of the request's context)."""
+        gamma, width = plan.num_draft_tokens, self.draft_tree_width
         prefill = StepPlan(prefill_request_ids=plan.prefill_request_ids, prefill_chunk_tokens=plan.prefill_chunk_tokens,
                            prefill_context_tokens=plan.prefill_context_tokens, num_sampled_seqs=0)
         parts = [prefill] if plan.prefill_request_ids else []
         n = plan.num_decode_seqs
         base_ctx = plan.decode_context_tokens - n * plan.decode_query_tokens
         for i in range(gamma):
-            parts.append(StepPlan(num_decode_seqs=n, decode_context_tokens=base_ctx + n * (i + 1), num_sampled_seqs=n))
+            seqs, branches = (n, 1) if i == 0 else (n * width, width)
+            parts.append(StepPlan(num_decode_seqs=seqs, decode_context_tokens=branches * (base_ctx + n * (i + 1)),
+                                  num_sampled_seqs=seqs))
         if self.draft is not None:
             costs = [self.draft.step_cost(p) for p in parts]
             return StepCost(sum(c.time_s for c in costs), sum(c.flops for c in costs), sum(c.bytes for c in costs))

@@ -2,7 +2,9 @@
 
 Each drafted token is accepted with probability α until the first rejection, then the target adds
 one token of its own, so a step yields between 1 and γ+1 tokens (Leviathan et al., ICML 2023). The
-expected yield per target pass is (1 − α^(γ+1)) / (1 − α).
+expected yield per target pass is (1 − α^(γ+1)) / (1 − α). A tree of drafts (SGLang's EAGLE with topk above 1)
+verifies more tokens a request than γ+1 (`num_verified_tokens`) and accepts one path of at most γ: α is then the
+acceptance along that path, which the tree raises.
 
 Accepted counts differ per request, so the bulk step clock of `DecodeTracker` does not apply; this
 batch keeps its members' counters in numpy arrays (compact, swap-remove) and draws every member's
@@ -25,9 +27,10 @@ DEFAULT_SPECULATIVE_TOKENS = 4  # γ where a scenario's speculation section does
 
 class SpeculativeDecodeBatch:
     def __init__(self, *, num_speculative_tokens: int, alpha_sampler, ragged: Ragged, rng: np.random.Generator,
-                 kv: KVManager):
+                 kv: KVManager, num_verified_tokens: int | None = None):
         self.gamma = num_speculative_tokens
-        self.decode_query_tokens = num_speculative_tokens + 1  # the verification pass: last token + γ drafts
+        # the verification pass: last token + γ drafts, or a tree's chosen nodes (each accepted path at most γ long)
+        self.decode_query_tokens = num_speculative_tokens + 1 if num_verified_tokens is None else num_verified_tokens
         self.num_draft_tokens = num_speculative_tokens
         self.alpha_sampler = alpha_sampler  # rng -> acceptance rate of one request
         self.ragged = ragged
@@ -95,10 +98,10 @@ class SpeculativeDecodeBatch:
                 arr[slot] = arr[last]
             self._slot[moved] = slot
 
-    # --- paged KV: room for the γ+1 tokens written during verification --------------------------------
+    # --- paged KV: room for the tokens written during verification (γ+1, or a tree's chosen nodes) ----------
     def _new_blocks(self) -> np.ndarray:
         n = len(self.members)
-        need = -(-(self._computed[:n] + self.gamma + 1) // self.block_size) - self._blocks[:n]
+        need = -(-(self._computed[:n] + self.decode_query_tokens) // self.block_size) - self._blocks[:n]
         return np.maximum(need, 0)
 
     def num_new_blocks_needed(self) -> int:

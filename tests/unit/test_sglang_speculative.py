@@ -64,12 +64,12 @@ def test_the_reserve_and_the_pools_headroom_follow_the_release(version, reserved
 
 
 def test_sglang_0_5_8_chooses_a_chain_for_every_architecture_but_llamas():
-    qwen = {"model": "qwen2.5-7b"}
-    with pytest.raises(ConfigError, match="5 steps, topk 4, 8 draft tokens, a tree of drafts"):
-        scenario({"speculative_algorithm": "EAGLE"}, version="0.5.7", **qwen)
-    assert scenario({"speculative_algorithm": "EAGLE"}, version="0.5.8", **qwen).speculation.num_speculative_tokens == 3
-    with pytest.raises(ConfigError, match="5 steps, topk 4, 8 draft tokens, a tree of drafts"):
-        scenario({"speculative_algorithm": "EAGLE"}, version="0.5.10")
+    def shape(version, **sections):
+        spec = scenario({"speculative_algorithm": "EAGLE"}, version=version, **sections).speculation
+        return spec.num_speculative_tokens, spec.draft_tree_width, spec.verified_tokens()
+    assert shape("0.5.7", model="qwen2.5-7b") == (5, 4, 8)
+    assert shape("0.5.8", model="qwen2.5-7b") == (3, 1, 4)
+    assert shape("0.5.10") == (5, 4, 8)  # Llama
 
 
 def test_a_given_running_limit_and_memory_fraction_are_kept_and_mixed_chunks_are_turned_off():
@@ -84,16 +84,20 @@ def test_the_draft_tokens_follow_the_steps_with_topk_1_and_nextn_is_eagle():
                    "speculative_num_draft_tokens": 8})
     assert sc.speculation.num_speculative_tokens == 2
     assert any("set to num_steps + 1 = 3" in note for note in sc.engine.notes)
-    assert any("(EAGLE, 2 draft tokens a step)" in note for note in sc.engine.notes)
+    assert any("(EAGLE, 2 draft steps, a chain)" in note for note in sc.engine.notes)
 
 
 def test_without_the_steps_sglang_chooses_by_architecture_a_chain_for_deepseek_and_a_tree_otherwise():
-    deepseek = scenario({"speculative_algorithm": "NEXTN"}, model="deepseek-v2-lite")
-    assert deepseek.speculation.num_speculative_tokens == 3  # auto_choose_speculative_params: (3, 1, 4)
-    with pytest.raises(ConfigError, match=r"^engine.speculative_algorithm: 'EAGLE' without --speculative-num-steps "
-                                          r"takes SGLang 0.5.5.post1's choice for llama-3.1-8b: 5 steps, topk 4, 8 "
-                                          r"draft tokens, a tree of drafts, which is not modelled; allowed: "):
-        scenario({"speculative_algorithm": "EAGLE"})
+    deepseek = scenario({"speculative_algorithm": "NEXTN"}, model="deepseek-v2-lite").speculation
+    assert (deepseek.num_speculative_tokens, deepseek.draft_tree_width, deepseek.verified_tokens()) == (3, 1, 4)
+    llama = scenario({"speculative_algorithm": "EAGLE"})  # auto_choose_speculative_params: (5, 4, 8), a tree
+    spec = llama.speculation
+    assert (spec.num_speculative_tokens, spec.draft_tree_width, spec.num_verified_tokens) == (5, 4, 8)
+    assert any("5 steps, topk 4, 8 draft tokens, its choice for llama-3.1-8b" in note for note in llama.engine.notes)
+    # the pool's headroom: 2,048 slots x (5 x 4 + 8) + 100 tokens
+    profiled = resolve(scenario({"mem_fraction_static": llama.kv_cache.gpu_memory_utilization},
+                                speculation=None)).kv_capacity_tokens
+    assert llama.kv_cache.capacity_tokens == profiled + 2048 * 28 + 100
 
 
 def test_the_section_alone_is_speculation_as_eagle_with_its_own_gamma():
@@ -106,8 +110,16 @@ def test_the_section_alone_is_speculation_as_eagle_with_its_own_gamma():
 
 @pytest.mark.parametrize("flags, speculation, version, message", [
     (EAGLE, None, "0.5.5.post1", "engine.speculative_algorithm: needs the scenario's speculation section"),
-    ({**EAGLE, "speculative_eagle_topk": 2}, SECTION, "0.5.5.post1",
-     "engine.speculative_eagle_topk: 2 drafts a tree, which is not modelled"),
+    ({**EAGLE, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 3}, SECTION, "0.5.5.post1",
+     "engine.speculative_num_draft_tokens: 3 is not modelled with 3 steps of topk 2"),
+    ({**EAGLE, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 12}, SECTION, "0.5.5.post1",
+     "engine.speculative_num_draft_tokens: 12 is not modelled with 3 steps of topk 2 (fewer than num_steps + 1 cut "
+     "the accepted path; more than the tree's candidates fail in SGLang); allowed: 4 to 11"),
+    ({"speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "speculative_eagle_topk": 2}, SECTION,
+     "0.5.5.post1", "engine.speculative_num_draft_tokens: missing beside --speculative-eagle-topk 2"),
+    ({**EAGLE, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8, "page_size": 16}, SECTION,
+     "0.5.5.post1", "engine.page_size: 16 with --speculative-eagle-topk 4, which SGLang 0.5.5.post1 refuses unless "
+                    "--attention-backend is flashinfer; allowed: 1, or --attention-backend flashinfer"),
     ({"speculative_algorithm": "EAGLE", "speculative_num_steps": 3}, SECTION, "0.5.5.post1",
      "engine.speculative_eagle_topk: missing beside --speculative-num-steps"),
     ({"speculative_algorithm": "EAGLE", "speculative_eagle_topk": 1}, SECTION, "0.5.5.post1",
@@ -137,6 +149,51 @@ def test_what_is_not_modelled_or_not_sglangs_is_refused_in_one_line(flags, specu
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
+def test_a_tree_sets_its_width_and_verified_tokens_and_pages_need_flashinfer_or_from_0_5_6_fa3():
+    tree = {**EAGLE, "speculative_num_steps": 5, "speculative_eagle_topk": 8, "speculative_num_draft_tokens": 32}
+    spec = scenario(tree).speculation
+    assert (spec.num_speculative_tokens, spec.draft_tree_width, spec.verified_tokens()) == (5, 8, 32)
+    paged = {**tree, "page_size": 16}
+    assert scenario({**paged, "attention_backend": "fa3"}, version="0.5.6").kv_cache.block_size == 16
+    with pytest.raises(ConfigError, match="unless --attention-backend is flashinfer; allowed"):
+        scenario({**paged, "attention_backend": "fa3"}, version="0.5.5.post3")
+    with pytest.raises(ConfigError, match="^engine.speculative_eagle_topk: 8 contradicts speculation.draft_tree_width"):
+        scenario(tree, speculation={**SECTION, "draft_tree_width": 4})
+
+
+def test_a_trees_verification_takes_its_verified_tokens_and_its_drafts_branch():
+    from sim.core.step_plan import StepPlan
+    from sim.cost.roofline import SpeculativeCostModel
+
+    class Target:  # 1 ms a sequence, 1 us a token of context
+        def step_cost(self, plan):
+            from sim.cost.roofline import StepCost
+            return StepCost(plan.num_decode_seqs * 1e-3 + plan.decode_context_tokens * 1e-6, 0.0, 0.0)
+
+        def step_time(self, plan):
+            return self.step_cost(plan).time_s
+    # two requests of 100 tokens verify 8 each after 3 draft steps of a width-4 tree: the draft steps price 2, 8 and 8
+    # sequences at contexts 202, 4 x 204 and 4 x 206; the ratio 0.1 of that
+    plan = StepPlan(num_decode_seqs=2, decode_query_tokens=8, num_draft_tokens=3, decode_context_tokens=216,
+                    num_sampled_seqs=2)
+    model = SpeculativeCostModel(Target(), draft_cost_ratio=0.1, draft_tree_width=4)
+    verify = 2e-3 + 216e-6
+    assert model.step_time(plan) == pytest.approx(verify + 0.1 * (18e-3 + (202 + 816 + 824) * 1e-6))
+    chain = SpeculativeCostModel(Target(), draft_cost_ratio=0.1)
+    assert chain.step_time(plan) == pytest.approx(verify + 0.1 * (6e-3 + (202 + 204 + 206) * 1e-6))
+    kv = PagedKVManager(num_blocks=100, block_size=4)
+    batch = SpeculativeDecodeBatch(num_speculative_tokens=3, alpha_sampler=lambda rng: 0.0, ragged="per_request",
+                                   rng=np.random.default_rng(0), kv=kv, num_verified_tokens=8)
+    request = Request(request_id=1, arrival_s=0.0, num_prompt_tokens=10, max_output_tokens=20)
+    kv.allocate_slots(request, 10)  # (before its prompt is counted computed: blocks for 10 tokens)
+    request.num_computed_tokens, request.num_output_tokens = 10, 1
+    batch.add(request)
+    assert batch.decode_query_tokens == 8 and batch.num_new_blocks_needed() == 2  # 18 tokens: 5 blocks, 3 held
+    batch.allocate_new_blocks()
+    finished, tokens = batch.advance()  # α = 0: the target's own token only; the tree's other slots go back
+    assert tokens == 1 and kv.held_slots(1) == 12
+
+
 def test_the_launch_command_gives_the_same_scenario_as_the_flags():
     command = ("python3 -m sglang.launch_server --model-path meta-llama/Llama-3.1-8B-Instruct --speculative-algorithm "
                "EAGLE --speculative-draft-model-path jamesliu1/sglang-EAGLE-Llama-3.1-Instruct-8B "
@@ -152,8 +209,8 @@ def test_the_speculative_batch_counts_its_steps_and_reads_live_outputs_for_the_r
     batch = SpeculativeDecodeBatch(num_speculative_tokens=3, alpha_sampler=lambda rng: 1.0, ragged="per_request",
                                    rng=np.random.default_rng(0), kv=kv)
     request = Request(request_id=7, arrival_s=0.0, num_prompt_tokens=10, max_output_tokens=20)
-    request.num_computed_tokens, request.num_output_tokens = 10, 1
     kv.allocate_slots(request, 10)
+    request.num_computed_tokens, request.num_output_tokens = 10, 1
     batch.add(request)
     batch.allocate_new_blocks()
     batch.advance()  # α = 1: every draft accepted, 4 tokens

@@ -745,9 +745,11 @@ def _sglang_speculation_values(ctx: Context, speculation: SGLangSpeculation, slo
     100)."""
     values: dict[str, Any] = {"scheduler.mixed_batches": False}
     if ctx.flags.get("speculative_algorithm") is not None:
-        values["speculation.num_speculative_tokens"] = speculation.num_steps
-        from_flags["speculation.num_speculative_tokens"] = (
-            "speculative_num_steps" if ctx.flags.get("speculative_num_steps") is not None else "speculative_algorithm")
+        for key, flag, value in (("num_speculative_tokens", "speculative_num_steps", speculation.num_steps),
+                                 ("draft_tree_width", "speculative_eagle_topk", speculation.topk),
+                                 ("num_verified_tokens", "speculative_num_draft_tokens", speculation.num_draft_tokens)):
+            values[f"speculation.{key}"] = value
+            from_flags[f"speculation.{key}"] = flag if ctx.flags.get(flag) is not None else "speculative_algorithm"
     own_pool = window["window_memory"] == "own_pool" and ctx.model is not None and ctx.model.hybrid_window
     if not speculation.grows_pool:
         return values
@@ -857,9 +859,11 @@ SGLANG_FLAGS = {
                                   only_one_of("speculative_algorithm", SGLANG_ALGORITHMS), since="0.4.1.post4"),
     "speculative_num_steps": Flag(None, int, "--speculative-num-steps: draft tokens a step (speculation's γ)",
                                   at_least("speculative_num_steps"), since="0.4.1.post4"),
-    "speculative_eagle_topk": Flag(None, int, "--speculative-eagle-topk: 1 (a chain; a tree is not modelled)",
-                                   at_least("speculative_eagle_topk"), since="0.4.1.post4"),
-    "speculative_num_draft_tokens": Flag(None, int, "--speculative-num-draft-tokens: num_steps + 1 with topk 1",
+    "speculative_eagle_topk": Flag(None, int, "--speculative-eagle-topk: 1, a chain, or a tree's branching "
+                                   "(speculation.draft_tree_width)", at_least("speculative_eagle_topk"),
+                                   since="0.4.1.post4"),
+    "speculative_num_draft_tokens": Flag(None, int, "--speculative-num-draft-tokens: the tokens verified a request "
+                                         "(speculation.num_verified_tokens); num_steps + 1 with topk 1",
                                          at_least("speculative_num_draft_tokens"), since="0.4.1.post4"),
     "speculative_draft_model_path": Flag(None, str, "--speculative-draft-model-path: the EAGLE head's weights (priced "
                                          "by speculation.draft_cost_ratio)", since="0.4.1.post4"),

@@ -17,9 +17,14 @@ model_executor/ of 0.5.3, 0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.
 - without --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens must be left out too
   (an assertion) and the three are chosen by architecture: (5, 4, 8), a tree of 4 drafts a step, for Llama; (3, 1, 4)
   for DeepSeek V2/V3/V3.2, gpt-oss and Bailing MoE (from 0.5.6.post1 also GLM-4.5 MoE and Mistral Large 3); for the
-  others (5, 4, 8) to 0.5.7, (3, 1, 4) from 0.5.8. With
-  --speculative-eagle-topk 1 the draft tokens are set to num_steps + 1: one chain, which is what ServeSim's
-  speculation prices (a tree is refused in one line).
+  others (5, 4, 8) to 0.5.7, (3, 1, 4) from 0.5.8. With --speculative-eagle-topk 1 the draft tokens are set to
+  num_steps + 1: one chain. Above 1 the draft steps grow a tree (topk candidates a request after the first step, topk
+  x topk after each later one; speculative/eagle_worker.py, eagle_utils.py) and num_draft_tokens of it are verified:
+  ServeSim's speculation prices it as num_steps draft steps, the first of one token a request, the others of topk
+  (`speculation.draft_tree_width`), and a verification of num_draft_tokens a request
+  (`speculation.num_verified_tokens`), its acceptance the section's along the accepted path (give the α that yields
+  the accept length SGLang logs). A tree with pages over one token needs the flashinfer attention backend (from 0.5.6
+  or fa3), and trtllm_mha takes none.
 - mem_fraction_static's reserve grows by 2 GiB, from 0.5.10 (0.5.10rc0) 4 GiB (EAGLE's draft model and its graphs;
   6 GiB for STANDALONE), after the 10 GiB floor of a GPU over 60 GiB.
 - to 0.5.6.post2 the target's KV pool is the profiled tokens + max_num_reqs x (num_steps x topk + num_draft_tokens) +
@@ -28,11 +33,12 @@ model_executor/ of 0.5.3, 0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.
 - the decode step's memory check wants room for num_draft_tokens + topk x num_steps tokens a request to 0.5.8.post1
   (scheduler.py `decode_mem_cache_buf_multiplier`), from 0.5.9 max(topk x num_steps, num_draft_tokens)
   (schedule_batch.py `new_tokens_required_next_decode`, page size 1): num_steps + 1 with topk 1. ServeSim's
-  verification step takes num_steps + 1 a request and retracts when they do not fit (to 0.5.8.post1 an
-  approximation, said in the notes).
+  verification step takes num_draft_tokens a request and retracts when they do not fit (where SGLang's check asks
+  more, an approximation, said in the notes).
 
 STANDALONE (a separate draft model, whose memory SGLang takes from its 6 GiB reserve rather than the KV budget
-ServeSim's draft_model arithmetic subtracts it from) and NGRAM (a tree of up to 10 branches by default) are refused.
+ServeSim's draft_model arithmetic subtracts it from) and NGRAM (drafts from an n-gram cache of the traffic, whose
+rules are not read) are refused.
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ SGLANG_CHAIN_MODEL_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "gpt_o
 SGLANG_CHAIN_MODEL_TYPES_SINCE = {"glm4_moe": "0.5.6.post1"}
 SGLANG_AUTO_CHAIN_FOR_OTHERS_SINCE = (0, 5, 8)  # every architecture but Llama's
 SGLANG_MEMORY_CHECK_MAX_SINCE = (0, 5, 9)  # the decode memory check: the larger of drafts and verified tokens
+SGLANG_TREE_PAGES_FA3_SINCE = (0, 5, 6)  # a tree with pages over one token: flashinfer, from 0.5.6 fa3 too
 
 
 @dataclass(frozen=True)
@@ -105,7 +112,7 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
         named = f"--speculative-algorithm {algorithm}" if algorithm else "speculation.draft_model"
         raise ConfigError(f"{'engine.speculative_algorithm' if algorithm else 'speculation.draft_model'}: {named} is "
                           f"not modelled for SGLang (STANDALONE's draft model lives in a reserve the KV arithmetic "
-                          "does not split; NGRAM drafts a tree); allowed: EAGLE, EAGLE3 or NEXTN with "
+                          "does not split; NGRAM's n-gram cache is not read); allowed: EAGLE, EAGLE3 or NEXTN with "
                           "speculation.draft_cost_ratio")
     steps, topk, draft = (flags.get(name) for name in ("speculative_num_steps", "speculative_eagle_topk",
                                                        "speculative_num_draft_tokens"))
@@ -114,11 +121,15 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
             raise ConfigError(f"engine.{given[0]}: needs --speculative-algorithm (SGLang speculates only with it); "
                               f"allowed: {', '.join(SGLANG_MODELLED_ALGORITHMS)}")
         steps = section.get("num_speculative_tokens", DEFAULT_SPECULATIVE_TOKENS)
-        if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
+        topk = section.get("draft_tree_width", 1)
+        draft = section.get("num_verified_tokens")
+        if any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in (steps, topk)):
             return None  # validation reports it
+        draft = steps + 1 if draft is None else draft
         notes.append(f"SGLang {ctx.version_text}: the speculation section without --speculative-algorithm taken as "
-                     f"EAGLE with --speculative-num-steps {steps} --speculative-eagle-topk 1")
-        return _eagle_rules(ctx, "EAGLE", steps, notes)
+                     f"EAGLE with --speculative-num-steps {steps} --speculative-eagle-topk {topk} "
+                     f"--speculative-num-draft-tokens {draft}")
+        return _eagle_rules(ctx, "EAGLE", steps, topk, draft, notes)
     if steps is None:
         if topk is not None or draft is not None:
             named = "speculative_eagle_topk" if topk is not None else "speculative_num_draft_tokens"
@@ -126,31 +137,59 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
                               f"{ctx.version_text} refuses (an assertion); allowed: give --speculative-num-steps too, "
                               "or none of the three")
         steps, topk, draft = _auto_params(ctx)
-        if topk > 1:
-            raise ConfigError(f"engine.speculative_algorithm: {algorithm!r} without --speculative-num-steps takes "
-                              f"SGLang {ctx.version_text}'s choice for {_model_name(ctx)}: {steps} steps, topk {topk}, "
-                              f"{draft} draft tokens, a tree of drafts, which is not modelled; allowed: "
-                              "--speculative-num-steps N --speculative-eagle-topk 1")
-        notes.append(f"SGLang {ctx.version_text} --speculative-algorithm {algorithm}: {steps} steps, topk 1, {draft} "
-                     f"draft tokens, its choice for {_model_name(ctx)} (auto_choose_speculative_params)")
+        notes.append(f"SGLang {ctx.version_text} --speculative-algorithm {algorithm}: {steps} steps, topk {topk}, "
+                     f"{draft} draft tokens, its choice for {_model_name(ctx)} (auto_choose_speculative_params)")
     elif topk is None:
         raise ConfigError(f"engine.speculative_eagle_topk: missing beside --speculative-num-steps (SGLang "
-                          f"{ctx.version_text} compares it with 1 and fails without it); allowed: 1")
-    elif topk > 1:
-        raise ConfigError(f"engine.speculative_eagle_topk: {topk} drafts a tree, which is not modelled (ServeSim's "
-                          "speculation verifies one chain); allowed: 1")
-    if draft is not None and draft != steps + 1:
-        notes.append(f"SGLang --speculative-num-draft-tokens {draft}: set to num_steps + 1 = {steps + 1} with topk 1, "
-                     "as SGLang sets it")
-    return _eagle_rules(ctx, "EAGLE" if algorithm == "NEXTN" else algorithm, steps, notes)
+                          f"{ctx.version_text} compares it with 1 and fails without it); allowed: a whole number >= 1")
+    elif topk == 1:
+        if draft is not None and draft != steps + 1:
+            notes.append(f"SGLang --speculative-num-draft-tokens {draft}: set to num_steps + 1 = {steps + 1} with "
+                         "topk 1, as SGLang sets it")
+        draft = steps + 1
+    elif draft is None:
+        raise ConfigError(f"engine.speculative_num_draft_tokens: missing beside --speculative-eagle-topk {topk} "
+                          f"(SGLang {ctx.version_text} sizes its tree by it and fails without it); allowed: "
+                          f"{steps + 1} to {_tree_nodes(steps, topk)}")
+    if topk > 1:
+        _check_tree(ctx, steps, topk, draft)
+    return _eagle_rules(ctx, "EAGLE" if algorithm == "NEXTN" else algorithm, steps, topk, draft, notes)
 
 
-def _eagle_rules(ctx: Context, algorithm: str, steps: int, notes: list[str]) -> SGLangSpeculation:
-    """A chain of `steps` drafts (topk 1) with what this release sets for it, said in the notes."""
+def _tree_nodes(steps: int, topk: int) -> int:
+    """The most tokens a tree can verify: its root and every candidate (topk after the first step, topk x topk after
+    each later one: eagle_utils.py organize_draft_results picks num_draft_tokens - 1 of them)."""
+    return 1 + topk + (steps - 1) * topk * topk
+
+
+def _check_tree(ctx: Context, steps: int, topk: int, draft: int) -> None:
+    """A tree as SGLang takes it, and as ServeSim's speculation prices it (each accepted path at most num_steps long,
+    so at least num_steps + 1 tokens verified)."""
+    if not steps + 1 <= draft <= _tree_nodes(steps, topk):
+        raise ConfigError(f"engine.speculative_num_draft_tokens: {draft} is not modelled with {steps} steps of topk "
+                          f"{topk} (fewer than num_steps + 1 cut the accepted path; more than the tree's candidates "
+                          f"fail in SGLang); allowed: {steps + 1} to {_tree_nodes(steps, topk)}")
+    backend = ctx.flags.get("attention_backend")
+    if backend == "trtllm_mha":
+        raise ConfigError(f"engine.speculative_eagle_topk: {topk} with --attention-backend trtllm_mha, which SGLang "
+                          f"{ctx.version_text} refuses (\"trtllm_mha backend only supports topk = 1\"); allowed: 1")
+    paged = ("flashinfer", "fa3") if ctx.version >= SGLANG_TREE_PAGES_FA3_SINCE else ("flashinfer",)
+    if ctx.flags.get("page_size", 1) > 1 and backend not in paged:
+        raise ConfigError(f"engine.page_size: {ctx.flags['page_size']} with --speculative-eagle-topk {topk}, which "
+                          f"SGLang {ctx.version_text} refuses unless --attention-backend is {' or '.join(paged)}; "
+                          f"allowed: 1, or --attention-backend {paged[0]}")
+
+
+def _eagle_rules(ctx: Context, algorithm: str, steps: int, topk: int, draft: int,
+                 notes: list[str]) -> SGLangSpeculation:
+    """`steps` drafts a step, a chain (`topk` 1) or a tree verifying `draft` tokens, with what this release sets for
+    it, said in the notes."""
     since, before, after = SGLANG_EAGLE_RESERVED_MIB
-    drafts, verified = steps, steps + 1  # topk 1
-    check = max(drafts, verified) if ctx.version >= SGLANG_MEMORY_CHECK_MAX_SINCE else drafts + verified
-    spec = SGLangSpeculation(algorithm, steps, 1, verified, reserved_mib=after if ctx.version >= since else before,
+    if ctx.version >= SGLANG_MEMORY_CHECK_MAX_SINCE:
+        check = max(steps * topk, draft)
+    else:
+        check = steps * topk + draft
+    spec = SGLangSpeculation(algorithm, steps, topk, draft, reserved_mib=after if ctx.version >= since else before,
                              grows_pool=ctx.version < SGLANG_SPECULATIVE_POOL_HEADROOM_UNTIL, memory_check_tokens=check)
     mixed = " (--enable-mixed-chunk turned off)" if ctx.flags.get("enable_mixed_chunk") else ""
     given = ctx.flags.get("max_running_requests")
@@ -158,12 +197,12 @@ def _eagle_rules(ctx: Context, algorithm: str, steps: int, notes: list[str]) -> 
                else f"max_running_requests {given} as given")
     pool = (f"the KV pool larger by max_num_reqs x {spec.pool_headroom_per_request} + "
             f"{SGLANG_SPECULATIVE_POOL_BUFFER} tokens" if spec.grows_pool else "the KV pool as profiled")
-    check = ("" if spec.memory_check_tokens == verified else
-             f" (SGLang's memory check wants {spec.memory_check_tokens}: not modelled)")
-    notes.append(f"SGLang {ctx.version_text} speculative decoding ({algorithm}, {steps} draft tokens a step): "
+    check_note = ("" if check == draft else f" (SGLang's memory check wants {check}: not modelled)")
+    shape = "a chain" if topk == 1 else f"a tree of topk {topk} verifying {draft} tokens"
+    notes.append(f"SGLang {ctx.version_text} speculative decoding ({algorithm}, {steps} draft steps, {shape}): "
                  f"{running}, mixed chunks off{mixed}, the overlap scheduler off (SGLANG_ENABLE_SPEC_V2 not "
                  f"modelled), {spec.reserved_mib} MiB more reserved, {pool}; the drafter priced by "
-                 f"speculation.draft_cost_ratio; a verification step takes num_steps + 1 KV slots a request{check}")
+                 f"speculation.draft_cost_ratio; a verification step takes {draft} KV slots a request{check_note}")
     return spec
 
 
