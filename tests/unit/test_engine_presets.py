@@ -1327,6 +1327,24 @@ def test_lmdeploy_refuses_weights_its_turbomind_does_not_load(version, weights, 
     assert scenario({"name": "lmdeploy", "version": version}, **sections).quantization.weights == "fp16"
 
 
+@pytest.mark.parametrize("version", ["0.1.0a1", "0.12.0", "0.16.0"])
+def test_lmdeploy_turbomind_does_not_speculate(version):
+    """v0.12.0 and v0.16.0's async_engine.py warn that TurboMind does not speculate and run it without; v0.1.0a has
+    no speculative option. A speculation section there is refused in one line."""
+    speculation = {"draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "lmdeploy", "version": version}, model="llama-2-7b", speculation=speculation)
+    assert str(err.value).startswith(f"speculation: LMDeploy {version}'s TurboMind does not speculate") \
+        and str(err.value).endswith("allowed: no speculation section")
+
+
+def test_tensorrt_llms_own_speculative_rules_are_said_to_be_unread():
+    speculation = {"draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
+    sc = scenario({"name": "trtllm", "version": "1.0.0"}, speculation=speculation)
+    assert any(note.startswith("TensorRT-LLM: its own speculative decoding") for note in sc.engine.notes)
+    assert not any("speculative" in note for note in scenario({"name": "trtllm", "version": "1.0.0"}).engine.notes)
+
+
 def test_mxfp4_weights_on_a_dense_model_are_refused_as_the_weights_not_as_the_presets_padding():
     """(vLLM's preset derived its MXFP4 experts' padding for a model with no experts, and the error named
     quantization.expert_padding, which the scenario never gave)"""

@@ -54,6 +54,12 @@ def derive_lmdeploy(ctx: Context) -> PresetResult:
     engine of v0.12.0-v0.16.x (`_derive_turbomind_one_pass`); the versions between are refused in one line."""
     text = ctx.version_text.strip().lstrip("v")
     _refuse_unloaded_weights(ctx, LMDEPLOY_WEIGHTS["0.1.0a" if text in LMDEPLOY_SCHEDULER_VERSIONS else "one_pass"])
+    if ctx.raw.get("speculation") is not None:
+        # lmdeploy/serve/core/async_engine.py (v0.12.0 and v0.16.0 wheels): a speculative config with the turbomind
+        # backend is logged ("speculative decoding is not supported by turbomind") and the engine runs without it
+        raise ConfigError(f"speculation: LMDeploy {ctx.version_text}'s TurboMind does not speculate (it warns "
+                          "\"speculative decoding is not supported by turbomind\" and decodes without it; LMDeploy's "
+                          "PyTorch engine, which does, is not modelled); allowed: no speculation section")
     if text in LMDEPLOY_SCHEDULER_VERSIONS:
         for key in _LMDEPLOY_ENGINE_CONFIG_ONLY:
             if key in ctx.flags:

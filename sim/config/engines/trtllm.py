@@ -129,6 +129,10 @@ def derive_trtllm(ctx: Context) -> PresetResult:
                      "to rc23, states alike: free_gpu_memory_fraction 0.9, \"not version-dependent\", and "
                      "max_num_tokens 8192")
     _trtllm_mxfp4_moe_kernel(ctx, notes)
+    if ctx.raw.get("speculation") is not None:
+        notes.append("TensorRT-LLM: its own speculative decoding (speculative_config's MTP, Eagle and draft-target "
+                     "modes, the KV it reserves for the drafts) is not read; the speculation section drafts and "
+                     "verifies under the preset's scheduler as written, a what-if")
     options = get_key(ctx.raw, "engine.extra_llm_api_options")
     inert = {key: about for key, about in TRTLLM_LLM_API_INERT.items() if isinstance(options, dict) and key in options}
     if inert:
