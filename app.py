@@ -457,7 +457,14 @@ def policy_inputs(column, index: int, policy: dash.Policy, drafts_allowed: list[
                                                               key=key(p + "ratio"), step=0.01)
         changes["num_speculative_tokens"] = column.number_input("γ (drafted tokens)", 1, 32,
                                                                 policy.num_speculative_tokens, key=key(p + "gamma"))
-        changes["alpha"] = column.slider("α (acceptance)", 0.0, 0.99, float(policy.alpha), 0.01, key=key(p + "alpha"))
+        if policy.accept_length is None:
+            changes["alpha"] = column.slider("α (acceptance)", 0.0, 0.99, float(policy.alpha), 0.01,
+                                             key=key(p + "alpha"))
+        else:  # the file gave the engine's logged accept length: kept as such
+            changes["accept_length"] = column.number_input(
+                "accept length (tokens a verification)", 1.0, 65.0, float(policy.accept_length), 0.1,
+                key=key(p + "accept_length"), help="the mean tokens a verification yields, its own included, as "
+                "SGLang and vLLM log it; α is solved for γ")
     split = column.checkbox("disaggregated prefill/decode", policy.disaggregated, key=key(p + "disagg"),
                             help="prefill and decode on separate pools; the KV cache crosses the link between them")
     changes["disaggregated"] = split

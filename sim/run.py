@@ -210,9 +210,8 @@ def _pipeline_cost_model(scenario: Scenario, deployment: Deployment, whole):
 
 def _speculative_batch(scenario: Scenario, kv, replica_index: int):
     spec = scenario.speculation
-    acceptance = spec.acceptance
-    if acceptance.kind == "fixed":
-        alpha = acceptance.alpha
+    acceptance, alpha = spec.acceptance, spec.alpha()
+    if alpha is not None:
         sampler = lambda rng: alpha  # noqa: E731
     else:
         a, b = acceptance.mean * acceptance.concentration, (1 - acceptance.mean) * acceptance.concentration

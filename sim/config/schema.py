@@ -37,7 +37,7 @@ from sim.model.memory import (FP8_COMPUTE_DEFAULT, LOGIT_BYTES, MOE_KERNELS, WEI
                               WINDOW_POOL_RATIO)
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
-from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS
+from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS, alpha_for_tokens
 from sim.workload.arrivals import MAX_RATE_PER_S
 from sim.workload.generate import MAX_NUM_REQUESTS, WorkloadSpec, check_run_size
 
@@ -548,6 +548,15 @@ class BetaAcceptance(_Strict):
     concentration: float = Field(10.0, gt=0, description="a + b of the Beta; larger = less spread")
 
 
+class AcceptLength(_Strict):
+    """The mean tokens a verification yields, its own token included, as the engine logs it (SGLang's accept length,
+    vLLM's mean acceptance length): taken as the fixed α whose γ drafts yield it (`alpha_for_tokens`)."""
+
+    kind: Literal["accept_length"]
+    tokens_per_step: float = Field(ge=1, description="mean tokens a verification step yields a request, from 1 to "
+                                   "γ + 1")
+
+
 # The most tokens a draft may propose per step. Drafts propose a handful (vLLM's examples: 5; the dashboard
 # offers 1-32), and past 64 more gain nothing: the tokens a step yields, (1 - a^(g+1)) / (1 - a) (Leviathan et
 # al. 2023), are within 4% of their limit 1 / (1 - a) at g = 64 even for an acceptance a = 0.95. Each step also
@@ -569,7 +578,8 @@ class SpeculationSpec(_Strict):
     num_verified_tokens: int | None = Field(
         None, ge=2, description="tokens the target verifies a request a step: γ + 1 for a chain (the default); for a "
         "tree, the nodes chosen from its drafts (SGLang's --speculative-num-draft-tokens), γ + 1 or more")
-    acceptance: FixedAcceptance | BetaAcceptance = Field(FixedAcceptance(alpha=0.7), discriminator="kind")
+    acceptance: FixedAcceptance | BetaAcceptance | AcceptLength = Field(FixedAcceptance(alpha=0.7),
+                                                                        discriminator="kind")
     ragged: Literal["per_request", "rollback_to_min"] = Field(
         "per_request", description="per_request: each request keeps its own accepted tokens (vLLM); "
         "rollback_to_min: the whole batch advances by its minimum")
@@ -601,6 +611,24 @@ class SpeculationSpec(_Strict):
             raise ConfigError(f"speculation.num_verified_tokens: {verified} is not allowed with {gamma} draft steps "
                               f"of width {width}; allowed: {gamma + 1} to {most}")
         return self
+
+    @model_validator(mode="after")
+    def _accept_length_fits(self) -> "SpeculationSpec":
+        """An accept length counts the verification's own token and at most γ drafts."""
+        acceptance, gamma = self.acceptance, self.num_speculative_tokens
+        if acceptance.kind == "accept_length" and acceptance.tokens_per_step > gamma + 1:
+            raise ConfigError(f"speculation.acceptance.tokens_per_step: {acceptance.tokens_per_step:g} is more than "
+                              f"{gamma} drafts and the verification's own token yield; allowed: 1 to {gamma + 1}")
+        return self
+
+    def alpha(self) -> float | None:
+        """The fixed acceptance α (an accept length's, solved for γ); None for a per-request Beta."""
+        acceptance = self.acceptance
+        if acceptance.kind == "fixed":
+            return acceptance.alpha
+        if acceptance.kind == "accept_length":
+            return alpha_for_tokens(acceptance.tokens_per_step, self.num_speculative_tokens)
+        return None
 
     def verified_tokens(self) -> int:
         """Tokens the target verifies a request a step."""

@@ -25,6 +25,27 @@ Ragged = Literal["per_request", "rollback_to_min"]
 DEFAULT_SPECULATIVE_TOKENS = 4  # γ where a scenario's speculation section does not give it
 
 
+def tokens_per_verification(alpha: float, gamma: int) -> float:
+    """The mean tokens a verification yields, its own token included: (1 − α^(γ+1)) / (1 − α), summed as
+    1 + α + ... + α^γ (no cancellation near α = 1, where it is γ + 1)."""
+    return float(sum(alpha ** k for k in range(gamma + 1)))
+
+
+def alpha_for_tokens(tokens: float, gamma: int) -> float:
+    """The acceptance α whose γ drafts yield `tokens` a verification on average (what SGLang logs as its accept
+    length and vLLM as its mean acceptance length), 1 <= tokens <= γ + 1: the yield rises with α, so bisection."""
+    if not 1.0 <= tokens <= gamma + 1:
+        raise ValueError(f"{tokens} tokens a verification is outside 1 to {gamma + 1} with {gamma} drafts")
+    low, high = 0.0, 1.0
+    for _ in range(100):  # to the float's resolution; a fixed count keeps the answer the same everywhere
+        mid = (low + high) / 2
+        if tokens_per_verification(mid, gamma) < tokens:
+            low = mid
+        else:
+            high = mid
+    return (low + high) / 2
+
+
 class SpeculativeDecodeBatch:
     def __init__(self, *, num_speculative_tokens: int, alpha_sampler, ragged: Ragged, rng: np.random.Generator,
                  kv: KVManager, num_verified_tokens: int | None = None):

@@ -462,6 +462,7 @@ class Policy:
     num_speculative_tokens: int = 4  # γ
     alpha: float = 0.7  # acceptance probability (the mean, for a per-request Beta)
     acceptance_concentration: float | None = None  # None: fixed α; else a Beta with this a + b
+    accept_length: float | None = None  # the engine's logged tokens a verification, in place of α; None: α
     disaggregated: bool = False  # prefill and decode on separate pools (hardware.disaggregation)
     prefill_replicas: int = 1  # disaggregated: prefill pool replicas
     decode_replicas: int = 1  # disaggregated: decode pool replicas
@@ -501,8 +502,9 @@ def policy_of(scenario: Scenario) -> Policy:
                    draft_model=draft if draft is None or isinstance(draft, str)
                    else draft.model_dump(mode="json", exclude_none=True),
                    draft_cost_ratio=spec.draft_cost_ratio, num_speculative_tokens=spec.num_speculative_tokens,
-                   alpha=acc.alpha if acc.kind == "fixed" else acc.mean,
-                   acceptance_concentration=None if acc.kind == "fixed" else acc.concentration)
+                   alpha=acc.mean if acc.kind == "beta" else spec.alpha(),
+                   acceptance_concentration=acc.concentration if acc.kind == "beta" else None,
+                   accept_length=acc.tokens_per_step if acc.kind == "accept_length" else None)
 
 
 def _policy_sections(policy: Policy) -> dict:
@@ -522,6 +524,8 @@ def _policy_sections(policy: Policy) -> dict:
     if policy.speculation:
         acceptance = ({"kind": "fixed", "alpha": policy.alpha} if policy.acceptance_concentration is None else
                       {"kind": "beta", "mean": policy.alpha, "concentration": policy.acceptance_concentration})
+        if policy.accept_length is not None:
+            acceptance = {"kind": "accept_length", "tokens_per_step": policy.accept_length}
         speculation = {"draft_model": policy.draft_model,
                        "draft_cost_ratio": None if policy.draft_model else policy.draft_cost_ratio,
                        "num_speculative_tokens": policy.num_speculative_tokens, "acceptance": acceptance}

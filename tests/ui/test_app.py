@@ -253,6 +253,24 @@ def test_weights_in_host_memory_are_a_sidebar_setting_without_which_a_70b_model_
     assert any("hardware: llama-3.1-70b" in e.value for e in at.error), [e.value for e in at.error]
 
 
+def test_an_accept_length_from_the_file_is_a_setting_of_its_own_kept_on_the_round_trip():
+    raw = {"name": "accept", "model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
+           "speculation": {"draft_cost_ratio": 0.1, "num_speculative_tokens": 3,
+                           "acceptance": {"kind": "accept_length", "tokens_per_step": 2.5}},
+           "workload": {"arrival": {"kind": "poisson", "rate_per_s": 2},
+                        "lengths": {"kind": "fixed", "input_tokens": 100, "output_tokens": 20}},
+           "run": {"seed": 0, "num_requests": 20}}
+    at = upload(started(), "accept.yaml", yaml.safe_dump(raw).encode())
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    accept = at.number_input(key="1.v0.accept_length")
+    assert accept.value == 2.5 and "1.v0.alpha" not in [e.key for e in at.slider]
+    accept.set_value(3.0)
+    at.run()
+    assert not at.exception and not at.error, [e.value for e in at.error]
+    downloaded = build_scenario_set(yaml.safe_load(at.code[0].value))
+    assert all(v.speculation.acceptance.tokens_per_step == 3.0 for v in downloaded.variants.values())
+
+
 def test_the_moe_routing_of_measured_kernels_is_a_sidebar_setting_for_mixtures_of_experts_only():
     raw = {"name": "routing", "model": "mixtral-8x7b", "hardware": {"gpu": "h100-sxm", "tensor_parallel": 2},
            "cost_model": {"kind": "measured"},

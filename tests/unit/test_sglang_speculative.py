@@ -247,3 +247,26 @@ def test_the_shipped_scenario_halves_the_tpot_at_low_load_and_queues_at_48_runni
     assert summary["busy/eagle"]["ttft_s_p50"] > 10 * summary["busy/off"]["ttft_s_p50"]
     assert summary["busy/eagle-256-running"]["ttft_s_p50"] < 1.0
     assert summary["busy/eagle-256-running"]["tpot_s_p50"] < summary["busy/off"]["tpot_s_p50"]
+
+
+@pytest.mark.parametrize("alpha, gamma", [(0.0, 3), (0.5, 1), (0.5, 3), (0.75, 3), (0.9, 5), (1.0, 4)])
+def test_an_accept_length_is_the_alpha_whose_drafts_yield_it(alpha, gamma):
+    # (1 - α^(γ+1)) / (1 - α) tokens a verification (Leviathan et al. 2023); γ = 1: 1 + α exactly
+    from sim.sched.speculative import alpha_for_tokens, tokens_per_verification
+    tokens = tokens_per_verification(alpha, gamma)
+    assert alpha_for_tokens(tokens, gamma) == pytest.approx(alpha, abs=1e-12)
+    assert tokens_per_verification(0.5, 1) == 1.5 and tokens_per_verification(0.5, 3) == 1.875
+
+
+def test_an_accept_length_acceptance_runs_at_that_many_tokens_a_verification():
+    """SGLang logs its accept length; given as the acceptance, a run's verifications yield it on average."""
+    accept = {**SECTION, "num_speculative_tokens": 3, "acceptance": {"kind": "accept_length", "tokens_per_step": 2.5}}
+    sc = scenario({}, speculation=accept, workload={"arrival": {"kind": "poisson", "rate_per_s": 5.0},
+                                                    "lengths": {"kind": "fixed", "input_tokens": 100,
+                                                                "output_tokens": 2000}},
+                  run={"num_requests": 40, "seed": 1})
+    summary = simulate(sc).summary
+    drafts_accepted = summary["draft_acceptance_rate"] * 3  # accepted drafts a verification
+    assert 1 + drafts_accepted == pytest.approx(2.5, rel=0.03)  # 40 x 2,000 tokens: about 32,000 verifications
+    with pytest.raises(ConfigError, match=r"^speculation.acceptance.tokens_per_step: 4.5 is more than 3 drafts"):
+        scenario({}, speculation={**accept, "acceptance": {"kind": "accept_length", "tokens_per_step": 4.5}})

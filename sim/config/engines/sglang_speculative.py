@@ -15,16 +15,16 @@ model_executor/ of 0.5.3, 0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.
 - NEXTN is EAGLE; with EAGLE, EAGLE3 or STANDALONE `max_running_requests` is 48 unless given, the overlap scheduler
   is off (unless the environment's SGLANG_ENABLE_SPEC_V2, from 0.5.5: not modelled) and so are mixed chunks.
 - without --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens must be left out too
-  (an assertion) and the three are chosen by architecture: (5, 4, 8), a tree of 4 drafts a step, for Llama; (3, 1, 4)
-  for DeepSeek V2/V3/V3.2, gpt-oss and Bailing MoE (from 0.5.6.post1 also GLM-4.5 MoE and Mistral Large 3); for the
-  others (5, 4, 8) to 0.5.7, (3, 1, 4) from 0.5.8. With --speculative-eagle-topk 1 the draft tokens are set to
-  num_steps + 1: one chain. Above 1 the draft steps grow a tree (topk candidates a request after the first step, topk
-  x topk after each later one; speculative/eagle_worker.py, eagle_utils.py) and num_draft_tokens of it are verified:
-  ServeSim's speculation prices it as num_steps draft steps, the first of one token a request, the others of topk
-  (`speculation.draft_tree_width`), and a verification of num_draft_tokens a request
-  (`speculation.num_verified_tokens`), its acceptance the section's along the accepted path (give the α that yields
-  the accept length SGLang logs). A tree with pages over one token needs the flashinfer attention backend (from 0.5.6
-  or fa3), and trtllm_mha takes none.
+  (an assertion) and the three are chosen by architecture: (5, 4, 8), a tree of 4 drafts a step, for Llama; (3, 1,
+  4) for DeepSeek V2/V3/V3.2, gpt-oss and Bailing MoE (from 0.5.6.post1 also GLM-4.5 MoE and Mistral Large 3); for
+  the others (5, 4, 8) to 0.5.7, (3, 1, 4) from 0.5.8. With --speculative-eagle-topk 1 the draft tokens are set to
+  num_steps + 1: one chain. Above 1 the draft steps grow a tree (topk candidates a request after the first step,
+  topk x topk after each later one; speculative/eagle_worker.py, eagle_utils.py) and num_draft_tokens of it are
+  verified: ServeSim's speculation prices it as num_steps draft steps, the first of one token a request, the others
+  of topk (`speculation.draft_tree_width`), and a verification of num_draft_tokens a request
+  (`speculation.num_verified_tokens`), its acceptance the section's along the accepted path (the accept length
+  SGLang logs: `acceptance: {kind: accept_length}`). A tree with pages over one token needs the flashinfer attention
+  backend (from 0.5.6 or fa3), and trtllm_mha takes none.
 - mem_fraction_static's reserve grows by 2 GiB, from 0.5.10 (0.5.10rc0) 4 GiB (EAGLE's draft model and its graphs;
   6 GiB for STANDALONE), after the 10 GiB floor of a GPU over 60 GiB.
 - to 0.5.6.post2 the target's KV pool is the profiled tokens + max_num_reqs x (num_steps x topk + num_draft_tokens) +
