@@ -118,8 +118,11 @@ def test_the_section_alone_is_speculation_as_eagle_with_its_own_gamma():
     ({"speculative_algorithm": "EAGLE", "speculative_num_steps": 3, "speculative_eagle_topk": 2}, SECTION,
      "0.5.5.post1", "engine.speculative_num_draft_tokens: missing beside --speculative-eagle-topk 2"),
     ({**EAGLE, "speculative_eagle_topk": 4, "speculative_num_draft_tokens": 8, "page_size": 16}, SECTION,
-     "0.5.5.post1", "engine.page_size: 16 with --speculative-eagle-topk 4, which SGLang 0.5.5.post1 refuses unless "
-                    "--attention-backend is flashinfer; allowed: 1, or --attention-backend flashinfer"),
+     "0.5.5.post1", "engine.page_size: 16 with a tree of drafts (engine.speculative_eagle_topk 4), which SGLang "
+                    "0.5.5.post1 refuses unless --attention-backend is flashinfer; allowed: 1, or --attention-backend "
+                    "flashinfer"),
+    ({"page_size": 16}, {**SECTION, "draft_tree_width": 2, "num_verified_tokens": 6}, "0.5.5.post1",
+     "engine.page_size: 16 with a tree of drafts (speculation.draft_tree_width 2)"),
     ({"speculative_algorithm": "EAGLE", "speculative_num_steps": 3}, SECTION, "0.5.5.post1",
      "engine.speculative_eagle_topk: missing beside --speculative-num-steps"),
     ({"speculative_algorithm": "EAGLE", "speculative_eagle_topk": 1}, SECTION, "0.5.5.post1",
@@ -159,6 +162,17 @@ def test_a_tree_sets_its_width_and_verified_tokens_and_pages_need_flashinfer_or_
         scenario({**paged, "attention_backend": "fa3"}, version="0.5.5.post3")
     with pytest.raises(ConfigError, match="^engine.speculative_eagle_topk: 8 contradicts speculation.draft_tree_width"):
         scenario(tree, speculation={**SECTION, "draft_tree_width": 4})
+
+
+def test_trtllm_mha_takes_no_tree_whether_the_flags_or_the_section_give_it():
+    b200 = {"hardware": {"gpu": "b200"}}  # (the GPU whose SGLang tables measured trtllm_mha)
+    tree = {**EAGLE, "speculative_eagle_topk": 2, "speculative_num_draft_tokens": 6, "attention_backend": "trtllm_mha"}
+    with pytest.raises(ConfigError, match="^engine.speculative_eagle_topk: 2 with --attention-backend trtllm_mha"):
+        scenario(tree, **b200)
+    with pytest.raises(ConfigError, match="^speculation.draft_tree_width: 2 with --attention-backend trtllm_mha"):
+        scenario({"attention_backend": "trtllm_mha"}, speculation={**SECTION, "draft_tree_width": 2,
+                                                                   "num_verified_tokens": 6}, **b200)
+    assert scenario({**tree, "speculative_eagle_topk": 1}, **b200).speculation.draft_tree_width == 1
 
 
 def test_a_trees_verification_takes_its_verified_tokens_and_its_drafts_branch():

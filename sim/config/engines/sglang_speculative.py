@@ -123,9 +123,11 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
         steps = section.get("num_speculative_tokens", DEFAULT_SPECULATIVE_TOKENS)
         topk = section.get("draft_tree_width", 1)
         draft = section.get("num_verified_tokens")
-        if any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in (steps, topk)):
+        draft = steps + 1 if draft is None and isinstance(steps, int) else draft
+        if any(isinstance(x, bool) or not isinstance(x, int) or x < 1 for x in (steps, topk, draft)):
             return None  # validation reports it
-        draft = steps + 1 if draft is None else draft
+        if topk > 1:
+            _check_tree_backend(ctx, topk, "speculation.draft_tree_width")
         notes.append(f"SGLang {ctx.version_text}: the speculation section without --speculative-algorithm taken as "
                      f"EAGLE with --speculative-num-steps {steps} --speculative-eagle-topk {topk} "
                      f"--speculative-num-draft-tokens {draft}")
@@ -169,13 +171,18 @@ def _check_tree(ctx: Context, steps: int, topk: int, draft: int) -> None:
         raise ConfigError(f"engine.speculative_num_draft_tokens: {draft} is not modelled with {steps} steps of topk "
                           f"{topk} (fewer than num_steps + 1 cut the accepted path; more than the tree's candidates "
                           f"fail in SGLang); allowed: {steps + 1} to {_tree_nodes(steps, topk)}")
+    _check_tree_backend(ctx, topk, "engine.speculative_eagle_topk")
+
+
+def _check_tree_backend(ctx: Context, topk: int, named: str) -> None:
+    """The attention backends SGLang takes a tree with (`named`: where the tree's width was given)."""
     backend = ctx.flags.get("attention_backend")
     if backend == "trtllm_mha":
-        raise ConfigError(f"engine.speculative_eagle_topk: {topk} with --attention-backend trtllm_mha, which SGLang "
-                          f"{ctx.version_text} refuses (\"trtllm_mha backend only supports topk = 1\"); allowed: 1")
+        raise ConfigError(f"{named}: {topk} with --attention-backend trtllm_mha, which SGLang {ctx.version_text} "
+                          "refuses (\"trtllm_mha backend only supports topk = 1\"); allowed: 1")
     paged = ("flashinfer", "fa3") if ctx.version >= SGLANG_TREE_PAGES_FA3_SINCE else ("flashinfer",)
     if ctx.flags.get("page_size", 1) > 1 and backend not in paged:
-        raise ConfigError(f"engine.page_size: {ctx.flags['page_size']} with --speculative-eagle-topk {topk}, which "
+        raise ConfigError(f"engine.page_size: {ctx.flags['page_size']} with a tree of drafts ({named} {topk}), which "
                           f"SGLang {ctx.version_text} refuses unless --attention-backend is {' or '.join(paged)}; "
                           f"allowed: 1, or --attention-backend {paged[0]}")
 
