@@ -216,6 +216,8 @@ def test_the_launch_command_gives_the_same_scenario_as_the_flags():
     by_flags = scenario(EAGLE)
     assert by_command.scheduler == by_flags.scheduler and by_command.kv_cache == by_flags.kv_cache
     assert by_command.speculation == by_flags.speculation
+    alias = command.replace("--speculative-draft-model-path", "--speculative-draft-model")  # its alias from 0.5.2
+    assert scenario({"command": alias}).speculation == by_flags.speculation
 
 
 def test_the_speculative_batch_counts_its_steps_and_reads_live_outputs_for_the_ratio():

@@ -866,7 +866,9 @@ SGLANG_FLAGS = {
                                          "(speculation.num_verified_tokens); num_steps + 1 with topk 1",
                                          at_least("speculative_num_draft_tokens"), since="0.4.1.post4"),
     "speculative_draft_model_path": Flag(None, str, "--speculative-draft-model-path: the EAGLE head's weights (priced "
-                                         "by speculation.draft_cost_ratio)", since="0.4.1.post4"),
+                                         "by speculation.draft_cost_ratio)", since="0.4.1.post4",
+                                         aliases=("--speculative-draft-model",),
+                                         alias_versions={"--speculative-draft-model": ((0, 5, 2), None)}),
     "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16",
                   sixteen_bit_dtype(("auto", "half", "float16", "bfloat16"))),
     # modelopt_fp4 (NVFP4): in server_args.py's --quantization choices from 0.4.5.post1 (not 0.4.5; read in the PyPI
