@@ -49,7 +49,8 @@ def test_eagle_takes_48_running_requests_2_gib_more_reserve_and_a_pool_grown_by_
 
 @pytest.mark.parametrize("version, reserved_mib, grows, checks_more", [
     ("0.5.6.post2", 2048, True, True), ("0.5.7", 2048, False, True), ("0.5.8.post1", 2048, False, True),
-    ("0.5.9", 2048, False, False), ("0.5.10rc0", 4096, False, False), ("0.5.10.post1", 4096, False, False)])
+    ("0.5.9", 2048, False, False), ("0.5.10rc0", 4096, False, False), ("0.5.10.post1", 4096, False, False),
+    ("0.5.11", 4096, False, False), ("0.5.13.post1", 4096, False, False)])
 def test_the_reserve_and_the_pools_headroom_follow_the_release(version, reserved_mib, grows, checks_more):
     # 13,440 MiB (above) + 2 GiB to 0.5.9, 4 GiB from 0.5.10 (0.5.10rc0 too), whose prefill graphs speculation turns
     # off (to 0.5.13); the pool's headroom to 0.5.6.post2 (from 0.5.7 model_runner_kv_cache_mixin.py keeps the
@@ -61,6 +62,17 @@ def test_the_reserve_and_the_pools_headroom_follow_the_release(version, reserved
     # the decode memory check: N + 1 + N tokens a request to 0.5.8.post1, max(N, N + 1) from 0.5.9
     assert any(note.endswith("(SGLang's memory check wants 7: not modelled)") for note in eagle.engine.notes) \
         is checks_more
+
+
+@pytest.mark.parametrize("version, topk, overlap", [("0.5.10.post1", 1, False), ("0.5.11", 1, True),
+                                                   ("0.5.12.post1", 2, False), ("0.5.13", 2, True)])
+def test_spec_v2_keeps_the_overlap_scheduler_on_for_a_chain_from_0_5_11_and_a_tree_from_0_5_13(version, topk,
+                                                                                               overlap):
+    flags = {**EAGLE, "speculative_eagle_topk": topk, "speculative_num_draft_tokens": 4 + 2 * (topk - 1)}
+    notes = " ".join(scenario(flags, version=version).engine.notes)
+    assert ("the overlap scheduler on (spec v2" in notes) is overlap
+    assert ("the overlap scheduler off" in notes) is not overlap
+    assert ("spec v2 keeps up to" in notes) is overlap
 
 
 def test_sglang_0_5_8_chooses_a_chain_for_every_architecture_but_llamas():
@@ -137,7 +149,7 @@ def test_the_section_alone_is_speculation_as_eagle_with_its_own_gamma():
      "engine.speculative_algorithm: 'LOOKAHEAD' is not modelled; allowed: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM"),
     ({}, {"draft_model": "llama-3.1-8b", "acceptance": {"kind": "fixed", "alpha": 0.7}}, "0.5.5.post1",
      "speculation.draft_model: speculation.draft_model is not modelled for SGLang"),
-    (EAGLE, SECTION, "0.5.11", "speculation: SGLang 0.5.11's speculative decoding is not read"),
+    (EAGLE, SECTION, "0.5.14", "speculation: SGLang 0.5.14's speculative decoding is not read"),
     ({}, SECTION, "0.5.3rc0", "speculation: SGLang 0.5.3rc0's speculative decoding is not read"),
     ({}, SECTION, "0.3.0", "speculation: SGLang 0.3.0's speculative decoding is not read"),
     (EAGLE, SECTION, "0.4.1.post3", "engine.speculative_algorithm: not a flag of sglang 0.4.1.post3"),

@@ -853,7 +853,7 @@ SGLANG_FLAGS = {
     "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
                             "first (frontend.tokens_per_chunk)"),
     # --speculative-* (server_args.py from 0.4.1.post4; read, with what each algorithm sets, in sglang_speculative.py
-    # for 0.5.3-0.5.10.post1, where the preset models them: refused in one line elsewhere)
+    # for 0.5.3-0.5.13.post1, where the preset models them: refused in one line elsewhere)
     "speculative_algorithm": Flag(None, str, "--speculative-algorithm: EAGLE, EAGLE3 or NEXTN, the drafter priced by "
                                   "speculation.draft_cost_ratio",
                                   only_one_of("speculative_algorithm", SGLANG_ALGORITHMS), since="0.4.1.post4"),

@@ -5,15 +5,19 @@ What ServeSim prices is the scenario's `speculation` section: its acceptance (no
 the model pair and the traffic) and the drafter's cost, `draft_cost_ratio` (an EAGLE or EAGLE3 head, or the model's
 own MTP layers for NEXTN). The flags say how many tokens the drafter proposes and set SGLang's rules for them.
 
-Read in the PyPI wheels of every release from 0.5.3 to 0.5.10.post1 (python/sglang/srt/server_args.py
-`_handle_speculative_decoding`, `auto_choose_speculative_params` and `_handle_gpu_memory_settings`), in the
-model_executor/ of 0.5.3, 0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.5.6, 0.5.6.post2, 0.5.7, 0.5.8,
-0.5.8.post1, 0.5.9, 0.5.10rc0, 0.5.10 and 0.5.10.post1, and in the decode memory check of 0.5.3, 0.5.3.post3,
-0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.5.6, 0.5.7, 0.5.8 and 0.5.8.post1 (managers/scheduler.py), 0.5.9 and 0.5.10
-(managers/schedule_batch.py):
+Read in the PyPI wheels of every release from 0.5.3 to 0.5.13.post1 (python/sglang/srt/server_args.py
+`_handle_speculative_decoding`, from 0.5.13 arg_groups/speculative_hook.py `_handle_eagle_family`,
+`auto_choose_speculative_params` and `_handle_gpu_memory_settings`), in the model_executor/ of 0.5.3, 0.5.3.post3,
+0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.5.6, 0.5.6.post2, 0.5.7, 0.5.8, 0.5.8.post1, 0.5.9, 0.5.10rc0, 0.5.10,
+0.5.10.post1, 0.5.11, 0.5.12, 0.5.12.post1, 0.5.13 and 0.5.13.post1, and in the decode memory check of 0.5.3,
+0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.5.6, 0.5.7, 0.5.8 and 0.5.8.post1 (managers/scheduler.py),
+0.5.9, 0.5.10, 0.5.11, 0.5.12, 0.5.12.post1, 0.5.13 and 0.5.13.post1 (managers/schedule_batch.py):
 
-- NEXTN is EAGLE; with EAGLE, EAGLE3 or STANDALONE `max_running_requests` is 48 unless given, the overlap scheduler
-  is off (unless the environment's SGLANG_ENABLE_SPEC_V2, from 0.5.5: not modelled) and so are mixed chunks.
+- NEXTN is EAGLE; with EAGLE, EAGLE3 or STANDALONE `max_running_requests` is 48 unless given and mixed chunks are
+  off. The overlap scheduler is off to 0.5.10.post1 (unless the environment's SGLANG_ENABLE_SPEC_V2, from 0.5.5: not
+  modelled); from 0.5.11 that variable defaults to true and "spec v2" keeps it on, for a chain only in 0.5.11-0.5.12
+  (a tree falls back to v1, without it), for any from 0.5.13. ServeSim prices SGLang's CPU time serially either way
+  (engine_work.py `preset_terms`): a note says which.
 - without --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens must be left out too
   (an assertion) and the three are chosen by architecture: (5, 4, 8), a tree of 4 drafts a step, for Llama; (3, 1,
   4) for DeepSeek V2/V3/V3.2, gpt-oss and Bailing MoE (from 0.5.6.post1 also GLM-4.5 MoE and Mistral Large 3); for
@@ -24,16 +28,17 @@ model_executor/ of 0.5.3, 0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.
   of topk (`speculation.draft_tree_width`), and a verification of num_draft_tokens a request
   (`speculation.num_verified_tokens`), its acceptance the section's along the accepted path (the accept length
   SGLang logs: `acceptance: {kind: accept_length}`). A tree with pages over one token needs the flashinfer attention
-  backend (from 0.5.6 or fa3), and trtllm_mha takes none.
-- mem_fraction_static's reserve grows by 2 GiB, from 0.5.10 (0.5.10rc0) 4 GiB (EAGLE's draft model and its graphs;
-  6 GiB for STANDALONE), after the 10 GiB floor of a GPU over 60 GiB.
+  backend (from 0.5.6 or fa3, from 0.5.13 or triton), and trtllm_mha takes none.
+- mem_fraction_static's reserve grows by 2 GiB, from 0.5.10 (0.5.10rc0) to 0.5.13.post1 4 GiB (EAGLE's draft model
+  and its graphs; 6 GiB for STANDALONE), after the 10 GiB floor of a GPU over 60 GiB.
 - to 0.5.6.post2 the target's KV pool is the profiled tokens + max_num_reqs x (num_steps x topk + num_draft_tokens) +
   100, headroom for the drafts and the verification (model_runner.py `draft_runner_cache_size`); from 0.5.7
   (model_runner_kv_cache_mixin.py) the profiled tokens alone. The draft's own KV comes out of the reserve.
 - the decode step's memory check wants room for num_draft_tokens + topk x num_steps tokens a request to 0.5.8.post1
   (scheduler.py `decode_mem_cache_buf_multiplier`), from 0.5.9 max(topk x num_steps, num_draft_tokens)
-  (schedule_batch.py `new_tokens_required_next_decode`, page size 1): num_steps + 1 with topk 1. ServeSim's
-  verification step takes num_draft_tokens a request and retracts when they do not fit (where SGLang's check asks
+  (schedule_batch.py `new_tokens_required_next_decode`, page size 1): num_steps + 1 with topk 1; spec v2 (0.5.11 on)
+  keeps up to twice that allocated ahead of a request's tokens (managers/utils.py `get_alloc_len_per_decode`).
+  ServeSim's verification step takes num_draft_tokens a request and retracts when they do not fit (where SGLang asks
   more, an approximation, said in the notes).
 
 STANDALONE (a separate draft model, whose memory SGLang takes from its 6 GiB reserve rather than the KV budget
@@ -49,8 +54,9 @@ from sim.config.engines.base import Context, dotted_version, released_before
 from sim.errors import ConfigError
 from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS
 
-SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 11))  # (the first release read, the first not read)
-SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")  # server_args.py's choices, 0.5.3-0.5.10.post1
+SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 14))  # (the first release read, the first not read)
+# server_args.py's choices 0.5.3-0.5.10.post1 (0.5.11 on take more, DFLASH and others, refused here as not modelled)
+SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 SGLANG_MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 SPECULATIVE_FLAGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                      "speculative_num_draft_tokens", "speculative_draft_model_path")
@@ -64,7 +70,12 @@ SGLANG_CHAIN_MODEL_TYPES = {"deepseek_v2", "deepseek_v3", "deepseek_v32", "gpt_o
 SGLANG_CHAIN_MODEL_TYPES_SINCE = {"glm4_moe": "0.5.6.post1"}
 SGLANG_AUTO_CHAIN_FOR_OTHERS_SINCE = (0, 5, 8)  # every architecture but Llama's
 SGLANG_MEMORY_CHECK_MAX_SINCE = (0, 5, 9)  # the decode memory check: the larger of drafts and verified tokens
-SGLANG_TREE_PAGES_FA3_SINCE = (0, 5, 6)  # a tree with pages over one token: flashinfer, from 0.5.6 fa3 too
+# a tree with pages over one token: flashinfer, from 0.5.6 fa3 too, from 0.5.13 triton too
+SGLANG_TREE_PAGE_BACKENDS = (((0, 5, 13), ("flashinfer", "fa3", "triton")), ((0, 5, 6), ("flashinfer", "fa3")),
+                             ((0, 0), ("flashinfer",)))
+# spec v2 (SGLANG_ENABLE_SPEC_V2 true by default): the overlap scheduler stays on, for a chain from 0.5.11, for any
+# tree from 0.5.13; it allocates up to twice the decode's need ahead
+SGLANG_SPEC_V2_CHAIN_SINCE, SGLANG_SPEC_V2_TREE_SINCE = (0, 5, 11), (0, 5, 13)
 
 
 @dataclass(frozen=True)
@@ -103,7 +114,7 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
     first, end = SGLANG_SPECULATION_READ
     if released_before(ctx.version, ctx.version_text, first) or ctx.version >= end:
         raise ConfigError(f"speculation: SGLang {ctx.version_text}'s speculative decoding is not read (its rules are "
-                          f"read for {dotted_version(first)} to 0.5.10.post1); allowed: one of those releases, or no "
+                          f"read for {dotted_version(first)} to 0.5.13.post1); allowed: one of those releases, or no "
                           "speculation section")
     if not isinstance(section, dict):
         return None  # validation reports it
@@ -180,7 +191,7 @@ def _check_tree_backend(ctx: Context, topk: int, named: str) -> None:
     if backend == "trtllm_mha":
         raise ConfigError(f"{named}: {topk} with --attention-backend trtllm_mha, which SGLang {ctx.version_text} "
                           "refuses (\"trtllm_mha backend only supports topk = 1\"); allowed: 1")
-    paged = ("flashinfer", "fa3") if ctx.version >= SGLANG_TREE_PAGES_FA3_SINCE else ("flashinfer",)
+    paged = next(backends for since, backends in SGLANG_TREE_PAGE_BACKENDS if ctx.version >= since)
     if ctx.flags.get("page_size", 1) > 1 and backend not in paged:
         raise ConfigError(f"engine.page_size: {ctx.flags['page_size']} with a tree of drafts ({named} {topk}), which "
                           f"SGLang {ctx.version_text} refuses unless --attention-backend is {' or '.join(paged)}; "
@@ -204,12 +215,18 @@ def _eagle_rules(ctx: Context, algorithm: str, steps: int, topk: int, draft: int
                else f"max_running_requests {given} as given")
     pool = (f"the KV pool larger by max_num_reqs x {spec.pool_headroom_per_request} + "
             f"{SGLANG_SPECULATIVE_POOL_BUFFER} tokens" if spec.grows_pool else "the KV pool as profiled")
-    check_note = ("" if check == draft else f" (SGLang's memory check wants {check}: not modelled)")
+    v2 = ctx.version >= (SGLANG_SPEC_V2_CHAIN_SINCE if topk == 1 else SGLANG_SPEC_V2_TREE_SINCE)
+    if v2:
+        check_note = f" (SGLang's spec v2 keeps up to {2 * check} allocated ahead: not modelled)"
+    else:
+        check_note = "" if check == draft else f" (SGLang's memory check wants {check}: not modelled)"
+    overlap = ("the overlap scheduler on (spec v2, SGLANG_ENABLE_SPEC_V2's default)" if v2 else
+               "the overlap scheduler off (SGLANG_ENABLE_SPEC_V2 not modelled)")
     shape = "a chain" if topk == 1 else f"a tree of topk {topk} verifying {draft} tokens"
     notes.append(f"SGLang {ctx.version_text} speculative decoding ({algorithm}, {steps} draft steps, {shape}): "
-                 f"{running}, mixed chunks off{mixed}, the overlap scheduler off (SGLANG_ENABLE_SPEC_V2 not "
-                 f"modelled), {spec.reserved_mib} MiB more reserved, {pool}; the drafter priced by "
-                 f"speculation.draft_cost_ratio; a verification step takes {draft} KV slots a request{check_note}")
+                 f"{running}, mixed chunks off{mixed}, {overlap}, {spec.reserved_mib} MiB more reserved, {pool}; the "
+                 "drafter priced by speculation.draft_cost_ratio; SGLang's CPU time priced serially; a verification "
+                 f"step takes {draft} KV slots a request{check_note}")
     return spec
 
 
