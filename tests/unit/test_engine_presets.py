@@ -1338,6 +1338,13 @@ def test_lmdeploy_turbomind_does_not_speculate(version):
         and str(err.value).endswith("allowed: no speculation section")
 
 
+def test_a_tree_of_drafts_under_vllm_is_said_to_be_a_what_if():
+    tree = {"draft_cost_ratio": 0.1, "num_speculative_tokens": 3, "draft_tree_width": 4, "num_verified_tokens": 8}
+    sc = scenario({"name": "vllm", "version": "0.11.0"}, speculation=tree)
+    assert sc.speculation.verified_tokens() == 8
+    assert any("speculative_token_tree, which is not read here" in note for note in sc.engine.notes)
+
+
 def test_tensorrt_llms_own_speculative_rules_are_said_to_be_unread():
     speculation = {"draft_cost_ratio": 0.1, "acceptance": {"kind": "fixed", "alpha": 0.7}}
     sc = scenario({"name": "trtllm", "version": "1.0.0"}, speculation=speculation)

@@ -273,6 +273,10 @@ def derive_vllm(ctx: Context) -> PresetResult:
     _vllm_refuse_draft_model(ctx)
     method, speculated = speculative_values(ctx, notes)
     values.update(speculated)
+    tree = get_key(ctx.raw, "speculation.draft_tree_width")
+    if isinstance(tree, int) and not isinstance(tree, bool) and tree > 1:
+        notes.append(f"vLLM {ctx.version_text}: a tree of drafts (speculation.draft_tree_width {tree}) is vLLM's "
+                     "speculative_token_tree, which is not read here: the section's tree is a what-if")
     values.update(fits_to_kv(flags, ctx.version_text, notes))
     _vllm_swap_notes(ctx, notes)
     method = method or ("draft_model" if _vllm_draft_model(ctx) else None)  # a section's draft model names its own
