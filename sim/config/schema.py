@@ -37,7 +37,7 @@ from sim.model.memory import (FP8_COMPUTE_DEFAULT, LOGIT_BYTES, MOE_KERNELS, WEI
                               WINDOW_POOL_RATIO)
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
-from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS, alpha_for_tokens
+from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS, alpha_for_tokens, tree_candidate_tokens
 from sim.workload.arrivals import MAX_RATE_PER_S
 from sim.workload.generate import MAX_NUM_REQUESTS, WorkloadSpec, check_run_size
 
@@ -599,17 +599,15 @@ class SpeculationSpec(_Strict):
     @model_validator(mode="after")
     def _verified_tokens(self) -> "SpeculationSpec":
         """A chain verifies its γ drafts and one token more; a tree at least as many and at most as many as its
-        drafts hold (SGLang's candidates: w after the first step, w x w after each later one, and the root)."""
+        drafts hold (`tree_candidate_tokens`)."""
         verified, gamma, width = self.num_verified_tokens, self.num_speculative_tokens, self.draft_tree_width
         if verified is None:
             return self
-        if width == 1 and verified != gamma + 1:
-            raise ConfigError(f"speculation.num_verified_tokens: {verified} with a chain of {gamma} drafts "
-                              f"(draft_tree_width 1); allowed: {gamma + 1}, or leave it out")
-        most = 1 + width + (gamma - 1) * width * width
+        most = tree_candidate_tokens(gamma, width)  # γ + 1 for a chain
         if not gamma + 1 <= verified <= most:
+            allowed = f"{most}, or leave it out" if most == gamma + 1 else f"{gamma + 1} to {most}"
             raise ConfigError(f"speculation.num_verified_tokens: {verified} is not allowed with {gamma} draft steps "
-                              f"of width {width}; allowed: {gamma + 1} to {most}")
+                              f"of width {width}; allowed: {allowed}")
         return self
 
     @model_validator(mode="after")

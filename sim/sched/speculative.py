@@ -25,6 +25,13 @@ Ragged = Literal["per_request", "rollback_to_min"]
 DEFAULT_SPECULATIVE_TOKENS = 4  # γ where a scenario's speculation section does not give it
 
 
+def tree_candidate_tokens(gamma: int, width: int) -> int:
+    """The most tokens a tree of drafts can verify: its root and every candidate, `width` after the first draft step
+    and `width` x `width` after each later one (SGLang's eagle_utils.py organize_draft_results picks the verified ones
+    among them); a chain (width 1): γ + 1."""
+    return 1 + width + (gamma - 1) * width * width
+
+
 def tokens_per_verification(alpha: float, gamma: int) -> float:
     """The mean tokens a verification yields, its own token included: (1 − α^(γ+1)) / (1 − α), summed as
     1 + α + ... + α^γ (no cancellation near α = 1, where it is γ + 1)."""

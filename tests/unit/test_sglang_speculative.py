@@ -298,3 +298,15 @@ def test_an_accept_length_acceptance_runs_at_that_many_tokens_a_verification():
     assert 1 + drafts_accepted == pytest.approx(2.5, rel=0.03)  # 40 x 2,000 tokens: about 32,000 verifications
     with pytest.raises(ConfigError, match=r"^speculation.acceptance.tokens_per_step: 4.5 is more than 3 drafts"):
         scenario({}, speculation={**accept, "acceptance": {"kind": "accept_length", "tokens_per_step": 4.5}})
+
+
+@pytest.mark.parametrize("width, verified, allowed", [(1, 7, "5, or leave it out"), (4, 100, "5 to 53"),
+                                                      (4, 4, "5 to 53")])
+def test_verified_tokens_outside_a_chains_or_a_trees_range_are_refused(width, verified, allowed):
+    # a chain of 4 drafts verifies 5; a tree of width 4: the root, 4 after the first step, 16 after each later one
+    raw = {**BASE, "speculation": {**SECTION, "num_speculative_tokens": 4, "draft_tree_width": width,
+                                   "num_verified_tokens": verified}}
+    with pytest.raises(ConfigError) as err:
+        validate_scenario(raw)
+    assert str(err.value) == (f"speculation.num_verified_tokens: {verified} is not allowed with 4 draft steps of "
+                              f"width {width}; allowed: {allowed}")

@@ -74,6 +74,17 @@ def gib_as_bytes(name: str) -> Callable[[int | float], int]:
     return convert
 
 
+# how vLLM V0's maybe_offload_to_cpu (and SGLang's copy of it) brings offloaded weights to the kernels
+OFFLOAD_COPIED_IN = "copied to the GPU before each offloaded layer runs"
+
+
+def offload_note(engine: str, gib: float, how: str) -> str:
+    """The note a preset gives --cpu-offload-gb (vLLM's, SGLang's): `how` the offloaded weights reach the kernels."""
+    return (f"{engine} --cpu-offload-gb {gib:g}: that much of each GPU's decoder-layer weights (whole parameters from "
+            f"the first layer on) lives in host memory, {how}: every forward pass reads it over the host link (PCIe), "
+            "and the KV cache gets its room")
+
+
 def at_least(name: str, least: int = 1, most: int | None = None, meaning: str = "") -> Callable[[int], int]:
     """An engine flag's whole number that must be `least` or more (and at most `most`), refused in one line
     otherwise (`meaning`: what a value means, said after the allowed range)."""

@@ -9,7 +9,7 @@ from typing import Any
 from sim.config.engines.base import (GIB, Context, Flag, LOGGING, MODEL_FILES, PARSING, PresetResult, REQUEST_LIMITS,
                                      SEED, SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
                                      config_overrides, custom_all_reduce, dotted_version, get_key, gib_as_bytes,
-                                     graph_terms, inert_group, served_config,
+                                     graph_terms, inert_group, OFFLOAD_COPIED_IN, offload_note, served_config,
                                      kv_cache_dtype_flag, only_one_of, refuse_model_before, released_before,
                                      sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
@@ -590,10 +590,7 @@ def _sglang_offload_note(ctx: Context) -> str | None:
     given = ctx.flags.get("cpu_offload_gb")
     if not given:
         return None
-    return (f"SGLang {ctx.version_text} --cpu-offload-gb {given // GIB}: that much of each GPU's decoder-layer "
-            "weights (whole parameters from the first layer on) lives in host memory, copied to the GPU before each "
-            "offloaded layer runs: every forward pass reads it over the host link (PCIe), and the KV pool gets its "
-            "room")
+    return offload_note(f"SGLang {ctx.version_text}", given // GIB, OFFLOAD_COPIED_IN)
 
 
 def _sglang_request_log(ctx: Context) -> str | None:
@@ -750,9 +747,9 @@ def _sglang_speculation_values(ctx: Context, speculation: SGLangSpeculation, slo
                                  ("num_verified_tokens", "speculative_num_draft_tokens", speculation.num_draft_tokens)):
             values[f"speculation.{key}"] = value
             from_flags[f"speculation.{key}"] = flag if ctx.flags.get(flag) is not None else "speculative_algorithm"
-    own_pool = window["window_memory"] == "own_pool" and ctx.model is not None and ctx.model.hybrid_window
     if not speculation.grows_pool:
         return values
+    own_pool = window["window_memory"] == "own_pool" and ctx.model is not None and ctx.model.hybrid_window
     if kv_tokens is None or own_pool:
         why = "the model was not resolved" if kv_tokens is None else "the sliding layers' own pool"
         notes.append(f"SGLang speculative decoding: the KV pool's headroom for the drafts not added ({why})")

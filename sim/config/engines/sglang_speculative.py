@@ -52,7 +52,7 @@ from dataclasses import dataclass
 
 from sim.config.engines.base import Context, dotted_version, released_before
 from sim.errors import ConfigError
-from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS
+from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS, tree_candidate_tokens
 
 SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 14))  # (the first release read, the first not read)
 # server_args.py's choices 0.5.3-0.5.10.post1 (0.5.11 on take more, DFLASH and others, refused here as not modelled)
@@ -163,25 +163,19 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
     elif draft is None:
         raise ConfigError(f"engine.speculative_num_draft_tokens: missing beside --speculative-eagle-topk {topk} "
                           f"(SGLang {ctx.version_text} sizes its tree by it and fails without it); allowed: "
-                          f"{steps + 1} to {_tree_nodes(steps, topk)}")
+                          f"{steps + 1} to {tree_candidate_tokens(steps, topk)}")
     if topk > 1:
         _check_tree(ctx, steps, topk, draft)
     return _eagle_rules(ctx, "EAGLE" if algorithm == "NEXTN" else algorithm, steps, topk, draft, notes)
 
 
-def _tree_nodes(steps: int, topk: int) -> int:
-    """The most tokens a tree can verify: its root and every candidate (topk after the first step, topk x topk after
-    each later one: eagle_utils.py organize_draft_results picks num_draft_tokens - 1 of them)."""
-    return 1 + topk + (steps - 1) * topk * topk
-
-
 def _check_tree(ctx: Context, steps: int, topk: int, draft: int) -> None:
     """A tree as SGLang takes it, and as ServeSim's speculation prices it (each accepted path at most num_steps long,
     so at least num_steps + 1 tokens verified)."""
-    if not steps + 1 <= draft <= _tree_nodes(steps, topk):
+    if not steps + 1 <= draft <= tree_candidate_tokens(steps, topk):
         raise ConfigError(f"engine.speculative_num_draft_tokens: {draft} is not modelled with {steps} steps of topk "
                           f"{topk} (fewer than num_steps + 1 cut the accepted path; more than the tree's candidates "
-                          f"fail in SGLang); allowed: {steps + 1} to {_tree_nodes(steps, topk)}")
+                          f"fail in SGLang); allowed: {steps + 1} to {tree_candidate_tokens(steps, topk)}")
     _check_tree_backend(ctx, topk, "engine.speculative_eagle_topk")
 
 

@@ -10,7 +10,7 @@ from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, P
                                      SEED, SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
                                      config_overrides, custom_all_reduce, dotted_version, get_key, gib_as_bytes,
                                      inert_group, kv_cache_dtype_flag, only_default, only_one_of, refuse_model_before,
-                                     sixteen_bit_dtype, weights_quantization)
+                                     OFFLOAD_COPIED_IN, offload_note, sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.config.engines.vllm_context import (VLLM_HF_OVERRIDES_SINCE, VLLM_ROPE_SCALING_UNTIL, fits_to_kv,
                                              readable_number, rope_scaling_override)
@@ -772,11 +772,8 @@ def _vllm_offload_notes(ctx: Context, v1: bool, notes: list[str]) -> None:
     """What --cpu-offload-gb does here (the comment above), noted."""
     given = ctx.flags.get("cpu_offload_gb")
     if given:
-        how = ("read by the kernels from pinned host memory (V1's UVA)" if v1
-               else "copied to the GPU before each offloaded layer runs (V0)")
-        notes.append(f"vLLM {ctx.version_text} --cpu-offload-gb {given / GIB:g}: that much of each GPU's decoder-layer "
-                     f"weights (whole parameters from the first layer on) lives in host memory, {how}: every "
-                     "forward pass reads it over the host link (PCIe), and the KV cache gets its room")
+        how = "read by the kernels from pinned host memory (V1's UVA)" if v1 else f"{OFFLOAD_COPIED_IN} (V0)"
+        notes.append(offload_note(f"vLLM {ctx.version_text}", given / GIB, how))
 
 
 VLLM_FLAGS = {
