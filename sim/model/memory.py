@@ -328,6 +328,24 @@ def offloaded_weight_bytes(model: ModelSpec, limit_bytes: int, weight_dtype: str
     return math.ceil(moved)
 
 
+def draft_head_bytes_per_gpu(model: ModelSpec, weight_dtype: str = "bf16", tensor_parallel: int = 1,
+                             group_size: int = 128, expert_padding: ExpertPadding | None = None) -> int:
+    """Weight bytes on each GPU of a one-layer draft built on the target's shapes, as an EAGLE head or a DeepSeek
+    NEXTN (multi-token-prediction) module is: one decoder layer like the target's last (its matrices in the target's
+    dtype, as the draft takes the target's quantization), its two norms, an input embedding and an LM head of the
+    target's vocabulary (vocab-parallel, unquantized) and the 2h x h projection joining a token's embedding to the
+    target's hidden state (replicated, unquantized). An EAGLE3 head differs (wider inputs, its own smaller vocabulary
+    head): an estimate there."""
+    check_tensor_parallel(model, tensor_parallel)
+    groups = gpu_layer_groups(model, tensor_parallel)
+    layer = sum(_gpu_matrix_bytes(g, 1, weight_dtype, group_size, expert_padding) for g in groups[-1][1])
+    norms = (norm_param_count(model) - (2 if model.linear_bias else 1) * model.hidden_size) / model.num_layers
+    head = lm_head_shape(model)
+    vocab_tables = 2 * head.in_features * head.out_features / tensor_parallel
+    projection = 2 * model.hidden_size * model.hidden_size
+    return math.ceil(layer + (norms + vocab_tables + projection) * _UNQUANTIZED_BYTES)
+
+
 def weight_bytes(model: ModelSpec, weight_dtype: str = "bf16", group_size: int = 128) -> int:
     """All weight bytes of the model on one GPU (no tensor parallelism)."""
     return weight_bytes_per_gpu(model, weight_dtype, 1, group_size)

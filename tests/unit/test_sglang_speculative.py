@@ -64,6 +64,87 @@ def test_the_reserve_and_the_pools_headroom_follow_the_release(version, reserved
         is checks_more
 
 
+def test_a_one_layer_drafts_weights_are_one_decoder_layer_two_vocabulary_tables_and_a_projection():
+    from sim.model.catalog import get_model
+    from sim.model.memory import draft_head_bytes_per_gpu
+    # Llama-3.1-8B, bf16: a layer's q, k, v, o (4096 x (4096 + 1024 + 1024 + 4096)) and MLP (3 x 4096 x 14336),
+    # its two norms (2 x 4096), the embedding and LM head (2 x 128,256 x 4096) and the 2h x h projection, 2 bytes each
+    layer = 4096 * (4096 + 1024 + 1024 + 4096) + 3 * 4096 * 14336
+    expected = 2 * (layer + 2 * 4096 + 2 * 128256 * 4096 + 2 * 4096 * 4096)
+    model = get_model("llama-3.1-8b")
+    assert draft_head_bytes_per_gpu(model) == expected == 2_604_679_168
+    # TP 2 splits the layer and the vocabulary tables, not the norms or the replicated projection
+    assert draft_head_bytes_per_gpu(model, tensor_parallel=2) == 2 * (layer // 2 + 2 * 4096 + 128256 * 4096
+                                                                     + 2 * 4096 * 4096)
+
+
+@pytest.mark.parametrize("version", ["0.5.14", "0.5.16", "0.5.23"])
+def test_from_0_5_14_the_draft_comes_out_of_the_kv_pool_and_nothing_more_is_reserved(version):
+    # no reserve beside the plain one (the same fraction as without speculation, whose prefill graphs 0.5.14 keeps);
+    # the pool: the profiled tokens' bytes (131,072 a token: 2 x 32 layers x 8 heads x 128 x 2 bytes) less the
+    # draft's 2,604,679,168 bytes, over a cell a draft layer larger, int(131,072 x 33 / 32) = 135,168
+    plain = scenario({}, version=version, speculation=None)
+    eagle = scenario(EAGLE, version=version)
+    assert eagle.kv_cache.gpu_memory_utilization == plain.kv_cache.gpu_memory_utilization
+    profiled = resolve(plain).kv_capacity_tokens
+    expected = (profiled * 131072 - 2_604_679_168) // 135168
+    assert eagle.kv_cache.capacity_tokens == resolve(eagle).kv_capacity_tokens == expected
+    assert 0.9 * profiled < expected < profiled
+    notes = " ".join(eagle.engine.notes)
+    assert "no more reserved" in notes and "the overlap scheduler on (spec v2, always from 0.5.14)" in notes
+    assert f"{profiled:,} KV tokens -> {expected:,}" in notes
+
+
+STANDALONE = {"draft_model": "llama-3.1-8b", "acceptance": {"kind": "fixed", "alpha": 0.7}}
+SEVENTY_B = {"model": "llama-3.1-70b", "hardware": {"gpu": "h100-sxm", "tensor_parallel": 4}}
+
+
+def test_from_0_5_14_a_standalone_draft_models_weights_and_every_layers_kv_come_out_of_the_pool():
+    from sim.model.catalog import get_model
+    from sim.model.memory import weight_bytes_per_gpu
+    # Llama-3.1-70B at TP 4: 81,920 KV bytes a token a GPU (2 x 80 layers x 2 heads x 128 x 2 bytes); the 8B draft's
+    # 32 layers grow the cell to int(81,920 x (1 + 32 / 80)) = 114,688; its weights (its own embedding and LM head:
+    # STANDALONE shares neither) come out of the profiled bytes. SGLang's own choice for STANDALONE: (3, 1, 4).
+    plain = scenario({}, version="0.5.14", speculation=None, **SEVENTY_B)
+    sc = scenario({"speculative_algorithm": "STANDALONE"}, version="0.5.14", speculation=STANDALONE, **SEVENTY_B)
+    draft_bytes = weight_bytes_per_gpu(get_model("llama-3.1-8b"), "bf16", 4)
+    profiled = resolve(plain).kv_capacity_tokens
+    assert sc.kv_cache.capacity_tokens == resolve(sc).kv_capacity_tokens == (profiled * 81920 - draft_bytes) // 114688
+    spec = sc.speculation
+    assert (spec.num_speculative_tokens, spec.draft_tree_width, spec.verified_tokens()) == (3, 1, 4)
+    assert sc.scheduler.max_num_seqs == 48
+    assert any("drafter priced by speculation.draft_model" in note for note in sc.engine.notes)
+    summary = simulate(sc).summary
+    assert summary["num_finished"] == 60 and 0 < summary["draft_acceptance_rate"] < 1
+
+
+@pytest.mark.parametrize("flags, speculation, version, message", [
+    ({"speculative_algorithm": "STANDALONE"}, SECTION, "0.5.14",
+     "engine.speculative_algorithm: STANDALONE needs speculation.draft_model"),
+    (EAGLE, STANDALONE, "0.5.14", "speculation.draft_model: speculation.draft_model is not modelled for SGLang 0.5.14 "
+                                  "without --speculative-algorithm STANDALONE"),
+    ({"speculative_algorithm": "STANDALONE"}, STANDALONE, "0.5.13.post1",
+     "engine.speculative_algorithm: --speculative-algorithm STANDALONE is not modelled for SGLang 0.5.13.post1"),
+])
+def test_standalone_needs_a_draft_model_and_0_5_14(flags, speculation, version, message):
+    with pytest.raises(ConfigError) as err:
+        scenario(flags, version=version, speculation=speculation, **SEVENTY_B)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_mixed_chunks_are_turned_off_to_0_5_18_and_off_by_default_from_0_5_19():
+    forced = scenario({**EAGLE, "enable_mixed_chunk": True}, version="0.5.18")
+    assert not forced.scheduler.mixed_batches
+    assert any("--enable-mixed-chunk turned off" in note for note in forced.engine.notes)
+    default = scenario(EAGLE, version="0.5.19")
+    assert not default.scheduler.mixed_batches
+    assert any("from 0.5.19 speculation no longer turns them off" in note for note in default.engine.notes)
+    standalone = scenario({"speculative_algorithm": "STANDALONE", "enable_mixed_chunk": True}, version="0.5.19",
+                          speculation=STANDALONE, **SEVENTY_B)  # STANDALONE's still turned off
+    assert not standalone.scheduler.mixed_batches
+    assert any("--enable-mixed-chunk turned off" in note for note in standalone.engine.notes)
+
+
 @pytest.mark.parametrize("version, topk, overlap", [("0.5.10.post1", 1, False), ("0.5.11", 1, True),
                                                    ("0.5.12.post1", 2, False), ("0.5.13", 2, True)])
 def test_spec_v2_keeps_the_overlap_scheduler_on_for_a_chain_from_0_5_11_and_a_tree_from_0_5_13(version, topk,
@@ -149,7 +230,8 @@ def test_the_section_alone_is_speculation_as_eagle_with_its_own_gamma():
      "engine.speculative_algorithm: 'LOOKAHEAD' is not modelled; allowed: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM"),
     ({}, {"draft_model": "llama-3.1-8b", "acceptance": {"kind": "fixed", "alpha": 0.7}}, "0.5.5.post1",
      "speculation.draft_model: speculation.draft_model is not modelled for SGLang"),
-    (EAGLE, SECTION, "0.5.14", "speculation: SGLang 0.5.14's speculative decoding is not read"),
+    ({**EAGLE, "enable_mixed_chunk": True}, SECTION, "0.5.19",
+     "engine.enable_mixed_chunk: true with speculative decoding is not modelled for SGLang 0.5.19"),
     ({}, SECTION, "0.5.3rc0", "speculation: SGLang 0.5.3rc0's speculative decoding is not read"),
     ({}, SECTION, "0.3.0", "speculation: SGLang 0.3.0's speculative decoding is not read"),
     (EAGLE, SECTION, "0.4.1.post3", "engine.speculative_algorithm: not a flag of sglang 0.4.1.post3"),

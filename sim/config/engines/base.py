@@ -248,6 +248,20 @@ class Context:
         return self.model.max_context if self.model is not None else None
 
 
+def model_of_value(value: Any, field_name: str):
+    """The ModelSpec a raw scenario's model reference names (a catalog name, an inline architecture or {hf_config:
+    path}) at `field_name`, or None where it cannot be read yet (validation then reports it)."""
+    from sim.model.catalog import get_model
+    from sim.model.hf_config import read_model_ref
+    from sim.model.specs import ModelSpec
+    try:
+        value = read_model_ref(value, field_name)
+        return value if isinstance(value, ModelSpec) else (
+            ModelSpec.model_validate(value) if isinstance(value, dict) else get_model(value, field_name))
+    except Exception:  # noqa: BLE001  (validation reports a bad model in its own words)
+        return None
+
+
 def dotted_version(version: tuple[int, ...] | str) -> str:
     return version if isinstance(version, str) else ".".join(str(v) for v in version)
 

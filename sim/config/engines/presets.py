@@ -11,7 +11,7 @@ import sim.config.engines.fitted as fitted
 from sim.config.checkpoint import runs_fp8_products
 from sim.config.engine_command import CommandFlags, CommandSyntax, as_command_error, command_notes, resolve_option
 from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, PresetResult, dotted_version, get_key,
-                                     has_key, outside_versions, parse_version, set_key)
+                                     has_key, model_of_value, outside_versions, parse_version, set_key)
 from sim.config.engines.lmdeploy import (LMDEPLOY_FLAGS, LMDEPLOY_INERT, LMDEPLOY_NEWEST, LMDEPLOY_VERSIONS,
                                          derive_lmdeploy)
 from sim.config.engines.sglang import (SGLANG_FLAGS, SGLANG_INERT, SGLANG_NEWEST, derive_sglang, sglang_context,
@@ -71,15 +71,7 @@ def _resolve_gpu_and_model(raw: dict):
 
 def model_of_raw(raw: dict):
     """The ModelSpec a raw scenario names, or None where it cannot be read yet (validation then reports it)."""
-    from sim.model.catalog import get_model
-    from sim.model.hf_config import read_model_ref
-    from sim.model.specs import ModelSpec
-    try:
-        value = read_model_ref(raw.get("model", "llama-3.1-8b"))
-        return value if isinstance(value, ModelSpec) else (
-            ModelSpec.model_validate(value) if isinstance(value, dict) else get_model(value, "model"))
-    except Exception:  # noqa: BLE001  (validation reports a bad model in its own words)
-        return None
+    return model_of_value(raw.get("model", "llama-3.1-8b"), "model")
 
 
 def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str | None] | None = None

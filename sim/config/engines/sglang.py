@@ -747,14 +747,43 @@ def _sglang_speculation_values(ctx: Context, speculation: SGLangSpeculation, slo
                                  ("num_verified_tokens", "speculative_num_draft_tokens", speculation.num_draft_tokens)):
             values[f"speculation.{key}"] = value
             from_flags[f"speculation.{key}"] = flag if ctx.flags.get(flag) is not None else "speculative_algorithm"
-    if not speculation.grows_pool:
+    if not (speculation.grows_pool or speculation.draft_in_pool):
         return values
     own_pool = window["window_memory"] == "own_pool" and ctx.model is not None and ctx.model.hybrid_window
     if kv_tokens is None or own_pool:
         why = "the model was not resolved" if kv_tokens is None else "the sliding layers' own pool"
-        notes.append(f"SGLang speculative decoding: the KV pool's headroom for the drafts not added ({why})")
+        what = ("the KV pool's headroom for the drafts not added" if speculation.grows_pool else
+                "the draft's weights and KV not taken out of the KV pool")
+        notes.append(f"SGLang speculative decoding: {what} ({why})")
         return values
-    values["kv_cache.capacity_tokens"] = speculation.pool_tokens(kv_tokens, slots)
+    if not speculation.draft_in_pool:
+        values["kv_cache.capacity_tokens"] = speculation.pool_tokens(kv_tokens, slots)
+        return values
+    from sim.model.memory import draft_head_bytes_per_gpu, engine_memory, kv_bytes_per_token, weight_bytes_per_gpu
+    q = ctx.raw.get("quantization") or {}
+    weights, kv_dtype = q.get("weights", "bf16"), q.get("kv_cache", "bf16")
+    padding = engine_memory({}, q)["expert_padding"]
+    draft = speculation.draft_model
+    try:  # (a draft the target's TP does not split, or a dtype it cannot take: validation's to report)
+        if draft is not None:  # STANDALONE: the draft model's own weights, its embedding and LM head included
+            draft_bytes = weight_bytes_per_gpu(draft, weights, ctx.tensor_parallel)
+            weighed = f"{draft.name}'s weights"
+        else:
+            draft_bytes = draft_head_bytes_per_gpu(ctx.model, weights, ctx.tensor_parallel, expert_padding=padding)
+            weighed = (f"its weights estimated as one of {ctx.model.name}'s decoder layers with an embedding and an "
+                       "LM head of its vocabulary and a 2h x h projection (an EAGLE head's or an MTP module's shapes; "
+                       "sim/model/memory.py draft_head_bytes_per_gpu)")
+    except ConfigError:
+        return values
+    token_bytes = kv_bytes_per_token(ctx.model, kv_dtype, ctx.tensor_parallel)
+    tokens = speculation.pool_tokens(kv_tokens, slots, draft_bytes, token_bytes, ctx.model.num_layers)
+    values["kv_cache.capacity_tokens"] = tokens
+    layers = speculation.draft_layers
+    notes.append(f"SGLang {ctx.version_text} speculative decoding: the draft is loaded before the KV pool is sized "
+                 f"(scheduler.py init_model_worker), so {weighed}, {draft_bytes / 2**30:.2f} GiB a GPU, come out of "
+                 f"it, and each token's KV cell grows by {layers} draft layer{'s' if layers > 1 else ''} of the "
+                 f"target's size beside its {ctx.model.num_layers} (pool_configurator.py): {kv_tokens:,} KV tokens "
+                 f"-> {tokens:,}")
     return values
 
 
@@ -850,9 +879,10 @@ SGLANG_FLAGS = {
     "stream_interval": Flag(STREAM_CHUNK_KEY, int, "--stream-interval: tokens a streamed chunk carries after the "
                             "first (frontend.tokens_per_chunk)"),
     # --speculative-* (server_args.py from 0.4.1.post4; read, with what each algorithm sets, in sglang_speculative.py
-    # for 0.5.3-0.5.13.post1, where the preset models them: refused in one line elsewhere)
+    # for 0.5.3-0.5.23, where the preset models them: refused in one line elsewhere)
     "speculative_algorithm": Flag(None, str, "--speculative-algorithm: EAGLE, EAGLE3 or NEXTN, the drafter priced by "
-                                  "speculation.draft_cost_ratio",
+                                  "speculation.draft_cost_ratio; from 0.5.14 STANDALONE, a draft model "
+                                  "(speculation.draft_model)",
                                   only_one_of("speculative_algorithm", SGLANG_ALGORITHMS), since="0.4.1.post4"),
     "speculative_num_steps": Flag(None, int, "--speculative-num-steps: draft tokens a step (speculation's γ)",
                                   at_least("speculative_num_steps"), since="0.4.1.post4"),
@@ -863,7 +893,8 @@ SGLANG_FLAGS = {
                                          "(speculation.num_verified_tokens); num_steps + 1 with topk 1",
                                          at_least("speculative_num_draft_tokens"), since="0.4.1.post4"),
     "speculative_draft_model_path": Flag(None, str, "--speculative-draft-model-path: the EAGLE head's weights (priced "
-                                         "by speculation.draft_cost_ratio)", since="0.4.1.post4",
+                                         "by speculation.draft_cost_ratio) or STANDALONE's draft model (the section's "
+                                         "draft_model)", since="0.4.1.post4",
                                          aliases=("--speculative-draft-model",),
                                          alias_versions={"--speculative-draft-model": ((0, 5, 2), None)}),
     "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16",

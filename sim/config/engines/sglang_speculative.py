@@ -11,13 +11,19 @@ Read in the PyPI wheels of every release from 0.5.3 to 0.5.13.post1 (python/sgla
 0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.5.6, 0.5.6.post2, 0.5.7, 0.5.8, 0.5.8.post1, 0.5.9, 0.5.10rc0, 0.5.10,
 0.5.10.post1, 0.5.11, 0.5.12, 0.5.12.post1, 0.5.13 and 0.5.13.post1, and in the decode memory check of 0.5.3,
 0.5.3.post3, 0.5.4.post2, 0.5.5.post1, 0.5.5.post3, 0.5.6, 0.5.7, 0.5.8 and 0.5.8.post1 (managers/scheduler.py),
-0.5.9, 0.5.10, 0.5.11, 0.5.12, 0.5.12.post1, 0.5.13 and 0.5.13.post1 (managers/schedule_batch.py):
+0.5.9, 0.5.10, 0.5.11, 0.5.12, 0.5.12.post1, 0.5.13 and 0.5.13.post1 (managers/schedule_batch.py); and in the whole
+wheels of 0.5.14, 0.5.15, 0.5.15.post1 and 0.5.16 to 0.5.23 (arg_groups/speculative_hook.py, from 0.5.19 beside
+arg_groups/memory_hook.py; managers/scheduler.py `init_model_worker`; model_runner_kv_cache_mixin.py, from 0.5.16
+mem_cache/kv_cache_configurator.py, `_profile_available_bytes`; model_executor/pool_configurator.py;
+mem_cache/allocation_sizing.py; speculative/spec_info.py):
 
 - NEXTN is EAGLE; with EAGLE, EAGLE3 or STANDALONE `max_running_requests` is 48 unless given and mixed chunks are
-  off. The overlap scheduler is off to 0.5.10.post1 (unless the environment's SGLANG_ENABLE_SPEC_V2, from 0.5.5: not
-  modelled); from 0.5.11 that variable defaults to true and "spec v2" keeps it on, for a chain only in 0.5.11-0.5.12
-  (a tree falls back to v1, without it), for any from 0.5.13. ServeSim prices SGLang's CPU time serially either way
-  (engine_work.py `preset_terms`): a note says which.
+  off (forced off to 0.5.18; from 0.5.19 off by default, and --enable-mixed-chunk kept for EAGLE and EAGLE3, whose
+  mixed steps decode one token a running request without drafts: refused here). The overlap scheduler is off to
+  0.5.10.post1 (unless the environment's SGLANG_ENABLE_SPEC_V2, from 0.5.5: not modelled); from 0.5.11 that variable
+  defaults to true and "spec v2" keeps it on, for a chain only in 0.5.11-0.5.12 (a tree falls back to v1, without
+  it), for any from 0.5.13; 0.5.14 removes the variable (v2 always, the overlap on unless --disable-overlap-schedule).
+  ServeSim prices SGLang's CPU time serially either way (engine_work.py `preset_terms`): a note says which.
 - without --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens must be left out too
   (an assertion) and the three are chosen by architecture: (5, 4, 8), a tree of 4 drafts a step, for Llama; (3, 1,
   4) for DeepSeek V2/V3/V3.2, gpt-oss and Bailing MoE (from 0.5.6.post1 also GLM-4.5 MoE and Mistral Large 3); for
@@ -30,38 +36,56 @@ Read in the PyPI wheels of every release from 0.5.3 to 0.5.13.post1 (python/sgla
   SGLang logs: `acceptance: {kind: accept_length}`). A tree with pages over one token needs the flashinfer attention
   backend (from 0.5.6 or fa3, from 0.5.13 or triton), and trtllm_mha takes none.
 - mem_fraction_static's reserve grows by 2 GiB, from 0.5.10 (0.5.10rc0) to 0.5.13.post1 4 GiB (EAGLE's draft model
-  and its graphs; 6 GiB for STANDALONE), after the 10 GiB floor of a GPU over 60 GiB.
+  and its graphs; 6 GiB for STANDALONE), after the 10 GiB floor of a GPU over 60 GiB; from 0.5.14 by nothing: the
+  draft is loaded before the target's KV pool is sized (scheduler.py init_model_worker), so the pool loses its
+  weights, its own embedding and LM head included (set_embed_and_head shares the target's only afterwards), and each
+  token's cell grows by the draft's layers (int(cell x (1 + draft layers / layers))). ServeSim takes the draft as one
+  decoder layer of the target's shapes with an embedding, an LM head and a 2h x h projection
+  (sim/model/memory.py draft_head_bytes_per_gpu: an EAGLE head's and DeepSeek's MTP module's shapes; an EAGLE3
+  head's smaller vocabulary head and wider inputs are not read from its config), one draft layer a token.
 - to 0.5.6.post2 the target's KV pool is the profiled tokens + max_num_reqs x (num_steps x topk + num_draft_tokens) +
   100, headroom for the drafts and the verification (model_runner.py `draft_runner_cache_size`); from 0.5.7
-  (model_runner_kv_cache_mixin.py) the profiled tokens alone. The draft's own KV comes out of the reserve.
+  (model_runner_kv_cache_mixin.py) the profiled tokens alone, the draft's own KV out of the reserve to 0.5.13.post1.
 - the decode step's memory check wants room for num_draft_tokens + topk x num_steps tokens a request to 0.5.8.post1
   (scheduler.py `decode_mem_cache_buf_multiplier`), from 0.5.9 max(topk x num_steps, num_draft_tokens)
   (schedule_batch.py `new_tokens_required_next_decode`, page size 1): num_steps + 1 with topk 1; spec v2 (0.5.11 on)
-  keeps up to twice that allocated ahead of a request's tokens (managers/utils.py `get_alloc_len_per_decode`).
+  keeps up to twice that allocated ahead of a request's tokens (`get_alloc_len_per_decode`: mem_cache/common.py,
+  from 0.5.16 mem_cache/allocation_sizing.py; the same through 0.5.23).
   ServeSim's verification step takes num_draft_tokens a request and retracts when they do not fit (where SGLang asks
   more, an approximation, said in the notes).
 
-STANDALONE (a separate draft model, whose memory SGLang takes from its 6 GiB reserve rather than the KV budget
-ServeSim's draft_model arithmetic subtracts it from) and NGRAM (drafts from an n-gram cache of the traffic, whose
-rules are not read) are refused.
+STANDALONE (a separate draft model: the speculation section's `draft_model`, priced as that model) is modelled from
+0.5.14, where its whole weights (it shares no embedding or LM head) come out of the pool and each token's cell grows
+by its num_hidden_layers at the target's per-layer size (pool_configurator.py's rule, which assumes them equal);
+SGLang's choice without the three numbers is (3, 1, 4) and it keeps mixed chunks off in every release. To
+0.5.13.post1 its memory lives in a 6 GiB reserve the KV arithmetic does not split: refused there. NGRAM (drafts from
+an n-gram cache of the traffic, whose rules are not read) and the later algorithms (DFLASH, FROZEN_KV_MTP, DSPARK
+from 0.5.16, UNO from 0.5.20) are refused.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
-from sim.config.engines.base import Context, dotted_version, released_before
+from sim.config.engines.base import Context, dotted_version, model_of_value, released_before
 from sim.errors import ConfigError
 from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS, tree_candidate_tokens
 
-SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 14))  # (the first release read, the first not read)
+SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 24))  # (the first release read, the first not read)
+SGLANG_SPECULATION_LAST_READ = "0.5.23"
 # server_args.py's choices 0.5.3-0.5.10.post1 (0.5.11 on take more, DFLASH and others, refused here as not modelled)
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 SGLANG_MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 SPECULATIVE_FLAGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                      "speculative_num_draft_tokens", "speculative_draft_model_path")
 SGLANG_SPECULATIVE_MAX_RUNNING = 48
-SGLANG_EAGLE_RESERVED_MIB = ((0, 5, 10), 2 * 1024, 4 * 1024)  # (from this release, before it, from it)
+# mem_fraction_static's reserve for the EAGLE family's draft: (from this release, MiB), newest first
+SGLANG_EAGLE_RESERVED_MIB = (((0, 5, 14), 0), ((0, 5, 10), 4 * 1024), ((0, 0), 2 * 1024))
+# from 0.5.14 the draft is loaded before the target's KV pool is sized: its weights come out of the pool, and every
+# token keeps its KV beside the target's (a draft layer more a token: pool_configurator.py)
+SGLANG_DRAFT_IN_POOL_SINCE = (0, 5, 14)
+SGLANG_DRAFT_LAYERS = 1  # an EAGLE or EAGLE3 head, DeepSeek's and GLM-4.5's MTP module (num_nextn_predict_layers 1)
 SGLANG_SPECULATIVE_POOL_HEADROOM_UNTIL = (0, 5, 7)
 SGLANG_SPECULATIVE_POOL_BUFFER = 100
 # auto_choose_speculative_params: (num_steps, eagle_topk, num_draft_tokens)
@@ -76,6 +100,10 @@ SGLANG_TREE_PAGE_BACKENDS = (((0, 5, 13), ("flashinfer", "fa3", "triton")), ((0,
 # spec v2 (SGLANG_ENABLE_SPEC_V2 true by default): the overlap scheduler stays on, for a chain from 0.5.11, for any
 # tree from 0.5.13; it allocates up to twice the decode's need ahead
 SGLANG_SPEC_V2_CHAIN_SINCE, SGLANG_SPEC_V2_TREE_SINCE = (0, 5, 11), (0, 5, 13)
+SGLANG_SPEC_V2_ALWAYS_SINCE = (0, 5, 14)  # SGLANG_ENABLE_SPEC_V2 removed: the v2 worker always
+# from 0.5.19 --enable-mixed-chunk stays on with the EAGLE family (spec_info.py supports_mixed_chunk): a mixed step's
+# running requests then decode one token each, without drafts or a verification (schedule_batch.py), not modelled
+SGLANG_SPEC_MIXED_CHUNK_SINCE = (0, 5, 19)
 
 
 @dataclass(frozen=True)
@@ -86,16 +114,31 @@ class SGLangSpeculation:
     num_draft_tokens: int  # tokens verified a request
     reserved_mib: int  # added to mem_fraction_static's reserve
     grows_pool: bool  # whether the target's KV pool gets the drafts' headroom (to 0.5.6.post2)
+    draft_in_pool: bool  # whether the draft's weights and KV come out of the target's pool (from 0.5.14)
     memory_check_tokens: int  # KV tokens a request the decode step's memory check wants free
+    draft_model: Any = None  # STANDALONE's draft (a ModelSpec; None: an EAGLE head or MTP module, or unreadable)
+
+    @property
+    def draft_layers(self) -> int:
+        """The draft's layers in each token's KV cell (model_runner.py eagle_draft_num_layers: a STANDALONE draft's
+        num_hidden_layers; an EAGLE head's or an MTP module's one)."""
+        return self.draft_model.num_layers if self.draft_model is not None else SGLANG_DRAFT_LAYERS
 
     @property
     def pool_headroom_per_request(self) -> int:
         """KV tokens the pool grows by a request slot (model_runner.py draft_runner_cache_size, to 0.5.6.post2)."""
         return self.num_steps * self.topk + self.num_draft_tokens
 
-    def pool_tokens(self, profiled_tokens: int, request_slots: int) -> int:
+    def pool_tokens(self, profiled_tokens: int, request_slots: int, draft_bytes: int = 0, token_bytes: int = 0,
+                    num_layers: int = 1) -> int:
         """The target's KV pool: the profiled tokens and, where SGLang adds it, the headroom of every request slot
-        (max_num_reqs)."""
+        (max_num_reqs); where the draft is in the pool, its `draft_bytes` of weights out of the profiled tokens'
+        bytes (`token_bytes` each, over the target's `num_layers`) and each token's cell a draft layer larger
+        (model_runner_kv_cache_mixin.py _profile_available_bytes; pool_configurator.py: int(cell x (1 + draft
+        layers / layers)))."""
+        if self.draft_in_pool:
+            cell = int(token_bytes * (1 + self.draft_layers / num_layers))
+            return max(0, (profiled_tokens * token_bytes - draft_bytes) // cell)
         if not self.grows_pool:
             return profiled_tokens
         return profiled_tokens + request_slots * self.pool_headroom_per_request + SGLANG_SPECULATIVE_POOL_BUFFER
@@ -114,17 +157,12 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
     first, end = SGLANG_SPECULATION_READ
     if released_before(ctx.version, ctx.version_text, first) or ctx.version >= end:
         raise ConfigError(f"speculation: SGLang {ctx.version_text}'s speculative decoding is not read (its rules are "
-                          f"read for {dotted_version(first)} to 0.5.13.post1); allowed: one of those releases, or no "
+                          f"read for {dotted_version(first)} to {SGLANG_SPECULATION_LAST_READ}); allowed: one of those releases, or no "
                           "speculation section")
     if not isinstance(section, dict):
         return None  # validation reports it
     algorithm = flags.get("speculative_algorithm")
-    if section.get("draft_model") is not None or algorithm in ("STANDALONE", "NGRAM"):
-        named = f"--speculative-algorithm {algorithm}" if algorithm else "speculation.draft_model"
-        raise ConfigError(f"{'engine.speculative_algorithm' if algorithm else 'speculation.draft_model'}: {named} is "
-                          f"not modelled for SGLang (STANDALONE's draft model lives in a reserve the KV arithmetic "
-                          "does not split; NGRAM's n-gram cache is not read); allowed: EAGLE, EAGLE3 or NEXTN with "
-                          "speculation.draft_cost_ratio")
+    _check_draft_model(ctx, algorithm, section.get("draft_model") is not None)
     steps, topk, draft = (flags.get(name) for name in ("speculative_num_steps", "speculative_eagle_topk",
                                                        "speculative_num_draft_tokens"))
     if algorithm is None:
@@ -149,9 +187,10 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
             raise ConfigError(f"engine.{named}: given without --speculative-num-steps, which SGLang "
                               f"{ctx.version_text} refuses (an assertion); allowed: give --speculative-num-steps too, "
                               "or none of the three")
-        steps, topk, draft = _auto_params(ctx)
+        steps, topk, draft = SGLANG_AUTO_CHAIN if algorithm == "STANDALONE" else _auto_params(ctx)
+        chosen_for = "STANDALONE" if algorithm == "STANDALONE" else _model_name(ctx)
         notes.append(f"SGLang {ctx.version_text} --speculative-algorithm {algorithm}: {steps} steps, topk {topk}, "
-                     f"{draft} draft tokens, its choice for {_model_name(ctx)} (auto_choose_speculative_params)")
+                     f"{draft} draft tokens, its choice for {chosen_for} (auto_choose_speculative_params)")
     elif topk is None:
         raise ConfigError(f"engine.speculative_eagle_topk: missing beside --speculative-num-steps (SGLang "
                           f"{ctx.version_text} compares it with 1 and fails without it); allowed: a whole number >= 1")
@@ -167,6 +206,30 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
     if topk > 1:
         _check_tree(ctx, steps, topk, draft)
     return _eagle_rules(ctx, "EAGLE" if algorithm == "NEXTN" else algorithm, steps, topk, draft, notes)
+
+
+def _check_draft_model(ctx: Context, algorithm: str | None, has_draft_model: bool) -> None:
+    """A draft model is STANDALONE's, modelled from 0.5.14 (its weights and KV out of the KV pool, as ServeSim's
+    arithmetic can take them; before, out of a 6 GiB reserve it does not split); NGRAM is not modelled."""
+    modelled = (f"allowed: EAGLE, EAGLE3 or NEXTN with speculation.draft_cost_ratio, or from "
+                f"{dotted_version(SGLANG_DRAFT_IN_POOL_SINCE)} STANDALONE with speculation.draft_model")
+    if algorithm == "NGRAM":
+        raise ConfigError("engine.speculative_algorithm: --speculative-algorithm NGRAM is not modelled for SGLang (its "
+                          f"n-gram cache is not read); {modelled}")
+    standalone_read = ctx.version >= SGLANG_DRAFT_IN_POOL_SINCE
+    if algorithm == "STANDALONE" and not standalone_read:
+        raise ConfigError(f"engine.speculative_algorithm: --speculative-algorithm STANDALONE is not modelled for "
+                          f"SGLang {ctx.version_text} (to 0.5.13.post1 its draft model lives in a 6 GiB reserve the "
+                          f"KV arithmetic does not split); {modelled}")
+    if algorithm == "STANDALONE" and not has_draft_model:
+        raise ConfigError("engine.speculative_algorithm: STANDALONE needs speculation.draft_model (the draft model "
+                          "whose steps are priced and whose weights and KV SGLang takes out of the KV pool); allowed: "
+                          "add it, or EAGLE, EAGLE3 or NEXTN with speculation.draft_cost_ratio")
+    if has_draft_model and algorithm != "STANDALONE":
+        raise ConfigError(f"speculation.draft_model: speculation.draft_model is not modelled for SGLang "
+                          f"{ctx.version_text} without --speculative-algorithm STANDALONE (its draft-model "
+                          f"algorithm, modelled from {dotted_version(SGLANG_DRAFT_IN_POOL_SINCE)}); allowed: that flag "
+                          "on SGLang 0.5.14 or later, or speculation.draft_cost_ratio")
 
 
 def _check_tree(ctx: Context, steps: int, topk: int, draft: int) -> None:
@@ -196,30 +259,49 @@ def _eagle_rules(ctx: Context, algorithm: str, steps: int, topk: int, draft: int
                  notes: list[str]) -> SGLangSpeculation:
     """`steps` drafts a step, a chain (`topk` 1) or a tree verifying `draft` tokens, with what this release sets for
     it, said in the notes."""
-    since, before, after = SGLANG_EAGLE_RESERVED_MIB
+    reserved = next(mib for since, mib in SGLANG_EAGLE_RESERVED_MIB if ctx.version >= since)
     if ctx.version >= SGLANG_MEMORY_CHECK_MAX_SINCE:
         check = max(steps * topk, draft)
     else:
         check = steps * topk + draft
-    spec = SGLangSpeculation(algorithm, steps, topk, draft, reserved_mib=after if ctx.version >= since else before,
-                             grows_pool=ctx.version < SGLANG_SPECULATIVE_POOL_HEADROOM_UNTIL, memory_check_tokens=check)
-    mixed = " (--enable-mixed-chunk turned off)" if ctx.flags.get("enable_mixed_chunk") else ""
+    draft_model = (model_of_value(ctx.raw["speculation"].get("draft_model"), "speculation.draft_model")
+                   if algorithm == "STANDALONE" else None)
+    spec = SGLangSpeculation(algorithm, steps, topk, draft, reserved_mib=reserved,
+                             grows_pool=ctx.version < SGLANG_SPECULATIVE_POOL_HEADROOM_UNTIL,
+                             draft_in_pool=ctx.version >= SGLANG_DRAFT_IN_POOL_SINCE, memory_check_tokens=check,
+                             draft_model=draft_model)
+    keeps_mixed = ctx.version >= SGLANG_SPEC_MIXED_CHUNK_SINCE and algorithm != "STANDALONE"
+    if ctx.flags.get("enable_mixed_chunk") and keeps_mixed:
+        raise ConfigError(f"engine.enable_mixed_chunk: true with speculative decoding is not modelled for SGLang "
+                          f"{ctx.version_text} (from {dotted_version(SGLANG_SPEC_MIXED_CHUNK_SINCE)} it keeps mixed "
+                          "chunks, whose running requests decode one token each without drafts); allowed: false, or "
+                          "leave it out")
+    mixed = (" (--enable-mixed-chunk turned off)" if ctx.flags.get("enable_mixed_chunk") else
+             " (its default; from 0.5.19 speculation no longer turns them off)" if keeps_mixed else "")
     given = ctx.flags.get("max_running_requests")
     running = (f"max_running_requests {SGLANG_SPECULATIVE_MAX_RUNNING} (its default with speculation)" if given is None
                else f"max_running_requests {given} as given")
-    pool = (f"the KV pool larger by max_num_reqs x {spec.pool_headroom_per_request} + "
-            f"{SGLANG_SPECULATIVE_POOL_BUFFER} tokens" if spec.grows_pool else "the KV pool as profiled")
+    if spec.grows_pool:
+        pool = (f"the KV pool larger by max_num_reqs x {spec.pool_headroom_per_request} + "
+                f"{SGLANG_SPECULATIVE_POOL_BUFFER} tokens")
+    elif spec.draft_in_pool:
+        pool = "the draft's weights and its KV out of the KV pool (loaded before the pool is sized)"
+    else:
+        pool = "the KV pool as profiled"
+    reserve = f"{spec.reserved_mib} MiB more reserved" if spec.reserved_mib else "no more reserved"
     v2 = ctx.version >= (SGLANG_SPEC_V2_CHAIN_SINCE if topk == 1 else SGLANG_SPEC_V2_TREE_SINCE)
     if v2:
         check_note = f" (SGLang's spec v2 keeps up to {2 * check} allocated ahead: not modelled)"
     else:
         check_note = "" if check == draft else f" (SGLang's memory check wants {check}: not modelled)"
-    overlap = ("the overlap scheduler on (spec v2, SGLANG_ENABLE_SPEC_V2's default)" if v2 else
+    overlap = ("the overlap scheduler on (spec v2, always from 0.5.14)" if ctx.version >= SGLANG_SPEC_V2_ALWAYS_SINCE else
+               "the overlap scheduler on (spec v2, SGLANG_ENABLE_SPEC_V2's default)" if v2 else
                "the overlap scheduler off (SGLANG_ENABLE_SPEC_V2 not modelled)")
     shape = "a chain" if topk == 1 else f"a tree of topk {topk} verifying {draft} tokens"
+    drafter = "speculation.draft_model" if algorithm == "STANDALONE" else "speculation.draft_cost_ratio"
     notes.append(f"SGLang {ctx.version_text} speculative decoding ({algorithm}, {steps} draft steps, {shape}): "
-                 f"{running}, mixed chunks off{mixed}, {overlap}, {spec.reserved_mib} MiB more reserved, {pool}; the "
-                 "drafter priced by speculation.draft_cost_ratio; SGLang's CPU time priced serially; a verification "
+                 f"{running}, mixed chunks off{mixed}, {overlap}, {reserve}, {pool}; the "
+                 f"drafter priced by {drafter}; SGLang's CPU time priced serially; a verification "
                  f"step takes {draft} KV slots a request{check_note}")
     return spec
 
