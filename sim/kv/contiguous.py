@@ -228,6 +228,14 @@ class ContiguousKVManager:
         if num_blocks:
             raise RuntimeError("a contiguous KV cache has no blocks to release")
 
+    def append_blocks_each(self, request_ids: list[int], counts: list[int]) -> None:
+        for request_id, num_blocks in zip(request_ids, counts):
+            self.append_blocks(request_id, num_blocks)
+
+    def release_tail_blocks_each(self, request_ids: list[int], counts: list[int]) -> None:
+        for request_id, num_blocks in zip(request_ids, counts):
+            self.release_tail_blocks(request_id, num_blocks)
+
     def prefix_cache_stats(self) -> PrefixCacheStats:
         return PrefixCacheStats(0, 0, 0, 0, 0, 0, 0)
 

@@ -246,6 +246,36 @@ class PagedKVManager:
             raise _write_into_shared_block(request_id, table[-1])
         table.extend(self._take_blocks(num_blocks))
 
+    def append_blocks_each(self, request_ids: list[int], counts: list[int]) -> None:
+        """`append_blocks` for each request in turn (caller checked room): a speculative step's verified tokens."""
+        pool = self.pool
+        if (self.sharing and self.forks.pending) or sum(counts) > len(pool.free_block_ids):
+            for request_id, num_blocks in zip(request_ids, counts):  # forks to check, or cached blocks to evict
+                self.append_blocks(request_id, num_blocks)
+            return
+        popleft, tables = pool.free_block_ids.popleft, self.block_tables
+        ref = pool.ref_counts if pool.counting else None
+        for request_id, num_blocks in zip(request_ids, counts):  # (pool.pop_free, inline)
+            blocks = [popleft() for _ in range(num_blocks)]
+            if ref is not None:
+                for block in blocks:
+                    ref[block] = 1
+            tables[request_id].extend(blocks)
+
+    def release_tail_blocks_each(self, request_ids: list[int], counts: list[int]) -> None:
+        """`release_tail_blocks` for each request in turn (a speculative step's rejected drafts)."""
+        if not self.sharing:
+            for request_id, num_blocks in zip(request_ids, counts):
+                self.release_tail_blocks(request_id, num_blocks)
+            return
+        tables, release = self.block_tables, self._release
+        for request_id, num_blocks in zip(request_ids, counts):
+            if num_blocks > 0:  # (each tail released on its own: the prefix cache parks them in this order)
+                table = tables[request_id]
+                tail = table[-num_blocks:]
+                del table[-num_blocks:]
+                release(tail)
+
     def release_tail_blocks(self, request_id: int, num_blocks: int) -> None:
         """Give back the last `num_blocks` blocks of a request's table (e.g. rejected speculative tokens)."""
         if num_blocks <= 0:
@@ -426,14 +456,17 @@ class PagedKVManager:
     def _release(self, blocks: list[int]) -> None:
         """One reference fewer on each block; unreferenced ones become free (uncached) or evictable."""
         pool, cache, to_cache = self.pool, self.prefix_cache, []
-        free = pool.free_block_ids.append
-        for block in blocks:
-            if pool.decref(block):
-                continue
-            if cache and cache.holds(block):
-                to_cache.append(block)
-            else:
-                free(block)
+        free, ref = pool.free_block_ids.append, pool.ref_counts
+        keyed = cache.holds_each(blocks) if cache else [False] * len(blocks)
+        for block, cached in zip(blocks, keyed):
+            if ref[block] != 1:  # shared: the pool's bookkeeping of what sharing saves
+                pool.decref(block)
+            else:  # (pool.decref's own path to 0, inline: a request's whole table comes through here)
+                ref[block] = 0
+                if cached:
+                    to_cache.append(block)
+                else:
+                    free(block)
         if to_cache:
             cache.park(to_cache)
 

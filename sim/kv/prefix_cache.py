@@ -20,6 +20,10 @@ from sim.kv import prefix_index as ix
 from sim.kv.base import PrefixCacheStats
 from sim.kv.prefix_keys import block_key_array
 
+# below this many blocks one lookup each is cheaper than building an index array (even at ~16 on the development
+# machine, 12-05: 1.9 against 2.0 us; 4 blocks 0.9 against 1.6 us, 256 blocks 26 against 8 us)
+HOLDS_EACH_VECTORIZED_FROM = 16
+
 
 class _LRUView:
     """The cached blocks nobody references, least recently used first (iterable, sized)."""
@@ -116,6 +120,12 @@ class PrefixCache:
     def holds(self, block: int) -> bool:
         """The block holds a registered key (referenced, or evictable once nobody holds it)."""
         return self._ent[0, ix.E_KEY, block] != ix.NO_KEY
+
+    def holds_each(self, blocks: list[int]) -> list[bool]:
+        """`holds` of each block, in one array lookup where the list is long enough to pay for it."""
+        if len(blocks) < HOLDS_EACH_VECTORIZED_FROM:
+            return [self.holds(block) for block in blocks]
+        return (self._ent[0, ix.E_KEY][blocks] != ix.NO_KEY).tolist()
 
     def unpark(self, block: int) -> None:
         """A claimed evictable block is referenced again: off the LRU."""

@@ -139,8 +139,8 @@ class SpeculativeDecodeBatch:
         if not self.block_size:
             return
         need = self._new_blocks()
-        for slot in np.nonzero(need)[0]:
-            self.kv.append_blocks(int(self._rid[slot]), int(need[slot]))
+        slots = np.nonzero(need)[0]
+        self.kv.append_blocks_each(self._rid[slots].tolist(), need[slots].tolist())
         self._blocks[:len(need)] += need
 
     # --- one step -------------------------------------------------------------------------------
@@ -163,8 +163,8 @@ class SpeculativeDecodeBatch:
         if self.block_size:
             # Rejected drafts' KV slots are released: keep only the blocks the accepted tokens fill.
             excess = self._blocks[:n] - (-(-self._computed[:n] // self.block_size))
-            for slot in np.nonzero(excess > 0)[0]:
-                self.kv.release_tail_blocks(int(self._rid[slot]), int(excess[slot]))
+            slots = np.nonzero(excess > 0)[0]
+            self.kv.release_tail_blocks_each(self._rid[slots].tolist(), excess[slots].tolist())
             self._blocks[:n] -= np.maximum(excess, 0)
         finished = [self.members[int(rid)] for rid in self._rid[:n][self._output[:n] >= self._max_output[:n]]]
         for request in finished:
