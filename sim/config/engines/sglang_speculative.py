@@ -72,8 +72,7 @@ from sim.config.engines.base import Context, dotted_version, model_of_value, rel
 from sim.errors import ConfigError
 from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS, tree_candidate_tokens
 
-SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 24))  # (the first release read, the first not read)
-SGLANG_SPECULATION_LAST_READ = "0.5.23"
+SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 23))  # (the first release read, the last)
 # server_args.py's choices 0.5.3-0.5.10.post1 (0.5.11 on take more, DFLASH and others, refused here as not modelled)
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
 SGLANG_MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
@@ -154,11 +153,11 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
             raise ConfigError(f"engine.{given[0]}: needs the scenario's speculation section (its acceptance, and "
                               "draft_cost_ratio: what the drafter costs); allowed: add one, or leave the flag out")
         return None
-    first, end = SGLANG_SPECULATION_READ
-    if released_before(ctx.version, ctx.version_text, first) or ctx.version >= end:
+    first, last = SGLANG_SPECULATION_READ
+    if released_before(ctx.version, ctx.version_text, first) or ctx.version > last:
         raise ConfigError(f"speculation: SGLang {ctx.version_text}'s speculative decoding is not read (its rules are "
-                          f"read for {dotted_version(first)} to {SGLANG_SPECULATION_LAST_READ}); allowed: one of those releases, or no "
-                          "speculation section")
+                          f"read for {dotted_version(first)} to {dotted_version(last)}); allowed: one of those "
+                          "releases, or no speculation section")
     if not isinstance(section, dict):
         return None  # validation reports it
     algorithm = flags.get("speculative_algorithm")
@@ -294,9 +293,11 @@ def _eagle_rules(ctx: Context, algorithm: str, steps: int, topk: int, draft: int
         check_note = f" (SGLang's spec v2 keeps up to {2 * check} allocated ahead: not modelled)"
     else:
         check_note = "" if check == draft else f" (SGLang's memory check wants {check}: not modelled)"
-    overlap = ("the overlap scheduler on (spec v2, always from 0.5.14)" if ctx.version >= SGLANG_SPEC_V2_ALWAYS_SINCE else
-               "the overlap scheduler on (spec v2, SGLANG_ENABLE_SPEC_V2's default)" if v2 else
-               "the overlap scheduler off (SGLANG_ENABLE_SPEC_V2 not modelled)")
+    if ctx.version >= SGLANG_SPEC_V2_ALWAYS_SINCE:
+        overlap = "the overlap scheduler on (spec v2, always from 0.5.14)"
+    else:
+        overlap = ("the overlap scheduler on (spec v2, SGLANG_ENABLE_SPEC_V2's default)" if v2 else
+                   "the overlap scheduler off (SGLANG_ENABLE_SPEC_V2 not modelled)")
     shape = "a chain" if topk == 1 else f"a tree of topk {topk} verifying {draft} tokens"
     drafter = "speculation.draft_model" if algorithm == "STANDALONE" else "speculation.draft_cost_ratio"
     notes.append(f"SGLang {ctx.version_text} speculative decoding ({algorithm}, {steps} draft steps, {shape}): "
