@@ -764,7 +764,7 @@ def _sglang_speculation_values(ctx: Context, speculation: SGLangSpeculation, slo
     weights, kv_dtype = q.get("weights", "bf16"), q.get("kv_cache", "bf16")
     padding = engine_memory({}, q)["expert_padding"]
     draft = speculation.draft_model
-    try:  # (a draft the target's TP does not split, or a dtype it cannot take: validation's to report)
+    try:  # (a draft the target's TP does not split, or a dtype it cannot take: validation's to report, in one line)
         if draft is not None:  # STANDALONE: the draft model's own weights, its embedding and LM head included
             draft_bytes = weight_bytes_per_gpu(draft, weights, ctx.tensor_parallel)
             weighed = f"{draft.name}'s weights"
@@ -773,7 +773,8 @@ def _sglang_speculation_values(ctx: Context, speculation: SGLangSpeculation, slo
             weighed = (f"its weights estimated as one of {ctx.model.name}'s decoder layers with an embedding and an "
                        "LM head of its vocabulary and a 2h x h projection (an EAGLE head's or an MTP module's shapes; "
                        "sim/model/memory.py draft_head_bytes_per_gpu)")
-    except ConfigError:
+    except ConfigError as err:  # (said, where validation takes the scenario anyway)
+        notes.append(f"SGLang speculative decoding: the draft's weights and KV not taken out of the KV pool ({err})")
         return values
     token_bytes = kv_bytes_per_token(ctx.model, kv_dtype, ctx.tensor_parallel)
     tokens = speculation.pool_tokens(kv_tokens, slots, draft_bytes, token_bytes, ctx.model.num_layers)
