@@ -343,8 +343,8 @@ def test_an_engine_named_in_the_sidebar_runs_with_its_own_defaults_and_its_clien
     assert len(errors) == 1 and errors[0].startswith("engine.version: '9.9' is not a vllm version"), errors
 
 
-@pytest.mark.parametrize("name", ["quickstart", "speculative", "sglang_eagle", "prefix_caching", "swap", "quantization",
-                                  "llama70b_tp4", "pipeline_parallel", "engines"])
+@pytest.mark.parametrize("name", ["quickstart", "speculative", "sglang_eagle", "sglang_standalone", "prefix_caching",
+                                  "swap", "quantization", "llama70b_tp4", "pipeline_parallel", "engines"])
 def test_a_shipped_scenario_survives_upload_and_download_unchanged(name):
     """The form must not change what it was given: every widget starts from the file's value."""
     raw = yaml.safe_load((Path(APP).parent / "scenarios" / f"{name}.yaml").read_text())

@@ -359,6 +359,22 @@ def test_the_shipped_scenario_halves_the_tpot_at_low_load_and_queues_at_48_runni
     assert summary["busy/eagle-256-running"]["tpot_s_p50"] < summary["busy/off"]["tpot_s_p50"]
 
 
+def test_the_shipped_standalone_scenario_speeds_decoding_and_queues_at_48_running_requests():
+    """scenarios/sglang_standalone.yaml (README's table): what it says of a Llama-3.1-8B draft for Llama-3.1-70B."""
+    from pathlib import Path
+
+    from sim.api import load_scenario_set
+    path = Path(__file__).resolve().parents[2] / "scenarios" / "sglang_standalone.yaml"
+    scenarios = dict(load_scenario_set(path).items())
+    summary = {name: simulate(sc).summary for name, sc in scenarios.items()}
+    assert summary["low-load/standalone"]["tpot_s_p50"] < 0.7 * summary["low-load/off"]["tpot_s_p50"]
+    assert summary["busy/standalone"]["ttft_s_p50"] > 10 * summary["busy/off"]["ttft_s_p50"]
+    assert summary["busy/standalone-256-running"]["ttft_s_p50"] < 1.0
+    assert summary["busy/standalone-256-running"]["tpot_s_p50"] < summary["busy/off"]["tpot_s_p50"]
+    pool = resolve(scenarios["busy/standalone"]).kv_capacity_tokens
+    assert pool < 0.7 * resolve(scenarios["busy/off"]).kv_capacity_tokens
+
+
 @pytest.mark.parametrize("alpha, gamma", [(0.0, 3), (0.5, 1), (0.5, 3), (0.75, 3), (0.9, 5), (1.0, 4)])
 def test_an_accept_length_is_the_alpha_whose_drafts_yield_it(alpha, gamma):
     # (1 - α^(γ+1)) / (1 - α) tokens a verification (Leviathan et al. 2023); γ = 1: 1 + α exactly
