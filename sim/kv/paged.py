@@ -253,14 +253,9 @@ class PagedKVManager:
             for request_id, num_blocks in zip(request_ids, counts):  # forks to check, or cached blocks to evict
                 self.append_blocks(request_id, num_blocks)
             return
-        popleft, tables = pool.free_block_ids.popleft, self.block_tables
-        ref = pool.ref_counts if pool.counting else None
-        for request_id, num_blocks in zip(request_ids, counts):  # (pool.pop_free, inline)
-            blocks = [popleft() for _ in range(num_blocks)]
-            if ref is not None:
-                for block in blocks:
-                    ref[block] = 1
-            tables[request_id].extend(blocks)
+        pop_free, tables = pool.pop_free, self.block_tables
+        for request_id, num_blocks in zip(request_ids, counts):
+            tables[request_id].extend(pop_free(num_blocks))
 
     def release_tail_blocks_each(self, request_ids: list[int], counts: list[int]) -> None:
         """`release_tail_blocks` for each request in turn (a speculative step's rejected drafts)."""

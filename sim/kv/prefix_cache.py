@@ -20,8 +20,8 @@ from sim.kv import prefix_index as ix
 from sim.kv.base import PrefixCacheStats
 from sim.kv.prefix_keys import block_key_array
 
-# below this many blocks one lookup each is cheaper than building an index array (even at ~16 on the development
-# machine, 12-05: 1.9 against 2.0 us; 4 blocks 0.9 against 1.6 us, 256 blocks 26 against 8 us)
+# below this many blocks one lookup each is cheaper than building an index array (the development machine, 12-05:
+# 4 blocks 0.9 against 1.6 us, 16 blocks 1.9 against 2.0 us, 256 blocks 26 against 8 us)
 HOLDS_EACH_VECTORIZED_FROM = 16
 
 
