@@ -302,6 +302,11 @@ def weight_bytes_per_gpu(
     return math.ceil(total)
 
 
+def _layer_norm_params(model: ModelSpec) -> float:
+    """One decoder layer's norm weights: its two norms (and MLA's latent norms), the final norm left out."""
+    return (norm_param_count(model) - (2 if model.linear_bias else 1) * model.hidden_size) / model.num_layers
+
+
 def offloaded_weight_bytes(model: ModelSpec, limit_bytes: int, weight_dtype: str = "bf16", tensor_parallel: int = 1,
                            group_size: int = 128, expert_padding: ExpertPadding | None = None) -> int:
     """Bytes of each GPU's decoder-layer weights an engine keeps in host memory when told to offload at most
@@ -314,8 +319,7 @@ def offloaded_weight_bytes(model: ModelSpec, limit_bytes: int, weight_dtype: str
     built as layers)."""
     if limit_bytes <= 0:
         return 0
-    norm_bytes = (norm_param_count(model) - (2 if model.linear_bias else 1) * model.hidden_size) \
-        * _UNQUANTIZED_BYTES / model.num_layers  # each layer's two norms (and MLA's latent norms)
+    norm_bytes = _layer_norm_params(model) * _UNQUANTIZED_BYTES
     moved = 0.0
     for num_layers, gpu_shapes in gpu_layer_groups(model, tensor_parallel):
         params = [_gpu_matrix_bytes(g, 1, weight_dtype, group_size, expert_padding) for g in gpu_shapes]
@@ -339,7 +343,7 @@ def draft_head_bytes_per_gpu(model: ModelSpec, weight_dtype: str = "bf16", tenso
     check_tensor_parallel(model, tensor_parallel)
     groups = gpu_layer_groups(model, tensor_parallel)
     layer = sum(_gpu_matrix_bytes(g, 1, weight_dtype, group_size, expert_padding) for g in groups[-1][1])
-    norms = (norm_param_count(model) - (2 if model.linear_bias else 1) * model.hidden_size) / model.num_layers
+    norms = _layer_norm_params(model)
     head = lm_head_shape(model)
     vocab_tables = 2 * head.in_features * head.out_features / tensor_parallel
     projection = 2 * model.hidden_size * model.hidden_size

@@ -72,6 +72,7 @@ from sim.config.schema import (
 from sim.errors import ConfigError, ServeSimError
 from sim.model.interconnects import INTERCONNECTS
 from sim.results import Result
+from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS
 from sim.views.charts import COLORS
 from sim.views.report import (
     COST_MODEL_LABEL,
@@ -459,7 +460,7 @@ class Policy:
     speculation: bool = False
     draft_model: str | dict | None = None  # catalog name or inline architecture; None: a draft_cost_ratio draft
     draft_cost_ratio: float | None = 0.1  # draft step time / target step time, without a draft model
-    num_speculative_tokens: int = 4  # γ
+    num_speculative_tokens: int = DEFAULT_SPECULATIVE_TOKENS  # γ
     alpha: float = 0.7  # acceptance probability (the mean, for a per-request Beta)
     acceptance_concentration: float | None = None  # None: fixed α; else a Beta with this a + b
     accept_length: float | None = None  # the engine's logged tokens a verification, in place of α; None: α
