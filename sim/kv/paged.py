@@ -9,7 +9,7 @@ tables and the order of operations.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 
 from sim.core.request import Request
 from sim.kv.admission import admission_fits
@@ -253,9 +253,10 @@ class PagedKVManager:
             for request_id, num_blocks in zip(request_ids, counts):  # forks to check, or cached blocks to evict
                 self.append_blocks(request_id, num_blocks)
             return
-        pop_free, tables = pool.pop_free, self.block_tables
+        blocks, tables, start = pool.pop_free(sum(counts)), self.block_tables, 0  # one pop, the same blocks in turn
         for request_id, num_blocks in zip(request_ids, counts):
-            tables[request_id].extend(pop_free(num_blocks))
+            tables[request_id].extend(blocks[start:start + num_blocks])
+            start += num_blocks
 
     def release_tail_blocks_each(self, request_ids: list[int], counts: list[int]) -> None:
         """`release_tail_blocks` for each request in turn (a speculative step's rejected drafts)."""
@@ -263,13 +264,13 @@ class PagedKVManager:
             for request_id, num_blocks in zip(request_ids, counts):
                 self.release_tail_blocks(request_id, num_blocks)
             return
-        tables, release = self.block_tables, self._release
+        tables, tails = self.block_tables, []
         for request_id, num_blocks in zip(request_ids, counts):
-            if num_blocks > 0:  # (each tail released on its own: the prefix cache parks them in this order)
+            if num_blocks > 0:
                 table = tables[request_id]
-                tail = table[-num_blocks:]
+                tails.append(table[-num_blocks:])
                 del table[-num_blocks:]
-                release(tail)
+        self._release_each(tails)
 
     def release_tail_blocks(self, request_id: int, num_blocks: int) -> None:
         """Give back the last `num_blocks` blocks of a request's table (e.g. rejected speculative tokens)."""
@@ -450,20 +451,28 @@ class PagedKVManager:
 
     def _release(self, blocks: list[int]) -> None:
         """One reference fewer on each block; unreferenced ones become free (uncached) or evictable."""
-        pool, cache, to_cache = self.pool, self.prefix_cache, []
+        self._release_each((blocks,))
+
+    def _release_each(self, groups: Sequence[list[int]]) -> None:
+        """`_release` of each group in turn (the prefix cache parks each group's cached blocks on its own, in this
+        order), their keys read in one lookup."""
+        pool, cache = self.pool, self.prefix_cache
         free, ref = pool.free_block_ids.append, pool.ref_counts
-        keyed = cache.holds_each(blocks) if cache else [False] * len(blocks)
-        for block, cached in zip(blocks, keyed):
-            if ref[block] != 1:  # shared: the pool's bookkeeping of what sharing saves
-                pool.decref(block)
-            else:  # (pool.decref's own path to 0, inline: a request's whole table comes through here)
-                ref[block] = 0
-                if cached:
-                    to_cache.append(block)
-                else:
-                    free(block)
-        if to_cache:
-            cache.park(to_cache)
+        flat = groups[0] if len(groups) == 1 else [block for group in groups for block in group]
+        keyed = iter(cache.holds_each(flat) if cache else [False] * len(flat))
+        for blocks in groups:
+            to_cache = []
+            for block, cached in zip(blocks, keyed):
+                if ref[block] != 1:  # shared: the pool's bookkeeping of what sharing saves
+                    pool.decref(block)
+                else:  # (pool.decref's own path to 0, inline: a request's whole table comes through here)
+                    ref[block] = 0
+                    if cached:
+                        to_cache.append(block)
+                    else:
+                        free(block)
+            if to_cache:
+                cache.park(to_cache)
 
     def check_consistency(self) -> None:
         """Assert the invariants (for tests): every block is free, evictable or referenced, exactly once;

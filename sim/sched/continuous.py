@@ -22,7 +22,7 @@ from sim.sched.preemption import VICTIM_POLICIES
 from sim.sched.rules import (
     SGLANG_CLIP_MAX_NEW_TOKENS,
     SchedulingRule,
-    clipped_output,
+    clipped_outputs_sum,
     context_charge,
     context_fits,
     context_pass_chunk,
@@ -320,10 +320,7 @@ class ContinuousScheduler(SchedulerBase):
         nt = self.rule.new_token_ratio
         tracker = self.tracker
         ratio = new_token_ratio(nt.init, nt.min, nt.decay_steps, tracker.clock - self._ratio_reset_clock)
-        future = 0
-        clip = SGLANG_CLIP_MAX_NEW_TOKENS
-        for request in self.running.values():
-            future += clipped_output(request.max_output_tokens - tracker.live_output_tokens(request), clip)
+        future = clipped_outputs_sum(tracker.remaining_outputs(self.running), SGLANG_CLIP_MAX_NEW_TOKENS)
         return ratio, float(future)
 
     def _release_reservation(self, request: Request) -> None:

@@ -13,6 +13,8 @@ import heapq
 from collections.abc import Callable
 from typing import Protocol
 
+import numpy as np
+
 from sim.core.request import Request
 from sim.kv.base import KVManager
 
@@ -29,6 +31,7 @@ class DecodeBatch(Protocol):
     clock: int  # decode steps applied so far
 
     def live_output_tokens(self, request: Request) -> int: ...
+    def remaining_outputs(self, running: dict[int, Request]) -> np.ndarray: ...
 
     def __len__(self) -> int: ...
     def add(self, request: Request) -> None: ...
@@ -79,6 +82,12 @@ class DecodeTracker:
         if request.request_id in self.members:
             return request.num_output_tokens + self.clock - request.decode_anchor
         return request.num_output_tokens
+
+    def remaining_outputs(self, running: dict[int, Request]) -> np.ndarray:
+        """The output tokens each running request (members and the rest) has still to produce, as int64."""
+        live = self.live_output_tokens
+        return np.fromiter((request.max_output_tokens - live(request) for request in running.values()), np.int64,
+                           len(running))
 
     def remove(self, request: Request) -> None:
         self.sync(request)

@@ -219,6 +219,16 @@ def clipped_output(output_tokens, clip):
 
 
 @njit(cache=True)
+def clipped_outputs_sum(remaining_output_tokens, clip):
+    """`clipped_output` of each request's remaining output tokens (an int64 array), summed: the running requests'
+    future tokens SGLang's admission reserves."""
+    total = 0
+    for tokens in remaining_output_tokens:
+        total += clipped_output(tokens, clip)
+    return total
+
+
+@njit(cache=True)
 def ratio_admits(free_tokens, running_remaining_tokens, admitted_tokens, prompt_tokens, output_tokens, ratio, clip):
     """SGLang's PrefillAdder.add_one_req check for one more request: the free KV tokens, less the running requests'
     expected future tokens (`running_remaining_tokens`, each already clipped, times the ratio) and what this step

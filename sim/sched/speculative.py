@@ -114,6 +114,18 @@ class SpeculativeDecodeBatch:
         slot = self._slot.get(request.request_id)
         return request.num_output_tokens if slot is None else int(self._output[slot])
 
+    def remaining_outputs(self, running: dict[int, Request]) -> np.ndarray:
+        """The output tokens each running request has still to produce, as int64: the members' from the batch's
+        counters in one array operation (every member is running), the others' (prefilling) from their own."""
+        n = len(self.members)
+        members = self._max_output[:n] - self._output[:n]
+        if len(running) == n:
+            return members
+        slot = self._slot
+        others = [request.max_output_tokens - request.num_output_tokens for rid, request in running.items()
+                  if rid not in slot]
+        return np.concatenate([members, np.array(others, dtype=np.int64)])
+
     def remove(self, request: Request) -> None:
         self.sync(request)
         rid = request.request_id

@@ -12,6 +12,8 @@ from sim.errors import ConfigError
 from sim.kv.paged import PagedKVManager
 from sim.model.catalog import get_gpu
 from sim.run import simulate
+from sim.sched.decode import DecodeTracker
+from sim.sched.rules import SGLANG_CLIP_MAX_NEW_TOKENS, clipped_outputs_sum
 from sim.sched.speculative import SpeculativeDecodeBatch
 
 BASE = {"model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"},
@@ -329,6 +331,27 @@ def test_the_speculative_batch_counts_its_steps_and_reads_live_outputs_for_the_r
     assert batch.live_output_tokens(request) == request.num_output_tokens == 5
     batch.advance()  # no member: no step
     assert batch.clock == 1
+
+
+def test_both_decode_batches_give_the_running_requests_remaining_outputs_for_the_ratio():
+    # SGLang's reservation sums each running request's remaining output clipped at 4,096: the decoding members' from
+    # the batch's live counters, a prefilling request's (not a member) from its own
+    for batch_kind in ("plain", "speculative"):
+        kv = PagedKVManager(num_blocks=100, block_size=1)
+        batch = DecodeTracker(kv) if batch_kind == "plain" else SpeculativeDecodeBatch(
+            num_speculative_tokens=3, alpha_sampler=lambda rng: 1.0, ragged="per_request",
+            rng=np.random.default_rng(0), kv=kv)
+        decoding = Request(request_id=7, arrival_s=0.0, num_prompt_tokens=10, max_output_tokens=20)
+        kv.allocate_slots(decoding, 10)
+        decoding.num_computed_tokens, decoding.num_output_tokens = 10, 1
+        batch.add(decoding)
+        batch.allocate_new_blocks()
+        batch.advance()  # plain: one token (2 out); speculative, α = 1: four (5 out)
+        prefilling = Request(request_id=8, arrival_s=0.0, num_prompt_tokens=50, max_output_tokens=9000)
+        remaining = batch.remaining_outputs({7: decoding, 8: prefilling})
+        assert remaining.dtype == np.int64
+        assert sorted(remaining.tolist()) == ([18, 9000] if batch_kind == "plain" else [15, 9000])
+        assert clipped_outputs_sum(remaining, SGLANG_CLIP_MAX_NEW_TOKENS) == remaining.min() + 4096
 
 
 def test_sglang_speculation_runs_admit_by_the_ratio_retract_when_short_and_repeat_byte_for_byte():
