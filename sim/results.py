@@ -442,6 +442,7 @@ class ReplicaCounters:
     prefix_cache: PrefixCacheStats | None = None  # lookups, hits and evictions; None: prefix caching off
     num_drafted: int | None = None  # speculative decoding: draft tokens proposed; None: no speculation
     num_accepted_drafts: int | None = None  # of those, accepted by the target
+    num_verifications: int | None = None  # verification passes, one a member a step
     window_freed_blocks: int | None = None  # paged blocks freed as they fell out of the sliding window; None: no window
 
 
@@ -929,13 +930,17 @@ def frontend_metrics(fin: Table | pd.DataFrame, frontend: FrontendCounters, elap
 
 
 def speculation_metrics(replicas: list[ReplicaCounters]) -> dict:
-    """Share of drafted tokens the target accepted (only when the run speculates)."""
+    """Share of drafted tokens the target accepted, and the output tokens a verification yielded, its own token
+    included (what SGLang logs as its accept length and vLLM as its mean acceptance length, and what an
+    `accept_length` acceptance asks for): only when the run speculates."""
     drafting = [r for r in replicas if r.num_drafted is not None]
     if not drafting:
         return {}
     drafted = sum(r.num_drafted for r in drafting)
     accepted = sum(r.num_accepted_drafts for r in drafting)
-    return {"draft_acceptance_rate": accepted / drafted if drafted else float("nan")}
+    verifications = sum(r.num_verifications or 0 for r in drafting)
+    return {"draft_acceptance_rate": accepted / drafted if drafted else float("nan"),
+            "accept_length_mean": (verifications + accepted) / verifications if verifications else float("nan")}
 
 
 def disaggregated_requests_frame(log) -> pd.DataFrame:

@@ -62,7 +62,8 @@ SUMMARY_ROWS = [  # (summary key, label): the CLI table, the report and the dash
     ("prefix_cache_hit_rate_tokens", "prefix-cache hit rate (tokens)"),
     ("kv_shared_bytes_mean", "KV bytes saved by sharing (mean)"),
     ("kv_window_freed_blocks", "KV blocks freed by the sliding window"),
-    ("draft_acceptance_rate", "drafted tokens accepted"), ("swapped_bytes", "swapped bytes"),
+    ("draft_acceptance_rate", "drafted tokens accepted"),
+    ("accept_length_mean", "tokens a verification (accept length)"), ("swapped_bytes", "swapped bytes"),
 ]
 
 # The steady-state window (run.warmup_s / run.cooldown_s): shown only when a result has one, each row beside
@@ -234,7 +235,7 @@ _GROUP_OF = {
                               "itl_p99", "e2e_s_p50", "e2e_s_p90", "e2e_s_p99", "queueing_s_mean",
                               "normalized_latency_s_mean")},
     **{k: "throughput and utilization" for k in ("output_tokens_per_s", "mean_batch_size", "mbu", "mfu",
-                                                 "draft_acceptance_rate")},
+                                                 "draft_acceptance_rate", "accept_length_mean")},
     **{k: "KV memory" for k in ("kv_token_share", "kv_external_fraction", "kv_fig2_external_fraction",
                                 "prefix_cache_hit_rate_tokens", "kv_shared_bytes_mean", "kv_window_freed_blocks",
                                 "swapped_bytes")},

@@ -23,6 +23,9 @@ def test_summary_of_a_prefix_caching_speculative_run_is_unchanged():
         value = summary[key]
         same = value == expected or (isinstance(expected, float) and math.isnan(expected) and math.isnan(value))
         assert same, f"{key}: {value!r} != pinned {expected!r}"
+    # a verification yields its own token and its accepted drafts: 1 + γ x the share of drafts accepted
+    gamma = pinned["scenario"]["speculation"]["num_speculative_tokens"]
+    assert math.isclose(summary["accept_length_mean"], 1 + gamma * summary["draft_acceptance_rate"], rel_tol=1e-12)
 
 
 def _steps(**columns):
@@ -34,11 +37,12 @@ def _steps(**columns):
 def test_speculation_metrics_pool_the_replicas_and_stay_out_without_speculation():
     from sim.results import ReplicaCounters, speculation_metrics
     assert speculation_metrics([ReplicaCounters(100)]) == {}
-    rate = speculation_metrics([ReplicaCounters(100, num_drafted=30, num_accepted_drafts=10),
-                                ReplicaCounters(100, num_drafted=10, num_accepted_drafts=10)])
-    assert rate == {"draft_acceptance_rate": 0.5}
-    assert math.isnan(speculation_metrics([ReplicaCounters(1, num_drafted=0, num_accepted_drafts=0)])
-                      ["draft_acceptance_rate"])
+    # γ 3: 10 verifications drafted 30 and kept 10; γ 2: 5 drafted 10 and kept 10 (every draft)
+    rate = speculation_metrics([ReplicaCounters(100, num_drafted=30, num_accepted_drafts=10, num_verifications=10),
+                                ReplicaCounters(100, num_drafted=10, num_accepted_drafts=10, num_verifications=5)])
+    assert rate == {"draft_acceptance_rate": 0.5, "accept_length_mean": (15 + 20) / 15}
+    idle = speculation_metrics([ReplicaCounters(1, num_drafted=0, num_accepted_drafts=0, num_verifications=0)])
+    assert math.isnan(idle["draft_acceptance_rate"]) and math.isnan(idle["accept_length_mean"])
 
 
 def test_kv_memory_pools_prefix_hits_and_weights_sharing_by_step_time():
