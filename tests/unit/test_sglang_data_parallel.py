@@ -106,19 +106,6 @@ def test_the_planner_sizes_the_replicas_itself_and_refuses_a_dp_flag(tmp_path):
     assert not (tmp_path / "plan").exists()
 
 
-@pytest.mark.parametrize("flags, message", [
-    ({"data_parallel_size": 2}, "engine.data_parallel_size: 2 is not modelled; allowed: 1 (the default: vLLM's "
-                                "data-parallel ranks synchronise"),
-    ({"command": "vllm serve x -dp 4"}, "engine.command '-dp 4': 4 is not modelled; allowed: 1"),
-])
-def test_vllms_data_parallel_ranks_are_refused_in_one_line(flags, message):
-    raw = {"workload": WORKLOAD, "engine": {"name": "vllm", "version": "0.11.0", **flags}, "run": {"num_requests": 5}}
-    with pytest.raises(ConfigError) as err:
-        validate_scenario(raw)
-    assert str(err.value).startswith(message) and "\n" not in str(err.value)
-    assert validate_scenario({**raw, "engine": {"name": "vllm", "version": "0.11.0", "data_parallel_size": 1}})
-
-
 def test_the_planner_takes_dp_size_one():
     from sim.tools.planner import plan_settings
     raw = {**sglang(dp_size=1), "slo": {"ttft_s": 2.0}, "search": {"max_replicas": 2, "num_seeds": 1}}

@@ -14,6 +14,7 @@ from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, P
 from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.config.engines.vllm_context import (VLLM_HF_OVERRIDES_SINCE, VLLM_ROPE_SCALING_UNTIL, fits_to_kv,
                                              readable_number, rope_scaling_override)
+from sim.config.engines.vllm_data_parallel import vllm_data_parallel
 from sim.config.engines.vllm_graphs import (CAPTURE_SIZE_OPTIONS, CAPTURE_SIZES, VLLM_COMPILATION_CONFIG_SINCE,
                                             VLLM_OPTIMIZATION_LEVEL_SINCE, read_compilation_config,
                                             read_optimization_level, vllm_graph_overhead, vllm_v0_compilation)
@@ -389,7 +390,9 @@ def derive_vllm(ctx: Context) -> PresetResult:
     from_flags = {key: "long_prefill_token_threshold_adaptive" if key.endswith("fair_share")
                   else "long_prefill_token_threshold" for key in capped}
     from_flags.update({key: "speculative_config" for key in values if key.startswith("speculation.")})
-    return PresetResult(values, from_flags, notes)
+    parallel, parallel_flags = vllm_data_parallel(ctx, notes)
+    values.update(parallel)
+    return PresetResult(values, {**from_flags, **parallel_flags}, notes)
 
 
 # --long-prefill-token-threshold (in vllm/engine/arg_utils.py from 0.8.0): vLLM V1's scheduler caps each prompt's
@@ -895,17 +898,11 @@ VLLM_FLAGS = {
     # vllm/entrypoints/cli/serve.py run_multi_api_server (0.9.1 on; not in 0.9.0): N API server processes, V1 only
     "api_server_count": Flag("frontend.num_processes", int, "--api-server-count: API server processes "
                              "(frontend.num_processes)", since=(0, 9, 1)),
-    # --data-parallel-size (0.8.3 on; -dp from 0.8.4, accepted here from 0.8.3): vLLM V1's data-parallel engines
-    # synchronise, dense models too: an idle rank runs dummy batches while any runs (vllm/v1/engine/core.py
-    # DPEngineCoreProc.run_busy_loop, an all-reduce every 24 steps in 0.8.5 and 0.9.0, 32 in 0.11.0), and in 0.11.0
-    # every step all-reduces each rank's token count and pads every rank to the most (vllm/v1/worker/
-    # gpu_model_runner.py get_dp_padding; not in 0.9.0's). Not modelled: only 1 is taken.
-    "data_parallel_size": Flag(None, int, "--data-parallel-size: 1 (vLLM's data-parallel ranks synchronise with "
-                               "one another: not modelled)",
-                               only_default("data_parallel_size", 1, ": vLLM's data-parallel ranks synchronise, from "
-                                            "0.11 each step padded to the busiest rank's tokens; for independent "
-                                            "servers set hardware.num_replicas"),
-                               since=(0, 8, 3), aliases=("-dp",)),
+    # --data-parallel-size (0.8.3 on; -dp from 0.8.4, accepted here from 0.8.3): independent engines from 0.14.0 with
+    # a dense model, lockstep ranks before and with a mixture of experts, refused (vllm_data_parallel.py)
+    "data_parallel_size": Flag("hardware.num_replicas", int, "--data-parallel-size: independent engines of tp x pp "
+                               "GPUs behind the API server(s), from 0.14.0 with a dense model (lockstep ranks are "
+                               "not modelled)", at_least("data_parallel_size"), since=(0, 8, 3), aliases=("-dp",)),
     # vllm/model_executor/layers/fused_moe/layer.py (0.8.0): ep_size = tp_size x dp_size, moe tp 1, the output
     # all-reduced over the TP group as without it (data parallelism is not modelled: EP = TP)
     "enable_expert_parallel": Flag("hardware.expert_parallel", bool, "--enable-expert-parallel: each GPU of the TP "

@@ -1,0 +1,76 @@
+"""vLLM's `--data-parallel-size` as ServeSim's replicas, where vLLM's ranks are independent engines.
+
+Read in the PyPI sdists of 0.11.0-0.14.0, 0.16.0-0.19.0, 0.25.0-0.29.0 and 0.31.0-0.34.0 (0.15.x taken as 0.16.0, as
+elsewhere): vllm/v1/engine/core.py (EngineCoreProc.run_engine_core, DPEngineCoreProc, `_maybe_publish_request_counts`),
+vllm/v1/engine/core_client.py (DPLBAsyncMPClient.get_core_engine_for_request), vllm/v1/engine/coordinator.py,
+vllm/v1/worker/dp_utils.py and vllm/entrypoints/cli/serve.py with openai/cli_args.py:
+
+- to 0.13.x every rank runs DPEngineCoreProc, a dense model's too: an idle rank runs dummy batches while any rank
+  has work, the ranks all-reduce whether any has unfinished requests every 32 steps, and each step all-reduces the
+  ranks' token counts and pads every rank to the most (coordinate_batch_across_dp, with CUDA graphs). Lockstep
+  ranks are not modelled: refused in one line.
+- from 0.14.0 a dense (non-MoE) model's ranks are "completely independent, so treat like DP=1": D engines of
+  tp x pp GPUs each, each derived as one server would be, behind the API server(s). A mixture-of-experts model's
+  ranks stay in lockstep (DPEngineCoreProc; its experts spread over every rank): refused in one line.
+- the API servers deal the requests out (DPLBAsyncMPClient, the internal load balancer). 0.14.0-0.26.x: the lowest
+  of 4 x waiting + running, from counts the DP coordinator publishes, which a dense model's engines never send it
+  (only DPEngineCoreProc publishes them), so the counts are zeros plus the server's own count of requests it sent
+  (its waiting + 1 each): the engines in turn, `round_robin` here (the coordinator's zeros, published every 5 s,
+  restart the turn at the server's first engine: not modelled). From 0.27.0 every engine publishes its counts
+  (before and after each step) and the score is the greater of the server's requests in flight to an engine (x the
+  servers) and its published waiting + running, plus 6 x waiting x (KV usage - 0.5) above half-full KV, ties going
+  to the next engine in turn: the fewest outstanding requests, `least_outstanding` here (ties to the lowest index;
+  the published counts' staleness and the KV term not modelled).
+- --api-server-count: 1 unless given to 0.14.x, the data-parallel size from 0.16.0 (serve.py, internal balancing).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sim.config.engines.base import Context, dotted_version
+from sim.errors import ConfigError
+
+VLLM_DENSE_DATA_PARALLEL_SINCE = (0, 14, 0)  # a dense model's ranks independent (run_engine_core)
+VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE = (0, 27, 0)  # every engine publishes its counts; in-flight score
+VLLM_API_SERVER_PER_RANK_SINCE = (0, 15)  # --api-server-count defaults to the DP size (0.15.x as 0.16.0)
+
+
+def vllm_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(values, the flags that set them) for `--data-parallel-size` D: D replicas (`hardware.num_replicas`, the
+    flag's own target) behind one front-end (`frontend.replicas_per_server`), dealt out as the release's load
+    balancer does (above); refused in one line where vLLM runs its ranks in lockstep."""
+    ranks = ctx.flags.get("data_parallel_size", 1)
+    if ranks == 1:
+        return {}, {}
+    first = dotted_version(VLLM_DENSE_DATA_PARALLEL_SINCE)
+    if ctx.version < VLLM_DENSE_DATA_PARALLEL_SINCE:
+        raise ConfigError(f"engine.data_parallel_size: {ranks} is not modelled for vLLM {ctx.version_text}, whose "
+                          "data-parallel ranks run in lockstep (dummy batches on idle ranks, each step padded to the "
+                          f"busiest rank's tokens); allowed: 1, vLLM {first} or later with a dense model, or "
+                          "independent servers (hardware.num_replicas)")
+    if ctx.model is None or ctx.model.is_moe:
+        what = "a mixture-of-experts model's" if ctx.model is not None else "an unresolved model's"
+        raise ConfigError(f"engine.data_parallel_size: {ranks} is not modelled for {what} ranks, which vLLM runs in "
+                          "lockstep with its experts spread over every rank; allowed: 1 (expert parallelism within "
+                          "the TP group: --enable-expert-parallel), or independent servers (hardware.num_replicas)")
+    values: dict[str, Any] = {"frontend.replicas_per_server": ranks}
+    from_flags = {"frontend.replicas_per_server": "data_parallel_size"}
+    if ctx.version < VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE:
+        values["hardware.router"] = "round_robin"
+        dealt = ("in turn (round_robin: the load balancer's counts are the server's own sends, as a dense model's "
+                 "engines publish none; the coordinator's zeros every 5 s restart the turn, not modelled)")
+    else:
+        values["hardware.router"] = "least_outstanding"
+        dealt = ("to the engine with the fewest outstanding (least_outstanding: the load balancer's in-flight "
+                 "count; its published counts' staleness, its KV-pressure term and its rotating ties not modelled)")
+    servers = ctx.flags.get("api_server_count")
+    if servers is None:
+        servers = ranks if ctx.version >= VLLM_API_SERVER_PER_RANK_SINCE else 1
+        values["frontend.num_processes"] = servers
+        from_flags["frontend.num_processes"] = "data_parallel_size"
+    notes.append(f"vLLM {ctx.version_text} --data-parallel-size {ranks}: {ranks} independent engines of "
+                 f"{ctx.tensor_parallel * ctx.pipeline_parallel} GPU(s) each (hardware.num_replicas {ranks}), as "
+                 f"a dense model's ranks run from {first}, behind {servers} API server process(es) "
+                 f"(frontend.replicas_per_server {ranks}), requests dealt {dealt}")
+    return values, from_flags

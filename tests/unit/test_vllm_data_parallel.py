@@ -1,0 +1,92 @@
+"""vLLM's --data-parallel-size: from 0.14.0 a dense model's ranks are independent engines behind the API server(s),
+dealt in turn to 0.26.x and to the least loaded from 0.27.0; lockstep ranks (before 0.14.0, or a mixture of experts)
+are refused (sim/config/engines/vllm_data_parallel.py)."""
+
+import pytest
+import yaml
+
+from helpers import one_error_line, servesim
+from sim.config.files import validate_scenario
+from sim.errors import ConfigError
+from sim.run import simulate
+
+WORKLOAD = {"arrival": {"kind": "poisson", "rate_per_s": 40.0},
+            "lengths": {"kind": "fixed", "input_tokens": 300, "output_tokens": 40}}
+
+
+def vllm(version="0.14.0", model="llama-3.1-8b", hardware=None, num_requests=40, **flags) -> dict:
+    return {"model": model, "hardware": {"gpu": "h100-sxm", **(hardware or {})}, "workload": WORKLOAD,
+            "engine": {"name": "vllm", "version": version, **flags}, "run": {"num_requests": num_requests}}
+
+
+@pytest.mark.parametrize("version, router, api_servers", [
+    ("0.14.0", "round_robin", 1),  # --api-server-count's default 1; the engines publish no counts: in turn
+    ("0.16.0", "round_robin", 4),  # the default API servers: one a rank
+    ("0.27.0", "least_outstanding", 4),  # every engine publishes its counts; the in-flight score
+    ("0.34.0", "least_outstanding", 4),
+])
+def test_each_rank_is_a_replica_derived_as_one_server_would_be(version, router, api_servers):
+    one, four = validate_scenario(vllm(version)), validate_scenario(vllm(version, data_parallel_size=4))
+    assert (one.hardware.num_replicas, four.hardware.num_replicas) == (1, 4)
+    assert four.hardware.router == router
+    assert (four.frontend.replicas_per_server, four.frontend.num_processes) == (4, api_servers)
+    for section in ("scheduler", "kv_cache", "cost_model"):  # every rank's limits, memory and prices as a lone one's
+        assert getattr(one, section) == getattr(four, section)
+    assert any("--data-parallel-size 4: 4 independent engines" in note for note in four.engine.notes)
+
+
+def test_api_servers_given_are_kept():
+    scenario = validate_scenario(vllm("0.16.0", data_parallel_size=4, api_server_count=2))
+    assert (scenario.frontend.num_processes, scenario.frontend.replicas_per_server) == (2, 4)
+
+
+def test_the_ranks_take_the_requests_in_turn_through_one_api_server_to_0_26():
+    result = simulate(validate_scenario(vllm("0.14.0", data_parallel_size=4)))
+    records = result.requests.sort_values(["arrival_s", "request_id"])  # in the order they reach the engines
+    assert records["replica"].tolist() == [i % 4 for i in range(len(records))]
+    assert set(records["frontend_process"]) == {0}
+
+
+def test_from_0_27_the_ranks_run_as_the_same_replicas_behind_one_front_end_would():
+    """Known answer: --data-parallel-size 2 is the scenario's two replicas, least outstanding first, sharing the
+    front-end's processes: the same records."""
+    ranks = validate_scenario(vllm("0.27.0", data_parallel_size=2, num_requests=60))
+    assert (ranks.frontend.replicas_per_server, ranks.frontend.num_processes) == (2, 2)
+    replicas = validate_scenario({**vllm("0.27.0", num_requests=60, hardware={"num_replicas": 2,
+                                                                              "router": "least_outstanding"}),
+                                  "frontend": ranks.frontend.model_dump()})
+    first, second = simulate(ranks), simulate(replicas)
+    assert first.requests.equals(second.requests)
+    assert set(first.requests["replica"]) == {0, 1}
+
+
+@pytest.mark.parametrize("raw, message", [
+    (vllm("0.13.0", data_parallel_size=2),
+     "engine.data_parallel_size: 2 is not modelled for vLLM 0.13.0, whose data-parallel ranks run in lockstep"),
+    (vllm("0.11.0", command="vllm serve x -dp 4"), "engine.command '-dp 4': 4 is not modelled for vLLM 0.11.0"),
+    (vllm("0.14.0", model="mixtral-8x7b", data_parallel_size=2, tensor_parallel_size=2),
+     "engine.data_parallel_size: 2 is not modelled for a mixture-of-experts model's ranks"),
+    (vllm(data_parallel_size=4, hardware={"num_replicas": 2}),
+     "engine.data_parallel_size: 4 contradicts hardware.num_replicas 2; allowed: give one of them, or the same value"),
+    (vllm(data_parallel_size=0), "engine.data_parallel_size: 0 is not allowed; allowed: a whole number >= 1"),
+    (vllm("0.8.2", data_parallel_size=2), "engine.data_parallel_size: not a flag of vllm 0.8.2"),
+])
+def test_lockstep_ranks_and_contradictions_are_refused_in_one_line(raw, message):
+    with pytest.raises(ConfigError) as err:
+        validate_scenario(raw)
+    assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+def test_one_rank_is_every_release_s_single_engine():
+    for version in ("0.9.2", "0.13.0", "0.14.0"):
+        assert validate_scenario(vllm(version, data_parallel_size=1)).hardware.num_replicas == 1
+
+
+def test_the_planner_refuses_ranks_it_would_size_itself(tmp_path):
+    raw = {**vllm(data_parallel_size=2), "slo": {"ttft_s": 2.0}, "search": {"max_replicas": 2, "num_seeds": 1}}
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    out = servesim("plan", path, "--out", tmp_path / "plan", cwd=tmp_path)
+    assert one_error_line(out).startswith("error: engine: its flags set hardware.num_replicas (2), which the planner "
+                                          "sizes itself")
+    assert not (tmp_path / "plan").exists()
