@@ -38,6 +38,9 @@ def test_each_rank_is_a_replica_derived_as_one_server_would_be(version, router, 
 def test_api_servers_given_are_kept():
     scenario = validate_scenario(vllm("0.16.0", data_parallel_size=4, api_server_count=2))
     assert (scenario.frontend.num_processes, scenario.frontend.replicas_per_server) == (2, 4)
+    front = {"per_request_s": 0.001, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0, "num_processes": 3}
+    own = validate_scenario({**vllm("0.16.0", data_parallel_size=4), "frontend": front})
+    assert (own.frontend.num_processes, own.frontend.replicas_per_server) == (3, 4)  # the default overridden
 
 
 def test_the_ranks_take_the_requests_in_turn_through_one_api_server_to_0_26():

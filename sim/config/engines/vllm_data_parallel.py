@@ -67,8 +67,7 @@ def vllm_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], 
     servers = ctx.flags.get("api_server_count")
     if servers is None:
         servers = ranks if ctx.version >= VLLM_API_SERVER_PER_RANK_SINCE else 1
-        values["frontend.num_processes"] = servers
-        from_flags["frontend.num_processes"] = "data_parallel_size"
+        values["frontend.num_processes"] = servers  # a default: the scenario's own frontend.num_processes wins
     notes.append(f"vLLM {ctx.version_text} --data-parallel-size {ranks}: {ranks} independent engines of "
                  f"{ctx.tensor_parallel * ctx.pipeline_parallel} GPU(s) each (hardware.num_replicas {ranks}), as "
                  f"a dense model's ranks run from {first}, behind {servers} API server process(es) "
