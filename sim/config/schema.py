@@ -37,7 +37,8 @@ from sim.model.memory import (FP8_COMPUTE_DEFAULT, LOGIT_BYTES, MOE_KERNELS, WEI
                               WINDOW_POOL_RATIO)
 from sim.model.specs import GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
-from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS, alpha_for_tokens, tree_candidate_tokens
+from sim.sched.speculative import (DEFAULT_SPECULATIVE_TOKENS, MAX_SPECULATIVE_TOKENS, alpha_for_tokens,
+                                   tree_candidate_tokens)
 from sim.workload.arrivals import MAX_RATE_PER_S
 from sim.workload.generate import MAX_NUM_REQUESTS, WorkloadSpec, check_run_size
 
@@ -557,12 +558,6 @@ class AcceptLength(_Strict):
                                    "γ + 1")
 
 
-# The most tokens a draft may propose per step. Drafts propose a handful (vLLM's examples: 5; the dashboard
-# offers 1-32), and past 64 more gain nothing: the tokens a step yields, (1 - a^(g+1)) / (1 - a) (Leviathan et
-# al. 2023), are within 4% of their limit 1 / (1 - a) at g = 64 even for an acceptance a = 0.95. Each step also
-# draws (sequences x g) acceptances and verifies g + 1 tokens per sequence, so 100,000 is a typo that slows a
-# run to a crawl.
-MAX_SPECULATIVE_TOKENS = 64
 MAX_DRAFT_TREE_WIDTH = 64  # SGLang's --speculative-eagle-topk: its docs' trees branch 1 to 10 ways
 
 

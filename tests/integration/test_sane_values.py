@@ -25,7 +25,7 @@ from hypothesis import strategies as st
 
 from helpers import small_scenario
 from sim.config.files import MAX_INT_DIGITS, build_scenario_set, parse_yaml
-from sim.config.schema import MAX_SPECULATIVE_TOKENS
+from sim.sched.speculative import MAX_SPECULATIVE_TOKENS
 from sim.errors import ConfigError
 from sim.model.catalog import GPUS, MODELS
 from sim.model.specs import MAX_MODEL_DIM

@@ -226,8 +226,22 @@ def test_the_section_alone_is_speculation_as_eagle_with_its_own_gamma():
      "engine.speculative_num_steps: needs --speculative-algorithm"),
     ({**EAGLE, "speculative_algorithm": "STANDALONE"}, SECTION, "0.5.5.post1",
      "engine.speculative_algorithm: --speculative-algorithm STANDALONE is not modelled for SGLang"),
-    ({**EAGLE, "speculative_algorithm": "NGRAM"}, SECTION, "0.5.5.post1",
-     "engine.speculative_algorithm: --speculative-algorithm NGRAM is not modelled"),
+    ({"speculative_algorithm": "NGRAM", "page_size": 16}, SECTION, "0.5.14",
+     "engine.page_size: 16 with NGRAM's tree of breadth 10 (--speculative-ngram-max-bfs-breadth), which SGLang "
+     "refuses unless --attention-backend is flashinfer"),
+    ({"speculative_algorithm": "NGRAM", "enable_dp_attention": True}, SECTION, "0.5.14",
+     "engine.enable_dp_attention: true with NGRAM is not modelled"),
+    ({"speculative_algorithm": "NGRAM", "speculative_num_draft_tokens": 1}, SECTION, "0.5.14",
+     "engine.speculative_num_draft_tokens: 1 with NGRAM is not modelled (its last token and 0 drafts a "
+     "verification); allowed: 2 to 65"),
+    ({"speculative_algorithm": "NGRAM"}, SECTION, "0.5.2",
+     "engine.speculative_algorithm: 'NGRAM' is not a value of sglang 0.5.2's --speculative-algorithm (it came in "
+     "0.5.3)"),
+    ({"speculative_algorithm": "NGRAM", "speculative_ngram_max_match_window_size": 6}, SECTION, "0.5.10",
+     "engine.speculative_ngram_max_match_window_size: not a flag of sglang 0.5.10"),
+    ({"speculative_algorithm": "NGRAM"}, {"draft_model": "llama-3.1-8b", "acceptance": {"kind": "fixed", "alpha": 0.7}},
+     "0.5.14", "speculation.draft_model: speculation.draft_model is not modelled for SGLang 0.5.14 without "
+               "--speculative-algorithm STANDALONE"),
     ({**EAGLE, "speculative_algorithm": "LOOKAHEAD"}, SECTION, "0.5.5.post1",
      "engine.speculative_algorithm: 'LOOKAHEAD' is not modelled; allowed: EAGLE, EAGLE3, NEXTN, STANDALONE, NGRAM"),
     ({}, {"draft_model": "llama-3.1-8b", "acceptance": {"kind": "fixed", "alpha": 0.7}}, "0.5.5.post1",
@@ -314,6 +328,46 @@ def test_the_launch_command_gives_the_same_scenario_as_the_flags():
     assert by_command.speculation == by_flags.speculation
     alias = command.replace("--speculative-draft-model-path", "--speculative-draft-model")  # its alias from 0.5.2
     assert scenario({"command": alias}).speculation == by_flags.speculation
+
+
+@pytest.mark.parametrize("version, flags, draft, check", [
+    # (SGLang's D: the match window's to 0.5.10rc0, 12 from 0.5.10; the decode memory check's tokens a request: D +
+    # breadth x (num_steps or 1) to 0.5.8.post1, max((num_steps or 1) x breadth, D) from 0.5.9, num_steps D // breadth
+    # unless given from 0.5.14)
+    ("0.5.3.post3", {}, 12, 12 + 10),
+    ("0.5.5", {"speculative_ngram_max_match_window_size": 6}, 6, 6 + 10),
+    ("0.5.9", {"speculative_ngram_max_match_window_size": 6}, 6, 10),
+    ("0.5.10", {}, 12, 12),
+    ("0.5.14", {"speculative_num_draft_tokens": 8}, 8, 8),  # num_steps 8 // 10 = 0
+    ("0.5.23", {"speculative_ngram_max_bfs_breadth": 2, "speculative_num_draft_tokens": 7}, 7, 7),
+])
+def test_ngram_verifies_its_draft_tokens_as_a_chain_of_one_fewer_drafts(version, flags, draft, check):
+    sc = scenario({"speculative_algorithm": "NGRAM", **flags}, version=version)
+    assert (sc.speculation.num_speculative_tokens, sc.speculation.draft_tree_width,
+            sc.speculation.num_verified_tokens) == (draft - 1, 1, draft)
+    assert sc.scheduler.max_num_seqs == 48 and sc.scheduler.mixed_batches is False
+    plain = scenario({}, version=version, speculation=None)
+    assert sc.kv_cache.capacity_tokens == plain.kv_cache.capacity_tokens  # no draft: the pool as profiled
+    eagle = scenario(EAGLE, version=version)  # (its draft's reserve to 0.5.13.post1, from 0.5.14 its pool share)
+    assert (sc.kv_cache.gpu_memory_utilization > eagle.kv_cache.gpu_memory_utilization
+            or sc.kv_cache.capacity_tokens != eagle.kv_cache.capacity_tokens)
+    note = next(n for n in sc.engine.notes if "speculative decoding (NGRAM" in n)
+    assert f"SGLang's memory check wants {check}" in note
+    kept = tuple(int(x) for x in version.split(".")[:3]) >= (0, 5, 14)  # the overlap scheduler not turned off
+    assert ("overlap scheduler on" in note) == kept and ("overlap scheduler off" in note) == (not kept)
+
+
+def test_an_ngram_run_yields_its_accept_length_and_costs_its_drafts_ratio():
+    section = {"draft_cost_ratio": 0.01, "acceptance": {"kind": "accept_length", "tokens_per_step": 2.5}}
+    workload = {"arrival": {"kind": "poisson", "rate_per_s": 4.0},
+                "lengths": {"kind": "fixed", "input_tokens": 200, "output_tokens": 400}}
+    cheap = simulate(scenario({"speculative_algorithm": "NGRAM"}, version="0.5.23", speculation=section,
+                              workload=workload, run={"num_requests": 40, "seed": 2})).summary
+    dear = simulate(scenario({"speculative_algorithm": "NGRAM"}, version="0.5.23",
+                             speculation={**section, "draft_cost_ratio": 0.2}, workload=workload,
+                             run={"num_requests": 40, "seed": 2})).summary
+    assert cheap["accept_length_mean"] == pytest.approx(2.5, rel=0.05)
+    assert dear["tpot_s_mean"] > 1.5 * cheap["tpot_s_mean"]  # 11 drafts a step at 0.2 of a target step each
 
 
 def test_the_speculative_batch_counts_its_steps_and_reads_live_outputs_for_the_ratio():

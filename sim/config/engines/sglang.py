@@ -13,8 +13,10 @@ from sim.config.engines.base import (GIB, Context, Flag, LOGGING, MODEL_FILES, P
                                      kv_cache_dtype_flag, only_one_of, refuse_model_before, released_before,
                                      sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
-from sim.config.engines.sglang_speculative import (SGLANG_ALGORITHMS, SGLANG_SPECULATIVE_MAX_RUNNING,
-                                                   SGLangSpeculation, sglang_speculation)
+from sim.config.engines.sglang_speculative import (NGRAM_ACCEPTANCE, SGLANG_ALGORITHMS,
+                                                   SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE,
+                                                   SGLANG_SPECULATIVE_MAX_RUNNING, SGLangSpeculation,
+                                                   sglang_speculation)
 from sim.errors import ConfigError
 
 
@@ -742,8 +744,11 @@ def _sglang_speculation_values(ctx: Context, speculation: SGLangSpeculation, slo
     100)."""
     values: dict[str, Any] = {"scheduler.mixed_batches": False}
     if ctx.flags.get("speculative_algorithm") is not None:
-        for key, flag, value in (("num_speculative_tokens", "speculative_num_steps", speculation.num_steps),
-                                 ("draft_tree_width", "speculative_eagle_topk", speculation.topk),
+        ngram = speculation.algorithm == "NGRAM"  # (its γ and chain follow from the draft tokens alone)
+        for key, flag, value in (("num_speculative_tokens", "speculative_num_draft_tokens" if ngram
+                                  else "speculative_num_steps", speculation.num_steps),
+                                 ("draft_tree_width", "speculative_algorithm" if ngram else "speculative_eagle_topk",
+                                  speculation.topk),
                                  ("num_verified_tokens", "speculative_num_draft_tokens", speculation.num_draft_tokens)):
             values[f"speculation.{key}"] = value
             from_flags[f"speculation.{key}"] = flag if ctx.flags.get(flag) is not None else "speculative_algorithm"
@@ -881,10 +886,11 @@ SGLANG_FLAGS = {
                             "first (frontend.tokens_per_chunk)"),
     # --speculative-* (server_args.py from 0.4.1.post4; read, with what each algorithm sets, in sglang_speculative.py
     # for 0.5.3-0.5.23, where the preset models them: refused in one line elsewhere)
-    "speculative_algorithm": Flag(None, str, "--speculative-algorithm: EAGLE, EAGLE3 or NEXTN, the drafter priced by "
-                                  "speculation.draft_cost_ratio; from 0.5.14 STANDALONE, a draft model "
+    "speculative_algorithm": Flag(None, str, "--speculative-algorithm: EAGLE, EAGLE3, NEXTN or NGRAM, the drafter "
+                                  "priced by speculation.draft_cost_ratio; from 0.5.14 STANDALONE, a draft model "
                                   "(speculation.draft_model)",
-                                  only_one_of("speculative_algorithm", SGLANG_ALGORITHMS), since="0.4.1.post4"),
+                                  only_one_of("speculative_algorithm", SGLANG_ALGORITHMS), since="0.4.1.post4",
+                                  value_versions={"NGRAM": ("0.5.3", None)}),
     "speculative_num_steps": Flag(None, int, "--speculative-num-steps: draft tokens a step (speculation's γ)",
                                   at_least("speculative_num_steps"), since="0.4.1.post4"),
     "speculative_eagle_topk": Flag(None, int, "--speculative-eagle-topk: 1, a chain, or a tree's branching "
@@ -898,6 +904,26 @@ SGLANG_FLAGS = {
                                          "draft_model)", since="0.4.1.post4",
                                          aliases=("--speculative-draft-model",),
                                          alias_versions={"--speculative-draft-model": ((0, 5, 2), None)}),
+    # NGRAM's own options (server_args.py from 0.5.3, arg_groups/fields/spec.py from 0.5.20; read with NGRAM in
+    # sglang_speculative.py): the tree's breadth and, to 0.5.10rc0, the match window that sets the draft tokens; the
+    # rest shape what the trie drafts, which the speculation section's acceptance stands for. 0.5.10rc0 renamed
+    # --speculative-ngram-branch-length --speculative-ngram-max-trie-depth and 0.5.10 removed the match windows:
+    # taken here at 0.5.10 (0.5.10rc0 as 0.5.9).
+    **{name: Flag(None, int, f"--{name.replace('_', '-')}: {what}", at_least(name), since="0.5.3", until=until)
+       for name, what, until in (
+           ("speculative_ngram_max_bfs_breadth", "NGRAM's tree breadth, SGLang's topk with it (10 unless given)",
+            None),
+           ("speculative_ngram_max_match_window_size", "NGRAM's draft tokens unless given (12 unless given)",
+            SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE),
+           ("speculative_ngram_min_match_window_size", NGRAM_ACCEPTANCE, SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE),
+           ("speculative_ngram_min_bfs_breadth", NGRAM_ACCEPTANCE, None),
+           ("speculative_ngram_branch_length", NGRAM_ACCEPTANCE, SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE),
+           ("speculative_ngram_capacity", NGRAM_ACCEPTANCE, None))},
+    "speculative_ngram_max_trie_depth": Flag(None, int, f"--speculative-ngram-max-trie-depth: {NGRAM_ACCEPTANCE}",
+                                             at_least("speculative_ngram_max_trie_depth"),
+                                             since=SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE),
+    "speculative_ngram_match_type": Flag(None, str, f"--speculative-ngram-match-type: BFS or PROB, {NGRAM_ACCEPTANCE}",
+                                         only_one_of("speculative_ngram_match_type", ("BFS", "PROB")), since="0.5.3"),
     "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16",
                   sixteen_bit_dtype(("auto", "half", "float16", "bfloat16"))),
     # modelopt_fp4 (NVFP4): in server_args.py's --quantization choices from 0.4.5.post1 (not 0.4.5; read in the PyPI

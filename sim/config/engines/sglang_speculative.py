@@ -58,9 +58,24 @@ STANDALONE (a separate draft model: the speculation section's `draft_model`, pri
 0.5.14, where its whole weights (it shares no embedding or LM head) come out of the pool and each token's cell grows
 by its num_hidden_layers at the target's per-layer size (pool_configurator.py's rule, which assumes them equal);
 SGLang's choice without the three numbers is (3, 1, 4) and it keeps mixed chunks off in every release. To
-0.5.13.post1 its memory lives in a 6 GiB reserve the KV arithmetic does not split: refused there. NGRAM (drafts from
-an n-gram cache of the traffic, whose rules are not read) and the later algorithms (DFLASH, FROZEN_KV_MTP, DSPARK
-from 0.5.16, UNO from 0.5.20) are refused.
+0.5.13.post1 its memory lives in a 6 GiB reserve the KV arithmetic does not split: refused there. The later
+algorithms (DFLASH, FROZEN_KV_MTP, DSPARK from 0.5.16, UNO from 0.5.20) are refused.
+
+NGRAM (from 0.5.3; read in the wheels of every release 0.5.3-0.5.13.post1 and, for 0.5.14-0.5.23, in full in 0.5.14
+and 0.5.23 and its files compared in the others: server_args.py `_handle_speculative_decoding`, from 0.5.13
+arg_groups/speculative_hook.py `_handle_ngram`; speculative/ngram_worker.py, ngram_utils.py / ngram_info.py and the
+C++ n-gram cache; model_runner.py's pool headroom; the decode memory check) drafts from a trie of recent output
+tokens on the CPU, with no draft model: nothing reserved, nothing added to or taken from the KV pool. Each decode step
+is one verification of --speculative-num-draft-tokens D a request (the last token and D - 1 drafts, a tree whose
+breadth --speculative-ngram-max-bfs-breadth caps, 10 by default), at most D tokens committed: ServeSim prices it as a
+chain of D - 1 drafts verified as D tokens, the acceptance the section's (along the accepted path), the CPU's lookups
+and the mask it copies to the GPU by the section's draft_cost_ratio a draft token. D is 12 unless given (to
+0.5.10rc0 --speculative-ngram-max-match-window-size's value, 12 by default); --speculative-eagle-topk is replaced by
+the breadth; max_running_requests 48 unless given; mixed chunks turned off; the overlap scheduler turned off to
+0.5.13.post1, kept from 0.5.14. The decode memory check wants D + breadth x (num_steps or 1) tokens a request to
+0.5.8.post1, max((num_steps or 1) x breadth, D) from 0.5.9, with num_steps D // breadth unless given from 0.5.14 (and
+twice that allocated ahead): noted, as for EAGLE. Refused as SGLang refuses them: pages over one token with a breadth
+over 1 unless --attention-backend is flashinfer; --enable-dp-attention (not modelled either way).
 """
 
 from __future__ import annotations
@@ -70,12 +85,13 @@ from typing import Any
 
 from sim.config.engines.base import Context, dotted_version, model_of_value, released_before
 from sim.errors import ConfigError
-from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS, tree_candidate_tokens
+from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS, MAX_SPECULATIVE_TOKENS, tree_candidate_tokens
 
 SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 23))  # (the first release read, the last)
 # server_args.py's choices 0.5.3-0.5.10.post1 (0.5.11 on take more, DFLASH and others, refused here as not modelled)
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-SGLANG_MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
+SGLANG_MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")  # with speculation.draft_cost_ratio (STANDALONE, NGRAM:
+# their own rules below)
 SPECULATIVE_FLAGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                      "speculative_num_draft_tokens", "speculative_draft_model_path")
 SGLANG_SPECULATIVE_MAX_RUNNING = 48
@@ -100,6 +116,14 @@ SGLANG_TREE_PAGE_BACKENDS = (((0, 5, 13), ("flashinfer", "fa3", "triton")), ((0,
 # tree from 0.5.13; it allocates up to twice the decode's need ahead
 SGLANG_SPEC_V2_CHAIN_SINCE, SGLANG_SPEC_V2_TREE_SINCE = (0, 5, 11), (0, 5, 13)
 SGLANG_SPEC_V2_ALWAYS_SINCE = (0, 5, 14)  # SGLANG_ENABLE_SPEC_V2 removed: the v2 worker always
+# NGRAM (above): D and the tree's breadth unless given, D before 0.5.10 from the match window
+SGLANG_NGRAM_DRAFT_TOKENS = 12
+SGLANG_NGRAM_BFS_BREADTH = 10
+SGLANG_NGRAM_MATCH_WINDOW = 12
+SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE = (0, 5, 10)
+SGLANG_NGRAM_OVERLAP_SINCE = (0, 5, 14)  # the overlap scheduler no longer turned off; num_steps D // breadth
+NGRAM_ACCEPTANCE = "what NGRAM's trie drafts, which the speculation section's acceptance stands for"
+NGRAM_SHAPES = ("speculative_ngram_max_bfs_breadth", "speculative_ngram_max_match_window_size")  # read by the rules
 # from 0.5.19 --enable-mixed-chunk stays on with the EAGLE family (spec_info.py supports_mixed_chunk): a mixed step's
 # running requests then decode one token each, without drafts or a verification (schedule_batch.py), not modelled
 SGLANG_SPEC_MIXED_CHUNK_SINCE = (0, 5, 19)
@@ -162,6 +186,16 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
         return None  # validation reports it
     algorithm = flags.get("speculative_algorithm")
     _check_draft_model(ctx, algorithm, section.get("draft_model") is not None)
+    ngram_flags = [name for name in flags if name.startswith("speculative_ngram_") and flags[name] is not None]
+    if algorithm == "NGRAM":
+        shaping = [name for name in ngram_flags if name not in NGRAM_SHAPES]
+        if shaping:
+            notes.append(f"SGLang NGRAM: --{shaping[0].replace('_', '-')} and the like shape what the trie drafts, "
+                         "which the speculation section's acceptance stands for")
+        return _ngram_rules(ctx, notes)
+    if ngram_flags:
+        notes.append(f"SGLang --{ngram_flags[0].replace('_', '-')}: read only with --speculative-algorithm NGRAM "
+                     "(nothing here)")
     steps, topk, draft = (flags.get(name) for name in ("speculative_num_steps", "speculative_eagle_topk",
                                                        "speculative_num_draft_tokens"))
     if algorithm is None:
@@ -209,12 +243,9 @@ def sglang_speculation(ctx: Context, notes: list[str]) -> SGLangSpeculation | No
 
 def _check_draft_model(ctx: Context, algorithm: str | None, has_draft_model: bool) -> None:
     """A draft model is STANDALONE's, modelled from 0.5.14 (its weights and KV out of the KV pool, as ServeSim's
-    arithmetic can take them; before, out of a 6 GiB reserve it does not split); NGRAM is not modelled."""
-    modelled = (f"allowed: EAGLE, EAGLE3 or NEXTN with speculation.draft_cost_ratio, or from "
+    arithmetic can take them; before, out of a 6 GiB reserve it does not split); NGRAM has none."""
+    modelled = (f"allowed: EAGLE, EAGLE3, NEXTN or NGRAM with speculation.draft_cost_ratio, or from "
                 f"{dotted_version(SGLANG_DRAFT_IN_POOL_SINCE)} STANDALONE with speculation.draft_model")
-    if algorithm == "NGRAM":
-        raise ConfigError("engine.speculative_algorithm: --speculative-algorithm NGRAM is not modelled for SGLang (its "
-                          f"n-gram cache is not read); {modelled}")
     standalone_read = ctx.version >= SGLANG_DRAFT_IN_POOL_SINCE
     if algorithm == "STANDALONE" and not standalone_read:
         raise ConfigError(f"engine.speculative_algorithm: --speculative-algorithm STANDALONE is not modelled for "
@@ -304,6 +335,62 @@ def _eagle_rules(ctx: Context, algorithm: str, steps: int, topk: int, draft: int
                  f"{running}, mixed chunks off{mixed}, {overlap}, {reserve}, {pool}; the "
                  f"drafter priced by {drafter}; SGLang's CPU time priced serially; a verification "
                  f"step takes {draft} KV slots a request{check_note}")
+    return spec
+
+
+def _ngram_rules(ctx: Context, notes: list[str]) -> SGLangSpeculation:
+    """NGRAM as this release sets it (the module's docstring): a chain of D - 1 drafts verified as D tokens, nothing
+    reserved and the KV pool as profiled, said in the notes."""
+    flags = ctx.flags
+    breadth = flags.get("speculative_ngram_max_bfs_breadth", SGLANG_NGRAM_BFS_BREADTH)
+    if ctx.flags.get("page_size", 1) > 1 and breadth > 1 and flags.get("attention_backend") != "flashinfer":
+        raise ConfigError(f"engine.page_size: {flags['page_size']} with NGRAM's tree of breadth {breadth} "
+                          "(--speculative-ngram-max-bfs-breadth), which SGLang refuses unless --attention-backend is "
+                          "flashinfer (\"unstable and produces incorrect results for paged attention backends\"); "
+                          "allowed: 1, --attention-backend flashinfer, or a breadth of 1")
+    if flags.get("enable_dp_attention"):
+        raise ConfigError("engine.enable_dp_attention: true with NGRAM is not modelled (SGLang refuses NGRAM with dp "
+                          "attention: \"Currently ngram speculative decoding does not support dp attention.\"); "
+                          "allowed: false, or leave it out")
+    draft = flags.get("speculative_num_draft_tokens")
+    if draft is None:
+        before_fixed = released_before(ctx.version, ctx.version_text, SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE)
+        draft = (flags.get("speculative_ngram_max_match_window_size", SGLANG_NGRAM_MATCH_WINDOW) if before_fixed
+                 else SGLANG_NGRAM_DRAFT_TOKENS)
+        source = ("--speculative-ngram-max-match-window-size's value" if before_fixed else "its default for NGRAM")
+        notes.append(f"SGLang {ctx.version_text} NGRAM: {draft} draft tokens a request ({source})")
+    if not 2 <= draft <= MAX_SPECULATIVE_TOKENS + 1:
+        raise ConfigError(f"engine.speculative_num_draft_tokens: {draft} with NGRAM is not modelled (its last token "
+                          f"and {draft - 1} drafts a verification); allowed: 2 to {MAX_SPECULATIVE_TOKENS + 1}")
+    topk = flags.get("speculative_eagle_topk")
+    if topk is not None and topk != breadth:
+        notes.append(f"SGLang --speculative-eagle-topk {topk}: replaced by the n-gram tree's breadth {breadth} with "
+                     "NGRAM, as SGLang replaces it")
+    steps = flags.get("speculative_num_steps")
+    overlap_kept = ctx.version >= SGLANG_NGRAM_OVERLAP_SINCE
+    if steps is None and overlap_kept:
+        steps = draft // breadth
+    if ctx.version < SGLANG_MEMORY_CHECK_MAX_SINCE:
+        check = draft + breadth * (steps or 1)
+    else:
+        check = max((steps if overlap_kept else steps or 1) * breadth, draft)
+    spec = SGLangSpeculation("NGRAM", draft - 1, 1, draft, reserved_mib=0, grows_pool=False, draft_in_pool=False,
+                             memory_check_tokens=check)
+    given = flags.get("max_running_requests")
+    running = (f"max_running_requests {SGLANG_SPECULATIVE_MAX_RUNNING} (its default with speculation)" if given is None
+               else f"max_running_requests {given} as given")
+    mixed = " (--enable-mixed-chunk turned off)" if flags.get("enable_mixed_chunk") else ""
+    overlap = ("the overlap scheduler on (not turned off from 0.5.14)" if overlap_kept else
+               "the overlap scheduler off")
+    ahead = f", up to {2 * check} allocated ahead" if overlap_kept else ""
+    shape = "a chain" if breadth == 1 else f"a tree of breadth up to {breadth}"
+    notes.append(f"SGLang {ctx.version_text} speculative decoding (NGRAM: drafts from an n-gram trie on the CPU, no "
+                 f"draft model): {shape} verifying {draft} tokens a request, priced as a chain "
+                 f"of {draft - 1} drafts (the acceptance the section's, along the accepted path; the CPU's lookups and "
+                 f"the mask it copies to the GPU by speculation.draft_cost_ratio a draft token); {running}, mixed "
+                 f"chunks off{mixed}, {overlap}, nothing reserved, the KV pool as profiled; SGLang's CPU time priced "
+                 f"serially; a verification step takes {draft} KV slots a request (SGLang's memory check wants "
+                 f"{check}{ahead}: not modelled)")
     return spec
 
 
