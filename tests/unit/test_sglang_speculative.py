@@ -338,7 +338,7 @@ def test_the_launch_command_gives_the_same_scenario_as_the_flags():
     ("0.5.5", {"speculative_ngram_max_match_window_size": 6}, 6, 6 + 10),
     ("0.5.9", {"speculative_ngram_max_match_window_size": 6}, 6, 10),
     ("0.5.10", {}, 12, 12),
-    ("0.5.14", {"speculative_num_draft_tokens": 8}, 8, 8),  # num_steps 8 // 10 = 0
+    ("0.5.14", {"speculative_num_draft_tokens": 8}, 8, 10),  # num_steps 8 // 10 = 0, read as 1
     ("0.5.23", {"speculative_ngram_max_bfs_breadth": 2, "speculative_num_draft_tokens": 7}, 7, 7),
 ])
 def test_ngram_verifies_its_draft_tokens_as_a_chain_of_one_fewer_drafts(version, flags, draft, check):

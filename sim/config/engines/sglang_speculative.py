@@ -74,7 +74,7 @@ and the mask it copies to the GPU by the section's draft_cost_ratio a draft toke
 the breadth; max_running_requests 48 unless given; mixed chunks turned off; the overlap scheduler turned off to
 0.5.13.post1, kept from 0.5.14. The decode memory check wants D + breadth x (num_steps or 1) tokens a request to
 0.5.8.post1, max((num_steps or 1) x breadth, D) from 0.5.9, with num_steps D // breadth unless given from 0.5.14 (and
-twice that allocated ahead): noted, as for EAGLE. Refused as SGLang refuses them: pages over one token with a breadth
+twice that allocated ahead; mem_cache/common.py, from 0.5.16 allocation_sizing.py): noted, as for EAGLE. Refused as SGLang refuses them: pages over one token with a breadth
 over 1 unless --attention-backend is flashinfer; --enable-dp-attention (not modelled either way).
 """
 
@@ -370,10 +370,10 @@ def _ngram_rules(ctx: Context, notes: list[str]) -> SGLangSpeculation:
     overlap_kept = ctx.version >= SGLANG_NGRAM_OVERLAP_SINCE
     if steps is None and overlap_kept:
         steps = draft // breadth
-    if ctx.version < SGLANG_MEMORY_CHECK_MAX_SINCE:
+    if ctx.version < SGLANG_MEMORY_CHECK_MAX_SINCE:  # (num_steps or 1: scheduler.py, schedule_batch.py, common.py)
         check = draft + breadth * (steps or 1)
     else:
-        check = max((steps if overlap_kept else steps or 1) * breadth, draft)
+        check = max((steps or 1) * breadth, draft)
     spec = SGLangSpeculation("NGRAM", draft - 1, 1, draft, reserved_mib=0, grows_pool=False, draft_in_pool=False,
                              memory_check_tokens=check)
     given = flags.get("max_running_requests")
