@@ -139,13 +139,13 @@ def one_error_line(result: subprocess.CompletedProcess) -> str:
     return line
 
 
-def run_refused(tmp_path: Path, raw: dict) -> str:
-    """`servesim run` of the scenario `raw` (written to tmp_path/s.yaml) refused: its one error line, once checked
-    that nothing was written (tmp_path/out does not exist)."""
+def run_refused(tmp_path: Path, raw: dict, command: str = "run") -> str:
+    """`servesim run` (or `command`) of the scenario `raw` (written to tmp_path/s.yaml) refused: its one error line,
+    once checked that nothing was written (tmp_path/out does not exist)."""
     import yaml
     path, out = tmp_path / "s.yaml", tmp_path / "out"
     path.write_text(yaml.safe_dump(raw))
-    line = one_error_line(servesim("run", path, "--out", out))
+    line = one_error_line(servesim(command, path, "--out", out))
     assert not out.exists(), sorted(out.rglob("*"))
     return line
 

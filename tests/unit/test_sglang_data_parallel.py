@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import yaml
 
-from helpers import one_error_line, servesim
+from helpers import one_error_line, run_refused, servesim
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.run import simulate
@@ -98,12 +98,8 @@ def test_a_command_line_dp_is_read_as_the_flag():
 
 def test_the_planner_sizes_the_replicas_itself_and_refuses_a_dp_flag(tmp_path):
     raw = {**sglang(dp_size=2), "slo": {"ttft_s": 2.0}, "search": {"max_replicas": 2, "num_seeds": 1}}
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    out = servesim("plan", path, "--out", tmp_path / "plan", cwd=tmp_path)
-    assert one_error_line(out).startswith("error: engine: its flags set hardware.num_replicas (2), which the planner "
-                                          "sizes itself")
-    assert not (tmp_path / "plan").exists()
+    assert run_refused(tmp_path, raw, "plan").startswith("error: engine: its flags set hardware.num_replicas (2), "
+                                                         "which the planner sizes itself")
 
 
 def test_the_planner_takes_dp_size_one():

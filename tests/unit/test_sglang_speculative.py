@@ -370,15 +370,23 @@ def test_an_ngram_run_yields_its_accept_length_and_costs_its_drafts_ratio():
     assert dear["tpot_s_mean"] > 1.5 * cheap["tpot_s_mean"]  # 11 drafts a step at 0.2 of a target step each
 
 
-def test_the_speculative_batch_counts_its_steps_and_reads_live_outputs_for_the_ratio():
+def _one_decoding_request(batch_kind: str = "speculative"):
+    """(batch, its member): a 10-token prompt computed, one output token, 20 at most, in one-token pages; the
+    speculative batch drafts 3 and accepts every one (α = 1)."""
     kv = PagedKVManager(num_blocks=100, block_size=1)
-    batch = SpeculativeDecodeBatch(num_speculative_tokens=3, alpha_sampler=lambda rng: 1.0, ragged="per_request",
-                                   rng=np.random.default_rng(0), kv=kv)
+    batch = DecodeTracker(kv) if batch_kind == "plain" else SpeculativeDecodeBatch(
+        num_speculative_tokens=3, alpha_sampler=lambda rng: 1.0, ragged="per_request", rng=np.random.default_rng(0),
+        kv=kv)
     request = Request(request_id=7, arrival_s=0.0, num_prompt_tokens=10, max_output_tokens=20)
     kv.allocate_slots(request, 10)
     request.num_computed_tokens, request.num_output_tokens = 10, 1
     batch.add(request)
     batch.allocate_new_blocks()
+    return batch, request
+
+
+def test_the_speculative_batch_counts_its_steps_and_reads_live_outputs_for_the_ratio():
+    batch, request = _one_decoding_request()
     batch.advance()  # α = 1: every draft accepted, 4 tokens
     assert batch.clock == 1 and batch.live_output_tokens(request) == 5 and request.num_output_tokens == 1
     batch.remove(request)
@@ -391,15 +399,7 @@ def test_both_decode_batches_give_the_running_requests_remaining_outputs_for_the
     # SGLang's reservation sums each running request's remaining output clipped at 4,096: the decoding members' from
     # the batch's live counters, a prefilling request's (not a member) from its own
     for batch_kind in ("plain", "speculative"):
-        kv = PagedKVManager(num_blocks=100, block_size=1)
-        batch = DecodeTracker(kv) if batch_kind == "plain" else SpeculativeDecodeBatch(
-            num_speculative_tokens=3, alpha_sampler=lambda rng: 1.0, ragged="per_request",
-            rng=np.random.default_rng(0), kv=kv)
-        decoding = Request(request_id=7, arrival_s=0.0, num_prompt_tokens=10, max_output_tokens=20)
-        kv.allocate_slots(decoding, 10)
-        decoding.num_computed_tokens, decoding.num_output_tokens = 10, 1
-        batch.add(decoding)
-        batch.allocate_new_blocks()
+        batch, decoding = _one_decoding_request(batch_kind)
         batch.advance()  # plain: one token (2 out); speculative, α = 1: four (5 out)
         prefilling = Request(request_id=8, arrival_s=0.0, num_prompt_tokens=50, max_output_tokens=9000)
         remaining = batch.remaining_outputs({7: decoding, 8: prefilling})

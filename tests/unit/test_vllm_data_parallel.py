@@ -3,9 +3,8 @@ dealt in turn to 0.26.x and to the least loaded from 0.27.0; lockstep ranks (bef
 are refused (sim/config/engines/vllm_data_parallel.py)."""
 
 import pytest
-import yaml
 
-from helpers import one_error_line, servesim
+from helpers import run_refused
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.run import simulate
@@ -87,9 +86,5 @@ def test_one_rank_is_every_release_s_single_engine():
 
 def test_the_planner_refuses_ranks_it_would_size_itself(tmp_path):
     raw = {**vllm(data_parallel_size=2), "slo": {"ttft_s": 2.0}, "search": {"max_replicas": 2, "num_seeds": 1}}
-    path = tmp_path / "plan.yaml"
-    path.write_text(yaml.safe_dump(raw))
-    out = servesim("plan", path, "--out", tmp_path / "plan", cwd=tmp_path)
-    assert one_error_line(out).startswith("error: engine: its flags set hardware.num_replicas (2), which the planner "
-                                          "sizes itself")
-    assert not (tmp_path / "plan").exists()
+    assert run_refused(tmp_path, raw, "plan").startswith("error: engine: its flags set hardware.num_replicas (2), "
+                                                         "which the planner sizes itself")
