@@ -74,8 +74,9 @@ and the mask it copies to the GPU by the section's draft_cost_ratio a draft toke
 the breadth; max_running_requests 48 unless given; mixed chunks turned off; the overlap scheduler turned off to
 0.5.13.post1, kept from 0.5.14. The decode memory check wants D + breadth x (num_steps or 1) tokens a request to
 0.5.8.post1, max((num_steps or 1) x breadth, D) from 0.5.9, with num_steps D // breadth unless given from 0.5.14 (and
-twice that allocated ahead; mem_cache/common.py, from 0.5.16 allocation_sizing.py): noted, as for EAGLE. Refused as SGLang refuses them: pages over one token with a breadth
-over 1 unless --attention-backend is flashinfer; --enable-dp-attention (not modelled either way).
+twice that allocated ahead; mem_cache/common.py, from 0.5.16 allocation_sizing.py): noted, as for EAGLE. Refused as
+SGLang refuses them: pages over one token with a breadth over 1 unless --attention-backend is flashinfer;
+--enable-dp-attention (not modelled either way).
 """
 
 from __future__ import annotations
@@ -90,8 +91,8 @@ from sim.sched.speculative import DEFAULT_SPECULATIVE_TOKENS, MAX_SPECULATIVE_TO
 SGLANG_SPECULATION_READ = ((0, 5, 3), (0, 5, 23))  # (the first release read, the last)
 # server_args.py's choices 0.5.3-0.5.10.post1 (0.5.11 on take more, DFLASH and others, refused here as not modelled)
 SGLANG_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM")
-SGLANG_MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")  # with speculation.draft_cost_ratio (STANDALONE, NGRAM:
-# their own rules below)
+# the EAGLE family, with speculation.draft_cost_ratio (STANDALONE and NGRAM have their own rules below)
+SGLANG_MODELLED_ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN")
 SPECULATIVE_FLAGS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                      "speculative_num_draft_tokens", "speculative_draft_model_path")
 SGLANG_SPECULATIVE_MAX_RUNNING = 48
