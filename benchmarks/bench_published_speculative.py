@@ -38,6 +38,7 @@ START = (1.5, 0.1)
 SCALE = (0.05, 0.005)
 DRAFT_RATIO_MAX = 1.0
 
+
 @dataclass
 class SpeculativeRun:
     case: ps.PublishedCase
@@ -47,7 +48,8 @@ class SpeculativeRun:
 
 
 def load_runs(directory: Path = SPECULATIVE_DIR) -> list[SpeculativeRun]:
-    """Every run of the folder's files, parsed as the main suite parses its own (model files from its folder)."""
+    """Every run of the folder's files, parsed as the main suite parses its own (model files from the main suite's
+    folder, benchmarks/published/)."""
     runs = []
     for path in sorted(directory.glob("*.yaml")):
         data = yaml.safe_load(path.read_text())
