@@ -29,7 +29,6 @@ side by side (what moved, per engine and version): benchmarks/published_diff.py.
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
 import sys
@@ -219,23 +218,21 @@ def write_csv(path: Path, results, cost_model: str) -> None:
               "reason", "metric", "quoted_key", "unit", "measured", "simulated", "error", "servesim_quantity",
               "definition", "cost_model", "cost_model_label", "simulated_mfu", "url", "assumptions", "approximations",
               "notes"]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        for r in results:
-            c = r.case
-            base = {"file": c.file, "case": c.name, "engine": c.engine.key, "version": c.engine.version, "gpu": c.gpu,
-                    "tp": c.tensor_parallel, "weights": c.weights, "kv_dtype": c.kv_dtype, "kind": c.kind,
-                    "role": r.role, "status": r.status, "reason": r.reason, "cost_model": cost_model,
-                    "cost_model_label": r.label, "simulated_mfu": r.mfu, "url": c.url,
-                    "assumptions": "; ".join(c.assumptions), "approximations": "; ".join(r.approximations),
-                    "notes": r.notes}
-            for m in c.metrics:
-                sim = r.simulated.get(m.group, math.nan)
-                w.writerow({**base, "metric": m.group, "quoted_key": m.quoted_key, "unit": m.unit,
-                            "measured": m.measured, "simulated": sim, "error": r.errors.get(m.group, math.nan),
-                            "servesim_quantity": ps.SIM_QUANTITIES[m.sim], "definition": m.definition})
+    rows = []
+    for r in results:
+        c = r.case
+        base = {"file": c.file, "case": c.name, "engine": c.engine.key, "version": c.engine.version, "gpu": c.gpu,
+                "tp": c.tensor_parallel, "weights": c.weights, "kv_dtype": c.kv_dtype, "kind": c.kind,
+                "role": r.role, "status": r.status, "reason": r.reason, "cost_model": cost_model,
+                "cost_model_label": r.label, "simulated_mfu": r.mfu, "url": c.url,
+                "assumptions": "; ".join(c.assumptions), "approximations": "; ".join(r.approximations),
+                "notes": r.notes}
+        for m in c.metrics:
+            rows.append({**base, "metric": m.group, "quoted_key": m.quoted_key, "unit": m.unit,
+                         "measured": m.measured, "simulated": r.simulated.get(m.group, math.nan),
+                         "error": r.errors.get(m.group, math.nan), "servesim_quantity": ps.SIM_QUANTITIES[m.sim],
+                         "definition": m.definition})
+    ps.write_csv_rows(path, fields, rows)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -251,6 +248,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write-terms", action="store_true", help="write the fitted numbers into the engine presets' "
                     "data (sim/config/engine_terms.json); only from a run of every case")
     args = ap.parse_args(argv)
+    problem = ps.csv_target_problem(args.csv)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     if args.write_terms and (args.engine or args.cases or args.only or args.quick):
         print("--write-terms: only from a run of every case (no --engine, --cases, --only or --quick)")
         return 2

@@ -15,7 +15,6 @@ speculation `vllm bench serve` counts a streamed chunk (a step's accepted tokens
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import statistics
 import sys
@@ -105,6 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--csv", type=Path, help="write one row per run and figure here")
     args = ap.parse_args(argv)
+    problem = ps.csv_target_problem(args.csv)
+    if problem:
+        print(problem, file=sys.stderr)
+        return 2
     runs = load_runs()
     fit_runs = [r for r in runs if r.role == "fit"]
     if len(fit_runs) != 1:
@@ -129,15 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\nHeld out ({len(held)}), median / max |error|: "
           + ", ".join(f"{g} {medians[g]:.0f} / {maxima[g]:.0f}%" for g in REPORTED))
     if args.csv:
-        with args.csv.open("w", newline="") as f:
-            w = csv.writer(f)
-            w.writerow(["case", "role", "metric", "measured", "simulated", "error", "accept_length",
-                        "draft_cost_ratio", "url"])
-            for run in runs:
-                for m in run.case.metrics:
-                    if m.group in run.errors:
-                        w.writerow([run.case.name, run.role, m.group, m.measured, run.simulated[m.group],
-                                    run.errors[m.group], accept, ratio, run.case.url])
+        fields = ["case", "role", "metric", "measured", "simulated", "error", "accept_length", "draft_cost_ratio",
+                  "url"]
+        ps.write_csv_rows(args.csv, fields, (
+            {"case": run.case.name, "role": run.role, "metric": m.group, "measured": m.measured,
+             "simulated": run.simulated[m.group], "error": run.errors[m.group], "accept_length": accept,
+             "draft_cost_ratio": ratio, "url": run.case.url}
+            for run in runs for m in run.case.metrics if m.group in run.errors))
     return 0
 
 

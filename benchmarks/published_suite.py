@@ -785,6 +785,34 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
         endpoint=_endpoint(raw))
 
 
+def csv_target_problem(path: Path | None) -> str | None:
+    """Before any work: why `--csv PATH` may not be written (a file ServeSim did not write), or None."""
+    from sim.atomic_files import check_replaceable_file
+    from sim.errors import ConfigError
+    if path is None:
+        return None
+    try:
+        check_replaceable_file(path, "--csv")
+    except ConfigError as err:
+        return f"error: {err}"
+    return None
+
+
+def write_csv_rows(path: Path, fields: list[str], rows) -> None:
+    """The rows (mappings of `fields`) as a CSV at `path`, written as ServeSim writes its outputs: atomically, never
+    over a file it did not write (sim/atomic_files.py write_output_file)."""
+    import csv
+    import io
+
+    from sim.atomic_files import write_output_file
+    text = io.StringIO()
+    writer = csv.DictWriter(text, fieldnames=fields)
+    writer.writeheader()
+    writer.writerows(rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    write_output_file(path, text.getvalue(), "--csv")
+
+
 def data_files(data_dir: Path = DATA_DIR) -> list[Path]:
     return sorted(data_dir.glob("*.yaml"))
 

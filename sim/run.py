@@ -285,7 +285,8 @@ def replica_counters(scenario: Scenario, replica: Replica, deployment: Deploymen
         prefix_cache=scheduler.kv.prefix_cache_stats() if scenario.kv_cache.enable_prefix_caching else None,
         num_drafted=scheduler.tracker.num_drafted if speculative else None,
         num_accepted_drafts=scheduler.tracker.num_accepted_drafts if speculative else None,
-        num_verifications=scheduler.tracker.num_verifications if speculative else None)
+        # every member drafts γ a verification (a tree's accepted path too)
+        num_verifications=scheduler.tracker.num_drafted // scheduler.tracker.gamma if speculative else None)
 
 
 def pipeline_metrics(replicas: list, elapsed_s: float, steps, gpu) -> dict:

@@ -82,7 +82,6 @@ class SpeculativeDecodeBatch:
         self._blocks = np.zeros(cap, dtype=np.int64)  # KV blocks each member holds (paged)
         self.num_accepted_drafts = 0
         self.num_drafted = 0
-        self.num_verifications = 0  # members verified, summed over the steps
         self.clock = 0  # verification steps applied so far
 
     def __len__(self) -> int:
@@ -176,7 +175,6 @@ class SpeculativeDecodeBatch:
         remaining = self._max_output[:n] - self._output[:n]
         new_tokens = np.minimum(new_tokens, remaining)
         self.num_drafted += n * self.gamma
-        self.num_verifications += n
         self.num_accepted_drafts += int(np.minimum(accepted_drafts, new_tokens - 1).sum())
         self._computed[:n] += new_tokens
         self._output[:n] += new_tokens

@@ -43,3 +43,12 @@ def test_a_run_simulates_with_the_acceptance_it_is_given():
     errors = bps.errors_of(case, three_a_step)
     tpot = next(m for m in case.metrics if m.group == "tpot_itl")
     assert errors["tpot_itl"] == three_a_step["tpot_itl"] / tpot.measured - 1 and "peak" not in errors
+
+
+def test_a_csv_path_holding_a_file_servesim_did_not_write_is_refused_before_any_work(tmp_path, capsys):
+    import bench_published
+    theirs = tmp_path / "theirs.csv"
+    theirs.write_text("keep me\n")
+    for main in (bps.main, bench_published.main):
+        assert main(["--csv", str(theirs)]) == 2
+        assert "--csv:" in capsys.readouterr().err and theirs.read_text() == "keep me\n"

@@ -13,8 +13,8 @@ from sim.config.engines.base import (GIB, Context, Flag, LOGGING, MODEL_FILES, P
                                      kv_cache_dtype_flag, only_one_of, refuse_model_before, released_before,
                                      sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
-from sim.config.engines.sglang_speculative import (NGRAM_ACCEPTANCE, SGLANG_ALGORITHMS,
-                                                   SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE,
+from sim.config.engines.sglang_speculative import (NGRAM_ACCEPTANCE, SGLANG_ALGORITHMS, SGLANG_NGRAM_BFS_BREADTH,
+                                                   SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE, SGLANG_NGRAM_MATCH_WINDOW,
                                                    SGLANG_SPECULATIVE_MAX_RUNNING, SGLangSpeculation,
                                                    sglang_speculation)
 from sim.errors import ConfigError
@@ -744,12 +744,10 @@ def _sglang_speculation_values(ctx: Context, speculation: SGLangSpeculation, slo
     100)."""
     values: dict[str, Any] = {"scheduler.mixed_batches": False}
     if ctx.flags.get("speculative_algorithm") is not None:
-        ngram = speculation.algorithm == "NGRAM"  # (its γ and chain follow from the draft tokens alone)
-        for key, flag, value in (("num_speculative_tokens", "speculative_num_draft_tokens" if ngram
-                                  else "speculative_num_steps", speculation.num_steps),
-                                 ("draft_tree_width", "speculative_algorithm" if ngram else "speculative_eagle_topk",
-                                  speculation.topk),
-                                 ("num_verified_tokens", "speculative_num_draft_tokens", speculation.num_draft_tokens)):
+        for key, value in (("num_speculative_tokens", speculation.num_steps),
+                           ("draft_tree_width", speculation.topk),
+                           ("num_verified_tokens", speculation.num_draft_tokens)):
+            flag = speculation.setting_flags[key]
             values[f"speculation.{key}"] = value
             from_flags[f"speculation.{key}"] = flag if ctx.flags.get(flag) is not None else "speculative_algorithm"
     if not (speculation.grows_pool or speculation.draft_in_pool):
@@ -911,10 +909,10 @@ SGLANG_FLAGS = {
     # taken here at 0.5.10 (0.5.10rc0 as 0.5.9).
     **{name: Flag(None, int, f"--{name.replace('_', '-')}: {what}", at_least(name), since="0.5.3", until=until)
        for name, what, until in (
-           ("speculative_ngram_max_bfs_breadth", "NGRAM's tree breadth, SGLang's topk with it (10 unless given)",
-            None),
-           ("speculative_ngram_max_match_window_size", "NGRAM's draft tokens unless given (12 unless given)",
-            SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE),
+           ("speculative_ngram_max_bfs_breadth", f"NGRAM's tree breadth, SGLang's topk with it "
+            f"({SGLANG_NGRAM_BFS_BREADTH} unless given)", None),
+           ("speculative_ngram_max_match_window_size", f"NGRAM's draft tokens unless given "
+            f"({SGLANG_NGRAM_MATCH_WINDOW} unless given)", SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE),
            ("speculative_ngram_min_match_window_size", NGRAM_ACCEPTANCE, SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE),
            ("speculative_ngram_min_bfs_breadth", NGRAM_ACCEPTANCE, None),
            ("speculative_ngram_branch_length", NGRAM_ACCEPTANCE, SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE),

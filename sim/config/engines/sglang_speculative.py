@@ -149,6 +149,17 @@ class SGLangSpeculation:
         return self.draft_model.num_layers if self.draft_model is not None else SGLANG_DRAFT_LAYERS
 
     @property
+    def setting_flags(self) -> dict[str, str]:
+        """The flag that sets each of the speculation section's keys (γ, the tree's width, the verified tokens):
+        NGRAM's γ and chain follow from its draft tokens alone."""
+        if self.algorithm == "NGRAM":
+            return {"num_speculative_tokens": "speculative_num_draft_tokens",
+                    "draft_tree_width": "speculative_algorithm",
+                    "num_verified_tokens": "speculative_num_draft_tokens"}
+        return {"num_speculative_tokens": "speculative_num_steps", "draft_tree_width": "speculative_eagle_topk",
+                "num_verified_tokens": "speculative_num_draft_tokens"}
+
+    @property
     def pool_headroom_per_request(self) -> int:
         """KV tokens the pool grows by a request slot (model_runner.py draft_runner_cache_size, to 0.5.6.post2)."""
         return self.num_steps * self.topk + self.num_draft_tokens
@@ -344,7 +355,7 @@ def _ngram_rules(ctx: Context, notes: list[str]) -> SGLangSpeculation:
     reserved and the KV pool as profiled, said in the notes."""
     flags = ctx.flags
     breadth = flags.get("speculative_ngram_max_bfs_breadth", SGLANG_NGRAM_BFS_BREADTH)
-    if ctx.flags.get("page_size", 1) > 1 and breadth > 1 and flags.get("attention_backend") != "flashinfer":
+    if flags.get("page_size", 1) > 1 and breadth > 1 and flags.get("attention_backend") != "flashinfer":
         raise ConfigError(f"engine.page_size: {flags['page_size']} with NGRAM's tree of breadth {breadth} "
                           "(--speculative-ngram-max-bfs-breadth), which SGLang refuses unless --attention-backend is "
                           "flashinfer (\"unstable and produces incorrect results for paged attention backends\"); "
