@@ -363,9 +363,16 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                               f"prices each stage (sim.cost.pipeline.PipelineCostModel), not {cost_model!r}")
     # One cost model for every replica: pricing is a pure function of the step, and its notes (points outside
     # measured tables) are the run's, whichever replica priced them.
+    lockstep = scenario.hardware.lockstep
+    if lockstep is not None:
+        from sim.core.lockstep import LockstepRank
+        replica_kind = LockstepRank
     cost_model = cost_model or make_cost_model(scenario, deployment)
     replicas = [replica_kind(i, make_scheduler(scenario, i, deployment), cost_model)
                 for i in range(scenario.hardware.num_replicas)]
+    if lockstep is not None:
+        from sim.core.lockstep import lockstep_group
+        lockstep_group(replicas, lockstep.pad_tokens, lockstep.idle_check_steps)
     run = scenario.run
     horizon = horizon_s(run)
     closed = workload.closed_loop
@@ -412,6 +419,9 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
         summary["stopped_early_s"] = float(sim.stopped_early_s)
     if deployment.pipeline_parallel > 1:
         summary.update(pipeline_metrics(replicas, elapsed, steps, deployment.gpu))
+    if lockstep is not None:  # the ranks' forwards together, and those of ranks with nothing to run (no step rows)
+        group = replicas[0].group
+        summary.update(lockstep_steps=group.num_steps, lockstep_dummy_forwards=group.num_dummy_forwards)
     if deployment.attention_kernel != "flash":  # (a flash run's summary keeps its keys as before)
         summary.update(attention_kernel=deployment.attention_kernel,
                        attention_score_bytes_per_gpu=deployment.score_bytes_per_gpu,

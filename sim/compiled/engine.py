@@ -69,8 +69,9 @@ def _scope(sim) -> tuple[str, tuple | None]:
         return "a stop rule without compiled_params", None
     if sim.closed_loop_users:
         return "a closed loop", None
-    if any(type(r) is not Replica for r in sim.replicas):
-        return "a pipelined replica", None
+    other = next((r for r in sim.replicas if type(r) is not Replica), None)
+    if other is not None:
+        return other.kind, None
     if type(sim.router) not in (RoundRobinRouter, LeastOutstandingRouter):
         return f"the {type(sim.router).__name__}", None
     if sim.env.now != 0 or sim.num_requests == 0:

@@ -169,6 +169,18 @@ class DisaggregationSpec(_Strict):
         return link
 
 
+class LockstepSpec(_Strict):
+    """The replicas as one engine's data-parallel ranks that step together (vLLM's DPEngineCoreProc,
+    sim/core/lockstep.py): each step lasts as long as the slowest rank's, and a rank with nothing to run runs a
+    dummy forward while any rank has work."""
+
+    pad_tokens: bool = Field(True, description="every rank runs the busiest rank's token count (vLLM pads the "
+                             "ranks alike unless it runs eager); false: each rank its own")
+    idle_check_steps: int = Field(32, ge=1, le=1 << 20, description="steps between the ranks' checks for "
+                                  "unfinished requests anywhere; idle ranks run dummy forwards until a check finds "
+                                  "none (vLLM: 32)")
+
+
 class HardwareSpec(_Strict):
     gpu: str | GPUSpec = Field("h100-sxm", description="catalog GPU name, or an inline GPU definition")
     tensor_parallel: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA, description="GPUs per replica sharing each layer")
@@ -185,8 +197,22 @@ class HardwareSpec(_Strict):
         "own measurements; the catalog roofline and whole-step profiles price both alike")
     num_replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     router: Literal["round_robin", "least_outstanding", "random"] = "round_robin"
+    lockstep: LockstepSpec | None = Field(
+        None, description="the replicas step together as one engine's data-parallel ranks; absent: independent")
     disaggregation: DisaggregationSpec | None = Field(
         None, description="separate prefill and decode pools joined by a link; absent = colocated")
+
+    @model_validator(mode="after")
+    def _lockstep_alone(self) -> "HardwareSpec":
+        # A lockstep group steps whole replicas together (sim/core/lockstep.py); a pipelined replica's micro-batches
+        # and a disaggregated pool's replicas step on their own.
+        if self.lockstep is not None and self.pipeline_parallel > 1:
+            raise ValueError(f"lockstep: not modelled with pipeline_parallel {self.pipeline_parallel}; allowed: "
+                             "pipeline_parallel 1, or no lockstep")
+        if self.lockstep is not None and self.disaggregation is not None:
+            raise ValueError("lockstep: not modelled with disaggregation; allowed: no lockstep, or no "
+                             "disaggregation")
+        return self
 
 
 class PreemptionSpec(_Strict):

@@ -1,4 +1,5 @@
-"""The event model: arrivals → router → one engine process per replica. The only module that uses SimPy.
+"""The event model: arrivals → router → one engine process per replica (sim/core/pipeline.py, lockstep.py and
+disaggregated.py step their replicas their own ways in the same SimPy environment).
 
 Each engine process loops: ask the scheduler for a step, ask the cost model how long it takes,
 let that much simulated time pass, apply the outcome. Time moves nowhere else.
@@ -52,6 +53,8 @@ def _plain_decode(plan: StepPlan) -> bool:
 
 class Replica:
     """One serving instance: a scheduler (owning its KV manager) and a cost model."""
+
+    kind = "a replica"  # what it is, in a few words (the compiled core says which kinds it leaves to this engine)
 
     def __init__(self, index: int, scheduler, cost_model):
         self.index = index
@@ -409,6 +412,25 @@ class Simulation:
             if self.progress is not None and steps_since_progress >= _PROGRESS_EVERY_STEPS:
                 steps_since_progress = 0
                 self.progress(env.now, self.num_done)
+
+    def record_step(self, replica: Replica, plan: StepPlan, outcome, start: float, duration_s: float,
+                    num_waiting: int, flops: float, nbytes: float) -> None:
+        """One step row of `replica`, its KV usage read now, for the engines that step outside `engine`'s loop
+        (a pipelined replica's micro-batches, a lockstep group's ranks)."""
+        usage = replica.scheduler.kv_usage()
+        row = {
+            "replica": replica.index, "start_s": start, "duration_s": duration_s, "num_seqs": plan.num_seqs,
+            "num_waiting": num_waiting, "num_prefill_tokens": plan.num_prefill_tokens,
+            "num_decode_seqs": plan.num_decode_seqs, "num_padding_seqs": plan.num_padding_seqs,
+            "num_output_tokens": outcome.num_output_tokens, "num_preempted": len(plan.preempted_request_ids),
+            "kv_token_slots": usage.token_slots, "kv_reserved_slots": usage.reserved_slots,
+            "kv_internal_slots": usage.internal_slots, "kv_external_slots": usage.external_slots,
+            "kv_capacity_slots": usage.capacity_slots, "kv_shared_slots": usage.shared_slots,
+            "swap_in_tokens": plan.swap_in_tokens, "swap_out_tokens": plan.swap_out_tokens,
+            "flops": flops, "bytes": nbytes, "num_steps": 1,
+        }
+        for name, col in self.steps.columns.items():
+            col.append(row[name])
 
     def finish_requests(self, replica: Replica, finished: list[Request], step_start_s: float) -> None:
         """Book requests that left `replica` after its step starting at `step_start_s`: records, Little's law,

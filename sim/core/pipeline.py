@@ -25,6 +25,8 @@ class PipelineReplica(Replica):
     """A replica whose `scheduler` is a set of micro-batch slots (`sim.sched.pipeline.MicroBatchSlots`) and
     whose cost model prices each stage (`sim.cost.pipeline.PipelineCostModel`)."""
 
+    kind = "a pipelined replica"
+
     def __init__(self, index: int, scheduler, cost_model):
         super().__init__(index, scheduler, cost_model)
         self.stage_busy_s = [0.0] * cost_model.num_stages  # time each stage computed (transfers excluded)
@@ -81,28 +83,11 @@ class PipelineReplica(Replica):
                 self.stage_busy_s[i] += cost.time_s
             outcome = slot.update_from_output(plan, env.now)
             self.num_micro_batches += 1
-            self._record(sim, plan, outcome, start, env.now - start, num_waiting,
-                         sum(c.flops for c in costs), sum(c.bytes for c in costs))
+            # One step row per micro-batch: it started when it was scheduled and lasted until it left the last stage.
+            sim.record_step(self, plan, outcome, start, env.now - start, num_waiting,
+                            sum(c.flops for c in costs), sum(c.bytes for c in costs))
             if outcome.finished:
                 sim.finish_requests(self, outcome.finished, start)
             self._wake_idle_slots()  # finishes and admissions change what an idle slot can schedule
             if sim.progress is not None and self.num_micro_batches % PROGRESS_EVERY_MICRO_BATCHES == 0:
                 sim.progress(env.now, sim.num_done)
-
-    def _record(self, sim: Simulation, plan: StepPlan, outcome, start: float, duration_s: float,
-                num_waiting: int, flops: float, nbytes: float) -> None:
-        """One step row per micro-batch: it started when it was scheduled and lasted until it left the last stage."""
-        usage = self.scheduler.kv_usage()
-        row = {
-            "replica": self.index, "start_s": start, "duration_s": duration_s, "num_seqs": plan.num_seqs,
-            "num_waiting": num_waiting, "num_prefill_tokens": plan.num_prefill_tokens,
-            "num_decode_seqs": plan.num_decode_seqs, "num_padding_seqs": plan.num_padding_seqs,
-            "num_output_tokens": outcome.num_output_tokens, "num_preempted": len(plan.preempted_request_ids),
-            "kv_token_slots": usage.token_slots, "kv_reserved_slots": usage.reserved_slots,
-            "kv_internal_slots": usage.internal_slots, "kv_external_slots": usage.external_slots,
-            "kv_capacity_slots": usage.capacity_slots, "kv_shared_slots": usage.shared_slots,
-            "swap_in_tokens": plan.swap_in_tokens, "swap_out_tokens": plan.swap_out_tokens,
-            "flops": flops, "bytes": nbytes, "num_steps": 1,
-        }
-        for name, col in sim.steps.columns.items():
-            col.append(row[name])

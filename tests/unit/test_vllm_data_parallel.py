@@ -1,6 +1,7 @@
 """vLLM's --data-parallel-size: from 0.14.0 a dense model's ranks are independent engines behind the API server(s),
-dealt in turn to 0.26.x and to the least loaded from 0.27.0; lockstep ranks (before 0.14.0, or a mixture of experts)
-are refused (sim/config/engines/vllm_data_parallel.py)."""
+dealt in turn to 0.26.x and to the least loaded from 0.27.0; 0.11.0-0.13.x's ranks step in lockstep
+(sim/core/lockstep.py); earlier releases' and a mixture of experts' are refused
+(sim/config/engines/vllm_data_parallel.py)."""
 
 import pytest
 
@@ -63,9 +64,13 @@ def test_from_0_27_the_ranks_run_as_the_same_replicas_behind_one_front_end_would
 
 
 @pytest.mark.parametrize("raw, message", [
-    (vllm("0.13.0", data_parallel_size=2),
-     "engine.data_parallel_size: 2 is not modelled for vLLM 0.13.0, whose data-parallel ranks run in lockstep"),
-    (vllm("0.11.0", command="vllm serve x -dp 4"), "engine.command '-dp 4': 4 is not modelled for vLLM 0.11.0"),
+    (vllm("0.10.2", data_parallel_size=2),
+     "engine.data_parallel_size: 2 is not modelled for vLLM 0.10.2 (its lockstep ranks are read from 0.11.0)"),
+    (vllm("0.10.2", command="vllm serve x -dp 4"), "engine.command '-dp 4': 4 is not modelled for vLLM 0.10.2"),
+    (vllm("0.13.0", model="mixtral-8x7b", data_parallel_size=2, tensor_parallel_size=2),
+     "engine.data_parallel_size: 2 is not modelled for a mixture-of-experts model's ranks"),
+    (vllm("0.12.0", data_parallel_size=2, pipeline_parallel_size=2),
+     "engine.data_parallel_size: 2 beside pipeline_parallel_size 2 is not modelled for vLLM 0.12.0"),
     (vllm("0.14.0", model="mixtral-8x7b", data_parallel_size=2, tensor_parallel_size=2),
      "engine.data_parallel_size: 2 is not modelled for a mixture-of-experts model's ranks"),
     (vllm(data_parallel_size=4, hardware={"num_replicas": 2}),
@@ -73,10 +78,39 @@ def test_from_0_27_the_ranks_run_as_the_same_replicas_behind_one_front_end_would
     (vllm(data_parallel_size=0), "engine.data_parallel_size: 0 is not allowed; allowed: a whole number >= 1"),
     (vllm("0.8.2", data_parallel_size=2), "engine.data_parallel_size: not a flag of vllm 0.8.2"),
 ])
-def test_lockstep_ranks_and_contradictions_are_refused_in_one_line(raw, message):
+def test_unread_and_unpriced_ranks_and_contradictions_are_refused_in_one_line(raw, message):
     with pytest.raises(ConfigError) as err:
         validate_scenario(raw)
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
+
+
+@pytest.mark.parametrize("version, flags, padded", [
+    ("0.11.0", {}, True),
+    ("0.11.0", {"enforce_eager": True}, False),  # get_dp_padding: no padding when eager
+    ("0.11.0", {"compilation_config": {"cudagraph_mode": "NONE"}}, True),  # 0.11.0 reads enforce_eager only
+    ("0.12.0", {"compilation_config": {"cudagraph_mode": "NONE"}}, False),  # allow_dp_padding: graph mode not NONE
+    ("0.13.0", {}, True),
+])
+def test_to_0_13_the_ranks_step_in_lockstep_padded_as_the_release_pads(version, flags, padded):
+    scenario = validate_scenario(vllm(version, data_parallel_size=2, **flags))
+    assert scenario.hardware.num_replicas == 2 and scenario.hardware.router == "least_outstanding"
+    assert (scenario.hardware.lockstep.pad_tokens, scenario.hardware.lockstep.idle_check_steps) == (padded, 32)
+    assert any("stepping in lockstep" in note for note in scenario.engine.notes)
+
+
+def test_to_0_13_the_ranks_are_the_scenario_s_lockstep_replicas():
+    """Known answer: 0.13.0's --data-parallel-size 2 is two lockstep replicas, least outstanding first, behind the
+    same front-end: the same records; apart, the same replicas finish their requests sooner or as soon."""
+    ranks = validate_scenario(vllm("0.13.0", data_parallel_size=2, num_requests=60))
+    hardware = {"num_replicas": 2, "router": "least_outstanding", "lockstep": {}}
+    replicas = validate_scenario({**vllm("0.13.0", num_requests=60, hardware=hardware),
+                                  "frontend": ranks.frontend.model_dump()})
+    first, second = simulate(ranks), simulate(replicas)
+    assert first.requests.equals(second.requests)
+    assert first.extras["engine_core"] == "python (a lockstep data-parallel rank)"
+    apart = validate_scenario({**vllm("0.13.0", num_requests=60, hardware={**hardware, "lockstep": None}),
+                               "frontend": ranks.frontend.model_dump()})
+    assert simulate(apart).summary["ttft_s_mean"] <= first.summary["ttft_s_mean"]
 
 
 def test_one_rank_is_every_release_s_single_engine():

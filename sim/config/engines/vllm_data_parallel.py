@@ -7,8 +7,12 @@ vllm/v1/worker/dp_utils.py and vllm/entrypoints/cli/serve.py with openai/cli_arg
 
 - to 0.13.x every rank runs DPEngineCoreProc, a dense model's too: an idle rank runs dummy batches while any rank
   has work, the ranks all-reduce whether any has unfinished requests every 32 steps, and each step all-reduces the
-  ranks' token counts and pads every rank to the most (coordinate_batch_across_dp, with CUDA graphs). Lockstep
-  ranks are not modelled: refused in one line.
+  ranks' token counts and pads every rank to the most (0.11.0: get_dp_padding in gpu_model_runner.py, unless
+  --enforce-eager; 0.12.0-0.13.x: coordinate_batch_across_dp, unless the CUDA-graph mode is NONE). From 0.11.0 a
+  dense model's ranks run as such a lockstep group (`hardware.lockstep`, sim/core/lockstep.py); before 0.11.0
+  (not read) they are refused in one line. The load balancer's score is 4 x waiting + running, from the counts
+  every engine publishes through the coordinator (about every 100 ms) plus the server's own sends since:
+  `least_outstanding` here (waiting and running weighed alike, the counts current; said).
 - from 0.14.0 a dense (non-MoE) model's ranks are "completely independent, so treat like DP=1": D engines of
   tp x pp GPUs each, each derived as one server would be, behind the API server(s). A mixture-of-experts model's
   ranks stay in lockstep (DPEngineCoreProc; its experts spread over every rank): refused in one line.
@@ -21,6 +25,9 @@ vllm/v1/worker/dp_utils.py and vllm/entrypoints/cli/serve.py with openai/cli_arg
   servers) and its published waiting + running, plus 6 x waiting x (KV usage - 0.5) above half-full KV, ties going
   to the next engine in turn: the fewest outstanding requests, `least_outstanding` here (ties to the lowest index;
   the published counts' staleness and the KV term not modelled).
+- a mixture of experts keeps its ranks in lockstep in every release, its experts spread over every rank's GPUs
+  (each rank's tokens through every rank's experts): the experts' pricing over the ranks is not modelled, so it
+  is refused in one line.
 - --api-server-count: 1 unless given to 0.14.x, the data-parallel size from 0.16.0 (serve.py, internal balancing).
 """
 
@@ -29,9 +36,13 @@ from __future__ import annotations
 from typing import Any
 
 from sim.config.engines.base import Context, dotted_version
+from sim.config.engines.vllm_graphs import vllm_graph_mode
 from sim.errors import ConfigError
 
 VLLM_DENSE_DATA_PARALLEL_SINCE = (0, 14, 0)  # a dense model's ranks independent (run_engine_core)
+VLLM_LOCKSTEP_READ_SINCE = (0, 11, 0)  # the first release whose lockstep ranks were read (DPEngineCoreProc)
+VLLM_DP_PADDING_BY_GRAPH_MODE_SINCE = (0, 12, 0)  # coordinate_batch_across_dp: padded unless the graph mode is NONE
+VLLM_DP_IDLE_CHECK_STEPS = 32  # DPEngineCoreProc._has_global_unfinished_reqs: the all-reduce every 32 steps
 VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE = (0, 27, 0)  # every engine publishes its counts; in-flight score
 VLLM_API_SERVER_PER_RANK_SINCE = (0, 15)  # --api-server-count defaults to the DP size (0.15.x as 0.16.0)
 
@@ -43,12 +54,11 @@ def vllm_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], 
     ranks = ctx.flags.get("data_parallel_size", 1)
     if ranks == 1:
         return {}, {}
-    first = dotted_version(VLLM_DENSE_DATA_PARALLEL_SINCE)
-    if ctx.version < VLLM_DENSE_DATA_PARALLEL_SINCE:
-        raise ConfigError(f"engine.data_parallel_size: {ranks} is not modelled for vLLM {ctx.version_text}, whose "
-                          "data-parallel ranks run in lockstep (dummy batches on idle ranks, each step padded to the "
-                          f"busiest rank's tokens); allowed: 1, vLLM {first} or later with a dense model, or "
-                          "independent servers (hardware.num_replicas)")
+    first, read = dotted_version(VLLM_DENSE_DATA_PARALLEL_SINCE), dotted_version(VLLM_LOCKSTEP_READ_SINCE)
+    if ctx.version < VLLM_LOCKSTEP_READ_SINCE:
+        raise ConfigError(f"engine.data_parallel_size: {ranks} is not modelled for vLLM {ctx.version_text} (its "
+                          f"lockstep ranks are read from {read}); allowed: 1, vLLM {read} or later with a dense "
+                          "model, or independent servers (hardware.num_replicas)")
     if ctx.model is None or ctx.model.is_moe:
         what = "a mixture-of-experts model's" if ctx.model is not None else "an unresolved model's"
         raise ConfigError(f"engine.data_parallel_size: {ranks} is not modelled for {what} ranks, which vLLM runs in "
@@ -56,7 +66,23 @@ def vllm_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], 
                           "the TP group: --enable-expert-parallel), or independent servers (hardware.num_replicas)")
     values: dict[str, Any] = {"frontend.replicas_per_server": ranks}
     from_flags = {"frontend.replicas_per_server": "data_parallel_size"}
-    if ctx.version < VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE:
+    lockstep = ctx.version < VLLM_DENSE_DATA_PARALLEL_SINCE
+    if lockstep and ctx.pipeline_parallel > 1:
+        raise ConfigError(f"engine.data_parallel_size: {ranks} beside pipeline_parallel_size {ctx.pipeline_parallel} "
+                          f"is not modelled for vLLM {ctx.version_text}, whose ranks run in lockstep; allowed: 1, "
+                          f"pipeline_parallel_size 1, or vLLM {first} or later")
+    if lockstep:
+        padded, why = _vllm_dp_padding(ctx)
+        values["hardware.lockstep"] = {"pad_tokens": padded, "idle_check_steps": VLLM_DP_IDLE_CHECK_STEPS}
+        from_flags["hardware.lockstep"] = "data_parallel_size"
+        values["hardware.router"] = "least_outstanding"
+        dealt = ("to the least loaded (least_outstanding: the load balancer scores 4 x waiting + running from counts "
+                 "published about every 100 ms; waiting and running weighed alike and the counts current here)")
+        padding = "each rank padded to the most tokens" if padded else f"no padding ({why})"
+        how = (f"{ranks} ranks of {ctx.tensor_parallel} GPU(s) each stepping in lockstep (hardware.lockstep: a step "
+               f"lasts the slowest rank's, {padding}, idle ranks running dummy forwards until a check every "
+               f"{VLLM_DP_IDLE_CHECK_STEPS} steps finds no work), as every release before {first} runs them")
+    elif ctx.version < VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE:
         values["hardware.router"] = "round_robin"
         dealt = ("in turn (round_robin: the load balancer's counts are the server's own sends, as a dense model's "
                  "engines publish none; the coordinator's zeros every 5 s restart the turn, not modelled)")
@@ -64,12 +90,26 @@ def vllm_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], 
         values["hardware.router"] = "least_outstanding"
         dealt = ("to the engine with the fewest outstanding (least_outstanding: the load balancer's in-flight "
                  "count; its published counts' staleness, its KV-pressure term and its rotating ties not modelled)")
+    if not lockstep:
+        how = (f"{ranks} independent engines of {ctx.tensor_parallel * ctx.pipeline_parallel} GPU(s) each, as a "
+               f"dense model's ranks run from {first}")
     servers = ctx.flags.get("api_server_count")
     if servers is None:
         servers = ranks if ctx.version >= VLLM_API_SERVER_PER_RANK_SINCE else 1
         values["frontend.num_processes"] = servers  # a default: the scenario's own frontend.num_processes wins
-    notes.append(f"vLLM {ctx.version_text} --data-parallel-size {ranks}: {ranks} independent engines of "
-                 f"{ctx.tensor_parallel * ctx.pipeline_parallel} GPU(s) each (hardware.num_replicas {ranks}), as "
-                 f"a dense model's ranks run from {first}, behind {servers} API server process(es) "
-                 f"(frontend.replicas_per_server {ranks}), requests dealt {dealt}")
+    notes.append(f"vLLM {ctx.version_text} --data-parallel-size {ranks}: {how} (hardware.num_replicas {ranks}), "
+                 f"behind {servers} API server process(es) (frontend.replicas_per_server {ranks}), requests dealt "
+                 f"{dealt}")
     return values, from_flags
+
+
+def _vllm_dp_padding(ctx: Context) -> tuple[bool, str]:
+    """(whether lockstep ranks pad to the most tokens, why not): 0.11.0 pads unless --enforce-eager (get_dp_padding),
+    0.12.0-0.13.x unless the CUDA-graph mode resolves to NONE (coordinate_batch_across_dp's allow_dp_padding)."""
+    if ctx.flags.get("enforce_eager"):
+        return False, "--enforce-eager"
+    if ctx.version >= VLLM_DP_PADDING_BY_GRAPH_MODE_SINCE:
+        mode, why = vllm_graph_mode(ctx)
+        if mode == "NONE":
+            return False, f"CUDA-graph mode NONE: {why}"
+    return True, ""

@@ -1,0 +1,137 @@
+"""Lockstep data parallelism in the event model: replicas that are one engine's data-parallel ranks.
+
+Each rank is a replica (its own scheduler, KV cache and requests, routed to as any replica), but the ranks step
+together, as vLLM's DPEngineCoreProc runs them (vllm/v1/engine/core.py run_busy_loop, read in 0.11.0-0.13.0;
+the padding: vllm/v1/worker/gpu_model_runner.py get_dp_padding in 0.11.0, vllm/v1/worker/dp_utils.py
+coordinate_batch_across_dp from 0.12.0):
+
+- before each forward the ranks all-reduce their token counts, and, unless the engine runs eager (no CUDA
+  graphs), every rank runs the most of them: its own batch padded to the busiest rank's tokens. The all-reduce is
+  a barrier, so a step lasts as long as the slowest rank's;
+- while a wave runs, a rank with nothing scheduled runs a dummy forward (`execute_dummy_batch`: one token,
+  padded likewise, no sampling);
+- the wave ends only when the all-reduce of "any unfinished request anywhere", held every `idle_check_steps`
+  (32) steps of the wave, finds none: the ranks run dummy forwards until then. A request reaching an idle group
+  starts a new wave on every rank.
+
+One SimPy process steps the group: each rank schedules its own batch, each rank's step (or dummy forward) is
+priced by its own cost model, the step lasts the longest of them, then each rank applies its own outcome. A rank's
+step row lasts the group's step; dummy forwards have no row (`LockstepGroup.num_dummy_forwards` counts them).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import simpy
+
+from sim.core.engine import Replica, Simulation
+from sim.core.step_plan import StepPlan
+
+PROGRESS_EVERY_STEPS = 2048  # as often as the plain engine reports
+
+
+def padded_plan(plan: StepPlan, num_tokens: int) -> StepPlan:
+    """`plan` run with `num_tokens` tokens: the shortfall as padding sequences of one query token each (a
+    speculative plan's: of its query tokens, rounded up), attending one token, sampling nothing."""
+    short = num_tokens - plan.num_tokens
+    if short <= 0:
+        return plan
+    pad = -(-short // plan.decode_query_tokens)
+    return dataclasses.replace(plan, num_decode_seqs=plan.num_decode_seqs + pad,
+                               num_padding_seqs=plan.num_padding_seqs + pad,
+                               decode_context_tokens=plan.decode_context_tokens + pad)
+
+
+def dummy_plan(num_tokens: int) -> StepPlan:
+    """An idle rank's dummy forward of `num_tokens` tokens (one, padded to the group's most)."""
+    return StepPlan(num_decode_seqs=num_tokens, num_padding_seqs=num_tokens, decode_context_tokens=num_tokens)
+
+
+class LockstepGroup:
+    """The ranks of one lockstep data-parallel engine and the process that steps them."""
+
+    def __init__(self, ranks: list[LockstepRank], pad_tokens: bool, idle_check_steps: int):
+        self.ranks = ranks
+        self.pad_tokens = pad_tokens
+        self.idle_check_steps = idle_check_steps
+        self.num_steps = 0  # forwards every rank ran together
+        self.num_dummy_forwards = 0  # rank forwards with nothing scheduled
+
+    def _wait_for_work(self, env: simpy.Environment, start: float):
+        """Idle: wait until a request reaches any rank, or a rank's timed retry."""
+        wake = env.event()
+        for rank in self.ranks:
+            rank.wakeup = wake
+        retries = [s.next_wake_s for s in (r.scheduler for r in self.ranks)
+                   if s.next_wake_s is not None and s.next_wake_s > start]
+        yield (wake | env.timeout(min(retries) - start)) if retries else wake
+        for rank in self.ranks:
+            rank.wakeup = None
+
+    def process(self, sim: Simulation, env: simpy.Environment):
+        ranks = self.ranks
+        draws = sim.step_draws
+        perturb = sim.draw_functions[0] if draws is not None else None
+        running = False  # a wave is running: every rank steps
+        wave_steps = 0
+        while sim.stopped_early_s is None:
+            start = env.now
+            plans = [rank.scheduler.schedule(start) for rank in ranks]
+            if not running and all(plan is None for plan in plans):
+                yield from self._wait_for_work(env, start)
+                continue
+            running = True
+            waiting = [rank.scheduler.num_waiting for rank in ranks]
+            most = max((plan.num_tokens for plan in plans if plan is not None), default=1)
+            priced, costs, times = [], [], []
+            for rank, plan in zip(ranks, plans):
+                if plan is None:
+                    self.num_dummy_forwards += 1
+                run = dummy_plan(most if self.pad_tokens else 1) if plan is None else (
+                    padded_plan(plan, most) if self.pad_tokens else plan)
+                cost = rank.cost_model.step_cost(run)
+                time_s = cost.time_s
+                if draws is not None:
+                    time_s = perturb(draws, time_s, rank.index, self.num_steps, run.num_prefill_tokens > 0)
+                priced.append(run)
+                costs.append(cost)
+                times.append(time_s)
+            yield env.timeout(max(times))
+            self.num_steps += 1
+            for rank, plan, run, cost, num_waiting in zip(ranks, plans, priced, costs, waiting):
+                if plan is None:
+                    continue
+                outcome = rank.scheduler.update_from_output(plan, env.now)
+                sim.record_step(rank, run, outcome, start, env.now - start, num_waiting, cost.flops, cost.bytes)
+                if outcome.finished:
+                    sim.finish_requests(rank, outcome.finished, start)
+            wave_steps += 1
+            if wave_steps == self.idle_check_steps:  # the all-reduce of unfinished requests anywhere
+                wave_steps = 0
+                running = any(rank.num_outstanding for rank in ranks)
+            if sim.stop_when is not None and sim.stop_when(sim):
+                sim.stopped_early_s = env.now
+            if sim.progress is not None and self.num_steps % PROGRESS_EVERY_STEPS == 0:
+                sim.progress(env.now, sim.num_done)
+
+
+class LockstepRank(Replica):
+    """One data-parallel rank of a `LockstepGroup`: the first rank runs the group's process."""
+
+    kind = "a lockstep data-parallel rank"
+
+    def __init__(self, index: int, scheduler, cost_model):
+        super().__init__(index, scheduler, cost_model)
+        self.group: LockstepGroup | None = None  # set by `lockstep_group`
+
+    def engine_processes(self, sim: Simulation, env: simpy.Environment) -> list:
+        return [self.group.process(sim, env)] if self.group.ranks[0] is self else []
+
+
+def lockstep_group(ranks: list[LockstepRank], pad_tokens: bool, idle_check_steps: int) -> LockstepGroup:
+    """Join `ranks` into one group (each rank learns its group)."""
+    group = LockstepGroup(ranks, pad_tokens, idle_check_steps)
+    for rank in ranks:
+        rank.group = group
+    return group
