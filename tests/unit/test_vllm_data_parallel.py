@@ -93,16 +93,16 @@ def test_unread_and_unpriced_ranks_and_contradictions_are_refused_in_one_line(ra
 ])
 def test_to_0_13_the_ranks_step_in_lockstep_padded_as_the_release_pads(version, flags, padded):
     scenario = validate_scenario(vllm(version, data_parallel_size=2, **flags))
-    assert scenario.hardware.num_replicas == 2 and scenario.hardware.router == "least_outstanding"
+    assert scenario.hardware.num_replicas == 2 and scenario.hardware.router == "least_loaded"
     assert (scenario.hardware.lockstep.pad_tokens, scenario.hardware.lockstep.idle_check_steps) == (padded, 32)
     assert any("stepping in lockstep" in note for note in scenario.engine.notes)
 
 
 def test_to_0_13_the_ranks_are_the_scenario_s_lockstep_replicas():
-    """Known answer: 0.13.0's --data-parallel-size 2 is two lockstep replicas, least outstanding first, behind the
+    """Known answer: 0.13.0's --data-parallel-size 2 is two lockstep replicas, least loaded first, behind the
     same front-end: the same records; apart, the same replicas finish their requests sooner or as soon."""
     ranks = validate_scenario(vllm("0.13.0", data_parallel_size=2, num_requests=60))
-    hardware = {"num_replicas": 2, "router": "least_outstanding", "lockstep": {}}
+    hardware = {"num_replicas": 2, "router": "least_loaded", "lockstep": {}}
     replicas = validate_scenario({**vllm("0.13.0", num_requests=60, hardware=hardware),
                                   "frontend": ranks.frontend.model_dump()})
     first, second = simulate(ranks), simulate(replicas)

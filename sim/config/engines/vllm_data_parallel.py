@@ -12,7 +12,7 @@ vllm/v1/worker/dp_utils.py and vllm/entrypoints/cli/serve.py with openai/cli_arg
   dense model's ranks run as such a lockstep group (`hardware.lockstep`, sim/core/lockstep.py); before 0.11.0
   (not read) they are refused in one line. The load balancer's score is 4 x waiting + running, from the counts
   every engine publishes through the coordinator (about every 100 ms) plus the server's own sends since:
-  `least_outstanding` here (waiting and running weighed alike, the counts current; said).
+  `least_loaded` here (the counts current; said).
 - from 0.14.0 a dense (non-MoE) model's ranks are "completely independent, so treat like DP=1": D engines of
   tp x pp GPUs each, each derived as one server would be, behind the API server(s). A mixture-of-experts model's
   ranks stay in lockstep (DPEngineCoreProc; its experts spread over every rank): refused in one line.
@@ -75,9 +75,9 @@ def vllm_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], 
         padded, why = _vllm_dp_padding(ctx)
         values["hardware.lockstep"] = {"pad_tokens": padded, "idle_check_steps": VLLM_DP_IDLE_CHECK_STEPS}
         from_flags["hardware.lockstep"] = "data_parallel_size"
-        values["hardware.router"] = "least_outstanding"
-        dealt = ("to the least loaded (least_outstanding: the load balancer scores 4 x waiting + running from counts "
-                 "published about every 100 ms; waiting and running weighed alike and the counts current here)")
+        values["hardware.router"] = "least_loaded"
+        dealt = ("to the least loaded (least_loaded: the load balancer's 4 x waiting + running, from counts "
+                 "published about every 100 ms, current here)")
         padding = "each rank padded to the most tokens" if padded else f"no padding ({why})"
         how = (f"{ranks} ranks of {ctx.tensor_parallel} GPU(s) each stepping in lockstep (hardware.lockstep: a step "
                f"lasts the slowest rank's, {padding}, idle ranks running dummy forwards until a check every "
