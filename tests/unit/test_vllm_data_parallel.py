@@ -98,6 +98,15 @@ def test_to_0_13_the_ranks_step_in_lockstep_padded_as_the_release_pads(version, 
     assert any("stepping in lockstep" in note for note in scenario.engine.notes)
 
 
+def test_the_scenario_s_own_lockstep_and_router_win_over_the_release_s():
+    own = validate_scenario(vllm("0.13.0", data_parallel_size=2, hardware={"lockstep": {"pad_tokens": False},
+                                                                            "router": "round_robin"}))
+    assert (own.hardware.lockstep.pad_tokens, own.hardware.router) == (False, "round_robin")  # a what-if kept
+    assert any(note.endswith("(the scenario's own hardware.lockstep applies; the scenario's own hardware.router "
+                             "applies)") for note in own.engine.notes)
+    assert validate_scenario(vllm("0.13.0", data_parallel_size=2, hardware={"lockstep": None})).hardware.lockstep is None
+
+
 def test_to_0_13_the_ranks_are_the_scenario_s_lockstep_replicas():
     """Known answer: 0.13.0's --data-parallel-size 2 is two lockstep replicas, least loaded first, behind the
     same front-end: the same records; apart, the same replicas finish their requests sooner or as soon."""

@@ -74,7 +74,6 @@ def vllm_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], 
     if lockstep:
         padded, why = _vllm_dp_padding(ctx)
         values["hardware.lockstep"] = {"pad_tokens": padded, "idle_check_steps": VLLM_DP_IDLE_CHECK_STEPS}
-        from_flags["hardware.lockstep"] = "data_parallel_size"
         values["hardware.router"] = "least_loaded"
         dealt = ("to the least loaded (least_loaded: the load balancer's 4 x waiting + running, from counts "
                  "published about every 100 ms, current here)")
@@ -97,9 +96,11 @@ def vllm_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], 
     if servers is None:
         servers = ranks if ctx.version >= VLLM_API_SERVER_PER_RANK_SINCE else 1
         values["frontend.num_processes"] = servers  # a default: the scenario's own frontend.num_processes wins
+    given = [key for key in ("lockstep", "router") if key in (ctx.raw.get("hardware") or {})]
+    own = "; ".join(f"the scenario's own hardware.{key} applies" for key in given)
     notes.append(f"vLLM {ctx.version_text} --data-parallel-size {ranks}: {how} (hardware.num_replicas {ranks}), "
                  f"behind {servers} API server process(es) (frontend.replicas_per_server {ranks}), requests dealt "
-                 f"{dealt}")
+                 f"{dealt}" + (f" ({own})" if own else ""))
     return values, from_flags
 
 
