@@ -104,7 +104,8 @@ def test_the_scenario_s_own_lockstep_and_router_win_over_the_release_s():
     assert (own.hardware.lockstep.pad_tokens, own.hardware.router) == (False, "round_robin")  # a what-if kept
     assert any(note.endswith("(the scenario's own hardware.lockstep applies; the scenario's own hardware.router "
                              "applies)") for note in own.engine.notes)
-    assert validate_scenario(vllm("0.13.0", data_parallel_size=2, hardware={"lockstep": None})).hardware.lockstep is None
+    apart = validate_scenario(vllm("0.13.0", data_parallel_size=2, hardware={"lockstep": None}))
+    assert apart.hardware.lockstep is None
 
 
 def test_to_0_13_the_ranks_are_the_scenario_s_lockstep_replicas():
