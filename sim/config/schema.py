@@ -198,8 +198,8 @@ class HardwareSpec(_Strict):
     num_replicas: int = Field(1, ge=1, le=MAX_REPLICAS)
     router: Literal["round_robin", "least_outstanding", "least_loaded", "random"] = Field(
         "round_robin", description="which replica an arriving request goes to: round_robin (in turn), "
-        "least_outstanding (fewest routed and unfinished), least_loaded (lowest 4 x waiting + running: vLLM 0.8-0.26's "
-        "data-parallel load balancer), random")
+        "least_outstanding (fewest routed and unfinished), least_loaded (lowest 4 x waiting + running: vLLM's "
+        "data-parallel load balancer to 0.26), random")
     lockstep: LockstepSpec | None = Field(
         None, description="the replicas step together as one engine's data-parallel ranks; absent: independent")
     disaggregation: DisaggregationSpec | None = Field(

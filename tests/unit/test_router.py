@@ -11,7 +11,7 @@ def replica(index: int, waiting: int, running: int):
 
 
 def test_least_loaded_weighs_a_waiting_request_as_four_running_ones():
-    # vLLM 0.8-0.26's score, 4 x waiting + running: 4 for one waiting, 3 for three running
+    # vLLM's score to 0.26, 4 x waiting + running: 4 for one waiting, 3 for three running
     replicas = [replica(0, 1, 0), replica(1, 0, 3)]
     assert make_router("least_loaded", 0).choose(replicas, None).index == 1
     assert make_router("least_outstanding", 0).choose(replicas, None).index == 0  # 1 outstanding against 3
