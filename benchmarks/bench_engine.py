@@ -3,12 +3,14 @@
 Continuous batching + paged KV, Llama-3.1-8B on one H100, ShareGPT-like lengths, Poisson arrivals at
 about 80% of the sustainable rate (with the roofline). Run:
     .venv/bin/python benchmarks/bench_engine.py [--exact] [--python] [--cost-model KIND] [--engine NAME:VERSION]
-        [--replicas N] [counts...]
+        [--replicas N] [--lockstep] [counts...]
 --cost-model: roofline (default), measured, calibrated (the shipped H100 whole-step profile), or learned.
 --python: the SimPy engine even where the compiled core (sim/compiled, numba) could run it (run.compiled_core).
 --engine: an engine preset (sim/config/engines/, e.g. sglang:0.5.3.post3): its scheduling rule, CPU terms and
 front-end (the fitted latency, where its version has one), over the same workload and cost model.
 --replicas: N replicas of it behind the least-outstanding router, at N times the rate.
+--lockstep: those replicas step as one lockstep group's data-parallel ranks (hardware.lockstep's defaults: padded,
+the idle check every 32 steps; sim/core/lockstep.py), in exact steps as the group runs them.
 The compiled core's first call in a fresh checkout compiles it (~10 s, cached under __pycache__ after): one
 warm-up run of 1,000 requests comes first and is not reported.
 Prints one Markdown row per count (paste into benchmarks/RESULTS.md).
@@ -37,7 +39,7 @@ COST_MODELS = {"roofline": {"kind": "roofline"}, "measured": {"kind": "measured"
 
 
 def scenario(num_requests: int, fast_decode: bool = True, cost_model: str = "roofline", compiled: bool = True,
-             engine: str | None = None, replicas: int = 1):
+             engine: str | None = None, replicas: int = 1, lockstep: bool = False):
     raw = {
         "name": f"bench-{num_requests}",
         "model": "llama-3.1-8b",
@@ -50,6 +52,8 @@ def scenario(num_requests: int, fast_decode: bool = True, cost_model: str = "roo
         "cost_model": COST_MODELS[cost_model],
         "run": {"seed": 0, "num_requests": num_requests, "fast_decode": fast_decode, "compiled_core": compiled},
     }
+    if lockstep:
+        raw["hardware"]["lockstep"] = {}
     if engine:  # the preset's values under the scenario's own: max_num_seqs 256 and block 16 stay as above
         name, _, version = engine.partition(":")
         raw["engine"] = {"name": name, "version": version}
@@ -63,17 +67,18 @@ def peak_rss_mib() -> float:
 
 
 def main(counts: list[int], fast_decode: bool = True, cost_model: str = "roofline", compiled: bool = True,
-         engine: str | None = None, replicas: int = 1) -> None:
+         engine: str | None = None, replicas: int = 1, lockstep: bool = False) -> None:
     print(f"# {cpuinfo()['cpu_model']}, {os.cpu_count()} hardware threads, Python {platform.python_version()}, "
           f"cost model {cost_model}, {'fast decode runs' if fast_decode else 'exact steps'}"
-          + (f", engine {engine}" if engine else "") + (f", {replicas} replicas" if replicas > 1 else ""))
-    warm = simulate(scenario(1000, fast_decode, cost_model, compiled, engine, replicas))  # compiles (or loads) the core
+          + (f", engine {engine}" if engine else "") + (f", {replicas} replicas" if replicas > 1 else "")
+          + (", stepping in lockstep" if lockstep else ""))
+    warm = simulate(scenario(1000, fast_decode, cost_model, compiled, engine, replicas, lockstep))  # compiles the core
     print(f"# engine: {warm.extras['engine_core']}")
     print("| requests | generate (s) | simulate (s) | steps | simulated req/s of wall time | sim time (s) "
           "| peak RSS (MiB) |")
     print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
     for n in counts:
-        sc = scenario(n, fast_decode, cost_model, compiled, engine, replicas)
+        sc = scenario(n, fast_decode, cost_model, compiled, engine, replicas, lockstep)
         t0 = time.perf_counter()
         workload = make_workload(sc)
         t1 = time.perf_counter()
@@ -84,7 +89,7 @@ def main(counts: list[int], fast_decode: bool = True, cost_model: str = "rooflin
 
 
 if __name__ == "__main__":
-    args = [a for a in sys.argv[1:] if a not in ("--exact", "--python")]  # --exact: run.fast_decode false
+    args = [a for a in sys.argv[1:] if a not in ("--exact", "--python", "--lockstep")]  # --exact: fast_decode false
     cost = "roofline"
     if "--cost-model" in args:
         i = args.index("--cost-model")
@@ -105,4 +110,4 @@ if __name__ == "__main__":
             sys.exit("--replicas: allowed: a whole number >= 1")
         del args[i:i + 2]
     main([int(x) for x in args] or [10_000, 100_000, 1_000_000], fast_decode="--exact" not in sys.argv, cost_model=cost,
-         compiled="--python" not in sys.argv, engine=engine, replicas=replicas)
+         compiled="--python" not in sys.argv, engine=engine, replicas=replicas, lockstep="--lockstep" in sys.argv)

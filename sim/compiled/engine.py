@@ -1,7 +1,8 @@
 """The compiled engine core: when a simulation is in its scope, run it through `sim.compiled.kernel`
 (numba) instead of the SimPy loop, with identical records (issue 15).
 
-In scope: one replica or several behind a round-robin or least-outstanding router, open arrivals (any horizon),
+In scope: one replica or several behind any router but the random one, or the ranks of one
+lockstep group (sim/core/lockstep.py, exact steps), open arrivals (any horizon),
 `ContinuousScheduler` with the plain decode tracker and last-admitted recompute preemption, under any engine's
 scheduling rule (sim/sched/rules.py), one sequence per request, `PagedKVManager` with or without automatic prefix
 caching (sim/compiled/prefix_cache.py) and a hybrid model's window blocks, without forks or a sliding window on every
@@ -22,7 +23,7 @@ import numpy as np
 
 from sim.compiled import prefix_cache
 from sim.core.request import Request
-from sim.core.router import LeastOutstandingRouter, RoundRobinRouter
+from sim.core.router import FewestWaitingRouter, LeastLoadedRouter, LeastOutstandingRouter, RoundRobinRouter
 from sim.cost.draws import no_draws
 from sim.kv import prefix_index
 from sim.machine import plain_pages
@@ -56,11 +57,14 @@ _MAX_START_ROWS = 1 << 23
 # RequestLog's status code of each kernel request state at the end (NOT_ARRIVED, WAITING, RUNNING, FINISHED,
 # REJECTED): none, unfinished, unfinished, finished, rejected.
 _FINAL_STATUS = np.array([-1, 1, 1, 0, 2], dtype=np.int64)
+_ROUTERS = {RoundRobinRouter: "ROUTER_ROUND_ROBIN", LeastOutstandingRouter: "ROUTER_LEAST_OUTSTANDING",
+            LeastLoadedRouter: "ROUTER_LEAST_LOADED", FewestWaitingRouter: "ROUTER_FEWEST_WAITING"}  # its code of each
 
 
 def _scope(sim) -> tuple[str, tuple | None]:
     """(why `sim` cannot run compiled, or ""; its cost model's `compiled_params()` when it can)."""
     from sim.core.engine import Replica
+    from sim.core.lockstep import LockstepRank
     from sim.kv.paged import PagedKVManager
     from sim.sched.continuous import ContinuousScheduler
     from sim.sched.decode import DecodeTracker
@@ -69,10 +73,11 @@ def _scope(sim) -> tuple[str, tuple | None]:
         return "a stop rule without compiled_params", None
     if sim.closed_loop_users:
         return "a closed loop", None
-    other = next((r for r in sim.replicas if type(r) is not Replica), None)
+    kind = LockstepRank if _one_lockstep_group(sim.replicas) else Replica
+    other = next((r for r in sim.replicas if type(r) is not kind), None)
     if other is not None:
         return other.kind, None
-    if type(sim.router) not in (RoundRobinRouter, LeastOutstandingRouter):
+    if type(sim.router) not in _ROUTERS:
         return f"the {type(sim.router).__name__}", None
     if sim.env.now != 0 or sim.num_requests == 0:
         return "a started or empty simulation", None
@@ -106,6 +111,14 @@ def _scope(sim) -> tuple[str, tuple | None]:
         if replica.cost_model is not cost_model and not same_prices(replica.cost_model.compiled_params(), price):
             return "replicas priced differently", None
     return "", price
+
+
+def _one_lockstep_group(replicas) -> bool:
+    """Whether the replicas are the ranks of one lockstep group, in order and not yet stepped (the core's lockstep
+    mode: sim/core/lockstep.py)."""
+    group = getattr(replicas[0], "group", None)
+    return (group is not None and len(group.ranks) == len(replicas)
+            and all(a is b for a, b in zip(group.ranks, replicas)) and group.num_steps == 0)
 
 
 def core_in_cache() -> bool:
@@ -200,7 +213,11 @@ def run_compiled(sim) -> bool:
     cfg[k.C_MAX_SEQS], cfg[k.C_MAX_BATCHED] = max_seqs, scheduler.max_num_batched_tokens
     cfg[k.C_CHUNKED], cfg[k.C_MAX_MODEL_LEN] = scheduler.chunked_prefill, scheduler.max_model_len
     cfg[k.C_NUM_BLOCKS], cfg[k.C_BLOCK_SIZE], cfg[k.C_FAST_DECODE] = kv.num_blocks, kv.block_size, sim.fast_decode
-    cfg[k.C_ROUTER] = k.ROUTER_ROUND_ROBIN if type(sim.router) is RoundRobinRouter else k.ROUTER_LEAST_OUTSTANDING
+    cfg[k.C_ROUTER] = getattr(k, _ROUTERS[type(sim.router)])
+    group = replicas[0].group if _one_lockstep_group(replicas) else None
+    if group is not None:  # the ranks step together (sim/core/lockstep.py); no decode runs, as its process takes none
+        cfg[k.C_LOCKSTEP], cfg[k.C_LS_PAD], cfg[k.C_LS_IDLE_CHECK] = 1, group.pad_tokens, group.idle_check_steps
+        cfg[k.C_FAST_DECODE] = 0
     pc = _prefix_cache_state(sim, kv, scheduler, num_replicas)
     cfg[k.C_PREFIX_CACHING], cfg[k.C_PREFIX_UNIT] = kv.prefix_cache is not None, sim.prefix_unit_tokens
     if kv.window_bytes_per_slot:  # a hybrid model's window blocks (every replica's manager alike: _scope)
@@ -252,7 +269,7 @@ def run_compiled(sim) -> bool:
         if code == k.DONE:
             _append_rows(log, sg, row_i, row_f, run_dur, run_i, k)
             break
-        if sg[k.G_ROWS] >= row_i.shape[1]:
+        if sg[k.G_ROWS] + num_replicas > row_i.shape[1]:  # (a lockstep group's step writes a row a rank)
             row_i, row_f = _doubled(row_i, int(sg[k.G_ROWS])), _doubled(row_f, int(sg[k.G_ROWS]))
         if sg[k.G_RUN_STEPS] + scheduler.max_model_len + 2 > run_dur.shape[0]:
             run_dur, run_i = _doubled(run_dur, int(sg[k.G_RUN_STEPS])), _doubled(run_i, int(sg[k.G_RUN_KV]))
@@ -303,6 +320,8 @@ def run_compiled(sim) -> bool:
             Request(int(i), float(arrival_s[i]), int(prompt[i]), int(max_out[i])))
     if sim.progress is not None:
         sim.progress(end_s, sim.num_done)
+    if group is not None:
+        group.num_steps, group.num_dummy_forwards = int(sg[k.G_LS_STEPS]), int(sg[k.G_LS_DUMMIES])
     sim.engine_core = "compiled"
     return True
 

@@ -1,6 +1,7 @@
 """The engine loop of `sim.core.engine` for its most common case, compiled with numba (issue 15).
 
-One replica or several (round-robin or least-outstanding routing), open arrivals (any horizon), continuous batching
+One replica or several (any routing but the random one), or one lockstep group's ranks
+(`_group_event`: sim/core/lockstep.py, exact steps), open arrivals (any horizon), continuous batching
 (`ContinuousScheduler`, chunked prefill or not, last-admitted recompute preemption), paged KV with or without
 automatic prefix caching (sim/compiled/prefix_cache.py; no forks, sliding window or swap), decode
 runs or exact steps, and a cost model with a compiled form (`sim.cost.compiled_pricing`: the roofline, a whole-step
@@ -28,6 +29,7 @@ from numba import njit
 
 from sim import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
 from sim.compiled import prefix_cache
+from sim.core.router import LeastLoadedRouter
 from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_parts
 from sim.cost.draws import perturb
 from sim.cost.overhead import with_overhead
@@ -54,6 +56,7 @@ DONE = 0
 FLUSH = 1  # an output buffer is (nearly) full, or the caller asked for its rows so far (a progress report): call again
 DIVERGED = 2  # two events at one time (an arrival and a step end, two step ends): SimPy's order decides
 UNPRICED = 3  # the cost model's compiled form cannot price a step as its Python form would: run the Python engine
+TAKEN = -1  # (between the loop's own functions) an event was taken: `run` goes on
 
 # Per-request state codes.
 NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
@@ -62,8 +65,8 @@ NOT_ARRIVED, WAITING, RUNNING, FINISHED, REJECTED = 0, 1, 2, 3, 4
 (I_CLOCK, I_ALLOC_CLOCK, I_MEMBERS, I_TOKEN_SUM, I_PF_SUM, I_FREE_BLOCKS, I_RUNNING, I_RUN_HEAD, I_RUN_TAIL,
  I_PF_HEAD, I_PF_TAIL, I_W_HEAD, I_W_COUNT, I_HEAP_SIZE, I_OUTSTANDING, I_BUSY, I_NUM_PF, I_NUM_DECODE,
  I_NUM_WAITING, I_NUM_PREFILL_TOKENS, I_NUM_PREEMPTED, I_NUM_STEPS, I_GROUP_LEFT, I_RESERVED, I_RATIO_RESET,
- I_NUM_PADDING, I_STEPS_DRAWN, I_WINDOW, I_RETURN_HEAD, I_RETURN_TAIL, I_W_TAIL) = range(31)
-NUM_SI = 31
+ I_NUM_PADDING, I_STEPS_DRAWN, I_WINDOW, I_RETURN_HEAD, I_RETURN_TAIL, I_W_TAIL, I_NUM_SAMPLED) = range(32)
+NUM_SI = 32
 # I_GROUP_LEFT: decode steps left in the current group (scheduler rule decode_steps_per_schedule); I_RESERVED: the
 # blocks of every running request's whole sequence (whole_output_reservation); I_RATIO_RESET: the decode clock at
 # the last preemption (new_token_ratio); I_NUM_PADDING: the step in flight's CUDA-graph padding sequences;
@@ -73,21 +76,26 @@ NUM_SI = 31
 # not ended, linked through Q_RUN_NEXT / Q_RUN_PREV (ContinuousScheduler._returning: they return at its end).
 # I_W_HEAD / I_W_TAIL / I_W_COUNT: the waiting queue, its first and last request (-1: empty) and its length, linked
 # through Q_RUN_NEXT / Q_RUN_PREV too: a request is in one of its replica's lists at a time (waiting, running,
-# returning), so the queues of every replica take no array of their own.
+# returning), so the queues of every replica take no array of their own. I_NUM_SAMPLED: the sequences the planned
+# step samples (a lockstep group plans every rank's step before it prices any).
 # Indices into the float64 per-replica array `fr[r]`: the step in flight.
 R_START, R_END, R_DURATION, R_FLOPS, R_BYTES = range(5)
 NUM_FR = 5
 # Indices into the int64 global state array `sg`.
 (G_NEXT_ARRIVAL, G_NUM_ARRIVED, G_NUM_DONE, G_IN_SYSTEM, G_ROWS, G_RUN_STEPS, G_RUN_KV, G_STEP_ID, G_RR,
  G_STOPPED, G_NUM_CHECKS, G_NUM_REJECTED, G_NUM_FINISHED, G_FIN_COUNTED, G_DONE_TTFT, G_DONE_TPOT, G_DONE_E2E,
- G_DONE_BAD) = range(18)
-NUM_SG = 18
+ G_DONE_BAD, G_LS_BUSY, G_LS_RUNNING, G_LS_WAVE_STEPS, G_LS_STEPS, G_LS_DUMMIES) = range(23)
+NUM_SG = 23
 # G_NUM_FINISHED: requests finished so far, their ids in order in req[Q_FIN_ORDER]; the stop rule has counted the
 # first G_FIN_COUNTED of them into G_DONE_* (finished requests over each limit, and over any), so that a check
 # reads only the requests finished since the last one and those in flight, not every request.
+# G_LS_*: a lockstep group (sim/core/lockstep.py): a group step in flight, a wave running, the wave's steps since its
+# last idle check, the group's steps and its ranks' dummy forwards (LockstepGroup.num_steps, num_dummy_forwards).
 # Indices into the float64 global state array `sf`.
-F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON, F_CHECK, F_STOPPED_AT, F_RATIO_INIT, F_RATIO_MIN = range(9)
-NUM_SF = 9  # the last two: the scheduling rule's new-token ratio (constants of the run)
+(F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON, F_CHECK, F_STOPPED_AT, F_RATIO_INIT, F_RATIO_MIN,
+ F_GROUP_END) = range(10)
+NUM_SF = 10  # F_RATIO_*: the scheduling rule's new-token ratio (constants of the run); F_GROUP_END: when a lockstep
+# group's step in flight ends
 # The stop rule's numbers (`SLOMissRule.compiled_params`; S_ON 0: no rule):
 # on, TTFT / TPOT / E2E limits (inf: none), violations that make a miss certain, the goodput fraction (NaN: none),
 # the requests the workload generates, seconds between checks.
@@ -97,8 +105,9 @@ NUM_S = 8
 (C_MAX_SEQS, C_MAX_BATCHED, C_CHUNKED, C_MAX_MODEL_LEN, C_NUM_BLOCKS, C_BLOCK_SIZE, C_FAST_DECODE,
  C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT, C_PREFILL_ONLY,
  C_WHOLE_PROMPT, C_PREFIX_CACHING, C_PREFIX_UNIT, C_WINDOW_SPAN, C_WINDOW_BYTES, C_SLOT_BYTES,
- C_PREFILL_CONTEXT, C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE, C_CAP_FAIR_SHARE) = range(25)
-NUM_CFG = 25
+ C_PREFILL_CONTEXT, C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE, C_CAP_FAIR_SHARE, C_LOCKSTEP, C_LS_PAD,
+ C_LS_IDLE_CHECK) = range(28)
+NUM_CFG = 28
 # C_MIXED .. C_WHOLE_PROMPT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
 # per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, whether a
 # step may be prefill-only (`prefill_only_steps`), and whole-prompt admission. C_PREFIX_CACHING: automatic prefix
@@ -106,9 +115,11 @@ NUM_CFG = 25
 # window blocks (`PagedKVManager.window_blocks`: the most blocks a window touches, a token's bytes in the sliding
 # layers, a token slot's; bytes 0: none). C_PREFILL_CONTEXT: the rule's prefill_context_tokens (0: none).
 # C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE, C_CAP_FAIR_SHARE: its max_prefill_chunk_tokens (0: none),
-# prefill_chunk_cap_when_alone and prefill_chunk_cap_fair_share. Past NUM_CFG: the sorted
+# prefill_chunk_cap_when_alone and prefill_chunk_cap_fair_share. C_LOCKSTEP: the replicas are one lockstep group's
+# ranks (sim/core/lockstep.py), C_LS_PAD its pad_tokens, C_LS_IDLE_CHECK its idle_check_steps. Past NUM_CFG: the sorted
 # CUDA-graph batch sizes (none: no padding).
-ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING = 0, 1
+ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING, ROUTER_LEAST_LOADED, ROUTER_FEWEST_WAITING = 0, 1, 2, 3
+WAITING_WEIGHT = LeastLoadedRouter.WAITING_WEIGHT  # the least-loaded router's weight of a waiting request
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
 # these two arrays, not one array each: numba passes every array argument as several machine words, and with
 # ~60 of them a call to `_start_step` cost more than the scheduling it does. The functions below index them in
@@ -234,14 +245,22 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, heap, bucket, plan, pf_snap
     max_seqs = cfg[C_MAX_SEQS]
     max_model_len = cfg[C_MAX_MODEL_LEN]
     horizon = sf[F_HORIZON]
+    lockstep = cfg[C_LOCKSTEP] != 0
+    rows_per_event = num_replicas if lockstep else 1
 
     while True:
-        if sg[G_ROWS] >= max_rows or sg[G_RUN_STEPS] + max_model_len + 2 > max_run_steps:
+        if sg[G_ROWS] + rows_per_event > max_rows or sg[G_RUN_STEPS] + max_model_len + 2 > max_run_steps:
             return FLUSH
         for r in range(num_replicas):
             if sr[r, I_HEAP_SIZE] + max_seqs + 1 > heap.shape[1]:
                 return FLUSH
         stopped = sg[G_STOPPED] != 0
+        if lockstep:
+            code = _group_event(sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, stop, req, reqf,
+                                heap, bucket, plan, pf_snap, run_tmp, row_i, row_f, run_dur, run_i, draws, pc)
+            if code != TAKEN:
+                return code
+            continue
         # The next event: the earliest step end (two at one time: SimPy's order decides), or the next arrival.
         r_end = -1
         t_end = math.inf
@@ -292,19 +311,73 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, heap, bucket, plan, pf_snap
                 return code
 
 
-@njit(cache=True, inline="always")
-def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf,
-                heap_all, bucket_all, plan_all, pf_snap, run_tmp, draws, pc):
-    """`ContinuousScheduler.schedule(now)` for replica r and the price of its step (a decode run where one
-    fits): the replica is busy until fr[r, R_END], or idle when there is nothing to run. 0, DIVERGED or
-    UNPRICED."""
+@njit(cache=True)
+def _group_event(sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, stop, req, reqf, heap, bucket,
+                 plan, pf_snap, run_tmp, row_i, row_f, run_dur, run_i, draws, pc):
+    """`run`'s next event when the replicas are one lockstep group's ranks (`LockstepGroup.process`): the next
+    arrival, which starts a step of an idle group, or the end of the group's step: each rank with a step applies
+    it (in rank order, as the group's process does), the wave's idle check every C_LS_IDLE_CHECK steps (no
+    outstanding request anywhere ends the wave), the stop rule, then the group's next step. TAKEN, or DONE, or
+    DIVERGED (an arrival at exactly the step's end), or the code of a step that could not start."""
     n_req = req.shape[1]
-    max_seqs, max_batched = cfg[C_MAX_SEQS], cfg[C_MAX_BATCHED]
-    bs, fast_decode = cfg[C_BLOCK_SIZE], cfg[C_FAST_DECODE] != 0
+    horizon = sf[F_HORIZON]
+    num_ranks = sr.shape[0]
+    t_end = sf[F_GROUP_END] if sg[G_LS_BUSY] != 0 else math.inf
+    if t_end >= horizon:
+        t_end = math.inf
+    t_arr = math.inf
+    nxt = sg[G_NEXT_ARRIVAL]
+    if sg[G_STOPPED] == 0 and nxt < n_req and reqf[QF_ARRIVAL_EV, nxt] < horizon:
+        t_arr = reqf[QF_ARRIVAL_EV, nxt]
+    if math.isinf(t_end) and math.isinf(t_arr):
+        return DONE
+    if t_arr == t_end:
+        return DIVERGED
+    if t_arr < t_end:
+        _admit_arrivals_at(t_arr, sr, fr, sg, sf, cfg, req, reqf)
+        sf[F_NOW] = t_arr
+        if sg[G_LS_BUSY] == 0:  # an idle group wakes: every arrival at this time is in by then
+            code = _start_group_step(t_arr, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req,
+                                     reqf, bucket, plan, pf_snap, draws, pc)
+            if code != 0:
+                return code
+        return TAKEN
+    sg[G_LS_BUSY] = 0
+    sg[G_LS_STEPS] += 1
+    for r in range(num_ranks):
+        if sr[r, I_BUSY] != 0:
+            _finish_step(r, sr, fr, sg, sf, cfg, req, reqf, heap, bucket, plan, run_tmp, row_i, row_f, run_dur,
+                         run_i, pc)
+    sf[F_NOW] = t_end
+    sf[F_LAST_EVENT] = t_end
+    sg[G_LS_WAVE_STEPS] += 1
+    if sg[G_LS_WAVE_STEPS] == cfg[C_LS_IDLE_CHECK]:  # the all-reduce of unfinished requests anywhere
+        sg[G_LS_WAVE_STEPS] = 0
+        sg[G_LS_RUNNING] = 0
+        for r in range(num_ranks):
+            if sr[r, I_OUTSTANDING] != 0:
+                sg[G_LS_RUNNING] = 1
+    if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:  # the group asks the stop rule after each step
+        sf[F_CHECK] = t_end + stop[S_EVERY]
+        sg[G_NUM_CHECKS] += 1
+        if _certain_miss(stop, t_end, sr, sg, req, reqf):
+            sg[G_STOPPED] = 1
+            sf[F_STOPPED_AT] = t_end
+    if sg[G_STOPPED] != 0:
+        return TAKEN
+    code = _start_group_step(t_end, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf,
+                             bucket, plan, pf_snap, draws, pc)
+    return TAKEN if code == 0 else code
+
+
+@njit(cache=True, inline="always")
+def _schedule_step(r, now, sr, sg, sf, cfg, req, reqf, bucket_all, plan_all, pf_snap, pc):
+    """`ContinuousScheduler.schedule(now)` for replica r: (0, DIVERGED or UNPRICED; whether it plans a step; its
+    prefill chunks, admissions, preemptions, decodes and sampled sequences). The chunks are in plan_all[:, r]."""
+    max_batched = cfg[C_MAX_BATCHED]
+    bs = cfg[C_BLOCK_SIZE]
     mixed = cfg[C_MIXED] != 0
     context = cfg[C_CONTEXT] != 0
-    horizon = sf[F_HORIZON]
-    key_base = n_req  # heap key: finish_clock * key_base + request id
     clock = sr[r, I_CLOCK]
     sg[G_STEP_ID] += 1
     step_id = sg[G_STEP_ID]
@@ -331,7 +404,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                     r, now, max_batched, 0, sr, cfg, sf, req, reqf, bucket_all, plan_all, pf_snap,
                     step_id, True, pc)
                 if code != 0:
-                    return code
+                    return code, False, 0, 0, 0, 0, 0
                 num_preempted += added
                 with_decodes = num_pf == 0 and sr[r, I_MEMBERS] > 0
         if with_decodes:
@@ -339,7 +412,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
             while bucket_all[r, clock % bs] > sr[r, I_FREE_BLOCKS]:
                 victim = _preempt(sr, r, req, bucket_all, step_id, bs, cfg[C_WHOLE], pc, cfg)
                 if victim < 0:
-                    return DIVERGED
+                    return DIVERGED, False, 0, 0, 0, 0, 0
                 num_preempted += 1
             _take(pc, sr, r, bucket_all[r, clock % bs], cfg[C_PREFIX_CACHING] != 0)
             if sr[r, I_MEMBERS] > 0:
@@ -353,7 +426,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                     bucket_all, plan_all, pf_snap, step_id, not context,  # the context pass's decode pass: no admission
                     pc)
                 if code != 0:
-                    return code
+                    return code, False, 0, 0, 0, 0, 0
                 num_preempted += added
             num_decode = sr[r, I_MEMBERS]
             num_sampled += num_decode
@@ -361,24 +434,133 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                 sr[r, I_GROUP_LEFT] = cfg[C_GROUP_STEPS] - 1  # a step opens a group (ContinuousScheduler.schedule)
         if num_pf == 0 and num_decode == 0:
             have_plan = False
-    if not have_plan:
-        return 0  # the engine waits for an arrival routed to it
+    return 0, have_plan, num_pf, num_new, num_preempted, num_decode, num_sampled
+
+
+@njit(cache=True, inline="always")
+def _graph_padding(cfg, num_pf, num_decode):
+    """The CUDA-graph padding sequences of a step: a decode batch runs as the next captured size up (each padding
+    sequence has one token of context)."""
+    if num_pf == 0 and num_decode > 0 and cfg.shape[0] > NUM_CFG:
+        return padded_batch(cfg[NUM_CFG:], num_decode) - num_decode
+    return 0
+
+
+
+@njit(cache=True, inline="always")
+def _prefill_tokens(plan_all, r, num_pf):
+    total = 0
+    for j in range(num_pf):
+        total += plan_all[P_CHUNK, r, j]
+    return total
+
+
+@njit(cache=True, inline="always")
+def _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, num_pf, num_prefill_tokens, num_decode,
+                   decode_ctx, padding, num_sampled, lockstep_pad):
+    """(time_s, FLOPs, bytes) of replica r's planned step, the cost model's `step_cost` of its plan: its prefill
+    chunks, its decodes attending `decode_ctx`, `padding` CUDA-graph padding sequences (sampled, as the scheduler's
+    plan counts them) and `lockstep_pad` sequences padding it to its lockstep group's most tokens
+    (`sim.core.lockstep.padded_plan`: sampling nothing); a padding sequence attends one token. NaN: unpriced."""
+    num_priced = num_decode + padding + lockstep_pad
+    time_s, flops, nbytes = price_parts(kind, roof, steps_pack, measured, num_prefill_tokens, plan_all[P_CHUNK, r],
+                                        plan_all[P_CTX, r], num_pf, num_priced, decode_ctx + padding + lockstep_pad,
+                                        num_sampled + padding, 1, 0)
+    time_s = with_overhead(overhead, time_s, num_pf + num_priced, num_prefill_tokens, num_prefill_tokens + num_priced)
+    return time_s, flops, nbytes
+
+
+@njit(cache=True)
+def _start_group_step(now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf, bucket_all,
+                      plan_all, pf_snap, draws, pc):
+    """A lockstep group's step (`LockstepGroup.process`): every rank schedules its own batch; unless a wave runs
+    and while none has anything to run, the group stays idle (G_LS_BUSY 0) until an arrival. Otherwise every rank's
+    step is priced, padded to the busiest rank's tokens (with C_LS_PAD), a rank with nothing scheduled pricing a
+    dummy forward (one token, padded likewise, no sampling), each time drawn on the group's step count; the step
+    lasts the longest, and each rank with a plan is busy to its end. 0, DIVERGED or UNPRICED."""
+    num_ranks = sr.shape[0]
+    any_plan = False
+    most = 0
+    for r in range(num_ranks):
+        code, have_plan, num_pf, num_new, num_preempted, num_decode, num_sampled = _schedule_step(
+            r, now, sr, sg, sf, cfg, req, reqf, bucket_all, plan_all, pf_snap, pc)
+        if code != 0:
+            return code
+        if not have_plan:
+            continue
+        any_plan = True
+        padding = _graph_padding(cfg, num_pf, num_decode)
+        num_prefill_tokens = _prefill_tokens(plan_all, r, num_pf)
+        sr[r, I_BUSY] = 1
+        sr[r, I_NUM_PF], sr[r, I_NUM_DECODE], sr[r, I_NUM_WAITING] = num_pf, num_decode, sr[r, I_W_COUNT]
+        sr[r, I_NUM_PREFILL_TOKENS], sr[r, I_NUM_PREEMPTED] = num_prefill_tokens, num_preempted
+        sr[r, I_NUM_STEPS], sr[r, I_NUM_PADDING], sr[r, I_NUM_SAMPLED] = 1, padding, num_sampled
+        tokens = num_prefill_tokens + num_decode + padding
+        if tokens > most:
+            most = tokens
+    if not any_plan and sg[G_LS_RUNNING] == 0:
+        return 0
+    sg[G_LS_RUNNING] = 1
+    if most == 0:
+        most = 1
+    pad = cfg[C_LS_PAD] != 0
+    step_no = sg[G_LS_STEPS]
+    longest = 0.0
+    for r in range(num_ranks):
+        if sr[r, I_BUSY] != 0:
+            num_pf, num_decode = sr[r, I_NUM_PF], sr[r, I_NUM_DECODE]
+            num_prefill_tokens, padding = sr[r, I_NUM_PREFILL_TOKENS], sr[r, I_NUM_PADDING]
+            short = most - num_prefill_tokens - num_decode - padding if pad else 0
+            decode_ctx = sr[r, I_TOKEN_SUM] + num_decode if num_decode > 0 else 0
+            time_s, flops, nbytes = _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, num_pf,
+                                                   num_prefill_tokens, num_decode, decode_ctx, padding,
+                                                   sr[r, I_NUM_SAMPLED], short)
+            sr[r, I_NUM_PADDING] = padding + short
+            fr[r, R_FLOPS], fr[r, R_BYTES] = flops, nbytes
+        else:
+            sg[G_LS_DUMMIES] += 1
+            num_prefill_tokens = 0
+            dummy = most if pad else 1
+            time_s, flops, nbytes = _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, 0, 0, 0,
+                                                   0, 0, 0, dummy)
+        if math.isnan(time_s):
+            return UNPRICED
+        time_s = perturb(draws, time_s, r, step_no, num_prefill_tokens > 0)
+        if time_s > longest:
+            longest = time_s
+    end = now + longest
+    for r in range(num_ranks):
+        if sr[r, I_BUSY] != 0:
+            fr[r, R_START], fr[r, R_END], fr[r, R_DURATION] = now, end, end - now
+    sg[G_LS_BUSY] = 1
+    sf[F_GROUP_END] = end
+    return 0
+
+
+@njit(cache=True, inline="always")
+def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf,
+                heap_all, bucket_all, plan_all, pf_snap, run_tmp, draws, pc):
+    """`ContinuousScheduler.schedule(now)` for replica r and the price of its step (a decode run where one
+    fits): the replica is busy until fr[r, R_END], or idle when there is nothing to run. 0, DIVERGED or
+    UNPRICED."""
+    n_req = req.shape[1]
+    max_seqs, max_batched = cfg[C_MAX_SEQS], cfg[C_MAX_BATCHED]
+    bs, fast_decode = cfg[C_BLOCK_SIZE], cfg[C_FAST_DECODE] != 0
+    horizon = sf[F_HORIZON]
+    key_base = n_req  # heap key: finish_clock * key_base + request id
+    clock = sr[r, I_CLOCK]
+    code, have_plan, num_pf, num_new, num_preempted, num_decode, num_sampled = _schedule_step(
+        r, now, sr, sg, sf, cfg, req, reqf, bucket_all, plan_all, pf_snap, pc)
+    if code != 0 or not have_plan:
+        return code  # idle: the engine waits for an arrival routed to it
 
     num_waiting = sr[r, I_W_COUNT]
     decode_ctx = sr[r, I_TOKEN_SUM] + num_decode if num_decode > 0 else 0  # a prefill-only step attends no decode
-    padding = 0
-    if num_pf == 0 and num_decode > 0 and cfg.shape[0] > NUM_CFG:
-        # The decode batch runs as the next CUDA-graph size up; each padding sequence has one token of context.
-        padding = padded_batch(cfg[NUM_CFG:], num_decode) - num_decode
-    num_priced = num_decode + padding
-    num_prefill_tokens = 0
-    for j in range(num_pf):
-        num_prefill_tokens += plan_all[P_CHUNK, r, j]
+    padding = _graph_padding(cfg, num_pf, num_decode)
+    num_prefill_tokens = _prefill_tokens(plan_all, r, num_pf)
     plan_chunk, plan_ctx = plan_all[P_CHUNK, r], plan_all[P_CTX, r]  # (the pricers take a step's chunks as arrays)
-    time_s, flops, nbytes = price_parts(kind, roof, steps_pack, measured, num_prefill_tokens,
-                                        plan_chunk, plan_ctx, num_pf, num_priced, decode_ctx + padding,
-                                        num_sampled + padding, 1, 0)
-    time_s = with_overhead(overhead, time_s, num_pf + num_priced, num_prefill_tokens, num_prefill_tokens + num_priced)
+    time_s, flops, nbytes = _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, num_pf,
+                                           num_prefill_tokens, num_decode, decode_ctx, padding, num_sampled, 0)
     if math.isnan(time_s):
         return UNPRICED
     step_no = sr[r, I_STEPS_DRAWN]  # as Simulation.engine: perturb after pricing, keyed on the replica's step
@@ -892,8 +1074,8 @@ def _decode_run_limit(sr, r, heap_all, bucket_all, req, max_steps, clock, bs, nu
 @njit(cache=True)
 def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf):
     """Every arrival SimPy fires at time `t` (one callback of the arrivals process): each is routed
-    (`Simulation._admit`: round robin, or the fewest outstanding requests, lowest index first), then admitted
-    to its replica's queue or rejected."""
+    (`Simulation._admit`: in turn, or the fewest outstanding, the least load or the fewest waiting, lowest first),
+    then admitted to its replica's queue or rejected."""
     n_req = req.shape[1]
     max_batched, chunked = cfg[C_MAX_BATCHED], cfg[C_CHUNKED] != 0
     max_model_len, num_blocks, bs = cfg[C_MAX_MODEL_LEN], cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
@@ -906,10 +1088,23 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf):
         if cfg[C_ROUTER] == ROUTER_ROUND_ROBIN:
             r = sg[G_RR] % num_replicas
             sg[G_RR] += 1
-        else:
+        elif cfg[C_ROUTER] == ROUTER_LEAST_OUTSTANDING:
             r = 0
             for q in range(1, num_replicas):
                 if sr[q, I_OUTSTANDING] < sr[r, I_OUTSTANDING]:
+                    r = q
+        elif cfg[C_ROUTER] == ROUTER_LEAST_LOADED:  # WAITING_WEIGHT x waiting + running
+            r = 0
+            best = (WAITING_WEIGHT - 1) * sr[0, I_W_COUNT] + sr[0, I_OUTSTANDING]
+            for q in range(1, num_replicas):
+                load = (WAITING_WEIGHT - 1) * sr[q, I_W_COUNT] + sr[q, I_OUTSTANDING]
+                if load < best:
+                    r, best = q, load
+        else:  # the fewest waiting, then the fewest running
+            r = 0
+            for q in range(1, num_replicas):
+                waiting, best_waiting = sr[q, I_W_COUNT], sr[r, I_W_COUNT]
+                if waiting < best_waiting or (waiting == best_waiting and sr[q, I_OUTSTANDING] < sr[r, I_OUTSTANDING]):
                     r = q
         req[Q_REP, i] = r
         p, m = req[Q_PROMPT, i], req[Q_MAX_OUT, i]

@@ -1,9 +1,9 @@
 """Lockstep data parallelism in the event model: replicas that are one engine's data-parallel ranks.
 
 Each rank is a replica (its own scheduler, KV cache and requests, routed to as any replica), but the ranks step
-together, as vLLM's DPEngineCoreProc runs them (vllm/v1/engine/core.py run_busy_loop, read in 0.11.0-0.13.0;
-the padding: vllm/v1/worker/gpu_model_runner.py get_dp_padding in 0.11.0, vllm/v1/worker/dp_utils.py
-coordinate_batch_across_dp from 0.12.0):
+together, as vLLM's DPEngineCoreProc runs them (vllm/v1/engine/core.py run_busy_loop, read in 0.8.3-0.13.0;
+the padding: vllm/v1/worker/gpu_model_runner.py get_dp_padding in 0.9.1-0.11.x, vllm/v1/worker/dp_utils.py
+coordinate_batch_across_dp from 0.12.0; none before 0.9.1):
 
 - before each forward the ranks all-reduce their token counts, and, unless the engine runs eager (no CUDA
   graphs), every rank runs the most of them: its own batch padded to the busiest rank's tokens. The all-reduce is
@@ -11,12 +11,14 @@ coordinate_batch_across_dp from 0.12.0):
 - while a wave runs, a rank with nothing scheduled runs a dummy forward (`execute_dummy_batch`: one token,
   padded likewise, no sampling);
 - the wave ends only when the all-reduce of "any unfinished request anywhere", held every `idle_check_steps`
-  (32) steps of the wave, finds none: the ranks run dummy forwards until then. A request reaching an idle group
-  starts a new wave on every rank.
+  steps of the wave (16, 24 or 32 by release), finds none: the ranks run dummy forwards until then. A request
+  reaching an idle group starts a new wave on every rank.
 
 One SimPy process steps the group: each rank schedules its own batch, each rank's step (or dummy forward) is
 priced by its own cost model, the step lasts the longest of them, then each rank applies its own outcome. A rank's
 step row lasts the group's step; dummy forwards have no row (`LockstepGroup.num_dummy_forwards` counts them).
+The compiled core repeats this process decision by decision (sim/compiled/kernel.py `_group_event`), with the same
+records (tests/integration/test_compiled_core.py).
 """
 
 from __future__ import annotations

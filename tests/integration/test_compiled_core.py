@@ -91,7 +91,8 @@ LEARNED = {"kind": "roofline", "efficiencies": "learned"}
                               ("llama-3.1-8b", "l4", 1), ("qwen2.5-7b", "a100-80gb", 2),
                               ("mixtral-8x7b", "h100-sxm", 2), ("deepseek-v2-lite", "a100-80gb", 1)]),
        whole_steps=st.sampled_from([None] + WHOLE_STEP_PROFILES),
-       replicas=st.sampled_from([1, 1, 2, 3]), router=st.sampled_from(["least_outstanding", "round_robin"]),
+       replicas=st.sampled_from([1, 1, 2, 3]),
+       router=st.sampled_from(["least_outstanding", "round_robin", "least_loaded", "fewest_waiting"]),
        arrival=st.sampled_from(["poisson", "gamma", "constant", "burst"]), rate=st.floats(0.5, 80.0),
        capacity=st.one_of(st.none(), st.integers(300, 8000)), block_size=st.sampled_from([1, 4, 16, 32]),
        chunked=st.booleans(), budget=st.sampled_from([None, 64, 512, 4096]),
@@ -605,4 +606,67 @@ def test_the_learned_roofline_runs_compiled_with_the_same_records(model, overhea
     assert "LearnedRooflineCostModel" in compiled.extras["cost_model"]
     assert compiled.extras["engine_core"] == "compiled" or (
         replicas > 1 and "two events at one time" in compiled.extras["engine_core"])
+    assert_identical(python, compiled)
+
+
+# A lockstep group's ranks (sim/core/lockstep.py: vLLM 0.11-0.13's data-parallel ranks) step together in the core's
+# lockstep mode (`kernel._group_event`): every rank's step priced padded to the busiest rank's tokens, dummy forwards
+# on idle ranks until the wave's idle check, each router, the scheduling rules and CUDA-graph padding, a stop rule,
+# step-time draws keyed on the group's step count, and prefix caching: the same records, summary counts included.
+@settings(max_examples=int(os.environ.get("SERVESIM_COMPILED_EXAMPLES", "150")) // 2, deadline=None,
+          suppress_health_check=[HealthCheck.too_slow])
+@given(ranks=st.sampled_from([1, 2, 3, 4]), router=st.sampled_from(["least_loaded", "fewest_waiting",
+                                                                    "least_outstanding", "round_robin"]),
+       pad=st.booleans(), idle_check=st.sampled_from([1, 3, 32]),
+       cost=st.sampled_from(["roofline", "measured", "steps", "learned", "overhead"]),
+       graph_sizes=st.sampled_from([None, [1, 2, 4, 8, 16, 32], [3, 7]]), mixed=st.booleans(),
+       group_steps=st.sampled_from([1, 1, 4]), rate=st.floats(1.0, 120.0),
+       lengths=st.sampled_from(["lognormal", "sharegpt"]), capacity=st.one_of(st.none(), st.integers(600, 8000)),
+       chunked=st.booleans(), budget=st.sampled_from([None, 64, 512, 4096]), max_num_seqs=st.sampled_from([3, 16, 256]),
+       horizon=st.one_of(st.none(), st.floats(0.05, 30.0)), slo=st.sampled_from([None, 0.05, 0.5]),
+       draws=st.sampled_from([None, (7, 0.05, 0.2, 0.02)]), prefix=st.booleans(), seed=st.integers(0, 10_000))
+def test_lockstep_ranks_run_compiled_with_the_same_records(ranks, router, pad, idle_check, cost, graph_sizes, mixed,
+                                                           group_steps, rate, lengths, capacity, chunked, budget,
+                                                           max_num_seqs, horizon, slo, draws, prefix, seed):
+    from sim.cost.draws import draw_pack
+    if budget is not None and budget < max_num_seqs:
+        budget = max_num_seqs
+    cost_model = {"roofline": None, "measured": {"kind": "measured"}, "steps": {"kind": "calibrated"},
+                  "learned": LEARNED, "overhead": {"kind": "measured", "overhead": {"engine": "vllm-cudagraph"}}}[cost]
+    spec = spec_for(arrival={"kind": "poisson", "rate_per_s": rate}, capacity=capacity, chunked=chunked,
+                    budget=budget, max_num_seqs=max_num_seqs, horizon=horizon, seed=seed, cost_model=cost_model,
+                    replicas=ranks, router=router, num_requests=120, max_model_len=4096,
+                    lengths={"kind": "preset", "name": "sharegpt"} if lengths == "sharegpt" else None)
+    spec["hardware"]["lockstep"] = {"pad_tokens": pad, "idle_check_steps": idle_check}
+    spec["scheduler"].update(mixed_batches=mixed, decode_steps_per_schedule=group_steps,
+                             cuda_graph_batch_sizes=graph_sizes)
+    if prefix:
+        spec["workload"]["prefix"] = {"kind": "shared_system_prompt", "tokens": 300, "fraction": 0.7, "num_prompts": 2}
+        spec["kv_cache"]["enable_prefix_caching"] = True
+    if slo is not None:
+        spec["slo"] = {"ttft_s": slo, "percentile": 90}
+    pack = draw_pack(*draws) if draws is not None else None
+    results = []
+    for compiled in (False, True):
+        spec["run"]["compiled_core"] = compiled
+        scenario = validate_scenario(spec)
+        workload = make_workload(scenario)
+        rule = slo_miss_rule(scenario, workload) if slo is not None else None
+        results.append(simulate(scenario, workload, stop_when=rule, step_draws=pack))
+    python, compiled = results
+    assert python.extras["engine_core"] == "python (run.compiled_core is false)"
+    assert compiled.extras["engine_core"] == "compiled" or "two events at one time" in compiled.extras["engine_core"]
+    assert_identical(python, compiled)
+    assert python.summary["lockstep_steps"] >= len(python.steps) // ranks
+
+
+def test_a_lockstep_group_runs_compiled_padding_and_dummy_forwards_as_the_python_engine():
+    # Three ranks under uneven ShareGPT lengths: steps padded to the busiest rank, idle ranks' dummy forwards.
+    spec = spec_for(arrival={"kind": "poisson", "rate_per_s": 30.0}, lengths={"kind": "preset", "name": "sharegpt"},
+                    num_requests=400, max_model_len=4096, replicas=3, router="least_loaded",
+                    cost_model={"kind": "measured"})
+    spec["hardware"]["lockstep"] = {}
+    python, compiled = both(spec)
+    assert compiled.extras["engine_core"] == "compiled"
+    assert python.steps["num_padding_seqs"].sum() > 0 and python.summary["lockstep_dummy_forwards"] > 0
     assert_identical(python, compiled)

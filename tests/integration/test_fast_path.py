@@ -85,7 +85,7 @@ def assert_same_requests(exact, fast):
 @settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(policy=policies, capacity=st.integers(400, 6000), block_size=st.sampled_from([1, 4, 16]),
        rate=st.floats(0.5, 60.0), seed=st.integers(0, 10_000), replicas=st.integers(1, 3),
-       router=st.sampled_from(["round_robin", "least_outstanding", "least_loaded", "random"]),
+       router=st.sampled_from(["round_robin", "least_outstanding", "least_loaded", "fewest_waiting", "random"]),
        horizon=st.one_of(st.none(), st.floats(0.5, 20.0)), prefix=st.booleans(),
        preemption=st.sampled_from(["recompute", "swap"]), samples=st.sampled_from([1, 1, 3]),
        arrival=st.sampled_from(["poisson", "constant", "closed_loop"]), max_num_seqs=st.sampled_from([2, 8, 16]),

@@ -113,7 +113,7 @@ def test_ranks_with_the_same_work_step_as_independent_replicas_would():
     # or pads, and the records are those of two independent replicas (whichever engine ran them).
     independent = simulate(validate_scenario(scenario()))
     lockstep = simulate(validate_scenario(scenario({})))
-    assert lockstep.extras["engine_core"] == "python (a lockstep data-parallel rank)"
+    assert lockstep.extras["engine_core"] == "compiled"  # (tests/integration/test_compiled_core.py: the same records)
     # every step ran on both ranks; dummy forwards only after the work, to the check at a multiple of 32 steps
     steps = lockstep.summary["lockstep_steps"]
     assert steps % 32 == 0 and lockstep.summary["lockstep_dummy_forwards"] == 2 * (steps - len(lockstep.steps) // 2)

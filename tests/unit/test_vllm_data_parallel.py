@@ -1,6 +1,6 @@
 """vLLM's --data-parallel-size: from 0.14.0 a dense model's ranks are independent engines behind the API server(s),
-dealt in turn to 0.26.x and to the least loaded from 0.27.0; 0.11.0-0.13.x's ranks step in lockstep
-(sim/core/lockstep.py); earlier releases' and a mixture of experts' are refused
+dealt in turn to 0.26.x and to the least loaded from 0.27.0; 0.8.3-0.13.x's ranks step in lockstep
+(sim/core/lockstep.py); a V0 fallback's and a mixture of experts' are refused
 (sim/config/engines/vllm_data_parallel.py)."""
 
 import pytest
@@ -64,9 +64,10 @@ def test_from_0_27_the_ranks_run_as_the_same_replicas_behind_one_front_end_would
 
 
 @pytest.mark.parametrize("raw, message", [
-    (vllm("0.10.2", data_parallel_size=2),
-     "engine.data_parallel_size: 2 is not modelled for vLLM 0.10.2 (its lockstep ranks are read from 0.11.0)"),
-    (vllm("0.10.2", command="vllm serve x -dp 4"), "engine.command '-dp 4': 4 is not modelled for vLLM 0.10.2"),
+    ({**vllm("0.10.2", data_parallel_size=2, hardware={"gpu": "a100-80gb"}), "quantization": {"kv_cache": "fp8"}},
+     "engine.data_parallel_size: 2 is not modelled where vLLM 0.10.2 falls back to V0"),  # fp8 KV off Hopper
+    (vllm("0.9.2", command="vllm serve x -dp 4 --preemption-mode swap"),
+     "engine.command '-dp 4': 4 is not modelled where vLLM 0.9.2 falls back to V0"),
     (vllm("0.13.0", model="mixtral-8x7b", data_parallel_size=2, tensor_parallel_size=2),
      "engine.data_parallel_size: 2 is not modelled for a mixture-of-experts model's ranks"),
     (vllm("0.12.0", data_parallel_size=2, pipeline_parallel_size=2),
@@ -84,17 +85,28 @@ def test_unread_and_unpriced_ranks_and_contradictions_are_refused_in_one_line(ra
     assert str(err.value).startswith(message) and "\n" not in str(err.value)
 
 
-@pytest.mark.parametrize("version, flags, padded", [
-    ("0.11.0", {}, True),
-    ("0.11.0", {"enforce_eager": True}, False),  # get_dp_padding: no padding when eager
-    ("0.11.0", {"compilation_config": {"cudagraph_mode": "NONE"}}, True),  # 0.11.0 reads enforce_eager only
-    ("0.12.0", {"compilation_config": {"cudagraph_mode": "NONE"}}, False),  # allow_dp_padding: graph mode not NONE
-    ("0.13.0", {}, True),
+@pytest.mark.parametrize("version, flags, padded, check, router", [
+    ("0.8.3", {}, False, 16, "least_outstanding"),  # no get_dp_padding; the check every 16 steps; min in flight
+    ("0.8.4", {}, False, 16, "least_outstanding"),
+    ("0.8.5", {}, False, 24, "least_outstanding"),
+    ("0.9.0", {}, False, 24, "least_outstanding"),
+    ("0.9.1", {}, True, 24, "fewest_waiting"),  # get_dp_padding; the least [waiting, running] published
+    ("0.9.1", {"enforce_eager": True}, False, 24, "fewest_waiting"),
+    ("0.9.2", {}, True, 32, "fewest_waiting"),
+    ("0.10.0", {}, True, 32, "fewest_waiting"),
+    ("0.10.1", {}, True, 32, "least_loaded"),  # 4 x waiting + running
+    ("0.10.2", {"enforce_eager": True}, False, 32, "least_loaded"),
+    ("0.11.0", {}, True, 32, "least_loaded"),
+    ("0.11.0", {"enforce_eager": True}, False, 32, "least_loaded"),  # get_dp_padding: no padding when eager
+    ("0.11.0", {"compilation_config": {"cudagraph_mode": "NONE"}}, True, 32, "least_loaded"),  # reads eager only
+    ("0.12.0", {"compilation_config": {"cudagraph_mode": "NONE"}}, False, 32, "least_loaded"),  # allow_dp_padding
+    ("0.13.0", {}, True, 32, "least_loaded"),
 ])
-def test_to_0_13_the_ranks_step_in_lockstep_padded_as_the_release_pads(version, flags, padded):
+def test_to_0_13_the_ranks_step_in_lockstep_padded_checked_and_dealt_as_the_release_does(version, flags, padded,
+                                                                                         check, router):
     scenario = validate_scenario(vllm(version, data_parallel_size=2, **flags))
-    assert scenario.hardware.num_replicas == 2 and scenario.hardware.router == "least_loaded"
-    assert (scenario.hardware.lockstep.pad_tokens, scenario.hardware.lockstep.idle_check_steps) == (padded, 32)
+    assert scenario.hardware.num_replicas == 2 and scenario.hardware.router == router
+    assert (scenario.hardware.lockstep.pad_tokens, scenario.hardware.lockstep.idle_check_steps) == (padded, check)
     assert any("stepping in lockstep" in note for note in scenario.engine.notes)
 
 
@@ -117,7 +129,7 @@ def test_to_0_13_the_ranks_are_the_scenario_s_lockstep_replicas():
                                   "frontend": ranks.frontend.model_dump()})
     first, second = simulate(ranks), simulate(replicas)
     assert first.requests.equals(second.requests)
-    assert first.extras["engine_core"] == "python (a lockstep data-parallel rank)"
+    assert first.extras["engine_core"] == "compiled"
     apart = validate_scenario({**vllm("0.13.0", num_requests=60, hardware={**hardware, "lockstep": None}),
                                "frontend": ranks.frontend.model_dump()})
     assert simulate(apart).summary["ttft_s_mean"] <= first.summary["ttft_s_mean"]

@@ -390,7 +390,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
     from_flags = {key: "long_prefill_token_threshold_adaptive" if key.endswith("fair_share")
                   else "long_prefill_token_threshold" for key in capped}
     from_flags.update({key: "speculative_config" for key in values if key.startswith("speculation.")})
-    parallel, parallel_flags = vllm_data_parallel(ctx, notes)
+    parallel, parallel_flags = vllm_data_parallel(ctx, notes, v0_fallback=fallback is not None)
     values.update(parallel)
     return PresetResult(values, {**from_flags, **parallel_flags}, notes)
 
@@ -899,10 +899,11 @@ VLLM_FLAGS = {
     "api_server_count": Flag("frontend.num_processes", int, "--api-server-count: API server processes "
                              "(frontend.num_processes)", since=(0, 9, 1)),
     # --data-parallel-size (0.8.3 on; -dp from 0.8.4, accepted here from 0.8.3): independent engines from 0.14.0 with
-    # a dense model, lockstep ranks before and with a mixture of experts, refused (vllm_data_parallel.py)
-    "data_parallel_size": Flag("hardware.num_replicas", int, "--data-parallel-size: independent engines of tp x pp "
-                               "GPUs behind the API server(s), from 0.14.0 with a dense model (lockstep ranks are "
-                               "not modelled)", at_least("data_parallel_size"), since=(0, 8, 3), aliases=("-dp",)),
+    # a dense model, lockstep ranks before; a mixture of experts refused (vllm_data_parallel.py)
+    "data_parallel_size": Flag("hardware.num_replicas", int, "--data-parallel-size: engines of tp x pp GPUs behind "
+                               "the API server(s), independent from 0.14.0 with a dense model, stepping in lockstep "
+                               "before (hardware.lockstep); a mixture of experts not modelled",
+                               at_least("data_parallel_size"), since=(0, 8, 3), aliases=("-dp",)),
     # vllm/model_executor/layers/fused_moe/layer.py (0.8.0): ep_size = tp_size x dp_size, moe tp 1, the output
     # all-reduced over the TP group as without it (data parallelism is not modelled: EP = TP)
     "enable_expert_parallel": Flag("hardware.expert_parallel", bool, "--enable-expert-parallel: each GPU of the TP "

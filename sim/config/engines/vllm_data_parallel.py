@@ -1,18 +1,23 @@
-"""vLLM's `--data-parallel-size` as ServeSim's replicas, where vLLM's ranks are independent engines.
+"""vLLM's `--data-parallel-size` as ServeSim's replicas: independent engines, or the ranks of a lockstep group.
 
-Read in the PyPI sdists of 0.11.0-0.14.0, 0.16.0-0.19.0, 0.25.0-0.29.0 and 0.31.0-0.34.0 (0.15.x taken as 0.16.0, as
-elsewhere): vllm/v1/engine/core.py (EngineCoreProc.run_engine_core, DPEngineCoreProc, `_maybe_publish_request_counts`),
-vllm/v1/engine/core_client.py (DPLBAsyncMPClient.get_core_engine_for_request), vllm/v1/engine/coordinator.py,
-vllm/v1/worker/dp_utils.py and vllm/entrypoints/cli/serve.py with openai/cli_args.py:
+Read in the PyPI sdists of 0.8.0-0.8.5, 0.9.0-0.9.2, 0.10.0-0.10.2, 0.11.0-0.14.0, 0.16.0-0.19.0, 0.25.0-0.29.0 and
+0.31.0-0.34.0 (0.15.x taken as 0.16.0, as elsewhere): vllm/v1/engine/core.py (EngineCoreProc.run_engine_core,
+DPEngineCoreProc, `_maybe_publish_request_counts`), vllm/v1/engine/core_client.py (get_core_engine_for_request),
+vllm/v1/engine/coordinator.py, vllm/forward_context.py, vllm/v1/worker/gpu_model_runner.py, vllm/v1/worker/dp_utils.py
+and vllm/entrypoints/cli/serve.py with openai/cli_args.py:
 
-- to 0.13.x every rank runs DPEngineCoreProc, a dense model's too: an idle rank runs dummy batches while any rank
-  has work, the ranks all-reduce whether any has unfinished requests every 32 steps, and each step all-reduces the
-  ranks' token counts and pads every rank to the most (0.11.0: get_dp_padding in gpu_model_runner.py, unless
-  --enforce-eager; 0.12.0-0.13.x: coordinate_batch_across_dp, unless the CUDA-graph mode is NONE). From 0.11.0 a
-  dense model's ranks run as such a lockstep group (`hardware.lockstep`, sim/core/lockstep.py); before 0.11.0
-  (not read) they are refused in one line. The load balancer's score is 4 x waiting + running, from the counts
-  every engine publishes through the coordinator (about every 100 ms) plus the server's own sends since:
-  `least_loaded` here (the counts current; said).
+- 0.8.0-0.8.2 have neither the flag nor a data-parallel engine core (both come in 0.8.3; the flag's `since`).
+- 0.8.3-0.13.x: every rank runs DPEngineCoreProc, a dense model's too: an idle rank runs dummy batches while any
+  rank has work, the ranks all-reduce whether any has unfinished requests every 16 steps (0.8.3-0.8.4), 24
+  (0.8.5-0.9.1) or 32 (from 0.9.2), and every forward all-reduces the ranks' token counts (forward_context.py:
+  a barrier each step). From 0.9.1 the ranks are padded to the most tokens (get_dp_padding in gpu_model_runner.py,
+  unless --enforce-eager; from 0.12.0 coordinate_batch_across_dp, unless the CUDA-graph mode is NONE); before, not.
+  A dense model's ranks run as such a lockstep group (`hardware.lockstep`, sim/core/lockstep.py). The load balancer:
+  0.8.3-0.9.0 the fewest requests the client has in flight to an engine (`least_outstanding`); 0.9.1-0.10.0 the
+  least [waiting, running] pair the engines publish through the coordinator (`fewest_waiting`); 0.10.1-0.13.x the
+  lowest 4 x waiting + running of those counts plus the server's own sends since (`least_loaded`); the counts
+  current here (vLLM's about every 100 ms; said), ties to the lowest index (each API server's scan starts at its
+  own index: not modelled). Where 0.8-0.10 fall back to V0, refused in one line (not read).
 - from 0.14.0 a dense (non-MoE) model's ranks are "completely independent, so treat like DP=1": D engines of
   tp x pp GPUs each, each derived as one server would be, behind the API server(s). A mixture-of-experts model's
   ranks stay in lockstep (DPEngineCoreProc; its experts spread over every rank): refused in one line.
@@ -40,25 +45,29 @@ from sim.config.engines.vllm_graphs import vllm_graph_mode
 from sim.errors import ConfigError
 
 VLLM_DENSE_DATA_PARALLEL_SINCE = (0, 14, 0)  # a dense model's ranks independent (run_engine_core)
-VLLM_LOCKSTEP_READ_SINCE = (0, 11, 0)  # the first release whose lockstep ranks were read (DPEngineCoreProc)
+VLLM_DP_PADDING_SINCE = (0, 9, 1)  # get_dp_padding: padded unless --enforce-eager
 VLLM_DP_PADDING_BY_GRAPH_MODE_SINCE = (0, 12, 0)  # coordinate_batch_across_dp: padded unless the graph mode is NONE
-VLLM_DP_IDLE_CHECK_STEPS = 32  # DPEngineCoreProc._has_global_unfinished_reqs: the all-reduce every 32 steps
+# DPEngineCoreProc._has_global_unfinished_reqs: the all-reduce of unfinished requests every N steps, from a release
+VLLM_DP_IDLE_CHECK_STEPS = {(0, 8, 3): 16, (0, 8, 5): 24, (0, 9, 2): 32}
+# get_core_engine_for_request: the load balancer's choice, from a release (before 0.14.0; the later ones below)
+VLLM_LOCKSTEP_ROUTERS = {(0, 8, 3): "least_outstanding", (0, 9, 1): "fewest_waiting", (0, 10, 1): "least_loaded"}
 VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE = (0, 27, 0)  # every engine publishes its counts; in-flight score
 VLLM_API_SERVER_PER_RANK_SINCE = (0, 15)  # --api-server-count defaults to the DP size (0.15.x as 0.16.0)
 
 
-def vllm_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+def vllm_data_parallel(ctx: Context, notes: list[str], v0_fallback: bool) -> tuple[dict[str, Any], dict[str, str]]:
     """(values, the flags that set them) for `--data-parallel-size` D: D replicas (`hardware.num_replicas`, the
     flag's own target) behind one front-end (`frontend.replicas_per_server`), dealt out as the release's load
-    balancer does (above); refused in one line where vLLM runs its ranks in lockstep."""
+    balancer does, stepping in lockstep where the release runs them so (above); refused in one line where that is
+    not modelled (`v0_fallback`: the release runs V0 for this setup)."""
     ranks = ctx.flags.get("data_parallel_size", 1)
     if ranks == 1:
         return {}, {}
-    first, read = dotted_version(VLLM_DENSE_DATA_PARALLEL_SINCE), dotted_version(VLLM_LOCKSTEP_READ_SINCE)
-    if ctx.version < VLLM_LOCKSTEP_READ_SINCE:
-        raise ConfigError(f"engine.data_parallel_size: {ranks} is not modelled for vLLM {ctx.version_text} (its "
-                          f"lockstep ranks are read from {read}); allowed: 1, vLLM {read} or later with a dense "
-                          "model, or independent servers (hardware.num_replicas)")
+    first = dotted_version(VLLM_DENSE_DATA_PARALLEL_SINCE)
+    if v0_fallback:
+        raise ConfigError(f"engine.data_parallel_size: {ranks} is not modelled where vLLM {ctx.version_text} falls "
+                          "back to V0 (its data parallelism is not read); allowed: 1, a setup V1 runs, or independent "
+                          "servers (hardware.num_replicas)")
     if ctx.model is None or ctx.model.is_moe:
         what = "a mixture-of-experts model's" if ctx.model is not None else "an unresolved model's"
         raise ConfigError(f"engine.data_parallel_size: {ranks} is not modelled for {what} ranks, which vLLM runs in "
@@ -73,14 +82,20 @@ def vllm_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], 
                           f"pipeline_parallel_size 1, or vLLM {first} or later")
     if lockstep:
         padded, why = _vllm_dp_padding(ctx)
-        values["hardware.lockstep"] = {"pad_tokens": padded, "idle_check_steps": VLLM_DP_IDLE_CHECK_STEPS}
-        values["hardware.router"] = "least_loaded"
-        dealt = ("to the least loaded (least_loaded: the load balancer's 4 x waiting + running, from counts "
-                 "published about every 100 ms, current here)")
+        check = _by_release(VLLM_DP_IDLE_CHECK_STEPS, ctx.version)
+        values["hardware.lockstep"] = {"pad_tokens": padded, "idle_check_steps": check}
+        router = values["hardware.router"] = _by_release(VLLM_LOCKSTEP_ROUTERS, ctx.version)
+        dealt = {"least_outstanding": "to the engine with the fewest in flight (least_outstanding: the client's own "
+                                      "count of requests sent and not finished)",
+                 "fewest_waiting": "to the engine with the fewest waiting, then the fewest running (fewest_waiting: "
+                                   "the load balancer's least [waiting, running], from counts published about every "
+                                   "100 ms, current here)",
+                 "least_loaded": "to the least loaded (least_loaded: the load balancer's 4 x waiting + running, from "
+                                 "counts published about every 100 ms, current here)"}[router]
         padding = "each rank padded to the most tokens" if padded else f"no padding ({why})"
         how = (f"{ranks} ranks of {ctx.tensor_parallel} GPU(s) each stepping in lockstep (hardware.lockstep: a step "
                f"lasts the slowest rank's, {padding}, idle ranks running dummy forwards until a check every "
-               f"{VLLM_DP_IDLE_CHECK_STEPS} steps finds no work), as every release before {first} runs them")
+               f"{check} steps finds no work), as every release before {first} runs them")
     elif ctx.version < VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE:
         values["hardware.router"] = "round_robin"
         dealt = ("in turn (round_robin: the load balancer's counts are the server's own sends, as a dense model's "
@@ -104,9 +119,17 @@ def vllm_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], 
     return values, from_flags
 
 
+def _by_release(table: dict[tuple, Any], version: tuple) -> Any:
+    """The value `table` gives from the latest release at or before `version` (its keys: the first release of each)."""
+    return table[max(since for since in table if since <= version)]
+
+
 def _vllm_dp_padding(ctx: Context) -> tuple[bool, str]:
-    """(whether lockstep ranks pad to the most tokens, why not): 0.11.0 pads unless --enforce-eager (get_dp_padding),
-    0.12.0-0.13.x unless the CUDA-graph mode resolves to NONE (coordinate_batch_across_dp's allow_dp_padding)."""
+    """(whether lockstep ranks pad to the most tokens, why not): none before 0.9.1 (no get_dp_padding); 0.9.1-0.11.x
+    unless --enforce-eager (get_dp_padding), 0.12.0-0.13.x unless the CUDA-graph mode resolves to NONE
+    (coordinate_batch_across_dp's allow_dp_padding)."""
+    if ctx.version < VLLM_DP_PADDING_SINCE:
+        return False, f"no get_dp_padding before {dotted_version(VLLM_DP_PADDING_SINCE)}"
     if ctx.flags.get("enforce_eager"):
         return False, "--enforce-eager"
     if ctx.version >= VLLM_DP_PADDING_BY_GRAPH_MODE_SINCE:
