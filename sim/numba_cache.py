@@ -29,8 +29,7 @@ NUMBA_MODULES = ("sim/cost/interpolation.py", "sim/cost/roofline_kernel.py", "si
                  "sim/frontend.py", "sim/kv/admission.py", "sim/kv/prefix_keys.py", "sim/kv/prefix_index.py",
                  "sim/compiled/prefix_cache.py")
 # ... and every module whose constants they compile in (numba freezes a global's value into the code).
-COMPILED_IN = ("sim/model/memory.py",  # MXFP4_PARAM_BYTES (sim/cost/measured_kernel.py)
-               "sim/core/router.py")  # LeastLoadedRouter.WAITING_WEIGHT (sim/compiled/kernel.py)
+COMPILED_IN = ("sim/model/memory.py",)  # MXFP4_PARAM_BYTES (sim/cost/measured_kernel.py)
 CORE_MODULES = NUMBA_MODULES + COMPILED_IN
 STAMP = "sim/__pycache__/compiled-core-sources.sha256"
 

@@ -213,7 +213,7 @@ def run_compiled(sim) -> bool:
     cfg[k.C_MAX_SEQS], cfg[k.C_MAX_BATCHED] = max_seqs, scheduler.max_num_batched_tokens
     cfg[k.C_CHUNKED], cfg[k.C_MAX_MODEL_LEN] = scheduler.chunked_prefill, scheduler.max_model_len
     cfg[k.C_NUM_BLOCKS], cfg[k.C_BLOCK_SIZE], cfg[k.C_FAST_DECODE] = kv.num_blocks, kv.block_size, sim.fast_decode
-    cfg[k.C_ROUTER] = getattr(k, _ROUTERS[type(sim.router)])
+    cfg[k.C_ROUTER], cfg[k.C_WAITING_WEIGHT] = getattr(k, _ROUTERS[type(sim.router)]), LeastLoadedRouter.WAITING_WEIGHT
     group = replicas[0].group if _one_lockstep_group(replicas) else None
     if group is not None:  # the ranks step together (sim/core/lockstep.py); no decode runs, as its process takes none
         cfg[k.C_LOCKSTEP], cfg[k.C_LS_PAD], cfg[k.C_LS_IDLE_CHECK] = 1, group.pad_tokens, group.idle_check_steps

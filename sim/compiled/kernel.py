@@ -29,7 +29,6 @@ from numba import njit
 
 from sim import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
 from sim.compiled import prefix_cache
-from sim.core.router import LeastLoadedRouter
 from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_parts
 from sim.cost.draws import perturb
 from sim.cost.overhead import with_overhead
@@ -106,8 +105,8 @@ NUM_S = 8
  C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT, C_PREFILL_ONLY,
  C_WHOLE_PROMPT, C_PREFIX_CACHING, C_PREFIX_UNIT, C_WINDOW_SPAN, C_WINDOW_BYTES, C_SLOT_BYTES,
  C_PREFILL_CONTEXT, C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE, C_CAP_FAIR_SHARE, C_LOCKSTEP, C_LS_PAD,
- C_LS_IDLE_CHECK) = range(28)
-NUM_CFG = 28
+ C_LS_IDLE_CHECK, C_WAITING_WEIGHT) = range(29)
+NUM_CFG = 29
 # C_MIXED .. C_WHOLE_PROMPT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
 # per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, whether a
 # step may be prefill-only (`prefill_only_steps`), and whole-prompt admission. C_PREFIX_CACHING: automatic prefix
@@ -116,10 +115,10 @@ NUM_CFG = 28
 # layers, a token slot's; bytes 0: none). C_PREFILL_CONTEXT: the rule's prefill_context_tokens (0: none).
 # C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE, C_CAP_FAIR_SHARE: its max_prefill_chunk_tokens (0: none),
 # prefill_chunk_cap_when_alone and prefill_chunk_cap_fair_share. C_LOCKSTEP: the replicas are one lockstep group's
-# ranks (sim/core/lockstep.py), C_LS_PAD its pad_tokens, C_LS_IDLE_CHECK its idle_check_steps. Past NUM_CFG: the sorted
+# ranks (sim/core/lockstep.py), C_LS_PAD its pad_tokens, C_LS_IDLE_CHECK its idle_check_steps. C_WAITING_WEIGHT: the
+# least-loaded router's weight of a waiting request (LeastLoadedRouter.WAITING_WEIGHT). Past NUM_CFG: the sorted
 # CUDA-graph batch sizes (none: no padding).
 ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING, ROUTER_LEAST_LOADED, ROUTER_FEWEST_WAITING = 0, 1, 2, 3
-WAITING_WEIGHT = LeastLoadedRouter.WAITING_WEIGHT  # the least-loaded router's weight of a waiting request
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
 # these two arrays, not one array each: numba passes every array argument as several machine words, and with
 # ~60 of them a call to `_start_step` cost more than the scheduling it does. The functions below index them in
@@ -292,12 +291,7 @@ def run(sr, fr, sg, sf, cfg, price, stop, req, reqf, heap, bucket, plan, pf_snap
                          run_i, pc)
             sf[F_NOW] = t_end
             sf[F_LAST_EVENT] = t_end
-            if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:  # the engine asks its stop rule after this step
-                sf[F_CHECK] = t_end + stop[S_EVERY]
-                sg[G_NUM_CHECKS] += 1
-                if _certain_miss(stop, t_end, sr, sg, req, reqf):
-                    sg[G_STOPPED] = 1
-                    sf[F_STOPPED_AT] = t_end
+            _ask_stop_rule(stop, t_end, sr, sg, sf, req, reqf)  # the engine asks its stop rule after this step
             if sg[G_STOPPED] != 0:
                 continue
             now, r_first, r_stop, woken_only = t_end, r_end, r_end + 1, False  # it plans its next step at once
@@ -357,12 +351,7 @@ def _group_event(sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead
         for r in range(num_ranks):
             if sr[r, I_OUTSTANDING] != 0:
                 sg[G_LS_RUNNING] = 1
-    if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:  # the group asks the stop rule after each step
-        sf[F_CHECK] = t_end + stop[S_EVERY]
-        sg[G_NUM_CHECKS] += 1
-        if _certain_miss(stop, t_end, sr, sg, req, reqf):
-            sg[G_STOPPED] = 1
-            sf[F_STOPPED_AT] = t_end
+    _ask_stop_rule(stop, t_end, sr, sg, sf, req, reqf)  # the group asks it after each step
     if sg[G_STOPPED] != 0:
         return TAKEN
     code = _start_group_step(t_end, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, overhead, req, reqf,
@@ -1093,11 +1082,12 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf):
             for q in range(1, num_replicas):
                 if sr[q, I_OUTSTANDING] < sr[r, I_OUTSTANDING]:
                     r = q
-        elif cfg[C_ROUTER] == ROUTER_LEAST_LOADED:  # WAITING_WEIGHT x waiting + running
+        elif cfg[C_ROUTER] == ROUTER_LEAST_LOADED:  # C_WAITING_WEIGHT x waiting + running
             r = 0
-            best = (WAITING_WEIGHT - 1) * sr[0, I_W_COUNT] + sr[0, I_OUTSTANDING]
+            extra = cfg[C_WAITING_WEIGHT] - 1  # (a waiting request is outstanding too)
+            best = extra * sr[0, I_W_COUNT] + sr[0, I_OUTSTANDING]
             for q in range(1, num_replicas):
-                load = (WAITING_WEIGHT - 1) * sr[q, I_W_COUNT] + sr[q, I_OUTSTANDING]
+                load = extra * sr[q, I_W_COUNT] + sr[q, I_OUTSTANDING]
                 if load < best:
                     r, best = q, load
         else:  # the fewest waiting, then the fewest running
@@ -1124,6 +1114,18 @@ def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf):
         sr[r, I_OUTSTANDING] += 1
         _list_append(req, Q_RUN_PREV, Q_RUN_NEXT, sr, r, I_W_HEAD, I_W_TAIL, i)
         sr[r, I_W_COUNT] += 1
+
+
+@njit(cache=True, inline="always")
+def _ask_stop_rule(stop, t_end, sr, sg, sf, req, reqf):
+    """The stop rule asked after a step ending at `t_end`, if it is due (its next check): a certain miss stops the
+    run (G_STOPPED, F_STOPPED_AT)."""
+    if stop[S_ON] != 0.0 and t_end >= sf[F_CHECK]:
+        sf[F_CHECK] = t_end + stop[S_EVERY]
+        sg[G_NUM_CHECKS] += 1
+        if _certain_miss(stop, t_end, sr, sg, req, reqf):
+            sg[G_STOPPED] = 1
+            sf[F_STOPPED_AT] = t_end
 
 
 @njit(cache=True)

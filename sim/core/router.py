@@ -35,7 +35,7 @@ class LeastOutstandingRouter(Router):
 
 class LeastLoadedRouter(Router):
     """The replica with the lowest 4 x waiting + running requests, ties to the lowest index: vLLM's data-parallel
-    load balancer (vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request, read in 0.11.0-0.14.0,
+    load balancer (vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request, read in 0.10.1-0.14.0,
     0.16.0-0.19.0, 0.25.0 and 0.26.0; 0.27.0 changed it), with the engines' counts current (vLLM's come from the
     coordinator about every 100 ms, each request the API server sends counted as waiting meanwhile)."""
 

@@ -609,7 +609,7 @@ def test_the_learned_roofline_runs_compiled_with_the_same_records(model, overhea
     assert_identical(python, compiled)
 
 
-# A lockstep group's ranks (sim/core/lockstep.py: vLLM 0.11-0.13's data-parallel ranks) step together in the core's
+# A lockstep group's ranks (sim/core/lockstep.py: vLLM 0.8.3-0.13's data-parallel ranks) step together in the core's
 # lockstep mode (`kernel._group_event`): every rank's step priced padded to the busiest rank's tokens, dummy forwards
 # on idle ranks until the wave's idle check, each router, the scheduling rules and CUDA-graph padding, a stop rule,
 # step-time draws keyed on the group's step count, and prefix caching: the same records, summary counts included.
