@@ -29,6 +29,7 @@ from numba import njit
 
 from sim import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
 from sim.compiled import prefix_cache
+from sim.core.lockstep import dummy_forward_tokens, padding_sequences
 from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_parts
 from sim.cost.draws import perturb
 from sim.cost.overhead import with_overhead
@@ -435,7 +436,6 @@ def _graph_padding(cfg, num_pf, num_decode):
     return 0
 
 
-
 @njit(cache=True, inline="always")
 def _prefill_tokens(plan_all, r, num_pf):
     total = 0
@@ -450,7 +450,7 @@ def _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, num_
     """(time_s, FLOPs, bytes) of replica r's planned step, the cost model's `step_cost` of its plan: its prefill
     chunks, its decodes attending `decode_ctx`, `padding` CUDA-graph padding sequences (sampled, as the scheduler's
     plan counts them) and `lockstep_pad` sequences padding it to its lockstep group's most tokens
-    (`sim.core.lockstep.padded_plan`: sampling nothing); a padding sequence attends one token. NaN: unpriced."""
+    (`sim.core.lockstep.padding_sequences`: sampling nothing); a padding sequence attends one token. NaN: unpriced."""
     num_priced = num_decode + padding + lockstep_pad
     time_s, flops, nbytes = price_parts(kind, roof, steps_pack, measured, num_prefill_tokens, plan_all[P_CHUNK, r],
                                         plan_all[P_CTX, r], num_pf, num_priced, decode_ctx + padding + lockstep_pad,
@@ -499,7 +499,7 @@ def _start_group_step(now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured
         if sr[r, I_BUSY] != 0:
             num_pf, num_decode = sr[r, I_NUM_PF], sr[r, I_NUM_DECODE]
             num_prefill_tokens, padding = sr[r, I_NUM_PREFILL_TOKENS], sr[r, I_NUM_PADDING]
-            short = most - num_prefill_tokens - num_decode - padding if pad else 0
+            short = padding_sequences(most, num_prefill_tokens + num_decode + padding, 1, pad)  # (one query token)
             decode_ctx = sr[r, I_TOKEN_SUM] + num_decode if num_decode > 0 else 0
             time_s, flops, nbytes = _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, num_pf,
                                                    num_prefill_tokens, num_decode, decode_ctx, padding,
@@ -509,7 +509,7 @@ def _start_group_step(now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured
         else:
             sg[G_LS_DUMMIES] += 1
             num_prefill_tokens = 0
-            dummy = most if pad else 1
+            dummy = dummy_forward_tokens(most, pad)
             time_s, flops, nbytes = _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, 0, 0, 0,
                                                    0, 0, 0, dummy)
         if math.isnan(time_s):

@@ -29,25 +29,43 @@ import simpy
 
 from sim.core.engine import Replica, Simulation
 from sim.core.step_plan import StepPlan
+from sim.jit import njit
 
 PROGRESS_EVERY_STEPS = 2048  # as often as the plain engine reports
 
 
-def padded_plan(plan: StepPlan, num_tokens: int) -> StepPlan:
-    """`plan` run with `num_tokens` tokens: the shortfall as padding sequences of one query token each (a
-    speculative plan's: of its query tokens, rounded up), attending one token, sampling nothing."""
-    short = num_tokens - plan.num_tokens
-    if short <= 0:
+# The padding rule, written once for both engines (the compiled core inlines these: sim/compiled/kernel.py).
+@njit(cache=True)
+def padding_sequences(most_tokens, own_tokens, query_tokens, pad_tokens):
+    """The padding sequences a rank's step of `own_tokens` runs beside its batch: with `pad_tokens`, the shortfall
+    to the group's `most_tokens` in sequences of `query_tokens` each (a verification's γ + 1), rounded up; each
+    attends one token and samples nothing. 0 without padding."""
+    short = most_tokens - own_tokens
+    if not pad_tokens or short <= 0:
+        return 0
+    return -(-short // query_tokens)
+
+
+@njit(cache=True)
+def dummy_forward_tokens(most_tokens, pad_tokens):
+    """The tokens of an idle rank's dummy forward: one, or with `pad_tokens` the group's most."""
+    return most_tokens if pad_tokens else 1
+
+
+def padded_plan(plan: StepPlan, num_tokens: int, pad_tokens: bool = True) -> StepPlan:
+    """`plan` beside `padding_sequences` to `num_tokens` tokens (none without `pad_tokens`)."""
+    pad = padding_sequences(num_tokens, plan.num_tokens, plan.decode_query_tokens, pad_tokens)
+    if pad == 0:
         return plan
-    pad = -(-short // plan.decode_query_tokens)
     return dataclasses.replace(plan, num_decode_seqs=plan.num_decode_seqs + pad,
                                num_padding_seqs=plan.num_padding_seqs + pad,
                                decode_context_tokens=plan.decode_context_tokens + pad)
 
 
-def dummy_plan(num_tokens: int) -> StepPlan:
-    """An idle rank's dummy forward of `num_tokens` tokens (one, padded to the group's most)."""
-    return StepPlan(num_decode_seqs=num_tokens, num_padding_seqs=num_tokens, decode_context_tokens=num_tokens)
+def dummy_plan(most_tokens: int, pad_tokens: bool = True) -> StepPlan:
+    """An idle rank's dummy forward (`dummy_forward_tokens`), one-token sequences attending one token each."""
+    n = dummy_forward_tokens(most_tokens, pad_tokens)
+    return StepPlan(num_decode_seqs=n, num_padding_seqs=n, decode_context_tokens=n)
 
 
 class LockstepGroup:
@@ -90,8 +108,8 @@ class LockstepGroup:
             for rank, plan in zip(ranks, plans):
                 if plan is None:
                     self.num_dummy_forwards += 1
-                run = dummy_plan(most if self.pad_tokens else 1) if plan is None else (
-                    padded_plan(plan, most) if self.pad_tokens else plan)
+                pad = self.pad_tokens
+                run = dummy_plan(most, pad) if plan is None else padded_plan(plan, most, pad)
                 cost = rank.cost_model.step_cost(run)
                 time_s = cost.time_s
                 if draws is not None:

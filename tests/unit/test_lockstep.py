@@ -7,7 +7,8 @@ import pytest
 from helpers import run_refused
 from sim.config.files import validate_scenario
 from sim.core.engine import Replica, Simulation
-from sim.core.lockstep import LockstepRank, dummy_plan, lockstep_group, padded_plan
+from sim.core.lockstep import (LockstepRank, dummy_forward_tokens, dummy_plan, lockstep_group, padded_plan,
+                               padding_sequences)
 from sim.core.router import make_router
 from sim.core.step_plan import StepPlan
 from sim.cost.roofline import StepCost
@@ -140,3 +141,12 @@ def test_what_lockstep_does_not_model_is_refused_in_one_line(tmp_path, hardware,
     raw = scenario({})
     raw["hardware"].update(hardware)
     assert message in run_refused(tmp_path, raw)  # one line, exit 2, nothing written (run_refused checks)
+
+
+def test_the_padding_rule_both_engines_call():
+    # 10 tokens against the busiest rank's 17: 7 one-token sequences, or 3 verifications of 3 tokens (rounded up)
+    assert (padding_sequences(17, 10, 1, True), padding_sequences(17, 10, 3, True)) == (7, 3)
+    assert padding_sequences(17, 10, 1, False) == 0 and padding_sequences(10, 17, 1, True) == 0
+    assert (dummy_forward_tokens(17, True), dummy_forward_tokens(17, False)) == (17, 1)
+    assert padded_plan(StepPlan(num_decode_seqs=4, decode_context_tokens=40), 9, pad_tokens=False).num_tokens == 4
+    assert dummy_plan(17, pad_tokens=False).num_tokens == 1
