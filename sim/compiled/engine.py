@@ -322,6 +322,7 @@ def run_compiled(sim) -> bool:
         sim.progress(end_s, sim.num_done)
     if group is not None:
         group.num_steps, group.num_dummy_forwards = int(sg[k.G_LS_STEPS]), int(sg[k.G_LS_DUMMIES])
+        group.num_padding_tokens = int(sg[k.G_LS_PAD_TOKENS])
     sim.engine_core = "compiled"
     return True
 

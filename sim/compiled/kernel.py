@@ -29,7 +29,7 @@ from numba import njit
 
 from sim import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
 from sim.compiled import prefix_cache
-from sim.core.lockstep import dummy_forward_tokens, padding_sequences
+from sim.core.lockstep import dummy_forward_tokens, padding_tokens
 from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_parts
 from sim.cost.draws import perturb
 from sim.cost.overhead import with_overhead
@@ -84,13 +84,14 @@ NUM_FR = 5
 # Indices into the int64 global state array `sg`.
 (G_NEXT_ARRIVAL, G_NUM_ARRIVED, G_NUM_DONE, G_IN_SYSTEM, G_ROWS, G_RUN_STEPS, G_RUN_KV, G_STEP_ID, G_RR,
  G_STOPPED, G_NUM_CHECKS, G_NUM_REJECTED, G_NUM_FINISHED, G_FIN_COUNTED, G_DONE_TTFT, G_DONE_TPOT, G_DONE_E2E,
- G_DONE_BAD, G_LS_BUSY, G_LS_RUNNING, G_LS_WAVE_STEPS, G_LS_STEPS, G_LS_DUMMIES) = range(23)
-NUM_SG = 23
+ G_DONE_BAD, G_LS_BUSY, G_LS_RUNNING, G_LS_WAVE_STEPS, G_LS_STEPS, G_LS_DUMMIES, G_LS_PAD_TOKENS) = range(24)
+NUM_SG = 24
 # G_NUM_FINISHED: requests finished so far, their ids in order in req[Q_FIN_ORDER]; the stop rule has counted the
 # first G_FIN_COUNTED of them into G_DONE_* (finished requests over each limit, and over any), so that a check
 # reads only the requests finished since the last one and those in flight, not every request.
 # G_LS_*: a lockstep group (sim/core/lockstep.py): a group step in flight, a wave running, the wave's steps since its
-# last idle check, the group's steps and its ranks' dummy forwards (LockstepGroup.num_steps, num_dummy_forwards).
+# last idle check, the group's steps, its ranks' dummy forwards and their padding tokens (LockstepGroup.num_steps,
+# num_dummy_forwards, num_padding_tokens).
 # Indices into the float64 global state array `sf`.
 (F_NOW, F_AREA, F_SINCE, F_LAST_EVENT, F_HORIZON, F_CHECK, F_STOPPED_AT, F_RATIO_INIT, F_RATIO_MIN,
  F_GROUP_END) = range(10)
@@ -449,13 +450,14 @@ def _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, num_
                    decode_ctx, padding, num_sampled, lockstep_pad):
     """(time_s, FLOPs, bytes) of replica r's planned step, the cost model's `step_cost` of its plan: its prefill
     chunks, its decodes attending `decode_ctx`, `padding` CUDA-graph padding sequences (sampled, as the scheduler's
-    plan counts them) and `lockstep_pad` sequences padding it to its lockstep group's most tokens
-    (`sim.core.lockstep.padding_sequences`: sampling nothing); a padding sequence attends one token. NaN: unpriced."""
-    num_priced = num_decode + padding + lockstep_pad
+    plan counts them; each attends one token) and `lockstep_pad` tokens padding it to its lockstep group's most
+    tokens (`sim.core.lockstep.padding_tokens`: through the linear layers only). NaN: unpriced."""
+    num_priced = num_decode + padding
     time_s, flops, nbytes = price_parts(kind, roof, steps_pack, measured, num_prefill_tokens, plan_all[P_CHUNK, r],
-                                        plan_all[P_CTX, r], num_pf, num_priced, decode_ctx + padding + lockstep_pad,
-                                        num_sampled + padding, 1, 0)
-    time_s = with_overhead(overhead, time_s, num_pf + num_priced, num_prefill_tokens, num_prefill_tokens + num_priced)
+                                        plan_all[P_CTX, r], num_pf, num_priced, decode_ctx + padding,
+                                        num_sampled + padding, 1, lockstep_pad, 0)
+    time_s = with_overhead(overhead, time_s, num_pf + num_priced, num_prefill_tokens,
+                           num_prefill_tokens + num_priced + lockstep_pad, lockstep_pad)
     return time_s, flops, nbytes
 
 
@@ -465,8 +467,8 @@ def _start_group_step(now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured
     """A lockstep group's step (`LockstepGroup.process`): every rank schedules its own batch; unless a wave runs
     and while none has anything to run, the group stays idle (G_LS_BUSY 0) until an arrival. Otherwise every rank's
     step is priced, padded to the busiest rank's tokens (with C_LS_PAD), a rank with nothing scheduled pricing a
-    dummy forward (one token, padded likewise, no sampling), each time drawn on the group's step count; the step
-    lasts the longest, and each rank with a plan is busy to its end. 0, DIVERGED or UNPRICED."""
+    dummy forward (one token, padded likewise: padding tokens alone), each time drawn on the group's step count; the
+    step lasts the longest, and each rank with a plan is busy to its end. 0, DIVERGED or UNPRICED."""
     num_ranks = sr.shape[0]
     any_plan = False
     most = 0
@@ -499,17 +501,18 @@ def _start_group_step(now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured
         if sr[r, I_BUSY] != 0:
             num_pf, num_decode = sr[r, I_NUM_PF], sr[r, I_NUM_DECODE]
             num_prefill_tokens, padding = sr[r, I_NUM_PREFILL_TOKENS], sr[r, I_NUM_PADDING]
-            short = padding_sequences(most, num_prefill_tokens + num_decode + padding, 1, pad)  # (one query token)
+            short = padding_tokens(most, num_prefill_tokens + num_decode + padding, pad)
             decode_ctx = sr[r, I_TOKEN_SUM] + num_decode if num_decode > 0 else 0
             time_s, flops, nbytes = _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, num_pf,
                                                    num_prefill_tokens, num_decode, decode_ctx, padding,
                                                    sr[r, I_NUM_SAMPLED], short)
-            sr[r, I_NUM_PADDING] = padding + short
+            sg[G_LS_PAD_TOKENS] += short
             fr[r, R_FLOPS], fr[r, R_BYTES] = flops, nbytes
         else:
             sg[G_LS_DUMMIES] += 1
             num_prefill_tokens = 0
             dummy = dummy_forward_tokens(most, pad)
+            sg[G_LS_PAD_TOKENS] += dummy
             time_s, flops, nbytes = _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, 0, 0, 0,
                                                    0, 0, 0, dummy)
         if math.isnan(time_s):
@@ -589,8 +592,8 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                         c_t, c_f, c_b = time_s, flops, nbytes
                     else:
                         c_t, c_f, c_b = price_parts(kind, roof, steps_pack, measured, 0, plan_chunk, plan_ctx, 0,
-                                                    num_decode, ctx, num_decode, 1, 0)
-                        c_t = with_overhead(overhead, c_t, num_decode, 0, num_decode)
+                                                    num_decode, ctx, num_decode, 1, 0, 0)
+                        c_t = with_overhead(overhead, c_t, num_decode, 0, num_decode, 0)
                         priced = k
                         if math.isnan(c_t):
                             return UNPRICED

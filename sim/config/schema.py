@@ -175,7 +175,8 @@ class LockstepSpec(_Strict):
     dummy forward while any rank has work."""
 
     pad_tokens: bool = Field(True, description="every rank runs the busiest rank's token count (vLLM pads the "
-                             "ranks alike unless it runs eager); false: each rank its own")
+                             "ranks alike unless it runs eager; the padding through the linear layers only, no "
+                             "attention); false: each rank its own")
     idle_check_steps: int = Field(32, ge=1, le=1 << 20, description="steps between the ranks' checks for "
                                   "unfinished requests anywhere; idle ranks run dummy forwards until a check finds "
                                   "none (vLLM: 32 from 0.9.2, 24 in 0.8.5-0.9.1, 16 before)")

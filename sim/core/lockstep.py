@@ -7,16 +7,21 @@ coordinate_batch_across_dp from 0.12.0; none before 0.9.1):
 
 - before each forward the ranks all-reduce their token counts, and, unless the engine runs eager (no CUDA
   graphs), every rank runs the most of them: its own batch padded to the busiest rank's tokens. The all-reduce is
-  a barrier, so a step lasts as long as the slowest rank's;
+  a barrier, so a step lasts as long as the slowest rank's. The padding tokens pass through the linear layers and
+  elementwise ops only (`StepPlan.num_padding_tokens`): attention reads the real tokens' metadata
+  (vllm/v1/attention/backends/flash_attn.py `num_actual_tokens`), and none of them is sampled;
 - while a wave runs, a rank with nothing scheduled runs a dummy forward (`execute_dummy_batch`: one token,
-  padded likewise, no sampling);
+  padded likewise, no sampling, and no attention: `_dummy_run` builds no attention metadata outside a full CUDA
+  graph, so the attention layers return at once); a step that pads or a dummy forward pays the engine's CPU terms
+  per step, not per padding token (`sim.cost.overhead.with_overhead`);
 - the wave ends only when the all-reduce of "any unfinished request anywhere", held every `idle_check_steps`
   steps of the wave (16, 24 or 32 by release), finds none: the ranks run dummy forwards until then. A request
   reaching an idle group starts a new wave on every rank.
 
 One SimPy process steps the group: each rank schedules its own batch, each rank's step (or dummy forward) is
 priced by its own cost model, the step lasts the longest of them, then each rank applies its own outcome. A rank's
-step row lasts the group's step; dummy forwards have no row (`LockstepGroup.num_dummy_forwards` counts them).
+step row lasts the group's step and counts its real work (its FLOPs and bytes include its padding); dummy forwards
+have no row (`LockstepGroup.num_dummy_forwards` counts them, `num_padding_tokens` every padding token run).
 The compiled core repeats this process decision by decision (sim/compiled/kernel.py `_group_event`), with the same
 records (tests/integration/test_compiled_core.py).
 """
@@ -36,14 +41,14 @@ PROGRESS_EVERY_STEPS = 2048  # as often as the plain engine reports
 
 # The padding rule, written once for both engines (the compiled core inlines these: sim/compiled/kernel.py).
 @njit(cache=True)
-def padding_sequences(most_tokens, own_tokens, query_tokens, pad_tokens):
-    """The padding sequences a rank's step of `own_tokens` runs beside its batch: with `pad_tokens`, the shortfall
-    to the group's `most_tokens` in sequences of `query_tokens` each (a verification's γ + 1), rounded up; each
-    attends one token and samples nothing. 0 without padding."""
+def padding_tokens(most_tokens, own_tokens, pad_tokens):
+    """The padding tokens a rank's step of `own_tokens` runs beside its batch: with `pad_tokens`, the shortfall to
+    the group's `most_tokens` (vLLM's num_pad: max_tokens_across_dp - num_tokens); 0 without padding. They pass
+    through the linear layers only (`StepPlan.num_padding_tokens`)."""
     short = most_tokens - own_tokens
     if not pad_tokens or short <= 0:
         return 0
-    return -(-short // query_tokens)
+    return short
 
 
 @njit(cache=True)
@@ -53,19 +58,17 @@ def dummy_forward_tokens(most_tokens, pad_tokens):
 
 
 def padded_plan(plan: StepPlan, num_tokens: int, pad_tokens: bool = True) -> StepPlan:
-    """`plan` beside `padding_sequences` to `num_tokens` tokens (none without `pad_tokens`)."""
-    pad = padding_sequences(num_tokens, plan.num_tokens, plan.decode_query_tokens, pad_tokens)
+    """`plan` beside `padding_tokens` to `num_tokens` tokens (none without `pad_tokens`)."""
+    pad = padding_tokens(num_tokens, plan.num_tokens, pad_tokens)
     if pad == 0:
         return plan
-    return dataclasses.replace(plan, num_decode_seqs=plan.num_decode_seqs + pad,
-                               num_padding_seqs=plan.num_padding_seqs + pad,
-                               decode_context_tokens=plan.decode_context_tokens + pad)
+    return dataclasses.replace(plan, num_padding_tokens=plan.num_padding_tokens + pad)
 
 
 def dummy_plan(most_tokens: int, pad_tokens: bool = True) -> StepPlan:
-    """An idle rank's dummy forward (`dummy_forward_tokens`), one-token sequences attending one token each."""
-    n = dummy_forward_tokens(most_tokens, pad_tokens)
-    return StepPlan(num_decode_seqs=n, num_padding_seqs=n, decode_context_tokens=n)
+    """An idle rank's dummy forward (`dummy_forward_tokens`): padding tokens alone, no sequence (vLLM's dummy run
+    builds no attention metadata, so its attention layers compute nothing, and it samples nothing)."""
+    return StepPlan(num_padding_tokens=dummy_forward_tokens(most_tokens, pad_tokens))
 
 
 class LockstepGroup:
@@ -77,6 +80,7 @@ class LockstepGroup:
         self.idle_check_steps = idle_check_steps
         self.num_steps = 0  # forwards every rank ran together
         self.num_dummy_forwards = 0  # rank forwards with nothing scheduled
+        self.num_padding_tokens = 0  # tokens the ranks ran as padding, dummy forwards' included
 
     def _wait_for_work(self, env: simpy.Environment, start: float):
         """Idle: wait until a request reaches any rank, or a rank's timed retry."""
@@ -114,6 +118,7 @@ class LockstepGroup:
                 time_s = cost.time_s
                 if draws is not None:
                     time_s = perturb(draws, time_s, rank.index, self.num_steps, run.num_prefill_tokens > 0)
+                self.num_padding_tokens += run.num_padding_tokens
                 priced.append(run)
                 costs.append(cost)
                 times.append(time_s)

@@ -24,6 +24,9 @@ class StepPlan:
     swap_out_tokens: int = 0  # KV tokens copied GPU -> host for preempted requests (swap preemption)
     swap_in_tokens: int = 0  # KV tokens copied host -> GPU for resumed requests
     num_padding_seqs: int = 0  # static batching: finished sequences that still occupy a slot and compute
+    # A lockstep rank's padding to its group's most tokens (sim/core/lockstep.py): tokens through the linear layers
+    # and elementwise ops (and their all-reduces) only, as vLLM runs them: no attention, no sampled row
+    num_padding_tokens: int = 0
     num_sampled_seqs: int = 0  # sequences that sample a token at the end of the step (LM head rows)
     new_request_ids: list[int] = field(default_factory=list)  # admitted this step (first time or after preemption)
     preempted_request_ids: list[int] = field(default_factory=list)  # preempted to make room this step
@@ -35,7 +38,7 @@ class StepPlan:
     @property
     def num_tokens(self) -> int:
         """Tokens through the model's linear layers this step."""
-        return self.num_prefill_tokens + self.num_decode_seqs * self.decode_query_tokens
+        return self.num_prefill_tokens + self.num_decode_seqs * self.decode_query_tokens + self.num_padding_tokens
 
     @property
     def num_seqs(self) -> int:

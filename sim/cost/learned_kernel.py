@@ -145,13 +145,13 @@ def _attention(price, s, pf_edges, pf_eff, dc_edges, dc_eff, window, pf_chunk, p
 # (and, where numba counts references, take and drop one for each).
 @njit(cache=True, inline="always")
 def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
-              query_tokens, swap_tokens):
+              query_tokens, pad_tokens, swap_tokens):
     """(time_s, FLOPs, bytes) of one step (`sim.cost.step_args` lists the arguments). `roof`: the model's roofline
     pack; `table`: its learned pack (`pack`)."""
     price, grp_layers, grp_start, mm, lm_head = roof[0], roof[1], roof[2], roof[3], roof[4]
     s, gemm_eff, r_edges, head_eff = table[0], table[1], table[2], table[3]
     pf_edges, pf_eff, dc_edges, dc_eff = table[4], table[5], table[6], table[7]
-    n = num_prefill_tokens + num_decode_seqs * query_tokens
+    n = num_prefill_tokens + num_decode_seqs * query_tokens + pad_tokens  # (padding: no attention)
     if n == 0:
         return price[P_OVERHEAD_S], 0.0, 0.0
     peak_flops, peak_bytes, min_kernel_s = s[K_PEAK_FLOPS], s[K_PEAK_BYTES], s[K_MIN_KERNEL_S]

@@ -444,12 +444,12 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
 # (and, where numba counts references, take and drop one for each).
 @njit(cache=True, inline="always")
 def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
-              query_tokens, swap_tokens):
+              query_tokens, pad_tokens, swap_tokens):
     """The step's time (`sim.cost.step_args` lists the arguments): per layer its token-count terms and its
     attention, then the LM head, swaps, the step overhead. NaN: the note log is full."""
     (s, curves, grids, ratios, layers, starts, linear, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, wpf_ga, wpf_gb, wpf_r,
      wdc_ga, wdc_gb, wdc_r, layer_memo, head_memo, note_log, note_count) = params
-    t = num_prefill_tokens + num_decode_seqs * query_tokens
+    t = num_prefill_tokens + num_decode_seqs * query_tokens + pad_tokens  # (padding: no attention)
     if t == 0:
         return s[P_OVERHEAD_S]
     if s[P_MLA] != 0.0:

@@ -67,14 +67,17 @@ TERMS = ("per_step_s", "per_seq_s", "per_prefill_token_s", "launch_per_layer_s")
 
 
 @njit(cache=True, inline="always")
-def with_overhead(terms, kernels_s, num_seqs, num_prefill_tokens, num_tokens):
+def with_overhead(terms, kernels_s, num_seqs, num_prefill_tokens, num_tokens, num_padding_tokens):
     """A step's time: its kernels' time `kernels_s` plus the engine's time outside them (the one definition of
     the formula in this module's docstring, called by `EngineOverhead.step_time` and inlined into the compiled
-    core). `terms`: the pack; empty: no overhead. A step with no tokens costs its kernels' time alone."""
+    core). `terms`: the pack; empty: no overhead. A step with no tokens costs its kernels' time alone. A lockstep
+    rank's padding tokens (`StepPlan.num_padding_tokens`, in `num_tokens`) are no sequences' work, but its CUDA
+    graph is captured for the padded batch: a decode step replays one only where its sequences and padding fit."""
     if terms.shape[0] == 0 or num_tokens == 0:
         return kernels_s
     launch_s = terms[O_LAUNCH]
-    if (num_seqs <= terms[O_GRAPH_MAX_SEQS]) if num_prefill_tokens == 0 else (terms[O_GRAPH_PREFILL] != 0.0):
+    if ((num_seqs + num_padding_tokens <= terms[O_GRAPH_MAX_SEQS]) if num_prefill_tokens == 0
+            else (terms[O_GRAPH_PREFILL] != 0.0)):
         launch_s = 0.0  # a step replayed as one CUDA graph launches once
     kernels_s += terms[O_WEIGHTS_STREAM]  # NaN stays NaN
     busy_s = kernels_s if kernels_s >= launch_s or kernels_s != kernels_s else launch_s
@@ -149,11 +152,12 @@ class EngineOverhead:
 
     def serial_s(self, plan: StepPlan) -> float:
         """The CPU time between steps (not overlapped with kernels): a pipelined replica's driver time, per step."""
-        return float(with_overhead(self._serial_terms, 0.0, plan.num_seqs, plan.num_prefill_tokens, plan.num_tokens))
+        return float(with_overhead(self._serial_terms, 0.0, plan.num_seqs, plan.num_prefill_tokens, plan.num_tokens,
+                                   plan.num_padding_tokens))
 
     def step_time(self, kernels_s: float, plan: StepPlan, num_layers: int) -> float:
         return float(with_overhead(self.pack(num_layers), kernels_s, plan.num_seqs, plan.num_prefill_tokens,
-                                   plan.num_tokens))
+                                   plan.num_tokens, plan.num_padding_tokens))
 
 
 _DEFAULT_SOURCE = "defaults: estimates (sim/cost/overhead.py names the sources)"
@@ -201,7 +205,8 @@ class EngineOverheadCostModel:
 
     def step_cost(self, plan: StepPlan) -> StepCost:
         inner = self.kernels.step_cost(plan)
-        time_s = with_overhead(self._terms, inner.time_s, plan.num_seqs, plan.num_prefill_tokens, plan.num_tokens)
+        time_s = with_overhead(self._terms, inner.time_s, plan.num_seqs, plan.num_prefill_tokens, plan.num_tokens,
+                               plan.num_padding_tokens)
         return StepCost(float(time_s), inner.flops, inner.bytes)
 
     def compiled_params(self) -> tuple | None:
@@ -224,7 +229,7 @@ class EngineOverheadCostModel:
         """Costs of a run of decode-only steps (`sim.core.step_plan.decode_step_costs`): the kernels' (their closed form
         where they have one), each plus the overhead, which does not depend on the context."""
         terms = self._terms
-        return [StepCost(float(with_overhead(terms, c.time_s, num_seqs, 0, num_seqs)), c.flops, c.bytes)
+        return [StepCost(float(with_overhead(terms, c.time_s, num_seqs, 0, num_seqs, 0)), c.flops, c.bytes)
                 for c in decode_step_costs(self.kernels, num_seqs, context_tokens, num_steps)]
 
 

@@ -187,7 +187,7 @@ def decode_run_costs(kind: int, roofline: tuple, steps: tuple | None, measured: 
     before it knows whether a run follows, is priced as that step (a third of the time: no array to build)."""
     if num_steps == 1:
         return [StepCost(*compiled_pricing.price_parts(kind, roofline, steps, measured, 0, NO_CHUNKS, NO_CHUNKS, 0,
-                                                       num_seqs, context_tokens, num_seqs, 1, 0))]
+                                                       num_seqs, context_tokens, num_seqs, 1, 0, 0))]
     return step_costs(compiled_pricing.decode_run(kind, roofline, steps, measured, num_seqs, context_tokens,
                                                   num_steps))
 

@@ -321,11 +321,11 @@ def layer_attention(price, window, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
 # (and, where numba counts references, take and drop one for each).
 @njit(cache=True, inline="always")
 def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
-              query_tokens, swap_tokens):
+              query_tokens, pad_tokens, swap_tokens):
     """(time_s, FLOPs, bytes) of one step (`sim.cost.step_args` lists the arguments)."""
     price, grp_layers, grp_start, mm, lm_head, mm_memo, head_memo = params
     fps, bps = price[P_FLOPS_PER_S], price[P_BYTES_PER_S]
-    num_tokens = num_prefill_tokens + num_decode_seqs * query_tokens
+    num_tokens = num_prefill_tokens + num_decode_seqs * query_tokens + pad_tokens  # (padding: no attention)
     if num_tokens == 0:
         return price[P_OVERHEAD_S], 0.0, 0.0
     kvb = price[P_KV_BYTES_PER_TOKEN_LAYER]

@@ -190,9 +190,10 @@ def body_s(phys, linear, fps, bps, num_tokens, rows):
 
 @njit(cache=True, inline="always")
 def fit_parts(phys, linear, fps, bps, tok_u, tok_v, pf_u, pf_v, dc_u, dc_v, num_prefill_tokens, pf_chunk, pf_ctx,
-              num_pf, num_decode_seqs, decode_ctx, num_sampled, query_tokens):
-    """Seconds of each part of a step: (token (body + head) × ρ_T, prefill attention, decode attention)."""
-    t = num_prefill_tokens + num_decode_seqs * query_tokens
+              num_pf, num_decode_seqs, decode_ctx, num_sampled, query_tokens, pad_tokens):
+    """Seconds of each part of a step: (token (body + head) × ρ_T, prefill attention, decode attention); padding
+    tokens are in the body, not in attention."""
+    t = num_prefill_tokens + num_decode_seqs * query_tokens + pad_tokens
     if t == 0:
         return 0.0, 0.0, 0.0
     rho_t = log_ratio(tok_u, tok_v, t)
@@ -218,11 +219,11 @@ def fit_parts(phys, linear, fps, bps, tok_u, tok_v, pf_u, pf_v, dc_u, dc_v, num_
 
 @njit(cache=True, inline="always")
 def fit_time(phys, linear, fps, bps, tok_u, tok_v, pf_u, pf_v, dc_u, dc_v, num_prefill_tokens, pf_chunk, pf_ctx,
-             num_pf, num_decode_seqs, decode_ctx, num_sampled, query_tokens):
+             num_pf, num_decode_seqs, decode_ctx, num_sampled, query_tokens, pad_tokens):
     """The fit's time of a step: the sum of its parts."""
     token, prefill, decode = fit_parts(phys, linear, fps, bps, tok_u, tok_v, pf_u, pf_v, dc_u, dc_v,
                                        num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
-                                       num_sampled, query_tokens)
+                                       num_sampled, query_tokens, pad_tokens)
     return token + prefill + decode
 
 
@@ -240,11 +241,11 @@ def allreduce_s(s, num_tokens):
 # Inlined into the core (`compiled_pricing.price_parts`) for the same reason as the functions above.
 @njit(cache=True, inline="always")
 def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
-              query_tokens, swap_tokens):
+              query_tokens, pad_tokens, swap_tokens):
     """The step's time (`sim.cost.step_args` lists the arguments): the fit's, the all-reduces, the swaps."""
     s, linear, tok_u, tok_v, pf_u, pf_v, dc_u, dc_v = params
     time_s = fit_time(s, linear, s[S_FLOPS_PER_S], s[S_BYTES_PER_S], tok_u, tok_v, pf_u, pf_v, dc_u, dc_v,
                       num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
-                      query_tokens)
-    time_s += allreduce_s(s, num_prefill_tokens + num_decode_seqs * query_tokens)
+                      query_tokens, pad_tokens)
+    time_s += allreduce_s(s, num_prefill_tokens + num_decode_seqs * query_tokens + pad_tokens)
     return time_s + swap_tokens * s[S_SWAP_S_PER_TOKEN]

@@ -8,7 +8,7 @@ from helpers import run_refused
 from sim.config.files import validate_scenario
 from sim.core.engine import Replica, Simulation
 from sim.core.lockstep import (LockstepRank, dummy_forward_tokens, dummy_plan, lockstep_group, padded_plan,
-                               padding_sequences)
+                               padding_tokens)
 from sim.core.router import make_router
 from sim.core.step_plan import StepPlan
 from sim.cost.roofline import StepCost
@@ -45,13 +45,16 @@ def run(arrival_s, prompts, outputs, lockstep=True, pad_tokens=True, idle_check_
 
 def test_a_step_lasts_the_busiest_ranks_and_the_idle_one_is_padded_to_it():
     # rank 0: a prompt of 8 tokens; rank 1: one of 2; 3 output tokens each (the prefill samples the first).
-    sim, cost, _ = run([0.0, 0.0], [8, 2], [3, 3])
+    sim, cost, group = run([0.0, 0.0], [8, 2], [3, 3])
     assert list(sim.requests.first_token_s) == [2.0, 2.0]  # both ranks run 8 tokens: 8 x 0.25
     assert list(sim.requests.finish_s) == [2.5, 2.5]  # two decode steps of one token each
     steps = steps_frame(sim.steps.arrays())
     first = steps[steps.start_s == 0.0].sort_values("replica")
     assert list(first.num_prefill_tokens) == [8, 2]
-    assert list(first.num_padding_seqs) == [0, 6]  # rank 1's prompt padded to rank 0's 8 tokens
+    assert [plan.num_padding_tokens for plan in cost.priced[:2]] == [0, 6]  # rank 1's prompt padded to 8 tokens
+    assert list(first.num_padding_seqs) == [0, 0]  # padding tokens are no sequences (the summary counts them)
+    # ... and then both ranks' one-token dummy forwards to the wave's check at step 32
+    assert group.num_padding_tokens == 6 + 2 * 29 and steps.num_decode_seqs.sum() == 4
     assert list(first.duration_s) == [2.0, 2.0]
     # alone, rank 1's request would have its first token after its own 2 tokens
     alone, _, _ = run([0.0, 0.0], [8, 2], [3, 3], lockstep=False)
@@ -62,7 +65,8 @@ def test_without_padding_each_rank_runs_its_own_tokens_but_waits_for_the_slowest
     sim, cost, _ = run([0.0, 0.0], [8, 2], [3, 3], pad_tokens=False)
     assert list(sim.requests.first_token_s) == [2.0, 2.0]
     steps = steps_frame(sim.steps.arrays())
-    assert steps.num_padding_seqs.sum() == 0
+    assert steps.num_padding_seqs.sum() == 0  # and the ranks' own steps no padding tokens (a dummy forward: one)
+    assert all(plan.num_padding_tokens == (0 if plan.num_seqs else 1) for plan in cost.priced)
     assert sorted(plan.num_tokens for plan in cost.priced[:2]) == [2, 8]
 
 
@@ -78,6 +82,10 @@ def test_idle_ranks_run_dummy_forwards_until_the_check_finds_no_work():
     dummies = [plan for plan in cost.priced if not plan.prefill_request_ids and not plan.num_sampled_seqs]
     assert [plan.num_tokens for plan in dummies[:4]] == [8, 1, 1, 1]
     assert len(dummies) == group.num_dummy_forwards
+    assert all(plan.num_seqs == 0 and plan.num_padding_tokens == plan.num_tokens for plan in dummies)
+    # rank 1's 6 dummies (8, 1, 1, 1, 1, 1: padded to rank 0's prefill of 8, then its decodes of 1), rank 0's 4
+    # (1, 1, 1, then 8 beside rank 1's prefill at step 7), both ranks' 25 x 1 after; step 7's prefill pads nothing
+    assert group.num_padding_tokens == 13 + 11 + 50
     assert dummy_plan(8).num_sampled_seqs == 0
 
 
@@ -91,11 +99,12 @@ def test_after_the_wave_ends_a_request_starts_at_once():
     assert short_group.num_steps == 6 and list(short.requests.first_token_s) == [2.0, 22.0]
 
 
-def test_padding_rounds_a_verification_up_to_whole_sequences():
+def test_padding_tokens_are_the_shortfall_exactly_and_attend_nothing():
     plan = StepPlan(num_decode_seqs=2, decode_context_tokens=40, decode_query_tokens=3, num_sampled_seqs=2)
-    padded = padded_plan(plan, 10)  # 6 tokens -> 4 short: two more sequences of 3 query tokens
-    assert (padded.num_decode_seqs, padded.num_padding_seqs, padded.num_tokens) == (4, 2, 12)
-    assert padded.num_sampled_seqs == 2 and padded_plan(plan, 6) is plan
+    padded = padded_plan(plan, 10)  # 6 tokens -> 4 short: 4 padding tokens (vLLM pads tokens, not sequences)
+    assert (padded.num_decode_seqs, padded.num_padding_tokens, padded.num_tokens) == (2, 4, 10)
+    assert (padded.decode_context_tokens, padded.num_sampled_seqs, padded.num_seqs) == (40, 2, 2)
+    assert padded_plan(plan, 6) is plan
 
 
 BURST = {"arrival": {"kind": "burst"}, "lengths": {"kind": "fixed", "input_tokens": 400, "output_tokens": 60}}
@@ -144,9 +153,39 @@ def test_what_lockstep_does_not_model_is_refused_in_one_line(tmp_path, hardware,
 
 
 def test_the_padding_rule_both_engines_call():
-    # 10 tokens against the busiest rank's 17: 7 one-token sequences, or 3 verifications of 3 tokens (rounded up)
-    assert (padding_sequences(17, 10, 1, True), padding_sequences(17, 10, 3, True)) == (7, 3)
-    assert padding_sequences(17, 10, 1, False) == 0 and padding_sequences(10, 17, 1, True) == 0
+    # 10 tokens against the busiest rank's 17: 7 padding tokens; none without padding, none for the busiest
+    assert padding_tokens(17, 10, True) == 7
+    assert padding_tokens(17, 10, False) == 0 and padding_tokens(10, 17, True) == 0
     assert (dummy_forward_tokens(17, True), dummy_forward_tokens(17, False)) == (17, 1)
     assert padded_plan(StepPlan(num_decode_seqs=4, decode_context_tokens=40), 9, pad_tokens=False).num_tokens == 4
     assert dummy_plan(17, pad_tokens=False).num_tokens == 1
+
+
+LLAMA_8B_LINEAR_WEIGHTS = 32 * (4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096 + 3 * 4096 * 14336)  # q, k+v, o, MLP
+
+
+@pytest.mark.parametrize("cost_model", [None, {"kind": "measured"}, {"kind": "calibrated"},
+                                        {"kind": "roofline", "efficiencies": "learned"},
+                                        {"kind": "measured", "overhead": {"engine": "vllm-cudagraph"}}])
+def test_padding_tokens_are_priced_through_the_linear_layers_alone(cost_model):
+    # vLLM runs a rank's padding through the linear layers only: attention reads the real tokens' metadata and a
+    # dummy run builds none (vllm/v1/attention/backends/flash_attn.py num_actual_tokens; gpu_model_runner.py
+    # _dummy_run). So what padding adds to a step does not depend on what the real decodes attend, and its FLOPs
+    # are the linear layers' 2 x weights a token (Llama-3.1-8B: 6,979,321,856 weights in them, by hand).
+    from sim.run import make_cost_model
+    raw = scenario()
+    if cost_model is not None:
+        raw["cost_model"] = cost_model
+    model = make_cost_model(validate_scenario(raw))
+
+    def added(context_per_seq, pad):
+        plan = StepPlan(num_decode_seqs=16, decode_context_tokens=16 * context_per_seq, num_sampled_seqs=16)
+        return model.step_cost(padded_plan(plan, 16 + pad)).time_s - model.step_cost(plan).time_s
+
+    for pad in (48, 4000):
+        assert added(100, pad) > 0.0
+        assert added(100, pad) == pytest.approx(added(20_000, pad), rel=1e-9)
+    dummy = model.step_cost(dummy_plan(4000))
+    assert dummy.time_s == pytest.approx(added(100, 3999) + model.step_cost(dummy_plan(1)).time_s, rel=0.05)
+    if cost_model is None:  # the roofline counts every FLOP: the linear layers' alone (no attention, no LM head)
+        assert dummy.flops == 2 * LLAMA_8B_LINEAR_WEIGHTS * 4000
