@@ -419,8 +419,10 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
         summary["stopped_early_s"] = float(sim.stopped_early_s)
     if deployment.pipeline_parallel > 1:
         summary.update(pipeline_metrics(replicas, elapsed, steps, deployment.gpu))
-    if lockstep is not None:  # the ranks' forwards together, those of ranks with nothing to run (no step rows), and
-        group = replicas[0].group  # the tokens they ran as padding (in no step row's counts; in its FLOPs and bytes)
+    if lockstep is not None:
+        # The ranks' forwards together, those of ranks with nothing to run (no step rows), and the tokens they ran as
+        # padding (in no step row's counts; in its FLOPs and bytes).
+        group = replicas[0].group
         summary.update(lockstep_steps=group.num_steps, lockstep_dummy_forwards=group.num_dummy_forwards,
                        lockstep_padding_tokens=group.num_padding_tokens)
     if deployment.attention_kernel != "flash":  # (a flash run's summary keeps its keys as before)

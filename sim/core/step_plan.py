@@ -23,7 +23,9 @@ class StepPlan:
     num_draft_tokens: int = 0  # γ: draft-model decode steps each decoding sequence runs before verification
     swap_out_tokens: int = 0  # KV tokens copied GPU -> host for preempted requests (swap preemption)
     swap_in_tokens: int = 0  # KV tokens copied host -> GPU for resumed requests
-    num_padding_seqs: int = 0  # static batching: finished sequences that still occupy a slot and compute
+    # Padding sequences, in num_decode_seqs: static batching's finished sequences that still occupy a slot and
+    # compute, or a decode batch's CUDA-graph padding (scheduler.cuda_graph_batch_sizes: each attends one token)
+    num_padding_seqs: int = 0
     # A lockstep rank's padding to its group's most tokens (sim/core/lockstep.py): tokens through the linear layers
     # and elementwise ops (and their all-reduces) only, as vLLM runs them: no attention, no sampled row
     num_padding_tokens: int = 0
