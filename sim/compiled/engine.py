@@ -23,7 +23,7 @@ import numpy as np
 
 from sim.compiled import prefix_cache
 from sim.core.request import Request
-from sim.core.router import FewestWaitingRouter, LeastLoadedRouter, LeastOutstandingRouter, RoundRobinRouter
+from sim.core.router import CountingRouter
 from sim.cost.draws import no_draws
 from sim.kv import prefix_index
 from sim.machine import plain_pages
@@ -57,8 +57,6 @@ _MAX_START_ROWS = 1 << 23
 # RequestLog's status code of each kernel request state at the end (NOT_ARRIVED, WAITING, RUNNING, FINISHED,
 # REJECTED): none, unfinished, unfinished, finished, rejected.
 _FINAL_STATUS = np.array([-1, 1, 1, 0, 2], dtype=np.int64)
-_ROUTERS = {RoundRobinRouter: "ROUTER_ROUND_ROBIN", LeastOutstandingRouter: "ROUTER_LEAST_OUTSTANDING",
-            LeastLoadedRouter: "ROUTER_LEAST_LOADED", FewestWaitingRouter: "ROUTER_FEWEST_WAITING"}  # its code of each
 
 
 def _scope(sim) -> tuple[str, tuple | None]:
@@ -77,7 +75,7 @@ def _scope(sim) -> tuple[str, tuple | None]:
     other = next((r for r in sim.replicas if type(r) is not kind), None)
     if other is not None:
         return other.kind, None
-    if type(sim.router) not in _ROUTERS:
+    if not isinstance(sim.router, CountingRouter):  # the random router draws in Python
         return f"the {type(sim.router).__name__}", None
     if sim.env.now != 0 or sim.num_requests == 0:
         return "a started or empty simulation", None
@@ -213,7 +211,7 @@ def run_compiled(sim) -> bool:
     cfg[k.C_MAX_SEQS], cfg[k.C_MAX_BATCHED] = max_seqs, scheduler.max_num_batched_tokens
     cfg[k.C_CHUNKED], cfg[k.C_MAX_MODEL_LEN] = scheduler.chunked_prefill, scheduler.max_model_len
     cfg[k.C_NUM_BLOCKS], cfg[k.C_BLOCK_SIZE], cfg[k.C_FAST_DECODE] = kv.num_blocks, kv.block_size, sim.fast_decode
-    cfg[k.C_ROUTER], cfg[k.C_WAITING_WEIGHT] = getattr(k, _ROUTERS[type(sim.router)]), LeastLoadedRouter.WAITING_WEIGHT
+    cfg[k.C_ROUTER] = sim.router.KIND
     group = replicas[0].group if _one_lockstep_group(replicas) else None
     if group is not None:  # the ranks step together (sim/core/lockstep.py); no decode runs, as its process takes none
         cfg[k.C_LOCKSTEP], cfg[k.C_LS_PAD], cfg[k.C_LS_IDLE_CHECK] = 1, group.pad_tokens, group.idle_check_steps
@@ -309,8 +307,7 @@ def run_compiled(sim) -> bool:
         cache = replica.scheduler.kv.prefix_cache
         if cache is not None:  # its statistics, as the Python engine leaves them (its block tables stay empty)
             cache.set_stats(pc[0][i, prefix_index.FIRST_STAT:])
-    if isinstance(sim.router, RoundRobinRouter):
-        sim.router._next = int(sg[k.G_RR])
+    sim.router._next = int(sg[k.G_RR])  # the arrivals routed
     members = anchor >= 0  # still decoding at the horizon: their counters catch up, as in_flight() syncs them
     out[members] += sr[rep[members], k.I_CLOCK] - anchor[members]
     _fill_records(sim.requests, state, k, arrival_s, first_sched, first_tok, last_tok, finish_s, prompt, out,

@@ -30,6 +30,7 @@ from numba import njit
 from sim import numba_cache  # noqa: F401  (drops stale numba caches before anything loads)
 from sim.compiled import prefix_cache
 from sim.core.lockstep import dummy_forward_tokens, padding_tokens
+from sim.core.router import choose_replica
 from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_parts
 from sim.cost.draws import perturb
 from sim.cost.overhead import with_overhead
@@ -107,8 +108,8 @@ NUM_S = 8
  C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT, C_PREFILL_ONLY,
  C_WHOLE_PROMPT, C_PREFIX_CACHING, C_PREFIX_UNIT, C_WINDOW_SPAN, C_WINDOW_BYTES, C_SLOT_BYTES,
  C_PREFILL_CONTEXT, C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE, C_CAP_FAIR_SHARE, C_LOCKSTEP, C_LS_PAD,
- C_LS_IDLE_CHECK, C_WAITING_WEIGHT) = range(29)
-NUM_CFG = 29
+ C_LS_IDLE_CHECK) = range(28)
+NUM_CFG = 28
 # C_MIXED .. C_WHOLE_PROMPT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
 # per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, whether a
 # step may be prefill-only (`prefill_only_steps`), and whole-prompt admission. C_PREFIX_CACHING: automatic prefix
@@ -117,10 +118,9 @@ NUM_CFG = 29
 # layers, a token slot's; bytes 0: none). C_PREFILL_CONTEXT: the rule's prefill_context_tokens (0: none).
 # C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE, C_CAP_FAIR_SHARE: its max_prefill_chunk_tokens (0: none),
 # prefill_chunk_cap_when_alone and prefill_chunk_cap_fair_share. C_LOCKSTEP: the replicas are one lockstep group's
-# ranks (sim/core/lockstep.py), C_LS_PAD its pad_tokens, C_LS_IDLE_CHECK its idle_check_steps. C_WAITING_WEIGHT: the
-# least-loaded router's weight of a waiting request (LeastLoadedRouter.WAITING_WEIGHT). Past NUM_CFG: the sorted
-# CUDA-graph batch sizes (none: no padding).
-ROUTER_ROUND_ROBIN, ROUTER_LEAST_OUTSTANDING, ROUTER_LEAST_LOADED, ROUTER_FEWEST_WAITING = 0, 1, 2, 3
+# ranks (sim/core/lockstep.py), C_LS_PAD its pad_tokens, C_LS_IDLE_CHECK its idle_check_steps. C_ROUTER: the
+# router's rule (sim/core/router.py `choose_replica`'s kind). Past NUM_CFG: the sorted CUDA-graph batch sizes (none:
+# no padding).
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
 # these two arrays, not one array each: numba passes every array argument as several machine words, and with
 # ~60 of them a call to `_start_step` cost more than the scheduling it does. The functions below index them in
@@ -1066,39 +1066,18 @@ def _decode_run_limit(sr, r, heap_all, bucket_all, req, max_steps, clock, bs, nu
 @njit(cache=True)
 def _admit_arrivals_at(t, sr, fr, sg, sf, cfg, req, reqf):
     """Every arrival SimPy fires at time `t` (one callback of the arrivals process): each is routed
-    (`Simulation._admit`: in turn, or the fewest outstanding, the least load or the fewest waiting, lowest first),
-    then admitted to its replica's queue or rejected."""
+    (`Simulation._admit`: by the router's rule, `sim.core.router.choose_replica`), then admitted to its replica's
+    queue or rejected."""
     n_req = req.shape[1]
     max_batched, chunked = cfg[C_MAX_BATCHED], cfg[C_CHUNKED] != 0
     max_model_len, num_blocks, bs = cfg[C_MAX_MODEL_LEN], cfg[C_NUM_BLOCKS], cfg[C_BLOCK_SIZE]
-    num_replicas = sr.shape[0]
     while sg[G_NEXT_ARRIVAL] < n_req and reqf[QF_ARRIVAL_EV, sg[G_NEXT_ARRIVAL]] == t:
         i = sg[G_NEXT_ARRIVAL]
         sg[G_NEXT_ARRIVAL] = i + 1
         sg[G_NUM_ARRIVED] += 1
         sf[F_LAST_EVENT] = t
-        if cfg[C_ROUTER] == ROUTER_ROUND_ROBIN:
-            r = sg[G_RR] % num_replicas
-            sg[G_RR] += 1
-        elif cfg[C_ROUTER] == ROUTER_LEAST_OUTSTANDING:
-            r = 0
-            for q in range(1, num_replicas):
-                if sr[q, I_OUTSTANDING] < sr[r, I_OUTSTANDING]:
-                    r = q
-        elif cfg[C_ROUTER] == ROUTER_LEAST_LOADED:  # C_WAITING_WEIGHT x waiting + running
-            r = 0
-            extra = cfg[C_WAITING_WEIGHT] - 1  # (a waiting request is outstanding too)
-            best = extra * sr[0, I_W_COUNT] + sr[0, I_OUTSTANDING]
-            for q in range(1, num_replicas):
-                load = extra * sr[q, I_W_COUNT] + sr[q, I_OUTSTANDING]
-                if load < best:
-                    r, best = q, load
-        else:  # the fewest waiting, then the fewest running
-            r = 0
-            for q in range(1, num_replicas):
-                waiting, best_waiting = sr[q, I_W_COUNT], sr[r, I_W_COUNT]
-                if waiting < best_waiting or (waiting == best_waiting and sr[q, I_OUTSTANDING] < sr[r, I_OUTSTANDING]):
-                    r = q
+        r = choose_replica(cfg[C_ROUTER], sg[G_RR], sr, I_W_COUNT, I_OUTSTANDING, I_FREE_BLOCKS, num_blocks)
+        sg[G_RR] += 1  # the arrivals routed (the routers' `start`)
         req[Q_REP, i] = r
         p, m = req[Q_PROMPT, i], req[Q_MAX_OUT, i]
         # SchedulerBase / ContinuousScheduler.rejection_reason (sim.compiled.engine words the reason)

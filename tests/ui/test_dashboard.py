@@ -273,7 +273,8 @@ def test_choice_lists_come_from_the_schema():
     assert dash.BATCHING_MODES == ("continuous", "chunked prefill", "static")
     assert (dash.KV_LAYOUTS, dash.RESERVE_RULES) == (("paged", "contiguous"), ("max_len", "pow2", "oracle"))
     assert dash.PREEMPTION_MODES == literal_choices(KVCacheSpec, "preemption") and "swap" in dash.PREEMPTION_MODES
-    assert dash.ROUTERS == ("round_robin", "least_outstanding", "least_loaded", "fewest_waiting", "random")
+    assert dash.ROUTERS == ("round_robin", "least_outstanding", "least_loaded", "fewest_waiting",
+                           "least_outstanding_kv", "random")
     assert dash.FORM_ARRIVAL_KINDS == ("poisson", "gamma", "constant", "trace")
     assert dash.FORM_LENGTH_KINDS == ("fixed", "uniform", "lognormal", "dataset", "preset", "trace")
     assert dash.LENGTH_PRESETS == ("sharegpt", "alpaca", "sharegpt_bench")

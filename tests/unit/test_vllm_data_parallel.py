@@ -22,8 +22,8 @@ def vllm(version="0.14.0", model="llama-3.1-8b", hardware=None, num_requests=40,
 @pytest.mark.parametrize("version, router, api_servers", [
     ("0.14.0", "round_robin", 1),  # --api-server-count's default 1; the engines publish no counts: in turn
     ("0.16.0", "round_robin", 4),  # the default API servers: one a rank
-    ("0.27.0", "least_outstanding", 4),  # every engine publishes its counts; the in-flight score
-    ("0.34.0", "least_outstanding", 4),
+    ("0.27.0", "least_outstanding_kv", 4),  # every engine publishes its counts; in-flight and KV score
+    ("0.34.0", "least_outstanding_kv", 4),
 ])
 def test_each_rank_is_a_replica_derived_as_one_server_would_be(version, router, api_servers):
     one, four = validate_scenario(vllm(version)), validate_scenario(vllm(version, data_parallel_size=4))
@@ -56,7 +56,7 @@ def test_from_0_27_the_ranks_run_as_the_same_replicas_behind_one_front_end_would
     ranks = validate_scenario(vllm("0.27.0", data_parallel_size=2, num_requests=60))
     assert (ranks.frontend.replicas_per_server, ranks.frontend.num_processes) == (2, 2)
     replicas = validate_scenario({**vllm("0.27.0", num_requests=60, hardware={"num_replicas": 2,
-                                                                              "router": "least_outstanding"}),
+                                                                              "router": "least_outstanding_kv"}),
                                   "frontend": ranks.frontend.model_dump()})
     first, second = simulate(ranks), simulate(replicas)
     assert first.requests.equals(second.requests)

@@ -27,9 +27,10 @@ and vllm/entrypoints/cli/serve.py with openai/cli_args.py:
   (its waiting + 1 each): the engines in turn, `round_robin` here (the coordinator's zeros, published every 5 s,
   restart the turn at the server's first engine: not modelled). From 0.27.0 every engine publishes its counts
   (before and after each step) and the score is the greater of the server's requests in flight to an engine (x the
-  servers) and its published waiting + running, plus 6 x waiting x (KV usage - 0.5) above half-full KV, ties going
-  to the next engine in turn: the fewest outstanding requests, `least_outstanding` here (ties to the lowest index;
-  the published counts' staleness and the KV term not modelled).
+  servers) and its published waiting + running, plus 6 x waiting x (KV usage - 0.5) above half-full KV, the scan
+  starting one engine further each request (ties to the next engine in turn): `least_outstanding_kv` here, the
+  counts current (vLLM's are published before and after each step) and one scan start for all the API servers
+  (each of vLLM's starts at its own index and counts its own in-flight requests: not modelled).
 - a mixture of experts keeps its ranks in lockstep in every release, its experts spread over every rank's GPUs
   (each rank's tokens through every rank's experts): the experts' pricing over the ranks is not modelled, so it
   is refused in one line.
@@ -51,7 +52,7 @@ VLLM_DP_PADDING_BY_GRAPH_MODE_SINCE = (0, 12, 0)  # coordinate_batch_across_dp: 
 VLLM_DP_IDLE_CHECK_STEPS = {(0, 8, 3): 16, (0, 8, 5): 24, (0, 9, 2): 32}
 # get_core_engine_for_request: the load balancer's choice, from a release (before 0.14.0; the later ones below)
 VLLM_LOCKSTEP_ROUTERS = {(0, 8, 3): "least_outstanding", (0, 9, 1): "fewest_waiting", (0, 10, 1): "least_loaded"}
-VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE = (0, 27, 0)  # every engine publishes its counts; in-flight score
+VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE = (0, 27, 0)  # every engine publishes its counts; in-flight and KV score
 VLLM_API_SERVER_PER_RANK_SINCE = (0, 15)  # --api-server-count defaults to the DP size (0.15.x as 0.16.0)
 
 
@@ -101,9 +102,10 @@ def vllm_data_parallel(ctx: Context, notes: list[str], v0_fallback: bool) -> tup
         dealt = ("in turn (round_robin: the load balancer's counts are the server's own sends, as a dense model's "
                  "engines publish none; the coordinator's zeros every 5 s restart the turn, not modelled)")
     else:
-        values["hardware.router"] = "least_outstanding"
-        dealt = ("to the engine with the fewest outstanding (least_outstanding: the load balancer's in-flight "
-                 "count; its published counts' staleness, its KV-pressure term and its rotating ties not modelled)")
+        values["hardware.router"] = "least_outstanding_kv"
+        dealt = ("to the engine with the fewest outstanding plus 6 x waiting x the KV usage above half, ties to the "
+                 "next in turn (least_outstanding_kv: the load balancer's score from counts published each step, "
+                 "current here; one scan start for all the API servers)")
     if not lockstep:
         how = (f"{ranks} independent engines of {ctx.tensor_parallel * ctx.pipeline_parallel} GPU(s) each, as a "
                f"dense model's ranks run from {first}")
