@@ -31,6 +31,7 @@ from sim import numba_cache  # noqa: F401  (drops stale numba caches before anyt
 from sim.compiled import prefix_cache
 from sim.core.lockstep import dummy_forward_tokens, padding_tokens
 from sim.core.router import choose_replica
+from sim.core.step_plan import linear_tokens
 from sim.cost.compiled_pricing import note_unpriced_decode_steps, price_parts
 from sim.cost.draws import perturb
 from sim.cost.overhead import with_overhead
@@ -457,7 +458,7 @@ def _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, num_
                                         plan_all[P_CTX, r], num_pf, num_priced, decode_ctx + padding,
                                         num_sampled + padding, 1, lockstep_pad, 0)
     time_s = with_overhead(overhead, time_s, num_pf + num_priced, num_prefill_tokens,
-                           num_prefill_tokens + num_priced + lockstep_pad, lockstep_pad)
+                           linear_tokens(num_prefill_tokens, num_priced, 1, lockstep_pad), lockstep_pad)
     return time_s, flops, nbytes
 
 
@@ -486,14 +487,12 @@ def _start_group_step(now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured
         sr[r, I_NUM_PF], sr[r, I_NUM_DECODE], sr[r, I_NUM_WAITING] = num_pf, num_decode, sr[r, I_W_COUNT]
         sr[r, I_NUM_PREFILL_TOKENS], sr[r, I_NUM_PREEMPTED] = num_prefill_tokens, num_preempted
         sr[r, I_NUM_STEPS], sr[r, I_NUM_PADDING], sr[r, I_NUM_SAMPLED] = 1, padding, num_sampled
-        tokens = num_prefill_tokens + num_decode + padding
+        tokens = linear_tokens(num_prefill_tokens, num_decode + padding, 1, 0)
         if tokens > most:
             most = tokens
     if not any_plan and sg[G_LS_RUNNING] == 0:
         return 0
     sg[G_LS_RUNNING] = 1
-    if most == 0:
-        most = 1
     pad = cfg[C_LS_PAD] != 0
     step_no = sg[G_LS_STEPS]
     longest = 0.0
@@ -501,7 +500,7 @@ def _start_group_step(now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured
         if sr[r, I_BUSY] != 0:
             num_pf, num_decode = sr[r, I_NUM_PF], sr[r, I_NUM_DECODE]
             num_prefill_tokens, padding = sr[r, I_NUM_PREFILL_TOKENS], sr[r, I_NUM_PADDING]
-            short = padding_tokens(most, num_prefill_tokens + num_decode + padding, pad)
+            short = padding_tokens(most, linear_tokens(num_prefill_tokens, num_decode + padding, 1, 0), pad)
             decode_ctx = sr[r, I_TOKEN_SUM] + num_decode if num_decode > 0 else 0
             time_s, flops, nbytes = _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, num_pf,
                                                    num_prefill_tokens, num_decode, decode_ctx, padding,

@@ -53,8 +53,9 @@ def padding_tokens(most_tokens, own_tokens, pad_tokens):
 
 @njit(cache=True)
 def dummy_forward_tokens(most_tokens, pad_tokens):
-    """The tokens of an idle rank's dummy forward: one, or with `pad_tokens` the group's most."""
-    return most_tokens if pad_tokens else 1
+    """The tokens of an idle rank's dummy forward: one, or with `pad_tokens` the group's most (`most_tokens`, 0
+    when no rank has a batch: then one)."""
+    return most_tokens if pad_tokens and most_tokens > 0 else 1
 
 
 def padded_plan(plan: StepPlan, num_tokens: int, pad_tokens: bool = True) -> StepPlan:
@@ -107,7 +108,7 @@ class LockstepGroup:
                 continue
             running = True
             waiting = [rank.scheduler.num_waiting for rank in ranks]
-            most = max((plan.num_tokens for plan in plans if plan is not None), default=1)
+            most = max((plan.num_tokens for plan in plans if plan is not None), default=0)
             priced, costs, times = [], [], []
             for rank, plan in zip(ranks, plans):
                 if plan is None:

@@ -4,6 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sim.jit import njit
+
+
+@njit(cache=True, inline="always")
+def linear_tokens(num_prefill_tokens, num_decode_seqs, query_tokens, num_padding_tokens):
+    """Tokens through the model's linear layers in a step: the prefill chunks', each decoding sequence's query
+    tokens (γ+1 when verifying drafts; CUDA-graph padding sequences among them) and a lockstep rank's padding tokens
+    (which attend nothing). The one definition: `StepPlan.num_tokens` and every compiled pricer call it."""
+    return num_prefill_tokens + num_decode_seqs * query_tokens + num_padding_tokens
+
 
 @dataclass(slots=True)
 class StepPlan:
@@ -40,7 +50,8 @@ class StepPlan:
     @property
     def num_tokens(self) -> int:
         """Tokens through the model's linear layers this step."""
-        return self.num_prefill_tokens + self.num_decode_seqs * self.decode_query_tokens + self.num_padding_tokens
+        return linear_tokens(self.num_prefill_tokens, self.num_decode_seqs, self.decode_query_tokens,
+                             self.num_padding_tokens)
 
     @property
     def num_seqs(self) -> int:

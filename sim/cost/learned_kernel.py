@@ -50,6 +50,7 @@ from sim.cost.roofline_kernel import (
     op_time,
     window_context,
 )
+from sim.core.step_plan import linear_tokens
 from sim.jit import njit
 
 # Indices into the pack's scalars (its first array).
@@ -151,7 +152,7 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     price, grp_layers, grp_start, mm, lm_head = roof[0], roof[1], roof[2], roof[3], roof[4]
     s, gemm_eff, r_edges, head_eff = table[0], table[1], table[2], table[3]
     pf_edges, pf_eff, dc_edges, dc_eff = table[4], table[5], table[6], table[7]
-    n = num_prefill_tokens + num_decode_seqs * query_tokens + pad_tokens  # (padding: no attention)
+    n = linear_tokens(num_prefill_tokens, num_decode_seqs, query_tokens, pad_tokens)  # (padding: no attention)
     if n == 0:
         return price[P_OVERHEAD_S], 0.0, 0.0
     peak_flops, peak_bytes, min_kernel_s = s[K_PEAK_FLOPS], s[K_PEAK_BYTES], s[K_MIN_KERNEL_S]

@@ -22,6 +22,7 @@ import math
 
 import numpy as np
 
+from sim.core.step_plan import linear_tokens
 from sim.cost.interpolation import bracket, log_ratio_1d, log_ratio_2d
 from sim.jit import njit
 from sim.cost.roofline_kernel import (
@@ -449,7 +450,7 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     attention, then the LM head, swaps, the step overhead. NaN: the note log is full."""
     (s, curves, grids, ratios, layers, starts, linear, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, wpf_ga, wpf_gb, wpf_r,
      wdc_ga, wdc_gb, wdc_r, layer_memo, head_memo, note_log, note_count) = params
-    t = num_prefill_tokens + num_decode_seqs * query_tokens + pad_tokens  # (padding: no attention)
+    t = linear_tokens(num_prefill_tokens, num_decode_seqs, query_tokens, pad_tokens)  # (padding: no attention)
     if t == 0:
         return s[P_OVERHEAD_S]
     if s[P_MLA] != 0.0:

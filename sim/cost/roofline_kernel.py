@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from sim.core.step_plan import linear_tokens
 from sim.jit import njit
 from sim.model.attention_io import MATH_SDPA_MATMULS, MATH_SDPA_PASSES
 
@@ -325,7 +326,7 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     """(time_s, FLOPs, bytes) of one step (`sim.cost.step_args` lists the arguments)."""
     price, grp_layers, grp_start, mm, lm_head, mm_memo, head_memo = params
     fps, bps = price[P_FLOPS_PER_S], price[P_BYTES_PER_S]
-    num_tokens = num_prefill_tokens + num_decode_seqs * query_tokens + pad_tokens  # (padding: no attention)
+    num_tokens = linear_tokens(num_prefill_tokens, num_decode_seqs, query_tokens, pad_tokens)  # padding: no attention
     if num_tokens == 0:
         return price[P_OVERHEAD_S], 0.0, 0.0
     kvb = price[P_KV_BYTES_PER_TOKEN_LAYER]

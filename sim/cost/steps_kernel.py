@@ -17,6 +17,7 @@ import math
 
 import numpy as np
 
+from sim.core.step_plan import linear_tokens
 from sim.jit import njit
 from sim.cost.roofline_kernel import chunk_pairs, window_context
 
@@ -193,7 +194,7 @@ def fit_parts(phys, linear, fps, bps, tok_u, tok_v, pf_u, pf_v, dc_u, dc_v, num_
               num_pf, num_decode_seqs, decode_ctx, num_sampled, query_tokens, pad_tokens):
     """Seconds of each part of a step: (token (body + head) × ρ_T, prefill attention, decode attention); padding
     tokens are in the body, not in attention."""
-    t = num_prefill_tokens + num_decode_seqs * query_tokens + pad_tokens
+    t = linear_tokens(num_prefill_tokens, num_decode_seqs, query_tokens, pad_tokens)
     if t == 0:
         return 0.0, 0.0, 0.0
     rho_t = log_ratio(tok_u, tok_v, t)
@@ -247,5 +248,5 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     time_s = fit_time(s, linear, s[S_FLOPS_PER_S], s[S_BYTES_PER_S], tok_u, tok_v, pf_u, pf_v, dc_u, dc_v,
                       num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
                       query_tokens, pad_tokens)
-    time_s += allreduce_s(s, num_prefill_tokens + num_decode_seqs * query_tokens + pad_tokens)
+    time_s += allreduce_s(s, linear_tokens(num_prefill_tokens, num_decode_seqs, query_tokens, pad_tokens))
     return time_s + swap_tokens * s[S_SWAP_S_PER_TOKEN]

@@ -10,7 +10,7 @@ from sim.core.engine import Replica, Simulation
 from sim.core.lockstep import (LockstepRank, dummy_forward_tokens, dummy_plan, lockstep_group, padded_plan,
                                padding_tokens)
 from sim.core.router import make_router
-from sim.core.step_plan import StepPlan
+from sim.core.step_plan import StepPlan, linear_tokens
 from sim.cost.roofline import StepCost
 from sim.kv.paged import PagedKVManager
 from sim.results import steps_frame
@@ -157,9 +157,17 @@ def test_the_padding_rule_both_engines_call():
     assert padding_tokens(17, 10, True) == 7
     assert padding_tokens(17, 10, False) == 0 and padding_tokens(10, 17, True) == 0
     assert (dummy_forward_tokens(17, True), dummy_forward_tokens(17, False)) == (17, 1)
+    assert dummy_forward_tokens(0, True) == 1  # no rank has a batch (a wave's idle step): one token each
     assert padded_plan(StepPlan(num_decode_seqs=4, decode_context_tokens=40), 9, pad_tokens=False).num_tokens == 4
     assert dummy_plan(17, pad_tokens=False).num_tokens == 1
 
+
+
+def test_a_steps_linear_tokens_count_padding_once_beside_prefill_and_query_tokens():
+    # 60 + 40 prefill tokens, 5 sequences verifying 3 drafts (4 query tokens each), 7 padding tokens: 127
+    plan = StepPlan(prefill_request_ids=[1, 2], prefill_chunk_tokens=[60, 40], num_decode_seqs=5,
+                    decode_query_tokens=4, num_padding_tokens=7)
+    assert plan.num_tokens == linear_tokens(100, 5, 4, 7) == 127
 
 LLAMA_8B_LINEAR_WEIGHTS = 32 * (4096 * 4096 + 2 * 4096 * 1024 + 4096 * 4096 + 3 * 4096 * 14336)  # q, k+v, o, MLP
 
