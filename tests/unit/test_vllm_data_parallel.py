@@ -1,5 +1,6 @@
 """vLLM's --data-parallel-size: from 0.14.0 a dense model's ranks are independent engines behind the API server(s),
-dealt in turn to 0.26.x and to the least loaded from 0.27.0; 0.8.3-0.13.x's ranks step in lockstep
+dealt in turn to 0.26.x and from 0.27.0 by the fewest outstanding plus a KV-pressure term (least_outstanding_kv);
+0.8.3-0.13.x's ranks step in lockstep
 (sim/core/lockstep.py); a V0 fallback's and a mixture of experts' are refused
 (sim/config/engines/vllm_data_parallel.py)."""
 
