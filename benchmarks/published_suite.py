@@ -1118,7 +1118,8 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         cm, _ = default_cost_model(preset_raw, preset_terms)  # as validation chooses: on the preset's values
     if cpu and cm.get("kind") != "fixed":
         from sim.config.engines import fit_name  # the label names whose fit, as a preset's own terms say it
-        cm["overhead"] = {**cm.get("overhead", {"engine": "vllm-cudagraph"}), **cpu,
+        overhead = cm.get("overhead", {"engine": "vllm-cudagraph"})
+        cm["overhead"] = {**overhead, **{k: v + preset_addition(case, overhead, k) for k, v in cpu.items()},
                           "fitted_for": fit_name(case.engine.key, [case.engine.version])}
     if cm:
         raw["cost_model"] = cm
@@ -1133,6 +1134,18 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
             raw["frontend"] = apply_engine_preset(raw)[0].get("frontend") or NO_FRONTEND_WORK
         raw["frontend"] = {**raw["frontend"], "client": {"tool": client.tool}}  # its measured row (bench_clients)
     return raw
+
+
+def preset_addition(case: PublishedCase, overhead: dict, term: str) -> float:
+    """What the preset adds to a CPU term beyond its stored fit (engine_terms.json), kept when this run's fit takes the
+    stored fit's place: SGLang's scheduler work a step where its overlap scheduler is off
+    (sim/config/engines/sglang.py `sglang_overlap_work`); 0 where the preset adds nothing."""
+    from sim.config.engines.base import parse_version
+    from sim.config.engines.fitted import nearest_fits
+    stored = nearest_fits(case.engine.key, parse_version(case.engine.version) or (0,)).get(term)
+    if stored is None or term not in overhead:
+        return 0.0
+    return overhead[term] - stored.value
 
 
 NO_FRONTEND_WORK = {"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}

@@ -10,13 +10,15 @@ from sim.config.engines.base import (GIB, Context, Flag, LOGGING, MODEL_FILES, P
                                      SEED, SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
                                      config_overrides, custom_all_reduce, dotted_version, get_key, gib_as_bytes,
                                      graph_terms, inert_group, OFFLOAD_COPIED_IN, offload_note, served_config,
-                                     kv_cache_dtype_flag, only_one_of, refuse_model_before, released_before,
-                                     sixteen_bit_dtype, weights_quantization)
+                                     kv_cache_dtype_flag, only_one_of, parse_version, refuse_model_before,
+                                     released_before, sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
+from sim.config.engines.fitted import nearest_fits
 from sim.config.engines.sglang_speculative import (NGRAM_ACCEPTANCE, SGLANG_ALGORITHMS, SGLANG_NGRAM_BFS_BREADTH,
                                                    SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE, SGLANG_NGRAM_MATCH_WINDOW,
                                                    SGLANG_SPECULATIVE_MAX_RUNNING, SGLangSpeculation,
                                                    sglang_speculation)
+from sim.cost.overhead import ENGINE_DEFAULTS
 from sim.errors import ConfigError
 
 
@@ -42,6 +44,61 @@ SGLANG_030_MAX_NUM_REQS = 5120
 # 0.3.0's new-token ratio (global_config.py, tp_worker.py): it starts at 0.7 whatever --schedule-conservativeness,
 # falls by 0.001 a decode step to 0.1 x schedule_conservativeness (at most 1).
 SGLANG_030_INIT_NEW_TOKEN_RATIO, SGLANG_030_BASE_MIN_NEW_TOKEN_RATIO, SGLANG_030_RATIO_DECAY = 0.7, 0.1, 0.001
+
+
+# SGLang's overlap scheduler (scheduler.py event_loop_overlap), on by default from 0.3.6 (--disable-overlap-schedule
+# turns it off; 0.3.4-0.3.5 had it behind --enable-overlap-schedule, off by default), read in the PyPI wheels of
+# 0.3.5, 0.3.6, 0.4.0, 0.4.6, 0.5.3.post3, 0.5.5.post1 and 0.5.14 (server_args.py): the scheduler builds step N + 1's
+# batch and processes step N - 1's outputs while the GPU runs step N. SGLang turns it off itself for pipeline
+# parallelism (its own loop, event_loop_pp) and for speculative decoding without spec v2 (sglang_speculative.py).
+SGLANG_OVERLAP_SINCE = (0, 3, 6)
+# What the overlap hides: the scheduler's own CPU work a step, measured by running SGLang 0.5.5.post1's Scheduler with
+# a stand-in model worker (benchmarks/bench_sglang_scheduler.py, 12-01 10:36; "AMD EPYC" KVM guest, 2 vCPUs, AVX2,
+# CPython 3.11.7; results/published-e2e.md): decode steps of 1, 16, 64, 256 and 512 running requests took 0.23, 0.22,
+# 0.45, 1.45 and 3.59 ms (medians of 3), least squares 0.073 ms + 6.56 us a running request. Its 1,024-request cell
+# (12.4 ms; repeats 8.7-18.4) lies above that line (6.8 ms): larger batches are priced low. Without the GPU's copies
+# and launches, which the overlap hides too: a lower bound. The fitted CPU terms (engine_terms.json) are what the
+# overlap leaves exposed on the fit runs, so where a run has no overlap but its terms were fitted with it, this work
+# is added to them (`sglang_overlap_work`).
+SGLANG_SCHEDULER_WORK = {"per_step_s": 0.073e-3, "per_seq_s": 6.56e-6}
+
+
+def _sglang_overlap_off(ctx: Context, speculation: SGLangSpeculation | None) -> str | None:
+    """Why SGLang runs this scenario without its overlap scheduler, or None when it runs with it."""
+    if ctx.version < SGLANG_OVERLAP_SINCE:
+        return f"SGLang {ctx.version_text} has no overlap scheduler on by default (from 0.3.6)"
+    if ctx.flags.get("disable_overlap_schedule"):
+        return "--disable-overlap-schedule"
+    if ctx.pipeline_parallel > 1:
+        return "pipeline parallelism (SGLang's own loop for it, without the overlap)"
+    if speculation is not None and not speculation.keeps_overlap:
+        return f"speculative decoding ({speculation.algorithm}: SGLang {ctx.version_text} turns the overlap off)"
+    return None
+
+
+def sglang_overlap_work(ctx: Context, speculation: SGLangSpeculation | None, overhead: dict,
+                        notes: list[str]) -> dict[str, Any]:
+    """The preset's CPU terms `overhead` with the scheduler's work a step added (SGLANG_SCHEDULER_WORK) where SGLang
+    runs without its overlap scheduler but the terms were fitted on a release that runs with it (from 0.3.6); else
+    `overhead` unchanged. Said in `notes`."""
+    why = _sglang_overlap_off(ctx, speculation)
+    fit = nearest_fits("sglang", ctx.version).get("per_step_s")
+    fitted_with = fit is not None and (parse_version(fit.version) or (0,)) >= SGLANG_OVERLAP_SINCE
+    if why is None or not fitted_with or "per_step_s" not in overhead:
+        if why is not None and ctx.flags.get("disable_overlap_schedule"):
+            whose = (f"fitted on SGLang {fit.version}, which ran without it" if fit is not None
+                     else "not fitted: vLLM's estimates, serial")
+            notes.append(f"SGLang {ctx.version_text} --disable-overlap-schedule: its CPU terms as they are ({whose})")
+        return overhead
+    added = dict(overhead)
+    added["per_step_s"] = overhead["per_step_s"] + SGLANG_SCHEDULER_WORK["per_step_s"]
+    base_seq = overhead.get("per_seq_s", ENGINE_DEFAULTS[overhead.get("engine", "vllm-cudagraph")].per_seq_s)
+    added["per_seq_s"] = base_seq + SGLANG_SCHEDULER_WORK["per_seq_s"]
+    notes.append(f"SGLang {ctx.version_text} without its overlap scheduler ({why}): the scheduler's own work a step, "
+                 f"{SGLANG_SCHEDULER_WORK['per_step_s'] * 1e3:.3f} ms + {SGLANG_SCHEDULER_WORK['per_seq_s'] * 1e6:.2f} "
+                 f"us a running request (measured on SGLang 0.5.5.post1's scheduler, SGLANG_SCHEDULER_WORK), runs "
+                 f"between the steps, added to the CPU terms fitted with the overlap on (SGLang {fit.version})")
+    return added
 
 
 def _derive_sglang_030(ctx: Context) -> PresetResult:
@@ -78,6 +135,7 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
         running = slots[0] - 1 if slots[1] is None else min(slots[1] // 2, slots[0] - 1)
     values["scheduler.max_num_seqs"] = running
     values.update(preset_terms(ctx, "sglang", notes))
+    values["cost_model.overhead"] = sglang_overlap_work(ctx, None, values["cost_model.overhead"], notes)
     graph_bs = min(_sglang_given_graph_bs(flags) or SGLANG_030_GRAPH_MAX_BS, SGLANG_030_GRAPH_MAX_BS)  # its list's end
     values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, False, notes))
     values.update(custom_all_reduce(ctx, "SGLang"))
@@ -729,6 +787,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
             notes.append(f"SGLang {ctx.version_text}: --max-running-requests {running} is above the {cap} the engine "
                          "allows here (model_runner's request pool); the value given is simulated")
     values.update(preset_terms(ctx, "sglang", notes, inbound_work(ctx, "sglang", notes)))
+    values["cost_model.overhead"] = sglang_overlap_work(ctx, speculation, values["cost_model.overhead"], notes)
     prefill_graphs = ctx.version >= SGLANG_PREFILL_GRAPH_SINCE and why_not is None
     values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, prefill_graphs, notes))
     values.update(custom_all_reduce(ctx, "SGLang"))
@@ -807,6 +866,8 @@ SGLANG_FLAGS = {
                                      "scaling, max_position_embeddings: the context SGLang derives)",
                                      config_overrides("json_model_override_args"), since=(0, 3, 1)),
     "enable_mixed_chunk": Flag(None, bool, "--enable-mixed-chunk"),
+    "disable_overlap_schedule": Flag(None, bool, "--disable-overlap-schedule: the scheduler's own work between the "
+                                     "steps, not behind the GPU's (sglang_overlap_work)", since=SGLANG_OVERLAP_SINCE),
     "schedule_conservativeness": Flag(None, (int, float), "--schedule-conservativeness"),
     "enable_prefix_caching": Flag("kv_cache.enable_prefix_caching", bool,
                                   "radix cache (on in SGLang unless --disable-radix-cache)"),

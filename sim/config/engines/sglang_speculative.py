@@ -23,7 +23,7 @@ mem_cache/allocation_sizing.py; speculative/spec_info.py):
   0.5.10.post1 (unless the environment's SGLANG_ENABLE_SPEC_V2, from 0.5.5: not modelled); from 0.5.11 that variable
   defaults to true and "spec v2" keeps it on, for a chain only in 0.5.11-0.5.12 (a tree falls back to v1, without
   it), for any from 0.5.13; 0.5.14 removes the variable (v2 always, the overlap on unless --disable-overlap-schedule).
-  ServeSim prices SGLang's CPU time serially either way (engine_work.py `preset_terms`): a note says which.
+  Where it is off, the scheduler's own work a step adds to the CPU terms (sglang.py `sglang_overlap_work`).
 - without --speculative-num-steps, --speculative-eagle-topk and --speculative-num-draft-tokens must be left out too
   (an assertion) and the three are chosen by architecture: (5, 4, 8), a tree of 4 drafts a step, for Llama; (3, 1,
   4) for DeepSeek V2/V3/V3.2, gpt-oss and Bailing MoE (from 0.5.6.post1 also GLM-4.5 MoE and Mistral Large 3); for
@@ -141,6 +141,7 @@ class SGLangSpeculation:
     draft_in_pool: bool  # whether the draft's weights and KV come out of the target's pool (from 0.5.14)
     memory_check_tokens: int  # KV tokens a request the decode step's memory check wants free
     draft_model: Any = None  # STANDALONE's draft (a ModelSpec; None: an EAGLE head or MTP module, or unreadable)
+    keeps_overlap: bool = False  # whether SGLang keeps its overlap scheduler on with it (spec v2; NGRAM from 0.5.14)
 
     @property
     def draft_layers(self) -> int:
@@ -308,10 +309,11 @@ def _eagle_rules(ctx: Context, algorithm: str, steps: int, topk: int, draft: int
         check = steps * topk + draft
     draft_model = (model_of_value(ctx.raw["speculation"].get("draft_model"), "speculation.draft_model")
                    if algorithm == "STANDALONE" else None)
+    v2 = ctx.version >= (SGLANG_SPEC_V2_CHAIN_SINCE if topk == 1 else SGLANG_SPEC_V2_TREE_SINCE)
     spec = SGLangSpeculation(algorithm, steps, topk, draft, reserved_mib=reserved,
                              grows_pool=ctx.version < SGLANG_SPECULATIVE_POOL_HEADROOM_UNTIL,
                              draft_in_pool=ctx.version >= SGLANG_DRAFT_IN_POOL_SINCE, memory_check_tokens=check,
-                             draft_model=draft_model)
+                             draft_model=draft_model, keeps_overlap=v2)
     keeps_mixed = ctx.version >= SGLANG_SPEC_MIXED_CHUNK_SINCE and algorithm != "STANDALONE"
     if ctx.flags.get("enable_mixed_chunk") and keeps_mixed:
         raise ConfigError(f"engine.enable_mixed_chunk: true with speculative decoding is not modelled for SGLang "
@@ -331,12 +333,13 @@ def _eagle_rules(ctx: Context, algorithm: str, steps: int, topk: int, draft: int
     else:
         pool = "the KV pool as profiled"
     reserve = f"{spec.reserved_mib} MiB more reserved" if spec.reserved_mib else "no more reserved"
-    v2 = ctx.version >= (SGLANG_SPEC_V2_CHAIN_SINCE if topk == 1 else SGLANG_SPEC_V2_TREE_SINCE)
     if v2:
         check_note = f" (SGLang's spec v2 keeps up to {2 * check} allocated ahead: not modelled)"
     else:
         check_note = "" if check == draft else f" (SGLang's memory check wants {check}: not modelled)"
-    if ctx.version >= SGLANG_SPEC_V2_ALWAYS_SINCE:
+    if ctx.flags.get("disable_overlap_schedule"):
+        overlap = "the overlap scheduler off (--disable-overlap-schedule)"
+    elif ctx.version >= SGLANG_SPEC_V2_ALWAYS_SINCE:
         overlap = "the overlap scheduler on (spec v2, always from 0.5.14)"
     else:
         overlap = ("the overlap scheduler on (spec v2, SGLANG_ENABLE_SPEC_V2's default)" if v2 else
@@ -345,7 +348,7 @@ def _eagle_rules(ctx: Context, algorithm: str, steps: int, topk: int, draft: int
     drafter = "speculation.draft_model" if algorithm == "STANDALONE" else "speculation.draft_cost_ratio"
     notes.append(f"SGLang {ctx.version_text} speculative decoding ({algorithm}, {steps} draft steps, {shape}): "
                  f"{running}, mixed chunks off{mixed}, {overlap}, {reserve}, {pool}; the "
-                 f"drafter priced by {drafter}; SGLang's CPU time priced serially; a verification "
+                 f"drafter priced by {drafter}; a verification "
                  f"step takes {draft} KV slots a request{check_note}")
     return spec
 
@@ -387,12 +390,13 @@ def _ngram_rules(ctx: Context, notes: list[str]) -> SGLangSpeculation:
     else:
         check = max((steps or 1) * breadth, draft)
     spec = SGLangSpeculation("NGRAM", draft - 1, 1, draft, reserved_mib=0, grows_pool=False, draft_in_pool=False,
-                             memory_check_tokens=check)
+                             memory_check_tokens=check, keeps_overlap=overlap_kept)
     given = flags.get("max_running_requests")
     running = (f"max_running_requests {SGLANG_SPECULATIVE_MAX_RUNNING} (its default with speculation)" if given is None
                else f"max_running_requests {given} as given")
     mixed = " (--enable-mixed-chunk turned off)" if flags.get("enable_mixed_chunk") else ""
-    overlap = ("the overlap scheduler on (not turned off from 0.5.14)" if overlap_kept else
+    overlap = ("the overlap scheduler off (--disable-overlap-schedule)" if flags.get("disable_overlap_schedule") else
+               "the overlap scheduler on (not turned off from 0.5.14)" if overlap_kept else
                "the overlap scheduler off")
     ahead = f", up to {2 * check} allocated ahead" if overlap_kept else ""
     shape = "a chain" if breadth == 1 else f"a tree of breadth up to {breadth}"
@@ -400,8 +404,8 @@ def _ngram_rules(ctx: Context, notes: list[str]) -> SGLangSpeculation:
                  f"draft model): {shape} verifying {draft} tokens a request, priced as a chain "
                  f"of {draft - 1} drafts (the acceptance the section's, along the accepted path; the CPU's lookups and "
                  f"the mask it copies to the GPU by speculation.draft_cost_ratio a draft token); {running}, mixed "
-                 f"chunks off{mixed}, {overlap}, nothing reserved, the KV pool as profiled; SGLang's CPU time priced "
-                 f"serially; a verification step takes {draft} KV slots a request (SGLang's memory check wants "
+                 f"chunks off{mixed}, {overlap}, nothing reserved, the KV pool as profiled; a verification step takes "
+                 f"{draft} KV slots a request (SGLang's memory check wants "
                  f"{check}{ahead}: not modelled)")
     return spec
 
