@@ -38,7 +38,8 @@ SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS = 600
 # and model_executor/model_runner.py init_memory_pool (max_num_reqs = min(max(kv tokens / context_len x 512, 2048),
 # 5120)). Its scheduler (tp_worker.py forward_step: a prefill batch whenever one can be formed, else decode steps,
 # one at a time with streaming clients; policy_scheduler.py PrefillAdder) is the 0.5.x rule below, new-token ratio
-# included; it has no overlap scheduler (its CPU terms are its own fit's, engine_terms.json).
+# included; it has no overlap scheduler (its CPU terms: the nearest usable fit's, engine_terms.json, with the
+# scheduler's work a step where that fit ran with the overlap, `sglang_overlap_work`).
 SGLANG_030_MEM_FRACTION_BY_TP = ((16, 0.79), (8, 0.83), (4, 0.85), (2, 0.87), (1, 0.88))
 SGLANG_030_MAX_NUM_REQS = 5120
 # 0.3.0's new-token ratio (global_config.py, tp_worker.py): it starts at 0.7 whatever --schedule-conservativeness,
