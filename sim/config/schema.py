@@ -201,9 +201,9 @@ class HardwareSpec(_Strict):
                     "random"] = Field(
         "round_robin", description="which replica an arriving request goes to: round_robin (in turn), "
         "least_outstanding (fewest routed and unfinished), least_loaded (lowest 4 x waiting + running: vLLM's "
-        "data-parallel load balancer 0.10.1-0.26), fewest_waiting (fewest waiting, then fewest running: vLLM's "
-        "0.9.1-0.10.0), least_outstanding_kv (fewest routed and unfinished plus 6 x waiting x the KV usage above "
-        "half, ties to the next replica in turn: vLLM's from 0.27.0), random")
+        "data-parallel load balancer's score 0.10.1-0.26, ties to the lowest index), fewest_waiting (fewest "
+        "waiting, then fewest running: vLLM's 0.9.1-0.10.0), least_outstanding_kv (fewest routed and unfinished "
+        "plus 6 x waiting x the KV usage above half, ties to the next replica in turn: vLLM's from 0.27.0), random")
     lockstep: LockstepSpec | None = Field(
         None, description="the replicas step together as one engine's data-parallel ranks; absent: independent")
     disaggregation: DisaggregationSpec | None = Field(

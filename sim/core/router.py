@@ -126,8 +126,9 @@ class LeastOutstandingRouter(CountingRouter):
 
 class LeastLoadedRouter(CountingRouter):
     """The replica with the lowest 4 x waiting + running requests, ties to the lowest index: vLLM's data-parallel
-    load balancer (vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request, read in 0.10.1-0.14.0,
-    0.16.0-0.19.0, 0.25.0 and 0.26.0; 0.27.0 changed it), with the engines' counts current (vLLM's come from the
+    load balancer (vllm/v1/engine/core_client.py DPLBAsyncMPClient.get_core_engine_for_request; the score read in
+    0.10.1-0.14.0, 0.16.0-0.19.0, 0.25.0 and 0.26.0, 0.27.0 changed it; the ties as read to 0.19.0: 0.25.0's scan
+    start moves one engine a request, not modelled here), with the engines' counts current (vLLM's come from the
     coordinator about every 100 ms, each request the API server sends counted as waiting meanwhile)."""
 
     KIND = LEAST_LOADED
