@@ -1110,16 +1110,17 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     fitted = usable_terms(fitted or {}, fitted or {})
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}
     front = {k: fitted[k] for k in FRONTEND_TERMS if k in fitted}
-    if cpu or front:  # the preset as this run has it: its CPU terms (overlap included) and its own front-end
+    if cpu or front:  # the preset as this run's fit gives it: its CPU terms (its own rules on them: SGLang's
+        # scheduler work without its overlap, sglang_overlap_work) and its own front-end
         from sim.config.engines import apply_engine_preset
-        preset_raw, preset_terms, _ = apply_engine_preset(raw)
+        preset_raw, preset_terms, _ = apply_engine_preset(raw, fits=with_this_fit(case, fitted))
     if not cm and cpu:  # the best available model, materialized so that the fitted terms can go into it
         from sim.config.cost_choice import default_cost_model
         cm, _ = default_cost_model(preset_raw, preset_terms)  # as validation chooses: on the preset's values
     if cpu and cm.get("kind") != "fixed":
         from sim.config.engines import fit_name  # the label names whose fit, as a preset's own terms say it
         overhead = cm.get("overhead", {"engine": "vllm-cudagraph"})
-        cm["overhead"] = {**overhead, **{k: v + preset_addition(case, overhead, k) for k, v in cpu.items()},
+        cm["overhead"] = {**overhead, **{k: preset_terms[k] for k in cpu},
                           "fitted_for": fit_name(case.engine.key, [case.engine.version])}
     if cm:
         raw["cost_model"] = cm
@@ -1136,16 +1137,17 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     return raw
 
 
-def preset_addition(case: PublishedCase, overhead: dict, term: str) -> float:
-    """What the preset adds to a CPU term beyond its stored fit (engine_terms.json), kept when this run's fit takes the
-    stored fit's place: SGLang's scheduler work a step where its overlap scheduler is off
-    (sim/config/engines/sglang.py `sglang_overlap_work`); 0 where the preset adds nothing."""
-    from sim.config.engines.base import parse_version
-    from sim.config.engines.fitted import nearest_fits
-    stored = nearest_fits(case.engine.key, parse_version(case.engine.version) or (0,)).get(term)
-    if stored is None or term not in overhead:
-        return 0.0
-    return overhead[term] - stored.value
+def with_this_fit(case: PublishedCase, fitted: dict) -> dict | None:
+    """The presets' fitted numbers with this run's fit (`fit_preset`'s, as `terms_table` stores it) in its engine
+    version's place, for the preset to read (`apply_engine_preset`'s `fits`); None without one: the shipped ones."""
+    from sim.config.engines.fitted import fitted_table
+    entry = terms_table({case.key: fitted}, "")["engines"].get(case.engine.key, {}).get(case.engine.version)
+    if entry is None:
+        return None
+    table = fitted_table()
+    engines = {**table.get("engines", {})}
+    engines[case.engine.key] = {**engines.get(case.engine.key, {}), case.engine.version: entry}
+    return {**table, "engines": engines}
 
 
 NO_FRONTEND_WORK = {"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0}

@@ -468,3 +468,80 @@ def test_sglangs_tokenizer_workers_are_the_front_ends_processes():
         scenario({"name": "sglang", "version": "0.5.1", "command": "sglang --tokenizer-worker-num 4"})
     with pytest.raises(ConfigError, match=r"^engine\.command '--tokenizer-worker-num 0': 0 is not allowed"):
         scenario({"name": "sglang", "version": "0.5.23", "command": "sglang --tokenizer-worker-num 0"})
+
+
+def test_sglangs_phase_attention_backends_name_the_measured_kernel_or_are_refused():
+    """--prefill-/--decode-attention-backend (server_args.py from 0.4.9.post5): each phase's kernel, accepted where
+    it is the one the SGLang tables of the GPU measured (fa3 on an H100), as --attention-backend is."""
+    h100 = {"hardware": {"gpu": "h100-sxm"}}
+    plain = scenario({"name": "sglang", "version": "0.5.5.post1", "command": "sglang --model-path m"}, **h100)
+    sc = scenario({"name": "sglang", "version": "0.5.5.post1",
+                   "command": "sglang --prefill-attention-backend fa3 --decode-attention-backend fa3"}, **h100)
+    assert without_engine(sc) == without_engine(plain)
+    assert ("SGLang 0.5.5.post1: --prefill-attention-backend fa3, --decode-attention-backend fa3, the kernel the "
+            "SGLang tables of h100-sxm measured") in sc.engine.notes
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "sglang", "version": "0.5.5.post1",
+                  "command": "sglang --prefill-attention-backend fa3 --decode-attention-backend flashinfer"}, **h100)
+    assert str(err.value) == ("engine.command '--decode-attention-backend flashinfer': 'flashinfer' is not modelled "
+                              "(the SGLang tables of h100-sxm measured fa3 attention); allowed: fa3, or leave it out")
+    with pytest.raises(ConfigError, match=r"^engine\.command '--prefill-attention-backend fa3': not a flag of sglang "
+                                          r"0\.4\.9\.post4 \(it came in 0\.4\.9\.post5\)"):
+        scenario({"name": "sglang", "version": "0.4.9.post4", "command": "sglang --prefill-attention-backend fa3"},
+                 **h100)
+
+
+@pytest.mark.parametrize("option, why", [
+    ("--skip-tokenizer-init", "True is not modelled; allowed: False (the default: the front-end tokenizes and "
+     "detokenizes, as its measured work does; token ids in and out are not measured), or leave it out"),
+    ("--enable-hierarchical-cache", "True is not modelled; allowed: False (the default: the radix cache in GPU memory "
+     "only; its host-memory tier is not modelled), or leave it out"),
+    ("--enable-nan-detection", "True is not modelled; allowed: False (the default: no check of every step's logits, "
+     "which waits on the GPU and is not measured), or leave it out"),
+    ("--enable-metrics", "True is not modelled; allowed: False (the default: no Prometheus counters; their work in "
+     "the scheduler and in the front-end's every streamed chunk is not measured), or leave it out"),
+    ("--sampling-backend pytorch", "'pytorch' is not modelled; allowed: flashinfer (the default where FlashInfer is "
+     "installed, as SGLang's images ship it: the sampler of the runs the CPU terms were fitted on), or leave it out")])
+def test_sglang_options_that_change_what_is_not_modelled_are_refused_with_their_reason(option, why):
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "sglang", "version": "0.5.5.post1", "command": f"sglang --model-path m {option}"})
+    assert str(err.value) == f"engine.command '{option}': {why}"
+
+
+def test_sglang_options_accepted_at_what_is_modelled_change_nothing():
+    """--sampling-backend flashinfer (the default where installed) and --allow-auto-truncate (noted: an over-long
+    request is rejected here, as without it) leave the scenario as without them; each refused before its wheel."""
+    plain = scenario({"name": "sglang", "version": "0.5.5.post1", "command": "sglang --model-path m"})
+    sc = scenario({"name": "sglang", "version": "0.5.5.post1",
+                   "command": "sglang --model-path m --sampling-backend flashinfer --allow-auto-truncate"})
+    assert without_engine(sc) == without_engine(plain)
+    assert any(n.startswith("SGLang 0.5.5.post1 --allow-auto-truncate: a request longer than the context") and
+               "is rejected here as without it" in n for n in sc.engine.notes)
+    for option, first in (("--allow-auto-truncate", "0.4.1.post7"), ("--sampling-backend flashinfer", "0.3.1"),
+                          ("--enable-nan-detection", "0.3.6")):
+        with pytest.raises(ConfigError, match=rf"not a flag of sglang 0\.3\.0 \(it came in {re.escape(first)}\)"):
+            scenario({"name": "sglang", "version": "0.3.0", "command": f"sglang {option}"})
+    with pytest.raises(ConfigError, match=r"^engine\.command '--enable-nan-detection': not a flag of sglang 0\.5\.13 "
+                                          r"\(its parser refuses it from 0\.5\.13\)"):
+        scenario({"name": "sglang", "version": "0.5.13", "command": "sglang --enable-nan-detection"})
+
+
+def test_vllms_generation_config_override_sets_sampling_defaults_only():
+    """--override-generation-config (from 0.7.1): the sampling defaults change no price (noted); max_new_tokens,
+    which caps every request's output (get_max_tokens), and keys vLLM does not read are refused in one line."""
+    plain = scenario({"name": "vllm", "version": "0.11.0", "command": "vllm serve m"})
+    sc = scenario({"name": "vllm", "version": "0.11.0",
+                   "command": "vllm serve m --override-generation-config '{\"temperature\": 0, \"top_p\": 0.9}'"})
+    assert without_engine(sc) == without_engine(plain)
+    assert ("vLLM 0.11.0 --override-generation-config: the default sampling parameters (temperature 0, top_p 0.9) "
+            "change no price here (the sampler is priced alike for every value)") in sc.engine.notes
+    for mapping, why in (('{"max_new_tokens": 64}', "'max_new_tokens' is not modelled (it caps every request's output: "
+                          "the workload's output lengths say that here)"),
+                         ('{"do_sample": true}', "'do_sample' is not a key vLLM reads from it")):
+        with pytest.raises(ConfigError) as err:
+            scenario({"name": "vllm", "version": "0.11.0", "command": f"vllm serve m --override-generation-config "
+                                                                      f"'{mapping}'"})
+        assert str(err.value) == (f"engine.command '--override-generation-config {mapping}': {why}; allowed: "
+                                  "temperature, top_p, top_k, min_p, repetition_penalty")
+    with pytest.raises(ConfigError, match=r"not a flag of vllm 0\.7\.0 \(it came in 0\.7\.1\)"):
+        scenario({"name": "vllm", "version": "0.7.0", "command": "vllm serve m --override-generation-config '{}'"})

@@ -160,6 +160,24 @@ def test_a_fit_left_at_a_bound_serves_only_its_own_version():
         assert scenario({"name": "vllm", "version": version}).cost_model.overhead.per_step_s != own
 
 
+def test_a_preset_reads_the_fits_it_is_handed_in_place_of_the_shipped_ones():
+    """apply_engine_preset's `fits` (the published suite's fresh fit): the version's own terms from it, the versions
+    without one borrowing its terms as they would the shipped ones, and where they come from said from it."""
+    from sim.config.engines import apply_engine_preset
+    table = fitted.fitted_table()
+    vllm = table["engines"]["vllm"]
+    mine = {**vllm["0.11.0"], "terms": {**vllm["0.11.0"]["terms"], "per_step_s": 2.5e-3}, "fitted_on": ["my run"]}
+    handed = {**table, "engines": {**table["engines"], "vllm": {**vllm, "0.11.0": mine}}}
+    raw = {**BASE, "model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"}}
+    for version in ("0.11.0", "0.10.2"):  # 0.10.2 has no fit of its own: it takes 0.11.0's
+        engine = {"name": "vllm", "version": version}
+        _, overhead, notes = apply_engine_preset({**raw, "engine": engine}, fits=handed)
+        assert overhead["per_step_s"] == 2.5e-3
+        assert any("fitted on my run (vllm 0.11.0)" in note for note in notes)
+        _, shipped, _ = apply_engine_preset({**raw, "engine": engine})
+        assert shipped["per_step_s"] == vllm["0.11.0"]["terms"]["per_step_s"] != 2.5e-3
+
+
 @pytest.mark.parametrize("version", ["0.8.0", "0.11.0", "0.18.0", "0.19.0", "0.33.0", "0.6.0"])
 def test_vllm_admits_on_the_whole_prompt_and_says_where_that_stands_in(version):
     # v0.19.0's scheduler_reserve_full_isl; to v0.18 V1 admits on the first chunk's blocks, a rule the scenario can

@@ -81,9 +81,17 @@ def test_the_flag_before_its_release_is_refused_in_one_line():
     assert "\n" not in str(err.value)
 
 
-def test_the_published_suite_keeps_the_work_when_its_fit_replaces_the_stored_one():
+def test_the_preset_reads_the_published_suites_own_fit_with_its_rule():
+    """The suite hands its fit to the preset (`with_this_fit`): 0.3.0's own fit, had its runs pinned it, is of runs
+    without the overlap, the work inside it (nothing added); unpinned, 0.3.0 takes 0.5.3.post3's, fitted with the
+    overlap, and the work is added to it as to the stored one."""
     sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))
     import published_suite as ps
     case = next(c for c in ps.load_suite().cases if c.engine.key == "sglang" and c.engine.version == "0.3.0")
-    raw = ps.scenario(case, ps.COST_MODELS[ps.DEFAULT_COST_MODEL], {"per_step_s": 1e-3})
-    assert raw["cost_model"]["overhead"]["per_step_s"] == pytest.approx(1e-3 + STEP_S, rel=1e-12)
+    model = ps.COST_MODELS[ps.DEFAULT_COST_MODEL]
+    pinned = ps.scenario(case, model, {"per_step_s": 1e-3})
+    assert pinned["cost_model"]["overhead"]["per_step_s"] == 1e-3
+    unpinned = ps.scenario(case, model, {"per_step_s": 1e-3, "per_step_s not pinned": 1e-3})
+    assert "cost_model" not in unpinned  # the preset's own terms, as a user's scenario gets them
+    assert validate_scenario(unpinned).cost_model.overhead.per_step_s == pytest.approx(
+        stored_step_s((0, 3, 0)) + STEP_S, rel=1e-12)  # 0.5.3.post3's, borrowed

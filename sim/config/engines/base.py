@@ -234,6 +234,9 @@ class Context:
     # as served, without it); None where it is kept
     configured_window: int | None = None
     window_off: bool = False  # the sliding window is turned off so (whether or not the model has one)
+    # the presets' fitted numbers, as engine_terms.json holds them (`fitted.fitted_table`); None: the shipped ones (the
+    # published suite hands its own fit here, so that the preset's rules apply to it as to the stored one)
+    fits: dict | None = None
 
     def given_max_model_len(self) -> int | None:
         """max_model_len as the scenario gives it: the engine's flag, else `scheduler.max_model_len` (None: neither)."""

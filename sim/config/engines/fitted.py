@@ -31,10 +31,12 @@ def fitted_table() -> dict:
                           "allowed: an install that ships them (the repository, or a wheel built from it)") from None
 
 
-def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None:
+def fitted_terms(name: str, version: tuple[int, ...], table: dict | None = None) -> tuple[dict, str] | None:
     """(the fitted numbers, where they come from) for this engine version: each term from its own fit, else from
-    the nearest version whose fit identified it (said in the source); None when the engine has none."""
-    nearest = nearest_fits(name, version)
+    the nearest version whose fit identified it (said in the source); None when the engine has none. `table`: the
+    fits to read, as engine_terms.json holds them (None: the shipped ones)."""
+    table = fitted_table() if table is None else table
+    nearest = nearest_fits(name, version, table)
     if not nearest:
         return None
     by_version: dict[tuple[str, bool], list[str]] = {}
@@ -42,12 +44,12 @@ def fitted_terms(name: str, version: tuple[int, ...]) -> tuple[dict, str] | None
         by_version.setdefault((fit.version, fit.borrowed), []).append(term)
     parts = []
     for (text, borrowed), terms in by_version.items():
-        entry = fitted_table()["engines"][name][text]
+        entry = table["engines"][name][text]
         part = f"fitted on {', '.join(entry.get('fitted_on', [])) or 'no run'} ({name} {text})"
         if len(by_version) > 1:
             part = f"{', '.join(terms)} {part}"
         if borrowed:
-            part += f", taken for {name} {dotted_version(version)}, {why_borrowed(name, version, terms)}"
+            part += f", taken for {name} {dotted_version(version)}, {why_borrowed(name, version, terms, table)}"
         parts.append(part)
     return {term: fit.value for term, fit in nearest.items()}, "; ".join(parts)
 
@@ -57,10 +59,11 @@ def fit_name(name: str, versions) -> str:
     return f"{ENGINE_LABELS[name]} {', '.join(versions)}"
 
 
-def why_borrowed(name: str, version: tuple[int, ...], terms=()) -> str:
+def why_borrowed(name: str, version: tuple[int, ...], terms=(), table: dict | None = None) -> str:
     """Why a version takes `terms` from another version's fit: it has none, or its own did not pin them (left them
-    at a bound, or with a 90% range reaching past the bound: `calibrate.engine_fit.not_pinned`)."""
-    table = fitted_table().get("engines", {}).get(name, {})
+    at a bound, or with a 90% range reaching past the bound: `calibrate.engine_fit.not_pinned`). `table`: as
+    `nearest_fits`'s."""
+    table = (fitted_table() if table is None else table).get("engines", {}).get(name, {})
     own = [entry for v, entry in table.items() if _is_version(parse_version(v), version)]
     if not own:
         return "which has no fit of its own"
@@ -107,7 +110,7 @@ class NearestFit:
     borrowed: bool
 
 
-def nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
+def nearest_fits(name: str, version: tuple[int, ...], table: dict | None = None) -> dict[str, NearestFit]:
     """Per term, its fit for this engine version: the version's own, else the nearest fitted version's whose fit
     identified that term (a term the fit left at a bound, or whose 90% range reaches past the bound, was not
     identified by its runs: never used as if it had been); empty when the engine has none. Per term, so that a
@@ -116,8 +119,9 @@ def nearest_fits(name: str, version: tuple[int, ...]) -> dict[str, NearestFit]:
 
     A fit that left any term at a bound is lent to no other version: the model could not reproduce its runs, and its
     other terms took up what that one could not (the fits it has happened to, and what they gave: benchmarks/
-    RESULTS.md, "A fit left at a bound serves its own version only"). Its own version still uses them."""
-    table = fitted_table().get("engines", {}).get(name, {})
+    RESULTS.md, "A fit left at a bound serves its own version only"). Its own version still uses them. `table`: the
+    fits to read, as engine_terms.json holds them (None: the shipped ones)."""
+    table = (fitted_table() if table is None else table).get("engines", {}).get(name, {})
     usable = {v: usable_terms(e.get("terms", {}), [*e.get("at_bound", []), *e.get("not_pinned", [])])
               for v, e in table.items()}
     candidates = [(v, parse_version(v)) for v in usable]

@@ -74,13 +74,14 @@ def model_of_raw(raw: dict):
     return model_of_value(raw.get("model", "llama-3.1-8b"), "model")
 
 
-def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str | None] | None = None
-                        ) -> tuple[dict, dict | None, list[str]]:
+def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str | None] | None = None,
+                        fits: dict | None = None) -> tuple[dict, dict | None, list[str]]:
     """(the raw scenario with the engine preset's values written under the scenario's own (a copy), the preset's
     CPU terms: the `overhead` section it gives a cost model, which `sim.config.cost_choice` uses when the scenario
     names no cost model, what the preset approximates (`PresetResult.notes`, one line each), which the validated
     scenario keeps on its engine: `EngineSpec.notes`). `value_problem(scenario key, value, flag)` (the schema's
-    `field_value_problem`) says in one line when a flag's value is not allowed in the key it sets."""
+    `field_value_problem`) says in one line when a flag's value is not allowed in the key it sets. `fits`: the
+    fitted numbers to read, as engine_terms.json holds them (None: the shipped ones)."""
     spec = raw.get("engine")
     if spec is None:
         return raw, None, []
@@ -103,9 +104,9 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
                           f"{preset.known_versions()}")
     given, command = _given_flags(spec, preset, version, version_text)
     if command is None:
-        return _apply_flags(raw, name, preset, version, version_text, given, value_problem)
+        return _apply_flags(raw, name, preset, version, version_text, given, value_problem, fits)
     try:
-        raw, overhead, notes = _apply_flags(raw, name, preset, version, version_text, given, value_problem)
+        raw, overhead, notes = _apply_flags(raw, name, preset, version, version_text, given, value_problem, fits)
     except ConfigError as err:
         raise as_command_error(err, command, set(spec) - {"name", "version", "command"}) from None
     return raw, overhead, notes + command_notes(command)
@@ -134,7 +135,7 @@ def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
 
 
 def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,
-                 given: dict, value_problem) -> tuple[dict, dict | None, list[str]]:
+                 given: dict, value_problem, fits: dict | None = None) -> tuple[dict, dict | None, list[str]]:
     """apply_engine_preset once the engine's name, version and flags (`given`) are known."""
     flags = {}
     given, origins = _expand_flags(given, name, preset, version, version_text)
@@ -155,7 +156,7 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
             _refuse_flag_value(value_problem, target, value, origins.get(key, key))
     raw = copy.deepcopy(raw)
     try:
-        result = _derive(raw, name, preset, version, version_text, flags)
+        result = _derive(raw, name, preset, version, version_text, flags, fits)
     except ConfigError as err:
         raise _from_origin(err, origins) from None
     for dotted, flag in result.from_flags.items():
@@ -360,7 +361,7 @@ DERIVATION_INPUTS = ("hardware.tensor_parallel", "hardware.pipeline_parallel", "
 
 
 def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,
-            flags: dict) -> PresetResult:
+            flags: dict, fits: dict | None = None) -> PresetResult:
     gpu, model = _resolve_gpu_and_model(raw)
     for key, flag in preset.flags.items():
         if flag.target in DERIVATION_INPUTS and flags.get(key) is not None and not has_key(raw, flag.target):
@@ -378,7 +379,7 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
     ctx = Context(version, version_text, flags, gpu, tp if isinstance(tp, int) else 1,
                   pp if isinstance(pp, int) else 1, served, raw, length if isinstance(length, int) else None,
                   configured_window=model.sliding_window if window_off and model is not None else None,
-                  window_off=window_off)
+                  window_off=window_off, fits=fits)
     how = _derived_context(ctx, preset, length_flag)
     result = preset.derive(ctx)
     if forced is not None:

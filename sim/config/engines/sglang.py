@@ -10,7 +10,7 @@ from sim.config.engines.base import (GIB, Context, Flag, LOGGING, MODEL_FILES, P
                                      SEED, SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
                                      config_overrides, custom_all_reduce, dotted_version, get_key, gib_as_bytes,
                                      graph_terms, inert_group, OFFLOAD_COPIED_IN, offload_note, served_config,
-                                     kv_cache_dtype_flag, only_one_of, parse_version, refuse_model_before,
+                                     kv_cache_dtype_flag, only_default, only_one_of, parse_version, refuse_model_before,
                                      released_before, sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
 from sim.config.engines.fitted import nearest_fits
@@ -83,7 +83,7 @@ def sglang_overlap_work(ctx: Context, speculation: SGLangSpeculation | None, ove
     runs without its overlap scheduler but the terms were fitted on a release that runs with it (from 0.3.6); else
     `overhead` unchanged. Said in `notes`."""
     why = _sglang_overlap_off(ctx, speculation)
-    fit = nearest_fits("sglang", ctx.version).get("per_step_s")
+    fit = nearest_fits("sglang", ctx.version, ctx.fits).get("per_step_s")
     fitted_with = fit is not None and (parse_version(fit.version) or (0,)) >= SGLANG_OVERLAP_SINCE
     if why is None or not fitted_with or "per_step_s" not in overhead:
         if why is not None and ctx.flags.get("disable_overlap_schedule"):
@@ -571,25 +571,32 @@ def _sglang_data_parallel(ctx: Context, notes: list[str]) -> tuple[dict[str, Any
 # attention, `sim.cost.measured.attention_kernel`: fa3 on H100 and H200, trtllm_mha on B200, flashinfer on L40S; the
 # A100's flash_attention is none of them).
 SGLANG_ATTENTION_BACKENDS = ("fa3", "trtllm_mha", "flashinfer", "triton")
+# the options that name an attention kernel: for both phases, and each phase's own (server_args.py from 0.4.9.post5:
+# a prefill backend equal to the decode one is the attention backend; otherwise each phase runs its own, the other
+# phase the attention backend's)
+SGLANG_ATTENTION_FLAGS = ("attention_backend", "prefill_attention_backend", "decode_attention_backend")
+SGLANG_PHASE_BACKENDS_SINCE = "0.4.9.post5"
 
 
 def _sglang_attention_backend(ctx: Context) -> str | None:
-    """--attention-backend, accepted where it names the kernel the SGLang tables of the GPU measured, so that the
-    measured model prices the kernel asked for (a note says so); refused elsewhere in one line: no other SGLang
-    attention kernel is measured (the roofline's attention is no particular kernel). None: not given."""
-    backend = ctx.flags.get("attention_backend")
-    if backend is None:
+    """--attention-backend, and --prefill-/--decode-attention-backend (each phase's own kernel), accepted where they
+    name the kernel the SGLang tables of the GPU measured, so that the measured model prices the kernel asked for (a
+    note says so); refused elsewhere in one line: no other SGLang attention kernel is measured (the roofline's
+    attention is no particular kernel). None: none given."""
+    given = [(name, ctx.flags[name]) for name in SGLANG_ATTENTION_FLAGS if ctx.flags.get(name) is not None]
+    if not given:
         return None
     from sim.cost.measured import attention_kernel
     measured = attention_kernel(ctx.gpu.name, "sglang")
     measured = measured if measured in SGLANG_ATTENTION_BACKENDS else None
-    if backend != measured:
-        why = (f"the SGLang tables of {ctx.gpu.name} measured {measured} attention" if measured
-               else f"no SGLang attention kernel is measured on {ctx.gpu.name}")
-        allowed = f"{measured}, or leave it out" if measured else "leave it out"
-        raise ConfigError(f"engine.attention_backend: {backend!r} is not modelled ({why}); allowed: {allowed}")
-    return (f"SGLang {ctx.version_text}: --attention-backend {backend}, the kernel the SGLang tables of {ctx.gpu.name} "
-            "measured")
+    for name, backend in given:
+        if backend != measured:
+            why = (f"the SGLang tables of {ctx.gpu.name} measured {measured} attention" if measured
+                   else f"no SGLang attention kernel is measured on {ctx.gpu.name}")
+            allowed = f"{measured}, or leave it out" if measured else "leave it out"
+            raise ConfigError(f"engine.{name}: {backend!r} is not modelled ({why}); allowed: {allowed}")
+    options = ", ".join(f"--{name.replace('_', '-')} {backend}" for name, backend in given)
+    return f"SGLang {ctx.version_text}: {options}, the kernel the SGLang tables of {ctx.gpu.name} measured"
 
 
 # fp8 weights on a GPU without fp8 tensor cores (sm_80/86), read in the sdists of 0.3.0, 0.3.6, 0.4.0-0.4.3, 0.4.6,
@@ -668,6 +675,15 @@ def _sglang_request_log(ctx: Context) -> str | None:
             "measured the same with its log on and off, within the noise: sim/config/engines/engine_work.py)")
 
 
+def _sglang_auto_truncate(ctx: Context) -> str | None:
+    """--allow-auto-truncate, noted: what it changes is not modelled."""
+    if not ctx.flags.get("allow_auto_truncate"):
+        return None
+    return (f"SGLang {ctx.version_text} --allow-auto-truncate: a request longer than the context (prompt + output over "
+            "scheduler.max_model_len) is rejected here as without it (the records' status), where SGLang serves it "
+            "with its prompt, then its output, cut to fit (managers/tokenizer_manager.py _validate_one_request)")
+
+
 def _sglang_continuous_decode_steps(ctx: Context) -> str | None:
     """--num-continuous-decode-steps: refused where the release runs its steps (not modelled), noted where it is
     parsed and never read."""
@@ -694,7 +710,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
     (`_sglang_before_053`); 0.3.x: `_derive_sglang_030`."""
     refuse_model_before(ctx, SGLANG_MODEL_TYPE_SINCE, "SGLang", "python/sglang/srt/models")
     early_notes = [note for note in (_sglang_attention_backend(ctx), _sglang_continuous_decode_steps(ctx),
-                                     _sglang_request_log(ctx), _sglang_offload_note(ctx)) if note]
+                                     _sglang_request_log(ctx), _sglang_offload_note(ctx),
+                                     _sglang_auto_truncate(ctx)) if note]
     speculation = sglang_speculation(ctx, early_notes)  # (none before 0.5.3: refused there)
     if ctx.version[:2] == (0, 3):
         result = _derive_sglang_030(ctx)
@@ -894,7 +911,40 @@ SGLANG_FLAGS = {
     "attention_backend": Flag(None, str, "--attention-backend: the kernel the SGLang tables of the GPU measured (fa3 on "
                               "H100 and H200, trtllm_mha on B200, flashinfer on L40S)", since=(0, 3, 1),
                               value_versions={"fa3": ("0.4.4.post2", None), "trtllm_mha": ("0.5.0rc0", None)}),
+    **{name: Flag(None, str, f"--{name.replace('_', '-')}: the {phase} steps' attention kernel, the one the SGLang "
+                  "tables of the GPU measured", since=SGLANG_PHASE_BACKENDS_SINCE,
+                  value_versions={"trtllm_mha": ("0.5.0rc0", None)})
+       for name, phase in (("prefill_attention_backend", "prefill"), ("decode_attention_backend", "decode"))},
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
+    # since / until: the first wheel whose server_args.py has the option, and the first that refuses it, read in every
+    # PyPI wheel 0.3.0-0.5.23 (0.5.5.post1's code that reads each: managers/tokenizer_manager.py, layers/sampler.py,
+    # mem_cache/hiradix_cache.py)
+    "skip_tokenizer_init": Flag(None, bool, "--skip-tokenizer-init: false only (the front-end's measured work "
+                                "tokenizes each prompt and detokenizes each output)",
+                                only_default("skip_tokenizer_init", False, ": the front-end tokenizes and "
+                                             "detokenizes, as its measured work does; token ids in and out are not "
+                                             "measured")),
+    "enable_hierarchical_cache": Flag(None, bool, "--enable-hierarchical-cache: false only (a host-memory tier under "
+                                      "the radix cache is not modelled)",
+                                      only_default("enable_hierarchical_cache", False, ": the radix cache in GPU "
+                                                   "memory only; its host-memory tier is not modelled"),
+                                      since="0.4.2.post1"),
+    "enable_nan_detection": Flag(None, bool, "--enable-nan-detection: false only (a check of every step's logits that "
+                                 "waits on the GPU is not measured)",
+                                 only_default("enable_nan_detection", False, ": no check of every step's logits, "
+                                              "which waits on the GPU and is not measured"),
+                                 since=(0, 3, 6), until=(0, 5, 13)),
+    "sampling_backend": Flag(None, str, "--sampling-backend: flashinfer (PyTorch's sampler is not priced)",
+                             only_one_of("sampling_backend", ("flashinfer",), " (the default where FlashInfer is "
+                                         "installed, as SGLang's images ship it: the sampler of the runs the CPU "
+                                         "terms were fitted on), or leave it out"), since=(0, 3, 1)),
+    "enable_metrics": Flag(None, bool, "--enable-metrics: false only (the Prometheus counters' work in the scheduler "
+                           "and the front-end is not measured)",
+                           only_default("enable_metrics", False, ": no Prometheus counters; their work in the "
+                                        "scheduler and in the front-end's every streamed chunk is not measured"),
+                           since="0.3.5.post1"),
+    "allow_auto_truncate": Flag(None, bool, "--allow-auto-truncate: noted (a request longer than the context is "
+                                "rejected here, as without it)", since="0.4.1.post7"),
     "max_total_tokens": Flag(None, int, "--max-total-tokens: caps the KV pool at that many tokens (never raises it; "
                              "kv_cache.capacity_tokens)", at_least("max_total_tokens")),
     "cuda_graph_max_bs": Flag(None, int, "--cuda-graph-max-bs: the largest decode batch run as a CUDA graph (above "
@@ -996,7 +1046,7 @@ SGLANG_FLAGS = {
 }
 
 # SGLang's options that change nothing simulated, read in 0.5.5.post1's ServerArgs.add_cli_args (run from its wheel).
-# --enable-metrics adds work in the scheduler, not measured, and is not accepted here (--log-requests: a flag above).
+# --enable-metrics adds work in the scheduler and the front-end, not measured: a flag above, refused when given.
 # The options above that came in after 0.3.0: the first release whose server_args.py has each, read in the PyPI
 # wheels of 0.3.0, every release 0.3.4-0.4.10.post2 (post releases too, 0.4.4's posts not) and 0.5.1-0.5.3.
 _SGLANG_INERT_SINCE = {"--watchdog-timeout": (0, 3, 5), "--decode-log-interval": (0, 3, 5),

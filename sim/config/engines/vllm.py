@@ -9,8 +9,9 @@ from sim.config.engine_command import InertOption
 from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, PARSING, PresetResult, REQUEST_LIMITS,
                                      SEED, SERVER_ADDRESS, STREAM_CHUNK_KEY, USAGE_REPORTS, at_least, caches_prefixes,
                                      config_overrides, custom_all_reduce, dotted_version, get_key, gib_as_bytes,
-                                     inert_group, kv_cache_dtype_flag, only_default, only_one_of, refuse_model_before,
-                                     OFFLOAD_COPIED_IN, offload_note, sixteen_bit_dtype, weights_quantization)
+                                     inert_group, json_mapping, kv_cache_dtype_flag, only_default, only_one_of,
+                                     refuse_model_before, OFFLOAD_COPIED_IN, offload_note, sixteen_bit_dtype,
+                                     weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.config.engines.vllm_context import (VLLM_HF_OVERRIDES_SINCE, VLLM_ROPE_SCALING_UNTIL, fits_to_kv,
                                              readable_number, rope_scaling_override)
@@ -280,6 +281,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
                      "speculative_token_tree, which is not read here: the section's tree is a what-if")
     values.update(fits_to_kv(flags, ctx.version_text, notes))
     _vllm_swap_notes(ctx, notes)
+    _vllm_generation_note(ctx, notes)
     method = method or ("draft_model" if _vllm_draft_model(ctx) else None)  # a section's draft model names its own
     fallback = _vllm_v0_fallback(ctx)
     if fallback is not None:
@@ -404,6 +406,38 @@ def derive_vllm(ctx: Context) -> PresetResult:
 # off.
 VLLM_LONG_PREFILL_CAP_SINCE = (0, 8, 3)
 VLLM_LONG_PREFILL_CAP_BESIDE_OTHERS_SINCE = (0, 31, 0)
+
+
+# --override-generation-config (vllm/engine/arg_utils.py from 0.7.1, read in every sdist 0.6.0-0.34.0): the keys of a
+# generation config that ModelConfig.get_diff_sampling_param reads (vllm/config/model.py, 0.11.0) as the defaults of
+# a request that does not set them; max_new_tokens caps every request's output tokens (vllm/entrypoints/utils.py
+# get_max_tokens), which the workload's output lengths say here.
+VLLM_GENERATION_OVERRIDE_SINCE = (0, 7, 1)
+VLLM_SAMPLING_DEFAULTS = ("temperature", "top_p", "top_k", "min_p", "repetition_penalty")
+
+
+def generation_overrides(value: Any) -> dict:
+    """--override-generation-config as the mapping it gives, each key a sampling default; max_new_tokens and keys
+    vLLM does not read refused in one line."""
+    value = json_mapping(value, "override_generation_config", "generation-config keys")
+    for key in value:
+        if key == "max_new_tokens":
+            raise ConfigError("engine.override_generation_config: 'max_new_tokens' is not modelled (it caps every "
+                              "request's output: the workload's output lengths say that here); allowed: "
+                              f"{', '.join(VLLM_SAMPLING_DEFAULTS)}")
+        if key not in VLLM_SAMPLING_DEFAULTS:
+            raise ConfigError(f"engine.override_generation_config: {key!r} is not a key vLLM reads from it; allowed: "
+                              f"{', '.join(VLLM_SAMPLING_DEFAULTS)}")
+    return value
+
+
+def _vllm_generation_note(ctx: Context, notes: list[str]) -> None:
+    """--override-generation-config, noted: the sampler's price does not depend on its values."""
+    given = ctx.flags.get("override_generation_config")
+    if given:
+        notes.append(f"vLLM {ctx.version_text} --override-generation-config: the default sampling parameters "
+                     f"({', '.join(f'{key} {given[key]}' for key in given)}) change no price here (the sampler is "
+                     "priced alike for every value)")
 
 
 def _vllm_long_prefill_cap(ctx: Context, v1: bool, notes: list[str]) -> dict[str, Any]:
@@ -801,6 +835,9 @@ VLLM_FLAGS = {
     "hf_overrides": Flag(None, (str, dict), "--hf-overrides: config.json keys as served (RoPE scaling, "
                          "max_position_embeddings: the context vLLM derives)", config_overrides("hf_overrides"),
                          since=VLLM_HF_OVERRIDES_SINCE),
+    "override_generation_config": Flag(None, (str, dict), "--override-generation-config: default sampling parameters "
+                                       f"({', '.join(VLLM_SAMPLING_DEFAULTS)}), noted: the sampler is priced alike "
+                                       "for every value", generation_overrides, since=VLLM_GENERATION_OVERRIDE_SINCE),
     "rope_scaling": Flag(None, (str, dict), "--rope-scaling: the RoPE scaling served (the context vLLM derives)",
                          rope_scaling_override, until=VLLM_ROPE_SCALING_UNTIL),
     "preemption_mode": Flag("scheduler.preemption.mode", str, "--preemption-mode (V0): recompute, or swap (a preempted "
