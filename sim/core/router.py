@@ -78,9 +78,10 @@ class Router:
 
 
 class CountingRouter(Router):
-    """A router of `choose_replica`'s: `KIND` names its rule (the compiled core's code for it)."""
+    """A router of `choose_replica`'s: `KIND`, which each rule's subclass names, is its code there (the compiled
+    core's too); none here, so that a rule that forgot its own fails at once rather than dealing in turn."""
 
-    KIND = ROUND_ROBIN
+    KIND: int
 
     def __init__(self):
         self._next = 0  # arrivals routed so far (`choose_replica`'s `start`)

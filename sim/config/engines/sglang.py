@@ -916,33 +916,25 @@ SGLANG_FLAGS = {
                   value_versions={"trtllm_mha": ("0.5.0rc0", None)})
        for name, phase in (("prefill_attention_backend", "prefill"), ("decode_attention_backend", "decode"))},
     "enable_torch_compile": Flag(None, bool, "--enable-torch-compile (0.3.x: noted, not modelled)"),
-    # since / until: the first wheel whose server_args.py has the option, and the first that refuses it, read in every
-    # PyPI wheel 0.3.0-0.5.23 (0.5.5.post1's code that reads each: managers/tokenizer_manager.py, layers/sampler.py,
-    # mem_cache/hiradix_cache.py)
-    "skip_tokenizer_init": Flag(None, bool, "--skip-tokenizer-init: false only (the front-end's measured work "
-                                "tokenizes each prompt and detokenizes each output)",
-                                only_default("skip_tokenizer_init", False, ": the front-end tokenizes and "
-                                             "detokenizes, as its measured work does; token ids in and out are not "
-                                             "measured")),
-    "enable_hierarchical_cache": Flag(None, bool, "--enable-hierarchical-cache: false only (a host-memory tier under "
-                                      "the radix cache is not modelled)",
-                                      only_default("enable_hierarchical_cache", False, ": the radix cache in GPU "
-                                                   "memory only; its host-memory tier is not modelled"),
-                                      since="0.4.2.post1"),
-    "enable_nan_detection": Flag(None, bool, "--enable-nan-detection: false only (a check of every step's logits that "
-                                 "waits on the GPU is not measured)",
-                                 only_default("enable_nan_detection", False, ": no check of every step's logits, "
-                                              "which waits on the GPU and is not measured"),
-                                 since=(0, 3, 6), until=(0, 5, 13)),
+    # Switches whose effect is not modelled, accepted off only (the reason said), and the sampler and truncation
+    # options below: since / until, the first wheel whose server_args.py has each and the first that refuses it, read
+    # in every PyPI wheel 0.3.0-0.5.23 (0.5.5.post1's code that reads each: managers/tokenizer_manager.py,
+    # layers/sampler.py, mem_cache/hiradix_cache.py)
+    **{name: Flag(None, bool, f"--{name.replace('_', '-')}: false only (the default: {why})",
+                  only_default(name, False, f": {why}"), since=since, until=until)
+       for name, why, since, until in (
+           ("skip_tokenizer_init", "the front-end tokenizes and detokenizes, as its measured work does; token ids in "
+            "and out are not measured", None, None),
+           ("enable_hierarchical_cache", "the radix cache in GPU memory only; its host-memory tier is not modelled",
+            "0.4.2.post1", None),
+           ("enable_nan_detection", "no check of every step's logits, which waits on the GPU and is not measured",
+            (0, 3, 6), (0, 5, 13)),
+           ("enable_metrics", "no Prometheus counters; their work in the scheduler and in the front-end's every "
+            "streamed chunk is not measured", "0.3.5.post1", None))},
     "sampling_backend": Flag(None, str, "--sampling-backend: flashinfer (PyTorch's sampler is not priced)",
                              only_one_of("sampling_backend", ("flashinfer",), " (the default where FlashInfer is "
                                          "installed, as SGLang's images ship it: the sampler of the runs the CPU "
                                          "terms were fitted on), or leave it out"), since=(0, 3, 1)),
-    "enable_metrics": Flag(None, bool, "--enable-metrics: false only (the Prometheus counters' work in the scheduler "
-                           "and the front-end is not measured)",
-                           only_default("enable_metrics", False, ": no Prometheus counters; their work in the "
-                                        "scheduler and in the front-end's every streamed chunk is not measured"),
-                           since="0.3.5.post1"),
     "allow_auto_truncate": Flag(None, bool, "--allow-auto-truncate: noted (a request longer than the context is "
                                 "rejected here, as without it)", since="0.4.1.post7"),
     "max_total_tokens": Flag(None, int, "--max-total-tokens: caps the KV pool at that many tokens (never raises it; "
