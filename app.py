@@ -19,7 +19,7 @@ import yaml
 from sim.config.engines import preset_notes
 from sim.config.files import get_path, parse_yaml, set_path, validate_scenario
 from sim.errors import ServeSimError
-from sim.model.catalog import GPUS, MODELS
+from sim.model.catalog import GPUS, catalog_models
 from sim.results import Result
 from sim.bands import simulate_with_band as simulate  # the run, and its band when run.band asks for one
 from sim.views import dashboard as dash
@@ -344,7 +344,7 @@ def sidebar(base: dict) -> dict:
     """The base scenario: model, hardware, engine, workload, SLOs, run size."""
     new = copy.deepcopy(base)
     st.sidebar.header("Model and hardware")
-    new["model"] = catalog_or_custom("Model", base.get("model", "llama-3.1-8b"), MODELS, "model")
+    new["model"] = catalog_or_custom("Model", base.get("model", "llama-3.1-8b"), catalog_models(), "model")
     set_form_key(new, "hardware.gpu", catalog_or_custom("GPU", get_path(base, "hardware.gpu", "h100-sxm"),
                                                          GPUS, "gpu"))
     set_form_key(new, "hardware.tensor_parallel", number(

@@ -34,7 +34,7 @@ from sim.cost.measured import MEASURED_DIR, MLA_MODULE_PROJECTIONS, MeasuredCost
 from sim.model.catalog import get_gpu
 from sim.model.hf_config import load_hf_config
 
-MODEL = load_hf_config(Path(__file__).parents[1] / "benchmarks" / "published" / "deepseek-r1.json")
+MODEL = load_hf_config(Path(__file__).parents[1] / "sim" / "model" / "configs" / "deepseek-r1.json")
 TP, HEADS = 8, 16
 MODULE_FILES = ("context_mla_module.parquet", "generation_mla_module.parquet")
 STEP_BATCHES = (4, 64, 256)

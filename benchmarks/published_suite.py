@@ -475,8 +475,8 @@ def _gpu_names() -> set[str]:
 
 
 def _model_names() -> set[str]:
-    from sim.model.catalog import MODELS
-    return set(MODELS)
+    from sim.model.catalog import model_names
+    return set(model_names())
 
 
 UNQUALIFIED = "the column says neither mean nor median; the mean (vllm bench serve's first line) assumed"

@@ -1,8 +1,9 @@
 """A quantized checkpoint's own quantization as the scenario's default (`sim.model.checkpoint_quant` reads it).
 
-`model: {hf_config: path}` is read here, once, on the raw scenario, before the engine preset and the cost-model
-choice run, so that both see the dtype the checkpoint is stored in. What the scenario writes wins: this fills only
-what it leaves out, and says nothing about a what-if (a bf16 variant of an fp8 checkpoint is the user's to ask).
+`model: {hf_config: path}`, or a catalog name read from a shipped config.json (`model: qwen3-32b-fp8`), is read
+here, once, on the raw scenario, before the engine preset and the cost-model choice run, so that both see the dtype
+the checkpoint is stored in. What the scenario writes wins: this fills only what it leaves out, and says nothing
+about a what-if (a bf16 variant of an fp8 checkpoint is the user's to ask).
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from sim.errors import ConfigError
-from sim.model.catalog import resolve_gpu
+from sim.model.catalog import resolve_gpu, shipped_config, shipped_quantization
 from sim.model.hf_config import read_model_and_quantization
 from sim.model.memory import WEIGHT_DTYPES
 
@@ -34,15 +35,19 @@ def _gpu_has_fp8(hardware: Any) -> bool:
 
 
 def checkpoint_defaults(data: dict) -> dict:
-    """The raw scenario with an `{hf_config}` model read into its ModelSpec and, where the config declares a
-    quantization and the scenario's `quantization` leaves it out: the weights' dtype, and for fp8 weights stored as
-    the checkpoint stores them, its block scales and (on a GPU with an fp8 rate) fp8 matrix products. A
-    quantization ServeSim cannot read, with no `quantization.weights` given, is an error: never priced as bf16."""
+    """The raw scenario with an `{hf_config}` model read into its ModelSpec (a shipped config's name kept) and, where
+    the config declares a quantization and the scenario's `quantization` leaves it out: the weights' dtype, and for
+    fp8 weights stored as the checkpoint stores them, its block scales and (on a GPU with an fp8 rate) fp8 matrix
+    products. A quantization ServeSim cannot read, with no `quantization.weights` given, is an error: never priced as
+    bf16."""
     value = data.get("model")
-    if not (isinstance(value, dict) and "hf_config" in value):
+    if isinstance(value, dict) and "hf_config" in value:
+        spec, quant = read_model_and_quantization(value, "model")
+        data = {**data, "model": spec}
+    elif isinstance(value, str) and shipped_config(value) is not None:
+        quant = shipped_quantization(value)  # a catalog name read from a shipped config.json, its checkpoint's dtype
+    else:
         return data
-    spec, quant = read_model_and_quantization(value, "model")
-    data = {**data, "model": spec}
     given = data.get("quantization")
     if quant is None or not (given is None or isinstance(given, dict)):
         return data  # not quantized, or a malformed section validation reports

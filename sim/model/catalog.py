@@ -1,13 +1,19 @@
 """Built-in models and GPUs, as data, with the source of every number next to it.
 
-Model shapes come from each model's Hugging Face `config.json` (repo named in the comment); GPU rates
-from NVIDIA datasheets, dense (no 2:4 sparsity). What follows from a shape (weight matrices per
-layer, parameter counts) is computed in `sim.model.shapes`, so memory math and cost models agree.
+Model shapes come from each model's Hugging Face `config.json`: written out below with the repo named in the
+comment, or shipped as the file itself in `sim/model/configs/` (its README names each file's source) and read by
+`sim.model.hf_config` when first named. GPU rates from NVIDIA datasheets, dense (no 2:4 sparsity). What follows from a
+shape (weight matrices per layer, parameter counts) is computed in `sim.model.shapes`, so memory math and cost models
+agree.
 """
 
 from __future__ import annotations
 
+from functools import lru_cache
+from pathlib import Path
+
 from sim.errors import ConfigError
+from sim.model.checkpoint_quant import CheckpointQuantization
 from sim.model.specs import GPUSpec, ModelSpec, RopeScaling
 
 MODELS: dict[str, ModelSpec] = {
@@ -335,12 +341,58 @@ def _canonical(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
+# Hugging Face config.json files shipped with the package, named as the catalog names them (a file per model: adding
+# one adds a model; sim/model/configs/README.md says where each came from).
+MODEL_CONFIGS_DIR = Path(__file__).parent / "configs"
+
+
+def model_names() -> list[str]:
+    """Every catalog model name: those written out in MODELS, then the shipped configs'."""
+    shipped = sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
+    return [*MODELS, *(name for name in shipped if name not in MODELS)]
+
+
+def _catalog_key(name: str) -> str:
+    """A model name as the catalog keys it: case-insensitive, '_' and '-' alike, a Hugging Face repo's owner
+    dropped ("Qwen/Qwen3-32B" is qwen3-32b; a path is no repo id, and names nothing)."""
+    key = _canonical(name)
+    owner, slash, repo = key.partition("/")
+    return repo if slash and owner.strip(".") and "/" not in repo else key
+
+
+def shipped_config(name: str) -> Path | None:
+    """The shipped config.json a catalog name reads, or None (a name written out in MODELS, or no such file)."""
+    key = _catalog_key(name)
+    path = MODEL_CONFIGS_DIR / f"{key}.json"
+    return path if key not in MODELS and key and path.parent == MODEL_CONFIGS_DIR and path.is_file() else None
+
+
+@lru_cache(maxsize=None)
+def _read_shipped(key: str) -> tuple[ModelSpec, CheckpointQuantization | None]:
+    from sim.model.hf_config import read_hf_config  # reads the file format; imports nothing of the catalog
+    spec, _, quant = read_hf_config(MODEL_CONFIGS_DIR / f"{key}.json", key, f"model {key}")
+    return spec, quant
+
+
+def catalog_models() -> dict[str, ModelSpec]:
+    """Every catalog model by name, the shipped configs read (a few ms, once per process)."""
+    return {name: get_model(name) for name in model_names()}
+
+
+def shipped_quantization(name: str) -> CheckpointQuantization | None:
+    """The quantization a shipped config declares (its checkpoint's dtype), None for any other name."""
+    return _read_shipped(_catalog_key(name))[1] if shipped_config(name) is not None else None
+
+
 def get_model(name: str, field: str = "model") -> ModelSpec:
-    """Catalog model by id (case-insensitive, '_' and '-' interchangeable)."""
-    try:
-        return MODELS[_canonical(name)]
-    except KeyError:
-        raise ConfigError(f"{field}: unknown model {name!r}; allowed: {', '.join(MODELS)}") from None
+    """Catalog model by id (case-insensitive, '_' and '-' interchangeable, a Hugging Face owner dropped)."""
+    key = _catalog_key(name) if isinstance(name, str) else None
+    if key in MODELS:
+        return MODELS[key]
+    if key is not None and shipped_config(key) is not None:
+        return _read_shipped(key)[0]
+    raise ConfigError(f"{field}: unknown model {name!r}; allowed: {', '.join(model_names())}, or a config.json "
+                      "({hf_config: path})")
 
 
 def get_gpu(name: str, field: str = "hardware.gpu") -> GPUSpec:

@@ -107,6 +107,7 @@ def _clipping_notes(results, differences=None):
     """One line per result whose generated lengths were cut to fit the model: its numbers are for shorter requests.
     Returns the verdict printed first (`differences`: the band of each difference, sim/bands.py)."""
     from sim.config.cost_choice import measured_refused
+    from sim.model.catalog import resolve_model
     from sim.views.report import band_note
     from sim.views.verdict import verdict_of  # first, the verdict under the summary table (issue 32)
     verdict = verdict_of(results, differences=differences)
@@ -122,9 +123,9 @@ def _clipping_notes(results, differences=None):
         for key, pool in (("cost_model_notes", ""), ("prefill_cost_model_notes", "prefill ")):
             for line in r.extras.get(key, ()):  # what the cost model approximated (sim/cost/labels.py)
                 console.print(f"note: {r.name}: {pool}cost model: {line}", markup=False, highlight=False)
-        left_out = getattr(r.scenario.model, "not_modelled", None)
-        if left_out:  # what the config.json reader leaves out of the architecture
-            console.print(f"note: {r.name}: model {r.scenario.model.name}: not modelled: {left_out}", markup=False,
+        model = resolve_model(r.scenario.model)
+        if model.not_modelled:  # what the config.json reader leaves out of the architecture (a shipped one's too)
+            console.print(f"note: {r.name}: model {model.name}: not modelled: {model.not_modelled}", markup=False,
                           highlight=False)
         refused = measured_refused(r.extras.get("cost_model_choice"))
         if refused:  # a default below the measured tables: why not them

@@ -475,12 +475,13 @@ def draft_choices(target: Any) -> list[str]:
     """Catalog models a speculative draft may be for `target` (a catalog name, or an inline architecture): those
     with the target's vocabulary, the one rule a draft must meet (sim.config.deployment refuses the others). An
     unknown target (a custom config not yet valid) offers every model, and the run names the mismatch."""
-    from sim.model.catalog import MODELS, get_model
+    from sim.model.catalog import catalog_models, get_model
+    models = catalog_models()
     try:
         vocab = get_model(target).vocab_size if isinstance(target, str) else int(target["vocab_size"])
     except (ServeSimError, KeyError, TypeError, ValueError):
-        return list(MODELS)
-    return [name for name, spec in MODELS.items() if spec.vocab_size == vocab and name != target]
+        return list(models)
+    return [name for name, spec in models.items() if spec.vocab_size == vocab and name != target]
 
 
 def policy_of(scenario: Scenario) -> Policy:

@@ -6,15 +6,17 @@ import pandas as pd
 
 from sim.config.engines import PRESETS, fitted_versions
 from sim.cost.measured import MXFP4_MARLIN, TABLES, attention_kernel, load_tables, measured_gpus, tables_dir
-from sim.model.catalog import GPUS, MODELS
+from sim.model.catalog import GPUS, catalog_models, shipped_quantization
 from sim.model.memory import kv_bytes_per_token
 from sim.model.shapes import active_param_count, param_count
 
 
 def models_table() -> pd.DataFrame:
-    """One row per catalog model, for `servesim catalog models`."""
+    """One row per catalog model, for `servesim catalog models` (`checkpoint`: the weights' dtype its config.json
+    declares, which a scenario gets unless its `quantization` says otherwise; blank: 16-bit)."""
     rows = []
-    for key, m in MODELS.items():
+    for key, m in catalog_models().items():
+        quant = shipped_quantization(key)
         experts = f"{m.num_experts} (top-{m.num_experts_per_token})" if m.is_moe else ""
         rows.append(
             {
@@ -30,6 +32,7 @@ def models_table() -> pd.DataFrame:
                 "kv_bytes_per_token": kv_bytes_per_token(m),
                 "max_context": m.max_context,
                 "sliding_window": m.sliding_window,
+                "checkpoint": quant.weights or "" if quant is not None else "",
             }
         )
     table = pd.DataFrame(rows)

@@ -277,7 +277,7 @@ def test_a_run_handed_back_to_the_python_engine_gets_its_stop_rule_as_it_was(mon
     assert_identical(python, compiled)
 
 
-DEEPSEEK_R1 = {"hf_config": str(Path(__file__).parents[2] / "benchmarks" / "published" / "deepseek-r1.json")}
+DEEPSEEK_R1 = {"hf_config": str(Path(__file__).parents[2] / "sim" / "model" / "configs" / "deepseek-r1.json")}
 
 
 @pytest.mark.parametrize(("model", "gpu", "tp"), [("mixtral-8x7b", "h100-sxm", 2), ("deepseek-v2-lite", "h100-sxm", 1),

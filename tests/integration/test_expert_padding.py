@@ -12,7 +12,7 @@ from sim.model.hf_config import load_hf_config
 from sim.model.memory import MXFP4_PARAM_BYTES, weight_bytes_per_gpu
 from sim.run import deployment_of
 
-GPT_OSS_120B = Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-120b.json"
+GPT_OSS_120B = Path(__file__).parents[2] / "sim" / "model" / "configs" / "gpt-oss-120b.json"
 # A mixture of experts with gpt-oss's expert shapes (hidden 2880, intermediate 2880, biases), small enough to count by
 # hand: 2 layers of 4 experts, 2 active.
 MOE = dict(name="moe-2880", num_layers=2, hidden_size=2880, num_attention_heads=64, num_kv_heads=8, head_dim=64,

@@ -297,12 +297,15 @@ def test_literal_choices_see_through_optional_and_union():
 
 
 def test_the_draft_menu_offers_only_models_with_the_targets_vocabulary():
-    from sim.model.catalog import MODELS
+    from sim.model.catalog import catalog_models
+    models = catalog_models()
     choices = dash.draft_choices("llama-2-13b")
     assert "llama-2-7b" in choices and "llama-3.1-8b" not in choices and "llama-2-13b" not in choices
-    assert all(MODELS[name].vocab_size == MODELS["llama-2-13b"].vocab_size for name in choices)
-    assert dash.draft_choices({"vocab_size": MODELS["llama-3.1-8b"].vocab_size}) == [
-        name for name, spec in MODELS.items() if spec.vocab_size == MODELS["llama-3.1-8b"].vocab_size]
+    assert all(models[name].vocab_size == models["llama-2-13b"].vocab_size for name in choices)
+    assert dash.draft_choices({"vocab_size": models["llama-3.1-8b"].vocab_size}) == [
+        name for name, spec in models.items() if spec.vocab_size == models["llama-3.1-8b"].vocab_size]
+    # the shipped configs' models too: Qwen3's small models draft for its large ones (one tokenizer)
+    assert {"qwen3-0.6b", "qwen3-1.7b", "qwen3-8b"} <= set(dash.draft_choices("qwen3-32b"))
 
 
 # --- the engine a form names (the sidebar's engine choice) ---------------------------------------------------------

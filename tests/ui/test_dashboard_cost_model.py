@@ -61,7 +61,7 @@ def test_a_new_form_is_priced_as_run_prices_it_and_the_note_names_the_model():
 def test_the_note_names_the_runs_choice_with_the_engine_presets_values():
     # the preset's own values (vLLM's Marlin MXFP4 experts on an A100) decide the choice, as validation applies them
     from pathlib import Path
-    oss = str(Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
+    oss = str(Path(__file__).resolve().parents[2] / "sim" / "model" / "configs" / "gpt-oss-20b.json")
     raw = {**copy.deepcopy(dash.DEFAULT_BASE), "model": {"hf_config": oss}, "hardware": {"gpu": "a100-80gb"},
            "engine": {"name": "vllm", "version": "0.11.0"}}
     chosen = validate_scenario(copy.deepcopy(raw)).cost_model_choice

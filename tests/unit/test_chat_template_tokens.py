@@ -12,11 +12,11 @@ from sim.frontend import FrontendStage
 from sim.model.chat_templates import chat_template_tokens
 from sim.run import make_workload
 
-PUBLISHED = Path(__file__).resolve().parents[2] / "benchmarks" / "published"
+CONFIGS = Path(__file__).resolve().parents[2] / "sim" / "model" / "configs"
 
 
 def chat(model: str, engine: dict | None = None, **workload) -> dict:
-    raw = {"model": {"hf_config": str(PUBLISHED / f"{model}.json")},
+    raw = {"model": {"hf_config": str(CONFIGS / f"{model}.json")},
            "workload": {"arrival": {"kind": "burst"}, "lengths": {"kind": "fixed", "input_tokens": 100,
                                                                    "output_tokens": 10},
                         "endpoint": "chat", **workload},

@@ -19,7 +19,7 @@ from sim.model.checkpoint_quant import checkpoint_quantization
 
 REPO = Path(__file__).resolve().parents[2]
 LLAMA = json.loads((REPO / "tests" / "fixtures" / "hf" / "llama-3.1-8b.json").read_text())
-DEEPSEEK_R1 = REPO / "benchmarks" / "published" / "deepseek-r1.json"
+DEEPSEEK_R1 = REPO / "sim" / "model" / "configs" / "deepseek-r1.json"
 BLOCK_FP8 = {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic", "weight_block_size": [128, 128]}
 
 
@@ -106,7 +106,7 @@ def test_deepseek_r1_config_is_priced_in_block_scaled_fp8():
     assert _quant(raw) == ("fp8", True, True)  # was bf16: 1.34 TB of weights, beyond 8 H200s
 
 
-QWEN3_235B = REPO / "benchmarks" / "published" / "qwen3-235b-a22b.json"
+QWEN3_235B = REPO / "sim" / "model" / "configs" / "qwen3-235b-a22b.json"
 
 
 @pytest.mark.parametrize("tp, problem", [(4, None), (8, "experts_gate_up's output width per GPU is 192")])

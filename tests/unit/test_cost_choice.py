@@ -167,7 +167,7 @@ def test_gpt_oss_on_an_a100_gets_vllms_tables_where_vllm_runs_marlin_and_the_lea
     # which its A100 tables price from the Marlin rows they hold (borrowed from SGLang's, meta.json); SGLang runs
     # another kernel there, measured nowhere, and a scenario without an engine names no kernel
     from pathlib import Path
-    oss = str(Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
+    oss = str(Path(__file__).resolve().parents[2] / "sim" / "model" / "configs" / "gpt-oss-20b.json")
     on_a100 = {"model": {"hf_config": oss}, "hardware": {"gpu": "a100-80gb"}}
     cm, why = chosen(**on_a100, engine={"name": "vllm", "version": "0.11.0"})
     assert cm.kind == "measured" and why.startswith("measured: vllm kernel tables of a100-80gb")

@@ -13,7 +13,7 @@ from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.model.hf_config import rope_entries, spec_from_config
 
-QWEN3_8B = {"hf_config": str(Path(__file__).parents[2] / "benchmarks" / "published" / "qwen3-8b.json")}  # 40,960
+QWEN3_8B = {"hf_config": str(Path(__file__).parents[2] / "sim" / "model" / "configs" / "qwen3-8b.json")}  # 40,960
 BASE = {"model": QWEN3_8B, "hardware": {"gpu": "h200"},
         "workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
                      "lengths": {"kind": "fixed", "input_tokens": 500, "output_tokens": 100}},

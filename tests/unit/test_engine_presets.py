@@ -523,7 +523,7 @@ def test_vllms_num_gpu_blocks_override_sets_its_kv_blocks_whatever_the_memory_ho
     # memory's own pool (hundreds of thousands of tokens) never does
     assert simulate(v1).summary["preemptions"] > 0
     assert simulate(scenario({"name": "vllm", "version": "0.11.0"})).summary["preemptions"] == 0
-    gpt_oss = {"hf_config": str(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")}
+    gpt_oss = {"hf_config": str(Path(__file__).parents[2] / "sim" / "model" / "configs" / "gpt-oss-20b.json")}
     with pytest.raises(ConfigError, match=r"^engine.num_gpu_blocks_override: 100 is not modelled for .*sliding-window"):
         scenario({"name": "vllm", "version": "0.11.0", "num_gpu_blocks_override": 100}, model=gpt_oss,
                  quantization={"weights": "mxfp4"})
@@ -612,7 +612,7 @@ def test_sglangs_max_total_tokens_caps_its_kv_pool_and_its_request_pool_as_each_
     assert graphs.kv_cache.gpu_memory_utilization == round((81559 - 13440 - 304) / 81559, 3) == 0.831
     with pytest.raises(ConfigError, match=r"^engine.max_total_tokens: 0 is not allowed; allowed: a whole number >= 1$"):
         scenario({"name": "sglang", "version": "0.5.13", "max_total_tokens": 0})
-    gpt_oss = {"hf_config": str(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")}
+    gpt_oss = {"hf_config": str(Path(__file__).parents[2] / "sim" / "model" / "configs" / "gpt-oss-20b.json")}
     with pytest.raises(ConfigError, match=r"^engine.max_total_tokens: 50000 is not modelled for .*own sliding-window "
                                           r"pool"):
         scenario({"name": "sglang", "version": "0.5.13", "max_total_tokens": 50000}, model=gpt_oss,
@@ -1075,7 +1075,7 @@ def test_vllm_parses_the_chat_template_per_request_only_in_the_versions_that_do(
     assert chat_template_parse(parse_version(version), "gpt_oss", "chat") is None  # openai_harmony renders it
 
 
-GPT_OSS_20B = str(Path(__file__).resolve().parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
+GPT_OSS_20B = str(Path(__file__).resolve().parents[2] / "sim" / "model" / "configs" / "gpt-oss-20b.json")
 
 
 def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
@@ -1231,7 +1231,7 @@ def test_an_install_without_the_fitted_terms_is_refused_not_priced_with_estimate
                                                            ("vllm", "0.10.0", "0.10.1")])
 def test_a_release_before_its_engine_ran_gpt_oss_refuses_it(engine, version, first):
     """SGLang's models folder gained gpt_oss.py in 0.5.0rc0 (not in 0.4.10.post2's wheel); vLLM's registry in 0.10.1."""
-    gpt_oss = {"hf_config": str(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")}
+    gpt_oss = {"hf_config": str(Path(__file__).parents[2] / "sim" / "model" / "configs" / "gpt-oss-20b.json")}
     raw = {"model": gpt_oss, "hardware": {"gpu": "h100-sxm"}, "engine": {"name": engine, "version": version},
            "workload": {"arrival": {"kind": "poisson", "rate_per_s": 1.0},
                         "lengths": {"kind": "fixed", "input_tokens": 100, "output_tokens": 10}}}

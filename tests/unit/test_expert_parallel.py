@@ -16,7 +16,7 @@ from sim.model.shapes import gpu_layer_groups, gpu_linear
 from sim.model.specs import LinearShape
 
 REPO = Path(__file__).resolve().parents[2]
-QWEN3_235B = {"hf_config": str(REPO / "benchmarks" / "published" / "qwen3-235b-a22b.json")}
+QWEN3_235B = {"hf_config": str(REPO / "sim" / "model" / "configs" / "qwen3-235b-a22b.json")}
 BASE = {"workload": {"arrival": {"kind": "burst"},
                      "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 8}},
         "run": {"num_requests": 4}}

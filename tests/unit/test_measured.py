@@ -286,7 +286,7 @@ def _plan_from_row(r) -> StepPlan:
 
 def _gpt_oss_20b():
     from sim.model.hf_config import load_hf_config
-    return load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json")
+    return load_hf_config(Path(__file__).parents[2] / "sim" / "model" / "configs" / "gpt-oss-20b.json")
 
 
 def test_a_sliding_window_layer_is_priced_from_the_window_rows_where_measured_and_said_where_not():

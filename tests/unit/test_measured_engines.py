@@ -344,7 +344,7 @@ def test_vllms_mla_modules_price_only_deepseek_v3s_sizes_and_say_why_not():
     assert a100.mla_by_roofline and "attention: MLA is not in the vllm tables of a100-80gb" in repr(a100)
 
 
-DEEPSEEK_R1 = load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "deepseek-r1.json")
+DEEPSEEK_R1 = load_hf_config(Path(__file__).parents[2] / "sim" / "model" / "configs" / "deepseek-r1.json")
 
 
 @pytest.mark.parametrize(("weights", "block", "kv"), [("bf16", False, "bf16"), ("fp8", True, "bf16"),
@@ -428,7 +428,7 @@ def test_block_scaled_fp8_gemms_are_the_block_rows_and_priced_apart_from_per_ten
 
 def test_vllms_block_scaled_gemms_come_from_its_per_tensor_rows_and_its_experts_from_its_block_rows():
     from sim.model.hf_config import load_hf_config
-    r1 = load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "deepseek-r1.json")
+    r1 = load_hf_config(Path(__file__).parents[2] / "sim" / "model" / "configs" / "deepseek-r1.json")
     cost = MeasuredCostModel(r1, H200, tensor_parallel=8, weight_dtype="fp8", fp8_compute=True, fp8_block=True)
     assert cost.gemm_rows == "fp8"
     assert ("gemm: no block-scaled fp8 rows in the vllm tables of h200; block-scaled GEMMs priced from the per-tensor "
@@ -673,7 +673,7 @@ def test_a_routing_the_tables_lack_is_said_or_refused_in_one_line():
 
 def _gpt_oss():
     from sim.model.hf_config import load_hf_config
-    return load_hf_config(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-120b.json")
+    return load_hf_config(Path(__file__).parents[2] / "sim" / "model" / "configs" / "gpt-oss-120b.json")
 
 
 @pytest.mark.parametrize("tables", ["vllm", "sglang"])
@@ -762,7 +762,7 @@ def test_the_compiled_core_prices_mxfp4_experts_as_the_python_engine_does(tables
     pytest.importorskip("numba")
     from sim.config.files import validate_scenario
     from sim.run import simulate
-    oss = str(Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-120b.json")
+    oss = str(Path(__file__).parents[2] / "sim" / "model" / "configs" / "gpt-oss-120b.json")
     cost_model = {"kind": "measured", "tables": "vllm"} if tables == "vllm" else {"kind": "roofline"}
     results = []
     for compiled in (False, True):

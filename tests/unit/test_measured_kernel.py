@@ -32,7 +32,7 @@ SETUPS += [("llama-3.1-70b", "h100-sxm", 4), ("qwen2.5-7b", "h200", 1), ("llama-
            # sliding-window layers from the tables' window rows (mistral's 4,096-token window: from the full rows)
            ("gpt-oss-20b", "h100-sxm", 1, "mxfp4", "bf16"), ("gpt-oss-20b", "h200", 2, "mxfp4", "fp8", "sglang")]
 SETUPS = [s for s in SETUPS if s[1] in measured_gpus()]
-HF_MODELS = {"gpt-oss-20b": Path(__file__).parents[2] / "benchmarks" / "published" / "gpt-oss-20b.json"}
+HF_MODELS = {"gpt-oss-20b": Path(__file__).parents[2] / "sim" / "model" / "configs" / "gpt-oss-20b.json"}
 
 
 def model_for(name: str, gpu: str, tp: int, weights: str = "bf16", kv: str = "bf16", tables: str = "vllm",

@@ -28,7 +28,7 @@ from sim.model.shapes import layer_groups
 REPO = Path(__file__).resolve().parents[2]
 B200, H100 = get_gpu("b200"), get_gpu("h100-sxm")
 LLAMA_70B = get_model("llama-3.1-70b")
-QWEN3_235B = REPO / "benchmarks" / "published" / "qwen3-235b-a22b.json"
+QWEN3_235B = REPO / "sim" / "model" / "configs" / "qwen3-235b-a22b.json"
 LLAMA_8B_CONFIG = json.loads((REPO / "tests" / "fixtures" / "hf" / "llama-3.1-8b.json").read_text())
 FP4_GROUP = {"num_bits": 4, "type": "float", "strategy": "tensor_group", "group_size": 16}
 NVFP4_CONFIG = {"quant_method": "compressed-tensors", "format": "nvfp4-pack-quantized",

@@ -12,6 +12,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from bench_published import CASES, COST_MODELS, scenario
 
 from sim.config.files import validate_scenario
+from sim.model.catalog import get_model, model_names
 
 
 def test_every_case_cites_its_source_and_quotes_what_the_benchmark_needs():
@@ -25,7 +26,7 @@ def test_every_case_cites_its_source_and_quotes_what_the_benchmark_needs():
         for key in ("benchmark_duration_s", "mean_ttft_ms", "mean_tpot_ms", "total_input_tokens",
                     "total_generated_tokens"):
             assert q[key] > 0, (case["name"], key)
-        assert (CASES.parent / case["model"]).is_file()
+        assert case["model"] in model_names()  # a catalog name (sim/model/configs/ for the Qwen3 runs)
 
 
 def test_each_case_is_a_valid_scenario_with_vllm_defaults_and_the_quoted_mean_lengths():
@@ -44,6 +45,6 @@ def test_each_case_is_a_valid_scenario_with_vllm_defaults_and_the_quoted_mean_le
             assert lengths.input_tokens == round(case["quoted"]["total_input_tokens"] / n)
         assert s.scheduler.chunked_prefill and s.scheduler.max_num_batched_tokens in (2048, 8192)
         assert s.workload.arrival.kind == ("closed_loop" if case.get("concurrency") else "burst")
-    # the Qwen3-14B config written beside the data has the published shape (5120 hidden, 40 layers)
-    q14 = validate_scenario(scenario(data["cases"][3], COST_MODELS["roofline"])).model
+    # the catalog's Qwen3-14B config has the published shape (5120 hidden, 40 layers)
+    q14 = get_model(validate_scenario(scenario(data["cases"][3], COST_MODELS["roofline"])).model)
     assert (q14.hidden_size, q14.num_layers, q14.num_kv_heads) == (5120, 40, 8)

@@ -11,9 +11,9 @@ from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.run import simulate
 
-PUBLISHED = Path(__file__).parents[2] / "benchmarks" / "published"
-GPT_OSS_20B = {"hf_config": str(PUBLISHED / "gpt-oss-20b.json")}  # sliding window 128, YaRN x 32 over 4,096
-QWEN3_8B = {"hf_config": str(PUBLISHED / "qwen3-8b.json")}  # no window, 40,960 positions
+CONFIGS = Path(__file__).parents[2] / "sim" / "model" / "configs"
+GPT_OSS_20B = {"hf_config": str(CONFIGS / "gpt-oss-20b.json")}  # sliding window 128, YaRN x 32 over 4,096
+QWEN3_8B = {"hf_config": str(CONFIGS / "qwen3-8b.json")}  # no window, 40,960 positions
 BASE = {"model": "mistral-7b-v0.1",  # every layer slides over 4,096 tokens; 32,768 positions
         "hardware": {"gpu": "h100-sxm"},
         "workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},

@@ -10,7 +10,7 @@ from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-GPT_OSS = {"model": {"hf_config": str(ROOT / "benchmarks" / "published" / "gpt-oss-20b.json")},
+GPT_OSS = {"model": {"hf_config": str(ROOT / "sim" / "model" / "configs" / "gpt-oss-20b.json")},
            "quantization": {"weights": "mxfp4"},
            "workload": {"arrival": {"kind": "poisson", "rate_per_s": 1.0},
                         "lengths": {"kind": "fixed", "input_tokens": 100, "output_tokens": 10}},

@@ -28,7 +28,7 @@ from sim.run import make_cost_model, simulate
 ROOT = Path(__file__).resolve().parents[2]
 WORKLOAD = {"arrival": {"kind": "poisson", "rate_per_s": 1.0},
             "lengths": {"kind": "fixed", "input_tokens": 100, "output_tokens": 10}}
-GPT_OSS = {"model": {"hf_config": str(ROOT / "benchmarks" / "published" / "gpt-oss-20b.json")},
+GPT_OSS = {"model": {"hf_config": str(ROOT / "sim" / "model" / "configs" / "gpt-oss-20b.json")},
            "quantization": {"weights": "mxfp4"}, "workload": WORKLOAD}
 
 
@@ -81,7 +81,7 @@ def test_an_fp8_kv_cache_takes_triton_in_0_11_only():
 
 
 def test_an_mla_model_takes_vllms_mla_backends_not_this_rule():
-    deepseek = {"model": {"hf_config": str(ROOT / "benchmarks" / "published" / "deepseek-r1.json")},
+    deepseek = {"model": {"hf_config": str(ROOT / "sim" / "model" / "configs" / "deepseek-r1.json")},
                 "quantization": {"kv_cache": "fp8"}, "workload": WORKLOAD}
     sc = validate_scenario({**deepseek, "hardware": {"gpu": "b300", "tensor_parallel": 8},  # sm_103: the rule's
                             "engine": {"name": "vllm", "version": "0.11.0"}})

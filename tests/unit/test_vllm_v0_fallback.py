@@ -50,7 +50,7 @@ def test_v0_runs_with_its_own_defaults_not_v1s():
 
 
 def test_an_mla_model_keeps_v1_from_0_10_2_and_v0_does_not_chunk_it():
-    deepseek = {"hf_config": str(ROOT / "benchmarks" / "published" / "deepseek-r1.json")}
+    deepseek = {"hf_config": str(ROOT / "sim" / "model" / "configs" / "deepseek-r1.json")}
     assert not runs_v0(vllm("0.10.2", "b300", model=deepseek, tp=8))  # FlashMLA holds fp8
     v0 = vllm("0.10.1", "b300", model=deepseek, tp=8)
     assert runs_v0(v0) and v0.scheduler.chunked_prefill is False  # "not supported for ... MLA in V0"
@@ -60,7 +60,7 @@ def test_a_v0_fallback_for_a_model_with_attention_sinks_is_refused():
     """V0's attention implementations take no sinks (vllm/attention/backends/flash_attn.py, xformers.py, 0.10.1 and
     0.10.2), so gpt-oss with an fp8 KV cache where V1 falls back does not load: one line, naming the field."""
     from sim.errors import ConfigError
-    gpt_oss = {"hf_config": str(ROOT / "benchmarks" / "published" / "gpt-oss-20b.json")}
+    gpt_oss = {"hf_config": str(ROOT / "sim" / "model" / "configs" / "gpt-oss-20b.json")}
     with pytest.raises(ConfigError) as refused:
         vllm("0.10.2", "a100-80gb", model=gpt_oss)
     assert str(refused.value).startswith("quantization.kv_cache: 'fp8' with gpt_oss on a100-80gb")
@@ -73,7 +73,7 @@ def test_a_v0_fallback_for_a_model_with_attention_sinks_is_refused():
 def test_a_vllm_release_without_gpt_oss_refuses_it(version):
     """GptOssForCausalLM joined vLLM's model registry in 0.10.1 (absent from 0.10.0's sdist)."""
     from sim.errors import ConfigError
-    gpt_oss = {"hf_config": str(ROOT / "benchmarks" / "published" / "gpt-oss-20b.json")}
+    gpt_oss = {"hf_config": str(ROOT / "sim" / "model" / "configs" / "gpt-oss-20b.json")}
     want = rf"^engine.version: vLLM {version} has no gpt_oss model .*0\.10\.1 or later$"
     with pytest.raises(ConfigError, match=want):
         vllm(version, "h100-sxm", model=gpt_oss, kv="bf16")
