@@ -50,7 +50,7 @@ CASES = HERE / "published" / "vllm_e2e.yaml"  # the original nine vLLM runs (iss
 def scenario(case, cost_model: dict, fitted: dict | None = None) -> dict:
     """The scenario of one case: a PublishedCase, or a raw case of vllm_e2e.yaml (as before the suite)."""
     if isinstance(case, dict):
-        case = ps.normalize_case(case, file=CASES.name, data_dir=CASES.parent)
+        case = ps.normalize_case(case, file=CASES.name)
     return ps.scenario(case, cost_model, fitted)
 
 

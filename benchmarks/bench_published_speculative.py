@@ -54,7 +54,7 @@ def load_runs(directory: Path = SPECULATIVE_DIR) -> list[SpeculativeRun]:
         data = yaml.safe_load(path.read_text())
         for i, raw in enumerate(data["cases"]):
             case = ps.normalize_case(raw, file=path.name, index=i, sources=data.get("sources") or {},
-                                     file_unstated=data.get("unstated") or (), data_dir=ps.DATA_DIR)
+                                     file_unstated=data.get("unstated") or ())
             role = raw.get("role")
             if role not in ("fit", "held-out"):
                 raise ValueError(f"{path.name} case {case.name!r}: role {role!r}; allowed: fit, held-out")

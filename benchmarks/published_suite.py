@@ -10,7 +10,7 @@ What this module does, in order:
 1. `load_suite` reads every `*.yaml` under benchmarks/published/ into `PublishedCase`s. Each case's schema is
    checked field by field; a malformed case becomes one line in `Suite.errors` naming the file, the case and the
    field (it never stops the run). Normalized: the engine (`vllm`, `sglang`, `trtllm`, `lmdeploy` + its version),
-   the GPU (a `servesim catalog gpus` name), the model (a catalog name or a config.json beside the data), TP,
+   the GPU (a `servesim catalog gpus` name), the model (a catalog name: a new model's config.json goes in sim/model/configs/), TP,
    weight and KV dtypes, the workload (a result file's every request where the case lists them, `requests`, replayed
    in order and counted as its client counted them; otherwise a ShareGPT sample drawn as the clients draw it, scaled to
    the quoted means, `sharegpt_bench_lengths`, and any other dataset fixed at the quoted means), the
@@ -381,8 +381,7 @@ class PublishedCase:
     url: str
     source_block: str | None
     engine: Engine
-    model: str  # catalog name, or the path of a config.json beside the data
-    model_is_file: bool
+    model: str  # a `servesim catalog models` name
     gpu: str
     tensor_parallel: int
     pipeline_parallel: int
@@ -617,8 +616,8 @@ def _tool(raw: dict) -> str:
     return "triton online (unstated)"
 
 
-def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None = None, file_unstated=(),
-                   data_dir: Path = DATA_DIR) -> PublishedCase:
+def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None = None,
+                   file_unstated=()) -> PublishedCase:
     """One raw case of a data file -> a PublishedCase, or CaseError (one line: file, case, field)."""
     if not isinstance(raw, dict):
         raise CaseError(f"{file}: case #{index + 1}: expected a mapping of fields, got {type(raw).__name__}")
@@ -647,13 +646,9 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
                     eng.get("backend"))
     # model and GPU
     model = r.get("model", (str,))
-    model_is_file = model.endswith(".json")
-    if model_is_file:
-        if not (data_dir / model).is_file():
-            raise r.fail("model", f"{model!r}: no such config.json beside the data ({data_dir})")
-    elif model not in _model_names():
-        raise r.fail("model", f"{model!r} is neither a `servesim catalog models` name nor a config.json beside "
-                     "the data")
+    if model not in _model_names():
+        raise r.fail("model", f"{model!r} is not a `servesim catalog models` name (a new model: its config.json in "
+                     "sim/model/configs/)")
     gpu = r.get("gpu", (str,))
     if gpu not in _gpu_names():
         raise r.fail("gpu", f"{gpu!r} is not a `servesim catalog gpus` name; allowed: "
@@ -778,7 +773,7 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
     unstated = tuple(raw.get("unstated") or ()) + tuple(file_unstated)
     return PublishedCase(
         file=file, name=name, source=source, url=url, source_block=raw.get("source_block"), engine=engine,
-        model=model, model_is_file=model_is_file, gpu=gpu, tensor_parallel=tp, pipeline_parallel=pp,
+        model=model, gpu=gpu, tensor_parallel=tp, pipeline_parallel=pp,
         expert_parallel=ep, dp_attention=dp_attention, weights=dtype, kv_dtype=kv_dtype, dataset=dict(dataset),
         kind=kind, workload=workload, flags=dict(flags), quoted=dict(q), metrics=tuple(metrics), unstated=unstated,
         assumptions=tuple(assumptions), note=raw.get("note"), tool=tool, fp8_scaling=fp8_scaling,
@@ -842,8 +837,7 @@ def load_suite(paths: list[Path] | None = None, data_dir: Path = DATA_DIR) -> Su
             unstated = ()
         for i, raw in enumerate(data["cases"]):
             try:
-                cases.append(normalize_case(raw, file=fname, index=i, sources=file_sources, file_unstated=unstated,
-                                            data_dir=path.parent))
+                cases.append(normalize_case(raw, file=fname, index=i, sources=file_sources, file_unstated=unstated))
             except CaseError as err:
                 errors.append(str(err))
     names = Counter(c.name for c in cases)
@@ -925,9 +919,6 @@ def select(cases: list[PublishedCase], *, engine: str | None = None, pattern: st
 
 def _model_spec(case: PublishedCase):
     from sim.model.catalog import get_model
-    from sim.model.hf_config import load_hf_config
-    if case.model_is_file:
-        return load_hf_config(DATA_DIR / case.model)
     return get_model(case.model)
 
 
@@ -983,8 +974,7 @@ def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
                 approx.append(f"max_num_tokens raised to the prompt length {case.workload.input_tokens} (trtllm-bench "
                               "build sizes it from the dataset; value unstated)")
         from sim.config.engines import preset_notes
-        model = {"hf_config": str(DATA_DIR / case.model)} if case.model_is_file else case.model
-        approx += preset_notes({"engine": engine, "model": model, "quantization": _quantization(case),
+        approx += preset_notes({"engine": engine, "model": case.model, "quantization": _quantization(case),
                                 "workload": {"endpoint": case.endpoint, "arrival": {"kind": case.workload.arrival}},
                                 "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel,
                                              "pipeline_parallel": case.pipeline_parallel,
@@ -1082,11 +1072,10 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         arrival = {"kind": "poisson", "rate_per_s": float(w.request_rate)}
     else:
         arrival = {"kind": "burst"}
-    model = {"hf_config": str(DATA_DIR / case.model)} if case.model_is_file else case.model
     max_len = _flag(case, "--max-model-len", "--max_seq_len", "--context-length")
     raw = {
         "name": case.name,
-        "model": model,
+        "model": case.model,
         "hardware": {"gpu": case.gpu, "tensor_parallel": case.tensor_parallel,
                      "pipeline_parallel": case.pipeline_parallel, "expert_parallel": case.expert_parallel},
         "workload": {"arrival": arrival, "endpoint": case.endpoint,

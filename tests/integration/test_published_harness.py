@@ -82,23 +82,26 @@ def test_a_malformed_case_is_one_line_naming_file_case_and_field(tmp_path, suite
     bad_tp = dict(good, name="bad tp", tensor_parallel="two")
     bad_quote = dict(good, name="bad quote", quoted={"token_throughput_tok_s": "fast"})
     bad_gpu = dict(good, name="bad gpu", gpu="h900")
+    bad_model = dict(good, name="bad model", model="qwen3-32b.json")  # a file, no longer a name
     no_engine = {k: v for k, v in good.items() if k != "engine"} | {"name": "no engine"}
     nameless = dict(good, name="nameless engine", engine={"version": "0.17"})
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump({"sources": data["sources"], "unstated": ["x"],
-                                    "cases": [good, bad_tp, bad_quote, bad_gpu, no_engine, nameless,
+                                    "cases": [good, bad_tp, bad_quote, bad_gpu, bad_model, no_engine, nameless,
                                               "not a mapping"]}))
     (tmp_path / "garbage.yaml").write_text("cases: [\n")
     loaded = ps.load_suite([path, tmp_path / "garbage.yaml"], data_dir=tmp_path)
     assert [c.name for c in loaded.cases] == [good["name"]]  # the good case still loads
-    assert len(loaded.errors) == 7
+    assert len(loaded.errors) == 8
     assert all("\n" not in e for e in loaded.errors)
     expect = [("bad tp", "tensor_parallel"), ("bad quote", "quoted.token_throughput_tok_s"), ("bad gpu", "gpu"),
-              ("no engine", "engine"), ("nameless engine", "engine.name")]
+              ("bad model", "model"), ("no engine", "engine"), ("nameless engine", "engine.name")]
     for (name, fld), err in zip(expect, loaded.errors):
         assert err.startswith(f"broken.yaml: case {name!r}: field {fld!r}:"), err
-    assert loaded.errors[5].startswith("broken.yaml: case #7:")
-    assert loaded.errors[6].startswith("garbage.yaml: cannot be read as YAML")
+    assert loaded.errors[3].endswith("'qwen3-32b.json' is not a `servesim catalog models` name (a new model: its "
+                                     "config.json in sim/model/configs/)")
+    assert loaded.errors[6].startswith("broken.yaml: case #8:")
+    assert loaded.errors[7].startswith("garbage.yaml: cannot be read as YAML")
 
 
 def test_each_engine_gets_a_valid_scenario_with_its_own_defaults(suite):
