@@ -119,6 +119,10 @@ FIT_RUNS: dict[tuple[str, str], tuple[str, ...]] = {
     ("sglang", "0.5.4.post2"): (),  # GPUStack's gpt-oss-20b pages, added to check the MXFP4 pricing: held out
     ("sglang", "0.3.0"): ("sglang-060 llama-3.1-8b a100 sglang 0.3.0 rps 4",  # the same runs as vLLM 0.6.0's
                           "sglang-060 llama-3.1-8b a100 sglang 0.3.0 offline"),
+    ("vllm", "0.8.4"): (),  # llm-ie's and vLLM-Benchmark's DeepSeek-R1 runs on H200 hosts of their own: held out
+    ("vllm", "0.8.2"): (),  # vLLM-Benchmark's Llama 3.1 8B FP8 runs on one H200: held out
+    ("sglang", "0.4.5.post3"): (),  # llm-ie's DeepSeek-R1 runs: held out
+    ("sglang", "0.4.4.post3"): (),  # vLLM-Benchmark's Llama 3.1 8B FP8 runs: held out
     ("trtllm", "1.2.0rc1"): ("qwen3-8b-h100 trtllm c4", "qwen3-14b-h100 trtllm sharegpt"),
     ("trtllm", "1.0.0"): (),  # the H200 EP8 run and the gpt-oss-120b H100 run: both held out
     ("trtllm", "0.17"): ("trtllm 0.17 llama-3.1-8b h100-sxm tp1 fp8 1000/1000 max-throughput",),
@@ -226,11 +230,11 @@ METRIC_DEFINITIONS = {
                 "bucketed as int(time - the first request's start), the largest bucket",
     },
     "trtllm-bench": {"throughput": "output tokens / total latency (the page's sample report: 3000 x 128 / 16.406 s)"},
-    "sglang.bench_serving": {
+    "sglang.bench_serving": {  # it prints means and medians: the quoted key names which
         "throughput": "output tokens / benchmark duration (first request sent to last response)",
-        "ttft": "client-side time to first streamed token, median over requests",
-        "tpot": "per request (latency - TTFT) / (output tokens - 1), median over requests",
-        "itl": "every gap between streamed chunks, median over all gaps",
+        "ttft": "client-side time to first streamed token, over requests",
+        "tpot": "per request (latency - TTFT) / (output tokens - 1), over requests",
+        "itl": "every gap between streamed chunks, over all gaps",
     },
     "triton online (unstated)": {
         "throughput": "'Output Tput (tok/s)' as printed; the load generator is unstated: output tokens / run time "
@@ -642,6 +646,9 @@ def normalize_case(raw: Any, *, file: str, index: int = 0, sources: dict | None 
     flags = eng.get("flags") or {}
     if not isinstance(flags, dict):
         raise r.fail("engine.flags", f"expected a mapping, got {type(flags).__name__}")
+    negated = next((f for f in flags if str(f).startswith("--no-")), None)
+    if negated is not None:  # its value would be read as the flag's own (--no-enable-prefix-caching: true -> on)
+        raise r.fail("engine.flags", f"{negated!r}: a negated option; write it as '--{negated[5:]}': false")
     engine = Engine(ENGINE_KEYS[ename.lower()], ename, str(version), eng.get("command"), dict(flags),
                     eng.get("backend"))
     # model and GPU

@@ -85,23 +85,28 @@ def test_a_malformed_case_is_one_line_naming_file_case_and_field(tmp_path, suite
     bad_model = dict(good, name="bad model", model="qwen3-32b.json")  # a file, no longer a name
     no_engine = {k: v for k, v in good.items() if k != "engine"} | {"name": "no engine"}
     nameless = dict(good, name="nameless engine", engine={"version": "0.17"})
+    # a negated option's value reads as the option's own (--no-enable-prefix-caching: true turned caching on)
+    negated = dict(good, name="negated flag", engine=dict(good["engine"], flags={"--no-enable-chunked-prefill": True}))
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump({"sources": data["sources"], "unstated": ["x"],
                                     "cases": [good, bad_tp, bad_quote, bad_gpu, bad_model, no_engine, nameless,
-                                              "not a mapping"]}))
+                                              negated, "not a mapping"]}))
     (tmp_path / "garbage.yaml").write_text("cases: [\n")
     loaded = ps.load_suite([path, tmp_path / "garbage.yaml"], data_dir=tmp_path)
     assert [c.name for c in loaded.cases] == [good["name"]]  # the good case still loads
-    assert len(loaded.errors) == 8
+    assert len(loaded.errors) == 9
     assert all("\n" not in e for e in loaded.errors)
     expect = [("bad tp", "tensor_parallel"), ("bad quote", "quoted.token_throughput_tok_s"), ("bad gpu", "gpu"),
-              ("bad model", "model"), ("no engine", "engine"), ("nameless engine", "engine.name")]
+              ("bad model", "model"), ("no engine", "engine"), ("nameless engine", "engine.name"),
+              ("negated flag", "engine.flags")]
     for (name, fld), err in zip(expect, loaded.errors):
         assert err.startswith(f"broken.yaml: case {name!r}: field {fld!r}:"), err
     assert loaded.errors[3].endswith("'qwen3-32b.json' is not a `servesim catalog models` name (a new model: its "
                                      "config.json in sim/model/configs/)")
-    assert loaded.errors[6].startswith("broken.yaml: case #8:")
-    assert loaded.errors[7].startswith("garbage.yaml: cannot be read as YAML")
+    assert loaded.errors[6].endswith("'--no-enable-chunked-prefill': a negated option; write it as "
+                                     "'--enable-chunked-prefill': false")
+    assert loaded.errors[7].startswith("broken.yaml: case #9:")
+    assert loaded.errors[8].startswith("garbage.yaml: cannot be read as YAML")
 
 
 def test_each_engine_gets_a_valid_scenario_with_its_own_defaults(suite):
@@ -279,6 +284,23 @@ def test_a_medians_only_source_is_read_with_its_clients_definitions_and_its_stat
     loaded = ps.load_suite([path], data_dir=tmp_path)
     assert loaded.cases == [] and len(loaded.errors) == 1
     assert loaded.errors[0].startswith("means.yaml: case 'bad means': field 'assumed_means':"), loaded.errors[0]
+
+
+def test_a_means_source_through_sglang_bench_serving_compares_mean_to_mean(suite):
+    """llm-ie's blocks (sglang.bench_serving, which prints means and medians, no TPOT) are read mean to mean, ITL
+    for TPOT; vLLM-Benchmark's DGX ShareGPT file lists its 500 requests, replayed in order."""
+    ie = next(c for c in suite.cases if c.name == "llm-ie deepseek-r1 h200 tp8 sglang 50 prompts 30000/100")
+    assert ie.tool == "sglang.bench_serving" and ie.endpoint == "completions" and ps.role(ie) == "held-out"
+    assert {m.group: (m.quoted_key, m.sim) for m in ie.metrics if m.group in ps.HEADLINE} == {
+        "throughput": ("output_token_throughput_tok_s", "output_tok_s"), "ttft": ("mean_ttft_ms", "ttft_mean"),
+        "tpot_itl": ("mean_itl_ms", "itl_mean")}
+    assert (ie.workload.input_tokens, ie.workload.output_tokens, ie.workload.arrival) == (30000, 100, "poisson")
+    assert ps.engine_settings(ie)[0]["engine"] == {"name": "sglang", "version": "0.4.5.post3",
+                                                  "disable_radix_cache": True}  # --tp: the case's TP
+    dgx = next(c for c in suite.cases if c.name == "vllm-benchmark deepseek-r1 h200 dgx tp8 vllm sharegpt")
+    assert len(dgx.workload.requests.input_lens) == 500
+    assert sum(dgx.workload.requests.output_lens) == dgx.quoted["total_generated_tokens"] == 107666
+    assert ps.engine_settings(dgx)[0]["engine"]["enable_prefix_caching"] is False  # --no-enable-prefix-caching
 
 
 def test_request_throughput_and_unqualified_columns_are_read_as_the_client_prints_them(suite):
