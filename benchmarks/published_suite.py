@@ -10,12 +10,12 @@ What this module does, in order:
 1. `load_suite` reads every `*.yaml` under benchmarks/published/ into `PublishedCase`s. Each case's schema is
    checked field by field; a malformed case becomes one line in `Suite.errors` naming the file, the case and the
    field (it never stops the run). Normalized: the engine (`vllm`, `sglang`, `trtllm`, `lmdeploy` + its version),
-   the GPU (a `servesim catalog gpus` name), the model (a catalog name: a new model's config.json goes in sim/model/configs/), TP,
-   weight and KV dtypes, the workload (a result file's every request where the case lists them, `requests`, replayed
-   in order and counted as its client counted them; otherwise a ShareGPT sample drawn as the clients draw it, scaled to
-   the quoted means, `sharegpt_bench_lengths`, and any other dataset fixed at the quoted means), the
-   arrival (below) and the quoted metrics, each mapped to the ServeSim quantity it is compared with and to the
-   benchmark tool's definition of it (`METRIC_DEFINITIONS`).
+   the GPU (a `servesim catalog gpus` name), the model (a catalog name: a new model's config.json goes in
+   sim/model/configs/), TP, weight and KV dtypes, the workload (a result file's every request where the case lists
+   them, `requests`, replayed in order and counted as its client counted them; otherwise a ShareGPT sample drawn as
+   the clients draw it, scaled to the quoted means, `sharegpt_bench_lengths`, and any other dataset fixed at the
+   quoted means), the arrival (below) and the quoted metrics, each mapped to the ServeSim quantity it is compared
+   with and to the benchmark tool's definition of it (`METRIC_DEFINITIONS`).
    Every assumption a case needs (a number the source does not give) is written into `PublishedCase.assumptions`.
 2. `scenario` builds a case's ServeSim scenario: its engine preset (`engine: {name, version, flags}`, which
    sim/config/engines/ turns into that engine's defaults for the GPU and version). A case ServeSim cannot express

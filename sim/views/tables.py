@@ -32,7 +32,7 @@ def models_table() -> pd.DataFrame:
                 "kv_bytes_per_token": kv_bytes_per_token(m),
                 "max_context": m.max_context,
                 "sliding_window": m.sliding_window,
-                "checkpoint": quant.weights or "" if quant is not None else "",
+                "checkpoint": (quant.weights or "") if quant is not None else "",
             }
         )
     table = pd.DataFrame(rows)
