@@ -38,10 +38,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from sim.cost import measured_kernel as mk  # noqa: E402
 from sim.cost.roofline_kernel import expert_load, touched_experts  # noqa: E402
-from sim.cost.measured import (carried_moe_curve, device_roofline, gemm_curve, load_tables,  # noqa: E402
-                               measured_gpus, nearest_moe_config, tables_dir)
+from sim.cost.measured import MOE_KEYS as KEYS  # noqa: E402
+from sim.cost.measured import of_moe_config as of_config  # noqa: E402
+from sim.cost.measured import (carried_moe_curve, device_roofline, ep_rows_from_another_dtype,  # noqa: E402
+                               gemm_curve, load_tables, measured_gpus, nearest_moe_config, tables_dir)
 
-KEYS = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
 WAYS = ("nearest measured configuration (used where the dtype has rows)",
         "expert GEMMs in one fused launch (used where it has none)",
         "expert GEMMs, one launch each (before 11-28)",
@@ -61,6 +62,12 @@ FP8_WAYS = ("FP8 from the bf16 fused-MoE rows, at the FP8 roofline",
 # tensor parallelism over as many GPUs (what pricing expert parallelism as tensor parallelism would give).
 EP_WAYS = ("EP: nearest measured configuration at the same split (used where the model is not in the table)",
            "EP priced as TP over as many GPUs (the same model's rows, scaled by the roofline)")
+# Expert-parallel rows where their dtype has none at that EP size (vLLM's block-scaled FP8 rows, for one): each
+# dtype's expert-parallel rows taken as missing in turn, under each routing, predicted from the same model's rows at
+# TP over as many GPUs times another dtype's EP / TP ratio (`ep_rows_from_another_dtype`, used since 12-05), and from
+# the same model's single-GPU rows split ep ways (what the nearest split gave before), on the same points.
+EP_MISSING_WAYS = ("EP, dtype without EP rows: TP rows x another dtype's EP / TP ratio (used)",
+                   "EP, dtype without EP rows: the model's single-GPU rows split ep ways (before 12-05)")
 # Skewed routing (`cost_model.moe_routing`, the power-law rows, every split), each configuration held out: from the
 # nearest other configuration's rows of the same routing and split (what a model outside the tables gets), and, to
 # show how much the routing matters, from the same configuration's balanced rows (skew ignored).
@@ -68,11 +75,6 @@ NVFP4_WAY = "NVFP4 (B200): nearest measured NVFP4 configuration at the NVFP4 roo
 APART = {"nvfp4"}  # dtypes held out on their own roofline (`study_nvfp4`), kept out of the other studies' rows
 ROUTING_WAYS = ("skewed routing: nearest measured configuration, same routing and split",
                 "skewed routing priced from the same configuration's balanced rows")
-
-
-def of_config(rows, config):
-    """The rows of one configuration (KEYS' values), as a mask."""
-    return np.logical_and.reduce([rows[k] == v for k, v in zip(KEYS, config)])
 
 
 def seconds_by_tokens(rows) -> dict[float, float]:
@@ -108,36 +110,65 @@ def tensor_parallel_only(moe):
     return moe[moe["moe_ep_size"] == 1] if "moe_ep_size" in moe.columns else moe.assign(moe_ep_size=1)
 
 
-def study_ep():
-    errors = {w: [] for w in EP_WAYS}
+def tables_with_expert_parallel_rows():
+    """Every shipped table whose fused-MoE rows keep the expert-parallel split, with its device roofline."""
     for tables in ("vllm", "sglang", "trtllm"):
         for gpu in measured_gpus(tables=tables):
             t = load_tables(tables_dir(gpu, tables))
-            if t.moe is None or "moe_ep_size" not in t.moe.columns:
-                continue
-            roof = device_roofline(t.gemm)
-            for dtype in sorted(set(t.moe["dtype"].unique()) - APART):
-                rows = t.moe[t.moe["dtype"] == dtype]
-                ep_rows = rows[rows["moe_ep_size"] > 1]
-                configs = ep_rows[KEYS].drop_duplicates().itertuples(index=False)
-                for config in [tuple(int(v) for v in c) for c in configs]:
+            if t.moe is not None and "moe_ep_size" in t.moe.columns:
+                yield t, device_roofline(t.gemm)
+
+
+def study_ep():
+    errors = {w: [] for w in EP_WAYS}
+    for t, roof in tables_with_expert_parallel_rows():
+        for dtype in sorted(set(t.moe["dtype"].unique()) - APART):
+            rows = t.moe[t.moe["dtype"] == dtype]
+            ep_rows = rows[rows["moe_ep_size"] > 1]
+            configs = ep_rows[KEYS].drop_duplicates().itertuples(index=False)
+            for config in [tuple(int(v) for v in c) for c in configs]:
+                h, inter, k, e, tp, ep = config
+                measured = seconds_by_tokens(rows[of_config(rows, config)])
+                others = ep_rows[~of_config(ep_rows, config)]
+                near = nearest_moe_config(others, config) if len(others) else None
+                if near is not None and near[4:] != config[4:]:
+                    near = None  # no other configuration at this split
+                near_rows = {} if near is None else seconds_by_tokens(others[of_config(others, near)])
+                curve = None if near is None else carried(config, near, others, roof)
+                as_tp = (h, inter, k, e, tp * ep, 1)
+                tp_rows = seconds_by_tokens(rows[of_config(rows, as_tp)])
+                for n, seconds in measured.items():
+                    if n not in near_rows or n not in tp_rows:
+                        continue  # the same points for both ways
+                    pred = curve(n, note=False)
+                    errors[EP_WAYS[0]].append(math.log(pred / seconds))
+                    pred = moe_shape(config, roof, n) * tp_rows[n] / moe_shape(as_tp, roof, n)
+                    errors[EP_WAYS[1]].append(math.log(pred / seconds))
+    return errors
+
+
+def study_ep_without_dtype_rows():
+    errors = {}
+    for t, roof in tables_with_expert_parallel_rows():
+        for routing, all_rows in sorted((t.moe_by_routing or {"balanced": t.moe}).items()):
+            for dtype in sorted(set(all_rows["dtype"].unique()) - APART):
+                rows = all_rows[all_rows["dtype"] == dtype]
+                missing = all_rows[~all_rows["dtype"].isin(APART)]
+                missing = missing[(missing["dtype"] != dtype) | (missing["moe_ep_size"] == 1)]
+                ep_configs = rows[rows["moe_ep_size"] > 1][KEYS].drop_duplicates().itertuples(index=False)
+                for config in [tuple(int(v) for v in c) for c in ep_configs]:
                     h, inter, k, e, tp, ep = config
-                    measured = seconds_by_tokens(rows[of_config(rows, config)])
-                    others = ep_rows[~of_config(ep_rows, config)]
-                    near = nearest_moe_config(others, config) if len(others) else None
-                    if near is not None and near[4:] != config[4:]:
-                        near = None  # no other configuration at this split
-                    near_rows = {} if near is None else seconds_by_tokens(others[of_config(others, near)])
-                    curve = None if near is None else carried(config, near, others, roof)
-                    as_tp = (h, inter, k, e, tp * ep, 1)
-                    tp_rows = seconds_by_tokens(rows[of_config(rows, as_tp)])
-                    for n, seconds in measured.items():
-                        if n not in near_rows or n not in tp_rows:
-                            continue  # the same points for both ways
-                        pred = curve(n, note=False)
-                        errors[EP_WAYS[0]].append(math.log(pred / seconds))
-                        pred = moe_shape(config, roof, n) * tp_rows[n] / moe_shape(as_tp, roof, n)
-                        errors[EP_WAYS[1]].append(math.log(pred / seconds))
+                    derived = ep_rows_from_another_dtype(rows[rows["moe_ep_size"] == 1], missing, config)
+                    single = (h, inter, k, e, tp, 1)
+                    if derived is None or not of_config(rows, single).any():
+                        continue
+                    way = seconds_by_tokens(derived[0])
+                    split = carried(config, single, rows, roof)
+                    for n, seconds in seconds_by_tokens(rows[of_config(rows, config)]).items():
+                        if n not in way:
+                            continue
+                        for name, pred in zip(EP_MISSING_WAYS, (way[n], split(n, note=False))):
+                            errors.setdefault(f"{name}, {routing} routing", []).append(math.log(pred / seconds))
     return errors
 
 
@@ -330,7 +361,8 @@ def study_borrowed_marlin():
 
 
 def main() -> int:
-    errors = {**study(), **study_fp8(), **study_ep(), **study_routing(), **study_nvfp4(), **study_borrowed_marlin()}
+    errors = {**study(), **study_fp8(), **study_ep(), **study_ep_without_dtype_rows(), **study_routing(),
+              **study_nvfp4(), **study_borrowed_marlin()}
     print("| way | points | predicted / measured, median | mean abs log error |")
     print("| --- | ---: | ---: | ---: |")
     for way, e in errors.items():

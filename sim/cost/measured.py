@@ -22,11 +22,12 @@ from another dtype's rows.
 
 A step is priced the way vLLM runs it, per layer: every linear layer at its per-GPU shard shape (GEMM
 table at m = the step's tokens), the fused MoE experts (MoE table: its own configuration, else the nearest measured
-one scaled by the roofline; without rows of the dtype, expert GEMMs in one fused launch), prefill attention
-per chunk, decode attention for the batch at its mean context, two all-reduces of the step's hidden
-states under tensor parallelism (the engine's own kernel, or NCCL's where `hardware.all_reduce` says nccl: the GPU's
-nccl/ table, measured once for every engine), and the norms/activation/rotary streams; then the LM head for the
-sampled rows. Between measured shapes a time is interpolated in log space, like sim/cost/calibrated.py:
+one scaled by the roofline; expert parallelism without rows of the dtype at that split, the model's TP rows times
+another dtype's EP / TP ratio, `ep_rows_from_another_dtype`; without rows of the dtype, expert GEMMs in one fused
+launch), prefill attention per chunk, decode attention for the batch at its mean context, two all-reduces of the
+step's hidden states under tensor parallelism (the engine's own kernel, or NCCL's where `hardware.all_reduce` says
+nccl: the GPU's nccl/ table, measured once for every engine), and the norms/activation/rotary streams; then the LM
+head for the sampled rows. Between measured shapes a time is interpolated in log space, like sim/cost/calibrated.py:
 log(measured / roofline) bilinear on log axes, where the roofline is the device's own (the fastest FLOP
 rate and byte rate any measured GEMM reached). Outside the grid that ratio is held at the nearest edge,
 so a time follows the roofline's shape; every such extrapolation is listed in `notes` and the repr, each
@@ -596,13 +597,20 @@ def _select_heads(df: pd.DataFrame, hq: int, hkv: int, d: int, name: str, notes:
     return heads_rows(df, near)
 
 
+MOE_KEYS = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]  # a configuration
+
+
+def of_moe_config(rows: pd.DataFrame, config: tuple) -> np.ndarray:
+    """The rows of one configuration (MOE_KEYS' values), as a mask."""
+    return np.logical_and.reduce([rows[k] == v for k, v in zip(MOE_KEYS, config)])
+
+
 def nearest_moe_config(moe: pd.DataFrame, config: tuple) -> tuple:
     """The fused-MoE table's configuration (hidden, intermediate, top-k, experts, moe TP, moe EP) nearest this one:
     itself where measured, else, among the rows of the same expert parallelism where there are any (its kernels
     differ: vLLM's expert map, other GEMM widths), the least sum of |log ratio| of hidden size, per-GPU intermediate
     size, top-k and experts (ties: the table's order)."""
-    keys = ["hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size"]
-    configs = [tuple(int(v) for v in c) for c in moe[keys].drop_duplicates().itertuples(index=False)]
+    configs = [tuple(int(v) for v in c) for c in moe[MOE_KEYS].drop_duplicates().itertuples(index=False)]
     if config in configs:
         return config
     h, inter, k, e, tp, ep = config
@@ -611,6 +619,42 @@ def nearest_moe_config(moe: pd.DataFrame, config: tuple) -> tuple:
         return (c[5] != ep, abs(math.log(c[0] / h)) + abs(math.log((c[1] / c[4]) / (inter / tp)))
                 + abs(math.log(c[2] / k)) + abs(math.log(c[3] / e)))
     return min(configs, key=dist)
+
+
+def ep_rows_from_another_dtype(rows: pd.DataFrame, all_rows: pd.DataFrame,
+                               config: tuple) -> tuple[pd.DataFrame, str, tuple] | None:
+    """Fused-MoE rows for `config` (hidden, intermediate, top-k, experts, moe TP, moe EP), whose dtype (`rows`) holds no
+    expert-parallel rows at its EP size: its own rows at tensor parallelism over as many GPUs, times another dtype's
+    measured EP / TP ratio at each token count (`all_rows`: the nearest configuration at the same split whose TP rows
+    are measured too; of its dtypes, the first by name), with that dtype and configuration. None where this dtype lacks
+    the model at that TP or no other dtype has the split. Held out on every table's expert-parallel rows, each dtype's
+    taken as missing (benchmarks/bench_moe.py `study_ep_without_dtype_rows`, 12-05): under skewed routing (power law
+    1.01) a median predicted / measured of 1.01 and a mean |log error| of 0.21, where the same model's single-GPU rows
+    split ep ways (the nearest split, the rule before) gave 0.82 and 0.33: one GPU's experts under a skewed router are
+    not an even share of the work, and the ratio carries the busiest GPU's extra load the tables measured."""
+    h, inter, k, e, tp, ep = config
+    as_tp = (h, inter, k, e, tp * ep, 1)
+    own_tp = rows[of_moe_config(rows, as_tp)]
+    others = all_rows[~all_rows["dtype"].isin(set(rows["dtype"]))]
+    others_ep = others[others["moe_ep_size"] == ep]
+    if own_tp.empty or others_ep.empty:
+        return None
+    split = [tuple(int(v) for v in c) for c in others_ep[MOE_KEYS].drop_duplicates().itertuples(index=False)]
+    with_tp = [c for c in split if c[4:] == config[4:] and of_moe_config(others, (*c[:4], c[4] * c[5], 1)).any()]
+    if not with_tp:
+        return None
+    near = nearest_moe_config(others_ep[np.logical_or.reduce([of_moe_config(others_ep, c) for c in with_tp])], config)
+    dtype = sorted(set(others_ep.loc[of_moe_config(others_ep, near), "dtype"]))[0]
+    other = others[others["dtype"] == dtype]
+    ratio = (other[of_moe_config(other, near)].set_index("num_tokens")["latency_ms"]
+             / other[of_moe_config(other, (*near[:4], near[4] * near[5], 1))].set_index("num_tokens")["latency_ms"])
+    times = own_tp.set_index("num_tokens")["latency_ms"] * ratio
+    times = times.dropna()
+    if times.empty:
+        return None
+    derived = own_tp.drop_duplicates("num_tokens").set_index("num_tokens").loc[times.index].reset_index()
+    derived["moe_tp_size"], derived["moe_ep_size"], derived["latency_ms"] = tp, ep, times.to_numpy()
+    return derived, dtype, near
 
 
 def _moe_split(config: tuple) -> str:
@@ -1031,6 +1075,13 @@ class MeasuredCostModel(PackedCostModel):
             moe = moe.assign(moe_ep_size=1)
         ep = self.ep
         config = (m.hidden_size, m.ffn_size, m.num_experts_per_token, m.num_experts, self.tp // ep, ep)
+        if ep > 1 and not (moe["moe_ep_size"] == ep).any() and "moe_ep_size" in all_rows.columns:
+            derived = ep_rows_from_another_dtype(moe, all_rows, config)
+            if derived is not None:
+                moe, dtype, near = derived
+                self.notes[f"moe: no expert-parallel {gd} rows at ep {ep}; this model's tp {self.tp} rows times the "
+                           f"{dtype} rows' EP / TP ratio of ({near[0]}, {near[1]}, top{near[2]} of {near[3]}, "
+                           f"{_moe_split(near)} against tp {near[4] * near[5]})"] += 1
         near = nearest_moe_config(moe, config)
         if near != config:
             self.notes[f"moe: ({m.hidden_size}, {m.ffn_size}, top{m.num_experts_per_token} of {m.num_experts}, "

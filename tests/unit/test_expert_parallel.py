@@ -87,7 +87,6 @@ def test_measured_model_prices_expert_parallel_rows_where_the_table_has_them(rou
     tp_rows = moe[key & (moe["moe_tp_size"] == 8) & (moe["moe_ep_size"] == 1)]
     assert len(ep_rows) > 10 and len(tp_rows) > 10
     ep = MeasuredCostModel(model, gpu, tensor_parallel=8, expert_parallel=8, moe_routing=routing)
-    tp = MeasuredCostModel(model, gpu, tensor_parallel=8, moe_routing=routing)
     expected = [] if routing == "balanced" else [f"moe: {routing} routing"]
     assert [n for n in ep.notes if n.startswith("moe:")] == expected
     for n, ms in zip(ep_rows["num_tokens"], ep_rows["latency_ms"]):
@@ -99,12 +98,69 @@ def test_measured_model_prices_expert_parallel_rows_where_the_table_has_them(rou
 
 
 def test_expert_parallel_rows_missing_for_a_dtype_fall_back_to_the_nearest_split_and_say_so():
-    # vLLM's H200 table holds block-scaled fp8 fused-MoE rows at ep 1 only
+    # vLLM's H200 table holds block-scaled fp8 fused-MoE rows at ep 1 only, and Qwen3-235B's at tp 1-4 only (its
+    # 1,536-wide experts split 8 ways are not whole 128-blocks): nothing to take a ratio against
     from sim.cost.measured import MeasuredCostModel
     model, gpu = read_model_ref(QWEN3_235B, "model"), get_gpu("h200")
     cost = MeasuredCostModel(model, gpu, tensor_parallel=8, expert_parallel=8, weight_dtype="fp8", fp8_block=True)
     note = next(n for n in cost.notes if n.startswith("moe:") and "fused-MoE" in n)
     assert "tp 1 ep 8) not in the fused-MoE table" in note and "scaled by the roofline" in note
+
+
+def test_expert_parallel_rows_missing_for_a_dtype_take_another_dtypes_ep_over_tp_ratio_and_say_so():
+    # DeepSeek-R1's block-scaled fp8 rows in vLLM's H200 table are at ep 1 only (tp 1-16), and bf16 rows of other
+    # configurations hold both splits: each point is the fp8 TP 8 row times the named bf16 EP 8 / TP 8 rows
+    import re
+
+    import pandas as pd
+
+    from sim.cost.measured import MeasuredCostModel, tables_dir
+    cost = MeasuredCostModel(get_model("deepseek-r1"), get_gpu("h200"), tensor_parallel=8, expert_parallel=8,
+                             weight_dtype="fp8", fp8_block=True, fp8_compute=True)
+    note = next(n for n in cost.notes if n.startswith("moe: no expert-parallel"))
+    found = re.fullmatch(r"moe: no expert-parallel fp8_block rows at ep 8; this model's tp 8 rows times the (\w+) "
+                         r"rows' EP / TP ratio of \((\d+), (\d+), top(\d+) of (\d+), tp 1 ep 8 against tp 8\)", note)
+    assert found, note
+    dtype, (h, inter, k, e) = found[1], map(int, found.groups()[1:])
+    moe = pd.read_parquet(tables_dir("h200", "vllm") / "moe.parquet")
+    moe = moe[moe["distribution"] == "power_law_1.01"]  # DeepSeek's default routing (moe_routing_of)
+
+    def ms(dtype, config):
+        mask = ((moe["dtype"] == dtype) & (moe["hidden_size"] == config[0]) & (moe["inter_size"] == config[1])
+                & (moe["topk"] == config[2]) & (moe["num_experts"] == config[3]) & (moe["moe_tp_size"] == config[4])
+                & (moe["moe_ep_size"] == config[5]))
+        return dict(zip(moe.loc[mask, "num_tokens"], moe.loc[mask, "latency_ms"]))
+    own_tp = ms("fp8_block", (7168, 2048, 8, 256, 8, 1))
+    near_ep, near_tp = ms(dtype, (h, inter, k, e, 1, 8)), ms(dtype, (h, inter, k, e, 8, 1))
+    points = sorted(set(own_tp) & set(near_ep) & set(near_tp))
+    assert len(points) > 10 and not ms("fp8_block", (7168, 2048, 8, 256, 1, 8))
+    for n in points:
+        assert cost._moe(float(n)) == pytest.approx(own_tp[n] * near_ep[n] / near_tp[n] * 1e-3, rel=1e-9)
+
+
+def test_ep_rows_from_another_dtype_take_the_nearest_configuration_at_the_split_else_none():
+    import pandas as pd
+
+    from sim.cost.measured import ep_rows_from_another_dtype
+
+    def rows(dtype, config, times):
+        h, inter, k, e, tp, ep = config
+        return pd.DataFrame({"dtype": dtype, "num_tokens": [1, 16, 256], "hidden_size": h, "inter_size": inter,
+                             "topk": k, "num_experts": e, "moe_tp_size": tp, "moe_ep_size": ep, "latency_ms": times})
+    own_tp = rows("fp8_block", (7168, 2048, 8, 256, 4, 1), [1.0, 2.0, 4.0])
+    table = pd.concat([own_tp,
+                       rows("bf16", (4096, 2048, 8, 256, 1, 4), [3.0, 3.0, 9.0]),  # near: ratio 1.5, 1.0, 1.5
+                       rows("bf16", (4096, 2048, 8, 256, 4, 1), [2.0, 3.0, 6.0]),
+                       rows("bf16", (1024, 512, 8, 256, 1, 4), [9.0, 9.0, 9.0]),  # farther
+                       rows("bf16", (1024, 512, 8, 256, 4, 1), [1.0, 1.0, 1.0]),
+                       rows("bf16", (7168, 2048, 8, 256, 2, 2), [1.0, 1.0, 1.0])])  # another split
+    derived, dtype, near = ep_rows_from_another_dtype(own_tp, table, (7168, 2048, 8, 256, 1, 4))
+    assert (dtype, near) == ("bf16", (4096, 2048, 8, 256, 1, 4))
+    assert derived["latency_ms"].tolist() == [1.5, 2.0, 6.0]
+    assert set(derived["moe_tp_size"]) == {1} and set(derived["moe_ep_size"]) == {4}
+    assert set(derived["dtype"]) == {"fp8_block"} and derived["num_tokens"].tolist() == [1, 16, 256]
+    assert ep_rows_from_another_dtype(own_tp, table, (7168, 2048, 8, 256, 1, 8)) is None  # no dtype has ep 8
+    assert ep_rows_from_another_dtype(own_tp.iloc[:0], table, (7168, 2048, 8, 256, 1, 4)) is None  # no own TP rows
 
 
 def test_block_scaled_fp8_shards_with_expert_parallelism_where_tp_alone_cannot():
