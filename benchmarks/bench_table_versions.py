@@ -22,6 +22,7 @@ or its wheel unpacked on PYTHONPATH).
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -50,7 +51,6 @@ def main() -> int:
     except ImportError:
         print("aiconfigurator-core 0.12.0 is not installed: nothing to compare", file=sys.stderr)
         return 2
-    from pathlib import Path
     data = Path(aiconfigurator_core.__file__).parent / "systems" / "data"
 
     def read(system, op, framework, version, name):

@@ -648,8 +648,7 @@ def ep_rows_from_another_dtype(rows: pd.DataFrame, all_rows: pd.DataFrame,
     other = others[others["dtype"] == dtype]
     ratio = (other[of_moe_config(other, near)].set_index("num_tokens")["latency_ms"]
              / other[of_moe_config(other, (*near[:4], near[4] * near[5], 1))].set_index("num_tokens")["latency_ms"])
-    times = own_tp.set_index("num_tokens")["latency_ms"] * ratio
-    times = times.dropna()
+    times = (own_tp.set_index("num_tokens")["latency_ms"] * ratio).dropna()  # the token counts all three measured
     if times.empty:
         return None
     derived = own_tp.drop_duplicates("num_tokens").set_index("num_tokens").loc[times.index].reset_index()
