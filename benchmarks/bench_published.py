@@ -63,8 +63,8 @@ def _value(v: float, unit: str) -> str:
 
 
 def fitted_text(fitted: dict) -> str:
-    """One engine version's fitted numbers: each term in ms, x/÷ its 90% factor, or at its bound."""
-    from sim.config.engines import Z90
+    """One engine version's fitted numbers: each term in ms, x/÷ its 90% factor, or at its bound (or its fit's)."""
+    from sim.config.engines import Z90, left_at_a_bound
     parts = []
     for term in ps.CPU_TERMS + ps.FRONTEND_TERMS:
         if term not in fitted:
@@ -72,6 +72,8 @@ def fitted_text(fitted: dict) -> str:
         text = f"{term} {fitted[term] * 1e3:.4g} ms"
         if f"{term} at bound" in fitted:
             text += " (at a bound: not used)"
+        elif left_at_a_bound(fitted):
+            text += " (the fit left another term at a bound: not used)"
         elif f"{term} not pinned" in fitted:
             text += (f" x/÷ {math.exp(Z90 * fitted[f'{term} sigma_log']):.3g} (its 90% range reaches past the fit's "
                      "bound: not pinned, not used)")

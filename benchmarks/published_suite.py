@@ -51,7 +51,7 @@ from typing import Any, Callable
 import yaml
 
 from sim.config.engine_command import option_value
-from sim.config.engines import PRESETS, option_flag_name, usable_terms
+from sim.config.engines import PRESETS, left_at_a_bound, option_flag_name, usable_terms
 from sim.workload.lengths import SHAREGPT_BENCH_FILTER, sharegpt_bench_lengths
 
 HERE = Path(__file__).resolve().parent
@@ -1100,10 +1100,10 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     cm = dict(cost_model)
     if cm.get("kind") == "measured" and own_tables(case) != "vllm":
         cm["tables"] = own_tables(case)
-    # A term the fit left at a bound, or did not pin (`not_pinned`), is what the preset never uses
-    # (sim/config/engines/fitted.py `nearest_fits`): the run gets the preset's own value instead, as a user's scenario
-    # would.
-    fitted = usable_terms(fitted or {}, fitted or {})
+    # A term the fit did not pin (`not_pinned`), and every term of a fit that left one at a bound, is what the preset
+    # never uses (sim/config/engines/fitted.py `nearest_fits`): the run gets the preset's own value instead, as a
+    # user's scenario would.
+    fitted = {} if left_at_a_bound(fitted or {}) else usable_terms(fitted or {}, fitted or {})
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}
     front = {k: fitted[k] for k in FRONTEND_TERMS if k in fitted}
     if cpu or front:  # the preset as this run's fit gives it: its CPU terms (its own rules on them: SGLang's
@@ -1165,7 +1165,8 @@ SPREAD_METHOD = (
     "errors' derivatives in ln(term)), with each fit metric known to s_i = the larger of its own misfit and the "
     "measured run-level bias sigma of the kernel model that priced the fit runs (noise_log, calibrate/residuals.json: "
     "the error the CPU terms absorb). Draw: term x exp(sigma_log x z), z standard normal. A term at a bound has "
-    "none: it is not used; nor is one whose 90% range reaches past its bound (not_pinned).")
+    "none: it is not used; nor is one whose 90% range reaches past its bound (not_pinned), nor any term of a fit "
+    "that left one at a bound (sim/config/engines/fitted.py nearest_fits).")
 
 
 def terms_table(fitted: dict[tuple[str, str], dict], date: str) -> dict:

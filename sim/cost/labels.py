@@ -26,7 +26,7 @@ from sim.model.interconnects import NCCL_ALL_REDUCE
 def overhead_label(engine: str, given: dict, fitted_for: str = "", graphs: str = "") -> str:
     """The overhead part of a label: its defaults' name, and each term given apart from them (a preset's fitted
     CPU term, a user's own), e.g. 'vllm-cudagraph overhead (per_step_s 1.43 ms)'; with `fitted_for`, whose fit
-    they are: 'vllm-cudagraph overhead (per_step_s 17.1 ms; fit: SGLang 0.5.5.post1)'. `given`: term ->
+    they are: 'vllm-cudagraph overhead (per_step_s 0.362 ms; fit: SGLang 0.5.3.post3)'. `given`: term ->
     value, as the scenario's `cost_model.overhead` section holds it (None: not given); `graphs`: which steps skip
     the launch term (`EngineOverhead.graphs_described`), e.g. 'CUDA graphs for decode batches up to 256'."""
     from sim.cost.overhead import ENGINE_DEFAULTS, TERMS

@@ -172,11 +172,11 @@ def test_each_term_comes_from_the_nearest_version_whose_fit_identified_it(monkey
         "0.9.2": {"terms": {"per_step_s": 6e-3, "latency_s": 1.0}, "at_bound": ["latency_s at bound"]},
         "0.5.0": {"terms": {"per_step_s": 0.05, "latency_s": 0.02}, "at_bound": ["per_step_s at bound"]}}}}
     monkeypatch.setattr(fitted, "fitted_table", lambda: table)
+    # A fit that left a term at a bound serves no version: 0.9.2 takes none of its own fit's terms, and 0.6.3 takes
+    # neither 0.9.2's nor 0.5.0's, though both are nearer than 0.11.0 (|6-9|, |6-5| < |6-11|)
     own = fitted.nearest_fits("vllm", (0, 9, 2))
-    assert own["per_step_s"] == engines.NearestFit("0.9.2", 6e-3, False)  # its own fit
-    assert own["latency_s"] == engines.NearestFit("0.11.0", 0.05, True)  # its own is at a bound: the nearest's
-    # A fit that left a term at a bound serves its own version only: 0.6.3 takes neither 0.9.2's nor 0.5.0's,
-    # though both are nearer than 0.11.0 (|6-9|, |6-5| < |6-11|)
+    assert own == {"per_step_s": engines.NearestFit("0.11.0", 1e-3, True),
+                   "latency_s": engines.NearestFit("0.11.0", 0.05, True)}
     older = fitted.nearest_fits("vllm", (0, 6, 3))
     assert older == {"per_step_s": engines.NearestFit("0.11.0", 1e-3, True),
                      "latency_s": engines.NearestFit("0.11.0", 0.05, True)}
@@ -184,8 +184,8 @@ def test_each_term_comes_from_the_nearest_version_whose_fit_identified_it(monkey
     assert fitted.nearest_fits("vllm", (0, 6, 3))["per_step_s"] == engines.NearestFit("0.9.2", 6e-3, True)
     table["engines"]["vllm"]["0.9.2"]["at_bound"] = ["latency_s at bound"]
     terms, where = engines.fitted_terms("vllm", (0, 9, 2))
-    assert terms == {"latency_s": 0.05, "per_step_s": 6e-3}
-    assert "latency_s fitted on" in where and "taken for vllm 0.9.2, whose own fit left it at a bound" in where
+    assert terms == {"latency_s": 0.05, "per_step_s": 1e-3}
+    assert "taken for vllm 0.9.2, whose own fit left latency_s at a bound" in where
     assert "taken for vllm 0.6.3, which has no fit of its own" in engines.fitted_terms("vllm", (0, 6, 3))[1]
 
 

@@ -20,7 +20,8 @@ measured work and the CPU terms a preset writes), `presets` (the presets by name
 and `spread` (how far the terms can be trusted: the bands' draws). The names other layers use are imported here.
 """
 
-from sim.config.engines.fitted import NearestFit, TERMS_PATH, fit_name, fitted_terms, release_distance, usable_terms
+from sim.config.engines.fitted import (NearestFit, TERMS_PATH, fit_name, fitted_terms, left_at_a_bound,
+                                       release_distance, usable_terms)
 from sim.config.engines.engine_work import (FRONTEND_CAPACITY_NOTE, TEMPLATE_PARSES, V0190_OVER_V0110, api_server_work,
                                             chat_template_parse)
 from sim.config.engines.sglang import (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO,
@@ -34,5 +35,5 @@ __all__ = ["ESTIMATE_RANGES", "FRONTEND_CAPACITY_NOTE", "NearestFit", "OTHER_VER
            "SGLANG_INIT_NEW_TOKEN_RATIO", "SGLANG_MIN_NEW_TOKEN_RATIO", "SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR",
            "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS", "TEMPLATE_PARSES", "TERMS_PATH", "V0190_OVER_V0110", "Z90",
            "api_server_work", "apply_engine_preset", "chat_template_parse", "engine_model_misfit", "engine_term_spread",
-           "fit_name", "fitted_terms", "fitted_versions", "model_of_raw", "option_flag_name", "preset_keys",
-           "preset_notes", "release_distance", "usable_terms", "with_engine_terms_drawn"]
+           "fit_name", "fitted_terms", "fitted_versions", "left_at_a_bound", "model_of_raw", "option_flag_name",
+           "preset_keys", "preset_notes", "release_distance", "usable_terms", "with_engine_terms_drawn"]

@@ -60,16 +60,19 @@ def fit_name(name: str, versions) -> str:
 
 
 def why_borrowed(name: str, version: tuple[int, ...], terms=(), table: dict | None = None) -> str:
-    """Why a version takes `terms` from another version's fit: it has none, or its own did not pin them (left them
-    at a bound, or with a 90% range reaching past the bound: `calibrate.engine_fit.not_pinned`). `table`: as
-    `nearest_fits`'s."""
+    """Why a version takes `terms` from another version's fit: it has none, its own left a term at a bound (then none
+    of its terms is used: `nearest_fits`), or its own did not pin them (a 90% range reaching past the bound:
+    `calibrate.engine_fit.not_pinned`). `table`: as `nearest_fits`'s."""
     table = (fitted_table() if table is None else table).get("engines", {}).get(name, {})
     own = [entry for v, entry in table.items() if _is_version(parse_version(v), version)]
     if not own:
         return "which has no fit of its own"
+    if left_at_a_bound(own[0].get("at_bound", [])):
+        bound = ", ".join(flag.removesuffix(" at bound") for flag in own[0]["at_bound"])
+        return f"whose own fit left {bound} at a bound (its runs not reproduced; none of its terms is used)"
     if any(f"{t} not pinned" in own[0].get("not_pinned", []) for t in terms):
         return "whose own fit did not pin it (its 90% range reaches past the fit's bound)"
-    return "whose own fit left it at a bound"
+    return "whose own fit has no such term (its runs do not measure it)"
 
 
 def release_distance(other: tuple[int, ...], version: tuple[int, ...]) -> tuple[int, ...]:
@@ -91,6 +94,12 @@ def release_distance(other: tuple[int, ...], version: tuple[int, ...]) -> tuple[
 def _is_version(parsed: tuple[int, ...] | None, version: tuple[int, ...]) -> bool:
     """Whether a fitted version's parsed text is this version (a shorter text, "0.17", names every 0.17.x)."""
     return parsed is not None and version[:len(parsed)] == parsed
+
+
+def left_at_a_bound(flags) -> bool:
+    """Whether a fit left any term at a bound (`flags` as `usable_terms` reads them): then no version uses any of its
+    terms (`nearest_fits`)."""
+    return any(str(flag).endswith(" at bound") for flag in flags)
 
 
 def usable_terms(terms: dict, flags) -> dict:
@@ -117,16 +126,18 @@ def nearest_fits(name: str, version: tuple[int, ...], table: dict | None = None)
     version whose own fit pinned only its CPU time still takes its front-end latency from the nearest version that
     pinned one, not from none.
 
-    A fit that left any term at a bound is lent to no other version: the model could not reproduce its runs, and its
-    other terms took up what that one could not (the fits it has happened to, and what they gave: benchmarks/
-    RESULTS.md, "A fit left at a bound serves its own version only"). Its own version still uses them. `table`: the
-    fits to read, as engine_terms.json holds them (None: the shipped ones)."""
+    A fit that left any term at a bound is used by no version, its own included: the model could not reproduce its
+    runs, and its other terms took up what that one could not, so they are not the quantities they name (vLLM 0.9.2's
+    9.9 ms and SGLang 0.5.5.post1's 17 ms of CPU time a step, where SGLang 0.5.5.post1's own scheduler was measured at
+    0.07 ms and 7 us a request: benchmarks/RESULTS.md, "A fit left at a bound serves no version"). Its version takes
+    the nearest fit that reproduced its runs, as a version without a fit does. `table`: the fits to read, as
+    engine_terms.json holds them (None: the shipped ones)."""
     table = (fitted_table() if table is None else table).get("engines", {}).get(name, {})
     usable = {v: usable_terms(e.get("terms", {}), [*e.get("at_bound", []), *e.get("not_pinned", [])])
               for v, e in table.items()}
     candidates = [(v, parse_version(v)) for v in usable]
     candidates = [(text, parsed) for text, parsed in candidates
-                  if parsed is not None and (not table[text].get("at_bound") or _is_version(parsed, version))]
+                  if parsed is not None and not left_at_a_bound(table[text].get("at_bound", []))]
 
     out: dict[str, NearestFit] = {}
     for term in sorted({t for text, _ in candidates for t in usable[text]}):
