@@ -27,10 +27,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from sim.cost.measured import MOE_KEYS  # noqa: E402  (the shipped tables keep AIConfigurator's column names)
+
 SHAPE = ["m", "n", "k"]
-MOE = ["num_tokens", "hidden_size", "inter_size", "topk", "num_experts", "moe_tp_size", "moe_ep_size", "distribution"]
-DEEPSEEK_TP8 = {"hidden_size": 7168, "inter_size": 2048, "topk": 8, "num_experts": 256, "moe_tp_size": 8,
-                "moe_ep_size": 1}
+MOE = ["num_tokens", *MOE_KEYS, "distribution"]
+DEEPSEEK_TP8 = dict(zip(MOE_KEYS, (7168, 2048, 8, 256, 8, 1)))
 
 
 def ratios(old: pd.DataFrame, new: pd.DataFrame, keys: list[str]) -> pd.Series:

@@ -1087,9 +1087,7 @@ class MeasuredCostModel(PackedCostModel):
                        f"{_moe_split(config)}) not in the fused-MoE table; nearest measured ({near[0]}, {near[1]}, "
                        f"top{near[2]} of {near[3]}, {_moe_split(near)}) scaled by the roofline, at as many tokens per "
                        "touched expert"] += 1
-        rows = moe[(moe["hidden_size"] == near[0]) & (moe["inter_size"] == near[1]) & (moe["topk"] == near[2])
-                   & (moe["num_experts"] == near[3]) & (moe["moe_tp_size"] == near[4])
-                   & (moe["moe_ep_size"] == near[5])]
+        rows = moe[of_moe_config(moe, near)]
         # Ratios are taken against the measured configuration's roofline and applied to this model's (as for
         # attention heads; `carried_moe_curve`): held out one configuration at a time, every shipped table's 115,063
         # fused-MoE times at a median ratio of 0.98 and a mean |log error| of 0.16, where pricing each expert as its

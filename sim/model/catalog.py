@@ -346,10 +346,12 @@ def _canonical(name: str) -> str:
 MODEL_CONFIGS_DIR = Path(__file__).parent / "configs"
 
 
-def model_names() -> list[str]:
-    """Every catalog model name: those written out in MODELS, then the shipped configs'."""
+@lru_cache(maxsize=1)
+def model_names() -> tuple[str, ...]:
+    """Every catalog model name: those written out in MODELS, then the shipped configs' (the package's own files:
+    listed once per process)."""
     shipped = sorted(p.stem for p in MODEL_CONFIGS_DIR.glob("*.json"))
-    return [*MODELS, *(name for name in shipped if name not in MODELS)]
+    return (*MODELS, *(name for name in shipped if name not in MODELS))
 
 
 def _catalog_key(name: str) -> str:
@@ -375,7 +377,7 @@ def _read_shipped(key: str) -> tuple[ModelSpec, CheckpointQuantization | None]:
 
 
 def catalog_models() -> dict[str, ModelSpec]:
-    """Every catalog model by name, the shipped configs read (a few ms, once per process)."""
+    """Every catalog model by name (each shipped config read once per process, `_read_shipped`)."""
     return {name: get_model(name) for name in model_names()}
 
 

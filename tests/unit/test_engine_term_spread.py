@@ -189,6 +189,18 @@ def test_each_term_comes_from_the_nearest_version_whose_fit_identified_it(monkey
     assert "taken for vllm 0.6.3, which has no fit of its own" in engines.fitted_terms("vllm", (0, 6, 3))[1]
 
 
+def test_a_term_its_own_fit_has_not_is_borrowed_and_said_so(monkeypatch):
+    # 0.10.0's runs were measured in the engine's own process: its fit has no front-end latency to pin
+    table = {"engines": {"vllm": {
+        "0.11.0": {"terms": {"per_step_s": 1e-3, "latency_s": 0.05}, "at_bound": []},
+        "0.10.0": {"terms": {"per_step_s": 2e-3}, "at_bound": [], "not_pinned": []}}}}
+    monkeypatch.setattr(fitted, "fitted_table", lambda: table)
+    assert fitted.nearest_fits("vllm", (0, 10, 0)) == {"per_step_s": engines.NearestFit("0.10.0", 2e-3, False),
+                                                       "latency_s": engines.NearestFit("0.11.0", 0.05, True)}
+    _, where = engines.fitted_terms("vllm", (0, 10, 0))
+    assert "taken for vllm 0.10.0, whose own fit has no such term (its runs do not measure it)" in where
+
+
 def test_the_nearest_fit_is_nearest_in_release_order_not_number_by_number(monkeypatch):
     order = lambda version, fits: sorted(fits, key=lambda f: engines.release_distance(f, version))  # noqa: E731
     # the same release; then more shared leading numbers; then the closer first differing number
