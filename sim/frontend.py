@@ -321,6 +321,15 @@ def idle_finish(t, work, starts, ends, busy_before, idle_before, busy_total, lo,
     if work <= 0.0:
         return t
     j = _count_below(ends, lo, hi, t, False)  # the first interval ending after t
+    return idle_finish_from(t, work, j, starts, ends, busy_before, idle_before, busy_total, hi)
+
+
+@njit(cache=True)
+def idle_finish_from(t, work, j, starts, ends, busy_before, idle_before, busy_total, hi):
+    """`idle_finish` given j, the first interval ending after t (the outbound sweep knows it: the interval of
+    its next boundary)."""
+    if work <= 0.0:
+        return t
     t0 = t
     if j < hi and starts[j] <= t:  # t is inside it: free time starts when it ends
         t0 = ends[j]
@@ -342,7 +351,8 @@ def _outbound(num_servers, offsets, in_start, in_end, busy_before, idle_before, 
     """The outbound pass, process by process: a sweep over the process's inbound intervals and its streams'
     first and last chunks in time order, keeping the backlog of outbound work (first come, first served, in
     the time inbound work leaves free); each chunk's departure is `idle_finish` of the backlog ahead of it
-    plus its own work. See the module docstring."""
+    plus its own work. Every boundary at or before a chunk's time is swept before it, so the first interval ending
+    after that time is the next boundary's, `lo + b // 2`. See the module docstring."""
     for k in range(num_servers):
         lo, hi = offsets[k], offsets[k + 1]
         nb = 2 * (hi - lo)  # interval boundaries: start, end, start, end, ...
@@ -380,8 +390,8 @@ def _outbound(num_servers, offsets, in_start, in_end, busy_before, idle_before, 
             elif kind == 1:
                 i = f_order[fi]
                 fi += 1
-                client_first[i] = idle_finish(t, backlog + first_work[i], in_start, in_end, busy_before,
-                                              idle_before, busy_total[k], lo, hi)
+                client_first[i] = idle_finish_from(t, backlog + first_work[i], lo + b // 2, in_start, in_end,
+                                                   busy_before, idle_before, busy_total[k], hi)
                 backlog += first_work[i]
                 if has_last[i]:
                     span = last_s[i] - first_s[i]
@@ -399,8 +409,8 @@ def _outbound(num_servers, offsets, in_start, in_end, busy_before, idle_before, 
                     rate = rate - middle_work[i] / span if active > 0 else 0.0
                 else:
                     backlog += middle_work[i]  # no time between first and last token: the middle chunks at once
-                client_last[i] = idle_finish(t, backlog + last_work[i], in_start, in_end, busy_before,
-                                             idle_before, busy_total[k], lo, hi)
+                client_last[i] = idle_finish_from(t, backlog + last_work[i], lo + b // 2, in_start, in_end,
+                                                  busy_before, idle_before, busy_total[k], hi)
                 backlog += last_work[i]
 
 
@@ -458,10 +468,14 @@ def inbound(send_s: np.ndarray, prompt_tokens: np.ndarray, costs: FrontendCosts)
 
 
 def _grouped(keys: np.ndarray, times: np.ndarray, ids: np.ndarray, num_groups: int) -> tuple[np.ndarray, np.ndarray]:
-    """`ids` sorted by (key, time, id), and the offset of each key's run (num_groups + 1 offsets)."""
-    order = ids[np.lexsort((ids, times[ids], keys[ids]))]
+    """`ids` (increasing) sorted by (key, time, id), and the offset of each key's run (num_groups + 1 offsets).
+    Two stable sorts, not a lexsort of three keys: the ids' own order breaks ties, and one process's keys need
+    no second sort."""
+    order = ids[np.argsort(times[ids], kind="stable")].astype(np.int64)
+    if num_groups > 1:
+        order = order[np.argsort(keys[order], kind="stable")]
     offsets = np.searchsorted(keys[order], np.arange(num_groups + 1), side="left").astype(np.int64)
-    return order.astype(np.int64), offsets
+    return order, offsets
 
 
 @dataclass(frozen=True)
