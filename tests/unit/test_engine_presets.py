@@ -156,15 +156,47 @@ def test_a_fit_left_at_a_bound_serves_no_version_its_own_included():
                                            ("sglang", "0.5.5.post1", "0.5.3.post3", ("0.5.6",))):
         table = fitted.fitted_table()["engines"][name]
         assert fitted.left_at_a_bound(table[version]["at_bound"]) and not table[nearest]["at_bound"]
-        fits = fitted.nearest_fits(name, parse_version(version))
+        fits = fitted.nearest_fits(name, version)
         assert {(fit.version, fit.borrowed) for fit in fits.values()} == {(nearest, True)}, version
-        _, where = fitted.fitted_terms(name, parse_version(version))
-        assert ", whose own fit left latency_s at a bound (its runs not reproduced" in where
+        _, where = fitted.fitted_terms(name, version)
+        assert f"taken for {name} {version}, whose own fit left latency_s at a bound (its runs not reproduced" in where
         own = scenario({"name": name, "version": version}).cost_model.overhead.per_step_s
         assert own == pytest.approx(table[nearest]["terms"]["per_step_s"])
         assert own != pytest.approx(table[version]["terms"]["per_step_s"])
         for other in around:
             assert scenario({"name": name, "version": other}).cost_model.overhead.per_step_s == own, other
+
+
+def test_a_post_release_and_its_release_are_told_apart_by_the_fits():
+    # engine_terms.json fits SGLang 0.5.3 (its latency left at a bound: no version uses it) and 0.5.3.post3 apart;
+    # one release's numbers, two suffixes. 0.5.3.post3 reads its own fit; 0.5.3 takes it and says why, in its own
+    # words, where matching release numbers alone had called it 0.5.3's own; 0.5.3.post2, without a fit, takes it too.
+    table = fitted.fitted_table()["engines"]["sglang"]
+    assert fitted.left_at_a_bound(table["0.5.3"]["at_bound"]) and not table["0.5.3.post3"]["at_bound"]
+    own = fitted.nearest_fits("sglang", "0.5.3.post3")
+    assert {(fit.version, fit.borrowed) for fit in own.values()} == {("0.5.3.post3", False)}
+    for version in ("0.5.3", "0.5.3.post2"):
+        fits = fitted.nearest_fits("sglang", version)
+        assert {(fit.version, fit.borrowed) for fit in fits.values()} == {("0.5.3.post3", True)}, version
+    _, where = fitted.fitted_terms("sglang", "0.5.3")
+    assert "taken for sglang 0.5.3, whose own fit left latency_s at a bound" in where
+    _, where = fitted.fitted_terms("sglang", "0.5.3.post2")
+    assert "taken for sglang 0.5.3.post2, which has no fit of its own" in where
+    # a tuple is the final release: (0, 5, 3) is 0.5.3
+    assert fitted.nearest_fits("sglang", (0, 5, 3)) == fitted.nearest_fits("sglang", "0.5.3")
+
+
+def test_between_fits_of_one_release_the_same_suffix_then_the_nearer_post_release():
+    good = {"at_bound": [], "not_pinned": []}
+    table = {"engines": {"sglang": {"0.5.3": {"terms": {"per_step_s": 1e-3}, **good},
+                                    "0.5.3.post3": {"terms": {"per_step_s": 2e-3}, **good}}}}
+    pick = {version: fitted.nearest_fits("sglang", version, table)["per_step_s"]
+            for version in ("0.5.3", "0.5.3.post1", "0.5.3.post2", "0.5.3.post3", "0.5.3rc0")}
+    assert pick["0.5.3"] == fitted.NearestFit("0.5.3", 1e-3, False)
+    assert pick["0.5.3.post3"] == fitted.NearestFit("0.5.3.post3", 2e-3, False)
+    assert pick["0.5.3.post1"] == fitted.NearestFit("0.5.3", 1e-3, True)  # post 1 is nearer -1 (none) than 3
+    assert pick["0.5.3.post2"] == fitted.NearestFit("0.5.3.post3", 2e-3, True)
+    assert pick["0.5.3rc0"] == fitted.NearestFit("0.5.3", 1e-3, True)
 
 
 def test_a_preset_reads_the_fits_it_is_handed_in_place_of_the_shipped_ones():

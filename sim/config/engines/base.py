@@ -281,7 +281,7 @@ def parse_version(text: str) -> tuple[int, ...] | None:
     return tuple(int(part) for part in match.group(1).split("."))
 
 
-def _suffix(version_text: str) -> tuple[bool, int]:
+def version_suffix(version_text: str) -> tuple[bool, int]:
     """(whether a version string names a pre- or dev-release, its post-release number or -1)."""
     match = _VERSION.fullmatch(version_text.strip())
     suffix = match.group(2) if match is not None else ""
@@ -298,8 +298,8 @@ def released_before(version: tuple[int, ...], version_text: str, bound: tuple[in
     numbers = parse_version(bound) if isinstance(bound, str) else bound
     if version[:len(numbers)] != numbers:
         return version < numbers
-    pre, post = _suffix(version_text)
-    return (pre_before and pre) or post < (_suffix(bound)[1] if isinstance(bound, str) else -1)
+    pre, post = version_suffix(version_text)
+    return (pre_before and pre) or post < (version_suffix(bound)[1] if isinstance(bound, str) else -1)
 
 
 def outside_versions(version: tuple[int, ...], version_text: str, since: tuple[int, ...] | str | None,

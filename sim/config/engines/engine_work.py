@@ -280,14 +280,14 @@ def preset_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict,
     CPU time the overlap leaves exposed."""
     values: dict[str, Any] = {}
     work, work_note = inbound or ({}, "")
-    found = fitted_terms(name, ctx.version, ctx.fits)
+    found = fitted_terms(name, ctx.version_text, ctx.fits)
     overhead: dict[str, Any] = {"engine": "vllm-cudagraph"}
     if found is None:
         notes.append(f"{name}: no fitted CPU terms or front-end: vLLM's estimates (sim/cost/overhead.py), no front-end")
     else:
         terms, where = found
         overhead.update({k: v for k, v in terms.items() if k in ("per_step_s", "per_seq_s", "per_prefill_token_s")})
-        cpu_fits = sorted({fit.version for term, fit in nearest_fits(name, ctx.version, ctx.fits).items()
+        cpu_fits = sorted({fit.version for term, fit in nearest_fits(name, ctx.version_text, ctx.fits).items()
                            if term in overhead})
         if cpu_fits:  # the label names whose fit they are (`overhead.engine` names only the defaults they replace)
             overhead["fitted_for"] = fit_name(name, cpu_fits)

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from sim.config.engines.base import ENGINE_LABELS, dotted_version, parse_version
+from sim.config.engines.base import ENGINE_LABELS, dotted_version, parse_version, version_suffix
 from sim.errors import ConfigError
 
 
@@ -18,6 +18,10 @@ from sim.errors import ConfigError
 # held-out protocol, benchmarks/published_suite.py fit_preset), read here. Absent for a version: the nearest
 # fitted version of the engine, and the preset says so; none at all: the estimates of sim/cost/overhead.py.
 TERMS_PATH = Path(__file__).resolve().parents[1] / "engine_terms.json"
+
+# An engine version as the fits read it: the text a scenario names ("0.5.5.post1"), or its release numbers alone
+# (a final release: (0, 5, 5) is "0.5.5").
+Version = str | tuple[int, ...]
 
 
 @lru_cache(maxsize=1)
@@ -31,10 +35,10 @@ def fitted_table() -> dict:
                           "allowed: an install that ships them (the repository, or a wheel built from it)") from None
 
 
-def fitted_terms(name: str, version: tuple[int, ...], table: dict | None = None) -> tuple[dict, str] | None:
-    """(the fitted numbers, where they come from) for this engine version: each term from its own fit, else from
-    the nearest version whose fit identified it (said in the source); None when the engine has none. `table`: the
-    fits to read, as engine_terms.json holds them (None: the shipped ones)."""
+def fitted_terms(name: str, version: Version, table: dict | None = None) -> tuple[dict, str] | None:
+    """(the fitted numbers, where they come from) for this engine version (`Version`): each term from its own fit,
+    else from the nearest version whose fit identified it (said in the source); None when the engine has none.
+    `table`: the fits to read, as engine_terms.json holds them (None: the shipped ones)."""
     table = fitted_table() if table is None else table
     nearest = nearest_fits(name, version, table)
     if not nearest:
@@ -59,12 +63,12 @@ def fit_name(name: str, versions) -> str:
     return f"{ENGINE_LABELS[name]} {', '.join(versions)}"
 
 
-def why_borrowed(name: str, version: tuple[int, ...], terms=(), table: dict | None = None) -> str:
+def why_borrowed(name: str, version: Version, terms=(), table: dict | None = None) -> str:
     """Why a version takes `terms` from another version's fit: it has none, its own left a term at a bound (then none
     of its terms is used: `nearest_fits`), or its own did not pin them (a 90% range reaching past the bound:
     `calibrate.engine_fit.not_pinned`). `table`: as `nearest_fits`'s."""
     table = (fitted_table() if table is None else table).get("engines", {}).get(name, {})
-    own = [entry for v, entry in table.items() if _is_version(parse_version(v), version)]
+    own = [entry for v, entry in table.items() if _is_version(v, version)]
     if not own:
         return "which has no fit of its own"
     if left_at_a_bound(own[0].get("at_bound", [])):
@@ -91,9 +95,26 @@ def release_distance(other: tuple[int, ...], version: tuple[int, ...]) -> tuple[
     return (1, -first, abs(a[first] - b[first]), int(not later), *rest)
 
 
-def _is_version(parsed: tuple[int, ...] | None, version: tuple[int, ...]) -> bool:
-    """Whether a fitted version's parsed text is this version (a shorter text, "0.17", names every 0.17.x)."""
-    return parsed is not None and version[:len(parsed)] == parsed
+def _release(version: Version) -> tuple[tuple[int, ...] | None, tuple[bool, int]]:
+    """(release numbers, (pre- or dev-release, post-release number or -1)) of a `Version`."""
+    if isinstance(version, str):
+        return parse_version(version), version_suffix(version)
+    return version, (False, -1)
+
+
+def _is_version(fitted: str, version: Version) -> bool:
+    """Whether a fitted version's text names this version: its release numbers (a shorter text, "0.17", names every
+    0.17.x) and its suffix (the fit of 0.5.3.post3 is not 0.5.3's)."""
+    (parsed, suffix), (numbers, wanted) = _release(fitted), _release(version)
+    return parsed is not None and numbers[:len(parsed)] == parsed and suffix == wanted
+
+
+def _post_distance(fitted: str, version: Version) -> tuple[bool, int]:
+    """Between fits of one release, the suffix's distance (a sort key): the same suffix first, then the nearer post
+    release (0.5.3.post3 before 0.5.3 for 0.5.3.post2)."""
+    (_, (pre, post)), (_, (wanted_pre, wanted_post)) = _release(fitted), _release(version)
+    steps = abs(max(post, 0) - max(wanted_post, 0)) + (pre != wanted_pre)  # the release itself one step from .post1
+    return (pre, post) != (wanted_pre, wanted_post), steps
 
 
 def left_at_a_bound(flags) -> bool:
@@ -119,7 +140,7 @@ class NearestFit:
     borrowed: bool
 
 
-def nearest_fits(name: str, version: tuple[int, ...], table: dict | None = None) -> dict[str, NearestFit]:
+def nearest_fits(name: str, version: Version, table: dict | None = None) -> dict[str, NearestFit]:
     """Per term, its fit for this engine version: the version's own, else the nearest fitted version's whose fit
     identified that term (a term the fit left at a bound, or whose 90% range reaches past the bound, was not
     identified by its runs: never used as if it had been); empty when the engine has none. Per term, so that a
@@ -132,6 +153,7 @@ def nearest_fits(name: str, version: tuple[int, ...], table: dict | None = None)
     0.07 ms and 7 us a request: benchmarks/RESULTS.md, "A fit left at a bound serves no version"). Its version takes
     the nearest fit that reproduced its runs, as a version without a fit does. `table`: the fits to read, as
     engine_terms.json holds them (None: the shipped ones)."""
+    numbers = _release(version)[0]
     table = (fitted_table() if table is None else table).get("engines", {}).get(name, {})
     usable = {v: usable_terms(e.get("terms", {}), [*e.get("at_bound", []), *e.get("not_pinned", [])])
               for v, e in table.items()}
@@ -142,6 +164,6 @@ def nearest_fits(name: str, version: tuple[int, ...], table: dict | None = None)
     out: dict[str, NearestFit] = {}
     for term in sorted({t for text, _ in candidates for t in usable[text]}):
         having = [(text, parsed) for text, parsed in candidates if term in usable[text]]
-        text, parsed = min(having, key=lambda c: (release_distance(c[1], version), c[0]))
-        out[term] = NearestFit(text, float(usable[text][term]), not _is_version(parsed, version))
+        text, _ = min(having, key=lambda c: (release_distance(c[1], numbers), _post_distance(c[0], version), c[0]))
+        out[term] = NearestFit(text, float(usable[text][term]), not _is_version(text, version))
     return out

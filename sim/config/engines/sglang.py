@@ -83,7 +83,7 @@ def sglang_overlap_work(ctx: Context, speculation: SGLangSpeculation | None, ove
     runs without its overlap scheduler but the terms were fitted on a release that runs with it (from 0.3.6); else
     `overhead` unchanged. Said in `notes`."""
     why = _sglang_overlap_off(ctx, speculation)
-    fit = nearest_fits("sglang", ctx.version, ctx.fits).get("per_step_s")
+    fit = nearest_fits("sglang", ctx.version_text, ctx.fits).get("per_step_s")
     fitted_with = fit is not None and (parse_version(fit.version) or (0,)) >= SGLANG_OVERLAP_SINCE
     if why is None or not fitted_with or "per_step_s" not in overhead:
         if why is not None and ctx.flags.get("disable_overlap_schedule"):

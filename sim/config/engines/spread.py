@@ -174,7 +174,7 @@ def _preset_term_spread(scenario) -> list[TermSpread]:
         return []
     table = fitted.fitted_table()
     bounds = table.get("uncertainty", {}).get("bounds_s", {})
-    nearest = nearest_fits(engine.name, version)
+    nearest = nearest_fits(engine.name, engine.version)
     overhead = getattr(scenario.cost_model, "overhead", None)
     present: dict[str, float | None] = {}
     if overhead is not None:
@@ -195,7 +195,7 @@ def _preset_term_spread(scenario) -> list[TermSpread]:
             extra = _sigma_of_factor(OTHER_VERSION_FACTORS[term])
             sigma, kind = math.hypot(sigma, extra), "other version"
             source += (f", and x/÷ {OTHER_VERSION_FACTORS[term]:g} for {engine.name} {engine.version}, "
-                       f"{why_borrowed(engine.name, version, (term,))} "
+                       f"{why_borrowed(engine.name, engine.version, (term,))} "
                        "(sim/config/engines/spread.py OTHER_VERSION_FACTORS)")
         out.append(_spread(term, fit.value, sigma, kind, source, bounds))
     work = _scenario_frontend_work(scenario, version)
