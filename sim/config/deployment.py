@@ -120,6 +120,13 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
     if scenario.quantization.expert_padding is not None and not model.is_moe:
         raise ConfigError(f"quantization.expert_padding: {model.name} has no routed experts to pad; allowed: leave "
                           "it out")
+    if scenario.hardware.lockstep is not None and model.is_moe:
+        # The engines' lockstep ranks of a mixture of experts share its experts (vLLM's --data-parallel-size, SGLang's
+        # --enable-dp-attention): each step's expert layers run every rank's tokens over every rank's GPUs. Ranks
+        # each holding all the experts, as the group would price them, is no engine's deployment.
+        raise ConfigError(f"hardware.lockstep: not modelled for {model.name}, a mixture of experts (the engines "
+                          "spread its experts over every rank's GPUs); allowed: a dense model, or independent "
+                          "replicas (no lockstep)")
     if ep > 1 and scenario.cost_model.kind == "calibrated":
         raise ConfigError(f"hardware.expert_parallel: {ep} is not allowed with cost_model calibrated (its profiles "
                           "time experts split by tensor parallelism); allowed: 1, or cost_model measured or roofline")

@@ -205,7 +205,8 @@ class HardwareSpec(_Strict):
         "waiting, then fewest running: vLLM's 0.9.1-0.10.0), least_outstanding_kv (fewest routed and unfinished "
         "plus 6 x waiting x the KV usage above half, ties to the next replica in turn: vLLM's from 0.27.0), random")
     lockstep: LockstepSpec | None = Field(
-        None, description="the replicas step together as one engine's data-parallel ranks; absent: independent")
+        None, description="the replicas step together as one engine's data-parallel ranks (a dense model: a mixture "
+        "of experts, whose experts the engines spread over every rank, is refused); absent: independent")
     disaggregation: DisaggregationSpec | None = Field(
         None, description="separate prefill and decode pools joined by a link; absent = colocated")
 

@@ -152,6 +152,17 @@ def test_what_lockstep_does_not_model_is_refused_in_one_line(tmp_path, hardware,
     assert message in run_refused(tmp_path, raw)  # one line, exit 2, nothing written (run_refused checks)
 
 
+def test_a_mixture_of_experts_in_lockstep_is_refused_in_one_line(tmp_path):
+    # the engines' lockstep ranks share a mixture of experts' experts; ranks each holding all of them are no engine's
+    raw = scenario({})
+    raw["model"] = "qwen3-30b-a3b"
+    assert ("hardware.lockstep: not modelled for qwen3-30b-a3b, a mixture of experts (the engines spread its experts "
+            "over every rank's GPUs); allowed: a dense model, or independent replicas (no lockstep)"
+            in run_refused(tmp_path, raw))
+    del raw["hardware"]["lockstep"]  # independent replicas of it run
+    assert simulate(validate_scenario(raw)).summary["num_finished"] == 40
+
+
 def test_the_padding_rule_both_engines_call():
     # 10 tokens against the busiest rank's 17: 7 padding tokens; none without padding, none for the busiest
     assert padding_tokens(17, 10, True) == 7
