@@ -29,11 +29,11 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.cost.measured import MOE_KEYS  # noqa: E402  (the shipped tables keep AIConfigurator's column names)
+from sim.cost.measured import MOE_KEYS, of_moe_config  # noqa: E402  (the shipped tables keep AIConfigurator's column names)
 
 SHAPE = ["m", "n", "k"]
 MOE = ["num_tokens", *MOE_KEYS, "distribution"]
-DEEPSEEK_TP8 = dict(zip(MOE_KEYS, (7168, 2048, 8, 256, 8, 1)))
+DEEPSEEK_TP8 = (7168, 2048, 8, 256, 8, 1)  # MOE_KEYS' values
 
 
 def ratios(old: pd.DataFrame, new: pd.DataFrame, keys: list[str]) -> pd.Series:
@@ -74,7 +74,7 @@ def main() -> int:
         part = r.xs(distribution, level="distribution")
         print(row(f"vLLM H200 fused MoE fp8_block (Triton), 0.19.0 / 0.24.0, {distribution}", part))
         frame = part.reset_index()
-        deepseek = np.logical_and.reduce([frame[k] == v for k, v in DEEPSEEK_TP8.items()])
+        deepseek = of_moe_config(frame, DEEPSEEK_TP8)
         print(row(f"  the same at DeepSeek-R1's experts, moe TP 8, {distribution}", frame.loc[deepseek, "ratio"]))
 
     old, new = (read("h200_sxm", "moe", "sglang", v, "moe_perf.parquet") for v in ("0.5.10", "0.5.14"))

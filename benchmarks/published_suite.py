@@ -51,7 +51,7 @@ from typing import Any, Callable
 import yaml
 
 from sim.config.engine_command import option_value
-from sim.config.engines import PRESETS, left_at_a_bound, option_flag_name, usable_terms
+from sim.config.engines import PRESETS, option_flag_name, usable_terms
 from sim.workload.lengths import SHAREGPT_BENCH_FILTER, sharegpt_bench_lengths
 
 HERE = Path(__file__).resolve().parent
@@ -1103,7 +1103,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     # A term the fit did not pin (`not_pinned`), and every term of a fit that left one at a bound, is what the preset
     # never uses (sim/config/engines/fitted.py `nearest_fits`): the run gets the preset's own value instead, as a
     # user's scenario would.
-    fitted = {} if left_at_a_bound(fitted or {}) else usable_terms(fitted or {}, fitted or {})
+    fitted = usable_terms(fitted or {}, fitted or {})
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}
     front = {k: fitted[k] for k in FRONTEND_TERMS if k in fitted}
     if cpu or front:  # the preset as this run's fit gives it: its CPU terms (its own rules on them: SGLang's

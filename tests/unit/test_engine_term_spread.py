@@ -158,7 +158,7 @@ def test_a_fitted_preset_spreads_its_fitted_terms_with_the_fits_sigma_and_its_es
 
 def test_a_version_without_its_own_fit_widens_the_borrowed_sigma_by_the_stated_factor():
     spreads = {s.key: s for s in engine_term_spread(scenario({"name": "vllm", "version": "0.6.3"}))}
-    nearest = fitted.nearest_fits("vllm", (0, 6, 3))  # per term, the nearest version whose fit identified it
+    nearest = fitted.nearest_fits("vllm", "0.6.3")  # per term, the nearest version whose fit identified it
     for key, term in ((STEP, "per_step_s"), (LATENCY, "latency_s")):
         fit = nearest[term]
         assert fit.borrowed and spreads[key].kind == "other version" and spreads[key].point == fit.value
@@ -174,19 +174,19 @@ def test_each_term_comes_from_the_nearest_version_whose_fit_identified_it(monkey
     monkeypatch.setattr(fitted, "fitted_table", lambda: table)
     # A fit that left a term at a bound serves no version: 0.9.2 takes none of its own fit's terms, and 0.6.3 takes
     # neither 0.9.2's nor 0.5.0's, though both are nearer than 0.11.0 (|6-9|, |6-5| < |6-11|)
-    own = fitted.nearest_fits("vllm", (0, 9, 2))
+    own = fitted.nearest_fits("vllm", "0.9.2")
     assert own == {"per_step_s": engines.NearestFit("0.11.0", 1e-3, True),
                    "latency_s": engines.NearestFit("0.11.0", 0.05, True)}
-    older = fitted.nearest_fits("vllm", (0, 6, 3))
+    older = fitted.nearest_fits("vllm", "0.6.3")
     assert older == {"per_step_s": engines.NearestFit("0.11.0", 1e-3, True),
                      "latency_s": engines.NearestFit("0.11.0", 0.05, True)}
     table["engines"]["vllm"]["0.9.2"]["at_bound"] = []  # without its bound, 0.9.2's fit is the nearest, and lent
-    assert fitted.nearest_fits("vllm", (0, 6, 3))["per_step_s"] == engines.NearestFit("0.9.2", 6e-3, True)
+    assert fitted.nearest_fits("vllm", "0.6.3")["per_step_s"] == engines.NearestFit("0.9.2", 6e-3, True)
     table["engines"]["vllm"]["0.9.2"]["at_bound"] = ["latency_s at bound"]
-    terms, where = engines.fitted_terms("vllm", (0, 9, 2))
+    terms, where = engines.fitted_terms("vllm", "0.9.2")
     assert terms == {"latency_s": 0.05, "per_step_s": 1e-3}
     assert "taken for vllm 0.9.2, whose own fit left latency_s at a bound" in where
-    assert "taken for vllm 0.6.3, which has no fit of its own" in engines.fitted_terms("vllm", (0, 6, 3))[1]
+    assert "taken for vllm 0.6.3, which has no fit of its own" in engines.fitted_terms("vllm", "0.6.3")[1]
 
 
 def test_a_term_its_own_fit_has_not_is_borrowed_and_said_so(monkeypatch):
@@ -195,9 +195,9 @@ def test_a_term_its_own_fit_has_not_is_borrowed_and_said_so(monkeypatch):
         "0.11.0": {"terms": {"per_step_s": 1e-3, "latency_s": 0.05}, "at_bound": []},
         "0.10.0": {"terms": {"per_step_s": 2e-3}, "at_bound": [], "not_pinned": []}}}}
     monkeypatch.setattr(fitted, "fitted_table", lambda: table)
-    assert fitted.nearest_fits("vllm", (0, 10, 0)) == {"per_step_s": engines.NearestFit("0.10.0", 2e-3, False),
+    assert fitted.nearest_fits("vllm", "0.10.0") == {"per_step_s": engines.NearestFit("0.10.0", 2e-3, False),
                                                        "latency_s": engines.NearestFit("0.11.0", 0.05, True)}
-    _, where = engines.fitted_terms("vllm", (0, 10, 0))
+    _, where = engines.fitted_terms("vllm", "0.10.0")
     assert "taken for vllm 0.10.0, whose own fit has no such term (its runs do not measure it)" in where
 
 
@@ -215,8 +215,8 @@ def test_the_nearest_fit_is_nearest_in_release_order_not_number_by_number(monkey
         "0.6.0": {"terms": {"per_step_s": 2e-3}, "at_bound": []},
         "0.11.0": {"terms": {"per_step_s": 1e-3}, "at_bound": []}}}}
     monkeypatch.setattr(fitted, "fitted_table", lambda: table)
-    assert fitted.nearest_fits("vllm", (1, 0, 0))["per_step_s"] == engines.NearestFit("0.11.0", 1e-3, True)
-    assert fitted.nearest_fits("vllm", (0, 8, 5))["per_step_s"] == engines.NearestFit("0.6.0", 2e-3, True)
+    assert fitted.nearest_fits("vllm", "1.0.0")["per_step_s"] == engines.NearestFit("0.11.0", 1e-3, True)
+    assert fitted.nearest_fits("vllm", "0.8.5")["per_step_s"] == engines.NearestFit("0.6.0", 2e-3, True)
 
 
 def test_eager_adds_the_launch_estimate_and_an_engine_without_a_fit_spreads_vllms_estimate(monkeypatch):
@@ -288,10 +288,10 @@ def test_a_term_whose_90_percent_range_passes_its_bound_is_not_pinned_and_not_us
         "0.5.5": {"terms": {"per_step_s": 0.016, "latency_s": 0.74}, "at_bound": [],
                   "not_pinned": ["latency_s not pinned"]}}}}
     monkeypatch.setattr(fitted, "fitted_table", lambda: table)
-    nearest = fitted.nearest_fits("sglang", (0, 5, 5))
+    nearest = fitted.nearest_fits("sglang", "0.5.5")
     assert nearest["per_step_s"] == engines.NearestFit("0.5.5", 0.016, False)
     assert nearest["latency_s"] == engines.NearestFit("0.5.3", 0.014, True)
-    _, where = engines.fitted_terms("sglang", (0, 5, 5))
+    _, where = engines.fitted_terms("sglang", "0.5.5")
     assert "taken for sglang 0.5.5, whose own fit did not pin it (its 90% range reaches past the fit's bound)" in where
 
 

@@ -30,7 +30,7 @@ def scenario(version: str, flags: dict | None = None, **sections):
     return validate_scenario({**BASE, **sections, "engine": {"name": "sglang", "version": version, **(flags or {})}})
 
 
-def stored_step_s(version: tuple[int, ...]) -> float:
+def stored_step_s(version: str) -> float:
     return nearest_fits("sglang", version)["per_step_s"].value
 
 
@@ -39,7 +39,7 @@ def test_disable_overlap_schedule_adds_the_schedulers_work_to_the_terms_fitted_w
     # step and + 6.56 us a running request over the preset's 10 us estimate
     on = scenario("0.5.3.post3").cost_model.overhead
     off = scenario("0.5.3.post3", {"disable_overlap_schedule": True}).cost_model.overhead
-    fitted = stored_step_s((0, 5, 3))
+    fitted = stored_step_s("0.5.3.post3")
     assert on.per_step_s == fitted and on.per_seq_s is None
     assert off.per_step_s == pytest.approx(fitted + 0.073e-3, rel=1e-12)
     assert off.per_seq_s == pytest.approx(10e-6 + 6.56e-6, rel=1e-12) == DEFAULT_SEQ_S + SEQ_S
@@ -56,7 +56,7 @@ def test_each_step_lasts_the_schedulers_work_longer_without_the_overlap():
 
 def test_sglang_turns_the_overlap_off_itself_for_speculation_before_spec_v2_and_for_pipelines():
     eagle_053 = scenario("0.5.3.post3", EAGLE, speculation=SECTION).cost_model.overhead
-    assert eagle_053.per_step_s == pytest.approx(stored_step_s((0, 5, 3)) + STEP_S, rel=1e-12)
+    assert eagle_053.per_step_s == pytest.approx(stored_step_s("0.5.3.post3") + STEP_S, rel=1e-12)
     # from 0.5.14 spec v2 always keeps the overlap on: nothing added, unless the flag turns it off
     eagle_v2 = scenario("0.5.14", EAGLE, speculation=SECTION).cost_model.overhead
     assert eagle_v2.per_seq_s is None
@@ -70,7 +70,7 @@ def test_sglang_turns_the_overlap_off_itself_for_speculation_before_spec_v2_and_
 
 def test_a_release_without_the_overlap_gets_the_work_on_terms_fitted_with_it():
     # 0.3.0 has no overlap scheduler; its own per-step fit was not pinned, so it takes 0.5.3.post3's, fitted with it
-    fit = nearest_fits("sglang", (0, 3, 0))["per_step_s"]
+    fit = nearest_fits("sglang", "0.3.0")["per_step_s"]
     assert fit.version == "0.5.3.post3" and fit.borrowed
     assert scenario("0.3.0").cost_model.overhead.per_step_s == pytest.approx(fit.value + STEP_S, rel=1e-12)
 
@@ -94,4 +94,4 @@ def test_the_preset_reads_the_published_suites_own_fit_with_its_rule():
     unpinned = ps.scenario(case, model, {"per_step_s": 1e-3, "per_step_s not pinned": 1e-3})
     assert "cost_model" not in unpinned  # the preset's own terms, as a user's scenario gets them
     assert validate_scenario(unpinned).cost_model.overhead.per_step_s == pytest.approx(
-        stored_step_s((0, 3, 0)) + STEP_S, rel=1e-12)  # 0.5.3.post3's, borrowed
+        stored_step_s("0.3.0") + STEP_S, rel=1e-12)  # 0.5.3.post3's, borrowed

@@ -19,10 +19,6 @@ from sim.errors import ConfigError
 # fitted version of the engine, and the preset says so; none at all: the estimates of sim/cost/overhead.py.
 TERMS_PATH = Path(__file__).resolve().parents[1] / "engine_terms.json"
 
-# An engine version as the fits read it: the text a scenario names ("0.5.5.post1"), or its release numbers alone
-# (a final release: (0, 5, 5) is "0.5.5").
-Version = str | tuple[int, ...]
-
 
 @lru_cache(maxsize=1)
 def fitted_table() -> dict:
@@ -35,10 +31,11 @@ def fitted_table() -> dict:
                           "allowed: an install that ships them (the repository, or a wheel built from it)") from None
 
 
-def fitted_terms(name: str, version: Version, table: dict | None = None) -> tuple[dict, str] | None:
-    """(the fitted numbers, where they come from) for this engine version (`Version`): each term from its own fit,
-    else from the nearest version whose fit identified it (said in the source); None when the engine has none.
-    `table`: the fits to read, as engine_terms.json holds them (None: the shipped ones)."""
+def fitted_terms(name: str, version: str, table: dict | None = None) -> tuple[dict, str] | None:
+    """(the fitted numbers, where they come from) for this engine version, as a scenario names it ("0.5.5.post1",
+    its suffix kept: `_is_version`): each term from its own fit, else from the nearest version whose fit identified
+    it (said in the source); None when the engine has none. `table`: the fits to read, as engine_terms.json holds
+    them (None: the shipped ones)."""
     table = fitted_table() if table is None else table
     nearest = nearest_fits(name, version, table)
     if not nearest:
@@ -63,7 +60,7 @@ def fit_name(name: str, versions) -> str:
     return f"{ENGINE_LABELS[name]} {', '.join(versions)}"
 
 
-def why_borrowed(name: str, version: Version, terms=(), table: dict | None = None) -> str:
+def why_borrowed(name: str, version: str, terms=(), table: dict | None = None) -> str:
     """Why a version takes `terms` from another version's fit: it has none, its own left a term at a bound (then none
     of its terms is used: `nearest_fits`), or its own did not pin them (a 90% range reaching past the bound:
     `calibrate.engine_fit.not_pinned`). `table`: as `nearest_fits`'s."""
@@ -95,24 +92,18 @@ def release_distance(other: tuple[int, ...], version: tuple[int, ...]) -> tuple[
     return (1, -first, abs(a[first] - b[first]), int(not later), *rest)
 
 
-def _release(version: Version) -> tuple[tuple[int, ...] | None, tuple[bool, int]]:
-    """(release numbers, (pre- or dev-release, post-release number or -1)) of a `Version`."""
-    if isinstance(version, str):
-        return parse_version(version), version_suffix(version)
-    return version, (False, -1)
-
-
-def _is_version(fitted: str, version: Version) -> bool:
+def _is_version(fitted: str, version: str) -> bool:
     """Whether a fitted version's text names this version: its release numbers (a shorter text, "0.17", names every
     0.17.x) and its suffix (the fit of 0.5.3.post3 is not 0.5.3's)."""
-    (parsed, suffix), (numbers, wanted) = _release(fitted), _release(version)
-    return parsed is not None and numbers[:len(parsed)] == parsed and suffix == wanted
+    parsed, numbers = parse_version(fitted), parse_version(version)
+    return (parsed is not None and numbers[:len(parsed)] == parsed
+            and version_suffix(fitted) == version_suffix(version))
 
 
-def _post_distance(fitted: str, version: Version) -> tuple[bool, int]:
+def _post_distance(fitted: str, version: str) -> tuple[bool, int]:
     """Between fits of one release, the suffix's distance (a sort key): the same suffix first, then the nearer post
     release (0.5.3.post3 before 0.5.3 for 0.5.3.post2)."""
-    (_, (pre, post)), (_, (wanted_pre, wanted_post)) = _release(fitted), _release(version)
+    (pre, post), (wanted_pre, wanted_post) = version_suffix(fitted), version_suffix(version)
     steps = abs(max(post, 0) - max(wanted_post, 0)) + (pre != wanted_pre)  # the release itself one step from .post1
     return (pre, post) != (wanted_pre, wanted_post), steps
 
@@ -124,11 +115,14 @@ def left_at_a_bound(flags) -> bool:
 
 
 def usable_terms(terms: dict, flags) -> dict:
-    """The fitted terms a preset may use: every one but those `flags` name "<term> at bound" or "<term> not pinned"
+    """The fitted terms a preset may use: none of a fit that left any term at a bound (`left_at_a_bound`: its other
+    terms took up what the model could not reproduce), else every one but those `flags` name "<term> not pinned"
     (`calibrate.engine_fit.not_pinned`): their runs did not identify them. The one rule for engine_terms.json's
     entries (`at_bound`, `not_pinned` lists) and the published suite's fits (the same names as keys)."""
+    if left_at_a_bound(flags):
+        return {}
     flagged = set(flags)
-    return {k: v for k, v in terms.items() if f"{k} at bound" not in flagged and f"{k} not pinned" not in flagged}
+    return {k: v for k, v in terms.items() if f"{k} not pinned" not in flagged}
 
 
 @dataclass(frozen=True)
@@ -140,7 +134,7 @@ class NearestFit:
     borrowed: bool
 
 
-def nearest_fits(name: str, version: Version, table: dict | None = None) -> dict[str, NearestFit]:
+def nearest_fits(name: str, version: str, table: dict | None = None) -> dict[str, NearestFit]:
     """Per term, its fit for this engine version: the version's own, else the nearest fitted version's whose fit
     identified that term (a term the fit left at a bound, or whose 90% range reaches past the bound, was not
     identified by its runs: never used as if it had been); empty when the engine has none. Per term, so that a
@@ -153,13 +147,11 @@ def nearest_fits(name: str, version: Version, table: dict | None = None) -> dict
     0.07 ms and 7 us a request: benchmarks/RESULTS.md, "A fit left at a bound serves no version"). Its version takes
     the nearest fit that reproduced its runs, as a version without a fit does. `table`: the fits to read, as
     engine_terms.json holds them (None: the shipped ones)."""
-    numbers = _release(version)[0]
+    numbers = parse_version(version)
     table = (fitted_table() if table is None else table).get("engines", {}).get(name, {})
     usable = {v: usable_terms(e.get("terms", {}), [*e.get("at_bound", []), *e.get("not_pinned", [])])
               for v, e in table.items()}
-    candidates = [(v, parse_version(v)) for v in usable]
-    candidates = [(text, parsed) for text, parsed in candidates
-                  if parsed is not None and not left_at_a_bound(table[text].get("at_bound", []))]
+    candidates = [(text, parsed) for text, parsed in ((v, parse_version(v)) for v in usable) if parsed is not None]
 
     out: dict[str, NearestFit] = {}
     for term in sorted({t for text, _ in candidates for t in usable[text]}):
