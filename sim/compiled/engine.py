@@ -208,6 +208,7 @@ def run_compiled(sim) -> bool:
     if rule_of.new_token_ratio is not None:
         cfg[k.C_RATIO], cfg[k.C_RATIO_DECAY] = 1, rule_of.new_token_ratio.decay_steps
         sf[k.F_RATIO_INIT], sf[k.F_RATIO_MIN] = rule_of.new_token_ratio.init, rule_of.new_token_ratio.min
+        cfg[k.C_MOST_OUTPUT] = max_out.max(initial=0)
     cfg[k.C_MAX_SEQS], cfg[k.C_MAX_BATCHED] = max_seqs, scheduler.max_num_batched_tokens
     cfg[k.C_CHUNKED], cfg[k.C_MAX_MODEL_LEN] = scheduler.chunked_prefill, scheduler.max_model_len
     cfg[k.C_NUM_BLOCKS], cfg[k.C_BLOCK_SIZE], cfg[k.C_FAST_DECODE] = kv.num_blocks, kv.block_size, sim.fast_decode

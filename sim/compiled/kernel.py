@@ -50,6 +50,7 @@ from sim.sched.rules import (
     ratio_admits,
     ratio_admitted_tokens,
     reservation_fits,
+    running_future_bound,
     step_prefill_chunk_cap,
 )
 
@@ -109,8 +110,8 @@ NUM_S = 8
  C_ROUTER, C_MIXED, C_GROUP_STEPS, C_WHOLE, C_RATIO, C_RATIO_DECAY, C_CONTEXT, C_PREFILL_ONLY,
  C_WHOLE_PROMPT, C_PREFIX_CACHING, C_PREFIX_UNIT, C_WINDOW_SPAN, C_WINDOW_BYTES, C_SLOT_BYTES,
  C_PREFILL_CONTEXT, C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE, C_CAP_FAIR_SHARE, C_LOCKSTEP, C_LS_PAD,
- C_LS_IDLE_CHECK) = range(28)
-NUM_CFG = 28
+ C_LS_IDLE_CHECK, C_MOST_OUTPUT) = range(29)
+NUM_CFG = 29
 # C_MIXED .. C_WHOLE_PROMPT: the scheduler's rule (sim/sched/rules.py SchedulingRule): mixed batches, decode steps
 # per schedule, whole-output reservation, new-token ratio on and its decay steps, the context pass, whether a
 # step may be prefill-only (`prefill_only_steps`), and whole-prompt admission. C_PREFIX_CACHING: automatic prefix
@@ -120,8 +121,9 @@ NUM_CFG = 28
 # C_PREFILL_CHUNK_CAP, C_CAP_WHEN_ALONE, C_CAP_FAIR_SHARE: its max_prefill_chunk_tokens (0: none),
 # prefill_chunk_cap_when_alone and prefill_chunk_cap_fair_share. C_LOCKSTEP: the replicas are one lockstep group's
 # ranks (sim/core/lockstep.py), C_LS_PAD its pad_tokens, C_LS_IDLE_CHECK its idle_check_steps. C_ROUTER: the
-# router's rule (sim/core/router.py `choose_replica`'s kind). Past NUM_CFG: the sorted CUDA-graph batch sizes (none:
-# no padding).
+# router's rule (sim/core/router.py `choose_replica`'s kind). C_MOST_OUTPUT: the most output tokens any request of the
+# run may write (the new-token ratio's bound, `running_future_bound`). Past NUM_CFG: the sorted CUDA-graph batch
+# sizes (none: no padding).
 # Rows of the int64 per-request array `req` and of the float64 one `reqf`. The per-request state travels as
 # these two arrays, not one array each: numba passes every array argument as several machine words, and with
 # ~60 of them a call to `_start_step` cost more than the scheduling it does. The functions below index them in
@@ -690,23 +692,19 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
                 num_sampled += 1
             budget -= chunk
             context_used += charge
-    # The new-token ratio's state (SGLang): the ratio now, the running requests' expected future tokens.
+    # The new-token ratio's state (SGLang): the ratio now, and the running requests' expected future tokens, first
+    # as a bound (the run's most output tokens, each), counted only when the bound refuses a request (the count walks
+    # every running request; the bound admitting means the count would, so the decisions are the same).
     ratio = 0.0
-    running_future = 0.0
+    future_bound = 0.0
+    running_future = -1.0  # not counted yet
+    num_running_before = sr[r, I_RUNNING]  # admissions below join the running list after these
     admitted = 0.0
     clip = SGLANG_CLIP_MAX_NEW_TOKENS
     if ratio_on and sr[r, I_W_COUNT] > 0:
-        clock = sr[r, I_CLOCK]
-        ratio = new_token_ratio(sf[F_RATIO_INIT], sf[F_RATIO_MIN], cfg[C_RATIO_DECAY], clock - sr[r, I_RATIO_RESET])
-        future = 0
-        rid = sr[r, I_RUN_HEAD]
-        while rid >= 0:
-            out = req[Q_OUT, rid]
-            if req[Q_ANCHOR, rid] >= 0:
-                out += clock - req[Q_ANCHOR, rid]
-            future += clipped_output(req[Q_MAX_OUT, rid] - out, clip)
-            rid = req[Q_RUN_NEXT, rid]
-        running_future = float(future)
+        ratio = new_token_ratio(sf[F_RATIO_INIT], sf[F_RATIO_MIN], cfg[C_RATIO_DECAY],
+                                sr[r, I_CLOCK] - sr[r, I_RATIO_RESET])
+        future_bound = running_future_bound(num_running_before, cfg[C_MOST_OUTPUT], clip)
     # Then waiting requests in order while a sequence slot, the budget and the KV allow.
     while (admit and sr[r, I_W_COUNT] > 0 and preempted_before + num_preempted == 0 and budget > 0
            and sr[r, I_RUNNING] < max_seqs):
@@ -720,7 +718,10 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
             break
         prompt = req[Q_PROMPT, rid] + req[Q_OUT, rid] - req[Q_COMPUTED, rid]
         remaining_out = req[Q_MAX_OUT, rid] - req[Q_OUT, rid]
-        if ratio_on:
+        if ratio_on and not ratio_admits(sr[r, I_FREE_BLOCKS] * bs, future_bound, admitted, prompt, remaining_out,
+                                         ratio, clip):
+            if running_future < 0.0:
+                running_future = _running_future(req, sr[r, I_RUN_HEAD], num_running_before, sr[r, I_CLOCK], clip)
             if not ratio_admits(sr[r, I_FREE_BLOCKS] * bs, running_future, admitted, prompt, remaining_out, ratio,
                                 clip):
                 break
@@ -778,6 +779,21 @@ def _schedule_prefills(r, now, budget, preempted_before, sr, cfg, sf, req, reqf,
         budget -= chunk
         context_used += need_tokens
     return num_pf, num_new, num_preempted, num_sampled, 0
+
+
+@njit(cache=True)
+def _running_future(req, head, num_running, clock, clip):
+    """The future tokens SGLang's admission reserves for the first `num_running` requests of a running list from
+    `head` (`clipped_outputs_sum` of their remaining outputs, a decoding request's output counted to `clock`)."""
+    future = 0
+    rid = head
+    for _ in range(num_running):
+        out = req[Q_OUT, rid]
+        if req[Q_ANCHOR, rid] >= 0:
+            out += clock - req[Q_ANCHOR, rid]
+        future += clipped_output(req[Q_MAX_OUT, rid] - out, clip)
+        rid = req[Q_RUN_NEXT, rid]
+    return float(future)
 
 
 @njit(cache=True, inline="always")

@@ -229,6 +229,15 @@ def clipped_outputs_sum(remaining_output_tokens, clip):
 
 
 @njit(cache=True)
+def running_future_bound(num_running, most_output_tokens, clip):
+    """An upper bound on `clipped_outputs_sum` over `num_running` requests none of which may write more than
+    `most_output_tokens`: `ratio_admits` with it admitting means `ratio_admits` with the sum admits too (it only
+    falls as the running tokens rise, and rounding keeps that order), so a core may count the sum only when the bound
+    refuses."""
+    return float(num_running * clipped_output(most_output_tokens, clip))
+
+
+@njit(cache=True)
 def ratio_admits(free_tokens, running_remaining_tokens, admitted_tokens, prompt_tokens, output_tokens, ratio, clip):
     """SGLang's PrefillAdder.add_one_req check for one more request: the free KV tokens, less the running requests'
     expected future tokens (`running_remaining_tokens`, each already clipped, times the ratio) and what this step

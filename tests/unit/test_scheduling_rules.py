@@ -7,17 +7,21 @@ SGLang's new-token ratio, and TurboMind's context pass (LMDeploy 0.1)."""
 import numpy as np
 import pytest
 from helpers import make_request
+from hypothesis import given
+from hypothesis import strategies as st
 
 from sim.kv.paged import PagedKVManager
 from sim.sched.continuous import ContinuousScheduler
 from sim.sched.rules import (
     NewTokenRatio,
     SchedulingRule,
+    clipped_outputs_sum,
     context_pass_chunk,
     new_token_ratio,
     padded_batch,
     ratio_admits,
     ratio_admitted_tokens,
+    running_future_bound,
 )
 
 
@@ -234,6 +238,21 @@ def test_new_token_ratio_decays_to_its_floor_and_gates_admission():
     assert ratio_admitted_tokens(30, 30, 20, 4096) == 20.0
     assert ratio_admitted_tokens(30, 8, 20, 4096) == 0.0
     assert ratio_admitted_tokens(30, 30, 9_000, 4096) == 4096.0
+
+
+@given(remaining=st.lists(st.integers(0, 20_000), max_size=300), free=st.integers(0, 2_000_000),
+       admitted=st.floats(0, 1e6), prompt=st.integers(1, 10_000), output=st.integers(0, 20_000),
+       ratio=st.floats(0.0, 1.5), clip=st.sampled_from([1, 7, 4096, 100_000]))
+def test_the_ratio_bound_admits_only_what_the_count_admits(remaining, free, admitted, prompt, output, ratio, clip):
+    # The compiled core counts the running requests' future tokens only when the bound refuses, so the bound
+    # admitting must imply the count admits, in floats as the core computes them.
+    counted = float(clipped_outputs_sum(np.array(remaining, dtype=np.int64), clip))
+    bound = running_future_bound(len(remaining), max(remaining, default=0), clip)
+    assert bound >= counted
+    if ratio_admits(float(free), bound, admitted, prompt, output, ratio, clip):
+        assert ratio_admits(float(free), counted, admitted, prompt, output, ratio, clip)
+    # and it is a bound that admits: with none running it is the count
+    assert running_future_bound(0, max(remaining, default=0), clip) == 0.0
 
 
 def test_new_token_ratio_holds_back_a_request_the_blocks_alone_would_admit():
