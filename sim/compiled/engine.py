@@ -332,12 +332,15 @@ def _prefix_cache_state(sim, kv, scheduler, num_replicas: int) -> tuple:
     if kv.prefix_cache is None:
         return prefix_cache.no_state()
     n, unit, bs = sim.num_requests, sim.prefix_unit_tokens, kv.block_size
-    ids_of = sim.prefix_ids[:n] if sim.prefix_ids is not None else [None] * n
-    lengths = np.array([0 if ids is None else len(ids) for ids in ids_of], dtype=np.int64)
+    if sim.prefix_ids is None:  # no request has content ids (counted in bulk: a preset caches prefixes by default)
+        lengths, ids = np.zeros(n, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    else:
+        ids_of = sim.prefix_ids[:n]
+        lengths = np.array([0 if ids is None else len(ids) for ids in ids_of], dtype=np.int64)
+        ids = np.concatenate([np.asarray(i, dtype=np.int64) for i in ids_of if i is not None and len(i)] or
+                             [np.zeros(0, dtype=np.int64)])
     ids_start = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=ids_start[1:])
-    ids = np.concatenate([np.asarray(i, dtype=np.int64) for i in ids_of if i is not None and len(i)] or
-                         [np.zeros(0, dtype=np.int64)])
     covered = np.minimum(np.asarray(sim.input_tokens[:n], dtype=np.int64), lengths * unit) if unit > 0 else lengths
     max_keys = int(-(-covered.max(initial=0) // bs)) + 1
     return prefix_cache.state(num_replicas, kv.num_blocks, scheduler.max_num_seqs + 1, max_keys, ids, ids_start)
