@@ -251,7 +251,7 @@ def test_the_ratio_bound_admits_only_what_the_count_admits(remaining, free, admi
     assert bound >= counted
     if ratio_admits(float(free), bound, admitted, prompt, output, ratio, clip):
         assert ratio_admits(float(free), counted, admitted, prompt, output, ratio, clip)
-    # and it is a bound that admits: with none running it is the count
+    # with none running the bound is the count, nothing
     assert running_future_bound(0, max(remaining, default=0), clip) == 0.0
 
 
