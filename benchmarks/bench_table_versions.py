@@ -29,7 +29,8 @@ import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from sim.cost.measured import MOE_KEYS, of_moe_config  # noqa: E402  (the shipped tables keep AIConfigurator's column names)
+# the shipped tables keep AIConfigurator's column names, so the fused-MoE configuration's keys are the same
+from sim.cost.measured import MOE_KEYS, of_moe_config  # noqa: E402
 
 SHAPE = ["m", "n", "k"]
 MOE = ["num_tokens", *MOE_KEYS, "distribution"]

@@ -1101,8 +1101,8 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     if cm.get("kind") == "measured" and own_tables(case) != "vllm":
         cm["tables"] = own_tables(case)
     # A term the fit did not pin (`not_pinned`), and every term of a fit that left one at a bound, is what the preset
-    # never uses (sim/config/engines/fitted.py `nearest_fits`): the run gets the preset's own value instead, as a
-    # user's scenario would.
+    # never uses (sim/config/engines/fitted.py `usable_terms`, the one rule): the run gets the preset's own value
+    # instead, as a user's scenario would.
     fitted = usable_terms(fitted or {}, fitted or {})
     cpu = {k: fitted[k] for k in CPU_TERMS if k in fitted}
     front = {k: fitted[k] for k in FRONTEND_TERMS if k in fitted}
@@ -1166,7 +1166,7 @@ SPREAD_METHOD = (
     "measured run-level bias sigma of the kernel model that priced the fit runs (noise_log, calibrate/residuals.json: "
     "the error the CPU terms absorb). Draw: term x exp(sigma_log x z), z standard normal. A term at a bound has "
     "none: it is not used; nor is one whose 90% range reaches past its bound (not_pinned), nor any term of a fit "
-    "that left one at a bound (sim/config/engines/fitted.py nearest_fits).")
+    "that left one at a bound (sim/config/engines/fitted.py usable_terms).")
 
 
 def terms_table(fitted: dict[tuple[str, str], dict], date: str) -> dict:

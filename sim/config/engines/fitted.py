@@ -110,7 +110,7 @@ def _post_distance(fitted: str, version: str) -> tuple[bool, int]:
 
 def left_at_a_bound(flags) -> bool:
     """Whether a fit left any term at a bound (`flags` as `usable_terms` reads them): then no version uses any of its
-    terms (`nearest_fits`)."""
+    terms (`usable_terms` gives none)."""
     return any(str(flag).endswith(" at bound") for flag in flags)
 
 
