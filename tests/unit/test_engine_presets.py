@@ -33,6 +33,22 @@ def test_vllm_v1_takes_its_openai_server_batch_defaults_from_the_gpu():
     assert (a100.max_num_batched_tokens, a100.max_num_seqs) == (2048, 256)
 
 
+@pytest.mark.parametrize("version, gpu, batch", [
+    ("0.8.2", "h200", (8192, 1024)), ("0.8.2", "b200", (2048, 1024)),  # by name; 1024 sequences on every GPU
+    ("0.8.2", "a100-80gb", (2048, 1024)), ("0.8.3", "l40s", (2048, 1024)),
+    ("0.8.4", "h100-sxm", (8192, 1024)), ("0.8.4", "b200", (2048, 256)),  # 0.8.4: the sequences by name too
+    ("0.8.5", "a100-80gb", (8192, 1024)), ("0.8.5", "b200", (8192, 1024)),  # 0.8.5: >= 70 GiB, an A100 too
+    ("0.8.5", "l40s", (2048, 256)),
+    ("0.9.0", "a100-80gb", (2048, 256)), ("0.10.2", "b200", (8192, 1024)),  # from 0.9.0 not an A100 (0.11.0's rule)
+])
+def test_vllm_before_0_11_takes_the_batch_tiers_its_own_release_derives(version, gpu, batch):
+    # vllm/engine/arg_utils.py EngineArgs._set_default_args_v1 in the PyPI sdists of 0.8.0-0.10.2: the device's name
+    # ("h100" or "h200" in it) to 0.8.4, its memory from 0.8.5, and not an A100 from 0.9.0
+    sc = scenario({"name": "vllm", "version": version}, hardware={"gpu": gpu})
+    assert (sc.scheduler.max_num_batched_tokens, sc.scheduler.max_num_seqs) == batch
+    assert not any("batch defaults" in n for n in sc.engine.notes)
+
+
 @pytest.mark.parametrize("version, gpu, batch, utilization", [
     ("0.27.1", "b200", (8192, 1024), 0.92),  # 179 GiB: the >= 70 GiB tier until v0.28.0
     ("0.28.0", "b200", (16384, 1024), 0.92),  # v0.28.0: >= 160 GiB -> 16384 / 1024, whatever the name
@@ -932,7 +948,7 @@ def test_a_run_names_its_engine_and_what_the_preset_approximates():
     result = simulate(scenario({"name": "vllm", "version": "0.9.2"}))
     assert result.extras["engine"] == "vllm 0.9.2"
     notes = result.extras["engine_notes"]
-    assert any("v0.11.0's batch defaults assumed" in n for n in notes)  # 0.9.2's own defaults were not read
+    assert any("whole prompt's KV blocks are free" in n for n in notes)  # 0.9.2 admits on the first chunk
     assert any("fitted on" in n for n in notes)  # where its CPU terms and front-end come from
 
 
@@ -942,9 +958,9 @@ def test_a_run_reads_the_notes_kept_when_the_preset_was_applied_and_the_dump_lea
     from sim.config.engines import presets
     from sim.run import simulate
     sc = scenario({"name": "vllm", "version": "0.9.2"})
-    assert any("v0.11.0's batch defaults assumed" in n for n in sc.engine.notes)
+    assert any("whole prompt's KV blocks are free" in n for n in sc.engine.notes)
     dumped = sc.to_yaml()
-    assert "batch defaults assumed" not in dumped
+    assert "whole prompt's KV blocks" not in dumped
     assert validate_scenario(yaml.safe_load(dumped)) == sc  # read back, the preset derives the same notes again
 
     def derive_again(*args, **kwargs):

@@ -32,6 +32,12 @@ from sim.model.memory import pipeline_stage_layers, stage_kv_bytes_per_token
 # which PyPI has as wheels only: 0.15.x is taken as 0.16.0, and a preset note says so).
 VLLM_NEWEST = (0, 34, 0)
 VLLM_BATCH_TIER_160_GIB_SINCE = (0, 28, 0)  # get_batch_defaults: >= 160 GiB -> 16384 / 1024 (B200, B300)
+# V1's batch tiers before 0.11.0 (EngineArgs._set_default_args_v1, read in the PyPI sdists of 0.8.0-0.8.5.post1,
+# 0.9.0-0.9.2 and 0.10.0-0.10.2): 0.8.0-0.8.4 pick the big tier by the device's name ("h100" or "h200" in it) and
+# 0.8.0-0.8.3 give every GPU 1024 sequences; 0.8.5 by its memory (>= 70 GiB); from 0.9.0 not an A100 either (PR 17885)
+VLLM_BATCH_SEQS_BY_TIER_SINCE = (0, 8, 4)
+VLLM_BATCH_BY_MEMORY_SINCE = (0, 8, 5)
+VLLM_BATCH_NOT_A100_SINCE = (0, 9, 0)
 VLLM_MEMORY_UTILIZATION_092_SINCE = (0, 20, 0)  # CacheConfig.gpu_memory_utilization 0.9 -> 0.92
 VLLM_FULL_PROMPT_ADMISSION_SINCE = (0, 19, 0)  # SchedulerConfig.scheduler_reserve_full_isl = True
 VLLM_MLA_BLOCK_FROM_BACKEND_SINCE = (0, 18, 0)  # platforms/cuda.py no longer forces FlashMLA's 64 / CUTLASS's 128
@@ -68,14 +74,20 @@ VLLM_ASYNC_WITH_PIPELINE_SINCE = (0, 15, 0)  # __post_init__ no longer turns it 
 
 
 def _vllm_batch_defaults(gpu, version: tuple[int, ...]) -> tuple[int, int]:
-    """(max_num_batched_tokens, max_num_seqs) of vLLM's OpenAI server: vllm/engine/arg_utils.py
+    """(max_num_batched_tokens, max_num_seqs) of vLLM V1's OpenAI server: vllm/engine/arg_utils.py
     EngineArgs.get_batch_defaults (v0.11.0: inline in _set_default_args; pinned by tests/engine/test_arg_utils.py):
     a GPU with >= 70 GiB (total memory, 2^30 bytes) that is not an A100 gets 8192 / 1024, any other 2048 / 256; from
     v0.28.0 one with >= 160 GiB gets 16384 / 1024 first, whatever its name (v0.33.0 also keeps the GB10, compute
-    capability 12.1, on the small tier)."""
+    capability 12.1, on the small tier). Before 0.9.0 (`VLLM_BATCH_NOT_A100_SINCE`'s comment): 0.8.5 by memory
+    alone (an A100-80GB on the big tier); 0.8.0-0.8.4 by the device's name (the catalog's names hold the same words
+    as torch's), 2048 tokens elsewhere, with 1024 sequences on every GPU to 0.8.3."""
+    if version < VLLM_BATCH_BY_MEMORY_SINCE:
+        big = any(word in gpu.name.lower() for word in ("h100", "h200"))
+        seqs = 1024 if big or version < VLLM_BATCH_SEQS_BY_TIER_SINCE else 256
+        return (8192 if big else 2048), seqs
     if version >= VLLM_BATCH_TIER_160_GIB_SINCE and gpu.hbm_bytes >= 160 * GIB:
         return 16384, 1024
-    big = gpu.hbm_bytes >= 70 * GIB and "a100" not in gpu.name.lower()
+    big = gpu.hbm_bytes >= 70 * GIB and ("a100" not in gpu.name.lower() or version < VLLM_BATCH_NOT_A100_SINCE)
     if version >= (0, 33) and gpu.compute_capability == (12, 1):
         big = False
     return (8192, 1024) if big else (2048, 256)
@@ -259,12 +271,12 @@ def derive_vllm(ctx: Context) -> PresetResult:
     """vLLM V1 (0.8+) as vllm/engine/arg_utils.py, vllm/config and vllm/platforms/cuda.py derive it, read in the PyPI
     sdist of every release from 0.11.0 to 0.33.0 (0.15.x as 0.16.0), and 0.34.0's changes to them
     (VLLM_BLOCK_64_SINCE, VLLM_EXTENSIBLE_KV_SINCE): chunked prefill with decodes and prefill chunks in one step, the
-    OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`), 16-token KV blocks (64 from 0.34; an MLA
-    model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9 (0.92 from 0.20; from 0.34 the extensible
-    KV cache's sizing after warmup, `_vllm_extensible_kv`), async scheduling by default from 0.14; V0 (0.6-0.7, and
-    0.8-0.10 where V1 falls back to it: `_vllm_v0_fallback`) as each release does (`_vllm_v0_schedule`): prefill-only
-    steps unless chunked (on by default above a 32k context), multi-step decoding; NCCL's all-reduce where its own
-    turns off (`custom_all_reduce`)."""
+    OpenAI server's batch tiers by GPU memory (`_vllm_batch_defaults`, read from 0.8.0: by the GPU's name to 0.8.4),
+    16-token KV blocks (64 from 0.34; an MLA model: its kernel's, `_vllm_mla_block_size`), gpu_memory_utilization 0.9
+    (0.92 from 0.20; from 0.34 the extensible KV cache's sizing after warmup, `_vllm_extensible_kv`), async
+    scheduling by default from 0.14; V0 (0.6-0.7, and 0.8-0.10 where V1 falls back to it: `_vllm_v0_fallback`) as
+    each release does (`_vllm_v0_schedule`): prefill-only steps unless chunked (on by default above a 32k context),
+    multi-step decoding; NCCL's all-reduce where its own turns off (`custom_all_reduce`)."""
     v, flags = ctx.version, ctx.flags
     _vllm_block_size_choice(ctx)
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
@@ -317,8 +329,6 @@ def derive_vllm(ctx: Context) -> PresetResult:
                        # V1 caches prefixes unless told not to (--no-enable-prefix-caching): prompts that share
                        # content ids (a chat template's lead, a shared system prompt) reuse its blocks
                        "kv_cache.enable_prefix_caching": caches_prefixes(ctx, notes, f"vLLM {ctx.version_text}")})
-        if v < (0, 11):
-            notes.append(f"vLLM {ctx.version_text}: v0.11.0's batch defaults assumed")
         if v[:2] == (0, 15):
             notes.append(f"vLLM {ctx.version_text}: v0.16.0's defaults assumed (PyPI has no 0.15 sdist to read)")
         if v < VLLM_FULL_PROMPT_ADMISSION_SINCE:
