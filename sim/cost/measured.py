@@ -215,13 +215,15 @@ def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str 
     return None
 
 
-def attention_kernel(gpu: str, tables: str = "vllm", root: Path | None = None) -> str | None:
+def attention_kernel(gpu: str, tables: str = "vllm", root: Path | None = None, mla: bool = False) -> str | None:
     """The attention kernel this GPU's tables of this framework measured (context and decode alike, bf16 KV: the
-    kernel_source meta.json records), or None where there are no such tables or the two differ."""
+    kernel_source meta.json records; `mla`: the MLA tables'), or None where there are no such tables or the two
+    differ."""
     if gpu_unmeasured(gpu, tables, root):
         return None
     meta = json.loads((tables_dir(gpu, tables, root) / "meta.json").read_text())["tables"]
-    kernels = {meta.get(t, {}).get("kernels", {}).get("bf16") for t in ("context_attention", "generation_attention")}
+    names = ("context_mla", "generation_mla") if mla else ("context_attention", "generation_attention")
+    kernels = {meta.get(t, {}).get("kernels", {}).get("bf16") for t in names}
     return kernels.pop() if len(kernels) == 1 else None
 
 

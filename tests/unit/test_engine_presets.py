@@ -639,6 +639,29 @@ def test_sglangs_attention_backend_is_the_kernel_its_tables_measured_or_refused(
         assert str(err.value) == result
 
 
+@pytest.mark.parametrize("version, gpu, model, default", [
+    ("0.4.4.post3", "h200", "llama-3.1-8b", "flashinfer"),  # before 0.4.5.post1: FlashInfer for MHA on every GPU
+    ("0.4.5", "h100-sxm", "llama-3.1-8b", "flashinfer"),
+    ("0.4.4.post3", "h200", "deepseek-v2-lite", "triton"),  # an MLA model: Triton
+    ("0.3.0", "a100-80gb", "llama-3.1-8b", "flashinfer"),
+    ("0.4.5.post1", "h100-sxm", "llama-3.1-8b", None),  # fa3 on Hopper, the kernel the tables measured
+    ("0.4.5.post3", "h200", "deepseek-v2-lite", None),
+    ("0.4.0", "l40s", "llama-3.1-8b", None),  # L40S's SGLang tables measured FlashInfer itself
+])
+def test_sglang_says_where_its_default_attention_kernel_is_not_the_one_its_tables_measured(version, gpu, model,
+                                                                                          default):
+    # model_executor/model_runner.py and server_args.py in the sdists of 0.3.0-0.4.10.post2: FlashInfer (an MLA model:
+    # Triton) by default until 0.4.5.post1 made FA3 the default on Hopper
+    notes = scenario({"name": "sglang", "version": version}, model=model, hardware={"gpu": gpu}).engine.notes
+    said = [n for n in notes if "by default (fa3 on Hopper from 0.4.5.post1" in n]
+    if default is None:
+        assert not said
+    else:
+        assert len(said) == 1 and f"runs {default} " in said[0] and f"tables of {gpu} measured" in said[0]
+    given = scenario({"name": "sglang", "version": "0.4.5", "attention_backend": "fa3"}).engine.notes
+    assert not any("by default (fa3" in n for n in given)  # a kernel named on the command line is its own note
+
+
 def test_sglangs_max_total_tokens_caps_its_kv_pool_and_its_request_pool_as_each_version_sizes_them():
     # model_runner.py: capacity = min(profiled, given), page-aligned; max_running_requests = min(capacity // 2,
     # max_num_reqs), max_num_reqs = min(max(tokens / context_len x 512, 2048), 4096 (0.3.0: 5120)) of the capped

@@ -599,6 +599,35 @@ def _sglang_attention_backend(ctx: Context) -> str | None:
     return f"SGLang {ctx.version_text}: {options}, the kernel the SGLang tables of {ctx.gpu.name} measured"
 
 
+# The attention kernel a release picks when none is given, read in the sdists of 0.3.0, 0.4.0, 0.4.3.post4, 0.4.4.post3,
+# 0.4.4.post4, 0.4.5, 0.4.5.post1, 0.4.5.post3, 0.4.6-0.4.6.post5, 0.4.7-0.4.9 and 0.4.10.post2 (server_args.py,
+# model_executor/model_runner.py): FlashInfer (0.3.x: unless --disable-flashinfer) for a model with multi-head
+# attention, Triton for an MLA one (FlashInfer's with --enable-flashinfer-mla, which the preset does not read), on
+# every GPU; from 0.4.5.post1 (model_specific_adjustment) FA3 on Hopper for both kinds (an MHA model where
+# is_fa3_default_architecture has it, as for the Llama and Qwen families).
+SGLANG_FA3_DEFAULT_SINCE = "0.4.5.post1"
+
+
+def _sglang_default_attention_note(ctx: Context) -> str | None:
+    """Where a release before 0.4.5.post1 runs its default attention kernel (`SGLANG_FA3_DEFAULT_SINCE`'s comment)
+    and the SGLang tables of the GPU measured another, the note that says so: where those tables price the run,
+    its attention is another kernel's. None where an attention flag names the kernel (`_sglang_attention_backend`),
+    for later releases, or where the kernels agree."""
+    if (not released_before(ctx.version, ctx.version_text, SGLANG_FA3_DEFAULT_SINCE)
+            or any(ctx.flags.get(f) is not None for f in SGLANG_ATTENTION_FLAGS)):
+        return None
+    from sim.cost.measured import attention_kernel
+    mla = ctx.model is not None and ctx.model.attention == "mla"
+    default = "triton" if mla else "flashinfer"
+    measured = attention_kernel(ctx.gpu.name, "sglang", mla=mla)
+    if measured is None or measured == default:
+        return None
+    kind = "MLA attention" if mla else "attention"
+    return (f"SGLang {ctx.version_text} runs {default} {kind} by default (fa3 on Hopper from 0.4.5.post1; "
+            f"model_executor/model_runner.py); the SGLang tables of {ctx.gpu.name} measured {measured}, which price "
+            "its attention where the measured model prices the run: this release's kernel is not measured there")
+
+
 # fp8 weights on a GPU without fp8 tensor cores (sm_80/86), read in the sdists of 0.3.0, 0.3.6, 0.4.0-0.4.3, 0.4.6,
 # 0.4.8, 0.4.10, 0.5.0rc0-0.5.3, 0.5.5.post1, 0.5.10 and the 0.5.23 wheel (srt/layers/quantization/): to 0.4.0 "fp8" is
 # vLLM's Fp8Config, whose Fp8LinearMethod runs per-tensor fp8 weight-only by Marlin below SM89; from 0.4.1 SGLang's own
@@ -709,7 +738,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
     where its own turns off (`custom_all_reduce`). SGLang 0.4.0-0.5.3rc0: their own memory, chunk and graph rules
     (`_sglang_before_053`); 0.3.x: `_derive_sglang_030`."""
     refuse_model_before(ctx, SGLANG_MODEL_TYPE_SINCE, "SGLang", "python/sglang/srt/models")
-    early_notes = [note for note in (_sglang_attention_backend(ctx), _sglang_continuous_decode_steps(ctx),
+    early_notes = [note for note in (_sglang_attention_backend(ctx), _sglang_default_attention_note(ctx),
+                                     _sglang_continuous_decode_steps(ctx),
                                      _sglang_request_log(ctx), _sglang_offload_note(ctx),
                                      _sglang_auto_truncate(ctx)) if note]
     speculation = sglang_speculation(ctx, early_notes)  # (none before 0.5.3: refused there)
