@@ -647,6 +647,7 @@ def test_sglangs_attention_backend_is_the_kernel_its_tables_measured_or_refused(
     ("0.4.5.post1", "h100-sxm", "llama-3.1-8b", None),  # fa3 on Hopper, the kernel the tables measured
     ("0.4.5.post3", "h200", "deepseek-v2-lite", None),
     ("0.4.0", "l40s", "llama-3.1-8b", None),  # L40S's SGLang tables measured FlashInfer itself
+    ("0.3.0", "h100-sxm", "deepseek-v2-lite", None),  # 0.3.x's MLA (--enable-mla) not read
 ])
 def test_sglang_says_where_its_default_attention_kernel_is_not_the_one_its_tables_measured(version, gpu, model,
                                                                                           default):

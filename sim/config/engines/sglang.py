@@ -600,11 +600,12 @@ def _sglang_attention_backend(ctx: Context) -> str | None:
 
 
 # The attention kernel a release picks when none is given, read in the sdists of 0.3.0, 0.4.0, 0.4.3.post4, 0.4.4.post3,
-# 0.4.4.post4, 0.4.5, 0.4.5.post1, 0.4.5.post3, 0.4.6-0.4.6.post5, 0.4.7-0.4.9 and 0.4.10.post2 (server_args.py,
-# model_executor/model_runner.py): FlashInfer (0.3.x: unless --disable-flashinfer) for a model with multi-head
-# attention, Triton for an MLA one (FlashInfer's with --enable-flashinfer-mla, which the preset does not read), on
-# every GPU; from 0.4.5.post1 (model_specific_adjustment) FA3 on Hopper for both kinds (an MHA model where
-# is_fa3_default_architecture has it, as for the Llama and Qwen families).
+# 0.4.4.post4, 0.4.5, 0.4.5.post1, 0.4.5.post3, 0.4.6, 0.4.6.post2, 0.4.6.post4, 0.4.6.post5, 0.4.7, 0.4.8, 0.4.9 and
+# 0.4.10.post2 (server_args.py, model_executor/model_runner.py): FlashInfer (0.3.x: unless --disable-flashinfer) for
+# a model with multi-head attention, from 0.4.0 Triton for an MLA one (FlashInfer's with --enable-flashinfer-mla, which
+# the preset does not read; 0.3.x runs MLA only with --enable-mla: not read here), on every GPU; from 0.4.5.post1
+# (model_specific_adjustment) FA3 on Hopper for both kinds (an MHA model where is_fa3_default_architecture has it,
+# as for the Llama and Qwen families).
 SGLANG_FA3_DEFAULT_SINCE = "0.4.5.post1"
 
 
@@ -618,6 +619,8 @@ def _sglang_default_attention_note(ctx: Context) -> str | None:
         return None
     from sim.cost.measured import attention_kernel
     mla = ctx.model is not None and ctx.model.attention == "mla"
+    if mla and ctx.version < (0, 4):
+        return None
     default = "triton" if mla else "flashinfer"
     measured = attention_kernel(ctx.gpu.name, "sglang", mla=mla)
     if measured is None or measured == default:
