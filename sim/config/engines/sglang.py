@@ -582,10 +582,11 @@ def _sglang_attention_backend(ctx: Context) -> str | None:
     """--attention-backend, and --prefill-/--decode-attention-backend (each phase's own kernel), accepted where they
     name the kernel the SGLang tables of the GPU measured, so that the measured model prices the kernel asked for (a
     note says so); refused elsewhere in one line: no other SGLang attention kernel is measured (the roofline's
-    attention is no particular kernel). None: none given."""
+    attention is no particular kernel). None given: the release's default kernel, noted where the tables measured
+    another (`_sglang_default_attention_note`)."""
     given = [(name, ctx.flags[name]) for name in SGLANG_ATTENTION_FLAGS if ctx.flags.get(name) is not None]
     if not given:
-        return None
+        return _sglang_default_attention_note(ctx)
     from sim.cost.measured import attention_kernel
     measured = attention_kernel(ctx.gpu.name, "sglang")
     measured = measured if measured in SGLANG_ATTENTION_BACKENDS else None
@@ -610,12 +611,11 @@ SGLANG_FA3_DEFAULT_SINCE = "0.4.5.post1"
 
 
 def _sglang_default_attention_note(ctx: Context) -> str | None:
-    """Where a release before 0.4.5.post1 runs its default attention kernel (`SGLANG_FA3_DEFAULT_SINCE`'s comment)
-    and the SGLang tables of the GPU measured another, the note that says so: where those tables price the run,
-    its attention is another kernel's. None where an attention flag names the kernel (`_sglang_attention_backend`),
-    for later releases, or where the kernels agree."""
-    if (not released_before(ctx.version, ctx.version_text, SGLANG_FA3_DEFAULT_SINCE)
-            or any(ctx.flags.get(f) is not None for f in SGLANG_ATTENTION_FLAGS)):
+    """Where a release before 0.4.5.post1, given no attention flag (`_sglang_attention_backend` asks), runs its
+    default attention kernel (`SGLANG_FA3_DEFAULT_SINCE`'s comment) and the SGLang tables of the GPU measured
+    another, the note that says so: where those tables price the run, its attention is another kernel's. None for
+    later releases, or where the kernels agree."""
+    if not released_before(ctx.version, ctx.version_text, SGLANG_FA3_DEFAULT_SINCE):
         return None
     from sim.cost.measured import attention_kernel
     mla = ctx.model is not None and ctx.model.attention == "mla"
@@ -741,8 +741,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
     where its own turns off (`custom_all_reduce`). SGLang 0.4.0-0.5.3rc0: their own memory, chunk and graph rules
     (`_sglang_before_053`); 0.3.x: `_derive_sglang_030`."""
     refuse_model_before(ctx, SGLANG_MODEL_TYPE_SINCE, "SGLang", "python/sglang/srt/models")
-    early_notes = [note for note in (_sglang_attention_backend(ctx), _sglang_default_attention_note(ctx),
-                                     _sglang_continuous_decode_steps(ctx),
+    early_notes = [note for note in (_sglang_attention_backend(ctx), _sglang_continuous_decode_steps(ctx),
                                      _sglang_request_log(ctx), _sglang_offload_note(ctx),
                                      _sglang_auto_truncate(ctx)) if note]
     speculation = sglang_speculation(ctx, early_notes)  # (none before 0.5.3: refused there)
