@@ -65,6 +65,7 @@ def _roofline(scenario: Scenario, deployment: Deployment, model):
                                         step_overhead_s=0.0 if given is None else given, expert_parallel=ep,
                                         all_reduce=scenario.hardware.all_reduce)
     return RooflineCostModel(model, deployment.gpu, tensor_parallel=deployment.tensor_parallel, expert_parallel=ep,
+                             expert_group=None if model is deployment.draft_model else deployment.expert_group,
                              weight_dtype=q.weights, kv_dtype=q.kv_cache, fp8_compute=q.fp8_compute,
                              # A calibrated target's draft model: the roofline at the GPU's defaults.
                              compute_efficiency=getattr(spec, "compute_efficiency", None),
@@ -130,7 +131,8 @@ def _measured(scenario: Scenario, deployment: Deployment):
                                     engine=spec.engine, step_overhead_s=spec.step_overhead_s,
                                     gpu_data=spec.gpu_data, on_missing=spec.on_missing, tables=spec.tables,
                                     unmeasured_dtype=spec.unmeasured_dtype, **_dtypes(scenario),
-                                    expert_parallel=deployment.expert_parallel, moe_routing=spec.moe_routing,
+                                    expert_parallel=deployment.expert_parallel, expert_group=deployment.expert_group,
+                                    moe_routing=spec.moe_routing,
                                     moe_kernel=scenario.quantization.moe_kernel,
                                     all_reduce=scenario.hardware.all_reduce,
                                     attention_backend=scenario.attention.backend)
@@ -372,7 +374,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
                 for i in range(scenario.hardware.num_replicas)]
     if lockstep is not None:
         from sim.core.lockstep import lockstep_group
-        lockstep_group(replicas, lockstep.pad_tokens, lockstep.idle_check_steps)
+        lockstep_group(replicas, lockstep.pad_tokens, lockstep.idle_check_steps,
+                       experts_over_group=deployment.expert_group is not None)
     run = scenario.run
     horizon = horizon_s(run)
     closed = workload.closed_loop

@@ -75,6 +75,8 @@ def _scope(sim) -> tuple[str, tuple | None]:
     other = next((r for r in sim.replicas if type(r) is not kind), None)
     if other is not None:
         return other.kind, None
+    if kind is LockstepRank and sim.replicas[0].group.experts_over_group:  # (the core prices no group's experts)
+        return "a lockstep group sharing a mixture of experts", None
     if not isinstance(sim.router, CountingRouter):  # the random router draws in Python
         return f"the {type(sim.router).__name__}", None
     if sim.env.now != 0 or sim.num_requests == 0:

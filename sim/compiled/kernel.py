@@ -458,7 +458,7 @@ def _price_planned(kind, roof, steps_pack, measured, overhead, plan_all, r, num_
     num_priced = num_decode + padding
     time_s, flops, nbytes = price_parts(kind, roof, steps_pack, measured, num_prefill_tokens, plan_all[P_CHUNK, r],
                                         plan_all[P_CTX, r], num_pf, num_priced, decode_ctx + padding,
-                                        num_sampled + padding, 1, lockstep_pad, 0)
+                                        num_sampled + padding, 1, lockstep_pad, 0, 0)
     time_s = with_overhead(overhead, time_s, num_pf + num_priced, num_prefill_tokens,
                            linear_tokens(num_prefill_tokens, num_priced, 1, lockstep_pad), lockstep_pad)
     return time_s, flops, nbytes
@@ -593,7 +593,7 @@ def _start_step(r, now, sr, fr, sg, sf, cfg, kind, roof, steps_pack, measured, o
                         c_t, c_f, c_b = time_s, flops, nbytes
                     else:
                         c_t, c_f, c_b = price_parts(kind, roof, steps_pack, measured, 0, plan_chunk, plan_ctx, 0,
-                                                    num_decode, ctx, num_decode, 1, 0, 0)
+                                                    num_decode, ctx, num_decode, 1, 0, 0, 0)
                         c_t = with_overhead(overhead, c_t, num_decode, 0, num_decode, 0)
                         priced = k
                         if math.isnan(c_t):

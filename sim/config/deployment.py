@@ -21,6 +21,7 @@ from sim.model.attention_io import SCORE_BUFFERS, heads_per_gpu, score_activatio
 from sim.model.catalog import get_gpu, resolve_model
 from sim.model.memory import (
     check_block_scales,
+    check_expert_group,
     check_expert_parallel,
     check_tensor_parallel,
     engine_memory,
@@ -34,7 +35,7 @@ from sim.model.memory import (
     weight_bytes_per_gpu,
     window_kv_bytes_per_token,
 )
-from sim.model.specs import GPUSpec, ModelSpec
+from sim.model.specs import ExpertGroup, GPUSpec, ModelSpec
 
 
 @dataclass(frozen=True)
@@ -60,6 +61,9 @@ class Deployment:
     max_prompt_tokens_materialized: int | None = None  # materialized: the longest prompt whose unchunked prefill's
     # scores (and its own KV) fit this replica's GPUs (`longest_prompt_tokens`); None with flash
     expert_parallel: int = 1  # GPUs of the tensor-parallel group holding whole routed experts (`hardware`)
+    # How a lockstep group spreads the routed experts (`expert_group`; expert_parallel of its GPUs holding whole
+    # experts); None: over the replica's own GPUs
+    expert_group: ExpertGroup | None = None
     window_kv_bytes_per_token_per_gpu: int = 0  # a hybrid model's sliding layers: one token's KV on each GPU
     weights_offloaded_bytes: int = 0  # each GPU's layer weights kept in host memory (`kv_cache.weights_offload_bytes`)
 
@@ -108,25 +112,49 @@ def max_num_batched_tokens(scenario: Scenario, max_model_len: int) -> int:
     return 2048 if s.chunked_prefill else max_model_len + s.max_num_seqs
 
 
+def expert_group(scenario: Scenario, model: ModelSpec) -> ExpertGroup | None:
+    """How a lockstep group spreads a mixture of experts' routed experts: over every rank's GPUs (vLLM's
+    --data-parallel-size: each step's expert layers run every rank's tokens over every rank's GPUs;
+    sim/core/lockstep.py). None: the replica's own tensor-parallel GPUs hold them."""
+    hw = scenario.hardware
+    if hw.lockstep is None or not model.is_moe:
+        return None
+    return ExpertGroup(hw.num_replicas * hw.tensor_parallel, hw.num_replicas, hw.lockstep.expert_exchange)
+
+
+def expert_group_gpus(scenario: Scenario, model: ModelSpec) -> int:
+    """The GPUs of `expert_group`, 0 without one."""
+    group = expert_group(scenario, model)
+    return group.gpus if group is not None else 0
+
+
 def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | None, max_len: int,
                     token_budget: int) -> None:
     """The cross-section rules that need the catalogs."""
     s, tp = scenario.scheduler, scenario.hardware.tensor_parallel
     check_tensor_parallel(model, tp)
     ep = scenario.hardware.expert_parallel
-    check_expert_parallel(model, tp, ep)
+    group_gpus = expert_group_gpus(scenario, model)
+    if group_gpus:
+        check_expert_group(model, group_gpus, ep)
+    else:
+        check_expert_parallel(model, tp, ep)
     if scenario.quantization.fp8_block_scales:
-        check_block_scales(model, tp, ep)
+        # (a group's experts checked as its tensor-parallel split: whole experts, or a finer split, hold whole blocks
+        # where that one does)
+        check_block_scales(model, tp, 1 if group_gpus else ep)
     if scenario.quantization.expert_padding is not None and not model.is_moe:
         raise ConfigError(f"quantization.expert_padding: {model.name} has no routed experts to pad; allowed: leave "
                           "it out")
-    if scenario.hardware.lockstep is not None and model.is_moe:
-        # The engines' lockstep ranks of a mixture of experts share its experts (vLLM's --data-parallel-size, SGLang's
-        # --enable-dp-attention): each step's expert layers run every rank's tokens over every rank's GPUs. Ranks
-        # each holding all the experts, as the group would price them, is no engine's deployment.
-        raise ConfigError(f"hardware.lockstep: not modelled for {model.name}, a mixture of experts (the engines "
-                          "spread its experts over every rank's GPUs); allowed: a dense model, or independent "
-                          "replicas (no lockstep)")
+    if group_gpus and (scenario.cost_model.kind == "calibrated"
+                       or getattr(scenario.cost_model, "efficiencies", "catalog") == "learned"):
+        # A group's ranks run their experts at the group's tokens (`StepPlan.num_expert_tokens`), which only the
+        # per-layer pricers split from the rest of a step (sim/cost/compiled_pricing.py)
+        what = ("cost_model calibrated" if scenario.cost_model.kind == "calibrated"
+                else "cost_model roofline with efficiencies learned")
+        raise ConfigError(f"hardware.lockstep: {what} cannot price {model.name}'s experts at the group's tokens "
+                          "apart from each rank's own; allowed: cost_model measured, or roofline with catalog "
+                          "efficiencies")
     if ep > 1 and scenario.cost_model.kind == "calibrated":
         raise ConfigError(f"hardware.expert_parallel: {ep} is not allowed with cost_model calibrated (its profiles "
                           "time experts split by tensor parallelism); allowed: 1, or cost_model measured or roofline")
@@ -248,7 +276,8 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
                               gpu_memory_utilization=utilization, reserve_bytes=scenario.kv_cache.reserve_bytes,
                               max_num_batched_tokens=token_budget,
                               max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
-                              score_bytes=score_bytes, **_engine_memory(scenario)))
+                              score_bytes=score_bytes, expert_gpus=expert_group_gpus(scenario, model),
+                              **_engine_memory(scenario)))
     if draft is None:
         return cap.num_tokens
     # The draft model's weights share the GPU, and every token also keeps the draft's KV.
@@ -463,7 +492,7 @@ def resolve(scenario: Scenario) -> Deployment:
             raise ConfigError(f"cost_model.engine: {engine!r} is not the engine of cost_model.profile "
                               f"'{given}'; allowed: {profile_engine(profile_dir)!r} or leave it out")
     return Deployment(model=model, gpu=gpu, tensor_parallel=tp, expert_parallel=scenario.hardware.expert_parallel,
-                      draft_model=draft, kv_capacity_tokens=capacity,
+                      expert_group=expert_group(scenario, model), draft_model=draft, kv_capacity_tokens=capacity,
                       kv_bytes_per_token_per_gpu=per_token, max_model_len=max_len,
                       max_num_batched_tokens=token_budget,
                       sequences_per_request=max(scenario.workload.samples_per_prompt, scenario.workload.beam_width),

@@ -35,7 +35,7 @@ from sim.model.hf_config import read_model_ref
 from sim.model.interconnects import ALL_REDUCES, CUSTOM_ALL_REDUCE, INTERCONNECTS
 from sim.model.memory import (FP8_COMPUTE_DEFAULT, LOGIT_BYTES, MOE_KERNELS, WEIGHT_DTYPES, WINDOW_MEMORY,
                               WINDOW_POOL_RATIO)
-from sim.model.specs import GPUSpec, ModelSpec
+from sim.model.specs import EXCHANGES, GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
 from sim.sched.speculative import (DEFAULT_SPECULATIVE_TOKENS, MAX_SPECULATIVE_TOKENS, alpha_for_tokens,
                                    tree_candidate_tokens)
@@ -180,6 +180,11 @@ class LockstepSpec(_Strict):
     idle_check_steps: int = Field(32, ge=1, le=1 << 20, description="steps between the ranks' checks for "
                                   "unfinished requests anywhere; idle ranks run dummy forwards until a check finds "
                                   "none (vLLM: 32 from 0.9.2, 24 in 0.8.5-0.9.1, 16 before)")
+    expert_exchange: Literal[EXCHANGES] = Field(
+        "all_gather_reduce_scatter", description="a mixture of experts, whose experts the ranks spread over all their "
+        "GPUs: how the ranks exchange each expert layer's tokens (each rank's GPU with its peers): "
+        "all_gather_reduce_scatter (vLLM's default from 0.11.0), broadcast_all_reduce (vLLM's naive dispatch "
+        "before: each rank broadcasts its tokens in turn, the outputs all-reduced)")
 
 
 class HardwareSpec(_Strict):
@@ -190,7 +195,8 @@ class HardwareSpec(_Strict):
     expert_parallel: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA, description="GPUs of each tensor-parallel group "
                                  "holding whole routed experts (a mixture of experts), each expert split over the "
                                  "other tensor_parallel / expert_parallel GPUs; 1: every expert split over all of "
-                                 "them. The engines' expert parallelism without data-parallel attention")
+                                 "them. The engines' expert parallelism without data-parallel attention; with "
+                                 "lockstep, GPUs of the whole group (num_replicas x tensor_parallel)")
     all_reduce: Literal[ALL_REDUCES] = Field(
         CUSTOM_ALL_REDUCE, description="how each tensor-parallel group all-reduces: custom (the engine's own kernel "
         "over NVLink peer memory, vLLM's, SGLang's and TensorRT-LLM's default) or nccl (NCCL's collectives: LMDeploy's "
@@ -205,8 +211,9 @@ class HardwareSpec(_Strict):
         "waiting, then fewest running: vLLM's 0.9.1-0.10.0), least_outstanding_kv (fewest routed and unfinished "
         "plus 6 x waiting x the KV usage above half, ties to the next replica in turn: vLLM's from 0.27.0), random")
     lockstep: LockstepSpec | None = Field(
-        None, description="the replicas step together as one engine's data-parallel ranks (a dense model: a mixture "
-        "of experts, whose experts the engines spread over every rank, is refused); absent: independent")
+        None, description="the replicas step together as one engine's data-parallel ranks (a mixture of experts: "
+        "its routed experts spread over every rank's GPUs, each expert layer running the group's tokens; "
+        "hardware.expert_parallel of those GPUs holding whole experts); absent: independent")
     disaggregation: DisaggregationSpec | None = Field(
         None, description="separate prefill and decode pools joined by a link; absent = colocated")
 

@@ -18,12 +18,23 @@ coordinate_batch_across_dp from 0.12.0; none before 0.9.1):
   steps of the wave (16, 24 or 32 by release), finds none: the ranks run dummy forwards until then. A request
   reaching an idle group starts a new wave on every rank.
 
+A mixture of experts' ranks share its routed experts, spread over every rank's GPUs (vLLM's FusedMoE under
+--data-parallel-size: moe tp x ep = ranks x tp; vllm/model_executor/layers/fused_moe/layer.py in 0.8.x,
+fused_moe/config.py `FusedMoEParallelConfig.make` from 0.9.0): each expert layer gathers every rank's tokens, its
+padding and dummy tokens too, runs them through the experts each GPU holds, and sends each rank its own back
+(`sim.model.specs.ExpertGroup`). So each rank's step runs its experts at the group's tokens
+(`StepPlan.num_expert_tokens`: the sum of every rank's forward), and everything else at its own; shared experts,
+the router, attention, dense layers and the LM head run on the rank's own tokens (vLLM's DeepseekV2MoE computes
+the shared experts before the dispatch; its TP group is the rank's own GPUs).
+
 One SimPy process steps the group: each rank schedules its own batch, each rank's step (or dummy forward) is
-priced by its own cost model, the step lasts the longest of them, then each rank applies its own outcome. A rank's
+priced by its own cost model, the step lasts the longest of them, then each rank applies its own outcome. (A
+mixture of experts' expert layers are barriers too: its group waits for the slowest rank at each layer, which
+sums to the slowest whole step wherever one rank is the slowest in every layer; an approximation otherwise.) A rank's
 step row lasts the group's step and counts its real work (its FLOPs and bytes include its padding); dummy forwards
 have no row (`LockstepGroup.num_dummy_forwards` counts them, `num_padding_tokens` every padding token run).
 The compiled core repeats this process decision by decision (sim/compiled/kernel.py `_group_event`), with the same
-records (tests/integration/test_compiled_core.py).
+records (tests/integration/test_compiled_core.py), for a dense model: a mixture of experts' group runs here.
 """
 
 from __future__ import annotations
@@ -75,10 +86,12 @@ def dummy_plan(most_tokens: int, pad_tokens: bool = True) -> StepPlan:
 class LockstepGroup:
     """The ranks of one lockstep data-parallel engine and the process that steps them."""
 
-    def __init__(self, ranks: list[LockstepRank], pad_tokens: bool, idle_check_steps: int):
+    def __init__(self, ranks: list[LockstepRank], pad_tokens: bool, idle_check_steps: int,
+                 experts_over_group: bool = False):
         self.ranks = ranks
         self.pad_tokens = pad_tokens
         self.idle_check_steps = idle_check_steps
+        self.experts_over_group = experts_over_group  # a mixture of experts: its experts run the group's tokens
         self.num_steps = 0  # forwards every rank ran together
         self.num_dummy_forwards = 0  # rank forwards with nothing scheduled
         self.num_padding_tokens = 0  # tokens the ranks ran as padding, dummy forwards' included
@@ -109,12 +122,15 @@ class LockstepGroup:
             running = True
             waiting = [rank.scheduler.num_waiting for rank in ranks]
             most = max((plan.num_tokens for plan in plans if plan is not None), default=0)
+            pad = self.pad_tokens
+            runs = [dummy_plan(most, pad) if plan is None else padded_plan(plan, most, pad) for plan in plans]
+            if self.experts_over_group:
+                group_tokens = sum(run.num_tokens for run in runs)
+                runs = [dataclasses.replace(run, num_expert_tokens=group_tokens) for run in runs]
             priced, costs, times = [], [], []
-            for rank, plan in zip(ranks, plans):
+            for rank, plan, run in zip(ranks, plans, runs):
                 if plan is None:
                     self.num_dummy_forwards += 1
-                pad = self.pad_tokens
-                run = dummy_plan(most, pad) if plan is None else padded_plan(plan, most, pad)
                 cost = rank.cost_model.step_cost(run)
                 time_s = cost.time_s
                 if draws is not None:
@@ -155,9 +171,10 @@ class LockstepRank(Replica):
         return [self.group.process(sim, env)] if self.group.ranks[0] is self else []
 
 
-def lockstep_group(ranks: list[LockstepRank], pad_tokens: bool, idle_check_steps: int) -> LockstepGroup:
+def lockstep_group(ranks: list[LockstepRank], pad_tokens: bool, idle_check_steps: int,
+                   experts_over_group: bool = False) -> LockstepGroup:
     """Join `ranks` into one group (each rank learns its group)."""
-    group = LockstepGroup(ranks, pad_tokens, idle_check_steps)
+    group = LockstepGroup(ranks, pad_tokens, idle_check_steps, experts_over_group)
     for rank in ranks:
         rank.group = group
     return group

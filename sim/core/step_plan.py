@@ -43,6 +43,9 @@ class StepPlan:
     # A lockstep rank's padding to its group's most tokens (sim/core/lockstep.py): tokens through the linear layers
     # and elementwise ops (and their all-reduces) only, as vLLM runs them: no attention, no sampled row
     num_padding_tokens: int = 0
+    # The tokens through the routed experts where they are not the step's own (0: the step's own): a lockstep rank
+    # of a mixture of experts runs its whole group's tokens through the experts it holds (sim/core/lockstep.py)
+    num_expert_tokens: int = 0
     num_sampled_seqs: int = 0  # sequences that sample a token at the end of the step (LM head rows)
     new_request_ids: list[int] = field(default_factory=list)  # admitted this step (first time or after preemption)
     preempted_request_ids: list[int] = field(default_factory=list)  # preempted to make room this step

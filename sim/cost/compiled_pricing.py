@@ -54,7 +54,10 @@ def same_prices(a: tuple, b: tuple) -> bool:
 # time).
 @njit(cache=True, inline="always")
 def price_parts(kind, roof, steps, measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
-                decode_ctx, num_sampled, query_tokens, pad_tokens, swap_tokens):
+                decode_ctx, num_sampled, query_tokens, pad_tokens, swap_tokens, expert_tokens):
+    # `expert_tokens` (a lockstep rank's group through its experts: `sim.cost.step_args`) reaches the roofline and
+    # the measured kernels only: a whole-step profile or a learned roofline cannot price a step's experts apart, so
+    # the configuration refuses them for such a group (sim/config/deployment.py).
     if steps is not None:
         if kind == KIND_LEARNED:  # `steps` holds the learned pack; the roofline pack, the model's numbers
             return learned_kernel.step_cost(roof, steps, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
@@ -62,7 +65,7 @@ def price_parts(kind, roof, steps, measured, num_prefill_tokens, pf_chunk, pf_ct
                                             swap_tokens)
     time_s, flops, nbytes = roofline_kernel.step_cost(roof, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
                                                       num_decode_seqs, decode_ctx, num_sampled, query_tokens,
-                                                      pad_tokens, swap_tokens)
+                                                      pad_tokens, swap_tokens, expert_tokens)
     if steps is not None:
         if kind == KIND_STEPS:
             time_s = steps_kernel.step_time(steps, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs,
@@ -71,7 +74,7 @@ def price_parts(kind, roof, steps, measured, num_prefill_tokens, pf_chunk, pf_ct
         if kind == KIND_MEASURED:  # NaN: its note log is full
             time_s = measured_kernel.step_time(measured, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
                                                num_decode_seqs, decode_ctx, num_sampled, query_tokens, pad_tokens,
-                                               swap_tokens)
+                                               swap_tokens, expert_tokens)
     return time_s, flops, nbytes
 
 
@@ -85,7 +88,7 @@ def decode_run(kind, roof, steps, measured, num_seqs, context_tokens, num_steps)
     ctx = context_tokens
     for k in range(num_steps):
         time_s, flops, nbytes = price_parts(kind, roof, steps, measured, 0, no_chunks, no_chunks, 0, num_seqs, ctx,
-                                            num_seqs, 1, 0, 0)
+                                            num_seqs, 1, 0, 0, 0)
         if time_s != time_s:  # NaN
             return out[:k]
         out[k, 0], out[k, 1], out[k, 2] = time_s, flops, nbytes

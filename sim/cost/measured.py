@@ -81,7 +81,7 @@ from sim.model.catalog import get_gpu
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE
 from sim.model.memory import DTYPE_BYTES, MARLIN, NVFP4_PARAM_BYTES, kv_bytes_per_token, matrix_dtype
 from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
-from sim.model.specs import GPUSpec, ModelSpec
+from sim.model.specs import ExpertGroup, GPUSpec, ModelSpec
 
 # Shipped tables: calibrate/measured/<gpu>/ (written by `python -m calibrate.aic_import`).
 MEASURED_DIR = Path(__file__).resolve().parents[2] / "calibrate" / "measured"
@@ -749,7 +749,8 @@ class MeasuredCostModel(PackedCostModel):
                  gpu_data: str | None = None, root: Path | None = None, communication: bool = True,
                  tables: str = "vllm", fp8_compute: bool | None = None, fp8_block: bool = False,
                  expert_parallel: int = 1, moe_routing: str = "auto", moe_kernel: str | None = None,
-                 all_reduce: str = CUSTOM_ALL_REDUCE, attention_backend: str | None = None):
+                 all_reduce: str = CUSTOM_ALL_REDUCE, attention_backend: str | None = None,
+                 expert_group: ExpertGroup | None = None):
         if engine not in ENGINES:
             raise ConfigError(f"cost_model.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
         data = gpu_data or gpu.name
@@ -761,6 +762,11 @@ class MeasuredCostModel(PackedCostModel):
             raise ConfigError(reason)
         self.tables = load_tables(tables_dir(data, tables, root))
         self.model, self.gpu, self.tp, self.ep, self.engine = model, gpu, tensor_parallel, expert_parallel, engine
+        # A lockstep rank's: how its group spreads the routed experts (None: over its own tensor-parallel GPUs;
+        # `sim.model.shapes.gpu_linear`), the fused-MoE rows read at that split and its steps' experts priced at the
+        # group's tokens (`StepPlan.num_expert_tokens`), exchanged over the catalog's interconnect
+        self.expert_group = expert_group
+        expert_gpus = expert_group.gpus if expert_group is not None else 0
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.step_overhead_s = step_overhead_s
         self.moe_routing = moe_routing_of(model, moe_routing)
@@ -787,7 +793,11 @@ class MeasuredCostModel(PackedCostModel):
         self.min_kernel_s = t.launch_floor_s
         self.roofline = RooflineCostModel(model, gpu, tensor_parallel=tp, weight_dtype=weight_dtype,
                                           kv_dtype=kv_dtype, fp8_compute=weight_dtype == "fp8",
-                                          expert_parallel=expert_parallel)
+                                          expert_parallel=expert_parallel, expert_group=expert_group)
+        if expert_group is not None:  # said, not silent: no table of these collectives is read
+            self.notes[f"moe: the experts over the group's {expert_gpus} GPUs, at its tokens; its exchange around each "
+                       f"expert layer ({expert_group.exchange.replace('_', ' ')} over {expert_group.ranks} ranks) "
+                       "priced by the GPU catalog's interconnect"] += 1
         self.fp8_block = fp8_block
         gd = gemm_dtype(weight_dtype, fp8_block)
         if gd == "fp8_block" and gd not in t.gemm_dtypes:  # same fp8 products, per-tensor scales: said, not silent
@@ -809,7 +819,7 @@ class MeasuredCostModel(PackedCostModel):
         self._moe = self._moe_curve()
         self._groups = []
         self._linear_by_name: dict[str, Curve] = {}  # a layer's dense matrices' curves (the same in every group)
-        for n_layers, gpu_shapes in gpu_layer_groups(model, tp, expert_parallel):
+        for n_layers, gpu_shapes in gpu_layer_groups(model, tp, expert_parallel, expert_gpus):
             mats = []
             for g in gpu_shapes:
                 if is_routed_expert(g.shape) and self._moe is not None:
@@ -1074,13 +1084,13 @@ class MeasuredCostModel(PackedCostModel):
             return self._experts_from_gemm_rows(gd)
         if "moe_ep_size" not in moe.columns:  # tables imported before expert-parallel rows were kept
             moe = moe.assign(moe_ep_size=1)
-        ep = self.ep
-        config = (m.hidden_size, m.ffn_size, m.num_experts_per_token, m.num_experts, self.tp // ep, ep)
+        ep, split = self.ep, self.expert_group.gpus if self.expert_group is not None else self.tp
+        config = (m.hidden_size, m.ffn_size, m.num_experts_per_token, m.num_experts, split // ep, ep)
         if ep > 1 and not (moe["moe_ep_size"] == ep).any() and "moe_ep_size" in all_rows.columns:
             derived = ep_rows_from_another_dtype(moe, all_rows, config)
             if derived is not None:
                 moe, dtype, near = derived
-                self.notes[f"moe: no expert-parallel {gd} rows at ep {ep}; this model's tp {self.tp} rows times the "
+                self.notes[f"moe: no expert-parallel {gd} rows at ep {ep}; this model's tp {split} rows times the "
                            f"{dtype} rows' EP / TP ratio of ({near[0]}, {near[1]}, top{near[2]} of {near[3]}, "
                            f"{_moe_split(near)} against tp {near[4] * near[5]})"] += 1
         near = nearest_moe_config(moe, config)
@@ -1195,6 +1205,8 @@ class MeasuredCostModel(PackedCostModel):
     def __repr__(self) -> str:
         notes = "; ".join(f"{n}" + (f" (x{c})" if c > 1 else "") for n, c in sorted(self.notes.items()))
         ep = f" ep{self.ep}" if self.ep > 1 else ""
+        if self.expert_group is not None:
+            ep += f", experts over {self.expert_group.gpus} GPUs"
         return (f"MeasuredCostModel({self.model.name} on {self.gpu.name} x{self.tp}{ep}, {self.engine}, "
                 + (f"all-reduce {self.all_reduce}, " if self.all_reduce != CUSTOM_ALL_REDUCE else "") +
                 f"weights={self.weight_dtype}, kv={self.kv_dtype}, kernels: {self.source} "
@@ -1311,7 +1323,8 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
                              on_missing: str = "roofline", root: Path | None = None, tables: str = "vllm",
                              unmeasured_dtype: str = "error", fp8_block: bool = False, expert_parallel: int = 1,
                              moe_routing: str = "auto", moe_kernel: str | None = None,
-                             all_reduce: str = CUSTOM_ALL_REDUCE, attention_backend: str | None = None):
+                             all_reduce: str = CUSTOM_ALL_REDUCE, attention_backend: str | None = None,
+                             expert_group: ExpertGroup | None = None):
     """The measured cost model. A GPU without tables of this framework: the roofline whose repr says why
     (on_missing 'roofline'), or a one-line ConfigError (on_missing 'error'). A quantization the tables were not
     measured in: a one-line ConfigError naming the field (unmeasured_dtype 'error', the default), or the roofline
@@ -1323,8 +1336,10 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
                                  kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,
                                  gpu_data=gpu_data, root=root, tables=tables, fp8_compute=fp8_compute,
                                  fp8_block=fp8_block, expert_parallel=expert_parallel, moe_routing=moe_routing,
-                                 moe_kernel=moe_kernel, all_reduce=all_reduce, attention_backend=attention_backend)
+                                 moe_kernel=moe_kernel, all_reduce=all_reduce, attention_backend=attention_backend,
+                                 expert_group=expert_group)
     if refusal is not None:
         raise ConfigError(refusal)
     return MeasuredFallback(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
-                            kv_dtype=kv_dtype, fp8_compute=fp8_compute, reason=reason, expert_parallel=expert_parallel)
+                            kv_dtype=kv_dtype, fp8_compute=fp8_compute, reason=reason, expert_parallel=expert_parallel,
+                            expert_group=expert_group)

@@ -27,9 +27,11 @@ from sim.cost.interpolation import bracket, log_ratio_1d, log_ratio_2d
 from sim.jit import njit
 from sim.cost.roofline_kernel import (
     ACT_BYTES,
+    EXCHANGE_KINDS,
     chunk_pairs,
     expert_load,
     hybrid_layer_mean,
+    expert_exchange_s,
     layer_allreduce_s,
     op_time,
     touched_experts,
@@ -42,15 +44,20 @@ from sim.model.memory import MXFP4_PARAM_BYTES, NVFP4_PARAM_BYTES
  P_TP, P_HIDDEN, P_PF_KIND, P_PF_A, P_PF_B, P_PF_C, P_PF_D, P_DC_KIND, P_DC_A, P_DC_B, P_DC_C, P_DC_D,
  P_ELEMENTWISE_0, P_ELEMENTWISE_1, P_ELEMENTWISE_2, P_LM_HEAD, P_AR_CURVE, P_SLIDING_WINDOW, P_MLA,
  P_MLA_FLOPS_PER_PAIR, P_MLA_KV_BYTES, P_SWAP_S_PER_TOKEN, P_WINDOW_SHARE, P_WINDOW_GRIDS, P_WPF_KIND, P_WPF_A,
- P_WPF_B, P_WPF_C, P_WPF_D, P_WDC_KIND, P_WDC_A, P_WDC_B, P_WDC_C, P_WDC_D) = range(41)
-NUM_MEASURED_PARAMS = 41
+ P_WPF_B, P_WPF_C, P_WPF_D, P_WDC_KIND, P_WDC_A, P_WDC_B, P_WDC_C, P_WDC_D, P_EXCHANGE_RANKS, P_EXCHANGE_KIND,
+ P_EXCHANGE_LINK_BYTES_PER_S, P_EXCHANGE_LATENCY_S) = range(45)
+NUM_MEASURED_PARAMS = 45
+# P_EXCHANGE_*: a lockstep group's ranks (0: no group), how they exchange the tokens around each expert layer, and
+# the catalog's link and latency that prices it (`roofline_kernel.expert_exchange_s`).
 # P_WINDOW_GRIDS: 1 where a sliding-window layer is priced from the window grids (the tables' rows at the model's
 # window: prefill by (batch, prompt tokens), decode by (batch, context)), whose shapes are P_WPF_* and P_WDC_*.
 ALLREDUCE_NONE, ALLREDUCE_CURVE, ALLREDUCE_CATALOG = 0, 1, 2
 # Columns of a curve row: first grid index, grid length, shape kind, four shape numbers.
 C_START, C_LEN, C_KIND, C_A, C_B, C_C, C_D = range(7)
-# Columns of a linear-layer row: its curve row, experts, experts each token routes to.
-L_CURVE, L_EXPERTS, L_ACTIVE = range(3)
+# Columns of a linear-layer row: its curve row, experts, experts each token routes to, 1 for the routed experts (a
+# fused-MoE row too: a lockstep rank runs them at its group's tokens).
+L_CURVE, L_EXPERTS, L_ACTIVE, L_ROUTED = range(4)
+LINEAR_COLUMNS = 4
 # Roofline shapes (`shape_at`), by the numbers (a, b, c, d) they take: a GEMM (n, k, weight bytes) by tokens m;
 # an all-reduce (latency, GPUs, bus bytes/s) by elements; the fused MoE layer (experts, experts per token,
 # hidden, ffn per GPU) by tokens; prefill attention (query heads, KV heads, head size, KV bytes per element) by
@@ -121,11 +128,16 @@ def pack(cost_model) -> tuple[tuple, list]:
     layers, starts, linear = [], [0], []
     for n_layers, mats, is_moe in m._groups:
         layers.append(n_layers)
-        linear += [[add(mm.curve), mm.experts, mm.active] for mm in mats]
+        linear += [[add(mm.curve), mm.experts, mm.active, float(mm.active < mm.experts)] for mm in mats]
         if is_moe and m._moe is not None:  # the fused-MoE layer, after the group's other linear layers
-            linear.append([add(m._moe), 1, 1])
+            linear.append([add(m._moe), 1, 1, 1.0])
         starts.append(len(linear))
     s[P_LM_HEAD] = add(m._lm_head)
+    if m.expert_group is not None:
+        s[P_EXCHANGE_RANKS] = m.expert_group.ranks
+        s[P_EXCHANGE_KIND] = EXCHANGE_KINDS[m.expert_group.exchange]
+        s[P_EXCHANGE_LINK_BYTES_PER_S] = m.gpu.interconnect_bytes_per_s * m.gpu.interconnect_efficiency
+        s[P_EXCHANGE_LATENCY_S] = m.gpu.allreduce_latency_s
     if m.tp > 1 and m.communication:
         if m._allreduce is not None:
             s[P_ALLREDUCE] = ALLREDUCE_CURVE
@@ -144,7 +156,7 @@ def pack(cost_model) -> tuple[tuple, list]:
     packed = (s, np.array(rows, dtype=np.float64).reshape(-1, 7),
               np.concatenate(grids).astype(np.float64), np.concatenate(ratios).astype(np.float64),
               np.array(layers, dtype=np.float64), np.array(starts, dtype=np.int64),
-              np.array(linear, dtype=np.float64).reshape(-1, 3), *grid,
+              np.array(linear, dtype=np.float64).reshape(-1, LINEAR_COLUMNS), *grid,
               np.full((len(layers), MEMO_TOKENS + 1), -1.0), np.full(MEMO_TOKENS, -1.0),
               np.zeros((NOTE_CAP, 4)), np.zeros(1, dtype=np.int64))
     return packed, curves
@@ -158,8 +170,8 @@ def with_note_log(params: tuple, rows: int) -> tuple:
 def empty() -> tuple:
     """A pack of the same types for pricers of another kind (never read)."""
     z, zi, z2 = np.zeros(0), np.zeros(0, dtype=np.int64), np.zeros((0, 0))
-    return (np.zeros(NUM_MEASURED_PARAMS), np.zeros((0, 7)), z, z, z, zi, z2.reshape(0, 3), z, z, z2, z, z, z2,
-            z, z, z2, z, z, z2, z2, z, z2, zi)
+    return (np.zeros(NUM_MEASURED_PARAMS), np.zeros((0, 7)), z, z, z, zi, z2.reshape(0, LINEAR_COLUMNS),
+            z, z, z2, z, z, z2, z, z, z2, z, z, z2, z2, z, z2, zi)
 
 
 # --- shapes, curves, grids -------------------------------------------------------------------------------
@@ -402,11 +414,13 @@ def fused_experts_s(one_s, roofline_s, touched, launch_s):
 
 
 @njit(cache=True)
-def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, count, memo, column, t):
+def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, count, memo, column, t, te):
     """Fill column `column` of `memo` with each group's per-layer terms that depend on the token count alone: the
     elementwise ops, the all-reduces, the linear layers (experts: those some token routes to, in expectation under
-    uniform routing, each on its share of the tokens, in one launch; a fused-MoE table's layer is one row). False:
-    the note log is full (the column's first row is -1 again: nothing is remembered)."""
+    uniform routing, each on its share of the tokens, in one launch; a fused-MoE table's layer is one row). The
+    routed experts run `te` tokens: `t`, or a lockstep rank's group's, which a mixture-of-experts layer then
+    exchanges (`roofline_kernel.expert_exchange_s`). False: the note log is full (the column's first row is -1
+    again: nothing is remembered)."""
     bps, floor_s = s[P_BYTES_PER_S], s[P_MIN_KERNEL_S]
     common = 0.0
     for e in (s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2]):
@@ -415,10 +429,19 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
         common += 2 * _curve(s, curves, grids, ratios, log, count, int(s[P_AR_CURVE]), t * s[P_HIDDEN])
     elif s[P_ALLREDUCE] == ALLREDUCE_CATALOG:
         common += layer_allreduce_s(t, s[P_HIDDEN], s[P_TP], s[P_AR_LATENCY_S], s[P_AR_LINK_BYTES_PER_S])
+    exchange_s = expert_exchange_s(te, s[P_HIDDEN], s[P_EXCHANGE_RANKS], s[P_EXCHANGE_KIND],  # (0: no group)
+                                   s[P_EXCHANGE_LATENCY_S], s[P_EXCHANGE_LINK_BYTES_PER_S])
     for g in range(layers.shape[0]):
         layer_s = common
+        exchanged = False
         for r in range(starts[g], starts[g + 1]):
             c, experts, active = int(linear[r, L_CURVE]), linear[r, L_EXPERTS], linear[r, L_ACTIVE]
+            n = t
+            if linear[r, L_ROUTED] != 0.0:
+                n = te
+                if not exchanged:
+                    layer_s += exchange_s
+                    exchanged = True
             if active < experts:  # routed experts (under expert parallelism a GPU may hold just one)
                 # No fused-MoE row of this dtype: the experts some token routes to, priced from their GEMM rows as
                 # the engines run them, in one fused kernel (vLLM's fused_moe, SGLang's, TensorRT-LLM's MoE plugin):
@@ -426,14 +449,14 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
                 # launch with next to no work), never less than its roofline. Against the tables' 50,376 measured
                 # fused-MoE times this is 1.53x them (median; mean |log error| 0.85), where one launch per expert
                 # was 2.25x (1.11) (benchmarks/bench_moe.py, 11-29).
-                touched = touched_experts(experts, active, t)
-                m = expert_load(experts, active, t)
+                touched = touched_experts(experts, active, n)
+                m = expert_load(experts, active, n)
                 one = _curve(s, curves, grids, ratios, log, count, c, m)
                 roof = shape_at(curves[c, C_KIND], curves[c, C_A], curves[c, C_B], curves[c, C_C], curves[c, C_D],
                                 s[P_FLOPS_PER_S], bps, m, 0.0)
                 layer_s += fused_experts_s(one, roof, touched, floor_s)
             else:
-                layer_s += _curve(s, curves, grids, ratios, log, count, c, t)
+                layer_s += _curve(s, curves, grids, ratios, log, count, c, n)
         if math.isnan(layer_s):
             memo[0, column] = -1.0  # readers test the first row: the column is not filled
             return False
@@ -445,9 +468,10 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
 # (and, where numba counts references, take and drop one for each).
 @njit(cache=True, inline="always")
 def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
-              query_tokens, pad_tokens, swap_tokens):
+              query_tokens, pad_tokens, swap_tokens, expert_tokens):
     """The step's time (`sim.cost.step_args` lists the arguments): per layer its token-count terms and its
-    attention, then the LM head, swaps, the step overhead. NaN: the note log is full."""
+    attention, then the LM head, swaps, the step overhead. A lockstep rank's step (`expert_tokens` not 0) runs its
+    routed experts at its group's tokens (`_per_layer_token_s`). NaN: the note log is full."""
     (s, curves, grids, ratios, layers, starts, linear, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, wpf_ga, wpf_gb, wpf_r,
      wdc_ga, wdc_gb, wdc_r, layer_memo, head_memo, note_log, note_count) = params
     t = linear_tokens(num_prefill_tokens, num_decode_seqs, query_tokens, pad_tokens)  # (padding: no attention)
@@ -462,15 +486,15 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
         return math.nan
     # (The memo is read element by element: a view of it would take and drop a reference where numba counts them.)
     time_s = 0.0
-    if t < MEMO_TOKENS:
+    if t < MEMO_TOKENS and expert_tokens == 0:  # (the memo holds a step's own tokens through every layer)
         if layer_memo[0, t] == -1.0 and not _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear,
-                                                                note_log, note_count, layer_memo, t, t):
+                                                                note_log, note_count, layer_memo, t, t, t):
             return math.nan
         for g in range(layers.shape[0]):
             time_s += layers[g] * (layer_memo[g, t] + attn)
     else:
         if not _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, note_log, note_count,
-                                  layer_memo, SCRATCH, t):
+                                  layer_memo, SCRATCH, t, expert_tokens if expert_tokens else t):
             return math.nan
         for g in range(layers.shape[0]):
             time_s += layers[g] * (layer_memo[g, SCRATCH] + attn)

@@ -21,7 +21,7 @@ from sim.model.attention_io import ATTENTION_KERNELS, ELEMENTWISE_PASSES, math_s
 from sim.model.attention_io import heads_per_gpu as attention_heads_per_gpu
 from sim.model.memory import DTYPE_BYTES, check_fp4_products, check_weight_dtype, kv_bytes_per_token, param_bytes
 from sim.model.shapes import GpuLinear, gpu_layer_groups, gpu_linear, lm_head_shape
-from sim.model.specs import GPUSpec, ModelSpec
+from sim.model.specs import ExpertGroup, GPUSpec, ModelSpec
 
 
 
@@ -76,7 +76,7 @@ class RooflineCostModel(PackedCostModel):
                  weight_dtype: str = "bf16", kv_dtype: str = "bf16", fp8_compute: bool = False,
                  compute_efficiency: float | None = None, memory_efficiency: float | None = None,
                  step_overhead_s: float | None = None, attention_kernel: str = "flash",
-                 attention_dtype: str = "bf16", expert_parallel: int = 1):
+                 attention_dtype: str = "bf16", expert_parallel: int = 1, expert_group: ExpertGroup | None = None):
         if attention_kernel not in ATTENTION_KERNELS:
             raise ConfigError(f"attention.kernel: {attention_kernel!r} is not allowed; allowed: "
                               f"{', '.join(ATTENTION_KERNELS)}")
@@ -84,6 +84,10 @@ class RooflineCostModel(PackedCostModel):
             raise ConfigError(f"attention_dtype: {attention_dtype!r} is not allowed; allowed: "
                               f"{', '.join(_ATTENTION_DTYPES)}")
         self.model, self.gpu, self.tp, self.ep = model, gpu, tensor_parallel, expert_parallel
+        # A lockstep rank's: how its group spreads the routed experts (None: over its own tensor-parallel GPUs;
+        # `sim.model.shapes.gpu_linear`), its steps' experts priced at the group's tokens (`StepPlan.num_expert_tokens`)
+        self.expert_group = expert_group
+        expert_gpus = expert_group.gpus if expert_group is not None else 0
         self.attention_kernel = attention_kernel
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         peak = matmul_peak_flops(gpu, weight_dtype, fp8_compute)
@@ -125,7 +129,7 @@ class RooflineCostModel(PackedCostModel):
                                     for op, unit, nbytes, flops, elements in passes]
         check_weight_dtype(model, weight_dtype)
         self.groups = [(n, [self._matmul(g, weight_dtype) for g in gpu_shapes])
-                       for n, gpu_shapes in gpu_layer_groups(model, tensor_parallel, expert_parallel)]
+                       for n, gpu_shapes in gpu_layer_groups(model, tensor_parallel, expert_parallel, expert_gpus)]
         self.lm_head = self._matmul(gpu_linear(lm_head_shape(model), tensor_parallel), weight_dtype)
         self.hidden = model.hidden_size
         self.ffn_per_gpu = model.ffn_size / tensor_parallel
@@ -151,6 +155,8 @@ class RooflineCostModel(PackedCostModel):
         if self.attention_kernel == "materialized" and self.gpu.fp32_flops_per_s is None:
             attention += " (its fp32 matmuls at the bf16 rate: the GPU gives no fp32_flops_per_s)"
         ep = f" ep{self.ep}" if self.ep > 1 else ""
+        if self.expert_group is not None:
+            ep += f", experts over {self.expert_group.gpus} GPUs"
         return (f"RooflineCostModel({self.model.name} on {self.gpu.name} x{self.tp}{ep}, "
                 f"weights={self.weight_dtype}, kv={self.kv_dtype}{attention})")
 
@@ -187,7 +193,7 @@ def decode_run_costs(kind: int, roofline: tuple, steps: tuple | None, measured: 
     before it knows whether a run follows, is priced as that step (a third of the time: no array to build)."""
     if num_steps == 1:
         return [StepCost(*compiled_pricing.price_parts(kind, roofline, steps, measured, 0, NO_CHUNKS, NO_CHUNKS, 0,
-                                                       num_seqs, context_tokens, num_seqs, 1, 0, 0))]
+                                                       num_seqs, context_tokens, num_seqs, 1, 0, 0, 0))]
     return step_costs(compiled_pricing.decode_run(kind, roofline, steps, measured, num_seqs, context_tokens,
                                                   num_steps))
 

@@ -23,7 +23,13 @@ from sim.model.attention_io import MATH_SDPA_MATMULS, MATH_SDPA_PASSES
  P_HIDDEN, P_FFN_PER_GPU, P_TP, P_LINK_BYTES_PER_S, P_ALLREDUCE_LATENCY_S,
  P_SLIDING_WINDOW, P_LM_HEAD, P_NUM_LAYERS, P_HOST_LINK_BYTES_PER_S, P_MATERIALIZED, P_SCORE_BYTES_PER_PAIR,
  P_CACHE_BYTES, P_CACHE_BYTES_PER_S, P_FIRST_TOUCH_BYTES_PER_S, P_FLASH_KEY_BLOCK, P_FRESH_PER_PAIR, P_FRESH_PER_QUERY,
- P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_WINDOW_SHARE, P_SCORE_FLOPS_PER_S, P_NUM_PASSES, P_PASSES) = range(29)
+ P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_WINDOW_SHARE, P_SCORE_FLOPS_PER_S, P_EXCHANGE_RANKS, P_EXCHANGE_KIND,
+ P_NUM_PASSES, P_PASSES) = range(31)
+# P_EXCHANGE_RANKS: a lockstep group's ranks, which exchange the tokens around each expert layer (`ExpertGroup`), 0:
+# no group; P_EXCHANGE_KIND: how (EXCHANGE_*, `expert_exchange_s`).
+EXCHANGE_GATHER_SCATTER, EXCHANGE_BROADCAST_ALL_REDUCE = 0, 1
+EXCHANGE_KINDS = {"all_gather_reduce_scatter": EXCHANGE_GATHER_SCATTER,
+                  "broadcast_all_reduce": EXCHANGE_BROADCAST_ALL_REDUCE}
 # The materialized kernel's passes other than its matmuls (`attention_io.math_sdpa_terms`), from P_PASSES on, a row
 # of PASS_COLUMNS each: the unit it runs over (U_PAIR: a query row against a key, U_QUERY, U_KEY: a token), bytes
 # per unit, FLOPs per unit, and the device's own seconds per unit for it (`GPUSpec.pass_s_per_element`; 0: none).
@@ -57,6 +63,9 @@ def pack(model) -> tuple:
     scalars[P_ALLREDUCE_LATENCY_S] = model.gpu.allreduce_latency_s
     scalars[P_SLIDING_WINDOW] = model.model.sliding_window or 0
     scalars[P_WINDOW_SHARE] = model.model.window_layer_share
+    if model.expert_group is not None:
+        scalars[P_EXCHANGE_RANKS] = model.expert_group.ranks
+        scalars[P_EXCHANGE_KIND] = EXCHANGE_KINDS[model.expert_group.exchange]
     scalars[P_LM_HEAD] = 1.0 if model.include_lm_head else 0.0
     scalars[P_NUM_LAYERS] = model.model.num_layers
     scalars[P_HOST_LINK_BYTES_PER_S] = model.gpu.host_link_bytes_per_s
@@ -140,17 +149,27 @@ def lm_head_flops_bytes(lm_head, rows):
 
 
 @njit(cache=True)
-def _matmuls(mm, first, end, num_tokens, fps, bps):
-    """One layer's matmul rows first..end-1 at `num_tokens`: (time, FLOPs, bytes)."""
+def _matmuls(mm, first, end, num_tokens, expert_tokens, fps, bps):
+    """One layer's matmul rows first..end-1 at `num_tokens`, its routed experts at `expert_tokens` where that is
+    not 0 (a lockstep rank's group: `step_cost`): (time, FLOPs, bytes)."""
     layer_s = 0.0
     layer_flops = 0.0
     layer_bytes = 0.0
     for k in range(first, end):
-        f, b = linear_row(mm, k, num_tokens)
+        routed = mm[k, M_EXPERTS_PER_TOKEN] < mm[k, M_NUM_EXPERTS]
+        f, b = linear_row(mm, k, expert_tokens if expert_tokens and routed else num_tokens)
         layer_s += op_time(f, b, fps, bps)
         layer_flops += f
         layer_bytes += b
     return layer_s, layer_flops, layer_bytes
+
+
+@njit(cache=True)
+def _has_routed_experts(mm, first, end):
+    for k in range(first, end):
+        if mm[k, M_EXPERTS_PER_TOKEN] < mm[k, M_NUM_EXPERTS]:
+            return True
+    return False
 
 
 @njit(cache=True)
@@ -243,6 +262,24 @@ def layer_allreduce_s(num_tokens, hidden, tp, latency_s, link_bytes_per_s):
     return 0.0
 
 
+@njit(cache=True)
+def expert_exchange_s(expert_tokens, hidden, ranks, kind, latency_s, link_bytes_per_s):
+    """A lockstep group's exchange around one mixture-of-experts layer, over its `ranks` (one GPU each; the other
+    tensor-parallel positions exchange alongside): every rank's hidden states gathered (the message: the group's
+    `expert_tokens` tokens), and the experts' outputs summed back to each rank. EXCHANGE_GATHER_SCATTER: an
+    all-gather and a reduce-scatter, each a latency plus a ring's (r - 1) / r of the message over the link (vLLM's
+    AgRsAll2AllManager, its default from 0.11.0). EXCHANGE_BROADCAST_ALL_REDUCE: each rank broadcasts its tokens in
+    turn (a latency each, every token crossing the link once), then an all-reduce of the whole message (a latency
+    and 2 (r - 1) / r of it; vLLM's naive dispatch and combine before). 0 without a group."""
+    if ranks <= 1:
+        return 0.0
+    message = expert_tokens * hidden * ACT_BYTES
+    share_s = (ranks - 1) / ranks * message / link_bytes_per_s
+    if kind == EXCHANGE_BROADCAST_ALL_REDUCE:
+        return ranks * latency_s + message / link_bytes_per_s + latency_s + 2 * share_s
+    return 2 * (latency_s + share_s)
+
+
 @njit(cache=True, inline="always")
 def hybrid_layer_mean(share, windowed, whole):
     """A hybrid model's mean layer of some attention term: `share` of the layers attend through the sliding window
@@ -322,8 +359,10 @@ def layer_attention(price, window, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
 # (and, where numba counts references, take and drop one for each).
 @njit(cache=True, inline="always")
 def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, num_sampled,
-              query_tokens, pad_tokens, swap_tokens):
-    """(time_s, FLOPs, bytes) of one step (`sim.cost.step_args` lists the arguments)."""
+              query_tokens, pad_tokens, swap_tokens, expert_tokens):
+    """(time_s, FLOPs, bytes) of one step (`sim.cost.step_args` lists the arguments). A lockstep rank's step
+    (`expert_tokens` not 0) runs its routed experts at its group's tokens, and exchanges them around each
+    mixture-of-experts layer (`expert_exchange_s`)."""
     price, grp_layers, grp_start, mm, lm_head, mm_memo, head_memo = params
     fps, bps = price[P_FLOPS_PER_S], price[P_BYTES_PER_S]
     num_tokens = linear_tokens(num_prefill_tokens, num_decode_seqs, query_tokens, pad_tokens)  # padding: no attention
@@ -338,12 +377,23 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     time_s = 0.0
     flops_total = 0.0
     bytes_total = 0.0
+    exchange_s = 0.0
+    if expert_tokens:
+        exchange_s = expert_exchange_s(expert_tokens, price[P_HIDDEN], price[P_EXCHANGE_RANKS],
+                                       price[P_EXCHANGE_KIND], price[P_ALLREDUCE_LATENCY_S],
+                                       price[P_LINK_BYTES_PER_S])
     for g in range(grp_layers.shape[0]):
-        if num_tokens < MEMO_TOKENS and not math.isnan(mm_memo[g, num_tokens, 0]):
+        if expert_tokens:  # (the memo holds a step's own tokens through every matmul)
+            layer_s, layer_flops, layer_bytes = _matmuls(mm, grp_start[g], grp_start[g + 1], num_tokens,
+                                                         expert_tokens, fps, bps)
+            if _has_routed_experts(mm, grp_start[g], grp_start[g + 1]):
+                layer_s += exchange_s
+        elif num_tokens < MEMO_TOKENS and not math.isnan(mm_memo[g, num_tokens, 0]):
             layer_s, layer_flops, layer_bytes = (mm_memo[g, num_tokens, 0], mm_memo[g, num_tokens, 1],
                                                  mm_memo[g, num_tokens, 2])
         else:
-            layer_s, layer_flops, layer_bytes = _matmuls(mm, grp_start[g], grp_start[g + 1], num_tokens, fps, bps)
+            layer_s, layer_flops, layer_bytes = _matmuls(mm, grp_start[g], grp_start[g + 1], num_tokens, 0, fps,
+                                                         bps)
             if num_tokens < MEMO_TOKENS:
                 mm_memo[g, num_tokens, 0], mm_memo[g, num_tokens, 1] = layer_s, layer_flops
                 mm_memo[g, num_tokens, 2] = layer_bytes

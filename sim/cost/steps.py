@@ -359,7 +359,7 @@ class StepFit:
 
     def _args(self, plan: StepPlan) -> tuple:
         return (self.physics.scalars, self.physics.linear, self.rates.flops_per_s, self.rates.bytes_per_s,
-                *self.ratio_arrays(), *step_args(plan)[:-1])  # (the fit prices no swaps)
+                *self.ratio_arrays(), *step_args(plan)[:-2])  # (the fit prices no swaps, no group's experts)
 
     def parts(self, plan: StepPlan) -> dict[str, float]:
         """Seconds of each part of a step: token (body + head), prefill_attention, decode_attention."""

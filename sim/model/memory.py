@@ -108,6 +108,19 @@ def check_expert_parallel(model: ModelSpec, tp: int, ep: int, field: str = "hard
                           f"tensor_parallel {tp} GPUs (it must divide both); allowed: {allowed}")
 
 
+def check_expert_group(model: ModelSpec, expert_gpus: int, ep: int, field: str = "hardware.expert_parallel") -> None:
+    """Raise ConfigError unless a lockstep group's `expert_gpus` GPUs can hold the routed experts, `ep` of them
+    holding whole ones (`gpu_linear`): the model has them, and `ep` divides their count and the GPUs."""
+    if not model.is_moe:
+        raise ConfigError(f"{field}: {model.name} has no routed experts to spread over a group; allowed: a mixture of "
+                          "experts")
+    if isinstance(ep, bool) or not isinstance(ep, int) or ep < 1 or expert_gpus % ep or model.num_experts % ep:
+        allowed = ", ".join(str(e) for e in range(1, expert_gpus + 1)
+                            if expert_gpus % e == 0 and model.num_experts % e == 0)
+        raise ConfigError(f"{field}: {ep!r} cannot split {model.name}'s {model.num_experts} experts over the group's "
+                          f"{expert_gpus} GPUs (it must divide both); allowed: {allowed}")
+
+
 def check_block_scales(model: ModelSpec, tp: int, ep: int = 1, field: str = "hardware.tensor_parallel") -> None:
     """Raise ConfigError unless `tp` ranks (`ep` of them holding whole experts) each hold whole 128 x 128 scale blocks
     of the model's block-scaled fp8 weights (`shapes.block_scale_problem`): the engines refuse to load such a
@@ -280,18 +293,20 @@ def _gpu_matrix_bytes(g: GpuLinear, num_layers: int, weight_dtype: str, group_si
 
 def weight_bytes_per_gpu(
     model: ModelSpec, weight_dtype: str = "bf16", tensor_parallel: int = 1, group_size: int = 128,
-    expert_padding: ExpertPadding | None = None,
+    expert_padding: ExpertPadding | None = None, expert_gpus: int = 0,
 ) -> int:
     """Weight bytes on each GPU: column/row-split matrices and the (vocab-parallel) embeddings and
     lm_head are divided by tensor_parallel; replicated matrices, norms and positions are not. The routed experts
-    are stored padded where the engine pads them (`expert_padding`)."""
+    are stored padded where the engine pads them (`expert_padding`), and divided by `expert_gpus` where a lockstep
+    group spreads them over that many GPUs (0: by tensor_parallel)."""
     check_tensor_parallel(model, tensor_parallel)
     _dtype_bytes(weight_dtype, WEIGHT_DTYPES, "weight_dtype")
     check_weight_dtype(model, weight_dtype)
     _positive_int(group_size, "group_size")
     total = 0.0
-    # Expert parallelism leaves these bytes as they are: a GPU holds 1 / tp of the experts' weights either way.
-    for num_layers, gpu_shapes in gpu_layer_groups(model, tensor_parallel):
+    # Expert parallelism leaves these bytes as they are: a GPU holds 1 / tp (1 / expert_gpus) of the experts'
+    # weights either way.
+    for num_layers, gpu_shapes in gpu_layer_groups(model, tensor_parallel, 1, expert_gpus):
         for g in gpu_shapes:
             total += _gpu_matrix_bytes(g, num_layers, weight_dtype, group_size, expert_padding)
     head = lm_head_shape(model)
@@ -484,6 +499,7 @@ def kv_capacity(
     profiled_activations: bool = True,
     transient_margin: TransientMargin | None = None,
     weights_offload_bytes: int = 0,
+    expert_gpus: int = 0,
 ) -> KVCapacity:
     """The memory left for KV cache on each GPU after weights, activations (with `score_bytes` of materialized
     attention scores, `sim.model.attention_io.score_activation_bytes`) and a reserve, in token slots of
@@ -492,10 +508,18 @@ def kv_capacity(
     (SGLang's mem_fraction_static; `kv_cache.profile_activations`). `transient_margin`: the usable bytes are at most
     the device less that margin (`margined_usable_bytes`). `weights_offload_bytes`: at most about this many bytes of
     each GPU's layers are kept in host memory instead (`offloaded_weight_bytes`); `weight_bytes` is what stays.
+    `expert_gpus`: the GPUs a lockstep group spreads the routed experts over (0: the tensor-parallel group's;
+    `weight_bytes_per_gpu`). The activations are sized as the rank's alone: a rank's experts run its group's tokens
+    on a 1 / expert_gpus share of the experts where its own would run on 1 / tensor_parallel, the same rows x width
+    at the group's padded batch.
 
     Raises DoesNotFitError when nothing is left.
     """
-    weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel, expert_padding=expert_padding)
+    weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel, expert_padding=expert_padding,
+                                   expert_gpus=expert_gpus)
+    if expert_gpus and weights_offload_bytes:
+        raise ConfigError(f"kv_cache.weights_offload_bytes: {weights_offload_bytes} is not modelled for a lockstep "
+                          "group's experts; allowed: 0")
     weights -= offloaded_weight_bytes(model, weights_offload_bytes, weight_dtype, tensor_parallel,
                                       expert_padding=expert_padding)
     activations = (activation_bytes(model, max_num_batched_tokens, max_num_seqs, tensor_parallel, logit_bytes)

@@ -94,24 +94,31 @@ def is_routed_expert(shape: LinearShape) -> bool:
     return shape.name.startswith("experts_")
 
 
-def gpu_linear(shape: LinearShape, tensor_parallel: int, expert_parallel: int = 1) -> GpuLinear:
+def gpu_linear(shape: LinearShape, tensor_parallel: int, expert_parallel: int = 1, expert_gpus: int = 0) -> GpuLinear:
     """`shape` on one GPU. Tensor parallelism splits every matrix that is not replicated across the group. Expert
     parallelism (`expert_parallel` GPUs of the group) gives each GPU whole routed experts, `count / expert_parallel`
     of them, and splits each one over the remaining `tensor_parallel / expert_parallel` GPUs, as vLLM's
     `--enable-expert-parallel`, SGLang's `--ep-size` and TensorRT-LLM's `moe_expert_parallel_size` do without
-    data-parallel attention (`sim.model.memory.check_expert_parallel` holds the sizes allowed)."""
+    data-parallel attention (`sim.model.memory.check_expert_parallel` holds the sizes allowed). `expert_gpus` (0:
+    the tensor-parallel group's): the GPUs the routed experts spread over instead, a lockstep data-parallel group's
+    (vLLM's experts under --data-parallel-size: sim/core/lockstep.py), `expert_parallel` of them holding whole
+    experts (`sim.model.memory.check_expert_group`)."""
     if shape.tp_split == "replicated":
         return GpuLinear(shape, 1, shape.count, shape.active_per_token)
+    if expert_gpus and is_routed_expert(shape):
+        return GpuLinear(shape, expert_gpus // expert_parallel, shape.count // expert_parallel,
+                         shape.active_per_token / expert_parallel)
     if expert_parallel > 1 and is_routed_expert(shape):
         return GpuLinear(shape, tensor_parallel // expert_parallel, shape.count // expert_parallel,
                          shape.active_per_token / expert_parallel)
     return GpuLinear(shape, tensor_parallel, shape.count, shape.active_per_token)
 
 
-def gpu_layer_groups(model: ModelSpec, tensor_parallel: int,
-                     expert_parallel: int = 1) -> list[tuple[int, list[GpuLinear]]]:
-    """`layer_groups` as one GPU holds them."""
-    return [(n, [gpu_linear(s, tensor_parallel, expert_parallel) for s in shapes]) for n, shapes in layer_groups(model)]
+def gpu_layer_groups(model: ModelSpec, tensor_parallel: int, expert_parallel: int = 1,
+                     expert_gpus: int = 0) -> list[tuple[int, list[GpuLinear]]]:
+    """`layer_groups` as one GPU holds them (`gpu_linear`)."""
+    return [(n, [gpu_linear(s, tensor_parallel, expert_parallel, expert_gpus) for s in shapes])
+            for n, shapes in layer_groups(model)]
 
 
 def lm_head_shape(model: ModelSpec) -> LinearShape:

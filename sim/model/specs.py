@@ -201,3 +201,18 @@ class LinearShape:
     tp_split: Literal["column", "row", "replicated"]  # how tensor parallelism shards it
     active_per_token: float  # how many of the `count` matrices one token passes through
     has_bias: bool = False
+
+
+EXCHANGES = ("all_gather_reduce_scatter", "broadcast_all_reduce")
+
+
+@dataclass(frozen=True, slots=True)
+class ExpertGroup:
+    """How a lockstep data-parallel group spreads a mixture of experts' routed experts (sim/core/lockstep.py): over
+    every rank's GPUs, each step's expert layers running the whole group's tokens, which the ranks exchange around
+    each such layer over their data-parallel group (each rank's GPU with its peers at the same tensor-parallel
+    position; vLLM's FusedMoE under --data-parallel-size)."""
+
+    gpus: int  # the GPUs holding the routed experts: ranks x each rank's tensor-parallel GPUs
+    ranks: int  # the GPUs each exchange spans: one per rank
+    exchange: Literal[EXCHANGES] = "all_gather_reduce_scatter"  # (`roofline_kernel.expert_exchange_s`)

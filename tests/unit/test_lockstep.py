@@ -152,15 +152,32 @@ def test_what_lockstep_does_not_model_is_refused_in_one_line(tmp_path, hardware,
     assert message in run_refused(tmp_path, raw)  # one line, exit 2, nothing written (run_refused checks)
 
 
-def test_a_mixture_of_experts_in_lockstep_is_refused_in_one_line(tmp_path):
-    # the engines' lockstep ranks share a mixture of experts' experts; ranks each holding all of them are no engine's
+def test_a_mixture_of_experts_in_lockstep_runs_each_rank_s_experts_at_the_group_s_tokens():
+    # each expert layer gathers every rank's forward, padding and dummy tokens too (vLLM's FusedMoE under DP)
     raw = scenario({})
     raw["model"] = "qwen3-30b-a3b"
-    assert ("hardware.lockstep: not modelled for qwen3-30b-a3b, a mixture of experts (the engines spread its experts "
-            "over every rank's GPUs); allowed: a dense model, or independent replicas (no lockstep)"
-            in run_refused(tmp_path, raw))
-    del raw["hardware"]["lockstep"]  # independent replicas of it run
-    assert simulate(validate_scenario(raw)).summary["num_finished"] == 40
+    cost = TokenCost()
+    result = simulate(validate_scenario(raw), cost_model=cost)
+    assert result.extras["engine_core"] == "python (a lockstep group sharing a mixture of experts)"
+    assert result.summary["num_finished"] == 40
+    assert len(cost.priced) == 2 * result.summary["lockstep_steps"]
+    for first, second in zip(cost.priced[::2], cost.priced[1::2]):
+        assert first.num_expert_tokens == second.num_expert_tokens == first.num_tokens + second.num_tokens
+    dense = scenario({})  # a dense model's ranks share nothing
+    simulate(validate_scenario(dense), cost_model=cost)
+    assert cost.priced[-1].num_expert_tokens == 0
+
+
+@pytest.mark.parametrize("cost_model, message", [
+    ({"kind": "roofline", "efficiencies": "learned"},
+     "hardware.lockstep: cost_model roofline with efficiencies learned cannot price qwen3-30b-a3b's experts at the "
+     "group's tokens apart from each rank's own; allowed: cost_model measured, or roofline with catalog efficiencies"),
+])
+def test_a_mixture_of_experts_group_needs_a_per_layer_pricer(tmp_path, cost_model, message):
+    raw = scenario({})
+    raw["model"] = "qwen3-30b-a3b"
+    raw["cost_model"] = cost_model
+    assert message in run_refused(tmp_path, raw)
 
 
 def test_the_padding_rule_both_engines_call():

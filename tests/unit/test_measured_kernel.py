@@ -46,7 +46,7 @@ def core_price(cm, plan: StepPlan, pack=None):
     """The price the compiled core gets for a step (its pack: every part present, the kind chosen at run time)."""
     # (`pricer`'s pack may carry more parts after these four, e.g. the engine overhead's terms)
     kind, roofline, steps, measured = (pack or cm.compiled_params())[:4]
-    return price_parts(kind, roofline, steps, measured, *step_args(plan)[:-3], 1, plan.num_padding_tokens, 0)
+    return price_parts(kind, roofline, steps, measured, *step_args(plan)[:-4], 1, plan.num_padding_tokens, 0, 0)
 
 
 def core_notes(cm, pack) -> dict:

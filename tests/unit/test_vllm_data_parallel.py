@@ -1,8 +1,8 @@
 """vLLM's --data-parallel-size: from 0.14.0 a dense model's ranks are independent engines behind the API server(s),
 dealt in turn to 0.26.x and from 0.27.0 by the fewest outstanding plus a KV-pressure term (least_outstanding_kv);
 0.8.3-0.13.x's ranks step in lockstep
-(sim/core/lockstep.py); a V0 fallback's and a mixture of experts' are refused
-(sim/config/engines/vllm_data_parallel.py)."""
+(sim/core/lockstep.py), and a mixture of experts' in every release, sharing its experts; a V0 fallback's are
+refused (sim/config/engines/vllm_data_parallel.py)."""
 
 import pytest
 
@@ -69,12 +69,11 @@ def test_from_0_27_the_ranks_run_as_the_same_replicas_behind_one_front_end_would
      "engine.data_parallel_size: 2 is not modelled where vLLM 0.10.2 falls back to V0"),  # fp8 KV off Hopper
     (vllm("0.9.2", command="vllm serve x -dp 4 --preemption-mode swap"),
      "engine.command '-dp 4': 4 is not modelled where vLLM 0.9.2 falls back to V0"),
-    (vllm("0.13.0", model="mixtral-8x7b", data_parallel_size=2, tensor_parallel_size=2),
-     "engine.data_parallel_size: 2 is not modelled for a mixture-of-experts model's ranks"),
     (vllm("0.12.0", data_parallel_size=2, pipeline_parallel_size=2),
      "engine.data_parallel_size: 2 beside pipeline_parallel_size 2 is not modelled for vLLM 0.12.0"),
-    (vllm("0.14.0", model="mixtral-8x7b", data_parallel_size=2, tensor_parallel_size=2),
-     "engine.data_parallel_size: 2 is not modelled for a mixture-of-experts model's ranks"),
+    (vllm("0.14.0", model="mixtral-8x7b", data_parallel_size=2, tensor_parallel_size=2, pipeline_parallel_size=2),
+     "engine.data_parallel_size: 2 beside pipeline_parallel_size 2 is not modelled for vLLM 0.14.0, whose ranks run "
+     "in lockstep; allowed: 1, pipeline_parallel_size 1"),
     (vllm(data_parallel_size=4, hardware={"num_replicas": 2}),
      "engine.data_parallel_size: 4 contradicts hardware.num_replicas 2; allowed: give one of them, or the same value"),
     (vllm(data_parallel_size=0), "engine.data_parallel_size: 0 is not allowed; allowed: a whole number >= 1"),
@@ -145,3 +144,38 @@ def test_the_planner_refuses_ranks_it_would_size_itself(tmp_path):
     raw = {**vllm(data_parallel_size=2), "slo": {"ttft_s": 2.0}, "search": {"max_replicas": 2, "num_seeds": 1}}
     assert run_refused(tmp_path, raw, "plan").startswith("error: engine: its flags set hardware.num_replicas (2), "
                                                          "which the planner sizes itself")
+
+
+@pytest.mark.parametrize("version, flags, exchange, ep, router", [
+    ("0.8.4", {}, "broadcast_all_reduce", 1, "least_outstanding"),  # FusedMoE.naive_multicast, then an all-reduce
+    ("0.10.2", {"enable_expert_parallel": True}, "broadcast_all_reduce", 4, "least_loaded"),  # "naive"'s default
+    ("0.11.0", {}, "all_gather_reduce_scatter", 1, "least_loaded"),  # "allgather_reducescatter", the new default
+    ("0.11.0", {"enable_expert_parallel": True}, "all_gather_reduce_scatter", 4, "least_loaded"),
+    ("0.14.0", {"enable_expert_parallel": True}, "all_gather_reduce_scatter", 4, "least_loaded"),  # still lockstep
+    ("0.27.0", {}, "all_gather_reduce_scatter", 1, "least_outstanding_kv"),
+])
+def test_a_mixture_of_experts_ranks_step_in_lockstep_sharing_its_experts_in_every_release(version, flags, exchange,
+                                                                                          ep, router):
+    # FusedMoE flattens the TP group across the ranks: moe tp = ranks x tp, or ep = ranks x tp with the flag
+    scenario = validate_scenario(vllm(version, model="qwen3-30b-a3b", data_parallel_size=2, tensor_parallel_size=2,
+                                      **flags))
+    hw = scenario.hardware
+    assert (hw.num_replicas, hw.tensor_parallel, hw.expert_parallel, hw.router) == (2, 2, ep, router)
+    assert hw.lockstep is not None and hw.lockstep.expert_exchange == exchange
+    assert any("its routed experts over every rank's GPUs" in note for note in scenario.engine.notes)
+
+
+def test_a_dense_model_s_ranks_share_nothing_and_from_0_14_run_apart():
+    dense = validate_scenario(vllm("0.11.0", data_parallel_size=2, enable_expert_parallel=False))
+    assert dense.hardware.lockstep.expert_exchange == "all_gather_reduce_scatter"  # (the default: no experts read it)
+    assert dense.hardware.expert_parallel == 1
+    assert validate_scenario(vllm("0.14.0", data_parallel_size=2)).hardware.lockstep is None
+
+
+def test_a_scenario_written_back_keeps_the_release_s_lockstep_without_a_note_that_it_is_its_own():
+    import yaml
+    from sim.config.schema import Scenario
+    for model, version in (("llama-3.1-8b", "0.13.0"), ("qwen3-30b-a3b", "0.11.0")):
+        scenario = validate_scenario(vllm(version, model=model, data_parallel_size=2))
+        again = Scenario.model_validate(yaml.safe_load(scenario.to_yaml()))
+        assert again == scenario and not any("scenario's own" in note for note in again.engine.notes)

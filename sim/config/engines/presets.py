@@ -395,7 +395,9 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
             if flag.target == "hardware.expert_parallel" and isinstance(value, bool):
                 if not value:
                     continue
-                value = ctx.tensor_parallel  # the engine splits the experts over its whole TP group
+                # the engine splits the experts over its whole TP group, or over the GPUs its derivation spreads
+                # them over (vLLM's data-parallel ranks: vllm_data_parallel.py)
+                value = result.values.get(flag.target, ctx.tensor_parallel)
             result.values[flag.target] = value
             result.from_flags[flag.target] = key
     # fp8 weights run as the engine runs them, or are refused where it cannot (`refuse_unrun_fp8`): W8A8 where the GPU

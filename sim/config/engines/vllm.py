@@ -946,15 +946,17 @@ VLLM_FLAGS = {
     "api_server_count": Flag("frontend.num_processes", int, "--api-server-count: API server processes "
                              "(frontend.num_processes)", since=(0, 9, 1)),
     # --data-parallel-size (0.8.3 on; -dp from 0.8.4, accepted here from 0.8.3): independent engines from 0.14.0 with
-    # a dense model, lockstep ranks before; a mixture of experts refused (vllm_data_parallel.py)
+    # a dense model, lockstep ranks before and always for a mixture of experts (vllm_data_parallel.py)
     "data_parallel_size": Flag("hardware.num_replicas", int, "--data-parallel-size: engines of tp x pp GPUs behind "
                                "the API server(s), independent from 0.14.0 with a dense model, stepping in lockstep "
-                               "before (hardware.lockstep); a mixture of experts not modelled",
+                               "before and always for a mixture of experts, whose experts spread over every rank "
+                               "(hardware.lockstep)",
                                at_least("data_parallel_size"), since=(0, 8, 3), aliases=("-dp",)),
     # vllm/model_executor/layers/fused_moe/layer.py (0.8.0): ep_size = tp_size x dp_size, moe tp 1, the output
-    # all-reduced over the TP group as without it (data parallelism is not modelled: EP = TP)
+    # all-reduced over the TP group as without it (with --data-parallel-size: vllm_data_parallel.py)
     "enable_expert_parallel": Flag("hardware.expert_parallel", bool, "--enable-expert-parallel: each GPU of the TP "
-                                   "group holds whole experts", since=(0, 8, 0)),
+                                   "group (with --data-parallel-size, of every rank) holds whole experts",
+                                   since=(0, 8, 0)),
     "dtype": Flag(None, str, "--dtype: auto, half, float16 or bfloat16",
                   sixteen_bit_dtype(("auto", "half", "float16", "bfloat16"))),
     # vllm/model_executor/layers/quantization/fp8.py Fp8LinearMethod: W8A8 on sm_89+, weight-only Marlin below

@@ -31,9 +31,22 @@ and vllm/entrypoints/cli/serve.py with openai/cli_args.py:
   starting one engine further each request (ties to the next engine in turn): `least_outstanding_kv` here, the
   counts current (vLLM's are published before and after each step) and one scan start for all the API servers
   (each of vLLM's starts at its own index and counts its own in-flight requests: not modelled).
-- a mixture of experts keeps its ranks in lockstep in every release, its experts spread over every rank's GPUs
-  (each rank's tokens through every rank's experts): the experts' pricing over the ranks is not modelled, so it
-  is refused in one line.
+- a mixture of experts keeps its ranks in lockstep in every release (from 0.14.0 DPEngineCoreProc asserts it is
+  one), its experts spread over every rank's GPUs (`sim.model.specs.ExpertGroup`; read in 0.8.0-0.8.5, 0.9.0-0.9.2,
+  0.10.2, 0.11.0, 0.13.0 and 0.14.0): FusedMoE flattens the TP group across the DP ranks (fused_moe/layer.py
+  FusedMoE.__init__ in 0.8.x, fused_moe/config.py FusedMoEParallelConfig.make from 0.9.0): moe tp = ranks x tp,
+  or with --enable-expert-parallel ep = ranks x tp (`hardware.expert_parallel`). Each expert layer gathers every
+  rank's tokens (padded, as above) and sends each rank its own back: before 0.11.0 each rank broadcasts its slice
+  and the outputs are all-reduced (0.8.x FusedMoE.naive_multicast and get_dp_group().all_reduce; 0.9.0-0.10.2
+  NaiveAll2AllManager, VLLM_ALL2ALL_BACKEND's default "naive"), from 0.11.0 an all-gather and a reduce-scatter
+  (AgRsAll2AllManager, the default "allgather_reducescatter"): `hardware.lockstep.expert_exchange`. Then the
+  rank's own TP all-reduce (DeepseekV2MoE, `maybe_all_reduce_tensor_model_parallel`). Shared experts, attention,
+  dense layers and the LM head run on the rank's own tokens over its own TP group. Not modelled (said): from
+  0.11.0, with --enable-expert-parallel and tp > 1, vLLM's sequence-parallel MoE (each TP GPU dispatches a 1 / tp
+  chunk over all the GPUs, then all-gathers over its TP group; `use_sequence_parallel_moe`), priced as the exchange
+  above; the pplx and DeepEP backends (VLLM_ALL2ALL_BACKEND, --all2all-backend), which send each token only to its
+  experts' GPUs. The load balancer of 0.14.0-0.26.x gets the engines' counts (DPEngineCoreProc publishes them):
+  `least_loaded`.
 - --api-server-count: 1 unless given to 0.14.x, the data-parallel size from 0.16.0 (serve.py, internal balancing).
 """
 
@@ -54,6 +67,7 @@ VLLM_DP_IDLE_CHECK_STEPS = {(0, 8, 3): 16, (0, 8, 5): 24, (0, 9, 2): 32}
 VLLM_LOCKSTEP_ROUTERS = {(0, 8, 3): "least_outstanding", (0, 9, 1): "fewest_waiting", (0, 10, 1): "least_loaded"}
 VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE = (0, 27, 0)  # every engine publishes its counts; in-flight and KV score
 VLLM_API_SERVER_PER_RANK_SINCE = (0, 15)  # --api-server-count defaults to the DP size (0.15.x as 0.16.0)
+VLLM_GATHER_SCATTER_EXCHANGE_SINCE = (0, 11, 0)  # VLLM_ALL2ALL_BACKEND's default "allgather_reducescatter"
 
 
 def vllm_data_parallel(ctx: Context, notes: list[str], v0_fallback: bool) -> tuple[dict[str, Any], dict[str, str]]:
@@ -69,34 +83,45 @@ def vllm_data_parallel(ctx: Context, notes: list[str], v0_fallback: bool) -> tup
         raise ConfigError(f"engine.data_parallel_size: {ranks} is not modelled where vLLM {ctx.version_text} falls "
                           "back to V0 (its data parallelism is not read); allowed: 1, a setup V1 runs, or independent "
                           "servers (hardware.num_replicas)")
-    if ctx.model is None or ctx.model.is_moe:
-        what = "a mixture-of-experts model's" if ctx.model is not None else "an unresolved model's"
-        raise ConfigError(f"engine.data_parallel_size: {ranks} is not modelled for {what} ranks, which vLLM runs in "
-                          "lockstep with its experts spread over every rank; allowed: 1 (expert parallelism within "
-                          "the TP group: --enable-expert-parallel), or independent servers (hardware.num_replicas)")
+    if ctx.model is None:
+        raise ConfigError(f"engine.data_parallel_size: {ranks} is not modelled for an unresolved model's ranks; "
+                          "allowed: 1, or a catalog model")
+    moe = ctx.model.is_moe
     values: dict[str, Any] = {"frontend.replicas_per_server": ranks}
     from_flags = {"frontend.replicas_per_server": "data_parallel_size"}
-    lockstep = ctx.version < VLLM_DENSE_DATA_PARALLEL_SINCE
+    lockstep = moe or ctx.version < VLLM_DENSE_DATA_PARALLEL_SINCE
     if lockstep and ctx.pipeline_parallel > 1:
+        later = "" if moe else f", or vLLM {first} or later"
         raise ConfigError(f"engine.data_parallel_size: {ranks} beside pipeline_parallel_size {ctx.pipeline_parallel} "
                           f"is not modelled for vLLM {ctx.version_text}, whose ranks run in lockstep; allowed: 1, "
-                          f"pipeline_parallel_size 1, or vLLM {first} or later")
+                          f"pipeline_parallel_size 1{later}")
+    experts = ""
     if lockstep:
         padded, why = _vllm_dp_padding(ctx)
         check = _by_release(VLLM_DP_IDLE_CHECK_STEPS, ctx.version)
         values["hardware.lockstep"] = {"pad_tokens": padded, "idle_check_steps": check}
-        router = values["hardware.router"] = _by_release(VLLM_LOCKSTEP_ROUTERS, ctx.version)
+        if moe:
+            experts = _vllm_expert_group(ctx, ranks, values, from_flags)
+        router = values["hardware.router"] = (_by_release(VLLM_LOCKSTEP_ROUTERS, ctx.version)
+                                              if ctx.version < VLLM_DENSE_DATA_PARALLEL_SINCE
+                                              else "least_loaded" if ctx.version < VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE
+                                              else "least_outstanding_kv")
         dealt = {"least_outstanding": "to the engine with the fewest in flight (least_outstanding: the client's own "
                                       "count of requests sent and not finished)",
                  "fewest_waiting": "to the engine with the fewest waiting, then the fewest running (fewest_waiting: "
                                    "the load balancer's least [waiting, running], from counts published about every "
                                    "100 ms, current here)",
                  "least_loaded": "to the least loaded (least_loaded: the load balancer's 4 x waiting + running, from "
-                                 "counts published about every 100 ms, current here)"}[router]
+                                 "counts published about every 100 ms, current here)",
+                "least_outstanding_kv": "to the engine with the fewest outstanding plus 6 x waiting x the KV usage "
+                                        "above half, ties to the next in turn (least_outstanding_kv: the load "
+                                        "balancer's score from counts published each step, current here; one scan "
+                                        "start for all the API servers)"}[router]
         padding = "each rank padded to the most tokens" if padded else f"no padding ({why})"
         how = (f"{ranks} ranks of {ctx.tensor_parallel} GPU(s) each stepping in lockstep (hardware.lockstep: a step "
                f"lasts the slowest rank's, {padding}, idle ranks running dummy forwards until a check every "
-               f"{check} steps finds no work), as every release before {first} runs them")
+               f"{check} steps finds no work), as " + (f"every release runs a mixture of experts' ({experts})" if moe
+                                                        else f"every release before {first} runs them"))
     elif ctx.version < VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE:
         values["hardware.router"] = "round_robin"
         dealt = ("in turn (round_robin: the load balancer's counts are the server's own sends, as a dense model's "
@@ -113,12 +138,46 @@ def vllm_data_parallel(ctx: Context, notes: list[str], v0_fallback: bool) -> tup
     if servers is None:
         servers = ranks if ctx.version >= VLLM_API_SERVER_PER_RANK_SINCE else 1
         values["frontend.num_processes"] = servers  # a default: the scenario's own frontend.num_processes wins
-    given = [key for key in ("lockstep", "router") if key in (ctx.raw.get("hardware") or {})]
+    hardware = ctx.raw.get("hardware") or {}
+    # the scenario's own value said where it is not the release's (a scenario written back by to_yaml gives both)
+    given = [key for key in ("lockstep", "router") if key in hardware
+             and not _same_setting(hardware[key], values.get(f"hardware.{key}"))]
     own = "; ".join(f"the scenario's own hardware.{key} applies" for key in given)
     notes.append(f"vLLM {ctx.version_text} --data-parallel-size {ranks}: {how} (hardware.num_replicas {ranks}), "
                  f"behind {servers} API server process(es) (frontend.replicas_per_server {ranks}), requests dealt "
                  f"{dealt}" + (f" ({own})" if own else ""))
     return values, from_flags
+
+
+def _vllm_expert_group(ctx: Context, ranks: int, values: dict[str, Any], from_flags: dict[str, str]) -> str:
+    """Set how a mixture of experts' lockstep ranks share its experts (the module docstring): the exchange by
+    release, and with --enable-expert-parallel every GPU of the group holding whole experts. Their words."""
+    gpus = ranks * ctx.tensor_parallel
+    gather = ctx.version >= VLLM_GATHER_SCATTER_EXCHANGE_SINCE
+    values["hardware.lockstep"]["expert_exchange"] = ("all_gather_reduce_scatter" if gather
+                                                      else "broadcast_all_reduce")
+    ep = bool(ctx.flags.get("enable_expert_parallel"))
+    if ep:
+        values["hardware.expert_parallel"] = gpus
+        from_flags["hardware.expert_parallel"] = "enable_expert_parallel"
+    split = f"each of the {gpus} GPUs holding whole experts" if ep else f"each expert split over the {gpus} GPUs"
+    how = ("an all-gather, then a reduce-scatter (allgather_reducescatter)" if gather
+           else "each rank's broadcast in turn, then an all-reduce (naive)")
+    words = (f"its routed experts over every rank's GPUs, {split}, each expert layer running the group's tokens, "
+             f"exchanged by {how} over the catalog's interconnect")
+    if gather and ep and ctx.tensor_parallel > 1:
+        words += ("; vLLM's sequence-parallel MoE (a 1 / tp chunk per GPU) is priced as that exchange, not "
+                  "modelled")
+    return words
+
+
+def _same_setting(own: Any, release: Any) -> bool:
+    """Whether the scenario's own value is the release's: equal, or a mapping giving every key the release sets
+    with its value (none left to a default; a key it does not set, such as a dense model's expert_exchange, is
+    read by nothing it runs)."""
+    if isinstance(own, dict) and isinstance(release, dict):
+        return all(key in own and own[key] == value for key, value in release.items())
+    return own == release
 
 
 def _by_release(table: dict[tuple, Any], version: tuple) -> Any:
