@@ -125,6 +125,12 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
                       "whole-step profile for this setup)" if floor == 0 else
                       f"measured: {tables} kernel tables of {gpu.lower()} + {terms['engine']} CPU terms")
     detail = f" (no whole-step profile; {_MEASURED_REFUSED}{why_not})" if why_not else ""
+    if hardware.get("lockstep") is not None and _is_moe(model):
+        # a lockstep group's ranks run a mixture of experts' experts at the group's tokens, which the learned
+        # roofline cannot price apart (sim/config/deployment.py)
+        return ({"kind": "roofline", "overhead": terms},
+                f"roofline: catalog roofline + {terms['engine']} CPU terms (the learned roofline cannot price a "
+                f"lockstep group's shared experts{'; ' + detail[2:-1] if detail else ''})")
     return ({"kind": "roofline", "efficiencies": "learned", "overhead": terms},
             f"learned: learned roofline + {terms['engine']} CPU terms{detail}")
 
@@ -149,3 +155,14 @@ def _whole_step_profile(gpu: str, model: str, tp: int, quantization: dict) -> bo
     from sim.cost.calibrated import shipped_step_profile_fits
     from sim.cost.profile_meta import measured_in
     return shipped_step_profile_fits(gpu, model, tp, measured_in(quantization))
+
+
+def _is_moe(model) -> bool:
+    """Whether a raw scenario's model (a name, or an inline definition) is a mixture of experts; False where it
+    does not resolve (validation says why)."""
+    from sim.errors import ConfigError
+    from sim.model.catalog import resolve_model
+    try:
+        return resolve_model(model).is_moe
+    except (ConfigError, ValueError, TypeError):  # (an unreadable model: validation refuses it in its own words)
+        return False

@@ -3,6 +3,7 @@ over every rank's GPUs, exchanged around each expert layer; everything else runs
 
 import pytest
 
+from sim.config.cost_choice import default_cost_model
 from sim.config.files import validate_scenario
 from sim.core.step_plan import StepPlan
 from sim.cost.measured import MeasuredCostModel
@@ -99,3 +100,14 @@ def test_the_group_s_experts_must_split_evenly_over_its_gpus():
         validate_scenario(raw)
     raw["hardware"].update(num_replicas=4, expert_parallel=4)  # one expert in four on each rank's GPU
     assert validate_scenario(raw).hardware.expert_parallel == 4
+
+
+def test_without_a_cost_model_a_group_off_the_measured_gpus_takes_the_catalog_roofline():
+    # the learned roofline, the default off the measured GPUs, cannot price the group's experts apart
+    raw = {"model": "qwen3-30b-a3b", "hardware": {"gpu": "l4", "num_replicas": 4, "lockstep": {}},
+           "workload": {"arrival": {"kind": "burst"}, "lengths": {"kind": "fixed", "input_tokens": 100,
+                                                                  "output_tokens": 10}}}
+    scenario = validate_scenario(raw)
+    assert scenario.cost_model.kind == "roofline" and scenario.cost_model.efficiencies == "catalog"
+    del raw["hardware"]["lockstep"]  # (independent replicas, each holding every expert: too big for an L4)
+    assert default_cost_model(raw)[0]["efficiencies"] == "learned"
