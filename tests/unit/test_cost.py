@@ -79,7 +79,7 @@ def test_each_gpu_moves_only_its_shards_activations():
     from sim.cost.roofline_kernel import _matmuls
     pack = roof._pack()
     n = 1000
-    _, _, layer_bytes = _matmuls(pack[3], 0, 4, n, 1e15, 1e12)
+    _, _, layer_bytes = _matmuls(pack[3], 0, 4, n, 0, 1e15, 1e12)
     weights = 4096 * 6144 + 4096 * 4096 + 4096 * 28672 + 14336 * 4096  # the whole layer's, half on each GPU
     activations = (4096 + 3072) + (2048 + 4096) + (4096 + 14336) + (7168 + 4096)
     assert layer_bytes == pytest.approx(weights / 2 * 2.0 + n * activations * ACT_BYTES, rel=1e-12)
