@@ -136,7 +136,7 @@ def pack(cost_model) -> tuple[tuple, list]:
     if m.expert_group is not None:
         s[P_EXCHANGE_RANKS] = m.expert_group.ranks
         s[P_EXCHANGE_KIND] = EXCHANGE_KINDS[m.expert_group.exchange]
-        s[P_EXCHANGE_LINK_BYTES_PER_S] = m.gpu.interconnect_bytes_per_s * m.gpu.interconnect_efficiency
+        s[P_EXCHANGE_LINK_BYTES_PER_S] = m.roofline.link_bytes_per_s
         s[P_EXCHANGE_LATENCY_S] = m.gpu.allreduce_latency_s
     if m.tp > 1 and m.communication:
         if m._allreduce is not None:
@@ -144,7 +144,7 @@ def pack(cost_model) -> tuple[tuple, list]:
             s[P_AR_CURVE] = add(m._allreduce)
         else:
             s[P_ALLREDUCE] = ALLREDUCE_CATALOG
-            s[P_AR_LINK_BYTES_PER_S] = m.gpu.interconnect_bytes_per_s * m.gpu.interconnect_efficiency
+            s[P_AR_LINK_BYTES_PER_S] = m.roofline.link_bytes_per_s
             s[P_AR_LATENCY_S] = m.gpu.allreduce_latency_s
     grid = []
     for g2 in ((m._prefill, m._decode) if not m.mla_by_roofline else (None, None)) + windowed:

@@ -63,9 +63,26 @@ VLLM_DP_PADDING_SINCE = (0, 9, 1)  # get_dp_padding: padded unless --enforce-eag
 VLLM_DP_PADDING_BY_GRAPH_MODE_SINCE = (0, 12, 0)  # coordinate_batch_across_dp: padded unless the graph mode is NONE
 # DPEngineCoreProc._has_global_unfinished_reqs: the all-reduce of unfinished requests every N steps, from a release
 VLLM_DP_IDLE_CHECK_STEPS = {(0, 8, 3): 16, (0, 8, 5): 24, (0, 9, 2): 32}
-# get_core_engine_for_request: the load balancer's choice, from a release (before 0.14.0; the later ones below)
-VLLM_LOCKSTEP_ROUTERS = {(0, 8, 3): "least_outstanding", (0, 9, 1): "fewest_waiting", (0, 10, 1): "least_loaded"}
 VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE = (0, 27, 0)  # every engine publishes its counts; in-flight and KV score
+# get_core_engine_for_request: the lockstep ranks' load balancer, from a release (from 0.14.0 only a mixture of
+# experts' ranks step in lockstep, and their engines publish their counts; independent ranks: vllm_data_parallel)
+VLLM_LOCKSTEP_ROUTERS = {(0, 8, 3): "least_outstanding", (0, 9, 1): "fewest_waiting", (0, 10, 1): "least_loaded",
+                         VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE: "least_outstanding_kv"}
+# How each router deals the requests, in the note's words.
+_DEALT = {"least_outstanding": "to the engine with the fewest in flight (least_outstanding: the client's own count "
+                               "of requests sent and not finished)",
+          "fewest_waiting": "to the engine with the fewest waiting, then the fewest running (fewest_waiting: the load "
+                            "balancer's least [waiting, running], from counts published about every 100 ms, current "
+                            "here)",
+          "least_loaded": "to the least loaded (least_loaded: the load balancer's 4 x waiting + running, from counts "
+                          "published about every 100 ms, current here)",
+          "least_outstanding_kv": "to the engine with the fewest outstanding plus 6 x waiting x the KV usage above "
+                                  "half, ties to the next in turn (least_outstanding_kv: the load balancer's score "
+                                  "from counts published each step, current here; one scan start for all the API "
+                                  "servers)",
+          "round_robin": "in turn (round_robin: the load balancer's counts are the server's own sends, as a dense "
+                         "model's engines publish none; the coordinator's zeros every 5 s restart the turn, not "
+                         "modelled)"}
 VLLM_API_SERVER_PER_RANK_SINCE = (0, 15)  # --api-server-count defaults to the DP size (0.15.x as 0.16.0)
 VLLM_GATHER_SCATTER_EXCHANGE_SINCE = (0, 11, 0)  # VLLM_ALL2ALL_BACKEND's default "allgather_reducescatter"
 
@@ -102,35 +119,18 @@ def vllm_data_parallel(ctx: Context, notes: list[str], v0_fallback: bool) -> tup
         values["hardware.lockstep"] = {"pad_tokens": padded, "idle_check_steps": check}
         if moe:
             experts = _vllm_expert_group(ctx, ranks, values, from_flags)
-        router = values["hardware.router"] = (_by_release(VLLM_LOCKSTEP_ROUTERS, ctx.version)
-                                              if ctx.version < VLLM_DENSE_DATA_PARALLEL_SINCE
-                                              else "least_loaded" if ctx.version < VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE
-                                              else "least_outstanding_kv")
-        dealt = {"least_outstanding": "to the engine with the fewest in flight (least_outstanding: the client's own "
-                                      "count of requests sent and not finished)",
-                 "fewest_waiting": "to the engine with the fewest waiting, then the fewest running (fewest_waiting: "
-                                   "the load balancer's least [waiting, running], from counts published about every "
-                                   "100 ms, current here)",
-                 "least_loaded": "to the least loaded (least_loaded: the load balancer's 4 x waiting + running, from "
-                                 "counts published about every 100 ms, current here)",
-                "least_outstanding_kv": "to the engine with the fewest outstanding plus 6 x waiting x the KV usage "
-                                        "above half, ties to the next in turn (least_outstanding_kv: the load "
-                                        "balancer's score from counts published each step, current here; one scan "
-                                        "start for all the API servers)"}[router]
+        router = _by_release(VLLM_LOCKSTEP_ROUTERS, ctx.version)
         padding = "each rank padded to the most tokens" if padded else f"no padding ({why})"
         how = (f"{ranks} ranks of {ctx.tensor_parallel} GPU(s) each stepping in lockstep (hardware.lockstep: a step "
                f"lasts the slowest rank's, {padding}, idle ranks running dummy forwards until a check every "
                f"{check} steps finds no work), as " + (f"every release runs a mixture of experts' ({experts})" if moe
                                                         else f"every release before {first} runs them"))
     elif ctx.version < VLLM_DATA_PARALLEL_LEAST_LOADED_SINCE:
-        values["hardware.router"] = "round_robin"
-        dealt = ("in turn (round_robin: the load balancer's counts are the server's own sends, as a dense model's "
-                 "engines publish none; the coordinator's zeros every 5 s restart the turn, not modelled)")
+        router = "round_robin"
     else:
-        values["hardware.router"] = "least_outstanding_kv"
-        dealt = ("to the engine with the fewest outstanding plus 6 x waiting x the KV usage above half, ties to the "
-                 "next in turn (least_outstanding_kv: the load balancer's score from counts published each step, "
-                 "current here; one scan start for all the API servers)")
+        router = "least_outstanding_kv"
+    values["hardware.router"] = router
+    dealt = _DEALT[router]
     if not lockstep:
         how = (f"{ranks} independent engines of {ctx.tensor_parallel * ctx.pipeline_parallel} GPU(s) each, as a "
                f"dense model's ranks run from {first}")
