@@ -375,7 +375,8 @@ def simulate(scenario: Scenario, workload: Workload | None = None, *,
     if lockstep is not None:
         from sim.core.lockstep import lockstep_group
         lockstep_group(replicas, lockstep.pad_tokens, lockstep.idle_check_steps,
-                       experts_over_group=deployment.expert_group is not None)
+                       experts_over_group=deployment.expert_group is not None,
+                       pad_prefill_steps=lockstep.pad_prefill_steps)
     run = scenario.run
     horizon = horizon_s(run)
     closed = workload.closed_loop

@@ -77,6 +77,8 @@ def _scope(sim) -> tuple[str, tuple | None]:
         return other.kind, None
     if kind is LockstepRank and sim.replicas[0].group.experts_over_group:  # (the core prices no group's experts)
         return "a lockstep group sharing a mixture of experts", None
+    if kind is LockstepRank and not sim.replicas[0].group.pad_prefill_steps:  # (the core pads every step alike)
+        return "a lockstep group that pads no step with a prefill", None
     if not isinstance(sim.router, CountingRouter):  # the random router draws in Python
         return f"the {type(sim.router).__name__}", None
     if sim.env.now != 0 or sim.num_requests == 0:

@@ -119,13 +119,18 @@ def expert_group(scenario: Scenario, model: ModelSpec) -> ExpertGroup | None:
     hw = scenario.hardware
     if hw.lockstep is None or not model.is_moe:
         return None
-    return ExpertGroup(hw.num_replicas * hw.tensor_parallel, hw.num_replicas, hw.lockstep.expert_exchange)
+    gpus = hw.num_replicas * hw.tensor_parallel
+    exchange = hw.lockstep.expert_exchange
+    return ExpertGroup(gpus, gpus if exchange == "dp_attention" else hw.num_replicas, exchange)
 
 
-def expert_group_gpus(scenario: Scenario, model: ModelSpec) -> int:
-    """The GPUs of `expert_group`, 0 without one."""
+def expert_group_gpus(scenario: Scenario, model: ModelSpec, dense: bool = False) -> int:
+    """The GPUs of `expert_group` (`dense`: those its dense MLPs spread over, `ExpertGroup.dense_gpus`), 0 without
+    one."""
     group = expert_group(scenario, model)
-    return group.gpus if group is not None else 0
+    if group is None:
+        return 0
+    return group.dense_gpus if dense else group.gpus
 
 
 def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | None, max_len: int,
@@ -277,6 +282,7 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
                               max_num_batched_tokens=token_budget,
                               max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
                               score_bytes=score_bytes, expert_gpus=expert_group_gpus(scenario, model),
+                              dense_gpus=expert_group_gpus(scenario, model, dense=True),
                               **_engine_memory(scenario)))
     if draft is None:
         return cap.num_tokens

@@ -177,6 +177,9 @@ class LockstepSpec(_Strict):
     pad_tokens: bool = Field(True, description="every rank runs the busiest rank's token count (vLLM pads the "
                              "ranks alike unless it runs eager; the padding through the linear layers only, no "
                              "attention); false: each rank its own")
+    pad_prefill_steps: bool = Field(True, description="with pad_tokens, a step where some rank prefills is padded too "
+                                    "(vLLM); false: only steps of decodes alone are (SGLang's data-parallel "
+                                    "attention from 0.5.3: a step with a prefill runs its ranks unpadded)")
     idle_check_steps: int = Field(32, ge=1, le=1 << 20, description="steps between the ranks' checks for "
                                   "unfinished requests anywhere; idle ranks run dummy forwards until a check finds "
                                   "none (vLLM: 32 from 0.9.2, 24 in 0.8.5-0.9.1, 16 before)")
@@ -184,7 +187,10 @@ class LockstepSpec(_Strict):
         "all_gather_reduce_scatter", description="a mixture of experts, whose experts the ranks spread over all their "
         "GPUs: how the ranks exchange each expert layer's tokens (each rank's GPU with its peers): "
         "all_gather_reduce_scatter (vLLM's default from 0.11.0), broadcast_all_reduce (vLLM's naive dispatch "
-        "before: each rank broadcasts its tokens in turn, the outputs all-reduced)")
+        "before: each rank broadcasts its tokens in turn, the outputs all-reduced), dp_attention (SGLang's "
+        "data-parallel attention: every layer's MLP, dense layers and shared experts too, runs the gathered "
+        "tokens over all the group's GPUs; an all-gather and a reduce-scatter over them in a decode step, two "
+        "all-reduces in a step with a prefill)")
 
 
 class HardwareSpec(_Strict):

@@ -27,6 +27,12 @@ padding and dummy tokens too, runs them through the experts each GPU holds, and 
 the router, attention, dense layers and the LM head run on the rank's own tokens (vLLM's DeepseekV2MoE computes
 the shared experts before the dispatch; its TP group is the rank's own GPUs).
 
+SGLang's data-parallel attention (--enable-dp-attention with --dp; sim/config/engines/sglang_dp_attention.py) runs
+its ranks the same way, with three differences set by its preset: a step where some rank prefills runs unpadded
+(`pad_prefill_steps` false: DpPaddingMode SUM_LEN), the ranks check for work anywhere every step (a forward runs
+while any rank has one; `idle_check_steps` 1), and every layer's MLP, the dense layers' and the shared experts' too,
+runs the group's gathered tokens over all its GPUs (`ExpertGroup.dense_over_group`).
+
 One SimPy process steps the group: each rank schedules its own batch, each rank's step (or dummy forward) is
 priced by its own cost model, the step lasts the longest of them, then each rank applies its own outcome. (A
 mixture of experts' expert layers are barriers too: its group waits for the slowest rank at each layer, which
@@ -87,9 +93,10 @@ class LockstepGroup:
     """The ranks of one lockstep data-parallel engine and the process that steps them."""
 
     def __init__(self, ranks: list[LockstepRank], pad_tokens: bool, idle_check_steps: int,
-                 experts_over_group: bool = False):
+                 experts_over_group: bool = False, pad_prefill_steps: bool = True):
         self.ranks = ranks
         self.pad_tokens = pad_tokens
+        self.pad_prefill_steps = pad_prefill_steps  # False: a step where some rank prefills runs unpadded
         self.idle_check_steps = idle_check_steps
         self.experts_over_group = experts_over_group  # a mixture of experts: its experts run the group's tokens
         self.num_steps = 0  # forwards every rank ran together
@@ -122,7 +129,8 @@ class LockstepGroup:
             running = True
             waiting = [rank.scheduler.num_waiting for rank in ranks]
             most = max((plan.num_tokens for plan in plans if plan is not None), default=0)
-            pad = self.pad_tokens
+            pad = self.pad_tokens and (self.pad_prefill_steps or not any(
+                plan.num_prefill_tokens for plan in plans if plan is not None))
             runs = [dummy_plan(most, pad) if plan is None else padded_plan(plan, most, pad) for plan in plans]
             if self.experts_over_group:
                 group_tokens = sum(run.num_tokens for run in runs)
@@ -172,9 +180,9 @@ class LockstepRank(Replica):
 
 
 def lockstep_group(ranks: list[LockstepRank], pad_tokens: bool, idle_check_steps: int,
-                   experts_over_group: bool = False) -> LockstepGroup:
+                   experts_over_group: bool = False, pad_prefill_steps: bool = True) -> LockstepGroup:
     """Join `ranks` into one group (each rank learns its group)."""
-    group = LockstepGroup(ranks, pad_tokens, idle_check_steps, experts_over_group)
+    group = LockstepGroup(ranks, pad_tokens, idle_check_steps, experts_over_group, pad_prefill_steps)
     for rank in ranks:
         rank.group = group
     return group

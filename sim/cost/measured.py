@@ -723,6 +723,7 @@ class _Linear:
     curve: Curve
     experts: int
     active: float
+    group_tokens: bool = False  # it runs a lockstep group's tokens (`GpuLinear.group_tokens`)
 
 
 def moe_routing_of(model: ModelSpec, routing: str) -> str:
@@ -819,7 +820,8 @@ class MeasuredCostModel(PackedCostModel):
         self._moe = self._moe_curve()
         self._groups = []
         self._linear_by_name: dict[str, Curve] = {}  # a layer's dense matrices' curves (the same in every group)
-        for n_layers, gpu_shapes in gpu_layer_groups(model, tp, expert_parallel, expert_gpus):
+        dense_gpus = expert_group.dense_gpus if expert_group is not None else 0
+        for n_layers, gpu_shapes in gpu_layer_groups(model, tp, expert_parallel, expert_gpus, dense_gpus):
             mats = []
             for g in gpu_shapes:
                 if is_routed_expert(g.shape) and self._moe is not None:
@@ -827,7 +829,7 @@ class MeasuredCostModel(PackedCostModel):
                 # a matrix the scheme keeps 16-bit (nvfp4's MoE router) from the bf16 rows
                 rows = gd if matrix_dtype(g.shape, weight_dtype) == weight_dtype else "bf16"
                 curve = linear(g.in_features, g.out_features, g.shape.name, rows)
-                mats.append(_Linear(curve, g.count, g.active_per_token))
+                mats.append(_Linear(curve, g.count, g.active_per_token, g.group_tokens))
                 if g.count == 1:
                     self._linear_by_name.setdefault(g.shape.name, curve)
             self._groups.append((n_layers, mats, any(is_routed_expert(g.shape) for g in gpu_shapes)))

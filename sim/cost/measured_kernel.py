@@ -54,9 +54,9 @@ NUM_MEASURED_PARAMS = 45
 ALLREDUCE_NONE, ALLREDUCE_CURVE, ALLREDUCE_CATALOG = 0, 1, 2
 # Columns of a curve row: first grid index, grid length, shape kind, four shape numbers.
 C_START, C_LEN, C_KIND, C_A, C_B, C_C, C_D = range(7)
-# Columns of a linear-layer row: its curve row, experts, experts each token routes to, 1 for the routed experts (a
-# fused-MoE row too: a lockstep rank runs them at its group's tokens).
-L_CURVE, L_EXPERTS, L_ACTIVE, L_ROUTED = range(4)
+# Columns of a linear-layer row: its curve row, experts, experts each token routes to, 1 where a lockstep rank runs it
+# at its group's tokens (`GpuLinear.group_tokens`; a fused-MoE row always: without a group those are its own).
+L_CURVE, L_EXPERTS, L_ACTIVE, L_GROUP_TOKENS = range(4)
 LINEAR_COLUMNS = 4
 # Roofline shapes (`shape_at`), by the numbers (a, b, c, d) they take: a GEMM (n, k, weight bytes) by tokens m;
 # an all-reduce (latency, GPUs, bus bytes/s) by elements; the fused MoE layer (experts, experts per token,
@@ -128,7 +128,7 @@ def pack(cost_model) -> tuple[tuple, list]:
     layers, starts, linear = [], [0], []
     for n_layers, mats, is_moe in m._groups:
         layers.append(n_layers)
-        linear += [[add(mm.curve), mm.experts, mm.active, float(mm.active < mm.experts)] for mm in mats]
+        linear += [[add(mm.curve), mm.experts, mm.active, float(mm.group_tokens)] for mm in mats]
         if is_moe and m._moe is not None:  # the fused-MoE layer, after the group's other linear layers
             linear.append([add(m._moe), 1, 1, 1.0])
         starts.append(len(linear))
@@ -414,13 +414,13 @@ def fused_experts_s(one_s, roofline_s, touched, launch_s):
 
 
 @njit(cache=True)
-def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, count, memo, column, t, te):
+def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, count, memo, column, t, te, prefill):
     """Fill column `column` of `memo` with each group's per-layer terms that depend on the token count alone: the
     elementwise ops, the all-reduces, the linear layers (experts: those some token routes to, in expectation under
     uniform routing, each on its share of the tokens, in one launch; a fused-MoE table's layer is one row). The
-    routed experts run `te` tokens: `t`, or a lockstep rank's group's, which a mixture-of-experts layer then
-    exchanges (`roofline_kernel.expert_exchange_s`). False: the note log is full (the column's first row is -1
-    again: nothing is remembered)."""
+    rows marked L_GROUP_TOKENS run `te` tokens: `t`, or a lockstep rank's group's, which such a layer then
+    exchanges (`roofline_kernel.expert_exchange_s`; `prefill`: the step prefills). False: the note log is full
+    (the column's first row is -1 again: nothing is remembered)."""
     bps, floor_s = s[P_BYTES_PER_S], s[P_MIN_KERNEL_S]
     common = 0.0
     for e in (s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2]):
@@ -430,14 +430,14 @@ def _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, log, co
     elif s[P_ALLREDUCE] == ALLREDUCE_CATALOG:
         common += layer_allreduce_s(t, s[P_HIDDEN], s[P_TP], s[P_AR_LATENCY_S], s[P_AR_LINK_BYTES_PER_S])
     exchange_s = expert_exchange_s(te, s[P_HIDDEN], s[P_EXCHANGE_RANKS], s[P_EXCHANGE_KIND],  # (0: no group)
-                                   s[P_EXCHANGE_LATENCY_S], s[P_EXCHANGE_LINK_BYTES_PER_S])
+                                   s[P_EXCHANGE_LATENCY_S], s[P_EXCHANGE_LINK_BYTES_PER_S], prefill)
     for g in range(layers.shape[0]):
         layer_s = common
         exchanged = False
         for r in range(starts[g], starts[g + 1]):
             c, experts, active = int(linear[r, L_CURVE]), linear[r, L_EXPERTS], linear[r, L_ACTIVE]
             n = t
-            if linear[r, L_ROUTED] != 0.0:
+            if linear[r, L_GROUP_TOKENS] != 0.0:
                 n = te
                 if not exchanged:
                     layer_s += exchange_s
@@ -488,13 +488,14 @@ def step_time(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     time_s = 0.0
     if t < MEMO_TOKENS and expert_tokens == 0:  # (the memo holds a step's own tokens through every layer)
         if layer_memo[0, t] == -1.0 and not _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear,
-                                                                note_log, note_count, layer_memo, t, t, t):
+                                                                note_log, note_count, layer_memo, t, t, t, False):
             return math.nan
         for g in range(layers.shape[0]):
             time_s += layers[g] * (layer_memo[g, t] + attn)
     else:
         if not _per_layer_token_s(s, curves, grids, ratios, layers, starts, linear, note_log, note_count,
-                                  layer_memo, SCRATCH, t, expert_tokens if expert_tokens else t):
+                                  layer_memo, SCRATCH, t, expert_tokens if expert_tokens else t,
+                                  num_prefill_tokens > 0):
             return math.nan
         for g in range(layers.shape[0]):
             time_s += layers[g] * (layer_memo[g, SCRATCH] + attn)

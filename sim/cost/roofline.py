@@ -48,6 +48,7 @@ class _Matmul:
     in_features: int
     out_features: int
     bytes_per_param: float  # what a product reads per weight param (`sim.model.memory.param_bytes`)
+    group_tokens: bool = False  # it runs a lockstep group's tokens (`GpuLinear.group_tokens`)
 
 
 def matmul_peak_flops(gpu: GPUSpec, weight_dtype: str, fp8_compute: bool) -> float:
@@ -129,7 +130,8 @@ class RooflineCostModel(PackedCostModel):
                                     for op, unit, nbytes, flops, elements in passes]
         check_weight_dtype(model, weight_dtype)
         self.groups = [(n, [self._matmul(g, weight_dtype) for g in gpu_shapes])
-                       for n, gpu_shapes in gpu_layer_groups(model, tensor_parallel, expert_parallel, expert_gpus)]
+                       for n, gpu_shapes in gpu_layer_groups(model, tensor_parallel, expert_parallel, expert_gpus,
+                                                         expert_group.dense_gpus if expert_group else 0)]
         self.lm_head = self._matmul(gpu_linear(lm_head_shape(model), tensor_parallel), weight_dtype)
         self.hidden = model.hidden_size
         self.ffn_per_gpu = model.ffn_size / tensor_parallel
@@ -147,7 +149,7 @@ class RooflineCostModel(PackedCostModel):
         # token's output, a row-split one reads in / split of its input (`GpuLinear`).
         params = g.shape.in_features * g.shape.out_features / g.split
         return _Matmul(params * g.count, params * g.active_per_token, g.count, g.active_per_token,
-                       g.in_features, g.out_features, param_bytes(g.shape, weight_dtype))
+                       g.in_features, g.out_features, param_bytes(g.shape, weight_dtype), g.group_tokens)
 
     def __repr__(self) -> str:
         # The kernel is named only when it is not the default, so that a flash run's records read as before.

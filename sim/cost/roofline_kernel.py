@@ -27,9 +27,9 @@ from sim.model.attention_io import MATH_SDPA_MATMULS, MATH_SDPA_PASSES
  P_NUM_PASSES, P_PASSES) = range(31)
 # P_EXCHANGE_RANKS: a lockstep group's ranks, which exchange the tokens around each expert layer (`ExpertGroup`), 0:
 # no group; P_EXCHANGE_KIND: how (EXCHANGE_*, `expert_exchange_s`).
-EXCHANGE_GATHER_SCATTER, EXCHANGE_BROADCAST_ALL_REDUCE = 0, 1
+EXCHANGE_GATHER_SCATTER, EXCHANGE_BROADCAST_ALL_REDUCE, EXCHANGE_DP_ATTENTION = 0, 1, 2
 EXCHANGE_KINDS = {"all_gather_reduce_scatter": EXCHANGE_GATHER_SCATTER,
-                  "broadcast_all_reduce": EXCHANGE_BROADCAST_ALL_REDUCE}
+                  "broadcast_all_reduce": EXCHANGE_BROADCAST_ALL_REDUCE, "dp_attention": EXCHANGE_DP_ATTENTION}
 # The materialized kernel's passes other than its matmuls (`attention_io.math_sdpa_terms`), from P_PASSES on, a row
 # of PASS_COLUMNS each: the unit it runs over (U_PAIR: a query row against a key, U_QUERY, U_KEY: a token), bytes
 # per unit, FLOPs per unit, and the device's own seconds per unit for it (`GPUSpec.pass_s_per_element`; 0: none).
@@ -39,9 +39,10 @@ MAX_PASSES = len(MATH_SDPA_PASSES) - len(MATH_SDPA_MATMULS)  # every pass a dtyp
 NUM_PRICE = P_PASSES + PASS_COLUMNS * MAX_PASSES
 # Columns of a matmul row (`mm`, `lm_head`): weight params (all experts), params per token, experts, experts each
 # token routes to, in features, out features, bytes read per weight param (`sim.model.memory.param_bytes`: the
-# matrix's own dtype, which under one scheme differs from matrix to matrix).
-M_WEIGHT, M_PER_TOKEN, M_NUM_EXPERTS, M_EXPERTS_PER_TOKEN, M_IN, M_OUT, M_BYTES_PER_PARAM = range(7)
-MATMUL_COLUMNS = M_BYTES_PER_PARAM + 1
+# matrix's own dtype, which under one scheme differs from matrix to matrix), 1 where it runs a lockstep group's tokens
+# (`GpuLinear.group_tokens`: the routed experts, and under SGLang's data-parallel attention the dense MLPs too).
+M_WEIGHT, M_PER_TOKEN, M_NUM_EXPERTS, M_EXPERTS_PER_TOKEN, M_IN, M_OUT, M_BYTES_PER_PARAM, M_GROUP_TOKENS = range(8)
+MATMUL_COLUMNS = M_GROUP_TOKENS + 1
 NUM_NUMBERS = 5  # the pack's first arrays hold the model's numbers; the rest are its memos
 ACT_BYTES = 2  # activations are bf16/fp16
 # Token counts below this have their matmul terms remembered (the pack's memo arrays): a step's matmuls depend on
@@ -94,7 +95,7 @@ def pack(model) -> tuple:
 
 def _row(mm) -> list[float]:
     return [mm.weight_params, mm.params_per_token, mm.num_experts, mm.experts_per_token, mm.in_features,
-            mm.out_features, mm.bytes_per_param]
+            mm.out_features, mm.bytes_per_param, float(mm.group_tokens)]
 
 
 @njit(cache=True)
@@ -150,14 +151,13 @@ def lm_head_flops_bytes(lm_head, rows):
 
 @njit(cache=True)
 def _matmuls(mm, first, end, num_tokens, expert_tokens, fps, bps):
-    """One layer's matmul rows first..end-1 at `num_tokens`, its routed experts at `expert_tokens` where that is
-    not 0 (a lockstep rank's group: `step_cost`): (time, FLOPs, bytes)."""
+    """One layer's matmul rows first..end-1 at `num_tokens`, those of a lockstep group (M_GROUP_TOKENS) at
+    `expert_tokens` where that is not 0 (a lockstep rank's group: `step_cost`): (time, FLOPs, bytes)."""
     layer_s = 0.0
     layer_flops = 0.0
     layer_bytes = 0.0
     for k in range(first, end):
-        routed = mm[k, M_EXPERTS_PER_TOKEN] < mm[k, M_NUM_EXPERTS]
-        f, b = linear_row(mm, k, expert_tokens if expert_tokens and routed else num_tokens)
+        f, b = linear_row(mm, k, expert_tokens if expert_tokens and mm[k, M_GROUP_TOKENS] != 0.0 else num_tokens)
         layer_s += op_time(f, b, fps, bps)
         layer_flops += f
         layer_bytes += b
@@ -165,9 +165,10 @@ def _matmuls(mm, first, end, num_tokens, expert_tokens, fps, bps):
 
 
 @njit(cache=True)
-def _has_routed_experts(mm, first, end):
+def _runs_group_tokens(mm, first, end):
+    """Whether a layer has a matmul at its group's tokens, which the ranks then exchange around it."""
     for k in range(first, end):
-        if mm[k, M_EXPERTS_PER_TOKEN] < mm[k, M_NUM_EXPERTS]:
+        if mm[k, M_GROUP_TOKENS] != 0.0:
             return True
     return False
 
@@ -263,17 +264,25 @@ def layer_allreduce_s(num_tokens, hidden, tp, latency_s, link_bytes_per_s):
 
 
 @njit(cache=True)
-def expert_exchange_s(expert_tokens, hidden, ranks, kind, latency_s, link_bytes_per_s):
+def expert_exchange_s(expert_tokens, hidden, ranks, kind, latency_s, link_bytes_per_s, prefill):
     """A lockstep group's exchange around one mixture-of-experts layer, over its `ranks` (one GPU each; the other
     tensor-parallel positions exchange alongside): every rank's hidden states gathered (the message: the group's
     `expert_tokens` tokens), and the experts' outputs summed back to each rank. EXCHANGE_GATHER_SCATTER: an
     all-gather and a reduce-scatter, each a latency plus a ring's (r - 1) / r of the message over the link (vLLM's
     AgRsAll2AllManager, its default from 0.11.0). EXCHANGE_BROADCAST_ALL_REDUCE: each rank broadcasts its tokens in
     turn (a latency each, every token crossing the link once), then an all-reduce of the whole message (a latency
-    and 2 (r - 1) / r of it; vLLM's naive dispatch and combine before). 0 without a group."""
+    and 2 (r - 1) / r of it; vLLM's naive dispatch and combine before). EXCHANGE_DP_ATTENTION (SGLang's, over every
+    GPU of the group; layers/dp_attention.py and layers/communicator.py, read in 0.5.3 and 0.5.9): in a step without
+    a prefill (`prefill` false) an all-gather and a reduce-scatter of the padded tokens (DpPaddingMode MAX_LEN), in
+    one with a prefill two all-reduces of the unpadded ones (SUM_LEN: the gather by all-reduce, the MLP's output
+    all-reduced), each 2 (r - 1) / r of the message and a latency: the all-gather pair's time at twice the message.
+    It is priced by the rank's own step, and a group's step lasts its slowest rank's, a prefilling one wherever one
+    prefills. 0 without a group."""
     if ranks <= 1:
         return 0.0
     message = expert_tokens * hidden * ACT_BYTES
+    if kind == EXCHANGE_DP_ATTENTION and prefill:
+        message *= 2.0
     share_s = (ranks - 1) / ranks * message / link_bytes_per_s
     if kind == EXCHANGE_BROADCAST_ALL_REDUCE:
         return ranks * latency_s + message / link_bytes_per_s + latency_s + 2 * share_s
@@ -381,12 +390,12 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     if expert_tokens:
         exchange_s = expert_exchange_s(expert_tokens, price[P_HIDDEN], price[P_EXCHANGE_RANKS],
                                        price[P_EXCHANGE_KIND], price[P_ALLREDUCE_LATENCY_S],
-                                       price[P_LINK_BYTES_PER_S])
+                                       price[P_LINK_BYTES_PER_S], num_prefill_tokens > 0)
     for g in range(grp_layers.shape[0]):
         if expert_tokens:  # (the memo holds a step's own tokens through every matmul)
             layer_s, layer_flops, layer_bytes = _matmuls(mm, grp_start[g], grp_start[g + 1], num_tokens,
                                                          expert_tokens, fps, bps)
-            if _has_routed_experts(mm, grp_start[g], grp_start[g + 1]):
+            if _runs_group_tokens(mm, grp_start[g], grp_start[g + 1]):
                 layer_s += exchange_s
         elif num_tokens < MEMO_TOKENS and not math.isnan(mm_memo[g, num_tokens, 0]):
             layer_s, layer_flops, layer_bytes = (mm_memo[g, num_tokens, 0], mm_memo[g, num_tokens, 1],

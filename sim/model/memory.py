@@ -293,12 +293,13 @@ def _gpu_matrix_bytes(g: GpuLinear, num_layers: int, weight_dtype: str, group_si
 
 def weight_bytes_per_gpu(
     model: ModelSpec, weight_dtype: str = "bf16", tensor_parallel: int = 1, group_size: int = 128,
-    expert_padding: ExpertPadding | None = None, expert_gpus: int = 0,
+    expert_padding: ExpertPadding | None = None, expert_gpus: int = 0, dense_gpus: int = 0,
 ) -> int:
     """Weight bytes on each GPU: column/row-split matrices and the (vocab-parallel) embeddings and
     lm_head are divided by tensor_parallel; replicated matrices, norms and positions are not. The routed experts
     are stored padded where the engine pads them (`expert_padding`), and divided by `expert_gpus` where a lockstep
-    group spreads them over that many GPUs (0: by tensor_parallel)."""
+    group spreads them over that many GPUs (0: by tensor_parallel), the dense MLPs by `dense_gpus` where the group
+    spreads those too (SGLang's data-parallel attention; 0: by tensor_parallel)."""
     check_tensor_parallel(model, tensor_parallel)
     _dtype_bytes(weight_dtype, WEIGHT_DTYPES, "weight_dtype")
     check_weight_dtype(model, weight_dtype)
@@ -306,7 +307,7 @@ def weight_bytes_per_gpu(
     total = 0.0
     # Expert parallelism leaves these bytes as they are: a GPU holds 1 / tp (1 / expert_gpus) of the experts'
     # weights either way.
-    for num_layers, gpu_shapes in gpu_layer_groups(model, tensor_parallel, 1, expert_gpus):
+    for num_layers, gpu_shapes in gpu_layer_groups(model, tensor_parallel, 1, expert_gpus, dense_gpus):
         for g in gpu_shapes:
             total += _gpu_matrix_bytes(g, num_layers, weight_dtype, group_size, expert_padding)
     head = lm_head_shape(model)
@@ -500,6 +501,7 @@ def kv_capacity(
     transient_margin: TransientMargin | None = None,
     weights_offload_bytes: int = 0,
     expert_gpus: int = 0,
+    dense_gpus: int = 0,
 ) -> KVCapacity:
     """The memory left for KV cache on each GPU after weights, activations (with `score_bytes` of materialized
     attention scores, `sim.model.attention_io.score_activation_bytes`) and a reserve, in token slots of
@@ -509,14 +511,15 @@ def kv_capacity(
     the device less that margin (`margined_usable_bytes`). `weights_offload_bytes`: at most about this many bytes of
     each GPU's layers are kept in host memory instead (`offloaded_weight_bytes`); `weight_bytes` is what stays.
     `expert_gpus`: the GPUs a lockstep group spreads the routed experts over (0: the tensor-parallel group's;
-    `weight_bytes_per_gpu`). The activations are sized as the rank's alone: a rank's experts run its group's tokens
+    `weight_bytes_per_gpu`), and `dense_gpus` the dense MLPs where it spreads those too. The activations are
+    sized as the rank's alone: a rank's experts run its group's tokens
     on a 1 / expert_gpus share of the experts where its own would run on 1 / tensor_parallel, the same rows x width
     at the group's padded batch.
 
     Raises DoesNotFitError when nothing is left.
     """
     weights = weight_bytes_per_gpu(model, weight_dtype, tensor_parallel, expert_padding=expert_padding,
-                                   expert_gpus=expert_gpus)
+                                   expert_gpus=expert_gpus, dense_gpus=dense_gpus)
     if expert_gpus and weights_offload_bytes:
         raise ConfigError(f"kv_cache.weights_offload_bytes: {weights_offload_bytes} is not modelled for a lockstep "
                           "group's experts; allowed: 0")

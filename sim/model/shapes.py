@@ -80,6 +80,7 @@ class GpuLinear:
     split: int  # GPUs sharing each matrix (1: every GPU holds it whole)
     count: int  # matrices of this kind on this GPU (the experts it holds)
     active_per_token: float  # of them, how many one token passes through, in expectation under uniform routing
+    group_tokens: bool = False  # it runs a lockstep group's gathered tokens (`sim.model.specs.ExpertGroup`)
 
     @property
     def in_features(self) -> int:
@@ -94,7 +95,13 @@ def is_routed_expert(shape: LinearShape) -> bool:
     return shape.name.startswith("experts_")
 
 
-def gpu_linear(shape: LinearShape, tensor_parallel: int, expert_parallel: int = 1, expert_gpus: int = 0) -> GpuLinear:
+def is_dense_mlp(shape: LinearShape) -> bool:
+    """A dense layer's MLP matrix or a shared expert's (`_mlp_shapes` without the routed experts' prefix)."""
+    return shape.name in ("gate_up", "down", "fc1", "fc2") or shape.name.startswith("shared_")
+
+
+def gpu_linear(shape: LinearShape, tensor_parallel: int, expert_parallel: int = 1, expert_gpus: int = 0,
+               dense_gpus: int = 0) -> GpuLinear:
     """`shape` on one GPU. Tensor parallelism splits every matrix that is not replicated across the group. Expert
     parallelism (`expert_parallel` GPUs of the group) gives each GPU whole routed experts, `count / expert_parallel`
     of them, and splits each one over the remaining `tensor_parallel / expert_parallel` GPUs, as vLLM's
@@ -102,12 +109,16 @@ def gpu_linear(shape: LinearShape, tensor_parallel: int, expert_parallel: int = 
     data-parallel attention (`sim.model.memory.check_expert_parallel` holds the sizes allowed). `expert_gpus` (0:
     the tensor-parallel group's): the GPUs the routed experts spread over instead, a lockstep data-parallel group's
     (vLLM's experts under --data-parallel-size: sim/core/lockstep.py), `expert_parallel` of them holding whole
-    experts (`sim.model.memory.check_expert_group`)."""
+    experts (`sim.model.memory.check_expert_group`); `dense_gpus` (0: the rank's own): the GPUs the dense MLPs
+    (dense layers', shared experts') spread over at the group's tokens (SGLang's data-parallel attention:
+    `ExpertGroup.dense_gpus`). Both run the group's tokens (`GpuLinear.group_tokens`)."""
     if shape.tp_split == "replicated":
         return GpuLinear(shape, 1, shape.count, shape.active_per_token)
     if expert_gpus and is_routed_expert(shape):
         return GpuLinear(shape, expert_gpus // expert_parallel, shape.count // expert_parallel,
-                         shape.active_per_token / expert_parallel)
+                         shape.active_per_token / expert_parallel, True)
+    if dense_gpus and is_dense_mlp(shape):
+        return GpuLinear(shape, dense_gpus, shape.count, shape.active_per_token, True)
     if expert_parallel > 1 and is_routed_expert(shape):
         return GpuLinear(shape, tensor_parallel // expert_parallel, shape.count // expert_parallel,
                          shape.active_per_token / expert_parallel)
@@ -115,9 +126,9 @@ def gpu_linear(shape: LinearShape, tensor_parallel: int, expert_parallel: int = 
 
 
 def gpu_layer_groups(model: ModelSpec, tensor_parallel: int, expert_parallel: int = 1,
-                     expert_gpus: int = 0) -> list[tuple[int, list[GpuLinear]]]:
+                     expert_gpus: int = 0, dense_gpus: int = 0) -> list[tuple[int, list[GpuLinear]]]:
     """`layer_groups` as one GPU holds them (`gpu_linear`)."""
-    return [(n, [gpu_linear(s, tensor_parallel, expert_parallel, expert_gpus) for s in shapes])
+    return [(n, [gpu_linear(s, tensor_parallel, expert_parallel, expert_gpus, dense_gpus) for s in shapes])
             for n, shapes in layer_groups(model)]
 
 

@@ -203,7 +203,7 @@ class LinearShape:
     has_bias: bool = False
 
 
-EXCHANGES = ("all_gather_reduce_scatter", "broadcast_all_reduce")
+EXCHANGES = ("all_gather_reduce_scatter", "broadcast_all_reduce", "dp_attention")
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,8 +211,20 @@ class ExpertGroup:
     """How a lockstep data-parallel group spreads a mixture of experts' routed experts (sim/core/lockstep.py): over
     every rank's GPUs, each step's expert layers running the whole group's tokens, which the ranks exchange around
     each such layer over their data-parallel group (each rank's GPU with its peers at the same tensor-parallel
-    position; vLLM's FusedMoE under --data-parallel-size)."""
+    position; vLLM's FusedMoE under --data-parallel-size). Exchange `dp_attention` (SGLang's data-parallel
+    attention, sim/config/engines/sglang_dp_attention.py): every layer's MLP runs the gathered tokens over all the
+    group's GPUs, its dense layers' and shared experts' too (`dense_over_group`), and the exchange spans them all."""
 
     gpus: int  # the GPUs holding the routed experts: ranks x each rank's tensor-parallel GPUs
-    ranks: int  # the GPUs each exchange spans: one per rank
+    ranks: int  # the GPUs each exchange spans: one per rank (`dp_attention`: every GPU of the group)
     exchange: Literal[EXCHANGES] = "all_gather_reduce_scatter"  # (`roofline_kernel.expert_exchange_s`)
+
+    @property
+    def dense_over_group(self) -> bool:
+        """The dense MLPs (dense layers', shared experts') run the group's tokens over its GPUs, not the rank's own."""
+        return self.exchange == "dp_attention"
+
+    @property
+    def dense_gpus(self) -> int:
+        """The GPUs the dense MLPs spread over at the group's tokens (`sim.model.shapes.gpu_linear`); 0: the rank's."""
+        return self.gpus if self.dense_over_group else 0

@@ -944,7 +944,7 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"name": "sglang", "version": "0.5.3"}, {"scheduler": {"batching": "static"}},
      "scheduler.batching: 'static' contradicts engine sglang"),
     ({"name": "sglang", "version": "0.5.3", "enable_dp_attention": True, "dp_size": 8}, {},
-     "engine.dp_size: 8 with --enable-dp-attention is not modelled; allowed: 1, or leave --enable-dp-attention out"),
+     "engine.tp_size: missing beside dp_size: 8 with --enable-dp-attention; allowed: SGLang's --tp T"),
     ({"name": "sglang", "version": "0.5.16", "enable_dp_attention": True}, {},
      "engine.enable_dp_attention: true is not modelled for SGLang 0.5.16; allowed: SGLang 0.5.3 to 0.5.13"),
     ({"name": "sglang", "version": "0.3.0", "enable_dp_attention": True}, {}, "engine.enable_dp_attention"),

@@ -28,11 +28,11 @@ def plan(prefill=(300,), decodes=20, context=20 * 900, expert_tokens=0):
 def test_the_exchange_is_a_gather_and_a_scatter_or_the_broadcasts_and_an_all_reduce():
     # 1,000 tokens of 4,096 bf16 values (8,192,000 bytes) among 4 ranks, 10 us a collective, 100 GB/s a link
     message_s = 8_192_000 / 1e11
-    gather = expert_exchange_s(1000, 4096, 4, EXCHANGE_KINDS["all_gather_reduce_scatter"], 1e-5, 1e11)
+    gather = expert_exchange_s(1000, 4096, 4, EXCHANGE_KINDS["all_gather_reduce_scatter"], 1e-5, 1e11, False)
     assert gather == pytest.approx(2 * (1e-5 + 0.75 * message_s), rel=1e-12)
-    naive = expert_exchange_s(1000, 4096, 4, EXCHANGE_KINDS["broadcast_all_reduce"], 1e-5, 1e11)
+    naive = expert_exchange_s(1000, 4096, 4, EXCHANGE_KINDS["broadcast_all_reduce"], 1e-5, 1e11, False)
     assert naive == pytest.approx(4 * 1e-5 + message_s + 1e-5 + 2 * 0.75 * message_s, rel=1e-12)
-    assert expert_exchange_s(1000, 4096, 1, EXCHANGE_KINDS["all_gather_reduce_scatter"], 1e-5, 1e11) == 0.0
+    assert expert_exchange_s(1000, 4096, 1, EXCHANGE_KINDS["all_gather_reduce_scatter"], 1e-5, 1e11, False) == 0.0
 
 
 @pytest.mark.parametrize("make", [
@@ -67,7 +67,7 @@ def test_each_expert_layer_pays_the_exchange_once(make):
     gather, naive = (make(expert_group=ExpertGroup(gpus=4, ranks=4, exchange=k)).step_cost(plan(expert_tokens=te))
                      for k in kinds)
     link = H100.interconnect_bytes_per_s * H100.interconnect_efficiency
-    each = [expert_exchange_s(te, 2048, 4, EXCHANGE_KINDS[k], H100.allreduce_latency_s, link) for k in kinds]
+    each = [expert_exchange_s(te, 2048, 4, EXCHANGE_KINDS[k], H100.allreduce_latency_s, link, True) for k in kinds]
     assert naive.time_s - gather.time_s == pytest.approx(48 * (each[1] - each[0]), rel=1e-9)
     assert (naive.flops, naive.bytes) == (gather.flops, gather.bytes)
 

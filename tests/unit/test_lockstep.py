@@ -29,14 +29,15 @@ class TokenCost:
         return StepCost(0.25 * plan.num_tokens, 0.0, 0.0)
 
 
-def run(arrival_s, prompts, outputs, lockstep=True, pad_tokens=True, idle_check_steps=32):
+def run(arrival_s, prompts, outputs, lockstep=True, pad_tokens=True, idle_check_steps=32, pad_prefill_steps=True):
     cost = TokenCost()
     ranks = []
     for i in range(2):
         scheduler = ContinuousScheduler(PagedKVManager(num_blocks=64, block_size=4), max_num_seqs=8,
                                         max_num_batched_tokens=64, chunked_prefill=False, max_model_len=64)
         ranks.append((LockstepRank if lockstep else Replica)(i, scheduler, cost))
-    group = lockstep_group(ranks, pad_tokens, idle_check_steps) if lockstep else None
+    group = (lockstep_group(ranks, pad_tokens, idle_check_steps, pad_prefill_steps=pad_prefill_steps)
+             if lockstep else None)
     sim = Simulation(ranks, make_router("round_robin", 0), arrival_s=np.array(arrival_s, dtype=float),
                      input_tokens=np.array(prompts), output_tokens=np.array(outputs))
     sim.run()
@@ -68,6 +69,16 @@ def test_without_padding_each_rank_runs_its_own_tokens_but_waits_for_the_slowest
     assert steps.num_padding_seqs.sum() == 0  # and the ranks' own steps no padding tokens (a dummy forward: one)
     assert all(plan.num_padding_tokens == (0 if plan.num_seqs else 1) for plan in cost.priced)
     assert sorted(plan.num_tokens for plan in cost.priced[:2]) == [2, 8]
+
+
+@pytest.mark.parametrize("pad_prefill_steps, first_padding", [(True, [0, 8]), (False, [0, 0])])
+def test_sglang_s_ranks_pad_decode_steps_alone(pad_prefill_steps, first_padding):
+    # In turn: rank 0 prompts of 8 and 2, rank 1 one of 2. The first step prefills (rank 0 10 tokens): padded only
+    # where steps with a prefill are; the next decodes (rank 0 two sequences, rank 1 one): padded by one either way.
+    sim, cost, _ = run([0.0, 0.0, 0.0], [8, 2, 2], [3, 3, 3], pad_prefill_steps=pad_prefill_steps,
+                       idle_check_steps=1)
+    assert [plan.num_padding_tokens for plan in cost.priced[:4]] == first_padding + [0, 1]
+    assert sim.requests.first_token_s.tolist() == [2.5, 2.5, 2.5]  # the 10-token step either way
 
 
 def test_idle_ranks_run_dummy_forwards_until_the_check_finds_no_work():

@@ -59,9 +59,8 @@ def test_a_shared_front_end_serves_a_burst_one_request_after_another():
     (sglang(dp_size=4, hardware={"num_replicas": 2}),
      "engine.dp_size: 4 contradicts hardware.num_replicas 2; allowed: give one of them, or the same value"),
     (sglang(dp_size=2, enable_dp_attention=True, tp_size=2),
-     "engine.dp_size: 2 with --enable-dp-attention is not modelled; allowed: 1, or leave --enable-dp-attention out "
-     "(attention data-parallel over the TP group, the experts over all of it, is not simulated; without it the "
-     "workers are independent replicas)"),
+     "engine.dp_size: 2 with --enable-dp-attention is not modelled for llama-3.1-8b; allowed: 1, or a DeepSeek-V2/V3 "
+     "mixture of experts (the path read: models/deepseek_v2.py, layers/communicator.py)"),
     (sglang(dp_size=2, load_balance_method="shortest_queue"),
      "engine.load_balance_method: 'shortest_queue' is not modelled; allowed: round_robin, auto, or leave it out"),
     (sglang(version="0.5.5", dp_size=2, load_balance_method="auto"),

@@ -237,6 +237,10 @@ class Context:
     # the presets' fitted numbers, as engine_terms.json holds them (`fitted.fitted_table`); None: the shipped ones (the
     # published suite hands its own fit here, so that the preset's rules apply to it as to the stored one)
     fits: dict | None = None
+    # a lockstep group's GPUs that the routed experts (`expert_gpus`) and the dense MLPs (`dense_gpus`) spread over,
+    # which size a rank's KV (`sim.model.specs.ExpertGroup`); 0: its own tensor-parallel GPUs
+    expert_gpus: int = 0
+    dense_gpus: int = 0
 
     def given_max_model_len(self) -> int | None:
         """max_model_len as the scenario gives it: the engine's flag, else `scheduler.max_model_len` (None: neither)."""

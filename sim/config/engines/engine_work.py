@@ -329,7 +329,8 @@ def preset_kv_tokens(ctx: Context, utilization: float, token_budget: int, max_nu
         cap = kv_capacity(ctx.model, ctx.gpu, tensor_parallel=ctx.tensor_parallel,
                           weight_dtype=q.get("weights", "bf16"), kv_dtype=q.get("kv_cache", "bf16"),
                           gpu_memory_utilization=utilization, max_num_batched_tokens=token_budget,
-                          max_num_seqs=max_num_seqs, **memory)
+                          max_num_seqs=max_num_seqs, expert_gpus=ctx.expert_gpus, dense_gpus=ctx.dense_gpus,
+                          **memory)
     except Exception:  # noqa: BLE001  (validation reports a model that does not fit, in its own words)
         return None
     return cap.num_tokens

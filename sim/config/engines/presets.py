@@ -363,9 +363,11 @@ DERIVATION_INPUTS = ("hardware.tensor_parallel", "hardware.pipeline_parallel", "
 def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,
             flags: dict, fits: dict | None = None) -> PresetResult:
     gpu, model = _resolve_gpu_and_model(raw)
+    written = []  # the derivation inputs written from a flag
     for key, flag in preset.flags.items():
         if flag.target in DERIVATION_INPUTS and flags.get(key) is not None and not has_key(raw, flag.target):
             set_key(raw, flag.target, flags[key])
+            written.append(flag.target)
     hardware = raw.get("hardware") or {}
     tp = hardware.get("tensor_parallel", 1) if isinstance(hardware, dict) else 1
     pp = hardware.get("pipeline_parallel", 1) if isinstance(hardware, dict) else 1
@@ -389,8 +391,13 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
         result.values["scheduler.max_model_len"] = ctx.derived_context
         result.notes.append(f"{preset.label} {version_text}: max_model_len {ctx.derived_context:,}, the context it "
                             f"derives from {model.name}'s config ({how})")
+    for target in written:  # a flag's input the derivation sets otherwise (SGLang's --tp under data-parallel attention)
+        if result.from_flags.get(target) is not None and target in result.values:
+            set_key(raw, target, result.values[target])
     for key, flag in preset.flags.items():
         if flag.target is not None and key in flags and flags[key] is not None:  # None: the engine's "auto"
+            if result.from_flags.get(flag.target) == key and flag.target in result.values:
+                continue  # the derivation set the flag's target from it itself
             value = flags[key]
             if flag.target == "hardware.expert_parallel" and isinstance(value, bool):
                 if not value:

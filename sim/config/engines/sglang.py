@@ -13,6 +13,12 @@ from sim.config.engines.base import (GIB, Context, Flag, LOGGING, MODEL_FILES, P
                                      kv_cache_dtype_flag, only_default, only_one_of, parse_version, refuse_model_before,
                                      released_before, sixteen_bit_dtype, weights_quantization)
 from sim.config.engines.engine_work import inbound_work, preset_kv_tokens, preset_terms
+from sim.config.engines.sglang_dp_attention import (
+    SGLANG_DP_CONSERVATIVENESS_FACTOR,
+    sglang_dp_attention_context,
+    sglang_dp_attention_ranks,
+    sglang_dp_attention_values,
+)
 from sim.config.engines.fitted import nearest_fits
 from sim.config.engines.sglang_speculative import (NGRAM_ACCEPTANCE, SGLANG_ALGORITHMS, SGLANG_NGRAM_BFS_BREADTH,
                                                    SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE, SGLANG_NGRAM_MATCH_WINDOW,
@@ -515,30 +521,27 @@ def _sglang_given_running_cap(version: tuple[int, ...], slots: int, kv_tokens: i
 # runs _handle_gpu_memory_settings, whose memory rule reserves cuda_graph_max_bs x dp_size x 3 MiB more for it (and x
 # 1.5 more above a graph batch of 300), before _handle_data_parallelism, which turns it off when dp_size is 1 (no
 # --dp given: its default). So `--tp N --enable-dp-attention` alone runs tensor-parallel attention with that much
-# less KV memory. dp_size > 1 (attention data-parallel over the TP group) is not modelled; 0.5.14 and later resolve
-# the flags another way (arg_groups), not read here.
+# less KV memory. dp_size > 1 runs attention data-parallel over the TP group (sglang_dp_attention.py); 0.5.14 and
+# later resolve the flags another way (arg_groups), not read here.
 SGLANG_DP_ATTENTION_READ = ((0, 5, 3), (0, 5, 13))
 
 
 def _sglang_dp_attention_mib(ctx: Context, graph_bs: int, notes: list[str]) -> float:
     """The MiB SGLang's memory rule reserves for --enable-dp-attention (above) at a decode graph batch of `graph_bs`,
-    0 without the flag; ConfigError where the flags ask for what is not modelled."""
-    dp = ctx.flags.get("dp_size", 1)
-    if dp != 1 and ctx.flags.get("enable_dp_attention", False):
-        raise ConfigError(f"engine.dp_size: {dp} with --enable-dp-attention is not modelled; allowed: 1, or leave "
-                          "--enable-dp-attention out (attention data-parallel over the TP group, the experts over "
-                          "all of it, is not simulated; without it the workers are independent replicas)")
+    0 without the flag; ConfigError where the release was not read."""
     if not ctx.flags.get("enable_dp_attention", False):
         return 0.0
     first, last = SGLANG_DP_ATTENTION_READ
     if not first <= ctx.version[:3] <= last:
         raise ConfigError(f"engine.enable_dp_attention: true is not modelled for SGLang {ctx.version_text}; allowed: "
                           f"SGLang {dotted_version(first)} to {dotted_version(last)}, where it was read")
-    reserved = "" if "mem_fraction_static" in ctx.flags else (
-        ", after its memory rule reserved 3 MiB per decode graph batch slot for it (4.5 above 300): less KV")
-    notes.append(f"SGLang {ctx.version_text}: --enable-dp-attention without --dp (dp_size 1) is turned off "
-                 f"(server_args.py _handle_data_parallelism), attention stays tensor-parallel{reserved}")
-    return graph_bs * 3 + (graph_bs * 1.5 if graph_bs > 300 else 0.0)  # x dp_size, which is 1 here
+    dp = sglang_dp_attention_ranks(ctx)
+    if dp == 1:
+        reserved = "" if "mem_fraction_static" in ctx.flags else (
+            ", after its memory rule reserved 3 MiB per decode graph batch slot for it (4.5 above 300): less KV")
+        notes.append(f"SGLang {ctx.version_text}: --enable-dp-attention without --dp (dp_size 1) is turned off "
+                     f"(server_args.py _handle_data_parallelism), attention stays tensor-parallel{reserved}")
+    return (graph_bs * 3 + (graph_bs * 1.5 if graph_bs > 300 else 0.0)) * dp
 
 
 # --dp-size D without --enable-dp-attention, read in the PyPI wheels of 0.4.0, 0.4.6, 0.5.3, 0.5.9 and 0.5.14
@@ -749,6 +752,9 @@ def derive_sglang(ctx: Context) -> PresetResult:
         result = _derive_sglang_030(ctx)
         result.notes.extend(early_notes)
         return result
+    kv_ctx = ctx  # a rank's, which sizes its KV: under data-parallel attention its A GPUs (sglang_dp_attention.py)
+    if sglang_dp_attention_ranks(ctx) > 1:
+        ctx, kv_ctx = sglang_dp_attention_context(ctx)
     flags, gpu = ctx.flags, ctx.gpu
     notes: list[str] = early_notes
     gpu_mib = gpu.hbm_bytes / 2**20
@@ -803,6 +809,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
     values["kv_cache.gpu_memory_utilization"] = fraction
     values.update(_sglang_memory_rule(ctx, notes))
     conservativeness = flags.get("schedule_conservativeness", 1.0)
+    if sglang_dp_attention_ranks(ctx) > 1:
+        conservativeness *= SGLANG_DP_CONSERVATIVENESS_FACTOR
     init = min(SGLANG_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
     values["scheduler.new_token_ratio"] = {"init": init, "min": min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0),
                                            "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
@@ -815,7 +823,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
         raise ConfigError(f"engine.max_total_tokens: {token_cap} is not modelled for {ctx.model.name}'s own "
                           "sliding-window pool (SGLang splits the cap between its two pools); allowed: leave it out, "
                           "or kv_cache.capacity_tokens")
-    slots, kv_tokens = _sglang_request_slots(ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes,
+    slots, kv_tokens = _sglang_request_slots(kv_ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes,
                                              window)
     from_flags: dict[str, str] = {}
     if speculation is not None:
@@ -841,7 +849,10 @@ def derive_sglang(ctx: Context) -> PresetResult:
     prefill_graphs = ctx.version >= SGLANG_PREFILL_GRAPH_SINCE and why_not is None
     values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, prefill_graphs, notes))
     values.update(custom_all_reduce(ctx, "SGLang"))
-    parallel, parallel_flags = _sglang_data_parallel(ctx, notes)
+    if sglang_dp_attention_ranks(ctx) > 1:
+        parallel, parallel_flags = sglang_dp_attention_values(ctx, chunk, notes)
+    else:
+        parallel, parallel_flags = _sglang_data_parallel(ctx, notes)
     values.update(parallel)
     return PresetResult(values, {**from_flags, **parallel_flags}, notes)
 
@@ -991,10 +1002,12 @@ SGLANG_FLAGS = {
                           "(before 0.5.3; then --ep-size)", since="0.4.0.post1", until=(0, 5, 3)),
     "ep_size": Flag("hardware.expert_parallel", int, "--ep-size: GPUs of the TP group holding whole experts",
                     since=(0, 5, 0), aliases=("--ep",)),
-    "enable_dp_attention": Flag(None, bool, "--enable-dp-attention: without --dp, turned off after reserving memory "
-                                "(SGLANG_DP_ATTENTION_READ)", since=(0, 5, 3)),
+    "enable_dp_attention": Flag(None, bool, "--enable-dp-attention: with --dp D, D lockstep ranks of tp_size / D GPUs "
+                                "sharing a mixture of experts' MLPs (sglang_dp_attention.py); without --dp, turned "
+                                "off after reserving memory (SGLANG_DP_ATTENTION_READ)", since=(0, 5, 3)),
     "dp_size": Flag("hardware.num_replicas", int, "--dp-size: data-parallel workers, each a replica of tp_size "
-                    "GPUs behind the one server (SGLANG_DATA_PARALLEL_SINCE; not with --enable-dp-attention)",
+                    "GPUs behind the one server (SGLANG_DATA_PARALLEL_SINCE); with --enable-dp-attention, ranks of "
+                    "tp_size / dp_size GPUs in lockstep",
                     at_least("dp_size"), since=SGLANG_DATA_PARALLEL_SINCE, aliases=("--data-parallel-size",)),
     "load_balance_method": Flag(None, str, "--load-balance-method: round_robin (auto from 0.5.9); the others are "
                                 "not modelled", only_one_of("load_balance_method", SGLANG_LOAD_BALANCE),
