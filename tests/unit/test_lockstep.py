@@ -81,6 +81,11 @@ def test_sglang_s_ranks_pad_decode_steps_alone(pad_prefill_steps, first_padding)
     assert sim.requests.first_token_s.tolist() == [2.5, 2.5, 2.5]  # the 10-token step either way
 
 
+def test_a_group_padding_decode_steps_alone_runs_in_the_simpy_engine():
+    result = simulate(validate_scenario(scenario({"pad_prefill_steps": False})))
+    assert result.extras["engine_core"] == "python (a lockstep group that pads no step with a prefill)"
+
+
 def test_idle_ranks_run_dummy_forwards_until_the_check_finds_no_work():
     # Rank 0: a prompt of 8 and 3 output tokens (steps 1-3, 0-2.5 s); rank 1 runs a dummy forward each of them,
     # padded to rank 0's tokens (8, 1, 1). Then both run dummy forwards of one token, 0.25 s each, and a request

@@ -24,7 +24,9 @@ release 0.5.3-0.5.13 (`sglang.SGLANG_DP_ATTENTION_READ`); the releases between a
 
 Not modelled, and said: the LM head (each rank's rows gathered over all T GPUs unless --enable-dp-lm-head) is priced
 on the rank's own A GPUs, as is the input embedding's memory (replicated under DP attention to 0.5.3); the metadata
-all-gather each scheduler loop runs. Refused: a model other than a DeepSeek-V2/V3 mixture of experts (whose path
+all-gather each scheduler loop runs; with A > 1, a rank's own two all-reduces a layer over its A GPUs are priced
+beside the exchange, into which SGLang folds them (the gather sums the attention's partial outputs, the
+reduce-scatter replaces the MLP's all-reduce): an over-count. Refused: a model other than a DeepSeek-V2/V3 mixture of experts (whose path
 was read), speculative decoding, pipeline parallelism.
 """
 
@@ -96,7 +98,9 @@ def sglang_dp_attention_values(ctx: Context, chunk: int, notes: list[str]) -> tu
                  f"chunk {chunk // ranks if chunk > 0 else 'off'}"
                  + (f", max_running_requests {running // ranks}" if running is not None else "")
                  + ", schedule_conservativeness x 0.3 (server_args.py _handle_data_parallelism)")
+    folded = ("" if tp == ranks else f"; each rank's own all-reduces over its {tp // ranks} GPUs are priced beside the "
+              "exchange, which SGLang folds them into (an over-count)")
     notes.append(f"SGLang {ctx.version_text} --enable-dp-attention: the LM head is priced on each rank's own "
                  f"{tp // ranks} GPU(s) (SGLang gathers every rank's rows over all {tp} unless --enable-dp-lm-head), "
-                 "and the metadata all-gather of each scheduler loop is not priced")
+                 f"and the metadata all-gather of each scheduler loop is not priced{folded}")
     return values, from_flags
