@@ -400,7 +400,7 @@ def get_model(name: str, field: str = "model") -> ModelSpec:
 def get_gpu(name: str, field: str = "hardware.gpu") -> GPUSpec:
     """Catalog GPU by id (case-insensitive, '_' and '-' interchangeable)."""
     try:
-        return GPUS[_canonical(name)]
+        return GPUS[_canonical(name) if isinstance(name, str) else None]
     except KeyError:
         raise ConfigError(f"{field}: unknown gpu {name!r}; allowed: {', '.join(GPUS)}") from None
 

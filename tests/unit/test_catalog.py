@@ -1,3 +1,5 @@
+import re
+
 import pytest
 
 from sim.errors import ConfigError
@@ -87,6 +89,13 @@ def test_unknown_gpu_error_is_one_line_naming_field_and_choices():
     assert "\n" not in message
     assert message.startswith("replicas[0].gpu: unknown gpu 'v100'; allowed: ")
     assert all(key in message for key in GPUS)
+
+
+@pytest.mark.parametrize("name", [-1, None, ["h100-sxm"]])
+def test_a_gpu_name_that_is_not_a_string_is_an_unknown_gpu(name):
+    # (the no-traceback property test found -1 reaching the lookup through a checkpoint's fp8 default)
+    with pytest.raises(ConfigError, match=f"^hardware.gpu: unknown gpu {re.escape(repr(name))}; allowed: "):
+        get_gpu(name)
 
 
 def test_dense_model_has_one_layer_group():
