@@ -119,18 +119,13 @@ def expert_group(scenario: Scenario, model: ModelSpec) -> ExpertGroup | None:
     hw = scenario.hardware
     if hw.lockstep is None or not model.is_moe:
         return None
-    gpus = hw.num_replicas * hw.tensor_parallel
-    exchange = hw.lockstep.expert_exchange
-    return ExpertGroup(gpus, gpus if exchange == "dp_attention" else hw.num_replicas, exchange)
+    return ExpertGroup(hw.num_replicas * hw.tensor_parallel, hw.num_replicas, hw.lockstep.expert_exchange)
 
 
-def expert_group_gpus(scenario: Scenario, model: ModelSpec, dense: bool = False) -> int:
-    """The GPUs of `expert_group` (`dense`: those its dense MLPs spread over, `ExpertGroup.dense_gpus`), 0 without
-    one."""
+def expert_group_gpus(scenario: Scenario, model: ModelSpec) -> int:
+    """The GPUs of `expert_group`, 0 without one."""
     group = expert_group(scenario, model)
-    if group is None:
-        return 0
-    return group.dense_gpus if dense else group.gpus
+    return group.gpus if group is not None else 0
 
 
 def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | None, max_len: int,
@@ -277,13 +272,13 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
             reserve_bytes=scenario.kv_cache.reserve_bytes, max_num_batched_tokens=token_budget,
             max_num_seqs=s.max_num_seqs, score_bytes=score_bytes, **_engine_memory(scenario))
         return min(of_free(c).num_tokens for c in stages)
+    group = expert_group(scenario, model)
     cap = of_free(kv_capacity(model, gpu, tensor_parallel=tp, weight_dtype=q.weights, kv_dtype=q.kv_cache,
                               gpu_memory_utilization=utilization, reserve_bytes=scenario.kv_cache.reserve_bytes,
                               max_num_batched_tokens=token_budget,
                               max_num_seqs=s.max_num_seqs if s.batching == "continuous" else s.max_batch_size,
-                              score_bytes=score_bytes, expert_gpus=expert_group_gpus(scenario, model),
-                              dense_gpus=expert_group_gpus(scenario, model, dense=True),
-                              **_engine_memory(scenario)))
+                              score_bytes=score_bytes, expert_gpus=group.gpus if group else 0,
+                              dense_gpus=group.dense_gpus if group else 0, **_engine_memory(scenario)))
     if draft is None:
         return cap.num_tokens
     # The draft model's weights share the GPU, and every token also keeps the draft's KV.

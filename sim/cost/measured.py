@@ -797,7 +797,7 @@ class MeasuredCostModel(PackedCostModel):
                                           expert_parallel=expert_parallel, expert_group=expert_group)
         if expert_group is not None:  # said, not silent: no table of these collectives is read
             self.notes[f"moe: the experts over the group's {expert_gpus} GPUs, at its tokens; its exchange around each "
-                       f"expert layer ({expert_group.exchange.replace('_', ' ')} over {expert_group.ranks} ranks) "
+                       f"expert layer ({expert_group.exchange.replace('_', ' ')} over {expert_group.exchange_gpus} GPUs) "
                        "priced by the GPU catalog's interconnect"] += 1
         self.fp8_block = fp8_block
         gd = gemm_dtype(weight_dtype, fp8_block)

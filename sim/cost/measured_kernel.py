@@ -134,7 +134,7 @@ def pack(cost_model) -> tuple[tuple, list]:
         starts.append(len(linear))
     s[P_LM_HEAD] = add(m._lm_head)
     if m.expert_group is not None:
-        s[P_EXCHANGE_RANKS] = m.expert_group.ranks
+        s[P_EXCHANGE_RANKS] = m.expert_group.exchange_gpus
         s[P_EXCHANGE_KIND] = EXCHANGE_KINDS[m.expert_group.exchange]
         s[P_EXCHANGE_LINK_BYTES_PER_S] = m.roofline.link_bytes_per_s
         s[P_EXCHANGE_LATENCY_S] = m.gpu.allreduce_latency_s

@@ -65,7 +65,7 @@ def pack(model) -> tuple:
     scalars[P_SLIDING_WINDOW] = model.model.sliding_window or 0
     scalars[P_WINDOW_SHARE] = model.model.window_layer_share
     if model.expert_group is not None:
-        scalars[P_EXCHANGE_RANKS] = model.expert_group.ranks
+        scalars[P_EXCHANGE_RANKS] = model.expert_group.exchange_gpus
         scalars[P_EXCHANGE_KIND] = EXCHANGE_KINDS[model.expert_group.exchange]
     scalars[P_LM_HEAD] = 1.0 if model.include_lm_head else 0.0
     scalars[P_NUM_LAYERS] = model.model.num_layers

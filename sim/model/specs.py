@@ -216,8 +216,14 @@ class ExpertGroup:
     group's GPUs, its dense layers' and shared experts' too (`dense_over_group`), and the exchange spans them all."""
 
     gpus: int  # the GPUs holding the routed experts: ranks x each rank's tensor-parallel GPUs
-    ranks: int  # the GPUs each exchange spans: one per rank (`dp_attention`: every GPU of the group)
+    ranks: int  # the group's ranks
     exchange: Literal[EXCHANGES] = "all_gather_reduce_scatter"  # (`roofline_kernel.expert_exchange_s`)
+
+    @property
+    def exchange_gpus(self) -> int:
+        """The GPUs each exchange spans: one per rank, its peers at the same tensor-parallel position alongside
+        (`dp_attention`: every GPU of the group)."""
+        return self.gpus if self.dense_over_group else self.ranks
 
     @property
     def dense_over_group(self) -> bool:

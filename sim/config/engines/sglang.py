@@ -121,7 +121,8 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
         notes.append("SGLang --enable-torch-compile: torch.compile of small decode batches not modelled (priced as "
                      "CUDA graphs without it)")
     chunk = flags.get("chunked_prefill_size", 8192)
-    values = _sglang_batches(ctx, flags, chunk, notes)
+    dp_ranks = sglang_dp_attention_ranks(ctx)  # each rank schedules chunk // D (after the memory rule read it whole)
+    values = _sglang_batches(ctx, flags, chunk // dp_ranks if chunk > 0 else chunk, notes)
     init = SGLANG_030_INIT_NEW_TOKEN_RATIO
     floor = min(SGLANG_030_BASE_MIN_NEW_TOKEN_RATIO * flags.get("schedule_conservativeness", 1.0), 1.0, init)
     values["scheduler.new_token_ratio"] = {"init": init, "min": floor,
@@ -777,7 +778,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
                      "the default list's")
     dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the decode graphs' batch, as SGLang reserves it
     chunk = flags.get("chunked_prefill_size", tier_chunk)
-    values = _sglang_batches(ctx, flags, chunk, notes)
+    dp_ranks = sglang_dp_attention_ranks(ctx)  # each rank schedules chunk // D (after the memory rule read it whole)
+    values = _sglang_batches(ctx, flags, chunk // dp_ranks if chunk > 0 else chunk, notes)
     running_flag = flags.get("max_running_requests")
     if given_graph_bs is None and running_flag is not None and ctx.version >= (0, 5, 22):
         graph_bs = min(graph_bs, running_flag)  # 0.5.22: the default decode graphs stop at the running limit

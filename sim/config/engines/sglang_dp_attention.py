@@ -84,8 +84,6 @@ def sglang_dp_attention_values(ctx: Context, chunk: int, notes: list[str]) -> tu
         "hardware.lockstep": {"pad_tokens": True, "pad_prefill_steps": False, "idle_check_steps": 1,
                               "expert_exchange": "dp_attention"},
         "frontend.replicas_per_server": ranks}
-    if chunk > 0:
-        values["scheduler.max_num_batched_tokens"] = chunk // ranks
     running = ctx.flags.get("max_running_requests")
     if running is not None:
         values["scheduler.max_num_seqs"] = running // ranks
