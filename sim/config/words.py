@@ -67,11 +67,16 @@ def allowed_words(error: dict, annotation: Any) -> str | None:
     if etype in UNION_NOISE or etype in _EXPECTED:
         members = [m for m in annotation_members(annotation) if m is not type(None)]
         if len(members) > 1 and any(map(model_class, members)):  # e.g. model: str | ModelSpec
-            words = ["a catalog name" if m is str else f"an inline {m.__name__} mapping" if model_class(m)
-                     else _TYPE_WORDS.get(m, getattr(m, "__name__", str(m))) for m in members]
-            return " or ".join(words)
+            return union_words(members)
         return _EXPECTED.get(etype)
     return None
+
+
+def union_words(members: Any) -> str:
+    """What a field that takes a catalog name or an inline mapping accepts, e.g. `str | GPUSpec`: "a catalog name
+    or an inline GPUSpec mapping"."""
+    return " or ".join("a catalog name" if m is str else f"an inline {m.__name__} mapping" if model_class(m)
+                       else _TYPE_WORDS.get(m, getattr(m, "__name__", str(m))) for m in members)
 
 
 def shown(value: Any) -> str:

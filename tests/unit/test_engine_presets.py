@@ -996,7 +996,7 @@ def test_a_run_reads_the_notes_kept_when_the_preset_was_applied_and_the_dump_lea
 
 
 @pytest.mark.parametrize("gpu, message", [
-    (-1, r"^hardware\.gpu: -1 is not allowed; allowed: a catalog GPU name or an inline GPU$"),
+    (-1, r"^hardware\.gpu: -1 is not allowed; allowed: a catalog name or an inline GPUSpec mapping$"),
     ({**get_gpu("h100-sxm").model_dump(), "bf16_flops_per_s": "x"},
      r"^hardware\.gpu\.bf16_flops_per_s: \"x\" is not allowed; allowed: a number$"),
     ({"bf16_flops_per_s": 1e15}, r"^hardware\.gpu\.name: missing; it is required$"),
@@ -1005,6 +1005,16 @@ def test_a_preset_refuses_a_gpu_it_cannot_read_in_one_line(gpu, message):
     # the preset derives its defaults from the GPU before validation reads it (found by test_no_traceback's fuzzing)
     with pytest.raises(ConfigError, match=message):
         scenario({"name": "vllm", "version": "0.11.0"}, hardware={"gpu": gpu})
+
+
+def test_a_gpu_that_is_neither_name_nor_mapping_reads_the_same_with_a_preset_or_without():
+    # one field, one wording: the preset's early check and validation's own
+    lines = []
+    for sections in ({"engine": {"name": "sglang", "version": "0.5.3.post3"}}, {}):
+        with pytest.raises(ConfigError) as refused:
+            validate_scenario({**BASE, **sections, "hardware": {"gpu": [1]}})
+        lines.append(str(refused.value))
+    assert lines[0] == lines[1] == "hardware.gpu: [1] is not allowed; allowed: a catalog name or an inline GPUSpec mapping"
 
 
 @pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.10.1"}, {"name": "sglang", "version": "0.5.3.post3"},

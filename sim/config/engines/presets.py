@@ -20,7 +20,7 @@ from sim.config.engines.trtllm import (TRTLLM_FLAGS, TRTLLM_INERT, TRTLLM_NEWEST
                                        trtllm_fp8_without_fp8_cores)
 from sim.config.engines.vllm import VLLM_FLAGS, VLLM_INERT, VLLM_NEWEST, derive_vllm, vllm_fp8_without_fp8_cores
 from sim.config.engines.vllm_context import KV_HOLDS_MAX_MODEL_LEN, vllm_context, vllm_window_off
-from sim.config.words import allowed_words, shown, type_words
+from sim.config.words import allowed_words, shown, type_words, union_words
 from sim.errors import ConfigError
 
 
@@ -54,7 +54,7 @@ def _resolve_gpu_and_model(raw: dict):
     hardware = raw.get("hardware") or {}
     given = hardware.get("gpu", "h100-sxm") if isinstance(hardware, dict) else "h100-sxm"
     if not isinstance(given, (str, dict)):  # the preset derives from the GPU: it must be readable first
-        raise ConfigError(f"hardware.gpu: {given!r} is not allowed; allowed: a catalog GPU name or an inline GPU")
+        raise ConfigError(f"hardware.gpu: {shown(given)} is not allowed; allowed: {union_words((str, GPUSpec))}")
     try:
         gpu = resolve_gpu(given)
     except ValidationError as err:  # (sim.config.messages imports the schema, which imports this module)
