@@ -1014,7 +1014,8 @@ def test_a_gpu_that_is_neither_name_nor_mapping_reads_the_same_with_a_preset_or_
         with pytest.raises(ConfigError) as refused:
             validate_scenario({**BASE, **sections, "hardware": {"gpu": [1]}})
         lines.append(str(refused.value))
-    assert lines[0] == lines[1] == "hardware.gpu: [1] is not allowed; allowed: a catalog name or an inline GPUSpec mapping"
+    assert lines[0] == lines[1] == ("hardware.gpu: [1] is not allowed; "
+                                    "allowed: a catalog name or an inline GPUSpec mapping")
 
 
 @pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.10.1"}, {"name": "sglang", "version": "0.5.3.post3"},
