@@ -117,6 +117,7 @@ FIT_RUNS: dict[tuple[str, str], tuple[str, ...]] = {
     ("sglang", "0.5.3"): ("deepseek-r1-h200 sglang tp8 sharegpt",),
     ("sglang", "0.5.3rc0"): (),  # one gpt-oss-120b run: held out
     ("sglang", "0.5.4.post2"): (),  # GPUStack's gpt-oss-20b pages, added to check the MXFP4 pricing: held out
+    ("sglang", "0.5.6.post2"): (),  # GPUStack's DeepSeek-V3.2 page: a sparse-attention model, every run held out
     ("sglang", "0.3.0"): ("sglang-060 llama-3.1-8b a100 sglang 0.3.0 rps 4",  # the same runs as vLLM 0.6.0's
                           "sglang-060 llama-3.1-8b a100 sglang 0.3.0 offline"),
     ("vllm", "0.8.4"): (),  # llm-ie's and vLLM-Benchmark's DeepSeek-R1 runs on H200 hosts of their own: held out
@@ -958,6 +959,7 @@ def engine_settings(case: PublishedCase) -> tuple[dict, list[str]]:
                 engine[name] = option_value(str(value), PRESETS[e.key].flags[name].kind, f"{flag} {value}")
         if case.dp_attention:  # SGLang's --enable-dp-attention (`unsupported` refuses it elsewhere)
             engine["enable_dp_attention"] = True
+            engine.setdefault("tp_size", case.tensor_parallel)  # its T, over which a --dp > 1 divides the attention
         if e.key == "trtllm":
             if e.version.startswith("0.17") and "kv_cache_free_gpu_memory_fraction" not in engine:
                 engine["kv_cache_free_gpu_memory_fraction"] = 0.95
@@ -1092,6 +1094,10 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
         "run": {"seed": 0, "num_requests": num_requests or w.num_prompts},
         **sections,
     }
+    if "tp_size" in sections.get("engine", {}):
+        # SGLang's --tp under data-parallel attention: its rule sets each rank's GPUs (tp_size / dp_size) from it,
+        # which a second value would contradict
+        del raw["hardware"]["tensor_parallel"]
     if max_len is not None and "engine" not in sections:
         raw.setdefault("scheduler", {})["max_model_len"] = int(max_len)
     if max_len is None and "engine" in sections and PRESETS[case.engine.key].kv_holds_max_len:

@@ -79,6 +79,10 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
         return {"kind": "roofline"}, "roofline: an inline GPU has no measurements" if floor < 3 else "roofline"
     if not all(isinstance(v, str) for v in (weights, kv)) or not isinstance(pp, int):
         return {"kind": "roofline"}, "roofline: the quantization or parallelism is not readable"  # validation says why
+    sparse = _sparse_attention(model)
+    if sparse:
+        return ({"kind": "roofline", "overhead": terms},
+                f"roofline: catalog roofline + {terms['engine']} CPU terms (only it prices {sparse})")
     disaggregation = hardware.get("disaggregation")
     # A whole-step profile is of one catalog model on one GPU and TP; the kernel tables price any model's shapes.
     # (nor of experts split by expert parallelism: `hardware.expert_parallel` refuses a profile)
@@ -155,6 +159,17 @@ def _whole_step_profile(gpu: str, model: str, tp: int, quantization: dict) -> bo
     from sim.cost.calibrated import shipped_step_profile_fits
     from sim.cost.profile_meta import measured_in
     return shipped_step_profile_fits(gpu, model, tp, measured_in(quantization))
+
+
+def _sparse_attention(model) -> str | None:
+    """`sparse_attention_unpriced` of a raw scenario's model; None where it does not resolve (validation says why)."""
+    from sim.cost.attention_support import sparse_attention_unpriced
+    from sim.errors import ConfigError
+    from sim.model.catalog import resolve_model
+    try:
+        return sparse_attention_unpriced(resolve_model(model))
+    except (ConfigError, ValueError, TypeError):
+        return None
 
 
 def _is_moe(model) -> bool:

@@ -21,6 +21,16 @@ from sim.errors import ConfigError
 MEASURED_WITH = "flash"
 
 
+def sparse_attention_unpriced(model) -> str | None:
+    """Why only the roofline (catalog efficiencies) prices this model's attention, None where any cost model may:
+    DeepSeek sparse attention (`ModelSpec.index_topk`) caps MLA at its top-k keys and adds an indexer over every
+    token, which no shipped measurement ran (AIConfigurator's dsa_* module tables are not imported)."""
+    if not getattr(model, "index_topk", 0):
+        return None
+    return (f"{model.name}'s sparse attention (index_topk {model.index_topk}), which no measured table, learned "
+            "efficiency or whole-step profile covers")
+
+
 def profile_attention_kernel(profile_dir: str | Path) -> str:
     """The attention kernel a calibrated profile was measured with (meta.json `attention_kernel`; absent: flash)."""
     from sim.cost.profile_meta import read_meta
@@ -44,6 +54,10 @@ def check_attention_kernel(scenario, deployment) -> None:
         measured_with, what = MEASURED_WITH, "cost_model.efficiencies 'learned' (fitted to vLLM's measured kernels)"
     else:
         return  # the roofline prices either kernel; a fixed cost model prices none
+    sparse = sparse_attention_unpriced(deployment.model)
+    if sparse:
+        raise ConfigError(f"{what} cannot price {sparse}; allowed: cost_model.kind 'roofline' (catalog "
+                          "efficiencies)")
     if kernel != measured_with:
         raise ConfigError(f"attention.kernel: {kernel!r} is not the kernel {what} was measured with; allowed: "
                           f"{measured_with!r}, or cost_model.kind 'roofline' (catalog efficiencies) to price "

@@ -96,7 +96,19 @@ class RooflineCostModel(PackedCostModel):
         self.bytes_per_s = gpu.hbm_bytes_per_s * (memory_efficiency or gpu.memory_efficiency)
         self.link_bytes_per_s = gpu.interconnect_bytes_per_s * gpu.interconnect_efficiency
         self.step_overhead_s = gpu.step_overhead_s if step_overhead_s is None else step_overhead_s
-        self.kv_bytes_per_token_layer = kv_bytes_per_token(model, kv_dtype, tensor_parallel) / model.num_layers
+        if model.index_topk and attention_kernel != "flash":
+            raise ConfigError(f"attention.kernel: {attention_kernel!r} is not allowed for {model.name}'s sparse "
+                              "attention; allowed: flash")
+        # The attention's own KV; a sparse-attention indexer's keys are priced apart (`indexer_parts`).
+        self.kv_bytes_per_token_layer = kv_bytes_per_token(model, kv_dtype, tensor_parallel,
+                                                           indexer=False) / model.num_layers
+        # DeepSeek sparse attention's indexer, on every GPU whole (SGLang's Indexer: replicated): per (query, key)
+        # pair each head's FP8 q.k, then its ReLU and the heads' weighted sum; per query its FP8 query and 4-byte
+        # head weights; at the GPU's fp8 rate where it has one (DeepGEMM's fp8 MQA logits).
+        self.index_flops_per_pair = 2.0 * model.index_n_heads * (model.index_head_dim + 1)
+        self.index_q_bytes_per_token = model.index_n_heads * (model.index_head_dim + 4)
+        self.index_flops_per_s = (gpu.fp8_flops_per_s or gpu.bf16_flops_per_s) * (compute_efficiency
+                                                                                    or gpu.compute_efficiency)
         heads_per_gpu = attention_heads_per_gpu(model, tensor_parallel)
         if model.attention == "mla":
             qk_dim = model.qk_nope_head_dim + model.qk_rope_head_dim

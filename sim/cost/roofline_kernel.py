@@ -24,7 +24,10 @@ from sim.model.attention_io import MATH_SDPA_MATMULS, MATH_SDPA_PASSES
  P_SLIDING_WINDOW, P_LM_HEAD, P_NUM_LAYERS, P_HOST_LINK_BYTES_PER_S, P_MATERIALIZED, P_SCORE_BYTES_PER_PAIR,
  P_CACHE_BYTES, P_CACHE_BYTES_PER_S, P_FIRST_TOUCH_BYTES_PER_S, P_FLASH_KEY_BLOCK, P_FRESH_PER_PAIR, P_FRESH_PER_QUERY,
  P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_WINDOW_SHARE, P_SCORE_FLOPS_PER_S, P_EXCHANGE_RANKS, P_EXCHANGE_KIND,
- P_NUM_PASSES, P_PASSES) = range(31)
+ P_SPARSE_TOPK, P_INDEX_FLOPS_PER_PAIR, P_INDEX_BYTES_PER_TOKEN_LAYER, P_INDEX_Q_BYTES_PER_TOKEN, P_INDEX_FLOPS_PER_S,
+ P_NUM_PASSES, P_PASSES) = range(36)
+# P_SPARSE_TOPK: DeepSeek sparse attention's keys per query (0: dense); its indexer scores every earlier token:
+# P_INDEX_* (`indexer_parts`), P_KV_BYTES_PER_TOKEN_LAYER being the attention's own KV (the latent) without its keys.
 # P_EXCHANGE_RANKS: a lockstep group's ranks, which exchange the tokens around each expert layer (`ExpertGroup`), 0:
 # no group; P_EXCHANGE_KIND: how (EXCHANGE_*, `expert_exchange_s`).
 EXCHANGE_GATHER_SCATTER, EXCHANGE_BROADCAST_ALL_REDUCE, EXCHANGE_DP_ATTENTION = 0, 1, 2
@@ -64,6 +67,11 @@ def pack(model) -> tuple:
     scalars[P_ALLREDUCE_LATENCY_S] = model.gpu.allreduce_latency_s
     scalars[P_SLIDING_WINDOW] = model.model.sliding_window or 0
     scalars[P_WINDOW_SHARE] = model.model.window_layer_share
+    scalars[P_SPARSE_TOPK] = model.model.index_topk
+    scalars[P_INDEX_FLOPS_PER_PAIR] = model.index_flops_per_pair
+    scalars[P_INDEX_BYTES_PER_TOKEN_LAYER] = model.model.index_key_bytes
+    scalars[P_INDEX_Q_BYTES_PER_TOKEN] = model.index_q_bytes_per_token
+    scalars[P_INDEX_FLOPS_PER_S] = model.index_flops_per_s
     if model.expert_group is not None:
         scalars[P_EXCHANGE_RANKS] = model.expert_group.exchange_gpus
         scalars[P_EXCHANGE_KIND] = EXCHANGE_KINDS[model.expert_group.exchange]
@@ -300,8 +308,15 @@ def hybrid_layer_mean(share, windowed, whole):
 @njit(cache=True, inline="always")
 def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, query_tokens):
     """One layer's attention: (time, FLOPs, bytes) of the prefill chunks, then of the decodes (`layer_attention`); a
-    hybrid model's mean layer (`hybrid_layer_mean`)."""
+    hybrid model's mean layer (`hybrid_layer_mean`). Under DeepSeek sparse attention every layer's attends at most
+    its top-k keys a query, as a window caps it, and its indexer scores every earlier token (`indexer_parts`)."""
     window, share = price[P_SLIDING_WINDOW], price[P_WINDOW_SHARE]
+    if price[P_SPARSE_TOPK] > 0.0:
+        a = layer_attention(price, price[P_SPARSE_TOPK], num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
+                            num_decode_seqs, decode_ctx, query_tokens)
+        i = indexer_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
+                          query_tokens)
+        return a[0] + i[0], a[1] + i[1], a[2] + i[2], a[3] + i[3], a[4] + i[4], a[5] + i[5]
     a = layer_attention(price, window, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
                         query_tokens)
     if not window or share == 1.0:
@@ -311,6 +326,25 @@ def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     return (hybrid_layer_mean(share, a[0], b[0]), hybrid_layer_mean(share, a[1], b[1]),
             hybrid_layer_mean(share, a[2], b[2]), hybrid_layer_mean(share, a[3], b[3]),
             hybrid_layer_mean(share, a[4], b[4]), hybrid_layer_mean(share, a[5], b[5]))
+
+
+@njit(cache=True, inline="always")
+def indexer_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, query_tokens):
+    """DeepSeek sparse attention's indexer in one layer: (time, FLOPs, bytes) of the prefill chunks, then of the
+    decodes. Every query token scores every key up to its own (causal, uncapped), P_INDEX_FLOPS_PER_PAIR a pair at
+    the FP8 rate, reading each key's indexer entry once and its own query and weights."""
+    pairs = 0.0
+    keys = 0.0
+    for j in range(num_pf):
+        pair, kv = chunk_pairs(pf_chunk[j], pf_ctx[j], 0.0)
+        pairs += pair
+        keys += kv
+    fpp, kb, qb, fps = (price[P_INDEX_FLOPS_PER_PAIR], price[P_INDEX_BYTES_PER_TOKEN_LAYER],
+                        price[P_INDEX_Q_BYTES_PER_TOKEN], price[P_INDEX_FLOPS_PER_S])
+    pf_f, pf_b = pairs * fpp, keys * kb + num_prefill_tokens * qb
+    dc_f, dc_b = decode_ctx * query_tokens * fpp, decode_ctx * kb + num_decode_seqs * query_tokens * qb
+    bps = price[P_BYTES_PER_S]
+    return op_time(pf_f, pf_b, fps, bps), pf_f, pf_b, op_time(dc_f, dc_b, fps, bps), dc_f, dc_b
 
 
 @njit(cache=True, inline="always")
@@ -435,5 +469,6 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
         bytes_total += b
     if swap_tokens:
         # Each GPU moves its own shard of the KV over its own host link.
-        time_s += swap_tokens * kvb * price[P_NUM_LAYERS] / price[P_HOST_LINK_BYTES_PER_S]
+        time_s += swap_tokens * (kvb + price[P_INDEX_BYTES_PER_TOKEN_LAYER]) * price[P_NUM_LAYERS] / price[
+            P_HOST_LINK_BYTES_PER_S]
     return time_s + price[P_OVERHEAD_S], flops_total, bytes_total

@@ -39,6 +39,9 @@ IGNORED: dict[str, str] = {
     "minimax_m2": "the multi-token-prediction modules (use_mtp), the q/k RMSNorm weights and the router's score biases "
                   "are not counted",
     "deepseek_v3": "the multi-token-prediction layer (num_nextn_predict_layers) and router score biases are not counted",
+    "deepseek_v32": "the multi-token-prediction layer (num_nextn_predict_layers) and router score biases are not "
+                    "counted; the indexer's top-k selection and its norm price nothing (its projections, scores and "
+                    "key cache do)",
     "gpt_oss": "attention sinks and the experts' biases are not counted",
     "glm4_moe": "the multi-token-prediction layer (num_nextn_predict_layers), the q/k RMSNorm weights (use_qk_norm) "
                 "and the router's score biases are not counted; the rotary embedding's share of each head "
@@ -233,6 +236,9 @@ def _deepseek(r: _Reader) -> dict:
         "qk_nope_head_dim": nope,
         "v_head_dim": r.int("v_head_dim"),
     }
+    if "index_topk" in r.data:  # DeepSeek-V3.2's sparse attention (DSA): an indexer picks the keys MLA attends
+        fields |= {"index_topk": r.int("index_topk"), "index_n_heads": r.int("index_n_heads"),
+                   "index_head_dim": r.int("index_head_dim")}
     experts = r.int("n_routed_experts", 0, minimum=0)
     if experts == 0:
         return fields  # a dense DeepSeek: intermediate_size on every layer
@@ -324,6 +330,7 @@ READERS: dict[str, Callable[[_Reader], dict]] = {
     "minimax_m2": _minimax_m2,
     "deepseek_v2": _deepseek,
     "deepseek_v3": _deepseek,
+    "deepseek_v32": _deepseek,
     "glm4_moe": _glm4_moe,
     "gpt_oss": _gpt_oss,
     "gemma": _gemma,
@@ -335,7 +342,8 @@ READERS: dict[str, Callable[[_Reader], dict]] = {
 ARCHITECTURES: dict[str, str] = {
     "LlamaForCausalLM": "llama", "MistralForCausalLM": "mistral", "MixtralForCausalLM": "mixtral",
     "Qwen2ForCausalLM": "qwen2", "Qwen3ForCausalLM": "qwen3", "Qwen3MoeForCausalLM": "qwen3_moe",
-    "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3", "Glm4MoeForCausalLM": "glm4_moe",
+    "DeepseekV2ForCausalLM": "deepseek_v2", "DeepseekV3ForCausalLM": "deepseek_v3",
+    "DeepseekV32ForCausalLM": "deepseek_v32", "Glm4MoeForCausalLM": "glm4_moe",
     "GptOssForCausalLM": "gpt_oss",
     "GemmaForCausalLM": "gemma", "Gemma2ForCausalLM": "gemma2", "Gemma3ForCausalLM": "gemma3_text",
     "OPTForCausalLM": "opt", "MiniMaxM2ForCausalLM": "minimax_m2",

@@ -135,9 +135,11 @@ def check_block_scales(model: ModelSpec, tp: int, ep: int = 1, field: str = "har
 
 
 def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel: int = 1, *,
-                       layers: int | None = None) -> int:
+                       layers: int | None = None, indexer: bool = True) -> int:
     """KV-cache bytes one token occupies on each GPU of a tensor-parallel group, in every layer (or in `layers` of
-    them: every layer keeps the same bytes per token)."""
+    them: every layer keeps the same bytes per token). Under DeepSeek sparse attention, its indexer's keys too
+    (`ModelSpec.index_key_bytes`: FP8 whatever kv_dtype, every rank all of them), unless `indexer` is False: the
+    attention's own KV alone."""
     check_tensor_parallel(model, tensor_parallel)
     nbytes = _dtype_bytes(kv_dtype, tuple(DTYPE_BYTES), "kv_dtype")
     layers = model.num_layers if layers is None else layers
@@ -146,7 +148,7 @@ def kv_bytes_per_token(model: ModelSpec, kv_dtype: str = "bf16", tensor_parallel
         elements = layers * (model.kv_lora_rank + model.qk_rope_head_dim)
     else:
         elements = 2 * layers * kv_heads_per_gpu(model, tensor_parallel) * model.head_dim
-    return math.ceil(elements * nbytes)
+    return math.ceil(elements * nbytes) + (layers * model.index_key_bytes if indexer else 0)
 
 
 # Where an engine keeps a hybrid model's sliding layers' KV (`kv_cache.window_memory`): each request's last window in

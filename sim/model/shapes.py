@@ -20,6 +20,10 @@ def _attention_shapes(m: ModelSpec) -> list[LinearShape]:
             ]
         else:
             q = [LinearShape("q_proj", m.hidden_size, q_out, 1, "column", 1)]
+        if m.index_topk:  # DeepSeek sparse attention's indexer, whole on every rank (SGLang's Indexer: replicated)
+            q += [LinearShape("index_q", m.q_lora_rank, m.index_n_heads * m.index_head_dim, 1, "replicated", 1),
+                  LinearShape("index_k", m.hidden_size, m.index_head_dim, 1, "replicated", 1),
+                  LinearShape("index_weights", m.hidden_size, m.index_n_heads, 1, "replicated", 1)]
         return q + [
             LinearShape("kv_a_proj", m.hidden_size, m.kv_lora_rank + m.qk_rope_head_dim, 1, "replicated", 1),
             LinearShape(

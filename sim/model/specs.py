@@ -76,6 +76,11 @@ class ModelSpec(BaseModel):
     qk_rope_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)
     qk_nope_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)
     v_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)
+    # DeepSeek sparse attention (DeepSeek-V3.2; SGLang 0.5.6.post2 layers/attention/nsa/nsa_indexer.py): an indexer of
+    # index_head_dim scores every earlier token in FP8, and MLA attends only the index_topk it ranks highest.
+    index_topk: int = Field(0, ge=0, le=MAX_MODEL_DIM, description="keys each query attends; 0: dense attention")
+    index_n_heads: int = Field(0, ge=0, le=MAX_MODEL_DIM)
+    index_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)
     published_params: float | None = Field(None, gt=0, description="published parameter count, for checking")
     not_modelled: str | None = Field(None, description="what the simulation leaves out of this architecture (the "
                                      "Hugging Face reader's `IGNORED`), shown beside every run of it")
@@ -95,6 +100,10 @@ class ModelSpec(BaseModel):
             raise ValueError("attention 'mqa' needs num_kv_heads == 1")
         if self.attention == "mla" and not (self.kv_lora_rank and self.qk_rope_head_dim):
             raise ValueError("attention 'mla' needs kv_lora_rank and qk_rope_head_dim")
+        if self.index_topk and not (self.attention == "mla" and self.index_n_heads and self.index_head_dim):
+            raise ValueError("index_topk (sparse attention) needs attention 'mla', index_n_heads and index_head_dim")
+        if self.index_topk and self.sliding_window is not None:
+            raise ValueError("index_topk (sparse attention) and sliding_window cannot both be set")
         if self.sliding_window_layers is not None:
             if self.sliding_window is None:
                 raise ValueError("sliding_window_layers needs a sliding_window")
@@ -108,6 +117,12 @@ class ModelSpec(BaseModel):
     @property
     def is_moe(self) -> bool:
         return self.num_experts > 0
+
+    @property
+    def index_key_bytes(self) -> int:
+        """Bytes of one token's indexer key in one layer: FP8 values and a 4-byte scale per 128 (SGLang's
+        NSATokenToKVPool index_k_with_scale_buffer: index_head_dim + index_head_dim // 128 * 4); 0: dense attention."""
+        return self.index_head_dim + self.index_head_dim // 128 * 4 if self.index_topk else 0
 
     @property
     def num_window_layers(self) -> int:

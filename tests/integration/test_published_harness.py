@@ -133,13 +133,15 @@ def test_every_case_is_simulated_on_the_gpus_its_source_ran(suite):
         if ps.unsupported(c, ps.COST_MODELS["roofline"]) is not None:
             continue
         s = validate_scenario(ps.scenario(c, ps.COST_MODELS["roofline"]))
-        assert (s.hardware.tensor_parallel, s.hardware.pipeline_parallel, s.hardware.expert_parallel) == (
+        # (SGLang's data-parallel attention: lockstep ranks of tensor_parallel GPUs, all of them the run's TP)
+        ranks = s.hardware.num_replicas if s.hardware.lockstep is not None else 1
+        assert (s.hardware.tensor_parallel * ranks, s.hardware.pipeline_parallel, s.hardware.expert_parallel) == (
             c.tensor_parallel, c.pipeline_parallel, c.expert_parallel), c.name
 
 
 def test_cases_servesim_cannot_express_are_listed_with_their_reason(suite):
     from dataclasses import replace
-    dp = next(c for c in suite.cases if c.dp_attention)
+    dp = next(c for c in suite.cases if c.dp_attention and c.model == "deepseek-r1")
     # SGLang's --enable-dp-attention without --dp: its preset turns it off as SGLang 0.5.3 does, with less KV memory
     s = validate_scenario(ps.scenario(dp, ps.COST_MODELS["roofline"]))
     assert s.engine.enable_dp_attention and s.kv_cache.gpu_memory_utilization == 0.881
@@ -502,3 +504,17 @@ def test_a_quoted_peak_output_rate_and_median_tpot_are_compared_beside_the_headl
                       "itl": ("mean_itl_ms", 0.09283, "itl_mean")}
     assert not set(ps.BESIDE) & set(ps.HEADLINE)
     assert not any(m.group == "peak" for c in suite.cases if c.tool == "trtllm-bench" for m in c.metrics)
+
+
+def test_a_data_parallel_attention_run_gives_sglang_its_tp_and_each_rank_tp_over_dp_gpus(suite):
+    # `--tp-size 8 --dp-size 8 --enable-dp-attention`: the preset's rule sets each rank's GPUs from --tp; a case's
+    # TP written to hardware.tensor_parallel beside it would contradict it
+    case = next(c for c in suite.cases if c.name == "deepseek-v3.2-h200 sglang tp8 dp8 dp-attention sharegpt")
+    raw = ps.scenario(case, ps.COST_MODELS["roofline"])
+    assert raw["engine"]["tp_size"] == 8 and "tensor_parallel" not in raw["hardware"]
+    s = validate_scenario(raw)
+    assert (s.hardware.tensor_parallel, s.hardware.num_replicas, s.hardware.lockstep.expert_exchange) == (
+        1, 8, "dp_attention")
+    plain = next(c for c in suite.cases if c.name == "deepseek-v3.2-h200 sglang tp8 enable-dp-attention sharegpt")
+    s = validate_scenario(ps.scenario(plain, ps.COST_MODELS["roofline"]))  # --dp 1: SGLang clears the flag
+    assert (s.hardware.tensor_parallel, s.hardware.num_replicas, s.hardware.lockstep) == (8, 1, None)

@@ -14,6 +14,7 @@ from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, Prese
                                      has_key, model_of_value, outside_versions, parse_version, set_key)
 from sim.config.engines.lmdeploy import (LMDEPLOY_FLAGS, LMDEPLOY_INERT, LMDEPLOY_NEWEST, LMDEPLOY_VERSIONS,
                                          derive_lmdeploy)
+from sim.config.engines.sparse_attention import check_sparse_attention
 from sim.config.engines.sglang import (SGLANG_FLAGS, SGLANG_INERT, SGLANG_NEWEST, derive_sglang, sglang_context,
                                        sglang_fp8_without_fp8_cores)
 from sim.config.engines.trtllm import (TRTLLM_FLAGS, TRTLLM_INERT, TRTLLM_NEWEST, derive_trtllm,
@@ -383,6 +384,7 @@ def _derive(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...]
                   configured_window=model.sliding_window if window_off and model is not None else None,
                   window_off=window_off, fits=fits)
     how = _derived_context(ctx, preset, length_flag)
+    check_sparse_attention(ctx, name, preset.label)
     result = preset.derive(ctx)
     if forced is not None:
         result.values["attention.sliding_window"] = False

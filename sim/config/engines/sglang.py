@@ -20,6 +20,7 @@ from sim.config.engines.sglang_dp_attention import (
     sglang_dp_attention_values,
 )
 from sim.config.engines.fitted import nearest_fits
+from sim.config.engines.sparse_attention import sglang_nsa_values
 from sim.config.engines.sglang_speculative import (NGRAM_ACCEPTANCE, SGLANG_ALGORITHMS, SGLANG_NGRAM_BFS_BREADTH,
                                                    SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE, SGLANG_NGRAM_MATCH_WINDOW,
                                                    SGLANG_SPECULATIVE_MAX_RUNNING, SGLangSpeculation,
@@ -817,6 +818,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
     values["scheduler.new_token_ratio"] = {"init": init, "min": min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0),
                                            "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
     values.update(_sglang_window_memory(ctx, notes))
+    values.update(sglang_nsa_values(ctx, notes))
     from sim.model.memory import WINDOW_POOL_RATIO
     window = {"window_memory": values["kv_cache.window_memory"],
               "window_pool_ratio": flags.get("swa_full_tokens_ratio", WINDOW_POOL_RATIO)}
@@ -828,6 +830,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
     slots, kv_tokens = _sglang_request_slots(kv_ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes,
                                              window)
     from_flags: dict[str, str] = {}
+    if ctx.model is not None and ctx.model.index_topk and "page_size" in flags:
+        from_flags["kv_cache.block_size"] = "page_size"  # (a sparse-attention model's page, whatever the flag says)
     if speculation is not None:
         values.update(_sglang_speculation_values(ctx, speculation, slots, kv_tokens, window, from_flags, notes))
         kv_tokens = values.get("kv_cache.capacity_tokens", kv_tokens)

@@ -1,0 +1,121 @@
+"""DeepSeek sparse attention (DeepSeek-V3.2): the indexer's weights and keys, the roofline's price of a step by hand,
+the cost models that refuse it, and SGLang's rules for it (sim/config/engines/sparse_attention.py)."""
+
+import numpy as np
+import pytest
+
+from sim.config.cost_choice import default_cost_model
+from sim.config.files import validate_scenario
+from sim.cost import roofline_kernel as rk
+from sim.cost.roofline import RooflineCostModel
+from sim.errors import ConfigError
+from sim.model.catalog import get_gpu, get_model
+from sim.model.memory import kv_bytes_per_token
+from sim.model.shapes import param_count
+
+V32, V3 = get_model("deepseek-v3.2"), get_model("deepseek-v3")
+BASE = {"model": "deepseek-v3.2", "hardware": {"gpu": "h200", "tensor_parallel": 8},
+        "quantization": {"weights": "fp8"},
+        "workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+                     "lengths": {"kind": "fixed", "input_tokens": 500, "output_tokens": 100}},
+        "run": {"num_requests": 20}}
+
+
+def test_the_config_reads_the_indexer_and_nothing_else_changes_from_v3():
+    assert (V32.index_topk, V32.index_n_heads, V32.index_head_dim, V32.model_type) == (2048, 64, 128, "deepseek_v32")
+    assert V32.index_key_bytes == 128 + 4  # FP8 values, one fp32 scale per 128 (NSATokenToKVPool)
+    assert V32.model_copy(update={"index_topk": 0, "index_n_heads": 0, "index_head_dim": 0, "name": V3.name,
+                                  "model_type": V3.model_type, "not_modelled": V3.not_modelled}) == V3
+
+
+def test_the_indexer_adds_its_three_projections_to_every_layer():
+    # wq_b (q_lora_rank -> heads x dim), wk (hidden -> dim), weights_proj (hidden -> heads): SGLang's Indexer
+    assert param_count(V32) - param_count(V3) == 61 * (1536 * 64 * 128 + 7168 * 128 + 7168 * 64)
+
+
+@pytest.mark.parametrize("kv_dtype, latent_bytes", [("bf16", 2), ("fp8", 1)])
+def test_a_tokens_kv_holds_the_latent_and_the_indexer_key_on_every_gpu(kv_dtype, latent_bytes):
+    for tp in (1, 8):
+        assert kv_bytes_per_token(V32, kv_dtype, tp) == 61 * ((512 + 64) * latent_bytes + 132)
+        assert kv_bytes_per_token(V32, kv_dtype, tp, indexer=False) == kv_bytes_per_token(V3, kv_dtype, tp)
+
+
+def _price():
+    model = RooflineCostModel(V32, get_gpu("h200"), tensor_parallel=8, weight_dtype="fp8", fp8_compute=True)
+    return model, model._build_pack()[0]
+
+
+@pytest.mark.parametrize("context", [1000, 2048, 5000])
+def test_a_decode_attends_its_top_k_keys_and_the_indexer_scores_every_one(context):
+    model, price = _price()
+    none = np.zeros(0, dtype=np.int64)
+    parts = rk.attention_parts(price, 0, none, none, 0, 1, float(context), 1)
+    attended = min(context, 2048)
+    f = attended * model.attn_flops_per_pair
+    b = attended * model.kv_bytes_per_token_layer + model.q_bytes_per_token
+    fi = context * 2 * 64 * (128 + 1)  # each head's q.k, then its ReLU and the heads' weighted sum
+    bi = context * 132 + 64 * (128 + 4)  # every key's indexer entry, the FP8 query and the head weights
+    bps = model.bytes_per_s
+    seconds = max(f / model.flops_per_s, b / bps) + max(fi / model.index_flops_per_s, bi / bps)
+    assert parts[3:] == pytest.approx((seconds, f + fi, b + bi), rel=1e-12)
+    assert parts[:3] == (0.0, 0.0, 0.0)
+
+
+def test_a_prefill_chunk_attends_at_most_top_k_keys_a_row_and_the_indexer_the_whole_causal_triangle():
+    model, price = _price()
+    chunk, context = 512, 3000
+    parts = rk.attention_parts(price, chunk, np.array([chunk]), np.array([context]), 1, 0, 0.0, 1)
+    pairs = chunk * min(context + (chunk + 1) / 2, 2048)
+    f = pairs * model.attn_flops_per_pair
+    b = 2048 * model.kv_bytes_per_token_layer + chunk * model.q_bytes_per_token
+    fi = chunk * (context + (chunk + 1) / 2) * 2 * 64 * 129
+    bi = (context + chunk) * 132 + chunk * 64 * 132
+    bps = model.bytes_per_s
+    seconds = max(f / model.flops_per_s, b / bps) + max(fi / model.index_flops_per_s, bi / bps)
+    assert parts[:3] == pytest.approx((seconds, f + fi, b + bi), rel=1e-12)
+
+
+def test_only_the_roofline_prices_it_by_default_and_the_others_refuse_in_one_line():
+    spec, why = default_cost_model(dict(BASE))
+    assert spec["kind"] == "roofline" and "efficiencies" not in spec
+    assert "only it prices deepseek-v3.2's sparse attention (index_topk 2048)" in why
+    from sim.run import make_cost_model
+    for cost_model in ({"kind": "measured"}, {"kind": "roofline", "efficiencies": "learned"}):
+        with pytest.raises(ConfigError, match=r"^cost_model\.[a-z]+ '[a-z]+' \(.*\) cannot price deepseek-v3\.2's "
+                                              r"sparse attention \(index_topk 2048\).*; allowed: cost_model\.kind "
+                                              r"'roofline' \(catalog efficiencies\)$"):
+            make_cost_model(validate_scenario({**BASE, "cost_model": cost_model}))
+    with pytest.raises(ConfigError, match="allowed: flash$"):
+        RooflineCostModel(V32, get_gpu("h200"), tensor_parallel=8, attention_kernel="materialized")
+
+
+@pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.13.0"}, {"name": "trtllm", "version": "1.2.0rc5"},
+                                    {"name": "sglang", "version": "0.5.5"}, {"name": "sglang", "version": "0.5.8"}])
+def test_an_engine_whose_rules_for_it_were_not_read_refuses_it(engine):
+    with pytest.raises(ConfigError, match=r"^engine\.version: .* is not modelled for deepseek-v3\.2's sparse attention "
+                                          r"\(index_topk 2048: its engine rules were read for SGLang 0\.5\.6 to "
+                                          r"before 0\.5\.8 only\); allowed: engine sglang 0\.5\.6 to before 0\.5\.8, "
+                                          r"or no engine$"):
+        validate_scenario({**BASE, "engine": engine})
+
+
+@pytest.mark.parametrize("version", ["0.5.6", "0.5.6.post2", "0.5.7"])
+@pytest.mark.parametrize("gpu, kv", [("h200", "bf16"), ("b200", "fp8")])
+def test_sglang_pages_its_kv_by_64_tokens_in_bf16_before_blackwell_and_fp8_on_it(version, gpu, kv):
+    sc = validate_scenario({**BASE, "hardware": {"gpu": gpu, "tensor_parallel": 8},
+                            "engine": {"name": "sglang", "version": version, "page_size": 16}})
+    assert (sc.kv_cache.block_size, sc.quantization.kv_cache) == (64, kv)
+    assert any("--page-size 16 replaced by 64" in note for note in sc.engine.notes)
+    given = validate_scenario({**BASE, "engine": {"name": "sglang", "version": version, "kv_cache_dtype": "fp8_e4m3"}})
+    assert given.quantization.kv_cache == "fp8"
+
+
+def test_sglang_tp_alone_is_plain_tensor_parallelism_and_dp_8_eight_ranks_of_one_gpu():
+    plain = validate_scenario({**BASE, "engine": {"name": "sglang", "version": "0.5.6.post2", "tp_size": 8,
+                                                  "enable_dp_attention": True}})
+    assert (plain.hardware.tensor_parallel, plain.hardware.num_replicas, plain.hardware.lockstep) == (8, 1, None)
+    ranks = validate_scenario({**BASE, "hardware": {"gpu": "h200"},
+                               "engine": {"name": "sglang", "version": "0.5.6.post2", "tp_size": 8, "dp_size": 8,
+                                          "enable_dp_attention": True}})
+    assert (ranks.hardware.tensor_parallel, ranks.hardware.num_replicas) == (1, 8)
+    assert ranks.hardware.lockstep.expert_exchange == "dp_attention"
