@@ -309,7 +309,10 @@ def hybrid_layer_mean(share, windowed, whole):
 def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx, query_tokens):
     """One layer's attention: (time, FLOPs, bytes) of the prefill chunks, then of the decodes (`layer_attention`); a
     hybrid model's mean layer (`hybrid_layer_mean`). Under DeepSeek sparse attention every layer's attends at most
-    its top-k keys a query, as a window caps it, and its indexer scores every earlier token (`indexer_parts`)."""
+    its top-k keys a query, as a window caps it, and its indexer scores every earlier token (`indexer_parts`). As
+    for a window, the decodes' cap applies to their summed context (at most top-k a sequence: more than the sum of
+    each one's where contexts straddle top-k), and a chunk reads at most top-k keys' KV, where the rows' picks together
+    may reach further back: approximations, said here."""
     window, share = price[P_SLIDING_WINDOW], price[P_WINDOW_SHARE]
     if price[P_SPARSE_TOPK] > 0.0:
         a = layer_attention(price, price[P_SPARSE_TOPK], num_prefill_tokens, pf_chunk, pf_ctx, num_pf,

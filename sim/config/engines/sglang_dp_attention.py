@@ -27,7 +27,7 @@ on the rank's own A GPUs, as is the input embedding's memory (replicated under D
 all-gather each scheduler loop runs; with A > 1, a rank's own two all-reduces a layer over its A GPUs are priced
 beside the exchange, into which SGLang folds them (the gather sums the attention's partial outputs, the
 reduce-scatter replaces the MLP's all-reduce): an over-count. Refused: a model other than a DeepSeek-V2/V3 mixture of experts (whose path
-was read), speculative decoding, pipeline parallelism.
+was read; DeepSeek-V3.2 too, which SGLang serves as DeepseekV3ForCausalLM), speculative decoding, pipeline parallelism.
 """
 
 from __future__ import annotations
