@@ -79,10 +79,7 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
         return {"kind": "roofline"}, "roofline: an inline GPU has no measurements" if floor < 3 else "roofline"
     if not all(isinstance(v, str) for v in (weights, kv)) or not isinstance(pp, int):
         return {"kind": "roofline"}, "roofline: the quantization or parallelism is not readable"  # validation says why
-    sparse = _sparse_attention(model)
-    if sparse:
-        return ({"kind": "roofline", "overhead": terms},
-                f"roofline: catalog roofline + {terms['engine']} CPU terms (only it prices {sparse})")
+    sparse = _sparse_attention(model)  # (neither a whole-step profile nor the measured tables price it)
     disaggregation = hardware.get("disaggregation")
     # A whole-step profile is of one catalog model on one GPU and TP; the kernel tables price any model's shapes.
     # (nor of experts split by expert parallelism: `hardware.expert_parallel` refuses a profile)
@@ -96,18 +93,19 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
     # results/gpu-steps.md, "H200 tables of 11-30"): `cost_model: {kind: calibrated}` takes it, the default does not.
     # (nor of another attention backend: `attention.backend`, which the measured tables price)
     backend = _section(raw, "attention").get("backend")
-    if (isinstance(model, str) and pp == 1 and raw.get("speculation") is None and weights == "bf16" and kv == "bf16"
-            and disaggregation is None and floor == 0 and hardware.get("expert_parallel", 1) == 1 and backend is None
+    if (not sparse and isinstance(model, str) and pp == 1 and raw.get("speculation") is None
+            and weights == "bf16" and kv == "bf16" and disaggregation is None and floor == 0
+            and hardware.get("expert_parallel", 1) == 1 and backend is None
             and _whole_step_profile(gpu, model, tp, quant)):
         return {"kind": "calibrated", "overhead": terms}, (
             f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "
             "terms (the most accurate source available)")
-    why_not = None
-    if engine in ("sglang", "trtllm"):  # the engine's own tables where they hold this GPU and dtype
+    why_not = sparse
+    if engine in ("sglang", "trtllm") and not sparse:  # the engine's own tables where they hold this GPU and dtype
         why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=engine,
                                        moe_kernel=moe_kernel)
     tables = engine if engine in ("sglang", "trtllm") and why_not is None else "vllm"
-    if tables == "vllm":
+    if tables == "vllm" and not sparse:
         why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=tables,
                                        moe_kernel=moe_kernel)
     if why_not is None and isinstance(disaggregation, dict):  # every pool's GPU must be measured

@@ -38,11 +38,13 @@ from sim.cost.roofline_kernel import (
     P_NUM_LAYERS,
     P_OVERHEAD_S,
     P_Q_BYTES_PER_TOKEN,
-    P_SLIDING_WINDOW,
+    P_INDEX_BYTES_PER_TOKEN_LAYER,
+    P_SPARSE_TOPK,
     P_TP,
-    P_WINDOW_SHARE,
+    attention_window,
     chunk_pairs,
     hybrid_layer_mean,
+    indexer_parts,
     layer_allreduce_s,
     layer_elementwise_bytes,
     linear_row,
@@ -156,7 +158,7 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     if n == 0:
         return price[P_OVERHEAD_S], 0.0, 0.0
     peak_flops, peak_bytes, min_kernel_s = s[K_PEAK_FLOPS], s[K_PEAK_BYTES], s[K_MIN_KERNEL_S]
-    window, share = price[P_SLIDING_WINDOW], price[P_WINDOW_SHARE]
+    window, share = attention_window(price)
     kvb, model_layers = price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_NUM_LAYERS]
     time_s = 0.0
     # Attention, one kernel per prefill chunk (causal, against its context) and one for the decodes; every layer (a
@@ -169,6 +171,12 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
         attn_s = hybrid_layer_mean(share, attn_s, whole_s)
         f = hybrid_layer_mean(share, f, whole_f)
         b = hybrid_layer_mean(share, b, whole_b)
+    if price[P_SPARSE_TOPK] > 0.0:  # DeepSeek sparse attention's indexer: at the roofline's peaks (none fitted to it)
+        i = indexer_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
+                          query_tokens)
+        attn_s += i[0] + i[3]
+        f += i[1] + i[4]
+        b += i[2] + i[5]
     flops_total = f * model_layers
     bytes_total = b * model_layers
     # Per layer: the elementwise kernels (norms, residual adds, rotary, activation) and two all-reduces under TP.
@@ -194,5 +202,6 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
         time_s += _gemm_s(head_eff, r_edges, f, b, peak_flops, peak_bytes, min_kernel_s)
     if swap_tokens:
         # Each GPU moves its own shard of the KV over its own host link.
-        time_s += swap_tokens * kvb * model_layers / price[P_HOST_LINK_BYTES_PER_S]
+        time_s += swap_tokens * (kvb + price[P_INDEX_BYTES_PER_TOKEN_LAYER]) * model_layers / price[
+            P_HOST_LINK_BYTES_PER_S]
     return time_s + price[P_OVERHEAD_S], flops_total, bytes_total

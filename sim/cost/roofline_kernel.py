@@ -313,15 +313,13 @@ def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     for a window, the decodes' cap applies to their summed context (at most top-k a sequence: more than the sum of
     each one's where contexts straddle top-k), and a chunk reads at most top-k keys' KV, where the rows' picks together
     may reach further back: approximations, said here."""
-    window, share = price[P_SLIDING_WINDOW], price[P_WINDOW_SHARE]
+    window, share = attention_window(price)
+    a = layer_attention(price, window, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
+                        query_tokens)
     if price[P_SPARSE_TOPK] > 0.0:
-        a = layer_attention(price, price[P_SPARSE_TOPK], num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
-                            num_decode_seqs, decode_ctx, query_tokens)
         i = indexer_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
                           query_tokens)
         return a[0] + i[0], a[1] + i[1], a[2] + i[2], a[3] + i[3], a[4] + i[4], a[5] + i[5]
-    a = layer_attention(price, window, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
-                        query_tokens)
     if not window or share == 1.0:
         return a
     b = layer_attention(price, 0.0, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_seqs, decode_ctx,
@@ -329,6 +327,16 @@ def attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     return (hybrid_layer_mean(share, a[0], b[0]), hybrid_layer_mean(share, a[1], b[1]),
             hybrid_layer_mean(share, a[2], b[2]), hybrid_layer_mean(share, a[3], b[3]),
             hybrid_layer_mean(share, a[4], b[4]), hybrid_layer_mean(share, a[5], b[5]))
+
+
+@njit(cache=True, inline="always")
+def attention_window(price):
+    """(the most keys a query attends, 0: every earlier one; the share of layers so capped): DeepSeek sparse
+    attention's top-k on every layer, else the sliding window's. Every cost model that prices sparse attention reads
+    it here."""
+    if price[P_SPARSE_TOPK] > 0.0:
+        return price[P_SPARSE_TOPK], 1.0
+    return price[P_SLIDING_WINDOW], price[P_WINDOW_SHARE]
 
 
 @njit(cache=True, inline="always")

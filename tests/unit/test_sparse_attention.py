@@ -75,18 +75,47 @@ def test_a_prefill_chunk_attends_at_most_top_k_keys_a_row_and_the_indexer_the_wh
     assert parts[:3] == pytest.approx((seconds, f + fi, b + bi), rel=1e-12)
 
 
-def test_only_the_roofline_prices_it_by_default_and_the_others_refuse_in_one_line():
+def test_the_default_is_the_learned_roofline_and_the_measured_tables_refuse_it_in_one_line():
     spec, why = default_cost_model(dict(BASE))
-    assert spec["kind"] == "roofline" and "efficiencies" not in spec
-    assert "only it prices deepseek-v3.2's sparse attention (index_topk 2048)" in why
+    assert spec == {"kind": "roofline", "efficiencies": "learned", "overhead": {"engine": "vllm-cudagraph"}}
+    assert why.endswith("(no whole-step profile; measured tables: deepseek-v3.2's sparse attention (index_topk 2048), "
+                        "which no measured table or whole-step profile covers)")
+    # SGLang's data-parallel attention: a lockstep group's experts, which the learned efficiencies cannot price
+    ranks = {**BASE, "hardware": {"gpu": "h200"},
+             "engine": {"name": "sglang", "version": "0.5.6.post2", "tp_size": 8, "dp_size": 8,
+                        "enable_dp_attention": True}}
+    assert validate_scenario(ranks).cost_model.kind == "roofline"
+    assert validate_scenario(ranks).cost_model.efficiencies == "catalog"
     from sim.run import make_cost_model
-    for cost_model in ({"kind": "measured"}, {"kind": "roofline", "efficiencies": "learned"}):
-        with pytest.raises(ConfigError, match=r"^cost_model\.[a-z]+ '[a-z]+' \(.*\) cannot price deepseek-v3\.2's "
-                                              r"sparse attention \(index_topk 2048\).*; allowed: cost_model\.kind "
-                                              r"'roofline' \(catalog efficiencies\)$"):
-            make_cost_model(validate_scenario({**BASE, "cost_model": cost_model}))
+    with pytest.raises(ConfigError, match=r"^cost_model\.kind 'measured' \(.*\) cannot price deepseek-v3\.2's "
+                                          r"sparse attention \(index_topk 2048\), which no measured table or "
+                                          r"whole-step profile covers; allowed: cost_model\.kind 'roofline'$"):
+        make_cost_model(validate_scenario({**BASE, "cost_model": {"kind": "measured"}}))
     with pytest.raises(ConfigError, match="allowed: flash$"):
         RooflineCostModel(V32, get_gpu("h200"), tensor_parallel=8, attention_kernel="materialized")
+
+
+def test_the_learned_roofline_adds_the_indexer_at_the_roofline_peaks_to_its_capped_attention():
+    from sim.cost.learned import LearnedRooflineCostModel
+    from sim.core.step_plan import StepPlan
+    gpu = get_gpu("h200")
+    kw = dict(tensor_parallel=8, weight_dtype="fp8", fp8_compute=True)
+    sparse, catalog = LearnedRooflineCostModel(V32, gpu, **kw), RooflineCostModel(V32, gpu, **kw)
+    dense = LearnedRooflineCostModel(V3, gpu, **kw)
+    none = np.zeros(0, dtype=np.int64)
+    price = catalog._build_pack()[0]
+
+    def indexer_s(context):  # every layer's
+        return V32.num_layers * rk.indexer_parts(price, 0, none, none, 0, 1, float(context), 1)[3]
+
+    projections = None
+    for context in (1000, 2048, 5000):
+        plan = StepPlan(num_decode_seqs=1, decode_context_tokens=context, num_sampled_seqs=1)
+        capped = StepPlan(num_decode_seqs=1, decode_context_tokens=min(context, 2048), num_sampled_seqs=1)
+        # V3.2's step is V3's at the capped context, plus its indexer over the whole context and its projections
+        extra = sparse.step_cost(plan).time_s - dense.step_cost(capped).time_s - indexer_s(context)
+        projections = extra if projections is None else projections
+        assert extra == pytest.approx(projections, rel=1e-9) and extra > 0
 
 
 @pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.13.0"}, {"name": "trtllm", "version": "1.2.0rc5"},
