@@ -1131,7 +1131,7 @@ def _certain_miss(stop, now, sr, sg, req, reqf):
     arrays, the same comparisons on the same floats; tests/integration/test_compiled_core.py checks that runs
     stop at the same step as in the SimPy engine. The counts are sums over requests, so they are read
     incrementally: the requests finished since the last check are added to the running counts (G_DONE_*), and
-    only the requests in flight (each replica's running list and waiting queue) are read again."""
+    only the requests in flight (each replica's running list, waiting queue and returning list) are read again."""
     if sg[G_NUM_REJECTED] > 0:
         return True  # slo_met needs every request finished
     out, fin_order, run_next = req[Q_OUT], req[Q_FIN_ORDER], req[Q_RUN_NEXT]
@@ -1157,13 +1157,17 @@ def _certain_miss(stop, now, sr, sg, req, reqf):
     for r in range(sr.shape[0]):
         rid = sr[r, I_RUN_HEAD]
         wid = sr[r, I_W_HEAD]
-        while True:  # the running list, then the waiting queue
+        tid = sr[r, I_RETURN_HEAD]
+        while True:  # the running list, the waiting queue, then those finished inside a group not yet returned
             if rid >= 0:
                 i = rid
                 rid = run_next[rid]
             elif wid >= 0:
                 i = wid
                 wid = run_next[wid]
+            elif tid >= 0:  # (in flight to the SimPy engine's rule too: `running_requests` holds them)
+                i = tid
+                tid = run_next[tid]
             else:
                 break
             waited = now - arrival_s[i]

@@ -627,6 +627,11 @@ def test_the_learned_roofline_runs_compiled_with_the_same_records(model, overhea
        chunked=st.booleans(), budget=st.sampled_from([None, 64, 512, 4096]), max_num_seqs=st.sampled_from([3, 16, 256]),
        horizon=st.one_of(st.none(), st.floats(0.05, 30.0)), slo=st.sampled_from([None, 0.05, 0.5]),
        draws=st.sampled_from([None, (7, 0.05, 0.2, 0.02)]), prefix=st.booleans(), seed=st.integers(0, 10_000))
+# Found 12-06: a request finished inside a group of decode steps, not yet returned, is in flight to the SimPy engine's
+# stop rule (`running_requests`), and the core's rule skipped its returning list, so the two stopped apart.
+@example(ranks=4, router="round_robin", pad=False, idle_check=1, cost="roofline", graph_sizes=None, mixed=False,
+         group_steps=4, rate=83.0, lengths="lognormal", capacity=4688, chunked=True, budget=64, max_num_seqs=256,
+         horizon=None, slo=0.05, draws=(7, 0.05, 0.2, 0.02), prefix=True, seed=0)
 def test_lockstep_ranks_run_compiled_with_the_same_records(ranks, router, pad, idle_check, cost, graph_sizes, mixed,
                                                            group_steps, rate, lengths, capacity, chunked, budget,
                                                            max_num_seqs, horizon, slo, draws, prefix, seed):
