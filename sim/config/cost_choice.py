@@ -100,14 +100,15 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
         return {"kind": "calibrated", "overhead": terms}, (
             f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "
             "terms (the most accurate source available)")
-    why_not = sparse
-    if engine in ("sglang", "trtllm") and not sparse:  # the engine's own tables where they hold this GPU and dtype
-        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=engine,
-                                       moe_kernel=moe_kernel)
-    tables = engine if engine in ("sglang", "trtllm") and why_not is None else "vllm"
-    if tables == "vllm" and not sparse:
-        why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=tables,
-                                       moe_kernel=moe_kernel)
+    why_not, tables = sparse, "vllm"
+    if not sparse:
+        if engine in ("sglang", "trtllm"):  # the engine's own tables where they hold this GPU and dtype
+            why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=engine,
+                                           moe_kernel=moe_kernel)
+        tables = engine if engine in ("sglang", "trtllm") and why_not is None else "vllm"
+        if tables == "vllm":
+            why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=tables,
+                                           moe_kernel=moe_kernel)
     if why_not is None and isinstance(disaggregation, dict):  # every pool's GPU must be measured
         for pool in ("prefill", "decode"):
             section = disaggregation.get(pool)

@@ -77,7 +77,8 @@ class ModelSpec(BaseModel):
     qk_nope_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)
     v_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)
     # DeepSeek sparse attention (DeepSeek-V3.2; SGLang 0.5.6.post2 layers/attention/nsa/nsa_indexer.py): an indexer of
-    # index_head_dim scores every earlier token in FP8, and MLA attends only the index_topk it ranks highest.
+    # index_n_heads heads of index_head_dim scores every earlier token in FP8, and MLA attends only the index_topk it
+    # ranks highest.
     index_topk: int = Field(0, ge=0, le=MAX_MODEL_DIM, description="keys each query attends; 0: dense attention")
     index_n_heads: int = Field(0, ge=0, le=MAX_MODEL_DIM)
     index_head_dim: int = Field(0, ge=0, le=MAX_MODEL_DIM)

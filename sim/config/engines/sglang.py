@@ -122,8 +122,7 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
         notes.append("SGLang --enable-torch-compile: torch.compile of small decode batches not modelled (priced as "
                      "CUDA graphs without it)")
     chunk = flags.get("chunked_prefill_size", 8192)
-    dp_ranks = sglang_dp_attention_ranks(ctx)  # each rank schedules chunk // D (after the memory rule read it whole)
-    values = _sglang_batches(ctx, flags, chunk // dp_ranks if chunk > 0 else chunk, notes)
+    values = _sglang_batches(ctx, flags, chunk, notes)  # (no data-parallel attention before 0.5.3)
     init = SGLANG_030_INIT_NEW_TOKEN_RATIO
     floor = min(SGLANG_030_BASE_MIN_NEW_TOKEN_RATIO * flags.get("schedule_conservativeness", 1.0), 1.0, init)
     values["scheduler.new_token_ratio"] = {"init": init, "min": floor,
@@ -755,7 +754,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
         result.notes.extend(early_notes)
         return result
     kv_ctx = ctx  # a rank's, which sizes its KV: under data-parallel attention its A GPUs (sglang_dp_attention.py)
-    if sglang_dp_attention_ranks(ctx) > 1:
+    dp_ranks = sglang_dp_attention_ranks(ctx)  # D lockstep ranks (1: none)
+    if dp_ranks > 1:
         ctx, kv_ctx = sglang_dp_attention_context(ctx)
     flags, gpu = ctx.flags, ctx.gpu
     notes: list[str] = early_notes
@@ -779,7 +779,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
                      "the default list's")
     dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the decode graphs' batch, as SGLang reserves it
     chunk = flags.get("chunked_prefill_size", tier_chunk)
-    dp_ranks = sglang_dp_attention_ranks(ctx)  # each rank schedules chunk // D (after the memory rule read it whole)
+    # each rank schedules chunk // D (after the memory rule read it whole)
     values = _sglang_batches(ctx, flags, chunk // dp_ranks if chunk > 0 else chunk, notes)
     running_flag = flags.get("max_running_requests")
     if given_graph_bs is None and running_flag is not None and ctx.version >= (0, 5, 22):
@@ -812,7 +812,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
     values["kv_cache.gpu_memory_utilization"] = fraction
     values.update(_sglang_memory_rule(ctx, notes))
     conservativeness = flags.get("schedule_conservativeness", 1.0)
-    if sglang_dp_attention_ranks(ctx) > 1:
+    if dp_ranks > 1:
         conservativeness *= SGLANG_DP_CONSERVATIVENESS_FACTOR
     init = min(SGLANG_INIT_NEW_TOKEN_RATIO * conservativeness, 1.0)
     values["scheduler.new_token_ratio"] = {"init": init, "min": min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0),
@@ -855,7 +855,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
     prefill_graphs = ctx.version >= SGLANG_PREFILL_GRAPH_SINCE and why_not is None
     values["cost_model.overhead"].update(_sglang_graphs(ctx, graph_bs, prefill_graphs, notes))
     values.update(custom_all_reduce(ctx, "SGLang"))
-    if sglang_dp_attention_ranks(ctx) > 1:
+    if dp_ranks > 1:
         parallel, parallel_flags = sglang_dp_attention_values(ctx, chunk, notes)
     else:
         parallel, parallel_flags = _sglang_data_parallel(ctx, notes)
