@@ -420,8 +420,6 @@ class CalibratedCostModel:
         self._decode_cache: dict[int, tuple] = {}  # batch size -> context-free parts of a decode-only step
         link = self.gpu.interconnect_bytes_per_s * self.gpu.interconnect_efficiency
         self._allreduce_s_per_token = 2.0 * (tensor_parallel - 1) / tensor_parallel * model.hidden_size * 2 / link
-        self._swap_s_per_token = (self.roofline.kv_bytes_per_token_layer * model.num_layers
-                                  / self.gpu.host_link_bytes_per_s)
 
     def __repr__(self) -> str:
         meta = self.profile.meta
@@ -484,7 +482,7 @@ class CalibratedCostModel:
         rows = plan.num_sampled_seqs + plan.num_decode_seqs * (plan.decode_query_tokens - 1)
         if rows:
             time_s += self._lm_head(rows) + self._sampling(rows)
-        time_s += (plan.swap_in_tokens + plan.swap_out_tokens) * self._swap_s_per_token
+        time_s += (plan.swap_in_tokens + plan.swap_out_tokens) * self.roofline.swap_s_per_token
         time_s += self._overhead(max(plan.num_seqs, 1))
         return StepCost(time_s, counts.flops, counts.bytes)
 
@@ -502,7 +500,7 @@ class CalibratedCostModel:
         if cached is None:
             cached = ([num_layers for num_layers, _ in self._groups], self._per_layer_token_s(n),
                       self._lm_head(n) + self._sampling(n),  # one sampled row per decoding sequence
-                      0 * self._swap_s_per_token,  # no swaps in a decode run; added as step_cost adds it
+                      0 * self.roofline.swap_s_per_token,  # no swaps in a decode run; added as step_cost adds it
                       self._overhead(max(n, 1)), self._decode.along_second(n))
             if len(self._decode_cache) < 65536:
                 self._decode_cache[n] = cached

@@ -33,12 +33,11 @@ from sim.cost.roofline_kernel import (
     P_ATTN_FLOPS_PER_PAIR,
     P_FFN_PER_GPU,
     P_HIDDEN,
-    P_HOST_LINK_BYTES_PER_S,
     P_KV_BYTES_PER_TOKEN_LAYER,
     P_NUM_LAYERS,
     P_OVERHEAD_S,
     P_Q_BYTES_PER_TOKEN,
-    P_INDEX_BYTES_PER_TOKEN_LAYER,
+    P_SWAP_S_PER_TOKEN,
     P_SPARSE_TOPK,
     P_TP,
     attention_window,
@@ -159,7 +158,7 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
         return price[P_OVERHEAD_S], 0.0, 0.0
     peak_flops, peak_bytes, min_kernel_s = s[K_PEAK_FLOPS], s[K_PEAK_BYTES], s[K_MIN_KERNEL_S]
     window, share = attention_window(price)
-    kvb, model_layers = price[P_KV_BYTES_PER_TOKEN_LAYER], price[P_NUM_LAYERS]
+    model_layers = price[P_NUM_LAYERS]
     time_s = 0.0
     # Attention, one kernel per prefill chunk (causal, against its context) and one for the decodes; every layer (a
     # hybrid model's mean layer: `hybrid_layer_mean`).
@@ -200,8 +199,5 @@ def step_cost(roof, table, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_dec
     if rows:
         f, b = lm_head_flops_bytes(lm_head, rows)
         time_s += _gemm_s(head_eff, r_edges, f, b, peak_flops, peak_bytes, min_kernel_s)
-    if swap_tokens:
-        # Each GPU moves its own shard of the KV over its own host link.
-        time_s += swap_tokens * (kvb + price[P_INDEX_BYTES_PER_TOKEN_LAYER]) * model_layers / price[
-            P_HOST_LINK_BYTES_PER_S]
+    time_s += swap_tokens * price[P_SWAP_S_PER_TOKEN]
     return time_s + price[P_OVERHEAD_S], flops_total, bytes_total

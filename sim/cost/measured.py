@@ -79,7 +79,7 @@ from sim.jit import HAVE_NUMBA
 from sim.model.attention_io import TRITON_BACKEND as TRITON
 from sim.model.catalog import get_gpu
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE
-from sim.model.memory import DTYPE_BYTES, MARLIN, NVFP4_PARAM_BYTES, kv_bytes_per_token, matrix_dtype
+from sim.model.memory import DTYPE_BYTES, MARLIN, NVFP4_PARAM_BYTES, matrix_dtype
 from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
 from sim.model.specs import ExpertGroup, GPUSpec, ModelSpec
 
@@ -842,7 +842,6 @@ class MeasuredCostModel(PackedCostModel):
         self._allreduce = self._allreduce_curve() if tp > 1 else None
         h, ffn = model.hidden_size, model.ffn_size // tp
         self._elementwise_bytes = [4 * h * ACT_BYTES, 4 * h * ACT_BYTES, 3 * ffn * ACT_BYTES]  # 2 add+norm, act
-        self._swap_s_per_token = (kv_bytes_per_token(model, kv_dtype, tp) / gpu.host_link_bytes_per_s)
 
     # -- setup --
 

@@ -102,7 +102,7 @@ def pack(cost_model) -> tuple[tuple, list]:
     s[P_ELEMENTWISE_0], s[P_ELEMENTWISE_1], s[P_ELEMENTWISE_2] = m._elementwise_bytes
     s[P_SLIDING_WINDOW] = m.model.sliding_window or 0
     s[P_WINDOW_SHARE] = m.model.window_layer_share
-    s[P_SWAP_S_PER_TOKEN] = m._swap_s_per_token
+    s[P_SWAP_S_PER_TOKEN] = m.roofline.swap_s_per_token
     windowed = (m._window_prefill, m._window_decode)
     if windowed[0] is not None:
         s[P_WINDOW_GRIDS] = 1.0

@@ -102,6 +102,9 @@ class RooflineCostModel(PackedCostModel):
         # The attention's own KV; a sparse-attention indexer's keys are priced apart (`indexer_parts`).
         self.kv_bytes_per_token_layer = kv_bytes_per_token(model, kv_dtype, tensor_parallel,
                                                            indexer=False) / model.num_layers
+        # A preempted request's KV swapped over the host link, a token at a time: every layer's, the indexer's keys
+        # too; each GPU moves its own shard over its own link. Every cost model prices a swap so.
+        self.swap_s_per_token = kv_bytes_per_token(model, kv_dtype, tensor_parallel) / gpu.host_link_bytes_per_s
         # DeepSeek sparse attention's indexer, on every GPU whole (SGLang's Indexer: replicated): per (query, key)
         # pair each head's FP8 q.k, then its ReLU and the heads' weighted sum; per query its FP8 query and 4-byte
         # head weights; at the GPU's fp8 rate where it has one (DeepGEMM's fp8 MQA logits).

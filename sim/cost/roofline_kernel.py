@@ -21,7 +21,7 @@ from sim.model.attention_io import MATH_SDPA_MATMULS, MATH_SDPA_PASSES
 # Indices into the float64 array `params[0]`.
 (P_FLOPS_PER_S, P_BYTES_PER_S, P_OVERHEAD_S, P_ATTN_FLOPS_PER_PAIR, P_KV_BYTES_PER_TOKEN_LAYER, P_Q_BYTES_PER_TOKEN,
  P_HIDDEN, P_FFN_PER_GPU, P_TP, P_LINK_BYTES_PER_S, P_ALLREDUCE_LATENCY_S,
- P_SLIDING_WINDOW, P_LM_HEAD, P_NUM_LAYERS, P_HOST_LINK_BYTES_PER_S, P_MATERIALIZED, P_SCORE_BYTES_PER_PAIR,
+ P_SLIDING_WINDOW, P_LM_HEAD, P_NUM_LAYERS, P_SWAP_S_PER_TOKEN, P_MATERIALIZED, P_SCORE_BYTES_PER_PAIR,
  P_CACHE_BYTES, P_CACHE_BYTES_PER_S, P_FIRST_TOUCH_BYTES_PER_S, P_FLASH_KEY_BLOCK, P_FRESH_PER_PAIR, P_FRESH_PER_QUERY,
  P_FRESH_PER_KEY, P_FLASH_FRESH_PER_QUERY, P_WINDOW_SHARE, P_SCORE_FLOPS_PER_S, P_EXCHANGE_RANKS, P_EXCHANGE_KIND,
  P_SPARSE_TOPK, P_INDEX_FLOPS_PER_PAIR, P_INDEX_BYTES_PER_TOKEN_LAYER, P_INDEX_Q_BYTES_PER_TOKEN, P_INDEX_FLOPS_PER_S,
@@ -77,7 +77,7 @@ def pack(model) -> tuple:
         scalars[P_EXCHANGE_KIND] = EXCHANGE_KINDS[model.expert_group.exchange]
     scalars[P_LM_HEAD] = 1.0 if model.include_lm_head else 0.0
     scalars[P_NUM_LAYERS] = model.model.num_layers
-    scalars[P_HOST_LINK_BYTES_PER_S] = model.gpu.host_link_bytes_per_s
+    scalars[P_SWAP_S_PER_TOKEN] = model.swap_s_per_token
     # The device's optional attention terms (`GPUSpec`): 0 where absent, and then flash prices as it always did.
     gpu = model.gpu
     scalars[P_CACHE_BYTES] = gpu.cache_bytes or 0
@@ -422,7 +422,6 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
     num_tokens = linear_tokens(num_prefill_tokens, num_decode_seqs, query_tokens, pad_tokens)  # padding: no attention
     if num_tokens == 0:
         return price[P_OVERHEAD_S], 0.0, 0.0
-    kvb = price[P_KV_BYTES_PER_TOKEN_LAYER]
     pf_s, pf_f, pf_b, dc_s, dc_f, dc_b = attention_parts(price, num_prefill_tokens, pf_chunk, pf_ctx, num_pf,
                                                          num_decode_seqs, decode_ctx, query_tokens)
     elementwise_bytes = layer_elementwise_bytes(num_tokens, price[P_HIDDEN], price[P_FFN_PER_GPU])
@@ -478,8 +477,5 @@ def step_cost(params, num_prefill_tokens, pf_chunk, pf_ctx, num_pf, num_decode_s
         time_s += head_s
         flops_total += f
         bytes_total += b
-    if swap_tokens:
-        # Each GPU moves its own shard of the KV over its own host link.
-        time_s += swap_tokens * (kvb + price[P_INDEX_BYTES_PER_TOKEN_LAYER]) * price[P_NUM_LAYERS] / price[
-            P_HOST_LINK_BYTES_PER_S]
+    time_s += swap_tokens * price[P_SWAP_S_PER_TOKEN]
     return time_s + price[P_OVERHEAD_S], flops_total, bytes_total

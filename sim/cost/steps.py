@@ -63,7 +63,6 @@ from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
 from sim.model.catalog import get_gpu
-from sim.model.memory import kv_bytes_per_token
 from sim.model.shapes import gpu_layer_groups
 from sim.model.specs import GPUSpec, ModelSpec
 
@@ -568,7 +567,6 @@ class StepProfileCostModel(PackedCostModel):
                                           weight_dtype=weight_dtype, kv_dtype=kv_dtype, fp8_compute=fp8_compute)
         link = self.gpu.interconnect_bytes_per_s * self.gpu.interconnect_efficiency
         self._allreduce_s_per_token = 2.0 * (tensor_parallel - 1) / tensor_parallel * model.hidden_size * 2 / link
-        self._swap_s_per_token = kv_bytes_per_token(model, kv_dtype, tensor_parallel) / self.gpu.host_link_bytes_per_s
 
     def __repr__(self) -> str:
         meta = self.profile.meta

@@ -42,7 +42,7 @@ def pack(cost_model) -> tuple:
     s[S_COMMUNICATION] = 1.0 if cost_model.communication else 0.0
     s[S_ALLREDUCE_LATENCY_S] = cost_model.gpu.allreduce_latency_s
     s[S_ALLREDUCE_S_PER_TOKEN] = cost_model._allreduce_s_per_token
-    s[S_SWAP_S_PER_TOKEN] = cost_model._swap_s_per_token
+    s[S_SWAP_S_PER_TOKEN] = cost_model.roofline.swap_s_per_token
     return (s, physics.linear, *fit.ratio_arrays())
 
 

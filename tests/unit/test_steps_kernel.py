@@ -28,7 +28,7 @@ def test_a_step_is_the_fits_time_plus_the_all_reduces_and_swaps(name, tp):
                     swap_in_tokens=400)
     parts = cm.fit.parts(plan)
     assert cm.fit.time_s(plan) == parts["token"] + parts["prefill_attention"] + parts["decode_attention"]
-    want = cm.fit.time_s(plan) + cm.allreduce_s(plan.num_tokens) + 400 * cm._swap_s_per_token
+    want = cm.fit.time_s(plan) + cm.allreduce_s(plan.num_tokens) + 400 * cm.roofline.swap_s_per_token
     assert cm.step_cost(plan).time_s == want
     assert (cm.allreduce_s(plan.num_tokens) > 0) == (tp > 1)
     assert cm.step_cost(plan)[1:] == cm.roofline.step_cost(plan)[1:]  # FLOPs and bytes: the roofline's counts
