@@ -61,6 +61,10 @@ def matmul_peak_flops(gpu: GPUSpec, weight_dtype: str, fp8_compute: bool) -> flo
     return gpu.fp8_flops_per_s if (fp8_compute and gpu.fp8_flops_per_s) else gpu.bf16_flops_per_s
 
 
+# FlashMLA's sparse kernel takes the query heads in multiples of these (Hopper, Blackwell); fewer are padded with zeros.
+SPARSE_MLA_HEAD_MULTIPLE, SPARSE_MLA_HEAD_MULTIPLE_BLACKWELL = 64, 128
+
+
 class RooflineCostModel(PackedCostModel):
     """Analytical roofline per op: max(FLOPs / (peak × efficiency), bytes / (bandwidth × efficiency)).
 
@@ -113,7 +117,17 @@ class RooflineCostModel(PackedCostModel):
         self.index_flops_per_s = (gpu.fp8_flops_per_s or gpu.bf16_flops_per_s) * (compute_efficiency
                                                                                     or gpu.compute_efficiency)
         heads_per_gpu = attention_heads_per_gpu(model, tensor_parallel)
-        if model.attention == "mla":
+        if model.index_topk:
+            # DeepSeek sparse attention runs FlashMLA's sparse kernel (SGLang's nsa backend, vLLM's FLASHMLA_SPARSE,
+            # TensorRT-LLM's DSA on Hopper): MLA absorbed, each head's query against the 576-wide latent and
+            # rope key, its output the 512-wide latent, and the heads padded to the kernel's multiple (64 on
+            # Hopper, 128 on Blackwell: vLLM's flashmla_sparse.py `padding`, SGLang's nsa_backend.py
+            # `_forward_flashmla_sparse`), so 16 heads a GPU run as 64. A decode is priced so too (vLLM's bf16 KV runs
+            # it there; SGLang's fa3 decode does not pad): its KV read bounds it either way.
+            qk_dim, v_dim = model.kv_lora_rank + model.qk_rope_head_dim, model.kv_lora_rank
+            multiple = SPARSE_MLA_HEAD_MULTIPLE_BLACKWELL if gpu.blackwell else SPARSE_MLA_HEAD_MULTIPLE
+            heads_per_gpu = -(-heads_per_gpu // multiple) * multiple
+        elif model.attention == "mla":
             qk_dim = model.qk_nope_head_dim + model.qk_rope_head_dim
             v_dim = model.v_head_dim
         else:

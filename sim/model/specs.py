@@ -205,6 +205,11 @@ class GPUSpec(BaseModel):
                     raise ValueError(f"pass_s_per_element.{op}: {seconds!r} is not allowed; allowed: a number > 0")
         return self
 
+    @property
+    def blackwell(self) -> bool:
+        """Compute capability 10.x or later (B200, GB200, B300): where engines and kernels switch to Blackwell's."""
+        return self.compute_capability is not None and self.compute_capability[0] >= 10
+
 
 @dataclass(frozen=True, slots=True)
 class LinearShape:

@@ -101,41 +101,56 @@ def test_the_learned_roofline_adds_the_indexer_at_the_roofline_peaks_to_its_capp
     gpu = get_gpu("h200")
     kw = dict(tensor_parallel=8, weight_dtype="fp8", fp8_compute=True)
     sparse, catalog = LearnedRooflineCostModel(V32, gpu, **kw), RooflineCostModel(V32, gpu, **kw)
-    dense = LearnedRooflineCostModel(V3, gpu, **kw)
     none = np.zeros(0, dtype=np.int64)
     price = catalog._build_pack()[0]
 
     def indexer_s(context):  # every layer's
         return V32.num_layers * rk.indexer_parts(price, 0, none, none, 0, 1, float(context), 1)[3]
 
-    projections = None
-    for context in (1000, 2048, 5000):
-        plan = StepPlan(num_decode_seqs=1, decode_context_tokens=context, num_sampled_seqs=1)
-        capped = StepPlan(num_decode_seqs=1, decode_context_tokens=min(context, 2048), num_sampled_seqs=1)
-        # V3.2's step is V3's at the capped context, plus its indexer over the whole context and its projections
-        extra = sparse.step_cost(plan).time_s - dense.step_cost(capped).time_s - indexer_s(context)
-        projections = extra if projections is None else projections
-        assert extra == pytest.approx(projections, rel=1e-9) and extra > 0
+    def step_s(context):
+        return sparse.step_cost(StepPlan(num_decode_seqs=1, decode_context_tokens=context, num_sampled_seqs=1)).time_s
+
+    # past the top-k cap only the indexer grows, at the catalog roofline's peaks; below it the attention grows too
+    for context in (3000, 5000, 9000):
+        assert step_s(context) - step_s(2048) == pytest.approx(indexer_s(context) - indexer_s(2048), rel=1e-9)
+    assert step_s(2048) - step_s(1000) > indexer_s(2048) - indexer_s(1000) > 0
 
 
-@pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.13.0"}, {"name": "trtllm", "version": "1.2.0rc5"},
-                                    {"name": "sglang", "version": "0.5.5"}, {"name": "sglang", "version": "0.5.8"}])
+@pytest.mark.parametrize("learned", [False, True])
+def test_a_swapped_token_moves_its_latent_and_its_indexer_key_over_the_host_link(learned):
+    from sim.cost.learned import LearnedRooflineCostModel
+    from sim.core.step_plan import StepPlan
+    gpu = get_gpu("h200")
+    model = (LearnedRooflineCostModel if learned else RooflineCostModel)(V32, gpu, tensor_parallel=8,
+                                                                          weight_dtype="fp8", fp8_compute=True)
+    plain = StepPlan(num_decode_seqs=4, decode_context_tokens=4000, num_sampled_seqs=4)
+    swapped = StepPlan(num_decode_seqs=4, decode_context_tokens=4000, num_sampled_seqs=4, swap_out_tokens=300)
+    seconds = 300 * 61 * ((512 + 64) * 2 + 132) / gpu.host_link_bytes_per_s  # bf16 latent, FP8 key, every layer
+    assert model.step_cost(swapped).time_s - model.step_cost(plain).time_s == pytest.approx(seconds, rel=1e-9)
+
+
+@pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.12.0"}, {"name": "vllm", "version": "0.14.0"},
+                                    {"name": "trtllm", "version": "1.2.0rc5"}, {"name": "lmdeploy", "version": "0.10.0"},
+                                    {"name": "sglang", "version": "0.5.3rc0"}, {"name": "sglang", "version": "0.5.8"}])
 def test_an_engine_whose_rules_for_it_were_not_read_refuses_it(engine):
     with pytest.raises(ConfigError, match=r"^engine\.version: .* is not modelled for deepseek-v3\.2's sparse attention "
-                                          r"\(index_topk 2048: its engine rules were read for SGLang 0\.5\.6 to "
-                                          r"before 0\.5\.8 only\); allowed: engine sglang 0\.5\.6 to before 0\.5\.8, "
-                                          r"or no engine$"):
+                                          r"\(index_topk 2048: its engine rules were read for sglang 0\.5\.3 to "
+                                          r"before 0\.5\.8 and vllm 0\.13\.0 to before 0\.14\.0 only\); allowed: "
+                                          r"engine sglang 0\.5\.3 to before 0\.5\.8, vllm 0\.13\.0 to before "
+                                          r"0\.14\.0, or no engine$"):
         validate_scenario({**BASE, "engine": engine})
 
 
-@pytest.mark.parametrize("version", ["0.5.6", "0.5.6.post2", "0.5.7"])
+@pytest.mark.parametrize("version", ["0.5.3", "0.5.4", "0.5.5.post3", "0.5.6", "0.5.6.post2", "0.5.7"])
 @pytest.mark.parametrize("gpu, kv", [("h200", "bf16"), ("b200", "fp8")])
 def test_sglang_pages_its_kv_by_64_tokens_in_bf16_before_blackwell_and_fp8_on_it(version, gpu, kv):
-    sc = validate_scenario({**BASE, "hardware": {"gpu": gpu, "tensor_parallel": 8},
-                            "engine": {"name": "sglang", "version": version, "page_size": 16}})
+    sc = validate_scenario({**BASE, "hardware": {"gpu": gpu},
+                            "engine": {"name": "sglang", "version": version, "page_size": 16, "tp_size": 8}})
     assert (sc.kv_cache.block_size, sc.quantization.kv_cache) == (64, kv)
     assert any("--page-size 16 replaced by 64" in note for note in sc.engine.notes)
-    given = validate_scenario({**BASE, "engine": {"name": "sglang", "version": version, "kv_cache_dtype": "fp8_e4m3"}})
+    given = validate_scenario({**BASE, "hardware": {"gpu": gpu},
+                               "engine": {"name": "sglang", "version": version, "kv_cache_dtype": "fp8_e4m3",
+                                          "tp_size": 8}})
     assert given.quantization.kv_cache == "fp8"
 
 
@@ -148,3 +163,90 @@ def test_sglang_tp_alone_is_plain_tensor_parallelism_and_dp_8_eight_ranks_of_one
                                           "enable_dp_attention": True}})
     assert (ranks.hardware.tensor_parallel, ranks.hardware.num_replicas) == (1, 8)
     assert ranks.hardware.lockstep.expert_exchange == "dp_attention"
+
+
+def _sglang(version, **flags):
+    return validate_scenario({**BASE, "hardware": {"gpu": "h200"},
+                              "engine": {"name": "sglang", "version": version, "tp_size": 8, **flags}})
+
+
+@pytest.mark.parametrize("version", ["0.5.3", "0.5.3.post3", "0.5.4", "0.5.4.post2", "0.5.5", "0.5.5.post3"])
+def test_sglang_to_0_5_5_runs_the_attention_data_parallel_over_every_gpu_whatever_dp_says(version):
+    forced, given_dp = _sglang(version), _sglang(version, dp_size=2, enable_dp_attention=True)
+    for sc in (forced, given_dp):
+        assert (sc.hardware.tensor_parallel, sc.hardware.num_replicas) == (1, 8)
+        assert sc.hardware.lockstep.expert_exchange == "dp_attention"
+        assert sc.scheduler.new_token_ratio.init == pytest.approx(0.7 * 0.3)  # schedule_conservativeness x 0.3
+    assert any("--dp 2 replaced by --tp 8" in note for note in given_dp.engine.notes)
+
+
+def test_the_forced_ranks_are_0_5_6s_given_ones_with_the_memory_rule_read_on_the_flags_as_given():
+    # 0.5.5's memory rule ran before the rule set the flag: no dp-attention reserve (0.5.6 reserves one for its flag)
+    forced, plain = _sglang("0.5.5.post3"), _sglang("0.5.6")
+    given = _sglang("0.5.6", dp_size=8, enable_dp_attention=True)
+    assert forced.kv_cache.gpu_memory_utilization == plain.kv_cache.gpu_memory_utilization
+    assert given.kv_cache.gpu_memory_utilization < plain.kv_cache.gpu_memory_utilization
+    assert forced.hardware == given.hardware
+    assert forced.scheduler.max_num_batched_tokens == given.scheduler.max_num_batched_tokens  # the chunk // 8
+    assert forced.scheduler.new_token_ratio == given.scheduler.new_token_ratio
+
+
+def test_sglang_0_5_3_alone_sets_the_memory_fraction_to_0_8():
+    assert _sglang("0.5.3").kv_cache.gpu_memory_utilization == 0.8
+    given = _sglang("0.5.3", mem_fraction_static=0.7)
+    assert given.kv_cache.gpu_memory_utilization == 0.8
+    assert any("--mem-fraction-static 0.7 replaced by 0.8" in note for note in given.engine.notes)
+    assert _sglang("0.5.3.post1", mem_fraction_static=0.7).kv_cache.gpu_memory_utilization == 0.7
+
+
+def test_sglang_to_0_5_5_needs_its_own_tp_to_run_the_forced_ranks():
+    with pytest.raises(ConfigError, match=r"^engine\.tp_size: missing; SGLang 0\.5\.4 runs deepseek-v3\.2's attention "
+                                          r"data-parallel over its --tp GPUs \(dp_size = tp_size, server_args\.py\); "
+                                          r"allowed: --tp 8 in the engine's flags, with hardware\.tensor_parallel left "
+                                          r"out$"):
+        validate_scenario({**BASE, "engine": {"name": "sglang", "version": "0.5.4"}})
+
+
+def _vllm(**flags):
+    return validate_scenario({**BASE, "engine": {"name": "vllm", "version": "0.13.0", **flags}})
+
+
+def test_vllm_pages_by_64_tokens_whatever_block_size_says_and_keeps_the_latent_in_bf16():
+    sc = _vllm(block_size=16)
+    assert (sc.kv_cache.block_size, sc.quantization.kv_cache) == (64, "bf16")
+    assert any("--block-size 16 replaced by 64" in note for note in sc.engine.notes)
+    assert _vllm(kv_cache_dtype="bfloat16").quantization.kv_cache == "bf16"
+
+
+@pytest.mark.parametrize("flags, max_len, tokens", [({}, 163840, 8192),
+                                                    ({"max_model_len": 32768, "max_num_batched_tokens": 4096},
+                                                     32768, 4096)])
+def test_vllm_sets_aside_the_indexers_prefill_workspace_and_the_top_k_index_buffer(flags, max_len, tokens):
+    # 40 x max_model_len keys of 128 fp8 values and a 4-byte scale; a step's tokens x 2048 int32 indices
+    assert _vllm(**flags).kv_cache.reserve_bytes == 40 * max_len * 132 + tokens * 2048 * 4
+    assert 40 * 163840 * 132 == 865075200  # indexer.py's own comment: "= 825 MB"
+
+
+@pytest.mark.parametrize("where", ["flag", "scenario"])
+def test_vllm_s_fp8_kv_layout_for_it_is_refused_in_one_line(where):
+    raw = {**BASE, "engine": {"name": "vllm", "version": "0.13.0"}}
+    if where == "flag":
+        raw["engine"]["kv_cache_dtype"] = "fp8"
+    else:
+        raw["quantization"] = {**raw["quantization"], "kv_cache": "fp8"}
+    field = "engine.kv_cache_dtype" if where == "flag" else "quantization.kv_cache"
+    with pytest.raises(ConfigError, match=rf"^{field}: fp8 is not modelled for deepseek-v3\.2's sparse attention "
+                                          r"under vLLM 0\.13\.0 \(it stores fp8_ds_mla, 656 bytes a token a layer in a "
+                                          r"layout of its own\); allowed: auto or bfloat16 \(bf16\)$"):
+        validate_scenario(raw)
+
+
+@pytest.mark.parametrize("gpu, tp, heads", [("h200", 8, 64), ("h200", 2, 64), ("h200", 1, 128), ("b200", 8, 128)])
+def test_the_sparse_kernel_runs_mla_absorbed_its_heads_padded_to_its_multiple(gpu, tp, heads):
+    # FlashMLA's sparse kernel: each head's query against the 576-wide latent and rope key, its output 512 wide;
+    # 64 heads at a time on Hopper, 128 on Blackwell (16 heads a GPU at TP 8 run as 64 or 128)
+    model = RooflineCostModel(V32, get_gpu(gpu), tensor_parallel=tp, weight_dtype="fp8", fp8_compute=True)
+    assert model.attn_flops_per_pair == 2 * heads * (576 + 512)
+    assert model.q_bytes_per_token == heads * (576 + 512) * 2
+    dense = RooflineCostModel(V3, get_gpu(gpu), tensor_parallel=tp, weight_dtype="fp8", fp8_compute=True)
+    assert dense.attn_flops_per_pair == 2 * (128 // tp) * (192 + 128)  # DeepSeek-V3's own MLA, unchanged

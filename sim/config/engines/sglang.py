@@ -20,7 +20,7 @@ from sim.config.engines.sglang_dp_attention import (
     sglang_dp_attention_values,
 )
 from sim.config.engines.fitted import nearest_fits
-from sim.config.engines.sparse_attention import sglang_nsa_values
+from sim.config.engines.sparse_attention import sglang_nsa_context, sglang_nsa_fraction, sglang_nsa_values
 from sim.config.engines.sglang_speculative import (NGRAM_ACCEPTANCE, SGLANG_ALGORITHMS, SGLANG_NGRAM_BFS_BREADTH,
                                                    SGLANG_NGRAM_FIXED_DRAFT_TOKENS_SINCE, SGLANG_NGRAM_MATCH_WINDOW,
                                                    SGLANG_SPECULATIVE_MAX_RUNNING, SGLangSpeculation,
@@ -753,6 +753,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
         result = _derive_sglang_030(ctx)
         result.notes.extend(early_notes)
         return result
+    as_given = ctx  # the flags as given, which SGLang's memory rule reads before its sparse-attention rule sets any
+    ctx = sglang_nsa_context(ctx, early_notes)
     kv_ctx = ctx  # a rank's, which sizes its KV: under data-parallel attention its A GPUs (sglang_dp_attention.py)
     dp_ranks = sglang_dp_attention_ranks(ctx)  # D lockstep ranks (1: none)
     if dp_ranks > 1:
@@ -777,7 +779,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
         notes.append(f"SGLang {ctx.version_text} --cuda-graph-bs: decode batches up to {graph_bs} run as CUDA graphs "
                      f"(the largest given: {listed}); those between the sizes given are priced at their own size, as "
                      "the default list's")
-    dp_attention_mib = _sglang_dp_attention_mib(ctx, graph_bs, notes)  # the decode graphs' batch, as SGLang reserves it
+    # the decode graphs' batch, as SGLang reserves it for the flags given (a forced group's note says what runs)
+    dp_attention_mib = _sglang_dp_attention_mib(as_given, graph_bs, notes if as_given.flags is ctx.flags else [])
     chunk = flags.get("chunked_prefill_size", tier_chunk)
     # each rank schedules chunk // D (after the memory rule read it whole)
     values = _sglang_batches(ctx, flags, chunk // dp_ranks if chunk > 0 else chunk, notes)
@@ -809,7 +812,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
                               f"{reserved:,.0f} MiB of {ctx.gpu.name}'s {gpu_mib:,.0f} (a {chunk}-token chunk, "
                               f"decode graphs to {graph_bs}, {graph_mib:,.0f} MiB of prefill graphs); allowed: a "
                               "smaller chunked_prefill_size or cuda_graph_max_bs, or mem_fraction_static")
-    values["kv_cache.gpu_memory_utilization"] = fraction
+    values["kv_cache.gpu_memory_utilization"] = fraction = sglang_nsa_fraction(ctx, fraction, notes)
     values.update(_sglang_memory_rule(ctx, notes))
     conservativeness = flags.get("schedule_conservativeness", 1.0)
     if dp_ranks > 1:

@@ -15,6 +15,7 @@ from sim.config.engines.base import (Context, Flag, GIB, LOGGING, MODEL_FILES, P
 from sim.config.engines.engine_work import inbound_work, preset_terms
 from sim.config.engines.vllm_context import (VLLM_HF_OVERRIDES_SINCE, VLLM_ROPE_SCALING_UNTIL, fits_to_kv,
                                              readable_number, rope_scaling_override)
+from sim.config.engines.sparse_attention import vllm_dsa_values
 from sim.config.engines.vllm_data_parallel import vllm_data_parallel
 from sim.config.engines.vllm_graphs import (CAPTURE_SIZE_OPTIONS, CAPTURE_SIZES, VLLM_COMPILATION_CONFIG_SINCE,
                                             VLLM_OPTIMIZATION_LEVEL_SINCE, read_compilation_config,
@@ -341,7 +342,10 @@ def derive_vllm(ctx: Context) -> PresetResult:
                          "free, as v0.19.0's scheduler_reserve_full_isl does (earlier versions check its first "
                          "chunk only: `scheduler.admission: first_chunk`, without the prefix-cache hits that make "
                          "their preemptions cheap)")
-        mla = _vllm_mla_block_size(ctx)
+        mla = None if ctx.model is not None and ctx.model.index_topk else _vllm_mla_block_size(ctx)
+        sparse, sparse_flags = vllm_dsa_values(ctx, flags.get("max_num_batched_tokens")
+                                               or get_key(ctx.raw, "scheduler.max_num_batched_tokens") or mnbt, notes)
+        values.update(sparse)
         if mla is not None:
             values["kv_cache.block_size"] = mla[0]
             notes.append(f"vLLM {ctx.version_text}: KV block size {mla[0]} for an MLA model on {ctx.gpu.name} "
@@ -402,6 +406,8 @@ def derive_vllm(ctx: Context) -> PresetResult:
     from_flags = {key: "long_prefill_token_threshold_adaptive" if key.endswith("fair_share")
                   else "long_prefill_token_threshold" for key in capped}
     from_flags.update({key: "speculative_config" for key in values if key.startswith("speculation.")})
+    if v1:
+        from_flags.update(sparse_flags)
     parallel, parallel_flags = vllm_data_parallel(ctx, notes, v0_fallback=fallback is not None)
     values.update(parallel)
     return PresetResult(values, {**from_flags, **parallel_flags}, notes)
