@@ -110,6 +110,7 @@ FIT_RUNS: dict[tuple[str, str], tuple[str, ...]] = {
     ("vllm", "0.9.2"): ("gpustack-quant qwen3-8b h100 vllm 0.9.2 bf16 sharegpt",),
     ("vllm", "0.19.0"): (),  # kvcached's two stock-vLLM runs (another host than GPUStack's): both held out
     ("vllm", "0.10.2"): (),  # GPUStack's gpt-oss-120b H100 page: a new architecture and dtype, every run held out
+    ("vllm", "0.13.0"): (),  # GPUStack's DeepSeek-V3.2 page: a sparse-attention model, every run held out
     ("vllm", "0.6.0"): ("sglang-060 llama-3.1-8b a100 vllm 0.6.0 rps 4",
                         "sglang-060 llama-3.1-8b a100 vllm 0.6.0 offline"),
     ("sglang", "0.5.3.post3"): ("qwen3-8b-h100 sglang c4",),

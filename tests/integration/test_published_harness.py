@@ -133,10 +133,13 @@ def test_every_case_is_simulated_on_the_gpus_its_source_ran(suite):
         if ps.unsupported(c, ps.COST_MODELS["roofline"]) is not None:
             continue
         s = validate_scenario(ps.scenario(c, ps.COST_MODELS["roofline"]))
-        # (SGLang's data-parallel attention: lockstep ranks of tensor_parallel GPUs, all of them the run's TP)
+        # (SGLang's data-parallel attention: lockstep ranks of tensor_parallel GPUs, all of them the run's TP;
+        # vLLM's -dp D: D ranks of the run's TP)
         ranks = s.hardware.num_replicas if s.hardware.lockstep is not None else 1
+        dp = int(next((v for k, v in c.flags.items() if k in ("-dp", "--data-parallel-size")), 1)) \
+            if c.engine.key == "vllm" else 1
         assert (s.hardware.tensor_parallel * ranks, s.hardware.pipeline_parallel, s.hardware.expert_parallel) == (
-            c.tensor_parallel, c.pipeline_parallel, c.expert_parallel), c.name
+            c.tensor_parallel * dp, c.pipeline_parallel, c.expert_parallel), c.name
 
 
 def test_cases_servesim_cannot_express_are_listed_with_their_reason(suite):
@@ -518,3 +521,16 @@ def test_a_data_parallel_attention_run_gives_sglang_its_tp_and_each_rank_tp_over
     plain = next(c for c in suite.cases if c.name == "deepseek-v3.2-h200 sglang tp8 enable-dp-attention sharegpt")
     s = validate_scenario(ps.scenario(plain, ps.COST_MODELS["roofline"]))  # --dp 1: SGLang clears the flag
     assert (s.hardware.tensor_parallel, s.hardware.num_replicas, s.hardware.lockstep) == (8, 1, None)
+
+
+def test_vllm_s_sparse_attention_runs_take_its_block_and_reserve_and_its_data_parallel_ranks(suite):
+    # vLLM 0.13.0 (sim/config/engines/sparse_attention.py): 64-token blocks, the indexer's prefill workspace for the
+    # run's max_model_len and the top-k index buffer set aside; `-tp 1 -dp 8 --enable-expert-parallel`: 8 lockstep
+    # ranks of one GPU, the experts over all 8
+    case = next(c for c in suite.cases if c.name == "deepseek-v3.2-h200 vllm tp8 ctx32k sharegpt")
+    s = validate_scenario(ps.scenario(case, ps.COST_MODELS["roofline"]))
+    assert (s.kv_cache.block_size, s.kv_cache.reserve_bytes) == (64, 40 * 32768 * 132 + 8192 * 2048 * 4)
+    ranks = next(c for c in suite.cases if c.name == "deepseek-v3.2-h200 vllm dp8 ep sharegpt")
+    s = validate_scenario(ps.scenario(ranks, ps.COST_MODELS["roofline"]))
+    assert (s.hardware.tensor_parallel, s.hardware.num_replicas, s.hardware.expert_parallel) == (1, 8, 8)
+    assert s.hardware.lockstep is not None and s.scheduler.max_model_len == 81920
