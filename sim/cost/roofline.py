@@ -118,12 +118,13 @@ class RooflineCostModel(PackedCostModel):
                                                                                     or gpu.compute_efficiency)
         heads_per_gpu = attention_heads_per_gpu(model, tensor_parallel)
         if model.index_topk:
-            # DeepSeek sparse attention runs FlashMLA's sparse kernel (SGLang's nsa backend, vLLM's FLASHMLA_SPARSE,
-            # TensorRT-LLM's DSA on Hopper): MLA absorbed, each head's query against the 576-wide latent and
+            # DeepSeek sparse attention runs FlashMLA's sparse kernel (SGLang's nsa backend, vLLM's FLASHMLA_SPARSE;
+            # TensorRT-LLM's was not read): MLA absorbed, each head's query against the 576-wide latent and
             # rope key, its output the 512-wide latent, and the heads padded to the kernel's multiple (64 on
             # Hopper, 128 on Blackwell: vLLM's flashmla_sparse.py `padding`, SGLang's nsa_backend.py
             # `_forward_flashmla_sparse`), so 16 heads a GPU run as 64. A decode is priced so too (vLLM's bf16 KV runs
-            # it there; SGLang's fa3 decode does not pad): its KV read bounds it either way.
+            # it there; SGLang's fa3 decode does not pad): at the catalog's H200 rates its KV read bounds it either
+            # way (64 heads: 121 FLOPs a byte of bf16 latent, against 180 for the rates' ratio).
             qk_dim, v_dim = model.kv_lora_rank + model.qk_rope_head_dim, model.kv_lora_rank
             multiple = SPARSE_MLA_HEAD_MULTIPLE_BLACKWELL if gpu.blackwell else SPARSE_MLA_HEAD_MULTIPLE
             heads_per_gpu = -(-heads_per_gpu // multiple) * multiple

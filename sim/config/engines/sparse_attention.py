@@ -128,7 +128,8 @@ def sglang_nsa_values(ctx: Context, notes: list[str]) -> dict[str, Any]:
     notes.append(f"SGLang {ctx.version_text}: {ctx.model.name}'s sparse attention on the nsa backend, "
                  f"{SGLANG_NSA_PAGE_TOKENS}-token KV pages, the KV in {'fp8' if blackwell else 'bf16'} by default "
                  f"({'Blackwell' if blackwell else 'before Blackwell'}); priced by the roofline: MLA over at most "
-                 f"{ctx.model.index_topk} keys a query plus the indexer over every earlier token")
+                 f"{ctx.model.index_topk} keys a query, its heads padded to FlashMLA's multiple, plus the indexer "
+                 "over every earlier token")
     return values
 
 
