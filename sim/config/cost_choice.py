@@ -79,7 +79,9 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
         return {"kind": "roofline"}, "roofline: an inline GPU has no measurements" if floor < 3 else "roofline"
     if not all(isinstance(v, str) for v in (weights, kv)) or not isinstance(pp, int):
         return {"kind": "roofline"}, "roofline: the quantization or parallelism is not readable"  # validation says why
-    sparse = _sparse_attention(model)  # (neither a whole-step profile nor the measured tables price it)
+    from sim.cost.attention_support import sparse_attention_unpriced
+    resolved = _resolved_model(model)
+    sparse = sparse_attention_unpriced(resolved)  # (neither a whole-step profile nor the measured tables price it)
     disaggregation = hardware.get("disaggregation")
     # A whole-step profile is of one catalog model on one GPU and TP; the kernel tables price any model's shapes.
     # (nor of experts split by expert parallelism: `hardware.expert_parallel` refuses a profile)
@@ -128,7 +130,7 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
                       "whole-step profile for this setup)" if floor == 0 else
                       f"measured: {tables} kernel tables of {gpu.lower()} + {terms['engine']} CPU terms")
     detail = f" (no whole-step profile; {_MEASURED_REFUSED}{why_not})" if why_not else ""
-    if hardware.get("lockstep") is not None and _is_moe(model):
+    if hardware.get("lockstep") is not None and resolved is not None and resolved.is_moe:
         # a lockstep group's ranks run a mixture of experts' experts at the group's tokens, which the learned
         # roofline cannot price apart (sim/config/deployment.py)
         return ({"kind": "roofline", "overhead": terms},
@@ -160,23 +162,12 @@ def _whole_step_profile(gpu: str, model: str, tp: int, quantization: dict) -> bo
     return shipped_step_profile_fits(gpu, model, tp, measured_in(quantization))
 
 
-def _sparse_attention(model) -> str | None:
-    """`sparse_attention_unpriced` of a raw scenario's model; None where it does not resolve (validation says why)."""
-    from sim.cost.attention_support import sparse_attention_unpriced
+def _resolved_model(model):
+    """A raw scenario's model (a name, or an inline definition) as a ModelSpec; None where it does not resolve
+    (validation refuses it in its own words)."""
     from sim.errors import ConfigError
     from sim.model.catalog import resolve_model
     try:
-        return sparse_attention_unpriced(resolve_model(model))
+        return resolve_model(model)
     except (ConfigError, ValueError, TypeError):
         return None
-
-
-def _is_moe(model) -> bool:
-    """Whether a raw scenario's model (a name, or an inline definition) is a mixture of experts; False where it
-    does not resolve (validation says why)."""
-    from sim.errors import ConfigError
-    from sim.model.catalog import resolve_model
-    try:
-        return resolve_model(model).is_moe
-    except (ConfigError, ValueError, TypeError):  # (an unreadable model: validation refuses it in its own words)
-        return False

@@ -755,6 +755,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
         return result
     as_given = ctx  # the flags as given, which SGLang's memory rule reads before its sparse-attention rule sets any
     ctx = sglang_nsa_context(ctx, early_notes)
+    forced_ranks = ctx is not as_given  # (the rule set data-parallel attention itself; its note says what runs)
     kv_ctx = ctx  # a rank's, which sizes its KV: under data-parallel attention its A GPUs (sglang_dp_attention.py)
     dp_ranks = sglang_dp_attention_ranks(ctx)  # D lockstep ranks (1: none)
     if dp_ranks > 1:
@@ -779,8 +780,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
         notes.append(f"SGLang {ctx.version_text} --cuda-graph-bs: decode batches up to {graph_bs} run as CUDA graphs "
                      f"(the largest given: {listed}); those between the sizes given are priced at their own size, as "
                      "the default list's")
-    # the decode graphs' batch, as SGLang reserves it for the flags given (a forced group's note says what runs)
-    dp_attention_mib = _sglang_dp_attention_mib(as_given, graph_bs, notes if as_given.flags is ctx.flags else [])
+    # the decode graphs' batch, as SGLang reserves it for the flags given
+    dp_attention_mib = _sglang_dp_attention_mib(as_given, graph_bs, [] if forced_ranks else notes)
     chunk = flags.get("chunked_prefill_size", tier_chunk)
     # each rank schedules chunk // D (after the memory rule read it whole)
     values = _sglang_batches(ctx, flags, chunk // dp_ranks if chunk > 0 else chunk, notes)
@@ -821,7 +822,8 @@ def derive_sglang(ctx: Context) -> PresetResult:
     values["scheduler.new_token_ratio"] = {"init": init, "min": min(init * SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, 1.0),
                                            "decay_steps": SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS}
     values.update(_sglang_window_memory(ctx, notes))
-    values.update(sglang_nsa_values(ctx, notes))
+    nsa_values, from_flags = sglang_nsa_values(ctx, notes)
+    values.update(nsa_values)
     from sim.model.memory import WINDOW_POOL_RATIO
     window = {"window_memory": values["kv_cache.window_memory"],
               "window_pool_ratio": flags.get("swa_full_tokens_ratio", WINDOW_POOL_RATIO)}
@@ -832,9 +834,6 @@ def derive_sglang(ctx: Context) -> PresetResult:
                           "or kv_cache.capacity_tokens")
     slots, kv_tokens = _sglang_request_slots(kv_ctx, fraction, values["scheduler.max_num_batched_tokens"], 4096, notes,
                                              window)
-    from_flags: dict[str, str] = {}
-    if ctx.model is not None and ctx.model.index_topk and "page_size" in flags:
-        from_flags["kv_cache.block_size"] = "page_size"  # (a sparse-attention model's page, whatever the flag says)
     if speculation is not None:
         values.update(_sglang_speculation_values(ctx, speculation, slots, kv_tokens, window, from_flags, notes))
         kv_tokens = values.get("kv_cache.capacity_tokens", kv_tokens)

@@ -113,12 +113,13 @@ def sglang_nsa_fraction(ctx: Context, fraction: float, notes: list[str]) -> floa
     return SGLANG_NSA_FRACTION
 
 
-def sglang_nsa_values(ctx: Context, notes: list[str]) -> dict[str, Any]:
-    """SGLang's settings for a sparse-attention model (see the module docstring)."""
+def sglang_nsa_values(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], dict[str, str]]:
+    """(values, the flags that set them) SGLang takes for a sparse-attention model (see the module docstring)."""
     if not _nsa(ctx):
-        return {}
+        return {}, {}
     values: dict[str, Any] = {"kv_cache.block_size": SGLANG_NSA_PAGE_TOKENS}
     given = ctx.flags.get("page_size")
+    from_flags = {"kv_cache.block_size": "page_size"} if given is not None else {}
     if given is not None and given != SGLANG_NSA_PAGE_TOKENS:
         notes.append(f"SGLang {ctx.version_text}: --page-size {given} replaced by {SGLANG_NSA_PAGE_TOKENS} for "
                      f"{ctx.model.name}'s sparse attention, as its server_args.py replaces it")
@@ -130,7 +131,7 @@ def sglang_nsa_values(ctx: Context, notes: list[str]) -> dict[str, Any]:
                  f"({'Blackwell' if blackwell else 'before Blackwell'}); priced by the roofline: MLA over at most "
                  f"{ctx.model.index_topk} keys a query, its heads padded to FlashMLA's multiple, plus the indexer "
                  "over every earlier token")
-    return values
+    return values, from_flags
 
 
 def vllm_dsa_values(ctx: Context, max_num_batched_tokens: int,
