@@ -53,6 +53,9 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
   empty cache) or kv_tokens (generation: AIConfigurator's `step`, which here counts the new token), num_heads (per
   GPU), latency_ms; DeepSeek-V3's sizes. The measured model prices vLLM's MLA attention as these less its own prices
   of the module's projections.
+- context_dsa_module.parquet, generation_dsa_module.parquet (vLLM only): vLLM's whole DeepSeek sparse attention
+  module (`_dsa_module`: the projections, the indexer and the sparse MLA inside), with the MLA modules' columns;
+  DeepSeek-V3.2's sizes. The measured model prices V3.2's attention as these less its own prices of the projections.
 - meta.json: source package and version, system, framework and version of each table (and any fallback
   to another version), the kernel each table keeps, the dtypes measured, the device name, units.
 
@@ -403,25 +406,16 @@ MLA_MODULE_MODEL = "deepseek-ai/DeepSeek-V3"
 MLA_PREFILL_BACKEND = "FLASH_ATTN"
 
 
-def _mla_module(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
-    rows = df[(df["model"] == MLA_MODULE_MODEL) & (df["mla_dtype"] == "bfloat16")]
-    if not generation:
-        rows = rows[rows["step"] == 0]
+def _module_rows(rows: pd.DataFrame, generation: bool, pick) -> tuple[pd.DataFrame, dict]:
+    """Whole-module rows as measured, per KV dtype and GEMM dtype: `pick(part)` gives the rows of the kernels kept
+    and those kernels' names. A decode's `step` is its context."""
     keep, kernels = [], {}
     for src_kv, kv in _DTYPES.items():
         for src_gemm, gemm in _WEIGHT_DTYPES.items():
             part = rows[(rows["kv_cache_dtype"] == src_kv) & (rows["gemm_type"] == src_gemm)]
             if part.empty:
                 continue
-            if generation:
-                used = [_main_kernel(part)]
-            else:  # every backend vLLM ran, one per point: the prefill backend's where several measured it
-                used = sorted(set(part["kernel_source"]), key=lambda k: (k != MLA_PREFILL_BACKEND, k))
-                part = part.assign(rank=[used.index(k) for k in part["kernel_source"]])
-                best = part.groupby(["num_heads", "batch_size", "isl"])["rank"].transform("min")
-                part = part[part["rank"] == best]  # (a point measured twice by that kernel: the median, below)
-                used = [k for k in used if k in set(part["kernel_source"])]
-            part = part[part["kernel_source"].isin(used)]
+            part, used = pick(part)
             kernels.setdefault(kv, {})[gemm] = ", ".join(used)
             cols = {"kv_dtype": kv, "gemm_dtype": gemm, "batch_size": part["batch_size"]}
             if generation:
@@ -431,6 +425,47 @@ def _mla_module(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]
             cols.update(num_heads=part["num_heads"], latency_ms=part["latency"])
             keep.append(pd.DataFrame(cols))
     return (_medians(keep) if keep else pd.DataFrame()), kernels
+
+
+def _main_kernel_rows(part: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    kernel = _main_kernel(part)
+    return part[part["kernel_source"] == kernel], [kernel]
+
+
+def _mla_prefill_rows(part: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Every backend vLLM ran, one per point: the prefill backend's where several measured it."""
+    used = sorted(set(part["kernel_source"]), key=lambda k: (k != MLA_PREFILL_BACKEND, k))
+    part = part.assign(rank=[used.index(k) for k in part["kernel_source"]])
+    best = part.groupby(["num_heads", "batch_size", "isl"])["rank"].transform("min")
+    part = part[part["rank"] == best]  # (a point measured twice by that kernel: the median, below)
+    used = [k for k in used if k in set(part["kernel_source"])]
+    return part[part["kernel_source"].isin(used)], used
+
+
+def _mla_module(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
+    rows = df[(df["model"] == MLA_MODULE_MODEL) & (df["mla_dtype"] == "bfloat16")]
+    if not generation:
+        rows = rows[rows["step"] == 0]
+    return _module_rows(rows, generation, _main_kernel_rows if generation else _mla_prefill_rows)
+
+
+# vLLM's DeepSeek sparse attention (DSA), measured only as whole modules (AIConfigurator's `ContextDSAModule` /
+# `GenerationDSAModule`, sdk/operations/dsa.py: the q/kv projections with the indexer's key, the indexer's query and
+# head-weight projections, its FP8 logits and top-k, FlashMLA's sparse kernel, the absorbed BMMs and o_proj) at
+# DeepSeek-V3.2's sizes with 1-128 heads, one kernel (FLASHMLA_SPARSE). Kept as the MLA modules are: per KV dtype and
+# GEMM dtype, context rows from an empty cache (step 0; the rows at step 128 are left out), the decode's `step` its
+# context. The context rows were timed eagerly: a flat ~1.2 ms (bf16 projections) to ~1.5 ms (fp8_block, DeepGEMM's
+# host time) a call at small prompts on the H200, where the generation rows start at 0.17 ms; they are kept as
+# measured (sim/cost/measured.py `_dsa_rows` says so).
+DSA_MODULE_MODEL = "deepseek-ai/DeepSeek-V3.2"
+
+
+def _dsa_module(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
+    op = "dsa_generation_module" if generation else "dsa_context_module"
+    rows = df[(df["model"] == DSA_MODULE_MODEL) & (df["mla_dtype"] == "bfloat16") & (df["op_name"] == op)]
+    if not generation:
+        rows = rows[rows["step"] == 0]
+    return _module_rows(rows, generation, _main_kernel_rows)
 
 
 TABLES = {
@@ -447,13 +482,18 @@ TABLES = {
     "generation_mla": ("mla", "generation_mla_perf.parquet", lambda d: _mla(d, True)),
     "context_mla_module": ("mla", "mla_context_module_perf.parquet", lambda d: _mla_module(d, False)),
     "generation_mla_module": ("mla", "mla_generation_module_perf.parquet", lambda d: _mla_module(d, True)),
+    "context_dsa_module": ("sparse_attention", "dsa_context_module_perf.parquet", lambda d: _dsa_module(d, False)),
+    "generation_dsa_module": ("sparse_attention", "dsa_generation_module_perf.parquet",
+                              lambda d: _dsa_module(d, True)),
 }
 # Sliding-window attention (window_size > 0 in AIConfigurator's attention tables: windows of 128, 512, 1024 and 8192
 # tokens where measured): the full-attention table's kernel and attention dtype, a `window` column more. The measured
 # model prices a sliding layer from them where its window and KV dtype were measured (sim/cost/measured.py).
 WINDOW_TABLES = ("context_window_attention", "generation_window_attention")
-# Tables imported for some frameworks only: the others price MLA from their attention-alone tables.
-ONLY_FOR = {"context_mla_module": ("vllm",), "generation_mla_module": ("vllm",)}
+# Tables imported for some frameworks only: the others price MLA from their attention-alone tables (and do not price
+# DeepSeek sparse attention: their DSA module rows are not imported).
+ONLY_FOR = {"context_mla_module": ("vllm",), "generation_mla_module": ("vllm",), "context_dsa_module": ("vllm",),
+            "generation_dsa_module": ("vllm",)}
 # Per framework, the MoE dtypes kept (fp8 = per-tensor W8A8 experts, fp8_block = block-scaled, w4a16_mxfp4 = MXFP4
 # experts). TensorRT-LLM measures both fp8 kinds with its default kernel (moe_torch_flow_cutlass); SGLang only
 # block-scaled fp8; vLLM's per-tensor fp8 rows are one checkpoint format's kernel (ModelOpt, FlashInfer CUTLASS), so

@@ -81,11 +81,11 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
         return {"kind": "roofline"}, "roofline: the quantization or parallelism is not readable"  # validation says why
     from sim.cost.attention_support import sparse_attention_unpriced
     resolved = _resolved_model(model)
-    sparse = sparse_attention_unpriced(resolved)  # (neither a whole-step profile nor the measured tables price it)
+    sparse = sparse_attention_unpriced(resolved)  # (no whole-step profile prices it; some measured tables do)
     disaggregation = hardware.get("disaggregation")
     # A whole-step profile is of one catalog model on one GPU and TP; the kernel tables price any model's shapes.
     # (nor of experts split by expert parallelism: `hardware.expert_parallel` refuses a profile)
-    from sim.cost.measured import measured_unsupported
+    from sim.cost.measured import measured_unsupported, sparse_attention_unmeasured
     from sim.model.memory import FP8_COMPUTE_DEFAULT
     # absent, the schema's default (weight-only fp8), to which the measured model then holds the scenario
     fp8_compute = quant.get("fp8_compute", FP8_COMPUTE_DEFAULT)
@@ -102,15 +102,19 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
         return {"kind": "calibrated", "overhead": terms}, (
             f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "
             "terms (the most accurate source available)")
-    why_not, tables = sparse, "vllm"
-    if not sparse:
-        if engine in ("sglang", "trtllm"):  # the engine's own tables where they hold this GPU and dtype
-            why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=engine,
-                                           moe_kernel=moe_kernel)
-        tables = engine if engine in ("sglang", "trtllm") and why_not is None else "vllm"
-        if tables == "vllm":
-            why_not = measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=tables,
-                                           moe_kernel=moe_kernel)
+    why_not = None
+    # (only a sparse-attention model builds a measured model here, whose rule says whether its tables price it)
+    sparse_terms = dict(tensor_parallel=tp, weight_dtype=weights, kv_dtype=kv, fp8_compute=fp8_compute,
+                        fp8_block=quant.get("fp8_block_scales") is True)
+    if engine in ("sglang", "trtllm"):  # the engine's own tables where they hold this GPU, dtype and attention
+        why_not = (measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=engine,
+                                        moe_kernel=moe_kernel)
+                   or sparse_attention_unmeasured(resolved, gpu, engine, **sparse_terms))
+    tables = engine if engine in ("sglang", "trtllm") and why_not is None else "vllm"
+    if tables == "vllm":
+        why_not = (measured_unsupported(gpu, weights, kv, fp8_compute=fp8_compute, tables=tables,
+                                        moe_kernel=moe_kernel)
+                   or sparse_attention_unmeasured(resolved, gpu, tables, **sparse_terms))
     if why_not is None and isinstance(disaggregation, dict):  # every pool's GPU must be measured
         for pool in ("prefill", "decode"):
             section = disaggregation.get(pool)
@@ -118,8 +122,9 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
             if not isinstance(pool_gpu, str):
                 why_not = f"the {pool} pool's GPU is inline"
                 break
-            why_not = measured_unsupported(pool_gpu, weights, kv, fp8_compute=fp8_compute, tables=tables,
-                                           moe_kernel=moe_kernel)
+            why_not = (measured_unsupported(pool_gpu, weights, kv, fp8_compute=fp8_compute, tables=tables,
+                                            moe_kernel=moe_kernel)
+                       or sparse_attention_unmeasured(resolved, pool_gpu, tables, **sparse_terms))
             if why_not is not None:
                 break
     if why_not is None and floor <= 1:

@@ -77,6 +77,7 @@ from sim.cost.step_args import step_args
 from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
 from sim.model.attention_io import TRITON_BACKEND as TRITON
+from sim.model.attention_io import heads_per_gpu as attention_heads_per_gpu
 from sim.model.catalog import get_gpu
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE
 from sim.model.memory import DTYPE_BYTES, MARLIN, NVFP4_PARAM_BYTES, matrix_dtype
@@ -143,6 +144,11 @@ MLA_MEASURED_DIMS = (128, 64, 128, 512)
 # prices these from the GEMM rows and takes them off the module's time (`_vllm_mla_rows`).
 MLA_MODULE_DIMS = (7168, 1536, *MLA_MEASURED_DIMS)
 MLA_MODULE_PROJECTIONS = ("q_a_proj", "kv_a_proj", "q_b_proj", "kv_b_proj", "attn_out")
+# vLLM's whole DeepSeek sparse attention modules were measured at DeepSeek-V3.2's sizes (MLA_MODULE_DIMS, then
+# index_topk, index_n_heads, index_head_dim); their projections, the indexer's three among them, as `_dsa_rows`
+# takes them off.
+DSA_MODULE_DIMS = (*MLA_MODULE_DIMS, 2048, 64, 128)
+DSA_MODULE_PROJECTIONS = (*MLA_MODULE_PROJECTIONS, "index_q", "index_k", "index_weights")
 
 
 def _canonical(name: str) -> str:
@@ -240,6 +246,32 @@ def triton_prefill_ratio(root: Path | None = None) -> tuple[np.ndarray, np.ndarr
     return np.array(isl, dtype=np.float64), np.array(log_ratio, dtype=np.float64), data
 
 
+class SparseAttentionUnmeasured(ConfigError):
+    """The measured model cannot price this model's DeepSeek sparse attention (`reason` says why)."""
+
+    def __init__(self, reason: str):
+        super().__init__(f"cost_model.kind 'measured' cannot price {reason}; allowed: cost_model.kind 'roofline'")
+        self.reason = reason
+
+
+def sparse_attention_unmeasured(model, gpu: str, tables: str = "vllm", root: Path | None = None, *,
+                                tensor_parallel: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
+                                fp8_compute: bool | None = None, fp8_block: bool = False) -> str | None:
+    """Why this GPU's tables of this framework cannot price the model's attention, None where they can or it is
+    dense: DeepSeek sparse attention (`ModelSpec.index_topk`) only from vLLM's whole DSA module rows at the model's
+    sizes, heads per GPU and dtypes (`MeasuredCostModel._setup_dsa`, which is asked: the rule lives there). A GPU or
+    quantization the tables lack is `measured_unsupported`'s to say."""
+    if (not getattr(model, "index_topk", 0) or gpu_unmeasured(gpu, tables, root)
+            or quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root)):
+        return None
+    try:
+        MeasuredCostModel(model, get_gpu(gpu), tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
+                          kv_dtype=kv_dtype, root=root, tables=tables, fp8_compute=fp8_compute, fp8_block=fp8_block)
+    except SparseAttentionUnmeasured as refused:
+        return refused.reason
+    return None
+
+
 def measured_unsupported(gpu: str, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                          root: Path | None = None, *, fp8_compute: bool | None = None,
                          tables: str = "vllm", moe_kernel: str | None = None) -> str | None:
@@ -269,6 +301,8 @@ class MeasuredTables:
     generation_mla_module: pd.DataFrame | None = None
     context_window: pd.DataFrame | None = None  # sliding-window attention (a `window` column), where measured
     generation_window: pd.DataFrame | None = None
+    context_dsa_module: pd.DataFrame | None = None  # vLLM's whole DeepSeek sparse attention module (`_dsa_rows`)
+    generation_dsa_module: pd.DataFrame | None = None
 
     @property
     def launch_floor_s(self) -> float:
@@ -372,7 +406,8 @@ def load_tables(path: str | Path, field: str = "cost_model.gpu_data") -> Measure
                             frozenset(ctx["kv_dtype"].unique()) & frozenset(gen["kv_dtype"].unique()),
                             read("context_mla", False), read("generation_mla", False), moe_by_routing,
                             read("context_mla_module", False), read("generation_mla_module", False),
-                            read("context_window_attention", False), read("generation_window_attention", False))
+                            read("context_window_attention", False), read("generation_window_attention", False),
+                            read("context_dsa_module", False), read("generation_dsa_module", False))
     _CACHE[key] = tables
     return tables
 
@@ -849,6 +884,9 @@ class MeasuredCostModel(PackedCostModel):
         m, tp, t = self.model, self.tp, self.tables
         self.mla_by_roofline = False
         self._prefill = self._decode = self._window_prefill = self._window_decode = None  # (MLA by the roofline: none)
+        if m.index_topk:
+            self._setup_dsa()
+            return
         if m.attention == "mla":
             if self._setup_mla():
                 return
@@ -1027,14 +1065,7 @@ class MeasuredCostModel(PackedCostModel):
             self.notes[f"attention: vLLM's MLA modules with {heads} heads per GPU, {gd} projections and a {kvd} KV "
                        f"cache are not in {where}; priced by the device roofline"] += 1
             return None
-        curves = [self._linear_by_name[name] for name in MLA_MODULE_PROJECTIONS]
-        derived, disagree = [], 0
-        for df, tokens in ((rows[0], rows[0]["batch_size"] * rows[0]["isl"]), (rows[1], rows[1]["batch_size"])):
-            counts, at = np.unique(tokens.to_numpy(float), return_inverse=True)  # each token count priced once
-            projections_ms = np.array([sum(c(n, note=False) for c in curves) for n in counts])[at] * 1e3
-            rest = df["latency_ms"].to_numpy(float) - projections_ms
-            disagree += int((rest <= 0).sum())
-            derived.append(df.assign(latency_ms=rest))
+        derived, disagree = self._less_projections(rows, MLA_MODULE_PROJECTIONS)
         if disagree:  # the GEMM rows price the projections above the whole module: neither is taken over the other
             self.notes[f"attention: {disagree} of vLLM's {len(rows[0]) + len(rows[1])} MLA module rows in {where} "
                        f"({gd} projections, {heads} heads, {kvd} KV) measured at or below this model's price of their "
@@ -1045,6 +1076,75 @@ class MeasuredCostModel(PackedCostModel):
                    f"{where} (projections, attention, norms, rotary, cache write; {gd} projections) less this model's "
                    "prices of the projections"] += 1
         return derived[0], derived[1]
+
+    def _setup_dsa(self) -> None:
+        """DeepSeek sparse attention from vLLM's whole-module rows (`_dsa_rows`), their ratios taken against
+        `measured_kernel.SHAPE_DSA_*` with this model's numbers: the roofline's attention FLOPs a selected pair (its
+        heads padded as FlashMLA's sparse kernel runs them), the top-k, the indexer's FLOPs a pair at the bf16 rate,
+        the latent's bytes a key. No other kernel here prices the indexer: tables that cannot are refused in one
+        line."""
+        m, t, kvd, gpu = self.model, self.tables, _KV_DTYPE[self.kv_dtype], self.gpu
+        r, where = self.roofline, f"the {t.framework} tables of {t.meta['gpu']}"
+        if t.context_dsa_module is None or t.generation_dsa_module is None:
+            raise SparseAttentionUnmeasured(f"{m.name}'s sparse attention (index_topk {m.index_topk}), which is not "
+                                            f"in {where} (vLLM's DSA module rows where measured)")
+        rows = self._dsa_rows(where, kvd)
+        bf16_per_indexer_flop = gpu.bf16_flops_per_s / (gpu.fp8_flops_per_s or gpu.bf16_flops_per_s)
+        numbers = (r.attn_flops_per_pair, float(m.index_topk), r.index_flops_per_pair * bf16_per_indexer_flop,
+                   r.kv_bytes_per_token_layer)
+        self._prefill = Grid2D(rows[0], "batch_size", "isl",
+                               Shape(measured_kernel.SHAPE_DSA_PREFILL, numbers, self.roof),
+                               "sparse attention prefill (batch, tokens)", self.notes)
+        self._decode = Grid2D(rows[1], "batch_size", "kv_tokens",
+                              Shape(measured_kernel.SHAPE_DSA_DECODE, numbers, self.roof),
+                              "sparse attention decode (batch, context)", self.notes)
+
+    def _dsa_rows(self, where: str, kvd: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+        """vLLM's DeepSeek sparse attention as attention-alone rows, as `_vllm_mla_rows` derives MLA's: each
+        whole-module row less this model's prices of its projections (`DSA_MODULE_PROJECTIONS`) at the module's
+        tokens, so a step's attention block costs the module's measured time at every measured point. What is left
+        is the indexer's logits and top-k, the sparse kernel, the absorbed BMMs, the norms, rotary and cache writes,
+        and the projections' measured time beyond this model's price of them. Refused in one line where the sizes,
+        heads or dtypes were not measured, or the modules measured at or below their projections' price."""
+        m, t = self.model, self.tables
+        dims = (m.hidden_size, m.q_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim, m.kv_lora_rank,
+                m.index_topk, m.index_n_heads, m.index_head_dim)
+        gd, heads = gemm_dtype(self.weight_dtype, self.fp8_block), attention_heads_per_gpu(m, self.tp)
+        sparse = f"{m.name}'s sparse attention (index_topk {m.index_topk})"
+        if dims != DSA_MODULE_DIMS:
+            raise SparseAttentionUnmeasured(f"{sparse}: vLLM's DSA modules in {where} were measured at "
+                                            "DeepSeek-V3.2's sizes (hidden, q_lora, nope, rope, v, kv_lora, topk, "
+                                            f"index heads, index dim) {DSA_MODULE_DIMS}, not {dims}")
+        rows = [df[(df["kv_dtype"] == kvd) & (df["gemm_dtype"] == gd) & (df["num_heads"] == heads)]
+                for df in (t.context_dsa_module, t.generation_dsa_module)]
+        if any(r.empty for r in rows):
+            raise SparseAttentionUnmeasured(f"{sparse} with {heads} heads per GPU, {gd} projections and a {kvd} KV "
+                                            f"cache: not in vLLM's DSA modules in {where}")
+        derived, disagree = self._less_projections(rows, DSA_MODULE_PROJECTIONS)
+        if disagree:  # no attention left to derive: neither the GEMM rows nor the modules are taken over the other
+            raise SparseAttentionUnmeasured(f"{sparse}: {disagree} of vLLM's {len(rows[0]) + len(rows[1])} DSA "
+                                            f"module rows in {where} ({gd} projections, {heads} heads, {kvd} KV) "
+                                            "measured at or below this model's price of their projections")
+        kernel = t.meta["tables"]["context_dsa_module"]["kernels"][kvd][gd]
+        floor_ms = float(rows[0]["latency_ms"].min())
+        self.notes[f"attention: DeepSeek sparse attention ({kernel}) from vLLM's whole-module rows in {where} "
+                   f"(projections, indexer, sparse MLA, norms, rotary, cache write; {gd} projections) less this "
+                   f"model's prices of the projections; the prefill modules were timed eagerly, {floor_ms:.2f} ms "
+                   "a layer at the least, kept as measured"] += 1
+        return derived[0], derived[1]
+
+    def _less_projections(self, rows: list[pd.DataFrame], names: tuple[str, ...]) -> tuple[list, int]:
+        """Whole-module rows (context, decode) less this model's prices of the named projections at each row's tokens
+        (context: batch x prompt tokens; decode: the batch), and how many rows that leaves at or below zero."""
+        curves = [self._linear_by_name[name] for name in names]
+        derived, disagree = [], 0
+        for df, tokens in ((rows[0], rows[0]["batch_size"] * rows[0]["isl"]), (rows[1], rows[1]["batch_size"])):
+            counts, at = np.unique(tokens.to_numpy(float), return_inverse=True)  # each token count priced once
+            projections_ms = np.array([sum(c(n, note=False) for c in curves) for n in counts])[at] * 1e3
+            rest = df["latency_ms"].to_numpy(float) - projections_ms
+            disagree += int((rest <= 0).sum())
+            derived.append(df.assign(latency_ms=rest))
+        return derived, disagree
 
     def _experts_from_gemm_rows(self, gd: str) -> None:
         """No fused-MoE curve: the routed experts are priced from the `gd` GEMM rows as one fused kernel (said)."""
@@ -1196,6 +1296,8 @@ class MeasuredCostModel(PackedCostModel):
             attention = f"attention {kvd}-KV rows computed in {t.attention_dtype(kvd)}" + (
                 " (context x Triton / FA2)" if self.triton_priced else "")
         # (the MLA tables hold bf16 computation only: calibrate/aic_import.py keeps mla_dtype bfloat16)
+        elif self.model.index_topk:
+            attention = f"sparse attention {kvd}-KV rows (whole modules less their projections)"
         elif self.mla_by_roofline:
             attention = "MLA attention by the device roofline"
         else:

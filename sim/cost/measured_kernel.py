@@ -6,9 +6,9 @@
 which the compiled engine core (`sim.compiled`) inlines. `MeasuredCostModel._build_pack` packs the model with
 `pack` (the layout below). Every term is here: linear layers (experts: from the fused-MoE table, else expert
 GEMMs run as one fused kernel), attention (MLA from its own tables where the engine's have them, else by the device
-roofline; a sliding-window layer from the tables' own window rows where they measured its window, else the
-full-attention rows with the window capping the context), norms
-and activations, all-reduces, the LM head, swap copies, the step overhead.
+roofline; DeepSeek sparse attention from vLLM's module rows, a step's prefill chunks as one call; a sliding-window
+layer from the tables' own window rows where they measured its window, else the full-attention rows with the window
+capping the context), norms and activations, all-reduces, the LM head, swap copies, the step overhead.
 
 A point outside the measured tables is priced with the ratio held at the nearest edge and written to the
 pack's note log; the caller reads the log into the model's notes (`MeasuredCostModel.note_compiled_outside`).
@@ -67,7 +67,13 @@ LINEAR_COLUMNS = 4
 # run absorbed, every head attending over the shared latent (heads, latent + rotary size read as keys, latent size
 # read as values, KV bytes per element) by (batch, context).
 SHAPE_GEMM, SHAPE_ALLREDUCE, SHAPE_MOE, SHAPE_PREFILL, SHAPE_DECODE, SHAPE_MOE_FP8, SHAPE_MLA_PREFILL, \
-    SHAPE_MLA_DECODE, SHAPE_MOE_MXFP4, SHAPE_MOE_NVFP4, SHAPE_WINDOW_PREFILL, SHAPE_WINDOW_DECODE = range(12)
+    SHAPE_MLA_DECODE, SHAPE_MOE_MXFP4, SHAPE_MOE_NVFP4, SHAPE_WINDOW_PREFILL, SHAPE_WINDOW_DECODE, \
+    SHAPE_DSA_PREFILL, SHAPE_DSA_DECODE = range(14)
+# SHAPE_DSA_PREFILL and SHAPE_DSA_DECODE: DeepSeek sparse attention (attention FLOPs a selected query-key pair, the
+# top-k keys a query attends, the indexer's FLOPs a pair at the bf16 rate `fps`, the latent's KV bytes a selected
+# key) by (batch, prompt tokens) and (batch, context): the attention over at most top-k keys a query as the roofline
+# counts them (`chunk_pairs`), the indexer over every causal pair; its 132-byte keys are left out of the bytes (the
+# rows carry them).
 # SHAPE_WINDOW_PREFILL and SHAPE_WINDOW_DECODE: attention through a sliding window (query heads, window tokens, head
 # size, KV bytes a token: keys and values of every KV head) by (batch, prompt tokens) and (batch, context): each
 # query's keys capped by the window (`chunk_pairs`), each sequence's KV read at most a window.
@@ -83,6 +89,8 @@ SCRATCH = MEMO_TOKENS
 # a point repeated on consecutive rows written once; and the number of rows written.
 NOTE_CAP = 1 << 16
 NOTE_CURVE, NOTE_PREFILL, NOTE_DECODE, NOTE_WINDOW_PREFILL, NOTE_WINDOW_DECODE = 0, 1, 2, 3, 4
+# Halvings of the bracket `dsa_uniform_batch` searches (its length then within 2^-48 of it: exact to float rounding).
+DSA_BISECTIONS = 48
 NUM_NUMBERS = 19  # the pack's first arrays hold the model's numbers; then its memos and note log
 LAYER_MEMO = NUM_NUMBERS  # the index of the memo of each group's per-layer token terms
 
@@ -214,7 +222,20 @@ def shape_at(kind, a, b, c, d, fps, bps, x, y):
     if kind == SHAPE_WINDOW_DECODE:
         kv = y if y < b else b
         return op_time(4.0 * a * c * x * kv, x * kv * d + 2 * x * a * c * ACT_BYTES, fps, bps)
+    if kind == SHAPE_DSA_PREFILL:
+        return op_time(x * dsa_flops(a, b, c, y, 0.0), x * y * d, fps, bps)
+    if kind == SHAPE_DSA_DECODE:
+        kv = y if y < b else b
+        return op_time(x * (a * kv + c * y), x * kv * d, fps, bps)
     return op_time(4.0 * a * c * x * y, x * y * 2 * b * c * d + 2 * x * a * c * ACT_BYTES, fps, bps)
+
+
+@njit(cache=True, inline="always")
+def dsa_flops(per_selected_pair, topk, per_indexed_pair, chunk, context):
+    """A prefill chunk's sparse-attention FLOPs (`SHAPE_DSA_PREFILL`'s numbers) after `context` tokens: its top-k
+    capped pairs and its indexer's every causal pair (`chunk_pairs`)."""
+    return (per_selected_pair * chunk_pairs(chunk, context, topk)[0]
+            + per_indexed_pair * chunk_pairs(chunk, context, 0.0)[0])
 
 
 @njit(cache=True, inline="always")
@@ -373,6 +394,10 @@ def _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, wind
     (`_windowed_chunk`) and that read. NaN: the note log is full."""
     pf_kind, dc_kind = (NOTE_WINDOW_PREFILL, NOTE_WINDOW_DECODE) if window_rows else (NOTE_PREFILL, NOTE_DECODE)
     attn = 0.0
+    if s[P_PF_KIND] == SHAPE_DSA_PREFILL:  # (no window): one module call for every chunk
+        if num_pf:
+            attn = _dsa_prefill(s, pf_ga, pf_gb, pf_r, log, count, num_pf, pf_chunk, pf_ctx)
+        num_pf = 0
     for j in range(num_pf):
         chunk, context = pf_chunk[j], pf_ctx[j]
         same = _same_chunks(j, num_pf, pf_chunk, pf_ctx)
@@ -404,6 +429,50 @@ def _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, wind
         attn += _attention_grid(s, dc_ga, dc_gb, dc_r, log, count, dc_kind, num_decode_seqs * query_tokens,
                                 mean_ctx if not 1.0 > mean_ctx else 1.0)
     return attn
+
+
+@njit(cache=True, inline="always")
+def dsa_uniform_batch(a, topk, c, tokens, flops):
+    """(prompts, tokens each) of a batch of alike fresh prompts that runs `tokens` tokens and `flops` sparse-attention
+    FLOPs (`dsa_flops` of these numbers) in one call: their per-token FLOPs, which grow with a fresh prompt's length,
+    set the length. Where even one prompt of every token has too few FLOPs a token (a chunk far into its context),
+    one prompt whose FLOPs match, of more tokens than the chunks."""
+    lo, hi = 1.0, tokens
+    if dsa_flops(a, topk, c, hi, 0.0) < flops:
+        lo = hi
+        while dsa_flops(a, topk, c, hi, 0.0) < flops:
+            hi *= 2.0
+        for _ in range(DSA_BISECTIONS):
+            mid = 0.5 * (lo + hi)
+            if dsa_flops(a, topk, c, mid, 0.0) < flops:
+                lo = mid
+            else:
+                hi = mid
+        return 1.0, 0.5 * (lo + hi)
+    per_token = flops / tokens
+    for _ in range(DSA_BISECTIONS):
+        mid = 0.5 * (lo + hi)
+        if dsa_flops(a, topk, c, mid, 0.0) / mid < per_token:
+            lo = mid
+        else:
+            hi = mid
+    length = 0.5 * (lo + hi)
+    return tokens / length, length
+
+
+@njit(cache=True, inline="always")
+def _dsa_prefill(s, pf_ga, pf_gb, pf_r, log, count, num_pf, pf_chunk, pf_ctx):
+    """A step's prefill chunks through DeepSeek sparse attention: vLLM runs them in one module call (one launch of
+    each kernel over every chunk's tokens), priced as the batch of alike fresh prompts with their tokens and FLOPs
+    (`dsa_uniform_batch`); per-chunk calls would each pay the module rows' per-call time. NaN: the note log is
+    full."""
+    a, topk, c = s[P_PF_A], s[P_PF_B], s[P_PF_C]
+    tokens, flops = 0.0, 0.0
+    for j in range(num_pf):
+        tokens += pf_chunk[j]
+        flops += dsa_flops(a, topk, c, pf_chunk[j], pf_ctx[j])
+    prompts, length = dsa_uniform_batch(a, topk, c, tokens, flops)
+    return _attention_grid(s, pf_ga, pf_gb, pf_r, log, count, NOTE_PREFILL, prompts, length)
 
 
 @njit(cache=True, inline="always")

@@ -311,6 +311,25 @@ def test_mla_attention_alone_is_imported_for_sglang_and_trtllm_and_vllms_whole_m
     assert vllm["tables"]["context_mla_module"]["kernels"]["bf16"]["bf16"] == "FLASH_ATTN, FLASH_ATTN_MLA"
 
 
+def test_vllms_sparse_attention_modules_are_imported_as_measured_for_deepseek_v32_alone(tmp_path):
+    vllm = convert_system(FIXTURE, "0.24.0", tmp_path / "h100-sxm", "h100-sxm", "h100_sxm", "0.12.0")
+    for name, axis in (("context_dsa_module", "isl"), ("generation_dsa_module", "kv_tokens")):
+        got = pd.read_parquet(tmp_path / "h100-sxm" / f"{name}.parquet")
+        raw = _raw("vllm", f"sparse_attention/dsa_{name.split('_')[0]}_module_perf.parquet")
+        v32 = raw[raw.model == "deepseek-ai/DeepSeek-V3.2"]
+        assert list(got.columns) == ["kv_dtype", "gemm_dtype", "batch_size", axis, "num_heads", "latency_ms"]
+        assert (raw.model != "deepseek-ai/DeepSeek-V3.2").any()  # GLM-5's rows are in the source, not the table
+        # context rows from an empty cache (step 0); a decode's `step` is its context, as the MLA modules'
+        assert len(got) == (len(v32[v32.step == 0]) if axis == "isl" else len(v32))
+        want = v32[(v32.gemm_type == "fp8_block") & (v32.batch_size == 8) & (v32.step == (0 if axis == "isl" else 1024))
+                   & ((v32.isl == 1024) if axis == "isl" else True)]["latency"]
+        row = got[(got.gemm_dtype == "fp8_block") & (got.batch_size == 8) & (got[axis] == 1024)]["latency_ms"]
+        assert len(want) == 1 and row.tolist() == want.tolist()  # (vLLM's latencies kept unrounded)
+        assert vllm["tables"][name]["kernels"] == {"bf16": {"bf16": "FLASHMLA_SPARSE", "fp8_block": "FLASHMLA_SPARSE"}}
+    sglang = convert_system(FIXTURE, "0.5.14", tmp_path / "sglang", "h100-sxm", "h100_sxm", "0.12.0", "sglang")
+    assert "context_dsa_module" not in sglang["tables"]  # (not imported: SGLang's tables do not price it)
+
+
 DSV2_LITE, H200 = get_model("deepseek-v2-lite"), get_gpu("h200")  # 16 heads; DeepSeek-V3's latent sizes
 
 

@@ -75,24 +75,109 @@ def test_a_prefill_chunk_attends_at_most_top_k_keys_a_row_and_the_indexer_the_wh
     assert parts[:3] == pytest.approx((seconds, f + fi, b + bi), rel=1e-12)
 
 
-def test_the_default_is_the_learned_roofline_and_the_measured_tables_refuse_it_in_one_line():
-    spec, why = default_cost_model(dict(BASE))
-    assert spec == {"kind": "roofline", "efficiencies": "learned", "overhead": {"engine": "vllm-cudagraph"}}
-    assert why.endswith("(no whole-step profile; measured tables: deepseek-v3.2's sparse attention (index_topk 2048), "
-                        "which no measured table or whole-step profile covers)")
-    # SGLang's data-parallel attention: a lockstep group's experts, which the learned efficiencies cannot price
-    ranks = {**BASE, "hardware": {"gpu": "h200"},
+def test_the_default_is_vllms_measured_modules_where_the_gpus_tables_price_them_else_the_learned_roofline():
+    w8a8 = {**BASE, "quantization": {"weights": "fp8", "fp8_compute": True, "fp8_block_scales": True}}
+    spec, why = default_cost_model(w8a8)
+    assert spec == {"kind": "measured", "on_missing": "error", "overhead": {"engine": "vllm-cudagraph"}}
+    assert why.startswith("measured: vllm kernel tables of h200")
+    # per-tensor fp8 projections: the modules measured block-scaled ones only
+    spec, why = default_cost_model({**w8a8, "quantization": {"weights": "fp8", "fp8_compute": True}})
+    assert spec["efficiencies"] == "learned" and why.endswith(
+        "(no whole-step profile; measured tables: deepseek-v3.2's sparse attention (index_topk 2048) with 16 heads per "
+        "GPU, fp8 projections and a bf16 KV cache: not in vLLM's DSA modules in the vllm tables of h200)")
+    # SGLang's own tables hold no DSA module rows (not imported): vLLM's price its data-parallel ranks
+    ranks = {**w8a8, "hardware": {"gpu": "h200"},
              "engine": {"name": "sglang", "version": "0.5.6.post2", "tp_size": 8, "dp_size": 8,
                         "enable_dp_attention": True}}
-    assert validate_scenario(ranks).cost_model.kind == "roofline"
-    assert validate_scenario(ranks).cost_model.efficiencies == "catalog"
+    assert validate_scenario(ranks).cost_model.kind == "measured"
+    assert validate_scenario(ranks).cost_model.tables == "vllm"
+    # The B200's fp8_block modules measured below their projections' price (the GEMM rows and the modules disagree)
+    b200 = {**BASE, "hardware": {"gpu": "b200", "tensor_parallel": 8},
+            "quantization": {"weights": "fp8", "fp8_compute": True, "fp8_block_scales": True}}
+    spec, why = default_cost_model(b200)
+    assert spec["efficiencies"] == "learned"
+    assert why.endswith("(no whole-step profile; measured tables: deepseek-v3.2's sparse attention (index_topk "
+                        "2048) with 16 heads per GPU, fp8_block projections and a bf16 KV cache: not in vLLM's DSA "
+                        "modules in the vllm tables of b200)")
     from sim.run import make_cost_model
-    with pytest.raises(ConfigError, match=r"^cost_model\.kind 'measured' \(.*\) cannot price deepseek-v3\.2's "
-                                          r"sparse attention \(index_topk 2048\), which no measured table or "
-                                          r"whole-step profile covers; allowed: cost_model\.kind 'roofline'$"):
-        make_cost_model(validate_scenario({**BASE, "cost_model": {"kind": "measured"}}))
-    with pytest.raises(ConfigError, match="allowed: flash$"):
-        RooflineCostModel(V32, get_gpu("h200"), tensor_parallel=8, attention_kernel="materialized")
+    fp8_kv = {**b200, "quantization": {**b200["quantization"], "kv_cache": "fp8"}, "cost_model": {"kind": "measured"}}
+    with pytest.raises(ConfigError, match=r"^cost_model\.kind 'measured' cannot price deepseek-v3\.2's sparse "
+                                          r"attention \(index_topk 2048\): 4 of vLLM's 305 DSA module rows in the vllm "
+                                          r"tables of b200 \(fp8_block projections, 16 heads, fp8 KV\) measured at or "
+                                          r"below this model's price of their projections; allowed: "
+                                          r"cost_model\.kind 'roofline'$"):
+        make_cost_model(validate_scenario(fp8_kv))
+    with pytest.raises(ConfigError, match=r"^cost_model\.kind 'measured' cannot price deepseek-v3\.2's sparse "
+                                          r"attention \(index_topk 2048\), which is not in the sglang tables of h200 "
+                                          r"\(vLLM's DSA module rows where measured\); allowed: "
+                                          r"cost_model\.kind 'roofline'$"):
+        make_cost_model(validate_scenario({**w8a8, "cost_model": {"kind": "measured", "tables": "sglang"}}))
+
+
+def _measured_v32(weights="fp8", kv="bf16"):
+    from sim.cost.measured import MeasuredCostModel
+    return MeasuredCostModel(V32, get_gpu("h200"), tensor_parallel=8, weight_dtype=weights, kv_dtype=kv,
+                             fp8_compute=weights == "fp8", fp8_block=weights == "fp8")
+
+
+@pytest.mark.parametrize(("weights", "kv"), [("fp8", "bf16"), ("bf16", "bf16"), ("fp8", "fp8")])
+def test_vllms_sparse_attention_block_costs_its_measured_module_at_every_measured_point(weights, kv):
+    """Known answer: V3.2's attention is vLLM's whole DSA module rows less this model's prices of the module's
+    projections, the indexer's among them, so at a measured point the block costs the module's measured time."""
+    from sim.cost.measured import DSA_MODULE_PROJECTIONS
+    cost = _measured_v32(weights, kv)
+    assert "sparse attention" in cost.source and "from vLLM's whole-module rows" in repr(cost)
+    gemm = "fp8_block" if weights == "fp8" else "bf16"
+    projections = lambda tokens: sum(cost._linear_by_name[p](tokens) for p in DSA_MODULE_PROJECTIONS)  # noqa: E731
+    t = cost.tables
+    gen = t.generation_dsa_module
+    gen = gen[(gen.kv_dtype == kv) & (gen.gemm_dtype == gemm) & (gen.num_heads == 16)]
+    for batch, tokens in ((1, 131072), (64, 4096), (512, 2048)):
+        want = gen[(gen.batch_size == batch) & (gen.kv_tokens == tokens)]["latency_ms"].iloc[0] * 1e-3
+        assert projections(batch) + cost._decode(batch, tokens) == pytest.approx(want, rel=1e-12)
+    ctx = t.context_dsa_module
+    ctx = ctx[(ctx.kv_dtype == kv) & (ctx.gemm_dtype == gemm) & (ctx.num_heads == 16)]
+    for batch, isl in ((1, 32768), (4, 2048), (16, 512)):
+        want = ctx[(ctx.batch_size == batch) & (ctx.isl == isl)]["latency_ms"].iloc[0] * 1e-3
+        assert projections(batch * isl) + cost._prefill(batch, isl) == pytest.approx(want, rel=1e-12)
+    # Decode steps of the same batch differ only in attention: by the layers x the two modules' difference.
+    from sim.core.step_plan import StepPlan
+    step = {k: cost.step_time(StepPlan(num_decode_seqs=64, decode_context_tokens=64 * k, num_sampled_seqs=64))
+            for k in (1024, 16384)}
+    row = {k: gen[(gen.batch_size == 64) & (gen.kv_tokens == k)]["latency_ms"].iloc[0] * 1e-3 for k in (1024, 16384)}
+    assert step[16384] - step[1024] == pytest.approx(V32.num_layers * (row[16384] - row[1024]), rel=1e-9)
+
+
+def test_a_steps_prefill_chunks_run_as_one_call_priced_as_alike_fresh_prompts_of_their_tokens_and_flops():
+    from sim.cost import measured_kernel as mk
+    from sim.core.step_plan import StepPlan
+    a, k, c = 1000.0, 2048.0, 10.0
+    # the top-k caps each row's keys (the roofline's mean-row count, `chunk_pairs`); the indexer scores every pair
+    assert mk.dsa_flops(a, k, c, 512.0, 3000.0) == a * 512 * 2048 + c * 512 * (3000 + 513 / 2)
+    assert mk.dsa_flops(a, k, c, 1000.0, 0.0) == (a + c) * 1000 * 1001 / 2
+    # alike fresh prompts are themselves; a chunk far into its context, one prompt of as many FLOPs
+    assert mk.dsa_uniform_batch(a, k, c, 3 * 700.0, 3 * mk.dsa_flops(a, k, c, 700.0, 0.0)) == pytest.approx((3, 700))
+    prompts, length = mk.dsa_uniform_batch(a, k, c, 512.0, mk.dsa_flops(a, k, c, 512.0, 30000.0))
+    assert prompts == 1.0 and length > 512
+    assert mk.dsa_flops(a, k, c, length, 0.0) == pytest.approx(mk.dsa_flops(a, k, c, 512.0, 30000.0), rel=1e-12)
+
+    cost = _measured_v32()
+    s = cost._build_pack()[1][0]
+    numbers = s[mk.P_PF_A], s[mk.P_PF_B], s[mk.P_PF_C]
+
+    def attention_over(chunks, contexts):  # a step's time less the same tokens as one fresh prompt's
+        plan = StepPlan(prefill_request_ids=list(range(len(chunks))), prefill_chunk_tokens=chunks,
+                        prefill_context_tokens=contexts)
+        one = StepPlan(prefill_request_ids=[0], prefill_chunk_tokens=[sum(chunks)], prefill_context_tokens=[0])
+        return (cost.step_time(plan) - cost.step_time(one)) / V32.num_layers + cost._prefill(1, sum(chunks))
+    # three fresh 1024-token prompts: the module row of a batch of 3 (one call), not three calls of one
+    assert attention_over([1024] * 3, [0] * 3) == pytest.approx(cost._prefill(3, 1024), rel=1e-9)
+    assert cost._prefill(3, 1024) < 3 * cost._prefill(1, 1024)
+    for chunks, contexts in (([300, 2000, 45], [0, 0, 0]), ([4096], [12288]), ([512, 100], [20000, 0])):
+        tokens = float(sum(chunks))
+        flops = sum(mk.dsa_flops(*numbers, float(n), float(x)) for n, x in zip(chunks, contexts))
+        want = cost._prefill(*mk.dsa_uniform_batch(*numbers, tokens, flops))
+        assert attention_over(chunks, contexts) == pytest.approx(want, rel=1e-9)
 
 
 def test_the_learned_roofline_adds_the_indexer_at_the_roofline_peaks_to_its_capped_attention():

@@ -57,6 +57,11 @@ VLLM_INDEXER_WORKSPACE_KEYS_PER_CONTEXT = 40  # indexer.py get_max_prefill_buffe
 VLLM_TOPK_INDEX_BYTES = 4  # int32
 
 
+# How the cost models price it (what the engine notes say of it; the run names the cost model it took).
+_PRICED = ("priced from vLLM's measured DSA modules where the GPU's vLLM tables hold them (the default there), else by "
+           "the roofline: MLA over at most the top-k keys a query, its heads padded to FlashMLA's multiple, plus the "
+           "indexer over every earlier token")
+
 def check_sparse_attention(ctx: Context, engine: str, label: str) -> None:
     """ConfigError, one line, where the preset's rules for a sparse-attention model were not read."""
     model = ctx.model
@@ -128,9 +133,7 @@ def sglang_nsa_values(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], d
         values["quantization.kv_cache"] = "fp8" if blackwell else "bf16"
     notes.append(f"SGLang {ctx.version_text}: {ctx.model.name}'s sparse attention on the nsa backend, "
                  f"{SGLANG_NSA_PAGE_TOKENS}-token KV pages, the KV in {'fp8' if blackwell else 'bf16'} by default "
-                 f"({'Blackwell' if blackwell else 'before Blackwell'}); priced by the roofline: MLA over at most "
-                 f"{ctx.model.index_topk} keys a query, its heads padded to FlashMLA's multiple, plus the indexer "
-                 "over every earlier token")
+                 f"({'Blackwell' if blackwell else 'before Blackwell'}); {_PRICED}")
     return values, from_flags
 
 
@@ -161,7 +164,5 @@ def vllm_dsa_values(ctx: Context, max_num_batched_tokens: int,
     notes.append(f"{label}: {model.name}'s sparse attention on FLASHMLA_SPARSE, {VLLM_DSA_BLOCK_TOKENS}-token KV "
                  f"blocks holding the latent and the indexer's keys; {workspace + topk_buffer:,} bytes a GPU set aside "
                  f"before the KV (the indexer's prefill workspace for max_model_len {max_len:,}, the top-k index "
-                 f"buffer for {max_num_batched_tokens:,} tokens: kv_cache.reserve_bytes); priced by the roofline: MLA "
-                 f"over at most {model.index_topk} keys a query, its heads padded to FlashMLA's multiple, plus the "
-                 "indexer over every earlier token")
+                 f"buffer for {max_num_batched_tokens:,} tokens: kv_cache.reserve_bytes); {_PRICED}")
     return values, from_flags
