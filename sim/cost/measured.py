@@ -46,6 +46,11 @@ projections, so the block costs the module's measured time at every measured poi
 heads per GPU not measured, or modules measured at or below the GEMM rows' price of their projections (the B200's
 fp8 ones), take the device roofline, said.
 
+DeepSeek sparse attention (DeepSeek-V3.2) comes from vLLM's whole DSA modules alike (`_dsa_rows`: the indexer's three
+projections are taken off too), a step's prefill chunks priced as one module call (`measured_kernel._dsa_prefill`);
+where those rows cannot price it the model refuses in one line (`SparseAttentionUnmeasured`): no other kernel here
+prices the indexer.
+
 What the tables do not hold: elementwise ops (priced at the GEMM table's byte rate, at least the
 fastest measured kernel), swap copies (the host link), and
 the engine's CPU time per step (`step_overhead_s`, default 0: AIConfigurator's estimator, a pure
@@ -1083,14 +1088,13 @@ class MeasuredCostModel(PackedCostModel):
         heads padded as FlashMLA's sparse kernel runs them), the top-k, the indexer's FLOPs a pair at the bf16 rate,
         the latent's bytes a key. No other kernel here prices the indexer: tables that cannot are refused in one
         line."""
-        m, t, kvd, gpu = self.model, self.tables, _KV_DTYPE[self.kv_dtype], self.gpu
+        m, t, kvd = self.model, self.tables, _KV_DTYPE[self.kv_dtype]
         r, where = self.roofline, f"the {t.framework} tables of {t.meta['gpu']}"
         if t.context_dsa_module is None or t.generation_dsa_module is None:
             raise SparseAttentionUnmeasured(f"{m.name}'s sparse attention (index_topk {m.index_topk}), which is not "
                                             f"in {where} (vLLM's DSA module rows where measured)")
         rows = self._dsa_rows(where, kvd)
-        bf16_per_indexer_flop = gpu.bf16_flops_per_s / (gpu.fp8_flops_per_s or gpu.bf16_flops_per_s)
-        numbers = (r.attn_flops_per_pair, float(m.index_topk), r.index_flops_per_pair * bf16_per_indexer_flop,
+        numbers = (r.attn_flops_per_pair, float(m.index_topk), r.index_flops_per_pair / r.index_speedup,
                    r.kv_bytes_per_token_layer)
         self._prefill = Grid2D(rows[0], "batch_size", "isl",
                                Shape(measured_kernel.SHAPE_DSA_PREFILL, numbers, self.roof),

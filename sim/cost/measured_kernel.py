@@ -89,8 +89,6 @@ SCRATCH = MEMO_TOKENS
 # a point repeated on consecutive rows written once; and the number of rows written.
 NOTE_CAP = 1 << 16
 NOTE_CURVE, NOTE_PREFILL, NOTE_DECODE, NOTE_WINDOW_PREFILL, NOTE_WINDOW_DECODE = 0, 1, 2, 3, 4
-# Halvings of the bracket `dsa_uniform_batch` searches (its length then within 2^-48 of it: exact to float rounding).
-DSA_BISECTIONS = 48
 NUM_NUMBERS = 19  # the pack's first arrays hold the model's numbers; then its memos and note log
 LAYER_MEMO = NUM_NUMBERS  # the index of the memo of each group's per-layer token terms
 
@@ -434,30 +432,21 @@ def _layer_attention(s, pf_ga, pf_gb, pf_r, dc_ga, dc_gb, dc_r, log, count, wind
 @njit(cache=True, inline="always")
 def dsa_uniform_batch(a, topk, c, tokens, flops):
     """(prompts, tokens each) of a batch of alike fresh prompts that runs `tokens` tokens and `flops` sparse-attention
-    FLOPs (`dsa_flops` of these numbers) in one call: their per-token FLOPs, which grow with a fresh prompt's length,
-    set the length. Where even one prompt of every token has too few FLOPs a token (a chunk far into its context),
-    one prompt whose FLOPs match, of more tokens than the chunks."""
-    lo, hi = 1.0, tokens
-    if dsa_flops(a, topk, c, hi, 0.0) < flops:
-        lo = hi
-        while dsa_flops(a, topk, c, hi, 0.0) < flops:
-            hi *= 2.0
-        for _ in range(DSA_BISECTIONS):
-            mid = 0.5 * (lo + hi)
-            if dsa_flops(a, topk, c, mid, 0.0) < flops:
-                lo = mid
-            else:
-                hi = mid
-        return 1.0, 0.5 * (lo + hi)
+    FLOPs (`dsa_flops` of these numbers, c > 0) in one call. A fresh prompt of L tokens costs a * min((L+1)/2, topk)
+    + c * (L+1)/2 FLOPs a token, linear in L on each side of the top-k's knee, so the length inverts in closed form.
+    Where that length exceeds every token (a chunk far into its context: fewer than one prompt), one prompt whose
+    FLOPs match, of more tokens than the chunks: L times its FLOPs a token, a quadratic on each side."""
     per_token = flops / tokens
-    for _ in range(DSA_BISECTIONS):
-        mid = 0.5 * (lo + hi)
-        if dsa_flops(a, topk, c, mid, 0.0) / mid < per_token:
-            lo = mid
-        else:
-            hi = mid
-    length = 0.5 * (lo + hi)
-    return tokens / length, length
+    if per_token <= (a + c) * topk:  # (a prompt of 2 x topk - 1 tokens sits at the knee)
+        length = 2.0 * per_token / (a + c) - 1.0
+    else:
+        length = 2.0 * (per_token - a * topk) / c - 1.0
+    if length <= tokens:
+        return tokens / length, length
+    if flops <= dsa_flops(a, topk, c, 2.0 * topk - 1.0, 0.0):
+        return 1.0, (math.sqrt(1.0 + 8.0 * flops / (a + c)) - 1.0) / 2.0
+    b = a * topk + c / 2.0
+    return 1.0, (math.sqrt(b * b + 2.0 * c * flops) - b) / c
 
 
 @njit(cache=True, inline="always")

@@ -114,8 +114,9 @@ class RooflineCostModel(PackedCostModel):
         # head weights; at the GPU's fp8 rate where it has one (DeepGEMM's fp8 MQA logits).
         self.index_flops_per_pair = 2.0 * model.index_n_heads * (model.index_head_dim + 1)
         self.index_q_bytes_per_token = model.index_n_heads * (model.index_head_dim + 4)
-        self.index_flops_per_s = (gpu.fp8_flops_per_s or gpu.bf16_flops_per_s) * (compute_efficiency
-                                                                                    or gpu.compute_efficiency)
+        index_peak = gpu.fp8_flops_per_s or gpu.bf16_flops_per_s
+        self.index_flops_per_s = index_peak * (compute_efficiency or gpu.compute_efficiency)
+        self.index_speedup = index_peak / gpu.bf16_flops_per_s  # its rate over bf16's (the measured model's shape)
         heads_per_gpu = attention_heads_per_gpu(model, tensor_parallel)
         if model.index_topk:
             # DeepSeek sparse attention runs FlashMLA's sparse kernel (SGLang's nsa backend, vLLM's FLASHMLA_SPARSE;

@@ -176,8 +176,20 @@ def test_a_steps_prefill_chunks_run_as_one_call_priced_as_alike_fresh_prompts_of
     for chunks, contexts in (([300, 2000, 45], [0, 0, 0]), ([4096], [12288]), ([512, 100], [20000, 0])):
         tokens = float(sum(chunks))
         flops = sum(mk.dsa_flops(*numbers, float(n), float(x)) for n, x in zip(chunks, contexts))
-        want = cost._prefill(*mk.dsa_uniform_batch(*numbers, tokens, flops))
-        assert attention_over(chunks, contexts) == pytest.approx(want, rel=1e-9)
+        prompts, length = mk.dsa_uniform_batch(*numbers, tokens, flops)
+        # the batch runs the chunks' FLOPs, and their tokens where at least one prompt does
+        assert prompts * mk.dsa_flops(*numbers, length, 0.0) == pytest.approx(flops, rel=1e-12)
+        assert prompts * length == pytest.approx(tokens, rel=1e-12) if prompts > 1 else length >= tokens
+        assert attention_over(chunks, contexts) == pytest.approx(cost._prefill(prompts, length), rel=1e-9)
+    # both sides of the top-k's knee (prompts of 2 x topk - 1 tokens), in both forms
+    for length in (100.0, 4095.0, 9000.0):
+        for prompts in (1.0, 5.0):
+            got = mk.dsa_uniform_batch(a, k, c, prompts * length, prompts * mk.dsa_flops(a, k, c, length, 0.0))
+            assert got == pytest.approx((prompts, length), rel=1e-12)
+    # a chunk past the knee far into its context: the one prompt's FLOPs on the quadratic's far side
+    prompts, length = mk.dsa_uniform_batch(a, k, c, 4096.0, mk.dsa_flops(a, k, c, 4096.0, 50000.0))
+    assert prompts == 1.0 and length > 4095 and mk.dsa_flops(a, k, c, length, 0.0) == pytest.approx(
+        mk.dsa_flops(a, k, c, 4096.0, 50000.0), rel=1e-12)
 
 
 def test_the_learned_roofline_adds_the_indexer_at_the_roofline_peaks_to_its_capped_attention():
