@@ -53,9 +53,10 @@ each holding the same files (`sim.cost.measured.tables_dir` maps a framework to 
   empty cache) or kv_tokens (generation: AIConfigurator's `step`, which here counts the new token), num_heads (per
   GPU), latency_ms; DeepSeek-V3's sizes. The measured model prices vLLM's MLA attention as these less its own prices
   of the module's projections.
-- context_dsa_module.parquet, generation_dsa_module.parquet (vLLM only): vLLM's whole DeepSeek sparse attention
-  module (`_dsa_module`: the projections, the indexer and the sparse MLA inside), with the MLA modules' columns;
-  DeepSeek-V3.2's sizes. The measured model prices V3.2's attention as these less its own prices of the projections.
+- context_dsa_module.parquet, generation_dsa_module.parquet (vLLM and SGLang): the engine's whole DeepSeek sparse
+  attention module (`_dsa_module`: projections, the indexer and the sparse MLA inside; SGLang's without the fused
+  q_a / kv_a projection), with the MLA modules' columns; DeepSeek-V3.2's sizes. The measured model prices V3.2's
+  attention as these less its own prices of the projections inside.
 - meta.json: source package and version, system, framework and version of each table (and any fallback
   to another version), the kernel each table keeps, the dtypes measured, the device name, units.
 
@@ -406,9 +407,11 @@ MLA_MODULE_MODEL = "deepseek-ai/DeepSeek-V3"
 MLA_PREFILL_BACKEND = "FLASH_ATTN"
 
 
-def _module_rows(rows: pd.DataFrame, generation: bool, pick) -> tuple[pd.DataFrame, dict]:
+def _module_rows(rows: pd.DataFrame, generation: bool, pick, step_holds_new_token: bool = True
+                 ) -> tuple[pd.DataFrame, dict]:
     """Whole-module rows as measured, per KV dtype and GEMM dtype: `pick(part)` gives the rows of the kernels kept
-    and those kernels' names. A decode's `step` is its context."""
+    and those kernels' names. A decode's context is its `step`, the new token included (vLLM's collector), else
+    `step` + 1 (SGLang's: `step` is the past KV, the new token's position)."""
     keep, kernels = [], {}
     for src_kv, kv in _DTYPES.items():
         for src_gemm, gemm in _WEIGHT_DTYPES.items():
@@ -419,7 +422,7 @@ def _module_rows(rows: pd.DataFrame, generation: bool, pick) -> tuple[pd.DataFra
             kernels.setdefault(kv, {})[gemm] = ", ".join(used)
             cols = {"kv_dtype": kv, "gemm_dtype": gemm, "batch_size": part["batch_size"]}
             if generation:
-                cols["kv_tokens"] = part["step"]
+                cols["kv_tokens"] = part["step"] + (0 if step_holds_new_token else 1)
             else:
                 cols["isl"] = part["isl"]
             cols.update(num_heads=part["num_heads"], latency_ms=part["latency"])
@@ -449,23 +452,53 @@ def _mla_module(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]
     return _module_rows(rows, generation, _main_kernel_rows if generation else _mla_prefill_rows)
 
 
-# vLLM's DeepSeek sparse attention (DSA), measured only as whole modules (AIConfigurator's `ContextDSAModule` /
-# `GenerationDSAModule`, sdk/operations/dsa.py: the q/kv projections with the indexer's key, the indexer's query and
-# head-weight projections, its FP8 logits and top-k, FlashMLA's sparse kernel, the absorbed BMMs and o_proj) at
-# DeepSeek-V3.2's sizes with 1-128 heads, one kernel (FLASHMLA_SPARSE). Kept as the MLA modules are: per KV dtype and
-# GEMM dtype, context rows from an empty cache (step 0; the rows at step 128 are left out), the decode's `step` its
-# context. The context rows were timed eagerly: a flat ~1.2 ms (bf16 projections) to ~1.5 ms (fp8_block, DeepGEMM's
-# host time) a call at small prompts on the H200, where the generation rows start at 0.17 ms; they are kept as
-# measured (sim/cost/measured.py `_dsa_rows` says so).
+# DeepSeek sparse attention (DSA), measured only as whole modules at DeepSeek-V3.2's sizes with 1-128 heads
+# (AIConfigurator's `ContextDSAModule` / `GenerationDSAModule`, sdk/operations/dsa.py). Kept as the MLA modules are:
+# per KV dtype and GEMM dtype, context rows from an empty cache (step 0: the rows over a cached prefix are left out).
+# GLM-5's rows (and their skip-indexer variants) are left out.
+# - vLLM's (FLASHMLA_SPARSE): the q/kv projections with the indexer's key, the indexer's query and head-weight
+#   projections, its FP8 logits and top-k, FlashMLA's sparse kernel, the absorbed BMMs and o_proj; a decode's `step`
+#   is its context, the new token included. The context rows were timed eagerly: a flat ~1.2 ms (bf16 projections)
+#   to ~1.5 ms (fp8_block, DeepGEMM's host time) a call at small prompts on the H200, where the generation rows start
+#   at 0.17 ms; they are kept as measured (sim/cost/measured.py `_dsa_rows` says so).
+# - SGLang's (AIConfigurator's collector/sglang/collect_mla_module.py, one layer's self_attn): the same, less the
+#   fused q_a / kv_a projection, which the collector replaces by random latents (sim/cost/measured.py
+#   `DSA_MODULE_PROJECTIONS`). Its context rows are every kernel SGLang ran, one a point: dense MHA (FA3 on Hopper,
+#   TRT-LLM's ragged kernel on Blackwell) where the longest sequence fits the top-k (nsa_backend.py
+#   `set_nsa_prefill_impl`: up to 2,048 tokens), the indexer with sparse MLA past it; timed eagerly, as SGLang runs
+#   a prefill. A decode's `step` is its past KV (the context is step + 1). Its decode rows were timed under CUDA
+#   graphs only up to the collector's own cap (`SGLANG_DSA_GRAPHED_BATCH`); larger batches ran eagerly, ~1.3 ms a
+#   layer at any context, and are left out: the engine graphs its decode past them (512 at tp >= 4 on these GPUs),
+#   and the presets' overhead prices an eager step.
 DSA_MODULE_MODEL = "deepseek-ai/DeepSeek-V3.2"
+# The largest decode batch AIConfigurator's SGLang collector timed under CUDA graphs, per device: SGLang 0.5.14's
+# server_args.py default decode cap at the collector's tp_size 1 (below 160 GB of memory 256, else 512), which its
+# `_generation_cuda_graph_enabled_for_tokens` applies.
+SGLANG_DSA_GRAPHED_BATCH = {"NVIDIA H100 80GB HBM3": 256, "NVIDIA H200": 256, "NVIDIA B200": 512,
+                            "NVIDIA B300 SXM6 AC": 512, "NVIDIA GB200": 512, "NVIDIA GB300": 512}
+
+
+def _every_kernel_rows(part: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """Every kernel the engine ran, each at its own points (SGLang's dense MHA and sparse prefill)."""
+    if part.groupby(["num_heads", "batch_size", "isl"])["kernel_source"].nunique().max() > 1:
+        raise ValueError("two DSA kernels measured one context point; the import keeps one kernel a point")
+    return part, sorted(set(part["kernel_source"]))
 
 
 def _dsa_module(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]:
     op = "dsa_generation_module" if generation else "dsa_context_module"
     rows = df[(df["model"] == DSA_MODULE_MODEL) & (df["mla_dtype"] == "bfloat16") & (df["op_name"] == op)]
-    if not generation:
-        rows = rows[rows["step"] == 0]
-    return _module_rows(rows, generation, _main_kernel_rows)
+    if rows.empty:
+        return pd.DataFrame(), {}
+    sglang = str(rows["framework"].iloc[0]) == "SGLang"
+    if not generation:  # (vLLM's: its main backend, as imported before SGLang's were)
+        return _module_rows(rows[rows["step"] == 0], generation, _every_kernel_rows if sglang else _main_kernel_rows)
+    if sglang:
+        device = str(rows["device"].iloc[0])
+        if device not in SGLANG_DSA_GRAPHED_BATCH:
+            raise ValueError(f"SGLang's DSA decode rows of {device}: its collector's CUDA-graph cap is not known")
+        rows = rows[rows["batch_size"] <= SGLANG_DSA_GRAPHED_BATCH[device]]
+    return _module_rows(rows, generation, _main_kernel_rows, step_holds_new_token=not sglang)
 
 
 TABLES = {
@@ -490,10 +523,11 @@ TABLES = {
 # tokens where measured): the full-attention table's kernel and attention dtype, a `window` column more. The measured
 # model prices a sliding layer from them where its window and KV dtype were measured (sim/cost/measured.py).
 WINDOW_TABLES = ("context_window_attention", "generation_window_attention")
-# Tables imported for some frameworks only: the others price MLA from their attention-alone tables (and do not price
-# DeepSeek sparse attention: their DSA module rows are not imported).
-ONLY_FOR = {"context_mla_module": ("vllm",), "generation_mla_module": ("vllm",), "context_dsa_module": ("vllm",),
-            "generation_dsa_module": ("vllm",)}
+# Tables imported for some frameworks only: the others price MLA from their attention-alone tables; TensorRT-LLM's
+# DSA module rows (1.3.0rc20/rc23, measured at tp_size 1 only) are not imported, so its tables do not price DeepSeek
+# sparse attention.
+ONLY_FOR = {"context_mla_module": ("vllm",), "generation_mla_module": ("vllm",),
+            "context_dsa_module": ("vllm", "sglang"), "generation_dsa_module": ("vllm", "sglang")}
 # Per framework, the MoE dtypes kept (fp8 = per-tensor W8A8 experts, fp8_block = block-scaled, w4a16_mxfp4 = MXFP4
 # experts). TensorRT-LLM measures both fp8 kinds with its default kernel (moe_torch_flow_cutlass); SGLang only
 # block-scaled fp8; vLLM's per-tensor fp8 rows are one checkpoint format's kernel (ModelOpt, FlashInfer CUTLASS), so
@@ -625,7 +659,7 @@ def convert_system(system_dir: Path, current: str, out_dir: Path, gpu: str, syst
             kernels = {k: v for k, v in kernels.items() if k not in dropped}
         if df.empty:
             what = ("sliding-window rows of the full-attention kernels kept" if name in WINDOW_TABLES
-                    else "bf16 rows usable here")
+                    else f"{DSA_MODULE_MODEL} rows" if "dsa" in name else "bf16 rows usable here")
             tables[name] = {"status": "absent", "note": f"{fname} has no {what}"}
             continue
         _write(df, out_dir / f"{name}.parquet", framework, name)

@@ -24,7 +24,8 @@ MEASURED_WITH = "flash"
 def sparse_attention_unpriced(model) -> str | None:
     """Why a whole-step profile cannot price this model's attention, None where it may: DeepSeek sparse attention
     (`ModelSpec.index_topk`) caps MLA at its top-k keys and adds an indexer over every token, which no profile ran.
-    The measured tables price it where vLLM's hold its modules (`sim.cost.measured.sparse_attention_unmeasured`)."""
+    The measured tables price it where vLLM's or SGLang's hold its modules
+    (`sim.cost.measured.sparse_attention_unmeasured`)."""
     if not getattr(model, "index_topk", 0):
         return None
     return f"{model.name}'s sparse attention (index_topk {model.index_topk}), which no whole-step profile covers"

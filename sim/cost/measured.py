@@ -46,10 +46,10 @@ projections, so the block costs the module's measured time at every measured poi
 heads per GPU not measured, or modules measured at or below the GEMM rows' price of their projections (the B200's
 fp8 ones), take the device roofline, said.
 
-DeepSeek sparse attention (DeepSeek-V3.2) comes from vLLM's whole DSA modules alike (`_dsa_rows`: the indexer's three
-projections are taken off too), a step's prefill chunks priced as one module call (`measured_kernel._dsa_prefill`);
-where those rows cannot price it the model refuses in one line (`SparseAttentionUnmeasured`): no other kernel here
-prices the indexer.
+DeepSeek sparse attention (DeepSeek-V3.2) comes from the engine's whole DSA modules alike (vLLM's and SGLang's;
+`_dsa_rows`: the indexer's three projections are taken off too), a step's prefill chunks priced as one module call
+(`measured_kernel._dsa_prefill`); where those rows cannot price it the model refuses in one line
+(`SparseAttentionUnmeasured`): no other kernel here prices the indexer.
 
 What the tables do not hold: elementwise ops (priced at the GEMM table's byte rate, at least the
 fastest measured kernel), swap copies (the host link), and
@@ -149,11 +149,17 @@ MLA_MEASURED_DIMS = (128, 64, 128, 512)
 # prices these from the GEMM rows and takes them off the module's time (`_vllm_mla_rows`).
 MLA_MODULE_DIMS = (7168, 1536, *MLA_MEASURED_DIMS)
 MLA_MODULE_PROJECTIONS = ("q_a_proj", "kv_a_proj", "q_b_proj", "kv_b_proj", "attn_out")
-# vLLM's whole DeepSeek sparse attention modules were measured at DeepSeek-V3.2's sizes (MLA_MODULE_DIMS, then
-# index_topk, index_n_heads, index_head_dim); their projections, the indexer's three among them, as `_dsa_rows`
-# takes them off.
+# The engines' whole DeepSeek sparse attention modules were measured at DeepSeek-V3.2's sizes (MLA_MODULE_DIMS, then
+# index_topk, index_n_heads, index_head_dim). The projections inside each engine's rows, the indexer's three among
+# them, as `_dsa_rows` takes them off: SGLang's collector replaces the fused q_a / kv_a projection by random latents
+# (AIConfigurator's collector/sglang/collect_mla_module.py), so its rows hold the rest. (SGLang's prefill where every
+# sequence fits the top-k computes the indexer's keys only, dsa_indexer.py `_forward_cuda_k_only`; its query and
+# head-weight projections are taken off those rows too, as the model prices all three in every step: the block then
+# costs the row, plus the fused projection, at every measured point.)
 DSA_MODULE_DIMS = (*MLA_MODULE_DIMS, 2048, 64, 128)
-DSA_MODULE_PROJECTIONS = (*MLA_MODULE_PROJECTIONS, "index_q", "index_k", "index_weights")
+DSA_INDEXER_PROJECTIONS = ("index_q", "index_k", "index_weights")
+DSA_MODULE_PROJECTIONS = {"vllm": (*MLA_MODULE_PROJECTIONS, *DSA_INDEXER_PROJECTIONS),
+                          "sglang": ("q_b_proj", "kv_b_proj", "attn_out", *DSA_INDEXER_PROJECTIONS)}
 
 
 def _canonical(name: str) -> str:
@@ -263,9 +269,9 @@ def sparse_attention_unmeasured(model, gpu: str, tables: str = "vllm", root: Pat
                                 tensor_parallel: int = 1, weight_dtype: str = "bf16", kv_dtype: str = "bf16",
                                 fp8_compute: bool | None = None, fp8_block: bool = False) -> str | None:
     """Why this GPU's tables of this framework cannot price the model's attention, None where they can or it is
-    dense: DeepSeek sparse attention (`ModelSpec.index_topk`) only from vLLM's whole DSA module rows at the model's
-    sizes, heads per GPU and dtypes (`MeasuredCostModel._setup_dsa`, which is asked: the rule lives there). A GPU or
-    quantization the tables lack is `measured_unsupported`'s to say."""
+    dense: DeepSeek sparse attention (`ModelSpec.index_topk`) only from the engine's whole DSA module rows at the
+    model's sizes, heads per GPU and dtypes (`MeasuredCostModel._setup_dsa`, which is asked: the rule lives there).
+    A GPU or quantization the tables lack is `measured_unsupported`'s to say."""
     if (not getattr(model, "index_topk", 0) or gpu_unmeasured(gpu, tables, root)
             or quantization_unmeasured(gpu, weight_dtype, kv_dtype, fp8_compute, tables, root)):
         return None
@@ -306,7 +312,7 @@ class MeasuredTables:
     generation_mla_module: pd.DataFrame | None = None
     context_window: pd.DataFrame | None = None  # sliding-window attention (a `window` column), where measured
     generation_window: pd.DataFrame | None = None
-    context_dsa_module: pd.DataFrame | None = None  # vLLM's whole DeepSeek sparse attention module (`_dsa_rows`)
+    context_dsa_module: pd.DataFrame | None = None  # the engine's whole DeepSeek sparse attention module (`_dsa_rows`)
     generation_dsa_module: pd.DataFrame | None = None
 
     @property
@@ -1083,7 +1089,7 @@ class MeasuredCostModel(PackedCostModel):
         return derived[0], derived[1]
 
     def _setup_dsa(self) -> None:
-        """DeepSeek sparse attention from vLLM's whole-module rows (`_dsa_rows`), their ratios taken against
+        """DeepSeek sparse attention from the engine's whole-module rows (`_dsa_rows`), their ratios taken against
         `measured_kernel.SHAPE_DSA_*` with this model's numbers: the roofline's attention FLOPs a selected pair (its
         heads padded as FlashMLA's sparse kernel runs them), the top-k, the indexer's FLOPs a pair at the bf16 rate,
         the latent's bytes a key. No other kernel here prices the indexer: tables that cannot are refused in one
@@ -1092,7 +1098,7 @@ class MeasuredCostModel(PackedCostModel):
         r, where = self.roofline, f"the {t.framework} tables of {t.meta['gpu']}"
         if t.context_dsa_module is None or t.generation_dsa_module is None:
             raise SparseAttentionUnmeasured(f"{m.name}'s sparse attention (index_topk {m.index_topk}), which is not "
-                                            f"in {where} (vLLM's DSA module rows where measured)")
+                                            f"in {where} (vLLM's and SGLang's DSA module rows where measured)")
         rows = self._dsa_rows(where, kvd)
         numbers = (r.attn_flops_per_pair, float(m.index_topk), r.index_flops_per_pair / r.index_speedup,
                    r.kv_bytes_per_token_layer)
@@ -1104,9 +1110,10 @@ class MeasuredCostModel(PackedCostModel):
                               "sparse attention decode (batch, context)", self.notes)
 
     def _dsa_rows(self, where: str, kvd: str) -> tuple[pd.DataFrame, pd.DataFrame]:
-        """vLLM's DeepSeek sparse attention as attention-alone rows, as `_vllm_mla_rows` derives MLA's: each
-        whole-module row less this model's prices of its projections (`DSA_MODULE_PROJECTIONS`) at the module's
-        tokens, so a step's attention block costs the module's measured time at every measured point. What is left
+        """The engine's DeepSeek sparse attention as attention-alone rows, as `_vllm_mla_rows` derives MLA's: each
+        whole-module row less this model's prices of the projections inside it (`DSA_MODULE_PROJECTIONS`) at the
+        module's tokens, so a step's attention block costs the module's measured time (SGLang's: and the fused q_a /
+        kv_a projection it was timed without) at every measured point. What is left
         is the indexer's logits and top-k, the sparse kernel, the absorbed BMMs, the norms, rotary and cache writes,
         and the projections' measured time beyond this model's price of them. Refused in one line where the sizes,
         heads or dtypes were not measured, or the modules measured at or below their projections' price."""
@@ -1116,22 +1123,22 @@ class MeasuredCostModel(PackedCostModel):
         gd, heads = gemm_dtype(self.weight_dtype, self.fp8_block), attention_heads_per_gpu(m, self.tp)
         sparse = f"{m.name}'s sparse attention (index_topk {m.index_topk})"
         if dims != DSA_MODULE_DIMS:
-            raise SparseAttentionUnmeasured(f"{sparse}: vLLM's DSA modules in {where} were measured at "
+            raise SparseAttentionUnmeasured(f"{sparse}: the DSA modules in {where} were measured at "
                                             "DeepSeek-V3.2's sizes (hidden, q_lora, nope, rope, v, kv_lora, topk, "
                                             f"index heads, index dim) {DSA_MODULE_DIMS}, not {dims}")
         rows = [df[(df["kv_dtype"] == kvd) & (df["gemm_dtype"] == gd) & (df["num_heads"] == heads)]
                 for df in (t.context_dsa_module, t.generation_dsa_module)]
         if any(r.empty for r in rows):
             raise SparseAttentionUnmeasured(f"{sparse} with {heads} heads per GPU, {gd} projections and a {kvd} KV "
-                                            f"cache: not in vLLM's DSA modules in {where}")
-        derived, disagree = self._less_projections(rows, DSA_MODULE_PROJECTIONS)
+                                            f"cache: not in the DSA modules in {where}")
+        derived, disagree = self._less_projections(rows, DSA_MODULE_PROJECTIONS[t.framework])
         if disagree:  # no attention left to derive: neither the GEMM rows nor the modules are taken over the other
-            raise SparseAttentionUnmeasured(f"{sparse}: {disagree} of vLLM's {len(rows[0]) + len(rows[1])} DSA "
+            raise SparseAttentionUnmeasured(f"{sparse}: {disagree} of the {len(rows[0]) + len(rows[1])} DSA "
                                             f"module rows in {where} ({gd} projections, {heads} heads, {kvd} KV) "
                                             "measured at or below this model's price of their projections")
         kernel = t.meta["tables"]["context_dsa_module"]["kernels"][kvd][gd]
         floor_ms = float(rows[0]["latency_ms"].min())
-        self.notes[f"attention: DeepSeek sparse attention ({kernel}) from vLLM's whole-module rows in {where} "
+        self.notes[f"attention: DeepSeek sparse attention ({kernel}) from the whole-module rows in {where} "
                    f"(projections, indexer, sparse MLA, norms, rotary, cache write; {gd} projections) less this "
                    f"model's prices of the projections; the prefill modules were timed eagerly, {floor_ms:.2f} ms "
                    "a layer at the least, kept as measured"] += 1

@@ -77,7 +77,7 @@ def measured_tables_table() -> pd.DataFrame:
                 continue
             t = load_tables(tables_dir(gpu, fw))
             extra = (("sliding-window attention", t.context_window), ("MLA attention", t.context_mla),
-                     ("vLLM MLA modules", t.context_mla_module), ("vLLM DSA modules", t.context_dsa_module))
+                     ("vLLM MLA modules", t.context_mla_module), ("DSA modules", t.context_dsa_module))
             held = [name for name, frame in extra if frame is not None and len(frame)]
             rows.append({
                 "gpu": gpu,

@@ -188,5 +188,7 @@ def test_the_tables_catalog_lists_what_the_measured_model_prices():
     assert by.loc[("a100-80gb", "trtllm"), "weights"] == "bf16, int4, int8"
     assert by.loc[("a100-80gb", "vllm"), "weights"] == "bf16"
     assert by.loc[("h100-sxm", "sglang"), "attention_kernel"] == "fa3"
-    assert "vLLM DSA modules" in by.loc[("h200", "vllm"), "also"]  # DeepSeek-V3.2's sparse attention
-    assert "vLLM DSA modules" not in by.loc[("a100-80gb", "vllm"), "also"]
+    assert "DSA modules" in by.loc[("h200", "vllm"), "also"]  # DeepSeek-V3.2's sparse attention
+    assert "DSA modules" in by.loc[("h200", "sglang"), "also"]
+    assert "DSA modules" not in by.loc[("a100-80gb", "vllm"), "also"]
+    assert "DSA modules" not in by.loc[("h200", "trtllm"), "also"]

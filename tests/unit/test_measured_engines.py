@@ -326,8 +326,32 @@ def test_vllms_sparse_attention_modules_are_imported_as_measured_for_deepseek_v3
         row = got[(got.gemm_dtype == "fp8_block") & (got.batch_size == 8) & (got[axis] == 1024)]["latency_ms"]
         assert len(want) == 1 and row.tolist() == want.tolist()  # (vLLM's latencies kept unrounded)
         assert vllm["tables"][name]["kernels"] == {"bf16": {"bf16": "FLASHMLA_SPARSE", "fp8_block": "FLASHMLA_SPARSE"}}
+    trtllm = convert_system(FIXTURE, "1.3.0rc20", tmp_path / "trtllm", "h100-sxm", "h100_sxm", "0.12.0", "trtllm")
+    assert "context_dsa_module" not in trtllm["tables"]  # (not imported: TensorRT-LLM's tables do not price it)
+
+
+def test_sglangs_sparse_attention_modules_keep_each_kernel_it_ran_and_only_its_graphed_decodes(tmp_path):
     sglang = convert_system(FIXTURE, "0.5.14", tmp_path / "sglang", "h100-sxm", "h100_sxm", "0.12.0", "sglang")
-    assert "context_dsa_module" not in sglang["tables"]  # (not imported: SGLang's tables do not price it)
+    raw = _raw("sglang", "sparse_attention/dsa_context_module_perf.parquet")
+    assert {"dsa_context_module_skip_indexer"} <= set(raw.op_name) and (raw.model != "deepseek-ai/DeepSeek-V3.2").any()
+    v32 = raw[(raw.model == "deepseek-ai/DeepSeek-V3.2") & (raw.step == 0)]
+    ctx = pd.read_parquet(tmp_path / "sglang" / "context_dsa_module.parquet")
+    # from an empty cache, dense MHA up to the top-k's 2,048 tokens and the indexer's sparse kernel past it
+    assert sorted(set(ctx["isl"])) == [128, 1024, 4096] and len(ctx) == len(v32.drop_duplicates(["batch_size", "isl"]))
+    assert sglang["tables"]["context_dsa_module"]["kernels"] == {
+        "bf16": {"fp8_block": "sglang_dsa_dense_mha_fa3, sglang_dsa_indexer_flashmla_sparse"}}
+    for isl in (1024, 4096):  # (a point measured twice: the median, rounded as SGLang's tables are)
+        want = v32[(v32.batch_size == 1) & (v32.isl == isl)]["latency"]
+        assert ctx[(ctx.batch_size == 1) & (ctx.isl == isl)]["latency_ms"].tolist() == [float(f"{want.median():.3g}")]
+    gen = pd.read_parquet(tmp_path / "sglang" / "generation_dsa_module.parquet")
+    raw = _raw("sglang", "sparse_attention/dsa_generation_module_perf.parquet")
+    raw = raw[raw.model == "deepseek-ai/DeepSeek-V3.2"]
+    # the collector graphed batches up to 256 on the H100 and ran 512 eagerly (~9x the time): left out
+    assert raw.batch_size.max() == 512 and gen.batch_size.max() == 256
+    # a decode's `step` is its past KV: the context counts the new token too
+    want = raw[(raw.batch_size == 8) & (raw.step == 1024)]["latency"]
+    got = gen[(gen.batch_size == 8) & (gen.kv_tokens == 1025)]["latency_ms"]
+    assert got.tolist() == [float(f"{want.median():.3g}")] and 1024 not in set(gen["kv_tokens"])
 
 
 DSV2_LITE, H200 = get_model("deepseek-v2-lite"), get_gpu("h200")  # 16 heads; DeepSeek-V3's latent sizes

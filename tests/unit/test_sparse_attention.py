@@ -84,8 +84,11 @@ def test_the_default_is_vllms_measured_modules_where_the_gpus_tables_price_them_
     spec, why = default_cost_model({**w8a8, "quantization": {"weights": "fp8", "fp8_compute": True}})
     assert spec["efficiencies"] == "learned" and why.endswith(
         "(no whole-step profile; measured tables: deepseek-v3.2's sparse attention (index_topk 2048) with 16 heads per "
-        "GPU, fp8 projections and a bf16 KV cache: not in vLLM's DSA modules in the vllm tables of h200)")
-    # SGLang's own tables hold no DSA module rows (not imported): vLLM's price its data-parallel ranks
+        "GPU, fp8 projections and a bf16 KV cache: not in the DSA modules in the vllm tables of h200)")
+    # SGLang's own DSA rows price its tensor-parallel run; at 128 heads (data-parallel ranks) 4 of its rows sit below
+    # their projections' price, so vLLM's price those ranks
+    tp8 = {**w8a8, "hardware": {"gpu": "h200"}, "engine": {"name": "sglang", "version": "0.5.6.post2", "tp_size": 8}}
+    assert validate_scenario(tp8).cost_model.tables == "sglang"
     ranks = {**w8a8, "hardware": {"gpu": "h200"},
              "engine": {"name": "sglang", "version": "0.5.6.post2", "tp_size": 8, "dp_size": 8,
                         "enable_dp_attention": True}}
@@ -97,21 +100,21 @@ def test_the_default_is_vllms_measured_modules_where_the_gpus_tables_price_them_
     spec, why = default_cost_model(b200)
     assert spec["efficiencies"] == "learned"
     assert why.endswith("(no whole-step profile; measured tables: deepseek-v3.2's sparse attention (index_topk "
-                        "2048) with 16 heads per GPU, fp8_block projections and a bf16 KV cache: not in vLLM's DSA "
+                        "2048) with 16 heads per GPU, fp8_block projections and a bf16 KV cache: not in the DSA "
                         "modules in the vllm tables of b200)")
     from sim.run import make_cost_model
     fp8_kv = {**b200, "quantization": {**b200["quantization"], "kv_cache": "fp8"}, "cost_model": {"kind": "measured"}}
     with pytest.raises(ConfigError, match=r"^cost_model\.kind 'measured' cannot price deepseek-v3\.2's sparse "
-                                          r"attention \(index_topk 2048\): 4 of vLLM's 305 DSA module rows in the vllm "
+                                          r"attention \(index_topk 2048\): 4 of the 305 DSA module rows in the vllm "
                                           r"tables of b200 \(fp8_block projections, 16 heads, fp8 KV\) measured at or "
                                           r"below this model's price of their projections; allowed: "
                                           r"cost_model\.kind 'roofline'$"):
         make_cost_model(validate_scenario(fp8_kv))
     with pytest.raises(ConfigError, match=r"^cost_model\.kind 'measured' cannot price deepseek-v3\.2's sparse "
-                                          r"attention \(index_topk 2048\), which is not in the sglang tables of h200 "
-                                          r"\(vLLM's DSA module rows where measured\); allowed: "
+                                          r"attention \(index_topk 2048\), which is not in the trtllm tables of h200 "
+                                          r"\(vLLM's and SGLang's DSA module rows where measured\); allowed: "
                                           r"cost_model\.kind 'roofline'$"):
-        make_cost_model(validate_scenario({**w8a8, "cost_model": {"kind": "measured", "tables": "sglang"}}))
+        make_cost_model(validate_scenario({**w8a8, "cost_model": {"kind": "measured", "tables": "trtllm"}}))
 
 
 def _measured_v32(weights="fp8", kv="bf16"):
@@ -126,9 +129,10 @@ def test_vllms_sparse_attention_block_costs_its_measured_module_at_every_measure
     projections, the indexer's among them, so at a measured point the block costs the module's measured time."""
     from sim.cost.measured import DSA_MODULE_PROJECTIONS
     cost = _measured_v32(weights, kv)
-    assert "sparse attention" in cost.source and "from vLLM's whole-module rows" in repr(cost)
+    assert "sparse attention" in cost.source and "from the whole-module rows in the vllm tables" in repr(cost)
     gemm = "fp8_block" if weights == "fp8" else "bf16"
-    projections = lambda tokens: sum(cost._linear_by_name[p](tokens) for p in DSA_MODULE_PROJECTIONS)  # noqa: E731
+    inside = DSA_MODULE_PROJECTIONS["vllm"]
+    projections = lambda tokens: sum(cost._linear_by_name[p](tokens) for p in inside)  # noqa: E731
     t = cost.tables
     gen = t.generation_dsa_module
     gen = gen[(gen.kv_dtype == kv) & (gen.gemm_dtype == gemm) & (gen.num_heads == 16)]
@@ -146,6 +150,32 @@ def test_vllms_sparse_attention_block_costs_its_measured_module_at_every_measure
             for k in (1024, 16384)}
     row = {k: gen[(gen.batch_size == 64) & (gen.kv_tokens == k)]["latency_ms"].iloc[0] * 1e-3 for k in (1024, 16384)}
     assert step[16384] - step[1024] == pytest.approx(V32.num_layers * (row[16384] - row[1024]), rel=1e-9)
+
+
+@pytest.mark.parametrize("kv", ["bf16", "fp8"])
+def test_sglangs_sparse_attention_block_costs_its_measured_module_at_every_measured_point(kv):
+    """Known answer: SGLang's DSA rows were timed without the fused q_a / kv_a projection (its collector feeds random
+    latents), so the block less that projection costs the row at every measured point: dense MHA prompts (up to the
+    top-k's 2,048 tokens), sparse ones past them, and decodes up to the batch its collector graphed."""
+    from sim.cost.measured import DSA_MODULE_PROJECTIONS, MeasuredCostModel
+    cost = MeasuredCostModel(V32, get_gpu("h200"), tensor_parallel=8, weight_dtype="fp8", kv_dtype=kv,
+                             tables="sglang", fp8_compute=True, fp8_block=True)
+    assert "sglang_dsa_dense_mha_fa3" in repr(cost) and "in the sglang tables of h200" in repr(cost)
+    inside = DSA_MODULE_PROJECTIONS["sglang"]
+    assert not {"q_a_proj", "kv_a_proj"} & set(inside) and set(inside) < set(cost._linear_by_name)
+    projections = lambda tokens: sum(cost._linear_by_name[p](tokens) for p in inside)  # noqa: E731
+    t = cost.tables
+    gen = t.generation_dsa_module
+    gen = gen[(gen.kv_dtype == kv) & (gen.gemm_dtype == "fp8_block") & (gen.num_heads == 16)]
+    assert gen["batch_size"].max() == 256
+    for batch, tokens in ((1, 131073), (64, 4097), (256, 1025)):
+        want = gen[(gen.batch_size == batch) & (gen.kv_tokens == tokens)]["latency_ms"].iloc[0] * 1e-3
+        assert projections(batch) + cost._decode(batch, tokens) == pytest.approx(want, rel=1e-12)
+    ctx = t.context_dsa_module
+    ctx = ctx[(ctx.kv_dtype == kv) & (ctx.gemm_dtype == "fp8_block") & (ctx.num_heads == 16)]
+    for batch, isl in ((1, 8192), (2, 4096), (4, 2048), (16, 512)):
+        want = ctx[(ctx.batch_size == batch) & (ctx.isl == isl)]["latency_ms"].iloc[0] * 1e-3
+        assert projections(batch * isl) + cost._prefill(batch, isl) == pytest.approx(want, rel=1e-12)
 
 
 def test_a_steps_prefill_chunks_run_as_one_call_priced_as_alike_fresh_prompts_of_their_tokens_and_flops():

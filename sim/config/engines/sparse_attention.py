@@ -61,6 +61,9 @@ VLLM_TOPK_INDEX_BYTES = 4  # int32
 _PRICED = ("priced from vLLM's measured DSA modules where the GPU's vLLM tables hold them (the default there), else by "
            "the roofline: MLA over at most the top-k keys a query, its heads padded to FlashMLA's multiple, plus the "
            "indexer over every earlier token")
+_SGLANG_PRICED = ("priced from SGLang's measured DSA modules where the GPU's SGLang tables hold them, else "
+                  + _PRICED.removeprefix("priced "))
+
 
 def check_sparse_attention(ctx: Context, engine: str, label: str) -> None:
     """ConfigError, one line, where the preset's rules for a sparse-attention model were not read."""
@@ -133,7 +136,7 @@ def sglang_nsa_values(ctx: Context, notes: list[str]) -> tuple[dict[str, Any], d
         values["quantization.kv_cache"] = "fp8" if blackwell else "bf16"
     notes.append(f"SGLang {ctx.version_text}: {ctx.model.name}'s sparse attention on the nsa backend, "
                  f"{SGLANG_NSA_PAGE_TOKENS}-token KV pages, the KV in {'fp8' if blackwell else 'bf16'} by default "
-                 f"({'Blackwell' if blackwell else 'before Blackwell'}); {_PRICED}")
+                 f"({'Blackwell' if blackwell else 'before Blackwell'}); {_SGLANG_PRICED}")
     return values, from_flags
 
 
