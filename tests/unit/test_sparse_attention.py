@@ -75,7 +75,7 @@ def test_a_prefill_chunk_attends_at_most_top_k_keys_a_row_and_the_indexer_the_wh
     assert parts[:3] == pytest.approx((seconds, f + fi, b + bi), rel=1e-12)
 
 
-def test_the_default_is_vllms_measured_modules_where_the_gpus_tables_price_them_else_the_learned_roofline():
+def test_the_default_is_the_engines_measured_modules_where_the_gpus_tables_price_them_else_the_learned_roofline():
     w8a8 = {**BASE, "quantization": {"weights": "fp8", "fp8_compute": True, "fp8_block_scales": True}}
     spec, why = default_cost_model(w8a8)
     assert spec == {"kind": "measured", "on_missing": "error", "overhead": {"engine": "vllm-cudagraph"}}
