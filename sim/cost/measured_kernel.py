@@ -6,9 +6,10 @@
 which the compiled engine core (`sim.compiled`) inlines. `MeasuredCostModel._build_pack` packs the model with
 `pack` (the layout below). Every term is here: linear layers (experts: from the fused-MoE table, else expert
 GEMMs run as one fused kernel), attention (MLA from its own tables where the engine's have them, else by the device
-roofline; DeepSeek sparse attention from vLLM's module rows, a step's prefill chunks as one call; a sliding-window
-layer from the tables' own window rows where they measured its window, else the full-attention rows with the window
-capping the context), norms and activations, all-reduces, the LM head, swap copies, the step overhead.
+roofline; DeepSeek sparse attention from the engine's module rows, a step's prefill chunks as one call; a
+sliding-window layer from the tables' own window rows where they measured its window, else the full-attention rows
+with the window capping the context), norms and activations, all-reduces, the LM head, swap copies, the step
+overhead.
 
 A point outside the measured tables is priced with the ratio held at the nearest edge and written to the
 pack's note log; the caller reads the log into the model's notes (`MeasuredCostModel.note_compiled_outside`).
@@ -451,10 +452,10 @@ def dsa_uniform_batch(a, topk, c, tokens, flops):
 
 @njit(cache=True, inline="always")
 def _dsa_prefill(s, pf_ga, pf_gb, pf_r, log, count, num_pf, pf_chunk, pf_ctx):
-    """A step's prefill chunks through DeepSeek sparse attention: vLLM runs them in one module call (one launch of
-    each kernel over every chunk's tokens), priced as the batch of alike fresh prompts with their tokens and FLOPs
-    (`dsa_uniform_batch`); per-chunk calls would each pay the module rows' per-call time. NaN: the note log is
-    full."""
+    """A step's prefill chunks through DeepSeek sparse attention: vLLM and SGLang run them in one module call (one
+    launch of each kernel over every chunk's tokens), priced as the batch of alike fresh prompts with their tokens
+    and FLOPs (`dsa_uniform_batch`); per-chunk calls would each pay the module rows' per-call time. NaN: the note log
+    is full."""
     a, topk, c = s[P_PF_A], s[P_PF_B], s[P_PF_C]
     tokens, flops = 0.0, 0.0
     for j in range(num_pf):
