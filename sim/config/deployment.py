@@ -174,6 +174,11 @@ def _check_sections(scenario: Scenario, model: ModelSpec, draft: ModelSpec | Non
     if max(w.samples_per_prompt, w.beam_width) > 1 and (scenario.kv_cache.layout != "paged" or s.batching != "continuous"):
         raise ConfigError("workload.samples_per_prompt/beam_width: several sequences per prompt share blocks, "
                           "which needs kv_cache.layout 'paged' and scheduler.batching 'continuous'")
+    for field, sequences in (("samples_per_prompt", w.samples_per_prompt), ("beam_width", w.beam_width)):
+        if sequences > s.max_num_seqs:  # a request's sequences start together (sim/sched/continuous.py): never here
+            raise ConfigError(f"workload.{field}: {sequences} sequences a request are more than scheduler.max_num_seqs "
+                              f"({s.max_num_seqs}) lets run at once, so no request could start; allowed: at most "
+                              f"{s.max_num_seqs}, or a larger max_num_seqs")
     if scenario.kv_cache.enable_prefix_caching and scenario.kv_cache.layout != "paged":
         by = f" (on by default in engine {scenario.engine.name})" if scenario.engine is not None else ""
         raise ConfigError(f"kv_cache.enable_prefix_caching: needs layout 'paged'{by}; allowed: kv_cache.layout "

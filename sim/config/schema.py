@@ -35,7 +35,7 @@ from sim.model.hf_config import read_model_ref
 from sim.model.interconnects import ALL_REDUCES, CUSTOM_ALL_REDUCE, INTERCONNECTS
 from sim.model.memory import (FP8_COMPUTE_DEFAULT, LOGIT_BYTES, MOE_KERNELS, WEIGHT_DTYPES, WINDOW_MEMORY,
                               WINDOW_POOL_RATIO)
-from sim.model.specs import EXCHANGES, GPUSpec, ModelSpec
+from sim.model.specs import EXCHANGES, MAX_MODEL_DIM, GPUSpec, ModelSpec
 from sim.sched.preemption import VICTIM_POLICIES
 from sim.sched.speculative import (DEFAULT_SPECULATIVE_TOKENS, MAX_SPECULATIVE_TOKENS, alpha_for_tokens,
                                    tree_candidate_tokens)
@@ -273,6 +273,11 @@ class NewTokenRatioSpec(_Strict):
 
 # The most sequences a step may hold: the schedulers keep arrays of this size (an engine runs at most thousands).
 MAX_NUM_SEQS = 1 << 20
+# The most tokens a per-step token limit may name: the compiled engine core keeps these limits as int64.
+MAX_TOKEN_LIMIT = (1 << 63) - 1
+# The most tokens a KV block may hold: the decode tracker keeps a set per position in a block (sim/sched/decode.py),
+# so a block of 10^12 tokens hung the run; engines' blocks are 1 to a few hundred tokens.
+MAX_BLOCK_TOKENS = 1 << 16
 
 
 class SchedulerSpec(_Strict):
@@ -282,7 +287,7 @@ class SchedulerSpec(_Strict):
         None, ge=1, description="continuous: token budget per step; default 2048 with chunked prefill, "
         "else max_model_len + max_num_seqs (a full-length prompt always fits beside a full decode batch)")
     chunked_prefill: bool = Field(False, description="continuous: split prompts to fill the token budget")
-    max_model_len: int | None = Field(None, ge=1, description="default: the model's max_context")
+    max_model_len: int | None = Field(None, ge=1, le=MAX_MODEL_DIM, description="default: the model's max_context")
     fit_max_model_len: bool = Field(False, description="max_model_len (as above) cut to the longest one request of "
                                     "which the KV cache holds (vLLM 0.14+'s --max-model-len auto)")
     max_batch_size: int = Field(8, ge=1, le=MAX_NUM_SEQS, description="static: requests per batch")
@@ -300,7 +305,7 @@ class SchedulerSpec(_Strict):
         "on_demand", description="continuous, paged: on_demand takes blocks as tokens come and preempts when none "
         "is free (vLLM, SGLang); whole_output admits a request only when its whole sequence's blocks are free beside "
         "every running request's, so nothing is preempted (TensorRT-LLM GUARANTEED_NO_EVICT)")
-    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1)]] | None = Field(
+    cuda_graph_batch_sizes: list[Annotated[int, Field(ge=1, le=MAX_NUM_SEQS)]] | None = Field(
         None, max_length=MAX_CUDA_GRAPH_SIZES, description="continuous: a decode-only step runs as the smallest "
         "listed batch that holds it, padded (TensorRT-LLM cuda_graph_config with enable_padding); absent: as scheduled")
     new_token_ratio: NewTokenRatioSpec | None = Field(None, description="continuous, paged: SGLang's admission "
@@ -312,11 +317,11 @@ class SchedulerSpec(_Strict):
     context_pass: bool = Field(False, description="continuous, unchunked, mixed: a step that admits prompts "
                                "computes all their tokens but the last alone (prefill-only), and the next step runs "
                                "every decode with those last tokens (LMDeploy TurboMind 0.1's context decode)")
-    prefill_context_tokens: int | None = Field(None, ge=1, description=(
+    prefill_context_tokens: int | None = Field(None, ge=1, le=MAX_TOKEN_LIMIT, description=(
         "continuous: the prompts that compute more than one token in a step, and those the step starts or resumes, "
         "hold at most this many tokens of context together, each counted whole (prompt and output so far); the "
         "step's first always runs (LMDeploy TurboMind 0.12+'s max_context_token_num: session_len); absent: no limit"))
-    max_prefill_chunk_tokens: int | None = Field(None, ge=1, description=(
+    max_prefill_chunk_tokens: int | None = Field(None, ge=1, le=MAX_TOKEN_LIMIT, description=(
         "continuous, chunked: a prompt computes at most this many tokens in a step, however much of the token budget "
         "is left (vLLM V1's --long-prefill-token-threshold, 0.8.3+); absent: up to the budget"))
     prefill_chunk_cap_when_alone: bool = Field(True, description=(
@@ -371,7 +376,7 @@ class TransientMarginSpec(_Strict):
 
 class KVCacheSpec(_Strict):
     layout: Literal["paged", "contiguous"] = "paged"
-    block_size: int = Field(16, ge=1, description="paged: tokens per block")
+    block_size: int = Field(16, ge=1, le=MAX_BLOCK_TOKENS, description="paged: tokens per block")
     reserve: Literal["max_len", "pow2", "oracle"] = Field("max_len", description="contiguous: region size rule")
     placement: Literal["first_fit", "best_fit", "buddy"] | None = Field(
         None, description="contiguous: where a region goes (default first_fit): lowest hole that fits, smallest "

@@ -99,7 +99,10 @@ def test_the_flag_is_gib_a_gpu_noted_as_the_release_moves_the_weights(version, h
 
 
 @pytest.mark.parametrize("change, message", [
-    ({"engine": {"cpu_offload_gb": -1}}, "engine.cpu_offload_gb: -1 is not allowed; allowed: a number of GiB >= 0"),
+    ({"engine": {"cpu_offload_gb": -1}}, "engine.cpu_offload_gb: -1 is not allowed; allowed: a finite number of GiB "
+     ">= 0"),
+    ({"engine": {"cpu_offload_gb": 1e300}}, "engine.cpu_offload_gb: 1e+300 is not allowed; allowed: a finite number "
+     "of GiB >= 0"),  # (its bytes overflow a float)
     ({"kv_cache": {"weights_offload_bytes": GIB}},
      "engine.cpu_offload_gb: 80 (sets kv_cache.weights_offload_bytes 85899345920) contradicts "
      "kv_cache.weights_offload_bytes 1073741824; allowed: give one of them, or the same value"),

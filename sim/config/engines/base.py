@@ -6,6 +6,7 @@ all-reduce, prefix caching).
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -66,10 +67,10 @@ def kv_cache_dtype_flag(allowed: tuple[str, ...]) -> Callable[[str], str | None]
 
 def gib_as_bytes(name: str) -> Callable[[int | float], int]:
     """A flag of GiB a GPU (vLLM's --swap-space, vLLM's and SGLang's --cpu-offload-gb) as bytes, as both engines
-    convert it (`int(gib * 1024**3)`); a negative size refused in one line."""
+    convert it (`int(gib * 1024**3)`); a negative size, or one whose bytes a float cannot hold, refused in one line."""
     def convert(gib: int | float) -> int:
-        if gib < 0:
-            raise ConfigError(f"engine.{name}: {gib!r} is not allowed; allowed: a number of GiB >= 0")
+        if gib < 0 or not math.isfinite(gib * GIB):
+            raise ConfigError(f"engine.{name}: {gib!r} is not allowed; allowed: a finite number of GiB >= 0")
         return int(gib * GIB)
     return convert
 

@@ -5,6 +5,7 @@ the command line and flags read, each derived value written under what the scena
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Callable
 
 import sim.config.engines.fitted as fitted
@@ -197,6 +198,8 @@ def _checked_flag(key: str, value, name: str, preset: EnginePreset, version: tup
     kinds = flag.kind if isinstance(flag.kind, tuple) else (flag.kind,)
     if isinstance(value, bool) and bool not in kinds or not isinstance(value, kinds):
         raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: {type_words(kinds)}")
+    if isinstance(value, float) and not math.isfinite(value):  # no engine flag means anything by inf or nan
+        raise ConfigError(f"engine.{key}: {value!r} is not allowed; allowed: a finite number")
     by_value = flag.value_versions.get(value) if isinstance(value, str) else None
     outside = by_value and outside_versions(version, version_text, *by_value)
     if outside:

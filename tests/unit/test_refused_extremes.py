@@ -1,0 +1,81 @@
+"""Values at the edges of what a scenario can say, found by a random search of engine flags and scenario keys
+(12-06): each was a traceback, an array too large to allocate, or a run that never started a request and said
+nothing. Each is now refused in one line naming the field, the value and what is allowed."""
+
+import pytest
+
+from sim.config.files import validate_scenario
+from sim.errors import ConfigError
+from sim.model.specs import MAX_MODEL_DIM
+from sim.run import simulate
+from tests.helpers import run_refused, small_scenario
+
+INT64_MAX = (1 << 63) - 1
+
+
+def _engine(name: str, version: str, model: str = "llama-3.1-8b", gpu: str = "h100-sxm", **flags) -> dict:
+    raw = small_scenario({"model": model, "hardware": {"gpu": gpu}, "engine": {"name": name, "version": version,
+                                                                                **flags}})
+    del raw["scheduler"]  # (its max_model_len would contradict the engine's context flags)
+    return raw
+
+
+def _refusal(raw: dict) -> str:
+    with pytest.raises(ConfigError) as err:
+        validate_scenario(raw)
+    return str(err.value)
+
+
+@pytest.mark.parametrize("raw, message", [
+    # a float flag given inf or nan (the GiB flags took inf to an OverflowError, nan to a message naming no field)
+    (_engine("vllm", "0.11.0", cpu_offload_gb=float("inf")),
+     "engine.cpu_offload_gb: inf is not allowed; allowed: a finite number"),
+    (_engine("vllm", "0.6.0", swap_space=float("nan")), "engine.swap_space: nan is not allowed; allowed: a finite number"),
+    (_engine("lmdeploy", "0.1.0a1", gpu="a100-80gb", cache_max_entry_count=float("inf")),
+     "engine.cache_max_entry_count: inf is not allowed; allowed: a finite number"),
+    (_engine("sglang", "0.5.5.post1", schedule_conservativeness=float("inf")),
+     "engine.schedule_conservativeness: inf is not allowed; allowed: a finite number"),
+    # a token limit past what the compiled core's int64 holds (an OverflowError there)
+    (_engine("vllm", "0.11.0", long_prefill_token_threshold=INT64_MAX + 1),
+     f"engine.long_prefill_token_threshold: {INT64_MAX + 1} is not allowed; allowed: <= {INT64_MAX}"),
+    (small_scenario(scheduler={"prefill_context_tokens": INT64_MAX + 1}),
+     f"scheduler.prefill_context_tokens: {INT64_MAX + 1} is not allowed; allowed: <= {INT64_MAX}"),
+    (small_scenario(scheduler={"cuda_graph_batch_sizes": [8, INT64_MAX + 1]}),
+     f"scheduler.cuda_graph_batch_sizes[1]: {INT64_MAX + 1} is not allowed; allowed: <= 1048576"),
+    # SGLang before 0.3.5 takes a --context-length longer than the model's as given; the engine cores keep arrays of
+    # max_model_len a replica, so a context beyond any model's (MAX_MODEL_DIM) asked for terabytes
+    (_engine("sglang", "0.3.0", model="qwen3-8b", context_length=1 << 40),
+     f"engine.context_length: {1 << 40} is not allowed; allowed: <= {MAX_MODEL_DIM}"),
+    (small_scenario(scheduler={"max_model_len": MAX_MODEL_DIM + 1}),
+     f"scheduler.max_model_len: {MAX_MODEL_DIM + 1} is not allowed; allowed: <= {MAX_MODEL_DIM}"),
+    # a KV block given in tokens and a capacity in blocks (LMDeploy's cache_max_entry_count >= 1): a block of 10^12
+    # tokens passed the capacity check and hung the run (the decode tracker keeps a set per position in a block)
+    (_engine("lmdeploy", "0.1.0a1", gpu="a100-80gb", cache_block_seq_len=10**12, cache_max_entry_count=1.5),
+     f"engine.cache_block_seq_len: {10**12} is not allowed; allowed: <= 65536"),
+    (small_scenario(kv_cache={"block_size": 65537}), "kv_cache.block_size: 65537 is not allowed; allowed: <= 65536"),
+    # a request's sequences start together, so more of them than max_num_seqs never started: 0 finished, exit 0
+    (small_scenario(cost_model={"kind": "roofline"}, workload={"samples_per_prompt": 300}),
+     "workload.samples_per_prompt: 300 sequences a request are more than scheduler.max_num_seqs (256) lets run at "
+     "once, so no request could start; allowed: at most 256, or a larger max_num_seqs"),
+    (small_scenario(workload={"beam_width": 5}, scheduler={"max_num_seqs": 4}),
+     "workload.beam_width: 5 sequences a request are more than scheduler.max_num_seqs (4) lets run at once, so no "
+     "request could start; allowed: at most 4, or a larger max_num_seqs"),
+])
+def test_an_extreme_value_is_refused_in_one_line(raw, message):
+    assert _refusal(raw) == message
+
+
+def test_the_values_just_inside_those_edges_run():
+    """The edges refuse only what could not run: a context of MAX_MODEL_DIM under SGLang 0.3.0 is taken as given,
+    and a request of max_num_seqs samples starts and finishes."""
+    sglang = validate_scenario(_engine("sglang", "0.3.0", model="qwen3-8b", context_length=MAX_MODEL_DIM))
+    assert sglang.scheduler.max_model_len == MAX_MODEL_DIM
+    samples = simulate(validate_scenario(small_scenario(workload={"samples_per_prompt": 4},
+                                                        scheduler={"max_num_seqs": 4}, run={"num_requests": 5})))
+    assert samples.summary["num_finished"] == 5 and samples.summary["num_unfinished"] == 0
+
+
+def test_the_cli_refuses_a_request_that_could_never_start_and_writes_nothing(tmp_path):
+    line = run_refused(tmp_path, small_scenario(workload={"samples_per_prompt": 300}))
+    assert line.startswith("error: workload.samples_per_prompt: 300 sequences a request are more than "
+                           "scheduler.max_num_seqs (256)")
