@@ -284,8 +284,8 @@ class SchedulerSpec(_Strict):
     batching: Literal["continuous", "static"] = "continuous"
     max_num_seqs: int = Field(256, ge=1, le=MAX_NUM_SEQS, description="continuous: most sequences in one step")
     max_num_batched_tokens: int | None = Field(
-        None, ge=1, description="continuous: token budget per step; default 2048 with chunked prefill, "
-        "else max_model_len + max_num_seqs (a full-length prompt always fits beside a full decode batch)")
+        None, ge=1, le=MAX_TOKEN_LIMIT, description="continuous: token budget per step; default 2048 with chunked "
+        "prefill, else max_model_len + max_num_seqs (a full-length prompt always fits beside a full decode batch)")
     chunked_prefill: bool = Field(False, description="continuous: split prompts to fill the token budget")
     max_model_len: int | None = Field(None, ge=1, le=MAX_MODEL_DIM, description="default: the model's max_context")
     fit_max_model_len: bool = Field(False, description="max_model_len (as above) cut to the longest one request of "

@@ -38,6 +38,8 @@ def _refusal(raw: dict) -> str:
     # a token limit past what the compiled core's int64 holds (an OverflowError there)
     (_engine("vllm", "0.11.0", long_prefill_token_threshold=INT64_MAX + 1),
      f"engine.long_prefill_token_threshold: {INT64_MAX + 1} is not allowed; allowed: <= {INT64_MAX}"),
+    (_engine("sglang", "0.4.5.post3", chunked_prefill_size=INT64_MAX + 1),  # (0.4.x has no memory rule to stop it)
+     f"engine.chunked_prefill_size: {INT64_MAX + 1} is not allowed; allowed: <= {INT64_MAX}"),
     (small_scenario(scheduler={"prefill_context_tokens": INT64_MAX + 1}),
      f"scheduler.prefill_context_tokens: {INT64_MAX + 1} is not allowed; allowed: <= {INT64_MAX}"),
     (small_scenario(scheduler={"cuda_graph_batch_sizes": [8, INT64_MAX + 1]}),
@@ -79,3 +81,19 @@ def test_the_cli_refuses_a_request_that_could_never_start_and_writes_nothing(tmp
     line = run_refused(tmp_path, small_scenario(workload={"samples_per_prompt": 300}))
     assert line.startswith("error: workload.samples_per_prompt: 300 sequences a request are more than "
                            "scheduler.max_num_seqs (256)")
+
+
+@pytest.mark.parametrize("flags, budget, message", [
+    ({"chunked_prefill_size": 4096}, 8192, "engine.chunked_prefill_size: 4096 contradicts "
+     "scheduler.max_num_batched_tokens 8192; allowed: give one of them, or the same value"),
+    ({"chunked_prefill_size": -1, "max_prefill_tokens": 8192}, 16384, "engine.max_prefill_tokens: 8192 contradicts "
+     "scheduler.max_num_batched_tokens 16384; allowed: give one of them, or the same value"),
+])
+def test_sglangs_budget_flag_and_the_scenarios_own_budget_must_agree(flags, budget, message):
+    """SGLang's step budget is the flag that set it (as vLLM's --max-num-batched-tokens is): a scenario's own
+    budget beside it must agree, where before the scenario's silently won over the flag."""
+    raw = _engine("sglang", "0.5.5.post1", **flags)
+    raw["scheduler"] = {"max_num_batched_tokens": budget}
+    assert _refusal(raw) == message
+    raw["scheduler"] = {"max_num_batched_tokens": flags.get("max_prefill_tokens", flags["chunked_prefill_size"])}
+    assert validate_scenario(raw).scheduler.max_num_batched_tokens == raw["scheduler"]["max_num_batched_tokens"]

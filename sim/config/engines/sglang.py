@@ -150,7 +150,7 @@ def _derive_sglang_030(ctx: Context) -> PresetResult:
     if ctx.model is not None and ctx.model.hybrid_window:  # no hybrid SWA memory before 0.5
         values["kv_cache.window_memory"] = "every_token"
         notes.append(f"SGLang {ctx.version_text}: {ctx.model.name}'s sliding layers keep every token's KV")
-    return PresetResult(values, {}, notes)
+    return PresetResult(values, _sglang_budget_flag(flags), notes)
 
 
 def _sglang_batches(ctx: Context, flags: dict, chunk: int, notes: list[str]) -> dict[str, Any]:
@@ -176,6 +176,17 @@ def _sglang_batches(ctx: Context, flags: dict, chunk: int, notes: list[str]) -> 
         values["kv_cache.enable_prefix_caching"] = caches_prefixes(ctx, notes, f"SGLang {ctx.version_text}")
     _sglang_schedule_policy(ctx, flags, values["kv_cache.enable_prefix_caching"], notes)
     return values
+
+
+def _sglang_budget_flag(flags: dict) -> dict[str, str]:
+    """The flag that set the step's token budget (`_sglang_batches`), where one did: --chunked-prefill-size, or
+    --max-prefill-tokens where chunking is off."""
+    chunk = flags.get("chunked_prefill_size")
+    if chunk is None:
+        return {}  # the default chunk (max_prefill_tokens then sets nothing here)
+    if chunk > 0:
+        return {"scheduler.max_num_batched_tokens": "chunked_prefill_size"}
+    return {"scheduler.max_num_batched_tokens": "max_prefill_tokens"} if "max_prefill_tokens" in flags else {}
 
 
 # --schedule-policy's default (server_args.py ServerArgs.schedule_policy, read in the PyPI wheels of 0.3.0, 0.3.4,
@@ -862,7 +873,7 @@ def derive_sglang(ctx: Context) -> PresetResult:
     else:
         parallel, parallel_flags = _sglang_data_parallel(ctx, notes)
     values.update(parallel)
-    return PresetResult(values, {**from_flags, **parallel_flags}, notes)
+    return PresetResult(values, {**_sglang_budget_flag(flags), **from_flags, **parallel_flags}, notes)
 
 
 def _sglang_speculation_values(ctx: Context, speculation: SGLangSpeculation, slots: int, kv_tokens: int | None,
