@@ -83,17 +83,23 @@ def test_the_cli_refuses_a_request_that_could_never_start_and_writes_nothing(tmp
                            "scheduler.max_num_seqs (256)")
 
 
-@pytest.mark.parametrize("flags, budget, message", [
-    ({"chunked_prefill_size": 4096}, 8192, "engine.chunked_prefill_size: 4096 contradicts "
-     "scheduler.max_num_batched_tokens 8192; allowed: give one of them, or the same value"),
-    ({"chunked_prefill_size": -1, "max_prefill_tokens": 8192}, 16384, "engine.max_prefill_tokens: 8192 contradicts "
-     "scheduler.max_num_batched_tokens 16384; allowed: give one of them, or the same value"),
+@pytest.mark.parametrize("engine, flags, budget, message, agrees", [
+    (("sglang", "0.5.5.post1"), {"chunked_prefill_size": 4096}, 8192, "engine.chunked_prefill_size: 4096 contradicts "
+     "scheduler.max_num_batched_tokens 8192; allowed: give one of them, or the same value", 4096),
+    (("sglang", "0.5.5.post1"), {"chunked_prefill_size": -1, "max_prefill_tokens": 8192}, 16384,
+     "engine.max_prefill_tokens: 8192 contradicts scheduler.max_num_batched_tokens 16384; allowed: give one of them, "
+     "or the same value", 8192),
+    # TurboMind's budget is the flag + max_batch_size (384 on an A100 here), rounded to the TP
+    (("lmdeploy", "0.12.0"), {"max_prefill_token_num": 4096}, 8192, "engine.max_prefill_token_num: 4096 (sets "
+     "scheduler.max_num_batched_tokens 4480) contradicts scheduler.max_num_batched_tokens 8192; allowed: give one of "
+     "them, or the same value", 4480),
 ])
-def test_sglangs_budget_flag_and_the_scenarios_own_budget_must_agree(flags, budget, message):
-    """SGLang's step budget is the flag that set it (as vLLM's --max-num-batched-tokens is): a scenario's own
-    budget beside it must agree, where before the scenario's silently won over the flag."""
-    raw = _engine("sglang", "0.5.5.post1", **flags)
+def test_a_budget_flag_and_the_scenarios_own_budget_must_agree(engine, flags, budget, message, agrees):
+    """SGLang's and LMDeploy's step budget is the flag that set it (as vLLM's --max-num-batched-tokens and
+    TensorRT-LLM's max_num_tokens are): a scenario's own budget beside it must agree, where before the scenario's
+    silently won over the flag."""
+    raw = _engine(*engine, gpu="a100-80gb", **flags)
     raw["scheduler"] = {"max_num_batched_tokens": budget}
     assert _refusal(raw) == message
-    raw["scheduler"] = {"max_num_batched_tokens": flags.get("max_prefill_tokens", flags["chunked_prefill_size"])}
-    assert validate_scenario(raw).scheduler.max_num_batched_tokens == raw["scheduler"]["max_num_batched_tokens"]
+    raw["scheduler"] = {"max_num_batched_tokens": agrees}
+    assert validate_scenario(raw).scheduler.max_num_batched_tokens == agrees

@@ -116,7 +116,8 @@ def _derive_turbomind_one_pass(ctx: Context) -> PresetResult:
                               "scheduler.mixed_batches": True, "scheduler.admission": "whole_prompt",
                               "scheduler.max_num_seqs": max_batch, "scheduler.max_num_batched_tokens": budget,
                               "kv_cache.layout": "paged", "kv_cache.block_size": block_len}
-    from_flags: dict[str, str] = {}
+    from_flags: dict[str, str] = ({"scheduler.max_num_batched_tokens": "max_prefill_token_num"}
+                                  if "max_prefill_token_num" in flags else {})
     if entries >= 1:
         values["kv_cache.capacity_tokens"] = int(entries) * block_len
     else:
