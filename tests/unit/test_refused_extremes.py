@@ -103,3 +103,14 @@ def test_a_budget_flag_and_the_scenarios_own_budget_must_agree(engine, flags, bu
     assert _refusal(raw) == message
     raw["scheduler"] = {"max_num_batched_tokens": agrees}
     assert validate_scenario(raw).scheduler.max_num_batched_tokens == agrees
+
+
+@pytest.mark.parametrize("value, allowed", [("x", "an integer"), (0, ">= 1"), (1e-300, "an integer"),
+                                            ([4096], "an integer")])
+def test_an_engines_derivation_leaves_a_malformed_max_model_len_to_the_schemas_words(value, allowed):
+    """SGLang's request pool is sized from the raw scenario's max_model_len before validation: a string, a list or
+    0 there raised a TypeError or ZeroDivisionError; now validation names it."""
+    raw = _engine("sglang", "0.5.5.post1")
+    raw["scheduler"] = {"max_model_len": value}
+    shown = f'"{value}"' if isinstance(value, str) else repr(value)
+    assert _refusal(raw) == f"scheduler.max_model_len: {shown} is not allowed; allowed: {allowed}"

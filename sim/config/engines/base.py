@@ -15,6 +15,7 @@ from sim.config.engine_command import CommandFlags, CommandSyntax, InertOption, 
 from sim.errors import ConfigError
 from sim.model.hf_config import rope_entries
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE, interconnect_class
+from sim.model.specs import MAX_MODEL_DIM
 
 
 GIB = 1 << 30
@@ -244,8 +245,14 @@ class Context:
     dense_gpus: int = 0
 
     def given_max_model_len(self) -> int | None:
-        """max_model_len as the scenario gives it: the engine's flag, else `scheduler.max_model_len` (None: neither)."""
-        return self.max_model_len_flag or get_key(self.raw, "scheduler.max_model_len")
+        """max_model_len as the scenario gives it: the engine's flag, else `scheduler.max_model_len` (None: neither, or
+        a value the schema refuses, which validation then names in its own words: the derivation reads the raw
+        scenario before it is validated)."""
+        if self.max_model_len_flag:
+            return self.max_model_len_flag
+        given = get_key(self.raw, "scheduler.max_model_len")
+        valid = isinstance(given, int) and not isinstance(given, bool) and 1 <= given <= MAX_MODEL_DIM
+        return given if valid else None
 
     def max_model_len(self) -> int | None:
         given = self.given_max_model_len()
