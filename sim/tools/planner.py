@@ -35,6 +35,7 @@ import numpy as np
 from sim.errors import ConfigError, ServeSimError
 from sim.tools.sweep import arrival_rate, cost_figures, run_tasks, set_rate, variant_raw
 from sim.workload.arrivals import MAX_RATE_PER_S
+from sim.workload.base import MAX_NUM_REQUESTS
 
 # Summary keys kept for every simulation the planner runs (the full summary is large).
 KEPT_METRICS = (
@@ -670,6 +671,11 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
     if target is None or not target > 0:
         raise ConfigError("search.target_rate_per_s: the workload has no arrival rate to plan for; "
                           "set search.target_rate_per_s or pass --rate")
+    window_requests = math.ceil(target * search.min_window_s)
+    if window_requests > MAX_NUM_REQUESTS:  # every candidate's runs would be refused, and the plan say "none meets"
+        raise ConfigError(f"search.min_window_s: {search.min_window_s:g} s of arrivals at {target:g} req/s are "
+                          f"{window_requests:,} requests a run, more than one holds ({MAX_NUM_REQUESTS:,}); allowed: "
+                          f"at most {MAX_NUM_REQUESTS / target:g} s at this rate")
     merged_prices = dict(search.prices_per_gpu_hour)
     merged_prices.update(prices or {})
     gpu_names = {g if isinstance(g, str) else str(g.get("name")) for g in gpu_list}

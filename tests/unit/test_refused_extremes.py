@@ -8,7 +8,8 @@ from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.model.specs import MAX_MODEL_DIM
 from sim.run import simulate
-from tests.helpers import run_refused, small_scenario
+from sim.tools.planner import plan_settings
+from tests.helpers import BAND_PLAN, run_refused, small_scenario
 
 INT64_MAX = (1 << 63) - 1
 
@@ -114,3 +115,15 @@ def test_an_engines_derivation_leaves_a_malformed_max_model_len_to_the_schemas_w
     raw["scheduler"] = {"max_model_len": value}
     shown = f'"{value}"' if isinstance(value, str) else repr(value)
     assert _refusal(raw) == f"scheduler.max_model_len: {shown} is not allowed; allowed: {allowed}"
+
+
+def test_a_plans_arrival_window_must_fit_one_run():
+    """search.min_window_s sets each run's requests (rate x window): one past a run's limit excluded every candidate,
+    and the plan said that none met the SLOs."""
+    raw = {**BAND_PLAN, "search": {**BAND_PLAN["search"], "min_window_s": 1e12}}
+    with pytest.raises(ConfigError) as err:
+        plan_settings(raw)
+    assert str(err.value) == ("search.min_window_s: 1e+12 s of arrivals at 40 req/s are 40,000,000,000,000 requests a "
+                              "run, more than one holds (10,000,000); allowed: at most 250000 s at this rate")
+    raw["search"]["min_window_s"] = 250_000
+    assert plan_settings(raw).min_window_s == 250_000
