@@ -135,6 +135,7 @@ class CurveOutcome:
     max_rate_per_s: float  # highest rate the deployment sustains within the SLOs
     points: list[Evaluation]  # throughput-latency curve
     failed_rate_per_s: float = math.nan  # the lowest rate its search saw the deployment miss them at
+    ceiling_rate_per_s: float = math.nan  # the highest rate its search would double to (`search_ceiling`)
 
 
 @dataclass
@@ -315,12 +316,13 @@ class Evaluator:
 
 
 def max_sustainable_rate(passes: Callable[[float], bool], start_rate: float, tolerance: float,
-                         floor_rate: float, neighbour: tuple[float, float] | None = None) -> tuple[float, float]:
+                         floor_rate: float, neighbour: tuple[float, float] | None = None,
+                         ceiling_rate: float = _MAX_RATE_PER_S) -> tuple[float, float]:
     """Binary search for the SLO boundary: (highest rate that passed, lowest that failed).
 
     Brackets by doubling or halving from `start_rate`, then bisects geometrically until
     failed / passed <= 1 + tolerance. Returns (0, lowest tried) when even `floor_rate` fails and
-    (inf, inf) when the SLOs hold at any rate up to _MAX_RATE_PER_S.
+    (inf, inf) when the SLOs hold at any rate up to `ceiling_rate` (at most _MAX_RATE_PER_S).
 
     `neighbour`: the (passed, failed) answer of this same search (same start, tolerance and floor) for a
     neighbouring candidate, e.g. another policy on the same GPU. When this candidate also passes at the one
@@ -339,9 +341,9 @@ def max_sustainable_rate(passes: Callable[[float], bool], start_rate: float, tol
             ok = rate
             if bad < math.inf:
                 break
-            if rate >= _MAX_RATE_PER_S:
+            if rate >= ceiling_rate:
                 return math.inf, math.inf
-            rate = min(rate * 2, _MAX_RATE_PER_S)
+            rate = min(rate * 2, ceiling_rate)
         else:
             bad = rate
             if ok > 0:
@@ -469,12 +471,15 @@ def _search_rates(task: CandidateTask, neighbour: CandidateOutcome | None) -> Ca
                 f"(search.max_replicas) serve about {reach:.3g} req/s at most",
                 saturated_rate_per_replica=saturated, reachable_rate_per_s=reach, evaluations=evaluate.evaluations)
         start = _search_start(s, saturated)
+        ceiling = search_ceiling(start, saturated)
         bracket = None
-        if neighbour is not None and start == _search_start(s, neighbour.saturated_rate_per_replica):
+        near = neighbour.saturated_rate_per_replica if neighbour is not None else math.nan
+        if neighbour is not None and start == _search_start(s, near) and below_ceilings(
+                neighbour.max_rate_per_replica, ceiling, search_ceiling(start, near)):
             # (a neighbour that did not search has NaN rates, which max_sustainable_rate does not take)
             bracket = (neighbour.max_rate_per_replica, neighbour.failed_rate_per_replica)
         ok, bad = max_sustainable_rate(lambda r: evaluate(1, r, verdict_only=True).slo_met, start,
-                                       s.rate_tolerance, start / 1024, bracket)
+                                       s.rate_tolerance, start / 1024, bracket, ceiling)
         out = CandidateOutcome(cand, "feasible", max_rate_per_replica=ok, failed_rate_per_replica=bad,
                                saturated_rate_per_replica=saturated)
         if ok == 0.0:
@@ -565,6 +570,23 @@ def _search_start(s: PlanSettings, saturated_rate_per_replica: float) -> float:
     return min(s.target_rate_per_s, CEILING_MARGIN * saturated_rate_per_replica)
 
 
+def search_ceiling(start: float, saturated_rate_per_replica: float, num_replicas: int = 1) -> float:
+    """The highest rate a search doubles to: CEILING_MARGIN x what the replicas serve saturated (at least `start`).
+    Past it a replica's queue only grows, so SLOs that still hold there do not bind (a TPOT-only SLO never does):
+    doubling on towards _MAX_RATE_PER_S ran ever longer runs, of millions of requests, for the same answer."""
+    if not math.isfinite(saturated_rate_per_replica):
+        return _MAX_RATE_PER_S
+    return min(_MAX_RATE_PER_S, max(start, CEILING_MARGIN * saturated_rate_per_replica * num_replicas))
+
+
+def below_ceilings(neighbour_passed: float, ceiling: float, neighbour_ceiling: float) -> bool:
+    """Whether a neighbour's bracket may settle a search of the same start (`max_sustainable_rate`'s `neighbour`)
+    whose ceiling differs from the neighbour's: where twice the rate it passed is below both ceilings, neither search
+    doubled up to its ceiling before the bracket (the doubling stops at the first miss, at most twice a rate that
+    passed), so the two take the same path and the bracket is the answer the full search gives."""
+    return 2 * neighbour_passed < min(ceiling, neighbour_ceiling)
+
+
 @dataclass(frozen=True)
 class CurveTask:
     raw: dict
@@ -572,6 +594,7 @@ class CurveTask:
     num_replicas: int
     settings: PlanSettings
     known: tuple = ()  # the candidate's search simulations (Evaluations), reused where they answer
+    saturated_rate_per_replica: float = math.nan  # phase 1's estimate (`saturated_rate`), for `search_ceiling`
 
 
 def curves_for(group: tuple[CurveTask, ...]) -> list[CurveOutcome]:
@@ -586,12 +609,14 @@ def curve_for(task: CurveTask, neighbour: CurveOutcome | None = None) -> CurveOu
     s = task.settings
     evaluate = Evaluator(task.raw, s, task.known)
     n = task.num_replicas
-    bracket = (neighbour.max_rate_per_s, neighbour.failed_rate_per_s) if neighbour is not None else None
+    ceiling = search_ceiling(s.target_rate_per_s, task.saturated_rate_per_replica, n)
+    bracket = (neighbour.max_rate_per_s, neighbour.failed_rate_per_s) if neighbour is not None and below_ceilings(
+        neighbour.max_rate_per_s, ceiling, neighbour.ceiling_rate_per_s) else None
     ok, bad = max_sustainable_rate(lambda r: evaluate(n, r, verdict_only=True).slo_met, s.target_rate_per_s,
-                                   s.rate_tolerance, s.target_rate_per_s / 1024, bracket)
+                                   s.rate_tolerance, s.target_rate_per_s / 1024, bracket, ceiling)
     top = ok if math.isfinite(ok) and ok > 0 else s.target_rate_per_s
     points = [evaluate(n, top * f) for f in CURVE_FRACTIONS]
-    return CurveOutcome(task.candidate, n, ok, points, failed_rate_per_s=bad)
+    return CurveOutcome(task.candidate, n, ok, points, failed_rate_per_s=bad, ceiling_rate_per_s=ceiling)
 
 
 @dataclass(frozen=True)
@@ -809,7 +834,8 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
     outcomes = rank(sorted(outcomes, key=lambda o: order[o.candidate.name]))
     feasible = [o for o in outcomes if o.status == "feasible"]
 
-    curve_tasks = [CurveTask(raws[o.candidate.name], o.candidate, o.num_replicas, settings, tuple(o.evaluations))
+    curve_tasks = [CurveTask(raws[o.candidate.name], o.candidate, o.num_replicas, settings, tuple(o.evaluations),
+                             o.saturated_rate_per_replica)
                    for o in feasible[:settings.top_k]]
     seed_tasks = []
     if feasible:

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from helpers import small_scenario
 from sim.tools.planner import (
+    CEILING_MARGIN,
     Candidate,
     CandidateTask,
     Evaluator,
@@ -27,7 +28,9 @@ from sim.tools.planner import (
     plan_settings,
     run_plan,
     search_candidate,
+    search_ceiling,
 )
+from sim.workload.arrivals import MAX_RATE_PER_S
 from sim.views.cli import main
 from sim.views.plan_report import (
     candidates_frame,
@@ -121,6 +124,33 @@ def test_a_neighbours_bracket_that_does_not_hold_costs_at_most_two_probes():
 def test_binary_search_reports_a_floor_failure_and_an_unbounded_pass():
     assert max_sustainable_rate(lambda r: False, 1.0, 0.02, 0.1)[0] == 0.0
     assert max_sustainable_rate(lambda r: True, 1.0, 0.02, 0.1) == (math.inf, math.inf)
+
+
+def test_an_unbounded_pass_stops_doubling_at_the_ceiling():
+    """SLOs that hold past CEILING_MARGIN x the saturated rate do not bind: the search stops there (1, 2, 4, then the
+    ceiling 6), where it doubled on to a million requests a second."""
+    calls = []
+    assert max_sustainable_rate(lambda r: calls.append(r) or True, 1.0, 0.02, 0.1, ceiling_rate=6.0) == (
+        math.inf, math.inf)
+    assert calls == [1.0, 2.0, 4.0, 6.0]
+    assert search_ceiling(10.0, 3.0) == CEILING_MARGIN * 3.0 == 12.0
+    assert search_ceiling(10.0, 3.0, num_replicas=2) == 24.0
+    assert search_ceiling(20.0, 3.0) == 20.0  # never below where the search starts
+    assert search_ceiling(10.0, math.inf) == search_ceiling(10.0, math.nan) == MAX_RATE_PER_S
+
+
+def test_a_plan_whose_slos_never_bind_ends():
+    """A TPOT-only SLO holds at any rate (a full batch decodes as fast however long the queue): the plan reports
+    that, where its searches doubled towards a million requests a second for minutes on end."""
+    raw = small_scenario({"name": "tpot-only", "cost_model": {"kind": "roofline"},
+                          "workload": {"arrival": {"rate_per_s": 40}},
+                          "slo": {"tpot_s": 0.2, "percentile": 90}, "run": {"num_requests": 150},
+                          "search": {"gpus": ["a100-80gb"], "tensor_parallel": [1], "max_replicas": 4,
+                                     "num_seeds": 1, "min_window_s": 5, "top_k": 1}})
+    result = run_plan(copy.deepcopy(raw), plan_settings(raw), backend="serial")
+    (outcome,) = result.outcomes
+    assert outcome.status == "feasible" and outcome.max_rate_per_replica == math.inf
+    assert max(e.rate_per_s for e in outcome.evaluations) <= CEILING_MARGIN * outcome.saturated_rate_per_replica
 
 
 @pytest.mark.parametrize("guess", [1, 2, 3, 5, 9])
