@@ -584,7 +584,7 @@ def below_ceilings(neighbour_passed: float, ceiling: float, neighbour_ceiling: f
     whose ceiling differs from the neighbour's: where twice the rate it passed is below both ceilings, neither search
     doubled up to its ceiling before the bracket (the doubling stops at the first miss, at most twice a rate that
     passed), so the two take the same path and the bracket is the answer the full search gives."""
-    return 2 * neighbour_passed < min(ceiling, neighbour_ceiling)
+    return 2 * neighbour_passed < ceiling and 2 * neighbour_passed < neighbour_ceiling  # (NaN: False)
 
 
 @dataclass(frozen=True)

@@ -127,3 +127,14 @@ def test_a_plans_arrival_window_must_fit_one_run():
                               "run, more than one holds (10,000,000); allowed: at most 250000 s at this rate")
     raw["search"]["min_window_s"] = 250_000
     assert plan_settings(raw).min_window_s == 250_000
+
+
+def test_a_max_model_len_the_schema_reads_as_a_whole_number_is_read_alike_by_the_derivation():
+    """4096.0 and "4096" are 4096 to the schema's field (pydantic's lax int), so to SGLang's request pool too."""
+    derived = []
+    for value in (4096, 4096.0, "4096"):
+        raw = _engine("sglang", "0.5.5.post1")
+        raw["scheduler"] = {"max_model_len": value}
+        scenario = validate_scenario(raw)
+        derived.append((scenario.scheduler.max_model_len, scenario.scheduler.max_num_seqs))
+    assert derived[0][0] == 4096 and derived == [derived[0]] * 3

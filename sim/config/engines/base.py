@@ -11,6 +11,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from pydantic import TypeAdapter, ValidationError
+
 from sim.config.engine_command import CommandFlags, CommandSyntax, InertOption, read_command
 from sim.errors import ConfigError
 from sim.model.hf_config import rope_entries
@@ -19,6 +21,7 @@ from sim.model.specs import MAX_MODEL_DIM
 
 
 GIB = 1 << 30
+_AN_INT = TypeAdapter(int)
 
 
 @dataclass(frozen=True)
@@ -251,8 +254,13 @@ class Context:
         if self.max_model_len_flag:
             return self.max_model_len_flag
         given = get_key(self.raw, "scheduler.max_model_len")
-        valid = isinstance(given, int) and not isinstance(given, bool) and 1 <= given <= MAX_MODEL_DIM
-        return given if valid else None
+        if given is None:
+            return None
+        try:
+            given = _AN_INT.validate_python(given)  # as the schema's field reads it (4096.0 and "4096" are 4096)
+        except ValidationError:
+            return None
+        return given if 1 <= given <= MAX_MODEL_DIM else None
 
     def max_model_len(self) -> int | None:
         given = self.given_max_model_len()
