@@ -4,12 +4,12 @@ nothing. Each is now refused in one line naming the field, the value and what is
 
 import pytest
 
+from helpers import BAND_PLAN, run_refused, small_scenario
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 from sim.model.specs import MAX_MODEL_DIM
 from sim.run import simulate
 from sim.tools.planner import plan_settings
-from tests.helpers import BAND_PLAN, run_refused, small_scenario
 
 INT64_MAX = (1 << 63) - 1
 
