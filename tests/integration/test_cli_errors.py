@@ -88,8 +88,10 @@ SET_CASES = [
      ["model: missing required keys", "hidden_size", "max_context"]),
     ("cross-field-rule", ["--set", "scheduler.batching=static", "--set", "scheduler.chunked_prefill=true"],
      ["scheduler:", "chunked_prefill needs batching 'continuous'"]),
-    ("max-model-len-too-long", ["--set", "scheduler.max_model_len=999999999"],
-     ["scheduler.max_model_len:", "999999999", "131072"]),
+    ("max-model-len-too-long", ["--set", "scheduler.max_model_len=999999"],
+     ["scheduler.max_model_len:", "999999", "131072"]),
+    ("max-model-len-beyond-any-model", ["--set", "scheduler.max_model_len=999999999"],
+     ["scheduler.max_model_len:", "999999999", "16777216"]),
 ]
 
 

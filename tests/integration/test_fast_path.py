@@ -99,13 +99,15 @@ def test_fast_decode_runs_give_the_same_request_records(policy, capacity, block_
         arrival_spec = {"kind": "closed_loop", "num_users": 4, "think_time_s": 0.0 if rate < 30 else 0.05}
     else:
         arrival_spec = {"kind": arrival, "rate_per_s": rate}
+    # several samples a prompt share blocks (paged, continuous) and start together (at most max_num_seqs of them)
+    sampled = layout == "paged" and batching == "continuous" and not speculative and samples <= max_num_seqs
     spec = {
         "model": "llama-3.1-8b",
         "hardware": {"num_replicas": replicas, "router": router},
         "workload": {"arrival": arrival_spec,
                      "lengths": {"kind": "lognormal", "input_mean": 150, "input_sigma": 1.0,
                                  "output_mean": 40, "output_sigma": 1.0},
-                     "samples_per_prompt": samples if layout == "paged" and batching == "continuous" and not speculative else 1},
+                     "samples_per_prompt": samples if sampled else 1},
         "scheduler": {"batching": batching, "chunked_prefill": chunked, "max_num_seqs": max_num_seqs,
                       "max_num_batched_tokens": 256 if chunked else None, "max_model_len": 2048,
                       "max_batch_size": 4, "preemption": {"mode": preemption, "swap_space_bytes": 1 << 26}},
