@@ -472,8 +472,9 @@ def _mla_module(df: pd.DataFrame, generation: bool) -> tuple[pd.DataFrame, dict]
 #   and the presets' overhead prices an eager step.
 DSA_MODULE_MODEL = "deepseek-ai/DeepSeek-V3.2"
 # The largest decode batch AIConfigurator's SGLang collector timed under CUDA graphs, per device: SGLang 0.5.14's
-# server_args.py default decode cap at the collector's tp_size 1 (below 160 GB of memory 256, else 512), which its
-# `_generation_cuda_graph_enabled_for_tokens` applies.
+# server_args.py default decode cap at tp 1 (below 160 GB of memory 256, else 512), which its
+# `_generation_cuda_graph_enabled_for_tokens` applies at every tp_size it ran (1-8, 128/tp heads): in the 0.12.0 rows
+# of the H100, H200, B200 and GB200 the batch past the cap times ~1.3 ms (GB200 ~2.1) at every tp_size and context.
 SGLANG_DSA_GRAPHED_BATCH = {"NVIDIA H100 80GB HBM3": 256, "NVIDIA H200": 256, "NVIDIA B200": 512,
                             "NVIDIA B300 SXM6 AC": 512, "NVIDIA GB200": 512, "NVIDIA GB300": 512}
 
@@ -524,8 +525,9 @@ TABLES = {
 # model prices a sliding layer from them where its window and KV dtype were measured (sim/cost/measured.py).
 WINDOW_TABLES = ("context_window_attention", "generation_window_attention")
 # Tables imported for some frameworks only: the others price MLA from their attention-alone tables; TensorRT-LLM's
-# DSA module rows (1.3.0rc20/rc23, measured at tp_size 1 only) are not imported, so its tables do not price DeepSeek
-# sparse attention.
+# DSA module rows (1.3.0rc20/rc23, 1-128 heads as vLLM's) are not imported: the TensorRT-LLM preset's rules for a
+# sparse-attention model are not read (sim/config/engines/sparse_attention.py refuses it), so its tables do not price
+# DeepSeek sparse attention.
 ONLY_FOR = {"context_mla_module": ("vllm",), "generation_mla_module": ("vllm",),
             "context_dsa_module": ("vllm", "sglang"), "generation_dsa_module": ("vllm", "sglang")}
 # Per framework, the MoE dtypes kept (fp8 = per-tensor W8A8 experts, fp8_block = block-scaled, w4a16_mxfp4 = MXFP4
