@@ -40,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import ConfigError
+from sim.workload.base import MAX_NUM_REQUESTS
 
 FIELD = "--bench"
 # The metrics a point may hold, and the keys of vLLM / SGLang results they come from (milliseconds, per second).
@@ -71,6 +72,14 @@ class BenchPoint:
     # `dataset_name` is not read: sglang.bench_serving's ShareGPT sampling is not checked against vLLM's):
     # "sharegpt" draws the lengths as vllm bench serve draws ShareGPT (engine_fit)
     dataset: str | None = None
+
+    @property
+    def users(self) -> int | None:
+        """The closed loop's users: the cap, or the requests the run counted where fewer (a client with 10 prompts
+        under `--max-concurrency 64` had at most 10 in flight). None: no cap."""
+        if self.concurrency is None:
+            return None
+        return min(self.concurrency, self.num_requests) if self.num_requests > 0 else self.concurrency
 
     @property
     def label(self) -> str:
@@ -174,6 +183,14 @@ def _number(source: str, key: str, value) -> float | None:
     return float(value)
 
 
+def _count(source: str, key: str, value) -> int | None:
+    """A whole number >= 0 (the number of requests a result counts), None for null; anything else is refused."""
+    v = _number(source, key, value)
+    if v is not None and not (math.isfinite(v) and v >= 0 and v == int(v)):
+        raise ConfigError(f"{FIELD}: '{source}' {key}: {value!r} is not allowed; allowed: a whole number >= 0")
+    return None if v is None else int(v)
+
+
 def _metric(source: str, key: str, value, scale: float) -> float | None:
     v = _number(source, key, value)
     return v * scale if v is not None and math.isfinite(v) and v > 0 else None
@@ -202,8 +219,8 @@ def _lens(obj: dict) -> tuple[tuple[int, ...], tuple[int, ...], tuple[bool, ...]
     errors = errors if isinstance(errors, list) and len(errors) == len(ins) else None
     ttfts = ttfts if isinstance(ttfts, list) and len(ttfts) == len(ins) else None
 
-    def counted(v) -> bool:
-        return isinstance(v, (int, float)) and not isinstance(v, bool)
+    def counted(v) -> bool:  # a whole number of tokens: not inf, nan, a fraction or a bool
+        return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v == int(v)
 
     failed = [not (counted(i) and counted(o)) or (bool(errors[k]) if errors is not None else o <= 0) or i <= 0 or o < 0
               for k, (i, o) in enumerate(zip(ins, outs))]
@@ -215,9 +232,10 @@ def _lens(obj: dict) -> tuple[tuple[int, ...], tuple[int, ...], tuple[bool, ...]
 
 def _load(source: str, concurrency, rate) -> tuple[int | None, float]:
     c = _number(source, "max_concurrency", concurrency)
-    if c is not None and (not math.isfinite(c) or c < 1 or c != int(c)):
-        raise ConfigError(f"{FIELD}: '{source}' max_concurrency: {concurrency!r} is not allowed; allowed: an integer >= 1 "
-                          "or null")
+    # A closed loop simulates at least one request a user: no more users than a run's requests
+    if c is not None and (not math.isfinite(c) or not 1 <= c <= MAX_NUM_REQUESTS or c != int(c)):
+        raise ConfigError(f"{FIELD}: '{source}' max_concurrency: {concurrency!r} is not allowed; allowed: an integer "
+                          f"1..{MAX_NUM_REQUESTS:,} or null")
     r = _number(source, "request_rate", rate)
     r = math.inf if r is None else r
     if not r > 0:
@@ -229,8 +247,8 @@ def _checked(point: BenchPoint) -> BenchPoint:
     if not point.metrics:
         raise ConfigError(f"{FIELD}: '{point.source}' has no usable metric (none of TTFT, TPOT, ITL, request or output "
                           "throughput is a number > 0); allowed: a result of a run that completed requests")
-    if not (point.mean_input_tokens >= 1 and point.mean_output_tokens >= 1):
-        raise ConfigError(f"{FIELD}: '{point.source}' gives no input and output lengths (mean input "
+    if not (1 <= point.mean_input_tokens < math.inf and 1 <= point.mean_output_tokens < math.inf):
+        raise ConfigError(f"{FIELD}: '{point.source}' gives no usable input and output lengths (mean input "
                           f"{point.mean_input_tokens:g}, output {point.mean_output_tokens:g} tokens); allowed: a result "
                           "with completed requests and token totals")
     return point
@@ -246,7 +264,7 @@ def _vllm_like(source: str, obj: dict, tool: str) -> BenchPoint:
         v = _metric(source, key, obj.get(key), 1.0)
         if v is not None:
             metrics[name] = v
-    completed = _number(source, "completed", obj.get("completed"))
+    completed = _count(source, "completed", obj.get("completed"))
     lens = _lens(obj)
     ins, outs, zero_ttft = lens if lens is not None else (None, None, None)
     notes = ()

@@ -28,7 +28,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import nnls
 
-from calibrate.bench_results import ClientCounts, replayed_outputs
+from calibrate.bench_results import FIELD, ClientCounts, replayed_outputs
 from sim.config.schema import SHARED_DISCIPLINES, Scenario
 from sim.cost.overhead import TERMS, EngineOverhead, EngineOverheadCostModel, engine_overhead
 from sim.errors import ConfigError
@@ -358,7 +358,9 @@ class _PointSimulator:
 
         self.scenario = scenario
         self.kernels = make_cost_model(kernel_scenario(scenario))
-        self.num_layers = resolve(scenario).model.num_layers
+        deployment = resolve(scenario)
+        self.num_layers = deployment.model.num_layers
+        self.max_model_len = deployment.max_model_len
         self.start_overhead = starting_terms(scenario)
         fe = scenario.frontend
         self.frontend_base = ({"num_processes": 1, "per_request_s": 0.0, "per_prompt_token_s": 0.0,
@@ -389,7 +391,7 @@ class _PointSimulator:
         d = self.scenario.model_dump(mode="json", exclude_none=True)
         d.pop("variants", None)
         if point.concurrency is not None:
-            arrival = {"kind": "closed_loop", "num_users": point.concurrency, "think_time_s": 0.0}
+            arrival = {"kind": "closed_loop", "num_users": point.users, "think_time_s": 0.0}
         elif math.isfinite(point.rate_per_s):
             arrival = {"kind": "poisson", "rate_per_s": point.rate_per_s}
         else:
@@ -409,7 +411,7 @@ class _PointSimulator:
         if d.get("frontend"):
             d["frontend"] = self._frontend(d, d["frontend"])
         run = {k: v for k, v in d.get("run", {}).items() if k not in ("duration_s", "horizon_s", "warmup_s", "cooldown_s")}
-        d["run"] = run | {"num_requests": max(n, point.concurrency or 1)}
+        d["run"] = run | {"num_requests": max(n, point.users or 1)}
         return d
 
     def _workload(self, index: int, point):
@@ -418,6 +420,7 @@ class _PointSimulator:
             from sim.run import make_workload
 
             d = self._point_dict(point)
+            self._check_measured_lengths(point, d["workload"]["lengths"])
             workload = make_workload(validate_scenario(d))
             client = None
             if point.input_lens is not None:  # counted over the requests the workload lists (the first ones)
@@ -426,6 +429,28 @@ class _PointSimulator:
                 client = ClientCounts.of(point.output_lens[:listed], zero, workload.num_requests)
             self._workloads[index] = (d, workload, client)
         return self._workloads[index]
+
+    def _check_measured_lengths(self, point, lengths: dict) -> None:
+        """Refuse measured requests longer than the scenario's context: the deployment measured held them, so the
+        scenario is not that deployment (the workload would cut them to fit and the fit would price other requests)."""
+        if lengths["kind"] == "listed":
+            totals = [i + o for i, o in zip(lengths["input_tokens"], lengths["output_tokens"])]
+        elif lengths["kind"] == "fixed":
+            totals = [lengths["input_tokens"] + lengths["output_tokens"]]
+        else:  # drawn to the result's means: a draw cut to fit is said in the fit's notes (`clipped`)
+            totals = [round(lengths["input_mean"] + lengths["output_mean"])]
+        longer = sum(t > self.max_model_len for t in totals)
+        if longer:
+            what = (f"{longer} of its requests (prompt + output up to {max(totals):,} tokens) exceed"
+                    if lengths["kind"] == "listed" else
+                    f"its mean request (prompt + output {max(totals):,} tokens) exceeds")
+            raise ConfigError(f"{FIELD}: '{point.source}' ({point.label}): {what} the scenario's max_model_len "
+                              f"{self.max_model_len:,}; allowed: a result whose requests fit the scenario's context "
+                              "(set scheduler.max_model_len as the deployment measured had it)")
+
+    def clipped(self, index: int, point) -> int:
+        """How many of the point's simulated requests the workload cut to fit the scenario's context."""
+        return int(self._workload(index, point)[1].num_clipped)
 
     def metrics(self, index: int, point, terms: dict[str, float]) -> dict[str, float]:
         from sim.config.files import validate_scenario
@@ -509,8 +534,12 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
     notes = [f"{p.label} ({p.source}): max_concurrency {p.concurrency} with request rate {p.rate_per_s:g}/s: simulated "
              "as a closed loop at the concurrency (the rate limit is not modelled)"
              for p in points if p.concurrency is not None and math.isfinite(p.rate_per_s)]
+    notes += [f"{p.label} ({p.source}): max_concurrency {p.concurrency} above its {p.num_requests} requests: simulated "
+              f"with {p.users} in flight, as many as the client could have" for p in points if p.users != p.concurrency]
     notes += [f"{p.label} ({p.source}): {note}" for p in points for note in p.notes]
     sim = _PointSimulator(scenario)
+    notes += [f"{p.label} ({p.source}): {n} of the requests drawn to its means cut to the scenario's max_model_len "
+              f"{sim.max_model_len:,}" for i, p in enumerate(points) if (n := sim.clipped(i, p))]
     scale, hi = term_limits(BENCH_TERMS)
 
     def residuals(theta: np.ndarray) -> np.ndarray:
@@ -705,8 +734,8 @@ def _initial_terms(sim: _PointSimulator, points, fit_idx: list[int], residuals) 
     got = sim.metrics(lo, p, start)
     tpot_key = "tpot_mean_s" if "tpot_mean_s" in p.metrics else ("itl_mean_s" if "itl_mean_s" in p.metrics else None)
     per_step = max(0.0, p.metrics[tpot_key] - got[tpot_key]) if tpot_key else 0.0
-    theta[0] += 0.9 * per_step / max(1, p.concurrency or 1)
-    theta[1] += 0.1 * per_step / max(1, p.concurrency or 1)
+    theta[0] += 0.9 * per_step / max(1, p.users or 1)
+    theta[1] += 0.1 * per_step / max(1, p.users or 1)
     if "ttft_mean_s" in p.metrics:
         theta[2] += max(0.0, p.metrics["ttft_mean_s"] - got["ttft_mean_s"] - per_step)
     return np.minimum(theta, [FIT_BOUNDS_S[t] for t in BENCH_TERMS])

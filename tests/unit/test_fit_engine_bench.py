@@ -343,3 +343,67 @@ def test_a_benchmark_client_named_by_its_tool_keeps_its_measured_row_in_the_fits
     assert "client" not in sim._point_dict(closed)["frontend"]
     assert sim._point_dict(burst)["frontend"]["client"] == {"tool": "vllm bench serve", **row.section()}
     assert sim.metrics(1, burst, sim.start())["ttft_mean_s"] > 0
+
+
+# --- values no tool writes: refused in one line, or a request that is not a count left out as failed ---------
+
+def _vllm_text(**changes) -> str:
+    obj = json.loads((FIX / "vllm_c4.json").read_text())
+    return json.dumps(obj | changes)  # NaN and Infinity as Python's json writes them
+
+
+@pytest.mark.parametrize("completed", [math.inf, math.nan, -1, 0.5, "inf"])
+def test_a_completed_count_that_is_not_a_whole_number_is_refused(tmp_path, capsys, completed):
+    _refused(tmp_path, capsys, _vllm_text(completed=completed), ["--bench", "completed:", "a whole number >= 0"])
+
+
+def test_a_concurrency_past_a_runs_requests_is_refused_naming_it(tmp_path, capsys):
+    _refused(tmp_path, capsys, _vllm_text(max_concurrency=2 ** 63), ["--bench", "max_concurrency: 9223372036854775808",
+                                                                     "1..10,000,000"])
+
+
+def test_lengths_that_are_not_counts_are_left_out_as_failed_requests(tmp_path):
+    (tmp_path / "r.json").write_text(_vllm_text(input_lens=[500, math.nan, 540.5, math.inf, 540],
+                                                output_lens=[128, 128, 128, 128, 128.0]))
+    [p] = read_bench(tmp_path / "r.json")
+    assert p.input_lens == (500, 540) and p.output_lens == (128, 128) and p.num_requests == 5
+    (tmp_path / "t.json").write_text(_vllm_text(total_input_tokens=math.inf, input_lens=None))
+    with pytest.raises(ConfigError, match="no usable input and output lengths .mean input inf"):
+        read_bench(tmp_path / "t.json")
+
+
+def test_a_clients_cap_above_its_requests_runs_as_many_users_as_requests(tmp_path):
+    (tmp_path / "r.json").write_text(_vllm_text(max_concurrency=64))
+    [p] = read_bench(tmp_path / "r.json")
+    assert p.label == "c=64" and p.users == 5  # 5 prompts: at most 5 were ever in flight
+    d = _PointSimulator(validate_scenario(BASE))._point_dict(p)
+    assert d["workload"]["arrival"]["num_users"] == 5 and d["run"]["num_requests"] == 5
+    assert replace(p, concurrency=4).users == 4 and replace(p, num_requests=0).users == 64
+
+
+@pytest.mark.parametrize("changes, needle", [
+    ({"input_lens": [500, 520, 4000, 500, 540]}, "1 of its requests (prompt + output up to 4,128 tokens) exceed"),
+    ({"input_lens": None, "total_input_tokens": 5 * 4000},
+     "its mean request (prompt + output 4,128 tokens) exceeds"),
+])
+def test_measured_requests_longer_than_the_scenarios_context_are_refused(tmp_path, capsys, changes, needle):
+    _refused(tmp_path, capsys, _vllm_text(**changes),
+             ["--bench", "(c=4)", needle, "the scenario's max_model_len 4,096", "scheduler.max_model_len"])
+
+
+def test_means_drawn_as_sharegpt_past_the_context_are_refused_and_cut_draws_are_noted(tmp_path):
+    measured = {"ttft_mean_s": 0.1, "tpot_mean_s": 0.02, "itl_mean_s": 0.02, "request_throughput_per_s": 1.0,
+                "output_throughput_tok_per_s": 50.0}
+    _write_vllm_result(tmp_path / "long.json", 4, measured, 20, 4000, 200)
+    with pytest.raises(ConfigError, match=r"mean request \(prompt \+ output 4,200 tokens\) exceeds"):
+        fit_bench([tmp_path / "long.json"], validate_scenario(BASE), dataset="sharegpt")
+    # Means that fit, with some draws longer than a short context: the draws are cut, and the fit says so
+    short = validate_scenario(small_scenario(scheduler={"max_model_len": 1024}, cost_model={"kind": "roofline"}))
+    _write_vllm_result(tmp_path / "mid.json", 4, measured, 200, 500, 300)
+    [p] = read_bench(tmp_path / "mid.json")
+    sim = _PointSimulator(short)
+    clipped = sim.clipped(0, replace(p, dataset="sharegpt"))
+    assert 0 < clipped < 200
+    fit = fit_bench([tmp_path / "mid.json"], short, dataset="sharegpt", iterations=1)
+    assert any(f"{clipped} of the requests drawn to its means cut to the scenario's max_model_len 1,024" in note
+               for note in fit.notes), fit.notes
