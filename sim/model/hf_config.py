@@ -413,7 +413,9 @@ def spec_from_config(config: Any, name: str | None = None, source: str = "config
 def _convert(config: Any, name: str | None, source: str) -> tuple[ModelSpec, str]:
     if not isinstance(config, dict):
         raise ConfigError(f"{source}: expected a JSON object of config keys, got {type(config).__name__}")
-    if config.get("model_type") not in READERS and isinstance(config.get("text_config"), dict):
+    model_type = config.get("model_type")
+    handled = isinstance(model_type, str) and model_type.lower() in READERS  # as model_type_of reads it
+    if not handled and isinstance(config.get("text_config"), dict):
         # A multimodal wrapper (e.g. Gemma 3, Mistral 3): the language model is its text_config.
         return _convert(config["text_config"], name or default_name(config), f"{source} text_config")
     model_type = model_type_of(config, source)

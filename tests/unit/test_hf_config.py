@@ -68,6 +68,17 @@ def test_architectures_stand_in_for_a_missing_model_type():
     assert spec_from_config(cfg, "m") == spec_from_config(fixture("mistral-7b-v0.1"), "m")
 
 
+@pytest.mark.parametrize("model_type", [[], {}, ["qwen3"], 3])
+def test_a_model_type_that_is_not_a_string_is_refused_in_one_line(model_type):
+    cfg = fixture("mistral-7b-v0.1") | {"model_type": model_type}
+    del cfg["architectures"]
+    with pytest.raises(ConfigError, match=r"^c.json: model_type .* is not a handled architecture; allowed model_type: "):
+        spec_from_config(cfg, "m", source="c.json")
+    # beside a text_config (a multimodal wrapper's layout), the same refusal: no TypeError on the way
+    with pytest.raises(ConfigError, match="c.json text_config: model_type .* is not a handled architecture"):
+        spec_from_config(cfg | {"text_config": cfg}, "m", source="c.json")
+
+
 def test_deepseek_v3_mla_with_query_compression_and_three_dense_layers():
     # deepseek-ai/DeepSeek-V3 config.json
     cfg = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
