@@ -138,3 +138,21 @@ def test_a_max_model_len_the_schema_reads_as_a_whole_number_is_read_alike_by_the
         scenario = validate_scenario(raw)
         derived.append((scenario.scheduler.max_model_len, scenario.scheduler.max_num_seqs))
     assert derived[0][0] == 4096 and derived == [derived[0]] * 3
+
+
+@pytest.mark.parametrize("factor, tokens", [(1e6, "4,096,000,000"), (1e-300, "0"), (1e300, "4.1e+303")])
+def test_a_rope_factor_that_gives_no_models_context_is_refused_naming_the_config(tmp_path, factor, tokens):
+    # vLLM scales YaRN's original context by the factor; the derived length reached the schema as a
+    # scheduler.max_model_len the user never wrote (or a 300-digit one)
+    import json
+    from pathlib import Path
+
+    import sim.model
+    config = json.loads((Path(sim.model.__file__).parent / "configs" / "gpt-oss-20b.json").read_text())
+    config["rope_scaling"]["factor"] = factor
+    (tmp_path / "my-model").mkdir()
+    (tmp_path / "my-model" / "config.json").write_text(json.dumps(config))  # the folder names the model
+    raw = _engine("vllm", "0.11.0", model={"hf_config": str(tmp_path / "my-model" / "config.json")})
+    assert _refusal(raw) == (f"model: my-model's config (YaRN's original_max_position_embeddings 4,096 x its RoPE factor "
+                             f"{factor:g}) gives vLLM 0.11.0 a context of {tokens} tokens; allowed: 1 to 16,777,216 "
+                             "(MAX_MODEL_DIM)")

@@ -24,6 +24,7 @@ from sim.config.engines.vllm import VLLM_FLAGS, VLLM_INERT, VLLM_NEWEST, derive_
 from sim.config.engines.vllm_context import KV_HOLDS_MAX_MODEL_LEN, vllm_context, vllm_window_off
 from sim.config.words import allowed_words, shown, type_words, union_words
 from sim.errors import ConfigError
+from sim.model.specs import MAX_MODEL_DIM
 
 
 PRESETS: dict[str, EnginePreset] = {
@@ -432,6 +433,11 @@ def _derived_context(ctx: Context, preset: EnginePreset, length_flag: str | None
     if preset.context is None or ctx.model is None:
         return None
     ctx.derived_context, how, refuses = preset.context(ctx)
+    if not 1 <= ctx.derived_context <= MAX_MODEL_DIM:  # a RoPE factor of 1e6 or 1e-300: no model's context
+        tokens = ctx.derived_context
+        raise ConfigError(f"model: {ctx.model.name}'s config ({how}) gives {preset.label} {ctx.version_text} a context "
+                          f"of {f'{tokens:,}' if tokens < 10 ** 12 else f'{float(tokens):.3g}'} tokens; allowed: 1 to "
+                          f"{MAX_MODEL_DIM:,} (MAX_MODEL_DIM)")
     given = ctx.given_max_model_len()
     if refuses and isinstance(given, int) and not isinstance(given, bool) and given > ctx.derived_context:
         where = f"engine.{length_flag}" if ctx.max_model_len_flag else "scheduler.max_model_len"
