@@ -167,7 +167,8 @@ def validate_scenario(raw: Any, prefix: str = "", resolve: bool = True) -> Scena
             resolve_deployment(scenario)
         return scenario
     except ConfigError as err:
-        raise ConfigError(f"{prefix}{err}") from None
+        from sim.config.engines import as_flag_error
+        raise ConfigError(f"{prefix}{as_flag_error(err, raw)}") from None
 
 
 def validate_arrival(raw: Any) -> Arrival:

@@ -401,9 +401,10 @@ def test_sglangs_running_requests_may_exceed_its_chunk_as_its_decode_batches_run
                      hardware={"gpu": "l4", "tensor_parallel": 2})
     assert mixed.scheduler.rule().mixed_batches and mixed.scheduler.max_num_seqs == 4096
     # vLLM cuts a step's decodes to its budget and refuses a budget below max_num_seqs (SchedulerConfig)
-    with pytest.raises(ConfigError, match=r"max_num_batched_tokens: 200 must be >= max_num_seqs \(256\)"):
+    with pytest.raises(ConfigError, match=r"^engine.max_num_batched_tokens \(sets scheduler.max_num_batched_tokens\): "
+                                          r"200 must be >= max_num_seqs \(256\)"):
         scenario({"name": "vllm", "version": "0.6.0", "max_num_batched_tokens": 200}, model="llama-2-7b")
-    with pytest.raises(ConfigError, match=r"max_num_batched_tokens: 200 must be >= max_num_seqs \(256\)"):
+    with pytest.raises(ConfigError, match=r"^scheduler.max_num_batched_tokens: 200 must be >= max_num_seqs \(256\)"):
         validate_scenario({**BASE, "scheduler": {"max_num_batched_tokens": 200, "max_num_seqs": 256,
                                                  "mixed_batches": False}})  # no engine: vLLM V1's scheduler
 

@@ -156,3 +156,25 @@ def test_a_rope_factor_that_gives_no_models_context_is_refused_naming_the_config
     assert _refusal(raw) == (f"model: my-model's config (YaRN's original_max_position_embeddings 4,096 x its RoPE factor "
                              f"{factor:g}) gives vLLM 0.11.0 a context of {tokens} tokens; allowed: 1 to 16,777,216 "
                              "(MAX_MODEL_DIM)")
+
+
+@pytest.mark.parametrize("raw, message", [
+    # the deployment's checks name the scenario key; an engine flag set it, so the message names the flag first
+    (_engine("trtllm", "0.14.0", max_seq_len=10**6),
+     "engine.max_seq_len (sets scheduler.max_model_len): 1000000 exceeds llama-3.1-8b's max_context 131072"),
+    (_engine("trtllm", "1.0.0", command="trtllm-serve m --max_seq_len 1000000"),
+     "engine.command '--max_seq_len 1000000' (sets scheduler.max_model_len): 1000000 exceeds llama-3.1-8b's "
+     "max_context 131072"),
+    (_engine("trtllm", "1.0.0", max_num_tokens=16, max_batch_size=64),
+     "engine.max_num_tokens (sets scheduler.max_num_batched_tokens): 16 must be >= max_num_seqs (64) so every "
+     "running decode fits a step"),
+    (_engine("vllm", "0.11.0", tensor_parallel_size=3),
+     "engine.tensor_parallel_size (sets hardware.tensor_parallel): 3 cannot split llama-3.1-8b (32 attention heads, "
+     "8 KV heads); allowed: 1, 2, 4, 8, 16, 32"),
+    # the scenario's own key, beside an engine that did not set it: named as it is
+    (small_scenario({"hardware": {"tensor_parallel": 3}, "engine": {"name": "vllm", "version": "0.11.0"}}),
+     "hardware.tensor_parallel: 3 cannot split llama-3.1-8b (32 attention heads, 8 KV heads); allowed: 1, 2, 4, 8, "
+     "16, 32"),
+])
+def test_a_deployment_error_about_a_key_an_engine_flag_set_names_the_flag(raw, message):
+    assert _refusal(raw) == message

@@ -78,13 +78,15 @@ def test_vllm_refuses_to_start_where_one_request_of_max_model_len_does_not_fit_t
         "flag), scheduler.fit_max_model_len true, or more memory for the KV cache")
     assert resolve(scenario({"name": "vllm", "version": "0.11.0", "max_model_len": longest}, TIGHT)).max_model_len \
         == longest
-    with pytest.raises(ConfigError, match=f"^scheduler\\.max_model_len: {longest + 1:,} needs {longest + 16:,} KV "):
+    with pytest.raises(ConfigError, match=f"^engine\\.max_model_len \\(sets scheduler\\.max_model_len\\): "
+                                          f"{longest + 1:,} needs {longest + 16:,} KV "):
         scenario({"name": "vllm", "version": "0.11.0", "max_model_len": longest + 1}, TIGHT)  # a block more
 
 
 def test_the_check_counts_a_request_in_whole_blocks_and_a_sliding_window_as_its_window():
     pinned = {"capacity_tokens": 8192}
-    with pytest.raises(ConfigError, match=r"^scheduler\.max_model_len: 8,193 needs 8,208 KV token slots for one "
+    with pytest.raises(ConfigError, match=r"^engine\.max_model_len \(sets scheduler\.max_model_len\): 8,193 needs "
+                                          r"8,208 KV token slots for one "
                                           r"request, more than the KV cache's 8,192, which vLLM 0\.6\.0 "):
         scenario({"name": "vllm", "version": "0.6.0", "max_model_len": 8193}, kv_cache=pinned)
     assert resolve(scenario({"name": "vllm", "version": "0.6.0", "max_model_len": 8192},

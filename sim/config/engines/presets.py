@@ -182,6 +182,35 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
     return raw, overhead, result.notes
 
 
+def as_flag_error(err: ConfigError, raw: Any) -> ConfigError:
+    """An error about a scenario key that an engine flag set, not the scenario (`scheduler.max_model_len: ...` from
+    the deployment's checks, where TensorRT-LLM's --max_seq_len gave it), as one about the flag the user wrote:
+    `engine.max_seq_len (sets scheduler.max_model_len): ...`, or `engine.command '--max_seq_len 1000000' (sets ...)`.
+    Errors about the scenario's own keys, and any this cannot place, as they are."""
+    text = str(err)
+    dotted = text.split(":", 1)[0]
+    spec = raw.get("engine") if isinstance(raw, dict) else None
+    if not isinstance(spec, dict) or " " in dotted or "." not in dotted or has_key(raw, dotted):
+        return err
+    preset = PRESETS.get(spec.get("name")) if isinstance(spec.get("name"), str) else None
+    version_text = spec.get("version")
+    version = parse_version(version_text) if isinstance(version_text, str) else None
+    if preset is None or version is None:
+        return err
+    try:
+        given, command = _given_flags(spec, preset, version, version_text)
+    except ConfigError:
+        return err
+    setting = [key for key in given if key in preset.flags and preset.flags[key].target == dotted]
+    if not setting:
+        return err
+    key = setting[0]
+    apart = set(spec) - {"name", "version", "command"}
+    shown = (f"engine.command {command.written[key]!r}" if command is not None and key in command.written
+             and key not in apart else f"engine.{key}")
+    return ConfigError(f"{shown} (sets {dotted}):{text[len(dotted) + 1:]}")
+
+
 def _checked_flag(key: str, value, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str):
     """A flag's value as its preset takes it (converted), refused in one line where the preset has no such flag, the
     value is of the wrong kind, or the version does not have the flag or the value."""
