@@ -232,7 +232,9 @@ def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deplo
         num_blocks = tokens // kv_spec.block_size
         if num_blocks < 1:
             raise ConfigError(f"kv_cache.block_size: {kv_spec.block_size} is larger than the KV capacity "
-                              f"of {tokens} tokens")
+                              f"of {tokens} tokens; allowed: at least one block of KV memory (kv_cache's "
+                              "gpu_memory_utilization, free_memory_fraction or capacity_tokens, or the engine's "
+                              "memory flag that sets them)")
         # A hybrid model's sliding layers: their windows out of this pool (shared_pool), or not here at all (its own
         # pool, every token: the slots count them); a window on every layer frees the blocks out of it.
         model, window_bytes = deployment.model, deployment.window_kv_bytes_per_token_per_gpu

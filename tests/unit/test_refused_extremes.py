@@ -84,6 +84,14 @@ def test_the_cli_refuses_a_request_that_could_never_start_and_writes_nothing(tmp
                            "scheduler.max_num_seqs (256)")
 
 
+def test_a_kv_cache_below_one_block_is_refused_saying_what_sizes_it_and_writes_nothing(tmp_path):
+    raw = _engine("trtllm", "1.0.0", kv_cache_free_gpu_memory_fraction=1e-5)  # 5 tokens of KV, 32-token blocks
+    assert run_refused(tmp_path, raw) == (
+        "error: kv_cache.block_size: 32 is larger than the KV capacity of 5 tokens; allowed: at least one block of KV "
+        "memory (kv_cache's gpu_memory_utilization, free_memory_fraction or capacity_tokens, or the engine's memory "
+        "flag that sets them)")
+
+
 @pytest.mark.parametrize("engine, flags, budget, message, agrees", [
     (("sglang", "0.5.5.post1"), {"chunked_prefill_size": 4096}, 8192, "engine.chunked_prefill_size: 4096 contradicts "
      "scheduler.max_num_batched_tokens 8192; allowed: give one of them, or the same value", 4096),
