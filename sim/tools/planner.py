@@ -203,14 +203,16 @@ class CandidateTask:
 
 def _requests_for(raw: dict, num_replicas: int, rate_per_s: float, min_window_s: float) -> dict:
     """How many requests one simulation runs. Each replica sees the scenario's request count on average,
-    so tails are as well sampled at 8 replicas as at one; and arrivals span at least `min_window_s`:
-    with a fixed count, a high rate is a short burst that a big batch absorbs, and the search would
-    call a rate the system cannot keep up with sustainable. Traces replay as they are."""
+    so tails are as well sampled at 8 replicas as at one, up to the MAX_NUM_REQUESTS a run holds in all (100,000
+    a replica at 128 replicas would be refused mid-plan; at the cap each of 1,024 still sees ~9,800); and arrivals
+    span at least `min_window_s`: with a fixed count, a high rate is a short burst that a big batch absorbs, and
+    the search would call a rate the system cannot keep up with sustainable. Traces replay as they are."""
     raw = copy.deepcopy(raw)
     run = raw.setdefault("run", {})
     arrival_kind = ((raw.get("workload") or {}).get("arrival") or {}).get("kind", "poisson")
     if run.get("num_requests") and arrival_kind != "trace":
-        run["num_requests"] = max(int(run["num_requests"]) * num_replicas, math.ceil(rate_per_s * min_window_s))
+        per_replicas = min(int(run["num_requests"]) * num_replicas, MAX_NUM_REQUESTS)
+        run["num_requests"] = max(per_replicas, math.ceil(rate_per_s * min_window_s))
     return raw
 
 

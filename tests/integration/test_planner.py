@@ -487,3 +487,15 @@ def test_plan_refuses_an_expert_parallel_degree_out_of_range(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and "--ep: 0 is not allowed" in err and err.count("\n") == 0
     assert not (tmp_path / "o").exists()
+
+
+def test_a_runs_requests_scale_with_the_replicas_up_to_what_one_run_holds():
+    from sim.tools.planner import _requests_for
+    from sim.workload.base import MAX_NUM_REQUESTS
+    raw = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 10}}, "run": {"num_requests": 100_000}}
+    assert _requests_for(raw, 8, 10.0, 60)["run"]["num_requests"] == 800_000  # each replica sees the count
+    # 128 replicas would ask 12.8 million, which validation refused mid-plan: capped at a run's most
+    assert _requests_for(raw, 128, 10.0, 60)["run"]["num_requests"] == MAX_NUM_REQUESTS
+    assert _requests_for(raw, 1, 5000.0, 60)["run"]["num_requests"] == 300_000  # the window asks more: it rules
+    trace = {"workload": {"arrival": {"kind": "trace", "path": "t.csv"}}, "run": {"num_requests": 100_000}}
+    assert _requests_for(trace, 128, 10.0, 60)["run"]["num_requests"] == 100_000  # a trace replays as it is
