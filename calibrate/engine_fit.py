@@ -21,6 +21,7 @@ themselves; `--holdout` adds runs that were not used to fit.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -29,10 +30,12 @@ import pandas as pd
 from scipy.optimize import nnls
 
 from calibrate.bench_results import FIELD, ClientCounts, replayed_outputs
-from sim.config.schema import SHARED_DISCIPLINES, Scenario
+from sim.config.schema import MAX_NUM_SEQS, SHARED_DISCIPLINES, Scenario
 from sim.cost.overhead import TERMS, EngineOverhead, EngineOverheadCostModel, engine_overhead
 from sim.errors import ConfigError
+from sim.model.specs import MAX_MODEL_DIM
 from sim.workload.lengths import sharegpt_bench_lengths
+from sim.workload.traces import MAX_TRACE_TIME_S
 
 REQUEST_COLUMNS = ("arrival_s", "first_token_s", "finish_s", "prompt_tokens", "output_tokens")
 STEP_COLUMNS = ("start_s", "end_s", "prefill_chunk_tokens", "prefill_context_tokens", "num_decode_seqs",
@@ -85,7 +88,68 @@ def _read(files: list[Path], field: str) -> Measurements:
         numeric = [c for c in need if c not in ("prefill_chunk_tokens", "prefill_context_tokens")]
         if frame[numeric].isna().any().any():
             raise ConfigError(f"{field}: '{f}' has empty cells in {', '.join(numeric)}; allowed: complete rows")
+        _check_values(frame, kind, f"{field}: '{f}'")
     return Measurements(kind, files, frames)
+
+
+# What a measured cell may hold: (lowest, highest, whole number). Times are seconds on one clock (the trace reader's
+# bound, sim/workload/traces.py); counts are bounded as the schema bounds them, so that no sum or product the pricing
+# forms leaves int64 (a decode's context tokens: every sequence at the longest context).
+_TIME = (-MAX_TRACE_TIME_S, MAX_TRACE_TIME_S, False)
+_CELLS = {"arrival_s": _TIME, "first_token_s": _TIME, "finish_s": _TIME, "start_s": _TIME, "end_s": _TIME,
+          "prompt_tokens": (1, MAX_MODEL_DIM, True), "output_tokens": (1, MAX_MODEL_DIM, True),
+          "num_decode_seqs": (0, MAX_NUM_SEQS, True), "num_sampled_seqs": (0, MAX_NUM_SEQS, True),
+          "decode_context_tokens": (0, MAX_NUM_SEQS * MAX_MODEL_DIM, True)}
+# Per step, the space-separated tokens of each prompt chunk and the context before it
+_LISTED = {"prefill_chunk_tokens": 1, "prefill_context_tokens": 0}
+# Each later moment of a request or step at or after the earlier one, on the engine's clock
+_ORDER = {"requests": (("arrival_s", "first_token_s"), ("first_token_s", "finish_s")), "steps": (("start_s", "end_s"),)}
+
+
+def _check_values(frame: pd.DataFrame, kind: str, where: str) -> None:
+    """Refuse, in one line naming the line, column and value, a cell that is not what its tool writes: a number
+    out of its column's range (`_CELLS`), a moment before the one it follows, a prompt chunk list that does not
+    pair with its contexts. The numeric columns are left as numbers."""
+    for col, (lo, hi, whole) in _CELLS.items():
+        if col not in frame.columns:
+            continue
+        values = pd.to_numeric(frame[col], errors="coerce").to_numpy(float)
+        with np.errstate(invalid="ignore"):
+            bad = ~np.isfinite(values) | (values < lo) | (values > hi) | (whole & (values != np.floor(values)))
+        if bad.any():
+            i = int(np.argmax(bad))
+            allowed = f"a whole number from {lo:,} to {hi:,}" if whole else f"a number of seconds from {lo:g} to {hi:g}"
+            cell = frame[col].iloc[i]
+            shown = repr(cell) if isinstance(cell, str) else f"{cell:g}"  # (a number as pandas read it)
+            raise ConfigError(f"{where} line {i + 2}: {col} {shown} is not allowed; allowed: {allowed}")
+        frame[col] = values.astype(np.int64) if whole else values
+    for earlier, later in _ORDER[kind]:
+        behind = frame[later].to_numpy() < frame[earlier].to_numpy()
+        if behind.any():
+            i = int(np.argmax(behind))
+            raise ConfigError(f"{where} line {i + 2}: {later} {frame[later].iloc[i]:g} is before {earlier} "
+                              f"{frame[earlier].iloc[i]:g}; allowed: {later} >= {earlier} (one clock)")
+    if kind == "steps":
+        for i, (chunks, contexts) in enumerate(zip(frame["prefill_chunk_tokens"], frame["prefill_context_tokens"])):
+            lists = [_token_list(cell, _LISTED[col], f"{where} line {i + 2}: {col}")
+                     for col, cell in (("prefill_chunk_tokens", chunks), ("prefill_context_tokens", contexts))]
+            if len(lists[0]) != len(lists[1]):
+                shown = [" ".join(map(str, cells)) for cells in lists]
+                raise ConfigError(f"{where} line {i + 2}: prefill_chunk_tokens {shown[0]!r} and prefill_context_tokens "
+                                  f"{shown[1]!r} differ in length; allowed: one context for each chunk")
+
+
+def _token_list(cell, lowest: int, where: str) -> list[int]:
+    """A cell of space-separated token counts (empty: none), each a whole number from `lowest` to MAX_MODEL_DIM."""
+    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
+        return []
+    out = []
+    for word in str(cell).split():
+        if not re.fullmatch(r"\d+", word) or not lowest <= int(word) <= MAX_MODEL_DIM:
+            raise ConfigError(f"{where} {str(cell)!r} is not allowed; allowed: space-separated whole numbers from "
+                              f"{lowest} to {MAX_MODEL_DIM:,}")
+        out.append(int(word))
+    return out
 
 
 # --- the scenario's kernels and the simulated requests -------------------------------------------------

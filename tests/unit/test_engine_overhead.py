@@ -115,6 +115,39 @@ def test_measurements_refused_in_one_line(tmp_path):
     assert read_measurements(FIX / "medium").kind == "requests"
 
 
+REQUESTS = "arrival_s,first_token_s,finish_s,prompt_tokens,output_tokens\n0.0,0.05,0.6,94,22\n{row}\n"
+STEPS = ("start_s,end_s,prefill_chunk_tokens,prefill_context_tokens,num_decode_seqs,decode_context_tokens,"
+         "num_sampled_seqs\n0.0,0.1,228,0,0,0,1\n{row}\n")
+
+
+@pytest.mark.parametrize("text, message", [
+    # each was a traceback (ValueError, OverflowError, a math domain error in the profile) or priced inf seconds
+    (REQUESTS.format(row="3.3,x,4.7,99,54"), "line 3: first_token_s 'x' is not allowed; allowed: a number of "
+     "seconds from -1e+10 to 1e+10"),
+    (REQUESTS.format(row="3.3,inf,4.7,99,54"), "line 3: first_token_s inf is not allowed"),
+    (REQUESTS.format(row="3.3,3.4,4.7,99.5,54"), "line 3: prompt_tokens 99.5 is not allowed; allowed: a whole "
+     "number from 1 to 16,777,216"),
+    (REQUESTS.format(row="3.3,3.4,4.7,99,0"), "line 3: output_tokens 0 is not allowed"),
+    (REQUESTS.format(row="3.3,3.2,4.7,99,54"), "line 3: first_token_s 3.2 is before arrival_s 3.3; allowed: "
+     "first_token_s >= arrival_s (one clock)"),
+    (STEPS.format(row="0.1,0.2,,,-1,229,1"), "line 3: num_decode_seqs -1 is not allowed; allowed: a whole number "
+     "from 0 to 1,048,576"),
+    (STEPS.format(row="0.1,0.2,,,1,1e300,1"), "line 3: decode_context_tokens 1e+300 is not allowed"),
+    (STEPS.format(row="0.2,0.1,,,1,229,1"), "line 3: end_s 0.1 is before start_s 0.2"),
+    (STEPS.format(row="0.1,0.2,12 x,0 12,1,229,1"), "line 3: prefill_chunk_tokens '12 x' is not allowed; allowed: "
+     "space-separated whole numbers from 1 to 16,777,216"),
+    (STEPS.format(row="0.1,0.2,12 40,0,1,229,1"), "line 3: prefill_chunk_tokens '12 40' and prefill_context_tokens "
+     "'0' differ in length; allowed: one context for each chunk"),
+])
+def test_a_measured_cell_no_engine_writes_is_refused_naming_its_line(tmp_path, text, message):
+    name = "requests.csv" if text.startswith("arrival_s") else "steps.csv"
+    (tmp_path / name).write_text(text)
+    with pytest.raises(ConfigError) as err:
+        read_measurements(tmp_path)
+    assert str(err.value).startswith(f"MEASUREMENTS: '{tmp_path / name}' {message}"), str(err.value)
+    assert "\n" not in str(err.value)
+
+
 def test_fit_on_calibration_steps_predicts_held_out_runs():
     scenario = load_scenario_set(SCENARIO).base
     fit = fit_engine(FIX / "calib", scenario, holdout=[FIX / "medium"])
