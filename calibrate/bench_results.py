@@ -72,14 +72,16 @@ class BenchPoint:
     # `dataset_name` is not read: sglang.bench_serving's ShareGPT sampling is not checked against vLLM's):
     # "sharegpt" draws the lengths as vllm bench serve draws ShareGPT (engine_fit)
     dataset: str | None = None
+    num_sent: int | None = None  # the requests the client sent, failed ones too, where the result says (num_prompts)
 
     @property
     def users(self) -> int | None:
-        """The closed loop's users: the cap, or the requests the run counted where fewer (a client with 10 prompts
-        under `--max-concurrency 64` had at most 10 in flight). None: no cap."""
+        """The closed loop's users: the cap, or the requests the client sent where fewer (10 prompts under
+        `--max-concurrency 64` had at most 10 in flight; without `num_prompts`, the completed ones). None: no cap."""
         if self.concurrency is None:
             return None
-        return min(self.concurrency, self.num_requests) if self.num_requests > 0 else self.concurrency
+        sent = self.num_sent or self.num_requests
+        return min(self.concurrency, sent) if sent > 0 else self.concurrency
 
     @property
     def label(self) -> str:
@@ -287,8 +289,9 @@ def _vllm_like(source: str, obj: dict, tool: str) -> BenchPoint:
             mean_in, mean_out = total_in / completed, total_out / completed
     concurrency, rate = _load(source, obj.get("max_concurrency"), obj.get("request_rate"))
     model = obj.get("model_id") if isinstance(obj.get("model_id"), str) else None
+    sent = _count(source, "num_prompts", obj.get("num_prompts"))
     return _checked(BenchPoint(source, tool, model, concurrency, rate, int(completed or 0), mean_in, mean_out, metrics,
-                               ins, outs, zero_ttft, notes))
+                               ins, outs, zero_ttft, notes, num_sent=sent))
 
 
 def _genai_perf(source: str, obj: dict) -> BenchPoint:

@@ -598,8 +598,9 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
     notes = [f"{p.label} ({p.source}): max_concurrency {p.concurrency} with request rate {p.rate_per_s:g}/s: simulated "
              "as a closed loop at the concurrency (the rate limit is not modelled)"
              for p in points if p.concurrency is not None and math.isfinite(p.rate_per_s)]
-    notes += [f"{p.label} ({p.source}): max_concurrency {p.concurrency} above its {p.num_requests} requests: simulated "
-              f"with {p.users} in flight, as many as the client could have" for p in points if p.users != p.concurrency]
+    notes += [f"{p.label} ({p.source}): max_concurrency {p.concurrency} above the {p.users} requests it sent: "
+              "simulated with as many in flight, the most the client could have" for p in points
+              if p.users != p.concurrency]
     notes += [f"{p.label} ({p.source}): {note}" for p in points for note in p.notes]
     sim = _PointSimulator(scenario)
     notes += [f"{p.label} ({p.source}): {n} of the requests drawn to its means cut to the scenario's max_model_len "

@@ -378,7 +378,10 @@ def test_a_clients_cap_above_its_requests_runs_as_many_users_as_requests(tmp_pat
     assert p.label == "c=64" and p.users == 5  # 5 prompts: at most 5 were ever in flight
     d = _PointSimulator(validate_scenario(BASE))._point_dict(p)
     assert d["workload"]["arrival"]["num_users"] == 5 and d["run"]["num_requests"] == 5
-    assert replace(p, concurrency=4).users == 4 and replace(p, num_requests=0).users == 64
+    assert replace(p, concurrency=4).users == 4 and replace(p, num_requests=0, num_sent=None).users == 64
+    # the requests sent, failed ones too, where the result says (num_prompts): they were in flight as well
+    assert p.num_sent == 5 and replace(p, num_requests=3).users == 5
+    assert replace(p, num_sent=None, num_requests=3).users == 3
 
 
 @pytest.mark.parametrize("changes, needle", [
