@@ -173,6 +173,9 @@ def test_a_rope_factor_that_gives_no_models_context_is_refused_naming_the_config
     (_engine("trtllm", "1.0.0", command="trtllm-serve m --max_seq_len 1000000"),
      "engine.command '--max_seq_len 1000000' (sets scheduler.max_model_len): 1000000 exceeds llama-3.1-8b's "
      "max_context 131072"),
+    (_engine("trtllm", "1.0.0", extra_llm_api_options={"max_seq_len": 10**6}),  # a part of an expanding flag
+     "engine.extra_llm_api_options.max_seq_len (sets scheduler.max_model_len): 1000000 exceeds llama-3.1-8b's "
+     "max_context 131072"),
     (_engine("trtllm", "1.0.0", max_num_tokens=16, max_batch_size=64),
      "engine.max_num_tokens (sets scheduler.max_num_batched_tokens): 16 must be >= max_num_seqs (64) so every "
      "running decode fits a step"),

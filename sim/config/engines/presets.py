@@ -199,12 +199,15 @@ def as_flag_error(err: ConfigError, raw: Any) -> ConfigError:
         return err
     try:
         given, command = _given_flags(spec, preset, version, version_text)
+        given, origins = _expand_flags(given, spec["name"], preset, version, version_text)
     except ConfigError:
         return err
     setting = [key for key in given if key in preset.flags and preset.flags[key].target == dotted]
     if not setting:
         return err
     key = setting[0]
+    if key in origins:  # a part of an expanding flag's value (trtllm-serve's --extra_llm_api_options)
+        key = origins[key]
     apart = set(spec) - {"name", "version", "command"}
     shown = (f"engine.command {command.written[key]!r}" if command is not None and key in command.written
              and key not in apart else f"engine.{key}")
