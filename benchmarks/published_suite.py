@@ -1116,7 +1116,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     if cpu or front:  # the preset as this run's fit gives it: its CPU terms (its own rules on them: SGLang's
         # scheduler work without its overlap, sglang_overlap_work) and its own front-end
         from sim.config.engines import apply_engine_preset
-        preset_raw, preset_terms, _ = apply_engine_preset(raw, fits=with_this_fit(case, fitted))
+        preset_raw, preset_terms, _, _ = apply_engine_preset(raw, fits=with_this_fit(case, fitted))
     if not cm and cpu:  # the best available model, materialized so that the fitted terms can go into it
         from sim.config.cost_choice import default_cost_model
         cm, _ = default_cost_model(preset_raw, preset_terms)  # as validation chooses: on the preset's values

@@ -21,7 +21,6 @@ themselves; `--holdout` adds runs that were not used to fit.
 from __future__ import annotations
 
 import math
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -140,16 +139,16 @@ def _check_values(frame: pd.DataFrame, kind: str, where: str) -> None:
 
 
 def _token_list(cell, lowest: int, where: str) -> list[int]:
-    """A cell of space-separated token counts (empty: none), each a whole number from `lowest` to MAX_MODEL_DIM."""
-    if cell is None or (isinstance(cell, float) and math.isnan(cell)):
-        return []
-    out = []
-    for word in str(cell).split():
-        if not re.fullmatch(r"\d+", word) or not lowest <= int(word) <= MAX_MODEL_DIM:
-            raise ConfigError(f"{where} {str(cell)!r} is not allowed; allowed: space-separated whole numbers from "
-                              f"{lowest} to {MAX_MODEL_DIM:,}")
-        out.append(int(word))
-    return out
+    """A cell as the step reader parses it (`token_counts`), each a whole number from `lowest` to MAX_MODEL_DIM."""
+    from calibrate.fidelity.overhead import token_counts
+    try:
+        counts = token_counts(cell)
+    except ValueError:
+        counts = None
+    if counts is None or not all(lowest <= c <= MAX_MODEL_DIM for c in counts):
+        raise ConfigError(f"{where} {str(cell)!r} is not allowed; allowed: space-separated whole numbers from "
+                          f"{lowest} to {MAX_MODEL_DIM:,}")
+    return counts
 
 
 # --- the scenario's kernels and the simulated requests -------------------------------------------------

@@ -27,7 +27,8 @@ OVERHEAD_SEQS = (1, 2, 4, 8, 16, 32, 64, 128, 256)  # table points; kept where s
 _MIN_STEPS_PER_POINT = 5
 
 
-def _ints(cell) -> list[int]:
+def token_counts(cell) -> list[int]:
+    """A recorded step's cell of space-separated token counts, one a prompt chunk (empty: none)."""
     if cell is None or (isinstance(cell, float) and math.isnan(cell)):
         return []
     return [int(x) for x in str(cell).split()]
@@ -47,7 +48,7 @@ def read_steps(run_dirs: list[Path]) -> pd.DataFrame:
 
 def step_plan(row) -> StepPlan:
     """ServeSim's StepPlan for one recorded vLLM step."""
-    chunks, contexts = _ints(row.prefill_chunk_tokens), _ints(row.prefill_context_tokens)
+    chunks, contexts = token_counts(row.prefill_chunk_tokens), token_counts(row.prefill_context_tokens)
     return StepPlan(prefill_request_ids=list(range(len(chunks))), prefill_chunk_tokens=chunks,
                     prefill_context_tokens=contexts, num_decode_seqs=int(row.num_decode_seqs),
                     decode_context_tokens=int(row.decode_context_tokens), num_sampled_seqs=int(row.num_sampled_seqs))

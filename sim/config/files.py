@@ -168,7 +168,7 @@ def validate_scenario(raw: Any, prefix: str = "", resolve: bool = True) -> Scena
         return scenario
     except ConfigError as err:
         from sim.config.engines import as_flag_error
-        raise ConfigError(f"{prefix}{as_flag_error(err, raw)}") from None
+        raise ConfigError(f"{prefix}{as_flag_error(err, scenario)}") from None
 
 
 def validate_arrival(raw: Any) -> Arrival:

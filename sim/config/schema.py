@@ -880,13 +880,21 @@ class EngineSpec(BaseModel):
     name: str
     version: str
     _notes: tuple[str, ...] = PrivateAttr(())
+    _set_by: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @classmethod
-    def applied(cls, raw: dict, notes: list[str]) -> "EngineSpec":
-        """The engine section of a raw scenario its preset was just applied to, keeping the preset's notes."""
+    def applied(cls, raw: dict, notes: list[str], set_by: dict[str, str]) -> "EngineSpec":
+        """The engine section of a raw scenario its preset was just applied to, keeping the preset's notes and which
+        flag set which key."""
         spec = cls.model_validate(raw)
-        spec._notes = tuple(notes)
+        spec._notes, spec._set_by = tuple(notes), dict(set_by)
         return spec
+
+    @property
+    def set_by(self) -> dict[str, str]:
+        """{scenario key an engine flag set: the flag as the user wrote it} (`apply_engine_preset`),
+        kept from the scenario's validation, so that an error about such a key names the flag (`as_flag_error`)."""
+        return dict(self._set_by)
 
     @property
     def notes(self) -> list[str]:
@@ -932,10 +940,10 @@ class Scenario(_Strict):
             return data
         from sim.config.checkpoint import checkpoint_defaults
         data = checkpoint_defaults(data)  # a quantized checkpoint's dtype, seen by the preset and the choice below
-        overhead, notes = None, None
+        overhead, notes, set_by = None, None, {}
         if data.get("engine") is not None:
             from sim.config.engines import apply_engine_preset
-            data, overhead, notes = apply_engine_preset(data, field_value_problem)
+            data, overhead, notes, set_by = apply_engine_preset(data, field_value_problem)
         from sim.config.bench_clients import measured_client_defaults
         data = measured_client_defaults(data)
         from sim.config.chat_template import chat_template_defaults
@@ -955,7 +963,7 @@ class Scenario(_Strict):
                     why += " (the tier every variant can have)"
                 data = {**data, "cost_model": chosen, "cost_model_choice": why}
         if notes is not None:  # the preset's notes go with its engine, so that nothing derives them again
-            data = {**data, "engine": EngineSpec.applied(data["engine"], notes)}
+            data = {**data, "engine": EngineSpec.applied(data["engine"], notes, set_by)}
         return data
     attention: AttentionSpec = Field(AttentionSpec(), description="the attention kernel: flash (default) or "
                                      "materialized scores")

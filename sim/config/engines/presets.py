@@ -78,16 +78,18 @@ def model_of_raw(raw: dict):
 
 
 def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str | None] | None = None,
-                        fits: dict | None = None) -> tuple[dict, dict | None, list[str]]:
+                        fits: dict | None = None) -> tuple[dict, dict | None, list[str], dict[str, str]]:
     """(the raw scenario with the engine preset's values written under the scenario's own (a copy), the preset's
     CPU terms: the `overhead` section it gives a cost model, which `sim.config.cost_choice` uses when the scenario
     names no cost model, what the preset approximates (`PresetResult.notes`, one line each), which the validated
-    scenario keeps on its engine: `EngineSpec.notes`). `value_problem(scenario key, value, flag)` (the schema's
+    scenario keeps on its engine: `EngineSpec.notes`, and {scenario key a flag set: the flag as the user wrote
+    it}, for errors about such a key: `EngineSpec.set_by`, `as_flag_error`).
+    `value_problem(scenario key, value, flag)` (the schema's
     `field_value_problem`) says in one line when a flag's value is not allowed in the key it sets. `fits`: the
     fitted numbers to read, as engine_terms.json holds them (None: the shipped ones)."""
     spec = raw.get("engine")
     if spec is None:
-        return raw, None, []
+        return raw, None, [], {}
     if not isinstance(spec, dict):
         raise ConfigError(f"engine: {spec!r} is not allowed; allowed: a mapping with name, version and the "
                           "engine's flags")
@@ -107,12 +109,18 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
                           f"{preset.known_versions()}")
     given, command = _given_flags(spec, preset, version, version_text)
     if command is None:
-        return _apply_flags(raw, name, preset, version, version_text, given, value_problem, fits)
+        raw, overhead, notes, set_by = _apply_flags(raw, name, preset, version, version_text, given, value_problem,
+                                                    fits)
+        return raw, overhead, notes, {dotted: f"engine.{flag}" for dotted, flag in set_by.items()}
+    apart = set(spec) - {"name", "version", "command"}
     try:
-        raw, overhead, notes = _apply_flags(raw, name, preset, version, version_text, given, value_problem, fits)
+        raw, overhead, notes, set_by = _apply_flags(raw, name, preset, version, version_text, given, value_problem,
+                                                    fits)
     except ConfigError as err:
-        raise as_command_error(err, command, set(spec) - {"name", "version", "command"}) from None
-    return raw, overhead, notes + command_notes(command)
+        raise as_command_error(err, command, apart) from None
+    return raw, overhead, notes + command_notes(command), {
+        dotted: (f"engine.command {command.written[flag]!r}" if flag in command.written and flag not in apart
+                 else f"engine.{flag}") for dotted, flag in set_by.items()}
 
 
 def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
@@ -137,9 +145,10 @@ def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
     return given, command
 
 
-def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str,
-                 given: dict, value_problem, fits: dict | None = None) -> tuple[dict, dict | None, list[str]]:
-    """apply_engine_preset once the engine's name, version and flags (`given`) are known."""
+def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str, given: dict,
+                 value_problem, fits: dict | None = None) -> tuple[dict, dict | None, list[str], dict[str, str]]:
+    """apply_engine_preset once the engine's name, version and flags (`given`) are known; its last item names each
+    flag by its key, or by the part of an expanding flag's value that gave it."""
     flags = {}
     given, origins = _expand_flags(given, name, preset, version, version_text)
     for key, value in given.items():
@@ -164,6 +173,8 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
         raise _from_origin(err, origins) from None
     for dotted, flag in result.from_flags.items():
         _refuse_flag_value(value_problem, dotted, result.values[dotted], origins.get(flag, flag))
+    # (a key the scenario gives too must agree with its flag, below: the flag is named for it alike)
+    set_by = {dotted: origins.get(flag, flag) for dotted, flag in result.from_flags.items() if flag is not None}
     for dotted, value in result.values.items():
         if dotted.startswith("frontend."):
             continue  # placed below, once the scenario's front-end is known
@@ -179,39 +190,18 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
     for dotted, value in result.values.items():
         if dotted.startswith("frontend."):
             _place_frontend_value(raw, dotted, value, result.from_flags.get(dotted), result.notes)
-    return raw, overhead, result.notes
+    return raw, overhead, result.notes, set_by
 
 
-def as_flag_error(err: ConfigError, raw: Any) -> ConfigError:
+def as_flag_error(err: ConfigError, scenario) -> ConfigError:
     """An error about a scenario key that an engine flag set, not the scenario (`scheduler.max_model_len: ...` from
-    the deployment's checks, where TensorRT-LLM's --max_seq_len gave it), as one about the flag the user wrote:
-    `engine.max_seq_len (sets scheduler.max_model_len): ...`, or `engine.command '--max_seq_len 1000000' (sets ...)`.
-    Errors about the scenario's own keys, and any this cannot place, as they are."""
+    the deployment's checks, where TensorRT-LLM's --max_seq_len gave it), as one about the flag the user wrote
+    (`EngineSpec.set_by`): `engine.max_seq_len (sets scheduler.max_model_len): ...`, or `engine.command
+    '--max_seq_len 1000000' (sets ...)`. Errors about the scenario's own keys as they are."""
     text = str(err)
     dotted = text.split(":", 1)[0]
-    spec = raw.get("engine") if isinstance(raw, dict) else None
-    if not isinstance(spec, dict) or " " in dotted or "." not in dotted or has_key(raw, dotted):
-        return err
-    preset = PRESETS.get(spec.get("name")) if isinstance(spec.get("name"), str) else None
-    version_text = spec.get("version")
-    version = parse_version(version_text) if isinstance(version_text, str) else None
-    if preset is None or version is None:
-        return err
-    try:
-        given, command = _given_flags(spec, preset, version, version_text)
-        given, origins = _expand_flags(given, spec["name"], preset, version, version_text)
-    except ConfigError:
-        return err
-    setting = [key for key in given if key in preset.flags and preset.flags[key].target == dotted]
-    if not setting:
-        return err
-    key = setting[0]
-    if key in origins:  # a part of an expanding flag's value (trtllm-serve's --extra_llm_api_options)
-        key = origins[key]
-    apart = set(spec) - {"name", "version", "command"}
-    shown = (f"engine.command {command.written[key]!r}" if command is not None and key in command.written
-             and key not in apart else f"engine.{key}")
-    return ConfigError(f"{shown} (sets {dotted}):{text[len(dotted) + 1:]}")
+    flag = scenario.engine.set_by.get(dotted) if scenario.engine is not None else None
+    return err if flag is None else ConfigError(f"{flag} (sets {dotted}):{text[len(dotted) + 1:]}")
 
 
 def _checked_flag(key: str, value, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str):
