@@ -480,10 +480,12 @@ def _search_rates(task: CandidateTask, neighbour: CandidateOutcome | None) -> Ca
                 neighbour.max_rate_per_replica, ceiling, search_ceiling(start, near)):
             # (a neighbour that did not search has NaN rates, which max_sustainable_rate does not take)
             bracket = (neighbour.max_rate_per_replica, neighbour.failed_rate_per_replica)
-        ok, bad = max_sustainable_rate(lambda r: evaluate(1, r, verdict_only=True).slo_met, start,
-                                       s.rate_tolerance, start / 1024, bracket, ceiling)
+        ok, bad = capped_search(lambda r: evaluate(1, r, verdict_only=True).slo_met, start,
+                                s.rate_tolerance, start / 1024, bracket, ceiling, s.min_window_s)
         out = CandidateOutcome(cand, "feasible", max_rate_per_replica=ok, failed_rate_per_replica=bad,
                                saturated_rate_per_replica=saturated)
+        if math.isfinite(ok) and math.isinf(bad):
+            out.reason = at_least_note(ok, "one replica", s.min_window_s)
         if ok == 0.0:
             lowest = min(evaluate.evaluations, key=lambda e: e.rate_per_s)
             lowest = evaluate(1, lowest.rate_per_s)  # its metrics describe the failure: the full run
@@ -581,12 +583,38 @@ def search_ceiling(start: float, saturated_rate_per_replica: float, num_replicas
     return min(_MAX_RATE_PER_S, max(start, CEILING_MARGIN * saturated_rate_per_replica * num_replicas))
 
 
+def window_ceiling(min_window_s: float) -> float:
+    """The highest rate whose run still spans `min_window_s` of arrivals within the MAX_NUM_REQUESTS a run holds
+    (`_requests_for`). A search stops there: a run at a higher rate would be refused, and with it the candidate."""
+    return MAX_NUM_REQUESTS / min_window_s
+
+
+def capped_search(passes: Callable[[float], bool], start: float, tolerance: float, floor_rate: float,
+                  neighbour: tuple[float, float] | None, ceiling: float, min_window_s: float) -> tuple[float, float]:
+    """`max_sustainable_rate` up to `ceiling` or the window's (`window_ceiling`), the lower. Where the window's
+    ceiling is the lower and the SLOs still hold there, the answer is that rate with no failure seen (rate,
+    inf): a lower bound, not the (inf, inf) of SLOs that hold at any rate, since the replicas were not driven
+    past what they serve saturated."""
+    cap = window_ceiling(min_window_s)
+    ok, bad = max_sustainable_rate(passes, start, tolerance, floor_rate, neighbour, min(ceiling, cap))
+    if math.isinf(ok) and cap < ceiling:
+        return cap, math.inf
+    return ok, bad
+
+
 def below_ceilings(neighbour_passed: float, ceiling: float, neighbour_ceiling: float) -> bool:
     """Whether a neighbour's bracket may settle a search of the same start (`max_sustainable_rate`'s `neighbour`)
     whose ceiling differs from the neighbour's: where twice the rate it passed is below both ceilings, neither search
     doubled up to its ceiling before the bracket (the doubling stops at the first miss, at most twice a rate that
     passed), so the two take the same path and the bracket is the answer the full search gives."""
     return 2 * neighbour_passed < ceiling and 2 * neighbour_passed < neighbour_ceiling  # (NaN: False)
+
+
+def at_least_note(rate_per_s: float, who: str, min_window_s: float) -> str:
+    """Says that a search's answer is a lower bound: the SLOs held at the window's ceiling (`capped_search`)."""
+    return (f"the SLOs held at {rate_per_s:.4g} req/s on {who}, the highest rate whose {min_window_s:g} s of "
+            f"arrivals (search.min_window_s) one run holds ({MAX_NUM_REQUESTS:,} requests): its limit is at least "
+            "that, higher rates were not simulated")
 
 
 @dataclass(frozen=True)
@@ -614,10 +642,11 @@ def curve_for(task: CurveTask, neighbour: CurveOutcome | None = None) -> CurveOu
     ceiling = search_ceiling(s.target_rate_per_s, task.saturated_rate_per_replica, n)
     bracket = (neighbour.max_rate_per_s, neighbour.failed_rate_per_s) if neighbour is not None and below_ceilings(
         neighbour.max_rate_per_s, ceiling, neighbour.ceiling_rate_per_s) else None
-    ok, bad = max_sustainable_rate(lambda r: evaluate(n, r, verdict_only=True).slo_met, s.target_rate_per_s,
-                                   s.rate_tolerance, s.target_rate_per_s / 1024, bracket, ceiling)
+    ok, bad = capped_search(lambda r: evaluate(n, r, verdict_only=True).slo_met, s.target_rate_per_s,
+                            s.rate_tolerance, s.target_rate_per_s / 1024, bracket, ceiling, s.min_window_s)
     top = ok if math.isfinite(ok) and ok > 0 else s.target_rate_per_s
-    points = [evaluate(n, top * f) for f in CURVE_FRACTIONS]
+    # a point past the window's ceiling would be a run of more requests than one holds
+    points = [evaluate(n, top * f) for f in CURVE_FRACTIONS if top * f <= window_ceiling(s.min_window_s)]
     return CurveOutcome(task.candidate, n, ok, points, failed_rate_per_s=bad, ceiling_rate_per_s=ceiling)
 
 

@@ -499,3 +499,38 @@ def test_a_runs_requests_scale_with_the_replicas_up_to_what_one_run_holds():
     assert _requests_for(raw, 1, 5000.0, 60)["run"]["num_requests"] == 300_000  # the window asks more: it rules
     trace = {"workload": {"arrival": {"kind": "trace", "path": "t.csv"}}, "run": {"num_requests": 100_000}}
     assert _requests_for(trace, 128, 10.0, 60)["run"]["num_requests"] == 100_000  # a trace replays as it is
+
+
+def test_a_search_stops_at_the_highest_rate_one_run_holds(monkeypatch):
+    """A search's ceiling (CEILING_MARGIN x the saturated rate) times search.min_window_s may ask for more requests
+    than a run holds: each such run was refused and the candidate excluded ("run.num_requests"). The search now
+    stops at the window's ceiling, and a pass there is a lower bound (rate, inf), said in the reason and the
+    report, not the (inf, inf) of SLOs that hold at any rate."""
+    import sim.tools.planner as planner
+    from sim.views.plan_report import slo_margins
+    cap_requests = 400  # stands in for the 10,000,000 a run holds: the TPOT-only plan's ceiling asks ~600
+    monkeypatch.setattr(planner, "MAX_NUM_REQUESTS", cap_requests)
+    raw = small_scenario({"name": "tpot-only", "cost_model": {"kind": "roofline"},
+                          "workload": {"arrival": {"rate_per_s": 40}},
+                          "slo": {"tpot_s": 0.2, "percentile": 90}, "run": {"num_requests": 150},
+                          "search": {"gpus": ["a100-80gb"], "tensor_parallel": [1], "max_replicas": 4,
+                                     "num_seeds": 1, "min_window_s": 5, "top_k": 1}})
+    asked = []
+    scenario_raw = planner.Evaluator.scenario_raw
+
+    def recording(self, *args, **kwargs):
+        out = scenario_raw(self, *args, **kwargs)
+        asked.append(out["run"]["num_requests"])
+        return out
+    monkeypatch.setattr(planner.Evaluator, "scenario_raw", recording)
+    result = run_plan(copy.deepcopy(raw), plan_settings(raw), backend="serial")
+    (outcome,) = result.outcomes
+    window_rate = cap_requests / 5
+    assert CEILING_MARGIN * outcome.saturated_rate_per_replica > window_rate  # the window's ceiling is the lower
+    assert outcome.status == "feasible", outcome.reason
+    assert (outcome.max_rate_per_replica, outcome.failed_rate_per_replica) == (window_rate, math.inf)
+    assert "at least" in outcome.reason and "search.min_window_s" in outcome.reason
+    assert asked and max(asked) <= cap_requests
+    (curve,) = result.curves
+    assert curve.max_rate_per_s == window_rate and max(e.rate_per_s for e in curve.points) <= window_rate
+    assert any(m["limit"] == "rate headroom (at least)" for m in slo_margins(result))
