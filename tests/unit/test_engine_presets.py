@@ -938,6 +938,12 @@ def test_a_dumped_scenario_validates_to_itself():
     ({"version": "0.11.0"}, {}, "engine.name: missing; allowed: vllm, sglang, trtllm, lmdeploy"),
     ({"name": "sglang"}, {}, "engine.version: missing; allowed: a quoted version string of sglang"),
     ({"name": "trtllm", "version": "1.0.0", "scheduler_policy": "FIFO"}, {}, "engine.scheduler_policy: 'FIFO'"),
+    # TensorRT-LLM's KV blocks hold a power of 2 tokens, more than 1 (its docs/source/features/kvcache.md); 48 and 1
+    # were taken and priced as blocks it never allocates
+    ({"name": "trtllm", "version": "1.2.0rc1", "tokens_per_block": 48}, {},
+     "engine.tokens_per_block: 48 is not allowed; allowed: a power of 2 greater than 1"),
+    ({"name": "trtllm", "version": "1.2.0rc1", "tokens_per_block": 1}, {},
+     "engine.tokens_per_block: 1 is not allowed; allowed: a power of 2 greater than 1"),
     ({"name": "sglang", "version": "0.5.23", "chunked_prefill_size": "big"}, {},
      "engine.chunked_prefill_size: 'big' is not allowed"),
     ({"name": "sglang", "version": "0.3.0", "disable_radix_cache": True, "enable_prefix_caching": True}, {},

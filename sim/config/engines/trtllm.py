@@ -236,6 +236,15 @@ def _moe_backend(value):
     return value
 
 
+def _tokens_per_block(value):
+    # "It must be a power of two greater than 1" (docs/source/features/kvcache.md at NVIDIA/TensorRT-LLM 0076e939;
+    # trtllm-build's own check: math.log2(tokens_per_block).is_integer())
+    if value < 2 or value & (value - 1):
+        raise ConfigError(f"engine.tokens_per_block: {value!r} is not allowed; allowed: a power of 2 greater than 1, "
+                          "as TensorRT-LLM's KV blocks need")
+    return value
+
+
 def _policy(value):
     if value not in ("GUARANTEED_NO_EVICT", "MAX_UTILIZATION"):
         raise ConfigError(f"engine.scheduler_policy: {value!r} is not allowed; allowed: GUARANTEED_NO_EVICT, "
@@ -249,7 +258,7 @@ TRTLLM_FLAGS = {
     "max_seq_len": Flag("scheduler.max_model_len", int, "--max_seq_len"),
     "kv_cache_free_gpu_memory_fraction": Flag(None, (int, float), "--kv_cache_free_gpu_memory_fraction",
                                               aliases=("--free_gpu_memory_fraction",)),
-    "tokens_per_block": Flag("kv_cache.block_size", int, "tokens_per_block"),
+    "tokens_per_block": Flag("kv_cache.block_size", int, "tokens_per_block", _tokens_per_block),
     "enable_chunked_prefill": Flag(None, bool, "--enable_chunked_prefill"),
     "scheduler_policy": Flag(None, str, "capacity_scheduler_policy", _policy),
     "cuda_graph_batch_sizes": Flag(None, list, "cuda_graph_config.batch_sizes with enable_padding"),
