@@ -108,3 +108,18 @@ def test_catalog_and_workload_commands_print_tables():
     wl = servesim("workload", "scenarios/quickstart.yaml")
     assert wl.returncode == 0
     assert re.search(r"count\s*│\s*3,000", wl.stdout)
+
+
+def test_a_run_that_rejects_requests_says_why(tmp_path):
+    """A KV cache smaller than any request (LMDeploy's cache_max_entry_count of 2 blocks, found by a random search)
+    rejects every request and exits 0: the table counts them, and a note now says why, from their reject_reason."""
+    scenario = small_scenario({"kv_cache": {"capacity_tokens": 128},
+                               "workload": {"lengths": {"input_tokens": 200, "output_tokens": 20}},
+                               "run": {"num_requests": 10}})
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(scenario))
+    proc = servesim("run", path, "--out", tmp_path / "out", "-q")
+    assert proc.returncode == 0, proc.stderr
+    lines = [line for line in proc.stdout.splitlines() if "rejected," in line]
+    assert lines == ["note: small: 10 of 10 requests were rejected, as they can never run here (the first: needs 219 "  # the last token's KV is never written
+                     "KV slots but the whole cache holds 128); requests.parquet's reject_reason says why for each"]
