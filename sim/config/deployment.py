@@ -260,6 +260,9 @@ def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draf
     """KV token slots per replica: from the memory arithmetic (after `score_bytes` of materialized attention scores
     per GPU), unless the scenario pins it (`pinned=False`: the memory arithmetic's, pin or not)."""
     if pinned and scenario.kv_cache.capacity_tokens is not None:
+        # A pin sets the KV cache's size, not whether the deployment loads: the arithmetic still raises
+        # DoesNotFitError where the weights and activations leave no room (Mixtral-8x22B's 282 GB on one A100 ran).
+        _kv_capacity_tokens(scenario, model, gpu, draft, token_budget, score_bytes, pinned=False)
         return scenario.kv_cache.capacity_tokens
     s, q, tp = scenario.scheduler, scenario.quantization, scenario.hardware.tensor_parallel
     # TensorRT-LLM sizes its KV cache as a fraction of the memory free once the model is loaded: the arithmetic at

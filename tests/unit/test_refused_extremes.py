@@ -189,3 +189,23 @@ def test_a_rope_factor_that_gives_no_models_context_is_refused_naming_the_config
 ])
 def test_a_deployment_error_about_a_key_an_engine_flag_set_names_the_flag(raw, message):
     assert _refusal(raw) == message
+
+
+@pytest.mark.parametrize("raw", [
+    small_scenario({"model": "mixtral-8x22b", "hardware": {"gpu": "a100-80gb"},
+                    "kv_cache": {"capacity_tokens": 64000}}),
+    _engine("lmdeploy", "0.14.0", model="mixtral-8x22b", gpu="a100-80gb", cache_max_entry_count=1000),  # 1,000 blocks
+])
+def test_a_pinned_kv_cache_still_needs_the_weights_to_fit(raw):
+    """A pinned KV capacity (kv_cache.capacity_tokens, or LMDeploy's cache_max_entry_count as a block count, found by
+    a random search) skipped the memory arithmetic: Mixtral-8x22B's 282 GB of weights ran on one 80 GB A100. The
+    pin sets the cache's size; the weights and activations must still fit, as without it."""
+    message = _refusal(raw)
+    assert message.startswith("hardware: mixtral-8x22b (bf16 weights, tensor_parallel=1) needs ") and (
+        " bytes per GPU but a100-80gb offers " in message), message
+
+
+def test_a_pinned_kv_cache_that_fits_is_kept():
+    from sim.config.deployment import resolve
+    pinned = validate_scenario(small_scenario({"kv_cache": {"capacity_tokens": 4096}}))
+    assert resolve(pinned).kv_capacity_tokens == 4096
