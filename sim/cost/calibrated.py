@@ -27,7 +27,7 @@ import pandas as pd
 
 from sim.core.step_plan import StepPlan
 from sim.cost import interpolation
-from sim.cost.profile_meta import read_meta
+from sim.cost.profile_meta import MAX_STEP_S, count_cell, count_words, read_meta, seconds_cell
 from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.cost.roofline_kernel import expert_load, hybrid_layer_mean, touched_experts
 from sim.errors import ConfigError
@@ -230,6 +230,38 @@ def _host_loop_table(points: pd.DataFrame) -> OpTable:
 
 
 _CACHE: dict[tuple[str, float], Profile] = {}
+_CONTEXT_KEYS = ("context_tokens",)  # a shape column that may be 0 (a prefill chunk with no context before it)
+
+
+def _read_family(csv: Path, keys: tuple[str, ...], field: str) -> pd.DataFrame:
+    """One op family's table, every cell checked, one line naming the file, line, column and value: the shapes
+    whole numbers (`count_cell`: >= 1, a context >= 0), the layouts known, median_s seconds (`seconds_cell`; p20_s
+    and p80_s too where given). Before, a cell such as "x", -1 or inf reached the interpolation as a TypeError, a
+    math domain error, or infinite steps."""
+    try:
+        df = pd.read_csv(csv)
+        cells = pd.read_csv(csv, dtype=str, keep_default_na=False)
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
+        raise ConfigError(f"{field}: '{csv}' is not a readable CSV") from None
+    missing = [c for c in keys + STAT_COLUMNS if c not in df.columns]
+    if missing or df.empty:
+        raise ConfigError(f"{field}: '{csv}' lacks columns {missing or '(no rows)'}; "
+                          f"expected: {', '.join(keys + STAT_COLUMNS)}")
+    for line, row in enumerate(cells[list(keys + STAT_COLUMNS)].itertuples(index=False), start=2):
+        for col, value in zip(keys + STAT_COLUMNS, row):
+            if col == "op":
+                ok, allowed = value.strip() != "", "an op name"
+            elif col == "layout":
+                ok, allowed = value in KV_LAYOUTS, ", ".join(KV_LAYOUTS)
+            elif col in STAT_COLUMNS:
+                ok = seconds_cell(value) is not None or (col != "median_s" and value == "")
+                allowed = f"seconds > 0, at most {MAX_STEP_S:g} (finite)"
+            else:
+                minimum = 0 if col in _CONTEXT_KEYS else 1
+                ok, allowed = count_cell(value, minimum) is not None, count_words(minimum)
+            if not ok:
+                raise ConfigError(f"{field}: '{csv}' line {line}: {col} {value!r} is not allowed; allowed: {allowed}")
+    return df
 
 
 def load_profile(path: str | Path, field: str = "cost_model.profile") -> Profile:
@@ -250,17 +282,7 @@ def load_profile(path: str | Path, field: str = "cost_model.profile") -> Profile
         csv = p / f"{family}.csv"
         if not csv.is_file():
             raise ConfigError(f"{field}: '{path}' lacks {family}.csv; allowed: a complete profile folder")
-        try:
-            df = pd.read_csv(csv)
-        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
-            raise ConfigError(f"{field}: '{csv}' is not a readable CSV") from None
-        missing = [c for c in keys + STAT_COLUMNS if c not in df.columns]
-        if missing or df.empty:
-            raise ConfigError(f"{field}: '{csv}' lacks columns {missing or '(no rows)'}; "
-                              f"expected: {', '.join(keys + STAT_COLUMNS)}")
-        if (df["median_s"] <= 0).any() or df["median_s"].isna().any():
-            raise ConfigError(f"{field}: '{csv}' has a non-positive or missing median_s; allowed: > 0")
-        frames[family] = df
+        frames[family] = _read_family(csv, keys, field)
     roof = _device_roofline(meta, frames)
     profile = Profile(p, meta, frames, roof, op_tables(meta, frames, roof))
     _CACHE[key] = profile

@@ -1,14 +1,49 @@
-"""meta.json of a profile folder, per-op or whole-step: one reader, one set of one-line errors; and the dtypes a
-profile was measured in, which a scenario's quantization must match (`check_profile_dtypes`)."""
+"""meta.json of a profile folder, per-op or whole-step: one reader, one set of one-line errors; the dtypes a
+profile was measured in, which a scenario's quantization must match (`check_profile_dtypes`); and what a cell of its
+tables may hold (`count_cell`, `seconds_cell`), which both tables' readers check."""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+
+import numpy as np
 
 from sim.errors import ConfigError
 
 PROFILE_FORMAT_VERSION = 1
+MAX_CELL_COUNT = int(np.iinfo(np.int64).max)  # the compiled pricing takes a table's counts as int64
+# A table's times are seconds. One in milliseconds or microseconds read as seconds makes every step 1,000 or
+# 1,000,000 times too slow (a 6.6 ms decode step becomes a TPOT of 6,629 s per token), so implausible times are
+# refused with the unit named. No engine step takes ten minutes: the slowest shipped step is 1.0 s (Llama-3.1-70B,
+# an 8,192-token prefill on 2 H100s), and a CPU prefill of thousands of tokens takes minutes at most; nor does one
+# op of a step (the per-op tables).
+MAX_STEP_S = 600.0
+
+
+def count_cell(value: str, minimum: int) -> int | None:
+    """A table cell as a whole number from `minimum` to MAX_CELL_COUNT, else None."""
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    if not (math.isfinite(number) and number == int(number) and minimum <= number <= MAX_CELL_COUNT):
+        return None
+    return int(number)
+
+
+def seconds_cell(value: str) -> float | None:
+    """A table cell as seconds, finite, > 0 and at most MAX_STEP_S, else None."""
+    try:
+        number = float(value)
+    except ValueError:
+        return None
+    return number if math.isfinite(number) and 0 < number <= MAX_STEP_S else None
+
+
+def count_words(minimum: int) -> str:
+    return f"a whole number from {minimum} to {MAX_CELL_COUNT:,}"
 
 
 def read_meta(path: str | Path, field: str = "cost_model.profile") -> dict:

@@ -57,7 +57,7 @@ from sim.cost import compiled_pricing, steps_kernel
 from sim.cost.calibrated import shard_shapes
 from sim.cost.compiled_pricing import KIND_STEPS
 from sim.cost.packed import PackedCostModel
-from sim.cost.profile_meta import read_meta
+from sim.cost.profile_meta import MAX_STEP_S, count_cell, count_words, read_meta
 from sim.cost.roofline import RooflineCostModel, StepCost, decode_run_costs
 from sim.cost.step_args import step_args
 from sim.errors import ConfigError
@@ -75,11 +75,6 @@ STEPS_COLUMNS = ("kind", "prefill_tokens", "prefill_context", "decode_batch", "d
                  "p20_s", "p80_s")
 _DTYPE_BYTES = {"fp32": 4, "fp16": 2, "bf16": 2}
 DISAGREEMENT_NOTE_FRACTION = 0.05  # rows sharing a token count whose ratios differ more than this get a note
-# A table's times are seconds. One in milliseconds or microseconds read as seconds makes every step 1,000 or
-# 1,000,000 times too slow (a 6.6 ms decode step becomes a TPOT of 6,629 s per token), so implausible times are
-# refused with the unit named. No engine step takes ten minutes: the slowest shipped step is 1.0 s (Llama-3.1-70B,
-# an 8,192-token prefill on 2 H100s), and a CPU prefill of thousands of tokens takes minutes at most.
-MAX_STEP_S = 600.0
 # A decode step reads the weights and the KV cache once: the slowest shipped one takes 49 ms (Llama-3.1-70B, 256
 # sequences on 4 H200s). On a GPU (device cuda) one of a second is a table in milliseconds.
 MAX_GPU_DECODE_STEP_S = 1.0
@@ -141,13 +136,10 @@ def read_steps_table(path: str | Path, field: str = "TABLE", model: ModelSpec | 
         rec: dict = {"kind": kind}
         for col in ("prefill_tokens", "prefill_context", "decode_batch", "decode_context"):
             value = raw.get(col, "0")
-            try:
-                number = float(value) if value != "" else float("nan")
-            except ValueError:
-                number = float("nan")
-            if not math.isfinite(number) or number < 0 or number != int(number):
-                raise _fail(field, path, line_no, f"{col} {value!r} is not allowed; allowed: an integer >= 0")
-            rec[col] = int(number)
+            number = count_cell(value, 0)
+            if number is None:
+                raise _fail(field, path, line_no, f"{col} {value!r} is not allowed; allowed: {count_words(0)}")
+            rec[col] = number
         for col in ("step_s", "p20_s", "p80_s"):
             value = raw.get(col, "")
             if col != "step_s" and value == "":
@@ -505,9 +497,12 @@ def load_step_profile(path: str | Path, field: str = "cost_model.profile") -> St
         return _CACHE[key]
     try:
         model = ModelSpec.model_validate(meta.get("model"))
-        tp = int(meta["tensor_parallel"])
+        tp = meta["tensor_parallel"]
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:  # (0 divided the shard's shapes by zero)
+            raise ValueError(tp)
     except (ValidationError, KeyError, TypeError, ValueError):
-        raise ConfigError(f"{field}: '{p / 'meta.json'}' lacks a valid model or tensor_parallel") from None
+        raise ConfigError(f"{field}: '{p / 'meta.json'}' lacks a valid model or tensor_parallel (a whole number "
+                          ">= 1)") from None
     if meta["shard"] != shard_shapes(model, tp):
         raise ConfigError(f"{field}: '{p / 'meta.json'}' has a shard section that is not {model.name}'s at "
                           f"tensor_parallel {tp}; rewrite the profile")
