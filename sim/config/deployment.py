@@ -255,14 +255,24 @@ def _check_kv_blocks(scenario: Scenario, capacity_tokens: int) -> None:
                       "(kv_cache.capacity_tokens), or fewer replicas (hardware.num_replicas)")
 
 
+def _check_weights_fit(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,
+                       token_budget: int) -> None:
+    """A pinned KV capacity sets the cache's size, not whether the model loads: the weights (a draft's too, each
+    stage's) must fit the GPU's whole memory, else DoesNotFitError (Mixtral-8x22B's 282 GB ran on one 80 GB A100).
+    The weights only: an engine whose preset pins the cache sizes its activations its own way (LMDeploy 0.1's k/v
+    blocks a fraction of the total memory), which the arithmetic's activations would overstate."""
+    bare_kv = scenario.kv_cache.model_copy(update={
+        "capacity_tokens": None, "gpu_memory_utilization": 1.0, "reserve_bytes": 0, "profile_activations": False,
+        "transient_margin": None, "free_memory_fraction": None})
+    _kv_capacity_tokens(scenario.model_copy(update={"kv_cache": bare_kv}), model, gpu, draft, token_budget)
+
+
 def _kv_capacity_tokens(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, draft: ModelSpec | None,
                         token_budget: int, score_bytes: int = 0, pinned: bool = True) -> int:
     """KV token slots per replica: from the memory arithmetic (after `score_bytes` of materialized attention scores
     per GPU), unless the scenario pins it (`pinned=False`: the memory arithmetic's, pin or not)."""
     if pinned and scenario.kv_cache.capacity_tokens is not None:
-        # A pin sets the KV cache's size, not whether the deployment loads: the arithmetic still raises
-        # DoesNotFitError where the weights and activations leave no room (Mixtral-8x22B's 282 GB on one A100 ran).
-        _kv_capacity_tokens(scenario, model, gpu, draft, token_budget, score_bytes, pinned=False)
+        _check_weights_fit(scenario, model, gpu, draft, token_budget)
         return scenario.kv_cache.capacity_tokens
     s, q, tp = scenario.scheduler, scenario.quantization, scenario.hardware.tensor_parallel
     # TensorRT-LLM sizes its KV cache as a fraction of the memory free once the model is loaded: the arithmetic at

@@ -199,10 +199,18 @@ def test_a_deployment_error_about_a_key_an_engine_flag_set_names_the_flag(raw, m
 def test_a_pinned_kv_cache_still_needs_the_weights_to_fit(raw):
     """A pinned KV capacity (kv_cache.capacity_tokens, or LMDeploy's cache_max_entry_count as a block count, found by
     a random search) skipped the memory arithmetic: Mixtral-8x22B's 282 GB of weights ran on one 80 GB A100. The
-    pin sets the cache's size; the weights and activations must still fit, as without it."""
+    pin sets the cache's size; the weights must still fit the GPU's whole memory."""
     message = _refusal(raw)
-    assert message.startswith("hardware: mixtral-8x22b (bf16 weights, tensor_parallel=1) needs ") and (
-        " bytes per GPU but a100-80gb offers " in message), message
+    assert message.startswith("hardware: mixtral-8x22b (bf16 weights, tensor_parallel=1) needs 28") and (
+        " bytes per GPU but a100-80gb offers 85,899,345,920 (1 of 85,899,345,920)" in message), message
+
+
+def test_a_pinned_kv_cache_is_not_refused_for_activations_its_engine_sizes_its_own_way():
+    """LMDeploy 0.1's k/v blocks are a fraction of the total memory (pinned by its preset): Llama-2-70B at TP 4 on
+    A100s serves LMDeploy's published runs, where the arithmetic's activations for its batch would not fit."""
+    raw = _engine("lmdeploy", "0.1.0a1", model="llama-2-70b", gpu="a100-80gb", tp=4)
+    raw["hardware"]["tensor_parallel"] = 4
+    assert validate_scenario(raw).kv_cache.capacity_tokens > 0
 
 
 def test_a_pinned_kv_cache_that_fits_is_kept():
