@@ -24,6 +24,7 @@ from typing import Callable
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
 from sim.core.step_plan import StepPlan
 from sim.cost import interpolation
@@ -264,6 +265,25 @@ def _read_family(csv: Path, keys: tuple[str, ...], field: str) -> pd.DataFrame:
     return df
 
 
+def profile_model(meta: dict, path: Path, field: str) -> tuple[ModelSpec, int]:
+    """(model, tensor_parallel) a profile's meta.json names, with its shard section checked against them (what
+    the tables were measured at), for both kinds of profile. One line where any is malformed: a shard that is not
+    a mapping of numbers reached the per-op tables' arithmetic as a TypeError, tensor_parallel 0 the shard's
+    shapes as a ZeroDivisionError."""
+    try:
+        model = ModelSpec.model_validate(meta.get("model"))
+        tp = meta["tensor_parallel"]
+        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:
+            raise ValueError(tp)
+    except (ValidationError, KeyError, TypeError, ValueError):
+        raise ConfigError(f"{field}: '{path / 'meta.json'}' lacks a valid model or tensor_parallel (a whole number "
+                          ">= 1)") from None
+    if meta["shard"] != shard_shapes(model, tp):
+        raise ConfigError(f"{field}: '{path / 'meta.json'}' has a shard section that is not {model.name}'s at "
+                          f"tensor_parallel {tp}; rewrite the profile")
+    return model, tp
+
+
 def load_profile(path: str | Path, field: str = "cost_model.profile") -> Profile:
     """Read and check a profile folder (cached: many replicas share one)."""
     p = Path(path).expanduser()
@@ -277,6 +297,7 @@ def load_profile(path: str | Path, field: str = "cost_model.profile") -> Profile
     if not meta.get("complete"):
         raise ConfigError(f"{field}: '{path}' is incomplete (an interrupted run); rerun `python -m calibrate run` "
                           "with the same options and --out to resume it")
+    profile_model(meta, p, field)
     frames = {}
     for family, keys in FAMILY_KEYS.items():
         csv = p / f"{family}.csv"

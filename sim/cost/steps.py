@@ -50,11 +50,10 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from pydantic import ValidationError
 
 from sim.core.step_plan import StepPlan
 from sim.cost import compiled_pricing, steps_kernel
-from sim.cost.calibrated import shard_shapes
+from sim.cost.calibrated import profile_model, shard_shapes
 from sim.cost.compiled_pricing import KIND_STEPS
 from sim.cost.packed import PackedCostModel
 from sim.cost.profile_meta import MAX_STEP_S, count_cell, count_words, read_meta
@@ -495,17 +494,7 @@ def load_step_profile(path: str | Path, field: str = "cost_model.profile") -> St
     key = (str(p.resolve()), (p / "meta.json").stat().st_mtime, csv.stat().st_mtime)
     if key in _CACHE:
         return _CACHE[key]
-    try:
-        model = ModelSpec.model_validate(meta.get("model"))
-        tp = meta["tensor_parallel"]
-        if isinstance(tp, bool) or not isinstance(tp, int) or tp < 1:  # (0 divided the shard's shapes by zero)
-            raise ValueError(tp)
-    except (ValidationError, KeyError, TypeError, ValueError):
-        raise ConfigError(f"{field}: '{p / 'meta.json'}' lacks a valid model or tensor_parallel (a whole number "
-                          ">= 1)") from None
-    if meta["shard"] != shard_shapes(model, tp):
-        raise ConfigError(f"{field}: '{p / 'meta.json'}' has a shard section that is not {model.name}'s at "
-                          f"tensor_parallel {tp}; rewrite the profile")
+    model, tp = profile_model(meta, p, field)
     rows = read_steps_table(csv, field, model=model, device=meta.get("device"))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", StepFitWarning)  # kept in fit.notes; `calibrate check` prints them

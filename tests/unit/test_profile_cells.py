@@ -83,3 +83,24 @@ def test_a_whole_step_profile_of_tensor_parallel_zero_is_one_line(tmp_path, tp):
     (folder / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match=r"lacks a valid model or tensor_parallel \(a whole number >= 1\)"):
         _run(folder)
+
+
+@pytest.mark.parametrize("kind", ["ops", "steps"])
+@pytest.mark.parametrize("key, value, words", [
+    ("shard", -1, "has a shard section that is not llama-3.1-8b's at tensor_parallel 1"),
+    ("shard", "hidden_size", "has a shard section that is not llama-3.1-8b's"),
+    ("model", {"name": "x"}, "lacks a valid model or tensor_parallel"),
+])
+def test_a_malformed_meta_json_is_one_line_for_either_kind_of_profile(tmp_path, kind, key, value, words):
+    """A per-op profile's shard section reached its tables' arithmetic as it was: -1 or a mapping with a
+    mapping for hidden_size raised a TypeError. Both kinds now check the model, tensor_parallel and shard alike
+    (`profile_model`)."""
+    folder = _copy(tmp_path, kind)
+    meta = json.loads((folder / "meta.json").read_text())
+    if value == "hidden_size":
+        meta["shard"]["hidden_size"] = {}
+    else:
+        meta[key] = value
+    (folder / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(ConfigError, match=words):
+        _run(folder)
