@@ -63,6 +63,10 @@ def read_meta(path: str | Path, field: str = "cost_model.profile") -> dict:
     if not isinstance(meta, dict) or meta.get("format_version") != PROFILE_FORMAT_VERSION or "shard" not in meta:
         raise ConfigError(f"{field}: '{meta_path}' is not a ServeSim profile (format_version "
                           f"{PROFILE_FORMAT_VERSION} with a shard section)")
+    kind = meta.get("profile_kind")
+    if kind is not None and not isinstance(kind, str):  # (a mapping was looked up among the kinds: a TypeError)
+        raise ConfigError(f"{field}: '{meta_path}' has profile_kind {kind!r}; allowed: the name of a profile's kind "
+                          "(steps, engine_steps), or none for per-op kernel times")
     return meta
 
 

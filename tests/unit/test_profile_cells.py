@@ -90,6 +90,7 @@ def test_a_whole_step_profile_of_tensor_parallel_zero_is_one_line(tmp_path, tp):
     ("shard", -1, "has a shard section that is not llama-3.1-8b's at tensor_parallel 1"),
     ("shard", "hidden_size", "has a shard section that is not llama-3.1-8b's"),
     ("model", {"name": "x"}, "lacks a valid model or tensor_parallel"),
+    ("profile_kind", {}, r"has profile_kind \{\}; allowed: the name of a profile's kind"),  # was a TypeError
 ])
 def test_a_malformed_meta_json_is_one_line_for_either_kind_of_profile(tmp_path, kind, key, value, words):
     """A per-op profile's shard section reached its tables' arithmetic as it was: -1 or a mapping with a
