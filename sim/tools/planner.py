@@ -135,7 +135,7 @@ class CurveOutcome:
     max_rate_per_s: float  # highest rate the deployment sustains within the SLOs
     points: list[Evaluation]  # throughput-latency curve
     failed_rate_per_s: float = math.nan  # the lowest rate its search saw the deployment miss them at
-    ceiling_rate_per_s: float = math.nan  # the highest rate its search would double to (`search_ceiling`)
+    ceiling_rate_per_s: float = math.nan  # the highest rate its search doubles to (`search_ceiling`, `window_ceiling`)
 
 
 @dataclass
@@ -473,11 +473,11 @@ def _search_rates(task: CandidateTask, neighbour: CandidateOutcome | None) -> Ca
                 f"(search.max_replicas) serve about {reach:.3g} req/s at most",
                 saturated_rate_per_replica=saturated, reachable_rate_per_s=reach, evaluations=evaluate.evaluations)
         start = _search_start(s, saturated)
-        ceiling = search_ceiling(start, saturated)
+        ceiling, cap = search_ceiling(start, saturated), window_ceiling(s.min_window_s)
         bracket = None
         near = neighbour.saturated_rate_per_replica if neighbour is not None else math.nan
-        if neighbour is not None and start == _search_start(s, near) and below_ceilings(
-                neighbour.max_rate_per_replica, ceiling, search_ceiling(start, near)):
+        if neighbour is not None and start == _search_start(s, near) and below_ceilings(  # the ceilings searched to
+                neighbour.max_rate_per_replica, min(ceiling, cap), min(search_ceiling(start, near), cap)):
             # (a neighbour that did not search has NaN rates, which max_sustainable_rate does not take)
             bracket = (neighbour.max_rate_per_replica, neighbour.failed_rate_per_replica)
         ok, bad = capped_search(lambda r: evaluate(1, r, verdict_only=True).slo_met, start,
@@ -639,15 +639,16 @@ def curve_for(task: CurveTask, neighbour: CurveOutcome | None = None) -> CurveOu
     s = task.settings
     evaluate = Evaluator(task.raw, s, task.known)
     n = task.num_replicas
-    ceiling = search_ceiling(s.target_rate_per_s, task.saturated_rate_per_replica, n)
+    ceiling, cap = search_ceiling(s.target_rate_per_s, task.saturated_rate_per_replica, n), window_ceiling(
+        s.min_window_s)
     bracket = (neighbour.max_rate_per_s, neighbour.failed_rate_per_s) if neighbour is not None and below_ceilings(
-        neighbour.max_rate_per_s, ceiling, neighbour.ceiling_rate_per_s) else None
+        neighbour.max_rate_per_s, min(ceiling, cap), neighbour.ceiling_rate_per_s) else None
     ok, bad = capped_search(lambda r: evaluate(n, r, verdict_only=True).slo_met, s.target_rate_per_s,
                             s.rate_tolerance, s.target_rate_per_s / 1024, bracket, ceiling, s.min_window_s)
     top = ok if math.isfinite(ok) and ok > 0 else s.target_rate_per_s
     # a point past the window's ceiling would be a run of more requests than one holds
-    points = [evaluate(n, top * f) for f in CURVE_FRACTIONS if top * f <= window_ceiling(s.min_window_s)]
-    return CurveOutcome(task.candidate, n, ok, points, failed_rate_per_s=bad, ceiling_rate_per_s=ceiling)
+    points = [evaluate(n, top * f) for f in CURVE_FRACTIONS if top * f <= cap]
+    return CurveOutcome(task.candidate, n, ok, points, failed_rate_per_s=bad, ceiling_rate_per_s=min(ceiling, cap))
 
 
 @dataclass(frozen=True)
