@@ -121,5 +121,6 @@ def test_a_run_that_rejects_requests_says_why(tmp_path):
     proc = servesim("run", path, "--out", tmp_path / "out", "-q")
     assert proc.returncode == 0, proc.stderr
     lines = [line for line in proc.stdout.splitlines() if "rejected," in line]
-    assert lines == ["note: small: 10 of 10 requests were rejected, as they can never run here (the first: needs 219 "  # the last token's KV is never written
+    # 219 KV slots: 200 + 20 tokens, the last token's KV never written
+    assert lines == ["note: small: 10 of 10 requests were rejected, as they can never run here (the first: needs 219 "
                      "KV slots but the whole cache holds 128); requests.parquet's reject_reason says why for each"]
