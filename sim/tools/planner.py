@@ -585,8 +585,9 @@ def search_ceiling(start: float, saturated_rate_per_replica: float, num_replicas
 
 def window_ceiling(min_window_s: float) -> float:
     """The highest rate whose run still spans `min_window_s` of arrivals within the MAX_NUM_REQUESTS a run holds
-    (`_requests_for`). A search stops there: a run at a higher rate would be refused, and with it the candidate."""
-    return MAX_NUM_REQUESTS / min_window_s
+    (`_requests_for`). A search stops there: a run at a higher rate would be refused, and with it the candidate.
+    No window asked (0, which the schema allows): no such rate."""
+    return MAX_NUM_REQUESTS / min_window_s if min_window_s > 0 else math.inf
 
 
 def capped_search(passes: Callable[[float], bool], start: float, tolerance: float, floor_rate: float,

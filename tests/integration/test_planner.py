@@ -29,8 +29,10 @@ from sim.tools.planner import (
     run_plan,
     search_candidate,
     search_ceiling,
+    window_ceiling,
 )
 from sim.workload.arrivals import MAX_RATE_PER_S
+from sim.workload.base import MAX_NUM_REQUESTS
 from sim.views.cli import main
 from sim.views.plan_report import (
     candidates_frame,
@@ -137,6 +139,18 @@ def test_an_unbounded_pass_stops_doubling_at_the_ceiling():
     assert search_ceiling(10.0, 3.0, num_replicas=2) == 24.0
     assert search_ceiling(20.0, 3.0) == 20.0  # never below where the search starts
     assert search_ceiling(10.0, math.inf) == search_ceiling(10.0, math.nan) == MAX_RATE_PER_S
+
+
+def test_a_plan_without_a_window_has_no_window_ceiling():
+    """search.min_window_s 0 (allowed: no window asked) divided by zero in the window's ceiling (a review found it)."""
+    assert window_ceiling(0.0) == math.inf and window_ceiling(60.0) == MAX_NUM_REQUESTS / 60.0
+    raw = small_scenario({"name": "no-window", "cost_model": {"kind": "roofline"},
+                          "workload": {"arrival": {"rate_per_s": 40}}, "slo": {"tpot_s": 0.2, "percentile": 90},
+                          "run": {"num_requests": 150},
+                          "search": {"gpus": ["a100-80gb"], "tensor_parallel": [1], "max_replicas": 4,
+                                     "num_seeds": 1, "min_window_s": 0, "top_k": 1}})
+    (outcome,) = run_plan(copy.deepcopy(raw), plan_settings(raw), backend="serial").outcomes
+    assert outcome.status == "feasible" and outcome.max_rate_per_replica == math.inf
 
 
 def test_a_plan_whose_slos_never_bind_ends():
@@ -491,7 +505,6 @@ def test_plan_refuses_an_expert_parallel_degree_out_of_range(tmp_path, capsys):
 
 def test_a_runs_requests_scale_with_the_replicas_up_to_what_one_run_holds():
     from sim.tools.planner import _requests_for
-    from sim.workload.base import MAX_NUM_REQUESTS
     raw = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 10}}, "run": {"num_requests": 100_000}}
     assert _requests_for(raw, 8, 10.0, 60)["run"]["num_requests"] == 800_000  # each replica sees the count
     # 128 replicas would ask 12.8 million, which validation refused mid-plan: capped at a run's most
