@@ -230,7 +230,7 @@ def _host_loop_table(points: pd.DataFrame) -> OpTable:
     return OpTable("step_overhead", ("num_seqs",), points, lambda s: fixed_s + per_seq_s * s)
 
 
-_CACHE: dict[tuple[str, float], Profile] = {}
+_CACHE: dict[tuple, Profile] = {}
 _CONTEXT_KEYS = ("context_tokens",)  # a shape column that may be 0 (a prefill chunk with no context before it)
 
 
@@ -288,7 +288,10 @@ def load_profile(path: str | Path, field: str = "cost_model.profile") -> Profile
     """Read and check a profile folder (cached: many replicas share one)."""
     p = Path(path).expanduser()
     meta = read_meta(p, field)
-    key = (str(p.resolve()), (p / "meta.json").stat().st_mtime)
+    # every file it reads: a table edited in place is read again (the whole-step loader keys its table too)
+    tables = [p / f"{family}.csv" for family in FAMILY_KEYS]
+    key = (str(p.resolve()), (p / "meta.json").stat().st_mtime, *(t.stat().st_mtime if t.is_file() else None
+                                                                 for t in tables))
     if key in _CACHE:
         return _CACHE[key]
     if meta.get("profile_kind") in ("steps", "engine_steps"):

@@ -22,11 +22,21 @@ MAX_CELL_COUNT = int(np.iinfo(np.int64).max)  # the compiled pricing takes a tab
 MAX_STEP_S = 600.0
 
 
+def _number(value: str) -> float | None:
+    """A cell's number as pandas reads it: Python's float() also takes digits grouped by underscores ("1_000"),
+    which pandas leaves as text, a TypeError in the tables' arithmetic."""
+    if "_" in value:
+        return None
+    try:
+        return float(value)
+    except ValueError:
+        return None
+
+
 def count_cell(value: str, minimum: int) -> int | None:
     """A table cell as a whole number from `minimum` to MAX_CELL_COUNT, else None."""
-    try:
-        number = float(value)
-    except ValueError:
+    number = _number(value)
+    if number is None:
         return None
     if not (math.isfinite(number) and number == int(number) and minimum <= number <= MAX_CELL_COUNT):
         return None
@@ -35,11 +45,8 @@ def count_cell(value: str, minimum: int) -> int | None:
 
 def seconds_cell(value: str) -> float | None:
     """A table cell as seconds, finite, > 0 and at most MAX_STEP_S, else None."""
-    try:
-        number = float(value)
-    except ValueError:
-        return None
-    return number if math.isfinite(number) and 0 < number <= MAX_STEP_S else None
+    number = _number(value)
+    return number if number is not None and math.isfinite(number) and 0 < number <= MAX_STEP_S else None
 
 
 def count_words(minimum: int) -> str:

@@ -46,6 +46,9 @@ def _run(folder: Path):
     ("step_overhead", 4, "num_seqs", "2.5", "a whole number from 1 to"),
     ("step_overhead", 4, "p80_s", "nan", "seconds > 0"),
     ("elementwise", 0, "median_s", "1e4", "at most 600"),  # a table in microseconds
+    # digits grouped by underscores: float() takes them, pandas leaves the cell as text (a TypeError after review)
+    ("linear", 3, "num_tokens", "1_0", "a whole number from 1 to"),
+    ("linear", 3, "median_s", "2_0e-05", "seconds > 0"),
 ])
 def test_a_bad_cell_in_a_per_op_profile_is_one_line(tmp_path, family, row, column, value, allowed):
     folder = _copy(tmp_path, "ops")
@@ -105,3 +108,18 @@ def test_a_malformed_meta_json_is_one_line_for_either_kind_of_profile(tmp_path, 
     (folder / "meta.json").write_text(json.dumps(meta))
     with pytest.raises(ConfigError, match=words):
         _run(folder)
+
+
+def test_a_per_op_table_edited_in_place_is_read_again(tmp_path):
+    """The per-op loader's cache was keyed by meta.json's time alone: a table edited after a first load (the
+    dashboard's long-lived process) was priced as it was. Its tables' times are in the key now, as the whole-step
+    loader's table is."""
+    import os
+    from sim.cost.calibrated import load_profile
+    folder = _copy(tmp_path, "ops")
+    assert "linear:qkv" in load_profile(folder).tables  # loaded, and cached
+    _set_cell(folder / "linear.csv", 3, "median_s", "2_0e-05")
+    stat = (folder / "linear.csv").stat()
+    os.utime(folder / "linear.csv", ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # a later time, surely
+    with pytest.raises(ConfigError, match="line 5: median_s '2_0e-05' is not allowed"):
+        load_profile(folder)
