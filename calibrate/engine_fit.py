@@ -31,6 +31,7 @@ from scipy.optimize import nnls
 from calibrate.bench_results import FIELD, ClientCounts, replayed_outputs
 from sim.config.schema import MAX_NUM_SEQS, SHARED_DISCIPLINES, Scenario
 from sim.cost.overhead import TERMS, EngineOverhead, EngineOverheadCostModel, engine_overhead
+from sim.cost.profile_meta import first_bad_cell
 from sim.errors import ConfigError
 from sim.model.specs import MAX_MODEL_DIM
 from sim.workload.lengths import sharegpt_bench_lengths
@@ -112,15 +113,11 @@ def _check_values(frame: pd.DataFrame, kind: str, where: str) -> None:
     for col, (lo, hi, whole) in _CELLS.items():
         if col not in frame.columns:
             continue
-        values = pd.to_numeric(frame[col], errors="coerce").to_numpy(float)
-        with np.errstate(invalid="ignore"):
-            bad = ~np.isfinite(values) | (values < lo) | (values > hi) | (whole & (values != np.floor(values)))
-        if bad.any():
-            i = int(np.argmax(bad))
+        bad = first_bad_cell(frame[col], lo, hi, whole)
+        if bad is not None:
             allowed = f"a whole number from {lo:,} to {hi:,}" if whole else f"a number of seconds from {lo:g} to {hi:g}"
-            cell = frame[col].iloc[i]
-            shown = repr(cell) if isinstance(cell, str) else f"{cell:g}"  # (a number as pandas read it)
-            raise ConfigError(f"{where} line {i + 2}: {col} {shown} is not allowed; allowed: {allowed}")
+            raise ConfigError(f"{where} line {bad[0] + 2}: {col} {bad[1]} is not allowed; allowed: {allowed}")
+        values = pd.to_numeric(frame[col]).to_numpy(float)
         frame[col] = values.astype(np.int64) if whole else values
     for earlier, later in _ORDER[kind]:
         behind = frame[later].to_numpy() < frame[earlier].to_numpy()

@@ -28,7 +28,7 @@ from pydantic import ValidationError
 
 from sim.core.step_plan import StepPlan
 from sim.cost import interpolation
-from sim.cost.profile_meta import MAX_STEP_S, count_cell, count_words, read_meta, seconds_cell
+from sim.cost.profile_meta import MAX_CELL_COUNT, MAX_STEP_S, count_words, first_bad_cell, read_meta
 from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.cost.roofline_kernel import expert_load, hybrid_layer_mean, touched_experts
 from sim.errors import ConfigError
@@ -235,33 +235,32 @@ _CONTEXT_KEYS = ("context_tokens",)  # a shape column that may be 0 (a prefill c
 
 
 def _read_family(csv: Path, keys: tuple[str, ...], field: str) -> pd.DataFrame:
-    """One op family's table, every cell checked, one line naming the file, line, column and value: the shapes
-    whole numbers (`count_cell`: >= 1, a context >= 0), the layouts known, median_s seconds (`seconds_cell`; p20_s
-    and p80_s too where given). Before, a cell such as "x", -1 or inf reached the interpolation as a TypeError, a
-    math domain error, or infinite steps."""
+    """One op family's table, every cell checked (`first_bad_cell`), one line naming the file, line, column and
+    value: the shapes whole numbers (>= 1, a context >= 0), the layouts known, median_s seconds (p20_s and p80_s too
+    where given). Before, a cell such as "x", -1 or inf reached the interpolation as a TypeError, a math domain
+    error, or infinite steps."""
     try:
         df = pd.read_csv(csv)
-        cells = pd.read_csv(csv, dtype=str, keep_default_na=False)
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError):
         raise ConfigError(f"{field}: '{csv}' is not a readable CSV") from None
     missing = [c for c in keys + STAT_COLUMNS if c not in df.columns]
     if missing or df.empty:
         raise ConfigError(f"{field}: '{csv}' lacks columns {missing or '(no rows)'}; "
                           f"expected: {', '.join(keys + STAT_COLUMNS)}")
-    for line, row in enumerate(cells[list(keys + STAT_COLUMNS)].itertuples(index=False), start=2):
-        for col, value in zip(keys + STAT_COLUMNS, row):
-            if col == "op":
-                ok, allowed = value.strip() != "", "an op name"
-            elif col == "layout":
-                ok, allowed = value in KV_LAYOUTS, ", ".join(KV_LAYOUTS)
-            elif col in STAT_COLUMNS:
-                ok = seconds_cell(value) is not None or (col != "median_s" and value == "")
-                allowed = f"seconds > 0, at most {MAX_STEP_S:g} (finite)"
-            else:
-                minimum = 0 if col in _CONTEXT_KEYS else 1
-                ok, allowed = count_cell(value, minimum) is not None, count_words(minimum)
-            if not ok:
-                raise ConfigError(f"{field}: '{csv}' line {line}: {col} {value!r} is not allowed; allowed: {allowed}")
+    for col in keys + STAT_COLUMNS:
+        if col in ("op", "layout"):
+            ok = (df[col].notna() if col == "op" else df[col].isin(KV_LAYOUTS)).to_numpy()
+            i = int(np.argmax(~ok))
+            bad, allowed = None if ok.all() else (i, repr(df[col].iloc[i])), (
+                "an op name" if col == "op" else ", ".join(KV_LAYOUTS))
+        elif col in STAT_COLUMNS:
+            bad = first_bad_cell(df[col], 0.0, MAX_STEP_S, False, above_lo=True, optional=col != "median_s")
+            allowed = f"seconds > 0, at most {MAX_STEP_S:g} (finite)"
+        else:
+            minimum = 0 if col in _CONTEXT_KEYS else 1
+            bad, allowed = first_bad_cell(df[col], minimum, MAX_CELL_COUNT, True), count_words(minimum)
+        if bad is not None:
+            raise ConfigError(f"{field}: '{csv}' line {bad[0] + 2}: {col} {bad[1]} is not allowed; allowed: {allowed}")
     return df
 
 

@@ -9,11 +9,13 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 
 from sim.errors import ConfigError
 
 PROFILE_FORMAT_VERSION = 1
-MAX_CELL_COUNT = int(np.iinfo(np.int64).max)  # the compiled pricing takes a table's counts as int64
+# A table's counts are read, and priced, as float64 (pandas, the pricing kernels): whole numbers are exact up to 2^53
+MAX_CELL_COUNT = 2 ** 53
 # A table's times are seconds. One in milliseconds or microseconds read as seconds makes every step 1,000 or
 # 1,000,000 times too slow (a 6.6 ms decode step becomes a TPOT of 6,629 s per token), so implausible times are
 # refused with the unit named. No engine step takes ten minutes: the slowest shipped step is 1.0 s (Llama-3.1-70B,
@@ -43,14 +45,31 @@ def count_cell(value: str, minimum: int) -> int | None:
     return int(number)
 
 
-def seconds_cell(value: str) -> float | None:
-    """A table cell as seconds, finite, > 0 and at most MAX_STEP_S, else None."""
-    number = _number(value)
-    return number if number is not None and math.isfinite(number) and 0 < number <= MAX_STEP_S else None
-
-
 def count_words(minimum: int) -> str:
     return f"a whole number from {minimum} to {MAX_CELL_COUNT:,}"
+
+
+def first_bad_cell(values: pd.Series, lo: float, hi: float, whole: bool, above_lo: bool = False,
+                   optional: bool = False) -> tuple[int, str] | None:
+    """(row, the cell as shown in an error) of the first cell of a measured table's column, as pandas read it, that
+    is not a finite number from `lo` (above it with `above_lo`) to `hi`, a whole one where `whole`; None where every
+    cell is. `optional`: an empty cell is allowed. Text that is not a number is not one (digits grouped by
+    underscores, "1_000", included: pandas leaves them as text), nor is true or false. The one check of the
+    per-op profile tables (sim/cost/calibrated.py) and of `calibrate fit-engine`'s measurement tables."""
+    if values.dtype == bool:
+        return 0, repr(values.iloc[0])
+    numbers = pd.to_numeric(values, errors="coerce").to_numpy(float)
+    with np.errstate(invalid="ignore"):
+        bad = ~np.isfinite(numbers) | (numbers > hi) | ((numbers <= lo) if above_lo else (numbers < lo))
+        if whole:
+            bad |= numbers != np.floor(numbers)
+    if optional:
+        bad &= values.notna().to_numpy()
+    if not bad.any():
+        return None
+    i = int(np.argmax(bad))
+    cell = values.iloc[i]
+    return i, repr(cell) if isinstance(cell, str) else f"{cell:g}"
 
 
 def read_meta(path: str | Path, field: str = "cost_model.profile") -> dict:

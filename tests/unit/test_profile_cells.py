@@ -35,45 +35,48 @@ def _run(folder: Path):
     return simulate(validate_scenario(raw))
 
 
-@pytest.mark.parametrize("family, row, column, value, allowed", [
-    ("linear", 30, "num_tokens", "True", "a whole number from 1 to 9,223,372,036,854,775,807"),
-    ("linear", 3, "median_s", "[1]", "seconds > 0, at most 600 (finite)"),
-    ("decode_attention", 53, "context_tokens", "x", "a whole number from 0 to"),
-    ("decode_attention", 98, "median_s", "inf", "seconds > 0"),  # priced infinite steps
-    ("decode_attention", 2, "layout", "ring", "contiguous, paged"),
-    ("prefill_attention", 36, "context_tokens", "-1", "a whole number from 0 to"),
-    ("sampling", 3, "num_rows", "-1", "a whole number from 1 to"),  # a math domain error
-    ("step_overhead", 4, "num_seqs", "2.5", "a whole number from 1 to"),
-    ("step_overhead", 4, "p80_s", "nan", "seconds > 0"),
-    ("elementwise", 0, "median_s", "1e4", "at most 600"),  # a table in microseconds
+@pytest.mark.parametrize("family, row, column, value, shown, allowed", [
+    # (`shown`: the cell as pandas read it: text quoted, a number as a number)
+    ("linear", 30, "num_tokens", "True", "'True'", "a whole number from 1 to 9,007,199,254,740,992"),
+    ("linear", 3, "median_s", "[1]", "'[1]'", "seconds > 0, at most 600 (finite)"),
+    ("decode_attention", 53, "context_tokens", "x", "'x'", "a whole number from 0 to"),
+    ("decode_attention", 98, "median_s", "inf", "inf", "seconds > 0"),  # priced infinite steps
+    ("decode_attention", 2, "layout", "ring", "'ring'", "contiguous, paged"),
+    ("prefill_attention", 36, "context_tokens", "-1", "-1", "a whole number from 0 to"),
+    ("sampling", 3, "num_rows", "-1", "-1", "a whole number from 1 to"),  # a math domain error
+    ("sampling", 3, "num_rows", "1e20", "1e+20", "a whole number from 1 to"),  # past what float64 counts exactly
+    ("step_overhead", 4, "num_seqs", "2.5", "2.5", "a whole number from 1 to"),
+    ("step_overhead", 4, "p80_s", "-inf", "-inf", "seconds > 0"),
+    ("elementwise", 0, "median_s", "1e4", "10000", "at most 600"),  # a table in microseconds
     # digits grouped by underscores: float() takes them, pandas leaves the cell as text (a TypeError after review)
-    ("linear", 3, "num_tokens", "1_0", "a whole number from 1 to"),
-    ("linear", 3, "median_s", "2_0e-05", "seconds > 0"),
+    ("linear", 3, "num_tokens", "1_0", "'1_0'", "a whole number from 1 to"),
+    ("linear", 3, "median_s", "2_0e-05", "'2_0e-05'", "seconds > 0"),
 ])
-def test_a_bad_cell_in_a_per_op_profile_is_one_line(tmp_path, family, row, column, value, allowed):
+def test_a_bad_cell_in_a_per_op_profile_is_one_line(tmp_path, family, row, column, value, shown, allowed):
     folder = _copy(tmp_path, "ops")
     _set_cell(folder / f"{family}.csv", row, column, value)
     with pytest.raises(ConfigError) as err:
         _run(folder)
     csv = folder / f"{family}.csv"
-    head = f"cost_model.profile: '{csv}' line {row + 2}: {column} {value!r} is not allowed; allowed: "
+    head = f"cost_model.profile: '{csv}' line {row + 2}: {column} {shown} is not allowed; allowed: "
     assert str(err.value).startswith(head) and allowed in str(err.value), str(err.value)
 
 
 def test_a_per_op_profile_with_blank_spreads_still_prices(tmp_path):
-    """p20_s and p80_s may be left blank; only median_s prices."""
+    """p20_s and p80_s may be left blank (or nan, which pandas reads as blank); only median_s prices."""
     folder = _copy(tmp_path, "ops")
     _set_cell(folder / "linear.csv", 0, "p20_s", "")
+    _set_cell(folder / "linear.csv", 1, "p80_s", "nan")
     assert _run(folder).summary["num_finished"] == 20
 
 
 @pytest.mark.parametrize("value", ["1e300", "1e20", "-3", "4.5"])
-def test_a_count_past_int64_in_a_whole_step_profile_is_one_line(tmp_path, value):
+def test_a_count_past_what_float64_holds_in_a_whole_step_profile_is_one_line(tmp_path, value):
     """1e20 and 1e300 were read as whole numbers and met the compiled pricing's int64 as an OverflowError."""
     folder = _copy(tmp_path, "steps")
     _set_cell(folder / "steps.csv", 12, "decode_batch", value)
     with pytest.raises(ConfigError, match=r"line 14: decode_batch '.*' is not allowed; allowed: a whole number from "
-                                          r"0 to 9,223,372,036,854,775,807"):
+                                          r"0 to 9,007,199,254,740,992"):
         _run(folder)
 
 
