@@ -18,6 +18,7 @@ import pandas as pd
 
 from sim.core.engine import STATUS_CODES
 from sim.errors import ConfigError
+from sim.jit import njit
 from sim.kv.base import PrefixCacheStats
 from sim.machine import plain_pages
 from sim.table import Table, as_table
@@ -668,34 +669,63 @@ def decode_gaps(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> 
     if replica is not None and len(replica) and replica.min() != replica.max():
         order = np.argsort(replica, kind="stable")  # each replica's rows, in the order they ran
         start, first_s, decodes, tokens, replica = (x[order] for x in (start, first_s, decodes, tokens, replica))
-    else:
-        replica = None  # one replica: every row is in it
-    at = np.flatnonzero(decodes > 0)  # the decoding rows
-    values, stayed = first_s[at], decodes[at]
-    # a decoding row after rows without decodes: its requests waited from the row after the replica's previous
-    # decoding row (none before it in its replica: nothing to wait from)
-    after = np.flatnonzero(np.diff(at) > 1) + 1
-    if replica is not None:
-        after = after[replica[at[after - 1]] == replica[at[after]]]
-    values[after] += start[at[after]] - start[at[after - 1] + 1]
-    # first tokens of rows without decodes join the replica's next decoding row, the latest rows first, as many as
-    # it decodes (each k's group runs latest to earliest once reversed)
-    p = np.flatnonzero((decodes == 0) & (tokens > 0))
-    j = np.searchsorted(at, p)  # the next decoding row's place in `at`
-    keep = j < len(at)
-    p, j = p[keep], j[keep]
-    if replica is not None:
-        keep = replica[at[j]] == replica[p]
-        p, j = p[keep], j[keep]
-    p, j = p[::-1], j[::-1]
-    f = tokens[p]
-    cum = np.cumsum(f)
-    group_first = np.maximum.accumulate(np.where(np.r_[True, j[1:] != j[:-1]], np.arange(len(j)), 0))
-    joined = np.clip(decodes[at[j]] - (cum - f - (cum[group_first] - f[group_first])), 0, f)
-    stayed -= np.bincount(j, weights=joined, minlength=len(at)).astype(np.int64)
-    # whole-number counts: weighted_percentiles's bucketed search needs them to find the full sort's values
-    values = np.concatenate([values, first_s[at[j]] + (start[at[j]] - start[p + 1]), inner_s])
-    return values, np.concatenate([stayed, joined, inner_n])
+        return _gap_rows(start, first_s, decodes, tokens, replica, False, inner_s, inner_n)
+    # one replica: every row is in it
+    return _gap_rows(start, first_s, decodes, tokens, np.zeros(0, np.int64), True, inner_s, inner_n)
+
+
+@njit(cache=True)
+def _gap_rows(start, first_s, decodes, tokens, replica, one_replica, inner_s, inner_n):
+    """`decode_gaps`'s scan of the step rows (each replica's rows together, in the order they ran), one pass each
+    way, its (gaps, how many) written into the two arrays it returns (compiled: a million-request run has millions
+    of rows, and whole-column temporaries cost more than the scan). First a gap for every decoding row, in order: its
+    step's duration, plus, after rows of its replica without decodes, the wait from the row after the replica's
+    previous decoding row. Then, scanning back, the first tokens of each row without decodes that the replica's next
+    decoding row takes (the latest rows first, as many as it decodes; those it takes leave its own count): each
+    waited from the row after it. Then the decode runs' inner steps (`inner_s`, `inner_n`) as given."""
+    n = len(decodes)
+    num_decoding = 0
+    num_joined = 0
+    next_row = -1
+    for i in range(n - 1, -1, -1):
+        if decodes[i] > 0:
+            num_decoding += 1
+            next_row = i
+        elif tokens[i] > 0 and next_row >= 0 and (one_replica or replica[next_row] == replica[i]):
+            num_joined += 1
+    values = np.empty(num_decoding + num_joined + len(inner_s))
+    counts = np.empty(len(values), np.int64)
+    k = 0
+    previous = -1
+    for i in range(n):
+        if decodes[i] > 0:
+            gap_s = first_s[i]
+            if previous >= 0 and i - previous > 1 and (one_replica or replica[previous] == replica[i]):
+                gap_s += start[i] - start[previous + 1]
+            values[k] = gap_s
+            counts[k] = decodes[i]
+            previous = i
+            k += 1
+    # k is now the next decoding row's place, counted back; m the next joined gap's
+    m = num_decoding
+    next_row = -1
+    tokens_after = 0  # first tokens of the rows between this one and the next decoding row
+    for i in range(n - 1, -1, -1):
+        if decodes[i] > 0:
+            k -= 1
+            next_row = i
+            tokens_after = 0
+        elif tokens[i] > 0 and next_row >= 0 and (one_replica or replica[next_row] == replica[i]):
+            joined = min(max(decodes[next_row] - tokens_after, 0), tokens[i])
+            tokens_after += tokens[i]
+            counts[k] -= joined
+            values[m] = first_s[next_row] + (start[next_row] - start[i + 1])
+            counts[m] = joined
+            m += 1
+    for q in range(len(inner_s)):
+        values[m + q] = inner_s[q]
+        counts[m + q] = inner_n[q]
+    return values, counts
 
 
 def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: DecodeRuns | None = None, *,
