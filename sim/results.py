@@ -722,9 +722,8 @@ def _gap_rows(start, first_s, decodes, tokens, replica, one_replica, inner_s, in
             values[m] = first_s[next_row] + (start[next_row] - start[i + 1])
             counts[m] = joined
             m += 1
-    for q in range(len(inner_s)):
-        values[m + q] = inner_s[q]
-        counts[m + q] = inner_n[q]
+    values[m:] = inner_s
+    counts[m:] = inner_n
     return values, counts
 
 
