@@ -96,7 +96,13 @@ def _derive_turbomind_one_pass(ctx: Context) -> PresetResult:
     it, each taking what is left of the budget; a prompt's blocks all taken when it starts, a decode's as it grows;
     out of blocks, the latest arrivals give theirs up and recompute) and models/llama/context_token_resource.h (the
     prompts prefilling in a pass hold at most max_context_token_num, session_len, tokens of context together:
-    `scheduler.prefill_context_tokens`)."""
+    `scheduler.prefill_context_tokens`).
+
+    A request the whole k/v cache cannot hold (a pool of a few blocks) is rejected at arrival, as one that can
+    never run here. TurboMind 0.15.0-0.16.x fail it with kOutOfMemory on the first pass that admits nothing while
+    nothing is in flight (engine.cc FailStalledHeadOfLine, "fail head-of-line request on cache OOM instead of
+    spinning", InternLM/lmdeploy b9825af7); 0.12.0-0.14.x check only session_len (engine.cc kTooLong) and, by that
+    commit's account, keep scheduling it in passes that admit nothing, so that run never ends. Neither the wait before the failure nor the endless run is modelled."""
     flags, model = ctx.flags, ctx.model
     notes: list[str] = []
     block_len = flags.get("cache_block_seq_len", 64)
