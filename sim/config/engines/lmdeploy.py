@@ -102,7 +102,8 @@ def _derive_turbomind_one_pass(ctx: Context) -> PresetResult:
     never run here. TurboMind 0.15.0-0.16.x fail it with kOutOfMemory on the first pass that admits nothing while
     nothing is in flight (engine.cc FailStalledHeadOfLine, "fail head-of-line request on cache OOM instead of
     spinning", InternLM/lmdeploy b9825af7); 0.12.0-0.14.x check only session_len (engine.cc kTooLong) and, by that
-    commit's account, keep scheduling it in passes that admit nothing, so that run never ends. Neither the wait before the failure nor the endless run is modelled."""
+    commit's account, keep scheduling it in passes that admit nothing, so that run never ends. Neither the wait
+    before the failure nor the endless run is modelled."""
     flags, model = ctx.flags, ctx.model
     notes: list[str] = []
     block_len = flags.get("cache_block_seq_len", 64)
