@@ -22,13 +22,14 @@ except ImportError:  # not POSIX: no lock (processes starting together may both 
     fcntl = None
 
 ROOT = Path(__file__).resolve().parents[1]  # the directory that holds sim/
-# Every module with numba functions of the compiled core (the engine loop and the pricers it calls) ...
+# Every module with numba functions: the compiled core's (the engine loop and the pricers it calls) and the passes
+# outside its loop (the front-end's, the summary's gap scan) ...
 NUMBA_MODULES = ("sim/cost/interpolation.py", "sim/cost/roofline_kernel.py", "sim/cost/measured_kernel.py",
                  "sim/cost/steps_kernel.py", "sim/cost/learned_kernel.py", "sim/cost/compiled_pricing.py",
                  "sim/cost/overhead.py", "sim/cost/draws.py", "sim/sched/rules.py", "sim/compiled/kernel.py",
                  "sim/frontend.py", "sim/kv/admission.py", "sim/kv/prefix_keys.py", "sim/kv/prefix_index.py",
                  "sim/compiled/prefix_cache.py", "sim/core/lockstep.py", "sim/core/router.py",
-                 "sim/core/step_plan.py")
+                 "sim/core/step_plan.py", "sim/gap_scan.py")
 # ... and every module whose constants they compile in (numba freezes a global's value into the code).
 COMPILED_IN = ("sim/model/memory.py",)  # MXFP4_PARAM_BYTES (sim/cost/measured_kernel.py)
 CORE_MODULES = NUMBA_MODULES + COMPILED_IN

@@ -18,7 +18,7 @@ import pandas as pd
 
 from sim.core.engine import STATUS_CODES
 from sim.errors import ConfigError
-from sim.jit import njit
+from sim.gap_scan import gap_rows
 from sim.kv.base import PrefixCacheStats
 from sim.machine import plain_pages
 from sim.table import Table, as_table
@@ -669,62 +669,9 @@ def decode_gaps(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> 
     if replica is not None and len(replica) and replica.min() != replica.max():
         order = np.argsort(replica, kind="stable")  # each replica's rows, in the order they ran
         start, first_s, decodes, tokens, replica = (x[order] for x in (start, first_s, decodes, tokens, replica))
-        return _gap_rows(start, first_s, decodes, tokens, replica, False, inner_s, inner_n)
+        return gap_rows(start, first_s, decodes, tokens, replica, False, inner_s, inner_n)
     # one replica: every row is in it
-    return _gap_rows(start, first_s, decodes, tokens, np.zeros(0, np.int64), True, inner_s, inner_n)
-
-
-@njit(cache=True)
-def _gap_rows(start, first_s, decodes, tokens, replica, one_replica, inner_s, inner_n):
-    """`decode_gaps`'s scan of the step rows (each replica's rows together, in the order they ran), one pass each
-    way, its (gaps, how many) written into the two arrays it returns (compiled: a million-request run has millions
-    of rows, and whole-column temporaries cost more than the scan). First a gap for every decoding row, in order: its
-    step's duration, plus, after rows of its replica without decodes, the wait from the row after the replica's
-    previous decoding row. Then, scanning back, the first tokens of each row without decodes that the replica's next
-    decoding row takes (the latest rows first, as many as it decodes; those it takes leave its own count): each
-    waited from the row after it. Then the decode runs' inner steps (`inner_s`, `inner_n`) as given."""
-    n = len(decodes)
-    num_decoding = 0
-    num_joined = 0
-    next_row = -1
-    for i in range(n - 1, -1, -1):
-        if decodes[i] > 0:
-            num_decoding += 1
-            next_row = i
-        elif tokens[i] > 0 and next_row >= 0 and (one_replica or replica[next_row] == replica[i]):
-            num_joined += 1
-    values = np.empty(num_decoding + num_joined + len(inner_s))
-    counts = np.empty(len(values), np.int64)
-    k = 0
-    previous = -1
-    for i in range(n):
-        if decodes[i] > 0:
-            gap_s = first_s[i]
-            if previous >= 0 and i - previous > 1 and (one_replica or replica[previous] == replica[i]):
-                gap_s += start[i] - start[previous + 1]
-            values[k] = gap_s
-            counts[k] = decodes[i]
-            previous = i
-            k += 1
-    # k is now the next decoding row's place, counted back; m the next joined gap's
-    m = num_decoding
-    next_row = -1
-    tokens_after = 0  # first tokens of the rows between this one and the next decoding row
-    for i in range(n - 1, -1, -1):
-        if decodes[i] > 0:
-            k -= 1
-            next_row = i
-            tokens_after = 0
-        elif tokens[i] > 0 and next_row >= 0 and (one_replica or replica[next_row] == replica[i]):
-            joined = min(max(decodes[next_row] - tokens_after, 0), tokens[i])
-            tokens_after += tokens[i]
-            counts[k] -= joined
-            values[m] = first_s[next_row] + (start[next_row] - start[i + 1])
-            counts[m] = joined
-            m += 1
-    values[m:] = inner_s
-    counts[m:] = inner_n
-    return values, counts
+    return gap_rows(start, first_s, decodes, tokens, np.zeros(0, np.int64), True, inner_s, inner_n)
 
 
 def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: DecodeRuns | None = None, *,
