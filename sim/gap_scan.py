@@ -20,7 +20,9 @@ def gap_rows(start, first_s, decodes, tokens, replica, one_replica, inner_s, inn
     without decodes, the wait from the row after the replica's previous decoding row. Then, scanning back, the first
     tokens of each row without decodes that the replica's next decoding row takes (the latest rows first, as many as
     it decodes; those it takes leave its own count): each waited from the row after it. Then the decode runs' inner
-    steps (`inner_s`, `inner_n`) as given. `one_replica`: every row is in one replica (`replica` is then not read)."""
+    steps (`inner_s`, `inner_n`) as given. `one_replica`: every row is in one replica (`replica` is then not read).
+    The counts are whole numbers (int64): the summary's bucketed percentile search needs them to find the full
+    sort's values (sim.results weighted_percentiles)."""
     n = len(decodes)
     num_decoding = 0
     num_joined = 0
