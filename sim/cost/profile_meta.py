@@ -1,6 +1,7 @@
 """meta.json of a profile folder, per-op or whole-step: one reader, one set of one-line errors; the dtypes a
 profile was measured in, which a scenario's quantization must match (`check_profile_dtypes`); and what a cell of its
-tables may hold (`count_cell`, `seconds_cell`), which both tables' readers check."""
+tables may hold (`count_cell` for the whole-step table's line reader, `first_bad_cell` for a column of the per-op
+tables and of `calibrate fit-engine`'s measurement tables, both bounded by MAX_CELL_COUNT and MAX_STEP_S)."""
 
 from __future__ import annotations
 

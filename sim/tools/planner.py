@@ -481,7 +481,7 @@ def _search_rates(task: CandidateTask, neighbour: CandidateOutcome | None) -> Ca
             # (a neighbour that did not search has NaN rates, which max_sustainable_rate does not take)
             bracket = (neighbour.max_rate_per_replica, neighbour.failed_rate_per_replica)
         ok, bad = capped_search(lambda r: evaluate(1, r, verdict_only=True).slo_met, start,
-                                s.rate_tolerance, start / 1024, bracket, ceiling, s.min_window_s)
+                                s.rate_tolerance, start / 1024, bracket, ceiling, cap)
         out = CandidateOutcome(cand, "feasible", max_rate_per_replica=ok, failed_rate_per_replica=bad,
                                saturated_rate_per_replica=saturated)
         if math.isfinite(ok) and math.isinf(bad):
@@ -591,12 +591,11 @@ def window_ceiling(min_window_s: float) -> float:
 
 
 def capped_search(passes: Callable[[float], bool], start: float, tolerance: float, floor_rate: float,
-                  neighbour: tuple[float, float] | None, ceiling: float, min_window_s: float) -> tuple[float, float]:
-    """`max_sustainable_rate` up to `ceiling` or the window's (`window_ceiling`), the lower. Where the window's
-    ceiling is the lower and the SLOs still hold there, the answer is that rate with no failure seen (rate,
-    inf): a lower bound, not the (inf, inf) of SLOs that hold at any rate, since the replicas were not driven
-    past what they serve saturated."""
-    cap = window_ceiling(min_window_s)
+                  neighbour: tuple[float, float] | None, ceiling: float, cap: float) -> tuple[float, float]:
+    """`max_sustainable_rate` up to `ceiling` or the window's `cap` (`window_ceiling`), the lower. Where the cap
+    is the lower and the SLOs still hold there, the answer is that rate with no failure seen (rate, inf): a lower
+    bound, not the (inf, inf) of SLOs that hold at any rate, since the replicas were not driven past what they
+    serve saturated."""
     ok, bad = max_sustainable_rate(passes, start, tolerance, floor_rate, neighbour, min(ceiling, cap))
     if math.isinf(ok) and cap < ceiling:
         return cap, math.inf
@@ -645,7 +644,7 @@ def curve_for(task: CurveTask, neighbour: CurveOutcome | None = None) -> CurveOu
     bracket = (neighbour.max_rate_per_s, neighbour.failed_rate_per_s) if neighbour is not None and below_ceilings(
         neighbour.max_rate_per_s, min(ceiling, cap), neighbour.ceiling_rate_per_s) else None
     ok, bad = capped_search(lambda r: evaluate(n, r, verdict_only=True).slo_met, s.target_rate_per_s,
-                            s.rate_tolerance, s.target_rate_per_s / 1024, bracket, ceiling, s.min_window_s)
+                            s.rate_tolerance, s.target_rate_per_s / 1024, bracket, ceiling, cap)
     top = ok if math.isfinite(ok) and ok > 0 else s.target_rate_per_s
     # a point past the window's ceiling would be a run of more requests than one holds
     points = [evaluate(n, top * f) for f in CURVE_FRACTIONS if top * f <= cap]
