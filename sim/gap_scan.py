@@ -14,13 +14,16 @@ from sim.jit import njit
 
 
 @njit(cache=True)
-def gap_rows(start, first_s, decodes, tokens, replica, one_replica, inner_s, inner_n):
+def gap_rows(start, first_s, decodes, tokens, replica, one_replica, run_steps, run_decodes, run_mean_s, step_s,
+             run_first):
     """The gaps and how many requests waited each, for every replica's rows (each replica's together, in the order
     they ran). First a gap for every decoding row, in order: its step's duration, plus, after rows of its replica
     without decodes, the wait from the row after the replica's previous decoding row. Then, scanning back, the first
     tokens of each row without decodes that the replica's next decoding row takes (the latest rows first, as many as
-    it decodes; those it takes leave its own count): each waited from the row after it. Then the decode runs' inner
-    steps (`inner_s`, `inner_n`) as given. `one_replica`: every row is in one replica (`replica` is then not read).
+    it decodes; those it takes leave its own count): each waited from the row after it. Then each decode run's steps
+    after its first, in row order (`run_steps` steps, `run_decodes` requests each): their own durations,
+    `step_s[run_first + 1:run_first + run_steps]`, or, with no `step_s`, the run's mean step (`run_mean_s`).
+    `one_replica`: every row is in one replica (`replica` is then not read).
     The counts are whole numbers (int64): the summary's bucketed percentile search needs them to find the full
     sort's values (sim.results weighted_percentiles)."""
     n = len(decodes)
@@ -33,7 +36,7 @@ def gap_rows(start, first_s, decodes, tokens, replica, one_replica, inner_s, inn
             next_row = i
         elif tokens[i] > 0 and next_row >= 0 and (one_replica or replica[next_row] == replica[i]):
             num_joined += 1
-    values = np.empty(num_decoding + num_joined + len(inner_s))
+    values = np.empty(num_decoding + num_joined + int((run_steps - 1).sum()))
     counts = np.empty(len(values), np.int64)
     k = 0
     previous = -1
@@ -62,6 +65,12 @@ def gap_rows(start, first_s, decodes, tokens, replica, one_replica, inner_s, inn
             values[m] = first_s[next_row] + (start[next_row] - start[i + 1])
             counts[m] = joined
             m += 1
-    values[m:] = inner_s
-    counts[m:] = inner_n
+    for r in range(len(run_steps)):
+        inner = run_steps[r] - 1
+        if len(step_s):
+            values[m:m + inner] = step_s[run_first[r] + 1:run_first[r] + run_steps[r]]
+        else:
+            values[m:m + inner] = run_mean_s[r]
+        counts[m:m + inner] = run_decodes[r]
+        m += inner
     return values, counts

@@ -29,7 +29,7 @@ NUMBA_MODULES = ("sim/cost/interpolation.py", "sim/cost/roofline_kernel.py", "si
                  "sim/cost/overhead.py", "sim/cost/draws.py", "sim/sched/rules.py", "sim/compiled/kernel.py",
                  "sim/frontend.py", "sim/kv/admission.py", "sim/kv/prefix_keys.py", "sim/kv/prefix_index.py",
                  "sim/compiled/prefix_cache.py", "sim/core/lockstep.py", "sim/core/router.py",
-                 "sim/core/step_plan.py", "sim/gap_scan.py")
+                 "sim/core/step_plan.py", "sim/gap_scan.py", "sim/slot_seconds.py")
 # ... and every module whose constants they compile in (numba freezes a global's value into the code).
 COMPILED_IN = ("sim/model/memory.py",)  # MXFP4_PARAM_BYTES (sim/cost/measured_kernel.py)
 CORE_MODULES = NUMBA_MODULES + COMPILED_IN

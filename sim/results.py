@@ -21,9 +21,12 @@ from sim.errors import ConfigError
 from sim.gap_scan import gap_rows
 from sim.kv.base import PrefixCacheStats
 from sim.machine import plain_pages
+from sim.slot_seconds import run_slot_seconds
 from sim.table import Table, as_table
 
 PERCENTILES = (50, 90, 99)
+_NO_STATES = np.zeros(0, dtype=np.int64)  # a constant column's per-step states, or the runs' first steps: none kept
+_NO_SECONDS = np.zeros(0)  # the runs' step durations, or their mean steps: none kept
 
 
 # Step-log columns the summary weights by time: the KV memory split (`utilization`) and the memory saved by
@@ -131,18 +134,16 @@ def kv_slot_seconds(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None,
     (with `runs`). Without `runs`, a run's row counts its end-of-run state for its whole duration."""
     steps = as_table(steps)
     durations = _floats(steps, "duration_s")
-    out = {col: _floats(steps, col) * durations for col in columns}
     layout = _run_layout(steps, runs)
-    if layout is None:
-        return out
-    step_s = runs.step_duration_s
-    inner = np.ones(len(step_s), dtype=bool)
-    inner[layout.last] = False
-    inner_s, last_s = step_s[inner], step_s[layout.last]
+    out = {}
     for col in columns:
-        end_state = _floats(steps, col)[layout.rows]
-        values = runs.kv[col] if col in runs.kv else np.repeat(end_state, layout.num_steps - 1)  # capacity
-        out[col][layout.rows] = np.add.reduceat(inner_s * values, layout.inner_first) + last_s * end_state
+        state = _floats(steps, col)
+        out[col] = state * durations
+        if layout is not None:
+            constant = col not in runs.kv  # the capacity: the run's end state at every step
+            values = _NO_STATES if constant else runs.kv[col]
+            out[col][layout.rows] = run_slot_seconds(runs.step_duration_s, layout.first, layout.num_steps,
+                                                     layout.inner_first, values, state[layout.rows], constant)
     return out
 
 
@@ -657,21 +658,21 @@ def decode_gaps(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> 
     decodes = np.asarray(steps["num_decode_seqs"] - steps["num_padding_seqs"], dtype=np.int64)
     first_s = row_s / counts
     layout = _run_layout(steps, runs)
-    if layout is None:
-        inner_s, inner_n = np.repeat(first_s, counts - 1), np.repeat(decodes, counts - 1)
-    else:  # every row of more than one step is a run
-        first_s[layout.rows] = runs.step_duration_s[layout.first]
-        inner = np.ones(len(runs.step_duration_s), dtype=bool)
-        inner[layout.first] = False
-        inner_s, inner_n = runs.step_duration_s[inner], np.repeat(decodes[layout.rows], layout.num_steps - 1)
+    if layout is None:  # each run's steps its mean
+        run_rows = np.flatnonzero(counts > 1)
+        run_mean_s, step_s, run_first = first_s[run_rows], _NO_SECONDS, _NO_STATES
+    else:  # every row of more than one step is a run, each step its own duration
+        run_rows, run_mean_s, step_s, run_first = layout.rows, _NO_SECONDS, runs.step_duration_s, layout.first
+        first_s[run_rows] = step_s[run_first]
+    runs_of = (counts[run_rows], decodes[run_rows], run_mean_s, step_s, run_first)
     start, tokens = _floats(steps, "start_s"), np.asarray(steps["num_output_tokens"], dtype=np.int64)
     replica = np.asarray(steps["replica"], dtype=np.int64) if "replica" in steps else None
     if replica is not None and len(replica) and replica.min() != replica.max():
         order = np.argsort(replica, kind="stable")  # each replica's rows, in the order they ran
         start, first_s, decodes, tokens, replica = (x[order] for x in (start, first_s, decodes, tokens, replica))
-        return gap_rows(start, first_s, decodes, tokens, replica, False, inner_s, inner_n)
+        return gap_rows(start, first_s, decodes, tokens, replica, False, *runs_of)
     # one replica: every row is in it
-    return gap_rows(start, first_s, decodes, tokens, np.zeros(0, np.int64), True, inner_s, inner_n)
+    return gap_rows(start, first_s, decodes, tokens, _NO_STATES, True, *runs_of)
 
 
 def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: DecodeRuns | None = None, *,

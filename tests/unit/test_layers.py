@@ -2,8 +2,8 @@
 
 Layers, bottom to top (a module may import its own package and any lower layer, never a higher one):
 errors; atomic_files and table; model and workload; core; kv and cost; sched; config and compiled (the numba engine
-loop, which stands in for core's SimPy loop over kv, cost and sched); gap_scan (the summary's compiled
-scan of the step log); results; frontend (the API front-end's passes
+loop, which stands in for core's SimPy loop over kv, cost and sched); gap_scan and slot_seconds (the
+summary's compiled passes over the step log); results; frontend (the API front-end's passes
 around the engine loop, over its records); run; band_curves (a run's curves for the ribbons); bands (a run's replications); api
 (the public facade); tools; views. `sim/__init__.py` only re-exports lazily and is exempt. Function-level imports count too:
 a lazy import that points up a layer is still a dependency upwards.
@@ -26,6 +26,7 @@ LAYER_OF = {
     "sim.sched": 4,
     "sim.config": 5, "sim.compiled": 5,
     "sim.gap_scan": 5.9,  # the summary's compiled scan of the step log for inter-token gaps (sim.results)
+    "sim.slot_seconds": 5.9,  # the summary's compiled KV integrals over the decode runs' steps (sim.results)
     "sim.results": 6,
     "sim.frontend": 6.5,  # passes before and after the engine loop, over the results' request records
     "sim.run": 7,
