@@ -168,6 +168,19 @@ def test_one_variant_meets_or_misses_with_its_numbers():
     assert dict(bad.why)["static"].startswith("static batching waits for its longest answer")
 
 
+def test_a_run_that_drains_long_after_its_last_arrival_says_so():
+    # 3,000 arrivals at 28.1 req/s span 2,999 / 28.1 = 106.7 s; the run lasts 140.4 s, so 21.4 req/s "served" is
+    # the whole run's rate, not a queue: the headline says over what it counts. Within a tenth of the span it
+    # stays quiet (the known answer above: no elapsed_s, nothing said).
+    drained = decide([Entry("paged", summary(elapsed_s=140.4, num_arrived=3000), LIMITS)])
+    assert drained.headline.endswith("21.4 req/s goodput, 21.4 req/s served over the run's 140 s, drain included "
+                                     "(its arrivals span 107 s).")
+    steady = decide([Entry("paged", summary(elapsed_s=110.0, num_arrived=3000), LIMITS)])
+    assert steady.headline.endswith("21.4 req/s goodput, 21.4 req/s served.")
+    missed = decide([Entry("static", dict(STATIC, elapsed_s=1770.0, num_arrived=3000), LIMITS, "static")])
+    assert missed.headline.endswith("served over the run's 1,770 s, drain included (its arrivals span 107 s).")
+
+
 def test_the_slo_percentile_and_a_missing_value_are_read_off_the_summary():
     p90 = {k: v for k, v in summary().items() if not k.startswith("slo_ttft")}
     p90 = {**{k.replace("p99", "p90") if k.startswith("slo_") else k: v for k, v in p90.items()}}
