@@ -16,7 +16,8 @@ The rule (also in docs/dashboard.md, "The verdict"):
    SLO-percentile TTFT, TPOT and E2E (lower is better), then throughput. At each metric, the candidates *level*
    with the best stay and the others drop out. Level: within `LEVEL_TOLERANCE` (2 %) of each other, or, where
    `bands` (confidence intervals per variant and summary key) are given, bands that overlap ("within the
-   band").
+   band"). On goodput, variants that ran the same requests and had as many meet every SLO are level whatever
+   their rates: a rate counts the whole run, drain included, so it differs only by how long the last answers took.
 4. Those left are the winners; the first of them by the exact values (same order, then scenario order) is
    *the* winner, and the others are "level with" it. The margin is read against the best of the rest.
 5. Why: each variant that misses the SLOs or trails gets one sentence, the first diagnosis of `DIAGNOSES` that
@@ -143,10 +144,24 @@ def is_level(a: Entry, b: Entry, criterion: Criterion, bands: Bands | None = Non
     x, y = value(a, criterion.key), value(b, criterion.key)
     if math.isnan(x) or math.isnan(y):
         return math.isnan(x) and math.isnan(y)
+    if criterion.key == "goodput" and _same_requests_met(a, b):
+        return True
     band_a, band_b = _band(a, criterion, bands), _band(b, criterion, bands)
     if band_a is not None and band_b is not None:
         return band_a[0] <= band_b[1] and band_b[0] <= band_a[1]
     return abs(x - y) <= tolerance * max(abs(x), abs(y))
+
+
+def _same_requests_met(a: Entry, b: Entry) -> bool:
+    """Whether two variants ran the same requests (as many, at the same offered rate: `compare` runs every variant
+    on the same generated requests) and as many of them met every SLO. Their goodput rates then differ only by how
+    long each ran on after its last arrival (the rate counts the whole run, drain included), so they are level on
+    goodput: a run that finishes its longest answer sooner does not serve more."""
+    keys = ("num_requests", "offered_rps", "goodput_rps", "elapsed_s")
+    (na, oa, ga, ea), (nb, ob, gb, eb) = ([_get(e, k) for k in keys] for e in (a, b))
+    if any(math.isnan(v) for v in (na, oa, ga, ea, nb, ob, gb, eb)):
+        return False
+    return na == nb and oa == ob and round(ga * ea) == round(gb * eb)  # goodput_rps x elapsed_s: the count
 
 
 def _band(entry: Entry, criterion: Criterion, bands: Bands | None) -> Band | None:
@@ -349,7 +364,10 @@ def _headline(entries: list[Entry], meeting: list[Entry] | None, winner: Entry, 
                 f"{fmt(value(winner, 'goodput'), 'req/s')} goodput ({_misses(winner)}).")
     names = [e.name for e in meeting]
     goodputs = [value(e, "goodput") for e in meeting]
-    if max(goodputs) - min(goodputs) <= LEVEL_TOLERANCE * max(abs(g) for g in goodputs):
+    if len(meeting) > 1 and all(_same_requests_met(e, meeting[0]) for e in meeting[1:]):  # level whatever drains
+        met, total = round(goodputs[0] * _get(meeting[0], "elapsed_s")), int(_get(meeting[0], "num_requests"))
+        each = f"each {met:,} of the same {total:,} requests within every limit"
+    elif max(goodputs) - min(goodputs) <= LEVEL_TOLERANCE * max(abs(g) for g in goodputs):
         each = f"{fmt(goodputs[0], 'req/s')} goodput" + (" each" if len(meeting) > 1 else "")
     else:
         each = ", ".join(f"{e.name} {fmt(value(e, 'goodput'), 'req/s')}" for e in meeting) + " goodput"

@@ -181,6 +181,28 @@ def test_a_run_that_drains_long_after_its_last_arrival_says_so():
     assert missed.headline.endswith("served over the run's 1,770 s, drain included (its arrivals span 107 s).")
 
 
+def test_the_same_requests_all_served_are_level_on_goodput_whatever_their_drains():
+    # compare runs every variant on the same 1,000 requests. Both serve all 1,000 within every limit; "b" finishes
+    # its longest answer later (50.5 s against 49.3 s), so its goodput per second is 2.4% lower: beyond the 2%
+    # tolerance, but not a request fewer. Level on goodput, "a" wins on TTFT, and "b" trails there.
+    same = dict(num_requests=1000, num_finished=1000, offered_rps=40.2, slo_fraction_ok=1.0)
+    a = Entry("a", summary(**same, goodput_rps=1000 / 49.3, throughput_rps=1000 / 49.3, elapsed_s=49.3,
+                          slo_ttft_p99=0.064), LIMITS)
+    b = Entry("b", summary(**same, goodput_rps=1000 / 50.5, throughput_rps=1000 / 50.5, elapsed_s=50.5,
+                          slo_ttft_p99=0.44), LIMITS)
+    v = decide([b, a])
+    assert v.winner == "a" and dict(v.why)["b"].startswith("it trails a on p99 TTFT 0.44 vs 0.064 s")
+    assert v.headline.endswith("at 40.2 req/s offered: b and a, each 1,000 of the same 1,000 requests within every "
+                               "limit.")
+    # One request fewer within every limit: goodput decides again, on the rates.
+    b_fewer = Entry("b", dict(b.summary, goodput_rps=999 / 50.5, slo_fraction_ok=0.999), LIMITS)
+    v = decide([b_fewer, a])
+    assert v.winner == "a" and dict(v.why)["b"].startswith("it trails a on goodput")
+    # Other requests (another offered rate): the rates, as before.
+    b_other = Entry("b", dict(b.summary, offered_rps=40.0), LIMITS)
+    assert dict(decide([b_other, a]).why)["b"].startswith("it trails a on goodput")
+
+
 def test_the_slo_percentile_and_a_missing_value_are_read_off_the_summary():
     p90 = {k: v for k, v in summary().items() if not k.startswith("slo_ttft")}
     p90 = {**{k.replace("p99", "p90") if k.startswith("slo_") else k: v for k, v in p90.items()}}
