@@ -71,7 +71,9 @@ def expected_winners(summaries: dict[str, dict], tolerance: float = 0.02) -> lis
     """The verdict's rule (sim/views/verdict.py), computed again from the summaries alone for the tests to check
     the verdict against (`tolerance`: its LEVEL_TOLERANCE): the variants meeting the SLOs (all when none does or
     none has limits); at each of goodput (max), TTFT, TPOT, E2E at the SLO percentile (min), throughput (max),
-    keep those within the tolerance of the best; the first by exact values, then file order, is the winner."""
+    keep those within the tolerance of the best (on goodput also those that ran the same requests as the best,
+    as many of them within every limit: a rate counts the drain); the first by exact values, then file order, is
+    the winner."""
     names = list(summaries)
     pct = _slo_percentile(summaries)
     meeting = [n for n in names if summaries[n].get("slo_met") is True]
@@ -95,8 +97,18 @@ def expected_winners(summaries: dict[str, dict], tolerance: float = 0.02) -> lis
         if not finite:
             continue
         best = max(finite) if sign > 0 else min(finite)
+        leader = next(n for n in pool if values[n] == best)
+
+        def same_met(n: str) -> bool:  # as many requests, at the same rate, and as many within every limit
+            a, b = summaries[n], summaries[leader]
+            keys = ("num_requests", "offered_rps", "goodput_rps", "elapsed_s")
+            if any(a.get(k) is None or b.get(k) is None for k in keys):
+                return False
+            return (a["num_requests"] == b["num_requests"] and a["offered_rps"] == b["offered_rps"]
+                    and round(a["goodput_rps"] * a["elapsed_s"]) == round(b["goodput_rps"] * b["elapsed_s"]))
         pool = [n for n in pool if not math.isnan(values[n])
-                and abs(values[n] - best) <= tolerance * max(abs(values[n]), abs(best))]
+                and (abs(values[n] - best) <= tolerance * max(abs(values[n]), abs(best))
+                     or (metric == "goodput" and same_met(n)))]
         if len(pool) == 1:
             break
 
