@@ -1,8 +1,8 @@
 """The KV slot-seconds of the decode runs' steps (`sim.results.kv_slot_seconds`), compiled.
 
 A million-request run keeps millions of steps inside its decode runs. Written as whole-column numpy operations, each
-KV column's integral built a mask, a copy of the steps' durations, a repeat and a product the size of all those steps,
-and took most of the summary's KV pass. Here each run is summed where its steps lie. The sums are numpy's to the bit:
+KV column's integral built a mask, a copy of the steps' durations, a repeat and a product the size of all those
+steps. Here each run is summed where its steps lie. The sums are numpy's to the bit:
 `pairwise_sum` is the summation `np.add.reduceat` runs over each run's products (numpy's C `pairwise_sum`, unrolled
 by eight in blocks of 128, halved above), so the summary's figures did not move. Without numba it runs as plain
 Python (`sim.jit`): the same sums, slower.
@@ -53,7 +53,7 @@ def pairwise_sum(a, lo, n):
     another compiled function calls it."""
     if n <= _BLOCK:
         return _block_sum(a, lo, n)
-    depth = 64  # each half is at most half of n, so 64 levels hold any int64 count
+    depth = 64  # a half holds at most n / 2 + 8 values: fewer than 60 levels for any int64 count
     frame_lo, frame_n = np.empty(depth, np.int64), np.empty(depth, np.int64)
     frame_stage, sums = np.zeros(depth, np.int64), np.empty(depth)
     top, num_sums = 0, 0
