@@ -291,8 +291,9 @@ def decide(entries: Sequence[Entry], bands: Bands | None = None, tolerance: floa
     v.priced_by = priced_by(entries)
     v.rule = ("Rule: meets the SLOs first, then the highest goodput, then the lowest "
               f"{_pct(percentile_of(winner))} TTFT, TPOT and E2E, then throughput; "
-              + ("values whose bands overlap are within the band." if bands else
-                 f"values within {tolerance:.0%} of each other are level."))
+              + ("values whose bands overlap are within the band" if bands else
+                 f"values within {tolerance:.0%} of each other are level")
+              + "; on goodput, as many of the same requests within every limit are level (a rate counts the drain).")
     return v
 
 
