@@ -21,12 +21,12 @@ from sim.errors import ConfigError
 from sim.gap_scan import gap_rows
 from sim.kv.base import PrefixCacheStats
 from sim.machine import plain_pages
-from sim.slot_seconds import run_slot_seconds
+from sim.slot_seconds import run_step_products
 from sim.table import Table, as_table
 
 PERCENTILES = (50, 90, 99)
-_NO_STATES = np.zeros(0, dtype=np.int64)  # a constant column's per-step states, or the runs' first steps: none kept
-_NO_SECONDS = np.zeros(0)  # the runs' step durations, or their mean steps: none kept
+_NO_INTS = np.zeros(0, dtype=np.int64)  # an integer argument a compiled pass does not read (numba types it)
+_NO_FLOATS = np.zeros(0)  # the same, for floats
 
 
 # Step-log columns the summary weights by time: the KV memory split (`utilization`) and the memory saved by
@@ -135,15 +135,18 @@ def kv_slot_seconds(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None,
     steps = as_table(steps)
     durations = _floats(steps, "duration_s")
     layout = _run_layout(steps, runs)
+    products = None if layout is None else np.empty(len(runs.step_duration_s) - len(layout.rows))
     out = {}
     for col in columns:
         state = _floats(steps, col)
         out[col] = state * durations
         if layout is not None:
+            end_state = state[layout.rows]
             constant = col not in runs.kv  # the capacity: the run's end state at every step
-            values = _NO_STATES if constant else runs.kv[col]
-            out[col][layout.rows] = run_slot_seconds(runs.step_duration_s, layout.first, layout.num_steps,
-                                                     layout.inner_first, values, state[layout.rows], constant)
+            run_step_products(runs.step_duration_s, layout.first, layout.num_steps, layout.inner_first,
+                              _NO_INTS if constant else runs.kv[col], end_state, constant, products)
+            out[col][layout.rows] = (np.add.reduceat(products, layout.inner_first)
+                                     + runs.step_duration_s[layout.last] * end_state)
     return out
 
 
@@ -660,9 +663,9 @@ def decode_gaps(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> 
     layout = _run_layout(steps, runs)
     if layout is None:  # each run's steps its mean
         run_rows = np.flatnonzero(counts > 1)
-        run_mean_s, step_s, run_first = first_s[run_rows], _NO_SECONDS, _NO_STATES
+        run_mean_s, step_s, run_first = first_s[run_rows], _NO_FLOATS, _NO_INTS
     else:  # every row of more than one step is a run, each step its own duration
-        run_rows, run_mean_s, step_s, run_first = layout.rows, _NO_SECONDS, runs.step_duration_s, layout.first
+        run_rows, run_mean_s, step_s, run_first = layout.rows, _NO_FLOATS, runs.step_duration_s, layout.first
         first_s[run_rows] = step_s[run_first]
     runs_of = (counts[run_rows], decodes[run_rows], run_mean_s, step_s, run_first)
     start, tokens = _floats(steps, "start_s"), np.asarray(steps["num_output_tokens"], dtype=np.int64)
@@ -672,7 +675,7 @@ def decode_gaps(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> 
         start, first_s, decodes, tokens, replica = (x[order] for x in (start, first_s, decodes, tokens, replica))
         return gap_rows(start, first_s, decodes, tokens, replica, False, *runs_of)
     # one replica: every row is in it
-    return gap_rows(start, first_s, decodes, tokens, _NO_STATES, True, *runs_of)
+    return gap_rows(start, first_s, decodes, tokens, _NO_INTS, True, *runs_of)
 
 
 def latencies(fin: Table | pd.DataFrame, steps: Table | pd.DataFrame, runs: DecodeRuns | None = None, *,
