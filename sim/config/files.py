@@ -213,7 +213,17 @@ def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str
         if "name" not in override:
             merged["name"] = str(name)
         variants[str(name)] = validate_scenario(merged, prefix=f"variants.{name}.", resolve=resolve)
+        _same_ranking(base, variants[str(name)], str(name))
     return ScenarioSet(base, variants or {base.name: base}, source)
+
+
+def _same_ranking(base: Scenario, variant: Scenario, name: str) -> None:
+    """The verdict ranks a file's variants together, so by one order (`slo.rank_by`)."""
+    if variant.slo.rank_by != base.slo.rank_by:
+        def shown(order: list[str] | None) -> str:
+            return f"[{', '.join(order)}]" if order else "default order"
+        raise ConfigError(f"variants.{name}.slo.rank_by: {shown(variant.slo.rank_by)} differs from the file's "
+                          f"{shown(base.slo.rank_by)}; allowed: one order for every variant (set it at the top level)")
 
 
 MAX_YAML_VALUES = 100_000  # values a scenario file may expand to once its aliases are followed

@@ -685,6 +685,10 @@ class SpeculationSpec(_Strict):
         return get_model(self.draft_model, "speculation.draft_model")
 
 
+# The metrics the verdict ranks variants by once the SLOs are met (sim/views/verdict.py), in its default order.
+VERDICT_METRICS = ("goodput", "ttft", "tpot", "e2e", "throughput")
+
+
 class SLOSpec(_Strict):
     ttft_s: float | None = Field(None, gt=0)
     tpot_s: float | None = Field(None, gt=0)
@@ -692,6 +696,20 @@ class SLOSpec(_Strict):
     percentile: float = Field(99.0, gt=0, le=100, description="the percentile each limit applies to")
     min_goodput_fraction: float | None = Field(
         None, gt=0, le=1, description="also require this share of requests to meet every limit (goodput SLO)")
+    rank_by: list[Literal[VERDICT_METRICS]] | None = Field(  # type: ignore[valid-type]
+        None, min_length=1, description="the verdict's deciding metrics after meeting the SLOs, in this order (latencies "
+        "at the SLO percentile); those not named follow in the default order: goodput, ttft, tpot, e2e, throughput. "
+        "One order for every variant; run and compare only (the planner ranks by cost)")
+
+    @field_validator("rank_by")
+    @classmethod
+    def _each_metric_once(cls, rank_by):
+        if rank_by is not None:
+            repeated = sorted({m for m in rank_by if rank_by.count(m) > 1})
+            if repeated:
+                raise ValueError(f"{', '.join(repeated)} named more than once; allowed: each of "
+                                 f"{', '.join(VERDICT_METRICS)} at most once")
+        return rank_by
 
     def has_limits(self) -> bool:
         return any(x is not None for x in (self.ttft_s, self.tpot_s, self.e2e_s))

@@ -13,7 +13,8 @@ The rule (also in docs/dashboard.md, "The verdict"):
 2. The candidates are the variants that meet the SLOs; when none does, every variant (the first is then the
    *closest*: it serves the most requests within every limit).
 3. Candidates are compared on the deciding metrics in order, `CRITERIA`: goodput (higher is better), then the
-   SLO-percentile TTFT, TPOT and E2E (lower is better), then throughput. At each metric, the candidates *level*
+   SLO-percentile TTFT, TPOT and E2E (lower is better), then throughput; a scenario's `slo.rank_by` names the
+   metrics to take first (`criteria_of`), the rest following in that order. At each metric, the candidates *level*
    with the best stay and the others drop out. Level: within `LEVEL_TOLERANCE` (2 %) of each other, or, where
    `bands` (confidence intervals per variant and summary key) are given, bands that overlap ("within the
    band"). On goodput, variants that ran the same requests and had as many meet every SLO are level whatever
@@ -33,6 +34,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+from sim.config.schema import VERDICT_METRICS
+
 LEVEL_TOLERANCE = 0.02  # relative: two values closer than this are level (no bands given)
 Band = tuple[float, float]  # (low, high) of a summary value
 Bands = Mapping[str, Mapping[str, Band]]  # variant name -> summary key -> band
@@ -50,6 +53,7 @@ class Limits:
     e2e_s: float | None = None
     percentile: float = 99.0
     min_goodput_fraction: float | None = None
+    rank_by: tuple[str, ...] | None = None  # the deciding metrics to take first (slo.rank_by)
 
     def of(self, metric: str) -> float | None:
         return getattr(self, f"{metric}_s")
@@ -79,10 +83,19 @@ class Criterion:
     unit: str
 
 
-CRITERIA = (Criterion("goodput", "goodput", True, "req/s"), Criterion("ttft", "TTFT", False, "s"),
-            Criterion("tpot", "TPOT", False, "s"), Criterion("e2e", "E2E", False, "s"),
-            Criterion("throughput", "throughput", True, "req/s"))
+_CRITERION = {c.key: c for c in (
+    Criterion("goodput", "goodput", True, "req/s"), Criterion("ttft", "TTFT", False, "s"),
+    Criterion("tpot", "TPOT", False, "s"), Criterion("e2e", "E2E", False, "s"),
+    Criterion("throughput", "throughput", True, "req/s"))}
+CRITERIA = tuple(_CRITERION[key] for key in VERDICT_METRICS)  # the default order
 _LATENCIES = ("ttft", "tpot", "e2e")
+
+
+def criteria_of(entry: Entry) -> tuple[Criterion, ...]:
+    """The deciding metrics in the order this variant's scenario ranks by: those `slo.rank_by` names, then the others
+    in the default order. A file's variants share one order (sim/config/files.py checks it)."""
+    first = entry.limits.rank_by if entry.limits is not None and entry.limits.rank_by else ()
+    return tuple(_CRITERION[key] for key in first) + tuple(c for c in CRITERIA if c.key not in first)
 
 
 def percentile_of(entry: Entry) -> float:
@@ -175,7 +188,7 @@ def _exact_key(entry: Entry, index: int) -> tuple:
     """The full order by exact values: meets the SLOs, then every criterion (NaN last), then scenario order."""
     met = meets(entry)
     out: list = [0 if met else (1 if met is None else 2)]
-    for c in CRITERIA:
+    for c in criteria_of(entry):
         v = value(entry, c.key)
         out.append(math.inf if math.isnan(v) else (-v if c.higher_is_better else v))
     return (*out, index)
@@ -193,7 +206,7 @@ def top_group(candidates: Sequence[Entry], bands: Bands | None = None,
               tolerance: float = LEVEL_TOLERANCE) -> list[Entry]:
     """Sequential elimination (rule 3): at each criterion keep the candidates level with the best one."""
     group = list(candidates)
-    for c in CRITERIA:
+    for c in criteria_of(group[0]) if group else ():
         best = _best(group, c)
         if math.isnan(best):
             continue
@@ -289,12 +302,27 @@ def decide(entries: Sequence[Entry], bands: Bands | None = None, tolerance: floa
     for e in ([winner] if has_slo and not meeting else []) + rest:
         v.why.append((e.name, diagnose(e, winner)))
     v.priced_by = priced_by(entries)
-    v.rule = ("Rule: meets the SLOs first, then the highest goodput, then the lowest "
-              f"{_pct(percentile_of(winner))} TTFT, TPOT and E2E, then throughput; "
+    v.rule = (f"Rule: meets the SLOs first, {_order_words(winner)}; "
               + ("values whose bands overlap are within the band" if bands else
                  f"values within {tolerance:.0%} of each other are level")
               + "; on goodput, as many of the same requests within every limit are level (a rate counts the drain).")
     return v
+
+
+def _order_words(entry: Entry) -> str:
+    """ "then the highest goodput, then the lowest p99 TTFT, TPOT and E2E, then the highest throughput", in this
+    variant's order, with "(slo.rank_by)" where the scenario set it."""
+    runs: list[tuple[bool, list[str]]] = []  # (higher is better, labels): consecutive latencies share one phrase
+    after_latency = False
+    for c in criteria_of(entry):
+        latency = c.key in _LATENCIES
+        if latency and after_latency:
+            runs[-1][1].append(c.label)
+        else:
+            runs.append((c.higher_is_better, [f"{_pct(percentile_of(entry))} {c.label}" if latency else c.label]))
+        after_latency = latency
+    words = ", ".join(f"then the {'highest' if higher else 'lowest'} {_names(labels)}" for higher, labels in runs)
+    return words + (" (slo.rank_by)" if entry.limits is not None and entry.limits.rank_by else "")
 
 
 def _limits_text(entry: Entry) -> str:
@@ -442,10 +470,10 @@ def _decision(winner: Entry, level: list[Entry], runner: Entry | None, bands: Ba
     if level:
         text += f", {level_words} with {_names([e.name for e in level])} on " + ", ".join(
             c.label if c.key not in _LATENCIES else f"{_pct(percentile_of(winner))} {c.label}"
-            for c in CRITERIA)
+            for c in criteria_of(winner))
     if runner is None:
         return text + "."
-    deciding = [c for c in CRITERIA if not is_level(winner, runner, c, bands, tolerance)]
+    deciding = [c for c in criteria_of(winner) if not is_level(winner, runner, c, bands, tolerance)]
     why_ahead = ""
     if meets(winner) and meets(runner) is False:
         why_ahead = " (which misses the SLOs)"
@@ -595,7 +623,7 @@ def _slow_prefill(e: Entry, winner: Entry) -> str | None:
 
 
 def _trails(e: Entry, winner: Entry) -> str:
-    for c in CRITERIA:
+    for c in criteria_of(winner):
         if not is_level(e, winner, c):
             return f"it trails {winner.name} on " + _compare(e, winner, c)
     return f"level with {winner.name} on every deciding metric"
@@ -657,7 +685,8 @@ def entry_of(result) -> Entry:
     limits = batching = layout = reserve = preemption = None
     if sc is not None and hasattr(sc, "slo"):
         s = sc.slo
-        limits = Limits(s.ttft_s, s.tpot_s, s.e2e_s, s.percentile, s.min_goodput_fraction)
+        limits = Limits(s.ttft_s, s.tpot_s, s.e2e_s, s.percentile, s.min_goodput_fraction,
+                        tuple(s.rank_by) if s.rank_by else None)
         batching = sc.scheduler.batching
         layout = sc.kv_cache.layout
         spec = getattr(sc.scheduler, "preemption", None)

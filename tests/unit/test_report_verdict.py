@@ -13,8 +13,10 @@ from sim.views.verdict import (
     LEVEL_TOLERANCE,
     Entry,
     Limits,
+    criteria_of,
     decide,
     diagnose,
+    entry_of,
     plan_verdict,
     priced_by,
 )
@@ -201,6 +203,48 @@ def test_the_same_requests_all_served_are_level_on_goodput_whatever_their_drains
     # Other requests (another offered rate): the rates, as before.
     b_other = Entry("b", dict(b.summary, offered_rps=40.0), LIMITS)
     assert dict(decide([b_other, a]).why)["b"].startswith("it trails a on goodput")
+
+
+def test_the_scenarios_rank_by_orders_the_deciding_metrics():
+    """`slo.rank_by` names the metrics to take first. "fast" serves 6% more goodput with a longer p99 E2E and TTFT;
+    "short" answers sooner. By the default order goodput decides; ranked by E2E first, "short" wins on it, and the
+    decision and the rule say so."""
+    fast = summary(goodput_rps=21.36, throughput_rps=21.36, e2e_s_p99=25.4, slo_ttft_p99=0.061)
+    short = summary(goodput_rps=20.1, throughput_rps=20.1, e2e_s_p99=18.0, slo_ttft_p99=0.10)
+    by_default = decide([Entry("fast", fast, LIMITS), Entry("short", short, LIMITS)])
+    assert by_default.winner == "fast" and by_default.ranking == ["fast", "short"]
+    assert by_default.rule.startswith("Rule: meets the SLOs first, then the highest goodput, then the lowest p99 TTFT, "
+                                      "TPOT and E2E, then the highest throughput; values within 2% ")
+    e2e_first = Limits(ttft_s=2.0, tpot_s=0.1, percentile=99, rank_by=("e2e",))
+    v = decide([Entry("fast", fast, e2e_first), Entry("short", short, e2e_first)])
+    assert v.winner == "short" and v.ranking == ["short", "fast"]
+    assert v.decision == ("Winner: short. Ahead of fast on p99 E2E 18 vs 25.4 s (-29%), though goodput 20.1 vs "
+                          "21.4 req/s (-6%).")
+    assert dict(v.why)["fast"] == "it trails short on p99 E2E 25.4 vs 18 s (+41%)."
+    assert v.rule.startswith("Rule: meets the SLOs first, then the lowest p99 E2E, then the highest goodput, then the "
+                             "lowest p99 TTFT and TPOT, then the highest throughput (slo.rank_by); ")
+    # TTFT first: "fast" leads there (0.061 against 0.10 s); E2E named second never decides.
+    ttft_first = Limits(ttft_s=2.0, tpot_s=0.1, percentile=99, rank_by=("ttft", "e2e"))
+    assert decide([Entry("short", short, ttft_first), Entry("fast", fast, ttft_first)]).winner == "fast"
+    # Level on the first named metric (within 2%): the next one decides, here the default's goodput.
+    level = summary(goodput_rps=20.1, throughput_rps=20.1, e2e_s_p99=25.0, slo_ttft_p99=0.10)
+    v = decide([Entry("level", level, e2e_first), Entry("fast", fast, e2e_first)])
+    assert v.winner == "fast" and "on goodput 21.4 vs 20.1 req/s (+6%)" in v.decision
+    # Meeting the SLOs still comes first, whatever the order.
+    missing = summary(e2e_s_p99=1.0, slo_ttft_p99=3.0, slo_ttft_met=False, slo_met=False)
+    assert decide([Entry("missing", missing, e2e_first), Entry("fast", fast, e2e_first)]).winner == "fast"
+
+
+def test_a_scenarios_rank_by_reaches_the_verdict():
+    """What `run`/`compare` hand the verdict: the scenario's `slo.rank_by` in the entry's limits."""
+    from sim.config.files import build_scenario_set
+    raw = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 10},
+                        "lengths": {"kind": "fixed", "input_tokens": 64, "output_tokens": 16}},
+           "slo": {"ttft_s": 2.0, "rank_by": ["e2e", "tpot"]}, "variants": {"a": {}, "b": {"slo": {"ttft_s": 1.0}}}}
+    results = [SimpleNamespace(name=name, scenario=sc, summary=summary(), extras={})
+               for name, sc in build_scenario_set(raw).items()]
+    assert [entry_of(r).limits.rank_by for r in results] == [("e2e", "tpot"), ("e2e", "tpot")]
+    assert [c.key for c in criteria_of(entry_of(results[1]))] == ["e2e", "tpot", "goodput", "ttft", "throughput"]
 
 
 def test_the_slo_percentile_and_a_missing_value_are_read_off_the_summary():
