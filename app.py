@@ -18,6 +18,7 @@ import yaml
 
 from sim.config.engines import preset_notes
 from sim.config.files import get_path, parse_yaml, set_path, validate_scenario
+from sim.config.schema import VERDICT_METRICS
 from sim.errors import ServeSimError
 from sim.model.catalog import GPUS, catalog_models
 from sim.results import Result
@@ -387,6 +388,11 @@ def sidebar(base: dict) -> dict:
         set_form_key(new, f"slo.{name}", limit if limit > 0 else None)
     set_form_key(new, "slo.percentile", number("at percentile", float(get_path(base, "slo.percentile", 99.0)),
                                                 "slo.percentile", min_value=1.0, max_value=100.0, step=1.0))
+    ranked = st.sidebar.multiselect(
+        "verdict ranks by first", list(VERDICT_METRICS), default=get_path(base, "slo.rank_by") or [],
+        key=key("slo.rank_by"), help="slo.rank_by: the metrics the verdict decides on first, in the order picked, "
+        "after meeting the SLOs; the rest follow in the default order (goodput, ttft, tpot, e2e, throughput)")
+    set_form_key(new, "slo.rank_by", list(ranked) or None)
 
     st.sidebar.header("Run")
     requests = get_path(base, "run.num_requests")

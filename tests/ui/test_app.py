@@ -89,6 +89,21 @@ def test_changing_a_policy_reruns_and_changes_the_table():
     assert at.table[0].value.equals(before)
 
 
+def test_the_verdicts_order_is_picked_in_the_sidebar():
+    """slo.rank_by from the sidebar: the verdict's rule names the order, and the scenario shown for download holds it."""
+    at = started()
+    at.multiselect(key="0.slo.rank_by").set_value(["e2e", "tpot"])
+    at.run()
+    assert not at.exception and not at.error
+    verdicts = [m.value for m in at.markdown if m.value.startswith("**Verdict:**")]
+    assert len(verdicts) == 1 and "then the lowest p99 E2E and TPOT, then the highest goodput" in verdicts[0], verdicts
+    assert "(slo.rank\\_by)" in verdicts[0]
+    assert "rank_by:\n  - e2e\n  - tpot" in at.code[0].value
+    at.multiselect(key="0.slo.rank_by").set_value([])
+    at.run()
+    assert "rank_by" not in at.code[0].value
+
+
 @pytest.mark.parametrize("content, words", [
     (b"workload: {arrival: {kind: poisson, rate_per_s: -3}, lengths: {kind: preset, name: sharegpt}}\n",
      "workload.arrival.rate_per_s: -3 is not allowed"),
