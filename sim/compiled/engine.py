@@ -51,9 +51,13 @@ _ROWS_PER_CALL = 1 << 16  # rows the kernel writes between two returns (progress
 # (`sim.machine.plain_pages`), which the OS backs only as they are written, so a generous start costs a small run
 # nothing. The kernel writes each row once, and the step log takes
 # the buffers as they are (before: a copy of each 65k-row chunk, then the chunks joined, 1.3 s of 1M requests'
-# 8.6 s). The start is capped so that a huge run does not map more than the machine may grant at once.
+# 8.6 s). The largest run a scenario may ask for (MAX_NUM_REQUESTS) starts at its size: doubling from a smaller start
+# copied what was written twice, 11.8 s of 10M requests' 52.8 s (12-06). Where the machine will not map a start
+# at once (a strict overcommit policy counts mapped pages it may never back), it is halved until it will
+# (`_start_buffers`), and doubles when full as before.
 _ROWS_PER_REQUEST = 4
-_MAX_START_ROWS = 1 << 23
+_MAX_START_ROWS = 1 << 26
+_MIN_START_ROWS = 1 << 16
 # RequestLog's status code of each kernel request state at the end (NOT_ARRIVED, WAITING, RUNNING, FINISHED,
 # REJECTED): none, unfinished, unfinished, finished, rejected.
 _FINAL_STATUS = np.array([-1, 1, 1, 0, 2], dtype=np.int64)
@@ -241,10 +245,8 @@ def run_compiled(sim) -> bool:
     # The rows' buffers (a column per row; the replica last) and the decode runs' (every step's duration, the KV
     # token states and internal slots of all but each run's last step), in ordinary pages: see _ROWS_PER_REQUEST.
     rows = min(_MAX_START_ROWS, 1024 + _ROWS_PER_REQUEST * n)
-    row_i = plain_pages((len(k.INT_COLUMNS) + 1, rows), np.int64)
-    row_f = plain_pages((len(k.FLOAT_COLUMNS), rows), np.float64)
-    run_steps = 4 * rows + scheduler.max_model_len + 2
-    run_dur, run_i = plain_pages((run_steps,), np.float64), plain_pages((3, run_steps), np.int64)
+    row_i, row_f, run_dur, run_i = _start_buffers(rows, len(k.INT_COLUMNS) + 1, len(k.FLOAT_COLUMNS),
+                                                  scheduler.max_model_len + 2)
     arrival_ev[:] = k.arrival_event_times(arrival_s)
     # The step-time draws (issue 31), the SimPy engine's: one float64 pack type either way, so one compiled loop.
     draws = no_draws() if sim.step_draws is None else np.ascontiguousarray(sim.step_draws, dtype=np.float64)
@@ -363,6 +365,22 @@ def _clear_outside_points(price) -> None:
     from sim.cost.compiled_pricing import KIND_MEASURED
     if price[0] == KIND_MEASURED:
         price[3][-1][0] = 0  # the note log's length
+
+
+def _start_buffers(rows: int, int_rows: int, float_rows: int, run_margin: int) -> tuple[np.ndarray, ...]:
+    """The step rows' buffers (`int_rows` int64 and `float_rows` float64 rows, a step row a column) at `rows`
+    columns, and the decode runs' (every step's duration; the KV token states, internal and shared slots) at four
+    times as many steps plus `run_margin` (the longest run), halved while the machine refuses to map them at once,
+    down to _MIN_START_ROWS."""
+    while True:
+        try:
+            run_steps = 4 * rows + run_margin
+            return (plain_pages((int_rows, rows), np.int64), plain_pages((float_rows, rows), np.float64),
+                    plain_pages((run_steps,), np.float64), plain_pages((3, run_steps), np.int64))
+        except MemoryError:
+            if rows <= _MIN_START_ROWS:
+                raise
+            rows = max(rows // 2, _MIN_START_ROWS)
 
 
 def _doubled(buffer: np.ndarray, used: int) -> np.ndarray:

@@ -156,6 +156,53 @@ def test_output_buffers_that_grow_and_frequent_returns_keep_the_records(monkeypa
     assert_identical(python, grown)
 
 
+def test_a_start_the_machine_will_not_map_is_halved_and_the_records_are_kept(monkeypatch):
+    # While the core maps its start, the machine refuses any mapping over 64 kB (as a strict overcommit policy
+    # refuses a large one): the start is halved until it maps, down to its floor; the buffers then double as the
+    # run fills them, and the run's records are the SimPy engine's.
+    from sim import machine
+    from sim.compiled import engine as compiled_engine
+    starting, started = [False], []
+
+    def small_while_starting(shape, dtype):
+        if starting[0] and np.prod(shape) * np.dtype(dtype).itemsize > 1 << 16:
+            raise MemoryError(f"Unable to allocate for an array with shape {shape}")
+        return machine.plain_pages(shape, dtype)
+
+    def start(rows, *args):
+        starting[0] = True
+        try:
+            buffers = start_buffers(rows, *args)
+        finally:
+            starting[0] = False
+        started.append((rows, buffers[0].shape[-1]))
+        return buffers
+    start_buffers = compiled_engine._start_buffers
+    monkeypatch.setattr(compiled_engine, "plain_pages", small_while_starting)
+    monkeypatch.setattr(compiled_engine, "_start_buffers", start)
+    monkeypatch.setattr(compiled_engine, "_MIN_START_ROWS", 64)
+    spec = spec_for(num_requests=300, arrival={"kind": "poisson", "rate_per_s": 30.0}, max_model_len=600, seed=5)
+    spec["run"]["compiled_core"] = True
+    scenario = validate_scenario(spec)
+    halved = simulate(scenario, make_workload(scenario))
+    assert halved.extras["engine_core"] == "compiled"
+    (asked, mapped), = started
+    assert asked == 1024 + 4 * 300 and mapped < asked and len(halved.steps) > mapped  # started smaller, then grew
+    python, _ = both(spec)
+    assert_identical(python, halved)
+    # At the floor the machine's refusal stands (here the runs' margin alone is over 64 kB): one MemoryError, as the
+    # command line reports it.
+    starting[0] = True
+    with pytest.raises(MemoryError):
+        start_buffers(4096, 19, 4, 1 << 20)
+
+
+def test_the_largest_run_a_scenario_may_ask_for_starts_at_its_size():
+    from sim.compiled import engine as compiled_engine
+    from sim.workload.base import MAX_NUM_REQUESTS
+    assert 1024 + compiled_engine._ROWS_PER_REQUEST * MAX_NUM_REQUESTS <= compiled_engine._MAX_START_ROWS
+
+
 def test_an_arrival_exactly_at_a_step_end_goes_to_the_python_engine():
     # SimPy orders simultaneous events by when they were scheduled; the core does not repeat that, so on
     # such a tie it hands the run to the Python engine (the result is then the Python engine's, exactly).
