@@ -763,6 +763,9 @@ def plan_verdict(result) -> Verdict:
     v.priced_by = _plan_priced_by(outcomes, v.winner)
     v.rule = ("Rule: candidates that meet every SLO at the target with the fewest replicas, cheapest per hour "
               "first, then per million tokens, then lower p99 E2E.")
+    if slo.get("rank_by"):  # a ranking the scenario asks for, which this rule does not follow: said, not ignored
+        v.rule += (f" The scenario's slo.rank_by ({', '.join(slo['rank_by'])}) orders the verdicts of run and "
+                   "compare, not the plan's.")
     return v
 
 

@@ -296,6 +296,11 @@ def test_the_plan_verdict_names_the_cheapest_and_by_how_much():
     assert v.why == [("l4 TP1", "16 replicas miss the SLOs at 40 req/s.")]
     assert v.priced_by == ("l40s TP1 is priced by the measured cost model; the rest by the calibrated cost model "
                            "(h100 TP1); the roofline cost model (l4 TP1).")
+    assert "rank_by" not in v.rule
+    ranked = _plan([_outcome("l40s TP1", "feasible", 5.58, 3)])
+    ranked.slo["rank_by"] = ["e2e", "ttft"]  # the plan ranks by cost whatever the scenario's order: it says so
+    assert plan_verdict(ranked).rule.endswith("The scenario's slo.rank_by (e2e, ttft) orders the verdicts of run and "
+                                              "compare, not the plan's.")
     none = plan_verdict(_plan([_outcome("l4 TP1", "infeasible", reason="out of reach", reach=30.0)]))
     assert none.headline.startswith("None of the 1 candidates meets the SLOs") and none.winner == "l4 TP1"
     assert none.decision == "Closest: l4 TP1, about 30 req/s with 16 replicas."
