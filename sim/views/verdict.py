@@ -299,6 +299,9 @@ def decide(entries: Sequence[Entry], bands: Bands | None = None, tolerance: floa
     if len(entries) > 1:
         v.decision = _decision(winner, level, rest[0] if rest else None, bands, tolerance, level_words,
                                none_meet=has_slo and not meeting, differences=differences)
+        if winner.limits is not None and winner.limits.rank_by:  # the order asked for, where the terminal shows it
+            named = criteria_of(winner)[:len(winner.limits.rank_by)]
+            v.decision += " Ranked by " + _names([_label(winner, c) for c in named]) + " first (slo.rank_by)."
     for e in ([winner] if has_slo and not meeting else []) + rest:
         v.why.append((e.name, diagnose(e, winner)))
     v.priced_by = priced_by(entries)
@@ -307,6 +310,11 @@ def decide(entries: Sequence[Entry], bands: Bands | None = None, tolerance: floa
                  f"values within {tolerance:.0%} of each other are level")
               + "; on goodput, as many of the same requests within every limit are level (a rate counts the drain).")
     return v
+
+
+def _label(entry: Entry, c: Criterion) -> str:
+    """ "goodput", or a latency at the SLO percentile: "p99 TTFT"."""
+    return c.label if c.key not in _LATENCIES else f"{_pct(percentile_of(entry))} {c.label}"
 
 
 def _order_words(entry: Entry) -> str:
@@ -319,7 +327,7 @@ def _order_words(entry: Entry) -> str:
         if latency and after_latency:
             runs[-1][1].append(c.label)
         else:
-            runs.append((c.higher_is_better, [f"{_pct(percentile_of(entry))} {c.label}" if latency else c.label]))
+            runs.append((c.higher_is_better, [_label(entry, c)]))
         after_latency = latency
     words = ", ".join(f"then the {'highest' if higher else 'lowest'} {_names(labels)}" for higher, labels in runs)
     return words + (" (slo.rank_by)" if entry.limits is not None and entry.limits.rank_by else "")
@@ -450,7 +458,7 @@ def _misses(entry: Entry) -> str:
 def _compare(winner: Entry, other: Entry, c: Criterion) -> str:
     """ "goodput 21.4 vs 11.3 req/s (1.9×)" or "p99 TTFT 0.061 vs 5.44 s (89× lower)"."""
     a, b = value(winner, c.key), value(other, c.key)
-    label = c.label if c.key not in _LATENCIES else f"{_pct(percentile_of(winner))} {c.label}"
+    label = _label(winner, c)
     text = f"{label} {fmt(a)} vs {fmt(b, c.unit)}"
     if math.isnan(a) or math.isnan(b):
         return text
@@ -469,8 +477,7 @@ def _decision(winner: Entry, level: list[Entry], runner: Entry | None, bands: Ba
     text = f"{word}: {winner.name}"
     if level:
         text += f", {level_words} with {_names([e.name for e in level])} on " + ", ".join(
-            c.label if c.key not in _LATENCIES else f"{_pct(percentile_of(winner))} {c.label}"
-            for c in criteria_of(winner))
+            _label(winner, c) for c in criteria_of(winner))
     if runner is None:
         return text + "."
     deciding = [c for c in criteria_of(winner) if not is_level(winner, runner, c, bands, tolerance)]
@@ -494,7 +501,7 @@ def _margin_in_band(winner: Entry, runner: Entry, c: Criterion, differences: Dif
     if band is None:
         return ""
     lo, hi = float(band[0]), float(band[1])
-    label = c.label if c.key not in _LATENCIES else f"{_pct(percentile_of(winner))} {c.label}"
+    label = _label(winner, c)
     span = f"{runner.name} − {winner.name} on {label} is [{fmt(lo)}, {fmt(hi, c.unit)}]"
     if (hi < 0) if c.higher_is_better else (lo > 0):
         return f" The margin holds across the band: {span}."

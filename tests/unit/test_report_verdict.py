@@ -219,7 +219,7 @@ def test_the_scenarios_rank_by_orders_the_deciding_metrics():
     v = decide([Entry("fast", fast, e2e_first), Entry("short", short, e2e_first)])
     assert v.winner == "short" and v.ranking == ["short", "fast"]
     assert v.decision == ("Winner: short. Ahead of fast on p99 E2E 18 vs 25.4 s (-29%), though goodput 20.1 vs "
-                          "21.4 req/s (-6%).")
+                          "21.4 req/s (-6%). Ranked by p99 E2E first (slo.rank_by).")
     assert dict(v.why)["fast"] == "it trails short on p99 E2E 25.4 vs 18 s (+41%)."
     assert v.rule.startswith("Rule: meets the SLOs first, then the lowest p99 E2E, then the highest goodput, then the "
                              "lowest p99 TTFT and TPOT, then the highest throughput (slo.rank_by); ")
