@@ -26,7 +26,7 @@ from sim.core.request import Request
 from sim.core.router import CountingRouter
 from sim.cost.draws import no_draws
 from sim.kv import prefix_index
-from sim.machine import plain_pages
+from sim.machine import mappable_bytes, plain_pages
 
 # A cold numba cache (a fresh install, or a changed core) costs ~1 min of compiling the core once: 50-57 s
 # measured on the 2-core development machine (AMD EPYC, 2026-11-25), where the SimPy engine ran bench_engine's
@@ -52,12 +52,16 @@ _ROWS_PER_CALL = 1 << 16  # rows the kernel writes between two returns (progress
 # nothing. The kernel writes each row once, and the step log takes
 # the buffers as they are (before: a copy of each 65k-row chunk, then the chunks joined, 1.3 s of 1M requests'
 # 8.6 s). The largest run a scenario may ask for (MAX_NUM_REQUESTS) starts at its size: doubling from a smaller start
-# copied what was written twice, 11.8 s of 10M requests' 52.8 s (12-06). Where the machine will not map a start
-# at once (a strict overcommit policy counts mapped pages it may never back), it is halved until it will
-# (`_start_buffers`), and doubles when full as before.
+# copied what was written twice, 11.8 s of 10M requests' 52.8 s (12-06). Where the machine counts what a process
+# maps, not what it writes (`ulimit -v`, a strict overcommit policy: `sim.machine.mappable_bytes`), the start takes
+# at most a quarter of what it may still map, leaving the rest of the run the other three (a 5M-request run under
+# `ulimit -v` 9 GB failed in its summary when the start took 6.1 GB); a start it still refuses is halved
+# (`_start_buffers`). Either way the buffers double when full.
 _ROWS_PER_REQUEST = 4
 _MAX_START_ROWS = 1 << 26
 _MIN_START_ROWS = 1 << 16
+_START_SHARE = 4  # of what the machine lets the process map, at most 1 / _START_SHARE goes to the start
+_RUN_STEPS_PER_ROW = 4  # the decode runs' buffers start at this many steps a step row
 # RequestLog's status code of each kernel request state at the end (NOT_ARRIVED, WAITING, RUNNING, FINISHED,
 # REJECTED): none, unfinished, unfinished, finished, rejected.
 _FINAL_STATUS = np.array([-1, 1, 1, 0, 2], dtype=np.int64)
@@ -244,9 +248,11 @@ def run_compiled(sim) -> bool:
     run_tmp = np.zeros((num_replicas, scheduler.max_model_len + 2))
     # The rows' buffers (a column per row; the replica last) and the decode runs' (every step's duration, the KV
     # token states and internal slots of all but each run's last step), in ordinary pages: see _ROWS_PER_REQUEST.
-    rows = min(_MAX_START_ROWS, 1024 + _ROWS_PER_REQUEST * n)
-    row_i, row_f, run_dur, run_i = _start_buffers(rows, len(k.INT_COLUMNS) + 1, len(k.FLOAT_COLUMNS),
-                                                  scheduler.max_model_len + 2)
+    int_rows, float_rows = len(k.INT_COLUMNS) + 1, len(k.FLOAT_COLUMNS)
+    bytes_per_row = 8 * (int_rows + float_rows + 4 * _RUN_STEPS_PER_ROW)  # the run steps' duration and 3 KV ints
+    rows = min(_MAX_START_ROWS, 1024 + _ROWS_PER_REQUEST * n,
+               max(_MIN_START_ROWS, int(min(mappable_bytes() / _START_SHARE / bytes_per_row, _MAX_START_ROWS))))
+    row_i, row_f, run_dur, run_i = _start_buffers(rows, int_rows, float_rows, scheduler.max_model_len + 2)
     arrival_ev[:] = k.arrival_event_times(arrival_s)
     # The step-time draws (issue 31), the SimPy engine's: one float64 pack type either way, so one compiled loop.
     draws = no_draws() if sim.step_draws is None else np.ascontiguousarray(sim.step_draws, dtype=np.float64)
@@ -369,12 +375,12 @@ def _clear_outside_points(price) -> None:
 
 def _start_buffers(rows: int, int_rows: int, float_rows: int, run_margin: int) -> tuple[np.ndarray, ...]:
     """The step rows' buffers (`int_rows` int64 and `float_rows` float64 rows, a step row a column) at `rows`
-    columns, and the decode runs' (every step's duration; the KV token states, internal and shared slots) at four
-    times as many steps plus `run_margin` (the longest run), halved while the machine refuses to map them at once,
-    down to _MIN_START_ROWS."""
+    columns, and the decode runs' (every step's duration; the KV token states, internal and shared slots) at
+    _RUN_STEPS_PER_ROW times as many steps plus `run_margin` (the longest run), halved while the machine refuses to
+    map them at once, down to _MIN_START_ROWS."""
     while True:
         try:
-            run_steps = 4 * rows + run_margin
+            run_steps = _RUN_STEPS_PER_ROW * rows + run_margin
             return (plain_pages((int_rows, rows), np.int64), plain_pages((float_rows, rows), np.float64),
                     plain_pages((run_steps,), np.float64), plain_pages((3, run_steps), np.int64))
         except MemoryError:

@@ -197,6 +197,31 @@ def test_a_start_the_machine_will_not_map_is_halved_and_the_records_are_kept(mon
         start_buffers(4096, 19, 4, 1 << 20)
 
 
+def test_where_the_machine_counts_what_is_mapped_the_start_takes_a_quarter_of_what_is_left(monkeypatch):
+    # `ulimit -v` or a strict overcommit policy leaves the process 4 x 500 step rows' worth of mapping: the start
+    # takes 500 rows (a quarter), the buffers grow as the run fills them, and the records are the SimPy engine's.
+    from sim.compiled import engine as compiled_engine
+    from sim.compiled import kernel
+    started = []
+
+    def start(rows, *args):
+        started.append(rows)
+        return start_buffers(rows, *args)
+    start_buffers = compiled_engine._start_buffers
+    bytes_per_row = 8 * (len(kernel.INT_COLUMNS) + 1 + len(kernel.FLOAT_COLUMNS) + 4 * 4)
+    monkeypatch.setattr(compiled_engine, "mappable_bytes", lambda: 4 * 500 * bytes_per_row)
+    monkeypatch.setattr(compiled_engine, "_start_buffers", start)
+    monkeypatch.setattr(compiled_engine, "_MIN_START_ROWS", 64)
+    spec = spec_for(num_requests=300, arrival={"kind": "poisson", "rate_per_s": 30.0}, max_model_len=600, seed=5)
+    spec["run"]["compiled_core"] = True
+    scenario = validate_scenario(spec)
+    limited = simulate(scenario, make_workload(scenario))
+    assert limited.extras["engine_core"] == "compiled"
+    assert started == [500] and len(limited.steps) > 500
+    python, _ = both(spec)
+    assert_identical(python, limited)
+
+
 def test_the_largest_run_a_scenario_may_ask_for_starts_at_its_size():
     from sim.compiled import engine as compiled_engine
     from sim.workload.base import MAX_NUM_REQUESTS
