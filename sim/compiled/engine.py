@@ -249,10 +249,8 @@ def run_compiled(sim) -> bool:
     # The rows' buffers (a column per row; the replica last) and the decode runs' (every step's duration, the KV
     # token states and internal slots of all but each run's last step), in ordinary pages: see _ROWS_PER_REQUEST.
     int_rows, float_rows = len(k.INT_COLUMNS) + 1, len(k.FLOAT_COLUMNS)
-    bytes_per_row = 8 * (int_rows + float_rows + 4 * _RUN_STEPS_PER_ROW)  # the run steps' duration and 3 KV ints
-    rows = min(_MAX_START_ROWS, 1024 + _ROWS_PER_REQUEST * n,
-               max(_MIN_START_ROWS, int(min(mappable_bytes() / _START_SHARE / bytes_per_row, _MAX_START_ROWS))))
-    row_i, row_f, run_dur, run_i = _start_buffers(rows, int_rows, float_rows, scheduler.max_model_len + 2)
+    row_i, row_f, run_dur, run_i = _start_buffers(_start_rows(n, int_rows, float_rows), int_rows, float_rows,
+                                                  scheduler.max_model_len + 2)
     arrival_ev[:] = k.arrival_event_times(arrival_s)
     # The step-time draws (issue 31), the SimPy engine's: one float64 pack type either way, so one compiled loop.
     draws = no_draws() if sim.step_draws is None else np.ascontiguousarray(sim.step_draws, dtype=np.float64)
@@ -371,6 +369,15 @@ def _clear_outside_points(price) -> None:
     from sim.cost.compiled_pricing import KIND_MEASURED
     if price[0] == KIND_MEASURED:
         price[3][-1][0] = 0  # the note log's length
+
+
+def _start_rows(num_requests: int, int_rows: int, float_rows: int) -> int:
+    """The step rows the buffers start at (see _ROWS_PER_REQUEST): _ROWS_PER_REQUEST a request, up to
+    _MAX_START_ROWS, and, where the machine counts what is mapped, at most 1 / _START_SHARE of what it may still map
+    (never under _MIN_START_ROWS)."""
+    bytes_per_row = 8 * (int_rows + float_rows + 4 * _RUN_STEPS_PER_ROW)  # the run steps' duration and 3 KV ints
+    share = min(mappable_bytes() / _START_SHARE / bytes_per_row, _MAX_START_ROWS)
+    return min(_MAX_START_ROWS, 1024 + _ROWS_PER_REQUEST * num_requests, max(_MIN_START_ROWS, int(share)))
 
 
 def _start_buffers(rows: int, int_rows: int, float_rows: int, run_margin: int) -> tuple[np.ndarray, ...]:

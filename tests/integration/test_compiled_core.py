@@ -138,6 +138,18 @@ def test_preemptions_rejections_and_a_horizon_all_happen_and_agree():
     assert_identical(python, compiled)
 
 
+def compiled_run_of_300(**kwargs):
+    """The buffer tests' run (300 requests, compiled), checked against the SimPy engine's records."""
+    spec = spec_for(num_requests=300, arrival={"kind": "poisson", "rate_per_s": 30.0}, max_model_len=600, seed=5)
+    spec["run"]["compiled_core"] = True
+    scenario = validate_scenario(spec)
+    compiled = simulate(scenario, make_workload(scenario), **kwargs)
+    assert compiled.extras["engine_core"] == "compiled"
+    python, _ = both(spec)
+    assert_identical(python, compiled)
+    return compiled
+
+
 def test_output_buffers_that_grow_and_frequent_returns_keep_the_records(monkeypatch):
     # The core's row and decode-run buffers start at 4 rows (and 4 x 4 + max_model_len + 2 run steps) and double
     # as the run fills them; it returns to its caller every 3 rows (a progress report) and is called again.
@@ -145,15 +157,9 @@ def test_output_buffers_that_grow_and_frequent_returns_keep_the_records(monkeypa
     monkeypatch.setattr(compiled_engine, "_MAX_START_ROWS", 4)
     monkeypatch.setattr(compiled_engine, "_ROWS_PER_CALL", 3)
     reports = []
-    spec = spec_for(num_requests=300, arrival={"kind": "poisson", "rate_per_s": 30.0}, max_model_len=600, seed=5)
-    spec["run"]["compiled_core"] = True
-    scenario = validate_scenario(spec)
-    grown = simulate(scenario, make_workload(scenario), progress=lambda now, done: reports.append(done))
-    assert grown.extras["engine_core"] == "compiled"
+    grown = compiled_run_of_300(progress=lambda now, done: reports.append(done))
     assert len(grown.steps) > 64 and len(grown.decode_runs.step_duration_s) > 4 * 4 + 600 + 2  # grew several times
     assert len(reports) >= len(grown.steps) // 3  # a report at every return
-    python, _ = both(spec)
-    assert_identical(python, grown)
 
 
 def test_a_start_the_machine_will_not_map_is_halved_and_the_records_are_kept(monkeypatch):
@@ -181,15 +187,9 @@ def test_a_start_the_machine_will_not_map_is_halved_and_the_records_are_kept(mon
     monkeypatch.setattr(compiled_engine, "plain_pages", small_while_starting)
     monkeypatch.setattr(compiled_engine, "_start_buffers", start)
     monkeypatch.setattr(compiled_engine, "_MIN_START_ROWS", 64)
-    spec = spec_for(num_requests=300, arrival={"kind": "poisson", "rate_per_s": 30.0}, max_model_len=600, seed=5)
-    spec["run"]["compiled_core"] = True
-    scenario = validate_scenario(spec)
-    halved = simulate(scenario, make_workload(scenario))
-    assert halved.extras["engine_core"] == "compiled"
-    (asked, mapped), = started
+    halved = compiled_run_of_300()
+    asked, mapped = started[0]  # (`both` runs the core again to compare)
     assert asked == 1024 + 4 * 300 and mapped < asked and len(halved.steps) > mapped  # started smaller, then grew
-    python, _ = both(spec)
-    assert_identical(python, halved)
     # At the floor the machine's refusal stands (here the runs' margin alone is over 64 kB): one MemoryError, as the
     # command line reports it.
     starting[0] = True
@@ -202,30 +202,19 @@ def test_where_the_machine_counts_what_is_mapped_the_start_takes_a_quarter_of_wh
     # takes 500 rows (a quarter), the buffers grow as the run fills them, and the records are the SimPy engine's.
     from sim.compiled import engine as compiled_engine
     from sim.compiled import kernel
-    started = []
-
-    def start(rows, *args):
-        started.append(rows)
-        return start_buffers(rows, *args)
-    start_buffers = compiled_engine._start_buffers
-    bytes_per_row = 8 * (len(kernel.INT_COLUMNS) + 1 + len(kernel.FLOAT_COLUMNS) + 4 * 4)
-    monkeypatch.setattr(compiled_engine, "mappable_bytes", lambda: 4 * 500 * bytes_per_row)
-    monkeypatch.setattr(compiled_engine, "_start_buffers", start)
+    int_rows, float_rows = len(kernel.INT_COLUMNS) + 1, len(kernel.FLOAT_COLUMNS)
+    monkeypatch.setattr(compiled_engine, "mappable_bytes", lambda: math.inf)  # Linux's default: nothing counted
+    assert compiled_engine._start_rows(300, int_rows, float_rows) == 1024 + 4 * 300
+    from sim.workload.base import MAX_NUM_REQUESTS  # the largest run a scenario may ask for starts at its size
+    assert compiled_engine._start_rows(MAX_NUM_REQUESTS, int_rows, float_rows) == 1024 + 4 * MAX_NUM_REQUESTS
+    row_bytes = 8 * (int_rows + float_rows + 4 * 4)  # each row's int and float columns, its 4 run steps' 4 columns
+    monkeypatch.setattr(compiled_engine, "mappable_bytes", lambda: 4 * 500 * row_bytes)
     monkeypatch.setattr(compiled_engine, "_MIN_START_ROWS", 64)
-    spec = spec_for(num_requests=300, arrival={"kind": "poisson", "rate_per_s": 30.0}, max_model_len=600, seed=5)
-    spec["run"]["compiled_core"] = True
-    scenario = validate_scenario(spec)
-    limited = simulate(scenario, make_workload(scenario))
-    assert limited.extras["engine_core"] == "compiled"
-    assert started == [500] and len(limited.steps) > 500
-    python, _ = both(spec)
-    assert_identical(python, limited)
-
-
-def test_the_largest_run_a_scenario_may_ask_for_starts_at_its_size():
-    from sim.compiled import engine as compiled_engine
-    from sim.workload.base import MAX_NUM_REQUESTS
-    assert 1024 + compiled_engine._ROWS_PER_REQUEST * MAX_NUM_REQUESTS <= compiled_engine._MAX_START_ROWS
+    assert compiled_engine._start_rows(300, int_rows, float_rows) == 500
+    limited = compiled_run_of_300()
+    assert len(limited.steps) > 500  # grew from there
+    monkeypatch.setattr(compiled_engine, "mappable_bytes", lambda: 0.0)  # nothing left: the floor, which may fail
+    assert compiled_engine._start_rows(300, int_rows, float_rows) == 64
 
 
 def test_an_arrival_exactly_at_a_step_end_goes_to_the_python_engine():
