@@ -697,9 +697,9 @@ class SLOSpec(_Strict):
     min_goodput_fraction: float | None = Field(
         None, gt=0, le=1, description="also require this share of requests to meet every limit (goodput SLO)")
     rank_by: list[Literal[VERDICT_METRICS]] | None = Field(  # type: ignore[valid-type]
-        None, min_length=1, description="the verdict's deciding metrics after meeting the SLOs, in this order (latencies "
-        "at the SLO percentile); those not named follow in the default order: goodput, ttft, tpot, e2e, throughput. "
-        "One order for every variant; run and compare only (the planner ranks by cost)")
+        None, min_length=1, description="the verdict's deciding metrics after meeting the SLOs, in this order "
+        "(latencies at the SLO percentile); those not named follow in the default order: goodput, ttft, tpot, e2e, "
+        "throughput. One order for every variant; run and compare only (the planner ranks by cost)")
 
     @field_validator("rank_by")
     @classmethod

@@ -90,7 +90,8 @@ def test_changing_a_policy_reruns_and_changes_the_table():
 
 
 def test_the_verdicts_order_is_picked_in_the_sidebar():
-    """slo.rank_by from the sidebar: the verdict's rule names the order, and the scenario shown for download holds it."""
+    """slo.rank_by from the sidebar: the verdict's rule names the order, and the scenario shown for download holds
+    it."""
     at = started()
     at.multiselect(key="0.slo.rank_by").set_value(["e2e", "tpot"])
     at.run()
