@@ -24,9 +24,10 @@ from sim.model.interconnects import NCCL_ALL_REDUCE
 
 
 def overhead_label(engine: str, given: dict, fitted_for: str = "", graphs: str = "") -> str:
-    """The overhead part of a label: its defaults' name, and each term given apart from them (a preset's fitted
-    CPU term, a user's own), e.g. 'vllm-cudagraph overhead (per_step_s 1.43 ms)'; with `fitted_for`, whose fit
-    they are: 'vllm-cudagraph overhead (per_step_s 0.362 ms; fit: SGLang 0.5.3.post3)'. `given`: term ->
+    """The overhead part of a label: its defaults' name, and each term given apart from them (a user's own), e.g.
+    'vllm-cudagraph overhead (per_step_s 1.43 ms)'; with `fitted_for`, whose fit the terms are, named first so an
+    SGLang run does not read as vLLM's: 'CPU terms fitted for SGLang 0.5.3.post3 (per_step_s 0.362 ms; rest:
+    vllm-cudagraph defaults)'. `given`: term ->
     value, as the scenario's `cost_model.overhead` section holds it (None: not given); `graphs`: which steps skip
     the launch term (`EngineOverhead.graphs_described`), e.g. 'CUDA graphs for decode batches up to 256'."""
     from sim.cost.overhead import ENGINE_DEFAULTS, TERMS
@@ -37,7 +38,10 @@ def overhead_label(engine: str, given: dict, fitted_for: str = "", graphs: str =
         apart.append("overlapped")
     if graphs:
         apart.append(graphs)
-    said = "; ".join(part for part in (", ".join(apart), f"fit: {fitted_for}" if fitted_for else "") if part)
+    if fitted_for:
+        said = "; ".join(part for part in (", ".join(apart), f"rest: {engine} defaults") if part)
+        return f"CPU terms fitted for {fitted_for} ({said})"
+    said = ", ".join(apart)
     return f"{engine} overhead" + (f" ({said})" if said else "")
 
 
