@@ -76,6 +76,27 @@ def _locate(loc: tuple) -> _Where:
     return _Where("".join(parts), container, kind, annotation, tag_last)
 
 
+# Words other tools use for a key's part (vLLM's bench and genai-perf say "prompt", the scenario file "input").
+_OTHER_WORDS = {"prompt": "input", "completion": "output", "generation": "output"}
+
+
+def _meant(key: str, allowed: list[str], path: str) -> str | None:
+    """The key a user most likely meant: `key` in the file's words, else the closest allowed spelling, else the same
+    key in another top-level section ('run.num_requests' for 'workload.num_requests'); None if none is near."""
+    for word, ours in _OTHER_WORDS.items():
+        if word in key and key.replace(word, ours) in allowed:
+            return key.replace(word, ours)
+    close = difflib.get_close_matches(key, allowed, n=1)
+    if close:
+        return close[0]
+    section = path.split(".", 1)[0]
+    for name, field in Scenario.model_fields.items():
+        classes = [model_class(m) for m in annotation_members(field.annotation)]
+        if name != section and "." in path and any(c is not None and key in c.model_fields for c in classes):
+            return f"{name}.{key}"
+    return None
+
+
 def format_validation_error(err: ValidationError, prefix: str = "") -> str:
     """One line: field path, the value given, what is allowed."""
     errors = err.errors(include_url=False)
@@ -97,8 +118,8 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
             if where.container is Scenario and not prefix:
                 allowed.append("variants")
             key = where.path.rsplit(".", 1)[-1]
-            close = difflib.get_close_matches(key, allowed, n=1)
-            line += (f" (did you mean {close[0]!r}?)" if close else "") + f"; allowed: {', '.join(allowed)}"
+            close = _meant(key, allowed, where.path)
+            line += (f" (did you mean {close!r}?)" if close else "") + f"; allowed: {', '.join(allowed)}"
         else:
             line += " (check the spelling; `servesim schema` lists the allowed keys)"
     elif etype == "missing":

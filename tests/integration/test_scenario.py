@@ -147,6 +147,18 @@ def test_unknown_key_message_suggests_the_closest_key():
         validate_scenario(raw(scheduler={"max_num_seq": 8}))
 
 
+def test_unknown_key_message_suggests_the_files_word_and_the_section_a_key_belongs_in():
+    # vLLM's bench says "prompt" where the file says "input": the closest spelling alone would be output_tokens
+    lengths = {"kind": "fixed", "prompt_tokens": 100, "output_tokens": 10}
+    with pytest.raises(ConfigError, match=r"^workload\.lengths\.prompt_tokens: unknown key for kind 'fixed' "
+                                          r"\(did you mean 'input_tokens'\?\)"):
+        validate_scenario(raw(workload={**BASE["workload"], "lengths": lengths}))
+    with pytest.raises(ConfigError, match=r"^workload\.num_requests: unknown key \(did you mean 'run\.num_requests'"):
+        validate_scenario(raw(workload={**BASE["workload"], "num_requests": 5}))
+    with pytest.raises(ConfigError, match=r"^workload\.zzz: unknown key; allowed: "):  # nothing near: no guess
+        validate_scenario(raw(workload={**BASE["workload"], "zzz": 5}))
+
+
 def test_union_tags_do_not_leak_into_field_paths():
     data = raw()
     data["workload"]["arrival"]["rate_per_s"] = -2
