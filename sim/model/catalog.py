@@ -9,6 +9,7 @@ agree.
 
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -341,6 +342,16 @@ def _canonical(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
+def _meant(key: str, names) -> str:
+    """' (did you mean ...?)' naming the catalog entries `key` spells with words added or left off at a dash, or ''.
+    Only those: a near spelling is often another part or model (h20 is not h200, qwen3-30b not qwen3-32b), so
+    'h200-sxm' and 'meta-llama-3.1-8b-instruct' get h200 and llama-3.1-8b, 'a100' both A100s, 'h20' nothing."""
+    inside = [n for n in names if re.fullmatch(rf"(.+-)?{re.escape(n)}(-.+)?", key)]
+    longer = [n for n in names if n.startswith(key + "-")]
+    found = [max(inside, key=len)] if inside else longer
+    return f" (did you mean {' or '.join(map(repr, found))}?)" if key and found else ""
+
+
 # Hugging Face config.json files shipped with the package, named as the catalog names them (a file per model: adding
 # one adds a model; sim/model/configs/README.md says where each came from).
 MODEL_CONFIGS_DIR = Path(__file__).parent / "configs"
@@ -393,7 +404,8 @@ def get_model(name: str, field: str = "model") -> ModelSpec:
         return MODELS[key]
     if key is not None and shipped_config(key) is not None:
         return _read_shipped(key)[0]
-    raise ConfigError(f"{field}: unknown model {name!r}; allowed: {', '.join(model_names())}, or a config.json "
+    raise ConfigError(f"{field}: unknown model {name!r}{_meant(key, model_names()) if key else ''}; allowed: "
+                      f"{', '.join(model_names())}, or a config.json "
                       "({hf_config: path})")
 
 
@@ -402,7 +414,8 @@ def get_gpu(name: str, field: str = "hardware.gpu") -> GPUSpec:
     try:
         return GPUS[_canonical(name) if isinstance(name, str) else None]
     except KeyError:
-        raise ConfigError(f"{field}: unknown gpu {name!r}; allowed: {', '.join(GPUS)}") from None
+        meant = _meant(_canonical(name), GPUS) if isinstance(name, str) else ""
+        raise ConfigError(f"{field}: unknown gpu {name!r}{meant}; allowed: {', '.join(GPUS)}") from None
 
 
 def resolve_model(value: str | ModelSpec, field: str = "model") -> ModelSpec:

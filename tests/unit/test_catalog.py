@@ -91,6 +91,30 @@ def test_unknown_gpu_error_is_one_line_naming_field_and_choices():
     assert all(key in message for key in GPUS)
 
 
+@pytest.mark.parametrize(("name", "meant"), [
+    ("h200-sxm", " (did you mean 'h200'?)"), ("B200_SXM", " (did you mean 'b200'?)"),
+    ("a100", " (did you mean 'a100-40gb' or 'a100-80gb'?)"),
+    # a near spelling that is another part is no guess: an H20 is not an H200, an L40 not an L40S
+    ("h20", ""), ("l40", ""), ("h100-pcie", "")])
+def test_an_unknown_gpu_is_offered_the_entry_it_spells_with_words_added_or_left_off(name, meant):
+    with pytest.raises(ConfigError) as err:
+        get_gpu(name)
+    assert str(err.value).startswith(f"hardware.gpu: unknown gpu {name!r}{meant}; allowed: a100-40gb, ")
+
+
+@pytest.mark.parametrize(("name", "meant"), [
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", " (did you mean 'llama-3.1-8b'?)"),
+    ("deepseek-r1-0528", " (did you mean 'deepseek-r1'?)"),
+    ("qwen3-235b-a22b-fp8-instruct", " (did you mean 'qwen3-235b-a22b-fp8'?)"),  # the longest it holds
+    ("qwen3-30b", " (did you mean 'qwen3-30b-a3b' or 'qwen3-30b-a3b-fp8'?)"),
+    ("mistral-7b", " (did you mean 'mistral-7b-v0.1'?)"),
+    ("llama-3.3-70b", ""), ("qwen3-8b.json", "")])  # not qwen3-32b's or llama-3.1-70b's: other models
+def test_an_unknown_model_is_offered_the_entry_it_spells_with_words_added_or_left_off(name, meant):
+    with pytest.raises(ConfigError) as err:
+        get_model(name)
+    assert str(err.value).startswith(f"model: unknown model {name!r}{meant}; allowed: opt-13b, ")
+
+
 @pytest.mark.parametrize("name", [-1, None, ["h100-sxm"]])
 def test_a_gpu_name_that_is_not_a_string_is_an_unknown_gpu(name):
     # (the no-traceback property test found -1 reaching the lookup through a checkpoint's fp8 default)
