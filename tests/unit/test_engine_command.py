@@ -313,7 +313,7 @@ def test_vllms_task_hash_and_multimodal_options_as_its_sdists_have_them(version,
 @pytest.mark.parametrize("version, command, words", [
     ("1.2.0rc1", "--backend pytorch --num_postprocess_workers 2", None),
     ("1.0.0", "--backend trt", "'trt' is not modelled; allowed: pytorch (the default)"),
-    ("0.17", "--backend pytorch", "not modelled for TensorRT-LLM 0.17 (the preset takes its TensorRT engine flow"),
+    ("0.17", "--backend pytorch", "not modelled for TensorRT-LLM 0.17.0 (the preset takes its TensorRT engine flow"),
 ])
 def test_trtllm_serves_backend_and_postprocess_workers(version, command, words):
     # tensorrt_llm/commands/serve.py at 00209af1: --backend pytorch (the default), tensorrt, _autodeploy;

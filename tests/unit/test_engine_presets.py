@@ -163,6 +163,20 @@ def test_a_four_number_release_is_its_own_version_and_is_derived_as_its_release_
         scenario({"name": "vllm", "version": "0.10.x"})
 
 
+def test_a_version_is_read_as_pep_440_reads_it_two_numbers_as_the_release_ending_in_zero():
+    # "0.11" is 0.11.0 (what pip installs for ==0.11): the same rules, defaults, fit and notes, the release named in
+    # full. It took 0.10's side of every bound written as 0.11.0, and 0.11.0's measured API server work went unused.
+    full = scenario({"name": "vllm", "version": "0.11.0"})
+    for written in ("0.11", "v0.11.0", " 0.11 "):
+        short = scenario({"name": "vllm", "version": written})
+        assert short.engine.version == "0.11.0"
+        assert short.model_dump() == full.model_dump() and short.engine.notes == full.engine.notes
+    assert scenario({"name": "vllm", "version": "0.6"}).engine.version == "0.6.0"  # the oldest, refused before
+    assert scenario({"name": "sglang", "version": "0.5.3.post3"}).engine.version == "0.5.3.post3"
+    with pytest.raises(ConfigError, match=r"^engine\.version: '0\.5' is not a vllm version the preset knows"):
+        scenario({"name": "vllm", "version": "0.5"})  # the words as written
+
+
 def test_a_fit_left_at_a_bound_serves_no_version_its_own_included():
     # engine_terms.json: vLLM 0.9.2's and SGLang 0.5.5.post1's GPUStack fit runs left the front-end latency at its
     # bound, and their CPU time a step took up what the model could not reproduce (9.9 and 17 ms, where SGLang

@@ -87,7 +87,7 @@ def test_the_command_names_its_file_and_the_version_that_has_the_option():
                                           r"engine\.extra_llm_api_options \(and the option left out of "
                                           r"engine\.command\)$"):
         scenario(command="trtllm-serve m --extra_llm_api_options extra.yml")
-    with pytest.raises(ConfigError, match=r"^engine\.extra_llm_api_options: not a flag of trtllm 0\.17 \(it came in "
+    with pytest.raises(ConfigError, match=r"^engine\.extra_llm_api_options: not a flag of trtllm 0\.17\.0 \(it came in "
                                           r"1\.0\)"):
         scenario("0.17", extra_llm_api_options={"max_batch_size": 8})
 

@@ -63,7 +63,7 @@ def test_a_dense_or_bf16_model_gets_no_moe_kernel_note():
 @pytest.mark.parametrize("version, value, words", [
     ("1.2.0rc1", "AUTO", "engine.moe_backend: 'AUTO' is not a value of trtllm 1.2.0rc1's moe_backend (it came in 1.3)"),
     ("1.2.0rc1", "FAST", "engine.moe_backend: 'FAST' is not allowed; allowed: AUTO, CUTLASS, TRITON, TRTLLM"),
-    ("0.17", "TRITON", "engine.moe_backend: not a flag of trtllm 0.17 (it came in 1.0)"),
+    ("0.17", "TRITON", "engine.moe_backend: not a flag of trtllm 0.17.0 (it came in 1.0)"),
 ])
 def test_a_backend_the_version_does_not_have_is_refused_in_one_line(version, value, words):
     with pytest.raises(ConfigError) as err:

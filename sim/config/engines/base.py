@@ -301,6 +301,17 @@ def parse_version(text: str) -> tuple[int, ...] | None:
     return tuple(int(part) for part in match.group(1).split("."))
 
 
+def canonical_version(text: str) -> str:
+    """A version as the presets name it: no leading 'v', at least three release numbers, since PEP 440 pads with
+    zeros (0.11 is 0.11.0, the release `pip install vllm==0.11` installs), the suffix as written. Text that is no
+    version stays as it is."""
+    match = _VERSION.fullmatch(text.strip())
+    if not match:
+        return text
+    numbers = match.group(1).split(".")
+    return ".".join(numbers + ["0"] * (3 - len(numbers))) + match.group(2)
+
+
 def version_suffix(version_text: str) -> tuple[bool, int]:
     """(whether a version string names a pre- or dev-release, its post-release number or -1)."""
     match = _VERSION.fullmatch(version_text.strip())

@@ -12,7 +12,8 @@ import sim.config.engines.fitted as fitted
 from sim.config.checkpoint import runs_fp8_products
 from sim.config.engine_command import CommandFlags, CommandSyntax, as_command_error, command_notes, resolve_option
 from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, PresetResult, dotted_version, get_key,
-                                     has_key, model_of_value, outside_versions, parse_version, set_key)
+                                     canonical_version, has_key, model_of_value, outside_versions, parse_version,
+                                     set_key)
 from sim.config.engines.lmdeploy import (LMDEPLOY_FLAGS, LMDEPLOY_INERT, LMDEPLOY_NEWEST, LMDEPLOY_VERSIONS,
                                          derive_lmdeploy)
 from sim.config.engines.sparse_attention import check_sparse_attention
@@ -103,10 +104,14 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
         given = "missing" if version_text is None else f"{version_text!r} is not allowed"
         raise ConfigError(f"engine.version: {given}; allowed: a quoted version string of "
                           f"{name}, {preset.known_versions()} (e.g. \"{dotted_version(preset.newest)}\")")
+    written, version_text = version_text, canonical_version(version_text)
     version = parse_version(version_text)
     if version is None or not (preset.oldest <= version < preset.newest[:2] + (1 << 30,)):
-        raise ConfigError(f"engine.version: {version_text!r} is not a {name} version the preset knows; allowed: "
+        raise ConfigError(f"engine.version: {written!r} is not a {name} version the preset knows; allowed: "
                           f"{preset.known_versions()}")
+    # every rule, fit and label reads the release as named in full ("0.11" took 0.10's side of a 0.11.0 bound)
+    spec = {**spec, "version": version_text}
+    raw = {**raw, "engine": spec}
     given, command = _given_flags(spec, preset, version, version_text)
     if command is None:
         raw, overhead, notes, set_by = _apply_flags(raw, name, preset, version, version_text, given, value_problem,
@@ -343,15 +348,16 @@ def _unvalidated_derivation(raw: dict) -> PresetResult | None:
     spec = raw.get("engine")
     if not isinstance(spec, dict) or spec.get("name") not in PRESETS:
         return None
-    version = parse_version(str(spec.get("version", "")))
+    version_text = canonical_version(str(spec.get("version", "")))
+    version = parse_version(version_text)
     if version is None:
         return None
     preset = PRESETS[spec["name"]]
     try:
-        flags, command = _given_flags(spec, preset, version, str(spec["version"]))
+        flags, command = _given_flags(spec, preset, version, version_text)
     except ConfigError:
         return None
-    result = _derive(copy.deepcopy(raw), spec["name"], preset, version, str(spec["version"]), flags)
+    result = _derive(copy.deepcopy(raw), spec["name"], preset, version, version_text, flags)
     if command is not None:
         result.notes.extend(command_notes(command))
     return result
