@@ -983,6 +983,16 @@ def test_an_engine_name_that_is_not_text_is_refused_in_one_line(name):
     assert str(err.value) == f"engine.name: {name!r} is not an engine preset; allowed: vllm, sglang, trtllm, lmdeploy"
 
 
+@pytest.mark.parametrize(("name", "meant"), [("TensorRT-LLM", "trtllm"), ("trt_llm", "trtllm"), ("vLLM", "vllm"),
+                                             ("SGLang", "sglang"), ("turbomind", None)])
+def test_an_engine_named_as_its_project_spells_it_is_offered_the_presets_name(name, meant):
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": name, "version": "0.11.0"})
+    said = f" (did you mean {meant!r}?)" if meant else ""
+    assert str(err.value) == (f"engine.name: {name!r} is not an engine preset{said}; allowed: vllm, sglang, trtllm, "
+                              "lmdeploy")
+
+
 def test_the_cli_refuses_an_unknown_engine_version_in_one_line_and_writes_nothing(tmp_path):
     line = run_refused(tmp_path, {**BASE, "engine": {"name": "vllm", "version": "9.9.9"}})
     assert "engine.version" in line and "9.9.9" in line

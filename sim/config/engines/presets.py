@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import copy
 import math
+import re
 from typing import Any, Callable
 
 import sim.config.engines.fitted as fitted
@@ -96,7 +97,7 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
                           "engine's flags")
     name = spec.get("name")
     if not isinstance(name, str) or name not in PRESETS:  # (a list or a mapping is not hashable)
-        given = "missing" if name is None else f"{name!r} is not an engine preset"
+        given = "missing" if name is None else f"{name!r} is not an engine preset{_engine_meant(name)}"
         raise ConfigError(f"engine.name: {given}; allowed: {', '.join(PRESETS)}")
     preset = PRESETS[name]
     version_text = spec.get("version")
@@ -126,6 +127,16 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     return raw, overhead, notes + command_notes(command), {
         dotted: (f"engine.command {command.written[flag]!r}" if flag in command.written and flag not in apart
                  else f"engine.{flag}") for dotted, flag in set_by.items()}
+
+
+def _engine_meant(name) -> str:
+    """' (did you mean ...?)' for an engine named as its project spells it ('TensorRT-LLM', 'trt-llm', 'vLLM'), or ''."""
+    def letters(text: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", text.lower())
+    if not isinstance(name, str):
+        return ""
+    found = [key for key in PRESETS if letters(name) in (letters(key), letters(ENGINE_LABELS[key].split(" (")[0]))]
+    return f" (did you mean {found[0]!r}?)" if found else ""
 
 
 def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
