@@ -993,6 +993,18 @@ def test_an_engine_named_as_its_project_spells_it_is_offered_the_presets_name(na
                               "lmdeploy")
 
 
+@pytest.mark.parametrize(("flag", "said"), [
+    ("max-num-seqs", " (did you mean 'max_num_seqs'?)"),  # as the command line spells it
+    ("max_num_seq", " (did you mean 'max_num_seqs'?)"),
+    ("mem_fraction_static", " (a flag of the sglang preset)"),
+    ("max_batch_size", " (a flag of the trtllm and lmdeploy presets)"),
+    ("frobnicate", "")])
+def test_a_flag_the_preset_does_not_have_is_offered_the_one_meant(flag, said):
+    with pytest.raises(ConfigError) as err:
+        scenario({"name": "vllm", "version": "0.11.0", flag: 8})
+    assert str(err.value).startswith(f"engine.{flag}: not a flag of the vllm preset{said}; allowed: api_server_count, ")
+
+
 def test_the_cli_refuses_an_unknown_engine_version_in_one_line_and_writes_nothing(tmp_path):
     line = run_refused(tmp_path, {**BASE, "engine": {"name": "vllm", "version": "9.9.9"}})
     assert "engine.version" in line and "9.9.9" in line

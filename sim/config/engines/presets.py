@@ -5,6 +5,7 @@ the command line and flags read, each derived value written under what the scena
 from __future__ import annotations
 
 import copy
+import difflib
 import math
 import re
 from typing import Any, Callable
@@ -129,6 +130,19 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
                  else f"engine.{flag}") for dotted, flag in set_by.items()}
 
 
+def _flag_meant(key: str, name: str) -> str:
+    """What a flag the preset does not have most likely meant, in words for its error: the flag as the command line
+    spells it ('max-num-seqs'), the closest spelling ('max_num_seq'), or another engine's flag; '' if none."""
+    flags = PRESETS[name].flags
+    if str(key).replace("-", "_") in flags:
+        return f" (did you mean {str(key).replace('-', '_')!r}?)"
+    close = difflib.get_close_matches(str(key), list(flags), n=1)
+    if close:
+        return f" (did you mean {close[0]!r}?)"
+    elsewhere = [other for other, preset in PRESETS.items() if other != name and key in preset.flags]
+    return f" (a flag of the {' and '.join(elsewhere)} preset{'s' * (len(elsewhere) > 1)})" if elsewhere else ""
+
+
 def _engine_meant(name) -> str:
     """' (did you mean ...?)' for an engine named as its project spells it ('TensorRT-LLM', 'trt-llm', 'vLLM'), or ''."""
     def letters(text: str) -> str:
@@ -225,7 +239,8 @@ def _checked_flag(key: str, value, name: str, preset: EnginePreset, version: tup
     value is of the wrong kind, or the version does not have the flag or the value."""
     flag = preset.flags.get(key)
     if flag is None:
-        raise ConfigError(f"engine.{key}: not a flag of the {name} preset; allowed: {', '.join(sorted(preset.flags))}")
+        raise ConfigError(f"engine.{key}: not a flag of the {name} preset{_flag_meant(key, name)}; allowed: "
+                          f"{', '.join(sorted(preset.flags))}")
     outside = outside_versions(version, version_text, flag.since, flag.until)
     if outside:
         raise ConfigError(f"engine.{key}: not a flag of {name} {version_text} ({outside[0]}); allowed: leave it "
