@@ -82,7 +82,8 @@ _OTHER_WORDS = {"prompt": "input", "completion": "output", "generation": "output
 
 def _meant(key: str, allowed: list[str], path: str) -> str | None:
     """The key a user most likely meant: `key` in the file's words, else the closest allowed spelling, else the same
-    key in another top-level section ('run.num_requests' for 'workload.num_requests'); None if none is near."""
+    key in another top-level section ('run.num_requests' for 'workload.num_requests' or a top-level
+    'num_requests'); None if none is near."""
     for word, ours in _OTHER_WORDS.items():
         if word in key and key.replace(word, ours) in allowed:
             return key.replace(word, ours)
@@ -92,7 +93,7 @@ def _meant(key: str, allowed: list[str], path: str) -> str | None:
     section = path.split(".", 1)[0]
     for name, field in Scenario.model_fields.items():
         classes = [model_class(m) for m in annotation_members(field.annotation)]
-        if name != section and "." in path and any(c is not None and key in c.model_fields for c in classes):
+        if name != section and any(c is not None and key in c.model_fields for c in classes):
             return f"{name}.{key}"
     return None
 

@@ -345,11 +345,12 @@ def _canonical(name: str) -> str:
 def _meant(key: str, names) -> str:
     """' (did you mean ...?)' naming the catalog entries `key` spells with words added or left off at a dash, or ''.
     Only those: a near spelling is often another part or model (h20 is not h200, qwen3-30b not qwen3-32b), so
-    'h200-sxm' and 'meta-llama-3.1-8b-instruct' get h200 and llama-3.1-8b, 'a100' both A100s, 'h20' nothing."""
+    'h200-sxm' and 'meta-llama-3.1-8b-instruct' get h200 and llama-3.1-8b, 'a100' both A100s, 'h20' nothing; a
+    family name ('qwen3', a dozen entries) no guess either."""
     inside = [n for n in names if re.fullmatch(rf"(.+-)?{re.escape(n)}(-.+)?", key)]
     longer = [n for n in names if n.startswith(key + "-")]
     found = [max(inside, key=len)] if inside else longer
-    return f" (did you mean {' or '.join(map(repr, found))}?)" if key and found else ""
+    return f" (did you mean {' or '.join(map(repr, found))}?)" if key and 0 < len(found) <= 3 else ""
 
 
 # Hugging Face config.json files shipped with the package, named as the catalog names them (a file per model: adding

@@ -155,6 +155,9 @@ def test_unknown_key_message_suggests_the_files_word_and_the_section_a_key_belon
         validate_scenario(raw(workload={**BASE["workload"], "lengths": lengths}))
     with pytest.raises(ConfigError, match=r"^workload\.num_requests: unknown key \(did you mean 'run\.num_requests'"):
         validate_scenario(raw(workload={**BASE["workload"], "num_requests": 5}))
+    top = {key: value for key, value in raw().items() if key != "hardware"}
+    with pytest.raises(ConfigError, match=r"^gpu: unknown key \(did you mean 'hardware\.gpu'\?\)"):
+        validate_scenario({**top, "gpu": "h100-sxm"})
     with pytest.raises(ConfigError, match=r"^workload\.zzz: unknown key; allowed: "):  # nothing near: no guess
         validate_scenario(raw(workload={**BASE["workload"], "zzz": 5}))
 

@@ -108,7 +108,8 @@ def test_an_unknown_gpu_is_offered_the_entry_it_spells_with_words_added_or_left_
     ("qwen3-235b-a22b-fp8-instruct", " (did you mean 'qwen3-235b-a22b-fp8'?)"),  # the longest it holds
     ("qwen3-30b", " (did you mean 'qwen3-30b-a3b' or 'qwen3-30b-a3b-fp8'?)"),
     ("mistral-7b", " (did you mean 'mistral-7b-v0.1'?)"),
-    ("llama-3.3-70b", ""), ("qwen3-8b.json", "")])  # not qwen3-32b's or llama-3.1-70b's: other models
+    ("llama-3.3-70b", ""), ("qwen3-8b.json", ""),  # not qwen3-32b's or llama-3.1-70b's: other models
+    ("qwen3", "")])  # a family of a dozen: no guess
 def test_an_unknown_model_is_offered_the_entry_it_spells_with_words_added_or_left_off(name, meant):
     with pytest.raises(ConfigError) as err:
         get_model(name)
