@@ -138,7 +138,7 @@ def kv_slot_seconds(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None,
     products = None if layout is None else np.empty(len(runs.step_duration_s) - len(layout.rows))
     out = {}
     for col in columns:
-        state = _floats(steps, col)
+        state = _numbers(steps, col)  # (an int column as it is: the products convert it, exactly, as they go)
         out[col] = state * durations
         if layout is not None:
             end_state = state[layout.rows]
@@ -317,6 +317,13 @@ def steps_frame(step_arrays: dict) -> pd.DataFrame:
 def _floats(table: Table, name: str) -> np.ndarray:
     """A column as float64 (the column itself when it is one already)."""
     return np.asarray(table[name], dtype=float)
+
+
+def _numbers(table: Table, name: str) -> np.ndarray:
+    """A column as its ints or floats, without a float copy of an int column (which a product with floats converts
+    element by element, to the same values); any other kind as float64."""
+    column = np.asarray(table[name])
+    return column if column.dtype.kind in "iuf" else column.astype(float)
 
 
 def expand_steps(steps: pd.DataFrame, runs: DecodeRuns | None = None) -> pd.DataFrame:
