@@ -97,3 +97,12 @@ def test_catalog_models_lists_them_with_the_checkpoints_dtype():
     assert set(catalog_models()) <= set(rows)
     assert rows["qwen3-32b-fp8"].rstrip("│ ").endswith("fp8") and rows["gpt-oss-120b"].rstrip("│ ").endswith("mxfp4")
     assert not rows["qwen3-32b"].rstrip("│ ").endswith(("fp8", "mxfp4"))
+
+
+def test_the_docs_count_the_catalog_as_it_is():
+    # (the count went stale once: "30 models" and "19 read" after DeepSeek-V3.2's config came in)
+    repo = MODEL_CONFIGS_DIR.parents[2]
+    total, shipped = len(model_names()), len(list(MODEL_CONFIGS_DIR.glob("*.json")))
+    assert f"# {total} models:" in (repo / "README.md").read_text()
+    said = " ".join((repo / "docs" / "scenarios.md").read_text().split())
+    assert f"The catalog names {total} models" in said and f"and {shipped} read from the Hugging Face" in said
