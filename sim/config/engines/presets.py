@@ -144,7 +144,8 @@ def _flag_meant(key: str, name: str) -> str:
 
 
 def _engine_meant(name) -> str:
-    """' (did you mean ...?)' for an engine named as its project spells it ('TensorRT-LLM', 'trt-llm', 'vLLM'), or ''."""
+    """' (did you mean ...?)' for an engine named as its project spells it ('TensorRT-LLM', 'trt-llm', 'vLLM'),
+    or ''."""
     def letters(text: str) -> str:
         return re.sub(r"[^a-z0-9]", "", text.lower())
     if not isinstance(name, str):
