@@ -219,6 +219,36 @@ GPUS: dict[str, GPUSpec] = {
         price_per_hour=12.29,  # approximate: AWS p5.48xlarge $98.32/h / 8 GPUs (AWS cut P5 prices in 2025)
         compute_capability=(9, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
+    # The H100's PCIe cards, priced by the learned roofline (AIConfigurator measured neither). Rates: NVIDIA H100
+    # datasheet (its PCIe and NVL columns, "with sparsity" / 2); memory: nvidia-smi total as printed on each card.
+    "h100-pcie": GPUSpec(
+        name="h100-pcie",
+        bf16_flops_per_s=756e12,  # NVIDIA H100 datasheet, PCIe BF16 Tensor Core 1,513 TFLOPS with sparsity / 2
+        fp8_flops_per_s=1513e12,  # NVIDIA H100 datasheet, PCIe FP8 Tensor Core 3,026 TFLOPS with sparsity / 2
+        fp32_flops_per_s=51e12,  # NVIDIA H100 datasheet, PCIe FP32
+        hbm_bytes=81559 * _MIB,  # nvidia-smi total memory, H100 PCIe (80GB HBM2e)
+        hbm_bytes_per_s=2.0e12,  # NVIDIA H100 datasheet, PCIe GPU memory bandwidth 2 TB/s
+        # Peers over PCIe Gen5 x16: an NVLink bridge (600 GB/s bidirectional) joins only two cards, and many servers
+        # have none; a bridged pair at TP 2 is faster than priced here
+        interconnect_bytes_per_s=64e9,
+        host_link_bytes_per_s=64e9,  # NVIDIA H100 datasheet, PCIe Gen5 128 GB/s bidirectional
+        price_per_hour=9.2,  # estimate, edit it: no on-demand list price checked; set at 0.75x the H100 SXM's
+        compute_capability=(9, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
+    ),
+    "h100-nvl": GPUSpec(
+        name="h100-nvl",
+        bf16_flops_per_s=835.5e12,  # NVIDIA H100 datasheet, NVL BF16 Tensor Core 1,671 TFLOPS with sparsity / 2
+        fp8_flops_per_s=1670.5e12,  # NVIDIA H100 datasheet, NVL FP8 Tensor Core 3,341 TFLOPS with sparsity / 2
+        fp32_flops_per_s=60e12,  # NVIDIA H100 datasheet, NVL FP32
+        hbm_bytes=95830 * _MIB,  # nvidia-smi total memory, H100 NVL (94GB HBM3)
+        hbm_bytes_per_s=3.9e12,  # NVIDIA H100 datasheet, NVL GPU memory bandwidth 3.9 TB/s
+        # Sold as pairs joined by NVLink bridges (datasheet: 600 GB/s bidirectional): TP 2 within a pair. A TP above 2
+        # crosses PCIe between pairs, which this rate does not price (optimistic there)
+        interconnect_bytes_per_s=300e9,
+        host_link_bytes_per_s=64e9,  # NVIDIA H100 datasheet, PCIe Gen5 128 GB/s bidirectional
+        price_per_hour=10.5,  # estimate, edit it: no on-demand list price checked; set at 0.85x the H100 SXM's
+        compute_capability=(9, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
+    ),
     "h200": GPUSpec(
         name="h200",
         bf16_flops_per_s=989e12,  # NVIDIA H200 datasheet, SXM BF16 Tensor Core 1,979 TFLOPS with sparsity / 2

@@ -319,8 +319,8 @@ def test_an_unknown_gpu_in_plan_gpus_is_one_line_listing_the_catalog(tmp_path, s
 
 
 def test_an_unknown_gpu_in_search_gpus_is_refused_too():
-    with pytest.raises(ConfigError, match=r"^search\.gpus: unknown gpu 'h100' \(did you mean 'h100-sxm'\?\); "
-                                          r"allowed: a100-40gb"):
+    with pytest.raises(ConfigError, match=r"^search\.gpus: unknown gpu 'h100' \(did you mean 'h100-sxm' or "
+                                          r"'h100-pcie' or 'h100-nvl'\?\); allowed: a100-40gb"):
         plan_settings(small_scenario({"slo": {"ttft_s": 1.0}, "search": {"gpus": ["h100", "a100-80gb"]}}))
 
 

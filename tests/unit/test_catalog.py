@@ -4,6 +4,7 @@ import pytest
 
 from sim.errors import ConfigError
 from sim.model.catalog import GPUS, MODELS, get_gpu, get_model, model_names
+from sim.model.interconnects import interconnect_class
 from sim.model.shapes import (
     active_param_count,
     layer_groups,
@@ -95,11 +96,21 @@ def test_unknown_gpu_error_is_one_line_naming_field_and_choices():
     ("h200-sxm", " (did you mean 'h200'?)"), ("B200_SXM", " (did you mean 'b200'?)"),
     ("a100", " (did you mean 'a100-40gb' or 'a100-80gb'?)"),
     # a near spelling that is another part is no guess: an H20 is not an H200, an L40 not an L40S
-    ("h20", ""), ("l40", ""), ("h100-pcie", "")])
+    ("h20", ""), ("l40", ""), ("h100-sxm5", "")])
 def test_an_unknown_gpu_is_offered_the_entry_it_spells_with_words_added_or_left_off(name, meant):
     with pytest.raises(ConfigError) as err:
         get_gpu(name)
     assert str(err.value).startswith(f"hardware.gpu: unknown gpu {name!r}{meant}; allowed: a100-40gb, ")
+
+
+def test_the_h100_pcie_cards_are_read_as_their_own_parts():
+    # a PCIe card's peers talk over PCIe, an NVL pair's over its bridge (the all-reduce's class); vLLM gives both the
+    # batch tier of a >= 70 GiB GPU that is no A100, as the SXM part (tests of the preset: test_engine_presets.py)
+    pcie, nvl, sxm = get_gpu("h100-pcie"), get_gpu("H100_NVL"), get_gpu("h100-sxm")
+    assert (interconnect_class(pcie), interconnect_class(nvl), interconnect_class(sxm)) == ("pcie", "nvlink", "nvlink")
+    assert pcie.hbm_bytes == sxm.hbm_bytes < nvl.hbm_bytes and pcie.compute_capability == nvl.compute_capability
+    assert pcie.hbm_bytes_per_s < sxm.hbm_bytes_per_s < nvl.hbm_bytes_per_s
+    assert pcie.bf16_flops_per_s < nvl.bf16_flops_per_s < sxm.bf16_flops_per_s
 
 
 @pytest.mark.parametrize(("name", "meant"), [
