@@ -220,7 +220,9 @@ GPUS: dict[str, GPUSpec] = {
         compute_capability=(9, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
     # The H100's PCIe cards, priced by the learned roofline (AIConfigurator measured neither). Rates: NVIDIA H100
-    # datasheet (its PCIe and NVL columns, "with sparsity" / 2); memory: nvidia-smi total as printed on each card.
+    # datasheet's PCIe and NVL columns ("with sparsity" / 2), read through copies of its table (hpctech.co.jp's for
+    # the PCIe card; third-party tables agree on the NVL's ~835 / ~1,670 TFLOPS and 3.9 TB/s), not NVIDIA's PDF;
+    # memory: nvidia-smi's total, as several published nvidia-smi outputs print it for each card.
     "h100-pcie": GPUSpec(
         name="h100-pcie",
         bf16_flops_per_s=756e12,  # NVIDIA H100 datasheet, PCIe BF16 Tensor Core 1,513 TFLOPS with sparsity / 2
