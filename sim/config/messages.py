@@ -10,6 +10,7 @@ from pydantic import BaseModel, ValidationError
 
 from sim.config.schema import Scenario
 from sim.config.words import UNION_NOISE, allowed_words, annotation_members, model_class, shown
+from sim.errors import did_you_mean
 
 
 @dataclass(frozen=True)
@@ -120,7 +121,7 @@ def format_validation_error(err: ValidationError, prefix: str = "") -> str:
                 allowed.append("variants")
             key = where.path.rsplit(".", 1)[-1]
             close = _meant(key, allowed, where.path)
-            line += (f" (did you mean {close!r}?)" if close else "") + f"; allowed: {', '.join(allowed)}"
+            line += did_you_mean(*([close] if close else [])) + f"; allowed: {', '.join(allowed)}"
         else:
             line += " (check the spelling; `servesim schema` lists the allowed keys)"
     elif etype == "missing":

@@ -13,7 +13,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from sim.errors import ConfigError
+from sim.errors import ConfigError, did_you_mean
 from sim.model.checkpoint_quant import CheckpointQuantization
 from sim.model.specs import GPUSpec, ModelSpec, RopeScaling
 
@@ -382,7 +382,7 @@ def _meant(key: str, names) -> str:
     inside = [n for n in names if re.fullmatch(rf"(.+-)?{re.escape(n)}(-.+)?", key)]
     longer = [n for n in names if n.startswith(key + "-")]
     found = [max(inside, key=len)] if inside else longer
-    return f" (did you mean {' or '.join(map(repr, found))}?)" if key and 0 < len(found) <= 3 else ""
+    return did_you_mean(*found) if key and len(found) <= 3 else ""
 
 
 # Hugging Face config.json files shipped with the package, named as the catalog names them (a file per model: adding

@@ -26,7 +26,7 @@ from sim.config.engines.trtllm import (TRTLLM_FLAGS, TRTLLM_INERT, TRTLLM_NEWEST
 from sim.config.engines.vllm import VLLM_FLAGS, VLLM_INERT, VLLM_NEWEST, derive_vllm, vllm_fp8_without_fp8_cores
 from sim.config.engines.vllm_context import KV_HOLDS_MAX_MODEL_LEN, vllm_context, vllm_window_off
 from sim.config.words import allowed_words, shown, type_words, union_words
-from sim.errors import ConfigError
+from sim.errors import ConfigError, did_you_mean
 from sim.model.specs import MAX_MODEL_DIM
 
 
@@ -133,12 +133,12 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
 def _flag_meant(key: str, name: str) -> str:
     """What a flag the preset does not have most likely meant, in words for its error: the flag as the command line
     spells it ('max-num-seqs'), the closest spelling ('max_num_seq'), or another engine's flag; '' if none."""
-    flags = PRESETS[name].flags
-    if str(key).replace("-", "_") in flags:
-        return f" (did you mean {str(key).replace('-', '_')!r}?)"
+    flags, underscored = PRESETS[name].flags, str(key).replace("-", "_")
+    if underscored in flags:
+        return did_you_mean(underscored)
     close = difflib.get_close_matches(str(key), list(flags), n=1)
     if close:
-        return f" (did you mean {close[0]!r}?)"
+        return did_you_mean(*close)
     elsewhere = [other for other, preset in PRESETS.items() if other != name and key in preset.flags]
     return f" (a flag of the {' and '.join(elsewhere)} preset{'s' * (len(elsewhere) > 1)})" if elsewhere else ""
 
@@ -151,7 +151,7 @@ def _engine_meant(name) -> str:
     if not isinstance(name, str):
         return ""
     found = [key for key in PRESETS if letters(name) in (letters(key), letters(ENGINE_LABELS[key].split(" (")[0]))]
-    return f" (did you mean {found[0]!r}?)" if found else ""
+    return did_you_mean(*found[:1])
 
 
 def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
