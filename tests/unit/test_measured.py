@@ -267,7 +267,7 @@ def test_measured_step_times_track_the_measured_h100_whole_steps():
     """Against whole CUDA-graphed llama-3.1-8b steps measured on an H100 (compiled engine, shipped profile
     rows): the kernel sum is within 25% on every prefill, decode and mixed row. Chunked prefills over earlier
     context are left out: AIConfigurator's context-attention table has no prefix rows, so they are priced by
-    scaling (documented in sim/cost/measured.py) and come out up to ~32% low (benchmarks/RESULTS.md)."""
+    scaling (documented in sim/cost/measured.py) and come out up to 32-39% low (benchmarks/results/gpu-steps.md)."""
     steps = pd.read_csv(Path(__file__).parents[2] / "calibrate/profiles/h100-sxm/llama-3.1-8b/tp1/steps/compiled/steps.csv")
     steps = steps[steps["prefill_context"] == 0]
     cost = MeasuredCostModel(get_model("llama-3.1-8b"), get_gpu("h100-sxm"))
