@@ -207,6 +207,34 @@ GPUS: dict[str, GPUSpec] = {
         price_per_hour=5.12,  # approximate: AWS p4de.24xlarge $40.97/h / 8 GPUs
         compute_capability=(8, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
+    # Two Ampere PCIe cards AIConfigurator 0.12.0 describes but measured no kernels on: rates from its
+    # systems/<system>.yaml ("estimate-only system spec"), memory as nvidia-smi prints it (several published outputs).
+    # Both are priced by the learned roofline.
+    "a100-pcie": GPUSpec(
+        name="a100-pcie",  # the A100 80GB PCIe card; a 40 GB A100 is a100-40gb (SXM)
+        bf16_flops_per_s=312e12,  # aiconfigurator-core 0.12.0 systems/a100_pcie.yaml bfloat16_tc_flops
+        fp8_flops_per_s=None,  # Ampere has no fp8 tensor cores
+        fp32_flops_per_s=19.5e12,  # NVIDIA A100 datasheet, FP32 (the same for the PCIe card)
+        hbm_bytes=81920 * _MIB,  # nvidia-smi total memory, "NVIDIA A100 80GB PCIe"
+        hbm_bytes_per_s=1.935e12,  # same file, mem_bw
+        # Peers over PCIe Gen4 x16 (same file, intra_node_bw, "without NVLink"): a bridged pair at TP 2 is faster
+        interconnect_bytes_per_s=32e9,
+        host_link_bytes_per_s=32e9,  # same file, pcie_bw
+        price_per_hour=3.8,  # estimate, edit it: no on-demand list price checked; set at 0.75x the A100 80GB SXM's
+        compute_capability=(8, 0),  # same file, sm_version 80
+    ),
+    "a30": GPUSpec(
+        name="a30",
+        bf16_flops_per_s=165e12,  # aiconfigurator-core 0.12.0 systems/a30.yaml bfloat16_tc_flops
+        fp8_flops_per_s=None,  # Ampere has no fp8 tensor cores
+        fp32_flops_per_s=None,  # not in that file: not known here (the materialized attention kernel: the bf16 rate)
+        hbm_bytes=24576 * _MIB,  # nvidia-smi total memory, "NVIDIA A30" 24GB HBM2
+        hbm_bytes_per_s=933e9,  # same file, mem_bw
+        interconnect_bytes_per_s=32e9,  # peers over PCIe Gen4 x16 (same file, intra_node_bw, "without NVLink")
+        host_link_bytes_per_s=32e9,  # same file, pcie_bw
+        price_per_hour=1.5,  # estimate, edit it: no on-demand list price checked
+        compute_capability=(8, 0),  # same file, sm_version 80
+    ),
     "h100-sxm": GPUSpec(
         name="h100-sxm",
         bf16_flops_per_s=989e12,  # NVIDIA H100 datasheet, SXM BF16 Tensor Core 1,979 TFLOPS with sparsity / 2
@@ -225,7 +253,7 @@ GPUS: dict[str, GPUSpec] = {
     # memory: nvidia-smi's total, as several published nvidia-smi outputs print it for each card.
     "h100-pcie": GPUSpec(
         name="h100-pcie",
-        bf16_flops_per_s=756e12,  # NVIDIA H100 datasheet, PCIe BF16 Tensor Core 1,513 TFLOPS with sparsity / 2
+        bf16_flops_per_s=756.5e12,  # NVIDIA H100 datasheet, PCIe BF16 Tensor Core 1,513 TFLOPS with sparsity / 2
         fp8_flops_per_s=1513e12,  # NVIDIA H100 datasheet, PCIe FP8 Tensor Core 3,026 TFLOPS with sparsity / 2
         fp32_flops_per_s=51e12,  # NVIDIA H100 datasheet, PCIe FP32
         hbm_bytes=81559 * _MIB,  # nvidia-smi total memory, H100 PCIe (80GB HBM2e)
@@ -250,6 +278,22 @@ GPUS: dict[str, GPUSpec] = {
         host_link_bytes_per_s=64e9,  # NVIDIA H100 datasheet, PCIe Gen5 128 GB/s bidirectional
         price_per_hour=10.5,  # estimate, edit it: no on-demand list price checked; set at 0.85x the H100 SXM's
         compute_capability=(9, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
+    ),
+    # The H20, NVIDIA's Hopper part for China: NVIDIA publishes no datasheet for it outside China. Rates as third-party
+    # spec tables give them (willitrunai.com's H20 96GB page; a zangshuxian.com summary: 148 dense FP16/BF16, 296
+    # INT8, 44 FP32 TFLOPS, 4.0 TB/s); FP8 at the INT8 rate, as on every Hopper part. The 96 GB card, not the later
+    # 141 GB one. Priced by the learned roofline (AIConfigurator measured no H20).
+    "h20": GPUSpec(
+        name="h20",
+        bf16_flops_per_s=148e12,  # third-party spec tables (above), FP16/BF16 dense
+        fp8_flops_per_s=296e12,  # the INT8 rate those tables give, 296 TOPS dense
+        fp32_flops_per_s=44e12,  # same tables, FP32
+        hbm_bytes=97871 * _MIB,  # nvidia-smi total memory, "NVIDIA H20" (two published outputs, 500 W cap)
+        hbm_bytes_per_s=4.0e12,  # same tables, 4.0 TB/s
+        interconnect_bytes_per_s=450e9,  # same tables, NVLink 4 900 GB/s bidirectional
+        host_link_bytes_per_s=64e9,  # PCIe Gen5 x16, 128 GB/s bidirectional (as the H100's)
+        price_per_hour=6.1,  # estimate, edit it: no on-demand list price checked; set at 0.5x the H100 SXM's
+        compute_capability=(9, 0),  # Hopper, as the H100
     ),
     "h200": GPUSpec(
         name="h200",
@@ -327,6 +371,20 @@ GPUS: dict[str, GPUSpec] = {
         interconnect_bytes_per_s=32e9,  # no NVLink: peers talk over PCIe Gen4 x16 (datasheet: 64 GB/s bidirectional)
         host_link_bytes_per_s=32e9,  # NVIDIA L40S datasheet, PCIe Gen4 x16 64 GB/s bidirectional
         price_per_hour=1.861,  # approximate: AWS g6e.xlarge on-demand (1 GPU)
+        compute_capability=(8, 9),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
+    ),
+    "l40": GPUSpec(
+        name="l40",
+        # NVIDIA L40 datasheet columns (read through a reseller's copy of its L40 / L40S table, mullet.se): its
+        # tensor cores run bf16 at 181 dense TFLOPS with fp32 accumulation, half the L40S's, 2x its fp32 rate
+        bf16_flops_per_s=181.05e12,  # BFLOAT16 Tensor Core 362.1 TFLOPS with sparsity / 2
+        fp8_flops_per_s=362e12,  # FP8 Tensor Core 724 TFLOPS with sparsity / 2
+        fp32_flops_per_s=90.5e12,  # FP32 90.5 TFLOPS
+        hbm_bytes=46068 * _MIB,  # nvidia-smi total memory, "NVIDIA L40" 48GB GDDR6 (as the L40S)
+        hbm_bytes_per_s=864e9,  # memory bandwidth 864 GB/s
+        interconnect_bytes_per_s=32e9,  # no NVLink: peers talk over PCIe Gen4 x16 (64 GB/s bidirectional)
+        host_link_bytes_per_s=32e9,  # PCIe Gen4 x16 64 GB/s bidirectional
+        price_per_hour=1.5,  # estimate, edit it: no on-demand list price checked; set below the L40S's
         compute_capability=(8, 9),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
     "rtx-pro-6000": GPUSpec(

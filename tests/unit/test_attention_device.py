@@ -123,7 +123,9 @@ def test_every_catalog_gpu_with_an_fp32_source_names_its_rate_below_its_bf16_ten
     # no NVIDIA datasheet for the a10g; the four Blackwell parts' rates are aiconfigurator's system files, which give
     # no fp32 rate
     for name, gpu in GPUS.items():
-        if name in ("a10g", "b300", "gb200", "gb300", "rtx-pro-6000"):
+        if name in ("a10g", "a30", "b300", "gb200", "gb300", "rtx-pro-6000"):
             assert gpu.fp32_flops_per_s is None
+        elif name == "l40":  # its tensor cores run bf16 at half the L40S's rate, 2x its fp32 rate
+            assert gpu.fp32_flops_per_s == pytest.approx(gpu.bf16_flops_per_s / 2, rel=0.01)
         else:
             assert 0 < gpu.fp32_flops_per_s < gpu.bf16_flops_per_s / 3, name

@@ -63,7 +63,8 @@ def test_gpu_numbers_are_positive_and_keys_match_names(key):
 
 
 def test_fp8_only_where_supported():
-    assert {k for k, g in GPUS.items() if g.fp8_flops_per_s is None} == {"a100-40gb", "a100-80gb", "a10g"}
+    assert {k for k, g in GPUS.items() if g.fp8_flops_per_s is None} == {"a100-40gb", "a100-80gb", "a100-pcie", "a30",
+                                                                         "a10g"}
     assert all(g.fp8_flops_per_s == pytest.approx(2 * g.bf16_flops_per_s, rel=0.02)
                for g in GPUS.values() if g.fp8_flops_per_s)
 
@@ -94,9 +95,9 @@ def test_unknown_gpu_error_is_one_line_naming_field_and_choices():
 
 @pytest.mark.parametrize(("name", "meant"), [
     ("h200-sxm", " (did you mean 'h200'?)"), ("B200_SXM", " (did you mean 'b200'?)"),
-    ("a100", " (did you mean 'a100-40gb' or 'a100-80gb'?)"),
-    # a near spelling that is another part is no guess: an H20 is not an H200, an L40 not an L40S
-    ("h20", ""), ("l40", ""), ("h100-sxm5", "")])
+    ("a100", " (did you mean 'a100-40gb' or 'a100-80gb' or 'a100-pcie'?)"), ("h20-96gb", " (did you mean 'h20'?)"),
+    # a near spelling that is another part is no guess: an H800 is not an H100 nor an H200, an A40 not an A30
+    ("h800", ""), ("a40", ""), ("h100-sxm5", "")])
 def test_an_unknown_gpu_is_offered_the_entry_it_spells_with_words_added_or_left_off(name, meant):
     with pytest.raises(ConfigError) as err:
         get_gpu(name)
@@ -111,6 +112,23 @@ def test_the_h100_pcie_cards_are_read_as_their_own_parts():
     assert pcie.hbm_bytes == sxm.hbm_bytes < nvl.hbm_bytes and pcie.compute_capability == nvl.compute_capability
     assert pcie.hbm_bytes_per_s < sxm.hbm_bytes_per_s < nvl.hbm_bytes_per_s
     assert pcie.bf16_flops_per_s < nvl.bf16_flops_per_s < sxm.bf16_flops_per_s
+
+
+def test_the_parts_without_measured_tables_are_read_as_what_they_are():
+    # the H20: a Hopper part on NVLink with ~15% of the H100's tensor rate and more memory, faster; the A100 PCIe card:
+    # the SXM part's rates less bandwidth, on PCIe; the A30 and the L40 below their larger siblings
+    h20, h100, h200 = get_gpu("h20"), get_gpu("h100-sxm"), get_gpu("h200")
+    assert interconnect_class(h20) == "nvlink" and h20.compute_capability == h100.compute_capability
+    assert h20.bf16_flops_per_s < 0.2 * h100.bf16_flops_per_s and h20.fp8_flops_per_s == 2 * h20.bf16_flops_per_s
+    assert h100.hbm_bytes < h20.hbm_bytes < h200.hbm_bytes and h100.hbm_bytes_per_s < h20.hbm_bytes_per_s
+    pcie, sxm, a30 = get_gpu("A100_PCIe"), get_gpu("a100-80gb"), get_gpu("a30")
+    assert [interconnect_class(g) for g in (pcie, sxm, a30)] == ["pcie", "nvlink", "pcie"]
+    assert pcie.bf16_flops_per_s == sxm.bf16_flops_per_s and pcie.hbm_bytes == sxm.hbm_bytes
+    assert a30.hbm_bytes_per_s < pcie.hbm_bytes_per_s < sxm.hbm_bytes_per_s
+    assert a30.bf16_flops_per_s < pcie.bf16_flops_per_s
+    l40, l40s = get_gpu("l40"), get_gpu("l40s")
+    assert interconnect_class(l40) == "pcie" and l40.hbm_bytes == l40s.hbm_bytes
+    assert l40.bf16_flops_per_s == pytest.approx(l40s.bf16_flops_per_s / 2, rel=0.01)
 
 
 @pytest.mark.parametrize(("name", "meant"), [

@@ -41,6 +41,9 @@ def test_vllm_v1_takes_its_openai_server_batch_defaults_from_the_gpu():
     ("0.8.5", "l40s", (2048, 256)),
     ("0.9.0", "a100-80gb", (2048, 256)), ("0.10.2", "b200", (8192, 1024)),  # from 0.9.0 not an A100 (0.11.0's rule)
     ("0.8.2", "h100-pcie", (8192, 1024)), ("0.10.2", "h100-nvl", (8192, 1024)),  # "NVIDIA H100 PCIe", "... NVL"
+    ("0.8.2", "h20", (2048, 1024)), ("0.8.4", "h20", (2048, 256)),  # "NVIDIA H20": no "h100" or "h200" in it
+    ("0.8.5", "h20", (8192, 1024)),  # 96 GB
+    ("0.8.5", "a100-pcie", (8192, 1024)), ("0.9.0", "a100-pcie", (2048, 256)),  # "NVIDIA A100 80GB PCIe"
 ])
 def test_vllm_before_0_11_takes_the_batch_tiers_its_own_release_derives(version, gpu, batch):
     # vllm/engine/arg_utils.py EngineArgs._set_default_args_v1 in the PyPI sdists of 0.8.0-0.10.2: the device's name
@@ -1406,8 +1409,8 @@ def test_fp8_weights_on_a_gpu_without_fp8_cores_run_only_where_the_engine_runs_t
     assert message.startswith(f"quantization.weights: {kind}fp8 weights on a100-80gb, which has no fp8 tensor cores, "
                               f"are not run by ")
     assert refused in message and "\n" not in message
-    assert message.endswith("allowed: bf16 weights, or a GPU with an fp8 rate (h100-sxm, h100-pcie, h100-nvl, h200, "
-                            "b200, b300, gb200, gb300, l40s, rtx-pro-6000, l4)")
+    assert message.endswith("allowed: bf16 weights, or a GPU with an fp8 rate (h100-sxm, h100-pcie, h100-nvl, h20, "
+                            "h200, b200, b300, gb200, gb300, l40s, l40, rtx-pro-6000, l4)")
     # the same weights on a GPU with fp8 tensor cores run (W8A8 where asked)
     sections["hardware"]["gpu"] = "h100-sxm"
     assert scenario({"name": engine, "version": version}, **sections).quantization.weights == "fp8"
