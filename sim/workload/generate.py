@@ -71,7 +71,7 @@ class WorkloadSpec(StrictSpec):
     endpoint: Literal["completions", "chat"] = Field("completions", description=(
         "the OpenAI endpoint the clients call: completions (a prompt as text; `vllm bench serve`'s default backend) "
         "or chat (messages the API server renders through the model's chat template; an engine preset prices the "
-        "template work its version does per request, sim/config/engines/engine_work.py frontend_work)"))
+        "template work its version does per request, sim/config/engines/engine_work.py measured_work)"))
     chat_template: ChatTemplate | None = Field(None, description=(
         "endpoint chat: the tokens the model's chat template adds to each prompt (the engine's prompt is the sampled "
         "one plus these); absent: the model's own where counted (sim/model/chat_templates.py), else none; not added "

@@ -2,6 +2,7 @@
 that must be refused in one line (an unknown engine or version, a flag the preset does not know, a flag that
 contradicts the preset or the scenario)."""
 
+import math
 import re
 from pathlib import Path
 
@@ -9,7 +10,7 @@ import pytest
 from helpers import run_refused
 
 from sim.config.engines import fitted
-from sim.config.engines.base import parse_version
+from sim.config.engines.base import dotted_version, parse_version
 from sim.config.files import validate_scenario
 from sim.cost.overhead import ENGINE_DEFAULTS
 from sim.errors import ConfigError
@@ -1065,7 +1066,7 @@ def test_a_gpu_that_is_neither_name_nor_mapping_reads_the_same_with_a_preset_or_
                                     "allowed: a catalog name or an inline GPUSpec mapping")
 
 
-@pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.10.1"}, {"name": "sglang", "version": "0.5.3.post3"},
+@pytest.mark.parametrize("engine", [{"name": "sglang", "version": "0.5.3.post3"}, {"name": "sglang", "version": "0.4.6"},
                                     {"name": "trtllm", "version": "1.2.0rc1"}])
 def test_a_preset_whose_front_end_does_not_queue_says_so_unless_the_user_adds_work_that_queues(engine):
     from sim.config.engines import FRONTEND_CAPACITY_NOTE
@@ -1094,8 +1095,8 @@ def test_vllm_0_11_0s_api_server_does_its_measured_work_in_turn():
     chat = scenario({"name": "vllm", "version": "0.11.0"}, workload={**BASE["workload"], "endpoint": "chat"})
     assert (chat.frontend.per_prompt_token_s, chat.frontend.per_output_chunk_s) == (3.52e-6, 20e-6)
     assert any("on /v1/chat/completions, Qwen3's chat template rendered" in n for n in chat.engine.notes)
-    for version in ("0.10.1", "0.11.1"):  # measured for 0.10.2 and 0.11.0 alone among the V1 versions
-        assert scenario({"name": "vllm", "version": version}).frontend.per_request_s == 0.0
+    for version, measured in (("0.10.1", 1.57e-3), ("0.11.1", 1.57e-3)):  # 0.10.2's and 0.11.0's, lent (below)
+        assert scenario({"name": "vllm", "version": version}).frontend.per_request_s == measured
 
 
 def test_vllm_v1s_memory_profile_holds_its_samplers_copies_of_the_logits():
@@ -1242,7 +1243,7 @@ def test_vllm_0110_chat_requests_queue_their_template_parse_on_the_api_server():
     assert not any("parses the chat template again" in n for n in own.engine.notes)
 
 
-def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_unmeasured_versions_have_none():
+def test_vllm_060s_measured_api_server_work_queues_on_its_front_end():
     # benchmarks/bench_vllm_api_server.py ran 0.6.0's own API server and RPC path (and 0.10.2's and 0.11.0's V1 server)
     from sim.config.engines import api_server_work
     work = api_server_work((0, 6, 0))
@@ -1258,9 +1259,6 @@ def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_unmeasur
                       workload={**BASE["workload"], "arrival": {"kind": "closed_loop", "num_users": 4,
                                                                 "think_time_s": 0.0}})
     assert closed.frontend.per_request_s == work.per_request_s and closed.frontend.discipline == "fifo"
-    for other in ("0.6.3", "0.10.1", "0.11.1"):  # measured for 0.6.0, 0.10.2, 0.11.0 and 0.19.0 alone
-        fe = scenario({"name": "vllm", "version": other}).frontend
-        assert (fe.per_request_s, fe.per_prompt_token_s, fe.per_output_chunk_s) == (0, 0, 0)
     v0102 = scenario({"name": "vllm", "version": "0.10.2"}, workload={**BASE["workload"], "arrival": {"kind": "burst"}})
     assert (v0102.frontend.per_request_s, v0102.frontend.per_prompt_token_s, v0102.frontend.per_output_chunk_s,
             v0102.frontend.discipline) == (1.57e-3, 1.99e-6, 23e-6, "event_loop")
@@ -1268,6 +1266,52 @@ def test_vllm_060s_measured_api_server_work_queues_on_its_front_end_and_unmeasur
                    frontend={"per_request_s": 0.004, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0})
     assert (own.frontend.per_request_s, own.frontend.per_output_chunk_s) == (0.004, 0.0)  # the user's own wins
     assert not any("its API server's own work" in n for n in own.engine.notes)
+
+
+@pytest.mark.parametrize("version, endpoint, measured", [
+    ("0.6.3", "completions", (0, 6, 0)), ("0.7.3", "chat", (0, 6, 0)),  # V0's API server: 0.6.0's
+    ("0.8.4", "completions", (0, 10, 2)), ("0.9.2", "chat", (0, 10, 2)),  # V1's: the nearest measured V1 release
+    ("0.11.1", "chat", (0, 11, 0)), ("0.13.0", "completions", (0, 11, 0)),
+    ("0.16.0", "completions", (0, 19, 0)), ("0.34.0", "chat", (0, 19, 0))])
+def test_a_vllm_version_not_measured_takes_the_nearest_measured_releases_work_of_its_server_kind(version, endpoint,
+                                                                                                  measured):
+    # its fitted front-end latency (0.6.0's or 0.11.0's fit) was fitted beside measured work, which it now does too
+    from sim.config.engines import api_server_work
+    from sim.config.engines.engine_work import lent_api_server_work
+    assert api_server_work(parse_version(version), "vllm", endpoint) is None
+    row = api_server_work(measured, "vllm", endpoint)
+    assert lent_api_server_work(version, "vllm", endpoint) == row
+    sc = scenario({"name": "vllm", "version": version},
+                  workload={**BASE["workload"], "arrival": {"kind": "burst"}, "endpoint": endpoint})
+    fe = sc.frontend
+    assert (fe.per_prompt_token_s, fe.per_output_chunk_s, fe.discipline) == (
+        row.per_prompt_token_s, row.per_output_chunk_s, row.discipline)
+    assert fe.per_request_s >= row.per_request_s  # (with 0.8.2-0.9.1's chat-template parse on top)
+    said = dotted_version(measured)
+    assert any(f"measured by running vLLM {said}'s server code" in n and f"(its own not measured: vLLM {said}'s, the "
+               "nearest measured release whose API server is of its kind" in n for n in sc.engine.notes)
+    assert not any(n.startswith("front-end: a fitted delay that does not queue") for n in sc.engine.notes)
+
+
+def test_front_end_work_is_lent_only_where_the_fitted_latency_was_fitted_beside_measured_work():
+    # SGLang's fits (0.5.3.post3, 0.3.0) were made without measured work; only 0.5.5.post1's own row is measured
+    from sim.config.engines.engine_work import lent_api_server_work
+    assert lent_api_server_work("0.5.6.post2", "sglang", "completions") is None
+    assert scenario({"name": "sglang", "version": "0.5.6.post2"}).frontend.per_request_s == 0
+    assert lent_api_server_work("1.0.0", "trtllm", "completions") is None
+    empty = {"engines": {"vllm": {}}}  # no fits: no fitted latency, nothing lent
+    assert lent_api_server_work("0.13.0", "vllm", "completions", empty) is None
+
+
+def test_lent_front_end_work_is_drawn_wider_in_a_band():
+    from sim.config.engines import engine_term_spread
+    from sim.config.engines.spread import OTHER_RELEASE_WORK_FACTOR, _sigma_of_factor
+    own = {t.key: t for t in engine_term_spread(scenario({"name": "vllm", "version": "0.11.0"}))}
+    lent = {t.key: t for t in engine_term_spread(scenario({"name": "vllm", "version": "0.13.0"}))}
+    for key in ("frontend.per_request_s", "frontend.per_prompt_token_s"):
+        assert lent[key].point == own[key].point and "0.13.0, which takes 0.11.0's" in lent[key].source
+        assert lent[key].sigma_log == pytest.approx(math.hypot(own[key].sigma_log,
+                                                               _sigma_of_factor(OTHER_RELEASE_WORK_FACTOR)))
 
 
 def test_vllm_0190s_api_server_work_is_0110s_times_the_ratios_measured_side_by_side_and_queues_on_both_endpoints():

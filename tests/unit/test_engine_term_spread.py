@@ -327,7 +327,7 @@ def test_vllm_060s_measured_api_server_work_is_drawn_as_estimates():
         work.per_output_chunk_s * math.exp(-spreads["frontend.per_output_chunk_s"].sigma_log))
     assert drawn.frontend.per_request_s == work.per_request_s
     assert not {f"frontend.{t}" for t in ("per_prompt_token_s", "per_output_chunk_s")} & {
-        s.key for s in engine_term_spread(scenario({"name": "vllm", "version": "0.10.1"}))}  # none measured
+        s.key for s in engine_term_spread(scenario({"name": "sglang", "version": "0.5.6.post2"}))}  # none measured
 
 
 def test_a_measured_benchmark_client_is_drawn_with_or_without_a_preset_and_a_users_own_is_not():

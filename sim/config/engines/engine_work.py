@@ -8,14 +8,15 @@ import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
-from sim.config.engines.base import Context, dotted_version, get_key
-from sim.config.engines.fitted import fit_name, fitted_terms, nearest_fits
+from sim.config.engines.base import Context, dotted_version, get_key, parse_version
+from sim.config.engines.fitted import fit_name, fitted_terms, nearest_fits, release_distance
 from sim.workload.generate import endpoint_of
 
 
-# The preset's front-end is one fitted delay, and, where a version's API-server work was measured
-# (`frontend_work`), that work, which queues; elsewhere nothing in it queues, so a burst of short prompts is
-# never front-end bound there, as published ones were. No term that queues is fitted: the published runs disagree on
+# The preset's front-end is one fitted delay, and, where a version's API-server work was measured, or where its
+# fitted delay was fitted beside measured work, the nearest measured release's of its kind (`measured_work`), that
+# work, which queues; elsewhere nothing in it queues, so a burst of short prompts is never front-end bound there, as
+# published ones were. No term that queues is fitted: the published runs disagree on
 # how the work queues and leave the host's CPU unstated (benchmarks/results/published-e2e.md, "A fifth source").
 FRONTEND_CAPACITY_NOTE = ("front-end: a fitted delay that does not queue, so the API server's capacity is not modelled "
                           "(bursts of short prompts can be front-end bound); frontend.per_request_s adds work that "
@@ -183,25 +184,54 @@ def api_server_work(version: tuple[int, ...], engine: str = "vllm",
                  if w.engine == engine and w.since <= version < w.until and endpoint in w.endpoints), None)
 
 
-def measured_work(engine: str, version: tuple[int, ...], model_type: str | None,
-                  endpoint: str) -> tuple[ApiServerWork | None, TemplateParse | None]:
-    """An engine version's measured front-end work: its intake and streaming on the endpoint (`api_server_work`)
-    and, for vLLM, the chat-template parse of the versions that parse per request (`chat_template_parse`); None where
-    there is none. vLLM's chat requests of a harmony model take the /v1/completions row: openai_harmony renders and
-    parses them, where the chat rows were measured through a Jinja template."""
+# Where an engine's API server changed kind, so that one kind's measured work says nothing of the other's: vLLM V1's
+# (from 0.8.0, its default engine: AsyncLLM tokenizes and detokenizes in the API server process) against V0's.
+SERVER_KIND_SINCE = {"vllm": ((0, 8, 0),)}
+
+
+def server_kind(engine: str, version: tuple[int, ...]) -> int:
+    """Which kind of API server this engine version runs (`SERVER_KIND_SINCE`: 0 before the first change)."""
+    return sum(version >= since for since in SERVER_KIND_SINCE.get(engine, ()))
+
+
+def lent_api_server_work(version_text: str, engine: str, endpoint: str,
+                         fits: dict | None = None) -> ApiServerWork | None:
+    """For a version whose own front-end work was not measured: the row of the nearest measured release of its
+    server's kind (`release_distance`, `server_kind`) on the endpoint, where the front-end latency the version takes
+    was fitted beside measured work (its fit's version has a row); else None.
+
+    The fitted latency is what the fit runs' front-ends took beyond the work measured for their version. Taken alone,
+    it left such a version's server doing no work that queues, which every server measured does (1.2-1.7 ms a request
+    and 20-160 us a streamed token, vLLM 0.6.0 to 0.19.0): a burst of short prompts never front-end bound. `fits`: as
+    `nearest_fits`'s."""
+    version = parse_version(version_text)
+    fit = nearest_fits(engine, version_text, fits).get("latency_s")
+    fitted = parse_version(fit.version) if fit is not None else None
+    if version is None or fitted is None or not any(w.engine == engine and w.since <= fitted < w.until
+                                                    for w in API_SERVER_WORK):
+        return None
+    kind = server_kind(engine, version)
+    rows = [w for w in API_SERVER_WORK
+            if w.engine == engine and endpoint in w.endpoints and server_kind(engine, w.since) == kind]
+    return min(rows, key=lambda w: release_distance(w.since, version), default=None)
+
+
+def measured_work(engine: str, version_text: str, model_type: str | None, endpoint: str,
+                  fits: dict | None = None) -> tuple[ApiServerWork | None, TemplateParse | None]:
+    """An engine version's measured front-end work: its intake and streaming on the endpoint (`api_server_work`,
+    else the nearest measured release's: `lent_api_server_work`) and, for vLLM, the chat-template parse of the
+    versions that parse per request (`chat_template_parse`); None where there is none. vLLM's chat requests of a
+    harmony model take the /v1/completions row: openai_harmony renders and parses them, where the chat rows were
+    measured through a Jinja template. `fits`: as `nearest_fits`'s."""
+    version = parse_version(version_text)
     parse = chat_template_parse(version, model_type, endpoint) if engine == "vllm" else None
     if engine == "vllm" and endpoint == "chat" and model_type in HARMONY_MODEL_TYPES:
         endpoint = "completions"
-    return api_server_work(version, engine, endpoint), parse
+    own = api_server_work(version, engine, endpoint)
+    return (own if own is not None else lent_api_server_work(version_text, engine, endpoint, fits)), parse
 
 
-def frontend_work(engine: str, version: tuple[int, ...], model_type: str | None, endpoint: str) -> dict[str, float]:
-    """The front-end work that queues on an engine version's HTTP server (`measured_work`), as front-end keys; {}
-    where there is none."""
-    return _work_keys(*measured_work(engine, version, model_type, endpoint))
-
-
-def _work_keys(intake: ApiServerWork | None, parse: TemplateParse | None) -> dict[str, float]:
+def work_keys(intake: ApiServerWork | None, parse: TemplateParse | None) -> dict[str, float]:
     """The front-end keys of a version's measured intake and its template parse (both add to per_request_s)."""
     work: dict[str, float] = {}
     if intake is not None:
@@ -229,11 +259,11 @@ _DISCIPLINE_NOTES = {
 
 
 def inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, str]:
-    """The front-end work of this engine version that queues (`frontend_work`), as front-end keys for the preset's
+    """The front-end work of this engine version that queues (`measured_work`), as front-end keys for the preset's
     own front-end, and the note that says so; ({}, "") where there is none."""
     model_type = ctx.model.model_type if ctx.model is not None else None
     endpoint = endpoint_of(ctx.raw.get("workload"))
-    intake, parse = measured_work(engine, ctx.version, model_type, endpoint)
+    intake, parse = measured_work(engine, ctx.version_text, model_type, endpoint, ctx.fits)
     if (engine == "vllm" and endpoint == "chat" and model_type in HARMONY_MODEL_TYPES
             and chat_template_parse(ctx.version, None, endpoint)):
         notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests are rendered by openai_harmony, not "
@@ -241,7 +271,7 @@ def inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, str
     if endpoint == "chat" and intake is not None and "chat" not in intake.endpoints:  # measured_work's choice
         notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests (openai_harmony's) take the API server's "
                      "work measured on /v1/completions; its chat endpoint was measured through a Jinja template")
-    work = _work_keys(intake, parse)
+    work = work_keys(intake, parse)
     if not work:
         return {}, ""
     label, server, where = _SERVER_NAMES[engine]
@@ -251,8 +281,13 @@ def inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, str
         chunk = ("its streaming not run (no per_output_chunk_s)" if intake.per_output_chunk_s is None else
                  f"{intake.per_output_chunk_s * 1e6:.0f} us a streamed chunk on the way out (per_output_chunk_s)")
         on = _MEASURED_ON.get(intake.endpoints, "")
-        said.append(f"its {server}'s own work{where}, measured by running {label} {ctx.version_text}'s server code "
-                    f"({intake.bench}){on}{f' as {intake.scaled_from}' if intake.scaled_from else ''}: "
+        own = intake.since <= ctx.version < intake.until
+        measured = ctx.version_text if own else dotted_version(intake.since)
+        lent = "" if own else (
+            f" (its own not measured: {label} {measured}'s, the nearest measured release whose {server} is of its "
+            "kind, since the front-end latency it takes was fitted beside such work)")
+        said.append(f"its {server}'s own work{where}, measured by running {label} {measured}'s server code "
+                    f"({intake.bench}){on}{f' as {intake.scaled_from}' if intake.scaled_from else ''}{lent}: "
                     f"{intake.per_request_s * 1e3:.2f} ms a request + "
                     f"{intake.per_prompt_token_s * 1e6:.2f} us a prompt token on the way in (frontend.per_request_s, "
                     f"per_prompt_token_s), {chunk}")

@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import sim.config.engines.fitted as fitted
-from sim.config.engines.base import parse_version
-from sim.config.engines.engine_work import QUEUEING_FRONTEND_TERMS, frontend_work
+from sim.config.engines.base import dotted_version, parse_version
+from sim.config.engines.engine_work import QUEUEING_FRONTEND_TERMS, measured_work, work_keys
 from sim.config.engines.fitted import nearest_fits, why_borrowed
 from sim.config.engines.presets import PRESETS
 
@@ -63,6 +63,10 @@ ESTIMATE_RANGES: dict[str, tuple[float, str]] = {
 # their bounds, 8B models on an H100: the one like-for-like pair in engine_terms.json) differ by 2.19x per step
 # (1.08 against 2.36 ms) and 5.22x in the front-end (5.6 against 29.3 ms), taken as each term's 90% factor.
 OTHER_VERSION_FACTORS = {"per_step_s": 2.19, "latency_s": 5.22}
+# Front-end work measured on another release of the same server kind (`lent_api_server_work`): the widest ratio
+# between two measured releases of one kind, vLLM 0.19.0's over 0.11.0's per streamed token (V0190_OVER_V0110: 1.44;
+# per request 1.10, per prompt token 1.26), taken as the 90% factor, in quadrature with the estimate's own
+OTHER_RELEASE_WORK_FACTOR = 1.44
 
 
 @dataclass(frozen=True)
@@ -198,12 +202,17 @@ def _preset_term_spread(scenario) -> list[TermSpread]:
                        f"{why_borrowed(engine.name, engine.version, (term,))} "
                        "(sim/config/engines/spread.py OTHER_VERSION_FACTORS)")
         out.append(_spread(term, fit.value, sigma, kind, source, bounds))
-    work = _scenario_frontend_work(scenario, version)
+    work, lent = _scenario_frontend_work(scenario, version, table)
     for term in QUEUEING_FRONTEND_TERMS:
         point = work.get(term)
         if point and getattr(scenario.frontend, term) == point:  # the preset's, not the user's own
             factor, why = ESTIMATE_RANGES[term]
-            out.append(_spread(term, point, _sigma_of_factor(factor), "estimate", why, bounds))
+            sigma = _sigma_of_factor(factor)
+            if lent is not None:
+                sigma = math.hypot(sigma, _sigma_of_factor(OTHER_RELEASE_WORK_FACTOR))
+                why += (f", and x/÷ {OTHER_RELEASE_WORK_FACTOR:g} for {engine.name} {engine.version}, which takes "
+                        f"{lent}'s (sim/config/engines/spread.py OTHER_RELEASE_WORK_FACTOR)")
+            out.append(_spread(term, point, sigma, "estimate", why, bounds))
     if overhead is not None and overhead.engine in ("vllm-cudagraph", "vllm-eager"):
         from sim.cost.overhead import ENGINE_DEFAULTS
         defaults = ENGINE_DEFAULTS[overhead.engine]
@@ -219,13 +228,17 @@ def _preset_term_spread(scenario) -> list[TermSpread]:
     return out
 
 
-def _scenario_frontend_work(scenario, version: tuple[int, ...]) -> dict[str, float]:
-    """The front-end work that queues a validated scenario's engine preset prices (`frontend_work`), or {}."""
+def _scenario_frontend_work(scenario, version: tuple[int, ...], fits: dict) -> tuple[dict[str, float], str | None]:
+    """The front-end work that queues a validated scenario's engine preset prices (`measured_work`, by the fits
+    `fits`), or {}; and the release whose measured work it is where that is another's (`lent_api_server_work`), else
+    None."""
     if scenario.frontend is None:
-        return {}
+        return {}, None
     from sim.model.catalog import resolve_model
-    return frontend_work(scenario.engine.name, version, resolve_model(scenario.model).model_type,
-                         scenario.workload.endpoint)
+    intake, parse = measured_work(scenario.engine.name, scenario.engine.version,
+                                  resolve_model(scenario.model).model_type, scenario.workload.endpoint, fits)
+    lent = None if intake is None or intake.since <= version < intake.until else dotted_version(intake.since)
+    return work_keys(intake, parse), lent
 
 
 def _spread(term: str, point: float, sigma: float, kind: str, source: str, bounds: dict) -> TermSpread:
