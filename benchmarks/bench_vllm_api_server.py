@@ -81,6 +81,10 @@ opentelemetry-exporter-otlp opentelemetry-semantic-conventions-ai ijson gguf mis
 apache-tvm-ffi; with --no-deps compressed-tensors==0.14.0.1 depyf==0.20.0 xgrammar), the whole wheel unpacked
 without '*.so' in a folder of its own (its vllm/third_party included), run from that folder. Its loaded server's
 token: `run --phases stream --step-ms 0.01`, in turn with 0.11.0's (sim/config/engines/engine_work.py V0190_OVER_V0110).
+For vLLM 0.13.0 (V0130_OVER_V0110), one venv served both 0.13.0 and 0.11.0 in turn: python3 -m venv; torch==2.13.0;
+the wheel's requirements but torch, torchaudio, torchvision, flashinfer-python, numba and ray (`pip install -c <(echo
+torch==2.13.0)`; compressed-tensors==0.12.2 and depyf==0.20.0 with --no-deps) and uvloop; each wheel unpacked without
+'*.so' in a folder of its own, run from it.
 Prints the machine, each cell's medians and the fitted numbers.
 """
 
@@ -285,7 +289,7 @@ def api_server_process(model: str, rpc_path: str, port: int, log_file: str) -> N
 # The V1 versions whose server this bench was read for: AsyncLLM.from_vllm_config, api_server.build_app and
 # init_app_state, EngineCoreClient.make_async_mp_client and EngineCoreOutput(s) as v1_api_server_process calls them
 # (read in each release's wheel)
-V1_VERSIONS = ("0.10.2", "0.11.0", "0.19.0")
+V1_VERSIONS = ("0.10.2", "0.11.0", "0.13.0", "0.19.0")
 
 
 def _v1() -> bool:
@@ -416,6 +420,9 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
             tasks = await client.get_supported_tasks()
             app = api_server.build_app(args, tasks, client.model_config)
             await api_server.init_app_state(client, app.state, args, tasks)
+        elif vllm.__version__ == "0.13.0":  # its init_app_state reads the config from the client
+            app = api_server.build_app(args)
+            await api_server.init_app_state(client, app.state, args)
         else:
             app = api_server.build_app(args)
             await api_server.init_app_state(client, config, app.state, args)
