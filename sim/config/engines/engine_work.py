@@ -160,7 +160,7 @@ V0190_OVER_V0110 = {"per_request_s": 4.42 / 4.02, "per_prompt_token_s": 5.81 / 4
                     "per_output_chunk_s": 76.6 / 53.1}
 # vLLM 0.13.0's V1 server the same way (its init_app_state reads the config from the client), in turn with 0.11.0's,
 # both from one venv (transformers 4.57, which warns that Llama 3's converted tokenizer has "an incorrect regex
-# pattern": the same tokens for both), 12-07 04:09-04:36, the development machine ("Intel(R) Xeon(R) Processor" KVM
+# pattern": the same tokens for both), 12-07 04:09-04:27, the development machine ("Intel(R) Xeon(R) Processor" KVM
 # guest, 2 vCPUs, AVX-512, CPython 3.11.7): four alternations of one intake repeat, then three of a loaded server's
 # token (a step of 0.01 ms); the medians per cell over the four fitted as above. Intake 1.576 ms + 1.904 us a prompt
 # token against 1.452 ms + 1.942 us; a loaded server's token 31, 31, 31 us against 30, 33, 30 (medians 31 and 30). Its
