@@ -16,8 +16,8 @@ from sim.workload.generate import endpoint_of
 # The preset's front-end is one fitted delay, and, where a version's API-server work was measured, or where its
 # fitted delay was fitted beside measured work, the nearest measured release's of its kind (`measured_work`), that
 # work, which queues; elsewhere nothing in it queues, so a burst of short prompts is never front-end bound there, as
-# published ones were. No term that queues is fitted: the published runs disagree on
-# how the work queues and leave the host's CPU unstated (benchmarks/results/published-e2e.md, "A fifth source").
+# published ones were. No term that queues is fitted: the published runs disagree on how the work queues and leave
+# the host's CPU unstated (benchmarks/results/published-e2e.md, "A fifth source").
 FRONTEND_CAPACITY_NOTE = ("front-end: a fitted delay that does not queue, so the API server's capacity is not modelled "
                           "(bursts of short prompts can be front-end bound); frontend.per_request_s adds work that "
                           "queues")
@@ -85,6 +85,11 @@ class ApiServerWork:
     # where the figures are another row's times ratios measured in turn with it on one host (seconds measured in
     # another window do not compare): which, said in the preset's note; "" where the row is its own measurement
     scaled_from: str = ""
+
+    def covers(self, version: tuple[int, ...]) -> bool:
+        """Whether this row was measured for `version` (its own; another version may still take it as the nearest
+        measured: `lent_api_server_work`)."""
+        return self.since <= version < self.until
 
 
 # vLLM 0.6.0's OpenAI server with its multiprocessing front-end (the default in 0.6.0: AsyncEngineRPCClient, one
@@ -194,7 +199,7 @@ def api_server_work(version: tuple[int, ...], engine: str = "vllm",
     """The measured front-end work of this engine version on this endpoint (`API_SERVER_WORK`), or None where none
     was measured."""
     return next((w for w in API_SERVER_WORK
-                 if w.engine == engine and w.since <= version < w.until and endpoint in w.endpoints), None)
+                 if w.engine == engine and w.covers(version) and endpoint in w.endpoints), None)
 
 
 # Where an engine's API server changed kind, so that one kind's measured work says nothing of the other's: vLLM V1's
@@ -220,8 +225,7 @@ def lent_api_server_work(version_text: str, engine: str, endpoint: str,
     version = parse_version(version_text)
     fit = nearest_fits(engine, version_text, fits).get("latency_s")
     fitted = parse_version(fit.version) if fit is not None else None
-    if version is None or fitted is None or not any(w.engine == engine and w.since <= fitted < w.until
-                                                    for w in API_SERVER_WORK):
+    if version is None or fitted is None or not any(w.engine == engine and w.covers(fitted) for w in API_SERVER_WORK):
         return None
     kind = server_kind(engine, version)
     rows = [w for w in API_SERVER_WORK
@@ -294,7 +298,7 @@ def inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, str
         chunk = ("its streaming not run (no per_output_chunk_s)" if intake.per_output_chunk_s is None else
                  f"{intake.per_output_chunk_s * 1e6:.0f} us a streamed chunk on the way out (per_output_chunk_s)")
         on = _MEASURED_ON.get(intake.endpoints, "")
-        own = intake.since <= ctx.version < intake.until
+        own = intake.covers(ctx.version)
         measured = ctx.version_text if own else dotted_version(intake.since)
         lent = "" if own else (
             f" (its own not measured: {label} {measured}'s, the nearest measured release whose {server} is of its "

@@ -10,7 +10,8 @@ from typing import Any
 
 import sim.config.engines.fitted as fitted
 from sim.config.engines.base import dotted_version, parse_version
-from sim.config.engines.engine_work import QUEUEING_FRONTEND_TERMS, measured_work, work_keys
+from sim.config.engines.engine_work import (QUEUEING_FRONTEND_TERMS, V0130_OVER_V0110, V0190_OVER_V0110, measured_work,
+                                            work_keys)
 from sim.config.engines.fitted import nearest_fits, why_borrowed
 from sim.config.engines.presets import PRESETS
 
@@ -64,9 +65,10 @@ ESTIMATE_RANGES: dict[str, tuple[float, str]] = {
 # (1.08 against 2.36 ms) and 5.22x in the front-end (5.6 against 29.3 ms), taken as each term's 90% factor.
 OTHER_VERSION_FACTORS = {"per_step_s": 2.19, "latency_s": 5.22}
 # Front-end work measured on another release of the same server kind (`lent_api_server_work`): the widest ratio
-# between two measured releases of one kind, vLLM 0.19.0's over 0.11.0's per streamed token (V0190_OVER_V0110: 1.44;
-# per request 1.10, per prompt token 1.26), taken as the 90% factor, in quadrature with the estimate's own
-OTHER_RELEASE_WORK_FACTOR = 1.44
+# between two releases measured in turn (vLLM 0.19.0's and 0.13.0's to 0.11.0's, term by term: 0.19.0's per streamed
+# token, 1.44), taken as the 90% factor, in quadrature with the estimate's own
+OTHER_RELEASE_WORK_FACTOR = max(max(r, 1 / r) for ratios in (V0190_OVER_V0110, V0130_OVER_V0110)
+                                for r in ratios.values())
 
 
 @dataclass(frozen=True)
@@ -210,7 +212,7 @@ def _preset_term_spread(scenario) -> list[TermSpread]:
             sigma = _sigma_of_factor(factor)
             if lent is not None:
                 sigma = math.hypot(sigma, _sigma_of_factor(OTHER_RELEASE_WORK_FACTOR))
-                why += (f", and x/÷ {OTHER_RELEASE_WORK_FACTOR:g} for {engine.name} {engine.version}, which takes "
+                why += (f", and x/÷ {OTHER_RELEASE_WORK_FACTOR:.2f} for {engine.name} {engine.version}, which takes "
                         f"{lent}'s (sim/config/engines/spread.py OTHER_RELEASE_WORK_FACTOR)")
             out.append(_spread(term, point, sigma, "estimate", why, bounds))
     if overhead is not None and overhead.engine in ("vllm-cudagraph", "vllm-eager"):
@@ -237,7 +239,7 @@ def _scenario_frontend_work(scenario, version: tuple[int, ...], fits: dict) -> t
     from sim.model.catalog import resolve_model
     intake, parse = measured_work(scenario.engine.name, scenario.engine.version,
                                   resolve_model(scenario.model).model_type, scenario.workload.endpoint, fits)
-    lent = None if intake is None or intake.since <= version < intake.until else dotted_version(intake.since)
+    lent = None if intake is None or intake.covers(version) else dotted_version(intake.since)
     return work_keys(intake, parse), lent
 
 
