@@ -182,6 +182,36 @@ def test_a_version_is_read_as_pep_440_reads_it_two_numbers_as_the_release_ending
         scenario({"name": "vllm", "version": "0.5"})  # the words as written
 
 
+def test_a_version_must_be_a_release_its_numbers_checked_against_the_index_list():
+    from sim.config.engines.presets import PRESETS
+    from sim.config.engines.releases import ENGINE_RELEASES, release_order
+    for name, preset in PRESETS.items():  # each list spans its preset's versions, in PEP 440's order, once each
+        releases = ENGINE_RELEASES[name]
+        assert [release_order(r) for r in releases] == sorted({release_order(r) for r in releases})
+        assert parse_version(releases[0])[:3] == preset.oldest and parse_version(releases[-1])[:2] == preset.newest[:2]
+    # numbers no release has, and a post-release never published, are refused with the releases either side
+    for name, written, around in (("vllm", "0.9.7", "0.9.2 and 0.10.0"), ("vllm", "0.11.5", "0.11.2 and 0.12.0"),
+                                  ("vllm", "0.8.5.post2", "0.8.5.post1 and 0.9.0"),
+                                  ("sglang", "0.5.3.post9", "0.5.3.post3 and 0.5.4"),
+                                  ("trtllm", "0.15.1", "0.15.0 and 0.16.0"),
+                                  ("lmdeploy", "0.12.4", "0.12.3 and 0.13.0")):
+        with pytest.raises(ConfigError, match=rf"^engine\.version: '{re.escape(written)}' is not a {name} release "
+                                              rf"\(PyPI's index on 2026-12-07\); allowed: a release of .*, the nearest "
+                                              rf"{re.escape(around)}$"):
+            scenario({"name": name, "version": written})
+    # a release candidate or final of listed numbers is taken (engines tag them in git, containers carry them):
+    # vLLM's 0.11.1rc1, TensorRT-LLM's 0.17.0 (the index has its .post1 only); none of them says it is unlisted
+    for name, written in (("vllm", "0.11.1rc1"), ("trtllm", "0.17.0"), ("sglang", "0.5.3rc1")):
+        notes = scenario({"name": name, "version": written}).engine.notes
+        assert not any("newer than every release" in note for note in notes)
+    # one newer than every listed release, within the newest minor, is taken as published since, and says so
+    later = scenario({"name": "vllm", "version": "0.34.1"})
+    assert later.engine.notes[0] == ("vLLM 0.34.1: newer than every release the preset lists (PyPI's index on "
+                                     "2026-12-07, to 0.34.0), so modelled by the rules of the releases before it")
+    assert scenario({"name": "vllm", "version": "0.34.0"}).model_dump() == {
+        **later.model_dump(), "engine": scenario({"name": "vllm", "version": "0.34.0"}).model_dump()["engine"]}
+
+
 def test_a_fit_left_at_a_bound_serves_no_version_its_own_included():
     # engine_terms.json: vLLM 0.9.2's and SGLang 0.5.5.post1's GPUStack fit runs left the front-end latency at its
     # bound, and their CPU time a step took up what the model could not reproduce (9.9 and 17 ms, where SGLang
@@ -925,6 +955,8 @@ def test_a_dumped_scenario_validates_to_itself():
      "allowed: 0.6.0 to 0.34.x"),
     ({"name": "sglang", "version": "0.2.9"}, {}, "engine.version: '0.2.9' is not a sglang version the preset knows; "
      "allowed: 0.3.0 to 0.5.x"),
+    ({"name": "vllm", "version": "0.9.7"}, {}, "engine.version: '0.9.7' is not a vllm release (PyPI's index on "
+     "2026-12-07); allowed: a release of 0.6.0 to 0.34.x, the nearest 0.9.2 and 0.10.0"),
     ({"name": "vllm", "version": 0.11}, {}, "engine.version: 0.11 is not allowed"),
     ({"name": "vllm", "version": "0.11.0", "max_running_requests": 8}, {}, "engine.max_running_requests: not a flag"),
     ({"name": "vllm", "version": "0.9.2", "num_scheduler_steps": 8}, {}, "V1 has no multi-step"),

@@ -18,6 +18,8 @@ from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, Prese
                                      set_key)
 from sim.config.engines.lmdeploy import (LMDEPLOY_FLAGS, LMDEPLOY_INERT, LMDEPLOY_NEWEST, LMDEPLOY_VERSIONS,
                                          derive_lmdeploy)
+from sim.config.engines.releases import (ENGINE_RELEASES, RELEASES_READ, newest_release_before,
+                                         unreleased_version)
 from sim.config.engines.sparse_attention import check_sparse_attention
 from sim.config.engines.sglang import (SGLANG_FLAGS, SGLANG_INERT, SGLANG_NEWEST, derive_sglang, sglang_context,
                                        sglang_fp8_without_fp8_cores)
@@ -105,27 +107,34 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     if not isinstance(version_text, str):
         given = "missing" if version_text is None else f"{version_text!r} is not allowed"
         raise ConfigError(f"engine.version: {given}; allowed: a quoted version string of "
-                          f"{name}, {preset.known_versions()} (e.g. \"{dotted_version(preset.newest)}\")")
+                          f"{name}, {preset.known_versions()} (e.g. \"{ENGINE_RELEASES[name][-1]}\")")
     written, version_text = version_text, canonical_version(version_text)
     version = parse_version(version_text)
     if version is None or not (preset.oldest <= version < preset.newest[:2] + (1 << 30,)):
         raise ConfigError(f"engine.version: {written!r} is not a {name} version the preset knows; allowed: "
                           f"{preset.known_versions()}")
+    around = unreleased_version(name, version_text)
+    if around is not None:
+        raise ConfigError(f"engine.version: {written!r} is not a {name} release ({RELEASES_READ}); allowed: a release "
+                          f"of {preset.known_versions()}, the nearest {' and '.join(around)}")
     # every rule, fit and label reads the release as named in full ("0.11" took 0.10's side of a 0.11.0 bound)
     spec = {**spec, "version": version_text}
     raw = {**raw, "engine": spec}
+    newest = newest_release_before(name, version_text)
+    unlisted = [f"{preset.label} {version_text}: newer than every release the preset lists ({RELEASES_READ}, to "
+                f"{newest}), so modelled by the rules of the releases before it"] if newest else []
     given, command = _given_flags(spec, preset, version, version_text)
     if command is None:
         raw, overhead, notes, set_by = _apply_flags(raw, name, preset, version, version_text, given, value_problem,
                                                     fits)
-        return raw, overhead, notes, {dotted: f"engine.{flag}" for dotted, flag in set_by.items()}
+        return raw, overhead, unlisted + notes, {dotted: f"engine.{flag}" for dotted, flag in set_by.items()}
     apart = set(spec) - {"name", "version", "command"}
     try:
         raw, overhead, notes, set_by = _apply_flags(raw, name, preset, version, version_text, given, value_problem,
                                                     fits)
     except ConfigError as err:
         raise as_command_error(err, command, apart) from None
-    return raw, overhead, notes + command_notes(command), {
+    return raw, overhead, unlisted + notes + command_notes(command), {
         dotted: (f"engine.command {command.written[flag]!r}" if flag in command.written and flag not in apart
                  else f"engine.{flag}") for dotted, flag in set_by.items()}
 
