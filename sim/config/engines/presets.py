@@ -13,7 +13,7 @@ from typing import Any, Callable
 import sim.config.engines.fitted as fitted
 from sim.config.checkpoint import runs_fp8_products
 from sim.config.engine_command import CommandFlags, CommandSyntax, as_command_error, command_notes, resolve_option
-from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, PresetResult, dotted_version, get_key,
+from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, PresetResult, get_key,
                                      canonical_version, has_key, model_of_value, outside_versions, parse_version,
                                      set_key)
 from sim.config.engines.lmdeploy import (LMDEPLOY_FLAGS, LMDEPLOY_INERT, LMDEPLOY_NEWEST, LMDEPLOY_VERSIONS,
