@@ -207,6 +207,23 @@ GPUS: dict[str, GPUSpec] = {
         price_per_hour=5.12,  # approximate: AWS p4de.24xlarge $40.97/h / 8 GPUs
         compute_capability=(8, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
     ),
+    # The A800 and the H800, NVIDIA's parts for China before the H20 (2022-2023): the A100 80GB SXM's and the H100
+    # SXM's silicon, clocks and memory with NVLink cut from 600 / 900 to 400 GB/s bidirectional (third-party spec
+    # tables and published NCCL tests agree: 8 links of 25 GB/s a direction; NVIDIA's own H800 / A800 pages are China's
+    # and were not read here). FP64 was cut too, which nothing here prices. No kernel table measured either, so the
+    # learned roofline prices them, and their prices are estimates.
+    "a800": GPUSpec(
+        name="a800",  # the A800 80GB SXM ("NVIDIA A800-SXM4-80GB"), not the A800 40GB Active workstation card
+        bf16_flops_per_s=312e12,  # as the A100 80GB SXM (above)
+        fp8_flops_per_s=None,  # Ampere has no fp8 tensor cores
+        fp32_flops_per_s=19.5e12,  # as the A100
+        hbm_bytes=81920 * _MIB,  # nvidia-smi total memory, "NVIDIA A800-SXM4-80GB" (several published outputs, 400 W)
+        hbm_bytes_per_s=2.039e12,  # as the A100 80GB SXM
+        interconnect_bytes_per_s=200e9,  # NVLink 400 GB/s bidirectional (above)
+        host_link_bytes_per_s=32e9,  # PCIe Gen4 x16, as the A100's
+        price_per_hour=5.12,  # estimate, edit it: no on-demand list price checked; set at the A100 80GB SXM's
+        compute_capability=(8, 0),  # Ampere GA100, as the A100
+    ),
     # Two Ampere PCIe cards AIConfigurator 0.12.0 describes but measured no kernels on: rates from its
     # systems/<system>.yaml ("estimate-only system spec"), memory as nvidia-smi prints it (several published outputs).
     # Both are priced by the learned roofline.
@@ -278,6 +295,18 @@ GPUS: dict[str, GPUSpec] = {
         host_link_bytes_per_s=64e9,  # NVIDIA H100 datasheet, PCIe Gen5 128 GB/s bidirectional
         price_per_hour=10.5,  # estimate, edit it: no on-demand list price checked; set at 0.85x the H100 SXM's
         compute_capability=(9, 0),  # NVIDIA CUDA GPUs list (developer.nvidia.com/cuda-gpus)
+    ),
+    "h800": GPUSpec(
+        name="h800",  # the H800 SXM ("NVIDIA H800"); the H800 PCIe card (114 SMs) is another part
+        bf16_flops_per_s=989e12,  # as the H100 SXM (above): its tensor cores and clocks
+        fp8_flops_per_s=1979e12,  # as the H100 SXM
+        fp32_flops_per_s=67e12,  # as the H100 SXM
+        hbm_bytes=81559 * _MIB,  # nvidia-smi total memory, "NVIDIA H800" (several published outputs, 700 W cap)
+        hbm_bytes_per_s=3.35e12,  # as the H100 SXM
+        interconnect_bytes_per_s=200e9,  # NVLink 400 GB/s bidirectional (the A800's comment above)
+        host_link_bytes_per_s=64e9,  # PCIe Gen5 x16, as the H100's
+        price_per_hour=12.29,  # estimate, edit it: no on-demand list price checked; set at the H100 SXM's
+        compute_capability=(9, 0),  # Hopper GH100, as the H100
     ),
     # The H20, NVIDIA's Hopper part for China: NVIDIA publishes no datasheet for it outside China. Rates as third-party
     # spec tables give them (willitrunai.com's H20 96GB page; a zangshuxian.com summary: 148 dense FP16/BF16, 296
@@ -432,12 +461,19 @@ def _canonical(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
-def _meant(key: str, names) -> str:
+# Words that, added to a GPU's name, name another card: the catalog's entries without them are SXM parts
+# ('h800-pcie' is the H800 PCIe card, not the h800 entry; 'h200-sxm' is the h200)
+OTHER_CARD_WORDS = ("pcie", "nvl")
+
+
+def _meant(key: str, names, other_card_words: tuple[str, ...] = ()) -> str:
     """' (did you mean ...?)' naming the catalog entries `key` spells with words added or left off at a dash, or ''.
     Only those: a near spelling is often another part or model (h20 is not h200, qwen3-30b not qwen3-32b), so
     'h200-sxm' and 'meta-llama-3.1-8b-instruct' get h200 and llama-3.1-8b, 'a100' both A100s, 'h20' nothing; a
-    family name ('qwen3', a dozen entries) no guess either."""
-    inside = [n for n in names if re.fullmatch(rf"(.+-)?{re.escape(n)}(-.+)?", key)]
+    family name ('qwen3', a dozen entries) no guess either; an entry `key` adds one of `other_card_words` to, none."""
+    added = set(key.split("-")) & set(other_card_words)
+    inside = [n for n in names if re.fullmatch(rf"(.+-)?{re.escape(n)}(-.+)?", key)
+              and added <= set(n.split("-"))]
     longer = [n for n in names if n.startswith(key + "-")]
     found = [max(inside, key=len)] if inside else longer
     return did_you_mean(*found) if key and len(found) <= 3 else ""
@@ -505,7 +541,7 @@ def get_gpu(name: str, field: str = "hardware.gpu") -> GPUSpec:
     try:
         return GPUS[_canonical(name) if isinstance(name, str) else None]
     except KeyError:
-        meant = _meant(_canonical(name), GPUS) if isinstance(name, str) else ""
+        meant = _meant(_canonical(name), GPUS, OTHER_CARD_WORDS) if isinstance(name, str) else ""
         raise ConfigError(f"{field}: unknown gpu {name!r}{meant}; allowed: {', '.join(GPUS)}") from None
 
 

@@ -63,8 +63,8 @@ def test_gpu_numbers_are_positive_and_keys_match_names(key):
 
 
 def test_fp8_only_where_supported():
-    assert {k for k, g in GPUS.items() if g.fp8_flops_per_s is None} == {"a100-40gb", "a100-80gb", "a100-pcie", "a30",
-                                                                         "a10g"}
+    assert {k for k, g in GPUS.items() if g.fp8_flops_per_s is None} == {"a100-40gb", "a100-80gb", "a800", "a100-pcie",
+                                                                         "a30", "a10g"}
     assert all(g.fp8_flops_per_s == pytest.approx(2 * g.bf16_flops_per_s, rel=0.02)
                for g in GPUS.values() if g.fp8_flops_per_s)
 
@@ -96,8 +96,9 @@ def test_unknown_gpu_error_is_one_line_naming_field_and_choices():
 @pytest.mark.parametrize(("name", "meant"), [
     ("h200-sxm", " (did you mean 'h200'?)"), ("B200_SXM", " (did you mean 'b200'?)"),
     ("a100", " (did you mean 'a100-40gb' or 'a100-80gb' or 'a100-pcie'?)"), ("h20-96gb", " (did you mean 'h20'?)"),
-    # a near spelling that is another part is no guess: an H800 is not an H100 nor an H200, an A40 not an A30
-    ("h800", ""), ("a40", ""), ("h100-sxm5", "")])
+    # a near spelling that is another part is no guess: an A10 is not an A10G, an A40 not an A30, nor is another
+    # card of the part: the H800 PCIe is not the h800 (SXM) entry
+    ("a10", ""), ("a40", ""), ("h100-sxm5", ""), ("h800-pcie", ""), ("h800_sxm", " (did you mean 'h800'?)")])
 def test_an_unknown_gpu_is_offered_the_entry_it_spells_with_words_added_or_left_off(name, meant):
     with pytest.raises(ConfigError) as err:
         get_gpu(name)
@@ -126,6 +127,11 @@ def test_the_parts_without_measured_tables_are_read_as_what_they_are():
     assert pcie.bf16_flops_per_s == sxm.bf16_flops_per_s and pcie.hbm_bytes == sxm.hbm_bytes
     assert a30.hbm_bytes_per_s < pcie.hbm_bytes_per_s < sxm.hbm_bytes_per_s
     assert a30.bf16_flops_per_s < pcie.bf16_flops_per_s
+    # the A800 and the H800: the A100's and the H100's rates and memory with NVLink at 400 GB/s, not 600 / 900
+    for part, base in ((get_gpu("a800"), sxm), (get_gpu("H800"), h100)):
+        assert part.model_copy(update={"name": base.name, "interconnect_bytes_per_s": base.interconnect_bytes_per_s,
+                                       "price_per_hour": base.price_per_hour}) == base
+        assert interconnect_class(part) == "nvlink" and part.interconnect_bytes_per_s == 200e9
     l40, l40s = get_gpu("l40"), get_gpu("l40s")
     assert interconnect_class(l40) == "pcie" and l40.hbm_bytes == l40s.hbm_bytes
     assert l40.bf16_flops_per_s == pytest.approx(l40s.bf16_flops_per_s / 2, rel=0.01)

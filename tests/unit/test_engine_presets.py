@@ -45,6 +45,8 @@ def test_vllm_v1_takes_its_openai_server_batch_defaults_from_the_gpu():
     ("0.8.2", "h20", (2048, 1024)), ("0.8.4", "h20", (2048, 256)),  # "NVIDIA H20": no "h100" or "h200" in it
     ("0.8.5", "h20", (8192, 1024)),  # 96 GB
     ("0.8.5", "a100-pcie", (8192, 1024)), ("0.9.0", "a100-pcie", (2048, 256)),  # "NVIDIA A100 80GB PCIe"
+    ("0.8.4", "h800", (2048, 256)), ("0.9.0", "h800", (8192, 1024)),  # "NVIDIA H800": no "h100" in it; 80 GB
+    ("0.9.0", "a800", (8192, 1024)),  # "NVIDIA A800-SXM4-80GB": 80 GB and no "a100" in it, so the big tier
 ])
 def test_vllm_before_0_11_takes_the_batch_tiers_its_own_release_derives(version, gpu, batch):
     # vllm/engine/arg_utils.py EngineArgs._set_default_args_v1 in the PyPI sdists of 0.8.0-0.10.2: the device's name
@@ -863,7 +865,7 @@ def test_lmdeploy_sizes_its_blocks_from_the_gpus_total_memory_and_cuts_session_l
 
 
 @pytest.mark.parametrize("gpu, batch", [("h100-sxm", 1024), ("h200", 1024), ("a100-80gb", 384), ("a100-40gb", 384),
-                                        ("l40s", 128), ("b200", 128)])
+                                        ("l40s", 128), ("b200", 128), ("h800", 1024), ("a800", 384), ("h20", 128)])
 def test_lmdeploy_one_pass_turbomind_takes_its_batch_from_the_gpus_name_and_its_budget_from_it(gpu, batch):
     # lmdeploy/utils.py get_max_batch_size (v0.10.0-v0.16.0): a100/a800 384, h100/h800/l20y/h200 1024, else 128;
     # turbomind.cc: a pass's tokens max_prefill_token_num 8192 + max_batch_size
@@ -1503,7 +1505,7 @@ def test_fp8_weights_on_a_gpu_without_fp8_cores_run_only_where_the_engine_runs_t
     assert message.startswith(f"quantization.weights: {kind}fp8 weights on a100-80gb, which has no fp8 tensor cores, "
                               f"are not run by ")
     assert refused in message and "\n" not in message
-    assert message.endswith("allowed: bf16 weights, or a GPU with an fp8 rate (h100-sxm, h100-pcie, h100-nvl, h20, "
+    assert message.endswith("allowed: bf16 weights, or a GPU with an fp8 rate (h100-sxm, h100-pcie, h100-nvl, h800, h20, "
                             "h200, b200, b300, gb200, gb300, l40s, l40, rtx-pro-6000, l4)")
     # the same weights on a GPU with fp8 tensor cores run (W8A8 where asked)
     sections["hardware"]["gpu"] = "h100-sxm"
