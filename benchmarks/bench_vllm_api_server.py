@@ -13,10 +13,11 @@ vLLM 0.6.0 (the RPC path), three processes as its `vllm serve` runs them by defa
 - the **client**: as `benchmark_serving.py`'s `async_request_openai_completions` (aiohttp, one session per request,
   streaming /v1/completions), every request of a burst sent at once.
 
-vLLM 0.10.2, 0.11.0 and 0.19.0 (V1; `v1_api_server_process`), the API server alone: its AsyncLLM tokenizes
-(Processor; 0.19.0's InputProcessor) and detokenizes (OutputProcessor) in the API server process; the engine-core
-client is a stand-in in that process (the ZMQ/msgpack hop to the engine core is not measured). Its defaults: no
-request log, uvloop. The same client and bursts. Which path runs is read from the vLLM on the path (`V1_VERSIONS`).
+vLLM 0.8.4, 0.9.2, 0.10.2, 0.11.0, 0.13.0 and 0.19.0 (V1; `v1_api_server_process`), the API server alone: its
+AsyncLLM tokenizes (Processor; 0.19.0's InputProcessor) and detokenizes (OutputProcessor) in the API server process;
+the engine-core client is a stand-in in that process (the ZMQ/msgpack hop to the engine core is not measured). Its
+defaults: no request log in 0.10.2 and later (on in 0.8.4 and 0.9.2), uvloop. The same client and bursts. Which path
+runs is read from the vLLM on the path (`V1_VERSIONS`).
 
 The API server runs alone on core 0, the engine process and the client on core 1. For each burst it records when
 each request reached the engine, and the API server's CPU time over the burst.
@@ -84,7 +85,11 @@ token: `run --phases stream --step-ms 0.01`, in turn with 0.11.0's (sim/config/e
 For vLLM 0.13.0 (V0130_OVER_V0110), one venv served both 0.13.0 and 0.11.0 in turn: python3 -m venv; torch==2.13.0;
 the wheel's requirements but torch, torchaudio, torchvision, flashinfer-python, numba and ray (`pip install -c <(echo
 torch==2.13.0)`; compressed-tensors==0.12.2 and depyf==0.20.0 with --no-deps) and uvloop; each wheel unpacked without
-'*.so' in a folder of its own, run from it.
+'*.so' in a folder of its own, run from it. vLLM 0.8.4 and 0.9.2 (V1_BY_ENVIRONMENT) ran in turn with 0.11.0 in that
+venv, each wheel unpacked the same way, with transformers 4.53.3 and tokenizers 0.21.4 of their era ahead on
+`PYTHONPATH` (`pip install --no-deps --target DIR`; 0.9.2's Ovis config registers "aimv2", which transformers 4.54+
+has). V1 by VLLM_USE_V1=1, as a GPU host takes it (their oracle refuses V1 on the CPU platform, so the bench skips it);
+their default request log stays on; 0.8.4's stand-in sends a step's scheduler stats, which its output handler asserts.
 Prints the machine, each cell's medians and the fitted numbers.
 """
 
@@ -287,9 +292,12 @@ def api_server_process(model: str, rpc_path: str, port: int, log_file: str) -> N
 
 
 # The V1 versions whose server this bench was read for: AsyncLLM.from_vllm_config, api_server.build_app and
-# init_app_state, EngineCoreClient.make_async_mp_client and EngineCoreOutput(s) as v1_api_server_process calls them
-# (read in each release's wheel)
-V1_VERSIONS = ("0.10.2", "0.11.0", "0.13.0", "0.19.0")
+# init_app_state, EngineCoreClient.make_async_mp_client (0.8.4: make_client) and EngineCoreOutput(s) as
+# v1_api_server_process calls them (read in each release's wheel)
+V1_VERSIONS = ("0.8.4", "0.9.2", "0.10.2", "0.11.0", "0.13.0", "0.19.0")
+# Before 0.10: V1 chosen by VLLM_USE_V1 (its oracle would fall back to V0 on the CPU platform), the request log on
+# unless --disable-log-requests, init_app_state given the model config (0.8.4) or the VllmConfig
+V1_BY_ENVIRONMENT = ("0.8.4", "0.9.2")
 
 
 def _v1() -> bool:
@@ -314,6 +322,9 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
     cached per template, as 0.11.1 caches it: TEMPLATE_PARSES prices that parse apart (bench_chat_template.py)."""
     sys.stdout = open(log_file, "w", buffering=1)
     sys.stderr = sys.stdout
+    import vllm
+    if vllm.__version__ in V1_BY_ENVIRONMENT:
+        os.environ["VLLM_USE_V1"] = "1"
     import types
     import uvicorn
     import uvloop
@@ -351,6 +362,13 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
             return {k: v for k, v in chat_template_kwargs.items() if k in accept_vars}
         chat_utils.resolve_chat_template_kwargs = resolve_chat_template_kwargs
 
+    # 0.8.4's output handler asserts a step's scheduler stats where stats are logged (its default), as its core
+    # sends them with every step; later releases take none
+    stats = {}
+    if vllm.__version__ == "0.8.4":
+        from vllm.v1.metrics.stats import SchedulerStats
+        stats = {"scheduler_stats": SchedulerStats()}
+
     class StandInCore:
         engine_ranks_managed = [0]
 
@@ -368,7 +386,7 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
             if out_tokens == 1:
                 self.queue.put_nowait(EngineCoreOutputs(outputs=[EngineCoreOutput(
                     request_id=request.request_id, new_token_ids=[1000], finish_reason=FinishReason.LENGTH)],
-                    timestamp=time.monotonic()))
+                    timestamp=time.monotonic(), **stats))
             else:
                 if not self.running:
                     self.next_step = time.monotonic() + step
@@ -394,7 +412,7 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
                     del self.running[request_id]
                 else:
                     self.running[request_id] = sent + 1
-            return EngineCoreOutputs(outputs=outputs, timestamp=time.monotonic())
+            return EngineCoreOutputs(outputs=outputs, timestamp=time.monotonic(), **stats)
 
         async def abort_requests_async(self, request_ids):
             pass
@@ -406,16 +424,21 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
             pass
 
     core_client.EngineCoreClient.make_async_mp_client = staticmethod(lambda *args, **kwargs: StandInCore())
+    core_client.EngineCoreClient.make_client = staticmethod(lambda *args, **kwargs: StandInCore())  # 0.8.4's
     args = make_arg_parser(FlexibleArgumentParser()).parse_args(
         ["--model", model, "--max-model-len", str(MAX_MODEL_LEN), "--port", str(port)]
         + (["--chat-template", chat_template] if chat_template else []) + server_options())
 
+    if vllm.__version__ in V1_BY_ENVIRONMENT:  # its oracle refuses V1 on the CPU platform; on a GPU it takes it
+        AsyncEngineArgs._is_v1_supported_oracle = lambda self, model_config: True
+
     async def serve():  # 0.11.0's run_server_worker, with the AsyncLLM made here
         engine_args = AsyncEngineArgs.from_cli_args(args)
         config = engine_args.create_engine_config(usage_context=UsageContext.OPENAI_API_SERVER)
+        logs = ({"disable_log_requests": engine_args.disable_log_requests} if vllm.__version__ in V1_BY_ENVIRONMENT
+                else {"enable_log_requests": engine_args.enable_log_requests})
         client = AsyncLLM.from_vllm_config(vllm_config=config, usage_context=UsageContext.OPENAI_API_SERVER,
-                                           enable_log_requests=engine_args.enable_log_requests,
-                                           disable_log_stats=engine_args.disable_log_stats)
+                                           disable_log_stats=engine_args.disable_log_stats, **logs)
         if vllm.__version__ == "0.19.0":  # its build_and_serve: the app built for the engine's tasks
             tasks = await client.get_supported_tasks()
             app = api_server.build_app(args, tasks, client.model_config)
@@ -423,6 +446,9 @@ def v1_api_server_process(model: str, port: int, log_file: str, dump_to: str, ou
         elif vllm.__version__ == "0.13.0":  # its init_app_state reads the config from the client
             app = api_server.build_app(args)
             await api_server.init_app_state(client, app.state, args)
+        elif vllm.__version__ == "0.8.4":  # its init_app_state takes the model config
+            app = api_server.build_app(args)
+            await api_server.init_app_state(client, config.model_config, app.state, args)
         else:
             app = api_server.build_app(args)
             await api_server.init_app_state(client, config, app.state, args)

@@ -173,6 +173,24 @@ V0190_OVER_V0110 = {"per_request_s": 4.42 / 4.02, "per_prompt_token_s": 5.81 / 4
 # not run: its chat requests take 0.11.0's chat row (`lent_api_server_work`). Before this row, 0.13.0 took 0.11.0's
 # rows by that rule, which these ratios put within 9% a request, 2% a prompt token and 3% a streamed token.
 V0130_OVER_V0110 = {"per_request_s": 1.576 / 1.452, "per_prompt_token_s": 1.904 / 1.942, "per_output_chunk_s": 31 / 30}
+# vLLM 0.8.4's and 0.9.2's V1 servers the same way, in turn with 0.11.0's (12-07 06:09-06:43, that machine; 0.11.0 from
+# the venv above, the two older ones with transformers 4.53.3 and tokenizers 0.21.4 of their era ahead on the path,
+# 0.9.2's code refusing 4.54+; V1 by VLLM_USE_V1=1, whose oracle refuses it on the CPU platform and takes it on a
+# GPU, so the bench skips it; their default request log on; 0.8.4's output handler asserts a step's scheduler stats,
+# which its stand-in sends with each output: one a request in the intake bursts, one a step on a GPU, a cost not
+# sized apart): four rounds of one intake repeat each (0.8.4, 0.9.2, 0.11.0 in turn), then three of a loaded
+# server's token. Intake 1.696 ms + 1.735 us a prompt token (0.8.4) and 1.223 ms + 2.760 us (0.9.2) against
+# 1.613 ms + 1.697 us; single rounds 1.53-2.14 ms (0.8.4), 1.08-1.35 (0.9.2), 1.28-1.75 (0.11.0) a request. A loaded
+# server's token: 16, 34, 12 us (0.8.4), 14, 22, 30 (0.9.2) against 33, 30, 33 (medians 16, 22, 33). First requests
+# reached the engine at 22-85% (0.8.4) and 25-66% (0.9.2) of the last one's time: event_loop. Their chat render was
+# not run. Before these rows both took 0.10.2's row (`lent_api_server_work`): 0.8.4's own is within 5% a request and
+# 12% a prompt token of it, 0.9.2's 24% under it a request and 78% over it a prompt token; a streamed token 0.48x and
+# 0.67x 0.11.0's.
+V0084_OVER_V0110 = {"per_request_s": 1.696 / 1.613, "per_prompt_token_s": 1.735 / 1.697, "per_output_chunk_s": 16 / 33}
+V0092_OVER_V0110 = {"per_request_s": 1.223 / 1.613, "per_prompt_token_s": 2.760 / 1.697, "per_output_chunk_s": 22 / 33}
+# Every V1 release measured in turn with 0.11.0, by its ratios to it (each one's row is 0.11.0's times them)
+RATIOS_TO_V0110 = {(0, 8, 4): V0084_OVER_V0110, (0, 9, 2): V0092_OVER_V0110, (0, 13, 0): V0130_OVER_V0110,
+                   (0, 19, 0): V0190_OVER_V0110}
 _VLLM_BENCH = "benchmarks/bench_vllm_api_server.py"
 _SGLANG_BENCH = "benchmarks/bench_sglang_tokenizer_manager.py"
 _VLLM_0110 = ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 1.57e-3, 2.18e-6, 20e-6, "event_loop", _VLLM_BENCH,
@@ -182,9 +200,10 @@ API_SERVER_WORK = (
     ApiServerWork("vllm", (0, 10, 2), (0, 10, 3), 1.57e-3, 1.99e-6, 23e-6, "event_loop", _VLLM_BENCH),
     _VLLM_0110,
     ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 3.30e-3, 3.52e-6, 20e-6, "event_loop", _VLLM_BENCH, ("chat",)),
-    dataclasses.replace(_VLLM_0110, since=(0, 13, 0), until=(0, 13, 1),
-                        scaled_from="0.11.0's /v1/completions row times 0.13.0's ratios to it, measured in turn",
-                        **{k: getattr(_VLLM_0110, k) * r for k, r in V0130_OVER_V0110.items()}),
+    *(dataclasses.replace(_VLLM_0110, since=version, until=version[:2] + (version[2] + 1,),
+                          scaled_from=f"0.11.0's /v1/completions row times {'.'.join(map(str, version))}'s ratios to "
+                          "it, measured in turn", **{k: getattr(_VLLM_0110, k) * r for k, r in ratios.items()})
+      for version, ratios in RATIOS_TO_V0110.items() if version != (0, 19, 0)),
     dataclasses.replace(_VLLM_0110, since=(0, 19, 0), until=(0, 19, 1), endpoints=("completions", "chat"),
                         scaled_from="0.11.0's /v1/completions row times 0.19.0's ratios to it, measured in turn",
                         **{k: getattr(_VLLM_0110, k) * r for k, r in V0190_OVER_V0110.items()}),

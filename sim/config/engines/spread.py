@@ -10,7 +10,7 @@ from typing import Any
 
 import sim.config.engines.fitted as fitted
 from sim.config.engines.base import dotted_version, parse_version
-from sim.config.engines.engine_work import (QUEUEING_FRONTEND_TERMS, V0130_OVER_V0110, V0190_OVER_V0110, measured_work,
+from sim.config.engines.engine_work import (QUEUEING_FRONTEND_TERMS, RATIOS_TO_V0110, measured_work,
                                             work_keys)
 from sim.config.engines.fitted import nearest_fits, why_borrowed
 from sim.config.engines.presets import PRESETS
@@ -65,10 +65,9 @@ ESTIMATE_RANGES: dict[str, tuple[float, str]] = {
 # (1.08 against 2.36 ms) and 5.22x in the front-end (5.6 against 29.3 ms), taken as each term's 90% factor.
 OTHER_VERSION_FACTORS = {"per_step_s": 2.19, "latency_s": 5.22}
 # Front-end work measured on another release of the same server kind (`lent_api_server_work`): the widest ratio
-# between two releases measured in turn (vLLM 0.19.0's and 0.13.0's to 0.11.0's, term by term: 0.19.0's per streamed
-# token, 1.44), taken as the 90% factor, in quadrature with the estimate's own
-OTHER_RELEASE_WORK_FACTOR = max(max(r, 1 / r) for ratios in (V0190_OVER_V0110, V0130_OVER_V0110)
-                                for r in ratios.values())
+# between two releases measured in turn (vLLM 0.8.4's, 0.9.2's, 0.13.0's and 0.19.0's to 0.11.0's, term by term:
+# 0.8.4's per streamed token, 1 / 0.48 = 2.06), taken as the 90% factor, in quadrature with the estimate's own
+OTHER_RELEASE_WORK_FACTOR = max(max(r, 1 / r) for ratios in RATIOS_TO_V0110.values() for r in ratios.values())
 
 
 @dataclass(frozen=True)
