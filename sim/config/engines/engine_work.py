@@ -195,18 +195,27 @@ _VLLM_BENCH = "benchmarks/bench_vllm_api_server.py"
 _SGLANG_BENCH = "benchmarks/bench_sglang_tokenizer_manager.py"
 _VLLM_0110 = ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 1.57e-3, 2.18e-6, 20e-6, "event_loop", _VLLM_BENCH,
                            ("completions",))
+
+
+def _in_turn_with_0110(version: tuple[int, ...], endpoints: tuple[str, ...] = ("completions",)) -> ApiServerWork:
+    """The row of a vLLM release measured in turn with 0.11.0: 0.11.0's /v1/completions row times its ratios
+    (`RATIOS_TO_V0110`), for that release alone."""
+    return dataclasses.replace(
+        _VLLM_0110, since=version, until=version[:2] + (version[2] + 1,), endpoints=endpoints,
+        scaled_from=f"0.11.0's /v1/completions row times {'.'.join(map(str, version))}'s ratios to it, measured in "
+                    "turn",
+        **{term: getattr(_VLLM_0110, term) * ratio for term, ratio in RATIOS_TO_V0110[version].items()})
+
+
 API_SERVER_WORK = (
     ApiServerWork("vllm", (0, 6, 0), (0, 6, 1), 1.24e-3, 1.69e-6, 162e-6, "event_loop", _VLLM_BENCH),
     ApiServerWork("vllm", (0, 10, 2), (0, 10, 3), 1.57e-3, 1.99e-6, 23e-6, "event_loop", _VLLM_BENCH),
     _VLLM_0110,
     ApiServerWork("vllm", (0, 11, 0), (0, 11, 1), 3.30e-3, 3.52e-6, 20e-6, "event_loop", _VLLM_BENCH, ("chat",)),
-    *(dataclasses.replace(_VLLM_0110, since=version, until=version[:2] + (version[2] + 1,),
-                          scaled_from=f"0.11.0's /v1/completions row times {'.'.join(map(str, version))}'s ratios to "
-                          "it, measured in turn", **{k: getattr(_VLLM_0110, k) * r for k, r in ratios.items()})
-      for version, ratios in RATIOS_TO_V0110.items() if version != (0, 19, 0)),
-    dataclasses.replace(_VLLM_0110, since=(0, 19, 0), until=(0, 19, 1), endpoints=("completions", "chat"),
-                        scaled_from="0.11.0's /v1/completions row times 0.19.0's ratios to it, measured in turn",
-                        **{k: getattr(_VLLM_0110, k) * r for k, r in V0190_OVER_V0110.items()}),
+    _in_turn_with_0110((0, 8, 4)),
+    _in_turn_with_0110((0, 9, 2)),
+    _in_turn_with_0110((0, 13, 0)),
+    _in_turn_with_0110((0, 19, 0), ("completions", "chat")),
     ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 1.21e-3, 1.85e-6, 59e-6, "fifo", _SGLANG_BENCH,
                   ("completions",)),
     ApiServerWork("sglang", (0, 5, 5), (0, 5, 6), 2.42e-3, 2.07e-6, 67e-6, "fifo", _SGLANG_BENCH, ("chat",)),
