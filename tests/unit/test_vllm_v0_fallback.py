@@ -78,3 +78,22 @@ def test_a_vllm_release_without_gpt_oss_refuses_it(version):
     with pytest.raises(ConfigError, match=want):
         vllm(version, "h100-sxm", model=gpt_oss, kv="bf16")
     assert vllm("0.10.1", "h100-sxm", model=gpt_oss, kv="bf16").engine.name == "vllm"
+
+
+@pytest.mark.parametrize("version", ["0.8.4", "0.9.2", "0.10.2"])
+def test_a_v0_fallback_does_the_v0_api_servers_work_not_its_releases_v1_rows(version):
+    # the release's own V1 row (0.8.4, 0.9.2 and 0.10.2 were each measured) is not the server a fallback runs: it
+    # takes V0's, the nearest measured (0.6.0's), and a band draws it as lent
+    from sim.config.engines import api_server_work, engine_term_spread
+    from sim.config.engines.base import parse_version
+    v0_row, v1_row = api_server_work((0, 6, 0)), api_server_work(parse_version(version))
+    v0, v1 = vllm(version, "a100-80gb"), vllm(version, "a100-80gb", kv="bf16")
+    assert runs_v0(v0) and not runs_v0(v1)
+    for sc, row in ((v0, v0_row), (v1, v1_row)):
+        assert (sc.frontend.per_request_s, sc.frontend.per_prompt_token_s, sc.frontend.per_output_chunk_s) == (
+            row.per_request_s, row.per_prompt_token_s, row.per_output_chunk_s)
+    assert any("(that of the V0 engine it falls back to, not measured in this release: vLLM 0.6.0's" in n
+               for n in v0.engine.notes)
+    spread = {t.key: t for t in engine_term_spread(v0)}
+    assert f"{version}, which takes 0.6.0's" in spread["frontend.per_request_s"].source
+    assert not any("which takes" in t.source for t in engine_term_spread(v1))

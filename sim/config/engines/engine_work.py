@@ -235,13 +235,14 @@ def api_server_work(version: tuple[int, ...], engine: str = "vllm",
 SERVER_KIND_SINCE = {"vllm": ((0, 8, 0),)}
 
 
-def server_kind(engine: str, version: tuple[int, ...]) -> int:
-    """Which kind of API server this engine version runs (`SERVER_KIND_SINCE`: 0 before the first change)."""
-    return sum(version >= since for since in SERVER_KIND_SINCE.get(engine, ()))
+def server_kind(engine: str, version: tuple[int, ...], v0_fallback: bool = False) -> int:
+    """Which kind of API server this engine version runs (`SERVER_KIND_SINCE`: 0 before the first change); a vLLM
+    0.8-0.10 setup that falls back to V0 (`v0_fallback`, vllm.py `_vllm_v0_fallback`) runs V0's, kind 0."""
+    return 0 if v0_fallback else sum(version >= since for since in SERVER_KIND_SINCE.get(engine, ()))
 
 
-def lent_api_server_work(version_text: str, engine: str, endpoint: str,
-                         fits: dict | None = None) -> ApiServerWork | None:
+def lent_api_server_work(version_text: str, engine: str, endpoint: str, fits: dict | None = None,
+                         v0_fallback: bool = False) -> ApiServerWork | None:
     """For a version whose own front-end work was not measured: the row of the nearest measured release of its
     server's kind (`release_distance`, `server_kind`) on the endpoint, where the front-end latency the version takes
     was fitted beside measured work (its fit's version has a row); else None.
@@ -249,31 +250,32 @@ def lent_api_server_work(version_text: str, engine: str, endpoint: str,
     The fitted latency is what the fit runs' front-ends took beyond the work measured for their version. Taken alone,
     it left such a version's server doing no work that queues, which every server measured does (1.2-1.7 ms a request
     and 20-160 us a streamed token, vLLM 0.6.0 to 0.19.0): a burst of short prompts never front-end bound. `fits`: as
-    `nearest_fits`'s."""
+    `nearest_fits`'s; `v0_fallback`: as `server_kind`'s."""
     version = parse_version(version_text)
     fit = nearest_fits(engine, version_text, fits).get("latency_s")
     fitted = parse_version(fit.version) if fit is not None else None
     if version is None or fitted is None or not any(w.engine == engine and w.covers(fitted) for w in API_SERVER_WORK):
         return None
-    kind = server_kind(engine, version)
+    kind = server_kind(engine, version, v0_fallback)
     rows = [w for w in API_SERVER_WORK
             if w.engine == engine and endpoint in w.endpoints and server_kind(engine, w.since) == kind]
     return min(rows, key=lambda w: release_distance(w.since, version), default=None)
 
 
-def measured_work(engine: str, version_text: str, model_type: str | None, endpoint: str,
-                  fits: dict | None = None) -> tuple[ApiServerWork | None, TemplateParse | None]:
+def measured_work(engine: str, version_text: str, model_type: str | None, endpoint: str, fits: dict | None = None,
+                  v0_fallback: bool = False) -> tuple[ApiServerWork | None, TemplateParse | None]:
     """An engine version's measured front-end work: its intake and streaming on the endpoint (`api_server_work`,
     else the nearest measured release's: `lent_api_server_work`) and, for vLLM, the chat-template parse of the
     versions that parse per request (`chat_template_parse`); None where there is none. vLLM's chat requests of a
     harmony model take the /v1/completions row: openai_harmony renders and parses them, where the chat rows were
-    measured through a Jinja template. `fits`: as `nearest_fits`'s."""
+    measured through a Jinja template. `fits`: as `nearest_fits`'s. A vLLM setup that falls back to V0
+    (`v0_fallback`) runs V0's API server, so it takes V0's row, not its release's V1 row."""
     version = parse_version(version_text)
     parse = chat_template_parse(version, model_type, endpoint) if engine == "vllm" else None
     if engine == "vllm" and endpoint == "chat" and model_type in HARMONY_MODEL_TYPES:
         endpoint = "completions"
-    own = api_server_work(version, engine, endpoint)
-    return (own if own is not None else lent_api_server_work(version_text, engine, endpoint, fits)), parse
+    own = None if v0_fallback else api_server_work(version, engine, endpoint)
+    return (own if own is not None else lent_api_server_work(version_text, engine, endpoint, fits, v0_fallback)), parse
 
 
 def work_keys(intake: ApiServerWork | None, parse: TemplateParse | None) -> dict[str, float]:
@@ -303,12 +305,13 @@ _DISCIPLINE_NOTES = {
 }
 
 
-def inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, str]:
-    """The front-end work of this engine version that queues (`measured_work`), as front-end keys for the preset's
-    own front-end, and the note that says so; ({}, "") where there is none."""
+def inbound_work(ctx: Context, engine: str, notes: list[str], v0_fallback: bool = False) -> tuple[dict, str]:
+    """The front-end work of this engine version that queues (`measured_work`; `v0_fallback`: a vLLM setup that falls
+    back to V0), as front-end keys for the preset's own front-end, and the note that says so; ({}, "") where there is
+    none."""
     model_type = ctx.model.model_type if ctx.model is not None else None
     endpoint = endpoint_of(ctx.raw.get("workload"))
-    intake, parse = measured_work(engine, ctx.version_text, model_type, endpoint, ctx.fits)
+    intake, parse = measured_work(engine, ctx.version_text, model_type, endpoint, ctx.fits, v0_fallback)
     if (engine == "vllm" and endpoint == "chat" and model_type in HARMONY_MODEL_TYPES
             and chat_template_parse(ctx.version, None, endpoint)):
         notes.append(f"vLLM {ctx.version_text}: {model_type}'s chat requests are rendered by openai_harmony, not "
@@ -328,8 +331,10 @@ def inbound_work(ctx: Context, engine: str, notes: list[str]) -> tuple[dict, str
         on = _MEASURED_ON.get(intake.endpoints, "")
         own = intake.covers(ctx.version)
         measured = ctx.version_text if own else dotted_version(intake.since)
+        whose = "that of the V0 engine it falls back to, not measured in this release" if v0_fallback else (
+            "its own not measured")
         lent = "" if own else (
-            f" (its own not measured: {label} {measured}'s, the nearest measured release whose {server} is of its "
+            f" ({whose}: {label} {measured}'s, the nearest measured release whose {server} is of its "
             "kind, since the front-end latency it takes was fitted beside such work)")
         said.append(f"its {server}'s own work{where}, measured by running {label} {measured}'s server code "
                     f"({intake.bench}){on}{f' as {intake.scaled_from}' if intake.scaled_from else ''}{lent}: "

@@ -372,7 +372,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
     values.update(_vllm_expert_padding(ctx, notes))
     if v1:  # (V0 runs no model with attention sinks)
         values.update(_vllm_triton_attention(ctx, notes))
-    values.update(preset_terms(ctx, "vllm", notes, inbound_work(ctx, "vllm", notes)))
+    values.update(preset_terms(ctx, "vllm", notes, inbound_work(ctx, "vllm", notes, v0_fallback=fallback is not None)))
     values.update(custom_all_reduce(ctx, "vLLM"))
     if v1:  # the steps that leave CUDA graphs pay the eager launch term (sim/cost/overhead.py)
         max_num_seqs = flags.get("max_num_seqs") or get_key(ctx.raw, "scheduler.max_num_seqs")
@@ -627,17 +627,22 @@ def _vllm_refuse_draft_model(ctx: Context) -> None:
                           "0.16.0 and later")
 
 
+# What a V0 fallback runs, as its note says it: the API server's work that queues is V0's (engine_work.py
+# `server_kind`), the fitted terms the release's own
+_V0_FALLBACK_RUNS = ("which runs with V0's defaults; the CPU terms and fitted front-end latency are still this "
+                     "version's, its API server's work V0's")
+
+
 def _vllm_v0_fallback(ctx: Context) -> str | None:
     """Why this V1 release runs its V0 engine instead (a note), or None where it runs V1."""
     v = ctx.version
     if VLLM_V0_FALLBACK[0] <= v[:2] < VLLM_V1_DRAFT_MODEL_FALLBACK_UNTIL and _vllm_draft_model(ctx):
         return (f"vLLM {ctx.version_text}: speculative decoding by a draft model, which V1 does not run: it falls back "
-                "to the V0 engine (vllm/engine/arg_utils.py _is_v1_supported_oracle, \"Speculative Decoding\"), which "
-                "runs with V0's defaults; the CPU terms and front-end are still this version's")
+                "to the V0 engine (vllm/engine/arg_utils.py _is_v1_supported_oracle, \"Speculative Decoding\"), "
+                + _V0_FALLBACK_RUNS)
     if VLLM_V0_FALLBACK[0] <= v[:2] < VLLM_V0_FALLBACK[1] and ctx.flags.get("preemption_mode") is not None:
         return (f"vLLM {ctx.version_text}: --preemption-mode, which V1 does not take: it falls back to the V0 engine "
-                "(vllm/engine/arg_utils.py _is_v1_supported_oracle, _raise_or_fallback), which runs with V0's "
-                "defaults; the CPU terms and front-end are still this version's")
+                "(vllm/engine/arg_utils.py _is_v1_supported_oracle, _raise_or_fallback), " + _V0_FALLBACK_RUNS)
     if not VLLM_V0_FALLBACK[0] <= v[:2] < VLLM_V0_FALLBACK[1] or get_key(ctx.raw, "quantization.kv_cache") != "fp8":
         return None
     capability = ctx.gpu.compute_capability or (0, 0)
@@ -652,8 +657,7 @@ def _vllm_v0_fallback(ctx: Context) -> str | None:
              else f"off sm_9x{' and sm_100' if v >= VLLM_V1_SM100_FP8_SINCE else ''}, where V1's FlashAttention "
              "holds none")
     return (f"vLLM {ctx.version_text}: an fp8 KV cache {where}: V1 falls back to the V0 engine (\"--kv-cache-dtype is "
-            "not supported by the V1 Engine. Falling back to V0.\", vllm/engine/arg_utils.py), which runs with V0's "
-            "defaults; the CPU terms and front-end are still this version's")
+            "not supported by the V1 Engine. Falling back to V0.\", vllm/engine/arg_utils.py), " + _V0_FALLBACK_RUNS)
 
 
 # vLLM V0 (0.6.0-0.7.x), read in the PyPI sdists of 0.6.0-0.6.6, 0.7.0 and 0.7.3: vllm/engine/arg_utils.py
