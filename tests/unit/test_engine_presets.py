@@ -210,8 +210,8 @@ def test_a_version_must_be_a_release_its_numbers_checked_against_the_index_list(
     later = scenario({"name": "vllm", "version": "0.34.1"})
     assert later.engine.notes[0] == ("vLLM 0.34.1: newer than every release the preset lists (PyPI's index on "
                                      "2026-12-07, to 0.34.0), so modelled by the rules of the releases before it")
-    assert scenario({"name": "vllm", "version": "0.34.0"}).model_dump() == {
-        **later.model_dump(), "engine": scenario({"name": "vllm", "version": "0.34.0"}).model_dump()["engine"]}
+    listed = scenario({"name": "vllm", "version": "0.34.0"}).model_dump()
+    assert listed == {**later.model_dump(), "engine": listed["engine"]}  # every other section as 0.34.0's
 
 
 def test_a_fit_left_at_a_bound_serves_no_version_its_own_included():

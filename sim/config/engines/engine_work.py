@@ -202,8 +202,7 @@ def _in_turn_with_0110(version: tuple[int, ...], endpoints: tuple[str, ...] = ("
     (`RATIOS_TO_V0110`), for that release alone."""
     return dataclasses.replace(
         _VLLM_0110, since=version, until=version[:2] + (version[2] + 1,), endpoints=endpoints,
-        scaled_from=f"0.11.0's /v1/completions row times {'.'.join(map(str, version))}'s ratios to it, measured in "
-                    "turn",
+        scaled_from=f"0.11.0's /v1/completions row times {dotted_version(version)}'s ratios to it, measured in turn",
         **{term: getattr(_VLLM_0110, term) * ratio for term, ratio in RATIOS_TO_V0110[version].items()})
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 import re
 
-from sim.config.engines.base import parse_version, version_suffix
+from sim.config.engines.base import dotted_version, parse_version, version_suffix
 
 RELEASES_READ = "PyPI's index on 2026-12-07"
 
@@ -77,7 +77,7 @@ def release_order(version_text: str) -> tuple:
     """A version's place among releases, as PEP 440 orders them: its numbers, then dev, alpha, beta and release
     candidates before the final release, post-releases after it (0.5.3rc0 < 0.5.3 < 0.5.3.post1)."""
     numbers = parse_version(version_text) or ()
-    pre = re.search(r"(dev|rc|a|b)(\d*)", version_text.split("post")[0][len(".".join(map(str, numbers))):])
+    pre = re.search(r"(dev|rc|a|b)(\d*)", version_text.split("post")[0][len(dotted_version(numbers)):])
     stage = (_SUFFIX_ORDER[pre.group(1)], int(pre.group(2) or 0)) if pre else (4, 0)
     return numbers + (0,) * (4 - len(numbers)), stage, version_suffix(version_text)[1]
 
