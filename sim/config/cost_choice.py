@@ -131,9 +131,13 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
         spec = {"kind": "measured", "on_missing": "error", "overhead": terms}
         if tables != "vllm":
             spec["tables"] = tables
-        return spec, (f"measured: {tables} kernel tables of {gpu.lower()} + {terms['engine']} CPU terms (no shipped "
+        from sim.cost.measured import tables_gpu
+        owner = tables_gpu(gpu, tables)
+        # (another part's where this one is the same silicon: the H800's are the H100 SXM's, `GPUSpec.kernels_as`)
+        of = gpu.lower() if owner == gpu.lower() else f"{owner}, the {gpu.lower()}'s kernels"
+        return spec, (f"measured: {tables} kernel tables of {of} + {terms['engine']} CPU terms (no shipped "
                       "whole-step profile for this setup)" if floor == 0 else
-                      f"measured: {tables} kernel tables of {gpu.lower()} + {terms['engine']} CPU terms")
+                      f"measured: {tables} kernel tables of {of} + {terms['engine']} CPU terms")
     detail = f" (no whole-step profile; {_MEASURED_REFUSED}{why_not})" if why_not else ""
     if hardware.get("lockstep") is not None and resolved is not None and resolved.is_moe:
         # a lockstep group's ranks run a mixture of experts' experts at the group's tokens, which the learned

@@ -568,7 +568,8 @@ class MeasuredCostSpec(_Strict):
     sim/cost/measured.py."""
 
     kind: Literal["measured"]
-    gpu_data: str | None = Field(None, description="which GPU's tables under calibrate/measured/ (default: hardware.gpu)")
+    gpu_data: str | None = Field(None, description="which GPU's tables under calibrate/measured/ (default: hardware.gpu's, "
+                                 "or those of the part it is the same silicon as: the catalog's kernels_as)")
     tables: Literal["vllm", "sglang", "trtllm"] = Field(
         "vllm", description="which engine's measured kernels (AIConfigurator's tables of that framework)")
     engine: Literal["vllm-cudagraph", "vllm-eager"] = Field(

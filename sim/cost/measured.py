@@ -83,7 +83,7 @@ from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
 from sim.model.attention_io import TRITON_BACKEND as TRITON
 from sim.model.attention_io import heads_per_gpu as attention_heads_per_gpu
-from sim.model.catalog import get_gpu
+from sim.model.catalog import GPUS, get_gpu
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE
 from sim.model.memory import DTYPE_BYTES, MARLIN, NVFP4_PARAM_BYTES, matrix_dtype
 from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
@@ -181,6 +181,19 @@ def measured_gpus(root: Path | None = None, tables: str = "vllm") -> list[str]:
                                                                      / "meta.json").is_file())
 
 
+def tables_gpu(gpu: str | GPUSpec, tables: str = "vllm", root: Path | None = None) -> str:
+    """The GPU whose tables of this framework price this one's kernels: its own where they ship, else those of the part
+    its catalog entry is the same silicon as (`GPUSpec.kernels_as`: the H800 is the H100 SXM with slower links), where
+    those ship; its own name otherwise (`gpu_unmeasured` then says none ship)."""
+    spec = gpu if isinstance(gpu, GPUSpec) else GPUS.get(_canonical(gpu))
+    name = _canonical(gpu.name if isinstance(gpu, GPUSpec) else gpu)
+    gpus = measured_gpus(root, tables)
+    if name in gpus or spec is None or not spec.kernels_as:
+        return name
+    twin = _canonical(spec.kernels_as)
+    return twin if twin in gpus else name
+
+
 def _check_tables(tables: str) -> None:
     if tables not in TABLES:
         raise ConfigError(f"cost_model.tables: {tables!r} is not allowed; allowed: {', '.join(TABLES)}")
@@ -190,7 +203,7 @@ def gpu_unmeasured(gpu: str, tables: str = "vllm", root: Path | None = None) -> 
     """Why there are no tables of this framework for this GPU (None: there are): one line, without a field."""
     _check_tables(tables)
     gpus = measured_gpus(root, tables)
-    if _canonical(gpu) in gpus:
+    if tables_gpu(gpu, tables, root) in gpus:
         return None
     which = "" if tables == "vllm" else f"{tables} "
     return f"no measured {which}kernel tables for gpu {gpu!r}; measured: {', '.join(gpus) or 'none'}"
@@ -203,8 +216,9 @@ def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str 
     field, its value and what is allowed. `fp8_compute` None is not checked: fp8 weights are taken as W8A8, for
     callers that do not know (a direct `MeasuredCostModel`). `moe_kernel` (`quantization.moe_kernel`): tables that
     hold Marlin's MXFP4 rows alone (A100's, borrowed) price MXFP4 experts only where Marlin runs them."""
+    gpu = tables_gpu(gpu, tables, root)
     t = load_tables(tables_dir(gpu, tables, root))
-    where = f"in the {tables} tables of {_canonical(gpu)}"
+    where = f"in the {tables} tables of {gpu}"
     escape = "or cost_model.unmeasured_dtype: roofline"
     weights = [w + (" (with fp8_compute: true)" if w == "fp8" else "") for w, d in _GEMM_DTYPE.items()
                if d in t.gemm_dtypes]
@@ -238,7 +252,7 @@ def attention_kernel(gpu: str, tables: str = "vllm", root: Path | None = None, m
     differ."""
     if gpu_unmeasured(gpu, tables, root):
         return None
-    meta = json.loads((tables_dir(gpu, tables, root) / "meta.json").read_text())["tables"]
+    meta = json.loads((tables_dir(tables_gpu(gpu, tables, root), tables, root) / "meta.json").read_text())["tables"]
     names = ("context_mla", "generation_mla") if mla else ("context_attention", "generation_attention")
     kernels = {meta.get(t, {}).get("kernels", {}).get("bf16") for t in names}
     return kernels.pop() if len(kernels) == 1 else None
@@ -358,6 +372,14 @@ class MeasuredTables:
 
 
 _CACHE: dict[str, MeasuredTables] = {}
+
+
+def allreduce_on_links(rows: pd.DataFrame, stretch: float) -> pd.DataFrame:
+    """All-reduce rows (num_gpus, message_elements, latency_ms) as links `stretch` times slower would run them: each
+    row's time past the fastest row of its GPU count (launch and synchronisation) scaled by `stretch`, the fastest kept
+    (benchmarks/bench_link_stretch.py checks the rule across the measured GPUs)."""
+    fastest = rows.groupby("num_gpus")["latency_ms"].transform("min")
+    return rows.assign(latency_ms=fastest + (rows["latency_ms"] - fastest) * stretch)
 
 
 def nccl_allreduce(gpu_dir: Path) -> tuple[pd.DataFrame, dict]:
@@ -800,7 +822,7 @@ class MeasuredCostModel(PackedCostModel):
                  expert_group: ExpertGroup | None = None):
         if engine not in ENGINES:
             raise ConfigError(f"cost_model.engine: {engine!r} is not allowed; allowed: {', '.join(ENGINES)}")
-        data = gpu_data or gpu.name
+        data = tables_gpu(gpu_data or gpu, tables, root)
         reason = gpu_unmeasured(data, tables, root)
         if reason:
             raise ConfigError(f"cost_model: {reason}")
@@ -832,6 +854,11 @@ class MeasuredCostModel(PackedCostModel):
         # False prices one GPU's shard alone (no all-reduce), to compare with steps measured on one GPU.
         self.communication = communication
         self.notes: Counter = Counter()
+        self.tables_gpu = data  # whose kernels the tables measured: this GPU's, or another part's (`tables_gpu`)
+        if data != _canonical(gpu.name):
+            why = ("the same silicon, clocks and memory: hardware.gpu's kernels_as"
+                   if gpu.kernels_as and _canonical(gpu.kernels_as) == data else "cost_model.gpu_data")
+            self.notes[f"kernels: the {data}'s tables price the {gpu.name}'s ({why})"] += 1
         for field, dtype in (("weights", weight_dtype), ("kv_cache", kv_dtype)):
             if dtype == "fp16":  # said, not silent: the tables hold no fp16 rows
                 self.notes[f"{field} fp16 priced from the bf16 rows (same element size and tensor-core rate)"] += 1
@@ -1264,12 +1291,32 @@ class MeasuredCostModel(PackedCostModel):
                               f"{t.framework} tables of {self.tables.meta['gpu']}; allowed: {allowed}")
         return ar
 
+    def _on_own_links(self, ar: pd.DataFrame) -> pd.DataFrame:
+        """All-reduce rows measured on another part's links (`tables_gpu`) for this GPU: where that part is its twin
+        (`GPUSpec.kernels_as`: the same silicon, slower links), stretched by the ratio of the two catalog link rates
+        (`allreduce_on_links`); another silicon's (`cost_model.gpu_data`) as measured, said, since across silicon the
+        link ratio alone does not carry them (benchmarks/bench_link_stretch.py); unchanged where the links are alike."""
+        measured_on = GPUS.get(self.tables_gpu)
+        own = self.gpu.interconnect_bytes_per_s
+        if measured_on is None or measured_on.interconnect_bytes_per_s == own:
+            return ar
+        rates = f"{own / 1e9:g} against {measured_on.interconnect_bytes_per_s / 1e9:g} GB/s a direction, the catalog's"
+        if not (self.gpu.kernels_as and _canonical(self.gpu.kernels_as) == self.tables_gpu):
+            self.notes[f"all-reduce: the {self.tables_gpu}'s measured rows as they ran on its own links, not priced "
+                       f"for the {self.gpu.name}'s ({rates})"] += 1
+            return ar
+        stretch = measured_on.interconnect_bytes_per_s / own
+        self.notes[f"all-reduce: the {self.tables_gpu}'s measured rows, their time past each GPU count's fastest "
+                   f"row scaled {stretch:.3g}x for the {self.gpu.name}'s links ({rates})"] += 1
+        return allreduce_on_links(ar, stretch)
+
     def _allreduce_curve(self) -> Curve | None:
         """The time of one all-reduce by the elements it reduces (a step's tokens × hidden size)."""
         tp = self.tp
         ar = self._allreduce_rows()
         if ar is None:
             return None
+        ar = self._on_own_links(ar)
         counts = sorted(set(ar["num_gpus"]))
         i, w, outside = _bracket([math.log(c) for c in counts], math.log(tp))
         if outside:  # the nearest measured count's ratios to the ring shape, held at tp (a GPU count past them)

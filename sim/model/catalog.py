@@ -210,8 +210,9 @@ GPUS: dict[str, GPUSpec] = {
     # The A800 and the H800, NVIDIA's parts for China before the H20 (2022-2023): the A100 80GB SXM's and the H100
     # SXM's silicon, clocks and memory with NVLink cut from 600 / 900 to 400 GB/s bidirectional (third-party spec
     # tables and published NCCL tests agree: 8 links of 25 GB/s a direction; NVIDIA's own H800 / A800 pages are China's
-    # and were not read here). FP64 was cut too, which nothing here prices. No kernel table measured either, so the
-    # learned roofline prices them, and their prices are estimates.
+    # and were not read here). FP64 was cut too, which nothing here prices. No kernel table measured either; being the
+    # same silicon, each is priced by its twin's measured kernels (`kernels_as`), its all-reduces on its own links.
+    # Their prices are estimates.
     "a800": GPUSpec(
         name="a800",  # the A800 80GB SXM ("NVIDIA A800-SXM4-80GB"), not the A800 40GB Active workstation card
         bf16_flops_per_s=312e12,  # as the A100 80GB SXM (above)
@@ -223,6 +224,7 @@ GPUS: dict[str, GPUSpec] = {
         host_link_bytes_per_s=32e9,  # PCIe Gen4 x16, as the A100's
         price_per_hour=5.12,  # estimate, edit it: no on-demand list price checked; set at the A100 80GB SXM's
         compute_capability=(8, 0),  # Ampere GA100, as the A100
+        kernels_as="a100-80gb",
     ),
     # Two Ampere PCIe cards AIConfigurator 0.12.0 describes but measured no kernels on: rates from its
     # systems/<system>.yaml ("estimate-only system spec"), memory as nvidia-smi prints it (several published outputs).
@@ -307,6 +309,7 @@ GPUS: dict[str, GPUSpec] = {
         host_link_bytes_per_s=64e9,  # PCIe Gen5 x16, as the H100's
         price_per_hour=12.29,  # estimate, edit it: no on-demand list price checked; set at the H100 SXM's
         compute_capability=(9, 0),  # Hopper GH100, as the H100
+        kernels_as="h100-sxm",
     ),
     # The H20, NVIDIA's Hopper part for China: NVIDIA publishes no datasheet for it outside China. Rates as third-party
     # spec tables give them (willitrunai.com's H20 96GB page; a zangshuxian.com summary: 148 dense FP16/BF16, 296

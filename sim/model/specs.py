@@ -174,6 +174,10 @@ class GPUSpec(BaseModel):
     compute_capability: tuple[int, int] | None = Field(
         None, description="CUDA compute capability (major, minor): what engines key architecture-specific defaults on "
         "(vLLM's MLA kernel and its KV block size); None: not an NVIDIA GPU, or unknown")
+    kernels_as: str | None = Field(
+        None, description="the catalog GPU whose measured kernel tables price this part's kernels where it has none "
+        "of its own: the same die, clocks and memory sold with other links (the H800 is the H100 SXM's); its "
+        "collectives are priced on its own interconnect (`sim.cost.measured.tables_gpu`). None: its own tables only")
     compute_efficiency: float = Field(0.7, gt=0, le=1, description="fraction of peak FLOP/s a GEMM reaches")
     memory_efficiency: float = Field(0.8, gt=0, le=1, description="fraction of peak HBM bandwidth reached")
     interconnect_efficiency: float = Field(0.7, gt=0, le=1)

@@ -56,11 +56,21 @@ def gpus_table() -> pd.DataFrame:
             "interconnect_gb_per_s": g.interconnect_bytes_per_s / 1e9,
             "host_link_gb_per_s": g.host_link_bytes_per_s / 1e9,
             "usd_per_hour": g.price_per_hour,
-            "measured_tables": ", ".join(fw for fw in TABLES if key in measured[fw]) or "-",
+            "measured_tables": _measured_tables(key, g, measured),
         }
         for key, g in GPUS.items()
     ]
     return pd.DataFrame(rows)
+
+
+def _measured_tables(key: str, gpu, measured: dict[str, set]) -> str:
+    """The engines whose tables price this GPU's kernels: its own, or those of the part it is the same silicon as
+    (`GPUSpec.kernels_as`, named)."""
+    own = [fw for fw in TABLES if key in measured[fw]]
+    if own or not gpu.kernels_as:
+        return ", ".join(own) or "-"
+    twin = [fw for fw in TABLES if gpu.kernels_as in measured[fw]]
+    return f"{', '.join(twin)} ({gpu.kernels_as}'s)" if twin else "-"
 
 
 def measured_tables_table() -> pd.DataFrame:
