@@ -5,6 +5,7 @@ memory with NVLink at 400 GB/s; the A800 the A100 80GB SXM's): its twin's measur
 import pandas as pd
 import pytest
 
+from helpers import load_benchmark
 from sim.config.files import validate_scenario
 from sim.core.step_plan import StepPlan
 from sim.cost.measured import MEASURED_DIR, MeasuredCostModel, measured_gpus, nccl_allreduce, tables_gpu
@@ -105,3 +106,14 @@ def test_another_silicons_tables_keep_their_all_reduce_as_measured_and_say_so():
     assert any("the a100-80gb's measured rows as they ran on its own links, not priced for the h200's" in note
                for note in named.notes)
     assert any("the a100-80gb's tables price the h200's (cost_model.gpu_data)" in note for note in named.notes)
+
+
+def test_the_link_stretch_check_prints_every_nvlink_pair(capsys):
+    """benchmarks/bench_link_stretch.py (RESULTS' figures): one row a pair of NVLink GPUs with all-reduce tables, its
+    stretch the catalog link ratio; a pair of one link rate has a stretch of 1 and the same figures both ways."""
+    load_benchmark("bench_link_stretch").main()
+    rows = [line.split(" | ") for line in capsys.readouterr().out.splitlines()[2:]]
+    by_pair = {row[0].lstrip("| "): row for row in rows}
+    assert len(rows) == 42 and by_pair["h100-sxm -> a100-80gb"][1] == "1.5"
+    same = by_pair["h100-sxm -> h200"]
+    assert same[1] == "1" and same[4].rstrip(" |") == f"{same[2]} / {same[3]}"
