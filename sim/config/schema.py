@@ -30,7 +30,7 @@ from sim.config.engines import (
 )
 from sim.config.words import allowed_words, annotation_members, model_class, shown
 from sim.errors import ConfigError
-from sim.model.catalog import get_model
+from sim.model.catalog import get_model, kernels_as_problem
 from sim.model.hf_config import read_model_ref
 from sim.model.interconnects import ALL_REDUCES, CUSTOM_ALL_REDUCE, INTERCONNECTS
 from sim.model.memory import (FP8_COMPUTE_DEFAULT, LOGIT_BYTES, MOE_KERNELS, WEIGHT_DTYPES, WINDOW_MEMORY,
@@ -135,10 +135,19 @@ MAX_GPUS_PER_REPLICA = 1024
 MAX_PLAN_SEEDS = 100
 
 
+def _inline_kernels_as(gpu):
+    """An inline GPU's `kernels_as` must name a catalog GPU (a name is checked where it is resolved)."""
+    problem = kernels_as_problem(gpu) if isinstance(gpu, GPUSpec) else None
+    if problem:
+        raise ValueError(problem)
+    return gpu
+
+
 class PoolSpec(_Strict):
     """One pool of a disaggregated deployment; an absent field takes the top-level hardware value."""
 
     gpu: str | GPUSpec | None = Field(None, description="catalog GPU name or inline GPU; default: hardware.gpu")
+    _gpu_kernels_as = field_validator("gpu")(_inline_kernels_as)
     tensor_parallel: int | None = Field(None, ge=1, le=MAX_GPUS_PER_REPLICA, description="default: hardware.tensor_parallel")
     expert_parallel: int | None = Field(None, ge=1, le=MAX_GPUS_PER_REPLICA,
                                         description="default: hardware.expert_parallel")
@@ -195,6 +204,7 @@ class LockstepSpec(_Strict):
 
 class HardwareSpec(_Strict):
     gpu: str | GPUSpec = Field("h100-sxm", description="catalog GPU name, or an inline GPU definition")
+    _gpu_kernels_as = field_validator("gpu")(_inline_kernels_as)
     tensor_parallel: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA, description="GPUs per replica sharing each layer")
     pipeline_parallel: int = Field(1, ge=1, le=MAX_GPUS_PER_REPLICA, description="pipeline stages per replica, each a tensor-parallel group "
                                    "holding consecutive layers (GPUs per replica = tensor_parallel x pipeline_parallel)")

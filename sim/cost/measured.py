@@ -1490,8 +1490,8 @@ def make_measured_cost_model(model: ModelSpec, gpu: GPUSpec, *, tensor_parallel:
     (on_missing 'roofline'), or a one-line ConfigError (on_missing 'error'). A quantization the tables were not
     measured in: a one-line ConfigError naming the field (unmeasured_dtype 'error', the default), or the roofline
     whose repr says why (unmeasured_dtype 'roofline', asked for)."""
-    reason, refusal = measured_refusal(gpu_data or gpu.name, weight_dtype, kv_dtype, fp8_compute, tables,
-                                       on_missing, unmeasured_dtype, root, moe_kernel)
+    reason, refusal = measured_refusal(gpu_data or tables_gpu(gpu, tables, root), weight_dtype, kv_dtype, fp8_compute,
+                                       tables, on_missing, unmeasured_dtype, root, moe_kernel)
     if reason is None:
         return MeasuredCostModel(model, gpu, tensor_parallel=tensor_parallel, weight_dtype=weight_dtype,
                                  kv_dtype=kv_dtype, engine=engine, step_overhead_s=step_overhead_s,

@@ -557,4 +557,19 @@ def resolve_gpu(value: str | dict | GPUSpec, field: str = "hardware.gpu") -> GPU
     """A raw scenario's GPU: a catalog name, an inline mapping (validated as a GPUSpec) or a GPUSpec."""
     if isinstance(value, GPUSpec):
         return value
-    return GPUSpec.model_validate(value) if isinstance(value, dict) else get_gpu(value, field)
+    if not isinstance(value, dict):
+        return get_gpu(value, field)
+    spec = GPUSpec.model_validate(value)
+    problem = kernels_as_problem(spec)
+    if problem:
+        raise ConfigError(f"{field}.{problem}")
+    return spec
+
+
+def kernels_as_problem(gpu: GPUSpec) -> str | None:
+    """Why an inline GPU's `kernels_as` names no catalog GPU (None: it names one, or none is given): one line from the
+    field on."""
+    if gpu.kernels_as is None or _canonical(gpu.kernels_as) in GPUS:
+        return None
+    meant = _meant(_canonical(gpu.kernels_as), GPUS, OTHER_CARD_WORDS)
+    return f"kernels_as: unknown gpu {gpu.kernels_as!r}{meant}; allowed: a catalog GPU ({', '.join(GPUS)}), or null"

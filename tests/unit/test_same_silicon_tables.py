@@ -9,8 +9,10 @@ from helpers import load_benchmark
 from sim.config.files import validate_scenario
 from sim.core.step_plan import StepPlan
 from sim.cost.measured import MEASURED_DIR, MeasuredCostModel, measured_gpus, nccl_allreduce, tables_gpu
+from sim.errors import ConfigError
 from sim.model.catalog import GPUS, get_gpu, get_model
 from sim.model.interconnects import NCCL_ALL_REDUCE
+from sim.run import make_cost_model
 
 TWINS = {"h800": "h100-sxm", "a800": "a100-80gb"}
 LLAMA_70B = get_model("llama-3.1-70b")
@@ -117,3 +119,17 @@ def test_the_link_stretch_check_prints_every_nvlink_pair(capsys):
     assert len(rows) == 42 and by_pair["h100-sxm -> a100-80gb"][1] == "1.5"
     same = by_pair["h100-sxm -> h200"]
     assert same[1] == "1" and same[4].rstrip(" |") == f"{same[2]} / {same[3]}"
+
+
+def test_an_inline_gpu_may_name_its_twin_and_an_unknown_twin_is_refused_in_one_line():
+    inline = {**GPUS["h800"].model_dump(), "name": "my-h800"}
+    scenario = {**BASE, "hardware": {"gpu": inline, "tensor_parallel": 4}, "cost_model": {"kind": "measured"}}
+    cost = make_cost_model(validate_scenario(scenario))
+    assert cost.source.startswith("aiconfigurator-core 0.12.0 h100_sxm vllm")
+    assert any("the h100-sxm's tables price the my-h800's" in note for note in cost.notes)
+    inline["kernels_as"] = "h100"
+    with pytest.raises(ConfigError) as refused:
+        validate_scenario({**scenario, "hardware": {"gpu": inline}})
+    message = str(refused.value)
+    assert "\n" not in message and message.startswith("hardware.gpu: kernels_as: unknown gpu 'h100' (did you mean "
+                                                      "'h100-sxm'")
