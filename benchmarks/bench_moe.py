@@ -20,7 +20,9 @@ PYTHONPATH), also the rows vLLM's A100 tables borrow (calibrate/aic_import.py `M
 fused-MoE rows, on every GPU where AIConfigurator measured them (H100, H200, L40S: at gpt-oss's own shapes on the
 L40S), predicted from SGLang's Marlin MoE rows with int4 weights on the same GPU, the nearest configuration scaled by
 the MXFP4 roofline, without expert parallelism (the A100 runs' split) and with it. The B200's NVFP4 fused-MoE rows
-apart, each configuration held out, at the NVFP4 roofline (`study_nvfp4`).
+apart, each configuration held out, at the NVFP4 roofline (`study_nvfp4`). First, the expert-parallel rows that do
+not split the work (`study_unsplit_ep_rows`: sim/cost/measured.py prices them as tensor parallelism); the EP studies
+check against the other tables' EP rows only.
 
     PYTHONPATH=. .venv/bin/python benchmarks/bench_moe.py
 """
@@ -40,8 +42,19 @@ from sim.cost import measured_kernel as mk  # noqa: E402
 from sim.cost.roofline_kernel import expert_load, touched_experts  # noqa: E402
 from sim.cost.measured import MOE_KEYS as KEYS  # noqa: E402
 from sim.cost.measured import of_moe_config as of_config  # noqa: E402
-from sim.cost.measured import (carried_moe_curve, device_roofline, ep_rows_from_another_dtype,  # noqa: E402
-                               gemm_curve, load_tables, measured_gpus, nearest_moe_config, tables_dir)
+from sim.cost.measured import (  # noqa: E402
+    TABLES,
+    UNSPLIT_EP_RATIO,
+    carried_moe_curve,
+    device_roofline,
+    ep_rows_from_another_dtype,
+    ep_to_single_gpu,
+    gemm_curve,
+    load_tables,
+    measured_gpus,
+    nearest_moe_config,
+    tables_dir,
+)
 
 WAYS = ("nearest measured configuration (used where the dtype has rows)",
         "expert GEMMs in one fused launch (used where it has none)",
@@ -119,10 +132,43 @@ def tables_with_expert_parallel_rows():
                 yield t, device_roofline(t.gemm)
 
 
+def unsplit_ep_rows() -> list[tuple]:
+    """(median EP / single-GPU time at many tokens, GPU, tables, routing, dtype, EP size) of every shipped table's
+    fused-MoE rows, each routing (`sim.cost.measured.ep_to_single_gpu`)."""
+    found = []
+    for tables in TABLES:
+        for gpu in measured_gpus(tables=tables):
+            t = load_tables(tables_dir(gpu, tables))
+            if t.moe is None:
+                continue
+            for routing in ["balanced", *(r for r in (t.moe_by_routing or {}) if r != "balanced")]:
+                rows, measured_as = t.moe_rows(routing)
+                for (dtype, ep), ratio in ep_to_single_gpu(rows).items():
+                    found.append((ratio, gpu, tables, measured_as, dtype, ep))
+    return sorted(found)
+
+
+def study_unsplit_ep_rows() -> None:
+    """The EP rows that do not split the work (sim/cost/measured.py UNSPLIT_EP_RATIO), and the gap they sit past."""
+    found = unsplit_ep_rows()
+    split = [f for f in found if f[0] < UNSPLIT_EP_RATIO]
+    unsplit = [f for f in found if f[0] >= UNSPLIT_EP_RATIO]
+    print(f"EP rows at 8,192 tokens and more, over the single GPU's: {len(split)} medians split the work "
+          f"({split[0][0]:.2f}-{split[-1][0]:.2f}); {len(unsplit)} do not ({unsplit[0][0]:.2f}-{unsplit[-1][0]:.2f}), "
+          "in the dtypes:")
+    for gpu, tables, dtype in sorted({(f[1], f[2], f[4]) for f in unsplit}):
+        print(f"  {gpu} {tables} {dtype}")
+
+
+def _splits(t) -> set:
+    """The dtypes of a table whose EP rows split the work (the rows `study_ep` checks against)."""
+    return {d for (d, _), r in ep_to_single_gpu(t.moe).items() if r < UNSPLIT_EP_RATIO}
+
+
 def study_ep():
     errors = {w: [] for w in EP_WAYS}
     for t, roof in tables_with_expert_parallel_rows():
-        for dtype in sorted(set(t.moe["dtype"].unique()) - APART):
+        for dtype in sorted((set(t.moe["dtype"].unique()) - APART) & _splits(t)):
             rows = t.moe[t.moe["dtype"] == dtype]
             ep_rows = rows[rows["moe_ep_size"] > 1]
             configs = ep_rows[KEYS].drop_duplicates().itertuples(index=False)
@@ -151,7 +197,9 @@ def study_ep_without_dtype_rows():
     errors = {}
     for t, roof in tables_with_expert_parallel_rows():
         for routing, all_rows in sorted((t.moe_by_routing or {"balanced": t.moe}).items()):
-            for dtype in sorted(set(all_rows["dtype"].unique()) - APART):
+            splits = {d for (d, _), r in ep_to_single_gpu(all_rows).items() if r < UNSPLIT_EP_RATIO}
+            all_rows = all_rows[all_rows["dtype"].isin(splits) | (all_rows["moe_ep_size"] == 1)]
+            for dtype in sorted((set(all_rows["dtype"].unique()) - APART) & splits):
                 rows = all_rows[all_rows["dtype"] == dtype]
                 missing = all_rows[~all_rows["dtype"].isin(APART)]
                 missing = missing[(missing["dtype"] != dtype) | (missing["moe_ep_size"] == 1)]
@@ -361,6 +409,7 @@ def study_borrowed_marlin():
 
 
 def main() -> int:
+    study_unsplit_ep_rows()
     errors = {**study(), **study_fp8(), **study_ep(), **study_ep_without_dtype_rows(), **study_routing(),
               **study_nvfp4(), **study_borrowed_marlin()}
     print("| way | points | predicted / measured, median | mean abs log error |")

@@ -20,18 +20,19 @@ with one line naming the field, unless the scenario asks for the roofline instea
 (`cost_model.unmeasured_dtype: roofline`); `on_missing` covers only a GPU without tables. A dtype is never priced
 from another dtype's rows.
 
-A step is priced the way vLLM runs it, per layer: every linear layer at its per-GPU shard shape (GEMM
-table at m = the step's tokens), the fused MoE experts (MoE table: its own configuration, else the nearest measured
-one scaled by the roofline; expert parallelism without rows of the dtype at that split, the model's TP rows times
-another dtype's EP / TP ratio, `ep_rows_from_another_dtype`; without rows of the dtype, expert GEMMs in one fused
-launch), prefill attention per chunk, decode attention for the batch at its mean context, two all-reduces of the
-step's hidden states under tensor parallelism (the engine's own kernel, or NCCL's where `hardware.all_reduce` says
-nccl: the GPU's nccl/ table, measured once for every engine), and the norms/activation/rotary streams; then the LM
-head for the sampled rows. Between measured shapes a time is interpolated in log space, like sim/cost/calibrated.py:
-log(measured / roofline) bilinear on log axes, where the roofline is the device's own (the fastest FLOP
-rate and byte rate any measured GEMM reached). Outside the grid that ratio is held at the nearest edge,
-so a time follows the roofline's shape; every such extrapolation is listed in `notes` and the repr, each
-point once (`note_outside`). Grid points are reproduced exactly.
+A step is priced the way vLLM runs it, per layer: every linear layer at its per-GPU shard shape (GEMM table at m =
+the step's tokens), the fused MoE experts (MoE table: its own configuration, else the nearest measured one scaled by
+the roofline; expert parallelism without rows of the dtype at that split, the model's TP rows times another dtype's
+EP / TP ratio, `ep_rows_from_another_dtype`; EP rows that do not split the work, `unsplit_ep_dtypes`, as TP over as
+many GPUs; without rows of the dtype, expert GEMMs in one fused launch), prefill attention per chunk, decode
+attention for the batch at its mean context, two all-reduces of the step's hidden states under tensor parallelism
+(the engine's own kernel, or NCCL's where `hardware.all_reduce` says nccl: the GPU's nccl/ table, measured once for
+every engine), and the norms/activation/rotary streams; then the LM head for the sampled rows. Between measured
+shapes a time is interpolated in log space, like sim/cost/calibrated.py: log(measured / roofline) bilinear on log
+axes, where the roofline is the device's own (the fastest FLOP rate and byte rate any measured GEMM reached).
+Outside the grid that ratio is held at the nearest edge, so a time follows the roofline's shape; every such
+extrapolation is listed in `notes` and the repr, each point once (`note_outside`). Grid points are reproduced
+exactly.
 
 A sliding-window layer's attention comes from the tables' own rows at the model's window where they measured it
 (`*_window_attention`: gpt-oss's 128 tokens and others, on every GPU but the A100); elsewhere from the full-attention
@@ -691,6 +692,45 @@ def nearest_moe_config(moe: pd.DataFrame, config: tuple) -> tuple:
     return min(configs, key=dist)
 
 
+# A fused-MoE table's expert-parallel rows must split the work: a rank holding 1/ep of the experts does about 1/ep of
+# one GPU's expert work at many tokens. At 8,192 tokens and more, the shipped tables' EP rows cost 0.12-0.71 of the
+# same configuration's single-GPU rows (median over configurations, per dtype, routing and EP size 2-8: 846 medians),
+# but for four tables' dtypes, 0.79-1.09 (36): a single GPU's time, as if each rank ran every expert. They are the
+# A100's SGLang bf16 rows (SGLang 0.5.10), vLLM's A100 Marlin MXFP4 rows (borrowed from them), and the RTX PRO 6000's
+# SGLang MXFP4 and TensorRT-LLM block-scaled FP8 rows (benchmarks/bench_moe.py `study_unsplit_ep_rows`). A dtype with
+# a median at or above UNSPLIT_EP_RATIO, in that gap, is not priced from its EP rows: expert parallelism is then
+# priced as tensor parallelism over as many GPUs, which prices the other tables' EP rows at a median 1.00x (mean |log
+# error| 0.22, 52,620 points) held out (the same bench's `study_ep`).
+UNSPLIT_EP_TOKENS = 8192
+UNSPLIT_EP_RATIO = 0.75
+_UNSPLIT_CACHE: dict[tuple, frozenset] = {}
+
+
+def ep_to_single_gpu(rows: pd.DataFrame) -> dict[tuple[str, int], float]:
+    """{(dtype, EP size): the median over configurations of the EP rows' (moe TP 1) time over the single-GPU rows' at
+    the token counts of UNSPLIT_EP_TOKENS and more both measured} for one routing's fused-MoE rows."""
+    if "moe_ep_size" not in rows.columns:
+        return {}
+    ratios: dict[tuple[str, int], list[float]] = {}
+    big = rows[(rows["num_tokens"] >= UNSPLIT_EP_TOKENS) & (rows["moe_tp_size"] == 1)]
+    for key, group in big.groupby(["dtype", *MOE_KEYS[:4]]):
+        single = group[group["moe_ep_size"] == 1].set_index("num_tokens")["latency_ms"]
+        for ep, split in group[group["moe_ep_size"] > 1].groupby("moe_ep_size"):
+            ratio = (split.set_index("num_tokens")["latency_ms"] / single).dropna()
+            if not ratio.empty:
+                ratios.setdefault((str(key[0]), int(ep)), []).append(float(ratio.median()))
+    return {k: float(np.median(v)) for k, v in ratios.items()}
+
+
+def unsplit_ep_dtypes(tables: "MeasuredTables", routing: str, rows: pd.DataFrame) -> frozenset:
+    """The dtypes of these fused-MoE rows (`routing`'s, of `tables`) whose expert-parallel rows do not split the work
+    (`ep_to_single_gpu` at least UNSPLIT_EP_RATIO at some EP size): `MeasuredCostModel` does not use them."""
+    key = (str(tables.path), routing)
+    if key not in _UNSPLIT_CACHE:
+        _UNSPLIT_CACHE[key] = frozenset(d for (d, _), r in ep_to_single_gpu(rows).items() if r >= UNSPLIT_EP_RATIO)
+    return _UNSPLIT_CACHE[key]
+
+
 def ep_rows_from_another_dtype(rows: pd.DataFrame, all_rows: pd.DataFrame,
                                config: tuple) -> tuple[pd.DataFrame, str, tuple] | None:
     """Fused-MoE rows for `config` (hidden, intermediate, top-k, experts, moe TP, moe EP), whose dtype (`rows`) holds no
@@ -1224,6 +1264,13 @@ class MeasuredCostModel(PackedCostModel):
         if "moe_ep_size" not in moe.columns:  # tables imported before expert-parallel rows were kept
             moe = moe.assign(moe_ep_size=1)
         ep, split = self.ep, self.expert_group.gpus if self.expert_group is not None else self.tp
+        row_dtype = str(moe["dtype"].iloc[0])
+        if ep > 1 and row_dtype in unsplit_ep_dtypes(t, routing, all_rows):
+            moe, ep = moe[moe["moe_ep_size"] == 1], 1
+            self.notes[f"moe: the {t.framework} tables' expert-parallel {row_dtype} rows of {t.meta['gpu']} cost a "
+                       "rank about a single GPU's time at many tokens (they do not split the work: "
+                       f"sim/cost/measured.py UNSPLIT_EP_RATIO); expert parallelism {self.ep} priced as tensor "
+                       f"parallelism over {split} GPUs"] += 1
         config = (m.hidden_size, m.ffn_size, m.num_experts_per_token, m.num_experts, split // ep, ep)
         if ep > 1 and not (moe["moe_ep_size"] == ep).any() and "moe_ep_size" in all_rows.columns:
             derived = ep_rows_from_another_dtype(moe, all_rows, config)

@@ -97,6 +97,45 @@ def test_measured_model_prices_expert_parallel_rows_where_the_table_has_them(rou
     assert "x8 ep8" in repr(ep)
 
 
+def test_ep_to_single_gpu_is_the_median_over_configurations_of_ep_over_one_gpu_at_many_tokens():
+    import pandas as pd
+
+    from sim.cost.measured import UNSPLIT_EP_TOKENS, ep_to_single_gpu
+
+    def rows(inter, ep, scale):
+        return [{"dtype": "bf16", "hidden_size": 4096, "inter_size": inter, "topk": 8, "num_experts": 128,
+                 "moe_tp_size": 1, "moe_ep_size": ep, "num_tokens": n, "latency_ms": scale * n / 1000}
+                for n in (16, UNSPLIT_EP_TOKENS, 2 * UNSPLIT_EP_TOKENS)]
+    # Three configurations at ep 2: 0.5, 0.6 and 0.9 of one GPU (the small token count, where every ratio is 1, is
+    # not read): the median is 0.6
+    frame = pd.DataFrame([r for inter, ratio in ((1536, 0.5), (1408, 0.6), (768, 0.9))
+                          for r in rows(inter, 1, 1.0) + [dict(x, latency_ms=x["latency_ms"] * (ratio if
+                          x["num_tokens"] >= UNSPLIT_EP_TOKENS else 1.0)) for x in rows(inter, 2, 1.0)]])
+    assert ep_to_single_gpu(frame) == {("bf16", 2): pytest.approx(0.6)}
+
+
+def test_expert_parallel_rows_that_do_not_split_the_work_are_priced_as_tensor_parallelism_and_say_so():
+    """The A100's SGLang bf16 fused-MoE rows cost an EP rank about a single GPU's time at many tokens (median over
+    configurations 0.92-1.09 of the single-GPU rows, where other tables give at most 0.71); the H100's SGLang rows
+    split the work. GLM-4.5-Air's EP 4 on four A100s is then priced exactly as its TP 4; on H100s from the EP rows."""
+    from sim.core.step_plan import StepPlan
+    from sim.cost.measured import UNSPLIT_EP_RATIO, MeasuredCostModel, ep_to_single_gpu, load_tables, tables_dir
+    a100, h100 = load_tables(tables_dir("a100-80gb", "sglang")), load_tables(tables_dir("h100-sxm", "sglang"))
+    assert min(r for (d, _), r in ep_to_single_gpu(a100.moe).items() if d == "bf16") >= UNSPLIT_EP_RATIO
+    assert max(r for (d, _), r in ep_to_single_gpu(h100.moe).items() if d == "bf16") < UNSPLIT_EP_RATIO
+    model = get_model("glm-4.5-air")
+    prefill = StepPlan(prefill_request_ids=[0, 1, 2, 3], prefill_chunk_tokens=[2048] * 4,
+                       prefill_context_tokens=[0] * 4, num_sampled_seqs=4)
+    for gpu, same in (("a100-80gb", True), ("h100-sxm", False)):
+        tp4 = MeasuredCostModel(model, get_gpu(gpu), tensor_parallel=4, tables="sglang")
+        ep4 = MeasuredCostModel(model, get_gpu(gpu), tensor_parallel=4, expert_parallel=4, tables="sglang")
+        assert (ep4.step_time(prefill) == tp4.step_time(prefill)) is same
+        said = [n for n in ep4.notes if "do not split the work" in n]
+        assert said == ([f"moe: the sglang tables' expert-parallel bf16 rows of {gpu} cost a rank about a single GPU's "
+                         "time at many tokens (they do not split the work: sim/cost/measured.py UNSPLIT_EP_RATIO); "
+                         "expert parallelism 4 priced as tensor parallelism over 4 GPUs"] if same else [])
+
+
 def test_expert_parallel_rows_missing_for_a_dtype_fall_back_to_the_nearest_split_and_say_so():
     # vLLM's H200 table holds block-scaled fp8 fused-MoE rows at ep 1 only, and Qwen3-235B's at tp 1-4 only (its
     # 1,536-wide experts split 8 ways are not whole 128-blocks): nothing to take a ratio against
