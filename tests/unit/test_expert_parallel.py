@@ -6,7 +6,7 @@ flags that set it, and the bad input refused in one line."""
 from pathlib import Path
 
 import pytest
-from helpers import one_error_line, servesim
+from helpers import load_benchmark, one_error_line, servesim
 
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
@@ -279,3 +279,15 @@ def test_the_cli_refuses_a_bad_expert_split_in_one_line_and_writes_nothing(tmp_p
     line = one_error_line(servesim("run", str(path), "--out", str(out)))
     assert "hardware.expert_parallel: 16" in line
     assert not out.exists()
+
+
+def test_the_unsplit_rows_are_four_tables_dtypes_and_a_gap_keeps_them_from_the_rest():
+    """benchmarks/bench_moe.py's check (RESULTS' figures): every shipped table's EP medians, the ones past
+    UNSPLIT_EP_RATIO in four dtypes, and no median within 0.03 of the threshold on either side."""
+    from sim.cost.measured import UNSPLIT_EP_RATIO
+    found = load_benchmark("bench_moe").unsplit_ep_rows()
+    unsplit = {(gpu, tables, dtype) for ratio, gpu, tables, _, dtype, _ in found if ratio >= UNSPLIT_EP_RATIO}
+    assert unsplit == {("a100-80gb", "sglang", "bf16"), ("a100-80gb", "vllm", "mxfp4_marlin"),
+                       ("rtx-pro-6000", "sglang", "mxfp4"), ("rtx-pro-6000", "trtllm", "fp8_block")}
+    assert not [f for f in found if abs(f[0] - UNSPLIT_EP_RATIO) < 0.03]
+    assert len(found) == 882
