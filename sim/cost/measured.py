@@ -217,9 +217,9 @@ def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str 
     field, its value and what is allowed. `fp8_compute` None is not checked: fp8 weights are taken as W8A8, for
     callers that do not know (a direct `MeasuredCostModel`). `moe_kernel` (`quantization.moe_kernel`): tables that
     hold Marlin's MXFP4 rows alone (A100's, borrowed) price MXFP4 experts only where Marlin runs them."""
-    gpu = tables_gpu(gpu, tables, root)
-    t = load_tables(tables_dir(gpu, tables, root))
-    where = f"in the {tables} tables of {gpu}"
+    owner = tables_gpu(gpu, tables, root)
+    t = load_tables(tables_dir(owner, tables, root))
+    where = f"in the {tables} tables of {owner}" + ("" if owner == _canonical(gpu) else f" (the {gpu}'s kernels)")
     escape = "or cost_model.unmeasured_dtype: roofline"
     weights = [w + (" (with fp8_compute: true)" if w == "fp8" else "") for w, d in _GEMM_DTYPE.items()
                if d in t.gemm_dtypes]
