@@ -50,6 +50,17 @@ def test_every_quoted_value_in_the_files_is_a_number():
                 assert math.isfinite(value) and value >= 0, (path.name, case["name"], key)
 
 
+def test_no_two_cases_quote_the_same_result(suite):
+    """A source's page can repeat another page's result block (GPUStack's GLM-4.5-Air H100 page repeats its A100
+    page's eight random-length blocks, digit for digit: left out, gpustack_glm45_air.yaml): two runs never give the
+    same figures, so no two cases may quote the same ones."""
+    seen: dict[tuple, str] = {}
+    for c in suite.cases:
+        key = tuple(sorted((k, repr(v)) for k, v in c.quoted.items()))
+        assert key not in seen, (c.name, seen.get(key))
+        seen[key] = c.name
+
+
 def test_the_suite_meets_the_issue_minimums(suite):
     cases = suite.cases
     c = ps.counts(cases)
