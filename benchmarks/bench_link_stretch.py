@@ -54,10 +54,8 @@ def main() -> None:
             if source == target:
                 continue
             stretch = GPUS[source].interconnect_bytes_per_s / GPUS[target].interconnect_bytes_per_s
-            frames = []
-            for backend, rows in _rows(source).groupby("backend"):
-                frames.append(allreduce_on_links(rows, stretch))
-            predicted = pd.concat(frames)
+            # (each backend's fastest row its own)
+            predicted = pd.concat(allreduce_on_links(rows, stretch) for _, rows in _rows(source).groupby("backend"))
             stretched, decode = _errors(predicted, _rows(target))
             plain, _ = _errors(_rows(source), _rows(target))
             print(f"| {source} -> {target} | {stretch:g} | {_summary(stretched)} | {_summary(stretched[decode])} | "

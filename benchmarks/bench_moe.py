@@ -54,6 +54,7 @@ from sim.cost.measured import (  # noqa: E402
     measured_gpus,
     nearest_moe_config,
     tables_dir,
+    unsplit_dtypes,
 )
 
 WAYS = ("nearest measured configuration (used where the dtype has rows)",
@@ -160,15 +161,12 @@ def study_unsplit_ep_rows() -> None:
         print(f"  {gpu} {tables} {dtype}")
 
 
-def _splits(t) -> set:
-    """The dtypes of a table whose EP rows split the work (the rows `study_ep` checks against)."""
-    return {d for (d, _), r in ep_to_single_gpu(t.moe).items() if r < UNSPLIT_EP_RATIO}
-
 
 def study_ep():
     errors = {w: [] for w in EP_WAYS}
     for t, roof in tables_with_expert_parallel_rows():
-        for dtype in sorted((set(t.moe["dtype"].unique()) - APART) & _splits(t)):
+        # (against the EP rows that split the work only: sim/cost/measured.py prices the others as TP)
+        for dtype in sorted(set(t.moe["dtype"].unique()) - APART - unsplit_dtypes(t.moe)):
             rows = t.moe[t.moe["dtype"] == dtype]
             ep_rows = rows[rows["moe_ep_size"] > 1]
             configs = ep_rows[KEYS].drop_duplicates().itertuples(index=False)
@@ -197,9 +195,9 @@ def study_ep_without_dtype_rows():
     errors = {}
     for t, roof in tables_with_expert_parallel_rows():
         for routing, all_rows in sorted((t.moe_by_routing or {"balanced": t.moe}).items()):
-            splits = {d for (d, _), r in ep_to_single_gpu(all_rows).items() if r < UNSPLIT_EP_RATIO}
-            all_rows = all_rows[all_rows["dtype"].isin(splits) | (all_rows["moe_ep_size"] == 1)]
-            for dtype in sorted((set(all_rows["dtype"].unique()) - APART) & splits):
+            unsplit = unsplit_dtypes(all_rows)
+            all_rows = all_rows[~all_rows["dtype"].isin(unsplit) | (all_rows["moe_ep_size"] == 1)]
+            for dtype in sorted(set(all_rows["dtype"].unique()) - APART - unsplit):
                 rows = all_rows[all_rows["dtype"] == dtype]
                 missing = all_rows[~all_rows["dtype"].isin(APART)]
                 missing = missing[(missing["dtype"] != dtype) | (missing["moe_ep_size"] == 1)]

@@ -722,12 +722,18 @@ def ep_to_single_gpu(rows: pd.DataFrame) -> dict[tuple[str, int], float]:
     return {k: float(np.median(v)) for k, v in ratios.items()}
 
 
+def unsplit_dtypes(rows: pd.DataFrame) -> frozenset:
+    """The dtypes of one routing's fused-MoE rows whose expert-parallel rows do not split the work (`ep_to_single_gpu`
+    at least UNSPLIT_EP_RATIO at some EP size)."""
+    return frozenset(d for (d, _), r in ep_to_single_gpu(rows).items() if r >= UNSPLIT_EP_RATIO)
+
+
 def unsplit_ep_dtypes(tables: "MeasuredTables", routing: str, rows: pd.DataFrame) -> frozenset:
-    """The dtypes of these fused-MoE rows (`routing`'s, of `tables`) whose expert-parallel rows do not split the work
-    (`ep_to_single_gpu` at least UNSPLIT_EP_RATIO at some EP size): `MeasuredCostModel` does not use them."""
+    """`unsplit_dtypes` of these rows (`routing`'s, of `tables`), once per table and routing: `MeasuredCostModel` does
+    not price from their EP rows."""
     key = (str(tables.path), routing)
     if key not in _UNSPLIT_CACHE:
-        _UNSPLIT_CACHE[key] = frozenset(d for (d, _), r in ep_to_single_gpu(rows).items() if r >= UNSPLIT_EP_RATIO)
+        _UNSPLIT_CACHE[key] = unsplit_dtypes(rows)
     return _UNSPLIT_CACHE[key]
 
 
