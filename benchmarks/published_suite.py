@@ -1116,7 +1116,8 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     if cpu or front:  # the preset as this run's fit gives it: its CPU terms (its own rules on them: SGLang's
         # scheduler work without its overlap, sglang_overlap_work) and its own front-end
         from sim.config.engines import apply_engine_preset
-        preset_raw, preset_terms, _, _ = apply_engine_preset(raw, fits=with_this_fit(case, fitted))
+        preset = apply_engine_preset(raw, fits=with_this_fit(case, fitted))
+        preset_raw, preset_terms = preset.raw, preset.overhead
     if not cm and cpu:  # the best available model, materialized so that the fitted terms can go into it
         from sim.config.cost_choice import default_cost_model
         cm, _ = default_cost_model(preset_raw, preset_terms)  # as validation chooses: on the preset's values
@@ -1135,7 +1136,7 @@ def scenario(case: PublishedCase, cost_model: dict, fitted: dict | None = None,
     if client is not None:  # the client that timed the run, beside the server's front-end (the preset's or the fit's)
         if "frontend" not in raw:
             from sim.config.engines import apply_engine_preset
-            raw["frontend"] = apply_engine_preset(raw)[0].get("frontend") or NO_FRONTEND_WORK
+            raw["frontend"] = apply_engine_preset(raw).raw.get("frontend") or NO_FRONTEND_WORK
         raw["frontend"] = {**raw["frontend"], "client": {"tool": client.tool}}  # its measured row (bench_clients)
     return raw
 

@@ -910,14 +910,21 @@ class EngineSpec(BaseModel):
     version: str
     _notes: tuple[str, ...] = PrivateAttr(())
     _set_by: dict[str, str] = PrivateAttr(default_factory=dict)
+    _v0_fallback: bool = PrivateAttr(False)
 
     @classmethod
-    def applied(cls, raw: dict, notes: list[str], set_by: dict[str, str]) -> "EngineSpec":
-        """The engine section of a raw scenario its preset was just applied to, keeping the preset's notes and which
-        flag set which key."""
+    def applied(cls, raw: dict, notes: list[str], set_by: dict[str, str], v0_fallback: bool) -> "EngineSpec":
+        """The engine section of a raw scenario its preset was just applied to (`AppliedPreset`), keeping the
+        preset's notes, which flag set which key and whether vLLM fell back to V0."""
         spec = cls.model_validate(raw)
-        spec._notes, spec._set_by = tuple(notes), dict(set_by)
+        spec._notes, spec._set_by, spec._v0_fallback = tuple(notes), dict(set_by), v0_fallback
         return spec
+
+    @property
+    def v0_fallback(self) -> bool:
+        """A vLLM 0.8-0.10 setup that V1 hands to V0, so that the preset priced V0's API server (sim/config/engines/
+        vllm.py `_vllm_v0_fallback`), kept from the scenario's validation."""
+        return self._v0_fallback
 
     @property
     def set_by(self) -> dict[str, str]:
@@ -969,10 +976,11 @@ class Scenario(_Strict):
             return data
         from sim.config.checkpoint import checkpoint_defaults
         data = checkpoint_defaults(data)  # a quantized checkpoint's dtype, seen by the preset and the choice below
-        overhead, notes, set_by = None, None, {}
+        overhead, notes, preset = None, None, None
         if data.get("engine") is not None:
             from sim.config.engines import apply_engine_preset
-            data, overhead, notes, set_by = apply_engine_preset(data, field_value_problem)
+            preset = apply_engine_preset(data, field_value_problem)
+            data, overhead, notes = preset.raw, preset.overhead, preset.notes
         from sim.config.bench_clients import measured_client_defaults
         data = measured_client_defaults(data)
         from sim.config.chat_template import chat_template_defaults
@@ -992,7 +1000,7 @@ class Scenario(_Strict):
                     why += " (the tier every variant can have)"
                 data = {**data, "cost_model": chosen, "cost_model_choice": why}
         if notes is not None:  # the preset's notes go with its engine, so that nothing derives them again
-            data = {**data, "engine": EngineSpec.applied(data["engine"], notes, set_by)}
+            data = {**data, "engine": EngineSpec.applied(data["engine"], notes, preset.set_by, preset.v0_fallback)}
         return data
     attention: AttentionSpec = Field(AttentionSpec(), description="the attention kernel: flash (default) or "
                                      "materialized scores")

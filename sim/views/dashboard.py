@@ -339,7 +339,8 @@ def cost_model_note(base: dict) -> str | None:
     overhead = None
     try:  # as validation sees the scenario: a quantized checkpoint's dtype, then the engine preset's values
         base = checkpoint_defaults(base)
-        base, overhead, _, _ = apply_engine_preset(base)
+        preset = apply_engine_preset(base)
+        base, overhead = preset.raw, preset.overhead
     except ServeSimError:
         pass  # the run says why in its own words
     if not spec:

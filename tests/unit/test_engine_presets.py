@@ -275,10 +275,11 @@ def test_a_preset_reads_the_fits_it_is_handed_in_place_of_the_shipped_ones():
     raw = {**BASE, "model": "llama-3.1-8b", "hardware": {"gpu": "h100-sxm"}}
     for version in ("0.11.0", "0.10.2"):  # 0.10.2 has no fit of its own: it takes 0.11.0's
         engine = {"name": "vllm", "version": version}
-        _, overhead, notes, _ = apply_engine_preset({**raw, "engine": engine}, fits=handed)
+        applied = apply_engine_preset({**raw, "engine": engine}, fits=handed)
+        overhead, notes = applied.overhead, applied.notes
         assert overhead["per_step_s"] == 2.5e-3
         assert any("fitted on my run (vllm 0.11.0)" in note for note in notes)
-        _, shipped, _, _ = apply_engine_preset({**raw, "engine": engine})
+        shipped = apply_engine_preset({**raw, "engine": engine}).overhead
         assert shipped["per_step_s"] == vllm["0.11.0"]["terms"]["per_step_s"] != 2.5e-3
 
 

@@ -19,7 +19,9 @@ def vllm(version: str, gpu: str, kv: str = "fp8", model="llama-3.1-8b", tp: int 
 
 
 def runs_v0(sc) -> bool:
-    return any("V1 falls back to the V0 engine" in n for n in sc.engine.notes)
+    noted = any("V1 falls back to the V0 engine" in n for n in sc.engine.notes)
+    assert sc.engine.v0_fallback is noted  # the fallback the preset noted is the one the scenario records
+    return noted
 
 
 @pytest.mark.parametrize("version, gpu, v0", [
@@ -97,3 +99,20 @@ def test_a_v0_fallback_does_the_v0_api_servers_work_not_its_releases_v1_rows(ver
     spread = {t.key: t for t in engine_term_spread(v0)}
     assert f"{version}, which takes 0.6.0's" in spread["frontend.per_request_s"].source
     assert not any("which takes" in t.source for t in engine_term_spread(v1))
+
+
+def test_a_band_draws_v0s_server_terms_where_the_user_set_the_per_request_work():
+    # the fallback is recorded on the engine, so the spread prices V0's server even where the user's own per-request
+    # work (here beside V0's other two terms, as the preset gives them) leaves nothing to recognise the server by
+    # (before: the release's V1 row, so that V0's per-prompt-token work got no spread at all)
+    from sim.config.engines import api_server_work, engine_term_spread
+    v0_row = api_server_work((0, 6, 0))
+    sc = validate_scenario({"model": "llama-3.1-8b", "quantization": {"kv_cache": "fp8"}, "workload": WORKLOAD,
+                            "hardware": {"gpu": "a100-80gb"}, "cost_model": {"kind": "roofline"},
+                            "frontend": {"per_request_s": 0.0123, "per_prompt_token_s": v0_row.per_prompt_token_s,
+                                         "per_output_chunk_s": v0_row.per_output_chunk_s},
+                            "engine": {"name": "vllm", "version": "0.9.2"}})
+    assert runs_v0(sc) and sc.frontend.per_request_s == 0.0123
+    spread = {t.key: t for t in engine_term_spread(sc)}
+    assert "frontend.per_request_s" not in spread  # the user's own
+    assert "0.9.2, which takes 0.6.0's" in spread["frontend.per_prompt_token_s"].source

@@ -148,6 +148,9 @@ class PresetResult:
     values: dict[str, Any]  # dotted scenario key -> the preset's default
     from_flags: dict[str, str]  # dotted scenario key -> the flag that set it
     notes: list[str] = field(default_factory=list)
+    # a vLLM 0.8-0.10 setup that V1 hands to V0 (vllm.py `_vllm_v0_fallback`): the preset priced V0's server, which
+    # the validated scenario keeps (`EngineSpec.v0_fallback`) for whatever prices that server again (the bands' spread)
+    v0_fallback: bool = False
 
 
 # Each preset's name as its labels and messages show it (`EnginePreset.label`; the fitted terms' names use it too).

@@ -8,6 +8,7 @@ import copy
 import difflib
 import math
 import re
+from dataclasses import dataclass, field
 from typing import Any, Callable
 
 import sim.config.engines.fitted as fitted
@@ -82,19 +83,29 @@ def model_of_raw(raw: dict):
     return model_of_value(raw.get("model", "llama-3.1-8b"), "model")
 
 
+@dataclass(frozen=True)
+class AppliedPreset:
+    """What `apply_engine_preset` gives: the raw scenario and what the validated scenario keeps on its engine."""
+    raw: dict  # the raw scenario with the engine preset's values written under the scenario's own (a copy)
+    # the preset's CPU terms: the `overhead` section it gives a cost model, which `sim.config.cost_choice` uses when
+    # the scenario names no cost model
+    overhead: dict | None = None
+    notes: list[str] = field(default_factory=list)  # what the preset approximates, one line each: `EngineSpec.notes`
+    # {scenario key a flag set: the flag as the user wrote it}, for errors about such a key: `EngineSpec.set_by`,
+    # `as_flag_error`
+    set_by: dict[str, str] = field(default_factory=dict)
+    v0_fallback: bool = False  # `PresetResult.v0_fallback`: `EngineSpec.v0_fallback`
+
+
 def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str | None] | None = None,
-                        fits: dict | None = None) -> tuple[dict, dict | None, list[str], dict[str, str]]:
-    """(the raw scenario with the engine preset's values written under the scenario's own (a copy), the preset's
-    CPU terms: the `overhead` section it gives a cost model, which `sim.config.cost_choice` uses when the scenario
-    names no cost model, what the preset approximates (`PresetResult.notes`, one line each), which the validated
-    scenario keeps on its engine: `EngineSpec.notes`, and {scenario key a flag set: the flag as the user wrote
-    it}, for errors about such a key: `EngineSpec.set_by`, `as_flag_error`).
+                        fits: dict | None = None) -> AppliedPreset:
+    """The engine preset applied to a raw scenario (`AppliedPreset`); the scenario as it is without an engine.
     `value_problem(scenario key, value, flag)` (the schema's
     `field_value_problem`) says in one line when a flag's value is not allowed in the key it sets. `fits`: the
     fitted numbers to read, as engine_terms.json holds them (None: the shipped ones)."""
     spec = raw.get("engine")
     if spec is None:
-        return raw, None, [], {}
+        return AppliedPreset(raw)
     if not isinstance(spec, dict):
         raise ConfigError(f"engine: {spec!r} is not allowed; allowed: a mapping with name, version and the "
                           "engine's flags")
@@ -125,18 +136,19 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
                 f"{newest}), so modelled by the rules of the releases before it"] if newest else []
     given, command = _given_flags(spec, preset, version, version_text)
     if command is None:
-        raw, overhead, notes, set_by = _apply_flags(raw, name, preset, version, version_text, given, value_problem,
-                                                    fits)
-        return raw, overhead, unlisted + notes, {dotted: f"engine.{flag}" for dotted, flag in set_by.items()}
+        raw, overhead, result, set_by = _apply_flags(raw, name, preset, version, version_text, given, value_problem,
+                                                     fits)
+        return AppliedPreset(raw, overhead, unlisted + result.notes,
+                             {dotted: f"engine.{flag}" for dotted, flag in set_by.items()}, result.v0_fallback)
     apart = set(spec) - {"name", "version", "command"}
     try:
-        raw, overhead, notes, set_by = _apply_flags(raw, name, preset, version, version_text, given, value_problem,
-                                                    fits)
+        raw, overhead, result, set_by = _apply_flags(raw, name, preset, version, version_text, given, value_problem,
+                                                     fits)
     except ConfigError as err:
         raise as_command_error(err, command, apart) from None
-    return raw, overhead, unlisted + notes + command_notes(command), {
+    return AppliedPreset(raw, overhead, unlisted + result.notes + command_notes(command), {
         dotted: (f"engine.command {command.written[flag]!r}" if flag in command.written and flag not in apart
-                 else f"engine.{flag}") for dotted, flag in set_by.items()}
+                 else f"engine.{flag}") for dotted, flag in set_by.items()}, result.v0_fallback)
 
 
 def _flag_meant(key: str, name: str) -> str:
@@ -186,9 +198,10 @@ def _given_flags(spec: dict, preset: EnginePreset, version: tuple[int, ...],
 
 
 def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str, given: dict,
-                 value_problem, fits: dict | None = None) -> tuple[dict, dict | None, list[str], dict[str, str]]:
-    """apply_engine_preset once the engine's name, version and flags (`given`) are known; its last item names each
-    flag by its key, or by the part of an expanding flag's value that gave it."""
+                 value_problem, fits: dict | None = None) -> tuple[dict, dict | None, PresetResult, dict[str, str]]:
+    """apply_engine_preset once the engine's name, version and flags (`given`) are known: (the raw scenario, the
+    preset's CPU terms, what the preset derived, {scenario key: flag}), the last naming each flag by its key, or by
+    the part of an expanding flag's value that gave it."""
     flags = {}
     given, origins = _expand_flags(given, name, preset, version, version_text)
     for key, value in given.items():
@@ -230,7 +243,7 @@ def _apply_flags(raw: dict, name: str, preset: EnginePreset, version: tuple[int,
     for dotted, value in result.values.items():
         if dotted.startswith("frontend."):
             _place_frontend_value(raw, dotted, value, result.from_flags.get(dotted), result.notes)
-    return raw, overhead, result.notes, set_by
+    return raw, overhead, result, set_by
 
 
 def as_flag_error(err: ConfigError, scenario) -> ConfigError:

@@ -237,12 +237,9 @@ def _scenario_frontend_work(scenario, version: tuple[int, ...], fits: dict) -> t
         return {}, None
     from sim.model.catalog import resolve_model
     model_type = resolve_model(scenario.model).model_type
-    # which server the preset priced: its release's, or V0's where a vLLM 0.8-0.10 setup fell back to V0 (the
-    # validated scenario does not record the fallback; the work the preset wrote says which)
-    priced = [measured_work(scenario.engine.name, scenario.engine.version, model_type, scenario.workload.endpoint,
-                            fits, v0_fallback) for v0_fallback in (False, True)]
-    intake, parse = next((row for row in priced
-                          if work_keys(*row).get("per_request_s") == scenario.frontend.per_request_s), priced[0])
+    # which server the preset priced: its release's, or V0's where a vLLM 0.8-0.10 setup fell back to V0
+    intake, parse = measured_work(scenario.engine.name, scenario.engine.version, model_type,
+                                  scenario.workload.endpoint, fits, scenario.engine.v0_fallback)
     lent = None if intake is None or intake.covers(version) else dotted_version(intake.since)
     return work_keys(intake, parse), lent
 

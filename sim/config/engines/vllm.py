@@ -410,7 +410,7 @@ def derive_vllm(ctx: Context) -> PresetResult:
         from_flags.update(sparse_flags)
     parallel, parallel_flags = vllm_data_parallel(ctx, notes, v0_fallback=fallback is not None)
     values.update(parallel)
-    return PresetResult(values, {**from_flags, **parallel_flags}, notes)
+    return PresetResult(values, {**from_flags, **parallel_flags}, notes, v0_fallback=fallback is not None)
 
 
 # --long-prefill-token-threshold (in vllm/engine/arg_utils.py from 0.8.0): vLLM V1's scheduler caps each prompt's
