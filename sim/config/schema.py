@@ -991,13 +991,13 @@ class Scenario(_Strict):
         given = data.get("cost_model")
         if given is None or choice:
             # No cost model, or one ServeSim chose (a dumped scenario, an edited one): chosen for this scenario again,
-            # no better than the tier named before (the variants of a file share one, sim/config/files.py); a
+            # no better than the tier named before (a file's variants, a sweep's points share one: `shared_choice`); a
             # dumped choice that still holds is kept as it is, so a scenario reads back equal.
             from sim.config.cost_choice import default_cost_model, tier_of
             chosen, why = default_cost_model(data, overhead, tier_of(choice))
             if given is None or tier_of(why) != tier_of(choice):
                 if given is None and choice:
-                    why += " (the tier every variant can have)"
+                    why += " (the tier every scenario compared with it can have)"  # (shared_choice)
                 data = {**data, "cost_model": chosen, "cost_model_choice": why}
         if notes is not None:  # the preset's notes go with its engine, so that nothing derives them again
             data = {**data, "engine": EngineSpec.applied(data["engine"], notes, preset.set_by, preset.v0_fallback)}

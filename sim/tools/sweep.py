@@ -138,6 +138,33 @@ class PointTask:
     variant: str | None
     point: dict
     point_id: str
+    cost_model_choice: str | None = None  # the sweep's shared default model (`shared_cost_choice`), or None
+
+
+def shared_cost_choice(raw: dict, axes: list[GridAxis]) -> str | None:
+    """The `cost_model_choice` that gives every point of a sweep naming no cost model the same kind of default
+    model, as `compare` gives a file's variants (sim/config/cost_choice.py `shared_choice`): a sweep over GPUs must
+    not set one GPU's whole-step profile against another's kernel tables. Over every variant of the file, not only
+    those run, so that it is a function of what the sweep's identity (`sweep_hash`) covers. None when every point
+    gets the same anyway."""
+    from sim.config.cost_choice import shared_choice
+    raws = []
+    for variant in list((raw.get("variants") or {}).keys()) or [None]:
+        for point in grid_points(axes):
+            try:
+                raws.append(apply_point(variant_raw(raw, variant), point))
+            except ServeSimError:
+                continue  # that point's row says why
+    return shared_choice(raws)
+
+
+def point_raw(task: PointTask) -> dict:
+    """The raw scenario one point simulates: its variant with the point's overrides, and the sweep's shared
+    default model where it names none."""
+    raw = apply_point(variant_raw(task.raw, task.variant), task.point)
+    if task.cost_model_choice and raw.get("cost_model") is None:
+        raw["cost_model_choice"] = task.cost_model_choice
+    return raw
 
 
 def num_gpus(scenario) -> int:
@@ -186,7 +213,7 @@ def run_point(task: PointTask) -> dict:
     row: dict[str, Any] = {"point_id": task.point_id, "variant": task.variant or ""}
     row.update({key: _cell(value) for key, value in task.point.items()})
     try:
-        scenario = validate_scenario(apply_point(variant_raw(task.raw, task.variant), task.point))
+        scenario = validate_scenario(point_raw(task))
         result = simulate(scenario)
     except ServeSimError as err:
         row["error"] = str(err)
@@ -674,11 +701,12 @@ class SweepPlan:
 def plan_sweep(raw: dict, axes: list[GridAxis], out: Path, variants: list[str | None]) -> SweepPlan:
     """The points of a sweep and which of them still need running."""
     base_hash = sweep_hash(raw, axes)
+    shared = shared_cost_choice(raw, axes)
     tasks = []
     for variant in variants:
         for point in grid_points(axes):
             pid = canonical_hash({"variant": variant, "point": point})
-            tasks.append(PointTask(raw, variant, point, pid))
+            tasks.append(PointTask(raw, variant, point, pid, shared))
     output = SweepOutput(out, base_hash, [a.key for a in axes])
     done = output.done_ids
     return SweepPlan(tasks, [t for t in tasks if t.point_id not in done], output)

@@ -363,6 +363,9 @@ def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
     check_output_file(out, must_be_ours=False)  # an existing table is resumed: SweepOutput checks it is a sweep's
     out = Path(out)
     plan = plan_sweep(raw, axes, out, chosen)
+    shared = plan.tasks[0].cost_model_choice if plan.tasks else None
+    if shared and not quiet:
+        err_console.print(f"Points that name no cost model are priced alike ({shared}; sim/config/cost_choice.py)")
     skipped = len(plan.tasks) - len(plan.todo)
     if skipped:
         err_console.print(f"{skipped} of {len(plan.tasks)} points already in {out}; running the other {len(plan.todo)}")

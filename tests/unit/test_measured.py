@@ -260,7 +260,7 @@ def test_a_plans_policies_on_one_hardware_share_a_cost_model_tier():
     kinds = {name: validate_scenario(r).cost_model for name, r in raws.items()}
     assert alone == "calibrated" and {cm.kind for cm in kinds.values()} == {"measured"}
     plain = validate_scenario(raws["h100-sxm TP1 · plain"])
-    assert plain.cost_model_choice.endswith("(the tier every variant can have)")
+    assert plain.cost_model_choice.endswith("(the tier every scenario compared with it can have)")
 
 
 def test_measured_step_times_track_the_measured_h100_whole_steps():
