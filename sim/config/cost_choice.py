@@ -99,8 +99,12 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
             and weights == "bf16" and kv == "bf16" and disaggregation is None and floor == 0
             and hardware.get("expert_parallel", 1) == 1 and backend is None
             and _whole_step_profile(gpu, model, tp, quant)):
+        from sim.cost.calibrated import profile_gpu
+        owner = profile_gpu(gpu, tp)
+        # (another part's where this one is the same silicon and a step crosses no link: `profile_gpu`)
+        whose = "" if owner == gpu.lower() else f" (the {gpu.lower()}'s kernels, and one GPU crosses no link)"
         return {"kind": "calibrated", "overhead": terms}, (
-            f"calibrated: shipped whole-step profile {gpu.lower()}/{model.lower()}/tp{tp} + {terms['engine']} CPU "
+            f"calibrated: shipped whole-step profile {owner}/{model.lower()}/tp{tp}{whose} + {terms['engine']} CPU "
             "terms (the most accurate source available)")
     why_not = None
     # (only a sparse-attention model builds a measured model here, whose rule says whether its tables price it)
@@ -166,9 +170,9 @@ def _whole_step_profile(gpu: str, model: str, tp: int, quantization: dict) -> bo
     from sim.atomic_files import plain_name
     if not (plain_name(gpu) and plain_name(model)):
         return False
-    from sim.cost.calibrated import shipped_step_profile_fits
+    from sim.cost.calibrated import profile_gpu, shipped_step_profile_fits
     from sim.cost.profile_meta import measured_in
-    return shipped_step_profile_fits(gpu, model, tp, measured_in(quantization))
+    return shipped_step_profile_fits(profile_gpu(gpu, tp), model, tp, measured_in(quantization))
 
 
 def _resolved_model(model):

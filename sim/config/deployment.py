@@ -465,11 +465,12 @@ def _materialized_budget(scenario: Scenario, model: ModelSpec, gpu: GPUSpec, dra
 
 def calibrated_profile_dir(scenario: Scenario, model: ModelSpec, gpu: GPUSpec) -> Path:
     """The profile a calibrated cost model reads: the given folder, or the shipped one for this setup."""
-    from sim.cost.calibrated import (
-        resolve_profile_dir,  # the cost layer reads profiles; config only names one
+    from sim.cost.calibrated import (  # the cost layer reads profiles; config only names one
+        profile_gpu,
+        resolve_profile_dir,
     )
     spec = scenario.cost_model
-    device = spec.profile_device or gpu.name
+    device = spec.profile_device or profile_gpu(gpu, scenario.hardware.tensor_parallel)
     from sim.cost.profile_meta import measured_in
     return resolve_profile_dir(spec.profile, device, model.name, scenario.hardware.tensor_parallel, spec.engine,
                                measured_in(scenario.quantization.model_dump()))

@@ -566,7 +566,8 @@ class CalibratedCostSpec(_Strict):
     profile: str | None = Field(None, description="profile folder; relative paths are relative to the scenario file")
     profile_device: str | None = Field(
         None, description="without profile: the shipped calibrate/profiles/<profile_device>/<model>/tp<N>/ "
-        "(default: hardware.gpu)")
+        "(default: hardware.gpu, or at tensor_parallel 1 the part it is the same silicon as, its kernels_as: "
+        "sim/cost/calibrated.py profile_gpu)")
     engine: str | None = Field(
         None, description="which shipped profile: a whole-step engine under tp<N>/steps/<engine>/ (fused, compiled, "
         "unfused, ...) or 'ops' for per-op kernels; default: the first shipped of fused, compiled, unfused, ops")

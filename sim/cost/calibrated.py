@@ -32,7 +32,7 @@ from sim.cost.profile_meta import MAX_CELL_COUNT, MAX_STEP_S, count_words, first
 from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.cost.roofline_kernel import expert_load, hybrid_layer_mean, touched_experts
 from sim.errors import ConfigError
-from sim.model.catalog import get_gpu
+from sim.model.catalog import GPUS, get_gpu
 from sim.model.shapes import gpu_layer_groups, kv_heads_per_gpu, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
@@ -399,6 +399,19 @@ def _weights_of(path: Path) -> str:
 def _measured_in(path: Path, quantization: dict | None) -> bool:
     from sim.cost.profile_meta import profile_fits, read_meta
     return profile_fits(read_meta(path), **(quantization or {}))
+
+
+def profile_gpu(gpu: str | GPUSpec, tensor_parallel: int) -> str:
+    """The GPU whose shipped profiles price this one's steps: its own where it has any; at tensor_parallel 1, else,
+    the part its catalog entry is the same silicon as (`GPUSpec.kernels_as`: the H800 is the H100 SXM with slower
+    links), whose steps it runs in the same time, as a step on one GPU crosses no link. At a larger TP a profiled
+    step's all-reduces ran on the twin's links, so the twin's kernel tables price it instead, their all-reduce rows
+    stretched to the part's own links (sim/cost/measured.py `allreduce_on_links`)."""
+    name = (gpu.name if isinstance(gpu, GPUSpec) else str(gpu)).strip().lower()
+    spec = gpu if isinstance(gpu, GPUSpec) else GPUS.get(name)
+    if tensor_parallel != 1 or spec is None or not spec.kernels_as or (PROFILES_DIR / name).is_dir():
+        return name
+    return spec.kernels_as.strip().lower()
 
 
 def shipped_step_profile_fits(device: str, model_name: str, tensor_parallel: int, quantization: dict) -> bool:

@@ -133,3 +133,30 @@ def test_an_inline_gpu_may_name_its_twin_and_an_unknown_twin_is_refused_in_one_l
     message = str(refused.value)
     assert "\n" not in message and message.startswith("hardware.gpu: kernels_as: unknown gpu 'h100' (did you mean "
                                                       "'h100-sxm'")
+
+
+def test_at_tp_1_the_part_takes_its_twins_whole_step_profile_and_its_runs_are_the_twins():
+    """One GPU crosses no link, so the H800 at TP 1 runs the H100's profiled steps in the same time (`profile_gpu`):
+    the same default model and the same latencies, where a plan once priced the H100 by its profile and the H800 by
+    kernel tables and told them apart. At TP 4 the profile's all-reduces ran on the H100's links: tables, stretched."""
+    from sim.cost.calibrated import profile_gpu
+    from sim.run import simulate
+    assert (profile_gpu("h800", 1), profile_gpu("h800", 2), profile_gpu("h100-sxm", 1)) == ("h100-sxm", "h800",
+                                                                                             "h100-sxm")
+    assert profile_gpu("a800", 1) == "a100-80gb" and profile_gpu("h20", 1) == "h20"  # (no profile ships: the tables)
+    one = {**BASE, "model": "llama-3.1-8b", "run": {"num_requests": 200}}
+    h100, h800 = (validate_scenario({**one, "hardware": {"gpu": gpu}}) for gpu in ("h100-sxm", "h800"))
+    assert h100.cost_model.kind == h800.cost_model.kind == "calibrated"
+    assert h800.cost_model_choice.startswith("calibrated: shipped whole-step profile h100-sxm/llama-3.1-8b/tp1 (the "
+                                             "h800's kernels, and one GPU crosses no link)")
+    a, b = simulate(h100).summary, simulate(h800).summary
+    for key in ("ttft_s_p50", "tpot_s_p99", "e2e_s_mean", "throughput_rps", "num_finished"):
+        assert a[key] == b[key], key
+    named = [simulate(validate_scenario({**one, "hardware": {"gpu": gpu}, "cost_model": {"kind": "calibrated"}}))
+             for gpu in ("h100-sxm", "h800")]  # (named: no CPU terms)
+    assert named[0].summary["tpot_s_p99"] == named[1].summary["tpot_s_p99"] != a["tpot_s_p99"]
+    four = validate_scenario({**BASE, "hardware": {"gpu": "h800", "tensor_parallel": 4}})
+    assert four.cost_model.kind == "measured"  # (the H100 ships a TP 4 whole-step profile of this model)
+    with pytest.raises(ConfigError, match="no shipped profile for h800/llama-3.1-70b/tp4"):
+        simulate(validate_scenario({**BASE, "hardware": {"gpu": "h800", "tensor_parallel": 4},
+                                    "cost_model": {"kind": "calibrated"}}))
