@@ -754,6 +754,10 @@ class SearchSpec(_Strict):
         True, description="true: a candidate whose scenario names no cost model (or a bare roofline) is priced by the "
         "most accurate one available, as `run` would price it (sim/config/cost_choice.py: a shipped whole-step "
         "profile, else measured kernels, else the learned roofline); false: by the catalog roofline")
+    shared_cost_model: bool = Field(
+        False, description="true: every candidate that names no cost model is priced by the best kind of model all "
+        "of them can have (sim/config/cost_choice.py shared_choice), so the ranking compares them on one kind; false: "
+        "each hardware (GPU, TP, PP, EP) by the most accurate available for it, its policies alike")
 
     @model_validator(mode="after")
     def _positive(self) -> "SearchSpec":

@@ -159,6 +159,7 @@ class PlanSettings:
     base_seed: int
     min_window_s: float
     prefer_calibrated: bool = True
+    shared_cost_model: bool = False  # search.shared_cost_model: one kind of default model for every candidate
     pipeline_parallel: list[int] = field(default_factory=lambda: [1])  # candidate pipeline depths
     expert_parallel: list[int] | None = None  # candidate expert-parallel degrees; None: the scenario's own, as is
     # True: every simulation runs to its end, from scratch, and every search from its own start (the planner
@@ -676,7 +677,8 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
                   max_replicas: int | None = None, num_seeds: int | None = None,
                   prices: dict[str, float] | None = None,
                   pipeline_parallel: list[int] | None = None, exhaustive: bool = False,
-                  cache_dir: str | None = None, expert_parallel: list[int] | None = None) -> PlanSettings:
+                  cache_dir: str | None = None, expert_parallel: list[int] | None = None,
+                  shared_cost_model: bool | None = None) -> PlanSettings:
     """The search space: the scenario's `search:` section, then command-line overrides."""
     from sim.config.files import build_scenario_set
     from sim.config.schema import MAX_GPUS_PER_REPLICA, MAX_PLAN_SEEDS, MAX_REPLICAS, SearchSpec
@@ -749,6 +751,7 @@ def plan_settings(raw: dict, *, rate: float | None = None, gpus: list | None = N
         rate_tolerance=search.rate_tolerance, num_seeds=num_seeds or search.num_seeds, prices=merged_prices,
         top_k=search.top_k, base_seed=base.run.seed, min_window_s=search.min_window_s,
         prefer_calibrated=search.prefer_calibrated,
+        shared_cost_model=search.shared_cost_model if shared_cost_model is None else shared_cost_model,
         pipeline_parallel=[int(pp) for pp in pp_list], exhaustive=exhaustive, cache_dir=cache_dir,
         expert_parallel=[int(ep) for ep in ep_list] if ep_list else None,
         band=base.run.band)
@@ -776,14 +779,15 @@ def candidate_raw(raw: dict, cand: Candidate, prefer_calibrated: bool = False) -
     return out
 
 
-def _share_cost_tiers(raws: dict[str, dict], cands: list[Candidate]) -> None:
+def _share_cost_tiers(raws: dict[str, dict], cands: list[Candidate], across_hardware: bool = False) -> None:
     """The policies of one hardware (GPU, TP, PP, EP) that name no cost model get the same kind of default model,
     as `compare` gives a file's variants (sim/config/cost_choice.py `shared_choice`): a plan must not rank a policy
-    priced by a whole-step profile against one priced by kernel tables on the same GPUs."""
+    priced by a whole-step profile against one priced by kernel tables on the same GPUs. `across_hardware`
+    (search.shared_cost_model): every candidate alike, whatever its hardware."""
     from sim.config.cost_choice import shared_choice
     groups: dict[str, list[str]] = {}
     for c in cands:
-        groups.setdefault(_hardware_key(c), []).append(c.name)
+        groups.setdefault("" if across_hardware else _hardware_key(c), []).append(c.name)
     for names in groups.values():
         shared = shared_choice([raws[n] for n in names]) if len(names) > 1 else None
         for name in names if shared else ():
@@ -854,7 +858,7 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
 
     cands = candidates(settings)
     raws = {c.name: candidate_raw(raw, c, settings.prefer_calibrated) for c in cands}  # (inline GPUs are dicts)
-    _share_cost_tiers(raws, cands)
+    _share_cost_tiers(raws, cands, settings.shared_cost_model)
     tasks = [CandidateTask(raws[c.name], c, settings) for c in cands]
     outcomes = []
     tick("candidates", 0, len(tasks))

@@ -374,3 +374,24 @@ def test_decode_attention_at_unmeasured_heads_is_the_nearest_rows_at_the_context
     # the roofline ratio carried over before priced it at 3.6x that
     measured = rows[(rows.batch_size == 1) & (rows.kv_tokens == 1024)].latency_ms.iloc[0] * 1e-3
     assert cm._decode(1, 256) == pytest.approx(measured, rel=1e-12)
+
+
+def test_a_plan_asked_for_one_shared_cost_model_prices_every_hardware_by_the_tier_all_can_have():
+    # by default each hardware its own best (the H100 at TP 1 its whole-step profile, the A100 its kernel tables);
+    # search.shared_cost_model (--shared-cost-model) gives every candidate the kind all of them can have
+    from sim.config.files import validate_scenario
+    from sim.tools.planner import Candidate, _share_cost_tiers, candidate_raw, plan_settings
+    raw = {"model": "llama-3.1-8b", "workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+                                                 "lengths": {"kind": "fixed", "input_tokens": 200,
+                                                             "output_tokens": 20}},
+           "slo": {"ttft_s": 2.0}}
+    cands = [Candidate(gpu, 1, None) for gpu in ("h100-sxm", "a100-80gb")]
+    kinds = {}
+    for across in (False, True):
+        raws = {c.name: candidate_raw(raw, c, prefer_calibrated=True) for c in cands}
+        _share_cost_tiers(raws, cands, across)
+        kinds[across] = [validate_scenario(raws[c.name]).cost_model.kind for c in cands]
+    assert kinds == {False: ["calibrated", "measured"], True: ["measured", "measured"]}
+    assert plan_settings(raw).shared_cost_model is False
+    assert plan_settings({**raw, "search": {"shared_cost_model": True}}).shared_cost_model is True
+    assert plan_settings(raw, shared_cost_model=True).shared_cost_model is True
