@@ -40,8 +40,9 @@ def common_tier(raws: list[dict]) -> tuple[int, bool]:
 
 def shared_choice(raws: list[dict]) -> str | None:
     """The `cost_model_choice` that gives these raw scenarios (the variants of a file, a plan's policies on one
-    hardware, a sweep's points) the same kind of default model where they name none, the best every one of them can have: a
-    comparison must not mix a whole-step profile with kernel tables. None when they would all get the same anyway."""
+    hardware, a sweep's points) the same kind of default model where they name none, the best every one of them can
+    have: a comparison must not mix a whole-step profile with kernel tables. None when they would all get the same
+    anyway."""
     try:
         tier, differ = common_tier(raws)
     except Exception:  # noqa: BLE001  (each scenario's validation reports a bad value in its own words)

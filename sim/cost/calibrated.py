@@ -402,11 +402,11 @@ def _measured_in(path: Path, quantization: dict | None) -> bool:
 
 
 def profile_gpu(gpu: str | GPUSpec, tensor_parallel: int) -> str:
-    """The GPU whose shipped profiles price this one's steps: its own where it has any; at tensor_parallel 1, else,
-    the part its catalog entry is the same silicon as (`GPUSpec.kernels_as`: the H800 is the H100 SXM with slower
-    links), whose steps it runs in the same time, as a step on one GPU crosses no link. At a larger TP a profiled
-    step's all-reduces ran on the twin's links, so the twin's kernel tables price it instead, their all-reduce rows
-    stretched to the part's own links (sim/cost/measured.py `allreduce_on_links`)."""
+    """The GPU whose shipped profiles price this one's steps: its own where it has any. A part with none that is
+    another's silicon (`GPUSpec.kernels_as`: the H800 is the H100 SXM with slower links) takes the twin's at
+    tensor_parallel 1, where it runs the twin's steps in the same time, as a step on one GPU crosses no link. At a
+    larger TP a profiled step's all-reduces ran on the twin's links, so the twin's kernel tables price it instead,
+    their all-reduce rows stretched to the part's own links (sim/cost/measured.py `allreduce_on_links`)."""
     name = (gpu.name if isinstance(gpu, GPUSpec) else str(gpu)).strip().lower()
     spec = gpu if isinstance(gpu, GPUSpec) else GPUS.get(name)
     if tensor_parallel != 1 or spec is None or not spec.kernels_as or (PROFILES_DIR / name).is_dir():

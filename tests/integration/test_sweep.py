@@ -281,19 +281,19 @@ def test_a_process_pool_has_a_worker_per_cpu_this_process_may_use(monkeypatch):
 
 def test_a_sweep_over_gpus_prices_every_point_by_the_tier_all_of_them_can_have():
     # as `compare` prices a file's variants (sim/config/cost_choice.py shared_choice): the H100 alone has its
-    # whole-step profile, the H800 kernel tables only, so over both the H100 is priced by its tables too
+    # whole-step profile, the A100 kernel tables only, so over both the H100 is priced by its tables too
     raw = {k: v for k, v in SMALL.items() if k != "cost_model"}
     out = Path("/nonexistent/out.csv")
     alone = run_point(plan_sweep(raw, [GridAxis("rate", (4, 8))], out, ["paged"]).tasks[0])
     assert alone["error"] == "" and alone["cost_model"].startswith("calibrated")
-    tasks = plan_sweep(raw, [GridAxis("hardware.gpu", ("h100-sxm", "h800"))], out, ["paged", "contiguous"]).tasks
+    tasks = plan_sweep(raw, [GridAxis("hardware.gpu", ("h100-sxm", "a100-80gb"))], out, ["paged", "contiguous"]).tasks
     assert {t.cost_model_choice for t in tasks} == {"measured: the tier every scenario compared with it can have"}
     rows = [run_point(t) for t in tasks]
     assert all(row["error"] == "" and row["cost_model"].startswith("measured") for row in rows)
     h100 = validate_scenario(sweep_mod.point_raw(tasks[0]))
     assert h100.cost_model_choice.endswith("(the tier every scenario compared with it can have)")
     # a point that names its own cost model keeps it
-    axes = [GridAxis("hardware.gpu", ("h100-sxm", "h800")), GridAxis("cost_model.kind", ("roofline",))]
+    axes = [GridAxis("hardware.gpu", ("h100-sxm", "a100-80gb")), GridAxis("cost_model.kind", ("roofline",))]
     named = plan_sweep(raw, axes, out, ["paged"]).tasks
     assert {t.cost_model_choice for t in named} == {None}
     assert {run_point(t)["cost_model"] for t in named} == {"roofline"}
