@@ -414,10 +414,10 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
          band: Optional[float] = typer.Option(None, "--band", help="meet the SLOs at this band's pessimistic edge "
                                               "(percent, in (0, 100); sets run.band): checked at each candidate's "
                                               "fewest replicas, from replications (sim/bands.py)"),
-         shared_cost_model: bool = typer.Option(False, "--shared-cost-model", help="price every candidate that "
-                                                "names no cost model by the best kind all of them can have, so the "
-                                                "ranking compares them on one kind (sets search.shared_cost_model; "
-                                                "default: each hardware its own most accurate)")):
+         shared_cost_model: Optional[bool] = typer.Option(
+             None, "--shared-cost-model/--own-cost-models", help="price every candidate that names no cost model "
+             "by the best kind all of them can have, so the ranking compares them on one kind / each hardware by its "
+             "own most accurate (sets search.shared_cost_model; default: the file's, else its own)")):
     """Find the cheapest deployment that serves the target load within the SLOs."""
     from sim.tools.planner import plan_settings, run_plan
     from sim.views.plan_report import (
@@ -453,7 +453,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
                              num_seeds=seeds, prices=prices, pipeline_parallel=_csv_list("--pp", pp, int),
                              expert_parallel=_csv_list("--ep", ep, int),
                              exhaustive=exhaustive, cache_dir=str(cache) if cache is not None else None,
-                             shared_cost_model=True if shared_cost_model else None)
+                             shared_cost_model=shared_cost_model)
     command = "servesim " + " ".join(sys.argv[1:]) if sys.argv and "servesim" in sys.argv[0] else f"servesim plan {scenario}"
     if quiet:
         result = run_plan(raw, settings, backend=backend, workers=workers, address=address, command=command)

@@ -395,3 +395,6 @@ def test_a_plan_asked_for_one_shared_cost_model_prices_every_hardware_by_the_tie
     assert plan_settings(raw).shared_cost_model is False
     assert plan_settings({**raw, "search": {"shared_cost_model": True}}).shared_cost_model is True
     assert plan_settings(raw, shared_cost_model=True).shared_cost_model is True
+    # --own-cost-models over a file that asks for one
+    assert plan_settings({**raw, "search": {"shared_cost_model": True}}, shared_cost_model=False).shared_cost_model \
+        is False
