@@ -292,6 +292,10 @@ def test_a_sweep_over_gpus_prices_every_point_by_the_tier_all_of_them_can_have()
     assert all(row["error"] == "" and row["cost_model"].startswith("measured") for row in rows)
     h100 = validate_scenario(sweep_mod.point_raw(tasks[0]))
     assert h100.cost_model_choice.endswith("(the tier every scenario compared with it can have)")
+    # a point that cannot run decides nothing: the 70B does not fit one H100, and the 8B keeps its profile
+    models = plan_sweep(raw, [GridAxis("model", ("llama-3.1-8b", "llama-3.1-70b"))], out, ["paged"]).tasks
+    assert {t.cost_model_choice for t in models} == {None}
+    assert run_point(models[0])["cost_model"].startswith("calibrated") and "hardware" in run_point(models[1])["error"]
     # a point that names its own cost model keeps it
     axes = [GridAxis("hardware.gpu", ("h100-sxm", "a100-80gb")), GridAxis("cost_model.kind", ("roofline",))]
     named = plan_sweep(raw, axes, out, ["paged"]).tasks
