@@ -783,13 +783,14 @@ def _share_cost_tiers(raws: dict[str, dict], cands: list[Candidate], across_hard
     """The policies of one hardware (GPU, TP, PP, EP) that name no cost model get the same kind of default model,
     as `compare` gives a file's variants (sim/config/cost_choice.py `shared_choice`): a plan must not rank a policy
     priced by a whole-step profile against one priced by kernel tables on the same GPUs. `across_hardware`
-    (search.shared_cost_model): every candidate alike, whatever its hardware."""
+    (search.shared_cost_model): every candidate alike, whatever its hardware. A candidate that cannot run (a model
+    that does not fit its GPUs) decides nothing."""
     from sim.config.cost_choice import shared_choice
     groups: dict[str, list[str]] = {}
     for c in cands:
         groups.setdefault("" if across_hardware else _hardware_key(c), []).append(c.name)
     for names in groups.values():
-        shared = shared_choice([raws[n] for n in names]) if len(names) > 1 else None
+        shared = shared_choice([raws[n] for n in names], runnable_only=True) if len(names) > 1 else None
         for name in names if shared else ():
             if raws[name].get("cost_model") is None:
                 raws[name]["cost_model_choice"] = shared

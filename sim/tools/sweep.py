@@ -148,24 +148,14 @@ def shared_cost_choice(raw: dict, axes: list[GridAxis]) -> str | None:
     those run, so that it is a function of what the sweep's identity (`sweep_hash`) covers; a point that cannot run
     (a model that does not fit: its row says why) decides nothing. None when every point gets the same anyway."""
     from sim.config.cost_choice import shared_choice
-    from sim.config.files import validate_scenario
     raws = []
     for variant in list((raw.get("variants") or {}).keys()) or [None]:
         for point in grid_points(axes):
             try:
                 raws.append(apply_point(variant_raw(raw, variant), point))
             except ServeSimError:
-                continue
-    if shared_choice(raws) is None:
-        return None  # (the usual sweep, over rates or policies: no point need be validated here)
-
-    def runs(point_raw: dict) -> bool:
-        try:
-            validate_scenario(copy.deepcopy(point_raw))  # (~1-2 ms a point)
-        except ServeSimError:
-            return False
-        return True
-    return shared_choice([r for r in raws if runs(r)])
+                continue  # that point's row says why
+    return shared_choice(raws, runnable_only=True)
 
 
 def point_raw(task: PointTask) -> dict:

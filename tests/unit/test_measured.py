@@ -395,6 +395,13 @@ def test_a_plan_asked_for_one_shared_cost_model_prices_every_hardware_by_the_tie
     assert plan_settings(raw).shared_cost_model is False
     assert plan_settings({**raw, "search": {"shared_cost_model": True}}).shared_cost_model is True
     assert plan_settings(raw, shared_cost_model=True).shared_cost_model is True
+    # a candidate that cannot run decides nothing: Llama-3.1-70B does not fit one A100, so the H100 TP 8 keeps its
+    # whole-step profile
+    big = {**raw, "model": "llama-3.1-70b"}
+    cands = [Candidate("h100-sxm", 8, None), Candidate("a100-80gb", 1, None)]
+    raws = {c.name: candidate_raw(big, c, prefer_calibrated=True) for c in cands}
+    _share_cost_tiers(raws, cands, True)
+    assert validate_scenario(raws[cands[0].name]).cost_model.kind == "calibrated"
     # --own-cost-models over a file that asks for one
     assert plan_settings({**raw, "search": {"shared_cost_model": True}}, shared_cost_model=False).shared_cost_model \
         is False
