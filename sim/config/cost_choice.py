@@ -16,7 +16,7 @@ cost model's label.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 DEFAULT_OVERHEAD = {"engine": "vllm-cudagraph"}
 # The sources in the order above. A choice's text starts with its tier; choosing again for a changed scenario (a
@@ -38,32 +38,19 @@ def common_tier(raws: list[dict]) -> tuple[int, bool]:
     return max(tiers, default=0), len(tiers) > 1
 
 
-def shared_choice(raws: list[dict], runnable_only: bool = False) -> str | None:
+def shared_choice(raws: list[dict], runs: Callable[[dict], bool] | None = None) -> str | None:
     """The `cost_model_choice` that gives these raw scenarios (the variants of a file, a plan's policies on one
     hardware, a sweep's points) the same kind of default model where they name none, the best every one of them can
     have: a comparison must not mix a whole-step profile with kernel tables. None when they would all get the same
-    anyway. `runnable_only` (a sweep's points, a plan's candidates, each run on its own): one that validation refuses
-    (a model that does not fit) decides nothing; validated only where the tiers differ."""
+    anyway. `runs` (for a sweep's points, a plan's candidates, each run on its own: sim/config/files.py `validates`):
+    one it refuses (a model that does not fit) decides nothing; asked only where the tiers differ."""
     try:
         tier, differ = common_tier(raws)
-        if differ and runnable_only:
-            tier, differ = common_tier([raw for raw in raws if _runs(raw)])
+        if differ and runs is not None:
+            tier, differ = common_tier([raw for raw in raws if runs(raw)])
     except Exception:  # noqa: BLE001  (each scenario's validation reports a bad value in its own words)
         return None
     return f"{TIERS[tier]}: the tier every scenario compared with it can have" if differ else None
-
-
-def _runs(raw: dict) -> bool:
-    """Whether validation takes this raw scenario (~1-2 ms)."""
-    import copy
-
-    from sim.config.files import validate_scenario
-    from sim.errors import ServeSimError
-    try:
-        validate_scenario(copy.deepcopy(raw))
-    except ServeSimError:
-        return False
-    return True
 
 
 def _section(raw: dict, key: str) -> dict:

@@ -786,11 +786,12 @@ def _share_cost_tiers(raws: dict[str, dict], cands: list[Candidate], across_hard
     (search.shared_cost_model): every candidate alike, whatever its hardware. A candidate that cannot run (a model
     that does not fit its GPUs) decides nothing."""
     from sim.config.cost_choice import shared_choice
+    from sim.config.files import validates
     groups: dict[str, list[str]] = {}
     for c in cands:
         groups.setdefault("" if across_hardware else _hardware_key(c), []).append(c.name)
     for names in groups.values():
-        shared = shared_choice([raws[n] for n in names], runnable_only=True) if len(names) > 1 else None
+        shared = shared_choice([raws[n] for n in names], runs=validates) if len(names) > 1 else None
         for name in names if shared else ():
             if raws[name].get("cost_model") is None:
                 raws[name]["cost_model_choice"] = shared

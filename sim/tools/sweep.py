@@ -148,6 +148,7 @@ def shared_cost_choice(raw: dict, axes: list[GridAxis]) -> str | None:
     those run, so that it is a function of what the sweep's identity (`sweep_hash`) covers; a point that cannot run
     (a model that does not fit: its row says why) decides nothing. None when every point gets the same anyway."""
     from sim.config.cost_choice import shared_choice
+    from sim.config.files import validates
     raws = []
     for variant in list((raw.get("variants") or {}).keys()) or [None]:
         for point in grid_points(axes):
@@ -155,7 +156,7 @@ def shared_cost_choice(raw: dict, axes: list[GridAxis]) -> str | None:
                 raws.append(apply_point(variant_raw(raw, variant), point))
             except ServeSimError:
                 continue  # that point's row says why
-    return shared_choice(raws, runnable_only=True)
+    return shared_choice(raws, runs=validates)
 
 
 def point_raw(task: PointTask) -> dict:
