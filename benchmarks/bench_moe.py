@@ -161,7 +161,6 @@ def study_unsplit_ep_rows() -> None:
         print(f"  {gpu} {tables} {dtype}")
 
 
-
 def study_ep():
     errors = {w: [] for w in EP_WAYS}
     for t, roof in tables_with_expert_parallel_rows():

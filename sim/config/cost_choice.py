@@ -104,9 +104,10 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
             and hardware.get("expert_parallel", 1) == 1 and backend is None
             and _whole_step_profile(gpu, model, tp, quant)):
         from sim.cost.calibrated import profile_gpu
-        owner = profile_gpu(gpu, tp)
+        from sim.model.catalog import canonical_name
+        owner, own = profile_gpu(gpu, tp), canonical_name(gpu)
         # (another part's where this one is the same silicon and a step crosses no link: `profile_gpu`)
-        whose = "" if owner == gpu.lower() else f" (the {gpu.lower()}'s kernels, and one GPU crosses no link)"
+        whose = "" if owner == own else f" (the {own}'s kernels, and one GPU crosses no link)"
         return {"kind": "calibrated", "overhead": terms}, (
             f"calibrated: shipped whole-step profile {owner}/{model.lower()}/tp{tp}{whose} + {terms['engine']} CPU "
             "terms (the most accurate source available)")

@@ -84,7 +84,7 @@ from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
 from sim.model.attention_io import TRITON_BACKEND as TRITON
 from sim.model.attention_io import heads_per_gpu as attention_heads_per_gpu
-from sim.model.catalog import GPUS, get_gpu
+from sim.model.catalog import GPUS, canonical_name, get_gpu
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE
 from sim.model.memory import DTYPE_BYTES, MARLIN, NVFP4_PARAM_BYTES, matrix_dtype
 from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
@@ -163,13 +163,9 @@ DSA_MODULE_PROJECTIONS = {"vllm": (*MLA_MODULE_PROJECTIONS, *DSA_INDEXER_PROJECT
                           "sglang": ("q_b_proj", "kv_b_proj", "attn_out", *DSA_INDEXER_PROJECTIONS)}
 
 
-def _canonical(name: str) -> str:
-    return name.strip().lower().replace("_", "-")
-
-
 def tables_dir(gpu: str, tables: str = "vllm", root: Path | None = None) -> Path:
     """The folder of one GPU's tables of one framework (`cost_model.tables`)."""
-    base = (root or MEASURED_DIR) / _canonical(gpu)
+    base = (root or MEASURED_DIR) / canonical_name(gpu)
     return base if tables == "vllm" else base / tables
 
 
@@ -186,12 +182,12 @@ def tables_gpu(gpu: str | GPUSpec, tables: str = "vllm", root: Path | None = Non
     """The GPU whose tables of this framework price this one's kernels: its own where they ship, else those of the part
     its catalog entry is the same silicon as (`GPUSpec.kernels_as`: the H800 is the H100 SXM with slower links), where
     those ship; its own name otherwise (`gpu_unmeasured` then says none ship)."""
-    spec = gpu if isinstance(gpu, GPUSpec) else GPUS.get(_canonical(gpu))
-    name = _canonical(gpu.name if isinstance(gpu, GPUSpec) else gpu)
+    spec = gpu if isinstance(gpu, GPUSpec) else GPUS.get(canonical_name(gpu))
+    name = canonical_name(gpu.name if isinstance(gpu, GPUSpec) else gpu)
     gpus = measured_gpus(root, tables)
     if name in gpus or spec is None or not spec.kernels_as:
         return name
-    twin = _canonical(spec.kernels_as)
+    twin = canonical_name(spec.kernels_as)
     return twin if twin in gpus else name
 
 
@@ -219,7 +215,7 @@ def quantization_unmeasured(gpu: str, weight_dtype: str = "bf16", kv_dtype: str 
     hold Marlin's MXFP4 rows alone (A100's, borrowed) price MXFP4 experts only where Marlin runs them."""
     owner = tables_gpu(gpu, tables, root)
     t = load_tables(tables_dir(owner, tables, root))
-    where = f"in the {tables} tables of {owner}" + ("" if owner == _canonical(gpu) else f" (the {gpu}'s kernels)")
+    where = f"in the {tables} tables of {owner}" + ("" if owner == canonical_name(gpu) else f" (the {gpu}'s kernels)")
     escape = "or cost_model.unmeasured_dtype: roofline"
     weights = [w + (" (with fp8_compute: true)" if w == "fp8" else "") for w, d in _GEMM_DTYPE.items()
                if d in t.gemm_dtypes]
@@ -901,9 +897,9 @@ class MeasuredCostModel(PackedCostModel):
         self.communication = communication
         self.notes: Counter = Counter()
         self.tables_gpu = data  # whose kernels the tables measured: this GPU's, or another part's (`tables_gpu`)
-        if data != _canonical(gpu.name):
+        if data != canonical_name(gpu.name):
             why = ("the same silicon, clocks and memory: hardware.gpu's kernels_as"
-                   if gpu.kernels_as and _canonical(gpu.kernels_as) == data else "cost_model.gpu_data")
+                   if gpu.kernels_as and canonical_name(gpu.kernels_as) == data else "cost_model.gpu_data")
             self.notes[f"kernels: the {data}'s tables price the {gpu.name}'s ({why})"] += 1
         for field, dtype in (("weights", weight_dtype), ("kv_cache", kv_dtype)):
             if dtype == "fp16":  # said, not silent: the tables hold no fp16 rows
@@ -1354,7 +1350,7 @@ class MeasuredCostModel(PackedCostModel):
         if measured_on is None or measured_on.interconnect_bytes_per_s == own:
             return ar
         rates = f"{own / 1e9:g} against {measured_on.interconnect_bytes_per_s / 1e9:g} GB/s a direction, the catalog's"
-        if not (self.gpu.kernels_as and _canonical(self.gpu.kernels_as) == self.tables_gpu):
+        if not (self.gpu.kernels_as and canonical_name(self.gpu.kernels_as) == self.tables_gpu):
             self.notes[f"all-reduce: the {self.tables_gpu}'s measured rows as they ran on its own links, not priced "
                        f"for the {self.gpu.name}'s ({rates})"] += 1
             return ar

@@ -460,7 +460,8 @@ GPUS: dict[str, GPUSpec] = {
 }
 
 
-def _canonical(name: str) -> str:
+def canonical_name(name: str) -> str:
+    """A catalog name as the catalog keys it: case-insensitive, '_' and '-' interchangeable."""
     return name.strip().lower().replace("_", "-")
 
 
@@ -498,7 +499,7 @@ def model_names() -> tuple[str, ...]:
 def _catalog_key(name: str) -> str:
     """A model name as the catalog keys it: case-insensitive, '_' and '-' alike, a Hugging Face repo's owner
     dropped ("Qwen/Qwen3-32B" is qwen3-32b; a path is no repo id, and names nothing)."""
-    key = _canonical(name)
+    key = canonical_name(name)
     owner, slash, repo = key.partition("/")
     return repo if slash and owner.strip(".") and "/" not in repo else key
 
@@ -542,9 +543,9 @@ def get_model(name: str, field: str = "model") -> ModelSpec:
 def get_gpu(name: str, field: str = "hardware.gpu") -> GPUSpec:
     """Catalog GPU by id (case-insensitive, '_' and '-' interchangeable)."""
     try:
-        return GPUS[_canonical(name) if isinstance(name, str) else None]
+        return GPUS[canonical_name(name) if isinstance(name, str) else None]
     except KeyError:
-        meant = _meant(_canonical(name), GPUS, OTHER_CARD_WORDS) if isinstance(name, str) else ""
+        meant = _meant(canonical_name(name), GPUS, OTHER_CARD_WORDS) if isinstance(name, str) else ""
         raise ConfigError(f"{field}: unknown gpu {name!r}{meant}; allowed: {', '.join(GPUS)}") from None
 
 
@@ -569,7 +570,7 @@ def resolve_gpu(value: str | dict | GPUSpec, field: str = "hardware.gpu") -> GPU
 def kernels_as_problem(gpu: GPUSpec) -> str | None:
     """Why an inline GPU's `kernels_as` names no catalog GPU (None: it names one, or none is given): one line from the
     field on."""
-    if gpu.kernels_as is None or _canonical(gpu.kernels_as) in GPUS:
+    if gpu.kernels_as is None or canonical_name(gpu.kernels_as) in GPUS:
         return None
-    meant = _meant(_canonical(gpu.kernels_as), GPUS, OTHER_CARD_WORDS)
+    meant = _meant(canonical_name(gpu.kernels_as), GPUS, OTHER_CARD_WORDS)
     return f"kernels_as: unknown gpu {gpu.kernels_as!r}{meant}; allowed: a catalog GPU ({', '.join(GPUS)}), or null"

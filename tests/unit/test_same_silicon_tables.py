@@ -149,6 +149,10 @@ def test_at_tp_1_the_part_takes_its_twins_whole_step_profile_and_its_runs_are_th
     assert h100.cost_model.kind == h800.cost_model.kind == "calibrated"
     assert h800.cost_model_choice.startswith("calibrated: shipped whole-step profile h100-sxm/llama-3.1-8b/tp1 (the "
                                              "h800's kernels, and one GPU crosses no link)")
+    for spelled in ("H800", "h100_sxm"):  # as the catalog reads a name (sim/model/catalog.py canonical_name)
+        choice = validate_scenario({**one, "hardware": {"gpu": spelled}}).cost_model_choice
+        assert choice.startswith("calibrated: shipped whole-step profile h100-sxm/llama-3.1-8b/tp1"), choice
+        assert ("the h800's kernels" in choice) is (spelled == "H800")
     a, b = simulate(h100).summary, simulate(h800).summary
     for key in ("ttft_s_p50", "tpot_s_p99", "e2e_s_mean", "throughput_rps", "num_finished"):
         assert a[key] == b[key], key
