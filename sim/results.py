@@ -488,6 +488,7 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
     elapsed = max(elapsed_s, 1e-12)
     s = request_counts(requests, fin, elapsed_s, num_generated)
     s.update(throughput(requests, fin, steps, elapsed))
+    s.update(load_and_sustained_rates(requests, steps, decode_runs, s, window))
     s.update(latencies(fin, steps, decode_runs, lean=bool(lean),
                        speculative=any(r.num_drafted is not None for r in replicas)))
     s["preemptions"] = int(requests["preemptions"].sum())
@@ -650,6 +651,39 @@ def throughput(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, steps:
     s["output_tokens_per_s"] = float(steps["num_output_tokens"].sum()) / elapsed if len(steps) else 0.0
     s["total_tokens_per_s"] = float(fin["output_tokens"].sum() + fin["prompt_tokens"].sum()) / elapsed
     return s
+
+
+def load_and_sustained_rates(requests: Table, steps: Table, runs: DecodeRuns | None, whole_run: dict,
+                             window: tuple[float, float] | None = None) -> dict:
+    """The tokens a second of the load offered, and those the deployment served in its steady state: what a token's
+    cost is priced at (sim/tools/sweep.py cost_figures), since the whole-run rates divide by a time that includes the
+    drain, which a finite run's long requests stretch (41-66% of the load in `servesim plan scenarios/engines.yaml`,
+    40 req/s of ShareGPT-like requests for 60 s).
+
+    Offered: every arrived request's prompt and output tokens (those it asked for where it did not finish), at the
+    offered rate's count over the arrivals' span (`offered_rps`). Sustained: over the steady-state `window` where the
+    run sets one (`measurement_window`), else the second half of the arrivals (the first is the warm-up), the output
+    tokens of the steps that ended in it and the prompt tokens of the requests whose first token came in it; where
+    the deployment cannot keep up, its capacity. Where it keeps up, it is the load less the backlog its warm-up still
+    builds, which a short run with long requests leaves sizable.
+    Arrivals that span no time (a burst) have neither: the whole-run rates (`whole_run`, `throughput`'s keys)."""
+    sent = _floats(requests, sent_column(requests))
+    first, last = (float(sent.min()), float(sent.max())) if len(sent) else (0.0, 0.0)
+    if last <= first or not len(steps):
+        output, total = whole_run["output_tokens_per_s"], whole_run["total_tokens_per_s"]
+        return {"offered_output_tokens_per_s": output, "offered_tokens_per_s": total,
+                "sustained_output_tokens_per_s": output, "sustained_tokens_per_s": total}
+    asked = np.where(requests["finished"], requests["output_tokens"], requests["max_output_tokens"])
+    prompt = np.asarray(requests["prompt_tokens"])
+    per_s = (len(sent) - 1) / len(sent) / (last - first)  # the offered rate's count of arrivals over the span
+    start, end = window if window is not None else ((first + last) / 2.0, last)
+    length = end - start
+    output = _tokens_ending_in(steps, runs, start, end)
+    first_token = _floats(requests, "first_token_s")
+    prompts = int(prompt[(first_token >= start) & (first_token < end)].sum())
+    return {"offered_output_tokens_per_s": float(asked.sum()) * per_s,
+            "offered_tokens_per_s": float(asked.sum() + prompt.sum()) * per_s,
+            "sustained_output_tokens_per_s": output / length, "sustained_tokens_per_s": (output + prompts) / length}
 
 
 def decode_gaps(steps: Table | pd.DataFrame, runs: DecodeRuns | None = None) -> tuple[np.ndarray, np.ndarray]:

@@ -39,7 +39,8 @@ from sim.workload.base import MAX_NUM_REQUESTS
 
 # Summary keys kept for every simulation the planner runs (the full summary is large).
 KEPT_METRICS = (
-    "throughput_rps", "goodput_rps", "output_tokens_per_s", "total_tokens_per_s", "slo_fraction_ok",
+    "throughput_rps", "goodput_rps", "output_tokens_per_s", "total_tokens_per_s", "offered_output_tokens_per_s",
+    "offered_tokens_per_s", "sustained_output_tokens_per_s", "sustained_tokens_per_s", "slo_fraction_ok",
     "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s_p50", "tpot_s_p90", "tpot_s_p99",
     "e2e_s_p50", "e2e_s_p90", "e2e_s_p99", "num_finished", "num_unfinished", "num_rejected",
     "preemptions", "mean_batch_size", "kv_token_share", "busy_fraction", "slo_goodput_share",
@@ -515,7 +516,7 @@ def _search_rates(task: CandidateTask, neighbour: CandidateOutcome | None) -> Ca
                     at = evaluate(n, s.target_rate_per_s)
                     out.num_replicas, out.at_target = n, at.metrics
                     scenario_n = validate_scenario(evaluate.scenario_raw(n, s.target_rate_per_s))
-                    out.costs = cost_figures(scenario_n, at.metrics, s.prices)
+                    out.costs = cost_figures(scenario_n, at.metrics | {"slo_met": at.slo_met}, s.prices)
     except ServeSimError as err:
         return CandidateOutcome(cand, "excluded", str(err), evaluations=evaluate.evaluations)
     out.evaluations = evaluate.evaluations

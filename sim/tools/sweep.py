@@ -189,12 +189,21 @@ def priced_parts(scenario) -> list:
     return [pool_scenario(scenario, pool) for pool in POOLS]
 
 
+def served_tokens_per_s(summary: dict) -> tuple[float, float]:
+    """(all, output) tokens a second a deployment serves at a run's load (sim/results.py
+    load_and_sustained_rates): the load offered where the run met its SLOs, which it keeps up with by the user's own
+    limits; else, or without SLOs, the rate it sustained over the second half of the arrivals. Not the whole-run
+    rates: their time includes the drain."""
+    kind = "offered" if summary.get("slo_met") else "sustained"
+    return summary.get(f"{kind}_tokens_per_s", 0.0), summary.get(f"{kind}_output_tokens_per_s", 0.0)
+
+
 def cost_figures(scenario, summary: dict, prices: dict[str, float] | None = None) -> dict:
-    """Cost per hour of the deployment (every pool's GPUs) and per million tokens it serves at the simulated load."""
+    """Cost per hour of the deployment (every pool's GPUs) and per million tokens it serves at the simulated load
+    (`served_tokens_per_s`)."""
     parts = priced_parts(scenario)
     per_hour = sum(num_gpus(part) * price_per_gpu_hour(part, prices) for part in parts)
-    tokens_per_hour = summary.get("total_tokens_per_s", 0.0) * 3600.0
-    output_per_hour = summary.get("output_tokens_per_s", 0.0) * 3600.0
+    tokens_per_hour, output_per_hour = (rate * 3600.0 for rate in served_tokens_per_s(summary))
     return {
         "num_gpus": sum(num_gpus(part) for part in parts),
         "cost_per_hour": per_hour,
