@@ -49,8 +49,8 @@ class PoolSplitPlan:
 
     def recommendation(self) -> str:
         b = self.best
-        kind = "disaggregated" if b.disaggregated else "colocated"
-        return (f"recommended: {kind} {b.label} on {b.num_gpus} of {self.total_gpus} GPUs "
+        kind = "disaggregated " if b.disaggregated else ""  # (a colocated label says so: "colocated x4")
+        return (f"recommended: {kind}{b.label} on {b.num_gpus} of {self.total_gpus} GPUs "
                 f"(goodput {b.summary['goodput_rps']:.4g} req/s, {b.summary['slo_fraction_ok']:.1%} of requests "
                 "meeting every SLO)")
 

@@ -180,7 +180,9 @@ def test_plan_pools_simulates_every_split_of_the_budget_and_picks_the_best_goodp
     plan = plan_pool_split(validate_scenario(small_scenario(run={"num_requests": 20})), 2)
     assert [c.label for c in plan.candidates] == ["colocated x2", "1P+1D"]
     assert plan.best.summary["goodput_rps"] == max(c.summary["goodput_rps"] for c in plan.candidates)
-    assert plan.recommendation().startswith("recommended: ")
+    assert plan.recommendation().startswith(f"recommended: {'disaggregated ' if plan.best.disaggregated else ''}"
+                                            f"{plan.best.label} on ")
+    assert "colocated colocated" not in plan.recommendation()
     with pytest.raises(ConfigError, match=r"--gpus: 1 leaves no GPU for one of the pools; allowed: 2 or more"):
         split_scenarios(sc, 1)
 
