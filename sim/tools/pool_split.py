@@ -3,8 +3,10 @@
 For a GPU budget, every split into a prefill pool and a decode pool that uses the budget (prefill replicas
 P >= 1, decode replicas D = (budget - P x TP_prefill) // TP_decode >= 1) is simulated on the same workload,
 beside the colocated deployment of budget // TP replicas. The recommendation is the candidate with the
-highest goodput (requests per second meeting every SLO limit); ties go to the lower E2E p90, then to the
-colocated deployment (the simpler one) and the fewer prefill replicas. Kept apart from the planner
+most requests meeting every SLO limit (`good_requests`: all candidates serve the same requests, so this is the
+goodput of the load; the summary's goodput_rps divides by a run's time, drain included, which differs between
+candidates that serve the load alike); ties go to the lower E2E p90, then to the colocated deployment (the simpler
+one) and the fewer prefill replicas. Kept apart from the planner
 (sim/tools/planner.py), which searches GPUs, TP and replica counts of colocated deployments.
 """
 
@@ -98,10 +100,15 @@ def split_scenarios(scenario: Scenario, total_gpus: int) -> list[tuple[str, int,
     return out
 
 
+def good_requests(summary: dict) -> int:
+    """How many requests met every SLO limit (goodput_rps counts them over the run's elapsed_s)."""
+    return round(summary["goodput_rps"] * summary["elapsed_s"])
+
+
 def _rank(candidate: PoolSplitCandidate) -> tuple:
     s = candidate.summary
     e2e = s.get("e2e_s_p90", math.nan)
-    return (-s["goodput_rps"], e2e if not math.isnan(e2e) else math.inf, candidate.disaggregated,
+    return (-good_requests(s), e2e if not math.isnan(e2e) else math.inf, candidate.disaggregated,
             candidate.num_prefill_replicas)
 
 

@@ -171,7 +171,7 @@ def test_unknown_link_on_the_command_line_exits_2_with_one_line(tmp_path):
 
 
 def test_plan_pools_simulates_every_split_of_the_budget_and_picks_the_best_goodput():
-    from sim.tools.pool_split import plan_pool_split, split_scenarios
+    from sim.tools.pool_split import good_requests, plan_pool_split, split_scenarios
     sc = validate_scenario(small_scenario(hardware={"disaggregation": {"decode": {"tensor_parallel": 2}}},
                                           run={"num_requests": 20}))
     labels = [(e[0], e[4]) for e in split_scenarios(sc, 5)]
@@ -179,7 +179,7 @@ def test_plan_pools_simulates_every_split_of_the_budget_and_picks_the_best_goodp
     assert labels == [("colocated x5", 5), ("1P+2D", 5), ("2P+1D", 4), ("3P+1D", 5)]
     plan = plan_pool_split(validate_scenario(small_scenario(run={"num_requests": 20})), 2)
     assert [c.label for c in plan.candidates] == ["colocated x2", "1P+1D"]
-    assert plan.best.summary["goodput_rps"] == max(c.summary["goodput_rps"] for c in plan.candidates)
+    assert good_requests(plan.best.summary) == max(good_requests(c.summary) for c in plan.candidates)
     assert plan.recommendation().startswith(f"recommended: {'disaggregated ' if plan.best.disaggregated else ''}"
                                             f"{plan.best.label} on ")
     assert "colocated colocated" not in plan.recommendation()
@@ -343,3 +343,17 @@ def test_property_every_request_moves_through_the_phases_in_order_and_no_kv_leak
         s = replica.scheduler
         assert s.kv.num_allocated_slots() == 0 and s.role.outside_batch_tokens == 0
     assert not any(replica.scheduler.role.held for replica in sim.prefill_replicas)
+
+
+def test_plan_pools_ranks_by_the_requests_meeting_the_slos_not_by_a_rate_over_the_runs_own_time():
+    from sim.tools.pool_split import PoolSplitCandidate, PoolSplitPlan, _rank
+    # both serve the same 1,000 requests: the split meets the SLOs for 900, over a longer drain (a lower rate)
+    split = PoolSplitCandidate("1P+1D", 1, 1, 0, 2, {"goodput_rps": 9.0, "elapsed_s": 100.0, "e2e_s_p90": 2.0})
+    colocated = PoolSplitCandidate("colocated x2", 0, 0, 2, 2, {"goodput_rps": 9.5, "elapsed_s": 90.0,
+                                                                "e2e_s_p90": 1.0})
+    assert min([colocated, split], key=_rank) is split
+    # as many: the lower E2E p90
+    even = PoolSplitCandidate("colocated x2", 0, 0, 2, 2, {"goodput_rps": 10.0, "elapsed_s": 90.0, "e2e_s_p90": 1.0,
+                                                           "slo_fraction_ok": 0.9})
+    assert min([split, even], key=_rank) is even
+    assert PoolSplitPlan(2, [even, split], even).recommendation().startswith("recommended: colocated x2 on 2 of 2")
