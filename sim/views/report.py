@@ -46,7 +46,9 @@ _KV_PARTS = [("kv_token_slots", "token states", "#333333"), ("kv_reserved_slots"
 
 SUMMARY_ROWS = [  # (summary key, label): the CLI table, the report and the dashboard show these rows
     ("offered_rps", "offered load (req/s)"), ("throughput_rps", "throughput incl. drain (req/s)"),
-    ("output_tokens_per_s", "output tokens/s"), ("goodput_rps", "goodput (req/s)"),
+    ("output_tokens_per_s", "output tokens/s incl. drain"),
+    ("sustained_output_tokens_per_s", "output tokens/s, steady state"),  # sim/results.py load_and_sustained_rates
+    ("goodput_rps", "goodput (req/s)"),
     ("slo_fraction_ok", "requests meeting every SLO"),
     ("ttft_s_p50", "TTFT p50 (s)"), ("ttft_s_p90", "TTFT p90 (s)"), ("ttft_s_p99", "TTFT p99 (s)"),
     ("tpot_s_p50", "TPOT p50 (s)"), ("tpot_s_p90", "TPOT p90 (s)"), ("tpot_s_p99", "TPOT p99 (s)"),
@@ -234,7 +236,8 @@ _GROUP_OF = {
     **{k: "latency" for k in ("ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s_p50", "tpot_s_p90", "tpot_s_p99",
                               "itl_p99", "e2e_s_p50", "e2e_s_p90", "e2e_s_p99", "queueing_s_mean",
                               "normalized_latency_s_mean")},
-    **{k: "throughput and utilization" for k in ("output_tokens_per_s", "mean_batch_size", "mbu", "mfu",
+    **{k: "throughput and utilization" for k in ("output_tokens_per_s", "sustained_output_tokens_per_s",
+                                                 "mean_batch_size", "mbu", "mfu",
                                                  "draft_acceptance_rate", "accept_length_mean")},
     **{k: "KV memory" for k in ("kv_token_share", "kv_external_fraction", "kv_fig2_external_fraction",
                                 "prefix_cache_hit_rate_tokens", "kv_shared_bytes_mean", "kv_window_freed_blocks",
