@@ -12,6 +12,7 @@ from sim.config.files import validate_scenario
 from sim.run import simulate
 from sim.tools.planner import plan_settings, run_plan
 from sim.tools.sweep import cost_figures, served_tokens_per_s
+from sim.views.plan_report import candidates_frame
 
 STEP_S = 0.01  # every step, prefill or decode, takes this long: a known service rate
 
@@ -79,7 +80,7 @@ def test_a_run_within_its_slos_is_priced_at_the_load_and_one_outside_at_what_it_
     assert costs["cost_per_million_output_tokens"] == pytest.approx(costs["cost_per_hour"] / (4.0 * 3600) * 1e6)
 
 
-def test_a_plans_cost_per_token_is_its_cost_per_hour_over_the_target_loads_tokens():
+def test_a_plans_cost_per_token_and_goodput_are_those_of_the_target_load():
     raw = _fixed(20.0, 400, 200)
     raw.update(slo={"ttft_s": 0.5, "tpot_s": 0.05, "percentile": 99},
                search={"gpus": ["h100-sxm", "a100-80gb"], "tensor_parallel": [1], "max_replicas": 2,
@@ -91,3 +92,8 @@ def test_a_plans_cost_per_token_is_its_cost_per_hour_over_the_target_loads_token
         per_hour = outcome.costs["cost_per_hour"]
         assert outcome.costs["cost_per_million_tokens"] == pytest.approx(per_hour / (20 * 464 * 3600) * 1e6,
                                                                          rel=1e-9)
+        assert outcome.at_target["slo_fraction_ok"] == 1.0 and outcome.at_target["goodput_rps"] < 19
+    # the table's goodput is the target's: every request within every limit, 20 a second (the run's own goodput_rps
+    # divides by its time, the drain included)
+    frame = candidates_frame(result)
+    assert list(frame.loc[frame["status"] == "feasible", "goodput_rps"]) == [20.0, 20.0]
