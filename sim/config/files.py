@@ -193,38 +193,80 @@ def validate_arrival(raw: Any) -> Arrival:
         raise ConfigError(format_validation_error(rooted)) from None
 
 
-def _shared_cost_tier(raw: dict, variants_raw: dict) -> str | None:
+def _shared_cost_tier(raw: dict, variants_raw: dict, runs=None) -> str | None:
     """Variants that name no cost model get the same kind of default model (sim/config/cost_choice.py
-    `shared_choice`); None when they would all get the same anyway (or there are no variants)."""
+    `shared_choice`, `runs` its predicate); None when they would all get the same anyway (or there are no
+    variants)."""
     if not variants_raw:
         return None
     from sim.config.cost_choice import shared_choice
-    return shared_choice([deep_merge(raw, v) for v in variants_raw.values() if isinstance(v, dict)])
+    return shared_choice([deep_merge(raw, v) for v in variants_raw.values() if isinstance(v, dict)], runs)
 
 
-def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str] | None = None,
-                       resolve: bool = True) -> ScenarioSet:
+def _split_variants(raw: Any, source: str, overrides: list[str] | None) -> tuple[dict, dict]:
+    """(the base's raw scenario with `overrides` applied, its variants' raw overrides by name)."""
     if not isinstance(raw, dict):
         raise ConfigError(f"{source}: expected a YAML mapping at the top level")
     raw = apply_overrides(raw, overrides or [])
     variants_raw = raw.pop("variants", None) or {}
     if not isinstance(variants_raw, dict):
         raise ConfigError(f"variants: expected a mapping of name -> overrides, got {type(variants_raw).__name__}")
+    return raw, variants_raw
+
+
+def _variant(raw: dict, name: Any, override: Any, shared: str | None, resolve: bool) -> Scenario:
+    """One variant validated: the base's raw scenario with its overrides, the shared kind of default model where it
+    names no cost model, its name unless it gives its own."""
+    if not isinstance(override, dict):
+        raise ConfigError(f"variants.{name}: expected a mapping of overrides, got {type(override).__name__}")
+    merged = deep_merge(raw, override)
+    if shared and merged.get("cost_model") is None:
+        merged["cost_model_choice"] = shared
+    if "name" not in override:
+        merged["name"] = str(name)
+    return validate_scenario(merged, prefix=f"variants.{name}.", resolve=resolve)
+
+
+def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str] | None = None,
+                       resolve: bool = True) -> ScenarioSet:
+    raw, variants_raw = _split_variants(raw, source, overrides)
     shared = _shared_cost_tier(raw, variants_raw)
     base = validate_scenario(raw, resolve=resolve)
     variants: dict[str, Scenario] = {}
     for name, override in variants_raw.items():
-        if not isinstance(override, dict):
-            raise ConfigError(f"variants.{name}: expected a mapping of overrides, got {type(override).__name__}")
-        merged = deep_merge(raw, override)
-        if shared and merged.get("cost_model") is None:
-            merged["cost_model_choice"] = shared
-        merged.setdefault("name", str(name))
-        if "name" not in override:
-            merged["name"] = str(name)
-        variants[str(name)] = validate_scenario(merged, prefix=f"variants.{name}.", resolve=resolve)
+        variants[str(name)] = _variant(raw, name, override, shared, resolve)
         _same_ranking(base, variants[str(name)], str(name))
     return ScenarioSet(base, variants or {base.name: base}, source)
+
+
+def one_scenario(raw: Any, source: str, overrides: list[str] | None, variant: str | None) -> Scenario:
+    """The one scenario of a file that `servesim run` simulates: the base, or `variant`. Every variant is checked
+    against the schema (a typo or a bad value in any is the file's error), but only the one run must fit its
+    hardware: another that cannot (a model a --set GPU cannot hold) does not stop it, and decides nothing of the kind
+    of default model the file's variants share (`shared_choice`'s `runs`), which is the one `compare` gives them
+    wherever every variant runs."""
+    raw, variants_raw = _split_variants(raw, source, overrides)
+    base = validate_scenario(raw, resolve=False)
+    for name, override in variants_raw.items():
+        _same_ranking(base, _variant(raw, name, override, None, False), str(name))
+    if variant is None:
+        return validate_scenario(raw)
+    names = {str(name): name for name in variants_raw}
+    if variant not in names:
+        base_name = raw.get("name")
+        if not variants_raw and variant == base_name:  # a file without variants is its own only one
+            return validate_scenario(raw)
+        raise ConfigError(f"--variant: {variant!r} is not in {source}; allowed: "
+                          + ", ".join(names or [str(base_name)]))
+    shared = _shared_cost_tier(raw, variants_raw, runs=validates)
+    return _variant(raw, variant, variants_raw[names[variant]], shared, True)
+
+
+def load_one_scenario(path: str | Path, overrides: list[str] | None, variant: str | None) -> Scenario:
+    """`one_scenario` of the file at `path`."""
+    raw = read_yaml(path)
+    anchor_paths(raw, Path(path).resolve().parent)
+    return one_scenario(raw, str(path), overrides, variant)
 
 
 def _same_ranking(base: Scenario, variant: Scenario, name: str) -> None:

@@ -208,14 +208,8 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML file"),
     prefer_simpy_while_cold()  # one command: a small run does not wait for a cold core to compile
     from sim.views.timeline import check_timeline_options, write_timeline
     window = check_timeline_options(timeline, timeline_window, timeline_max_requests)
-    scenario_set = _load(scenario, _with_band(set_, band))
-    if variant is None:
-        chosen = scenario_set.base
-    elif variant in scenario_set.variants:
-        chosen = scenario_set.variants[variant]
-    else:
-        raise ServeSimError(f"--variant: {variant!r} is not in {scenario}; allowed: "
-                            + ", ".join(scenario_set.variants))
+    from sim.config.files import load_one_scenario
+    chosen = load_one_scenario(scenario, _with_band(set_, band), variant)  # only it: another variant may not run
     # Before simulating, not after: the folder, and where the timeline goes relative to it.
     timeline_inside = None
     if out is not None:
