@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+from dataclasses import replace
 import html
 import json
 import math
@@ -547,3 +548,19 @@ def test_a_search_stops_at_the_highest_rate_one_run_holds(monkeypatch):
     (curve,) = result.curves
     assert curve.max_rate_per_s == window_rate and max(e.rate_per_s for e in curve.points) <= window_rate
     assert any(m["limit"] == "rate headroom (at least)" for m in slo_margins(result))
+
+
+def test_a_run_that_meets_the_slos_is_run_again_until_its_arrivals_span_its_requests_lifetimes():
+    from sim.tools.planner import Evaluation, steady_window
+    ok = Evaluation(1, 10.0, 0, True, {"e2e_s_p99": 30.0})
+    assert steady_window(ok, 4.0, 60.0) == 120.0  # 4 x 30 s
+    assert steady_window(ok, 4.0, 100.0) == 200.0  # at least twice the last window
+    assert steady_window(ok, 4.0, 120.0) is None  # spans the lifetimes
+    assert steady_window(ok, 0.0, 60.0) is None  # off
+    assert steady_window(Evaluation(1, 10.0, 0, False, {"e2e_s_p99": 30.0}), 4.0, 60.0) is None  # a miss
+    # in a search: SMALL's 150 requests at 10 req/s span 15 s, less than 4 times their E2E p99
+    raw = candidate_raw(SMALL, Candidate("a100-80gb", 1, "paged"))
+    plain = Evaluator(raw, plan_settings(SMALL))(1, 10.0)
+    steady = Evaluator(raw, replace(plan_settings(SMALL), steady_state_lifetimes=4.0))(1, 10.0)
+    assert plain.slo_met and steady.slo_met
+    assert steady.metrics["num_finished"] >= 4 * plain.metrics["e2e_s_p99"] * 10.0 > plain.metrics["num_finished"]
