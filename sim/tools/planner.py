@@ -209,9 +209,9 @@ def steady_window(evaluation: "Evaluation", lifetimes: float, span_s: float) -> 
     steady state: where its arrivals spanned at least `lifetimes` times its requests' p99 E2E (or it missed the
     SLOs, or `lifetimes` is 0). A run whose requests live long against its window ends before the KV cache has
     filled: at 40 req/s of ShareGPT-like requests one H100 running vLLM 0.11.0 met p99 TTFT 2 s over 60 s and
-    240 s of arrivals (E2E p99 38 and 77 s) and missed it over 360 s (17 s), its batch still growing. The next
-    window is at least twice the last, so a queue that keeps growing is run until it shows or the run holds no
-    more requests."""
+    240 s of arrivals (E2E p99 38 and 77 s) and missed it over 360 s (p99 TTFT 16.6 s), its batch still growing. The
+    next window is at least twice the last, so a queue that keeps growing is run until it shows or the run holds
+    no more requests."""
     e2e_p99 = evaluation.metrics.get("e2e_s_p99")
     if not lifetimes or not evaluation.slo_met or e2e_p99 is None or not math.isfinite(e2e_p99):
         return None
@@ -314,7 +314,7 @@ class Evaluator:
 
     def _simulate(self, num_replicas: int, rate_per_s: float, seed: int, stop_early: bool) -> Evaluation:
         """The simulation at (replicas, rate, seed), run again over longer windows while `steady_window` asks."""
-        window_s, raw = self.min_window_s, self.scenario_raw(num_replicas, rate_per_s, seed)
+        raw = self.scenario_raw(num_replicas, rate_per_s, seed)
         while True:
             evaluation = self._simulate_raw(raw, num_replicas, rate_per_s, seed, stop_early)
             window_s = steady_window(evaluation, self.lifetimes, _arrival_span_s(raw, rate_per_s))
