@@ -653,6 +653,11 @@ def throughput(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, steps:
     return s
 
 
+def good_requests(summary: dict) -> int:
+    """How many requests met every SLO limit: `goodput_rps` counts them over the run's `elapsed_s`."""
+    return round(summary["goodput_rps"] * summary["elapsed_s"])
+
+
 def load_and_sustained_rates(requests: Table, steps: Table, runs: DecodeRuns | None, whole_run: dict,
                              window: tuple[float, float] | None = None) -> dict:
     """The tokens a second of the load offered, and those the deployment served in its steady state: what a token's

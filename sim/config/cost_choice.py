@@ -53,6 +53,14 @@ def shared_choice(raws: list[dict], runs: Callable[[dict], bool] | None = None) 
     return f"{TIERS[tier]}: the tier every scenario compared with it can have" if differ else None
 
 
+def with_shared_choice(raw: dict, shared: str | None) -> dict:
+    """`raw`, given the shared kind of default model (`shared_choice`) where it names no cost model of its own (in
+    place): how a file's variants, a sweep's points and a plan's candidates take it."""
+    if shared and raw.get("cost_model") is None:
+        raw["cost_model_choice"] = shared
+    return raw
+
+
 def _section(raw: dict, key: str) -> dict:
     value = raw.get(key)
     return value if isinstance(value, dict) else {}

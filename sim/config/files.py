@@ -219,9 +219,8 @@ def _variant(raw: dict, name: Any, override: Any, shared: str | None, resolve: b
     names no cost model, its name unless it gives its own."""
     if not isinstance(override, dict):
         raise ConfigError(f"variants.{name}: expected a mapping of overrides, got {type(override).__name__}")
-    merged = deep_merge(raw, override)
-    if shared and merged.get("cost_model") is None:
-        merged["cost_model_choice"] = shared
+    from sim.config.cost_choice import with_shared_choice
+    merged = with_shared_choice(deep_merge(raw, override), shared)
     if "name" not in override:
         merged["name"] = str(name)
     return validate_scenario(merged, prefix=f"variants.{name}.", resolve=resolve)

@@ -32,7 +32,7 @@ from sim.cost.profile_meta import MAX_CELL_COUNT, MAX_STEP_S, count_words, first
 from sim.cost.roofline import RooflineCostModel, StepCost
 from sim.cost.roofline_kernel import expert_load, hybrid_layer_mean, touched_experts
 from sim.errors import ConfigError
-from sim.model.catalog import GPUS, canonical_name, get_gpu
+from sim.model.catalog import canonical_name, data_owner, get_gpu
 from sim.model.shapes import gpu_layer_groups, kv_heads_per_gpu, lm_head_shape
 from sim.model.specs import GPUSpec, ModelSpec
 
@@ -407,11 +407,9 @@ def profile_gpu(gpu: str | GPUSpec, tensor_parallel: int) -> str:
     tensor_parallel 1, where it runs the twin's steps in the same time, as a step on one GPU crosses no link. At a
     larger TP a profiled step's all-reduces ran on the twin's links, so the twin's kernel tables price it instead,
     their all-reduce rows stretched to the part's own links (sim/cost/measured.py `allreduce_on_links`)."""
-    name = canonical_name(gpu.name if isinstance(gpu, GPUSpec) else str(gpu))
-    spec = gpu if isinstance(gpu, GPUSpec) else GPUS.get(name)
-    if tensor_parallel != 1 or spec is None or not spec.kernels_as or (PROFILES_DIR / name).is_dir():
-        return name
-    return canonical_name(spec.kernels_as)
+    if tensor_parallel != 1:
+        return canonical_name(gpu.name if isinstance(gpu, GPUSpec) else str(gpu))
+    return data_owner(gpu, lambda name: (PROFILES_DIR / name).is_dir())
 
 
 def shipped_step_profile_fits(device: str, model_name: str, tensor_parallel: int, quantization: dict) -> bool:

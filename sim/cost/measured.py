@@ -84,7 +84,7 @@ from sim.errors import ConfigError
 from sim.jit import HAVE_NUMBA
 from sim.model.attention_io import TRITON_BACKEND as TRITON
 from sim.model.attention_io import heads_per_gpu as attention_heads_per_gpu
-from sim.model.catalog import GPUS, canonical_name, get_gpu
+from sim.model.catalog import GPUS, canonical_name, data_owner, get_gpu
 from sim.model.interconnects import CUSTOM_ALL_REDUCE, NCCL_ALL_REDUCE
 from sim.model.memory import DTYPE_BYTES, MARLIN, NVFP4_PARAM_BYTES, matrix_dtype
 from sim.model.shapes import gpu_layer_groups, is_routed_expert, kv_heads_per_gpu, lm_head_shape
@@ -182,13 +182,8 @@ def tables_gpu(gpu: str | GPUSpec, tables: str = "vllm", root: Path | None = Non
     """The GPU whose tables of this framework price this one's kernels: its own where they ship, else those of the part
     its catalog entry is the same silicon as (`GPUSpec.kernels_as`: the H800 is the H100 SXM with slower links), where
     those ship; its own name otherwise (`gpu_unmeasured` then says none ship)."""
-    spec = gpu if isinstance(gpu, GPUSpec) else GPUS.get(canonical_name(gpu))
-    name = canonical_name(gpu.name if isinstance(gpu, GPUSpec) else gpu)
     gpus = measured_gpus(root, tables)
-    if name in gpus or spec is None or not spec.kernels_as:
-        return name
-    twin = canonical_name(spec.kernels_as)
-    return twin if twin in gpus else name
+    return data_owner(gpu, gpus.__contains__)
 
 
 def _check_tables(tables: str) -> None:

@@ -465,6 +465,18 @@ def canonical_name(name: str) -> str:
     return name.strip().lower().replace("_", "-")
 
 
+def data_owner(gpu: "str | GPUSpec", ships) -> str:
+    """The GPU whose measured data (`ships(name)`: kernel tables, whole-step profiles) prices this one: its own where
+    they ship, else those of the part its catalog entry is the same silicon as (`GPUSpec.kernels_as`: the H800 is
+    the H100 SXM with slower links) where those ship; its own name otherwise (none ships)."""
+    name = canonical_name(gpu.name if isinstance(gpu, GPUSpec) else str(gpu))
+    spec = gpu if isinstance(gpu, GPUSpec) else GPUS.get(name)
+    if ships(name) or spec is None or not spec.kernels_as:
+        return name
+    twin = canonical_name(spec.kernels_as)
+    return twin if ships(twin) else name
+
+
 # Words that, added to a GPU's name, name another card: the catalog's entries without them are SXM parts
 # ('h800-pcie' is the H800 PCIe card, not the h800 entry; 'h200-sxm' is the h200)
 OTHER_CARD_WORDS = ("pcie", "nvl")

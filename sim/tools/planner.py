@@ -823,16 +823,15 @@ def _share_cost_tiers(raws: dict[str, dict], cands: list[Candidate], across_hard
     priced by a whole-step profile against one priced by kernel tables on the same GPUs. `across_hardware`
     (search.shared_cost_model): every candidate alike, whatever its hardware. A candidate that cannot run (a model
     that does not fit its GPUs) decides nothing."""
-    from sim.config.cost_choice import shared_choice
+    from sim.config.cost_choice import shared_choice, with_shared_choice
     from sim.config.files import validates
     groups: dict[str, list[str]] = {}
     for c in cands:
         groups.setdefault("" if across_hardware else _hardware_key(c), []).append(c.name)
     for names in groups.values():
         shared = shared_choice([raws[n] for n in names], runs=validates) if len(names) > 1 else None
-        for name in names if shared else ():
-            if raws[name].get("cost_model") is None:
-                raws[name]["cost_model_choice"] = shared
+        for name in names:
+            with_shared_choice(raws[name], shared)
 
 
 def candidate_cost_model_label(raw: dict, scenario) -> str:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 
 from sim.config.schema import DisaggregationSpec, Scenario
 from sim.errors import ConfigError
+from sim.results import good_requests
 from sim.run import make_workload, simulate
 from sim.tools.sweep import cost_figures
 
@@ -98,11 +99,6 @@ def split_scenarios(scenario: Scenario, total_gpus: int) -> list[tuple[str, int,
         raise ConfigError(f"--gpus: {total_gpus} GPUs fit no prefill/decode split at TP {tp_p}/{tp_d}; "
                           f"allowed: at least {tp_p + tp_d}")
     return out
-
-
-def good_requests(summary: dict) -> int:
-    """How many requests met every SLO limit (goodput_rps counts them over the run's elapsed_s)."""
-    return round(summary["goodput_rps"] * summary["elapsed_s"])
 
 
 def _rank(candidate: PoolSplitCandidate) -> tuple:

@@ -162,10 +162,8 @@ def shared_cost_choice(raw: dict, axes: list[GridAxis]) -> str | None:
 def point_raw(task: PointTask) -> dict:
     """The raw scenario one point simulates: its variant with the point's overrides, and the sweep's shared
     default model where it names none."""
-    raw = apply_point(variant_raw(task.raw, task.variant), task.point)
-    if task.cost_model_choice and raw.get("cost_model") is None:
-        raw["cost_model_choice"] = task.cost_model_choice
-    return raw
+    from sim.config.cost_choice import with_shared_choice
+    return with_shared_choice(apply_point(variant_raw(task.raw, task.variant), task.point), task.cost_model_choice)
 
 
 def num_gpus(scenario) -> int:

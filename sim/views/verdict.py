@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
 from sim.config.schema import VERDICT_METRICS
+from sim.results import good_requests
 
 LEVEL_TOLERANCE = 0.02  # relative: two values closer than this are level (no bands given)
 Band = tuple[float, float]  # (low, high) of a summary value
@@ -174,7 +175,7 @@ def _same_requests_met(a: Entry, b: Entry) -> bool:
     (na, oa, ga, ea), (nb, ob, gb, eb) = ([_get(e, k) for k in keys] for e in (a, b))
     if any(math.isnan(v) for v in (na, oa, ga, ea, nb, ob, gb, eb)):
         return False
-    return na == nb and oa == ob and round(ga * ea) == round(gb * eb)  # goodput_rps x elapsed_s: the count
+    return na == nb and oa == ob and good_requests(a.summary) == good_requests(b.summary)
 
 
 def _band(entry: Entry, criterion: Criterion, bands: Bands | None) -> Band | None:
@@ -402,7 +403,7 @@ def _headline(entries: list[Entry], meeting: list[Entry] | None, winner: Entry, 
     names = [e.name for e in meeting]
     goodputs = [value(e, "goodput") for e in meeting]
     if len(meeting) > 1 and all(_same_requests_met(e, meeting[0]) for e in meeting[1:]):  # level whatever drains
-        met, total = round(goodputs[0] * _get(meeting[0], "elapsed_s")), int(_get(meeting[0], "num_requests"))
+        met, total = good_requests(meeting[0].summary), int(_get(meeting[0], "num_requests"))
         each = f"each {met:,} of the same {total:,} requests within every limit"
     elif max(goodputs) - min(goodputs) <= LEVEL_TOLERANCE * max(abs(g) for g in goodputs):
         each = f"{fmt(goodputs[0], 'req/s')} goodput" + (" each" if len(meeting) > 1 else "")

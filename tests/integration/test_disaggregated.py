@@ -171,7 +171,8 @@ def test_unknown_link_on_the_command_line_exits_2_with_one_line(tmp_path):
 
 
 def test_plan_pools_simulates_every_split_of_the_budget_and_picks_the_best_goodput():
-    from sim.tools.pool_split import good_requests, plan_pool_split, split_scenarios
+    from sim.results import good_requests
+    from sim.tools.pool_split import plan_pool_split, split_scenarios
     sc = validate_scenario(small_scenario(hardware={"disaggregation": {"decode": {"tensor_parallel": 2}}},
                                           run={"num_requests": 20}))
     labels = [(e[0], e[4]) for e in split_scenarios(sc, 5)]
