@@ -496,7 +496,8 @@ def batch_figures(result, keys, slo) -> dict[str, list]:
     """{figure: [its value in each of EDGE_BATCHES batches]}: the point run's requests cut in arrival order into
     EDGE_BATCHES consecutive batches, each summarized as a run of its own (sim/results.py's definitions: the
     requests, their finished ones, the steps ending while the batch arrived, over that span)."""
-    from sim.results import LEAN_LATENCIES, as_requests, as_table, latencies, sent_column, slo_metrics, throughput
+    from sim.results import (LEAN_LATENCIES, STATUS_CODES, as_requests, as_table, latencies, sent_column, slo_metrics,
+                             throughput)
     from sim.table import Table
     requests, steps = (as_requests(result.records[0]), as_table(result.records[1]))
     sent_name = sent_column(requests)
@@ -507,8 +508,8 @@ def batch_figures(result, keys, slo) -> dict[str, list]:
     finish = np.asarray(requests["finish_s"], dtype=float)
     # Only the columns the batch summaries read (throughput, lean latencies, SLOs): selecting every column of every
     # batch copied the whole records once more (0.3 s of a 1M-request band, after its runs)
-    requests = Table({name: requests[name] for name in ("finished", sent_name, "output_tokens", "prompt_tokens",
-                                                         *LEAN_LATENCIES)})
+    requests = Table({name: requests[name] for name in ("finished", "status", sent_name, "output_tokens",
+                                                         "prompt_tokens", *LEAN_LATENCIES)})
     steps = Table({"num_output_tokens": steps["num_output_tokens"]}, len(steps))
     out: dict[str, list] = {name: [] for name in keys}
     for j, idx in enumerate(parts):
@@ -521,7 +522,8 @@ def batch_figures(result, keys, slo) -> dict[str, list]:
         fin = sub[sub["finished"]]
         s = throughput(sub, fin, steps[(step_end >= start) & (step_end < end)], span)
         s.update(latencies(fin, steps, lean=True))
-        s.update(slo_metrics(sub, fin, slo, span, all_done=bool(len(fin) == len(sub)), known=s))
+        unfinished = int((sub["status"] == STATUS_CODES["unfinished"]).sum())
+        s.update(slo_metrics(sub, fin, slo, span, all_done=unfinished == 0, known=s))
         for name in keys:
             value = s.get(name)
             out[name].append(None if value is None or isinstance(value, bool) else float(value))

@@ -164,6 +164,14 @@ class Result:
         self.extras = extras if extras is not None else {}
         self.decode_runs = decode_runs
 
+    def first_reject_reason(self) -> str:
+        """Why the first rejected request (the first to arrive) can never run here; "" when none was rejected."""
+        if isinstance(self._requests, RequestTable):
+            reasons = self._requests.reject_reason
+            return reasons[min(reasons)] if reasons else ""
+        rejected = self.requests.loc[self.requests["status"] == "rejected"].sort_values("arrival_s", kind="stable")
+        return str(rejected["reject_reason"].iloc[0]) if len(rejected) else ""
+
     @property
     def requests(self) -> pd.DataFrame:
         if isinstance(self._requests, Table):
@@ -492,8 +500,7 @@ def summarize(requests: Table | pd.DataFrame, steps: Table | pd.DataFrame, *, el
     s.update(latencies(fin, steps, decode_runs, lean=bool(lean),
                        speculative=any(r.num_drafted is not None for r in replicas)))
     s["preemptions"] = int(requests["preemptions"].sum())
-    s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0 and s["num_rejected"] == 0,
-                         known=s if lean else None))
+    s.update(slo_metrics(requests, fin, slo, elapsed, all_done=s["num_unfinished"] == 0, known=s if lean else None))
     if lean == "band":
         return s
     s.update(utilization(steps, elapsed, gpu, contiguous=replicas[0].kv_layout == "contiguous", runs=decode_runs,
@@ -804,11 +811,17 @@ def slo_metrics(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, slo, 
                 all_done: bool, known: dict | None = None) -> dict:
     """SLOs: goodput counts requests that meet every limit; attainment checks the chosen percentile.
 
-    `all_done`: no request was left unfinished or rejected (else the SLO is not met).
+    A rejected request (one the deployment can never run: `SchedulerBase.rejection_reason`) never gets a
+    token: it counts above every limit, in the percentiles (`percentile_with_refused`), in the share within
+    every limit and in the goodput share. So a deployment that refuses 1 request in 10,000 can meet a p99
+    limit, and one that refuses 2% cannot, at any load or number of replicas.
+    `all_done`: no request was left unfinished (at a horizon or an early stop; else the SLO is not met).
     `known`: summary keys already computed from the same finished requests (`_stats`'s `{metric}_p{q}`): a
-    percentile found there is not computed again (one call per percentile gives the same number).
+    percentile found there is not computed again (one call per percentile gives the same number), unless
+    some request was rejected.
     """
     requests, fin = as_requests(requests), as_requests(fin)
+    num_refused = _count_status(requests, "rejected")
     s: dict = {}
     ok = np.ones(len(fin), dtype=bool)
     slo_met = True
@@ -818,15 +831,16 @@ def slo_metrics(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, slo, 
         vals = _floats(fin, metric)
         ok &= ~(vals > limit)  # NaN TPOT (one output token) does not violate a TPOT limit
         finite = vals[~np.isnan(vals)]
-        at_p = (known or {}).get(f"{metric}_p{slo.percentile:g}")
+        at_p = None if num_refused else (known or {}).get(f"{metric}_p{slo.percentile:g}")
         if at_p is None:
-            at_p = float(np.percentile(finite, slo.percentile)) if len(finite) else math.nan
+            at_p = percentile_with_refused(finite, num_refused, slo.percentile)
         s[f"slo_{metric[:-2]}_p{slo.percentile:g}"] = at_p
-        met = bool(len(finite)) and at_p <= limit
+        met = at_p <= limit  # False for NaN: no request finished
         s[f"slo_{metric[:-2]}_met"] = met
         slo_met &= met
     s["goodput_rps"] = float(ok.sum()) / elapsed
-    s["slo_fraction_ok"] = float(ok.mean()) if len(ok) else math.nan
+    ended = len(ok) + num_refused
+    s["slo_fraction_ok"] = float(ok.sum()) / ended if ended else math.nan
     if slo.min_goodput_fraction is not None:
         # Goodput counts every arrival: an unfinished or rejected request did not meet the SLO.
         share = float(ok.sum()) / len(requests) if len(requests) else math.nan
@@ -834,6 +848,19 @@ def slo_metrics(requests: Table | pd.DataFrame, fin: Table | pd.DataFrame, slo, 
         slo_met &= bool(len(requests)) and share >= slo.min_goodput_fraction
     s["slo_met"] = bool(slo_met and all_done) if (slo.has_limits() or slo.min_goodput_fraction is not None) else None
     return s
+
+
+def percentile_with_refused(values: np.ndarray, num_refused: int, percentile: float) -> float:
+    """numpy's `percentile` (linear interpolation) of `values` (no NaN) and `num_refused` values above them all:
+    rejected requests, whose latencies are unbounded. inf when it reaches one of those (NaN with no value at
+    all); over `values` alone when none was refused, the same float as numpy's."""
+    if not num_refused:
+        return float(np.percentile(values, percentile)) if len(values) else math.nan
+    top = float(values.max()) if len(values) else 0.0
+    # A stand-in above every value: numpy interpolating towards inf itself gives NaN (inf - inf).
+    above = 2 * abs(top) + 1
+    at_p = float(np.percentile(np.concatenate([values, np.full(num_refused, above)]), percentile))
+    return math.inf if at_p > top else at_p
 
 
 def utilization(steps: Table | pd.DataFrame, elapsed: float, gpu, *, contiguous: bool = False,

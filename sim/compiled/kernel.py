@@ -1132,8 +1132,6 @@ def _certain_miss(stop, now, sr, sg, req, reqf):
     stop at the same step as in the SimPy engine. The counts are sums over requests, so they are read
     incrementally: the requests finished since the last check are added to the running counts (G_DONE_*), and
     only the requests in flight (each replica's running list, waiting queue and returning list) are read again."""
-    if sg[G_NUM_REJECTED] > 0:
-        return True  # slo_met needs every request finished
     out, fin_order, run_next = req[Q_OUT], req[Q_FIN_ORDER], req[Q_RUN_NEXT]
     arrival_s, first_tok, last_tok, finish_s = reqf[QF_ARRIVAL], reqf[QF_FIRST_TOK], reqf[QF_LAST_TOK], reqf[QF_FINISH]
     ttft_limit, tpot_limit, e2e_limit = stop[S_TTFT], stop[S_TPOT], stop[S_E2E]
@@ -1153,6 +1151,13 @@ def _certain_miss(stop, now, sr, sg, req, reqf):
         sg[G_DONE_BAD] += bad
     sg[G_FIN_COUNTED] = sg[G_NUM_FINISHED]
     c_ttft, c_tpot, c_e2e = sg[G_DONE_TTFT], sg[G_DONE_TPOT], sg[G_DONE_E2E]
+    refused = sg[G_NUM_REJECTED]  # a rejected request is over every limit
+    if not math.isinf(ttft_limit):
+        c_ttft += refused
+    if not math.isinf(tpot_limit):
+        c_tpot += refused
+    if not math.isinf(e2e_limit):
+        c_e2e += refused
     pending_bad = 0
     for r in range(sr.shape[0]):
         rid = sr[r, I_RUN_HEAD]
@@ -1187,6 +1192,6 @@ def _certain_miss(stop, now, sr, sg, req, reqf):
         return True
     if not math.isnan(stop[S_MIN_GOODPUT]):
         n = int(stop[S_NUM_REQUESTS])
-        if (n - sg[G_DONE_BAD] - pending_bad) / n < stop[S_MIN_GOODPUT]:
+        if (n - sg[G_DONE_BAD] - refused - pending_bad) / n < stop[S_MIN_GOODPUT]:
             return True
     return False

@@ -8,10 +8,10 @@ on nothing the rest of the run does can bring the verdict back, so simulating it
 `SLOMissRule` is a `stop_when` rule for `sim.run.simulate`: asked after every engine step, it answers True
 only when the full run's `slo_met` (as `sim.results.slo_metrics` computes it) is certain to be False:
 
-* a request was rejected (the SLOs need every request finished), or
 * for a limit on TTFT, TPOT or E2E at percentile q: at least `violations_to_miss(N, q)` requests are certain
-  to exceed it, N being the number of requests the workload generates (see that function for why this
-  count forces the percentile over the limit whatever the other requests do), or
+  to exceed it (a rejected request exceeds every limit: `sim.results.percentile_with_refused`), N being the
+  number of requests the workload generates (see that function for why this count forces the percentile over
+  the limit whatever the other requests do), or
 * with `slo.min_goodput_fraction`: so many requests are certain to miss a limit that the goodput share
   cannot reach the fraction.
 
@@ -89,8 +89,7 @@ class SLOMissRule:
     def certain_miss(self, sim, now: float) -> bool:
         log = sim.requests
         status, arrival_s, first_token_s = log.status, log.arrival_s, log.first_token_s
-        if (status == 2).any():  # rejected: slo_met needs every request finished
-            return True
+        refused = int((status == 2).sum())  # rejected: over every limit
         fin = np.flatnonzero(status == 0)
         arrival = arrival_s[fin]
         # Finished requests: the same arithmetic as sim.results.requests_table.
@@ -105,7 +104,7 @@ class SLOMissRule:
         for metric, limit in self.limits.items():
             over = done_values[metric] > limit  # NaN (one-token TPOT) is never over
             done_bad |= over
-            counts[metric] = int(over.sum())
+            counts[metric] = int(over.sum()) + refused
         ttft_limit, e2e_limit = self.limits.get("ttft_s", math.inf), self.limits.get("e2e_s", math.inf)
         # A request that has waited no longer than both limits is not yet certain to exceed either: a known TTFT
         # is at most the wait so far, and an unknown TTFT or E2E could still come within its limit.
@@ -128,7 +127,7 @@ class SLOMissRule:
         if self.min_goodput_fraction is not None:
             # The summary's share is ok / arrived <= (arrived - bad) / arrived <= (N - bad) / N.
             n = self.num_requests
-            if (n - int(done_bad.sum()) - pending_bad) / n < self.min_goodput_fraction:
+            if (n - int(done_bad.sum()) - refused - pending_bad) / n < self.min_goodput_fraction:
                 return True
         return False
 

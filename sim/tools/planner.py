@@ -336,13 +336,16 @@ class Evaluator:
             return Evaluation(num_replicas, rate_per_s, seed, stored["slo_met"], stored["metrics"])
         scenario = validate_scenario(raw)
         if self.exhaustive:
-            summary = simulate(scenario).summary
+            result = simulate(scenario)
         else:
             workload = make_workload(scenario)
             rule = SLOMissRule(scenario.slo, workload.num_requests) if stop_early else None
-            summary = simulate(scenario, workload, cost_model=shared_cost_model(raw, scenario),
-                               stop_when=rule, lean_summary=True).summary
+            result = simulate(scenario, workload, cost_model=shared_cost_model(raw, scenario),
+                              stop_when=rule, lean_summary=True)
+        summary = result.summary
         metrics = {k: summary.get(k) for k in KEPT_METRICS if k in summary}
+        if summary.get("num_rejected"):  # requests this candidate can never run, at any load: say why
+            metrics["reject_reason"] = result.first_reject_reason()
         metrics.update({k: v for k, v in summary.items() if k.startswith("slo_") and k != "slo_met"})
         if summary.get("stopped_early_s") is not None:
             metrics["stopped_early_s"] = summary["stopped_early_s"]
@@ -420,9 +423,15 @@ def _describe_failure(ev: Evaluation) -> str:
         if key.startswith("slo_") and key.endswith("_met") and value is False:
             metric = key[len("slo_"):-len("_met")]
             measured = next((v for k, v in ev.metrics.items() if k.startswith(f"slo_{metric}_p")), None)
-            parts.append(f"{metric} {measured:.3g} s" if isinstance(measured, float) else metric)
-    if ev.metrics.get("num_unfinished") or ev.metrics.get("num_rejected"):
-        parts.append(f"{ev.metrics.get('num_unfinished', 0)} unfinished, {ev.metrics.get('num_rejected', 0)} rejected")
+            if isinstance(measured, float) and math.isinf(measured):  # sim.results.percentile_with_refused
+                parts.append(f"{metric} falls on a rejected request")
+            else:
+                parts.append(f"{metric} {measured:.3g} s" if isinstance(measured, float) else metric)
+    if ev.metrics.get("num_unfinished"):
+        parts.append(f"{ev.metrics['num_unfinished']} unfinished")
+    if ev.metrics.get("num_rejected"):  # each over every limit (sim.results.slo_metrics), at any load
+        reason = ev.metrics.get("reject_reason")
+        parts.append(f"{ev.metrics['num_rejected']} rejected" + (f", the first as it {reason}" if reason else ""))
     share = ev.metrics.get("slo_goodput_share")
     if share is not None and not parts:
         parts.append(f"goodput share {share:.3f}")

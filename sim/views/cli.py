@@ -133,11 +133,12 @@ def _clipping_notes(results, differences=None):
                           markup=False, highlight=False)
         rejected = r.summary.get("num_rejected") or 0
         if rejected:  # the table counts them; say why (a KV cache of a few blocks rejects every request, exit 0)
-            reasons = r.requests.loc[r.requests["status"] == "rejected", "reject_reason"]
-            first = f" (the first: {reasons.iloc[0]})" if len(reasons) and reasons.iloc[0] else ""
+            reason = r.first_reject_reason()
+            first = f" (the first: {reason})" if reason else ""
+            slo = "; each counts over every SLO limit" if r.summary.get("slo_met") is not None else ""
             console.print(f"note: {r.name}: {rejected:,} of {r.summary.get('num_requests', 0):,} requests were "
-                          f"rejected, as they can never run here{first}; requests.parquet's reject_reason says why "
-                          "for each", markup=False, highlight=False)
+                          f"rejected, as they can never run here{first}{slo}; requests.parquet's reject_reason says "
+                          "why for each", markup=False, highlight=False)
         clipped = r.summary.get("num_requests_clipped") or 0
         if clipped:
             console.print(f"note: {r.name}: {clipped:,} of {r.summary.get('num_requests', 0):,} requests were longer "

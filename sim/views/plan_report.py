@@ -35,6 +35,7 @@ def candidates_frame(result: PlanResult) -> pd.DataFrame:
     """One row per candidate, ranked: feasible ones first, cheapest first."""
     slo = result.slo
     rows = []
+    refusing = any(o.at_target and o.at_target.get("num_rejected") for o in result.outcomes)
     for rank, o in enumerate(result.outcomes, start=1):
         c = o.candidate
         row = {
@@ -61,6 +62,9 @@ def candidates_frame(result: PlanResult) -> pd.DataFrame:
         # of ShareGPT-like requests for 60 s)
         row["goodput_rps"] = (result.settings.target_rate_per_s * o.at_target["slo_fraction_ok"] if o.at_target
                               else None)
+        if refusing:  # only where a candidate refuses requests: a plan without any writes the columns it always did
+            row["num_rejected"] = o.at_target.get("num_rejected", 0) if o.at_target else None
+            row["reject_reason"] = o.at_target.get("reject_reason", "") if o.at_target else ""
         if _band_level(result) is not None:
             row.update(_band_columns(o, slo))
         row["num_simulations"] = len(o.evaluations)
@@ -217,6 +221,12 @@ def recommendation_text(result: PlanResult) -> str:
                  f"{nxt.num_replicas} × {nxt.candidate.name}, costs {_money(nxt.costs['cost_per_hour'])} per hour.")
     else:
         text += " It is the only configuration that meets the SLOs."
+    at = rec.at_target or {}
+    if at.get("num_rejected"):  # within the SLOs' allowance, but no number of replicas serves them
+        simulated = sum(at.get(k) or 0 for k in ("num_finished", "num_unfinished", "num_rejected"))
+        text += (f" It refuses {at['num_rejected']:,} of the {simulated:,} requests simulated at the target, as it "
+                 "would at any number of replicas (each counts over every limit): the first "
+                 f"{at.get('reject_reason')}.")
     return text
 
 

@@ -442,6 +442,9 @@ def _misses(entry: Entry) -> str:
         if entry.summary.get(f"slo_{m}_met") is False:
             limit = entry.limits.of(m) if entry.limits is not None else None
             measured = value(entry, m)
+            if math.isinf(measured):  # the percentile reaches a rejected request (sim.results.slo_metrics)
+                out.append(f"{q} {m.upper()} falls on a rejected request")
+                continue
             out.append(f"{q} {m.upper()} {fmt(measured, 's')}" + (f" > {limit:g} s" if limit is not None else
                                                                      " over its limit"))
     share = as_number(entry.summary.get("slo_goodput_share"))
@@ -538,7 +541,8 @@ def _rejected(e: Entry, winner: Entry) -> str | None:
     if _more(e, winner, "num_rejected", 1.0):
         total = _get(e, "num_requests")
         of = f" of {int(total):,}" if not math.isnan(total) else ""
-        return f"it rejected {int(n):,}{of} requests (too long for its KV cache or max_model_len)"
+        return (f"it rejected {int(n):,}{of} requests, which it can never run (too long for its KV cache, its "
+                "max_model_len or, without chunked prefill, its token budget); each counts over every limit")
     return None
 
 

@@ -163,7 +163,7 @@ def test_the_rule_stops_at_exactly_the_count_and_counts_a_wait_only_past_the_lim
     assert not rule.certain_miss(state, now=5.0)
 
 
-def test_the_rule_counts_tpot_only_at_finish_and_a_rejection_at_once():
+def test_the_rule_counts_tpot_only_at_finish_and_a_rejection_as_over_every_limit():
     from helpers import make_request
     running = make_request(64, 100, arrival_s=0.0, request_id=3)
     running.first_token_s = 0.1  # decoding, far over any TPOT so far, but its TPOT is known only at its end
@@ -173,7 +173,9 @@ def test_the_rule_counts_tpot_only_at_finish_and_a_rejection_at_once():
     state.finish(1, 0.0, 0.1, 10.1, output_tokens=2)  # TPOT 10 s
     state.finish(2, 0.0, 0.1, 5.0, output_tokens=1)  # one token: no TPOT
     assert not rule.certain_miss(state, now=50.0)
-    state.requests.status[2] = 2  # rejected: slo_met needs every request finished
+    state.requests.status[2] = 2  # rejected: over the limit, the second violation of the 3 needed
+    assert not rule.certain_miss(state, now=50.0)
+    state.requests.status[0] = 2  # the third
     assert rule.certain_miss(state, now=50.0)
 
 
