@@ -159,8 +159,8 @@ class PlanSettings:
     top_k: int
     base_seed: int
     min_window_s: float
+    steady_state_lifetimes: float  # search.steady_state_lifetimes (`steady_window`); 0: min_window_s alone
     prefer_calibrated: bool = True
-    steady_state_lifetimes: float = 0.0  # search.steady_state_lifetimes (`steady_window`); 0: min_window_s alone
     shared_cost_model: bool = False  # search.shared_cost_model: one kind of default model for every candidate
     pipeline_parallel: list[int] = field(default_factory=lambda: [1])  # candidate pipeline depths
     expert_parallel: list[int] | None = None  # candidate expert-parallel degrees; None: the scenario's own, as is
@@ -283,7 +283,12 @@ class Evaluator:
 
     def __init__(self, raw: dict, settings: PlanSettings, known: list[Evaluation] | tuple = ()):
         self.raw, self.base_seed, self.min_window_s = raw, settings.base_seed, settings.min_window_s
-        self.lifetimes = settings.steady_state_lifetimes
+        slo = raw.get("slo") or {}
+        # A queue that grows once long requests have filled the KV cache shows in TTFT and E2E. Under TPOT limits
+        # alone an overloaded run meets them however long it runs, its E2E growing with its window: each longer
+        # window would ask for a longer one still, up to the most requests a run holds.
+        queue_bound = slo.get("ttft_s") is not None or slo.get("e2e_s") is not None
+        self.lifetimes = settings.steady_state_lifetimes if queue_bound else 0.0
         self.exhaustive = settings.exhaustive
         self.cache = plan_cache(settings)
         self.memo: dict[tuple, Evaluation] = {}
