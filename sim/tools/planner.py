@@ -319,16 +319,17 @@ class Evaluator:
 
     def _simulate(self, num_replicas: int, rate_per_s: float, seed: int, stop_early: bool) -> Evaluation:
         """The simulation at (replicas, rate, seed), run again over longer windows while `steady_window` asks."""
-        raw = self.scenario_raw(num_replicas, rate_per_s, seed)
+        raw, window_s = self.scenario_raw(num_replicas, rate_per_s, seed), self.min_window_s
         while True:
             evaluation = self._simulate_raw(raw, num_replicas, rate_per_s, seed, stop_early)
-            window_s = steady_window(evaluation, self.lifetimes, _arrival_span_s(raw, rate_per_s))
-            if window_s is None:
+            evaluation.metrics["window_s"] = window_s  # the arrivals' window asked (`scenario_raw`)
+            longer_s = steady_window(evaluation, self.lifetimes, _arrival_span_s(raw, rate_per_s))
+            if longer_s is None:
                 return evaluation
-            longer = self.scenario_raw(num_replicas, rate_per_s, seed, window_s)
+            longer = self.scenario_raw(num_replicas, rate_per_s, seed, longer_s)
             if longer["run"].get("num_requests", 0) <= raw["run"].get("num_requests", 0):
                 return evaluation  # a trace, or a run at the most requests one holds: as long as it gets
-            raw = longer
+            raw, window_s = longer, longer_s
 
     def _simulate_raw(self, raw: dict, num_replicas: int, rate_per_s: float, seed: int,
                       stop_early: bool) -> Evaluation:
@@ -584,9 +585,12 @@ def confirm_with_band(evaluate: "Evaluator", n: int, raw: dict, s: PlanSettings,
     first_misses: list[str] = []
     meet = f"{n} replica meets" if n == 1 else f"{n} replicas meet"
     for k in range(n, s.max_replicas + 1):
-        if k > n and not evaluate(k, s.target_rate_per_s, verdict_only=True).slo_met:
+        point = evaluate(k, s.target_rate_per_s, verdict_only=True)
+        if k > n and not point.slo_met:
             continue
-        scenario = validate_scenario(evaluate.scenario_raw(k, s.target_rate_per_s))
+        # over the window the point check took (`steady_window`), where a queue that grows late shows
+        scenario = validate_scenario(evaluate.scenario_raw(k, s.target_rate_per_s,
+                                                           window_s=point.metrics.get("window_s")))
         cost_model = None if scenario.hardware.disaggregation is not None else shared_cost_model(raw, scenario)
         band, values = replicate(scenario, cost_model=cost_model, stop_when=certain_miss(scenario.slo))
         misses = pessimistic_misses(band, scenario.slo) if band is not None else _certain_misses(values, scenario)

@@ -106,3 +106,24 @@ def test_replications_stop_once_the_upper_edge_is_certainly_over_a_limit():
     scenario = validate_scenario(spec)
     band, values = replicate(scenario, stop_when=certain_miss(scenario.slo))
     assert band is not None and len(values["slo_ttft_p99"]) == 19 and pessimistic_misses(band, scenario.slo) == []
+
+
+def test_the_band_is_confirmed_over_the_window_its_point_check_took(tmp_path, monkeypatch):
+    # steady_state_lifetimes (the default, 4) lengthened the point check's window: a band over the shorter one
+    # would confirm a deployment over a run where a late-growing queue had not shown yet
+    import sim.bands
+    _residuals(tmp_path, monkeypatch, 0.0, 0.0)
+    simulated = []
+    replicate = sim.bands.replicate
+
+    def recording(scenario, **kwargs):
+        simulated.append(scenario.run.num_requests)
+        return replicate(scenario, **kwargs)
+
+    monkeypatch.setattr(sim.bands, "replicate", recording)
+    result, banded = _plan(band=90, band_sources=["step_time"])
+    point = next(e for e in banded.evaluations
+                 if e.num_replicas == banded.num_replicas and e.rate_per_s == result.settings.target_rate_per_s)
+    assert point.metrics["window_s"] > result.settings.min_window_s  # the premise: the window was lengthened
+    ran = sum(point.metrics[k] for k in ("num_finished", "num_unfinished", "num_rejected"))
+    assert simulated == [ran]
