@@ -338,6 +338,7 @@ def _display_candidates(result: PlanResult) -> pd.DataFrame:
     df = candidates_frame(result)
     keep = ["rank", "candidate", "status", "num_replicas", "num_gpus", "cost_per_hour", "cost_per_million_tokens",
             "max_rate_per_replica", "cost_model"] + [c for c in df.columns if c.endswith("_s") and c.startswith(("ttft", "tpot", "e2e"))]
+    keep.append("num_rejected")  # where a candidate refuses requests (`candidates_frame`)
     return df[[c for c in keep if c in df.columns]]
 
 
