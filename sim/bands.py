@@ -212,11 +212,11 @@ def pessimistic_misses(band: dict, slo) -> list[str]:
         edges = band.get(f"slo_{metric}_{q}")
         if edges is None:
             out.append(f"{q} {metric.upper()} has no band")
-        elif edges[1] > limit:
+        elif not edges[1] <= limit:  # NaN too: an edge that cannot be told is not within the limit
             out.append(f"{q} {metric.upper()} upper edge {edges[1]:.4g} s > {limit:g} s")
     if slo.min_goodput_fraction is not None:
         edges = band.get("slo_goodput_share")
-        if edges is None or edges[0] < slo.min_goodput_fraction:
+        if edges is None or not edges[0] >= slo.min_goodput_fraction:
             lower = "none" if edges is None else f"{edges[0]:.1%}"
             out.append(f"goodput share lower edge {lower} < {slo.min_goodput_fraction:.0%}")
     met, total = band.get("slo_met_replications"), band["replications"]
@@ -532,10 +532,13 @@ def batch_figures(result, keys, slo) -> dict[str, list]:
 
 def sampling_halfwidth(batch_values: list | None, z: float) -> float | None:
     """z × the standard deviation of the batch figures / sqrt(batches): the batch-means estimate of a figure's
-    spread across workloads (None where a batch lacks it)."""
+    spread across workloads (None where a batch lacks it; inf where a batch's is unbounded: its SLO percentile
+    falls on a rejected request, `sim.results.percentile_with_refused`)."""
     if batch_values is None or any(v is None or math.isnan(v) for v in batch_values):
         return None
     values = np.asarray(batch_values, dtype=float)
+    if np.isinf(values).any():
+        return math.inf
     return z * float(values.std(ddof=1)) / math.sqrt(len(values))
 
 

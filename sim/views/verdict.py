@@ -158,6 +158,8 @@ def is_level(a: Entry, b: Entry, criterion: Criterion, bands: Bands | None = Non
     x, y = value(a, criterion.key), value(b, criterion.key)
     if math.isnan(x) or math.isnan(y):
         return math.isnan(x) and math.isnan(y)
+    if math.isinf(x) or math.isinf(y):  # a percentile on a rejected request (sim.results.percentile_with_refused)
+        return x == y
     if criterion.key == "goodput" and _same_requests_met(a, b):
         return True
     band_a, band_b = _band(a, criterion, bands), _band(b, criterion, bands)
@@ -360,6 +362,8 @@ def fmt(x: float, unit: str = "") -> str:
     if x is None or (isinstance(x, float) and math.isnan(x)):
         return "-"
     x = float(x)
+    if math.isinf(x):  # a latency percentile that falls on a rejected request
+        return "unbounded" if x > 0 else "-unbounded"
     if x == 0:
         text = "0"
     elif abs(x) >= 1000:
@@ -464,7 +468,7 @@ def _compare(winner: Entry, other: Entry, c: Criterion) -> str:
     a, b = value(winner, c.key), value(other, c.key)
     label = _label(winner, c)
     text = f"{label} {fmt(a)} vs {fmt(b, c.unit)}"
-    if math.isnan(a) or math.isnan(b):
+    if not (math.isfinite(a) and math.isfinite(b)):  # NaN, or unbounded (a percentile on a rejected request)
         return text
     if c.higher_is_better:
         if b > 0 and a / b >= 1.5:
@@ -491,6 +495,9 @@ def _decision(winner: Entry, level: list[Entry], runner: Entry | None, bands: Ba
     if not deciding:
         return text + f". {runner.name} is {level_words} on every deciding metric."
     margin = _compare(winner, runner, deciding[0])
+    if why_ahead and not _better(winner, runner, deciding[0]):  # it wins by meeting the SLOs, not on this metric
+        return (text + f". Ahead of {runner.name}, which misses the SLOs, though {margin}."
+                + _margin_in_band(winner, runner, deciding[0], differences))
     if len(deciding) > 1:  # the next metric that differs: "and" where the winner leads there too, else "though"
         word = "and" if _better(winner, runner, deciding[1]) else "though"
         margin += f", {word} " + _compare(winner, runner, deciding[1])

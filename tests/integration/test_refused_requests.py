@@ -129,3 +129,17 @@ def test_a_plan_takes_a_candidate_refusing_within_the_allowance_and_says_what_it
     (strict,) = run_plan(copy.deepcopy(raw), plan_settings(raw), backend="serial").outcomes
     assert strict.status == "infeasible"
     assert "falls on a rejected request" in strict.reason and "max_num_batched_tokens is 1400" in strict.reason
+
+
+def test_a_band_whose_batch_figure_falls_on_a_refused_request_is_unbounded_never_nan():
+    from sim.bands import difference_band, pessimistic_misses, sampling_halfwidth, widened
+    from sim.config.schema import SLOSpec
+    # numpy's std over an infinite value is NaN, and a NaN edge compared with a limit passed it
+    assert sampling_halfwidth([0.4, math.inf, 0.5], 1.6) == math.inf
+    assert widened([0.5, 0.6], [0.4, math.inf, 0.5], 1.6) == [-math.inf, math.inf]
+    assert widened([0.5, math.inf], None, 1.6) == [0.5, math.inf]
+    slo = SLOSpec(ttft_s=1.0, percentile=99, min_goodput_fraction=0.9)
+    misses = pessimistic_misses({"slo_ttft_p99": [math.nan, math.nan], "slo_goodput_share": [math.nan, 1.0],
+                                 "replications": 19, "slo_met_replications": 19}, slo)
+    assert len(misses) == 2  # an edge that cannot be told is not within the limit
+    assert difference_band([math.inf, 1.0], [math.inf, 2.0], 1) is None  # inf - inf: no band, not a NaN one

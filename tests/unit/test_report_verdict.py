@@ -304,3 +304,24 @@ def test_the_plan_verdict_names_the_cheapest_and_by_how_much():
     none = plan_verdict(_plan([_outcome("l4 TP1", "infeasible", reason="out of reach", reach=30.0)]))
     assert none.headline.startswith("None of the 1 candidates meets the SLOs") and none.winner == "l4 TP1"
     assert none.decision == "Closest: l4 TP1, about 30 req/s with 16 replicas."
+
+
+def test_a_percentile_on_a_rejected_request_is_unbounded_never_level_with_a_number():
+    # The runner rejects 3 of 200 requests (each over every limit): its p99 TTFT falls on one of them.
+    refuses = summary(num_requests=200, num_finished=197, num_rejected=3, slo_ttft_p99=math.inf, slo_ttft_met=False,
+                      slo_met=False)
+    v = decide([Entry("chunked", summary(num_requests=200, num_finished=200), LIMITS, "continuous", "paged", None,
+                      "recompute", "roofline", "compiled"),
+                Entry("unchunked", refuses, LIMITS, "continuous", "paged", None, "recompute", "roofline",
+                      "compiled")])
+    assert v.winner == "chunked"
+    assert "Ahead of unchunked (which misses the SLOs) on p99 TTFT 0.061 vs unbounded." in v.decision
+
+
+def test_a_winner_by_the_slos_alone_is_not_called_ahead_on_a_metric_where_it_is_behind():
+    # The runner left 5 requests unfinished (a horizon): it misses the SLOs, with the lower p99 TTFT of those served.
+    unfinished = summary(num_unfinished=5, num_finished=2995, ttft_s_p99=0.050, slo_ttft_p99=0.050, slo_met=False)
+    v = decide([Entry("a", summary(), LIMITS, "continuous", "paged", None, "recompute", "roofline", "compiled"),
+                Entry("b", unfinished, LIMITS, "continuous", "paged", None, "recompute", "roofline", "compiled")])
+    assert v.winner == "a"
+    assert "Ahead of b, which misses the SLOs, though p99 TTFT 0.061 vs 0.05 s (+22%)." in v.decision
