@@ -165,11 +165,11 @@ class Result:
         self.decode_runs = decode_runs
 
     def first_reject_reason(self) -> str:
-        """Why the first rejected request (the first to arrive) can never run here; "" when none was rejected."""
+        """Why the rejected request of the lowest id can never run here; "" when none was rejected."""
         if isinstance(self._requests, RequestTable):
             reasons = self._requests.reject_reason
             return reasons[min(reasons)] if reasons else ""
-        rejected = self.requests.loc[self.requests["status"] == "rejected"].sort_values("arrival_s", kind="stable")
+        rejected = self.requests.loc[self.requests["status"] == "rejected"].sort_values("request_id")
         return str(rejected["reject_reason"].iloc[0]) if len(rejected) else ""
 
     @property

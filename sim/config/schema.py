@@ -749,7 +749,7 @@ class SearchSpec(_Strict):
         4.0, ge=0, le=100, description="a simulation that meets the SLOs is run again, longer, until its arrivals "
         "span at least this many times its requests' p99 E2E, so a queue that grows only once long requests have "
         "filled the KV cache shows (sim/tools/planner.py steady_window; 4 took scenarios/engines.yaml's H100 answer "
-        "from one replica to two: docs/planning.md); 0: min_window_s alone, in a third of the time or less")
+        "from one replica to two: docs/planning.md); 0: min_window_s alone, in about half the time (RESULTS.md)")
     rate_tolerance: float = Field(0.02, gt=0, lt=1, description="binary search stops when hi/lo <= 1 + this")
     num_seeds: int = Field(5, ge=1, le=MAX_PLAN_SEEDS, description="seeds the recommendation is repeated with "
                            "(uncertainty)")
