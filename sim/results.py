@@ -673,7 +673,8 @@ def load_and_sustained_rates(requests: Table, steps: Table, runs: DecodeRuns | N
     40 req/s of ShareGPT-like requests for 60 s).
 
     Offered: every arrived request's prompt and output tokens (those it asked for where it did not finish), at the
-    offered rate's count over the arrivals' span (`offered_rps`). Sustained: over the steady-state `window` where the
+    offered rate's count over the arrivals' span (`offered_rps`). Admitted: the same less the requests the deployment
+    refused (`num_rejected`), which it never serves: what a deployment meeting its SLOs is priced at. Sustained: over the steady-state `window` where the
     run sets one (`measurement_window`), else the second half of the arrivals (the first is the warm-up), the output
     tokens of the steps that ended in it and the prompt tokens of the requests whose first token came in it; where
     the deployment cannot keep up, its capacity. Where it keeps up, it is the load less the backlog its warm-up still
@@ -684,9 +685,11 @@ def load_and_sustained_rates(requests: Table, steps: Table, runs: DecodeRuns | N
     if last <= first or not len(steps):
         output, total = whole_run["output_tokens_per_s"], whole_run["total_tokens_per_s"]
         return {"offered_output_tokens_per_s": output, "offered_tokens_per_s": total,
+                "admitted_output_tokens_per_s": output, "admitted_tokens_per_s": total,
                 "sustained_output_tokens_per_s": output, "sustained_tokens_per_s": total}
     asked = np.where(requests["finished"], requests["output_tokens"], requests["max_output_tokens"])
     prompt = np.asarray(requests["prompt_tokens"])
+    admitted = np.asarray(requests["status"]) != STATUS_CODES["rejected"]
     per_s = (len(sent) - 1) / len(sent) / (last - first)  # the offered rate's count of arrivals over the span
     start, end = window if window is not None else ((first + last) / 2.0, last)
     length = end - start
@@ -695,6 +698,8 @@ def load_and_sustained_rates(requests: Table, steps: Table, runs: DecodeRuns | N
     prompts = int(prompt[(first_token >= start) & (first_token < end)].sum())
     return {"offered_output_tokens_per_s": float(asked.sum()) * per_s,
             "offered_tokens_per_s": float(asked.sum() + prompt.sum()) * per_s,
+            "admitted_output_tokens_per_s": float(asked[admitted].sum()) * per_s,
+            "admitted_tokens_per_s": float(asked[admitted].sum() + prompt[admitted].sum()) * per_s,
             "sustained_output_tokens_per_s": output / length, "sustained_tokens_per_s": (output + prompts) / length}
 
 

@@ -40,7 +40,8 @@ from sim.workload.base import MAX_NUM_REQUESTS
 # Summary keys kept for every simulation the planner runs (the full summary is large).
 KEPT_METRICS = (
     "throughput_rps", "goodput_rps", "output_tokens_per_s", "total_tokens_per_s", "offered_output_tokens_per_s",
-    "offered_tokens_per_s", "sustained_output_tokens_per_s", "sustained_tokens_per_s", "slo_fraction_ok",
+    "offered_tokens_per_s", "admitted_output_tokens_per_s", "admitted_tokens_per_s", "sustained_output_tokens_per_s",
+    "sustained_tokens_per_s", "slo_fraction_ok",
     "ttft_s_p50", "ttft_s_p90", "ttft_s_p99", "tpot_s_p50", "tpot_s_p90", "tpot_s_p99",
     "e2e_s_p50", "e2e_s_p90", "e2e_s_p99", "num_finished", "num_unfinished", "num_rejected",
     "preemptions", "mean_batch_size", "kv_token_share", "busy_fraction", "slo_goodput_share",

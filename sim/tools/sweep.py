@@ -190,9 +190,10 @@ def priced_parts(scenario) -> list:
 def served_tokens_per_s(summary: dict) -> tuple[float, float]:
     """(all, output) tokens a second a deployment serves at a run's load (sim/results.py
     load_and_sustained_rates): the load offered where the run met its SLOs, which it keeps up with by the user's own
-    limits; else, or without SLOs, the rate it sustained (over the run's steady-state window, or the arrivals'
-    second half). Not the whole-run rates: their time includes the drain."""
-    kind = "offered" if summary.get("slo_met") else "sustained"
+    limits, less the requests it refused (the SLO's percentile may allow a few); else, or without SLOs, the rate it
+    sustained (over the run's steady-state window, or the arrivals' second half). Not the whole-run rates: their time
+    includes the drain."""
+    kind = "admitted" if summary.get("slo_met") else "sustained"
     return summary.get(f"{kind}_tokens_per_s", 0.0), summary.get(f"{kind}_output_tokens_per_s", 0.0)
 
 

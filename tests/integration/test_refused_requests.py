@@ -17,6 +17,7 @@ from sim.results import percentile_with_refused
 from sim.run import make_workload, simulate
 from sim.tools.early_verdict import SLOMissRule
 from sim.tools.planner import plan_settings, run_plan
+from sim.tools.sweep import served_tokens_per_s
 from sim.views.plan_report import candidates_frame, recommendation_text
 
 
@@ -77,6 +78,13 @@ def test_one_refusal_in_200_meets_p99_and_three_do_not(tmp_path, compiled):
     assert three["slo_ttft_met"] is False and three["slo_e2e_met"] is False
     # The share within every limit counts the refused ones as missing it; the goodput share too.
     assert one["slo_fraction_ok"] == 199 / 200 and three["slo_fraction_ok"] == 197 / 200
+    # A token's price counts the tokens served: the offered load less the refused request's 3,000 + 8 tokens, at the
+    # offered rate's count of the 200 arrivals over their 19.9 s.
+    per_s = 199 / 200 / 19.9
+    assert one["offered_tokens_per_s"] == pytest.approx((199 * 72 + 3008) * per_s, rel=1e-12)
+    assert one["admitted_tokens_per_s"] == pytest.approx(199 * 72 * per_s, rel=1e-12)
+    assert one["admitted_output_tokens_per_s"] == pytest.approx(199 * 8 * per_s, rel=1e-12)
+    assert served_tokens_per_s(one) == (one["admitted_tokens_per_s"], one["admitted_output_tokens_per_s"])
 
 
 def test_the_early_verdict_counts_a_refusal_as_a_violation_in_both_engines(tmp_path):

@@ -28,6 +28,7 @@ def test_where_the_deployment_keeps_up_it_sustains_the_load_which_the_drained_ra
     # 10 requests a second of 64 + 400 tokens, each 4 s long: the load is 4,640 tokens a second, exactly
     summary = simulate(validate_scenario(_fixed(10.0, 400, 200))).summary
     assert summary["offered_tokens_per_s"] == pytest.approx(10 * 464, rel=1e-12)
+    assert summary["admitted_tokens_per_s"] == summary["offered_tokens_per_s"]  # none refused
     assert summary["offered_output_tokens_per_s"] == pytest.approx(10 * 400, rel=1e-12)
     # past the warm-up every step decodes the 40 requests in flight: the load, to a step at either edge
     assert summary["sustained_tokens_per_s"] == pytest.approx(10 * 464, rel=0.01)
@@ -64,12 +65,15 @@ def test_a_burst_has_no_steady_state_and_takes_the_whole_runs_rates():
     raw = _fixed(10.0, 8, 50)
     raw["workload"]["arrival"] = {"kind": "burst"}
     s = simulate(validate_scenario(raw)).summary
-    assert s["sustained_tokens_per_s"] == s["offered_tokens_per_s"] == s["total_tokens_per_s"]
+    assert s["sustained_tokens_per_s"] == s["offered_tokens_per_s"] == s["admitted_tokens_per_s"] == s[
+        "total_tokens_per_s"]
     assert s["sustained_output_tokens_per_s"] == s["offered_output_tokens_per_s"] == s["output_tokens_per_s"]
 
 
 def test_a_run_within_its_slos_is_priced_at_the_load_and_one_outside_at_what_it_sustained():
-    rates = {"offered_tokens_per_s": 10.0, "offered_output_tokens_per_s": 4.0, "sustained_tokens_per_s": 6.0,
+    # the load less the requests the deployment refused (tests/integration/test_refused_requests.py)
+    rates = {"offered_tokens_per_s": 11.0, "offered_output_tokens_per_s": 5.0, "admitted_tokens_per_s": 10.0,
+             "admitted_output_tokens_per_s": 4.0, "sustained_tokens_per_s": 6.0,
              "sustained_output_tokens_per_s": 3.0, "total_tokens_per_s": 1.0, "output_tokens_per_s": 0.5}
     assert served_tokens_per_s(rates | {"slo_met": True}) == (10.0, 4.0)
     assert served_tokens_per_s(rates | {"slo_met": False}) == (6.0, 3.0)
