@@ -673,12 +673,13 @@ def load_and_sustained_rates(requests: Table, steps: Table, runs: DecodeRuns | N
     40 req/s of ShareGPT-like requests for 60 s).
 
     Offered: every arrived request's prompt and output tokens (those it asked for where it did not finish), at the
-    offered rate's count over the arrivals' span (`offered_rps`). Admitted: the same less the requests the deployment
-    refused (`num_rejected`), which it never serves: what a deployment meeting its SLOs is priced at. Sustained: over the steady-state `window` where the
-    run sets one (`measurement_window`), else the second half of the arrivals (the first is the warm-up), the output
-    tokens of the steps that ended in it and the prompt tokens of the requests whose first token came in it; where
-    the deployment cannot keep up, its capacity. Where it keeps up, it is the load less the backlog its warm-up still
-    builds, which a short run with long requests leaves sizable.
+    offered rate's count over the arrivals' span (`offered_rps`). Admitted: the same less the requests the
+    deployment refused (`num_rejected`), which it never serves: what a deployment meeting its SLOs is priced at.
+    Sustained: over the steady-state `window` where the run sets one (`measurement_window`), else the second half of
+    the arrivals (the first is the warm-up), the output tokens of the steps that ended in it and the prompt tokens
+    of the requests whose first token came in it; where the deployment cannot keep up, its capacity. Where it keeps
+    up, it is the load less the backlog its warm-up still builds, which a short run with long requests leaves
+    sizable.
     Arrivals that span no time (a burst) have neither: the whole-run rates (`whole_run`, `throughput`'s keys)."""
     sent = _floats(requests, sent_column(requests))
     first, last = (float(sent.min()), float(sent.max())) if len(sent) else (0.0, 0.0)
