@@ -16,6 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from sim.config.engines.presets import engine_spelling
 from sim.core.engine import STATUS_CODES
 from sim.errors import ConfigError
 from sim.gap_scan import gap_rows
@@ -165,12 +166,17 @@ class Result:
         self.decode_runs = decode_runs
 
     def first_reject_reason(self) -> str:
-        """Why the rejected request of the lowest id can never run here; "" when none was rejected."""
+        """Why the rejected request of the lowest id can never run here; "" when none was rejected. Where the
+        scenario names an engine, the scheduler keys the reason names follow as that engine's flags
+        (`engine_spelling`); requests.parquet's `reject_reason` keeps the scheduler's words."""
         if isinstance(self._requests, RequestTable):
             reasons = self._requests.reject_reason
-            return reasons[min(reasons)] if reasons else ""
-        rejected = self.requests.loc[self.requests["status"] == "rejected"].sort_values("request_id")
-        return str(rejected["reject_reason"].iloc[0]) if len(rejected) else ""
+            reason = reasons[min(reasons)] if reasons else ""
+        else:
+            rejected = self.requests.loc[self.requests["status"] == "rejected"].sort_values("request_id")
+            reason = str(rejected["reject_reason"].iloc[0]) if len(rejected) else ""
+        flags = engine_spelling(reason, self.scenario) if reason and self.scenario is not None else ""
+        return f"{reason}; {flags}" if flags else reason
 
     @property
     def requests(self) -> pd.DataFrame:

@@ -47,6 +47,10 @@ class Flag:
     # text) -> the value (vLLM's human-readable numbers, "32k"); None from it: the engine's "auto", which the
     # derivation reads as given (`Context.flags`) and the flag's target does not get
     read: Callable[[Any, tuple[int, ...], str], Any] | None = None
+    # scenario keys the preset derives from this flag though `target` does not name them (TensorRT-LLM's
+    # --enable_chunked_prefill decides scheduler.chunked_prefill): where a message in the scheduler's words names such
+    # a key, `engine_spelling` names the flag as the engine spells it
+    decides: tuple[str, ...] = ()
 
     @property
     def option(self) -> str | None:

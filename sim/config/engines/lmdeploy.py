@@ -265,7 +265,7 @@ LMDEPLOY_FLAGS = {  # config.ini keys of v0.1.0a; TurbomindEngineConfig fields (
     "cache_block_seq_len": Flag("kv_cache.block_size", int, "config.ini cache_block_seq_len / "
                                 "--cache-block-seq-len: tokens per k/v block", aliases=("--cache-block-seq-len",)),
     "session_len": Flag(None, int, "config.ini session_len / --session-len: the longest sequence",
-                        aliases=("--session-len",)),
+                        aliases=("--session-len",), decides=("scheduler.max_model_len",)),
     "max_context_token_num": Flag(None, int, "config.ini max_context_token_num (v0.1.0a): tokens per "
                                   "context-decode sub-batch (x session_len when <= max_batch_size); its sub-batches "
                                   "are priced as one pass"),

@@ -257,6 +257,41 @@ def as_flag_error(err: ConfigError, scenario) -> ConfigError:
     return err if flag is None else ConfigError(f"{flag} (sets {dotted}):{text[len(dotted) + 1:]}")
 
 
+SCHEDULER_WORDS = ("max_num_batched_tokens", "chunked_prefill", "max_model_len", "max_num_seqs")
+
+
+def engine_spelling(text: str, scenario) -> str:
+    """Where `text`, in the scheduler's words (a rejected request's reason: `SchedulerBase.rejection_reason`), names
+    a scheduler key that the scenario's engine sets from its own flags, those flags as the engine spells them:
+    "under TensorRT-LLM 1.2.0rc1, max_num_batched_tokens is --max_num_tokens (engine.max_num_tokens) and
+    chunked_prefill is --enable_chunked_prefill (engine.enable_chunked_prefill)"; the flag the scenario gave where it
+    gave one (`EngineSpec.set_by`). "" without an engine, or where no such key is named."""
+    engine = scenario.engine
+    if engine is None:
+        return ""
+    preset = PRESETS[engine.name]
+    version = parse_version(engine.version)
+    parts = []
+    for word in SCHEDULER_WORDS:
+        if not re.search(rf"\b{word}\b", text):
+            continue
+        dotted = f"scheduler.{word}"
+        given = engine.set_by.get(dotted)
+        if given is not None:
+            parts.append(f"{word} is set by {given}")
+            continue
+        flags = [f"{flag.option} (engine.{key})" if flag.option else f"engine.{key}"
+                 for key, flag in preset.flags.items()
+                 if (flag.target == dotted or dotted in flag.decides)
+                 and not outside_versions(version, engine.version, flag.since, flag.until)]
+        if flags:
+            parts.append(f"{word} is {' or '.join(flags)}")
+    if not parts:
+        return ""
+    listed = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"
+    return f"under {preset.label} {engine.version}, {listed}"
+
+
 def _checked_flag(key: str, value, name: str, preset: EnginePreset, version: tuple[int, ...], version_text: str):
     """A flag's value as its preset takes it (converted), refused in one line where the preset has no such flag, the
     value is of the wrong kind, or the version does not have the flag or the value."""

@@ -932,8 +932,9 @@ def _sglang_speculation_values(ctx: Context, speculation: SGLangSpeculation, slo
 
 SGLANG_FLAGS = {
     "max_running_requests": Flag("scheduler.max_num_seqs", int, "--max-running-requests"),
-    "chunked_prefill_size": Flag(None, int, "--chunked-prefill-size (-1: no chunking)"),
-    "max_prefill_tokens": Flag(None, int, "--max-prefill-tokens"),
+    "chunked_prefill_size": Flag(None, int, "--chunked-prefill-size (-1: no chunking)",
+                                 decides=("scheduler.chunked_prefill", "scheduler.max_num_batched_tokens")),
+    "max_prefill_tokens": Flag(None, int, "--max-prefill-tokens", decides=("scheduler.max_num_batched_tokens",)),
     "mem_fraction_static": Flag(None, (int, float), "--mem-fraction-static"),
     "cpu_offload_gb": Flag("kv_cache.weights_offload_bytes", int, "--cpu-offload-gb: GiB of each GPU's decoder-layer "
                            "weights kept in host memory, copied in at every forward pass",

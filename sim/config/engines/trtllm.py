@@ -259,7 +259,7 @@ TRTLLM_FLAGS = {
     "kv_cache_free_gpu_memory_fraction": Flag(None, (int, float), "--kv_cache_free_gpu_memory_fraction",
                                               aliases=("--free_gpu_memory_fraction",)),
     "tokens_per_block": Flag("kv_cache.block_size", int, "tokens_per_block", _tokens_per_block),
-    "enable_chunked_prefill": Flag(None, bool, "--enable_chunked_prefill"),
+    "enable_chunked_prefill": Flag(None, bool, "--enable_chunked_prefill", decides=("scheduler.chunked_prefill",)),
     "scheduler_policy": Flag(None, str, "capacity_scheduler_policy", _policy),
     "cuda_graph_batch_sizes": Flag(None, list, "cuda_graph_config.batch_sizes with enable_padding"),
     "cuda_graphs": Flag(None, bool, "cuda_graph_config: null (false) runs every step without CUDA graphs",

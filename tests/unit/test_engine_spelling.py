@@ -1,0 +1,78 @@
+"""A rejected request's reason is in the scheduler's words (`max_num_batched_tokens`); where the scenario names an
+engine, the first reason shown (`Result.first_reject_reason`: the CLI's note, the plan's candidates) also names
+the engine's own flags for those keys (sim/config/engines/presets.py `engine_spelling`), the one the scenario gave
+where it gave one."""
+
+import pytest
+
+from sim.config.engines.presets import PRESETS, engine_spelling
+from sim.config.files import validate_scenario
+from sim.run import simulate
+
+BUDGET = "needs up to 9009 tokens in one prefill but max_num_batched_tokens is 8192 (enable chunked_prefill)"
+
+
+def scenario(engine: dict | None, input_tokens: int = 500, **sections):
+    raw = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+                        "lengths": {"kind": "fixed", "input_tokens": input_tokens, "output_tokens": 10}},
+           "run": {"num_requests": 4}, **sections}
+    if engine is not None:
+        raw["engine"] = engine
+    return validate_scenario(raw)
+
+
+@pytest.mark.parametrize("engine, text, expected", [
+    ({"name": "trtllm", "version": "1.2.0rc1"}, BUDGET,
+     "under TensorRT-LLM 1.2.0rc1, max_num_batched_tokens is --max_num_tokens (engine.max_num_tokens) and "
+     "chunked_prefill is --enable_chunked_prefill (engine.enable_chunked_prefill)"),
+    ({"name": "trtllm", "version": "1.2.0rc1", "max_num_tokens": 8192}, BUDGET,
+     "under TensorRT-LLM 1.2.0rc1, max_num_batched_tokens is set by engine.max_num_tokens and "
+     "chunked_prefill is --enable_chunked_prefill (engine.enable_chunked_prefill)"),
+    ({"name": "sglang", "version": "0.5.3"}, BUDGET,
+     "under SGLang 0.5.3, max_num_batched_tokens is --chunked-prefill-size (engine.chunked_prefill_size) or "
+     "--max-prefill-tokens (engine.max_prefill_tokens) and chunked_prefill is --chunked-prefill-size "
+     "(engine.chunked_prefill_size)"),
+    ({"name": "vllm", "version": "0.11.0"}, "needs 9010 tokens > max_model_len 8192",
+     "under vLLM 0.11.0, max_model_len is --max-model-len (engine.max_model_len)"),
+    ({"name": "vllm", "version": "0.11.0"}, "needs 9010 KV slots but the whole cache holds 4096", ""),
+    (None, BUDGET, ""),
+])
+def test_the_engines_flags_for_the_keys_a_reason_names_known_answers(engine, text, expected):
+    assert engine_spelling(text, scenario(engine)) == expected
+
+
+@pytest.mark.parametrize("engine, flags, key, value", [
+    ({"name": "trtllm", "version": "1.2.0rc1"}, {"enable_chunked_prefill": True}, "chunked_prefill", True),
+    ({"name": "sglang", "version": "0.5.3"}, {"chunked_prefill_size": -1}, "chunked_prefill", False),
+    ({"name": "sglang", "version": "0.5.3"}, {"chunked_prefill_size": 1024}, "max_num_batched_tokens", 1024),
+    ({"name": "sglang", "version": "0.5.3"}, {"chunked_prefill_size": -1, "max_prefill_tokens": 4096},
+     "max_num_batched_tokens", 4096),
+    ({"name": "lmdeploy", "version": "0.12.0"}, {"session_len": 2048}, "max_model_len", 2048),
+])
+def test_a_flag_said_to_decide_a_key_does(engine, flags, key, value):
+    """`Flag.decides` describes the preset's derivation; here the derivation is seen to follow it."""
+    preset_flags = PRESETS[engine["name"]].flags
+    assert any(f"scheduler.{key}" in preset_flags[flag].decides for flag in flags)
+    assert getattr(scenario(engine).scheduler, key) != value  # the premise: the flag moves the key
+    assert getattr(scenario({**engine, **flags}).scheduler, key) == value
+
+
+def test_every_decided_key_is_a_scenario_key_no_target_names():
+    for preset in PRESETS.values():
+        for key, flag in preset.flags.items():
+            for dotted in flag.decides:
+                assert dotted.startswith("scheduler.") and dotted != flag.target, (preset.name, key)
+
+
+@pytest.mark.parametrize("compiled", [False, True])
+def test_the_first_reason_shown_names_the_engines_flags_and_the_records_keep_the_schedulers_words(compiled):
+    result = simulate(scenario({"name": "trtllm", "version": "1.2.0rc1"}, input_tokens=9000,
+                               run={"num_requests": 4, "compiled_core": compiled}))
+    assert result.summary["num_rejected"] == 4
+    reason = result.requests.loc[0, "reject_reason"]
+    # the prompt alone: TensorRT-LLM reserves the whole output, so nothing is ever recomputed
+    assert reason.startswith("needs up to 9000 tokens in one prefill but max_num_batched_tokens is 8192")
+    assert "--max_num_tokens" not in reason
+    assert result.first_reject_reason() == f"{reason}; under TensorRT-LLM 1.2.0rc1, max_num_batched_tokens is " \
+        "--max_num_tokens (engine.max_num_tokens) and chunked_prefill is --enable_chunked_prefill " \
+        "(engine.enable_chunked_prefill)"
