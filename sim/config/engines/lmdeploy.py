@@ -261,7 +261,7 @@ LMDEPLOY_FLAGS = {  # config.ini keys of v0.1.0a; TurbomindEngineConfig fields (
     "cache_max_entry_count": Flag(None, (int, float), "config.ini cache_max_entry_count / --cache-max-entry-count: "
                                   "< 1 a fraction of the GPU's memory (v0.1.0a: total; v0.12.0+: free after the "
                                   "weights) for k/v blocks, else the number of blocks (refused from v0.15.0)",
-                                  aliases=("--cache-max-entry-count",)),
+                                  aliases=("--cache-max-entry-count",), decides=("kv_cache.capacity_tokens",)),
     "cache_block_seq_len": Flag("kv_cache.block_size", int, "config.ini cache_block_seq_len / "
                                 "--cache-block-seq-len: tokens per k/v block", aliases=("--cache-block-seq-len",)),
     "session_len": Flag(None, int, "config.ini session_len / --session-len: the longest sequence",

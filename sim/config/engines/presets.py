@@ -257,7 +257,16 @@ def as_flag_error(err: ConfigError, scenario) -> ConfigError:
     return err if flag is None else ConfigError(f"{flag} (sets {dotted}):{text[len(dotted) + 1:]}")
 
 
-SCHEDULER_WORDS = ("max_num_batched_tokens", "chunked_prefill", "max_model_len", "max_num_seqs")
+# The words of the scheduler's rejection reasons (`SchedulerBase.rejection_reason`) that name scenario keys: {word:
+# (the keys, how the note says the engine's flags for them, how it says the flag the scenario gave)}
+REASON_KEYS = {
+    "max_num_batched_tokens": (("scheduler.max_num_batched_tokens",), "max_num_batched_tokens is {}",
+                               "max_num_batched_tokens is set by {}"),
+    "chunked_prefill": (("scheduler.chunked_prefill",), "chunked_prefill is {}", "chunked_prefill is set by {}"),
+    "max_model_len": (("scheduler.max_model_len",), "max_model_len is {}", "max_model_len is set by {}"),
+    "cache": (("kv_cache.capacity_tokens", "kv_cache.gpu_memory_utilization"), "the cache is sized by {}",
+              "the cache is sized by {}"),
+}
 
 
 def engine_spelling(text: str, scenario) -> str:
@@ -272,20 +281,19 @@ def engine_spelling(text: str, scenario) -> str:
     preset = PRESETS[engine.name]
     version = parse_version(engine.version)
     parts = []
-    for word in SCHEDULER_WORDS:
+    for word, (keys, by_flags, by_given) in REASON_KEYS.items():
         if not re.search(rf"\b{word}\b", text):
             continue
-        dotted = f"scheduler.{word}"
-        given = engine.set_by.get(dotted)
-        if given is not None:
-            parts.append(f"{word} is set by {given}")
+        given = [engine.set_by[dotted] for dotted in keys if dotted in engine.set_by]
+        if given:
+            parts.append(by_given.format(given[0]))
             continue
         flags = [f"{flag.option} (engine.{key})" if flag.option else f"engine.{key}"
                  for key, flag in preset.flags.items()
-                 if (flag.target == dotted or dotted in flag.decides)
+                 if (flag.target in keys or set(keys) & set(flag.decides))
                  and not outside_versions(version, engine.version, flag.since, flag.until)]
         if flags:
-            parts.append(f"{word} is {' or '.join(flags)}")
+            parts.append(by_flags.format(" or ".join(flags)))
     if not parts:
         return ""
     listed = parts[0] if len(parts) == 1 else f"{', '.join(parts[:-1])} and {parts[-1]}"

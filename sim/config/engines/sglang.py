@@ -935,7 +935,7 @@ SGLANG_FLAGS = {
     "chunked_prefill_size": Flag(None, int, "--chunked-prefill-size (-1: no chunking)",
                                  decides=("scheduler.chunked_prefill", "scheduler.max_num_batched_tokens")),
     "max_prefill_tokens": Flag(None, int, "--max-prefill-tokens", decides=("scheduler.max_num_batched_tokens",)),
-    "mem_fraction_static": Flag(None, (int, float), "--mem-fraction-static"),
+    "mem_fraction_static": Flag(None, (int, float), "--mem-fraction-static", decides=("kv_cache.capacity_tokens",)),
     "cpu_offload_gb": Flag("kv_cache.weights_offload_bytes", int, "--cpu-offload-gb: GiB of each GPU's decoder-layer "
                            "weights kept in host memory, copied in at every forward pass",
                            gib_as_bytes("cpu_offload_gb"), since=SGLANG_CPU_OFFLOAD_SINCE),

@@ -843,11 +843,12 @@ VLLM_FLAGS = {
     "block_size": Flag("kv_cache.block_size", int, "--block-size"),
     "num_gpu_blocks_override": Flag(None, int, "--num-gpu-blocks-override: the KV cache's blocks, as given "
                                     "(kv_cache.capacity_tokens)",
-                                    at_least("num_gpu_blocks_override", most=MAX_KV_BLOCKS)),
+                                    at_least("num_gpu_blocks_override", most=MAX_KV_BLOCKS),
+                                    decides=("kv_cache.capacity_tokens",)),
     "kv_cache_memory_bytes": Flag(None, int, "--kv-cache-memory-bytes: the KV cache's bytes a GPU, as given "
                                   "(kv_cache.capacity_tokens)", at_least("kv_cache_memory_bytes"),
                                   since=VLLM_KV_CACHE_MEMORY_BYTES_SINCE,
-                                  read=readable_number("kv_cache_memory_bytes")),
+                                  read=readable_number("kv_cache_memory_bytes"), decides=("kv_cache.capacity_tokens",)),
     "cpu_offload_gb": Flag("kv_cache.weights_offload_bytes", (int, float), "--cpu-offload-gb: GiB of each GPU's "
                            "decoder-layer weights kept in host memory, read over the host link every forward pass",
                            gib_as_bytes("cpu_offload_gb")),
