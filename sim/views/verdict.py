@@ -74,6 +74,7 @@ class Entry:
     preemption: str | None = None  # "recompute" | "swap"
     cost_model: str | None = None  # Result.extras["cost_model_label"]
     engine: str | None = None  # Result.extras["engine_core"]
+    reject_reason: str | None = None  # why the first rejected request can never run (Result.first_reject_reason)
 
 
 @dataclass(frozen=True)
@@ -548,8 +549,9 @@ def _rejected(e: Entry, winner: Entry) -> str | None:
     if _more(e, winner, "num_rejected", 1.0):
         total = _get(e, "num_requests")
         of = f" of {int(total):,}" if not math.isnan(total) else ""
-        return (f"it rejected {int(n):,}{of} requests, which it can never run (too long for its KV cache, its "
-                "max_model_len or, without chunked prefill, its token budget); each counts over every limit")
+        why = (f"the first {e.reject_reason}" if e.reject_reason else
+               "too long for its KV cache, its max_model_len or, without chunked prefill, its token budget")
+        return f"it rejected {int(n):,}{of} requests, which it can never run ({why}); each counts over every limit"
     return None
 
 
@@ -712,8 +714,10 @@ def entry_of(result) -> Entry:
         preemption = getattr(spec, "mode", None) or sc.kv_cache.preemption
         reserve = sc.kv_cache.reserve if layout == "contiguous" else None
     extras = getattr(result, "extras", None) or {}
+    rejected = result.summary.get("num_rejected") and hasattr(result, "first_reject_reason")
     return Entry(result.name, result.summary, limits, batching, layout, reserve, preemption,
-                 extras.get("cost_model_label"), extras.get("engine_core"))
+                 extras.get("cost_model_label"), extras.get("engine_core"),
+                 result.first_reject_reason() or None if rejected else None)
 
 
 def verdict_of(results, bands: Bands | None = None, differences: Differences | None = None) -> Verdict:

@@ -124,3 +124,15 @@ def test_a_run_that_rejects_requests_says_why(tmp_path):
     # 219 KV slots: 200 + 20 tokens, the last token's KV never written
     assert lines == ["note: small: 10 of 10 requests were rejected, as they can never run here (the first: needs 219 "
                      "KV slots but the whole cache holds 128); requests.parquet's reject_reason says why for each"]
+    # With SLOs the verdict says why (report.html and the dashboard show it too), and the note does not repeat it.
+    scenario["slo"] = {"ttft_s": 1.0}
+    path.write_text(yaml.safe_dump(scenario))
+    proc = servesim("run", path, "--out", tmp_path / "out2", "-q")
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())  # as the console wraps it
+    assert ("Why small: it rejected 10 of 10 requests, which it can never run (the first needs 219 KV slots but the "
+            "whole cache holds 128); each counts over every limit") in text
+    assert ("note: small: 10 of 10 requests were rejected, as they can never run here (the first as the verdict "
+            "says); each counts over every SLO limit") in text
+    report = (tmp_path / "out2" / "report.html").read_text()
+    assert "the first needs 219 KV slots but the whole cache holds 128" in report

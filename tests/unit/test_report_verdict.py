@@ -131,7 +131,12 @@ def test_without_slo_limits_goodput_is_every_finished_request():
 
 
 @pytest.mark.parametrize("changes, entry, words", [
-    ({"num_rejected": 40, "slo_met": False}, {}, "it rejected 40 of 3,000 requests"),
+    ({"num_rejected": 40, "slo_met": False}, {}, "it rejected 40 of 3,000 requests, which it can never run (too long "
+     "for its KV cache, its max_model_len or, without chunked prefill, its token budget); each counts over every "
+     "limit"),
+    ({"num_rejected": 40, "slo_met": False}, {"reject_reason": "needs 219 KV slots but the whole cache holds 128"},
+     "it rejected 40 of 3,000 requests, which it can never run (the first needs 219 KV slots but the whole cache "
+     "holds 128); each counts over every limit"),
     ({"preemptions": 812, "slo_met": False, "slo_tpot_met": False}, {"preemption": "swap"},
      "the KV cache ran out mid-generation: 812 preemptions (swapped out) against 0 for ok"),
     ({"max_num_waiting": 900, "queueing_s_mean": 40.0, "throughput_rps": 12.0, "slo_met": False, "slo_ttft_met": False},
