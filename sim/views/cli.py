@@ -271,7 +271,7 @@ def compare(scenario: str = typer.Argument(..., help="scenario YAML file with va
     folders = _write_outputs(out, results, f"ServeSim comparison: {scenario_set.base.name}",
                              Path(scenario).read_text(), extra, differences)
     for name, folder in folders.items():
-        if folder != _folder_name(name):
+        if folder and folder != _folder_name(name):  # "": a scenario without variants writes in `out` itself
             console.print(f"note: variant {name!r} shares its folder name with another; its records are in "
                           f"{out / folder}/", markup=False, highlight=False)
     console.print(f"Outputs written to {out}/ — open {out / 'report.html'} in a browser.")

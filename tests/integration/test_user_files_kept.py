@@ -158,6 +158,16 @@ def test_variants_whose_names_share_a_folder_get_one_each(tmp_path):
     assert len(set(f.lower() for f in folders.values())) == 4 and folders["plain"] == "plain"
     for name, count in (("tp1/pp1", 10), ("tp1_pp1", 20), ("TP1_PP1", 30)):
         assert json.loads((out / folders[name] / "summary.json").read_text())["num_requests"] == count
+    assert proc.stdout.count("shares its folder name") == 3  # each of the three names that share one
+
+
+def test_a_scenario_without_variants_compares_into_its_folder_without_a_shared_folder_note(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SMALL))
+    proc = servesim("compare", path, "--out", tmp_path / "cmp", "-q")
+    assert proc.returncode == 0, proc.stderr
+    assert "shares its folder name" not in proc.stdout  # the note said so of the only variant
+    assert (tmp_path / "cmp" / "summary.json").is_file()
 
 
 def test_a_variants_folder_does_not_depend_on_the_other_variants():
