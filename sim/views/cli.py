@@ -298,8 +298,9 @@ def _csv_list(option: str, text: Optional[str], cast=str) -> Optional[list]:
         raise ServeSimError(f"{option}: {text!r} is not a comma-separated list of {cast.__name__} values") from None
 
 
-def _read_raw(path: str, overrides: Optional[list[str]], resolve: bool = True) -> dict:
-    """The scenario file as a mapping (relative paths anchored, overrides applied), validated once."""
+def _read_raw(path: str, overrides: Optional[list[str]], resolve: bool = True, check: bool = True) -> dict:
+    """The scenario file as a mapping (relative paths anchored, overrides applied), validated once (unless the
+    caller checks it itself: `check` false)."""
     from sim.config.files import (
         anchor_paths,
         apply_overrides,
@@ -311,7 +312,8 @@ def _read_raw(path: str, overrides: Optional[list[str]], resolve: bool = True) -
         raise ServeSimError(f"{path}: expected a YAML mapping at the top level")
     anchor_paths(raw, Path(path).resolve().parent)
     raw = apply_overrides(raw, overrides or [])
-    build_scenario_set(dict(raw), path, resolve=resolve)  # every variant valid before anything runs
+    if check:
+        build_scenario_set(dict(raw), path, resolve=resolve)  # every variant valid before anything runs
     return raw
 
 
@@ -344,10 +346,10 @@ def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
     """Simulate the cross product of scenario keys; one row per point. Resumable: done points are skipped.
     With --band (run.band) each row gets <metric>_lo / <metric>_hi columns; the band is part of the sweep's
     identity (a table of another band is not resumed)."""
-    from sim.tools.sweep import parse_grid, plan_sweep, run_point
-    # a point that cannot run gets its reason in its row
-    raw = _read_raw(scenario, _with_band(set_, band), resolve=False)
+    from sim.tools.sweep import check_sweep_scenario, parse_grid, plan_sweep, run_point
+    raw = _read_raw(scenario, _with_band(set_, band), check=False)
     axes = parse_grid(grid)
+    check_sweep_scenario(raw, axes, scenario)  # a point that cannot run gets its reason in its row
     names = list((raw.get("variants") or {}).keys())
     if variant:
         unknown = [v for v in variant if v not in names]

@@ -149,6 +149,28 @@ def test_a_point_that_cannot_run_records_its_reason_and_the_sweep_goes_on(tmp_pa
     assert too_big["model"] == "llama-3.1-70b" and "hardware" in too_big["error"]
 
 
+def test_a_grid_may_give_what_the_file_leaves_out(tmp_path, capsys):
+    """`--set engine.name=vllm` alone names no version, which the grid gives: the sweep runs, and a point whose
+    version is no release gets its reason in its row. Where no point completes the file, the first point's error
+    is the one line (it was the file's: "engine.version: missing")."""
+    raw = {key: value for key, value in SMALL.items() if key != "variants"}
+    path = _write(tmp_path, raw)
+    out = tmp_path / "sweep.csv"
+    code = _run_cli("sweep", str(path), "--set", "engine.name=vllm", "--grid", "engine.version=0.11.0,0.9.7",
+                    "--backend", "serial", "--out", str(out), "-q")
+    assert code == 0
+    df = pd.read_csv(out, keep_default_na=False)
+    assert list(df["engine.version"].astype(str)) == ["0.11.0", "0.9.7"]
+    assert df.loc[0, "error"] == "" and float(df.loc[0, "num_finished"]) == 60
+    assert "'0.9.7' is not a vllm release" in df.loc[1, "error"]
+    capsys.readouterr()
+    code = _run_cli("sweep", str(path), "--set", "engine.name=vllm", "--grid", "engine.version=0.9.7,0.9.8",
+                    "--backend", "serial", "--out", str(tmp_path / "none.csv"), "-q")
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err.startswith("error: engine.version: '0.9.7' is not a vllm release") and "\n" not in err
+    assert not (tmp_path / "none.csv").exists()
+
+
 def _sweep(tmp_path: Path, out: Path, backend: str, *extra: str) -> pd.DataFrame:
     path = _write(tmp_path)
     code = _run_cli("sweep", str(path), "--grid", "rate=4,16", "--grid", "scheduler.max_num_seqs=8,64",
