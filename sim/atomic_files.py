@@ -17,8 +17,9 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 import shutil
-import tempfile
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,30 @@ def write_output_file(path: str | Path, data: bytes | str, option: str = "--out"
     atomic_write_text(path.parent / FILE_LEDGER, json.dumps({"generator": GENERATOR_TAG, "files": files}, indent=1))
 
 
+def new_temporary(beside: Path, label: str = "tmp", folder: bool = False) -> Path:
+    """A new, uniquely named empty file (or folder) beside `beside`, with the permissions any new one gets: 0o666
+    (0o777) less the umask. tempfile's would make every output private to its owner."""
+    for _ in range(100):
+        tmp = beside.with_name(f".{beside.name}.{label}-{secrets.token_hex(6)}")
+        try:
+            if folder:
+                os.mkdir(tmp, 0o777)
+            else:
+                os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+        except FileExistsError:
+            continue
+        return tmp
+    raise FileExistsError(f"no free temporary name beside {str(beside)!r}")
+
+
+def keep_permissions(old: Path, new: Path) -> None:
+    """An output written again keeps the permissions its owner gave it (nothing where there was none)."""
+    try:
+        os.chmod(new, stat.S_IMODE(os.stat(old).st_mode))
+    except FileNotFoundError:
+        pass
+
+
 @contextmanager
 def atomic_dir(target: str | Path, option: str = "--out"):
     """Yield a temporary folder beside `target`; on success it replaces `target` in one rename, carrying the
@@ -200,7 +225,7 @@ def atomic_dir(target: str | Path, option: str = "--out"):
     target = check_replaceable_dir(target, option)
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(prefix=f".{target.name}.tmp-", dir=target.parent))
+        tmp = new_temporary(target, folder=True)
     except OSError as err:
         raise ConfigError(f"{option}: {shown!r} cannot be written ({err.strerror or err})") from None
     try:
@@ -212,7 +237,8 @@ def atomic_dir(target: str | Path, option: str = "--out"):
         raise
     old = None
     if target.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{target.name}.old-", dir=target.parent))
+        keep_permissions(target, tmp)
+        old = new_temporary(target, "old", folder=True)
         target.rename(old / target.name)
     tmp.rename(target)
     if old is not None:
@@ -222,13 +248,13 @@ def atomic_dir(target: str | Path, option: str = "--out"):
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
+    tmp = new_temporary(path)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
+        tmp.write_bytes(data)
+        keep_permissions(path, tmp)
         os.replace(tmp, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        tmp.unlink(missing_ok=True)
         raise
 
 

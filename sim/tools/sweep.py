@@ -17,7 +17,6 @@ import json
 import math
 import os
 import re
-import secrets
 import stat
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any, Callable, Iterable, Iterator
 import pandas as pd
 import yaml
 
+from sim.atomic_files import keep_permissions, new_temporary
 from sim.config.deployment import gpu_spec
 from sim.config.files import load_yaml_text, set_path, validate_arrival
 from sim.config.schema import scenario_key_problem
@@ -588,32 +588,10 @@ def _parquet_ready(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _new_temporary_file(path: Path) -> Path:
-    """A new, uniquely named empty file beside `path`, with the permissions any new file gets (mkstemp's would
-    make the table private to its owner)."""
-    for _ in range(100):
-        tmp = path.with_name(f".{path.name}.tmp-{secrets.token_hex(6)}")
-        try:
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # 0o666 less the umask
-        except FileExistsError:
-            continue
-        os.close(fd)
-        return tmp
-    raise FileExistsError(f"no free temporary name beside {str(path)!r}")
-
-
-def _keep_permissions(old: Path, new: Path) -> None:
-    """A table rewritten keeps the permissions its owner gave it."""
-    try:
-        os.chmod(new, stat.S_IMODE(os.stat(old).st_mode))
-    except FileNotFoundError:
-        pass
-
-
 def _write_table(frame: pd.DataFrame, path: Path) -> None:
     """`frame` at `path` in one rename: written under a unique temporary name beside it and synced first, so a
     kill leaves the old table or the new one, never part of one. On failure the temporary file goes."""
-    tmp = _new_temporary_file(path)
+    tmp = new_temporary(path)
     try:
         if path.suffix == ".parquet":
             _parquet_ready(frame).to_parquet(tmp, index=False)
@@ -621,7 +599,7 @@ def _write_table(frame: pd.DataFrame, path: Path) -> None:
             frame.to_csv(tmp, index=False)
         with open(tmp, "rb+") as f:
             os.fsync(f.fileno())
-        _keep_permissions(path, tmp)
+        keep_permissions(path, tmp)
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
