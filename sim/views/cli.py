@@ -111,8 +111,8 @@ def _clipping_notes(results, differences=None):
     from sim.views.report import band_note
     from sim.views.verdict import verdict_of  # first, the verdict under the summary table (issue 32)
     verdict = verdict_of(results, differences=differences)
-    said = verdict.text()
-    console.print(said, markup=False, highlight=False)
+    console.print(verdict.text(), markup=False, highlight=False)
+    why = dict(verdict.why)  # {variant: the verdict's sentence on it}
     for r in results:
         note = band_note(r.name, r.summary)
         if note:
@@ -135,7 +135,7 @@ def _clipping_notes(results, differences=None):
         rejected = r.summary.get("num_rejected") or 0
         if rejected:  # the table counts them; say why (a KV cache of a few blocks rejects every request, exit 0)
             reason = r.first_reject_reason()
-            first = (" (the first as the verdict says)" if reason and reason in said else
+            first = (" (the first as the verdict says)" if reason and reason in why.get(r.name, "") else
                      f" (the first: {reason})" if reason else "")
             slo = "; each counts over every SLO limit" if r.summary.get("slo_met") is not None else ""
             console.print(f"note: {r.name}: {rejected:,} of {r.summary.get('num_requests', 0):,} requests were "
