@@ -136,3 +136,14 @@ def test_a_run_that_rejects_requests_says_why(tmp_path):
             "says); each counts over every SLO limit") in text
     report = (tmp_path / "out2" / "report.html").read_text()
     assert "the first needs 219 KV slots but the whole cache holds 128" in report
+    # Two variants alike: the verdict's sentence is on one of them; the other's note still says why.
+    scenario["variants"] = {"a": {}, "b": {}}
+    path.write_text(yaml.safe_dump(scenario))
+    proc = servesim("compare", path, "--out", tmp_path / "out3", "-q")
+    assert proc.returncode == 0, proc.stderr
+    text = " ".join(proc.stdout.split())
+    assert "Why a: it rejected 10 of 10 requests" in text and "Why b:" not in text
+    assert ("note: a: 10 of 10 requests were rejected, as they can never run here (the first as the verdict "
+            "says)") in text
+    assert ("note: b: 10 of 10 requests were rejected, as they can never run here (the first: needs 219 KV slots but "
+            "the whole cache holds 128)") in text
