@@ -50,6 +50,16 @@ class PoolSplitPlan:
     candidates: list[PoolSplitCandidate]  # colocated first, then splits by prefill replicas
     best: PoolSplitCandidate
 
+    def table(self):
+        """Every candidate as a row: its label, pools, GPUs and every scalar of its summary (`splits.csv`)."""
+        import pandas as pd
+        return pd.DataFrame([{"candidate": c.label, "num_prefill_replicas": c.num_prefill_replicas,
+                              "num_decode_replicas": c.num_decode_replicas, "num_replicas": c.num_replicas,
+                              "num_gpus": c.num_gpus, "recommended": c is self.best,
+                              **{k: v for k, v in c.summary.items()
+                                 if v is None or isinstance(v, (bool, int, float, str))}}
+                             for c in self.candidates])
+
     def recommendation(self) -> str:
         b = self.best
         kind = "disaggregated " if b.disaggregated else ""  # (a colocated label says so: "colocated x4")

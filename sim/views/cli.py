@@ -505,11 +505,15 @@ def plan_pools(scenario: str = typer.Argument(..., help="scenario YAML file"),
                variant: Optional[str] = typer.Option(
                    None, "--variant", help="variant whose hardware.disaggregation (GPUs, TP, link) the splits use "
                    "(default: the first variant that has one, else the base scenario)"),
-               set_: Optional[list[str]] = SetOption, quiet: bool = typer.Option(False, "--quiet", "-q")):
+               set_: Optional[list[str]] = SetOption, quiet: bool = typer.Option(False, "--quiet", "-q"),
+               out: Optional[Path] = typer.Option(None, "--out", help="write splits.csv (every split's summary), "
+                                                  "recommendation.txt and scenario.yaml here")):
     """Colocated or disaggregated: simulate every prefill/decode split of a GPU budget and recommend one."""
     from sim.tools.pool_split import RANKING_KEYS, plan_pool_split
     from sim.views.report import format_metric
     scenario_set = _load(scenario, set_)
+    if out is not None:
+        check_output_dir(out)  # before simulating, not after
     if variant is not None:
         if variant not in scenario_set.variants:
             raise ServeSimError(f"--variant: {variant!r} is not a variant of {scenario}; allowed: "
@@ -527,6 +531,13 @@ def plan_pools(scenario: str = typer.Argument(..., help="scenario YAML file"),
         table.add_row(c.label, str(c.num_gpus), *[format_metric(k, c.summary.get(k)) for k in RANKING_KEYS])
     console.print(table)
     console.print(result.recommendation())
+    if out is not None:
+        from sim.atomic_files import atomic_dir
+        with atomic_dir(out) as tmp:
+            result.table().to_csv(tmp / "splits.csv", index=False)
+            (tmp / "recommendation.txt").write_text(result.recommendation() + "\n")
+            (tmp / "scenario.yaml").write_text(chosen.to_yaml())
+        console.print(f"Outputs written to {out}/ (splits.csv, recommendation.txt, scenario.yaml)")
 
 
 @app.command()

@@ -313,6 +313,21 @@ def test_plan_pools_on_the_command_line(tmp_path):
     bad = servesim("--gpus", "2", "--variant", "nope")
     assert bad.returncode == 2 and bad.stderr.strip() == ("error: --variant: 'nope' is not a variant of "
                                                           f"{path}; allowed: small")  # no variants: the scenario itself, by name
+    # --out: every split's summary, the recommendation and the scenario, in a folder ServeSim marks as its own
+    written = servesim("--gpus", "2", "-q", "--out", "splits")
+    assert written.returncode == 0, written.stderr
+    import pandas as pd
+    table = pd.read_csv(tmp_path / "splits" / "splits.csv")
+    assert list(table["candidate"]) == ["colocated x2", "1P+1D"] and list(table["num_gpus"]) == [2, 2]
+    assert table["recommended"].sum() == 1 and {"goodput_rps", "cost_per_hour", "ttft_s_p99"} <= set(table.columns)
+    best = table.loc[table["recommended"], "candidate"].item()
+    assert f"recommended: {'disaggregated ' if 'P+' in best else ''}{best} on 2 of 2 GPUs" in (
+        tmp_path / "splits" / "recommendation.txt").read_text()
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("x")
+    refused = servesim("--gpus", "2", "--out", "mine")  # refused before anything is simulated (no progress line)
+    assert refused.returncode == 2 and "notes.txt" in refused.stderr and "simulating" not in refused.stderr
+    assert sorted(p.name for p in (tmp_path / "mine").iterdir()) == ["notes.txt"]
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.too_slow])
