@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import pandas as pd
+
 from sim.config.schema import DisaggregationSpec, Scenario
 from sim.errors import ConfigError
 from sim.results import good_requests
@@ -50,9 +52,8 @@ class PoolSplitPlan:
     candidates: list[PoolSplitCandidate]  # colocated first, then splits by prefill replicas
     best: PoolSplitCandidate
 
-    def table(self):
+    def table(self) -> pd.DataFrame:
         """Every candidate as a row: its label, pools, GPUs and every scalar of its summary (`splits.csv`)."""
-        import pandas as pd
         return pd.DataFrame([{"candidate": c.label, "num_prefill_replicas": c.num_prefill_replicas,
                               "num_decode_replicas": c.num_decode_replicas, "num_replicas": c.num_replicas,
                               "num_gpus": c.num_gpus, "recommended": c is self.best,
