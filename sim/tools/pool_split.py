@@ -21,7 +21,7 @@ from sim.config.schema import DisaggregationSpec, Scenario
 from sim.errors import ConfigError
 from sim.results import good_requests
 from sim.run import make_workload, simulate
-from sim.tools.sweep import cost_figures
+from sim.tools.sweep import cost_figures, scalar_summary
 
 RANKING_KEYS = ("goodput_rps", "slo_fraction_ok", "ttft_s_p90", "tpot_s_p90", "e2e_s_p90", "cost_per_hour")
 
@@ -56,9 +56,7 @@ class PoolSplitPlan:
         """Every candidate as a row: its label, pools, GPUs and every scalar of its summary (`splits.csv`)."""
         return pd.DataFrame([{"candidate": c.label, "num_prefill_replicas": c.num_prefill_replicas,
                               "num_decode_replicas": c.num_decode_replicas, "num_replicas": c.num_replicas,
-                              "num_gpus": c.num_gpus, "recommended": c is self.best,
-                              **{k: v for k, v in c.summary.items()
-                                 if v is None or isinstance(v, (bool, int, float, str))}}
+                              "num_gpus": c.num_gpus, "recommended": c is self.best, **scalar_summary(c.summary)}
                              for c in self.candidates])
 
     def recommendation(self) -> str:

@@ -231,7 +231,8 @@ def cost_figures(scenario, summary: dict, prices: dict[str, float] | None = None
     }
 
 
-def _scalar_summary(summary: dict) -> dict:
+def scalar_summary(summary: dict) -> dict:
+    """A summary's scalar entries: a table's columns (a sweep's rows, plan-pools' splits.csv)."""
     return {k: v for k, v in summary.items() if v is None or isinstance(v, (bool, int, float, str))}
 
 
@@ -248,7 +249,7 @@ def run_point(task: PointTask) -> dict:
         row["error"] = str(err)
         return row
     row["error"] = ""
-    row.update(_scalar_summary(result.summary))
+    row.update(scalar_summary(result.summary))
     row.update(cost_figures(scenario, result.summary))
     row["cost_model"] = result.extras.get("cost_model_label", "")  # which cost model priced this point
     row.update(band_columns(result.summary.get("band")))
