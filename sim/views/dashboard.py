@@ -34,6 +34,7 @@ import hashlib
 import json
 import math
 import os
+import tempfile
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field, replace
@@ -46,7 +47,6 @@ import plotly.graph_objects as go
 import yaml
 from plotly.subplots import make_subplots
 
-from sim.atomic_files import new_temporary
 from sim.config.engines import PRESETS, apply_engine_preset, fitted_versions, preset_keys
 from sim.config.file_access import confine_file_fields
 from sim.config.files import (
@@ -681,9 +681,10 @@ def _claim(path: Path, data: bytes) -> bool:
     """Write `data` at `path` if nothing is there (True), never over anything (False: something is there)."""
     if path.exists() or path.is_symlink():
         return False
-    tmp = new_temporary(path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.tmp-", dir=path.parent)
     try:
-        tmp.write_bytes(data)
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
         try:
             os.link(tmp, path)  # atomic, and fails where anything (even a dangling symlink) has the name
             return True

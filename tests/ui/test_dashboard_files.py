@@ -231,6 +231,17 @@ def test_an_uploaded_files_name_never_decides_where_it_is_stored(tmp_path, name)
     assert set(snapshot(tmp_path)) - set(outside) <= {f"uploads/{sha_name(AZURE, 'csv')}"}
 
 
+def test_an_uploaded_file_stays_private_to_its_owner_whatever_the_umask(tmp_path):
+    """A user's trace is their data: unlike an output (sim/atomic_files.py new_temporary), an upload is stored 0o600
+    (tempfile's private file, linked into place), even under a umask that would let others read it."""
+    old = os.umask(0o022)
+    try:
+        path = dash.save_uploaded_trace(AZURE, "t.csv", tmp_path / "uploads")
+    finally:
+        os.umask(old)
+    assert path.stat().st_mode & 0o777 == 0o600
+
+
 # --------------------------------------------------------------------------------------------------
 # The registry of file fields is the CLI's too
 
