@@ -30,6 +30,8 @@ from itertools import chain
 
 import numpy as np
 
+from sim.core.engine import STATUS_CODES
+
 # Slack on the percentile's virtual index: numpy computes q/100 * (N-1) in floating point, off from the
 # exact value by far less than this, so flooring (exact - slack) never lands above numpy's index.
 _INDEX_SLACK = Fraction(1, 10**6)
@@ -89,8 +91,8 @@ class SLOMissRule:
     def certain_miss(self, sim, now: float) -> bool:
         log = sim.requests
         status, arrival_s, first_token_s = log.status, log.arrival_s, log.first_token_s
-        refused = int((status == 2).sum())  # rejected: over every limit
-        fin = np.flatnonzero(status == 0)
+        refused = int((status == STATUS_CODES["rejected"]).sum())  # over every limit
+        fin = np.flatnonzero(status == STATUS_CODES["finished"])
         arrival = arrival_s[fin]
         # Finished requests: the same arithmetic as sim.results.requests_table.
         done_values = {"ttft_s": first_token_s[fin] - arrival, "e2e_s": log.finish_s[fin] - arrival}

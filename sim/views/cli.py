@@ -470,7 +470,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     table = Table(title=f"Candidates at {settings.target_rate_per_s:g} req/s, cheapest first")
     shown = ["rank", "candidate", "status", "num_replicas", "cost_per_hour", "cost_per_million_tokens",
              "max_rate_per_replica"] + [c for c in df.columns if c.endswith("_s") and "_p" in c]
-    shown += [c for c in ("num_rejected",) if c in df.columns]  # where a candidate refuses requests
+    if "num_rejected" in df.columns:  # where a candidate refuses requests
+        shown.append("num_rejected")
     from sim.views.report import format_value
     for col in shown:
         table.add_column(col, justify="left" if col in ("candidate", "status") else "right")
