@@ -2,7 +2,7 @@
 
 A file holds a base scenario and optional `variants:`, named partial overrides deep-merged into the
 base, so one file describes a comparison. `--set path.to.key=value` overrides apply to the raw YAML
-before validation.
+before validation, winning over a variant's own keys (`variants.NAME.<key>` sets one variant's).
 
 This is the one home of two things every front end needs: `parse_yaml` (the only reader of scenario
 YAML, file or upload, with line-numbered errors) and `set_path` (the only dotted-path setter, used by
@@ -138,12 +138,43 @@ def set_path(mapping: dict, path: str, value: Any, *, source: str = "--set", non
         node[keys[-1]] = copy.deepcopy(value)
 
 
+# Top-level keys that name the file rather than configure a run: `--set name=...` renames the base alone.
+_FILE_KEYS = ("name", "description", "variants")
+
+
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """`overrides` applied to a copy of the file: to the base and, so that the command line wins over what a variant
+    gives (`--variant vllm-0.6.3 --set engine.num_scheduler_steps=4`), to every variant giving anything under the
+    key's first part; `variants.NAME.<key>` sets one variant's key."""
     raw = copy.deepcopy(raw)
     for text in overrides:
         keys, value = parse_override(text)
-        set_path(raw, ".".join(keys), value, source="--set")
+        variants = raw.get("variants")
+        named = _named_variant(variants, keys)
+        if named is not None:
+            name, rest = named
+            set_path(variants[name], ".".join(rest), value, source=f"--set (variants.{name})")
+            continue
+        path = ".".join(keys)
+        set_path(raw, path, value, source="--set")
+        if keys[0] in _FILE_KEYS or not isinstance(variants, dict):
+            continue
+        for name, variant in variants.items():
+            if isinstance(variant, dict) and keys[0] in variant:
+                set_path(variant, path, value, source=f"--set (variants.{name})")
     return raw
+
+
+def _named_variant(variants: Any, keys: list[str]) -> tuple[str, list[str]] | None:
+    """(NAME, the key within it) where `keys` read variants.NAME.<key> of a variant the file has, its name matched
+    whole, dots and all (`variants.sglang-0.5.3.post3.engine.max_running_requests`); None otherwise."""
+    if keys[0] != "variants" or not isinstance(variants, dict):
+        return None
+    for end in range(len(keys) - 1, 1, -1):  # the longest name first
+        name = ".".join(keys[1:end])
+        if isinstance(variants.get(name), dict):
+            return name, keys[end:]
+    return None
 
 
 def validate_scenario(raw: Any, prefix: str = "", resolve: bool = True) -> Scenario:
@@ -244,10 +275,14 @@ def one_scenario(raw: Any, source: str, overrides: list[str] | None, variant: st
     hardware: another that cannot (a model a --set GPU cannot hold) does not stop it, and decides nothing of the kind
     of default model the file's variants share (`shared_choice`'s `runs`), which is the one `compare` gives them
     wherever every variant runs."""
+    aimed = [text for text in overrides or [] if parse_override(text)[0][0] == "variants"]
+    written, written_variants = _split_variants(raw, source, aimed)
     raw, variants_raw = _split_variants(raw, source, overrides)
-    base = validate_scenario(raw, resolve=False)
+    base = _as_run_or_written(lambda base_raw: validate_scenario(base_raw, resolve=False), raw, written)
     for name, override in variants_raw.items():
-        _same_ranking(base, _variant(raw, name, override, None, False), str(name))
+        _same_ranking(base, _as_run_or_written(lambda pair: _variant(pair[0], name, pair[1], None, False),
+                                               (raw, override), (written, written_variants.get(name, override))),
+                      str(name))
     if variant is None:
         return validate_scenario(raw)
     names = {str(name): name for name in variants_raw}
@@ -259,6 +294,20 @@ def one_scenario(raw: Any, source: str, overrides: list[str] | None, variant: st
                           + ", ".join(names or [str(base_name)]))
     shared = _shared_cost_tier(raw, variants_raw, runs=validates)
     return _variant(raw, variant, variants_raw[names[variant]], shared, True)
+
+
+def _as_run_or_written(check, as_run, as_written):
+    """`check(as_run)`, or where that fails `check(as_written)`: a part of the file `servesim run` does not run may
+    be refused by the run's `--set` (an SGLang flag set for the SGLang variant, the base naming vLLM) and still be
+    well-formed as written, with only the `--set` aimed at a variant (`variants.NAME.<key>`). Failing both raises
+    the error as run."""
+    try:
+        return check(as_run)
+    except ConfigError as err:
+        try:
+            return check(as_written)
+        except ConfigError:
+            raise err from None
 
 
 def load_one_scenario(path: str | Path, overrides: list[str] | None, variant: str | None) -> Scenario:

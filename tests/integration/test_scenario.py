@@ -219,11 +219,45 @@ def test_set_overrides_reach_the_validated_scenario():
     assert base.quantization.weights == "fp8"
 
 
-def test_set_applies_before_variants_are_merged():
-    data = raw(variants={"a": {}, "b": {"kv_cache": {"block_size": 32}}})
-    scenario_set = build_scenario_set(data, overrides=["kv_cache.block_size=8"])
-    assert scenario_set.variants["a"].kv_cache.block_size == 8
-    assert scenario_set.variants["b"].kv_cache.block_size == 32  # the variant's own value wins
+def test_set_wins_over_a_variants_own_value_but_leaves_its_name():
+    data = raw(variants={"a": {}, "b": {"kv_cache": {"block_size": 32}, "run": {"num_requests": 7}},
+                         "c": {"name": "custom", "kv_cache": {"layout": "contiguous"}}})
+    assert build_scenario_set(copy.deepcopy(data)).variants["b"].kv_cache.block_size == 32  # (the file's own)
+    scenario_set = build_scenario_set(data, overrides=["kv_cache.block_size=8", "name=renamed"])
+    assert [v.kv_cache.block_size for v in scenario_set.variants.values()] == [8, 8, 8]
+    assert scenario_set.variants["b"].run.num_requests == 7  # the variant's other keys stay
+    assert scenario_set.variants["c"].kv_cache.layout == "contiguous"
+    assert scenario_set.base.name == "renamed"  # the file's name, not its variants'
+    assert [v.name for v in scenario_set.variants.values()] == ["a", "b", "custom"]
+    assert data["variants"]["b"]["kv_cache"]["block_size"] == 32  # the caller's mapping is not edited
+
+
+def test_run_sets_a_flag_of_the_variant_it_runs_that_another_variants_engine_lacks():
+    """engines.yaml's base and first variant name vLLM 0.11.0; SGLang's --max-running-requests is a flag only its
+    SGLang variant has, and vLLM 0.6.3's --num-scheduler-steps one the file's variant sets to 8."""
+    from sim.config.files import one_scenario, read_yaml
+    engines = read_yaml(REPO / "scenarios" / "engines.yaml")
+    sglang = one_scenario(copy.deepcopy(engines), "engines.yaml", ["engine.max_running_requests=64"],
+                          "sglang-0.5.3.post3")
+    assert sglang.engine.name == "sglang" and sglang.engine.model_extra["max_running_requests"] == 64
+    assert sglang.scheduler.max_num_seqs == 64
+    multistep = one_scenario(copy.deepcopy(engines), "engines.yaml", ["engine.num_scheduler_steps=4"],
+                             "vllm-0.6.3-multistep")
+    assert multistep.engine.model_extra["num_scheduler_steps"] == 4
+    with pytest.raises(ConfigError, match=r"^variants.vllm-0.11.0.engine.max_running_requests: not a flag of the vllm preset"):
+        one_scenario(copy.deepcopy(engines), "engines.yaml", ["engine.max_running_requests=64"], "vllm-0.11.0")
+    # a variant that is not run is still checked as written: a typo there refuses the run
+    engines["variants"]["sglang-0.5.3.post3"]["engine"]["max_runing_requests"] = 8
+    with pytest.raises(ConfigError, match=r"^variants.sglang-0.5.3.post3.engine.max_runing_requests: "):
+        one_scenario(copy.deepcopy(engines), "engines.yaml", ["engine.max_running_requests=64"], "vllm-0.6.3-multistep")
+
+
+def test_set_into_a_variant_whose_name_has_dots():
+    data = raw(variants={"v0.6.3": {"kv_cache": {"block_size": 32}}, "v0": {}})
+    scenario_set = build_scenario_set(data, overrides=["variants.v0.6.3.kv_cache.block_size=8"])
+    assert scenario_set.variants["v0.6.3"].kv_cache.block_size == 8
+    assert scenario_set.variants["v0"].kv_cache.block_size == 16
+    assert list(scenario_set.variants) == ["v0.6.3", "v0"]
 
 
 def test_set_into_a_variant_and_to_create_one():
