@@ -244,7 +244,8 @@ def test_run_sets_a_flag_of_the_variant_it_runs_that_another_variants_engine_lac
     multistep = one_scenario(copy.deepcopy(engines), "engines.yaml", ["engine.num_scheduler_steps=4"],
                              "vllm-0.6.3-multistep")
     assert multistep.engine.model_extra["num_scheduler_steps"] == 4
-    with pytest.raises(ConfigError, match=r"^variants.vllm-0.11.0.engine.max_running_requests: not a flag of the vllm preset"):
+    refused = r"^variants.vllm-0.11.0.engine.max_running_requests: not a flag of the vllm preset"
+    with pytest.raises(ConfigError, match=refused):
         one_scenario(copy.deepcopy(engines), "engines.yaml", ["engine.max_running_requests=64"], "vllm-0.11.0")
     # a variant that is not run is still checked as written: a typo there refuses the run
     engines["variants"]["sglang-0.5.3.post3"]["engine"]["max_runing_requests"] = 8
