@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+from sim.errors import ConfigError
+
 DEFAULT_OVERHEAD = {"engine": "vllm-cudagraph"}
 # The sources in the order above. A choice's text starts with its tier; choosing again for a changed scenario (a
 # dumped one, a dashboard edit) or for the variants of one file never picks a better tier than that, so variants
@@ -70,7 +72,7 @@ def default_cost_model(raw: dict, overhead: dict | None = None, floor: int = 0) 
     """`_choose`, or the roofline where a value the choice reads is malformed (validation then names the field)."""
     try:
         return _choose(raw, overhead, floor)
-    except (TypeError, ValueError, AttributeError, KeyError):
+    except (TypeError, ValueError, AttributeError, KeyError, ConfigError):
         return {"kind": "roofline"}, "roofline: a value the choice reads is malformed"
 
 
@@ -83,7 +85,8 @@ def _choose(raw: dict, overhead: dict | None, floor: int) -> tuple[dict[str, Any
     gpu, model = hardware.get("gpu", "h100-sxm"), raw.get("model", "llama-3.1-8b")
     tp, pp = hardware.get("tensor_parallel", 1), hardware.get("pipeline_parallel", 1)
     weights, kv = quant.get("weights", "bf16"), quant.get("kv_cache", "bf16")
-    engine = _section(raw, "engine").get("name")
+    from sim.config.engines.presets import named_engine
+    engine = named_engine(_section(raw, "engine"))
     attention = _section(raw, "attention").get("kernel", "flash")
     if attention != "flash":
         return {"kind": "roofline"}, f"roofline: only it prices attention.kernel {attention!r}"

@@ -12,7 +12,8 @@ scenario may name it whole instead of restating its flags one by one. Each optio
 - anything else: refused in one line naming the option (never dropped: an option left out could change the engine).
 
 Positional words (the program, `serve`, the model; `python -m <module>` before them) are not read: the scenario's
-`model` is the one priced, and the note says so. How each engine's parser spells options (`CommandSyntax`): vLLM's
+`model` is the one priced, and the note says so. The program names the engine (`CommandSyntax.programs`): it gives
+`engine.name` where the scenario leaves it out, and one naming another engine is refused. How each engine's parser spells options (`CommandSyntax`): vLLM's
 FlexibleArgumentParser takes underscores for dashes; argparse (vLLM, SGLang, LMDeploy) takes an unambiguous prefix
 of a long option, here among the options the preset knows (the engine's own parser sees all of its options, so a
 prefix this accepts may be ambiguous there); BooleanOptionalAction (vLLM) turns a switch off as `--no-<option>`;
@@ -54,6 +55,9 @@ class CommandSyntax:
     prefixes: bool = False  # an unambiguous prefix of a long option (argparse's allow_abbrev)
     negation: bool = False  # --no-<switch> turns it off (argparse's BooleanOptionalAction)
     attached: tuple[str, ...] = ()  # short options whose value may be written on them: -O3, -O=3 (vLLM's -O)
+    # the executables and Python packages that start the engine's server (`vllm serve`, `python -m sglang.launch_server`,
+    # `trtllm-serve`): a command starting with one names its engine (`command_program`)
+    programs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -65,6 +69,21 @@ class CommandFlags:
     written: dict[str, str]  # each flag's option and value as the command wrote them ('-tp 2')
     inert: list[tuple[str, InertOption]]  # (the option with its values as written, the option)
     not_read: list[str]
+
+
+def command_program(text: Any) -> tuple[str, str] | None:
+    """(the words that start a launch command's program as written, the program's name or the top package of the
+    module `python -m` runs): ('vllm', 'vllm'), ('python3 -m sglang.launch_server', 'sglang'); None where the command
+    does not split into words (read_command says so) or starts with neither."""
+    try:
+        words = shlex.split(text) if isinstance(text, str) else []
+    except ValueError:
+        return None
+    if len(words) >= 3 and PYTHON.fullmatch(words[0].rsplit("/", 1)[-1]) and words[1] == "-m":
+        return " ".join(words[:3]), words[2].split(".")[0]
+    if words and not words[0].startswith("-"):
+        return words[0], words[0].rsplit("/", 1)[-1]
+    return None
 
 
 def option_value(text: str, kind, shown: str | None = None) -> Any:

@@ -545,3 +545,25 @@ def test_vllms_generation_config_override_sets_sampling_defaults_only():
                                   "temperature, top_p, top_k, min_p, repetition_penalty")
     with pytest.raises(ConfigError, match=r"not a flag of vllm 0\.7\.0 \(it came in 0\.7\.1\)"):
         scenario({"name": "vllm", "version": "0.7.0", "command": "vllm serve m --override-generation-config '{}'"})
+
+
+@pytest.mark.parametrize("command, name, version", [
+    ("vllm serve m --max-num-seqs 8", "vllm", "0.11.0"),
+    ("/usr/bin/python3.11 -m vllm.entrypoints.openai.api_server --model m --max-num-seqs 8", "vllm", "0.6.3"),
+    ("python -m sglang.launch_server --model-path m --max-running-requests 8", "sglang", "0.5.3.post3"),
+    ("trtllm-serve m --max_batch_size 8", "trtllm", "1.2.0rc1"),
+    ("lmdeploy serve api_server m --max-batch-size 8", "lmdeploy", "0.16.0"),
+])
+def test_the_commands_program_names_its_engine(command, name, version):
+    named_by_command = scenario({"version": version, "command": command})
+    assert named_by_command.engine.name == name
+    assert named_by_command.scheduler.max_num_seqs == 8
+    assert named_by_command.model_dump() == scenario({"name": name, "version": version, "command": command}).model_dump()
+
+
+def test_a_command_starting_another_engines_program_is_refused_and_an_unknown_one_names_none():
+    with pytest.raises(ConfigError, match=r"^engine.command: 'python -m sglang.launch_server' starts SGLang, not "
+                                          r"engine.name 'vllm'; allowed: engine.name sglang, or a vllm command$"):
+        scenario({"name": "vllm", "version": "0.11.0", "command": "python -m sglang.launch_server --model-path m"})
+    with pytest.raises(ConfigError, match=r"^engine.name: missing; allowed: vllm, sglang, trtllm, lmdeploy$"):
+        scenario({"version": "0.11.0", "command": "./serve.sh --max-num-seqs 8"})

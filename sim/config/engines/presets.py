@@ -13,7 +13,8 @@ from typing import Any, Callable
 
 import sim.config.engines.fitted as fitted
 from sim.config.checkpoint import runs_fp8_products
-from sim.config.engine_command import CommandFlags, CommandSyntax, as_command_error, command_notes, resolve_option
+from sim.config.engine_command import (CommandFlags, CommandSyntax, as_command_error, command_notes, command_program,
+                                       resolve_option)
 from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, PresetResult, get_key,
                                      canonical_version, has_key, model_of_value, outside_versions, parse_version,
                                      set_key)
@@ -37,23 +38,44 @@ PRESETS: dict[str, EnginePreset] = {
     "vllm": EnginePreset("vllm", ENGINE_LABELS["vllm"], (0, 6, 0), VLLM_NEWEST,
                          "vllm/engine/arg_utils.py, vllm/config.py",
                          VLLM_FLAGS, derive_vllm, inert=VLLM_INERT,
-                         syntax=CommandSyntax(underscores=True, prefixes=True, negation=True, attached=("-O",)),
+                         syntax=CommandSyntax(underscores=True, prefixes=True, negation=True, attached=("-O",),
+                                              programs=("vllm",)),
                          fp8_without_fp8_cores=vllm_fp8_without_fp8_cores, kv_holds_max_len=KV_HOLDS_MAX_MODEL_LEN,
                          context=vllm_context, window_off=vllm_window_off),
     "sglang": EnginePreset("sglang", ENGINE_LABELS["sglang"], (0, 3, 0), SGLANG_NEWEST,
                            "python/sglang/srt/server_args.py",
-                           SGLANG_FLAGS, derive_sglang, inert=SGLANG_INERT, syntax=CommandSyntax(prefixes=True),
+                           SGLANG_FLAGS, derive_sglang, inert=SGLANG_INERT,
+                           syntax=CommandSyntax(prefixes=True, programs=("sglang",)),
                            decodes_within_budget=False, fp8_without_fp8_cores=sglang_fp8_without_fp8_cores,
                            context=sglang_context),
     "trtllm": EnginePreset("trtllm", ENGINE_LABELS["trtllm"], (0, 14, 0), TRTLLM_NEWEST,
                            "tensorrt_llm/llmapi/llm_args.py",
                            TRTLLM_FLAGS, derive_trtllm, inert=TRTLLM_INERT,
+                           syntax=CommandSyntax(programs=("trtllm-serve", "tensorrt_llm")),
                            fp8_without_fp8_cores=trtllm_fp8_without_fp8_cores),
     "lmdeploy": EnginePreset("lmdeploy", ENGINE_LABELS["lmdeploy"], (0, 1, 0), LMDEPLOY_NEWEST,
                              "src/turbomind/models/llama/LlamaBatch.cc (0.1.0a), src/turbomind/engine/scheduler.cc",
                              LMDEPLOY_FLAGS, derive_lmdeploy, LMDEPLOY_VERSIONS, inert=LMDEPLOY_INERT,
-                             syntax=CommandSyntax(prefixes=True)),
+                             syntax=CommandSyntax(prefixes=True, programs=("lmdeploy",))),
 }
+
+
+def named_engine(spec: Any) -> Any:
+    """The engine a raw `engine` section names: its `name`, or where it gives none, the engine whose program its
+    `command` starts (`vllm serve ...`: vllm). A command starting another engine's program than the name's is refused
+    in one line."""
+    if not isinstance(spec, dict):
+        return None
+    name = spec.get("name")
+    program = command_program(spec.get("command"))
+    runs = next((engine for engine, preset in PRESETS.items()
+                 if program is not None and program[1] in preset.syntax.programs), None)
+    if runs is None:
+        return name
+    if name is not None and name != runs:
+        raise ConfigError(f"engine.command: {program[0]!r} starts {PRESETS[runs].label}, not engine.name {name!r}; "
+                          f"allowed: engine.name {runs}, or a {name} command")
+    return runs
 
 
 def _resolve_gpu_and_model(raw: dict):
@@ -109,7 +131,9 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     if not isinstance(spec, dict):
         raise ConfigError(f"engine: {spec!r} is not allowed; allowed: a mapping with name, version and the "
                           "engine's flags")
-    name = spec.get("name")
+    name = named_engine(spec)
+    if "name" not in spec and name is not None:
+        spec = {**spec, "name": name}
     if not isinstance(name, str) or name not in PRESETS:  # (a list or a mapping is not hashable)
         given = "missing" if name is None else f"{name!r} is not an engine preset{_engine_meant(name)}"
         raise ConfigError(f"engine.name: {given}; allowed: {', '.join(PRESETS)}")
