@@ -13,7 +13,8 @@ scenario may name it whole instead of restating its flags one by one. Each optio
 
 Positional words (the program, `serve`, the model; `python -m <module>` before them) are not read: the scenario's
 `model` is the one priced, and the note says so. The program names the engine (`CommandSyntax.programs`): it gives
-`engine.name` where the scenario leaves it out, and one naming another engine is refused. How each engine's parser spells options (`CommandSyntax`): vLLM's
+`engine.name` where the scenario leaves it out, and one naming another engine is refused. How each engine's parser
+spells options (`CommandSyntax`): vLLM's
 FlexibleArgumentParser takes underscores for dashes; argparse (vLLM, SGLang, LMDeploy) takes an unambiguous prefix
 of a long option, here among the options the preset knows (the engine's own parser sees all of its options, so a
 prefix this accepts may be ambiguous there); BooleanOptionalAction (vLLM) turns a switch off as `--no-<option>`;
@@ -55,8 +56,8 @@ class CommandSyntax:
     prefixes: bool = False  # an unambiguous prefix of a long option (argparse's allow_abbrev)
     negation: bool = False  # --no-<switch> turns it off (argparse's BooleanOptionalAction)
     attached: tuple[str, ...] = ()  # short options whose value may be written on them: -O3, -O=3 (vLLM's -O)
-    # the executables and Python packages that start the engine's server (`vllm serve`, `python -m sglang.launch_server`,
-    # `trtllm-serve`): a command starting with one names its engine (`command_program`)
+    # the executables and Python packages that start the engine's server (`vllm serve`, `trtllm-serve`,
+    # `python -m sglang.launch_server`): a command starting with one names its engine (`command_program`)
     programs: tuple[str, ...] = ()
 
 

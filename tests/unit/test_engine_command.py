@@ -558,7 +558,8 @@ def test_the_commands_program_names_its_engine(command, name, version):
     named_by_command = scenario({"version": version, "command": command})
     assert named_by_command.engine.name == name
     assert named_by_command.scheduler.max_num_seqs == 8
-    assert named_by_command.model_dump() == scenario({"name": name, "version": version, "command": command}).model_dump()
+    named = scenario({"name": name, "version": version, "command": command})
+    assert named_by_command.model_dump() == named.model_dump()
 
 
 def test_a_command_starting_another_engines_program_is_refused_and_an_unknown_one_names_none():
