@@ -512,17 +512,15 @@ def plan_pools(scenario: str = typer.Argument(..., help="scenario YAML file"),
     """Colocated or disaggregated: simulate every prefill/decode split of a GPU budget and recommend one."""
     from sim.tools.pool_split import RANKING_KEYS, plan_pool_split
     from sim.views.report import format_metric
-    scenario_set = _load(scenario, set_)
-    if out is not None:
-        check_output_dir(out)  # before simulating, not after
-    if variant is not None:
-        if variant not in scenario_set.variants:
-            raise ServeSimError(f"--variant: {variant!r} is not a variant of {scenario}; allowed: "
-                                f"{', '.join(scenario_set.variants)}")
-        chosen = scenario_set.variants[variant]
+    if variant is not None:  # only it is simulated, as `run --variant` runs it
+        from sim.config.files import load_one_scenario
+        chosen = load_one_scenario(scenario, set_, variant)
     else:
+        scenario_set = _load(scenario, set_)
         chosen = next((sc for sc in scenario_set.variants.values() if sc.hardware.disaggregation is not None),
                       scenario_set.base)
+    if out is not None:
+        check_output_dir(out)  # before simulating, not after
     progress = None if quiet else (lambda label: err_console.print(f"simulating {label}"))
     result = plan_pool_split(chosen, gpus, progress=progress)
     table = Table(title=f"Prefill/decode splits of {gpus} GPUs")

@@ -311,8 +311,8 @@ def test_plan_pools_on_the_command_line(tmp_path):
     assert done.returncode == 0, done.stderr
     assert "colocated x2" in done.stdout and "1P+1D" in done.stdout and "recommended: " in done.stdout
     bad = servesim("--gpus", "2", "--variant", "nope")
-    assert bad.returncode == 2 and bad.stderr.strip() == ("error: --variant: 'nope' is not a variant of "
-                                                          f"{path}; allowed: small")  # no variants: the scenario itself, by name
+    assert bad.returncode == 2 and bad.stderr.strip() == (f"error: --variant: 'nope' is not in {path}; "
+                                                          "allowed: small")  # no variants: the scenario itself, by name
     # --out: every split's summary, the recommendation and the scenario, in a folder ServeSim marks as its own
     written = servesim("--gpus", "2", "-q", "--out", "splits")
     assert written.returncode == 0, written.stderr
