@@ -47,7 +47,7 @@ import plotly.graph_objects as go
 import yaml
 from plotly.subplots import make_subplots
 
-from sim.config.engines import PRESETS, apply_engine_preset, fitted_versions, preset_keys
+from sim.config.engines import PRESETS, apply_engine_preset, fitted_versions, named_engine, preset_keys
 from sim.config.file_access import confine_file_fields
 from sim.config.files import (
     MAX_SCENARIO_BYTES,
@@ -379,12 +379,17 @@ def engine_label(name: str) -> str:
 
 
 def engine_of(base: dict) -> tuple[str, str | None]:
-    """The engine a form's base names and its version (NO_ENGINE, None without one)."""
+    """The engine a form's base names (its name, or its launch command's program: `named_engine`) and its version
+    (NO_ENGINE, None without one)."""
     spec = base.get("engine")
     if not isinstance(spec, dict):
         return NO_ENGINE, None
     version = spec.get("version")
-    return str(spec.get("name")), None if version is None else str(version)
+    try:
+        name = named_engine(spec)
+    except ConfigError:  # a command starting another engine than the name: validation says so
+        name = spec.get("name")
+    return str(name), None if version is None else str(version)
 
 
 def default_engine_version(name: str) -> str:
@@ -422,15 +427,21 @@ def with_engine(base: dict, name: str, version: str | None = None) -> tuple[dict
 
 def with_command(base: dict, command: str) -> tuple[dict, list[str]]:
     """(the base with this launch command as its engine's `engine.command`, the form's keys it dropped); an empty
-    command removes it. The keys the command's flags set drop out of the form as an engine choice's do
-    (`with_engine`), so the command's values apply."""
-    out = copy.deepcopy(base)
+    command removes it. A command starting another engine's program (`python -m sglang.launch_server` while the form
+    names vLLM) chooses that engine, at the version a new choice starts at. The keys the command's flags set drop out
+    of the form as an engine choice's do (`with_engine`), so the command's values apply."""
+    out, dropped = copy.deepcopy(base), []
     name, version = engine_of(out)
+    runs = named_engine({"command": command})
+    if runs is not None and runs != name:
+        out, dropped = with_engine(out, runs)
+        name, version = runs, None
     if command:
         out["engine"]["command"] = command
     else:
         out["engine"].pop("command", None)
-    return with_engine(out, name, version)
+    out, more = with_engine(out, name, version)
+    return out, dropped + more
 
 
 # --------------------------------------------------------------------------------------------------

@@ -346,6 +346,17 @@ def test_a_launch_command_replaces_the_forms_values_its_flags_set_and_an_empty_o
     assert "command" not in dash.with_command(base, "")[0]["engine"]
 
 
+def test_a_launch_command_of_another_engine_chooses_that_engine():
+    engine, _ = dash.with_engine(dash.DEFAULT_BASE, "vllm", "0.6.3")
+    engine["engine"]["num_scheduler_steps"] = 8  # a vLLM flag: SGLang starts without it
+    base, _ = dash.with_command(engine, "python -m sglang.launch_server --model-path m --max-running-requests 48")
+    assert base["engine"] == {"name": "sglang", "version": dash.default_engine_version("sglang"),
+                              "command": "python -m sglang.launch_server --model-path m --max-running-requests 48"}
+    assert validate_scenario(base).scheduler.max_num_seqs == 48
+    # a loaded file naming its engine by its command alone
+    assert dash.engine_of({"engine": {"version": "1.2.0rc1", "command": "trtllm-serve m"}}) == ("trtllm", "1.2.0rc1")
+
+
 @pytest.mark.parametrize("name", [n for n in dash.ENGINE_CHOICES if n != dash.NO_ENGINE])
 def test_an_engines_starting_version_is_its_newest_with_fitted_terms(name):
     from sim.config.engines import fitted_versions
