@@ -19,7 +19,7 @@ import pandas as pd
 
 from sim.config.schema import DisaggregationSpec, Scenario
 from sim.errors import ConfigError
-from sim.results import good_requests
+from sim.results import Result, good_requests
 from sim.run import make_workload, simulate
 from sim.tools.sweep import cost_figures, scalar_summary
 
@@ -51,6 +51,9 @@ class PoolSplitPlan:
     total_gpus: int
     candidates: list[PoolSplitCandidate]  # colocated first, then splits by prefill replicas
     best: PoolSplitCandidate
+    # the colocated deployment's run and the recommended one's, each named by its label (report.html draws them);
+    # the others' records are not kept: a budget of N GPUs is about N runs
+    shown: tuple[Result, ...] = ()
 
     def table(self) -> pd.DataFrame:
         """Every candidate as a row: its label, pools, GPUs and every scalar of its summary (`splits.csv`)."""
@@ -110,6 +113,11 @@ def split_scenarios(scenario: Scenario, total_gpus: int) -> list[tuple[str, int,
     return out
 
 
+# `_rank`'s order, in words (report.html says it beside the recommendation)
+RANKING_RULE = ("the most requests meeting every SLO (all serve the same requests), then the lower E2E p90, then the "
+                "colocated deployment (the simpler one), then the fewer prefill replicas")
+
+
 def _rank(candidate: PoolSplitCandidate) -> tuple:
     s = candidate.summary
     e2e = s.get("e2e_s_p90", math.nan)
@@ -121,11 +129,17 @@ def plan_pool_split(scenario: Scenario, total_gpus: int, progress=None) -> PoolS
     """Simulate every candidate of `split_scenarios` on one workload and pick the best (module docstring)."""
     entries = split_scenarios(scenario, total_gpus)
     workload = make_workload(entries[0][-1])
-    candidates = []
+    candidates, colocated, best, best_run = [], None, None, None
     for label, p, d, n, gpus, sc in entries:
         if progress is not None:
             progress(label)
-        summary = simulate(sc, workload).summary
+        run = simulate(sc, workload)
+        run.name = label
+        summary = run.summary
         summary["cost_per_hour"] = cost_figures(sc, summary)["cost_per_hour"]
         candidates.append(PoolSplitCandidate(label, p, d, n, gpus, summary))
-    return PoolSplitPlan(total_gpus, candidates, min(candidates, key=_rank))
+        colocated = run if n else colocated
+        if best is None or _rank(candidates[-1]) < _rank(best):  # the first of equals, as min() picks
+            best, best_run = candidates[-1], run
+    shown = tuple(dict.fromkeys(run for run in (colocated, best_run) if run is not None))
+    return PoolSplitPlan(total_gpus, candidates, best, shown)

@@ -508,10 +508,10 @@ def plan_pools(scenario: str = typer.Argument(..., help="scenario YAML file"),
                    "(default: the first variant that has one, else the base scenario)"),
                set_: Optional[list[str]] = SetOption, quiet: bool = typer.Option(False, "--quiet", "-q"),
                out: Optional[Path] = typer.Option(None, "--out", help="write splits.csv (every split's summary), "
-                                                  "recommendation.txt and scenario.yaml here")):
+                                                  "recommendation.txt, scenario.yaml and report.html here")):
     """Colocated or disaggregated: simulate every prefill/decode split of a GPU budget and recommend one."""
-    from sim.tools.pool_split import RANKING_KEYS, plan_pool_split
-    from sim.views.report import format_metric
+    from sim.tools.pool_split import plan_pool_split
+    from sim.views.plan_report import POOL_SPLIT_COLUMNS, pool_split_report, pool_split_rows
     if variant is not None:  # only it is simulated, as `run --variant` runs it
         from sim.config.files import load_one_scenario
         chosen = load_one_scenario(scenario, set_, variant)
@@ -524,10 +524,10 @@ def plan_pools(scenario: str = typer.Argument(..., help="scenario YAML file"),
     progress = None if quiet else (lambda label: err_console.print(f"simulating {label}"))
     result = plan_pool_split(chosen, gpus, progress=progress)
     table = Table(title=f"Prefill/decode splits of {gpus} GPUs")
-    for col in ("candidate", "GPUs") + RANKING_KEYS:
+    for col in POOL_SPLIT_COLUMNS:
         table.add_column(col, justify="left" if col == "candidate" else "right")
-    for c in result.candidates:
-        table.add_row(c.label, str(c.num_gpus), *[format_metric(k, c.summary.get(k)) for k in RANKING_KEYS])
+    for row in pool_split_rows(result):
+        table.add_row(*row)
     console.print(table)
     console.print(result.recommendation())
     if out is not None:
@@ -536,7 +536,10 @@ def plan_pools(scenario: str = typer.Argument(..., help="scenario YAML file"),
             result.table().to_csv(tmp / "splits.csv", index=False)
             (tmp / "recommendation.txt").write_text(result.recommendation() + "\n")
             (tmp / "scenario.yaml").write_text(chosen.to_yaml())
-        console.print(f"Outputs written to {out}/ (splits.csv, recommendation.txt, scenario.yaml)")
+            (tmp / "report.html").write_text(pool_split_report(
+                result, f"Prefill/decode splits of {gpus} GPUs: {chosen.name}", chosen.to_yaml()))
+        console.print(f"Outputs written to {out}/ (splits.csv, recommendation.txt, scenario.yaml, report: "
+                      f"{out}/report.html)")
 
 
 @app.command()

@@ -12,8 +12,10 @@ import plotly.graph_objects as go
 from plotly.subplots import make_subplots
 
 from sim.tools.planner import PlanResult
+from sim.tools.pool_split import RANKING_KEYS, RANKING_RULE, PoolSplitPlan
 from sim.views.charts import COLORS, TEMPLATE, figure_html, plotly_script
-from sim.views.report import STYLE, engine_notes_section_html, format_value, note_groups, notes_section_html
+from sim.views.report import (STYLE, engine_notes_section_html, format_metric, format_value, note_groups,
+                              notes_section_html, render_report)
 from sim.views.verdict import plan_verdict
 
 _LIMITS = (("ttft", "ttft_s", "TTFT"), ("tpot", "tpot_s", "TPOT"), ("e2e", "e2e_s", "E2E"))
@@ -530,3 +532,30 @@ def write_plan_outputs(result: PlanResult, out_dir, report_path=None, report_ins
             "seed_spread": seed_summary(result), "versions": result.versions, "command": result.command})
     if report_path is not None:
         write_output_file(Path(report_path), page, "--report")
+
+
+# ---------------------------------------------------------------------------------------- plan-pools
+
+POOL_SPLIT_COLUMNS = ("candidate", "GPUs") + RANKING_KEYS
+
+
+def pool_split_rows(plan: PoolSplitPlan) -> list[list[str]]:
+    """Every split as the CLI's table and report.html show it (`POOL_SPLIT_COLUMNS`)."""
+    return [[c.label, str(c.num_gpus), *[format_metric(k, c.summary.get(k)) for k in RANKING_KEYS]]
+            for c in plan.candidates]
+
+
+def pool_split_report(plan: PoolSplitPlan, title: str, scenario_yaml: str) -> str:
+    """plan-pools' report.html: its recommendation and every split's figures in place of a comparison's verdict (the
+    splits are ranked by their own rule), then the report page of the colocated deployment's run and the
+    recommended one's."""
+    esc = html.escape
+    table = pd.DataFrame(pool_split_rows(plan), columns=list(POOL_SPLIT_COLUMNS))
+    table.insert(1, "recommended", ["yes" if c is plan.best else "" for c in plan.candidates])
+    shown = " and ".join(run.name for run in plan.shown)
+    verdict = (f'<section id="verdict" class="verdict" data-winner="{esc(plan.best.label)}"><h2>Recommendation</h2>'
+               f'<p class="headline">{esc(plan.recommendation())}</p>'
+               f'<p class="rule">Every split of the {plan.total_gpus} GPUs ran the same requests, ranked by '
+               f'{esc(RANKING_RULE)}. The summary and charts below are of {esc(shown)}.</p></section>'
+               f'<section id="splits"><h2>Every split</h2>{_table_html(table)}</section>')
+    return render_report(list(plan.shown), title, scenario_yaml, verdict_html=verdict)

@@ -658,10 +658,12 @@ table.variants-as-rows thead th{max-width:7em;white-space:normal}
 pre{background:#f6f6f6;padding:1em;overflow:auto}"""
 
 
-def render_report(results: list[Result], title: str, scenario_yaml: str = "", bands=None, differences=None) -> str:
+def render_report(results: list[Result], title: str, scenario_yaml: str = "", bands=None, differences=None,
+                  verdict_html: str | None = None) -> str:
     """The report page: the verdict, the grouped summary, the charts (plotly.js inlined once), the scenario.
     `bands` (variant -> summary key -> (low, high)) make the verdict band-aware; `differences` ((A, B) -> key ->
-    band of B − A) let it say whether the winner's margin holds across the band."""
+    band of B − A) let it say whether the winner's margin holds across the band. `verdict_html`: a command's own
+    verdict in place of the comparison's (plan-pools ranks its splits by their own rule)."""
     # Fixed div ids (plotly draws random ones): the same run writes the same bytes.
     parts = [f'<section id="{name}">{figure_html(fig, f"plot-{name}")}</section>' for name, fig in figures(results)]
     from sim import __version__
@@ -672,7 +674,7 @@ def render_report(results: list[Result], title: str, scenario_yaml: str = "", ba
 <meta name="viewport" content="width=device-width, initial-scale=1"><title>{html.escape(title)}</title>
 <style>{STYLE}</style>{plotly_script()}</head>
 <body><h1>{html.escape(title)}</h1>
-{verdict_of(results, bands, differences).html()}
+{verdict_of(results, bands, differences).html() if verdict_html is None else verdict_html}
 <section id="summary"><h2>Summary</h2><p>ServeSim {__version__}. {what}</p>{summary_table_html(results)}</section>{attention_section_html(results)}
 {''.join(parts)}{engine_notes_html(results)}{cost_model_notes_html(results)}
 <section id="scenario"><h2>Scenario</h2><pre>{html.escape(scenario_yaml)}</pre></section>

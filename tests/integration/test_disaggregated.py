@@ -188,6 +188,18 @@ def test_plan_pools_simulates_every_split_of_the_budget_and_picks_the_best_goodp
         split_scenarios(sc, 1)
 
 
+def test_plan_pools_keeps_the_runs_of_the_colocated_deployment_and_the_recommended_split():
+    from sim.config.files import load_one_scenario
+    from sim.tools.pool_split import _rank, plan_pool_split
+    chosen = load_one_scenario(REPO / "scenarios" / "disaggregated.yaml", ["run.num_requests=300"],
+                               "disaggregated-1p1d")
+    plan = plan_pool_split(chosen, 4)
+    assert plan.best is min(plan.candidates, key=_rank)
+    assert plan.best.label != "colocated x4"  # (this load's answer: a split, so two runs are kept)
+    assert [run.name for run in plan.shown] == ["colocated x4", plan.best.label]
+    assert [run.summary for run in plan.shown] == [plan.candidates[0].summary, plan.best.summary]
+
+
 def test_timeline_shows_the_transfer_between_prefill_and_decode(tmp_path):
     import json
 
@@ -323,6 +335,15 @@ def test_plan_pools_on_the_command_line(tmp_path):
     best = table.loc[table["recommended"], "candidate"].item()
     assert f"recommended: {'disaggregated ' if 'P+' in best else ''}{best} on 2 of 2 GPUs" in (
         tmp_path / "splits" / "recommendation.txt").read_text()
+    # report.html: the recommendation as its verdict, every split's row, the charts of colocated and the recommended
+    page = (tmp_path / "splits" / "report.html").read_text()
+    assert f'data-winner="{best}"' in page and page.count('<section id="verdict"') == 1
+    splits = page[page.index('<section id="splits">'):page.index('<section id="summary">')]
+    assert splits.count("<td>colocated x2</td>") == 1 and splits.count("<td>1P+1D</td>") == 1
+    assert splits.count("<td>yes</td>") == 1
+    drawn = "colocated x2" + (" and 1P+1D" if best == "1P+1D" else "")
+    assert f"The summary and charts below are of {drawn}." in page
+    assert ('<section id="disaggregation">' in page) == (best == "1P+1D")  # a split's pools, where one is drawn
     (tmp_path / "mine").mkdir()
     (tmp_path / "mine" / "notes.txt").write_text("x")
     refused = servesim("--gpus", "2", "--out", "mine")  # refused before anything is simulated (no progress line)
