@@ -145,7 +145,8 @@ _FILE_KEYS = ("name", "description", "variants")
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
     """`overrides` applied to a copy of the file: to the base and, so that the command line wins over what a variant
     gives (`--variant vllm-0.6.3 --set engine.num_scheduler_steps=4`), to every variant giving anything under the
-    key's first part; `variants.NAME.<key>` sets one variant's key."""
+    key's first part, unless it replaces the key's section by a value (`_settable`); `variants.NAME.<key>` sets one
+    variant's key."""
     raw = copy.deepcopy(raw)
     for text in overrides:
         keys, value = parse_override(text)
@@ -160,9 +161,22 @@ def apply_overrides(raw: dict, overrides: list[str]) -> dict:
         if keys[0] in _FILE_KEYS or not isinstance(variants, dict):
             continue
         for name, variant in variants.items():
-            if isinstance(variant, dict) and keys[0] in variant:
+            if isinstance(variant, dict) and keys[0] in variant and _settable(variant, keys):
                 set_path(variant, path, value, source=f"--set (variants.{name})")
     return raw
+
+
+def _settable(mapping: dict, keys: list[str]) -> bool:
+    """Whether the path `keys` goes through mappings (or missing keys) in `mapping`: a variant that replaces the key's
+    section by a value (`model: llama-3.1-8b` where the base's model is written out) has no such key to set."""
+    node: Any = mapping
+    for key in keys[:-1]:
+        node = node.get(key)
+        if node is None:
+            return True
+        if not isinstance(node, dict):
+            return False
+    return True
 
 
 def _named_variant(variants: Any, keys: list[str]) -> tuple[str, list[str]] | None:

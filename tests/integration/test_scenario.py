@@ -253,6 +253,14 @@ def test_run_sets_a_flag_of_the_variant_it_runs_that_another_variants_engine_lac
         one_scenario(copy.deepcopy(engines), "engines.yaml", ["engine.max_running_requests=64"], "vllm-0.6.3-multistep")
 
 
+def test_set_of_a_part_of_a_section_a_variant_replaces_by_a_value_leaves_that_variant():
+    inline = get_model("llama-3.1-8b").model_dump(mode="json")
+    data = raw(model=inline, variants={"inline": {}, "catalog": {"model": "qwen2.5-7b"}})
+    scenario_set = build_scenario_set(data, overrides=["model.num_layers=8"])
+    assert scenario_set.variants["inline"].model.num_layers == 8
+    assert scenario_set.variants["catalog"].model == "qwen2.5-7b"  # its own model, whole
+
+
 def test_set_into_a_variant_whose_name_has_dots():
     data = raw(variants={"v0.6.3": {"kv_cache": {"block_size": 32}}, "v0": {}})
     scenario_set = build_scenario_set(data, overrides=["variants.v0.6.3.kv_cache.block_size=8"])
