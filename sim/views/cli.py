@@ -113,25 +113,21 @@ def _clipping_notes(results, differences=None):
     verdict = verdict_of(results, differences=differences)
     console.print(verdict.text(), markup=False, highlight=False)
     why = dict(verdict.why)  # {variant: the verdict's sentence on it}
+    basis = {r.name: _basis_notes(r, resolve_model, measured_refused) for r in results}
+    sharing: dict[str, list[str]] = {}  # each basis note -> the variants it is for, printed once for them all
+    for name, lines in basis.items():
+        for line in dict.fromkeys(lines):
+            sharing.setdefault(line, []).append(name)
     for r in results:
         note = band_note(r.name, r.summary)
         if note:
             console.print(note, markup=False, highlight=False)
         if r.summary.get("window_note"):
             console.print(f"note: {r.name}: {r.summary['window_note']}", markup=False, highlight=False)
-        for line in r.extras.get("engine_notes", ()):  # what the engine preset approximates
-            console.print(f"note: {r.name}: engine {r.extras['engine']}: {line}", markup=False, highlight=False)
-        for key, pool in (("cost_model_notes", ""), ("prefill_cost_model_notes", "prefill ")):
-            for line in r.extras.get(key, ()):  # what the cost model approximated (sim/cost/labels.py)
-                console.print(f"note: {r.name}: {pool}cost model: {line}", markup=False, highlight=False)
-        model = resolve_model(r.scenario.model)
-        if model.not_modelled:  # what the config.json reader leaves out of the architecture (a shipped one's too)
-            console.print(f"note: {r.name}: model {model.name}: not modelled: {model.not_modelled}", markup=False,
-                          highlight=False)
-        refused = measured_refused(r.extras.get("cost_model_choice"))
-        if refused:  # a default below the measured tables: why not them
-            console.print(f"note: {r.name}: default cost model: not the measured kernel tables: {refused}",
-                          markup=False, highlight=False)
+        for line in basis[r.name]:
+            names = sharing.pop(line, None)  # None: printed with an earlier variant
+            if names is not None:
+                console.print(f"note: {', '.join(names)}: {line}", markup=False, highlight=False)
         rejected = r.summary.get("num_rejected") or 0
         if rejected:  # the table counts them; say why (a KV cache of a few blocks rejects every request, exit 0)
             reason = r.first_reject_reason()
@@ -147,6 +143,22 @@ def _clipping_notes(results, differences=None):
                           f"than max_model_len ({r.summary.get('max_model_len')} tokens) and were clipped to fit",
                           markup=False, highlight=False)
     return verdict
+
+
+def _basis_notes(r, resolve_model, measured_refused) -> list[str]:
+    """What a result's figures rest on that was not measured as such, one line each (without the variant's name):
+    what its engine preset and cost model approximate, what its model's architecture leaves out, and why a default
+    model is not the measured tables."""
+    lines = [f"engine {r.extras['engine']}: {line}" for line in r.extras.get("engine_notes", ())]
+    for key, pool in (("cost_model_notes", ""), ("prefill_cost_model_notes", "prefill ")):
+        lines += [f"{pool}cost model: {line}" for line in r.extras.get(key, ())]  # sim/cost/labels.py
+    model = resolve_model(r.scenario.model)
+    if model.not_modelled:  # what the config.json reader leaves out of the architecture (a shipped one's too)
+        lines.append(f"model {model.name}: not modelled: {model.not_modelled}")
+    refused = measured_refused(r.extras.get("cost_model_choice"))
+    if refused:  # a default below the measured tables: why not them
+        lines.append(f"default cost model: not the measured kernel tables: {refused}")
+    return lines
 
 
 def _folder_name(variant: str) -> str:

@@ -147,3 +147,17 @@ def test_a_run_that_rejects_requests_says_why(tmp_path):
             "says)") in text
     assert ("note: b: 10 of 10 requests were rejected, as they can never run here (the first: needs 219 KV slots but "
             "the whole cache holds 128)") in text
+
+
+def test_compare_prints_a_note_its_variants_share_once_naming_them_all(tmp_path):
+    """a and b run the same model on the same tables, so their cost models note the same unmeasured LM head: one line
+    names both. c's model has another LM head: its own line."""
+    raw = small_scenario(cost_model={"kind": "measured"}, variants={
+        "a": {}, "b": {"scheduler": {"max_num_seqs": 8}}, "c": {"model": "qwen2.5-7b"}})
+    (tmp_path / "three.yaml").write_text(yaml.safe_dump(raw))
+    done = servesim("compare", tmp_path / "three.yaml", "-q", "--out", tmp_path / "out", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    text = " ".join(done.stdout.split())
+    assert text.count("cost model: gemm lm_head") == 2
+    assert "note: a, b: cost model: gemm lm_head: (n=128256, k=4096) outside measured" in text
+    assert "note: c: cost model: gemm lm_head: (n=152064, k=3584) outside measured" in text
