@@ -247,6 +247,6 @@ def command_notes(read: CommandFlags) -> list[str]:
         notes.append(f"engine.command: {', '.join(shown for shown, _ in read.inert)}: accepted, no effect on what "
                      f"is simulated ({'; '.join(abouts)})")
     if read.not_read:
-        notes.append(f"engine.command: {' '.join(read.not_read)!r} not read (the program and the model it names: "
-                     "the scenario's model is the one priced)")
+        notes.append(f"engine.command: {' '.join(read.not_read)!r} not read as options (the program, read for the "
+                     "engine it starts, and the model: the scenario's model is the one priced)")
     return notes
