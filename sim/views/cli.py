@@ -494,14 +494,17 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
     for o in result.outcomes:  # where the verdict flips inside the band (issue 31)
         if o.band_flip:
             console.print(f"band: {o.candidate.name}: {o.band_flip}", markup=False, highlight=False)
-    # what the engine preset and the cost model approximate, as `run` says it
+    # what the engine preset and the cost model approximate, as `run` says it; a line several candidates share, once
+    sharing: dict[str, dict[str, None]] = {}  # each note -> the candidates it is for
     for kind, groups in (("engine", engine_groups(result)), ("cost model", cost_model_groups(result))):
         for of, names, notes in groups:
-            whose = ("every candidate" if len(names) == len(result.outcomes) else ", ".join(names)
-                     if len(names) <= 2 else f"{len(names)} candidates (named in plan.md)")
             what = f"engine {of}" if kind == "engine" else "cost model"  # (its label: the candidates table's)
             for line in notes:
-                console.print(f"note: {whose}: {what}: {line}", markup=False, highlight=False)
+                sharing.setdefault(f"{what}: {line}", {}).update(dict.fromkeys(names))
+    for text, names in sharing.items():
+        whose = ("every candidate" if len(names) == len(result.outcomes) else ", ".join(names)
+                 if len(names) <= 2 else f"{len(names)} candidates (named in plan.md)")
+        console.print(f"note: {whose}: {text}", markup=False, highlight=False)
     spread = seed_summary(result)
     if spread:
         from sim.views.plan_report import band_caveat

@@ -571,3 +571,19 @@ def test_a_run_that_meets_the_slos_is_run_again_until_its_arrivals_span_its_requ
     tpot_only = copy.deepcopy(raw)
     tpot_only["slo"] = {"tpot_s": 0.05, "percentile": 90}
     assert Evaluator(tpot_only, plan_settings(SMALL))(1, 10.0).metrics["num_finished"] == plain.metrics["num_finished"]
+
+
+def test_plan_prints_a_note_its_candidates_share_once(tmp_path, capsys):
+    """The whole-step H200 profile prices both engines' candidates, each with its engine's CPU terms (two cost-model
+    labels): the profile's own note is printed once, for every candidate."""
+    raw = copy.deepcopy(SMALL)
+    raw.pop("cost_model")
+    raw["search"] = {**raw["search"], "gpus": ["h200"], "tensor_parallel": [1], "num_seeds": 1}
+    raw["variants"] = {"vllm": {"engine": {"name": "vllm", "version": "0.11.0"}},
+                       "sglang": {"engine": {"name": "sglang", "version": "0.5.3.post3"}}}
+    path = tmp_path / "plan.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    assert _run_cli("plan", str(path), "--backend", "serial", "-q", "--out", str(tmp_path / "o")) == 0
+    text = " ".join(capsys.readouterr().out.split())
+    assert text.count("cost model: whole-step profile fit:") == 1
+    assert "note: every candidate: cost model: whole-step profile fit:" in text
