@@ -273,6 +273,49 @@ def _variant(raw: dict, name: Any, override: Any, shared: str | None, resolve: b
 
 def build_scenario_set(raw: Any, source: str = "<scenario>", overrides: list[str] | None = None,
                        resolve: bool = True) -> ScenarioSet:
+    try:
+        return _scenario_set(raw, source, overrides, resolve)
+    except ConfigError as err:
+        raise _with_set_hint(err, raw, overrides or []) from None
+
+
+def _with_set_hint(err: ConfigError, raw: Any, overrides: list[str]) -> ConfigError:
+    """`err`, where it names a key a `--set` gave a file with variants, some of which take it, saying how to set it in
+    one variant only (an SGLang flag set for a compare of vLLM and SGLang variants)."""
+    variants = raw.get("variants") if isinstance(raw, dict) else None
+    if not isinstance(variants, dict) or not variants or not _some_variant_takes(raw, overrides):
+        return err
+    field = str(err).split(":", 1)[0]
+    field = next((field[len(f"variants.{name}."):] for name in variants if field.startswith(f"variants.{name}.")),
+                 field)
+    for text in overrides:
+        try:
+            keys = parse_override(text)[0]
+        except ConfigError:  # (the error itself, then)
+            return err
+        path = ".".join(keys)
+        if keys[0] not in _FILE_KEYS and (field == path or field.startswith(f"{path}.")):
+            return ConfigError(f"{err} (--set {path} is set in the base and in every variant giving {keys[0]}; "
+                               f"--set variants.NAME.{path}=... sets one variant's)")
+    return err
+
+
+def _some_variant_takes(raw: dict, overrides: list[str]) -> bool:
+    """Whether any variant of the file is well-formed with `overrides` (on the error path only)."""
+    try:
+        base, variants = _split_variants(raw, "", overrides)
+    except ConfigError:
+        return False
+    for name, override in variants.items():
+        try:
+            _variant(base, name, override, None, False)
+            return True
+        except ConfigError:
+            continue
+    return False
+
+
+def _scenario_set(raw: Any, source: str, overrides: list[str] | None, resolve: bool) -> ScenarioSet:
     raw, variants_raw = _split_variants(raw, source, overrides)
     shared = _shared_cost_tier(raw, variants_raw)
     base = validate_scenario(raw, resolve=resolve)

@@ -261,6 +261,21 @@ def test_set_of_a_part_of_a_section_a_variant_replaces_by_a_value_leaves_that_va
     assert scenario_set.variants["catalog"].model == "qwen2.5-7b"  # its own model, whole
 
 
+def test_a_set_key_a_variant_refuses_says_how_to_set_it_in_one_variant():
+    from sim.config.files import read_yaml
+    engines = read_yaml(REPO / "scenarios" / "engines.yaml")
+    with pytest.raises(ConfigError, match=r"^engine.max_running_requests: not a flag of the vllm preset .* \(--set "
+                       r"engine.max_running_requests is set in the base and in every variant giving engine; --set "
+                       r"variants.NAME.engine.max_running_requests=... sets one variant's\)$"):
+        build_scenario_set(copy.deepcopy(engines), overrides=["engine.max_running_requests=64"])
+    with pytest.raises(ConfigError) as refused:  # a value no variant takes: no hint
+        build_scenario_set(copy.deepcopy(engines), overrides=["run.num_requests=-1"])
+    assert str(refused.value).startswith("run.num_requests:") and "--set" not in str(refused.value)
+    one = build_scenario_set(copy.deepcopy(engines),
+                             overrides=["variants.sglang-0.5.3.post3.engine.max_running_requests=64"])
+    assert one.variants["sglang-0.5.3.post3"].scheduler.max_num_seqs == 64
+
+
 def test_set_into_a_variant_whose_name_has_dots():
     data = raw(variants={"v0.6.3": {"kv_cache": {"block_size": 32}}, "v0": {}})
     scenario_set = build_scenario_set(data, overrides=["variants.v0.6.3.kv_cache.block_size=8"])
