@@ -332,14 +332,7 @@ def one_scenario(raw: Any, source: str, overrides: list[str] | None, variant: st
     hardware: another that cannot (a model a --set GPU cannot hold) does not stop it, and decides nothing of the kind
     of default model the file's variants share (`shared_choice`'s `runs`), which is the one `compare` gives them
     wherever every variant runs."""
-    aimed = [text for text in overrides or [] if parse_override(text)[0][0] == "variants"]
-    written, written_variants = _split_variants(raw, source, aimed)
-    raw, variants_raw = _split_variants(raw, source, overrides)
-    base = _as_run_or_written(lambda base_raw: validate_scenario(base_raw, resolve=False), raw, written)
-    for name, override in variants_raw.items():
-        _same_ranking(base, _as_run_or_written(lambda pair: _variant(pair[0], name, pair[1], None, False),
-                                               (raw, override), (written, written_variants.get(name, override))),
-                      str(name))
+    raw, variants_raw = check_every_part(raw, source, overrides)
     if variant is None:
         return validate_scenario(raw)
     names = {str(name): name for name in variants_raw}
@@ -351,6 +344,21 @@ def one_scenario(raw: Any, source: str, overrides: list[str] | None, variant: st
                           + ", ".join(names or [str(base_name)]))
     shared = _shared_cost_tier(raw, variants_raw, runs=validates)
     return _variant(raw, variant, variants_raw[names[variant]], shared, True)
+
+
+def check_every_part(raw: Any, source: str, overrides: list[str] | None) -> tuple[dict, dict]:
+    """The base and every variant of a file checked against the schema, each with `overrides` or else as written
+    (`_as_run_or_written`), for a command that runs only some of them (`run --variant`, `sweep --variant`): only
+    those must take the `--set`. Returns (the base's raw with `overrides`, the variants' raw overrides by name)."""
+    aimed = [text for text in overrides or [] if parse_override(text)[0][0] == "variants"]
+    written, written_variants = _split_variants(raw, source, aimed)
+    raw, variants_raw = _split_variants(raw, source, overrides)
+    base = _as_run_or_written(lambda base_raw: validate_scenario(base_raw, resolve=False), raw, written)
+    for name, override in variants_raw.items():
+        _same_ranking(base, _as_run_or_written(lambda pair: _variant(pair[0], name, pair[1], None, False),
+                                               (raw, override), (written, written_variants.get(name, override))),
+                      str(name))
+    return raw, variants_raw
 
 
 def _as_run_or_written(check, as_run, as_written):

@@ -159,20 +159,28 @@ def shared_cost_choice(raw: dict, axes: list[GridAxis]) -> str | None:
     return shared_choice(raws, runs=validates)
 
 
-def check_sweep_scenario(raw: dict, axes: list[GridAxis], source: str) -> None:
+def check_sweep_scenario(raw: dict, axes: list[GridAxis], source: str, variants: list[str] | None = None) -> None:
     """Every variant of the file valid before a sweep runs (its keys and values: a point whose hardware cannot hold
     the model gets its reason in its row), as written or else with some grid point's values, where the grid gives
     what the file leaves out (`--grid engine.version=0.9.2,0.11.0` over `--set engine.name=vllm`). Where no point
-    completes it, the first point's error is raised: it names the grid's value where that is what is wrong."""
-    from sim.config.files import build_scenario_set
+    completes it, the first point's error is raised: it names the grid's value where that is what is wrong.
+    `variants` (`--variant`): only these are checked here, the caller having checked the file's other parts as `run
+    --variant` does (sim/config/files.py `check_every_part`)."""
+    from sim.config.files import build_scenario_set, validate_scenario
+
+    def check(candidate: dict) -> None:
+        if not variants:
+            build_scenario_set(dict(candidate), source, resolve=False)
+        for name in variants or []:
+            validate_scenario(variant_raw(candidate, name), prefix=f"variants.{name}.", resolve=False)
     try:
-        build_scenario_set(dict(raw), source, resolve=False)
+        check(raw)
         return
     except ServeSimError as err:
         problem = err
     for index, point in enumerate(grid_points(axes) if axes else []):
         try:
-            build_scenario_set(apply_point(raw, point), source, resolve=False)
+            check(apply_point(raw, point))
             return
         except ServeSimError as err:
             problem = err if index == 0 else problem

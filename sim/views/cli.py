@@ -361,12 +361,14 @@ def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
     from sim.tools.sweep import check_sweep_scenario, parse_grid, plan_sweep, run_point
     raw = _read_raw(scenario, _with_band(set_, band), check=False)
     axes = parse_grid(grid)
-    check_sweep_scenario(raw, axes, scenario)  # a point that cannot run gets its reason in its row
     names = list((raw.get("variants") or {}).keys())
     if variant:
         unknown = [v for v in variant if v not in names]
         if unknown:
             raise ServeSimError(f"--variant: {unknown[0]!r} is not in {scenario}; allowed: {', '.join(names) or '(none)'}")
+        from sim.config.files import check_every_part  # only the variants swept must take the --set
+        check_every_part(_read_raw(scenario, None, check=False), scenario, _with_band(set_, band))
+    check_sweep_scenario(raw, axes, scenario, variant)  # a point that cannot run gets its reason in its row
     chosen: list = list(variant) if variant else (names or [None])
     if workers is not None and workers < 1:
         raise ServeSimError(f"--workers: {workers} must be >= 1")

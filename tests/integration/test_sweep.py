@@ -171,6 +171,28 @@ def test_a_grid_may_give_what_the_file_leaves_out(tmp_path, capsys):
     assert not (tmp_path / "none.csv").exists()
 
 
+def test_a_sweep_of_one_variant_needs_only_it_to_take_the_set(tmp_path, capsys):
+    """An SGLang flag for the SGLang variant, the base naming vLLM: `sweep --variant sglang` runs it (as `run
+    --variant` does); the whole file, or the vLLM variant alone, refuses it in one line naming where."""
+    raw = {**SMALL, "engine": {"name": "vllm", "version": "0.11.0"},
+           "variants": {"vllm": {}, "sglang": {"engine": {"name": "sglang", "version": "0.5.3.post3"}}}}
+    path = _write(tmp_path, raw)
+    common = ("--set", "engine.max_running_requests=4", "--grid", "rate=200", "--backend", "serial", "-q")
+    assert _run_cli("sweep", str(path), "--variant", "sglang", "--out", str(tmp_path / "s.csv"), *common) == 0
+    row = pd.read_csv(tmp_path / "s.csv", keep_default_na=False).iloc[0]
+    assert row["variant"] == "sglang" and row["error"] == "" and float(row["num_finished"]) == 60
+    assert _run_cli("sweep", str(path), "--variant", "sglang", "--out", str(tmp_path / "free.csv"), *common[2:]) == 0
+    free = pd.read_csv(tmp_path / "free.csv", keep_default_na=False).iloc[0]
+    assert float(row["mean_batch_size"]) <= 4 < float(free["mean_batch_size"])  # the flag reached the point
+    capsys.readouterr()
+    for chosen in (("--variant", "vllm"), ()):
+        assert _run_cli("sweep", str(path), *chosen, "--out", str(tmp_path / "v.csv"), *common) == 2
+        err = capsys.readouterr().err.strip()
+        where = "variants.vllm." if chosen else ""
+        assert err.startswith(f"error: {where}engine.max_running_requests: not a flag of the vllm preset"), err
+    assert not (tmp_path / "v.csv").exists()
+
+
 def _sweep(tmp_path: Path, out: Path, backend: str, *extra: str) -> pd.DataFrame:
     path = _write(tmp_path)
     code = _run_cli("sweep", str(path), "--grid", "rate=4,16", "--grid", "scheduler.max_num_seqs=8,64",
