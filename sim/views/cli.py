@@ -366,9 +366,14 @@ def sweep(scenario: str = typer.Argument(..., help="scenario YAML file"),
         unknown = [v for v in variant if v not in names]
         if unknown:
             raise ServeSimError(f"--variant: {unknown[0]!r} is not in {scenario}; allowed: {', '.join(names) or '(none)'}")
+    try:
+        check_sweep_scenario(raw, axes, scenario)  # a point that cannot run gets its reason in its row
+    except ServeSimError:
+        if not variant:
+            raise
         from sim.config.files import check_every_part  # only the variants swept must take the --set
         check_every_part(_read_raw(scenario, None, check=False), scenario, _with_band(set_, band))
-    check_sweep_scenario(raw, axes, scenario, variant)  # a point that cannot run gets its reason in its row
+        check_sweep_scenario(raw, axes, scenario, variant)
     chosen: list = list(variant) if variant else (names or [None])
     if workers is not None and workers < 1:
         raise ServeSimError(f"--workers: {workers} must be >= 1")

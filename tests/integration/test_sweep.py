@@ -191,6 +191,11 @@ def test_a_sweep_of_one_variant_needs_only_it_to_take_the_set(tmp_path, capsys):
         where = "variants.vllm." if chosen else ""
         assert err.startswith(f"error: {where}engine.max_running_requests: not a flag of the vllm preset"), err
     assert not (tmp_path / "v.csv").exists()
+    # the grid may still give what the file leaves out (engine.version) with one variant swept
+    path = _write(tmp_path, {**SMALL, "engine": {"name": "vllm"}})
+    assert _run_cli("sweep", str(path), "--variant", "paged", "--grid", "engine.version=0.11.0", "--backend",
+                    "serial", "-q", "--out", str(tmp_path / "g.csv")) == 0
+    assert pd.read_csv(tmp_path / "g.csv", keep_default_na=False).loc[0, "error"] == ""
 
 
 def _sweep(tmp_path: Path, out: Path, backend: str, *extra: str) -> pd.DataFrame:
