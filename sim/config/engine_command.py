@@ -14,10 +14,11 @@ scenario may name it whole instead of restating its flags one by one. Each optio
 Positional words (the program, `serve`, the model; `python -m <module>` before them) are not read: the scenario's
 `model` is the one priced, and the note says so. The program names the engine (`CommandSyntax.programs`): it gives
 `engine.name` where the scenario leaves it out, and one naming another engine is refused. How each engine's parser
-spells options (`CommandSyntax`): vLLM's FlexibleArgumentParser takes underscores for dashes; argparse (vLLM, SGLang,
-LMDeploy) takes an unambiguous prefix of a long option, here among the options the preset knows (the engine's own parser sees all of its options, so a
-prefix this accepts may be ambiguous there); BooleanOptionalAction (vLLM) turns a switch off as `--no-<option>`;
-click (TensorRT-LLM's trtllm-serve) takes exact spellings only. `--option=value` and `--option value` are the same.
+spells options (`CommandSyntax`): vLLM's FlexibleArgumentParser takes underscores for dashes; argparse (vLLM,
+SGLang, LMDeploy) takes an unambiguous prefix of a long option, here among the options the preset knows (the
+engine's own parser sees all of its options, so a prefix this accepts may be ambiguous there); BooleanOptionalAction
+(vLLM) turns a switch off as `--no-<option>`; click (TensorRT-LLM's trtllm-serve) takes exact spellings only.
+`--option=value` and `--option value` are the same.
 A switch may be followed by true or false (vLLM 0.6's `--enable-chunked-prefill True`).
 """
 

@@ -286,8 +286,8 @@ def _with_set_hint(err: ConfigError, raw: Any, overrides: list[str]) -> ConfigEr
     if not isinstance(variants, dict) or not variants or not _some_variant_takes(raw, overrides):
         return err
     field = str(err).split(":", 1)[0]
-    field = next((field[len(f"variants.{name}."):] for name in variants if field.startswith(f"variants.{name}.")),
-                 field)
+    field = next((field[len(f"variants.{name}."):] for name in sorted(variants, key=len, reverse=True)
+                  if field.startswith(f"variants.{name}.")), field)  # the longest name first: v0.6.3 before v0
     for text in overrides:
         try:
             keys = parse_override(text)[0]

@@ -274,6 +274,12 @@ def test_a_set_key_a_variant_refuses_says_how_to_set_it_in_one_variant():
     one = build_scenario_set(copy.deepcopy(engines),
                              overrides=["variants.sglang-0.5.3.post3.engine.max_running_requests=64"])
     assert one.variants["sglang-0.5.3.post3"].scheduler.max_num_seqs == 64
+    # the variant a refusal names, matched whole where one name begins another (v0 and v0.6.3)
+    named = raw(engine={"name": "sglang", "version": "0.5.3.post3"},
+                variants={"v0": {}, "v0.6.3": {"engine": {"name": "vllm", "version": "0.6.3"}}})
+    with pytest.raises(ConfigError, match=r"^variants.v0.6.3.engine.max_running_requests: .* \(--set "
+                       r"engine.max_running_requests is set in the base"):
+        build_scenario_set(named, overrides=["engine.max_running_requests=64"])
 
 
 def test_set_into_a_variant_whose_name_has_dots():
