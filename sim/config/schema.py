@@ -849,7 +849,9 @@ class FrontendSpec(_Strict):
 class RunSpec(_Strict):
     seed: int = Field(0, ge=0)
     num_requests: int | None = Field(None, ge=1, le=MAX_NUM_REQUESTS,
-                                     description=f"at most {MAX_NUM_REQUESTS:,} (sim.workload.generate.MAX_NUM_REQUESTS)")
+                                     description=f"at most {MAX_NUM_REQUESTS:,} (sim.workload.generate."
+                                     "MAX_NUM_REQUESTS); with neither it nor duration_s, a trace arrival replays the "
+                                     "whole trace")
     duration_s: float | None = Field(None, gt=0, description="arrival window; also the horizon unless horizon_s")
     horizon_s: float | None = Field(None, gt=0, description="stop here; requests in flight are unfinished")
     warmup_s: float = Field(0.0, ge=0, description="steady-state window: leave out the first warmup_s seconds "
@@ -887,8 +889,6 @@ class RunSpec(_Strict):
 
     @model_validator(mode="after")
     def _bounded(self) -> "RunSpec":
-        if self.num_requests is None and self.duration_s is None:
-            raise ValueError("neither num_requests nor duration_s is set; give at least one of them")
         if self.duration_s is not None and self.has_window() and self.warmup_s + self.cooldown_s >= self.duration_s:
             raise ValueError(f"warmup_s + cooldown_s: {self.warmup_s:g} + {self.cooldown_s:g} s leave no measurement "
                              f"window in duration_s {self.duration_s:g} s; their sum must be below duration_s")
@@ -979,6 +979,17 @@ class Scenario(_Strict):
 
     @model_validator(mode="before")
     @classmethod
+    def _whole_trace_by_default(cls, data: Any) -> Any:
+        """A file without a run section replays a trace whole (a run that sets neither count nor duration does);
+        any other arrival gets the default run's 1000 requests."""
+        if isinstance(data, dict) and data.get("run") is None:
+            arrival = (data.get("workload") or {}).get("arrival") if isinstance(data.get("workload"), dict) else None
+            if isinstance(arrival, dict) and arrival.get("kind") == "trace":
+                data = {**data, "run": {}}
+        return data
+
+    @model_validator(mode="before")
+    @classmethod
     def _engine_and_cost_defaults(cls, data: Any) -> Any:
         """The engine preset's values under the scenario's own, then the best available cost model where the
         scenario names none: both on the raw scenario, so every way in gets the same."""
@@ -1017,7 +1028,12 @@ class Scenario(_Strict):
 
     @model_validator(mode="after")
     def _run_size(self) -> "Scenario":
-        """A duration with no count must not ask for more than MAX_NUM_REQUESTS requests (rate x duration)."""
+        """A run needs a count or a duration, but a trace, which replays every row without them; a duration with no
+        count must not ask for more than MAX_NUM_REQUESTS requests (rate x duration)."""
+        if self.run.num_requests is None and self.run.duration_s is None and self.workload.arrival.kind != "trace":
+            raise ConfigError(f"run: neither num_requests nor duration_s is set; give at least one of them (only a "
+                              f"trace arrival may leave both out, replaying the whole trace; arrival kind is "
+                              f"{self.workload.arrival.kind!r})")
         check_run_size(self.workload, self.run.num_requests, self.run.duration_s)
         return self
 

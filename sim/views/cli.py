@@ -137,12 +137,27 @@ def _clipping_notes(results, differences=None):
             console.print(f"note: {r.name}: {rejected:,} of {r.summary.get('num_requests', 0):,} requests were "
                           f"rejected, as they can never run here{first}{slo}; requests.parquet's reject_reason says "
                           "why for each", markup=False, highlight=False)
+        short = trace_short_note(r.scenario, r.summary.get("num_requests"))
+        if short:
+            console.print(f"note: {r.name}: {short}", markup=False, highlight=False)
         clipped = r.summary.get("num_requests_clipped") or 0
         if clipped:
             console.print(f"note: {r.name}: {clipped:,} of {r.summary.get('num_requests', 0):,} requests were longer "
                           f"than max_model_len ({r.summary.get('max_model_len')} tokens) and were clipped to fit",
                           markup=False, highlight=False)
     return verdict
+
+
+def trace_short_note(scenario, num_generated: int | None) -> str | None:
+    """A replayed trace with fewer rows than run.num_requests asks for (and no duration to end it first): every row
+    ran, and the figures are of that many requests, which the user should not take for the count they asked."""
+    run, arrival = scenario.run, scenario.workload.arrival
+    if arrival.kind != "trace" or run.num_requests is None or run.duration_s is not None or num_generated is None:
+        return None
+    if num_generated >= run.num_requests:
+        return None
+    return (f"the trace '{arrival.path}' holds {num_generated:,} requests, fewer than run.num_requests "
+            f"{run.num_requests:,}: all {num_generated:,} were replayed, once")
 
 
 def _basis_notes(r, resolve_model, measured_refused) -> list[str]:

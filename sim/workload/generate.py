@@ -200,8 +200,8 @@ def generate_workload(
     max_context: int,
 ) -> Workload:
     """Sample `spec`: exactly `num_requests` requests, or every arrival in [0, duration_s), or both
-    (whichever ends first). Lengths are clipped to fit the model's context."""
-    if num_requests is None and duration_s is None:
+    (whichever ends first); a trace with neither, every row. Lengths are clipped to fit the model's context."""
+    if num_requests is None and duration_s is None and not isinstance(spec.arrival, TraceArrival):
         raise ConfigError("num_requests/duration_s: both missing; give at least one of them")
     if num_requests is not None and num_requests < 1:
         raise ConfigError(f"num_requests: {num_requests} is not allowed; it must be >= 1")
@@ -227,6 +227,11 @@ def generate_workload(
         trace = cached_trace(arrival.path, arrival.format, arrival.columns, "workload.arrival.path")
         arrival_s = replay_arrivals(arrival.recorded_arrival_s(), arrival, num_requests, duration_s)
         count = rows = len(arrival_s)
+        if count > MAX_NUM_REQUESTS:  # (a count above it was refused with the scenario)
+            within = f" within run.duration_s {duration_s:g} s" if duration_s is not None else ""
+            raise ConfigError(f"workload.arrival.path: '{arrival.path}' replays {count:,} requests{within}, more than "
+                              f"the limit of {MAX_NUM_REQUESTS:,} per run (MAX_NUM_REQUESTS); allowed: "
+                              f"run.num_requests <= {MAX_NUM_REQUESTS:,}, or a shorter run.duration_s")
     else:
         arrival_s = synthetic_arrivals(arrival, arrivals_seq, num_requests, duration_s)
         count = len(arrival_s)
