@@ -223,6 +223,29 @@ def _speculative_batch(scenario: Scenario, kv, replica_index: int):
                                   ragged=spec.ragged, rng=rng, kv=kv, num_verified_tokens=spec.verified_tokens())
 
 
+def seed_draws(scenario: Scenario) -> tuple[str, ...]:
+    """What `run.seed` draws in this scenario's run, in words; empty where every seed runs the same requests the
+    same way (a replayed trace with its own lengths, a burst of fixed lengths), so repeating a run under other seeds
+    measures nothing. The seed's uses: the workload (`generate_workload`'s streams), the random router
+    (`make_router`), speculative acceptance (`_speculative_batch`), closed-loop think times."""
+    workload, draws = scenario.workload, []
+    arrival = workload.arrival.kind
+    if arrival == "closed_loop":
+        draws.append("think times")
+    elif arrival not in ("trace", "burst", "constant"):
+        draws.append("arrival times")
+    if workload.resolved_lengths.kind not in ("trace", "fixed", "listed"):
+        draws.append("request lengths")
+    if workload.prefix is not None:
+        draws.append("shared prefixes")
+    if scenario.hardware.router == "random" and (scenario.hardware.num_replicas > 1
+                                                 or scenario.hardware.disaggregation is not None):
+        draws.append("the random router's choices")
+    if scenario.speculation is not None:  # each step's accepted drafts, whatever the acceptance rate
+        draws.append("speculative acceptance")
+    return tuple(draws)
+
+
 def make_scheduler(scenario: Scenario, replica_index: int = 0, deployment: Deployment | None = None):
     deployment = deployment or deployment_of(scenario)
     kv_spec, s = scenario.kv_cache, scenario.scheduler

@@ -186,6 +186,9 @@ class PlanResult:
     seeds: list[SeedOutcome]
     versions: dict
     command: str
+    # The recommendation's run draws nothing from the seed (sim/run.py seed_draws: a replayed trace with its own
+    # lengths, a burst of fixed lengths): every seed would give its answer, so it ran under the base seed alone.
+    seeds_draw_nothing: bool = False
 
     @property
     def feasible(self) -> list[CandidateOutcome]:
@@ -931,11 +934,13 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
     curve_tasks = [CurveTask(raws[o.candidate.name], o.candidate, o.num_replicas, settings, tuple(o.evaluations),
                              o.saturated_rate_per_replica)
                    for o in feasible[:settings.top_k]]
-    seed_tasks = []
+    seed_tasks, seeds_draw_nothing = [], False
     if feasible:
         best = feasible[0]
+        seeds_draw_nothing = not _seed_draws(raws[best.candidate.name], best.num_replicas)
         seed_tasks = [SeedTask(raws[best.candidate.name], best.num_replicas, settings.base_seed + i, settings,
-                               tuple(best.evaluations)) for i in range(settings.num_seeds)]
+                               tuple(best.evaluations))
+                      for i in range(1 if seeds_draw_nothing else settings.num_seeds)]
     curves: list[CurveOutcome] = []
     seeds: list[SeedOutcome] = []
     detail = ([("curves", g) for g in _neighbour_groups(curve_tasks, lambda t: (_hardware_of(t), t.num_replicas))]
@@ -956,7 +961,16 @@ def run_plan(raw: dict, settings: PlanSettings, *, backend: str = "process", wor
     base = build_scenario_set(copy.deepcopy(raw), resolve=False).base
     import yaml
     return PlanResult(settings, yaml.safe_dump(raw, sort_keys=False), base.slo.model_dump(mode="json"),
-                      outcomes, curves, seeds, _versions(), command)
+                      outcomes, curves, seeds, _versions(), command, seeds_draw_nothing)
+
+
+def _seed_draws(raw: dict, num_replicas: int) -> tuple[str, ...]:
+    """What the seed draws in a candidate's run at `num_replicas` replicas (sim/run.py seed_draws)."""
+    from sim.config.files import validate_scenario
+    from sim.run import seed_draws
+    raw = copy.deepcopy(raw)
+    raw.setdefault("hardware", {})["num_replicas"] = num_replicas
+    return seed_draws(validate_scenario(raw))
 
 
 def _run_detail(item: tuple[str, Any]):

@@ -528,7 +528,10 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML file (its searc
                  if len(names) <= 2 else f"{len(names)} candidates (named in plan.md)")
         console.print(f"note: {whose}: {text}", markup=False, highlight=False)
     spread = seed_summary(result)
-    if spread:
+    if spread and result.seeds_draw_nothing:
+        from sim.views.plan_report import SEEDS_DRAW_NOTHING
+        console.print(SEEDS_DRAW_NOTHING)
+    elif spread:
         from sim.views.plan_report import band_caveat
         console.print(f"Under {spread['num_seeds']} seeds: SLOs met {spread['seeds_meeting_slo']}/{spread['num_seeds']}; "
                       f"fewest replicas per seed {spread['min_replicas']}. {band_caveat(result)}".rstrip(". ") + ".")

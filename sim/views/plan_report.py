@@ -9,6 +9,7 @@ import statistics
 import numpy as np
 import pandas as pd
 import plotly.graph_objects as go
+import yaml
 from plotly.subplots import make_subplots
 
 from sim.tools.planner import PlanResult
@@ -363,10 +364,17 @@ def _seeds_frame(result: PlanResult) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+SEEDS_DRAW_NOTHING = ("Not repeated over seeds: the recommended deployment's run draws nothing from the seed (its "
+                      "arrivals and lengths are fixed, as a replayed trace with its own lengths is, and nothing else "
+                      "is drawn), so every seed gives this answer; it ran under the base seed alone.")
+
+
 def _spread_text(result: PlanResult) -> str:
     spread = seed_summary(result)
     if not spread:
         return "No configuration met the SLOs, so there is nothing to repeat."
+    if result.seeds_draw_nothing:
+        return SEEDS_DRAW_NOTHING
     n = spread["num_seeds"]
     lo, hi = spread["replicas_low"], spread["replicas_high"]
     rec = result.recommendation
@@ -399,10 +407,14 @@ def _settings_text(result: PlanResult) -> str:
     s = result.settings
     gpus = ", ".join(g if isinstance(g, str) else str(g.get("name")) for g in s.gpus)
     ep = f"expert parallelism {s.expert_parallel}; " if s.expert_parallel else ""
+    arrival = ((yaml.safe_load(result.scenario_yaml) or {}).get("workload") or {}).get("arrival") or {}
+    window = ("each simulation replays the trace's requests, its gaps rescaled to the rate tried (a trace is not "
+              "lengthened to search.min_window_s)" if arrival.get("kind") == "trace" else
+              f"each simulation spans at least {s.min_window_s:g} s of arrivals")
     return (f"Target {s.target_rate_per_s:g} req/s; GPUs {gpus}; tensor parallelism {s.tensor_parallel}; {ep}"
             f"policies {', '.join(p or 'base' for p in s.policies)}; at most {s.max_replicas} replicas; "
-            f"rate search to within {s.rate_tolerance:.0%}; each simulation spans at least {s.min_window_s:g} s "
-            f"of arrivals; base seed {s.base_seed}; prices {s.prices or 'from the catalog'}.")
+            f"rate search to within {s.rate_tolerance:.0%}; {window}; base seed {s.base_seed}; prices "
+            f"{s.prices or 'from the catalog'}.")
 
 
 def engine_groups(result: PlanResult) -> list[tuple[str, list[str], tuple[str, ...]]]:
@@ -529,7 +541,8 @@ def write_plan_outputs(result: PlanResult, out_dir, report_path=None, report_ins
                 "candidate": rec.candidate.name, "num_replicas": rec.num_replicas, **rec.costs,
                 "max_rate_per_replica": rec.max_rate_per_replica},
             "target_rate_per_s": result.settings.target_rate_per_s, "slo": result.slo,
-            "seed_spread": seed_summary(result), "versions": result.versions, "command": result.command})
+            "seed_spread": seed_summary(result), "seeds_draw_nothing": result.seeds_draw_nothing,
+            "versions": result.versions, "command": result.command})
     if report_path is not None:
         write_output_file(Path(report_path), page, "--report")
 
