@@ -108,6 +108,7 @@ def _clipping_notes(results, differences=None):
     Returns the verdict printed first (`differences`: the band of each difference, sim/bands.py)."""
     from sim.config.cost_choice import measured_refused
     from sim.model.catalog import resolve_model
+    from sim.run import seed_draws
     from sim.views.report import band_note
     from sim.views.verdict import verdict_of  # first, the verdict under the summary table (issue 32)
     verdict = verdict_of(results, differences=differences)
@@ -119,7 +120,7 @@ def _clipping_notes(results, differences=None):
         for line in dict.fromkeys(lines):
             sharing.setdefault(line, []).append(name)
     for r in results:
-        note = band_note(r.name, r.summary)
+        note = band_note(r.name, r.summary, seed_draws(r.scenario))
         if note:
             console.print(note, markup=False, highlight=False)
         if r.summary.get("window_note"):

@@ -166,12 +166,17 @@ def format_banded(key: str, summary: dict) -> str:
     return text
 
 
-def band_note(name: str, summary: dict) -> str | None:
-    """One line saying what a run's band is, or None without one."""
+def band_note(name: str, summary: dict, seed_draws: tuple[str, ...] | None = None) -> str | None:
+    """One line saying what a run's band is, or None without one. `seed_draws`: what the run's seed draws
+    (sim/run.py seed_draws), where known: a workload source that draws nothing is said to."""
     band = summary.get("band")
     if not band:
         return None
-    sources = ", ".join(band["sources"])
+    names = list(band["sources"])
+    if seed_draws is not None and "workload" in names:
+        names[names.index("workload")] = ("workload (nothing: every seed runs the same requests the same way)"
+                                          if not seed_draws else f"workload ({', '.join(seed_draws)})")
+    sources = ", ".join(names)
     residuals = band.get("step_time_residuals")
     if residuals:
         sources += (f" (the {residuals['cost_model']} model's residuals: bias sigma {residuals['bias_sigma']:.3g}, "

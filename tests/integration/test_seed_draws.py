@@ -95,3 +95,15 @@ def test_a_plan_whose_run_draws_nothing_runs_one_seed_and_says_why(tmp_path):
     result = run_plan(copy.deepcopy(raw), plan_settings(raw, rate=30), backend="serial")
     assert not result.seeds_draw_nothing and [s.seed for s in result.seeds] == [0, 1, 2]
     assert SEEDS_DRAW_NOTHING not in render_markdown(result)
+
+
+def test_a_band_says_what_its_workload_source_draws():
+    from sim.views.report import band_note
+    summary = {"band": {"level": 0.9, "replications": 19, "sources": ["workload", "step_time"]}}
+    assert band_note("a", summary) == "band: a: 90% over 19 replications drawing workload, step_time"
+    assert band_note("a", summary, ()) == ("band: a: 90% over 19 replications drawing workload (nothing: every seed "
+                                           "runs the same requests the same way), step_time")
+    assert band_note("a", summary, ("arrival times", "request lengths")) == (
+        "band: a: 90% over 19 replications drawing workload (arrival times, request lengths), step_time")
+    summary["band"]["sources"] = ["step_time"]
+    assert band_note("a", summary, ()) == "band: a: 90% over 19 replications drawing step_time"
