@@ -33,13 +33,13 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 from sim.errors import ConfigError
+from sim.model.catalog import names_same_model
 from sim.workload.base import MAX_NUM_REQUESTS
 
 FIELD = "--bench"
@@ -329,17 +329,12 @@ def _genai_perf(source: str, obj: dict) -> BenchPoint:
                                metrics))
 
 
-def _normalized(name: str) -> str:
-    return re.sub(r"[^a-z0-9]", "", name.rsplit("/", 1)[-1].lower())
-
-
 def check_model(point: BenchPoint, scenario_model: str) -> None:
     """Refuse a result measured on another model than the scenario's. Lenient: case, punctuation, an org prefix
     and a suffix (-Instruct, -hf) do not matter; a clear mismatch (another family or size) is refused."""
     if point.model is None:
         return
-    bench, ours = _normalized(point.model), _normalized(scenario_model)
-    if not bench or not ours or ours in bench or bench in ours:
+    if names_same_model(point.model, scenario_model):
         return
     raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} is not the scenario's model {scenario_model!r}; "
                       "allowed: a result measured on the scenario's model")

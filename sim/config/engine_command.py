@@ -240,6 +240,24 @@ def as_command_error(err: ConfigError, read: CommandFlags, given_apart: set[str]
     return err
 
 
+# The options that name the model served (vLLM's --model, SGLang's --model-path and its alias --model) and the
+# subcommands between a program and its model (`vllm serve M`, `trtllm-serve serve M`, `lmdeploy serve api_server M`)
+MODEL_OPTIONS = ("--model", "--model-path")
+SUBCOMMANDS = ("serve", "api_server")
+
+
+def served_model(text: str, read: CommandFlags) -> str | None:
+    """The model a launch command serves as written (`Qwen/Qwen3-8B`, a local path), read from its model option or
+    else its first positional word after the program and its subcommands; None where it names none."""
+    for written, option in read.inert:
+        if option.option in MODEL_OPTIONS:
+            first, _, rest = written.partition(" ")
+            return rest if rest else first.partition("=")[2]
+    program = command_program(text)
+    words = read.not_read[len(program[0].split()) if program is not None else 0:]
+    return next((word for word in words if word not in SUBCOMMANDS), None)
+
+
 def command_notes(read: CommandFlags) -> list[str]:
     """The run's notes on what a command gave that changes nothing simulated, one line each."""
     notes = []
@@ -249,5 +267,6 @@ def command_notes(read: CommandFlags) -> list[str]:
                      f"is simulated ({'; '.join(abouts)})")
     if read.not_read:
         notes.append(f"engine.command: {' '.join(read.not_read)!r} not read as options (the program, read for the "
-                     "engine it starts, and the model: the scenario's model is the one priced)")
+                     "engine it starts, and the model, the scenario's where it names none: the scenario's model is "
+                     "the one priced)")
     return notes

@@ -996,6 +996,9 @@ class Scenario(_Strict):
         if not isinstance(data, dict):
             return data
         from sim.config.checkpoint import checkpoint_defaults
+        if data.get("engine") is not None:
+            from sim.config.engines import model_from_command
+            data = model_from_command(data)  # the model a launch command serves, where the scenario names none
         data = checkpoint_defaults(data)  # a quantized checkpoint's dtype, seen by the preset and the choice below
         overhead, notes, preset = None, None, None
         if data.get("engine") is not None:

@@ -540,9 +540,44 @@ def shipped_quantization(name: str) -> CheckpointQuantization | None:
     return _read_shipped(_catalog_key(name))[1] if shipped_config(name) is not None else None
 
 
-def get_model(name: str, field: str = "model") -> ModelSpec:
-    """Catalog model by id (case-insensitive, '_' and '-' interchangeable, a Hugging Face owner dropped)."""
+# Words of a repo's name that leave its architecture as the catalog model's (an instruction-tuned or chat checkpoint,
+# the Hugging Face format's copy: meta-llama/Llama-2-7b-chat-hf is llama-2-7b) and a family's leading word
+# (Meta-Llama-3.1-8B is llama-3.1-8b). Any other word (FP8, AWQ, a date) may change the weights or the config.
+SAME_ARCHITECTURE_WORDS = ("instruct", "chat", "hf")
+LEADING_FAMILY_WORDS = ("meta",)
+
+
+def catalog_model_name(name: str) -> str | None:
+    """The catalog's name for a model name or Hugging Face repo id ("Qwen/Qwen3-32B": qwen3-32b; with its
+    SAME_ARCHITECTURE_WORDS and LEADING_FAMILY_WORDS left out where the whole name is not in the catalog:
+    "meta-llama/Llama-3.1-8B-Instruct" is llama-3.1-8b), None for any other (a local path, a repo the catalog
+    lacks, an FP8 copy of a model the catalog has only in bf16)."""
     key = _catalog_key(name) if isinstance(name, str) else None
+    if not key:
+        return None
+    words = [word for word in key.split("-") if word not in SAME_ARCHITECTURE_WORDS]
+    while words and words[0] in LEADING_FAMILY_WORDS:
+        words = words[1:]
+    for candidate in (key, "-".join(words)):
+        if candidate in MODELS or shipped_config(candidate) is not None:
+            return candidate
+    return None
+
+
+def names_same_model(a: str, b: str) -> bool:
+    """Whether two free-form model names (a benchmark result's, a launch command's, a scenario's) may name one model:
+    leniently, case, punctuation, an owner and a suffix (-Instruct, -FP8) aside, one name within the other; another
+    family or size is not."""
+    def normalized(name: str) -> str:
+        return re.sub(r"[^a-z0-9]", "", name.rsplit("/", 1)[-1].lower())
+    first, second = normalized(a), normalized(b)
+    return not first or not second or first in second or second in first
+
+
+def get_model(name: str, field: str = "model") -> ModelSpec:
+    """Catalog model by id (case-insensitive, '_' and '-' interchangeable, a Hugging Face owner dropped, and an
+    instruction-tuned checkpoint's name its base model's: `catalog_model_name`)."""
+    key = catalog_model_name(name) or (_catalog_key(name) if isinstance(name, str) else None)
     if key in MODELS:
         return MODELS[key]
     if key is not None and shipped_config(key) is not None:

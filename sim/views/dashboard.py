@@ -47,7 +47,8 @@ import plotly.graph_objects as go
 import yaml
 from plotly.subplots import make_subplots
 
-from sim.config.engines import PRESETS, apply_engine_preset, fitted_versions, named_engine, preset_keys
+from sim.config.engines import (PRESETS, apply_engine_preset, command_served_model, fitted_versions, named_engine,
+                                preset_keys)
 from sim.config.file_access import confine_file_fields
 from sim.config.files import (
     MAX_SCENARIO_BYTES,
@@ -428,8 +429,9 @@ def with_engine(base: dict, name: str, version: str | None = None) -> tuple[dict
 def with_command(base: dict, command: str) -> tuple[dict, list[str]]:
     """(the base with this launch command as its engine's `engine.command`, the form's keys it dropped); an empty
     command removes it. A command starting another engine's program (`python -m sglang.launch_server` while the form
-    names vLLM) chooses that engine, at the version a new choice starts at. The keys the command's flags set drop out
-    of the form as an engine choice's do (`with_engine`), so the command's values apply."""
+    names vLLM) chooses that engine, at the version a new choice starts at, and a catalog model it serves
+    (`vllm serve Qwen/Qwen3-32B`) the form's model. The keys the command's flags set drop out of the form as an
+    engine choice's do (`with_engine`), so the command's values apply."""
     out, dropped = copy.deepcopy(base), []
     name, version = engine_of(out)
     runs = named_engine({"command": command})
@@ -441,6 +443,11 @@ def with_command(base: dict, command: str) -> tuple[dict, list[str]]:
     else:
         out["engine"].pop("command", None)
     out, more = with_engine(out, name, version)
+    from sim.model.catalog import catalog_model_name
+    served, given = catalog_model_name(command_served_model(out["engine"]) or ""), out.get("model", "llama-3.1-8b")
+    if served is not None and isinstance(given, str) and catalog_model_name(given) != served:
+        more.append(f"model {given!r}")  # the command's model, as in a file naming none (an inline one stays)
+        out["model"] = served
     return out, dropped + more
 
 

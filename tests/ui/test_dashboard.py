@@ -13,7 +13,7 @@ import yaml
 from sim.config.deployment import resolve
 from sim.config.files import build_scenario_set, load_scenario_set, validate_scenario
 from sim.errors import ConfigError
-from sim.model.catalog import MODELS
+from sim.model.catalog import MODELS, get_model
 from sim.results import Result
 from sim.run import simulate
 from sim.views import dashboard as dash
@@ -355,6 +355,19 @@ def test_a_launch_command_of_another_engine_chooses_that_engine():
     assert validate_scenario(base).scheduler.max_num_seqs == 48
     # a loaded file naming its engine by its command alone
     assert dash.engine_of({"engine": {"version": "1.2.0rc1", "command": "trtllm-serve m"}}) == ("trtllm", "1.2.0rc1")
+
+
+def test_a_launch_command_serving_a_catalog_model_chooses_that_model():
+    engine, _ = dash.with_engine(dash.DEFAULT_BASE, "vllm", "0.11.0")
+    assert engine["model"] == "llama-3.1-8b"
+    base, dropped = dash.with_command(engine, "vllm serve Qwen/Qwen3-8B --max-num-seqs 64")
+    assert base["model"] == "qwen3-8b" and "model 'llama-3.1-8b'" in dropped
+    assert validate_scenario(base).model == "qwen3-8b"
+    for served in ("meta-llama/Llama-3.1-8B-Instruct", "/models/mine"):  # its own model, or none the catalog has
+        kept, dropped = dash.with_command(engine, f"vllm serve {served}")
+        assert kept["model"] == "llama-3.1-8b" and not any(d.startswith("model ") for d in dropped)
+    inline = {**engine, "model": {"name": "mine", **get_model("llama-3.1-8b").model_dump(exclude={"name"})}}
+    assert dash.with_command(inline, "vllm serve Qwen/Qwen3-8B")[0]["model"] == inline["model"]
 
 
 @pytest.mark.parametrize("name", [n for n in dash.ENGINE_CHOICES if n != dash.NO_ENGINE])

@@ -3,7 +3,7 @@ import re
 import pytest
 
 from sim.errors import ConfigError
-from sim.model.catalog import GPUS, MODELS, get_gpu, get_model, model_names
+from sim.model.catalog import GPUS, MODELS, catalog_model_name, get_gpu, get_model, model_names, names_same_model
 from sim.model.interconnects import interconnect_class
 from sim.model.shapes import (
     active_param_count,
@@ -139,9 +139,9 @@ def test_the_parts_without_measured_tables_are_read_as_what_they_are():
 
 
 @pytest.mark.parametrize(("name", "meant"), [
-    ("meta-llama/Meta-Llama-3.1-8B-Instruct", " (did you mean 'llama-3.1-8b'?)"),
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct-FP8", " (did you mean 'llama-3.1-8b'?)"),
     ("deepseek-r1-0528", " (did you mean 'deepseek-r1'?)"),
-    ("qwen3-235b-a22b-fp8-instruct", " (did you mean 'qwen3-235b-a22b-fp8'?)"),  # the longest it holds
+    ("qwen3-235b-a22b-fp8-2507", " (did you mean 'qwen3-235b-a22b-fp8'?)"),  # the longest it holds
     ("qwen3-30b", " (did you mean 'qwen3-30b-a3b' or 'qwen3-30b-a3b-fp8'?)"),
     ("mistral-7b", " (did you mean 'mistral-7b-v0.1'?)"),
     ("llama-3.3-70b", ""), ("qwen3-8b.json", ""),  # not qwen3-32b's or llama-3.1-70b's: other models
@@ -150,6 +150,30 @@ def test_an_unknown_model_is_offered_the_entry_it_spells_with_words_added_or_lef
     with pytest.raises(ConfigError) as err:
         get_model(name)
     assert str(err.value).startswith(f"model: unknown model {name!r}{meant}; allowed: opt-13b, ")
+
+
+@pytest.mark.parametrize(("name", "catalog"), [
+    ("meta-llama/Meta-Llama-3.1-8B-Instruct", "llama-3.1-8b"), ("meta-llama/Llama-3.1-8B-Instruct", "llama-3.1-8b"),
+    ("meta-llama/Llama-2-7b-chat-hf", "llama-2-7b"), ("Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"),
+    ("mistralai/Mistral-7B-Instruct-v0.1", "mistral-7b-v0.1"),
+    ("qwen3-235b-a22b-fp8-instruct", "qwen3-235b-a22b-fp8"),
+    ("Qwen/Qwen3-Coder-480B-A35B-Instruct", "qwen3-coder-480b-a35b-instruct"),  # a catalog name with the word
+    ("Qwen/Qwen3-32B", "qwen3-32b"),
+    ("Qwen/Qwen3-8B-FP8", None), ("/models/llama-3.1-8b", None), ("meta-llama/Llama-3.1-8B-Instruct-FP8", None),
+    ("Qwen/Qwen3-30B-A3B-Instruct-2507", None), ("instruct", None)])
+def test_an_instruction_tuned_checkpoint_names_its_base_models_architecture(name, catalog):
+    assert catalog_model_name(name) == catalog
+    if catalog is not None:
+        assert get_model(name) == get_model(catalog)
+    else:
+        with pytest.raises(ConfigError, match=r"^model: unknown model "):
+            get_model(name)
+
+
+def test_names_of_one_model_are_compared_leniently():
+    assert names_same_model("Qwen/Qwen3-8B-FP8", "qwen3-8b")
+    assert names_same_model("/models/llama-3.1-8b", "LLAMA_3.1_8B")
+    assert not names_same_model("Qwen/Qwen3-32B", "qwen3-8b") and not names_same_model("llama-3.1-70b", "qwen3-32b")
 
 
 @pytest.mark.parametrize("name", [-1, None, ["h100-sxm"]])

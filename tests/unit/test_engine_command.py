@@ -13,7 +13,8 @@ from sim.config.engines import PRESETS
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 
-BASE = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+BASE = {"model": "llama-3.1-8b",  # the commands' model, m, names none the catalog has
+        "workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
                      "lengths": {"kind": "fixed", "input_tokens": 500, "output_tokens": 100}},
         "run": {"num_requests": 20}}
 
@@ -121,7 +122,7 @@ def test_vllm_060s_switch_with_a_value_and_its_v0_flags():
 def test_sglang_reads_prefixes_and_its_aliases():
     sc = scenario({"name": "sglang", "version": "0.5.5",
                    "command": "python3 -m sglang.launch_server --model-path Qwen/Qwen3-8B --tp 2 --mem-frac 0.8 "
-                              "--disable-radix-cache --max-running-requests 64 --random-seed 1"})
+                              "--disable-radix-cache --max-running-requests 64 --random-seed 1"}, model="qwen3-8b")
     assert sc.hardware.tensor_parallel == 2 and sc.scheduler.max_num_seqs == 64
     assert sc.kv_cache.enable_prefix_caching is False
     again = scenario({"name": "sglang", "version": "0.5.5", "command": "sglang --tensor-parallel-size 2"})
@@ -131,7 +132,7 @@ def test_sglang_reads_prefixes_and_its_aliases():
 def test_trtllm_serve_takes_exact_spellings_only():
     sc = scenario({"name": "trtllm", "version": "1.2.0rc1",
                    "command": "trtllm-serve Qwen/Qwen3-8B --max_batch_size 64 --free_gpu_memory_fraction 0.8 "
-                              "--tensor_parallel_size 2 --enable_chunked_prefill --port 8000"})
+                              "--tensor_parallel_size 2 --enable_chunked_prefill --port 8000"}, model="qwen3-8b")
     assert sc.hardware.tensor_parallel == 2 and sc.scheduler.max_num_seqs == 64
     assert sc.scheduler.chunked_prefill is True
     with pytest.raises(ConfigError, match=r"engine\.command: '--tp' is not an option the trtllm preset reads"):
@@ -568,3 +569,51 @@ def test_a_command_starting_another_engines_program_is_refused_and_an_unknown_on
         scenario({"name": "vllm", "version": "0.11.0", "command": "python -m sglang.launch_server --model-path m"})
     with pytest.raises(ConfigError, match=r"^engine.name: missing; allowed: vllm, sglang, trtllm, lmdeploy$"):
         scenario({"version": "0.11.0", "command": "./serve.sh --max-num-seqs 8"})
+
+
+@pytest.mark.parametrize("command, version", [
+    ("vllm serve Qwen/Qwen3-32B --max-num-seqs 8", "0.11.0"),
+    ("vllm serve --max-num-seqs 8 --model=Qwen/Qwen3-32B", "0.11.0"),
+    ("/usr/bin/python3.11 -m vllm.entrypoints.openai.api_server --model Qwen/Qwen3-32B --max-num-seqs 8", "0.6.3"),
+    ("python -m sglang.launch_server --model-path Qwen/Qwen3-32B --max-running-requests 8", "0.5.3.post3"),
+    ("python -m sglang.launch_server --model Qwen/Qwen3-32B --max-running-requests 8", "0.5.3.post3"),
+    ("trtllm-serve Qwen/Qwen3-32B --max_batch_size 8", "1.2.0rc1"),
+    ("trtllm-serve serve Qwen/Qwen3-32B --max_batch_size 8", "1.2.0rc1"),
+    ("lmdeploy serve api_server Qwen/Qwen3-32B --max-batch-size 8", "0.16.0"),
+])
+def test_the_commands_model_is_the_scenarios_where_it_names_none(command, version):
+    """A command serving Qwen3-32B priced the default Llama-3.1-8B, with a note, where the scenario named no model."""
+    raw = {key: value for key, value in BASE.items() if key != "model"}
+    engine = {"version": version, "command": command}
+    sc = validate_scenario({**raw, "hardware": {"gpu": "h200"}, "engine": engine})
+    assert sc.model == "qwen3-32b"
+    named = validate_scenario({**raw, "model": "Qwen/Qwen3-32B", "hardware": {"gpu": "h200"}, "engine": engine})
+    assert sc.model_dump(mode="json") == {**named.model_dump(mode="json"), "model": "qwen3-32b"}
+
+
+def test_a_commands_fp8_checkpoint_brings_its_dtype():
+    raw = {key: value for key, value in BASE.items() if key != "model"}
+    sc = validate_scenario({**raw, "hardware": {"gpu": "h100-sxm"},
+                            "engine": {"version": "0.11.0", "command": "vllm serve Qwen/Qwen3-32B-FP8"}})
+    assert sc.model == "qwen3-32b-fp8" and sc.quantization.weights == "fp8"
+
+
+def test_a_commands_model_beside_the_scenarios():
+    engine = {"name": "vllm", "version": "0.11.0"}
+    for served in ("/models/my-finetune", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-FP8"):
+        assert scenario({**engine, "command": f"vllm serve {served}"}).model == "llama-3.1-8b"  # the scenario's
+    with pytest.raises(ConfigError, match=r"^engine\.command: serves 'Qwen/Qwen3-32B' \(qwen3-32b\), not the "
+                                          r"scenario's model 'llama-3.1-8b'; allowed: the same model in both, or leave "
+                                          r"the scenario's model out$"):
+        scenario({**engine, "command": "vllm serve Qwen/Qwen3-32B"})
+
+
+def test_a_commands_model_the_catalog_lacks_needs_the_scenarios_model(tmp_path):
+    raw = {key: value for key, value in BASE.items() if key != "model"}
+    raw["engine"] = {"version": "0.11.0", "command": "vllm serve /models/my-finetune --max-num-seqs 8"}
+    line = run_refused(tmp_path, raw)
+    assert line == ("error: engine.command: serves '/models/my-finetune', which is not a catalog model, and the "
+                    "scenario names no model; allowed: a catalog model or its Hugging Face repo id (servesim catalog "
+                    "models), or the scenario's model: (a catalog name, or {hf_config: path/to/config.json})")
+    raw["engine"]["command"] = "vllm serve --max-num-seqs 8"  # no model named: the scenario's default, as before
+    assert validate_scenario(raw).model == "llama-3.1-8b"

@@ -16,7 +16,8 @@ from sim.cost.overhead import ENGINE_DEFAULTS
 from sim.errors import ConfigError
 from sim.model.catalog import get_gpu, get_model
 
-BASE = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+BASE = {"model": "llama-3.1-8b",  # a command's model, m, names none the catalog has
+        "workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
                      "lengths": {"kind": "fixed", "input_tokens": 500, "output_tokens": 100}},
         "run": {"num_requests": 20}}
 

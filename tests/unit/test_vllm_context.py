@@ -12,7 +12,8 @@ from sim.config.engines.vllm_context import readable_number
 from sim.config.files import validate_scenario
 from sim.errors import ConfigError
 
-BASE = {"workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
+BASE = {"model": "llama-3.1-8b",  # a command's model, m, names none the catalog has
+        "workload": {"arrival": {"kind": "poisson", "rate_per_s": 2.0},
                      "lengths": {"kind": "fixed", "input_tokens": 500, "output_tokens": 100}},
         "run": {"num_requests": 20}}
 # Llama-3.1-70B in fp8 on one H100: its weights leave KV for a few thousand tokens, far from its 131,072-token context

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import sim.config.engines.fitted as fitted
 from sim.config.checkpoint import runs_fp8_products
 from sim.config.engine_command import (CommandFlags, CommandSyntax, as_command_error, command_notes, command_program,
-                                       resolve_option)
+                                       resolve_option, served_model)
 from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, PresetResult, get_key,
                                      canonical_version, has_key, model_of_value, outside_versions, parse_version,
                                      set_key)
@@ -76,6 +76,46 @@ def named_engine(spec: Any) -> Any:
         raise ConfigError(f"engine.command: {program[0]!r} starts {PRESETS[runs].label}, not engine.name {name!r}; "
                           f"allowed: engine.name {runs}, or a {name} command")
     return runs
+
+
+def command_served_model(spec: Any) -> str | None:
+    """The model an `engine` section's launch command serves, as written (`served_model`); None without a command
+    naming one, or where the section does not read (apply_engine_preset refuses it in its own line)."""
+    if not isinstance(spec, dict) or not isinstance(spec.get("command"), str):
+        return None
+    try:
+        name = named_engine(spec)
+        version = parse_version(canonical_version(spec["version"])) if isinstance(spec.get("version"), str) else None
+        read = PRESETS[name].read_command(spec["command"], version) if name in PRESETS and version else None
+    except (ConfigError, TypeError):
+        return None
+    return served_model(spec["command"], read) if read is not None else None
+
+
+def model_from_command(raw: dict) -> dict:
+    """The raw scenario with the model its engine's launch command serves (`vllm serve Qwen/Qwen3-32B`: qwen3-32b)
+    where it names no `model`, which would otherwise price the default model for a command serving another.
+    Refused in one line: a command's model the catalog lacks where the scenario names none, and a catalog model
+    that is not the scenario's (`names_same_model`: Qwen/Qwen3-32B beside qwen3-32b-fp8 is taken as one model, the
+    scenario's priced). A local path beside the scenario's model, or a command that does not read
+    (apply_engine_preset refuses it), leaves the scenario as it is."""
+    served = command_served_model(raw.get("engine"))
+    if served is None:
+        return raw
+    from sim.model.catalog import catalog_model_name, names_same_model
+    catalog = catalog_model_name(served)
+    if "model" not in raw:
+        if catalog is None:
+            raise ConfigError(f"engine.command: serves {served!r}, which is not a catalog model, and the scenario "
+                              "names no model; allowed: a catalog model or its Hugging Face repo id (servesim "
+                              "catalog models), or the scenario's model: (a catalog name, or {hf_config: "
+                              "path/to/config.json})")
+        return {**raw, "model": catalog}
+    given = raw["model"]
+    if catalog is not None and isinstance(given, str) and not names_same_model(served, given):
+        raise ConfigError(f"engine.command: serves {served!r} ({catalog}), not the scenario's model {given!r}; "
+                          "allowed: the same model in both, or leave the scenario's model out")
+    return raw
 
 
 def _resolve_gpu_and_model(raw: dict):
