@@ -606,6 +606,21 @@ def test_a_commands_model_beside_the_scenarios():
                                           r"scenario's model 'llama-3.1-8b'; allowed: the same model in both, or leave "
                                           r"the scenario's model out$"):
         scenario({**engine, "command": "vllm serve Qwen/Qwen3-32B"})
+    with pytest.raises(ConfigError, match=r"serves 'meta-llama/Llama-2-70b-hf' \(llama-2-70b\), not the scenario's "
+                                          r"model 'llama-2-7b'"):  # a name within the other's is not the same model
+        scenario({**engine, "command": "vllm serve meta-llama/Llama-2-70b-hf"}, model="llama-2-7b")
+    # the same architecture in other weights: the scenario must say them
+    fp8 = {**engine, "command": "vllm serve Qwen/Qwen3-32B-FP8"}
+    with pytest.raises(ConfigError, match=r"^engine\.command: serves 'Qwen/Qwen3-32B-FP8' \(qwen3-32b-fp8, fp8 "
+                                          r"weights\), not the scenario's model 'qwen3-32b' in 16-bit weights; "
+                                          r"allowed: model: qwen3-32b-fp8, or quantization.weights fp8$"):
+        scenario(fp8, model="qwen3-32b", hardware={"gpu": "h200"})
+    assert scenario(fp8, model="qwen3-32b", hardware={"gpu": "h200"},
+                    quantization={"weights": "fp8"}).quantization.weights == "fp8"
+    with pytest.raises(ConfigError, match=r"serves 'Qwen/Qwen3-32B' \(qwen3-32b, 16-bit weights\), not the scenario's "
+                                          r"model 'qwen3-32b-fp8' in fp8 weights; allowed: model: qwen3-32b, or "
+                                          r"quantization.weights bf16$"):
+        scenario({**engine, "command": "vllm serve Qwen/Qwen3-32B"}, model="qwen3-32b-fp8", hardware={"gpu": "h200"})
 
 
 def test_a_commands_model_the_catalog_lacks_needs_the_scenarios_model(tmp_path):

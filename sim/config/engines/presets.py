@@ -96,13 +96,14 @@ def model_from_command(raw: dict) -> dict:
     """The raw scenario with the model its engine's launch command serves (`vllm serve Qwen/Qwen3-32B`: qwen3-32b)
     where it names no `model`, which would otherwise price the default model for a command serving another.
     Refused in one line: a command's model the catalog lacks where the scenario names none, and a catalog model
-    that is not the scenario's (`names_same_model`: Qwen/Qwen3-32B beside qwen3-32b-fp8 is taken as one model, the
-    scenario's priced). A local path beside the scenario's model, or a command that does not read
-    (apply_engine_preset refuses it), leaves the scenario as it is."""
+    that is not the scenario's catalog model: another architecture, or the same in other weights
+    (Qwen/Qwen3-32B-FP8 beside `model: qwen3-32b` is the scenario's architecture served in fp8: it must say
+    `quantization.weights: fp8`). A name the catalog lacks (a local path) beside the scenario's model, or a
+    command that does not read (apply_engine_preset refuses it), leaves the scenario as it is."""
     served = command_served_model(raw.get("engine"))
     if served is None:
         return raw
-    from sim.model.catalog import catalog_model_name, names_same_model
+    from sim.model.catalog import catalog_model_name, get_model, shipped_quantization
     catalog = catalog_model_name(served)
     if "model" not in raw:
         if catalog is None:
@@ -112,10 +113,23 @@ def model_from_command(raw: dict) -> dict:
                               "path/to/config.json})")
         return {**raw, "model": catalog}
     given = raw["model"]
-    if catalog is not None and isinstance(given, str) and not names_same_model(served, given):
-        raise ConfigError(f"engine.command: serves {served!r} ({catalog}), not the scenario's model {given!r}; "
-                          "allowed: the same model in both, or leave the scenario's model out")
-    return raw
+    named = catalog_model_name(given) if isinstance(given, str) else None
+    if catalog is None or named is None or named == catalog:
+        return raw
+
+    def weights(name: str) -> str:
+        checkpoint = shipped_quantization(name)
+        return (checkpoint.weights if checkpoint is not None else None) or "16-bit"
+    if get_model(named).model_copy(update={"name": catalog}) == get_model(catalog):  # one architecture
+        asked = get_key(raw, "quantization.weights")
+        asked = weights(named) if asked is None else "16-bit" if asked in ("bf16", "fp16") else asked
+        if asked == weights(catalog):
+            return raw
+        raise ConfigError(f"engine.command: serves {served!r} ({catalog}, {weights(catalog)} weights), not the "
+                          f"scenario's model {given!r} in {asked} weights; allowed: model: {catalog}, or "
+                          f"quantization.weights {weights(catalog).replace('16-bit', 'bf16')}")
+    raise ConfigError(f"engine.command: serves {served!r} ({catalog}), not the scenario's model {given!r}; "
+                      "allowed: the same model in both, or leave the scenario's model out")
 
 
 def _resolve_gpu_and_model(raw: dict):
