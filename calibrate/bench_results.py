@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.model.catalog import names_same_model
+from sim.model.catalog import catalog_mismatch, names_same_model
 from sim.workload.base import MAX_NUM_REQUESTS
 
 FIELD = "--bench"
@@ -329,12 +329,19 @@ def _genai_perf(source: str, obj: dict) -> BenchPoint:
                                metrics))
 
 
-def check_model(point: BenchPoint, scenario_model: str) -> None:
-    """Refuse a result measured on another model than the scenario's. Lenient: case, punctuation, an org prefix
-    and a suffix (-Instruct, -hf) do not matter; a clear mismatch (another family or size) is refused."""
+def check_model(point: BenchPoint, scenario_model: str, scenario_weights: str | None = None) -> None:
+    """Refuse a result measured on another model than the scenario's, or on its architecture in other weights where
+    both names are catalog models (`catalog_mismatch`: Qwen/Qwen3-32B-FP8 against qwen3-32b in bf16). Otherwise
+    lenient: case, punctuation, an org prefix and a suffix (-Instruct, -hf) do not matter; a clear mismatch (another
+    family or size) is refused."""
     if point.model is None:
         return
-    if names_same_model(point.model, scenario_model):
+    mismatch = catalog_mismatch(point.model, scenario_model, scenario_weights)
+    if mismatch is not None and mismatch[0] == "weights":
+        raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} is {mismatch[1]} in {mismatch[2]} "
+                          f"weights, not the scenario's {scenario_model!r} in {mismatch[3]}; allowed: a result "
+                          "measured on the scenario's model and weights")
+    if mismatch is None and names_same_model(point.model, scenario_model):
         return
     raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} is not the scenario's model {scenario_model!r}; "
                       "allowed: a result measured on the scenario's model")

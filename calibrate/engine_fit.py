@@ -586,7 +586,8 @@ def fit_bench(bench_files: list[str | Path], scenario: Scenario, fit_on: list[st
     if dataset is not None:
         points = [replace(p, dataset=dataset) for p in points]
     for p in points:
-        check_model(p, scenario.model if isinstance(scenario.model, str) else getattr(scenario.model, "name", ""))
+        check_model(p, scenario.model if isinstance(scenario.model, str) else getattr(scenario.model, "name", ""),
+                    scenario.quantization.weights)
     if scenario.hardware.disaggregation is not None:
         raise ConfigError("--scenario: hardware.disaggregation is not allowed with --bench (no front-end there); "
                           "allowed: a colocated deployment")

@@ -564,6 +564,27 @@ def catalog_model_name(name: str) -> str | None:
     return None
 
 
+def _checkpoint_weights(name: str) -> str:
+    checkpoint = shipped_quantization(name)
+    return (checkpoint.weights if checkpoint is not None else None) or "16-bit"
+
+
+def catalog_mismatch(served: str, given: str, given_weights: str | None) -> tuple[str, str, str, str] | None:
+    """How a model named `served` (a launch command's, a benchmark result's) is not the scenario's model `given` in
+    `given_weights` (None: its checkpoint's), where both are catalog names: ("model", the served catalog model, ...)
+    for another model, ("weights", it, its weights, the scenario's) for the same architecture in other weights
+    (Qwen/Qwen3-32B-FP8 beside qwen3-32b in bf16); None where they agree, or where either is no catalog name."""
+    served_name, given_name = catalog_model_name(served), catalog_model_name(given)
+    if served_name is None or given_name is None or served_name == given_name:
+        return None
+    served_weights = _checkpoint_weights(served_name)
+    if get_model(given_name).model_copy(update={"name": served_name}) != get_model(served_name):
+        return ("model", served_name, served_weights, "")
+    asked = (_checkpoint_weights(given_name) if given_weights is None else
+             "16-bit" if given_weights in ("bf16", "fp16") else given_weights)
+    return None if asked == served_weights else ("weights", served_name, served_weights, asked)
+
+
 def names_same_model(a: str, b: str) -> bool:
     """Whether two free-form model names (a benchmark result's, a launch command's, a scenario's) may name one model:
     leniently, case, punctuation, an owner and a suffix (-Instruct, -FP8) aside, one name within the other; another

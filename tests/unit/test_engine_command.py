@@ -607,7 +607,7 @@ def test_a_commands_model_beside_the_scenarios():
                                           r"the scenario's model out$"):
         scenario({**engine, "command": "vllm serve Qwen/Qwen3-32B"})
     with pytest.raises(ConfigError, match=r"serves 'meta-llama/Llama-2-70b-hf' \(llama-2-70b\), not the scenario's "
-                                          r"model 'llama-2-7b'"):  # a name within the other's is not the same model
+                                          r"model 'llama-2-7b'"):  # another size
         scenario({**engine, "command": "vllm serve meta-llama/Llama-2-70b-hf"}, model="llama-2-7b")
     # the same architecture in other weights: the scenario must say them
     fp8 = {**engine, "command": "vllm serve Qwen/Qwen3-32B-FP8"}

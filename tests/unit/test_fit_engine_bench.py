@@ -68,6 +68,18 @@ def test_model_names_are_compared_leniently(bench, ours, ok):
             check_model(point, ours)
 
 
+def test_a_result_on_the_scenarios_architecture_in_other_weights_is_refused():
+    point = BenchPoint("f.json", "vllm bench serve", "Qwen/Qwen3-32B-FP8", 1, math.inf, 1, 10, 10, {"ttft_mean_s": 0.1})
+    with pytest.raises(ConfigError, match=r"model 'Qwen/Qwen3-32B-FP8' is qwen3-32b-fp8 in fp8 weights, not the "
+                                          r"scenario's 'qwen3-32b' in 16-bit; allowed: a result measured on the "
+                                          r"scenario's model and weights$"):
+        check_model(point, "qwen3-32b", "bf16")
+    check_model(point, "qwen3-32b", "fp8")  # the scenario says the weights the result ran
+    check_model(point, "qwen3-32b-fp8", "fp8")
+    with pytest.raises(ConfigError, match="is not the scenario's model 'qwen3-8b'"):
+        check_model(point, "qwen3-8b", "fp8")
+
+
 # --- the fit --------------------------------------------------------------------------------------------
 
 TRUE = {"per_step_s": 4e-4, "per_seq_s": 2e-5, "per_request_s": 0.03, "per_output_chunk_s": 2e-4}

@@ -103,7 +103,7 @@ def model_from_command(raw: dict) -> dict:
     served = command_served_model(raw.get("engine"))
     if served is None:
         return raw
-    from sim.model.catalog import catalog_model_name, get_model, shipped_quantization
+    from sim.model.catalog import catalog_mismatch, catalog_model_name
     catalog = catalog_model_name(served)
     if "model" not in raw:
         if catalog is None:
@@ -113,22 +113,15 @@ def model_from_command(raw: dict) -> dict:
                               "path/to/config.json})")
         return {**raw, "model": catalog}
     given = raw["model"]
-    named = catalog_model_name(given) if isinstance(given, str) else None
-    if catalog is None or named is None or named == catalog:
+    mismatch = catalog_mismatch(served, given, get_key(raw, "quantization.weights")) if isinstance(given, str) else None
+    if mismatch is None:
         return raw
-
-    def weights(name: str) -> str:
-        checkpoint = shipped_quantization(name)
-        return (checkpoint.weights if checkpoint is not None else None) or "16-bit"
-    if get_model(named).model_copy(update={"name": catalog}) == get_model(catalog):  # one architecture
-        asked = get_key(raw, "quantization.weights")
-        asked = weights(named) if asked is None else "16-bit" if asked in ("bf16", "fp16") else asked
-        if asked == weights(catalog):
-            return raw
-        raise ConfigError(f"engine.command: serves {served!r} ({catalog}, {weights(catalog)} weights), not the "
-                          f"scenario's model {given!r} in {asked} weights; allowed: model: {catalog}, or "
-                          f"quantization.weights {weights(catalog).replace('16-bit', 'bf16')}")
-    raise ConfigError(f"engine.command: serves {served!r} ({catalog}), not the scenario's model {given!r}; "
+    kind, name, weights, asked = mismatch
+    if kind == "weights":
+        raise ConfigError(f"engine.command: serves {served!r} ({name}, {weights} weights), not the scenario's model "
+                          f"{given!r} in {asked} weights; allowed: model: {name}, or quantization.weights "
+                          f"{weights.replace('16-bit', 'bf16')}")
+    raise ConfigError(f"engine.command: serves {served!r} ({name}), not the scenario's model {given!r}; "
                       "allowed: the same model in both, or leave the scenario's model out")
 
 
