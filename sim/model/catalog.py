@@ -586,9 +586,9 @@ def catalog_mismatch(served: str, given: str, given_weights: str | None) -> tupl
 
 
 def names_same_model(a: str, b: str) -> bool:
-    """Whether two free-form model names (a benchmark result's, a launch command's, a scenario's) may name one model:
-    leniently, case, punctuation, an owner and a suffix (-Instruct, -FP8) aside, one name within the other; another
-    family or size is not."""
+    """Whether two free-form model names (a benchmark result's label, a scenario's) may name one model: leniently,
+    case, punctuation, an owner and a suffix (-Instruct, a path's folders) aside, one name within the other; another
+    family or size is not. Where both are catalog names, `catalog_mismatch` says more (the weights too)."""
     def normalized(name: str) -> str:
         return re.sub(r"[^a-z0-9]", "", name.rsplit("/", 1)[-1].lower())
     first, second = normalized(a), normalized(b)

@@ -138,9 +138,6 @@ def _clipping_notes(results, differences=None):
             console.print(f"note: {r.name}: {rejected:,} of {r.summary.get('num_requests', 0):,} requests were "
                           f"rejected, as they can never run here{first}{slo}; requests.parquet's reject_reason says "
                           "why for each", markup=False, highlight=False)
-        short = trace_short_note(r.scenario, r.summary.get("num_requests"))
-        if short:
-            console.print(f"note: {r.name}: {short}", markup=False, highlight=False)
         clipped = r.summary.get("num_requests_clipped") or 0
         if clipped:
             console.print(f"note: {r.name}: {clipped:,} of {r.summary.get('num_requests', 0):,} requests were longer "
@@ -163,8 +160,8 @@ def trace_short_note(scenario, num_generated: int | None) -> str | None:
 
 def _basis_notes(r, resolve_model, measured_refused) -> list[str]:
     """What a result's figures rest on that was not measured as such, one line each (without the variant's name):
-    what its engine preset and cost model approximate, what its model's architecture leaves out, and why a default
-    model is not the measured tables."""
+    what its engine preset and cost model approximate, what its model's architecture leaves out, why a default
+    model is not the measured tables, and a trace that held fewer requests than asked."""
     lines = [f"engine {r.extras['engine']}: {line}" for line in r.extras.get("engine_notes", ())]
     for key, pool in (("cost_model_notes", ""), ("prefill_cost_model_notes", "prefill ")):
         lines += [f"{pool}cost model: {line}" for line in r.extras.get(key, ())]  # sim/cost/labels.py
@@ -174,6 +171,9 @@ def _basis_notes(r, resolve_model, measured_refused) -> list[str]:
     refused = measured_refused(r.extras.get("cost_model_choice"))
     if refused:  # a default below the measured tables: why not them
         lines.append(f"default cost model: not the measured kernel tables: {refused}")
+    short = trace_short_note(r.scenario, r.summary.get("num_requests"))
+    if short:  # (the variants replaying one trace share it)
+        lines.append(short)
     return lines
 
 

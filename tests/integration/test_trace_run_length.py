@@ -94,3 +94,12 @@ def test_a_trace_longer_than_a_run_holds_is_refused(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"replays 12 requests within run.duration_s 60 s, more than"):
         make_workload(validate_scenario(trace_scenario(path, {"duration_s": 60})))
     assert make_workload(validate_scenario(trace_scenario(path, {"num_requests": ROWS - 1}))).num_requests == ROWS - 1
+
+
+def test_variants_replaying_one_short_trace_share_one_note(tmp_path):
+    raw = trace_scenario(write_trace(tmp_path), {"num_requests": 50})
+    raw["variants"] = {"a": {}, "b": {"kv_cache": {"block_size": 32}}}
+    result = servesim("compare", _write(tmp_path, raw), "--out", tmp_path / "out")
+    assert result.returncode == 0, result.stderr
+    notes = [line for line in result.stdout.splitlines() if "fewer than run.num_requests" in line]
+    assert len(notes) == 1 and notes[0].startswith("note: a, b: the trace "), notes
