@@ -86,7 +86,9 @@ def _simulate_with_progress(scenario, workload, label: str, quiet: bool, workloa
 def _summary_table(results) -> Table:
     from sim.views.report import (
         COST_MODEL_LABEL,
+        DEPLOYMENT_LABEL,
         cost_model_labels,
+        deployment_label,
         format_banded,
         format_value,
         summary_rows,
@@ -97,6 +99,7 @@ def _summary_table(results) -> Table:
         table.add_column(r.name, justify="right")
     for key, label in summary_rows(results):
         table.add_row(label, *[format_banded(key, r.summary) for r in results])
+    table.add_row(DEPLOYMENT_LABEL, *[deployment_label(r.scenario) for r in results])
     table.add_row(COST_MODEL_LABEL, *cost_model_labels(results))
     if any(r.summary.get("slo_met") is not None for r in results):
         table.add_row("SLOs met", *[format_value(r.summary.get("slo_met")) for r in results])

@@ -142,6 +142,34 @@ def _window_rows(results) -> list[tuple[str, str]]:
 COST_MODEL_LABEL = "cost model"  # the row every summary table adds: which cost model priced the run
 
 
+DEPLOYMENT_LABEL = "deployment"  # the row saying what was simulated: model, weights, GPUs and parallelism
+
+
+def deployment_label(scenario) -> str:
+    """What a scenario deploys, in a few words: "qwen3-32b (fp8 weights) on h200, TP 2, 3 replicas"; a
+    disaggregated one's pools each ("prefill 2 x h100-sxm TP 1 / decode 1 x h100-sxm TP 2"). The model and GPU may
+    come from defaults or a launch command rather than the file: this row says which ran."""
+    model = scenario.model if isinstance(scenario.model, str) else scenario.model.name
+    weights = scenario.quantization.weights
+    model += "" if weights in ("bf16", "fp16") else f" ({weights} weights)"
+    hw = scenario.hardware
+
+    def gpu_name(gpu) -> str:
+        return gpu if isinstance(gpu, str) else gpu.name
+    if hw.disaggregation is not None:
+        pools = []
+        for role in ("prefill", "decode"):
+            pool = getattr(hw.disaggregation, role)
+            pools.append(f"{role} {pool.num_replicas or hw.num_replicas} x {gpu_name(pool.gpu or hw.gpu)} TP "
+                         f"{pool.tensor_parallel or hw.tensor_parallel}")
+        return f"{model} on {' / '.join(pools)}"
+    parts = [f"{model} on {gpu_name(hw.gpu)}", f"TP {hw.tensor_parallel}"]
+    parts += [f"PP {hw.pipeline_parallel}"] if hw.pipeline_parallel > 1 else []
+    parts += [f"EP {hw.expert_parallel}"] if hw.expert_parallel > 1 else []
+    parts += [f"{hw.num_replicas} replicas"] if hw.num_replicas > 1 else []
+    return ", ".join(parts)
+
+
 def cost_model_labels(results) -> list[str]:
     """Per result, which cost model priced it (Result.extras, set by sim.run.simulate); '-' where unknown."""
     return [str(r.extras.get("cost_model_label", "-")) for r in results]
@@ -299,9 +327,9 @@ def _name_html(name: str, color: str) -> str:
 
 
 def _run_cells(results) -> list[tuple[str, list[str]]]:
-    """The "run" rows: the serving engine each variant names (its preset), which cost model priced it and which
-    engine core ran it."""
-    rows = []
+    """The "run" rows: what each variant deploys, the serving engine it names (its preset), which cost model priced
+    it and which engine core ran it."""
+    rows = [(DEPLOYMENT_LABEL, [deployment_label(r.scenario) for r in results])]
     named = [str(r.extras.get("engine", "-")) for r in results]
     if any(e != "-" for e in named):
         rows.append(("serving engine", named))
