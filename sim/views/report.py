@@ -166,7 +166,8 @@ def deployment_label(scenario) -> str:
     parts = [f"{model} on {gpu_name(hw.gpu)}", f"TP {hw.tensor_parallel}"]
     parts += [f"PP {hw.pipeline_parallel}"] if hw.pipeline_parallel > 1 else []
     parts += [f"EP {hw.expert_parallel}"] if hw.expert_parallel > 1 else []
-    parts += [f"{hw.num_replicas} replicas"] if hw.num_replicas > 1 else []
+    parts += [f"{hw.num_replicas} replicas" + (" in lockstep" if hw.lockstep is not None else "")
+              ] if hw.num_replicas > 1 else []
     return ", ".join(parts)
 
 

@@ -21,6 +21,8 @@ def test_each_deployment_says_its_model_weights_gpus_and_parallelism():
         "llama-3.1-70b on h100-sxm, TP 2, PP 2")
     assert label({"model": "qwen3-30b-a3b", "hardware": {"tensor_parallel": 4, "expert_parallel": 4}}) == (
         "qwen3-30b-a3b on h100-sxm, TP 4, EP 4")
+    assert label({"hardware": {"num_replicas": 8, "lockstep": {}}}) == (
+        "llama-3.1-8b on h100-sxm, TP 1, 8 replicas in lockstep")  # data-parallel ranks stepping together
     assert label({"hardware": {"disaggregation": {"prefill": {"num_replicas": 2}, "decode": {"tensor_parallel": 2}}}}
                  ) == "llama-3.1-8b on prefill 2 x h100-sxm TP 1 / decode 1 x h100-sxm TP 2"
 
