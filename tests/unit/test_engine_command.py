@@ -600,8 +600,16 @@ def test_a_commands_fp8_checkpoint_brings_its_dtype():
 
 def test_a_commands_model_beside_the_scenarios():
     engine = {"name": "vllm", "version": "0.11.0"}
-    for served in ("/models/my-finetune", "meta-llama/Llama-3.1-8B-Instruct", "meta-llama/Llama-3.1-8B-FP8"):
+    for served in ("/models/my-finetune", "meta-llama/Llama-3.1-8B-Instruct"):
         assert scenario({**engine, "command": f"vllm serve {served}"}).model == "llama-3.1-8b"  # the scenario's
+    # a checkpoint the catalog lacks whose name says its weights: the scenario or the command's flags must say them
+    fp8_named = {**engine, "command": "vllm serve meta-llama/Llama-3.1-8B-FP8"}
+    with pytest.raises(ConfigError, match=r"^engine\.command: serves 'meta-llama/Llama-3.1-8B-FP8', whose name says "
+                                          r"fp8 weights, not the scenario's bf16 \(quantization.weights\); allowed: "
+                                          r"quantization.weights fp8, or a command serving bf16 weights$"):
+        scenario(fp8_named)
+    assert scenario(fp8_named, quantization={"weights": "fp8"}).quantization.weights == "fp8"
+    assert scenario({**fp8_named, "command": fp8_named["command"] + " -q fp8"}).quantization.weights == "fp8"
     with pytest.raises(ConfigError, match=r"^engine\.command: serves 'Qwen/Qwen3-32B' \(qwen3-32b\), not the "
                                           r"scenario's model 'llama-3.1-8b'; allowed: the same model in both, or leave "
                                           r"the scenario's model out$"):

@@ -78,18 +78,34 @@ def named_engine(spec: Any) -> Any:
     return runs
 
 
-def command_served_model(spec: Any) -> str | None:
-    """The model an `engine` section's launch command serves, as written (`served_model`); None without a command
-    naming one, or where the section does not read (apply_engine_preset refuses it in its own line)."""
+def _read_section_command(spec: Any) -> CommandFlags | None:
+    """An `engine` section's launch command as its preset reads it; None without one, or where the section does not
+    read (apply_engine_preset refuses it in its own line)."""
     if not isinstance(spec, dict) or not isinstance(spec.get("command"), str):
         return None
     try:
         name = named_engine(spec)
         version = parse_version(canonical_version(spec["version"])) if isinstance(spec.get("version"), str) else None
-        read = PRESETS[name].read_command(spec["command"], version) if name in PRESETS and version else None
+        return PRESETS[name].read_command(spec["command"], version) if name in PRESETS and version else None
     except (ConfigError, TypeError):
         return None
+
+
+def command_served_model(spec: Any) -> str | None:
+    """The model an `engine` section's launch command serves, as written (`served_model`); None without a command
+    naming one, or where the section does not read."""
+    read = _read_section_command(spec)
     return served_model(spec["command"], read) if read is not None else None
+
+
+# Words of a checkpoint's name that say its weights' dtype (Qwen/Qwen3-8B-FP8, nvidia/Llama-3.3-70B-Instruct-FP4)
+NAMED_WEIGHTS = {"fp8": "fp8", "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
+
+
+def named_weights(served: str) -> str | None:
+    """The weights' dtype a checkpoint's name says (`NAMED_WEIGHTS`, a word of its last path part), or None."""
+    words = re.split(r"[-_.]", served.rsplit("/", 1)[-1].lower())
+    return next((NAMED_WEIGHTS[word] for word in words if word in NAMED_WEIGHTS), None)
 
 
 def model_from_command(raw: dict) -> dict:
@@ -115,6 +131,7 @@ def model_from_command(raw: dict) -> dict:
     given = raw["model"]
     mismatch = catalog_mismatch(served, given, get_key(raw, "quantization.weights")) if isinstance(given, str) else None
     if mismatch is None:
+        _check_named_weights(raw, served, given, catalog)
         return raw
     kind, name, weights, asked = mismatch
     if kind == "weights":
@@ -123,6 +140,27 @@ def model_from_command(raw: dict) -> dict:
                           f"{weights.replace('16-bit', 'bf16')}")
     raise ConfigError(f"engine.command: serves {served!r} ({name}), not the scenario's model {given!r}; "
                       "allowed: the same model in both, or leave the scenario's model out")
+
+
+def _check_named_weights(raw: dict, served: str, given: Any, catalog: str | None) -> None:
+    """A checkpoint the catalog lacks whose name says its weights (Qwen/Qwen3-8B-FP8) beside a scenario model priced
+    in other weights (qwen3-8b, 16-bit), where neither the scenario nor the engine's flags say the weights: refused in
+    one line, as the catalog's own FP8 checkpoints are (`catalog_mismatch`)."""
+    named = named_weights(served)
+    spec = raw["engine"]
+    read = _read_section_command(spec)
+    if (named is None or catalog is not None or not isinstance(given, str) or "quantization" in spec
+            or (read is not None and "quantization" in read.flags)):
+        return
+    from sim.model.catalog import catalog_model_name, shipped_quantization
+    asked = get_key(raw, "quantization.weights")
+    if asked is None:
+        checkpoint = shipped_quantization(catalog_model_name(given) or given)
+        asked = (checkpoint.weights if checkpoint is not None else None) or "bf16"
+    if asked != named:
+        raise ConfigError(f"engine.command: serves {served!r}, whose name says {named} weights, not the scenario's "
+                          f"{asked} (quantization.weights); allowed: quantization.weights {named}, or a command "
+                          f"serving {asked} weights")
 
 
 def _resolve_gpu_and_model(raw: dict):
