@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.model.catalog import catalog_mismatch, names_same_model
+from sim.model.catalog import catalog_mismatch, catalog_model_name, named_weights, names_same_model
 from sim.workload.base import MAX_NUM_REQUESTS
 
 FIELD = "--bench"
@@ -331,7 +331,8 @@ def _genai_perf(source: str, obj: dict) -> BenchPoint:
 
 def check_model(point: BenchPoint, scenario_model: str, scenario_weights: str | None = None) -> None:
     """Refuse a result measured on another model than the scenario's, or on its architecture in other weights where
-    both names are catalog models (`catalog_mismatch`: Qwen/Qwen3-32B-FP8 against qwen3-32b in bf16). Otherwise
+    both names are catalog models (`catalog_mismatch`: Qwen/Qwen3-32B-FP8 against qwen3-32b in bf16), or whose name
+    says other weights than the scenario's (`named_weights`: Qwen/Qwen3-8B-FP8 against bf16). Otherwise
     lenient: case, punctuation, an org prefix and a suffix (-Instruct, -hf) do not matter; a clear mismatch (another
     family or size) is refused."""
     if point.model is None:
@@ -341,6 +342,11 @@ def check_model(point: BenchPoint, scenario_model: str, scenario_weights: str | 
         raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} is {mismatch[1]} in {mismatch[2]} "
                           f"weights, not the scenario's {scenario_model!r} in {mismatch[3]}; allowed: a result "
                           "measured on the scenario's model and weights")
+    named = named_weights(point.model) if catalog_model_name(point.model) is None else None
+    if named is not None and scenario_weights is not None and named != scenario_weights:
+        raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} says {named} weights, not the scenario's "
+                          f"{scenario_weights} (quantization.weights); allowed: a result measured on the scenario's "
+                          "model and weights")
     if mismatch is None and names_same_model(point.model, scenario_model):
         return
     raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} is not the scenario's model {scenario_model!r}; "

@@ -585,6 +585,16 @@ def catalog_mismatch(served: str, given: str, given_weights: str | None) -> tupl
     return None if asked == served_weights else ("weights", served_name, served_weights, asked)
 
 
+# Words of a checkpoint's name that say its weights' dtype (Qwen/Qwen3-8B-FP8, nvidia/Llama-3.3-70B-Instruct-FP4)
+NAMED_WEIGHTS = {"fp8": "fp8", "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
+
+
+def named_weights(name: str) -> str | None:
+    """The weights' dtype a checkpoint's name says (`NAMED_WEIGHTS`, a word of its last path part), or None."""
+    words = re.split(r"[-_.]", name.rsplit("/", 1)[-1].lower())
+    return next((NAMED_WEIGHTS[word] for word in words if word in NAMED_WEIGHTS), None)
+
+
 def names_same_model(a: str, b: str) -> bool:
     """Whether two free-form model names (a benchmark result's label, a scenario's) may name one model: leniently,
     case, punctuation, an owner and a suffix (-Instruct, a path's folders) aside, one name within the other; another

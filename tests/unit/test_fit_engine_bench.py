@@ -78,6 +78,10 @@ def test_a_result_on_the_scenarios_architecture_in_other_weights_is_refused():
     check_model(point, "qwen3-32b-fp8", "fp8")
     with pytest.raises(ConfigError, match="is not the scenario's model 'qwen3-8b'"):
         check_model(point, "qwen3-8b", "fp8")
+    named = BenchPoint("f.json", "vllm bench serve", "Qwen/Qwen3-8B-FP8", 1, math.inf, 1, 10, 10, {"ttft_mean_s": 0.1})
+    with pytest.raises(ConfigError, match=r"model 'Qwen/Qwen3-8B-FP8' says fp8 weights, not the scenario's bf16 "):
+        check_model(named, "qwen3-8b", "bf16")  # a checkpoint the catalog lacks: its name says its weights
+    check_model(named, "qwen3-8b", "fp8")
 
 
 # --- the fit --------------------------------------------------------------------------------------------

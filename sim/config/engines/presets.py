@@ -98,14 +98,6 @@ def command_served_model(spec: Any) -> str | None:
     return served_model(spec["command"], read) if read is not None else None
 
 
-# Words of a checkpoint's name that say its weights' dtype (Qwen/Qwen3-8B-FP8, nvidia/Llama-3.3-70B-Instruct-FP4)
-NAMED_WEIGHTS = {"fp8": "fp8", "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
-
-
-def named_weights(served: str) -> str | None:
-    """The weights' dtype a checkpoint's name says (`NAMED_WEIGHTS`, a word of its last path part), or None."""
-    words = re.split(r"[-_.]", served.rsplit("/", 1)[-1].lower())
-    return next((NAMED_WEIGHTS[word] for word in words if word in NAMED_WEIGHTS), None)
 
 
 def model_from_command(raw: dict) -> dict:
@@ -146,13 +138,13 @@ def _check_named_weights(raw: dict, served: str, given: Any, catalog: str | None
     """A checkpoint the catalog lacks whose name says its weights (Qwen/Qwen3-8B-FP8) beside a scenario model priced
     in other weights (qwen3-8b, 16-bit), where neither the scenario nor the engine's flags say the weights: refused in
     one line, as the catalog's own FP8 checkpoints are (`catalog_mismatch`)."""
+    from sim.model.catalog import catalog_model_name, named_weights, shipped_quantization
     named = named_weights(served)
     spec = raw["engine"]
     read = _read_section_command(spec)
     if (named is None or catalog is not None or not isinstance(given, str) or "quantization" in spec
             or (read is not None and "quantization" in read.flags)):
         return
-    from sim.model.catalog import catalog_model_name, shipped_quantization
     asked = get_key(raw, "quantization.weights")
     if asked is None:
         checkpoint = shipped_quantization(catalog_model_name(given) or given)
