@@ -589,9 +589,13 @@ def plan_pools(scenario: str = typer.Argument(..., help="scenario YAML file"),
 @app.command()
 def validate(scenario: str = typer.Argument(...), set_: Optional[list[str]] = SetOption):
     """Check a scenario file (and its variants) without running it."""
+    from sim.views.report import deployment_label
     scenario_set = _load(scenario, set_)
     names = ", ".join(scenario_set.variants)
     console.print(f"{scenario}: valid ({len(scenario_set.variants)} variant(s): {names})")
+    for name, variant in scenario_set.items():  # what each would run: defaults and launch commands resolved
+        engine = f"; engine {variant.engine.name} {variant.engine.version}" if variant.engine is not None else ""
+        console.print(f"  {name}: {deployment_label(variant)}{engine}", markup=False, highlight=False)
 
 
 @app.command()

@@ -33,3 +33,20 @@ def test_the_model_a_launch_command_serves_is_the_one_shown():
     raw["engine"] = {"version": "0.11.0", "command": "vllm serve Qwen/Qwen3-32B-FP8 -tp 2"}
     raw["scheduler"] = {"max_model_len": 2048}
     assert deployment_label(validate_scenario(raw)) == "qwen3-32b-fp8 (fp8 weights) on h200, TP 2"
+
+
+def test_validate_says_what_each_variant_would_run(tmp_path):
+    import yaml
+    from helpers import servesim
+    raw = small_scenario({"hardware": {"gpu": "h200"}})
+    raw.pop("model")
+    raw["engine"] = {"version": "0.11.0", "command": "vllm serve Qwen/Qwen3-32B -tp 2"}
+    raw["scheduler"] = {"max_model_len": 2048}
+    raw["variants"] = {"a": {}, "b": {"hardware": {"num_replicas": 2}}}
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    result = servesim("validate", path)
+    assert result.returncode == 0, result.stderr
+    lines = [line.strip() for line in result.stdout.splitlines()]
+    assert lines[1:] == ["a: qwen3-32b on h200, TP 2; engine vllm 0.11.0",
+                         "b: qwen3-32b on h200, TP 2, 2 replicas; engine vllm 0.11.0"]
