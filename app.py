@@ -523,6 +523,7 @@ def results_section(results: list[Result]) -> None:
     st.caption(f"Δ columns compare each variant with {results[0].name!r}. SLOs met: "
                + ", ".join(f"{r.name}: {'yes' if r.summary.get('slo_met') else 'no'}" for r in results
                            if r.summary.get("slo_met") is not None))
+    st.caption(dash.deployment_caption(results))
     st.caption(dash.cost_model_caption(results))
     notes = cost_model_note_groups(results)  # what the cost model approximated, as the CLI and the report say
     if notes:

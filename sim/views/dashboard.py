@@ -82,7 +82,9 @@ from sim.views.report import (
     MEASURED_AT_KEY,
     PERCENT_KEYS,
     SUMMARY_ROWS,
+    DEPLOYMENT_LABEL,
     cost_model_labels,
+    deployment_label,
     format_metric,
 )
 from sim.views.verdict import as_number, verdict_of
@@ -857,6 +859,15 @@ def cost_model_caption(results: list[Result]) -> str:
     if len(set(labels)) == 1:
         return f"{COST_MODEL_LABEL}: {labels[0]}"
     return f"{COST_MODEL_LABEL}: " + "; ".join(f"{r.name}: {label}" for r, label in zip(results, labels))
+
+
+def deployment_caption(results: list[Result]) -> str:
+    """One line above the summary table: what each variant deployed (the CLI's and the report's "deployment" row),
+    once where they all deployed the same."""
+    labels = [deployment_label(r.scenario) for r in results]
+    if len(set(labels)) == 1:
+        return f"{DEPLOYMENT_LABEL}: {labels[0]}"
+    return f"{DEPLOYMENT_LABEL}: " + "; ".join(f"{r.name}: {label}" for r, label in zip(results, labels))
 
 
 def slo_verdicts(results: list[Result]) -> dict[str, bool | None]:

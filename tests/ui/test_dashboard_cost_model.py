@@ -105,6 +105,9 @@ def test_every_summary_view_names_the_cost_model_that_priced_the_run(tmp_path, c
     caption = dash.cost_model_caption([on_h100, on_l4])
     assert caption.startswith("cost model: small: measured") and "l4: roofline (fallback" in caption
     assert dash.cost_model_caption([on_h100]) == "cost model: " + on_h100.extras["cost_model_label"]
+    assert dash.deployment_caption([on_h100]) == "deployment: llama-3.1-8b on h100-sxm, TP 1"
+    assert dash.deployment_caption([on_h100, on_l4]) == ("deployment: small: llama-3.1-8b on h100-sxm, TP 1; l4: "
+                                                         "llama-3.1-8b on l4, TP 1")
 
     path = tmp_path / "s.yaml"
     path.write_text(json.dumps(small_scenario(cost_model={"kind": "roofline", "efficiencies": "learned"})))
