@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.model.catalog import catalog_mismatch, catalog_model_name, named_weights, names_same_model
+from sim.model.catalog import catalog_mismatch, catalog_model_name, named_weights, names_same_model, weights_priced
 from sim.workload.base import MAX_NUM_REQUESTS
 
 FIELD = "--bench"
@@ -343,10 +343,11 @@ def check_model(point: BenchPoint, scenario_model: str, scenario_weights: str | 
                           f"weights, not the scenario's {scenario_model!r} in {mismatch[3]}; allowed: a result "
                           "measured on the scenario's model and weights")
     named = named_weights(point.model) if catalog_model_name(point.model) is None else None
-    if named is not None and scenario_weights is not None and named != scenario_weights:
+    asked = weights_priced(scenario_model, scenario_weights)
+    if named is not None and named != asked:
         raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} says {named} weights, not the scenario's "
-                          f"{scenario_weights} (quantization.weights); allowed: a result measured on the scenario's "
-                          "model and weights")
+                          f"{asked} (quantization.weights); allowed: a result measured on the scenario's model and "
+                          "weights")
     if mismatch is None and names_same_model(point.model, scenario_model):
         return
     raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} is not the scenario's model {scenario_model!r}; "

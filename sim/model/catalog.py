@@ -569,6 +569,15 @@ def _checkpoint_weights(name: str) -> str:
     return (checkpoint.weights if checkpoint is not None else None) or "16-bit"
 
 
+def weights_priced(model: str, weights: str | None) -> str:
+    """The weights a scenario of `model` (a name) is priced in: `weights` (quantization.weights, as written) where
+    given, bf16 and fp16 alike ("16-bit"), else a catalog checkpoint's own dtype, else 16-bit."""
+    if weights is not None:
+        return "16-bit" if weights in ("bf16", "fp16") else weights
+    name = catalog_model_name(model)
+    return _checkpoint_weights(name) if name is not None else "16-bit"
+
+
 def catalog_mismatch(served: str, given: str, given_weights: str | None) -> tuple[str, str, str, str] | None:
     """How a model named `served` (a launch command's, a benchmark result's) is not the scenario's model `given` in
     `given_weights` (None: its checkpoint's), where both are catalog names: ("model", the served catalog model, ...)
@@ -580,8 +589,7 @@ def catalog_mismatch(served: str, given: str, given_weights: str | None) -> tupl
     served_weights = _checkpoint_weights(served_name)
     if get_model(given_name).model_copy(update={"name": served_name}) != get_model(served_name):
         return ("model", served_name, served_weights, "")
-    asked = (_checkpoint_weights(given_name) if given_weights is None else
-             "16-bit" if given_weights in ("bf16", "fp16") else given_weights)
+    asked = weights_priced(given_name, given_weights)
     return None if asked == served_weights else ("weights", served_name, served_weights, asked)
 
 

@@ -605,8 +605,8 @@ def test_a_commands_model_beside_the_scenarios():
     # a checkpoint the catalog lacks whose name says its weights: the scenario or the command's flags must say them
     fp8_named = {**engine, "command": "vllm serve meta-llama/Llama-3.1-8B-FP8"}
     with pytest.raises(ConfigError, match=r"^engine\.command: serves 'meta-llama/Llama-3.1-8B-FP8', whose name says "
-                                          r"fp8 weights, not the scenario's bf16 \(quantization.weights\); allowed: "
-                                          r"quantization.weights fp8, or a command serving bf16 weights$"):
+                                          r"fp8 weights, not the scenario's 16-bit \(quantization.weights\); allowed: "
+                                          r"quantization.weights fp8, or a command serving 16-bit weights$"):
         scenario(fp8_named)
     assert scenario(fp8_named, quantization={"weights": "fp8"}).quantization.weights == "fp8"
     assert scenario({**fp8_named, "command": fp8_named["command"] + " -q fp8"}).quantization.weights == "fp8"

@@ -79,9 +79,11 @@ def test_a_result_on_the_scenarios_architecture_in_other_weights_is_refused():
     with pytest.raises(ConfigError, match="is not the scenario's model 'qwen3-8b'"):
         check_model(point, "qwen3-8b", "fp8")
     named = BenchPoint("f.json", "vllm bench serve", "Qwen/Qwen3-8B-FP8", 1, math.inf, 1, 10, 10, {"ttft_mean_s": 0.1})
-    with pytest.raises(ConfigError, match=r"model 'Qwen/Qwen3-8B-FP8' says fp8 weights, not the scenario's bf16 "):
+    with pytest.raises(ConfigError, match=r"model 'Qwen/Qwen3-8B-FP8' says fp8 weights, not the scenario's 16-bit "):
         check_model(named, "qwen3-8b", "bf16")  # a checkpoint the catalog lacks: its name says its weights
     check_model(named, "qwen3-8b", "fp8")
+    with pytest.raises(ConfigError, match=r"says fp8 weights, not the scenario's 16-bit "):
+        check_model(named, "qwen3-8b")  # the weights not given: the model's own, 16-bit
 
 
 # --- the fit --------------------------------------------------------------------------------------------

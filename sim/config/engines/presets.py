@@ -98,8 +98,6 @@ def command_served_model(spec: Any) -> str | None:
     return served_model(spec["command"], read) if read is not None else None
 
 
-
-
 def model_from_command(raw: dict) -> dict:
     """The raw scenario with the model its engine's launch command serves (`vllm serve Qwen/Qwen3-32B`: qwen3-32b)
     where it names no `model`, which would otherwise price the default model for a command serving another.
@@ -108,7 +106,9 @@ def model_from_command(raw: dict) -> dict:
     (Qwen/Qwen3-32B-FP8 beside `model: qwen3-32b` is the scenario's architecture served in fp8: it must say
     `quantization.weights: fp8`). A name the catalog lacks (a local path) beside the scenario's model, or a
     command that does not read (apply_engine_preset refuses it), leaves the scenario as it is."""
-    served = command_served_model(raw.get("engine"))
+    spec = raw.get("engine")
+    read = _read_section_command(spec)
+    served = served_model(spec["command"], read) if read is not None else None
     if served is None:
         return raw
     from sim.model.catalog import catalog_mismatch, catalog_model_name
@@ -123,7 +123,9 @@ def model_from_command(raw: dict) -> dict:
     given = raw["model"]
     mismatch = catalog_mismatch(served, given, get_key(raw, "quantization.weights")) if isinstance(given, str) else None
     if mismatch is None:
-        _check_named_weights(raw, served, given, catalog)
+        flags_say = "quantization" in spec or "quantization" in read.flags  # the engine's own weights flag
+        if catalog is None and isinstance(given, str) and not flags_say:
+            _check_named_weights(raw, served, given)
         return raw
     kind, name, weights, asked = mismatch
     if kind == "weights":
@@ -134,22 +136,13 @@ def model_from_command(raw: dict) -> dict:
                       "allowed: the same model in both, or leave the scenario's model out")
 
 
-def _check_named_weights(raw: dict, served: str, given: Any, catalog: str | None) -> None:
+def _check_named_weights(raw: dict, served: str, given: str) -> None:
     """A checkpoint the catalog lacks whose name says its weights (Qwen/Qwen3-8B-FP8) beside a scenario model priced
-    in other weights (qwen3-8b, 16-bit), where neither the scenario nor the engine's flags say the weights: refused in
-    one line, as the catalog's own FP8 checkpoints are (`catalog_mismatch`)."""
-    from sim.model.catalog import catalog_model_name, named_weights, shipped_quantization
-    named = named_weights(served)
-    spec = raw["engine"]
-    read = _read_section_command(spec)
-    if (named is None or catalog is not None or not isinstance(given, str) or "quantization" in spec
-            or (read is not None and "quantization" in read.flags)):
-        return
-    asked = get_key(raw, "quantization.weights")
-    if asked is None:
-        checkpoint = shipped_quantization(catalog_model_name(given) or given)
-        asked = (checkpoint.weights if checkpoint is not None else None) or "bf16"
-    if asked != named:
+    in other weights (qwen3-8b, 16-bit), neither the scenario nor the engine's flags saying the weights: refused in one
+    line, as the catalog's own FP8 checkpoints are (`catalog_mismatch`)."""
+    from sim.model.catalog import named_weights, weights_priced
+    named, asked = named_weights(served), weights_priced(given, get_key(raw, "quantization.weights"))
+    if named is not None and asked != named:
         raise ConfigError(f"engine.command: serves {served!r}, whose name says {named} weights, not the scenario's "
                           f"{asked} (quantization.weights); allowed: quantization.weights {named}, or a command "
                           f"serving {asked} weights")
