@@ -344,10 +344,10 @@ def check_model(point: BenchPoint, scenario_model: str, scenario_weights: str | 
                           "measured on the scenario's model and weights")
     named = named_weights(point.model) if catalog_model_name(point.model) is None else None
     asked = weights_priced(scenario_model, scenario_weights)
-    if named is not None and named != asked:
-        raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} says {named} weights, not the scenario's "
-                          f"{asked} (quantization.weights); allowed: a result measured on the scenario's model and "
-                          "weights")
+    if named is not None and asked not in named:
+        raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} says {' or '.join(named)} weights, not "
+                          f"the scenario's {asked} (quantization.weights); allowed: a result measured on the "
+                          "scenario's model and weights")
     if mismatch is None and names_same_model(point.model, scenario_model):
         return
     raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} is not the scenario's model {scenario_model!r}; "

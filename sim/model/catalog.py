@@ -593,14 +593,24 @@ def catalog_mismatch(served: str, given: str, given_weights: str | None) -> tupl
     return None if asked == served_weights else ("weights", served_name, served_weights, asked)
 
 
-# Words of a checkpoint's name that say its weights' dtype (Qwen/Qwen3-8B-FP8, nvidia/Llama-3.3-70B-Instruct-FP4)
-NAMED_WEIGHTS = {"fp8": "fp8", "fp4": "nvfp4", "nvfp4": "nvfp4", "mxfp4": "mxfp4"}
+# Words of a checkpoint's name that say its weights' dtype (Qwen/Qwen3-8B-FP8, nvidia/Llama-3.3-70B-Instruct-FP4,
+# Qwen/Qwen3-8B-GPTQ-Int8, RedHatAI/...-quantized.w4a16), and the weights each allows
+NAMED_WEIGHTS = {"fp8": ("fp8",), "fp4": ("nvfp4",), "nvfp4": ("nvfp4",), "mxfp4": ("mxfp4",), "int4": ("int4",),
+                 "int8": ("int8",), "w4a16": ("int4",), "w8a16": ("int8",), "w4a8": ("int4",)}
+# Words that name a quantization method, read where no dtype word is in the name: AWQ is 4-bit (vLLM's AWQConfig
+# refuses other bits), GPTQ's bits are not in the word, and w8a8 is int8 (an FP8 copy says fp8 too)
+NAMED_METHODS = {"awq": ("int4",), "gptq": ("int4", "int8"), "w8a8": ("int8",)}
 
 
-def named_weights(name: str) -> str | None:
-    """The weights' dtype a checkpoint's name says (`NAMED_WEIGHTS`, a word of its last path part), or None."""
+def named_weights(name: str) -> tuple[str, ...] | None:
+    """The weights' dtypes a checkpoint's name allows (a word of its last path part in `NAMED_WEIGHTS`, else in
+    `NAMED_METHODS`: Qwen/Qwen3-8B-AWQ, int4; Qwen/Qwen3-8B-GPTQ, int4 or int8), or None where it says none."""
     words = re.split(r"[-_.]", name.rsplit("/", 1)[-1].lower())
-    return next((NAMED_WEIGHTS[word] for word in words if word in NAMED_WEIGHTS), None)
+    for table in (NAMED_WEIGHTS, NAMED_METHODS):
+        named = next((table[word] for word in words if word in table), None)
+        if named is not None:
+            return named
+    return None
 
 
 def names_same_model(a: str, b: str) -> bool:

@@ -631,6 +631,24 @@ def test_a_commands_model_beside_the_scenarios():
         scenario({**engine, "command": "vllm serve Qwen/Qwen3-32B"}, model="qwen3-32b-fp8", hardware={"gpu": "h200"})
 
 
+@pytest.mark.parametrize("served, says", [
+    ("Qwen/Qwen3-8B-AWQ", "int4"), ("Qwen/Qwen3-8B-GPTQ-Int8", "int8"), ("Qwen/Qwen3-8B-GPTQ", "int4 or int8"),
+    ("RedHatAI/Qwen3-8B-quantized.w4a16", "int4"), ("RedHatAI/Qwen3-8B-quantized.w8a8", "int8"),
+    ("RedHatAI/Qwen3-8B-FP8-dynamic", "fp8")])
+def test_a_quantized_checkpoints_name_says_its_weights(served, says):
+    """An AWQ, GPTQ or compressed-tensors checkpoint beside `model: qwen3-8b` was priced in 16-bit weights."""
+    engine = {"name": "vllm", "version": "0.11.0", "command": f"vllm serve {served}"}
+    with pytest.raises(ConfigError, match=rf"^engine\.command: serves '{served}', whose name says {says} weights, "
+                                          rf"not the scenario's 16-bit \(quantization.weights\); allowed: "
+                                          rf"quantization.weights {says}, or a command serving 16-bit weights$"):
+        scenario(engine, model="qwen3-8b")
+    for weights in says.split(" or "):
+        assert scenario(engine, model="qwen3-8b", quantization={"weights": weights}).quantization.weights == weights
+    other = "fp8" if says != "fp8" else "int8"
+    with pytest.raises(ConfigError, match=rf"whose name says {says} weights, not the scenario's {other} "):
+        scenario(engine, model="qwen3-8b", quantization={"weights": other})
+
+
 def test_a_commands_model_the_catalog_lacks_needs_the_scenarios_model(tmp_path):
     raw = {key: value for key, value in BASE.items() if key != "model"}
     raw["engine"] = {"version": "0.11.0", "command": "vllm serve /models/my-finetune --max-num-seqs 8"}

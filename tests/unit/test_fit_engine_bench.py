@@ -84,6 +84,14 @@ def test_a_result_on_the_scenarios_architecture_in_other_weights_is_refused():
     check_model(named, "qwen3-8b", "fp8")
     with pytest.raises(ConfigError, match=r"says fp8 weights, not the scenario's 16-bit "):
         check_model(named, "qwen3-8b")  # the weights not given: the model's own, 16-bit
+    awq = BenchPoint("f.json", "vllm bench serve", "Qwen/Qwen3-8B-AWQ", 1, math.inf, 1, 10, 10, {"ttft_mean_s": 0.1})
+    with pytest.raises(ConfigError, match=r"model 'Qwen/Qwen3-8B-AWQ' says int4 weights, not the scenario's 16-bit "):
+        check_model(awq, "qwen3-8b")  # a method's name: AWQ is 4-bit
+    check_model(awq, "qwen3-8b", "int4")
+    gptq = BenchPoint("f.json", "vllm bench serve", "Qwen/Qwen3-8B-GPTQ", 1, math.inf, 1, 10, 10, {"ttft_mean_s": 0.1})
+    with pytest.raises(ConfigError, match=r"says int4 or int8 weights, not the scenario's fp8 "):
+        check_model(gptq, "qwen3-8b", "fp8")
+    check_model(gptq, "qwen3-8b", "int8")
 
 
 # --- the fit --------------------------------------------------------------------------------------------

@@ -142,10 +142,10 @@ def _check_named_weights(raw: dict, served: str, given: str) -> None:
     line, as the catalog's own FP8 checkpoints are (`catalog_mismatch`)."""
     from sim.model.catalog import named_weights, weights_priced
     named, asked = named_weights(served), weights_priced(given, get_key(raw, "quantization.weights"))
-    if named is not None and asked != named:
-        raise ConfigError(f"engine.command: serves {served!r}, whose name says {named} weights, not the scenario's "
-                          f"{asked} (quantization.weights); allowed: quantization.weights {named}, or a command "
-                          f"serving {asked} weights")
+    if named is not None and asked not in named:
+        raise ConfigError(f"engine.command: serves {served!r}, whose name says {' or '.join(named)} weights, not the "
+                          f"scenario's {asked} (quantization.weights); allowed: quantization.weights "
+                          f"{' or '.join(named)}, or a command serving {asked} weights")
 
 
 def _resolve_gpu_and_model(raw: dict):
