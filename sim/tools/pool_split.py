@@ -81,6 +81,7 @@ def split_scenarios(scenario: Scenario, total_gpus: int) -> list[tuple[str, int,
     if total_gpus > MAX_POOL_SPLIT_GPUS:
         raise ConfigError(f"--gpus: {total_gpus} is not allowed; allowed: 2 to {MAX_POOL_SPLIT_GPUS} GPUs "
                           "(MAX_POOL_SPLIT_GPUS: every split is simulated, about one per GPU)")
+    _refuse_colocated_only(scenario)
     hw = scenario.hardware
     spec = hw.disaggregation or DisaggregationSpec()
     if scenario.cost_model_choice and hw.disaggregation is None:
@@ -88,6 +89,7 @@ def split_scenarios(scenario: Scenario, total_gpus: int) -> list[tuple[str, int,
         # the colocated one too, is priced by that (a whole-step profile prices one GPU and TP only).
         raw = scenario.model_dump(mode="json", exclude_none=True)
         raw["hardware"]["disaggregation"] = spec.model_dump(mode="json", exclude_none=True)
+        raw["frontend"] = None  # (none, above: without it an engine preset would bring its own again)
         chosen = Scenario.model_validate(raw)
         scenario = scenario.model_copy(update={"cost_model": chosen.cost_model,
                                                "cost_model_choice": chosen.cost_model_choice})
@@ -111,6 +113,22 @@ def split_scenarios(scenario: Scenario, total_gpus: int) -> list[tuple[str, int,
         raise ConfigError(f"--gpus: {total_gpus} GPUs fit no prefill/decode split at TP {tp_p}/{tp_d}; "
                           f"allowed: at least {tp_p + tp_d}")
     return out
+
+
+def _refuse_colocated_only(scenario: Scenario) -> None:
+    """A front-end or prefix caching (an engine preset brings both) is not modelled with disaggregation: a scenario
+    with either is refused in one line before any split is simulated, naming both and how to leave them out, where
+    each split's own check would name a key the user may never have written. Left out, every arrangement, the
+    colocated one too, is simulated without them, so the splits are compared alike."""
+    found = [(key, fix) for key, on, fix in (("frontend", scenario.frontend is not None, "frontend: null"),
+                                             ("kv_cache.enable_prefix_caching", scenario.kv_cache.enable_prefix_caching,
+                                              "kv_cache.enable_prefix_caching: false")) if on]
+    if found:
+        engine = (f" (engine {scenario.engine.name} {scenario.engine.version}'s preset brings both where the scenario "
+                  "gives neither)" if scenario.engine else "")
+        raise ConfigError(f"{' and '.join(key for key, _ in found)}: not modelled with a disaggregated deployment yet, "
+                          f"which plan-pools weighs the colocated one against{engine}; allowed: "
+                          f"{' and '.join(fix for _, fix in found)} (every arrangement simulated without them)")
 
 
 # `_rank`'s order, in words (report.html says it beside the recommendation)

@@ -188,6 +188,25 @@ def test_plan_pools_simulates_every_split_of_the_budget_and_picks_the_best_goodp
         split_scenarios(sc, 1)
 
 
+def test_plan_pools_of_an_engine_preset_names_what_its_splits_lack_and_runs_without_them():
+    """An engine preset's front-end and prefix caching were refused split by split ("frontend: not allowed with
+    hardware.disaggregation"), with no way named to leave out what the preset brought."""
+    from sim.tools.pool_split import plan_pool_split, split_scenarios
+    engine = {"name": "vllm", "version": "0.11.0"}
+    with pytest.raises(ConfigError, match=r"^frontend and kv_cache\.enable_prefix_caching: not modelled with a "
+                                          r"disaggregated deployment yet, which plan-pools weighs the colocated one "
+                                          r"against \(engine vllm 0\.11\.0's preset brings both where the scenario "
+                                          r"gives neither\); allowed: frontend: null and kv_cache\.enable_prefix_"
+                                          r"caching: false \(every arrangement simulated without them\)$"):
+        split_scenarios(validate_scenario(small_scenario(engine=engine)), 2)
+    sc = validate_scenario(small_scenario(engine=engine, frontend=None, kv_cache={"enable_prefix_caching": False},
+                                          run={"num_requests": 20}))
+    plan = plan_pool_split(sc, 2)
+    assert [c.label for c in plan.candidates] == ["colocated x2", "1P+1D"]
+    assert all(c.summary["num_finished"] == 20 and "frontend_busy_fraction" not in c.summary
+               for c in plan.candidates)
+
+
 def test_plan_pools_keeps_the_runs_of_the_colocated_deployment_and_the_recommended_split():
     from sim.config.files import load_one_scenario
     from sim.tools.pool_split import _rank, plan_pool_split

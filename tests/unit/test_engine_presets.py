@@ -1816,3 +1816,38 @@ def test_vllm_model_impl_takes_vllms_own_implementation_only():
         scenario({"name": "vllm", "version": "0.20.0", "model_impl": "transformers"})
     with pytest.raises(ConfigError, match=r"engine.model_impl: not a flag of vllm 0\.7\.1 \(it came in 0\.7\.2\)"):
         scenario({"name": "vllm", "version": "0.7.1", "model_impl": "auto"})
+
+
+DISAGGREGATED = {"num_replicas": 1, "disaggregation": {"prefill": {"num_replicas": 1}, "decode": {"num_replicas": 1},
+                                                      "link": "nvlink4"}}
+
+
+@pytest.mark.parametrize("engine", [{"name": "vllm", "version": "0.11.0"}, {"name": "sglang", "version": "0.5.5.post1"},
+                                    {"name": "trtllm", "version": "1.2.0rc1"}])
+def test_what_a_preset_brings_that_disaggregation_lacks_is_named_in_one_line(tmp_path, engine):
+    """A preset's front-end and prefix caching beside hardware.disaggregation were refused one at a time, the first as
+    "frontend: not allowed with hardware.disaggregation", a key the scenario never wrote."""
+    label = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}[engine["name"]]
+    raw = {**BASE, "hardware": DISAGGREGATED, "engine": engine}
+    assert run_refused(tmp_path, raw) == (
+        f"error: hardware.disaggregation: engine {label} {engine['version']} brings its API front-end and prefix "
+        "caching, not modelled with a disaggregated deployment yet; allowed: frontend: null and "
+        "kv_cache.enable_prefix_caching: false (simulated without them), or a colocated deployment")
+    with pytest.raises(ConfigError, match=r"^hardware\.disaggregation: engine \S+ \S+ brings prefix caching, not "
+                                          r"modelled .*; allowed: kv_cache\.enable_prefix_caching: false \(simulated "
+                                          r"without it\), or a colocated deployment$"):
+        scenario(engine, hardware=DISAGGREGATED, frontend=None)
+    sc = scenario(engine, hardware=DISAGGREGATED, frontend=None, kv_cache={"enable_prefix_caching": False})
+    assert sc.frontend is None and not sc.kv_cache.enable_prefix_caching
+    # what the scenario writes itself is its own to answer for: the scenario's checks name it
+    with pytest.raises(ConfigError, match=r"^frontend: not allowed with hardware\.disaggregation"):
+        scenario(engine, hardware=DISAGGREGATED, kv_cache={"enable_prefix_caching": False},
+                 frontend={"per_request_s": 1e-3, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0})
+
+
+def test_a_scenarios_frontend_null_is_said_where_the_preset_fitted_a_front_end_latency():
+    notes = " ".join(scenario({"name": "vllm", "version": "0.11.0"}, frontend=None).engine.notes)
+    assert "no front-end (the scenario's frontend: null), so neither its fitted latency" in notes
+    assert "front-end latency fitted" not in notes and "API server's capacity is not modelled" not in notes
+    notes = " ".join(scenario({"name": "vllm", "version": "0.11.0"}).engine.notes)
+    assert "CPU terms and front-end latency fitted" in notes and "frontend: null" not in notes

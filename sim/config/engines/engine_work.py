@@ -379,11 +379,16 @@ def preset_terms(ctx: Context, name: str, notes: list[str], inbound: tuple[dict,
             # num_processes left to the engine's flag (api_server_count) or the default, one: vLLM's single API server
             values["frontend"] = {"per_request_s": 0.0, "per_prompt_token_s": 0.0, "per_output_chunk_s": 0.0,
                                   "latency_s": terms["latency_s"], **work}
-        notes.append(f"{name}: CPU terms and front-end latency {where}")
         own = ctx.raw.get("frontend", values.get("frontend"))  # the scenario's own front-end wins over the preset's
+        if own is None and "latency_s" in terms:  # the scenario's frontend: null, its latency unused
+            notes.append(f"{name}: CPU terms {where}; no front-end (the scenario's frontend: null), so neither its "
+                         "fitted latency nor its API server's work is in the client's times")
+        else:
+            notes.append(f"{name}: CPU terms and front-end latency {where}")
         if work and isinstance(own, dict) and own.get("per_request_s") == work["per_request_s"]:
             notes.append(work_note)  # only where the scenario's front-end does this version's work
-        elif "latency_s" in terms and not any(get_key(ctx.raw, f"frontend.{t}") for t in QUEUEING_FRONTEND_TERMS):
+        elif own is not None and "latency_s" in terms and not any(get_key(ctx.raw, f"frontend.{t}")
+                                                                  for t in QUEUEING_FRONTEND_TERMS):
             notes.append(FRONTEND_CAPACITY_NOTE)
     values["cost_model.overhead"] = overhead
     return values

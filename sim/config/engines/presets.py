@@ -229,9 +229,11 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     unlisted = [f"{preset.label} {version_text}: newer than every release the preset lists ({RELEASES_READ}, to "
                 f"{newest}), so modelled by the rules of the releases before it"] if newest else []
     given, command = _given_flags(spec, preset, version, version_text)
+    written = raw
     if command is None:
         raw, overhead, result, set_by = _apply_flags(raw, name, preset, version, version_text, given, value_problem,
                                                      fits)
+        _refuse_brought_to_disaggregation(written, raw, f"{preset.label} {version_text}")
         return AppliedPreset(raw, overhead, unlisted + result.notes,
                              {dotted: f"engine.{flag}" for dotted, flag in set_by.items()}, result.v0_fallback)
     apart = set(spec) - {"name", "version", "command"}
@@ -240,9 +242,30 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
                                                      fits)
     except ConfigError as err:
         raise as_command_error(err, command, apart) from None
+    _refuse_brought_to_disaggregation(written, raw, f"{preset.label} {version_text}")
     return AppliedPreset(raw, overhead, unlisted + result.notes + command_notes(command), {
         dotted: (f"engine.command {command.written[flag]!r}" if flag in command.written and flag not in apart
                  else f"engine.{flag}") for dotted, flag in set_by.items()}, result.v0_fallback)
+
+
+def _refuse_brought_to_disaggregation(written: dict, raw: dict, engine: str) -> None:
+    """What a preset brings that a disaggregated deployment does not model yet (its API front-end, prefix caching),
+    where the scenario did not write it: refused in one line naming both and how to leave them out, where the
+    scenario's checks would name a key the user never wrote ("frontend: not allowed"), one at a time."""
+    hardware = raw.get("hardware")
+    if not isinstance(hardware, dict) or hardware.get("disaggregation") is None:
+        return
+    brought = []
+    if "frontend" not in written and isinstance(raw.get("frontend"), dict):
+        brought.append(("its API front-end", "frontend: null"))
+    if not has_key(written, "kv_cache.enable_prefix_caching") and get_key(raw, "kv_cache.enable_prefix_caching"):
+        brought.append(("prefix caching", "kv_cache.enable_prefix_caching: false"))
+    if brought:
+        them = "them" if len(brought) > 1 else "it"
+        raise ConfigError(f"hardware.disaggregation: engine {engine} brings {' and '.join(b[0] for b in brought)}, "
+                          "not modelled with a disaggregated deployment yet; allowed: "
+                          f"{' and '.join(b[1] for b in brought)} (simulated without {them}), or a colocated "
+                          "deployment")
 
 
 def _flag_meant(key: str, name: str) -> str:
