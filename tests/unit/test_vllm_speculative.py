@@ -1,6 +1,8 @@
 """vLLM's `--speculative-config` (sim/config/engines/vllm_speculative.py): the method and γ it names, with the
 scenario's speculation section, and what the method does to async scheduling in each release."""
 
+import re
+
 import pytest
 
 from sim.config.files import validate_scenario
@@ -145,3 +147,35 @@ def test_an_unnamed_method_lists_the_releases_own_methods_and_a_command_names_th
     assert str(err.value).startswith("engine.command '--speculative-config {\"num_speculative_tokens\": 3}': method: "
                                      "missing")
     assert str(err.value).endswith("ngram, eagle, eagle3, mtp, deepseek_mtp, medusa, draft_model")
+
+
+@pytest.mark.parametrize("engine, option", [
+    ({"name": "vllm", "version": "0.11.0", "command": "vllm serve meta-llama/Llama-3.1-8B-Instruct"},
+     "--speculative-config in the command (the section then prices its drafter), "),
+    ({"name": "vllm", "version": "0.9.2", "command": "vllm serve meta-llama/Llama-3.1-8B-Instruct"},
+     "(its --speculative-config is read from vLLM 0.10.0) "),
+    ({"name": "sglang", "version": "0.5.5.post1", "command": "python -m sglang.launch_server --model-path m"},
+     "--speculative-algorithm in the command (the section then prices its drafter), ")])
+def test_a_launch_command_without_its_speculation_flag_beside_a_speculation_section_is_refused(engine, option):
+    """A variant's `vllm serve M` without --speculative-config, beside an inherited speculation section, speculated."""
+    flag = "--speculative-config" if engine["name"] == "vllm" else "--speculative-algorithm"
+    label = {"vllm": "vLLM", "sglang": "SGLang"}[engine["name"]]
+    with pytest.raises(ConfigError, match=re.escape(
+            f"speculation: engine.command has no {flag}, so the {label} {engine['version']} it starts does not "
+            f"speculate; allowed: {option}the engine's flags as keys in place of the command (the section then taken "
+            "as its drafter), or no speculation section (speculation: null in a variant)")):
+        validate_scenario({**BASE, "engine": engine, "speculation": HEAD})
+    assert validate_scenario({**BASE, "engine": engine}).speculation is None
+    speculating = {**engine, "command": engine["command"] + (
+        " --speculative-config '{\"method\": \"eagle3\", \"num_speculative_tokens\": 3}'" if engine["name"] == "vllm"
+        else " --speculative-algorithm EAGLE")}
+    if engine["version"] != "0.9.2":
+        assert validate_scenario({**BASE, "engine": speculating, "speculation": HEAD}).speculation is not None
+
+
+def test_the_section_without_the_flag_and_without_a_command_is_taken_as_its_drafter_and_said():
+    notes = " ".join(scenario("0.11.0").engine.notes)
+    assert ("vLLM 0.11.0: the speculation section without --speculative-config taken as an EAGLE, MTP or n-gram head "
+            "(vLLM speculates only with the flag)") in notes
+    assert "without --speculative-config" not in " ".join(
+        scenario("0.11.0", speculative_config={"method": "eagle3"}).engine.notes)

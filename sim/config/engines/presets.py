@@ -15,7 +15,7 @@ import sim.config.engines.fitted as fitted
 from sim.config.checkpoint import runs_fp8_products
 from sim.config.engine_command import (CommandFlags, CommandSyntax, as_command_error, command_notes, command_program,
                                        resolve_option, served_model)
-from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, PresetResult, get_key,
+from sim.config.engines.base import (Context, ENGINE_LABELS, EnginePreset, PresetResult, dotted_version, get_key,
                                      canonical_version, has_key, model_of_value, outside_versions, parse_version,
                                      set_key)
 from sim.config.engines.lmdeploy import (LMDEPLOY_FLAGS, LMDEPLOY_INERT, LMDEPLOY_NEWEST, LMDEPLOY_VERSIONS,
@@ -29,6 +29,7 @@ from sim.config.engines.trtllm import (TRTLLM_FLAGS, TRTLLM_INERT, TRTLLM_NEWEST
                                        trtllm_fp8_without_fp8_cores)
 from sim.config.engines.vllm import VLLM_FLAGS, VLLM_INERT, VLLM_NEWEST, derive_vllm, vllm_fp8_without_fp8_cores
 from sim.config.engines.vllm_context import KV_HOLDS_MAX_MODEL_LEN, vllm_context, vllm_window_off
+from sim.config.engines.vllm_speculative import VLLM_SPECULATIVE_CONFIG_READ_SINCE
 from sim.config.words import allowed_words, shown, type_words, union_words
 from sim.errors import ConfigError, did_you_mean
 from sim.model.specs import MAX_MODEL_DIM
@@ -237,6 +238,7 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
         return AppliedPreset(raw, overhead, unlisted + result.notes,
                              {dotted: f"engine.{flag}" for dotted, flag in set_by.items()}, result.v0_fallback)
     apart = set(spec) - {"name", "version", "command"}
+    _refuse_speculation_not_launched(raw, name, given, version, f"{preset.label} {version_text}")
     try:
         raw, overhead, result, set_by = _apply_flags(raw, name, preset, version, version_text, given, value_problem,
                                                      fits)
@@ -246,6 +248,28 @@ def apply_engine_preset(raw: dict, value_problem: Callable[[str, Any, str], str 
     return AppliedPreset(raw, overhead, unlisted + result.notes + command_notes(command), {
         dotted: (f"engine.command {command.written[flag]!r}" if flag in command.written and flag not in apart
                  else f"engine.{flag}") for dotted, flag in set_by.items()}, result.v0_fallback)
+
+
+# The flag an engine speculates only with, by preset (vllm/engine/arg_utils.py, sglang/srt/server_args.py)
+SPECULATION_FLAGS = {"vllm": "speculative_config", "sglang": "speculative_algorithm"}
+
+
+def _refuse_speculation_not_launched(raw: dict, name: str, given: dict, version: tuple[int, ...],
+                                     engine: str) -> None:
+    """A speculation section beside a launch command that does not speculate (vLLM's without --speculative-config,
+    SGLang's without --speculative-algorithm) is refused in one line: that command starts an engine that does not
+    speculate, where the section was taken as the drafter it describes. Without a command (the engine's flags as
+    keys) the section alone still is, as the preset notes."""
+    flag = SPECULATION_FLAGS.get(name)
+    if flag is None or raw.get("speculation") is None or given.get(flag) is not None:
+        return
+    option = "--" + flag.replace("_", "-")
+    launch = f"{option} in the command (the section then prices its drafter), "
+    if name == "vllm" and version < VLLM_SPECULATIVE_CONFIG_READ_SINCE:
+        launch = f"(its {option} is read from vLLM {dotted_version(VLLM_SPECULATIVE_CONFIG_READ_SINCE)}) "
+    raise ConfigError(f"speculation: engine.command has no {option}, so the {engine} it starts does not speculate; "
+                      f"allowed: {launch}the engine's flags as keys in place of the command (the section then taken "
+                      "as its drafter), or no speculation section (speculation: null in a variant)")
 
 
 def _refuse_brought_to_disaggregation(written: dict, raw: dict, engine: str) -> None:

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sim.config.engines.base import Context, dotted_version, json_mapping
+from sim.config.engines.base import Context, dotted_version, get_key, json_mapping
 from sim.errors import ConfigError
 
 VLLM_SPECULATIVE_CONFIG_SINCE = (0, 8, 2)  # --speculative-config in vllm/engine/arg_utils.py
@@ -111,6 +111,10 @@ def speculative_values(ctx: Context, notes: list[str]) -> tuple[str | None, dict
     sets: its num_speculative_tokens (ServeSim's γ)."""
     method = speculative_method(ctx)
     if method is None:
+        if isinstance(ctx.raw.get("speculation"), dict):
+            drafter = "a draft model" if get_key(ctx.raw, "speculation.draft_model") else "an EAGLE, MTP or n-gram head"
+            notes.append(f"vLLM {ctx.version_text}: the speculation section without --speculative-config taken as "
+                         f"{drafter} (vLLM speculates only with the flag)")
         return None, {}
     given = ctx.flags["speculative_config"]
     tokens = given.get("num_speculative_tokens")
