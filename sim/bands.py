@@ -284,7 +284,8 @@ def band_runs(scenario, *, cost_model=None, progress=None, workloads: dict | Non
     def workload_of(rep):
         if disaggregated:
             return make_workload(rep)
-        key = (rep.workload.model_dump_json(), rep.run.seed, rep.run.num_requests, rep.run.duration_s, max_len)
+        key = (rep.workload.model_dump_json(), rep.run.seed, rep.run.num_requests, rep.run.duration_s, max_len,
+               rep.scheduler.too_long)
         if key not in made:
             made[key] = make_workload(rep)
         return made[key]

@@ -50,7 +50,8 @@ def make_workload(scenario: Scenario, deployment: Deployment | None = None) -> W
     run = scenario.run
     max_len = (deployment or deployment_of(scenario)).max_model_len
     return generate_workload(scenario.workload, seed=run.seed, num_requests=run.num_requests,
-                             duration_s=run.duration_s, max_context=max_len)
+                             duration_s=run.duration_s, max_context=max_len,
+                             too_long=scenario.scheduler.too_long)
 
 
 def _roofline(scenario: Scenario, deployment: Deployment, model):

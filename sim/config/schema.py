@@ -40,7 +40,7 @@ from sim.sched.preemption import VICTIM_POLICIES
 from sim.sched.speculative import (DEFAULT_SPECULATIVE_TOKENS, MAX_SPECULATIVE_TOKENS, alpha_for_tokens,
                                    tree_candidate_tokens)
 from sim.workload.arrivals import MAX_RATE_PER_S
-from sim.workload.generate import MAX_NUM_REQUESTS, WorkloadSpec, check_run_size
+from sim.workload.generate import MAX_NUM_REQUESTS, TOO_LONG_RULES, WorkloadSpec, check_run_size
 
 VictimName = Literal[tuple(VICTIM_POLICIES)]  # the names in sim.sched.preemption
 
@@ -324,6 +324,12 @@ class SchedulerSpec(_Strict):
         "whole_prompt", description="continuous, paged, chunked: a waiting prompt starts when the blocks of all of "
         "it are free (vLLM V1 from 0.19, scheduler_reserve_full_isl), or when those of the chunk it computes this "
         "step are, its later chunks preempting the last admitted when blocks run out (vLLM V1 to 0.18)")
+    too_long: Literal[TOO_LONG_RULES] = Field(
+        "clip", description="a request whose prompt and asked output together pass max_model_len: clip cuts it to fit "
+        "as it is generated (the prompt to max_model_len - 1, then the output to what is left); refuse sends it as "
+        "asked and the deployment refuses it on arrival (status rejected), as vLLM's OpenAI server to 0.31 answers it "
+        "with HTTP 400; clip_output cuts its output to what the prompt leaves and refuses a prompt of max_model_len "
+        "or more (vLLM from 0.32). A multi-turn conversation's turns are clipped under every rule")
     context_pass: bool = Field(False, description="continuous, unchunked, mixed: a step that admits prompts "
                                "computes all their tokens but the last alone (prefill-only), and the next step runs "
                                "every decode with those last tokens (LMDeploy TurboMind 0.1's context decode)")

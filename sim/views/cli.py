@@ -106,6 +106,19 @@ def _summary_table(results) -> Table:
     return table
 
 
+# scheduler.too_long's rules in words, for the notes on clipped and rejected requests
+TOO_LONG_WORDS = {"clip": "clipped to fit", "refuse": "refused, not clipped",
+                  "clip_output": "their output cut to what the prompt leaves, a prompt of max_model_len or more "
+                                 "refused"}
+
+
+def _too_long_rule(scenario) -> str:
+    """The rule a run's over-long requests went by, for its notes (scheduler.too_long), and whose rule it is."""
+    rule = scenario.scheduler.too_long
+    whose = f", engine {scenario.engine.name} {scenario.engine.version}'s" if scenario.engine is not None else ""
+    return f" (scheduler.too_long: {rule}{whose}: {TOO_LONG_WORDS[rule]})"
+
+
 def _clipping_notes(results, differences=None):
     """One line per result whose generated lengths were cut to fit the model: its numbers are for shorter requests.
     Returns the verdict printed first (`differences`: the band of each difference, sim/bands.py)."""
@@ -138,13 +151,15 @@ def _clipping_notes(results, differences=None):
             first = (" (the first as the verdict says)" if reason and reason in why.get(r.name, "") else
                      f" (the first: {reason})" if reason else "")
             slo = "; each counts over every SLO limit" if r.summary.get("slo_met") is not None else ""
+            rule = _too_long_rule(r.scenario) if r.scenario.scheduler.too_long != "clip" else ""
             console.print(f"note: {r.name}: {rejected:,} of {r.summary.get('num_requests', 0):,} requests were "
-                          f"rejected, as they can never run here{first}{slo}; requests.parquet's reject_reason says "
-                          "why for each", markup=False, highlight=False)
+                          f"rejected, as they can never run here{first}{rule}{slo}; requests.parquet's reject_reason "
+                          "says why for each", markup=False, highlight=False)
         clipped = r.summary.get("num_requests_clipped") or 0
         if clipped:
             console.print(f"note: {r.name}: {clipped:,} of {r.summary.get('num_requests', 0):,} requests were longer "
-                          f"than max_model_len ({r.summary.get('max_model_len')} tokens) and were clipped to fit",
+                          f"than max_model_len ({r.summary.get('max_model_len')} tokens) and were clipped to fit"
+                          f"{_too_long_rule(r.scenario) if r.scenario.scheduler.too_long != 'clip' else ''}",
                           markup=False, highlight=False)
     return verdict
 

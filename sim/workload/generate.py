@@ -36,6 +36,7 @@ from sim.workload.prefixes import (
     MultiTurn,
     Prefix,
     SharedSystemPrompt,
+    check_content_ids,
     content_units,
     conversation_turns,
     fresh_stream,
@@ -44,6 +45,9 @@ from sim.workload.prefixes import (
     system_prompts,
 )
 from sim.workload.traces import MAX_TRACE_TOKENS, Trace
+
+# What becomes of a request longer than the model's context (scheduler.too_long; `generate_workload`)
+TOO_LONG_RULES = ("clip", "refuse", "clip_output")
 
 
 class ChatTemplate(StrictSpec):
@@ -151,8 +155,8 @@ class Workload:
     """Requests as arrays, in arrival order."""
 
     arrival_s: np.ndarray  # float64 seconds, non-decreasing; empty for a closed loop
-    input_tokens: np.ndarray  # int64 prompt length, in [1, max_context - 1]
-    output_tokens: np.ndarray  # int64 output length, in [1, max_context - input]
+    input_tokens: np.ndarray  # int64 prompt length >= 1; clipped: in [1, max_context - 1]
+    output_tokens: np.ndarray  # int64 output length >= 1; clipped: in [1, max_context - input]
     hash_ids: list[np.ndarray] | None = None  # per request prompt-block ids (trace lengths only)
     closed_loop: ClosedLoopArrival | None = None  # set when the engine must run the users
     # Per request int64 content ids of its prompt, one per prefix_unit_tokens tokens (Request.prefix_ids);
@@ -198,9 +202,13 @@ def generate_workload(
     num_requests: int | None,
     duration_s: float | None,
     max_context: int,
+    too_long: str = "clip",
 ) -> Workload:
     """Sample `spec`: exactly `num_requests` requests, or every arrival in [0, duration_s), or both
-    (whichever ends first); a trace with neither, every row. Lengths are clipped to fit the model's context."""
+    (whichever ends first); a trace with neither, every row. A request longer than the model's context
+    (`too_long`, scheduler.too_long's `TOO_LONG_RULES`): clipped to fit, left as asked for the deployment to
+    refuse ("refuse"), or its output clipped to what its prompt leaves, a prompt of the whole context or more left
+    for the deployment to refuse ("clip_output"). A multi-turn conversation's turns are clipped under every rule."""
     if num_requests is None and duration_s is None and not isinstance(spec.arrival, TraceArrival):
         raise ConfigError("num_requests/duration_s: both missing; give at least one of them")
     if num_requests is not None and num_requests < 1:
@@ -260,17 +268,27 @@ def generate_workload(
 
     # Prompt first, then the output gets what the context has left: a request must fit the model.
     wanted_inputs, wanted_outputs = inputs, outputs
-    inputs = np.clip(inputs, 1, max_context - 1).astype(np.int64)
-    outputs = np.clip(outputs, 1, max_context - inputs).astype(np.int64)
+    if too_long == "clip":
+        inputs = np.clip(inputs, 1, max_context - 1).astype(np.int64)
+        outputs = np.clip(outputs, 1, max_context - inputs).astype(np.int64)
+    else:  # what does not fit is the deployment's to refuse (its admission: prompt + output > max_model_len)
+        inputs, outputs = np.maximum(inputs, 1).astype(np.int64), np.maximum(outputs, 1).astype(np.int64)
+        if too_long == "clip_output":
+            outputs = np.where(inputs < max_context, np.minimum(outputs, max_context - inputs), outputs)
     num_clipped = int(np.count_nonzero((wanted_inputs > inputs) | (wanted_outputs > outputs)))
     prefix_ids, unit = None, 0
+    # A prompt's content ids for no more of it than the context holds: a longer one is refused before any is read,
+    # and ids for all of it (one per 16 tokens) would hold memory in proportion to its asked length
+    run_tokens = np.minimum(inputs, max_context)
+    if hash_ids is None and (system is not None or template_lead is not None):
+        check_content_ids(content_units(run_tokens), by_duration=num_requests is None)
     if hash_ids is not None:
         prefix_ids, unit = hash_ids, MOONCAKE_PREFIX_UNIT_TOKENS
     elif system is not None:
-        prefix_ids, unit = system_prompt_ids(spec.prefix, system, inputs), SYNTHETIC_PREFIX_UNIT_TOKENS
+        prefix_ids, unit = system_prompt_ids(spec.prefix, system, run_tokens), SYNTHETIC_PREFIX_UNIT_TOKENS
     elif template_lead is not None:
         every = np.zeros(len(inputs), dtype=np.int64)
-        prefix_ids, unit = system_prompt_ids(template_lead, every, inputs), SYNTHETIC_PREFIX_UNIT_TOKENS
+        prefix_ids, unit = system_prompt_ids(template_lead, every, run_tokens), SYNTHETIC_PREFIX_UNIT_TOKENS
     return Workload(np.asarray(arrival_s, dtype=np.float64), inputs, outputs, hash_ids, closed_loop,
                     prefix_ids, unit, num_clipped=num_clipped,
                     chat_template_tokens=template.tokens if template is not None else 0)
@@ -305,6 +323,7 @@ def _multi_turn(spec: WorkloadSpec, arrivals_seq, lengths_seq, prefix_seq, num_r
         num_conversations *= 2
     arrival_s, inputs, outputs, conversation, first_unit, clipped = (a[order] for a in drawn)
     units = content_units(inputs)
+    check_content_ids(units, by_duration=num_requests is None, redrawn=True)
     total = int(units.sum())
     flat = np.repeat(first_unit, units) + np.arange(total, dtype=np.int64) - np.repeat(np.cumsum(units) - units, units)
     return Workload(arrival_s, inputs, outputs, None, None, split_by_counts(flat, units), SYNTHETIC_PREFIX_UNIT_TOKENS,

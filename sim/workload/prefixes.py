@@ -83,16 +83,44 @@ def system_prompts(spec: SharedSystemPrompt, seq: np.random.SeedSequence, n: int
     return np.where(shared, choice_rng.integers(0, spec.num_prompts, n), -1)
 
 
+# The most content ids (one per SYNTHETIC_PREFIX_UNIT_TOKENS prompt tokens) a run's requests hold: 1 GiB of them as
+# int64, about three times that while they are built. A run of more is refused (`check_content_ids`): 5.8 million
+# requests of scenarios/prefix_caching.yaml held 21 GB, enough for the kernel to end the process without a word.
+MAX_CONTENT_IDS = 1 << 27
+
+
+def check_content_ids(units: np.ndarray, by_duration: bool = False, redrawn: bool = False) -> None:
+    """Refuse, in one line, a run whose prompts' content ids (`units` a request, in arrival order) pass
+    MAX_CONTENT_IDS, naming the most requests whose ids fit (run.num_requests, or run.duration_s where the run's
+    duration set its count: `by_duration`): exactly where a shorter run sends the same first requests, about where
+    it draws them anew (`redrawn`: a multi-turn workload draws fewer conversations)."""
+    total = int(units.sum())
+    if total > MAX_CONTENT_IDS:
+        most = int(np.searchsorted(np.cumsum(units), MAX_CONTENT_IDS, side="right"))
+        field = "run.duration_s" if by_duration else "run.num_requests"
+        allowed = (("a run.duration_s whose arrivals number" if by_duration else "run.num_requests")
+                   + f" <= {'about ' if redrawn else ''}{most:,}")
+        raise ConfigError(f"{field}: {len(units):,} requests whose prompts hold {total:,} content ids "
+                          f"(workload.prefix: one per {SYNTHETIC_PREFIX_UNIT_TOKENS} prompt tokens, for prefix "
+                          f"sharing) pass the {MAX_CONTENT_IDS:,} a run holds (MAX_CONTENT_IDS); allowed: {allowed}")
+
+
 def system_prompt_ids(spec: SharedSystemPrompt, system: np.ndarray, inputs: np.ndarray) -> list[np.ndarray]:
-    """Ids 0 .. num_prompts*K - 1 for the K whole units of each system prompt, then a fresh id per unit."""
+    """Ids 0 .. num_prompts*K - 1 for the K whole units of each system prompt, then a fresh id per unit. Built with
+    one array of every id and three of the shared ones (the caller's `check_content_ids` bounds them)."""
     per_prompt = spec.tokens // SYNTHETIC_PREFIX_UNIT_TOKENS
     units = content_units(inputs)
     total = int(units.sum())
     starts = np.cumsum(units) - units
-    position = np.arange(total, dtype=np.int64) - np.repeat(starts, units)  # unit index within its prompt
-    flat = spec.num_prompts * per_prompt + np.arange(total, dtype=np.int64)  # unique ids
-    shared = position < np.repeat(np.where(system >= 0, per_prompt, 0), units)
-    flat[shared] = (np.repeat(system, units) * per_prompt + position)[shared]
+    flat = np.arange(spec.num_prompts * per_prompt, spec.num_prompts * per_prompt + total, dtype=np.int64)
+    shared = np.where(system >= 0, np.minimum(units, per_prompt), 0)  # each request's units of its system prompt
+    num_shared = int(shared.sum())
+    if num_shared:
+        # the shared units' places in `flat` and their positions in their prompt
+        position = np.arange(num_shared, dtype=np.int64) - np.repeat(np.cumsum(shared) - shared, shared)
+        with_prompt = shared > 0
+        flat[np.repeat(starts[with_prompt], shared[with_prompt]) + position] = (
+            np.repeat(system[with_prompt] * per_prompt, shared[with_prompt]) + position)
     return split_by_counts(flat, units)
 
 

@@ -41,6 +41,15 @@ VLLM_BATCH_BY_MEMORY_SINCE = (0, 8, 5)
 VLLM_BATCH_NOT_A100_SINCE = (0, 9, 0)
 VLLM_MEMORY_UTILIZATION_092_SINCE = (0, 20, 0)  # CacheConfig.gpu_memory_utilization 0.9 -> 0.92
 VLLM_FULL_PROMPT_ADMISSION_SINCE = (0, 19, 0)  # SchedulerConfig.scheduler_reserve_full_isl = True
+# A request longer than max_model_len (scheduler.too_long): refused by the OpenAI server where its prompt plus its
+# max_tokens pass it (HTTP 400, "'max_tokens' or 'max_completion_tokens' is too large"), read in the PyPI sdists of
+# 0.6.0, 0.9.2, 0.11.0, 0.12.0, 0.14.0, 0.16.0 (entrypoints/openai/serving_engine.py, 0.16's engine/serving.py
+# _validate_input) and 0.16.0, 0.17.0, 0.19.0, 0.20.0, 0.27.0, 0.31.0 (renderers/params.py: max_input_tokens is
+# max_total_tokens - max_output_tokens); from 0.32.0 (read in 0.32.0, 0.33.0, 0.34.0) max_input_tokens is the whole
+# context, a longer prompt refused, and entrypoints/serve/utils/api_utils.py get_max_tokens clips max_tokens to what
+# the prompt leaves (a prompt of the whole context leaves 0, which SamplingParams refuses: "max_tokens must be at
+# least 1")
+VLLM_CLIPS_OUTPUT_SINCE = (0, 32, 0)
 VLLM_MLA_BLOCK_FROM_BACKEND_SINCE = (0, 18, 0)  # platforms/cuda.py no longer forces FlashMLA's 64 / CUTLASS's 128
 # vllm/config/cache.py in the 0.34.0 sdist: CacheConfig.DEFAULT_BLOCK_SIZE 16 -> 64, which every CUDA attention backend
 # the preset prices takes as its preferred size (platforms/interface.py update_block_size_for_backend: FlashAttention,
@@ -282,7 +291,8 @@ def derive_vllm(ctx: Context) -> PresetResult:
     _vllm_block_size_choice(ctx)
     values: dict[str, Any] = {"scheduler.batching": "continuous", "kv_cache.layout": "paged",
                               "kv_cache.block_size": _vllm_default_block_size(v),
-                              "kv_cache.gpu_memory_utilization": 0.9}
+                              "kv_cache.gpu_memory_utilization": 0.9,
+                              "scheduler.too_long": "clip_output" if v >= VLLM_CLIPS_OUTPUT_SINCE else "refuse"}
     notes: list[str] = []
     refuse_model_before(ctx, VLLM_MODEL_TYPE_SINCE, "vLLM", "vllm/model_executor/models/registry.py")
     _vllm_refuse_draft_model(ctx)
