@@ -39,7 +39,7 @@ from pathlib import Path
 import numpy as np
 
 from sim.errors import ConfigError
-from sim.model.catalog import catalog_mismatch, catalog_model_name, named_weights, names_same_model, weights_priced
+from sim.model.catalog import catalog_mismatch, named_weights_conflict, names_same_model
 from sim.workload.base import MAX_NUM_REQUESTS
 
 FIELD = "--bench"
@@ -342,11 +342,10 @@ def check_model(point: BenchPoint, scenario_model: str, scenario_weights: str | 
         raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} is {mismatch[1]} in {mismatch[2]} "
                           f"weights, not the scenario's {scenario_model!r} in {mismatch[3]}; allowed: a result "
                           "measured on the scenario's model and weights")
-    named = named_weights(point.model) if catalog_model_name(point.model) is None else None
-    asked = weights_priced(scenario_model, scenario_weights)
-    if named is not None and asked not in named:
-        raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} says {' or '.join(named)} weights, not "
-                          f"the scenario's {asked} (quantization.weights); allowed: a result measured on the "
+    conflict = named_weights_conflict(point.model, scenario_model, scenario_weights)
+    if conflict is not None:
+        raise ConfigError(f"{FIELD}: '{point.source}' model {point.model!r} says {conflict[0]} weights, not the "
+                          f"scenario's {conflict[1]} (quantization.weights); allowed: a result measured on the "
                           "scenario's model and weights")
     if mismatch is None and names_same_model(point.model, scenario_model):
         return

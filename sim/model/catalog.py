@@ -613,6 +613,16 @@ def named_weights(name: str) -> tuple[str, ...] | None:
     return None
 
 
+def named_weights_conflict(served: str, given: str, given_weights: str | None) -> tuple[str, str] | None:
+    """(the weights a checkpoint's name says, in words; those the scenario of `given` in `given_weights` is priced
+    in) where `served` is no catalog name (a checkpoint the catalog lacks: Qwen/Qwen3-8B-AWQ) and its name says
+    other weights (`named_weights`) than the scenario's (`weights_priced`); None otherwise. The catalog's own
+    checkpoints are `catalog_mismatch`'s."""
+    named = named_weights(served) if catalog_model_name(served) is None else None
+    asked = weights_priced(given, given_weights)
+    return None if named is None or asked in named else (" or ".join(named), asked)
+
+
 def names_same_model(a: str, b: str) -> bool:
     """Whether two free-form model names (a benchmark result's label, a scenario's) may name one model: leniently,
     case, punctuation, an owner and a suffix (-Instruct, a path's folders) aside, one name within the other; another

@@ -120,9 +120,8 @@ def _refuse_colocated_only(scenario: Scenario) -> None:
     with either is refused in one line before any split is simulated, naming both and how to leave them out, where
     each split's own check would name a key the user may never have written. Left out, every arrangement, the
     colocated one too, is simulated without them, so the splits are compared alike."""
-    found = [(key, fix) for key, on, fix in (("frontend", scenario.frontend is not None, "frontend: null"),
-                                             ("kv_cache.enable_prefix_caching", scenario.kv_cache.enable_prefix_caching,
-                                              "kv_cache.enable_prefix_caching: false")) if on]
+    from sim.config.engines import colocated_only
+    found = [(key, fix) for key, _, fix in colocated_only(scenario.model_dump(mode="json"))]
     if found:
         engine = (f" (engine {scenario.engine.name} {scenario.engine.version}'s preset brings both where the scenario "
                   "gives neither)" if scenario.engine else "")

@@ -113,8 +113,11 @@ TOO_LONG_WORDS = {"clip": "clipped to fit", "refuse": "refused, not clipped",
 
 
 def _too_long_rule(scenario) -> str:
-    """The rule a run's over-long requests went by, for its notes (scheduler.too_long), and whose rule it is."""
+    """The rule a run's over-long requests went by, for its notes (scheduler.too_long), and whose rule it is; ""
+    for clip, ServeSim's own default, which the notes' words already say."""
     rule = scenario.scheduler.too_long
+    if rule == "clip":
+        return ""
     whose = f", engine {scenario.engine.name} {scenario.engine.version}'s" if scenario.engine is not None else ""
     return f" (scheduler.too_long: {rule}{whose}: {TOO_LONG_WORDS[rule]})"
 
@@ -151,7 +154,7 @@ def _clipping_notes(results, differences=None):
             first = (" (the first as the verdict says)" if reason and reason in why.get(r.name, "") else
                      f" (the first: {reason})" if reason else "")
             slo = "; each counts over every SLO limit" if r.summary.get("slo_met") is not None else ""
-            rule = _too_long_rule(r.scenario) if r.scenario.scheduler.too_long != "clip" else ""
+            rule = _too_long_rule(r.scenario)
             console.print(f"note: {r.name}: {rejected:,} of {r.summary.get('num_requests', 0):,} requests were "
                           f"rejected, as they can never run here{first}{rule}{slo}; requests.parquet's reject_reason "
                           "says why for each", markup=False, highlight=False)
@@ -159,7 +162,7 @@ def _clipping_notes(results, differences=None):
         if clipped:
             console.print(f"note: {r.name}: {clipped:,} of {r.summary.get('num_requests', 0):,} requests were longer "
                           f"than max_model_len ({r.summary.get('max_model_len')} tokens) and were clipped to fit"
-                          f"{_too_long_rule(r.scenario) if r.scenario.scheduler.too_long != 'clip' else ''}",
+                          f"{_too_long_rule(r.scenario)}",
                           markup=False, highlight=False)
     return verdict
 

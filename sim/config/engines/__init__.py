@@ -26,16 +26,17 @@ from sim.config.engines.engine_work import (FRONTEND_CAPACITY_NOTE, TEMPLATE_PAR
                                             chat_template_parse)
 from sim.config.engines.sglang import (SGLANG_INIT_NEW_TOKEN_RATIO, SGLANG_MIN_NEW_TOKEN_RATIO,
                                        SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR, SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)
-from sim.config.engines.presets import (PRESETS, apply_engine_preset, as_flag_error, command_served_model,
-                                        fitted_versions, model_from_command, model_of_raw, named_engine,
-                                        option_flag_name, preset_keys, preset_notes)
+from sim.config.engines.presets import (PRESETS, apply_engine_preset, as_flag_error, colocated_only,
+                                        command_served_model, fitted_versions, model_from_command, model_of_raw,
+                                        named_engine, option_flag_name, preset_keys, preset_notes)
 from sim.config.engines.spread import (ESTIMATE_RANGES, OTHER_VERSION_FACTORS, Z90, engine_model_misfit,
                                        engine_term_spread, with_engine_terms_drawn)
 
 __all__ = ["ESTIMATE_RANGES", "FRONTEND_CAPACITY_NOTE", "NearestFit", "OTHER_VERSION_FACTORS", "PRESETS",
            "SGLANG_INIT_NEW_TOKEN_RATIO", "SGLANG_MIN_NEW_TOKEN_RATIO", "SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR",
            "SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS", "TEMPLATE_PARSES", "TERMS_PATH", "V0190_OVER_V0110", "Z90",
-           "api_server_work", "apply_engine_preset", "as_flag_error", "chat_template_parse", "command_served_model",
+           "api_server_work", "apply_engine_preset", "as_flag_error", "chat_template_parse", "colocated_only",
+           "command_served_model",
            "engine_model_misfit",
            "engine_term_spread",
            "fit_name", "fitted_terms", "fitted_versions", "left_at_a_bound", "model_from_command", "model_of_raw",

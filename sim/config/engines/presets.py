@@ -112,7 +112,7 @@ def model_from_command(raw: dict) -> dict:
     served = served_model(spec["command"], read) if read is not None else None
     if served is None:
         return raw
-    from sim.model.catalog import catalog_mismatch, catalog_model_name
+    from sim.model.catalog import catalog_mismatch, catalog_model_name, named_weights_conflict
     catalog = catalog_model_name(served)
     if "model" not in raw:
         if catalog is None:
@@ -125,8 +125,13 @@ def model_from_command(raw: dict) -> dict:
     mismatch = catalog_mismatch(served, given, get_key(raw, "quantization.weights")) if isinstance(given, str) else None
     if mismatch is None:
         flags_say = "quantization" in spec or "quantization" in read.flags  # the engine's own weights flag
-        if catalog is None and isinstance(given, str) and not flags_say:
-            _check_named_weights(raw, served, given)
+        conflict = (named_weights_conflict(served, given, get_key(raw, "quantization.weights"))
+                    if isinstance(given, str) and not flags_say else None)
+        if conflict is not None:  # a checkpoint the catalog lacks whose name says other weights (Qwen/Qwen3-8B-FP8)
+            named, asked = conflict
+            raise ConfigError(f"engine.command: serves {served!r}, whose name says {named} weights, not the "
+                              f"scenario's {asked} (quantization.weights); allowed: quantization.weights {named}, or "
+                              f"a command serving {asked} weights")
         return raw
     kind, name, weights, asked = mismatch
     if kind == "weights":
@@ -135,18 +140,6 @@ def model_from_command(raw: dict) -> dict:
                           f"{weights.replace('16-bit', 'bf16')}")
     raise ConfigError(f"engine.command: serves {served!r} ({name}), not the scenario's model {given!r}; "
                       "allowed: the same model in both, or leave the scenario's model out")
-
-
-def _check_named_weights(raw: dict, served: str, given: str) -> None:
-    """A checkpoint the catalog lacks whose name says its weights (Qwen/Qwen3-8B-FP8) beside a scenario model priced
-    in other weights (qwen3-8b, 16-bit), neither the scenario nor the engine's flags saying the weights: refused in one
-    line, as the catalog's own FP8 checkpoints are (`catalog_mismatch`)."""
-    from sim.model.catalog import named_weights, weights_priced
-    named, asked = named_weights(served), weights_priced(given, get_key(raw, "quantization.weights"))
-    if named is not None and asked not in named:
-        raise ConfigError(f"engine.command: serves {served!r}, whose name says {' or '.join(named)} weights, not the "
-                          f"scenario's {asked} (quantization.weights); allowed: quantization.weights "
-                          f"{' or '.join(named)}, or a command serving {asked} weights")
 
 
 def _resolve_gpu_and_model(raw: dict):
@@ -272,18 +265,25 @@ def _refuse_speculation_not_launched(raw: dict, name: str, given: dict, version:
                       "as its drafter), or no speculation section (speculation: null in a variant)")
 
 
+# What a colocated deployment may have and a disaggregated one does not model yet (the scenario's checks refuse each:
+# Scenario._frontend_fits, sim/config/disaggregation.py), an engine preset bringing both: (key, in words, its fix)
+COLOCATED_ONLY = (("frontend", "its API front-end", "frontend: null"),
+                  ("kv_cache.enable_prefix_caching", "prefix caching", "kv_cache.enable_prefix_caching: false"))
+
+
+def colocated_only(raw: dict) -> list[tuple[str, str, str]]:
+    """The COLOCATED_ONLY entries a raw (or dumped) scenario has on."""
+    return [entry for entry in COLOCATED_ONLY if get_key(raw, entry[0])]
+
+
 def _refuse_brought_to_disaggregation(written: dict, raw: dict, engine: str) -> None:
-    """What a preset brings that a disaggregated deployment does not model yet (its API front-end, prefix caching),
-    where the scenario did not write it: refused in one line naming both and how to leave them out, where the
-    scenario's checks would name a key the user never wrote ("frontend: not allowed"), one at a time."""
+    """What a preset brings that a disaggregated deployment does not model yet (`COLOCATED_ONLY`), where the scenario
+    did not write it: refused in one line naming both and how to leave them out, where the scenario's checks would
+    name a key the user never wrote ("frontend: not allowed"), one at a time."""
     hardware = raw.get("hardware")
     if not isinstance(hardware, dict) or hardware.get("disaggregation") is None:
         return
-    brought = []
-    if "frontend" not in written and isinstance(raw.get("frontend"), dict):
-        brought.append(("its API front-end", "frontend: null"))
-    if not has_key(written, "kv_cache.enable_prefix_caching") and get_key(raw, "kv_cache.enable_prefix_caching"):
-        brought.append(("prefix caching", "kv_cache.enable_prefix_caching: false"))
+    brought = [(words, fix) for key, words, fix in colocated_only(raw) if not has_key(written, key)]
     if brought:
         them = "them" if len(brought) > 1 else "it"
         raise ConfigError(f"hardware.disaggregation: engine {engine} brings {' and '.join(b[0] for b in brought)}, "
